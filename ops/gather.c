@@ -1,0 +1,6 @@
+/* gather op family (placeholder table; the family's kernels are being written). */
+#include "op.h"
+
+const fr_op_def fr_ops_gather[] = {
+    {0},
+};

@@ -1,0 +1,108 @@
+/* The op contract. Every op is described once, in a table entry (fr_op_def) of its family's
+ * file (ops/<family>.c), with:
+ *   - its ONNX name and domain ("" = default ONNX domain, "ai.fp8run" = fp8run's own ops),
+ *   - shape and dtype inference (infer),
+ *   - the CPU kernel, float32 compute, the reference every other backend is judged against,
+ *   - its gradient rule, written as more graph nodes (grad; NULL = not differentiable).
+ * The registry (ops/registry.c) concatenates the family tables. */
+#ifndef FR_OP_H
+#define FR_OP_H
+
+#include "../graph/ir.h"
+
+#define FR_DOMAIN_ONNX ""
+#define FR_DOMAIN_FP8RUN "ai.fp8run"
+
+/* Kernel call: inputs and outputs are host tensors; outputs are already allocated with the
+ * dtype and shape that infer() gave (so a kernel never allocates its outputs). */
+typedef struct fr_kernel_ctx {
+    const fr_graph *g;
+    const fr_node *node;
+    int64_t opset;               /* opset version of the node's domain */
+    int n_in, n_out;
+    fr_tensor *const *in;        /* NULL entries for omitted optional inputs */
+    fr_tensor *const *out;       /* NULL entries for omitted optional outputs */
+} fr_kernel_ctx;
+
+/* Gradient rule call (reverse-mode autodiff at graph level). For each output i, dout[i] is
+ * the value id of d(loss)/d(output i), or -1 when no gradient flows into it. The rule adds
+ * nodes to g (with fr_graph_add_node etc.) and sets din[i] to the value id holding
+ * d(loss)/d(input i) for every input with need_din[i] != 0 (or -1 if it is identically 0).
+ * The rule must give din[i] exactly the input's shape (reduce broadcast dims itself). */
+typedef struct fr_grad_ctx {
+    fr_graph *g;
+    int node_id;                 /* the forward node; re-read g->nodes[node_id] after adds */
+    int64_t opset;
+    const int *dout;
+    const int *need_din;
+    int *din;
+} fr_grad_ctx;
+
+typedef struct fr_op_def {
+    const char *op_type;
+    const char *domain;
+    int min_opset;               /* lowest opset of its domain whose semantics we implement */
+    /* Set dtype and static shape of every output from the inputs (values in g; constant
+     * inputs readable through value->constant). Errors name the node. */
+    fr_status (*infer)(fr_graph *g, int node_id);
+    fr_status (*cpu)(const fr_kernel_ctx *ctx);
+    fr_status (*grad)(fr_grad_ctx *ctx);
+    unsigned flags;
+} fr_op_def;
+
+/* op flags */
+#define FR_OP_NO_FOLD 0x1u      /* never constant-fold (e.g. random ops) */
+
+/* Registry lookup; NULL if unknown. */
+const fr_op_def *fr_op_find(const char *domain, const char *op_type);
+/* Iterate all registered ops (i from 0 until NULL) — for `fp8run info --ops` and tests. */
+const fr_op_def *fr_op_at(int i);
+
+/* Family tables, each terminated by an entry with op_type == NULL. */
+extern const fr_op_def fr_ops_unary[];       /* ops/unary.c */
+extern const fr_op_def fr_ops_binary[];      /* ops/binary.c: arithmetic, compare, logic, Where, Expand */
+extern const fr_op_def fr_ops_reduce[];      /* ops/reduce.c */
+extern const fr_op_def fr_ops_matmul[];      /* ops/matmul.c: MatMul, Gemm */
+extern const fr_op_def fr_ops_softmax[];     /* ops/softmax.c */
+extern const fr_op_def fr_ops_norm[];        /* ops/norm.c: LayerNormalization, RMSNormalization */
+extern const fr_op_def fr_ops_gather[];      /* ops/gather.c: Gather, GatherElements */
+extern const fr_op_def fr_ops_shape[];       /* ops/shape.c: Shape, Reshape, Squeeze, Unsqueeze, Flatten, ConstantOfShape, Range, Constant, Identity, Dropout, Cast */
+extern const fr_op_def fr_ops_layout[];      /* ops/layout.c: Transpose, Concat, Split, Slice, Trilu */
+
+/* ---- helpers for op implementations (ops/op_util.c) ---- */
+
+/* Input/output value of a node, NULL if index out of range or omitted (-1). */
+fr_value *fr_node_in(fr_graph *g, const fr_node *n, int i);
+fr_value *fr_node_out(fr_graph *g, const fr_node *n, int i);
+
+/* Error helpers that prefix "node 'NAME' (OpType): ". */
+fr_status fr_node_error(const fr_node *n, fr_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Infer helpers. fr_infer_require_inputs checks input count range and that each required
+ * input (index < min) has known dtype and shape. */
+fr_status fr_infer_require_inputs(fr_graph *g, const fr_node *n, int min, int max);
+/* Set output i's dtype and shape. */
+void fr_infer_set(fr_graph *g, const fr_node *n, int i, fr_dtype dt, int rank,
+                  const int64_t *dims);
+/* Copy input i's dtype/shape to output o. */
+void fr_infer_same(fr_graph *g, const fr_node *n, int o, int i);
+/* Require a constant integer 1-D (or scalar) input (shape tensors, axes); on success *vals
+ * is malloc'ed (caller frees) with *count elements. Non-constant -> FR_ERR_SHAPE explaining
+ * that fp8run needs static shapes. */
+fr_status fr_infer_const_ints(fr_graph *g, const fr_node *n, int i, int *count,
+                              int64_t **vals);
+/* Normalize an axis in [-rank, rank) to [0, rank); error names the node. */
+fr_status fr_norm_axis(const fr_node *n, int64_t axis, int rank, int *out);
+
+/* Numpy-style broadcast of two shapes; error names the node. */
+fr_status fr_broadcast_shape(const fr_node *n, int ra, const int64_t *da, int rb,
+                             const int64_t *db, int *rout, int64_t *dout);
+/* Strides (in elements) of `src` shape broadcast against an output shape of rank `rout`
+ * (right-aligned; broadcast dims get stride 0). */
+void fr_broadcast_strides(int rsrc, const int64_t *dsrc, int rout, const int64_t *dout,
+                          int64_t *strides);
+/* Row-major contiguous strides of a shape. */
+void fr_contig_strides(int rank, const int64_t *dims, int64_t *strides);
+
+#endif

@@ -1,0 +1,11 @@
+/* Built when fp8run is compiled without the CUDA backend: the device queries answer
+ * "no CUDA" so callers can give a clear message. */
+#include "cuda_probe.h"
+
+int fr_cuda_compiled(void) { return 0; }
+
+fr_status fr_cuda_device_count(int *count)
+{
+    *count = 0;
+    return fr_error(FR_ERR_DEVICE, "fp8run was built without the CUDA backend (FP8RUN_CUDA=OFF or no nvcc)");
+}
