@@ -59,15 +59,15 @@ const fr_op_def *fr_op_find(const char *domain, const char *op_type);
 const fr_op_def *fr_op_at(int i);
 
 /* Family tables, each terminated by an entry with op_type == NULL. */
-extern const fr_op_def fr_ops_unary[];       /* ops/unary.c */
+extern const fr_op_def fr_ops_unary[];       /* ops/unary.c: elementwise unary math, IsNaN/IsInf/Not, Cast, Clip, Identity, Dropout */
 extern const fr_op_def fr_ops_binary[];      /* ops/binary.c: arithmetic, compare, logic, Where, Expand */
 extern const fr_op_def fr_ops_reduce[];      /* ops/reduce.c */
 extern const fr_op_def fr_ops_matmul[];      /* ops/matmul.c: MatMul, Gemm */
 extern const fr_op_def fr_ops_softmax[];     /* ops/softmax.c */
 extern const fr_op_def fr_ops_norm[];        /* ops/norm.c: LayerNormalization, RMSNormalization */
 extern const fr_op_def fr_ops_gather[];      /* ops/gather.c: Gather, GatherElements */
-extern const fr_op_def fr_ops_shape[];       /* ops/shape.c: Shape, Reshape, Squeeze, Unsqueeze, Flatten, ConstantOfShape, Range, Constant, Identity, Dropout, Cast */
-extern const fr_op_def fr_ops_layout[];      /* ops/layout.c: Transpose, Concat, Split, Slice, Trilu */
+extern const fr_op_def fr_ops_shape[];       /* ops/shape.c: Shape, Size, Reshape, Squeeze, Unsqueeze, Flatten, ConstantOfShape, Range, Constant */
+extern const fr_op_def fr_ops_layout[];      /* ops/layout.c: Transpose, Concat, Split, Slice, Trilu, Tile */
 
 /* ---- helpers for op implementations (ops/op_util.c) ---- */
 
