@@ -1,0 +1,150 @@
+/* Central-difference gradient checks (see gradcheck.h). */
+#include "gradcheck.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/op.h"
+#include "passes/autodiff.h"
+
+int fr_gc_add_input(fr_graph *g, fr_rng *r, const char *name, fr_dtype dt, int rank,
+                    const int64_t *dims, const int64_t *ints)
+{
+    int vid;
+    fr_tensor *t;
+    if (fr_graph_add_value(g, name, &vid) != FR_OK) return -1;
+    if (fr_tensor_new(dt, rank, dims, name, &t) != FR_OK) return -1;
+    int64_t n = fr_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) {
+        switch (dt) {
+        case FR_F32: ((float *)t->data)[i] = (float)fr_rng_normal(r); break;
+        case FR_F64: ((double *)t->data)[i] = fr_rng_normal(r); break;
+        case FR_I64: ((int64_t *)t->data)[i] = ints ? ints[i] : 0; break;
+        case FR_I32: ((int32_t *)t->data)[i] = ints ? (int32_t)ints[i] : 0; break;
+        case FR_BOOL: ((uint8_t *)t->data)[i] = ints ? (uint8_t)(ints[i] != 0) : 0; break;
+        default: break;
+        }
+    }
+    fr_value *v = &g->values[vid];
+    v->constant = t;
+    v->flags |= FR_VAL_FOLDED;
+    fr_value_set_shape(v, dt, rank, dims);
+    return vid;
+}
+
+void fr_gc_free_tensors(fr_graph *g, fr_tensor **tensors)
+{
+    for (int i = 0; i < g->n_values; i++) {
+        fr_tensor_free(tensors[i]);
+        tensors[i] = NULL;
+    }
+}
+
+fr_status fr_gc_run(fr_graph *g, fr_tensor **tensors)
+{
+    for (int n = 0; n < g->n_nodes; n++) {
+        const fr_node *nd = &g->nodes[n];
+        if (!nd->op) FR_TRY(fr_node_infer(g, n));
+        nd = &g->nodes[n];
+        fr_tensor *in[16] = {0}, *out[16] = {0};
+        if (nd->n_inputs > 16 || nd->n_outputs > 16)
+            return fr_error(FR_ERR_INTERNAL, "gradcheck runner: too many inputs/outputs");
+        for (int i = 0; i < nd->n_inputs; i++) {
+            int vid = nd->inputs[i];
+            if (vid < 0) continue;
+            in[i] = g->values[vid].constant ? g->values[vid].constant : tensors[vid];
+            if (!in[i])
+                return fr_error(FR_ERR_INTERNAL, "gradcheck runner: '%s' not computed", g->values[vid].name);
+        }
+        for (int o = 0; o < nd->n_outputs; o++) {
+            int vid = nd->outputs[o];
+            if (vid < 0) continue;
+            const fr_value *v = &g->values[vid];
+            fr_tensor_free(tensors[vid]);
+            tensors[vid] = NULL;
+            FR_TRY(fr_tensor_new(v->dtype, v->rank, v->dims, v->name, &tensors[vid]));
+            out[o] = tensors[vid];
+        }
+        fr_kernel_ctx ctx = {g, nd, fr_graph_opset(g, nd->domain), nd->n_inputs, nd->n_outputs, in, out};
+        FR_TRY(nd->op->cpu(&ctx));
+    }
+    return FR_OK;
+}
+
+static double tget(const fr_tensor *t, int64_t i)
+{
+    return t->dtype == FR_F64 ? ((double *)t->data)[i] : ((float *)t->data)[i];
+}
+
+static void tset(fr_tensor *t, int64_t i, double v)
+{
+    if (t->dtype == FR_F64)
+        ((double *)t->data)[i] = v;
+    else
+        ((float *)t->data)[i] = (float)v;
+}
+
+double fr_gradcheck(fr_graph *g, fr_rng *r, int out_vid, int n_wrt, const int *wrt)
+{
+    const fr_value *ov = &g->values[out_vid];
+    fr_dtype dt = ov->dtype;
+    int rvid = fr_gc_add_input(g, r, "gradcheck_R", dt, ov->rank, g->values[out_vid].dims, NULL);
+    int loss, nid, in[2] = {out_vid, rvid};
+    if (rvid < 0 || fr_graph_add_value(g, "gradcheck_loss", &loss) != FR_OK ||
+        fr_graph_add_node(g, "Dot", "ai.fp8run", "gradcheck_dot", 2, in, 1, &loss, &nid) != FR_OK ||
+        fr_node_infer(g, nid) != FR_OK) {
+        fprintf(stderr, "gradcheck: building the loss failed: %s\n", fr_last_error());
+        return INFINITY;
+    }
+    int n_fwd = g->n_nodes;
+    int *grads = calloc((size_t)n_wrt, sizeof(int));
+    if (fr_autodiff(g, loss, n_wrt, wrt, grads) != FR_OK) {
+        fprintf(stderr, "gradcheck: autodiff failed: %s\n", fr_last_error());
+        free(grads);
+        return INFINITY;
+    }
+    fr_tensor **tensors = calloc((size_t)g->n_values, sizeof(fr_tensor *));
+    if (fr_gc_run(g, tensors) != FR_OK) {
+        fprintf(stderr, "gradcheck: running forward+backward failed: %s\n", fr_last_error());
+        fr_gc_free_tensors(g, tensors);
+        free(tensors);
+        free(grads);
+        return INFINITY;
+    }
+    /* forward-only runs for the numeric derivative: temporarily hide the backward nodes */
+    int n_all = g->n_nodes;
+    double worst = 0;
+    double eps = dt == FR_F64 ? 1e-6 : 1e-2;
+    for (int w = 0; w < n_wrt; w++) {
+        fr_tensor *x = g->values[wrt[w]].constant;
+        const fr_tensor *ga = grads[w] >= 0 ? (g->values[grads[w]].constant ? g->values[grads[w]].constant : tensors[grads[w]]) : NULL;
+        int64_t n = fr_tensor_numel(x), step = n > 96 ? n / 96 + 1 : 1;
+        double num2 = 0, diff2 = 0;
+        g->n_nodes = n_fwd;
+        for (int64_t i = 0; i < n; i += step) {
+            double x0 = tget(x, i), lp, lm;
+            tset(x, i, x0 + eps);
+            fr_gc_run(g, tensors);
+            lp = tget(tensors[loss], 0);
+            tset(x, i, x0 - eps);
+            fr_gc_run(g, tensors);
+            lm = tget(tensors[loss], 0);
+            tset(x, i, x0);
+            double num = (lp - lm) / (2 * eps), ana = ga ? tget(ga, i) : 0.0;
+            num2 += num * num;
+            diff2 += (num - ana) * (num - ana);
+        }
+        g->n_nodes = n_all;
+        double rel = sqrt(diff2) / fmax(sqrt(num2), 1e-12);
+        if (isnan(rel)) rel = INFINITY;
+        if (rel > worst) worst = rel;
+        if (rel > (dt == FR_F64 ? 1e-6 : 2e-2))
+            fprintf(stderr, "\n  gradcheck: d loss / d '%s': relative error %.3g (numeric norm %.3g)\n",
+                    g->values[wrt[w]].name, rel, sqrt(num2));
+    }
+    fr_gc_free_tensors(g, tensors);
+    free(tensors);
+    free(grads);
+    return worst;
+}
