@@ -1,6 +1,8 @@
 /* Host tensors, dtype table and half/bfloat16 conversions. */
 #include "tensor.h"
 
+#include "../runtime/fp8_format.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,6 +160,8 @@ double fr_tensor_get_f64(const fr_tensor *t, int64_t i)
     case FR_F64: return ((const double *)t->data)[i];
     case FR_F16: return fr_f16_to_f32(((const uint16_t *)t->data)[i]);
     case FR_BF16: return fr_bf16_to_f32(((const uint16_t *)t->data)[i]);
+    case FR_F8E4M3: return fr_e4m3_to_f32(((const uint8_t *)t->data)[i]);
+    case FR_F8E5M2: return fr_e5m2_to_f32(((const uint8_t *)t->data)[i]);
     case FR_U64: return (double)((const uint64_t *)t->data)[i];
     default:
         if (fr_dtype_is_int(t->dtype) || t->dtype == FR_BOOL) return (double)fr_tensor_get_i64(t, i);
@@ -222,7 +226,7 @@ uint16_t fr_f32_to_bf16(float f)
 {
     uint32_t x;
     memcpy(&x, &f, 4);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN */
+    if ((x & 0x7fffffffu) > 0x7f800000u) return 0x7fffu; /* every NaN -> 0x7FFF, as the H100's cvt does */
     uint32_t lsb = (x >> 16) & 1u;
     x += 0x7fffu + lsb;
     return (uint16_t)(x >> 16);
