@@ -15,6 +15,8 @@
 #define FR_VAL_INITIALIZER 0x4u /* stored in the model (weights, constants) */
 #define FR_VAL_PARAM 0x8u       /* trainable parameter (float initializer by default) */
 #define FR_VAL_FOLDED 0x10u     /* constant computed by constant folding */
+#define FR_VAL_STATE 0x20u      /* runtime state (FP8 scale/amax of the delayed recipe): bound and
+                                   updated by the trainer; never trained, folded or exported */
 
 typedef struct fr_value {
     char *name;
