@@ -1,6 +1,544 @@
-/* binary op family (placeholder table; the family's kernels are being written). */
+/* Binary / n-ary elementwise op family with numpy multidirectional broadcasting:
+ * arithmetic (Add, Sub, Mul, Div, Pow, Mod), variadic Max, Min, Sum, Mean, comparisons
+ * (Equal, Less, LessOrEqual, Greater, GreaterOrEqual -> bool), logic (And, Or, Xor on
+ * bool), Where (3-way broadcast, any dtype) and Expand (any dtype, static shape input).
+ *
+ * Iteration is ops/elementwise_util.c's fr_ew_run; each op supplies an inner-run kernel
+ * that specializes on which operands repeat (step 0), so same-shape, scalar and row
+ * broadcasts run as plain loops.
+ *
+ * Integer semantics: +, -, * wrap modulo 2^bits (no C overflow); Div truncates toward zero
+ * and INT_MIN / -1 wraps to INT_MIN; a zero divisor (Div, Mod) is FR_ERR_RANGE rather than
+ * undefined behaviour. Float Max/Min propagate NaN (numpy maximum/minimum). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "elementwise_util.h"
 #include "op.h"
 
+/* ---- inner-run kernels ---- */
+
+/* y = EXPR(x0, x1) over one run. `ut_` is the unsigned type of the operands' width (for
+ * wrapping integer arithmetic); `bad_` is the int flag passed as arg (division by zero). */
+#define BIN(NAME, TA, TY, UT, EXPR)                                                          \
+    static void NAME(int64_t n, char *const *p, const int64_t *s, void *arg)                 \
+    {                                                                                        \
+        typedef UT ut_;                                                                      \
+        int *bad_ = arg;                                                                     \
+        TY *y = (TY *)(void *)p[0];                                                          \
+        const TA *a = (const TA *)(const void *)p[1], *b = (const TA *)(const void *)p[2];   \
+        (void)sizeof(ut_);                                                                   \
+        (void)bad_;                                                                          \
+        if (s[1] && s[2]) {                                                                  \
+            for (int64_t i = 0; i < n; i++) {                                                \
+                const TA x0 = a[i], x1 = b[i];                                               \
+                y[i] = (TY)(EXPR);                                                           \
+            }                                                                                \
+        } else if (s[1]) {                                                                   \
+            const TA x1 = b[0];                                                              \
+            for (int64_t i = 0; i < n; i++) {                                                \
+                const TA x0 = a[i];                                                          \
+                y[i] = (TY)(EXPR);                                                           \
+            }                                                                                \
+        } else if (s[2]) {                                                                   \
+            const TA x0 = a[0];                                                              \
+            for (int64_t i = 0; i < n; i++) {                                                \
+                const TA x1 = b[i];                                                          \
+                y[i] = (TY)(EXPR);                                                           \
+            }                                                                                \
+        } else {                                                                             \
+            const TA x0 = a[0], x1 = b[0];                                                   \
+            const TY v = (TY)(EXPR);                                                         \
+            for (int64_t i = 0; i < n; i++) y[i] = v;                                        \
+        }                                                                                    \
+    }
+
+#define BIN_F(NAME, EXPR)                                                                    \
+    BIN(NAME##_f32, float, float, uint32_t, EXPR)                                            \
+    BIN(NAME##_f64, double, double, uint64_t, EXPR)
+#define BIN_I(NAME, EXPR)                                                                    \
+    BIN(NAME##_i32, int32_t, int32_t, uint32_t, EXPR)                                        \
+    BIN(NAME##_i64, int64_t, int64_t, uint64_t, EXPR)
+#define BIN_CMP(NAME, EXPR)                                                                  \
+    BIN(NAME##_f32, float, uint8_t, uint32_t, EXPR)                                          \
+    BIN(NAME##_f64, double, uint8_t, uint64_t, EXPR)                                         \
+    BIN(NAME##_i32, int32_t, uint8_t, uint32_t, EXPR)                                        \
+    BIN(NAME##_i64, int64_t, uint8_t, uint64_t, EXPR)
+
+/* Truncating integer division; INT_MIN / -1 wraps (computed in int64 for int32, whose
+ * result then wraps on the narrowing store). */
+static inline int64_t idiv(int64_t a, int64_t b, int *bad)
+{
+    if (b == 0) {
+        *bad = 1;
+        return 0;
+    }
+    if (b == -1) return (int64_t)((uint64_t)0 - (uint64_t)a);
+    return a / b;
+}
+
+/* Remainder: sign of the dividend (C, fmod=1) or of the divisor (Python, fmod=0). */
+static inline int64_t irem(int64_t a, int64_t b, int floor_mode, int *bad)
+{
+    if (b == 0) {
+        *bad = 1;
+        return 0;
+    }
+    if (b == -1) return 0;
+    int64_t r = a % b;
+    if (floor_mode && r != 0 && ((r < 0) != (b < 0))) r += b;
+    return r;
+}
+
+/* The NaN-propagating max/min of numpy (x0 != x0 is NaN). */
+#define FMAX(a, b) ((a) > (b) || (a) != (a) ? (a) : (b))
+#define FMIN(a, b) ((a) < (b) || (a) != (a) ? (a) : (b))
+
+BIN_F(add, x0 + x1)
+BIN_I(add, (ut_)x0 + (ut_)x1)
+BIN_F(sub, x0 - x1)
+BIN_I(sub, (ut_)x0 - (ut_)x1)
+BIN_F(mul, x0 * x1)
+BIN_I(mul, (ut_)x0 * (ut_)x1)
+BIN_F(div, x0 / x1)
+BIN_I(div, idiv(x0, x1, bad_))
+BIN_F(fmod, fmod(x0, x1))
+BIN_I(fmod, irem(x0, x1, 0, bad_))
+BIN_I(pymod, irem(x0, x1, 1, bad_))
+BIN_F(max, FMAX(x0, x1))
+BIN_I(max, x0 > x1 ? x0 : x1)
+BIN_F(min, FMIN(x0, x1))
+BIN_I(min, x0 < x1 ? x0 : x1)
+BIN_CMP(eq, x0 == x1)
+BIN_CMP(lt, x0 < x1)
+BIN_CMP(le, x0 <= x1)
+BIN_CMP(gt, x0 > x1)
+BIN_CMP(ge, x0 >= x1)
+BIN(eq_b, uint8_t, uint8_t, uint8_t, (x0 != 0) == (x1 != 0))
+BIN(and_b, uint8_t, uint8_t, uint8_t, x0 && x1)
+BIN(or_b, uint8_t, uint8_t, uint8_t, x0 || x1)
+BIN(xor_b, uint8_t, uint8_t, uint8_t, (x0 != 0) != (x1 != 0))
+
+/* ---- the kinds: op name -> dtype -> kernel ---- */
+
+typedef struct bin_impl {
+    fr_dtype dt;
+    fr_ew_fn fn;
+} bin_impl;
+
+typedef struct bin_kind {
+    const char *name; /* op_type, or "Mod/fmod" for Mod with fmod=1 */
+    int out_bool;
+    int variadic;     /* 1..N inputs (Max, Min, Sum, Mean) */
+    bin_impl impl[5]; /* ends at dt == FR_UNDEFINED when shorter */
+} bin_kind;
+
+#define IMPL_F(NAME) {FR_F32, NAME##_f32}, {FR_F64, NAME##_f64}
+#define IMPL_I(NAME) {FR_I32, NAME##_i32}, {FR_I64, NAME##_i64}
+
+static const bin_kind bin_kinds[] = {
+    {"Add", 0, 0, {IMPL_F(add), IMPL_I(add)}},
+    {"Sub", 0, 0, {IMPL_F(sub), IMPL_I(sub)}},
+    {"Mul", 0, 0, {IMPL_F(mul), IMPL_I(mul)}},
+    {"Div", 0, 0, {IMPL_F(div), IMPL_I(div)}},
+    {"Mod", 0, 0, {IMPL_I(pymod)}},
+    {"Mod/fmod", 0, 0, {IMPL_F(fmod), IMPL_I(fmod)}},
+    {"Max", 0, 1, {IMPL_F(max), IMPL_I(max)}},
+    {"Min", 0, 1, {IMPL_F(min), IMPL_I(min)}},
+    {"Sum", 0, 1, {IMPL_F(add), IMPL_I(add)}},
+    {"Mean", 0, 1, {IMPL_F(add)}},
+    {"Equal", 1, 0, {IMPL_F(eq), IMPL_I(eq), {FR_BOOL, eq_b}}},
+    {"Less", 1, 0, {IMPL_F(lt), IMPL_I(lt)}},
+    {"LessOrEqual", 1, 0, {IMPL_F(le), IMPL_I(le)}},
+    {"Greater", 1, 0, {IMPL_F(gt), IMPL_I(gt)}},
+    {"GreaterOrEqual", 1, 0, {IMPL_F(ge), IMPL_I(ge)}},
+    {"And", 1, 0, {{FR_BOOL, and_b}}},
+    {"Or", 1, 0, {{FR_BOOL, or_b}}},
+    {"Xor", 1, 0, {{FR_BOOL, xor_b}}},
+};
+
+static fr_status bin_kind_of(const fr_node *n, const bin_kind **out)
+{
+    const char *name = n->op_type;
+    if (strcmp(name, "Mod") == 0) {
+        int64_t fm;
+        FR_TRY(fr_node_attr_int(n, "fmod", 0, &fm));
+        if (fm != 0 && fm != 1)
+            return fr_node_error(n, FR_ERR_UNSUPPORTED, "fmod=%lld is not 0 or 1", (long long)fm);
+        if (fm) name = "Mod/fmod";
+    }
+    for (size_t i = 0; i < sizeof bin_kinds / sizeof bin_kinds[0]; i++) {
+        if (strcmp(bin_kinds[i].name, name) == 0) {
+            *out = &bin_kinds[i];
+            return FR_OK;
+        }
+    }
+    return fr_node_error(n, FR_ERR_INTERNAL, "not a binary elementwise op");
+}
+
+static fr_ew_fn bin_fn_of(const bin_kind *k, fr_dtype dt)
+{
+    for (int i = 0; i < 5 && k->impl[i].dt != FR_UNDEFINED; i++)
+        if (k->impl[i].dt == dt) return k->impl[i].fn;
+    return NULL;
+}
+
+static fr_status bin_dtype_error(const fr_node *n, const bin_kind *k, fr_dtype dt)
+{
+    char list[128] = "";
+    size_t off = 0;
+    for (int i = 0; i < 5 && k->impl[i].dt != FR_UNDEFINED && off < sizeof list; i++)
+        off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "",
+                                fr_dtype_name(k->impl[i].dt));
+    if (strcmp(n->op_type, "Mod") == 0 && strcmp(k->name, "Mod") == 0 && fr_dtype_is_float(dt))
+        return fr_node_error(n, FR_ERR_UNSUPPORTED,
+                             "input dtype %s needs fmod=1 (ONNX requires it for floating point)",
+                             fr_dtype_name(dt));
+    return fr_node_error(n, FR_ERR_UNSUPPORTED, "input dtype %s is not supported (supported: %s)",
+                         fr_dtype_name(dt), list);
+}
+
+/* Every input present with a known static shape and the same dtype as input 0; output
+ * shape = broadcast of them all. */
+static fr_status infer_broadcast_all(fr_graph *g, const fr_node *n, int first, int *rank,
+                                     int64_t *dims)
+{
+    FR_TRY(fr_infer_require_inputs(g, n, n->n_inputs, n->n_inputs));
+    const fr_value *x0 = fr_node_in(g, n, first);
+    *rank = x0->rank;
+    memcpy(dims, x0->dims, sizeof(int64_t) * (size_t)x0->rank);
+    for (int i = 0; i < n->n_inputs; i++) {
+        const fr_value *v = fr_node_in(g, n, i);
+        if (i >= first && v->dtype != x0->dtype)
+            return fr_node_error(n, FR_ERR_SHAPE, "input %d ('%s') is %s but input %d ('%s') is %s",
+                                 i, v->name, fr_dtype_name(v->dtype), first, x0->name,
+                                 fr_dtype_name(x0->dtype));
+        int64_t tmp[FR_MAX_RANK];
+        int r;
+        FR_TRY(fr_broadcast_shape(n, *rank, dims, v->rank, v->dims, &r, tmp));
+        *rank = r;
+        memcpy(dims, tmp, sizeof(int64_t) * (size_t)r);
+    }
+    return FR_OK;
+}
+
+static fr_status bin_infer(fr_graph *g, int node_id)
+{
+    const fr_node *n = &g->nodes[node_id];
+    const bin_kind *k;
+    FR_TRY(bin_kind_of(n, &k));
+    if (k->variadic ? n->n_inputs < 1 : n->n_inputs != 2)
+        return fr_node_error(n, FR_ERR_GRAPH, "has %d inputs, expected %s", n->n_inputs,
+                             k->variadic ? "at least 1" : "2");
+    int rank;
+    int64_t dims[FR_MAX_RANK];
+    FR_TRY(infer_broadcast_all(g, n, 0, &rank, dims));
+    fr_dtype dt = fr_node_in(g, n, 0)->dtype;
+    if (!bin_fn_of(k, dt)) return bin_dtype_error(n, k, dt);
+    fr_infer_set(g, n, 0, k->out_bool ? FR_BOOL : dt, rank, dims);
+    return FR_OK;
+}
+
+/* The kernel's inputs and output have the dtypes infer() gave them. */
+static fr_status check_run_dtypes(const fr_kernel_ctx *ctx, int first, fr_dtype out_dt)
+{
+    const fr_node *n = ctx->node;
+    if (!ctx->out[0] || ctx->out[0]->dtype != out_dt)
+        return fr_node_error(n, FR_ERR_SHAPE, "output must be %s (re-run shape inference)",
+                             fr_dtype_name(out_dt));
+    for (int i = 0; i < ctx->n_in; i++) {
+        if (!ctx->in[i]) return fr_node_error(n, FR_ERR_GRAPH, "input %d is missing", i);
+        if (i >= first && ctx->in[i]->dtype != ctx->in[first]->dtype)
+            return fr_node_error(n, FR_ERR_SHAPE, "input %d is %s but input %d is %s", i,
+                                 fr_dtype_name(ctx->in[i]->dtype), first,
+                                 fr_dtype_name(ctx->in[first]->dtype));
+    }
+    return FR_OK;
+}
+
+static fr_status div_zero_error(const fr_node *n)
+{
+    return fr_node_error(n, FR_ERR_RANGE, "integer division by zero");
+}
+
+static fr_status bin_cpu(const fr_kernel_ctx *ctx)
+{
+    const fr_node *n = ctx->node;
+    const bin_kind *k;
+    FR_TRY(bin_kind_of(n, &k));
+    if (ctx->n_in < 1 || (!k->variadic && ctx->n_in != 2))
+        return fr_node_error(n, FR_ERR_GRAPH, "has %d inputs", ctx->n_in);
+    if (!ctx->in[0]) return fr_node_error(n, FR_ERR_GRAPH, "input 0 is missing");
+    fr_dtype dt = ctx->in[0]->dtype;
+    fr_ew_fn fn = bin_fn_of(k, dt);
+    if (!fn) return bin_dtype_error(n, k, dt);
+    FR_TRY(check_run_dtypes(ctx, 0, k->out_bool ? FR_BOOL : dt));
+    fr_tensor *y = ctx->out[0];
+    int bad = 0;
+    if (ctx->n_in == 1) {
+        FR_TRY(fr_ew_broadcast_copy(n, y, ctx->in[0]));
+    } else {
+        fr_tensor *ops[3] = {y, ctx->in[0], ctx->in[1]};
+        FR_TRY(fr_ew_run(n, 3, ops, fn, &bad));
+        for (int i = 2; i < ctx->n_in; i++) { /* variadic: fold the rest in place */
+            fr_tensor *acc[3] = {y, y, ctx->in[i]};
+            FR_TRY(fr_ew_run(n, 3, acc, fn, &bad));
+        }
+    }
+    if (bad) return div_zero_error(n);
+    if (strcmp(k->name, "Mean") == 0) {
+        int64_t cnt = fr_tensor_numel(y);
+        if (dt == FR_F32) {
+            float *v = y->data, d = (float)ctx->n_in;
+            for (int64_t i = 0; i < cnt; i++) v[i] /= d;
+        } else {
+            double *v = y->data, d = (double)ctx->n_in;
+            for (int64_t i = 0; i < cnt; i++) v[i] /= d;
+        }
+    }
+    return FR_OK;
+}
+
+/* ---- Pow ----
+ * Float base (float32/float64) with a float or integer exponent: pow() in double, rounded
+ * once; negative bases give real results for integral exponents and NaN otherwise (C/numpy).
+ * Integer base with an integer exponent: exact with wrapping; a negative exponent gives the
+ * truncated 1 / x^|e| (so 0 unless x is +-1), and 0 to a negative power is FR_ERR_RANGE.
+ * The exponent is first converted to double (float base) or int64 (integer base). */
+
+static int pow_dtype_ok(fr_dtype dt)
+{
+    return dt == FR_F32 || dt == FR_F64 || dt == FR_I32 || dt == FR_I64;
+}
+
+static int64_t ipow(int64_t a, int64_t e, int *bad)
+{
+    if (e < 0) {
+        if (a == 0) *bad = 1;
+        if (a == 1) return 1;
+        if (a == -1) return (e & 1) ? -1 : 1;
+        return 0;
+    }
+    uint64_t r = 1, base = (uint64_t)a;
+    while (e) {
+        if (e & 1) r *= base;
+        base *= base;
+        e >>= 1;
+    }
+    return (int64_t)r;
+}
+
+
+#define POW(NAME, TB, TE, EXPR)                                                              \
+    static void NAME(int64_t n, char *const *p, const int64_t *s, void *arg)                 \
+    {                                                                                        \
+        int *bad_ = arg;                                                                     \
+        TB *y = (TB *)(void *)p[0];                                                          \
+        const TB *a = (const TB *)(const void *)p[1];                                        \
+        const TE *b = (const TE *)(const void *)p[2];                                        \
+        (void)bad_;                                                                          \
+        for (int64_t i = 0; i < n; i++) {                                                    \
+            const TB x0 = a[i * s[1]];                                                       \
+            const TE x1 = b[i * s[2]];                                                       \
+            y[i] = (TB)(EXPR);                                                               \
+        }                                                                                    \
+    }
+
+POW(powd_f32, float, double, pow((double)x0, x1))
+POW(powd_f64, double, double, pow(x0, x1))
+POW(powi_i32, int32_t, int64_t, (uint32_t)ipow(x0, x1, bad_))
+POW(powi_i64, int64_t, int64_t, ipow(x0, x1, bad_))
+
+/* x^2, the common float32 case (variance), as one multiply: the same correctly rounded
+ * result as pow. */
+static void square_f32(int64_t n, char *const *p, const int64_t *s, void *arg)
+{
+    float *y = (float *)(void *)p[0];
+    const float *a = (const float *)(const void *)p[1];
+    (void)arg;
+    (void)s;
+    for (int64_t i = 0; i < n; i++) y[i] = a[i] * a[i];
+}
+
+static fr_status pow_infer(fr_graph *g, int node_id)
+{
+    const fr_node *n = &g->nodes[node_id];
+    FR_TRY(fr_infer_require_inputs(g, n, 2, 2));
+    const fr_value *x = fr_node_in(g, n, 0), *e = fr_node_in(g, n, 1);
+    if (!pow_dtype_ok(x->dtype) || !pow_dtype_ok(e->dtype) ||
+        (fr_dtype_is_int(x->dtype) && !fr_dtype_is_int(e->dtype)))
+        return fr_node_error(n, FR_ERR_UNSUPPORTED,
+                             "base %s with exponent %s is not supported (float32/float64 base "
+                             "with a float32/float64/int32/int64 exponent, or int32/int64 "
+                             "base with an integer exponent)",
+                             fr_dtype_name(x->dtype), fr_dtype_name(e->dtype));
+    int rank;
+    int64_t dims[FR_MAX_RANK];
+    FR_TRY(fr_broadcast_shape(n, x->rank, x->dims, e->rank, e->dims, &rank, dims));
+    fr_infer_set(g, n, 0, x->dtype, rank, dims);
+    return FR_OK;
+}
+
+static fr_status pow_cpu(const fr_kernel_ctx *ctx)
+{
+    const fr_node *n = ctx->node;
+    if (ctx->n_in != 2 || !ctx->in[0] || !ctx->in[1])
+        return fr_node_error(n, FR_ERR_GRAPH, "needs 2 inputs");
+    fr_tensor *x = ctx->in[0], *e = ctx->in[1], *y = ctx->out[0];
+    int int_base = fr_dtype_is_int(x->dtype);
+    if (!pow_dtype_ok(x->dtype) || !pow_dtype_ok(e->dtype) || (int_base && !fr_dtype_is_int(e->dtype)))
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "base %s with exponent %s is not supported",
+                             fr_dtype_name(x->dtype), fr_dtype_name(e->dtype));
+    if (!y || y->dtype != x->dtype)
+        return fr_node_error(n, FR_ERR_SHAPE, "output must be %s (re-run shape inference)",
+                             fr_dtype_name(x->dtype));
+    if (x->dtype == FR_F32 && fr_tensor_numel(e) == 1 && fr_tensor_get_f64(e, 0) == 2.0) {
+        fr_tensor *ops[2] = {y, x};
+        return fr_ew_run(n, 2, ops, square_f32, NULL);
+    }
+    /* exponent in the computation type */
+    fr_tensor *ec;
+    FR_TRY(fr_tensor_new(int_base ? FR_I64 : FR_F64, e->rank, e->dims, "Pow exponent", &ec));
+    int64_t cnt = fr_tensor_numel(e);
+    for (int64_t i = 0; i < cnt; i++) {
+        if (int_base)
+            ((int64_t *)ec->data)[i] = fr_tensor_get_i64(e, i);
+        else
+            ((double *)ec->data)[i] = fr_tensor_get_f64(e, i);
+    }
+    fr_ew_fn fn = x->dtype == FR_F32 ? powd_f32 : x->dtype == FR_F64 ? powd_f64
+                : x->dtype == FR_I32 ? powi_i32 : powi_i64;
+    int bad = 0;
+    fr_tensor *ops[3] = {y, x, ec};
+    fr_status st = fr_ew_run(n, 3, ops, fn, &bad);
+    fr_tensor_free(ec);
+    if (st != FR_OK) return st;
+    if (bad) return fr_node_error(n, FR_ERR_RANGE, "0 raised to a negative integer power");
+    return FR_OK;
+}
+
+/* ---- Where(cond, x, y): any dtype, selected by element size ---- */
+
+#define WHERE_LOOP(T)                                                                        \
+    do {                                                                                     \
+        T *o = (T *)(void *)p[0];                                                            \
+        const T *x = (const T *)(const void *)p[2], *y = (const T *)(const void *)p[3];      \
+        for (int64_t i = 0; i < n; i++) o[i] = c[i * s[1]] ? x[i * s[2]] : y[i * s[3]];      \
+    } while (0)
+
+static void where_run(int64_t n, char *const *p, const int64_t *s, void *arg)
+{
+    const size_t es = *(const size_t *)arg;
+    const uint8_t *c = (const uint8_t *)p[1];
+    switch (es) {
+    case 1: WHERE_LOOP(uint8_t); break;
+    case 2: WHERE_LOOP(uint16_t); break;
+    case 4: WHERE_LOOP(uint32_t); break;
+    case 8: WHERE_LOOP(uint64_t); break;
+    default:
+        for (int64_t i = 0; i < n; i++)
+            memcpy(p[0] + (size_t)i * es, c[i * s[1]] ? p[2] + (size_t)(i * s[2]) * es
+                                                      : p[3] + (size_t)(i * s[3]) * es, es);
+    }
+}
+
+static fr_status where_infer(fr_graph *g, int node_id)
+{
+    const fr_node *n = &g->nodes[node_id];
+    if (n->n_inputs != 3) return fr_node_error(n, FR_ERR_GRAPH, "has %d inputs, expected 3", n->n_inputs);
+    int rank;
+    int64_t dims[FR_MAX_RANK];
+    FR_TRY(infer_broadcast_all(g, n, 1, &rank, dims));
+    const fr_value *c = fr_node_in(g, n, 0), *x = fr_node_in(g, n, 1);
+    if (c->dtype != FR_BOOL)
+        return fr_node_error(n, FR_ERR_SHAPE, "condition '%s' must be bool, got %s", c->name,
+                             fr_dtype_name(c->dtype));
+    if (fr_dtype_size(x->dtype) == 0)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "dtype %s cannot be held in a tensor",
+                             fr_dtype_name(x->dtype));
+    fr_infer_set(g, n, 0, x->dtype, rank, dims);
+    return FR_OK;
+}
+
+static fr_status where_cpu(const fr_kernel_ctx *ctx)
+{
+    const fr_node *n = ctx->node;
+    if (ctx->n_in != 3) return fr_node_error(n, FR_ERR_GRAPH, "needs 3 inputs");
+    FR_TRY(check_run_dtypes(ctx, 1, ctx->in[1] ? ctx->in[1]->dtype : FR_UNDEFINED));
+    if (ctx->in[0]->dtype != FR_BOOL)
+        return fr_node_error(n, FR_ERR_SHAPE, "condition must be bool, got %s",
+                             fr_dtype_name(ctx->in[0]->dtype));
+    size_t es = fr_dtype_size(ctx->in[1]->dtype);
+    if (es == 0)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "dtype %s cannot be held in a tensor",
+                             fr_dtype_name(ctx->in[1]->dtype));
+    fr_tensor *ops[4] = {ctx->out[0], ctx->in[0], ctx->in[1], ctx->in[2]};
+    return fr_ew_run(n, 4, ops, where_run, &es);
+}
+
+/* ---- Expand(x, shape): bidirectional broadcast of x with a constant shape ---- */
+
+static fr_status expand_infer(fr_graph *g, int node_id)
+{
+    const fr_node *n = &g->nodes[node_id];
+    FR_TRY(fr_infer_require_inputs(g, n, 2, 2));
+    const fr_value *x = fr_node_in(g, n, 0);
+    if (fr_dtype_size(x->dtype) == 0)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "dtype %s cannot be held in a tensor",
+                             fr_dtype_name(x->dtype));
+    int cnt;
+    int64_t *shape;
+    FR_TRY(fr_infer_const_ints(g, n, 1, &cnt, &shape));
+    fr_status st = FR_OK;
+    if (cnt > FR_MAX_RANK)
+        st = fr_node_error(n, FR_ERR_UNSUPPORTED, "shape has rank %d, fp8run supports up to %d",
+                           cnt, FR_MAX_RANK);
+    for (int i = 0; st == FR_OK && i < cnt; i++)
+        if (shape[i] < 0)
+            st = fr_node_error(n, FR_ERR_SHAPE, "shape[%d] = %lld is negative", i,
+                               (long long)shape[i]);
+    int rank;
+    int64_t dims[FR_MAX_RANK];
+    if (st == FR_OK) st = fr_broadcast_shape(n, x->rank, x->dims, cnt, shape, &rank, dims);
+    free(shape);
+    FR_TRY(st);
+    fr_infer_set(g, n, 0, x->dtype, rank, dims);
+    return FR_OK;
+}
+
+static fr_status expand_cpu(const fr_kernel_ctx *ctx)
+{
+    if (ctx->n_in < 1 || !ctx->in[0] || !ctx->out[0])
+        return fr_node_error(ctx->node, FR_ERR_GRAPH, "input or output missing");
+    return fr_ew_broadcast_copy(ctx->node, ctx->out[0], ctx->in[0]);
+}
+
+/* ---- the table ---- */
+
+#define BIN_OP(NAME, OPSET) {NAME, FR_DOMAIN_ONNX, OPSET, bin_infer, bin_cpu, NULL, 0}
+
 const fr_op_def fr_ops_binary[] = {
+    BIN_OP("Add", 7),
+    BIN_OP("Sub", 7),
+    BIN_OP("Mul", 7),
+    BIN_OP("Div", 7),
+    {"Pow", FR_DOMAIN_ONNX, 7, pow_infer, pow_cpu, NULL, 0},
+    BIN_OP("Mod", 10),
+    BIN_OP("Max", 6),
+    BIN_OP("Min", 6),
+    BIN_OP("Sum", 6),
+    BIN_OP("Mean", 6),
+    BIN_OP("Equal", 7),
+    BIN_OP("Less", 7),
+    BIN_OP("LessOrEqual", 12),
+    BIN_OP("Greater", 7),
+    BIN_OP("GreaterOrEqual", 12),
+    BIN_OP("And", 7),
+    BIN_OP("Or", 7),
+    BIN_OP("Xor", 7),
+    {"Where", FR_DOMAIN_ONNX, 9, where_infer, where_cpu, NULL, 0},
+    {"Expand", FR_DOMAIN_ONNX, 8, expand_infer, expand_cpu, NULL, 0},
     {0},
 };

@@ -177,8 +177,8 @@ static void *sweep_run(void *arg)
     return NULL;
 }
 
-/* NaN patterns: every fp8 conversion gives 0x7F; bf16 stays NaN, keeps sign and the top
- * payload bits, and is quiet. */
+/* NaN patterns: every fp8 conversion gives 0x7F; bf16 gives the canonical NaN 0x7FFF, as
+ * the H100's __float2bfloat16_rn does. */
 static void sweep_nans(sweep *s)
 {
     for (uint32_t a = 0x7F800001u; a != 0x80000000u; a++) {
@@ -190,9 +190,7 @@ static void sweep_nans(sweep *s)
             for (int c = 0; c < 4; c++)
                 if (g[c] != 0x7F) record(s, c, u, g[c], 0x7F);
             uint16_t b = fr_f32_to_bf16(x);
-            int ok = (b & 0x7FFFu) > 0x7F80u && (b >> 15) == sg && (b & 0x40u) &&
-                     (b & 0x3Fu) == ((u >> 16) & 0x3Fu);
-            if (!ok) record(s, C_BF16, u, b, (u >> 16) | 0x40u);
+            if (b != 0x7FFFu) record(s, C_BF16, u, b, 0x7FFFu);
             s->checked++;
         }
     }
