@@ -69,6 +69,7 @@ extern const fr_op_def fr_ops_gather[];      /* ops/gather.c: Gather, GatherElem
 extern const fr_op_def fr_ops_shape[];       /* ops/shape.c: Shape, Size, Reshape, Squeeze, Unsqueeze, Flatten, ConstantOfShape, Range, Constant */
 extern const fr_op_def fr_ops_grad[];        /* ops/grad_ops.c: SumToShape and other backward helpers (ai.fp8run) */
 extern const fr_op_def fr_ops_loss[];        /* ops/loss.c: SoftmaxCrossEntropy(+Grad) (ai.fp8run) */
+extern const fr_op_def fr_ops_linear[];      /* ops/linear.c: Linear, LinearGradData, LinearGradWeight (ai.fp8run) */
 extern const fr_op_def fr_ops_layout[];      /* ops/layout.c: Transpose, Concat, Split, Slice, Trilu, Tile */
 
 /* ---- helpers for op implementations (ops/op_util.c) ---- */

@@ -1,0 +1,90 @@
+/* The Linear op family (domain ai.fp8run): a GEMM with a trainable weight, run in fp32, bf16
+ * or fp8, and its two backward GEMMs. The CPU kernels emulate the GPU exactly up to the GEMM's
+ * float32 summation order: every operand is rounded (bf16) or quantized (fp8) into the very
+ * bytes the GPU kernels produce, then multiplied in float32.
+ *
+ * Linear(X [..., K], W, B?, scale_x?, scale_w?, scale_dy?)
+ *        -> (Y [..., N], Xq?, Xq_scale_inv?, amax_x?, amax_w?)
+ *   W: [K, N] when transB = 0 (MatMul / Gemm layout), [N, K] when transB = 1 (torch Linear).
+ *   B: [N] (or [1, N] as Gemm's C, with X of rank >= 2), added in float32 after the GEMM.
+ *   scale_x, scale_w, scale_dy: [1] float32 state values of the delayed recipe (the scales
+ *     known before the step); required in fp8 precision with recipe "delayed" (scale_dy is read
+ *     only by the backward nodes the gradient rule emits), absent otherwise.
+ *   Y = X @ op(W) + B, float32 (float64 when X/W/B are float64: fp32 precision only).
+ *   Xq (fp8 only): X quantized to E4M3 as the weight-gradient GEMM consumes it, saved for the
+ *     backward so the float copy of X need not be kept: for the per-tensor recipes the very
+ *     bytes the forward GEMM used; for "block" X in 128x1 blocks along the token dim.
+ *   Xq_scale_inv (present iff Xq is): [1] (per-tensor) or [ceil(M/128), K] (block), where
+ *     M = numel(X) / K is the token count.
+ *   amax_x, amax_w (fp8 only): [1] float32, max |X| and max |W| of this step (NaN if any NaN,
+ *     else Inf if any Inf): the delayed recipe's history update reads them.
+ * Attributes:
+ *   transB       int 0|1 (default 0)
+ *   precision    "fp32" (default) | "bf16" | "fp8"
+ *   recipe       "delayed" (default) | "current" | "block"   (fp8 only)
+ *   fp8_format   "hybrid" (default: E4M3 forward, E5M2 output gradients) | "e4m3"
+ *   margin       int (default 0): scale = fp8_max / amax / 2^margin for current/block scales
+ *   pad_multiple int >= 1 (default 1): GEMM dims M, N, K are padded with zeros to multiples of
+ *                this, as the GPU does for FP8 GEMMs; on the CPU the kernels really pad, so a
+ *                test can show it changes nothing
+ *   weights      string, bookkeeping: the original weight name(s), comma-separated
+ *   state_prefix string, bookkeeping: prefix of this layer's state value names
+ *                ("<prefix>/amax_dy" names the backward's amax output)
+ * fp8 scales: delayed: the scale inputs; current: fp8_max / amax(tensor) / 2^margin (amax 0
+ * -> 1; a NaN/Inf amax is FR_ERR_NUMERIC naming the node and tensor, so the step is skipped);
+ * block: one such scale per 1x128 block of X / dY along the contraction dim, per 128x128 tile
+ * of W. dY is E5M2 in the hybrid format, E4M3 in "e4m3"; X and W are always E4M3.
+ *
+ * LinearGradData(dY [..., N], W, scale_w?, scale_dy?) -> (dX [..., K], amax_dy?)
+ *   dX = dY @ op(W)^T with the forward's W quantization (same scale, same bytes) and dY
+ *   quantized per tensor or in 1x128 blocks along N.
+ * LinearGradWeight(Xs, dY [..., N], xs_scale?, scale_dy?) -> (dW, amax_dy?)
+ *   dW (W's shape and layout, float32) = X^T dY (transB = 0) or dY^T X (transB = 1).
+ *   Xs is either the saved Xq (float8e4m3fn; xs_scale = the Xq_scale_inv output) or X itself
+ *   (float; xs_scale = scale_x for the delayed recipe, absent otherwise), quantized along the
+ *   token dim; dY likewise (128x1 blocks for "block").
+ * Both backward nodes carry the forward's attributes. The gradient rule of Linear emits them,
+ * plus SumToShape(dY) for the bias; amax_dy goes on the data-gradient node (on the weight-
+ * gradient node when X needs no gradient), named "<state_prefix>/amax_dy". */
+#ifndef FR_OPS_LINEAR_H
+#define FR_OPS_LINEAR_H
+
+#include "op.h"
+
+extern const fr_op_def fr_ops_linear[]; /* Linear, LinearGradData, LinearGradWeight */
+
+/* input / output slots of Linear */
+enum {
+    FR_LIN_IN_X = 0,
+    FR_LIN_IN_W = 1,
+    FR_LIN_IN_B = 2,
+    FR_LIN_IN_SCALE_X = 3,
+    FR_LIN_IN_SCALE_W = 4,
+    FR_LIN_IN_SCALE_DY = 5,
+    FR_LIN_N_IN = 6
+};
+enum {
+    FR_LIN_OUT_Y = 0,
+    FR_LIN_OUT_XQ = 1,
+    FR_LIN_OUT_XQ_SINV = 2,
+    FR_LIN_OUT_AMAX_X = 3,
+    FR_LIN_OUT_AMAX_W = 4,
+    FR_LIN_N_OUT = 5
+};
+
+#define FR_LIN_BLOCK 128 /* block edge of the "block" recipe */
+
+typedef enum fr_lin_precision { FR_LIN_FP32 = 0, FR_LIN_BF16 = 1, FR_LIN_FP8 = 2 } fr_lin_precision;
+typedef enum fr_lin_recipe { FR_LIN_DELAYED = 0, FR_LIN_CURRENT = 1, FR_LIN_BLOCKWISE = 2 } fr_lin_recipe;
+
+/* Parse / name the attribute strings ("fp32"/"bf16"/"fp8", "delayed"/"current"/"block").
+ * An unknown string is FR_ERR_UNSUPPORTED naming it. */
+fr_status fr_lin_precision_parse(const char *s, fr_lin_precision *out);
+const char *fr_lin_precision_name(fr_lin_precision p);
+fr_status fr_lin_recipe_parse(const char *s, fr_lin_recipe *out);
+const char *fr_lin_recipe_name(fr_lin_recipe r);
+
+/* The op definitions, for callers that add these nodes before the registry knows them. */
+const fr_op_def *fr_linear_op(const char *op_type);
+
+#endif
