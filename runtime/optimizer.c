@@ -1,0 +1,369 @@
+/* AdamW / SGD on FP32 host buffers, gradient clipping and accumulation helpers.
+ * The per-element formulas and their float32 rounding order are documented in optimizer.h. */
+#include "runtime/optimizer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct fr_optimizer {
+    fr_opt_config cfg;
+    int n;
+    fr_opt_param *params; /* names owned (strdup) */
+    int64_t *numel;
+    unsigned char *decays; /* resolved weight-decay flag per parameter */
+    int slots;
+    float **state;        /* state[i * slots + s] points into `arena` */
+    float *arena;
+    int64_t steps;
+};
+
+fr_opt_config fr_opt_config_adamw(void)
+{
+    fr_opt_config c;
+    memset(&c, 0, sizeof c);
+    c.kind = FR_OPT_ADAMW;
+    c.weight_decay = 0.01;
+    c.beta1 = 0.9;
+    c.beta2 = 0.999;
+    c.eps = 1e-8;
+    return c;
+}
+
+fr_opt_config fr_opt_config_sgd(void)
+{
+    fr_opt_config c;
+    memset(&c, 0, sizeof c);
+    c.kind = FR_OPT_SGD;
+    return c;
+}
+
+static fr_status check_config(const fr_opt_config *c)
+{
+    if (c->kind != FR_OPT_ADAMW && c->kind != FR_OPT_SGD)
+        return fr_error(FR_ERR_INVALID_ARG, "optimizer: unknown kind %d (expected AdamW or SGD)",
+                        (int)c->kind);
+    if (!isfinite(c->weight_decay) || c->weight_decay < 0)
+        return fr_error(FR_ERR_INVALID_ARG, "optimizer: weight_decay %g must be finite and >= 0",
+                        c->weight_decay);
+    if (c->kind == FR_OPT_ADAMW) {
+        if (!(c->beta1 >= 0 && c->beta1 < 1))
+            return fr_error(FR_ERR_INVALID_ARG, "AdamW: beta1 %g must be in [0, 1)", c->beta1);
+        if (!(c->beta2 >= 0 && c->beta2 < 1))
+            return fr_error(FR_ERR_INVALID_ARG, "AdamW: beta2 %g must be in [0, 1)", c->beta2);
+        if (!isfinite(c->eps) || c->eps < 0)
+            return fr_error(FR_ERR_INVALID_ARG, "AdamW: eps %g must be finite and >= 0", c->eps);
+    } else {
+        if (!isfinite(c->momentum) || c->momentum < 0)
+            return fr_error(FR_ERR_INVALID_ARG, "SGD: momentum %g must be finite and >= 0",
+                            c->momentum);
+        if (!isfinite(c->dampening))
+            return fr_error(FR_ERR_INVALID_ARG, "SGD: dampening %g must be finite", c->dampening);
+        if (c->nesterov && (c->momentum <= 0 || c->dampening != 0))
+            return fr_error(FR_ERR_INVALID_ARG,
+                            "SGD: nesterov momentum needs momentum > 0 and dampening 0 "
+                            "(got momentum %g, dampening %g)", c->momentum, c->dampening);
+    }
+    return FR_OK;
+}
+
+static void free_params(fr_opt_param *p, int n)
+{
+    if (!p) return;
+    for (int i = 0; i < n; i++) free((char *)p[i].name);
+    free(p);
+}
+
+void fr_optimizer_free(fr_optimizer *o)
+{
+    if (!o) return;
+    free_params(o->params, o->n);
+    free(o->numel);
+    free(o->decays);
+    free(o->state);
+    free(o->arena);
+    free(o);
+}
+
+/* Copy and validate parameter i into o. */
+static fr_status add_param(fr_optimizer *o, int i, const fr_opt_param *src)
+{
+    if (!src->name || !src->name[0])
+        return fr_error(FR_ERR_INVALID_ARG, "optimizer: parameter %d has no name", i);
+    for (int j = 0; j < i; j++)
+        if (strcmp(o->params[j].name, src->name) == 0)
+            return fr_error(FR_ERR_INVALID_ARG, "optimizer: parameter '%s' is listed twice",
+                            src->name);
+    if (src->rank < 0 || src->rank > FR_MAX_RANK)
+        return fr_error(FR_ERR_SHAPE, "optimizer: parameter '%s' has rank %d (0..%d allowed)",
+                        src->name, src->rank, FR_MAX_RANK);
+    int64_t numel;
+    FR_TRY(fr_shape_numel(src->rank, src->dims, src->name, &numel));
+    if (numel > 0 && (!src->data || !src->grad))
+        return fr_error(FR_ERR_INVALID_ARG, "optimizer: parameter '%s' has a NULL %s buffer",
+                        src->name, src->data ? "gradient" : "data");
+    if (src->decay != FR_DECAY_AUTO && src->decay != FR_DECAY_ON && src->decay != FR_DECAY_OFF)
+        return fr_error(FR_ERR_INVALID_ARG, "optimizer: parameter '%s' has decay flag %d",
+                        src->name, (int)src->decay);
+    o->params[i] = *src;
+    o->params[i].name = fr_strdup(src->name, "optimizer parameter name");
+    if (!o->params[i].name) return FR_ERR_OOM;
+    o->numel[i] = numel;
+    o->decays[i] = (unsigned char)(src->decay == FR_DECAY_ON ||
+                                   (src->decay == FR_DECAY_AUTO && (src->rank >= 2 || o->cfg.decay_1d)));
+    return FR_OK;
+}
+
+fr_status fr_optimizer_create(const fr_opt_config *cfg, const fr_opt_param *params, int n_params,
+                              fr_optimizer **out)
+{
+    if (!cfg || !out || n_params < 0 || (n_params > 0 && !params))
+        return fr_error(FR_ERR_INVALID_ARG, "fr_optimizer_create: bad arguments");
+    *out = NULL;
+    FR_TRY(check_config(cfg));
+    fr_optimizer *o = fr_calloc(1, sizeof *o, "optimizer");
+    if (!o) return FR_ERR_OOM;
+    o->cfg = *cfg;
+    o->n = n_params;
+    o->slots = cfg->kind == FR_OPT_ADAMW ? 2 : (cfg->momentum != 0 ? 1 : 0);
+    size_t np = n_params ? (size_t)n_params : 1;
+    o->params = fr_calloc(np, sizeof *o->params, "optimizer parameters");
+    o->numel = fr_calloc(np, sizeof *o->numel, "optimizer parameters");
+    o->decays = fr_calloc(np, 1, "optimizer parameters");
+    o->state = fr_calloc(np * (size_t)(o->slots ? o->slots : 1), sizeof *o->state, "optimizer state");
+    fr_status st = (o->params && o->numel && o->decays && o->state) ? FR_OK : FR_ERR_OOM;
+    int added = 0;
+    for (int i = 0; st == FR_OK && i < n_params; i++) {
+        st = add_param(o, i, &params[i]);
+        if (st == FR_OK) added = i + 1;
+    }
+    /* `n` counts the names owned so far, for free_params on failure. */
+    o->n = added;
+    size_t total = 0;
+    for (int i = 0; st == FR_OK && i < n_params; i++) {
+        size_t k;
+        if (!fr_mul_size((size_t)o->numel[i], (size_t)o->slots, &k) || total + k < total)
+            st = fr_error(FR_ERR_OOM, "optimizer state size overflows");
+        else
+            total += k;
+    }
+    if (st == FR_OK && total > 0) {
+        o->arena = fr_calloc(total, sizeof(float), "optimizer state");
+        if (!o->arena) st = FR_ERR_OOM;
+    }
+    if (st != FR_OK) {
+        fr_optimizer_free(o);
+        return st;
+    }
+    float *p = o->arena;
+    for (int i = 0; i < n_params; i++)
+        for (int s = 0; s < o->slots; s++) {
+            o->state[(size_t)i * (size_t)o->slots + (size_t)s] = p;
+            p += o->numel[i];
+        }
+    *out = o;
+    return FR_OK;
+}
+
+static void adamw_update(const fr_optimizer *o, int i, double lr, int64_t t)
+{
+    const fr_opt_config *c = &o->cfg;
+    float *restrict p = o->params[i].data;
+    const float *restrict g = o->params[i].grad;
+    float *restrict m = o->state[(size_t)i * 2];
+    float *restrict v = o->state[(size_t)i * 2 + 1];
+    int64_t n = o->numel[i];
+
+    if (o->decays[i] && c->weight_decay != 0) {
+        const float keep = (float)(1.0 - lr * c->weight_decay);
+        for (int64_t k = 0; k < n; k++) p[k] = p[k] * keep;
+    }
+    const float b1 = (float)c->beta1, one_b1 = (float)(1.0 - c->beta1);
+    const float b2 = (float)c->beta2, one_b2 = (float)(1.0 - c->beta2);
+    const double bc1 = 1.0 - pow(c->beta1, (double)t);
+    const double bc2 = 1.0 - pow(c->beta2, (double)t);
+    const float neg_step = (float)(-(lr / bc1));
+    const float bc2_sqrt = (float)sqrt(bc2);
+    const float eps = (float)c->eps;
+    for (int64_t k = 0; k < n; k++) {
+        const float gk = g[k];
+        m[k] = fmaf(gk, one_b1, m[k] * b1);
+        v[k] = fmaf(gk * one_b2, gk, v[k] * b2);
+        const float d = sqrtf(v[k]) / bc2_sqrt + eps;
+        p[k] = p[k] + (neg_step * m[k]) / d;
+    }
+}
+
+static void sgd_update(const fr_optimizer *o, int i, double lr, int64_t t)
+{
+    const fr_opt_config *c = &o->cfg;
+    float *restrict p = o->params[i].data;
+    const float *restrict g = o->params[i].grad;
+    float *restrict buf = o->slots ? o->state[i] : NULL;
+    int64_t n = o->numel[i];
+    const int decay = o->decays[i] && c->weight_decay != 0;
+    const float wd = (float)c->weight_decay;
+    const float mom = (float)c->momentum;
+    const float one_damp = (float)(1.0 - c->dampening);
+    const float neg_lr = (float)(-lr);
+    for (int64_t k = 0; k < n; k++) {
+        float d = decay ? fmaf(p[k], wd, g[k]) : g[k];
+        if (buf) {
+            /* torch creates the buffer as a copy of d on the first step */
+            buf[k] = t == 1 ? d : fmaf(d, one_damp, buf[k] * mom);
+            d = c->nesterov ? fmaf(buf[k], mom, d) : buf[k];
+        }
+        p[k] = fmaf(d, neg_lr, p[k]);
+    }
+}
+
+fr_status fr_optimizer_step(fr_optimizer *o, double lr)
+{
+    if (!o) return fr_error(FR_ERR_INVALID_ARG, "fr_optimizer_step: NULL optimizer");
+    if (!isfinite(lr) || lr < 0)
+        return fr_error(FR_ERR_INVALID_ARG, "optimizer step %lld: learning rate %g must be finite and >= 0",
+                        (long long)(o->steps + 1), lr);
+    int64_t t = ++o->steps;
+    for (int i = 0; i < o->n; i++) {
+        if (o->cfg.kind == FR_OPT_ADAMW)
+            adamw_update(o, i, lr, t);
+        else
+            sgd_update(o, i, lr, t);
+    }
+    return FR_OK;
+}
+
+double fr_optimizer_grad_norm(const fr_optimizer *o)
+{
+    double ss = 0;
+    for (int i = 0; i < o->n; i++) {
+        const float *g = o->params[i].grad;
+        for (int64_t k = 0; k < o->numel[i]; k++) ss += (double)g[k] * (double)g[k];
+    }
+    return sqrt(ss);
+}
+
+fr_status fr_optimizer_clip_grad_norm(fr_optimizer *o, double max_norm, double *norm_out)
+{
+    if (!o) return fr_error(FR_ERR_INVALID_ARG, "fr_optimizer_clip_grad_norm: NULL optimizer");
+    if (!isfinite(max_norm) || max_norm <= 0)
+        return fr_error(FR_ERR_INVALID_ARG, "gradient clipping: max_norm %g must be finite and > 0",
+                        max_norm);
+    double norm = fr_optimizer_grad_norm(o);
+    if (norm_out) *norm_out = norm;
+    if (!isfinite(norm)) {
+        for (int i = 0; i < o->n; i++) {
+            const float *g = o->params[i].grad;
+            for (int64_t k = 0; k < o->numel[i]; k++)
+                if (!isfinite(g[k]))
+                    return fr_error(FR_ERR_NUMERIC,
+                                    "gradient norm is %g: gradient of '%s' holds %g at element %lld "
+                                    "(gradients left unchanged)",
+                                    norm, o->params[i].name, (double)g[k], (long long)k);
+        }
+        /* Float squares cannot overflow a double sum, so this is unreachable in practice. */
+        return fr_error(FR_ERR_NUMERIC, "gradient norm is %g (gradients left unchanged)", norm);
+    }
+    double coef = max_norm / (norm + 1e-6);
+    if (coef < 1.0) fr_optimizer_scale_grads(o, coef);
+    return FR_OK;
+}
+
+void fr_optimizer_zero_grads(fr_optimizer *o)
+{
+    for (int i = 0; i < o->n; i++)
+        if (o->numel[i]) memset(o->params[i].grad, 0, (size_t)o->numel[i] * sizeof(float));
+}
+
+void fr_optimizer_scale_grads(fr_optimizer *o, double factor)
+{
+    const float f = (float)factor;
+    for (int i = 0; i < o->n; i++) {
+        float *g = o->params[i].grad;
+        for (int64_t k = 0; k < o->numel[i]; k++) g[k] = g[k] * f;
+    }
+}
+
+fr_status fr_optimizer_average_grads(fr_optimizer *o, int k)
+{
+    if (!o || k < 1)
+        return fr_error(FR_ERR_INVALID_ARG, "gradient accumulation: %d micro-batches (need >= 1)", k);
+    const float div = (float)k;
+    for (int i = 0; i < o->n; i++) {
+        float *g = o->params[i].grad;
+        for (int64_t j = 0; j < o->numel[i]; j++) g[j] = g[j] / div;
+    }
+    return FR_OK;
+}
+
+const fr_opt_config *fr_optimizer_config(const fr_optimizer *o) { return &o->cfg; }
+int fr_optimizer_param_count(const fr_optimizer *o) { return o->n; }
+
+const fr_opt_param *fr_optimizer_param(const fr_optimizer *o, int i)
+{
+    return (i >= 0 && i < o->n) ? &o->params[i] : NULL;
+}
+
+int64_t fr_optimizer_param_numel(const fr_optimizer *o, int i)
+{
+    return (i >= 0 && i < o->n) ? o->numel[i] : 0;
+}
+
+int fr_optimizer_find_param(const fr_optimizer *o, const char *name)
+{
+    if (!name) return -1;
+    for (int i = 0; i < o->n; i++)
+        if (strcmp(o->params[i].name, name) == 0) return i;
+    return -1;
+}
+
+int fr_optimizer_param_decays(const fr_optimizer *o, int i)
+{
+    return (i >= 0 && i < o->n) ? o->decays[i] : 0;
+}
+
+fr_status fr_optimizer_bind(fr_optimizer *o, int i, float *data, float *grad)
+{
+    if (!o || i < 0 || i >= o->n)
+        return fr_error(FR_ERR_INVALID_ARG, "fr_optimizer_bind: no parameter %d", i);
+    if (o->numel[i] > 0 && (!data || !grad))
+        return fr_error(FR_ERR_INVALID_ARG, "optimizer: binding parameter '%s' to a NULL buffer",
+                        o->params[i].name);
+    o->params[i].data = data;
+    o->params[i].grad = grad;
+    return FR_OK;
+}
+
+int fr_optimizer_state_count(const fr_optimizer *o) { return o->slots; }
+
+const char *fr_optimizer_state_name(const fr_optimizer *o, int slot)
+{
+    if (slot < 0 || slot >= o->slots) return NULL;
+    if (o->cfg.kind == FR_OPT_ADAMW) return slot == 0 ? "exp_avg" : "exp_avg_sq";
+    return "momentum_buffer";
+}
+
+int fr_optimizer_find_state(const fr_optimizer *o, const char *slot_name)
+{
+    if (!slot_name) return -1;
+    for (int s = 0; s < o->slots; s++)
+        if (strcmp(fr_optimizer_state_name(o, s), slot_name) == 0) return s;
+    return -1;
+}
+
+float *fr_optimizer_state(fr_optimizer *o, int i, int slot)
+{
+    if (i < 0 || i >= o->n || slot < 0 || slot >= o->slots) return NULL;
+    return o->state[(size_t)i * (size_t)o->slots + (size_t)slot];
+}
+
+int64_t fr_optimizer_step_count(const fr_optimizer *o) { return o->steps; }
+
+fr_status fr_optimizer_set_step_count(fr_optimizer *o, int64_t steps)
+{
+    if (!o || steps < 0)
+        return fr_error(FR_ERR_INVALID_ARG, "optimizer: step count %lld must be >= 0",
+                        (long long)steps);
+    o->steps = steps;
+    return FR_OK;
+}
