@@ -1,6 +1,335 @@
-/* gather op family (placeholder table; the family's kernels are being written). */
+/* Gather op family: Gather, GatherElements, GatherND.
+ *
+ * Pure data movement for every dtype fp8run holds (elements copied by fr_dtype_size).
+ * Indices are int64 or int32 of any rank; a negative index counts from the end of its axis.
+ * An index outside [-n, n) is FR_ERR_RANGE naming the node, the index, its position in the
+ * indices tensor and the axis: token ids past the vocabulary are a common user error and
+ * must never read out of bounds. Indices are checked before anything is written. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "op.h"
 
+/* ---- helpers ---- */
+
+static fr_status holdable(const fr_node *n, const char *what, fr_dtype dt)
+{
+    if (fr_dtype_size(dt) == 0)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED,
+                             "%s has dtype %s, which fp8run cannot hold in a tensor", what,
+                             fr_dtype_name(dt));
+    return FR_OK;
+}
+
+static fr_status index_dtype_ok(const fr_node *n, fr_dtype dt)
+{
+    if (dt != FR_I64 && dt != FR_I32)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "indices must be int64 or int32, got %s",
+                             fr_dtype_name(dt));
+    return FR_OK;
+}
+
+/* Kernel-side check that the executor handed an output of the shape infer() gave. */
+static fr_status check_out(const fr_kernel_ctx *ctx, const fr_tensor *y, fr_dtype dt, int rank,
+                           const int64_t *dims)
+{
+    int same = y && y->dtype == dt && y->rank == rank;
+    for (int k = 0; same && k < rank; k++) same = y->dims[k] == dims[k];
+    if (!same) {
+        char a[128], b[128];
+        return fr_node_error(ctx->node, FR_ERR_SHAPE,
+                             "output tensor is %s %s, expected %s %s (re-run shape inference)",
+                             y ? fr_dtype_name(y->dtype) : "missing",
+                             y ? fr_shape_str(y->rank, y->dims, a, sizeof a) : "",
+                             fr_dtype_name(dt), fr_shape_str(rank, dims, b, sizeof b));
+    }
+    return FR_OK;
+}
+
+static int64_t index_at(const fr_tensor *idx, int64_t j)
+{
+    return idx->dtype == FR_I64 ? ((const int64_t *)idx->data)[j] : ((const int32_t *)idx->data)[j];
+}
+
+/* The out-of-range error, with the flat position j turned into coordinates of `idx`. */
+static fr_status range_error(const fr_node *n, const fr_tensor *idx, int64_t j, int64_t v, int axis,
+                             int64_t size)
+{
+    int64_t pos[FR_MAX_RANK];
+    for (int k = idx->rank - 1; k >= 0; k--) {
+        pos[k] = idx->dims[k] ? j % idx->dims[k] : 0;
+        j = idx->dims[k] ? j / idx->dims[k] : 0;
+    }
+    char ps[160];
+    return fr_node_error(
+        n, FR_ERR_RANGE, "index %lld at position %s is out of range for axis %d of size %lld",
+        (long long)v, fr_shape_str(idx->rank, pos, ps, sizeof ps), axis, (long long)size);
+}
+
+/* Every index in [-size, size). */
+static fr_status check_indices(const fr_node *n, const fr_tensor *idx, int axis, int64_t size)
+{
+    int64_t cnt = fr_tensor_numel(idx);
+    for (int64_t j = 0; j < cnt; j++) {
+        int64_t v = index_at(idx, j);
+        if (v < -size || v >= size) return range_error(n, idx, j, v, axis, size);
+    }
+    return FR_OK;
+}
+
+/* ---- Gather: out = data.shape[:axis] + indices.shape + data.shape[axis+1:] ---- */
+
+static fr_status gather_shape(const fr_node *n, int r, const int64_t *dd, int q, const int64_t *di,
+                              int axis, int *rank, int64_t *dims)
+{
+    if (q + r - 1 > FR_MAX_RANK)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "output rank %d is above fp8run's limit of %d",
+                             q + r - 1, FR_MAX_RANK);
+    int o = 0;
+    for (int k = 0; k < axis; k++) dims[o++] = dd[k];
+    for (int k = 0; k < q; k++) dims[o++] = di[k];
+    for (int k = axis + 1; k < r; k++) dims[o++] = dd[k];
+    *rank = o;
+    return FR_OK;
+}
+
+static fr_status gather_axis(const fr_node *n, int rank, int *axis)
+{
+    int64_t a;
+    FR_TRY(fr_node_attr_int(n, "axis", 0, &a));
+    if (rank < 1) return fr_node_error(n, FR_ERR_SHAPE, "data must have rank >= 1");
+    return fr_norm_axis(n, a, rank, axis);
+}
+
+static fr_status gather_infer(fr_graph *g, int node_id)
+{
+    const fr_node *n = &g->nodes[node_id];
+    FR_TRY(fr_infer_require_inputs(g, n, 2, 2));
+    const fr_value *x = fr_node_in(g, n, 0), *iv = fr_node_in(g, n, 1);
+    FR_TRY(holdable(n, "data", x->dtype));
+    FR_TRY(index_dtype_ok(n, iv->dtype));
+    int axis, rank;
+    int64_t dims[FR_MAX_RANK];
+    FR_TRY(gather_axis(n, x->rank, &axis));
+    FR_TRY(gather_shape(n, x->rank, x->dims, iv->rank, iv->dims, axis, &rank, dims));
+    /* constant indices (embedding row picks, Shape gathers) fail here, before any run */
+    if (iv->constant) FR_TRY(check_indices(n, iv->constant, axis, x->dims[axis]));
+    fr_infer_set(g, n, 0, x->dtype, rank, dims);
+    return FR_OK;
+}
+
+static fr_status gather_cpu(const fr_kernel_ctx *ctx)
+{
+    const fr_node *n = ctx->node;
+    const fr_tensor *x = ctx->n_in > 0 ? ctx->in[0] : NULL,
+                    *idx = ctx->n_in > 1 ? ctx->in[1] : NULL;
+    fr_tensor *y = ctx->n_out > 0 ? ctx->out[0] : NULL;
+    if (!x || !idx) return fr_node_error(n, FR_ERR_GRAPH, "input missing");
+    FR_TRY(index_dtype_ok(n, idx->dtype));
+    int axis, rank;
+    int64_t dims[FR_MAX_RANK];
+    FR_TRY(gather_axis(n, x->rank, &axis));
+    FR_TRY(gather_shape(n, x->rank, x->dims, idx->rank, idx->dims, axis, &rank, dims));
+    FR_TRY(check_out(ctx, y, x->dtype, rank, dims));
+    int64_t size = x->dims[axis];
+    FR_TRY(check_indices(n, idx, axis, size));
+    if (!y->nbytes) return FR_OK;
+    int64_t outer = 1, inner = 1, cnt = fr_tensor_numel(idx);
+    for (int k = 0; k < axis; k++) outer *= x->dims[k];
+    for (int k = axis + 1; k < x->rank; k++) inner *= x->dims[k];
+    size_t row = (size_t)inner * fr_dtype_size(x->dtype);
+    const char *src = x->data;
+    char *dst = y->data;
+    for (int64_t o = 0; o < outer; o++) {
+        const char *base = src + (size_t)(o * size) * row;
+        for (int64_t j = 0; j < cnt; j++) {
+            int64_t v = index_at(idx, j);
+            if (v < 0) v += size;
+            memcpy(dst, base + (size_t)v * row, row);
+            dst += row;
+        }
+    }
+    return FR_OK;
+}
+
+/* ---- GatherElements: out[..., i_axis, ...] = data[..., indices[...], ...]; out has the
+ * indices' shape, which may be smaller than data's outside the axis ---- */
+
+static fr_status ge_shapes(const fr_node *n, int r, const int64_t *dd, int q, const int64_t *di,
+                           int axis)
+{
+    char a[128], b[128];
+    if (q != r)
+        return fr_node_error(n, FR_ERR_SHAPE, "indices %s must have the rank of data %s",
+                             fr_shape_str(q, di, a, sizeof a), fr_shape_str(r, dd, b, sizeof b));
+    for (int k = 0; k < r; k++)
+        if (k != axis && di[k] > dd[k])
+            return fr_node_error(
+                n, FR_ERR_SHAPE,
+                "indices %s exceed data %s in dim %d (only the axis may differ freely)",
+                fr_shape_str(q, di, a, sizeof a), fr_shape_str(r, dd, b, sizeof b), k);
+    return FR_OK;
+}
+
+static fr_status ge_infer(fr_graph *g, int node_id)
+{
+    const fr_node *n = &g->nodes[node_id];
+    FR_TRY(fr_infer_require_inputs(g, n, 2, 2));
+    const fr_value *x = fr_node_in(g, n, 0), *iv = fr_node_in(g, n, 1);
+    FR_TRY(holdable(n, "data", x->dtype));
+    FR_TRY(index_dtype_ok(n, iv->dtype));
+    int axis;
+    FR_TRY(gather_axis(n, x->rank, &axis));
+    FR_TRY(ge_shapes(n, x->rank, x->dims, iv->rank, iv->dims, axis));
+    if (iv->constant) FR_TRY(check_indices(n, iv->constant, axis, x->dims[axis]));
+    fr_infer_set(g, n, 0, x->dtype, iv->rank, iv->dims);
+    return FR_OK;
+}
+
+static fr_status ge_cpu(const fr_kernel_ctx *ctx)
+{
+    const fr_node *n = ctx->node;
+    const fr_tensor *x = ctx->n_in > 0 ? ctx->in[0] : NULL,
+                    *idx = ctx->n_in > 1 ? ctx->in[1] : NULL;
+    fr_tensor *y = ctx->n_out > 0 ? ctx->out[0] : NULL;
+    if (!x || !idx) return fr_node_error(n, FR_ERR_GRAPH, "input missing");
+    FR_TRY(index_dtype_ok(n, idx->dtype));
+    int axis;
+    FR_TRY(gather_axis(n, x->rank, &axis));
+    FR_TRY(ge_shapes(n, x->rank, x->dims, idx->rank, idx->dims, axis));
+    FR_TRY(check_out(ctx, y, x->dtype, idx->rank, idx->dims));
+    int64_t size = x->dims[axis];
+    FR_TRY(check_indices(n, idx, axis, size));
+    int64_t cnt = fr_tensor_numel(idx);
+    if (!cnt) return FR_OK;
+    size_t es = fr_dtype_size(x->dtype);
+    int64_t ds[FR_MAX_RANK], c[FR_MAX_RANK] = {0},
+                             off = 0; /* off: source offset without the axis */
+    fr_contig_strides(x->rank, x->dims, ds);
+    const char *src = x->data;
+    char *dst = y->data;
+    for (int64_t j = 0; j < cnt; j++) {
+        int64_t v = index_at(idx, j);
+        if (v < 0) v += size;
+        memcpy(dst + (size_t)j * es, src + (size_t)(off + v * ds[axis]) * es, es);
+        for (int k = idx->rank - 1; k >= 0; k--) {
+            if (k != axis) off += ds[k];
+            if (++c[k] < idx->dims[k]) break;
+            if (k != axis) off -= ds[k] * idx->dims[k];
+            c[k] = 0;
+        }
+    }
+    return FR_OK;
+}
+
+/* ---- GatherND (batch_dims from opset 12): the last dim of indices (m) addresses the m dims
+ * of data after the b batch dims; out = indices.shape[:-1] + data.shape[b+m:] ---- */
+
+static fr_status gnd_shape(const fr_node *n, int64_t b, int r, const int64_t *dd, int q,
+                           const int64_t *di, int *rank, int64_t *dims)
+{
+    char a[128], s[128];
+    fr_shape_str(q, di, a, sizeof a);
+    fr_shape_str(r, dd, s, sizeof s);
+    if (r < 1 || q < 1)
+        return fr_node_error(n, FR_ERR_SHAPE, "data %s and indices %s must have rank >= 1", s, a);
+    if (b < 0 || b >= (q < r ? q : r))
+        return fr_node_error(n, FR_ERR_SHAPE,
+                             "batch_dims %lld must be below the ranks of data %s "
+                             "and indices %s",
+                             (long long)b, s, a);
+    for (int k = 0; k < b; k++)
+        if (di[k] != dd[k])
+            return fr_node_error(n, FR_ERR_SHAPE, "batch dim %d differs: data %s, indices %s", k, s,
+                                 a);
+    int64_t m = di[q - 1];
+    if (m < 1 || m > r - b)
+        return fr_node_error(n, FR_ERR_SHAPE,
+                             "the last dim of indices %s must be in 1..%lld for "
+                             "data %s",
+                             a, (long long)(r - b), s);
+    int o = 0;
+    for (int k = 0; k < q - 1; k++) dims[o++] = di[k];
+    for (int k = (int)(b + m); k < r; k++) dims[o++] = dd[k];
+    *rank = o;
+    return FR_OK;
+}
+
+static fr_status gnd_batch_dims(const fr_node *n, int64_t opset, int64_t *b)
+{
+    *b = 0;
+    if (opset >= 12) FR_TRY(fr_node_attr_int(n, "batch_dims", 0, b));
+    return FR_OK;
+}
+
+static fr_status gnd_infer(fr_graph *g, int node_id)
+{
+    const fr_node *n = &g->nodes[node_id];
+    FR_TRY(fr_infer_require_inputs(g, n, 2, 2));
+    const fr_value *x = fr_node_in(g, n, 0), *iv = fr_node_in(g, n, 1);
+    FR_TRY(holdable(n, "data", x->dtype));
+    FR_TRY(index_dtype_ok(n, iv->dtype));
+    int64_t b;
+    FR_TRY(gnd_batch_dims(n, fr_graph_opset(g, n->domain), &b));
+    int rank;
+    int64_t dims[FR_MAX_RANK];
+    FR_TRY(gnd_shape(n, b, x->rank, x->dims, iv->rank, iv->dims, &rank, dims));
+    fr_infer_set(g, n, 0, x->dtype, rank, dims);
+    return FR_OK;
+}
+
+static fr_status gnd_cpu(const fr_kernel_ctx *ctx)
+{
+    const fr_node *n = ctx->node;
+    const fr_tensor *x = ctx->n_in > 0 ? ctx->in[0] : NULL,
+                    *idx = ctx->n_in > 1 ? ctx->in[1] : NULL;
+    fr_tensor *y = ctx->n_out > 0 ? ctx->out[0] : NULL;
+    if (!x || !idx) return fr_node_error(n, FR_ERR_GRAPH, "input missing");
+    FR_TRY(index_dtype_ok(n, idx->dtype));
+    int64_t b;
+    FR_TRY(gnd_batch_dims(n, ctx->opset, &b));
+    int rank;
+    int64_t dims[FR_MAX_RANK];
+    FR_TRY(gnd_shape(n, b, x->rank, x->dims, idx->rank, idx->dims, &rank, dims));
+    FR_TRY(check_out(ctx, y, x->dtype, rank, dims));
+    int64_t m = idx->dims[idx->rank - 1], cnt = fr_tensor_numel(idx);
+    /* check every tuple entry against the data dim it addresses */
+    for (int64_t j = 0; j < cnt; j++) {
+        int64_t v = index_at(idx, j), size = x->dims[b + j % m];
+        if (v < -size || v >= size) return range_error(n, idx, j, v, (int)(b + j % m), size);
+    }
+    if (!y->nbytes) return FR_OK;
+    int64_t ds[FR_MAX_RANK], batches = 1, per_batch = 1, inner = 1;
+    fr_contig_strides(x->rank, x->dims, ds);
+    for (int k = 0; k < b; k++) batches *= x->dims[k];
+    for (int k = (int)b; k < idx->rank - 1; k++) per_batch *= idx->dims[k];
+    for (int k = (int)(b + m); k < x->rank; k++) inner *= x->dims[k];
+    size_t es = fr_dtype_size(x->dtype), row = (size_t)inner * es;
+    int64_t batch_stride = b > 0 ? ds[b - 1] : 0;
+    const char *src = x->data;
+    char *dst = y->data;
+    const int64_t *i64 = idx->data;
+    const int32_t *i32 = idx->data;
+    for (int64_t bi = 0; bi < batches; bi++) {
+        for (int64_t t = 0; t < per_batch; t++) {
+            int64_t base = (bi * per_batch + t) * m, off = bi * batch_stride;
+            for (int64_t l = 0; l < m; l++) {
+                int64_t v = idx->dtype == FR_I64 ? i64[base + l] : i32[base + l];
+                if (v < 0) v += x->dims[b + l];
+                off += v * ds[b + l];
+            }
+            memcpy(dst, src + (size_t)off * es, row);
+            dst += row;
+        }
+    }
+    return FR_OK;
+}
+
+/* ---- the table ---- */
+
 const fr_op_def fr_ops_gather[] = {
+    {"Gather", FR_DOMAIN_ONNX, 1, gather_infer, gather_cpu, NULL, 0},
+    {"GatherElements", FR_DOMAIN_ONNX, 11, ge_infer, ge_cpu, NULL, 0},
+    {"GatherND", FR_DOMAIN_ONNX, 11, gnd_infer, gnd_cpu, NULL, 0},
     {0},
 };
