@@ -1,6 +1,306 @@
-/* matmul op family (placeholder table; the family's kernels are being written). */
+/* MatMul (numpy matmul semantics) and Gemm, float32 through cblas_sgemm and float64 through
+ * cblas_dgemm (OpenBLAS). Integer and narrow float dtypes are a clear FR_ERR_UNSUPPORTED.
+ *
+ * MatMul: a 1-D A is promoted to [1, K] and a 1-D B to [K, 1], and the added dim is removed
+ * from the result; the batch dims (all but the last two) broadcast like numpy. When B has
+ * no batch dims of its own (the Linear layer case, [B, T, d] x [d, n]) and A's batch is not
+ * broadcast, the batch folds into M and the whole product is one GEMM.
+ *
+ * Gemm: Y = alpha * A' B' + beta * C with A' = transA ? A^T : A (likewise B'), C optional
+ * and unidirectionally broadcast to [M, N]. beta == 0 ignores C entirely (so an inf or NaN
+ * in C does not turn into NaN), as onnxruntime does. */
+#include <cblas.h>
+#include <limits.h>
+#include <string.h>
+
 #include "op.h"
 
+static int blas_dtype(fr_dtype dt) { return dt == FR_F32 || dt == FR_F64; }
+
+static fr_status dtype_error(const fr_node *n, fr_dtype dt)
+{
+    return fr_node_error(n, FR_ERR_UNSUPPORTED,
+                         "input dtype %s is not supported (float32 or float64 only)",
+                         fr_dtype_name(dt));
+}
+
+/* GEMM dims must fit BLAS's int. */
+static fr_status check_blas_dims(const fr_node *n, int64_t M, int64_t N, int64_t K)
+{
+    if (M > INT_MAX || N > INT_MAX || K > INT_MAX)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED,
+                             "GEMM dims M=%lld N=%lld K=%lld exceed the BLAS int range",
+                             (long long)M, (long long)N, (long long)K);
+    return FR_OK;
+}
+
+/* One row-major GEMM C[M,N] = alpha * op(A) op(B) + beta * C, with M, N, K > 0. */
+static void gemm(fr_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha,
+                 const void *A, const void *B, double beta, void *C)
+{
+    int lda = (int)(ta ? M : K), ldb = (int)(tb ? K : N);
+    enum CBLAS_TRANSPOSE oa = ta ? CblasTrans : CblasNoTrans, ob = tb ? CblasTrans : CblasNoTrans;
+    if (dt == FR_F32)
+        cblas_sgemm(CblasRowMajor, oa, ob, (int)M, (int)N, (int)K, (float)alpha, A, lda, B, ldb,
+                    (float)beta, C, (int)N);
+    else
+        cblas_dgemm(CblasRowMajor, oa, ob, (int)M, (int)N, (int)K, alpha, A, lda, B, ldb, beta, C,
+                    (int)N);
+}
+
+/* ---- MatMul ---- */
+
+typedef struct mm_plan {
+    int64_t M, K, N;
+    int nb;                      /* broadcast batch rank */
+    int64_t bdims[FR_MAX_RANK];  /* broadcast batch dims */
+    int64_t sa[FR_MAX_RANK];     /* A's batch strides in elements (0 where broadcast) */
+    int64_t sb[FR_MAX_RANK];     /* B's batch strides in elements */
+    int64_t batch;               /* product of bdims */
+    int b_shared;                /* one B matrix for every batch entry; then the batch dims
+                                    all come from A, so A's matrices are contiguous */
+    int out_rank;
+    int64_t out_dims[FR_MAX_RANK];
+} mm_plan;
+
+static fr_status mm_make_plan(const fr_node *n, int ra, const int64_t *da, int rb,
+                              const int64_t *db, mm_plan *p)
+{
+    char s1[128], s2[128];
+    memset(p, 0, sizeof *p);
+    if (ra < 1 || rb < 1)
+        return fr_node_error(n, FR_ERR_SHAPE, "operands must have rank >= 1, got shapes %s and %s",
+                             fr_shape_str(ra, da, s1, sizeof s1), fr_shape_str(rb, db, s2, sizeof s2));
+    int ab = ra >= 2 ? ra - 2 : 0, bb = rb >= 2 ? rb - 2 : 0; /* batch ranks */
+    p->M = ra >= 2 ? da[ra - 2] : 1;
+    p->K = da[ra - 1];
+    int64_t kb = rb >= 2 ? db[rb - 2] : db[0];
+    p->N = rb >= 2 ? db[rb - 1] : 1;
+    if (p->K != kb)
+        return fr_node_error(n, FR_ERR_SHAPE,
+                             "inner dimensions differ: A %s has K=%lld, B %s has K=%lld",
+                             fr_shape_str(ra, da, s1, sizeof s1), (long long)p->K,
+                             fr_shape_str(rb, db, s2, sizeof s2), (long long)kb);
+    FR_TRY(fr_broadcast_shape(n, ab, da, bb, db, &p->nb, p->bdims));
+    fr_broadcast_strides(ab, da, p->nb, p->bdims, p->sa);
+    fr_broadcast_strides(bb, db, p->nb, p->bdims, p->sb);
+    p->batch = 1;
+    p->b_shared = 1;
+    for (int k = 0; k < p->nb; k++) {
+        p->batch *= p->bdims[k];
+        if (p->bdims[k] != 1 && p->sb[k] != 0) p->b_shared = 0;
+        p->sa[k] *= p->M * p->K;
+        p->sb[k] *= p->K * p->N;
+    }
+    p->out_rank = 0;
+    for (int k = 0; k < p->nb; k++) p->out_dims[p->out_rank++] = p->bdims[k];
+    if (ra >= 2) p->out_dims[p->out_rank++] = p->M;
+    if (rb >= 2) p->out_dims[p->out_rank++] = p->N;
+    return FR_OK;
+}
+
+static fr_status matmul_infer(fr_graph *g, int node_id)
+{
+    const fr_node *n = &g->nodes[node_id];
+    FR_TRY(fr_infer_require_inputs(g, n, 2, 2));
+    const fr_value *a = fr_node_in(g, n, 0), *b = fr_node_in(g, n, 1);
+    if (a->dtype != b->dtype)
+        return fr_node_error(n, FR_ERR_SHAPE, "A '%s' is %s but B '%s' is %s", a->name,
+                             fr_dtype_name(a->dtype), b->name, fr_dtype_name(b->dtype));
+    if (!blas_dtype(a->dtype)) return dtype_error(n, a->dtype);
+    mm_plan p;
+    FR_TRY(mm_make_plan(n, a->rank, a->dims, b->rank, b->dims, &p));
+    fr_infer_set(g, n, 0, a->dtype, p.out_rank, p.out_dims);
+    return FR_OK;
+}
+
+/* The kernel's output has the shape and dtype the plan gives. */
+static fr_status check_out(const fr_node *n, const fr_tensor *y, fr_dtype dt, int rank,
+                           const int64_t *dims)
+{
+    int ok = y && y->dtype == dt && y->rank == rank;
+    for (int k = 0; ok && k < rank; k++) ok = y->dims[k] == dims[k];
+    if (!ok) {
+        char s[128];
+        return fr_node_error(n, FR_ERR_SHAPE, "output must be %s %s (re-run shape inference)",
+                             fr_dtype_name(dt), fr_shape_str(rank, dims, s, sizeof s));
+    }
+    return FR_OK;
+}
+
+static fr_status matmul_cpu(const fr_kernel_ctx *ctx)
+{
+    const fr_node *n = ctx->node;
+    if (ctx->n_in != 2 || !ctx->in[0] || !ctx->in[1] || ctx->n_out < 1)
+        return fr_node_error(n, FR_ERR_GRAPH, "needs inputs A and B and output Y");
+    const fr_tensor *a = ctx->in[0], *b = ctx->in[1];
+    fr_tensor *y = ctx->out[0];
+    if (a->dtype != b->dtype)
+        return fr_node_error(n, FR_ERR_SHAPE, "A is %s but B is %s", fr_dtype_name(a->dtype),
+                             fr_dtype_name(b->dtype));
+    if (!blas_dtype(a->dtype)) return dtype_error(n, a->dtype);
+    mm_plan p;
+    FR_TRY(mm_make_plan(n, a->rank, a->dims, b->rank, b->dims, &p));
+    FR_TRY(check_out(n, y, a->dtype, p.out_rank, p.out_dims));
+    if (p.batch == 0 || p.M == 0 || p.N == 0) return FR_OK;
+    size_t es = fr_dtype_size(a->dtype);
+    if (p.K == 0) { /* empty sum: zeros (BLAS would reject lda = 0) */
+        memset(y->data, 0, y->nbytes);
+        return FR_OK;
+    }
+    const char *A = a->data, *B = b->data;
+    char *Y = y->data;
+    if (p.b_shared) { /* fold the batch into M: one GEMM */
+        int64_t rows = p.batch * p.M;
+        FR_TRY(check_blas_dims(n, rows, p.N, p.K));
+        gemm(a->dtype, 0, 0, rows, p.N, p.K, 1.0, A, B, 0.0, Y);
+        return FR_OK;
+    }
+    FR_TRY(check_blas_dims(n, p.M, p.N, p.K));
+    int64_t idx[FR_MAX_RANK] = {0};
+    int64_t oa = 0, ob = 0; /* element offsets of the current A and B matrices */
+    for (int64_t i = 0; i < p.batch; i++) {
+        gemm(a->dtype, 0, 0, p.M, p.N, p.K, 1.0, A + (size_t)oa * es, B + (size_t)ob * es, 0.0,
+             Y + (size_t)(i * p.M * p.N) * es);
+        for (int k = p.nb - 1; k >= 0; k--) { /* odometer over the batch dims */
+            oa += p.sa[k];
+            ob += p.sb[k];
+            if (++idx[k] < p.bdims[k]) break;
+            oa -= p.sa[k] * idx[k];
+            ob -= p.sb[k] * idx[k];
+            idx[k] = 0;
+        }
+    }
+    return FR_OK;
+}
+
+/* ---- Gemm ---- */
+
+typedef struct gemm_cfg {
+    int ta, tb;
+    float alpha, beta;
+} gemm_cfg;
+
+static fr_status gemm_attrs(const fr_node *n, gemm_cfg *c)
+{
+    int64_t ta, tb;
+    FR_TRY(fr_node_attr_int(n, "transA", 0, &ta));
+    FR_TRY(fr_node_attr_int(n, "transB", 0, &tb));
+    FR_TRY(fr_node_attr_float(n, "alpha", 1.0f, &c->alpha));
+    FR_TRY(fr_node_attr_float(n, "beta", 1.0f, &c->beta));
+    if ((ta != 0 && ta != 1) || (tb != 0 && tb != 1))
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "transA=%lld / transB=%lld must be 0 or 1",
+                             (long long)ta, (long long)tb);
+    c->ta = (int)ta;
+    c->tb = (int)tb;
+    return FR_OK;
+}
+
+/* M, N, K from A's and B's shapes; C (crank >= 0 when present) must broadcast to [M, N]. */
+static fr_status gemm_dims(const fr_node *n, const gemm_cfg *c, int ra, const int64_t *da,
+                           int rb, const int64_t *db, int rc, const int64_t *dc, int64_t *M,
+                           int64_t *N, int64_t *K)
+{
+    char s1[128], s2[128];
+    if (ra != 2 || rb != 2)
+        return fr_node_error(n, FR_ERR_SHAPE, "A %s and B %s must both be 2-D",
+                             fr_shape_str(ra, da, s1, sizeof s1), fr_shape_str(rb, db, s2, sizeof s2));
+    *M = c->ta ? da[1] : da[0];
+    *K = c->ta ? da[0] : da[1];
+    int64_t kb = c->tb ? db[1] : db[0];
+    *N = c->tb ? db[0] : db[1];
+    if (*K != kb)
+        return fr_node_error(n, FR_ERR_SHAPE,
+                             "inner dimensions differ: A %s (transA=%d) and B %s (transB=%d)",
+                             fr_shape_str(ra, da, s1, sizeof s1), c->ta,
+                             fr_shape_str(rb, db, s2, sizeof s2), c->tb);
+    if (rc >= 0) {
+        int64_t mn[2] = {*M, *N};
+        int ok = rc <= 2;
+        for (int k = 0; ok && k < rc; k++) {
+            int64_t d = dc[k], want = mn[2 - rc + k];
+            ok = d == want || d == 1;
+        }
+        if (!ok)
+            return fr_node_error(n, FR_ERR_SHAPE, "C %s does not broadcast to [%lld, %lld]",
+                                 fr_shape_str(rc, dc, s1, sizeof s1), (long long)*M, (long long)*N);
+    }
+    return FR_OK;
+}
+
+static fr_status gemm_infer(fr_graph *g, int node_id)
+{
+    const fr_node *n = &g->nodes[node_id];
+    FR_TRY(fr_infer_require_inputs(g, n, 2, 3));
+    gemm_cfg c;
+    FR_TRY(gemm_attrs(n, &c));
+    const fr_value *a = fr_node_in(g, n, 0), *b = fr_node_in(g, n, 1), *cv = fr_node_in(g, n, 2);
+    if (cv) FR_TRY(fr_infer_require_inputs(g, n, 3, 3));
+    if (!blas_dtype(a->dtype)) return dtype_error(n, a->dtype);
+    if (b->dtype != a->dtype || (cv && cv->dtype != a->dtype))
+        return fr_node_error(n, FR_ERR_SHAPE, "A is %s but B is %s%s%s", fr_dtype_name(a->dtype),
+                             fr_dtype_name(b->dtype), cv ? " and C is " : "",
+                             cv ? fr_dtype_name(cv->dtype) : "");
+    int64_t dims[2], K;
+    FR_TRY(gemm_dims(n, &c, a->rank, a->dims, b->rank, b->dims, cv ? cv->rank : -1,
+                     cv ? cv->dims : NULL, &dims[0], &dims[1], &K));
+    fr_infer_set(g, n, 0, a->dtype, 2, dims);
+    return FR_OK;
+}
+
+/* Y = beta * C broadcast to [M, N]. */
+static void fill_beta_c(fr_tensor *y, const fr_tensor *c, double beta, int64_t M, int64_t N)
+{
+    int64_t rs = 0, cs = 0; /* C's row and column strides (0 where broadcast) */
+    if (c->rank == 2) {
+        rs = c->dims[0] == 1 ? 0 : c->dims[1];
+        cs = c->dims[1] == 1 ? 0 : 1;
+    } else if (c->rank == 1) {
+        cs = c->dims[0] == 1 ? 0 : 1;
+    }
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t j = 0; j < N; j++) {
+            int64_t src = m * rs + j * cs;
+            if (y->dtype == FR_F32)
+                ((float *)y->data)[m * N + j] = (float)(beta * ((const float *)c->data)[src]);
+            else
+                ((double *)y->data)[m * N + j] = beta * ((const double *)c->data)[src];
+        }
+}
+
+static fr_status gemm_cpu(const fr_kernel_ctx *ctx)
+{
+    const fr_node *n = ctx->node;
+    if (ctx->n_in < 2 || ctx->n_in > 3 || !ctx->in[0] || !ctx->in[1] || ctx->n_out < 1)
+        return fr_node_error(n, FR_ERR_GRAPH, "needs inputs A, B (C optional) and output Y");
+    gemm_cfg c;
+    FR_TRY(gemm_attrs(n, &c));
+    const fr_tensor *a = ctx->in[0], *b = ctx->in[1], *ct = ctx->n_in > 2 ? ctx->in[2] : NULL;
+    fr_tensor *y = ctx->out[0];
+    if (!blas_dtype(a->dtype)) return dtype_error(n, a->dtype);
+    if (b->dtype != a->dtype || (ct && ct->dtype != a->dtype))
+        return fr_node_error(n, FR_ERR_SHAPE, "A, B and C must have one dtype");
+    int64_t M, N, K;
+    FR_TRY(gemm_dims(n, &c, a->rank, a->dims, b->rank, b->dims, ct ? ct->rank : -1,
+                     ct ? ct->dims : NULL, &M, &N, &K));
+    int64_t dims[2] = {M, N};
+    FR_TRY(check_out(n, y, a->dtype, 2, dims));
+    if (M == 0 || N == 0) return FR_OK;
+    FR_TRY(check_blas_dims(n, M, N, K));
+    int use_c = ct && c.beta != 0.0f;
+    if (use_c)
+        fill_beta_c(y, ct, (double)c.beta, M, N);
+    else
+        memset(y->data, 0, y->nbytes);
+    if (K > 0)
+        gemm(a->dtype, c.ta, c.tb, M, N, K, (double)c.alpha, a->data, b->data, use_c ? 1.0 : 0.0,
+             y->data);
+    return FR_OK;
+}
+
 const fr_op_def fr_ops_matmul[] = {
+    {"MatMul", FR_DOMAIN_ONNX, 1, matmul_infer, matmul_cpu, NULL, 0},
+    /* opset 7: C broadcasts unidirectionally (the older `broadcast` attribute is gone) */
+    {"Gemm", FR_DOMAIN_ONNX, 7, gemm_infer, gemm_cpu, NULL, 0},
     {0},
 };
