@@ -9,12 +9,17 @@
  *
  * Integer semantics: +, -, * wrap modulo 2^bits (no C overflow); Div truncates toward zero
  * and INT_MIN / -1 wraps to INT_MIN; a zero divisor (Div, Mod) is FR_ERR_RANGE rather than
- * undefined behaviour. Float Max/Min propagate NaN (numpy maximum/minimum). */
+ * undefined behaviour. Float Max/Min propagate NaN (numpy maximum/minimum).
+ *
+ * Gradient rules (PyTorch's autograd conventions) reduce broadcast dims with
+ * fr_grad_sum_to; Pow, Max/Min and Mod use the fused kernels of ops/elementwise_grad.c.
+ * Comparisons and logic give bool values, which carry no gradient. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "elementwise_grad.h"
 #include "elementwise_util.h"
 #include "op.h"
 
@@ -515,21 +520,175 @@ static fr_status expand_cpu(const fr_kernel_ctx *ctx)
     return fr_ew_broadcast_copy(ctx->node, ctx->out[0], ctx->in[0]);
 }
 
+/* ---- gradient rules ---- */
+
+/* din[i] = grad summed down to input i's shape. */
+static fr_status give(fr_grad_ctx *ctx, int i, int grad)
+{
+    return fr_grad_sum_to(ctx, grad, ctx->g->nodes[ctx->node_id].inputs[i], &ctx->din[i]);
+}
+
+static fr_status emit2(fr_grad_ctx *ctx, const char *op, int a, int b, int *out)
+{
+    int in[2] = {a, b};
+    return fr_grad_op1(ctx, op, 2, in, out);
+}
+
+static fr_status emit_neg(fr_grad_ctx *ctx, int a, int *out)
+{
+    int in[1] = {a};
+    return fr_grad_op1(ctx, "Neg", 1, in, out);
+}
+
+/* Max/Min of k >= 2 inputs: one ExtremumGrad node gives every input its share. */
+static fr_status extremum_grad(fr_grad_ctx *ctx, const char *mode)
+{
+    fr_graph *g = ctx->g;
+    const int k = g->nodes[ctx->node_id].n_inputs;
+    int *in = fr_malloc((size_t)(k + 1) * sizeof(int), "ExtremumGrad inputs");
+    int *outs = fr_malloc((size_t)k * sizeof(int), "ExtremumGrad outputs");
+    fr_status st = in && outs ? FR_OK : FR_ERR_OOM;
+    int nid = -1;
+    if (st == FR_OK) {
+        in[0] = ctx->dout[0];
+        memcpy(in + 1, g->nodes[ctx->node_id].inputs, (size_t)k * sizeof(int));
+        st = fr_grad_node(ctx, "ExtremumGrad", FR_DOMAIN_FP8RUN, k + 1, in, k, outs, &nid);
+    }
+    if (st == FR_OK) st = fr_node_set_attr_string(&g->nodes[nid], "mode", mode);
+    if (st == FR_OK) st = fr_grad_finish(ctx, nid);
+    for (int i = 0; st == FR_OK && i < k; i++)
+        if (ctx->need_din[i]) st = give(ctx, i, outs[i]);
+    free(in);
+    free(outs);
+    return st;
+}
+
+static fr_status bin_grad(fr_grad_ctx *ctx)
+{
+    fr_graph *g = ctx->g;
+    const fr_node *n = &g->nodes[ctx->node_id];
+    const int dy = ctx->dout[0], k = n->n_inputs;
+    if (dy < 0) return FR_OK;
+    const int a = n->inputs[0], b = k > 1 ? n->inputs[1] : -1, y = n->outputs[0];
+    char op[16];
+    snprintf(op, sizeof op, "%s", n->op_type); /* n moves when nodes are added */
+    int t, u;
+    if (strcmp(op, "Add") == 0 || strcmp(op, "Sum") == 0) {
+        for (int i = 0; i < k; i++)
+            if (ctx->need_din[i]) FR_TRY(give(ctx, i, dy));
+    } else if (strcmp(op, "Sub") == 0) {
+        if (ctx->need_din[0]) FR_TRY(give(ctx, 0, dy));
+        if (ctx->need_din[1]) {
+            FR_TRY(fr_grad_sum_to(ctx, dy, b, &t)); /* negate the smaller tensor */
+            FR_TRY(emit_neg(ctx, t, &ctx->din[1]));
+        }
+    } else if (strcmp(op, "Mul") == 0) {
+        if (ctx->need_din[0]) {
+            FR_TRY(emit2(ctx, "Mul", dy, b, &t));
+            FR_TRY(give(ctx, 0, t));
+        }
+        if (ctx->need_din[1]) {
+            FR_TRY(emit2(ctx, "Mul", dy, a, &t));
+            FR_TRY(give(ctx, 1, t));
+        }
+    } else if (strcmp(op, "Div") == 0) {
+        /* d/da = dy / b; d/db = -dy a / b^2 = -(dy / b) * y */
+        FR_TRY(emit2(ctx, "Div", dy, b, &t));
+        if (ctx->need_din[0]) FR_TRY(give(ctx, 0, t));
+        if (ctx->need_din[1]) {
+            FR_TRY(emit2(ctx, "Mul", t, y, &u));
+            FR_TRY(fr_grad_sum_to(ctx, u, b, &t));
+            FR_TRY(emit_neg(ctx, t, &ctx->din[1]));
+        }
+    } else if (strcmp(op, "Mean") == 0) {
+        t = dy;
+        if (k > 1) {
+            int kv;
+            FR_TRY(fr_grad_scalar(ctx, (double)k, dy, &kv));
+            FR_TRY(emit2(ctx, "Div", dy, kv, &t));
+        }
+        for (int i = 0; i < k; i++)
+            if (ctx->need_din[i]) FR_TRY(give(ctx, i, t));
+    } else if (strcmp(op, "Max") == 0 || strcmp(op, "Min") == 0) {
+        if (k == 1) {
+            if (ctx->need_din[0]) ctx->din[0] = dy;
+        } else {
+            FR_TRY(extremum_grad(ctx, op));
+        }
+    } else if (strcmp(op, "Mod") == 0) {
+        /* float Mod is fmod (infer refuses fmod=0 for floats): d/da = dy, d/db = -dy trunc(a/b) */
+        if (ctx->need_din[0]) FR_TRY(give(ctx, 0, dy));
+        if (ctx->need_din[1]) {
+            int in[3] = {dy, a, b}, nid;
+            FR_TRY(fr_grad_node(ctx, "FmodGrad", FR_DOMAIN_FP8RUN, 3, in, 1, &t, &nid));
+            FR_TRY(fr_grad_finish(ctx, nid));
+            FR_TRY(give(ctx, 1, t));
+        }
+    } else {
+        return fr_node_error(n, FR_ERR_INTERNAL, "no gradient rule for this op");
+    }
+    return FR_OK;
+}
+
+/* Pow: one PowGrad node per input that needs a gradient (the exponent only when float). */
+static fr_status pow_grad(fr_grad_ctx *ctx)
+{
+    fr_graph *g = ctx->g;
+    const fr_node *n = &g->nodes[ctx->node_id];
+    int in[3] = {ctx->dout[0], n->inputs[0], n->inputs[1]};
+    if (in[0] < 0) return FR_OK;
+    for (int i = 0; i < 2; i++) {
+        if (!ctx->need_din[i]) continue;
+        int t, nid;
+        FR_TRY(fr_grad_node(ctx, "PowGrad", FR_DOMAIN_FP8RUN, 3, in, 1, &t, &nid));
+        FR_TRY(fr_node_set_attr_int(&g->nodes[nid], "input", i));
+        FR_TRY(fr_grad_finish(ctx, nid));
+        FR_TRY(give(ctx, i, t));
+    }
+    return FR_OK;
+}
+
+/* Where: dX = Where(cond, dy, 0), dY = Where(cond, 0, dy), each summed to its input's shape;
+ * the bool condition has none. */
+static fr_status where_grad(fr_grad_ctx *ctx)
+{
+    const fr_node *n = &ctx->g->nodes[ctx->node_id];
+    const int dy = ctx->dout[0], cond = n->inputs[0];
+    if (dy < 0 || (!ctx->need_din[1] && !ctx->need_din[2])) return FR_OK;
+    int zero;
+    FR_TRY(fr_grad_scalar(ctx, 0.0, dy, &zero));
+    for (int i = 1; i <= 2; i++) {
+        if (!ctx->need_din[i]) continue;
+        int in[3] = {cond, i == 1 ? dy : zero, i == 1 ? zero : dy}, t;
+        FR_TRY(fr_grad_op1(ctx, "Where", 3, in, &t));
+        FR_TRY(give(ctx, i, t));
+    }
+    return FR_OK;
+}
+
+/* Expand: the broadcast copies' gradients add up. */
+static fr_status expand_grad(fr_grad_ctx *ctx)
+{
+    if (ctx->dout[0] < 0 || !ctx->need_din[0]) return FR_OK;
+    return give(ctx, 0, ctx->dout[0]);
+}
+
 /* ---- the table ---- */
 
 #define BIN_OP(NAME, OPSET) {NAME, FR_DOMAIN_ONNX, OPSET, bin_infer, bin_cpu, NULL, 0}
+#define BIN_OP_D(NAME, OPSET) {NAME, FR_DOMAIN_ONNX, OPSET, bin_infer, bin_cpu, bin_grad, 0}
 
 const fr_op_def fr_ops_binary[] = {
-    BIN_OP("Add", 7),
-    BIN_OP("Sub", 7),
-    BIN_OP("Mul", 7),
-    BIN_OP("Div", 7),
-    {"Pow", FR_DOMAIN_ONNX, 7, pow_infer, pow_cpu, NULL, 0},
-    BIN_OP("Mod", 10),
-    BIN_OP("Max", 6),
-    BIN_OP("Min", 6),
-    BIN_OP("Sum", 6),
-    BIN_OP("Mean", 6),
+    BIN_OP_D("Add", 7),
+    BIN_OP_D("Sub", 7),
+    BIN_OP_D("Mul", 7),
+    BIN_OP_D("Div", 7),
+    {"Pow", FR_DOMAIN_ONNX, 7, pow_infer, pow_cpu, pow_grad, 0},
+    BIN_OP_D("Mod", 10),
+    BIN_OP_D("Max", 6),
+    BIN_OP_D("Min", 6),
+    BIN_OP_D("Sum", 6),
+    BIN_OP_D("Mean", 6),
     BIN_OP("Equal", 7),
     BIN_OP("Less", 7),
     BIN_OP("LessOrEqual", 12),
@@ -538,7 +697,7 @@ const fr_op_def fr_ops_binary[] = {
     BIN_OP("And", 7),
     BIN_OP("Or", 7),
     BIN_OP("Xor", 7),
-    {"Where", FR_DOMAIN_ONNX, 9, where_infer, where_cpu, NULL, 0},
-    {"Expand", FR_DOMAIN_ONNX, 8, expand_infer, expand_cpu, NULL, 0},
+    {"Where", FR_DOMAIN_ONNX, 9, where_infer, where_cpu, where_grad, 0},
+    {"Expand", FR_DOMAIN_ONNX, 8, expand_infer, expand_cpu, expand_grad, 0},
     {0},
 };

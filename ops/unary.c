@@ -5,12 +5,16 @@
  * Float math is evaluated in double and rounded once to the output type, so float32 results
  * are within about half an ulp of the exact value even for composite formulas (Gelu,
  * Softplus) where float evaluation would lose digits to cancellation. NaN propagates as in
- * numpy: Log/Sqrt of a negative number is NaN, Relu(NaN) is NaN. */
+ * numpy: Log/Sqrt of a negative number is NaN, Relu(NaN) is NaN.
+ *
+ * Gradient rules follow PyTorch's autograd conventions; the fused backward kernels they
+ * emit are in ops/elementwise_grad.c. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "../runtime/fp8_format.h"
+#include "elementwise_grad.h"
 #include "op.h"
 
 /* ---- helpers shared by the ops below ---- */
@@ -778,9 +782,93 @@ static fr_status dropout_cpu(const fr_kernel_ctx *ctx)
     return FR_OK;
 }
 
+/* ---- gradient rules ---- */
+
+/* Unary math: Neg negates the gradient; Floor, Ceil and Sign are piecewise constant (zero
+ * gradient: din stays -1); every other op emits one fused ActivationGrad node. */
+static fr_status un_grad(fr_grad_ctx *ctx)
+{
+    const fr_node *n = &ctx->g->nodes[ctx->node_id];
+    if (!ctx->need_din[0] || ctx->dout[0] < 0) return FR_OK;
+    if (strcmp(n->op_type, "Neg") == 0) {
+        int in[1] = {ctx->dout[0]};
+        return fr_grad_op1(ctx, "Neg", 1, in, &ctx->din[0]);
+    }
+    if (fr_ew_activation_grad_known(n->op_type, NULL))
+        return fr_ew_emit_activation_grad(ctx, &ctx->din[0]);
+    if (strcmp(n->op_type, "Floor") == 0 || strcmp(n->op_type, "Ceil") == 0 ||
+        strcmp(n->op_type, "Sign") == 0)
+        return FR_OK;
+    return fr_node_error(n, FR_ERR_INTERNAL, "no gradient rule for this unary op");
+}
+
+/* Float-to-float casts pass the gradient back, cast to the input's dtype. Casts from or to
+ * integers and bool are piecewise constant (zero gradient). CastLike's second input only
+ * lends its dtype. */
+static fr_status cast_grad(fr_grad_ctx *ctx)
+{
+    fr_graph *g = ctx->g;
+    const fr_node *n = &g->nodes[ctx->node_id];
+    if (!ctx->need_din[0] || ctx->dout[0] < 0) return FR_OK;
+    const fr_value *x = fr_node_in(g, n, 0), *y = fr_node_out(g, n, 0);
+    if (!fr_dtype_is_float(x->dtype) || !fr_dtype_is_float(y->dtype)) return FR_OK;
+    if (g->values[ctx->dout[0]].dtype == x->dtype) {
+        ctx->din[0] = ctx->dout[0];
+        return FR_OK;
+    }
+    fr_dtype to = x->dtype;
+    int in[1] = {ctx->dout[0]}, nid;
+    FR_TRY(fr_grad_node(ctx, "Cast", FR_DOMAIN_ONNX, 1, in, 1, &ctx->din[0], &nid));
+    FR_TRY(fr_node_set_attr_int(&g->nodes[nid], "to", (int64_t)to));
+    return fr_grad_finish(ctx, nid);
+}
+
+/* Clip: one ClipGrad node per input that needs a gradient (x, and the min/max bound inputs
+ * of opset 11+). Legacy attribute bounds are copied onto the ClipGrad node with the same
+ * defaults the forward kernel uses. */
+static fr_status clip_grad(fr_grad_ctx *ctx)
+{
+    fr_graph *g = ctx->g;
+    const fr_node *n = &g->nodes[ctx->node_id];
+    if (ctx->dout[0] < 0) return FR_OK;
+    int legacy = clip_legacy(ctx->opset);
+    float lo = 0, hi = 0;
+    if (legacy) {
+        FR_TRY(fr_node_attr_float(n, "min", -3.402823466e38f, &lo));
+        FR_TRY(fr_node_attr_float(n, "max", 3.402823466e38f, &hi));
+    }
+    int in[4] = {ctx->dout[0], n->inputs[0], -1, -1}, n_in = 2;
+    for (int i = 1; !legacy && i < n->n_inputs && i < 3; i++) {
+        in[i + 1] = n->inputs[i];
+        if (n->inputs[i] >= 0) n_in = i + 2;
+    }
+    const int n_fwd_in = n->n_inputs < 3 ? n->n_inputs : 3;
+    for (int i = 0; i < n_fwd_in; i++) {
+        if (!ctx->need_din[i] || in[i + 1] < 0) continue;
+        int nid;
+        FR_TRY(fr_grad_node(ctx, "ClipGrad", FR_DOMAIN_FP8RUN, n_in, in, 1, &ctx->din[i], &nid));
+        fr_node *cn = &g->nodes[nid];
+        FR_TRY(fr_node_set_attr_int(cn, "input", i));
+        if (legacy) {
+            FR_TRY(fr_node_set_attr_float(cn, "min", lo));
+            FR_TRY(fr_node_set_attr_float(cn, "max", hi));
+        }
+        FR_TRY(fr_grad_finish(ctx, nid));
+    }
+    return FR_OK;
+}
+
+/* Identity and Dropout (inference semantics) pass the gradient of output 0 through; the
+ * Dropout mask and its ratio / training_mode inputs carry none. */
+static fr_status pass_grad(fr_grad_ctx *ctx)
+{
+    if (ctx->need_din[0]) ctx->din[0] = ctx->dout[0];
+    return FR_OK;
+}
+
 /* ---- the table ---- */
 
-#define UN_OP(NAME, OPSET) {NAME, FR_DOMAIN_ONNX, OPSET, un_infer, un_cpu, NULL, 0}
+#define UN_OP(NAME, OPSET) {NAME, FR_DOMAIN_ONNX, OPSET, un_infer, un_cpu, un_grad, 0}
 
 const fr_op_def fr_ops_unary[] = {
     UN_OP("Neg", 6),
@@ -804,10 +892,10 @@ const fr_op_def fr_ops_unary[] = {
     {"IsNaN", FR_DOMAIN_ONNX, 9, pred_infer, pred_cpu, NULL, 0},
     {"IsInf", FR_DOMAIN_ONNX, 10, pred_infer, pred_cpu, NULL, 0},
     {"Not", FR_DOMAIN_ONNX, 1, pred_infer, pred_cpu, NULL, 0},
-    {"Cast", FR_DOMAIN_ONNX, 6, cast_infer, cast_cpu, NULL, 0},
-    {"CastLike", FR_DOMAIN_ONNX, 15, cast_infer, cast_cpu, NULL, 0},
-    {"Clip", FR_DOMAIN_ONNX, 6, clip_infer, clip_cpu, NULL, 0},
-    {"Identity", FR_DOMAIN_ONNX, 1, identity_infer, identity_cpu, NULL, 0},
-    {"Dropout", FR_DOMAIN_ONNX, 6, dropout_infer, dropout_cpu, NULL, 0},
+    {"Cast", FR_DOMAIN_ONNX, 6, cast_infer, cast_cpu, cast_grad, 0},
+    {"CastLike", FR_DOMAIN_ONNX, 15, cast_infer, cast_cpu, cast_grad, 0},
+    {"Clip", FR_DOMAIN_ONNX, 6, clip_infer, clip_cpu, clip_grad, 0},
+    {"Identity", FR_DOMAIN_ONNX, 1, identity_infer, identity_cpu, pass_grad, 0},
+    {"Dropout", FR_DOMAIN_ONNX, 6, dropout_infer, dropout_cpu, pass_grad, 0},
     {0},
 };

@@ -4,10 +4,13 @@
 
 #include "autodiff.h"
 
-/* Gradients of float values only: integer/bool values (shapes, indices, masks) carry none. */
+/* Gradients of float values only: integer/bool values (shapes, indices, masks) carry none.
+ * float16/bfloat16 count as differentiable so that a parameter reaching the loss through a
+ * Cast to a narrow float is not silently cut off: the ops on the way then report clearly
+ * that they do not support that dtype. */
 static int differentiable_value(const fr_value *v)
 {
-    return v->dtype == FR_F32 || v->dtype == FR_F64;
+    return v->dtype == FR_F32 || v->dtype == FR_F64 || v->dtype == FR_F16 || v->dtype == FR_BF16;
 }
 
 static fr_status accumulate(fr_graph *g, int fwd_node, int *gradmap, int vid, int din)
