@@ -97,6 +97,62 @@ class Llama(nn.Module):
         for l in s.layers: x = l(x, cos, sin, mask)
         return s.lm_head(s.norm(x))
 
+
+class BertLayer(nn.Module):
+    def __init__(s, d, h, ff):
+        super().__init__()
+        s.h = h
+        s.query = nn.Linear(d, d); s.key = nn.Linear(d, d); s.value = nn.Linear(d, d)
+        s.attn_out = nn.Linear(d, d); s.ln1 = nn.LayerNorm(d, eps=1e-12)
+        s.inter = nn.Linear(d, ff); s.out = nn.Linear(ff, d); s.ln2 = nn.LayerNorm(d, eps=1e-12)
+        s.act = nn.GELU()
+    def forward(s, x, add_mask):
+        B, T, C = x.shape
+        hd = C // s.h
+        sh = lambda t: t.view(B, T, s.h, hd).permute(0, 2, 1, 3)
+        q, k, v = sh(s.query(x)), sh(s.key(x)), sh(s.value(x))
+        att = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(hd) + add_mask
+        y = torch.matmul(F.softmax(att, dim=-1), v).permute(0, 2, 1, 3).reshape(B, T, C)
+        x = s.ln1(x + s.attn_out(y))
+        return s.ln2(x + s.out(s.act(s.inter(x))))
+
+class Bert(nn.Module):
+    def __init__(s, vocab=80, d=32, h=2, layers=2, maxpos=16):
+        super().__init__()
+        s.word = nn.Embedding(vocab, d); s.pos = nn.Embedding(maxpos, d); s.tok = nn.Embedding(2, d)
+        s.ln = nn.LayerNorm(d, eps=1e-12)
+        s.layers = nn.ModuleList([BertLayer(d, h, 4 * d) for _ in range(layers)])
+        s.dense = nn.Linear(d, d); s.act = nn.GELU(); s.ln_head = nn.LayerNorm(d, eps=1e-12); s.decoder = nn.Linear(d, vocab)
+    def forward(s, input_ids, attention_mask, token_type_ids):
+        T = input_ids.shape[1]
+        pos = torch.arange(T, dtype=torch.long).unsqueeze(0)
+        x = s.ln(s.word(input_ids) + s.pos(pos) + s.tok(token_type_ids))
+        add_mask = (1.0 - attention_mask[:, None, None, :].to(torch.float32)) * -10000.0
+        for l in s.layers: x = l(x, add_mask)
+        return s.decoder(s.ln_head(s.act(s.dense(x))))
+
+def export_bert(name, opset):
+    torch.manual_seed(3)
+    model = Bert().eval()
+    d = os.path.join(OUT, name); os.makedirs(d, exist_ok=True)
+    g = torch.Generator().manual_seed(5)
+    B, T = 2, 9
+    ids = torch.randint(0, 80, (B, T), generator=g)
+    mask = torch.ones(B, T, dtype=torch.long); mask[1, 6:] = 0
+    tt = torch.zeros(B, T, dtype=torch.long); tt[:, 4:] = 1
+    with torch.no_grad(): out = model(ids, mask, tt)
+    dyn = {"batch": None}
+    axes = {k: {0: "batch", 1: "seq"} for k in ["input_ids", "attention_mask", "token_type_ids", "logits"]}
+    torch.onnx.export(model, (ids, mask, tt), os.path.join(d, "model.onnx"), input_names=["input_ids", "attention_mask", "token_type_ids"],
+                      output_names=["logits"], dynamic_axes=axes, opset_version=opset)
+    for n, t in [("input_ids", ids), ("attention_mask", mask), ("token_type_ids", tt)]:
+        np.save(os.path.join(d, "input_%s.npy" % n), t.numpy().astype(np.int64))
+    np.save(os.path.join(d, "output_logits.npy"), out.numpy().astype(np.float32))
+    json.dump({"inputs": {n: {"dtype": "int64", "shape": [B, T]} for n in ["input_ids", "attention_mask", "token_type_ids"]},
+               "outputs": {"logits": {"dtype": "float32", "shape": list(out.shape)}}, "dims": {"batch": B, "seq": T}, "opset": opset},
+              open(os.path.join(d, "meta.json"), "w"), indent=1)
+    print(name, "ok")
+
 def export(name, model, B, T, vocab, opset, fold=True):
     d = os.path.join(OUT, name); os.makedirs(d, exist_ok=True)
     model.eval()
@@ -116,3 +172,4 @@ torch.manual_seed(0); export("gpt2_tiny", GPT2(), 2, 11, 96, 17)
 torch.manual_seed(1); export("llama_tiny", Llama(), 2, 13, 128, 17)
 torch.manual_seed(2); export("llama_tiny_op14", Llama(d=40, hidden=104), 2, 7, 128, 14)
 torch.manual_seed(0); export("gpt2_tiny_op13", GPT2(), 1, 5, 96, 13, fold=False)
+export_bert("bert_tiny", 17)
