@@ -71,6 +71,7 @@ extern const fr_op_def fr_ops_grad[];        /* ops/grad_ops.c: SumToShape and o
 extern const fr_op_def fr_ops_loss[];        /* ops/loss.c: SoftmaxCrossEntropy(+Grad) (ai.fp8run) */
 extern const fr_op_def fr_ops_linear[];      /* ops/linear.c: Linear, LinearGradData, LinearGradWeight (ai.fp8run) */
 extern const fr_op_def fr_ops_elementwise_grad[]; /* ops/elementwise_grad.c: ActivationGrad, PowGrad, FmodGrad, ExtremumGrad, ClipGrad (ai.fp8run) */
+extern const fr_op_def fr_ops_einsum[];      /* ops/einsum.c: Einsum */
 extern const fr_op_def fr_ops_layout[];      /* ops/layout.c: Transpose, Concat, Split, Slice, Trilu, Tile */
 
 /* ---- helpers for op implementations (ops/op_util.c) ---- */
