@@ -37,7 +37,6 @@ typedef enum fr_dtype {
 size_t fr_dtype_size(fr_dtype dt);
 /* "float32", "int64", "float8e4m3fn", ...; "dtype(N)" style text for unknown numbers. */
 const char *fr_dtype_name(fr_dtype dt);
-/* Parse the names fr_dtype_name returns (and numpy's "<f4"-style codes via npy.c). */
 int fr_dtype_is_float(fr_dtype dt); /* F16, BF16, F32, F64, FP8s */
 int fr_dtype_is_int(fr_dtype dt);   /* signed or unsigned integers (not bool) */
 

@@ -1,10 +1,71 @@
-/* fp8run command-line interface (commands are being written). */
-#include <stdio.h>
+/* fp8run command-line interface: a table of commands, each in its own file (cli_<name>.c).
+ * Exit codes: 0 success, 1 the work failed (bad model, file, shape...), 2 the command line is
+ * wrong. Errors go to stderr as "fp8run: error: <message>"; stdout carries only results. */
+#include <string.h>
+
+#include "cli.h"
+
+#ifndef FP8RUN_VERSION
+#define FP8RUN_VERSION "0.1.0"
+#endif
+
+static const cli_command commands[] = {
+    {"info", "describe a model: opsets, inputs/outputs, parameters, op histogram", cli_info,
+     cli_info_help},
+    {"run", "run the forward pass on CPU and write every output as .npy", cli_run, cli_run_help},
+};
+#define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: fp8run <command> [options]\n"
+            "       fp8run <command> --help\n"
+            "       fp8run --help | --version\n"
+            "\n"
+            "fp8run runs ONNX models (and, as it grows, trains them in FP8 on Hopper GPUs).\n"
+            "\n"
+            "commands:\n");
+    for (int i = 0; i < N_COMMANDS; i++) fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\nExit status: 0 on success, 1 when the work fails, 2 for a wrong command line.\n");
+}
+
+static const cli_command *find_command(const char *name)
+{
+    for (int i = 0; i < N_COMMANDS; i++)
+        if (strcmp(commands[i].name, name) == 0) return &commands[i];
+    return NULL;
+}
 
 int main(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "fp8run: no command yet\n");
-    return 2;
+    if (argc < 2) {
+        usage(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    const char *first = argv[1];
+    if (cli_is_help(first)) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(first, "--version") == 0) {
+        printf("fp8run %s\n", FP8RUN_VERSION);
+        return 0;
+    }
+    if (strcmp(first, "help") == 0) {
+        if (argc < 3) {
+            usage(stdout);
+            return 0;
+        }
+        const cli_command *c = find_command(argv[2]);
+        if (!c) return cli_usage(NULL, "unknown command '%s'", argv[2]);
+        c->help(stdout);
+        return 0;
+    }
+    const cli_command *c = find_command(first);
+    if (!c) {
+        if (first[0] == '-') return cli_usage(NULL, "unknown option '%s'", first);
+        return cli_usage(NULL, "unknown command '%s'", first);
+    }
+    return c->run(argc - 1, argv + 1);
 }

@@ -1,0 +1,353 @@
+/* The fp8run CLI, run as a program (FR_CLI): help and version, usage errors (exit 2 with a
+ * message), failures (exit 1), `info` on a model written here (inputs with symbolic dims,
+ * parameter count, op histogram sorted by count, the prepared summary with --dim) and on the
+ * gpt2_tiny fixture, `run` writing every output as .npy (names sanitized, folder created,
+ * dims from the input arrays) matching a double-precision reference and the fixture's
+ * PyTorch outputs. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "graph/onnx_io.h"
+#include "harness.h"
+#include "runtime/npy.h"
+
+static char tmp[512];
+static char *out_text, *err_text;
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return strdup("");
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    size_t got = fread(s, 1, (size_t)n, f);
+    s[got] = '\0';
+    fclose(f);
+    return s;
+}
+
+/* Run `fp8run ARGS`; stdout/stderr land in out_text/err_text; returns the exit code. */
+static int cli(const char *args)
+{
+    char cmd[6000];
+    free(out_text);
+    free(err_text);
+    snprintf(cmd, sizeof cmd, "'%s' %s >'%s/stdout' 2>'%s/stderr'", FR_CLI, args, tmp, tmp);
+    int st = system(cmd);
+    char p[600];
+    snprintf(p, sizeof p, "%s/stdout", tmp);
+    out_text = slurp(p);
+    snprintf(p, sizeof p, "%s/stderr", tmp);
+    err_text = slurp(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void show(const char *args, int rc)
+{
+    fprintf(stderr, "\n  fp8run %s -> %d\n  stdout: %s\n  stderr: %s\n", args, rc, out_text, err_text);
+}
+
+#define EXPECT_CLI(args, want_rc, where, needle)                                   \
+    do {                                                                           \
+        int rc_ = cli(args);                                                       \
+        const char *txt_ = (where) ? out_text : err_text;                          \
+        int ok_ = rc_ == (want_rc) && strstr(txt_, needle) != NULL;                \
+        if (!ok_) show(args, rc_);                                                 \
+        CU_ASSERT(ok_);                                                            \
+    } while (0)
+#define STDOUT 1
+#define STDERR 0
+
+static int suite_init(void)
+{
+    fr_test_tmpdir(tmp, sizeof tmp);
+    return tmp[0] ? 0 : 1;
+}
+
+static int suite_clean(void)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    free(out_text);
+    free(err_text);
+    return system(cmd) == 0 ? 0 : 1;
+}
+
+static void test_help_and_version(void)
+{
+    EXPECT_CLI("--help", 0, STDOUT, "usage: fp8run");
+    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "info"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "run"));
+    CU_ASSERT_STRING_EQUAL(err_text, "");
+    EXPECT_CLI("--version", 0, STDOUT, "fp8run 0.");
+    EXPECT_CLI("", 2, STDERR, "usage: fp8run");
+    CU_ASSERT_STRING_EQUAL(out_text, "");
+    EXPECT_CLI("info --help", 0, STDOUT, "--dim NAME=VALUE");
+    EXPECT_CLI("run --help", 0, STDOUT, "taken from the shapes");
+    EXPECT_CLI("run x.onnx --help", 0, STDOUT, "--output-dir");
+    EXPECT_CLI("help run", 0, STDOUT, "--input NAME=FILE.npy");
+}
+
+static void test_usage_errors(void)
+{
+    EXPECT_CLI("frobnicate", 2, STDERR, "fp8run: error: unknown command 'frobnicate'");
+    EXPECT_CLI("--frob", 2, STDERR, "unknown option '--frob'");
+    EXPECT_CLI("info", 2, STDERR, "no MODEL");
+    EXPECT_CLI("info a.onnx b.onnx", 2, STDERR, "only one MODEL");
+    EXPECT_CLI("info a.onnx --dim batch", 2, STDERR, "NAME=VALUE");
+    EXPECT_CLI("info a.onnx --dim batch=-1", 2, STDERR, "non-negative");
+    EXPECT_CLI("info a.onnx --dim batch=2x", 2, STDERR, "non-negative");
+    EXPECT_CLI("info a.onnx --dim", 2, STDERR, "--dim needs a value");
+    EXPECT_CLI("info a.onnx --bogus", 2, STDERR, "unknown option '--bogus'");
+    EXPECT_CLI("run a.onnx --input x=x.npy", 2, STDERR, "--output-dir DIR is required");
+    EXPECT_CLI("run a.onnx --input x --output-dir o", 2, STDERR, "NAME=FILE.npy");
+    EXPECT_CLI("run a.onnx --input x=a.npy --input x=b.npy --output-dir o", 2, STDERR, "twice");
+    CU_ASSERT_STRING_EQUAL(out_text, "");
+    CU_ASSERT_PTR_NOT_NULL(strstr(err_text, "fp8run run --help"));
+    /* failures of the work itself are exit code 1 */
+    EXPECT_CLI("info /nonexistent/model.onnx", 1, STDERR, "fp8run: error: ");
+    CU_ASSERT_PTR_NOT_NULL(strstr(err_text, "/nonexistent/model.onnx"));
+}
+
+/* x[batch, seq, 4] -> MatMul(W[4,3]) -> Relu x3 -> Identity -> "out/relu:0";
+ * Shape(x) -> Cast(float) -> "shape:f" */
+static const float W[12] = {0.5f, -1.f, 0.25f, 1.5f, 0.75f, -0.5f, -0.25f, 1.f, 2.f, 0.1f, -0.3f, 0.6f};
+
+static void write_model(const char *path)
+{
+    fr_graph *g;
+    FR_ASSERT_OK(fr_graph_new(&g));
+    g->opsets = calloc(1, sizeof *g->opsets);
+    g->opsets[0].domain = strdup("");
+    g->opsets[0].version = 17;
+    g->n_opsets = 1;
+    g->producer_name = strdup("test_cli");
+    g->producer_version = strdup("1.2");
+    int x, w, mm, r1, r2, r3, out, s, sf;
+    FR_ASSERT_OK(fr_graph_add_value(g, "x", &x));
+    int64_t xd[3] = {-1, -1, 4};
+    fr_value_set_shape(&g->values[x], FR_F32, 3, xd);
+    g->values[x].dim_params[0] = strdup("batch");
+    g->values[x].dim_params[1] = strdup("seq");
+    FR_ASSERT_OK(fr_graph_mark_input(g, x));
+    FR_ASSERT_OK(fr_graph_add_value(g, "W", &w));
+    fr_tensor *wt;
+    int64_t wd[2] = {4, 3};
+    FR_ASSERT_OK(fr_tensor_new(FR_F32, 2, wd, "W", &wt));
+    memcpy(wt->data, W, sizeof W);
+    FR_ASSERT_OK(fr_graph_set_initializer(g, w, wt));
+    FR_ASSERT_OK(fr_graph_add_value(g, "mm", &mm));
+    FR_ASSERT_OK(fr_graph_add_value(g, "r1", &r1));
+    FR_ASSERT_OK(fr_graph_add_value(g, "r2", &r2));
+    FR_ASSERT_OK(fr_graph_add_value(g, "r3", &r3));
+    FR_ASSERT_OK(fr_graph_add_value(g, "out/relu:0", &out));
+    FR_ASSERT_OK(fr_graph_add_value(g, "s", &s));
+    FR_ASSERT_OK(fr_graph_add_value(g, "shape:f", &sf));
+    int in_mm[2] = {x, w};
+    FR_ASSERT_OK(fr_graph_add_node(g, "MatMul", "", "/layer/MatMul", 2, in_mm, 1, &mm, NULL));
+    FR_ASSERT_OK(fr_graph_add_node(g, "Relu", "", "relu1", 1, &mm, 1, &r1, NULL));
+    FR_ASSERT_OK(fr_graph_add_node(g, "Relu", "", "relu2", 1, &r1, 1, &r2, NULL));
+    FR_ASSERT_OK(fr_graph_add_node(g, "Relu", "", "relu3", 1, &r2, 1, &r3, NULL));
+    FR_ASSERT_OK(fr_graph_add_node(g, "Identity", "", "id", 1, &r3, 1, &out, NULL));
+    FR_ASSERT_OK(fr_graph_add_node(g, "Shape", "", "shape", 1, &x, 1, &s, NULL));
+    int cast;
+    FR_ASSERT_OK(fr_graph_add_node(g, "Cast", "", "cast", 1, &s, 1, &sf, &cast));
+    FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[cast], "to", FR_F32));
+    int64_t od[3] = {-1, -1, 3}, sd[1] = {3};
+    fr_value_set_shape(&g->values[out], FR_F32, 3, od);
+    g->values[out].dim_params[0] = strdup("batch");
+    g->values[out].dim_params[1] = strdup("seq");
+    fr_value_set_shape(&g->values[sf], FR_F32, 1, sd);
+    FR_ASSERT_OK(fr_graph_mark_output(g, out));
+    FR_ASSERT_OK(fr_graph_mark_output(g, sf));
+    FR_ASSERT_OK(fr_onnx_save_file(g, path, NULL));
+    fr_graph_free(g);
+}
+
+static void test_info(void)
+{
+    char model[600], args[1400];
+    snprintf(model, sizeof model, "%s/m.onnx", tmp);
+    write_model(model);
+    snprintf(args, sizeof args, "info '%s'", model);
+    EXPECT_CLI(args, 0, STDOUT, "op histogram");
+    CU_ASSERT_STRING_EQUAL(err_text, "");
+    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "producer       test_cli 1.2"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "ai.onnx 17"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "[batch, seq, 4]"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "out/relu:0"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "parameters     12 (12 elements in 1 tensor)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "48 bytes"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "give --dim NAME=VALUE for batch, seq"));
+    /* sorted by count: Relu (3) before the ops seen once, which are alphabetical */
+    const char *relu = strstr(out_text, "  Relu "), *cast = strstr(out_text, "  Cast ");
+    const char *matmul = strstr(out_text, "  MatMul ");
+    CU_ASSERT(relu && cast && matmul && relu < cast && cast < matmul);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "Relu                         3"));
+
+    snprintf(args, sizeof args, "info '%s' --dim batch=2 --dim=seq=5", model);
+    EXPECT_CLI(args, 0, STDOUT, "prepared       4 nodes (2 folded");
+    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "[batch=2, seq=5, 3]"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "1 Identity removed"));
+    /* a dim left open, and a dim the model does not have: exit 1 naming them */
+    snprintf(args, sizeof args, "info '%s' --dim batch=2", model);
+    EXPECT_CLI(args, 1, STDERR, "--dim seq=VALUE");
+    snprintf(args, sizeof args, "info '%s' --dim batch=2 --dim sequence=5", model);
+    EXPECT_CLI(args, 1, STDERR, "'sequence'");
+}
+
+static void test_run(void)
+{
+    char model[600], xin[600], outdir[600], args[3000], path[700];
+    snprintf(model, sizeof model, "%s/m.onnx", tmp);
+    write_model(model);
+    fr_rng r = fr_test_rng("cli_run");
+    int64_t xd[3] = {2, 5, 4};
+    fr_tensor *x;
+    FR_ASSERT_OK(fr_tensor_new(FR_F32, 3, xd, "x", &x));
+    fr_rng_fill(&r, x->data, 40, -2, 2);
+    snprintf(xin, sizeof xin, "%s/x.npy", tmp);
+    FR_ASSERT_OK(fr_npy_save(xin, x));
+    snprintf(outdir, sizeof outdir, "%s/new/out dir", tmp);
+    /* dims come from x.npy's shape */
+    snprintf(args, sizeof args, "run '%s' --input x='%s' --output-dir '%s'", model, xin, outdir);
+    EXPECT_CLI(args, 0, STDOUT, "out_relu_0.npy");
+    CU_ASSERT_STRING_EQUAL(err_text, "");
+    snprintf(path, sizeof path, "%s/out_relu_0.npy", outdir);
+    fr_tensor *y = NULL, *sf = NULL;
+    FR_ASSERT_OK(fr_npy_load(path, &y));
+    CU_ASSERT_EQUAL_FATAL(y->dtype, FR_F32);
+    CU_ASSERT_EQUAL_FATAL(y->rank, 3);
+    CU_ASSERT_EQUAL(y->dims[0] * 100 + y->dims[1] * 10 + y->dims[2], 253);
+    double ref[30];
+    for (int m = 0; m < 10; m++)
+        for (int n = 0; n < 3; n++) {
+            double acc = 0;
+            for (int k = 0; k < 4; k++) acc += (double)((float *)x->data)[m * 4 + k] * W[k * 3 + n];
+            ref[m * 3 + n] = acc > 0 ? acc : 0;
+        }
+    CU_ASSERT(fr_rel_l2_d(y->data, ref, 30) < 1e-6);
+    snprintf(path, sizeof path, "%s/shape_f.npy", outdir);
+    FR_ASSERT_OK(fr_npy_load(path, &sf));
+    CU_ASSERT_EQUAL(fr_tensor_numel(sf), 3);
+    CU_ASSERT(sf->dtype == FR_F32 && ((float *)sf->data)[0] == 2 && ((float *)sf->data)[1] == 5 &&
+              ((float *)sf->data)[2] == 4);
+    fr_tensor_free(y);
+    fr_tensor_free(sf);
+
+    /* --dim disagreeing with the array, a missing input, an unknown input, a bad file */
+    snprintf(args, sizeof args, "run '%s' --input x='%s' --dim seq=6 --output-dir '%s'", model, xin, outdir);
+    EXPECT_CLI(args, 1, STDERR, "input 'x'");
+    CU_ASSERT_PTR_NOT_NULL(strstr(err_text, "[2, 5, 4]"));
+    snprintf(args, sizeof args, "run '%s' --output-dir '%s'", model, outdir);
+    EXPECT_CLI(args, 1, STDERR, "--input x=FILE.npy");
+    snprintf(args, sizeof args, "run '%s' --input x='%s' --input y='%s' --output-dir '%s'", model, xin, xin, outdir);
+    EXPECT_CLI(args, 1, STDERR, "no input named 'y'");
+    snprintf(args, sizeof args, "run '%s' --input x='%s' --output-dir '%s'", model, model, outdir);
+    EXPECT_CLI(args, 1, STDERR, "not a .npy file");
+    /* the output folder is a file */
+    snprintf(args, sizeof args, "run '%s' --input x='%s' --output-dir '%s'", model, xin, xin);
+    EXPECT_CLI(args, 1, STDERR, "fp8run: error:");
+    fr_tensor_free(x);
+}
+
+/* The fixture model through the CLI: info shows its histogram, run matches PyTorch. */
+static void test_fixture_gpt2(void)
+{
+    char dir[600], args[4400], path[1200];
+    fr_fixture(dir, sizeof dir, "gpt2_tiny");
+    snprintf(path, sizeof path, "%s/model.onnx", dir);
+    if (access(path, R_OK) != 0) {
+        fprintf(stderr, "\n  fixture %s missing\n", path);
+        CU_FAIL("gpt2_tiny fixture missing");
+        return;
+    }
+    snprintf(args, sizeof args, "info '%s'", path);
+    EXPECT_CLI(args, 0, STDOUT, "op histogram");
+    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "  MatMul"));
+    /* every input_<name>.npy becomes --input name=... */
+    char cmd[1400], inputs[1600] = "";
+    snprintf(cmd, sizeof cmd, "ls '%s' | sed -n 's/^input_\\(.*\\)\\.npy$/\\1/p' > '%s/names'", dir, tmp);
+    CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "%s/names", tmp);
+    char *names = slurp(cmd);
+    for (char *tok = strtok(names, "\n"); tok; tok = strtok(NULL, "\n")) {
+        size_t off = strlen(inputs);
+        snprintf(inputs + off, sizeof inputs - off, " --input '%s=%s/input_%s.npy'", tok, dir, tok);
+    }
+    free(names);
+    snprintf(args, sizeof args, "run '%s'%s --output-dir '%s/gpt2'", path, inputs, tmp);
+    EXPECT_CLI(args, 0, STDOUT, ".npy");
+    /* compare each written output with the fixture's output_<name>.npy */
+    snprintf(cmd, sizeof cmd, "ls '%s' | sed -n 's/^output_\\(.*\\)\\.npy$/\\1/p' > '%s/names'", dir, tmp);
+    CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "%s/names", tmp);
+    names = slurp(cmd);
+    int compared = 0;
+    for (char *tok = strtok(names, "\n"); tok; tok = strtok(NULL, "\n")) {
+        fr_tensor *got = NULL, *want = NULL;
+        snprintf(path, sizeof path, "%s/gpt2/%s.npy", tmp, tok);
+        FR_ASSERT_OK(fr_npy_load(path, &got));
+        snprintf(path, sizeof path, "%s/output_%s.npy", dir, tok);
+        FR_ASSERT_OK(fr_npy_load(path, &want));
+        CU_ASSERT_EQUAL_FATAL(got->dtype, want->dtype);
+        CU_ASSERT_EQUAL_FATAL(got->nbytes, want->nbytes);
+        if (got->dtype == FR_F32) {
+            double rel = fr_rel_l2(got->data, want->data, fr_tensor_numel(want));
+            if (!(rel <= 1e-4)) fprintf(stderr, "\n  gpt2_tiny output %s: relative L2 %.3g\n", tok, rel);
+            CU_ASSERT(rel <= 1e-4);
+        } else {
+            CU_ASSERT(memcmp(got->data, want->data, got->nbytes) == 0);
+        }
+        compared++;
+        fr_tensor_free(got);
+        fr_tensor_free(want);
+    }
+    free(names);
+    CU_ASSERT(compared > 0);
+}
+
+/* Broken fixtures through the CLI: exit code 1 and the library's message. */
+static void test_fixture_errors(void)
+{
+    char model[600], input[600], args[2000];
+    fr_fixture(model, sizeof model, "bad/gather_oob.onnx");
+    fr_fixture(input, sizeof input, "bad/gather_oob_input.npy");
+    fr_graph *g = NULL;
+    FR_ASSERT_OK(fr_onnx_load_file(model, &g));
+    CU_ASSERT_EQUAL_FATAL(g->n_inputs, 1);
+    snprintf(args, sizeof args, "run '%s' --input '%s=%s' --output-dir '%s/oob'", model,
+             g->values[g->inputs[0]].name, input, tmp);
+    fr_graph_free(g);
+    EXPECT_CLI(args, 1, STDERR, "fp8run: error: node '");
+    CU_ASSERT_PTR_NOT_NULL(strstr(err_text, "(Gather)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err_text, "out of range"));
+    CU_ASSERT_STRING_EQUAL(out_text, "");
+    fr_fixture(model, sizeof model, "bad/unsupported_op.onnx");
+    snprintf(args, sizeof args, "info '%s'", model);
+    EXPECT_CLI(args, 1, STDERR, "is not supported");
+    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "op histogram")); /* what could be read is shown */
+}
+
+static CU_TestInfo cli_tests[] = {
+    {"help_and_version", test_help_and_version},
+    {"usage_errors", test_usage_errors},
+    {"info", test_info},
+    {"run", test_run},
+    {"fixture_gpt2", test_fixture_gpt2},
+    {"fixture_errors", test_fixture_errors},
+    CU_TEST_INFO_NULL,
+};
+
+static CU_SuiteInfo suites[] = {
+    {"cli", suite_init, suite_clean, NULL, NULL, cli_tests},
+    CU_SUITE_INFO_NULL,
+};
+
+int main(void) { return fr_test_main(suites); }

@@ -1,0 +1,56 @@
+/* Shared pieces of the fp8run CLI: the command table entry, error reporting with the exit
+ * codes the CLI promises (1: the work failed, 2: the command line is wrong), and option
+ * parsing helpers. Results go to stdout, everything else to stderr. */
+#ifndef FR_CLI_H
+#define FR_CLI_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "passes/passes.h"
+
+#define CLI_EXIT_FAIL 1
+#define CLI_EXIT_USAGE 2
+
+typedef struct cli_command {
+    const char *name;
+    const char *summary;
+    int (*run)(int argc, char **argv); /* argv[0] is the command name */
+    void (*help)(FILE *f);
+} cli_command;
+
+/* "fp8run: error: <message>" on stderr; return CLI_EXIT_FAIL. */
+int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The library's last error as a failure. */
+int cli_fail_status(void);
+/* A usage error for command `cmd` (NULL: top level), with a pointer to --help; returns
+ * CLI_EXIT_USAGE. */
+int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Option matching for "--name VALUE" and "--name=VALUE". When argv[*i] is option `name`,
+ * sets *value (advancing *i past a separate value) and returns 1; returns -1 (after printing
+ * a usage error) when the value is missing; 0 when argv[*i] is another argument. */
+int cli_option(int argc, char **argv, int *i, const char *cmd, const char *name, const char **value);
+int cli_is_help(const char *arg);
+
+/* A growing list of --dim bindings; names point into argv. */
+typedef struct cli_dims {
+    fr_dim_binding *items;
+    int n;
+} cli_dims;
+/* Parse "NAME=VALUE" (VALUE a non-negative integer) and append; CLI_EXIT_USAGE on a bad
+ * form (message printed), 0 on success. */
+int cli_dims_add(cli_dims *d, const char *cmd, const char *arg);
+void cli_dims_free(cli_dims *d);
+
+/* "1.23M", "45.6K", "999" into buf. */
+const char *cli_human_count(int64_t n, char *buf, size_t len);
+/* "4.94 MiB", "512 B" into buf. */
+const char *cli_human_bytes(uint64_t n, char *buf, size_t len);
+
+int cli_info(int argc, char **argv);
+void cli_info_help(FILE *f);
+int cli_run(int argc, char **argv);
+void cli_run_help(FILE *f);
+
+#endif
