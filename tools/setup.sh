@@ -40,7 +40,15 @@ build) deps; build "$BUILD_DIR" ;;
 demo)
     deps
     build "$BUILD_DIR"
-    "$BUILD_DIR/fp8run" demo
+    if "$BUILD_DIR/fp8run" help demo >/dev/null 2>&1; then
+        "$BUILD_DIR/fp8run" demo
+    else
+        # until training lands: describe and run the bundled Llama-style model on CPU
+        m=tests/fixtures/llama_tiny
+        "$BUILD_DIR/fp8run" info "$m/model.onnx" --dim batch=2 --dim seq=13
+        "$BUILD_DIR/fp8run" run "$m/model.onnx" --input input_ids="$m/input_input_ids.npy" \
+            --output-dir "$BUILD_DIR/demo"
+    fi
     ;;
 test)
     deps
