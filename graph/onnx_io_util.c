@@ -1,0 +1,287 @@
+/* File-system helpers for ONNX import/export (see onnx_io_util.h). */
+#include "onnx_io_util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+char *fr_onnx_dirname(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash) return fr_strdup(".", "model folder");
+    size_t n = (size_t)(slash - path);
+    if (n == 0) n = 1; /* "/model.onnx" lives in "/" */
+    char *d = fr_malloc(n + 1, "model folder");
+    if (!d) return NULL;
+    memcpy(d, path, n);
+    d[n] = '\0';
+    return d;
+}
+
+const char *fr_onnx_basename(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+char *fr_onnx_join(const char *dir, const char *name)
+{
+    size_t a = strlen(dir), b = strlen(name);
+    char *p = fr_malloc(a + b + 2, "path");
+    if (!p) return NULL;
+    memcpy(p, dir, a);
+    p[a] = '/';
+    memcpy(p + a + 1, name, b + 1);
+    return p;
+}
+
+fr_status fr_onnx_read_file(const char *path, void **data, size_t *len)
+{
+    *data = NULL;
+    *len = 0;
+    /* O_NONBLOCK: a FIFO planted as the model must not hang us before the S_ISREG check */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return fr_error(FR_ERR_IO, "cannot open model '%s': %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        fr_status st = fr_error(FR_ERR_IO, "cannot stat model '%s': %s", path, strerror(errno));
+        close(fd);
+        return st;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return fr_error(FR_ERR_IO, "model '%s' is not a regular file", path);
+    }
+    if ((uint64_t)sb.st_size > FR_ONNX_MAX_PROTO_BYTES) {
+        close(fd);
+        return fr_error(FR_ERR_UNSUPPORTED,
+                        "model '%s' is %lld bytes, more than protobuf's 2 GiB limit for one "
+                        "message (large weights belong in ONNX external data files)",
+                        path, (long long)sb.st_size);
+    }
+    size_t n = (size_t)sb.st_size;
+    unsigned char *buf = fr_malloc(n, "model file contents");
+    if (!buf) {
+        close(fd);
+        return fr_error_context(FR_ERR_OOM, "reading model '%s'", path);
+    }
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            fr_status st = r < 0 ? fr_error(FR_ERR_IO, "reading model '%s' failed: %s", path, strerror(errno))
+                                 : fr_error(FR_ERR_IO, "model '%s' shrank while it was read (%zu of %zu bytes)",
+                                            path, got, n);
+            free(buf);
+            close(fd);
+            return st;
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    *data = buf;
+    *len = n;
+    return FR_OK;
+}
+
+/* True when one '/'-separated component of p is "..". */
+static int has_dotdot(const char *p)
+{
+    while (*p) {
+        const char *end = strchr(p, '/');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        if (n == 2 && p[0] == '.' && p[1] == '.') return 1;
+        if (!end) break;
+        p = end + 1;
+    }
+    return 0;
+}
+
+fr_status fr_onnx_open_external(const char *model_dir, const char *location, const char *what,
+                                int *fd, uint64_t *size)
+{
+    *fd = -1;
+    *size = 0;
+    if (!location || !location[0])
+        return fr_error(FR_ERR_PARSE, "%s: external data without a location", what);
+    if (location[0] == '/')
+        return fr_error(FR_ERR_PARSE,
+                        "%s: external data location '%s' is an absolute path (refused: it "
+                        "must be relative to the model's folder)", what, location);
+    if (has_dotdot(location))
+        return fr_error(FR_ERR_PARSE,
+                        "%s: external data location '%s' climbs out of the model's folder "
+                        "with '..' (refused)", what, location);
+    char *full = fr_onnx_join(model_dir, location);
+    if (!full) return FR_ERR_OOM;
+    char *rdir = realpath(model_dir, NULL);
+    if (!rdir) {
+        fr_status st = fr_error(FR_ERR_IO, "%s: cannot resolve the model folder '%s': %s",
+                                what, model_dir, strerror(errno));
+        free(full);
+        return st;
+    }
+    char *rfile = realpath(full, NULL);
+    if (!rfile) {
+        fr_status st = fr_error(FR_ERR_IO, "%s: external data file '%s' cannot be opened: %s",
+                                what, location, strerror(errno));
+        free(full);
+        free(rdir);
+        return st;
+    }
+    free(full);
+    if (strcmp(rfile, rdir) == 0) {
+        fr_status st = fr_error(FR_ERR_PARSE,
+                                "%s: external data location '%s' names the model's folder, not a file",
+                                what, location);
+        free(rdir);
+        free(rfile);
+        return st;
+    }
+    /* symlinks are resolved now: the real path must still lie under the real folder */
+    size_t dl = strlen(rdir);
+    int inside = strcmp(rdir, "/") == 0 || (strncmp(rfile, rdir, dl) == 0 && rfile[dl] == '/');
+    free(rdir);
+    if (!inside) {
+        fr_status st = fr_error(FR_ERR_PARSE,
+                                "%s: external data location '%s' resolves to '%s', outside "
+                                "the model's folder (refused: symlink escape)", what, location, rfile);
+        free(rfile);
+        return st;
+    }
+    /* O_NOFOLLOW: the resolved path has no symlinks; one appearing now is a swap under us */
+    int f = open(rfile, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (f < 0) {
+        fr_status st = fr_error(FR_ERR_IO, "%s: cannot open external data file '%s': %s",
+                                what, location, strerror(errno));
+        free(rfile);
+        return st;
+    }
+    free(rfile);
+    struct stat sb;
+    if (fstat(f, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(f);
+        return fr_error(FR_ERR_IO, "%s: external data '%s' is not a regular file", what,
+                        location);
+    }
+    *fd = f;
+    *size = (uint64_t)sb.st_size;
+    return FR_OK;
+}
+
+fr_status fr_onnx_pread_all(int fd, void *buf, size_t n, uint64_t offset, const char *what)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, (unsigned char *)buf + got, n - got, (off_t)(offset + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return fr_error(FR_ERR_IO, "%s: read failed: %s", what, strerror(errno));
+        if (r == 0)
+            return fr_error(FR_ERR_PARSE, "%s: the file ended after %zu of %zu bytes", what, got, n);
+        got += (size_t)r;
+    }
+    return FR_OK;
+}
+
+/* ---- atomic replacement ---- */
+
+fr_status fr_atomic_open(const char *path, fr_atomic_file *f)
+{
+    f->fd = -1;
+    f->tmp = NULL;
+    f->path = fr_strdup(path, "output path");
+    char *dir = fr_onnx_dirname(path);
+    size_t n = strlen(path) + 64;
+    char *tmp = fr_malloc(n, "temporary path");
+    if (!f->path || !dir || !tmp) {
+        free(dir);
+        free(tmp);
+        fr_atomic_abort(f);
+        return FR_ERR_OOM;
+    }
+    /* a hidden name in the destination folder, so rename() stays on one file system;
+     * O_EXCL|O_NOFOLLOW: never open something an attacker placed there */
+    int err = 0;
+    for (int attempt = 0; attempt < 100; attempt++) {
+        snprintf(tmp, n, "%s/.%s.tmp.%ld.%d", dir, fr_onnx_basename(path), (long)getpid(), attempt);
+        f->fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (f->fd >= 0) break;
+        err = errno;
+        if (err != EEXIST) break;
+    }
+    free(dir);
+    if (f->fd < 0) { /* nothing was created: tmp is not ours to unlink */
+        fr_status st = fr_error(FR_ERR_IO, "cannot create a temporary file next to '%s': %s", path,
+                                strerror(err));
+        free(tmp);
+        fr_atomic_abort(f);
+        return st;
+    }
+    f->tmp = tmp;
+    return FR_OK;
+}
+
+fr_status fr_atomic_write(fr_atomic_file *f, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    while (n > 0) {
+        ssize_t w = write(f->fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0)
+            return fr_error(FR_ERR_IO, "writing '%s' failed: %s", f->path,
+                            w < 0 ? strerror(errno) : "no progress");
+        p += w;
+        n -= (size_t)w;
+    }
+    return FR_OK;
+}
+
+fr_status fr_atomic_finish(fr_atomic_file *f)
+{
+    fr_status st = FR_OK;
+    if (fsync(f->fd) != 0) st = fr_error(FR_ERR_IO, "fsync of '%s' failed: %s", f->path, strerror(errno));
+    if (close(f->fd) != 0 && st == FR_OK)
+        st = fr_error(FR_ERR_IO, "closing '%s' failed: %s", f->path, strerror(errno));
+    f->fd = -1;
+    return st;
+}
+
+fr_status fr_atomic_commit(fr_atomic_file *f)
+{
+    /* rename() replaces a symlink at `path` itself; it never writes through it */
+    if (rename(f->tmp, f->path) != 0) {
+        fr_status st = fr_error(FR_ERR_IO, "cannot move the new file into place at '%s': %s",
+                                f->path, strerror(errno));
+        fr_atomic_abort(f);
+        return st;
+    }
+    char *dir = fr_onnx_dirname(f->path);
+    if (dir) { /* best effort: the rename has happened; this makes it durable */
+        int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+            fsync(dfd);
+            close(dfd);
+        }
+        free(dir);
+    }
+    free(f->tmp);
+    free(f->path);
+    f->tmp = f->path = NULL;
+    return FR_OK;
+}
+
+void fr_atomic_abort(fr_atomic_file *f)
+{
+    if (f->fd >= 0) close(f->fd);
+    f->fd = -1;
+    if (f->tmp) unlink(f->tmp);
+    free(f->tmp);
+    free(f->path);
+    f->tmp = f->path = NULL;
+}

@@ -1,0 +1,52 @@
+/* File-system side of ONNX import/export: reading a model file, confining external-data
+ * locations to the model's folder (also through symlinks), and atomic replacement of output
+ * files (temporary file created with O_EXCL|O_NOFOLLOW in the same folder, fsync, rename).
+ * Model files are hostile input, so every path and size is checked before it is used. */
+#ifndef FR_ONNX_IO_UTIL_H
+#define FR_ONNX_IO_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../runtime/status.h"
+
+/* Protobuf cannot encode or decode a message of 2 GiB or more. */
+#define FR_ONNX_MAX_PROTO_BYTES ((uint64_t)INT32_MAX)
+
+/* The folder part of `path` ("." when it has none), malloc'ed; NULL on OOM (error recorded). */
+char *fr_onnx_dirname(const char *path);
+/* The last component of `path` (points into path). */
+const char *fr_onnx_basename(const char *path);
+/* dir + "/" + name, malloc'ed; NULL on OOM. */
+char *fr_onnx_join(const char *dir, const char *name);
+
+/* Read a whole model file into malloc'ed memory. Refuses non-regular files and files larger
+ * than FR_ONNX_MAX_PROTO_BYTES; every failure names the path. */
+fr_status fr_onnx_read_file(const char *path, void **data, size_t *len);
+
+/* Open the external-data file `location` for reading (`what` names the tensor in messages). The location must be
+ * relative, must not contain a ".." component, and must resolve (after symlinks) to a regular
+ * file inside model_dir. Returns the descriptor and the file's size. */
+fr_status fr_onnx_open_external(const char *model_dir, const char *location, const char *what,
+                                int *fd, uint64_t *size);
+/* pread exactly n bytes at offset; a short file is FR_ERR_PARSE naming `what`. */
+fr_status fr_onnx_pread_all(int fd, void *buf, size_t n, uint64_t offset, const char *what);
+
+/* A file being written atomically: data goes to `tmp`, commit renames it over `path`. */
+typedef struct fr_atomic_file {
+    char *path;
+    char *tmp;
+    int fd;
+} fr_atomic_file;
+
+/* Create the temporary file next to `path` (never following a symlink). */
+fr_status fr_atomic_open(const char *path, fr_atomic_file *f);
+fr_status fr_atomic_write(fr_atomic_file *f, const void *data, size_t n);
+/* fsync and close the temporary file (the data is durable, not yet visible). */
+fr_status fr_atomic_finish(fr_atomic_file *f);
+/* Rename the finished temporary file over `path` and fsync the folder; frees f's strings. */
+fr_status fr_atomic_commit(fr_atomic_file *f);
+/* Remove the temporary file and free f's strings; safe to call twice. */
+void fr_atomic_abort(fr_atomic_file *f);
+
+#endif
