@@ -1103,7 +1103,15 @@ static const char *ort_script =
     "import numpy as np\n"
     "import onnxruntime as ort\n"
     "s = ort.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider'])\n"
-    "if len(sys.argv) > 2:\n"
+    "if len(sys.argv) == 3:\n" /* a fixture folder: feed its inputs, compare with PyTorch */
+    "    d = sys.argv[2]\n"
+    "    feeds = {i.name: np.load(d + '/input_' + i.name + '.npy') for i in s.get_inputs()}\n"
+    "    y = s.run(None, feeds)[0]\n"
+    "    ref = np.load(d + '/output_logits.npy')\n"
+    "    if y.shape != ref.shape or not np.allclose(y, ref, rtol=1e-3, atol=1e-4):\n"
+    "        print('MISMATCH', y.shape, ref.shape, float(np.abs(y - ref).max()))\n"
+    "        sys.exit(1)\n"
+    "if len(sys.argv) > 3:\n"
     "    x = np.fromfile(sys.argv[2], dtype=np.float32).reshape(int(sys.argv[4]), -1)\n"
     "    y = s.run(None, {s.get_inputs()[0].name: x})[0]\n"
     "    np.asarray(y, dtype=np.float32).tofile(sys.argv[3])\n"
@@ -1169,7 +1177,7 @@ static void test_onnxruntime_loads_exports(void)
     double err = fr_rel_l2_d(y, ref, batch * cols);
     CU_ASSERT(err < 1e-5); /* float32 GEMM of length 12 vs double */
     fr_graph_free(g);
-    /* every fixture, exported inline and with external data */
+    /* every fixture, exported inline and with external data, gives PyTorch's logits */
     for (int i = 0; i < N_FIXTURES; i++) {
         char rel[200], src[700];
         snprintf(rel, sizeof rel, "%s/model.onnx", fixture_models[i]);
@@ -1185,9 +1193,11 @@ static void test_onnxruntime_loads_exports(void)
         fr_onnx_save_options o = {dn, 1024};
         CU_ASSERT_EQUAL(fr_onnx_save_file(fg, pi, NULL), FR_OK);
         CU_ASSERT_EQUAL(fr_onnx_save_file(fg, pe, &o), FR_OK);
-        snprintf(args, sizeof args, "'%s'", pi);
+        char fdir[700];
+        fr_fixture(fdir, sizeof fdir, fixture_models[i]);
+        snprintf(args, sizeof args, "'%s' '%s'", pi, fdir);
         CU_ASSERT(run_ort(dir, args));
-        snprintf(args, sizeof args, "'%s'", pe);
+        snprintf(args, sizeof args, "'%s' '%s'", pe, fdir);
         CU_ASSERT(run_ort(dir, args));
         fr_graph_free(fg);
     }
