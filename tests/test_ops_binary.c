@@ -10,134 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/ir.h"
-#include "harness.h"
-#include "ops/op.h"
+#include "op_harness.h"
 
-/* ---- a one-node graph run as the executor will: infer, allocate outputs, run ---- */
-
-typedef struct tnode {
-    fr_graph *g;
-    int nid, n_in, n_out;
-    int in_vid[8], out_vid[4];
-    fr_tensor *in[8];  /* caller's tensors, or the value's constant for constant inputs */
-    fr_tensor *out[4]; /* allocated from the inferred shapes */
-} tnode;
-
-/* ins[i] == NULL is an omitted optional input; bit i of const_mask makes input i a constant
- * (initializer, cloned) so infer() can read it. */
-static void tn_init(tnode *t, const char *op, int64_t opset, int n_in, fr_tensor *const *ins,
-                    unsigned const_mask, int n_out)
-{
-    memset(t, 0, sizeof *t);
-    FR_ASSERT_OK(fr_graph_new(&t->g));
-    fr_graph *g = t->g;
-    g->opsets = fr_calloc(1, sizeof(fr_opset), "opsets");
-    CU_ASSERT_PTR_NOT_NULL_FATAL(g->opsets);
-    g->opsets[0].domain = fr_strdup("", "domain");
-    g->opsets[0].version = opset;
-    g->n_opsets = 1;
-    t->n_in = n_in;
-    t->n_out = n_out;
-    for (int i = 0; i < n_in; i++) {
-        t->in_vid[i] = -1;
-        if (!ins[i]) continue;
-        char nm[16];
-        snprintf(nm, sizeof nm, "in%d", i);
-        FR_ASSERT_OK(fr_graph_add_value(g, nm, &t->in_vid[i]));
-        if (const_mask & (1u << i)) {
-            fr_tensor *c;
-            FR_ASSERT_OK(fr_tensor_clone(ins[i], nm, &c));
-            FR_ASSERT_OK(fr_graph_set_initializer(g, t->in_vid[i], c));
-            t->in[i] = c;
-        } else {
-            fr_value_set_shape(&g->values[t->in_vid[i]], ins[i]->dtype, ins[i]->rank, ins[i]->dims);
-            FR_ASSERT_OK(fr_graph_mark_input(g, t->in_vid[i]));
-            t->in[i] = ins[i];
-        }
-    }
-    for (int o = 0; o < n_out; o++) {
-        char nm[16];
-        snprintf(nm, sizeof nm, "out%d", o);
-        FR_ASSERT_OK(fr_graph_add_value(g, nm, &t->out_vid[o]));
-    }
-    FR_ASSERT_OK(fr_graph_add_node(g, op, "", "node_under_test", n_in, t->in_vid, n_out,
-                                   t->out_vid, &t->nid));
-}
-
-static fr_node *tn_node(tnode *t) { return &t->g->nodes[t->nid]; }
-
-static fr_status tn_run(tnode *t)
-{
-    fr_node *n = tn_node(t);
-    const fr_op_def *op = fr_op_find(n->domain, n->op_type);
-    if (!op) return fr_error(FR_ERR_UNSUPPORTED, "op %s is not registered", n->op_type);
-    FR_TRY(op->infer(t->g, t->nid));
-    for (int o = 0; o < t->n_out; o++) {
-        const fr_value *v = &t->g->values[t->out_vid[o]];
-        FR_TRY(fr_tensor_new(v->dtype, v->rank, v->dims, v->name, &t->out[o]));
-    }
-    fr_kernel_ctx ctx = {t->g, n, fr_graph_opset(t->g, n->domain), t->n_in, t->n_out, t->in, t->out};
-    return op->cpu(&ctx);
-}
-
-static void tn_free(tnode *t)
-{
-    for (int o = 0; o < t->n_out; o++) fr_tensor_free(t->out[o]);
-    fr_graph_free(t->g);
-}
-
-static void assert_error_mentions(const char *what)
-{
-    const char *e = fr_last_error();
-    CU_ASSERT_PTR_NOT_NULL(strstr(e, "node_under_test"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(e, what));
-    if (!strstr(e, what)) fprintf(stderr, "\n  error was: %s (want '%s')\n", e, what);
-}
-
-static fr_tensor *tnew(fr_dtype dt, int rank, const int64_t *dims)
-{
-    fr_tensor *t = NULL;
-    FR_ASSERT_OK(fr_tensor_new(dt, rank, dims, "test tensor", &t));
-    return t;
-}
-
-static int64_t rand_int(fr_rng *r, int64_t lo, int64_t hi)
-{
-    return lo + (int64_t)(fr_rng_uniform(r) * (double)(hi - lo + 1));
-}
-
-/* Fill from doubles in [lo, hi); integers get integers in [lo, hi], bools 0/1. With
- * `discrete`, values come from the integers in [lo, hi] in every dtype, so comparisons see
- * ties. */
-static void fill(fr_rng *r, fr_tensor *t, double lo, double hi, int discrete)
-{
-    int64_t n = fr_tensor_numel(t);
-    for (int64_t i = 0; i < n; i++) {
-        double v = discrete || fr_dtype_is_int(t->dtype)
-                       ? (double)rand_int(r, (int64_t)lo, (int64_t)hi)
-                       : lo + (hi - lo) * fr_rng_uniform(r);
-        switch (t->dtype) {
-        case FR_F32: ((float *)t->data)[i] = (float)v; break;
-        case FR_F64: ((double *)t->data)[i] = v; break;
-        case FR_I32: ((int32_t *)t->data)[i] = (int32_t)v; break;
-        case FR_I64: ((int64_t *)t->data)[i] = (int64_t)v; break;
-        case FR_BOOL: ((uint8_t *)t->data)[i] = fr_rng_uniform(r) < 0.5; break;
-        default: CU_FAIL_FATAL("fill: dtype");
-        }
-    }
-}
-
-static void put_f(fr_tensor *t, int64_t i, double v)
-{
-    if (t->dtype == FR_F32) ((float *)t->data)[i] = (float)v;
-    else if (t->dtype == FR_F64) ((double *)t->data)[i] = v;
-    else if (t->dtype == FR_I32) ((int32_t *)t->data)[i] = (int32_t)v;
-    else ((int64_t *)t->data)[i] = (int64_t)v;
-}
-
-/* Independent numpy broadcasting: expected output shape, and the flat index in `src` of
- * output element i. */
+/* Independent numpy broadcasting: the expected output shape. */
 static int bshape(int ra, const int64_t *da, int rb, const int64_t *db, int *r, int64_t *d)
 {
     *r = ra > rb ? ra : rb;
@@ -148,26 +23,6 @@ static int bshape(int ra, const int64_t *da, int rb, const int64_t *db, int *r, 
         d[k] = a == 1 ? b : a;
     }
     return 1;
-}
-
-static int64_t src_index(const fr_tensor *src, const fr_tensor *out, int64_t i)
-{
-    int64_t idx = 0, mul = 1;
-    for (int k = out->rank - 1; k >= 0; k--) {
-        int64_t c = i % out->dims[k];
-        i /= out->dims[k];
-        int j = k - (out->rank - src->rank);
-        if (j < 0) continue;
-        if (src->dims[j] != 1) idx += c * mul;
-        mul *= src->dims[j];
-    }
-    return idx;
-}
-
-static void assert_shape(const fr_tensor *y, int r, const int64_t *d)
-{
-    CU_ASSERT_EQUAL_FATAL(y->rank, r);
-    for (int k = 0; k < r; k++) CU_ASSERT_EQUAL(y->dims[k], d[k]);
 }
 
 /* operand shape pairs: equal, scalar either side, rank-0, row and column broadcasts, both
@@ -223,21 +78,19 @@ static void check_arith_float(fr_dtype dt)
     double tol = dt == FR_F32 ? 1e-6 : 1e-15;
     for (int k = 0; k < 4; k++) {
         for (int p = 0; p < N_PAIRS; p++) {
-            fr_tensor *a = tnew(dt, pairs[p].a.r, pairs[p].a.d), *b = tnew(dt, pairs[p].b.r, pairs[p].b.d);
-            fill(&r, a, -3, 3, 0);
-            fill(&r, b, -3, 3, 0);
+            fr_tensor *a = tt_rand_uniform(&r, dt, pairs[p].a.r, pairs[p].a.d, -3, 3);
+            fr_tensor *b = tt_rand_uniform(&r, dt, pairs[p].b.r, pairs[p].b.d, -3, 3);
             tnode t;
             FR_ASSERT_OK(run2(&t, ops[k], 14, a, b));
             fr_tensor *y = t.out[0];
             int er;
             int64_t ed[FR_MAX_RANK];
             CU_ASSERT_FATAL(bshape(a->rank, a->dims, b->rank, b->dims, &er, ed));
-            assert_shape(y, er, ed);
-            CU_ASSERT_EQUAL(y->dtype, dt);
+            tt_assert_shape(y, dt, er, ed);
             int bad = 0;
             for (int64_t i = 0; i < fr_tensor_numel(y); i++) {
-                double av = fr_tensor_get_f64(a, src_index(a, y, i));
-                double bv = fr_tensor_get_f64(b, src_index(b, y, i));
+                double av = fr_tensor_get_f64(a, tt_bcast_index(a, y, i));
+                double bv = fr_tensor_get_f64(b, tt_bcast_index(b, y, i));
                 double ref = ref_arith(ops[k], av, bv), got = fr_tensor_get_f64(y, i);
                 if (!(fabs(got - ref) <= tol * fabs(ref))) {
                     if (bad++ < 3) fprintf(stderr, "\n  %s pair %d i=%lld: got %.10g want %.10g", ops[k], p, (long long)i, got, ref);
@@ -264,20 +117,18 @@ static void test_arith_int(void)
     for (int di = 0; di < 2; di++) {
         for (int k = 0; k < 4; k++) {
             for (int p = 0; p < N_PAIRS; p++) {
-                fr_tensor *a = tnew(dts[di], pairs[p].a.r, pairs[p].a.d);
-                fr_tensor *b = tnew(dts[di], pairs[p].b.r, pairs[p].b.d);
-                fill(&r, a, -1000, 1000, 0);
-                fill(&r, b, -50, 50, 0);
+                fr_tensor *a = tt_rand_ints(&r, dts[di], pairs[p].a.r, pairs[p].a.d, -1000, 1000);
+                fr_tensor *b = tt_rand_ints(&r, dts[di], pairs[p].b.r, pairs[p].b.d, -50, 50);
                 for (int64_t i = 0; i < fr_tensor_numel(b); i++)
-                    if (fr_tensor_get_i64(b, i) == 0) put_f(b, i, 7);
+                    if (fr_tensor_get_i64(b, i) == 0) tt_set(b, i, 7);
                 tnode t;
                 FR_ASSERT_OK(run2(&t, ops[k], 14, a, b));
                 fr_tensor *y = t.out[0];
                 CU_ASSERT_EQUAL(y->dtype, dts[di]);
                 int bad = 0;
                 for (int64_t i = 0; i < fr_tensor_numel(y); i++) {
-                    double av = (double)fr_tensor_get_i64(a, src_index(a, y, i));
-                    double bv = (double)fr_tensor_get_i64(b, src_index(b, y, i));
+                    double av = (double)fr_tensor_get_i64(a, tt_bcast_index(a, y, i));
+                    double bv = (double)fr_tensor_get_i64(b, tt_bcast_index(b, y, i));
                     double ref = k == 3 ? trunc(av / bv) : ref_arith(ops[k], av, bv);
                     bad += (double)fr_tensor_get_i64(y, i) != ref;
                 }
@@ -290,7 +141,7 @@ static void test_arith_int(void)
     }
     /* wrapping at the edges, and INT_MIN / -1 */
     int64_t d1[1] = {3};
-    fr_tensor *a = tnew(FR_I32, 1, d1), *b = tnew(FR_I32, 1, d1);
+    fr_tensor *a = tt_new(FR_I32, 1, d1), *b = tt_new(FR_I32, 1, d1);
     int32_t *av = a->data, *bv = b->data;
     av[0] = INT32_MAX; bv[0] = 1;
     av[1] = INT32_MIN; bv[1] = -1;
@@ -308,7 +159,7 @@ static void test_arith_int(void)
     tn_free(&t);
     bv[2] = 0; /* integer division by zero is an error, not a crash */
     CU_ASSERT_EQUAL(run2(&t, "Div", 14, a, b), FR_ERR_RANGE);
-    assert_error_mentions("division by zero");
+    tn_assert_error("division by zero");
     tn_free(&t);
     fr_tensor_free(a);
     fr_tensor_free(b);
@@ -322,19 +173,18 @@ static void test_pow(void)
     fr_dtype edts[] = {FR_F32, FR_I64, FR_I32, FR_F64};
     for (int p = 0; p < N_PAIRS; p++) {
         for (int e = 0; e < 4; e++) {
-            fr_tensor *a = tnew(FR_F32, pairs[p].a.r, pairs[p].a.d);
-            fr_tensor *b = tnew(edts[e], pairs[p].b.r, pairs[p].b.d);
-            fill(&r, a, -3, 3, 0);
-            fill(&r, b, -3, 3, 1); /* integral exponents: negative bases stay real */
-            if (edts[e] == FR_F64 && fr_tensor_numel(b) > 1) put_f(b, 0, 0.5); /* NaN for a < 0 */
+            fr_tensor *a = tt_rand_uniform(&r, FR_F32, pairs[p].a.r, pairs[p].a.d, -3, 3);
+            /* integral exponents: negative bases stay real */
+            fr_tensor *b = tt_rand_ints(&r, edts[e], pairs[p].b.r, pairs[p].b.d, -3, 3);
+            if (edts[e] == FR_F64 && fr_tensor_numel(b) > 1) tt_set(b, 0, 0.5); /* NaN for a < 0 */
             tnode t;
             FR_ASSERT_OK(run2(&t, "Pow", 15, a, b));
             fr_tensor *y = t.out[0];
             CU_ASSERT_EQUAL(y->dtype, FR_F32);
             int bad = 0;
             for (int64_t i = 0; i < fr_tensor_numel(y); i++) {
-                double av = fr_tensor_get_f64(a, src_index(a, y, i));
-                double bv = fr_tensor_get_f64(b, src_index(b, y, i));
+                double av = fr_tensor_get_f64(a, tt_bcast_index(a, y, i));
+                double bv = fr_tensor_get_f64(b, tt_bcast_index(b, y, i));
                 double ref = pow(av, bv), got = fr_tensor_get_f64(y, i);
                 if (isnan(ref) ? !isnan(got) : !(fabs(got - ref) <= 1e-6 * fabs(ref))) {
                     if (bad++ < 3) fprintf(stderr, "\n  pow(%g, %g) got %.10g want %.10g", av, bv, got, ref);
@@ -350,8 +200,7 @@ static void test_pow(void)
     double exps[] = {2, 3, 0.5, -1};
     int64_t d[2] = {5, 8};
     for (int k = 0; k < 4; k++) {
-        fr_tensor *a = tnew(FR_F32, 2, d), *b = tnew(FR_F32, 0, NULL);
-        fill(&r, a, -4, 4, 0);
+        fr_tensor *a = tt_rand_uniform(&r, FR_F32, 2, d, -4, 4), *b = tt_new(FR_F32, 0, NULL);
         *(float *)b->data = (float)exps[k];
         tnode t;
         FR_ASSERT_OK(run2(&t, "Pow", 13, a, b));
@@ -367,9 +216,8 @@ static void test_pow(void)
         fr_tensor_free(b);
     }
     /* integer base, integer exponent: exact; negative exponents truncate 1/x^e */
-    fr_tensor *a = tnew(FR_I64, 2, d), *b = tnew(FR_I64, 1, d + 1);
-    fill(&r, a, -5, 5, 0);
-    fill(&r, b, -2, 9, 0);
+    fr_tensor *a = tt_rand_ints(&r, FR_I64, 2, d, -5, 5);
+    fr_tensor *b = tt_rand_ints(&r, FR_I64, 1, d + 1, -2, 9);
     for (int i = 0; i < 40; i++) /* 0 to a negative power is the error case below */
         if (((int64_t *)a->data)[i] == 0) ((int64_t *)a->data)[i] = 2;
     tnode t;
@@ -391,9 +239,9 @@ static void test_pow(void)
     for (int j = 0; j < 8; j++) ((int64_t *)b->data)[j] = -1;
     CU_ASSERT_EQUAL(run2(&t, "Pow", 15, a, b), FR_ERR_RANGE);
     tn_free(&t);
-    fr_tensor *bf = tnew(FR_F32, 0, NULL);
+    fr_tensor *bf = tt_new(FR_F32, 0, NULL);
     CU_ASSERT_EQUAL(run2(&t, "Pow", 15, a, bf), FR_ERR_UNSUPPORTED);
-    assert_error_mentions("int64");
+    tn_assert_error("int64");
     tn_free(&t);
     fr_tensor_free(bf);
     fr_tensor_free(a);
@@ -410,27 +258,25 @@ static void test_mod(void)
         for (int fm = 0; fm <= 1; fm++) {
             int is_float = di >= 2;
             for (int p = 0; p < N_PAIRS; p++) {
-                fr_tensor *a = tnew(dts[di], pairs[p].a.r, pairs[p].a.d);
-                fr_tensor *b = tnew(dts[di], pairs[p].b.r, pairs[p].b.d);
-                fill(&r, a, -100, 100, 0);
-                fill(&r, b, -9, 9, 0);
+                fr_tensor *a = tt_rand_uniform(&r, dts[di], pairs[p].a.r, pairs[p].a.d, -100, 100);
+                fr_tensor *b = tt_rand_uniform(&r, dts[di], pairs[p].b.r, pairs[p].b.d, -9, 9);
                 for (int64_t i = 0; i < fr_tensor_numel(b); i++)
-                    if (fr_tensor_get_f64(b, i) == 0) put_f(b, i, -4);
+                    if (fr_tensor_get_f64(b, i) == 0) tt_set(b, i, -4);
                 tnode t;
                 fr_tensor *ins[2] = {a, b};
                 tn_init(&t, "Mod", 13, 2, ins, 0, 1);
-                FR_ASSERT_OK(fr_node_set_attr_int(tn_node(&t), "fmod", fm));
+                TN_ATTR(&t, int, "fmod", fm);
                 fr_status st = tn_run(&t);
                 if (is_float && !fm) { /* ONNX: floats need fmod=1 */
                     CU_ASSERT_EQUAL(st, FR_ERR_UNSUPPORTED);
-                    assert_error_mentions("fmod");
+                    tn_assert_error("fmod");
                 } else {
                     CU_ASSERT_EQUAL_FATAL(st, FR_OK);
                     fr_tensor *y = t.out[0];
                     int bad = 0;
                     for (int64_t i = 0; i < fr_tensor_numel(y); i++) {
-                        double av = fr_tensor_get_f64(a, src_index(a, y, i));
-                        double bv = fr_tensor_get_f64(b, src_index(b, y, i));
+                        double av = fr_tensor_get_f64(a, tt_bcast_index(a, y, i));
+                        double bv = fr_tensor_get_f64(b, tt_bcast_index(b, y, i));
                         /* fmod: sign of the dividend; Python mod: sign of the divisor */
                         double ref = fm ? fmod(av, bv) : av - bv * floor(av / bv);
                         bad += fr_tensor_get_f64(y, i) != ref;
@@ -466,8 +312,7 @@ static void check_variadic(const char *op, fr_dtype dt)
         int er = 0;
         int64_t ed[FR_MAX_RANK] = {0};
         for (int k = 0; k < n; k++) {
-            ins[k] = tnew(dt, var_cases[c].s[k].r, var_cases[c].s[k].d);
-            fill(&r, ins[k], -5, 5, dt != FR_F32 && dt != FR_F64);
+            ins[k] = tt_rand_uniform(&r, dt, var_cases[c].s[k].r, var_cases[c].s[k].d, -5, 5);
             int64_t prev[FR_MAX_RANK];
             memcpy(prev, ed, sizeof prev);
             CU_ASSERT_FATAL(bshape(er, prev, ins[k]->rank, ins[k]->dims, &er, ed));
@@ -476,12 +321,12 @@ static void check_variadic(const char *op, fr_dtype dt)
         tn_init(&t, op, 13, n, ins, 0, 1);
         FR_ASSERT_OK(tn_run(&t));
         fr_tensor *y = t.out[0];
-        assert_shape(y, er, ed);
+        tt_assert_shape(y, dt, er, ed);
         int bad = 0;
         for (int64_t i = 0; i < fr_tensor_numel(y); i++) {
             double acc = 0, mag = 0;
             for (int k = 0; k < n; k++) {
-                double v = fr_tensor_get_f64(ins[k], src_index(ins[k], y, i));
+                double v = fr_tensor_get_f64(ins[k], tt_bcast_index(ins[k], y, i));
                 if (!strcmp(op, "Max")) acc = k ? fmax(acc, v) : v;
                 else if (!strcmp(op, "Min")) acc = k ? fmin(acc, v) : v;
                 else acc += v;
@@ -512,7 +357,7 @@ static void test_variadic(void)
     check_variadic("Sum", FR_I64);
     /* Max/Min propagate NaN from either side (numpy maximum/minimum) */
     int64_t d[1] = {2};
-    fr_tensor *a = tnew(FR_F32, 1, d), *b = tnew(FR_F32, 1, d);
+    fr_tensor *a = tt_new(FR_F32, 1, d), *b = tt_new(FR_F32, 1, d);
     ((float *)a->data)[0] = NAN;
     ((float *)a->data)[1] = 1;
     ((float *)b->data)[0] = 1;
@@ -524,7 +369,7 @@ static void test_variadic(void)
         tn_free(&t);
     }
     /* Mean has no integer kernel */
-    fr_tensor *ai = tnew(FR_I64, 1, d);
+    fr_tensor *ai = tt_new(FR_I64, 1, d);
     tnode t;
     tn_init(&t, "Mean", 13, 1, &ai, 0, 1);
     CU_ASSERT_EQUAL(tn_run(&t), FR_ERR_UNSUPPORTED);
@@ -554,18 +399,17 @@ static void test_compare(void)
         for (int k = 0; k < 5; k++) {
             if (dts[di] == FR_BOOL && k > 0) continue;
             for (int p = 0; p < N_PAIRS; p++) {
-                fr_tensor *a = tnew(dts[di], pairs[p].a.r, pairs[p].a.d);
-                fr_tensor *b = tnew(dts[di], pairs[p].b.r, pairs[p].b.d);
-                fill(&r, a, -2, 2, 1); /* small integer set: plenty of ties */
-                fill(&r, b, -2, 2, 1);
+                /* small integer set: plenty of ties */
+                fr_tensor *a = tt_rand_ints(&r, dts[di], pairs[p].a.r, pairs[p].a.d, -2, 2);
+                fr_tensor *b = tt_rand_ints(&r, dts[di], pairs[p].b.r, pairs[p].b.d, -2, 2);
                 tnode t;
                 FR_ASSERT_OK(run2(&t, ops[k], 13, a, b));
                 fr_tensor *y = t.out[0];
                 CU_ASSERT_EQUAL(y->dtype, FR_BOOL);
                 int bad = 0;
                 for (int64_t i = 0; i < fr_tensor_numel(y); i++) {
-                    double av = fr_tensor_get_f64(a, src_index(a, y, i));
-                    double bv = fr_tensor_get_f64(b, src_index(b, y, i));
+                    double av = fr_tensor_get_f64(a, tt_bcast_index(a, y, i));
+                    double bv = fr_tensor_get_f64(b, tt_bcast_index(b, y, i));
                     bad += ((uint8_t *)y->data)[i] != ref_cmp(ops[k], av, bv);
                 }
                 CU_ASSERT_EQUAL(bad, 0);
@@ -576,7 +420,7 @@ static void test_compare(void)
         }
     }
     /* NaN compares unequal and unordered */
-    fr_tensor *a = tnew(FR_F32, 0, NULL), *b = tnew(FR_F32, 0, NULL);
+    fr_tensor *a = tt_new(FR_F32, 0, NULL), *b = tt_new(FR_F32, 0, NULL);
     *(float *)a->data = NAN;
     for (int k = 0; k < 5; k++) {
         tnode t;
@@ -585,10 +429,10 @@ static void test_compare(void)
         tn_free(&t);
     }
     /* Less on bool is not a supported kernel */
-    fr_tensor *bb = tnew(FR_BOOL, 0, NULL);
+    fr_tensor *bb = tt_new(FR_BOOL, 0, NULL);
     tnode t;
     CU_ASSERT_EQUAL(run2(&t, "Less", 13, bb, bb), FR_ERR_UNSUPPORTED);
-    assert_error_mentions("bool");
+    tn_assert_error("bool");
     tn_free(&t);
     fr_tensor_free(bb);
     fr_tensor_free(a);
@@ -601,18 +445,16 @@ static void test_logic(void)
     const char *ops[] = {"And", "Or", "Xor"};
     for (int k = 0; k < 3; k++) {
         for (int p = 0; p < N_PAIRS; p++) {
-            fr_tensor *a = tnew(FR_BOOL, pairs[p].a.r, pairs[p].a.d);
-            fr_tensor *b = tnew(FR_BOOL, pairs[p].b.r, pairs[p].b.d);
-            fill(&r, a, 0, 1, 0);
-            fill(&r, b, 0, 1, 0);
+            fr_tensor *a = tt_rand_ints(&r, FR_BOOL, pairs[p].a.r, pairs[p].a.d, 0, 1);
+            fr_tensor *b = tt_rand_ints(&r, FR_BOOL, pairs[p].b.r, pairs[p].b.d, 0, 1);
             tnode t;
             FR_ASSERT_OK(run2(&t, ops[k], 7, a, b));
             fr_tensor *y = t.out[0];
             CU_ASSERT_EQUAL(y->dtype, FR_BOOL);
             int bad = 0;
             for (int64_t i = 0; i < fr_tensor_numel(y); i++) {
-                int av = ((uint8_t *)a->data)[src_index(a, y, i)];
-                int bv = ((uint8_t *)b->data)[src_index(b, y, i)];
+                int av = ((uint8_t *)a->data)[tt_bcast_index(a, y, i)];
+                int bv = ((uint8_t *)b->data)[tt_bcast_index(b, y, i)];
                 int want = k == 0 ? (av && bv) : k == 1 ? (av || bv) : (av != bv);
                 bad += ((uint8_t *)y->data)[i] != want;
             }
@@ -623,10 +465,10 @@ static void test_logic(void)
         }
     }
     int64_t d[1] = {2};
-    fr_tensor *f = tnew(FR_F32, 1, d);
+    fr_tensor *f = tt_new(FR_F32, 1, d);
     tnode t;
     CU_ASSERT_EQUAL(run2(&t, "And", 7, f, f), FR_ERR_UNSUPPORTED);
-    assert_error_mentions("float32");
+    tn_assert_error("float32");
     tn_free(&t);
     fr_tensor_free(f);
 }
@@ -647,12 +489,9 @@ static void test_where(void)
     fr_dtype dts[] = {FR_F32, FR_I64, FR_U8, FR_F16, FR_BOOL, FR_F64};
     for (int di = 0; di < 6; di++) {
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-            fr_tensor *cond = tnew(FR_BOOL, cases[c].c.r, cases[c].c.d);
-            fr_tensor *x = tnew(dts[di], cases[c].x.r, cases[c].x.d);
-            fr_tensor *y = tnew(dts[di], cases[c].y.r, cases[c].y.d);
-            fill(&r, cond, 0, 1, 0);
-            for (size_t b = 0; b < x->nbytes; b++) ((uint8_t *)x->data)[b] = (uint8_t)rand_int(&r, 0, 255);
-            for (size_t b = 0; b < y->nbytes; b++) ((uint8_t *)y->data)[b] = (uint8_t)rand_int(&r, 0, 255);
+            fr_tensor *cond = tt_rand_ints(&r, FR_BOOL, cases[c].c.r, cases[c].c.d, 0, 1);
+            fr_tensor *x = tt_rand_bits(&r, dts[di], cases[c].x.r, cases[c].x.d);
+            fr_tensor *y = tt_rand_bits(&r, dts[di], cases[c].y.r, cases[c].y.d);
             fr_tensor *ins[3] = {cond, x, y};
             tnode t;
             tn_init(&t, "Where", 16, 3, ins, 0, 1);
@@ -662,14 +501,13 @@ static void test_where(void)
             int64_t ed[FR_MAX_RANK], e2[FR_MAX_RANK];
             CU_ASSERT_FATAL(bshape(cond->rank, cond->dims, x->rank, x->dims, &r2, e2));
             CU_ASSERT_FATAL(bshape(r2, e2, y->rank, y->dims, &er, ed));
-            assert_shape(o, er, ed);
-            CU_ASSERT_EQUAL(o->dtype, dts[di]);
+            tt_assert_shape(o, dts[di], er, ed);
             size_t es = fr_dtype_size(dts[di]);
             int bad = 0;
             for (int64_t i = 0; i < fr_tensor_numel(o); i++) {
-                int cv = ((uint8_t *)cond->data)[src_index(cond, o, i)];
-                const uint8_t *want = cv ? (uint8_t *)x->data + es * (size_t)src_index(x, o, i)
-                                         : (uint8_t *)y->data + es * (size_t)src_index(y, o, i);
+                int cv = ((uint8_t *)cond->data)[tt_bcast_index(cond, o, i)];
+                const fr_tensor *src = cv ? x : y;
+                const uint8_t *want = (uint8_t *)src->data + es * (size_t)tt_bcast_index(src, o, i);
                 bad += memcmp((uint8_t *)o->data + es * (size_t)i, want, es) != 0;
             }
             CU_ASSERT_EQUAL(bad, 0);
@@ -681,14 +519,14 @@ static void test_where(void)
     }
     /* condition must be bool; x and y one dtype */
     int64_t d[1] = {3};
-    fr_tensor *c = tnew(FR_F32, 1, d), *x = tnew(FR_F32, 1, d), *xi = tnew(FR_I64, 1, d);
+    fr_tensor *c = tt_new(FR_F32, 1, d), *x = tt_new(FR_F32, 1, d), *xi = tt_new(FR_I64, 1, d);
     fr_tensor *ins[3] = {c, x, x};
     tnode t;
     tn_init(&t, "Where", 16, 3, ins, 0, 1);
     CU_ASSERT_EQUAL(tn_run(&t), FR_ERR_SHAPE);
-    assert_error_mentions("bool");
+    tn_assert_error("bool");
     tn_free(&t);
-    fr_tensor *cb = tnew(FR_BOOL, 1, d);
+    fr_tensor *cb = tt_new(FR_BOOL, 1, d);
     fr_tensor *ins2[3] = {cb, x, xi};
     tn_init(&t, "Where", 16, 3, ins2, 0, 1);
     CU_ASSERT_EQUAL(tn_run(&t), FR_ERR_SHAPE);
@@ -700,14 +538,6 @@ static void test_where(void)
 }
 
 /* ---- Expand ---- */
-
-static fr_tensor *shape_tensor(int n, const int64_t *v)
-{
-    int64_t d[1] = {n};
-    fr_tensor *t = tnew(FR_I64, 1, d);
-    for (int i = 0; i < n; i++) ((int64_t *)t->data)[i] = v[i];
-    return t;
-}
 
 static void test_expand(void)
 {
@@ -724,9 +554,8 @@ static void test_expand(void)
     fr_dtype dts[] = {FR_F32, FR_I64, FR_I8, FR_F16, FR_BOOL};
     for (int di = 0; di < 5; di++) {
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-            fr_tensor *x = tnew(dts[di], cases[c].in.r, cases[c].in.d);
-            for (size_t b = 0; b < x->nbytes; b++) ((uint8_t *)x->data)[b] = (uint8_t)rand_int(&r, 0, 255);
-            fr_tensor *s = shape_tensor(cases[c].n, cases[c].shape);
+            fr_tensor *x = tt_rand_bits(&r, dts[di], cases[c].in.r, cases[c].in.d);
+            fr_tensor *s = tt_ints(FR_I64, cases[c].n, cases[c].shape);
             fr_tensor *ins[2] = {x, s};
             tnode t;
             tn_init(&t, "Expand", 13, 2, ins, 2u, 1);
@@ -735,13 +564,12 @@ static void test_expand(void)
             int er;
             int64_t ed[FR_MAX_RANK];
             CU_ASSERT_FATAL(bshape(x->rank, x->dims, cases[c].n, cases[c].shape, &er, ed));
-            assert_shape(o, er, ed);
-            CU_ASSERT_EQUAL(o->dtype, dts[di]);
+            tt_assert_shape(o, dts[di], er, ed);
             size_t es = fr_dtype_size(dts[di]);
             int bad = 0;
             for (int64_t i = 0; i < fr_tensor_numel(o); i++)
                 bad += memcmp((uint8_t *)o->data + es * (size_t)i,
-                              (uint8_t *)x->data + es * (size_t)src_index(x, o, i), es) != 0;
+                              (uint8_t *)x->data + es * (size_t)tt_bcast_index(x, o, i), es) != 0;
             CU_ASSERT_EQUAL(bad, 0);
             tn_free(&t);
             fr_tensor_free(x);
@@ -750,22 +578,23 @@ static void test_expand(void)
     }
     /* a shape that does not broadcast, a negative dim, a non-constant shape */
     int64_t d[1] = {3}, bad_shape[2] = {2, 4}, neg[1] = {-1};
-    fr_tensor *x = tnew(FR_F32, 1, d), *s = shape_tensor(2, bad_shape), *sn = shape_tensor(1, neg);
+    fr_tensor *x = tt_new(FR_F32, 1, d), *s = tt_ints(FR_I64, 2, bad_shape);
+    fr_tensor *sn = tt_ints(FR_I64, 1, neg);
     fr_tensor *ins[2] = {x, s};
     tnode t;
     tn_init(&t, "Expand", 13, 2, ins, 2u, 1);
     CU_ASSERT_EQUAL(tn_run(&t), FR_ERR_SHAPE);
-    assert_error_mentions("broadcast");
+    tn_assert_error("broadcast");
     tn_free(&t);
     ins[1] = sn;
     tn_init(&t, "Expand", 13, 2, ins, 2u, 1);
     CU_ASSERT_EQUAL(tn_run(&t), FR_ERR_SHAPE);
-    assert_error_mentions("negative");
+    tn_assert_error("negative");
     tn_free(&t);
     ins[1] = s;
     tn_init(&t, "Expand", 13, 2, ins, 0u, 1);
     CU_ASSERT_EQUAL(tn_run(&t), FR_ERR_SHAPE);
-    assert_error_mentions("constant");
+    tn_assert_error("constant");
     tn_free(&t);
     fr_tensor_free(x);
     fr_tensor_free(s);
@@ -777,20 +606,20 @@ static void test_expand(void)
 static void test_errors(void)
 {
     int64_t d3[1] = {3}, d4[1] = {4};
-    fr_tensor *f3 = tnew(FR_F32, 1, d3), *f4 = tnew(FR_F32, 1, d4), *i3 = tnew(FR_I64, 1, d3);
-    fr_tensor *b3 = tnew(FR_BOOL, 1, d3), *h3 = tnew(FR_F16, 1, d3);
+    fr_tensor *f3 = tt_new(FR_F32, 1, d3), *f4 = tt_new(FR_F32, 1, d4), *i3 = tt_new(FR_I64, 1, d3);
+    fr_tensor *b3 = tt_new(FR_BOOL, 1, d3), *h3 = tt_new(FR_F16, 1, d3);
     tnode t;
     CU_ASSERT_EQUAL(run2(&t, "Add", 14, f3, f4), FR_ERR_SHAPE);
-    assert_error_mentions("[3]");
+    tn_assert_error("[3]");
     tn_free(&t);
     CU_ASSERT_EQUAL(run2(&t, "Mul", 14, f3, i3), FR_ERR_SHAPE);
-    assert_error_mentions("int64");
+    tn_assert_error("int64");
     tn_free(&t);
     CU_ASSERT_EQUAL(run2(&t, "Add", 14, b3, b3), FR_ERR_UNSUPPORTED);
-    assert_error_mentions("bool");
+    tn_assert_error("bool");
     tn_free(&t);
     CU_ASSERT_EQUAL(run2(&t, "Sub", 14, h3, h3), FR_ERR_UNSUPPORTED);
-    assert_error_mentions("float16");
+    tn_assert_error("float16");
     tn_free(&t);
     tn_init(&t, "Sum", 13, 0, NULL, 0, 1);
     CU_ASSERT_EQUAL(tn_run(&t), FR_ERR_GRAPH);

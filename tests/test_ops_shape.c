@@ -9,160 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/ir.h"
-#include "harness.h"
-#include "ops/op.h"
-
-/* ---- a one-node graph run as the executor will: infer, allocate outputs, run ---- */
-
-#define TN_MAX 8
-
-typedef struct tnode {
-    fr_graph *g;
-    int nid, n_in, n_out;
-    int in_vid[TN_MAX], out_vid[TN_MAX];
-    fr_tensor *in[TN_MAX];  /* caller's tensors, or the value's constant for constant inputs */
-    fr_tensor *out[TN_MAX]; /* allocated from the inferred shapes */
-} tnode;
-
-/* ins[i] == NULL is an omitted optional input; bit i of const_mask makes input i a constant
- * (an initializer holding a clone) that infer() can read. */
-static void tn_init(tnode *t, const char *op, int64_t opset, int n_in, fr_tensor *const *ins,
-                    unsigned const_mask, int n_out)
-{
-    memset(t, 0, sizeof *t);
-    FR_ASSERT_OK(fr_graph_new(&t->g));
-    fr_graph *g = t->g;
-    g->opsets = fr_calloc(1, sizeof(fr_opset), "opsets");
-    CU_ASSERT_PTR_NOT_NULL_FATAL(g->opsets);
-    g->opsets[0].domain = fr_strdup("", "domain");
-    g->opsets[0].version = opset;
-    g->n_opsets = 1;
-    t->n_in = n_in;
-    t->n_out = n_out;
-    for (int i = 0; i < n_in; i++) {
-        t->in_vid[i] = -1;
-        if (!ins[i]) continue;
-        char nm[16];
-        snprintf(nm, sizeof nm, "in%d", i);
-        FR_ASSERT_OK(fr_graph_add_value(g, nm, &t->in_vid[i]));
-        if (const_mask & (1u << i)) {
-            fr_tensor *c;
-            FR_ASSERT_OK(fr_tensor_clone(ins[i], nm, &c));
-            FR_ASSERT_OK(fr_graph_set_initializer(g, t->in_vid[i], c));
-            t->in[i] = c;
-        } else {
-            fr_value_set_shape(&g->values[t->in_vid[i]], ins[i]->dtype, ins[i]->rank, ins[i]->dims);
-            FR_ASSERT_OK(fr_graph_mark_input(g, t->in_vid[i]));
-            t->in[i] = ins[i];
-        }
-    }
-    for (int o = 0; o < n_out; o++) {
-        char nm[16];
-        snprintf(nm, sizeof nm, "out%d", o);
-        FR_ASSERT_OK(fr_graph_add_value(g, nm, &t->out_vid[o]));
-    }
-    FR_ASSERT_OK(fr_graph_add_node(g, op, "", "node_under_test", n_in, t->in_vid, n_out, t->out_vid,
-                                   &t->nid));
-}
-
-static fr_node *tn_node(tnode *t)
-{
-    return &t->g->nodes[t->nid];
-}
-
-static fr_status tn_run(tnode *t)
-{
-    fr_node *n = tn_node(t);
-    const fr_op_def *op = fr_op_find(n->domain, n->op_type);
-    if (!op) return fr_error(FR_ERR_UNSUPPORTED, "op %s is not registered", n->op_type);
-    FR_TRY(op->infer(t->g, t->nid));
-    for (int o = 0; o < t->n_out; o++) {
-        const fr_value *v = &t->g->values[t->out_vid[o]];
-        FR_TRY(fr_tensor_new(v->dtype, v->rank, v->dims, v->name, &t->out[o]));
-    }
-    fr_kernel_ctx ctx = {t->g,  n,     fr_graph_opset(t->g, n->domain), t->n_in, t->n_out,
-                         t->in, t->out};
-    return op->cpu(&ctx);
-}
-
-static void tn_free(tnode *t)
-{
-    for (int o = 0; o < t->n_out; o++) fr_tensor_free(t->out[o]);
-    fr_graph_free(t->g);
-}
-
-static void assert_error_mentions(const char *what)
-{
-    const char *e = fr_last_error();
-    CU_ASSERT_PTR_NOT_NULL(strstr(e, "node_under_test"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(e, what));
-    if (!strstr(e, what)) fprintf(stderr, "\n  error was: %s (want '%s')\n", e, what);
-}
-
-/* ---- tensors ---- */
-
-static const fr_dtype dtypes[] = {FR_F32, FR_I64, FR_BOOL, FR_F16,
-                                  FR_U8,  FR_F64, FR_I32,  FR_F8E4M3};
-#define N_DTYPES ((int)(sizeof dtypes / sizeof dtypes[0]))
-
-static int64_t rint_in(fr_rng *r, int64_t lo, int64_t hi) /* uniform in [lo, hi] */
-{
-    return lo + (int64_t)(fr_rng_uniform(r) * (double)(hi - lo + 1));
-}
-
-static fr_tensor *tnew(fr_dtype dt, int rank, const int64_t *dims)
-{
-    fr_tensor *t = NULL;
-    FR_ASSERT_OK(fr_tensor_new(dt, rank, dims, "test tensor", &t));
-    return t;
-}
-
-/* Random bytes (bools 0/1): the ops copy bits, so any pattern must survive. */
-static fr_tensor *trand(fr_rng *r, fr_dtype dt, int rank, const int64_t *dims)
-{
-    fr_tensor *t = tnew(dt, rank, dims);
-    uint8_t *p = t->data;
-    for (size_t i = 0; i < t->nbytes; i++)
-        p[i] = dt == FR_BOOL ? (uint8_t)(fr_rng_uniform(r) < 0.5) : (uint8_t)rint_in(r, 0, 255);
-    return t;
-}
-
-static fr_tensor *ints(fr_dtype dt, int n, const int64_t *v) /* 1-D int64/int32 */
-{
-    int64_t d = n;
-    fr_tensor *t = tnew(dt, 1, &d);
-    for (int i = 0; i < n; i++) {
-        if (dt == FR_I64)
-            ((int64_t *)t->data)[i] = v[i];
-        else
-            ((int32_t *)t->data)[i] = (int32_t)v[i];
-    }
-    return t;
-}
-
-static void rand_dims(fr_rng *r, int rank, int64_t *dims, int64_t max, double p_zero)
-{
-    for (int k = 0; k < rank; k++) dims[k] = fr_rng_uniform(r) < p_zero ? 0 : rint_in(r, 1, max);
-}
-
-static void assert_shape(const fr_tensor *y, fr_dtype dt, int rank, const int64_t *dims)
-{
-    CU_ASSERT_PTR_NOT_NULL_FATAL(y);
-    CU_ASSERT_EQUAL(y->dtype, dt);
-    CU_ASSERT_EQUAL_FATAL(y->rank, rank);
-    for (int k = 0; k < rank; k++) CU_ASSERT_EQUAL_FATAL(y->dims[k], dims[k]);
-}
-
-static void set_ints_attr(tnode *t, const char *name, int n, const int64_t *v)
-{
-    FR_ASSERT_OK(fr_node_set_attr_ints(tn_node(t), name, n, v));
-}
-
-static void set_int_attr(tnode *t, const char *name, int64_t v)
-{
-    FR_ASSERT_OK(fr_node_set_attr_int(tn_node(t), name, v));
-}
+#include "op_harness.h"
 
 /* y must hold exactly x's bytes (the reshaping ops) */
 static void assert_same_bytes(const fr_tensor *y, const fr_tensor *x)
@@ -197,27 +44,27 @@ static void test_shape_size(void)
 {
     fr_rng r = fr_test_rng("shape_size");
     for (int trial = 0; trial < 300; trial++) {
-        int rank = (int)rint_in(&r, 0, 6), opset = trial % 2 ? 15 : 13;
+        int rank = (int)tt_rand_int(&r, 0, 6), opset = trial % 2 ? 15 : 13;
         int64_t dims[FR_MAX_RANK];
-        rand_dims(&r, rank, dims, 5, 0.1);
-        fr_tensor *x = trand(&r, dtypes[trial % N_DTYPES], rank, dims);
+        tt_rand_dims(&r, rank, dims, 5, 0.1);
+        fr_tensor *x = tt_rand_bits(&r, tt_dtypes[trial % TT_N_DTYPES], rank, dims);
         int has_s = opset >= 15 && fr_rng_uniform(&r) < 0.7,
             has_e = opset >= 15 && fr_rng_uniform(&r) < 0.7;
-        int64_t s = rint_in(&r, -8, 8), e = rint_in(&r, -8, 8);
+        int64_t s = tt_rand_int(&r, -8, 8), e = tt_rand_int(&r, -8, 8);
         tnode t;
         tn_init(&t, "Shape", opset, 1, &x, 0, 1);
-        if (has_s) set_int_attr(&t, "start", s);
-        if (has_e) set_int_attr(&t, "end", e);
+        if (has_s) TN_ATTR(&t, int, "start", s);
+        if (has_e) TN_ATTR(&t, int, "end", e);
         FR_ASSERT_OK(tn_run(&t));
         int lo;
         int64_t len = ref_shape_slice(rank, has_s, s, has_e, e, &lo);
-        assert_shape(t.out[0], FR_I64, 1, &len);
+        tt_assert_shape(t.out[0], FR_I64, 1, &len);
         for (int k = 0; k < len; k++) CU_ASSERT_EQUAL(((int64_t *)t.out[0]->data)[k], dims[lo + k]);
         tn_free(&t);
 
         tn_init(&t, "Size", 13, 1, &x, 0, 1);
         FR_ASSERT_OK(tn_run(&t));
-        assert_shape(t.out[0], FR_I64, 0, NULL);
+        tt_assert_shape(t.out[0], FR_I64, 0, NULL);
         CU_ASSERT_EQUAL(*(int64_t *)t.out[0]->data, numel_of(rank, dims));
         tn_free(&t);
         fr_tensor_free(x);
@@ -238,11 +85,11 @@ static void test_shape_size(void)
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         tnode t;
         tn_init(&t, "Shape", 15, 1, &hp, 0, 1);
-        set_int_attr(&t, "start", cases[c].s);
-        set_int_attr(&t, "end", cases[c].e);
+        TN_ATTR(&t, int, "start", cases[c].s);
+        TN_ATTR(&t, int, "end", cases[c].e);
         FR_ASSERT_OK(tn_run(&t));
         int64_t n = cases[c].n;
-        assert_shape(t.out[0], FR_I64, 1, &n);
+        tt_assert_shape(t.out[0], FR_I64, 1, &n);
         for (int k = 0; k < n; k++)
             CU_ASSERT_EQUAL(((int64_t *)t.out[0]->data)[k], cases[c].want[k]);
         tn_free(&t);
@@ -254,14 +101,14 @@ static void test_shape_size(void)
 static fr_status run_reshape(tnode *t, int64_t opset, fr_tensor *x, int n, const int64_t *shape,
                              int allowzero)
 {
-    fr_tensor *st = ints(FR_I64, n, shape), *ins[2] = {x, st};
+    fr_tensor *st = tt_ints(FR_I64, n, shape), *ins[2] = {x, st};
     if (opset >= 5) {
         tn_init(t, "Reshape", opset, 2, ins, 2u, 1);
     } else {
         tn_init(t, "Reshape", opset, 1, ins, 0, 1);
-        set_ints_attr(t, "shape", n, shape);
+        TN_ATTR(t, ints, "shape", n, shape);
     }
-    if (allowzero >= 0) set_int_attr(t, "allowzero", allowzero);
+    if (allowzero >= 0) TN_ATTR(t, int, "allowzero", allowzero);
     fr_tensor_free(st);
     return tn_run(t);
 }
@@ -271,9 +118,9 @@ static void test_reshape_random(void)
     fr_rng r = fr_test_rng("reshape");
     for (int trial = 0; trial < 300; trial++) {
         /* one list of factors grouped two ways gives two shapes of the same size */
-        int nf = (int)rint_in(&r, 1, 6);
+        int nf = (int)tt_rand_int(&r, 1, 6);
         int64_t f[6], in_d[FR_MAX_RANK], out_d[FR_MAX_RANK];
-        for (int i = 0; i < nf; i++) f[i] = fr_rng_uniform(&r) < 0.03 ? 0 : rint_in(&r, 1, 4);
+        for (int i = 0; i < nf; i++) f[i] = fr_rng_uniform(&r) < 0.03 ? 0 : tt_rand_int(&r, 1, 4);
         int in_r = 0, out_r = 0;
         for (int i = 0; i < nf; i++) {
             if (i == 0 || fr_rng_uniform(&r) < 0.6)
@@ -282,7 +129,7 @@ static void test_reshape_random(void)
                 in_d[in_r - 1] *= f[i];
         }
         for (int i = nf - 1; i > 0; i--) { /* shuffle for the target */
-            int j = (int)rint_in(&r, 0, i);
+            int j = (int)tt_rand_int(&r, 0, i);
             int64_t tmp = f[i];
             f[i] = f[j];
             f[j] = tmp;
@@ -297,18 +144,18 @@ static void test_reshape_random(void)
          * (with a zero-size target, 0 must mean 0: allowzero=1, and -1 is not allowed) */
         int64_t req[FR_MAX_RANK];
         int empty = numel_of(in_r, in_d) == 0;
-        int neg = !empty && fr_rng_uniform(&r) < 0.5 ? (int)rint_in(&r, 0, out_r - 1) : -1;
+        int neg = !empty && fr_rng_uniform(&r) < 0.5 ? (int)tt_rand_int(&r, 0, out_r - 1) : -1;
         for (int k = 0; k < out_r; k++) {
             req[k] = out_d[k];
             if (!empty && k < in_r && in_d[k] == out_d[k] && fr_rng_uniform(&r) < 0.5) req[k] = 0;
         }
         if (neg >= 0) req[neg] = -1;
-        fr_tensor *x = trand(&r, dtypes[trial % N_DTYPES], in_r, in_d);
+        fr_tensor *x = tt_rand_bits(&r, tt_dtypes[trial % TT_N_DTYPES], in_r, in_d);
         tnode t;
         fr_status st = run_reshape(&t, empty || trial % 3 ? 14 : 13, x, out_r, req, empty ? 1 : -1);
         if (st != FR_OK) fprintf(stderr, "\n  %s\n", fr_last_error());
         CU_ASSERT_EQUAL_FATAL(st, FR_OK);
-        assert_shape(t.out[0], x->dtype, out_r, out_d);
+        tt_assert_shape(t.out[0], x->dtype, out_r, out_d);
         assert_same_bytes(t.out[0], x);
         tn_free(&t);
         fr_tensor_free(x);
@@ -347,7 +194,7 @@ static void test_reshape_rules(void)
         {2, {2, 3}, 2, {4, -1}, 14, -1, FR_ERR_SHAPE, 0, {0}, "[2, 3]"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        fr_tensor *x = trand(&r, c % 2 ? FR_I64 : FR_BOOL, cases[c].in_r, cases[c].in);
+        fr_tensor *x = tt_rand_bits(&r, c % 2 ? FR_I64 : FR_BOOL, cases[c].in_r, cases[c].in);
         tnode t;
         fr_status st =
             run_reshape(&t, cases[c].opset, x, cases[c].n, cases[c].req, cases[c].allowzero);
@@ -355,23 +202,23 @@ static void test_reshape_rules(void)
             fprintf(stderr, "\n  case %zu: %d %s\n", c, (int)st, fr_last_error());
         CU_ASSERT_EQUAL(st, cases[c].want);
         if (st == FR_OK && cases[c].want == FR_OK) {
-            assert_shape(t.out[0], x->dtype, cases[c].out_r, cases[c].out);
+            tt_assert_shape(t.out[0], x->dtype, cases[c].out_r, cases[c].out);
             assert_same_bytes(t.out[0], x);
         } else if (cases[c].msg) {
-            assert_error_mentions(cases[c].msg);
+            tn_assert_error(cases[c].msg);
             if (strstr(cases[c].msg, "[5, 5]"))
-                assert_error_mentions("[2, 3, 4]"); /* both shapes */
+                tn_assert_error("[2, 3, 4]"); /* both shapes */
         }
         tn_free(&t);
         fr_tensor_free(x);
     }
     /* the shape must be a constant */
     int64_t d[2] = {2, 3}, s[1] = {6};
-    fr_tensor *x = tnew(FR_F32, 2, d), *sh = ints(FR_I64, 1, s), *ins[2] = {x, sh};
+    fr_tensor *x = tt_new(FR_F32, 2, d), *sh = tt_ints(FR_I64, 1, s), *ins[2] = {x, sh};
     tnode t;
     tn_init(&t, "Reshape", 14, 2, ins, 0, 1);
     CU_ASSERT_EQUAL(tn_run(&t), FR_ERR_SHAPE);
-    assert_error_mentions("constant");
+    tn_assert_error("constant");
     tn_free(&t);
     fr_tensor_free(x);
     fr_tensor_free(sh);
@@ -383,12 +230,12 @@ static void test_reshape_rules(void)
 static fr_status run_axes_op(tnode *t, const char *op, int64_t opset, fr_tensor *x, int n_axes,
                              const int64_t *axes)
 {
-    fr_tensor *at = n_axes >= 0 ? ints(FR_I64, n_axes, axes) : NULL, *ins[2] = {x, at};
+    fr_tensor *at = n_axes >= 0 ? tt_ints(FR_I64, n_axes, axes) : NULL, *ins[2] = {x, at};
     if (opset >= 13) {
         tn_init(t, op, opset, at ? 2 : 1, ins, 2u, 1);
     } else {
         tn_init(t, op, opset, 1, ins, 0, 1);
-        if (n_axes >= 0) set_ints_attr(t, "axes", n_axes, axes);
+        if (n_axes >= 0) TN_ATTR(t, ints, "axes", n_axes, axes);
     }
     fr_tensor_free(at);
     return tn_run(t);
@@ -398,32 +245,33 @@ static void test_squeeze(void)
 {
     fr_rng r = fr_test_rng("squeeze");
     for (int trial = 0; trial < 300; trial++) {
-        int rank = (int)rint_in(&r, 0, 5), opset = trial % 2 ? 13 : 11;
+        int rank = (int)tt_rand_int(&r, 0, 5), opset = trial % 2 ? 13 : 11;
         int64_t dims[FR_MAX_RANK], axes[FR_MAX_RANK], od[FR_MAX_RANK];
-        for (int k = 0; k < rank; k++) dims[k] = fr_rng_uniform(&r) < 0.5 ? 1 : rint_in(&r, 0, 4);
+        for (int k = 0; k < rank; k++)
+            dims[k] = fr_rng_uniform(&r) < 0.5 ? 1 : tt_rand_int(&r, 0, 4);
         int all = trial % 5 == 0, n_axes = 0, out_r = 0;
         for (int k = 0; k < rank; k++) {
             int drop = dims[k] == 1 && (all || fr_rng_uniform(&r) < 0.6);
             if (drop && !all) axes[n_axes++] = fr_rng_uniform(&r) < 0.5 ? k - rank : k;
             if (!drop) od[out_r++] = dims[k];
         }
-        fr_tensor *x = trand(&r, dtypes[trial % N_DTYPES], rank, dims);
+        fr_tensor *x = tt_rand_bits(&r, tt_dtypes[trial % TT_N_DTYPES], rank, dims);
         tnode t;
         FR_ASSERT_OK(run_axes_op(&t, "Squeeze", opset, x, all ? -1 : n_axes, axes));
-        assert_shape(t.out[0], x->dtype, out_r, od);
+        tt_assert_shape(t.out[0], x->dtype, out_r, od);
         assert_same_bytes(t.out[0], x);
         tn_free(&t);
         fr_tensor_free(x);
     }
     int64_t d[3] = {1, 3, 1}, ax1[1] = {1}, dup[2] = {0, -3};
-    fr_tensor *x = tnew(FR_F32, 3, d);
+    fr_tensor *x = tt_new(FR_F32, 3, d);
     for (int opset = 11; opset <= 13; opset += 2) {
         tnode t;
         CU_ASSERT_EQUAL(run_axes_op(&t, "Squeeze", opset, x, 1, ax1), FR_ERR_SHAPE);
-        assert_error_mentions("size 3");
+        tn_assert_error("size 3");
         tn_free(&t);
         CU_ASSERT_EQUAL(run_axes_op(&t, "Squeeze", opset, x, 2, dup), FR_ERR_SHAPE);
-        assert_error_mentions("repeated");
+        tn_assert_error("repeated");
         tn_free(&t);
     }
     fr_tensor_free(x);
@@ -433,47 +281,47 @@ static void test_unsqueeze(void)
 {
     fr_rng r = fr_test_rng("unsqueeze");
     for (int trial = 0; trial < 300; trial++) {
-        int rank = (int)rint_in(&r, 0, 4), opset = trial % 2 ? 13 : 11;
-        int n_axes = (int)rint_in(&r, 1, 3), out_r = rank + n_axes;
+        int rank = (int)tt_rand_int(&r, 0, 4), opset = trial % 2 ? 13 : 11;
+        int n_axes = (int)tt_rand_int(&r, 1, 3), out_r = rank + n_axes;
         int64_t dims[FR_MAX_RANK], axes[FR_MAX_RANK], od[FR_MAX_RANK];
-        rand_dims(&r, rank, dims, 4, 0.1);
+        tt_rand_dims(&r, rank, dims, 4, 0.1);
         int is_new[FR_MAX_RANK] = {0};
         for (int i = 0; i < n_axes; i++) { /* distinct positions in the output */
             int a;
-            do a = (int)rint_in(&r, 0, out_r - 1);
+            do a = (int)tt_rand_int(&r, 0, out_r - 1);
             while (is_new[a]);
             is_new[a] = 1;
             axes[i] = fr_rng_uniform(&r) < 0.5 ? a - out_r : a; /* negative: of the output rank */
         }
         for (int k = 0, j = 0; k < out_r; k++) od[k] = is_new[k] ? 1 : dims[j++];
-        fr_tensor *x = trand(&r, dtypes[trial % N_DTYPES], rank, dims);
+        fr_tensor *x = tt_rand_bits(&r, tt_dtypes[trial % TT_N_DTYPES], rank, dims);
         tnode t;
         FR_ASSERT_OK(run_axes_op(&t, "Unsqueeze", opset, x, n_axes, axes));
-        assert_shape(t.out[0], x->dtype, out_r, od);
+        tt_assert_shape(t.out[0], x->dtype, out_r, od);
         assert_same_bytes(t.out[0], x);
         tn_free(&t);
         fr_tensor_free(x);
     }
     int64_t d[2] = {3, 4}, ax[2] = {-1, 0}, want[4] = {1, 3, 4, 1}, dup[2] = {1, -3}, far[1] = {3};
-    fr_tensor *x = tnew(FR_I64, 2, d);
+    fr_tensor *x = tt_new(FR_I64, 2, d);
     for (int opset = 11; opset <= 13; opset += 2) {
         tnode t;
         FR_ASSERT_OK(run_axes_op(&t, "Unsqueeze", opset, x, 2, ax));
-        assert_shape(t.out[0], FR_I64, 4, want);
+        tt_assert_shape(t.out[0], FR_I64, 4, want);
         tn_free(&t);
         CU_ASSERT_EQUAL(run_axes_op(&t, "Unsqueeze", opset, x, 2, dup), FR_ERR_SHAPE);
-        assert_error_mentions("repeated");
+        tn_assert_error("repeated");
         tn_free(&t);
         CU_ASSERT_EQUAL(run_axes_op(&t, "Unsqueeze", opset, x, 1, far), FR_ERR_SHAPE);
-        assert_error_mentions("axis 3");
+        tn_assert_error("axis 3");
         tn_free(&t);
     }
     /* opset 13: the axes input must be constant */
-    fr_tensor *at = ints(FR_I64, 1, ax), *ins[2] = {x, at};
+    fr_tensor *at = tt_ints(FR_I64, 1, ax), *ins[2] = {x, at};
     tnode t;
     tn_init(&t, "Unsqueeze", 13, 2, ins, 0, 1);
     CU_ASSERT_EQUAL(tn_run(&t), FR_ERR_SHAPE);
-    assert_error_mentions("constant");
+    tn_assert_error("constant");
     tn_free(&t);
     fr_tensor_free(at);
     fr_tensor_free(x);
@@ -485,28 +333,28 @@ static void test_flatten(void)
 {
     fr_rng r = fr_test_rng("flatten");
     for (int trial = 0; trial < 200; trial++) {
-        int rank = (int)rint_in(&r, 0, 5);
+        int rank = (int)tt_rand_int(&r, 0, 5);
         int64_t dims[FR_MAX_RANK], od[2] = {1, 1};
-        rand_dims(&r, rank, dims, 4, 0.1);
-        int64_t axis = rint_in(&r, -rank, rank), a = axis < 0 ? axis + rank : axis;
+        tt_rand_dims(&r, rank, dims, 4, 0.1);
+        int64_t axis = tt_rand_int(&r, -rank, rank), a = axis < 0 ? axis + rank : axis;
         for (int k = 0; k < rank; k++) od[k < a ? 0 : 1] *= dims[k];
-        fr_tensor *x = trand(&r, dtypes[trial % N_DTYPES], rank, dims);
+        fr_tensor *x = tt_rand_bits(&r, tt_dtypes[trial % TT_N_DTYPES], rank, dims);
         tnode t;
         tn_init(&t, "Flatten", 13, 1, &x, 0, 1);
-        if (axis != 1 || trial % 2) set_int_attr(&t, "axis", axis);
+        if (axis != 1 || trial % 2) TN_ATTR(&t, int, "axis", axis);
         FR_ASSERT_OK(tn_run(&t));
-        assert_shape(t.out[0], x->dtype, 2, od);
+        tt_assert_shape(t.out[0], x->dtype, 2, od);
         assert_same_bytes(t.out[0], x);
         tn_free(&t);
         fr_tensor_free(x);
     }
     int64_t d[2] = {2, 3};
-    fr_tensor *x = tnew(FR_F32, 2, d);
+    fr_tensor *x = tt_new(FR_F32, 2, d);
     tnode t;
     tn_init(&t, "Flatten", 13, 1, &x, 0, 1);
-    set_int_attr(&t, "axis", -3);
+    TN_ATTR(&t, int, "axis", -3);
     CU_ASSERT_EQUAL(tn_run(&t), FR_ERR_SHAPE);
-    assert_error_mentions("axis -3");
+    tn_assert_error("axis -3");
     tn_free(&t);
     fr_tensor_free(x);
 }
@@ -517,19 +365,19 @@ static void test_constant_of_shape(void)
 {
     fr_rng r = fr_test_rng("constant_of_shape");
     for (int trial = 0; trial < 100; trial++) {
-        int rank = (int)rint_in(&r, 0, 4), with_value = trial % 4 != 0;
+        int rank = (int)tt_rand_int(&r, 0, 4), with_value = trial % 4 != 0;
         int64_t dims[FR_MAX_RANK];
-        rand_dims(&r, rank, dims, 5, 0.1);
-        fr_dtype dt = with_value ? dtypes[trial % N_DTYPES] : FR_F32;
+        tt_rand_dims(&r, rank, dims, 5, 0.1);
+        fr_dtype dt = with_value ? tt_dtypes[trial % TT_N_DTYPES] : FR_F32;
         int64_t one = 1;
-        fr_tensor *val = trand(&r, dt, trial % 2 ? 1 : 0, &one); /* [1] or a scalar */
-        fr_tensor *sh = ints(FR_I64, rank, dims);
+        fr_tensor *val = tt_rand_bits(&r, dt, trial % 2 ? 1 : 0, &one); /* [1] or a scalar */
+        fr_tensor *sh = tt_ints(FR_I64, rank, dims);
         tnode t;
         tn_init(&t, "ConstantOfShape", 20, 1, &sh, 1u, 1);
-        if (with_value) FR_ASSERT_OK(fr_node_set_attr_tensor(tn_node(&t), "value", val));
+        if (with_value) TN_ATTR(&t, tensor, "value", val);
         FR_ASSERT_OK(tn_run(&t));
         fr_tensor *y = t.out[0];
-        assert_shape(y, dt, rank, dims);
+        tt_assert_shape(y, dt, rank, dims);
         size_t es = fr_dtype_size(dt);
         static const uint8_t zeros[8] = {0};
         int64_t n = fr_tensor_numel(y), bad = 0;
@@ -542,20 +390,21 @@ static void test_constant_of_shape(void)
         fr_tensor_free(sh);
     }
     int64_t two = 2, s[2] = {2, 3}, sneg[2] = {2, -1};
-    fr_tensor *val2 = tnew(FR_F32, 1, &two), *sh = ints(FR_I64, 2, s), *shn = ints(FR_I64, 2, sneg);
+    fr_tensor *val2 = tt_new(FR_F32, 1, &two), *sh = tt_ints(FR_I64, 2, s);
+    fr_tensor *shn = tt_ints(FR_I64, 2, sneg);
     tnode t;
     tn_init(&t, "ConstantOfShape", 20, 1, &sh, 1u, 1);
-    FR_ASSERT_OK(fr_node_set_attr_tensor(tn_node(&t), "value", val2));
+    TN_ATTR(&t, tensor, "value", val2);
     CU_ASSERT_EQUAL(tn_run(&t), FR_ERR_SHAPE);
-    assert_error_mentions("one element");
+    tn_assert_error("one element");
     tn_free(&t);
     tn_init(&t, "ConstantOfShape", 20, 1, &sh, 0, 1);
     CU_ASSERT_EQUAL(tn_run(&t), FR_ERR_SHAPE);
-    assert_error_mentions("constant");
+    tn_assert_error("constant");
     tn_free(&t);
     tn_init(&t, "ConstantOfShape", 20, 1, &shn, 1u, 1);
     CU_ASSERT_EQUAL(tn_run(&t), FR_ERR_SHAPE);
-    assert_error_mentions("negative");
+    tn_assert_error("negative");
     tn_free(&t);
     fr_tensor_free(val2);
     fr_tensor_free(sh);
@@ -563,19 +412,6 @@ static void test_constant_of_shape(void)
 }
 
 /* ---- Range ---- */
-
-static fr_tensor *scalar_of(fr_dtype dt, double v)
-{
-    fr_tensor *t = tnew(dt, 0, NULL);
-    switch (dt) {
-    case FR_F32: *(float *)t->data = (float)v; break;
-    case FR_F64: *(double *)t->data = v; break;
-    case FR_I16: *(int16_t *)t->data = (int16_t)v; break;
-    case FR_I32: *(int32_t *)t->data = (int32_t)v; break;
-    default: *(int64_t *)t->data = (int64_t)v; break;
-    }
-    return t;
-}
 
 static fr_status run_range(tnode *t, fr_tensor *s, fr_tensor *l, fr_tensor *d, unsigned mask)
 {
@@ -593,9 +429,9 @@ static void test_range(void)
         int is_int = dt != FR_F32 && dt != FR_F64;
         double s, l, d;
         if (is_int) {
-            s = (double)rint_in(&r, -20, 20);
-            l = (double)rint_in(&r, -20, 20);
-            do d = (double)rint_in(&r, -5, 5);
+            s = (double)tt_rand_int(&r, -20, 20);
+            l = (double)tt_rand_int(&r, -20, 20);
+            do d = (double)tt_rand_int(&r, -5, 5);
             while (d == 0);
         } else {
             s = -20 + 40 * fr_rng_uniform(&r);
@@ -603,13 +439,13 @@ static void test_range(void)
             d = (fr_rng_uniform(&r) < 0.5 ? -1 : 1) * (0.1 + 3 * fr_rng_uniform(&r));
             if (dt == FR_F32) s = (float)s, l = (float)l, d = (float)d;
         }
-        fr_tensor *st = scalar_of(dt, s), *lt = scalar_of(dt, l), *dtt = scalar_of(dt, d);
+        fr_tensor *st = tt_scalar(dt, s), *lt = tt_scalar(dt, l), *dtt = tt_scalar(dt, d);
         tnode t;
         FR_ASSERT_OK(run_range(&t, st, lt, dtt, 7u));
         /* reference length: count the steps */
         int64_t n = 0;
         while (d > 0 ? s + (double)n * d < l : s + (double)n * d > l) n++;
-        assert_shape(t.out[0], dt, 1, &n);
+        tt_assert_shape(t.out[0], dt, 1, &n);
         double bad = 0;
         for (int64_t i = 0; i < n; i++) {
             double want = s + (double)i * d, got = fr_tensor_get_f64(t.out[0], i);
@@ -629,14 +465,15 @@ static void test_range(void)
 static void test_range_exact_and_errors(void)
 {
     /* int64 extremes: the length and values are exact */
-    fr_tensor *s = tnew(FR_I64, 0, NULL), *l = tnew(FR_I64, 0, NULL), *d = tnew(FR_I64, 0, NULL);
+    fr_tensor *s = tt_new(FR_I64, 0, NULL), *l = tt_new(FR_I64, 0, NULL);
+    fr_tensor *d = tt_new(FR_I64, 0, NULL);
     *(int64_t *)s->data = INT64_MIN + 5;
     *(int64_t *)l->data = INT64_MAX;
     *(int64_t *)d->data = (int64_t)1 << 62;
     tnode t;
     FR_ASSERT_OK(run_range(&t, s, l, d, 7u));
     int64_t four = 4;
-    assert_shape(t.out[0], FR_I64, 1, &four);
+    tt_assert_shape(t.out[0], FR_I64, 1, &four);
     for (int i = 0; i < 4; i++)
         CU_ASSERT_EQUAL(((int64_t *)t.out[0]->data)[i],
                         (int64_t)((uint64_t)(INT64_MIN + 5) + ((uint64_t)i << 62)));
@@ -646,7 +483,7 @@ static void test_range_exact_and_errors(void)
     *(int64_t *)d->data = INT64_MIN;
     FR_ASSERT_OK(run_range(&t, s, l, d, 7u));
     int64_t two = 2;
-    assert_shape(t.out[0], FR_I64, 1, &two);
+    tt_assert_shape(t.out[0], FR_I64, 1, &two);
     CU_ASSERT_EQUAL(((int64_t *)t.out[0]->data)[1], -1);
     tn_free(&t);
     /* empty ranges */
@@ -655,29 +492,29 @@ static void test_range_exact_and_errors(void)
     *(int64_t *)d->data = -1;
     FR_ASSERT_OK(run_range(&t, s, l, d, 7u));
     int64_t zero = 0;
-    assert_shape(t.out[0], FR_I64, 1, &zero);
+    tt_assert_shape(t.out[0], FR_I64, 1, &zero);
     tn_free(&t);
     /* float32 0..1 step 0.1: ceil(1 / 0.1f) = 10 */
-    fr_tensor *fs = scalar_of(FR_F32, 0), *fl = scalar_of(FR_F32, 1), *fd = scalar_of(FR_F32, 0.1);
+    fr_tensor *fs = tt_scalar(FR_F32, 0), *fl = tt_scalar(FR_F32, 1), *fd = tt_scalar(FR_F32, 0.1);
     FR_ASSERT_OK(run_range(&t, fs, fl, fd, 7u));
     int64_t ten = 10;
-    assert_shape(t.out[0], FR_F32, 1, &ten);
+    tt_assert_shape(t.out[0], FR_F32, 1, &ten);
     tn_free(&t);
     /* errors: delta 0, not constant, mixed dtypes, unsupported dtype */
     *(int64_t *)d->data = 0;
     CU_ASSERT_EQUAL(run_range(&t, s, l, d, 7u), FR_ERR_SHAPE);
-    assert_error_mentions("delta");
+    tn_assert_error("delta");
     tn_free(&t);
     *(int64_t *)d->data = 1;
     CU_ASSERT_EQUAL(run_range(&t, s, l, d, 5u), FR_ERR_SHAPE);
-    assert_error_mentions("constant");
+    tn_assert_error("constant");
     tn_free(&t);
     CU_ASSERT_EQUAL(run_range(&t, s, fl, d, 7u), FR_ERR_SHAPE);
-    assert_error_mentions("float32");
+    tn_assert_error("float32");
     tn_free(&t);
-    fr_tensor *b = tnew(FR_BOOL, 0, NULL);
+    fr_tensor *b = tt_new(FR_BOOL, 0, NULL);
     CU_ASSERT_EQUAL(run_range(&t, b, b, b, 7u), FR_ERR_UNSUPPORTED);
-    assert_error_mentions("bool");
+    tn_assert_error("bool");
     tn_free(&t);
     fr_tensor_free(b);
     fr_tensor_free(s);
@@ -693,85 +530,85 @@ static void test_range_exact_and_errors(void)
 static void test_constant(void)
 {
     fr_rng r = fr_test_rng("constant");
-    for (int d = 0; d < N_DTYPES; d++) { /* value: a tensor of any dtype and shape */
+    for (int d = 0; d < TT_N_DTYPES; d++) { /* value: a tensor of any dtype and shape */
         int64_t dims[3];
-        int rank = (int)rint_in(&r, 0, 3);
-        rand_dims(&r, rank, dims, 4, 0.1);
-        fr_tensor *v = trand(&r, dtypes[d], rank, dims);
+        int rank = (int)tt_rand_int(&r, 0, 3);
+        tt_rand_dims(&r, rank, dims, 4, 0.1);
+        fr_tensor *v = tt_rand_bits(&r, tt_dtypes[d], rank, dims);
         tnode t;
         tn_init(&t, "Constant", 13, 0, NULL, 0, 1);
-        FR_ASSERT_OK(fr_node_set_attr_tensor(tn_node(&t), "value", v));
+        TN_ATTR(&t, tensor, "value", v);
         FR_ASSERT_OK(tn_run(&t));
-        assert_shape(t.out[0], v->dtype, rank, dims);
+        tt_assert_shape(t.out[0], v->dtype, rank, dims);
         assert_same_bytes(t.out[0], v);
         tn_free(&t);
         fr_tensor_free(v);
     }
     tnode t;
     float fv = (float)fr_rng_normal(&r), fs[3] = {(float)fr_rng_normal(&r), 2.5f, -1};
-    int64_t iv = rint_in(&r, -1000, 1000), is[2] = {rint_in(&r, -1000, 1000), INT64_MIN};
+    int64_t iv = tt_rand_int(&r, -1000, 1000), is[2] = {tt_rand_int(&r, -1000, 1000), INT64_MIN};
     int64_t three = 3, two = 2, zero = 0;
     tn_init(&t, "Constant", 13, 0, NULL, 0, 1);
-    FR_ASSERT_OK(fr_node_set_attr_float(tn_node(&t), "value_float", fv));
+    TN_ATTR(&t, float, "value_float", fv);
     FR_ASSERT_OK(tn_run(&t));
-    assert_shape(t.out[0], FR_F32, 0, NULL);
+    tt_assert_shape(t.out[0], FR_F32, 0, NULL);
     CU_ASSERT_EQUAL(*(float *)t.out[0]->data, fv);
     tn_free(&t);
     tn_init(&t, "Constant", 13, 0, NULL, 0, 1);
-    FR_ASSERT_OK(fr_node_set_attr_floats(tn_node(&t), "value_floats", 3, fs));
+    TN_ATTR(&t, floats, "value_floats", 3, fs);
     FR_ASSERT_OK(tn_run(&t));
-    assert_shape(t.out[0], FR_F32, 1, &three);
+    tt_assert_shape(t.out[0], FR_F32, 1, &three);
     CU_ASSERT(memcmp(t.out[0]->data, fs, sizeof fs) == 0);
     tn_free(&t);
     tn_init(&t, "Constant", 13, 0, NULL, 0, 1);
-    FR_ASSERT_OK(fr_node_set_attr_int(tn_node(&t), "value_int", iv));
+    TN_ATTR(&t, int, "value_int", iv);
     FR_ASSERT_OK(tn_run(&t));
-    assert_shape(t.out[0], FR_I64, 0, NULL);
+    tt_assert_shape(t.out[0], FR_I64, 0, NULL);
     CU_ASSERT_EQUAL(*(int64_t *)t.out[0]->data, iv);
     tn_free(&t);
     tn_init(&t, "Constant", 13, 0, NULL, 0, 1);
-    FR_ASSERT_OK(fr_node_set_attr_ints(tn_node(&t), "value_ints", 2, is));
+    TN_ATTR(&t, ints, "value_ints", 2, is);
     FR_ASSERT_OK(tn_run(&t));
-    assert_shape(t.out[0], FR_I64, 1, &two);
+    tt_assert_shape(t.out[0], FR_I64, 1, &two);
     CU_ASSERT(memcmp(t.out[0]->data, is, sizeof is) == 0);
     tn_free(&t);
     tn_init(&t, "Constant", 13, 0, NULL, 0, 1);
-    FR_ASSERT_OK(fr_node_set_attr_ints(tn_node(&t), "value_ints", 0, is));
+    TN_ATTR(&t, ints, "value_ints", 0, is);
     FR_ASSERT_OK(tn_run(&t));
-    assert_shape(t.out[0], FR_I64, 1, &zero);
+    tt_assert_shape(t.out[0], FR_I64, 1, &zero);
     tn_free(&t);
     /* unsupported and malformed */
     tn_init(&t, "Constant", 13, 0, NULL, 0, 1);
-    FR_ASSERT_OK(fr_node_set_attr_string(tn_node(&t), "value_string", "hello"));
+    TN_ATTR(&t, string, "value_string", "hello");
     CU_ASSERT_EQUAL(tn_run(&t), FR_ERR_UNSUPPORTED);
-    assert_error_mentions("string");
+    tn_assert_error("string");
     tn_free(&t);
     tn_init(&t, "Constant", 13, 0, NULL, 0, 1);
-    FR_ASSERT_OK(fr_node_set_attr_string(tn_node(&t), "sparse_value", "x"));
+    TN_ATTR(&t, string, "sparse_value", "x");
     CU_ASSERT_EQUAL(tn_run(&t), FR_ERR_UNSUPPORTED);
-    assert_error_mentions("sparse_value");
+    tn_assert_error("sparse_value");
     tn_free(&t);
     tn_init(&t, "Constant", 13, 0, NULL, 0, 1);
     CU_ASSERT_EQUAL(tn_run(&t), FR_ERR_GRAPH);
-    assert_error_mentions("no value");
+    tn_assert_error("no value");
     tn_free(&t);
     tn_init(&t, "Constant", 13, 0, NULL, 0, 1);
-    FR_ASSERT_OK(fr_node_set_attr_int(tn_node(&t), "value_int", 1));
-    FR_ASSERT_OK(fr_node_set_attr_float(tn_node(&t), "value_float", 1));
+    TN_ATTR(&t, int, "value_int", 1);
+    TN_ATTR(&t, float, "value_float", 1);
     CU_ASSERT_EQUAL(tn_run(&t), FR_ERR_GRAPH);
-    assert_error_mentions("exactly one");
+    tn_assert_error("exactly one");
     tn_free(&t);
 }
 
 static void test_unsupported_dtype(void)
 {
     int64_t d[2] = {2, 3}, s[1] = {6};
-    fr_tensor *x = tnew(FR_F32, 2, d), *sh = ints(FR_I64, 1, s), *ins[2] = {x, sh};
+    fr_tensor *x = tt_new(FR_F32, 2, d), *sh = tt_ints(FR_I64, 1, s), *ins[2] = {x, sh};
     tnode t;
     tn_init(&t, "Reshape", 14, 2, ins, 2u, 1);
     t.g->values[t.in_vid[0]].dtype = FR_STRING;
     CU_ASSERT_EQUAL(tn_run(&t), FR_ERR_UNSUPPORTED);
-    assert_error_mentions("string");
+    tn_assert_error("string");
     tn_free(&t);
     fr_tensor_free(x);
     fr_tensor_free(sh);

@@ -8,84 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/ir.h"
-#include "harness.h"
-#include "ops/op.h"
-
-/* ---- a one-node graph run as the executor will: infer, allocate outputs, run ---- */
-
-typedef struct tnode {
-    fr_graph *g;
-    int nid;
-    int in_vid[1], out_vid[1];
-    fr_tensor *in[1];
-    fr_tensor *out[1];
-} tnode;
-
-static void tn_init(tnode *t, const char *op, int64_t opset, fr_tensor *x)
-{
-    memset(t, 0, sizeof *t);
-    FR_ASSERT_OK(fr_graph_new(&t->g));
-    fr_graph *g = t->g;
-    g->opsets = fr_calloc(1, sizeof(fr_opset), "opsets");
-    CU_ASSERT_PTR_NOT_NULL_FATAL(g->opsets);
-    g->opsets[0].domain = fr_strdup("", "domain");
-    g->opsets[0].version = opset;
-    g->n_opsets = 1;
-    FR_ASSERT_OK(fr_graph_add_value(g, "x", &t->in_vid[0]));
-    fr_value_set_shape(&g->values[t->in_vid[0]], x->dtype, x->rank, x->dims);
-    FR_ASSERT_OK(fr_graph_mark_input(g, t->in_vid[0]));
-    t->in[0] = x;
-    FR_ASSERT_OK(fr_graph_add_value(g, "y", &t->out_vid[0]));
-    FR_ASSERT_OK(fr_graph_add_node(g, op, "", "node_under_test", 1, t->in_vid, 1, t->out_vid,
-                                   &t->nid));
-}
-
-static fr_node *tn_node(tnode *t) { return &t->g->nodes[t->nid]; }
-
-/* The output starts as 12345 so skipped elements cannot pass. */
-static fr_status tn_run(tnode *t)
-{
-    fr_node *n = tn_node(t);
-    const fr_op_def *op = fr_op_find(n->domain, n->op_type);
-    if (!op) return fr_error(FR_ERR_UNSUPPORTED, "op %s is not registered", n->op_type);
-    FR_TRY(op->infer(t->g, t->nid));
-    const fr_value *v = &t->g->values[t->out_vid[0]];
-    FR_TRY(fr_tensor_new(v->dtype, v->rank, v->dims, v->name, &t->out[0]));
-    int64_t cnt = fr_tensor_numel(t->out[0]);
-    for (int64_t i = 0; i < cnt; i++) {
-        if (v->dtype == FR_F32) ((float *)t->out[0]->data)[i] = 12345.0f;
-        if (v->dtype == FR_F64) ((double *)t->out[0]->data)[i] = 12345.0;
-    }
-    fr_kernel_ctx ctx = {t->g, n, fr_graph_opset(t->g, n->domain), 1, 1, t->in, t->out};
-    return op->cpu(&ctx);
-}
-
-static void tn_free(tnode *t)
-{
-    fr_tensor_free(t->out[0]);
-    fr_graph_free(t->g);
-}
-
-static void assert_error_mentions(const char *what)
-{
-    const char *e = fr_last_error();
-    CU_ASSERT_PTR_NOT_NULL(strstr(e, "node_under_test"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(e, what));
-    if (!strstr(e, what)) fprintf(stderr, "\n  error was: %s (want '%s')\n", e, what);
-}
-
-static fr_tensor *tnew(fr_dtype dt, int rank, const int64_t *dims)
-{
-    fr_tensor *t = NULL;
-    FR_ASSERT_OK(fr_tensor_new(dt, rank, dims, "test tensor", &t));
-    return t;
-}
-
-static double getd(const fr_tensor *t, int64_t i)
-{
-    return t->dtype == FR_F32 ? (double)((const float *)t->data)[i] : ((const double *)t->data)[i];
-}
+#include "op_harness.h"
 
 /* Reference: each normalized group is the set of elements sharing the coordinates outside
  * the normalized dims (one dim for opset >= 13, all dims from axis on before), taken
@@ -114,27 +37,15 @@ static void ref_softmax(const fr_tensor *x, int axis, int legacy, int lg, double
         gmax[i] = -INFINITY;
     }
     for (int64_t i = 0; i < n; i++)
-        if (getd(x, i) > gmax[grp[i]]) gmax[grp[i]] = getd(x, i);
-    for (int64_t i = 0; i < n; i++) gsum[grp[i]] += exp(getd(x, i) - gmax[grp[i]]);
+        if (fr_tensor_get_f64(x, i) > gmax[grp[i]]) gmax[grp[i]] = fr_tensor_get_f64(x, i);
+    for (int64_t i = 0; i < n; i++) gsum[grp[i]] += exp(fr_tensor_get_f64(x, i) - gmax[grp[i]]);
     for (int64_t i = 0; i < n; i++) {
-        double off = gmax[grp[i]];
-        ref[i] = lg ? getd(x, i) - off - log(gsum[grp[i]]) : exp(getd(x, i) - off) / gsum[grp[i]];
+        double v = fr_tensor_get_f64(x, i) - gmax[grp[i]];
+        ref[i] = lg ? v - log(gsum[grp[i]]) : exp(v) / gsum[grp[i]];
     }
     free(grp);
     free(gmax);
     free(gsum);
-}
-
-static double rel_err(const fr_tensor *y, const double *ref, int64_t n)
-{
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double v = getd(y, i);
-        if (isnan(v) || isnan(ref[i])) return INFINITY;
-        num += (v - ref[i]) * (v - ref[i]);
-        den += ref[i] * ref[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
 typedef struct shp {
@@ -145,27 +56,20 @@ typedef struct shp {
 static void run_case(fr_rng *rng, fr_dtype dt, const char *op, int64_t opset, const shp *s,
                      int axis, int set_axis, double scale, double tol)
 {
-    fr_tensor *x = tnew(dt, s->r, s->d);
+    fr_tensor *x = tt_randn(rng, dt, s->r, s->d, 0.0, scale);
     int64_t n = fr_tensor_numel(x);
-    for (int64_t i = 0; i < n; i++) {
-        double v = scale * fr_rng_normal(rng);
-        if (dt == FR_F32) ((float *)x->data)[i] = (float)v;
-        else ((double *)x->data)[i] = v;
-    }
     tnode t;
-    tn_init(&t, op, opset, x);
-    if (set_axis) FR_ASSERT_OK(fr_node_set_attr_int(tn_node(&t), "axis", axis));
+    tn_init(&t, op, opset, 1, &x, 0, 1);
+    if (set_axis) TN_ATTR(&t, int, "axis", axis);
     FR_ASSERT_OK(tn_run(&t));
     fr_tensor *y = t.out[0];
-    CU_ASSERT_EQUAL(y->dtype, dt);
-    CU_ASSERT_EQUAL_FATAL(y->rank, s->r);
-    for (int k = 0; k < s->r; k++) CU_ASSERT_EQUAL(y->dims[k], s->d[k]);
+    tt_assert_shape(y, dt, s->r, s->d);
     int legacy = opset >= 1 && opset < 13; /* 0: no opset import, the current rules */
     int a = set_axis ? (axis < 0 ? axis + s->r : axis) : (legacy ? 1 : s->r - 1);
     double *ref = malloc(sizeof(double) * (size_t)(n ? n : 1));
     CU_ASSERT_PTR_NOT_NULL_FATAL(ref);
     ref_softmax(x, a, legacy, strcmp(op, "LogSoftmax") == 0, ref);
-    double err = rel_err(y, ref, n);
+    double err = tt_rel_err(y, ref, n);
     CU_ASSERT(err <= tol);
     if (!(err <= tol))
         fprintf(stderr, "\n  %s opset %lld rank %d axis %d%s: rel err %g\n", op, (long long)opset,
@@ -217,15 +121,15 @@ static void test_softmax_large(void)
     run_case(&r, FR_F32, "LogSoftmax", 11, &shapes[4], 1, 1, 400.0, 1e-6);
     /* all logits far below 0: exp() of the unshifted values underflows to 0 */
     int64_t d[2] = {2, 3};
-    fr_tensor *x = tnew(FR_F32, 2, d);
+    fr_tensor *x = tt_new(FR_F32, 2, d);
     for (int i = 0; i < 6; i++) ((float *)x->data)[i] = -1000.0f - (float)(fr_rng_uniform(&r) * 4);
     for (int lg = 0; lg < 2; lg++) {
         tnode t;
-        tn_init(&t, lg ? "LogSoftmax" : "Softmax", 13, x);
+        tn_init(&t, lg ? "LogSoftmax" : "Softmax", 13, 1, &x, 0, 1);
         FR_ASSERT_OK(tn_run(&t));
         double ref[6];
         ref_softmax(x, 1, 0, lg, ref);
-        CU_ASSERT(rel_err(t.out[0], ref, 6) <= 1e-6);
+        CU_ASSERT(tt_rel_err(t.out[0], ref, 6) <= 1e-6);
         tn_free(&t);
     }
     fr_tensor_free(x);
@@ -236,7 +140,7 @@ static void test_softmax_large(void)
 static void test_softmax_inf(void)
 {
     int64_t d[2] = {3, 4};
-    fr_tensor *x = tnew(FR_F32, 2, d);
+    fr_tensor *x = tt_new(FR_F32, 2, d);
     const float v[12] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
                          0.0f, -INFINITY, 1.0f, -INFINITY,
                          INFINITY, 0.0f, 1.0f, 2.0f};
@@ -244,7 +148,7 @@ static void test_softmax_inf(void)
     for (int lg = 0; lg < 2; lg++)
         for (int legacy = 0; legacy < 2; legacy++) {
             tnode t;
-            tn_init(&t, lg ? "LogSoftmax" : "Softmax", legacy ? 11 : 13, x);
+            tn_init(&t, lg ? "LogSoftmax" : "Softmax", legacy ? 11 : 13, 1, &x, 0, 1);
             FR_ASSERT_OK(tn_run(&t));
             const float *y = t.out[0]->data;
             for (int j = 0; j < 4; j++) CU_ASSERT(isnan(y[j]));
@@ -270,29 +174,29 @@ static void test_softmax_errors(void)
 {
     int64_t d[2] = {2, 3};
     tnode t;
-    fr_tensor *xi = tnew(FR_I32, 2, d), *xh = tnew(FR_F16, 2, d), *x = tnew(FR_F32, 2, d);
-    fr_tensor *s = tnew(FR_F32, 0, NULL);
-    tn_init(&t, "Softmax", 13, xi);
+    fr_tensor *xi = tt_new(FR_I32, 2, d), *xh = tt_new(FR_F16, 2, d), *x = tt_new(FR_F32, 2, d);
+    fr_tensor *s = tt_new(FR_F32, 0, NULL);
+    tn_init(&t, "Softmax", 13, 1, &xi, 0, 1);
     CU_ASSERT_EQUAL(tn_run(&t), FR_ERR_UNSUPPORTED);
-    assert_error_mentions("int32");
+    tn_assert_error("int32");
     tn_free(&t);
-    tn_init(&t, "LogSoftmax", 13, xh);
+    tn_init(&t, "LogSoftmax", 13, 1, &xh, 0, 1);
     CU_ASSERT_EQUAL(tn_run(&t), FR_ERR_UNSUPPORTED);
-    assert_error_mentions("float16");
+    tn_assert_error("float16");
     tn_free(&t);
-    tn_init(&t, "Softmax", 11, x);
-    FR_ASSERT_OK(fr_node_set_attr_int(tn_node(&t), "axis", 2));
+    tn_init(&t, "Softmax", 11, 1, &x, 0, 1);
+    TN_ATTR(&t, int, "axis", 2);
     CU_ASSERT_EQUAL(tn_run(&t), FR_ERR_SHAPE);
-    assert_error_mentions("out of range");
+    tn_assert_error("out of range");
     tn_free(&t);
-    tn_init(&t, "Softmax", 13, x);
-    FR_ASSERT_OK(fr_node_set_attr_int(tn_node(&t), "axis", -3));
+    tn_init(&t, "Softmax", 13, 1, &x, 0, 1);
+    TN_ATTR(&t, int, "axis", -3);
     CU_ASSERT_EQUAL(tn_run(&t), FR_ERR_SHAPE);
-    assert_error_mentions("out of range");
+    tn_assert_error("out of range");
     tn_free(&t);
-    tn_init(&t, "Softmax", 13, s);
+    tn_init(&t, "Softmax", 13, 1, &s, 0, 1);
     CU_ASSERT_EQUAL(tn_run(&t), FR_ERR_SHAPE);
-    assert_error_mentions("rank");
+    tn_assert_error("rank");
     tn_free(&t);
     fr_tensor_free(xi);
     fr_tensor_free(xh);

@@ -8,128 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/ir.h"
-#include "harness.h"
-#include "ops/op.h"
+#include "op_harness.h"
 #include "runtime/fp8_format.h"
-
-/* ---- a one-node graph run as the executor will: infer, allocate outputs, run ---- */
-
-typedef struct tnode {
-    fr_graph *g;
-    int nid, n_in, n_out;
-    int in_vid[8], out_vid[4];
-    fr_tensor *in[8];  /* caller's tensors, or the value's constant for constant inputs */
-    fr_tensor *out[4]; /* allocated from the inferred shapes */
-} tnode;
-
-/* ins[i] == NULL is an omitted optional input; bit i of const_mask makes input i a constant
- * (initializer, cloned) so infer() can read it. */
-static void tn_init(tnode *t, const char *op, int64_t opset, int n_in, fr_tensor *const *ins,
-                    unsigned const_mask, int n_out)
-{
-    memset(t, 0, sizeof *t);
-    FR_ASSERT_OK(fr_graph_new(&t->g));
-    fr_graph *g = t->g;
-    g->opsets = fr_calloc(1, sizeof(fr_opset), "opsets");
-    CU_ASSERT_PTR_NOT_NULL_FATAL(g->opsets);
-    g->opsets[0].domain = fr_strdup("", "domain");
-    g->opsets[0].version = opset;
-    g->n_opsets = 1;
-    t->n_in = n_in;
-    t->n_out = n_out;
-    for (int i = 0; i < n_in; i++) {
-        t->in_vid[i] = -1;
-        if (!ins[i]) continue;
-        char nm[16];
-        snprintf(nm, sizeof nm, "in%d", i);
-        FR_ASSERT_OK(fr_graph_add_value(g, nm, &t->in_vid[i]));
-        if (const_mask & (1u << i)) {
-            fr_tensor *c;
-            FR_ASSERT_OK(fr_tensor_clone(ins[i], nm, &c));
-            FR_ASSERT_OK(fr_graph_set_initializer(g, t->in_vid[i], c));
-            t->in[i] = c;
-        } else {
-            fr_value_set_shape(&g->values[t->in_vid[i]], ins[i]->dtype, ins[i]->rank, ins[i]->dims);
-            FR_ASSERT_OK(fr_graph_mark_input(g, t->in_vid[i]));
-            t->in[i] = ins[i];
-        }
-    }
-    for (int o = 0; o < n_out; o++) {
-        char nm[16];
-        snprintf(nm, sizeof nm, "out%d", o);
-        FR_ASSERT_OK(fr_graph_add_value(g, nm, &t->out_vid[o]));
-    }
-    FR_ASSERT_OK(fr_graph_add_node(g, op, "", "node_under_test", n_in, t->in_vid, n_out,
-                                   t->out_vid, &t->nid));
-}
-
-static fr_node *tn_node(tnode *t) { return &t->g->nodes[t->nid]; }
-
-static fr_status tn_run(tnode *t)
-{
-    fr_node *n = tn_node(t);
-    const fr_op_def *op = fr_op_find(n->domain, n->op_type);
-    if (!op) return fr_error(FR_ERR_UNSUPPORTED, "op %s is not registered", n->op_type);
-    FR_TRY(op->infer(t->g, t->nid));
-    for (int o = 0; o < t->n_out; o++) {
-        const fr_value *v = &t->g->values[t->out_vid[o]];
-        FR_TRY(fr_tensor_new(v->dtype, v->rank, v->dims, v->name, &t->out[o]));
-    }
-    fr_kernel_ctx ctx = {t->g, n, fr_graph_opset(t->g, n->domain), t->n_in, t->n_out, t->in, t->out};
-    return op->cpu(&ctx);
-}
-
-static void tn_free(tnode *t)
-{
-    for (int o = 0; o < t->n_out; o++) fr_tensor_free(t->out[o]);
-    fr_graph_free(t->g);
-}
-
-/* The last error names the node under test and contains `what`. */
-static void assert_error_mentions(const char *what)
-{
-    const char *e = fr_last_error();
-    CU_ASSERT_PTR_NOT_NULL(strstr(e, "node_under_test"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(e, what));
-    if (!strstr(e, what)) fprintf(stderr, "\n  error was: %s (want '%s')\n", e, what);
-}
-
-static fr_tensor *tnew(fr_dtype dt, int rank, const int64_t *dims)
-{
-    fr_tensor *t = NULL;
-    FR_ASSERT_OK(fr_tensor_new(dt, rank, dims, "test tensor", &t));
-    return t;
-}
-
-static fr_tensor *scalar_f32(float v)
-{
-    fr_tensor *t = tnew(FR_F32, 0, NULL);
-    *(float *)t->data = v;
-    return t;
-}
-
-static int64_t rand_int(fr_rng *r, int64_t lo, int64_t hi)
-{
-    return lo + (int64_t)(fr_rng_uniform(r) * (double)(hi - lo + 1));
-}
-
-/* Fill any numeric tensor from doubles in [lo, hi) (integers: rounded down). */
-static void fill_uniform(fr_rng *r, fr_tensor *t, double lo, double hi)
-{
-    int64_t n = fr_tensor_numel(t);
-    for (int64_t i = 0; i < n; i++) {
-        double v = lo + (hi - lo) * fr_rng_uniform(r);
-        switch (t->dtype) {
-        case FR_F32: ((float *)t->data)[i] = (float)v; break;
-        case FR_F64: ((double *)t->data)[i] = v; break;
-        case FR_I32: ((int32_t *)t->data)[i] = (int32_t)floor(v); break;
-        case FR_I64: ((int64_t *)t->data)[i] = (int64_t)floor(v); break;
-        case FR_BOOL: ((uint8_t *)t->data)[i] = v >= 0.5 * (lo + hi); break;
-        default: CU_FAIL_FATAL("fill_uniform: dtype");
-        }
-    }
-}
 
 static int close_to(double got, double ref, double tol)
 {
@@ -199,8 +79,7 @@ static void check_math(fr_dtype dt)
         const math_case *mc = &math_cases[c];
         double tol = dt == FR_F32 ? mc->tol32 : mc->tol64;
         for (int s = 0; s < N_SHAPES; s++) {
-            fr_tensor *x = tnew(dt, shapes[s].rank, shapes[s].dims);
-            fill_uniform(&r, x, mc->lo, mc->hi);
+            fr_tensor *x = tt_rand_uniform(&r, dt, shapes[s].rank, shapes[s].dims, mc->lo, mc->hi);
             int64_t n = fr_tensor_numel(x);
             if (n > 2) { /* exact zero: Log -> -inf, Reciprocal -> inf, Sign -> 0 */
                 if (dt == FR_F32) ((float *)x->data)[1] = 0.0f;
@@ -209,12 +88,10 @@ static void check_math(fr_dtype dt)
             tnode t;
             tn_init(&t, mc->op, 20, 1, &x, 0, 1);
             if (mc->gelu_approx)
-                FR_ASSERT_OK(fr_node_set_attr_string(tn_node(&t), "approximate", mc->gelu_approx));
+                TN_ATTR(&t, string, "approximate", mc->gelu_approx);
             FR_ASSERT_OK(tn_run(&t));
             fr_tensor *y = t.out[0];
-            CU_ASSERT_EQUAL(y->dtype, dt);
-            CU_ASSERT_EQUAL(y->rank, x->rank);
-            CU_ASSERT_EQUAL(fr_tensor_numel(y), n);
+            tt_assert_shape(y, dt, x->rank, x->dims);
             int bad = 0;
             for (int64_t i = 0; i < n; i++) {
                 double xv = fr_tensor_get_f64(x, i), yv = fr_tensor_get_f64(y, i);
@@ -239,7 +116,7 @@ static void test_math_f64(void) { check_math(FR_F64); }
 static void test_math_specials(void)
 {
     int64_t d[1] = {5};
-    fr_tensor *x = tnew(FR_F32, 1, d);
+    fr_tensor *x = tt_new(FR_F32, 1, d);
     float *xv = x->data;
     xv[0] = -1.0f;
     xv[1] = NAN;
@@ -280,12 +157,11 @@ static void test_leaky_alpha(void)
 {
     fr_rng r = fr_test_rng("leaky_alpha");
     int64_t d[2] = {4, 9};
-    fr_tensor *x = tnew(FR_F32, 2, d);
-    fill_uniform(&r, x, -4, 4);
+    fr_tensor *x = tt_rand_uniform(&r, FR_F32, 2, d, -4, 4);
     float alpha = (float)(0.05 + 0.5 * fr_rng_uniform(&r));
     tnode t;
     tn_init(&t, "LeakyRelu", 16, 1, &x, 0, 1);
-    FR_ASSERT_OK(fr_node_set_attr_float(tn_node(&t), "alpha", alpha));
+    TN_ATTR(&t, float, "alpha", alpha);
     FR_ASSERT_OK(tn_run(&t));
     int bad = 0;
     for (int64_t i = 0; i < 36; i++) {
@@ -307,8 +183,7 @@ static void test_int_unary(void)
     for (int di = 0; di < 2; di++) {
         for (size_t k = 0; k < 4; k++) {
             int64_t d[1] = {40};
-            fr_tensor *x = tnew(dts[di], 1, d);
-            fill_uniform(&r, x, -1e6, 1e6);
+            fr_tensor *x = tt_rand_uniform(&r, dts[di], 1, d, -1e6, 1e6);
             int64_t mn = dts[di] == FR_I32 ? INT32_MIN : INT64_MIN;
             if (dts[di] == FR_I32) {
                 ((int32_t *)x->data)[0] = INT32_MIN;
@@ -342,21 +217,21 @@ static void test_int_unary(void)
 static void test_unsupported(void)
 {
     int64_t d[1] = {3};
-    fr_tensor *xi = tnew(FR_I64, 1, d), *xh = tnew(FR_F16, 1, d);
+    fr_tensor *xi = tt_new(FR_I64, 1, d), *xh = tt_new(FR_F16, 1, d);
     tnode t;
     tn_init(&t, "Exp", 13, 1, &xi, 0, 1);
     CU_ASSERT_EQUAL(tn_run(&t), FR_ERR_UNSUPPORTED);
-    assert_error_mentions("int64");
+    tn_assert_error("int64");
     tn_free(&t);
     tn_init(&t, "Tanh", 13, 1, &xh, 0, 1);
     CU_ASSERT_EQUAL(tn_run(&t), FR_ERR_UNSUPPORTED);
-    assert_error_mentions("float16");
+    tn_assert_error("float16");
     tn_free(&t);
-    fr_tensor *xf = tnew(FR_F32, 1, d);
+    fr_tensor *xf = tt_new(FR_F32, 1, d);
     tn_init(&t, "Gelu", 20, 1, &xf, 0, 1);
-    FR_ASSERT_OK(fr_node_set_attr_string(tn_node(&t), "approximate", "erf"));
+    TN_ATTR(&t, string, "approximate", "erf");
     CU_ASSERT_EQUAL(tn_run(&t), FR_ERR_UNSUPPORTED);
-    assert_error_mentions("approximate");
+    tn_assert_error("approximate");
     tn_free(&t);
     fr_tensor_free(xi);
     fr_tensor_free(xh);
@@ -371,7 +246,7 @@ static void test_isnan_isinf_not(void)
     int64_t d[2] = {6, 5};
     fr_dtype dts[] = {FR_F32, FR_F64, FR_F16, FR_BF16};
     for (int di = 0; di < 4; di++) {
-        fr_tensor *x = tnew(dts[di], 2, d);
+        fr_tensor *x = tt_new(dts[di], 2, d);
         double vals[30];
         for (int i = 0; i < 30; i++) {
             double u = fr_rng_uniform(&r);
@@ -396,8 +271,8 @@ static void test_isnan_isinf_not(void)
             int pos = mode & 1, neg = (mode >> 1) & 1;
             tn_init(&t, "IsInf", 20, 1, &x, 0, 1);
             if (mode != 3) { /* mode 3 leaves both attributes at their default 1 */
-                FR_ASSERT_OK(fr_node_set_attr_int(tn_node(&t), "detect_positive", pos));
-                FR_ASSERT_OK(fr_node_set_attr_int(tn_node(&t), "detect_negative", neg));
+                TN_ATTR(&t, int, "detect_positive", pos);
+                TN_ATTR(&t, int, "detect_negative", neg);
             }
             FR_ASSERT_OK(tn_run(&t));
             bad = 0;
@@ -410,8 +285,7 @@ static void test_isnan_isinf_not(void)
         }
         fr_tensor_free(x);
     }
-    fr_tensor *b = tnew(FR_BOOL, 2, d);
-    fill_uniform(&r, b, 0, 1);
+    fr_tensor *b = tt_rand_uniform(&r, FR_BOOL, 2, d, 0, 1);
     tnode t;
     tn_init(&t, "Not", 1, 1, &b, 0, 1);
     FR_ASSERT_OK(tn_run(&t));
@@ -428,8 +302,8 @@ static fr_tensor *run_cast(fr_tensor *x, fr_dtype to, int saturate, fr_status *s
 {
     tnode t;
     tn_init(&t, "Cast", 21, 1, &x, 0, 1);
-    FR_ASSERT_OK(fr_node_set_attr_int(tn_node(&t), "to", to));
-    if (saturate >= 0) FR_ASSERT_OK(fr_node_set_attr_int(tn_node(&t), "saturate", saturate));
+    TN_ATTR(&t, int, "to", to);
+    if (saturate >= 0) TN_ATTR(&t, int, "saturate", saturate);
     *st = tn_run(&t);
     fr_tensor *y = t.out[0];
     t.out[0] = NULL;
@@ -477,12 +351,12 @@ static void test_cast_matrix(void)
     int64_t d[2] = {3, 7};
     for (int a = 0; a < nd; a++) {
         fr_dtype from = all_dtypes[a];
-        fr_tensor *x = tnew(from, 2, d);
+        fr_tensor *x = tt_new(from, 2, d);
         int vals[21];
         for (int i = 0; i < 21; i++) {
             int lo = dt_unsigned(from) || from == FR_BOOL ? 0 : -8;
             int hi = from == FR_BOOL ? 1 : 8;
-            vals[i] = (int)rand_int(&r, lo, hi);
+            vals[i] = (int)tt_rand_int(&r, lo, hi);
             put_small(x, i, vals[i]);
         }
         for (int b = 0; b < nd; b++) {
@@ -521,8 +395,7 @@ static void test_cast_float_to_int(void)
 {
     fr_rng r = fr_test_rng("cast_f2i");
     int64_t d[1] = {64};
-    fr_tensor *x = tnew(FR_F32, 1, d);
-    fill_uniform(&r, x, -1000, 1000);
+    fr_tensor *x = tt_rand_uniform(&r, FR_F32, 1, d, -1000, 1000);
     float *xv = x->data;
     xv[0] = -2.7f;
     xv[1] = 2.7f;
@@ -576,7 +449,7 @@ static void test_cast_narrow_floats(void)
 {
     fr_rng r = fr_test_rng("cast_narrow");
     int64_t d[1] = {500};
-    fr_tensor *x = tnew(FR_F32, 1, d);
+    fr_tensor *x = tt_new(FR_F32, 1, d);
     float *xv = x->data;
     for (int i = 0; i < 500; i++) /* log-uniform magnitudes across the formats' ranges */
         xv[i] = (float)((fr_rng_uniform(&r) < 0.5 ? -1 : 1) * exp((fr_rng_uniform(&r) - 0.5) * 40));
@@ -624,7 +497,7 @@ static void test_cast_narrow_floats(void)
 static void test_cast_no_double_rounding(void)
 {
     int64_t d[1] = {3};
-    fr_tensor *x = tnew(FR_F64, 1, d);
+    fr_tensor *x = tt_new(FR_F64, 1, d);
     double *xv = x->data;
     xv[0] = 1.0 + ldexp(1, -11) + ldexp(1, -40); /* f16: just above the tie 1 + ulp/2 */
     xv[1] = 1.0 + ldexp(1, -8) + ldexp(1, -40);  /* bf16 */
@@ -644,7 +517,7 @@ static void test_cast_no_double_rounding(void)
     fr_tensor_free(e);
     fr_tensor_free(x);
 
-    fr_tensor *xi = tnew(FR_I64, 1, d);
+    fr_tensor *xi = tt_new(FR_I64, 1, d);
     int64_t *iv = xi->data;
     iv[0] = ((int64_t)1 << 40) + ((int64_t)1 << 32) + 1;     /* bf16 tie + 1 -> rounds up */
     iv[1] = -(((int64_t)1 << 40) + ((int64_t)1 << 32) + 1);
@@ -667,8 +540,7 @@ static void test_cast_round_trips(void)
 {
     fr_rng r = fr_test_rng("cast_round_trip");
     int64_t d[2] = {9, 11};
-    fr_tensor *x = tnew(FR_F32, 2, d);
-    fill_uniform(&r, x, -1e4, 1e4);
+    fr_tensor *x = tt_rand_uniform(&r, FR_F32, 2, d, -1e4, 1e4);
     fr_status st;
     /* float32 -> float64 -> float32 is the identity */
     fr_tensor *y = run_cast(x, FR_F64, -1, &st);
@@ -693,9 +565,9 @@ static void test_cast_round_trips(void)
     fr_tensor_free(z);
     fr_tensor_free(x);
     /* int32 -> int64 -> int32 and int64 -> float64 -> int64 below 2^53 */
-    fr_tensor *xi = tnew(FR_I64, 2, d);
+    fr_tensor *xi = tt_new(FR_I64, 2, d);
     for (int i = 0; i < 99; i++)
-        ((int64_t *)xi->data)[i] = rand_int(&r, -((int64_t)1 << 52), (int64_t)1 << 52);
+        ((int64_t *)xi->data)[i] = tt_rand_int(&r, -((int64_t)1 << 52), (int64_t)1 << 52);
     y = run_cast(xi, FR_F64, -1, &st);
     FR_ASSERT_OK(st);
     z = run_cast(y, FR_I64, -1, &st);
@@ -715,7 +587,7 @@ static void test_cast_round_trips(void)
     CU_ASSERT_EQUAL(bad, 0);
     fr_tensor_free(y);
     /* uint64 above 2^63 survives uint64 -> float64 -> uint64 when representable */
-    fr_tensor *xu = tnew(FR_U64, 1, d);
+    fr_tensor *xu = tt_new(FR_U64, 1, d);
     for (int i = 0; i < 9; i++) ((uint64_t *)xu->data)[i] = ((uint64_t)1 << 63) + ((uint64_t)i << 20);
     y = run_cast(xu, FR_F64, -1, &st);
     FR_ASSERT_OK(st);
@@ -731,7 +603,7 @@ static void test_cast_round_trips(void)
 static void test_cast_errors_and_castlike(void)
 {
     int64_t d[1] = {4};
-    fr_tensor *x = tnew(FR_F32, 1, d);
+    fr_tensor *x = tt_new(FR_F32, 1, d);
     float *xv = x->data;
     xv[0] = -3.9f;
     xv[1] = 3.9f;
@@ -740,7 +612,7 @@ static void test_cast_errors_and_castlike(void)
     fr_status st;
     fr_tensor *y = run_cast(x, FR_F8E4M3FNUZ, -1, &st);
     CU_ASSERT_EQUAL(st, FR_ERR_UNSUPPORTED);
-    assert_error_mentions("float8e4m3fnuz");
+    tn_assert_error("float8e4m3fnuz");
     fr_tensor_free(y);
     y = run_cast(x, FR_STRING, -1, &st);
     CU_ASSERT_EQUAL(st, FR_ERR_UNSUPPORTED);
@@ -749,10 +621,10 @@ static void test_cast_errors_and_castlike(void)
     tnode t;
     tn_init(&t, "Cast", 13, 1, &x, 0, 1);
     CU_ASSERT_EQUAL(tn_run(&t), FR_ERR_GRAPH);
-    assert_error_mentions("'to'");
+    tn_assert_error("'to'");
     tn_free(&t);
     /* CastLike takes the dtype of its second input */
-    fr_tensor *like = tnew(FR_I16, 0, NULL);
+    fr_tensor *like = tt_new(FR_I16, 0, NULL);
     fr_tensor *ins[2] = {x, like};
     tn_init(&t, "CastLike", 15, 2, ins, 0, 1);
     FR_ASSERT_OK(tn_run(&t));
@@ -771,8 +643,7 @@ static void check_clip(fr_rng *r, fr_dtype dt, int64_t opset, int have_min, int 
                        int swap)
 {
     int64_t d[3] = {3, 1, 8};
-    fr_tensor *x = tnew(dt, 3, d);
-    fill_uniform(r, x, -10, 10);
+    fr_tensor *x = tt_rand_uniform(r, dt, 3, d, -10, 10);
     if (dt == FR_F32) ((float *)x->data)[5] = NAN;
     double lo = -3 - 3 * fr_rng_uniform(r), hi = 2 + 3 * fr_rng_uniform(r);
     if (dt == FR_I32 || dt == FR_I64) {
@@ -784,16 +655,12 @@ static void check_clip(fr_rng *r, fr_dtype dt, int64_t opset, int have_min, int 
         lo = hi;
         hi = tmp;
     }
-    fr_tensor *bmin = tnew(dt, 0, NULL), *bmax = tnew(dt, 0, NULL);
-    if (dt == FR_F32) { *(float *)bmin->data = (float)lo; *(float *)bmax->data = (float)hi; }
-    else if (dt == FR_F64) { *(double *)bmin->data = lo; *(double *)bmax->data = hi; }
-    else if (dt == FR_I32) { *(int32_t *)bmin->data = (int32_t)lo; *(int32_t *)bmax->data = (int32_t)hi; }
-    else { *(int64_t *)bmin->data = (int64_t)lo; *(int64_t *)bmax->data = (int64_t)hi; }
+    fr_tensor *bmin = tt_scalar(dt, lo), *bmax = tt_scalar(dt, hi);
     tnode t;
     if (opset < 11) {
         tn_init(&t, "Clip", opset, 1, &x, 0, 1);
-        if (have_min) FR_ASSERT_OK(fr_node_set_attr_float(tn_node(&t), "min", (float)lo));
-        if (have_max) FR_ASSERT_OK(fr_node_set_attr_float(tn_node(&t), "max", (float)hi));
+        if (have_min) TN_ATTR(&t, float, "min", (float)lo);
+        if (have_max) TN_ATTR(&t, float, "max", (float)hi);
     } else {
         fr_tensor *ins[3] = {x, have_min ? bmin : NULL, have_max ? bmax : NULL};
         int n_in = have_max ? 3 : have_min ? 2 : 1;
@@ -830,7 +697,7 @@ static void test_clip(void)
     check_clip(&r, FR_I64, 12, 1, 1, 1);
     for (int m = 0; m < 4; m++) check_clip(&r, FR_F32, 6, m & 1, m >> 1, 0);
     /* opset 6 default bounds are the float range: +inf clips to FLT_MAX */
-    fr_tensor *x = scalar_f32(INFINITY);
+    fr_tensor *x = tt_scalar(FR_F32, INFINITY);
     tnode t;
     tn_init(&t, "Clip", 6, 1, &x, 0, 1);
     FR_ASSERT_OK(tn_run(&t));
@@ -838,11 +705,11 @@ static void test_clip(void)
     tn_free(&t);
     /* a bound that is not a one-element tensor of the input dtype */
     int64_t d2[1] = {2};
-    fr_tensor *b2 = tnew(FR_F32, 1, d2), *bi = tnew(FR_I64, 0, NULL);
+    fr_tensor *b2 = tt_new(FR_F32, 1, d2), *bi = tt_new(FR_I64, 0, NULL);
     fr_tensor *ins[2] = {x, b2};
     tn_init(&t, "Clip", 13, 2, ins, 0, 1);
     CU_ASSERT_EQUAL(tn_run(&t), FR_ERR_SHAPE);
-    assert_error_mentions("min");
+    tn_assert_error("min");
     tn_free(&t);
     ins[1] = bi;
     tn_init(&t, "Clip", 13, 2, ins, 0, 1);
@@ -861,9 +728,7 @@ static void test_identity(void)
     fr_dtype dts[] = {FR_I8, FR_F16, FR_I64, FR_BOOL, FR_F32, FR_F8E5M2};
     for (int di = 0; di < 6; di++) {
         for (int s = 0; s < N_SHAPES; s++) {
-            fr_tensor *x = tnew(dts[di], shapes[s].rank, shapes[s].dims);
-            for (size_t b = 0; b < x->nbytes; b++)
-                ((uint8_t *)x->data)[b] = (uint8_t)(fr_rng_uniform(&r) * 256);
+            fr_tensor *x = tt_rand_bits(&r, dts[di], shapes[s].rank, shapes[s].dims);
             tnode t;
             tn_init(&t, "Identity", 16, 1, &x, 0, 1);
             FR_ASSERT_OK(tn_run(&t));
@@ -881,10 +746,9 @@ static void test_dropout(void)
 {
     fr_rng r = fr_test_rng("dropout");
     int64_t d[2] = {5, 6};
-    fr_tensor *x = tnew(FR_F32, 2, d);
-    fill_uniform(&r, x, -1, 1);
-    fr_tensor *ratio = scalar_f32(0.3f), *ratio0 = scalar_f32(0.0f);
-    fr_tensor *tm_true = tnew(FR_BOOL, 0, NULL), *tm_false = tnew(FR_BOOL, 0, NULL);
+    fr_tensor *x = tt_rand_uniform(&r, FR_F32, 2, d, -1, 1);
+    fr_tensor *ratio = tt_scalar(FR_F32, 0.3f), *ratio0 = tt_scalar(FR_F32, 0.0f);
+    fr_tensor *tm_true = tt_new(FR_BOOL, 0, NULL), *tm_false = tt_new(FR_BOOL, 0, NULL);
     *(uint8_t *)tm_true->data = 1;
     tnode t;
     /* opset 13, no optional inputs: copy and an all-true bool mask */
@@ -906,7 +770,7 @@ static void test_dropout(void)
     fr_tensor *ins2[3] = {x, NULL, tm_true};
     tn_init(&t, "Dropout", 13, 3, ins2, 4u, 1);
     CU_ASSERT_EQUAL(tn_run(&t), FR_ERR_UNSUPPORTED);
-    assert_error_mentions("training");
+    tn_assert_error("training");
     tn_free(&t);
     ins[2] = tm_true;
     tn_init(&t, "Dropout", 13, 3, ins, 6u, 1);
@@ -922,11 +786,11 @@ static void test_dropout(void)
     ins[1] = ratio;
     tn_init(&t, "Dropout", 13, 3, ins, 2u, 1);
     CU_ASSERT_EQUAL(tn_run(&t), FR_ERR_UNSUPPORTED);
-    assert_error_mentions("training");
+    tn_assert_error("training");
     tn_free(&t);
     /* opset 7: mask has the data dtype */
     tn_init(&t, "Dropout", 7, 1, &x, 0, 2);
-    FR_ASSERT_OK(fr_node_set_attr_float(tn_node(&t), "ratio", 0.2f));
+    TN_ATTR(&t, float, "ratio", 0.2f);
     FR_ASSERT_OK(tn_run(&t));
     CU_ASSERT_EQUAL(t.out[1]->dtype, FR_F32);
     CU_ASSERT_EQUAL(((float *)t.out[1]->data)[29], 1.0f);
@@ -936,7 +800,7 @@ static void test_dropout(void)
     CU_ASSERT_EQUAL(tn_run(&t), FR_ERR_UNSUPPORTED);
     tn_free(&t);
     tn_init(&t, "Dropout", 6, 1, &x, 0, 1);
-    FR_ASSERT_OK(fr_node_set_attr_int(tn_node(&t), "is_test", 1));
+    TN_ATTR(&t, int, "is_test", 1);
     FR_ASSERT_OK(tn_run(&t));
     CU_ASSERT_EQUAL(memcmp(t.out[0]->data, x->data, x->nbytes), 0);
     tn_free(&t);
