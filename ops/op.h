@@ -72,6 +72,7 @@ extern const fr_op_def fr_ops_loss[];        /* ops/loss.c: SoftmaxCrossEntropy(
 extern const fr_op_def fr_ops_linear[];      /* ops/linear.c: Linear, LinearGradData, LinearGradWeight (ai.fp8run) */
 extern const fr_op_def fr_ops_elementwise_grad[]; /* ops/elementwise_grad.c: ActivationGrad, PowGrad, FmodGrad, ExtremumGrad, ClipGrad (ai.fp8run) */
 extern const fr_op_def fr_ops_einsum[];      /* ops/einsum.c: Einsum */
+extern const fr_op_def fr_ops_cumsum[];      /* ops/cumsum.c: CumSum */
 extern const fr_op_def fr_ops_layout[];      /* ops/layout.c: Transpose, Concat, Split, Slice, Trilu, Tile */
 
 /* ---- helpers for op implementations (ops/op_util.c) ---- */
