@@ -15,53 +15,11 @@
 
 #include "graph/onnx_io.h"
 #include "harness.h"
+#include "onnx_test_util.h"
 #include "schema/onnx.pb-c.h"
 
 /* ---- test utilities ---- */
 
-static void **kept;
-static int n_kept, cap_kept;
-
-static void *keep(void *p)
-{
-    CU_ASSERT_PTR_NOT_NULL_FATAL(p);
-    if (n_kept == cap_kept) {
-        cap_kept = cap_kept ? cap_kept * 2 : 256;
-        kept = realloc(kept, (size_t)cap_kept * sizeof *kept);
-        CU_ASSERT_PTR_NOT_NULL_FATAL(kept);
-    }
-    kept[n_kept++] = p;
-    return p;
-}
-
-static void free_kept(void)
-{
-    for (int i = 0; i < n_kept; i++) free(kept[i]);
-    n_kept = 0;
-}
-
-static char *kstr(const char *s) { return keep(strdup(s)); }
-
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
-static void rm_rf(const char *dir)
-{
-    if (dir && dir[0]) nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static void write_bytes(const char *path, const void *d, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-    CU_ASSERT_EQUAL(fwrite(d, 1, n, f), n);
-    fclose(f);
-}
 
 /* ---- protobuf model builder ---- */
 
@@ -277,7 +235,6 @@ static int suite_clean(void)
 {
     rm_rf(tmp);
     free_kept();
-    free(kept);
     return 0;
 }
 
