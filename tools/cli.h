@@ -52,5 +52,12 @@ int cli_info(int argc, char **argv);
 void cli_info_help(FILE *f);
 int cli_run(int argc, char **argv);
 void cli_run_help(FILE *f);
+/* tools/cli_train.c */
+int fr_cli_train(int argc, char **argv);
+void fr_cli_train_help(FILE *f);
+int fr_cli_eval(int argc, char **argv);
+void fr_cli_eval_help(FILE *f);
+int fr_cli_export(int argc, char **argv);
+void fr_cli_export_help(FILE *f);
 
 #endif

@@ -13,6 +13,12 @@ static const cli_command commands[] = {
     {"info", "describe a model: opsets, inputs/outputs, parameters, op histogram", cli_info,
      cli_info_help},
     {"run", "run the forward pass on CPU and write every output as .npy", cli_run, cli_run_help},
+    {"train", "train a model on a token file (checkpoints, resume, export)", fr_cli_train,
+     fr_cli_train_help},
+    {"eval", "loss and perplexity of a model or checkpoint on a token file", fr_cli_eval,
+     fr_cli_eval_help},
+    {"export", "write a checkpoint's trained weights into its ONNX model", fr_cli_export,
+     fr_cli_export_help},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
 

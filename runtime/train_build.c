@@ -1,0 +1,623 @@
+/* Building the training graph from an imported model (see trainer.h for the pipeline):
+ * inputs and dims, parameter selection, preparation, precision, loss head, the eval copy,
+ * autodiff, outputs, executor, optimizer and scaling state. */
+#include <math.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/op.h"
+#include "passes/autodiff.h"
+#include "runtime/train_internal.h"
+
+/* ---- graph inputs ---- */
+
+static int is_int_dtype(fr_dtype dt) { return dt == FR_I64 || dt == FR_I32; }
+
+static fr_status find_tokens_input(fr_trainer *t, const fr_graph *g, int *vid)
+{
+    *vid = -1;
+    if (t->opt.tokens_input) {
+        int v = fr_graph_find_value(g, t->opt.tokens_input);
+        if (v < 0 || !(g->values[v].flags & FR_VAL_INPUT))
+            return fr_error(FR_ERR_INVALID_ARG, "the model has no input named '%s' (--tokens-input)",
+                            t->opt.tokens_input);
+        *vid = v;
+    } else {
+        for (int i = 0; i < g->n_inputs && *vid < 0; i++)
+            if (is_int_dtype(g->values[g->inputs[i]].dtype)) *vid = g->inputs[i];
+        if (*vid < 0)
+            return fr_error(FR_ERR_INVALID_ARG,
+                            "the model has no int64/int32 input to feed token ids to (name it with "
+                            "the tokens input option)");
+    }
+    const fr_value *v = &g->values[*vid];
+    if (!is_int_dtype(v->dtype))
+        return fr_error(FR_ERR_UNSUPPORTED, "tokens input '%s' is %s; token ids need int64 or int32",
+                        v->name, fr_dtype_name(v->dtype));
+    if (v->rank != 2 && v->rank != -1)
+        return fr_error(FR_ERR_SHAPE, "tokens input '%s' has rank %d; training feeds [batch, seq]",
+                        v->name, v->rank);
+    return FR_OK;
+}
+
+/* How the trainer feeds an input that is not the tokens: by its (Hugging Face) name. */
+static fr_status classify_input(fr_trainer *t, const fr_value *v, const char *tokens, tr_feed *feed)
+{
+    if (strcmp(v->name, "attention_mask") == 0)
+        *feed = TR_FEED_ONES;
+    else if (strcmp(v->name, "position_ids") == 0)
+        *feed = TR_FEED_ARANGE;
+    else if (strcmp(v->name, "token_type_ids") == 0)
+        *feed = TR_FEED_ZEROS;
+    else if (t->opt.loss_output && strcmp(v->name, "labels") == 0)
+        *feed = TR_FEED_LABELS;
+    else
+        return fr_error(FR_ERR_UNSUPPORTED,
+                        "the model has an input '%s' that training cannot feed: fp8run feeds the "
+                        "token ids to '%s' and knows attention_mask (ones), position_ids (0..T-1), "
+                        "token_type_ids (zeros)%s",
+                        v->name, tokens, t->opt.loss_output ? " and labels" : "");
+    switch (v->dtype) {
+    case FR_I64: case FR_I32: case FR_F32: case FR_F64: case FR_BOOL: case FR_U8: case FR_I8:
+        break;
+    default:
+        return fr_error(FR_ERR_UNSUPPORTED, "input '%s' has element type %s, which the trainer cannot fill",
+                        v->name, fr_dtype_name(v->dtype));
+    }
+    return FR_OK;
+}
+
+/* The shape the trainer will feed to input v: [B, T] for rank 2 (or unknown rank), [T] for
+ * rank 1; dims the model fixes stay (e.g. position_ids [1, seq]). */
+static void feed_shape(const fr_trainer *t, const fr_value *v, fr_input_shape *s)
+{
+    s->name = v->name;
+    if (v->rank == 1) {
+        s->rank = 1;
+        s->dims[0] = v->dims[0] >= 0 ? v->dims[0] : t->opt.seq_len;
+        return;
+    }
+    s->rank = v->rank < 0 ? 2 : v->rank;
+    for (int d = 0; d < s->rank; d++) {
+        int64_t dflt = d == s->rank - 1 ? t->opt.seq_len : (d == 0 ? t->opt.batch : 1);
+        s->dims[d] = v->rank >= 0 && v->dims[d] >= 0 ? v->dims[d] : dflt;
+    }
+}
+
+/* ---- parameters ---- */
+
+static fr_status compile_regex(const char *re, const char *what, regex_t *out)
+{
+    int rc = regcomp(out, re, REG_EXTENDED | REG_NOSUB);
+    if (rc != 0) {
+        char msg[256];
+        regerror(rc, out, msg, sizeof msg);
+        return fr_error(FR_ERR_INVALID_ARG, "%s regex '%s': %s", what, re, msg);
+    }
+    return FR_OK;
+}
+
+/* Keep FR_VAL_PARAM on the trained float initializers only; the others become constants (and
+ * may be folded). */
+static fr_status select_params(fr_trainer *t, fr_graph *g)
+{
+    regex_t tre, fre;
+    int have_t = 0, have_f = 0, n = 0;
+    fr_status st = FR_OK;
+    if (t->opt.train_regex) {
+        FR_TRY(compile_regex(t->opt.train_regex, "--train", &tre));
+        have_t = 1;
+    }
+    if (t->opt.freeze_regex) {
+        st = compile_regex(t->opt.freeze_regex, "--freeze", &fre);
+        if (st != FR_OK) goto done;
+        have_f = 1;
+    }
+    for (int i = 0; i < g->n_values; i++) {
+        fr_value *v = &g->values[i];
+        if (!(v->flags & FR_VAL_PARAM)) continue;
+        int keep = v->constant && (v->flags & FR_VAL_INITIALIZER) && fr_dtype_is_float(v->dtype);
+        if (keep && have_t) keep = regexec(&tre, v->name, 0, NULL, 0) == 0;
+        if (keep && have_f) keep = regexec(&fre, v->name, 0, NULL, 0) != 0;
+        if (keep && v->dtype != FR_F32) {
+            st = fr_error(FR_ERR_UNSUPPORTED,
+                          "parameter '%s' is %s: fp8run trains float32 master weights (convert the "
+                          "model to float32, or freeze it with --freeze)",
+                          v->name, fr_dtype_name(v->dtype));
+            goto done;
+        }
+        if (keep)
+            n++;
+        else
+            v->flags &= ~FR_VAL_PARAM;
+    }
+    if (n == 0)
+        st = fr_error(FR_ERR_INVALID_ARG, "no parameter to train: the model has no float32 initializer%s",
+                      have_t || have_f ? " left by --train/--freeze" : "");
+done:
+    if (have_t) regfree(&tre);
+    if (have_f) regfree(&fre);
+    return st;
+}
+
+/* ---- loss head ---- */
+
+static fr_status pick_logits(fr_trainer *t, const fr_graph *g, int *vid)
+{
+    *vid = -1;
+    if (t->opt.logits_output) {
+        *vid = fr_graph_find_value(g, t->opt.logits_output);
+        if (*vid < 0) return fr_error(FR_ERR_INVALID_ARG, "the model has no value named '%s' (logits output)", t->opt.logits_output);
+    } else {
+        for (int i = 0; i < g->n_outputs && *vid < 0; i++) {
+            const fr_value *v = &g->values[g->outputs[i]];
+            if ((v->dtype == FR_F32 || v->dtype == FR_F64) && v->rank >= 2) *vid = g->outputs[i];
+        }
+        if (*vid < 0)
+            return fr_error(FR_ERR_INVALID_ARG,
+                            "the model has no float output of rank >= 2 to use as logits (name the "
+                            "logits output, or give the model's own scalar loss output)");
+    }
+    const fr_value *v = &g->values[*vid];
+    int64_t rows;
+    if (v->dtype != FR_F32 || v->rank < 2)
+        return fr_error(FR_ERR_SHAPE, "logits '%s' must be float32 of rank >= 2, got %s rank %d",
+                        v->name, fr_dtype_name(v->dtype), v->rank);
+    FR_TRY(fr_shape_numel(v->rank - 1, v->dims, v->name, &rows));
+    if (rows != t->opt.batch * t->opt.seq_len) {
+        char s[256];
+        return fr_error(FR_ERR_SHAPE,
+                        "logits '%s' have shape %s: %lld positions, but the batch has %lld x %lld "
+                        "tokens",
+                        v->name, fr_shape_str(v->rank, v->dims, s, sizeof s), (long long)rows,
+                        (long long)t->opt.batch, (long long)t->opt.seq_len);
+    }
+    return FR_OK;
+}
+
+/* Without logits the vocabulary is the row count of the embedding table the tokens index
+ * (Gather(table, tokens) on axis 0); 0 when there is no such Gather. */
+static int64_t embedding_rows(const fr_graph *g, int tokens)
+{
+    for (int i = 0; i < g->n_nodes; i++) {
+        const fr_node *n = &g->nodes[i];
+        int64_t axis = 0;
+        if (strcmp(n->op_type, "Gather") != 0 || n->domain[0] || n->n_inputs < 2 || n->inputs[1] != tokens) continue;
+        if (fr_node_attr_int(n, "axis", 0, &axis) != FR_OK) {
+            fr_clear_error();
+            continue;
+        }
+        const fr_value *tab = n->inputs[0] >= 0 ? &g->values[n->inputs[0]] : NULL;
+        if (axis == 0 && tab && tab->constant && tab->rank >= 1) return tab->dims[0];
+    }
+    return 0;
+}
+
+/* labels input + SoftmaxCrossEntropy(logits, labels) -> loss */
+static fr_status add_loss_head(fr_trainer *t, fr_graph *g, int logits, int *loss, int *labels_out)
+{
+    int labels, nid;
+    FR_TRY(fr_graph_add_unique_value(g, "labels", &labels));
+    const fr_value *lv = &g->values[logits];
+    fr_value_set_shape(&g->values[labels], FR_I64, lv->rank - 1, lv->dims);
+    FR_TRY(fr_graph_mark_input(g, labels));
+    FR_TRY(fr_graph_add_unique_value(g, "loss", loss));
+    int in[2] = {logits, labels};
+    *labels_out = labels;
+    FR_TRY(fr_graph_add_node(g, "SoftmaxCrossEntropy", FR_DOMAIN_FP8RUN, "loss_head", 2, in, 1, loss, &nid));
+    FR_TRY(fr_node_set_attr_int(&g->nodes[nid], "ignore_index", t->opt.ignore_index));
+    return fr_node_infer(g, nid);
+}
+
+static fr_status check_loss_value(const fr_graph *g, int vid)
+{
+    const fr_value *v = &g->values[vid];
+    int64_t n = 0;
+    if (v->rank >= 0) FR_TRY(fr_shape_numel(v->rank, v->dims, v->name, &n));
+    if (v->dtype != FR_F32 || n != 1)
+        return fr_error(FR_ERR_SHAPE, "loss output '%s' must be a float32 scalar, got %s with %lld elements",
+                        v->name, fr_dtype_name(v->dtype), (long long)n);
+    return FR_OK;
+}
+
+/* ---- outputs ---- */
+
+static void reset_outputs(fr_graph *g)
+{
+    for (int i = 0; i < g->n_outputs; i++) g->values[g->outputs[i]].flags &= ~FR_VAL_OUTPUT;
+    g->n_outputs = 0;
+}
+
+/* Mark vid as an output (once); *index gets its position among the outputs. */
+static fr_status add_output(fr_graph *g, int vid, int *index)
+{
+    for (int i = 0; i < g->n_outputs; i++)
+        if (g->outputs[i] == vid) {
+            *index = i;
+            return FR_OK;
+        }
+    FR_TRY(fr_graph_mark_output(g, vid));
+    *index = g->n_outputs - 1;
+    return FR_OK;
+}
+
+static fr_status dce(fr_graph *g)
+{
+    int n = 0;
+    FR_TRY(fr_dce(g, &n));
+    return n ? fr_graph_compact(g) : FR_OK;
+}
+
+/* ---- feeding ---- */
+
+static fr_status make_inputs(fr_trainer *t, const fr_graph *g, const char *tokens, const char *labels,
+                             tr_input **out, int *n_out)
+{
+    tr_input *ins = fr_calloc((size_t)(g->n_inputs ? g->n_inputs : 1), sizeof *ins, "trainer inputs");
+    if (!ins) return FR_ERR_OOM;
+    *out = ins;
+    *n_out = 0;
+    for (int i = 0; i < g->n_inputs; i++) {
+        const fr_value *v = &g->values[g->inputs[i]];
+        tr_input *in = &ins[(*n_out)++];
+        if (strcmp(v->name, tokens) == 0)
+            in->feed = TR_FEED_TOKENS;
+        else if (labels && strcmp(v->name, labels) == 0)
+            in->feed = TR_FEED_LABELS;
+        else
+            FR_TRY(classify_input(t, v, tokens, &in->feed));
+        in->name = fr_strdup(v->name, "trainer inputs");
+        if (!in->name) return FR_ERR_OOM;
+        FR_TRY(fr_tensor_new(v->dtype, v->rank, v->dims, v->name, &in->t));
+        if ((in->feed == TR_FEED_TOKENS || in->feed == TR_FEED_LABELS) &&
+            fr_tensor_numel(in->t) != t->opt.batch * t->opt.seq_len) {
+            char s[256];
+            return fr_error(FR_ERR_SHAPE, "input '%s' has shape %s after preparation, expected %lld x %lld tokens",
+                            v->name, fr_shape_str(v->rank, v->dims, s, sizeof s), (long long)t->opt.batch,
+                            (long long)t->opt.seq_len);
+        }
+        if (in->feed == TR_FEED_LABELS && !is_int_dtype(v->dtype))
+            return fr_error(FR_ERR_UNSUPPORTED, "labels input '%s' is %s; it needs int64 or int32",
+                            v->name, fr_dtype_name(v->dtype));
+    }
+    return FR_OK;
+}
+
+static void put(fr_tensor *t, int64_t i, int64_t v)
+{
+    switch (t->dtype) {
+    case FR_I64: ((int64_t *)t->data)[i] = v; break;
+    case FR_I32: ((int32_t *)t->data)[i] = (int32_t)v; break;
+    case FR_F32: ((float *)t->data)[i] = (float)v; break;
+    case FR_F64: ((double *)t->data)[i] = (double)v; break;
+    case FR_BOOL: case FR_U8: ((uint8_t *)t->data)[i] = (uint8_t)(v != 0 ? (v & 0xff) : 0); break;
+    case FR_I8: ((int8_t *)t->data)[i] = (int8_t)v; break;
+    default: break;
+    }
+}
+
+fr_status tr_fill_inputs(fr_trainer *t, tr_input *ins, int n, const int64_t *windows)
+{
+    const int64_t B = t->opt.batch, T = t->opt.seq_len, V = t->vocab;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t j = 0; j <= T; j++) {
+            int64_t id = windows[b * (T + 1) + j];
+            if (id < 0 || (V > 0 && id >= V) || (t->tokens_dtype == FR_I32 && id > INT32_MAX))
+                return fr_error(FR_ERR_RANGE,
+                                "token id %lld (window %lld, position %lld) is outside the model's "
+                                "vocabulary [0, %lld)",
+                                (long long)id, (long long)b, (long long)j, (long long)V);
+        }
+    for (int i = 0; i < n; i++) {
+        fr_tensor *x = ins[i].t;
+        int64_t numel = fr_tensor_numel(x), last = x->rank > 0 ? x->dims[x->rank - 1] : 1;
+        for (int64_t e = 0; e < numel; e++) {
+            int64_t b = e / T, j = e % T, v = 0;
+            switch (ins[i].feed) {
+            case TR_FEED_TOKENS: v = windows[b * (T + 1) + j]; break;
+            case TR_FEED_LABELS: v = windows[b * (T + 1) + j + 1]; break;
+            case TR_FEED_ONES: v = 1; break;
+            case TR_FEED_ARANGE: v = last > 0 ? e % last : 0; break;
+            case TR_FEED_ZEROS: v = 0; break;
+            }
+            put(x, e, v);
+        }
+    }
+    return FR_OK;
+}
+
+/* ---- fused parameters ---- */
+
+void tr_slice_copy(const fr_fp8_fused *f, const fr_fp8_slice *s, float *fused_buf, float *orig_buf,
+                   int to_original)
+{
+    int64_t Nt = 0, K = f->K;
+    for (int j = 0; j < f->n_slices; j++) Nt += f->slices[j].size;
+    for (int64_t n = 0; n < s->size; n++) {
+        if (f->is_bias) {
+            if (to_original)
+                orig_buf[n] = fused_buf[s->offset + n];
+            else
+                fused_buf[s->offset + n] = orig_buf[n];
+            continue;
+        }
+        for (int64_t k = 0; k < K; k++) {
+            int64_t fi = f->transB ? (s->offset + n) * K + k : k * Nt + s->offset + n;
+            int64_t oi = s->transB ? n * K + k : k * s->size + n;
+            if (to_original)
+                orig_buf[oi] = fused_buf[fi];
+            else
+                fused_buf[fi] = orig_buf[oi];
+        }
+    }
+}
+
+fr_status tr_orig_values(fr_trainer *t, const tr_orig *o, float *dst)
+{
+    float *src = t->g->values[t->params[o->param].value].constant->data;
+    if (o->fused)
+        tr_slice_copy(o->fused, o->slice, src, dst, 1);
+    else
+        memcpy(dst, src, (size_t)o->numel * sizeof(float));
+    return FR_OK;
+}
+
+static fr_status add_orig(fr_trainer *t, int param, const fr_fp8_fused *f, const fr_fp8_slice *s)
+{
+    tr_orig *no = fr_realloc_array(t->orig, (size_t)t->n_orig + 1, sizeof *no, "trainer parameters");
+    if (!no) return FR_ERR_OOM;
+    t->orig = no;
+    tr_orig *o = &no[t->n_orig++];
+    memset(o, 0, sizeof *o);
+    int vid = s ? s->value : t->params[param].value;
+    const fr_value *v = &t->g->values[vid];
+    o->name = v->name;
+    o->value = vid;
+    o->param = param;
+    o->fused = f;
+    o->slice = s;
+    o->rank = v->rank;
+    memcpy(o->dims, v->dims, sizeof o->dims);
+    return fr_shape_numel(v->rank, v->dims, v->name, &o->numel);
+}
+
+/* ---- the build ---- */
+
+static fr_status build_params(fr_trainer *t, int loss)
+{
+    fr_graph *g = t->g;
+    int n = 0;
+    for (int i = 0; i < g->n_values; i++)
+        if ((g->values[i].flags & FR_VAL_PARAM) && g->values[i].constant) n++;
+    int *wrt = fr_malloc((size_t)(n ? n : 1) * sizeof(int), "autodiff");
+    int *grads = fr_malloc((size_t)(n ? n : 1) * sizeof(int), "autodiff");
+    fr_status st = (!wrt || !grads) ? FR_ERR_OOM : FR_OK;
+    if (st == FR_OK) {
+        n = 0;
+        for (int i = 0; i < g->n_values; i++)
+            if ((g->values[i].flags & FR_VAL_PARAM) && g->values[i].constant) wrt[n++] = i;
+        if (t->opt.eval_only)
+            for (int i = 0; i < n; i++) grads[i] = -2; /* no backward: every parameter kept */
+        else
+            st = fr_autodiff(g, loss, n, wrt, grads);
+    }
+    if (st == FR_OK) {
+        t->params = fr_calloc((size_t)(n ? n : 1), sizeof *t->params, "trainer parameters");
+        if (!t->params) st = FR_ERR_OOM;
+    }
+    for (int i = 0; st == FR_OK && i < n; i++) {
+        if (grads[i] == -1) continue; /* does not influence the loss: left alone, as torch does */
+        tr_param *p = &t->params[t->n_params++];
+        p->value = wrt[i];
+        p->grad_value = grads[i];
+        p->fused = -1;
+        st = fr_shape_numel(g->values[wrt[i]].rank, g->values[wrt[i]].dims, g->values[wrt[i]].name, &p->numel);
+        for (int f = 0; st == FR_OK && t->has_report && f < t->report.n_fused; f++)
+            if (t->report.fused[f].value == wrt[i]) p->fused = f;
+    }
+    if (st == FR_OK && t->n_params == 0)
+        st = fr_error(FR_ERR_INVALID_ARG, "none of the %d trained parameters influences the loss", n);
+    free(wrt);
+    free(grads);
+    return st;
+}
+
+static fr_status build_optimizer(fr_trainer *t)
+{
+    fr_graph *g = t->g;
+    fr_opt_param *ps = fr_calloc((size_t)t->n_params, sizeof *ps, "optimizer parameters");
+    if (!ps) return FR_ERR_OOM;
+    fr_status st = FR_OK;
+    for (int i = 0; i < t->n_params && st == FR_OK; i++) {
+        tr_param *p = &t->params[i];
+        const fr_value *v = &g->values[p->value];
+        p->acc = t->opt.eval_only ? NULL : fr_calloc((size_t)(p->numel ? p->numel : 1), sizeof(float), v->name);
+        if (!p->acc && !t->opt.eval_only) {
+            st = FR_ERR_OOM;
+            break;
+        }
+        ps[i].name = v->name;
+        ps[i].data = v->constant->data;
+        ps[i].grad = p->acc;
+        ps[i].rank = v->rank;
+        memcpy(ps[i].dims, v->dims, sizeof ps[i].dims);
+        ps[i].decay = FR_DECAY_AUTO;
+    }
+    if (st == FR_OK && !t->opt.eval_only) st = fr_optimizer_create(&t->opt.opt, ps, t->n_params, &t->optim);
+    free(ps);
+    for (int i = 0; st == FR_OK && i < t->n_params; i++) {
+        const tr_param *p = &t->params[i];
+        if (p->fused < 0) {
+            st = add_orig(t, i, NULL, NULL);
+            continue;
+        }
+        const fr_fp8_fused *f = &t->report.fused[p->fused];
+        for (int s = 0; st == FR_OK && s < f->n_slices; s++) st = add_orig(t, i, f, &f->slices[s]);
+    }
+    return st;
+}
+
+static fr_status build_states(fr_trainer *t)
+{
+    if (!t->has_report || t->report.n_states == 0) return FR_OK;
+    t->states = fr_calloc((size_t)t->report.n_states, sizeof *t->states, "fp8 scaling state");
+    if (!t->states) return FR_ERR_OOM;
+    for (int i = 0; i < t->report.n_states; i++) {
+        tr_state *s = &t->states[t->n_states++];
+        s->st = &t->report.states[i];
+        s->amax_out = -1;
+        fr_fp8_scaling_params sp;
+        fr_fp8_scaling_params_default(&sp);
+        sp.history_len = t->opt.fp8.amax_history_len;
+        sp.algo = t->opt.fp8.amax_algo;
+        sp.margin = t->opt.fp8.margin;
+        sp.interval = t->opt.fp8.interval;
+        sp.fmt = s->st->fmt;
+        FR_TRY(fr_fp8_scaling_init(&s->sc, &sp));
+        if (s->st->amax_value >= 0 && !t->opt.eval_only) FR_TRY(add_output(t->g, s->st->amax_value, &s->amax_out));
+    }
+    return FR_OK;
+}
+
+/* The eval graph: a copy of the forward + loss graph borrowing every constant of the training
+ * graph, whose outputs are the loss and the model's own outputs. */
+static fr_status build_eval_graph(fr_trainer *t, int loss)
+{
+    fr_graph *g = t->g;
+    int *saved = NULL, n_saved = g->n_outputs, idx;
+    if (n_saved) {
+        saved = fr_malloc((size_t)n_saved * sizeof(int), "eval graph");
+        if (!saved) return FR_ERR_OOM;
+        memcpy(saved, g->outputs, (size_t)n_saved * sizeof(int));
+    }
+    reset_outputs(g);
+    fr_status st = add_output(g, loss, &t->eval_loss_out);
+    t->model_outputs = fr_calloc((size_t)(n_saved ? n_saved : 1), sizeof(char *), "eval graph");
+    if (st == FR_OK && !t->model_outputs) st = FR_ERR_OOM;
+    for (int i = 0; st == FR_OK && i < n_saved; i++) {
+        if (saved[i] == loss) continue;
+        st = add_output(g, saved[i], &idx);
+        if (st == FR_OK) {
+            t->model_outputs[t->n_model_outputs] = fr_strdup(g->values[saved[i]].name, "eval graph");
+            if (!t->model_outputs[t->n_model_outputs++]) st = FR_ERR_OOM;
+        }
+    }
+    free(saved);
+    if (st == FR_OK) st = fr_train_clone_graph(g, 1, &t->eval_g);
+    if (st == FR_OK) st = dce(t->eval_g);
+    reset_outputs(g);
+    return st;
+}
+
+fr_status tr_build(fr_trainer *t, const fr_graph *model)
+{
+    fr_graph *g;
+    FR_TRY(fr_train_clone_graph(model, 0, &t->pristine));
+    FR_TRY(fr_train_clone_graph(model, 0, &t->g));
+    g = t->g;
+    if (model->source_path) {
+        t->model_path = fr_strdup(model->source_path, "trainer");
+        if (!t->model_path) return FR_ERR_OOM;
+    }
+
+    /* inputs: the tokens, then every other input must be one we can feed */
+    int tok;
+    FR_TRY(find_tokens_input(t, g, &tok));
+    t->tokens_dtype = g->values[tok].dtype;
+    fr_input_shape *shapes = fr_calloc((size_t)(g->n_inputs ? g->n_inputs : 1), sizeof *shapes, "input shapes");
+    if (!shapes) return FR_ERR_OOM;
+    int n_shapes = 0;
+    fr_status st = FR_OK;
+    for (int i = 0; i < g->n_inputs && st == FR_OK; i++) {
+        const fr_value *v = &g->values[g->inputs[i]];
+        tr_feed feed;
+        if (g->inputs[i] != tok) st = classify_input(t, v, g->values[tok].name, &feed);
+        if (st == FR_OK) feed_shape(t, v, &shapes[n_shapes++]);
+    }
+    /* the tokens first: its symbolic dims fix the others' */
+    for (int i = 0; i < n_shapes; i++)
+        if (strcmp(shapes[i].name, g->values[tok].name) == 0 && i > 0) {
+            fr_input_shape tmp = shapes[0];
+            shapes[0] = shapes[i];
+            shapes[i] = tmp;
+        }
+    if (st == FR_OK) st = select_params(t, g);
+    int loss_vid = -1;
+    if (st == FR_OK && t->opt.loss_output) {
+        loss_vid = fr_graph_find_value(g, t->opt.loss_output);
+        if (loss_vid < 0)
+            st = fr_error(FR_ERR_INVALID_ARG, "the model has no value named '%s' (loss output)", t->opt.loss_output);
+        else if (!(g->values[loss_vid].flags & FR_VAL_OUTPUT))
+            st = add_output(g, loss_vid, &(int){0});
+    }
+    if (st == FR_OK && t->opt.logits_output && !t->opt.loss_output) {
+        int lv = fr_graph_find_value(g, t->opt.logits_output);
+        if (lv < 0)
+            st = fr_error(FR_ERR_INVALID_ARG, "the model has no value named '%s' (logits output)", t->opt.logits_output);
+        else if (!(g->values[lv].flags & FR_VAL_OUTPUT))
+            st = add_output(g, lv, &(int){0});
+    }
+    if (st == FR_OK) {
+        fr_prepare_options po;
+        fr_prepare_options_default(&po);
+        po.dims = t->dims;
+        po.n_dims = t->opt.n_dims;
+        po.input_shapes = shapes;
+        po.n_input_shapes = n_shapes;
+        st = fr_prepare_forward(g, &po, NULL);
+    }
+    free(shapes);
+    FR_TRY(st);
+
+    /* the loss */
+    int loss, logits = -1;
+    if (t->opt.loss_output) {
+        loss = loss_vid;
+        FR_TRY(check_loss_value(g, loss));
+        t->vocab = embedding_rows(g, tok);
+    } else {
+        FR_TRY(pick_logits(t, g, &logits));
+        t->logits_name = fr_strdup(g->values[logits].name, "trainer");
+        if (!t->logits_name) return FR_ERR_OOM;
+        t->vocab = g->values[logits].dims[g->values[logits].rank - 1];
+    }
+
+    /* precision */
+    if (strcmp(t->opt.precision, "fp32") != 0) {
+        fr_fp8_options fo = t->opt.fp8;
+        fo.precision = t->opt.precision;
+        FR_TRY(fr_fp8_compile(g, &fo, &t->report));
+        t->has_report = 1;
+        if (logits >= 0) logits = fr_graph_find_value(g, t->logits_name);
+    }
+    int labels = -1;
+    if (!t->opt.loss_output) FR_TRY(add_loss_head(t, g, logits, &loss, &labels));
+    t->loss_name = fr_strdup(g->values[loss].name, "trainer");
+    if (!t->loss_name) return FR_ERR_OOM;
+
+    FR_TRY(build_eval_graph(t, loss));
+
+    /* backward; outputs: loss, gradients, amaxes */
+    FR_TRY(add_output(g, loss, &t->loss_out));
+    FR_TRY(build_params(t, loss));
+    if (!t->opt.eval_only) {
+        for (int i = 0; i < t->n_params; i++)
+            FR_TRY(add_output(g, t->params[i].grad_value, &t->params[i].grad_out));
+        if (t->has_report) FR_TRY(fr_fp8_report_bind(g, &t->report, 1));
+    }
+    FR_TRY(build_states(t));
+    if (!t->opt.eval_only) {
+        FR_TRY(dce(g));
+        FR_TRY(fr_exec_new(g, &t->ex));
+    }
+    FR_TRY(build_optimizer(t));
+
+    const char *tokens = g->values[tok].name;
+    const char *lname = labels >= 0 ? g->values[labels].name : NULL;
+    FR_TRY(make_inputs(t, g, tokens, lname, &t->inputs, &t->n_inputs));
+    FR_TRY(make_inputs(t, t->eval_g, tokens, lname, &t->eval_inputs, &t->n_eval_inputs));
+    fr_prng_seed(&t->rng, t->opt.seed);
+    return FR_OK;
+}

@@ -1,0 +1,50 @@
+/* Export of the trained model: the pristine copy of the imported graph with the trained values
+ * written into its initializers (original names and layouts; fused parameters are split back),
+ * saved as ONNX. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/onnx_io.h"
+#include "runtime/train_internal.h"
+
+/* Above this much initializer data the weights go to an external data file (protobuf's 2 GiB
+ * message limit must never be reached, and ONNX tools handle external data well). */
+#define TR_EXTERNAL_ABOVE ((uint64_t)1 << 30)
+#define TR_EXTERNAL_MIN_TENSOR 1024 /* smaller tensors stay inline, as onnx.save does */
+
+fr_status fr_train_save_model(const fr_graph *g, const char *path)
+{
+    uint64_t total = 0;
+    for (int i = 0; i < g->n_initializers; i++) {
+        const fr_tensor *c = g->values[g->initializers[i]].constant;
+        if (c) total += c->nbytes;
+    }
+    if (total <= TR_EXTERNAL_ABOVE) return fr_onnx_save_file(g, path, NULL);
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    size_t n = strlen(base) + 6;
+    char *name = fr_malloc(n, "external data name");
+    if (!name) return FR_ERR_OOM;
+    snprintf(name, n, "%s.data", base);
+    fr_onnx_save_options o = {name, TR_EXTERNAL_MIN_TENSOR};
+    fr_status st = fr_onnx_save_file(g, path, &o);
+    free(name);
+    return st;
+}
+
+fr_status fr_trainer_export(fr_trainer *t, const char *path)
+{
+    fr_graph *pg = t->pristine;
+    for (int i = 0; i < t->n_orig; i++) {
+        const tr_orig *o = &t->orig[i];
+        int vid = fr_graph_find_value(pg, o->name);
+        fr_tensor *c = vid >= 0 ? pg->values[vid].constant : NULL;
+        if (!c || c->dtype != FR_F32 || fr_tensor_numel(c) != o->numel)
+            return fr_error(FR_ERR_INTERNAL, "export: trained parameter '%s' has no float32 initializer of %lld "
+                            "elements in the original model",
+                            o->name, (long long)o->numel);
+        FR_TRY(tr_orig_values(t, o, c->data));
+    }
+    return fr_train_save_model(pg, path);
+}

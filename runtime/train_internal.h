@@ -1,0 +1,101 @@
+/* The trainer's private state, shared by runtime/trainer.c (steps), train_build.c (graphs),
+ * train_ckpt.c (checkpoints) and train_export.c. Not part of the public API. */
+#ifndef FR_TRAIN_INTERNAL_H
+#define FR_TRAIN_INTERNAL_H
+
+#include "runtime/executor.h"
+#include "runtime/fp8_scaling.h"
+#include "runtime/rng.h"
+#include "runtime/trainer.h"
+
+/* One optimizer parameter: a trained value of the training graph (possibly a fused one). */
+typedef struct tr_param {
+    int value;          /* value id in the training graph */
+    int grad_value;     /* its gradient's value id */
+    int grad_out;       /* index of the gradient among the executor's outputs */
+    float *acc;         /* gradient summed over the micro-batches of a step (trainer-owned) */
+    int64_t numel;
+    int fused;          /* index into the fp8 report's fused table, -1 when not fused */
+} tr_param;
+
+/* A trained parameter under its original name and layout (what checkpoints and export see). */
+typedef struct tr_orig {
+    const char *name;   /* the original value's name (owned by the training graph) */
+    int value;          /* the original value id in the training graph */
+    int param;          /* index into params (and the optimizer) */
+    const fr_fp8_fused *fused; /* non-NULL: lives in a slice of a fused parameter */
+    const fr_fp8_slice *slice;
+    int rank;
+    int64_t dims[FR_MAX_RANK];
+    int64_t numel;
+} tr_orig;
+
+/* Delayed-scaling state of one FP8 operand. */
+typedef struct tr_state {
+    const fr_fp8_state *st;
+    fr_fp8_scaling sc;
+    int amax_out;       /* executor output index of its amax, -1 when the graph has none */
+    float step_amax;    /* max over the micro-batches of the running step */
+} tr_state;
+
+/* A graph input the trainer feeds itself. */
+typedef enum tr_feed { TR_FEED_TOKENS, TR_FEED_LABELS, TR_FEED_ONES, TR_FEED_ARANGE, TR_FEED_ZEROS } tr_feed;
+typedef struct tr_input {
+    char *name;
+    tr_feed feed;
+    fr_tensor *t;       /* the buffer fed to the executor (shape and dtype of the input) */
+} tr_input;
+
+struct fr_trainer {
+    fr_train_options opt;      /* strings below are the trainer's copies */
+    char *s_tokens, *s_logits, *s_loss, *s_train, *s_freeze, *s_precision, *s_recipe,
+        *s_format, *s_exclude;
+    fr_dim_binding *dims;
+    char *model_path;          /* the model's source path for the config, or NULL */
+
+    fr_graph *pristine;        /* the model as imported, for export */
+    fr_graph *g;               /* training graph */
+    fr_graph *eval_g;          /* forward + loss, constants borrowed from g */
+    fr_exec *ex, *eval_ex;
+    fr_fp8_report report;
+    int has_report;
+
+    fr_optimizer *optim;
+    tr_param *params;
+    int n_params;
+    tr_orig *orig;
+    int n_orig;
+    tr_state *states;
+    int n_states;
+
+    tr_input *inputs;          /* every training-graph input */
+    int n_inputs;
+    tr_input *eval_inputs;     /* the same for the eval graph (no labels when a loss head) */
+    int n_eval_inputs;
+    int loss_out;              /* executor output index of the loss */
+    char *loss_name;
+    int eval_loss_out;
+    char *logits_name;         /* NULL with a loss output */
+    char **model_outputs;      /* the model's outputs, as the eval graph outputs them */
+    int n_model_outputs;
+    int eval_ran;
+    fr_dtype tokens_dtype;
+    int64_t vocab;
+
+    int64_t step;              /* steps taken or skipped */
+    int64_t skipped_total;
+    int bad_in_row;
+    fr_prng rng;
+};
+
+/* train_build.c: everything fr_trainer_new builds after copying the options. */
+fr_status tr_build(fr_trainer *t, const fr_graph *model);
+/* Fill the inputs of one micro-batch (windows: B x (T+1)) into `ins`. */
+fr_status tr_fill_inputs(fr_trainer *t, tr_input *ins, int n, const int64_t *windows);
+/* Copy between a fused parameter-shaped buffer and one slice in its original layout. */
+void tr_slice_copy(const fr_fp8_fused *f, const fr_fp8_slice *s, float *fused_buf, float *orig_buf,
+                   int to_original);
+/* Gather an original parameter's values (original layout) into dst. */
+fr_status tr_orig_values(fr_trainer *t, const tr_orig *o, float *dst);
+
+#endif

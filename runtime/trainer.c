@@ -1,0 +1,457 @@
+/* The trainer's life cycle and its steps (see trainer.h); the graph building is in
+ * train_build.c, checkpoints in train_ckpt.c, export in train_export.c. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/train_internal.h"
+
+void fr_train_options_default(fr_train_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->batch = 1;
+    o->seq_len = 1;
+    o->ignore_index = -100;
+    o->precision = "fp32";
+    fr_fp8_options_default(&o->fp8);
+    o->opt = fr_opt_config_adamw();
+    o->lr.kind = FR_LR_CONSTANT;
+    o->lr.max_lr = 1e-3;
+    o->grad_clip = 0;
+    o->grad_accum = 1;
+    o->seed = 0;
+    o->max_bad_steps = 10;
+}
+
+/* ---- options ---- */
+
+static fr_status copy_str(const char *src, char **dst, const char **field)
+{
+    *dst = NULL;
+    if (!src) {
+        *field = NULL;
+        return FR_OK;
+    }
+    *dst = fr_strdup(src, "trainer options");
+    if (!*dst) return FR_ERR_OOM;
+    *field = *dst;
+    return FR_OK;
+}
+
+static fr_status copy_options(fr_trainer *t, const fr_train_options *o)
+{
+    t->opt = *o;
+    fr_train_options *c = &t->opt;
+    if (o->eval_only) c->grad_clip = 0; /* nothing to clip: keep the config consistent */
+    if (o->batch < 1 || o->seq_len < 1)
+        return fr_error(FR_ERR_INVALID_ARG, "batch (%lld) and sequence length (%lld) must be >= 1",
+                        (long long)o->batch, (long long)o->seq_len);
+    if (o->grad_accum < 1)
+        return fr_error(FR_ERR_INVALID_ARG, "gradient accumulation must be >= 1 micro-batch, got %d", o->grad_accum);
+    if (o->max_bad_steps < 0)
+        return fr_error(FR_ERR_INVALID_ARG, "max bad steps must be >= 0, got %d", o->max_bad_steps);
+    if (!(o->grad_clip <= 0 || isfinite(o->grad_clip)))
+        return fr_error(FR_ERR_INVALID_ARG, "gradient clipping norm must be finite");
+    const char *prec = o->precision ? o->precision : "fp32";
+    if (strcmp(prec, "fp32") != 0 && strcmp(prec, "bf16") != 0 && strcmp(prec, "fp8") != 0)
+        return fr_error(FR_ERR_INVALID_ARG, "precision '%s': use fp32, bf16 or fp8", prec);
+    FR_TRY(fr_lr_schedule_check(&o->lr));
+    FR_TRY(copy_str(o->tokens_input, &t->s_tokens, &c->tokens_input));
+    FR_TRY(copy_str(o->logits_output, &t->s_logits, &c->logits_output));
+    FR_TRY(copy_str(o->loss_output, &t->s_loss, &c->loss_output));
+    FR_TRY(copy_str(o->train_regex, &t->s_train, &c->train_regex));
+    FR_TRY(copy_str(o->freeze_regex, &t->s_freeze, &c->freeze_regex));
+    FR_TRY(copy_str(prec, &t->s_precision, &c->precision));
+    FR_TRY(copy_str(o->fp8.recipe, &t->s_recipe, &c->fp8.recipe));
+    FR_TRY(copy_str(o->fp8.fp8_format, &t->s_format, &c->fp8.fp8_format));
+    FR_TRY(copy_str(o->fp8.fp8_exclude, &t->s_exclude, &c->fp8.fp8_exclude));
+    c->fp8.precision = c->precision;
+    c->dims = NULL;
+    if (o->n_dims > 0) {
+        t->dims = fr_calloc((size_t)o->n_dims, sizeof *t->dims, "trainer options");
+        if (!t->dims) return FR_ERR_OOM;
+        for (int i = 0; i < o->n_dims; i++) {
+            t->dims[i].value = o->dims[i].value;
+            t->dims[i].name = fr_strdup(o->dims[i].name ? o->dims[i].name : "", "trainer options");
+            if (!t->dims[i].name) return FR_ERR_OOM;
+        }
+        c->dims = t->dims;
+    }
+    return FR_OK;
+}
+
+/* ---- life cycle ---- */
+
+fr_status fr_trainer_new(const fr_graph *model, const fr_train_options *opt, fr_trainer **out)
+{
+    *out = NULL;
+    if (!model || !opt) return fr_error(FR_ERR_INVALID_ARG, "fr_trainer_new: no model or options");
+    fr_trainer *t = fr_calloc(1, sizeof *t, "trainer");
+    if (!t) return FR_ERR_OOM;
+    fr_status st = copy_options(t, opt);
+    if (st == FR_OK) st = tr_build(t, model);
+    if (st != FR_OK) {
+        if (model->source_path) fr_error_context(st, "while building the trainer for '%s'", model->source_path);
+        fr_trainer_free(t);
+        return st;
+    }
+    *out = t;
+    return FR_OK;
+}
+
+static void free_inputs(tr_input *ins, int n)
+{
+    for (int i = 0; ins && i < n; i++) {
+        free(ins[i].name);
+        fr_tensor_free(ins[i].t);
+    }
+    free(ins);
+}
+
+void fr_trainer_free(fr_trainer *t)
+{
+    if (!t) return;
+    fr_exec_free(t->ex);
+    fr_exec_free(t->eval_ex);
+    fr_optimizer_free(t->optim);
+    for (int i = 0; i < t->n_params; i++) free(t->params[i].acc);
+    free(t->params);
+    free(t->orig);
+    for (int i = 0; i < t->n_states; i++) fr_fp8_scaling_free(&t->states[i].sc);
+    free(t->states);
+    if (t->has_report) fr_fp8_report_free(&t->report);
+    free_inputs(t->inputs, t->n_inputs);
+    free_inputs(t->eval_inputs, t->n_eval_inputs);
+    for (int i = 0; i < t->n_model_outputs; i++) free(t->model_outputs[i]);
+    free(t->model_outputs);
+    free(t->loss_name);
+    free(t->logits_name);
+    fr_graph_free(t->eval_g); /* borrows g's constants: free it first */
+    fr_graph_free(t->g);
+    fr_graph_free(t->pristine);
+    free(t->s_tokens);
+    free(t->s_logits);
+    free(t->s_loss);
+    free(t->s_train);
+    free(t->s_freeze);
+    free(t->s_precision);
+    free(t->s_recipe);
+    free(t->s_format);
+    free(t->s_exclude);
+    for (int i = 0; t->dims && i < t->opt.n_dims; i++) free((char *)t->dims[i].name);
+    free(t->dims);
+    free(t->model_path);
+    free(t);
+}
+
+/* ---- steps ---- */
+
+/* The scales the next run quantizes with, into the state values both graphs read. */
+static void write_scales(fr_trainer *t)
+{
+    for (int i = 0; i < t->n_states; i++) {
+        fr_tensor *c = t->g->values[t->states[i].st->scale_value].constant;
+        ((float *)c->data)[0] = t->states[i].sc.scale;
+    }
+}
+
+static fr_status run_micro(fr_trainer *t, fr_exec *ex, tr_input *ins, int n, const int64_t *windows)
+{
+    FR_TRY(tr_fill_inputs(t, ins, n, windows));
+    for (int i = 0; i < n; i++) FR_TRY(fr_exec_set_input(ex, ins[i].name, ins[i].t));
+    return fr_exec_run(ex);
+}
+
+static float scalar_out(fr_exec *ex, int index)
+{
+    const fr_tensor *o = fr_exec_output_at(ex, index);
+    return ((const float *)o->data)[0];
+}
+
+static fr_status check_windows(const fr_trainer *t, const int64_t *w, int k)
+{
+    int64_t n = (int64_t)k * t->opt.batch * (t->opt.seq_len + 1), V = t->vocab;
+    for (int64_t i = 0; i < n; i++)
+        if (w[i] < 0 || (V > 0 && w[i] >= V) || (t->tokens_dtype == FR_I32 && w[i] > INT32_MAX))
+            return fr_error(FR_ERR_RANGE,
+                            "token id %lld (micro-batch %lld, window %lld, position %lld) is outside "
+                            "the model's vocabulary [0, %lld)",
+                            (long long)w[i], (long long)(i / (n / k)),
+                            (long long)(i % (n / k) / (t->opt.seq_len + 1)),
+                            (long long)(i % (t->opt.seq_len + 1)), (long long)V);
+    return FR_OK;
+}
+
+static void set_reason(fr_train_stats *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_reason(fr_train_stats *s, const char *fmt, ...)
+{
+    if (s->reason[0]) return; /* keep the first reason */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->reason, sizeof s->reason, fmt, ap);
+    va_end(ap);
+}
+
+fr_status fr_trainer_step(fr_trainer *t, const int64_t *windows, int k, fr_train_stats *stats)
+{
+    fr_train_stats local;
+    if (!stats) stats = &local;
+    memset(stats, 0, sizeof *stats);
+    if (!t || !windows || k < 1) return fr_error(FR_ERR_INVALID_ARG, "fr_trainer_step: no trainer, no tokens or k < 1");
+    if (t->opt.eval_only) return fr_error(FR_ERR_INVALID_ARG, "fr_trainer_step: this trainer was built for evaluation only");
+    FR_TRY(check_windows(t, windows, k));
+    const int64_t per = t->opt.batch * (t->opt.seq_len + 1);
+    stats->step = t->step;
+    stats->lr = fr_lr_at(&t->opt.lr, t->step);
+    write_scales(t);
+    for (int i = 0; i < t->n_states; i++) t->states[i].step_amax = 0.0f;
+
+    double loss_sum = 0;
+    int amax_bad = 0, run_bad = 0;
+    for (int m = 0; m < k && !run_bad; m++) {
+        fr_status rs = run_micro(t, t->ex, t->inputs, t->n_inputs, windows + (int64_t)m * per);
+        if (rs == FR_ERR_NUMERIC) { /* e.g. current scaling met a NaN/Inf amax: skip the step */
+            run_bad = 1;
+            set_reason(stats, "%s", fr_last_error());
+            break;
+        }
+        FR_TRY(rs);
+        float loss = scalar_out(t->ex, t->loss_out);
+        loss_sum += loss;
+        if (!isfinite(loss)) set_reason(stats, "loss is %g (micro-batch %d)", (double)loss, m);
+        for (int i = 0; i < t->n_params; i++) {
+            tr_param *p = &t->params[i];
+            const float *g = fr_exec_output_at(t->ex, p->grad_out)->data;
+            if (m == 0) {
+                memcpy(p->acc, g, (size_t)p->numel * sizeof(float));
+            } else {
+                for (int64_t e = 0; e < p->numel; e++) p->acc[e] += g[e];
+            }
+        }
+        for (int i = 0; i < t->n_states; i++) {
+            tr_state *s = &t->states[i];
+            if (s->amax_out < 0) continue;
+            float a = scalar_out(t->ex, s->amax_out);
+            if (!isfinite(a)) {
+                amax_bad = 1;
+                set_reason(stats, "amax of '%s' is %g", s->st->amax_name, (double)a);
+            } else if (a > s->step_amax) {
+                s->step_amax = a;
+            }
+        }
+    }
+    stats->loss = run_bad ? NAN : loss_sum / k;
+    if (k > 1 && !run_bad) FR_TRY(fr_optimizer_average_grads(t->optim, k));
+
+    int grads_bad = 0;
+    if (run_bad) {
+        stats->grad_norm = NAN;
+    } else if (t->opt.grad_clip > 0) {
+        fr_status st = fr_optimizer_clip_grad_norm(t->optim, t->opt.grad_clip, &stats->grad_norm);
+        if (st == FR_ERR_NUMERIC) {
+            grads_bad = 1;
+            set_reason(stats, "%s", fr_last_error());
+        } else if (st != FR_OK) {
+            return st;
+        }
+    } else {
+        stats->grad_norm = fr_optimizer_grad_norm(t->optim);
+        if (!isfinite(stats->grad_norm)) {
+            grads_bad = 1;
+            set_reason(stats, "gradient norm is %g", stats->grad_norm);
+        }
+    }
+    if (run_bad || !isfinite(stats->loss) || grads_bad || amax_bad) {
+        stats->skipped = 1;
+        stats->bad_in_a_row = ++t->bad_in_row;
+        t->skipped_total++;
+        t->step++;
+        if (t->bad_in_row > t->opt.max_bad_steps)
+            return fr_error(FR_ERR_NUMERIC,
+                            "%d steps in a row were not finite (more than the %d allowed); the last "
+                            "one (step %lld): %s",
+                            t->bad_in_row, t->opt.max_bad_steps, (long long)stats->step, stats->reason);
+        return FR_OK;
+    }
+    FR_TRY(fr_optimizer_step(t->optim, stats->lr));
+    for (int i = 0; i < t->n_states; i++) {
+        tr_state *s = &t->states[i];
+        if (s->amax_out >= 0) FR_TRY(fr_fp8_scaling_update(&s->sc, s->step_amax, s->st->amax_name));
+    }
+    t->bad_in_row = 0;
+    t->step++;
+    return FR_OK;
+}
+
+fr_status fr_trainer_eval(fr_trainer *t, const int64_t *windows, double *loss)
+{
+    if (!t || !windows) return fr_error(FR_ERR_INVALID_ARG, "fr_trainer_eval: no trainer or tokens");
+    t->eval_ran = 0;
+    FR_TRY(check_windows(t, windows, 1));
+    if (!t->eval_ex) FR_TRY(fr_exec_new(t->eval_g, &t->eval_ex));
+    write_scales(t);
+    FR_TRY(run_micro(t, t->eval_ex, t->eval_inputs, t->n_eval_inputs, windows));
+    t->eval_ran = 1;
+    if (loss) *loss = scalar_out(t->eval_ex, t->eval_loss_out);
+    return FR_OK;
+}
+
+const fr_tensor *fr_trainer_eval_output(fr_trainer *t, const char *name)
+{
+    if (!t || !t->eval_ran) return NULL;
+    if (!name) name = t->logits_name ? t->logits_name : (t->n_model_outputs ? t->model_outputs[0] : NULL);
+    return name ? fr_exec_output(t->eval_ex, name) : NULL;
+}
+
+/* ---- accessors ---- */
+
+int64_t fr_trainer_steps_done(const fr_trainer *t) { return t->step; }
+int64_t fr_trainer_skipped_total(const fr_trainer *t) { return t->skipped_total; }
+int64_t fr_trainer_vocab(const fr_trainer *t) { return t->vocab; }
+int64_t fr_trainer_batch(const fr_trainer *t) { return t->opt.batch; }
+int64_t fr_trainer_seq_len(const fr_trainer *t) { return t->opt.seq_len; }
+int fr_trainer_grad_accum(const fr_trainer *t) { return t->opt.grad_accum; }
+const fr_fp8_report *fr_trainer_fp8_report(const fr_trainer *t) { return t->has_report ? &t->report : NULL; }
+fr_optimizer *fr_trainer_optimizer(fr_trainer *t) { return t->optim; }
+int fr_trainer_param_count(const fr_trainer *t) { return t->n_orig; }
+
+const char *fr_trainer_tokens_input(const fr_trainer *t)
+{
+    for (int i = 0; i < t->n_inputs; i++)
+        if (t->inputs[i].feed == TR_FEED_TOKENS) return t->inputs[i].name;
+    return NULL;
+}
+
+const char *fr_trainer_param_name(const fr_trainer *t, int i)
+{
+    return i >= 0 && i < t->n_orig ? t->orig[i].name : NULL;
+}
+
+int64_t fr_trainer_param_numel(const fr_trainer *t, int i)
+{
+    return i >= 0 && i < t->n_orig ? t->orig[i].numel : 0;
+}
+
+fr_status fr_trainer_get_param(fr_trainer *t, const char *name, float *dst)
+{
+    for (int i = 0; name && i < t->n_orig; i++)
+        if (strcmp(t->orig[i].name, name) == 0) return tr_orig_values(t, &t->orig[i], dst);
+    return fr_error(FR_ERR_INVALID_ARG, "'%s' is not a parameter this trainer trains", name ? name : "(null)");
+}
+
+/* ---- the options as JSON (checkpoint "config" entry) ---- */
+
+typedef struct jbuf {
+    char *s;
+    size_t len, cap;
+    int oom;
+} jbuf;
+
+static void jb_printf(jbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void jb_printf(jbuf *b, const char *fmt, ...)
+{
+    while (!b->oom) {
+        va_list ap;
+        va_start(ap, fmt);
+        size_t room = b->cap - b->len;
+        int k = vsnprintf(b->s ? b->s + b->len : NULL, room, fmt, ap);
+        va_end(ap);
+        if (k < 0) {
+            b->oom = 1;
+            return;
+        }
+        if ((size_t)k < room) {
+            b->len += (size_t)k;
+            return;
+        }
+        size_t ncap = (b->cap + (size_t)k + 256) * 2;
+        char *ns = realloc(b->s, ncap);
+        if (!ns) {
+            b->oom = 1;
+            return;
+        }
+        b->s = ns;
+        b->cap = ncap;
+    }
+}
+
+static void jb_quoted(jbuf *b, const char *v)
+{
+    jb_printf(b, "\"");
+    for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            jb_printf(b, "\\%c", *p);
+        else if (*p < 0x20)
+            jb_printf(b, "\\u%04x", *p);
+        else
+            jb_printf(b, "%c", *p);
+    }
+    jb_printf(b, "\"");
+}
+
+static void jb_str(jbuf *b, const char *key, const char *v)
+{
+    jb_printf(b, "\"%s\": ", key);
+    if (v)
+        jb_quoted(b, v);
+    else
+        jb_printf(b, "null");
+}
+
+fr_status fr_trainer_config_json(const fr_trainer *t, char **json)
+{
+    const fr_train_options *o = &t->opt;
+    jbuf b = {0};
+    jb_printf(&b, "{");
+    jb_str(&b, "model", t->model_path);
+    jb_printf(&b, ", \"batch\": %lld, \"seq_len\": %lld, ", (long long)o->batch, (long long)o->seq_len);
+    jb_str(&b, "tokens_input", fr_trainer_tokens_input(t));
+    jb_printf(&b, ", ");
+    jb_str(&b, "logits_output", t->logits_name);
+    jb_printf(&b, ", ");
+    jb_str(&b, "loss_output", o->loss_output);
+    jb_printf(&b, ", \"ignore_index\": %lld, ", (long long)o->ignore_index);
+    jb_str(&b, "train", o->train_regex);
+    jb_printf(&b, ", ");
+    jb_str(&b, "freeze", o->freeze_regex);
+    jb_printf(&b, ", \"dims\": {");
+    for (int i = 0; i < o->n_dims; i++) {
+        if (i) jb_printf(&b, ", ");
+        jb_quoted(&b, o->dims[i].name);
+        jb_printf(&b, ": %lld", (long long)o->dims[i].value);
+    }
+    jb_printf(&b, "}, ");
+    jb_str(&b, "precision", o->precision);
+    if (strcmp(o->precision, "fp32") != 0) {
+        jb_printf(&b, ", \"fp8\": {");
+        jb_str(&b, "recipe", o->fp8.recipe);
+        jb_printf(&b, ", ");
+        jb_str(&b, "format", o->fp8.fp8_format);
+        jb_printf(&b, ", \"bf16_boundary\": %d, ", o->fp8.bf16_boundary);
+        jb_str(&b, "exclude", o->fp8.fp8_exclude);
+        jb_printf(&b, ", \"fuse\": %d, \"pad_multiple\": %d, \"margin\": %d, \"amax_history\": %d, "
+                      "\"amax_algo\": \"%s\", \"interval\": %d}",
+                  o->fp8.fuse, o->fp8.pad_multiple, o->fp8.margin, o->fp8.amax_history_len,
+                  fr_amax_algo_name(o->fp8.amax_algo), o->fp8.interval);
+    }
+    const fr_opt_config *c = &o->opt;
+    jb_printf(&b, ", \"optimizer\": {\"kind\": \"%s\", \"weight_decay\": %.17g, \"beta1\": %.17g, "
+                  "\"beta2\": %.17g, \"eps\": %.17g, \"momentum\": %.17g, \"dampening\": %.17g, "
+                  "\"nesterov\": %d, \"decay_1d\": %d}",
+              c->kind == FR_OPT_SGD ? "sgd" : "adamw", c->weight_decay, c->beta1, c->beta2, c->eps,
+              c->momentum, c->dampening, c->nesterov, c->decay_1d);
+    jb_printf(&b, ", \"lr\": {\"schedule\": \"%s\", \"max_lr\": %.17g, \"min_lr\": %.17g, "
+                  "\"warmup\": %lld, \"total\": %lld}",
+              fr_lr_kind_name(o->lr.kind), o->lr.max_lr, o->lr.min_lr, (long long)o->lr.warmup_steps,
+              (long long)o->lr.total_steps);
+    jb_printf(&b, ", \"grad_clip\": %.17g, \"grad_accum\": %d, \"seed\": %llu, \"max_bad_steps\": %d}",
+              o->grad_clip, o->grad_accum, (unsigned long long)o->seed, o->max_bad_steps);
+    if (b.oom) {
+        free(b.s);
+        return fr_error(FR_ERR_OOM, "out of memory writing the trainer's configuration");
+    }
+    *json = b.s;
+    return FR_OK;
+}

@@ -1,0 +1,164 @@
+/* The trainer: turns an imported model (an fr_graph straight from fr_onnx_load_file) into
+ * training steps on the CPU backend.
+ *
+ * Building (fr_trainer_new):
+ *   - a pristine deep copy of the model is kept for export (original names and layouts);
+ *   - a training copy is prepared (fr_prepare_forward) with the batch and sequence dims fixed
+ *     from the tokens input's symbolic dims, the trained parameters chosen (float32
+ *     initializers, filtered by the train/freeze regexes), compiled for the precision
+ *     (fr_fp8_compile for bf16/fp8; fp32 is not rewritten), given a `labels` input [B, T] and
+ *     an ai.fp8run::SoftmaxCrossEntropy loss head over the logits output (or the model's own
+ *     scalar loss output), differentiated (fr_autodiff) w.r.t. the trained parameters, and its
+ *     outputs replaced by: the loss, every gradient, every FP8 amax;
+ *   - an eval copy of the forward graph shares every constant (the parameters included) with
+ *     the training graph and outputs the loss plus the model's own outputs;
+ *   - the optimizer reads the parameters in place (value->constant->data, which the executor
+ *     also reads in place, so an update is seen by the next run) and the gradients from
+ *     trainer-owned buffers that accumulate the micro-batches of a step.
+ * Graph inputs other than the tokens are fed when their names are known: attention_mask ->
+ * ones, position_ids -> 0..T-1 per row, token_type_ids -> zeros, labels (with a loss output)
+ * -> the labels; any other input is an error naming it.
+ *
+ * A step (fr_trainer_step) takes K micro-batches of B windows of T+1 token ids (inputs are the
+ * first T of each window, labels the last T), runs forward+backward K times summing the
+ * gradients, averages them (g / K), clips them to the global norm (optional), and updates the
+ * parameters with the schedule's learning rate. A step whose loss, gradients or FP8 amaxes are
+ * not finite is skipped: weights, optimizer and scaling state stay exactly as they were; more
+ * than max_bad_steps skipped steps in a row is FR_ERR_NUMERIC.
+ *
+ * A step whose forward fails with FR_ERR_NUMERIC (current/block FP8 scaling meeting a NaN or Inf
+ * amax) is skipped the same way.
+ *
+ * Checkpoints (fr_trainer_save / fr_trainer_load, runtime/checkpoint.h container) hold the FP32
+ * weights under their ORIGINAL names and layouts (fused parameters are split back), the
+ * optimizer state per original parameter and slot, the step counters, the RNG state, FP8
+ * delayed-scaling state, the data loader's state (bytes given by the caller) and the options
+ * as JSON. A checkpoint of one precision loads into a trainer of another. Resuming is exact:
+ * on the CPU every later loss equals, bit for bit, the one of the uninterrupted run.
+ *
+ * Not thread-safe; one trainer per thread. */
+#ifndef FR_TRAINER_H
+#define FR_TRAINER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "graph/ir.h"
+#include "passes/fp8_compile.h"
+#include "passes/passes.h"
+#include "runtime/lr_schedule.h"
+#include "runtime/optimizer.h"
+
+typedef struct fr_train_options {
+    int64_t batch;             /* B >= 1 */
+    int64_t seq_len;           /* T >= 1 */
+    const char *tokens_input;  /* NULL: the first int64/int32 graph input */
+    const char *logits_output; /* NULL: the first float graph output of rank >= 2 */
+    const char *loss_output;   /* non-NULL: the model computes its own scalar loss (no loss head) */
+    int64_t ignore_index;      /* labels equal to it do not count (default -100) */
+    const char *train_regex;   /* POSIX extended regexes over parameter names; NULL = none: */
+    const char *freeze_regex;  /* trained = float initializers matching train (all when NULL)
+                                  and not matching freeze */
+    const fr_dim_binding *dims;/* extra symbolic dims (--dim NAME=V); not owned */
+    int n_dims;
+    const char *precision;     /* "fp32" (default) | "bf16" | "fp8" */
+    fr_fp8_options fp8;        /* recipe, format, boundaries, ... for bf16/fp8 (its precision
+                                  field is ignored: `precision` above decides) */
+    fr_opt_config opt;         /* default: AdamW, torch defaults */
+    fr_lr_schedule lr;         /* default: constant 1e-3 */
+    double grad_clip;          /* max global norm; <= 0: no clipping */
+    int grad_accum;            /* K >= 1: micro-batches per step */
+    uint64_t seed;             /* the trainer's generator (dropout masks later; checkpointed) */
+    int max_bad_steps;         /* skipped steps allowed in a row (default 10) */
+    int eval_only;             /* 1: no backward graph, no optimizer: fr_trainer_eval only (and
+                                  fr_trainer_load of the weights); fr_trainer_step/save refuse */
+} fr_train_options;
+
+void fr_train_options_default(fr_train_options *o);
+
+typedef struct fr_train_stats {
+    int64_t step;       /* index of this step (0-based; the lr schedule's step) */
+    double loss;        /* mean of the micro-batches' losses */
+    double grad_norm;   /* global norm of the averaged gradient, before clipping (NaN/Inf when
+                           not finite) */
+    double lr;
+    int skipped;        /* 1: non-finite loss/gradients/amax, nothing was updated */
+    int bad_in_a_row;   /* skipped steps in a row, this one included */
+    char reason[256];   /* why it was skipped ("" otherwise) */
+} fr_train_stats;
+
+typedef struct fr_trainer fr_trainer;
+
+/* Build a trainer for `model` (not modified; it may be freed afterwards). */
+fr_status fr_trainer_new(const fr_graph *model, const fr_train_options *opt, fr_trainer **out);
+void fr_trainer_free(fr_trainer *t);
+
+/* One optimizer step over k micro-batches: `windows` holds k * B * (T+1) token ids, row-major.
+ * Token ids must be in [0, vocab) (FR_ERR_RANGE otherwise, nothing changed). A skipped step
+ * returns FR_OK with stats->skipped = 1, unless it is more than max_bad_steps in a row:
+ * FR_ERR_NUMERIC (stats filled in all the same). stats may be NULL. */
+fr_status fr_trainer_step(fr_trainer *t, const int64_t *windows, int k, fr_train_stats *stats);
+
+/* Loss of one micro-batch (B windows of T+1 ids) without updating anything. Afterwards the
+ * model's own outputs of that run are available through fr_trainer_eval_output. */
+fr_status fr_trainer_eval(fr_trainer *t, const int64_t *windows, double *loss);
+/* The model's output `name` (NULL: the logits output, or the first output) of the last
+ * fr_trainer_eval; NULL when there is none. Valid until the next eval or fr_trainer_free. */
+const fr_tensor *fr_trainer_eval_output(fr_trainer *t, const char *name);
+
+/* ---- what was built ---- */
+int64_t fr_trainer_steps_done(const fr_trainer *t);   /* steps taken or skipped so far */
+int64_t fr_trainer_skipped_total(const fr_trainer *t);
+int64_t fr_trainer_vocab(const fr_trainer *t);        /* logits' last dim; 0 when unknown */
+int64_t fr_trainer_batch(const fr_trainer *t);
+int64_t fr_trainer_seq_len(const fr_trainer *t);
+int fr_trainer_grad_accum(const fr_trainer *t);
+const char *fr_trainer_tokens_input(const fr_trainer *t);
+/* Trained parameters in ORIGINAL names (fused ones listed by their members). */
+int fr_trainer_param_count(const fr_trainer *t);
+const char *fr_trainer_param_name(const fr_trainer *t, int i);
+int64_t fr_trainer_param_numel(const fr_trainer *t, int i);
+/* Parameter `name` (original name) as FP32 values in its original layout, copied into dst
+ * (fr_trainer_param_numel elements). FR_ERR_INVALID_ARG when it is not trained here. */
+fr_status fr_trainer_get_param(fr_trainer *t, const char *name, float *dst);
+/* The compile report (bf16/fp8), NULL for fp32. */
+const fr_fp8_report *fr_trainer_fp8_report(const fr_trainer *t);
+/* The options as a JSON object (malloc'ed; caller frees). */
+fr_status fr_trainer_config_json(const fr_trainer *t, char **json);
+/* The optimizer (read-only use: state inspection in tests). */
+fr_optimizer *fr_trainer_optimizer(fr_trainer *t);
+
+/* ---- checkpoints (runtime/train_ckpt.c) ---- */
+/* Write a checkpoint atomically. data_state (may be NULL) is stored as entry "data". */
+fr_status fr_trainer_save(fr_trainer *t, const char *path, const void *data_state, size_t data_len);
+/* Restore everything from a checkpoint: every trained parameter (by original name; a missing
+ * one or one of another shape is an error naming it), its optimizer state, the step counters,
+ * the generator, the FP8 scaling state when both sides have it. A parameter the checkpoint
+ * holds but this trainer does not train must equal the model's value (else the model was not
+ * given the checkpoint's weights first: fr_train_apply_weights). *data_state (malloc'ed, may be
+ * NULL when absent) receives the loader state bytes; pass NULL to ignore them. An evaluation-only
+ * trainer restores the weights (and counters) only. On error the trainer may be partly
+ * restored: discard it. */
+fr_status fr_trainer_load(fr_trainer *t, const char *path, void **data_state, size_t *data_len);
+
+/* Write the "param" tensors of a checkpoint into the float initializers of the same names of
+ * `g` (an imported model, before fr_trainer_new or export). A tensor whose initializer is
+ * missing or has another shape is an error naming it; *n_applied (may be NULL) counts them. */
+fr_status fr_train_apply_weights(fr_graph *g, const char *ckpt_path, int *n_applied);
+/* A checkpoint's "config" entry (NUL-terminated copy, malloc'ed) or NULL when absent. */
+fr_status fr_train_ckpt_config(const char *ckpt_path, char **json);
+
+/* ---- export (runtime/train_export.c) ---- */
+/* The original model with the trained values in its initializers (original names and
+ * layouts), saved with fr_onnx_save_file; weights go to external data "<file>.data" when they
+ * add up to more than 1 GiB. */
+fr_status fr_trainer_export(fr_trainer *t, const char *path);
+/* Save g, choosing external data the same way. */
+fr_status fr_train_save_model(const fr_graph *g, const char *path);
+
+/* ---- helpers shared by the trainer's files ---- */
+/* A deep copy of g. share_constants != 0: every value->constant of the copy is a header that
+ * borrows the source's data (owns_data = 0), so the source must outlive the copy. */
+fr_status fr_train_clone_graph(const fr_graph *g, int share_constants, fr_graph **out);
+
+#endif
