@@ -1,4 +1,5 @@
-/* Gather op family: Gather, GatherElements, GatherND.
+/* Gather op family: Gather, GatherElements, GatherND, and their backward scatter-adds
+ * GatherGrad, GatherElementsGrad, GatherNDGrad (ai.fp8run; see the section below).
  *
  * Pure data movement for every dtype fp8run holds (elements copied by fr_dtype_size).
  * Indices are int64 or int32 of any rank; a negative index counts from the end of its axis.
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../passes/autodiff.h"
 #include "op.h"
 
 /* ---- helpers ---- */
@@ -325,11 +327,264 @@ static fr_status gnd_cpu(const fr_kernel_ctx *ctx)
     return FR_OK;
 }
 
+/* ==== backward: scatter-add ops (ai.fp8run) ====
+ *
+ * GatherGrad(dy, indices) {axis, shape}, GatherElementsGrad(dy, indices) {axis, shape} and
+ * GatherNDGrad(dy, indices) {batch_dims, shape} give zeros of `shape` (the forward data's
+ * shape) with every element of dy added at the position the forward op read it from.
+ * Repeated indices accumulate (the embedding gradient). `shape` is an attribute rather than
+ * an input so the backward pass does not keep the forward data alive.
+ *
+ * Accumulation is deterministic: the rows of dy that land on one destination row are summed
+ * in double in their order in dy, then rounded once. The (destination, source) row pairs are
+ * sorted instead of accumulating into a double copy of the whole output, so the scratch
+ * memory is bounded by dy, not by the (vocabulary-sized) data. */
+
+static int is_f(fr_dtype dt) { return dt == FR_F32 || dt == FR_F64; }
+
+typedef struct row_ref {
+    int64_t dst, src; /* row numbers, in rows of `inner` elements */
+} row_ref;
+
+static int row_cmp(const void *a, const void *b)
+{
+    const row_ref *x = a, *y = b;
+    if (x->dst != y->dst) return x->dst < y->dst ? -1 : 1;
+    return (x->src > y->src) - (x->src < y->src);
+}
+
+static inline double ld(const void *p, fr_dtype dt, int64_t i)
+{
+    return dt == FR_F64 ? ((const double *)p)[i] : ((const float *)p)[i];
+}
+
+/* out = 0, then out row refs[j].dst += dy row refs[j].src for every j. Sorting by (dst, src)
+ * makes the order of the additions independent of qsort's. */
+static fr_status scatter_rows(fr_tensor *out, const fr_tensor *dy, row_ref *refs, int64_t cnt,
+                              int64_t inner)
+{
+    if (out->nbytes) memset(out->data, 0, out->nbytes);
+    if (!cnt || !inner) return FR_OK;
+    qsort(refs, (size_t)cnt, sizeof *refs, row_cmp);
+    double *acc = fr_malloc(sizeof(double) * (size_t)inner, "scatter-add row");
+    if (!acc) return FR_ERR_OOM;
+    fr_dtype dt = dy->dtype;
+    for (int64_t a = 0; a < cnt;) {
+        int64_t b = a + 1;
+        while (b < cnt && refs[b].dst == refs[a].dst) b++;
+        const int64_t s0 = refs[a].src * inner, d0 = refs[a].dst * inner;
+        /* start from the first row (not 0.0) so a lone -0.0 keeps its sign */
+        for (int64_t e = 0; e < inner; e++) acc[e] = ld(dy->data, dt, s0 + e);
+        for (int64_t j = a + 1; j < b; j++) {
+            const int64_t s = refs[j].src * inner;
+            for (int64_t e = 0; e < inner; e++) acc[e] += ld(dy->data, dt, s + e);
+        }
+        if (dt == FR_F64)
+            memcpy((double *)out->data + d0, acc, sizeof(double) * (size_t)inner);
+        else
+            for (int64_t e = 0; e < inner; e++) ((float *)out->data)[d0 + e] = (float)acc[e];
+        a = b;
+    }
+    free(acc);
+    return FR_OK;
+}
+
+/* The `shape` attribute: the forward data's shape. */
+static fr_status grad_shape_attr(const fr_node *n, int *rank, int64_t *dims)
+{
+    int cnt;
+    const int64_t *v;
+    FR_TRY(fr_node_attr_ints(n, "shape", &cnt, &v));
+    if (cnt < 0) return fr_node_error(n, FR_ERR_GRAPH, "attribute 'shape' is required");
+    if (cnt > FR_MAX_RANK)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "shape has rank %d, above fp8run's limit %d",
+                             cnt, FR_MAX_RANK);
+    for (int k = 0; k < cnt; k++)
+        if (v[k] < 0) return fr_node_error(n, FR_ERR_SHAPE, "shape has a negative dim");
+    if (cnt) memcpy(dims, v, sizeof(int64_t) * (size_t)cnt);
+    *rank = cnt;
+    return FR_OK;
+}
+
+static fr_status dy_matches(const fr_node *n, fr_dtype dt, int rank, const int64_t *dims,
+                            int want_rank, const int64_t *want)
+{
+    if (!is_f(dt))
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "dy is %s (float32 or float64 supported)",
+                             fr_dtype_name(dt));
+    int ok = rank == want_rank;
+    for (int k = 0; ok && k < rank; k++) ok = dims[k] == want[k];
+    if (!ok) {
+        char a[128], b[128];
+        return fr_node_error(n, FR_ERR_SHAPE, "dy has shape %s, the forward output had %s",
+                             fr_shape_str(rank, dims, a, sizeof a),
+                             fr_shape_str(want_rank, want, b, sizeof b));
+    }
+    return FR_OK;
+}
+
+/* Shared infer: kind 0 Gather, 1 GatherElements, 2 GatherND. Checks dy against the forward
+ * output shape the data shape and indices give. */
+static fr_status scatter_check(const fr_node *n, int kind, fr_dtype dy_dt, int dy_rank,
+                               const int64_t *dy_dims, fr_dtype idx_dt, int q, const int64_t *di,
+                               int *rank, int64_t *dims, int *axis_or_b)
+{
+    FR_TRY(index_dtype_ok(n, idx_dt));
+    FR_TRY(grad_shape_attr(n, rank, dims));
+    int fr = 0;
+    int64_t fd[FR_MAX_RANK];
+    if (kind == 0) {
+        FR_TRY(gather_axis(n, *rank, axis_or_b));
+        FR_TRY(gather_shape(n, *rank, dims, q, di, *axis_or_b, &fr, fd));
+    } else if (kind == 1) {
+        FR_TRY(gather_axis(n, *rank, axis_or_b));
+        FR_TRY(ge_shapes(n, *rank, dims, q, di, *axis_or_b));
+        fr = q;
+        memcpy(fd, di, sizeof(int64_t) * (size_t)q);
+    } else {
+        int64_t b;
+        FR_TRY(fr_node_attr_int(n, "batch_dims", 0, &b));
+        FR_TRY(gnd_shape(n, b, *rank, dims, q, di, &fr, fd));
+        *axis_or_b = (int)b;
+    }
+    return dy_matches(n, dy_dt, dy_rank, dy_dims, fr, fd);
+}
+
+static int scatter_kind(const fr_node *n)
+{
+    return strcmp(n->op_type, "GatherGrad") == 0 ? 0
+           : strcmp(n->op_type, "GatherElementsGrad") == 0 ? 1 : 2;
+}
+
+static fr_status scatter_infer(fr_graph *g, int node_id)
+{
+    const fr_node *n = &g->nodes[node_id];
+    FR_TRY(fr_infer_require_inputs(g, n, 2, 2));
+    const fr_value *dy = fr_node_in(g, n, 0), *iv = fr_node_in(g, n, 1);
+    int rank, a;
+    int64_t dims[FR_MAX_RANK];
+    FR_TRY(scatter_check(n, scatter_kind(n), dy->dtype, dy->rank, dy->dims, iv->dtype, iv->rank,
+                         iv->dims, &rank, dims, &a));
+    fr_infer_set(g, n, 0, dy->dtype, rank, dims);
+    return FR_OK;
+}
+
+static fr_status scatter_cpu(const fr_kernel_ctx *ctx)
+{
+    const fr_node *n = ctx->node;
+    const fr_tensor *dy = ctx->n_in > 0 ? ctx->in[0] : NULL,
+                    *idx = ctx->n_in > 1 ? ctx->in[1] : NULL;
+    fr_tensor *y = ctx->n_out > 0 ? ctx->out[0] : NULL;
+    if (!dy || !idx) return fr_node_error(n, FR_ERR_GRAPH, "input missing");
+    int kind = scatter_kind(n), rank, a;
+    int64_t dims[FR_MAX_RANK];
+    FR_TRY(scatter_check(n, kind, dy->dtype, dy->rank, dy->dims, idx->dtype, idx->rank, idx->dims,
+                         &rank, dims, &a));
+    FR_TRY(check_out(ctx, y, dy->dtype, rank, dims));
+    int64_t cnt = fr_tensor_numel(idx), ds[FR_MAX_RANK], inner = 1, rows = 0;
+    fr_contig_strides(rank, dims, ds);
+    /* indices checked again: a bad one must never write out of bounds */
+    if (kind == 2) {
+        int64_t m = idx->dims[idx->rank - 1];
+        for (int64_t j = 0; j < cnt; j++) {
+            int64_t v = index_at(idx, j), size = dims[a + j % m];
+            if (v < -size || v >= size) return range_error(n, idx, j, v, (int)(a + j % m), size);
+        }
+    } else {
+        FR_TRY(check_indices(n, idx, a, dims[a]));
+    }
+    int64_t outer = 1;
+    if (kind == 0) {
+        for (int k = 0; k < a; k++) outer *= dims[k];
+        for (int k = a + 1; k < rank; k++) inner *= dims[k];
+        rows = outer * cnt;
+    } else if (kind == 1) {
+        rows = cnt;
+    } else {
+        int64_t m = idx->dims[idx->rank - 1];
+        for (int k = a + (int)m; k < rank; k++) inner *= dims[k];
+        rows = m ? cnt / m : 0;
+    }
+    row_ref *refs = fr_malloc(sizeof *refs * (size_t)(rows ? rows : 1), "scatter-add rows");
+    if (!refs) return FR_ERR_OOM;
+    if (kind == 0) {
+        int64_t size = dims[a];
+        for (int64_t o = 0; o < outer; o++)
+            for (int64_t j = 0; j < cnt; j++) {
+                int64_t v = index_at(idx, j);
+                if (v < 0) v += size;
+                refs[o * cnt + j] = (row_ref){o * size + v, o * cnt + j};
+            }
+    } else if (kind == 1) {
+        /* walk indices' coordinates; off is the data offset without the axis term */
+        int64_t c[FR_MAX_RANK] = {0}, off = 0, size = dims[a];
+        for (int64_t j = 0; j < cnt; j++) {
+            int64_t v = index_at(idx, j);
+            if (v < 0) v += size;
+            refs[j] = (row_ref){off + v * ds[a], j};
+            for (int k = idx->rank - 1; k >= 0; k--) {
+                if (k != a) off += ds[k];
+                if (++c[k] < idx->dims[k]) break;
+                if (k != a) off -= ds[k] * idx->dims[k];
+                c[k] = 0;
+            }
+        }
+    } else {
+        /* the forward kernel's addressing; every offset is a multiple of inner */
+        int64_t m = idx->dims[idx->rank - 1], batch_stride = a > 0 ? ds[a - 1] : 0;
+        int64_t per_batch = 1;
+        for (int k = a; k < idx->rank - 1; k++) per_batch *= idx->dims[k];
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t bi = per_batch ? r / per_batch : 0, off = bi * batch_stride;
+            for (int64_t l = 0; l < m; l++) {
+                int64_t v = index_at(idx, r * m + l);
+                if (v < 0) v += dims[a + l];
+                off += v * ds[a + l];
+            }
+            refs[r] = (row_ref){inner ? off / inner : 0, r};
+        }
+    }
+    fr_status st = scatter_rows(y, dy, refs, rows, inner);
+    free(refs);
+    return st;
+}
+
+/* ---- gradient rules: the data gets the scatter-add of dy; indices have none ---- */
+
+static fr_status gather_family_grad(fr_grad_ctx *ctx, const char *grad_op)
+{
+    if (!ctx->need_din[0] || ctx->dout[0] < 0) return FR_OK;
+    fr_graph *g = ctx->g;
+    const fr_node *n = &g->nodes[ctx->node_id];
+    int in[2] = {ctx->dout[0], n->inputs[1]}, x = n->inputs[0], nid;
+    int64_t b = 0, axis = 0;
+    if (strcmp(n->op_type, "GatherND") == 0)
+        FR_TRY(gnd_batch_dims(n, ctx->opset, &b));
+    else
+        FR_TRY(fr_node_attr_int(n, "axis", 0, &axis));
+    FR_TRY(fr_grad_node(ctx, grad_op, FR_DOMAIN_FP8RUN, 2, in, 1, &ctx->din[0], &nid));
+    fr_node *gn = &g->nodes[nid];
+    const fr_value *xv = &g->values[x];
+    FR_TRY(fr_node_set_attr_ints(gn, "shape", xv->rank, xv->dims));
+    if (strcmp(grad_op, "GatherNDGrad") == 0)
+        FR_TRY(fr_node_set_attr_int(gn, "batch_dims", b));
+    else
+        FR_TRY(fr_node_set_attr_int(gn, "axis", axis));
+    return fr_grad_finish(ctx, nid);
+}
+
+static fr_status gather_grad(fr_grad_ctx *ctx) { return gather_family_grad(ctx, "GatherGrad"); }
+static fr_status ge_grad(fr_grad_ctx *ctx) { return gather_family_grad(ctx, "GatherElementsGrad"); }
+static fr_status gnd_grad(fr_grad_ctx *ctx) { return gather_family_grad(ctx, "GatherNDGrad"); }
+
 /* ---- the table ---- */
 
 const fr_op_def fr_ops_gather[] = {
-    {"Gather", FR_DOMAIN_ONNX, 1, gather_infer, gather_cpu, NULL, 0},
-    {"GatherElements", FR_DOMAIN_ONNX, 11, ge_infer, ge_cpu, NULL, 0},
-    {"GatherND", FR_DOMAIN_ONNX, 11, gnd_infer, gnd_cpu, NULL, 0},
+    {"Gather", FR_DOMAIN_ONNX, 1, gather_infer, gather_cpu, gather_grad, 0},
+    {"GatherElements", FR_DOMAIN_ONNX, 11, ge_infer, ge_cpu, ge_grad, 0},
+    {"GatherND", FR_DOMAIN_ONNX, 11, gnd_infer, gnd_cpu, gnd_grad, 0},
+    {"GatherGrad", FR_DOMAIN_FP8RUN, 1, scatter_infer, scatter_cpu, NULL, 0},
+    {"GatherElementsGrad", FR_DOMAIN_FP8RUN, 1, scatter_infer, scatter_cpu, NULL, 0},
+    {"GatherNDGrad", FR_DOMAIN_FP8RUN, 1, scatter_infer, scatter_cpu, NULL, 0},
     {0},
 };

@@ -1,4 +1,5 @@
-/* Layout op family: Transpose, Concat, Split, Slice, Trilu, Tile.
+/* Layout op family: Transpose, Concat, Split, Slice, Trilu, Tile, and the backward ops
+ * SliceGrad and TileGrad (ai.fp8run; see "backward" below).
  *
  * All are pure data movement and work for every dtype fp8run holds, copying elements by
  * fr_dtype_size. Transpose, Slice and Tile are one strided-copy engine: the output is
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../passes/autodiff.h"
 #include "op.h"
 
 /* ---- helpers ---- */
@@ -812,14 +814,398 @@ static fr_status tile_cpu(const fr_kernel_ctx *ctx)
     return FR_OK;
 }
 
+/* ==== backward ====
+ *
+ * Transpose, Concat, Split and Trilu differentiate into the same standard ops (inverse
+ * permutation, Split, Concat, Trilu), which every backend already has. Slice and Tile need
+ * scatters that no ONNX op expresses without index tensors, so they get fp8run ops:
+ *   SliceGrad(dy) {shape, starts, steps}: zeros of `shape` with dy written at
+ *     starts[k] + i * steps[k] along every dim k (the resolved forward plan: no clamping or
+ *     negative starts left, steps may be negative);
+ *   TileGrad(dy) {shape}: the sum of the tiles of dy, each of `shape`, accumulated in double
+ *     in the order of dy so results are reproducible bit for bit. */
+
+static int is_f(fr_dtype dt) { return dt == FR_F32 || dt == FR_F64; }
+
+static fr_status float_dy(const fr_node *n, fr_dtype dt)
+{
+    if (is_f(dt)) return FR_OK;
+    return fr_node_error(n, FR_ERR_UNSUPPORTED, "dy is %s (float32 or float64 supported)",
+                         fr_dtype_name(dt));
+}
+
+/* An ints attribute with exactly `rank` entries. */
+static fr_status rank_ints(const fr_node *n, const char *name, int rank, const int64_t **v)
+{
+    int cnt;
+    FR_TRY(fr_node_attr_ints(n, name, &cnt, v));
+    if (cnt < 0) return fr_node_error(n, FR_ERR_GRAPH, "attribute '%s' is required", name);
+    if (cnt != rank)
+        return fr_node_error(n, FR_ERR_SHAPE, "attribute '%s' has %d entries for rank %d", name,
+                             cnt, rank);
+    return FR_OK;
+}
+
+static fr_status shape_attr(const fr_node *n, int *rank, const int64_t **dims)
+{
+    FR_TRY(fr_node_attr_ints(n, "shape", rank, dims));
+    if (*rank < 0) return fr_node_error(n, FR_ERR_GRAPH, "attribute 'shape' is required");
+    if (*rank > FR_MAX_RANK)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "shape has rank %d, above fp8run's limit %d",
+                             *rank, FR_MAX_RANK);
+    for (int k = 0; k < *rank; k++)
+        if ((*dims)[k] < 0) return fr_node_error(n, FR_ERR_SHAPE, "shape has a negative dim");
+    return FR_OK;
+}
+
+/* ---- SliceGrad ---- */
+
+static fr_status slice_grad_check(const fr_node *n, fr_dtype dt, int rank, const int64_t *dims,
+                                  int *out_rank, const int64_t **shape, const int64_t **starts,
+                                  const int64_t **steps)
+{
+    FR_TRY(float_dy(n, dt));
+    FR_TRY(shape_attr(n, out_rank, shape));
+    if (rank != *out_rank)
+        return fr_node_error(n, FR_ERR_SHAPE, "dy has rank %d, shape has %d", rank, *out_rank);
+    FR_TRY(rank_ints(n, "starts", rank, starts));
+    FR_TRY(rank_ints(n, "steps", rank, steps));
+    for (int k = 0; k < rank; k++) {
+        int64_t d = (*shape)[k], s = (*starts)[k], st = (*steps)[k], len = dims[k];
+        if (!len) continue;
+        /* first and last written positions inside [0, d); steps bounded so no overflow */
+        int ok = st != 0 && st > -d - 1 && st < d + 1 && s >= 0 && s < d;
+        if (ok && len > 1) {
+            ok = len <= d;
+            int64_t last = s + (len - 1) * st;
+            ok = ok && last >= 0 && last < d;
+        }
+        if (!ok)
+            return fr_node_error(n, FR_ERR_SHAPE,
+                                 "dim %d: %lld elements from %lld in steps of %lld do not fit in "
+                                 "%lld",
+                                 k, (long long)len, (long long)s, (long long)st, (long long)d);
+    }
+    return FR_OK;
+}
+
+static fr_status slice_grad_infer(fr_graph *g, int node_id)
+{
+    const fr_node *n = &g->nodes[node_id];
+    FR_TRY(fr_infer_require_inputs(g, n, 1, 1));
+    const fr_value *dy = fr_node_in(g, n, 0);
+    int rank;
+    const int64_t *shape, *starts, *steps;
+    FR_TRY(slice_grad_check(n, dy->dtype, dy->rank, dy->dims, &rank, &shape, &starts, &steps));
+    fr_infer_set(g, n, 0, dy->dtype, rank, shape);
+    return FR_OK;
+}
+
+/* Zero the output, then write dy through the slice's view (no two dy elements share a
+ * destination, so this is a plain strided store). */
+static fr_status slice_grad_cpu(const fr_kernel_ctx *ctx)
+{
+    const fr_tensor *dy = kin(ctx, 0);
+    fr_tensor *y = ctx->n_out > 0 ? ctx->out[0] : NULL;
+    if (!dy) return fr_node_error(ctx->node, FR_ERR_GRAPH, "input missing");
+    int rank;
+    const int64_t *shape, *starts, *steps;
+    FR_TRY(slice_grad_check(ctx->node, dy->dtype, dy->rank, dy->dims, &rank, &shape, &starts,
+                            &steps));
+    FR_TRY(check_out(ctx, y, dy->dtype, rank, shape));
+    if (y->nbytes) memset(y->data, 0, y->nbytes);
+    int64_t n = fr_tensor_numel(dy);
+    if (!n) return FR_OK;
+    int64_t cs[FR_MAX_RANK], st[FR_MAX_RANK], idx[FR_MAX_RANK] = {0}, off = 0;
+    fr_contig_strides(rank, shape, cs);
+    for (int k = 0; k < rank; k++) {
+        st[k] = cs[k] * steps[k];
+        off += cs[k] * starts[k];
+    }
+    int64_t len = rank ? dy->dims[rank - 1] : 1, s = rank ? st[rank - 1] : 0;
+    size_t es = fr_dtype_size(dy->dtype);
+    for (int64_t i = 0; i < n; i += len) {
+        if (es == 8) {
+            const double *src = (const double *)dy->data + i;
+            double *dst = (double *)y->data + off;
+            for (int64_t j = 0; j < len; j++) dst[j * s] = src[j];
+        } else {
+            const float *src = (const float *)dy->data + i;
+            float *dst = (float *)y->data + off;
+            for (int64_t j = 0; j < len; j++) dst[j * s] = src[j];
+        }
+        for (int k = rank - 2; k >= 0; k--) {
+            off += st[k];
+            if (++idx[k] < dy->dims[k]) break;
+            off -= st[k] * dy->dims[k];
+            idx[k] = 0;
+        }
+    }
+    return FR_OK;
+}
+
+/* ---- TileGrad ---- */
+
+static fr_status tile_grad_check(const fr_node *n, fr_dtype dt, int rank, const int64_t *dims,
+                                 int *out_rank, const int64_t **shape)
+{
+    FR_TRY(float_dy(n, dt));
+    FR_TRY(shape_attr(n, out_rank, shape));
+    int ok = rank == *out_rank;
+    for (int k = 0; ok && k < rank; k++)
+        ok = (*shape)[k] ? dims[k] % (*shape)[k] == 0 : dims[k] == 0;
+    if (!ok) {
+        char a[128], b[128];
+        return fr_node_error(n, FR_ERR_SHAPE, "dy %s is not a tiling of %s",
+                             fr_shape_str(rank, dims, a, sizeof a),
+                             fr_shape_str(*out_rank, *shape, b, sizeof b));
+    }
+    return FR_OK;
+}
+
+static fr_status tile_grad_infer(fr_graph *g, int node_id)
+{
+    const fr_node *n = &g->nodes[node_id];
+    FR_TRY(fr_infer_require_inputs(g, n, 1, 1));
+    const fr_value *dy = fr_node_in(g, n, 0);
+    int rank;
+    const int64_t *shape;
+    FR_TRY(tile_grad_check(n, dy->dtype, dy->rank, dy->dims, &rank, &shape));
+    fr_infer_set(g, n, 0, dy->dtype, rank, shape);
+    return FR_OK;
+}
+
+static fr_status tile_grad_cpu(const fr_kernel_ctx *ctx)
+{
+    const fr_tensor *dy = kin(ctx, 0);
+    fr_tensor *y = ctx->n_out > 0 ? ctx->out[0] : NULL;
+    if (!dy) return fr_node_error(ctx->node, FR_ERR_GRAPH, "input missing");
+    int rank;
+    const int64_t *shape;
+    FR_TRY(tile_grad_check(ctx->node, dy->dtype, dy->rank, dy->dims, &rank, &shape));
+    FR_TRY(check_out(ctx, y, dy->dtype, rank, shape));
+    int64_t ny = fr_tensor_numel(y), n = fr_tensor_numel(dy);
+    if (!ny) return FR_OK;
+    double *acc = fr_calloc((size_t)ny, sizeof(double), "TileGrad accumulator");
+    if (!acc) return FR_ERR_OOM;
+    int64_t cs[FR_MAX_RANK], idx[FR_MAX_RANK] = {0}, m[FR_MAX_RANK] = {0}, off = 0;
+    fr_contig_strides(rank, shape, cs);
+    int f64 = dy->dtype == FR_F64;
+    /* walk dy in order; m[k] = idx[k] mod shape[k] is the position inside the tile, and it
+     * wraps to 0 together with idx[k] since dy's dims are multiples of shape's */
+    for (int64_t i = 0; i < n; i++) {
+        acc[off] += f64 ? ((const double *)dy->data)[i] : ((const float *)dy->data)[i];
+        for (int k = rank - 1; k >= 0; k--) {
+            off += cs[k];
+            if (++m[k] == shape[k]) {
+                m[k] = 0;
+                off -= cs[k] * shape[k];
+            }
+            if (++idx[k] < dy->dims[k]) break;
+            idx[k] = 0;
+        }
+    }
+    for (int64_t i = 0; i < ny; i++) {
+        if (f64)
+            ((double *)y->data)[i] = acc[i];
+        else
+            ((float *)y->data)[i] = (float)acc[i];
+    }
+    free(acc);
+    return FR_OK;
+}
+
+/* ---- gradient rules ---- */
+
+static int same_shape_v(const fr_value *a, const fr_value *b)
+{
+    if (a->rank != b->rank) return 0;
+    for (int k = 0; k < a->rank; k++)
+        if (a->dims[k] != b->dims[k]) return 0;
+    return 1;
+}
+
+/* Transpose: the inverse permutation. */
+static fr_status transpose_grad(fr_grad_ctx *ctx)
+{
+    if (!ctx->need_din[0] || ctx->dout[0] < 0) return FR_OK;
+    fr_graph *g = ctx->g;
+    const fr_node *n = &g->nodes[ctx->node_id];
+    int rank = g->values[n->inputs[0]].rank, perm[FR_MAX_RANK], nid;
+    FR_TRY(transpose_perm(n, rank, perm));
+    int64_t inv[FR_MAX_RANK];
+    for (int k = 0; k < rank; k++) inv[perm[k]] = k;
+    FR_TRY(fr_grad_node(ctx, "Transpose", FR_DOMAIN_ONNX, 1, &ctx->dout[0], 1, &ctx->din[0], &nid));
+    FR_TRY(fr_node_set_attr_ints(&g->nodes[nid], "perm", rank, inv));
+    return fr_grad_finish(ctx, nid);
+}
+
+/* A Split of `src` along `axis` into `cnt` parts of `sizes`, in the form the graph's opset
+ * reads: the 'split' attribute before opset 13, a constant int64 input from 13. */
+static fr_status emit_split(fr_grad_ctx *ctx, int src, int axis, int cnt, const int64_t *sizes,
+                            int *outs)
+{
+    fr_graph *g = ctx->g;
+    int64_t opset = fr_graph_opset(g, FR_DOMAIN_ONNX), len = cnt;
+    int nid;
+    if (opset >= 13) {
+        double *d = fr_calloc((size_t)cnt, sizeof *d, "split sizes");
+        if (!d) return FR_ERR_OOM;
+        for (int i = 0; i < cnt; i++) d[i] = (double)sizes[i];
+        int in[2] = {src, -1};
+        fr_status st = fr_grad_const(ctx, FR_I64, 1, &len, d, &in[1]);
+        free(d);
+        FR_TRY(st);
+        FR_TRY(fr_grad_node(ctx, "Split", FR_DOMAIN_ONNX, 2, in, cnt, outs, &nid));
+    } else {
+        FR_TRY(fr_grad_node(ctx, "Split", FR_DOMAIN_ONNX, 1, &src, cnt, outs, &nid));
+        FR_TRY(fr_node_set_attr_ints(&g->nodes[nid], "split", cnt, sizes));
+    }
+    FR_TRY(fr_node_set_attr_int(&g->nodes[nid], "axis", axis));
+    return fr_grad_finish(ctx, nid);
+}
+
+/* Concat: dy split back into the inputs' extents along the axis (one Split node). */
+static fr_status concat_grad(fr_grad_ctx *ctx)
+{
+    if (ctx->dout[0] < 0) return FR_OK;
+    fr_graph *g = ctx->g;
+    const fr_node *n = &g->nodes[ctx->node_id];
+    int cnt = n->n_inputs, axis;
+    if (cnt == 1) {
+        if (ctx->need_din[0]) ctx->din[0] = ctx->dout[0];
+        return FR_OK;
+    }
+    FR_TRY(concat_axis(n, ctx->opset, g->values[n->inputs[0]].rank, &axis));
+    int64_t *sizes = fr_calloc((size_t)cnt, sizeof *sizes, "concat grad");
+    int *outs = fr_calloc((size_t)cnt, sizeof *outs, "concat grad");
+    fr_status st = sizes && outs ? FR_OK : FR_ERR_OOM;
+    for (int i = 0; st == FR_OK && i < cnt; i++) sizes[i] = g->values[n->inputs[i]].dims[axis];
+    if (st == FR_OK) st = emit_split(ctx, ctx->dout[0], axis, cnt, sizes, outs);
+    for (int i = 0; st == FR_OK && i < cnt; i++)
+        if (ctx->need_din[i]) ctx->din[i] = outs[i];
+    free(sizes);
+    free(outs);
+    return st;
+}
+
+/* Split: the outputs' gradients concatenated; an output without one contributes zeros (a
+ * constant of its shape). */
+static fr_status split_grad(fr_grad_ctx *ctx)
+{
+    if (!ctx->need_din[0]) return FR_OK;
+    fr_graph *g = ctx->g;
+    const fr_node *n = &g->nodes[ctx->node_id];
+    const fr_value *x = &g->values[n->inputs[0]];
+    int cnt = n->n_outputs, axis, rank = x->rank;
+    fr_dtype dt = x->dtype;
+    int64_t dims[FR_MAX_RANK], *sizes;
+    memcpy(dims, x->dims, sizeof dims);
+    FR_TRY(split_plan(g, n, ctx->opset, rank, dims, NULL, cnt, &axis, &sizes));
+    if (cnt == 1) {
+        free(sizes);
+        ctx->din[0] = ctx->dout[0];
+        return FR_OK;
+    }
+    int *parts = fr_calloc((size_t)cnt, sizeof *parts, "split grad");
+    fr_status st = parts ? FR_OK : FR_ERR_OOM;
+    for (int i = 0; st == FR_OK && i < cnt; i++) {
+        parts[i] = ctx->dout[i];
+        if (parts[i] >= 0) continue;
+        int64_t zd[FR_MAX_RANK], numel;
+        memcpy(zd, dims, sizeof zd);
+        zd[axis] = sizes[i];
+        st = fr_shape_numel(rank, zd, "zero gradient", &numel);
+        double *zeros = st == FR_OK ? fr_calloc((size_t)(numel ? numel : 1), sizeof(double),
+                                                "zero gradient")
+                                    : NULL;
+        if (st == FR_OK && !zeros) st = FR_ERR_OOM;
+        if (st == FR_OK) st = fr_grad_const(ctx, dt, rank, zd, zeros, &parts[i]);
+        free(zeros);
+    }
+    int nid;
+    if (st == FR_OK)
+        st = fr_grad_node(ctx, "Concat", FR_DOMAIN_ONNX, cnt, parts, 1, &ctx->din[0], &nid);
+    if (st == FR_OK) st = fr_node_set_attr_int(&g->nodes[nid], "axis", axis);
+    if (st == FR_OK) st = fr_grad_finish(ctx, nid);
+    free(parts);
+    free(sizes);
+    return st;
+}
+
+/* Slice: dy placed into zeros of the input's shape (SliceGrad with the resolved plan). */
+static fr_status slice_grad(fr_grad_ctx *ctx)
+{
+    if (!ctx->need_din[0] || ctx->dout[0] < 0) return FR_OK;
+    fr_graph *g = ctx->g;
+    const fr_node *n = &g->nodes[ctx->node_id];
+    const fr_value *x = &g->values[n->inputs[0]];
+    int rank = x->rank, nid;
+    int64_t dims[FR_MAX_RANK];
+    memcpy(dims, x->dims, sizeof dims);
+    slice_plan p;
+    FR_TRY(slice_plan_get(g, NULL, n, ctx->opset, rank, dims, &p));
+    int whole = 1; /* the slice takes everything in order: dy is the gradient as it is */
+    for (int k = 0; k < rank; k++)
+        whole = whole && p.len[k] == dims[k] && (p.step[k] == 1 || dims[k] <= 1);
+    if (whole) {
+        ctx->din[0] = ctx->dout[0];
+        return FR_OK;
+    }
+    FR_TRY(fr_grad_node(ctx, "SliceGrad", FR_DOMAIN_FP8RUN, 1, &ctx->dout[0], 1, &ctx->din[0],
+                        &nid));
+    fr_node *gn = &g->nodes[nid];
+    FR_TRY(fr_node_set_attr_ints(gn, "shape", rank, dims));
+    FR_TRY(fr_node_set_attr_ints(gn, "starts", rank, p.start));
+    FR_TRY(fr_node_set_attr_ints(gn, "steps", rank, p.step));
+    return fr_grad_finish(ctx, nid);
+}
+
+/* Trilu is linear and masks elementwise: the same Trilu (same k, same 'upper') on dy. */
+static fr_status trilu_grad(fr_grad_ctx *ctx)
+{
+    if (!ctx->need_din[0] || ctx->dout[0] < 0) return FR_OK;
+    fr_graph *g = ctx->g;
+    const fr_node *n = &g->nodes[ctx->node_id];
+    int64_t upper;
+    FR_TRY(fr_node_attr_int(n, "upper", 1, &upper));
+    int in[2] = {ctx->dout[0], n->n_inputs > 1 ? n->inputs[1] : -1}, nid;
+    FR_TRY(fr_grad_node(ctx, "Trilu", FR_DOMAIN_ONNX, in[1] >= 0 ? 2 : 1, in, 1, &ctx->din[0],
+                        &nid));
+    FR_TRY(fr_node_set_attr_int(&g->nodes[nid], "upper", upper));
+    return fr_grad_finish(ctx, nid);
+}
+
+/* Tile: every tile's gradient adds into the input (TileGrad). */
+static fr_status tile_grad(fr_grad_ctx *ctx)
+{
+    if (!ctx->need_din[0] || ctx->dout[0] < 0) return FR_OK;
+    fr_graph *g = ctx->g;
+    const fr_node *n = &g->nodes[ctx->node_id];
+    const fr_value *x = &g->values[n->inputs[0]];
+    if (same_shape_v(x, &g->values[ctx->dout[0]])) { /* all repeats 1 */
+        ctx->din[0] = ctx->dout[0];
+        return FR_OK;
+    }
+    int rank = x->rank, nid;
+    int64_t dims[FR_MAX_RANK];
+    memcpy(dims, x->dims, sizeof dims);
+    FR_TRY(fr_grad_node(ctx, "TileGrad", FR_DOMAIN_FP8RUN, 1, &ctx->dout[0], 1, &ctx->din[0],
+                        &nid));
+    FR_TRY(fr_node_set_attr_ints(&g->nodes[nid], "shape", rank, dims));
+    return fr_grad_finish(ctx, nid);
+}
+
 /* ---- the table ---- */
 
 const fr_op_def fr_ops_layout[] = {
-    {"Transpose", FR_DOMAIN_ONNX, 1, transpose_infer, transpose_cpu, NULL, 0},
-    {"Concat", FR_DOMAIN_ONNX, 1, concat_infer, concat_cpu, NULL, 0},
-    {"Split", FR_DOMAIN_ONNX, 2, split_infer, split_cpu, NULL, 0},
-    {"Slice", FR_DOMAIN_ONNX, 1, slice_infer, slice_cpu, NULL, 0},
-    {"Trilu", FR_DOMAIN_ONNX, 14, trilu_infer, trilu_cpu, NULL, 0},
-    {"Tile", FR_DOMAIN_ONNX, 6, tile_infer, tile_cpu, NULL, 0},
+    {"Transpose", FR_DOMAIN_ONNX, 1, transpose_infer, transpose_cpu, transpose_grad, 0},
+    {"Concat", FR_DOMAIN_ONNX, 1, concat_infer, concat_cpu, concat_grad, 0},
+    {"Split", FR_DOMAIN_ONNX, 2, split_infer, split_cpu, split_grad, 0},
+    {"Slice", FR_DOMAIN_ONNX, 1, slice_infer, slice_cpu, slice_grad, 0},
+    {"Trilu", FR_DOMAIN_ONNX, 14, trilu_infer, trilu_cpu, trilu_grad, 0},
+    {"Tile", FR_DOMAIN_ONNX, 6, tile_infer, tile_cpu, tile_grad, 0},
+    {"SliceGrad", FR_DOMAIN_FP8RUN, 1, slice_grad_infer, slice_grad_cpu, NULL, 0},
+    {"TileGrad", FR_DOMAIN_FP8RUN, 1, tile_grad_infer, tile_grad_cpu, NULL, 0},
     {0},
 };

@@ -13,6 +13,7 @@
 #include <limits.h>
 #include <string.h>
 
+#include "../passes/autodiff.h"
 #include "op.h"
 
 static int blas_dtype(fr_dtype dt) { return dt == FR_F32 || dt == FR_F64; }
@@ -298,9 +299,174 @@ static fr_status gemm_cpu(const fr_kernel_ctx *ctx)
     return FR_OK;
 }
 
+/* ---- gradient rules ---- */
+
+/* Reshape(x, dims) as a backward node; x itself when it already has that shape. */
+static fr_status emit_reshape(fr_grad_ctx *ctx, int x, int rank, const int64_t *dims, int *out)
+{
+    const fr_value *xv = &ctx->g->values[x];
+    int same = xv->rank == rank;
+    for (int k = 0; same && k < rank; k++) same = xv->dims[k] == dims[k];
+    if (same) {
+        *out = x;
+        return FR_OK;
+    }
+    double d[FR_MAX_RANK];
+    for (int k = 0; k < rank; k++) d[k] = (double)dims[k];
+    int64_t r = rank;
+    int shp, nid;
+    FR_TRY(fr_grad_const(ctx, FR_I64, 1, &r, d, &shp));
+    int in[2] = {x, shp};
+    FR_TRY(fr_grad_node(ctx, "Reshape", FR_DOMAIN_ONNX, 2, in, 1, out, &nid));
+    /* a zero-size dim is a real dim here, not "copy the input's" */
+    if (ctx->opset >= 14) FR_TRY(fr_node_set_attr_int(&ctx->g->nodes[nid], "allowzero", 1));
+    return fr_grad_finish(ctx, nid);
+}
+
+/* Transpose of the last two dims (rank >= 2). */
+static fr_status emit_swap_last2(fr_grad_ctx *ctx, int x, int *out)
+{
+    int rank = ctx->g->values[x].rank, nid;
+    int64_t perm[FR_MAX_RANK];
+    for (int k = 0; k < rank; k++) perm[k] = k;
+    perm[rank - 2] = rank - 1;
+    perm[rank - 1] = rank - 2;
+    FR_TRY(fr_grad_node(ctx, "Transpose", FR_DOMAIN_ONNX, 1, &x, 1, out, &nid));
+    FR_TRY(fr_node_set_attr_ints(&ctx->g->nodes[nid], "perm", rank, perm));
+    return fr_grad_finish(ctx, nid);
+}
+
+/* Gemm(a, b) with the given transposes and alpha, no C. */
+static fr_status emit_gemm(fr_grad_ctx *ctx, int a, int b, int ta, int tb, float alpha, int *out)
+{
+    int in[2] = {a, b}, nid;
+    FR_TRY(fr_grad_node(ctx, "Gemm", FR_DOMAIN_ONNX, 2, in, 1, out, &nid));
+    fr_node *n = &ctx->g->nodes[nid];
+    if (ta) FR_TRY(fr_node_set_attr_int(n, "transA", 1));
+    if (tb) FR_TRY(fr_node_set_attr_int(n, "transB", 1));
+    if (alpha != 1.0f) FR_TRY(fr_node_set_attr_float(n, "alpha", alpha));
+    return fr_grad_finish(ctx, nid);
+}
+
+static fr_status emit_matmul(fr_grad_ctx *ctx, int a, int b, int *out)
+{
+    int in[2] = {a, b}, nid;
+    FR_TRY(fr_grad_node(ctx, "MatMul", FR_DOMAIN_ONNX, 2, in, 1, out, &nid));
+    return fr_grad_finish(ctx, nid);
+}
+
+/* Y = A @ B (numpy matmul). dA = dY @ B^T, dB = A^T @ dY, with 1-D operands promoted to
+ * matrices ([K] -> [1, K] for A, [K, 1] for B) and broadcast batch dims summed back.
+ * When B has no batch dims (the Linear layer case, [.., T, K] x [K, N]) A's batch folds into
+ * the rows and both gradients are single 2-D Gemms: the weight gradient is one [K, N]
+ * product instead of a per-batch stack that is summed afterwards. */
+static fr_status matmul_grad(fr_grad_ctx *ctx)
+{
+    fr_graph *g = ctx->g;
+    const fr_node *n = &g->nodes[ctx->node_id];
+    const int A = n->inputs[0], B = n->inputs[1], dY = ctx->dout[0];
+    const int needA = ctx->need_din[0], needB = ctx->need_din[1];
+    if (dY < 0) return FR_OK;
+    /* shapes copied: g->values moves as the rule adds values */
+    const int ra = g->values[A].rank, rb = g->values[B].rank;
+    int64_t da[FR_MAX_RANK], db[FR_MAX_RANK];
+    memcpy(da, g->values[A].dims, sizeof(int64_t) * (size_t)ra);
+    memcpy(db, g->values[B].dims, sizeof(int64_t) * (size_t)rb);
+    mm_plan p;
+    FR_TRY(mm_make_plan(n, ra, da, rb, db, &p));
+    const int64_t K = p.K, N = p.N;
+
+    if (rb <= 2) {
+        const int64_t P = p.batch * p.M; /* rows of A with its batch folded in */
+        int64_t a2d[2] = {P, K}, b2d[2] = {K, N}, y2d[2] = {P, N};
+        int A2 = A, B2 = B, dY2;
+        FR_TRY(emit_reshape(ctx, dY, 2, y2d, &dY2));
+        if (needA) {
+            int dA2;
+            if (rb == 1) FR_TRY(emit_reshape(ctx, B, 2, b2d, &B2));
+            FR_TRY(emit_gemm(ctx, dY2, B2, 0, 1, 1.0f, &dA2)); /* [P, K] */
+            FR_TRY(emit_reshape(ctx, dA2, ra, da, &ctx->din[0]));
+        }
+        if (needB) {
+            int dB2;
+            FR_TRY(emit_reshape(ctx, A, 2, a2d, &A2));
+            FR_TRY(emit_gemm(ctx, A2, dY2, 1, 0, 1.0f, &dB2)); /* [K, N] */
+            FR_TRY(emit_reshape(ctx, dB2, rb, db, &ctx->din[1]));
+        }
+        return FR_OK;
+    }
+
+    /* B batched: batch-wise products over the broadcast batch dims, then summed back */
+    int A1 = A, dY1 = dY;
+    if (ra == 1) {
+        int64_t a1d[2] = {1, K}, y1d[FR_MAX_RANK];
+        int r = 0;
+        for (int k = 0; k < p.nb; k++) y1d[r++] = p.bdims[k];
+        y1d[r++] = 1;
+        y1d[r++] = N;
+        FR_TRY(emit_reshape(ctx, A, 2, a1d, &A1));
+        FR_TRY(emit_reshape(ctx, dY, r, y1d, &dY1));
+    }
+    if (needA) {
+        int Bt, dA1;
+        FR_TRY(emit_swap_last2(ctx, B, &Bt));
+        FR_TRY(emit_matmul(ctx, dY1, Bt, &dA1)); /* [batch.., M, K] */
+        /* for a 1-D A the target [K] right-aligns with K: the unit M dim is summed too */
+        FR_TRY(fr_grad_sum_to(ctx, dA1, A, &ctx->din[0]));
+    }
+    if (needB) {
+        int At, dB1;
+        FR_TRY(emit_swap_last2(ctx, A1, &At));
+        FR_TRY(emit_matmul(ctx, At, dY1, &dB1)); /* [batch.., K, N] */
+        FR_TRY(fr_grad_sum_to(ctx, dB1, B, &ctx->din[1]));
+    }
+    return FR_OK;
+}
+
+/* Y = alpha * A' B' + beta * C, A' = transA ? A^T : A, B' likewise:
+ *   dA' = alpha dY B'^T, dB' = alpha A'^T dY, dC = beta * (dY summed to C's shape).
+ * Written back through the transposes, each is one Gemm with the right flags. */
+static fr_status gemm_grad(fr_grad_ctx *ctx)
+{
+    fr_graph *g = ctx->g;
+    const fr_node *n = &g->nodes[ctx->node_id];
+    const int dY = ctx->dout[0];
+    if (dY < 0) return FR_OK;
+    gemm_cfg c;
+    FR_TRY(gemm_attrs(n, &c));
+    const int A = n->inputs[0], B = n->inputs[1], C = n->n_inputs > 2 ? n->inputs[2] : -1;
+    const int needC = C >= 0 && ctx->need_din[2];
+    if (ctx->need_din[0]) {
+        if (c.ta) /* dA = alpha (B' dY^T) */
+            FR_TRY(emit_gemm(ctx, B, dY, c.tb, 1, c.alpha, &ctx->din[0]));
+        else      /* dA = alpha (dY B'^T) */
+            FR_TRY(emit_gemm(ctx, dY, B, 0, !c.tb, c.alpha, &ctx->din[0]));
+    }
+    if (ctx->need_din[1]) {
+        if (c.tb) /* dB = alpha (dY^T A') */
+            FR_TRY(emit_gemm(ctx, dY, A, 1, c.ta, c.alpha, &ctx->din[1]));
+        else      /* dB = alpha (A'^T dY) */
+            FR_TRY(emit_gemm(ctx, A, dY, !c.ta, 0, c.alpha, &ctx->din[1]));
+    }
+    /* beta == 0: the forward ignores C, so its gradient is identically zero (din stays -1) */
+    if (needC && c.beta != 0.0f) {
+        int dC;
+        FR_TRY(fr_grad_sum_to(ctx, dY, C, &dC));
+        if (c.beta == 1.0f) {
+            ctx->din[2] = dC;
+        } else {
+            int bs;
+            FR_TRY(fr_grad_scalar(ctx, (double)c.beta, dC, &bs));
+            int in[2] = {dC, bs};
+            FR_TRY(fr_grad_op1(ctx, "Mul", 2, in, &ctx->din[2]));
+        }
+    }
+    return FR_OK;
+}
+
 const fr_op_def fr_ops_matmul[] = {
-    {"MatMul", FR_DOMAIN_ONNX, 1, matmul_infer, matmul_cpu, NULL, 0},
+    {"MatMul", FR_DOMAIN_ONNX, 1, matmul_infer, matmul_cpu, matmul_grad, 0},
     /* opset 7: C broadcasts unidirectionally (the older `broadcast` attribute is gone) */
-    {"Gemm", FR_DOMAIN_ONNX, 7, gemm_infer, gemm_cpu, NULL, 0},
+    {"Gemm", FR_DOMAIN_ONNX, 7, gemm_infer, gemm_cpu, gemm_grad, 0},
     {0},
 };

@@ -61,11 +61,11 @@ const fr_op_def *fr_op_at(int i);
 /* Family tables, each terminated by an entry with op_type == NULL. */
 extern const fr_op_def fr_ops_unary[];       /* ops/unary.c: elementwise unary math, IsNaN/IsInf/Not, Cast, Clip, Identity, Dropout */
 extern const fr_op_def fr_ops_binary[];      /* ops/binary.c: arithmetic, compare, logic, Where, Expand */
-extern const fr_op_def fr_ops_reduce[];      /* ops/reduce.c */
+extern const fr_op_def fr_ops_reduce[];      /* ops/reduce.c: Reduce*, ArgMax/ArgMin, ReduceGrad (ai.fp8run) */
 extern const fr_op_def fr_ops_matmul[];      /* ops/matmul.c: MatMul, Gemm */
-extern const fr_op_def fr_ops_softmax[];     /* ops/softmax.c */
-extern const fr_op_def fr_ops_norm[];        /* ops/norm.c: LayerNormalization, RMSNormalization */
-extern const fr_op_def fr_ops_gather[];      /* ops/gather.c: Gather, GatherElements */
+extern const fr_op_def fr_ops_softmax[];     /* ops/softmax.c: Softmax, LogSoftmax, SoftmaxGrad/LogSoftmaxGrad (ai.fp8run) */
+extern const fr_op_def fr_ops_norm[];        /* ops/norm.c: LayerNormalization, RMSNormalization, LayerNormGrad/RMSNormGrad (ai.fp8run) */
+extern const fr_op_def fr_ops_gather[];      /* ops/gather.c: Gather, GatherElements, GatherND and their scatter-add Grad ops (ai.fp8run) */
 extern const fr_op_def fr_ops_shape[];       /* ops/shape.c: Shape, Size, Reshape, Squeeze, Unsqueeze, Flatten, ConstantOfShape, Range, Constant */
 extern const fr_op_def fr_ops_grad[];        /* ops/grad_ops.c: SumToShape and other backward helpers (ai.fp8run) */
 extern const fr_op_def fr_ops_loss[];        /* ops/loss.c: SoftmaxCrossEntropy(+Grad) (ai.fp8run) */
@@ -73,7 +73,7 @@ extern const fr_op_def fr_ops_linear[];      /* ops/linear.c: Linear, LinearGrad
 extern const fr_op_def fr_ops_elementwise_grad[]; /* ops/elementwise_grad.c: ActivationGrad, PowGrad, FmodGrad, ExtremumGrad, ClipGrad (ai.fp8run) */
 extern const fr_op_def fr_ops_einsum[];      /* ops/einsum.c: Einsum */
 extern const fr_op_def fr_ops_cumsum[];      /* ops/cumsum.c: CumSum */
-extern const fr_op_def fr_ops_layout[];      /* ops/layout.c: Transpose, Concat, Split, Slice, Trilu, Tile */
+extern const fr_op_def fr_ops_layout[];      /* ops/layout.c: Transpose, Concat, Split, Slice, Trilu, Tile, SliceGrad/TileGrad (ai.fp8run) */
 
 /* ---- helpers for op implementations (ops/op_util.c) ---- */
 

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../passes/autodiff.h"
 #include "op.h"
 
 /* ---- helpers ---- */
@@ -653,15 +654,58 @@ static fr_status constant_cpu(const fr_kernel_ctx *ctx)
     return FR_OK;
 }
 
+/* ---- gradient rules of Reshape, Squeeze, Unsqueeze, Flatten ----
+ *
+ * All four keep the row-major bytes, so d(input) is dy reshaped back to the input's static
+ * shape. The rule emits a standard ONNX Reshape (shape as a constant int64 input from opset 5,
+ * the 'shape' attribute before) rather than an fp8run op: every backend already runs
+ * Reshape as a copy (or an alias), and the backward graph stays readable as plain ONNX. From
+ * opset 14 allowzero=1 is set when the shape has a 0 dim, so a zero-size dim is not read as
+ * "copy dy's dim". */
+static fr_status reshape_back(fr_grad_ctx *ctx)
+{
+    if (!ctx->need_din[0] || ctx->dout[0] < 0) return FR_OK;
+    fr_graph *g = ctx->g;
+    const fr_node *n = &g->nodes[ctx->node_id];
+    const fr_value *x = &g->values[n->inputs[0]], *dy = &g->values[ctx->dout[0]];
+    int rank = x->rank, same = dy->rank == x->rank, has_zero = 0;
+    int64_t dims[FR_MAX_RANK];
+    double dd[FR_MAX_RANK + 1];
+    for (int k = 0; k < rank; k++) {
+        dims[k] = x->dims[k];
+        dd[k] = (double)x->dims[k];
+        has_zero |= dims[k] == 0;
+        same = same && dy->dims[k] == dims[k];
+    }
+    if (same) { /* e.g. a Reshape to the shape it already had */
+        ctx->din[0] = ctx->dout[0];
+        return FR_OK;
+    }
+    int64_t opset = fr_graph_opset(g, FR_DOMAIN_ONNX), len = rank;
+    int nid;
+    if (opset >= 5) {
+        int in[2] = {ctx->dout[0], -1};
+        FR_TRY(fr_grad_const(ctx, FR_I64, 1, &len, dd, &in[1]));
+        FR_TRY(fr_grad_node(ctx, "Reshape", FR_DOMAIN_ONNX, 2, in, 1, &ctx->din[0], &nid));
+        if (opset >= 14 && has_zero)
+            FR_TRY(fr_node_set_attr_int(&g->nodes[nid], "allowzero", 1));
+    } else {
+        FR_TRY(fr_grad_node(ctx, "Reshape", FR_DOMAIN_ONNX, 1, &ctx->dout[0], 1, &ctx->din[0],
+                            &nid));
+        FR_TRY(fr_node_set_attr_ints(&g->nodes[nid], "shape", rank, dims));
+    }
+    return fr_grad_finish(ctx, nid);
+}
+
 /* ---- the table ---- */
 
 const fr_op_def fr_ops_shape[] = {
     {"Shape", FR_DOMAIN_ONNX, 1, shape_infer, shape_cpu, NULL, 0},
     {"Size", FR_DOMAIN_ONNX, 1, size_infer, size_cpu, NULL, 0},
-    {"Reshape", FR_DOMAIN_ONNX, 1, reshape_infer, copy_bytes_cpu, NULL, 0},
-    {"Squeeze", FR_DOMAIN_ONNX, 1, squeeze_infer, copy_bytes_cpu, NULL, 0},
-    {"Unsqueeze", FR_DOMAIN_ONNX, 1, unsqueeze_infer, copy_bytes_cpu, NULL, 0},
-    {"Flatten", FR_DOMAIN_ONNX, 1, flatten_infer, copy_bytes_cpu, NULL, 0},
+    {"Reshape", FR_DOMAIN_ONNX, 1, reshape_infer, copy_bytes_cpu, reshape_back, 0},
+    {"Squeeze", FR_DOMAIN_ONNX, 1, squeeze_infer, copy_bytes_cpu, reshape_back, 0},
+    {"Unsqueeze", FR_DOMAIN_ONNX, 1, unsqueeze_infer, copy_bytes_cpu, reshape_back, 0},
+    {"Flatten", FR_DOMAIN_ONNX, 1, flatten_infer, copy_bytes_cpu, reshape_back, 0},
     {"ConstantOfShape", FR_DOMAIN_ONNX, 9, cos_infer, cos_cpu, NULL, 0},
     {"Range", FR_DOMAIN_ONNX, 11, range_infer, range_cpu, NULL, 0},
     {"Constant", FR_DOMAIN_ONNX, 1, constant_infer, constant_cpu, NULL, 0},

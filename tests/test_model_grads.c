@@ -6,7 +6,10 @@
  * initializer of the ONNX file (tests/fixtures/grads/<model>/). Here the trainer builds its
  * backward graph (fp32, every float initializer trained) and takes one step with SGD at
  * learning rate 0 and no clipping, so the optimizer's gradient buffers hold the raw gradient.
- * Every parameter's gradient must match within 1e-4 relative L2, and the loss within 1e-5. */
+ * Every parameter's gradient must match within 1e-4 relative L2, and the loss within 1e-5. The
+ * relative error's denominator is at least 1e-4 of the norm of all gradients: a gradient that is
+ * zero in exact arithmetic (BERT's key bias: softmax ignores a shift of a whole row) is float32
+ * rounding noise in fp8run and ~1e-17 in the float64 reference. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +59,9 @@ static void check_model(const char *name)
     fr_optimizer *opt = fr_trainer_optimizer(t);
     const float *ref_at = ref->data;
     int64_t left = fr_tensor_numel(ref);
+    double all2 = 0;
+    for (int64_t e = 0; e < left; e++) all2 += (double)ref_at[e] * ref_at[e];
+    const double floor = 1e-4 * sqrt(all2);
     double worst = 0;
     const char *worst_name = "";
     char pname[256];
@@ -68,7 +74,14 @@ static void check_model(const char *name)
         if (i < 0) printf("\n  %s: parameter %s is not trained", name, pname);
         CU_ASSERT_FATAL(i >= 0);
         CU_ASSERT_EQUAL_FATAL(fr_optimizer_param_numel(opt, i), numel);
-        double err = fr_rel_l2(fr_optimizer_param(opt, i)->grad, ref_at, numel);
+        const float *got = fr_optimizer_param(opt, i)->grad;
+        double d2 = 0, r2 = 0;
+        for (int64_t e = 0; e < numel; e++) {
+            double d = (double)got[e] - ref_at[e];
+            d2 += d * d;
+            r2 += (double)ref_at[e] * ref_at[e];
+        }
+        double err = isfinite(d2) ? sqrt(d2) / fmax(sqrt(r2), floor) : INFINITY;
         if (err > GRAD_TOL) printf("\n  %s: gradient of %s: rel err %.3g", name, pname, err);
         CU_ASSERT(err <= GRAD_TOL);
         if (err > worst) {
