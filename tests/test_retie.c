@@ -1,4 +1,5 @@
-/* passes/retie.c: a parameter that is a bit-exact transpose or copy of an embedding table is
+/* passes/retie.c and passes/unshare.c, the two export artifacts undone before training.
+ * retie: a parameter that is a bit-exact transpose or copy of an embedding table is
  * tied back to it; look-alikes that differ in one bit, constant tensors and tables no Gather
  * reads are left alone; the forward output does not change; the fixture exported from a tied
  * GPT-2 with constant folding gets its LM head re-tied, the Llama fixture (untied) nothing. */
@@ -9,6 +10,7 @@
 #include "gradcheck.h"
 #include "passes/autodiff.h"
 #include "passes/retie.h"
+#include "passes/unshare.h"
 
 static fr_graph *new_graph(void)
 {
@@ -172,7 +174,43 @@ static void test_fixtures(void)
     CU_ASSERT_EQUAL(count_ties("llama_tiny/model.onnx", s, c), 0);
 }
 
+/* Identity(ones) -> its own initializer named as the Identity's output; Identity(random) is a
+ * tie and stays; an Identity writing a graph output stays. */
+static void test_unshare(void)
+{
+    fr_rng r = fr_test_rng("unshare");
+    fr_graph *g = new_graph();
+    int ones = add_param(g, "ln0.weight", 1, 6, NULL), rnd = add_param(g, "emb", 1, 6, &r);
+    float *o = g->values[ones].constant->data;
+    for (int i = 0; i < 6; i++) o[i] = 1.0f;
+    int x = add_param(g, "x", 1, 6, &r);
+    int in_a[1] = {ones}, in_b[1] = {rnd}, in_c[1] = {ones};
+    int a = add_node(g, "Identity", 1, in_a, "ln1.weight");
+    int b = add_node(g, "Identity", 1, in_b, "emb_alias");
+    int c = add_node(g, "Identity", 1, in_c, "exported_gain");
+    int m1[2] = {x, a}, m2[2] = {x, b}, m3[2] = {x, ones};
+    int y1 = add_node(g, "Mul", 2, m1, "y1"), y2 = add_node(g, "Mul", 2, m2, "y2");
+    int y3 = add_node(g, "Mul", 2, m3, "y3");
+    int outs[4] = {y1, y2, y3, c};
+    for (int i = 0; i < 4; i++) FR_ASSERT_OK(fr_graph_mark_output(g, outs[i]));
+    int n = -1, n_init = g->n_initializers;
+    FR_ASSERT_OK(fr_unshare_params(g, &n));
+    CU_ASSERT_EQUAL(n, 1);
+    int v = fr_graph_find_value(g, "ln1.weight");
+    CU_ASSERT_FATAL(v >= 0);
+    const fr_value *lv = &g->values[v];
+    CU_ASSERT(lv->constant && (lv->flags & FR_VAL_PARAM) && (lv->flags & FR_VAL_INITIALIZER) && lv->producer < 0);
+    CU_ASSERT(lv->constant && memcmp(lv->constant->data, o, 6 * sizeof(float)) == 0);
+    CU_ASSERT(lv->constant && lv->constant->data != (void *)o); /* a copy, trained on its own */
+    CU_ASSERT_EQUAL(g->n_initializers, n_init + 1);
+    int ids = 0;
+    for (int i = 0; i < g->n_nodes; i++) ids += strcmp(g->nodes[i].op_type, "Identity") == 0;
+    CU_ASSERT_EQUAL(ids, 2); /* the tie and the output-naming Identity stay */
+    fr_graph_free(g);
+}
+
 static CU_TestInfo tests[] = {
+    {"unshare: value-merged parameters split, ties kept", test_unshare},
     {"tied copies found, look-alikes left alone, outputs unchanged, sync", test_tiny},
     {"fixtures: gpt2_tiny's folded LM head re-tied, llama_tiny untouched", test_fixtures},
     CU_TEST_INFO_NULL,
