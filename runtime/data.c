@@ -47,10 +47,14 @@ static uint32_t le32(const unsigned char *p)
 static uint32_t tok_at(const fr_data_loader *dl, int64_t i)
 {
     const unsigned char *p = dl->tokens + (size_t)i * (size_t)dl->tok_bytes;
+    if (dl->tok_bytes == 1) return p[0];
     return dl->tok_bytes == 2 ? (uint32_t)p[0] | (uint32_t)p[1] << 8 : le32(p);
 }
 
-static const char *width_name(int tok_bytes) { return tok_bytes == 2 ? "uint16" : "uint32"; }
+static const char *width_name(int tok_bytes)
+{
+    return tok_bytes == 1 ? "uint8" : tok_bytes == 2 ? "uint16" : "uint32";
+}
 
 static fr_status check_opts(const char *path, const fr_data_opts *o)
 {
@@ -64,9 +68,10 @@ static fr_status check_opts(const char *path, const fr_data_opts *o)
         return fr_error(FR_ERR_INVALID_ARG, "data loader for '%s': unknown order %d", path, (int)o->order);
     if (o->format != FR_DATA_AUTO && o->format != FR_DATA_RAW)
         return fr_error(FR_ERR_INVALID_ARG, "data loader for '%s': unknown format %d", path, (int)o->format);
-    if (o->token_dtype != FR_UNDEFINED && o->token_dtype != FR_U16 && o->token_dtype != FR_U32)
+    if (o->token_dtype != FR_UNDEFINED && o->token_dtype != FR_U8 && o->token_dtype != FR_U16 &&
+        o->token_dtype != FR_U32)
         return fr_error(FR_ERR_UNSUPPORTED, "data loader for '%s': token type %s is not supported "
-                        "(raw token files hold uint16 or uint32)", path, fr_dtype_name(o->token_dtype));
+                        "(raw token files hold uint8, uint16 or uint32)", path, fr_dtype_name(o->token_dtype));
     if (o->vocab_size < 0 || o->max_batches < 0)
         return fr_error(FR_ERR_INVALID_ARG, "data loader for '%s': negative vocabulary size or batch count", path);
     return FR_OK;
@@ -161,7 +166,7 @@ static fr_status parse_layout(fr_data_loader *dl)
         dl->n = count;
         return FR_OK;
     }
-    dl->tok_bytes = dl->opts.token_dtype == FR_U32 ? 4 : 2;
+    dl->tok_bytes = dl->opts.token_dtype == FR_U32 ? 4 : dl->opts.token_dtype == FR_U8 ? 1 : 2;
     if (len % (size_t)dl->tok_bytes != 0)
         return fr_error(FR_ERR_PARSE, "token file '%s' is %zu bytes, not a whole number of %s tokens "
                         "(%d bytes each)", dl->path, len, width_name(dl->tok_bytes), dl->tok_bytes);
@@ -336,7 +341,10 @@ fr_status fr_data_check_tokens(const fr_data_loader *dl, int64_t vocab_size)
 
 const char *fr_data_path(const fr_data_loader *dl) { return dl->path; }
 int64_t fr_data_num_tokens(const fr_data_loader *dl) { return dl->n; }
-fr_dtype fr_data_token_dtype(const fr_data_loader *dl) { return dl->tok_bytes == 2 ? FR_U16 : FR_U32; }
+fr_dtype fr_data_token_dtype(const fr_data_loader *dl)
+{
+    return dl->tok_bytes == 1 ? FR_U8 : dl->tok_bytes == 2 ? FR_U16 : FR_U32;
+}
 int fr_data_is_llmc(const fr_data_loader *dl) { return dl->llmc; }
 int fr_data_is_mapped(const fr_data_loader *dl) { return dl->mapped; }
 const fr_data_opts *fr_data_options(const fr_data_loader *dl) { return &dl->opts; }

@@ -4,7 +4,8 @@
  *
  * File formats (the file is mapped read-only; when mmap fails, or opts.no_mmap is set, it is
  * read into memory instead):
- *  - raw: little-endian uint16 or uint32 token ids, nothing else (opts.token_dtype);
+ *  - raw: little-endian uint16 or uint32 token ids, nothing else (opts.token_dtype); or uint8:
+ *    any file as bytes, so a byte-level model trains on a text file as it is;
  *  - llm.c: a header of 256 little-endian int32 (header[0] magic, header[1] version,
  *    header[2] token count) followed by the tokens; magic 20240520 with version 1 holds uint16
  *    tokens (GPT-2), magic 20240801 with version 7 uint32 tokens (LLaMA 3). Detected by the
@@ -58,7 +59,7 @@ typedef struct fr_data_opts {
     int64_t seq_len;       /* T >= 1 */
     fr_data_order order;
     uint64_t seed;         /* FR_DATA_RANDOM */
-    fr_dtype token_dtype;  /* raw files: FR_U16 or FR_U32 (FR_UNDEFINED means FR_U16) */
+    fr_dtype token_dtype;  /* raw files: FR_U8, FR_U16 or FR_U32 (FR_UNDEFINED means FR_U16) */
     fr_data_format format;
     int64_t vocab_size;    /* > 0: check every token of every batch against it */
     int no_mmap;           /* 1: read the file into memory instead of mapping it */
@@ -97,7 +98,7 @@ void fr_data_reset(fr_data_loader *dl);
 
 const char *fr_data_path(const fr_data_loader *dl);
 int64_t fr_data_num_tokens(const fr_data_loader *dl);
-fr_dtype fr_data_token_dtype(const fr_data_loader *dl); /* FR_U16 or FR_U32 */
+fr_dtype fr_data_token_dtype(const fr_data_loader *dl); /* FR_U8, FR_U16 or FR_U32 */
 int fr_data_is_llmc(const fr_data_loader *dl);
 int fr_data_is_mapped(const fr_data_loader *dl);        /* 0 when the file was read */
 const fr_data_opts *fr_data_options(const fr_data_loader *dl);

@@ -270,6 +270,38 @@ static void test_raw_u32(void) { check_format(RAW32, "raw32.bin", 2000000000u); 
 static void test_llmc_u16(void) { check_format(LLMC16, "llmc16.bin", 50257); }
 static void test_llmc_u32(void) { check_format(LLMC32, "llmc32.bin", 128256); }
 
+/* uint8: a text file's bytes are the tokens */
+static void test_raw_u8(void)
+{
+    const char text[] = "fp8run trains a byte-level model on this text as it is.\n";
+    char path[600];
+    tmp_path(path, sizeof path, "text.txt");
+    write_bytes(path, text, sizeof text - 1);
+    fr_data_opts o = opts_bt(2, 4, FR_DATA_SEQUENTIAL, 0);
+    o.token_dtype = FR_U8;
+    o.vocab_size = 128;
+    fr_data_loader *dl;
+    FR_ASSERT_OK(fr_data_open(path, &o, &dl));
+    CU_ASSERT_EQUAL(fr_data_num_tokens(dl), (int64_t)sizeof text - 1);
+    CU_ASSERT_EQUAL(fr_data_token_dtype(dl), FR_U8);
+    int64_t w[2 * 5];
+    FR_ASSERT_OK(fr_data_next(dl, FR_I64, w));
+    for (int b = 0; b < 2; b++)
+        for (int j = 0; j < 5; j++) CU_ASSERT_EQUAL(w[b * 5 + j], (unsigned char)text[b * 4 + j]);
+    fr_data_close(dl);
+    /* a byte >= the vocabulary is a clear error, as for wider tokens */
+    const unsigned char high[16] = {'a', 'b', 200, 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j', 'k', 'l', 'm', 'n', 'o'};
+    write_bytes(path, high, sizeof high);
+    o.vocab_size = 128;
+    fr_status st = fr_data_open(path, &o, &dl);
+    if (st == FR_OK) {
+        st = fr_data_next(dl, FR_I64, w);
+        fr_data_close(dl);
+    }
+    CU_ASSERT_EQUAL(st, FR_ERR_RANGE);
+    expect_msg("200");
+}
+
 /* FR_DATA_RAW reads a file that happens to start with llm.c's magic as plain tokens. */
 static void test_raw_forced(void)
 {
@@ -712,6 +744,7 @@ static CU_TestInfo prng_tests[] = {
 static CU_TestInfo format_tests[] = {
     {"raw uint16", test_raw_u16},
     {"raw uint32", test_raw_u32},
+    {"raw uint8 (text bytes)", test_raw_u8},
     {"llm.c uint16 (v1)", test_llmc_u16},
     {"llm.c uint32 (v7)", test_llmc_u32},
     {"raw forced over a magic", test_raw_forced},
