@@ -654,7 +654,10 @@ static fr_status run_pass(pass *p, regex_t *re)
     FR_TRY(count_uses(p));
     for (int n = 0; n < g->n_nodes; n++) FR_TRY(detect(p, n));
     for (int i = 0; i < p->nc; i++)
-        p->c[i].excluded = re && regexec(re, g->values[p->c[i].w].name, 0, NULL, 0) == 0;
+        /* by weight name or, for exports whose weights are anonymous ("onnx::MatMul_12"), by
+           the node name ("/h.0/mlp/c_proj/MatMul") */
+        p->c[i].excluded = re && (regexec(re, g->values[p->c[i].w].name, 0, NULL, 0) == 0 ||
+                                  regexec(re, g->nodes[p->c[i].node].name, 0, NULL, 0) == 0);
 
     /* groups: same input, both exclusive, same exclusion and bias presence; node order */
     grp *gs = fr_calloc((size_t)p->nc + 1, sizeof *gs, "fp8 compile");
@@ -849,7 +852,10 @@ fr_status fr_fp8_report_format(const fr_fp8_report *r, char **text)
         if (l->precision == FR_LIN_FP8)
             sb_printf(&b, "; recipe %s; GPU pads K +%lld, N +%lld to multiples of %d (tokens padded at run time)",
                       fr_lin_recipe_name(l->recipe), (long long)l->pad_k, (long long)l->pad_n, l->pad_multiple);
-        sb_printf(&b, "\n        why: %s\n", l->why);
+        if (strncmp(l->why, "fp8", 3) == 0 && (l->why[3] == '\0' || l->why[3] == ';'))
+            sb_printf(&b, "\n        why: fp8 (eligible, not a boundary group, not excluded)%s\n", l->why + 3);
+        else
+            sb_printf(&b, "\n        why: %s\n", l->why);
     }
     if (r->n_skipped) sb_printf(&b, "  not converted:\n");
     for (int i = 0; i < r->n_skipped; i++) {

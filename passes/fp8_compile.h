@@ -21,8 +21,8 @@
  *    values back for export and checkpoints under the original names and layouts.
  * 3. Precision: with precision "fp8", the first and the last opt->bf16_boundary Linear groups
  *    in topological order (a fused group counts once; the last one is usually the LM head) and
- *    the Linears whose original weight name matches opt->fp8_exclude (POSIX extended regex)
- *    run in bf16; the rest in fp8. With "bf16" or "fp32" every Linear gets that precision.
+ *    the Linears whose original weight name or original node name matches opt->fp8_exclude
+ *    (POSIX extended regex) run in bf16; the rest in fp8. With "bf16" or "fp32" every Linear gets that precision.
  * 4. Padding: FP8 Linears get pad_multiple = opt->pad_multiple; the report gives per layer the
  *    zeros the GPU adds to K and N (the token dim is padded at run time).
  * 5. Delayed recipe: every FP8 Linear gets [1] float32 state values (FR_VAL_STATE, value 1.0)
@@ -43,7 +43,7 @@ typedef struct fr_fp8_options {
     const char *recipe;      /* "delayed" | "current" | "block" */
     const char *fp8_format;  /* "hybrid" | "e4m3" */
     int bf16_boundary;       /* Linear groups kept bf16 at each end in fp8 mode; 0 = none */
-    const char *fp8_exclude; /* regex on original weight names: matching Linears stay bf16; NULL = none */
+    const char *fp8_exclude; /* regex on original weight or node names: matching Linears stay bf16; NULL = none */
     int fuse;                /* fuse Linears sharing their input */
     int pad_multiple;        /* FP8 GEMM dims padded to multiples of this (1..4096) */
     int margin;              /* scale = fp8_max / amax / 2^margin (all recipes) */

@@ -9,6 +9,8 @@
 
 #include "ops/op.h"
 #include "passes/autodiff.h"
+#include "passes/unshare.h"
+#include "runtime/fbs.h"
 #include "runtime/train_internal.h"
 
 /* ---- graph inputs ---- */
@@ -99,28 +101,57 @@ static fr_status compile_regex(const char *re, const char *what, regex_t *out)
     return FR_OK;
 }
 
+/* The --train / --freeze choice over parameter names. */
+typedef struct tr_regexes {
+    regex_t tre, fre;
+    int have_t, have_f;
+} tr_regexes;
+
+static fr_status regexes_open(const fr_trainer *t, tr_regexes *r)
+{
+    memset(r, 0, sizeof *r);
+    if (t->opt.train_regex) {
+        FR_TRY(compile_regex(t->opt.train_regex, "--train", &r->tre));
+        r->have_t = 1;
+    }
+    if (t->opt.freeze_regex) {
+        fr_status st = compile_regex(t->opt.freeze_regex, "--freeze", &r->fre);
+        if (st != FR_OK) {
+            if (r->have_t) regfree(&r->tre);
+            r->have_t = 0;
+            return st;
+        }
+        r->have_f = 1;
+    }
+    return FR_OK;
+}
+
+static void regexes_close(tr_regexes *r)
+{
+    if (r->have_t) regfree(&r->tre);
+    if (r->have_f) regfree(&r->fre);
+}
+
+static int regexes_keep(const tr_regexes *r, const char *name)
+{
+    if (r->have_t && regexec(&r->tre, name, 0, NULL, 0) != 0) return 0;
+    if (r->have_f && regexec(&r->fre, name, 0, NULL, 0) == 0) return 0;
+    return 1;
+}
+
 /* Keep FR_VAL_PARAM on the trained float initializers only; the others become constants (and
  * may be folded). */
 static fr_status select_params(fr_trainer *t, fr_graph *g)
 {
-    regex_t tre, fre;
-    int have_t = 0, have_f = 0, n = 0;
+    tr_regexes re;
+    int n = 0;
     fr_status st = FR_OK;
-    if (t->opt.train_regex) {
-        FR_TRY(compile_regex(t->opt.train_regex, "--train", &tre));
-        have_t = 1;
-    }
-    if (t->opt.freeze_regex) {
-        st = compile_regex(t->opt.freeze_regex, "--freeze", &fre);
-        if (st != FR_OK) goto done;
-        have_f = 1;
-    }
+    FR_TRY(regexes_open(t, &re));
     for (int i = 0; i < g->n_values; i++) {
         fr_value *v = &g->values[i];
         if (!(v->flags & FR_VAL_PARAM)) continue;
         int keep = v->constant && (v->flags & FR_VAL_INITIALIZER) && fr_dtype_is_float(v->dtype);
-        if (keep && have_t) keep = regexec(&tre, v->name, 0, NULL, 0) == 0;
-        if (keep && have_f) keep = regexec(&fre, v->name, 0, NULL, 0) != 0;
+        if (keep) keep = regexes_keep(&re, v->name);
         if (keep && v->dtype != FR_F32) {
             st = fr_error(FR_ERR_UNSUPPORTED,
                           "parameter '%s' is %s: fp8run trains float32 master weights (convert the "
@@ -135,10 +166,9 @@ static fr_status select_params(fr_trainer *t, fr_graph *g)
     }
     if (n == 0)
         st = fr_error(FR_ERR_INVALID_ARG, "no parameter to train: the model has no float32 initializer%s",
-                      have_t || have_f ? " left by --train/--freeze" : "");
+                      re.have_t || re.have_f ? " left by --train/--freeze" : "");
 done:
-    if (have_t) regfree(&tre);
-    if (have_f) regfree(&fre);
+    regexes_close(&re);
     return st;
 }
 
@@ -476,6 +506,15 @@ static fr_status build_states(fr_trainer *t)
         sp.interval = t->opt.fp8.interval;
         sp.fmt = s->st->fmt;
         FR_TRY(fr_fp8_scaling_init(&s->sc, &sp));
+        if (i < t->n_init_states && t->init_states[i].p.history_len == sp.history_len) {
+            const fr_fp8_scaling *in = &t->init_states[i]; /* recorded in the compiled graph */
+            memcpy(s->sc.history, in->history, (size_t)sp.history_len * sizeof(float));
+            s->sc.pos = in->pos;
+            s->sc.updates = in->updates;
+            s->sc.scale = in->scale;
+            s->sc.scale_inv = in->scale_inv;
+        }
+        s->step_scale = s->sc.scale;
         if (s->st->amax_value >= 0 && !t->opt.eval_only) FR_TRY(add_output(t->g, s->st->amax_value, &s->amax_out));
     }
     return FR_OK;
@@ -511,11 +550,13 @@ static fr_status build_eval_graph(fr_trainer *t, int loss)
     return st;
 }
 
-fr_status tr_build(fr_trainer *t, const fr_graph *model)
+fr_status tr_build_forward(fr_trainer *t, const fr_graph *model, int *tok_out, int *loss_out, int *logits_out)
 {
     fr_graph *g;
     FR_TRY(fr_train_clone_graph(model, 0, &t->pristine));
-    FR_TRY(fr_train_clone_graph(model, 0, &t->g));
+    /* parameters the exporter merged by value are separate again, in the exported model too */
+    if (t->opt.unshare) FR_TRY(fr_unshare_params(t->pristine, &t->n_unshared));
+    FR_TRY(fr_train_clone_graph(t->pristine, 0, &t->g));
     g = t->g;
     if (model->source_path) {
         t->model_path = fr_strdup(model->source_path, "trainer");
@@ -544,6 +585,8 @@ fr_status tr_build(fr_trainer *t, const fr_graph *model)
             shapes[i] = tmp;
         }
     if (st == FR_OK) st = select_params(t, g);
+    /* a tied LM head that constant folding copied reads the embedding table again */
+    if (st == FR_OK && t->opt.retie) st = fr_retie_params(g, &t->ties, &t->n_ties);
     int loss_vid = -1;
     if (st == FR_OK && t->opt.loss_output) {
         loss_vid = fr_graph_find_value(g, t->opt.loss_output);
@@ -572,10 +615,9 @@ fr_status tr_build(fr_trainer *t, const fr_graph *model)
     FR_TRY(st);
 
     /* the loss */
-    int loss, logits = -1;
+    int logits = -1;
     if (t->opt.loss_output) {
-        loss = loss_vid;
-        FR_TRY(check_loss_value(g, loss));
+        FR_TRY(check_loss_value(g, loss_vid));
         t->vocab = embedding_rows(g, tok);
     } else {
         FR_TRY(pick_logits(t, g, &logits));
@@ -592,6 +634,200 @@ fr_status tr_build(fr_trainer *t, const fr_graph *model)
         t->has_report = 1;
         if (logits >= 0) logits = fr_graph_find_value(g, t->logits_name);
     }
+    *tok_out = tok;
+    *loss_out = loss_vid;
+    *logits_out = logits;
+    return FR_OK;
+}
+
+/* ---- compiled graph files ---- */
+
+/* Replace a trainer-owned option string. */
+static fr_status set_str(char **owned, const char **field, const char *v)
+{
+    char *d = NULL;
+    if (v && !(d = fr_strdup(v, "trainer options"))) return FR_ERR_OOM;
+    free(*owned);
+    *owned = d;
+    *field = d;
+    return FR_OK;
+}
+
+/* The options a compiled graph fixes must agree with the trainer's; the rest come from it. */
+static fr_status adopt_spec(fr_trainer *t, const fr_fbs_spec *s, const char *path)
+{
+    fr_train_options *o = &t->opt;
+    if (o->batch != s->batch || o->seq_len != s->seq)
+        return fr_error(FR_ERR_INVALID_ARG,
+                        "'%s' is compiled for batch %lld x seq %lld (a compiled graph is specialized to "
+                        "its shapes), but batch %lld x seq %lld was asked for: recompile it with "
+                        "`fp8run compile MODEL -o %s --batch %lld --seq %lld`, or train the ONNX model",
+                        path, (long long)s->batch, (long long)s->seq, (long long)o->batch, (long long)o->seq_len,
+                        path, (long long)o->batch, (long long)o->seq_len);
+    if (strcmp(o->precision, "fp32") != 0 && strcmp(o->precision, s->fp8.precision) != 0)
+        return fr_error(FR_ERR_INVALID_ARG, "'%s' is compiled for precision %s, but %s was asked for: recompile "
+                        "it with --precision %s", path, s->fp8.precision, o->precision, o->precision);
+    if (o->tokens_input && strcmp(o->tokens_input, s->tokens_input) != 0)
+        return fr_error(FR_ERR_INVALID_ARG, "'%s' was compiled with tokens input '%s', not '%s'", path,
+                        s->tokens_input, o->tokens_input);
+    for (int i = 0; i < o->n_dims; i++) {
+        int same = 0;
+        for (int j = 0; j < s->n_dims && !same; j++)
+            same = strcmp(s->dims[j].name, o->dims[i].name) == 0 && s->dims[j].value == o->dims[i].value;
+        if (!same)
+            return fr_error(FR_ERR_INVALID_ARG, "'%s' is compiled with its dims fixed; --dim %s=%lld was not one "
+                            "of them: recompile with it", path, o->dims[i].name, (long long)o->dims[i].value);
+    }
+    /* precision and recipe options are the file's (fp8 options given to the trainer are
+       ignored: the graph was built with these) */
+    FR_TRY(set_str(&t->s_precision, &o->precision, s->fp8.precision));
+    fr_fp8_options fo = s->fp8;
+    FR_TRY(set_str(&t->s_recipe, &fo.recipe, s->fp8.recipe));
+    FR_TRY(set_str(&t->s_format, &fo.fp8_format, s->fp8.fp8_format));
+    FR_TRY(set_str(&t->s_exclude, &fo.fp8_exclude, s->fp8.fp8_exclude));
+    fo.precision = o->precision;
+    o->fp8 = fo;
+    FR_TRY(set_str(&t->s_tokens, &o->tokens_input, s->tokens_input));
+    if (!o->loss_output && s->loss_output) FR_TRY(set_str(&t->s_loss, &o->loss_output, s->loss_output));
+    if (!o->logits_output && s->logits_output) FR_TRY(set_str(&t->s_logits, &o->logits_output, s->logits_output));
+    if (!o->train_regex && s->train_regex) FR_TRY(set_str(&t->s_train, &o->train_regex, s->train_regex));
+    if (!o->freeze_regex && s->freeze_regex) FR_TRY(set_str(&t->s_freeze, &o->freeze_regex, s->freeze_regex));
+    return FR_OK;
+}
+
+/* --train / --freeze on a compiled graph narrow its recorded parameters, by original names: a
+ * fused parameter is trained when all its members are, frozen when none is. */
+static fr_status narrow_params(fr_trainer *t, fr_graph *g)
+{
+    tr_regexes re;
+    FR_TRY(regexes_open(t, &re));
+    fr_status st = FR_OK;
+    int n = 0;
+    for (int i = 0; i < g->n_values && st == FR_OK; i++) {
+        fr_value *v = &g->values[i];
+        if (!(v->flags & FR_VAL_PARAM)) continue;
+        const fr_fp8_fused *f = NULL;
+        for (int k = 0; k < t->report.n_fused && !f; k++)
+            if (t->report.fused[k].value == i) f = &t->report.fused[k];
+        int keep = f ? 0 : regexes_keep(&re, v->name);
+        for (int j = 0; f && j < f->n_slices; j++) keep += regexes_keep(&re, f->slices[j].name);
+        if (f && keep != 0 && keep != f->n_slices)
+            st = fr_error(FR_ERR_INVALID_ARG, "--train/--freeze select some but not all of the Linears fused into "
+                          "'%s' in the compiled graph: recompile with the same --train/--freeze, or with --no-fuse",
+                          f->name);
+        if (keep)
+            n++;
+        else
+            v->flags &= ~FR_VAL_PARAM;
+    }
+    if (st == FR_OK && n == 0) st = fr_error(FR_ERR_INVALID_ARG, "no parameter to train is left by --train/--freeze");
+    regexes_close(&re);
+    return st;
+}
+
+static fr_status build_rest(fr_trainer *t, int tok, int loss, int logits);
+
+static fr_status build_compiled(fr_trainer *t, const fr_graph *model)
+{
+    const char *path = model->source_path ? model->source_path : "<compiled graph>";
+    fr_fbs f;
+    FR_TRY(fr_fbs_decode(model, path, &f));
+    fr_status st = adopt_spec(t, &f.spec, path);
+    if (st == FR_OK) {
+        t->g = f.graph;
+        t->pristine = f.original;
+        t->report = f.report;
+        t->has_report = 1;
+        t->init_states = f.states;
+        t->n_init_states = f.n_states;
+        t->ties = f.spec.ties; /* re-tied at compile time: export and checkpoints follow them */
+        t->n_ties = f.spec.n_ties;
+        f.spec.ties = NULL;
+        f.spec.n_ties = 0;
+        f.graph = f.original = NULL;
+        f.states = NULL;
+        f.n_states = 0;
+        memset(&f.report, 0, sizeof f.report);
+    }
+    fr_fbs_free(&f);
+    FR_TRY(st);
+    if (model->source_path) {
+        t->model_path = fr_strdup(model->source_path, "trainer");
+        if (!t->model_path) return FR_ERR_OOM;
+    }
+    fr_graph *g = t->g;
+    if (t->opt.train_regex || t->opt.freeze_regex) FR_TRY(narrow_params(t, g));
+    int tok, loss = -1, logits = -1;
+    FR_TRY(find_tokens_input(t, g, &tok));
+    t->tokens_dtype = g->values[tok].dtype;
+    if (t->opt.loss_output) {
+        loss = fr_graph_find_value(g, t->opt.loss_output);
+        if (loss < 0)
+            return fr_error(FR_ERR_INVALID_ARG, "the compiled graph has no value named '%s' (loss output)", t->opt.loss_output);
+        FR_TRY(check_loss_value(g, loss));
+        t->vocab = embedding_rows(g, tok);
+    } else {
+        FR_TRY(pick_logits(t, g, &logits));
+        t->logits_name = fr_strdup(g->values[logits].name, "trainer");
+        if (!t->logits_name) return FR_ERR_OOM;
+        t->vocab = g->values[logits].dims[g->values[logits].rank - 1];
+    }
+    return build_rest(t, tok, loss, logits);
+}
+
+/* FP8 Linears of the current / block recipes get amax_x / amax_w outputs (the compile pass
+ * gives them to the delayed recipe only), so fr_trainer_fp8_stats can report them. */
+static fr_status expose_amaxes(fr_trainer *t)
+{
+    fr_graph *g = t->g;
+    if (t->opt.eval_only) return FR_OK; /* no steps, no statistics */
+    for (int li = 0; t->has_report && li < t->report.n_layers; li++) {
+        const fr_fp8_layer *L = &t->report.layers[li];
+        if (L->precision != FR_LIN_FP8 || L->recipe == FR_LIN_DELAYED) continue;
+        int nid = -1;
+        for (int i = 0; i < g->n_nodes && nid < 0; i++)
+            if (!g->nodes[i].dead && strcmp(g->nodes[i].name, L->name) == 0 && strcmp(g->nodes[i].op_type, "Linear") == 0) nid = i;
+        if (nid < 0) return fr_error(FR_ERR_INTERNAL, "fp8 layer '%s' has no Linear node", L->name);
+        fr_node *n = &g->nodes[nid];
+        if (n->n_outputs >= FR_LIN_N_OUT) continue;
+        int *no = fr_realloc_array(n->outputs, FR_LIN_N_OUT, sizeof(int), "Linear outputs");
+        if (!no) return FR_ERR_OOM;
+        n->outputs = no;
+        for (int o = n->n_outputs; o < FR_LIN_N_OUT; o++) no[o] = -1;
+        n->n_outputs = FR_LIN_N_OUT;
+        const char *prefix = L->state_prefix ? L->state_prefix : L->name;
+        const char *what[2] = {"amax_x", "amax_w"};
+        for (int k = 0; k < 2; k++) {
+            char nm[1200];
+            int vid;
+            snprintf(nm, sizeof nm, "%s/%s", prefix, what[k]);
+            FR_TRY(fr_graph_add_unique_value(g, nm, &vid));
+            g->nodes[nid].outputs[FR_LIN_OUT_AMAX_X + k] = vid;
+            g->values[vid].producer = nid;
+            tr_watch *nw = fr_realloc_array(t->watch, (size_t)t->n_watch + 1, sizeof *nw, "fp8 amax watch");
+            if (!nw) return FR_ERR_OOM;
+            t->watch = nw;
+            nw[t->n_watch++] = (tr_watch){li, k ? FR_FP8_OPERAND_W : FR_FP8_OPERAND_X, vid, -1, 0.0f};
+        }
+        FR_TRY(fr_node_infer(g, nid));
+    }
+    return FR_OK;
+}
+
+fr_status tr_build(fr_trainer *t, const fr_graph *model)
+{
+    if (fr_fbs_is_compiled(model)) return build_compiled(t, model);
+    int tok, loss, logits;
+    FR_TRY(tr_build_forward(t, model, &tok, &loss, &logits));
+    return build_rest(t, tok, loss, logits);
+}
+
+/* From the compiled forward graph on: amax outputs, loss head, eval graph, backward, outputs,
+ * executor, optimizer, scaling state, input buffers. */
+static fr_status build_rest(fr_trainer *t, int tok, int loss, int logits)
+{
+    fr_graph *g = t->g;
+    FR_TRY(expose_amaxes(t));
     int labels = -1;
     if (!t->opt.loss_output) FR_TRY(add_loss_head(t, g, logits, &loss, &labels));
     t->loss_name = fr_strdup(g->values[loss].name, "trainer");
@@ -606,6 +842,7 @@ fr_status tr_build(fr_trainer *t, const fr_graph *model)
         for (int i = 0; i < t->n_params; i++)
             FR_TRY(add_output(g, t->params[i].grad_value, &t->params[i].grad_out));
         if (t->has_report) FR_TRY(fr_fp8_report_bind(g, &t->report, 1));
+        for (int i = 0; i < t->n_watch; i++) FR_TRY(add_output(g, t->watch[i].value, &t->watch[i].amax_out));
     }
     FR_TRY(build_states(t));
     if (!t->opt.eval_only) {
@@ -619,5 +856,6 @@ fr_status tr_build(fr_trainer *t, const fr_graph *model)
     FR_TRY(make_inputs(t, g, tokens, lname, &t->inputs, &t->n_inputs));
     FR_TRY(make_inputs(t, t->eval_g, tokens, lname, &t->eval_inputs, &t->n_eval_inputs));
     fr_prng_seed(&t->rng, t->opt.seed);
+    t->stats_step = -1;
     return FR_OK;
 }

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "runtime/checkpoint.h"
+#include "runtime/fbs.h"
 #include "runtime/train_internal.h"
 
 #define TR_CKPT_FORMAT "fp8run-trainer-1"
@@ -62,6 +63,19 @@ static fr_status write_all_parts(fr_trainer *t, fr_ckpt_writer *w, const void *d
         const tr_orig *o = &t->orig[i];
         st = tr_orig_values(t, o, buf);
         if (st == FR_OK) st = fr_ckpt_write_tensor(w, o->name, "param", FR_F32, o->rank, o->dims, buf);
+    }
+    /* a re-tied copy is written with the values it stands for, so that applying the
+     * checkpoint's weights to the model (eval, export, resume) keeps it tied */
+    for (int i = 0; st == FR_OK && i < t->n_ties; i++) {
+        const fr_value *sv = &t->g->values[t->ties[i].source], *cv = &t->g->values[t->ties[i].copy];
+        const float *src = sv->constant->data;
+        int64_t R = sv->dims[0], C = sv->dims[1];
+        if (t->ties[i].transposed)
+            for (int64_t r = 0; r < R; r++)
+                for (int64_t k = 0; k < C; k++) buf[k * R + r] = src[r * C + k];
+        else
+            memcpy(buf, src, (size_t)(R * C) * sizeof(float));
+        st = fr_ckpt_write_tensor(w, cv->name, "param", FR_F32, cv->rank, cv->dims, buf);
     }
     int slots = fr_optimizer_state_count(t->optim);
     for (int s = 0; st == FR_OK && s < slots; s++)
@@ -166,10 +180,13 @@ static fr_status find_tensor(const fr_ckpt *c, const char *name, const char *kin
     return FR_OK;
 }
 
+/* Trained here, or a re-tied copy that follows a trained parameter. */
 static int trains(const fr_trainer *t, const char *name)
 {
     for (int i = 0; i < t->n_orig; i++)
         if (strcmp(t->orig[i].name, name) == 0) return 1;
+    for (int i = 0; i < t->n_ties; i++)
+        if (strcmp(t->g->values[t->ties[i].copy].name, name) == 0) return 1;
     return 0;
 }
 
@@ -315,21 +332,55 @@ done:
     return st;
 }
 
+/* A checkpoint parameter that lives in a slice of a fused parameter of a compiled graph. */
+static fr_status apply_to_slice(fr_graph *g, const fr_fp8_fused *fs, int nf, const fr_ckpt *c,
+                                const fr_ckpt_tensor *ct, int *applied)
+{
+    *applied = 0;
+    for (int i = 0; i < nf; i++)
+        for (int j = 0; j < fs[i].n_slices; j++) {
+            const fr_fp8_slice *s = &fs[i].slices[j];
+            if (strcmp(s->name, ct->name) != 0) continue;
+            const fr_ckpt_tensor *chk;
+            FR_TRY(find_tensor(c, ct->name, "param", s->rank, s->dims, &chk));
+            tr_slice_copy(&fs[i], s, g->values[fs[i].value].constant->data, (float *)chk->data, 0);
+            *applied = 1;
+            return FR_OK;
+        }
+    return FR_OK;
+}
+
 fr_status fr_train_apply_weights(fr_graph *g, const char *ckpt_path, int *n_applied)
 {
     fr_ckpt *c;
-    int n = 0;
+    int n = 0, nf = 0;
+    fr_fp8_fused *fs = NULL;
     if (n_applied) *n_applied = 0;
-    FR_TRY(fr_ckpt_open(ckpt_path, &c));
-    fr_status st = FR_OK;
+    /* a compiled graph holds fused parameters: their members are written into their slices */
+    if (fr_fbs_is_compiled(g)) FR_TRY(fr_fbs_fused_table(g, &fs, &nf));
+    fr_status st = fr_ckpt_open(ckpt_path, &c);
+    if (st != FR_OK) {
+        fr_fbs_fused_free(fs, nf);
+        return st;
+    }
     for (int i = 0; st == FR_OK && i < fr_ckpt_tensor_count(c); i++) {
         const fr_ckpt_tensor *ct = fr_ckpt_tensor_at(c, i);
         if (strcmp(ct->kind, "param") != 0) continue;
         int vid = fr_graph_find_value(g, ct->name);
         fr_tensor *mt = vid >= 0 ? g->values[vid].constant : NULL;
         if (!mt || !(g->values[vid].flags & FR_VAL_INITIALIZER)) {
-            st = fr_error(FR_ERR_INVALID_ARG, "checkpoint '%s' holds parameter '%s', which the model has no initializer for",
-                          ckpt_path, ct->name);
+            int applied = 0;
+            if (fs || fr_fbs_is_compiled(g)) {
+                if (fr_fbs_is_tied_copy(g, ct->name)) continue; /* follows its source */
+            }
+            st = apply_to_slice(g, fs, nf, c, ct, &applied);
+            if (st == FR_OK && applied) {
+                n++;
+                continue;
+            }
+            if (st == FR_OK)
+                st = fr_error(FR_ERR_INVALID_ARG, "checkpoint '%s' holds parameter '%s', which the model has no initializer for",
+                              ckpt_path, ct->name);
             break;
         }
         const fr_ckpt_tensor *chk;
@@ -343,6 +394,7 @@ fr_status fr_train_apply_weights(fr_graph *g, const char *ckpt_path, int *n_appl
         }
     }
     fr_ckpt_close(c);
+    fr_fbs_fused_free(fs, nf);
     if (st == FR_OK && n == 0)
         st = fr_error(FR_ERR_INVALID_ARG, "checkpoint '%s' holds no parameters", ckpt_path);
     if (n_applied) *n_applied = n;

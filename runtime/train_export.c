@@ -46,5 +46,6 @@ fr_status fr_trainer_export(fr_trainer *t, const char *path)
                             o->name, (long long)o->numel);
         FR_TRY(tr_orig_values(t, o, c->data));
     }
+    fr_retie_sync(t->g, t->ties, t->n_ties, pg);
     return fr_train_save_model(pg, path);
 }

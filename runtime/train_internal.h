@@ -3,6 +3,7 @@
 #ifndef FR_TRAIN_INTERNAL_H
 #define FR_TRAIN_INTERNAL_H
 
+#include "passes/retie.h"
 #include "runtime/executor.h"
 #include "runtime/fp8_scaling.h"
 #include "runtime/rng.h"
@@ -36,7 +37,18 @@ typedef struct tr_state {
     fr_fp8_scaling sc;
     int amax_out;       /* executor output index of its amax, -1 when the graph has none */
     float step_amax;    /* max over the micro-batches of the running step */
+    float step_scale;   /* the scale the last step quantized with (for fr_trainer_fp8_stats) */
 } tr_state;
+
+/* The amax of an FP8 operand of the current / block recipes (no scaling state): the trainer
+ * adds the Linear's amax_x / amax_w outputs so --log-fp8 can show them. */
+typedef struct tr_watch {
+    int layer;          /* index into report.layers */
+    fr_fp8_operand operand;
+    int value;          /* the amax value in the training graph */
+    int amax_out;       /* its executor output index */
+    float step_amax;    /* max over the micro-batches of the last step */
+} tr_watch;
 
 /* A graph input the trainer feeds itself. */
 typedef enum tr_feed { TR_FEED_TOKENS, TR_FEED_LABELS, TR_FEED_ONES, TR_FEED_ARANGE, TR_FEED_ZEROS } tr_feed;
@@ -67,6 +79,13 @@ struct fr_trainer {
     int n_orig;
     tr_state *states;
     int n_states;
+    tr_watch *watch;
+    int n_watch;
+    int64_t stats_step;        /* step the FP8 amaxes above describe; -1 before the first */
+    int stats_skipped;         /* that step was skipped (its amaxes may be partial) */
+    fr_fp8_scaling *init_states; /* scaling state read from a compiled graph file, consumed by
+                                    the build (report.states order); NULL otherwise */
+    int n_init_states;
 
     tr_input *inputs;          /* every training-graph input */
     int n_inputs;
@@ -86,10 +105,18 @@ struct fr_trainer {
     int64_t skipped_total;
     int bad_in_row;
     fr_prng rng;
+    fr_tie *ties;              /* tied copies re-tied in g (their values follow the source) */
+    int n_ties;
+    int n_unshared;            /* parameters made separate again (passes/unshare.h) */
 };
 
-/* train_build.c: everything fr_trainer_new builds after copying the options. */
+/* train_build.c: everything fr_trainer_new builds after copying the options. A compiled graph
+ * file (runtime/fbs.h) is recognized by its metadata and not compiled again. */
 fr_status tr_build(fr_trainer *t, const fr_graph *model);
+/* The first half of tr_build for an ONNX model: t->pristine, t->g prepared and compiled
+ * (t->report), *tok the tokens input, *loss the model's loss output or -1, *logits the logits
+ * or -1. fr_train_compile stops here. */
+fr_status tr_build_forward(fr_trainer *t, const fr_graph *model, int *tok, int *loss, int *logits);
 /* Fill the inputs of one micro-batch (windows: B x (T+1)) into `ins`. */
 fr_status tr_fill_inputs(fr_trainer *t, tr_input *ins, int n, const int64_t *windows);
 /* Copy between a fused parameter-shaped buffer and one slice in its original layout. */

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/fbs.h"
+#include "runtime/fp8_format.h"
 #include "runtime/train_internal.h"
 
 void fr_train_options_default(fr_train_options *o)
@@ -23,6 +25,8 @@ void fr_train_options_default(fr_train_options *o)
     o->grad_accum = 1;
     o->seed = 0;
     o->max_bad_steps = 10;
+    o->retie = 1;
+    o->unshare = 1;
 }
 
 /* ---- options ---- */
@@ -119,8 +123,12 @@ void fr_trainer_free(fr_trainer *t)
     for (int i = 0; i < t->n_params; i++) free(t->params[i].acc);
     free(t->params);
     free(t->orig);
+    free(t->ties);
     for (int i = 0; i < t->n_states; i++) fr_fp8_scaling_free(&t->states[i].sc);
     free(t->states);
+    free(t->watch);
+    for (int i = 0; i < t->n_init_states; i++) fr_fp8_scaling_free(&t->init_states[i]);
+    free(t->init_states);
     if (t->has_report) fr_fp8_report_free(&t->report);
     free_inputs(t->inputs, t->n_inputs);
     free_inputs(t->eval_inputs, t->n_eval_inputs);
@@ -206,7 +214,13 @@ fr_status fr_trainer_step(fr_trainer *t, const int64_t *windows, int k, fr_train
     stats->step = t->step;
     stats->lr = fr_lr_at(&t->opt.lr, t->step);
     write_scales(t);
-    for (int i = 0; i < t->n_states; i++) t->states[i].step_amax = 0.0f;
+    for (int i = 0; i < t->n_states; i++) {
+        t->states[i].step_amax = 0.0f;
+        t->states[i].step_scale = t->states[i].sc.scale;
+    }
+    for (int i = 0; i < t->n_watch; i++) t->watch[i].step_amax = 0.0f;
+    t->stats_step = stats->step;
+    t->stats_skipped = 0;
 
     double loss_sum = 0;
     int amax_bad = 0, run_bad = 0;
@@ -241,6 +255,11 @@ fr_status fr_trainer_step(fr_trainer *t, const int64_t *windows, int k, fr_train
                 s->step_amax = a;
             }
         }
+        for (int i = 0; i < t->n_watch; i++) { /* current/block amaxes, for fr_trainer_fp8_stats */
+            float a = scalar_out(t->ex, t->watch[i].amax_out);
+            tr_watch *w = &t->watch[i];
+            if (!isnan(w->step_amax) && !(a <= w->step_amax)) w->step_amax = a; /* a NaN sticks */
+        }
     }
     stats->loss = run_bad ? NAN : loss_sum / k;
     if (k > 1 && !run_bad) FR_TRY(fr_optimizer_average_grads(t->optim, k));
@@ -265,6 +284,7 @@ fr_status fr_trainer_step(fr_trainer *t, const int64_t *windows, int k, fr_train
     }
     if (run_bad || !isfinite(stats->loss) || grads_bad || amax_bad) {
         stats->skipped = 1;
+        t->stats_skipped = 1;
         stats->bad_in_a_row = ++t->bad_in_row;
         t->skipped_total++;
         t->step++;
@@ -339,6 +359,163 @@ fr_status fr_trainer_get_param(fr_trainer *t, const char *name, float *dst)
     for (int i = 0; name && i < t->n_orig; i++)
         if (strcmp(t->orig[i].name, name) == 0) return tr_orig_values(t, &t->orig[i], dst);
     return fr_error(FR_ERR_INVALID_ARG, "'%s' is not a parameter this trainer trains", name ? name : "(null)");
+}
+
+/* ---- FP8 statistics (--log-fp8) ---- */
+
+static const char *operand_str(fr_fp8_operand o) { return o == FR_FP8_OPERAND_X ? "x" : o == FR_FP8_OPERAND_W ? "w" : "dy"; }
+
+static fr_dtype operand_fmt(const fr_fp8_report *r, fr_fp8_operand o)
+{
+    return o == FR_FP8_OPERAND_DY && !r->e4m3_only ? FR_F8E5M2 : FR_F8E4M3;
+}
+
+/* One record per operand of every fp8 Linear: delayed layers from their scaling state, the
+ * others from the amaxes the step computed (dY has none outside the delayed recipe: the
+ * record says so instead of inventing one). */
+int fr_trainer_fp8_stats(const fr_trainer *t, fr_fp8_stat *out, int max)
+{
+    int n = 0;
+    if (!t || !t->has_report || t->opt.eval_only) return 0;
+    const fr_fp8_report *r = &t->report;
+    for (int li = 0; li < r->n_layers; li++) {
+        const fr_fp8_layer *L = &r->layers[li];
+        if (L->precision != FR_LIN_FP8) continue;
+        for (int op = 0; op < 3; op++, n++) {
+            if (!out || n >= max) continue;
+            fr_fp8_stat *s = &out[n];
+            memset(s, 0, sizeof *s);
+            s->layer = L->name;
+            s->operand = operand_str((fr_fp8_operand)op);
+            s->recipe = fr_lin_recipe_name(L->recipe);
+            s->format = operand_fmt(r, (fr_fp8_operand)op) == FR_F8E5M2 ? "e5m2" : "e4m3";
+            s->fp8_max = fr_fp8_max(operand_fmt(r, (fr_fp8_operand)op));
+            s->step = t->stats_step;
+            s->amax = s->scale = s->next_scale = s->history_max = s->range_use = NAN;
+            s->note = t->stats_skipped ? "the step was skipped (non-finite values): its amaxes may be partial" : "";
+            if (t->stats_step < 0) {
+                s->note = "no step taken yet";
+                continue;
+            }
+            if (L->recipe == FR_LIN_DELAYED) {
+                const tr_state *ts = NULL;
+                for (int i = 0; i < t->n_states && !ts; i++)
+                    if (t->states[i].st->layer == li && (int)t->states[i].st->operand == op) ts = &t->states[i];
+                if (!ts || ts->amax_out < 0) {
+                    s->note = "no amax: the operand is not computed in training (no gradient needed)";
+                    continue;
+                }
+                s->has_amax = s->has_scale = 1;
+                s->amax = ts->step_amax;
+                s->scale = ts->step_scale;
+                s->next_scale = ts->sc.scale;
+                s->history_max = fr_fp8_scaling_amax(&ts->sc);
+                s->updates = ts->sc.updates;
+                s->range_use = s->amax * s->scale / s->fp8_max;
+                s->saturated = s->range_use > 1.0;
+                continue;
+            }
+            const tr_watch *w = NULL;
+            for (int i = 0; i < t->n_watch && !w; i++)
+                if (t->watch[i].layer == li && (int)t->watch[i].operand == op) w = &t->watch[i];
+            if (!w) {
+                s->note = L->recipe == FR_LIN_CURRENT
+                              ? "no amax: the current recipe scales dY inside the backward GEMM and exposes no amax"
+                              : "no amax: the block recipe scales dY per 1x128 block inside the backward GEMM";
+                continue;
+            }
+            s->has_amax = 1;
+            s->amax = w->step_amax;
+            if (L->recipe == FR_LIN_CURRENT) {
+                /* the scale of the micro-batch with the largest amax: its own amax maps to the
+                   format's max (less the margin), so nothing saturates */
+                float sc;
+                if (fr_fp8_scale_from_amax(w->step_amax, operand_fmt(r, (fr_fp8_operand)op), r->margin, 1.0f, L->name,
+                                           &sc) == FR_OK) {
+                    s->has_scale = 1;
+                    s->scale = s->next_scale = sc;
+                    s->range_use = s->amax * s->scale / s->fp8_max;
+                } else {
+                    fr_clear_error();
+                }
+            } else {
+                s->note = op == FR_FP8_OPERAND_X ? "block recipe: one scale per 1x128 block, no per-tensor scale"
+                                                 : "block recipe: one scale per 128x128 tile, no per-tensor scale";
+            }
+        }
+    }
+    return n;
+}
+
+/* ---- compiled graph files ---- */
+
+/* A trainer holding just the compiled forward graph of `model` (tr_build_forward): what
+ * fr_trainer_new builds before the loss head. *tok: the tokens input. */
+static fr_status compile_forward(const fr_graph *model, const fr_train_options *opt, fr_trainer **out, int *tok)
+{
+    *out = NULL;
+    if (!model || !opt) return fr_error(FR_ERR_INVALID_ARG, "compile: no model or options");
+    const char *name = model->source_path ? model->source_path : "the model";
+    if (fr_fbs_is_compiled(model))
+        return fr_error(FR_ERR_INVALID_ARG, "'%s' is already a compiled graph: compile the original model", name);
+    const char *prec = opt->precision ? opt->precision : "fp32";
+    if (strcmp(prec, "fp8") != 0 && strcmp(prec, "bf16") != 0)
+        return fr_error(FR_ERR_INVALID_ARG, "compile: precision '%s': a compiled graph is bf16 or fp8 (fp32 trains "
+                        "the ONNX model as it is)", prec);
+    fr_trainer *t = fr_calloc(1, sizeof *t, "trainer");
+    if (!t) return FR_ERR_OOM;
+    int loss, logits;
+    fr_status st = copy_options(t, opt);
+    if (st == FR_OK) st = tr_build_forward(t, model, tok, &loss, &logits);
+    if (st != FR_OK) {
+        if (!strstr(fr_last_error(), name)) fr_error_context(st, "compiling '%s'", name);
+        fr_trainer_free(t);
+        return st;
+    }
+    *out = t;
+    return FR_OK;
+}
+
+fr_status fr_train_compile_graph(const fr_graph *model, const fr_train_options *opt, fr_graph **compiled,
+                                 fr_fp8_report *report)
+{
+    fr_trainer *t;
+    int tok;
+    *compiled = NULL;
+    memset(report, 0, sizeof *report);
+    FR_TRY(compile_forward(model, opt, &t, &tok));
+    *compiled = t->g;
+    *report = t->report;
+    t->g = NULL;
+    t->has_report = 0;
+    fr_trainer_free(t);
+    return FR_OK;
+}
+
+fr_status fr_train_compile(const fr_graph *model, const fr_train_options *opt, const char *path)
+{
+    fr_trainer *t;
+    int tok;
+    FR_TRY(compile_forward(model, opt, &t, &tok));
+    fr_fbs_spec spec;
+    memset(&spec, 0, sizeof spec);
+    spec.batch = t->opt.batch;
+    spec.seq = t->opt.seq_len;
+    spec.tokens_input = t->g->values[tok].name;
+    spec.logits_output = t->opt.logits_output;
+    spec.loss_output = t->opt.loss_output;
+    spec.train_regex = t->opt.train_regex;
+    spec.freeze_regex = t->opt.freeze_regex;
+    spec.dims = t->dims;
+    spec.n_dims = t->opt.n_dims;
+    spec.fp8 = t->opt.fp8;
+    spec.ties = t->ties;
+    spec.n_ties = t->n_ties;
+    /* the pristine model (parameters the exporter merged made separate again) is what export
+       and checkpoints of a run see */
+    fr_status st = fr_fbs_save(t->g, &t->report, t->pristine, &spec, NULL, path);
+    fr_trainer_free(t);
+    return st;
 }
 
 /* ---- the options as JSON (checkpoint "config" entry) ---- */

@@ -70,6 +70,12 @@ typedef struct fr_train_options {
     int grad_accum;            /* K >= 1: micro-batches per step */
     uint64_t seed;             /* the trainer's generator (dropout masks later; checkpointed) */
     int max_bad_steps;         /* skipped steps allowed in a row (default 10) */
+    int unshare;               /* 1 (default): parameters the exporter merged because their values
+                                  were equal (Identity of an all-equal initializer, passes/
+                                  unshare.h) are trained separately, under their own names */
+    int retie;                 /* 1 (default): a parameter that is a bit-exact (transposed) copy of
+                                  an embedding table reads the table again (passes/retie.h: a tied
+                                  LM head that constant folding untied) */
     int eval_only;             /* 1: no backward graph, no optimizer: fr_trainer_eval only (and
                                   fr_trainer_load of the weights); fr_trainer_step/save refuse */
 } fr_train_options;
@@ -123,6 +129,50 @@ int64_t fr_trainer_param_numel(const fr_trainer *t, int i);
 fr_status fr_trainer_get_param(fr_trainer *t, const char *name, float *dst);
 /* The compile report (bf16/fp8), NULL for fp32. */
 const fr_fp8_report *fr_trainer_fp8_report(const fr_trainer *t);
+
+/* ---- FP8 statistics (what `fp8run train --log-fp8 N` logs) ---- */
+/* One FP8 operand (x, w or dy) of an fp8 Linear as of the last step. Numbers not available
+ * are NaN, with has_amax / has_scale 0 and `note` saying why (never invented). */
+typedef struct fr_fp8_stat {
+    const char *layer;      /* the Linear's name (report layers[].name) */
+    const char *operand;    /* "x", "w" or "dy" */
+    const char *recipe;     /* "delayed", "current" or "block" */
+    const char *format;     /* "e4m3" or "e5m2" */
+    int64_t step;           /* the step these numbers are from; -1 before the first */
+    int has_amax;
+    double amax;            /* max |value| of the operand over the step's micro-batches */
+    int has_scale;          /* one per-tensor scale exists (delayed, current) */
+    double scale;           /* the scale the step quantized with (current: the one of the
+                               micro-batch with the largest amax) */
+    double next_scale;      /* delayed: the scale the next step uses (after this step's update) */
+    double history_max;     /* delayed: the amax the next recompute uses (max over the history,
+                               or the most recent one) */
+    int64_t updates;        /* delayed: amaxes recorded so far */
+    double fp8_max;         /* the format's largest finite value */
+    double range_use;       /* amax * scale / fp8_max: above 1, the largest values were clipped */
+    int saturated;          /* range_use > 1 */
+    const char *note;       /* why something is missing; "" otherwise */
+} fr_fp8_stat;
+/* Fill up to `max` records (out may be NULL) and return how many there are: three per fp8
+ * Linear (x, w, dy), in report order. 0 for fp32/bf16 and evaluation-only trainers. Strings
+ * stay valid until fr_trainer_free. */
+int fr_trainer_fp8_stats(const fr_trainer *t, fr_fp8_stat *out, int max);
+
+/* ---- compiled graphs (runtime/fbs.h) ---- */
+/* fr_trainer_new also accepts a compiled graph file (.fbs) as imported by fr_onnx_load_file:
+ * it is not compiled again; its report, scaling state and original model (for export and
+ * checkpoints under the original names) come from the file. Its batch x seq must equal
+ * opt->batch x opt->seq_len (a clear error says to recompile otherwise); opt->precision
+ * "fp32" (the default) or the file's precision; the precision and recipe options are the
+ * file's (opt->fp8 is ignored); --train/--freeze narrow the recorded parameters. */
+
+/* Prepare `model` (an imported ONNX model) for opt->batch x opt->seq_len and compile it for
+ * opt->precision ("bf16" or "fp8") exactly as fr_trainer_new does, and return the compiled
+ * forward graph (the caller frees it and the report). */
+fr_status fr_train_compile_graph(const fr_graph *model, const fr_train_options *opt, fr_graph **compiled,
+                                 fr_fp8_report *report);
+/* The same, written as a compiled graph file (fr_fbs_save) at `path`. */
+fr_status fr_train_compile(const fr_graph *model, const fr_train_options *opt, const char *path);
 /* The options as a JSON object (malloc'ed; caller frees). */
 fr_status fr_trainer_config_json(const fr_trainer *t, char **json);
 /* The optimizer (read-only use: state inspection in tests). */

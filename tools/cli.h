@@ -48,6 +48,29 @@ const char *cli_human_count(int64_t n, char *buf, size_t len);
 /* "4.94 MiB", "512 B" into buf. */
 const char *cli_human_bytes(uint64_t n, char *buf, size_t len);
 
+/* tools/cli_compile.c */
+int cli_compile(int argc, char **argv);
+void cli_compile_help(FILE *f);
+struct fr_train_options;
+/* The FP8 recipe options (--precision, --recipe, --fp8-format, --bf16-boundary, --fp8-exclude,
+ * --no-fuse, --pad-multiple, --amax-history, --amax-algo, --fp8-margin, --fp8-interval) into
+ * o / o->fp8. Returns 1 when argv[*i] was one of them (*rc set: 0 or a usage exit code). */
+int cli_recipe_option(const char *cmd, int argc, char **argv, int *i, struct fr_train_options *o, int *rc);
+/* The recipe options plus --batch, --seq, --dim, --tokens-input, --logits-output,
+ * --loss-output, --train, --freeze (compile and info). */
+int cli_compile_parse(const char *cmd, int argc, char **argv, int *i, struct fr_train_options *o, cli_dims *dims,
+                      int64_t *batch, int64_t *seq, int *rc);
+#define CLI_RECIPE_HELP                                                                              \
+    "  --precision fp8|bf16    (default fp8)\n"                                                      \
+    "  --recipe delayed|current|block  FP8 scaling (default delayed)\n"                              \
+    "  --fp8-format hybrid|e4m3    (default hybrid: E4M3 forward, E5M2 gradients)\n"                 \
+    "  --bf16-boundary N       Linear groups kept in BF16 at each end (default 1)\n"                 \
+    "  --fp8-exclude REGEX     Linears whose weight or node name matches stay BF16\n"                \
+    "  --no-fuse               do not fuse Linears that share their input (Q/K/V, gate/up)\n"       \
+    "  --pad-multiple N        FP8 GEMM dims padded to multiples of N (default 16)\n"               \
+    "  --amax-history N --amax-algo max|most_recent --fp8-margin M --fp8-interval K\n"             \
+    "                          delayed scaling (default 1024, max, 0, 1)\n"
+
 int cli_info(int argc, char **argv);
 void cli_info_help(FILE *f);
 int cli_run(int argc, char **argv);

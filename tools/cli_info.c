@@ -5,11 +5,13 @@
 
 #include "cli.h"
 #include "graph/onnx_io.h"
+#include "runtime/fbs.h"
+#include "runtime/trainer.h"
 
 void cli_info_help(FILE *f)
 {
     fprintf(f,
-            "usage: fp8run info MODEL [--dim NAME=VALUE ...]\n"
+            "usage: fp8run info MODEL|COMPILED.fbs [--dim NAME=VALUE ...] [recipe options]\n"
             "\n"
             "Describe an ONNX model: producer, IR version, opsets, graph inputs and outputs with\n"
             "their dtypes and shapes (symbolic dims by name), the parameter count (elements of\n"
@@ -19,9 +21,20 @@ void cli_info_help(FILE *f)
             "model is also prepared as `fp8run run` would (Identity removal, shape inference,\n"
             "constant folding, dead-node elimination) and the prepared graph is summarized.\n"
             "\n"
+            "'Linear layers' lists what the FP8 compiler does with each Linear (MatMul/Gemm with a\n"
+            "trainable weight): precision and why (boundary, excluded, fused with ...), K x N and\n"
+            "the padding the GPU adds, the recipe, and the MatMul/Gemm left alone with the reason.\n"
+            "For an ONNX model these are the decisions `fp8run train --precision fp8` (or\n"
+            "`fp8run compile`) would take with the options given here (decisions do not depend on\n"
+            "--batch/--seq); for a compiled graph (.fbs) the recorded decisions, the batch x seq it\n"
+            "is specialized to and its FP8 scaling state.\n"
+            "\n"
             "options:\n"
-            "  --dim NAME=VALUE   fix the symbolic dimension NAME (repeatable)\n"
-            "  -h, --help         show this help\n");
+            "  --dim NAME=VALUE        fix the symbolic dimension NAME (repeatable)\n"
+            "  --batch B --seq T       the shape the Linear analysis prepares for (default 1 x 16)\n"
+            "  --tokens-input NAME --logits-output NAME --loss-output NAME --train RE --freeze RE\n"
+            CLI_RECIPE_HELP
+            "  -h, --help              show this help\n");
 }
 
 typedef struct op_count {
@@ -137,22 +150,105 @@ static void open_dims(const fr_graph *g, char *buf, size_t n)
     }
 }
 
+/* The FP8 compile decisions for an ONNX model, with the info command's options. */
+static int print_linears_onnx(const fr_graph *g, fr_train_options *o, int64_t batch, int64_t seq)
+{
+    printf("Linear layers (FP8 compile with these options; `fp8run compile` would record them)\n");
+    if (strcmp(o->precision, "fp32") == 0) {
+        printf("  precision fp32: no Linear is rewritten\n");
+        return 0;
+    }
+    o->batch = batch ? batch : 1;
+    o->seq_len = seq ? seq : 16;
+    fr_graph *cg = NULL;
+    fr_fp8_report rep;
+    if (fr_train_compile_graph(g, o, &cg, &rep) != FR_OK) {
+        /* not a model the trainer can take as it is: say why, the rest of info stands */
+        printf("  not available: %s\n", fr_last_error());
+        return 0;
+    }
+    char *text = NULL;
+    int rc = fr_fp8_report_format(&rep, &text) == FR_OK ? 0 : cli_fail_status();
+    if (rc == 0) {
+        fputs(text, stdout);
+        if (rep.n_layers == 0) printf("  (no MatMul/Gemm with a trainable 2-D weight)\n");
+    }
+    free(text);
+    fr_fp8_report_free(&rep);
+    fr_graph_free(cg);
+    return rc;
+}
+
+static const char *operand_name(fr_fp8_operand o) { return o == FR_FP8_OPERAND_X ? "x" : o == FR_FP8_OPERAND_W ? "w" : "dy"; }
+
+/* A compiled graph: what it is specialized to, the recorded decisions and the scaling state. */
+static int print_compiled(const fr_fbs *f)
+{
+    const fr_fbs_spec *s = &f->spec;
+    printf("compiled graph (fp8run format %d)\n", FR_FBS_FORMAT);
+    printf("  specialized to batch %lld x seq %lld (tokens input '%s'); recompile for another shape\n",
+           (long long)s->batch, (long long)s->seq, s->tokens_input);
+    for (int i = 0; i < s->n_dims; i++) printf("  --dim %s=%lld\n", s->dims[i].name, (long long)s->dims[i].value);
+    if (s->train_regex || s->freeze_regex)
+        printf("  trained: --train %s --freeze %s\n", s->train_regex ? s->train_regex : "(all)",
+               s->freeze_regex ? s->freeze_regex : "(none)");
+    printf("  original model: %d nodes, %d initializers (export and checkpoints use its names)\n",
+           f->original->n_nodes, f->original->n_initializers);
+    for (int i = 0; i < s->n_ties; i++)
+        printf("  re-tied: '%s' follows '%s'%s\n", f->graph->values[s->ties[i].copy].name,
+               f->graph->values[s->ties[i].source].name, s->ties[i].transposed ? " (transposed)" : "");
+    printf("Linear layers (recorded)\n");
+    char *text = NULL;
+    if (fr_fp8_report_format(&f->report, &text) != FR_OK) return cli_fail_status();
+    fputs(text, stdout);
+    free(text);
+    if (f->n_states) {
+        int fresh = 1;
+        for (int i = 0; i < f->n_states; i++) fresh = fresh && f->states[i].updates == 0;
+        printf("FP8 scaling state (%d operands%s)\n", f->n_states, fresh ? ", fresh: scale 1, empty history" : "");
+        if (!fresh) {
+            printf("  %-48s %-3s %-5s %12s %12s %8s\n", "layer", "op", "fmt", "scale", "amax (hist)", "updates");
+            for (int i = 0; i < f->n_states; i++) {
+                const fr_fp8_state *st = &f->report.states[i];
+                printf("  %-48s %-3s %-5s %12.6g %12.6g %8lld\n", f->report.layers[st->layer].name,
+                       operand_name(st->operand), st->fmt == FR_F8E5M2 ? "e5m2" : "e4m3", (double)f->states[i].scale,
+                       (double)fr_fp8_scaling_amax(&f->states[i]), (long long)f->states[i].updates);
+            }
+        }
+    }
+    return 0;
+}
+
+/* FR_VAL_PARAM as the compiled graph records it (the file's float initializers include folded
+ * constants and the scaling state), so the parameter count is right. */
+static void params_from(fr_graph *g, const fr_graph *decoded)
+{
+    for (int i = 0; i < g->n_values; i++) {
+        int d = fr_graph_find_value(decoded, g->values[i].name);
+        if (d >= 0 && (decoded->values[d].flags & FR_VAL_PARAM))
+            g->values[i].flags |= FR_VAL_PARAM;
+        else
+            g->values[i].flags &= ~FR_VAL_PARAM;
+    }
+}
+
 int cli_info(int argc, char **argv)
 {
     const char *model = NULL;
     cli_dims dims = {0};
+    fr_train_options o;
+    fr_train_options_default(&o);
+    o.precision = "fp8";
+    int64_t batch = 0, seq = 0;
     int rc = 0;
     for (int i = 1; i < argc && rc == 0; i++) {
-        const char *val;
-        int m;
         if (cli_is_help(argv[i])) {
             cli_info_help(stdout);
             cli_dims_free(&dims);
             return 0;
         }
-        if ((m = cli_option(argc, argv, &i, "info", "--dim", &val)) != 0)
-            rc = m < 0 ? CLI_EXIT_USAGE : cli_dims_add(&dims, "info", val);
-        else if (argv[i][0] == '-' && argv[i][1])
+        if (cli_compile_parse("info", argc, argv, &i, &o, &dims, &batch, &seq, &rc)) continue;
+        if (argv[i][0] == '-' && argv[i][1])
             rc = cli_usage("info", "unknown option '%s'", argv[i]);
         else if (model)
             rc = cli_usage("info", "only one MODEL may be given (got '%s' and '%s')", model, argv[i]);
@@ -170,8 +266,32 @@ int cli_info(int argc, char **argv)
         cli_dims_free(&dims);
         return cli_fail_status();
     }
+    fr_fbs f;
+    memset(&f, 0, sizeof f);
+    int compiled = fr_fbs_is_compiled(g);
+    if (compiled) {
+        if (fr_fbs_decode(g, model, &f) != FR_OK) {
+            fr_graph_free(g);
+            cli_dims_free(&dims);
+            return cli_fail_status();
+        }
+        params_from(g, f.graph);
+    }
     print_model(g, model);
     rc = print_histogram(g, "  ");
+    if (rc == 0 && compiled) {
+        fflush(stdout);
+        rc = print_compiled(&f);
+        fr_fbs_free(&f);
+        fr_graph_free(g);
+        cli_dims_free(&dims);
+        return rc;
+    }
+    if (rc == 0) {
+        o.dims = dims.items;
+        o.n_dims = dims.n;
+        rc = print_linears_onnx(g, &o, batch, seq);
+    }
 
     char open[512];
     fr_prepare_options opt;

@@ -15,6 +15,7 @@
 #include "graph/onnx_io.h"
 #include "runtime/checkpoint.h"
 #include "runtime/data.h"
+#include "runtime/fbs.h"
 #include "runtime/trainer.h"
 
 #define CLI_EXIT_INTERRUPTED 130
@@ -28,14 +29,20 @@ void fr_cli_train_help(FILE *f)
 {
     fprintf(f,
             "usage: fp8run train MODEL --data FILE --steps N --batch B --seq T --lr LR [options]\n"
+            "       fp8run train COMPILED.fbs --data FILE --steps N --lr LR [options]\n"
             "\n"
             "Train MODEL (ONNX) on the CPU: next-token cross-entropy between the model's logits\n"
             "output and the token ids shifted by one (or the model's own scalar loss output).\n"
             "Each step takes B windows of T+1 tokens per micro-batch from the token file.\n"
+            "--precision fp8 compiles the model on the fly; a compiled graph (fp8run compile) is\n"
+            "trained as it is: batch, seq and the precision/recipe options come from it (another\n"
+            "--batch/--seq is an error: compile again), export and checkpoints use the original\n"
+            "model's names, and its checkpoints load into runs of the ONNX model and back.\n"
             "\n"
             "data:\n"
             "  --data FILE             training tokens: raw uint16/uint32 or llm.c token file\n"
-            "  --data-dtype uint16|uint32  raw files' token width (default uint16)\n"
+            "  --data-dtype uint8|uint16|uint32  raw files' token width (default uint16; uint8:\n"
+            "                          a text file's bytes, for byte-level models)\n"
             "  --data-order random|sequential  batches (default random, seeded by --seed)\n"
             "  --val FILE              validation tokens\n"
             "  --val-every N           validate every N steps (default: after the last step)\n"
@@ -71,10 +78,15 @@ void fr_cli_train_help(FILE *f)
             "  --fp8-format hybrid|e4m3    (default hybrid: E4M3 forward, E5M2 gradients)\n"
             "  --amax-history N --amax-algo max|most_recent --fp8-margin M --fp8-interval K\n"
             "  --bf16-boundary N       Linear groups kept in BF16 at each end (default 1)\n"
-            "  --fp8-exclude REGEX     Linears whose weight name matches stay BF16\n"
+            "  --no-fuse               do not fuse Linears that share their input (Q/K/V, gate/up)\n"
+            "  --pad-multiple N        FP8 GEMM dims padded to multiples of N (default 16)\n"
+            "  --fp8-exclude REGEX     Linears whose weight or node name matches stay BF16\n"
             "output:\n"
             "  --log FILE.jsonl        one JSON record per step and per validation\n"
             "  --log-every N           progress lines every N steps without a terminal (default 10)\n"
+            "  --log-fp8 N             every N steps also a record of each FP8 operand (x, w, dy of\n"
+            "                          every fp8 Linear): amax, scale, amax history max, range used\n"
+            "                          (amax * scale / fp8 max; above 1 the top values saturated)\n"
             "  --ckpt-dir DIR          checkpoints DIR/step_NNNNNNNN.ckpt (at the end, on Ctrl-C)\n"
             "  --ckpt-every N          also every N steps\n"
             "  --ckpt-keep N           keep the newest N checkpoints (default 3; 0 = all)\n"
@@ -88,7 +100,7 @@ void fr_cli_train_help(FILE *f)
 void fr_cli_eval_help(FILE *f)
 {
     fprintf(f,
-            "usage: fp8run eval MODEL|CKPT --data FILE --batch B --seq T [options]\n"
+            "usage: fp8run eval MODEL|COMPILED.fbs|CKPT --data FILE --batch B --seq T [options]\n"
             "\n"
             "Mean next-token cross-entropy and perplexity of a model (ONNX) or of a training\n"
             "checkpoint's weights (the model comes from --model or the checkpoint's record) over\n"
@@ -96,9 +108,9 @@ void fr_cli_eval_help(FILE *f)
             "\n"
             "options:\n"
             "  --data FILE             tokens (raw uint16/uint32 or llm.c token file)\n"
-            "  --data-dtype uint16|uint32\n"
+            "  --data-dtype uint8|uint16|uint32\n"
             "  --batches N             batches to evaluate (default 0: the whole file)\n"
-            "  --model MODEL           the ONNX model a checkpoint belongs to\n"
+            "  --model MODEL           the ONNX model (or compiled graph) a checkpoint belongs to\n"
             "  --precision fp32|bf16|fp8   (default fp32)\n"
             "  --loss-output NAME --logits-output NAME --tokens-input NAME --ignore-index N\n"
             "  --dim NAME=VALUE        fix another symbolic dimension (repeatable)\n"
@@ -116,7 +128,8 @@ void fr_cli_export_help(FILE *f)
             "when they add up to more than 1 GiB.\n"
             "\n"
             "options:\n"
-            "  --model MODEL           the ONNX model that was trained\n"
+            "  --model MODEL           the ONNX model that was trained, or the compiled graph (.fbs)\n"
+            "                          it was trained as (the original model is written)\n"
             "  -o, --output OUT.onnx   where to write (required)\n"
             "  -h, --help              show this help\n");
 }
@@ -187,6 +200,9 @@ typedef struct train_args {
     fr_dtype token_dtype;
     fr_train_options o;
     cli_dims dims;
+    int64_t log_fp8;        /* --log-fp8 N: FP8 statistics every N steps (0: off) */
+    int have_precision;
+    const char *recipe_opt; /* the first precision/recipe option given (refused with a .fbs) */
 } train_args;
 
 static const char *const k_precisions[] = {"fp32", "bf16", "fp8", NULL};
@@ -195,7 +211,8 @@ static const char *const k_formats[] = {"hybrid", "e4m3", NULL};
 static const char *const k_algos[] = {"max", "most_recent", NULL};
 static const char *const k_optimizers[] = {"adamw", "sgd", NULL};
 static const char *const k_schedules[] = {"constant", "warmup_constant", "cosine", NULL};
-static const char *const k_dtypes[] = {"uint16", "uint32", NULL};
+static const char *const k_dtypes[] = {"uint8", "uint16", "uint32", NULL};
+static const fr_dtype k_dtype_of[] = {FR_U8, FR_U16, FR_U32};
 static const char *const k_orders[] = {"random", "sequential", NULL};
 
 static void args_init(train_args *a)
@@ -220,13 +237,16 @@ static int common_option(const char *cmd, int argc, char **argv, int *i, train_a
 #define OPT(name) ((m = cli_option(argc, argv, i, cmd, name, &v)) != 0)
     if (OPT("--data")) a->data = v;
     else if (OPT("--data-dtype")) {
-        if (m > 0 && (*rc = parse_choice(cmd, "--data-dtype", v, k_dtypes, &k)) == 0) a->token_dtype = k ? FR_U32 : FR_U16;
+        if (m > 0 && (*rc = parse_choice(cmd, "--data-dtype", v, k_dtypes, &k)) == 0) a->token_dtype = k_dtype_of[k];
     } else if (OPT("--batch")) {
         if (m > 0 && (*rc = parse_i64(cmd, "--batch", v, 1, &a->batch)) == 0) a->have_batch = 1;
     } else if (OPT("--seq")) {
         if (m > 0 && (*rc = parse_i64(cmd, "--seq", v, 1, &a->seq)) == 0) a->have_seq = 1;
     } else if (OPT("--precision")) {
-        if (m > 0 && (*rc = parse_choice(cmd, "--precision", v, k_precisions, &k)) == 0) a->o.precision = k_precisions[k];
+        if (m > 0 && (*rc = parse_choice(cmd, "--precision", v, k_precisions, &k)) == 0) {
+            a->o.precision = k_precisions[k];
+            a->have_precision = 1;
+        }
     } else if (OPT("--loss-output")) a->o.loss_output = v;
     else if (OPT("--logits-output")) a->o.logits_output = v;
     else if (OPT("--tokens-input")) a->o.tokens_input = v;
@@ -297,6 +317,9 @@ static int train_option(int argc, char **argv, int *i, train_args *a, int *rc)
     } else if (OPT("--fp8-interval")) { if (VAL) *rc = parse_int(cmd, "--fp8-interval", v, 1, &o->fp8.interval); }
     else if (OPT("--bf16-boundary")) { if (VAL) *rc = parse_int(cmd, "--bf16-boundary", v, 0, &o->fp8.bf16_boundary); }
     else if (OPT("--fp8-exclude")) o->fp8.fp8_exclude = VAL ? v : NULL;
+    else if (strcmp(argv[*i], "--no-fuse") == 0) { o->fp8.fuse = 0; m = 1; }
+    else if (OPT("--pad-multiple")) { if (VAL) *rc = parse_int(cmd, "--pad-multiple", v, 1, &o->fp8.pad_multiple); }
+    else if (OPT("--log-fp8")) { if (VAL) *rc = parse_i64(cmd, "--log-fp8", v, 1, &a->log_fp8); }
     else if (OPT("--log")) a->log = v;
     else if (OPT("--log-every")) { if (VAL) *rc = parse_i64(cmd, "--log-every", v, 1, &a->log_every); }
     else if (OPT("--ckpt-dir")) a->ckpt_dir = v;
@@ -312,6 +335,19 @@ static int train_option(int argc, char **argv, int *i, train_args *a, int *rc)
     return 1;
 }
 
+/* Is arg one of the options a compiled graph fixes (--name or --name=value)? */
+static int is_recipe_flag(const char *arg)
+{
+    static const char *const names[] = {"--recipe", "--fp8-format", "--amax-history", "--amax-algo", "--fp8-margin",
+                                        "--fp8-interval", "--bf16-boundary", "--fp8-exclude", "--no-fuse",
+                                        "--pad-multiple", NULL};
+    for (int k = 0; names[k]; k++) {
+        size_t n = strlen(names[k]);
+        if (strncmp(arg, names[k], n) == 0 && (arg[n] == '\0' || arg[n] == '=')) return 1;
+    }
+    return 0;
+}
+
 static int parse_train(int argc, char **argv, train_args *a, int *help)
 {
     int rc = 0;
@@ -320,6 +356,7 @@ static int parse_train(int argc, char **argv, train_args *a, int *help)
             *help = 1;
             return 0;
         }
+        if (!a->recipe_opt && is_recipe_flag(argv[i])) a->recipe_opt = argv[i];
         if (common_option("train", argc, argv, &i, a, &rc) || train_option(argc, argv, &i, a, &rc)) continue;
         if (argv[i][0] == '-' && argv[i][1])
             rc = cli_usage("train", "unknown option '%s'", argv[i]);
@@ -332,7 +369,8 @@ static int parse_train(int argc, char **argv, train_args *a, int *help)
     if (!a->model) return cli_usage("train", "no MODEL given");
     if (!a->data) return cli_usage("train", "--data FILE is required");
     if (!a->have_steps) return cli_usage("train", "--steps N is required");
-    if (!a->have_batch || !a->have_seq) return cli_usage("train", "--batch B and --seq T are required");
+    /* --batch/--seq: required for an ONNX model, taken from a compiled graph (run_train) */
+    if (a->log_fp8 && !a->log) return cli_usage("train", "--log-fp8 needs --log FILE.jsonl");
     if (!a->have_lr) return cli_usage("train", "--lr LR is required");
     if (a->resume && !a->ckpt_dir) return cli_usage("train", "--resume needs --ckpt-dir DIR");
     if (a->val_every && !a->val) return cli_usage("train", "--val-every needs --val FILE");
@@ -630,6 +668,60 @@ static void log_step(loop *L, int64_t done, const fr_train_stats *s, double tps)
     fflush(L->log);
 }
 
+static void log_json_str(FILE *f, const char *v)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+/* --log-fp8: one record with every FP8 operand's amax and scale (what saturates). Numbers the
+ * recipe does not have are null, with a note saying why. */
+static int log_fp8(loop *L, int64_t done)
+{
+    int n = fr_trainer_fp8_stats(L->t, NULL, 0);
+    if (!L->log || n == 0) return 0;
+    fr_fp8_stat *st = calloc((size_t)n, sizeof *st);
+    if (!st) return cli_fail("out of memory");
+    fr_trainer_fp8_stats(L->t, st, n);
+    FILE *f = L->log;
+    fprintf(f, "{\"step\": %lld, \"fp8\": [", (long long)done);
+    for (int i = 0; i < n; i++) {
+        const fr_fp8_stat *s = &st[i];
+        fprintf(f, "%s{\"layer\": ", i ? ", " : "");
+        log_json_str(f, s->layer);
+        fprintf(f, ", \"operand\": \"%s\", \"recipe\": \"%s\", \"format\": \"%s\"", s->operand, s->recipe, s->format);
+        log_json_num(f, "amax", s->has_amax ? s->amax : NAN);
+        log_json_num(f, "scale", s->has_scale ? s->scale : NAN);
+        if (strcmp(s->recipe, "delayed") == 0) {
+            log_json_num(f, "next_scale", s->next_scale);
+            log_json_num(f, "history_max", s->history_max);
+            fprintf(f, ", \"updates\": %lld", (long long)s->updates);
+        }
+        log_json_num(f, "fp8_max", s->fp8_max);
+        if (s->has_amax && s->has_scale) {
+            log_json_num(f, "range_use", s->range_use);
+            fprintf(f, ", \"saturated\": %s", s->saturated ? "true" : "false");
+        }
+        if (s->note[0]) {
+            fprintf(f, ", \"note\": ");
+            log_json_str(f, s->note);
+        }
+        fputc('}', f);
+    }
+    fprintf(f, "]}\n");
+    fflush(f);
+    free(st);
+    return 0;
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* the training loop                                                                         */
 /* ---------------------------------------------------------------------------------------- */
@@ -717,6 +809,7 @@ static int train_loop(loop *L)
         }
         done++;
         log_step(L, done, &s, dt > 0 ? (double)L->tokens_per_step / dt : 0);
+        if (a->log_fp8 && done % a->log_fp8 == 0) rc = log_fp8(L, done);
         if (s.skipped) {
             end_line(L);
             fprintf(stderr, "fp8run: warning: step %lld skipped (%d in a row): %s\n", (long long)done, s.bad_in_a_row,
@@ -769,6 +862,42 @@ static int open_loaders(loop *L)
     return 0;
 }
 
+/* batch, seq and precision: a compiled graph fixes them (given ones must agree); an ONNX model
+ * needs --batch and --seq. */
+static int shape_from_model(const char *cmd, train_args *a, const fr_graph *g)
+{
+    if (!fr_fbs_is_compiled(g)) {
+        if (!a->have_batch || !a->have_seq) return cli_usage(cmd, "--batch B and --seq T are required");
+        return 0;
+    }
+    int64_t b, s;
+    const char *path = g->source_path ? g->source_path : a->model;
+    if (fr_fbs_shape(g, &b, &s) != FR_OK) return cli_fail_status();
+    if ((a->have_batch && a->batch != b) || (a->have_seq && a->seq != s))
+        return cli_fail("'%s' is compiled for --batch %lld --seq %lld (a compiled graph is specialized to its "
+                        "shapes): recompile it with `fp8run compile MODEL -o %s --batch %lld --seq %lld`, or train "
+                        "the ONNX model", path, (long long)b, (long long)s, path,
+                        (long long)(a->have_batch ? a->batch : b), (long long)(a->have_seq ? a->seq : s));
+    if (a->recipe_opt)
+        return cli_usage(cmd, "%s: the precision and recipe options of a compiled graph are fixed when compiling "
+                         "(fp8run compile ... %s)", a->recipe_opt, a->recipe_opt);
+    a->batch = a->o.batch = b;
+    a->seq = a->o.seq_len = s;
+    /* the recorded precision (the trainer checks the whole file when it decodes it) */
+    const char *prec = NULL;
+    for (int i = 0; i < g->n_metadata && !prec; i++)
+        if (strcmp(g->metadata[i].key, "fp8run.option.precision") == 0) prec = g->metadata[i].value;
+    fr_lin_precision lp;
+    if (!prec || fr_lin_precision_parse(prec, &lp) != FR_OK)
+        return cli_fail("compiled graph '%s': metadata key 'fp8run.option.precision' is missing or malformed", path);
+    prec = fr_lin_precision_name(lp);
+    if (a->have_precision && strcmp(a->o.precision, prec) != 0)
+        return cli_fail("'%s' is compiled for precision %s, not %s: recompile it with --precision %s", path, prec,
+                        a->o.precision, a->o.precision);
+    a->o.precision = prec; /* a static string */
+    return 0;
+}
+
 static int run_train(train_args *a)
 {
     loop L;
@@ -776,15 +905,16 @@ static int run_train(train_args *a)
     L.a = a;
     L.last_ckpt = -1;
     L.tty = isatty(STDERR_FILENO);
-    L.tokens_per_step = a->batch * a->seq * a->o.grad_accum;
     fr_graph *g = NULL;
     char *resume = NULL;
     int rc = 0;
-    if (a->ckpt_dir) rc = make_dirs(a->ckpt_dir);
+    if (fr_onnx_load_file(a->model, &g) != FR_OK) rc = cli_fail_status();
+    if (rc == 0) rc = shape_from_model("train", a, g);
+    L.tokens_per_step = a->batch * a->seq * a->o.grad_accum;
+    if (rc == 0 && a->ckpt_dir) rc = make_dirs(a->ckpt_dir);
     if (rc == 0 && a->resume) rc = newest_valid_ckpt(a->ckpt_dir, &resume);
     if (rc == 0 && a->resume && !resume)
         fprintf(stderr, "fp8run: no checkpoint in '%s': starting from step 0\n", a->ckpt_dir);
-    if (rc == 0 && fr_onnx_load_file(a->model, &g) != FR_OK) rc = cli_fail_status();
     /* the checkpoint's weights into the model first, so frozen ones agree too */
     if (rc == 0 && resume && fr_train_apply_weights(g, resume, NULL) != FR_OK) rc = cli_fail_status();
     if (rc == 0 && fr_trainer_new(g, &a->o, &L.t) != FR_OK) rc = cli_fail_status();
@@ -809,6 +939,9 @@ static int run_train(train_args *a)
         L.log = fopen(a->log, resume ? "a" : "w");
         if (!L.log) rc = cli_fail("cannot open log '%s': %s", a->log, strerror(errno));
     }
+    if (rc == 0 && a->log_fp8 && fr_trainer_fp8_stats(L.t, NULL, 0) == 0)
+        fprintf(stderr, "fp8run: warning: --log-fp8: this run has no fp8 Linear (precision %s): nothing to log\n",
+                a->o.precision);
     if (rc == 0) {
         char n1[32];
         int64_t np = 0;
@@ -915,12 +1048,12 @@ int fr_cli_eval(int argc, char **argv)
     }
     if (rc == 0 && !a.model) rc = cli_usage("eval", "no MODEL or CKPT given");
     if (rc == 0 && !a.data) rc = cli_usage("eval", "--data FILE is required");
-    if (rc == 0 && (!a.have_batch || !a.have_seq)) rc = cli_usage("eval", "--batch B and --seq T are required");
     fr_graph *g = NULL;
     fr_trainer *t = NULL;
     fr_data_loader *dl = NULL;
     int64_t *w = NULL;
     if (rc == 0) rc = load_model_or_ckpt(a.model, a.model_opt, &g);
+    if (rc == 0) rc = shape_from_model("eval", &a, g); /* a compiled graph gives batch x seq */
     if (rc == 0) {
         a.o.batch = a.batch;
         a.o.seq_len = a.seq;
@@ -994,9 +1127,14 @@ int fr_cli_export(int argc, char **argv)
     if (!ckpt) return cli_usage("export", "no CKPT given");
     if (!out) return cli_usage("export", "-o OUT.onnx is required");
     if (!is_checkpoint_file(ckpt)) return cli_fail("'%s' is not an fp8run checkpoint", ckpt);
-    fr_graph *g = NULL;
+    fr_graph *g = NULL, *orig = NULL;
     rc = load_model_or_ckpt(ckpt, model, &g);
-    if (rc == 0 && fr_train_save_model(g, out) != FR_OK) rc = cli_fail_status();
+    /* a compiled graph: the original model it holds, with the checkpoint's weights */
+    if (rc == 0 && fr_fbs_is_compiled(g)) {
+        if (fr_fbs_original(g, &orig) != FR_OK) rc = cli_fail_status();
+    }
+    if (rc == 0 && fr_train_save_model(orig ? orig : g, out) != FR_OK) rc = cli_fail_status();
+    fr_graph_free(orig);
     if (rc == 0) printf("exported %s (weights from %s)\n", out, ckpt);
     fr_graph_free(g);
     return rc;

@@ -10,9 +10,11 @@
 #endif
 
 static const cli_command commands[] = {
-    {"info", "describe a model: opsets, inputs/outputs, parameters, op histogram", cli_info,
+    {"info", "describe a model or .fbs: inputs/outputs, parameters, ops, FP8 Linear decisions", cli_info,
      cli_info_help},
     {"run", "run the forward pass on CPU and write every output as .npy", cli_run, cli_run_help},
+    {"compile", "compile a model for FP8 training at one batch x seq into a .fbs file", cli_compile,
+     cli_compile_help},
     {"train", "train a model on a token file (checkpoints, resume, export)", fr_cli_train,
      fr_cli_train_help},
     {"eval", "loss and perplexity of a model or checkpoint on a token file", fr_cli_eval,

@@ -1,0 +1,316 @@
+/* `fp8run compile`, `fp8run info` (the Linear layers section, on .onnx and .fbs) and
+ * `fp8run train --log-fp8` run as a program (FR_CLI) on llama_tiny (batch 2, seq 13):
+ *  - compile: help, usage errors (exit 2), compiling a compiled graph (exit 1), the report;
+ *  - info on the .onnx and on the .fbs names every Linear layer of llama_tiny with its
+ *    precision; recipe options on info (exclude by node name, --no-fuse, fp32); the .fbs part
+ *    (batch x seq, recorded decisions, scaling state after a run is not needed: fresh);
+ *  - train of the .fbs: batch/seq from the file, another --batch is an error that says to
+ *    recompile, recipe options refused; export equals the on-the-fly --precision fp8 run's
+ *    byte for byte; `export CKPT --model x.fbs`; eval of the .fbs;
+ *  - --log-fp8: records every N steps with one entry per operand of every fp8 Linear, finite
+ *    amax and scale for the delayed recipe, null with a note where the current recipe has no
+ *    per-tensor amax (dY). */
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "harness.h"
+
+static char tmp[512];
+static char *out_text, *err_text;
+
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (len) *len = 0;
+        return strdup("");
+    }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    size_t got = fread(s, 1, (size_t)n, f);
+    s[got] = '\0';
+    fclose(f);
+    if (len) *len = got;
+    return s;
+}
+
+static int cli(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Run `fp8run ARGS` in tmp; stdout/stderr land in out_text/err_text; returns the exit code. */
+static int cli(const char *fmt, ...)
+{
+    char args[4000], cmd[6000], p[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    free(out_text);
+    free(err_text);
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s >'%s/stdout' 2>'%s/stderr' </dev/null", tmp, FR_CLI, args, tmp, tmp);
+    int st = system(cmd);
+    snprintf(p, sizeof p, "%s/stdout", tmp);
+    out_text = slurp(p, NULL);
+    snprintf(p, sizeof p, "%s/stderr", tmp);
+    err_text = slurp(p, NULL);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void show(int rc) { fprintf(stderr, "\n  -> %d\n  stdout: %.3000s\n  stderr: %s\n", rc, out_text, err_text); }
+
+#define EXPECT(call, want_rc, text, needle)                     \
+    do {                                                        \
+        int rc_ = (call);                                       \
+        int ok_ = rc_ == (want_rc) && strstr((text), (needle)); \
+        if (!ok_) show(rc_);                                    \
+        CU_ASSERT(ok_);                                         \
+    } while (0)
+
+static char llama[600], tokens[600];
+
+static int suite_init(void)
+{
+    fr_test_tmpdir(tmp, sizeof tmp);
+    fr_fixture(llama, sizeof llama, "llama_tiny/model.onnx");
+    fr_fixture(tokens, sizeof tokens, "train/tokens.bin");
+    return tmp[0] ? 0 : 1;
+}
+
+static int suite_clean(void)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    free(out_text);
+    free(err_text);
+    return system(cmd) == 0 ? 0 : 1;
+}
+
+/* The 15 Linear layers of llama_tiny (2 layers x q, k, v, o, gate, up, down + the LM head). */
+static const char *const k_linears[] = {
+    "/layers.0/self_attn/q_proj/MatMul", "/layers.0/self_attn/k_proj/MatMul", "/layers.0/self_attn/v_proj/MatMul",
+    "/layers.0/self_attn/o_proj/MatMul", "/layers.0/mlp/gate_proj/MatMul",    "/layers.0/mlp/up_proj/MatMul",
+    "/layers.0/mlp/down_proj/MatMul",    "/layers.1/self_attn/q_proj/MatMul", "/layers.1/self_attn/k_proj/MatMul",
+    "/layers.1/self_attn/v_proj/MatMul", "/layers.1/self_attn/o_proj/MatMul", "/layers.1/mlp/gate_proj/MatMul",
+    "/layers.1/mlp/up_proj/MatMul",      "/layers.1/mlp/down_proj/MatMul",    "/lm_head/MatMul",
+};
+
+/* The precision printed on the line that names `layer` in the Linear section ("" if absent). */
+static const char *precision_of(const char *text, const char *layer, char *buf)
+{
+    const char *sec = strstr(text, "Linear layers");
+    buf[0] = '\0';
+    for (const char *p = sec ? strstr(sec, layer) : NULL; p; p = strstr(p + 1, layer)) {
+        const char *ls = p;
+        while (ls > text && ls[-1] != '\n') ls--;
+        if (sscanf(ls, " %7s", buf) == 1 && (!strcmp(buf, "fp8") || !strcmp(buf, "bf16") || !strcmp(buf, "fp32")))
+            return buf;
+    }
+    buf[0] = '\0';
+    return buf;
+}
+
+/* every llama_tiny Linear named with a precision: bf16 for layer 0's q/k/v and the LM head */
+static void check_linear_section(const char *text, const char *what)
+{
+    int named = 0;
+    for (size_t i = 0; i < sizeof k_linears / sizeof k_linears[0]; i++) {
+        char p[16];
+        precision_of(text, k_linears[i], p);
+        int boundary = strstr(k_linears[i], "layers.0/self_attn/") && !strstr(k_linears[i], "o_proj");
+        boundary = boundary || strstr(k_linears[i], "lm_head");
+        const char *want = boundary ? "bf16" : "fp8";
+        if (strcmp(p, want) != 0) printf("\n  %s: %s has precision '%s', want %s\n", what, k_linears[i], p, want);
+        named += strcmp(p, want) == 0;
+    }
+    CU_ASSERT_EQUAL(named, 15);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "15 Linear layers in 9 nodes (4 fused groups): fp8 11, bf16 4"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "why: boundary: first Linear group"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "LM head"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "GPU pads K +0, N +0 to multiples of 16"));
+}
+
+static void test_compile_usage(void)
+{
+    EXPECT(cli("compile --help"), 0, out_text, "specialized");
+    EXPECT(cli("help compile"), 0, out_text, "--batch B --seq T");
+    EXPECT(cli("--help"), 0, out_text, "compile");
+    EXPECT(cli("compile '%s' --batch 2 --seq 13", llama), 2, err_text, "-o OUT.fbs is required");
+    EXPECT(cli("compile '%s' -o x.fbs --seq 13", llama), 2, err_text, "--batch B and --seq T are required");
+    EXPECT(cli("compile '%s' -o x.fbs --batch 2 --seq 13 --precision fp32", llama), 2, err_text, "fp32");
+    EXPECT(cli("compile '%s' -o x.fbs --batch 2 --seq 13 --recipe sometimes", llama), 2, err_text, "--recipe");
+    EXPECT(cli("compile '%s' -o x.fbs --batch 2 --seq 13 --pad-multiple 0", llama), 2, err_text, "--pad-multiple");
+    EXPECT(cli("compile '%s' -o x.fbs --batch 2 --seq 13 --bogus", llama), 2, err_text, "unknown option");
+    EXPECT(cli("compile nope.onnx -o x.fbs --batch 2 --seq 13"), 1, err_text, "nope.onnx");
+    EXPECT(cli("compile '%s' -o x.fbs --batch 2 --seq 13 --fp8-exclude '(unclosed'", llama), 1, err_text, "(unclosed");
+}
+
+static void test_compile_and_info(void)
+{
+    EXPECT(cli("compile '%s' -o llama.fbs --batch 2 --seq 13", llama), 0, out_text, "compiled");
+    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "batch 2 x seq 13"));
+    EXPECT(cli("compile llama.fbs -o again.fbs --batch 2 --seq 13"), 1, err_text, "already a compiled graph");
+
+    /* info on the ONNX model: what the compile pass would do with the default options */
+    EXPECT(cli("info '%s'", llama), 0, out_text, "Linear layers (FP8 compile");
+    check_linear_section(out_text, "info .onnx");
+    /* info on the compiled graph: the recorded decisions, its shape, its state */
+    EXPECT(cli("info llama.fbs"), 0, out_text, "specialized to batch 2 x seq 13");
+    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "Linear layers (recorded)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "ai.fp8run::Linear"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "ai.fp8run 1"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "FP8 scaling state (21 operands, fresh"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "parameters     109K (108864 elements"));
+    check_linear_section(out_text, "info .fbs");
+
+    /* recipe options on info */
+    char p[16];
+    EXPECT(cli("info '%s' --fp8-exclude 'o_proj' --recipe current", llama), 0, out_text, "excluded by fp8_exclude 'o_proj'");
+    CU_ASSERT_STRING_EQUAL(precision_of(out_text, "/layers.1/self_attn/o_proj/MatMul", p), "bf16");
+    CU_ASSERT_STRING_EQUAL(precision_of(out_text, "/layers.1/mlp/down_proj/MatMul", p), "fp8");
+    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "recipe current"));
+    EXPECT(cli("info '%s' --no-fuse --bf16-boundary 0", llama), 0, out_text, "15 Linear layers in 15 nodes (0 fused groups): fp8 15");
+    EXPECT(cli("info '%s' --precision fp32", llama), 0, out_text, "precision fp32: no Linear is rewritten");
+    EXPECT(cli("info '%s' --precision bf16", llama), 0, out_text, "precision bf16 requested");
+    EXPECT(cli("info '%s' --recipe nope", llama), 2, err_text, "--recipe");
+}
+
+static int count(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle)) n++;
+    return n;
+}
+
+/* --log-fp8 records of a log: returns how many; checks each one's entries */
+static int check_fp8_records(const char *log, int per_record, int delayed, int *steps, int max)
+{
+    int n = 0;
+    char *s = strdup(log), *save = NULL;
+    for (char *line = strtok_r(s, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        if (!strstr(line, "\"fp8\": [")) continue;
+        long long step = -1;
+        CU_ASSERT_EQUAL(sscanf(line, "{\"step\": %lld, \"fp8\": [", &step), 1);
+        if (n < max) steps[n] = (int)step;
+        n++;
+        int entries = count(line, "\"operand\": ");
+        if (entries != per_record) printf("\n  step %lld: %d entries, want %d\n", step, entries, per_record);
+        CU_ASSERT_EQUAL(entries, per_record);
+        CU_ASSERT_EQUAL(count(line, "\"operand\": \"x\""), per_record / 3);
+        CU_ASSERT_EQUAL(count(line, "\"operand\": \"dy\""), per_record / 3);
+        CU_ASSERT(!strstr(line, "nan") && !strstr(line, "inf"));
+        if (delayed) {
+            CU_ASSERT_EQUAL(count(line, "\"amax\": null"), 0);
+            CU_ASSERT_EQUAL(count(line, "\"saturated\": "), per_record);
+            CU_ASSERT_EQUAL(count(line, "\"history_max\": "), per_record);
+        } else { /* current: dY has no per-tensor amax, and the record says so */
+            CU_ASSERT_EQUAL(count(line, "\"amax\": null"), per_record / 3);
+            CU_ASSERT_EQUAL(count(line, "\"note\": \"no amax: the current recipe"), per_record / 3);
+        }
+        /* amax and scale of every x entry are positive numbers */
+        for (const char *p = strstr(line, "\"operand\": \"x\""); p; p = strstr(p + 1, "\"operand\": \"x\"")) {
+            const char *a = strstr(p, "\"amax\": "), *sc = strstr(p, "\"scale\": ");
+            double av = a ? strtod(a + 8, NULL) : -1, sv = sc ? strtod(sc + 9, NULL) : -1;
+            CU_ASSERT(av > 0 && isfinite(av) && sv > 0 && isfinite(sv));
+        }
+    }
+    free(s);
+    return n;
+}
+
+static void test_train_fbs_and_log_fp8(void)
+{
+    if (cli("compile '%s' -o llama.fbs --batch 2 --seq 13 --amax-history 16", llama) != 0) {
+        show(1);
+        CU_FAIL_FATAL("compile");
+    }
+    /* the .fbs: batch and seq from the file; --log-fp8 every 2 steps */
+    EXPECT(cli("train llama.fbs --data '%s' --steps 5 --lr 1e-3 --log fbs.jsonl --log-fp8 2 --export from_fbs.onnx "
+               "--ckpt-dir ck --data-order sequential",
+               tokens),
+           0, out_text, "trained llama.fbs: 5 steps");
+    CU_ASSERT_PTR_NOT_NULL(strstr(err_text, "2 x 13 x 1 tokens per step"));
+    char path[700];
+    snprintf(path, sizeof path, "%s/fbs.jsonl", tmp);
+    char *log = slurp(path, NULL);
+    int steps[8] = {0};
+    /* 7 fp8 Linear nodes (layer 0: o, gate/up, down; layer 1: q/k/v, o, gate/up, down) x 3 operands */
+    CU_ASSERT_EQUAL(check_fp8_records(log, 21, 1, steps, 8), 2);
+    CU_ASSERT(steps[0] == 2 && steps[1] == 4);
+    CU_ASSERT_PTR_NOT_NULL(strstr(log, "\"layer\": \"fused(/layers.1/self_attn/q_proj/MatMul,"));
+    free(log);
+
+    /* the same run from the ONNX model compiled on the fly: the same export, byte for byte */
+    EXPECT(cli("train '%s' --precision fp8 --amax-history 16 --batch 2 --seq 13 --data '%s' --steps 5 --lr 1e-3 "
+               "--export from_onnx.onnx --data-order sequential",
+               llama, tokens),
+           0, out_text, "trained");
+    size_t n1, n2;
+    snprintf(path, sizeof path, "%s/from_fbs.onnx", tmp);
+    char *a = slurp(path, &n1);
+    snprintf(path, sizeof path, "%s/from_onnx.onnx", tmp);
+    char *b = slurp(path, &n2);
+    CU_ASSERT(n1 > 0 && n1 == n2 && memcmp(a, b, n1) == 0);
+    free(a);
+    free(b);
+    /* the checkpoint of the .fbs run exports through the .fbs (its config names it) */
+    EXPECT(cli("export ck/step_00000005.ckpt -o from_ckpt.onnx"), 0, out_text, "exported from_ckpt.onnx");
+    snprintf(path, sizeof path, "%s/from_ckpt.onnx", tmp);
+    a = slurp(path, &n1);
+    snprintf(path, sizeof path, "%s/from_fbs.onnx", tmp);
+    b = slurp(path, &n2);
+    CU_ASSERT(n1 > 0 && n1 == n2 && memcmp(a, b, n1) == 0);
+    free(a);
+    free(b);
+    EXPECT(cli("eval llama.fbs --data '%s' --batches 2", tokens), 0, out_text, "loss ");
+    EXPECT(cli("eval ck/step_00000005.ckpt --model llama.fbs --data '%s' --batches 2", tokens), 0, out_text, "loss ");
+    /* resume the .fbs run from its checkpoint, and the ONNX run from the same checkpoint */
+    EXPECT(cli("train llama.fbs --data '%s' --steps 6 --lr 1e-3 --ckpt-dir ck --resume --data-order sequential", tokens),
+           0, out_text, "6 steps");
+    EXPECT(cli("train '%s' --precision fp8 --amax-history 16 --batch 2 --seq 13 --data '%s' --steps 7 --lr 1e-3 "
+               "--ckpt-dir ck --resume --data-order sequential",
+               llama, tokens),
+           0, out_text, "7 steps");
+
+    /* what a compiled graph fixes */
+    EXPECT(cli("train llama.fbs --data '%s' --steps 2 --lr 1e-3 --batch 4", tokens), 1, err_text, "recompile");
+    CU_ASSERT_PTR_NOT_NULL(strstr(err_text, "compiled for --batch 2 --seq 13"));
+    EXPECT(cli("train llama.fbs --data '%s' --steps 2 --lr 1e-3 --seq 12", tokens), 1, err_text, "--seq 12");
+    EXPECT(cli("train llama.fbs --data '%s' --steps 2 --lr 1e-3 --recipe current", tokens), 2, err_text,
+           "fixed when compiling");
+    EXPECT(cli("train llama.fbs --data '%s' --steps 2 --lr 1e-3 --precision bf16", tokens), 1, err_text,
+           "compiled for precision fp8");
+    EXPECT(cli("train '%s' --data '%s' --steps 2 --lr 1e-3", llama, tokens), 2, err_text,
+           "--batch B and --seq T are required");
+    EXPECT(cli("train llama.fbs --data '%s' --steps 2 --lr 1e-3 --log-fp8 1", tokens), 2, err_text, "--log-fp8 needs --log");
+
+    /* the current recipe on the fly: x and w amaxes, dY says it has none */
+    EXPECT(cli("train '%s' --precision fp8 --recipe current --batch 2 --seq 13 --data '%s' --steps 3 --lr 1e-3 "
+               "--log cur.jsonl --log-fp8 1",
+               llama, tokens),
+           0, out_text, "trained");
+    snprintf(path, sizeof path, "%s/cur.jsonl", tmp);
+    log = slurp(path, NULL);
+    CU_ASSERT_EQUAL(check_fp8_records(log, 21, 0, steps, 8), 3);
+    free(log);
+    /* bf16: nothing to log, said once */
+    EXPECT(cli("train '%s' --precision bf16 --batch 2 --seq 13 --data '%s' --steps 1 --lr 1e-3 --log b.jsonl --log-fp8 1",
+               llama, tokens),
+           0, err_text, "no fp8 Linear");
+}
+
+static CU_TestInfo tests[] = {
+    {"compile: help and usage errors", test_compile_usage},
+    {"compile; info on .onnx and .fbs lists every Linear with its precision", test_compile_and_info},
+    {"train a .fbs (shape from the file, export == on-the-fly), --log-fp8", test_train_fbs_and_log_fp8},
+    CU_TEST_INFO_NULL,
+};
+
+static CU_SuiteInfo suites[] = {
+    {"compile_cli", suite_init, suite_clean, NULL, NULL, tests},
+    CU_SUITE_INFO_NULL,
+};
+
+int main(void) { return fr_test_main(suites); }
