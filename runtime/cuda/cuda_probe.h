@@ -2,11 +2,11 @@
 #ifndef FR_CUDA_PROBE_H
 #define FR_CUDA_PROBE_H
 
-#include "../status.h"
-
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+#include "../status.h"
 
 /* 1 when the library was built with the CUDA backend. */
 int fr_cuda_compiled(void);

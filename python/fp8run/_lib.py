@@ -1,0 +1,275 @@
+"""ctypes declarations of include/fp8run.h: the library, its structs and its functions.
+
+The structs mirror the header field by field; each starts with struct_size, which this module
+sets to ctypes.sizeof(the struct), so the library reads and writes only the fields known here
+(the header's rule for callers built against an older version)."""
+import ctypes
+import ctypes.util
+import os
+
+ABI_VERSION = 1  # FP8RUN_ABI_VERSION this module was written for
+MAX_RANK = 8
+
+c_char_p = ctypes.c_char_p
+c_int = ctypes.c_int
+c_int64 = ctypes.c_int64
+c_uint64 = ctypes.c_uint64
+c_size_t = ctypes.c_size_t
+c_double = ctypes.c_double
+c_void_p = ctypes.c_void_p
+
+
+class ValueInfo(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("name", c_char_p),
+        ("dtype", c_int),
+        ("rank", c_int),
+        ("dims", c_int64 * MAX_RANK),
+        ("dim_names", c_char_p * MAX_RANK),
+        ("numel", c_int64),
+    ]
+
+
+class TrainConfig(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("batch", c_int64),
+        ("seq_len", c_int64),
+        ("grad_accum", c_int),
+        ("precision", c_char_p),
+        ("recipe", c_char_p),
+        ("fp8_format", c_char_p),
+        ("bf16_boundary", c_int),
+        ("fuse", c_int),
+        ("pad_multiple", c_int),
+        ("fp8_margin", c_int),
+        ("amax_history_len", c_int),
+        ("fp8_interval", c_int),
+        ("amax_algo", c_char_p),
+        ("fp8_exclude", c_char_p),
+        ("tokens_input", c_char_p),
+        ("logits_output", c_char_p),
+        ("loss_output", c_char_p),
+        ("ignore_index", c_int64),
+        ("train_regex", c_char_p),
+        ("freeze_regex", c_char_p),
+        ("dim_names", ctypes.POINTER(c_char_p)),
+        ("dim_values", ctypes.POINTER(c_int64)),
+        ("n_dims", c_int),
+        ("optimizer", c_char_p),
+        ("weight_decay", c_double),
+        ("beta1", c_double),
+        ("beta2", c_double),
+        ("eps", c_double),
+        ("momentum", c_double),
+        ("dampening", c_double),
+        ("nesterov", c_int),
+        ("decay_1d", c_int),
+        ("lr_schedule", c_char_p),
+        ("lr", c_double),
+        ("min_lr", c_double),
+        ("warmup_steps", c_int64),
+        ("total_steps", c_int64),
+        ("grad_clip", c_double),
+        ("seed", c_uint64),
+        ("max_bad_steps", c_int),
+        ("eval_only", c_int),
+    ]
+
+
+class LayerInfo(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("name", c_char_p),
+        ("precision", c_char_p),
+        ("why", c_char_p),
+        ("recipe", c_char_p),
+        ("weights", c_char_p),
+        ("sources", c_char_p),
+        ("n_fused", c_int),
+        ("has_bias", c_int),
+        ("k", c_int64),
+        ("n", c_int64),
+        ("pad_multiple", c_int),
+        ("pad_k", c_int64),
+        ("pad_n", c_int64),
+    ]
+
+
+class SkippedInfo(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("node", c_char_p),
+        ("op_type", c_char_p),
+        ("weight", c_char_p),
+        ("reason", c_char_p),
+    ]
+
+
+class StepStats(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("step", c_int64),
+        ("loss", c_double),
+        ("grad_norm", c_double),
+        ("lr", c_double),
+        ("skipped", c_int),
+        ("bad_in_a_row", c_int),
+        ("reason", c_char_p),
+    ]
+
+
+class DataConfig(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("batch", c_int64),
+        ("seq_len", c_int64),
+        ("order", c_int),
+        ("format", c_int),
+        ("seed", c_uint64),
+        ("token_dtype", c_int),
+        ("no_mmap", c_int),
+        ("vocab_size", c_int64),
+        ("max_batches", c_int64),
+    ]
+
+
+def sized(cls):
+    """A zeroed struct with struct_size set (for output structs)."""
+    s = cls()
+    s.struct_size = ctypes.sizeof(cls)
+    return s
+
+
+LOG_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_char_p)
+
+P = c_void_p  # every handle is opaque
+PP = ctypes.POINTER(c_void_p)
+_PROTOTYPES = {
+    # version, errors, logging
+    "fp8run_version": (c_char_p, []),
+    "fp8run_abi_version": (c_int, []),
+    "fp8run_status_name": (c_char_p, [c_int]),
+    "fp8run_last_error": (c_char_p, []),
+    "fp8run_set_log_callback": (None, [LOG_FN, c_void_p, c_int]),
+    "fp8run_dtype_name": (c_char_p, [c_int]),
+    # models
+    "fp8run_model_load": (c_int, [c_char_p, PP]),
+    "fp8run_model_load_buffer": (c_int, [c_void_p, c_size_t, c_char_p, PP]),
+    "fp8run_model_destroy": (None, [P]),
+    "fp8run_model_error": (c_char_p, [P]),
+    "fp8run_model_path": (c_char_p, [P]),
+    "fp8run_model_input_count": (c_int, [P]),
+    "fp8run_model_input": (c_int, [P, c_int, ctypes.POINTER(ValueInfo)]),
+    "fp8run_model_output_count": (c_int, [P]),
+    "fp8run_model_output": (c_int, [P, c_int, ctypes.POINTER(ValueInfo)]),
+    "fp8run_model_param_count": (c_int, [P]),
+    "fp8run_model_param_elements": (c_int64, [P]),
+    "fp8run_model_param": (c_int, [P, c_int, ctypes.POINTER(ValueInfo)]),
+    "fp8run_model_get_param": (c_int, [P, c_char_p, c_void_p, c_size_t]),
+    "fp8run_model_set_param": (c_int, [P, c_char_p, c_void_p, c_size_t]),
+    "fp8run_model_apply_checkpoint": (c_int, [P, c_char_p, ctypes.POINTER(c_int)]),
+    "fp8run_model_save": (c_int, [P, c_char_p]),
+    # config and reports
+    "fp8run_train_config_init": (c_int, [ctypes.POINTER(TrainConfig), c_size_t]),
+    "fp8run_model_compile": (c_int, [P, ctypes.POINTER(TrainConfig), PP]),
+    "fp8run_report_destroy": (None, [P]),
+    "fp8run_report_precision": (c_char_p, [P]),
+    "fp8run_report_layer_count": (c_int, [P]),
+    "fp8run_report_layer": (c_int, [P, c_int, ctypes.POINTER(LayerInfo)]),
+    "fp8run_report_skipped_count": (c_int, [P]),
+    "fp8run_report_skipped": (c_int, [P, c_int, ctypes.POINTER(SkippedInfo)]),
+    "fp8run_report_linears": (c_int, [P, c_char_p]),
+    "fp8run_report_text": (c_char_p, [P]),
+    # sessions
+    "fp8run_session_create": (c_int, [P, c_char_p, ctypes.POINTER(TrainConfig), PP]),
+    "fp8run_session_destroy": (None, [P]),
+    "fp8run_session_error": (c_char_p, [P]),
+    "fp8run_session_backend": (c_char_p, [P]),
+    "fp8run_session_train_step": (c_int, [P, c_void_p, c_int, c_size_t, ctypes.POINTER(StepStats)]),
+    "fp8run_session_eval": (c_int, [P, c_void_p, c_int, c_size_t, ctypes.POINTER(c_double)]),
+    "fp8run_session_eval_output": (c_int, [P, c_char_p, ctypes.POINTER(ValueInfo), c_void_p, c_size_t]),
+    "fp8run_session_batch": (c_int64, [P]),
+    "fp8run_session_seq_len": (c_int64, [P]),
+    "fp8run_session_grad_accum": (c_int, [P]),
+    "fp8run_session_vocab": (c_int64, [P]),
+    "fp8run_session_steps_done": (c_int64, [P]),
+    "fp8run_session_steps_skipped": (c_int64, [P]),
+    "fp8run_session_config_json": (c_char_p, [P]),
+    "fp8run_session_report": (c_int, [P, PP]),
+    "fp8run_session_param_count": (c_int, [P]),
+    "fp8run_session_param": (c_int, [P, c_int, ctypes.POINTER(ValueInfo)]),
+    "fp8run_session_get_param": (c_int, [P, c_char_p, c_void_p, c_size_t]),
+    "fp8run_session_set_param": (c_int, [P, c_char_p, c_void_p, c_size_t]),
+    "fp8run_session_save": (c_int, [P, c_char_p, P]),
+    "fp8run_session_load": (c_int, [P, c_char_p, P]),
+    "fp8run_session_export": (c_int, [P, c_char_p]),
+    # checkpoints
+    "fp8run_is_checkpoint": (c_int, [c_char_p]),
+    "fp8run_checkpoint_open": (c_int, [c_char_p, PP]),
+    "fp8run_checkpoint_close": (None, [P]),
+    "fp8run_checkpoint_step": (c_int64, [P]),
+    "fp8run_checkpoint_config_json": (c_char_p, [P]),
+    "fp8run_checkpoint_model_path": (c_char_p, [P]),
+    "fp8run_checkpoint_has_data_state": (c_int, [P]),
+    "fp8run_checkpoint_param_count": (c_int, [P]),
+    "fp8run_checkpoint_param": (c_int, [P, c_int, ctypes.POINTER(ValueInfo)]),
+    # data loader
+    "fp8run_data_config_init": (c_int, [ctypes.POINTER(DataConfig), c_size_t]),
+    "fp8run_data_open": (c_int, [c_char_p, ctypes.POINTER(DataConfig), PP]),
+    "fp8run_data_open_val": (c_int, [c_char_p, ctypes.POINTER(DataConfig), c_int64, PP]),
+    "fp8run_data_close": (None, [P]),
+    "fp8run_data_error": (c_char_p, [P]),
+    "fp8run_data_next": (c_int, [P, c_int, c_void_p, c_size_t]),
+    "fp8run_data_reset": (None, [P]),
+    "fp8run_data_num_tokens": (c_int64, [P]),
+    "fp8run_data_token_dtype": (c_int, [P]),
+    "fp8run_data_batches_done": (c_int64, [P]),
+    "fp8run_data_epoch": (c_int64, [P]),
+    "fp8run_data_batches_per_epoch": (c_int64, [P]),
+    "fp8run_data_check_tokens": (c_int, [P, c_int64]),
+    "fp8run_data_state_size": (c_size_t, []),
+    "fp8run_data_get_state": (c_int, [P, c_void_p, c_size_t]),
+    "fp8run_data_set_state": (c_int, [P, c_void_p, c_size_t]),
+}
+
+
+def _candidates():
+    env = os.environ.get("FP8RUN_LIBRARY")
+    if env:
+        return [env]  # explicit: nothing else is tried
+    here = os.path.dirname(os.path.abspath(__file__))
+    repo = os.path.dirname(os.path.dirname(here))
+    out = [os.path.join(here, "libfp8run.so"), os.path.join(repo, "build", "libfp8run.so")]
+    found = ctypes.util.find_library("fp8run")
+    if found:
+        out.append(found)
+    return out
+
+
+def load():
+    """Open libfp8run.so: $FP8RUN_LIBRARY, else next to this package, else the repository's
+    build/ folder, else the system's library path. Declares every function."""
+    tried = []
+    for path in _candidates():
+        if os.sep in path and not os.path.exists(path):
+            tried.append(path + " (missing)")
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+            break
+        except OSError as e:
+            tried.append("%s (%s)" % (path, e))
+    else:
+        raise OSError("fp8run: cannot load libfp8run.so; tried: " + "; ".join(tried) +
+                      ". Build it (cmake) or set FP8RUN_LIBRARY to its path.")
+    for name, (res, args) in _PROTOTYPES.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+    abi = lib.fp8run_abi_version()
+    if abi != ABI_VERSION:
+        raise OSError("fp8run: %s has ABI version %d; this Python package speaks %d" % (path, abi, ABI_VERSION))
+    lib.path = path
+    return lib

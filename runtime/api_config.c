@@ -1,0 +1,200 @@
+/* Public API: the training configuration (fp8run_train_config) and its translation into the
+ * trainer's options, checking every choice given as text. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/api_internal.h"
+
+/* Size of the first ABI version of the struct: later versions only append fields. */
+#define CONFIG_V1_SIZE sizeof(fp8run_train_config)
+
+static void config_defaults(fp8run_train_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->batch = 1;
+    c->seq_len = 1;
+    c->grad_accum = 1;
+    c->precision = "fp32";
+    c->recipe = "delayed";
+    c->fp8_format = "hybrid";
+    c->bf16_boundary = 1;
+    c->fuse = 1;
+    c->pad_multiple = 16;
+    c->fp8_margin = 0;
+    c->amax_history_len = 1024;
+    c->fp8_interval = 1;
+    c->amax_algo = "max";
+    c->ignore_index = -100;
+    c->optimizer = "adamw";
+    c->weight_decay = NAN;
+    c->beta1 = 0.9;
+    c->beta2 = 0.999;
+    c->eps = 1e-8;
+    c->lr_schedule = "constant";
+    c->lr = 1e-3;
+    c->max_bad_steps = 10;
+}
+
+FP8RUN_API fp8run_status fp8run_train_config_init(fp8run_train_config *cfg, size_t size)
+{
+    if (!cfg) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "fp8run_train_config_init: cfg is NULL");
+    if (size < CONFIG_V1_SIZE)
+        return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG,
+                            "fp8run_train_config_init: size %zu is below the %zu bytes of the first "
+                            "fp8run_train_config (pass sizeof cfg)",
+                            size, (size_t)CONFIG_V1_SIZE);
+    /* a newer caller's struct: its fields beyond ours are zeroed, which means "default" */
+    memset(cfg, 0, size);
+    fp8run_train_config d;
+    config_defaults(&d);
+    memcpy(cfg, &d, sizeof d);
+    cfg->struct_size = size;
+    return FP8RUN_OK;
+}
+
+static int one_of(const char *v, const char *const *choices)
+{
+    for (int i = 0; choices[i]; i++)
+        if (strcmp(v, choices[i]) == 0) return i;
+    return -1;
+}
+
+static fp8run_status choice(api_err *slot, const char *fn, const char *field, const char *v,
+                            const char *const *choices, int *out)
+{
+    int k = v ? one_of(v, choices) : -1;
+    if (k >= 0) {
+        *out = k;
+        return FP8RUN_OK;
+    }
+    char list[256] = "";
+    for (int i = 0; choices[i]; i++) {
+        strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
+        strncat(list, choices[i], sizeof list - strlen(list) - 1);
+    }
+    return fr_api_error(slot, FP8RUN_ERR_INVALID_ARG, "%s: config.%s is %s%s%s; use one of %s", fn, field,
+                        v ? "'" : "", v ? v : "NULL", v ? "'" : "", list);
+}
+
+void fr_api_options_free(api_options *o)
+{
+    if (!o) return;
+    free(o->dims);
+    o->dims = NULL;
+}
+
+fp8run_status fr_api_options(api_err *slot, const char *fn, const fp8run_train_config *cfg, api_options *out)
+{
+    fp8run_train_config c;
+    config_defaults(&c);
+    memset(out, 0, sizeof *out);
+    if (cfg) {
+        size_t use;
+        fp8run_status ps = fr_api_check_in(slot, fn, "config", cfg, CONFIG_V1_SIZE, sizeof c, &use);
+        if (ps != FP8RUN_OK) return ps;
+        memcpy(&c, cfg, use);
+    }
+    static const char *const precisions[] = {"fp32", "bf16", "fp8", NULL};
+    static const char *const recipes[] = {"delayed", "current", "block", NULL};
+    static const char *const formats[] = {"hybrid", "e4m3", NULL};
+    static const char *const algos[] = {"max", "most_recent", NULL};
+    static const char *const optimizers[] = {"adamw", "sgd", NULL};
+    static const char *const schedules[] = {"constant", "warmup_constant", "cosine", NULL};
+    int prec, rec, fmt, algo, optk, sched;
+    fp8run_status ps;
+    if ((ps = choice(slot, fn, "precision", c.precision, precisions, &prec)) != FP8RUN_OK ||
+        (ps = choice(slot, fn, "recipe", c.recipe, recipes, &rec)) != FP8RUN_OK ||
+        (ps = choice(slot, fn, "fp8_format", c.fp8_format, formats, &fmt)) != FP8RUN_OK ||
+        (ps = choice(slot, fn, "amax_algo", c.amax_algo, algos, &algo)) != FP8RUN_OK ||
+        (ps = choice(slot, fn, "optimizer", c.optimizer, optimizers, &optk)) != FP8RUN_OK ||
+        (ps = choice(slot, fn, "lr_schedule", c.lr_schedule, schedules, &sched)) != FP8RUN_OK)
+        return ps;
+    if (c.batch < 1 || c.seq_len < 1)
+        return fr_api_error(slot, FP8RUN_ERR_INVALID_ARG, "%s: config.batch (%lld) and config.seq_len (%lld) must be >= 1",
+                            fn, (long long)c.batch, (long long)c.seq_len);
+    if (c.grad_accum < 1)
+        return fr_api_error(slot, FP8RUN_ERR_INVALID_ARG, "%s: config.grad_accum must be >= 1, got %d", fn, c.grad_accum);
+    if (c.n_dims < 0 || (c.n_dims > 0 && (!c.dim_names || !c.dim_values)))
+        return fr_api_error(slot, FP8RUN_ERR_INVALID_ARG,
+                            "%s: config.n_dims is %d but dim_names or dim_values is NULL", fn, c.n_dims);
+    if (c.pad_multiple < 1 || c.pad_multiple > 4096)
+        return fr_api_error(slot, FP8RUN_ERR_INVALID_ARG, "%s: config.pad_multiple must be in 1..4096, got %d", fn,
+                            c.pad_multiple);
+    if (c.bf16_boundary < 0 || c.amax_history_len < 1 || c.fp8_interval < 1 || c.fp8_margin < -64 ||
+        c.fp8_margin > 64)
+        return fr_api_error(slot, FP8RUN_ERR_INVALID_ARG,
+                            "%s: config.bf16_boundary must be >= 0, fp8_margin in -64..64, amax_history_len "
+                            "and fp8_interval >= 1 (got %d, %d, %d, %d)",
+                            fn, c.bf16_boundary, c.fp8_margin, c.amax_history_len, c.fp8_interval);
+
+    fr_train_options *o = &out->o;
+    fr_train_options_default(o);
+    o->batch = c.batch;
+    o->seq_len = c.seq_len;
+    o->grad_accum = c.grad_accum;
+    o->precision = precisions[prec];
+    o->fp8.precision = precisions[prec];
+    o->fp8.recipe = recipes[rec];
+    o->fp8.fp8_format = formats[fmt];
+    o->fp8.bf16_boundary = c.bf16_boundary;
+    o->fp8.fp8_exclude = c.fp8_exclude;
+    o->fp8.fuse = c.fuse != 0;
+    o->fp8.pad_multiple = c.pad_multiple;
+    o->fp8.margin = c.fp8_margin;
+    o->fp8.amax_history_len = c.amax_history_len;
+    o->fp8.interval = c.fp8_interval;
+    fr_amax_algo_parse(algos[algo], &o->fp8.amax_algo);
+    o->tokens_input = c.tokens_input;
+    o->logits_output = c.logits_output;
+    o->loss_output = c.loss_output;
+    o->ignore_index = c.ignore_index;
+    o->train_regex = c.train_regex;
+    o->freeze_regex = c.freeze_regex;
+
+    fr_opt_config *oc = &o->opt;
+    *oc = optk == 1 ? fr_opt_config_sgd() : fr_opt_config_adamw();
+    if (!isnan(c.weight_decay)) oc->weight_decay = c.weight_decay;
+    if (optk == 0) {
+        oc->beta1 = c.beta1;
+        oc->beta2 = c.beta2;
+        oc->eps = c.eps;
+    } else {
+        oc->momentum = c.momentum;
+        oc->dampening = c.dampening;
+        oc->nesterov = c.nesterov != 0;
+    }
+    oc->decay_1d = c.decay_1d != 0;
+    fr_lr_kind_parse(schedules[sched], &o->lr.kind);
+    o->lr.max_lr = c.lr;
+    o->lr.min_lr = c.min_lr;
+    o->lr.warmup_steps = c.warmup_steps;
+    o->lr.total_steps = c.total_steps;
+    fr_status st = fr_lr_schedule_check(&o->lr);
+    if (st != FR_OK) return fr_api_fail(slot, fn, st);
+    o->grad_clip = c.grad_clip;
+    o->seed = c.seed;
+    o->max_bad_steps = c.max_bad_steps;
+    o->eval_only = c.eval_only != 0;
+
+    if (c.n_dims > 0) {
+        out->dims = calloc((size_t)c.n_dims, sizeof *out->dims);
+        if (!out->dims) return fr_api_error(slot, FP8RUN_ERR_OOM, "%s: out of memory for %d dims", fn, c.n_dims);
+        for (int i = 0; i < c.n_dims; i++) {
+            if (!c.dim_names[i] || !c.dim_names[i][0]) {
+                fr_api_options_free(out);
+                return fr_api_error(slot, FP8RUN_ERR_INVALID_ARG, "%s: config.dim_names[%d] is empty", fn, i);
+            }
+            if (c.dim_values[i] < 1) {
+                fr_api_options_free(out);
+                return fr_api_error(slot, FP8RUN_ERR_INVALID_ARG, "%s: config.dim_values[%d] ('%s') is %lld; must be >= 1",
+                                    fn, i, c.dim_names[i], (long long)c.dim_values[i]);
+            }
+            out->dims[i].name = c.dim_names[i];
+            out->dims[i].value = c.dim_values[i];
+        }
+        o->dims = out->dims;
+        o->n_dims = c.n_dims;
+    }
+    return FP8RUN_OK;
+}

@@ -1,0 +1,98 @@
+/* Private pieces shared by the public C API's files (runtime/api_*.c): the handle structs,
+ * error recording into the thread-local and per-handle messages, logging, and the checks of
+ * size-prefixed structs. Not installed. */
+#ifndef FR_API_INTERNAL_H
+#define FR_API_INTERNAL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+
+#include "fp8run.h"
+#include "graph/ir.h"
+#include "passes/fp8_compile.h"
+#include "runtime/data.h"
+#include "runtime/status.h"
+#include "runtime/trainer.h"
+
+#define API_MSG_BYTES 2048
+
+/* A handle's last error message. */
+typedef struct api_err {
+    char msg[API_MSG_BYTES];
+} api_err;
+
+struct fp8run_model {
+    api_err err;
+    fr_graph *g;
+    /* fp8run_value_info of params: indices into g->values, in initializer order */
+    int *params;
+    int n_params;
+};
+
+struct fp8run_session {
+    api_err err;
+    fr_trainer *t;
+    const char *backend;      /* static string */
+    int broken;               /* a step or load failed midway: only accessors and destroy work */
+    char broken_why[API_MSG_BYTES];
+    int64_t *scratch;         /* int32 windows widened to int64 */
+    size_t scratch_n;
+    char reason[256];         /* the last step's skip reason (fp8run_step_stats.reason) */
+    char *config_json;
+    char *out_name;           /* fp8run_value_info.name of eval outputs */
+};
+
+struct fp8run_data_loader {
+    api_err err;
+    fr_data_loader *dl;
+    int64_t per_batch;        /* B * (T+1) */
+};
+
+/* ---- errors (runtime/api_error.c) ---- */
+
+/* Map an internal status onto the public one (the numbers agree). */
+fp8run_status fr_api_status(fr_status st);
+/* After an internal call failed with st: copy its message (fr_last_error) into this thread's
+ * API message and into `slot` (may be NULL), prefixed with "<fn>: " when fn is non-NULL and the
+ * message does not start with it. Returns the public status; FP8RUN_OK for FR_OK. */
+fp8run_status fr_api_fail(api_err *slot, const char *fn, fr_status st);
+/* Record a message of the API's own (printf-style) and return st. */
+fp8run_status fr_api_error(api_err *slot, fp8run_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- logging (runtime/api_error.c) ---- */
+void fr_api_log(fp8run_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- size-prefixed structs (runtime/api_error.c) ---- */
+
+/* Validate an input struct of `known` bytes this library knows, whose first field is its
+ * struct_size; `min` is the size of its first ABI version. On success *use = bytes to copy
+ * (min(struct_size, known)). Bytes beyond `known` must be zero. */
+fp8run_status fr_api_check_in(api_err *slot, const char *fn, const char *what, const void *p, size_t min,
+                              size_t known, size_t *use);
+/* An output struct: struct_size must be >= min. *use = min(struct_size, known). */
+fp8run_status fr_api_check_out(api_err *slot, const char *fn, const char *what, const void *p, size_t min,
+                               size_t known, size_t *use);
+
+/* Fill a public value info (local copy, then the caller's first `use` bytes) from a value. */
+void fr_api_value_info(const fr_value *v, fp8run_value_info *out, size_t use);
+/* Same from a bare name/dtype/shape. */
+void fr_api_shape_info(const char *name, fr_dtype dt, int rank, const int64_t *dims, fp8run_value_info *out,
+                       size_t use);
+
+/* ---- configuration (runtime/api_config.c) ---- */
+
+/* A train config turned into trainer options. Strings of `o` point into the caller's config
+ * (valid for the call) and into `dims` (owned here). */
+typedef struct api_options {
+    fr_train_options o;
+    fr_dim_binding *dims;
+} api_options;
+fp8run_status fr_api_options(api_err *slot, const char *fn, const fp8run_train_config *cfg, api_options *out);
+void fr_api_options_free(api_options *o);
+
+/* ---- report (runtime/api_report.c) ---- */
+/* A report that copies r (NULL: an fp32 report with no layers). */
+fr_status fr_api_report_new(const fr_fp8_report *r, const char *precision, fp8run_report **out);
+
+#endif
