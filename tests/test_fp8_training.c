@@ -98,7 +98,7 @@ static run_result train(const fr_graph *g, const chain *c, const int64_t *val, c
     o.lr.kind = FR_LR_COSINE;
     o.lr.max_lr = 3e-3;
     o.lr.min_lr = 3e-4;
-    o.lr.warmup_steps = 30;
+    o.lr.warmup_steps = steps() / 10;
     o.lr.total_steps = steps();
     o.grad_clip = 1.0;
     fr_trainer *t = NULL;

@@ -139,6 +139,7 @@ static void test_tiny(void)
 
     free(ties);
     fr_gc_free_tensors(g, after);
+    free(after);
     for (int i = 0; i < nv_before; i++) fr_tensor_free(before[i]);
     free(before);
     fr_graph_free(g);
