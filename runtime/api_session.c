@@ -37,31 +37,31 @@ static void mark_broken(fp8run_session *s, const char *what)
 
 /* ---- life cycle ---- */
 
+/* "auto" picks CUDA when the backend is built and a device answers; "cuda" without one is
+ * FP8RUN_ERR_UNAVAILABLE (never a silent fallback). *out is the trainer's device option. */
 static fp8run_status pick_backend(const char *fn, const char *want, const char **out)
 {
+    int n = 0;
+    int have_gpu = fr_cuda_compiled() && fr_cuda_device_count(&n) == FR_OK && n > 0;
+    fr_clear_error();
     if (!want || strcmp(want, "auto") == 0) {
-        int n = 0;
-        /* the CUDA backend does not run sessions yet: cpu whatever the machine has */
-        if (fr_cuda_compiled() && fr_cuda_device_count(&n) == FR_OK && n > 0)
-            fr_api_log(FP8RUN_LOG_INFO, "backend auto: %d CUDA device(s) found, but the CUDA backend cannot run "
-                                        "sessions yet; using cpu", n);
-        else
+        if (!have_gpu)
             fr_api_log(FP8RUN_LOG_INFO, "backend auto: using cpu (%s)",
                        fr_cuda_compiled() ? "no usable CUDA device" : "built without the CUDA backend");
-        fr_clear_error();
-        *out = "cpu";
+        *out = have_gpu ? "cuda" : "cpu";
         return FP8RUN_OK;
     }
     if (strcmp(want, "cpu") == 0) {
         *out = "cpu";
         return FP8RUN_OK;
     }
-    if (strcmp(want, "cuda") == 0)
-        return fr_api_error(NULL, FP8RUN_ERR_UNAVAILABLE,
-                            "%s: backend 'cuda' is not available in fp8run %s: the CUDA backend cannot run "
-                            "sessions yet (%s); use 'cpu' or 'auto'",
-                            fn, fp8run_version(), fr_cuda_compiled() ? "its kernels are still being written"
-                                                                    : "and this build has no CUDA support");
+    if (strcmp(want, "cuda") == 0) {
+        if (!have_gpu)
+            return fr_api_error(NULL, FP8RUN_ERR_UNAVAILABLE, "%s: backend 'cuda' is not available: %s; use 'cpu' or 'auto'",
+                                fn, fr_cuda_compiled() ? "no usable CUDA device" : "this build has no CUDA backend");
+        *out = "cuda";
+        return FP8RUN_OK;
+    }
     return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: unknown backend '%s': use 'cpu', 'cuda' or 'auto'", fn,
                         want);
 }
@@ -73,7 +73,7 @@ FP8RUN_API fp8run_status fp8run_session_create(const fp8run_model *m, const char
     if (!out) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: out is NULL", fn);
     *out = NULL;
     if (!m) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: model is NULL", fn);
-    const char *be;
+    const char *be = "cpu";
     fp8run_status ps = pick_backend(fn, backend, &be);
     if (ps != FP8RUN_OK) return ps;
     api_options ao;
@@ -85,6 +85,7 @@ FP8RUN_API fp8run_status fp8run_session_create(const fp8run_model *m, const char
         return fr_api_error(NULL, FP8RUN_ERR_OOM, "%s: out of memory", fn);
     }
     s->backend = be;
+    ao.o.device = be;
     fr_status st = fr_trainer_new(m->g, &ao.o, &s->t);
     fr_api_options_free(&ao);
     if (st != FR_OK) {
@@ -93,9 +94,9 @@ FP8RUN_API fp8run_status fp8run_session_create(const fp8run_model *m, const char
     }
     int64_t np = 0;
     for (int i = 0; i < fr_trainer_param_count(s->t); i++) np += fr_trainer_param_numel(s->t, i);
-    fr_api_log(FP8RUN_LOG_INFO, "session on %s: %lld parameters in %d tensors trained, %s, batch %lld x %lld, %d "
+    fr_api_log(FP8RUN_LOG_INFO, "session on %s (%s): %lld parameters in %d tensors trained, %s, batch %lld x %lld, %d "
                                 "micro-batch(es) per step",
-               be, (long long)np, fr_trainer_param_count(s->t), s->t->opt.precision, (long long)s->t->opt.batch,
+               be, fr_trainer_device(s->t), (long long)np, fr_trainer_param_count(s->t), s->t->opt.precision, (long long)s->t->opt.batch,
                (long long)s->t->opt.seq_len, s->t->opt.grad_accum);
     *out = s;
     return FP8RUN_OK;
@@ -340,15 +341,8 @@ FP8RUN_API fp8run_status fp8run_session_set_param(fp8run_session *s, const char 
     const tr_orig *o;
     fp8run_status ps = find_orig(s, fn, name, src, count, &o);
     if (ps != FP8RUN_OK) return ps;
-    fr_trainer *t = s->t;
-    float *dst = t->g->values[t->params[o->param].value].constant->data;
-    if (o->fused) {
-        /* into its slice of the fused parameter; the original initializer follows (export) */
-        tr_slice_copy(o->fused, o->slice, dst, (float *)src, 0);
-        return fr_api_fail(&s->err, fn, fr_fp8_sync_params(t->g, &t->report, 1));
-    }
-    memcpy(dst, src, count * sizeof(float));
-    return FP8RUN_OK;
+    (void)o;
+    return fr_api_fail(&s->err, fn, fr_trainer_set_param(s->t, name, src));
 }
 
 /* ---- checkpoints and export ---- */

@@ -847,7 +847,7 @@ static fr_status build_rest(fr_trainer *t, int tok, int loss, int logits)
     FR_TRY(build_states(t));
     if (!t->opt.eval_only) {
         FR_TRY(dce(g));
-        FR_TRY(fr_exec_new(g, &t->ex));
+        if (!t->use_cuda) FR_TRY(fr_exec_new(g, &t->ex)); /* on a GPU: runtime/cuda/cuda_train.c */
     }
     FR_TRY(build_optimizer(t));
 

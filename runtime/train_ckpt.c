@@ -119,6 +119,7 @@ fr_status fr_trainer_save(fr_trainer *t, const char *path, const void *data_stat
     fr_ckpt_writer *w;
     if (t->opt.eval_only)
         return fr_error(FR_ERR_INVALID_ARG, "checkpoint '%s': a trainer built for evaluation only has no training state to save", path);
+    FR_TRY(tr_sync_host(t));
     FR_TRY(fr_ckpt_writer_open(path, &w));
     fr_status st = write_all_parts(t, w, data_state, data_len);
     if (st != FR_OK) {
@@ -278,6 +279,7 @@ fr_status fr_trainer_load(fr_trainer *t, const char *path, void **data_state, si
     if (data_state) *data_state = NULL;
     if (data_len) *data_len = 0;
     fr_ckpt *c;
+    FR_TRY(tr_sync_host(t)); /* what the checkpoint does not hold stays as the device had it */
     FR_TRY(fr_ckpt_open(path, &c));
     fr_status st = FR_OK;
     const char *kind = !t->optim ? NULL : fr_optimizer_config(t->optim)->kind == FR_OPT_SGD ? "sgd" : "adamw";
@@ -326,6 +328,7 @@ fr_status fr_trainer_load(fr_trainer *t, const char *path, void **data_state, si
         t->skipped_total = skipped;
         t->bad_in_row = (int)bad;
     }
+    if (st == FR_OK) st = tr_sync_device(t);
 done:
     fr_ckpt_close(c);
     if (st != FR_OK && !strstr(fr_last_error(), path)) fr_error_context(st, "loading checkpoint '%s'", path);

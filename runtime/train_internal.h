@@ -9,6 +9,8 @@
 #include "runtime/rng.h"
 #include "runtime/trainer.h"
 
+typedef struct fr_cuda_train fr_cuda_train; /* runtime/cuda/cuda_train.h */
+
 /* One optimizer parameter: a trained value of the training graph (possibly a fused one). */
 typedef struct tr_param {
     int value;          /* value id in the training graph */
@@ -108,6 +110,8 @@ struct fr_trainer {
     fr_tie *ties;              /* tied copies re-tied in g (their values follow the source) */
     int n_ties;
     int n_unshared;            /* parameters made separate again (passes/unshare.h) */
+    int use_cuda;              /* the device resolved from opt.device */
+    fr_cuda_train *dev;        /* the device side when use_cuda (runtime/cuda/cuda_train.h) */
 };
 
 /* train_build.c: everything fr_trainer_new builds after copying the options. A compiled graph
@@ -117,6 +121,11 @@ fr_status tr_build(fr_trainer *t, const fr_graph *model);
  * (t->report), *tok the tokens input, *loss the model's loss output or -1, *logits the logits
  * or -1. fr_train_compile stops here. */
 fr_status tr_build_forward(fr_trainer *t, const fr_graph *model, int *tok, int *loss, int *logits);
+/* Bring the host copies of parameters, optimizer and scaling state up to date from the device
+ * (before save, export, get_param), and the device from the host (after load, set_param).
+ * No-ops on the CPU. */
+fr_status tr_sync_host(fr_trainer *t);
+fr_status tr_sync_device(fr_trainer *t);
 /* Fill the inputs of one micro-batch (windows: B x (T+1)) into `ins`. */
 fr_status tr_fill_inputs(fr_trainer *t, tr_input *ins, int n, const int64_t *windows);
 /* Copy between a fused parameter-shaped buffer and one slice in its original layout. */

@@ -8,7 +8,11 @@
 
 #include "runtime/fbs.h"
 #include "runtime/fp8_format.h"
+#include "runtime/cuda/cuda_probe.h"
 #include "runtime/train_internal.h"
+#ifdef FP8RUN_HAVE_CUDA
+#include "runtime/cuda/cuda_train.h"
+#endif
 
 void fr_train_options_default(fr_train_options *o)
 {
@@ -27,9 +31,30 @@ void fr_train_options_default(fr_train_options *o)
     o->max_bad_steps = 10;
     o->retie = 1;
     o->unshare = 1;
+    o->device = "cpu";
 }
 
 /* ---- options ---- */
+
+/* "auto" is CUDA when the backend is built and a device answers; "cuda" without one is an
+ * error (never a silent fallback). */
+static fr_status resolve_device(fr_trainer *t, const char *device)
+{
+    int n = 0;
+    if (strcmp(device, "cpu") == 0) return FR_OK;
+    if (strcmp(device, "cuda") != 0 && strcmp(device, "auto") != 0)
+        return fr_error(FR_ERR_INVALID_ARG, "device '%s': use cpu, cuda or auto", device);
+    fr_status st = fr_cuda_device_count(&n);
+    if (st == FR_OK && n > 0) {
+        t->use_cuda = 1;
+        return FR_OK;
+    }
+    if (strcmp(device, "auto") == 0) {
+        fr_clear_error();
+        return FR_OK;
+    }
+    return st != FR_OK ? st : fr_error(FR_ERR_DEVICE, "device cuda: no CUDA device is present");
+}
 
 static fr_status copy_str(const char *src, char **dst, const char **field)
 {
@@ -68,6 +93,7 @@ static fr_status copy_options(fr_trainer *t, const fr_train_options *o)
     FR_TRY(copy_str(o->train_regex, &t->s_train, &c->train_regex));
     FR_TRY(copy_str(o->freeze_regex, &t->s_freeze, &c->freeze_regex));
     FR_TRY(copy_str(prec, &t->s_precision, &c->precision));
+    FR_TRY(resolve_device(t, o->device ? o->device : "cpu"));
     FR_TRY(copy_str(o->fp8.recipe, &t->s_recipe, &c->fp8.recipe));
     FR_TRY(copy_str(o->fp8.fp8_format, &t->s_format, &c->fp8.fp8_format));
     FR_TRY(copy_str(o->fp8.fp8_exclude, &t->s_exclude, &c->fp8.fp8_exclude));
@@ -86,6 +112,35 @@ static fr_status copy_options(fr_trainer *t, const fr_train_options *o)
     return FR_OK;
 }
 
+/* ---- the device side ---- */
+
+fr_status tr_sync_host(fr_trainer *t)
+{
+#ifdef FP8RUN_HAVE_CUDA
+    if (t && t->dev) return fr_cuda_train_pull(t);
+#endif
+    (void)t;
+    return FR_OK;
+}
+
+fr_status tr_sync_device(fr_trainer *t)
+{
+#ifdef FP8RUN_HAVE_CUDA
+    if (t && t->dev) return fr_cuda_train_push(t);
+#endif
+    (void)t;
+    return FR_OK;
+}
+
+const char *fr_trainer_device(const fr_trainer *t)
+{
+#ifdef FP8RUN_HAVE_CUDA
+    if (t && t->dev) return fr_cuda_train_device_name(t->dev);
+#endif
+    (void)t;
+    return "CPU";
+}
+
 /* ---- life cycle ---- */
 
 fr_status fr_trainer_new(const fr_graph *model, const fr_train_options *opt, fr_trainer **out)
@@ -96,6 +151,9 @@ fr_status fr_trainer_new(const fr_graph *model, const fr_train_options *opt, fr_
     if (!t) return FR_ERR_OOM;
     fr_status st = copy_options(t, opt);
     if (st == FR_OK) st = tr_build(t, model);
+#ifdef FP8RUN_HAVE_CUDA
+    if (st == FR_OK && t->use_cuda) st = fr_cuda_train_new(t, -1, &t->dev);
+#endif
     if (st != FR_OK) {
         if (model->source_path) fr_error_context(st, "while building the trainer for '%s'", model->source_path);
         fr_trainer_free(t);
@@ -117,6 +175,9 @@ static void free_inputs(tr_input *ins, int n)
 void fr_trainer_free(fr_trainer *t)
 {
     if (!t) return;
+#ifdef FP8RUN_HAVE_CUDA
+    fr_cuda_train_free(t->dev);
+#endif
     fr_exec_free(t->ex);
     fr_exec_free(t->eval_ex);
     fr_optimizer_free(t->optim);
@@ -202,6 +263,26 @@ static void set_reason(fr_train_stats *s, const char *fmt, ...)
     va_end(ap);
 }
 
+/* The step counters after a step (stats->skipped says whether it was skipped); more than
+ * max_bad_steps skipped steps in a row is FR_ERR_NUMERIC. */
+static fr_status count_step(fr_trainer *t, fr_train_stats *stats)
+{
+    t->step++;
+    if (!stats->skipped) {
+        t->bad_in_row = 0;
+        return FR_OK;
+    }
+    t->stats_skipped = 1;
+    stats->bad_in_a_row = ++t->bad_in_row;
+    t->skipped_total++;
+    if (t->bad_in_row > t->opt.max_bad_steps)
+        return fr_error(FR_ERR_NUMERIC,
+                        "%d steps in a row were not finite (more than the %d allowed); the last "
+                        "one (step %lld): %s",
+                        t->bad_in_row, t->opt.max_bad_steps, (long long)stats->step, stats->reason);
+    return FR_OK;
+}
+
 fr_status fr_trainer_step(fr_trainer *t, const int64_t *windows, int k, fr_train_stats *stats)
 {
     fr_train_stats local;
@@ -213,6 +294,14 @@ fr_status fr_trainer_step(fr_trainer *t, const int64_t *windows, int k, fr_train
     const int64_t per = t->opt.batch * (t->opt.seq_len + 1);
     stats->step = t->step;
     stats->lr = fr_lr_at(&t->opt.lr, t->step);
+#ifdef FP8RUN_HAVE_CUDA
+    if (t->dev) { /* the whole step on the GPU; the counters as on the CPU */
+        t->stats_step = stats->step;
+        t->stats_skipped = 0;
+        FR_TRY(fr_cuda_train_step(t, windows, k, stats));
+        return count_step(t, stats);
+    }
+#endif
     write_scales(t);
     for (int i = 0; i < t->n_states; i++) {
         t->states[i].step_amax = 0.0f;
@@ -284,25 +373,14 @@ fr_status fr_trainer_step(fr_trainer *t, const int64_t *windows, int k, fr_train
     }
     if (run_bad || !isfinite(stats->loss) || grads_bad || amax_bad) {
         stats->skipped = 1;
-        t->stats_skipped = 1;
-        stats->bad_in_a_row = ++t->bad_in_row;
-        t->skipped_total++;
-        t->step++;
-        if (t->bad_in_row > t->opt.max_bad_steps)
-            return fr_error(FR_ERR_NUMERIC,
-                            "%d steps in a row were not finite (more than the %d allowed); the last "
-                            "one (step %lld): %s",
-                            t->bad_in_row, t->opt.max_bad_steps, (long long)stats->step, stats->reason);
-        return FR_OK;
+        return count_step(t, stats);
     }
     FR_TRY(fr_optimizer_step(t->optim, stats->lr));
     for (int i = 0; i < t->n_states; i++) {
         tr_state *s = &t->states[i];
         if (s->amax_out >= 0) FR_TRY(fr_fp8_scaling_update(&s->sc, s->step_amax, s->st->amax_name));
     }
-    t->bad_in_row = 0;
-    t->step++;
-    return FR_OK;
+    return count_step(t, stats);
 }
 
 fr_status fr_trainer_eval(fr_trainer *t, const int64_t *windows, double *loss)
@@ -310,6 +388,13 @@ fr_status fr_trainer_eval(fr_trainer *t, const int64_t *windows, double *loss)
     if (!t || !windows) return fr_error(FR_ERR_INVALID_ARG, "fr_trainer_eval: no trainer or tokens");
     t->eval_ran = 0;
     FR_TRY(check_windows(t, windows, 1));
+#ifdef FP8RUN_HAVE_CUDA
+    if (t->dev) {
+        FR_TRY(fr_cuda_train_eval(t, windows, loss));
+        t->eval_ran = 1;
+        return FR_OK;
+    }
+#endif
     if (!t->eval_ex) FR_TRY(fr_exec_new(t->eval_g, &t->eval_ex));
     write_scales(t);
     FR_TRY(run_micro(t, t->eval_ex, t->eval_inputs, t->n_eval_inputs, windows));
@@ -322,6 +407,9 @@ const fr_tensor *fr_trainer_eval_output(fr_trainer *t, const char *name)
 {
     if (!t || !t->eval_ran) return NULL;
     if (!name) name = t->logits_name ? t->logits_name : (t->n_model_outputs ? t->model_outputs[0] : NULL);
+#ifdef FP8RUN_HAVE_CUDA
+    if (t->dev) return fr_cuda_train_eval_output(t, name);
+#endif
     return name ? fr_exec_output(t->eval_ex, name) : NULL;
 }
 
@@ -354,8 +442,28 @@ int64_t fr_trainer_param_numel(const fr_trainer *t, int i)
     return i >= 0 && i < t->n_orig ? t->orig[i].numel : 0;
 }
 
+fr_status fr_trainer_set_param(fr_trainer *t, const char *name, const float *src)
+{
+    FR_TRY(tr_sync_host(t));
+    for (int i = 0; name && i < t->n_orig; i++) {
+        const tr_orig *o = &t->orig[i];
+        if (strcmp(o->name, name) != 0) continue;
+        float *dst = t->g->values[t->params[o->param].value].constant->data;
+        if (o->fused) {
+            /* into its slice of the fused parameter; the original initializer follows (export) */
+            tr_slice_copy(o->fused, o->slice, dst, (float *)src, 0);
+            FR_TRY(fr_fp8_sync_params(t->g, &t->report, 1));
+        } else {
+            memcpy(dst, src, (size_t)o->numel * sizeof(float));
+        }
+        return tr_sync_device(t);
+    }
+    return fr_error(FR_ERR_INVALID_ARG, "'%s' is not a parameter this trainer trains", name ? name : "(null)");
+}
+
 fr_status fr_trainer_get_param(fr_trainer *t, const char *name, float *dst)
 {
+    FR_TRY(tr_sync_host(t));
     for (int i = 0; name && i < t->n_orig; i++)
         if (strcmp(t->orig[i].name, name) == 0) return tr_orig_values(t, &t->orig[i], dst);
     return fr_error(FR_ERR_INVALID_ARG, "'%s' is not a parameter this trainer trains", name ? name : "(null)");
@@ -377,6 +485,8 @@ int fr_trainer_fp8_stats(const fr_trainer *t, fr_fp8_stat *out, int max)
 {
     int n = 0;
     if (!t || !t->has_report || t->opt.eval_only) return 0;
+    /* the device's amaxes and scales into the host copies (the state is logically const) */
+    if (tr_sync_host((fr_trainer *)t) != FR_OK) return 0;
     const fr_fp8_report *r = &t->report;
     for (int li = 0; li < r->n_layers; li++) {
         const fr_fp8_layer *L = &r->layers[li];

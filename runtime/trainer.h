@@ -76,6 +76,8 @@ typedef struct fr_train_options {
     int retie;                 /* 1 (default): a parameter that is a bit-exact (transposed) copy of
                                   an embedding table reads the table again (passes/retie.h: a tied
                                   LM head that constant folding untied) */
+    const char *device;        /* "cpu" (default) | "cuda" | "auto" (CUDA when a usable GPU is
+                                  present, else the CPU) */
     int eval_only;             /* 1: no backward graph, no optimizer: fr_trainer_eval only (and
                                   fr_trainer_load of the weights); fr_trainer_step/save refuse */
 } fr_train_options;
@@ -127,6 +129,9 @@ int64_t fr_trainer_param_numel(const fr_trainer *t, int i);
 /* Parameter `name` (original name) as FP32 values in its original layout, copied into dst
  * (fr_trainer_param_numel elements). FR_ERR_INVALID_ARG when it is not trained here. */
 fr_status fr_trainer_get_param(fr_trainer *t, const char *name, float *dst);
+/* Overwrite trained parameter `name` (original name and layout, fr_trainer_param_numel
+ * elements) from src; its optimizer state stays. */
+fr_status fr_trainer_set_param(fr_trainer *t, const char *name, const float *src);
 /* The compile report (bf16/fp8), NULL for fp32. */
 const fr_fp8_report *fr_trainer_fp8_report(const fr_trainer *t);
 
@@ -177,6 +182,8 @@ fr_status fr_train_compile(const fr_graph *model, const fr_train_options *opt, c
 fr_status fr_trainer_config_json(const fr_trainer *t, char **json);
 /* The optimizer (read-only use: state inspection in tests). */
 fr_optimizer *fr_trainer_optimizer(fr_trainer *t);
+/* Where the trainer runs: "CPU", or the GPU's name and compute capability. */
+const char *fr_trainer_device(const fr_trainer *t);
 
 /* ---- checkpoints (runtime/train_ckpt.c) ---- */
 /* Write a checkpoint atomically. data_state (may be NULL) is stored as entry "data". */

@@ -74,6 +74,7 @@ void fr_cli_train_help(FILE *f)
             "  --dim NAME=VALUE        fix another symbolic dimension (repeatable)\n"
             "precision:\n"
             "  --precision fp32|bf16|fp8   (default fp32)\n"
+            "  --device auto|cuda|cpu  where to train (default auto: the GPU when one is usable)\n"
             "  --recipe delayed|current|block  FP8 scaling (default delayed)\n"
             "  --fp8-format hybrid|e4m3    (default hybrid: E4M3 forward, E5M2 gradients)\n"
             "  --amax-history N --amax-algo max|most_recent --fp8-margin M --fp8-interval K\n"
@@ -112,6 +113,7 @@ void fr_cli_eval_help(FILE *f)
             "  --batches N             batches to evaluate (default 0: the whole file)\n"
             "  --model MODEL           the ONNX model (or compiled graph) a checkpoint belongs to\n"
             "  --precision fp32|bf16|fp8   (default fp32)\n"
+            "  --device auto|cuda|cpu  where to train (default auto: the GPU when one is usable)\n"
             "  --loss-output NAME --logits-output NAME --tokens-input NAME --ignore-index N\n"
             "  --dim NAME=VALUE        fix another symbolic dimension (repeatable)\n"
             "  -h, --help              show this help\n");
@@ -206,6 +208,7 @@ typedef struct train_args {
 } train_args;
 
 static const char *const k_precisions[] = {"fp32", "bf16", "fp8", NULL};
+static const char *const k_devices[] = {"auto", "cuda", "cpu", NULL};
 static const char *const k_recipes[] = {"delayed", "current", "block", NULL};
 static const char *const k_formats[] = {"hybrid", "e4m3", NULL};
 static const char *const k_algos[] = {"max", "most_recent", NULL};
@@ -220,6 +223,7 @@ static void args_init(train_args *a)
     memset(a, 0, sizeof *a);
     fr_train_options_default(&a->o);
     a->o.grad_clip = 1.0;
+    a->o.device = "auto"; /* the GPU when one is usable; the CPU otherwise (and it says which) */
     a->val_batches = 20;
     a->log_every = 10;
     a->ckpt_keep = 3;
@@ -247,6 +251,8 @@ static int common_option(const char *cmd, int argc, char **argv, int *i, train_a
             a->o.precision = k_precisions[k];
             a->have_precision = 1;
         }
+    } else if (OPT("--device")) {
+        if (m > 0 && (*rc = parse_choice(cmd, "--device", v, k_devices, &k)) == 0) a->o.device = k_devices[k];
     } else if (OPT("--loss-output")) a->o.loss_output = v;
     else if (OPT("--logits-output")) a->o.logits_output = v;
     else if (OPT("--tokens-input")) a->o.tokens_input = v;
@@ -946,9 +952,9 @@ static int run_train(train_args *a)
         char n1[32];
         int64_t np = 0;
         for (int i = 0; i < fr_trainer_param_count(L.t); i++) np += fr_trainer_param_numel(L.t, i);
-        fprintf(stderr, "training %s: %s parameters in %d tensors, %s, %lld x %lld x %d tokens per step, %lld steps\n",
-                a->model, cli_human_count(np, n1, sizeof n1), fr_trainer_param_count(L.t), a->o.precision,
-                (long long)a->batch, (long long)a->seq, a->o.grad_accum, (long long)a->steps);
+        fprintf(stderr, "training %s on %s: %s parameters in %d tensors, %s, %lld x %lld x %d tokens per step, %lld steps\n",
+                a->model, fr_trainer_device(L.t), cli_human_count(np, n1, sizeof n1), fr_trainer_param_count(L.t),
+                a->o.precision, (long long)a->batch, (long long)a->seq, a->o.grad_accum, (long long)a->steps);
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = on_signal;

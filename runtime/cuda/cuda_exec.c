@@ -1,0 +1,476 @@
+/* The CUDA executor (see cuda_exec.h): a liveness plan over one device arena, constants
+ * uploaded once, views that alias their input, kernels queued on one stream. */
+#include "cuda_exec.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ALIGN 256 /* cudaMalloc's alignment; keeps every tensor 16-byte vector friendly */
+
+enum { K_NONE = 0, K_CONST, K_SHARED, K_INPUT, K_POOL, K_VIEW };
+
+struct fr_cuda_exec {
+    fr_cuda_ctx *c;
+    const fr_graph *g;
+    int nv;
+    fr_tensor *hdr;              /* per value: device tensor header */
+    unsigned char *kind;         /* per value: K_* */
+    int *root;                   /* per value: the value whose memory it uses (views) */
+    size_t *off;                 /* per value: offset in its block (const / input / arena) */
+    const fr_cuda_kernel_def **kern; /* per node; NULL for views */
+    size_t *scratch_off, *scratch_bytes; /* per node, in the arena */
+    int64_t *opset;              /* per node */
+    unsigned char *in_set;       /* per graph input */
+    void *arena, *consts, *inputs;
+    size_t arena_bytes, const_bytes, input_bytes;
+    void *staging;               /* pinned host copy of the inputs block */
+    cudaEvent_t staging_done;    /* recorded after the last copy out of staging */
+    int staging_pending;
+    fr_tensor **in_args, **out_args;
+};
+
+static size_t align_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
+
+static int is_view_node(const fr_node *n)
+{
+    if (n->domain[0] || n->n_inputs < 1 || n->inputs[0] < 0 || n->n_outputs < 1 || n->outputs[0] < 0) return 0;
+    const char *op = n->op_type;
+    if (strcmp(op, "Reshape") == 0 || strcmp(op, "Squeeze") == 0 || strcmp(op, "Unsqueeze") == 0 ||
+        strcmp(op, "Flatten") == 0 || strcmp(op, "Identity") == 0)
+        return n->n_outputs == 1;
+    /* inference Dropout without a mask output is the identity */
+    if (strcmp(op, "Dropout") == 0) return n->n_outputs == 1 || n->outputs[1] < 0;
+    return 0;
+}
+
+/* ---- first-fit arena plan ---- */
+
+typedef struct span {
+    size_t off, size;
+} span;
+
+typedef struct arena_plan {
+    span *free;
+    int n_free, cap;
+    size_t top;
+} arena_plan;
+
+static fr_status plan_alloc(arena_plan *p, size_t size, size_t *off)
+{
+    size = align_up(size ? size : 1);
+    for (int i = 0; i < p->n_free; i++)
+        if (p->free[i].size >= size) {
+            *off = p->free[i].off;
+            p->free[i].off += size;
+            p->free[i].size -= size;
+            if (p->free[i].size == 0) {
+                memmove(&p->free[i], &p->free[i + 1], (size_t)(p->n_free - i - 1) * sizeof(span));
+                p->n_free--;
+            }
+            return FR_OK;
+        }
+    /* grow the arena; a free span at its end is absorbed */
+    if (p->n_free && p->free[p->n_free - 1].off + p->free[p->n_free - 1].size == p->top) {
+        *off = p->free[p->n_free - 1].off;
+        p->top = *off + size;
+        p->n_free--;
+        return FR_OK;
+    }
+    *off = p->top;
+    p->top += size;
+    return FR_OK;
+}
+
+static fr_status plan_free(arena_plan *p, size_t off, size_t size)
+{
+    size = align_up(size ? size : 1);
+    int i = 0;
+    while (i < p->n_free && p->free[i].off < off) i++;
+    if (p->n_free == p->cap) {
+        int ncap = p->cap ? p->cap * 2 : 64;
+        span *ns = fr_realloc_array(p->free, (size_t)ncap, sizeof *ns, "CUDA arena plan");
+        if (!ns) return FR_ERR_OOM;
+        p->free = ns;
+        p->cap = ncap;
+    }
+    memmove(&p->free[i + 1], &p->free[i], (size_t)(p->n_free - i) * sizeof(span));
+    p->free[i] = (span){off, size};
+    p->n_free++;
+    if (i + 1 < p->n_free && p->free[i].off + p->free[i].size == p->free[i + 1].off) { /* merge right */
+        p->free[i].size += p->free[i + 1].size;
+        memmove(&p->free[i + 1], &p->free[i + 2], (size_t)(p->n_free - i - 2) * sizeof(span));
+        p->n_free--;
+    }
+    if (i > 0 && p->free[i - 1].off + p->free[i - 1].size == p->free[i].off) { /* merge left */
+        p->free[i - 1].size += p->free[i].size;
+        memmove(&p->free[i], &p->free[i + 1], (size_t)(p->n_free - i - 1) * sizeof(span));
+        p->n_free--;
+    }
+    return FR_OK;
+}
+
+/* ---- construction ---- */
+
+void fr_cuda_exec_free(fr_cuda_exec *e)
+{
+    if (!e) return;
+    if (e->c) cudaStreamSynchronize(e->c->stream);
+    if (e->arena) cudaFree(e->arena);
+    if (e->consts) cudaFree(e->consts);
+    if (e->inputs) cudaFree(e->inputs);
+    if (e->staging) cudaFreeHost(e->staging);
+    if (e->staging_done) cudaEventDestroy(e->staging_done);
+    free(e->hdr);
+    free(e->kind);
+    free(e->root);
+    free(e->off);
+    free(e->kern);
+    free(e->scratch_off);
+    free(e->scratch_bytes);
+    free(e->opset);
+    free(e->in_set);
+    free(e->in_args);
+    free(e->out_args);
+    free(e);
+}
+
+static fr_status value_header(const fr_value *v, fr_tensor *t)
+{
+    memset(t, 0, sizeof *t);
+    if (v->dtype == FR_UNDEFINED || v->rank < 0)
+        return fr_error(FR_ERR_INVALID_ARG, "CUDA executor: value '%s' has no static shape (prepare the graph)",
+                        v->name);
+    int64_t n;
+    FR_TRY(fr_shape_numel(v->rank, v->dims, v->name, &n));
+    size_t es = fr_dtype_size(v->dtype);
+    if (!es) return fr_error(FR_ERR_UNSUPPORTED, "CUDA executor: value '%s' has dtype %s", v->name,
+                             fr_dtype_name(v->dtype));
+    if (!fr_mul_size((size_t)n, es, &t->nbytes)) return fr_error(FR_ERR_OOM, "value '%s' is too large", v->name);
+    t->dtype = v->dtype;
+    t->rank = v->rank;
+    memcpy(t->dims, v->dims, sizeof t->dims);
+    t->owns_data = 0;
+    return FR_OK;
+}
+
+static const fr_tensor *shared_constant(const fr_cuda_exec *share, const fr_value *v)
+{
+    if (!share) return NULL;
+    int sv = fr_graph_find_value(share->g, v->name);
+    if (sv < 0 || (share->kind[sv] != K_CONST && share->kind[sv] != K_SHARED)) return NULL;
+    const fr_tensor *t = &share->hdr[sv];
+    return t->nbytes == v->constant->nbytes && t->dtype == v->dtype ? t : NULL;
+}
+
+static fr_status classify(fr_cuda_exec *e, const fr_cuda_exec *share, int *last_use)
+{
+    const fr_graph *g = e->g;
+    for (int v = 0; v < e->nv; v++) {
+        e->root[v] = v;
+        last_use[v] = -1;
+    }
+    for (int i = 0; i < g->n_inputs; i++) e->kind[g->inputs[i]] = K_INPUT;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const fr_node *n = &g->nodes[i];
+        if (n->dead || !n->op) return fr_error(FR_ERR_INVALID_ARG, "CUDA executor: node '%s' is not prepared", n->name);
+        e->opset[i] = fr_graph_opset(g, n->domain);
+        for (int k = 0; k < n->n_inputs; k++) {
+            int v = n->inputs[k];
+            if (v < 0) continue;
+            if (g->values[v].constant && e->kind[v] == K_NONE) e->kind[v] = K_CONST;
+            if (e->kind[v] == K_NONE)
+                return fr_error(FR_ERR_INVALID_ARG, "CUDA executor: node '%s' reads '%s' before anything computes it",
+                                n->name, g->values[v].name);
+        }
+        int view = is_view_node(n);
+        if (!view) {
+            e->kern[i] = fr_cuda_kernel_find(n->domain, n->op_type);
+            if (!e->kern[i])
+                return fr_error(FR_ERR_UNSUPPORTED, "node '%s': op %s%s%s has no CUDA kernel (run it on the CPU)",
+                                n->name, n->domain[0] ? n->domain : "", n->domain[0] ? "::" : "", n->op_type);
+        }
+        for (int k = 0; k < n->n_outputs; k++) {
+            int v = n->outputs[k];
+            if (v < 0) continue;
+            if (e->kind[v] != K_NONE || g->values[v].constant)
+                return fr_error(FR_ERR_INVALID_ARG, "CUDA executor: node '%s' writes '%s', which is already held",
+                                n->name, g->values[v].name);
+            e->kind[v] = view && k == 0 ? K_VIEW : K_POOL;
+            if (view && k == 0) e->root[v] = e->root[n->inputs[0]];
+        }
+    }
+    for (int i = 0; i < g->n_outputs; i++) {
+        int v = g->outputs[i];
+        if (g->values[v].constant && e->kind[v] == K_NONE) e->kind[v] = K_CONST;
+        if (e->kind[v] == K_NONE)
+            return fr_error(FR_ERR_INVALID_ARG, "CUDA executor: nothing computes graph output '%s'", g->values[v].name);
+    }
+    /* headers; shared constants point into `share` */
+    for (int v = 0; v < e->nv; v++) {
+        if (e->kind[v] == K_NONE) continue;
+        FR_TRY(value_header(&g->values[v], &e->hdr[v]));
+        if (e->kind[v] == K_CONST) {
+            const fr_tensor *s = shared_constant(share, &g->values[v]);
+            if (s) {
+                e->kind[v] = K_SHARED;
+                e->hdr[v].data = s->data;
+            }
+        }
+    }
+    /* liveness per root: graph outputs live on; the last reader otherwise */
+    for (int i = 0; i < g->n_nodes; i++) {
+        const fr_node *n = &g->nodes[i];
+        for (int k = 0; k < n->n_inputs; k++)
+            if (n->inputs[k] >= 0 && last_use[e->root[n->inputs[k]]] != INT_MAX) last_use[e->root[n->inputs[k]]] = i;
+    }
+    for (int i = 0; i < g->n_outputs; i++) last_use[e->root[g->outputs[i]]] = INT_MAX;
+    return FR_OK;
+}
+
+static fr_status plan_arena(fr_cuda_exec *e, const int *last_use)
+{
+    const fr_graph *g = e->g;
+    arena_plan p = {0};
+    fr_status st = FR_OK;
+    for (int i = 0; st == FR_OK && i < g->n_nodes; i++) {
+        const fr_node *n = &g->nodes[i];
+        if (!e->kern[i]) continue; /* a view: nothing to place */
+        for (int k = 0; st == FR_OK && k < n->n_outputs; k++) {
+            int v = n->outputs[k];
+            if (v >= 0 && e->kind[v] == K_POOL) st = plan_alloc(&p, e->hdr[v].nbytes, &e->off[v]);
+        }
+        size_t sb = 0;
+        if (st == FR_OK && e->kern[i]->scratch) st = e->kern[i]->scratch(g, n, &sb);
+        if (st == FR_OK && sb) {
+            e->scratch_bytes[i] = sb;
+            st = plan_alloc(&p, sb, &e->scratch_off[i]);
+            if (st == FR_OK) st = plan_free(&p, e->scratch_off[i], sb);
+        }
+        /* memory read for the last time here (and outputs nobody reads) goes back */
+        for (int pass = 0; st == FR_OK && pass < 2; pass++) {
+            int cnt = pass ? n->n_outputs : n->n_inputs;
+            const int *ids = pass ? n->outputs : n->inputs;
+            for (int k = 0; st == FR_OK && k < cnt; k++) {
+                if (ids[k] < 0) continue;
+                int r = e->root[ids[k]];
+                if (e->kind[r] != K_POOL || last_use[r] > i || e->off[r] == (size_t)-1) continue;
+                st = plan_free(&p, e->off[r], e->hdr[r].nbytes);
+                /* keep the offset for the header; mark freed by a tag bit of kind */
+                if (st == FR_OK) e->kind[r] = K_POOL | 0x80;
+            }
+        }
+    }
+    for (int v = 0; v < e->nv; v++) e->kind[v] &= 0x7F;
+    e->arena_bytes = p.top;
+    free(p.free);
+    return st;
+}
+
+fr_status fr_cuda_exec_new(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *share, fr_cuda_exec **out)
+{
+    *out = NULL;
+    if (!c || !g) return fr_error(FR_ERR_INVALID_ARG, "fr_cuda_exec_new: no context or graph");
+    fr_cuda_exec *e = fr_calloc(1, sizeof *e, "CUDA executor");
+    if (!e) return FR_ERR_OOM;
+    e->c = c;
+    e->g = g;
+    e->nv = g->n_values;
+    size_t nv = (size_t)(e->nv ? e->nv : 1), nn = (size_t)(g->n_nodes ? g->n_nodes : 1);
+    int *last_use = fr_malloc(nv * sizeof(int), "CUDA executor");
+    e->hdr = fr_calloc(nv, sizeof *e->hdr, "CUDA executor");
+    e->kind = fr_calloc(nv, 1, "CUDA executor");
+    e->root = fr_malloc(nv * sizeof(int), "CUDA executor");
+    e->off = fr_malloc(nv * sizeof(size_t), "CUDA executor");
+    e->kern = fr_calloc(nn, sizeof *e->kern, "CUDA executor");
+    e->scratch_off = fr_calloc(nn, sizeof(size_t), "CUDA executor");
+    e->scratch_bytes = fr_calloc(nn, sizeof(size_t), "CUDA executor");
+    e->opset = fr_calloc(nn, sizeof(int64_t), "CUDA executor");
+    e->in_set = fr_calloc((size_t)(g->n_inputs ? g->n_inputs : 1), 1, "CUDA executor");
+    fr_status st = FR_OK;
+    if (!last_use || !e->hdr || !e->kind || !e->root || !e->off || !e->kern || !e->scratch_off || !e->scratch_bytes ||
+        !e->opset || !e->in_set)
+        st = FR_ERR_OOM;
+    int widest = 1;
+    for (int i = 0; i < g->n_nodes; i++) {
+        if (g->nodes[i].n_inputs > widest) widest = g->nodes[i].n_inputs;
+        if (g->nodes[i].n_outputs > widest) widest = g->nodes[i].n_outputs;
+    }
+    if (st == FR_OK) {
+        e->in_args = fr_calloc((size_t)widest, sizeof(fr_tensor *), "CUDA executor");
+        e->out_args = fr_calloc((size_t)widest, sizeof(fr_tensor *), "CUDA executor");
+        if (!e->in_args || !e->out_args) st = FR_ERR_OOM;
+    }
+    for (int v = 0; st == FR_OK && v < e->nv; v++) e->off[v] = (size_t)-1;
+    if (st == FR_OK) st = classify(e, share, last_use);
+    if (st == FR_OK) st = plan_arena(e, last_use);
+    /* constants and inputs: one block each */
+    for (int v = 0; st == FR_OK && v < e->nv; v++) {
+        if (e->kind[v] == K_CONST) {
+            e->off[v] = e->const_bytes;
+            e->const_bytes += align_up(e->hdr[v].nbytes ? e->hdr[v].nbytes : 1);
+        } else if (e->kind[v] == K_INPUT) {
+            e->off[v] = e->input_bytes;
+            e->input_bytes += align_up(e->hdr[v].nbytes ? e->hdr[v].nbytes : 1);
+        }
+    }
+#define CU(call)                                                                            \
+    do {                                                                                    \
+        if (st == FR_OK) {                                                                  \
+            cudaError_t ce_ = (call);                                                       \
+            if (ce_ != cudaSuccess) st = fr_cuda_status(ce_, #call, __FILE__, __LINE__);    \
+        }                                                                                   \
+    } while (0)
+    if (e->arena_bytes) CU(cudaMalloc(&e->arena, e->arena_bytes));
+    if (e->const_bytes) CU(cudaMalloc(&e->consts, e->const_bytes));
+    if (e->input_bytes) {
+        CU(cudaMalloc(&e->inputs, e->input_bytes));
+        CU(cudaMallocHost(&e->staging, e->input_bytes));
+    }
+    CU(cudaEventCreateWithFlags(&e->staging_done, cudaEventDisableTiming));
+    if (st != FR_OK && st == FR_ERR_DEVICE)
+        fr_error_context(st, "allocating %zu MiB of device memory for '%s' (arena %zu MiB, constants %zu MiB)",
+                         (e->arena_bytes + e->const_bytes + e->input_bytes) >> 20, g->name ? g->name : "the graph",
+                         e->arena_bytes >> 20, e->const_bytes >> 20);
+    for (int v = 0; st == FR_OK && v < e->nv; v++) {
+        switch (e->kind[v]) {
+        case K_CONST:
+            e->hdr[v].data = (char *)e->consts + e->off[v];
+            if (e->hdr[v].nbytes)
+                CU(cudaMemcpy(e->hdr[v].data, g->values[v].constant->data, e->hdr[v].nbytes, cudaMemcpyHostToDevice));
+            break;
+        case K_INPUT: e->hdr[v].data = (char *)e->inputs + e->off[v]; break;
+        case K_POOL: e->hdr[v].data = (char *)e->arena + e->off[v]; break;
+        default: break;
+        }
+    }
+    /* views last: their root is placed now (roots come before their views in value order or not) */
+    for (int v = 0; st == FR_OK && v < e->nv; v++)
+        if (e->kind[v] == K_VIEW) e->hdr[v].data = e->hdr[e->root[v]].data;
+#undef CU
+    free(last_use);
+    if (st != FR_OK) {
+        fr_cuda_exec_free(e);
+        return st;
+    }
+    *out = e;
+    return FR_OK;
+}
+
+/* ---- inputs ---- */
+
+fr_status fr_cuda_exec_set_input(fr_cuda_exec *e, const char *name, const fr_tensor *t)
+{
+    const fr_graph *g = e->g;
+    int idx = -1;
+    for (int i = 0; i < g->n_inputs && name; i++)
+        if (strcmp(g->values[g->inputs[i]].name, name) == 0) idx = i;
+    if (idx < 0) return fr_error(FR_ERR_INVALID_ARG, "the graph has no input named '%s'", name ? name : "(null)");
+    int v = g->inputs[idx];
+    fr_tensor *dst = &e->hdr[v];
+    int same = t && t->dtype == dst->dtype && t->rank == dst->rank && t->nbytes >= dst->nbytes;
+    for (int d = 0; same && d < t->rank; d++) same = t->dims[d] == dst->dims[d];
+    if (!same) {
+        char want[256];
+        return fr_error(FR_ERR_SHAPE, "input '%s': expected %s %s", name, fr_dtype_name(dst->dtype),
+                        fr_shape_str(dst->rank, dst->dims, want, sizeof want));
+    }
+    if (dst->nbytes) {
+        /* the staging copy of this input may still be in flight from the last run */
+        if (e->staging_pending) FR_CUDA_TRY(cudaEventSynchronize(e->staging_done));
+        e->staging_pending = 0;
+        char *stage = (char *)e->staging + e->off[v];
+        memcpy(stage, t->data, dst->nbytes);
+        FR_CUDA_TRY(cudaMemcpyAsync(dst->data, stage, dst->nbytes, cudaMemcpyHostToDevice, e->c->stream));
+    }
+    e->in_set[idx] = 1;
+    return FR_OK;
+}
+
+/* ---- running ---- */
+
+fr_status fr_cuda_exec_run(fr_cuda_exec *e)
+{
+    const fr_graph *g = e->g;
+    for (int i = 0; i < g->n_inputs; i++)
+        if (!e->in_set[i] && e->hdr[g->inputs[i]].nbytes)
+            return fr_error(FR_ERR_INVALID_ARG, "input '%s' was not set before the run", g->values[g->inputs[i]].name);
+    FR_CUDA_TRY(cudaEventRecord(e->staging_done, e->c->stream));
+    e->staging_pending = 1;
+    for (int i = 0; i < g->n_nodes; i++) {
+        if (!e->kern[i]) continue;
+        const fr_node *n = &g->nodes[i];
+        for (int k = 0; k < n->n_inputs; k++) e->in_args[k] = n->inputs[k] >= 0 ? &e->hdr[n->inputs[k]] : NULL;
+        for (int k = 0; k < n->n_outputs; k++) e->out_args[k] = n->outputs[k] >= 0 ? &e->hdr[n->outputs[k]] : NULL;
+        void *scratch = e->scratch_bytes[i] ? (char *)e->arena + e->scratch_off[i] : NULL;
+        fr_cuda_kctx k = {g, n, e->opset[i], n->n_inputs, n->n_outputs, e->in_args, e->out_args, e->c,
+                          scratch, e->scratch_bytes[i]};
+        fr_status st = e->kern[i]->run(&k);
+        if (st != FR_OK) {
+            if (!strstr(fr_last_error(), n->name)) fr_error_context(st, "node '%s' (%s) on the GPU", n->name, n->op_type);
+            return st;
+        }
+    }
+    return FR_OK;
+}
+
+fr_status fr_cuda_exec_sync(fr_cuda_exec *e) { return fr_cuda_check_error(e->c, e->g); }
+
+/* ---- values ---- */
+
+fr_tensor *fr_cuda_exec_value(fr_cuda_exec *e, int vid)
+{
+    if (vid < 0 || vid >= e->nv || e->kind[vid] == K_NONE) return NULL;
+    return &e->hdr[vid];
+}
+
+fr_tensor *fr_cuda_exec_output_at(fr_cuda_exec *e, int i)
+{
+    if (i < 0 || i >= e->g->n_outputs) return NULL;
+    return fr_cuda_exec_value(e, e->g->outputs[i]);
+}
+
+fr_status fr_cuda_exec_download(fr_cuda_exec *e, int vid, void *dst, size_t bytes)
+{
+    fr_tensor *t = fr_cuda_exec_value(e, vid);
+    if (!t || bytes > t->nbytes)
+        return fr_error(FR_ERR_INVALID_ARG, "CUDA executor: value %d is not held or is smaller than %zu bytes", vid,
+                        bytes);
+    FR_TRY(fr_cuda_exec_sync(e));
+    if (bytes) FR_CUDA_TRY(cudaMemcpy(dst, t->data, bytes, cudaMemcpyDeviceToHost));
+    return FR_OK;
+}
+
+static fr_status constant_of(fr_cuda_exec *e, int vid, fr_tensor **t)
+{
+    *t = fr_cuda_exec_value(e, vid);
+    if (!*t || (e->kind[vid] != K_CONST && e->kind[vid] != K_SHARED) || !e->g->values[vid].constant)
+        return fr_error(FR_ERR_INVALID_ARG, "CUDA executor: value '%s' is not a constant on the device",
+                        vid >= 0 && vid < e->nv ? e->g->values[vid].name : "?");
+    return FR_OK;
+}
+
+fr_status fr_cuda_exec_upload_constant(fr_cuda_exec *e, int vid)
+{
+    fr_tensor *t;
+    FR_TRY(constant_of(e, vid, &t));
+    FR_CUDA_TRY(cudaStreamSynchronize(e->c->stream));
+    if (t->nbytes)
+        FR_CUDA_TRY(cudaMemcpy(t->data, e->g->values[vid].constant->data, t->nbytes, cudaMemcpyHostToDevice));
+    return FR_OK;
+}
+
+fr_status fr_cuda_exec_download_constant(fr_cuda_exec *e, int vid)
+{
+    fr_tensor *t;
+    FR_TRY(constant_of(e, vid, &t));
+    FR_TRY(fr_cuda_exec_sync(e));
+    if (t->nbytes)
+        FR_CUDA_TRY(cudaMemcpy(e->g->values[vid].constant->data, t->data, t->nbytes, cudaMemcpyDeviceToHost));
+    return FR_OK;
+}
+
+size_t fr_cuda_exec_arena_bytes(const fr_cuda_exec *e) { return e->arena_bytes; }
+size_t fr_cuda_exec_const_bytes(const fr_cuda_exec *e) { return e->const_bytes; }
+size_t fr_cuda_exec_input_bytes(const fr_cuda_exec *e) { return e->input_bytes; }

@@ -1,0 +1,60 @@
+/* The CUDA executor: runs a prepared graph on one device, node by node, with the kernels of
+ * runtime/cuda/cuda_kernel.h, all on the context's stream.
+ *
+ * Memory, planned once from the static shapes (nothing is allocated per run):
+ *  - constants (initializers, folded values, FP8 state) are uploaded once into one device
+ *    block; the trainer updates parameters and state there, in place. An executor built with
+ *    `share` uses the device copy of every constant of the same name that `share` holds (the
+ *    evaluation graph reads the training graph's parameters);
+ *  - graph inputs get their own buffers, filled from the host through pinned staging memory;
+ *  - values computed by nodes, and each node's kernel scratch, live in one arena at offsets
+ *    from a liveness plan (first fit); graph outputs keep theirs until the next run;
+ *  - view ops (Reshape, Squeeze, Unsqueeze, Flatten, Identity, inference Dropout) do not copy:
+ *    their output is the input's memory, and the node is not run.
+ * Ownership: the executor borrows the graph and the context, which must outlive it. */
+#ifndef FR_CUDA_EXEC_H
+#define FR_CUDA_EXEC_H
+
+#include "cuda_kernel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct fr_cuda_exec fr_cuda_exec;
+
+/* An op without a CUDA kernel is FR_ERR_UNSUPPORTED naming node and op. */
+fr_status fr_cuda_exec_new(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *share, fr_cuda_exec **out);
+void fr_cuda_exec_free(fr_cuda_exec *e);
+
+/* Copy host tensor t into graph input `name` (same checks as fr_exec_set_input). The copy is
+ * queued on the stream; t may be reused as soon as this returns. */
+fr_status fr_cuda_exec_set_input(fr_cuda_exec *e, const char *name, const fr_tensor *t);
+/* Queue every node. Kernel-detected data errors (fr_dev_error) surface at the next
+ * synchronizing call (fr_cuda_exec_sync, a download). */
+fr_status fr_cuda_exec_run(fr_cuda_exec *e);
+/* Wait for the stream and turn a recorded device error into a status naming the node. */
+fr_status fr_cuda_exec_sync(fr_cuda_exec *e);
+
+/* The device tensor of value vid (a constant, an input, a graph output, or any computed value
+ * whose memory is still its own), or NULL. The header is the executor's. */
+fr_tensor *fr_cuda_exec_value(fr_cuda_exec *e, int vid);
+/* Graph output i (device tensor) or NULL. */
+fr_tensor *fr_cuda_exec_output_at(fr_cuda_exec *e, int i);
+/* Copy value vid to host memory (synchronizes; checks the device error word). */
+fr_status fr_cuda_exec_download(fr_cuda_exec *e, int vid, void *dst, size_t bytes);
+/* After the host changed a constant's data (checkpoint load), send it again; and the other
+ * way, before the host reads a constant the device updated (export, checkpoint save). */
+fr_status fr_cuda_exec_upload_constant(fr_cuda_exec *e, int vid);
+fr_status fr_cuda_exec_download_constant(fr_cuda_exec *e, int vid);
+
+/* Bytes planned: the arena (computed values and scratch), constants (0 for shared ones), inputs. */
+size_t fr_cuda_exec_arena_bytes(const fr_cuda_exec *e);
+size_t fr_cuda_exec_const_bytes(const fr_cuda_exec *e);
+size_t fr_cuda_exec_input_bytes(const fr_cuda_exec *e);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

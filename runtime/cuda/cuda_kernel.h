@@ -1,0 +1,131 @@
+/* The contract between the CUDA backend and its kernels (built only with the CUDA backend).
+ *
+ * Every op the CPU backend runs has a CUDA kernel in ops/cuda/<family>.cu, listed in that
+ * family's table (fr_cuda_kernels_<family>[], terminated by an entry with op_type NULL) and
+ * found by (domain, op_type) through fr_cuda_kernel_find. The graph, shapes, attributes and the
+ * shape inference are the same as on the CPU: a kernel sees the node and its tensors, whose
+ * `data` points to DEVICE memory (fr_tensor headers on the host; owns_data = 0).
+ *
+ * Rules for kernels:
+ *  - everything goes on ctx->cu->stream; no cudaMalloc/cudaFree, no host synchronization
+ *    (cudaDeviceSynchronize, cudaStreamSynchronize, cudaMemcpy without Async, reading a device
+ *    value on the host): the step is one stream of work, capturable as a CUDA graph;
+ *  - temporary device memory comes from ctx->scratch, sized once at plan time by the entry's
+ *    `scratch` callback (NULL = none);
+ *  - every CUDA / cuBLASLt call is checked (FR_CUDA_TRY / FR_CUBLAS_TRY, or fr_cuda_check_launch
+ *    after a <<<>>> launch), and a failure names the node (fr_node_error);
+ *  - results must match the CPU kernel: float32 ops within 1e-5 relative, FP8/BF16 conversions
+ *    byte for byte (runtime/fp8_format.h documents the exact rounding); what the CPU kernel
+ *    accumulates in double, accumulate in float32 with a stable order (tree reductions) or in
+ *    double where the tolerance needs it. */
+#ifndef FR_CUDA_KERNEL_H
+#define FR_CUDA_KERNEL_H
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" { /* the C headers below declare C functions, also when a .cu file includes them */
+#endif
+
+#include "../../ops/op.h"
+
+/* One device context: the device, its stream, the cuBLASLt handle and workspace. */
+typedef struct fr_cuda_ctx {
+    int device;
+    int cc_major, cc_minor;      /* compute capability */
+    int sm_count;
+    size_t mem_total;
+    char name[256];
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    void *workspace;             /* cuBLASLt workspace (device) */
+    size_t workspace_bytes;
+    struct fr_cuda_gemm_cache *gemm_cache; /* cuBLASLt heuristics per GEMM shape, owned by the
+                                              GEMM code, freed through gemm_cache_free */
+    void (*gemm_cache_free)(struct fr_cuda_gemm_cache *);
+    /* The device error word (4 ints, device memory, zeroed): a kernel that meets bad data (an
+     * index out of range, a label >= the vocabulary) does not fail and does not synchronize;
+     * it records the first error with fr_dev_error (ops/cuda/cuda_util.cuh): word[0] = code
+     * (an fr_status), word[1] = node index in the graph, word[2], word[3] = details (e.g. the
+     * bad index and the bound, truncated to int). Whoever synchronizes next (the executor,
+     * the trainer) reads it and turns it into an error naming the node: fr_cuda_check_error. */
+    int *dev_error;
+} fr_cuda_ctx;
+
+typedef struct fr_cuda_kctx {
+    const fr_graph *g;
+    const fr_node *node;
+    int64_t opset;
+    int n_in, n_out;
+    fr_tensor *const *in;        /* device tensors; NULL for omitted optional inputs */
+    fr_tensor *const *out;       /* device tensors, allocated with infer()'s dtype and shape */
+    fr_cuda_ctx *cu;
+    void *scratch;               /* this node's temporary device memory (or NULL) */
+    size_t scratch_bytes;
+} fr_cuda_kctx;
+
+typedef struct fr_cuda_kernel_def {
+    const char *op_type;
+    const char *domain;
+    fr_status (*run)(const fr_cuda_kctx *k);
+    /* bytes of scratch the node needs (shapes are static, so this is known at plan time);
+     * NULL = none */
+    fr_status (*scratch)(const fr_graph *g, const fr_node *n, size_t *bytes);
+} fr_cuda_kernel_def;
+
+/* The kernel for (domain, op_type), or NULL. */
+const fr_cuda_kernel_def *fr_cuda_kernel_find(const char *domain, const char *op_type);
+/* Iterate all kernels (i from 0 until NULL), for coverage checks. */
+const fr_cuda_kernel_def *fr_cuda_kernel_at(int i);
+
+/* The family tables (ops/cuda/<family>.cu). */
+extern const fr_cuda_kernel_def fr_cuda_kernels_elementwise[]; /* unary, binary, Where, Expand, Cast, Clip, Pow, *Grad of elementwise */
+extern const fr_cuda_kernel_def fr_cuda_kernels_reduce[];      /* Reduce*, ArgMax/Min, ReduceGrad, SumToShape, Dot, CumSum */
+extern const fr_cuda_kernel_def fr_cuda_kernels_softmax[];     /* Softmax, LogSoftmax and grads, SoftmaxCrossEntropy(+Grad) */
+extern const fr_cuda_kernel_def fr_cuda_kernels_norm[];        /* LayerNormalization, RMSNormalization and grads */
+extern const fr_cuda_kernel_def fr_cuda_kernels_gather[];      /* Gather family and scatter-add grads */
+extern const fr_cuda_kernel_def fr_cuda_kernels_layout[];      /* Transpose, Concat, Split, Slice, Trilu, Tile, grads; reshapes; shape ops */
+extern const fr_cuda_kernel_def fr_cuda_kernels_matmul[];      /* MatMul, Gemm, Einsum */
+extern const fr_cuda_kernel_def fr_cuda_kernels_linear[];      /* Linear, LinearGradData, LinearGradWeight */
+
+/* ---- error checking (runtime/cuda/cuda_ctx.c) ---- */
+fr_status fr_cuda_status(cudaError_t e, const char *what, const char *file, int line);
+fr_status fr_cublas_status(cublasStatus_t s, const char *what, const char *file, int line);
+/* After a kernel launch: the launch error, if any, as a status naming the node. */
+fr_status fr_cuda_check_launch(const fr_node *n, const char *kernel);
+
+#define FR_CUDA_TRY(call)                                                              \
+    do {                                                                               \
+        cudaError_t fr_cu_e_ = (call);                                                 \
+        if (fr_cu_e_ != cudaSuccess) return fr_cuda_status(fr_cu_e_, #call, __FILE__, __LINE__); \
+    } while (0)
+#define FR_CUBLAS_TRY(call)                                                            \
+    do {                                                                               \
+        cublasStatus_t fr_cb_s_ = (call);                                              \
+        if (fr_cb_s_ != CUBLAS_STATUS_SUCCESS)                                         \
+            return fr_cublas_status(fr_cb_s_, #call, __FILE__, __LINE__);              \
+    } while (0)
+
+/* Read the device error word (synchronizes the stream); FR_OK when no kernel recorded an
+ * error, else that error naming the node of g (g may be NULL) and the details; the word is
+ * cleared. */
+fr_status fr_cuda_check_error(fr_cuda_ctx *c, const fr_graph *g);
+
+/* ---- the context (runtime/cuda/cuda_ctx.c) ---- */
+/* Open device `device` (-1: the current one): stream, cuBLASLt handle, workspace. */
+fr_status fr_cuda_ctx_create(int device, fr_cuda_ctx **out);
+void fr_cuda_ctx_free(fr_cuda_ctx *c);
+
+/* Run one node on the device with host inputs and host outputs (the outputs already allocated
+ * with infer()'s shapes): uploads, plans scratch, runs the kernel, downloads, synchronizes.
+ * For tests and one-off runs; the executor plans all of this once. FR_ERR_UNSUPPORTED naming
+ * the op when it has no CUDA kernel. */
+fr_status fr_cuda_run_node(fr_cuda_ctx *c, const fr_graph *g, int node_id, fr_tensor *const *host_in,
+                           fr_tensor *const *host_out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,26 @@
+/* The CUDA kernel registry: the family tables of ops/cuda/<family>.cu, searched by (domain, op). */
+#include <string.h>
+
+#include "cuda_kernel.h"
+
+static const fr_cuda_kernel_def *const families[] = {
+    fr_cuda_kernels_elementwise, fr_cuda_kernels_reduce, fr_cuda_kernels_softmax, fr_cuda_kernels_norm,
+    fr_cuda_kernels_gather,      fr_cuda_kernels_layout, fr_cuda_kernels_matmul,  fr_cuda_kernels_linear,
+};
+#define N_FAMILIES (int)(sizeof families / sizeof families[0])
+
+const fr_cuda_kernel_def *fr_cuda_kernel_at(int i)
+{
+    for (int f = 0; f < N_FAMILIES; f++)
+        for (const fr_cuda_kernel_def *d = families[f]; d->op_type; d++)
+            if (i-- == 0) return d;
+    return NULL;
+}
+
+const fr_cuda_kernel_def *fr_cuda_kernel_find(const char *domain, const char *op_type)
+{
+    for (int f = 0; f < N_FAMILIES; f++)
+        for (const fr_cuda_kernel_def *d = families[f]; d->op_type; d++)
+            if (strcmp(d->op_type, op_type) == 0 && strcmp(d->domain, domain) == 0) return d;
+    return NULL;
+}

@@ -1,0 +1,462 @@
+/* The trainer on a CUDA device (see cuda_train.h). */
+#include "cuda_train.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_exec.h"
+#include "cuda_train_kernels.h"
+#include "runtime/fp8_format.h"
+
+struct fr_cuda_train {
+    fr_cuda_ctx *c;
+    fr_cuda_exec *ex, *eval_ex;
+    char name[320];
+    /* parameters */
+    int n_params;
+    fr_mt_entry *entries;      /* host copy of the table */
+    fr_mt_entry *d_entries;    /* device table */
+    fr_mt_chunk *d_chunks;
+    int n_chunks;
+    float *opt_state;          /* device: optimizer slots of every parameter */
+    float *acc;                /* device: accumulated gradients (all parameters), when k > 1 */
+    double *d_partial;         /* per chunk sums of squares */
+    /* step scalars */
+    float *d_loss_sum;
+    int *d_amax_bad;
+    fr_step_scalars *d_scalars, *h_scalars; /* h_: pinned */
+    cudaEvent_t done;
+    /* FP8: amaxes of the states (first n_states) and of the watched current/block operands */
+    int n_amax;
+    const float **d_amax_ptrs;
+    float *d_step_amax;
+    fr_scaling_dev sd;         /* delayed-scaling state on the device */
+    float **d_scale_out;
+    /* eval outputs downloaded for fr_cuda_train_eval_output */
+    fr_tensor **eval_host;
+    int n_eval_host;
+    int host_stale;            /* the device holds newer parameters/state than the host */
+    size_t extra_bytes;
+};
+
+#define CU(call)                                                                              \
+    do {                                                                                      \
+        if (st == FR_OK) {                                                                    \
+            cudaError_t ce_ = (call);                                                         \
+            if (ce_ != cudaSuccess) st = fr_cuda_status(ce_, #call, __FILE__, __LINE__);      \
+        }                                                                                     \
+    } while (0)
+
+static fr_status dev_alloc(fr_cuda_train *d, void **p, size_t bytes)
+{
+    cudaError_t e = cudaMalloc(p, bytes ? bytes : 1);
+    if (e != cudaSuccess)
+        return fr_error(FR_ERR_DEVICE, "out of device memory: %zu MiB more needed on %s (%s)", bytes >> 20, d->name,
+                        cudaGetErrorString(e));
+    d->extra_bytes += bytes;
+    return FR_OK;
+}
+
+void fr_cuda_train_free(fr_cuda_train *d)
+{
+    if (!d) return;
+    if (d->c) cudaStreamSynchronize(d->c->stream);
+    fr_cuda_exec_free(d->eval_ex);
+    fr_cuda_exec_free(d->ex);
+    cudaFree(d->d_entries);
+    cudaFree(d->d_chunks);
+    cudaFree(d->opt_state);
+    cudaFree(d->acc);
+    cudaFree(d->d_partial);
+    cudaFree(d->d_loss_sum);
+    cudaFree(d->d_amax_bad);
+    cudaFree(d->d_scalars);
+    if (d->h_scalars) cudaFreeHost(d->h_scalars);
+    if (d->done) cudaEventDestroy(d->done);
+    cudaFree((void *)d->d_amax_ptrs);
+    cudaFree(d->d_step_amax);
+    cudaFree(d->sd.history);
+    cudaFree(d->sd.pos);
+    cudaFree(d->sd.updates);
+    cudaFree(d->sd.scale);
+    cudaFree(d->sd.fp8_max);
+    cudaFree(d->d_scale_out);
+    free(d->entries);
+    for (int i = 0; i < d->n_eval_host; i++) fr_tensor_free(d->eval_host[i]);
+    free(d->eval_host);
+    fr_cuda_ctx_free(d->c);
+    free(d);
+}
+
+static float *exec_f32(fr_cuda_exec *ex, int vid)
+{
+    fr_tensor *t = fr_cuda_exec_value(ex, vid);
+    return t ? (float *)t->data : NULL;
+}
+
+static fr_status build_params(fr_trainer *t, fr_cuda_train *d)
+{
+    fr_status st = FR_OK;
+    const int slots = fr_optimizer_state_count(t->optim);
+    d->n_params = t->n_params;
+    d->entries = fr_calloc((size_t)(t->n_params ? t->n_params : 1), sizeof *d->entries, "device parameters");
+    if (!d->entries) return FR_ERR_OOM;
+    int64_t total = 0;
+    int n_chunks = 0;
+    for (int i = 0; i < t->n_params; i++) {
+        total += t->params[i].numel;
+        n_chunks += (int)((t->params[i].numel + FR_MT_CHUNK - 1) / FR_MT_CHUNK);
+    }
+    if (slots) FR_TRY(dev_alloc(d, (void **)&d->opt_state, (size_t)total * (size_t)slots * sizeof(float)));
+    if (slots) CU(cudaMemset(d->opt_state, 0, (size_t)total * (size_t)slots * sizeof(float)));
+    int64_t off = 0;
+    for (int i = 0; st == FR_OK && i < t->n_params; i++) {
+        const tr_param *p = &t->params[i];
+        fr_mt_entry *e = &d->entries[i];
+        e->p = exec_f32(d->ex, p->value);
+        fr_tensor *gt = fr_cuda_exec_output_at(d->ex, p->grad_out);
+        e->g = gt ? gt->data : NULL;
+        if (!e->p || !e->g)
+            return fr_error(FR_ERR_INTERNAL, "device trainer: parameter '%s' or its gradient is not on the device",
+                            t->g->values[p->value].name);
+        e->n = p->numel;
+        e->decay = fr_optimizer_param_decays(t->optim, i);
+        if (slots > 0) e->s0 = d->opt_state + off * slots;
+        if (slots > 1) e->s1 = d->opt_state + off * slots + p->numel;
+        off += p->numel;
+    }
+    fr_mt_chunk *chunks = fr_malloc((size_t)(n_chunks ? n_chunks : 1) * sizeof *chunks, "device parameters");
+    if (!chunks) return FR_ERR_OOM;
+    int c = 0;
+    for (int i = 0; i < t->n_params; i++)
+        for (int64_t s = 0; s < t->params[i].numel; s += FR_MT_CHUNK)
+            chunks[c++] = (fr_mt_chunk){i, s, t->params[i].numel - s < FR_MT_CHUNK ? t->params[i].numel - s : FR_MT_CHUNK};
+    d->n_chunks = n_chunks;
+    if (st == FR_OK) st = dev_alloc(d, (void **)&d->d_chunks, (size_t)(n_chunks ? n_chunks : 1) * sizeof *chunks);
+    CU(cudaMemcpy(d->d_chunks, chunks, (size_t)n_chunks * sizeof *chunks, cudaMemcpyHostToDevice));
+    free(chunks);
+    if (st == FR_OK) st = dev_alloc(d, (void **)&d->d_entries, (size_t)(t->n_params ? t->n_params : 1) * sizeof(fr_mt_entry));
+    CU(cudaMemcpy(d->d_entries, d->entries, (size_t)t->n_params * sizeof(fr_mt_entry), cudaMemcpyHostToDevice));
+    if (st == FR_OK) st = dev_alloc(d, (void **)&d->d_partial, (size_t)(n_chunks ? n_chunks : 1) * sizeof(double));
+    return st;
+}
+
+/* the accumulation buffers, on the first step with more than one micro-batch */
+static fr_status ensure_acc(fr_trainer *t, fr_cuda_train *d)
+{
+    if (d->acc) return FR_OK;
+    int64_t total = 0;
+    for (int i = 0; i < t->n_params; i++) total += t->params[i].numel;
+    FR_TRY(dev_alloc(d, (void **)&d->acc, (size_t)total * sizeof(float)));
+    int64_t off = 0;
+    for (int i = 0; i < t->n_params; i++) {
+        d->entries[i].acc = d->acc + off;
+        off += t->params[i].numel;
+    }
+    fr_status st = FR_OK;
+    CU(cudaMemcpy(d->d_entries, d->entries, (size_t)t->n_params * sizeof(fr_mt_entry), cudaMemcpyHostToDevice));
+    return st;
+}
+
+static fr_status build_fp8(fr_trainer *t, fr_cuda_train *d)
+{
+    fr_status st = FR_OK;
+    d->n_amax = t->n_states + t->n_watch;
+    if (d->n_amax == 0) return FR_OK;
+    const float **ptrs = fr_calloc((size_t)d->n_amax, sizeof *ptrs, "device fp8 state");
+    float **outs = fr_calloc((size_t)(t->n_states ? t->n_states : 1), sizeof *outs, "device fp8 state");
+    float *fmax = fr_calloc((size_t)(t->n_states ? t->n_states : 1), sizeof *fmax, "device fp8 state");
+    if (!ptrs || !outs || !fmax) st = FR_ERR_OOM;
+    for (int i = 0; st == FR_OK && i < d->n_amax; i++) {
+        int out = i < t->n_states ? t->states[i].amax_out : t->watch[i - t->n_states].amax_out;
+        fr_tensor *a = out >= 0 ? fr_cuda_exec_output_at(d->ex, out) : NULL;
+        if (!a) {
+            st = fr_error(FR_ERR_INTERNAL, "device trainer: an FP8 amax is not a graph output");
+            break;
+        }
+        ptrs[i] = a->data;
+    }
+    for (int i = 0; st == FR_OK && i < t->n_states; i++) {
+        outs[i] = exec_f32(d->ex, t->states[i].st->scale_value);
+        fmax[i] = fr_fp8_max(t->states[i].sc.p.fmt);
+        if (!outs[i]) st = fr_error(FR_ERR_INTERNAL, "device trainer: scale '%s' is not on the device",
+                                    t->g->values[t->states[i].st->scale_value].name);
+    }
+    if (st == FR_OK) st = dev_alloc(d, (void **)&d->d_amax_ptrs, (size_t)d->n_amax * sizeof *ptrs);
+    CU(cudaMemcpy((void *)d->d_amax_ptrs, ptrs, (size_t)d->n_amax * sizeof *ptrs, cudaMemcpyHostToDevice));
+    if (st == FR_OK) st = dev_alloc(d, (void **)&d->d_step_amax, (size_t)d->n_amax * sizeof(float));
+    int n = t->n_states;
+    if (n && st == FR_OK) {
+        const fr_fp8_scaling_params *p = &t->states[0].sc.p;
+        d->sd.history_len = p->history_len;
+        d->sd.interval = p->interval;
+        d->sd.algo = p->algo == FR_AMAX_MOST_RECENT;
+        d->sd.margin = p->margin;
+        st = dev_alloc(d, (void **)&d->sd.history, (size_t)n * (size_t)p->history_len * sizeof(float));
+        if (st == FR_OK) st = dev_alloc(d, (void **)&d->sd.pos, (size_t)n * sizeof(int));
+        if (st == FR_OK) st = dev_alloc(d, (void **)&d->sd.updates, (size_t)n * sizeof(long long));
+        if (st == FR_OK) st = dev_alloc(d, (void **)&d->sd.scale, (size_t)n * sizeof(float));
+        if (st == FR_OK) st = dev_alloc(d, (void **)&d->sd.fp8_max, (size_t)n * sizeof(float));
+        if (st == FR_OK) st = dev_alloc(d, (void **)&d->d_scale_out, (size_t)n * sizeof(float *));
+        CU(cudaMemcpy(d->sd.fp8_max, fmax, (size_t)n * sizeof(float), cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(d->d_scale_out, outs, (size_t)n * sizeof(float *), cudaMemcpyHostToDevice));
+        d->sd.scale_out = d->d_scale_out;
+    }
+    free(ptrs);
+    free(outs);
+    free(fmax);
+    return st;
+}
+
+fr_status fr_cuda_train_new(fr_trainer *t, int device, fr_cuda_train **out)
+{
+    *out = NULL;
+    fr_cuda_train *d = fr_calloc(1, sizeof *d, "device trainer");
+    if (!d) return FR_ERR_OOM;
+    fr_status st = fr_cuda_ctx_create(device, &d->c);
+    if (st == FR_OK) {
+        snprintf(d->name, sizeof d->name, "%s (compute capability %d.%d)", d->c->name, d->c->cc_major, d->c->cc_minor);
+        int cc = d->c->cc_major * 10 + d->c->cc_minor;
+        if (t->has_report && t->report.n_fp8 > 0 && cc < 89)
+            st = fr_error(FR_ERR_UNSUPPORTED,
+                          "FP8 training needs a GPU of compute capability 8.9 or newer (Ada, Hopper); %s has %d.%d. "
+                          "Use --precision bf16, or --device cpu",
+                          d->c->name, d->c->cc_major, d->c->cc_minor);
+        if (st == FR_OK && t->has_report && t->report.n_fp8 > 0 && cublasLtGetVersion() < 120000)
+            st = fr_error(FR_ERR_UNSUPPORTED, "FP8 GEMMs need cuBLASLt 12.0 or newer; this one is %zu",
+                          cublasLtGetVersion());
+    }
+    if (st == FR_OK && !t->opt.eval_only) st = fr_cuda_exec_new(d->c, t->g, NULL, &d->ex);
+    if (st == FR_OK && !t->opt.eval_only) st = build_params(t, d);
+    if (st == FR_OK && !t->opt.eval_only) st = build_fp8(t, d);
+    if (st == FR_OK) st = dev_alloc(d, (void **)&d->d_loss_sum, sizeof(float));
+    if (st == FR_OK) st = dev_alloc(d, (void **)&d->d_amax_bad, sizeof(int));
+    if (st == FR_OK) st = dev_alloc(d, (void **)&d->d_scalars, sizeof(fr_step_scalars));
+    CU(cudaMallocHost((void **)&d->h_scalars, sizeof(fr_step_scalars)));
+    CU(cudaEventCreateWithFlags(&d->done, cudaEventDisableTiming));
+    if (st != FR_OK) {
+        fr_cuda_train_free(d);
+        return st;
+    }
+    *out = d;
+    t->dev = d;
+    st = fr_cuda_train_push(t); /* scaling state and optimizer state (fresh, or restored later) */
+    if (st != FR_OK) {
+        t->dev = NULL;
+        fr_cuda_train_free(d);
+        return st;
+    }
+    return FR_OK;
+}
+
+const char *fr_cuda_train_device_name(const fr_cuda_train *d) { return d->name; }
+
+size_t fr_cuda_train_device_bytes(const fr_cuda_train *d)
+{
+    size_t b = d->extra_bytes + d->c->workspace_bytes;
+    if (d->ex) b += fr_cuda_exec_arena_bytes(d->ex) + fr_cuda_exec_const_bytes(d->ex) + fr_cuda_exec_input_bytes(d->ex);
+    if (d->eval_ex)
+        b += fr_cuda_exec_arena_bytes(d->eval_ex) + fr_cuda_exec_const_bytes(d->eval_ex) + fr_cuda_exec_input_bytes(d->eval_ex);
+    return b;
+}
+
+/* ---- host <-> device ---- */
+
+fr_status fr_cuda_train_pull(fr_trainer *t)
+{
+    fr_cuda_train *d = t->dev;
+    if (!d || !d->host_stale || !d->ex) return FR_OK;
+    fr_status st = fr_cuda_exec_sync(d->ex);
+    const int slots = fr_optimizer_state_count(t->optim);
+    for (int i = 0; st == FR_OK && i < t->n_params; i++) {
+        st = fr_cuda_exec_download_constant(d->ex, t->params[i].value);
+        for (int s = 0; s < slots && st == FR_OK; s++)
+            CU(cudaMemcpy(fr_optimizer_state(t->optim, i, s), s ? d->entries[i].s1 : d->entries[i].s0,
+                          (size_t)t->params[i].numel * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+    for (int i = 0; st == FR_OK && i < t->n_states; i++) {
+        fr_fp8_scaling *sc = &t->states[i].sc;
+        long long upd = 0;
+        CU(cudaMemcpy(sc->history, d->sd.history + (size_t)i * (size_t)sc->p.history_len,
+                      (size_t)sc->p.history_len * sizeof(float), cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(&sc->pos, d->sd.pos + i, sizeof(int), cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(&upd, d->sd.updates + i, sizeof upd, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(&sc->scale, d->sd.scale + i, sizeof(float), cudaMemcpyDeviceToHost));
+        sc->updates = upd;
+        sc->scale_inv = 1.0f / sc->scale;
+        ((float *)t->g->values[t->states[i].st->scale_value].constant->data)[0] = sc->scale;
+    }
+    if (st == FR_OK && d->n_amax) {
+        float *a = fr_malloc((size_t)d->n_amax * sizeof(float), "fp8 amaxes");
+        if (!a) return FR_ERR_OOM;
+        CU(cudaMemcpy(a, d->d_step_amax, (size_t)d->n_amax * sizeof(float), cudaMemcpyDeviceToHost));
+        for (int i = 0; st == FR_OK && i < t->n_states; i++) t->states[i].step_amax = a[i];
+        for (int i = 0; st == FR_OK && i < t->n_watch; i++) t->watch[i].step_amax = a[t->n_states + i];
+        free(a);
+    }
+    if (st == FR_OK) d->host_stale = 0;
+    return st;
+}
+
+fr_status fr_cuda_train_push(fr_trainer *t)
+{
+    fr_cuda_train *d = t->dev;
+    if (!d) return FR_OK;
+    if (!d->ex) { /* evaluation only: the eval executor uploads the host values when rebuilt */
+        fr_cuda_exec_free(d->eval_ex);
+        d->eval_ex = NULL;
+        return FR_OK;
+    }
+    fr_status st = fr_cuda_exec_sync(d->ex);
+    const int slots = fr_optimizer_state_count(t->optim);
+    for (int i = 0; st == FR_OK && i < t->n_params; i++) {
+        st = fr_cuda_exec_upload_constant(d->ex, t->params[i].value);
+        for (int s = 0; s < slots && st == FR_OK; s++)
+            CU(cudaMemcpy(s ? d->entries[i].s1 : d->entries[i].s0, fr_optimizer_state(t->optim, i, s),
+                          (size_t)t->params[i].numel * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    for (int i = 0; st == FR_OK && i < t->n_states; i++) {
+        const fr_fp8_scaling *sc = &t->states[i].sc;
+        long long upd = sc->updates;
+        CU(cudaMemcpy(d->sd.history + (size_t)i * (size_t)sc->p.history_len, sc->history,
+                      (size_t)sc->p.history_len * sizeof(float), cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(d->sd.pos + i, &sc->pos, sizeof(int), cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(d->sd.updates + i, &upd, sizeof upd, cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(d->sd.scale + i, &sc->scale, sizeof(float), cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(exec_f32(d->ex, t->states[i].st->scale_value), &sc->scale, sizeof(float),
+                      cudaMemcpyHostToDevice));
+    }
+    if (st == FR_OK) d->host_stale = 0;
+    return st;
+}
+
+/* ---- steps ---- */
+
+static fr_status feed(fr_trainer *t, fr_cuda_exec *ex, tr_input *ins, int n, const int64_t *windows)
+{
+    FR_TRY(tr_fill_inputs(t, ins, n, windows));
+    for (int i = 0; i < n; i++) FR_TRY(fr_cuda_exec_set_input(ex, ins[i].name, ins[i].t));
+    return FR_OK;
+}
+
+static void set_reason(fr_train_stats *s, const char *msg)
+{
+    if (!s->reason[0]) snprintf(s->reason, sizeof s->reason, "%s", msg);
+}
+
+fr_status fr_cuda_train_step(fr_trainer *t, const int64_t *windows, int k, fr_train_stats *stats)
+{
+    fr_cuda_train *d = t->dev;
+    fr_status st = FR_OK;
+    cudaStream_t s = d->c->stream;
+    const int64_t per = t->opt.batch * (t->opt.seq_len + 1);
+    if (k > 1) FR_TRY(ensure_acc(t, d));
+    const float *loss = exec_f32(d->ex, t->g->outputs[t->loss_out]);
+    CU(cudaMemsetAsync(d->d_amax_bad, 0, sizeof(int), s));
+    for (int m = 0; st == FR_OK && m < k; m++) {
+        st = feed(t, d->ex, t->inputs, t->n_inputs, windows + (int64_t)m * per);
+        if (st == FR_OK) st = fr_cuda_exec_run(d->ex);
+        CU(fr_cuda_micro_scalars(loss, d->d_loss_sum, m == 0, d->d_amax_ptrs, d->n_amax, d->d_step_amax, d->d_amax_bad, s));
+        if (k > 1) CU(fr_cuda_mt_accumulate(d->d_chunks, d->n_chunks, d->d_entries, m == 0, s));
+    }
+    if (k > 1) CU(fr_cuda_mt_divide(d->d_chunks, d->n_chunks, d->d_entries, (float)k, s));
+    CU(fr_cuda_mt_check(d->d_chunks, d->n_chunks, d->d_entries, k > 1, d->d_partial, d->d_loss_sum, k, d->c->dev_error,
+                        d->d_amax_bad, t->opt.grad_clip > 0 ? t->opt.grad_clip : 0.0, d->d_scalars, s));
+    const fr_opt_config *c = fr_optimizer_config(t->optim);
+    const int64_t tstep = fr_optimizer_step_count(t->optim) + 1;
+    const double lr = stats->lr;
+    if (c->kind == FR_OPT_ADAMW) {
+        fr_adamw_args a;
+        a.keep = (float)(1.0 - lr * c->weight_decay);
+        a.decay_on = c->weight_decay != 0;
+        a.b1 = (float)c->beta1;
+        a.one_b1 = (float)(1.0 - c->beta1);
+        a.b2 = (float)c->beta2;
+        a.one_b2 = (float)(1.0 - c->beta2);
+        const double bc1 = 1.0 - pow(c->beta1, (double)tstep), bc2 = 1.0 - pow(c->beta2, (double)tstep);
+        a.neg_step = (float)(-(lr / bc1));
+        a.bc2_sqrt = (float)sqrt(bc2);
+        a.eps = (float)c->eps;
+        CU(fr_cuda_mt_adamw(d->d_chunks, d->n_chunks, d->d_entries, k > 1, d->d_scalars, a, s));
+    } else {
+        fr_sgd_args a;
+        a.wd = (float)c->weight_decay;
+        a.decay_on = c->weight_decay != 0;
+        a.mom = (float)c->momentum;
+        a.one_damp = (float)(1.0 - c->dampening);
+        a.neg_lr = (float)(-lr);
+        a.momentum_on = fr_optimizer_state_count(t->optim) > 0;
+        a.nesterov = c->nesterov;
+        a.first = tstep == 1;
+        CU(fr_cuda_mt_sgd(d->d_chunks, d->n_chunks, d->d_entries, k > 1, d->d_scalars, a, s));
+    }
+    if (t->n_states) CU(fr_cuda_scaling_update(d->sd, t->n_states, d->d_step_amax, d->d_scalars, s));
+    CU(cudaMemcpyAsync(d->h_scalars, d->d_scalars, sizeof(fr_step_scalars), cudaMemcpyDeviceToHost, s));
+    CU(cudaEventRecord(d->done, s));
+    CU(cudaEventSynchronize(d->done));
+    if (st != FR_OK) return st;
+    d->host_stale = 1;
+    const fr_step_scalars *h = d->h_scalars;
+    stats->loss = h->loss_sum / k;
+    stats->grad_norm = h->norm;
+    if (!h->ok) {
+        if (h->numeric_error) { /* current/block scaling met a NaN/Inf amax: skip, like the CPU */
+            fr_status e = fr_cuda_check_error(d->c, t->g);
+            set_reason(stats, fr_last_error());
+            (void)e;
+        } else {
+            FR_TRY(fr_cuda_check_error(d->c, t->g)); /* a data error (index out of range): fail */
+        }
+        if (!isfinite(stats->loss)) {
+            char r[64];
+            snprintf(r, sizeof r, "loss is %g", stats->loss);
+            set_reason(stats, r);
+        } else if (!isfinite(stats->grad_norm)) {
+            char r[64];
+            snprintf(r, sizeof r, "gradient norm is %g", stats->grad_norm);
+            set_reason(stats, r);
+        } else {
+            set_reason(stats, "an FP8 amax is not finite");
+        }
+        stats->skipped = 1;
+        return FR_OK;
+    }
+    FR_TRY(fr_optimizer_set_step_count(t->optim, tstep));
+    return FR_OK;
+}
+
+fr_status fr_cuda_train_eval(fr_trainer *t, const int64_t *windows, double *loss)
+{
+    fr_cuda_train *d = t->dev;
+    if (!d->eval_ex) FR_TRY(fr_cuda_exec_new(d->c, t->eval_g, d->ex, &d->eval_ex));
+    FR_TRY(feed(t, d->eval_ex, t->eval_inputs, t->n_eval_inputs, windows));
+    FR_TRY(fr_cuda_exec_run(d->eval_ex));
+    float l = 0;
+    FR_TRY(fr_cuda_exec_download(d->eval_ex, t->eval_g->outputs[t->eval_loss_out], &l, sizeof l));
+    if (loss) *loss = l;
+    return FR_OK;
+}
+
+const fr_tensor *fr_cuda_train_eval_output(fr_trainer *t, const char *name)
+{
+    fr_cuda_train *d = t->dev;
+    if (!d || !d->eval_ex || !name) return NULL;
+    const fr_graph *g = t->eval_g;
+    for (int i = 0; i < g->n_outputs; i++) {
+        const fr_value *v = &g->values[g->outputs[i]];
+        if (strcmp(v->name, name) != 0) continue;
+        if (!d->eval_host) {
+            d->eval_host = fr_calloc((size_t)g->n_outputs, sizeof *d->eval_host, "eval outputs");
+            if (!d->eval_host) return NULL;
+            d->n_eval_host = g->n_outputs;
+        }
+        if (!d->eval_host[i] && fr_tensor_new(v->dtype, v->rank, v->dims, v->name, &d->eval_host[i]) != FR_OK)
+            return NULL;
+        if (fr_cuda_exec_download(d->eval_ex, g->outputs[i], d->eval_host[i]->data, d->eval_host[i]->nbytes) != FR_OK)
+            return NULL;
+        return d->eval_host[i];
+    }
+    return NULL;
+}

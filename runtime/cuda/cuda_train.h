@@ -1,0 +1,46 @@
+/* The trainer on a CUDA device (runtime/trainer.h with device "cuda").
+ *
+ * The training graph runs in a CUDA executor (cuda_exec.h); parameters, gradients, the
+ * optimizer state and the delayed-scaling state live on the device. A step is queued without
+ * a host synchronization until its end: micro-batches (each: inputs copied in, the graph run,
+ * the loss and FP8 amaxes folded into device scalars, gradients accumulated), then the global
+ * norm, a device-side decision whether the step is usable (finite loss, gradients and amaxes,
+ * no kernel-reported error) with the clipping coefficient, the optimizer update of all
+ * parameters in one launch, and the scaling update, both skipped on the device when the step
+ * is not usable. The host then reads a few scalars (loss, norm, the decision) to fill the
+ * step's statistics, exactly as the CPU trainer reports them.
+ *
+ * The host copies of parameters, optimizer state and scaling state (what checkpoints, export
+ * and get_param read) are brought up to date by fr_cuda_train_pull, and the device ones from
+ * the host by fr_cuda_train_push (after a checkpoint is loaded or a parameter set). */
+#ifndef FR_CUDA_TRAIN_H
+#define FR_CUDA_TRAIN_H
+
+#include "runtime/train_internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct fr_cuda_ctx;
+
+/* Builds the device side for a built trainer (t->g, params, states, inputs). FP8 layers on a
+ * device below compute capability 8.9 are FR_ERR_UNSUPPORTED (no silent fallback). */
+fr_status fr_cuda_train_new(fr_trainer *t, int device, fr_cuda_train **out);
+void fr_cuda_train_free(fr_cuda_train *d);
+fr_status fr_cuda_train_step(fr_trainer *t, const int64_t *windows, int k, fr_train_stats *stats);
+fr_status fr_cuda_train_eval(fr_trainer *t, const int64_t *windows, double *loss);
+/* The host copy of the eval graph's output `name` after fr_cuda_train_eval, or NULL. */
+const fr_tensor *fr_cuda_train_eval_output(fr_trainer *t, const char *name);
+fr_status fr_cuda_train_pull(fr_trainer *t);
+fr_status fr_cuda_train_push(fr_trainer *t);
+/* "NVIDIA H100 80GB HBM3 (compute capability 9.0)" */
+const char *fr_cuda_train_device_name(const fr_cuda_train *d);
+/* Device memory the session holds: executors (arena, constants, inputs) and optimizer state. */
+size_t fr_cuda_train_device_bytes(const fr_cuda_train *d);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

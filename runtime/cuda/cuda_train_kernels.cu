@@ -1,0 +1,214 @@
+/* Device kernels of a training step (runtime/cuda/cuda_train.c drives them): gradient
+ * accumulation, the global gradient norm, the finite check and clipping coefficient, the
+ * AdamW/SGD updates over all parameters in one launch each, and the delayed-scaling update.
+ *
+ * Every parameter is split into chunks of FR_MT_CHUNK elements; one block takes one chunk, so
+ * a single launch covers all parameters ("multi-tensor"). The arithmetic of the optimizers is
+ * runtime/optimizer.c's, operation for operation, with rounding intrinsics (__fmul_rn, ...)
+ * so that nvcc cannot contract or reorder anything: on the same gradients the GPU update
+ * equals the CPU one bit for bit. */
+#include <cuda_runtime.h>
+#include <float.h>
+#include <math.h>
+
+#include "cuda_train_kernels.h"
+
+#define THREADS 256
+
+/* ---- gradients ---- */
+
+__global__ void k_accumulate(const fr_mt_chunk *chunks, const fr_mt_entry *e, int first)
+{
+    const fr_mt_chunk c = chunks[blockIdx.x];
+    const float *g = e[c.entry].g;
+    float *acc = e[c.entry].acc;
+    for (long long i = c.start + threadIdx.x; i < c.start + c.len; i += blockDim.x)
+        acc[i] = first ? g[i] : __fadd_rn(acc[i], g[i]);
+}
+
+__global__ void k_divide(const fr_mt_chunk *chunks, const fr_mt_entry *e, float k)
+{
+    const fr_mt_chunk c = chunks[blockIdx.x];
+    float *g = e[c.entry].acc;
+    for (long long i = c.start + threadIdx.x; i < c.start + c.len; i += blockDim.x) g[i] = __fdiv_rn(g[i], k);
+}
+
+/* sum of squares per chunk, in double; reduced in chunk order by k_check (deterministic) */
+__global__ void k_sumsq(const fr_mt_chunk *chunks, const fr_mt_entry *e, int use_acc, double *partial)
+{
+    __shared__ double s[THREADS];
+    const fr_mt_chunk c = chunks[blockIdx.x];
+    const float *g = use_acc ? e[c.entry].acc : e[c.entry].g;
+    double a = 0;
+    for (long long i = c.start + threadIdx.x; i < c.start + c.len; i += blockDim.x) a += (double)g[i] * (double)g[i];
+    s[threadIdx.x] = a;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w /= 2) {
+        if ((int)threadIdx.x < w) s[threadIdx.x] += s[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) partial[blockIdx.x] = s[0];
+}
+
+/* One thread: the norm, whether the step is usable, and the clipping coefficient. */
+__global__ void k_check(const double *partial, int n_chunks, const float *loss_sum_in, int k, const int *dev_error,
+                        const int *amax_bad, double max_norm, fr_step_scalars *out)
+{
+    double ss = 0;
+    for (int i = 0; i < n_chunks; i++) ss += partial[i];
+    double norm = sqrt(ss);
+    float loss = loss_sum_in[0];
+    int ok = isfinite(norm) && isfinite(loss) && *amax_bad == 0 && dev_error[0] == 0;
+    double coef = max_norm > 0 ? max_norm / (norm + 1e-6) : 1.0;
+    out->norm = norm;
+    out->loss_sum = loss;
+    out->ok = ok;
+    out->clip = max_norm > 0 && coef < 1.0;
+    out->coef = (float)coef;
+    out->numeric_error = dev_error[0] == 9 /* FR_ERR_NUMERIC */;
+}
+
+/* ---- optimizers (runtime/optimizer.c, same operations in the same order) ---- */
+
+__device__ inline float clipped(float g, const fr_step_scalars *s) { return s->clip ? __fmul_rn(g, s->coef) : g; }
+
+__global__ void k_adamw(const fr_mt_chunk *chunks, const fr_mt_entry *e, int use_acc, const fr_step_scalars *s,
+                        fr_adamw_args a)
+{
+    if (!s->ok) return;
+    const fr_mt_chunk c = chunks[blockIdx.x];
+    const fr_mt_entry en = e[c.entry];
+    const float *g = use_acc ? en.acc : en.g;
+    for (long long i = c.start + threadIdx.x; i < c.start + c.len; i += blockDim.x) {
+        float p = en.p[i];
+        if (en.decay && a.decay_on) p = __fmul_rn(p, a.keep);
+        const float gk = clipped(g[i], s);
+        const float m = __fmaf_rn(gk, a.one_b1, __fmul_rn(en.s0[i], a.b1));
+        const float v = __fmaf_rn(__fmul_rn(gk, a.one_b2), gk, __fmul_rn(en.s1[i], a.b2));
+        const float d = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), a.bc2_sqrt), a.eps);
+        en.s0[i] = m;
+        en.s1[i] = v;
+        en.p[i] = __fadd_rn(p, __fdiv_rn(__fmul_rn(a.neg_step, m), d));
+    }
+}
+
+__global__ void k_sgd(const fr_mt_chunk *chunks, const fr_mt_entry *e, int use_acc, const fr_step_scalars *s,
+                      fr_sgd_args a)
+{
+    if (!s->ok) return;
+    const fr_mt_chunk c = chunks[blockIdx.x];
+    const fr_mt_entry en = e[c.entry];
+    const float *g = use_acc ? en.acc : en.g;
+    for (long long i = c.start + threadIdx.x; i < c.start + c.len; i += blockDim.x) {
+        const float gk = clipped(g[i], s);
+        float d = en.decay && a.decay_on ? __fmaf_rn(en.p[i], a.wd, gk) : gk;
+        if (a.momentum_on) {
+            float b = a.first ? d : __fmaf_rn(d, a.one_damp, __fmul_rn(en.s0[i], a.mom));
+            en.s0[i] = b;
+            d = a.nesterov ? __fmaf_rn(b, a.mom, d) : b;
+        }
+        en.p[i] = __fmaf_rn(d, a.neg_lr, en.p[i]);
+    }
+}
+
+/* ---- loss and FP8 amaxes across micro-batches ---- */
+
+__global__ void k_micro_scalars(const float *loss, float *loss_sum, int first, const float *const *amax, int n_amax,
+                                float *step_amax, int *amax_bad)
+{
+    if (threadIdx.x == 0 && blockIdx.x == 0) loss_sum[0] = first ? loss[0] : __fadd_rn(loss_sum[0], loss[0]);
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_amax; i += gridDim.x * blockDim.x) {
+        float a = *amax[i];
+        if (!isfinite(a)) *amax_bad = 1;
+        else if (first || a > step_amax[i]) step_amax[i] = first ? (a > 0.0f ? a : 0.0f) : a;
+    }
+}
+
+/* ---- delayed scaling (runtime/fp8_scaling.c: fr_fp8_scaling_update) ---- */
+
+__global__ void k_scaling_update(fr_scaling_dev st, int n, const float *step_amax, const fr_step_scalars *s)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n || !s->ok) return;
+    const int H = st.history_len;
+    float *hist = st.history + (size_t)i * H;
+    long long k = st.updates[i];
+    hist[st.pos[i]] = step_amax[i];
+    st.pos[i] = (st.pos[i] + 1) % H;
+    st.updates[i] = k + 1;
+    if (k % st.interval != 0) return;
+    float a;
+    if (st.algo == 1) { /* most recent */
+        a = hist[(st.pos[i] + H - 1) % H];
+    } else {
+        a = 0.0f;
+        for (int j = 0; j < H; j++) a = hist[j] > a ? hist[j] : a;
+    }
+    if (a == 0.0f) return; /* keeps the old scale */
+    float sc = ldexpf(__fdiv_rn(st.fp8_max[i], a), -st.margin);
+    if (!(sc <= FLT_MAX)) sc = FLT_MAX;
+    if (sc < FLT_MIN) sc = FLT_MIN;
+    st.scale[i] = sc;
+    *st.scale_out[i] = sc; /* the graph's scale value the next step quantizes with */
+}
+
+/* ---- launchers ---- */
+
+extern "C" {
+
+static cudaError_t launched(void) { return cudaGetLastError(); }
+
+cudaError_t fr_cuda_mt_accumulate(const fr_mt_chunk *chunks, int n_chunks, const fr_mt_entry *e, int first,
+                                  cudaStream_t s)
+{
+    if (n_chunks) k_accumulate<<<n_chunks, THREADS, 0, s>>>(chunks, e, first);
+    return launched();
+}
+
+cudaError_t fr_cuda_mt_divide(const fr_mt_chunk *chunks, int n_chunks, const fr_mt_entry *e, float k, cudaStream_t s)
+{
+    if (n_chunks) k_divide<<<n_chunks, THREADS, 0, s>>>(chunks, e, k);
+    return launched();
+}
+
+cudaError_t fr_cuda_mt_check(const fr_mt_chunk *chunks, int n_chunks, const fr_mt_entry *e, int use_acc,
+                             double *partial, const float *loss_sum, int k, const int *dev_error, const int *amax_bad,
+                             double max_norm, fr_step_scalars *out, cudaStream_t s)
+{
+    if (n_chunks) k_sumsq<<<n_chunks, THREADS, 0, s>>>(chunks, e, use_acc, partial);
+    cudaError_t err = launched();
+    if (err != cudaSuccess) return err;
+    k_check<<<1, 1, 0, s>>>(partial, n_chunks, loss_sum, k, dev_error, amax_bad, max_norm, out);
+    return launched();
+}
+
+cudaError_t fr_cuda_mt_adamw(const fr_mt_chunk *chunks, int n_chunks, const fr_mt_entry *e, int use_acc,
+                             const fr_step_scalars *sc, fr_adamw_args a, cudaStream_t s)
+{
+    if (n_chunks) k_adamw<<<n_chunks, THREADS, 0, s>>>(chunks, e, use_acc, sc, a);
+    return launched();
+}
+
+cudaError_t fr_cuda_mt_sgd(const fr_mt_chunk *chunks, int n_chunks, const fr_mt_entry *e, int use_acc,
+                           const fr_step_scalars *sc, fr_sgd_args a, cudaStream_t s)
+{
+    if (n_chunks) k_sgd<<<n_chunks, THREADS, 0, s>>>(chunks, e, use_acc, sc, a);
+    return launched();
+}
+
+cudaError_t fr_cuda_micro_scalars(const float *loss, float *loss_sum, int first, const float *const *amax, int n_amax,
+                                  float *step_amax, int *amax_bad, cudaStream_t s)
+{
+    int blocks = n_amax > THREADS ? (n_amax + THREADS - 1) / THREADS : 1;
+    k_micro_scalars<<<blocks, THREADS, 0, s>>>(loss, loss_sum, first, amax, n_amax, step_amax, amax_bad);
+    return launched();
+}
+
+cudaError_t fr_cuda_scaling_update(fr_scaling_dev st, int n, const float *step_amax, const fr_step_scalars *sc,
+                                   cudaStream_t s)
+{
+    if (n) k_scaling_update<<<(n + 127) / 128, 128, 0, s>>>(st, n, step_amax, sc);
+    return launched();
+}
+
+} /* extern "C" */

@@ -1,0 +1,78 @@
+/* Launchers of the training-step kernels (runtime/cuda/cuda_train_kernels.cu); see there. */
+#ifndef FR_CUDA_TRAIN_KERNELS_H
+#define FR_CUDA_TRAIN_KERNELS_H
+
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FR_MT_CHUNK 65536 /* elements per block of the multi-tensor kernels */
+
+/* One parameter (device pointers). */
+typedef struct fr_mt_entry {
+    float *p;          /* FP32 master weights */
+    const float *g;    /* this micro-batch's gradient (an executor output) */
+    float *acc;        /* accumulated gradient (micro-batches > 1), else NULL */
+    float *s0, *s1;    /* optimizer state: AdamW exp_avg, exp_avg_sq; SGD momentum_buffer */
+    long long n;
+    int decay;
+} fr_mt_entry;
+
+typedef struct fr_mt_chunk {
+    int entry;
+    long long start, len;
+} fr_mt_chunk;
+
+/* What k_check decides, in device memory; copied back to the host after the step. */
+typedef struct fr_step_scalars {
+    double norm;       /* global gradient norm before clipping */
+    float loss_sum;    /* sum of the micro-batches' losses */
+    float coef;        /* clipping coefficient (float), used when clip */
+    int ok;            /* finite loss, gradients and amaxes, no device error: update */
+    int clip;          /* coef < 1 */
+    int numeric_error; /* a kernel reported FR_ERR_NUMERIC (current/block scaling met NaN/Inf) */
+} fr_step_scalars;
+
+typedef struct fr_adamw_args {
+    float keep, b1, one_b1, b2, one_b2, bc2_sqrt, neg_step, eps;
+    int decay_on;
+} fr_adamw_args;
+
+typedef struct fr_sgd_args {
+    float wd, mom, one_damp, neg_lr;
+    int decay_on, momentum_on, nesterov, first;
+} fr_sgd_args;
+
+/* Delayed-scaling state of n operands (device pointers). */
+typedef struct fr_scaling_dev {
+    float *history;    /* n x history_len */
+    int *pos;
+    long long *updates;
+    float *scale;
+    float **scale_out; /* per operand: the graph's [1] scale value on the device */
+    float *fp8_max;    /* per operand */
+    int history_len, interval, algo, margin;
+} fr_scaling_dev;
+
+cudaError_t fr_cuda_mt_accumulate(const fr_mt_chunk *chunks, int n_chunks, const fr_mt_entry *e, int first,
+                                  cudaStream_t s);
+cudaError_t fr_cuda_mt_divide(const fr_mt_chunk *chunks, int n_chunks, const fr_mt_entry *e, float k, cudaStream_t s);
+cudaError_t fr_cuda_mt_check(const fr_mt_chunk *chunks, int n_chunks, const fr_mt_entry *e, int use_acc,
+                             double *partial, const float *loss_sum, int k, const int *dev_error, const int *amax_bad,
+                             double max_norm, fr_step_scalars *out, cudaStream_t s);
+cudaError_t fr_cuda_mt_adamw(const fr_mt_chunk *chunks, int n_chunks, const fr_mt_entry *e, int use_acc,
+                             const fr_step_scalars *sc, fr_adamw_args a, cudaStream_t s);
+cudaError_t fr_cuda_mt_sgd(const fr_mt_chunk *chunks, int n_chunks, const fr_mt_entry *e, int use_acc,
+                           const fr_step_scalars *sc, fr_sgd_args a, cudaStream_t s);
+cudaError_t fr_cuda_micro_scalars(const float *loss, float *loss_sum, int first, const float *const *amax, int n_amax,
+                                  float *step_amax, int *amax_bad, cudaStream_t s);
+cudaError_t fr_cuda_scaling_update(fr_scaling_dev st, int n, const float *step_amax, const fr_step_scalars *sc,
+                                   cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
