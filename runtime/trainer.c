@@ -132,6 +132,26 @@ fr_status tr_sync_device(fr_trainer *t)
     return FR_OK;
 }
 
+size_t fr_trainer_memory(const fr_trainer *t, size_t *device_used, size_t *device_total)
+{
+    if (device_used) *device_used = 0;
+    if (device_total) *device_total = 0;
+#ifdef FP8RUN_HAVE_CUDA
+    if (t->dev) {
+        size_t u = 0, tot = 0;
+        if (fr_cuda_train_mem_info(t->dev, &u, &tot) == FR_OK) {
+            if (device_used) *device_used = u;
+            if (device_total) *device_total = tot;
+        }
+        return fr_cuda_train_device_bytes(t->dev);
+    }
+#endif
+    size_t b = t->ex ? fr_exec_pool_bytes(t->ex) : 0;
+    int slots = t->optim ? fr_optimizer_state_count(t->optim) : 0;
+    for (int i = 0; i < t->n_params; i++) b += (size_t)t->params[i].numel * sizeof(float) * (size_t)(3 + slots);
+    return b;
+}
+
 const char *fr_trainer_device(const fr_trainer *t)
 {
 #ifdef FP8RUN_HAVE_CUDA

@@ -184,6 +184,11 @@ fr_status fr_trainer_config_json(const fr_trainer *t, char **json);
 fr_optimizer *fr_trainer_optimizer(fr_trainer *t);
 /* Where the trainer runs: "CPU", or the GPU's name and compute capability. */
 const char *fr_trainer_device(const fr_trainer *t);
+/* Memory the trainer planned for its step (bytes): on a GPU the device memory it allocated
+ * (executors, optimizer state, workspace), on the CPU the executor's pool plus parameters,
+ * gradients and optimizer state. *device_used / *device_total (may be NULL) get the GPU's
+ * memory in use and size from the driver, 0 on the CPU. */
+size_t fr_trainer_memory(const fr_trainer *t, size_t *device_used, size_t *device_total);
 
 /* ---- checkpoints (runtime/train_ckpt.c) ---- */
 /* Write a checkpoint atomically. data_state (may be NULL) is stored as entry "data". */

@@ -75,6 +75,12 @@ int cli_info(int argc, char **argv);
 void cli_info_help(FILE *f);
 int cli_run(int argc, char **argv);
 void cli_run_help(FILE *f);
+/* tools/cli_bench.c */
+int cli_bench(int argc, char **argv);
+void cli_bench_help(FILE *f);
+/* tools/cli_generate.c */
+int cli_generate(int argc, char **argv);
+void cli_generate_help(FILE *f);
 /* tools/cli_train.c */
 int fr_cli_train(int argc, char **argv);
 void fr_cli_train_help(FILE *f);

@@ -158,6 +158,16 @@ static int print_linears_onnx(const fr_graph *g, fr_train_options *o, int64_t ba
         printf("  precision fp32: no Linear is rewritten\n");
         return 0;
     }
+    /* without --batch/--seq, a --dim that names the tokens input's dims gives them */
+    for (int i = 0; i < g->n_inputs; i++) {
+        const fr_value *v = &g->values[g->inputs[i]];
+        if ((v->dtype != FR_I64 && v->dtype != FR_I32) || v->rank != 2) continue;
+        for (int k = 0; k < o->n_dims; k++) {
+            if (!batch && v->dim_params[0] && strcmp(o->dims[k].name, v->dim_params[0]) == 0) batch = o->dims[k].value;
+            if (!seq && v->dim_params[1] && strcmp(o->dims[k].name, v->dim_params[1]) == 0) seq = o->dims[k].value;
+        }
+        break;
+    }
     o->batch = batch ? batch : 1;
     o->seq_len = seq ? seq : 16;
     fr_graph *cg = NULL;

@@ -262,6 +262,16 @@ size_t fr_cuda_train_device_bytes(const fr_cuda_train *d)
     return b;
 }
 
+fr_status fr_cuda_train_mem_info(const fr_cuda_train *d, size_t *used, size_t *total)
+{
+    size_t fr = 0, tot = 0;
+    (void)d;
+    FR_CUDA_TRY(cudaMemGetInfo(&fr, &tot));
+    *used = tot - fr;
+    *total = tot;
+    return FR_OK;
+}
+
 /* ---- host <-> device ---- */
 
 fr_status fr_cuda_train_pull(fr_trainer *t)

@@ -38,6 +38,8 @@ fr_status fr_cuda_train_push(fr_trainer *t);
 const char *fr_cuda_train_device_name(const fr_cuda_train *d);
 /* Device memory the session holds: executors (arena, constants, inputs) and optimizer state. */
 size_t fr_cuda_train_device_bytes(const fr_cuda_train *d);
+/* The device's memory in use (by every process) and its size, from the driver. */
+fr_status fr_cuda_train_mem_info(const fr_cuda_train *d, size_t *used, size_t *total);
 
 #ifdef __cplusplus
 }

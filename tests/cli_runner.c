@@ -1,0 +1,68 @@
+/* CLI runner for tests (see cli_runner.h). */
+#include "cli_runner.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+char cli_tmp[512];
+char *cli_out, *cli_err;
+
+char *cli_slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (len) *len = 0;
+    if (!f) return strdup("");
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)(n > 0 ? n : 0) + 1);
+    size_t got = s ? fread(s, 1, (size_t)(n > 0 ? n : 0), f) : 0;
+    if (s) s[got] = '\0';
+    fclose(f);
+    if (len) *len = got;
+    return s ? s : strdup("");
+}
+
+int cli_run(const char *fmt, ...)
+{
+    char args[4000], cmd[6000], p[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    free(cli_out);
+    free(cli_err);
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s >'%s/stdout' 2>'%s/stderr' </dev/null", cli_tmp, FR_CLI, args,
+             cli_tmp, cli_tmp);
+    int st = system(cmd);
+    snprintf(p, sizeof p, "%s/stdout", cli_tmp);
+    cli_out = cli_slurp(p, NULL);
+    snprintf(p, sizeof p, "%s/stderr", cli_tmp);
+    cli_err = cli_slurp(p, NULL);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+void cli_show(int rc)
+{
+    fprintf(stderr, "\n  -> %d\n  stdout: %.3000s\n  stderr: %.3000s\n", rc, cli_out ? cli_out : "",
+            cli_err ? cli_err : "");
+}
+
+int cli_suite_init(void)
+{
+    fr_test_tmpdir(cli_tmp, sizeof cli_tmp);
+    return cli_tmp[0] ? 0 : 1;
+}
+
+int cli_suite_clean(void)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cli_tmp);
+    free(cli_out);
+    free(cli_err);
+    cli_out = cli_err = NULL;
+    return system(cmd) == 0 ? 0 : 1;
+}

@@ -1,0 +1,33 @@
+/* Running the fp8run CLI from tests: one temporary working folder per program, the command's
+ * stdout and stderr captured as text, exit codes returned. */
+#ifndef FR_CLI_RUNNER_H
+#define FR_CLI_RUNNER_H
+
+#include <stddef.h>
+
+#include "harness.h"
+
+extern char cli_tmp[512];         /* the working folder (cli_suite_init) */
+extern char *cli_out, *cli_err;   /* the last command's stdout and stderr */
+
+/* Run `fp8run ARGS` (printf-style, shell-quoted by the caller) in cli_tmp, stdin /dev/null;
+ * returns its exit code (-1 when it did not exit normally). */
+int cli_run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Print the last command's exit code and output (on a failed expectation). */
+void cli_show(int rc);
+/* The whole file as a NUL-terminated string (malloc'ed; "" when unreadable); *len may be NULL. */
+char *cli_slurp(const char *path, size_t *len);
+/* CUnit suite init/cleanup: create / remove cli_tmp. */
+int cli_suite_init(void);
+int cli_suite_clean(void);
+
+/* The command exits with want_rc and `text` (cli_out or cli_err) contains needle. */
+#define CLI_EXPECT(call, want_rc, text, needle)                     \
+    do {                                                            \
+        int rc_ = (call);                                           \
+        int ok_ = rc_ == (want_rc) && strstr((text), (needle));     \
+        if (!ok_) cli_show(rc_);                                    \
+        CU_ASSERT(ok_);                                             \
+    } while (0)
+
+#endif

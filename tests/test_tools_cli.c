@@ -1,0 +1,91 @@
+/* `fp8run generate` and `fp8run bench` on the CPU: the generated Llama loads, prepares, trains
+ * (loss falls on a learnable stream) and exports a model onnxruntime-style tools can read; bench
+ * reports its figures as a table and as JSON with the FLOP count of the formula; usage errors. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_runner.h"
+#include "graph/onnx_io.h"
+
+static double json_num(const char *json, const char *key)
+{
+    char k[128];
+    snprintf(k, sizeof k, "\"%s\": ", key);
+    const char *p = strstr(json, k);
+    return p ? strtod(p + strlen(k), NULL) : NAN;
+}
+
+static void test_generate(void)
+{
+    CLI_EXPECT(cli_run("generate llama --preset tiny --layers 3 --dim 48 --heads 6 --kv-heads 3 --ffn 96 -o g.onnx"),
+               0, cli_out, "wrote g.onnx");
+    char p[700];
+    snprintf(p, sizeof p, "%s/g.onnx", cli_tmp);
+    fr_graph *g = NULL;
+    FR_ASSERT_OK(fr_onnx_load_file(p, &g));
+    /* 3 layers x (2 norms + 7 matrices) + embedding + final norm + LM head */
+    int n_init = g->n_initializers;
+    CU_ASSERT_EQUAL(n_init, 3 * 9 + 3);
+    int64_t want = 128 * 48 + 3 * (2 * 48 + 48 * 48 + 2 * 48 * 24 + 48 * 48 + 3 * 48 * 96) + 48 + 48 * 128;
+    CU_ASSERT_EQUAL(fr_graph_param_count(g), want);
+    fr_graph_free(g);
+    /* it trains: a repeating pattern is learned in a few steps */
+    FILE *f = fopen(strcat(strcpy(p, cli_tmp), "/pattern.txt"), "w");
+    for (int i = 0; i < 4000; i++) fputs("abcdefgh", f);
+    fclose(f);
+    CLI_EXPECT(cli_run("train g.onnx --data pattern.txt --data-dtype uint8 --steps 40 --batch 4 --seq 32 --lr 1e-2 "
+                       "--device cpu --log g.jsonl --export g_trained.onnx"),
+               0, cli_out, "exported g_trained.onnx");
+    char lp[700];
+    snprintf(lp, sizeof lp, "%s/g.jsonl", cli_tmp);
+    char *log = cli_slurp(lp, NULL);
+    double first = json_num(log, "loss"), last = NAN;
+    for (const char *q = log; (q = strstr(q, "\"loss\": ")); q++) last = strtod(q + 8, NULL);
+    CU_ASSERT(first > 4.0 && last < 0.5 * first);
+    if (!(last < 0.5 * first)) printf("\n  loss %g -> %g", first, last);
+    free(log);
+    CLI_EXPECT(cli_run("generate llama --preset huge -o x.onnx"), 2, cli_err, "--preset");
+    CLI_EXPECT(cli_run("generate llama --dim 50 --heads 4 -o x.onnx"), 2, cli_err, "--heads");
+    CLI_EXPECT(cli_run("generate gpt -o x.onnx"), 2, cli_err, "llama");
+    CLI_EXPECT(cli_run("generate llama"), 2, cli_err, "-o");
+}
+
+static void test_bench(void)
+{
+    CLI_EXPECT(cli_run("generate llama --preset tiny -o t.onnx"), 0, cli_out, "wrote");
+    CLI_EXPECT(cli_run("bench t.onnx --batch 2 --seq 32 --warmup 1 --steps 3 --device cpu --json b.json"), 0, cli_out,
+               "tokens/s");
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "step time"));
+    char p[700];
+    snprintf(p, sizeof p, "%s/b.json", cli_tmp);
+    char *j = cli_slurp(p, NULL);
+    CU_ASSERT(json_num(j, "step_ms_median") > 0);
+    CU_ASSERT(json_num(j, "tokens_per_s") > 0);
+    CU_ASSERT_EQUAL(json_num(j, "batch"), 2);
+    /* FLOPs: 6 x (matrix parameters) x tokens + 12 x layers x d x seq x tokens */
+    double n_mm = json_num(j, "matmul_parameters"), tokens = 64;
+    CU_ASSERT_EQUAL(n_mm, 2 * (64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 176) + 64 * 128);
+    double want = 6 * n_mm * tokens + 12.0 * 2 * 64 * 32 * tokens;
+    CU_ASSERT(fabs(json_num(j, "flops_per_step") - want) <= 1e-5 * want);
+    CU_ASSERT_PTR_NOT_NULL(strstr(j, "\"precision\": \"fp32\""));
+    free(j);
+    CLI_EXPECT(cli_run("bench t.onnx --batch 2 --seq 16 --steps 2 --warmup 0 --precision fp8 --device cpu"), 0, cli_out,
+               "fp8");
+    CLI_EXPECT(cli_run("bench t.onnx --seq 16"), 2, cli_err, "--batch");
+    CLI_EXPECT(cli_run("bench t.onnx --batch 2 --seq 16 --precision fp16"), 2, cli_err, "--precision");
+    CLI_EXPECT(cli_run("bench missing.onnx --batch 2 --seq 16"), 1, cli_err, "missing.onnx");
+}
+
+static CU_TestInfo tests[] = {
+    {"generate llama: shapes, parameter count, trains, exports; usage errors", test_generate},
+    {"bench: table, JSON, FLOP formula; usage errors", test_bench},
+    CU_TEST_INFO_NULL,
+};
+
+static CU_SuiteInfo suites[] = {
+    {"tools_cli", cli_suite_init, cli_suite_clean, NULL, NULL, tests},
+    CU_SUITE_INFO_NULL,
+};
+
+int main(void) { return fr_test_main(suites); }

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# On a lent GPU machine: unpack .devpkg/bundle.tar.xz (tools/gpu_bundle.sh) and run the GPU test
+# programs, then whatever extra commands are given as arguments (benchmarks). Logs go to $OUT.
+# The test programs find the fixtures at the absolute path they were built with, so the repository
+# is linked there.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT" /tmp/fr && tar -C /tmp/fr -xJf .devpkg/bundle.tar.xz
+B=$(cat /tmp/fr/build_dir)
+SRC=$(grep -ao '/[a-zA-Z0-9_/.-]*tests/fixtures' /tmp/fr/bin/test_gpu_train | head -1 | sed 's|/tests/fixtures||')
+if [ -n "$SRC" ] && [ "$SRC" != "$PWD" ]; then mkdir -p "$(dirname "$SRC")"; ln -sfn "$PWD" "$SRC"; fi
+mkdir -p "$SRC/$B" && cp /tmp/fr/bin/* "$SRC/$B/"
+export LD_LIBRARY_PATH=/tmp/fr/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+nvcc --version | tail -1 >> "$OUT/gpu.txt" 2>/dev/null
+fails=0
+for t in "$SRC/$B"/test_*; do
+    n=$(basename "$t")
+    timeout ${TEST_TIMEOUT:-240} "$t" > "$OUT/$n.log" 2>&1
+    rc=$?
+    [ $rc -ne 0 ] && fails=$((fails + 1))
+    printf '%-24s rc=%d  %s\n' "$n" $rc "$(grep -E 'asserts' "$OUT/$n.log" | tr -s ' ')" | tee -a "$OUT/summary.txt"
+done
+for cmd in "$@"; do echo "== $cmd" | tee -a "$OUT/summary.txt"; (cd "$SRC" && eval "$cmd") 2>&1 | tail -40 | tee -a "$OUT/summary.txt"; done
+echo "failed programs: $fails" | tee -a "$OUT/summary.txt"
