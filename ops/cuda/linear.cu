@@ -1,6 +1,496 @@
-/* CUDA kernels of the linear family (see runtime/cuda/cuda_kernel.h for the contract). */
-#include "../../runtime/cuda/cuda_kernel.h"
+/* CUDA kernels of the linear family: ai.fp8run::Linear, LinearGradData, LinearGradWeight (the
+ * contract is ops/linear.h; the CPU emulation ops/linear.c is the reference).
+ *
+ *   fp32  cuBLASLt in true float32 (float64 tensors: CUBLAS_COMPUTE_64F); within 1e-5.
+ *   bf16  operands rounded to bf16 like the CPU (__float2bfloat16_rn), bf16 x bf16 -> f32.
+ *   fp8   operands quantized to the CPU's exact bytes (ops/cuda/quantize.cuh), multiplied by
+ *         cuBLASLt's FP8 GEMM with the scale_inv of each operand: per tensor (delayed, current)
+ *         or in blocks (block: 1x128 of X / dY along the contraction dim, 128x128 of W, 128x1
+ *         along the tokens for the weight gradient: cuBLASLt's VEC128 / BLK128x128 modes).
+ *         Forward E4M3 x E4M3, dX = dY (E5M2 in hybrid) x W (E4M3), dW = X^T (E4M3) x dY^T.
+ *         BF16/FP8 results are within 1e-2 of the CPU (same products, cuBLASLt's summation
+ *         order instead of the CPU's fixed one; measured on an H100: bf16 ~3e-7, fp8 ~2e-4,
+ *         the FP8 tensor cores' accumulation being the larger part).
+ * Hopper's FP8 GEMM wants both operands K-contiguous with dims multiples of 16: the
+ * quantization kernels write the operands into scratch in that layout (transposed where the
+ * GEMM contracts over the source's rows), zero-padded to multiples of 16; a padded result is
+ * copied out (the bias added on the way). Zero padding adds exact zeros, so the result equals
+ * the unpadded one; pad_multiple (the CPU's emulation of this) changes nothing here.
+ *
+ * Scratch (sized at plan time from the static shapes): fr_q_stats, the quantized operands,
+ * their block scales, the padded result. A refused scale (NaN/Inf amax in current/block,
+ * a delayed scale that is not finite and > 0: the CPU's FR_ERR_NUMERIC) sets a bit in the
+ * node's fr_q_stats.flags and makes the outputs it touches NaN, so the trainer's non-finite
+ * check skips the step; see quantize.cuh. Nothing here synchronizes. */
+#include <stdint.h>
+#include <string.h>
+
+#include "../../runtime/cuda/cuda_gemm.h"
+#include "quantize.cuh"
+
+extern "C" {
+#include "../linear.h"
+}
+
+/* ---- attributes (the CPU's read_cfg) ---- */
+
+typedef struct lin_cfg {
+    int transB;
+    fr_lin_precision prec;
+    fr_lin_recipe recipe;
+    int dy_e5m2;
+    int margin;
+} lin_cfg;
+
+static fr_status read_cfg(const fr_node *n, lin_cfg *c)
+{
+    int64_t tb, margin, pad;
+    const char *prec, *recipe, *fmt;
+    FR_TRY(fr_node_attr_int(n, "transB", 0, &tb));
+    FR_TRY(fr_node_attr_string(n, "precision", "fp32", &prec));
+    FR_TRY(fr_node_attr_string(n, "recipe", "delayed", &recipe));
+    FR_TRY(fr_node_attr_string(n, "fp8_format", "hybrid", &fmt));
+    FR_TRY(fr_node_attr_int(n, "margin", 0, &margin));
+    FR_TRY(fr_node_attr_int(n, "pad_multiple", 1, &pad));
+    if (tb != 0 && tb != 1) return fr_node_error(n, FR_ERR_UNSUPPORTED, "transB=%lld (must be 0 or 1)", (long long)tb);
+    if (fr_lin_precision_parse(prec, &c->prec) != FR_OK || fr_lin_recipe_parse(recipe, &c->recipe) != FR_OK)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "%s", fr_last_error());
+    if (strcmp(fmt, "hybrid") == 0)
+        c->dy_e5m2 = 1;
+    else if (strcmp(fmt, "e4m3") == 0)
+        c->dy_e5m2 = 0;
+    else
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "fp8_format '%s' is not one of hybrid, e4m3", fmt);
+    if (margin < -64 || margin > 64)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "margin %lld is outside [-64, 64]", (long long)margin);
+    if (pad < 1 || pad > 4096)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "pad_multiple %lld is outside [1, 4096]", (long long)pad);
+    c->transB = (int)tb;
+    c->margin = (int)margin;
+    return FR_OK;
+}
+
+static int delayed(const lin_cfg *c) { return c->prec == FR_LIN_FP8 && c->recipe == FR_LIN_DELAYED; }
+static int blockwise(const lin_cfg *c) { return c->prec == FR_LIN_FP8 && c->recipe == FR_LIN_BLOCKWISE; }
+
+/* ---- scratch plans ---- */
+
+static size_t take(size_t *cur, int64_t bytes)
+{
+    size_t o = (*cur + 255) & ~(size_t)255;
+    *cur = o + (size_t)(bytes > 0 ? bytes : 0);
+    return o;
+}
+
+/* Offsets in the node's scratch. a, b: the GEMM's operands (bf16 copies or fp8 codes); sa, sb:
+ * their block scales; d: the padded fp8 result. */
+typedef struct lin_plan {
+    size_t stats, a, b, sa, sb, d, total;
+    int padded;
+} lin_plan;
+
+/* A fp8 GEMM C [Mg][Ng] = A [Mg][Kg] B [Ng][Kg]^T with block scales of the given modes;
+ * out_rows x out_cols: the unpadded result. */
+static void plan_fp8(int64_t Mg, int64_t Ng, int64_t Kg, fr_gemm_scale ma, fr_gemm_scale mb, int64_t out_rows,
+                     int64_t out_cols, lin_plan *p, size_t *cur)
+{
+    p->stats = take(cur, sizeof(fr_q_stats));
+    p->a = take(cur, Mg * Kg);
+    p->b = take(cur, Ng * Kg);
+    if (ma == FR_GEMM_SCALE_VEC128) p->sa = take(cur, fr_q_cdiv(Kg, 128) * Mg * 4);
+    if (mb == FR_GEMM_SCALE_VEC128) p->sb = take(cur, fr_q_cdiv(Kg, 128) * Ng * 4);
+    if (mb == FR_GEMM_SCALE_BLK128) p->sb = take(cur, fr_q_blk_count(Ng, Kg) * 4);
+    p->padded = Mg != out_rows || Ng != out_cols;
+    if (p->padded) p->d = take(cur, Mg * Ng * 4);
+}
+
+typedef enum { OP_FWD, OP_DGRAD, OP_WGRAD } lin_op;
+
+/* The plan of op `op` with tokens M, input features K, output features N. */
+static void make_plan(lin_op op, const lin_cfg *c, int64_t M, int64_t N, int64_t K, lin_plan *p)
+{
+    memset(p, 0, sizeof *p);
+    size_t cur = 0;
+    int64_t Mp = fr_q_pad16(M), Np = fr_q_pad16(N), Kp = fr_q_pad16(K);
+    int blk = blockwise(c);
+    fr_gemm_scale vec = blk ? FR_GEMM_SCALE_VEC128 : FR_GEMM_SCALE_TENSOR;
+    fr_gemm_scale wmode = blk ? FR_GEMM_SCALE_BLK128 : FR_GEMM_SCALE_TENSOR;
+    if (c->prec == FR_LIN_BF16) {
+        /* bf16 copies of the two operands */
+        int64_t na = op == OP_DGRAD ? M * N : M * K, nb = op == OP_WGRAD ? M * N : K * N;
+        p->a = take(&cur, na * 2);
+        p->b = take(&cur, nb * 2);
+    } else if (c->prec == FR_LIN_FP8) {
+        if (op == OP_FWD) /* Y [M][N] = X [M][K] . W [N][K]^T */
+            plan_fp8(Mp, Np, Kp, vec, wmode, M, N, p, &cur);
+        else if (op == OP_DGRAD) /* dX [M][K] = dY [M][N] . W [K][N]^T */
+            plan_fp8(Mp, Kp, Np, vec, wmode, M, K, p, &cur);
+        else if (!c->transB) /* dW [K][N] = X^T [K][M] . dY^T [N][M]^T */
+            plan_fp8(Kp, Np, Mp, vec, vec, K, N, p, &cur);
+        else /* dW [N][K] = dY^T [N][M] . X^T [K][M]^T */
+            plan_fp8(Np, Kp, Mp, vec, vec, N, K, p, &cur);
+    }
+    p->total = cur;
+}
+
+static int64_t lead(int rank, const int64_t *dims)
+{
+    int64_t m = 1;
+    for (int d = 0; d + 1 < rank; d++) m *= dims[d];
+    return m;
+}
+
+static int64_t last(int rank, const int64_t *dims) { return rank ? dims[rank - 1] : 1; }
+
+/* M, N, K of a node from the shapes of its inputs (graph values or tensors). */
+static fr_status node_dims(lin_op op, const fr_node *n, const lin_cfg *c, int r0, const int64_t *d0, int r1,
+                           const int64_t *d1, int64_t *M, int64_t *N, int64_t *K)
+{
+    if (r0 < 1 || r1 < 1) return fr_node_error(n, FR_ERR_SHAPE, "inputs must have rank >= 1");
+    if (op == OP_WGRAD) { /* (Xs, dY) */
+        *M = lead(r1, d1);
+        *N = last(r1, d1);
+        *K = last(r0, d0);
+        return FR_OK;
+    }
+    if (r1 != 2) return fr_node_error(n, FR_ERR_SHAPE, "the weight must be 2-D");
+    *K = c->transB ? d1[1] : d1[0];
+    *N = c->transB ? d1[0] : d1[1];
+    *M = lead(r0, d0);
+    int64_t want = op == OP_FWD ? *K : *N;
+    if (last(r0, d0) != want)
+        return fr_node_error(n, FR_ERR_SHAPE, "input's last dim %lld does not match the weight (want %lld)",
+                             (long long)last(r0, d0), (long long)want);
+    return FR_OK;
+}
+
+static fr_status scratch_of(lin_op op, const fr_graph *g, const fr_node *n, size_t *bytes)
+{
+    lin_cfg c;
+    FR_TRY(read_cfg(n, &c));
+    if (n->n_inputs < 2 || n->inputs[0] < 0 || n->inputs[1] < 0)
+        return fr_node_error(n, FR_ERR_GRAPH, "needs two inputs");
+    const fr_value *v0 = &g->values[n->inputs[0]], *v1 = &g->values[n->inputs[1]];
+    int64_t M, N, K;
+    FR_TRY(node_dims(op, n, &c, v0->rank, v0->dims, v1->rank, v1->dims, &M, &N, &K));
+    lin_plan p;
+    make_plan(op, &c, M, N, K, &p);
+    *bytes = p.total;
+    return FR_OK;
+}
+
+static fr_status fwd_scratch(const fr_graph *g, const fr_node *n, size_t *b) { return scratch_of(OP_FWD, g, n, b); }
+static fr_status dgrad_scratch(const fr_graph *g, const fr_node *n, size_t *b) { return scratch_of(OP_DGRAD, g, n, b); }
+static fr_status wgrad_scratch(const fr_graph *g, const fr_node *n, size_t *b) { return scratch_of(OP_WGRAD, g, n, b); }
+
+/* ---- shared run-time pieces ---- */
+
+typedef struct lin_run {
+    const fr_cuda_kctx *k;
+    const fr_node *n;
+    cudaStream_t s;
+    lin_cfg c;
+    lin_plan p;
+    int64_t M, N, K;
+    char *base;
+    fr_q_stats *stats;
+} lin_run;
+
+static const fr_tensor *opt_in(const fr_cuda_kctx *k, int i) { return i < k->n_in ? k->in[i] : NULL; }
+static fr_tensor *opt_out(const fr_cuda_kctx *k, int o) { return o < k->n_out ? k->out[o] : NULL; }
+
+static fr_status begin(lin_op op, const fr_cuda_kctx *k, lin_run *r)
+{
+    memset(r, 0, sizeof *r);
+    r->k = k;
+    r->n = k->node;
+    r->s = k->cu->stream;
+    FR_TRY(read_cfg(r->n, &r->c));
+    if (k->n_in < 2 || !k->in[0] || !k->in[1] || k->n_out < 1 || !k->out[0])
+        return fr_node_error(r->n, FR_ERR_GRAPH, "needs its two inputs and its first output");
+    const fr_tensor *a = k->in[0], *b = k->in[1];
+    FR_TRY(node_dims(op, r->n, &r->c, a->rank, a->dims, b->rank, b->dims, &r->M, &r->N, &r->K));
+    make_plan(op, &r->c, r->M, r->N, r->K, &r->p);
+    if (r->p.total > k->scratch_bytes)
+        return fr_node_error(r->n, FR_ERR_INTERNAL, "scratch of %zu bytes is smaller than the %zu planned",
+                             k->scratch_bytes, r->p.total);
+    r->base = (char *)k->scratch;
+    if (r->c.prec == FR_LIN_FP8) {
+        r->stats = (fr_q_stats *)(r->base + r->p.stats);
+        FR_CUDA_TRY(cudaMemsetAsync(r->stats, 0, sizeof(fr_q_stats), r->s));
+    }
+    fr_dtype dt = a->dtype == FR_F8E4M3 ? b->dtype : a->dtype;
+    if (dt != FR_F32 && !(dt == FR_F64 && r->c.prec == FR_LIN_FP32))
+        return fr_node_error(r->n, FR_ERR_UNSUPPORTED, "dtype %s in %s precision", fr_dtype_name(dt),
+                             fr_lin_precision_name(r->c.prec));
+    return FR_OK;
+}
+
+static fr_status check_out(const lin_run *r, const fr_tensor *t, int64_t rows, int64_t cols, fr_dtype dt,
+                           const char *what)
+{
+    if (!t) return FR_OK;
+    if (t->dtype != dt || fr_tensor_numel(t) != rows * cols)
+        return fr_node_error(r->n, FR_ERR_SHAPE, "output %s does not have the inferred shape (re-run shape "
+                             "inference)", what);
+    return FR_OK;
+}
+
+/* float GEMM (fp32 / f64 / bf16 copies) C [Mg][Ng] = op(A) op(B), then bias */
+static fr_status float_gemm(lin_run *r, fr_dtype in_type, fr_dtype out_type, int64_t Mg, int64_t Ng, int64_t Kg,
+                            const void *A, int ta, const void *B, int tb, void *D, const void *bias)
+{
+    fr_gemm g;
+    fr_gemm_init(&g);
+    g.M = Mg;
+    g.N = Ng;
+    g.K = Kg;
+    g.trans_a = ta;
+    g.trans_b = tb;
+    g.a_type = g.b_type = in_type;
+    g.d_type = out_type;
+    g.A = A;
+    g.B = B;
+    g.D = D;
+    FR_TRY(fr_cuda_gemm(r->k->cu, r->n, &g));
+    return bias ? fr_q_finish(r->s, r->n, out_type, D, Ng, D, Mg, Ng, bias) : FR_OK;
+}
+
+/* fp8 GEMM C [Mg][Ng] = A [Mg][Kg] . B [Ng][Kg]^T (padded dims) into the plan's padded buffer
+ * or straight into Y, then the copy-out / bias. */
+static fr_status fp8_gemm(lin_run *r, int64_t Mg, int64_t Ng, int64_t Kg, const uint8_t *A, int a_e5m2,
+                          const float *sa, fr_gemm_scale ma, const uint8_t *B, int b_e5m2, const float *sb,
+                          fr_gemm_scale mb, fr_tensor *Y, int64_t rows, int64_t cols, const void *bias)
+{
+    float *D = r->p.padded ? (float *)(r->base + r->p.d) : (float *)Y->data;
+    fr_gemm g;
+    fr_gemm_init(&g);
+    g.M = Mg;
+    g.N = Ng;
+    g.K = Kg;
+    g.trans_b = 1;
+    g.a_type = a_e5m2 ? FR_F8E5M2 : FR_F8E4M3;
+    g.b_type = b_e5m2 ? FR_F8E5M2 : FR_F8E4M3;
+    g.d_type = FR_F32;
+    g.A = A;
+    g.B = B;
+    g.D = D;
+    g.a_scale_inv = sa;
+    g.b_scale_inv = sb;
+    g.a_scale = ma;
+    g.b_scale = mb;
+    FR_TRY(fr_cuda_gemm(r->k->cu, r->n, &g));
+    return fr_q_finish(r->s, r->n, FR_F32, D, Ng, Y->data, rows, cols, bias);
+}
+
+/* Per-tensor fp8 quantization of one operand: delayed (given scale, amax in the same pass) or
+ * current (amax, scale, then the cast). dst: padded [Rp][Cp] or its transpose. */
+static fr_status quant_tensor(lin_run *r, int slot, const fr_tensor *src, int64_t R, int64_t C, fr_q_fmt f,
+                              const fr_tensor *given, int trans, uint8_t *dst, uint8_t *dense, float *amax_out,
+                              float *sinv_out)
+{
+    const float *x = (const float *)src->data;
+    if (given) {
+        FR_TRY(fr_q_tensor(r->s, r->n, x, R, C, (const float *)given->data, f, trans, dst, dense, r->stats, slot));
+        return fr_q_finalize(r->s, r->n, r->stats, slot, (const float *)given->data, 0, f, amax_out, sinv_out);
+    }
+    FR_TRY(fr_q_amax(r->s, r->n, x, R * C, r->stats, slot));
+    FR_TRY(fr_q_finalize(r->s, r->n, r->stats, slot, NULL, 1, f, amax_out, sinv_out));
+    return fr_q_tensor(r->s, r->n, x, R, C, &r->stats->scale[slot], f, trans, dst, dense, r->stats, -1);
+}
+
+static fr_status need_scale(const lin_run *r, const fr_tensor *t, const char *what)
+{
+    if (!delayed(&r->c)) return FR_OK;
+    if (!t || t->dtype != FR_F32 || fr_tensor_numel(t) != 1)
+        return fr_node_error(r->n, FR_ERR_GRAPH, "the delayed fp8 recipe needs the %s input (float32 [1])", what);
+    return FR_OK;
+}
+
+/* ---- Linear ---- */
+
+static fr_status linear_run(const fr_cuda_kctx *k)
+{
+    lin_run r;
+    FR_TRY(begin(OP_FWD, k, &r));
+    const lin_cfg *c = &r.c;
+    const fr_tensor *x = k->in[0], *w = k->in[1], *b = opt_in(k, FR_LIN_IN_B);
+    fr_tensor *y = k->out[0], *xq = opt_out(k, FR_LIN_OUT_XQ), *xs = opt_out(k, FR_LIN_OUT_XQ_SINV);
+    fr_tensor *ax = opt_out(k, FR_LIN_OUT_AMAX_X), *aw = opt_out(k, FR_LIN_OUT_AMAX_W);
+    int64_t M = r.M, N = r.N, K = r.K;
+    FR_TRY(check_out(&r, y, M, N, x->dtype, "Y"));
+    if (b && (b->dtype != x->dtype || fr_tensor_numel(b) != N))
+        return fr_node_error(r.n, FR_ERR_SHAPE, "bias must hold N=%lld %s values", (long long)N,
+                             fr_dtype_name(x->dtype));
+    const void *bias = b ? b->data : NULL;
+    if (c->prec == FR_LIN_FP32)
+        return float_gemm(&r, x->dtype, x->dtype, M, N, K, x->data, 0, w->data, c->transB, y->data, bias);
+    if (c->prec == FR_LIN_BF16) {
+        void *xb = r.base + r.p.a, *wb = r.base + r.p.b;
+        FR_TRY(fr_q_to_bf16(r.s, r.n, (const float *)x->data, M * K, xb));
+        FR_TRY(fr_q_to_bf16(r.s, r.n, (const float *)w->data, K * N, wb));
+        return float_gemm(&r, FR_BF16, FR_F32, M, N, K, xb, 0, wb, c->transB, y->data, bias);
+    }
+    /* fp8 */
+    FR_TRY(check_out(&r, xq, M, K, FR_F8E4M3, "Xq"));
+    FR_TRY(check_out(&r, ax, 1, 1, FR_F32, "amax_x"));
+    FR_TRY(check_out(&r, aw, 1, 1, FR_F32, "amax_w"));
+    if (!xq != !xs) return fr_node_error(r.n, FR_ERR_GRAPH, "outputs Xq and Xq_scale_inv come together");
+    int64_t Mp = fr_q_pad16(M), Np = fr_q_pad16(N), Kp = fr_q_pad16(K);
+    int64_t wr = w->dims[0], wc = w->dims[1];
+    fr_q_fmt f = {0, c->margin};
+    uint8_t *xop = (uint8_t *)(r.base + r.p.a), *wop = (uint8_t *)(r.base + r.p.b);
+    float *xsv = (float *)(r.base + r.p.sa), *wsv = (float *)(r.base + r.p.sb);
+    if (blockwise(c)) {
+        FR_TRY(check_out(&r, xs, fr_q_cdiv(M, 128), K, FR_F32, "Xq_scale_inv"));
+        FR_CUDA_TRY(cudaMemsetAsync(wsv, 0, (size_t)fr_q_blk_count(Np, Kp) * 4, r.s));
+        FR_TRY(fr_q_rows128(r.s, r.n, (const float *)x->data, M, K, f, xop, xsv, r.stats, 0));
+        FR_TRY(fr_q_tiles128(r.s, r.n, (const float *)w->data, wr, wc, f, !c->transB, wop, wsv, r.stats, 1));
+        if (xq) /* the weight gradient wants X in 128x1 blocks along the tokens */
+            FR_TRY(fr_q_cols128(r.s, r.n, (const float *)x->data, M, K, f, NULL, NULL, (uint8_t *)xq->data,
+                                (float *)xs->data, r.stats, 0));
+        if (ax) FR_TRY(fr_q_finalize(r.s, r.n, r.stats, 0, NULL, 0, f, (float *)ax->data, NULL));
+        if (aw) FR_TRY(fr_q_finalize(r.s, r.n, r.stats, 1, NULL, 0, f, (float *)aw->data, NULL));
+        return fp8_gemm(&r, Mp, Np, Kp, xop, 0, xsv, FR_GEMM_SCALE_VEC128, wop, 0, wsv, FR_GEMM_SCALE_BLK128, y, M,
+                        N, bias);
+    }
+    FR_TRY(check_out(&r, xs, 1, 1, FR_F32, "Xq_scale_inv"));
+    const fr_tensor *sx = delayed(c) ? opt_in(k, FR_LIN_IN_SCALE_X) : NULL;
+    const fr_tensor *sw = delayed(c) ? opt_in(k, FR_LIN_IN_SCALE_W) : NULL;
+    FR_TRY(need_scale(&r, sx, "scale_x"));
+    FR_TRY(need_scale(&r, sw, "scale_w"));
+    /* the saved Xq is the GEMM's own operand when no padding is needed */
+    int direct = xq && M == Mp && K == Kp && (uintptr_t)xq->data % 16 == 0;
+    if (direct) xop = (uint8_t *)xq->data;
+    FR_TRY(quant_tensor(&r, 0, x, M, K, f, sx, 0, xop, xq && !direct ? (uint8_t *)xq->data : NULL,
+                        ax ? (float *)ax->data : NULL, xs ? (float *)xs->data : NULL));
+    FR_TRY(quant_tensor(&r, 1, w, wr, wc, f, sw, !c->transB, wop, NULL, aw ? (float *)aw->data : NULL, NULL));
+    return fp8_gemm(&r, Mp, Np, Kp, xop, 0, &r.stats->scale_inv[0][0], FR_GEMM_SCALE_TENSOR, wop, 0,
+                    &r.stats->scale_inv[1][0], FR_GEMM_SCALE_TENSOR, y, M, N, bias);
+}
+
+/* ---- LinearGradData: dX [M][K] = dY [M][N] op(W)^T ---- */
+
+static fr_status grad_data_run(const fr_cuda_kctx *k)
+{
+    lin_run r;
+    FR_TRY(begin(OP_DGRAD, k, &r));
+    const lin_cfg *c = &r.c;
+    const fr_tensor *dy = k->in[0], *w = k->in[1];
+    fr_tensor *dx = k->out[0], *ady = opt_out(k, 1);
+    int64_t M = r.M, N = r.N, K = r.K;
+    FR_TRY(check_out(&r, dx, M, K, dy->dtype, "dX"));
+    /* W [K][N] (transB = 0) is used transposed, W [N][K] as stored */
+    if (c->prec == FR_LIN_FP32)
+        return float_gemm(&r, dy->dtype, dy->dtype, M, K, N, dy->data, 0, w->data, !c->transB, dx->data, NULL);
+    if (c->prec == FR_LIN_BF16) {
+        void *yb = r.base + r.p.a, *wb = r.base + r.p.b;
+        FR_TRY(fr_q_to_bf16(r.s, r.n, (const float *)dy->data, M * N, yb));
+        FR_TRY(fr_q_to_bf16(r.s, r.n, (const float *)w->data, K * N, wb));
+        return float_gemm(&r, FR_BF16, FR_F32, M, K, N, yb, 0, wb, !c->transB, dx->data, NULL);
+    }
+    FR_TRY(check_out(&r, ady, 1, 1, FR_F32, "amax_dy"));
+    int64_t Mp = fr_q_pad16(M), Np = fr_q_pad16(N), Kp = fr_q_pad16(K);
+    int64_t wr = w->dims[0], wc = w->dims[1];
+    fr_q_fmt fy = {c->dy_e5m2, c->margin}, fw = {0, c->margin};
+    uint8_t *yop = (uint8_t *)(r.base + r.p.a), *wop = (uint8_t *)(r.base + r.p.b);
+    float *ysv = (float *)(r.base + r.p.sa), *wsv = (float *)(r.base + r.p.sb);
+    float *amax_out = ady ? (float *)ady->data : NULL;
+    /* W as [Kp][Np]: stored [K][N] as it is, [N][K] transposed */
+    if (blockwise(c)) {
+        FR_CUDA_TRY(cudaMemsetAsync(wsv, 0, (size_t)fr_q_blk_count(Kp, Np) * 4, r.s));
+        FR_TRY(fr_q_rows128(r.s, r.n, (const float *)dy->data, M, N, fy, yop, ysv, r.stats, 0));
+        FR_TRY(fr_q_tiles128(r.s, r.n, (const float *)w->data, wr, wc, fw, c->transB, wop, wsv, r.stats, 1));
+        if (amax_out) FR_TRY(fr_q_finalize(r.s, r.n, r.stats, 0, NULL, 0, fy, amax_out, NULL));
+        return fp8_gemm(&r, Mp, Kp, Np, yop, c->dy_e5m2, ysv, FR_GEMM_SCALE_VEC128, wop, 0, wsv,
+                        FR_GEMM_SCALE_BLK128, dx, M, K, NULL);
+    }
+    const fr_tensor *sw = delayed(c) ? opt_in(k, 2) : NULL, *sdy = delayed(c) ? opt_in(k, 3) : NULL;
+    FR_TRY(need_scale(&r, sw, "scale_w"));
+    FR_TRY(need_scale(&r, sdy, "scale_dy"));
+    FR_TRY(quant_tensor(&r, 0, dy, M, N, fy, sdy, 0, yop, NULL, amax_out, NULL));
+    FR_TRY(quant_tensor(&r, 1, w, wr, wc, fw, sw, c->transB, wop, NULL, NULL, NULL));
+    return fp8_gemm(&r, Mp, Kp, Np, yop, c->dy_e5m2, &r.stats->scale_inv[0][0], FR_GEMM_SCALE_TENSOR, wop, 0,
+                    &r.stats->scale_inv[1][0], FR_GEMM_SCALE_TENSOR, dx, M, K, NULL);
+}
+
+/* ---- LinearGradWeight: dW = X^T dY [K][N] (transB = 0) or dY^T X [N][K] ---- */
+
+static fr_status grad_weight_run(const fr_cuda_kctx *k)
+{
+    lin_run r;
+    FR_TRY(begin(OP_WGRAD, k, &r));
+    const lin_cfg *c = &r.c;
+    const fr_tensor *xs = k->in[0], *dy = k->in[1], *s2 = opt_in(k, 2);
+    fr_tensor *dw = k->out[0], *ady = opt_out(k, 1);
+    int64_t M = r.M, N = r.N, K = r.K;
+    int tb = c->transB;
+    if (fr_tensor_numel(xs) != M * K) return fr_node_error(r.n, FR_ERR_SHAPE, "input and output gradient differ in tokens");
+    FR_TRY(check_out(&r, dw, tb ? N : K, tb ? K : N, dy->dtype, "dW"));
+    int saved = xs->dtype == FR_F8E4M3;
+    if (saved && c->prec != FR_LIN_FP8)
+        return fr_node_error(r.n, FR_ERR_UNSUPPORTED, "a saved float8e4m3fn input needs fp8 precision");
+    if (c->prec == FR_LIN_FP32) {
+        if (tb) return float_gemm(&r, dy->dtype, dy->dtype, N, K, M, dy->data, 1, xs->data, 0, dw->data, NULL);
+        return float_gemm(&r, dy->dtype, dy->dtype, K, N, M, xs->data, 1, dy->data, 0, dw->data, NULL);
+    }
+    if (c->prec == FR_LIN_BF16) {
+        void *xb = r.base + r.p.a, *yb = r.base + r.p.b;
+        FR_TRY(fr_q_to_bf16(r.s, r.n, (const float *)xs->data, M * K, xb));
+        FR_TRY(fr_q_to_bf16(r.s, r.n, (const float *)dy->data, M * N, yb));
+        if (tb) return float_gemm(&r, FR_BF16, FR_F32, N, K, M, yb, 1, xb, 0, dw->data, NULL);
+        return float_gemm(&r, FR_BF16, FR_F32, K, N, M, xb, 1, yb, 0, dw->data, NULL);
+    }
+    FR_TRY(check_out(&r, ady, 1, 1, FR_F32, "amax_dy"));
+    int64_t Mp = fr_q_pad16(M), Np = fr_q_pad16(N), Kp = fr_q_pad16(K);
+    fr_q_fmt fx = {0, c->margin}, fy = {c->dy_e5m2, c->margin};
+    /* operand buffers: X^T [Kp][Mp], dY^T [Np][Mp] (the plan's a/b follow the GEMM's order) */
+    uint8_t *xop = (uint8_t *)(r.base + (tb ? r.p.b : r.p.a)), *yop = (uint8_t *)(r.base + (tb ? r.p.a : r.p.b));
+    float *xsv = (float *)(r.base + (tb ? r.p.sb : r.p.sa)), *ysv = (float *)(r.base + (tb ? r.p.sa : r.p.sb));
+    float *amax_out = ady ? (float *)ady->data : NULL;
+    const float *x_sinv, *y_sinv;
+    fr_gemm_scale mode;
+    if (saved) {
+        int64_t want = blockwise(c) ? fr_q_cdiv(M, 128) * K : 1;
+        if (!s2 || s2->dtype != FR_F32 || fr_tensor_numel(s2) != want)
+            return fr_node_error(r.n, FR_ERR_SHAPE, "the saved input needs its scale_inv as input 2");
+        FR_TRY(fr_q_transpose_codes(r.s, r.n, (const uint8_t *)xs->data, M, K, xop));
+    }
+    if (blockwise(c)) {
+        mode = FR_GEMM_SCALE_VEC128;
+        if (saved)
+            FR_TRY(fr_q_pad_grid(r.s, r.n, (const float *)s2->data, fr_q_cdiv(M, 128), K, Kp, xsv));
+        else
+            FR_TRY(fr_q_cols128(r.s, r.n, (const float *)xs->data, M, K, fx, xop, xsv, NULL, NULL, r.stats, 0));
+        FR_TRY(fr_q_cols128(r.s, r.n, (const float *)dy->data, M, N, fy, yop, ysv, NULL, NULL, r.stats, 1));
+        if (amax_out) FR_TRY(fr_q_finalize(r.s, r.n, r.stats, 1, NULL, 0, fy, amax_out, NULL));
+        x_sinv = xsv;
+        y_sinv = ysv;
+    } else {
+        mode = FR_GEMM_SCALE_TENSOR;
+        const fr_tensor *sdy = delayed(c) ? opt_in(k, 3) : NULL;
+        FR_TRY(need_scale(&r, sdy, "scale_dy"));
+        if (saved) { /* its scale_inv, copied to a 16-byte aligned place for cuBLASLt */
+            FR_CUDA_TRY(cudaMemcpyAsync(&r.stats->scale_inv[0][0], s2->data, sizeof(float), cudaMemcpyDeviceToDevice,
+                                        r.s));
+            x_sinv = &r.stats->scale_inv[0][0];
+        } else {
+            const fr_tensor *sx = delayed(c) ? s2 : NULL;
+            FR_TRY(need_scale(&r, sx, "scale_x"));
+            FR_TRY(quant_tensor(&r, 0, xs, M, K, fx, sx, 1, xop, NULL, NULL, NULL));
+            x_sinv = &r.stats->scale_inv[0][0];
+        }
+        FR_TRY(quant_tensor(&r, 1, dy, M, N, fy, sdy, 1, yop, NULL, amax_out, NULL));
+        y_sinv = &r.stats->scale_inv[1][0];
+    }
+    if (tb)
+        return fp8_gemm(&r, Np, Kp, Mp, yop, c->dy_e5m2, y_sinv, mode, xop, 0, x_sinv, mode, dw, N, K, NULL);
+    return fp8_gemm(&r, Kp, Np, Mp, xop, 0, x_sinv, mode, yop, c->dy_e5m2, y_sinv, mode, dw, K, N, NULL);
+}
 
 extern "C" const fr_cuda_kernel_def fr_cuda_kernels_linear[] = {
+    {"Linear", FR_DOMAIN_FP8RUN, linear_run, fwd_scratch},
+    {"LinearGradData", FR_DOMAIN_FP8RUN, grad_data_run, dgrad_scratch},
+    {"LinearGradWeight", FR_DOMAIN_FP8RUN, grad_weight_run, wgrad_scratch},
     {NULL, NULL, NULL, NULL},
 };

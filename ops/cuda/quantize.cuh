@@ -1,0 +1,108 @@
+/* FP8 quantization kernels of the Linear family (ops/cuda/quantize.cu), producing the exact
+ * bytes of the CPU emulation (runtime/fp8_format.h, runtime/fp8_scaling.c):
+ *   code = cvt.rn.satfinite(x * scale)   (float32 product, one rounding, then CUDA's
+ *                                        __nv_cvt_float_to_fp8 with __NV_SATFINITE)
+ *   scale = ldexpf(fp8_max / amax, -margin) clamped to [FLT_MIN, FLT_MAX], amax 0 -> 1
+ *   scale_inv = 1.0f / scale
+ * Every kernel writes operands in the layout cuBLASLt's FP8 GEMM needs (runtime/cuda/
+ * cuda_gemm.h): K-contiguous rows, dims padded with zero codes to multiples of 16 ("padded"
+ * below: Rp = round_up(R, 16), Cp likewise), transposed where the GEMM contracts over the
+ * source's rows, scale_inv in the cuBLASLt block layouts.
+ *
+ * Non-finite numbers, the GPU way of FR_ERR_NUMERIC: where the CPU kernel refuses to make a
+ * scale (current/block recipe with a NaN/Inf amax, delayed recipe with a scale that is not
+ * finite and > 0), the kernels here set bit `slot` of fr_q_stats.flags and make that scale_inv
+ * NaN, so every GEMM output the bad tensor touches is NaN: the step's loss is non-finite and
+ * the trainer skips the step, without the host reading anything mid-step. The flags word
+ * stays in the node's scratch for a future step-level check (see the report of the CUDA
+ * backend: a context-wide error word would let the executor name the node).
+ *
+ * amax (for the amax outputs and the current recipe) is a max over the float bits of |x|
+ * (atomicMax on unsigned): a NaN anywhere gives NaN bits (canonicalized to 0x7FC00000 as
+ * fr_amax returns), else +Inf if any Inf, else the exact maximum. */
+#ifndef FR_OPS_CUDA_QUANTIZE_CUH
+#define FR_OPS_CUDA_QUANTIZE_CUH
+
+#include "../../runtime/cuda/cuda_kernel.h"
+
+#define FR_Q_SLOTS 2 /* fp8 operands per GEMM */
+
+/* Per-node statistics in device scratch, zeroed (cudaMemsetAsync) before the quantization. */
+typedef struct fr_q_stats {
+    /* what the GEMM multiplies by (NaN when refused), at [slot][0]: cuBLASLt refuses
+     * (CUBLAS_STATUS_NOT_SUPPORTED) scale pointers that are not 16-byte aligned */
+    alignas(16) float scale_inv[FR_Q_SLOTS][4];
+    unsigned amax_bits[FR_Q_SLOTS]; /* max float bits of |x| */
+    float scale[FR_Q_SLOTS];        /* the per-tensor scale quantization multiplies by */
+    unsigned flags;                 /* bit slot: a scale was refused (the CPU's FR_ERR_NUMERIC) */
+} fr_q_stats;
+
+/* Format of a quantized operand: fp8_max and which cvt. */
+typedef struct fr_q_fmt {
+    int e5m2;   /* 0: E4M3 (max 448), 1: E5M2 (max 57344) */
+    int margin; /* scale = fp8_max / amax / 2^margin */
+} fr_q_fmt;
+
+static inline int64_t fr_q_pad16(int64_t v) { return (v + 15) / 16 * 16; }
+static inline int64_t fr_q_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* stats->amax_bits[slot] = max bits of |x[0..n)| */
+fr_status fr_q_amax(cudaStream_t s, const fr_node *n, const float *x, int64_t count, fr_q_stats *st, int slot);
+
+/* Per-tensor scale of `slot`: from *given (delayed; checked finite and > 0) or from the amax
+ * (current). Writes st->scale/scale_inv[slot] and, when not NULL, amax_out (the canonical amax)
+ * and sinv_out (scale_inv). given == NULL && !from_amax: only amax_out is written (block
+ * recipes: the amax outputs). */
+fr_status fr_q_finalize(cudaStream_t s, const fr_node *n, fr_q_stats *st, int slot, const float *given,
+                        int from_amax, fr_q_fmt f, float *amax_out, float *sinv_out);
+
+/* Per-tensor quantization of src [R][C] (row-major) with *scale into the padded dst:
+ * [Rp][Cp], or its transpose [Cp][Rp] when trans. dense (optional): the codes again as
+ * [R][C]. amax_slot >= 0: also accumulates the amax of src into st (the delayed recipe's
+ * single pass). */
+fr_status fr_q_tensor(cudaStream_t s, const fr_node *n, const float *src, int64_t R, int64_t C,
+                      const float *scale, fr_q_fmt f, int trans, uint8_t *dst, uint8_t *dense,
+                      fr_q_stats *st, int amax_slot);
+
+/* Already-quantized codes [R][C] -> padded transpose [Cp][Rp] (the saved Xq for the weight
+ * gradient). */
+fr_status fr_q_transpose_codes(cudaStream_t s, const fr_node *n, const uint8_t *src, int64_t R, int64_t C,
+                               uint8_t *dst);
+
+/* 1x128 blocks along C (the contraction dim): dst [Rp][Cp], scale_inv in cuBLASLt's VEC128
+ * layout sinv[(c / 128) * Rp + r] (padding rows: codes 0, scale_inv 1). */
+fr_status fr_q_rows128(cudaStream_t s, const fr_node *n, const float *src, int64_t R, int64_t C, fr_q_fmt f,
+                       uint8_t *dst, float *sinv, fr_q_stats *st, int slot);
+
+/* 128x1 blocks along R (the token dim). Any of:
+ *   dst_t [Cp][Rp] with sinv_t[(r / 128) * Cp + c] (VEC128 layout of the transposed operand),
+ *   dense [R][C] with sinv_dense [ceil(R/128)][C] (the saved Xq and its Xq_scale_inv). */
+fr_status fr_q_cols128(cudaStream_t s, const fr_node *n, const float *src, int64_t R, int64_t C, fr_q_fmt f,
+                       uint8_t *dst_t, float *sinv_t, uint8_t *dense, float *sinv_dense, fr_q_stats *st,
+                       int slot);
+
+/* 128x128 blocks of src [R][C] (block grid anchored at the storage's origin, as on the CPU):
+ * dst [Rp][Cp], or [Cp][Rp] when trans; scale_inv in cuBLASLt's BLK128x128 layout of the
+ * destination [O][I]: sinv[(o / 128) * L4 + i / 128], L4 = round_up(ceil(I/128), 4). */
+fr_status fr_q_tiles128(cudaStream_t s, const fr_node *n, const float *src, int64_t R, int64_t C, fr_q_fmt f,
+                        int trans, uint8_t *dst, float *sinv, fr_q_stats *st, int slot);
+
+/* Bytes of the BLK128x128 scale grid of a destination [O][I] (see fr_q_tiles128). */
+static inline int64_t fr_q_blk_count(int64_t O, int64_t I)
+{
+    return fr_q_cdiv(O, 128) * ((fr_q_cdiv(I, 128) + 3) / 4 * 4);
+}
+
+/* dst [G][Cp] = src [G][C], padding columns 1.0f (a saved block scale grid for the GEMM). */
+fr_status fr_q_pad_grid(cudaStream_t s, const fr_node *n, const float *src, int64_t G, int64_t C, int64_t Cp,
+                        float *dst);
+
+/* dst[i] = bf16(src[i]) (round to nearest even, NaN -> 0x7FFF), as fr_f32_to_bf16. */
+fr_status fr_q_to_bf16(cudaStream_t s, const fr_node *n, const float *src, int64_t count, void *dst);
+
+/* Y[m][c] = D[m * ldd + c] (+ bias[c]) for m < rows, c < cols; D == Y with ldd == cols adds
+ * the bias in place. T = float or double (dtype FR_F32 / FR_F64). */
+fr_status fr_q_finish(cudaStream_t s, const fr_node *n, fr_dtype dt, const void *D, int64_t ldd, void *Y,
+                      int64_t rows, int64_t cols, const void *bias);
+
+#endif

@@ -1,0 +1,330 @@
+/* The cuBLASLt GEMM wrapper (see cuda_gemm.h): row-major -> column-major translation, FP8
+ * layout checks, scale modes, a heuristic cache per GEMM shape. */
+#include "cuda_gemm.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the heuristic cache ---- */
+
+/* Everything the heuristic's answer depends on; compared with memcmp, so always zeroed first. */
+typedef struct gemm_key {
+    int32_t a_type, b_type, d_type, compute;
+    int32_t trans_a, trans_b, a_scale, b_scale, accumulate;
+    int32_t align_a, align_b, align_d, pad_;
+    int64_t M, N, K, lda, ldb, ldd, batch, stride_a, stride_b, stride_d;
+} gemm_key;
+
+typedef struct gemm_entry {
+    gemm_key key;
+    cublasLtMatmulAlgo_t algo;
+    struct gemm_entry *next;
+} gemm_entry;
+
+#define GEMM_BUCKETS 256
+
+struct fr_cuda_gemm_cache {
+    gemm_entry *bucket[GEMM_BUCKETS];
+};
+
+static void cache_free(struct fr_cuda_gemm_cache *c)
+{
+    if (!c) return;
+    for (int b = 0; b < GEMM_BUCKETS; b++) {
+        gemm_entry *e = c->bucket[b];
+        while (e) {
+            gemm_entry *nx = e->next;
+            free(e);
+            e = nx;
+        }
+    }
+    free(c);
+}
+
+static unsigned key_hash(const gemm_key *k)
+{
+    const unsigned char *p = (const unsigned char *)k;
+    unsigned h = 2166136261u; /* FNV-1a */
+    for (size_t i = 0; i < sizeof *k; i++) h = (h ^ p[i]) * 16777619u;
+    return h % GEMM_BUCKETS;
+}
+
+static gemm_entry *cache_find(struct fr_cuda_gemm_cache *c, const gemm_key *k)
+{
+    for (gemm_entry *e = c->bucket[key_hash(k)]; e; e = e->next)
+        if (memcmp(&e->key, k, sizeof *k) == 0) return e;
+    return NULL;
+}
+
+/* ---- helpers ---- */
+
+static const char *type_name(fr_dtype t) { return fr_dtype_name(t); }
+
+static int is_fp8(fr_dtype t) { return t == FR_F8E4M3 || t == FR_F8E5M2; }
+
+static int lt_type(fr_dtype t, cudaDataType_t *out)
+{
+    switch (t) {
+    case FR_F32: *out = CUDA_R_32F; return 1;
+    case FR_F64: *out = CUDA_R_64F; return 1;
+    case FR_BF16: *out = CUDA_R_16BF; return 1;
+    case FR_F16: *out = CUDA_R_16F; return 1;
+    case FR_F8E4M3: *out = CUDA_R_8F_E4M3; return 1;
+    case FR_F8E5M2: *out = CUDA_R_8F_E5M2; return 1;
+    default: return 0;
+    }
+}
+
+/* largest power of two (<= 256) dividing the address and, for batches, the stride in bytes */
+static int32_t alignment(const void *p, int64_t stride_bytes, int64_t batch)
+{
+    uint64_t v = (uint64_t)(uintptr_t)p;
+    if (batch > 1 && stride_bytes) v |= (uint64_t)stride_bytes;
+    int32_t a = 256;
+    while (a > 1 && (v % (uint64_t)a) != 0) a /= 2;
+    return a;
+}
+
+static const char *scale_name(fr_gemm_scale s)
+{
+    switch (s) {
+    case FR_GEMM_SCALE_TENSOR: return "per-tensor";
+    case FR_GEMM_SCALE_VEC128: return "1x128 blocks";
+    case FR_GEMM_SCALE_BLK128: return "128x128 blocks";
+    default: return "none";
+    }
+}
+
+/* "GEMM M=.. N=.. K=.. batch=.. (A float8e4m3fn [M][K], B ... -> float32)" for messages */
+static void describe(const fr_gemm *g, char *buf, size_t n)
+{
+    snprintf(buf, n, "GEMM M=%lld N=%lld K=%lld batch=%lld (A %s%s, B %s%s -> %s, lda=%lld ldb=%lld ldd=%lld)",
+             (long long)g->M, (long long)g->N, (long long)g->K, (long long)(g->batch > 0 ? g->batch : 1),
+             type_name(g->a_type), g->trans_a ? " transposed" : "", type_name(g->b_type),
+             g->trans_b ? " transposed" : "", type_name(g->d_type), (long long)g->lda, (long long)g->ldb,
+             (long long)g->ldd);
+}
+
+#define GERR(st, ...) (n ? fr_node_error(n, st, __VA_ARGS__) : fr_error(st, __VA_ARGS__))
+
+void fr_gemm_init(fr_gemm *g)
+{
+    memset(g, 0, sizeof *g);
+    g->alpha = 1.0;
+    g->beta = 0.0;
+    g->batch = 1;
+}
+
+/* Types, FP8 layout rules, leading dims: FR_ERR_UNSUPPORTED / FR_ERR_INTERNAL naming the GEMM. */
+static fr_status validate(const fr_node *n, const fr_gemm *g, const char *what)
+{
+    int fp8 = is_fp8(g->a_type) || is_fp8(g->b_type);
+    if (fp8) {
+        if (!is_fp8(g->a_type) || !is_fp8(g->b_type) || (g->a_type == FR_F8E5M2 && g->b_type == FR_F8E5M2))
+            return GERR(FR_ERR_UNSUPPORTED, "%s: fp8 GEMMs multiply E4M3 x E4M3, E4M3 x E5M2 or E5M2 x E4M3", what);
+        if (g->d_type != FR_F32 && g->d_type != FR_BF16)
+            return GERR(FR_ERR_UNSUPPORTED, "%s: an fp8 GEMM writes float32 or bfloat16", what);
+        if (g->trans_a || !g->trans_b)
+            return GERR(FR_ERR_INTERNAL, "%s: fp8 operands must both be K-contiguous (A [M][K], B [N][K]); "
+                        "the caller must pass transposed copies (a bug in fp8run)", what);
+        if (g->M % 16 || g->N % 16 || g->K % 16 || g->lda % 16 || g->ldb % 16 || g->ldd % 16)
+            return GERR(FR_ERR_INTERNAL, "%s: fp8 GEMM dims and leading dims must be multiples of 16; "
+                        "the caller must pad (a bug in fp8run)", what);
+        if (((uintptr_t)g->A | (uintptr_t)g->B | (uintptr_t)g->D) % 16)
+            return GERR(FR_ERR_INTERNAL, "%s: fp8 GEMM operands must be 16-byte aligned", what);
+        if (g->a_scale == FR_GEMM_SCALE_NONE || g->b_scale == FR_GEMM_SCALE_NONE || !g->a_scale_inv ||
+            !g->b_scale_inv)
+            return GERR(FR_ERR_INTERNAL, "%s: fp8 operands need their scale_inv (a bug in fp8run)", what);
+        if (((uintptr_t)g->a_scale_inv | (uintptr_t)g->b_scale_inv) % 16) /* else NOT_SUPPORTED */
+            return GERR(FR_ERR_INTERNAL, "%s: fp8 scale_inv pointers must be 16-byte aligned (a bug in fp8run)",
+                        what);
+        int blk_a = g->a_scale == FR_GEMM_SCALE_BLK128, blk_b = g->b_scale == FR_GEMM_SCALE_BLK128;
+        int tensor_a = g->a_scale == FR_GEMM_SCALE_TENSOR, tensor_b = g->b_scale == FR_GEMM_SCALE_TENSOR;
+        if (blk_a && blk_b)
+            return GERR(FR_ERR_UNSUPPORTED, "%s: cuBLASLt cannot multiply two 128x128-block-scaled operands", what);
+        if (tensor_a != tensor_b)
+            return GERR(FR_ERR_UNSUPPORTED, "%s: per-tensor and block scales (%s, %s) do not mix", what,
+                        scale_name(g->a_scale), scale_name(g->b_scale));
+        if (!tensor_a && g->batch > 1)
+            return GERR(FR_ERR_UNSUPPORTED, "%s: block-scaled fp8 GEMMs are not batched", what);
+    } else {
+        if (g->a_type != g->b_type)
+            return GERR(FR_ERR_UNSUPPORTED, "%s: A and B must have one type", what);
+        int ok = (g->a_type == FR_F32 && g->d_type == FR_F32) || (g->a_type == FR_F64 && g->d_type == FR_F64) ||
+                 ((g->a_type == FR_BF16 || g->a_type == FR_F16) && (g->d_type == FR_F32 || g->d_type == g->a_type));
+        if (!ok) return GERR(FR_ERR_UNSUPPORTED, "%s: unsupported type combination", what);
+        if (g->a_scale != FR_GEMM_SCALE_NONE || g->b_scale != FR_GEMM_SCALE_NONE)
+            return GERR(FR_ERR_INTERNAL, "%s: scales are for fp8 operands only", what);
+    }
+    int64_t ac = g->trans_a ? g->M : g->K, bc = g->trans_b ? g->K : g->N; /* row lengths */
+    if (g->lda < ac || g->ldb < bc || g->ldd < g->N)
+        return GERR(FR_ERR_INTERNAL, "%s: a leading dimension is smaller than its row", what);
+    if (g->M < 0 || g->N < 0 || g->K < 0 || g->batch < 0 || g->stride_a < 0 || g->stride_b < 0 || g->stride_d < 0)
+        return GERR(FR_ERR_INTERNAL, "%s: negative size", what);
+    return FR_OK;
+}
+
+/* cuBLASLt call status -> error naming the node, the GEMM and the function called */
+#define LT(call)                                                                                  \
+    do {                                                                                          \
+        cublasStatus_t s_ = (call);                                                               \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                        \
+            const char *c_ = #call;                                                               \
+            st = GERR(FR_ERR_DEVICE, "%s: %.*s failed: %s (%d)", what, (int)strcspn(c_, "("), c_, \
+                      cublasLtGetStatusName(s_), (int)s_);                                        \
+            goto done;                                                                            \
+        }                                                                                         \
+    } while (0)
+
+static cublasLtMatmulMatrixScale_t lt_scale_mode(fr_gemm_scale s)
+{
+    switch (s) {
+    case FR_GEMM_SCALE_VEC128: return CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    case FR_GEMM_SCALE_BLK128: return CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    default: return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+    }
+}
+
+fr_status fr_cuda_gemm(fr_cuda_ctx *cu, const fr_node *n, const fr_gemm *gin)
+{
+    fr_gemm g = *gin;
+    if (g.batch == 0) g.batch = 1;
+    if (g.lda == 0) g.lda = g.trans_a ? g.M : g.K;
+    if (g.ldb == 0) g.ldb = g.trans_b ? g.K : g.N;
+    if (g.ldd == 0) g.ldd = g.N;
+    char what[400];
+    describe(&g, what, sizeof what);
+    FR_TRY(validate(n, &g, what));
+    if (g.M == 0 || g.N == 0) return FR_OK;
+    if (g.K == 0) /* the empty sum: D = beta * D */
+        return fr_cuda_scale_matrix(cu, n, g.d_type, g.D, g.M, g.N, g.ldd, g.batch, g.stride_d, g.beta);
+    if (g.M > INT32_MAX || g.N > INT32_MAX || g.K > INT32_MAX || g.batch > INT32_MAX)
+        return GERR(FR_ERR_UNSUPPORTED, "%s: dims beyond cuBLASLt's int range", what);
+
+    cudaDataType_t ta, tb, td;
+    if (!lt_type(g.a_type, &ta) || !lt_type(g.b_type, &tb) || !lt_type(g.d_type, &td))
+        return GERR(FR_ERR_UNSUPPORTED, "%s: unsupported types", what);
+    int f64 = g.a_type == FR_F64;
+    cublasComputeType_t compute = f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;
+    cudaDataType_t scale_type = f64 ? CUDA_R_64F : CUDA_R_32F;
+    size_t ea = fr_dtype_size(g.a_type), eb = fr_dtype_size(g.b_type), ed = fr_dtype_size(g.d_type);
+    int accumulate = g.beta != 0.0;
+
+    gemm_key key;
+    memset(&key, 0, sizeof key);
+    key.a_type = (int32_t)g.a_type;
+    key.b_type = (int32_t)g.b_type;
+    key.d_type = (int32_t)g.d_type;
+    key.compute = (int32_t)compute;
+    key.trans_a = g.trans_a;
+    key.trans_b = g.trans_b;
+    key.a_scale = (int32_t)g.a_scale;
+    key.b_scale = (int32_t)g.b_scale;
+    key.accumulate = accumulate;
+    key.align_a = alignment(g.A, g.stride_a * (int64_t)ea, g.batch);
+    key.align_b = alignment(g.B, g.stride_b * (int64_t)eb, g.batch);
+    key.align_d = alignment(g.D, g.stride_d * (int64_t)ed, g.batch);
+    key.M = g.M;
+    key.N = g.N;
+    key.K = g.K;
+    key.lda = g.lda;
+    key.ldb = g.ldb;
+    key.ldd = g.ldd;
+    key.batch = g.batch;
+    key.stride_a = g.stride_a;
+    key.stride_b = g.stride_b;
+    key.stride_d = g.stride_d;
+
+    fr_status st = FR_OK;
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+
+    /* cuBLASLt (column-major) A := our B, B := our A; m = N, n = M */
+    cublasOperation_t op_a = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t op_b = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    uint64_t la_rows = (uint64_t)(g.trans_b ? g.K : g.N), la_cols = (uint64_t)(g.trans_b ? g.N : g.K);
+    uint64_t lb_rows = (uint64_t)(g.trans_a ? g.M : g.K), lb_cols = (uint64_t)(g.trans_a ? g.K : g.M);
+
+    LT(cublasLtMatmulDescCreate(&op, compute, scale_type));
+    LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
+    LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
+    if (is_fp8(g.a_type)) {
+        cublasLtMatmulMatrixScale_t ma = lt_scale_mode(g.b_scale), mb = lt_scale_mode(g.a_scale);
+        LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g.b_scale_inv,
+                                          sizeof g.b_scale_inv));
+        LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g.a_scale_inv,
+                                          sizeof g.a_scale_inv));
+        if (ma != CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F || mb != CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F) {
+            LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &ma, sizeof ma));
+            LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mb, sizeof mb));
+        }
+    }
+    LT(cublasLtMatrixLayoutCreate(&la, tb, la_rows, la_cols, g.ldb));
+    LT(cublasLtMatrixLayoutCreate(&lb, ta, lb_rows, lb_cols, g.lda));
+    LT(cublasLtMatrixLayoutCreate(&ld, td, (uint64_t)g.N, (uint64_t)g.M, g.ldd));
+    if (g.batch > 1) {
+        int32_t bc = (int32_t)g.batch;
+        int64_t sa = g.stride_b, sb = g.stride_a, sd = g.stride_d;
+        LT(cublasLtMatrixLayoutSetAttribute(la, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc));
+        LT(cublasLtMatrixLayoutSetAttribute(la, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sa, sizeof sa));
+        LT(cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc));
+        LT(cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sb, sizeof sb));
+        LT(cublasLtMatrixLayoutSetAttribute(ld, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc));
+        LT(cublasLtMatrixLayoutSetAttribute(ld, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sd, sizeof sd));
+    }
+
+    if (!cu->gemm_cache) {
+        cu->gemm_cache = fr_calloc(1, sizeof *cu->gemm_cache, "GEMM heuristic cache");
+        if (!cu->gemm_cache) {
+            st = FR_ERR_OOM;
+            goto done;
+        }
+        cu->gemm_cache_free = cache_free;
+    }
+    gemm_entry *e = cache_find(cu->gemm_cache, &key);
+    if (!e) {
+        uint64_t ws = cu->workspace_bytes;
+        uint32_t al_a = (uint32_t)key.align_b, al_b = (uint32_t)key.align_a, al_d = (uint32_t)key.align_d;
+        LT(cublasLtMatmulPreferenceCreate(&pref));
+        LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+        LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
+        LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
+        LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
+        LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
+        cublasLtMatmulHeuristicResult_t res;
+        int found = 0;
+        memset(&res, 0, sizeof res);
+        LT(cublasLtMatmulAlgoGetHeuristic(cu->lt, op, la, lb, ld, ld, pref, 1, &res, &found));
+        if (found < 1 || res.state != CUBLAS_STATUS_SUCCESS) {
+            st = GERR(FR_ERR_UNSUPPORTED, "%s: cuBLASLt has no algorithm for this GEMM on %s (sm_%d%d)", what,
+                      cu->name, cu->cc_major, cu->cc_minor);
+            goto done;
+        }
+        e = fr_calloc(1, sizeof *e, "GEMM heuristic cache entry");
+        if (!e) {
+            st = FR_ERR_OOM;
+            goto done;
+        }
+        e->key = key;
+        e->algo = res.algo;
+        unsigned h = key_hash(&key);
+        e->next = cu->gemm_cache->bucket[h];
+        cu->gemm_cache->bucket[h] = e;
+    }
+    {
+        float alpha_f = (float)g.alpha, beta_f = (float)g.beta;
+        const void *alpha = f64 ? (const void *)&g.alpha : (const void *)&alpha_f;
+        const void *beta = f64 ? (const void *)&g.beta : (const void *)&beta_f;
+        LT(cublasLtMatmul(cu->lt, op, alpha, g.B, la, g.A, lb, beta, g.D, ld, g.D, ld, &e->algo, cu->workspace,
+                          cu->workspace_bytes, cu->stream));
+    }
+done:
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (ld) cublasLtMatrixLayoutDestroy(ld);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (op) cublasLtMatmulDescDestroy(op);
+    return st;
+}

@@ -1,0 +1,442 @@
+/* ai.fp8run::Linear, LinearGradData and LinearGradWeight on the CUDA backend against the CPU
+ * emulation (ops/linear.c), on fresh random inputs, for every precision (fp32 in float32 and
+ * float64, bf16, fp8), every fp8 recipe (delayed, current, block) and format (hybrid, e4m3),
+ * transB 0/1, with and without bias, with and without the saved Xq, for shapes whose M, N, K
+ * are not multiples of 16 or 128 (the GPU pads them for cuBLASLt's FP8 GEMM), aligned shapes
+ * (no padding: the saved Xq is the GEMM's own operand), rank-1 inputs, empty dims and
+ * pad_multiple (a CPU emulation of the padding: changes nothing).
+ * What must hold:
+ *   - quantized bytes (Xq), their scale_inv and every amax output: bit-identical;
+ *   - Y, dX, dW: fp32 within 1e-5 relative L2 of the CPU (float64: 1e-12); bf16 and fp8
+ *     within 1e-2 (the same products summed in cuBLASLt's order instead of the CPU's);
+ *   - where the CPU refuses a scale (FR_ERR_NUMERIC: an Inf in X under the current/block
+ *     recipe, a delayed scale of 0), the GPU makes the outputs touched NaN (its way of making
+ *     the trainer skip the step; see ops/cuda/quantize.cuh). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_harness.h"
+#include "ops/linear.h"
+
+/* ---- comparing one output ---- */
+
+/* worst relative error of the GEMM results in the current test (printed at its end, so a
+ * run shows how far inside the tolerance the results are) */
+static double g_worst[3];
+
+static void note_err(const char *what, double err)
+{
+    int i = what[0] == 'Y' ? 0 : strcmp(what, "dX") == 0 ? 1 : strcmp(what, "dW") == 0 ? 2 : -1;
+    if (i >= 0 && err > g_worst[i]) g_worst[i] = err;
+}
+
+static void report_worst(const char *test)
+{
+    printf("\n    %s: worst rel err Y %.3g, dX %.3g, dW %.3g\n", test, g_worst[0], g_worst[1], g_worst[2]);
+    g_worst[0] = g_worst[1] = g_worst[2] = 0;
+}
+
+static int cmp_out(const char *label, const char *what, const fr_tensor *got, const fr_tensor *want, double tol)
+{
+    if (!got || !want) {
+        fprintf(stderr, "\n  %s: %s missing (GPU %p, CPU %p)\n", label, what, (void *)got, (void *)want);
+        return 0;
+    }
+    double err = gpu_rel_err(got, want);
+    note_err(what, err);
+    if (err <= tol) return 1;
+    char s[128];
+    fprintf(stderr, "\n  %s: %s %s %s: rel err %g > tol %g", label, what, fr_dtype_name(want->dtype),
+            fr_shape_str(want->rank, want->dims, s, sizeof s), err, tol);
+    int64_t n = fr_tensor_numel(want);
+    if (want->dtype == FR_F32 || want->dtype == FR_F64) {
+        for (int64_t i = 0; i < n; i++) {
+            double a = fr_tensor_get_f64(got, i), b = fr_tensor_get_f64(want, i);
+            if (isnan(a) && isnan(b)) continue;
+            if (!(fabs(a - b) <= (tol > 0 ? 10 * tol : 0) * (1.0 + fabs(b)))) {
+                fprintf(stderr, "; first mismatch at flat index %lld: GPU %.9g, CPU %.9g", (long long)i, a, b);
+                break;
+            }
+        }
+    } else {
+        size_t es = fr_dtype_size(want->dtype);
+        const uint8_t *a = got->data, *b = want->data;
+        for (size_t i = 0; i < want->nbytes; i++)
+            if (a[i] != b[i]) {
+                fprintf(stderr, "; first differing byte: element %zu: GPU 0x%02X, CPU 0x%02X", i / es, a[i], b[i]);
+                break;
+            }
+    }
+    fprintf(stderr, "\n");
+    return 0;
+}
+
+/* ---- one configuration ---- */
+
+typedef struct lcase {
+    int rank;
+    int64_t lead[3];
+    int64_t K, N;
+    int transB, bias;
+    const char *prec, *recipe, *fmt; /* recipe / fmt NULL: attribute not set */
+    int margin;
+    int64_t pad;
+    int save_xq;
+    fr_dtype dt;
+} lcase;
+
+static int is_fp8(const lcase *c) { return strcmp(c->prec, "fp8") == 0; }
+static int is_delayed(const lcase *c) { return is_fp8(c) && (!c->recipe || strcmp(c->recipe, "delayed") == 0); }
+
+static double tol_of(const lcase *c)
+{
+    if (c->dt == FR_F64) return 1e-12;
+    return strcmp(c->prec, "fp32") == 0 ? 1e-5 : 1e-2;
+}
+
+static void set_attrs(tnode *t, const lcase *c)
+{
+    TN_ATTR(t, int, "transB", c->transB);
+    TN_ATTR(t, string, "precision", c->prec);
+    if (c->recipe) TN_ATTR(t, string, "recipe", c->recipe);
+    if (c->fmt) TN_ATTR(t, string, "fp8_format", c->fmt);
+    if (c->margin) TN_ATTR(t, int, "margin", c->margin);
+    if (c->pad != 1) TN_ATTR(t, int, "pad_multiple", c->pad);
+    TN_ATTR(t, string, "state_prefix", "fp8_state/lin");
+}
+
+static float amax_of(const fr_tensor *t)
+{
+    float m = 0;
+    int64_t n = fr_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) m = fmaxf(m, fabsf(((const float *)t->data)[i]));
+    return m;
+}
+
+static fr_tensor *scalar1(float v)
+{
+    int64_t one = 1;
+    fr_tensor *t = tt_new(FR_F32, 1, &one);
+    ((float *)t->data)[0] = v;
+    return t;
+}
+
+/* Run t on CPU and GPU, compare outputs [0, n_out) with tols[o] (< 0: skip). cpu_status: the
+ * status the CPU must return (FR_OK normally). */
+static int run_compare(tnode *t, const char *label, const char *const *names, const double *tols,
+                       fr_status cpu_status, fr_tensor **gpu_keep)
+{
+    fr_status st = tn_run(t);
+    if (st != cpu_status) {
+        fprintf(stderr, "\n  %s: CPU returned %d (%s), expected %d\n", label, (int)st, fr_last_error(), (int)cpu_status);
+        return 0;
+    }
+    fr_tensor *g[TN_MAX];
+    if (gpu_keep)
+        for (int o = 0; o < TN_MAX; o++) gpu_keep[o] = NULL;
+    st = tn_run_gpu(t, g);
+    if (st != FR_OK) {
+        fprintf(stderr, "\n  %s: GPU run failed: %s\n", label, fr_last_error());
+        gpu_free_outputs(t, g);
+        return 0;
+    }
+    int ok = 1;
+    for (int o = 0; o < t->n_out; o++)
+        if (tols[o] >= 0 && t->out[o]) ok &= cmp_out(label, names[o], g[o], t->out[o], tols[o]);
+    if (gpu_keep) {
+        for (int o = 0; o < t->n_out; o++) gpu_keep[o] = g[o];
+    } else {
+        gpu_free_outputs(t, g);
+    }
+    return ok;
+}
+
+/* Forward, data gradient and weight gradient (from X and, in fp8 with save_xq, from the
+ * saved Xq) of one configuration. */
+static int check_case(const lcase *c, const char *label)
+{
+    fr_rng r = fr_test_rng(label);
+    int ok = 1;
+    int64_t xd[4], M = 1;
+    for (int i = 0; i < c->rank - 1; i++) {
+        xd[i] = c->lead[i];
+        M *= c->lead[i];
+    }
+    xd[c->rank - 1] = c->K;
+    int64_t wd[2] = {c->transB ? c->N : c->K, c->transB ? c->K : c->N};
+    fr_tensor *x = tt_randn(&r, c->dt, c->rank, xd, 0, 1.5);
+    fr_tensor *w = tt_randn(&r, c->dt, 2, wd, 0, 0.05);
+    fr_tensor *b = c->bias ? tt_randn(&r, c->dt, 1, &c->N, 0, 1) : NULL;
+    int64_t yd[4];
+    memcpy(yd, xd, sizeof yd);
+    yd[c->rank - 1] = c->N;
+    fr_tensor *dy = tt_randn(&r, c->dt, c->rank, yd, 0, 0.01);
+    fr_tensor *sx = NULL, *sw = NULL, *sdy = NULL;
+    int fp8 = is_fp8(c), dl = is_delayed(c);
+    if (dl) { /* X over-scaled (some codes saturate), W under-scaled, dY near its range */
+        float ax = amax_of(x), aw = amax_of(w), ay = amax_of(dy);
+        float dmax = c->fmt && strcmp(c->fmt, "e4m3") == 0 ? 448.0f : 57344.0f;
+        sx = scalar1(ax > 0 ? 448.0f / ax * 1.7f : 3.0f);
+        sw = scalar1(aw > 0 ? 448.0f / aw * 0.25f : 5.0f);
+        sdy = scalar1(ay > 0 ? dmax / ay * 0.9f : 1000.0f);
+    }
+    double tol = tol_of(c);
+    /* forward */
+    fr_tensor *fin[6] = {x, w, b, sx, sw, sdy};
+    tnode f;
+    tn_init_domain(&f, FR_DOMAIN_FP8RUN, "Linear", 1, dl ? 6 : (b ? 3 : 2), fin, 0, fp8 ? 5 : 1);
+    set_attrs(&f, c);
+    if (fp8 && !c->save_xq) {
+        tn_omit_output(&f, 1);
+        tn_omit_output(&f, 2);
+    }
+    static const char *const fnames[5] = {"Y", "Xq", "Xq_scale_inv", "amax_x", "amax_w"};
+    const double ftols[5] = {tol, 0, 0, 0, 0};
+    char l2[300];
+    snprintf(l2, sizeof l2, "%s forward", label);
+    ok &= run_compare(&f, l2, fnames, ftols, FR_OK, NULL);
+    /* data gradient */
+    fr_tensor *din[4] = {dy, w, sw, sdy};
+    tnode d;
+    tn_init_domain(&d, FR_DOMAIN_FP8RUN, "LinearGradData", 1, dl ? 4 : 2, din, 0, fp8 ? 2 : 1);
+    set_attrs(&d, c);
+    static const char *const dnames[2] = {"dX", "amax_dy"};
+    const double dtols[2] = {tol, 0};
+    snprintf(l2, sizeof l2, "%s LinearGradData", label);
+    ok &= run_compare(&d, l2, dnames, dtols, FR_OK, NULL);
+    tn_free(&d);
+    /* weight gradient from X */
+    fr_tensor *win[4] = {x, dy, sx, sdy};
+    tnode wg;
+    tn_init_domain(&wg, FR_DOMAIN_FP8RUN, "LinearGradWeight", 1, dl ? 4 : 2, win, 0, fp8 ? 2 : 1);
+    set_attrs(&wg, c);
+    static const char *const wnames[2] = {"dW", "amax_dy"};
+    const double wtols[2] = {tol, 0};
+    snprintf(l2, sizeof l2, "%s LinearGradWeight(X)", label);
+    ok &= run_compare(&wg, l2, wnames, wtols, FR_OK, NULL);
+    tn_free(&wg);
+    /* weight gradient from the saved Xq and its scale_inv (the CPU forward's outputs) */
+    if (fp8 && c->save_xq && f.out[1] && f.out[2]) {
+        fr_tensor *sin_[4] = {f.out[1], dy, f.out[2], sdy};
+        tn_init_domain(&wg, FR_DOMAIN_FP8RUN, "LinearGradWeight", 1, dl ? 4 : 3, sin_, 0, 2);
+        set_attrs(&wg, c);
+        snprintf(l2, sizeof l2, "%s LinearGradWeight(saved Xq)", label);
+        ok &= run_compare(&wg, l2, wnames, wtols, FR_OK, NULL);
+        tn_free(&wg);
+    }
+    tn_free(&f);
+    fr_tensor *all[] = {x, w, b, dy, sx, sw, sdy};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) fr_tensor_free(all[i]);
+    return ok;
+}
+
+static lcase base(const char *prec, const char *recipe)
+{
+    lcase c = {3, {3, 45, 0}, 141, 29, 1, 1, prec, recipe, NULL, 0, 1, 1, FR_F32};
+    return c;
+}
+
+/* shapes: M = 135, K = 141, N = 29 (nothing a multiple of 16); M = 38, K = 300, N = 200;
+ * M = 517, K = 1000, N = 771 (several 128-blocks each way, many thread blocks); aligned
+ * M = 256, K = 256, N = 128; a rank-1 input (M = 1). */
+static const struct { int rank; int64_t lead[3], K, N; } shapes[] = {
+    {3, {3, 45, 0}, 141, 29},
+    {3, {2, 19, 0}, 300, 200},
+    {2, {517, 0, 0}, 1000, 771},
+    {3, {2, 128, 0}, 256, 128},
+    {1, {0, 0, 0}, 130, 17},
+};
+#define N_SHAPES (int)(sizeof shapes / sizeof shapes[0])
+
+static lcase with_shape(lcase c, int s)
+{
+    c.rank = shapes[s].rank;
+    memcpy(c.lead, shapes[s].lead, sizeof c.lead);
+    c.K = shapes[s].K;
+    c.N = shapes[s].N;
+    return c;
+}
+
+static void test_fp32(void)
+{
+    for (int s = 0; s < N_SHAPES; s++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int dt = 0; dt < 2; dt++) {
+                lcase c = with_shape(base("fp32", NULL), s);
+                c.transB = tb;
+                c.bias = (s + tb) & 1;
+                c.dt = dt ? FR_F64 : FR_F32;
+                char label[128];
+                snprintf(label, sizeof label, "fp32 %s shape#%d transB=%d bias=%d", fr_dtype_name(c.dt), s, tb,
+                         c.bias);
+                CU_ASSERT(check_case(&c, label));
+            }
+    report_worst("fp32 (float32 and float64)");
+}
+
+static void test_bf16(void)
+{
+    for (int s = 0; s < N_SHAPES; s++)
+        for (int tb = 0; tb < 2; tb++) {
+            lcase c = with_shape(base("bf16", NULL), s);
+            c.transB = tb;
+            c.bias = (s + tb + 1) & 1;
+            char label[128];
+            snprintf(label, sizeof label, "bf16 shape#%d transB=%d bias=%d", s, tb, c.bias);
+            CU_ASSERT(check_case(&c, label));
+        }
+    report_worst("bf16");
+}
+
+static void fp8_recipe(const char *recipe)
+{
+    for (int s = 0; s < N_SHAPES; s++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int f = 0; f < 2; f++) {
+                lcase c = with_shape(base("fp8", recipe), s);
+                c.transB = tb;
+                c.fmt = f ? "e4m3" : "hybrid";
+                c.bias = (s + tb + f) & 1;
+                c.margin = strcmp(recipe, "current") == 0 && f ? 1 : 0;
+                c.save_xq = (s + f) % 3 != 2; /* mostly saved; sometimes re-quantized from X */
+                char label[160];
+                snprintf(label, sizeof label, "fp8 %s %s shape#%d transB=%d bias=%d margin=%d save_xq=%d", recipe,
+                         c.fmt, s, tb, c.bias, c.margin, c.save_xq);
+                CU_ASSERT(check_case(&c, label));
+            }
+    report_worst(recipe);
+}
+
+static void test_fp8_delayed(void) { fp8_recipe("delayed"); }
+static void test_fp8_current(void) { fp8_recipe("current"); }
+static void test_fp8_block(void) { fp8_recipe("block"); }
+
+static void test_empty_and_pad(void)
+{
+    const char *precs[5] = {"fp32", "bf16", "fp8", "fp8", "fp8"};
+    const char *recipes[5] = {NULL, NULL, "delayed", "current", "block"};
+    for (int p = 0; p < 5; p++) {
+        lcase c = base(precs[p], recipes[p]);
+        c.rank = 2;
+        c.lead[0] = 0; /* no tokens */
+        char label[128];
+        snprintf(label, sizeof label, "%s %s no tokens", precs[p], recipes[p] ? recipes[p] : "");
+        CU_ASSERT(check_case(&c, label));
+        c.lead[0] = 5;
+        c.K = 0; /* Y = bias */
+        snprintf(label, sizeof label, "%s %s K=0", precs[p], recipes[p] ? recipes[p] : "");
+        CU_ASSERT(check_case(&c, label));
+        c.K = 7;
+        c.N = 0;
+        snprintf(label, sizeof label, "%s %s N=0", precs[p], recipes[p] ? recipes[p] : "");
+        CU_ASSERT(check_case(&c, label));
+        c = base(precs[p], recipes[p]); /* pad_multiple: the CPU pads, the GPU ignores it */
+        c.pad = 16;
+        c.transB = p & 1;
+        snprintf(label, sizeof label, "%s %s pad_multiple=16", precs[p], recipes[p] ? recipes[p] : "");
+        CU_ASSERT(check_case(&c, label));
+    }
+}
+
+/* NaN in X under the delayed recipe: both sides quantize it to the NaN code, amax is NaN.
+ * Where the CPU refuses a scale (Inf under current/block, a delayed scale of 0), the GPU's
+ * outputs that depend on it are NaN. */
+static void test_non_finite(void)
+{
+    fr_rng r = fr_test_rng("gpu_linear_nonfinite");
+    int64_t xd[2] = {40, 300}, wd[2] = {24, 300};
+    static const char *const names[5] = {"Y", "Xq", "Xq_scale_inv", "amax_x", "amax_w"};
+    /* delayed, NaN in X: identical results (NaN rows) */
+    {
+        fr_tensor *x = tt_randn(&r, FR_F32, 2, xd, 0, 1), *w = tt_randn(&r, FR_F32, 2, wd, 0, 0.05);
+        ((float *)x->data)[5 * 300 + 7] = NAN;
+        fr_tensor *sx = scalar1(50.0f), *sw = scalar1(400.0f), *sdy = scalar1(1000.0f);
+        fr_tensor *in[6] = {x, w, NULL, sx, sw, sdy};
+        tnode t;
+        tn_init_domain(&t, FR_DOMAIN_FP8RUN, "Linear", 1, 6, in, 0, 5);
+        lcase c = base("fp8", "delayed");
+        set_attrs(&t, &c);
+        const double tols[5] = {1e-2, 0, 0, 0, 0};
+        CU_ASSERT(run_compare(&t, "delayed NaN in X", names, tols, FR_OK, NULL));
+        CU_ASSERT(isnan(((float *)t.out[3]->data)[0]));
+        tn_free(&t);
+        fr_tensor *all[] = {x, w, sx, sw, sdy};
+        for (size_t i = 0; i < 5; i++) fr_tensor_free(all[i]);
+    }
+    /* current: Inf in X -> CPU FR_ERR_NUMERIC, GPU: every Y NaN, amax_x Inf */
+    for (int blk = 0; blk < 2; blk++) {
+        fr_tensor *x = tt_randn(&r, FR_F32, 2, xd, 0, 1), *w = tt_randn(&r, FR_F32, 2, wd, 0, 0.05);
+        ((float *)x->data)[5 * 300 + 7] = -INFINITY;
+        fr_tensor *in[2] = {x, w};
+        tnode t;
+        tn_init_domain(&t, FR_DOMAIN_FP8RUN, "Linear", 1, 2, in, 0, 5);
+        lcase c = base("fp8", blk ? "block" : "current");
+        set_attrs(&t, &c);
+        const double tols[5] = {-1, -1, -1, -1, -1};
+        fr_tensor *g[TN_MAX];
+        CU_ASSERT(run_compare(&t, blk ? "block Inf in X" : "current Inf in X", names, tols, FR_ERR_NUMERIC, g));
+        if (g[0]) {
+            const float *y = g[0]->data;
+            int nan_rows = 0, bad = 0;
+            for (int m = 0; m < 40; m++) {
+                int rn = 0;
+                for (int n = 0; n < 24; n++) rn += isnan(y[m * 24 + n]) != 0;
+                nan_rows += rn == 24;
+                bad += rn != 0 && rn != 24;
+            }
+            /* current: the whole tensor's scale is refused; block: only token 5's block */
+            int want = blk ? 1 : 40;
+            if (nan_rows != want || bad)
+                fprintf(stderr, "\n  %s: %d all-NaN rows (want %d), %d partly NaN\n", blk ? "block" : "current",
+                        nan_rows, want, bad);
+            CU_ASSERT_EQUAL(nan_rows, want);
+            CU_ASSERT_EQUAL(bad, 0);
+            if (blk) CU_ASSERT(isnan(y[5 * 24]));
+            CU_ASSERT(isinf(((float *)g[3]->data)[0]));
+        }
+        gpu_free_outputs(&t, g);
+        tn_free(&t);
+        fr_tensor_free(x);
+        fr_tensor_free(w);
+    }
+    /* delayed with a scale of 0: CPU refuses, GPU Y all NaN */
+    {
+        fr_tensor *x = tt_randn(&r, FR_F32, 2, xd, 0, 1), *w = tt_randn(&r, FR_F32, 2, wd, 0, 0.05);
+        fr_tensor *sx = scalar1(0.0f), *sw = scalar1(400.0f), *sdy = scalar1(1000.0f);
+        fr_tensor *in[6] = {x, w, NULL, sx, sw, sdy};
+        tnode t;
+        tn_init_domain(&t, FR_DOMAIN_FP8RUN, "Linear", 1, 6, in, 0, 5);
+        lcase c = base("fp8", "delayed");
+        set_attrs(&t, &c);
+        const double tols[5] = {-1, -1, -1, -1, -1};
+        fr_tensor *g[TN_MAX];
+        CU_ASSERT(run_compare(&t, "delayed scale 0", names, tols, FR_ERR_NUMERIC, g));
+        if (g[0]) {
+            int all_nan = 1;
+            for (int i = 0; i < 40 * 24; i++) all_nan &= isnan(((float *)g[0]->data)[i]) != 0;
+            CU_ASSERT(all_nan);
+        }
+        gpu_free_outputs(&t, g);
+        tn_free(&t);
+        fr_tensor *all[] = {x, w, sx, sw, sdy};
+        for (size_t i = 0; i < 5; i++) fr_tensor_free(all[i]);
+    }
+}
+
+static CU_TestInfo tests[] = {
+    {"fp32 (float32 and float64): forward, dX, dW", test_fp32},
+    {"bf16: forward, dX, dW", test_bf16},
+    {"fp8 delayed (hybrid/e4m3, transB, bias, saved Xq)", test_fp8_delayed},
+    {"fp8 current", test_fp8_current},
+    {"fp8 block", test_fp8_block},
+    {"empty dims and pad_multiple", test_empty_and_pad},
+    {"NaN / Inf and refused scales", test_non_finite},
+    CU_TEST_INFO_NULL,
+};
+
+int main(void)
+{
+    CU_SuiteInfo suites[] = {{"gpu_linear", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
+    return gpu_test_main(suites);
+}
