@@ -1,6 +1,802 @@
-/* CUDA kernels of the gather family (see runtime/cuda/cuda_kernel.h for the contract). */
+/* CUDA kernels of the gather family (see runtime/cuda/cuda_kernel.h for the contract and
+ * ops/gather.c for the semantics matched here): Gather, GatherElements, GatherND and their
+ * scatter-add backward ops GatherGrad, GatherElementsGrad, GatherNDGrad (ai.fp8run).
+ *
+ * Forward ops move elements by size, never by type: a copied row is moved in the widest unit
+ * (16, 8, 4, 2 or 1 bytes) that divides its byte length and the addresses, so every dtype
+ * comes out bit-exact.
+ *
+ * Out-of-range indices. The CPU kernel checks every index first and fails with FR_ERR_RANGE.
+ * A kernel cannot fail without a host synchronization, so every node of this family keeps an
+ * error record (fr_gather_index_error) at offset 0 of its scratch: run() clears it on the
+ * stream, the first thread that meets an index outside [-n, n) fills it in, and nothing is
+ * read or written out of bounds (a forward element with a bad index is written as zero
+ * bytes, a backward row with one is dropped). Whoever synchronizes the stream reads the
+ * record back and turns it into the CPU's error message with fr_cuda_gather_index_error().
+ *
+ * Scatter-add is deterministic and adds in the CPU's order: each dy row gets its destination
+ * row as a sort key, CUB's stable radix sort orders the (destination, source) pairs exactly
+ * as the CPU's qsort by (dst, src) does, and one thread per (destination row, element) sums
+ * its run of source rows in double in that order, starting from the first row (so a lone
+ * -0.0 keeps its sign), and rounds once. No atomics: repeated indices, the embedding
+ * gradient (a [B, T] batch of token ids into a [V, D] table), give the same bits on every
+ * run and the same bits as the CPU. Rows that no index names are zeroed first. */
+#include <cub/device/device_radix_sort.cuh>
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
 #include "../../runtime/cuda/cuda_kernel.h"
 
+/* The record at offset 0 of every gather-family node's scratch (see above). */
+typedef struct fr_gather_index_error {
+    unsigned int code; /* 0: no error; 1: an index was out of range */
+    int axis;          /* the data axis the index addresses */
+    long long index;   /* its value */
+    long long pos;     /* its flat position in the indices tensor */
+    long long size;    /* the size of that axis */
+} fr_gather_index_error;
+
+namespace {
+
+constexpr size_t kErrBytes = 256; /* the record, padded so what follows stays aligned */
+constexpr int kThreads = 256;
+
+#define NODE_CUDA_TRY(n, call)                                                                  \
+    do {                                                                                        \
+        cudaError_t e_ = (call);                                                                \
+        if (e_ != cudaSuccess)                                                                  \
+            return fr_node_error((n), FR_ERR_DEVICE, "%s failed: %s (%s)", #call,               \
+                                 cudaGetErrorName(e_), cudaGetErrorString(e_));                  \
+    } while (0)
+
+/* Blocks for a grid-stride loop over n > 0 items: enough to fill the device, no more. */
+unsigned grid_for(const fr_cuda_kctx *k, int64_t n)
+{
+    int64_t blocks = (n + kThreads - 1) / kThreads;
+    int64_t cap = (int64_t)(k->cu->sm_count > 0 ? k->cu->sm_count : 128) * 16;
+    if (blocks > cap) blocks = cap;
+    return (unsigned)(blocks < 1 ? 1 : blocks);
+}
+
+#define GRID_STRIDE(i, n)                                                                       \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                   \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+/* The widest unit (16, 8, 4, 2, 1 bytes, never below es) dividing every value in v[0..n):
+ * byte lengths, byte strides and addresses of one copy. */
+int unit_bytes(size_t es, const uint64_t *v, int n)
+{
+    size_t w = 16;
+    for (int i = 0; i < n; i++)
+        while (w > es && v[i] % w) w >>= 1;
+    return (int)w;
+}
+
+/* Run LAUNCH(T) with T the unsigned type of `w` bytes. */
+#define BY_UNIT(w, LAUNCH)                                                                      \
+    switch (w) {                                                                                \
+    case 1: LAUNCH(uint8_t); break;                                                             \
+    case 2: LAUNCH(uint16_t); break;                                                            \
+    case 4: LAUNCH(uint32_t); break;                                                            \
+    case 8: LAUNCH(uint64_t); break;                                                            \
+    default: LAUNCH(uint4); break;                                                              \
+    }
+
+__device__ void bad_index(fr_gather_index_error *e, int64_t v, int64_t pos, int axis, int64_t size)
+{
+    if (atomicCAS(&e->code, 0u, 1u) == 0u) {
+        e->axis = axis;
+        e->index = v;
+        e->pos = pos;
+        e->size = size;
+    }
+}
+
+/* ---- host-side checks, mirroring ops/gather.c ---- */
+
+fr_status index_dtype_ok(const fr_node *n, fr_dtype dt)
+{
+    if (dt != FR_I64 && dt != FR_I32)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "indices must be int64 or int32, got %s",
+                             fr_dtype_name(dt));
+    return FR_OK;
+}
+
+fr_status check_out(const fr_node *n, const fr_tensor *y, fr_dtype dt, int rank, const int64_t *dims)
+{
+    int same = y && y->dtype == dt && y->rank == rank;
+    for (int k = 0; same && k < rank; k++) same = y->dims[k] == dims[k];
+    if (!same) {
+        char a[128], b[128];
+        return fr_node_error(n, FR_ERR_SHAPE, "output tensor is %s %s, expected %s %s (re-run shape inference)",
+                             y ? fr_dtype_name(y->dtype) : "missing",
+                             y ? fr_shape_str(y->rank, y->dims, a, sizeof a) : "", fr_dtype_name(dt),
+                             fr_shape_str(rank, dims, b, sizeof b));
+    }
+    return FR_OK;
+}
+
+fr_status gather_axis(const fr_node *n, int rank, int *axis)
+{
+    int64_t a;
+    FR_TRY(fr_node_attr_int(n, "axis", 0, &a));
+    if (rank < 1) return fr_node_error(n, FR_ERR_SHAPE, "data must have rank >= 1");
+    return fr_norm_axis(n, a, rank, axis);
+}
+
+fr_status gather_shape(const fr_node *n, int r, const int64_t *dd, int q, const int64_t *di, int axis, int *rank,
+                       int64_t *dims)
+{
+    if (q + r - 1 > FR_MAX_RANK)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "output rank %d is above fp8run's limit of %d", q + r - 1,
+                             FR_MAX_RANK);
+    int o = 0;
+    for (int k = 0; k < axis; k++) dims[o++] = dd[k];
+    for (int k = 0; k < q; k++) dims[o++] = di[k];
+    for (int k = axis + 1; k < r; k++) dims[o++] = dd[k];
+    *rank = o;
+    return FR_OK;
+}
+
+fr_status ge_shapes(const fr_node *n, int r, const int64_t *dd, int q, const int64_t *di, int axis)
+{
+    char a[128], b[128];
+    if (q != r)
+        return fr_node_error(n, FR_ERR_SHAPE, "indices %s must have the rank of data %s",
+                             fr_shape_str(q, di, a, sizeof a), fr_shape_str(r, dd, b, sizeof b));
+    for (int k = 0; k < r; k++)
+        if (k != axis && di[k] > dd[k])
+            return fr_node_error(n, FR_ERR_SHAPE,
+                                 "indices %s exceed data %s in dim %d (only the axis may differ freely)",
+                                 fr_shape_str(q, di, a, sizeof a), fr_shape_str(r, dd, b, sizeof b), k);
+    return FR_OK;
+}
+
+fr_status gnd_shape(const fr_node *n, int64_t b, int r, const int64_t *dd, int q, const int64_t *di, int *rank,
+                    int64_t *dims)
+{
+    char a[128], s[128];
+    fr_shape_str(q, di, a, sizeof a);
+    fr_shape_str(r, dd, s, sizeof s);
+    if (r < 1 || q < 1) return fr_node_error(n, FR_ERR_SHAPE, "data %s and indices %s must have rank >= 1", s, a);
+    if (b < 0 || b >= (q < r ? q : r))
+        return fr_node_error(n, FR_ERR_SHAPE, "batch_dims %lld must be below the ranks of data %s and indices %s",
+                             (long long)b, s, a);
+    for (int k = 0; k < b; k++)
+        if (di[k] != dd[k]) return fr_node_error(n, FR_ERR_SHAPE, "batch dim %d differs: data %s, indices %s", k, s, a);
+    int64_t m = di[q - 1];
+    if (m < 1 || m > r - b)
+        return fr_node_error(n, FR_ERR_SHAPE, "the last dim of indices %s must be in 1..%lld for data %s", a,
+                             (long long)(r - b), s);
+    int o = 0;
+    for (int k = 0; k < q - 1; k++) dims[o++] = di[k];
+    for (int k = (int)(b + m); k < r; k++) dims[o++] = dd[k];
+    *rank = o;
+    return FR_OK;
+}
+
+fr_status gnd_batch_dims(const fr_node *n, int64_t opset, int64_t *b)
+{
+    *b = 0;
+    if (opset >= 12) FR_TRY(fr_node_attr_int(n, "batch_dims", 0, b));
+    return FR_OK;
+}
+
+void contig_strides(int rank, const int64_t *dims, int64_t *s)
+{
+    int64_t acc = 1;
+    for (int k = rank - 1; k >= 0; k--) {
+        s[k] = acc;
+        acc *= dims[k];
+    }
+}
+
+/* ---- forward kernels ---- */
+
+/* y[o, j, e] = x[o, idx[j], e] in units of T; upr units per row. */
+template <class T, class I>
+__global__ void gather_rows_k(T *__restrict__ y, const T *__restrict__ x, const I *__restrict__ idx, int64_t cnt,
+                              int64_t size, int64_t upr, int64_t total, int axis, fr_gather_index_error *err)
+{
+    GRID_STRIDE(i, total)
+    {
+        int64_t row = i / upr, e = i - row * upr;
+        int64_t o = row / cnt, j = row - o * cnt;
+        int64_t v = (int64_t)idx[j];
+        if (v < -size || v >= size) {
+            if (e == 0) bad_index(err, v, j, axis, size);
+            y[i] = T{};
+            continue;
+        }
+        if (v < 0) v += size;
+        y[i] = x[(o * size + v) * upr + e];
+    }
+}
+
+struct ge_params {
+    int rank, axis;
+    int64_t size;
+    int64_t idims[FR_MAX_RANK]; /* indices (= output) shape */
+    int64_t ds[FR_MAX_RANK];    /* data strides in elements */
+};
+
+template <class T, class I>
+__global__ void gather_elems_k(T *__restrict__ y, const T *__restrict__ x, const I *__restrict__ idx, int64_t cnt,
+                               ge_params p, fr_gather_index_error *err)
+{
+    GRID_STRIDE(j, cnt)
+    {
+        int64_t r = j, off = 0;
+        for (int k = p.rank - 1; k >= 0; k--) {
+            int64_t c = r % p.idims[k];
+            r /= p.idims[k];
+            if (k != p.axis) off += c * p.ds[k];
+        }
+        int64_t v = (int64_t)idx[j];
+        if (v < -p.size || v >= p.size) {
+            bad_index(err, v, j, p.axis, p.size);
+            y[j] = T{};
+            continue;
+        }
+        if (v < 0) v += p.size;
+        y[j] = x[off + v * p.ds[p.axis]];
+    }
+}
+
+struct gnd_params {
+    int b, m;
+    int64_t per_batch;           /* index tuples per batch */
+    int64_t batch_rows;          /* source rows per batch */
+    int64_t upr;                 /* units of T per row */
+    int64_t size[FR_MAX_RANK];   /* sizes of the m addressed data dims */
+    int64_t rstride[FR_MAX_RANK]; /* their strides in rows */
+};
+
+template <class T, class I>
+__global__ void gather_nd_k(T *__restrict__ y, const T *__restrict__ x, const I *__restrict__ idx, int64_t total,
+                            gnd_params p, fr_gather_index_error *err)
+{
+    GRID_STRIDE(i, total)
+    {
+        int64_t row = i / p.upr, e = i - row * p.upr;
+        int64_t src = (row / p.per_batch) * p.batch_rows;
+        bool ok = true;
+        for (int l = 0; l < p.m; l++) {
+            int64_t v = (int64_t)idx[row * p.m + l], size = p.size[l];
+            if (v < -size || v >= size) {
+                if (e == 0) bad_index(err, v, row * p.m + l, p.b + l, size);
+                ok = false;
+                break;
+            }
+            if (v < 0) v += size;
+            src += v * p.rstride[l];
+        }
+        y[i] = ok ? x[src * p.upr + e] : T{};
+    }
+}
+
+/* Only the index check, for nodes whose output is empty (the CPU still rejects bad indices):
+ * position j addresses axis axis0 + j % m of size sizes[j % m]. */
+struct check_params {
+    int m, axis0;
+    int64_t sizes[FR_MAX_RANK];
+};
+
+template <class I>
+__global__ void check_indices_k(const I *__restrict__ idx, int64_t cnt, check_params p, fr_gather_index_error *err)
+{
+    GRID_STRIDE(j, cnt)
+    {
+        int l = (int)(j % p.m);
+        int64_t v = (int64_t)idx[j], size = p.sizes[l];
+        if (v < -size || v >= size) bad_index(err, v, j, p.axis0 + l, size);
+    }
+}
+
+template <class I>
+fr_status launch_check(const fr_cuda_kctx *k, const fr_tensor *idx, const check_params &p, fr_gather_index_error *err)
+{
+    int64_t cnt = fr_tensor_numel(idx);
+    if (!cnt) return FR_OK;
+    check_indices_k<I><<<grid_for(k, cnt), kThreads, 0, k->cu->stream>>>((const I *)idx->data, cnt, p, err);
+    return fr_cuda_check_launch(k->node, "check_indices_k");
+}
+
+fr_status check_only(const fr_cuda_kctx *k, const fr_tensor *idx, const check_params &p, fr_gather_index_error *err)
+{
+    return idx->dtype == FR_I64 ? launch_check<int64_t>(k, idx, p, err) : launch_check<int32_t>(k, idx, p, err);
+}
+
+/* Inputs, the error record (cleared on the stream) and the output of a gather-family node. */
+fr_status node_io(const fr_cuda_kctx *k, const fr_tensor **x, const fr_tensor **idx, fr_tensor **y,
+                  fr_gather_index_error **err)
+{
+    const fr_node *n = k->node;
+    *x = k->n_in > 0 ? k->in[0] : NULL;
+    *idx = k->n_in > 1 ? k->in[1] : NULL;
+    *y = k->n_out > 0 ? k->out[0] : NULL;
+    if (!*x || !*idx) return fr_node_error(n, FR_ERR_GRAPH, "input missing");
+    FR_TRY(index_dtype_ok(n, (*idx)->dtype));
+    if (!k->scratch || k->scratch_bytes < sizeof(fr_gather_index_error))
+        return fr_node_error(n, FR_ERR_INTERNAL, "the index error record (scratch) is missing");
+    *err = (fr_gather_index_error *)k->scratch;
+    NODE_CUDA_TRY(n, cudaMemsetAsync(*err, 0, sizeof(fr_gather_index_error), k->cu->stream));
+    return FR_OK;
+}
+
+fr_status err_scratch(const fr_graph *g, const fr_node *n, size_t *bytes)
+{
+    (void)g;
+    (void)n;
+    *bytes = kErrBytes;
+    return FR_OK;
+}
+
+/* ---- Gather ---- */
+
+fr_status gather_run(const fr_cuda_kctx *k)
+{
+    const fr_node *n = k->node;
+    const fr_tensor *x, *idx;
+    fr_tensor *y;
+    fr_gather_index_error *err;
+    FR_TRY(node_io(k, &x, &idx, &y, &err));
+    int axis, rank;
+    int64_t dims[FR_MAX_RANK];
+    FR_TRY(gather_axis(n, x->rank, &axis));
+    FR_TRY(gather_shape(n, x->rank, x->dims, idx->rank, idx->dims, axis, &rank, dims));
+    FR_TRY(check_out(n, y, x->dtype, rank, dims));
+    int64_t size = x->dims[axis], cnt = fr_tensor_numel(idx), outer = 1, inner = 1;
+    if (!y->nbytes) {
+        check_params p = {1, axis, {size}};
+        return check_only(k, idx, p, err);
+    }
+    for (int kk = 0; kk < axis; kk++) outer *= x->dims[kk];
+    for (int kk = axis + 1; kk < x->rank; kk++) inner *= x->dims[kk];
+    size_t es = fr_dtype_size(x->dtype);
+    uint64_t v[3] = {(uint64_t)inner * es, (uint64_t)(uintptr_t)x->data, (uint64_t)(uintptr_t)y->data};
+    int w = unit_bytes(es, v, 3);
+    int64_t upr = (int64_t)(inner * (int64_t)es / w), total = outer * cnt * upr;
+    unsigned grid = grid_for(k, total);
+#define LAUNCH_I(T, I)                                                                          \
+    gather_rows_k<T, I><<<grid, kThreads, 0, k->cu->stream>>>((T *)y->data, (const T *)x->data,  \
+                                                              (const I *)idx->data, cnt, size, upr, total, axis, err)
+#define LAUNCH(T)                                                                               \
+    do {                                                                                        \
+        if (idx->dtype == FR_I64)                                                               \
+            LAUNCH_I(T, int64_t);                                                               \
+        else                                                                                    \
+            LAUNCH_I(T, int32_t);                                                               \
+    } while (0)
+    BY_UNIT(w, LAUNCH);
+#undef LAUNCH
+#undef LAUNCH_I
+    return fr_cuda_check_launch(n, "gather_rows_k");
+}
+
+/* ---- GatherElements ---- */
+
+fr_status gather_elements_run(const fr_cuda_kctx *k)
+{
+    const fr_node *n = k->node;
+    const fr_tensor *x, *idx;
+    fr_tensor *y;
+    fr_gather_index_error *err;
+    FR_TRY(node_io(k, &x, &idx, &y, &err));
+    int axis;
+    FR_TRY(gather_axis(n, x->rank, &axis));
+    FR_TRY(ge_shapes(n, x->rank, x->dims, idx->rank, idx->dims, axis));
+    FR_TRY(check_out(n, y, x->dtype, idx->rank, idx->dims));
+    int64_t cnt = fr_tensor_numel(idx);
+    if (!cnt) return FR_OK;
+    ge_params p;
+    memset(&p, 0, sizeof p);
+    p.rank = idx->rank;
+    p.axis = axis;
+    p.size = x->dims[axis];
+    for (int kk = 0; kk < idx->rank; kk++) p.idims[kk] = idx->dims[kk];
+    contig_strides(x->rank, x->dims, p.ds);
+    unsigned grid = grid_for(k, cnt);
+#define LAUNCH_I(T, I)                                                                          \
+    gather_elems_k<T, I><<<grid, kThreads, 0, k->cu->stream>>>((T *)y->data, (const T *)x->data, \
+                                                               (const I *)idx->data, cnt, p, err)
+#define LAUNCH(T)                                                                               \
+    do {                                                                                        \
+        if (idx->dtype == FR_I64)                                                               \
+            LAUNCH_I(T, int64_t);                                                               \
+        else                                                                                    \
+            LAUNCH_I(T, int32_t);                                                               \
+    } while (0)
+    BY_UNIT((int)fr_dtype_size(x->dtype), LAUNCH);
+#undef LAUNCH
+#undef LAUNCH_I
+    return fr_cuda_check_launch(n, "gather_elems_k");
+}
+
+/* ---- GatherND ---- */
+
+fr_status gather_nd_run(const fr_cuda_kctx *k)
+{
+    const fr_node *n = k->node;
+    const fr_tensor *x, *idx;
+    fr_tensor *y;
+    fr_gather_index_error *err;
+    FR_TRY(node_io(k, &x, &idx, &y, &err));
+    int64_t b;
+    FR_TRY(gnd_batch_dims(n, k->opset, &b));
+    int rank;
+    int64_t dims[FR_MAX_RANK];
+    FR_TRY(gnd_shape(n, b, x->rank, x->dims, idx->rank, idx->dims, &rank, dims));
+    FR_TRY(check_out(n, y, x->dtype, rank, dims));
+    int m = (int)idx->dims[idx->rank - 1];
+    if (!y->nbytes) {
+        check_params c;
+        memset(&c, 0, sizeof c);
+        c.m = m;
+        c.axis0 = (int)b;
+        for (int l = 0; l < m; l++) c.sizes[l] = x->dims[b + l];
+        return check_only(k, idx, c, err);
+    }
+    int64_t ds[FR_MAX_RANK], per_batch = 1, inner = 1;
+    contig_strides(x->rank, x->dims, ds);
+    for (int kk = (int)b; kk < idx->rank - 1; kk++) per_batch *= idx->dims[kk];
+    for (int kk = (int)(b + m); kk < x->rank; kk++) inner *= x->dims[kk];
+    gnd_params p;
+    memset(&p, 0, sizeof p);
+    p.b = (int)b;
+    p.m = m;
+    p.per_batch = per_batch;
+    /* y is not empty, so inner > 0 and every stride below is a whole number of rows */
+    p.batch_rows = b > 0 ? ds[b - 1] / inner : 0;
+    for (int l = 0; l < m; l++) {
+        p.size[l] = x->dims[b + l];
+        p.rstride[l] = ds[b + l] / inner;
+    }
+    size_t es = fr_dtype_size(x->dtype);
+    uint64_t v[3] = {(uint64_t)inner * es, (uint64_t)(uintptr_t)x->data, (uint64_t)(uintptr_t)y->data};
+    int w = unit_bytes(es, v, 3);
+    p.upr = (int64_t)(inner * (int64_t)es / w);
+    int64_t total = fr_tensor_numel(y) * (int64_t)es / w;
+    unsigned grid = grid_for(k, total);
+#define LAUNCH_I(T, I)                                                                          \
+    gather_nd_k<T, I><<<grid, kThreads, 0, k->cu->stream>>>((T *)y->data, (const T *)x->data,    \
+                                                            (const I *)idx->data, total, p, err)
+#define LAUNCH(T)                                                                               \
+    do {                                                                                        \
+        if (idx->dtype == FR_I64)                                                               \
+            LAUNCH_I(T, int64_t);                                                               \
+        else                                                                                    \
+            LAUNCH_I(T, int32_t);                                                               \
+    } while (0)
+    BY_UNIT(w, LAUNCH);
+#undef LAUNCH
+#undef LAUNCH_I
+    return fr_cuda_check_launch(n, "gather_nd_k");
+}
+
+/* ==== backward: deterministic scatter-add (see the top of the file) ==== */
+
+/* Everything the scatter of one node needs, from shapes alone (plan time and run time). */
+struct scatter_geom {
+    int kind;                  /* 0 GatherGrad, 1 GatherElementsGrad, 2 GatherNDGrad */
+    int rank, a;               /* output (= forward data) rank; axis, or batch_dims for kind 2 */
+    int64_t dims[FR_MAX_RANK]; /* output shape */
+    int q;                     /* indices rank */
+    int64_t idims[FR_MAX_RANK];
+    int64_t cnt;               /* indices count */
+    int64_t rows;              /* dy rows (each scattered to one output row) */
+    int64_t inner;             /* elements per row */
+    int64_t ndst;              /* output rows; also the key of a dropped (bad) row */
+    int key64;                 /* keys need 64 bits */
+    int end_bit;               /* bits the radix sort looks at */
+    /* scratch layout (byte offsets; 0 = absent) */
+    size_t keys_in, keys_out, vals_in, vals_out, temp, temp_bytes, total;
+};
+
+int scatter_kind(const fr_node *n)
+{
+    return strcmp(n->op_type, "GatherGrad") == 0 ? 0 : strcmp(n->op_type, "GatherElementsGrad") == 0 ? 1 : 2;
+}
+
+size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
+
+template <class K>
+cudaError_t sort_pairs(void *temp, size_t &bytes, const K *kin, K *kout, const uint32_t *vin, uint32_t *vout,
+                       int64_t n, int end_bit, cudaStream_t s)
+{
+    return cub::DeviceRadixSort::SortPairs(temp, bytes, kin, kout, vin, vout, n, 0, end_bit, s);
+}
+
+/* The shape checks of ops/gather.c's scatter_check, then the row geometry and the scratch
+ * layout (the CUB temporary size is a host-side query). */
+fr_status scatter_plan(const fr_node *n, fr_dtype dy_dt, int dy_rank, const int64_t *dy_dims, fr_dtype idx_dt, int q,
+                       const int64_t *di, scatter_geom *s)
+{
+    memset(s, 0, sizeof *s);
+    s->kind = scatter_kind(n);
+    FR_TRY(index_dtype_ok(n, idx_dt));
+    int cnt_attr;
+    const int64_t *shape;
+    FR_TRY(fr_node_attr_ints(n, "shape", &cnt_attr, &shape));
+    if (cnt_attr < 0) return fr_node_error(n, FR_ERR_GRAPH, "attribute 'shape' is required");
+    if (cnt_attr > FR_MAX_RANK)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "shape has rank %d, above fp8run's limit %d", cnt_attr,
+                             FR_MAX_RANK);
+    for (int kk = 0; kk < cnt_attr; kk++) {
+        if (shape[kk] < 0) return fr_node_error(n, FR_ERR_SHAPE, "shape has a negative dim");
+        s->dims[kk] = shape[kk];
+    }
+    s->rank = cnt_attr;
+    s->q = q;
+    for (int kk = 0; kk < q; kk++) s->idims[kk] = di[kk];
+    int fr = 0;
+    int64_t fd[FR_MAX_RANK];
+    if (s->kind == 0) {
+        FR_TRY(gather_axis(n, s->rank, &s->a));
+        FR_TRY(gather_shape(n, s->rank, s->dims, q, di, s->a, &fr, fd));
+    } else if (s->kind == 1) {
+        FR_TRY(gather_axis(n, s->rank, &s->a));
+        FR_TRY(ge_shapes(n, s->rank, s->dims, q, di, s->a));
+        fr = q;
+        for (int kk = 0; kk < q; kk++) fd[kk] = di[kk];
+    } else {
+        int64_t b;
+        FR_TRY(fr_node_attr_int(n, "batch_dims", 0, &b));
+        FR_TRY(gnd_shape(n, b, s->rank, s->dims, q, di, &fr, fd));
+        s->a = (int)b;
+    }
+    if (dy_dt != FR_F32 && dy_dt != FR_F64)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "dy is %s (float32 or float64 supported)", fr_dtype_name(dy_dt));
+    int ok = dy_rank == fr;
+    for (int kk = 0; ok && kk < fr; kk++) ok = dy_dims[kk] == fd[kk];
+    if (!ok) {
+        char a[128], b[128];
+        return fr_node_error(n, FR_ERR_SHAPE, "dy has shape %s, the forward output had %s",
+                             fr_shape_str(dy_rank, dy_dims, a, sizeof a), fr_shape_str(fr, fd, b, sizeof b));
+    }
+    s->cnt = 1;
+    for (int kk = 0; kk < q; kk++) s->cnt *= di[kk];
+    int64_t numel = 1, outer = 1;
+    for (int kk = 0; kk < s->rank; kk++) numel *= s->dims[kk];
+    s->inner = 1;
+    if (s->kind == 0) {
+        for (int kk = 0; kk < s->a; kk++) outer *= s->dims[kk];
+        for (int kk = s->a + 1; kk < s->rank; kk++) s->inner *= s->dims[kk];
+        s->rows = outer * s->cnt;
+    } else if (s->kind == 1) {
+        s->rows = s->cnt;
+    } else {
+        int64_t m = di[q - 1];
+        for (int kk = s->a + (int)m; kk < s->rank; kk++) s->inner *= s->dims[kk];
+        s->rows = s->cnt / m;
+    }
+    s->total = kErrBytes;
+    if (!numel || !s->rows || !s->inner) return FR_OK; /* nothing to add: no sort */
+    if (s->rows > (int64_t)UINT32_MAX)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "%lld rows to scatter, at most %u supported", (long long)s->rows,
+                             UINT32_MAX);
+    s->ndst = numel / s->inner;
+    s->key64 = (uint64_t)s->ndst >= (uint64_t)UINT32_MAX;
+    s->end_bit = 64 - __builtin_clzll((unsigned long long)s->ndst);
+    size_t ks = s->key64 ? 8 : 4, r = (size_t)s->rows, off = kErrBytes;
+    s->keys_in = off;
+    off += align256(r * ks);
+    s->keys_out = off;
+    off += align256(r * ks);
+    s->vals_in = off;
+    off += align256(r * 4);
+    s->vals_out = off;
+    off += align256(r * 4);
+    size_t tb = 0;
+    cudaError_t e = s->key64 ? sort_pairs<uint64_t>(NULL, tb, NULL, NULL, NULL, NULL, s->rows, s->end_bit, 0)
+                             : sort_pairs<uint32_t>(NULL, tb, NULL, NULL, NULL, NULL, s->rows, s->end_bit, 0);
+    if (e != cudaSuccess)
+        return fr_node_error(n, FR_ERR_DEVICE, "cub::DeviceRadixSort size query failed: %s", cudaGetErrorString(e));
+    s->temp = off;
+    s->temp_bytes = tb;
+    s->total = off + align256(tb);
+    return FR_OK;
+}
+
+fr_status scatter_scratch(const fr_graph *g, const fr_node *n, size_t *bytes)
+{
+    if (n->n_inputs < 2 || n->inputs[0] < 0 || n->inputs[1] < 0)
+        return fr_node_error(n, FR_ERR_GRAPH, "input missing");
+    const fr_value *dy = &g->values[n->inputs[0]], *iv = &g->values[n->inputs[1]];
+    scatter_geom s;
+    FR_TRY(scatter_plan(n, dy->dtype, dy->rank, dy->dims, iv->dtype, iv->rank, iv->dims, &s));
+    *bytes = s.total;
+    return FR_OK;
+}
+
+struct key_params {
+    int kind, a, q, m;
+    int64_t cnt, rows, ndst, inner;
+    int64_t dims[FR_MAX_RANK];  /* output shape */
+    int64_t ds[FR_MAX_RANK];    /* its strides in elements */
+    int64_t idims[FR_MAX_RANK]; /* indices shape */
+    int64_t per_batch;          /* kind 2: index tuples per batch */
+};
+
+/* keys[r] = the output row dy row r adds into (ndst when its index is bad), vals[r] = r. */
+template <class I, class K>
+__global__ void scatter_keys_k(K *__restrict__ keys, uint32_t *__restrict__ vals, const I *__restrict__ idx,
+                               key_params p, fr_gather_index_error *err)
+{
+    GRID_STRIDE(r, p.rows)
+    {
+        int64_t key = 0;
+        bool ok = true;
+        if (p.kind == 0) {
+            int64_t o = r / p.cnt, j = r - o * p.cnt, size = p.dims[p.a];
+            int64_t v = (int64_t)idx[j];
+            if (v < -size || v >= size) {
+                if (o == 0) bad_index(err, v, j, p.a, size);
+                ok = false;
+            } else {
+                key = o * size + (v < 0 ? v + size : v);
+            }
+        } else if (p.kind == 1) {
+            int64_t rem = r, off = 0, size = p.dims[p.a];
+            for (int k = p.q - 1; k >= 0; k--) {
+                int64_t c = rem % p.idims[k];
+                rem /= p.idims[k];
+                if (k != p.a) off += c * p.ds[k];
+            }
+            int64_t v = (int64_t)idx[r];
+            if (v < -size || v >= size) {
+                bad_index(err, v, r, p.a, size);
+                ok = false;
+            } else {
+                key = off + (v < 0 ? v + size : v) * p.ds[p.a];
+            }
+        } else {
+            /* the forward kernel's addressing, in elements, then divided into rows */
+            int64_t off = p.a > 0 ? (r / p.per_batch) * p.ds[p.a - 1] : 0;
+            for (int l = 0; l < p.m && ok; l++) {
+                int64_t v = (int64_t)idx[r * p.m + l], size = p.dims[p.a + l];
+                if (v < -size || v >= size) {
+                    bad_index(err, v, r * p.m + l, p.a + l, size);
+                    ok = false;
+                } else {
+                    off += (v < 0 ? v + size : v) * p.ds[p.a + l];
+                }
+            }
+            key = off / p.inner;
+        }
+        keys[r] = ok ? (K)key : (K)p.ndst;
+        vals[r] = (uint32_t)r;
+    }
+}
+
+/* For each run of equal keys (sorted, stable): y row key = sum of its dy rows in order, in
+ * double, from the first row on. One thread per (row of the sorted list, element); only the
+ * first row of a run works. */
+template <class T, class K>
+__global__ void segment_sum_k(T *__restrict__ y, const T *__restrict__ dy, const K *__restrict__ keys,
+                              const uint32_t *__restrict__ vals, int64_t rows, int64_t inner, K dropped)
+{
+    GRID_STRIDE(t, rows * inner)
+    {
+        int64_t i = t / inner, e = t - i * inner;
+        K key = keys[i];
+        if (key == dropped || (i > 0 && keys[i - 1] == key)) continue;
+        double acc = (double)dy[(int64_t)vals[i] * inner + e];
+        for (int64_t j = i + 1; j < rows && keys[j] == key; j++) acc += (double)dy[(int64_t)vals[j] * inner + e];
+        y[(int64_t)key * inner + e] = (T)acc;
+    }
+}
+
+template <class T, class I, class K>
+fr_status scatter_launch(const fr_cuda_kctx *k, const scatter_geom &s, const key_params &p, const fr_tensor *dy,
+                         const fr_tensor *idx, fr_tensor *y, fr_gather_index_error *err)
+{
+    const fr_node *n = k->node;
+    char *base = (char *)k->scratch;
+    K *kin = (K *)(base + s.keys_in), *kout = (K *)(base + s.keys_out);
+    uint32_t *vin = (uint32_t *)(base + s.vals_in), *vout = (uint32_t *)(base + s.vals_out);
+    cudaStream_t st = k->cu->stream;
+    scatter_keys_k<I, K><<<grid_for(k, s.rows), kThreads, 0, st>>>(kin, vin, (const I *)idx->data, p, err);
+    FR_TRY(fr_cuda_check_launch(n, "scatter_keys_k"));
+    size_t tb = s.temp_bytes;
+    NODE_CUDA_TRY(n, sort_pairs<K>(base + s.temp, tb, kin, kout, vin, vout, s.rows, s.end_bit, st));
+    int64_t work = s.rows * s.inner;
+    segment_sum_k<T, K><<<grid_for(k, work), kThreads, 0, st>>>((T *)y->data, (const T *)dy->data, kout, vout,
+                                                                 s.rows, s.inner, (K)s.ndst);
+    return fr_cuda_check_launch(n, "segment_sum_k");
+}
+
+fr_status scatter_run(const fr_cuda_kctx *k)
+{
+    const fr_node *n = k->node;
+    const fr_tensor *dy, *idx;
+    fr_tensor *y;
+    fr_gather_index_error *err;
+    FR_TRY(node_io(k, &dy, &idx, &y, &err));
+    scatter_geom s;
+    FR_TRY(scatter_plan(n, dy->dtype, dy->rank, dy->dims, idx->dtype, idx->rank, idx->dims, &s));
+    FR_TRY(check_out(n, y, dy->dtype, s.rank, s.dims));
+    if (k->scratch_bytes < s.total)
+        return fr_node_error(n, FR_ERR_INTERNAL, "scratch has %zu bytes, the scatter needs %zu", k->scratch_bytes,
+                             s.total);
+    if (y->nbytes) NODE_CUDA_TRY(n, cudaMemsetAsync(y->data, 0, y->nbytes, k->cu->stream));
+    if (!s.ndst) { /* nothing to add; the indices are still checked */
+        if (!s.cnt) return FR_OK;
+        check_params c;
+        memset(&c, 0, sizeof c);
+        if (s.kind == 2) {
+            c.m = (int)idx->dims[idx->rank - 1];
+            for (int l = 0; l < c.m; l++) c.sizes[l] = s.dims[s.a + l];
+        } else {
+            c.m = 1;
+            c.sizes[0] = s.dims[s.a];
+        }
+        c.axis0 = s.a;
+        return check_only(k, idx, c, err);
+    }
+    key_params p;
+    memset(&p, 0, sizeof p);
+    p.kind = s.kind;
+    p.a = s.a;
+    p.q = s.q;
+    p.m = s.kind == 2 ? (int)idx->dims[idx->rank - 1] : 1;
+    p.cnt = s.cnt;
+    p.rows = s.rows;
+    p.ndst = s.ndst;
+    p.inner = s.inner;
+    for (int kk = 0; kk < s.rank; kk++) p.dims[kk] = s.dims[kk];
+    contig_strides(s.rank, s.dims, p.ds);
+    for (int kk = 0; kk < s.q; kk++) p.idims[kk] = s.idims[kk];
+    p.per_batch = 1;
+    if (s.kind == 2)
+        for (int kk = s.a; kk < s.q - 1; kk++) p.per_batch *= s.idims[kk];
+    int f64 = dy->dtype == FR_F64, i64 = idx->dtype == FR_I64;
+#define PICK(T, I)                                                                              \
+    return s.key64 ? scatter_launch<T, I, uint64_t>(k, s, p, dy, idx, y, err)                   \
+                   : scatter_launch<T, I, uint32_t>(k, s, p, dy, idx, y, err)
+    if (f64) {
+        if (i64) PICK(double, int64_t);
+        PICK(double, int32_t);
+    }
+    if (i64) PICK(float, int64_t);
+    PICK(float, int32_t);
+#undef PICK
+}
+
+} /* namespace */
+
+/* The CPU's error for a record read back from a gather-family node's scratch (FR_OK when it
+ * holds none): "index V at position [..] is out of range for axis A of size S", naming the
+ * node, with the position in the coordinates of the node's indices. */
+extern "C" fr_status fr_cuda_gather_index_error(const fr_graph *g, const fr_node *n, const void *record)
+{
+    fr_gather_index_error e;
+    memcpy(&e, record, sizeof e);
+    if (!e.code) return FR_OK;
+    int64_t pos[FR_MAX_RANK] = {0}, j = e.pos;
+    int q = 0;
+    if (n->n_inputs > 1 && n->inputs[1] >= 0) {
+        const fr_value *iv = &g->values[n->inputs[1]];
+        q = iv->rank > 0 ? iv->rank : 0;
+        for (int kk = q - 1; kk >= 0; kk--) {
+            int64_t d = iv->dims[kk];
+            pos[kk] = d > 0 ? j % d : 0;
+            j = d > 0 ? j / d : 0;
+        }
+    }
+    char ps[160];
+    return fr_node_error(n, FR_ERR_RANGE, "index %lld at position %s is out of range for axis %d of size %lld",
+                         e.index, fr_shape_str(q, pos, ps, sizeof ps), e.axis, e.size);
+}
+
 extern "C" const fr_cuda_kernel_def fr_cuda_kernels_gather[] = {
+    {"Gather", FR_DOMAIN_ONNX, gather_run, err_scratch},
+    {"GatherElements", FR_DOMAIN_ONNX, gather_elements_run, err_scratch},
+    {"GatherND", FR_DOMAIN_ONNX, gather_nd_run, err_scratch},
+    {"GatherGrad", FR_DOMAIN_FP8RUN, scatter_run, scatter_scratch},
+    {"GatherElementsGrad", FR_DOMAIN_FP8RUN, scatter_run, scatter_scratch},
+    {"GatherNDGrad", FR_DOMAIN_FP8RUN, scatter_run, scatter_scratch},
     {NULL, NULL, NULL, NULL},
 };

@@ -1,6 +1,1223 @@
-/* CUDA kernels of the layout family (see runtime/cuda/cuda_kernel.h for the contract). */
+/* CUDA kernels of the layout family (see runtime/cuda/cuda_kernel.h for the contract):
+ *   ops/layout.c: Transpose, Concat, Split, Slice, Trilu, Tile, SliceGrad, TileGrad;
+ *   ops/shape.c:  Reshape, Squeeze, Unsqueeze, Flatten, Shape, Size, ConstantOfShape, Range,
+ *                 Constant.
+ *
+ * Everything but TileGrad and Range moves elements by size (1, 2, 4, 8 bytes), never by
+ * type, so every dtype comes out bit-exact. Transpose, Slice, Tile and SliceGrad share the
+ * CPU's strided-view engine: the view drops size-1 dims and merges dims that stay contiguous,
+ * then the copy takes the cheapest of
+ *   - one cudaMemcpyAsync (the view is a contiguous block),
+ *   - rows contiguous in the source (perms that keep the last dim, slices with step 1 on the
+ *     last dim, tiles): a grid-stride copy in the widest unit (up to 16 bytes) that the row
+ *     length, strides and addresses allow,
+ *   - an output dim walking the source with stride 1 that is not the last (last-two-dims
+ *     swaps, NCHW -> NHWC, any perm that moves the last dim): a 32 x 32 tile transpose
+ *     through shared memory, so both reads and writes are coalesced,
+ *   - otherwise one thread per element (negative or odd steps on the last dim).
+ *
+ * Inputs that decide shapes or plans (Slice starts/ends/axes/steps, Split sizes, Tile
+ * repeats) live in device memory at run time; they are constants of the graph (infer()
+ * insists), so the plan is read from the graph's constant values on the host, never from the
+ * device. Trilu's k may be computed, so the kernel reads it from device memory itself. The
+ * small outputs of the shape ops are written by kernels that get the values as launch
+ * parameters (never an async copy from a host buffer that may die before the copy runs). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "../../runtime/cuda/cuda_kernel.h"
 
+namespace {
+
+constexpr int kThreads = 256;
+
+#define NODE_CUDA_TRY(n, call)                                                                  \
+    do {                                                                                        \
+        cudaError_t e_ = (call);                                                                \
+        if (e_ != cudaSuccess)                                                                  \
+            return fr_node_error((n), FR_ERR_DEVICE, "%s failed: %s (%s)", #call,               \
+                                 cudaGetErrorName(e_), cudaGetErrorString(e_));                  \
+    } while (0)
+
+unsigned grid_for(const fr_cuda_kctx *k, int64_t n)
+{
+    int64_t blocks = (n + kThreads - 1) / kThreads;
+    int64_t cap = (int64_t)(k->cu->sm_count > 0 ? k->cu->sm_count : 128) * 16;
+    if (blocks > cap) blocks = cap;
+    return (unsigned)(blocks < 1 ? 1 : blocks);
+}
+
+#define GRID_STRIDE(IT, i, n)                                                                   \
+    for (IT i = (IT)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (IT)gridDim.x * blockDim.x)
+
+/* The widest unit (16, 8, 4, 2, 1 bytes, never below es) dividing every v[i]. */
+int unit_bytes(size_t es, const int64_t *v, int n)
+{
+    int64_t w = 16;
+    for (int i = 0; i < n; i++)
+        while (w > (int64_t)es && v[i] % w) w >>= 1;
+    return (int)w;
+}
+
+int64_t addr(const void *p) { return (int64_t)(uintptr_t)p; }
+
+#define BY_UNIT(w, LAUNCH)                                                                      \
+    switch (w) {                                                                                \
+    case 1: LAUNCH(uint8_t); break;                                                             \
+    case 2: LAUNCH(uint16_t); break;                                                            \
+    case 4: LAUNCH(uint32_t); break;                                                            \
+    case 8: LAUNCH(uint64_t); break;                                                            \
+    default: LAUNCH(uint4); break;                                                              \
+    }
+
+fr_status check_out(const fr_node *n, const fr_tensor *y, fr_dtype dt, int rank, const int64_t *dims)
+{
+    int same = y && y->dtype == dt && y->rank == rank;
+    for (int k = 0; same && k < rank; k++) same = y->dims[k] == dims[k];
+    if (!same) {
+        char a[128], b[128];
+        return fr_node_error(n, FR_ERR_SHAPE, "output tensor is %s %s, expected %s %s (re-run shape inference)",
+                             y ? fr_dtype_name(y->dtype) : "missing",
+                             y ? fr_shape_str(y->rank, y->dims, a, sizeof a) : "", fr_dtype_name(dt),
+                             fr_shape_str(rank, dims, b, sizeof b));
+    }
+    return FR_OK;
+}
+
+const fr_tensor *kin(const fr_cuda_kctx *k, int i) { return i < k->n_in ? k->in[i] : NULL; }
+
+void contig_strides(int rank, const int64_t *dims, int64_t *s)
+{
+    int64_t acc = 1;
+    for (int k = rank - 1; k >= 0; k--) {
+        s[k] = acc;
+        acc *= dims[k];
+    }
+}
+
+/* The constant (initializer or folded) behind input i of the node, or NULL. */
+const fr_tensor *const_input(const fr_cuda_kctx *k, int i)
+{
+    const fr_node *n = k->node;
+    if (i >= n->n_inputs || n->inputs[i] < 0) return NULL;
+    return k->g->values[n->inputs[i]].constant;
+}
+
+/* Integer values of a small 1-D (or scalar) constant input; *cnt = -1 when the input is
+ * omitted. A present input that is not a graph constant is an error: shapes are static. */
+fr_status const_ints(const fr_cuda_kctx *k, int i, const char *what, int max, int *cnt, int64_t *vals)
+{
+    const fr_node *n = k->node;
+    *cnt = -1;
+    if (i >= n->n_inputs || n->inputs[i] < 0) return FR_OK;
+    const fr_tensor *t = const_input(k, i);
+    if (!t)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED,
+                             "%s must be a constant of the graph on the CUDA backend (it decides the plan)", what);
+    if (!fr_dtype_is_int(t->dtype) || t->rank > 1)
+        return fr_node_error(n, FR_ERR_SHAPE, "%s must be a 1-D integer tensor, got %s rank %d", what,
+                             fr_dtype_name(t->dtype), t->rank);
+    int64_t c = fr_tensor_numel(t);
+    if (c > max)
+        return fr_node_error(n, FR_ERR_SHAPE, "%s has %lld entries, at most %d expected", what, (long long)c, max);
+    for (int64_t j = 0; j < c; j++) vals[j] = fr_tensor_get_i64(t, j);
+    *cnt = (int)c;
+    return FR_OK;
+}
+
+/* ---- the strided-view engine ---- */
+
+#define MAX_VIEW (2 * FR_MAX_RANK) /* Tile views each dim as (repeat, dim) */
+
+struct view {
+    int rank;
+    int64_t dims[MAX_VIEW];
+    int64_t stride[MAX_VIEW]; /* in elements per step of the dim; any sign; 0 repeats */
+    int64_t offset;           /* element of the strided side that contiguous element 0 meets */
+};
+
+/* ops/layout.c's simplification: drop size-1 dims, merge dims contiguous in the strided
+ * side. 0 when the view holds no element. */
+int view_simplify(view *v)
+{
+    int r = 0;
+    for (int k = 0; k < v->rank; k++) {
+        if (v->dims[k] == 0) return 0;
+        if (v->dims[k] == 1) continue;
+        if (r > 0 && v->stride[r - 1] == v->stride[k] * v->dims[k]) {
+            v->dims[r - 1] *= v->dims[k];
+            v->stride[r - 1] = v->stride[k];
+            continue;
+        }
+        v->dims[r] = v->dims[k];
+        v->stride[r] = v->stride[k];
+        r++;
+    }
+    v->rank = r;
+    return 1;
+}
+
+/* One thread per element of the contiguous side: SCATTER 0 reads the strided source into a
+ * contiguous dst, 1 writes a contiguous src into the strided dst. IT is the index type. */
+template <class T, class IT, int SCATTER>
+__global__ void view_copy_k(T *__restrict__ dst, const T *__restrict__ src, view v, IT n)
+{
+    GRID_STRIDE(IT, i, n)
+    {
+        IT r = i;
+        int64_t off = 0;
+        for (int k = v.rank - 1; k >= 0; k--) {
+            IT d = (IT)v.dims[k];
+            IT c = r % d;
+            r /= d;
+            off += (int64_t)c * v.stride[k];
+        }
+        if (SCATTER)
+            dst[off] = src[i];
+        else
+            dst[i] = src[off];
+    }
+}
+
+struct tile_params {
+    int rank, j;                /* dim j has source stride 1; the last dim is the other */
+    int64_t dims[MAX_VIEW];
+    int64_t stride[MAX_VIEW];   /* source strides */
+    int64_t ostride[MAX_VIEW];  /* contiguous output strides */
+    int64_t ntj, ntl, ntiles;   /* tiles along dim j, along the last dim, in all */
+};
+
+constexpr int kTile = 32, kTileRows = 8;
+
+/* 32 x 32 tiles of (dim j, last dim): read along j (stride 1 in the source), write along the
+ * last dim (stride 1 in the output), through shared memory. One tile per block iteration;
+ * the other dims are the tile's batch. */
+template <class T>
+__global__ void __launch_bounds__(kTile *kTileRows) transpose_tiled_k(T *__restrict__ dst, const T *__restrict__ src,
+                                                                       tile_params p)
+{
+    __shared__ T tile[kTile][kTile + 1];
+    const int L = p.rank - 1, tx = threadIdx.x, ty = threadIdx.y;
+    const int64_t dj = p.dims[p.j], dl = p.dims[L], sl = p.stride[L], oj = p.ostride[p.j];
+    for (int64_t t = blockIdx.x; t < p.ntiles; t += gridDim.x) {
+        int64_t tl = t % p.ntl, r = t / p.ntl, tj = r % p.ntj, b = r / p.ntj;
+        int64_t sb = 0, db = 0;
+        for (int k = L - 1; k >= 0; k--) {
+            if (k == p.j) continue;
+            int64_t c = b % p.dims[k];
+            b /= p.dims[k];
+            sb += c * p.stride[k];
+            db += c * p.ostride[k];
+        }
+        const int64_t a0 = tj * kTile, l0 = tl * kTile;
+        for (int q = ty; q < kTile; q += kTileRows) {
+            int64_t a = a0 + tx, l = l0 + q;
+            if (a < dj && l < dl) tile[q][tx] = src[sb + a + l * sl];
+        }
+        __syncthreads();
+        for (int q = ty; q < kTile; q += kTileRows) {
+            int64_t a = a0 + q, l = l0 + tx;
+            if (a < dj && l < dl) dst[db + a * oj + l] = tile[tx][q];
+        }
+        __syncthreads();
+    }
+}
+
+template <class T>
+fr_status launch_view(const fr_cuda_kctx *k, void *dst, const void *src, const view &v, int64_t n, int scatter)
+{
+    cudaStream_t st = k->cu->stream;
+    unsigned grid = grid_for(k, n);
+    if (n <= INT32_MAX) {
+        if (scatter)
+            view_copy_k<T, uint32_t, 1><<<grid, kThreads, 0, st>>>((T *)dst, (const T *)src, v, (uint32_t)n);
+        else
+            view_copy_k<T, uint32_t, 0><<<grid, kThreads, 0, st>>>((T *)dst, (const T *)src, v, (uint32_t)n);
+    } else {
+        if (scatter)
+            view_copy_k<T, uint64_t, 1><<<grid, kThreads, 0, st>>>((T *)dst, (const T *)src, v, (uint64_t)n);
+        else
+            view_copy_k<T, uint64_t, 0><<<grid, kThreads, 0, st>>>((T *)dst, (const T *)src, v, (uint64_t)n);
+    }
+    return fr_cuda_check_launch(k->node, "view_copy_k");
+}
+
+template <class T>
+fr_status launch_tiled(const fr_cuda_kctx *k, void *dst, const void *src, const tile_params &p)
+{
+    int64_t cap = (int64_t)(k->cu->sm_count > 0 ? k->cu->sm_count : 128) * 16;
+    unsigned grid = (unsigned)(p.ntiles < cap ? p.ntiles : cap);
+    transpose_tiled_k<T><<<grid, dim3(kTile, kTileRows), 0, k->cu->stream>>>((T *)dst, (const T *)src, p);
+    return fr_cuda_check_launch(k->node, "transpose_tiled_k");
+}
+
+/* scatter 0: contiguous dst <- src through v; scatter 1: dst through v <- contiguous src. */
+fr_status view_copy(const fr_cuda_kctx *k, void *dst, const void *src, view v, size_t es, int scatter)
+{
+    const fr_node *n = k->node;
+    if (!view_simplify(&v)) return FR_OK;
+    char *d = (char *)dst;
+    const char *s = (const char *)src;
+    if (scatter)
+        d += v.offset * (int64_t)es;
+    else
+        s += v.offset * (int64_t)es;
+    int64_t numel = 1;
+    for (int i = 0; i < v.rank; i++) numel *= v.dims[i];
+    if (v.rank == 0 || (v.rank == 1 && v.stride[0] == 1)) {
+        NODE_CUDA_TRY(n, cudaMemcpyAsync(d, s, (size_t)numel * es, cudaMemcpyDeviceToDevice, k->cu->stream));
+        return FR_OK;
+    }
+    const int L = v.rank - 1;
+    if (v.stride[L] == 1) {
+        /* rows contiguous on both sides: widen the element to the largest unit that fits */
+        int64_t cand[MAX_VIEW + 3];
+        int c = 0;
+        cand[c++] = v.dims[L] * (int64_t)es;
+        cand[c++] = addr(d);
+        cand[c++] = addr(s);
+        for (int i = 0; i < L; i++) cand[c++] = v.stride[i] * (int64_t)es;
+        int w = unit_bytes(es, cand, c);
+        int64_t f = w / (int64_t)es;
+        v.dims[L] /= f;
+        for (int i = 0; i < L; i++) v.stride[i] /= f;
+        numel /= f;
+#define LAUNCH(T) return launch_view<T>(k, d, s, v, numel, scatter)
+        BY_UNIT(w, LAUNCH);
+#undef LAUNCH
+    }
+    if (!scatter && v.stride[L] != 0) {
+        int j = -1;
+        for (int i = 0; i < L; i++)
+            if (v.stride[i] == 1) j = i;
+        if (j >= 0 && v.dims[j] >= 4 && v.dims[L] >= 4) {
+            tile_params p;
+            memset(&p, 0, sizeof p);
+            p.rank = v.rank;
+            p.j = j;
+            for (int i = 0; i < v.rank; i++) {
+                p.dims[i] = v.dims[i];
+                p.stride[i] = v.stride[i];
+            }
+            int64_t acc = 1;
+            for (int i = L; i >= 0; i--) {
+                p.ostride[i] = acc;
+                acc *= v.dims[i];
+            }
+            p.ntj = (v.dims[j] + kTile - 1) / kTile;
+            p.ntl = (v.dims[L] + kTile - 1) / kTile;
+            p.ntiles = p.ntj * p.ntl * (numel / (v.dims[j] * v.dims[L]));
+#define LAUNCH(T) return launch_tiled<T>(k, d, s, p)
+            BY_UNIT((int)es, LAUNCH);
+#undef LAUNCH
+        }
+    }
+#define LAUNCH(T) return launch_view<T>(k, d, s, v, numel, scatter)
+    BY_UNIT((int)es, LAUNCH);
+#undef LAUNCH
+    return FR_OK;
+}
+
+/* Rows of `width` bytes: dst row r (pitch dpitch) = src row r (pitch spitch). Concat and
+ * Split, one launch per part. */
+template <class T, class IT>
+__global__ void copy2d_k(T *__restrict__ dst, int64_t dpitch, const T *__restrict__ src, int64_t spitch, IT width,
+                         IT n)
+{
+    GRID_STRIDE(IT, i, n)
+    {
+        IT r = i / width, c = i - r * width;
+        dst[(int64_t)r * dpitch + c] = src[(int64_t)r * spitch + c];
+    }
+}
+
+template <class T>
+fr_status launch_2d(const fr_cuda_kctx *k, char *dst, int64_t dpitch, const char *src, int64_t spitch, int64_t width,
+                    int64_t rows)
+{
+    int64_t w = (int64_t)sizeof(T), n = rows * (width / w);
+    unsigned grid = grid_for(k, n);
+    if (n <= INT32_MAX)
+        copy2d_k<T, uint32_t><<<grid, kThreads, 0, k->cu->stream>>>((T *)dst, dpitch / w, (const T *)src, spitch / w,
+                                                                      (uint32_t)(width / w), (uint32_t)n);
+    else
+        copy2d_k<T, uint64_t><<<grid, kThreads, 0, k->cu->stream>>>((T *)dst, dpitch / w, (const T *)src, spitch / w,
+                                                                      (uint64_t)(width / w), (uint64_t)n);
+    return fr_cuda_check_launch(k->node, "copy2d_k");
+}
+
+/* All sizes in bytes. */
+fr_status copy2d(const fr_cuda_kctx *k, char *dst, int64_t dpitch, const char *src, int64_t spitch, int64_t width,
+                 int64_t rows, size_t es)
+{
+    if (!rows || !width) return FR_OK;
+    if (rows == 1 || (dpitch == width && spitch == width)) {
+        NODE_CUDA_TRY(k->node,
+                      cudaMemcpyAsync(dst, src, (size_t)(rows * width), cudaMemcpyDeviceToDevice, k->cu->stream));
+        return FR_OK;
+    }
+    int64_t cand[5] = {width, dpitch, spitch, addr(dst), addr(src)};
+    int w = unit_bytes(es, cand, 5);
+#define LAUNCH(T) return launch_2d<T>(k, dst, dpitch, src, spitch, width, rows)
+    BY_UNIT(w, LAUNCH);
+#undef LAUNCH
+    return FR_OK;
+}
+
+/* ---- Transpose ---- */
+
+fr_status transpose_perm(const fr_node *n, int rank, int *perm)
+{
+    int cnt;
+    const int64_t *p;
+    FR_TRY(fr_node_attr_ints(n, "perm", &cnt, &p));
+    if (cnt < 0) {
+        for (int k = 0; k < rank; k++) perm[k] = rank - 1 - k;
+        return FR_OK;
+    }
+    if (cnt != rank)
+        return fr_node_error(n, FR_ERR_SHAPE, "perm has %d entries for an input of rank %d", cnt, rank);
+    int seen[FR_MAX_RANK] = {0};
+    for (int k = 0; k < rank; k++) {
+        if (p[k] < 0 || p[k] >= rank || seen[p[k]])
+            return fr_node_error(n, FR_ERR_SHAPE, "perm is not a permutation of 0..%d", rank - 1);
+        seen[p[k]] = 1;
+        perm[k] = (int)p[k];
+    }
+    return FR_OK;
+}
+
+fr_status transpose_run(const fr_cuda_kctx *k)
+{
+    const fr_tensor *x = kin(k, 0);
+    fr_tensor *y = k->n_out > 0 ? k->out[0] : NULL;
+    if (!x) return fr_node_error(k->node, FR_ERR_GRAPH, "input missing");
+    int perm[FR_MAX_RANK];
+    FR_TRY(transpose_perm(k->node, x->rank, perm));
+    int64_t cs[FR_MAX_RANK];
+    contig_strides(x->rank, x->dims, cs);
+    view v;
+    memset(&v, 0, sizeof v);
+    v.rank = x->rank;
+    for (int i = 0; i < x->rank; i++) {
+        v.dims[i] = x->dims[perm[i]];
+        v.stride[i] = cs[perm[i]];
+    }
+    FR_TRY(check_out(k->node, y, x->dtype, x->rank, v.dims));
+    return view_copy(k, y->data, x->data, v, fr_dtype_size(x->dtype), 0);
+}
+
+/* ---- Concat ---- */
+
+fr_status concat_run(const fr_cuda_kctx *k)
+{
+    const fr_node *n = k->node;
+    fr_tensor *y = k->n_out > 0 ? k->out[0] : NULL;
+    if (k->n_in < 1) return fr_node_error(n, FR_ERR_GRAPH, "has no inputs");
+    for (int i = 0; i < k->n_in; i++)
+        if (!k->in[i]) return fr_node_error(n, FR_ERR_GRAPH, "input %d is missing", i);
+    const fr_tensor *x0 = k->in[0];
+    if (x0->rank < 1) return fr_node_error(n, FR_ERR_SHAPE, "inputs must have rank >= 1");
+    int64_t a;
+    if (!fr_node_attr(n, "axis") && k->opset >= 4) return fr_node_error(n, FR_ERR_GRAPH, "attribute 'axis' is missing");
+    FR_TRY(fr_node_attr_int(n, "axis", 1, &a));
+    int axis;
+    FR_TRY(fr_norm_axis(n, a, x0->rank, &axis));
+    int64_t dims[FR_MAX_RANK];
+    for (int i = 0; i < x0->rank; i++) dims[i] = x0->dims[i];
+    dims[axis] = 0;
+    for (int i = 0; i < k->n_in; i++) {
+        const fr_tensor *x = k->in[i];
+        int ok = x->dtype == x0->dtype && x->rank == x0->rank;
+        for (int d = 0; ok && d < x0->rank; d++) ok = d == axis || x->dims[d] == x0->dims[d];
+        if (!ok) {
+            char s1[128], s2[128];
+            return fr_node_error(n, FR_ERR_SHAPE,
+                                 "input %d is %s %s, which does not match input 0's %s %s outside axis %d", i,
+                                 fr_dtype_name(x->dtype), fr_shape_str(x->rank, x->dims, s1, sizeof s1),
+                                 fr_dtype_name(x0->dtype), fr_shape_str(x0->rank, x0->dims, s2, sizeof s2), axis);
+        }
+        dims[axis] += x->dims[axis];
+    }
+    FR_TRY(check_out(n, y, x0->dtype, x0->rank, dims));
+    if (!y->nbytes) return FR_OK;
+    int64_t es = (int64_t)fr_dtype_size(x0->dtype), outer = 1, inner = 1;
+    for (int d = 0; d < axis; d++) outer *= dims[d];
+    for (int d = axis + 1; d < x0->rank; d++) inner *= dims[d];
+    int64_t pitch = dims[axis] * inner * es, at = 0;
+    for (int i = 0; i < k->n_in; i++) {
+        int64_t chunk = k->in[i]->dims[axis] * inner * es;
+        FR_TRY(copy2d(k, (char *)y->data + at, pitch, (const char *)k->in[i]->data, chunk, chunk, outer, (size_t)es));
+        at += chunk;
+    }
+    return FR_OK;
+}
+
+/* ---- Split ---- */
+
+fr_status split_sizes(const fr_node *n, int64_t opset, int64_t dim, int cnt, const int64_t *split, int n_out,
+                      int64_t *sizes)
+{
+    int64_t num_outputs = 0;
+    if (opset >= 18) FR_TRY(fr_node_attr_int(n, "num_outputs", 0, &num_outputs));
+    if (cnt >= 0) {
+        if (num_outputs) return fr_node_error(n, FR_ERR_GRAPH, "has both 'split' and 'num_outputs'");
+        if (cnt != n_out) return fr_node_error(n, FR_ERR_SHAPE, "split has %d entries for %d outputs", cnt, n_out);
+        int64_t sum = 0;
+        for (int i = 0; i < cnt; i++) {
+            if (split[i] < 0 || split[i] > dim - sum)
+                return fr_node_error(n, FR_ERR_SHAPE,
+                                     "split sizes do not add up to the axis size %lld (entry %d is %lld)",
+                                     (long long)dim, i, (long long)split[i]);
+            sizes[i] = split[i];
+            sum += split[i];
+        }
+        if (sum != dim)
+            return fr_node_error(n, FR_ERR_SHAPE, "split sizes add up to %lld, the axis has %lld", (long long)sum,
+                                 (long long)dim);
+        return FR_OK;
+    }
+    if (num_outputs) {
+        if (num_outputs != n_out)
+            return fr_node_error(n, FR_ERR_GRAPH, "num_outputs is %lld but the node has %d outputs",
+                                 (long long)num_outputs, n_out);
+        int64_t chunk = dim / n_out + (dim % n_out != 0), last = dim - chunk * (n_out - 1);
+        if (last < 0)
+            return fr_node_error(n, FR_ERR_SHAPE, "an axis of size %lld cannot be split into %d chunks of %lld",
+                                 (long long)dim, n_out, (long long)chunk);
+        for (int i = 0; i < n_out; i++) sizes[i] = i < n_out - 1 ? chunk : last;
+        return FR_OK;
+    }
+    if (dim % n_out != 0)
+        return fr_node_error(n, FR_ERR_SHAPE,
+                             "an axis of size %lld does not split evenly into %d outputs (give 'split' sizes)",
+                             (long long)dim, n_out);
+    for (int i = 0; i < n_out; i++) sizes[i] = dim / n_out;
+    return FR_OK;
+}
+
+fr_status split_run(const fr_cuda_kctx *k)
+{
+    const fr_node *n = k->node;
+    const fr_tensor *x = kin(k, 0);
+    if (!x) return fr_node_error(n, FR_ERR_GRAPH, "input missing");
+    if (k->n_out < 1) return fr_node_error(n, FR_ERR_GRAPH, "has no outputs");
+    int64_t a;
+    int axis;
+    FR_TRY(fr_node_attr_int(n, "axis", 0, &a));
+    FR_TRY(fr_norm_axis(n, a, x->rank, &axis));
+    /* explicit sizes: the attribute before opset 13, the (constant) input from 13 */
+    int cnt = -1;
+    int64_t *split = (int64_t *)fr_calloc((size_t)k->n_out + 1, sizeof(int64_t), "split sizes");
+    int64_t *sizes = (int64_t *)fr_calloc((size_t)k->n_out + 1, sizeof(int64_t), "split sizes");
+    fr_status st = split && sizes ? FR_OK : FR_ERR_OOM;
+    if (st == FR_OK && k->opset < 13) {
+        const int64_t *v;
+        st = fr_node_attr_ints(n, "split", &cnt, &v);
+        if (st == FR_OK && cnt > k->n_out)
+            st = fr_node_error(n, FR_ERR_SHAPE, "split has %d entries for %d outputs", cnt, k->n_out);
+        if (st == FR_OK && cnt > 0) memcpy(split, v, sizeof(int64_t) * (size_t)cnt);
+    } else if (st == FR_OK) {
+        st = const_ints(k, 1, "split", k->n_out, &cnt, split);
+    }
+    if (st == FR_OK) st = split_sizes(n, k->opset, x->dims[axis], cnt, split, k->n_out, sizes);
+    int64_t dims[FR_MAX_RANK];
+    for (int d = 0; d < x->rank; d++) dims[d] = x->dims[d];
+    for (int i = 0; st == FR_OK && i < k->n_out; i++) {
+        dims[axis] = sizes[i];
+        if (k->out[i]) st = check_out(n, k->out[i], x->dtype, x->rank, dims);
+    }
+    int64_t es = (int64_t)fr_dtype_size(x->dtype), outer = 1, inner = 1;
+    for (int d = 0; d < axis; d++) outer *= x->dims[d];
+    for (int d = axis + 1; d < x->rank; d++) inner *= x->dims[d];
+    int64_t pitch = x->dims[axis] * inner * es, at = 0;
+    for (int i = 0; st == FR_OK && i < k->n_out; i++) {
+        int64_t chunk = sizes[i] * inner * es;
+        if (k->out[i])
+            st = copy2d(k, (char *)k->out[i]->data, chunk, (const char *)x->data + at, pitch, chunk, outer, (size_t)es);
+        at += chunk;
+    }
+    free(split);
+    free(sizes);
+    return st;
+}
+
+/* ---- Slice ---- */
+
+struct slice_plan {
+    int64_t start[FR_MAX_RANK], step[FR_MAX_RANK], len[FR_MAX_RANK];
+};
+
+/* ops/layout.c's slice_resolve: the ONNX clamping rules per axis. */
+fr_status slice_resolve(const fr_node *n, int rank, const int64_t *dims, int cnt, const int64_t *starts, int n_ends,
+                        const int64_t *ends, int n_axes, const int64_t *axes, int n_steps, const int64_t *steps,
+                        slice_plan *p)
+{
+    if (n_ends != cnt || (n_axes >= 0 && n_axes != cnt) || (n_steps >= 0 && n_steps != cnt))
+        return fr_node_error(n, FR_ERR_SHAPE, "starts, ends, axes and steps must have the same length (%d, %d, %d, %d)",
+                             cnt, n_ends, n_axes, n_steps);
+    int seen[FR_MAX_RANK] = {0};
+    for (int k = 0; k < rank; k++) {
+        p->start[k] = 0;
+        p->step[k] = 1;
+        p->len[k] = dims[k];
+    }
+    for (int i = 0; i < cnt; i++) {
+        int a;
+        FR_TRY(fr_norm_axis(n, n_axes >= 0 ? axes[i] : i, rank, &a));
+        if (seen[a]) return fr_node_error(n, FR_ERR_SHAPE, "axis %d is sliced twice", a);
+        seen[a] = 1;
+        int64_t d = dims[a], s = starts[i], e = ends[i], st = n_steps >= 0 ? steps[i] : 1;
+        if (st == 0) return fr_node_error(n, FR_ERR_SHAPE, "step for axis %d is 0", a);
+        if (s < 0) s += d;
+        if (e < 0) e += d;
+        int64_t len;
+        if (d == 0) {
+            len = 0;
+        } else if (st > 0) {
+            s = s < 0 ? 0 : s > d ? d : s;
+            e = e < 0 ? 0 : e > d ? d : e;
+            len = e > s ? (e - s - 1) / st + 1 : 0;
+        } else {
+            s = s < 0 ? 0 : s > d - 1 ? d - 1 : s;
+            e = e < -1 ? -1 : e > d - 1 ? d - 1 : e;
+            len = s > e ? (int64_t)((uint64_t)(s - e - 1) / ((uint64_t)0 - (uint64_t)st)) + 1 : 0;
+        }
+        p->start[a] = len ? s : 0;
+        p->step[a] = len > 1 ? st : 1;
+        p->len[a] = len;
+    }
+    return FR_OK;
+}
+
+fr_status slice_attr(const fr_node *n, const char *name, int required, int *cnt, int64_t *vals)
+{
+    const int64_t *a;
+    FR_TRY(fr_node_attr_ints(n, name, cnt, &a));
+    if (*cnt < 0 && required) return fr_node_error(n, FR_ERR_GRAPH, "attribute '%s' is missing", name);
+    if (*cnt > FR_MAX_RANK)
+        return fr_node_error(n, FR_ERR_SHAPE, "'%s' has %d entries, at most %d expected", name, *cnt, FR_MAX_RANK);
+    if (*cnt > 0) memcpy(vals, a, sizeof(int64_t) * (size_t)*cnt);
+    return FR_OK;
+}
+
+fr_status slice_run(const fr_cuda_kctx *k)
+{
+    const fr_node *n = k->node;
+    const fr_tensor *x = kin(k, 0);
+    fr_tensor *y = k->n_out > 0 ? k->out[0] : NULL;
+    if (!x) return fr_node_error(n, FR_ERR_GRAPH, "input missing");
+    int cnt[4];
+    int64_t vals[4][FR_MAX_RANK];
+    if (k->opset < 10) {
+        FR_TRY(slice_attr(n, "starts", 1, &cnt[0], vals[0]));
+        FR_TRY(slice_attr(n, "ends", 1, &cnt[1], vals[1]));
+        FR_TRY(slice_attr(n, "axes", 0, &cnt[2], vals[2]));
+        cnt[3] = -1;
+    } else {
+        static const char *names[4] = {"starts", "ends", "axes", "steps"};
+        for (int i = 0; i < 4; i++) {
+            FR_TRY(const_ints(k, i + 1, names[i], FR_MAX_RANK, &cnt[i], vals[i]));
+            if (i < 2 && cnt[i] < 0) return fr_node_error(n, FR_ERR_GRAPH, "input '%s' is missing", names[i]);
+        }
+    }
+    slice_plan p;
+    FR_TRY(slice_resolve(n, x->rank, x->dims, cnt[0], vals[0], cnt[1], vals[1], cnt[2], vals[2], cnt[3], vals[3], &p));
+    FR_TRY(check_out(n, y, x->dtype, x->rank, p.len));
+    int64_t cs[FR_MAX_RANK];
+    contig_strides(x->rank, x->dims, cs);
+    view v;
+    memset(&v, 0, sizeof v);
+    v.rank = x->rank;
+    for (int i = 0; i < x->rank; i++) {
+        v.dims[i] = p.len[i];
+        v.stride[i] = cs[i] * p.step[i];
+        v.offset += cs[i] * p.start[i];
+    }
+    return view_copy(k, y->data, x->data, v, fr_dtype_size(x->dtype), 0);
+}
+
+/* ---- Trilu ---- */
+
+/* k as int64, from any integer dtype (fr_tensor_get_i64's conversions). */
+__device__ int64_t read_k(const void *p, int dt)
+{
+    switch (dt) {
+    case FR_I64: return *(const int64_t *)p;
+    case FR_I32: return *(const int32_t *)p;
+    case FR_U32: return *(const uint32_t *)p;
+    case FR_I16: return *(const int16_t *)p;
+    case FR_U16: return *(const uint16_t *)p;
+    case FR_I8: return *(const int8_t *)p;
+    case FR_U8: return *(const uint8_t *)p;
+    case FR_U64: return (int64_t) * (const uint64_t *)p;
+    default: return 0;
+    }
+}
+
+template <class T, class IT>
+__global__ void trilu_k(T *__restrict__ y, const T *__restrict__ x, IT R, IT C, IT n, const void *kp, int kdt,
+                        int upper)
+{
+    int64_t kv = kp ? read_k(kp, kdt) : 0;
+    /* clamp as the CPU does: beyond [-R-1, C+1] a row keeps all or nothing */
+    int64_t kc = kv < -(int64_t)R - 1 ? -(int64_t)R - 1 : kv > (int64_t)C + 1 ? (int64_t)C + 1 : kv;
+    GRID_STRIDE(IT, i, n)
+    {
+        IT rc = i / C;
+        int64_t j = (int64_t)(i - rc * C), row = (int64_t)(rc % R), t = row + kc;
+        bool keep = upper ? j >= t : j <= t;
+        y[i] = keep ? x[i] : T{};
+    }
+}
+
+fr_status trilu_run(const fr_cuda_kctx *k)
+{
+    const fr_node *n = k->node;
+    const fr_tensor *x = kin(k, 0), *kt = kin(k, 1);
+    fr_tensor *y = k->n_out > 0 ? k->out[0] : NULL;
+    if (!x) return fr_node_error(n, FR_ERR_GRAPH, "input missing");
+    if (x->rank < 2) return fr_node_error(n, FR_ERR_SHAPE, "input must have rank >= 2, got %d", x->rank);
+    int64_t upper;
+    FR_TRY(fr_node_attr_int(n, "upper", 1, &upper));
+    if (kt && (!fr_dtype_is_int(kt->dtype) || fr_tensor_numel(kt) != 1))
+        return fr_node_error(n, FR_ERR_SHAPE, "k must be an integer scalar");
+    FR_TRY(check_out(n, y, x->dtype, x->rank, x->dims));
+    int64_t cnt = fr_tensor_numel(x);
+    if (!cnt) return FR_OK;
+    int64_t R = x->dims[x->rank - 2], C = x->dims[x->rank - 1];
+    const void *kp = kt ? kt->data : NULL;
+    int kdt = kt ? (int)kt->dtype : 0, up = upper != 0;
+    unsigned grid = grid_for(k, cnt);
+    cudaStream_t st = k->cu->stream;
+#define LAUNCH(T)                                                                               \
+    do {                                                                                        \
+        if (cnt <= INT32_MAX)                                                                   \
+            trilu_k<T, uint32_t><<<grid, kThreads, 0, st>>>((T *)y->data, (const T *)x->data, (uint32_t)R, \
+                                                            (uint32_t)C, (uint32_t)cnt, kp, kdt, up);      \
+        else                                                                                    \
+            trilu_k<T, uint64_t><<<grid, kThreads, 0, st>>>((T *)y->data, (const T *)x->data, (uint64_t)R, \
+                                                            (uint64_t)C, (uint64_t)cnt, kp, kdt, up);      \
+    } while (0)
+    BY_UNIT((int)fr_dtype_size(x->dtype), LAUNCH);
+#undef LAUNCH
+    return fr_cuda_check_launch(n, "trilu_k");
+}
+
+/* ---- Tile: output dim k = input dim k * repeats[k]; a repeat walks the input with stride 0 ---- */
+
+fr_status tile_run(const fr_cuda_kctx *k)
+{
+    const fr_node *n = k->node;
+    const fr_tensor *x = kin(k, 0);
+    fr_tensor *y = k->n_out > 0 ? k->out[0] : NULL;
+    if (!x || !kin(k, 1)) return fr_node_error(n, FR_ERR_GRAPH, "input missing");
+    if (!y || y->dtype != x->dtype || y->rank != x->rank)
+        return fr_node_error(n, FR_ERR_SHAPE, "output is not a tiling of the input (re-run shape inference)");
+    int64_t reps[FR_MAX_RANK];
+    int cnt;
+    FR_TRY(const_ints(k, 1, "repeats", FR_MAX_RANK, &cnt, reps));
+    if (cnt != x->rank)
+        return fr_node_error(n, FR_ERR_SHAPE, "repeats has %d entries for an input of rank %d", cnt, x->rank);
+    int64_t dims[FR_MAX_RANK];
+    for (int i = 0; i < x->rank; i++) {
+        if (reps[i] < 0) return fr_node_error(n, FR_ERR_SHAPE, "repeats[%d] = %lld is negative", i, (long long)reps[i]);
+        dims[i] = x->dims[i] * reps[i];
+    }
+    FR_TRY(check_out(n, y, x->dtype, x->rank, dims));
+    int64_t cs[FR_MAX_RANK];
+    contig_strides(x->rank, x->dims, cs);
+    view v;
+    memset(&v, 0, sizeof v);
+    v.rank = 2 * x->rank;
+    for (int i = 0; i < x->rank; i++) {
+        v.dims[2 * i] = reps[i];
+        v.stride[2 * i] = 0;
+        v.dims[2 * i + 1] = x->dims[i];
+        v.stride[2 * i + 1] = cs[i];
+    }
+    return view_copy(k, y->data, x->data, v, fr_dtype_size(x->dtype), 0);
+}
+
+/* ---- SliceGrad / TileGrad (ai.fp8run; float32 / float64 dy) ---- */
+
+fr_status float_dy(const fr_node *n, fr_dtype dt)
+{
+    if (dt == FR_F32 || dt == FR_F64) return FR_OK;
+    return fr_node_error(n, FR_ERR_UNSUPPORTED, "dy is %s (float32 or float64 supported)", fr_dtype_name(dt));
+}
+
+fr_status shape_attr(const fr_node *n, int *rank, const int64_t **dims)
+{
+    FR_TRY(fr_node_attr_ints(n, "shape", rank, dims));
+    if (*rank < 0) return fr_node_error(n, FR_ERR_GRAPH, "attribute 'shape' is required");
+    if (*rank > FR_MAX_RANK)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "shape has rank %d, above fp8run's limit %d", *rank, FR_MAX_RANK);
+    for (int k = 0; k < *rank; k++)
+        if ((*dims)[k] < 0) return fr_node_error(n, FR_ERR_SHAPE, "shape has a negative dim");
+    return FR_OK;
+}
+
+fr_status rank_ints(const fr_node *n, const char *name, int rank, const int64_t **v)
+{
+    int cnt;
+    FR_TRY(fr_node_attr_ints(n, name, &cnt, v));
+    if (cnt < 0) return fr_node_error(n, FR_ERR_GRAPH, "attribute '%s' is required", name);
+    if (cnt != rank)
+        return fr_node_error(n, FR_ERR_SHAPE, "attribute '%s' has %d entries for rank %d", name, cnt, rank);
+    return FR_OK;
+}
+
+fr_status slice_grad_run(const fr_cuda_kctx *k)
+{
+    const fr_node *n = k->node;
+    const fr_tensor *dy = kin(k, 0);
+    fr_tensor *y = k->n_out > 0 ? k->out[0] : NULL;
+    if (!dy) return fr_node_error(n, FR_ERR_GRAPH, "input missing");
+    FR_TRY(float_dy(n, dy->dtype));
+    int rank;
+    const int64_t *shape, *starts, *steps;
+    FR_TRY(shape_attr(n, &rank, &shape));
+    if (dy->rank != rank) return fr_node_error(n, FR_ERR_SHAPE, "dy has rank %d, shape has %d", dy->rank, rank);
+    FR_TRY(rank_ints(n, "starts", rank, &starts));
+    FR_TRY(rank_ints(n, "steps", rank, &steps));
+    for (int i = 0; i < rank; i++) { /* every write lands inside the output */
+        int64_t d = shape[i], s = starts[i], st = steps[i], len = dy->dims[i];
+        if (!len) continue;
+        int ok = st != 0 && st > -d - 1 && st < d + 1 && s >= 0 && s < d;
+        if (ok && len > 1) {
+            ok = len <= d;
+            int64_t last = s + (len - 1) * st;
+            ok = ok && last >= 0 && last < d;
+        }
+        if (!ok)
+            return fr_node_error(n, FR_ERR_SHAPE, "dim %d: %lld elements from %lld in steps of %lld do not fit in %lld",
+                                 i, (long long)len, (long long)s, (long long)st, (long long)d);
+    }
+    FR_TRY(check_out(n, y, dy->dtype, rank, shape));
+    if (y->nbytes) NODE_CUDA_TRY(n, cudaMemsetAsync(y->data, 0, y->nbytes, k->cu->stream));
+    if (!fr_tensor_numel(dy)) return FR_OK;
+    int64_t cs[FR_MAX_RANK];
+    contig_strides(rank, shape, cs);
+    view v;
+    memset(&v, 0, sizeof v);
+    v.rank = rank;
+    for (int i = 0; i < rank; i++) {
+        v.dims[i] = dy->dims[i];
+        v.stride[i] = cs[i] * steps[i];
+        v.offset += cs[i] * starts[i];
+    }
+    return view_copy(k, y->data, dy->data, v, fr_dtype_size(dy->dtype), 1);
+}
+
+/* TileGrad: y[m] = sum over tiles q (in dy's order) of dy[q * shape + m], in double from +0.0
+ * like the CPU. With few outputs and many tiles the tiles are cut into S chunks summed into a
+ * double scratch row each, then the chunks in order (deterministic, within rounding of the
+ * CPU's single running sum). */
+struct tg_geom {
+    int rank;
+    int64_t shape[FR_MAX_RANK], reps[FR_MAX_RANK], dyst[FR_MAX_RANK], tst[FR_MAX_RANK];
+    int64_t ny, ntiles, chunk, parts;
+};
+
+fr_status tile_grad_plan(const fr_node *n, fr_dtype dt, int dy_rank, const int64_t *dy_dims, tg_geom *g)
+{
+    memset(g, 0, sizeof *g);
+    FR_TRY(float_dy(n, dt));
+    const int64_t *shape;
+    FR_TRY(shape_attr(n, &g->rank, &shape));
+    int ok = dy_rank == g->rank;
+    for (int i = 0; ok && i < g->rank; i++) ok = shape[i] ? dy_dims[i] % shape[i] == 0 : dy_dims[i] == 0;
+    if (!ok) {
+        char a[128], b[128];
+        return fr_node_error(n, FR_ERR_SHAPE, "dy %s is not a tiling of %s",
+                             fr_shape_str(dy_rank, dy_dims, a, sizeof a), fr_shape_str(g->rank, shape, b, sizeof b));
+    }
+    contig_strides(g->rank, dy_dims, g->dyst);
+    g->ny = 1;
+    g->ntiles = 1;
+    for (int i = 0; i < g->rank; i++) {
+        g->shape[i] = shape[i];
+        g->reps[i] = shape[i] ? dy_dims[i] / shape[i] : 0;
+        g->tst[i] = shape[i] * g->dyst[i];
+        g->ny *= shape[i];
+        g->ntiles *= g->reps[i];
+    }
+    g->parts = 1;
+    g->chunk = g->ntiles;
+    if (g->ny > 0 && g->ny < (1 << 16) && g->ntiles > 64) {
+        int64_t want = ((int64_t)1 << 18) / g->ny; /* about 256K threads in all */
+        if (want > g->ntiles / 16) want = g->ntiles / 16; /* at least 16 tiles per chunk */
+        if (want > 1) {
+            g->chunk = (g->ntiles + want - 1) / want;
+            g->parts = (g->ntiles + g->chunk - 1) / g->chunk;
+        }
+    }
+    return FR_OK;
+}
+
+fr_status tile_grad_scratch(const fr_graph *gr, const fr_node *n, size_t *bytes)
+{
+    if (n->n_inputs < 1 || n->inputs[0] < 0) return fr_node_error(n, FR_ERR_GRAPH, "input missing");
+    const fr_value *dy = &gr->values[n->inputs[0]];
+    tg_geom g;
+    FR_TRY(tile_grad_plan(n, dy->dtype, dy->rank, dy->dims, &g));
+    *bytes = g.parts > 1 ? (size_t)(g.parts * g.ny) * sizeof(double) : 0;
+    return FR_OK;
+}
+
+template <class T>
+__global__ void tile_grad_k(T *__restrict__ y, double *__restrict__ part, const T *__restrict__ dy, tg_geom g)
+{
+    int64_t total = g.ny * g.parts;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x) {
+        int64_t s = t / g.ny, e = t - s * g.ny;
+        int64_t rem = e, base = 0;
+        for (int k = g.rank - 1; k >= 0; k--) {
+            int64_t c = rem % g.shape[k];
+            rem /= g.shape[k];
+            base += c * g.dyst[k];
+        }
+        int64_t q0 = s * g.chunk, q1 = q0 + g.chunk < g.ntiles ? q0 + g.chunk : g.ntiles;
+        int64_t qc[FR_MAX_RANK], off = 0;
+        rem = q0;
+        for (int k = g.rank - 1; k >= 0; k--) {
+            qc[k] = rem % g.reps[k];
+            rem /= g.reps[k];
+            off += qc[k] * g.tst[k];
+        }
+        double acc = 0.0;
+        for (int64_t q = q0; q < q1; q++) {
+            acc += (double)dy[base + off];
+            for (int k = g.rank - 1; k >= 0; k--) { /* next tile, in dy's order */
+                off += g.tst[k];
+                if (++qc[k] < g.reps[k]) break;
+                off -= g.tst[k] * g.reps[k];
+                qc[k] = 0;
+            }
+        }
+        if (g.parts == 1)
+            y[e] = (T)acc;
+        else
+            part[s * g.ny + e] = acc;
+    }
+}
+
+template <class T>
+__global__ void tile_grad_sum_k(T *__restrict__ y, const double *__restrict__ part, int64_t ny, int64_t parts)
+{
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < ny; e += (int64_t)gridDim.x * blockDim.x) {
+        double acc = 0.0;
+        for (int64_t s = 0; s < parts; s++) acc += part[s * ny + e];
+        y[e] = (T)acc;
+    }
+}
+
+template <class T>
+fr_status tile_grad_launch(const fr_cuda_kctx *k, fr_tensor *y, const fr_tensor *dy, const tg_geom &g)
+{
+    double *part = (double *)k->scratch;
+    cudaStream_t st = k->cu->stream;
+    tile_grad_k<T><<<grid_for(k, g.ny * g.parts), kThreads, 0, st>>>((T *)y->data, part, (const T *)dy->data, g);
+    FR_TRY(fr_cuda_check_launch(k->node, "tile_grad_k"));
+    if (g.parts == 1) return FR_OK;
+    tile_grad_sum_k<T><<<grid_for(k, g.ny), kThreads, 0, st>>>((T *)y->data, part, g.ny, g.parts);
+    return fr_cuda_check_launch(k->node, "tile_grad_sum_k");
+}
+
+fr_status tile_grad_run(const fr_cuda_kctx *k)
+{
+    const fr_node *n = k->node;
+    const fr_tensor *dy = kin(k, 0);
+    fr_tensor *y = k->n_out > 0 ? k->out[0] : NULL;
+    if (!dy) return fr_node_error(n, FR_ERR_GRAPH, "input missing");
+    tg_geom g;
+    FR_TRY(tile_grad_plan(n, dy->dtype, dy->rank, dy->dims, &g));
+    FR_TRY(check_out(n, y, dy->dtype, g.rank, g.shape));
+    if (!g.ny) return FR_OK;
+    if (!g.ntiles) { /* no tile: zeros (dy is empty) */
+        NODE_CUDA_TRY(n, cudaMemsetAsync(y->data, 0, y->nbytes, k->cu->stream));
+        return FR_OK;
+    }
+    if (g.parts > 1 && (!k->scratch || k->scratch_bytes < (size_t)(g.parts * g.ny) * sizeof(double)))
+        return fr_node_error(n, FR_ERR_INTERNAL, "TileGrad scratch is missing or too small");
+    return dy->dtype == FR_F64 ? tile_grad_launch<double>(k, y, dy, g) : tile_grad_launch<float>(k, y, dy, g);
+}
+
+/* ==== ops/shape.c ==== */
+
+/* Reshape, Squeeze, Unsqueeze, Flatten: the same bytes under another shape. */
+fr_status copy_bytes_run(const fr_cuda_kctx *k)
+{
+    const fr_tensor *x = kin(k, 0);
+    fr_tensor *y = k->n_out > 0 ? k->out[0] : NULL;
+    if (!x || !y) return fr_node_error(k->node, FR_ERR_GRAPH, "input or output missing");
+    if (x->dtype != y->dtype || fr_tensor_numel(x) != fr_tensor_numel(y)) {
+        char a[128], b[128];
+        return fr_node_error(k->node, FR_ERR_SHAPE,
+                             "output %s %s does not hold the input %s %s (re-run shape inference)",
+                             fr_dtype_name(y->dtype), fr_shape_str(y->rank, y->dims, a, sizeof a),
+                             fr_dtype_name(x->dtype), fr_shape_str(x->rank, x->dims, b, sizeof b));
+    }
+    if (y->nbytes && y->data != x->data)
+        NODE_CUDA_TRY(k->node, cudaMemcpyAsync(y->data, x->data, y->nbytes, cudaMemcpyDeviceToDevice, k->cu->stream));
+    return FR_OK;
+}
+
+/* Host values written by a kernel that gets them as launch parameters: the bytes are copied
+ * at launch, so the host buffer may go away at once (an async copy from it could not). */
+constexpr int kPayload = 2048;
+struct payload {
+    unsigned char b[kPayload];
+};
+
+__global__ void write_bytes_k(unsigned char *__restrict__ dst, payload p, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = p.b[i];
+}
+
+fr_status write_host_bytes(const fr_cuda_kctx *k, void *dst, const void *src, size_t nbytes)
+{
+    for (size_t at = 0; at < nbytes; at += kPayload) {
+        int c = (int)(nbytes - at < (size_t)kPayload ? nbytes - at : (size_t)kPayload);
+        payload p;
+        memcpy(p.b, (const char *)src + at, (size_t)c);
+        write_bytes_k<<<(c + kThreads - 1) / kThreads, kThreads, 0, k->cu->stream>>>((unsigned char *)dst + at, p, c);
+        FR_TRY(fr_cuda_check_launch(k->node, "write_bytes_k"));
+    }
+    return FR_OK;
+}
+
+fr_status shape_run(const fr_cuda_kctx *k)
+{
+    const fr_tensor *x = kin(k, 0);
+    fr_tensor *y = k->n_out > 0 ? k->out[0] : NULL;
+    if (!x) return fr_node_error(k->node, FR_ERR_GRAPH, "input missing");
+    int64_t s = 0, e = x->rank, rank = x->rank;
+    if (k->opset >= 15) {
+        FR_TRY(fr_node_attr_int(k->node, "start", 0, &s));
+        FR_TRY(fr_node_attr_int(k->node, "end", rank, &e));
+    }
+    if (s < 0) s += rank;
+    if (e < 0) e += rank;
+    s = s < 0 ? 0 : s > rank ? rank : s;
+    e = e < 0 ? 0 : e > rank ? rank : e;
+    if (e < s) e = s;
+    int64_t len = e - s;
+    FR_TRY(check_out(k->node, y, FR_I64, 1, &len));
+    return write_host_bytes(k, y->data, x->dims + s, (size_t)len * sizeof(int64_t));
+}
+
+fr_status size_run(const fr_cuda_kctx *k)
+{
+    const fr_tensor *x = kin(k, 0);
+    fr_tensor *y = k->n_out > 0 ? k->out[0] : NULL;
+    if (!x) return fr_node_error(k->node, FR_ERR_GRAPH, "input missing");
+    FR_TRY(check_out(k->node, y, FR_I64, 0, NULL));
+    int64_t v = fr_tensor_numel(x);
+    return write_host_bytes(k, y->data, &v, sizeof v);
+}
+
+template <class T>
+__global__ void fill_k(T *__restrict__ y, T v, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = v;
+}
+
+fr_status constant_of_shape_run(const fr_cuda_kctx *k)
+{
+    const fr_node *n = k->node;
+    const fr_attr *a = fr_node_attr(n, "value");
+    const fr_tensor *val = NULL;
+    if (a) {
+        if (a->type != FR_ATTR_TENSOR || !a->t)
+            return fr_node_error(n, FR_ERR_GRAPH, "attribute 'value' must be a tensor");
+        if (fr_dtype_size(a->t->dtype) == 0)
+            return fr_node_error(n, FR_ERR_UNSUPPORTED, "attribute 'value' has dtype %s, which fp8run cannot hold",
+                                 fr_dtype_name(a->t->dtype));
+        if (fr_tensor_numel(a->t) != 1)
+            return fr_node_error(n, FR_ERR_SHAPE, "attribute 'value' must hold one element, it has %lld",
+                                 (long long)fr_tensor_numel(a->t));
+        val = a->t;
+    }
+    fr_tensor *y = k->n_out > 0 ? k->out[0] : NULL;
+    fr_dtype dt = val ? val->dtype : FR_F32;
+    if (!y || y->dtype != dt)
+        return fr_node_error(n, FR_ERR_SHAPE, "output is not a %s tensor (re-run shape inference)", fr_dtype_name(dt));
+    if (!y->nbytes) return FR_OK;
+    size_t es = fr_dtype_size(dt);
+    unsigned char bytes[8] = {0};
+    if (val) memcpy(bytes, val->data, es);
+    int zero = 1;
+    for (size_t i = 0; i < es; i++) zero = zero && bytes[i] == 0;
+    if (zero) {
+        NODE_CUDA_TRY(n, cudaMemsetAsync(y->data, 0, y->nbytes, k->cu->stream));
+        return FR_OK;
+    }
+    int64_t cnt = fr_tensor_numel(y);
+    unsigned grid = grid_for(k, cnt);
+#define LAUNCH(T)                                                                               \
+    do {                                                                                        \
+        T v_;                                                                                   \
+        memcpy(&v_, bytes, sizeof v_);                                                          \
+        fill_k<T><<<grid, kThreads, 0, k->cu->stream>>>((T *)y->data, v_, cnt);                 \
+    } while (0)
+    switch (es) {
+    case 1: LAUNCH(uint8_t); break;
+    case 2: LAUNCH(uint16_t); break;
+    case 4: LAUNCH(uint32_t); break;
+    default: LAUNCH(uint64_t); break;
+    }
+#undef LAUNCH
+    return fr_cuda_check_launch(n, "fill_k");
+}
+
+/* Range: y[i] = start + i * delta computed on the device from the device scalars, rounded
+ * exactly as the CPU (no fused multiply-add); integers wrap through uint64 like the CPU. */
+template <class T>
+__global__ void range_k(T *__restrict__ y, const T *__restrict__ start, const T *__restrict__ delta, int64_t n)
+{
+    const T s = *start, d = *delta;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+            y[i] = __fadd_rn(s, __fmul_rn((float)i, d));
+        } else if constexpr (sizeof(T) == 8 && T(0.5) != T(0)) {
+            y[i] = __dadd_rn(s, __dmul_rn((double)i, d));
+        } else {
+            y[i] = (T)(int64_t)((uint64_t)(int64_t)s + (uint64_t)i * (uint64_t)(int64_t)d);
+        }
+    }
+}
+
+fr_status range_run(const fr_cuda_kctx *k)
+{
+    const fr_node *n = k->node;
+    if (k->n_in < 3) return fr_node_error(n, FR_ERR_GRAPH, "inputs missing");
+    static const char *names[3] = {"start", "limit", "delta"};
+    for (int i = 0; i < 3; i++) {
+        const fr_tensor *t = k->in[i];
+        if (!t) return fr_node_error(n, FR_ERR_GRAPH, "input '%s' is missing", names[i]);
+        if (t->dtype != k->in[0]->dtype)
+            return fr_node_error(n, FR_ERR_SHAPE, "'%s' is %s but 'start' is %s", names[i], fr_dtype_name(t->dtype),
+                                 fr_dtype_name(k->in[0]->dtype));
+        if (fr_tensor_numel(t) != 1 || t->rank > 1)
+            return fr_node_error(n, FR_ERR_SHAPE, "'%s' must be a scalar", names[i]);
+    }
+    fr_dtype dt = k->in[0]->dtype;
+    if (dt != FR_F32 && dt != FR_F64 && dt != FR_I16 && dt != FR_I32 && dt != FR_I64)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "dtype %s is not supported (float32, float64, int16, int32, int64)",
+                             fr_dtype_name(dt));
+    fr_tensor *y = k->n_out > 0 ? k->out[0] : NULL;
+    if (!y || y->dtype != dt || y->rank != 1)
+        return fr_node_error(n, FR_ERR_SHAPE, "output is not a 1-D %s tensor (re-run shape inference)",
+                             fr_dtype_name(dt));
+    int64_t len = y->dims[0];
+    if (!len) return FR_OK;
+    const void *s = k->in[0]->data, *d = k->in[2]->data;
+    unsigned grid = grid_for(k, len);
+    cudaStream_t st = k->cu->stream;
+    switch (dt) {
+    case FR_F32:
+        range_k<float><<<grid, kThreads, 0, st>>>((float *)y->data, (const float *)s, (const float *)d, len);
+        break;
+    case FR_F64:
+        range_k<double><<<grid, kThreads, 0, st>>>((double *)y->data, (const double *)s, (const double *)d, len);
+        break;
+    case FR_I16:
+        range_k<int16_t><<<grid, kThreads, 0, st>>>((int16_t *)y->data, (const int16_t *)s, (const int16_t *)d, len);
+        break;
+    case FR_I32:
+        range_k<int32_t><<<grid, kThreads, 0, st>>>((int32_t *)y->data, (const int32_t *)s, (const int32_t *)d, len);
+        break;
+    default:
+        range_k<int64_t><<<grid, kThreads, 0, st>>>((int64_t *)y->data, (const int64_t *)s, (const int64_t *)d, len);
+        break;
+    }
+    return fr_cuda_check_launch(n, "range_k");
+}
+
+/* Constant: the attribute's bytes, written by kernels (values as launch parameters). */
+fr_status constant_run(const fr_cuda_kctx *k)
+{
+    const fr_node *n = k->node;
+    static const char *names[] = {"value",      "value_float",  "value_floats",  "value_int",
+                                  "value_ints", "value_string", "value_strings", "sparse_value"};
+    const fr_attr *a = NULL;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const fr_attr *c = fr_node_attr(n, names[i]);
+        if (!c) continue;
+        if (a) return fr_node_error(n, FR_ERR_GRAPH, "has both '%s' and '%s'; exactly one value attribute is allowed",
+                                    a->name, c->name);
+        a = c;
+    }
+    if (!a) return fr_node_error(n, FR_ERR_GRAPH, "has no value attribute");
+    fr_tensor *y = k->n_out > 0 ? k->out[0] : NULL;
+    if (!y) return fr_node_error(n, FR_ERR_GRAPH, "output missing");
+    const void *src = NULL;
+    size_t nbytes = 0;
+    float f;
+    int64_t iv;
+    fr_dtype dt = FR_UNDEFINED;
+    int rank = 0;
+    int64_t dims[FR_MAX_RANK];
+    if (strcmp(a->name, "value") == 0 && a->type == FR_ATTR_TENSOR && a->t) {
+        dt = a->t->dtype;
+        rank = a->t->rank;
+        for (int i = 0; i < rank; i++) dims[i] = a->t->dims[i];
+        src = a->t->data;
+        nbytes = a->t->nbytes;
+    } else if (strcmp(a->name, "value_floats") == 0 && a->type == FR_ATTR_FLOATS) {
+        dt = FR_F32;
+        rank = 1;
+        dims[0] = a->n;
+        src = a->floats;
+        nbytes = (size_t)a->n * sizeof(float);
+    } else if (strcmp(a->name, "value_ints") == 0 && a->type == FR_ATTR_INTS) {
+        dt = FR_I64;
+        rank = 1;
+        dims[0] = a->n;
+        src = a->ints;
+        nbytes = (size_t)a->n * sizeof(int64_t);
+    } else if (strcmp(a->name, "value_int") == 0 && a->type == FR_ATTR_INT) {
+        dt = FR_I64;
+        iv = a->i;
+        src = &iv;
+        nbytes = sizeof iv;
+    } else if (strcmp(a->name, "value_float") == 0 && (a->type == FR_ATTR_FLOAT || a->type == FR_ATTR_INT)) {
+        dt = FR_F32;
+        f = a->type == FR_ATTR_FLOAT ? a->f : (float)a->i;
+        src = &f;
+        nbytes = sizeof f;
+    } else {
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "attribute '%s' (type %d) is not supported", a->name, (int)a->type);
+    }
+    FR_TRY(check_out(n, y, dt, rank, dims));
+    if (nbytes != y->nbytes) return fr_node_error(n, FR_ERR_SHAPE, "the value's size does not match the output");
+    return write_host_bytes(k, y->data, src, nbytes);
+}
+
+} /* namespace */
+
 extern "C" const fr_cuda_kernel_def fr_cuda_kernels_layout[] = {
+    {"Transpose", FR_DOMAIN_ONNX, transpose_run, NULL},
+    {"Concat", FR_DOMAIN_ONNX, concat_run, NULL},
+    {"Split", FR_DOMAIN_ONNX, split_run, NULL},
+    {"Slice", FR_DOMAIN_ONNX, slice_run, NULL},
+    {"Trilu", FR_DOMAIN_ONNX, trilu_run, NULL},
+    {"Tile", FR_DOMAIN_ONNX, tile_run, NULL},
+    {"SliceGrad", FR_DOMAIN_FP8RUN, slice_grad_run, NULL},
+    {"TileGrad", FR_DOMAIN_FP8RUN, tile_grad_run, tile_grad_scratch},
+    {"Reshape", FR_DOMAIN_ONNX, copy_bytes_run, NULL},
+    {"Squeeze", FR_DOMAIN_ONNX, copy_bytes_run, NULL},
+    {"Unsqueeze", FR_DOMAIN_ONNX, copy_bytes_run, NULL},
+    {"Flatten", FR_DOMAIN_ONNX, copy_bytes_run, NULL},
+    {"Shape", FR_DOMAIN_ONNX, shape_run, NULL},
+    {"Size", FR_DOMAIN_ONNX, size_run, NULL},
+    {"ConstantOfShape", FR_DOMAIN_ONNX, constant_of_shape_run, NULL},
+    {"Range", FR_DOMAIN_ONNX, range_run, NULL},
+    {"Constant", FR_DOMAIN_ONNX, constant_run, NULL},
     {NULL, NULL, NULL, NULL},
 };

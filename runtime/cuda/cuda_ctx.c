@@ -142,6 +142,11 @@ fr_status fr_cuda_run_node(fr_cuda_ctx *c, const fr_graph *g, int node_id, fr_te
         if (host_in[i]) st = device_copy_of(host_in[i], 1, &din[i]);
     for (int i = 0; st == FR_OK && i < n->n_outputs; i++)
         if (host_out[i]) st = device_copy_of(host_out[i], 0, &dout[i]);
+    /* the uploads went through the legacy stream; the kernel runs on a non-blocking one */
+    if (st == FR_OK) {
+        cudaError_t e = cudaDeviceSynchronize();
+        if (e != cudaSuccess) st = fr_cuda_status(e, "cudaDeviceSynchronize", __FILE__, __LINE__);
+    }
     if (st == FR_OK && k->scratch) st = k->scratch(g, n, &scratch_bytes);
     if (st == FR_OK && scratch_bytes) {
         cudaError_t e = cudaMalloc(&scratch, scratch_bytes);

@@ -348,6 +348,9 @@ fr_status fr_cuda_exec_new(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec
     /* views last: their root is placed now (roots come before their views in value order or not) */
     for (int v = 0; st == FR_OK && v < e->nv; v++)
         if (e->kind[v] == K_VIEW) e->hdr[v].data = e->hdr[e->root[v]].data;
+    /* the constants went through the legacy stream, which the executor's non-blocking stream
+     * does not wait for */
+    CU(cudaDeviceSynchronize());
 #undef CU
     free(last_use);
     if (st != FR_OK) {
@@ -457,7 +460,9 @@ fr_status fr_cuda_exec_upload_constant(fr_cuda_exec *e, int vid)
     FR_TRY(constant_of(e, vid, &t));
     FR_CUDA_TRY(cudaStreamSynchronize(e->c->stream));
     if (t->nbytes)
-        FR_CUDA_TRY(cudaMemcpy(t->data, e->g->values[vid].constant->data, t->nbytes, cudaMemcpyHostToDevice));
+        FR_CUDA_TRY(cudaMemcpyAsync(t->data, e->g->values[vid].constant->data, t->nbytes, cudaMemcpyHostToDevice,
+                                    e->c->stream));
+    FR_CUDA_TRY(cudaStreamSynchronize(e->c->stream)); /* the host buffer may change after return */
     return FR_OK;
 }
 

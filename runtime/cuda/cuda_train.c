@@ -157,6 +157,7 @@ static fr_status ensure_acc(fr_trainer *t, fr_cuda_train *d)
     }
     fr_status st = FR_OK;
     CU(cudaMemcpy(d->d_entries, d->entries, (size_t)t->n_params * sizeof(fr_mt_entry), cudaMemcpyHostToDevice));
+    CU(cudaDeviceSynchronize()); /* legacy stream copy before the step's non-blocking stream */
     return st;
 }
 
@@ -338,6 +339,8 @@ fr_status fr_cuda_train_push(fr_trainer *t)
         CU(cudaMemcpy(exec_f32(d->ex, t->states[i].st->scale_value), &sc->scale, sizeof(float),
                       cudaMemcpyHostToDevice));
     }
+    /* the copies above used the legacy stream; the step runs on a non-blocking one */
+    CU(cudaDeviceSynchronize());
     if (st == FR_OK) d->host_stale = 0;
     return st;
 }
