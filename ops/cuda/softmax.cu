@@ -1,6 +1,628 @@
-/* CUDA kernels of the softmax family (see runtime/cuda/cuda_kernel.h for the contract). */
+/* CUDA kernels of the softmax family (see runtime/cuda/cuda_kernel.h for the contract):
+ * Softmax, LogSoftmax, SoftmaxGrad, LogSoftmaxGrad (ops/softmax.c) and the loss head
+ * SoftmaxCrossEntropy(+Grad) (ops/loss.c), float32 and float64, with the CPU's conventions
+ * (opset < 13 flattens the trailing dims at axis, opset >= 13 normalizes one axis; the
+ * backward ops take axis and flatten explicitly).
+ *
+ * Rows are normalized by one warp (rows up to 2048 elements, 8 rows per block) or one block
+ * of 512 threads (longer rows: attention over long sequences, vocabulary-sized logits), with
+ * 16-byte vector loads when the row allows. The statistics come from one read of the row:
+ * each thread keeps an online (max, sum of exp(x - max)) pair, the sum in double, and the
+ * pairs combine in a fixed tree (deterministic). A row whose max is not finite (all -inf,
+ * or holding +inf) or that holds a NaN gives NaN everywhere, as the CPU's formula does.
+ * Rows along a non-last axis (opset >= 13, axis < rank-1) run one thread per row, the
+ * threads of a warp on neighbouring columns (coalesced).
+ *
+ * SoftmaxCrossEntropy: per-row losses (double) go to scratch and one block sums them in a
+ * fixed order, with the count of non-ignored positions; mean over those, 0 when all are
+ * ignored. A label outside [0, V) (FR_ERR_RANGE on the CPU) cannot stop a kernel: it is
+ * recorded in the context's device error word (fr_dev_error: FR_ERR_RANGE, the node, the
+ * label, V), which the next synchronizing caller turns into an error naming the node; the
+ * kernels go on with a NaN loss for that row (so the mean is NaN) and a NaN gradient row. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
 #include "../../runtime/cuda/cuda_kernel.h"
+#include "cuda_util.cuh"
+
+namespace {
+
+constexpr int kBig = 512;        /* threads per long row */
+constexpr int kSmallRow = 2048;  /* rows up to this length take one warp */
+constexpr size_t kAlign = 256;
+
+size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+/* ---------------------------------------------------------------- helpers ---- */
+
+__device__ __forceinline__ float exp_t(float v) { return expf(v); }
+__device__ __forceinline__ double exp_t(double v) { return exp(v); }
+
+template <class A> __device__ __forceinline__ A shfl_down(A v, int d)
+{
+    static_assert(sizeof(A) % 4 == 0, "whole 32-bit words");
+    int w[sizeof(A) / 4];
+    memcpy(w, &v, sizeof(A));
+#pragma unroll
+    for (int i = 0; i < (int)(sizeof(A) / 4); i++) w[i] = __shfl_down_sync(0xffffffffu, w[i], d);
+    memcpy(&v, w, sizeof(A));
+    return v;
+}
+
+/* Reduce over a group of G threads (32: a warp; else the whole block of G threads), then
+ * broadcast: every thread of the group gets the result. All threads must call it. */
+template <int G, class A, class Cb> __device__ __forceinline__ A group_allreduce(A v, Cb cb)
+{
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) v = cb(v, shfl_down(v, d));
+    if (G == 32) {
+        int w[sizeof(A) / 4];
+        memcpy(w, &v, sizeof(A));
+#pragma unroll
+        for (int i = 0; i < (int)(sizeof(A) / 4); i++) w[i] = __shfl_sync(0xffffffffu, w[i], 0);
+        memcpy(&v, w, sizeof(A));
+        return v;
+    }
+    __shared__ A sm[G / 32 > 0 ? G / 32 : 1];
+    __shared__ A res;
+    const int wi = threadIdx.x / 32, l = threadIdx.x % 32;
+    if (l == 0) sm[wi] = v;
+    __syncthreads();
+    if (wi == 0) {
+        A t = sm[l < G / 32 ? l : 0];
+        const bool in = l < G / 32;
+#pragma unroll
+        for (int d = 16; d > 0; d >>= 1) {
+            const A o = shfl_down(t, d);
+            if (l + d < G / 32 && in) t = cb(t, o);
+        }
+        if (l == 0) res = t;
+    }
+    __syncthreads();
+    const A r = res;
+    __syncthreads(); /* res and sm are reused by the next call */
+    return r;
+}
+
+struct AddD {
+    __device__ double operator()(double a, double b) const { return a + b; }
+};
+
+/* online softmax statistics: max and sum of exp(x - max) */
+template <class T> struct MS {
+    T m;
+    double s;
+};
+template <class T> __device__ __forceinline__ MS<T> ms_init() { return MS<T>{(T)-INFINITY, 0.0}; }
+template <class T> __device__ __forceinline__ void ms_add(MS<T> &a, T v)
+{
+    if (v > a.m) {
+        a.s = a.s * (double)exp_t((T)(a.m - v)) + 1.0;
+        a.m = v;
+    } else if (v != (T)-INFINITY) { /* NaN lands here and makes the sum NaN */
+        a.s += (double)exp_t((T)(v - a.m));
+    }
+}
+template <class T> struct MSComb {
+    __device__ MS<T> operator()(MS<T> a, MS<T> b) const
+    {
+        const T m = a.m > b.m ? a.m : b.m;
+        const double sa = a.m == (T)-INFINITY ? a.s * 0.0 : a.s * (double)exp_t((T)(a.m - m));
+        const double sb = b.m == (T)-INFINITY ? b.s * 0.0 : b.s * (double)exp_t((T)(b.m - m));
+        return MS<T>{m, sa + sb};
+    }
+};
+/* the row's sum, NaN unless the max is finite (all -inf, +inf, NaN rows are NaN) */
+template <class T> __device__ __forceinline__ double ms_sum(const MS<T> &a)
+{
+    return isfinite((double)a.m) ? a.s : (double)NAN;
+}
+
+/* V consecutive elements, loaded as one 16-byte vector when V > 1 */
+template <class T, int V> struct alignas(sizeof(T) * V) Vec {
+    T v[V];
+};
+template <class T, int V> __device__ __forceinline__ Vec<T, V> ld_vec(const T *p, int64_t i)
+{
+    return reinterpret_cast<const Vec<T, V> *>(p)[i];
+}
+template <class T, int V> __device__ __forceinline__ void st_vec(T *p, int64_t i, const Vec<T, V> &v)
+{
+    reinterpret_cast<Vec<T, V> *>(p)[i] = v;
+}
+
+/* 16-byte vectors when every row start is 16-byte aligned */
+template <class T> bool can_vec(int64_t len, const void *a, const void *b, const void *c)
+{
+    const int64_t v = 16 / (int64_t)sizeof(T);
+    return len % v == 0 && ((uintptr_t)a % 16) == 0 && ((uintptr_t)b % 16) == 0 && ((uintptr_t)c % 16) == 0;
+}
+
+unsigned blocks_for(int64_t n, int64_t per_block, int64_t cap = 1 << 20)
+{
+    int64_t b = (n + per_block - 1) / per_block;
+    if (b > cap) b = cap;
+    return (unsigned)(b < 1 ? 1 : b);
+}
+
+/* ---------------------------------------------------------------- Softmax / LogSoftmax ---- */
+
+struct SmShape {
+    int64_t outer, len, inner;
+};
+
+fr_status sm_split(const fr_node *n, int64_t axis64, int legacy, const fr_tensor *x, SmShape *s)
+{
+    int axis;
+    if (x->rank < 1) return fr_node_error(n, FR_ERR_SHAPE, "input must have rank >= 1");
+    FR_TRY(fr_norm_axis(n, axis64, x->rank, &axis));
+    s->outer = s->len = s->inner = 1;
+    for (int k = 0; k < x->rank; k++) {
+        if (k < axis)
+            s->outer *= x->dims[k];
+        else if (k == axis || legacy)
+            s->len *= x->dims[k];
+        else
+            s->inner *= x->dims[k];
+    }
+    return FR_OK;
+}
+
+/* Rows of len contiguous elements: G threads per row (32: BLOCK/32 rows per block). */
+template <class T, int V, int G>
+__global__ void __launch_bounds__(G == 32 ? 256 : G) sm_rows(const T *x, T *y, int64_t rows, int64_t len, int log_)
+{
+    constexpr int RPB = G == 32 ? 256 / 32 : 1;
+    const int64_t row0 = (int64_t)blockIdx.x * RPB + threadIdx.x / G;
+    const int lane = threadIdx.x % G;
+    for (int64_t rb = row0; rb - (threadIdx.x / G) < rows; rb += (int64_t)gridDim.x * RPB) {
+        const bool valid = rb < rows;
+        const T *xr = x + (valid ? rb : 0) * len;
+        T *yr = y + (valid ? rb : 0) * len;
+        const int64_t nv = valid ? len / V : 0;
+        MS<T> st = ms_init<T>();
+        for (int64_t i = lane; i < nv; i += G) {
+            const Vec<T, V> q = ld_vec<T, V>(xr, i);
+#pragma unroll
+            for (int j = 0; j < V; j++) ms_add(st, q.v[j]);
+        }
+        st = group_allreduce<G>(st, MSComb<T>{});
+        const double sum = ms_sum(st);
+        if (log_) {
+            const double shift = (double)st.m + log(sum);
+            for (int64_t i = lane; i < nv; i += G) {
+                Vec<T, V> q = ld_vec<T, V>(xr, i);
+#pragma unroll
+                for (int j = 0; j < V; j++) q.v[j] = (T)((double)q.v[j] - shift);
+                st_vec<T, V>(yr, i, q);
+            }
+        } else {
+            const T inv = (T)(1.0 / sum);
+            for (int64_t i = lane; i < nv; i += G) {
+                Vec<T, V> q = ld_vec<T, V>(xr, i);
+#pragma unroll
+                for (int j = 0; j < V; j++) q.v[j] = exp_t((T)(q.v[j] - st.m)) * inv;
+                st_vec<T, V>(yr, i, q);
+            }
+        }
+    }
+}
+
+/* Rows along a non-last axis: one thread per (outer, inner) row, element k at k * inner. */
+template <class T>
+__global__ void __launch_bounds__(256) sm_cols(const T *x, T *y, SmShape s, int log_)
+{
+    const int64_t n = s.outer * s.inner;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t o = t / s.inner, i = t % s.inner, base = o * s.len * s.inner + i;
+        MS<T> st = ms_init<T>();
+        for (int64_t k = 0; k < s.len; k++) ms_add(st, x[base + k * s.inner]);
+        const double sum = ms_sum(st);
+        if (log_) {
+            const double shift = (double)st.m + log(sum);
+            for (int64_t k = 0; k < s.len; k++) y[base + k * s.inner] = (T)((double)x[base + k * s.inner] - shift);
+        } else {
+            const T inv = (T)(1.0 / sum);
+            for (int64_t k = 0; k < s.len; k++) y[base + k * s.inner] = exp_t((T)(x[base + k * s.inner] - st.m)) * inv;
+        }
+    }
+}
+
+template <class T> fr_status sm_launch(const fr_cuda_kctx *k, const SmShape &s, int log_)
+{
+    const T *x = (const T *)k->in[0]->data;
+    T *y = (T *)k->out[0]->data;
+    cudaStream_t st = k->cu->stream;
+    constexpr int VW = 16 / sizeof(T);
+    if (s.inner == 1) {
+        const int64_t rows = s.outer;
+        const bool vec = can_vec<T>(s.len, x, y, y);
+        if (s.len <= kSmallRow) {
+            const unsigned b = blocks_for(rows, 8);
+            if (vec) sm_rows<T, VW, 32><<<b, 256, 0, st>>>(x, y, rows, s.len, log_);
+            else sm_rows<T, 1, 32><<<b, 256, 0, st>>>(x, y, rows, s.len, log_);
+        } else {
+            const unsigned b = blocks_for(rows, 1);
+            if (vec) sm_rows<T, VW, kBig><<<b, kBig, 0, st>>>(x, y, rows, s.len, log_);
+            else sm_rows<T, 1, kBig><<<b, kBig, 0, st>>>(x, y, rows, s.len, log_);
+        }
+    } else {
+        sm_cols<T><<<blocks_for(s.outer * s.inner, 256), 256, 0, st>>>(x, y, s, log_);
+    }
+    return fr_cuda_check_launch(k->node, k->node->op_type);
+}
+
+fr_status sm_cuda(const fr_cuda_kctx *k)
+{
+    const fr_node *n = k->node;
+    if (k->n_in != 1 || !k->in[0] || k->n_out < 1 || !k->out[0])
+        return fr_node_error(n, FR_ERR_GRAPH, "needs one input and one output");
+    const fr_tensor *x = k->in[0];
+    if (x->dtype != FR_F32 && x->dtype != FR_F64)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "input dtype %s is not supported", fr_dtype_name(x->dtype));
+    if (k->out[0]->dtype != x->dtype || k->out[0]->nbytes != x->nbytes)
+        return fr_node_error(n, FR_ERR_SHAPE, "output must match the input's dtype and shape (re-run shape inference)");
+    const int legacy = k->opset >= 1 && k->opset < 13;
+    int64_t axis;
+    FR_TRY(fr_node_attr_int(n, "axis", legacy ? 1 : -1, &axis));
+    SmShape s;
+    FR_TRY(sm_split(n, axis, legacy, x, &s));
+    if (s.outer * s.len * s.inner == 0) return FR_OK;
+    const int lg = strcmp(n->op_type, "LogSoftmax") == 0;
+    return x->dtype == FR_F32 ? sm_launch<float>(k, s, lg) : sm_launch<double>(k, s, lg);
+}
+
+/* ---------------------------------------------------------------- backward ---- */
+
+/* SoftmaxGrad: dx = y (dy - sum(dy y)); LogSoftmaxGrad: dx = dy - exp(y) sum(dy).
+ * Sums in double, the elementwise formula in double (one rounding per output). */
+template <class T> __device__ __forceinline__ double smg_term(T dy, T y, int log_)
+{
+    return log_ ? (double)dy : (double)dy * (double)y;
+}
+template <class T> __device__ __forceinline__ T smg_out(T dy, T y, double sum, int log_)
+{
+    return log_ ? (T)((double)dy - (double)exp_t(y) * sum) : (T)((double)y * ((double)dy - sum));
+}
+
+template <class T, int V, int G>
+__global__ void __launch_bounds__(G == 32 ? 256 : G) smg_rows(const T *dy, const T *y, T *dx, int64_t rows, int64_t len,
+                                                             int log_)
+{
+    constexpr int RPB = G == 32 ? 256 / 32 : 1;
+    const int64_t row0 = (int64_t)blockIdx.x * RPB + threadIdx.x / G;
+    const int lane = threadIdx.x % G;
+    for (int64_t rb = row0; rb - (threadIdx.x / G) < rows; rb += (int64_t)gridDim.x * RPB) {
+        const bool valid = rb < rows;
+        const int64_t off = (valid ? rb : 0) * len;
+        const int64_t nv = valid ? len / V : 0;
+        double acc = 0.0;
+        for (int64_t i = lane; i < nv; i += G) {
+            const Vec<T, V> a = ld_vec<T, V>(dy + off, i), b = ld_vec<T, V>(y + off, i);
+#pragma unroll
+            for (int j = 0; j < V; j++) acc += smg_term(a.v[j], b.v[j], log_);
+        }
+        const double sum = group_allreduce<G>(acc, AddD{});
+        for (int64_t i = lane; i < nv; i += G) {
+            const Vec<T, V> a = ld_vec<T, V>(dy + off, i), b = ld_vec<T, V>(y + off, i);
+            Vec<T, V> q;
+#pragma unroll
+            for (int j = 0; j < V; j++) q.v[j] = smg_out(a.v[j], b.v[j], sum, log_);
+            st_vec<T, V>(dx + off, i, q);
+        }
+    }
+}
+
+template <class T>
+__global__ void __launch_bounds__(256) smg_cols(const T *dy, const T *y, T *dx, SmShape s, int log_)
+{
+    const int64_t n = s.outer * s.inner;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t o = t / s.inner, i = t % s.inner, base = o * s.len * s.inner + i;
+        double sum = 0.0;
+        for (int64_t k = 0; k < s.len; k++) sum += smg_term(dy[base + k * s.inner], y[base + k * s.inner], log_);
+        for (int64_t k = 0; k < s.len; k++) {
+            const int64_t e = base + k * s.inner;
+            dx[e] = smg_out(dy[e], y[e], sum, log_);
+        }
+    }
+}
+
+template <class T> fr_status smg_launch(const fr_cuda_kctx *k, const SmShape &s, int log_)
+{
+    const T *dy = (const T *)k->in[0]->data, *y = (const T *)k->in[1]->data;
+    T *dx = (T *)k->out[0]->data;
+    cudaStream_t st = k->cu->stream;
+    constexpr int VW = 16 / sizeof(T);
+    if (s.inner == 1) {
+        const int64_t rows = s.outer;
+        const bool vec = can_vec<T>(s.len, dy, y, dx);
+        if (s.len <= kSmallRow) {
+            const unsigned b = blocks_for(rows, 8);
+            if (vec) smg_rows<T, VW, 32><<<b, 256, 0, st>>>(dy, y, dx, rows, s.len, log_);
+            else smg_rows<T, 1, 32><<<b, 256, 0, st>>>(dy, y, dx, rows, s.len, log_);
+        } else {
+            const unsigned b = blocks_for(rows, 1);
+            if (vec) smg_rows<T, VW, kBig><<<b, kBig, 0, st>>>(dy, y, dx, rows, s.len, log_);
+            else smg_rows<T, 1, kBig><<<b, kBig, 0, st>>>(dy, y, dx, rows, s.len, log_);
+        }
+    } else {
+        smg_cols<T><<<blocks_for(s.outer * s.inner, 256), 256, 0, st>>>(dy, y, dx, s, log_);
+    }
+    return fr_cuda_check_launch(k->node, k->node->op_type);
+}
+
+fr_status smg_cuda(const fr_cuda_kctx *k)
+{
+    const fr_node *n = k->node;
+    if (k->n_in != 2 || !k->in[0] || !k->in[1] || k->n_out != 1 || !k->out[0])
+        return fr_node_error(n, FR_ERR_GRAPH, "needs inputs dy, y and one output");
+    const fr_tensor *dy = k->in[0], *y = k->in[1];
+    fr_tensor *dx = k->out[0];
+    if (y->dtype != FR_F32 && y->dtype != FR_F64)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "dtype %s is not supported", fr_dtype_name(y->dtype));
+    int same = dy->dtype == y->dtype && dx->dtype == y->dtype && dy->rank == y->rank && dx->rank == y->rank;
+    for (int d = 0; same && d < y->rank; d++) same = dy->dims[d] == y->dims[d] && dx->dims[d] == y->dims[d];
+    if (!same) return fr_node_error(n, FR_ERR_SHAPE, "dy, y and dx must have one dtype and shape (re-run shape inference)");
+    int64_t axis, flatten;
+    FR_TRY(fr_node_attr_int(n, "axis", -1, &axis));
+    FR_TRY(fr_node_attr_int(n, "flatten", 0, &flatten));
+    if (flatten != 0 && flatten != 1)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "flatten=%lld must be 0 or 1", (long long)flatten);
+    SmShape s;
+    FR_TRY(sm_split(n, axis, (int)flatten, y, &s));
+    if (s.outer * s.len * s.inner == 0) return FR_OK;
+    const int lg = strcmp(n->op_type, "LogSoftmaxGrad") == 0;
+    return y->dtype == FR_F32 ? smg_launch<float>(k, s, lg) : smg_launch<double>(k, s, lg);
+}
+
+/* ---------------------------------------------------------------- cross-entropy ---- */
+
+/* scratch: [count int64 (Grad)][per-row loss doubles][per-row counted ints]; err: the
+ * context's device error word */
+struct CeScratch {
+    int *err;
+    int node;
+    long long *count;
+    double *loss;
+    int *counted;
+};
+
+size_t ce_scratch_size(int64_t rows, CeScratch *s, void *base)
+{
+    size_t off = 0;
+    char *b = (char *)base;
+    if (s) s->count = (long long *)(b + off);
+    off += kAlign;
+    if (s) s->loss = (double *)(b + off);
+    off += align_up((size_t)(rows ? rows : 1) * sizeof(double));
+    if (s) s->counted = (int *)(b + off);
+    off += align_up((size_t)(rows ? rows : 1) * sizeof(int));
+    return off;
+}
+
+fr_status ce_scratch(const fr_graph *g, const fr_node *n, size_t *bytes)
+{
+    const int li = strcmp(n->op_type, "SoftmaxCrossEntropyGrad") == 0 ? 2 : 1;
+    if (n->n_inputs <= li || n->inputs[li] < 0) return fr_node_error(n, FR_ERR_GRAPH, "labels input is missing");
+    const fr_value *lb = &g->values[n->inputs[li]];
+    int64_t rows = 1;
+    for (int d = 0; d < lb->rank; d++) rows *= lb->dims[d];
+    *bytes = ce_scratch_size(rows, nullptr, nullptr);
+    return FR_OK;
+}
+
+__device__ __forceinline__ long long ld_label(const void *lb, int is64, int64_t r)
+{
+    return is64 ? ((const long long *)lb)[r] : (long long)((const int *)lb)[r];
+}
+
+/* log-sum-exp of one row (G threads); every thread of the group gets it. */
+template <class T, int V, int G> __device__ __forceinline__ double row_lse(const T *xr, int64_t nv, int lane)
+{
+    MS<T> st = ms_init<T>();
+    for (int64_t i = lane; i < nv; i += G) {
+        const Vec<T, V> q = ld_vec<T, V>(xr, i);
+#pragma unroll
+        for (int j = 0; j < V; j++) ms_add(st, q.v[j]);
+    }
+    st = group_allreduce<G>(st, MSComb<T>{});
+    return (double)st.m + log(ms_sum(st));
+}
+
+/* per-row loss: lse(row) - row[label]; ignored rows 0 and not counted */
+template <class T, int V, int G>
+__global__ void __launch_bounds__(G == 32 ? 256 : G) ce_rows(const T *x, const void *lb, int lb64, int64_t rows,
+                                                            int64_t len, long long ignore, CeScratch sc)
+{
+    constexpr int RPB = G == 32 ? 256 / 32 : 1;
+    const int64_t row0 = (int64_t)blockIdx.x * RPB + threadIdx.x / G;
+    const int lane = threadIdx.x % G;
+    for (int64_t rb = row0; rb - (threadIdx.x / G) < rows; rb += (int64_t)gridDim.x * RPB) {
+        const bool valid = rb < rows;
+        const long long label = valid ? ld_label(lb, lb64, rb) : ignore;
+        const bool bad = label != ignore && (label < 0 || label >= len);
+        const bool work = valid && label != ignore && !bad;
+        const T *xr = x + (work ? rb : 0) * len;
+        const double lse = row_lse<T, V, G>(xr, work ? len / V : 0, lane);
+        if (valid && lane == 0) {
+            if (bad) fr_dev_error(sc.err, FR_ERR_RANGE, sc.node, label, len);
+            sc.loss[rb] = work ? lse - (double)xr[label] : bad ? (double)NAN : 0.0;
+            sc.counted[rb] = label != ignore;
+        }
+    }
+}
+
+/* one block: the mean over the counted rows, summed in a fixed order */
+template <class T> __global__ void __launch_bounds__(1024) ce_mean(CeScratch sc, int64_t rows, T *out)
+{
+    double s = 0.0, c = 0.0;
+    for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+        s += sc.loss[r];
+        c += (double)sc.counted[r];
+    }
+    s = group_allreduce<1024>(s, AddD{});
+    c = group_allreduce<1024>(c, AddD{});
+    if (threadIdx.x == 0) *out = (T)(c > 0 ? s / c : 0.0);
+}
+
+/* one block: the count of non-ignored rows (for the gradient's scale), and the label check */
+__global__ void __launch_bounds__(1024) ce_count(const void *lb, int lb64, int64_t rows, int64_t len, long long ignore,
+                                                CeScratch sc)
+{
+    double c = 0.0;
+    for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+        const long long y = ld_label(lb, lb64, r);
+        if (y == ignore) continue;
+        c += 1.0;
+        if (y < 0 || y >= len) fr_dev_error(sc.err, FR_ERR_RANGE, sc.node, y, len);
+    }
+    c = group_allreduce<1024>(c, AddD{});
+    if (threadIdx.x == 0) *sc.count = (long long)c;
+}
+
+/* dx = dloss / count * (softmax(row) - onehot(label)); ignored rows 0, bad labels NaN */
+template <class T, int V, int G>
+__global__ void __launch_bounds__(G == 32 ? 256 : G) ce_grad_rows(const T *dl, const T *x, const void *lb, int lb64,
+                                                                 int64_t rows, int64_t len, long long ignore,
+                                                                 CeScratch sc, T *dx)
+{
+    constexpr int RPB = G == 32 ? 256 / 32 : 1;
+    const int64_t row0 = (int64_t)blockIdx.x * RPB + threadIdx.x / G;
+    const int lane = threadIdx.x % G;
+    const long long cnt = *sc.count;
+    const double scale = cnt ? (double)dl[0] / (double)cnt : 0.0;
+    for (int64_t rb = row0; rb - (threadIdx.x / G) < rows; rb += (int64_t)gridDim.x * RPB) {
+        const bool valid = rb < rows;
+        const long long label = valid ? ld_label(lb, lb64, rb) : ignore;
+        const bool bad = label != ignore && (label < 0 || label >= len);
+        const bool work = valid && label != ignore && !bad;
+        const int64_t off = (valid ? rb : 0) * len;
+        const int64_t nv = valid ? len / V : 0;
+        const double lse = row_lse<T, V, G>(x + off, work ? nv : 0, lane);
+        for (int64_t i = lane; i < nv; i += G) {
+            Vec<T, V> q;
+            if (work) {
+                q = ld_vec<T, V>(x + off, i);
+#pragma unroll
+                for (int j = 0; j < V; j++) {
+                    /* exp(x - lse) in T, x - lse rounded once */
+                    const double p = (double)exp_t((T)((double)q.v[j] - lse));
+                    q.v[j] = (T)(scale * (p - (i * V + j == label ? 1.0 : 0.0)));
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < V; j++) q.v[j] = bad ? (T)NAN : (T)0;
+            }
+            st_vec<T, V>(dx + off, i, q);
+        }
+    }
+}
+
+fr_status ce_check(const fr_node *n, const fr_tensor *lg, const fr_tensor *lb)
+{
+    if (lg->dtype != FR_F32 && lg->dtype != FR_F64)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "logits must be float32/float64, got %s", fr_dtype_name(lg->dtype));
+    if (lb->dtype != FR_I64 && lb->dtype != FR_I32)
+        return fr_node_error(n, FR_ERR_SHAPE, "labels must be int64 or int32, got %s", fr_dtype_name(lb->dtype));
+    int ok = lg->rank >= 1 && lb->rank == lg->rank - 1;
+    for (int d = 0; ok && d < lb->rank; d++) ok = lb->dims[d] == lg->dims[d];
+    if (!ok) return fr_node_error(n, FR_ERR_SHAPE, "labels do not match logits (want logits' shape without the last dim)");
+    return FR_OK;
+}
+
+template <class T> fr_status ce_fwd_run(const fr_cuda_kctx *k, const CeScratch &sc, int64_t rows, int64_t len,
+                                        long long ignore)
+{
+    const T *x = (const T *)k->in[0]->data;
+    const fr_tensor *lb = k->in[1];
+    const int lb64 = lb->dtype == FR_I64;
+    cudaStream_t st = k->cu->stream;
+    constexpr int VW = 16 / sizeof(T);
+    if (rows > 0) {
+        const bool vec = can_vec<T>(len, x, x, x);
+        if (len <= kSmallRow) {
+            const unsigned b = blocks_for(rows, 8);
+            if (vec) ce_rows<T, VW, 32><<<b, 256, 0, st>>>(x, lb->data, lb64, rows, len, ignore, sc);
+            else ce_rows<T, 1, 32><<<b, 256, 0, st>>>(x, lb->data, lb64, rows, len, ignore, sc);
+        } else {
+            const unsigned b = blocks_for(rows, 1);
+            if (vec) ce_rows<T, VW, kBig><<<b, kBig, 0, st>>>(x, lb->data, lb64, rows, len, ignore, sc);
+            else ce_rows<T, 1, kBig><<<b, kBig, 0, st>>>(x, lb->data, lb64, rows, len, ignore, sc);
+        }
+        FR_TRY(fr_cuda_check_launch(k->node, "SoftmaxCrossEntropy(rows)"));
+    }
+    ce_mean<T><<<1, 1024, 0, st>>>(sc, rows, (T *)k->out[0]->data);
+    return fr_cuda_check_launch(k->node, "SoftmaxCrossEntropy(mean)");
+}
+
+template <class T> fr_status ce_grad_run(const fr_cuda_kctx *k, const CeScratch &sc, int64_t rows, int64_t len,
+                                         long long ignore)
+{
+    const T *dl = (const T *)k->in[0]->data, *x = (const T *)k->in[1]->data;
+    const fr_tensor *lb = k->in[2];
+    const int lb64 = lb->dtype == FR_I64;
+    T *dx = (T *)k->out[0]->data;
+    cudaStream_t st = k->cu->stream;
+    constexpr int VW = 16 / sizeof(T);
+    ce_count<<<1, 1024, 0, st>>>(lb->data, lb64, rows, len, ignore, sc);
+    FR_TRY(fr_cuda_check_launch(k->node, "SoftmaxCrossEntropyGrad(count)"));
+    if (len == 0) return FR_OK;
+    const bool vec = can_vec<T>(len, x, dx, dx);
+    if (len <= kSmallRow) {
+        const unsigned b = blocks_for(rows, 8);
+        if (vec) ce_grad_rows<T, VW, 32><<<b, 256, 0, st>>>(dl, x, lb->data, lb64, rows, len, ignore, sc, dx);
+        else ce_grad_rows<T, 1, 32><<<b, 256, 0, st>>>(dl, x, lb->data, lb64, rows, len, ignore, sc, dx);
+    } else {
+        const unsigned b = blocks_for(rows, 1);
+        if (vec) ce_grad_rows<T, VW, kBig><<<b, kBig, 0, st>>>(dl, x, lb->data, lb64, rows, len, ignore, sc, dx);
+        else ce_grad_rows<T, 1, kBig><<<b, kBig, 0, st>>>(dl, x, lb->data, lb64, rows, len, ignore, sc, dx);
+    }
+    return fr_cuda_check_launch(k->node, "SoftmaxCrossEntropyGrad");
+}
+
+fr_status ce_cuda(const fr_cuda_kctx *k)
+{
+    const fr_node *n = k->node;
+    const int grad = strcmp(n->op_type, "SoftmaxCrossEntropyGrad") == 0;
+    const int nin = grad ? 3 : 2;
+    if (k->n_in != nin || k->n_out < 1 || !k->out[0])
+        return fr_node_error(n, FR_ERR_GRAPH, "needs %d inputs and one output", nin);
+    for (int i = 0; i < nin; i++)
+        if (!k->in[i]) return fr_node_error(n, FR_ERR_GRAPH, "input %d is missing", i);
+    const fr_tensor *lg = k->in[grad ? 1 : 0], *lb = k->in[grad ? 2 : 1];
+    FR_TRY(ce_check(n, lg, lb));
+    if (grad && (k->in[0]->dtype != lg->dtype || fr_tensor_numel(k->in[0]) != 1))
+        return fr_node_error(n, FR_ERR_SHAPE, "dloss must be a scalar of the logits' dtype");
+    const fr_tensor *out = k->out[0];
+    if (out->dtype != lg->dtype || (grad ? out->nbytes != lg->nbytes : fr_tensor_numel(out) != 1))
+        return fr_node_error(n, FR_ERR_SHAPE, "output has the wrong dtype or shape (re-run shape inference)");
+    int64_t ignore;
+    FR_TRY(fr_node_attr_int(n, "ignore_index", -100, &ignore));
+    const int64_t rows = fr_tensor_numel(lb), len = lg->dims[lg->rank - 1];
+    CeScratch sc;
+    const size_t need = ce_scratch_size(rows, &sc, k->scratch);
+    if (!k->scratch || k->scratch_bytes < need)
+        return fr_node_error(n, FR_ERR_INTERNAL, "scratch of %zu bytes, %zu needed", k->scratch_bytes, need);
+    sc.err = k->cu->dev_error;
+    sc.node = fr_node_index(k);
+    if (!grad)
+        return lg->dtype == FR_F32 ? ce_fwd_run<float>(k, sc, rows, len, ignore)
+                                   : ce_fwd_run<double>(k, sc, rows, len, ignore);
+    if (rows == 0) return FR_OK;
+    return lg->dtype == FR_F32 ? ce_grad_run<float>(k, sc, rows, len, ignore)
+                               : ce_grad_run<double>(k, sc, rows, len, ignore);
+}
+
+} /* namespace */
 
 extern "C" const fr_cuda_kernel_def fr_cuda_kernels_softmax[] = {
+    {"Softmax", FR_DOMAIN_ONNX, sm_cuda, NULL},
+    {"LogSoftmax", FR_DOMAIN_ONNX, sm_cuda, NULL},
+    {"SoftmaxGrad", FR_DOMAIN_FP8RUN, smg_cuda, NULL},
+    {"LogSoftmaxGrad", FR_DOMAIN_FP8RUN, smg_cuda, NULL},
+    {"SoftmaxCrossEntropy", FR_DOMAIN_FP8RUN, ce_cuda, ce_scratch},
+    {"SoftmaxCrossEntropyGrad", FR_DOMAIN_FP8RUN, ce_cuda, ce_scratch},
     {NULL, NULL, NULL, NULL},
 };
