@@ -1,0 +1,351 @@
+/* Private machinery of the CUDA elementwise family (ops/cuda/elementwise*.cu): launch sizes,
+ * numpy-broadcast geometry, the device error flag, and bit-exact ports of the CPU's number
+ * format conversions (graph/tensor.c, runtime/fp8_format.h).
+ *
+ * Broadcast geometry (EwGeom) is the CUDA side of ops/elementwise_util.c: the output's index
+ * space with size-1 dims dropped and adjacent dims merged where every operand stays linear.
+ * When every input is either dense in the output's layout or a single repeated element, a
+ * kernel indexes it with i or 0 ("flat"); otherwise it unravels i over the collapsed dims
+ * (row and column broadcasts collapse to two dims: one division), with multiply-shift
+ * divisions when the output has fewer than 2^31 elements, int64 '/' beyond.
+ *
+ * Error flag: integer division by zero, 0 to a negative integer power and training-mode
+ * Dropout are errors on the CPU (FR_ERR_RANGE / FR_ERR_UNSUPPORTED, found while computing).
+ * A kernel cannot return a status without synchronizing, so the node's scratch holds one
+ * uint32 word, cleared on the stream before the kernel and set to a nonzero EW_FLAG_* code by
+ * any thread that meets such an element (its result element is 0); run() returns FR_OK. The
+ * executor may read word 0 of the node's scratch after the step to report it. */
+#ifndef FR_CUDA_ELEMENTWISE_UTIL_CUH
+#define FR_CUDA_ELEMENTWISE_UTIL_CUH
+
+#include <stdint.h>
+#include <string.h>
+
+#include "../../runtime/cuda/cuda_kernel.h"
+
+#define EW_THREADS 256
+#define EW_MAX_IN 4 /* inputs of one broadcast kernel (Where, PowGrad, FmodGrad have 3) */
+
+#define EW_FLAG_DIV_ZERO 1u      /* integer Div/Mod by zero */
+#define EW_FLAG_POW_NEG_ZERO 2u  /* integer 0 ^ negative */
+#define EW_FLAG_DROPOUT_TRAIN 4u /* Dropout in training mode with ratio != 0 */
+#define EW_FLAG_BYTES 16         /* scratch bytes of nodes that may set the flag */
+
+/* Blocks for n elements with grid-stride loops: enough to fill the device, never 0 for n > 0. */
+static inline unsigned ew_blocks(const fr_cuda_kctx *k, int64_t n)
+{
+    int64_t want = (n + EW_THREADS - 1) / EW_THREADS;
+    int64_t cap = (int64_t)(k->cu->sm_count > 0 ? k->cu->sm_count : 132) * 8;
+    if (want > cap) want = cap;
+    return (unsigned)(want < 1 ? 1 : want);
+}
+
+/* The flag word in scratch (NULL when the node has none), cleared on the stream. */
+fr_status ew_flag_begin(const fr_cuda_kctx *k, unsigned **flag);
+
+__device__ __forceinline__ void ew_raise(unsigned *flag, unsigned code)
+{
+    if (flag) atomicOr(flag, code);
+}
+
+/* ---- broadcast geometry ---- */
+
+struct EwGeom {
+    int64_t n;                            /* output elements */
+    int rank;                             /* collapsed rank, >= 1 */
+    int general;                          /* 1: some input needs unravelling */
+    int64_t dims[FR_MAX_RANK];            /* collapsed dims */
+    int64_t st[EW_MAX_IN][FR_MAX_RANK];   /* element strides of each input over them */
+    int64_t step[EW_MAX_IN];              /* 1: dense (offset i); else 0 (flat mode: element 0) */
+    uint32_t mul[FR_MAX_RANK];            /* fast division by dims[d] (n < 2^31) */
+    int shr[FR_MAX_RANK];
+};
+
+/* Division by a fixed divisor through a multiply-high and a shift (the round-up method, as
+ * CUTLASS's FastDivmod): exact for dividends below 2^31, checked on the host against '/'
+ * for divisors up to 2^31 - 1. d == 1 is mul == 0. */
+static inline void ew_fastdiv_init(int64_t d, uint32_t *mul, int *shr)
+{
+    *mul = 0;
+    *shr = 0;
+    if (d <= 1 || d > INT32_MAX) return;
+    int l = 0;
+    while (((int64_t)1 << l) < d) l++;
+    *mul = (uint32_t)((((uint64_t)1 << (31 + l)) + (uint64_t)d - 1) / (uint64_t)d);
+    *shr = l - 1;
+}
+
+__device__ __forceinline__ uint32_t ew_fastdiv(uint32_t n, uint32_t mul, int shr)
+{
+    return mul ? __umulhi(n, mul) >> shr : n;
+}
+
+/* Geometry of n_in inputs broadcast to `out` (dense). A shape that does not broadcast is
+ * FR_ERR_SHAPE naming the node. */
+fr_status ew_geom(const fr_node *node, const fr_tensor *out, int n_in, const fr_tensor *const *in,
+                  EwGeom *g);
+
+/* Geometry of any number of operands (ExtremumGrad): collapsed dims and per-operand strides
+ * written to dims[] and st[k * FR_MAX_RANK + d]. */
+fr_status ew_geom_many(const fr_node *node, const fr_tensor *out, int n_in, const fr_tensor *const *in,
+                       int *rank, int64_t *dims, int64_t *st);
+
+template <int NIN>
+__device__ __forceinline__ void ew_offsets(const EwGeom &g, int64_t i, int64_t (&off)[NIN])
+{
+    if (!g.general) {
+#pragma unroll
+        for (int k = 0; k < NIN; k++) off[k] = g.step[k] ? i : 0;
+        return;
+    }
+#pragma unroll
+    for (int k = 0; k < NIN; k++) off[k] = 0;
+    if (g.n <= (int64_t)INT32_MAX) { /* every input is smaller: 32-bit offsets */
+        uint32_t r = (uint32_t)i, o[NIN];
+#pragma unroll
+        for (int k = 0; k < NIN; k++) o[k] = 0;
+        for (int d = g.rank - 1; d > 0; d--) {
+            uint32_t q = ew_fastdiv(r, g.mul[d], g.shr[d]), c = r - q * (uint32_t)g.dims[d];
+            r = q;
+#pragma unroll
+            for (int k = 0; k < NIN; k++)
+                if (!g.step[k]) o[k] += c * (uint32_t)g.st[k][d];
+        }
+#pragma unroll
+        for (int k = 0; k < NIN; k++) off[k] = g.step[k] ? i : (int64_t)(o[k] + r * (uint32_t)g.st[k][0]);
+    } else {
+        int64_t r = i;
+        for (int d = g.rank - 1; d > 0; d--) {
+            int64_t q = r / g.dims[d], c = r - q * g.dims[d];
+            r = q;
+#pragma unroll
+            for (int k = 0; k < NIN; k++) off[k] += c * g.st[k][d];
+        }
+#pragma unroll
+        for (int k = 0; k < NIN; k++) off[k] += r * g.st[k][0];
+    }
+}
+
+/* One kernel for every broadcast op: f(i, off) computes output element i from input
+ * elements off[0..NIN). */
+template <int NIN, typename F>
+__global__ void ew_bcast_kernel(EwGeom g, F f)
+{
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < g.n; i += stride) {
+        int64_t off[NIN];
+        ew_offsets<NIN>(g, i, off);
+        f(i, off);
+    }
+}
+
+/* Same-shape elementwise kernel: f(i). */
+template <typename F>
+__global__ void ew_flat_kernel(int64_t n, F f)
+{
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) f(i);
+}
+
+template <int NIN, typename F>
+static fr_status ew_launch_bcast(const fr_cuda_kctx *k, const EwGeom &g, const F &f, const char *name)
+{
+    if (g.n == 0) return FR_OK;
+    ew_bcast_kernel<NIN, F><<<ew_blocks(k, g.n), EW_THREADS, 0, k->cu->stream>>>(g, f);
+    return fr_cuda_check_launch(k->node, name);
+}
+
+template <typename F>
+static fr_status ew_launch_flat(const fr_cuda_kctx *k, int64_t n, const F &f, const char *name)
+{
+    if (n == 0) return FR_OK;
+    ew_flat_kernel<F><<<ew_blocks(k, n), EW_THREADS, 0, k->cu->stream>>>(n, f);
+    return fr_cuda_check_launch(k->node, name);
+}
+
+/* ---- number formats, bit for bit as the CPU (graph/tensor.c, runtime/fp8_format.h) ---- */
+
+__device__ __forceinline__ float ew_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: normalize */
+            int e = -1;
+            do {
+                man <<= 1;
+                e++;
+            } while (!(man & 0x400u));
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    return __uint_as_float(bits);
+}
+
+__device__ __forceinline__ uint16_t ew_f32_to_f16(float f)
+{
+    uint32_t x = __float_as_uint(f);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) /* inf or nan (payload kept, quieted) */
+        return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? (uint16_t)(0x200u | ((ax >> 13) & 0x3ffu)) : 0));
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
+    if (ax < 0x38800000u) {
+        if (ax < 0x33000000u) return sign;
+        uint32_t e = ax >> 23, m = (ax & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126 - e;
+        uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (q & 1))) q++;
+        return (uint16_t)(sign | q);
+    }
+    uint32_t q = ((ax >> 13) - ((127 - 15) << 10));
+    uint32_t rem = ax & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (q & 1))) q++;
+    return (uint16_t)(sign | q);
+}
+
+__device__ __forceinline__ float ew_bf16_to_f32(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
+
+__device__ __forceinline__ uint16_t ew_f32_to_bf16(float f)
+{
+    uint32_t x = __float_as_uint(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return 0x7fffu;
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+__device__ __forceinline__ uint8_t ew_fp8_encode(uint32_t u, int saturate, unsigned man_bits, unsigned bias,
+                                                 uint32_t ovf_bits, uint8_t max_code, uint8_t ovf_code)
+{
+    uint8_t s = (uint8_t)((u >> 24) & 0x80u);
+    uint32_t a = u & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) return 0x7Fu;
+    if (a >= ovf_bits) return (uint8_t)(s | (saturate ? max_code : ovf_code));
+    if (a >= (127u - bias + 1u) << 23) {
+        uint32_t r = a - ((127u - bias) << 23);
+        unsigned sh = 23u - man_bits;
+        r += ((1u << (sh - 1)) - 1u) + ((r >> sh) & 1u);
+        return (uint8_t)(s | (r >> sh));
+    }
+    uint32_t e = a >> 23;
+    uint32_t m = (a & 0x7FFFFFu) | (e ? 0x800000u : 0u);
+    unsigned sh = 150u + 1u - bias - man_bits - (e ? e : 1u);
+    if (sh >= 25u) return s;
+    uint32_t q = m >> sh, rem = m & ((1u << sh) - 1u), half = 1u << (sh - 1);
+    q += (rem > half) | ((rem == half) & (q & 1u));
+    return (uint8_t)(s | q);
+}
+
+__device__ __forceinline__ uint8_t ew_f32_to_e4m3(float x, int saturate)
+{
+    return ew_fp8_encode(__float_as_uint(x), saturate, 3u, 7u, 0x43E80001u, 0x7Eu, 0x7Fu);
+}
+
+__device__ __forceinline__ uint8_t ew_f32_to_e5m2(float x, int saturate)
+{
+    return ew_fp8_encode(__float_as_uint(x), saturate, 2u, 15u, 0x47700000u, 0x7Bu, 0x7Cu);
+}
+
+__device__ __forceinline__ float ew_e4m3_to_f32(uint8_t q)
+{
+    uint32_t s = (uint32_t)(q & 0x80u) << 24;
+    uint32_t e = (q >> 3) & 0xFu, m = q & 0x7u;
+    if ((q & 0x7Fu) == 0x7Fu) return __uint_as_float(0x7FFFFFFFu);
+    if (e == 0) return __uint_as_float(s | __float_as_uint((float)m * 0x1p-9f));
+    return __uint_as_float(s | ((e + 127u - 7u) << 23) | (m << 20));
+}
+
+__device__ __forceinline__ float ew_e5m2_to_f32(uint8_t q)
+{
+    uint32_t s = (uint32_t)(q & 0x80u) << 24;
+    uint32_t e = (q >> 2) & 0x1Fu, m = q & 0x3u;
+    if (e == 31u) return __uint_as_float(m ? 0x7FFFFFFFu : (s | 0x7F800000u));
+    if (e == 0) return __uint_as_float(s | __float_as_uint((float)m * 0x1p-16f));
+    return __uint_as_float(s | ((e + 127u - 15u) << 23) | (m << 21));
+}
+
+/* float <-> double as x86 SSE converts them, NaN payloads included (the CPU's Cast carries
+ * floats in double; a NaN's payload shows in a float16 result). */
+__device__ __forceinline__ double ew_f2d(float f)
+{
+    if (f != f) {
+        uint32_t u = __float_as_uint(f);
+        uint64_t d = ((uint64_t)(u & 0x80000000u) << 32) | 0x7FF8000000000000ull | ((uint64_t)(u & 0x3FFFFFu) << 29);
+        return __longlong_as_double((long long)d);
+    }
+    return (double)f;
+}
+
+__device__ __forceinline__ float ew_d2f(double d)
+{
+    if (d != d) {
+        uint64_t u = (uint64_t)__double_as_longlong(d);
+        return __uint_as_float((uint32_t)((u >> 32) & 0x80000000u) | 0x7FC00000u | (uint32_t)((u >> 29) & 0x3FFFFFu));
+    }
+    return (float)d;
+}
+
+/* ---- float / double overloads of the math library (no fast-math variants) ---- */
+static __device__ __forceinline__ float m_exp(float x) { return expf(x); }
+static __device__ __forceinline__ double m_exp(double x) { return exp(x); }
+static __device__ __forceinline__ float m_log(float x) { return logf(x); }
+static __device__ __forceinline__ double m_log(double x) { return log(x); }
+static __device__ __forceinline__ float m_log1p(float x) { return log1pf(x); }
+static __device__ __forceinline__ double m_log1p(double x) { return log1p(x); }
+static __device__ __forceinline__ float m_sqrt(float x) { return sqrtf(x); }
+static __device__ __forceinline__ double m_sqrt(double x) { return sqrt(x); }
+static __device__ __forceinline__ float m_tanh(float x) { return tanhf(x); }
+static __device__ __forceinline__ double m_tanh(double x) { return tanh(x); }
+static __device__ __forceinline__ float m_erf(float x) { return erff(x); }
+static __device__ __forceinline__ double m_erf(double x) { return erf(x); }
+static __device__ __forceinline__ float m_erfc(float x) { return erfcf(x); }
+static __device__ __forceinline__ double m_erfc(double x) { return erfc(x); }
+static __device__ __forceinline__ float m_sin(float x) { return sinf(x); }
+static __device__ __forceinline__ double m_sin(double x) { return sin(x); }
+static __device__ __forceinline__ float m_cos(float x) { return cosf(x); }
+static __device__ __forceinline__ double m_cos(double x) { return cos(x); }
+static __device__ __forceinline__ float m_floor(float x) { return floorf(x); }
+static __device__ __forceinline__ double m_floor(double x) { return floor(x); }
+static __device__ __forceinline__ float m_ceil(float x) { return ceilf(x); }
+static __device__ __forceinline__ double m_ceil(double x) { return ceil(x); }
+static __device__ __forceinline__ float m_fabs(float x) { return fabsf(x); }
+static __device__ __forceinline__ double m_fabs(double x) { return fabs(x); }
+
+
+template <typename T>
+static __device__ __forceinline__ T ew_sigmoid(T x)
+{
+    if (x >= T(0)) return T(1) / (T(1) + m_exp(-x)); /* both branches avoid inf/inf */
+    T e = m_exp(x);
+    return e / (T(1) + e);
+}
+
+/* ---- the family's run() / scratch() entry points (elementwise_*.cu) ---- */
+
+fr_status ew_unary_run(const fr_cuda_kctx *k);    /* Neg .. Sign */
+fr_status ew_pred_run(const fr_cuda_kctx *k);     /* IsNaN, IsInf, Not */
+fr_status ew_cast_run(const fr_cuda_kctx *k);     /* Cast, CastLike */
+fr_status ew_clip_run(const fr_cuda_kctx *k);
+fr_status ew_identity_run(const fr_cuda_kctx *k);
+fr_status ew_dropout_run(const fr_cuda_kctx *k);
+fr_status ew_binary_run(const fr_cuda_kctx *k);   /* Add .. Xor, variadic Max/Min/Sum/Mean */
+fr_status ew_pow_run(const fr_cuda_kctx *k);
+fr_status ew_where_run(const fr_cuda_kctx *k);
+fr_status ew_expand_run(const fr_cuda_kctx *k);
+fr_status ew_activation_grad_run(const fr_cuda_kctx *k);
+fr_status ew_pow_grad_run(const fr_cuda_kctx *k);
+fr_status ew_fmod_grad_run(const fr_cuda_kctx *k);
+fr_status ew_extremum_grad_run(const fr_cuda_kctx *k);
+fr_status ew_clip_grad_run(const fr_cuda_kctx *k);
+
+fr_status ew_flag_scratch(const fr_graph *g, const fr_node *n, size_t *bytes);
+fr_status ew_extremum_grad_scratch(const fr_graph *g, const fr_node *n, size_t *bytes);
+fr_status ew_clip_grad_scratch(const fr_graph *g, const fr_node *n, size_t *bytes);
+
+#endif
