@@ -132,6 +132,16 @@ fr_status tr_sync_device(fr_trainer *t)
     return FR_OK;
 }
 
+char *fr_trainer_profile(const fr_trainer *t)
+{
+    char *s = NULL;
+#ifdef FP8RUN_HAVE_CUDA
+    if (t && t->dev && fr_cuda_train_profile(t->dev, &s) != FR_OK) s = NULL;
+#endif
+    (void)t;
+    return s;
+}
+
 size_t fr_trainer_memory(const fr_trainer *t, size_t *device_used, size_t *device_total)
 {
     if (device_used) *device_used = 0;

@@ -182,6 +182,9 @@ fr_status fr_train_compile(const fr_graph *model, const fr_train_options *opt, c
 fr_status fr_trainer_config_json(const fr_trainer *t, char **json);
 /* The optimizer (read-only use: state inspection in tests). */
 fr_optimizer *fr_trainer_optimizer(fr_trainer *t);
+/* Per-op GPU times of the training graph when FP8RUN_PROFILE=1 was set at fr_trainer_new
+ * (malloc'ed text), NULL otherwise. */
+char *fr_trainer_profile(const fr_trainer *t);
 /* Where the trainer runs: "CPU", or the GPU's name and compute capability. */
 const char *fr_trainer_device(const fr_trainer *t);
 /* Memory the trainer planned for its step (bytes): on a GPU the device memory it allocated

@@ -270,6 +270,9 @@ int cli_bench(int argc, char **argv)
         if (dev_total) printf(", %s in use on the device (peak seen) of %s", cli_human_bytes(peak_used, b2, sizeof b2),
                               cli_human_bytes(dev_total, n1, sizeof n1));
         printf("\nloss             %.4f -> %.4f (%d skipped)\nbuild            %.1f s\n", loss0, loss1, skipped, build_s);
+        char *prof = fr_trainer_profile(t); /* FP8RUN_PROFILE=1 */
+        if (prof) fputs(prof, stdout);
+        free(prof);
         if (json) {
             char mfu_text[32] = "null";
             if (peak > 0) snprintf(mfu_text, sizeof mfu_text, "%.4f", mfu);

@@ -14,13 +14,15 @@ mkdir -p "$SRC/$B" && cp /tmp/fr/bin/* "$SRC/$B/"
 export LD_LIBRARY_PATH=/tmp/fr/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 nvcc --version | tail -1 >> "$OUT/gpu.txt" 2>/dev/null
-fails=0
-for t in "$SRC/$B"/test_*; do
-    n=$(basename "$t")
-    timeout ${TEST_TIMEOUT:-240} "$t" > "$OUT/$n.log" 2>&1
-    rc=$?
-    [ $rc -ne 0 ] && fails=$((fails + 1))
-    printf '%-24s rc=%d  %s\n' "$n" $rc "$(grep -E 'asserts' "$OUT/$n.log" | tr -s ' ')" | tee -a "$OUT/summary.txt"
-done
+# the test programs run side by side (each uses a small part of the GPU)
+run_one() {
+    n=$(basename "$1")
+    timeout ${TEST_TIMEOUT:-240} "$1" > "$OUT/$n.log" 2>&1
+    printf '%-24s rc=%d  %s\n' "$n" $? "$(grep -E 'asserts' "$OUT/$n.log" | tr -s ' ')"
+}
+export -f run_one
+export OUT TEST_TIMEOUT
+ls "$SRC/$B"/test_* | grep -E "${TESTS:-.}" | xargs -P ${JOBS:-4} -I{} bash -c 'run_one {}' | sort | tee -a "$OUT/summary.txt"
+fails=$(grep -c 'rc=[1-9]' "$OUT/summary.txt")
 for cmd in "$@"; do echo "== $cmd" | tee -a "$OUT/summary.txt"; (cd "$SRC" && eval "$cmd") 2>&1 | tail -40 | tee -a "$OUT/summary.txt"; done
 echo "failed programs: $fails" | tee -a "$OUT/summary.txt"

@@ -29,6 +29,10 @@ struct fr_cuda_exec {
     cudaEvent_t staging_done;    /* recorded after the last copy out of staging */
     int staging_pending;
     fr_tensor **in_args, **out_args;
+    /* profiling (FP8RUN_PROFILE=1): an event before each node, time summed per node */
+    cudaEvent_t *ev;
+    double *node_ms;
+    int runs;
 };
 
 static size_t align_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
@@ -122,6 +126,10 @@ void fr_cuda_exec_free(fr_cuda_exec *e)
     if (e->inputs) cudaFree(e->inputs);
     if (e->staging) cudaFreeHost(e->staging);
     if (e->staging_done) cudaEventDestroy(e->staging_done);
+    for (int i = 0; e->ev && i <= e->g->n_nodes; i++)
+        if (e->ev[i]) cudaEventDestroy(e->ev[i]);
+    free(e->ev);
+    free(e->node_ms);
     free(e->hdr);
     free(e->kind);
     free(e->root);
@@ -329,6 +337,13 @@ fr_status fr_cuda_exec_new(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec
         CU(cudaMallocHost(&e->staging, e->input_bytes));
     }
     CU(cudaEventCreateWithFlags(&e->staging_done, cudaEventDisableTiming));
+    const char *prof = getenv("FP8RUN_PROFILE");
+    if (st == FR_OK && prof && prof[0] == '1') {
+        e->ev = fr_calloc((size_t)g->n_nodes + 1, sizeof *e->ev, "profile events");
+        e->node_ms = fr_calloc((size_t)g->n_nodes + 1, sizeof *e->node_ms, "profile times");
+        if (!e->ev || !e->node_ms) st = FR_ERR_OOM;
+        for (int i = 0; st == FR_OK && i <= g->n_nodes; i++) CU(cudaEventCreate(&e->ev[i]));
+    }
     if (st != FR_OK && st == FR_ERR_DEVICE)
         fr_error_context(st, "allocating %zu MiB of device memory for '%s' (arena %zu MiB, constants %zu MiB)",
                          (e->arena_bytes + e->const_bytes + e->input_bytes) >> 20, g->name ? g->name : "the graph",
@@ -402,6 +417,7 @@ fr_status fr_cuda_exec_run(fr_cuda_exec *e)
     FR_CUDA_TRY(cudaEventRecord(e->staging_done, e->c->stream));
     e->staging_pending = 1;
     for (int i = 0; i < g->n_nodes; i++) {
+        if (e->ev) FR_CUDA_TRY(cudaEventRecord(e->ev[i], e->c->stream));
         if (!e->kern[i]) continue;
         const fr_node *n = &g->nodes[i];
         for (int k = 0; k < n->n_inputs; k++) e->in_args[k] = n->inputs[k] >= 0 ? &e->hdr[n->inputs[k]] : NULL;
@@ -415,6 +431,67 @@ fr_status fr_cuda_exec_run(fr_cuda_exec *e)
             return st;
         }
     }
+    if (e->ev) { /* profiling only: wait for the run and add each node's time */
+        FR_CUDA_TRY(cudaEventRecord(e->ev[g->n_nodes], e->c->stream));
+        FR_CUDA_TRY(cudaEventSynchronize(e->ev[g->n_nodes]));
+        for (int i = 0; i < g->n_nodes; i++) {
+            float ms = 0;
+            FR_CUDA_TRY(cudaEventElapsedTime(&ms, e->ev[i], e->ev[i + 1]));
+            e->node_ms[i] += ms;
+        }
+        e->runs++;
+    }
+    return FR_OK;
+}
+
+typedef struct prof_row {
+    char key[96];
+    double ms;
+    int nodes;
+} prof_row;
+
+static int cmp_prof(const void *a, const void *b)
+{
+    double x = ((const prof_row *)a)->ms, y = ((const prof_row *)b)->ms;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+fr_status fr_cuda_exec_profile(const fr_cuda_exec *e, char **text)
+{
+    *text = NULL;
+    if (!e->ev || e->runs == 0) return FR_OK;
+    const fr_graph *g = e->g;
+    prof_row *rows = fr_calloc((size_t)g->n_nodes + 1, sizeof *rows, "profile");
+    if (!rows) return FR_ERR_OOM;
+    int n = 0;
+    double total = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const fr_node *nd = &g->nodes[i];
+        char key[96];
+        const char *prec = NULL;
+        if (strcmp(nd->domain, "ai.fp8run") == 0 && strncmp(nd->op_type, "Linear", 6) == 0)
+            (void)fr_node_attr_string(nd, "precision", "fp32", &prec);
+        snprintf(key, sizeof key, "%s%s%s", nd->op_type, prec ? " " : "", prec ? prec : "");
+        int k = 0;
+        while (k < n && strcmp(rows[k].key, key) != 0) k++;
+        if (k == n) snprintf(rows[n++].key, sizeof rows[0].key, "%s", key);
+        rows[k].ms += e->node_ms[i] / e->runs;
+        rows[k].nodes++;
+        total += e->node_ms[i] / e->runs;
+    }
+    qsort(rows, (size_t)n, sizeof *rows, cmp_prof);
+    size_t cap = 200 + (size_t)n * 100;
+    char *s = fr_malloc(cap, "profile text");
+    if (!s) {
+        free(rows);
+        return FR_ERR_OOM;
+    }
+    size_t off = (size_t)snprintf(s, cap, "GPU time per run by op (%d runs, %.2f ms per run):\n", e->runs, total);
+    for (int k = 0; k < n && off < cap; k++)
+        off += (size_t)snprintf(s + off, cap - off, "  %-32s %5d nodes %9.3f ms %5.1f%%\n", rows[k].key, rows[k].nodes,
+                                rows[k].ms, total > 0 ? 100 * rows[k].ms / total : 0);
+    free(rows);
+    *text = s;
     return FR_OK;
 }
 

@@ -48,6 +48,10 @@ fr_status fr_cuda_exec_download(fr_cuda_exec *e, int vid, void *dst, size_t byte
 fr_status fr_cuda_exec_upload_constant(fr_cuda_exec *e, int vid);
 fr_status fr_cuda_exec_download_constant(fr_cuda_exec *e, int vid);
 
+/* With FP8RUN_PROFILE=1 in the environment when the executor was built, every run waits for
+ * the GPU and times each node; this is the per-op summary (malloc'ed; NULL when not profiling). */
+fr_status fr_cuda_exec_profile(const fr_cuda_exec *e, char **text);
+
 /* Bytes planned: the arena (computed values and scratch), constants (0 for shared ones), inputs. */
 size_t fr_cuda_exec_arena_bytes(const fr_cuda_exec *e);
 size_t fr_cuda_exec_const_bytes(const fr_cuda_exec *e);

@@ -254,6 +254,12 @@ fr_status fr_cuda_train_new(fr_trainer *t, int device, fr_cuda_train **out)
 
 const char *fr_cuda_train_device_name(const fr_cuda_train *d) { return d->name; }
 
+fr_status fr_cuda_train_profile(const fr_cuda_train *d, char **text)
+{
+    *text = NULL;
+    return d->ex ? fr_cuda_exec_profile(d->ex, text) : FR_OK;
+}
+
 size_t fr_cuda_train_device_bytes(const fr_cuda_train *d)
 {
     size_t b = d->extra_bytes + d->c->workspace_bytes;

@@ -34,6 +34,8 @@ fr_status fr_cuda_train_eval(fr_trainer *t, const int64_t *windows, double *loss
 const fr_tensor *fr_cuda_train_eval_output(fr_trainer *t, const char *name);
 fr_status fr_cuda_train_pull(fr_trainer *t);
 fr_status fr_cuda_train_push(fr_trainer *t);
+/* The training executor's per-op GPU times (FP8RUN_PROFILE=1), malloc'ed, or NULL. */
+fr_status fr_cuda_train_profile(const fr_cuda_train *d, char **text);
 /* "NVIDIA H100 80GB HBM3 (compute capability 9.0)" */
 const char *fr_cuda_train_device_name(const fr_cuda_train *d);
 /* Device memory the session holds: executors (arena, constants, inputs) and optimizer state. */
