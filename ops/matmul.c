@@ -8,9 +8,18 @@
  *
  * Gemm: Y = alpha * A' B' + beta * C with A' = transA ? A^T : A (likewise B'), C optional
  * and unidirectionally broadcast to [M, N]. beta == 0 ignores C entirely (so an inf or NaN
- * in C does not turn into NaN), as onnxruntime does. */
+ * in C does not turn into NaN), as onnxruntime does.
+ *
+ * ai.fp8run::MatMul(A, B) {transA, transB, precision}: the batched product of activations the
+ * FP8 compiler emits for bf16/fp8 training (attention scores and values; PyTorch's autocast
+ * runs them in bf16 too). Both operands have rank >= 2; transA/transB transpose the last two
+ * dims; batch dims broadcast like numpy. precision "bf16" rounds both operands to bf16
+ * (round-to-nearest-even) and sums in float32, as the GPU's tensor cores do; "fp32" (default)
+ * is exact float32. Its gradient is the same op with other transposes, so no Transpose copies
+ * are made in the backward pass. */
 #include <cblas.h>
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../passes/autodiff.h"
@@ -172,6 +181,118 @@ static fr_status matmul_cpu(const fr_kernel_ctx *ctx)
             idx[k] = 0;
         }
     }
+    return FR_OK;
+}
+
+/* ---- ai.fp8run::MatMul ---- */
+
+typedef struct mmx_cfg {
+    int ta, tb, bf16;
+} mmx_cfg;
+
+static fr_status mmx_attrs(const fr_node *n, mmx_cfg *c)
+{
+    int64_t ta, tb;
+    const char *prec;
+    FR_TRY(fr_node_attr_int(n, "transA", 0, &ta));
+    FR_TRY(fr_node_attr_int(n, "transB", 0, &tb));
+    FR_TRY(fr_node_attr_string(n, "precision", "fp32", &prec));
+    if ((ta != 0 && ta != 1) || (tb != 0 && tb != 1))
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "transA=%lld / transB=%lld must be 0 or 1", (long long)ta,
+                             (long long)tb);
+    if (strcmp(prec, "fp32") != 0 && strcmp(prec, "bf16") != 0)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "precision '%s' must be fp32 or bf16", prec);
+    c->ta = (int)ta;
+    c->tb = (int)tb;
+    c->bf16 = prec[0] == 'b';
+    return FR_OK;
+}
+
+/* The shapes the product sees: the last two dims swapped where transposed. */
+static fr_status mmx_shapes(const fr_node *n, const mmx_cfg *c, int ra, const int64_t *da, int rb,
+                            const int64_t *db, int64_t *oa, int64_t *ob)
+{
+    if (ra < 2 || rb < 2)
+        return fr_node_error(n, FR_ERR_SHAPE, "operands must have rank >= 2 (ranks %d and %d)", ra, rb);
+    memcpy(oa, da, sizeof(int64_t) * (size_t)ra);
+    memcpy(ob, db, sizeof(int64_t) * (size_t)rb);
+    if (c->ta) oa[ra - 2] = da[ra - 1], oa[ra - 1] = da[ra - 2];
+    if (c->tb) ob[rb - 2] = db[rb - 1], ob[rb - 1] = db[rb - 2];
+    return FR_OK;
+}
+
+static fr_status mmx_infer(fr_graph *g, int node_id)
+{
+    const fr_node *n = &g->nodes[node_id];
+    FR_TRY(fr_infer_require_inputs(g, n, 2, 2));
+    mmx_cfg c;
+    FR_TRY(mmx_attrs(n, &c));
+    const fr_value *a = fr_node_in(g, n, 0), *b = fr_node_in(g, n, 1);
+    if (a->dtype != b->dtype || !blas_dtype(a->dtype)) return dtype_error(n, a->dtype != FR_F32 ? a->dtype : b->dtype);
+    if (c.bf16 && a->dtype != FR_F32) return fr_node_error(n, FR_ERR_UNSUPPORTED, "bf16 precision needs float32 inputs");
+    int64_t oa[FR_MAX_RANK], ob[FR_MAX_RANK];
+    FR_TRY(mmx_shapes(n, &c, a->rank, a->dims, b->rank, b->dims, oa, ob));
+    mm_plan p;
+    FR_TRY(mm_make_plan(n, a->rank, oa, b->rank, ob, &p));
+    fr_infer_set(g, n, 0, a->dtype, p.out_rank, p.out_dims);
+    return FR_OK;
+}
+
+/* x rounded to bf16 (round-to-nearest-even), as float32 */
+static float *bf16_copy(const fr_tensor *t)
+{
+    int64_t n = fr_tensor_numel(t);
+    float *c = fr_malloc((size_t)(n ? n : 1) * sizeof(float), "bf16 operand");
+    if (!c) return NULL;
+    const float *x = t->data;
+    for (int64_t i = 0; i < n; i++) c[i] = fr_bf16_to_f32(fr_f32_to_bf16(x[i]));
+    return c;
+}
+
+static fr_status mmx_cpu(const fr_kernel_ctx *ctx)
+{
+    const fr_node *n = ctx->node;
+    if (ctx->n_in != 2 || !ctx->in[0] || !ctx->in[1] || ctx->n_out < 1)
+        return fr_node_error(n, FR_ERR_GRAPH, "needs inputs A and B and output Y");
+    mmx_cfg c;
+    FR_TRY(mmx_attrs(n, &c));
+    const fr_tensor *a = ctx->in[0], *b = ctx->in[1];
+    fr_tensor *y = ctx->out[0];
+    if (a->dtype != b->dtype || !blas_dtype(a->dtype)) return dtype_error(n, a->dtype);
+    int64_t oa[FR_MAX_RANK], ob[FR_MAX_RANK];
+    FR_TRY(mmx_shapes(n, &c, a->rank, a->dims, b->rank, b->dims, oa, ob));
+    mm_plan p;
+    FR_TRY(mm_make_plan(n, a->rank, oa, b->rank, ob, &p));
+    FR_TRY(check_out(n, y, a->dtype, p.out_rank, p.out_dims));
+    if (p.batch == 0 || p.M == 0 || p.N == 0) return FR_OK;
+    if (p.K == 0) {
+        memset(y->data, 0, y->nbytes);
+        return FR_OK;
+    }
+    FR_TRY(check_blas_dims(n, p.M, p.N, p.K));
+    float *ra = NULL, *rb = NULL;
+    if (c.bf16 && (!(ra = bf16_copy(a)) || !(rb = bf16_copy(b)))) {
+        free(ra);
+        return FR_ERR_OOM;
+    }
+    size_t es = fr_dtype_size(a->dtype);
+    const char *A = ra ? (const char *)ra : a->data, *B = rb ? (const char *)rb : b->data;
+    char *Y = y->data;
+    int64_t idx[FR_MAX_RANK] = {0}, offa = 0, offb = 0;
+    for (int64_t i = 0; i < p.batch; i++) {
+        gemm(a->dtype, c.ta, c.tb, p.M, p.N, p.K, 1.0, A + (size_t)offa * es, B + (size_t)offb * es, 0.0,
+             Y + (size_t)(i * p.M * p.N) * es);
+        for (int k = p.nb - 1; k >= 0; k--) {
+            offa += p.sa[k];
+            offb += p.sb[k];
+            if (++idx[k] < p.bdims[k]) break;
+            offa -= p.sa[k] * idx[k];
+            offb -= p.sb[k] * idx[k];
+            idx[k] = 0;
+        }
+    }
+    free(ra);
+    free(rb);
     return FR_OK;
 }
 
@@ -348,6 +469,51 @@ static fr_status emit_gemm(fr_grad_ctx *ctx, int a, int b, int ta, int tb, float
     return fr_grad_finish(ctx, nid);
 }
 
+/* ai.fp8run::MatMul(a, b) with the given transposes and the forward node's precision */
+static fr_status emit_mmx(fr_grad_ctx *ctx, int a, int b, int ta, int tb, const char *prec, int *out)
+{
+    int in[2] = {a, b}, nid;
+    FR_TRY(fr_grad_node(ctx, "MatMul", FR_DOMAIN_FP8RUN, 2, in, 1, out, &nid));
+    fr_node *n = &ctx->g->nodes[nid];
+    if (ta) FR_TRY(fr_node_set_attr_int(n, "transA", 1));
+    if (tb) FR_TRY(fr_node_set_attr_int(n, "transB", 1));
+    if (strcmp(prec, "fp32") != 0) FR_TRY(fr_node_set_attr_string(n, "precision", prec));
+    return fr_grad_finish(ctx, nid);
+}
+
+/* Y = op(A) op(B) (op: transpose of the last two dims where set). With tA = 0,
+ * dA = dY op(B)^T = MatMul(dY, B, 0, !tB); with tA = 1, dA = op(B) dY^T = MatMul(B, dY, tB, 1).
+ * With tB = 0, dB = op(A)^T dY = MatMul(A, dY, !tA, 0); with tB = 1, dB = dY^T op(A) =
+ * MatMul(dY, A, 1, tA). Broadcast batch dims are summed back. */
+static fr_status mmx_grad(fr_grad_ctx *ctx)
+{
+    fr_graph *g = ctx->g;
+    const fr_node *n = &g->nodes[ctx->node_id];
+    const int dY = ctx->dout[0];
+    if (dY < 0) return FR_OK;
+    mmx_cfg c;
+    FR_TRY(mmx_attrs(n, &c));
+    const int A = n->inputs[0], B = n->inputs[1];
+    const char *prec = c.bf16 ? "bf16" : "fp32";
+    if (ctx->need_din[0]) {
+        int d;
+        if (!c.ta)
+            FR_TRY(emit_mmx(ctx, dY, B, 0, !c.tb, prec, &d));
+        else
+            FR_TRY(emit_mmx(ctx, B, dY, c.tb, 1, prec, &d));
+        FR_TRY(fr_grad_sum_to(ctx, d, A, &ctx->din[0]));
+    }
+    if (ctx->need_din[1]) {
+        int d;
+        if (!c.tb)
+            FR_TRY(emit_mmx(ctx, A, dY, !c.ta, 0, prec, &d));
+        else
+            FR_TRY(emit_mmx(ctx, dY, A, 1, c.ta, prec, &d));
+        FR_TRY(fr_grad_sum_to(ctx, d, B, &ctx->din[1]));
+    }
+    return FR_OK;
+}
+
 static fr_status emit_matmul(fr_grad_ctx *ctx, int a, int b, int *out)
 {
     int in[2] = {a, b}, nid;
@@ -468,5 +634,6 @@ const fr_op_def fr_ops_matmul[] = {
     {"MatMul", FR_DOMAIN_ONNX, 1, matmul_infer, matmul_cpu, matmul_grad, 0},
     /* opset 7: C broadcasts unidirectionally (the older `broadcast` attribute is gone) */
     {"Gemm", FR_DOMAIN_ONNX, 7, gemm_infer, gemm_cpu, gemm_grad, 0},
+    {"MatMul", FR_DOMAIN_FP8RUN, 1, mmx_infer, mmx_cpu, mmx_grad, 0},
     {0},
 };

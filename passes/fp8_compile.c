@@ -647,6 +647,69 @@ typedef struct grp {
     int n;
 } grp;
 
+/* Is node t a Transpose that swaps the last two dims of its input (and keeps the others)? */
+static int swaps_last2(const fr_graph *g, const fr_node *t)
+{
+    if (t->dead || strcmp(t->op_type, "Transpose") != 0 || t->domain[0] || t->n_inputs != 1 || t->inputs[0] < 0)
+        return 0;
+    const fr_attr *a = fr_node_attr(t, "perm");
+    int r = g->values[t->inputs[0]].rank;
+    if (!a || a->type != FR_ATTR_INTS || a->n != r || r < 2) return 0;
+    for (int k = 0; k < r - 2; k++)
+        if (a->ints[k] != k) return 0;
+    return a->ints[r - 2] == r - 1 && a->ints[r - 1] == r - 2;
+}
+
+static int n_readers(const fr_graph *g, int v)
+{
+    int n = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int k = 0; k < g->nodes[i].n_inputs; k++) n += !g->nodes[i].dead && g->nodes[i].inputs[k] == v;
+    for (int i = 0; i < g->n_outputs; i++) n += g->outputs[i] == v;
+    return n;
+}
+
+/* bf16/fp8 training: the MatMuls of two activations (attention scores and values) become
+ * ai.fp8run::MatMul with precision bf16, as autocast runs them; a Transpose of the last two
+ * dims feeding one of them (the keys, transposed for Q K^T) becomes its transA/transB flag, so
+ * no transposed copy is made, forward or backward. */
+static fr_status lower_activation_matmuls(fr_graph *g, int *count)
+{
+    *count = 0;
+    const fr_op_def *mmx = fr_op_find(FR_DOMAIN_FP8RUN, "MatMul");
+    if (!mmx) return fr_error(FR_ERR_INTERNAL, "ai.fp8run::MatMul is not registered");
+    for (int i = 0; i < g->n_nodes; i++) {
+        fr_node *n = &g->nodes[i];
+        if (n->dead || n->domain[0] || strcmp(n->op_type, "MatMul") != 0 || n->n_inputs != 2) continue;
+        int eligible = 1;
+        for (int k = 0; k < 2; k++) {
+            const fr_value *v = n->inputs[k] >= 0 ? &g->values[n->inputs[k]] : NULL;
+            eligible = eligible && v && v->dtype == FR_F32 && v->rank >= 2 && !v->constant &&
+                       !(v->flags & FR_VAL_PARAM);
+        }
+        if (!eligible) continue;
+        int trans[2] = {0, 0};
+        for (int k = 0; k < 2; k++) {
+            int v = n->inputs[k], p = g->values[v].producer;
+            if (p >= 0 && swaps_last2(g, &g->nodes[p]) && n_readers(g, v) == 1) {
+                n->inputs[k] = g->nodes[p].inputs[0];
+                g->nodes[p].dead = 1; /* removed with the other dead nodes */
+                trans[k] = 1;
+            }
+        }
+        free(n->domain);
+        n->domain = fr_strdup(FR_DOMAIN_FP8RUN, "fp8 compile");
+        if (!n->domain) return FR_ERR_OOM;
+        n->op = mmx;
+        FR_TRY(fr_node_set_attr_string(n, "precision", "bf16"));
+        if (trans[0]) FR_TRY(fr_node_set_attr_int(n, "transA", 1));
+        if (trans[1]) FR_TRY(fr_node_set_attr_int(n, "transB", 1));
+        FR_TRY(mmx->infer(g, i));
+        (*count)++;
+    }
+    return *count ? fr_graph_compact(g) : FR_OK;
+}
+
 static fr_status run_pass(pass *p, regex_t *re)
 {
     fr_graph *g = p->g;
@@ -783,6 +846,7 @@ fr_status fr_fp8_compile(fr_graph *g, const fr_fp8_options *opt, fr_fp8_report *
         if (!report->fp8_exclude) st = FR_ERR_OOM;
     }
     if (st == FR_OK) st = run_pass(&p, have_re ? &re : NULL);
+    if (st == FR_OK && p.prec != FR_LIN_FP32) st = lower_activation_matmuls(g, &report->n_activation_matmuls);
     if (have_re) regfree(&re);
     free(p.uses);
     free(p.consumer);
@@ -834,6 +898,8 @@ fr_status fr_fp8_report_format(const fr_fp8_report *r, char **text)
     for (int i = 0; i < r->n_layers; i++) groups_fused += r->layers[i].n_fused > 1;
     sb_printf(&b, "FP8 compile: %d Linear layers in %d nodes (%d fused groups): fp8 %d, bf16 %d, fp32 %d\n",
               r->n_linears, r->n_layers, groups_fused, r->n_fp8, r->n_bf16, r->n_fp32);
+    if (r->n_activation_matmuls)
+        sb_printf(&b, "  %d MatMuls of two activations (attention) run in bf16\n", r->n_activation_matmuls);
     sb_printf(&b, "  precision %s", fr_lin_precision_name(r->precision));
     if (r->precision == FR_LIN_FP8)
         sb_printf(&b, ", recipe %s, format %s, margin %d, bf16_boundary %d, pad %d%s%s%s",

@@ -30,6 +30,9 @@
  *    amax_w" outputs; its backward adds ".../amax_dy". The report lists them as fr_fp8_state
  *    entries (one per operand) so the trainer can keep a fr_fp8_scaling per operand: write its
  *    scale into scale_value before a step, feed the amax into fr_fp8_scaling_update() after.
+ * 6. bf16 and fp8: MatMuls of two activations (attention's Q K^T and P V) become
+ *    ai.fp8run::MatMul with precision bf16 (autocast runs them in bf16 too); a Transpose of
+ *    the last two dims feeding one becomes its transA/transB flag.
  * Runs fr_graph_toposort before and after; dead nodes are removed (fr_graph_compact). */
 #ifndef FR_FP8_COMPILE_H
 #define FR_FP8_COMPILE_H
@@ -127,6 +130,7 @@ typedef struct fr_fp8_report {
     int n_states;
     int n_linears;           /* original Linear layers converted (fused members counted each) */
     int n_fp8, n_bf16, n_fp32; /* of those, per precision */
+    int n_activation_matmuls; /* MatMuls of two activations run in bf16 (attention) */
 } fr_fp8_report;
 
 /* Compile. On failure the graph may be partly rewritten (the caller discards it); the report

@@ -668,6 +668,10 @@ static fr_status read_layers(const meta *m, const fr_graph *g, fr_fp8_report *r)
         else if (L->precision == FR_LIN_BF16) r->n_bf16 += L->n_fused;
         else r->n_fp32 += L->n_fused;
     }
+    /* the activation MatMuls the pass lowered are in the graph itself */
+    for (int i = 0; i < g->n_nodes; i++)
+        r->n_activation_matmuls += strcmp(g->nodes[i].op_type, "MatMul") == 0 &&
+                                   strcmp(g->nodes[i].domain, "ai.fp8run") == 0;
     return FR_OK;
 }
 

@@ -85,49 +85,38 @@ static fr_status dtype_check(const fr_node *n, const fr_tensor *a, const fr_tens
     return FR_OK;
 }
 
-static fr_status matmul_run(const fr_cuda_kctx *k)
+/* A batched product: Y[batch..][M][N] = op(A) op(B), op a transpose of the last two dims where
+ * ta/tb say, batch dims broadcast (strides in elements, 0 where broadcast). Batch dims over
+ * which B is broadcast and A is contiguous fold into M (GQA: the query groups of one KV head
+ * become one tall GEMM); the others merge where both strides allow; the innermost merged dim
+ * is one strided-batched cuBLASLt call, outer ones a host loop. */
+static fr_status batched_gemm(const fr_cuda_kctx *k, const fr_tensor *a, const fr_tensor *b, fr_tensor *y, int ta,
+                              int tb, int fast_bf16, int64_t M, int64_t N, int64_t K, int nb, const int64_t *bdims_in,
+                              const int64_t *sa_in, const int64_t *sb_in)
 {
     const fr_node *n = k->node;
-    if (k->n_in != 2 || !k->in[0] || !k->in[1] || k->n_out < 1 || !k->out[0])
-        return fr_node_error(n, FR_ERR_GRAPH, "needs inputs A and B and output Y");
-    const fr_tensor *a = k->in[0], *b = k->in[1];
-    fr_tensor *y = k->out[0];
-    FR_TRY(dtype_check(n, a, b));
-    int ra = a->rank, rb = b->rank;
-    if (ra < 1 || rb < 1) return fr_node_error(n, FR_ERR_SHAPE, "operands must have rank >= 1");
-    int ab = ra >= 2 ? ra - 2 : 0, bb = rb >= 2 ? rb - 2 : 0;
-    int64_t M = ra >= 2 ? a->dims[ra - 2] : 1, K = a->dims[ra - 1];
-    int64_t kb = rb >= 2 ? b->dims[rb - 2] : b->dims[0], N = rb >= 2 ? b->dims[rb - 1] : 1;
-    if (K != kb) return fr_node_error(n, FR_ERR_SHAPE, "inner dimensions differ (%lld vs %lld)", (long long)K, (long long)kb);
-    int nb;
     int64_t bdims[FR_MAX_RANK], sa[FR_MAX_RANK], sb[FR_MAX_RANK];
-    FR_TRY(fr_broadcast_shape(n, ab, a->dims, bb, b->dims, &nb, bdims));
-    fr_broadcast_strides(ab, a->dims, nb, bdims, sa);
-    fr_broadcast_strides(bb, b->dims, nb, bdims, sb);
-    int64_t batch = 1;
-    int b_shared = 1;
-    for (int d = 0; d < nb; d++) {
-        batch *= bdims[d];
-        if (bdims[d] != 1 && sb[d] != 0) b_shared = 0;
-        sa[d] *= M * K;
-        sb[d] *= K * N;
+    memcpy(bdims, bdims_in, sizeof(int64_t) * (size_t)nb);
+    memcpy(sa, sa_in, sizeof(int64_t) * (size_t)nb);
+    memcpy(sb, sb_in, sizeof(int64_t) * (size_t)nb);
+    /* fold the innermost batch dims into M while B does not move along them and A's matrices
+     * (untransposed) follow each other: [.., G, M, K] is [.., G*M, K] */
+    while (nb > 0 && !ta && sb[nb - 1] == 0 && (sa[nb - 1] == M * K || bdims[nb - 1] == 1)) {
+        M *= bdims[nb - 1];
+        nb--;
     }
-    if (fr_tensor_numel(y) != batch * M * N || y->dtype != a->dtype)
-        return fr_node_error(n, FR_ERR_SHAPE, "output does not have the inferred shape (re-run shape inference)");
-    if (batch == 0 || M == 0 || N == 0) return FR_OK;
+    int64_t batch = 1;
+    for (int d = 0; d < nb; d++) batch *= bdims[d];
     fr_gemm g;
     fr_gemm_init(&g);
     g.a_type = g.b_type = g.d_type = a->dtype;
+    g.trans_a = ta;
+    g.trans_b = tb;
+    g.fast_bf16 = fast_bf16;
+    g.M = M;
     g.N = N;
     g.K = K;
-    g.B = b->data;
-    if (b_shared) { /* fold the batch into M: one GEMM, as on the CPU */
-        g.M = batch * M;
-        g.A = a->data;
-        g.D = y->data;
-        return fr_cuda_gemm(k->cu, n, &g);
-    }
-    /* merge batch dims (outermost first) where both strides continue the inner dim's */
+    if (batch == 0 || M == 0 || N == 0) return FR_OK;
     int64_t md[FR_MAX_RANK], ma[FR_MAX_RANK], mb[FR_MAX_RANK];
     int nm = 0;
     for (int d = 0; d < nb; d++) {
@@ -143,8 +132,12 @@ static fr_status matmul_run(const fr_cuda_kctx *k)
             nm++;
         }
     }
-    /* the innermost merged dim is cuBLASLt's batch; the outer ones loop here */
-    g.M = M;
+    if (nm == 0) {
+        g.A = a->data;
+        g.B = b->data;
+        g.D = y->data;
+        return fr_cuda_gemm(k->cu, n, &g);
+    }
     g.batch = md[nm - 1];
     g.stride_a = ma[nm - 1];
     g.stride_b = mb[nm - 1];
@@ -167,6 +160,54 @@ static fr_status matmul_run(const fr_cuda_kctx *k)
         }
     }
     return FR_OK;
+}
+
+/* The shared part of MatMul and ai.fp8run::MatMul: shapes after the transposes, the broadcast
+ * batch plan, then batched_gemm. 1-D operands only without transposes (ONNX MatMul). */
+static fr_status matmul_common(const fr_cuda_kctx *k, int ta, int tb, int fast_bf16)
+{
+    const fr_node *n = k->node;
+    if (k->n_in != 2 || !k->in[0] || !k->in[1] || k->n_out < 1 || !k->out[0])
+        return fr_node_error(n, FR_ERR_GRAPH, "needs inputs A and B and output Y");
+    const fr_tensor *a = k->in[0], *b = k->in[1];
+    fr_tensor *y = k->out[0];
+    FR_TRY(dtype_check(n, a, b));
+    int ra = a->rank, rb = b->rank;
+    if (ra < 1 || rb < 1 || ((ta || tb) && (ra < 2 || rb < 2)))
+        return fr_node_error(n, FR_ERR_SHAPE, "operands must have rank >= 1 (>= 2 with transposes)");
+    int ab = ra >= 2 ? ra - 2 : 0, bb = rb >= 2 ? rb - 2 : 0;
+    int64_t r0 = ra >= 2 ? a->dims[ra - 2] : 1, r1 = a->dims[ra - 1];
+    int64_t M = ta ? r1 : r0, K = ta ? r0 : r1;
+    int64_t c0 = rb >= 2 ? b->dims[rb - 2] : b->dims[0], c1 = rb >= 2 ? b->dims[rb - 1] : 1;
+    int64_t kb = tb ? c1 : c0, N = tb ? c0 : c1;
+    if (K != kb) return fr_node_error(n, FR_ERR_SHAPE, "inner dimensions differ (%lld vs %lld)", (long long)K, (long long)kb);
+    int nb;
+    int64_t bdims[FR_MAX_RANK], sa[FR_MAX_RANK], sb[FR_MAX_RANK];
+    FR_TRY(fr_broadcast_shape(n, ab, a->dims, bb, b->dims, &nb, bdims));
+    fr_broadcast_strides(ab, a->dims, nb, bdims, sa);
+    fr_broadcast_strides(bb, b->dims, nb, bdims, sb);
+    int64_t batch = 1;
+    for (int d = 0; d < nb; d++) {
+        batch *= bdims[d];
+        sa[d] *= M * K;
+        sb[d] *= K * N;
+    }
+    if (fr_tensor_numel(y) != batch * M * N || y->dtype != a->dtype)
+        return fr_node_error(n, FR_ERR_SHAPE, "output does not have the inferred shape (re-run shape inference)");
+    return batched_gemm(k, a, b, y, ta, tb, fast_bf16, M, N, K, nb, bdims, sa, sb);
+}
+
+static fr_status matmul_run(const fr_cuda_kctx *k) { return matmul_common(k, 0, 0, 0); }
+
+/* ai.fp8run::MatMul {transA, transB, precision}: see ops/matmul.c */
+static fr_status mmx_run(const fr_cuda_kctx *k)
+{
+    int64_t ta, tb;
+    const char *prec;
+    FR_TRY(fr_node_attr_int(k->node, "transA", 0, &ta));
+    FR_TRY(fr_node_attr_int(k->node, "transB", 0, &tb));
+    FR_TRY(fr_node_attr_string(k->node, "precision", "fp32", &prec));
+    return matmul_common(k, ta != 0, tb != 0, strcmp(prec, "bf16") == 0);
 }
 
 /* ---- Gemm ---- */
@@ -411,6 +452,7 @@ static fr_status einsum_run(const fr_cuda_kctx *k)
 
 extern "C" const fr_cuda_kernel_def fr_cuda_kernels_matmul[] = {
     {"MatMul", FR_DOMAIN_ONNX, matmul_run, NULL},
+    {"MatMul", FR_DOMAIN_FP8RUN, mmx_run, NULL},
     {"Gemm", FR_DOMAIN_ONNX, gemm_run, NULL},
     {"Einsum", FR_DOMAIN_ONNX, einsum_run, NULL},
     {NULL, NULL, NULL, NULL},

@@ -206,7 +206,9 @@ fr_status fr_cuda_gemm(fr_cuda_ctx *cu, const fr_node *n, const fr_gemm *gin)
     if (!lt_type(g.a_type, &ta) || !lt_type(g.b_type, &tb) || !lt_type(g.d_type, &td))
         return GERR(FR_ERR_UNSUPPORTED, "%s: unsupported types", what);
     int f64 = g.a_type == FR_F64;
-    cublasComputeType_t compute = f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;
+    cublasComputeType_t compute = f64 ? CUBLAS_COMPUTE_64F
+                                  : g.fast_bf16 && g.a_type == FR_F32 ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                                                       : CUBLAS_COMPUTE_32F;
     cudaDataType_t scale_type = f64 ? CUDA_R_64F : CUDA_R_32F;
     size_t ea = fr_dtype_size(g.a_type), eb = fr_dtype_size(g.b_type), ed = fr_dtype_size(g.d_type);
     int accumulate = g.beta != 0.0;

@@ -65,6 +65,8 @@ typedef struct fr_gemm {
     double alpha, beta;                   /* beta != 0: accumulate into D */
     const float *a_scale_inv, *b_scale_inv; /* fp8 only: device pointers, layouts above */
     fr_gemm_scale a_scale, b_scale;
+    int fast_bf16;                        /* f32 x f32: operands rounded to bf16 on the tensor
+                                             cores, float32 sums (CUBLAS_COMPUTE_32F_FAST_16BF) */
 } fr_gemm;
 
 /* Zero-initialized descriptor with alpha = 1, beta = 0, batch = 1. */
