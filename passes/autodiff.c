@@ -159,6 +159,7 @@ fr_status fr_autodiff(fr_graph *g, int loss, int n_wrt, const int *wrt, int *gra
             }
             st = accumulate(g, n, gradmap, vid, din[i]);
             if (st != FR_OK) goto done;
+            nd = &g->nodes[n]; /* accumulate's Add node may have grown g->nodes too */
         }
     }
     for (int i = 0; i < n_wrt; i++) grads_out[i] = gradmap[wrt[i]];
