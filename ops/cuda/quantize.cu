@@ -160,12 +160,39 @@ __global__ void tile_kernel(const Src *src, int64_t R, int64_t C, int64_t Rp, in
     if (amax) warp_atomic_max(amax, m);
 }
 
+/* The common case of tile_kernel, no padding and no transpose: a float4 in, four codes out
+ * (one 32-bit store) per thread and iteration, so a warp reads 512 and writes 128 contiguous
+ * bytes; the same bytes and amax as the tile kernel. */
+__global__ void flat_kernel(const float4 *src, int64_t n4, const float *scale_ptr, int e5m2, uint32_t *dst,
+                            uint32_t *dense, unsigned *amax)
+{
+    float s = scale_ptr ? *scale_ptr : 1.0f;
+    unsigned m = 0;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
+        float4 x = src[i];
+        m = max(max(max(m, abs_bits(x.x)), max(abs_bits(x.y), abs_bits(x.z))), abs_bits(x.w));
+        uint32_t q = (uint32_t)quantize(x.x, s, e5m2) | (uint32_t)quantize(x.y, s, e5m2) << 8 |
+                     (uint32_t)quantize(x.z, s, e5m2) << 16 | (uint32_t)quantize(x.w, s, e5m2) << 24;
+        dst[i] = q;
+        if (dense) dense[i] = q;
+    }
+    if (amax) warp_atomic_max(amax, m);
+}
+
 fr_status fr_q_tensor(cudaStream_t s, const fr_node *n, const float *src, int64_t R, int64_t C,
                       const float *scale, fr_q_fmt f, int trans, uint8_t *dst, uint8_t *dense,
                       fr_q_stats *st, int amax_slot)
 {
     int64_t Rp = fr_q_pad16(R), Cp = fr_q_pad16(C);
     if (Rp * Cp == 0) return FR_OK;
+    if (!trans && Rp == R && Cp == C && (uintptr_t)src % 16 == 0 && (uintptr_t)dst % 4 == 0 &&
+        (uintptr_t)dense % 4 == 0) {
+        int64_t n4 = R * C / 4; /* C is a multiple of 16 here */
+        flat_kernel<<<blocks_for(n4, 256 * 4), 256, 0, s>>>((const float4 *)src, n4, scale, f.e5m2, (uint32_t *)dst,
+                                                             (uint32_t *)dense,
+                                                             amax_slot >= 0 ? &st->amax_bits[amax_slot] : NULL);
+        return fr_cuda_check_launch(n, "fp8 quantize (per tensor, flat)");
+    }
     int64_t ntiles = fr_q_cdiv(Rp, 32) * fr_q_cdiv(Cp, 32);
     tile_kernel<float><<<blocks_for(ntiles, 1), dim3(32, 8), 0, s>>>(
         src, R, C, Rp, Cp, scale, f.e5m2, trans, dst, dense, amax_slot >= 0 ? &st->amax_bits[amax_slot] : NULL);
@@ -378,9 +405,23 @@ __global__ void to_bf16_kernel(const float *src, int64_t count, __nv_bfloat16 *d
         dst[i] = __float2bfloat16_rn(src[i]);
 }
 
+/* four at a time: a float4 in, two bf16 pairs out */
+__global__ void to_bf16_x4_kernel(const float4 *src, int64_t n4, uint2 *dst)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
+        float4 x = src[i];
+        __nv_bfloat162 a = __floats2bfloat162_rn(x.x, x.y), b = __floats2bfloat162_rn(x.z, x.w);
+        dst[i] = make_uint2(*(const unsigned *)&a, *(const unsigned *)&b);
+    }
+}
+
 fr_status fr_q_to_bf16(cudaStream_t s, const fr_node *n, const float *src, int64_t count, void *dst)
 {
     if (count == 0) return FR_OK;
+    if (count % 4 == 0 && (uintptr_t)src % 16 == 0 && (uintptr_t)dst % 8 == 0) {
+        to_bf16_x4_kernel<<<blocks_for(count / 4, 256 * 4), 256, 0, s>>>((const float4 *)src, count / 4, (uint2 *)dst);
+        return fr_cuda_check_launch(n, "bf16 rounding");
+    }
     to_bf16_kernel<<<blocks_for(count, 256 * 4), 256, 0, s>>>(src, count, (__nv_bfloat16 *)dst);
     return fr_cuda_check_launch(n, "bf16 rounding");
 }
