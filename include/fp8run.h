@@ -27,10 +27,12 @@
  * Threads. Calls on DIFFERENT handles may run in parallel from any threads: two sessions train
  * independently in two threads. One handle must not be used by two threads at the same time
  * (use your own lock), with one exception: a model may be read by several threads at once
- * (inspection, fp8run_session_create, fp8run_model_compile) as long as nobody modifies it
+ * (inspection, fp8run_session_create, fp8run_forward_create, fp8run_model_prepare, the compile,
+ * report, FLOPs and export calls) as long as nobody modifies it
  * (fp8run_model_set_param, fp8run_model_apply_checkpoint) meanwhile; those threads should then
  * read fp8run_last_error() rather than fp8run_model_error(). A session keeps its own copy of
- * the model, so a model may be modified or destroyed after its sessions were created.
+ * the model, as does a forward pass (and a prepared model is a model of its own), so a model
+ * may be modified or destroyed after they were created.
  *
  * Ownership. Handles are created by the create, load and open calls and freed by the matching
  * destroy or close call, which accepts NULL. Strings and info structs the library returns point
@@ -169,6 +171,46 @@ typedef struct fp8run_value_info {
 } fp8run_value_info;
 
 /* ============================================================================================
+ * Host tensors and .npy files
+ * ========================================================================================== */
+
+/* A tensor in host memory: dtype, shape and row-major data. Who owns `data` is said by each
+ * function that takes or fills one. */
+typedef struct fp8run_tensor {
+    size_t struct_size;
+    const char *name;          /* the graph input or output it is for; NULL where none is meant */
+    fp8run_dtype dtype;
+    int rank;                  /* 0..FP8RUN_MAX_RANK */
+    int64_t dims[FP8RUN_MAX_RANK];
+    void *data;                /* nbytes bytes, row-major (may be NULL when nbytes is 0) */
+    size_t nbytes;
+} fp8run_tensor;
+
+/* Bytes of one element; 0 for FP8RUN_DTYPE_STRING, _UNDEFINED and numbers fp8run does not know. */
+FP8RUN_API size_t fp8run_dtype_size(fp8run_dtype dt);
+/* Decode count elements of dtype dt at src (any number type: floats incl. float16, bfloat16 and
+ * the FP8 formats fp8run computes in, integers, bool) into float32 at dst, exactly as fp8run
+ * reads them (FP8 and bfloat16 values are exact in float32; large integers round).
+ * FP8RUN_ERR_UNSUPPORTED for strings and types fp8run does not compute in. */
+FP8RUN_API fp8run_status fp8run_convert_to_float32(fp8run_dtype dt, const void *src, size_t count, float *dst);
+
+/* NumPy .npy files (versions 1.0-3.0 read, 1.0 written; little-endian, C order). They are in
+ * the API rather than in each tool because they are how fixtures, PyTorch dumps and NumPy hosts
+ * exchange arrays with fp8run, and a file is untrusted input: one hardened reader serves the
+ * library's tests, the CLI and host programs alike. */
+/* 1 when dt has a NumPy type code (bfloat16 and FP8 have none: convert them to float32). */
+FP8RUN_API int fp8run_npy_supports(fp8run_dtype dt);
+/* Read a .npy file into *out (struct_size set by the caller; name set to NULL). out->data is
+ * allocated by the library: free it with fp8run_npy_free. A malformed file is
+ * FP8RUN_ERR_PARSE naming it. */
+FP8RUN_API fp8run_status fp8run_npy_load(const char *path, fp8run_tensor *out);
+/* Free the data fp8run_npy_load allocated (data = NULL, nbytes = 0 afterwards); NULL is a no-op. */
+FP8RUN_API void fp8run_npy_free(fp8run_tensor *t);
+/* Write t as .npy (atomically: a temporary in the same folder, then renamed). t->nbytes must be
+ * the shape's byte size. A dtype without a NumPy code is FP8RUN_ERR_UNSUPPORTED. */
+FP8RUN_API fp8run_status fp8run_npy_save(const char *path, const fp8run_tensor *t);
+
+/* ============================================================================================
  * Models
  * ========================================================================================== */
 
@@ -194,7 +236,8 @@ FP8RUN_API fp8run_status fp8run_model_input(const fp8run_model *m, int i, fp8run
 FP8RUN_API int fp8run_model_output_count(const fp8run_model *m);
 FP8RUN_API fp8run_status fp8run_model_output(const fp8run_model *m, int i, fp8run_value_info *info);
 
-/* Parameters: the float initializers (what training can update), in model order. */
+/* Parameters: the float initializers (what training can update), in model order; for a compiled
+ * graph (.fbs) the ones it records. */
 FP8RUN_API int fp8run_model_param_count(const fp8run_model *m);
 /* Elements in all of them. */
 FP8RUN_API int64_t fp8run_model_param_elements(const fp8run_model *m);
@@ -214,6 +257,132 @@ FP8RUN_API fp8run_status fp8run_model_apply_checkpoint(fp8run_model *m, const ch
                                                        int *n_applied);
 /* Write the model as ONNX (atomically; weights to "<file>.data" beyond 1 GiB). */
 FP8RUN_API fp8run_status fp8run_model_save(const fp8run_model *m, const char *path);
+/* Write the ONNX model this model stands for: for a compiled graph (.fbs) the original model it
+ * was compiled from, with the compiled graph's current weights under the original names and
+ * layouts (what a session's export writes: apply a checkpoint first to export its weights); for
+ * an ONNX model the same as fp8run_model_save. */
+FP8RUN_API fp8run_status fp8run_model_export(const fp8run_model *m, const char *path);
+
+/* What the file says about itself. Strings point into the model ("" when the file has none). */
+typedef struct fp8run_model_info {
+    size_t struct_size;
+    const char *producer_name, *producer_version;
+    const char *graph_name;
+    int64_t ir_version;
+    int n_opsets;              /* fp8run_model_opset */
+    int n_nodes;
+    int n_initializers;        /* all of them: parameters, other constants, FP8 scaling state */
+    uint64_t initializer_bytes;/* their data */
+    int n_op_types;            /* distinct op types of the nodes: fp8run_model_op */
+    int compiled;              /* 1: a compiled graph (.fbs, fp8run compile) */
+} fp8run_model_info;
+
+/* (A function named fp8run_model_info would clash with the struct's typedef name.) */
+FP8RUN_API fp8run_status fp8run_model_get_info(const fp8run_model *m, fp8run_model_info *info);
+/* Opset i: *domain ("" is the default domain, ai.onnx; points into the model) and *version
+ * (either may be NULL). */
+FP8RUN_API fp8run_status fp8run_model_opset(const fp8run_model *m, int i, const char **domain, int64_t *version);
+
+/* One entry of the op histogram. */
+typedef struct fp8run_op_info {
+    size_t struct_size;
+    const char *op_type;       /* "MatMul"; "domain::Op" outside the default domain */
+    int count;                 /* nodes of this type */
+} fp8run_op_info;
+/* Op type i of the histogram: most frequent first, equal counts by name. */
+FP8RUN_API fp8run_status fp8run_model_op(const fp8run_model *m, int i, fp8run_op_info *info);
+
+/* ============================================================================================
+ * Preparing a model and running its forward pass (CPU)
+ * ========================================================================================== */
+
+/* Which concrete shapes to prepare for. Symbolic dims get their values from dim_names /
+ * dim_values, then from the shapes the inputs will be fed with (input_names / input_ranks /
+ * input_dims: parallel arrays of n_inputs entries, dims of input i at input_dims[i]); every
+ * graph input dim must end up known. */
+typedef struct fp8run_prepare_config {
+    size_t struct_size;
+    const char *const *dim_names;   /* symbolic dims to fix, values >= 0 (default none) */
+    const int64_t *dim_values;
+    int n_dims;
+    const char *const *input_names; /* shapes of inputs (default none) */
+    const int *input_ranks;
+    const int64_t *const *input_dims;
+    int n_inputs;
+} fp8run_prepare_config;
+
+FP8RUN_API fp8run_status fp8run_prepare_config_init(fp8run_prepare_config *cfg, size_t size);
+
+/* What preparation did. */
+typedef struct fp8run_prepare_stats {
+    size_t struct_size;
+    int identities_removed;    /* Identity nodes rewired away */
+    int nodes_folded;          /* nodes computed once at preparation (shape chains, constants) */
+    int nodes_removed;         /* nodes dropped, the folded ones included */
+} fp8run_prepare_stats;
+
+/* A copy of m prepared for static shapes (cfg NULL: the model's own): Identity removal, shape
+ * inference with constant folding, dead-node elimination, every value with a static shape. The
+ * result is a model like any other (inspect it, save it; its inputs and outputs carry the
+ * concrete dims, symbolic names kept). A dim that stays unknown, or a cfg name the model does
+ * not have, is an error naming it. stats may be NULL. */
+FP8RUN_API fp8run_status fp8run_model_prepare(const fp8run_model *m, const fp8run_prepare_config *cfg,
+                                              fp8run_model **out, fp8run_prepare_stats *stats);
+
+/* Inference: a model prepared for one set of input shapes with a CPU executor, run on host
+ * tensors. It keeps its own copy of the model. */
+typedef struct fp8run_forward fp8run_forward;
+
+FP8RUN_API fp8run_status fp8run_forward_create(const fp8run_model *m, const fp8run_prepare_config *cfg,
+                                               fp8run_forward **out);
+FP8RUN_API void fp8run_forward_destroy(fp8run_forward *f);
+/* Last error on this handle; never NULL. */
+FP8RUN_API const char *fp8run_forward_error(const fp8run_forward *f);
+/* The prepared graph inputs (concrete shapes), in model order. */
+FP8RUN_API int fp8run_forward_input_count(const fp8run_forward *f);
+FP8RUN_API fp8run_status fp8run_forward_input(const fp8run_forward *f, int i, fp8run_value_info *info);
+/* Copy t's data into the input t->name; its dtype and shape must be the prepared input's, and
+ * nbytes their byte size (FP8RUN_ERR_SHAPE naming the input and both shapes otherwise). The
+ * input keeps the value for later runs until set again. */
+FP8RUN_API fp8run_status fp8run_forward_set_input(fp8run_forward *f, const fp8run_tensor *t);
+/* Run once; every input must have been set. A kernel error names the node. */
+FP8RUN_API fp8run_status fp8run_forward_run(fp8run_forward *f);
+/* Graph outputs in model order, after a successful run: *out gets name, dtype, shape and
+ * data, which point into f and stay valid until the next set_input, run or destroy. */
+FP8RUN_API int fp8run_forward_output_count(const fp8run_forward *f);
+FP8RUN_API fp8run_status fp8run_forward_output(const fp8run_forward *f, int i, fp8run_tensor *out);
+
+/* ============================================================================================
+ * Generated models
+ * ========================================================================================== */
+
+/* A Llama-style decoder as a PyTorch export writes it (opset 23): token embedding, per layer
+ * RMSNorm, rotary attention with grouped-query heads (weights [in, out]), causal mask, SwiGLU
+ * MLP; final RMSNorm and an untied LM head. Input input_ids int64 [batch, seq], output logits
+ * float32 [batch, seq, vocab]. Weights N(0, 0.02) (output projections 0.02 / sqrt(2 layers)),
+ * norm gains 1, deterministic from the seed. For benchmarks and tests at sizes no file has. */
+typedef struct fp8run_llama_config {
+    size_t struct_size;
+    int64_t dim;               /* model width (split into heads of even size) */
+    int64_t layers;
+    int64_t heads;
+    int64_t kv_heads;          /* divides heads */
+    int64_t ffn;               /* MLP width */
+    int64_t vocab;
+    int64_t max_seq;           /* longest sequence the rotary tables cover */
+    uint64_t seed;
+} fp8run_llama_config;
+
+/* The "tiny" preset (64 / 2 layers / 4 heads / 2 kv heads / ffn 176 / vocab 128 / max_seq 256,
+ * seed 1) with struct_size = size. */
+FP8RUN_API fp8run_status fp8run_llama_config_init(fp8run_llama_config *cfg, size_t size);
+/* Set the shape fields to a preset: "tiny", "125m" (768 / 12 / 12 / 4 / 2048 / 32768, max_seq
+ * 2048) or "1b" (2048 / 16 / 16 / 8 / 5632 / 32768, max_seq 2048). The seed is left as it is.
+ * Another name is FP8RUN_ERR_INVALID_ARG listing them. */
+FP8RUN_API fp8run_status fp8run_llama_config_preset(fp8run_llama_config *cfg, const char *preset);
+/* Build the model (in memory: fp8run_model_save writes it, weights to "<file>.data" beyond
+ * 1 GiB). Inconsistent sizes are FP8RUN_ERR_INVALID_ARG saying which. */
+FP8RUN_API fp8run_status fp8run_model_generate_llama(const fp8run_llama_config *cfg, fp8run_model **out);
 
 /* ============================================================================================
  * Training configuration
@@ -314,6 +483,77 @@ FP8RUN_API int fp8run_report_linears(const fp8run_report *r, const char *precisi
 /* The whole report as text, one layer per paragraph (as `fp8run info` prints it). */
 FP8RUN_API const char *fp8run_report_text(const fp8run_report *r);
 
+/* Delayed-scaling state of one FP8 operand (x, w or dy of an fp8 Linear). */
+typedef struct fp8run_scaling_info {
+    size_t struct_size;
+    const char *layer;           /* the Linear (fp8run_layer_info.name) */
+    const char *operand;         /* "x" | "w" | "dy" */
+    const char *format;          /* "e4m3" | "e5m2" */
+    double scale;                /* the scale the next step quantizes with (1 while fresh) */
+    double amax;                 /* the amax the next scale is computed from: the history's max
+                                    or the most recent one (0 while fresh) */
+    int64_t updates;             /* amaxes recorded so far (0: fresh) */
+} fp8run_scaling_info;
+
+/* The delayed recipe's scaling state, one entry per operand that has one (none under the other
+ * recipes): fresh for fp8run_model_compile, the session's state when fp8run_session_report was
+ * called, the recorded state for a compiled graph (fp8run_model_report). */
+FP8RUN_API int fp8run_report_state_count(const fp8run_report *r);
+FP8RUN_API fp8run_status fp8run_report_state(const fp8run_report *r, int i, fp8run_scaling_info *info);
+
+/* ============================================================================================
+ * Compiled graphs (.fbs)
+ * ========================================================================================== */
+
+/* A compiled graph is a model prepared for one batch x seq_len and compiled for FP8 or BF16
+ * training, written as a valid ONNX file: fp8run_model_load reads it like any model
+ * (fp8run_model_info.compiled is 1) and fp8run_session_create trains it without compiling again
+ * (with its batch and seq_len only, like a TensorRT engine; its precision and recipe are fixed).
+ * Its parameters (fp8run_model_param) are the ones it records; its other float initializers are
+ * folded constants and scaling state. Sessions, checkpoints and export use the original
+ * model's names, so checkpoints move between a compiled graph and its ONNX model. */
+
+/* Compile m (an ONNX model) with cfg's precision ("fp8" or "bf16"), recipe and model options
+ * for cfg's batch x seq_len exactly as fp8run_session_create does, and write the compiled graph
+ * to path (atomically). The file is read back and checked; *report (may be NULL) receives its
+ * recorded report (free it with fp8run_report_destroy). */
+FP8RUN_API fp8run_status fp8run_model_write_compiled(const fp8run_model *m, const fp8run_train_config *cfg,
+                                                     const char *path, fp8run_report **report);
+/* What a compiled graph is for, read from its metadata only (cheap: what a host needs before
+ * creating a session): batch, seq_len and precision ("fp8" | "bf16", a static string); any
+ * pointer may be NULL. FP8RUN_ERR_INVALID_ARG for a model that is not compiled,
+ * FP8RUN_ERR_PARSE naming the metadata key that is missing or malformed. */
+FP8RUN_API fp8run_status fp8run_model_compiled_for(const fp8run_model *m, int64_t *batch, int64_t *seq_len,
+                                                   const char **precision);
+/* The recorded report of a compiled graph, with its scaling state and fp8run_report_compiled.
+ * Decodes and checks the whole file as training it would (FP8RUN_ERR_PARSE naming the key at
+ * fault). FP8RUN_ERR_INVALID_ARG for an ONNX model (use fp8run_model_compile). */
+FP8RUN_API fp8run_status fp8run_model_report(const fp8run_model *m, fp8run_report **out);
+
+/* What a compiled graph records besides the layers. Strings and arrays point into the report. */
+typedef struct fp8run_compiled_info {
+    size_t struct_size;
+    int format;                  /* version of the file format */
+    int64_t batch, seq_len;      /* the shape it is specialized to */
+    const char *tokens_input;    /* the input token ids are fed to */
+    const char *train_regex;     /* trained parameters as given when compiling (NULL: all) */
+    const char *freeze_regex;    /* ... and frozen ones (NULL: none) */
+    int n_dims;                  /* other symbolic dims fixed when compiling */
+    const char *const *dim_names;
+    const int64_t *dim_values;
+    int n_ties;                  /* initializers re-tied to an embedding table (a tied LM head
+                                    the exporter had untied): tie_copies[i] follows
+                                    tie_sources[i], transposed when tie_transposed[i] */
+    const char *const *tie_copies;
+    const char *const *tie_sources;
+    const int *tie_transposed;
+    int original_nodes;          /* the original model it holds (export and checkpoints use it) */
+    int original_initializers;
+} fp8run_compiled_info;
+
+/* FP8RUN_ERR_INVALID_ARG for a report that does not come from a compiled graph. */
+FP8RUN_API fp8run_status fp8run_report_compiled(const fp8run_report *r, fp8run_compiled_info *info);
+
 /* ============================================================================================
  * Sessions: training and evaluation
  * ========================================================================================== */
@@ -379,6 +619,54 @@ FP8RUN_API int64_t fp8run_session_steps_skipped(const fp8run_session *s);
 FP8RUN_API const char *fp8run_session_config_json(fp8run_session *s);
 /* The compile report of this session (a copy; free it with fp8run_report_destroy). */
 FP8RUN_API fp8run_status fp8run_session_report(const fp8run_session *s, fp8run_report **out);
+/* Where it runs: "CPU", or the GPU's name and compute capability. */
+FP8RUN_API const char *fp8run_session_device(const fp8run_session *s);
+/* The graph input the token ids are fed to. */
+FP8RUN_API const char *fp8run_session_tokens_input(const fp8run_session *s);
+
+typedef struct fp8run_memory_info {
+    size_t struct_size;
+    uint64_t planned_bytes;      /* what the session allocated for its steps: on a GPU the device
+                                    memory (executors, optimizer state, workspace), on the CPU the
+                                    executor pool plus parameters, gradients, optimizer state */
+    uint64_t device_used_bytes;  /* the GPU's memory in use, from the driver (0 on the CPU) */
+    uint64_t device_total_bytes; /* the GPU's memory (0 on the CPU) */
+} fp8run_memory_info;
+FP8RUN_API fp8run_status fp8run_session_memory(const fp8run_session *s, fp8run_memory_info *info);
+/* With FP8RUN_PROFILE=1 in the environment when a GPU session was created: the time of every op
+ * of the training graph over the steps so far, as a text table; NULL otherwise. Valid until
+ * the next call on s. */
+FP8RUN_API const char *fp8run_session_profile(fp8run_session *s);
+
+/* One FP8 operand (x, w or dy) of an fp8 Linear as of the last step. A number the recipe does
+ * not have is NaN, with has_amax / has_scale 0 and `note` saying why (never estimated). */
+typedef struct fp8run_fp8_stat {
+    size_t struct_size;
+    const char *layer;           /* the Linear (fp8run_layer_info.name) */
+    const char *operand;         /* "x" | "w" | "dy" */
+    const char *recipe;          /* "delayed" | "current" | "block" */
+    const char *format;          /* "e4m3" | "e5m2" */
+    int64_t step;                /* the step the numbers are from (fp8run_step_stats.step); -1
+                                    before the first */
+    int has_amax;
+    double amax;                 /* max |value| of the operand over the step's micro-batches */
+    int has_scale;
+    double scale;                /* the scale the step quantized with */
+    double next_scale;           /* delayed: the scale the next step uses */
+    double history_max;          /* delayed: the amax the next scale comes from */
+    int64_t updates;             /* delayed: amaxes recorded so far */
+    double fp8_max;              /* the format's largest finite value */
+    double range_use;            /* amax * scale / fp8_max: above 1 the largest values clipped */
+    int saturated;               /* range_use > 1 */
+    const char *note;            /* why a number is missing; "" otherwise */
+} fp8run_fp8_stat;
+
+/* Take a snapshot of the FP8 statistics of the last step (one read of the device on a GPU):
+ * *count = 3 per fp8 Linear (x, w, dy) in report order; 0 for fp32/bf16 and evaluation-only
+ * sessions. */
+FP8RUN_API fp8run_status fp8run_session_fp8_stats(fp8run_session *s, int *count);
+/* Entry i of the last snapshot; strings valid until the next snapshot or destroy. */
+FP8RUN_API fp8run_status fp8run_session_fp8_stat(const fp8run_session *s, int i, fp8run_fp8_stat *info);
 
 /* Trained parameters under their original names and layouts (fused ones by their members). */
 FP8RUN_API int fp8run_session_param_count(const fp8run_session *s);
@@ -404,6 +692,31 @@ FP8RUN_API fp8run_status fp8run_session_load(fp8run_session *s, const char *path
 FP8RUN_API fp8run_status fp8run_session_export(fp8run_session *s, const char *path);
 
 /* ============================================================================================
+ * Training cost
+ * ========================================================================================== */
+
+/* Model FLOPs of training, counted as usual for decoder transformers (PaLM, appendix B):
+ * 6 per token for every parameter a matrix product reads (forward 2, backward 4; embedding
+ * tables, read by a Gather, are not counted), plus 12 x width x seq_len per token for attention
+ * scores and values, width summed over the Softmax nodes (heads x head dim of the MatMul that
+ * reads the probabilities). */
+typedef struct fp8run_flops_info {
+    size_t struct_size;
+    int64_t matmul_params;       /* parameters read by MatMul/Gemm, directly or transposed */
+    int attention_known;         /* 0: the model could not be prepared for cfg's shapes, the
+                                    attention term is 0 */
+    double attention_flops_per_token;
+    double flops_per_token;      /* 6 x matmul_params + attention_flops_per_token */
+    double flops_per_step;       /* flops_per_token x batch x seq_len x grad_accum */
+} fp8run_flops_info;
+
+/* For the model as it is and cfg's batch, seq_len, grad_accum and dims (the tokens input:
+ * cfg->tokens_input, a compiled graph's recorded one, or the first int64/int32 input); m is not
+ * changed. */
+FP8RUN_API fp8run_status fp8run_model_train_flops(const fp8run_model *m, const fp8run_train_config *cfg,
+                                                  fp8run_flops_info *info);
+
+/* ============================================================================================
  * Checkpoint files
  * ========================================================================================== */
 
@@ -425,6 +738,9 @@ FP8RUN_API int fp8run_checkpoint_has_data_state(const fp8run_checkpoint *c);
 /* Its "param" tensors (the trained weights). */
 FP8RUN_API int fp8run_checkpoint_param_count(const fp8run_checkpoint *c);
 FP8RUN_API fp8run_status fp8run_checkpoint_param(const fp8run_checkpoint *c, int i, fp8run_value_info *info);
+/* The data loader state it holds (*data points into c, *len bytes: what fp8run_data_set_state
+ * takes). FP8RUN_ERR_INVALID_ARG when it holds none. */
+FP8RUN_API fp8run_status fp8run_checkpoint_data_state(const fp8run_checkpoint *c, const void **data, size_t *len);
 
 /* ============================================================================================
  * Token data loader
@@ -447,7 +763,8 @@ typedef struct fp8run_data_config {
     fp8run_data_order order;     /* default FP8RUN_DATA_RANDOM */
     fp8run_data_format format;   /* default FP8RUN_DATA_AUTO */
     uint64_t seed;               /* random order (default 0) */
-    fp8run_dtype token_dtype;    /* raw files: UINT16 (default) or UINT32 */
+    fp8run_dtype token_dtype;    /* raw files: UINT16 (default), UINT32, or UINT8 (a text
+                                    file's bytes, for byte-level models) */
     int no_mmap;                 /* 1: read the file instead of mapping it */
     int64_t vocab_size;          /* > 0: every id of a batch must be below it (default 0) */
     int64_t max_batches;         /* sequential, > 0: wrap after this many batches (default 0) */
@@ -473,7 +790,7 @@ FP8RUN_API fp8run_status fp8run_data_next(fp8run_data_loader *d, fp8run_dtype dt
 /* Back to the first batch (generator re-seeded). */
 FP8RUN_API void fp8run_data_reset(fp8run_data_loader *d);
 FP8RUN_API int64_t fp8run_data_num_tokens(const fp8run_data_loader *d);
-FP8RUN_API fp8run_dtype fp8run_data_token_dtype(const fp8run_data_loader *d); /* UINT16 or UINT32 */
+FP8RUN_API fp8run_dtype fp8run_data_token_dtype(const fp8run_data_loader *d); /* UINT16, UINT32 or UINT8 */
 FP8RUN_API int64_t fp8run_data_batches_done(const fp8run_data_loader *d);   /* since open/reset */
 FP8RUN_API int64_t fp8run_data_epoch(const fp8run_data_loader *d);          /* completed epochs */
 /* Sequential: batches in one pass. Random: tokens / (B*T). */

@@ -21,6 +21,8 @@ struct fp8run_checkpoint {
     char *config;
     char *model_path;
     int has_data;
+    void *data;       /* the data loader state (has_data) */
+    size_t data_len;
     ckpt_param *params;
     int n_params;
 };
@@ -43,6 +45,7 @@ FP8RUN_API void fp8run_checkpoint_close(fp8run_checkpoint *c)
     free(c->params);
     free(c->config);
     free(c->model_path);
+    free(c->data);
     free(c);
 }
 
@@ -99,6 +102,12 @@ static fr_status read_ckpt(const fr_ckpt *k, fp8run_checkpoint *c)
         c->model_path = json_string(c->config, "model");
     }
     c->has_data = fr_ckpt_entry(k, "data", &v, &len) == FR_OK;
+    if (c->has_data) {
+        c->data = fr_malloc(len ? len : 1, "checkpoint data loader state");
+        if (!c->data) return FR_ERR_OOM;
+        memcpy(c->data, v, len);
+        c->data_len = len;
+    }
     fr_clear_error(); /* absent entries are not errors here */
     int n = fr_ckpt_tensor_count(k);
     c->params = fr_calloc((size_t)(n ? n : 1), sizeof *c->params, "checkpoint parameters");
@@ -153,5 +162,18 @@ FP8RUN_API fp8run_status fp8run_checkpoint_param(const fp8run_checkpoint *c, int
     if (i < 0 || i >= c->n_params)
         return fr_api_error(NULL, FP8RUN_ERR_RANGE, "%s: parameter index %d is outside [0, %d)", fn, i, c->n_params);
     fr_api_shape_info(c->params[i].name, FR_F32, c->params[i].rank, c->params[i].dims, info, use);
+    return FP8RUN_OK;
+}
+
+FP8RUN_API fp8run_status fp8run_checkpoint_data_state(const fp8run_checkpoint *c, const void **data, size_t *len)
+{
+    const char *fn = "fp8run_checkpoint_data_state";
+    if (!c) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: checkpoint is NULL", fn);
+    if (!data || !len) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: %s is NULL", fn, !data ? "data" : "len");
+    *data = NULL;
+    *len = 0;
+    if (!c->has_data) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: the checkpoint holds no data loader state", fn);
+    *data = c->data;
+    *len = c->data_len;
     return FP8RUN_OK;
 }

@@ -178,23 +178,37 @@ fp8run_status fr_api_options(api_err *slot, const char *fn, const fp8run_train_c
     o->eval_only = c.eval_only != 0;
 
     if (c.n_dims > 0) {
-        out->dims = calloc((size_t)c.n_dims, sizeof *out->dims);
-        if (!out->dims) return fr_api_error(slot, FP8RUN_ERR_OOM, "%s: out of memory for %d dims", fn, c.n_dims);
-        for (int i = 0; i < c.n_dims; i++) {
-            if (!c.dim_names[i] || !c.dim_names[i][0]) {
-                fr_api_options_free(out);
-                return fr_api_error(slot, FP8RUN_ERR_INVALID_ARG, "%s: config.dim_names[%d] is empty", fn, i);
-            }
-            if (c.dim_values[i] < 1) {
-                fr_api_options_free(out);
-                return fr_api_error(slot, FP8RUN_ERR_INVALID_ARG, "%s: config.dim_values[%d] ('%s') is %lld; must be >= 1",
-                                    fn, i, c.dim_names[i], (long long)c.dim_values[i]);
-            }
-            out->dims[i].name = c.dim_names[i];
-            out->dims[i].value = c.dim_values[i];
-        }
+        fp8run_status dps = fr_api_dims(slot, fn, c.dim_names, c.dim_values, c.n_dims, 1, &out->dims);
+        if (dps != FP8RUN_OK) return dps;
         o->dims = out->dims;
         o->n_dims = c.n_dims;
     }
+    return FP8RUN_OK;
+}
+
+fp8run_status fr_api_dims(api_err *slot, const char *fn, const char *const *names, const int64_t *values, int n,
+                          int64_t min_value, fr_dim_binding **out)
+{
+    *out = NULL;
+    if (n < 0 || (n > 0 && (!names || !values)))
+        return fr_api_error(slot, FP8RUN_ERR_INVALID_ARG, "%s: config.n_dims is %d but dim_names or dim_values is NULL",
+                            fn, n);
+    if (n == 0) return FP8RUN_OK;
+    fr_dim_binding *d = calloc((size_t)n, sizeof *d);
+    if (!d) return fr_api_error(slot, FP8RUN_ERR_OOM, "%s: out of memory for %d dims", fn, n);
+    for (int i = 0; i < n; i++) {
+        if (!names[i] || !names[i][0]) {
+            free(d);
+            return fr_api_error(slot, FP8RUN_ERR_INVALID_ARG, "%s: config.dim_names[%d] is empty", fn, i);
+        }
+        if (values[i] < min_value) {
+            free(d);
+            return fr_api_error(slot, FP8RUN_ERR_INVALID_ARG, "%s: config.dim_values[%d] ('%s') is %lld; must be >= %lld",
+                                fn, i, names[i], (long long)values[i], (long long)min_value);
+        }
+        d[i].name = names[i];
+        d[i].value = values[i];
+    }
+    *out = d;
     return FP8RUN_OK;
 }

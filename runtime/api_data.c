@@ -51,8 +51,9 @@ static fp8run_status to_opts(const char *fn, const fp8run_data_config *cfg, fr_d
     if (c.format != FP8RUN_DATA_AUTO && c.format != FP8RUN_DATA_RAW)
         return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: config.format %d is neither auto (0) nor raw (1)", fn,
                             (int)c.format);
-    if (c.token_dtype != FP8RUN_DTYPE_UINT16 && c.token_dtype != FP8RUN_DTYPE_UINT32)
-        return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: config.token_dtype must be uint16 or uint32, not %s", fn,
+    if (c.token_dtype != FP8RUN_DTYPE_UINT16 && c.token_dtype != FP8RUN_DTYPE_UINT32 &&
+        c.token_dtype != FP8RUN_DTYPE_UINT8)
+        return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: config.token_dtype must be uint16 or uint32 (or uint8: a text file's bytes), not %s", fn,
                             fp8run_dtype_name(c.token_dtype));
     if (c.vocab_size < 0 || c.max_batches < 0)
         return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: config.vocab_size and max_batches must be >= 0", fn);

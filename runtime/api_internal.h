@@ -11,6 +11,7 @@
 #include "graph/ir.h"
 #include "passes/fp8_compile.h"
 #include "runtime/data.h"
+#include "runtime/fbs.h"
 #include "runtime/status.h"
 #include "runtime/trainer.h"
 
@@ -27,6 +28,8 @@ struct fp8run_model {
     /* fp8run_value_info of params: indices into g->values, in initializer order */
     int *params;
     int n_params;
+    fp8run_op_info *ops;      /* the op histogram (op_type strings owned), most frequent first */
+    int n_ops;
 };
 
 struct fp8run_session {
@@ -40,6 +43,9 @@ struct fp8run_session {
     char reason[256];         /* the last step's skip reason (fp8run_step_stats.reason) */
     char *config_json;
     char *out_name;           /* fp8run_value_info.name of eval outputs */
+    char *profile;            /* fp8run_session_profile's text */
+    fr_fp8_stat *stats;       /* the fp8run_session_fp8_stats snapshot */
+    int n_stats;
 };
 
 struct fp8run_data_loader {
@@ -80,6 +86,18 @@ void fr_api_value_info(const fr_value *v, fp8run_value_info *out, size_t use);
 void fr_api_shape_info(const char *name, fr_dtype dt, int rank, const int64_t *dims, fp8run_value_info *out,
                        size_t use);
 
+/* ---- models (runtime/api_model.c) ---- */
+
+/* A model handle around g (ownership taken: g is freed on failure). Parameters are the
+ * FR_VAL_PARAM initializers, or for a compiled graph the ones its metadata lists. */
+fp8run_status fr_api_model_wrap(fr_graph *g, fp8run_model **out);
+/* The value of metadata key `key`, NULL when absent. */
+const char *fr_api_meta(const fr_graph *g, const char *key);
+/* A dims list checked and converted (names and values >= min_value); *out NULL when n is 0.
+ * `what` names the config in messages ("config"). Caller frees *out. */
+fp8run_status fr_api_dims(api_err *slot, const char *fn, const char *const *names, const int64_t *values, int n,
+                          int64_t min_value, fr_dim_binding **out);
+
 /* ---- configuration (runtime/api_config.c) ---- */
 
 /* A train config turned into trainer options. Strings of `o` point into the caller's config
@@ -92,7 +110,14 @@ fp8run_status fr_api_options(api_err *slot, const char *fn, const fp8run_train_c
 void fr_api_options_free(api_options *o);
 
 /* ---- report (runtime/api_report.c) ---- */
-/* A report that copies r (NULL: an fp32 report with no layers). */
+/* A report that copies r (NULL: an fp32 report with no layers); its scaling states are fresh. */
 fr_status fr_api_report_new(const fr_fp8_report *r, const char *precision, fp8run_report **out);
+/* The report of a trainer, with its current scaling state (runtime/api_session.c). */
+fr_status fr_api_report_from_trainer(const fr_trainer *t, fp8run_report **out);
+/* Scaling state i (report order) as it is in sc. */
+void fr_api_report_set_state(fp8run_report *r, int i, const fr_fp8_scaling *sc);
+/* A report of a decoded compiled graph: layers, recorded scaling state and what the file
+ * records besides (fp8run_report_compiled). */
+fr_status fr_api_report_from_fbs(const fr_fbs *f, fp8run_report **out);
 
 #endif

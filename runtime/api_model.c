@@ -1,5 +1,6 @@
 /* Public API: models (load from a file or memory, inspect, read and write parameters, apply a
  * checkpoint's weights, save). A model is an imported graph; sessions copy it. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -7,25 +8,108 @@
 #include "runtime/api_internal.h"
 
 #define INFO_V1_SIZE sizeof(fp8run_value_info)
+#define MODEL_INFO_V1_SIZE sizeof(fp8run_model_info)
+#define OP_INFO_V1_SIZE sizeof(fp8run_op_info)
 
 /* The error slot of a model reached through a const pointer: messages are not model state. */
 static api_err *slot_of(const fp8run_model *m) { return m ? (api_err *)&m->err : NULL; }
 
-static fp8run_status wrap(fr_graph *g, fp8run_model **out)
+const char *fr_api_meta(const fr_graph *g, const char *key)
+{
+    for (int i = 0; i < g->n_metadata; i++)
+        if (strcmp(g->metadata[i].key, key) == 0) return g->metadata[i].value;
+    return NULL;
+}
+
+/* A compiled graph's float initializers include folded constants and the scaling state: its
+ * parameters are the ones "fp8run.param.<i>" lists. A malformed list is left for the trainer
+ * to report (it decodes the whole file); then the flags stand. Returns the count, -1 if none. */
+static int compiled_params(const fr_graph *g, int *params)
+{
+    const char *count = fr_api_meta(g, "fp8run.params");
+    char *end;
+    long n = count ? strtol(count, &end, 10) : -1;
+    if (!count || *end || n < 0 || n > g->n_initializers) return -1;
+    for (long i = 0; i < n; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "fp8run.param.%ld", i);
+        const char *name = fr_api_meta(g, key);
+        int vid = name ? fr_graph_find_value(g, name) : -1;
+        if (vid < 0 || !(g->values[vid].flags & FR_VAL_INITIALIZER) || !g->values[vid].constant ||
+            g->values[vid].constant->dtype != FR_F32)
+            return -1;
+        params[i] = vid;
+    }
+    /* model order, as for any model */
+    int k = 0;
+    for (int i = 0; i < g->n_initializers; i++)
+        for (long j = k; j < n; j++)
+            if (params[j] == g->initializers[i]) {
+                int t = params[k];
+                params[k++] = params[j];
+                params[j] = t;
+                break;
+            }
+    return (int)n;
+}
+
+static int by_count(const void *a, const void *b)
+{
+    const fp8run_op_info *x = a, *y = b;
+    if (x->count != y->count) return y->count - x->count;
+    return strcmp(x->op_type, y->op_type);
+}
+
+/* The op histogram of the live nodes. 0 on OOM. */
+static int histogram(fp8run_model *m)
+{
+    const fr_graph *g = m->g;
+    m->ops = calloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *m->ops);
+    if (!m->ops) return 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const fr_node *nd = &g->nodes[i];
+        if (nd->dead) continue;
+        char name[512];
+        if (nd->domain[0])
+            snprintf(name, sizeof name, "%s::%s", nd->domain, nd->op_type);
+        else
+            snprintf(name, sizeof name, "%s", nd->op_type);
+        int k = 0;
+        while (k < m->n_ops && strcmp(m->ops[k].op_type, name) != 0) k++;
+        if (k == m->n_ops) {
+            char *c = strdup(name);
+            if (!c) return 0;
+            m->ops[k].struct_size = sizeof m->ops[k];
+            m->ops[k].op_type = c;
+            m->n_ops++;
+        }
+        m->ops[k].count++;
+    }
+    qsort(m->ops, (size_t)m->n_ops, sizeof *m->ops, by_count);
+    return 1;
+}
+
+fp8run_status fr_api_model_wrap(fr_graph *g, fp8run_model **out)
 {
     fp8run_model *m = calloc(1, sizeof *m);
-    int n = 0;
-    if (m) m->params = malloc((size_t)(g->n_initializers ? g->n_initializers : 1) * sizeof(int));
-    if (!m || !m->params) {
-        free(m);
+    if (m) {
+        m->g = g;
+        m->params = malloc((size_t)(g->n_initializers ? g->n_initializers : 1) * sizeof(int));
+    }
+    if (!m || !m->params || !histogram(m)) {
+        if (m) m->g = NULL;
+        fp8run_model_destroy(m);
         fr_graph_free(g);
         return fr_api_error(NULL, FP8RUN_ERR_OOM, "out of memory for a model handle");
     }
-    for (int i = 0; i < g->n_initializers; i++) {
-        const fr_value *v = &g->values[g->initializers[i]];
-        if ((v->flags & FR_VAL_PARAM) && v->constant) m->params[n++] = g->initializers[i];
+    int n = fr_fbs_is_compiled(g) ? compiled_params(g, m->params) : -1;
+    if (n < 0) {
+        n = 0;
+        for (int i = 0; i < g->n_initializers; i++) {
+            const fr_value *v = &g->values[g->initializers[i]];
+            if ((v->flags & FR_VAL_PARAM) && v->constant) m->params[n++] = g->initializers[i];
+        }
     }
-    m->g = g;
     m->n_params = n;
     *out = m;
     return FP8RUN_OK;
@@ -40,7 +124,7 @@ FP8RUN_API fp8run_status fp8run_model_load(const char *path, fp8run_model **out)
     fr_graph *g;
     fr_status st = fr_onnx_load_file(path, &g);
     if (st != FR_OK) return fr_api_fail(NULL, NULL, st);
-    fp8run_status ps = wrap(g, out);
+    fp8run_status ps = fr_api_model_wrap(g, out);
     if (ps == FP8RUN_OK)
         fr_api_log(FP8RUN_LOG_DEBUG, "loaded model '%s': %d nodes, %d inputs, %d outputs", path, g->n_nodes,
                    g->n_inputs, g->n_outputs);
@@ -57,7 +141,7 @@ FP8RUN_API fp8run_status fp8run_model_load_buffer(const void *data, size_t len, 
     fr_graph *g;
     fr_status st = fr_onnx_load_buffer(data, len, NULL, name ? name : "<memory>", &g);
     if (st != FR_OK) return fr_api_fail(NULL, NULL, st);
-    return wrap(g, out);
+    return fr_api_model_wrap(g, out);
 }
 
 FP8RUN_API void fp8run_model_destroy(fp8run_model *m)
@@ -65,6 +149,8 @@ FP8RUN_API void fp8run_model_destroy(fp8run_model *m)
     if (!m) return;
     fr_graph_free(m->g);
     free(m->params);
+    for (int i = 0; i < m->n_ops; i++) free((char *)m->ops[i].op_type);
+    free(m->ops);
     free(m);
 }
 
@@ -185,4 +271,75 @@ FP8RUN_API fp8run_status fp8run_model_save(const fp8run_model *m, const char *pa
     if (!m) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: model is NULL", fn);
     if (!path || !path[0]) return fr_api_error(slot_of(m), FP8RUN_ERR_INVALID_ARG, "%s: no path given", fn);
     return fr_api_fail(slot_of(m), fn, fr_train_save_model(m->g, path));
+}
+
+FP8RUN_API fp8run_status fp8run_model_export(const fp8run_model *m, const char *path)
+{
+    const char *fn = "fp8run_model_export";
+    if (!m) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: model is NULL", fn);
+    if (!path || !path[0]) return fr_api_error(slot_of(m), FP8RUN_ERR_INVALID_ARG, "%s: no path given", fn);
+    if (!fr_fbs_is_compiled(m->g)) return fr_api_fail(slot_of(m), fn, fr_train_save_model(m->g, path));
+    /* the original model the compiled graph holds, with its current weights */
+    fr_graph *orig = NULL;
+    fr_status st = fr_fbs_original(m->g, &orig);
+    if (st == FR_OK) st = fr_train_save_model(orig, path);
+    fr_graph_free(orig);
+    return fr_api_fail(slot_of(m), fn, st);
+}
+
+/* ---- what the file says about itself ---- */
+
+FP8RUN_API fp8run_status fp8run_model_get_info(const fp8run_model *m, fp8run_model_info *info)
+{
+    const char *fn = "fp8run_model_get_info";
+    size_t use;
+    if (!m) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: model is NULL", fn);
+    fp8run_status ps = fr_api_check_out(slot_of(m), fn, "info", info, MODEL_INFO_V1_SIZE, sizeof *info, &use);
+    if (ps != FP8RUN_OK) return ps;
+    const fr_graph *g = m->g;
+    fp8run_model_info o;
+    memset(&o, 0, sizeof o);
+    o.struct_size = info->struct_size;
+    o.producer_name = g->producer_name ? g->producer_name : "";
+    o.producer_version = g->producer_version ? g->producer_version : "";
+    o.graph_name = g->name ? g->name : "";
+    o.ir_version = g->ir_version;
+    o.n_opsets = g->n_opsets;
+    o.n_nodes = g->n_nodes;
+    o.n_initializers = g->n_initializers;
+    for (int i = 0; i < g->n_initializers; i++) {
+        const fr_tensor *c = g->values[g->initializers[i]].constant;
+        if (c) o.initializer_bytes += c->nbytes;
+    }
+    o.n_op_types = m->n_ops;
+    o.compiled = fr_fbs_is_compiled(g);
+    memcpy(info, &o, use);
+    return FP8RUN_OK;
+}
+
+FP8RUN_API fp8run_status fp8run_model_opset(const fp8run_model *m, int i, const char **domain, int64_t *version)
+{
+    const char *fn = "fp8run_model_opset";
+    if (!m) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: model is NULL", fn);
+    if (i < 0 || i >= m->g->n_opsets)
+        return fr_api_error(slot_of(m), FP8RUN_ERR_RANGE, "%s: opset index %d is outside [0, %d)", fn, i,
+                            m->g->n_opsets);
+    if (domain) *domain = m->g->opsets[i].domain ? m->g->opsets[i].domain : "";
+    if (version) *version = m->g->opsets[i].version;
+    return FP8RUN_OK;
+}
+
+FP8RUN_API fp8run_status fp8run_model_op(const fp8run_model *m, int i, fp8run_op_info *info)
+{
+    const char *fn = "fp8run_model_op";
+    size_t use;
+    if (!m) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: model is NULL", fn);
+    fp8run_status ps = fr_api_check_out(slot_of(m), fn, "info", info, OP_INFO_V1_SIZE, sizeof *info, &use);
+    if (ps != FP8RUN_OK) return ps;
+    if (i < 0 || i >= m->n_ops)
+        return fr_api_error(slot_of(m), FP8RUN_ERR_RANGE, "%s: op type index %d is outside [0, %d)", fn, i, m->n_ops);
+    fp8run_op_info o = m->ops[i];
+    o.struct_size = info->struct_size;
+    memcpy(info, &o, use);
+    return FP8RUN_OK;
 }

@@ -7,6 +7,18 @@
 
 #define LAYER_V1_SIZE sizeof(fp8run_layer_info)
 #define SKIPPED_V1_SIZE sizeof(fp8run_skipped_info)
+#define STATE_V1_SIZE sizeof(fp8run_scaling_info)
+#define COMPILED_V1_SIZE sizeof(fp8run_compiled_info)
+
+/* What a compiled graph records besides its report (fp8run_compiled_info's arrays). */
+typedef struct report_fbs {
+    fp8run_compiled_info info;
+    char *tokens_input, *train_regex, *freeze_regex;
+    char **dim_names;
+    int64_t *dim_values;
+    char **tie_copies, **tie_sources;
+    int *tie_transposed;
+} report_fbs;
 
 struct fp8run_report {
     char *precision;
@@ -18,7 +30,29 @@ struct fp8run_report {
     int n_fp8, n_bf16, n_fp32;
     char **strings; /* every string the infos point to */
     int n_strings;
+    fp8run_scaling_info *states; /* names point into layers[] */
+    int n_states;
+    report_fbs *fbs;             /* NULL unless it comes from a compiled graph */
 };
+
+static void fbs_free(report_fbs *f)
+{
+    if (!f) return;
+    for (int i = 0; i < f->info.n_dims; i++) free(f->dim_names[i]);
+    for (int i = 0; i < f->info.n_ties; i++) {
+        free(f->tie_copies[i]);
+        free(f->tie_sources[i]);
+    }
+    free(f->dim_names);
+    free(f->dim_values);
+    free(f->tie_copies);
+    free(f->tie_sources);
+    free(f->tie_transposed);
+    free(f->tokens_input);
+    free(f->train_regex);
+    free(f->freeze_regex);
+    free(f);
+}
 
 FP8RUN_API void fp8run_report_destroy(fp8run_report *r)
 {
@@ -29,6 +63,8 @@ FP8RUN_API void fp8run_report_destroy(fp8run_report *r)
     free(r->skipped);
     free(r->precision);
     free(r->text);
+    free(r->states);
+    fbs_free(r->fbs);
     free(r);
 }
 
@@ -54,7 +90,9 @@ fr_status fr_api_report_new(const fr_fp8_report *src, const char *precision, fp8
     r->layers = calloc((size_t)(nl ? nl : 1), sizeof *r->layers);
     r->skipped = calloc((size_t)(ns ? ns : 1), sizeof *r->skipped);
     r->strings = calloc((size_t)(6 * nl + 4 * ns + 1), sizeof *r->strings);
-    int ok = r->precision && r->layers && r->skipped && r->strings;
+    int nst = src ? src->n_states : 0;
+    r->states = calloc((size_t)(nst ? nst : 1), sizeof *r->states);
+    int ok = r->precision && r->layers && r->skipped && r->strings && r->states;
     if (ok && src) {
         ok = fr_fp8_report_format(src, &r->text) == FR_OK;
     } else if (ok) {
@@ -84,10 +122,21 @@ fr_status fr_api_report_new(const fr_fp8_report *src, const char *precision, fp8
         ok = keep(r, s->node, &d->node) && keep(r, s->op_type, &d->op_type) && keep(r, s->weight, &d->weight) &&
              keep(r, s->reason, &d->reason);
     }
+    for (int i = 0; ok && i < nst; i++) {
+        /* fresh until fr_api_report_set_state says otherwise */
+        const fr_fp8_state *st = &src->states[i];
+        fp8run_scaling_info *d = &r->states[i];
+        d->struct_size = sizeof *d;
+        d->layer = st->layer >= 0 && st->layer < nl ? r->layers[st->layer].name : "";
+        d->operand = st->operand == FR_FP8_OPERAND_X ? "x" : st->operand == FR_FP8_OPERAND_W ? "w" : "dy";
+        d->format = st->fmt == FR_F8E5M2 ? "e5m2" : "e4m3";
+        d->scale = 1;
+    }
     if (!ok) {
         fp8run_report_destroy(r);
         return fr_error(FR_ERR_OOM, "out of memory copying the compile report");
     }
+    r->n_states = nst;
     r->n_layers = nl;
     r->n_skipped = ns;
     if (src) {
@@ -154,13 +203,142 @@ FP8RUN_API fp8run_status fp8run_model_compile(const fp8run_model *m, const fp8ru
     api_options ao;
     fp8run_status ps = fr_api_options(slot, fn, cfg, &ao);
     if (ps != FP8RUN_OK) return ps;
-    /* the trainer's own compile, without backward graph or optimizer: the report is exactly
-     * what a session with this config would get */
-    ao.o.eval_only = 1;
-    fr_trainer *t = NULL;
-    fr_status st = fr_trainer_new(m->g, &ao.o, &t);
-    if (st == FR_OK) st = fr_api_report_new(fr_trainer_fp8_report(t), ao.o.precision, out);
-    fr_trainer_free(t);
+    fr_status st;
+    if (strcmp(ao.o.precision, "fp32") != 0 && !fr_fbs_is_compiled(m->g)) {
+        /* the trainer's own preparation and compile pass, nothing after it: the report is
+         * exactly what a session with this config would get */
+        fr_graph *cg = NULL;
+        fr_fp8_report rep;
+        memset(&rep, 0, sizeof rep);
+        st = fr_train_compile_graph(m->g, &ao.o, &cg, &rep);
+        if (st == FR_OK) st = fr_api_report_new(&rep, ao.o.precision, out);
+        fr_fp8_report_free(&rep);
+        fr_graph_free(cg);
+    } else {
+        /* fp32 (nothing to compile, but the model is checked as a session would) and compiled
+         * graphs (their report is read from the file): an evaluation-only trainer */
+        ao.o.eval_only = 1;
+        fr_trainer *t = NULL;
+        st = fr_trainer_new(m->g, &ao.o, &t);
+        if (st == FR_OK) st = fr_api_report_from_trainer(t, out);
+        fr_trainer_free(t);
+    }
     fr_api_options_free(&ao);
     return fr_api_fail(slot, fn, st);
+}
+
+/* ---- scaling state ---- */
+
+void fr_api_report_set_state(fp8run_report *r, int i, const fr_fp8_scaling *sc)
+{
+    if (i < 0 || i >= r->n_states) return;
+    r->states[i].scale = sc->scale;
+    r->states[i].amax = fr_fp8_scaling_amax(sc);
+    r->states[i].updates = sc->updates;
+}
+
+FP8RUN_API int fp8run_report_state_count(const fp8run_report *r) { return r ? r->n_states : 0; }
+
+FP8RUN_API fp8run_status fp8run_report_state(const fp8run_report *r, int i, fp8run_scaling_info *info)
+{
+    const char *fn = "fp8run_report_state";
+    size_t use;
+    if (!r) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: report is NULL", fn);
+    fp8run_status ps = fr_api_check_out(NULL, fn, "info", info, STATE_V1_SIZE, sizeof *info, &use);
+    if (ps != FP8RUN_OK) return ps;
+    if (i < 0 || i >= r->n_states)
+        return fr_api_error(NULL, FP8RUN_ERR_RANGE, "%s: state index %d is outside [0, %d)", fn, i, r->n_states);
+    fp8run_scaling_info s = r->states[i];
+    s.struct_size = info->struct_size;
+    memcpy(info, &s, use);
+    return FP8RUN_OK;
+}
+
+/* ---- compiled graphs ---- */
+
+/* A copy of s, NULL staying NULL; 0 on OOM. */
+static int dup_opt(const char *s, char **out)
+{
+    *out = s ? strdup(s) : NULL;
+    return !s || *out;
+}
+
+static report_fbs *fbs_copy(const fr_fbs *f)
+{
+    const fr_fbs_spec *s = &f->spec;
+    report_fbs *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    int nd = s->n_dims, nt = s->n_ties;
+    c->dim_names = calloc((size_t)(nd ? nd : 1), sizeof *c->dim_names);
+    c->dim_values = calloc((size_t)(nd ? nd : 1), sizeof *c->dim_values);
+    c->tie_copies = calloc((size_t)(nt ? nt : 1), sizeof *c->tie_copies);
+    c->tie_sources = calloc((size_t)(nt ? nt : 1), sizeof *c->tie_sources);
+    c->tie_transposed = calloc((size_t)(nt ? nt : 1), sizeof *c->tie_transposed);
+    int ok = c->dim_names && c->dim_values && c->tie_copies && c->tie_sources && c->tie_transposed &&
+             dup_opt(s->tokens_input, &c->tokens_input) && dup_opt(s->train_regex, &c->train_regex) &&
+             dup_opt(s->freeze_regex, &c->freeze_regex);
+    for (int i = 0; ok && i < nd; i++) {
+        ok = dup_opt(s->dims[i].name, &c->dim_names[i]);
+        c->dim_values[i] = s->dims[i].value;
+        c->info.n_dims = i + 1;
+    }
+    for (int i = 0; ok && i < nt; i++) {
+        const fr_tie *t = &s->ties[i];
+        c->info.n_ties = i + 1;
+        ok = dup_opt(f->graph->values[t->copy].name, &c->tie_copies[i]) &&
+             dup_opt(f->graph->values[t->source].name, &c->tie_sources[i]);
+        c->tie_transposed[i] = t->transposed != 0;
+    }
+    if (!ok) {
+        fbs_free(c);
+        return NULL;
+    }
+    fp8run_compiled_info *in = &c->info;
+    in->struct_size = sizeof *in;
+    in->format = FR_FBS_FORMAT;
+    in->batch = s->batch;
+    in->seq_len = s->seq;
+    in->tokens_input = c->tokens_input;
+    in->train_regex = c->train_regex;
+    in->freeze_regex = c->freeze_regex;
+    in->dim_names = (const char *const *)c->dim_names;
+    in->dim_values = c->dim_values;
+    in->tie_copies = (const char *const *)c->tie_copies;
+    in->tie_sources = (const char *const *)c->tie_sources;
+    in->tie_transposed = c->tie_transposed;
+    in->original_nodes = f->original ? f->original->n_nodes : 0;
+    in->original_initializers = f->original ? f->original->n_initializers : 0;
+    return c;
+}
+
+fr_status fr_api_report_from_fbs(const fr_fbs *f, fp8run_report **out)
+{
+    FR_TRY(fr_api_report_new(&f->report, NULL, out));
+    fp8run_report *r = *out;
+    for (int i = 0; i < f->n_states; i++) fr_api_report_set_state(r, i, &f->states[i]);
+    r->fbs = fbs_copy(f);
+    if (!r->fbs) {
+        fp8run_report_destroy(r);
+        *out = NULL;
+        return fr_error(FR_ERR_OOM, "out of memory copying the compiled graph's description");
+    }
+    return FR_OK;
+}
+
+FP8RUN_API fp8run_status fp8run_report_compiled(const fp8run_report *r, fp8run_compiled_info *info)
+{
+    const char *fn = "fp8run_report_compiled";
+    size_t use;
+    if (!r) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: report is NULL", fn);
+    fp8run_status ps = fr_api_check_out(NULL, fn, "info", info, COMPILED_V1_SIZE, sizeof *info, &use);
+    if (ps != FP8RUN_OK) return ps;
+    if (!r->fbs)
+        return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG,
+                            "%s: this report does not come from a compiled graph (fp8run_model_report, "
+                            "fp8run_model_write_compiled)",
+                            fn);
+    fp8run_compiled_info c = r->fbs->info;
+    c.struct_size = info->struct_size;
+    memcpy(info, &c, use);
+    return FP8RUN_OK;
 }

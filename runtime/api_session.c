@@ -12,6 +12,8 @@
 
 #define STATS_V1_SIZE sizeof(fp8run_step_stats)
 #define INFO_V1_SIZE sizeof(fp8run_value_info)
+#define MEMORY_V1_SIZE sizeof(fp8run_memory_info)
+#define FP8_STAT_V1_SIZE sizeof(fp8run_fp8_stat)
 
 static api_err *slot_of(const fp8run_session *s) { return s ? (api_err *)&s->err : NULL; }
 
@@ -109,6 +111,8 @@ FP8RUN_API void fp8run_session_destroy(fp8run_session *s)
     free(s->scratch);
     free(s->config_json);
     free(s->out_name);
+    free(s->profile);
+    free(s->stats);
     free(s);
 }
 
@@ -275,14 +279,116 @@ FP8RUN_API const char *fp8run_session_config_json(fp8run_session *s)
     return j;
 }
 
+fr_status fr_api_report_from_trainer(const fr_trainer *t, fp8run_report **out)
+{
+    FR_TRY(fr_api_report_new(fr_trainer_fp8_report(t), t->opt.precision, out));
+    if (t->n_states == 0) return FR_OK;
+    /* the scaling state as the session has it (the device's, on a GPU) */
+    fr_status st = tr_sync_host((fr_trainer *)t);
+    if (st != FR_OK) {
+        fp8run_report_destroy(*out);
+        *out = NULL;
+        return st;
+    }
+    for (int i = 0; i < t->n_states; i++)
+        fr_api_report_set_state(*out, (int)(t->states[i].st - t->report.states), &t->states[i].sc);
+    return FR_OK;
+}
+
 FP8RUN_API fp8run_status fp8run_session_report(const fp8run_session *s, fp8run_report **out)
 {
     const char *fn = "fp8run_session_report";
     if (!out) return fr_api_error(slot_of(s), FP8RUN_ERR_INVALID_ARG, "%s: out is NULL", fn);
     *out = NULL;
     if (!s) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: session is NULL", fn);
-    return fr_api_fail(slot_of(s), fn,
-                       fr_api_report_new(fr_trainer_fp8_report(s->t), s->t->opt.precision, out));
+    return fr_api_fail(slot_of(s), fn, fr_api_report_from_trainer(s->t, out));
+}
+
+FP8RUN_API const char *fp8run_session_device(const fp8run_session *s) { return s ? fr_trainer_device(s->t) : NULL; }
+FP8RUN_API const char *fp8run_session_tokens_input(const fp8run_session *s)
+{
+    return s ? fr_trainer_tokens_input(s->t) : NULL;
+}
+
+FP8RUN_API fp8run_status fp8run_session_memory(const fp8run_session *s, fp8run_memory_info *info)
+{
+    const char *fn = "fp8run_session_memory";
+    if (!s) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: session is NULL", fn);
+    size_t use;
+    fp8run_status ps = fr_api_check_out(slot_of(s), fn, "info", info, MEMORY_V1_SIZE, sizeof *info, &use);
+    if (ps != FP8RUN_OK) return ps;
+    size_t used = 0, total = 0;
+    fp8run_memory_info m;
+    memset(&m, 0, sizeof m);
+    m.struct_size = info->struct_size;
+    m.planned_bytes = fr_trainer_memory(s->t, &used, &total);
+    m.device_used_bytes = used;
+    m.device_total_bytes = total;
+    memcpy(info, &m, use);
+    return FP8RUN_OK;
+}
+
+FP8RUN_API const char *fp8run_session_profile(fp8run_session *s)
+{
+    if (!s) return NULL;
+    free(s->profile);
+    s->profile = fr_trainer_profile(s->t);
+    return s->profile;
+}
+
+FP8RUN_API fp8run_status fp8run_session_fp8_stats(fp8run_session *s, int *count)
+{
+    const char *fn = "fp8run_session_fp8_stats";
+    if (count) *count = 0;
+    if (!s) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: session is NULL", fn);
+    if (!count) return fr_api_error(&s->err, FP8RUN_ERR_INVALID_ARG, "%s: count is NULL", fn);
+    const fr_fp8_report *r = fr_trainer_fp8_report(s->t);
+    int cap = r ? 3 * r->n_layers : 0;
+    fr_fp8_stat *st = calloc((size_t)(cap ? cap : 1), sizeof *st);
+    if (!st) return fr_api_error(&s->err, FP8RUN_ERR_OOM, "%s: out of memory for %d entries", fn, cap);
+    /* one call: on a GPU each reads the device's state */
+    int n = fr_trainer_fp8_stats(s->t, st, cap);
+    if (n > cap) n = cap; /* cannot happen: three per fp8 Linear of the report */
+    free(s->stats);
+    s->stats = st;
+    s->n_stats = n;
+    *count = n;
+    return FP8RUN_OK;
+}
+
+FP8RUN_API fp8run_status fp8run_session_fp8_stat(const fp8run_session *s, int i, fp8run_fp8_stat *info)
+{
+    const char *fn = "fp8run_session_fp8_stat";
+    if (!s) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: session is NULL", fn);
+    size_t use;
+    fp8run_status ps = fr_api_check_out(slot_of(s), fn, "info", info, FP8_STAT_V1_SIZE, sizeof *info, &use);
+    if (ps != FP8RUN_OK) return ps;
+    if (i < 0 || i >= s->n_stats)
+        return fr_api_error(slot_of(s), FP8RUN_ERR_RANGE,
+                            "%s: index %d is outside [0, %d) (take a snapshot with fp8run_session_fp8_stats)", fn, i,
+                            s->n_stats);
+    const fr_fp8_stat *x = &s->stats[i];
+    fp8run_fp8_stat o;
+    memset(&o, 0, sizeof o);
+    o.struct_size = info->struct_size;
+    o.layer = x->layer;
+    o.operand = x->operand;
+    o.recipe = x->recipe;
+    o.format = x->format;
+    o.step = x->step;
+    o.has_amax = x->has_amax;
+    o.amax = x->amax;
+    o.has_scale = x->has_scale;
+    o.scale = x->scale;
+    o.next_scale = x->next_scale;
+    o.history_max = x->history_max;
+    o.updates = x->updates;
+    o.fp8_max = x->fp8_max;
+    o.range_use = x->range_use;
+    o.saturated = x->saturated;
+    o.note = x->note ? x->note : "";
+    memcpy(info, &o, use);
+    return FP8RUN_OK;
 }
 
 /* ---- parameters ---- */

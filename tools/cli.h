@@ -1,13 +1,16 @@
 /* Shared pieces of the fp8run CLI: the command table entry, error reporting with the exit
  * codes the CLI promises (1: the work failed, 2: the command line is wrong), and option
- * parsing helpers. Results go to stdout, everything else to stderr. */
-#ifndef FR_CLI_H
-#define FR_CLI_H
+ * parsing helpers. Results go to stdout, everything else to stderr.
+ *
+ * The CLI is a host program of the public C API like any other: tools/ includes <fp8run.h>
+ * and nothing of the library's internals. */
+#ifndef FP8RUN_TOOLS_CLI_H
+#define FP8RUN_TOOLS_CLI_H
 
 #include <stdint.h>
 #include <stdio.h>
 
-#include "passes/passes.h"
+#include <fp8run.h>
 
 #define CLI_EXIT_FAIL 1
 #define CLI_EXIT_USAGE 2
@@ -21,7 +24,11 @@ typedef struct cli_command {
 
 /* "fp8run: error: <message>" on stderr; return CLI_EXIT_FAIL. */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* The library's last error as a failure. */
+/* The library's last error message (this thread's), as the CLI shows it: without the name of
+ * the API function that reports it ("fp8run_session_create: "), which says nothing to a user of
+ * the command line. */
+const char *cli_last_error(void);
+/* cli_last_error() as a failure. */
 int cli_fail_status(void);
 /* A usage error for command `cmd` (NULL: top level), with a pointer to --help; returns
  * CLI_EXIT_USAGE. */
@@ -33,9 +40,11 @@ int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(print
 int cli_option(int argc, char **argv, int *i, const char *cmd, const char *name, const char **value);
 int cli_is_help(const char *arg);
 
-/* A growing list of --dim bindings; names point into argv. */
+/* A growing list of --dim bindings, as the API's configs take them (parallel arrays; the
+ * names are owned). */
 typedef struct cli_dims {
-    fr_dim_binding *items;
+    const char **names;
+    int64_t *values;
     int n;
 } cli_dims;
 /* Parse "NAME=VALUE" (VALUE a non-negative integer) and append; CLI_EXIT_USAGE on a bad
@@ -47,18 +56,24 @@ void cli_dims_free(cli_dims *d);
 const char *cli_human_count(int64_t n, char *buf, size_t len);
 /* "4.94 MiB", "512 B" into buf. */
 const char *cli_human_bytes(uint64_t n, char *buf, size_t len);
+/* A shape as "[2, 5, 3]" into buf. */
+const char *cli_dims_text(int rank, const int64_t *dims, char *buf, size_t len);
+/* A graph value's shape with its symbolic dims: "[batch, seq=8, 768]" ("?" for an unknown
+ * unnamed dim, "(no shape)" for an unknown rank) into buf. */
+const char *cli_shape_text(const fp8run_value_info *v, char *buf, size_t len);
+/* mkdir -p; a failure is reported (CLI_EXIT_FAIL). */
+int cli_make_dirs(const char *dir);
 
 /* tools/cli_compile.c */
 int cli_compile(int argc, char **argv);
 void cli_compile_help(FILE *f);
-struct fr_train_options;
 /* The FP8 recipe options (--precision, --recipe, --fp8-format, --bf16-boundary, --fp8-exclude,
  * --no-fuse, --pad-multiple, --amax-history, --amax-algo, --fp8-margin, --fp8-interval) into
- * o / o->fp8. Returns 1 when argv[*i] was one of them (*rc set: 0 or a usage exit code). */
-int cli_recipe_option(const char *cmd, int argc, char **argv, int *i, struct fr_train_options *o, int *rc);
+ * c. Returns 1 when argv[*i] was one of them (*rc set: 0 or a usage exit code). */
+int cli_recipe_option(const char *cmd, int argc, char **argv, int *i, fp8run_train_config *c, int *rc);
 /* The recipe options plus --batch, --seq, --dim, --tokens-input, --logits-output,
  * --loss-output, --train, --freeze (compile and info). */
-int cli_compile_parse(const char *cmd, int argc, char **argv, int *i, struct fr_train_options *o, cli_dims *dims,
+int cli_compile_parse(const char *cmd, int argc, char **argv, int *i, fp8run_train_config *c, cli_dims *dims,
                       int64_t *batch, int64_t *seq, int *rc);
 #define CLI_RECIPE_HELP                                                                              \
     "  --precision fp8|bf16    (default fp8)\n"                                                      \
@@ -82,11 +97,11 @@ void cli_bench_help(FILE *f);
 int cli_generate(int argc, char **argv);
 void cli_generate_help(FILE *f);
 /* tools/cli_train.c */
-int fr_cli_train(int argc, char **argv);
-void fr_cli_train_help(FILE *f);
-int fr_cli_eval(int argc, char **argv);
-void fr_cli_eval_help(FILE *f);
-int fr_cli_export(int argc, char **argv);
-void fr_cli_export_help(FILE *f);
+int cli_train(int argc, char **argv);
+void cli_train_help(FILE *f);
+int cli_eval(int argc, char **argv);
+void cli_eval_help(FILE *f);
+int cli_export(int argc, char **argv);
+void cli_export_help(FILE *f);
 
 #endif

@@ -9,7 +9,7 @@
  * layers * d_attn is taken from the model's Softmax nodes (each over [.., seq, seq]) and the
  * query width. MFU is achieved FLOP/s over the GPU's dense BF16 tensor peak (989 TFLOP/s on
  * H100/H200 SXM) for every precision, so the numbers compare across precisions; the FP8 peak is
- * twice that. */
+ * twice that. The FLOP count is the library's (fp8run_model_train_flops). */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -17,9 +17,6 @@
 #include <time.h>
 
 #include "cli.h"
-#include "graph/onnx_io.h"
-#include "runtime/rng.h"
-#include "runtime/trainer.h"
 
 void cli_bench_help(FILE *f)
 {
@@ -53,56 +50,44 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Parameters read by MatMul/Gemm/Linear (directly or through a Transpose), in elements. */
-static int64_t matmul_params(const fr_graph *g)
+/* Random token ids: xoshiro256** seeded by splitmix64 (the generator the library's data loader
+ * uses), so a bench run sees the same tokens every time and on every machine. */
+typedef struct bench_rng {
+    uint64_t s[4];
+} bench_rng;
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static void rng_seed(bench_rng *r, uint64_t seed)
 {
-    int64_t n = 0;
-    unsigned char *seen = calloc((size_t)(g->n_values ? g->n_values : 1), 1);
-    if (!seen) return 0;
-    for (int i = 0; i < g->n_nodes; i++) {
-        const fr_node *nd = &g->nodes[i];
-        int mm = strcmp(nd->op_type, "MatMul") == 0 || strcmp(nd->op_type, "Gemm") == 0;
-        if (!mm) continue;
-        for (int k = 0; k < nd->n_inputs && k < 2; k++) {
-            int v = nd->inputs[k];
-            if (v < 0) continue;
-            if (g->values[v].producer >= 0) { /* through a Transpose of a parameter */
-                const fr_node *p = &g->nodes[g->values[v].producer];
-                if (strcmp(p->op_type, "Transpose") == 0 && p->n_inputs == 1) v = p->inputs[0];
-            }
-            if (v >= 0 && g->values[v].constant && (g->values[v].flags & FR_VAL_PARAM) && !seen[v]) {
-                seen[v] = 1;
-                n += fr_tensor_numel(g->values[v].constant);
-            }
-        }
+    for (int i = 0; i < 4; i++) {
+        uint64_t z = (seed += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        r->s[i] = z ^ (z >> 31);
     }
-    free(seen);
-    return n;
 }
 
-/* Attention FLOPs per token per unit of seq: sum over Softmax nodes of the query width (heads
- * x head dim), found as the K dim of the MatMul that consumes the softmax (P @ V: V's last
- * dim times the number of heads). Approximated from the model: 12 * sum(d_attn) * seq. */
-static double attention_flops_per_token(const fr_graph *g, int64_t seq)
+static uint64_t rng_next(bench_rng *r)
 {
-    double f = 0;
-    for (int i = 0; i < g->n_nodes; i++) {
-        const fr_node *nd = &g->nodes[i];
-        if (strcmp(nd->op_type, "Softmax") != 0 || nd->n_outputs < 1) continue;
-        /* the MatMul reading the probabilities: output [..., seq, hd] with heads in the middle dims */
-        for (int j = 0; j < g->n_nodes; j++) {
-            const fr_node *m = &g->nodes[j];
-            if (strcmp(m->op_type, "MatMul") != 0 || m->inputs[0] != nd->outputs[0]) continue;
-            const fr_value *o = &g->values[m->outputs[0]];
-            if (o->rank < 3) break;
-            double width = 1;
-            for (int d = 1; d < o->rank - 2; d++) width *= (double)o->dims[d]; /* heads (and groups) */
-            width *= (double)o->dims[o->rank - 1];                             /* head dim */
-            f += 12.0 * width * (double)seq;
-            break;
-        }
+    uint64_t *s = r->s, out = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return out;
+}
+
+/* Uniform in [0, n): draws below 2^64 mod n are rejected, so no residue is favoured. */
+static uint64_t rng_below(bench_rng *r, uint64_t n)
+{
+    uint64_t reject_below = (0 - n) % n;
+    for (;;) {
+        uint64_t x = rng_next(r);
+        if (x >= reject_below) return x % n;
     }
-    return f;
 }
 
 static double peak_bf16_flops(const char *device)
@@ -170,49 +155,49 @@ int cli_bench(int argc, char **argv)
         cli_dims_free(&dims);
         return rc;
     }
-    fr_graph *g = NULL;
-    fr_trainer *t = NULL;
-    if (fr_onnx_load_file(model, &g) != FR_OK) {
+    fp8run_model *mdl = NULL;
+    fp8run_session *t = NULL;
+    if (fp8run_model_load(model, &mdl) != FP8RUN_OK) {
         cli_dims_free(&dims);
         return cli_fail_status();
     }
-    fr_train_options o;
-    fr_train_options_default(&o);
+    fp8run_train_config o;
+    fp8run_train_config_init(&o, sizeof o);
     o.batch = batch;
     o.seq_len = seq;
     o.precision = precision;
-    if (recipe) o.fp8.recipe = recipe;
-    o.device = device;
-    o.dims = dims.items;
+    if (recipe) o.recipe = recipe;
+    o.dim_names = dims.names;
+    o.dim_values = dims.values;
     o.n_dims = dims.n;
     o.grad_clip = 1.0;
-    o.lr.max_lr = 1e-4;
+    o.lr = 1e-4;
     o.max_bad_steps = (int)(warmup + steps); /* timing, not training: a skipped step still counts */
     fprintf(stderr, "bench: building %s (%s, batch %lld x seq %lld)...\n", model, precision, (long long)batch,
             (long long)seq);
     double t0 = now_s();
-    if (fr_trainer_new(g, &o, &t) != FR_OK) {
-        fr_graph_free(g);
+    if (fp8run_session_create(mdl, device, &o, &t) != FP8RUN_OK) {
+        fp8run_model_destroy(mdl);
         cli_dims_free(&dims);
         return cli_fail_status();
     }
     double build_s = now_s() - t0;
-    int64_t vocab = fr_trainer_vocab(t);
+    int64_t vocab = fp8run_session_vocab(t);
     int64_t per = batch * (seq + 1);
     int64_t *w = malloc((size_t)per * sizeof *w);
     double *times = malloc((size_t)steps * sizeof *times);
     if (!w || !times) rc = cli_fail("out of memory");
-    fr_prng r;
-    fr_prng_seed(&r, 1234);
+    bench_rng r;
+    rng_seed(&r, 1234);
     int skipped = 0;
     double loss0 = NAN, loss1 = NAN;
-    size_t peak_used = 0, dev_total = 0;
+    uint64_t peak_used = 0, dev_total = 0;
     for (int64_t s = 0; rc == 0 && s < warmup + steps; s++) {
-        for (int64_t i = 0; i < per; i++) w[i] = (int64_t)fr_prng_below(&r, (uint64_t)(vocab > 0 ? vocab : 2));
-        fr_train_stats st;
+        for (int64_t i = 0; i < per; i++) w[i] = (int64_t)rng_below(&r, (uint64_t)(vocab > 0 ? vocab : 2));
+        fp8run_step_stats st = {.struct_size = sizeof st};
         double a = now_s();
-        if (fr_trainer_step(t, w, 1, &st) != FR_OK) {
-            rc = cli_fail("step %lld: %s", (long long)s + 1, fr_last_error());
+        if (fp8run_session_train_step(t, w, FP8RUN_DTYPE_INT64, (size_t)per, &st) != FP8RUN_OK) {
+            rc = cli_fail("step %lld: %s", (long long)s + 1, cli_last_error());
             break;
         }
         double dt = now_s() - a;
@@ -220,37 +205,37 @@ int cli_bench(int argc, char **argv)
         if (s == 0) loss0 = st.loss;
         loss1 = st.loss;
         if (s >= warmup) times[s - warmup] = dt;
-        size_t used = 0;
-        fr_trainer_memory(t, &used, &dev_total);
-        if (used > peak_used) peak_used = used;
+        fp8run_memory_info mem = {.struct_size = sizeof mem};
+        if (fp8run_session_memory(t, &mem) == FP8RUN_OK) {
+            dev_total = mem.device_total_bytes;
+            if (mem.device_used_bytes > peak_used) peak_used = mem.device_used_bytes;
+        }
         fprintf(stderr, "  step %lld/%lld: %.1f ms%s\n", (long long)s + 1, (long long)(warmup + steps), dt * 1e3,
                 s < warmup ? " (warmup)" : "");
     }
     if (rc == 0) {
         qsort(times, (size_t)steps, sizeof *times, cmp_double);
         double med = times[steps / 2], tokens = (double)batch * (double)seq;
-        /* the model itself (the trainer has its own copy) is prepared for B x T here, so the
-         * attention shapes are known */
-        fr_prepare_options po;
-        fr_prepare_options_default(&po);
-        fr_input_shape in_shape = {fr_trainer_tokens_input(t), 2, {batch, seq}};
-        po.dims = dims.items;
-        po.n_dims = dims.n;
-        po.input_shapes = &in_shape;
-        po.n_input_shapes = 1;
-        double attn = 0;
-        if (fr_prepare_forward(g, &po, NULL) == FR_OK)
-            attn = attention_flops_per_token(g, seq);
-        else
-            fr_clear_error(); /* FLOPs without attention, rather than no figures */
-        int64_t n_mm = matmul_params(g);
-        double flops = (6.0 * (double)n_mm + attn) * tokens;
-        const char *dev = fr_trainer_device(t);
+        /* the model as loaded, prepared for B x T so the attention shapes are known (FLOPs
+         * without attention, rather than no figures, when that fails) */
+        fp8run_flops_info fl = {.struct_size = sizeof fl};
+        int64_t n_mm = 0;
+        double flops = 0;
+        if (fp8run_model_train_flops(mdl, &o, &fl) == FP8RUN_OK) {
+            n_mm = fl.matmul_params;
+            flops = fl.flops_per_token * tokens;
+        }
+        const char *dev = fp8run_session_device(t);
         double peak = peak_bf16_flops(dev);
         double mfu = peak > 0 ? flops / med / peak : NAN;
-        size_t planned = fr_trainer_memory(t, NULL, NULL);
+        fp8run_memory_info mem = {.struct_size = sizeof mem};
+        fp8run_session_memory(t, &mem);
+        size_t planned = (size_t)mem.planned_bytes;
         int64_t np = 0;
-        for (int i = 0; i < fr_trainer_param_count(t); i++) np += fr_trainer_param_numel(t, i);
+        for (int i = 0; i < fp8run_session_param_count(t); i++) {
+            fp8run_value_info pi = {.struct_size = sizeof pi};
+            if (fp8run_session_param(t, i, &pi) == FP8RUN_OK) np += pi.numel;
+        }
         char n1[32], b1[32], b2[32];
         printf("model            %s\n", model);
         printf("device           %s\n", dev);
@@ -270,9 +255,8 @@ int cli_bench(int argc, char **argv)
         if (dev_total) printf(", %s in use on the device (peak seen) of %s", cli_human_bytes(peak_used, b2, sizeof b2),
                               cli_human_bytes(dev_total, n1, sizeof n1));
         printf("\nloss             %.4f -> %.4f (%d skipped)\nbuild            %.1f s\n", loss0, loss1, skipped, build_s);
-        char *prof = fr_trainer_profile(t); /* FP8RUN_PROFILE=1 */
+        const char *prof = fp8run_session_profile(t); /* FP8RUN_PROFILE=1 */
         if (prof) fputs(prof, stdout);
-        free(prof);
         if (json) {
             char mfu_text[32] = "null";
             if (peak > 0) snprintf(mfu_text, sizeof mfu_text, "%.4f", mfu);
@@ -291,7 +275,7 @@ int cli_bench(int argc, char **argv)
                         model, dev, precision, recipe ? "\"" : "", recipe ? recipe : "null", recipe ? "\"" : "",
                         (long long)batch, (long long)seq, (long long)np, (long long)n_mm, med * 1e3, times[0] * 1e3,
                         times[steps - 1] * 1e3, (long long)steps, (long long)warmup, tokens / med, flops,
-                        flops / med / 1e12, mfu_text, peak / 1e12, planned, peak_used, dev_total,
+                        flops / med / 1e12, mfu_text, peak / 1e12, planned, (size_t)peak_used, (size_t)dev_total,
                         loss0, loss1, skipped);
                 fclose(f);
             }
@@ -299,8 +283,8 @@ int cli_bench(int argc, char **argv)
     }
     free(w);
     free(times);
-    fr_trainer_free(t);
-    fr_graph_free(g);
+    fp8run_session_destroy(t);
+    fp8run_model_destroy(mdl);
     cli_dims_free(&dims);
     return rc;
 }

@@ -1,16 +1,13 @@
 /* `fp8run compile MODEL -o OUT.fbs --batch B --seq T [recipe options]`: prepare a model for
  * one batch x seq and compile it for FP8 (or BF16) training, written as a compiled graph file
- * (runtime/fbs.h) that `fp8run train OUT.fbs` trains without compiling again. Also the recipe
- * options `info` shares. */
+ * that `fp8run train OUT.fbs` trains without compiling again (fp8run_model_write_compiled).
+ * Also the recipe options `info` shares. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "cli.h"
-#include "graph/onnx_io.h"
-#include "runtime/fbs.h"
-#include "runtime/trainer.h"
 
 void cli_compile_help(FILE *f)
 {
@@ -73,35 +70,34 @@ static const char *const k_recipes[] = {"delayed", "current", "block", NULL};
 static const char *const k_formats[] = {"hybrid", "e4m3", NULL};
 static const char *const k_algos[] = {"max", "most_recent", NULL};
 
-int cli_recipe_option(const char *cmd, int argc, char **argv, int *i, fr_train_options *o, int *rc)
+int cli_recipe_option(const char *cmd, int argc, char **argv, int *i, fp8run_train_config *c, int *rc)
 {
     const char *v = NULL;
-    int m, k, x;
+    int m, k;
 #define OPT(name) ((m = cli_option(argc, argv, i, cmd, name, &v)) != 0)
     if (OPT("--precision")) {
-        if (m > 0 && (*rc = parse_one_of(cmd, "--precision", v, k_precisions, &k)) == 0) o->precision = k_precisions[k];
+        if (m > 0 && (*rc = parse_one_of(cmd, "--precision", v, k_precisions, &k)) == 0) c->precision = k_precisions[k];
     } else if (OPT("--recipe")) {
-        if (m > 0 && (*rc = parse_one_of(cmd, "--recipe", v, k_recipes, &k)) == 0) o->fp8.recipe = k_recipes[k];
+        if (m > 0 && (*rc = parse_one_of(cmd, "--recipe", v, k_recipes, &k)) == 0) c->recipe = k_recipes[k];
     } else if (OPT("--fp8-format")) {
-        if (m > 0 && (*rc = parse_one_of(cmd, "--fp8-format", v, k_formats, &k)) == 0) o->fp8.fp8_format = k_formats[k];
+        if (m > 0 && (*rc = parse_one_of(cmd, "--fp8-format", v, k_formats, &k)) == 0) c->fp8_format = k_formats[k];
     } else if (OPT("--bf16-boundary")) {
-        if (m > 0) *rc = parse_int_in(cmd, "--bf16-boundary", v, 0, 1000000, &o->fp8.bf16_boundary);
+        if (m > 0) *rc = parse_int_in(cmd, "--bf16-boundary", v, 0, 1000000, &c->bf16_boundary);
     } else if (OPT("--fp8-exclude")) {
-        if (m > 0) o->fp8.fp8_exclude = v;
+        if (m > 0) c->fp8_exclude = v;
     } else if (strcmp(argv[*i], "--no-fuse") == 0) {
-        o->fp8.fuse = 0;
+        c->fuse = 0;
         m = 1;
     } else if (OPT("--pad-multiple")) {
-        if (m > 0) *rc = parse_int_in(cmd, "--pad-multiple", v, 1, 4096, &o->fp8.pad_multiple);
+        if (m > 0) *rc = parse_int_in(cmd, "--pad-multiple", v, 1, 4096, &c->pad_multiple);
     } else if (OPT("--amax-history")) {
-        if (m > 0) *rc = parse_int_in(cmd, "--amax-history", v, 1, 1 << 24, &o->fp8.amax_history_len);
+        if (m > 0) *rc = parse_int_in(cmd, "--amax-history", v, 1, 1 << 24, &c->amax_history_len);
     } else if (OPT("--amax-algo")) {
-        if (m > 0 && (*rc = parse_one_of(cmd, "--amax-algo", v, k_algos, &k)) == 0)
-            o->fp8.amax_algo = k ? FR_AMAX_MOST_RECENT : FR_AMAX_MAX;
+        if (m > 0 && (*rc = parse_one_of(cmd, "--amax-algo", v, k_algos, &k)) == 0) c->amax_algo = k_algos[k];
     } else if (OPT("--fp8-margin")) {
-        if (m > 0 && (*rc = parse_int_in(cmd, "--fp8-margin", v, -64, 64, &x)) == 0) o->fp8.margin = x;
+        if (m > 0) *rc = parse_int_in(cmd, "--fp8-margin", v, -64, 64, &c->fp8_margin);
     } else if (OPT("--fp8-interval")) {
-        if (m > 0) *rc = parse_int_in(cmd, "--fp8-interval", v, 1, 1000000000, &o->fp8.interval);
+        if (m > 0) *rc = parse_int_in(cmd, "--fp8-interval", v, 1, 1000000000, &c->fp8_interval);
     } else {
         return 0;
     }
@@ -111,7 +107,7 @@ int cli_recipe_option(const char *cmd, int argc, char **argv, int *i, fr_train_o
 }
 
 /* Model options shared by compile and info. */
-static int model_option(const char *cmd, int argc, char **argv, int *i, fr_train_options *o, cli_dims *dims,
+static int model_option(const char *cmd, int argc, char **argv, int *i, fp8run_train_config *o, cli_dims *dims,
                         int64_t *batch, int64_t *seq, int *rc)
 {
     const char *v = NULL;
@@ -140,7 +136,7 @@ static int model_option(const char *cmd, int argc, char **argv, int *i, fr_train
     return 1;
 }
 
-int cli_compile_parse(const char *cmd, int argc, char **argv, int *i, fr_train_options *o, cli_dims *dims,
+int cli_compile_parse(const char *cmd, int argc, char **argv, int *i, fp8run_train_config *o, cli_dims *dims,
                       int64_t *batch, int64_t *seq, int *rc)
 {
     return cli_recipe_option(cmd, argc, argv, i, o, rc) || model_option(cmd, argc, argv, i, o, dims, batch, seq, rc);
@@ -149,8 +145,8 @@ int cli_compile_parse(const char *cmd, int argc, char **argv, int *i, fr_train_o
 int cli_compile(int argc, char **argv)
 {
     const char *model = NULL, *out = NULL;
-    fr_train_options o;
-    fr_train_options_default(&o);
+    fp8run_train_config o;
+    fp8run_train_config_init(&o, sizeof o);
     o.precision = "fp8";
     cli_dims dims = {0};
     int64_t batch = 0, seq = 0;
@@ -187,35 +183,28 @@ int cli_compile(int argc, char **argv)
     }
     o.batch = batch;
     o.seq_len = seq;
-    o.dims = dims.items;
+    o.dim_names = dims.names;
+    o.dim_values = dims.values;
     o.n_dims = dims.n;
-    fr_graph *g = NULL;
-    fr_fbs f;
-    memset(&f, 0, sizeof f);
-    if (fr_onnx_load_file(model, &g) != FR_OK)
+    fp8run_model *m = NULL;
+    fp8run_model_info mi = {.struct_size = sizeof mi};
+    fp8run_report *r = NULL;
+    if (fp8run_model_load(model, &m) != FP8RUN_OK || fp8run_model_get_info(m, &mi) != FP8RUN_OK)
         rc = cli_fail_status();
-    else if (fr_fbs_is_compiled(g))
+    else if (mi.compiled)
         rc = cli_fail("'%s' is already a compiled graph: compile the original ONNX model", model);
-    else if (fr_train_compile(g, &o, out) != FR_OK)
-        rc = cli_fail_status();
-    else if (fr_fbs_load(out, &f) != FR_OK) /* what was written reads back */
+    else if (fp8run_model_write_compiled(m, &o, out, &r) != FP8RUN_OK) /* reads what it wrote back */
         rc = cli_fail_status();
     if (rc == 0) {
-        char *text = NULL;
         struct stat sb;
         char sz[32];
-        if (fr_fp8_report_format(&f.report, &text) != FR_OK) {
-            rc = cli_fail_status();
-        } else {
-            printf("compiled %s -> %s (%s): batch %lld x seq %lld, precision %s\n", model, out,
-                   cli_human_bytes(stat(out, &sb) == 0 ? (uint64_t)sb.st_size : 0, sz, sizeof sz), (long long)batch,
-                   (long long)seq, o.precision);
-            fputs(text, stdout);
-        }
-        free(text);
+        printf("compiled %s -> %s (%s): batch %lld x seq %lld, precision %s\n", model, out,
+               cli_human_bytes(stat(out, &sb) == 0 ? (uint64_t)sb.st_size : 0, sz, sizeof sz), (long long)batch,
+               (long long)seq, o.precision);
+        fputs(fp8run_report_text(r), stdout);
     }
-    fr_fbs_free(&f);
-    fr_graph_free(g);
+    fp8run_report_destroy(r);
+    fp8run_model_destroy(m);
     cli_dims_free(&dims);
     return rc;
 }

@@ -4,9 +4,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "graph/onnx_io.h"
-#include "runtime/fbs.h"
-#include "runtime/trainer.h"
 
 void cli_info_help(FILE *f)
 {
@@ -37,109 +34,82 @@ void cli_info_help(FILE *f)
             "  -h, --help              show this help\n");
 }
 
-typedef struct op_count {
-    char *name;
-    int count;
-} op_count;
-
-static int by_count(const void *a, const void *b)
+/* The op histogram, most frequent first. */
+static int print_histogram(const fp8run_model *m, const char *indent)
 {
-    const op_count *x = a, *y = b;
-    if (x->count != y->count) return y->count - x->count;
-    return strcmp(x->name, y->name);
+    fp8run_model_info mi = {.struct_size = sizeof mi};
+    if (fp8run_model_get_info(m, &mi) != FP8RUN_OK) return cli_fail_status();
+    for (int k = 0; k < mi.n_op_types; k++) {
+        fp8run_op_info op = {.struct_size = sizeof op};
+        if (fp8run_model_op(m, k, &op) != FP8RUN_OK) return cli_fail_status();
+        printf("%s%-28s %d\n", indent, op.op_type, op.count);
+    }
+    return 0;
 }
 
-/* Op histogram of the live nodes, most frequent first. */
-static int print_histogram(const fr_graph *g, const char *indent)
+/* Graph inputs (outputs when `outputs`) with dtypes and shapes. */
+static int print_values(const fp8run_model *m, int outputs, const char *indent)
 {
-    op_count *h = calloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *h);
-    int n = 0, rc = 0;
-    if (!h) return cli_fail("out of memory");
-    for (int i = 0; i < g->n_nodes && rc == 0; i++) {
-        const fr_node *nd = &g->nodes[i];
-        char name[256];
-        if (nd->dead) continue;
-        if (nd->domain[0])
-            snprintf(name, sizeof name, "%s::%s", nd->domain, nd->op_type);
-        else
-            snprintf(name, sizeof name, "%s", nd->op_type);
-        int k = 0;
-        while (k < n && strcmp(h[k].name, name) != 0) k++;
-        if (k == n) {
-            h[n].name = strdup(name);
-            if (!h[n].name) rc = cli_fail("out of memory");
-            n++;
-        }
-        h[k].count++;
-    }
-    if (rc == 0) {
-        qsort(h, (size_t)n, sizeof *h, by_count);
-        for (int k = 0; k < n; k++) printf("%s%-28s %d\n", indent, h[k].name, h[k].count);
-    }
-    for (int k = 0; k < n; k++) free(h[k].name);
-    free(h);
-    return rc;
-}
-
-static void print_values(const fr_graph *g, const int *ids, int n, const char *indent)
-{
+    int n = outputs ? fp8run_model_output_count(m) : fp8run_model_input_count(m);
     for (int i = 0; i < n; i++) {
-        const fr_value *v = &g->values[ids[i]];
+        fp8run_value_info v = {.struct_size = sizeof v};
+        if ((outputs ? fp8run_model_output(m, i, &v) : fp8run_model_input(m, i, &v)) != FP8RUN_OK)
+            return cli_fail_status();
         char shp[512];
-        printf("%s%-28s %-9s %s\n", indent, v->name, fr_dtype_name(v->dtype),
-               fr_value_shape_text(v, shp, sizeof shp));
+        printf("%s%-28s %-9s %s\n", indent, v.name, fp8run_dtype_name(v.dtype), cli_shape_text(&v, shp, sizeof shp));
     }
+    return 0;
 }
 
-static void print_model(const fr_graph *g, const char *path)
+static int print_model(const fp8run_model *m, const char *path)
 {
     char a[64], b[64];
+    fp8run_model_info mi = {.struct_size = sizeof mi};
+    if (fp8run_model_get_info(m, &mi) != FP8RUN_OK) return cli_fail_status();
     printf("model          %s\n", path);
-    printf("producer       %s%s%s\n", g->producer_name && g->producer_name[0] ? g->producer_name : "(none)",
-           g->producer_version && g->producer_version[0] ? " " : "",
-           g->producer_version ? g->producer_version : "");
-    printf("ir_version     %lld\n", (long long)g->ir_version);
+    printf("producer       %s%s%s\n", mi.producer_name[0] ? mi.producer_name : "(none)",
+           mi.producer_version[0] ? " " : "", mi.producer_version);
+    printf("ir_version     %lld\n", (long long)mi.ir_version);
     printf("opsets        ");
-    for (int i = 0; i < g->n_opsets; i++)
-        printf("%s %s %lld", i ? "," : "", g->opsets[i].domain[0] ? g->opsets[i].domain : "ai.onnx",
-               (long long)g->opsets[i].version);
-    printf("%s\n", g->n_opsets ? "" : " (none)");
-    if (g->name && g->name[0]) printf("graph          %s\n", g->name);
-    printf("inputs         %d\n", g->n_inputs);
-    print_values(g, g->inputs, g->n_inputs, "  ");
-    printf("outputs        %d\n", g->n_outputs);
-    print_values(g, g->outputs, g->n_outputs, "  ");
-
-    int64_t params = fr_graph_param_count(g);
-    int n_param_tensors = 0;
-    uint64_t init_bytes = 0;
-    for (int i = 0; i < g->n_initializers; i++) {
-        const fr_value *v = &g->values[g->initializers[i]];
-        if (v->constant) init_bytes += v->constant->nbytes;
-        if ((v->flags & FR_VAL_PARAM) && v->constant) n_param_tensors++;
+    for (int i = 0; i < mi.n_opsets; i++) {
+        const char *domain;
+        int64_t version;
+        if (fp8run_model_opset(m, i, &domain, &version) != FP8RUN_OK) return cli_fail_status();
+        printf("%s %s %lld", i ? "," : "", domain[0] ? domain : "ai.onnx", (long long)version);
     }
+    printf("%s\n", mi.n_opsets ? "" : " (none)");
+    if (mi.graph_name[0]) printf("graph          %s\n", mi.graph_name);
+    printf("inputs         %d\n", fp8run_model_input_count(m));
+    if (print_values(m, 0, "  ")) return CLI_EXIT_FAIL;
+    printf("outputs        %d\n", fp8run_model_output_count(m));
+    if (print_values(m, 1, "  ")) return CLI_EXIT_FAIL;
+
+    int64_t params = fp8run_model_param_elements(m);
+    int n_param_tensors = fp8run_model_param_count(m);
     printf("parameters     %s (%lld elements in %d tensor%s)\n", cli_human_count(params, a, sizeof a),
            (long long)params, n_param_tensors, n_param_tensors == 1 ? "" : "s");
-    printf("initializers   %s (%llu bytes in %d tensor%s)\n", cli_human_bytes(init_bytes, b, sizeof b),
-           (unsigned long long)init_bytes, g->n_initializers, g->n_initializers == 1 ? "" : "s");
-    printf("nodes          %d\n", g->n_nodes);
+    printf("initializers   %s (%llu bytes in %d tensor%s)\n", cli_human_bytes(mi.initializer_bytes, b, sizeof b),
+           (unsigned long long)mi.initializer_bytes, mi.n_initializers, mi.n_initializers == 1 ? "" : "s");
+    printf("nodes          %d\n", mi.n_nodes);
     printf("op histogram\n");
+    return 0;
 }
 
-/* Symbolic input dims still without a value, as "batch, seq"; empty when none. */
-static void open_dims(const fr_graph *g, char *buf, size_t n)
+/* Symbolic input dims without a value, as "batch, seq"; empty when none. */
+static int open_dims(const fp8run_model *m, char *buf, size_t n)
 {
     const char *seen[64];
     int n_seen = 0;
     size_t off = 0;
     buf[0] = '\0';
-    for (int i = 0; i < g->n_inputs; i++) {
-        const fr_value *v = &g->values[g->inputs[i]];
-        if (v->rank < 0 && off < n)
-            off += (size_t)snprintf(buf + off, n - off, "%s(shape of '%s')", off ? ", " : "", v->name);
-        for (int d = 0; d < v->rank; d++) {
-            const char *p = v->dim_params[d];
-            if (v->dims[d] >= 0) continue;
+    for (int i = 0; i < fp8run_model_input_count(m); i++) {
+        fp8run_value_info v = {.struct_size = sizeof v};
+        if (fp8run_model_input(m, i, &v) != FP8RUN_OK) return cli_fail_status();
+        if (v.rank < 0 && off < n)
+            off += (size_t)snprintf(buf + off, n - off, "%s(shape of '%s')", off ? ", " : "", v.name);
+        for (int d = 0; d < v.rank && d < FP8RUN_MAX_RANK; d++) {
+            const char *p = v.dim_names[d];
+            if (v.dims[d] >= 0) continue;
             if (!p) p = "(unnamed)";
             int dup = 0;
             for (int k = 0; k < n_seen && !dup; k++) dup = strcmp(seen[k], p) == 0;
@@ -148,10 +118,11 @@ static void open_dims(const fr_graph *g, char *buf, size_t n)
             if (off < n) off += (size_t)snprintf(buf + off, n - off, "%s%s", off ? ", " : "", p);
         }
     }
+    return 0;
 }
 
 /* The FP8 compile decisions for an ONNX model, with the info command's options. */
-static int print_linears_onnx(const fr_graph *g, fr_train_options *o, int64_t batch, int64_t seq)
+static int print_linears_onnx(const fp8run_model *m, fp8run_train_config *o, int64_t batch, int64_t seq)
 {
     printf("Linear layers (FP8 compile with these options; `fp8run compile` would record them)\n");
     if (strcmp(o->precision, "fp32") == 0) {
@@ -159,95 +130,75 @@ static int print_linears_onnx(const fr_graph *g, fr_train_options *o, int64_t ba
         return 0;
     }
     /* without --batch/--seq, a --dim that names the tokens input's dims gives them */
-    for (int i = 0; i < g->n_inputs; i++) {
-        const fr_value *v = &g->values[g->inputs[i]];
-        if ((v->dtype != FR_I64 && v->dtype != FR_I32) || v->rank != 2) continue;
+    for (int i = 0; i < fp8run_model_input_count(m); i++) {
+        fp8run_value_info v = {.struct_size = sizeof v};
+        if (fp8run_model_input(m, i, &v) != FP8RUN_OK) return cli_fail_status();
+        if ((v.dtype != FP8RUN_DTYPE_INT64 && v.dtype != FP8RUN_DTYPE_INT32) || v.rank != 2) continue;
         for (int k = 0; k < o->n_dims; k++) {
-            if (!batch && v->dim_params[0] && strcmp(o->dims[k].name, v->dim_params[0]) == 0) batch = o->dims[k].value;
-            if (!seq && v->dim_params[1] && strcmp(o->dims[k].name, v->dim_params[1]) == 0) seq = o->dims[k].value;
+            if (!batch && v.dim_names[0] && strcmp(o->dim_names[k], v.dim_names[0]) == 0) batch = o->dim_values[k];
+            if (!seq && v.dim_names[1] && strcmp(o->dim_names[k], v.dim_names[1]) == 0) seq = o->dim_values[k];
         }
         break;
     }
     o->batch = batch ? batch : 1;
     o->seq_len = seq ? seq : 16;
-    fr_graph *cg = NULL;
-    fr_fp8_report rep;
-    if (fr_train_compile_graph(g, o, &cg, &rep) != FR_OK) {
+    fp8run_report *r = NULL;
+    if (fp8run_model_compile(m, o, &r) != FP8RUN_OK) {
         /* not a model the trainer can take as it is: say why, the rest of info stands */
-        printf("  not available: %s\n", fr_last_error());
+        printf("  not available: %s\n", cli_last_error());
         return 0;
     }
-    char *text = NULL;
-    int rc = fr_fp8_report_format(&rep, &text) == FR_OK ? 0 : cli_fail_status();
-    if (rc == 0) {
-        fputs(text, stdout);
-        if (rep.n_layers == 0) printf("  (no MatMul/Gemm with a trainable 2-D weight)\n");
-    }
-    free(text);
-    fr_fp8_report_free(&rep);
-    fr_graph_free(cg);
-    return rc;
-}
-
-static const char *operand_name(fr_fp8_operand o) { return o == FR_FP8_OPERAND_X ? "x" : o == FR_FP8_OPERAND_W ? "w" : "dy"; }
-
-/* A compiled graph: what it is specialized to, the recorded decisions and the scaling state. */
-static int print_compiled(const fr_fbs *f)
-{
-    const fr_fbs_spec *s = &f->spec;
-    printf("compiled graph (fp8run format %d)\n", FR_FBS_FORMAT);
-    printf("  specialized to batch %lld x seq %lld (tokens input '%s'); recompile for another shape\n",
-           (long long)s->batch, (long long)s->seq, s->tokens_input);
-    for (int i = 0; i < s->n_dims; i++) printf("  --dim %s=%lld\n", s->dims[i].name, (long long)s->dims[i].value);
-    if (s->train_regex || s->freeze_regex)
-        printf("  trained: --train %s --freeze %s\n", s->train_regex ? s->train_regex : "(all)",
-               s->freeze_regex ? s->freeze_regex : "(none)");
-    printf("  original model: %d nodes, %d initializers (export and checkpoints use its names)\n",
-           f->original->n_nodes, f->original->n_initializers);
-    for (int i = 0; i < s->n_ties; i++)
-        printf("  re-tied: '%s' follows '%s'%s\n", f->graph->values[s->ties[i].copy].name,
-               f->graph->values[s->ties[i].source].name, s->ties[i].transposed ? " (transposed)" : "");
-    printf("Linear layers (recorded)\n");
-    char *text = NULL;
-    if (fr_fp8_report_format(&f->report, &text) != FR_OK) return cli_fail_status();
-    fputs(text, stdout);
-    free(text);
-    if (f->n_states) {
-        int fresh = 1;
-        for (int i = 0; i < f->n_states; i++) fresh = fresh && f->states[i].updates == 0;
-        printf("FP8 scaling state (%d operands%s)\n", f->n_states, fresh ? ", fresh: scale 1, empty history" : "");
-        if (!fresh) {
-            printf("  %-48s %-3s %-5s %12s %12s %8s\n", "layer", "op", "fmt", "scale", "amax (hist)", "updates");
-            for (int i = 0; i < f->n_states; i++) {
-                const fr_fp8_state *st = &f->report.states[i];
-                printf("  %-48s %-3s %-5s %12.6g %12.6g %8lld\n", f->report.layers[st->layer].name,
-                       operand_name(st->operand), st->fmt == FR_F8E5M2 ? "e5m2" : "e4m3", (double)f->states[i].scale,
-                       (double)fr_fp8_scaling_amax(&f->states[i]), (long long)f->states[i].updates);
-            }
-        }
-    }
+    fputs(fp8run_report_text(r), stdout);
+    if (fp8run_report_layer_count(r) == 0) printf("  (no MatMul/Gemm with a trainable 2-D weight)\n");
+    fp8run_report_destroy(r);
     return 0;
 }
 
-/* FR_VAL_PARAM as the compiled graph records it (the file's float initializers include folded
- * constants and the scaling state), so the parameter count is right. */
-static void params_from(fr_graph *g, const fr_graph *decoded)
+/* A compiled graph: what it is specialized to, the recorded decisions and the scaling state. */
+static int print_compiled(const fp8run_report *r)
 {
-    for (int i = 0; i < g->n_values; i++) {
-        int d = fr_graph_find_value(decoded, g->values[i].name);
-        if (d >= 0 && (decoded->values[d].flags & FR_VAL_PARAM))
-            g->values[i].flags |= FR_VAL_PARAM;
-        else
-            g->values[i].flags &= ~FR_VAL_PARAM;
+    fp8run_compiled_info c = {.struct_size = sizeof c};
+    if (fp8run_report_compiled(r, &c) != FP8RUN_OK) return cli_fail_status();
+    printf("compiled graph (fp8run format %d)\n", c.format);
+    printf("  specialized to batch %lld x seq %lld (tokens input '%s'); recompile for another shape\n",
+           (long long)c.batch, (long long)c.seq_len, c.tokens_input);
+    for (int i = 0; i < c.n_dims; i++) printf("  --dim %s=%lld\n", c.dim_names[i], (long long)c.dim_values[i]);
+    if (c.train_regex || c.freeze_regex)
+        printf("  trained: --train %s --freeze %s\n", c.train_regex ? c.train_regex : "(all)",
+               c.freeze_regex ? c.freeze_regex : "(none)");
+    printf("  original model: %d nodes, %d initializers (export and checkpoints use its names)\n", c.original_nodes,
+           c.original_initializers);
+    for (int i = 0; i < c.n_ties; i++)
+        printf("  re-tied: '%s' follows '%s'%s\n", c.tie_copies[i], c.tie_sources[i],
+               c.tie_transposed[i] ? " (transposed)" : "");
+    printf("Linear layers (recorded)\n");
+    fputs(fp8run_report_text(r), stdout);
+    int n = fp8run_report_state_count(r);
+    if (n == 0) return 0;
+    int fresh = 1;
+    for (int i = 0; i < n; i++) {
+        fp8run_scaling_info s = {.struct_size = sizeof s};
+        if (fp8run_report_state(r, i, &s) != FP8RUN_OK) return cli_fail_status();
+        fresh = fresh && s.updates == 0;
     }
+    printf("FP8 scaling state (%d operands%s)\n", n, fresh ? ", fresh: scale 1, empty history" : "");
+    if (fresh) return 0;
+    printf("  %-48s %-3s %-5s %12s %12s %8s\n", "layer", "op", "fmt", "scale", "amax (hist)", "updates");
+    for (int i = 0; i < n; i++) {
+        fp8run_scaling_info s = {.struct_size = sizeof s};
+        if (fp8run_report_state(r, i, &s) != FP8RUN_OK) return cli_fail_status();
+        printf("  %-48s %-3s %-5s %12.6g %12.6g %8lld\n", s.layer, s.operand, s.format, (double)(float)s.scale,
+               (double)(float)s.amax, (long long)s.updates);
+    }
+    return 0;
 }
 
 int cli_info(int argc, char **argv)
 {
     const char *model = NULL;
     cli_dims dims = {0};
-    fr_train_options o;
-    fr_train_options_default(&o);
+    fp8run_train_config o;
+    fp8run_train_config_init(&o, sizeof o);
     o.precision = "fp8";
     int64_t batch = 0, seq = 0;
     int rc = 0;
@@ -271,63 +222,65 @@ int cli_info(int argc, char **argv)
         return rc;
     }
 
-    fr_graph *g = NULL;
-    if (fr_onnx_load_file(model, &g) != FR_OK) {
+    fp8run_model *m = NULL;
+    fp8run_model_info mi = {.struct_size = sizeof mi};
+    if (fp8run_model_load(model, &m) != FP8RUN_OK || fp8run_model_get_info(m, &mi) != FP8RUN_OK) {
+        fp8run_model_destroy(m);
         cli_dims_free(&dims);
         return cli_fail_status();
     }
-    fr_fbs f;
-    memset(&f, 0, sizeof f);
-    int compiled = fr_fbs_is_compiled(g);
-    if (compiled) {
-        if (fr_fbs_decode(g, model, &f) != FR_OK) {
-            fr_graph_free(g);
-            cli_dims_free(&dims);
-            return cli_fail_status();
+    if (mi.compiled) {
+        /* the whole file is decoded and checked before anything is printed */
+        fp8run_report *r = NULL;
+        if (fp8run_model_report(m, &r) != FP8RUN_OK) rc = cli_fail_status();
+        if (rc == 0) rc = print_model(m, model);
+        if (rc == 0) rc = print_histogram(m, "  ");
+        if (rc == 0) {
+            fflush(stdout);
+            rc = print_compiled(r);
         }
-        params_from(g, f.graph);
-    }
-    print_model(g, model);
-    rc = print_histogram(g, "  ");
-    if (rc == 0 && compiled) {
-        fflush(stdout);
-        rc = print_compiled(&f);
-        fr_fbs_free(&f);
-        fr_graph_free(g);
+        fp8run_report_destroy(r);
+        fp8run_model_destroy(m);
         cli_dims_free(&dims);
         return rc;
     }
+    rc = print_model(m, model);
+    if (rc == 0) rc = print_histogram(m, "  ");
     if (rc == 0) {
-        o.dims = dims.items;
+        o.dim_names = dims.names;
+        o.dim_values = dims.values;
         o.n_dims = dims.n;
-        rc = print_linears_onnx(g, &o, batch, seq);
+        rc = print_linears_onnx(m, &o, batch, seq);
     }
 
-    char open[512];
-    fr_prepare_options opt;
-    fr_prepare_options_default(&opt);
-    opt.dims = dims.items;
-    opt.n_dims = dims.n;
-    for (int i = 0; i < dims.n; i++) fr_graph_fix_dim(g, dims.items[i].name, dims.items[i].value);
-    open_dims(g, open, sizeof open);
-    if (rc == 0 && open[0] && dims.n == 0) {
+    char open[512] = "";
+    if (rc == 0 && dims.n == 0) rc = open_dims(m, open, sizeof open);
+    if (rc == 0 && open[0]) {
         printf("prepared       (give --dim NAME=VALUE for %s to see the prepared graph)\n", open);
     } else if (rc == 0) {
-        /* prepare reports dims that are still open, or a --dim the model lacks, clearly */
-        fr_prepare_stats st;
+        /* preparing reports dims that are still open, or a --dim the model lacks, clearly */
+        fp8run_prepare_config pc;
+        fp8run_prepare_config_init(&pc, sizeof pc);
+        pc.dim_names = dims.names;
+        pc.dim_values = dims.values;
+        pc.n_dims = dims.n;
+        fp8run_prepare_stats st = {.struct_size = sizeof st};
+        fp8run_model *p = NULL;
+        fp8run_model_info pi = {.struct_size = sizeof pi};
         fflush(stdout);
-        if (fr_prepare_forward(g, &opt, &st) != FR_OK) {
+        if (fp8run_model_prepare(m, &pc, &p, &st) != FP8RUN_OK || fp8run_model_get_info(p, &pi) != FP8RUN_OK) {
             rc = cli_fail_status();
         } else {
-            printf("prepared       %d nodes (%d folded, %d removed, %d Identity removed)\n",
-                   g->n_nodes, st.nodes_folded, st.nodes_removed, st.identities_removed);
+            printf("prepared       %d nodes (%d folded, %d removed, %d Identity removed)\n", pi.n_nodes,
+                   st.nodes_folded, st.nodes_removed, st.identities_removed);
             printf("  outputs\n");
-            print_values(g, g->outputs, g->n_outputs, "    ");
-            printf("  op histogram\n");
-            rc = print_histogram(g, "    ");
+            rc = print_values(p, 1, "    ");
+            if (rc == 0) printf("  op histogram\n");
+            if (rc == 0) rc = print_histogram(p, "    ");
         }
+        fp8run_model_destroy(p);
     }
-    fr_graph_free(g);
+    fp8run_model_destroy(m);
     cli_dims_free(&dims);
     return rc;
 }

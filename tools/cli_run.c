@@ -1,15 +1,10 @@
 /* `fp8run run MODEL --input NAME=FILE.npy ... [--dim NAME=VALUE ...] --output-dir DIR`:
  * prepare the model for the given input shapes, run it on the CPU executor and write every
  * graph output to DIR/<name>.npy. */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cli.h"
-#include "graph/onnx_io.h"
-#include "runtime/executor.h"
-#include "runtime/npy.h"
 
 void cli_run_help(FILE *f)
 {
@@ -36,7 +31,7 @@ void cli_run_help(FILE *f)
 typedef struct run_input {
     char *name;          /* owned */
     const char *file;    /* points into argv */
-    fr_tensor *t;
+    fp8run_tensor t;     /* the array read from file (data from fp8run_npy_load) */
 } run_input;
 
 typedef struct run_args {
@@ -50,7 +45,7 @@ static void free_args(run_args *a)
 {
     for (int i = 0; i < a->n_inputs; i++) {
         free(a->inputs[i].name);
-        fr_tensor_free(a->inputs[i].t);
+        fp8run_npy_free(&a->inputs[i].t);
     }
     free(a->inputs);
     cli_dims_free(&a->dims);
@@ -107,28 +102,6 @@ static int parse_args(int argc, char **argv, run_args *a, int *help)
     return rc;
 }
 
-/* mkdir -p */
-static int make_dirs(const char *dir)
-{
-    char *p = strdup(dir);
-    if (!p) return cli_fail("out of memory");
-    int rc = 0;
-    for (char *s = p + 1; rc == 0; s++) {
-        int last = *s == '\0';
-        if (*s != '/' && !last) continue;
-        char c = *s;
-        *s = '\0';
-        if (mkdir(p, 0777) != 0 && errno != EEXIST) rc = cli_fail("cannot create folder '%s': %s", p, strerror(errno));
-        *s = c;
-        if (last) break;
-    }
-    struct stat sb;
-    if (rc == 0 && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)))
-        rc = cli_fail("'%s' is not a folder", dir);
-    free(p);
-    return rc;
-}
-
 /* A file name for an output: unsafe characters become '_', no leading '.', unique among the
  * names already used (a suffix "_2", "_3", ... otherwise). */
 static void safe_name(const char *name, char **used, int n_used, char *buf, size_t n)
@@ -152,27 +125,50 @@ static void safe_name(const char *name, char **used, int n_used, char *buf, size
     }
 }
 
-/* bfloat16 / FP8 have no NumPy code: widen to float32, which represents them exactly. */
-static fr_status widen_if_needed(const fr_tensor *t, fr_tensor **wide)
+/* One output as .npy; bfloat16 / FP8 have no NumPy code: widened to float32, which represents
+ * them exactly. */
+static int write_output(const fp8run_tensor *t, const char *path)
 {
-    *wide = NULL;
-    if (fr_npy_descr(t->dtype) || !fr_dtype_is_float(t->dtype)) return FR_OK;
-    FR_TRY(fr_tensor_new(FR_F32, t->rank, t->dims, "output as float32", wide));
-    int64_t n = fr_tensor_numel(t);
-    for (int64_t i = 0; i < n; i++) ((float *)(*wide)->data)[i] = (float)fr_tensor_get_f64(t, i);
-    return FR_OK;
+    fp8run_tensor w = *t;
+    float *wide = NULL;
+    int widen = !fp8run_npy_supports(t->dtype) && (t->dtype == FP8RUN_DTYPE_BFLOAT16 ||
+                                                   t->dtype == FP8RUN_DTYPE_FLOAT8E4M3FN ||
+                                                   t->dtype == FP8RUN_DTYPE_FLOAT8E5M2);
+    int rc = 0;
+    if (widen) {
+        size_t es = fp8run_dtype_size(t->dtype), n = es ? t->nbytes / es : 0;
+        wide = malloc((n ? n : 1) * sizeof *wide);
+        if (!wide) return cli_fail("output '%s': out of memory", t->name);
+        w.dtype = FP8RUN_DTYPE_FLOAT32;
+        w.data = wide;
+        w.nbytes = n * sizeof *wide;
+        if (fp8run_convert_to_float32(t->dtype, t->data, n, wide) != FP8RUN_OK) rc = -1;
+    }
+    if (rc == 0 && fp8run_npy_save(path, &w) != FP8RUN_OK) rc = -1;
+    if (rc == 0) {
+        char shp[256];
+        printf("%s -> %s (%s %s%s)\n", t->name, path, fp8run_dtype_name(w.dtype),
+               cli_dims_text(w.rank, w.dims, shp, sizeof shp), widen ? ", widened" : "");
+    } else {
+        rc = cli_fail("output '%s': %s", t->name, cli_last_error());
+    }
+    free(wide);
+    return rc;
 }
 
-static int write_outputs(const fr_exec *e, const char *dir)
+static int write_outputs(const fp8run_forward *f, const char *dir)
 {
-    int n = fr_exec_n_outputs(e), rc = 0;
+    int n = fp8run_forward_output_count(f), rc = 0;
     char **used = calloc((size_t)(n ? n : 1), sizeof *used);
     if (!used) return cli_fail("out of memory");
     for (int i = 0; i < n && rc == 0; i++) {
-        const char *name = fr_exec_output_name(e, i);
-        const fr_tensor *t = fr_exec_output_at(e, i);
-        char fname[256], shp[256];
-        safe_name(name, used, i, fname, sizeof fname);
+        fp8run_tensor t = {.struct_size = sizeof t};
+        if (fp8run_forward_output(f, i, &t) != FP8RUN_OK) {
+            rc = cli_fail_status();
+            break;
+        }
+        char fname[256];
+        safe_name(t.name, used, i, fname, sizeof fname);
         used[i] = strdup(fname);
         size_t plen = strlen(dir) + strlen(fname) + 8;
         char *path = malloc(plen);
@@ -182,15 +178,7 @@ static int write_outputs(const fr_exec *e, const char *dir)
             break;
         }
         snprintf(path, plen, "%s/%s.npy", dir, fname);
-        fr_tensor *wide = NULL;
-        if (widen_if_needed(t, &wide) != FR_OK || fr_npy_save(path, wide ? wide : t) != FR_OK) {
-            rc = cli_fail("output '%s': %s", name, fr_last_error());
-        } else {
-            const fr_tensor *w = wide ? wide : t;
-            printf("%s -> %s (%s %s%s)\n", name, path, fr_dtype_name(w->dtype),
-                   fr_shape_str(w->rank, w->dims, shp, sizeof shp), wide ? ", widened" : "");
-        }
-        fr_tensor_free(wide);
+        rc = write_output(&t, path);
         free(path);
     }
     for (int i = 0; i < n; i++) free(used[i]);
@@ -212,47 +200,60 @@ int cli_run(int argc, char **argv)
         free_args(&a);
         return rc;
     }
-    fr_graph *g = NULL;
-    fr_exec *e = NULL;
-    fr_input_shape *shapes = calloc((size_t)(a.n_inputs ? a.n_inputs : 1), sizeof *shapes);
-    if (!shapes) rc = cli_fail("out of memory");
+    fp8run_model *m = NULL;
+    fp8run_forward *f = NULL;
+    const char **names = calloc((size_t)(a.n_inputs ? a.n_inputs : 1), sizeof *names);
+    int *ranks = calloc((size_t)(a.n_inputs ? a.n_inputs : 1), sizeof *ranks);
+    const int64_t **dims = calloc((size_t)(a.n_inputs ? a.n_inputs : 1), sizeof *dims);
+    if (!names || !ranks || !dims) rc = cli_fail("out of memory");
     for (int i = 0; i < a.n_inputs && rc == 0; i++) {
         run_input *in = &a.inputs[i];
-        if (fr_npy_load(in->file, &in->t) != FR_OK) {
-            rc = cli_fail("--input %s: %s", in->name, fr_last_error());
+        in->t.struct_size = sizeof in->t;
+        if (fp8run_npy_load(in->file, &in->t) != FP8RUN_OK) {
+            rc = cli_fail("--input %s: %s", in->name, cli_last_error());
             break;
         }
-        shapes[i].name = in->name;
-        shapes[i].rank = in->t->rank;
-        memcpy(shapes[i].dims, in->t->dims, sizeof shapes[i].dims);
+        in->t.name = in->name;
+        names[i] = in->name;
+        ranks[i] = in->t.rank;
+        dims[i] = in->t.dims;
     }
-    if (rc == 0 && fr_onnx_load_file(a.model, &g) != FR_OK) rc = cli_fail_status();
+    if (rc == 0 && fp8run_model_load(a.model, &m) != FP8RUN_OK) rc = cli_fail_status();
     /* every graph input needs a value: say which flag is missing before anything runs */
-    for (int i = 0; rc == 0 && i < g->n_inputs; i++) {
-        const char *name = g->values[g->inputs[i]].name;
+    for (int i = 0; rc == 0 && i < fp8run_model_input_count(m); i++) {
+        fp8run_value_info v = {.struct_size = sizeof v};
+        if (fp8run_model_input(m, i, &v) != FP8RUN_OK) {
+            rc = cli_fail_status();
+            break;
+        }
         int given = 0;
-        for (int k = 0; k < a.n_inputs && !given; k++) given = strcmp(a.inputs[k].name, name) == 0;
-        if (!given) rc = cli_fail("model input '%s' has no value: add --input %s=FILE.npy", name, name);
+        for (int k = 0; k < a.n_inputs && !given; k++) given = strcmp(a.inputs[k].name, v.name) == 0;
+        if (!given) rc = cli_fail("model input '%s' has no value: add --input %s=FILE.npy", v.name, v.name);
     }
     if (rc == 0) {
-        fr_prepare_options opt;
-        fr_prepare_options_default(&opt);
-        opt.dims = a.dims.items;
-        opt.n_dims = a.dims.n;
-        opt.input_shapes = shapes;
-        opt.n_input_shapes = a.n_inputs;
-        if (fr_prepare_forward(g, &opt, NULL) != FR_OK || fr_exec_new(g, &e) != FR_OK)
-            rc = cli_fail_status();
+        /* prepared for the arrays' shapes (and --dim), run on the CPU */
+        fp8run_prepare_config pc;
+        fp8run_prepare_config_init(&pc, sizeof pc);
+        pc.dim_names = a.dims.names;
+        pc.dim_values = a.dims.values;
+        pc.n_dims = a.dims.n;
+        pc.input_names = names;
+        pc.input_ranks = ranks;
+        pc.input_dims = dims;
+        pc.n_inputs = a.n_inputs;
+        if (fp8run_forward_create(m, &pc, &f) != FP8RUN_OK) rc = cli_fail_status();
     }
+    fp8run_model_destroy(m); /* the forward pass has its own copy */
     for (int i = 0; i < a.n_inputs && rc == 0; i++)
-        if (fr_exec_set_input(e, a.inputs[i].name, a.inputs[i].t) != FR_OK)
-            rc = cli_fail("%s (from '%s')", fr_last_error(), a.inputs[i].file);
-    if (rc == 0 && fr_exec_run(e) != FR_OK) rc = cli_fail_status();
-    if (rc == 0) rc = make_dirs(a.out_dir);
-    if (rc == 0) rc = write_outputs(e, a.out_dir);
-    fr_exec_free(e);
-    fr_graph_free(g);
-    free(shapes);
+        if (fp8run_forward_set_input(f, &a.inputs[i].t) != FP8RUN_OK)
+            rc = cli_fail("%s (from '%s')", cli_last_error(), a.inputs[i].file);
+    if (rc == 0 && fp8run_forward_run(f) != FP8RUN_OK) rc = cli_fail_status();
+    if (rc == 0) rc = cli_make_dirs(a.out_dir);
+    if (rc == 0) rc = write_outputs(f, a.out_dir);
+    fp8run_forward_destroy(f);
+    free(names);
+    free(ranks);
+    free(dims);
     free_args(&a);
     return rc;
 }

@@ -1,4 +1,4 @@
-/* `fp8run train`, `fp8run eval` and `fp8run export`: the training loop around runtime/trainer.h
+/* `fp8run train`, `fp8run eval` and `fp8run export`: the training loop around an fp8run session
  * (data loaders, progress, JSONL log, validation, checkpoints, Ctrl-C, export), evaluation of
  * a model or checkpoint, and export of a checkpoint's weights into the original model. */
 #include <dirent.h>
@@ -7,16 +7,10 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
-#include "graph/onnx_io.h"
-#include "runtime/checkpoint.h"
-#include "runtime/data.h"
-#include "runtime/fbs.h"
-#include "runtime/trainer.h"
 
 #define CLI_EXIT_INTERRUPTED 130
 #define CKPT_PATTERN "step_%08lld.ckpt"
@@ -25,7 +19,7 @@
 /* help                                                                                      */
 /* ---------------------------------------------------------------------------------------- */
 
-void fr_cli_train_help(FILE *f)
+void cli_train_help(FILE *f)
 {
     fprintf(f,
             "usage: fp8run train MODEL --data FILE --steps N --batch B --seq T --lr LR [options]\n"
@@ -99,7 +93,7 @@ void fr_cli_train_help(FILE *f)
             "Ctrl-C finishes the current step, saves a checkpoint (with --ckpt-dir) and exits 130.\n");
 }
 
-void fr_cli_eval_help(FILE *f)
+void cli_eval_help(FILE *f)
 {
     fprintf(f,
             "usage: fp8run eval MODEL|COMPILED.fbs|CKPT --data FILE --batch B --seq T [options]\n"
@@ -120,7 +114,7 @@ void fr_cli_eval_help(FILE *f)
             "  -h, --help              show this help\n");
 }
 
-void fr_cli_export_help(FILE *f)
+void cli_export_help(FILE *f)
 {
     fprintf(f,
             "usage: fp8run export CKPT [--model MODEL] -o OUT.onnx\n"
@@ -199,9 +193,10 @@ typedef struct train_args {
     int optimizer;                         /* index into k_optimizers */
     double wd, beta1, beta2, eps, momentum; /* NAN: the optimizer's default */
     int schedule; /* -1: from the other options */
-    int order;    /* fr_data_order */
-    fr_dtype token_dtype;
-    fr_train_options o;
+    fp8run_data_order order;
+    fp8run_dtype token_dtype;
+    fp8run_train_config o;
+    const char *device;     /* --device */
     cli_dims dims;
     int64_t log_fp8;        /* --log-fp8 N: FP8 statistics every N steps (0: off) */
     int have_precision;
@@ -216,21 +211,21 @@ static const char *const k_algos[] = {"max", "most_recent", NULL};
 static const char *const k_optimizers[] = {"adamw", "sgd", NULL};
 static const char *const k_schedules[] = {"constant", "warmup_constant", "cosine", NULL};
 static const char *const k_dtypes[] = {"uint8", "uint16", "uint32", NULL};
-static const fr_dtype k_dtype_of[] = {FR_U8, FR_U16, FR_U32};
+static const fp8run_dtype k_dtype_of[] = {FP8RUN_DTYPE_UINT8, FP8RUN_DTYPE_UINT16, FP8RUN_DTYPE_UINT32};
 static const char *const k_orders[] = {"random", "sequential", NULL};
 
 static void args_init(train_args *a)
 {
     memset(a, 0, sizeof *a);
-    fr_train_options_default(&a->o);
+    fp8run_train_config_init(&a->o, sizeof a->o);
     a->o.grad_clip = 1.0;
-    a->o.device = "auto"; /* the GPU when one is usable; the CPU otherwise (and it says which) */
+    a->device = "auto"; /* the GPU when one is usable; the CPU otherwise (and it says which) */
     a->val_batches = 20;
     a->log_every = 10;
     a->ckpt_keep = 3;
     a->schedule = -1;
-    a->order = FR_DATA_RANDOM;
-    a->token_dtype = FR_U16;
+    a->order = FP8RUN_DATA_RANDOM;
+    a->token_dtype = FP8RUN_DTYPE_UINT16;
     a->wd = a->beta1 = a->beta2 = a->eps = a->momentum = NAN;
 }
 
@@ -253,7 +248,7 @@ static int common_option(const char *cmd, int argc, char **argv, int *i, train_a
             a->have_precision = 1;
         }
     } else if (OPT("--device")) {
-        if (m > 0 && (*rc = parse_choice(cmd, "--device", v, k_devices, &k)) == 0) a->o.device = k_devices[k];
+        if (m > 0 && (*rc = parse_choice(cmd, "--device", v, k_devices, &k)) == 0) a->device = k_devices[k];
     } else if (OPT("--loss-output")) a->o.loss_output = v;
     else if (OPT("--logits-output")) a->o.logits_output = v;
     else if (OPT("--tokens-input")) a->o.tokens_input = v;
@@ -273,7 +268,7 @@ static int train_option(int argc, char **argv, int *i, train_args *a, int *rc)
 {
     const char *v = NULL, *cmd = "train";
     int m, k;
-    fr_train_options *o = &a->o;
+    fp8run_train_config *o = &a->o;
 #define OPT(name) ((m = cli_option(argc, argv, i, cmd, name, &v)) != 0)
 #define VAL (m > 0)
     if (OPT("--val")) a->val = v;
@@ -282,16 +277,17 @@ static int train_option(int argc, char **argv, int *i, train_args *a, int *rc)
         if (VAL && (*rc = parse_i64(cmd, "--val-batches", v, 0, &a->val_batches)) == 0) a->have_val_batches = 1;
     }
     else if (OPT("--data-order")) {
-        if (VAL && (*rc = parse_choice(cmd, "--data-order", v, k_orders, &k)) == 0) a->order = k;
+        if (VAL && (*rc = parse_choice(cmd, "--data-order", v, k_orders, &k)) == 0)
+            a->order = k ? FP8RUN_DATA_SEQUENTIAL : FP8RUN_DATA_RANDOM;
     } else if (OPT("--steps")) {
         if (VAL && (*rc = parse_i64(cmd, "--steps", v, 1, &a->steps)) == 0) a->have_steps = 1;
     } else if (OPT("--grad-accum")) { if (VAL) *rc = parse_int(cmd, "--grad-accum", v, 1, &o->grad_accum); }
     else if (OPT("--lr")) {
-        if (VAL && (*rc = parse_f64(cmd, "--lr", v, 0, &o->lr.max_lr)) == 0) a->have_lr = 1;
+        if (VAL && (*rc = parse_f64(cmd, "--lr", v, 0, &o->lr)) == 0) a->have_lr = 1;
     } else if (OPT("--warmup")) {
-        if (VAL && (*rc = parse_i64(cmd, "--warmup", v, 0, &o->lr.warmup_steps)) == 0) a->have_warmup = 1;
+        if (VAL && (*rc = parse_i64(cmd, "--warmup", v, 0, &o->warmup_steps)) == 0) a->have_warmup = 1;
     } else if (OPT("--min-lr")) {
-        if (VAL && (*rc = parse_f64(cmd, "--min-lr", v, 0, &o->lr.min_lr)) == 0) a->have_min_lr = 1;
+        if (VAL && (*rc = parse_f64(cmd, "--min-lr", v, 0, &o->min_lr)) == 0) a->have_min_lr = 1;
     } else if (OPT("--schedule")) {
         if (VAL) *rc = parse_choice(cmd, "--schedule", v, k_schedules, &a->schedule);
     } else if (OPT("--optimizer")) {
@@ -309,23 +305,23 @@ static int train_option(int argc, char **argv, int *i, train_args *a, int *rc)
     else if (OPT("--train")) o->train_regex = VAL ? v : NULL;
     else if (OPT("--freeze")) o->freeze_regex = VAL ? v : NULL;
     else if (OPT("--recipe")) {
-        if (VAL && (*rc = parse_choice(cmd, "--recipe", v, k_recipes, &k)) == 0) o->fp8.recipe = k_recipes[k];
+        if (VAL && (*rc = parse_choice(cmd, "--recipe", v, k_recipes, &k)) == 0) o->recipe = k_recipes[k];
     } else if (OPT("--fp8-format")) {
-        if (VAL && (*rc = parse_choice(cmd, "--fp8-format", v, k_formats, &k)) == 0) o->fp8.fp8_format = k_formats[k];
-    } else if (OPT("--amax-history")) { if (VAL) *rc = parse_int(cmd, "--amax-history", v, 1, &o->fp8.amax_history_len); }
+        if (VAL && (*rc = parse_choice(cmd, "--fp8-format", v, k_formats, &k)) == 0) o->fp8_format = k_formats[k];
+    } else if (OPT("--amax-history")) { if (VAL) *rc = parse_int(cmd, "--amax-history", v, 1, &o->amax_history_len); }
     else if (OPT("--amax-algo")) {
-        if (VAL && (*rc = parse_choice(cmd, "--amax-algo", v, k_algos, &k)) == 0) o->fp8.amax_algo = k ? FR_AMAX_MOST_RECENT : FR_AMAX_MAX;
+        if (VAL && (*rc = parse_choice(cmd, "--amax-algo", v, k_algos, &k)) == 0) o->amax_algo = k_algos[k];
     } else if (OPT("--fp8-margin")) {
         int64_t x;
         if (VAL && (*rc = parse_i64(cmd, "--fp8-margin", v, -64, &x)) == 0) {
             if (x > 64) *rc = cli_usage(cmd, "--fp8-margin: %s is outside -64..64", v);
-            else o->fp8.margin = (int)x;
+            else o->fp8_margin = (int)x;
         }
-    } else if (OPT("--fp8-interval")) { if (VAL) *rc = parse_int(cmd, "--fp8-interval", v, 1, &o->fp8.interval); }
-    else if (OPT("--bf16-boundary")) { if (VAL) *rc = parse_int(cmd, "--bf16-boundary", v, 0, &o->fp8.bf16_boundary); }
-    else if (OPT("--fp8-exclude")) o->fp8.fp8_exclude = VAL ? v : NULL;
-    else if (strcmp(argv[*i], "--no-fuse") == 0) { o->fp8.fuse = 0; m = 1; }
-    else if (OPT("--pad-multiple")) { if (VAL) *rc = parse_int(cmd, "--pad-multiple", v, 1, &o->fp8.pad_multiple); }
+    } else if (OPT("--fp8-interval")) { if (VAL) *rc = parse_int(cmd, "--fp8-interval", v, 1, &o->fp8_interval); }
+    else if (OPT("--bf16-boundary")) { if (VAL) *rc = parse_int(cmd, "--bf16-boundary", v, 0, &o->bf16_boundary); }
+    else if (OPT("--fp8-exclude")) o->fp8_exclude = VAL ? v : NULL;
+    else if (strcmp(argv[*i], "--no-fuse") == 0) { o->fuse = 0; m = 1; }
+    else if (OPT("--pad-multiple")) { if (VAL) *rc = parse_int(cmd, "--pad-multiple", v, 1, &o->pad_multiple); }
     else if (OPT("--log-fp8")) { if (VAL) *rc = parse_i64(cmd, "--log-fp8", v, 1, &a->log_fp8); }
     else if (OPT("--log")) a->log = v;
     else if (OPT("--log-every")) { if (VAL) *rc = parse_i64(cmd, "--log-every", v, 1, &a->log_every); }
@@ -382,54 +378,31 @@ static int parse_train(int argc, char **argv, train_args *a, int *help)
     if (a->resume && !a->ckpt_dir) return cli_usage("train", "--resume needs --ckpt-dir DIR");
     if (a->val_every && !a->val) return cli_usage("train", "--val-every needs --val FILE");
     if (a->ckpt_every && !a->ckpt_dir) return cli_usage("train", "--ckpt-every needs --ckpt-dir DIR");
-    fr_opt_config *c = &a->o.opt;
-    *c = a->optimizer ? fr_opt_config_sgd() : fr_opt_config_adamw();
-    if (!isnan(a->wd)) c->weight_decay = a->wd;
+    fp8run_train_config *c = &a->o;
+    c->optimizer = k_optimizers[a->optimizer];
+    if (!isnan(a->wd)) c->weight_decay = a->wd; /* NaN: the optimizer's own */
     if (!isnan(a->beta1)) c->beta1 = a->beta1;
     if (!isnan(a->beta2)) c->beta2 = a->beta2;
     if (!isnan(a->eps)) c->eps = a->eps;
     if (!isnan(a->momentum)) c->momentum = a->momentum;
-    fr_lr_schedule *s = &a->o.lr;
-    s->kind = a->schedule >= 0 ? (fr_lr_kind)a->schedule
-              : a->have_min_lr ? FR_LR_COSINE
-              : a->have_warmup ? FR_LR_WARMUP_CONSTANT
-                               : FR_LR_CONSTANT;
-    s->total_steps = a->steps;
-    if (s->kind == FR_LR_COSINE && s->warmup_steps >= a->steps)
+    int kind = a->schedule >= 0 ? a->schedule : a->have_min_lr ? 2 : a->have_warmup ? 1 : 0;
+    c->lr_schedule = k_schedules[kind];
+    c->total_steps = a->steps;
+    if (kind == 2 && c->warmup_steps >= a->steps)
         return cli_usage("train", "--warmup %lld must be below --steps %lld for the cosine schedule",
-                         (long long)s->warmup_steps, (long long)a->steps);
-    if (s->kind == FR_LR_COSINE && s->min_lr > s->max_lr)
-        return cli_usage("train", "--min-lr %g is above --lr %g", s->min_lr, s->max_lr);
-    a->o.batch = a->batch;
-    a->o.seq_len = a->seq;
-    a->o.dims = a->dims.items;
-    a->o.n_dims = a->dims.n;
+                         (long long)c->warmup_steps, (long long)a->steps);
+    if (kind == 2 && c->min_lr > c->lr) return cli_usage("train", "--min-lr %g is above --lr %g", c->min_lr, c->lr);
+    c->batch = a->batch;
+    c->seq_len = a->seq;
+    c->dim_names = a->dims.names;
+    c->dim_values = a->dims.values;
+    c->n_dims = a->dims.n;
     return 0;
 }
 
 /* ---------------------------------------------------------------------------------------- */
 /* files                                                                                     */
 /* ---------------------------------------------------------------------------------------- */
-
-static int make_dirs(const char *dir)
-{
-    char *p = strdup(dir);
-    if (!p) return cli_fail("out of memory");
-    int rc = 0;
-    for (char *s = p + 1; rc == 0; s++) {
-        int last = *s == '\0';
-        if (*s != '/' && !last) continue;
-        char c = *s;
-        *s = '\0';
-        if (mkdir(p, 0777) != 0 && errno != EEXIST) rc = cli_fail("cannot create folder '%s': %s", p, strerror(errno));
-        *s = c;
-        if (last) break;
-    }
-    struct stat sb;
-    if (rc == 0 && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))) rc = cli_fail("'%s' is not a folder", dir);
-    free(p);
-    return rc;
-}
 
 static char *ckpt_path(const char *dir, int64_t step)
 {
@@ -477,23 +450,22 @@ static int list_ckpts(const char *dir, int64_t **steps, int *n)
 }
 
 /* The newest checkpoint that opens and verifies; corrupted ones are skipped with a warning.
- * *path = NULL when there is none. */
-static int newest_valid_ckpt(const char *dir, char **path)
+ * *path = NULL when there is none; *ck (kept open: its data loader state) with it. */
+static int newest_valid_ckpt(const char *dir, char **path, fp8run_checkpoint **ck)
 {
     int64_t *steps;
     int n;
     *path = NULL;
+    *ck = NULL;
     int rc = list_ckpts(dir, &steps, &n);
     for (int i = 0; rc == 0 && i < n && !*path; i++) {
         char *p = ckpt_path(dir, steps[i]);
-        fr_ckpt *c;
         if (!p) {
             rc = cli_fail("out of memory");
-        } else if (fr_ckpt_open(p, &c) == FR_OK) {
-            fr_ckpt_close(c);
+        } else if (fp8run_checkpoint_open(p, ck) == FP8RUN_OK) {
             *path = p;
         } else {
-            fprintf(stderr, "fp8run: warning: skipping checkpoint '%s': %s\n", p, fr_last_error());
+            fprintf(stderr, "fp8run: warning: skipping checkpoint '%s': %s\n", p, cli_last_error());
             free(p);
         }
     }
@@ -513,41 +485,6 @@ static void prune_ckpts(const char *dir, int64_t keep)
         free(p);
     }
     free(steps);
-}
-
-/* The "model" field of a checkpoint's config JSON (malloc'ed) or NULL. */
-static char *config_model_path(const char *json)
-{
-    const char *k = json ? strstr(json, "\"model\": \"") : NULL;
-    if (!k) return NULL;
-    k += strlen("\"model\": \"");
-    char *out = malloc(strlen(k) + 1), *o = out;
-    if (!out) return NULL;
-    for (; *k && *k != '"'; k++) {
-        if (*k == '\\' && k[1]) {
-            k++;
-            if (*k == 'u') { /* only control characters are \u-escaped by the writer */
-                unsigned c = 0;
-                if (sscanf(k + 1, "%4x", &c) != 1) break;
-                *o++ = (char)c;
-                k += 4;
-                continue;
-            }
-        }
-        *o++ = *k;
-    }
-    *o = '\0';
-    return out;
-}
-
-static int is_checkpoint_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    char magic[8] = {0};
-    if (!f) return 0;
-    size_t n = fread(magic, 1, sizeof magic, f);
-    fclose(f);
-    return n == 8 && memcmp(magic, "FP8RCKPT", 8) == 0;
 }
 
 /* A resumed run continues the JSONL log: records of steps after the checkpoint (written by the
@@ -617,8 +554,9 @@ static const char *hms(double s, char *buf, size_t n)
 
 typedef struct loop {
     train_args *a;
-    fr_trainer *t;
-    fr_data_loader *dl, *vl;
+    fp8run_model *m;
+    fp8run_session *t;
+    fp8run_data_loader *dl, *vl;
     FILE *log;
     int tty;
     int line_open;     /* a \r progress line is on the terminal */
@@ -637,7 +575,7 @@ static void end_line(loop *L)
     }
 }
 
-static void progress(loop *L, int64_t done, const fr_train_stats *s)
+static void progress(loop *L, int64_t done, const fp8run_step_stats *s)
 {
     int64_t total = L->a->steps, ran = done - L->first;
     double el = now_s() - L->t0, tps = L->train_s > 0 ? (double)(ran * L->tokens_per_step) / L->train_s : 0;
@@ -663,7 +601,7 @@ static void log_json_num(FILE *f, const char *key, double v)
         fprintf(f, ", \"%s\": null", key); /* JSON has no NaN/Inf */
 }
 
-static void log_step(loop *L, int64_t done, const fr_train_stats *s, double tps)
+static void log_step(loop *L, int64_t done, const fp8run_step_stats *s, double tps)
 {
     if (!L->log) return;
     fprintf(L->log, "{\"step\": %lld", (long long)done);
@@ -693,39 +631,38 @@ static void log_json_str(FILE *f, const char *v)
  * recipe does not have are null, with a note saying why. */
 static int log_fp8(loop *L, int64_t done)
 {
-    int n = fr_trainer_fp8_stats(L->t, NULL, 0);
-    if (!L->log || n == 0) return 0;
-    fr_fp8_stat *st = calloc((size_t)n, sizeof *st);
-    if (!st) return cli_fail("out of memory");
-    fr_trainer_fp8_stats(L->t, st, n);
+    int n = 0;
+    if (!L->log) return 0;
+    if (fp8run_session_fp8_stats(L->t, &n) != FP8RUN_OK) return cli_fail_status();
+    if (n == 0) return 0;
     FILE *f = L->log;
     fprintf(f, "{\"step\": %lld, \"fp8\": [", (long long)done);
     for (int i = 0; i < n; i++) {
-        const fr_fp8_stat *s = &st[i];
+        fp8run_fp8_stat s = {.struct_size = sizeof s};
+        if (fp8run_session_fp8_stat(L->t, i, &s) != FP8RUN_OK) return cli_fail_status();
         fprintf(f, "%s{\"layer\": ", i ? ", " : "");
-        log_json_str(f, s->layer);
-        fprintf(f, ", \"operand\": \"%s\", \"recipe\": \"%s\", \"format\": \"%s\"", s->operand, s->recipe, s->format);
-        log_json_num(f, "amax", s->has_amax ? s->amax : NAN);
-        log_json_num(f, "scale", s->has_scale ? s->scale : NAN);
-        if (strcmp(s->recipe, "delayed") == 0) {
-            log_json_num(f, "next_scale", s->next_scale);
-            log_json_num(f, "history_max", s->history_max);
-            fprintf(f, ", \"updates\": %lld", (long long)s->updates);
+        log_json_str(f, s.layer);
+        fprintf(f, ", \"operand\": \"%s\", \"recipe\": \"%s\", \"format\": \"%s\"", s.operand, s.recipe, s.format);
+        log_json_num(f, "amax", s.has_amax ? s.amax : NAN);
+        log_json_num(f, "scale", s.has_scale ? s.scale : NAN);
+        if (strcmp(s.recipe, "delayed") == 0) {
+            log_json_num(f, "next_scale", s.next_scale);
+            log_json_num(f, "history_max", s.history_max);
+            fprintf(f, ", \"updates\": %lld", (long long)s.updates);
         }
-        log_json_num(f, "fp8_max", s->fp8_max);
-        if (s->has_amax && s->has_scale) {
-            log_json_num(f, "range_use", s->range_use);
-            fprintf(f, ", \"saturated\": %s", s->saturated ? "true" : "false");
+        log_json_num(f, "fp8_max", s.fp8_max);
+        if (s.has_amax && s.has_scale) {
+            log_json_num(f, "range_use", s.range_use);
+            fprintf(f, ", \"saturated\": %s", s.saturated ? "true" : "false");
         }
-        if (s->note[0]) {
+        if (s.note[0]) {
             fprintf(f, ", \"note\": ");
-            log_json_str(f, s->note);
+            log_json_str(f, s.note);
         }
         fputc('}', f);
     }
     fprintf(f, "]}\n");
     fflush(f);
-    free(st);
     return 0;
 }
 
@@ -736,16 +673,18 @@ static int log_fp8(loop *L, int64_t done)
 static int validate(loop *L, int64_t done)
 {
     const int64_t B = L->a->batch, T = L->a->seq;
-    int64_t *w = malloc((size_t)(B * (T + 1)) * sizeof *w);
+    const size_t per = (size_t)(B * (T + 1));
+    int64_t *w = malloc(per * sizeof *w);
     if (!w) return cli_fail("out of memory");
-    fr_data_reset(L->vl);
-    int64_t n = fr_data_batches_per_epoch(L->vl);
+    fp8run_data_reset(L->vl);
+    int64_t n = fp8run_data_batches_per_epoch(L->vl);
     double sum = 0;
     int rc = 0;
     for (int64_t b = 0; b < n && rc == 0; b++) {
         double l;
-        if (fr_data_next(L->vl, FR_I64, w) != FR_OK || fr_trainer_eval(L->t, w, &l) != FR_OK)
-            rc = cli_fail("validation: %s", fr_last_error());
+        if (fp8run_data_next(L->vl, FP8RUN_DTYPE_INT64, w, per) != FP8RUN_OK ||
+            fp8run_session_eval(L->t, w, FP8RUN_DTYPE_INT64, per, &l) != FP8RUN_OK)
+            rc = cli_fail("validation: %s", cli_last_error());
         else
             sum += l;
     }
@@ -769,11 +708,9 @@ static int save_ckpt(loop *L, int64_t done)
     if (!L->a->ckpt_dir || L->last_ckpt == done) return 0;
     char *p = ckpt_path(L->a->ckpt_dir, done);
     if (!p) return cli_fail("out of memory");
-    uint8_t ds[FR_DATA_STATE_BYTES];
-    fr_data_get_state(L->dl, ds);
     int rc = 0;
-    if (fr_trainer_save(L->t, p, ds, sizeof ds) != FR_OK) {
-        rc = cli_fail("saving checkpoint: %s", fr_last_error());
+    if (fp8run_session_save(L->t, p, L->dl) != FP8RUN_OK) { /* with the loader's position */
+        rc = cli_fail("saving checkpoint: %s", cli_last_error());
     } else {
         end_line(L);
         fprintf(stderr, "checkpoint: %s\n", p);
@@ -788,30 +725,31 @@ static int train_loop(loop *L)
 {
     train_args *a = L->a;
     const int K = a->o.grad_accum;
-    const int64_t per = a->batch * (a->seq + 1);
-    int64_t *w = malloc((size_t)(K * per) * sizeof *w);
+    const size_t per = (size_t)(a->batch * (a->seq + 1));
+    int64_t *w = malloc((size_t)K * per * sizeof *w);
     if (!w) return cli_fail("out of memory");
     int rc = 0;
-    int64_t done = fr_trainer_steps_done(L->t);
+    int64_t done = fp8run_session_steps_done(L->t);
     L->first = done;
     L->t0 = now_s();
     while (done < a->steps && rc == 0) {
+        /* micro-batch by micro-batch, as the checkpoint's loader position counts them */
         for (int k = 0; k < K && rc == 0; k++)
-            if (fr_data_next(L->dl, FR_I64, w + k * per) != FR_OK) {
-                char msg[1024];
-                snprintf(msg, sizeof msg, "%s", fr_last_error());
+            if (fp8run_data_next(L->dl, FP8RUN_DTYPE_INT64, w + (size_t)k * per, per) != FP8RUN_OK) {
+                char msg[2048];
+                snprintf(msg, sizeof msg, "%s", cli_last_error());
                 save_ckpt(L, done); /* what was trained so far is kept */
                 end_line(L);
                 rc = cli_fail("%s", msg);
             }
         if (rc) break;
-        fr_train_stats s;
+        fp8run_step_stats s = {.struct_size = sizeof s};
         double t1 = now_s();
-        fr_status st = fr_trainer_step(L->t, w, K, &s);
+        fp8run_status st = fp8run_session_train_step(L->t, w, FP8RUN_DTYPE_INT64, (size_t)K * per, &s);
         double dt = now_s() - t1;
         L->train_s += dt;
-        if (st != FR_OK && st != FR_ERR_NUMERIC) {
-            rc = cli_fail("step %lld: %s", (long long)done + 1, fr_last_error());
+        if (st != FP8RUN_OK && st != FP8RUN_ERR_NUMERIC) {
+            rc = cli_fail("step %lld: %s", (long long)done + 1, cli_last_error());
             break;
         }
         done++;
@@ -822,9 +760,9 @@ static int train_loop(loop *L)
             fprintf(stderr, "fp8run: warning: step %lld skipped (%d in a row): %s\n", (long long)done, s.bad_in_a_row,
                     s.reason);
         }
-        if (st == FR_ERR_NUMERIC) { /* too many bad steps: keep what we have, then stop */
-            char msg[1024];
-            snprintf(msg, sizeof msg, "%s", fr_last_error());
+        if (st == FP8RUN_ERR_NUMERIC) { /* too many bad steps: keep what we have, then stop */
+            char msg[2048];
+            snprintf(msg, sizeof msg, "%s", cli_last_error());
             save_ckpt(L, done);
             end_line(L);
             rc = cli_fail("%s", msg);
@@ -850,36 +788,47 @@ static int train_loop(loop *L)
     return rc;
 }
 
+/* The data loader options both commands share. */
+static fp8run_data_config data_config(const train_args *a, int64_t vocab)
+{
+    fp8run_data_config d;
+    fp8run_data_config_init(&d, sizeof d);
+    d.batch = a->batch;
+    d.seq_len = a->seq;
+    d.order = a->order;
+    d.seed = a->o.seed;
+    d.token_dtype = a->token_dtype;
+    d.vocab_size = vocab;
+    return d;
+}
+
 static int open_loaders(loop *L)
 {
     train_args *a = L->a;
-    fr_data_opts d = fr_data_opts_default();
-    d.batch = a->batch;
-    d.seq_len = a->seq;
-    d.order = (fr_data_order)a->order;
-    d.seed = a->o.seed;
-    d.token_dtype = a->token_dtype;
-    d.vocab_size = fr_trainer_vocab(L->t);
-    if (fr_data_open(a->data, &d, &L->dl) != FR_OK) return cli_fail("--data: %s", fr_last_error());
-    if (a->val && fr_data_open_val(a->val, &d, a->val_batches, &L->vl) != FR_OK) {
+    fp8run_data_config d = data_config(a, fp8run_session_vocab(L->t));
+    if (fp8run_data_open(a->data, &d, &L->dl) != FP8RUN_OK) return cli_fail("--data: %s", cli_last_error());
+    if (a->val && fp8run_data_open_val(a->val, &d, a->val_batches, &L->vl) != FP8RUN_OK) {
         /* the default batch count on a small file: take what the file holds */
-        if (a->have_val_batches || fr_data_open_val(a->val, &d, 0, &L->vl) != FR_OK)
-            return cli_fail("--val: %s", fr_last_error());
+        if (a->have_val_batches || fp8run_data_open_val(a->val, &d, 0, &L->vl) != FP8RUN_OK)
+            return cli_fail("--val: %s", cli_last_error());
     }
     return 0;
 }
 
 /* batch, seq and precision: a compiled graph fixes them (given ones must agree); an ONNX model
  * needs --batch and --seq. */
-static int shape_from_model(const char *cmd, train_args *a, const fr_graph *g)
+static int shape_from_model(const char *cmd, train_args *a, const fp8run_model *m)
 {
-    if (!fr_fbs_is_compiled(g)) {
+    fp8run_model_info mi = {.struct_size = sizeof mi};
+    if (fp8run_model_get_info(m, &mi) != FP8RUN_OK) return cli_fail_status();
+    if (!mi.compiled) {
         if (!a->have_batch || !a->have_seq) return cli_usage(cmd, "--batch B and --seq T are required");
         return 0;
     }
     int64_t b, s;
-    const char *path = g->source_path ? g->source_path : a->model;
-    if (fr_fbs_shape(g, &b, &s) != FR_OK) return cli_fail_status();
+    const char *prec;
+    const char *path = fp8run_model_path(m) ? fp8run_model_path(m) : a->model;
+    if (fp8run_model_compiled_for(m, &b, &s, &prec) != FP8RUN_OK) return cli_fail_status();
     if ((a->have_batch && a->batch != b) || (a->have_seq && a->seq != s))
         return cli_fail("'%s' is compiled for --batch %lld --seq %lld (a compiled graph is specialized to its "
                         "shapes): recompile it with `fp8run compile MODEL -o %s --batch %lld --seq %lld`, or train "
@@ -890,18 +839,26 @@ static int shape_from_model(const char *cmd, train_args *a, const fr_graph *g)
                          "(fp8run compile ... %s)", a->recipe_opt, a->recipe_opt);
     a->batch = a->o.batch = b;
     a->seq = a->o.seq_len = s;
-    /* the recorded precision (the trainer checks the whole file when it decodes it) */
-    const char *prec = NULL;
-    for (int i = 0; i < g->n_metadata && !prec; i++)
-        if (strcmp(g->metadata[i].key, "fp8run.option.precision") == 0) prec = g->metadata[i].value;
-    fr_lin_precision lp;
-    if (!prec || fr_lin_precision_parse(prec, &lp) != FR_OK)
-        return cli_fail("compiled graph '%s': metadata key 'fp8run.option.precision' is missing or malformed", path);
-    prec = fr_lin_precision_name(lp);
     if (a->have_precision && strcmp(a->o.precision, prec) != 0)
         return cli_fail("'%s' is compiled for precision %s, not %s: recompile it with --precision %s", path, prec,
                         a->o.precision, a->o.precision);
     a->o.precision = prec; /* a static string */
+    return 0;
+}
+
+/* Resume: the checkpoint's weights into the model first (so frozen ones agree too), then, once
+ * the session exists, everything else and the loader's position. */
+static int resume_session(loop *L, const char *resume, const fp8run_checkpoint *ck)
+{
+    const void *ds = NULL;
+    size_t len = 0;
+    if (fp8run_session_load(L->t, resume, NULL) != FP8RUN_OK) return cli_fail_status();
+    if (fp8run_checkpoint_data_state(ck, &ds, &len) != FP8RUN_OK)
+        return cli_fail("checkpoint '%s' has no data loader state", resume);
+    if (fp8run_data_set_state(L->dl, ds, len) != FP8RUN_OK)
+        return cli_fail("resuming from '%s': %s", resume, cli_last_error());
+    L->last_ckpt = fp8run_session_steps_done(L->t);
+    fprintf(stderr, "resumed from %s at step %lld\n", resume, (long long)fp8run_session_steps_done(L->t));
     return 0;
 }
 
@@ -912,50 +869,40 @@ static int run_train(train_args *a)
     L.a = a;
     L.last_ckpt = -1;
     L.tty = isatty(STDERR_FILENO);
-    fr_graph *g = NULL;
     char *resume = NULL;
+    fp8run_checkpoint *ck = NULL;
     int rc = 0;
-    if (fr_onnx_load_file(a->model, &g) != FR_OK) rc = cli_fail_status();
-    if (rc == 0) rc = shape_from_model("train", a, g);
+    if (fp8run_model_load(a->model, &L.m) != FP8RUN_OK) rc = cli_fail_status();
+    if (rc == 0) rc = shape_from_model("train", a, L.m);
     L.tokens_per_step = a->batch * a->seq * a->o.grad_accum;
-    if (rc == 0 && a->ckpt_dir) rc = make_dirs(a->ckpt_dir);
-    if (rc == 0 && a->resume) rc = newest_valid_ckpt(a->ckpt_dir, &resume);
+    if (rc == 0 && a->ckpt_dir) rc = cli_make_dirs(a->ckpt_dir);
+    if (rc == 0 && a->resume) rc = newest_valid_ckpt(a->ckpt_dir, &resume, &ck);
     if (rc == 0 && a->resume && !resume)
         fprintf(stderr, "fp8run: no checkpoint in '%s': starting from step 0\n", a->ckpt_dir);
-    /* the checkpoint's weights into the model first, so frozen ones agree too */
-    if (rc == 0 && resume && fr_train_apply_weights(g, resume, NULL) != FR_OK) rc = cli_fail_status();
-    if (rc == 0 && fr_trainer_new(g, &a->o, &L.t) != FR_OK) rc = cli_fail_status();
+    if (rc == 0 && resume && fp8run_model_apply_checkpoint(L.m, resume, NULL) != FP8RUN_OK) rc = cli_fail_status();
+    if (rc == 0 && fp8run_session_create(L.m, a->device, &a->o, &L.t) != FP8RUN_OK) rc = cli_fail_status();
     if (rc == 0) rc = open_loaders(&L);
-    if (rc == 0 && resume) {
-        void *ds = NULL;
-        size_t len = 0;
-        if (fr_trainer_load(L.t, resume, &ds, &len) != FR_OK)
-            rc = cli_fail_status();
-        else if (!ds)
-            rc = cli_fail("checkpoint '%s' has no data loader state", resume);
-        else if (fr_data_set_state(L.dl, ds, len) != FR_OK)
-            rc = cli_fail("resuming from '%s': %s", resume, fr_last_error());
-        free(ds);
-        if (rc == 0) {
-            L.last_ckpt = fr_trainer_steps_done(L.t);
-            fprintf(stderr, "resumed from %s at step %lld\n", resume, (long long)fr_trainer_steps_done(L.t));
-        }
-    }
-    if (rc == 0 && a->log && resume) rc = trim_log(a->log, fr_trainer_steps_done(L.t));
+    if (rc == 0 && resume) rc = resume_session(&L, resume, ck);
+    if (rc == 0 && a->log && resume) rc = trim_log(a->log, fp8run_session_steps_done(L.t));
     if (rc == 0 && a->log) {
         L.log = fopen(a->log, resume ? "a" : "w");
         if (!L.log) rc = cli_fail("cannot open log '%s': %s", a->log, strerror(errno));
     }
-    if (rc == 0 && a->log_fp8 && fr_trainer_fp8_stats(L.t, NULL, 0) == 0)
+    int n_fp8 = 0;
+    if (rc == 0 && a->log_fp8 && fp8run_session_fp8_stats(L.t, &n_fp8) == FP8RUN_OK && n_fp8 == 0)
         fprintf(stderr, "fp8run: warning: --log-fp8: this run has no fp8 Linear (precision %s): nothing to log\n",
                 a->o.precision);
     if (rc == 0) {
         char n1[32];
         int64_t np = 0;
-        for (int i = 0; i < fr_trainer_param_count(L.t); i++) np += fr_trainer_param_numel(L.t, i);
+        int n_params = fp8run_session_param_count(L.t);
+        for (int i = 0; i < n_params; i++) {
+            fp8run_value_info pi = {.struct_size = sizeof pi};
+            if (fp8run_session_param(L.t, i, &pi) == FP8RUN_OK) np += pi.numel;
+        }
         fprintf(stderr, "training %s on %s: %s parameters in %d tensors, %s, %lld x %lld x %d tokens per step, %lld steps\n",
-                a->model, fr_trainer_device(L.t), cli_human_count(np, n1, sizeof n1), fr_trainer_param_count(L.t),
-                a->o.precision, (long long)a->batch, (long long)a->seq, a->o.grad_accum, (long long)a->steps);
+                a->model, fp8run_session_device(L.t), cli_human_count(np, n1, sizeof n1), n_params, a->o.precision,
+                (long long)a->batch, (long long)a->seq, a->o.grad_accum, (long long)a->steps);
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = on_signal;
@@ -967,30 +914,31 @@ static int run_train(train_args *a)
         signal(SIGTERM, SIG_DFL);
     }
     if (rc == 0 && a->export_path) {
-        if (fr_trainer_export(L.t, a->export_path) != FR_OK)
-            rc = cli_fail("--export: %s", fr_last_error());
+        if (fp8run_session_export(L.t, a->export_path) != FP8RUN_OK)
+            rc = cli_fail("--export: %s", cli_last_error());
         else
             printf("exported %s\n", a->export_path);
     }
     if (rc == 0)
-        printf("trained %s: %lld steps (%lld skipped)\n", a->model, (long long)fr_trainer_steps_done(L.t),
-               (long long)fr_trainer_skipped_total(L.t));
+        printf("trained %s: %lld steps (%lld skipped)\n", a->model, (long long)fp8run_session_steps_done(L.t),
+               (long long)fp8run_session_steps_skipped(L.t));
     if (L.log) fclose(L.log);
-    fr_data_close(L.dl);
-    fr_data_close(L.vl);
-    fr_trainer_free(L.t);
-    fr_graph_free(g);
+    fp8run_data_close(L.dl);
+    fp8run_data_close(L.vl);
+    fp8run_session_destroy(L.t);
+    fp8run_model_destroy(L.m);
+    fp8run_checkpoint_close(ck);
     free(resume);
     return rc;
 }
 
-int fr_cli_train(int argc, char **argv)
+int cli_train(int argc, char **argv)
 {
     train_args a;
     args_init(&a);
     int help = 0, rc = parse_train(argc, argv, &a, &help);
     if (help) {
-        fr_cli_train_help(stdout);
+        cli_train_help(stdout);
         rc = 0;
     } else if (rc == 0) {
         rc = run_train(&a);
@@ -1005,30 +953,30 @@ int fr_cli_train(int argc, char **argv)
 
 /* Load the model of a MODEL|CKPT argument: a checkpoint's weights go into --model or the model
  * its config names. */
-static int load_model_or_ckpt(const char *arg, const char *model_opt, fr_graph **g)
+static int load_model_or_ckpt(const char *arg, const char *model_opt, fp8run_model **m)
 {
-    *g = NULL;
-    if (!is_checkpoint_file(arg)) {
-        if (fr_onnx_load_file(arg, g) != FR_OK) return cli_fail_status();
+    *m = NULL;
+    if (!fp8run_is_checkpoint(arg)) {
+        if (fp8run_model_load(arg, m) != FP8RUN_OK) return cli_fail_status();
         return 0;
     }
-    char *json = NULL, *mp = NULL;
+    fp8run_checkpoint *ck = NULL;
+    const char *mp = model_opt;
     int rc = 0;
     if (!model_opt) {
-        if (fr_train_ckpt_config(arg, &json) != FR_OK) return cli_fail_status();
-        mp = config_model_path(json);
-        free(json);
-        if (!mp) return cli_fail("checkpoint '%s' does not record its model: give --model MODEL", arg);
+        if (fp8run_checkpoint_open(arg, &ck) != FP8RUN_OK) return cli_fail_status();
+        mp = fp8run_checkpoint_model_path(ck);
+        if (!mp) rc = cli_fail("checkpoint '%s' does not record its model: give --model MODEL", arg);
     }
-    if (fr_onnx_load_file(model_opt ? model_opt : mp, g) != FR_OK)
-        rc = cli_fail("%s%s", fr_last_error(), model_opt ? "" : " (the model the checkpoint records; give --model MODEL)");
-    else if (fr_train_apply_weights(*g, arg, NULL) != FR_OK)
+    if (rc == 0 && fp8run_model_load(mp, m) != FP8RUN_OK)
+        rc = cli_fail("%s%s", cli_last_error(), model_opt ? "" : " (the model the checkpoint records; give --model MODEL)");
+    else if (rc == 0 && fp8run_model_apply_checkpoint(*m, arg, NULL) != FP8RUN_OK)
         rc = cli_fail_status();
-    free(mp);
+    fp8run_checkpoint_close(ck);
     return rc;
 }
 
-int fr_cli_eval(int argc, char **argv)
+int cli_eval(int argc, char **argv)
 {
     train_args a;
     args_init(&a);
@@ -1037,7 +985,7 @@ int fr_cli_eval(int argc, char **argv)
         const char *v;
         int m;
         if (cli_is_help(argv[i])) {
-            fr_cli_eval_help(stdout);
+            cli_eval_help(stdout);
             cli_dims_free(&a.dims);
             return 0;
         }
@@ -1055,36 +1003,36 @@ int fr_cli_eval(int argc, char **argv)
     }
     if (rc == 0 && !a.model) rc = cli_usage("eval", "no MODEL or CKPT given");
     if (rc == 0 && !a.data) rc = cli_usage("eval", "--data FILE is required");
-    fr_graph *g = NULL;
-    fr_trainer *t = NULL;
-    fr_data_loader *dl = NULL;
+    fp8run_model *mdl = NULL;
+    fp8run_session *t = NULL;
+    fp8run_data_loader *dl = NULL;
     int64_t *w = NULL;
-    if (rc == 0) rc = load_model_or_ckpt(a.model, a.model_opt, &g);
-    if (rc == 0) rc = shape_from_model("eval", &a, g); /* a compiled graph gives batch x seq */
+    if (rc == 0) rc = load_model_or_ckpt(a.model, a.model_opt, &mdl);
+    if (rc == 0) rc = shape_from_model("eval", &a, mdl); /* a compiled graph gives batch x seq */
     if (rc == 0) {
         a.o.batch = a.batch;
         a.o.seq_len = a.seq;
-        a.o.dims = a.dims.items;
+        a.o.dim_names = a.dims.names;
+        a.o.dim_values = a.dims.values;
         a.o.n_dims = a.dims.n;
         a.o.eval_only = 1;
-        if (fr_trainer_new(g, &a.o, &t) != FR_OK) rc = cli_fail_status();
+        if (fp8run_session_create(mdl, a.device, &a.o, &t) != FP8RUN_OK) rc = cli_fail_status();
     }
     if (rc == 0) {
-        fr_data_opts d = fr_data_opts_default();
-        d.batch = a.batch;
-        d.seq_len = a.seq;
-        d.token_dtype = a.token_dtype;
-        d.vocab_size = fr_trainer_vocab(t);
-        if (fr_data_open_val(a.data, &d, a.batches, &dl) != FR_OK) rc = cli_fail("--data: %s", fr_last_error());
+        fp8run_data_config d = data_config(&a, fp8run_session_vocab(t));
+        if (fp8run_data_open_val(a.data, &d, a.batches, &dl) != FP8RUN_OK)
+            rc = cli_fail("--data: %s", cli_last_error());
     }
-    w = malloc((size_t)(a.batch * (a.seq + 1)) * sizeof *w);
+    const size_t per = (size_t)(a.batch * (a.seq + 1));
+    w = malloc((per ? per : 1) * sizeof *w);
     if (rc == 0 && !w) rc = cli_fail("out of memory");
     if (rc == 0) {
-        int64_t n = fr_data_batches_per_epoch(dl);
+        int64_t n = fp8run_data_batches_per_epoch(dl);
         double sum = 0;
         for (int64_t b = 0; b < n && rc == 0; b++) {
             double l;
-            if (fr_data_next(dl, FR_I64, w) != FR_OK || fr_trainer_eval(t, w, &l) != FR_OK)
+            if (fp8run_data_next(dl, FP8RUN_DTYPE_INT64, w, per) != FP8RUN_OK ||
+                fp8run_session_eval(t, w, FP8RUN_DTYPE_INT64, per, &l) != FP8RUN_OK)
                 rc = cli_fail_status();
             else
                 sum += l;
@@ -1096,9 +1044,9 @@ int fr_cli_eval(int argc, char **argv)
         }
     }
     free(w);
-    fr_data_close(dl);
-    fr_trainer_free(t);
-    fr_graph_free(g);
+    fp8run_data_close(dl);
+    fp8run_session_destroy(t);
+    fp8run_model_destroy(mdl);
     cli_dims_free(&a.dims);
     return rc;
 }
@@ -1107,7 +1055,7 @@ int fr_cli_eval(int argc, char **argv)
 /* export                                                                                    */
 /* ---------------------------------------------------------------------------------------- */
 
-int fr_cli_export(int argc, char **argv)
+int cli_export(int argc, char **argv)
 {
     const char *ckpt = NULL, *model = NULL, *out = NULL;
     int rc = 0;
@@ -1115,7 +1063,7 @@ int fr_cli_export(int argc, char **argv)
         const char *v;
         int m;
         if (cli_is_help(argv[i])) {
-            fr_cli_export_help(stdout);
+            cli_export_help(stdout);
             return 0;
         }
         if ((m = cli_option(argc, argv, &i, "export", "--model", &v)) != 0)
@@ -1133,16 +1081,12 @@ int fr_cli_export(int argc, char **argv)
     if (rc) return rc;
     if (!ckpt) return cli_usage("export", "no CKPT given");
     if (!out) return cli_usage("export", "-o OUT.onnx is required");
-    if (!is_checkpoint_file(ckpt)) return cli_fail("'%s' is not an fp8run checkpoint", ckpt);
-    fr_graph *g = NULL, *orig = NULL;
-    rc = load_model_or_ckpt(ckpt, model, &g);
-    /* a compiled graph: the original model it holds, with the checkpoint's weights */
-    if (rc == 0 && fr_fbs_is_compiled(g)) {
-        if (fr_fbs_original(g, &orig) != FR_OK) rc = cli_fail_status();
-    }
-    if (rc == 0 && fr_train_save_model(orig ? orig : g, out) != FR_OK) rc = cli_fail_status();
-    fr_graph_free(orig);
+    if (!fp8run_is_checkpoint(ckpt)) return cli_fail("'%s' is not an fp8run checkpoint", ckpt);
+    fp8run_model *m = NULL;
+    rc = load_model_or_ckpt(ckpt, model, &m);
+    /* a compiled graph writes the original model it holds, with the checkpoint's weights */
+    if (rc == 0 && fp8run_model_export(m, out) != FP8RUN_OK) rc = cli_fail_status();
     if (rc == 0) printf("exported %s (weights from %s)\n", out, ckpt);
-    fr_graph_free(g);
+    fp8run_model_destroy(m);
     return rc;
 }

@@ -1,8 +1,10 @@
-/* CLI helpers: error output, option parsing, --dim lists, human-readable numbers. */
+/* CLI helpers: error output, option parsing, --dim lists, human-readable numbers and shapes,
+ * folders. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 
@@ -17,9 +19,21 @@ int cli_fail(const char *fmt, ...)
     return CLI_EXIT_FAIL;
 }
 
+const char *cli_last_error(void)
+{
+    const char *m = fp8run_last_error();
+    /* "fp8run_<name>: " */
+    if (strncmp(m, "fp8run_", 7) == 0) {
+        const char *p = m + 7;
+        while ((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_') p++;
+        if (p[0] == ':' && p[1] == ' ') m = p + 2;
+    }
+    return m;
+}
+
 int cli_fail_status(void)
 {
-    const char *msg = fr_last_error();
+    const char *msg = cli_last_error();
     return cli_fail("%s", msg[0] ? msg : "unknown failure");
 }
 
@@ -71,26 +85,28 @@ int cli_dims_add(cli_dims *d, const char *cmd, const char *arg)
     long long v = strtoll(eq + 1, &end, 10);
     if (errno || *end || v < 0 || eq[1] == '-' || eq[1] == '+' || eq[1] == ' ')
         return cli_usage(cmd, "--dim %s: VALUE must be a non-negative integer", arg);
-    fr_dim_binding *ni = realloc(d->items, (size_t)(d->n + 1) * sizeof *ni);
-    if (!ni) return cli_fail("out of memory");
-    d->items = ni;
+    const char **nn = realloc(d->names, (size_t)(d->n + 1) * sizeof *nn);
+    if (!nn) return cli_fail("out of memory");
+    d->names = nn;
+    int64_t *nv = realloc(d->values, (size_t)(d->n + 1) * sizeof *nv);
+    if (!nv) return cli_fail("out of memory");
+    d->values = nv;
     /* the name is the text before '=': copy it so the binding has a terminated string */
-    size_t len = (size_t)(eq - arg);
-    char *name = malloc(len + 1);
+    char *name = strndup(arg, (size_t)(eq - arg));
     if (!name) return cli_fail("out of memory");
-    memcpy(name, arg, len);
-    name[len] = '\0';
-    d->items[d->n].name = name;
-    d->items[d->n].value = v;
+    d->names[d->n] = name;
+    d->values[d->n] = v;
     d->n++;
     return 0;
 }
 
 void cli_dims_free(cli_dims *d)
 {
-    for (int i = 0; i < d->n; i++) free((char *)d->items[i].name);
-    free(d->items);
-    d->items = NULL;
+    for (int i = 0; i < d->n; i++) free((char *)d->names[i]);
+    free(d->names);
+    free(d->values);
+    d->names = NULL;
+    d->values = NULL;
     d->n = 0;
 }
 
@@ -124,4 +140,56 @@ const char *cli_human_bytes(uint64_t n, char *buf, size_t len)
     else
         snprintf(buf, len, v < 9.995 ? "%.2f %s" : v < 99.95 ? "%.1f %s" : "%.0f %s", v, suffix[k]);
     return buf;
+}
+
+const char *cli_dims_text(int rank, const int64_t *dims, char *buf, size_t len)
+{
+    size_t off = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < rank && off < len; i++)
+        off += (size_t)snprintf(buf + off, len - off, i ? ", %lld" : "%lld", (long long)dims[i]);
+    if (off < len) snprintf(buf + off, len - off, "]");
+    return buf;
+}
+
+const char *cli_shape_text(const fp8run_value_info *v, char *buf, size_t len)
+{
+    if (v->rank < 0) {
+        snprintf(buf, len, "(no shape)");
+        return buf;
+    }
+    size_t off = (size_t)snprintf(buf, len, "[");
+    for (int d = 0; d < v->rank && d < FP8RUN_MAX_RANK && off < len; d++) {
+        const char *sep = d ? ", " : "";
+        const char *name = v->dim_names[d];
+        if (name && v->dims[d] >= 0)
+            off += (size_t)snprintf(buf + off, len - off, "%s%s=%lld", sep, name, (long long)v->dims[d]);
+        else if (name)
+            off += (size_t)snprintf(buf + off, len - off, "%s%s", sep, name);
+        else if (v->dims[d] >= 0)
+            off += (size_t)snprintf(buf + off, len - off, "%s%lld", sep, (long long)v->dims[d]);
+        else
+            off += (size_t)snprintf(buf + off, len - off, "%s?", sep);
+    }
+    if (off < len) snprintf(buf + off, len - off, "]");
+    return buf;
+}
+
+int cli_make_dirs(const char *dir)
+{
+    char *p = strdup(dir);
+    if (!p) return cli_fail("out of memory");
+    int rc = 0;
+    for (char *s = p + 1; rc == 0; s++) {
+        int last = *s == '\0';
+        if (*s != '/' && !last) continue;
+        char c = *s;
+        *s = '\0';
+        if (mkdir(p, 0777) != 0 && errno != EEXIST) rc = cli_fail("cannot create folder '%s': %s", p, strerror(errno));
+        *s = c;
+        if (last) break;
+    }
+    struct stat sb;
+    if (rc == 0 && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))) rc = cli_fail("'%s' is not a folder", dir);
+    free(p);
+    return rc;
 }

@@ -31,7 +31,11 @@ OK, ERR_INVALID_ARG, ERR_IO, ERR_PARSE, ERR_UNSUPPORTED, ERR_SHAPE, ERR_OOM, ERR
 _DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64", 8: "string",
            9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 16: "bfloat16",
            17: "float8e4m3fn", 18: "float8e4m3fnuz", 19: "float8e5m2", 20: "float8e5m2fnuz"}
-_INT64, _INT32, _UINT16, _UINT32 = 7, 6, 4, 12
+_INT64, _INT32, _UINT16, _UINT32, _UINT8, _FLOAT32 = 7, 6, 4, 12, 2, 1
+# numpy types of the dtypes that have one (bfloat16 and FP8 outputs are given as float32)
+_NP = {1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6: np.int32, 7: np.int64, 9: np.bool_,
+       10: np.float16, 11: np.float64, 12: np.uint32, 13: np.uint64}
+_NP_CODE = {np.dtype(t): code for code, t in _NP.items()}
 
 
 class Error(Exception):
@@ -282,6 +286,141 @@ class Model(_Handle):
         _check(_L.fp8run_model_compile(self._handle(), ctypes.byref(c), ctypes.byref(r)))
         return Report._take(r)
 
+    def write_compiled(self, path, batch, seq, **config):
+        """Compile for batch x seq (precision "fp8" unless given) and write a compiled graph
+        (.fbs) that trains without compiling again; returns its recorded Report."""
+        config.setdefault("precision", "fp8")
+        c = _config(batch, seq, config)
+        r = ctypes.c_void_p()
+        _check(_L.fp8run_model_write_compiled(self._handle(), ctypes.byref(c), _path(path), ctypes.byref(r)))
+        return Report._take(r)
+
+    def export(self, path):
+        """Write the ONNX model: for a compiled graph the original model with its weights."""
+        _check(_L.fp8run_model_export(self._handle(), _path(path)))
+
+    @property
+    def info(self):
+        """What the file says about itself: producer, ir_version, opsets {domain: version},
+        nodes, initializers, initializer_bytes, compiled."""
+        h = self._handle()
+        mi = _lib.sized(_lib.ModelInfo)
+        _check(_L.fp8run_model_get_info(h, ctypes.byref(mi)))
+        opsets = {}
+        for i in range(mi.n_opsets):
+            d, v = ctypes.c_char_p(), ctypes.c_int64()
+            _check(_L.fp8run_model_opset(h, i, ctypes.byref(d), ctypes.byref(v)))
+            opsets[_str(d.value) or "ai.onnx"] = v.value
+        producer = " ".join(x for x in (_str(mi.producer_name), _str(mi.producer_version)) if x)
+        return {"producer": producer, "graph": _str(mi.graph_name), "ir_version": mi.ir_version, "opsets": opsets,
+                "nodes": mi.n_nodes, "initializers": mi.n_initializers,
+                "initializer_bytes": mi.initializer_bytes, "compiled": bool(mi.compiled)}
+
+    @property
+    def op_histogram(self):
+        """[(op_type, count)], most frequent first."""
+        h = self._handle()
+        mi = _lib.sized(_lib.ModelInfo)
+        _check(_L.fp8run_model_get_info(h, ctypes.byref(mi)))
+        out = []
+        for i in range(mi.n_op_types):
+            op = _lib.sized(_lib.OpInfo)
+            _check(_L.fp8run_model_op(h, i, ctypes.byref(op)))
+            out.append((_str(op.op_type), op.count))
+        return out
+
+    @property
+    def compiled_for(self):
+        """(batch, seq, precision) of a compiled graph; None for an ONNX model."""
+        if not self.info["compiled"]:
+            return None
+        b, t, p = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_char_p()
+        _check(_L.fp8run_model_compiled_for(self._handle(), ctypes.byref(b), ctypes.byref(t), ctypes.byref(p)))
+        return b.value, t.value, _str(p.value)
+
+    def recorded_report(self):
+        """The Report a compiled graph records."""
+        r = ctypes.c_void_p()
+        _check(_L.fp8run_model_report(self._handle(), ctypes.byref(r)))
+        return Report._take(r)
+
+    def run(self, inputs, dims=None):
+        """The forward pass on the CPU: inputs {name: array} (symbolic dims from their shapes and
+        dims={name: value}); returns {output name: array} (bfloat16/FP8 outputs as float32)."""
+        arrays = {}
+        for name, value in inputs.items():
+            a = np.ascontiguousarray(value)
+            if a.dtype not in _NP_CODE:
+                raise TypeError("input %r: dtype %s has no fp8run type" % (name, a.dtype))
+            arrays[name] = a
+        cfg = _lib.PrepareConfig()
+        _check(_L.fp8run_prepare_config_init(ctypes.byref(cfg), ctypes.sizeof(cfg)))
+        keep = []
+        items = list((dims or {}).items())
+        if items:
+            names = (ctypes.c_char_p * len(items))(*[_bytes(k) for k, _ in items])
+            values = (ctypes.c_int64 * len(items))(*[int(v) for _, v in items])
+            cfg.dim_names = ctypes.cast(names, ctypes.POINTER(ctypes.c_char_p))
+            cfg.dim_values = ctypes.cast(values, ctypes.POINTER(ctypes.c_int64))
+            cfg.n_dims = len(items)
+            keep += [names, values]
+        n = len(arrays)
+        if n:
+            in_names = (ctypes.c_char_p * n)(*[_bytes(k) for k in arrays])
+            ranks = (ctypes.c_int * n)(*[a.ndim for a in arrays.values()])
+            shapes = [(ctypes.c_int64 * max(1, a.ndim))(*a.shape) for a in arrays.values()]
+            dims_p = (ctypes.POINTER(ctypes.c_int64) * n)(*[ctypes.cast(x, ctypes.POINTER(ctypes.c_int64))
+                                                             for x in shapes])
+            cfg.input_names = ctypes.cast(in_names, ctypes.POINTER(ctypes.c_char_p))
+            cfg.input_ranks = ctypes.cast(ranks, ctypes.POINTER(ctypes.c_int))
+            cfg.input_dims = ctypes.cast(dims_p, ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)))
+            cfg.n_inputs = n
+            keep += [in_names, ranks, shapes, dims_p]
+        f = ctypes.c_void_p()
+        _check(_L.fp8run_forward_create(self._handle(), ctypes.byref(cfg), ctypes.byref(f)))
+        try:
+            for name, a in arrays.items():
+                t = _lib.sized(_lib.Tensor)
+                t.name, t.dtype, t.rank = _bytes(name), _NP_CODE[a.dtype], a.ndim
+                for d, size in enumerate(a.shape):
+                    t.dims[d] = size
+                t.data, t.nbytes = a.ctypes.data, a.nbytes
+                _check(_L.fp8run_forward_set_input(f, ctypes.byref(t)))
+            _check(_L.fp8run_forward_run(f))
+            out = {}
+            for i in range(_L.fp8run_forward_output_count(f)):
+                t = _lib.sized(_lib.Tensor)
+                _check(_L.fp8run_forward_output(f, i, ctypes.byref(t)))
+                shape = tuple(t.dims[d] for d in range(t.rank))
+                if t.dtype in _NP:
+                    a = np.empty(shape, dtype=_NP[t.dtype])
+                    ctypes.memmove(a.ctypes.data, t.data, t.nbytes)
+                else:
+                    a = np.empty(shape, dtype=np.float32)
+                    _check(_L.fp8run_convert_to_float32(t.dtype, t.data, a.size, a.ctypes.data))
+                out[_str(t.name)] = a
+            return out
+        finally:
+            _L.fp8run_forward_destroy(f)
+
+    @staticmethod
+    def generate_llama(preset="tiny", **fields):
+        """A Llama-style model with random weights: a preset ("tiny", "125m", "1b") with fields
+        overridden (dim, layers, heads, kv_heads, ffn, vocab, max_seq, seed)."""
+        c = _lib.LlamaConfig()
+        _check(_L.fp8run_llama_config_init(ctypes.byref(c), ctypes.sizeof(c)))
+        _check(_L.fp8run_llama_config_preset(ctypes.byref(c), _bytes(preset)))
+        for key, value in fields.items():
+            if key == "struct_size" or key not in {f for f, _ in _lib.LlamaConfig._fields_}:
+                raise TypeError("unknown llama option %r" % key)
+            setattr(c, key, value)
+        h = ctypes.c_void_p()
+        _check(_L.fp8run_model_generate_llama(ctypes.byref(c), ctypes.byref(h)))
+        m = Model.__new__(Model)
+        _Handle.__init__(m)
+        m._h = h
+        return m
+
 
 Layer = namedtuple("Layer", "name precision why recipe weights sources n_fused has_bias k n pad_multiple pad_k pad_n")
 Skipped = namedtuple("Skipped", "node op_type weight reason")
@@ -441,13 +580,34 @@ class Session(_Handle):
         """Write the original model with the trained weights as ONNX."""
         _check(_L.fp8run_session_export(self._handle(), _path(path)))
 
+    device = property(lambda self: _str(_L.fp8run_session_device(self._handle())))
+
+    def fp8_stats(self):
+        """Per FP8 operand (x, w, dy of every fp8 Linear) as of the last step: a list of dicts
+        (layer, operand, recipe, format, step, amax, scale, next_scale, history_max, updates,
+        fp8_max, range_use, saturated, note); numbers the recipe does not have are None."""
+        h = self._handle()
+        n = ctypes.c_int()
+        _check(_L.fp8run_session_fp8_stats(h, ctypes.byref(n)))
+        out = []
+        for i in range(n.value):
+            st = _lib.sized(_lib.Fp8Stat)
+            _check(_L.fp8run_session_fp8_stat(h, i, ctypes.byref(st)))
+            num = lambda v: None if v != v else v  # noqa: E731 (NaN: not available)
+            out.append({"layer": _str(st.layer), "operand": _str(st.operand), "recipe": _str(st.recipe),
+                        "format": _str(st.format), "step": st.step, "amax": num(st.amax) if st.has_amax else None,
+                        "scale": num(st.scale) if st.has_scale else None, "next_scale": num(st.next_scale),
+                        "history_max": num(st.history_max), "updates": st.updates, "fp8_max": st.fp8_max,
+                        "range_use": num(st.range_use), "saturated": bool(st.saturated), "note": _str(st.note)})
+        return out
+
 
 # ---------------------------------------------------------------------------------------------
 # data and checkpoints
 # ---------------------------------------------------------------------------------------------
 
 class DataLoader(_Handle):
-    """Batches of B windows of T+1 token ids from a raw uint16/uint32 or llm.c token file.
+    """Batches of B windows of T+1 token ids from a raw uint16/uint32/uint8 or llm.c token file.
 
     DataLoader(path, batch, seq, order="random"|"sequential", seed=0, token_dtype="uint16",
     vocab_size=0, validation_batches=None (a validation loader: sequential, that many batches
@@ -462,7 +622,7 @@ class DataLoader(_Handle):
         c.batch, c.seq_len = batch, seq
         orders = {"random": 0, "sequential": 1}
         formats = {"auto": 0, "raw": 1}
-        dtypes = {"uint16": _UINT16, "uint32": _UINT32}
+        dtypes = {"uint16": _UINT16, "uint32": _UINT32, "uint8": _UINT8}
         for what, value, table in (("order", order, orders), ("format", format, formats),
                                    ("token_dtype", token_dtype, dtypes)):
             if value not in table:

@@ -135,6 +135,87 @@ class DataConfig(ctypes.Structure):
     ]
 
 
+class Tensor(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("name", c_char_p),
+        ("dtype", c_int),
+        ("rank", c_int),
+        ("dims", c_int64 * MAX_RANK),
+        ("data", c_void_p),
+        ("nbytes", c_size_t),
+    ]
+
+
+class ModelInfo(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("producer_name", c_char_p),
+        ("producer_version", c_char_p),
+        ("graph_name", c_char_p),
+        ("ir_version", c_int64),
+        ("n_opsets", c_int),
+        ("n_nodes", c_int),
+        ("n_initializers", c_int),
+        ("initializer_bytes", c_uint64),
+        ("n_op_types", c_int),
+        ("compiled", c_int),
+    ]
+
+
+class OpInfo(ctypes.Structure):
+    _fields_ = [("struct_size", c_size_t), ("op_type", c_char_p), ("count", c_int)]
+
+
+class PrepareConfig(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("dim_names", ctypes.POINTER(c_char_p)),
+        ("dim_values", ctypes.POINTER(c_int64)),
+        ("n_dims", c_int),
+        ("input_names", ctypes.POINTER(c_char_p)),
+        ("input_ranks", ctypes.POINTER(c_int)),
+        ("input_dims", ctypes.POINTER(ctypes.POINTER(c_int64))),
+        ("n_inputs", c_int),
+    ]
+
+
+class LlamaConfig(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("dim", c_int64),
+        ("layers", c_int64),
+        ("heads", c_int64),
+        ("kv_heads", c_int64),
+        ("ffn", c_int64),
+        ("vocab", c_int64),
+        ("max_seq", c_int64),
+        ("seed", c_uint64),
+    ]
+
+
+class Fp8Stat(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("layer", c_char_p),
+        ("operand", c_char_p),
+        ("recipe", c_char_p),
+        ("format", c_char_p),
+        ("step", c_int64),
+        ("has_amax", c_int),
+        ("amax", c_double),
+        ("has_scale", c_int),
+        ("scale", c_double),
+        ("next_scale", c_double),
+        ("history_max", c_double),
+        ("updates", c_int64),
+        ("fp8_max", c_double),
+        ("range_use", c_double),
+        ("saturated", c_int),
+        ("note", c_char_p),
+    ]
+
+
 def sized(cls):
     """A zeroed struct with struct_size set (for output structs)."""
     s = cls()
@@ -171,6 +252,26 @@ _PROTOTYPES = {
     "fp8run_model_set_param": (c_int, [P, c_char_p, c_void_p, c_size_t]),
     "fp8run_model_apply_checkpoint": (c_int, [P, c_char_p, ctypes.POINTER(c_int)]),
     "fp8run_model_save": (c_int, [P, c_char_p]),
+    "fp8run_model_export": (c_int, [P, c_char_p]),
+    "fp8run_model_get_info": (c_int, [P, ctypes.POINTER(ModelInfo)]),
+    "fp8run_model_opset": (c_int, [P, c_int, ctypes.POINTER(c_char_p), ctypes.POINTER(c_int64)]),
+    "fp8run_model_op": (c_int, [P, c_int, ctypes.POINTER(OpInfo)]),
+    "fp8run_model_compiled_for": (c_int, [P, ctypes.POINTER(c_int64), ctypes.POINTER(c_int64),
+                                          ctypes.POINTER(c_char_p)]),
+    "fp8run_model_report": (c_int, [P, PP]),
+    "fp8run_model_write_compiled": (c_int, [P, ctypes.POINTER(TrainConfig), c_char_p, PP]),
+    # preparation, the forward pass, generated models, tensors
+    "fp8run_prepare_config_init": (c_int, [ctypes.POINTER(PrepareConfig), c_size_t]),
+    "fp8run_forward_create": (c_int, [P, ctypes.POINTER(PrepareConfig), PP]),
+    "fp8run_forward_destroy": (None, [P]),
+    "fp8run_forward_set_input": (c_int, [P, ctypes.POINTER(Tensor)]),
+    "fp8run_forward_run": (c_int, [P]),
+    "fp8run_forward_output_count": (c_int, [P]),
+    "fp8run_forward_output": (c_int, [P, c_int, ctypes.POINTER(Tensor)]),
+    "fp8run_llama_config_init": (c_int, [ctypes.POINTER(LlamaConfig), c_size_t]),
+    "fp8run_llama_config_preset": (c_int, [ctypes.POINTER(LlamaConfig), c_char_p]),
+    "fp8run_model_generate_llama": (c_int, [ctypes.POINTER(LlamaConfig), PP]),
+    "fp8run_convert_to_float32": (c_int, [c_int, c_void_p, c_size_t, c_void_p]),
     # config and reports
     "fp8run_train_config_init": (c_int, [ctypes.POINTER(TrainConfig), c_size_t]),
     "fp8run_model_compile": (c_int, [P, ctypes.POINTER(TrainConfig), PP]),
@@ -205,6 +306,9 @@ _PROTOTYPES = {
     "fp8run_session_save": (c_int, [P, c_char_p, P]),
     "fp8run_session_load": (c_int, [P, c_char_p, P]),
     "fp8run_session_export": (c_int, [P, c_char_p]),
+    "fp8run_session_device": (c_char_p, [P]),
+    "fp8run_session_fp8_stats": (c_int, [P, ctypes.POINTER(c_int)]),
+    "fp8run_session_fp8_stat": (c_int, [P, c_int, ctypes.POINTER(Fp8Stat)]),
     # checkpoints
     "fp8run_is_checkpoint": (c_int, [c_char_p]),
     "fp8run_checkpoint_open": (c_int, [c_char_p, PP]),

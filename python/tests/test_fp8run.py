@@ -210,6 +210,50 @@ class FP8RunTest(unittest.TestCase):
             fp8run.set_log_callback(None)
         self.assertTrue(any(level == "info" and "using cpu" in msg for level, msg in seen), seen)
 
+    # ---- inspection, the forward pass, generated and compiled models ----
+
+    def test_info_and_run(self):
+        m = fp8run.Model(MODEL)
+        info = m.info
+        self.assertFalse(info["compiled"])
+        self.assertIn("ai.onnx", info["opsets"])
+        hist = m.op_histogram
+        self.assertEqual(sum(c for _, c in hist), info["nodes"])
+        self.assertEqual([c for _, c in hist], sorted((c for _, c in hist), reverse=True))
+        self.assertIsNone(m.compiled_for)
+        ids = windows_like_example(self.tokens, 0)
+        out = m.run({"input_ids": ids[:, :T]})
+        self.assertEqual(out["logits"].shape, (B, T, 128))
+        s = fp8run.Session(m, batch=B, seq=T, eval_only=1)
+        s.eval(ids)
+        np.testing.assert_allclose(out["logits"], s.output(), rtol=0, atol=1e-5)
+        self.assertEqual(s.device, "CPU")
+        self.assertError(fp8run.ERR_INVALID_ARG, "'tokens'", m.run, {"tokens": ids[:, :T]})
+
+    def test_generate_and_compiled(self):
+        g = fp8run.Model.generate_llama("tiny", layers=1, seed=5)
+        self.assertEqual(g.outputs[0].name, "logits")
+        self.assertEqual(g.info["producer"], "fp8run generate")
+        self.assertError(fp8run.ERR_INVALID_ARG, "tiny, 125m, 1b", fp8run.Model.generate_llama, "huge")
+        with self.assertRaises(TypeError):
+            fp8run.Model.generate_llama(width=3)
+        m = fp8run.Model(MODEL)
+        fbs = self.path("llama.fbs")
+        r = m.write_compiled(fbs, batch=B, seq=T, amax_history_len=16)
+        self.assertGreater(r.linears["fp8"], 0)
+        c = fp8run.Model(fbs)
+        self.assertEqual(c.compiled_for, (B, T, "fp8"))
+        self.assertEqual(c.param_count, 108864)
+        self.assertEqual(len(c.recorded_report().layers), len(r.layers))
+        s = fp8run.Session(c, batch=B, seq=T)
+        self.assertTrue(all(st["amax"] is None for st in s.fp8_stats()))
+        s.train_step(windows_like_example(self.tokens, 0))
+        stats = s.fp8_stats()
+        self.assertEqual(len(stats), 3 * sum(1 for layer in r.layers if layer.precision == "fp8"))
+        self.assertTrue(all(st["amax"] > 0 and st["recipe"] == "delayed" for st in stats))
+        c.export(self.path("original.onnx"))
+        self.assertFalse(fp8run.Model(self.path("original.onnx")).info["compiled"])
+
     # ---- errors ----
 
     def test_errors(self):
