@@ -10,43 +10,10 @@
 #include <string.h>
 
 #include "../passes/autodiff.h"
+#include "gather_plan.h"
 #include "op.h"
 
 /* ---- helpers ---- */
-
-static fr_status holdable(const fr_node *n, const char *what, fr_dtype dt)
-{
-    if (fr_dtype_size(dt) == 0)
-        return fr_node_error(n, FR_ERR_UNSUPPORTED,
-                             "%s has dtype %s, which fp8run cannot hold in a tensor", what,
-                             fr_dtype_name(dt));
-    return FR_OK;
-}
-
-static fr_status index_dtype_ok(const fr_node *n, fr_dtype dt)
-{
-    if (dt != FR_I64 && dt != FR_I32)
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "indices must be int64 or int32, got %s",
-                             fr_dtype_name(dt));
-    return FR_OK;
-}
-
-/* Kernel-side check that the executor handed an output of the shape infer() gave. */
-static fr_status check_out(const fr_kernel_ctx *ctx, const fr_tensor *y, fr_dtype dt, int rank,
-                           const int64_t *dims)
-{
-    int same = y && y->dtype == dt && y->rank == rank;
-    for (int k = 0; same && k < rank; k++) same = y->dims[k] == dims[k];
-    if (!same) {
-        char a[128], b[128];
-        return fr_node_error(ctx->node, FR_ERR_SHAPE,
-                             "output tensor is %s %s, expected %s %s (re-run shape inference)",
-                             y ? fr_dtype_name(y->dtype) : "missing",
-                             y ? fr_shape_str(y->rank, y->dims, a, sizeof a) : "",
-                             fr_dtype_name(dt), fr_shape_str(rank, dims, b, sizeof b));
-    }
-    return FR_OK;
-}
 
 static int64_t index_at(const fr_tensor *idx, int64_t j)
 {
@@ -81,39 +48,17 @@ static fr_status check_indices(const fr_node *n, const fr_tensor *idx, int axis,
 
 /* ---- Gather: out = data.shape[:axis] + indices.shape + data.shape[axis+1:] ---- */
 
-static fr_status gather_shape(const fr_node *n, int r, const int64_t *dd, int q, const int64_t *di,
-                              int axis, int *rank, int64_t *dims)
-{
-    if (q + r - 1 > FR_MAX_RANK)
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "output rank %d is above fp8run's limit of %d",
-                             q + r - 1, FR_MAX_RANK);
-    int o = 0;
-    for (int k = 0; k < axis; k++) dims[o++] = dd[k];
-    for (int k = 0; k < q; k++) dims[o++] = di[k];
-    for (int k = axis + 1; k < r; k++) dims[o++] = dd[k];
-    *rank = o;
-    return FR_OK;
-}
-
-static fr_status gather_axis(const fr_node *n, int rank, int *axis)
-{
-    int64_t a;
-    FR_TRY(fr_node_attr_int(n, "axis", 0, &a));
-    if (rank < 1) return fr_node_error(n, FR_ERR_SHAPE, "data must have rank >= 1");
-    return fr_norm_axis(n, a, rank, axis);
-}
-
 static fr_status gather_infer(fr_graph *g, int node_id)
 {
     const fr_node *n = &g->nodes[node_id];
     FR_TRY(fr_infer_require_inputs(g, n, 2, 2));
     const fr_value *x = fr_node_in(g, n, 0), *iv = fr_node_in(g, n, 1);
-    FR_TRY(holdable(n, "data", x->dtype));
-    FR_TRY(index_dtype_ok(n, iv->dtype));
+    FR_TRY(fr_holdable(n, "data", x->dtype));
+    FR_TRY(fr_gather_index_dtype_ok(n, iv->dtype));
     int axis, rank;
     int64_t dims[FR_MAX_RANK];
-    FR_TRY(gather_axis(n, x->rank, &axis));
-    FR_TRY(gather_shape(n, x->rank, x->dims, iv->rank, iv->dims, axis, &rank, dims));
+    FR_TRY(fr_gather_axis(n, x->rank, &axis));
+    FR_TRY(fr_gather_shape(n, x->rank, x->dims, iv->rank, iv->dims, axis, &rank, dims));
     /* constant indices (embedding row picks, Shape gathers) fail here, before any run */
     if (iv->constant) FR_TRY(check_indices(n, iv->constant, axis, x->dims[axis]));
     fr_infer_set(g, n, 0, x->dtype, rank, dims);
@@ -127,12 +72,12 @@ static fr_status gather_cpu(const fr_kernel_ctx *ctx)
                     *idx = ctx->n_in > 1 ? ctx->in[1] : NULL;
     fr_tensor *y = ctx->n_out > 0 ? ctx->out[0] : NULL;
     if (!x || !idx) return fr_node_error(n, FR_ERR_GRAPH, "input missing");
-    FR_TRY(index_dtype_ok(n, idx->dtype));
+    FR_TRY(fr_gather_index_dtype_ok(n, idx->dtype));
     int axis, rank;
     int64_t dims[FR_MAX_RANK];
-    FR_TRY(gather_axis(n, x->rank, &axis));
-    FR_TRY(gather_shape(n, x->rank, x->dims, idx->rank, idx->dims, axis, &rank, dims));
-    FR_TRY(check_out(ctx, y, x->dtype, rank, dims));
+    FR_TRY(fr_gather_axis(n, x->rank, &axis));
+    FR_TRY(fr_gather_shape(n, x->rank, x->dims, idx->rank, idx->dims, axis, &rank, dims));
+    FR_TRY(fr_check_out(ctx->node, y, x->dtype, rank, dims));
     int64_t size = x->dims[axis];
     FR_TRY(check_indices(n, idx, axis, size));
     if (!y->nbytes) return FR_OK;
@@ -157,32 +102,16 @@ static fr_status gather_cpu(const fr_kernel_ctx *ctx)
 /* ---- GatherElements: out[..., i_axis, ...] = data[..., indices[...], ...]; out has the
  * indices' shape, which may be smaller than data's outside the axis ---- */
 
-static fr_status ge_shapes(const fr_node *n, int r, const int64_t *dd, int q, const int64_t *di,
-                           int axis)
-{
-    char a[128], b[128];
-    if (q != r)
-        return fr_node_error(n, FR_ERR_SHAPE, "indices %s must have the rank of data %s",
-                             fr_shape_str(q, di, a, sizeof a), fr_shape_str(r, dd, b, sizeof b));
-    for (int k = 0; k < r; k++)
-        if (k != axis && di[k] > dd[k])
-            return fr_node_error(
-                n, FR_ERR_SHAPE,
-                "indices %s exceed data %s in dim %d (only the axis may differ freely)",
-                fr_shape_str(q, di, a, sizeof a), fr_shape_str(r, dd, b, sizeof b), k);
-    return FR_OK;
-}
-
 static fr_status ge_infer(fr_graph *g, int node_id)
 {
     const fr_node *n = &g->nodes[node_id];
     FR_TRY(fr_infer_require_inputs(g, n, 2, 2));
     const fr_value *x = fr_node_in(g, n, 0), *iv = fr_node_in(g, n, 1);
-    FR_TRY(holdable(n, "data", x->dtype));
-    FR_TRY(index_dtype_ok(n, iv->dtype));
+    FR_TRY(fr_holdable(n, "data", x->dtype));
+    FR_TRY(fr_gather_index_dtype_ok(n, iv->dtype));
     int axis;
-    FR_TRY(gather_axis(n, x->rank, &axis));
-    FR_TRY(ge_shapes(n, x->rank, x->dims, iv->rank, iv->dims, axis));
+    FR_TRY(fr_gather_axis(n, x->rank, &axis));
+    FR_TRY(fr_gather_elements_shapes(n, x->rank, x->dims, iv->rank, iv->dims, axis));
     if (iv->constant) FR_TRY(check_indices(n, iv->constant, axis, x->dims[axis]));
     fr_infer_set(g, n, 0, x->dtype, iv->rank, iv->dims);
     return FR_OK;
@@ -195,11 +124,11 @@ static fr_status ge_cpu(const fr_kernel_ctx *ctx)
                     *idx = ctx->n_in > 1 ? ctx->in[1] : NULL;
     fr_tensor *y = ctx->n_out > 0 ? ctx->out[0] : NULL;
     if (!x || !idx) return fr_node_error(n, FR_ERR_GRAPH, "input missing");
-    FR_TRY(index_dtype_ok(n, idx->dtype));
+    FR_TRY(fr_gather_index_dtype_ok(n, idx->dtype));
     int axis;
-    FR_TRY(gather_axis(n, x->rank, &axis));
-    FR_TRY(ge_shapes(n, x->rank, x->dims, idx->rank, idx->dims, axis));
-    FR_TRY(check_out(ctx, y, x->dtype, idx->rank, idx->dims));
+    FR_TRY(fr_gather_axis(n, x->rank, &axis));
+    FR_TRY(fr_gather_elements_shapes(n, x->rank, x->dims, idx->rank, idx->dims, axis));
+    FR_TRY(fr_check_out(ctx->node, y, x->dtype, idx->rank, idx->dims));
     int64_t size = x->dims[axis];
     FR_TRY(check_indices(n, idx, axis, size));
     int64_t cnt = fr_tensor_numel(idx);
@@ -227,55 +156,18 @@ static fr_status ge_cpu(const fr_kernel_ctx *ctx)
 /* ---- GatherND (batch_dims from opset 12): the last dim of indices (m) addresses the m dims
  * of data after the b batch dims; out = indices.shape[:-1] + data.shape[b+m:] ---- */
 
-static fr_status gnd_shape(const fr_node *n, int64_t b, int r, const int64_t *dd, int q,
-                           const int64_t *di, int *rank, int64_t *dims)
-{
-    char a[128], s[128];
-    fr_shape_str(q, di, a, sizeof a);
-    fr_shape_str(r, dd, s, sizeof s);
-    if (r < 1 || q < 1)
-        return fr_node_error(n, FR_ERR_SHAPE, "data %s and indices %s must have rank >= 1", s, a);
-    if (b < 0 || b >= (q < r ? q : r))
-        return fr_node_error(n, FR_ERR_SHAPE,
-                             "batch_dims %lld must be below the ranks of data %s "
-                             "and indices %s",
-                             (long long)b, s, a);
-    for (int k = 0; k < b; k++)
-        if (di[k] != dd[k])
-            return fr_node_error(n, FR_ERR_SHAPE, "batch dim %d differs: data %s, indices %s", k, s,
-                                 a);
-    int64_t m = di[q - 1];
-    if (m < 1 || m > r - b)
-        return fr_node_error(n, FR_ERR_SHAPE,
-                             "the last dim of indices %s must be in 1..%lld for "
-                             "data %s",
-                             a, (long long)(r - b), s);
-    int o = 0;
-    for (int k = 0; k < q - 1; k++) dims[o++] = di[k];
-    for (int k = (int)(b + m); k < r; k++) dims[o++] = dd[k];
-    *rank = o;
-    return FR_OK;
-}
-
-static fr_status gnd_batch_dims(const fr_node *n, int64_t opset, int64_t *b)
-{
-    *b = 0;
-    if (opset >= 12) FR_TRY(fr_node_attr_int(n, "batch_dims", 0, b));
-    return FR_OK;
-}
-
 static fr_status gnd_infer(fr_graph *g, int node_id)
 {
     const fr_node *n = &g->nodes[node_id];
     FR_TRY(fr_infer_require_inputs(g, n, 2, 2));
     const fr_value *x = fr_node_in(g, n, 0), *iv = fr_node_in(g, n, 1);
-    FR_TRY(holdable(n, "data", x->dtype));
-    FR_TRY(index_dtype_ok(n, iv->dtype));
+    FR_TRY(fr_holdable(n, "data", x->dtype));
+    FR_TRY(fr_gather_index_dtype_ok(n, iv->dtype));
     int64_t b;
-    FR_TRY(gnd_batch_dims(n, fr_graph_opset(g, n->domain), &b));
+    FR_TRY(fr_gather_nd_batch_dims(n, fr_graph_opset(g, n->domain), &b));
     int rank;
     int64_t dims[FR_MAX_RANK];
-    FR_TRY(gnd_shape(n, b, x->rank, x->dims, iv->rank, iv->dims, &rank, dims));
+    FR_TRY(fr_gather_nd_shape(n, b, x->rank, x->dims, iv->rank, iv->dims, &rank, dims));
     fr_infer_set(g, n, 0, x->dtype, rank, dims);
     return FR_OK;
 }
@@ -287,13 +179,13 @@ static fr_status gnd_cpu(const fr_kernel_ctx *ctx)
                     *idx = ctx->n_in > 1 ? ctx->in[1] : NULL;
     fr_tensor *y = ctx->n_out > 0 ? ctx->out[0] : NULL;
     if (!x || !idx) return fr_node_error(n, FR_ERR_GRAPH, "input missing");
-    FR_TRY(index_dtype_ok(n, idx->dtype));
+    FR_TRY(fr_gather_index_dtype_ok(n, idx->dtype));
     int64_t b;
-    FR_TRY(gnd_batch_dims(n, ctx->opset, &b));
+    FR_TRY(fr_gather_nd_batch_dims(n, ctx->opset, &b));
     int rank;
     int64_t dims[FR_MAX_RANK];
-    FR_TRY(gnd_shape(n, b, x->rank, x->dims, idx->rank, idx->dims, &rank, dims));
-    FR_TRY(check_out(ctx, y, x->dtype, rank, dims));
+    FR_TRY(fr_gather_nd_shape(n, b, x->rank, x->dims, idx->rank, idx->dims, &rank, dims));
+    FR_TRY(fr_check_out(ctx->node, y, x->dtype, rank, dims));
     int64_t m = idx->dims[idx->rank - 1], cnt = fr_tensor_numel(idx);
     /* check every tuple entry against the data dim it addresses */
     for (int64_t j = 0; j < cnt; j++) {
@@ -339,8 +231,6 @@ static fr_status gnd_cpu(const fr_kernel_ctx *ctx)
  * in double in their order in dy, then rounded once. The (destination, source) row pairs are
  * sorted instead of accumulating into a double copy of the whole output, so the scratch
  * memory is bounded by dy, not by the (vocabulary-sized) data. */
-
-static int is_f(fr_dtype dt) { return dt == FR_F32 || dt == FR_F64; }
 
 typedef struct row_ref {
     int64_t dst, src; /* row numbers, in rows of `inner` elements */
@@ -389,73 +279,6 @@ static fr_status scatter_rows(fr_tensor *out, const fr_tensor *dy, row_ref *refs
     return FR_OK;
 }
 
-/* The `shape` attribute: the forward data's shape. */
-static fr_status grad_shape_attr(const fr_node *n, int *rank, int64_t *dims)
-{
-    int cnt;
-    const int64_t *v;
-    FR_TRY(fr_node_attr_ints(n, "shape", &cnt, &v));
-    if (cnt < 0) return fr_node_error(n, FR_ERR_GRAPH, "attribute 'shape' is required");
-    if (cnt > FR_MAX_RANK)
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "shape has rank %d, above fp8run's limit %d",
-                             cnt, FR_MAX_RANK);
-    for (int k = 0; k < cnt; k++)
-        if (v[k] < 0) return fr_node_error(n, FR_ERR_SHAPE, "shape has a negative dim");
-    if (cnt) memcpy(dims, v, sizeof(int64_t) * (size_t)cnt);
-    *rank = cnt;
-    return FR_OK;
-}
-
-static fr_status dy_matches(const fr_node *n, fr_dtype dt, int rank, const int64_t *dims,
-                            int want_rank, const int64_t *want)
-{
-    if (!is_f(dt))
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "dy is %s (float32 or float64 supported)",
-                             fr_dtype_name(dt));
-    int ok = rank == want_rank;
-    for (int k = 0; ok && k < rank; k++) ok = dims[k] == want[k];
-    if (!ok) {
-        char a[128], b[128];
-        return fr_node_error(n, FR_ERR_SHAPE, "dy has shape %s, the forward output had %s",
-                             fr_shape_str(rank, dims, a, sizeof a),
-                             fr_shape_str(want_rank, want, b, sizeof b));
-    }
-    return FR_OK;
-}
-
-/* Shared infer: kind 0 Gather, 1 GatherElements, 2 GatherND. Checks dy against the forward
- * output shape the data shape and indices give. */
-static fr_status scatter_check(const fr_node *n, int kind, fr_dtype dy_dt, int dy_rank,
-                               const int64_t *dy_dims, fr_dtype idx_dt, int q, const int64_t *di,
-                               int *rank, int64_t *dims, int *axis_or_b)
-{
-    FR_TRY(index_dtype_ok(n, idx_dt));
-    FR_TRY(grad_shape_attr(n, rank, dims));
-    int fr = 0;
-    int64_t fd[FR_MAX_RANK];
-    if (kind == 0) {
-        FR_TRY(gather_axis(n, *rank, axis_or_b));
-        FR_TRY(gather_shape(n, *rank, dims, q, di, *axis_or_b, &fr, fd));
-    } else if (kind == 1) {
-        FR_TRY(gather_axis(n, *rank, axis_or_b));
-        FR_TRY(ge_shapes(n, *rank, dims, q, di, *axis_or_b));
-        fr = q;
-        memcpy(fd, di, sizeof(int64_t) * (size_t)q);
-    } else {
-        int64_t b;
-        FR_TRY(fr_node_attr_int(n, "batch_dims", 0, &b));
-        FR_TRY(gnd_shape(n, b, *rank, dims, q, di, &fr, fd));
-        *axis_or_b = (int)b;
-    }
-    return dy_matches(n, dy_dt, dy_rank, dy_dims, fr, fd);
-}
-
-static int scatter_kind(const fr_node *n)
-{
-    return strcmp(n->op_type, "GatherGrad") == 0 ? 0
-           : strcmp(n->op_type, "GatherElementsGrad") == 0 ? 1 : 2;
-}
-
 static fr_status scatter_infer(fr_graph *g, int node_id)
 {
     const fr_node *n = &g->nodes[node_id];
@@ -463,8 +286,8 @@ static fr_status scatter_infer(fr_graph *g, int node_id)
     const fr_value *dy = fr_node_in(g, n, 0), *iv = fr_node_in(g, n, 1);
     int rank, a;
     int64_t dims[FR_MAX_RANK];
-    FR_TRY(scatter_check(n, scatter_kind(n), dy->dtype, dy->rank, dy->dims, iv->dtype, iv->rank,
-                         iv->dims, &rank, dims, &a));
+    FR_TRY(fr_gather_scatter_check(n, fr_gather_scatter_kind(n), dy->dtype, dy->rank, dy->dims,
+                                   iv->dtype, iv->rank, iv->dims, &rank, dims, &a));
     fr_infer_set(g, n, 0, dy->dtype, rank, dims);
     return FR_OK;
 }
@@ -476,11 +299,11 @@ static fr_status scatter_cpu(const fr_kernel_ctx *ctx)
                     *idx = ctx->n_in > 1 ? ctx->in[1] : NULL;
     fr_tensor *y = ctx->n_out > 0 ? ctx->out[0] : NULL;
     if (!dy || !idx) return fr_node_error(n, FR_ERR_GRAPH, "input missing");
-    int kind = scatter_kind(n), rank, a;
+    int kind = fr_gather_scatter_kind(n), rank, a;
     int64_t dims[FR_MAX_RANK];
-    FR_TRY(scatter_check(n, kind, dy->dtype, dy->rank, dy->dims, idx->dtype, idx->rank, idx->dims,
-                         &rank, dims, &a));
-    FR_TRY(check_out(ctx, y, dy->dtype, rank, dims));
+    FR_TRY(fr_gather_scatter_check(n, kind, dy->dtype, dy->rank, dy->dims, idx->dtype, idx->rank,
+                                   idx->dims, &rank, dims, &a));
+    FR_TRY(fr_check_out(ctx->node, y, dy->dtype, rank, dims));
     int64_t cnt = fr_tensor_numel(idx), ds[FR_MAX_RANK], inner = 1, rows = 0;
     fr_contig_strides(rank, dims, ds);
     /* indices checked again: a bad one must never write out of bounds */
@@ -559,7 +382,7 @@ static fr_status gather_family_grad(fr_grad_ctx *ctx, const char *grad_op)
     int in[2] = {ctx->dout[0], n->inputs[1]}, x = n->inputs[0], nid;
     int64_t b = 0, axis = 0;
     if (strcmp(n->op_type, "GatherND") == 0)
-        FR_TRY(gnd_batch_dims(n, ctx->opset, &b));
+        FR_TRY(fr_gather_nd_batch_dims(n, ctx->opset, &b));
     else
         FR_TRY(fr_node_attr_int(n, "axis", 0, &axis));
     FR_TRY(fr_grad_node(ctx, grad_op, FR_DOMAIN_FP8RUN, 2, in, 1, &ctx->din[0], &nid));

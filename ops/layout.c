@@ -12,35 +12,10 @@
 #include <string.h>
 
 #include "../passes/autodiff.h"
+#include "layout_plan.h"
 #include "op.h"
 
 /* ---- helpers ---- */
-
-static fr_status holdable(const fr_node *n, const char *what, fr_dtype dt)
-{
-    if (fr_dtype_size(dt) == 0)
-        return fr_node_error(n, FR_ERR_UNSUPPORTED,
-                             "%s has dtype %s, which fp8run cannot hold in a tensor", what,
-                             fr_dtype_name(dt));
-    return FR_OK;
-}
-
-/* Kernel-side check that the executor handed an output of the shape infer() gave. */
-static fr_status check_out(const fr_kernel_ctx *ctx, const fr_tensor *y, fr_dtype dt, int rank,
-                           const int64_t *dims)
-{
-    int same = y && y->dtype == dt && y->rank == rank;
-    for (int k = 0; same && k < rank; k++) same = y->dims[k] == dims[k];
-    if (!same) {
-        char a[128], b[128];
-        return fr_node_error(ctx->node, FR_ERR_SHAPE,
-                             "output tensor is %s %s, expected %s %s (re-run shape inference)",
-                             y ? fr_dtype_name(y->dtype) : "missing",
-                             y ? fr_shape_str(y->rank, y->dims, a, sizeof a) : "",
-                             fr_dtype_name(dt), fr_shape_str(rank, dims, b, sizeof b));
-    }
-    return FR_OK;
-}
 
 static fr_tensor *kin(const fr_kernel_ctx *ctx, int i)
 {
@@ -80,37 +55,7 @@ static fr_status const_ints(fr_graph *g, const fr_node *n, int i, const char *wh
     return st;
 }
 
-/* ---- the strided-copy engine ---- */
-
-#define MAX_VIEW (2 * FR_MAX_RANK) /* Tile views each dim as (repeat, dim) */
-
-typedef struct view {
-    int rank;
-    int64_t dims[MAX_VIEW];
-    int64_t stride[MAX_VIEW]; /* source stride in elements per output dim; any sign, 0 repeats */
-    int64_t offset;           /* source element of output element 0 */
-} view;
-
-/* Drop size-1 dims and merge neighbours that are contiguous in the source. Returns 0 when
- * the view holds no element. */
-static int view_simplify(view *v)
-{
-    int r = 0;
-    for (int k = 0; k < v->rank; k++) {
-        if (v->dims[k] == 0) return 0;
-        if (v->dims[k] == 1) continue;
-        if (r > 0 && v->stride[r - 1] == v->stride[k] * v->dims[k]) {
-            v->dims[r - 1] *= v->dims[k];
-            v->stride[r - 1] = v->stride[k];
-            continue;
-        }
-        v->dims[r] = v->dims[k];
-        v->stride[r] = v->stride[k];
-        r++;
-    }
-    v->rank = r;
-    return 1;
-}
+/* ---- the strided-copy engine (the view and its planning: layout_plan.h) ---- */
 
 /* dst[i] = src[i * st] for n elements of es bytes. */
 static void copy_run(char *dst, const char *src, int64_t n, int64_t st, size_t es)
@@ -169,9 +114,9 @@ static void transpose_2d(char *dst, const char *src, int64_t R, int64_t C, int64
 }
 
 /* Fill the contiguous `dst` from `src` through the view. */
-static void view_copy(char *dst, const char *src, view v, size_t es)
+static void view_copy(char *dst, const char *src, fr_view v, size_t es)
 {
-    if (!view_simplify(&v)) return;
+    if (!fr_view_simplify(&v)) return;
     src += v.offset * (int64_t)es;
     if (v.rank == 0) {
         memcpy(dst, src, es);
@@ -182,7 +127,7 @@ static void view_copy(char *dst, const char *src, view v, size_t es)
     int outer = v.rank - (tr ? 2 : 1);
     int64_t rows = tr ? v.dims[v.rank - 2] : 1, cols = v.dims[v.rank - 1];
     int64_t block = rows * cols, sc = v.stride[v.rank - 1];
-    int64_t idx[MAX_VIEW] = {0}, off = 0;
+    int64_t idx[FR_MAX_VIEW] = {0}, off = 0;
     for (;;) {
         if (tr)
             transpose_2d(dst, src + off * (int64_t)es, rows, cols, sc, es);
@@ -202,36 +147,14 @@ static void view_copy(char *dst, const char *src, view v, size_t es)
 
 /* ---- Transpose ---- */
 
-static fr_status transpose_perm(const fr_node *n, int rank, int *perm)
-{
-    int cnt;
-    const int64_t *p;
-    FR_TRY(fr_node_attr_ints(n, "perm", &cnt, &p));
-    if (cnt < 0) { /* default: reverse the dims */
-        for (int k = 0; k < rank; k++) perm[k] = rank - 1 - k;
-        return FR_OK;
-    }
-    if (cnt != rank)
-        return fr_node_error(n, FR_ERR_SHAPE, "perm has %d entries for an input of rank %d", cnt,
-                             rank);
-    int seen[FR_MAX_RANK] = {0};
-    for (int k = 0; k < rank; k++) {
-        if (p[k] < 0 || p[k] >= rank || seen[p[k]])
-            return fr_node_error(n, FR_ERR_SHAPE, "perm is not a permutation of 0..%d", rank - 1);
-        seen[p[k]] = 1;
-        perm[k] = (int)p[k];
-    }
-    return FR_OK;
-}
-
 static fr_status transpose_infer(fr_graph *g, int node_id)
 {
     const fr_node *n = &g->nodes[node_id];
     FR_TRY(fr_infer_require_inputs(g, n, 1, 1));
     const fr_value *x = fr_node_in(g, n, 0);
-    FR_TRY(holdable(n, "input", x->dtype));
+    FR_TRY(fr_holdable(n, "input", x->dtype));
     int perm[FR_MAX_RANK];
-    FR_TRY(transpose_perm(n, x->rank, perm));
+    FR_TRY(fr_transpose_perm(n, x->rank, perm));
     int64_t dims[FR_MAX_RANK];
     for (int k = 0; k < x->rank; k++) dims[k] = x->dims[perm[k]];
     fr_infer_set(g, n, 0, x->dtype, x->rank, dims);
@@ -244,15 +167,10 @@ static fr_status transpose_cpu(const fr_kernel_ctx *ctx)
     fr_tensor *y = ctx->n_out > 0 ? ctx->out[0] : NULL;
     if (!x) return fr_node_error(ctx->node, FR_ERR_GRAPH, "input missing");
     int perm[FR_MAX_RANK];
-    FR_TRY(transpose_perm(ctx->node, x->rank, perm));
-    int64_t cs[FR_MAX_RANK];
-    fr_contig_strides(x->rank, x->dims, cs);
-    view v = {.rank = x->rank, .offset = 0};
-    for (int k = 0; k < x->rank; k++) {
-        v.dims[k] = x->dims[perm[k]];
-        v.stride[k] = cs[perm[k]];
-    }
-    FR_TRY(check_out(ctx, y, x->dtype, x->rank, v.dims));
+    FR_TRY(fr_transpose_perm(ctx->node, x->rank, perm));
+    fr_view v;
+    fr_view_permute(&v, x->rank, x->dims, perm);
+    FR_TRY(fr_check_out(ctx->node, y, x->dtype, x->rank, v.dims));
     view_copy(y->data, x->data, v, fr_dtype_size(x->dtype));
     return FR_OK;
 }
@@ -324,7 +242,7 @@ static fr_status concat_infer(fr_graph *g, int node_id)
     if (n->n_inputs < 1) return fr_node_error(n, FR_ERR_GRAPH, "has no inputs");
     FR_TRY(fr_infer_require_inputs(g, n, n->n_inputs, n->n_inputs));
     const fr_value *x0 = fr_node_in(g, n, 0);
-    FR_TRY(holdable(n, "input", x0->dtype));
+    FR_TRY(fr_holdable(n, "input", x0->dtype));
     if (x0->rank < 1) return fr_node_error(n, FR_ERR_SHAPE, "inputs must have rank >= 1");
     int axis;
     FR_TRY(concat_axis(n, fr_graph_opset(g, n->domain), x0->rank, &axis));
@@ -365,7 +283,7 @@ static fr_status concat_cpu(const fr_kernel_ctx *ctx)
     if (st == FR_OK) st = concat_shape(n, ctx->n_in, p.dts, p.ranks, p.dims, axis, dims);
     parts_free(&p);
     FR_TRY(st);
-    FR_TRY(check_out(ctx, y, x0->dtype, x0->rank, dims));
+    FR_TRY(fr_check_out(ctx->node, y, x0->dtype, x0->rank, dims));
     if (!y->nbytes) return FR_OK;
     /* each input contributes one contiguous chunk per outer index */
     size_t es = fr_dtype_size(x0->dtype);
@@ -385,58 +303,6 @@ static fr_status concat_cpu(const fr_kernel_ctx *ctx)
 }
 
 /* ---- Split ---- */
-
-/* Sizes of the n_out parts along a dim of size `dim`. `split` (cnt >= 0 entries) comes from
- * the attribute (opset < 13) or the input (13+); without it, opset 18's num_outputs gives
- * ceil(dim / num_outputs) per part with a smaller last part, and otherwise the dim must
- * divide evenly among the outputs. */
-static fr_status split_sizes(const fr_node *n, int64_t opset, int64_t dim, int cnt,
-                             const int64_t *split, int n_out, int64_t *sizes)
-{
-    int64_t num_outputs = 0;
-    if (opset >= 18) FR_TRY(fr_node_attr_int(n, "num_outputs", 0, &num_outputs));
-    if (cnt >= 0) {
-        if (num_outputs)
-            return fr_node_error(n, FR_ERR_GRAPH, "has both 'split' and 'num_outputs'");
-        if (cnt != n_out)
-            return fr_node_error(n, FR_ERR_SHAPE, "split has %d entries for %d outputs", cnt,
-                                 n_out);
-        int64_t sum = 0;
-        for (int i = 0; i < cnt; i++) {
-            if (split[i] < 0 || split[i] > dim - sum)
-                return fr_node_error(n, FR_ERR_SHAPE,
-                                     "split sizes do not add up to the axis size %lld "
-                                     "(entry %d is %lld)",
-                                     (long long)dim, i, (long long)split[i]);
-            sizes[i] = split[i];
-            sum += split[i];
-        }
-        if (sum != dim)
-            return fr_node_error(n, FR_ERR_SHAPE, "split sizes add up to %lld, the axis has %lld",
-                                 (long long)sum, (long long)dim);
-        return FR_OK;
-    }
-    if (num_outputs) {
-        if (num_outputs != n_out)
-            return fr_node_error(n, FR_ERR_GRAPH, "num_outputs is %lld but the node has %d outputs",
-                                 (long long)num_outputs, n_out);
-        int64_t chunk = dim / n_out + (dim % n_out != 0);
-        int64_t last = dim - chunk * (n_out - 1);
-        if (last < 0)
-            return fr_node_error(n, FR_ERR_SHAPE,
-                                 "an axis of size %lld cannot be split into %d chunks of %lld",
-                                 (long long)dim, n_out, (long long)chunk);
-        for (int i = 0; i < n_out; i++) sizes[i] = i < n_out - 1 ? chunk : last;
-        return FR_OK;
-    }
-    if (dim % n_out != 0)
-        return fr_node_error(n, FR_ERR_SHAPE,
-                             "an axis of size %lld does not split evenly into %d outputs (give "
-                             "'split' sizes)",
-                             (long long)dim, n_out);
-    for (int i = 0; i < n_out; i++) sizes[i] = dim / n_out;
-    return FR_OK;
-}
 
 /* Split's explicit sizes, if any: *cnt = -1 when absent. At infer time (g != NULL) from the
  * attribute or a constant input; in the kernel from the attribute or the input tensor. */
@@ -484,7 +350,7 @@ static fr_status split_plan(fr_graph *g, const fr_node *n, int64_t opset, int ra
     FR_TRY(split_list(g, n, opset, in1, &cnt, &split));
     *sizes = fr_calloc((size_t)n_out, sizeof **sizes, "split sizes");
     fr_status st =
-        *sizes ? split_sizes(n, opset, dims[*axis], cnt, split, n_out, *sizes) : FR_ERR_OOM;
+        *sizes ? fr_split_sizes(n, opset, dims[*axis], cnt, split, n_out, *sizes) : FR_ERR_OOM;
     free(split);
     if (st != FR_OK) {
         free(*sizes);
@@ -499,7 +365,7 @@ static fr_status split_infer(fr_graph *g, int node_id)
     int64_t opset = fr_graph_opset(g, n->domain);
     FR_TRY(fr_infer_require_inputs(g, n, 1, opset >= 13 ? 2 : 1));
     const fr_value *x = fr_node_in(g, n, 0);
-    FR_TRY(holdable(n, "input", x->dtype));
+    FR_TRY(fr_holdable(n, "input", x->dtype));
     int axis;
     int64_t *sizes;
     FR_TRY(split_plan(g, n, opset, x->rank, x->dims, NULL, n->n_outputs, &axis, &sizes));
@@ -527,7 +393,7 @@ static fr_status split_cpu(const fr_kernel_ctx *ctx)
     fr_status st = FR_OK;
     for (int i = 0; st == FR_OK && i < ctx->n_out; i++) {
         dims[axis] = sizes[i];
-        if (ctx->out[i]) st = check_out(ctx, ctx->out[i], x->dtype, x->rank, dims);
+        if (ctx->out[i]) st = fr_check_out(ctx->node, ctx->out[i], x->dtype, x->rank, dims);
     }
     size_t es = fr_dtype_size(x->dtype);
     int64_t outer = 1, inner = 1;
@@ -548,58 +414,6 @@ static fr_status split_cpu(const fr_kernel_ctx *ctx)
 
 /* ---- Slice ---- */
 
-/* Per-dim start/step/length of a slice, clamped exactly as the ONNX spec says: negative
- * starts/ends count from the end; with a positive step both clamp to [0, dim], with a
- * negative step start clamps to [0, dim-1] and end to [-1, dim-1] (so INT64_MIN reverses
- * through element 0). */
-typedef struct slice_plan {
-    int64_t start[FR_MAX_RANK], step[FR_MAX_RANK], len[FR_MAX_RANK];
-} slice_plan;
-
-static fr_status slice_resolve(const fr_node *n, int rank, const int64_t *dims, int cnt,
-                               const int64_t *starts, int n_ends, const int64_t *ends, int n_axes,
-                               const int64_t *axes, int n_steps, const int64_t *steps,
-                               slice_plan *p)
-{
-    if (n_ends != cnt || (n_axes >= 0 && n_axes != cnt) || (n_steps >= 0 && n_steps != cnt))
-        return fr_node_error(n, FR_ERR_SHAPE,
-                             "starts, ends, axes and steps must have the same length (%d, %d, "
-                             "%d, %d)",
-                             cnt, n_ends, n_axes, n_steps);
-    int seen[FR_MAX_RANK] = {0};
-    for (int k = 0; k < rank; k++) {
-        p->start[k] = 0;
-        p->step[k] = 1;
-        p->len[k] = dims[k];
-    }
-    for (int i = 0; i < cnt; i++) {
-        int a;
-        FR_TRY(fr_norm_axis(n, n_axes >= 0 ? axes[i] : i, rank, &a));
-        if (seen[a]) return fr_node_error(n, FR_ERR_SHAPE, "axis %d is sliced twice", a);
-        seen[a] = 1;
-        int64_t d = dims[a], s = starts[i], e = ends[i], st = n_steps >= 0 ? steps[i] : 1;
-        if (st == 0) return fr_node_error(n, FR_ERR_SHAPE, "step for axis %d is 0", a);
-        if (s < 0) s += d;
-        if (e < 0) e += d;
-        int64_t len;
-        if (d == 0) { /* nothing to select (the spec's clamp range [0, d-1] is empty) */
-            len = 0;
-        } else if (st > 0) {
-            s = s < 0 ? 0 : s > d ? d : s;
-            e = e < 0 ? 0 : e > d ? d : e;
-            len = e > s ? (e - s - 1) / st + 1 : 0;
-        } else {
-            s = s < 0 ? 0 : s > d - 1 ? d - 1 : s;
-            e = e < -1 ? -1 : e > d - 1 ? d - 1 : e;
-            len = s > e ? (int64_t)((uint64_t)(s - e - 1) / ((uint64_t)0 - (uint64_t)st)) + 1 : 0;
-        }
-        p->start[a] = len ? s : 0;
-        p->step[a] = len > 1 ? st : 1; /* |step| < dim when it is used: no stride overflow */
-        p->len[a] = len;
-    }
-    return FR_OK;
-}
-
 /* Slice's starts/ends/axes/steps: attributes before opset 10, inputs 1..4 after. In the
  * kernel (g == NULL) the inputs come from the tensors. n_axes/n_steps = -1 when absent. */
 typedef struct slice_args {
@@ -607,27 +421,13 @@ typedef struct slice_args {
     int64_t starts[FR_MAX_RANK], ends[FR_MAX_RANK], axes[FR_MAX_RANK], steps[FR_MAX_RANK];
 } slice_args;
 
-static fr_status slice_attr(const fr_node *n, const char *name, int required, int *cnt,
-                            int64_t *vals)
-{
-    const int64_t *a;
-    FR_TRY(fr_node_attr_ints(n, name, cnt, &a));
-    if (*cnt < 0 && required)
-        return fr_node_error(n, FR_ERR_GRAPH, "attribute '%s' is missing", name);
-    if (*cnt > FR_MAX_RANK)
-        return fr_node_error(n, FR_ERR_SHAPE, "'%s' has %d entries, at most %d expected", name,
-                             *cnt, FR_MAX_RANK);
-    if (*cnt > 0) memcpy(vals, a, sizeof(int64_t) * (size_t)*cnt);
-    return FR_OK;
-}
-
 static fr_status slice_args_get(fr_graph *g, const fr_kernel_ctx *ctx, const fr_node *n,
                                 int64_t opset, slice_args *s)
 {
     if (opset < 10) {
-        FR_TRY(slice_attr(n, "starts", 1, &s->cnt, s->starts));
-        FR_TRY(slice_attr(n, "ends", 1, &s->n_ends, s->ends));
-        FR_TRY(slice_attr(n, "axes", 0, &s->n_axes, s->axes));
+        FR_TRY(fr_slice_attr(n, "starts", 1, &s->cnt, s->starts));
+        FR_TRY(fr_slice_attr(n, "ends", 1, &s->n_ends, s->ends));
+        FR_TRY(fr_slice_attr(n, "axes", 0, &s->n_axes, s->axes));
         s->n_steps = -1;
         return FR_OK;
     }
@@ -649,12 +449,12 @@ static fr_status slice_args_get(fr_graph *g, const fr_kernel_ctx *ctx, const fr_
 }
 
 static fr_status slice_plan_get(fr_graph *g, const fr_kernel_ctx *ctx, const fr_node *n,
-                                int64_t opset, int rank, const int64_t *dims, slice_plan *p)
+                                int64_t opset, int rank, const int64_t *dims, fr_slice_plan *p)
 {
     slice_args s;
     FR_TRY(slice_args_get(g, ctx, n, opset, &s));
-    return slice_resolve(n, rank, dims, s.cnt, s.starts, s.n_ends, s.ends, s.n_axes, s.axes,
-                         s.n_steps, s.steps, p);
+    return fr_slice_resolve(n, rank, dims, s.cnt, s.starts, s.n_ends, s.ends, s.n_axes, s.axes,
+                            s.n_steps, s.steps, p);
 }
 
 static fr_status slice_infer(fr_graph *g, int node_id)
@@ -663,8 +463,8 @@ static fr_status slice_infer(fr_graph *g, int node_id)
     int64_t opset = fr_graph_opset(g, n->domain);
     FR_TRY(fr_infer_require_inputs(g, n, opset >= 10 ? 3 : 1, opset >= 10 ? 5 : 1));
     const fr_value *x = fr_node_in(g, n, 0);
-    FR_TRY(holdable(n, "input", x->dtype));
-    slice_plan p;
+    FR_TRY(fr_holdable(n, "input", x->dtype));
+    fr_slice_plan p;
     FR_TRY(slice_plan_get(g, NULL, n, opset, x->rank, x->dims, &p));
     fr_infer_set(g, n, 0, x->dtype, x->rank, p.len);
     return FR_OK;
@@ -675,17 +475,11 @@ static fr_status slice_cpu(const fr_kernel_ctx *ctx)
     const fr_tensor *x = kin(ctx, 0);
     fr_tensor *y = ctx->n_out > 0 ? ctx->out[0] : NULL;
     if (!x) return fr_node_error(ctx->node, FR_ERR_GRAPH, "input missing");
-    slice_plan p;
+    fr_slice_plan p;
     FR_TRY(slice_plan_get(NULL, ctx, ctx->node, ctx->opset, x->rank, x->dims, &p));
-    FR_TRY(check_out(ctx, y, x->dtype, x->rank, p.len));
-    int64_t cs[FR_MAX_RANK];
-    fr_contig_strides(x->rank, x->dims, cs);
-    view v = {.rank = x->rank, .offset = 0};
-    for (int k = 0; k < x->rank; k++) {
-        v.dims[k] = p.len[k];
-        v.stride[k] = cs[k] * p.step[k];
-        v.offset += cs[k] * p.start[k];
-    }
+    FR_TRY(fr_check_out(ctx->node, y, x->dtype, x->rank, p.len));
+    fr_view v;
+    fr_view_slice(&v, x->rank, x->dims, p.start, p.step, p.len);
     view_copy(y->data, x->data, v, fr_dtype_size(x->dtype));
     return FR_OK;
 }
@@ -698,7 +492,7 @@ static fr_status trilu_infer(fr_graph *g, int node_id)
     const fr_node *n = &g->nodes[node_id];
     FR_TRY(fr_infer_require_inputs(g, n, 1, 2));
     const fr_value *x = fr_node_in(g, n, 0);
-    FR_TRY(holdable(n, "input", x->dtype));
+    FR_TRY(fr_holdable(n, "input", x->dtype));
     if (x->rank < 2)
         return fr_node_error(n, FR_ERR_SHAPE, "input must have rank >= 2, got %d", x->rank);
     const fr_value *k = fr_node_in(g, n, 1);
@@ -725,7 +519,7 @@ static fr_status trilu_cpu(const fr_kernel_ctx *ctx)
             return fr_node_error(ctx->node, FR_ERR_SHAPE, "k must be an integer scalar");
         k = fr_tensor_get_i64(kt, 0);
     }
-    FR_TRY(check_out(ctx, y, x->dtype, x->rank, x->dims));
+    FR_TRY(fr_check_out(ctx->node, y, x->dtype, x->rank, x->dims));
     if (!y->nbytes) return FR_OK;
     size_t es = fr_dtype_size(x->dtype);
     int64_t R = x->dims[x->rank - 2], C = x->dims[x->rank - 1];
@@ -757,36 +551,16 @@ static fr_status trilu_cpu(const fr_kernel_ctx *ctx)
 
 /* ---- Tile: output dim k = dims[k] * repeats[k] ---- */
 
-static fr_status tile_dims(const fr_node *n, int rank, const int64_t *dims, int cnt,
-                           const int64_t *reps, int64_t *out)
-{
-    if (cnt != rank)
-        return fr_node_error(n, FR_ERR_SHAPE, "repeats has %d entries for an input of rank %d", cnt,
-                             rank);
-    for (int k = 0; k < rank; k++) {
-        if (reps[k] < 0)
-            return fr_node_error(n, FR_ERR_SHAPE, "repeats[%d] = %lld is negative", k,
-                                 (long long)reps[k]);
-        if (reps[k] && dims[k] > INT64_MAX / reps[k])
-            return fr_node_error(n, FR_ERR_SHAPE, "tiled dim %d overflows", k);
-        out[k] = dims[k] * reps[k];
-    }
-    int64_t numel;
-    fr_status st = fr_shape_numel(rank, out, "tiled output", &numel);
-    if (st != FR_OK) return fr_node_error(n, st, "%s", fr_last_error());
-    return FR_OK;
-}
-
 static fr_status tile_infer(fr_graph *g, int node_id)
 {
     const fr_node *n = &g->nodes[node_id];
     FR_TRY(fr_infer_require_inputs(g, n, 2, 2));
     const fr_value *x = fr_node_in(g, n, 0);
-    FR_TRY(holdable(n, "input", x->dtype));
+    FR_TRY(fr_holdable(n, "input", x->dtype));
     int cnt;
     int64_t reps[FR_MAX_RANK], dims[FR_MAX_RANK];
     FR_TRY(const_ints(g, n, 1, "repeats", FR_MAX_RANK, &cnt, reps));
-    FR_TRY(tile_dims(n, x->rank, x->dims, cnt, reps, dims));
+    FR_TRY(fr_tile_dims(n, x->rank, x->dims, cnt, reps, dims));
     fr_infer_set(g, n, 0, x->dtype, x->rank, dims);
     return FR_OK;
 }
@@ -797,19 +571,12 @@ static fr_status tile_cpu(const fr_kernel_ctx *ctx)
     fr_tensor *y = ctx->n_out > 0 ? ctx->out[0] : NULL;
     if (!x || !rt) return fr_node_error(ctx->node, FR_ERR_GRAPH, "input missing");
     int cnt;
-    int64_t reps[FR_MAX_RANK], dims[FR_MAX_RANK], cs[FR_MAX_RANK];
+    int64_t reps[FR_MAX_RANK], dims[FR_MAX_RANK];
     FR_TRY(tensor_ints(ctx->node, rt, "repeats", FR_MAX_RANK, &cnt, reps));
-    FR_TRY(tile_dims(ctx->node, x->rank, x->dims, cnt, reps, dims));
-    FR_TRY(check_out(ctx, y, x->dtype, x->rank, dims));
-    /* output dim k viewed as (repeat, dim): the repeat walks the input with stride 0 */
-    fr_contig_strides(x->rank, x->dims, cs);
-    view v = {.rank = 2 * x->rank, .offset = 0};
-    for (int k = 0; k < x->rank; k++) {
-        v.dims[2 * k] = reps[k];
-        v.stride[2 * k] = 0;
-        v.dims[2 * k + 1] = x->dims[k];
-        v.stride[2 * k + 1] = cs[k];
-    }
+    FR_TRY(fr_tile_dims(ctx->node, x->rank, x->dims, cnt, reps, dims));
+    FR_TRY(fr_check_out(ctx->node, y, x->dtype, x->rank, dims));
+    fr_view v;
+    fr_view_tile(&v, x->rank, x->dims, reps);
     view_copy(y->data, x->data, v, fr_dtype_size(x->dtype));
     return FR_OK;
 }
@@ -825,69 +592,7 @@ static fr_status tile_cpu(const fr_kernel_ctx *ctx)
  *   TileGrad(dy) {shape}: the sum of the tiles of dy, each of `shape`, accumulated in double
  *     in the order of dy so results are reproducible bit for bit. */
 
-static int is_f(fr_dtype dt) { return dt == FR_F32 || dt == FR_F64; }
-
-static fr_status float_dy(const fr_node *n, fr_dtype dt)
-{
-    if (is_f(dt)) return FR_OK;
-    return fr_node_error(n, FR_ERR_UNSUPPORTED, "dy is %s (float32 or float64 supported)",
-                         fr_dtype_name(dt));
-}
-
-/* An ints attribute with exactly `rank` entries. */
-static fr_status rank_ints(const fr_node *n, const char *name, int rank, const int64_t **v)
-{
-    int cnt;
-    FR_TRY(fr_node_attr_ints(n, name, &cnt, v));
-    if (cnt < 0) return fr_node_error(n, FR_ERR_GRAPH, "attribute '%s' is required", name);
-    if (cnt != rank)
-        return fr_node_error(n, FR_ERR_SHAPE, "attribute '%s' has %d entries for rank %d", name,
-                             cnt, rank);
-    return FR_OK;
-}
-
-static fr_status shape_attr(const fr_node *n, int *rank, const int64_t **dims)
-{
-    FR_TRY(fr_node_attr_ints(n, "shape", rank, dims));
-    if (*rank < 0) return fr_node_error(n, FR_ERR_GRAPH, "attribute 'shape' is required");
-    if (*rank > FR_MAX_RANK)
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "shape has rank %d, above fp8run's limit %d",
-                             *rank, FR_MAX_RANK);
-    for (int k = 0; k < *rank; k++)
-        if ((*dims)[k] < 0) return fr_node_error(n, FR_ERR_SHAPE, "shape has a negative dim");
-    return FR_OK;
-}
-
 /* ---- SliceGrad ---- */
-
-static fr_status slice_grad_check(const fr_node *n, fr_dtype dt, int rank, const int64_t *dims,
-                                  int *out_rank, const int64_t **shape, const int64_t **starts,
-                                  const int64_t **steps)
-{
-    FR_TRY(float_dy(n, dt));
-    FR_TRY(shape_attr(n, out_rank, shape));
-    if (rank != *out_rank)
-        return fr_node_error(n, FR_ERR_SHAPE, "dy has rank %d, shape has %d", rank, *out_rank);
-    FR_TRY(rank_ints(n, "starts", rank, starts));
-    FR_TRY(rank_ints(n, "steps", rank, steps));
-    for (int k = 0; k < rank; k++) {
-        int64_t d = (*shape)[k], s = (*starts)[k], st = (*steps)[k], len = dims[k];
-        if (!len) continue;
-        /* first and last written positions inside [0, d); steps bounded so no overflow */
-        int ok = st != 0 && st > -d - 1 && st < d + 1 && s >= 0 && s < d;
-        if (ok && len > 1) {
-            ok = len <= d;
-            int64_t last = s + (len - 1) * st;
-            ok = ok && last >= 0 && last < d;
-        }
-        if (!ok)
-            return fr_node_error(n, FR_ERR_SHAPE,
-                                 "dim %d: %lld elements from %lld in steps of %lld do not fit in "
-                                 "%lld",
-                                 k, (long long)len, (long long)s, (long long)st, (long long)d);
-    }
-    return FR_OK;
-}
 
 static fr_status slice_grad_infer(fr_graph *g, int node_id)
 {
@@ -896,7 +601,7 @@ static fr_status slice_grad_infer(fr_graph *g, int node_id)
     const fr_value *dy = fr_node_in(g, n, 0);
     int rank;
     const int64_t *shape, *starts, *steps;
-    FR_TRY(slice_grad_check(n, dy->dtype, dy->rank, dy->dims, &rank, &shape, &starts, &steps));
+    FR_TRY(fr_slice_grad_check(n, dy->dtype, dy->rank, dy->dims, &rank, &shape, &starts, &steps));
     fr_infer_set(g, n, 0, dy->dtype, rank, shape);
     return FR_OK;
 }
@@ -910,9 +615,9 @@ static fr_status slice_grad_cpu(const fr_kernel_ctx *ctx)
     if (!dy) return fr_node_error(ctx->node, FR_ERR_GRAPH, "input missing");
     int rank;
     const int64_t *shape, *starts, *steps;
-    FR_TRY(slice_grad_check(ctx->node, dy->dtype, dy->rank, dy->dims, &rank, &shape, &starts,
-                            &steps));
-    FR_TRY(check_out(ctx, y, dy->dtype, rank, shape));
+    FR_TRY(fr_slice_grad_check(ctx->node, dy->dtype, dy->rank, dy->dims, &rank, &shape, &starts,
+                               &steps));
+    FR_TRY(fr_check_out(ctx->node, y, dy->dtype, rank, shape));
     if (y->nbytes) memset(y->data, 0, y->nbytes);
     int64_t n = fr_tensor_numel(dy);
     if (!n) return FR_OK;
@@ -946,23 +651,6 @@ static fr_status slice_grad_cpu(const fr_kernel_ctx *ctx)
 
 /* ---- TileGrad ---- */
 
-static fr_status tile_grad_check(const fr_node *n, fr_dtype dt, int rank, const int64_t *dims,
-                                 int *out_rank, const int64_t **shape)
-{
-    FR_TRY(float_dy(n, dt));
-    FR_TRY(shape_attr(n, out_rank, shape));
-    int ok = rank == *out_rank;
-    for (int k = 0; ok && k < rank; k++)
-        ok = (*shape)[k] ? dims[k] % (*shape)[k] == 0 : dims[k] == 0;
-    if (!ok) {
-        char a[128], b[128];
-        return fr_node_error(n, FR_ERR_SHAPE, "dy %s is not a tiling of %s",
-                             fr_shape_str(rank, dims, a, sizeof a),
-                             fr_shape_str(*out_rank, *shape, b, sizeof b));
-    }
-    return FR_OK;
-}
-
 static fr_status tile_grad_infer(fr_graph *g, int node_id)
 {
     const fr_node *n = &g->nodes[node_id];
@@ -970,7 +658,7 @@ static fr_status tile_grad_infer(fr_graph *g, int node_id)
     const fr_value *dy = fr_node_in(g, n, 0);
     int rank;
     const int64_t *shape;
-    FR_TRY(tile_grad_check(n, dy->dtype, dy->rank, dy->dims, &rank, &shape));
+    FR_TRY(fr_tile_grad_check(n, dy->dtype, dy->rank, dy->dims, &rank, &shape));
     fr_infer_set(g, n, 0, dy->dtype, rank, shape);
     return FR_OK;
 }
@@ -982,8 +670,8 @@ static fr_status tile_grad_cpu(const fr_kernel_ctx *ctx)
     if (!dy) return fr_node_error(ctx->node, FR_ERR_GRAPH, "input missing");
     int rank;
     const int64_t *shape;
-    FR_TRY(tile_grad_check(ctx->node, dy->dtype, dy->rank, dy->dims, &rank, &shape));
-    FR_TRY(check_out(ctx, y, dy->dtype, rank, shape));
+    FR_TRY(fr_tile_grad_check(ctx->node, dy->dtype, dy->rank, dy->dims, &rank, &shape));
+    FR_TRY(fr_check_out(ctx->node, y, dy->dtype, rank, shape));
     int64_t ny = fr_tensor_numel(y), n = fr_tensor_numel(dy);
     if (!ny) return FR_OK;
     double *acc = fr_calloc((size_t)ny, sizeof(double), "TileGrad accumulator");
@@ -1032,7 +720,7 @@ static fr_status transpose_grad(fr_grad_ctx *ctx)
     fr_graph *g = ctx->g;
     const fr_node *n = &g->nodes[ctx->node_id];
     int rank = g->values[n->inputs[0]].rank, perm[FR_MAX_RANK], nid;
-    FR_TRY(transpose_perm(n, rank, perm));
+    FR_TRY(fr_transpose_perm(n, rank, perm));
     int64_t inv[FR_MAX_RANK];
     for (int k = 0; k < rank; k++) inv[perm[k]] = k;
     FR_TRY(fr_grad_node(ctx, "Transpose", FR_DOMAIN_ONNX, 1, &ctx->dout[0], 1, &ctx->din[0], &nid));
@@ -1143,7 +831,7 @@ static fr_status slice_grad(fr_grad_ctx *ctx)
     int rank = x->rank, nid;
     int64_t dims[FR_MAX_RANK];
     memcpy(dims, x->dims, sizeof dims);
-    slice_plan p;
+    fr_slice_plan p;
     FR_TRY(slice_plan_get(g, NULL, n, ctx->opset, rank, dims, &p));
     int whole = 1; /* the slice takes everything in order: dy is the gradient as it is */
     for (int k = 0; k < rank; k++)

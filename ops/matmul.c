@@ -124,20 +124,6 @@ static fr_status matmul_infer(fr_graph *g, int node_id)
     return FR_OK;
 }
 
-/* The kernel's output has the shape and dtype the plan gives. */
-static fr_status check_out(const fr_node *n, const fr_tensor *y, fr_dtype dt, int rank,
-                           const int64_t *dims)
-{
-    int ok = y && y->dtype == dt && y->rank == rank;
-    for (int k = 0; ok && k < rank; k++) ok = y->dims[k] == dims[k];
-    if (!ok) {
-        char s[128];
-        return fr_node_error(n, FR_ERR_SHAPE, "output must be %s %s (re-run shape inference)",
-                             fr_dtype_name(dt), fr_shape_str(rank, dims, s, sizeof s));
-    }
-    return FR_OK;
-}
-
 static fr_status matmul_cpu(const fr_kernel_ctx *ctx)
 {
     const fr_node *n = ctx->node;
@@ -151,7 +137,7 @@ static fr_status matmul_cpu(const fr_kernel_ctx *ctx)
     if (!blas_dtype(a->dtype)) return dtype_error(n, a->dtype);
     mm_plan p;
     FR_TRY(mm_make_plan(n, a->rank, a->dims, b->rank, b->dims, &p));
-    FR_TRY(check_out(n, y, a->dtype, p.out_rank, p.out_dims));
+    FR_TRY(fr_check_out(n, y, a->dtype, p.out_rank, p.out_dims));
     if (p.batch == 0 || p.M == 0 || p.N == 0) return FR_OK;
     size_t es = fr_dtype_size(a->dtype);
     if (p.K == 0) { /* empty sum: zeros (BLAS would reject lda = 0) */
@@ -263,7 +249,7 @@ static fr_status mmx_cpu(const fr_kernel_ctx *ctx)
     FR_TRY(mmx_shapes(n, &c, a->rank, a->dims, b->rank, b->dims, oa, ob));
     mm_plan p;
     FR_TRY(mm_make_plan(n, a->rank, oa, b->rank, ob, &p));
-    FR_TRY(check_out(n, y, a->dtype, p.out_rank, p.out_dims));
+    FR_TRY(fr_check_out(n, y, a->dtype, p.out_rank, p.out_dims));
     if (p.batch == 0 || p.M == 0 || p.N == 0) return FR_OK;
     if (p.K == 0) {
         memset(y->data, 0, y->nbytes);
@@ -406,7 +392,7 @@ static fr_status gemm_cpu(const fr_kernel_ctx *ctx)
     FR_TRY(gemm_dims(n, &c, a->rank, a->dims, b->rank, b->dims, ct ? ct->rank : -1,
                      ct ? ct->dims : NULL, &M, &N, &K));
     int64_t dims[2] = {M, N};
-    FR_TRY(check_out(n, y, a->dtype, 2, dims));
+    FR_TRY(fr_check_out(n, y, a->dtype, 2, dims));
     if (M == 0 || N == 0) return FR_OK;
     FR_TRY(check_blas_dims(n, M, N, K));
     int use_c = ct && c.beta != 0.0f;

@@ -111,4 +111,11 @@ void fr_broadcast_strides(int rsrc, const int64_t *dsrc, int rout, const int64_t
 /* Row-major contiguous strides of a shape. */
 void fr_contig_strides(int rank, const int64_t *dims, int64_t *strides);
 
+/* Infer-time check that a value's dtype can be held in a tensor (`what` names it). */
+fr_status fr_holdable(const fr_node *n, const char *what, fr_dtype dt);
+/* Kernel-side check that the executor handed an output of the dtype and shape that infer()
+ * gave (y may be NULL: missing). Shared by the CPU kernels and the CUDA launchers. */
+fr_status fr_check_out(const fr_node *n, const fr_tensor *y, fr_dtype dt, int rank,
+                       const int64_t *dims);
+
 #endif

@@ -147,3 +147,28 @@ void fr_broadcast_strides(int rsrc, const int64_t *dsrc, int rout, const int64_t
         strides[k] = (is >= 0 && dsrc[is] != 1) ? cs[is] : 0;
     }
 }
+
+fr_status fr_holdable(const fr_node *n, const char *what, fr_dtype dt)
+{
+    if (fr_dtype_size(dt) == 0)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED,
+                             "%s has dtype %s, which fp8run cannot hold in a tensor", what,
+                             fr_dtype_name(dt));
+    return FR_OK;
+}
+
+fr_status fr_check_out(const fr_node *n, const fr_tensor *y, fr_dtype dt, int rank,
+                       const int64_t *dims)
+{
+    int same = y && y->dtype == dt && y->rank == rank;
+    for (int k = 0; same && k < rank; k++) same = y->dims[k] == dims[k];
+    if (!same) {
+        char a[128], b[128];
+        return fr_node_error(n, FR_ERR_SHAPE,
+                             "output tensor is %s %s, expected %s %s (re-run shape inference)",
+                             y ? fr_dtype_name(y->dtype) : "missing",
+                             y ? fr_shape_str(y->rank, y->dims, a, sizeof a) : "",
+                             fr_dtype_name(dt), fr_shape_str(rank, dims, b, sizeof b));
+    }
+    return FR_OK;
+}

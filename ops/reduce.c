@@ -424,19 +424,6 @@ static fr_status red_int(const red_def *d, const red_plan *p, const fr_tensor *x
     return FR_OK;
 }
 
-static fr_status check_out(const fr_node *n, const fr_tensor *y, fr_dtype dt, int rank,
-                           const int64_t *dims)
-{
-    int ok = y && y->dtype == dt && y->rank == rank;
-    for (int k = 0; ok && k < rank; k++) ok = y->dims[k] == dims[k];
-    if (!ok) {
-        char s[128];
-        return fr_node_error(n, FR_ERR_SHAPE, "output must be %s %s (re-run shape inference)",
-                             fr_dtype_name(dt), fr_shape_str(rank, dims, s, sizeof s));
-    }
-    return FR_OK;
-}
-
 static fr_status red_cpu(const fr_kernel_ctx *ctx)
 {
     const fr_node *n = ctx->node;
@@ -457,7 +444,7 @@ static fr_status red_cpu(const fr_kernel_ctx *ctx)
                                  c.keepdims, c.noop, &p);
     free(vals);
     FR_TRY(st);
-    FR_TRY(check_out(n, y, x->dtype, p.out_rank, p.out_dims));
+    FR_TRY(fr_check_out(n, y, x->dtype, p.out_rank, p.out_dims));
     int64_t count = 1; /* elements folded into each output */
     for (int k = 0; k < p.rank; k++)
         if (p.red[k]) count *= p.dims[k];
@@ -562,7 +549,7 @@ static fr_status arg_cpu(const fr_kernel_ctx *ctx)
                              fr_dtype_name(x->dtype));
     arg_cfg c;
     FR_TRY(arg_config(n, x->rank, x->dims, &c));
-    FR_TRY(check_out(n, ctx->out[0], FR_I64, c.out_rank, c.out_dims));
+    FR_TRY(fr_check_out(n, ctx->out[0], FR_I64, c.out_rank, c.out_dims));
     if (c.outer * c.inner == 0) return FR_OK;
     arg_scan(&c, x->dtype, is_argmax(n), x->data, ctx->out[0]->data);
     return FR_OK;
@@ -742,7 +729,7 @@ static fr_status rg_cpu(const fr_kernel_ctx *ctx)
     fr_tensor *dx = ctx->out[0];
     rg_cfg c;
     FR_TRY(rg_config(n, ctx->n_in, dy->dtype, dy->rank, dy->dims, x, y, &c));
-    FR_TRY(check_out(n, dx, dy->dtype, c.rank, c.dims));
+    FR_TRY(fr_check_out(n, dx, dy->dtype, c.rank, c.dims));
     int64_t nx = fr_tensor_numel(dx), ny = fr_tensor_numel(dy);
     if (!nx) return FR_OK;
     /* dy offsets: contiguous strides over the kept dims, 0 along reduced ones */

@@ -15,38 +15,12 @@
 
 /* ---- helpers ---- */
 
-static fr_status holdable(const fr_node *n, const char *what, fr_dtype dt)
-{
-    if (fr_dtype_size(dt) == 0)
-        return fr_node_error(n, FR_ERR_UNSUPPORTED,
-                             "%s has dtype %s, which fp8run cannot hold in a tensor", what,
-                             fr_dtype_name(dt));
-    return FR_OK;
-}
-
 /* An output shape must have non-negative dims whose element count fits in int64. */
 static fr_status check_out_shape(const fr_node *n, int rank, const int64_t *dims)
 {
     int64_t numel;
     fr_status st = fr_shape_numel(rank, dims, "output shape", &numel);
     if (st != FR_OK) return fr_node_error(n, st, "%s", fr_last_error());
-    return FR_OK;
-}
-
-/* Kernel-side check that the executor handed an output of the shape infer() gave. */
-static fr_status check_out(const fr_kernel_ctx *ctx, const fr_tensor *y, fr_dtype dt, int rank,
-                           const int64_t *dims)
-{
-    int same = y && y->dtype == dt && y->rank == rank;
-    for (int k = 0; same && k < rank; k++) same = y->dims[k] == dims[k];
-    if (!same) {
-        char a[128], b[128];
-        return fr_node_error(ctx->node, FR_ERR_SHAPE,
-                             "output tensor is %s %s, expected %s %s (re-run shape inference)",
-                             y ? fr_dtype_name(y->dtype) : "missing",
-                             y ? fr_shape_str(y->rank, y->dims, a, sizeof a) : "",
-                             fr_dtype_name(dt), fr_shape_str(rank, dims, b, sizeof b));
-    }
     return FR_OK;
 }
 
@@ -123,7 +97,7 @@ static fr_status shape_cpu(const fr_kernel_ctx *ctx)
     int lo, hi;
     FR_TRY(shape_range(ctx->node, ctx->opset, x->rank, &lo, &hi));
     int64_t len = hi - lo;
-    FR_TRY(check_out(ctx, y, FR_I64, 1, &len));
+    FR_TRY(fr_check_out(ctx->node, y, FR_I64, 1, &len));
     for (int k = lo; k < hi; k++) ((int64_t *)y->data)[k - lo] = x->dims[k];
     return FR_OK;
 }
@@ -143,7 +117,7 @@ static fr_status size_cpu(const fr_kernel_ctx *ctx)
     const fr_tensor *x = ctx->n_in > 0 ? ctx->in[0] : NULL;
     fr_tensor *y = ctx->n_out > 0 ? ctx->out[0] : NULL;
     if (!x) return fr_node_error(ctx->node, FR_ERR_GRAPH, "input missing");
-    FR_TRY(check_out(ctx, y, FR_I64, 0, NULL));
+    FR_TRY(fr_check_out(ctx->node, y, FR_I64, 0, NULL));
     *(int64_t *)y->data = fr_tensor_numel(x);
     return FR_OK;
 }
@@ -231,7 +205,7 @@ static fr_status reshape_infer(fr_graph *g, int node_id)
         if (cnt) memcpy(shape, a, (size_t)cnt * sizeof *shape);
     }
     const fr_value *x = fr_node_in(g, n, 0);
-    fr_status st = holdable(n, "input", x->dtype);
+    fr_status st = fr_holdable(n, "input", x->dtype);
     int rank = 0;
     int64_t dims[FR_MAX_RANK];
     if (st == FR_OK) st = reshape_target(n, opset, x->rank, x->dims, cnt, shape, &rank, dims);
@@ -249,7 +223,7 @@ static fr_status squeeze_infer(fr_graph *g, int node_id)
     int64_t opset = fr_graph_opset(g, n->domain);
     FR_TRY(fr_infer_require_inputs(g, n, 1, opset >= 13 ? 2 : 1));
     const fr_value *x = fr_node_in(g, n, 0);
-    FR_TRY(holdable(n, "input", x->dtype));
+    FR_TRY(fr_holdable(n, "input", x->dtype));
     int cnt = -1;
     int64_t *axes = NULL;
     if (opset >= 13) {
@@ -310,7 +284,7 @@ static fr_status unsqueeze_infer(fr_graph *g, int node_id)
         if (cnt) memcpy(axes, a, (size_t)cnt * sizeof *axes);
     }
     const fr_value *x = fr_node_in(g, n, 0);
-    fr_status st = holdable(n, "input", x->dtype);
+    fr_status st = fr_holdable(n, "input", x->dtype);
     int out_rank = x->rank + cnt, ins[FR_MAX_RANK];
     if (st == FR_OK && out_rank > FR_MAX_RANK)
         st = fr_node_error(n, FR_ERR_UNSUPPORTED, "output rank %d is above fp8run's limit of %d",
@@ -331,7 +305,7 @@ static fr_status flatten_infer(fr_graph *g, int node_id)
     const fr_node *n = &g->nodes[node_id];
     FR_TRY(fr_infer_require_inputs(g, n, 1, 1));
     const fr_value *x = fr_node_in(g, n, 0);
-    FR_TRY(holdable(n, "input", x->dtype));
+    FR_TRY(fr_holdable(n, "input", x->dtype));
     int64_t axis;
     FR_TRY(fr_node_attr_int(n, "axis", 1, &axis));
     if (axis < -x->rank || axis > x->rank)
@@ -356,7 +330,7 @@ static fr_status cos_value(const fr_node *n, const fr_tensor **val)
     if (!a) return FR_OK;
     if (a->type != FR_ATTR_TENSOR || !a->t)
         return fr_node_error(n, FR_ERR_GRAPH, "attribute 'value' must be a tensor");
-    FR_TRY(holdable(n, "attribute 'value'", a->t->dtype));
+    FR_TRY(fr_holdable(n, "attribute 'value'", a->t->dtype));
     if (fr_tensor_numel(a->t) != 1)
         return fr_node_error(n, FR_ERR_SHAPE,
                              "attribute 'value' must hold one element, it has %lld",
@@ -525,7 +499,7 @@ static fr_status range_cpu(const fr_kernel_ctx *ctx)
     int64_t len;
     FR_TRY(range_len(ctx->node, t[0], t[1], t[2], &len));
     fr_tensor *y = ctx->n_out > 0 ? ctx->out[0] : NULL;
-    FR_TRY(check_out(ctx, y, t[0]->dtype, 1, &len));
+    FR_TRY(fr_check_out(ctx->node, y, t[0]->dtype, 1, &len));
     switch (t[0]->dtype) {
     case FR_F32: {
         float s = ((const float *)t[0]->data)[0], d = ((const float *)t[2]->data)[0];
@@ -587,7 +561,7 @@ static fr_status constant_attr(const fr_node *n, const fr_attr **out)
     if (!ok || (want == FR_ATTR_TENSOR && !found->t))
         return fr_node_error(n, FR_ERR_GRAPH, "attribute '%s' has the wrong type (%d)", found->name,
                              (int)found->type);
-    if (want == FR_ATTR_TENSOR) FR_TRY(holdable(n, "attribute 'value'", found->t->dtype));
+    if (want == FR_ATTR_TENSOR) FR_TRY(fr_holdable(n, "attribute 'value'", found->t->dtype));
     *out = found;
     return FR_OK;
 }
@@ -632,7 +606,7 @@ static fr_status constant_cpu(const fr_kernel_ctx *ctx)
     int64_t dims[FR_MAX_RANK];
     constant_shape(a, &dt, &rank, dims);
     fr_tensor *y = ctx->n_out > 0 ? ctx->out[0] : NULL;
-    FR_TRY(check_out(ctx, y, dt, rank, dims));
+    FR_TRY(fr_check_out(ctx->node, y, dt, rank, dims));
     switch (a->type) {
     case FR_ATTR_TENSOR:
         if (y->nbytes) memcpy(y->data, a->t->data, y->nbytes);

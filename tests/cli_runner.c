@@ -9,6 +9,7 @@
 
 char cli_tmp[512];
 char *cli_out, *cli_err;
+static char last_args[4000]; /* for cli_show */
 
 char *cli_slurp(const char *path, size_t *len)
 {
@@ -28,14 +29,14 @@ char *cli_slurp(const char *path, size_t *len)
 
 int cli_run(const char *fmt, ...)
 {
-    char args[4000], cmd[6000], p[600];
+    char cmd[6000], p[600];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
+    vsnprintf(last_args, sizeof last_args, fmt, ap);
     va_end(ap);
     free(cli_out);
     free(cli_err);
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s >'%s/stdout' 2>'%s/stderr' </dev/null", cli_tmp, FR_CLI, args,
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s >'%s/stdout' 2>'%s/stderr' </dev/null", cli_tmp, FR_CLI, last_args,
              cli_tmp, cli_tmp);
     int st = system(cmd);
     snprintf(p, sizeof p, "%s/stdout", cli_tmp);
@@ -47,8 +48,8 @@ int cli_run(const char *fmt, ...)
 
 void cli_show(int rc)
 {
-    fprintf(stderr, "\n  -> %d\n  stdout: %.3000s\n  stderr: %.3000s\n", rc, cli_out ? cli_out : "",
-            cli_err ? cli_err : "");
+    fprintf(stderr, "\n  fp8run %s -> %d\n  stdout: %.3000s\n  stderr: %.3000s\n", last_args, rc,
+            cli_out ? cli_out : "", cli_err ? cli_err : "");
 }
 
 int cli_suite_init(void)

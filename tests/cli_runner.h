@@ -13,7 +13,7 @@ extern char *cli_out, *cli_err;   /* the last command's stdout and stderr */
 /* Run `fp8run ARGS` (printf-style, shell-quoted by the caller) in cli_tmp, stdin /dev/null;
  * returns its exit code (-1 when it did not exit normally). */
 int cli_run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* Print the last command's exit code and output (on a failed expectation). */
+/* Print the last command, its exit code and output (on a failed expectation). */
 void cli_show(int rc);
 /* The whole file as a NUL-terminated string (malloc'ed; "" when unreadable); *len may be NULL. */
 char *cli_slurp(const char *path, size_t *len);

@@ -25,6 +25,31 @@ void gpu_free_outputs(tnode *t, fr_tensor **out);
 /* ||got - want|| / ||want|| over float tensors (NaN must meet NaN, inf the same inf: else
  * +inf); for integer/bool/fp8 tensors 0 when every byte is equal, else +inf. */
 double gpu_rel_err(const fr_tensor *got, const fr_tensor *want);
+
+/* ---- comparing with a readable report (on stderr), shared by the GPU test programs ---- */
+
+/* Element i as its value and its bytes: "1.5 (0x3fc00000)". */
+void gpu_print_elem(const fr_tensor *x, int64_t i);
+/* The case: `what`, the node's op with its attributes, every input's dtype and shape. */
+void gpu_print_case(const char *what, tnode *t);
+/* One output that failed its tolerance (err = gpu_rel_err(got, want) > tol), named `name`:
+ * dtype, shape, error, how many elements differ (beyond 10 x tol relative for float32/64,
+ * NaN meeting NaN; any byte for other dtypes), the first and the largest of them with both
+ * values. Returns the flat index of the first (-1: none single out, only the norm fails). */
+int64_t gpu_print_mismatch(const char *name, const fr_tensor *got, const fr_tensor *want, double err, double tol);
+/* Called after an output's mismatch report with the first differing element (i >= 0), to
+ * print what a program knows about it (the inputs there, say). */
+typedef void (*gpu_at_fn)(tnode *t, const fr_tensor *want, int64_t i);
+/* t already ran on the CPU (tn_run): run it on the GPU and compare every output within tol
+ * (gpu_rel_err; 0: bit for bit). On failure prints the case once and each mismatch, then
+ * asserts (CU_ASSERT); returns 1 when all match. */
+int gpu_check(tnode *t, double tol, const char *what);
+/* gpu_check, calling at (may be NULL) after each mismatch report. */
+int gpu_check_at(tnode *t, double tol, const char *what, gpu_at_fn at);
+/* Outputs that gpu_check passed under a tolerance > 0, bit-identical to the CPU or only
+ * within the tolerance (programs print them: the GPU is meant to add in the CPU's order). */
+extern int gpu_n_exact, gpu_n_close;
+
 /* A main() for GPU test programs: SKIP (exit 0) without a device, else fr_test_main. */
 int gpu_test_main(CU_SuiteInfo *suites);
 

@@ -8,6 +8,19 @@
 #include "ops/op.h"
 #include "passes/autodiff.h"
 
+static double tget(const fr_tensor *t, int64_t i)
+{
+    return t->dtype == FR_F64 ? ((double *)t->data)[i] : ((float *)t->data)[i];
+}
+
+static void tset(fr_tensor *t, int64_t i, double v)
+{
+    if (t->dtype == FR_F64)
+        ((double *)t->data)[i] = v;
+    else
+        ((float *)t->data)[i] = (float)v;
+}
+
 int fr_gc_add_input(fr_graph *g, fr_rng *r, const char *name, fr_dtype dt, int rank,
                     const int64_t *dims, const int64_t *ints)
 {
@@ -31,6 +44,109 @@ int fr_gc_add_input(fr_graph *g, fr_rng *r, const char *name, fr_dtype dt, int r
     v->flags |= FR_VAL_FOLDED;
     fr_value_set_shape(v, dt, rank, dims);
     return vid;
+}
+
+fr_graph *fr_gc_new_graph(int64_t opset)
+{
+    fr_graph *g = NULL;
+    if (fr_graph_new(&g) != FR_OK) return NULL;
+    g->opsets = calloc(1, sizeof *g->opsets);
+    g->opsets[0].domain = strdup("");
+    g->opsets[0].version = opset;
+    g->n_opsets = 1;
+    return g;
+}
+
+int fr_gc_node(fr_graph *g, const char *op, const char *domain, int n_in, const int *in, int n_out, int *outs)
+{
+    int nid;
+    for (int o = 0; o < n_out; o++) {
+        char nm[64];
+        snprintf(nm, sizeof nm, "%s_%d_out%d", op, g->n_nodes, o);
+        FR_ASSERT_OK(fr_graph_add_value(g, nm, &outs[o]));
+    }
+    FR_ASSERT_OK(fr_graph_add_node(g, op, domain, NULL, n_in, in, n_out, outs, &nid));
+    return nid;
+}
+
+int fr_gc_op1(fr_graph *g, const char *op, int n_in, const int *in)
+{
+    int out;
+    int nid = fr_gc_node(g, op, "", n_in, in, 1, &out);
+    FR_ASSERT_OK(fr_node_infer(g, nid));
+    return out;
+}
+
+int fr_gc_count_nodes(const fr_graph *g, const char *op)
+{
+    int c = 0;
+    for (int i = 0; i < g->n_nodes; i++) c += strcmp(g->nodes[i].op_type, op) == 0;
+    return c;
+}
+
+int fr_gc_add_values(fr_graph *g, const char *name, fr_dtype dt, int rank, const int64_t *dims, const double *v)
+{
+    fr_rng r = fr_test_rng(name); /* the random fill is overwritten */
+    int vid = fr_gc_add_input(g, &r, name, dt, rank, dims, NULL);
+    fr_tensor *t = g->values[vid].constant;
+    for (int64_t i = 0; i < fr_tensor_numel(t); i++) tset(t, i, v[i]);
+    return vid;
+}
+
+void fr_gc_away_from_zero(fr_graph *g, int vid, double margin)
+{
+    fr_tensor *t = g->values[vid].constant;
+    for (int64_t i = 0; i < fr_tensor_numel(t); i++) {
+        double x = tget(t, i);
+        tset(t, i, x < 0 ? x - margin : x + margin);
+    }
+}
+
+double fr_gc_check(fr_graph *g, fr_rng *r, int out_vid, int n_wrt, const int *wrt, const char *what, double tol)
+{
+    double err = fr_gradcheck(g, r, out_vid, n_wrt, wrt);
+    if (!(err < tol)) fprintf(stderr, "\n  %s: gradcheck error %.3g\n", what, err);
+    CU_ASSERT(err < tol);
+    return err;
+}
+
+fr_tensor **fr_gc_backprop(fr_graph *g, int out_vid, const double *dy, int n_wrt, const int *wrt, int *grads)
+{
+    const fr_value *ov = &g->values[out_vid];
+    int rv = fr_gc_add_values(g, "R", ov->dtype, ov->rank, ov->dims, dy);
+    int in[2] = {out_vid, rv}, loss;
+    int nid = fr_gc_node(g, "Dot", FR_DOMAIN_FP8RUN, 2, in, 1, &loss);
+    FR_ASSERT_OK(fr_node_infer(g, nid));
+    FR_ASSERT_OK(fr_autodiff(g, loss, n_wrt, wrt, grads));
+    fr_tensor **t = calloc((size_t)g->n_values, sizeof *t);
+    FR_ASSERT_OK(fr_gc_run(g, t));
+    return t;
+}
+
+/* Same value within tol relative, NaN equal to NaN, infinities by sign. */
+static int same(double a, double b, double tol)
+{
+    if (isnan(a) || isnan(b)) return isnan(a) && isnan(b);
+    return a == b || fabs(a - b) <= tol * fabs(b);
+}
+
+const fr_tensor *fr_gc_value(const fr_graph *g, fr_tensor **t, int vid)
+{
+    return g->values[vid].constant ? g->values[vid].constant : t[vid];
+}
+
+void fr_gc_expect(fr_graph *g, fr_tensor **t, int vid, const double *want, int64_t n, double tol, const char *what)
+{
+    CU_ASSERT_FATAL(vid >= 0);
+    const fr_tensor *gt = fr_gc_value(g, t, vid);
+    CU_ASSERT_EQUAL_FATAL(fr_tensor_numel(gt), n);
+    for (int64_t i = 0; i < n; i++) {
+        double v = fr_tensor_get_f64(gt, i);
+        if (!same(v, want[i], tol)) {
+            fprintf(stderr, "\n  %s[%lld] = %.17g, expected %.17g\n", what, (long long)i, v, want[i]);
+            CU_FAIL("gradient differs from the expected value");
+        }
+    }
 }
 
 void fr_gc_free_tensors(fr_graph *g, fr_tensor **tensors)
@@ -72,19 +188,6 @@ fr_status fr_gc_run(fr_graph *g, fr_tensor **tensors)
     return FR_OK;
 }
 
-static double tget(const fr_tensor *t, int64_t i)
-{
-    return t->dtype == FR_F64 ? ((double *)t->data)[i] : ((float *)t->data)[i];
-}
-
-static void tset(fr_tensor *t, int64_t i, double v)
-{
-    if (t->dtype == FR_F64)
-        ((double *)t->data)[i] = v;
-    else
-        ((float *)t->data)[i] = (float)v;
-}
-
 double fr_gradcheck(fr_graph *g, fr_rng *r, int out_vid, int n_wrt, const int *wrt)
 {
     const fr_value *ov = &g->values[out_vid];
@@ -118,7 +221,7 @@ double fr_gradcheck(fr_graph *g, fr_rng *r, int out_vid, int n_wrt, const int *w
     double eps = dt == FR_F64 ? 1e-6 : 1e-2;
     for (int w = 0; w < n_wrt; w++) {
         fr_tensor *x = g->values[wrt[w]].constant;
-        const fr_tensor *ga = grads[w] >= 0 ? (g->values[grads[w]].constant ? g->values[grads[w]].constant : tensors[grads[w]]) : NULL;
+        const fr_tensor *ga = grads[w] >= 0 ? fr_gc_value(g, tensors, grads[w]) : NULL;
         int64_t n = fr_tensor_numel(x), step = n > 96 ? n / 96 + 1 : 1;
         double num2 = 0, diff2 = 0;
         g->n_nodes = n_fwd;

@@ -236,6 +236,56 @@ int64_t tt_bcast_index(const fr_tensor *src, const fr_tensor *out, int64_t i)
     return idx;
 }
 
+void tn_init_gemm(tnode *t, fr_rng *r, fr_dtype dt, int64_t M, int64_t N, int64_t K, int ta, int tb, float alpha,
+                  float beta, int ci, int set_attrs, fr_tensor **ins)
+{
+    /* C's shape: rank (-1: no C) and dims, -1 standing for M and -2 for N */
+    static const struct {
+        int r;
+        int64_t d[2];
+    } c_shapes[TT_GEMM_N_C] = {
+        {-1, {0}}, {0, {0}}, {1, {1}}, {1, {-2}}, {2, {1, -2}}, {2, {-1, 1}}, {2, {-1, -2}}, {2, {1, 1}},
+    };
+    int64_t da[2] = {ta ? K : M, ta ? M : K}, db[2] = {tb ? N : K, tb ? K : N};
+    ins[0] = tt_randn(r, dt, 2, da, 0, 1);
+    ins[1] = tt_randn(r, dt, 2, db, 0, 1);
+    ins[2] = NULL;
+    if (c_shapes[ci].r >= 0) {
+        int64_t dc[2];
+        for (int k = 0; k < c_shapes[ci].r; k++)
+            dc[k] = c_shapes[ci].d[k] == -1 ? M : c_shapes[ci].d[k] == -2 ? N : c_shapes[ci].d[k];
+        ins[2] = tt_randn(r, dt, c_shapes[ci].r, dc, 0, 1);
+    }
+    tn_init(t, "Gemm", 13, ins[2] ? 3 : 2, ins, 0, 1);
+    if (set_attrs) {
+        TN_ATTR(t, int, "transA", ta);
+        TN_ATTR(t, int, "transB", tb);
+        TN_ATTR(t, float, "alpha", alpha);
+        TN_ATTR(t, float, "beta", beta);
+    }
+}
+
+int tt_param_shape(tt_pshape p, int xr, const int64_t *xd, int axis, int64_t *d)
+{
+    int r = 0;
+    switch (p) {
+    case TT_P_EXACT:
+    case TT_P_SIZE1:
+        for (int k = axis; k < xr; k++) d[r++] = xd[k];
+        if (p == TT_P_SIZE1) d[0] = 1;
+        return r;
+    case TT_P_LAST: d[0] = xd[xr - 1]; return 1;
+    case TT_P_LEAD1:
+        d[r++] = 1;
+        for (int k = axis; k < xr; k++) d[r++] = xd[k];
+        return r;
+    case TT_P_FULL:
+        for (int k = 0; k < xr; k++) d[r++] = xd[k];
+        return r;
+    }
+    return 0;
+}
+
 void tt_assert_shape(const fr_tensor *y, fr_dtype dt, int rank, const int64_t *dims)
 {
     CU_ASSERT_PTR_NOT_NULL_FATAL(y);

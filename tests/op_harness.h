@@ -56,6 +56,22 @@ void tn_free(tnode *t);
 /* Asserts that the last error names the node under test and contains `what`. */
 void tn_assert_error(const char *what);
 
+/* A Gemm (opset 13) on random normal inputs, the case shared by the CPU and GPU tests: A is
+ * [M, K] ([K, M] with ta), B [K, N] ([N, K] with tb), C has shape #ci of TT_GEMM_N_C: none,
+ * scalar, [1], [N], [1, N], [M, 1], [M, N], [1, 1]. set_attrs: set transA, transB, alpha and
+ * beta (else the node keeps the defaults). ins receives A, B, C (NULL: none), which the caller
+ * frees after tn_free. */
+#define TT_GEMM_N_C 8
+void tn_init_gemm(tnode *t, fr_rng *r, fr_dtype dt, int64_t M, int64_t N, int64_t K, int ta, int tb, float alpha,
+                  float beta, int ci, int set_attrs, fr_tensor **ins);
+
+/* Shapes of a normalization's Scale / B relative to X (rank xr, dims xd) and the normalized
+ * axis (>= 0), for the CPU and GPU norm tests: EXACT X.dims[axis:]; LAST [X.dims[-1]]; LEAD1
+ * [1] + X.dims[axis:]; FULL X.dims (varies per row); SIZE1 X.dims[axis:] with its first dim
+ * set to 1. Writes d, returns the rank. */
+typedef enum tt_pshape { TT_P_EXACT, TT_P_LAST, TT_P_LEAD1, TT_P_FULL, TT_P_SIZE1 } tt_pshape;
+int tt_param_shape(tt_pshape p, int xr, const int64_t *xd, int axis, int64_t *d);
+
 /* ---- test tensors ---- */
 
 /* Dtypes of every element size and kind that data-movement ops must copy bit-exactly. */

@@ -7,17 +7,6 @@
 #include "ops/op.h"
 #include "passes/autodiff.h"
 
-static fr_graph *new_graph(void)
-{
-    fr_graph *g = NULL;
-    if (fr_graph_new(&g) != FR_OK) return NULL;
-    g->opsets = calloc(1, sizeof *g->opsets);
-    g->opsets[0].domain = strdup("");
-    g->opsets[0].version = 17;
-    g->n_opsets = 1;
-    return g;
-}
-
 static int add_node(fr_graph *g, const char *op, const char *domain, int n_in, const int *in,
                     const char *out_name, int64_t ignore)
 {
@@ -33,7 +22,7 @@ static int add_node(fr_graph *g, const char *op, const char *domain, int n_in, c
 static void test_cross_entropy_forward(void)
 {
     fr_rng r = fr_test_rng("ce_fwd");
-    fr_graph *g = new_graph();
+    fr_graph *g = fr_gc_new_graph(17);
     int64_t B = 3, T = 5, V = 7, dl[3] = {B, T, V}, db[2] = {B, T}, labels[15];
     for (int i = 0; i < 15; i++) labels[i] = (int64_t)(fr_rng_uniform(&r) * V);
     labels[4] = -100;
@@ -72,7 +61,7 @@ static void test_cross_entropy_forward(void)
 static void test_cross_entropy_grad(void)
 {
     fr_rng r = fr_test_rng("ce_grad");
-    fr_graph *g = new_graph();
+    fr_graph *g = fr_gc_new_graph(17);
     int64_t dl[2] = {6, 5}, db[1] = {6}, labels[6] = {0, 4, -1, 2, 3, 1};
     int lg = fr_gc_add_input(g, &r, "logits", FR_F64, 2, dl, NULL);
     int lb = fr_gc_add_input(g, &r, "labels", FR_I64, 1, db, labels);
@@ -88,7 +77,7 @@ static void test_cross_entropy_grad(void)
 static void test_sum_to_shape(void)
 {
     fr_rng r = fr_test_rng("sum_to");
-    fr_graph *g = new_graph();
+    fr_graph *g = fr_gc_new_graph(17);
     int64_t dx[4] = {2, 3, 4, 5};
     int x = fr_gc_add_input(g, &r, "x", FR_F32, 4, dx, NULL);
     int y, nid;
@@ -122,7 +111,7 @@ static void test_sum_to_shape(void)
 static void test_accumulation_and_errors(void)
 {
     fr_rng r = fr_test_rng("accum");
-    fr_graph *g = new_graph();
+    fr_graph *g = fr_gc_new_graph(17);
     int64_t d[1] = {4};
     int a = fr_gc_add_input(g, &r, "a", FR_F64, 1, d, NULL);
     int in[2] = {a, a};

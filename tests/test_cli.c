@@ -8,111 +8,46 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
+#include "cli_runner.h"
 #include "graph/onnx_io.h"
-#include "harness.h"
 #include "runtime/npy.h"
-
-static char tmp[512];
-static char *out_text, *err_text;
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return strdup("");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, f);
-    s[got] = '\0';
-    fclose(f);
-    return s;
-}
-
-/* Run `fp8run ARGS`; stdout/stderr land in out_text/err_text; returns the exit code. */
-static int cli(const char *args)
-{
-    char cmd[6000];
-    free(out_text);
-    free(err_text);
-    snprintf(cmd, sizeof cmd, "'%s' %s >'%s/stdout' 2>'%s/stderr'", FR_CLI, args, tmp, tmp);
-    int st = system(cmd);
-    char p[600];
-    snprintf(p, sizeof p, "%s/stdout", tmp);
-    out_text = slurp(p);
-    snprintf(p, sizeof p, "%s/stderr", tmp);
-    err_text = slurp(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static void show(const char *args, int rc)
-{
-    fprintf(stderr, "\n  fp8run %s -> %d\n  stdout: %s\n  stderr: %s\n", args, rc, out_text, err_text);
-}
-
-#define EXPECT_CLI(args, want_rc, where, needle)                                   \
-    do {                                                                           \
-        int rc_ = cli(args);                                                       \
-        const char *txt_ = (where) ? out_text : err_text;                          \
-        int ok_ = rc_ == (want_rc) && strstr(txt_, needle) != NULL;                \
-        if (!ok_) show(args, rc_);                                                 \
-        CU_ASSERT(ok_);                                                            \
-    } while (0)
-#define STDOUT 1
-#define STDERR 0
-
-static int suite_init(void)
-{
-    fr_test_tmpdir(tmp, sizeof tmp);
-    return tmp[0] ? 0 : 1;
-}
-
-static int suite_clean(void)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-    free(out_text);
-    free(err_text);
-    return system(cmd) == 0 ? 0 : 1;
-}
 
 static void test_help_and_version(void)
 {
-    EXPECT_CLI("--help", 0, STDOUT, "usage: fp8run");
-    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "info"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "run"));
-    CU_ASSERT_STRING_EQUAL(err_text, "");
-    EXPECT_CLI("--version", 0, STDOUT, "fp8run 0.");
-    EXPECT_CLI("", 2, STDERR, "usage: fp8run");
-    CU_ASSERT_STRING_EQUAL(out_text, "");
-    EXPECT_CLI("info --help", 0, STDOUT, "--dim NAME=VALUE");
-    EXPECT_CLI("run --help", 0, STDOUT, "taken from the shapes");
-    EXPECT_CLI("run x.onnx --help", 0, STDOUT, "--output-dir");
-    EXPECT_CLI("help run", 0, STDOUT, "--input NAME=FILE.npy");
+    CLI_EXPECT(cli_run("--help"), 0, cli_out, "usage: fp8run");
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "info"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "run"));
+    CU_ASSERT_STRING_EQUAL(cli_err, "");
+    CLI_EXPECT(cli_run("--version"), 0, cli_out, "fp8run 0.");
+    CLI_EXPECT(cli_run("%s", ""), 2, cli_err, "usage: fp8run"); /* no arguments */
+    CU_ASSERT_STRING_EQUAL(cli_out, "");
+    CLI_EXPECT(cli_run("info --help"), 0, cli_out, "--dim NAME=VALUE");
+    CLI_EXPECT(cli_run("run --help"), 0, cli_out, "taken from the shapes");
+    CLI_EXPECT(cli_run("run x.onnx --help"), 0, cli_out, "--output-dir");
+    CLI_EXPECT(cli_run("help run"), 0, cli_out, "--input NAME=FILE.npy");
 }
 
 static void test_usage_errors(void)
 {
-    EXPECT_CLI("frobnicate", 2, STDERR, "fp8run: error: unknown command 'frobnicate'");
-    EXPECT_CLI("--frob", 2, STDERR, "unknown option '--frob'");
-    EXPECT_CLI("info", 2, STDERR, "no MODEL");
-    EXPECT_CLI("info a.onnx b.onnx", 2, STDERR, "only one MODEL");
-    EXPECT_CLI("info a.onnx --dim batch", 2, STDERR, "NAME=VALUE");
-    EXPECT_CLI("info a.onnx --dim batch=-1", 2, STDERR, "non-negative");
-    EXPECT_CLI("info a.onnx --dim batch=2x", 2, STDERR, "non-negative");
-    EXPECT_CLI("info a.onnx --dim", 2, STDERR, "--dim needs a value");
-    EXPECT_CLI("info a.onnx --bogus", 2, STDERR, "unknown option '--bogus'");
-    EXPECT_CLI("run a.onnx --input x=x.npy", 2, STDERR, "--output-dir DIR is required");
-    EXPECT_CLI("run a.onnx --input x --output-dir o", 2, STDERR, "NAME=FILE.npy");
-    EXPECT_CLI("run a.onnx --input x=a.npy --input x=b.npy --output-dir o", 2, STDERR, "twice");
-    CU_ASSERT_STRING_EQUAL(out_text, "");
-    CU_ASSERT_PTR_NOT_NULL(strstr(err_text, "fp8run run --help"));
+    CLI_EXPECT(cli_run("frobnicate"), 2, cli_err, "fp8run: error: unknown command 'frobnicate'");
+    CLI_EXPECT(cli_run("--frob"), 2, cli_err, "unknown option '--frob'");
+    CLI_EXPECT(cli_run("info"), 2, cli_err, "no MODEL");
+    CLI_EXPECT(cli_run("info a.onnx b.onnx"), 2, cli_err, "only one MODEL");
+    CLI_EXPECT(cli_run("info a.onnx --dim batch"), 2, cli_err, "NAME=VALUE");
+    CLI_EXPECT(cli_run("info a.onnx --dim batch=-1"), 2, cli_err, "non-negative");
+    CLI_EXPECT(cli_run("info a.onnx --dim batch=2x"), 2, cli_err, "non-negative");
+    CLI_EXPECT(cli_run("info a.onnx --dim"), 2, cli_err, "--dim needs a value");
+    CLI_EXPECT(cli_run("info a.onnx --bogus"), 2, cli_err, "unknown option '--bogus'");
+    CLI_EXPECT(cli_run("run a.onnx --input x=x.npy"), 2, cli_err, "--output-dir DIR is required");
+    CLI_EXPECT(cli_run("run a.onnx --input x --output-dir o"), 2, cli_err, "NAME=FILE.npy");
+    CLI_EXPECT(cli_run("run a.onnx --input x=a.npy --input x=b.npy --output-dir o"), 2, cli_err, "twice");
+    CU_ASSERT_STRING_EQUAL(cli_out, "");
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_err, "fp8run run --help"));
     /* failures of the work itself are exit code 1 */
-    EXPECT_CLI("info /nonexistent/model.onnx", 1, STDERR, "fp8run: error: ");
-    CU_ASSERT_PTR_NOT_NULL(strstr(err_text, "/nonexistent/model.onnx"));
+    CLI_EXPECT(cli_run("info /nonexistent/model.onnx"), 1, cli_err, "fp8run: error: ");
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_err, "/nonexistent/model.onnx"));
 }
 
 /* x[batch, seq, 4] -> MatMul(W[4,3]) -> Relu x3 -> Identity -> "out/relu:0";
@@ -172,53 +107,48 @@ static void write_model(const char *path)
 
 static void test_info(void)
 {
-    char model[600], args[1400];
-    snprintf(model, sizeof model, "%s/m.onnx", tmp);
+    char model[600];
+    snprintf(model, sizeof model, "%s/m.onnx", cli_tmp);
     write_model(model);
-    snprintf(args, sizeof args, "info '%s'", model);
-    EXPECT_CLI(args, 0, STDOUT, "op histogram");
-    CU_ASSERT_STRING_EQUAL(err_text, "");
-    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "producer       test_cli 1.2"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "ai.onnx 17"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "[batch, seq, 4]"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "out/relu:0"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "parameters     12 (12 elements in 1 tensor)"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "48 bytes"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "give --dim NAME=VALUE for batch, seq"));
+    CLI_EXPECT(cli_run("info '%s'", model), 0, cli_out, "op histogram");
+    CU_ASSERT_STRING_EQUAL(cli_err, "");
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "producer       test_cli 1.2"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "ai.onnx 17"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "[batch, seq, 4]"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "out/relu:0"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "parameters     12 (12 elements in 1 tensor)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "48 bytes"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "give --dim NAME=VALUE for batch, seq"));
     /* sorted by count: Relu (3) before the ops seen once, which are alphabetical */
-    const char *relu = strstr(out_text, "  Relu "), *cast = strstr(out_text, "  Cast ");
-    const char *matmul = strstr(out_text, "  MatMul ");
+    const char *relu = strstr(cli_out, "  Relu "), *cast = strstr(cli_out, "  Cast ");
+    const char *matmul = strstr(cli_out, "  MatMul ");
     CU_ASSERT(relu && cast && matmul && relu < cast && cast < matmul);
-    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "Relu                         3"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "Relu                         3"));
 
-    snprintf(args, sizeof args, "info '%s' --dim batch=2 --dim=seq=5", model);
-    EXPECT_CLI(args, 0, STDOUT, "prepared       4 nodes (2 folded");
-    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "[batch=2, seq=5, 3]"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "1 Identity removed"));
+    CLI_EXPECT(cli_run("info '%s' --dim batch=2 --dim=seq=5", model), 0, cli_out, "prepared       4 nodes (2 folded");
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "[batch=2, seq=5, 3]"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "1 Identity removed"));
     /* a dim left open, and a dim the model does not have: exit 1 naming them */
-    snprintf(args, sizeof args, "info '%s' --dim batch=2", model);
-    EXPECT_CLI(args, 1, STDERR, "--dim seq=VALUE");
-    snprintf(args, sizeof args, "info '%s' --dim batch=2 --dim sequence=5", model);
-    EXPECT_CLI(args, 1, STDERR, "'sequence'");
+    CLI_EXPECT(cli_run("info '%s' --dim batch=2", model), 1, cli_err, "--dim seq=VALUE");
+    CLI_EXPECT(cli_run("info '%s' --dim batch=2 --dim sequence=5", model), 1, cli_err, "'sequence'");
 }
 
 static void test_run(void)
 {
-    char model[600], xin[600], outdir[600], args[3000], path[700];
-    snprintf(model, sizeof model, "%s/m.onnx", tmp);
+    char model[600], xin[600], outdir[600], path[700];
+    snprintf(model, sizeof model, "%s/m.onnx", cli_tmp);
     write_model(model);
     fr_rng r = fr_test_rng("cli_run");
     int64_t xd[3] = {2, 5, 4};
     fr_tensor *x;
     FR_ASSERT_OK(fr_tensor_new(FR_F32, 3, xd, "x", &x));
     fr_rng_fill(&r, x->data, 40, -2, 2);
-    snprintf(xin, sizeof xin, "%s/x.npy", tmp);
+    snprintf(xin, sizeof xin, "%s/x.npy", cli_tmp);
     FR_ASSERT_OK(fr_npy_save(xin, x));
-    snprintf(outdir, sizeof outdir, "%s/new/out dir", tmp);
+    snprintf(outdir, sizeof outdir, "%s/new/out dir", cli_tmp);
     /* dims come from x.npy's shape */
-    snprintf(args, sizeof args, "run '%s' --input x='%s' --output-dir '%s'", model, xin, outdir);
-    EXPECT_CLI(args, 0, STDOUT, "out_relu_0.npy");
-    CU_ASSERT_STRING_EQUAL(err_text, "");
+    CLI_EXPECT(cli_run("run '%s' --input x='%s' --output-dir '%s'", model, xin, outdir), 0, cli_out, "out_relu_0.npy");
+    CU_ASSERT_STRING_EQUAL(cli_err, "");
     snprintf(path, sizeof path, "%s/out_relu_0.npy", outdir);
     fr_tensor *y = NULL, *sf = NULL;
     FR_ASSERT_OK(fr_npy_load(path, &y));
@@ -242,25 +172,23 @@ static void test_run(void)
     fr_tensor_free(sf);
 
     /* --dim disagreeing with the array, a missing input, an unknown input, a bad file */
-    snprintf(args, sizeof args, "run '%s' --input x='%s' --dim seq=6 --output-dir '%s'", model, xin, outdir);
-    EXPECT_CLI(args, 1, STDERR, "input 'x'");
-    CU_ASSERT_PTR_NOT_NULL(strstr(err_text, "[2, 5, 4]"));
-    snprintf(args, sizeof args, "run '%s' --output-dir '%s'", model, outdir);
-    EXPECT_CLI(args, 1, STDERR, "--input x=FILE.npy");
-    snprintf(args, sizeof args, "run '%s' --input x='%s' --input y='%s' --output-dir '%s'", model, xin, xin, outdir);
-    EXPECT_CLI(args, 1, STDERR, "no input named 'y'");
-    snprintf(args, sizeof args, "run '%s' --input x='%s' --output-dir '%s'", model, model, outdir);
-    EXPECT_CLI(args, 1, STDERR, "not a .npy file");
+    CLI_EXPECT(cli_run("run '%s' --input x='%s' --dim seq=6 --output-dir '%s'", model, xin, outdir), 1, cli_err,
+               "input 'x'");
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_err, "[2, 5, 4]"));
+    CLI_EXPECT(cli_run("run '%s' --output-dir '%s'", model, outdir), 1, cli_err, "--input x=FILE.npy");
+    CLI_EXPECT(cli_run("run '%s' --input x='%s' --input y='%s' --output-dir '%s'", model, xin, xin, outdir), 1, cli_err,
+               "no input named 'y'");
+    CLI_EXPECT(cli_run("run '%s' --input x='%s' --output-dir '%s'", model, model, outdir), 1, cli_err,
+               "not a .npy file");
     /* the output folder is a file */
-    snprintf(args, sizeof args, "run '%s' --input x='%s' --output-dir '%s'", model, xin, xin);
-    EXPECT_CLI(args, 1, STDERR, "fp8run: error:");
+    CLI_EXPECT(cli_run("run '%s' --input x='%s' --output-dir '%s'", model, xin, xin), 1, cli_err, "fp8run: error:");
     fr_tensor_free(x);
 }
 
 /* The fixture model through the CLI: info shows its histogram, run matches PyTorch. */
 static void test_fixture_gpt2(void)
 {
-    char dir[600], args[4400], path[1200];
+    char dir[600], path[1200];
     fr_fixture(dir, sizeof dir, "gpt2_tiny");
     snprintf(path, sizeof path, "%s/model.onnx", dir);
     if (access(path, R_OK) != 0) {
@@ -268,31 +196,29 @@ static void test_fixture_gpt2(void)
         CU_FAIL("gpt2_tiny fixture missing");
         return;
     }
-    snprintf(args, sizeof args, "info '%s'", path);
-    EXPECT_CLI(args, 0, STDOUT, "op histogram");
-    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "  MatMul"));
+    CLI_EXPECT(cli_run("info '%s'", path), 0, cli_out, "op histogram");
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "  MatMul"));
     /* every input_<name>.npy becomes --input name=... */
     char cmd[1400], inputs[1600] = "";
-    snprintf(cmd, sizeof cmd, "ls '%s' | sed -n 's/^input_\\(.*\\)\\.npy$/\\1/p' > '%s/names'", dir, tmp);
+    snprintf(cmd, sizeof cmd, "ls '%s' | sed -n 's/^input_\\(.*\\)\\.npy$/\\1/p' > '%s/names'", dir, cli_tmp);
     CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
-    snprintf(cmd, sizeof cmd, "%s/names", tmp);
-    char *names = slurp(cmd);
+    snprintf(cmd, sizeof cmd, "%s/names", cli_tmp);
+    char *names = cli_slurp(cmd, NULL);
     for (char *tok = strtok(names, "\n"); tok; tok = strtok(NULL, "\n")) {
         size_t off = strlen(inputs);
         snprintf(inputs + off, sizeof inputs - off, " --input '%s=%s/input_%s.npy'", tok, dir, tok);
     }
     free(names);
-    snprintf(args, sizeof args, "run '%s'%s --output-dir '%s/gpt2'", path, inputs, tmp);
-    EXPECT_CLI(args, 0, STDOUT, ".npy");
+    CLI_EXPECT(cli_run("run '%s'%s --output-dir '%s/gpt2'", path, inputs, cli_tmp), 0, cli_out, ".npy");
     /* compare each written output with the fixture's output_<name>.npy */
-    snprintf(cmd, sizeof cmd, "ls '%s' | sed -n 's/^output_\\(.*\\)\\.npy$/\\1/p' > '%s/names'", dir, tmp);
+    snprintf(cmd, sizeof cmd, "ls '%s' | sed -n 's/^output_\\(.*\\)\\.npy$/\\1/p' > '%s/names'", dir, cli_tmp);
     CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
-    snprintf(cmd, sizeof cmd, "%s/names", tmp);
-    names = slurp(cmd);
+    snprintf(cmd, sizeof cmd, "%s/names", cli_tmp);
+    names = cli_slurp(cmd, NULL);
     int compared = 0;
     for (char *tok = strtok(names, "\n"); tok; tok = strtok(NULL, "\n")) {
         fr_tensor *got = NULL, *want = NULL;
-        snprintf(path, sizeof path, "%s/gpt2/%s.npy", tmp, tok);
+        snprintf(path, sizeof path, "%s/gpt2/%s.npy", cli_tmp, tok);
         FR_ASSERT_OK(fr_npy_load(path, &got));
         snprintf(path, sizeof path, "%s/output_%s.npy", dir, tok);
         FR_ASSERT_OK(fr_npy_load(path, &want));
@@ -316,23 +242,22 @@ static void test_fixture_gpt2(void)
 /* Broken fixtures through the CLI: exit code 1 and the library's message. */
 static void test_fixture_errors(void)
 {
-    char model[600], input[600], args[2000];
+    char model[600], input[600];
     fr_fixture(model, sizeof model, "bad/gather_oob.onnx");
     fr_fixture(input, sizeof input, "bad/gather_oob_input.npy");
     fr_graph *g = NULL;
     FR_ASSERT_OK(fr_onnx_load_file(model, &g));
     CU_ASSERT_EQUAL_FATAL(g->n_inputs, 1);
-    snprintf(args, sizeof args, "run '%s' --input '%s=%s' --output-dir '%s/oob'", model,
-             g->values[g->inputs[0]].name, input, tmp);
+    CLI_EXPECT(
+        cli_run("run '%s' --input '%s=%s' --output-dir '%s/oob'", model, g->values[g->inputs[0]].name, input, cli_tmp),
+        1, cli_err, "fp8run: error: node '");
     fr_graph_free(g);
-    EXPECT_CLI(args, 1, STDERR, "fp8run: error: node '");
-    CU_ASSERT_PTR_NOT_NULL(strstr(err_text, "(Gather)"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(err_text, "out of range"));
-    CU_ASSERT_STRING_EQUAL(out_text, "");
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_err, "(Gather)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_err, "out of range"));
+    CU_ASSERT_STRING_EQUAL(cli_out, "");
     fr_fixture(model, sizeof model, "bad/unsupported_op.onnx");
-    snprintf(args, sizeof args, "info '%s'", model);
-    EXPECT_CLI(args, 1, STDERR, "is not supported");
-    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "op histogram")); /* what could be read is shown */
+    CLI_EXPECT(cli_run("info '%s'", model), 1, cli_err, "is not supported");
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "op histogram")); /* what could be read is shown */
 }
 
 static CU_TestInfo cli_tests[] = {
@@ -346,7 +271,7 @@ static CU_TestInfo cli_tests[] = {
 };
 
 static CU_SuiteInfo suites[] = {
-    {"cli", suite_init, suite_clean, NULL, NULL, cli_tests},
+    {"cli", cli_suite_init, cli_suite_clean, NULL, NULL, cli_tests},
     CU_SUITE_INFO_NULL,
 };
 

@@ -11,81 +11,18 @@
  *    amax and scale for the delayed recipe, null with a note where the current recipe has no
  *    per-tensor amax (dY). */
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
-#include "harness.h"
-
-static char tmp[512];
-static char *out_text, *err_text;
-
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (len) *len = 0;
-        return strdup("");
-    }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, f);
-    s[got] = '\0';
-    fclose(f);
-    if (len) *len = got;
-    return s;
-}
-
-static int cli(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* Run `fp8run ARGS` in tmp; stdout/stderr land in out_text/err_text; returns the exit code. */
-static int cli(const char *fmt, ...)
-{
-    char args[4000], cmd[6000], p[600];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    free(out_text);
-    free(err_text);
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s >'%s/stdout' 2>'%s/stderr' </dev/null", tmp, FR_CLI, args, tmp, tmp);
-    int st = system(cmd);
-    snprintf(p, sizeof p, "%s/stdout", tmp);
-    out_text = slurp(p, NULL);
-    snprintf(p, sizeof p, "%s/stderr", tmp);
-    err_text = slurp(p, NULL);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static void show(int rc) { fprintf(stderr, "\n  -> %d\n  stdout: %.3000s\n  stderr: %s\n", rc, out_text, err_text); }
-
-#define EXPECT(call, want_rc, text, needle)                     \
-    do {                                                        \
-        int rc_ = (call);                                       \
-        int ok_ = rc_ == (want_rc) && strstr((text), (needle)); \
-        if (!ok_) show(rc_);                                    \
-        CU_ASSERT(ok_);                                         \
-    } while (0)
+#include "cli_runner.h"
 
 static char llama[600], tokens[600];
 
 static int suite_init(void)
 {
-    fr_test_tmpdir(tmp, sizeof tmp);
     fr_fixture(llama, sizeof llama, "llama_tiny/model.onnx");
     fr_fixture(tokens, sizeof tokens, "train/tokens.bin");
-    return tmp[0] ? 0 : 1;
-}
-
-static int suite_clean(void)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-    free(out_text);
-    free(err_text);
-    return system(cmd) == 0 ? 0 : 1;
+    return cli_suite_init();
 }
 
 /* The 15 Linear layers of llama_tiny (2 layers x q, k, v, o, gate, up, down + the LM head). */
@@ -134,47 +71,51 @@ static void check_linear_section(const char *text, const char *what)
 
 static void test_compile_usage(void)
 {
-    EXPECT(cli("compile --help"), 0, out_text, "specialized");
-    EXPECT(cli("help compile"), 0, out_text, "--batch B --seq T");
-    EXPECT(cli("--help"), 0, out_text, "compile");
-    EXPECT(cli("compile '%s' --batch 2 --seq 13", llama), 2, err_text, "-o OUT.fbs is required");
-    EXPECT(cli("compile '%s' -o x.fbs --seq 13", llama), 2, err_text, "--batch B and --seq T are required");
-    EXPECT(cli("compile '%s' -o x.fbs --batch 2 --seq 13 --precision fp32", llama), 2, err_text, "fp32");
-    EXPECT(cli("compile '%s' -o x.fbs --batch 2 --seq 13 --recipe sometimes", llama), 2, err_text, "--recipe");
-    EXPECT(cli("compile '%s' -o x.fbs --batch 2 --seq 13 --pad-multiple 0", llama), 2, err_text, "--pad-multiple");
-    EXPECT(cli("compile '%s' -o x.fbs --batch 2 --seq 13 --bogus", llama), 2, err_text, "unknown option");
-    EXPECT(cli("compile nope.onnx -o x.fbs --batch 2 --seq 13"), 1, err_text, "nope.onnx");
-    EXPECT(cli("compile '%s' -o x.fbs --batch 2 --seq 13 --fp8-exclude '(unclosed'", llama), 1, err_text, "(unclosed");
+    CLI_EXPECT(cli_run("compile --help"), 0, cli_out, "specialized");
+    CLI_EXPECT(cli_run("help compile"), 0, cli_out, "--batch B --seq T");
+    CLI_EXPECT(cli_run("--help"), 0, cli_out, "compile");
+    CLI_EXPECT(cli_run("compile '%s' --batch 2 --seq 13", llama), 2, cli_err, "-o OUT.fbs is required");
+    CLI_EXPECT(cli_run("compile '%s' -o x.fbs --seq 13", llama), 2, cli_err, "--batch B and --seq T are required");
+    CLI_EXPECT(cli_run("compile '%s' -o x.fbs --batch 2 --seq 13 --precision fp32", llama), 2, cli_err, "fp32");
+    CLI_EXPECT(cli_run("compile '%s' -o x.fbs --batch 2 --seq 13 --recipe sometimes", llama), 2, cli_err, "--recipe");
+    CLI_EXPECT(cli_run("compile '%s' -o x.fbs --batch 2 --seq 13 --pad-multiple 0", llama), 2, cli_err,
+               "--pad-multiple");
+    CLI_EXPECT(cli_run("compile '%s' -o x.fbs --batch 2 --seq 13 --bogus", llama), 2, cli_err, "unknown option");
+    CLI_EXPECT(cli_run("compile nope.onnx -o x.fbs --batch 2 --seq 13"), 1, cli_err, "nope.onnx");
+    CLI_EXPECT(cli_run("compile '%s' -o x.fbs --batch 2 --seq 13 --fp8-exclude '(unclosed'", llama), 1, cli_err,
+               "(unclosed");
 }
 
 static void test_compile_and_info(void)
 {
-    EXPECT(cli("compile '%s' -o llama.fbs --batch 2 --seq 13", llama), 0, out_text, "compiled");
-    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "batch 2 x seq 13"));
-    EXPECT(cli("compile llama.fbs -o again.fbs --batch 2 --seq 13"), 1, err_text, "already a compiled graph");
+    CLI_EXPECT(cli_run("compile '%s' -o llama.fbs --batch 2 --seq 13", llama), 0, cli_out, "compiled");
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "batch 2 x seq 13"));
+    CLI_EXPECT(cli_run("compile llama.fbs -o again.fbs --batch 2 --seq 13"), 1, cli_err, "already a compiled graph");
 
     /* info on the ONNX model: what the compile pass would do with the default options */
-    EXPECT(cli("info '%s'", llama), 0, out_text, "Linear layers (FP8 compile");
-    check_linear_section(out_text, "info .onnx");
+    CLI_EXPECT(cli_run("info '%s'", llama), 0, cli_out, "Linear layers (FP8 compile");
+    check_linear_section(cli_out, "info .onnx");
     /* info on the compiled graph: the recorded decisions, its shape, its state */
-    EXPECT(cli("info llama.fbs"), 0, out_text, "specialized to batch 2 x seq 13");
-    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "Linear layers (recorded)"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "ai.fp8run::Linear"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "ai.fp8run 1"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "FP8 scaling state (21 operands, fresh"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "parameters     109K (108864 elements"));
-    check_linear_section(out_text, "info .fbs");
+    CLI_EXPECT(cli_run("info llama.fbs"), 0, cli_out, "specialized to batch 2 x seq 13");
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "Linear layers (recorded)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "ai.fp8run::Linear"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "ai.fp8run 1"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "FP8 scaling state (21 operands, fresh"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "parameters     109K (108864 elements"));
+    check_linear_section(cli_out, "info .fbs");
 
     /* recipe options on info */
     char p[16];
-    EXPECT(cli("info '%s' --fp8-exclude 'o_proj' --recipe current", llama), 0, out_text, "excluded by fp8_exclude 'o_proj'");
-    CU_ASSERT_STRING_EQUAL(precision_of(out_text, "/layers.1/self_attn/o_proj/MatMul", p), "bf16");
-    CU_ASSERT_STRING_EQUAL(precision_of(out_text, "/layers.1/mlp/down_proj/MatMul", p), "fp8");
-    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "recipe current"));
-    EXPECT(cli("info '%s' --no-fuse --bf16-boundary 0", llama), 0, out_text, "15 Linear layers in 15 nodes (0 fused groups): fp8 15");
-    EXPECT(cli("info '%s' --precision fp32", llama), 0, out_text, "precision fp32: no Linear is rewritten");
-    EXPECT(cli("info '%s' --precision bf16", llama), 0, out_text, "precision bf16 requested");
-    EXPECT(cli("info '%s' --recipe nope", llama), 2, err_text, "--recipe");
+    CLI_EXPECT(cli_run("info '%s' --fp8-exclude 'o_proj' --recipe current", llama), 0, cli_out,
+               "excluded by fp8_exclude 'o_proj'");
+    CU_ASSERT_STRING_EQUAL(precision_of(cli_out, "/layers.1/self_attn/o_proj/MatMul", p), "bf16");
+    CU_ASSERT_STRING_EQUAL(precision_of(cli_out, "/layers.1/mlp/down_proj/MatMul", p), "fp8");
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "recipe current"));
+    CLI_EXPECT(cli_run("info '%s' --no-fuse --bf16-boundary 0", llama), 0, cli_out,
+               "15 Linear layers in 15 nodes (0 fused groups): fp8 15");
+    CLI_EXPECT(cli_run("info '%s' --precision fp32", llama), 0, cli_out, "precision fp32: no Linear is rewritten");
+    CLI_EXPECT(cli_run("info '%s' --precision bf16", llama), 0, cli_out, "precision bf16 requested");
+    CLI_EXPECT(cli_run("info '%s' --recipe nope", llama), 2, cli_err, "--recipe");
 }
 
 static int count(const char *hay, const char *needle)
@@ -222,19 +163,20 @@ static int check_fp8_records(const char *log, int per_record, int delayed, int *
 
 static void test_train_fbs_and_log_fp8(void)
 {
-    if (cli("compile '%s' -o llama.fbs --batch 2 --seq 13 --amax-history 16", llama) != 0) {
-        show(1);
+    if (cli_run("compile '%s' -o llama.fbs --batch 2 --seq 13 --amax-history 16", llama) != 0) {
+        cli_show(1);
         CU_FAIL_FATAL("compile");
     }
     /* the .fbs: batch and seq from the file; --log-fp8 every 2 steps */
-    EXPECT(cli("train llama.fbs --data '%s' --steps 5 --lr 1e-3 --log fbs.jsonl --log-fp8 2 --export from_fbs.onnx "
-               "--ckpt-dir ck --data-order sequential",
-               tokens),
-           0, out_text, "trained llama.fbs: 5 steps");
-    CU_ASSERT_PTR_NOT_NULL(strstr(err_text, "2 x 13 x 1 tokens per step"));
+    CLI_EXPECT(
+        cli_run("train llama.fbs --data '%s' --steps 5 --lr 1e-3 --log fbs.jsonl --log-fp8 2 --export from_fbs.onnx "
+                "--ckpt-dir ck --data-order sequential",
+                tokens),
+        0, cli_out, "trained llama.fbs: 5 steps");
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_err, "2 x 13 x 1 tokens per step"));
     char path[700];
-    snprintf(path, sizeof path, "%s/fbs.jsonl", tmp);
-    char *log = slurp(path, NULL);
+    snprintf(path, sizeof path, "%s/fbs.jsonl", cli_tmp);
+    char *log = cli_slurp(path, NULL);
     int steps[8] = {0};
     /* 7 fp8 Linear nodes (layer 0: o, gate/up, down; layer 1: q/k/v, o, gate/up, down) x 3 operands */
     CU_ASSERT_EQUAL(check_fp8_records(log, 21, 1, steps, 8), 2);
@@ -243,62 +185,69 @@ static void test_train_fbs_and_log_fp8(void)
     free(log);
 
     /* the same run from the ONNX model compiled on the fly: the same export, byte for byte */
-    EXPECT(cli("train '%s' --precision fp8 --amax-history 16 --batch 2 --seq 13 --data '%s' --steps 5 --lr 1e-3 "
-               "--export from_onnx.onnx --data-order sequential",
-               llama, tokens),
-           0, out_text, "trained");
+    CLI_EXPECT(
+        cli_run("train '%s' --precision fp8 --amax-history 16 --batch 2 --seq 13 --data '%s' --steps 5 --lr 1e-3 "
+                "--export from_onnx.onnx --data-order sequential",
+                llama, tokens),
+        0, cli_out, "trained");
     size_t n1, n2;
-    snprintf(path, sizeof path, "%s/from_fbs.onnx", tmp);
-    char *a = slurp(path, &n1);
-    snprintf(path, sizeof path, "%s/from_onnx.onnx", tmp);
-    char *b = slurp(path, &n2);
+    snprintf(path, sizeof path, "%s/from_fbs.onnx", cli_tmp);
+    char *a = cli_slurp(path, &n1);
+    snprintf(path, sizeof path, "%s/from_onnx.onnx", cli_tmp);
+    char *b = cli_slurp(path, &n2);
     CU_ASSERT(n1 > 0 && n1 == n2 && memcmp(a, b, n1) == 0);
     free(a);
     free(b);
     /* the checkpoint of the .fbs run exports through the .fbs (its config names it) */
-    EXPECT(cli("export ck/step_00000005.ckpt -o from_ckpt.onnx"), 0, out_text, "exported from_ckpt.onnx");
-    snprintf(path, sizeof path, "%s/from_ckpt.onnx", tmp);
-    a = slurp(path, &n1);
-    snprintf(path, sizeof path, "%s/from_fbs.onnx", tmp);
-    b = slurp(path, &n2);
+    CLI_EXPECT(cli_run("export ck/step_00000005.ckpt -o from_ckpt.onnx"), 0, cli_out, "exported from_ckpt.onnx");
+    snprintf(path, sizeof path, "%s/from_ckpt.onnx", cli_tmp);
+    a = cli_slurp(path, &n1);
+    snprintf(path, sizeof path, "%s/from_fbs.onnx", cli_tmp);
+    b = cli_slurp(path, &n2);
     CU_ASSERT(n1 > 0 && n1 == n2 && memcmp(a, b, n1) == 0);
     free(a);
     free(b);
-    EXPECT(cli("eval llama.fbs --data '%s' --batches 2", tokens), 0, out_text, "loss ");
-    EXPECT(cli("eval ck/step_00000005.ckpt --model llama.fbs --data '%s' --batches 2", tokens), 0, out_text, "loss ");
+    CLI_EXPECT(cli_run("eval llama.fbs --data '%s' --batches 2", tokens), 0, cli_out, "loss ");
+    CLI_EXPECT(cli_run("eval ck/step_00000005.ckpt --model llama.fbs --data '%s' --batches 2", tokens), 0, cli_out,
+               "loss ");
     /* resume the .fbs run from its checkpoint, and the ONNX run from the same checkpoint */
-    EXPECT(cli("train llama.fbs --data '%s' --steps 6 --lr 1e-3 --ckpt-dir ck --resume --data-order sequential", tokens),
-           0, out_text, "6 steps");
-    EXPECT(cli("train '%s' --precision fp8 --amax-history 16 --batch 2 --seq 13 --data '%s' --steps 7 --lr 1e-3 "
-               "--ckpt-dir ck --resume --data-order sequential",
-               llama, tokens),
-           0, out_text, "7 steps");
+    CLI_EXPECT(cli_run("train llama.fbs --data '%s' --steps 6 --lr 1e-3 --ckpt-dir ck --resume --data-order sequential",
+                       tokens),
+               0, cli_out, "6 steps");
+    CLI_EXPECT(
+        cli_run("train '%s' --precision fp8 --amax-history 16 --batch 2 --seq 13 --data '%s' --steps 7 --lr 1e-3 "
+                "--ckpt-dir ck --resume --data-order sequential",
+                llama, tokens),
+        0, cli_out, "7 steps");
 
     /* what a compiled graph fixes */
-    EXPECT(cli("train llama.fbs --data '%s' --steps 2 --lr 1e-3 --batch 4", tokens), 1, err_text, "recompile");
-    CU_ASSERT_PTR_NOT_NULL(strstr(err_text, "compiled for --batch 2 --seq 13"));
-    EXPECT(cli("train llama.fbs --data '%s' --steps 2 --lr 1e-3 --seq 12", tokens), 1, err_text, "--seq 12");
-    EXPECT(cli("train llama.fbs --data '%s' --steps 2 --lr 1e-3 --recipe current", tokens), 2, err_text,
-           "fixed when compiling");
-    EXPECT(cli("train llama.fbs --data '%s' --steps 2 --lr 1e-3 --precision bf16", tokens), 1, err_text,
-           "compiled for precision fp8");
-    EXPECT(cli("train '%s' --data '%s' --steps 2 --lr 1e-3", llama, tokens), 2, err_text,
-           "--batch B and --seq T are required");
-    EXPECT(cli("train llama.fbs --data '%s' --steps 2 --lr 1e-3 --log-fp8 1", tokens), 2, err_text, "--log-fp8 needs --log");
+    CLI_EXPECT(cli_run("train llama.fbs --data '%s' --steps 2 --lr 1e-3 --batch 4", tokens), 1, cli_err, "recompile");
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_err, "compiled for --batch 2 --seq 13"));
+    CLI_EXPECT(cli_run("train llama.fbs --data '%s' --steps 2 --lr 1e-3 --seq 12", tokens), 1, cli_err, "--seq 12");
+    CLI_EXPECT(cli_run("train llama.fbs --data '%s' --steps 2 --lr 1e-3 --recipe current", tokens), 2, cli_err,
+               "fixed when compiling");
+    CLI_EXPECT(cli_run("train llama.fbs --data '%s' --steps 2 --lr 1e-3 --precision bf16", tokens), 1, cli_err,
+               "compiled for precision fp8");
+    CLI_EXPECT(cli_run("train '%s' --data '%s' --steps 2 --lr 1e-3", llama, tokens), 2, cli_err,
+               "--batch B and --seq T are required");
+    CLI_EXPECT(cli_run("train llama.fbs --data '%s' --steps 2 --lr 1e-3 --log-fp8 1", tokens), 2, cli_err,
+               "--log-fp8 needs --log");
 
     /* the current recipe on the fly: x and w amaxes, dY says it has none */
-    EXPECT(cli("train '%s' --precision fp8 --recipe current --batch 2 --seq 13 --data '%s' --steps 3 --lr 1e-3 "
-               "--log cur.jsonl --log-fp8 1",
-               llama, tokens),
-           0, out_text, "trained");
-    snprintf(path, sizeof path, "%s/cur.jsonl", tmp);
-    log = slurp(path, NULL);
+    CLI_EXPECT(cli_run("train '%s' --precision fp8 --recipe current --batch 2 --seq 13 --data '%s' --steps 3 --lr 1e-3 "
+                       "--log cur.jsonl --log-fp8 1",
+                       llama, tokens),
+               0, cli_out, "trained");
+    snprintf(path, sizeof path, "%s/cur.jsonl", cli_tmp);
+    log = cli_slurp(path, NULL);
     CU_ASSERT_EQUAL(check_fp8_records(log, 21, 0, steps, 8), 3);
     free(log);
     /* bf16: nothing to log, said once */
-    EXPECT(cli("train '%s' --precision bf16 --batch 2 --seq 13 --data '%s' --steps 1 --lr 1e-3 --log b.jsonl --log-fp8 1",
-               llama, tokens),
-           0, err_text, "no fp8 Linear");
+    CLI_EXPECT(
+        cli_run(
+            "train '%s' --precision bf16 --batch 2 --seq 13 --data '%s' --steps 1 --lr 1e-3 --log b.jsonl --log-fp8 1",
+            llama, tokens),
+        0, cli_err, "no fp8 Linear");
 }
 
 static CU_TestInfo tests[] = {
@@ -309,7 +258,7 @@ static CU_TestInfo tests[] = {
 };
 
 static CU_SuiteInfo suites[] = {
-    {"compile_cli", suite_init, suite_clean, NULL, NULL, tests},
+    {"compile_cli", suite_init, cli_suite_clean, NULL, NULL, tests},
     CU_SUITE_INFO_NULL,
 };
 

@@ -108,17 +108,6 @@ static void resolve(fr_graph *g)
 
 /* ---- graph builders (shapes set here, as shape inference would) ---- */
 
-static fr_graph *new_graph(int64_t opset)
-{
-    fr_graph *g = NULL;
-    if (fr_graph_new(&g) != FR_OK) return NULL;
-    g->opsets = calloc(1, sizeof *g->opsets);
-    g->opsets[0].domain = strdup("");
-    g->opsets[0].version = opset;
-    g->n_opsets = 1;
-    return g;
-}
-
 static int input(fr_graph *g, fr_rng *r, const char *name, int rank, const int64_t *dims)
 {
     int vid = fr_gc_add_input(g, r, name, FR_F32, rank, dims, NULL); /* constant data: the feed */
@@ -176,7 +165,7 @@ static int transposed(fr_graph *g, const char *name, int w)
 static fr_graph *build_block_a(uint64_t seed, int *logits)
 {
     fr_rng r = {seed};
-    fr_graph *g = new_graph(17);
+    fr_graph *g = fr_gc_new_graph(17);
     int64_t d16[3] = {2, 5, 16}, d32[3] = {2, 5, 32}, d11[3] = {2, 5, 11};
     int x = input(g, &r, "x", 3, d16);
     int qw = param(g, &r, "q.weight", 2, 16, 16), qb = param(g, &r, "q.bias", 1, 16, 0);
@@ -214,7 +203,7 @@ static fr_graph *build_block_a(uint64_t seed, int *logits)
 static fr_graph *build_block_b(uint64_t seed, int64_t opset, int *logits, int *att)
 {
     fr_rng r = {seed};
-    fr_graph *g = new_graph(opset);
+    fr_graph *g = fr_gc_new_graph(opset);
     int64_t d16[2] = {6, 16}, d8[2] = {6, 8}, d10[2] = {6, 10}, d66[2] = {6, 6};
     int x = input(g, &r, "x", 2, d16);
     int qw = param(g, &r, "q.weight", 2, 8, 16), qb = param(g, &r, "q.bias", 1, 8, 0);
@@ -656,7 +645,7 @@ static void test_block_b_gemm(void)
 static void test_shared_weight_not_fused(void)
 {
     fr_rng r = fr_test_rng("shared");
-    fr_graph *g = new_graph(17);
+    fr_graph *g = fr_gc_new_graph(17);
     int64_t d[2] = {4, 8};
     int x = input(g, &r, "x", 2, d);
     int w = param(g, &r, "tied.weight", 2, 8, 8), w2 = param(g, &r, "other.weight", 2, 8, 8);
@@ -681,7 +670,7 @@ static void test_shared_weight_not_fused(void)
 static void test_state_after_autodiff(void)
 {
     fr_rng r = fr_test_rng("state_ad");
-    fr_graph *g = new_graph(17);
+    fr_graph *g = fr_gc_new_graph(17);
     int64_t d[2] = {4, 8};
     int x = input(g, &r, "x", 2, d);
     int w1 = param(g, &r, "w1", 2, 8, 8), w2 = param(g, &r, "w2", 2, 8, 8), w3 = param(g, &r, "w3", 2, 8, 8);

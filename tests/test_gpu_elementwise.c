@@ -39,43 +39,6 @@ static void mark_seen(const char *op)
 
 /* ---- running and comparing ---- */
 
-static void print_elem(const fr_tensor *t, int64_t i)
-{
-    size_t es = fr_dtype_size(t->dtype);
-    const uint8_t *p = (const uint8_t *)t->data + (size_t)i * es;
-    fprintf(stderr, "%.17g (0x", fr_tensor_get_f64(t, i));
-    for (size_t b = es; b-- > 0;) fprintf(stderr, "%02x", p[b]);
-    fprintf(stderr, ")");
-}
-
-static int is_nan_elem(const fr_tensor *t, int64_t i)
-{
-    return (t->dtype == FR_F32 || t->dtype == FR_F64) && isnan(fr_tensor_get_f64(t, i));
-}
-
-/* First element that differs: beyond tol relative per element for float32/float64 (NaN
- * equal to NaN), any byte for other dtypes; -1 when none. */
-static int64_t first_mismatch(const fr_tensor *got, const fr_tensor *want, double tol)
-{
-    int64_t n = fr_tensor_numel(want);
-    int flt = want->dtype == FR_F32 || want->dtype == FR_F64;
-    for (int64_t i = 0; i < n; i++) {
-        if (flt) {
-            double a = fr_tensor_get_f64(got, i), b = fr_tensor_get_f64(want, i);
-            if (isnan(a) && isnan(b)) continue;
-            if (isnan(a) || isnan(b)) return i;
-            if (isinf(a) || isinf(b)) {
-                if (a != b) return i;
-                continue;
-            }
-            if (fabs(a - b) > tol * fabs(b) + (tol > 0 ? 1e-30 : 0)) return i;
-        } else if (!tt_same_elem(got, i, want, i)) {
-            return i;
-        }
-    }
-    return -1;
-}
-
 static int broadcasts_to(const fr_tensor *src, const fr_tensor *out)
 {
     if (src->rank > out->rank) return 0;
@@ -86,16 +49,18 @@ static int broadcasts_to(const fr_tensor *src, const fr_tensor *out)
     return 1;
 }
 
-static void describe_inputs(const tnode *t)
+/* After a mismatch at output element i: the input elements it was computed from. */
+static void inputs_at(tnode *t, const fr_tensor *want, int64_t i)
 {
-    for (int i = 0; i < t->n_in; i++) {
-        char sh[128];
-        if (!t->in[i]) {
-            fprintf(stderr, "    input %d: omitted\n", i);
-            continue;
-        }
-        fprintf(stderr, "    input %d: %s %s\n", i, fr_dtype_name(t->in[i]->dtype),
-                fr_shape_str(t->in[i]->rank, t->in[i]->dims, sh, sizeof sh));
+    for (int k = 0; k < t->n_in; k++) {
+        const fr_tensor *x = t->in[k];
+        if (!x || !fr_tensor_numel(x) || !fr_dtype_size(x->dtype)) continue;
+        int64_t xi = fr_tensor_numel(x) == 1 ? 0 : broadcasts_to(x, want) ? tt_bcast_index(x, want, i) : -1;
+        if (xi < 0 && fr_tensor_numel(x) == fr_tensor_numel(want)) xi = i;
+        if (xi < 0) continue;
+        fprintf(stderr, "    input %d there: ", k);
+        gpu_print_elem(x, xi);
+        fprintf(stderr, "\n");
     }
 }
 
@@ -109,64 +74,14 @@ static int check_case(tnode *t, double tol, const char *what, ...)
     va_start(ap, what);
     vsnprintf(desc, sizeof desc, what, ap);
     va_end(ap);
-    const fr_node *n = tn_node(t);
-    mark_seen(n->op_type);
-    fr_status st = tn_run(t);
-    if (st != FR_OK) {
-        fprintf(stderr, "\n  [%s] %s: the CPU kernel failed: %s\n", n->op_type, desc, fr_last_error());
-        describe_inputs(t);
+    mark_seen(tn_node(t)->op_type);
+    if (tn_run(t) != FR_OK) {
+        gpu_print_case(desc, t);
+        fprintf(stderr, "    the CPU kernel failed: %s\n", fr_last_error());
         CU_FAIL("CPU reference failed");
         return 0;
     }
-    fr_tensor *g[TN_MAX];
-    st = tn_run_gpu(t, g);
-    if (st != FR_OK) {
-        fprintf(stderr, "\n  [%s] %s: the GPU kernel failed: %s\n", n->op_type, desc, fr_last_error());
-        describe_inputs(t);
-        gpu_free_outputs(t, g);
-        CU_FAIL("GPU kernel failed");
-        return 0;
-    }
-    int ok = 1;
-    for (int o = 0; o < t->n_out; o++) {
-        if (!t->out[o]) continue;
-        const fr_tensor *want = t->out[o], *got = g[o];
-        double err = gpu_rel_err(got, want);
-        if (err <= tol) continue;
-        ok = 0;
-        char sh[128];
-        fprintf(stderr, "\n  [%s] %s: output %d (%s %s) differs: rel err %g > tol %g\n", n->op_type, desc, o,
-                fr_dtype_name(want->dtype), fr_shape_str(want->rank, want->dims, sh, sizeof sh), err, tol);
-        describe_inputs(t);
-        int64_t i = got && got->nbytes == want->nbytes ? first_mismatch(got, want, tol) : -1;
-        if (i < 0) {
-            fprintf(stderr, "    (no single element beyond tol; the norm is)\n");
-            continue;
-        }
-        int64_t c[FR_MAX_RANK];
-        tt_unravel(i, want->rank, want->dims, c);
-        fprintf(stderr, "    first mismatch at flat index %lld [", (long long)i);
-        for (int d = 0; d < want->rank; d++) fprintf(stderr, d ? ", %lld" : "%lld", (long long)c[d]);
-        fprintf(stderr, "]: gpu ");
-        print_elem(got, i);
-        fprintf(stderr, " cpu ");
-        print_elem(want, i);
-        fprintf(stderr, "\n");
-        for (int k = 0; k < t->n_in; k++) {
-            const fr_tensor *x = t->in[k];
-            if (!x || !fr_tensor_numel(x) || !fr_dtype_size(x->dtype)) continue;
-            int64_t xi = fr_tensor_numel(x) == 1 ? 0 : broadcasts_to(x, want) ? tt_bcast_index(x, want, i) : -1;
-            if (xi < 0 && fr_tensor_numel(x) == fr_tensor_numel(want)) xi = i;
-            if (xi < 0) continue;
-            fprintf(stderr, "    input %d there: ", k);
-            print_elem(x, xi);
-            fprintf(stderr, "\n");
-        }
-        if (is_nan_elem(want, i)) fprintf(stderr, "    (cpu is NaN)\n");
-    }
-    gpu_free_outputs(t, g);
-    CU_ASSERT(ok);
-    return ok;
+    return gpu_check_at(t, tol, desc, inputs_at);
 }
 
 /* ---- inputs ---- */

@@ -25,117 +25,6 @@
 
 #include "gpu_harness.h"
 
-/* ---- comparison with a readable report ---- */
-
-/* "Op {attr=..} in0 float32 [2, 3], in1 int64 [4]" into buf. */
-static const char *describe(tnode *t, char *buf, size_t n)
-{
-    const fr_node *nd = tn_node(t);
-    size_t at = (size_t)snprintf(buf, n, "%s {", nd->op_type);
-    for (int a = 0; a < nd->n_attrs && at < n; a++) {
-        const fr_attr *x = &nd->attrs[a];
-        if (x->type == FR_ATTR_INT)
-            at += (size_t)snprintf(buf + at, n - at, "%s%s=%lld", a ? " " : "", x->name, (long long)x->i);
-        else if (x->type == FR_ATTR_INTS) {
-            char s[160];
-            at += (size_t)snprintf(buf + at, n - at, "%s%s=%s", a ? " " : "", x->name,
-                                   fr_shape_str(x->n > FR_MAX_RANK ? FR_MAX_RANK : x->n, x->ints, s, sizeof s));
-        } else
-            at += (size_t)snprintf(buf + at, n - at, "%s%s", a ? " " : "", x->name);
-    }
-    if (at < n) at += (size_t)snprintf(buf + at, n - at, "}");
-    for (int i = 0; i < t->n_in && at < n; i++) {
-        char s[160];
-        if (!t->in[i]) {
-            at += (size_t)snprintf(buf + at, n - at, " in%d -", i);
-            continue;
-        }
-        at += (size_t)snprintf(buf + at, n - at, " in%d %s %s", i, fr_dtype_name(t->in[i]->dtype),
-                               fr_shape_str(t->in[i]->rank, t->in[i]->dims, s, sizeof s));
-    }
-    return buf;
-}
-
-static void print_elem(const fr_tensor *x, int64_t i)
-{
-    size_t es = fr_dtype_size(x->dtype);
-    const unsigned char *p = (const unsigned char *)x->data + (size_t)i * es;
-    if (x->dtype == FR_F32 || x->dtype == FR_F64) fprintf(stderr, "%.17g ", fr_tensor_get_f64(x, i));
-    fprintf(stderr, "(0x");
-    for (size_t b = es; b-- > 0;) fprintf(stderr, "%02x", p[b]);
-    fprintf(stderr, ")");
-}
-
-/* Bytes of elements got[i] and want[i] equal. */
-static int same_bytes(const fr_tensor *a, const fr_tensor *b, int64_t i)
-{
-    size_t es = fr_dtype_size(a->dtype);
-    return memcmp((const char *)a->data + (size_t)i * es, (const char *)b->data + (size_t)i * es, es) == 0;
-}
-
-/* Compare one output; on failure print the case and the first differing element. */
-static int compare_out(const char *what, int o, const fr_tensor *got, const fr_tensor *want, double tol)
-{
-    double e = gpu_rel_err(got, want);
-    if (e <= tol) return 1;
-    char s[160];
-    fprintf(stderr, "\n  MISMATCH %s\n    output %d %s %s: rel err %g > tol %g\n", what, o,
-            fr_dtype_name(want->dtype), fr_shape_str(want->rank, want->dims, s, sizeof s), e, tol);
-    if (!got || got->nbytes != want->nbytes || got->dtype != want->dtype) {
-        fprintf(stderr, "    GPU output has another dtype or size\n");
-        return 0;
-    }
-    int64_t n = fr_tensor_numel(want), diff = 0, first = -1;
-    for (int64_t i = 0; i < n; i++)
-        if (!same_bytes(got, want, i)) {
-            diff++;
-            if (first < 0) first = i;
-        }
-    if (first >= 0) {
-        int64_t c[FR_MAX_RANK];
-        if (want->rank) tt_unravel(first, want->rank, want->dims, c);
-        fprintf(stderr, "    %lld of %lld elements differ; first at flat %lld %s: GPU ", (long long)diff,
-                (long long)n, (long long)first, fr_shape_str(want->rank, c, s, sizeof s));
-        print_elem(got, first);
-        fprintf(stderr, ", CPU ");
-        print_elem(want, first);
-        fprintf(stderr, "\n");
-    }
-    return 0;
-}
-
-static int n_exact, n_close; /* scatter-add cases bit-identical to the CPU / only within tol */
-
-/* The node already ran on the CPU (t->out). Run it on the GPU and compare every output. */
-static int gpu_check(tnode *t, const char *label, double tol)
-{
-    char what[1024], d[900];
-    snprintf(what, sizeof what, "%s: %s", label, describe(t, d, sizeof d));
-    fr_tensor *g[TN_MAX];
-    fr_status st = tn_run_gpu(t, g);
-    if (st != FR_OK) {
-        fprintf(stderr, "\n  GPU RUN FAILED %s: %s\n", what, fr_last_error());
-        CU_FAIL("GPU run failed");
-        gpu_free_outputs(t, g);
-        return 0;
-    }
-    int ok = 1;
-    for (int o = 0; o < t->n_out; o++) {
-        if (!t->out[o]) continue;
-        int same = compare_out(what, o, g[o], t->out[o], tol);
-        ok = ok && same;
-        if (same && tol > 0) {
-            if (memcmp(g[o]->data, t->out[o]->data, t->out[o]->nbytes) == 0)
-                n_exact++;
-            else
-                n_close++;
-        }
-    }
-    CU_ASSERT(ok);
-    gpu_free_outputs(t, g);
-    return ok;
-}
-
 static double tol_of(fr_dtype dt) { return dt == FR_F64 ? 1e-12 : 1e-5; }
 
 /* Random indices in [-n, n) (n > 0). */
@@ -165,7 +54,7 @@ static void test_gather_random(void)
         tn_init(&t, "Gather", 13, 2, ins, trial % 3 == 0 ? 2u : 0u, 1);
         if (axis != 0 || trial % 2) TN_ATTR(&t, int, "axis", axis);
         FR_ASSERT_OK(tn_run(&t));
-        gpu_check(&t, "random", 0);
+        gpu_check(&t, 0, "random");
         tn_free(&t);
         fr_tensor_free(x);
         fr_tensor_free(idx);
@@ -201,7 +90,7 @@ static void test_gather_large(void)
             tn_init(&t, "Gather", 13, 2, ins, 0, 1);
             TN_ATTR(&t, int, "axis", cases[c].axis);
             FR_ASSERT_OK(tn_run(&t));
-            gpu_check(&t, cases[c].what, 0);
+            gpu_check(&t, 0, cases[c].what);
             tn_free(&t);
             fr_tensor_free(idx);
         }
@@ -230,7 +119,7 @@ static void test_gather_elements(void)
         tn_init(&t, "GatherElements", 13, 2, ins, trial % 3 == 0 ? 2u : 0u, 1);
         TN_ATTR(&t, int, "axis", axis);
         FR_ASSERT_OK(tn_run(&t));
-        gpu_check(&t, big ? "random, large" : "random", 0);
+        gpu_check(&t, 0, big ? "random, large" : "random");
         tn_free(&t);
         fr_tensor_free(x);
         fr_tensor_free(idx);
@@ -245,7 +134,7 @@ static void test_gather_elements(void)
         tn_init(&t, "GatherElements", 13, 2, ins, 0, 1);
         TN_ATTR(&t, int, "axis", a ? -1 : 0);
         FR_ASSERT_OK(tn_run(&t));
-        gpu_check(&t, "large", 0);
+        gpu_check(&t, 0, "large");
         tn_free(&t);
         fr_tensor_free(x);
         fr_tensor_free(idx);
@@ -290,7 +179,7 @@ static void test_gather_nd(void)
             continue;
         }
         FR_ASSERT_OK(tn_run(&t));
-        gpu_check(&t, "random", 0);
+        gpu_check(&t, 0, "random");
         tn_free(&t);
         fr_tensor_free(x);
         fr_tensor_free(idx);
@@ -314,7 +203,7 @@ static void test_gather_nd(void)
         tn_init(&t, "GatherND", 13, 2, ins, 0, 1);
         TN_ATTR(&t, int, "batch_dims", cases[c].b);
         FR_ASSERT_OK(tn_run(&t));
-        gpu_check(&t, "large", 0);
+        gpu_check(&t, 0, "large");
         tn_free(&t);
         fr_tensor_free(x);
         fr_tensor_free(idx);
@@ -423,8 +312,12 @@ static void test_out_of_range(void)
             tn_init_domain(&t, FR_DOMAIN_FP8RUN, "GatherGrad", 1, 2, ins, 0, 1);
             TN_ATTR(&t, ints, "shape", 2, d);
             FR_ASSERT_OK(tn_run(&t));
-            if (!compare_out("GatherGrad with a bad index (row dropped)", 0, g[0], t.out[0], 1e-5))
+            double e = gpu_rel_err(g[0], t.out[0]);
+            if (e > 1e-5) {
+                gpu_print_case("GatherGrad with a bad index (row dropped)", &t);
+                gpu_print_mismatch("output 0", g[0], t.out[0], e, 1e-5);
                 CU_FAIL("GatherGrad with a bad index: mismatch");
+            }
             tn_free(&t);
         }
         for (int o = 0; o < TN_MAX; o++) fr_tensor_free(g[o]);
@@ -436,7 +329,7 @@ static void test_out_of_range(void)
     tnode t;
     tn_init(&t, "Gather", 13, 2, ins, 0, 1);
     FR_ASSERT_OK(tn_run(&t));
-    gpu_check(&t, "after out-of-range runs", 0);
+    gpu_check(&t, 0, "after out-of-range runs");
     tn_free(&t);
     fr_tensor_free(idx);
     fr_tensor_free(x);
@@ -480,7 +373,7 @@ static void test_gather_grad(void)
         TN_ATTR(&t, ints, "shape", rank, dims);
         TN_ATTR(&t, int, "axis", axis);
         FR_ASSERT_OK(tn_run(&t));
-        gpu_check(&t, "random", tol_of(dt));
+        gpu_check(&t, tol_of(dt), "random");
         tn_free(&t);
         fr_tensor_free(dy);
         fr_tensor_free(idx);
@@ -505,7 +398,7 @@ static void test_embedding_grad(void)
         FR_ASSERT_OK(tn_run(&t));
         char label[64];
         snprintf(label, sizeof label, "embedding gradient V=%lld D=%lld", (long long)V, (long long)D);
-        gpu_check(&t, label, tol_of(dt));
+        gpu_check(&t, tol_of(dt), label);
         fr_tensor *g1[TN_MAX], *g2[TN_MAX];
         FR_ASSERT_OK(tn_run_gpu(&t, g1));
         FR_ASSERT_OK(tn_run_gpu(&t, g2));
@@ -526,7 +419,7 @@ static void test_embedding_grad(void)
     tn_init_domain(&t, FR_DOMAIN_FP8RUN, "GatherGrad", 1, 2, ins, 0, 1);
     TN_ATTR(&t, ints, "shape", 2, shape);
     FR_ASSERT_OK(tn_run(&t));
-    gpu_check(&t, "all tokens one id", 1e-5);
+    gpu_check(&t, 1e-5, "all tokens one id");
     tn_free(&t);
     fr_tensor_free(dy);
     fr_tensor_free(idx);
@@ -553,7 +446,7 @@ static void test_gather_elements_grad(void)
         TN_ATTR(&t, ints, "shape", rank, dims);
         TN_ATTR(&t, int, "axis", axis);
         FR_ASSERT_OK(tn_run(&t));
-        gpu_check(&t, big ? "random, large" : "random", tol_of(dt));
+        gpu_check(&t, tol_of(dt), big ? "random, large" : "random");
         tn_free(&t);
         fr_tensor_free(dy);
         fr_tensor_free(idx);
@@ -585,7 +478,7 @@ static void test_gather_nd_grad(void)
         TN_ATTR(&t, ints, "shape", rank, dims);
         TN_ATTR(&t, int, "batch_dims", b);
         FR_ASSERT_OK(tn_run(&t));
-        gpu_check(&t, big ? "random, large" : "random", tol_of(dt));
+        gpu_check(&t, tol_of(dt), big ? "random, large" : "random");
         tn_free(&t);
         fr_tensor_free(dy);
         fr_tensor_free(idx);
@@ -595,8 +488,8 @@ static void test_gather_nd_grad(void)
 static void test_report(void)
 {
     if (!gpu_available()) return;
-    printf("\n  scatter-adds: %d of %d bit-identical to the CPU (the rest within tolerance)\n", n_exact,
-           n_exact + n_close);
+    printf("\n  scatter-adds: %d of %d bit-identical to the CPU (the rest within tolerance)\n", gpu_n_exact,
+           gpu_n_exact + gpu_n_close);
 }
 
 static CU_TestInfo gather_tests[] = {

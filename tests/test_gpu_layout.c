@@ -22,117 +22,6 @@
 
 #include "gpu_harness.h"
 
-/* ---- comparison with a readable report ---- */
-
-/* "Op {attr=..} in0 float32 [2, 3], in1 int64 [4]" into buf. */
-static const char *describe(tnode *t, char *buf, size_t n)
-{
-    const fr_node *nd = tn_node(t);
-    size_t at = (size_t)snprintf(buf, n, "%s {", nd->op_type);
-    for (int a = 0; a < nd->n_attrs && at < n; a++) {
-        const fr_attr *x = &nd->attrs[a];
-        if (x->type == FR_ATTR_INT)
-            at += (size_t)snprintf(buf + at, n - at, "%s%s=%lld", a ? " " : "", x->name, (long long)x->i);
-        else if (x->type == FR_ATTR_INTS) {
-            char s[160];
-            at += (size_t)snprintf(buf + at, n - at, "%s%s=%s", a ? " " : "", x->name,
-                                   fr_shape_str(x->n > FR_MAX_RANK ? FR_MAX_RANK : x->n, x->ints, s, sizeof s));
-        } else
-            at += (size_t)snprintf(buf + at, n - at, "%s%s", a ? " " : "", x->name);
-    }
-    if (at < n) at += (size_t)snprintf(buf + at, n - at, "}");
-    for (int i = 0; i < t->n_in && at < n; i++) {
-        char s[160];
-        if (!t->in[i]) {
-            at += (size_t)snprintf(buf + at, n - at, " in%d -", i);
-            continue;
-        }
-        at += (size_t)snprintf(buf + at, n - at, " in%d %s %s", i, fr_dtype_name(t->in[i]->dtype),
-                               fr_shape_str(t->in[i]->rank, t->in[i]->dims, s, sizeof s));
-    }
-    return buf;
-}
-
-static void print_elem(const fr_tensor *x, int64_t i)
-{
-    size_t es = fr_dtype_size(x->dtype);
-    const unsigned char *p = (const unsigned char *)x->data + (size_t)i * es;
-    if (x->dtype == FR_F32 || x->dtype == FR_F64) fprintf(stderr, "%.17g ", fr_tensor_get_f64(x, i));
-    fprintf(stderr, "(0x");
-    for (size_t b = es; b-- > 0;) fprintf(stderr, "%02x", p[b]);
-    fprintf(stderr, ")");
-}
-
-/* Bytes of elements got[i] and want[i] equal. */
-static int same_bytes(const fr_tensor *a, const fr_tensor *b, int64_t i)
-{
-    size_t es = fr_dtype_size(a->dtype);
-    return memcmp((const char *)a->data + (size_t)i * es, (const char *)b->data + (size_t)i * es, es) == 0;
-}
-
-/* Compare one output; on failure print the case and the first differing element. */
-static int compare_out(const char *what, int o, const fr_tensor *got, const fr_tensor *want, double tol)
-{
-    double e = gpu_rel_err(got, want);
-    if (e <= tol) return 1;
-    char s[160];
-    fprintf(stderr, "\n  MISMATCH %s\n    output %d %s %s: rel err %g > tol %g\n", what, o,
-            fr_dtype_name(want->dtype), fr_shape_str(want->rank, want->dims, s, sizeof s), e, tol);
-    if (!got || got->nbytes != want->nbytes || got->dtype != want->dtype) {
-        fprintf(stderr, "    GPU output has another dtype or size\n");
-        return 0;
-    }
-    int64_t n = fr_tensor_numel(want), diff = 0, first = -1;
-    for (int64_t i = 0; i < n; i++)
-        if (!same_bytes(got, want, i)) {
-            diff++;
-            if (first < 0) first = i;
-        }
-    if (first >= 0) {
-        int64_t c[FR_MAX_RANK];
-        if (want->rank) tt_unravel(first, want->rank, want->dims, c);
-        fprintf(stderr, "    %lld of %lld elements differ; first at flat %lld %s: GPU ", (long long)diff,
-                (long long)n, (long long)first, fr_shape_str(want->rank, c, s, sizeof s));
-        print_elem(got, first);
-        fprintf(stderr, ", CPU ");
-        print_elem(want, first);
-        fprintf(stderr, "\n");
-    }
-    return 0;
-}
-
-static int n_exact, n_close; /* scatter-add cases bit-identical to the CPU / only within tol */
-
-/* The node already ran on the CPU (t->out). Run it on the GPU and compare every output. */
-static int gpu_check(tnode *t, const char *label, double tol)
-{
-    char what[1024], d[900];
-    snprintf(what, sizeof what, "%s: %s", label, describe(t, d, sizeof d));
-    fr_tensor *g[TN_MAX];
-    fr_status st = tn_run_gpu(t, g);
-    if (st != FR_OK) {
-        fprintf(stderr, "\n  GPU RUN FAILED %s: %s\n", what, fr_last_error());
-        CU_FAIL("GPU run failed");
-        gpu_free_outputs(t, g);
-        return 0;
-    }
-    int ok = 1;
-    for (int o = 0; o < t->n_out; o++) {
-        if (!t->out[o]) continue;
-        int same = compare_out(what, o, g[o], t->out[o], tol);
-        ok = ok && same;
-        if (same && tol > 0) {
-            if (memcmp(g[o]->data, t->out[o]->data, t->out[o]->nbytes) == 0)
-                n_exact++;
-            else
-                n_close++;
-        }
-    }
-    CU_ASSERT(ok);
-    gpu_free_outputs(t, g);
-    return ok;
-}
-
 static double tol_of(fr_dtype dt) { return dt == FR_F64 ? 1e-12 : 1e-5; }
 
 /* Dtypes cycled through by the random cases: the harness's eight plus bfloat16. */
@@ -163,7 +52,7 @@ static void run_transpose(fr_tensor *x, const int *perm, const char *label)
         TN_ATTR(&t, ints, "perm", x->rank, pv);
     }
     FR_ASSERT_OK(tn_run(&t));
-    gpu_check(&t, label, 0);
+    gpu_check(&t, 0, label);
     tn_free(&t);
 }
 
@@ -233,7 +122,7 @@ static void test_concat(void)
         tn_init(&t, "Concat", trial % 9 == 8 ? 4 : 13, n_in, x, 0, 1);
         TN_ATTR(&t, int, "axis", axis);
         FR_ASSERT_OK(tn_run(&t));
-        gpu_check(&t, big ? "random, large" : "random", 0);
+        gpu_check(&t, 0, big ? "random, large" : "random");
         tn_free(&t);
         for (int i = 0; i < n_in; i++) fr_tensor_free(x[i]);
     }
@@ -243,7 +132,7 @@ static void test_concat(void)
     tnode t;
     tn_init(&t, "Concat", 1, 2, x, 0, 1);
     FR_ASSERT_OK(tn_run(&t));
-    gpu_check(&t, "opset 1 default axis", 0);
+    gpu_check(&t, 0, "opset 1 default axis");
     tn_free(&t);
     fr_tensor_free(x[0]);
     fr_tensor_free(x[1]);
@@ -260,7 +149,7 @@ static void test_concat(void)
                 tn_init(&t, "Concat", 13, 3, z, 0, 1);
                 TN_ATTR(&t, int, "axis", 1);
                 FR_ASSERT_OK(tn_run(&t));
-                gpu_check(&t, "large, axis 1", 0);
+                gpu_check(&t, 0, "large, axis 1");
                 tn_free(&t);
                 for (int i = 0; i < 3; i++) fr_tensor_free(z[i]);
                 continue;
@@ -268,7 +157,7 @@ static void test_concat(void)
             tn_init(&t, "Concat", 13, 3, y, 0, 1);
             TN_ATTR(&t, int, "axis", -1);
             FR_ASSERT_OK(tn_run(&t));
-            gpu_check(&t, "large, last axis", 0);
+            gpu_check(&t, 0, "large, last axis");
             tn_free(&t);
         }
         for (int i = 0; i < 3; i++) fr_tensor_free(y[i]);
@@ -316,7 +205,7 @@ static void test_split(void)
         TN_ATTR(&t, int, "axis", axis);
         if (n_out > 1 && trial % 7 == 3) tn_omit_output(&t, (int)tt_rand_int(&r, 0, n_out - 1));
         FR_ASSERT_OK(tn_run(&t));
-        gpu_check(&t, big ? "random, large" : "random", 0);
+        gpu_check(&t, 0, big ? "random, large" : "random");
         tn_free(&t);
         fr_tensor_free(x);
         fr_tensor_free(sp);
@@ -368,7 +257,7 @@ static void test_slice(void)
             tn_init(&t, "Slice", 13, omit_steps ? (omit_axes ? 3 : 4) : 5, ins, 0x1eu, 1);
         }
         FR_ASSERT_OK(tn_run(&t));
-        gpu_check(&t, big ? "random, large" : "random", 0);
+        gpu_check(&t, 0, big ? "random, large" : "random");
         tn_free(&t);
         for (int i = 0; i < 5; i++) fr_tensor_free(ins[i]);
     }
@@ -392,7 +281,7 @@ static void test_slice(void)
             tnode t;
             tn_init(&t, "Slice", 13, 5, ins, 0x1eu, 1);
             FR_ASSERT_OK(tn_run(&t));
-            gpu_check(&t, big[c].what, 0);
+            gpu_check(&t, 0, big[c].what);
             tn_free(&t);
             for (int i = 0; i < 5; i++) fr_tensor_free(ins[i]);
         }
@@ -428,7 +317,7 @@ static void test_trilu(void)
                 tn_init(&t, "Trilu", 14, ki < 0 ? 1 : 2, ins, trial % 2 ? 2u : 0u, 1);
                 if (upper == 0 || trial % 3) TN_ATTR(&t, int, "upper", upper);
                 FR_ASSERT_OK(tn_run(&t));
-                gpu_check(&t, "trilu", 0);
+                gpu_check(&t, 0, "trilu");
                 tn_free(&t);
                 fr_tensor_free(x);
                 fr_tensor_free(kt);
@@ -454,7 +343,7 @@ static void test_tile(void)
         tnode t;
         tn_init(&t, "Tile", 13, 2, ins, 2u, 1);
         FR_ASSERT_OK(tn_run(&t));
-        gpu_check(&t, big ? "random, large" : "random", 0);
+        gpu_check(&t, 0, big ? "random, large" : "random");
         tn_free(&t);
         fr_tensor_free(x);
         fr_tensor_free(rt);
@@ -470,7 +359,7 @@ static void test_tile(void)
             tnode t;
             tn_init(&t, "Tile", 13, 2, ins, 2u, 1);
             FR_ASSERT_OK(tn_run(&t));
-            gpu_check(&t, "large", 0);
+            gpu_check(&t, 0, "large");
             tn_free(&t);
             fr_tensor_free(x);
             fr_tensor_free(rt);
@@ -513,7 +402,7 @@ static void test_slice_grad(void)
         TN_ATTR(&t, ints, "starts", rank, starts);
         TN_ATTR(&t, ints, "steps", rank, steps);
         FR_ASSERT_OK(tn_run(&t));
-        gpu_check(&t, big ? "random, large" : "random", 0);
+        gpu_check(&t, 0, big ? "random, large" : "random");
         tn_free(&t);
         fr_tensor_free(dy);
     }
@@ -529,7 +418,7 @@ static void test_slice_grad(void)
         TN_ATTR(&t, ints, "starts", 2, c < 2 ? s1 : s2);
         TN_ATTR(&t, ints, "steps", 2, c < 2 ? st1 : st2);
         FR_ASSERT_OK(tn_run(&t));
-        gpu_check(&t, c < 2 ? "large rows" : "large reversed", 0);
+        gpu_check(&t, 0, c < 2 ? "large rows" : "large reversed");
         tn_free(&t);
         fr_tensor_free(dy);
     }
@@ -552,7 +441,7 @@ static void test_tile_grad(void)
         tn_init_domain(&t, FR_DOMAIN_FP8RUN, "TileGrad", 1, 1, &dy, 0, 1);
         TN_ATTR(&t, ints, "shape", rank, shape);
         FR_ASSERT_OK(tn_run(&t));
-        gpu_check(&t, "random", tol_of(dt));
+        gpu_check(&t, tol_of(dt), "random");
         tn_free(&t);
         fr_tensor_free(dy);
     }
@@ -578,7 +467,7 @@ static void test_tile_grad(void)
             tn_init_domain(&t, FR_DOMAIN_FP8RUN, "TileGrad", 1, 1, &dy, 0, 1);
             TN_ATTR(&t, ints, "shape", big[c].rank, big[c].shape);
             FR_ASSERT_OK(tn_run(&t));
-            gpu_check(&t, big[c].what, tol_of(dt));
+            gpu_check(&t, tol_of(dt), big[c].what);
             tn_free(&t);
             fr_tensor_free(dy);
         }
@@ -602,7 +491,7 @@ static void test_reshape_family(void)
             fr_tensor *s = trial % 5 == 0 ? tt_ints(FR_I64, 2, z) : tt_ints(FR_I64, 3, shp), *ins[2] = {x, s};
             tn_init(&t, "Reshape", 14, 2, ins, 2u, 1);
             FR_ASSERT_OK(tn_run(&t));
-            gpu_check(&t, "reshape", 0);
+            gpu_check(&t, 0, "reshape");
             tn_free(&t);
             fr_tensor_free(s);
         } else if (op == 1) {
@@ -610,7 +499,7 @@ static void test_reshape_family(void)
             fr_tensor *a = tt_ints(FR_I64, 1, ax), *ins[2] = {x, a};
             tn_init(&t, "Squeeze", 13, 2, ins, 2u, 1);
             FR_ASSERT_OK(tn_run(&t));
-            gpu_check(&t, "squeeze", 0);
+            gpu_check(&t, 0, "squeeze");
             tn_free(&t);
             fr_tensor_free(a);
         } else if (op == 2) {
@@ -618,14 +507,14 @@ static void test_reshape_family(void)
             fr_tensor *a = tt_ints(FR_I64, 2, ax), *ins[2] = {x, a};
             tn_init(&t, "Unsqueeze", 13, 2, ins, 2u, 1);
             FR_ASSERT_OK(tn_run(&t));
-            gpu_check(&t, "unsqueeze", 0);
+            gpu_check(&t, 0, "unsqueeze");
             tn_free(&t);
             fr_tensor_free(a);
         } else {
             tn_init(&t, "Flatten", 13, 1, &x, 0, 1);
             TN_ATTR(&t, int, "axis", trial % 3 - 1);
             FR_ASSERT_OK(tn_run(&t));
-            gpu_check(&t, "flatten", 0);
+            gpu_check(&t, 0, "flatten");
             tn_free(&t);
         }
         fr_tensor_free(x);
@@ -649,13 +538,13 @@ static void test_shape_size(void)
                 TN_ATTR(&t, int, "end", se[c][1]);
             }
             FR_ASSERT_OK(tn_run(&t));
-            gpu_check(&t, "shape", 0);
+            gpu_check(&t, 0, "shape");
             tn_free(&t);
         }
         tnode t;
         tn_init(&t, "Size", 13, 1, &x, 0, 1);
         FR_ASSERT_OK(tn_run(&t));
-        gpu_check(&t, "size", 0);
+        gpu_check(&t, 0, "size");
         tn_free(&t);
         fr_tensor_free(x);
     }
@@ -680,7 +569,7 @@ static void test_constant_of_shape(void)
                 fr_tensor_free(val);
             }
             FR_ASSERT_OK(tn_run(&t));
-            gpu_check(&t, "constant of shape", 0);
+            gpu_check(&t, 0, "constant of shape");
             tn_free(&t);
             fr_tensor_free(sh);
         }
@@ -705,7 +594,7 @@ static void test_range(void)
         tnode t;
         tn_init(&t, "Range", 13, 3, ins, 7u, 1);
         FR_ASSERT_OK(tn_run(&t));
-        gpu_check(&t, "range", 0);
+        gpu_check(&t, 0, "range");
         tn_free(&t);
         for (int i = 0; i < 3; i++) fr_tensor_free(ins[i]);
     }
@@ -722,7 +611,7 @@ static void test_constant(void)
         tn_init(&t, "Constant", 13, 0, NULL, 0, 1);
         TN_ATTR(&t, tensor, "value", v);
         FR_ASSERT_OK(tn_run(&t));
-        gpu_check(&t, c == 0 ? "value tensor of 12 KB (several launches)" : "value tensor", 0);
+        gpu_check(&t, 0, c == 0 ? "value tensor of 12 KB (several launches)" : "value tensor");
         tn_free(&t);
         fr_tensor_free(v);
     }
@@ -731,18 +620,18 @@ static void test_constant(void)
     tn_init(&t, "Constant", 13, 0, NULL, 0, 1);
     TN_ATTR(&t, tensor, "value", s);
     FR_ASSERT_OK(tn_run(&t));
-    gpu_check(&t, "scalar tensor", 0);
+    gpu_check(&t, 0, "scalar tensor");
     tn_free(&t);
     fr_tensor_free(s);
     tn_init(&t, "Constant", 13, 0, NULL, 0, 1);
     TN_ATTR(&t, float, "value_float", 3.25f);
     FR_ASSERT_OK(tn_run(&t));
-    gpu_check(&t, "value_float", 0);
+    gpu_check(&t, 0, "value_float");
     tn_free(&t);
     tn_init(&t, "Constant", 13, 0, NULL, 0, 1);
     TN_ATTR(&t, int, "value_int", -77);
     FR_ASSERT_OK(tn_run(&t));
-    gpu_check(&t, "value_int", 0);
+    gpu_check(&t, 0, "value_int");
     tn_free(&t);
     float fl[700];
     int64_t il[5] = {1, -2, 3, INT64_MAX, INT64_MIN};
@@ -750,20 +639,20 @@ static void test_constant(void)
     tn_init(&t, "Constant", 13, 0, NULL, 0, 1);
     TN_ATTR(&t, floats, "value_floats", 700, fl);
     FR_ASSERT_OK(tn_run(&t));
-    gpu_check(&t, "value_floats", 0);
+    gpu_check(&t, 0, "value_floats");
     tn_free(&t);
     tn_init(&t, "Constant", 13, 0, NULL, 0, 1);
     TN_ATTR(&t, ints, "value_ints", 5, il);
     FR_ASSERT_OK(tn_run(&t));
-    gpu_check(&t, "value_ints", 0);
+    gpu_check(&t, 0, "value_ints");
     tn_free(&t);
 }
 
 static void test_report(void)
 {
     if (!gpu_available()) return;
-    printf("\n  TileGrad: %d of %d cases bit-identical to the CPU (the rest within tolerance)\n", n_exact,
-           n_exact + n_close);
+    printf("\n  TileGrad: %d of %d cases bit-identical to the CPU (the rest within tolerance)\n", gpu_n_exact,
+           gpu_n_exact + gpu_n_close);
 }
 
 static CU_TestInfo layout_tests[] = {

@@ -46,29 +46,8 @@ static int cmp_out(const char *label, const char *what, const fr_tensor *got, co
     double err = gpu_rel_err(got, want);
     note_err(what, err);
     if (err <= tol) return 1;
-    char s[128];
-    fprintf(stderr, "\n  %s: %s %s %s: rel err %g > tol %g", label, what, fr_dtype_name(want->dtype),
-            fr_shape_str(want->rank, want->dims, s, sizeof s), err, tol);
-    int64_t n = fr_tensor_numel(want);
-    if (want->dtype == FR_F32 || want->dtype == FR_F64) {
-        for (int64_t i = 0; i < n; i++) {
-            double a = fr_tensor_get_f64(got, i), b = fr_tensor_get_f64(want, i);
-            if (isnan(a) && isnan(b)) continue;
-            if (!(fabs(a - b) <= (tol > 0 ? 10 * tol : 0) * (1.0 + fabs(b)))) {
-                fprintf(stderr, "; first mismatch at flat index %lld: GPU %.9g, CPU %.9g", (long long)i, a, b);
-                break;
-            }
-        }
-    } else {
-        size_t es = fr_dtype_size(want->dtype);
-        const uint8_t *a = got->data, *b = want->data;
-        for (size_t i = 0; i < want->nbytes; i++)
-            if (a[i] != b[i]) {
-                fprintf(stderr, "; first differing byte: element %zu: GPU 0x%02X, CPU 0x%02X", i / es, a[i], b[i]);
-                break;
-            }
-    }
-    fprintf(stderr, "\n");
+    fprintf(stderr, "\n  case: %s\n", label);
+    gpu_print_mismatch(what, got, want, err, tol);
     return 0;
 }
 

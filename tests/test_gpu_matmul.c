@@ -12,40 +12,15 @@
 
 #include "gpu_harness.h"
 
-/* Run t on the CPU and the GPU; compare output 0 within tol; print the case on failure. */
+/* Run t on the CPU and the GPU and compare (gpu_check); print the case on failure. */
 static int compare_node(tnode *t, double tol, const char *label)
 {
-    fr_status st = tn_run(t);
-    if (st != FR_OK) {
-        fprintf(stderr, "\n  %s: CPU run failed: %s\n", label, fr_last_error());
+    if (tn_run(t) != FR_OK) {
+        gpu_print_case(label, t);
+        fprintf(stderr, "    CPU run failed: %s\n", fr_last_error());
         return 0;
     }
-    fr_tensor *g[TN_MAX];
-    st = tn_run_gpu(t, g);
-    if (st != FR_OK) {
-        fprintf(stderr, "\n  %s: GPU run failed: %s\n", label, fr_last_error());
-        gpu_free_outputs(t, g);
-        return 0;
-    }
-    const fr_tensor *want = t->out[0], *got = g[0];
-    double err = gpu_rel_err(got, want);
-    int ok = err <= tol;
-    if (!ok) {
-        char s[128];
-        fprintf(stderr, "\n  %s: output %s %s rel err %g > %g", label, fr_dtype_name(want->dtype),
-                fr_shape_str(want->rank, want->dims, s, sizeof s), err, tol);
-        int64_t n = fr_tensor_numel(want);
-        for (int64_t i = 0; i < n; i++) {
-            double a = fr_tensor_get_f64(got, i), b = fr_tensor_get_f64(want, i);
-            if (!(fabs(a - b) <= tol * (1.0 + fabs(b))) && !(isnan(a) && isnan(b))) {
-                fprintf(stderr, "; first mismatch at flat index %lld: GPU %.9g, CPU %.9g", (long long)i, a, b);
-                break;
-            }
-        }
-        fprintf(stderr, "\n");
-    }
-    gpu_free_outputs(t, g);
-    return ok;
+    return gpu_check(t, tol, label);
 }
 
 /* ---- MatMul ---- */
@@ -146,38 +121,18 @@ static void test_matmul_errors(void)
 
 /* ---- Gemm ---- */
 
-static const shp c_shapes[] = {
-    {-1, {0}}, {0, {0}}, {1, {1}}, {1, {-2}}, {2, {1, -2}}, {2, {-1, 1}}, {2, {-1, -2}}, {2, {1, 1}},
-};
-
 static int run_gemm(fr_rng *r, fr_dtype dt, int64_t M, int64_t N, int64_t K, int ta, int tb, float alpha,
                     float beta, int ci, int set_attrs, double tol)
 {
-    int64_t da[2] = {ta ? K : M, ta ? M : K}, db[2] = {tb ? N : K, tb ? K : N};
-    fr_tensor *a = tt_randn(r, dt, 2, da, 0, 1), *b = tt_randn(r, dt, 2, db, 0, 1), *c = NULL;
-    if (c_shapes[ci].r >= 0) {
-        int64_t dc[2];
-        for (int k = 0; k < c_shapes[ci].r; k++)
-            dc[k] = c_shapes[ci].d[k] == -1 ? M : c_shapes[ci].d[k] == -2 ? N : c_shapes[ci].d[k];
-        c = tt_randn(r, dt, c_shapes[ci].r, dc, 0, 1);
-    }
-    fr_tensor *ins[3] = {a, b, c};
+    fr_tensor *ins[3];
     tnode t;
-    tn_init(&t, "Gemm", 13, c ? 3 : 2, ins, 0, 1);
-    if (set_attrs) {
-        TN_ATTR(&t, int, "transA", ta);
-        TN_ATTR(&t, int, "transB", tb);
-        TN_ATTR(&t, float, "alpha", alpha);
-        TN_ATTR(&t, float, "beta", beta);
-    }
+    tn_init_gemm(&t, r, dt, M, N, K, ta, tb, alpha, beta, ci, set_attrs, ins);
     char label[256];
     snprintf(label, sizeof label, "Gemm %s M=%lld N=%lld K=%lld transA=%d transB=%d alpha=%g beta=%g C#%d",
              fr_dtype_name(dt), (long long)M, (long long)N, (long long)K, ta, tb, alpha, beta, ci);
     int ok = compare_node(&t, tol, label);
     tn_free(&t);
-    fr_tensor_free(a);
-    fr_tensor_free(b);
-    fr_tensor_free(c);
+    for (int i = 0; i < 3; i++) fr_tensor_free(ins[i]);
     return ok;
 }
 
@@ -189,7 +144,7 @@ static void test_gemm_combos(void)
         for (int tb = 0; tb < 2; tb++)
             for (int ai = 0; ai < 3; ai++)
                 for (int bi = 0; bi < 3; bi++)
-                    for (int ci = 0; ci < (int)(sizeof c_shapes / sizeof c_shapes[0]); ci++) {
+                    for (int ci = 0; ci < TT_GEMM_N_C; ci++) {
                         int64_t M = 1 + (int64_t)(fr_rng_uniform(&r) * 20);
                         int64_t N = 1 + (int64_t)(fr_rng_uniform(&r) * 20);
                         int64_t K = 1 + (int64_t)(fr_rng_uniform(&r) * 30);

@@ -18,108 +18,11 @@
 #define TOL_F32 1e-6
 #define TOL_F64 1e-11
 
-/* ---- compare GPU with CPU ---- */
-
-static void print_case(const char *what, const tnode *t)
-{
-    char s[160];
-    fprintf(stderr, "\n  case: %s\n", what);
-    for (int i = 0; i < t->n_in; i++)
-        if (t->in[i])
-            fprintf(stderr, "    input %d: %s %s\n", i, fr_dtype_name(t->in[i]->dtype),
-                    fr_shape_str(t->in[i]->rank, t->in[i]->dims, s, sizeof s));
-}
-
-/* The first element that differs (beyond 10 x tol relative for floats) and the largest
- * difference. */
-static void print_mismatch(int o, const fr_tensor *got, const fr_tensor *want, double err, double tol)
-{
-    char s[160];
-    fprintf(stderr, "    output %d: %s %s, relative L2 error %g > %g\n", o, fr_dtype_name(want->dtype),
-            fr_shape_str(want->rank, want->dims, s, sizeof s), err, tol);
-    if (!got || got->nbytes != want->nbytes) return;
-    int64_t n = fr_tensor_numel(want), first = -1, worst = -1;
-    double wd = -1;
-    const int flt = want->dtype == FR_F32 || want->dtype == FR_F64;
-    for (int64_t i = 0; i < n; i++) {
-        double a = fr_tensor_get_f64(got, i), b = fr_tensor_get_f64(want, i);
-        int bad;
-        if (!flt)
-            bad = !tt_same_elem(got, i, want, i);
-        else if (!isfinite(a) || !isfinite(b))
-            bad = !(isnan(a) && isnan(b)) && a != b;
-        else
-            bad = fabs(a - b) > 10 * tol * fabs(b) + 1e-300;
-        if (bad && first < 0) first = i;
-        double d = isfinite(a - b) ? fabs(a - b) : INFINITY;
-        if (bad && d > wd) {
-            wd = d;
-            worst = i;
-        }
-    }
-    if (first >= 0)
-        fprintf(stderr, "    first mismatch at %lld: gpu %.9g cpu %.9g\n", (long long)first,
-                fr_tensor_get_f64(got, first), fr_tensor_get_f64(want, first));
-    if (worst >= 0)
-        fprintf(stderr, "    largest at %lld: gpu %.9g cpu %.9g\n", (long long)worst, fr_tensor_get_f64(got, worst),
-                fr_tensor_get_f64(want, worst));
-}
-
-/* t already ran on the CPU (tn_run): run it on the GPU and compare every output. */
-static int gpu_check(tnode *t, double tol, const char *what)
-{
-    fr_tensor *g[TN_MAX];
-    fr_status st = tn_run_gpu(t, g);
-    if (st != FR_OK) {
-        print_case(what, t);
-        fprintf(stderr, "    GPU run failed (%s): %s\n", fr_status_name(st), fr_last_error());
-        CU_FAIL("GPU run failed");
-        gpu_free_outputs(t, g);
-        return 0;
-    }
-    int ok = 1;
-    for (int o = 0; o < t->n_out; o++) {
-        if (!t->out[o]) continue;
-        double e = gpu_rel_err(g[o], t->out[o]);
-        if (e <= tol) continue;
-        if (ok) print_case(what, t);
-        ok = 0;
-        print_mismatch(o, g[o], t->out[o], e, tol);
-    }
-    CU_ASSERT(ok);
-    gpu_free_outputs(t, g);
-    return ok;
-}
-
 static double tol_of(fr_dtype dt) { return dt == FR_F64 ? TOL_F64 : TOL_F32; }
 
-/* ---- parameter shapes relative to X and axis ---- */
+/* ---- cases (Scale / B shapes: tt_param_shape) ---- */
 
-typedef enum pshape { P_EXACT, P_LAST, P_LEAD1, P_FULL, P_SIZE1 } pshape;
 static const char *const pnames[] = {"exact", "last", "lead1", "full", "size1"};
-
-/* P_EXACT: X.dims[axis:]; P_LAST: [X.dims[-1]]; P_LEAD1: [1] + X.dims[axis:];
- * P_FULL: X.dims (varies per row); P_SIZE1: X.dims[axis:] with its first dim set to 1. */
-static int param_shape(pshape p, int xr, const int64_t *xd, int axis, int64_t *d)
-{
-    int r = 0;
-    switch (p) {
-    case P_EXACT:
-    case P_SIZE1:
-        for (int k = axis; k < xr; k++) d[r++] = xd[k];
-        if (p == P_SIZE1) d[0] = 1;
-        return r;
-    case P_LAST: d[0] = xd[xr - 1]; return 1;
-    case P_LEAD1:
-        d[r++] = 1;
-        for (int k = axis; k < xr; k++) d[r++] = xd[k];
-        return r;
-    case P_FULL:
-        for (int k = 0; k < xr; k++) d[r++] = xd[k];
-        return r;
-    }
-    return 0;
-}
 
 typedef struct shp {
     int r;
@@ -127,26 +30,26 @@ typedef struct shp {
 } shp;
 
 /* X, Scale and B (NULL when !bias) for a case; 0 when the parameter shape does not apply */
-static int make_inputs(fr_rng *rng, fr_dtype dt, int rms, const shp *xs, int axis, pshape sp, int bias, pshape bp,
+static int make_inputs(fr_rng *rng, fr_dtype dt, int rms, const shp *xs, int axis, tt_pshape sp, int bias, tt_pshape bp,
                        fr_tensor **x, fr_tensor **s, fr_tensor **b)
 {
     int a = axis < 0 ? axis + xs->r : axis;
     int64_t sd[FR_MAX_RANK + 1], bd[FR_MAX_RANK + 1];
-    int sr = param_shape(sp, xs->r, xs->d, a, sd);
+    int sr = tt_param_shape(sp, xs->r, xs->d, a, sd);
     if (sr > xs->r) return 0; /* [1] + dims[axis:] only fits when axis > 0 */
     *x = tt_randn(rng, dt, xs->r, xs->d, rms ? 0.5 : 3.0, 2.0);
     *s = tt_randn(rng, dt, sr, sd, 1.0, 0.5);
     *b = NULL;
     if (bias) {
-        int br = param_shape(bp, xs->r, xs->d, a, bd);
-        if (br > xs->r) br = param_shape(P_EXACT, xs->r, xs->d, a, bd);
+        int br = tt_param_shape(bp, xs->r, xs->d, a, bd);
+        if (br > xs->r) br = tt_param_shape(TT_P_EXACT, xs->r, xs->d, a, bd);
         *b = tt_randn(rng, dt, br, bd, 0.0, 1.0);
     }
     return 1;
 }
 
 static void describe(char *buf, size_t n, const char *op, fr_dtype dt, const shp *xs, int axis, const fr_tensor *s,
-                     pshape sp, const fr_tensor *b, pshape bp, const char *extra)
+                     tt_pshape sp, const fr_tensor *b, tt_pshape bp, const char *extra)
 {
     char x1[96], s1[96], b1[96] = "none";
     fr_shape_str(xs->r, xs->d, x1, sizeof x1);
@@ -159,7 +62,7 @@ static void describe(char *buf, size_t n, const char *op, fr_dtype dt, const shp
 /* ---- forward ---- */
 
 /* stats: 0 = only Y, 1 = Y, Mean, InvStdDev, 2 = Y, InvStdDev (Mean omitted) */
-static void run_norm(fr_rng *rng, fr_dtype dt, int rms, const shp *xs, int axis, pshape sp, int bias, pshape bp,
+static void run_norm(fr_rng *rng, fr_dtype dt, int rms, const shp *xs, int axis, tt_pshape sp, int bias, tt_pshape bp,
                      int stats, float eps)
 {
     fr_tensor *x, *s, *b;
@@ -197,7 +100,7 @@ static void test_norm_small(void)
             for (int sp = 0; sp < 5; sp++)
                 for (int rms = 0; rms < 2; rms++) {
                     fr_dtype dt = (axis + sp + rms + 8) % 5 == 0 ? FR_F64 : FR_F32;
-                    run_norm(&r, dt, rms, xs, axis, (pshape)sp, sp % 2, (pshape)((sp + 1) % 5), sp % 3,
+                    run_norm(&r, dt, rms, xs, axis, (tt_pshape)sp, sp % 2, (tt_pshape)((sp + 1) % 5), sp % 3,
                              sp == 4 ? 1e-3f : 1e-5f);
                     runs++;
                 }
@@ -216,19 +119,19 @@ static void test_norm_large(void)
     fr_rng r = fr_test_rng("gpu_norm_large");
     for (size_t xi = 0; xi < sizeof big_shapes / sizeof big_shapes[0]; xi++)
         for (int rms = 0; rms < 2; rms++) {
-            run_norm(&r, FR_F32, rms, &big_shapes[xi], -1, P_EXACT, 1, P_EXACT, xi % 3, 1e-5f);
-            if (xi == 1 || xi == 4) run_norm(&r, FR_F64, rms, &big_shapes[xi], -1, P_LEAD1, 1, P_LAST, 1, 1e-6f);
+            run_norm(&r, FR_F32, rms, &big_shapes[xi], -1, TT_P_EXACT, 1, TT_P_EXACT, xi % 3, 1e-5f);
+            if (xi == 1 || xi == 4) run_norm(&r, FR_F64, rms, &big_shapes[xi], -1, TT_P_LEAD1, 1, TT_P_LAST, 1, 1e-6f);
         }
     /* per-row parameters and broadcast inside the normalized dims at a real size */
     const shp s3 = {3, {16, 256, 768}};
-    run_norm(&r, FR_F32, 0, &s3, -1, P_FULL, 1, P_EXACT, 1, 1e-5f);
-    run_norm(&r, FR_F32, 0, &s3, 1, P_SIZE1, 1, P_LAST, 1, 1e-5f);
-    run_norm(&r, FR_F32, 1, &s3, -2, P_EXACT, 0, P_EXACT, 0, 1e-5f);
+    run_norm(&r, FR_F32, 0, &s3, -1, TT_P_FULL, 1, TT_P_EXACT, 1, 1e-5f);
+    run_norm(&r, FR_F32, 0, &s3, 1, TT_P_SIZE1, 1, TT_P_LAST, 1, 1e-5f);
+    run_norm(&r, FR_F32, 1, &s3, -2, TT_P_EXACT, 0, TT_P_EXACT, 0, 1e-5f);
 }
 
 /* ---- backward ---- */
 
-static void run_ng(fr_rng *rng, fr_dtype dt, int rms, const shp *xs, int axis, pshape sp, int bias, pshape bp,
+static void run_ng(fr_rng *rng, fr_dtype dt, int rms, const shp *xs, int axis, tt_pshape sp, int bias, tt_pshape bp,
                    int want_db, float eps)
 {
     fr_tensor *x, *s, *b;
@@ -263,7 +166,7 @@ static void test_norm_grad_small(void)
             for (int sp = 0; sp < 5; sp++)
                 for (int rms = 0; rms < 2; rms++) {
                     fr_dtype dt = (axis + sp + rms + 8) % 4 == 0 ? FR_F64 : FR_F32;
-                    run_ng(&r, dt, rms, xs, axis, (pshape)sp, sp != 2, (pshape)((sp + 3) % 5), sp != 4,
+                    run_ng(&r, dt, rms, xs, axis, (tt_pshape)sp, sp != 2, (tt_pshape)((sp + 3) % 5), sp != 4,
                            sp == 1 ? 1e-2f : 1e-5f);
                     runs++;
                 }
@@ -276,15 +179,15 @@ static void test_norm_grad_large(void)
     fr_rng r = fr_test_rng("gpu_norm_grad_large");
     for (size_t xi = 0; xi < sizeof big_shapes / sizeof big_shapes[0]; xi++)
         for (int rms = 0; rms < 2; rms++) {
-            run_ng(&r, FR_F32, rms, &big_shapes[xi], -1, P_EXACT, 1, P_EXACT, 1, 1e-5f);
-            if (xi == 0 || xi == 4) run_ng(&r, FR_F64, rms, &big_shapes[xi], -1, P_LEAD1, 1, P_EXACT, 1, 1e-5f);
+            run_ng(&r, FR_F32, rms, &big_shapes[xi], -1, TT_P_EXACT, 1, TT_P_EXACT, 1, 1e-5f);
+            if (xi == 0 || xi == 4) run_ng(&r, FR_F64, rms, &big_shapes[xi], -1, TT_P_LEAD1, 1, TT_P_EXACT, 1, 1e-5f);
         }
     /* the generic parameter path at a real size, and normalizing two dims */
     const shp s3 = {3, {16, 256, 768}};
-    run_ng(&r, FR_F32, 0, &s3, -1, P_FULL, 1, P_EXACT, 1, 1e-5f);
-    run_ng(&r, FR_F32, 0, &s3, 1, P_SIZE1, 1, P_LAST, 1, 1e-5f);
-    run_ng(&r, FR_F32, 1, &s3, 1, P_EXACT, 0, P_EXACT, 0, 1e-5f);
-    run_ng(&r, FR_F32, 0, &s3, 1, P_EXACT, 1, P_EXACT, 0, 1e-5f); /* B given, dB not asked for */
+    run_ng(&r, FR_F32, 0, &s3, -1, TT_P_FULL, 1, TT_P_EXACT, 1, 1e-5f);
+    run_ng(&r, FR_F32, 0, &s3, 1, TT_P_SIZE1, 1, TT_P_LAST, 1, 1e-5f);
+    run_ng(&r, FR_F32, 1, &s3, 1, TT_P_EXACT, 0, TT_P_EXACT, 0, 1e-5f);
+    run_ng(&r, FR_F32, 0, &s3, 1, TT_P_EXACT, 1, TT_P_EXACT, 0, 1e-5f); /* B given, dB not asked for */
 }
 
 static CU_TestInfo tests[] = {

@@ -27,52 +27,10 @@
 
 static double worst_seen; /* worst gradcheck error of the current test, printed at its end */
 
-static fr_graph *new_graph(int64_t opset)
-{
-    fr_graph *g = NULL;
-    if (fr_graph_new(&g) != FR_OK) return NULL;
-    g->opsets = calloc(1, sizeof *g->opsets);
-    g->opsets[0].domain = strdup("");
-    g->opsets[0].version = opset;
-    g->n_opsets = 1;
-    return g;
-}
-
-/* Add a node with n_out fresh outputs (not yet inferred: set attributes, then infer). */
-static int mk(fr_graph *g, const char *op, const char *domain, int n_in, const int *in, int n_out,
-              int *outs)
-{
-    int nid;
-    for (int o = 0; o < n_out; o++) {
-        char nm[64];
-        snprintf(nm, sizeof nm, "%s_%d_out%d", op, g->n_nodes, o);
-        FR_ASSERT_OK(fr_graph_add_value(g, nm, &outs[o]));
-    }
-    FR_ASSERT_OK(fr_graph_add_node(g, op, domain, NULL, n_in, in, n_out, outs, &nid));
-    return nid;
-}
-
-static int op1(fr_graph *g, const char *op, int n_in, const int *in)
-{
-    int out;
-    int nid = mk(g, op, "", n_in, in, 1, &out);
-    FR_ASSERT_OK(fr_node_infer(g, nid));
-    return out;
-}
-
-static int count_nodes(const fr_graph *g, const char *op)
-{
-    int c = 0;
-    for (int i = 0; i < g->n_nodes; i++) c += strcmp(g->nodes[i].op_type, op) == 0;
-    return c;
-}
-
 static void check(fr_graph *g, fr_rng *r, int out, int n_wrt, const int *wrt, const char *what)
 {
-    double err = fr_gradcheck(g, r, out, n_wrt, wrt);
-    if (!(err < TOL)) fprintf(stderr, "\n  %s: gradcheck error %.3g\n", what, err);
+    double err = fr_gc_check(g, r, out, n_wrt, wrt, what, TOL);
     if (!(err <= worst_seen)) worst_seen = err;
-    CU_ASSERT(err < TOL);
 }
 
 static void report(const char *what)
@@ -112,39 +70,39 @@ static void test_matmul(void)
     for (size_t c = 0; c < sizeof mm_cases / sizeof mm_cases[0]; c++) {
         const mm_case *mc = &mm_cases[c];
         fr_rng r = fr_test_rng("matmul");
-        fr_graph *g = new_graph(17);
+        fr_graph *g = fr_gc_new_graph(17);
         int a = fr_gc_add_input(g, &r, "A", FR_F64, mc->ra, mc->da, NULL);
         int b = fr_gc_add_input(g, &r, "B", FR_F64, mc->rb, mc->db, NULL);
         int in[2] = {a, b};
-        int y = op1(g, "MatMul", 2, in);
+        int y = fr_gc_op1(g, "MatMul", 2, in);
         char what[160], s1[64], s2[64];
         snprintf(what, sizeof what, "MatMul %s x %s", fr_shape_str(mc->ra, mc->da, s1, sizeof s1),
                  fr_shape_str(mc->rb, mc->db, s2, sizeof s2));
         check(g, &r, y, 2, in, what);
         if (mc->rb <= 2 && mc->ra >= 2) /* no batch on B: two Gemms, nothing summed afterwards */
-            CU_ASSERT_EQUAL(count_nodes(g, "SumToShape"), 0);
+            CU_ASSERT_EQUAL(fr_gc_count_nodes(g, "SumToShape"), 0);
         fr_graph_free(g);
     }
     /* one value as both operands: X @ X accumulates two contributions; and only one operand
      * differentiated */
     {
         fr_rng r = fr_test_rng("matmul_same");
-        fr_graph *g = new_graph(17);
+        fr_graph *g = fr_gc_new_graph(17);
         int64_t d[3] = {2, 4, 4};
         int x = fr_gc_add_input(g, &r, "X", FR_F64, 3, d, NULL);
         int in[2] = {x, x};
-        int y = op1(g, "MatMul", 2, in);
+        int y = fr_gc_op1(g, "MatMul", 2, in);
         check(g, &r, y, 1, &x, "MatMul X @ X");
         fr_graph_free(g);
     }
     for (int side = 0; side < 2; side++) {
         fr_rng r = fr_test_rng("matmul_one_side");
-        fr_graph *g = new_graph(13);
+        fr_graph *g = fr_gc_new_graph(13);
         int64_t da[3] = {2, 3, 4}, db[3] = {2, 4, 5};
         int a = fr_gc_add_input(g, &r, "A", FR_F64, 3, da, NULL);
         int b = fr_gc_add_input(g, &r, "B", FR_F64, 3, db, NULL);
         int in[2] = {a, b};
-        int y = op1(g, "MatMul", 2, in);
+        int y = fr_gc_op1(g, "MatMul", 2, in);
         check(g, &r, y, 1, side ? &b : &a, side ? "MatMul dB only" : "MatMul dA only");
         fr_graph_free(g);
     }
@@ -170,7 +128,7 @@ static void test_gemm(void)
             for (size_t cs = 0; cs < sizeof cshapes / sizeof cshapes[0]; cs++)
                 for (int k = 0; k < 3; k++) {
                     fr_rng r = fr_test_rng("gemm");
-                    fr_graph *g = new_graph(13);
+                    fr_graph *g = fr_gc_new_graph(13);
                     int64_t da[2] = {ta ? K : M, ta ? M : K}, db[2] = {tb ? N : K, tb ? K : N};
                     int a = fr_gc_add_input(g, &r, "A", FR_F64, 2, da, NULL);
                     int b = fr_gc_add_input(g, &r, "B", FR_F64, 2, db, NULL);
@@ -179,7 +137,7 @@ static void test_gemm(void)
                                                       cshapes[cs].d, NULL)
                                    : -1;
                     int in[3] = {a, b, cv}, y;
-                    int nid = mk(g, "Gemm", "", has_c ? 3 : 2, in, 1, &y);
+                    int nid = fr_gc_node(g, "Gemm", "", has_c ? 3 : 2, in, 1, &y);
                     fr_node *nd = &g->nodes[nid];
                     if (ta) FR_ASSERT_OK(fr_node_set_attr_int(nd, "transA", 1));
                     if (tb) FR_ASSERT_OK(fr_node_set_attr_int(nd, "transB", 1));
@@ -208,23 +166,23 @@ static void test_softmax(void)
         for (int v = 0; v < 2; v++)
             for (int a = 0; a < 6; a++) {
                 fr_rng r = fr_test_rng(ops[o]);
-                fr_graph *g = new_graph(opsets[v]);
+                fr_graph *g = fr_gc_new_graph(opsets[v]);
                 int64_t d[3] = {2, 3, 4};
                 int x = fr_gc_add_input(g, &r, "x", FR_F64, 3, d, NULL), y;
-                int nid = mk(g, ops[o], "", 1, &x, 1, &y);
+                int nid = fr_gc_node(g, ops[o], "", 1, &x, 1, &y);
                 if (axes[a] != 99) FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "axis", axes[a]));
                 FR_ASSERT_OK(fr_node_infer(g, nid));
                 char what[96];
                 snprintf(what, sizeof what, "%s opset %lld axis %s%lld", ops[o], (long long)opsets[v],
                          axes[a] == 99 ? "default " : "", (long long)(axes[a] == 99 ? 0 : axes[a]));
                 check(g, &r, y, 1, &x, what);
-                CU_ASSERT_EQUAL(count_nodes(g, o ? "LogSoftmaxGrad" : "SoftmaxGrad"), 1);
+                CU_ASSERT_EQUAL(fr_gc_count_nodes(g, o ? "LogSoftmaxGrad" : "SoftmaxGrad"), 1);
                 fr_graph_free(g);
             }
     /* rank 1 and a masked row (a -inf logit gets no gradient, the others are unaffected) */
     for (int o = 0; o < 2; o++) {
         fr_rng r = fr_test_rng("softmax_masked");
-        fr_graph *g = new_graph(13);
+        fr_graph *g = fr_gc_new_graph(13);
         int64_t d[2] = {3, 5};
         int x = fr_gc_add_input(g, &r, "x", FR_F64, 2, d, NULL);
         int64_t dm[2] = {3, 5};
@@ -232,10 +190,10 @@ static void test_softmax(void)
         double *mv = g->values[mask].constant->data;
         for (int i = 0; i < 15; i++) mv[i] = (i % 5 == 4 && i != 4) ? -INFINITY : 0.0;
         int in[2] = {x, mask};
-        int xm = op1(g, "Add", 2, in);
-        int y = op1(g, o ? "LogSoftmax" : "Softmax", 1, &xm);
+        int xm = fr_gc_op1(g, "Add", 2, in);
+        int y = fr_gc_op1(g, o ? "LogSoftmax" : "Softmax", 1, &xm);
         if (o) { /* -inf in LogSoftmax's output would make the loss -inf: mask it by Softmax */
-            int e = op1(g, "Exp", 1, &y);
+            int e = fr_gc_op1(g, "Exp", 1, &y);
             y = e;
         }
         check(g, &r, y, 1, &x, o ? "Exp(LogSoftmax) masked" : "Softmax masked");
@@ -272,14 +230,13 @@ static void test_norm(void)
     for (size_t c = 0; c < sizeof ln_cases / sizeof ln_cases[0]; c++) {
         const ln_case *lc = &ln_cases[c];
         fr_rng r = fr_test_rng("norm");
-        fr_graph *g = new_graph(lc->rms ? 23 : 17);
+        fr_graph *g = fr_gc_new_graph(lc->rms ? 23 : 17);
         int64_t dx[3] = {3, 4, 5};
         int x = fr_gc_add_input(g, &r, "X", FR_F64, 3, dx, NULL);
         int s = fr_gc_add_input(g, &r, "Scale", FR_F64, lc->rs, lc->ds, NULL);
         int b = lc->bias ? fr_gc_add_input(g, &r, "B", FR_F64, lc->rb, lc->db, NULL) : -1;
         int in[3] = {x, s, b}, y;
-        int nid = mk(g, lc->rms ? "RMSNormalization" : "LayerNormalization", "", lc->bias ? 3 : 2,
-                     in, 1, &y);
+        int nid = fr_gc_node(g, lc->rms ? "RMSNormalization" : "LayerNormalization", "", lc->bias ? 3 : 2, in, 1, &y);
         FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "axis", lc->axis));
         if (lc->eps != 0) FR_ASSERT_OK(fr_node_set_attr_float(&g->nodes[nid], "epsilon", lc->eps));
         FR_ASSERT_OK(fr_node_infer(g, nid));
@@ -288,18 +245,18 @@ static void test_norm(void)
                  lc->axis, fr_shape_str(lc->rs, lc->ds, s1, sizeof s1),
                  lc->bias ? fr_shape_str(lc->rb, lc->db, s2, sizeof s2) : "none");
         check(g, &r, y, lc->bias ? 3 : 2, in, what);
-        CU_ASSERT_EQUAL(count_nodes(g, lc->rms ? "RMSNormGrad" : "LayerNormGrad"), 1);
+        CU_ASSERT_EQUAL(fr_gc_count_nodes(g, lc->rms ? "RMSNormGrad" : "LayerNormGrad"), 1);
         fr_graph_free(g);
     }
     /* with the Mean / InvStdDev outputs present but unused, and only X differentiated */
     {
         fr_rng r = fr_test_rng("norm_outputs");
-        fr_graph *g = new_graph(17);
+        fr_graph *g = fr_gc_new_graph(17);
         int64_t dx[2] = {6, 7}, ds[1] = {7};
         int x = fr_gc_add_input(g, &r, "X", FR_F64, 2, dx, NULL);
         int s = fr_gc_add_input(g, &r, "Scale", FR_F64, 1, ds, NULL);
         int in[2] = {x, s}, outs[3];
-        int nid = mk(g, "LayerNormalization", "", 2, in, 3, outs);
+        int nid = fr_gc_node(g, "LayerNormalization", "", 2, in, 3, outs);
         FR_ASSERT_OK(fr_node_infer(g, nid));
         check(g, &r, outs[0], 1, &x, "LayerNorm with Mean/InvStdDev outputs, dX only");
         fr_graph_free(g);
@@ -312,12 +269,12 @@ static void test_norm_stat_outputs(void)
 {
     for (int o = 1; o < 3; o++) {
         fr_rng r = fr_test_rng("norm_stats");
-        fr_graph *g = new_graph(17);
+        fr_graph *g = fr_gc_new_graph(17);
         int64_t dx[2] = {3, 4}, ds[1] = {4};
         int x = fr_gc_add_input(g, &r, "X", FR_F32, 2, dx, NULL);
         int s = fr_gc_add_input(g, &r, "Scale", FR_F32, 1, ds, NULL);
         int in[2] = {x, s}, outs[3];
-        int nid = mk(g, "LayerNormalization", "", 2, in, 3, outs);
+        int nid = fr_gc_node(g, "LayerNormalization", "", 2, in, 3, outs);
         FR_ASSERT_OK(fr_node_infer(g, nid));
         const char *name = g->nodes[nid].name;
         char node_name[64];
@@ -325,7 +282,7 @@ static void test_norm_stat_outputs(void)
         const fr_value *sv = &g->values[outs[o]];
         int rv = fr_gc_add_input(g, &r, "R", sv->dtype, sv->rank, sv->dims, NULL);
         int din[2] = {outs[o], rv}, loss, grads[2];
-        int dn = mk(g, "Dot", FR_DOMAIN_FP8RUN, 2, din, 1, &loss);
+        int dn = fr_gc_node(g, "Dot", FR_DOMAIN_FP8RUN, 2, din, 1, &loss);
         FR_ASSERT_OK(fr_node_infer(g, dn));
         CU_ASSERT_EQUAL(fr_autodiff(g, loss, 2, in, grads), FR_ERR_UNSUPPORTED);
         CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), node_name));
@@ -335,21 +292,6 @@ static void test_norm_stat_outputs(void)
 }
 
 /* ---- fused kernels: float32 against float64 ---- */
-
-static int const_input(fr_graph *g, const char *name, fr_dtype dt, int rank, const int64_t *dims,
-                       const double *v)
-{
-    fr_rng r = fr_test_rng(name);
-    int vid = fr_gc_add_input(g, &r, name, dt, rank, dims, NULL);
-    fr_tensor *t = g->values[vid].constant;
-    for (int64_t i = 0; i < fr_tensor_numel(t); i++) {
-        if (dt == FR_F64)
-            ((double *)t->data)[i] = v[i];
-        else
-            ((float *)t->data)[i] = (float)v[i];
-    }
-    return vid;
-}
 
 /* A backward kernel run on inputs dY, v (softmax: y; norms: X), then Scale and B; all values
  * float32-representable so the float32 and float64 runs see the same numbers. */
@@ -411,13 +353,13 @@ static void test_kernels_f32_vs_f64(void)
         int outs[2][3];
         for (int p = 0; p < 2; p++) {
             fr_dtype dt = p ? FR_F64 : FR_F32;
-            fr_graph *g = gs[p] = new_graph(17);
+            fr_graph *g = gs[p] = fr_gc_new_graph(17);
             int in[4];
-            in[0] = const_input(g, "dy", dt, 3, dx, buf[0]);
-            in[1] = const_input(g, "v", dt, 3, dx, buf[1]);
-            if (fc->n_in > 2) in[2] = const_input(g, "scale", dt, fc->rscale, fc->dscale, buf[2]);
-            if (fc->n_in > 3) in[3] = const_input(g, "b", dt, fc->rscale, fc->dscale, buf[3]);
-            int nid = mk(g, fc->op, FR_DOMAIN_FP8RUN, fc->n_in, in, fc->n_out, outs[p]);
+            in[0] = fr_gc_add_values(g, "dy", dt, 3, dx, buf[0]);
+            in[1] = fr_gc_add_values(g, "v", dt, 3, dx, buf[1]);
+            if (fc->n_in > 2) in[2] = fr_gc_add_values(g, "scale", dt, fc->rscale, fc->dscale, buf[2]);
+            if (fc->n_in > 3) in[3] = fr_gc_add_values(g, "b", dt, fc->rscale, fc->dscale, buf[3]);
+            int nid = fr_gc_node(g, fc->op, FR_DOMAIN_FP8RUN, fc->n_in, in, fc->n_out, outs[p]);
             FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "axis", fc->axis));
             if (fc->flatten) FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "flatten", 1));
             FR_ASSERT_OK(fr_node_infer(g, nid));
@@ -444,7 +386,7 @@ static void test_kernels_f32_vs_f64(void)
 static void test_errors(void)
 {
     fr_rng r = fr_test_rng("errors");
-    fr_graph *g = new_graph(17);
+    fr_graph *g = fr_gc_new_graph(17);
     int64_t d[2] = {3, 4}, d2[2] = {4, 3}, ds[1] = {3};
     int dy = fr_gc_add_input(g, &r, "dy", FR_F64, 2, d, NULL);
     int y = fr_gc_add_input(g, &r, "y", FR_F64, 2, d, NULL);
@@ -453,22 +395,22 @@ static void test_errors(void)
     int sc = fr_gc_add_input(g, &r, "scale_bad", FR_F64, 1, ds, NULL);
     int out, outs[2];
     int in[2] = {dy, yt};
-    int nid = mk(g, "SoftmaxGrad", FR_DOMAIN_FP8RUN, 2, in, 1, &out);
+    int nid = fr_gc_node(g, "SoftmaxGrad", FR_DOMAIN_FP8RUN, 2, in, 1, &out);
     CU_ASSERT_EQUAL(fr_node_infer(g, nid), FR_ERR_SHAPE);
     CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), g->nodes[nid].name));
     in[1] = yf;
-    nid = mk(g, "LogSoftmaxGrad", FR_DOMAIN_FP8RUN, 2, in, 1, &out);
+    nid = fr_gc_node(g, "LogSoftmaxGrad", FR_DOMAIN_FP8RUN, 2, in, 1, &out);
     CU_ASSERT_NOT_EQUAL(fr_node_infer(g, nid), FR_OK);
     in[1] = y;
-    nid = mk(g, "SoftmaxGrad", FR_DOMAIN_FP8RUN, 2, in, 1, &out);
+    nid = fr_gc_node(g, "SoftmaxGrad", FR_DOMAIN_FP8RUN, 2, in, 1, &out);
     FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "axis", 2));
     CU_ASSERT_NOT_EQUAL(fr_node_infer(g, nid), FR_OK);
     int nin[3] = {dy, y, sc};
-    nid = mk(g, "LayerNormGrad", FR_DOMAIN_FP8RUN, 3, nin, 2, outs);
+    nid = fr_gc_node(g, "LayerNormGrad", FR_DOMAIN_FP8RUN, 3, nin, 2, outs);
     CU_ASSERT_EQUAL(fr_node_infer(g, nid), FR_ERR_SHAPE); /* Scale [3] vs X [3,4] */
     CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "Scale"));
     int nin2[3] = {dy, yt, y};
-    nid = mk(g, "RMSNormGrad", FR_DOMAIN_FP8RUN, 3, nin2, 2, outs);
+    nid = fr_gc_node(g, "RMSNormGrad", FR_DOMAIN_FP8RUN, 3, nin2, 2, outs);
     CU_ASSERT_EQUAL(fr_node_infer(g, nid), FR_ERR_SHAPE); /* dY shape differs from X */
     fr_graph_free(g);
 }
@@ -479,7 +421,7 @@ static void test_errors(void)
 static void test_chain(void)
 {
     fr_rng r = fr_test_rng("chain");
-    fr_graph *g = new_graph(23);
+    fr_graph *g = fr_gc_new_graph(23);
     int64_t dx[2] = {5, 6}, d6[1] = {6}, dw[2] = {6, 6}, dwo[2] = {6, 3};
     int x = fr_gc_add_input(g, &r, "x", FR_F64, 2, dx, NULL);
     int ls = fr_gc_add_input(g, &r, "ln_s", FR_F64, 1, d6, NULL);
@@ -496,27 +438,27 @@ static void test_chain(void)
         for (int i = 0; i < 36; i++) wv[i] *= 0.2;
     }
     int in3[3] = {x, ls, lb};
-    int h = op1(g, "LayerNormalization", 3, in3);
+    int h = fr_gc_op1(g, "LayerNormalization", 3, in3);
     /* the bias goes on q: on k it would shift every score of a row equally (zero gradient) */
     int qin[3] = {h, wq, bq}, q;
-    int nid = mk(g, "Gemm", "", 3, qin, 1, &q);
+    int nid = fr_gc_node(g, "Gemm", "", 3, qin, 1, &q);
     FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "transB", 1));
     FR_ASSERT_OK(fr_node_infer(g, nid));
     int in2[2] = {h, wk};
-    int k = op1(g, "MatMul", 2, in2);
+    int k = fr_gc_op1(g, "MatMul", 2, in2);
     int kt;
-    nid = mk(g, "Transpose", "", 1, &k, 1, &kt);
+    nid = fr_gc_node(g, "Transpose", "", 1, &k, 1, &kt);
     FR_ASSERT_OK(fr_node_infer(g, nid));
     int qk[2] = {q, kt};
-    int s = op1(g, "MatMul", 2, qk);
-    int p = op1(g, "Softmax", 1, &s);
+    int s = fr_gc_op1(g, "MatMul", 2, qk);
+    int p = fr_gc_op1(g, "Softmax", 1, &s);
     int ph[2] = {p, h};
-    int o = op1(g, "MatMul", 2, ph);
+    int o = fr_gc_op1(g, "MatMul", 2, ph);
     int ro[2] = {o, rs};
-    int n2 = op1(g, "RMSNormalization", 2, ro);
+    int n2 = fr_gc_op1(g, "RMSNormalization", 2, ro);
     int nw[2] = {n2, wo};
-    int lo = op1(g, "MatMul", 2, nw);
-    int out = op1(g, "LogSoftmax", 1, &lo);
+    int lo = fr_gc_op1(g, "MatMul", 2, nw);
+    int out = fr_gc_op1(g, "LogSoftmax", 1, &lo);
     int wrt[8] = {x, ls, lb, wq, wk, bq, rs, wo};
     check(g, &r, out, 8, wrt, "attention-like chain");
     fr_graph_free(g);

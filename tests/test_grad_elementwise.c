@@ -20,50 +20,11 @@
 #include "passes/autodiff.h"
 
 #define TOL 1e-6
+#define TOL_EXACT 1e-12 /* relative: gradients against the values PyTorch prints */
 
-static fr_graph *new_graph(int64_t opset)
-{
-    fr_graph *g = NULL;
-    if (fr_graph_new(&g) != FR_OK) return NULL;
-    g->opsets = calloc(1, sizeof *g->opsets);
-    g->opsets[0].domain = strdup("");
-    g->opsets[0].version = opset;
-    g->n_opsets = 1;
-    return g;
-}
-
-/* Add a node with n_out fresh outputs (not yet inferred: set attributes, then infer). */
-static int mk(fr_graph *g, const char *op, const char *domain, int n_in, const int *in, int n_out,
-              int *outs)
-{
-    int nid;
-    for (int o = 0; o < n_out; o++) {
-        char nm[64];
-        snprintf(nm, sizeof nm, "%s_%d_out%d", op, g->n_nodes, o);
-        FR_ASSERT_OK(fr_graph_add_value(g, nm, &outs[o]));
-    }
-    FR_ASSERT_OK(fr_graph_add_node(g, op, domain, NULL, n_in, in, n_out, outs, &nid));
-    return nid;
-}
-
-/* One-output default-domain node, inferred; returns the output value. */
-static int op1(fr_graph *g, const char *op, int n_in, const int *in)
-{
-    int out;
-    int nid = mk(g, op, "", n_in, in, 1, &out);
-    FR_ASSERT_OK(fr_node_infer(g, nid));
-    return out;
-}
-
+/* Reshape random N(0,1) inputs to a domain (see also fr_gc_away_from_zero). */
 static double *f64(fr_graph *g, int vid) { return g->values[vid].constant->data; }
 static int64_t numel(fr_graph *g, int vid) { return fr_tensor_numel(g->values[vid].constant); }
-
-/* Reshape random N(0,1) inputs to a domain. */
-static void away_from_zero(fr_graph *g, int vid, double margin)
-{
-    double *x = f64(g, vid);
-    for (int64_t i = 0; i < numel(g, vid); i++) x[i] = x[i] < 0 ? x[i] - margin : x[i] + margin;
-}
 
 static void positive(fr_graph *g, int vid, double margin)
 {
@@ -85,20 +46,6 @@ static void away_from_integers(fr_graph *g, int vid, double margin)
         double f = x[i] - floor(x[i]);
         if (f < margin || f > 1 - margin) x[i] += 0.5;
     }
-}
-
-static int count_nodes(const fr_graph *g, const char *op)
-{
-    int c = 0;
-    for (int i = 0; i < g->n_nodes; i++) c += strcmp(g->nodes[i].op_type, op) == 0;
-    return c;
-}
-
-static void check(fr_graph *g, fr_rng *r, int out, int n_wrt, const int *wrt, const char *what)
-{
-    double err = fr_gradcheck(g, r, out, n_wrt, wrt);
-    if (!(err < TOL)) fprintf(stderr, "\n  %s: gradcheck error %.3g\n", what, err);
-    CU_ASSERT(err < TOL);
 }
 
 /* ---- unary ---- */
@@ -125,13 +72,13 @@ static void test_unary(void)
     for (size_t c = 0; c < sizeof un_cases / sizeof un_cases[0]; c++) {
         const un_case *uc = &un_cases[c];
         fr_rng r = fr_test_rng(uc->op);
-        fr_graph *g = new_graph(20);
+        fr_graph *g = fr_gc_new_graph(20);
         int64_t d[3] = {2, 3, 4};
         int x = fr_gc_add_input(g, &r, "x", FR_F64, 3, d, NULL), y;
         scale(g, x, uc->scale);
-        if (uc->domain == 1) away_from_zero(g, x, 0.1);
+        if (uc->domain == 1) fr_gc_away_from_zero(g, x, 0.1);
         if (uc->domain == 2) positive(g, x, 0.1);
-        int nid = mk(g, uc->op, "", 1, &x, 1, &y);
+        int nid = fr_gc_node(g, uc->op, "", 1, &x, 1, &y);
         fr_node *node = &g->nodes[nid];
         if (uc->approximate) FR_ASSERT_OK(fr_node_set_attr_string(node, "approximate", uc->approximate));
         if (uc->alpha) FR_ASSERT_OK(fr_node_set_attr_float(node, "alpha", uc->alpha));
@@ -139,9 +86,9 @@ static void test_unary(void)
         char what[64];
         snprintf(what, sizeof what, "%s%s%s", uc->op, uc->approximate ? " " : "",
                  uc->approximate ? uc->approximate : "");
-        check(g, &r, y, 1, &x, what);
+        fr_gc_check(g, &r, y, 1, &x, what, TOL);
         /* one fused backward node per activation (Neg reuses Neg) */
-        if (strcmp(uc->op, "Neg") != 0) CU_ASSERT_EQUAL(count_nodes(g, "ActivationGrad"), 1);
+        if (strcmp(uc->op, "Neg") != 0) CU_ASSERT_EQUAL(fr_gc_count_nodes(g, "ActivationGrad"), 1);
         fr_graph_free(g);
     }
 }
@@ -152,83 +99,17 @@ static void test_piecewise_constant(void)
     const char *ops[] = {"Sign", "Floor", "Ceil"};
     for (int k = 0; k < 3; k++) {
         fr_rng r = fr_test_rng(ops[k]);
-        fr_graph *g = new_graph(20);
+        fr_graph *g = fr_gc_new_graph(20);
         int64_t d[2] = {4, 5};
         int x = fr_gc_add_input(g, &r, "x", FR_F64, 2, d, NULL);
         scale(g, x, 3);
         away_from_integers(g, x, 0.05);
-        int f = op1(g, ops[k], 1, &x);
+        int f = fr_gc_op1(g, ops[k], 1, &x);
         int in[2] = {f, x};
-        int y = op1(g, "Mul", 2, in);
-        check(g, &r, y, 1, &x, ops[k]);
+        int y = fr_gc_op1(g, "Mul", 2, in);
+        fr_gc_check(g, &r, y, 1, &x, ops[k], TOL);
         fr_graph_free(g);
     }
-}
-
-/* loss = Dot(out, R) with R = dy given; returns the computed tensors (grads[] filled). */
-static fr_tensor **backprop(fr_graph *g, int out, const double *dy, int n_wrt, const int *wrt,
-                            int *grads)
-{
-    fr_rng r = fr_test_rng("backprop");
-    const fr_value *ov = &g->values[out];
-    int rv = fr_gc_add_input(g, &r, "R", ov->dtype, ov->rank, ov->dims, NULL);
-    fr_tensor *rt = g->values[rv].constant;
-    for (int64_t i = 0; i < fr_tensor_numel(rt); i++) {
-        if (rt->dtype == FR_F64)
-            ((double *)rt->data)[i] = dy[i];
-        else
-            ((float *)rt->data)[i] = (float)dy[i];
-    }
-    int in[2] = {out, rv}, loss;
-    int nid = mk(g, "Dot", FR_DOMAIN_FP8RUN, 2, in, 1, &loss);
-    FR_ASSERT_OK(fr_node_infer(g, nid));
-    FR_ASSERT_OK(fr_autodiff(g, loss, n_wrt, wrt, grads));
-    fr_tensor **t = calloc((size_t)g->n_values, sizeof *t);
-    FR_ASSERT_OK(fr_gc_run(g, t));
-    return t;
-}
-
-static const fr_tensor *grad_tensor(fr_graph *g, fr_tensor **t, int vid)
-{
-    return g->values[vid].constant ? g->values[vid].constant : t[vid];
-}
-
-/* Same value, NaN equal to NaN, infinities by sign. */
-static int same(double a, double b)
-{
-    if (isnan(a) || isnan(b)) return isnan(a) && isnan(b);
-    return a == b || fabs(a - b) <= 1e-12 * fabs(b);
-}
-
-static void expect(fr_graph *g, fr_tensor **t, int grad, const double *want, int64_t n,
-                   const char *what)
-{
-    CU_ASSERT_FATAL(grad >= 0);
-    const fr_tensor *gt = grad_tensor(g, t, grad);
-    CU_ASSERT_EQUAL_FATAL(fr_tensor_numel(gt), n);
-    for (int64_t i = 0; i < n; i++) {
-        double v = fr_tensor_get_f64(gt, i);
-        if (!same(v, want[i])) {
-            fprintf(stderr, "\n  %s[%lld] = %.17g, PyTorch gives %.17g\n", what, (long long)i, v,
-                    want[i]);
-            CU_FAIL("gradient differs from PyTorch's convention");
-        }
-    }
-}
-
-static int const_input(fr_graph *g, const char *name, fr_dtype dt, int rank, const int64_t *dims,
-                       const double *v)
-{
-    fr_rng r = fr_test_rng(name);
-    int vid = fr_gc_add_input(g, &r, name, dt, rank, dims, NULL);
-    fr_tensor *t = g->values[vid].constant;
-    for (int64_t i = 0; i < fr_tensor_numel(t); i++) {
-        if (dt == FR_F64)
-            ((double *)t->data)[i] = v[i];
-        else
-            ((float *)t->data)[i] = (float)v[i];
-    }
-    return vid;
 }
 
 /* Relu(0), Abs(0), LeakyRelu(0), Relu(NaN), Abs(NaN), as torch 1.13 */
@@ -245,11 +126,11 @@ static void test_unary_conventions(void)
     };
     int64_t d[1] = {4};
     for (int c = 0; c < 3; c++) {
-        fr_graph *g = new_graph(20);
-        int x = const_input(g, "x", FR_F64, 1, d, xs), grad;
-        int y = op1(g, cases[c].op, 1, &x);
-        fr_tensor **t = backprop(g, y, dy, 1, &x, &grad);
-        expect(g, t, grad, cases[c].want, 4, cases[c].op);
+        fr_graph *g = fr_gc_new_graph(20);
+        int x = fr_gc_add_values(g, "x", FR_F64, 1, d, xs), grad;
+        int y = fr_gc_op1(g, cases[c].op, 1, &x);
+        fr_tensor **t = fr_gc_backprop(g, y, dy, 1, &x, &grad);
+        fr_gc_expect(g, t, grad, cases[c].want, 4, TOL_EXACT, cases[c].op);
         fr_gc_free_tensors(g, t);
         free(t);
         fr_graph_free(g);
@@ -264,54 +145,54 @@ static void test_cast(void)
     int64_t d[2] = {3, 4};
     /* float64 -> float32: the gradient comes back as float64, exactly dy */
     for (int like = 0; like < 2; like++) {
-        fr_graph *g = new_graph(20);
+        fr_graph *g = fr_gc_new_graph(20);
         int x = fr_gc_add_input(g, &r, "x", FR_F64, 2, d, NULL), y, grad;
         int proto = fr_gc_add_input(g, &r, "proto", FR_F32, 0, NULL, NULL);
         int in[2] = {x, proto};
-        int nid = mk(g, like ? "CastLike" : "Cast", "", like ? 2 : 1, in, 1, &y);
+        int nid = fr_gc_node(g, like ? "CastLike" : "Cast", "", like ? 2 : 1, in, 1, &y);
         if (!like) FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "to", FR_F32));
         FR_ASSERT_OK(fr_node_infer(g, nid));
         CU_ASSERT_EQUAL(g->values[y].dtype, FR_F32);
         double dy[12];
         for (int i = 0; i < 12; i++) dy[i] = (float)fr_rng_normal(&r);
-        fr_tensor **t = backprop(g, y, dy, 1, &x, &grad);
+        fr_tensor **t = fr_gc_backprop(g, y, dy, 1, &x, &grad);
         CU_ASSERT_EQUAL(g->values[grad].dtype, FR_F64);
-        expect(g, t, grad, dy, 12, "Cast grad");
+        fr_gc_expect(g, t, grad, dy, 12, TOL_EXACT, "Cast grad");
         fr_gc_free_tensors(g, t);
         free(t);
         fr_graph_free(g);
     }
     /* float32 -> float64 */
     {
-        fr_graph *g = new_graph(20);
+        fr_graph *g = fr_gc_new_graph(20);
         int x = fr_gc_add_input(g, &r, "x", FR_F32, 2, d, NULL), y, grad;
-        int nid = mk(g, "Cast", "", 1, &x, 1, &y);
+        int nid = fr_gc_node(g, "Cast", "", 1, &x, 1, &y);
         FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "to", FR_F64));
         FR_ASSERT_OK(fr_node_infer(g, nid));
         double dy[12];
         for (int i = 0; i < 12; i++) dy[i] = (float)fr_rng_normal(&r); /* exact in float32 */
-        fr_tensor **t = backprop(g, y, dy, 1, &x, &grad);
+        fr_tensor **t = fr_gc_backprop(g, y, dy, 1, &x, &grad);
         CU_ASSERT_EQUAL(g->values[grad].dtype, FR_F32);
-        expect(g, t, grad, dy, 12, "Cast f32->f64 grad");
+        fr_gc_expect(g, t, grad, dy, 12, TOL_EXACT, "Cast f32->f64 grad");
         fr_gc_free_tensors(g, t);
         free(t);
         fr_graph_free(g);
     }
     /* a round trip through int64 contributes nothing: out = Cast(Cast(x, int64), double) * x */
     {
-        fr_graph *g = new_graph(20);
+        fr_graph *g = fr_gc_new_graph(20);
         int x = fr_gc_add_input(g, &r, "x", FR_F64, 2, d, NULL), xi, xf;
         scale(g, x, 3);
         away_from_integers(g, x, 0.05);
-        int nid = mk(g, "Cast", "", 1, &x, 1, &xi);
+        int nid = fr_gc_node(g, "Cast", "", 1, &x, 1, &xi);
         FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "to", FR_I64));
         FR_ASSERT_OK(fr_node_infer(g, nid));
-        nid = mk(g, "Cast", "", 1, &xi, 1, &xf);
+        nid = fr_gc_node(g, "Cast", "", 1, &xi, 1, &xf);
         FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "to", FR_F64));
         FR_ASSERT_OK(fr_node_infer(g, nid));
         int in[2] = {xf, x};
-        int y = op1(g, "Mul", 2, in);
-        check(g, &r, y, 1, &x, "Cast via int64");
+        int y = fr_gc_op1(g, "Mul", 2, in);
+        fr_gc_check(g, &r, y, 1, &x, "Cast via int64", TOL);
         fr_graph_free(g);
     }
 }
@@ -319,15 +200,15 @@ static void test_cast(void)
 static void test_identity_dropout(void)
 {
     fr_rng r = fr_test_rng("identity_dropout");
-    fr_graph *g = new_graph(13);
+    fr_graph *g = fr_gc_new_graph(13);
     int64_t d[2] = {3, 5};
     int x = fr_gc_add_input(g, &r, "x", FR_F64, 2, d, NULL), outs[2];
-    int a = op1(g, "Identity", 1, &x);
-    int nid = mk(g, "Dropout", "", 1, &a, 2, outs); /* with the mask output */
+    int a = fr_gc_op1(g, "Identity", 1, &x);
+    int nid = fr_gc_node(g, "Dropout", "", 1, &a, 2, outs); /* with the mask output */
     FR_ASSERT_OK(fr_node_infer(g, nid));
     int in[2] = {outs[0], x};
-    int y = op1(g, "Mul", 2, in); /* x^2 through Identity and Dropout */
-    check(g, &r, y, 1, &x, "Identity/Dropout");
+    int y = fr_gc_op1(g, "Mul", 2, in); /* x^2 through Identity and Dropout */
+    fr_gc_check(g, &r, y, 1, &x, "Identity/Dropout", TOL);
     fr_graph_free(g);
 }
 
@@ -346,28 +227,28 @@ static void test_clip(void)
     int64_t d[2] = {6, 7};
     /* opset 13: both bounds as inputs, differentiated too; then with only the max bound */
     for (int variant = 0; variant < 2; variant++) {
-        fr_graph *g = new_graph(13);
+        fr_graph *g = fr_gc_new_graph(13);
         int x = fr_gc_add_input(g, &r, "x", FR_F64, 2, d, NULL);
         double lo = -0.5 + 0.2 * fr_rng_uniform(&r), hi = 0.4 + 0.3 * fr_rng_uniform(&r);
-        int vlo = const_input(g, "lo", FR_F64, 0, NULL, &lo);
-        int vhi = const_input(g, "hi", FR_F64, 0, NULL, &hi);
+        int vlo = fr_gc_add_values(g, "lo", FR_F64, 0, NULL, &lo);
+        int vhi = fr_gc_add_values(g, "hi", FR_F64, 0, NULL, &hi);
         keep_off_bounds(g, x, lo, hi);
         int in[3] = {x, variant ? -1 : vlo, vhi};
-        int y = op1(g, "Clip", 3, in);
+        int y = fr_gc_op1(g, "Clip", 3, in);
         int wrt[3] = {x, vhi, vlo};
-        check(g, &r, y, variant ? 2 : 3, wrt, variant ? "Clip(max only)" : "Clip");
+        fr_gc_check(g, &r, y, variant ? 2 : 3, wrt, variant ? "Clip(max only)" : "Clip", TOL);
         fr_graph_free(g);
     }
     /* opset 6: attribute bounds */
     {
-        fr_graph *g = new_graph(6);
+        fr_graph *g = fr_gc_new_graph(6);
         int x = fr_gc_add_input(g, &r, "x", FR_F64, 2, d, NULL), y;
         keep_off_bounds(g, x, -0.3, 0.6);
-        int nid = mk(g, "Clip", "", 1, &x, 1, &y);
+        int nid = fr_gc_node(g, "Clip", "", 1, &x, 1, &y);
         FR_ASSERT_OK(fr_node_set_attr_float(&g->nodes[nid], "min", -0.3f));
         FR_ASSERT_OK(fr_node_set_attr_float(&g->nodes[nid], "max", 0.6f));
         FR_ASSERT_OK(fr_node_infer(g, nid));
-        check(g, &r, y, 1, &x, "Clip opset 6");
+        fr_gc_check(g, &r, y, 1, &x, "Clip opset 6", TOL);
         fr_graph_free(g);
     }
 }
@@ -385,16 +266,16 @@ static void test_clip_conventions(void)
     const double dy[5] = {1, 1, 1, 1, 1};
     int64_t d[1] = {5};
     for (int c = 0; c < 3; c++) {
-        fr_graph *g = new_graph(13);
-        int x = const_input(g, "x", FR_F64, 1, d, cases[c].x);
-        int lo = const_input(g, "lo", FR_F64, 0, NULL, &cases[c].lo);
-        int hi = const_input(g, "hi", FR_F64, 0, NULL, &cases[c].hi);
+        fr_graph *g = fr_gc_new_graph(13);
+        int x = fr_gc_add_values(g, "x", FR_F64, 1, d, cases[c].x);
+        int lo = fr_gc_add_values(g, "lo", FR_F64, 0, NULL, &cases[c].lo);
+        int hi = fr_gc_add_values(g, "hi", FR_F64, 0, NULL, &cases[c].hi);
         int in[3] = {x, lo, hi}, wrt[3] = {x, lo, hi}, grads[3];
-        int y = op1(g, "Clip", 3, in);
-        fr_tensor **t = backprop(g, y, dy, 3, wrt, grads);
-        expect(g, t, grads[0], cases[c].dx, 5, "Clip dx");
-        expect(g, t, grads[1], &cases[c].dlo, 1, "Clip dmin");
-        expect(g, t, grads[2], &cases[c].dhi, 1, "Clip dmax");
+        int y = fr_gc_op1(g, "Clip", 3, in);
+        fr_tensor **t = fr_gc_backprop(g, y, dy, 3, wrt, grads);
+        fr_gc_expect(g, t, grads[0], cases[c].dx, 5, TOL_EXACT, "Clip dx");
+        fr_gc_expect(g, t, grads[1], &cases[c].dlo, 1, TOL_EXACT, "Clip dmin");
+        fr_gc_expect(g, t, grads[2], &cases[c].dhi, 1, TOL_EXACT, "Clip dmax");
         fr_gc_free_tensors(g, t);
         free(t);
         fr_graph_free(g);
@@ -410,16 +291,16 @@ static void test_binary(void)
     for (int k = 0; k < 4; k++) {
         for (int dir = 0; dir < 2; dir++) {
             fr_rng r = fr_test_rng(ops[k]);
-            fr_graph *g = new_graph(17);
+            fr_graph *g = fr_gc_new_graph(17);
             int a = fr_gc_add_input(g, &r, "a", FR_F64, dir ? 2 : 3, dir ? db : da, NULL);
             int b = fr_gc_add_input(g, &r, "b", FR_F64, dir ? 3 : 2, dir ? da : db, NULL);
-            if (strcmp(ops[k], "Div") == 0) away_from_zero(g, b, 0.5);
+            if (strcmp(ops[k], "Div") == 0) fr_gc_away_from_zero(g, b, 0.5);
             int in[2] = {a, b}, wrt[2] = {a, b};
-            int y = op1(g, ops[k], 2, in);
+            int y = fr_gc_op1(g, ops[k], 2, in);
             CU_ASSERT_EQUAL(g->values[y].rank, 3);
             char what[64];
             snprintf(what, sizeof what, "%s %s", ops[k], dir ? "[5,1] op [3,1,4]" : "[3,1,4] op [5,1]");
-            check(g, &r, y, 2, wrt, what);
+            fr_gc_check(g, &r, y, 2, wrt, what, TOL);
             fr_graph_free(g);
         }
     }
@@ -427,15 +308,15 @@ static void test_binary(void)
     const char *same_ops[] = {"Mul", "Div", "Sub"};
     for (int k = 0; k < 3; k++) {
         fr_rng r = fr_test_rng("same_operand");
-        fr_graph *g = new_graph(17);
+        fr_graph *g = fr_gc_new_graph(17);
         int64_t d[2] = {2, 3};
         int x = fr_gc_add_input(g, &r, "x", FR_F64, 2, d, NULL);
-        away_from_zero(g, x, 0.5);
+        fr_gc_away_from_zero(g, x, 0.5);
         int in[2] = {x, x};
-        int y = op1(g, same_ops[k], 2, in);
+        int y = fr_gc_op1(g, same_ops[k], 2, in);
         int in2[2] = {y, x};
-        int z = op1(g, "Mul", 2, in2); /* keeps x/x and x-x from being constant */
-        check(g, &r, z, 1, &x, same_ops[k]);
+        int z = fr_gc_op1(g, "Mul", 2, in2); /* keeps x/x and x-x from being constant */
+        fr_gc_check(g, &r, z, 1, &x, same_ops[k], TOL);
         fr_graph_free(g);
     }
 }
@@ -445,28 +326,28 @@ static void test_pow(void)
     int64_t da[3] = {3, 1, 4}, db[2] = {5, 1};
     for (int dir = 0; dir < 2; dir++) {
         fr_rng r = fr_test_rng("pow");
-        fr_graph *g = new_graph(17);
+        fr_graph *g = fr_gc_new_graph(17);
         int x = fr_gc_add_input(g, &r, "x", FR_F64, dir ? 2 : 3, dir ? db : da, NULL);
         int e = fr_gc_add_input(g, &r, "e", FR_F64, dir ? 3 : 2, dir ? da : db, NULL);
         positive(g, x, 0.2);
         scale(g, e, 1.5);
         int in[2] = {x, e}, wrt[2] = {x, e};
-        int y = op1(g, "Pow", 2, in);
-        check(g, &r, y, 2, wrt, dir ? "Pow [5,1]^[3,1,4]" : "Pow [3,1,4]^[5,1]");
-        CU_ASSERT_EQUAL(count_nodes(g, "PowGrad"), 2);
+        int y = fr_gc_op1(g, "Pow", 2, in);
+        fr_gc_check(g, &r, y, 2, wrt, dir ? "Pow [5,1]^[3,1,4]" : "Pow [3,1,4]^[5,1]", TOL);
+        CU_ASSERT_EQUAL(fr_gc_count_nodes(g, "PowGrad"), 2);
         fr_graph_free(g);
     }
     /* integer exponent (no gradient of its own), negative bases allowed */
     {
         fr_rng r = fr_test_rng("pow_int");
-        fr_graph *g = new_graph(17);
+        fr_graph *g = fr_gc_new_graph(17);
         int64_t d[2] = {4, 5}, three = 3;
         int x = fr_gc_add_input(g, &r, "x", FR_F64, 2, d, NULL);
         int e = fr_gc_add_input(g, &r, "e", FR_I64, 0, NULL, &three);
         int in[2] = {x, e};
-        int y = op1(g, "Pow", 2, in);
-        check(g, &r, y, 1, &x, "Pow x^3 (int64 exponent)");
-        CU_ASSERT_EQUAL(count_nodes(g, "PowGrad"), 1);
+        int y = fr_gc_op1(g, "Pow", 2, in);
+        fr_gc_check(g, &r, y, 1, &x, "Pow x^3 (int64 exponent)", TOL);
+        CU_ASSERT_EQUAL(fr_gc_count_nodes(g, "PowGrad"), 1);
         fr_graph_free(g);
     }
 }
@@ -480,13 +361,13 @@ static void test_pow_conventions(void)
     const double dx[10] = {12, NAN, -1, INFINITY, -INFINITY, 0, 0, 0, 0, 0};
     const double de[10] = {NAN, NAN, NAN, 0, -INFINITY, 0, 0, 0.6931471805599453, NAN, NAN};
     int64_t d[1] = {10};
-    fr_graph *g = new_graph(17);
-    int vx = const_input(g, "x", FR_F64, 1, d, x), ve = const_input(g, "e", FR_F64, 1, d, e);
+    fr_graph *g = fr_gc_new_graph(17);
+    int vx = fr_gc_add_values(g, "x", FR_F64, 1, d, x), ve = fr_gc_add_values(g, "e", FR_F64, 1, d, e);
     int in[2] = {vx, ve}, grads[2];
-    int y = op1(g, "Pow", 2, in);
-    fr_tensor **t = backprop(g, y, dy, 2, in, grads);
-    expect(g, t, grads[0], dx, 10, "Pow d/dx");
-    expect(g, t, grads[1], de, 10, "Pow d/de");
+    int y = fr_gc_op1(g, "Pow", 2, in);
+    fr_tensor **t = fr_gc_backprop(g, y, dy, 2, in, grads);
+    fr_gc_expect(g, t, grads[0], dx, 10, TOL_EXACT, "Pow d/dx");
+    fr_gc_expect(g, t, grads[1], de, 10, TOL_EXACT, "Pow d/de");
     fr_gc_free_tensors(g, t);
     free(t);
     fr_graph_free(g);
@@ -496,7 +377,7 @@ static void test_pow_conventions(void)
 static void test_mod(void)
 {
     fr_rng r = fr_test_rng("mod");
-    fr_graph *g = new_graph(17);
+    fr_graph *g = fr_gc_new_graph(17);
     int64_t da[2] = {3, 4}, db[1] = {4};
     int a = fr_gc_add_input(g, &r, "a", FR_F64, 2, da, NULL);
     int b = fr_gc_add_input(g, &r, "b", FR_F64, 1, db, NULL);
@@ -508,10 +389,10 @@ static void test_mod(void)
             av[i * 4 + j] = bv[j] * (q + f);
         }
     int in[2] = {a, b}, y, wrt[2] = {a, b};
-    int nid = mk(g, "Mod", "", 2, in, 1, &y);
+    int nid = fr_gc_node(g, "Mod", "", 2, in, 1, &y);
     FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "fmod", 1));
     FR_ASSERT_OK(fr_node_infer(g, nid));
-    check(g, &r, y, 2, wrt, "Mod fmod=1");
+    fr_gc_check(g, &r, y, 2, wrt, "Mod fmod=1", TOL);
     fr_graph_free(g);
 }
 
@@ -521,20 +402,20 @@ static void test_variadic(void)
     int64_t d0[3] = {2, 3, 4}, d1[2] = {3, 1}, d2[1] = {4};
     for (int k = 0; k < 4; k++) {
         fr_rng r = fr_test_rng(ops[k]);
-        fr_graph *g = new_graph(17);
+        fr_graph *g = fr_gc_new_graph(17);
         int in[3] = {fr_gc_add_input(g, &r, "a", FR_F64, 1, d2, NULL),
                      fr_gc_add_input(g, &r, "b", FR_F64, 3, d0, NULL),
                      fr_gc_add_input(g, &r, "c", FR_F64, 2, d1, NULL)};
-        int y = op1(g, ops[k], 3, in);
-        check(g, &r, y, 3, in, ops[k]);
+        int y = fr_gc_op1(g, ops[k], 3, in);
+        fr_gc_check(g, &r, y, 3, in, ops[k], TOL);
         fr_graph_free(g);
         /* one input: the identity */
-        g = new_graph(17);
+        g = fr_gc_new_graph(17);
         int x = fr_gc_add_input(g, &r, "x", FR_F64, 2, d1, NULL);
-        y = op1(g, ops[k], 1, &x);
+        y = fr_gc_op1(g, ops[k], 1, &x);
         int in2[2] = {y, x};
-        int z = op1(g, "Mul", 2, in2);
-        check(g, &r, z, 1, &x, ops[k]);
+        int z = fr_gc_op1(g, "Mul", 2, in2);
+        fr_gc_check(g, &r, z, 1, &x, ops[k], TOL);
         fr_graph_free(g);
     }
 }
@@ -548,13 +429,13 @@ static void test_extremum_conventions(void)
     const double min_da[6] = {0.5, 0, 1, 1, 1, 0.5}, min_db[6] = {0.5, 1, 0, 1, 1, 0.5};
     int64_t d[1] = {6};
     for (int is_min = 0; is_min < 2; is_min++) {
-        fr_graph *g = new_graph(17);
-        int in[2] = {const_input(g, "a", FR_F64, 1, d, a), const_input(g, "b", FR_F64, 1, d, b)};
+        fr_graph *g = fr_gc_new_graph(17);
+        int in[2] = {fr_gc_add_values(g, "a", FR_F64, 1, d, a), fr_gc_add_values(g, "b", FR_F64, 1, d, b)};
         int grads[2];
-        int y = op1(g, is_min ? "Min" : "Max", 2, in);
-        fr_tensor **t = backprop(g, y, dy, 2, in, grads);
-        expect(g, t, grads[0], is_min ? min_da : max_da, 6, is_min ? "Min da" : "Max da");
-        expect(g, t, grads[1], is_min ? min_db : max_db, 6, is_min ? "Min db" : "Max db");
+        int y = fr_gc_op1(g, is_min ? "Min" : "Max", 2, in);
+        fr_tensor **t = fr_gc_backprop(g, y, dy, 2, in, grads);
+        fr_gc_expect(g, t, grads[0], is_min ? min_da : max_da, 6, TOL_EXACT, is_min ? "Min da" : "Max da");
+        fr_gc_expect(g, t, grads[1], is_min ? min_db : max_db, 6, TOL_EXACT, is_min ? "Min db" : "Max db");
         fr_gc_free_tensors(g, t);
         free(t);
         fr_graph_free(g);
@@ -564,17 +445,17 @@ static void test_extremum_conventions(void)
         const double c = 2, dc = 1.0 / 3; /* c is a scalar: only element 5 ties with it */
         const double want_a[6] = {0, 1, 0, 1, 1, 1.0 / 3}, want_b[6] = {0, 0, 1, 1, 1, 1.0 / 3};
         const double xa[6] = {1, 3, 3, NAN, 5, 2};
-        fr_graph *g = new_graph(17);
-        int in[3] = {const_input(g, "a", FR_F64, 1, d, xa), const_input(g, "b", FR_F64, 1, d, b),
-                     const_input(g, "c", FR_F64, 0, NULL, &c)};
+        fr_graph *g = fr_gc_new_graph(17);
+        int in[3] = {fr_gc_add_values(g, "a", FR_F64, 1, d, xa), fr_gc_add_values(g, "b", FR_F64, 1, d, b),
+                     fr_gc_add_values(g, "c", FR_F64, 0, NULL, &c)};
         int grads[3];
-        int y = op1(g, "Max", 3, in);
-        fr_tensor **t = backprop(g, y, dy, 3, in, grads);
-        expect(g, t, grads[0], want_a, 6, "Max3 da");
-        expect(g, t, grads[1], want_b, 6, "Max3 db");
+        int y = fr_gc_op1(g, "Max", 3, in);
+        fr_tensor **t = fr_gc_backprop(g, y, dy, 3, in, grads);
+        fr_gc_expect(g, t, grads[0], want_a, 6, TOL_EXACT, "Max3 da");
+        fr_gc_expect(g, t, grads[1], want_b, 6, TOL_EXACT, "Max3 db");
         /* c wins element 0, gets dy at the NaN elements 3 and 4, and a third at element 5 */
         double want_c = 1 + 1 + 1 + dc;
-        expect(g, t, grads[2], &want_c, 1, "Max3 dc");
+        fr_gc_expect(g, t, grads[2], &want_c, 1, TOL_EXACT, "Max3 dc");
         fr_gc_free_tensors(g, t);
         free(t);
         fr_graph_free(g);
@@ -586,7 +467,7 @@ static void test_where(void)
     int64_t dc[2] = {3, 1}, dx[2] = {3, 4}, dy[1] = {4};
     for (int dir = 0; dir < 2; dir++) {
         fr_rng r = fr_test_rng("where");
-        fr_graph *g = new_graph(17);
+        fr_graph *g = fr_gc_new_graph(17);
         int64_t cv[3];
         for (int i = 0; i < 3; i++) cv[i] = fr_rng_uniform(&r) < 0.5;
         cv[0] = 1;
@@ -595,8 +476,8 @@ static void test_where(void)
         int x = fr_gc_add_input(g, &r, "x", FR_F64, dir ? 1 : 2, dir ? dy : dx, NULL);
         int y = fr_gc_add_input(g, &r, "y", FR_F64, dir ? 2 : 1, dir ? dx : dy, NULL);
         int in[3] = {c, x, y}, wrt[2] = {x, y};
-        int out = op1(g, "Where", 3, in);
-        check(g, &r, out, 2, wrt, dir ? "Where(c[3,1], x[4], y[3,4])" : "Where(c[3,1], x[3,4], y[4])");
+        int out = fr_gc_op1(g, "Where", 3, in);
+        fr_gc_check(g, &r, out, 2, wrt, dir ? "Where(c[3,1], x[4], y[3,4])" : "Where(c[3,1], x[3,4], y[4])", TOL);
         fr_graph_free(g);
     }
 }
@@ -604,14 +485,14 @@ static void test_where(void)
 static void test_expand(void)
 {
     fr_rng r = fr_test_rng("expand");
-    fr_graph *g = new_graph(17);
+    fr_graph *g = fr_gc_new_graph(17);
     int64_t dx[2] = {3, 1}, ds[1] = {3}, shape[3] = {2, 3, 4};
     int x = fr_gc_add_input(g, &r, "x", FR_F64, 2, dx, NULL);
     int s = fr_gc_add_input(g, &r, "shape", FR_I64, 1, ds, shape);
     int in[2] = {x, s};
-    int y = op1(g, "Expand", 2, in);
+    int y = fr_gc_op1(g, "Expand", 2, in);
     CU_ASSERT_EQUAL(g->values[y].rank, 3);
-    check(g, &r, y, 1, &x, "Expand");
+    fr_gc_check(g, &r, y, 1, &x, "Expand", TOL);
     fr_graph_free(g);
 }
 
@@ -644,10 +525,10 @@ static void test_activation_grad_f32_vs_f64(void)
         fr_tensor **ts[2];
         for (int p = 0; p < 2; p++) {
             fr_dtype dt = p ? FR_F64 : FR_F32;
-            fr_graph *g = gs[p] = new_graph(20);
+            fr_graph *g = gs[p] = fr_gc_new_graph(20);
             int64_t d[1] = {n};
-            int in[2] = {const_input(g, "dy", dt, 1, d, dyv), const_input(g, "v", dt, 1, d, vv)}, out;
-            int nid = mk(g, "ActivationGrad", FR_DOMAIN_FP8RUN, 2, in, 1, &out);
+            int in[2] = {fr_gc_add_values(g, "dy", dt, 1, d, dyv), fr_gc_add_values(g, "v", dt, 1, d, vv)}, out;
+            int nid = fr_gc_node(g, "ActivationGrad", FR_DOMAIN_FP8RUN, 2, in, 1, &out);
             FR_ASSERT_OK(fr_node_set_attr_string(&g->nodes[nid], "op", cases[c].op));
             fr_node *node = &g->nodes[nid];
             if (cases[c].approximate)
@@ -681,14 +562,14 @@ static void test_activation_grad_f32_vs_f64(void)
 static void test_errors(void)
 {
     fr_rng r = fr_test_rng("errors");
-    fr_graph *g = new_graph(20);
+    fr_graph *g = fr_gc_new_graph(20);
     int64_t d[1] = {3};
     int in[2] = {fr_gc_add_input(g, &r, "dy", FR_F64, 1, d, NULL),
                  fr_gc_add_input(g, &r, "v", FR_F64, 1, d, NULL)};
     int in16[2] = {fr_gc_add_input(g, &r, "dy16", FR_F16, 1, d, NULL),
                    fr_gc_add_input(g, &r, "v16", FR_F16, 1, d, NULL)};
     int out;
-    int nid = mk(g, "ActivationGrad", FR_DOMAIN_FP8RUN, 2, in, 1, &out);
+    int nid = fr_gc_node(g, "ActivationGrad", FR_DOMAIN_FP8RUN, 2, in, 1, &out);
     FR_ASSERT_OK(fr_node_set_attr_string(&g->nodes[nid], "op", "Selu"));
     CU_ASSERT_EQUAL(fr_node_infer(g, nid), FR_ERR_UNSUPPORTED);
     CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "Selu"));
@@ -697,17 +578,17 @@ static void test_errors(void)
     FR_ASSERT_OK(fr_node_set_attr_string(&g->nodes[nid], "approximate", "erf"));
     CU_ASSERT_EQUAL(fr_node_infer(g, nid), FR_ERR_UNSUPPORTED);
     CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "approximate"));
-    nid = mk(g, "ActivationGrad", FR_DOMAIN_FP8RUN, 2, in16, 1, &out);
+    nid = fr_gc_node(g, "ActivationGrad", FR_DOMAIN_FP8RUN, 2, in16, 1, &out);
     FR_ASSERT_OK(fr_node_set_attr_string(&g->nodes[nid], "op", "Tanh"));
     CU_ASSERT_EQUAL(fr_node_infer(g, nid), FR_ERR_UNSUPPORTED);
     CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "float16"));
     int pin[3] = {in[0], in[1], in[1]};
-    nid = mk(g, "PowGrad", FR_DOMAIN_FP8RUN, 3, pin, 1, &out);
+    nid = fr_gc_node(g, "PowGrad", FR_DOMAIN_FP8RUN, 3, pin, 1, &out);
     FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "input", 2));
     CU_ASSERT_EQUAL(fr_node_infer(g, nid), FR_ERR_UNSUPPORTED);
     int outs[2];
     int ein[3] = {in[0], in[1], in[1]};
-    nid = mk(g, "ExtremumGrad", FR_DOMAIN_FP8RUN, 3, ein, 2, outs);
+    nid = fr_gc_node(g, "ExtremumGrad", FR_DOMAIN_FP8RUN, 3, ein, 2, outs);
     CU_ASSERT_EQUAL(fr_node_infer(g, nid), FR_ERR_UNSUPPORTED); /* mode missing */
     fr_graph_free(g);
 }
@@ -717,21 +598,21 @@ static void test_errors(void)
 static void test_mlp_chain(void)
 {
     fr_rng r = fr_test_rng("mlp");
-    fr_graph *g = new_graph(20);
+    fr_graph *g = fr_gc_new_graph(20);
     int64_t dx[3] = {4, 1, 3}, dw1[2] = {5, 3}, db1[2] = {5, 1}, dw2[1] = {3};
     int x = fr_gc_add_input(g, &r, "x", FR_F64, 3, dx, NULL);
     int w1 = fr_gc_add_input(g, &r, "w1", FR_F64, 2, dw1, NULL);
     int b1 = fr_gc_add_input(g, &r, "b1", FR_F64, 2, db1, NULL);
     int w2 = fr_gc_add_input(g, &r, "w2", FR_F64, 1, dw2, NULL);
     int in[2] = {x, w1};
-    int h = op1(g, "Mul", 2, in); /* [4,5,3] */
+    int h = fr_gc_op1(g, "Mul", 2, in); /* [4,5,3] */
     int in2[2] = {h, b1};
-    int hb = op1(g, "Add", 2, in2);
-    int a = op1(g, "Gelu", 1, &hb);
+    int hb = fr_gc_op1(g, "Add", 2, in2);
+    int a = fr_gc_op1(g, "Gelu", 1, &hb);
     int in3[2] = {a, w2};
-    int y = op1(g, "Mul", 2, in3);
+    int y = fr_gc_op1(g, "Mul", 2, in3);
     int wrt[4] = {w1, b1, w2, x};
-    check(g, &r, y, 4, wrt, "Gelu(x*w1+b1)*w2");
+    fr_gc_check(g, &r, y, 4, wrt, "Gelu(x*w1+b1)*w2", TOL);
     fr_graph_free(g);
 }
 

@@ -24,64 +24,17 @@
 #include "passes/autodiff.h"
 
 #define TOL 1e-6
+#define TOL_EXACT 1e-14 /* relative: gradients against exact values */
 
 static double worst_seen = 0; /* worst gradcheck error over the whole run, printed at the end */
-
-static fr_graph *new_graph(int64_t opset)
-{
-    fr_graph *g = NULL;
-    if (fr_graph_new(&g) != FR_OK) return NULL;
-    g->opsets = calloc(1, sizeof *g->opsets);
-    g->opsets[0].domain = strdup("");
-    g->opsets[0].version = opset;
-    g->n_opsets = 1;
-    return g;
-}
-
-/* Add a node with n_out fresh outputs (not yet inferred: set attributes, then infer). */
-static int mk(fr_graph *g, const char *op, const char *domain, int n_in, const int *in, int n_out,
-              int *outs)
-{
-    int nid;
-    for (int o = 0; o < n_out; o++) {
-        char nm[64];
-        snprintf(nm, sizeof nm, "%s_%d_out%d", op, g->n_nodes, o);
-        FR_ASSERT_OK(fr_graph_add_value(g, nm, &outs[o]));
-    }
-    FR_ASSERT_OK(fr_graph_add_node(g, op, domain, NULL, n_in, in, n_out, outs, &nid));
-    return nid;
-}
-
-static int op1(fr_graph *g, const char *op, int n_in, const int *in)
-{
-    int out;
-    int nid = mk(g, op, "", n_in, in, 1, &out);
-    FR_ASSERT_OK(fr_node_infer(g, nid));
-    return out;
-}
 
 static double *f64(fr_graph *g, int vid) { return g->values[vid].constant->data; }
 static int64_t numel(fr_graph *g, int vid) { return fr_tensor_numel(g->values[vid].constant); }
 
-static void away_from_zero(fr_graph *g, int vid, double margin)
-{
-    double *x = f64(g, vid);
-    for (int64_t i = 0; i < numel(g, vid); i++) x[i] = x[i] < 0 ? x[i] - margin : x[i] + margin;
-}
-
-static int count_nodes(const fr_graph *g, const char *op)
-{
-    int c = 0;
-    for (int i = 0; i < g->n_nodes; i++) c += strcmp(g->nodes[i].op_type, op) == 0;
-    return c;
-}
-
 static void check(fr_graph *g, fr_rng *r, int out, int n_wrt, const int *wrt, const char *what)
 {
-    double err = fr_gradcheck(g, r, out, n_wrt, wrt);
-    if (!(err < TOL)) fprintf(stderr, "\n  %s: gradcheck error %.3g\n", what, err);
+    double err = fr_gc_check(g, r, out, n_wrt, wrt, what, TOL);
     if (err > worst_seen || isnan(err)) worst_seen = err;
-    CU_ASSERT(err < TOL);
 }
 
 static int ints(fr_graph *g, const char *name, int rank, const int64_t *dims, const int64_t *v)
@@ -95,86 +48,21 @@ static int ints1(fr_graph *g, const char *name, int64_t n, const int64_t *v)
     return ints(g, name, 1, &n, v);
 }
 
-/* loss = Dot(out, R) with R = dy given; returns the computed tensors (grads[] filled). */
-static fr_tensor **backprop(fr_graph *g, int out, const double *dy, int n_wrt, const int *wrt,
-                            int *grads)
-{
-    fr_rng r = fr_test_rng("backprop");
-    const fr_value *ov = &g->values[out];
-    int rv = fr_gc_add_input(g, &r, "R", ov->dtype, ov->rank, ov->dims, NULL);
-    fr_tensor *rt = g->values[rv].constant;
-    for (int64_t i = 0; i < fr_tensor_numel(rt); i++) {
-        if (rt->dtype == FR_F64)
-            ((double *)rt->data)[i] = dy[i];
-        else
-            ((float *)rt->data)[i] = (float)dy[i];
-    }
-    int in[2] = {out, rv}, loss;
-    int nid = mk(g, "Dot", FR_DOMAIN_FP8RUN, 2, in, 1, &loss);
-    FR_ASSERT_OK(fr_node_infer(g, nid));
-    FR_ASSERT_OK(fr_autodiff(g, loss, n_wrt, wrt, grads));
-    fr_tensor **t = calloc((size_t)g->n_values, sizeof *t);
-    FR_ASSERT_OK(fr_gc_run(g, t));
-    return t;
-}
-
-static const fr_tensor *grad_tensor(fr_graph *g, fr_tensor **t, int vid)
-{
-    return g->values[vid].constant ? g->values[vid].constant : t[vid];
-}
-
-static int same(double a, double b)
-{
-    if (isnan(a) || isnan(b)) return isnan(a) && isnan(b);
-    return a == b || fabs(a - b) <= 1e-14 * fabs(b);
-}
-
-static void expect(fr_graph *g, fr_tensor **t, int grad, const double *want, int64_t n,
-                   const char *what)
-{
-    CU_ASSERT_FATAL(grad >= 0);
-    const fr_tensor *gt = grad_tensor(g, t, grad);
-    CU_ASSERT_EQUAL_FATAL(fr_tensor_numel(gt), n);
-    for (int64_t i = 0; i < n; i++) {
-        double v = fr_tensor_get_f64(gt, i);
-        if (!same(v, want[i])) {
-            fprintf(stderr, "\n  %s[%lld] = %.17g, expected %.17g\n", what, (long long)i, v,
-                    want[i]);
-            CU_FAIL("gradient differs from the expected value");
-        }
-    }
-}
-
-static int const_input(fr_graph *g, const char *name, fr_dtype dt, int rank, const int64_t *dims,
-                       const double *v)
-{
-    fr_rng r = fr_test_rng(name);
-    int vid = fr_gc_add_input(g, &r, name, dt, rank, dims, NULL);
-    fr_tensor *t = g->values[vid].constant;
-    for (int64_t i = 0; i < fr_tensor_numel(t); i++) {
-        if (dt == FR_F64)
-            ((double *)t->data)[i] = v[i];
-        else
-            ((float *)t->data)[i] = (float)v[i];
-    }
-    return vid;
-}
-
 /* ---- Gather family ---- */
 
 static void gather_case(int64_t opset, int rank, const int64_t *dims, int q, const int64_t *qd,
                         const int64_t *idx, int64_t axis, fr_dtype idx_dt, const char *what)
 {
     fr_rng r = fr_test_rng(what);
-    fr_graph *g = new_graph(opset);
+    fr_graph *g = fr_gc_new_graph(opset);
     int x = fr_gc_add_input(g, &r, "x", FR_F64, rank, dims, NULL);
     int iv = fr_gc_add_input(g, &r, "idx", idx_dt, q, qd, idx);
     int in[2] = {x, iv}, y;
-    int nid = mk(g, "Gather", "", 2, in, 1, &y);
+    int nid = fr_gc_node(g, "Gather", "", 2, in, 1, &y);
     FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "axis", axis));
     FR_ASSERT_OK(fr_node_infer(g, nid));
     check(g, &r, y, 1, &x, what);
-    CU_ASSERT_EQUAL(count_nodes(g, "GatherGrad"), 1);
+    CU_ASSERT_EQUAL(fr_gc_count_nodes(g, "GatherGrad"), 1);
     fr_graph_free(g);
 }
 
@@ -201,18 +89,18 @@ static void test_gather(void)
 /* Repeated embedding rows sum exactly: every row of dy is 1, 2, 4, ... (exact in double) */
 static void test_gather_repeats_exact(void)
 {
-    fr_graph *g = new_graph(13);
+    fr_graph *g = fr_gc_new_graph(13);
     int64_t dd[2] = {4, 2}, qd[1] = {5}, idx[5] = {3, 1, 3, -1, 0};
     const double xs[8] = {0};
-    int x = const_input(g, "x", FR_F64, 2, dd, xs);
+    int x = fr_gc_add_values(g, "x", FR_F64, 2, dd, xs);
     int iv = ints(g, "idx", 1, qd, idx);
     int in[2] = {x, iv}, grads[1];
-    int y = op1(g, "Gather", 2, in);
+    int y = fr_gc_op1(g, "Gather", 2, in);
     const double dy[10] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
-    fr_tensor **t = backprop(g, y, dy, 1, &x, grads);
+    fr_tensor **t = fr_gc_backprop(g, y, dy, 1, &x, grads);
     /* row 3 gets rows 0, 2 and 3 of dy; row 1 row 1; row 0 row 4; row 2 nothing */
     const double want[8] = {256, 512, 4, 8, 0, 0, 1 + 16 + 64, 2 + 32 + 128};
-    expect(g, t, grads[0], want, 8, "Gather repeated rows");
+    fr_gc_expect(g, t, grads[0], want, 8, TOL_EXACT, "Gather repeated rows");
     fr_gc_free_tensors(g, t);
     free(t);
     fr_graph_free(g);
@@ -233,15 +121,15 @@ static void test_gather_elements(void)
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         fr_rng r = fr_test_rng(cases[c].what);
-        fr_graph *g = new_graph(13);
+        fr_graph *g = fr_gc_new_graph(13);
         int x = fr_gc_add_input(g, &r, "x", FR_F64, 2, cases[c].dd, NULL);
         int iv = ints(g, "idx", 2, cases[c].qd, cases[c].idx);
         int in[2] = {x, iv}, y;
-        int nid = mk(g, "GatherElements", "", 2, in, 1, &y);
+        int nid = fr_gc_node(g, "GatherElements", "", 2, in, 1, &y);
         FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "axis", cases[c].axis));
         FR_ASSERT_OK(fr_node_infer(g, nid));
         check(g, &r, y, 1, &x, cases[c].what);
-        CU_ASSERT_EQUAL(count_nodes(g, "GatherElementsGrad"), 1);
+        CU_ASSERT_EQUAL(fr_gc_count_nodes(g, "GatherElementsGrad"), 1);
         fr_graph_free(g);
     }
 }
@@ -264,16 +152,16 @@ static void test_gather_nd(void)
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         fr_rng r = fr_test_rng(cases[c].what);
-        fr_graph *g = new_graph(cases[c].opset);
+        fr_graph *g = fr_gc_new_graph(cases[c].opset);
         int x = fr_gc_add_input(g, &r, "x", FR_F64, cases[c].r, cases[c].dd, NULL);
         int iv = ints(g, "idx", cases[c].q, cases[c].qd, cases[c].idx);
         int in[2] = {x, iv}, y;
-        int nid = mk(g, "GatherND", "", 2, in, 1, &y);
+        int nid = fr_gc_node(g, "GatherND", "", 2, in, 1, &y);
         if (cases[c].b)
             FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "batch_dims", cases[c].b));
         FR_ASSERT_OK(fr_node_infer(g, nid));
         check(g, &r, y, 1, &x, cases[c].what);
-        CU_ASSERT_EQUAL(count_nodes(g, "GatherNDGrad"), 1);
+        CU_ASSERT_EQUAL(fr_gc_count_nodes(g, "GatherNDGrad"), 1);
         fr_graph_free(g);
     }
 }
@@ -296,15 +184,15 @@ static void test_scatter_f32_deterministic(void)
     }
     float first[7 * 5];
     for (int run = 0; run < 2; run++) {
-        fr_graph *g = new_graph(13);
+        fr_graph *g = fr_gc_new_graph(13);
         int64_t dd[2] = {vocab, dim}, qd[1] = {ntok};
         double zeros[7 * 5] = {0};
-        int x = const_input(g, "emb", FR_F32, 2, dd, zeros);
+        int x = fr_gc_add_values(g, "emb", FR_F32, 2, dd, zeros);
         int iv = ints(g, "ids", 1, qd, idx);
         int in[2] = {x, iv}, grads[1];
-        int y = op1(g, "Gather", 2, in);
-        fr_tensor **t = backprop(g, y, dy, 1, &x, grads);
-        const fr_tensor *gt = grad_tensor(g, t, grads[0]);
+        int y = fr_gc_op1(g, "Gather", 2, in);
+        fr_tensor **t = fr_gc_backprop(g, y, dy, 1, &x, grads);
+        const fr_tensor *gt = fr_gc_value(g, t, grads[0]);
         CU_ASSERT_EQUAL_FATAL(gt->dtype, FR_F32);
         const float *got = gt->data;
         int bad = 0;
@@ -331,20 +219,20 @@ static void test_reshape_family(void)
     /* Reshape with a -1, opset 13 (shape input) and opset 4 (attribute) */
     {
         fr_rng r = fr_test_rng("reshape13");
-        fr_graph *g = new_graph(14);
+        fr_graph *g = fr_gc_new_graph(14);
         int x = fr_gc_add_input(g, &r, "x", FR_F64, 3, d, NULL);
         int64_t s[2] = {-1, 4};
         int in[2] = {x, ints1(g, "shape", 2, s)};
-        int y = op1(g, "Reshape", 2, in);
+        int y = fr_gc_op1(g, "Reshape", 2, in);
         check(g, &r, y, 1, &x, "Reshape [2,3,2] -> [-1,4]");
         fr_graph_free(g);
     }
     {
         fr_rng r = fr_test_rng("reshape4");
-        fr_graph *g = new_graph(4);
+        fr_graph *g = fr_gc_new_graph(4);
         int x = fr_gc_add_input(g, &r, "x", FR_F64, 3, d, NULL), y;
         int64_t s[2] = {6, 2};
-        int nid = mk(g, "Reshape", "", 1, &x, 1, &y);
+        int nid = fr_gc_node(g, "Reshape", "", 1, &x, 1, &y);
         FR_ASSERT_OK(fr_node_set_attr_ints(&g->nodes[nid], "shape", 2, s));
         FR_ASSERT_OK(fr_node_infer(g, nid));
         check(g, &r, y, 1, &x, "Reshape opset 4 (shape attribute)");
@@ -353,15 +241,15 @@ static void test_reshape_family(void)
     /* Squeeze: attribute (opset 11), input (opset 13), no axes */
     for (int form = 0; form < 3; form++) {
         fr_rng r = fr_test_rng("squeeze");
-        fr_graph *g = new_graph(form == 0 ? 11 : 13);
+        fr_graph *g = fr_gc_new_graph(form == 0 ? 11 : 13);
         int x = fr_gc_add_input(g, &r, "x", FR_F64, 4, d1, NULL), y;
         int64_t axes[2] = {1, -1};
         int nid;
         if (form == 1) {
             int in[2] = {x, ints1(g, "axes", 2, axes)};
-            nid = mk(g, "Squeeze", "", 2, in, 1, &y);
+            nid = fr_gc_node(g, "Squeeze", "", 2, in, 1, &y);
         } else {
-            nid = mk(g, "Squeeze", "", 1, &x, 1, &y);
+            nid = fr_gc_node(g, "Squeeze", "", 1, &x, 1, &y);
             if (form == 0) FR_ASSERT_OK(fr_node_set_attr_ints(&g->nodes[nid], "axes", 2, axes));
         }
         FR_ASSERT_OK(fr_node_infer(g, nid));
@@ -372,14 +260,14 @@ static void test_reshape_family(void)
     /* Unsqueeze: attribute (opset 11), input (opset 13) */
     for (int form = 0; form < 2; form++) {
         fr_rng r = fr_test_rng("unsqueeze");
-        fr_graph *g = new_graph(form ? 13 : 11);
+        fr_graph *g = fr_gc_new_graph(form ? 13 : 11);
         int x = fr_gc_add_input(g, &r, "x", FR_F64, 3, d, NULL), y, nid;
         int64_t axes[2] = {0, -2};
         if (form) {
             int in[2] = {x, ints1(g, "axes", 2, axes)};
-            nid = mk(g, "Unsqueeze", "", 2, in, 1, &y);
+            nid = fr_gc_node(g, "Unsqueeze", "", 2, in, 1, &y);
         } else {
-            nid = mk(g, "Unsqueeze", "", 1, &x, 1, &y);
+            nid = fr_gc_node(g, "Unsqueeze", "", 1, &x, 1, &y);
             FR_ASSERT_OK(fr_node_set_attr_ints(&g->nodes[nid], "axes", 2, axes));
         }
         FR_ASSERT_OK(fr_node_infer(g, nid));
@@ -391,9 +279,9 @@ static void test_reshape_family(void)
     const int64_t faxes[3] = {2, 0, -1};
     for (int k = 0; k < 3; k++) {
         fr_rng r = fr_test_rng("flatten");
-        fr_graph *g = new_graph(13);
+        fr_graph *g = fr_gc_new_graph(13);
         int x = fr_gc_add_input(g, &r, "x", FR_F64, 3, d, NULL), y;
-        int nid = mk(g, "Flatten", "", 1, &x, 1, &y);
+        int nid = fr_gc_node(g, "Flatten", "", 1, &x, 1, &y);
         FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "axis", faxes[k]));
         FR_ASSERT_OK(fr_node_infer(g, nid));
         check(g, &r, y, 1, &x, "Flatten");
@@ -408,9 +296,9 @@ static void test_transpose(void)
     int64_t d[4] = {2, 3, 4, 2}, perm[4] = {2, 0, 3, 1};
     for (int form = 0; form < 2; form++) {
         fr_rng r = fr_test_rng("transpose");
-        fr_graph *g = new_graph(13);
+        fr_graph *g = fr_gc_new_graph(13);
         int x = fr_gc_add_input(g, &r, "x", FR_F64, form ? 3 : 4, d, NULL), y;
-        int nid = mk(g, "Transpose", "", 1, &x, 1, &y);
+        int nid = fr_gc_node(g, "Transpose", "", 1, &x, 1, &y);
         if (!form) FR_ASSERT_OK(fr_node_set_attr_ints(&g->nodes[nid], "perm", 4, perm));
         FR_ASSERT_OK(fr_node_infer(g, nid));
         check(g, &r, y, 1, &x, form ? "Transpose (default perm)" : "Transpose perm [2,0,3,1]");
@@ -423,35 +311,35 @@ static void test_concat(void)
     const int64_t opsets[2] = {11, 13}; /* Split's sizes as attribute / as input */
     for (int o = 0; o < 2; o++) {
         fr_rng r = fr_test_rng("concat");
-        fr_graph *g = new_graph(opsets[o]);
+        fr_graph *g = fr_gc_new_graph(opsets[o]);
         int64_t da[3] = {2, 1, 3}, db[3] = {2, 4, 3}, dc[3] = {2, 2, 3};
         int in[3] = {fr_gc_add_input(g, &r, "a", FR_F64, 3, da, NULL),
                      fr_gc_add_input(g, &r, "b", FR_F64, 3, db, NULL),
                      fr_gc_add_input(g, &r, "c", FR_F64, 3, dc, NULL)},
             y;
-        int nid = mk(g, "Concat", "", 3, in, 1, &y);
+        int nid = fr_gc_node(g, "Concat", "", 3, in, 1, &y);
         FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "axis", -2));
         FR_ASSERT_OK(fr_node_infer(g, nid));
         check(g, &r, y, 3, in, "Concat of 3 on axis -2");
-        CU_ASSERT_EQUAL(count_nodes(g, "Split"), 1);
+        CU_ASSERT_EQUAL(fr_gc_count_nodes(g, "Split"), 1);
         fr_graph_free(g);
     }
     /* only one input differentiated; one input, the identity */
     {
         fr_rng r = fr_test_rng("concat_one");
-        fr_graph *g = new_graph(13);
+        fr_graph *g = fr_gc_new_graph(13);
         int64_t da[2] = {3, 2}, db[2] = {3, 5};
         int in[2] = {fr_gc_add_input(g, &r, "a", FR_F64, 2, da, NULL),
                      fr_gc_add_input(g, &r, "b", FR_F64, 2, db, NULL)},
             y;
-        int nid = mk(g, "Concat", "", 2, in, 1, &y);
+        int nid = fr_gc_node(g, "Concat", "", 2, in, 1, &y);
         FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "axis", 1));
         FR_ASSERT_OK(fr_node_infer(g, nid));
         check(g, &r, y, 1, &in[1], "Concat, second input only");
         fr_graph_free(g);
-        g = new_graph(13);
+        g = fr_gc_new_graph(13);
         int x = fr_gc_add_input(g, &r, "x", FR_F64, 2, da, NULL);
-        nid = mk(g, "Concat", "", 1, &x, 1, &y);
+        nid = fr_gc_node(g, "Concat", "", 1, &x, 1, &y);
         FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "axis", 0));
         FR_ASSERT_OK(fr_node_infer(g, nid));
         check(g, &r, y, 1, &x, "Concat of one input");
@@ -466,14 +354,14 @@ static void test_split(void)
 {
     for (int form = 0; form < 3; form++) {
         fr_rng r = fr_test_rng("split");
-        fr_graph *g = new_graph(form == 0 ? 11 : form == 1 ? 13 : 18);
+        fr_graph *g = fr_gc_new_graph(form == 0 ? 11 : form == 1 ? 13 : 18);
         int64_t d[3] = {3, 7, 2}, sizes[3] = {1, 4, 2};
         int x = fr_gc_add_input(g, &r, "x", FR_F64, 3, d, NULL), outs[3], nid;
         if (form == 1) {
             int in[2] = {x, ints1(g, "split", 3, sizes)};
-            nid = mk(g, "Split", "", 2, in, 3, outs);
+            nid = fr_gc_node(g, "Split", "", 2, in, 3, outs);
         } else {
-            nid = mk(g, "Split", "", 1, &x, 3, outs);
+            nid = fr_gc_node(g, "Split", "", 1, &x, 3, outs);
             if (form == 0) FR_ASSERT_OK(fr_node_set_attr_ints(&g->nodes[nid], "split", 3, sizes));
             if (form == 2) FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "num_outputs", 3));
         }
@@ -481,7 +369,7 @@ static void test_split(void)
         FR_ASSERT_OK(fr_node_infer(g, nid));
         CU_ASSERT_EQUAL(g->values[outs[2]].dims[1], form == 2 ? 1 : 2);
         int cin[2] = {outs[2], outs[0]}, y;
-        nid = mk(g, "Concat", "", 2, cin, 1, &y);
+        nid = fr_gc_node(g, "Concat", "", 2, cin, 1, &y);
         FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "axis", 1));
         FR_ASSERT_OK(fr_node_infer(g, nid));
         const char *what[3] = {"Split (attribute), output 1 unused",
@@ -493,14 +381,14 @@ static void test_split(void)
     /* all outputs used, equal parts, axis -1 */
     {
         fr_rng r = fr_test_rng("split_all");
-        fr_graph *g = new_graph(13);
+        fr_graph *g = fr_gc_new_graph(13);
         int64_t d[2] = {3, 6};
         int x = fr_gc_add_input(g, &r, "x", FR_F64, 2, d, NULL), outs[2];
-        int nid = mk(g, "Split", "", 1, &x, 2, outs);
+        int nid = fr_gc_node(g, "Split", "", 1, &x, 2, outs);
         FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "axis", -1));
         FR_ASSERT_OK(fr_node_infer(g, nid));
         int min[2] = {outs[0], outs[1]};
-        int y = op1(g, "Mul", 2, min);
+        int y = fr_gc_op1(g, "Mul", 2, min);
         check(g, &r, y, 1, &x, "Split halves multiplied");
         fr_graph_free(g);
     }
@@ -526,7 +414,7 @@ static void test_slice(void)
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         fr_rng r = fr_test_rng(cases[c].what);
-        fr_graph *g = new_graph(cases[c].opset);
+        fr_graph *g = fr_gc_new_graph(cases[c].opset);
         int64_t d[3] = {6, 5, 4};
         int x = fr_gc_add_input(g, &r, "x", FR_F64, 3, d, NULL), y, nid;
         if (cases[c].opset >= 10) {
@@ -535,9 +423,9 @@ static void test_slice(void)
             int n_in = 3;
             if (cases[c].has_axes) in[n_in++] = ints1(g, "axes", cases[c].cnt, cases[c].axes);
             if (cases[c].has_steps) in[n_in++] = ints1(g, "steps", cases[c].cnt, cases[c].steps);
-            nid = mk(g, "Slice", "", n_in, in, 1, &y);
+            nid = fr_gc_node(g, "Slice", "", n_in, in, 1, &y);
         } else {
-            nid = mk(g, "Slice", "", 1, &x, 1, &y);
+            nid = fr_gc_node(g, "Slice", "", 1, &x, 1, &y);
             fr_node *n = &g->nodes[nid];
             FR_ASSERT_OK(fr_node_set_attr_ints(n, "starts", cases[c].cnt, cases[c].starts));
             FR_ASSERT_OK(fr_node_set_attr_ints(n, "ends", cases[c].cnt, cases[c].ends));
@@ -555,19 +443,19 @@ static void test_slice(void)
 /* SliceGrad places dy exactly (reversed rows, zeros elsewhere) */
 static void test_slice_exact(void)
 {
-    fr_graph *g = new_graph(13);
+    fr_graph *g = fr_gc_new_graph(13);
     int64_t d[2] = {2, 5}, starts[1] = {-1}, ends[1] = {0}, axes[1] = {1}, steps[1] = {-2};
     const double xs[10] = {0};
-    int x = const_input(g, "x", FR_F64, 2, d, xs);
+    int x = fr_gc_add_values(g, "x", FR_F64, 2, d, xs);
     int in[5] = {x, ints1(g, "starts", 1, starts), ints1(g, "ends", 1, ends),
                  ints1(g, "axes", 1, axes), ints1(g, "steps", 1, steps)};
-    int y = op1(g, "Slice", 5, in), grads[1];
+    int y = fr_gc_op1(g, "Slice", 5, in), grads[1];
     CU_ASSERT_EQUAL(g->values[y].dims[1], 2); /* columns 4 and 2 */
     const double dy[4] = {1, 2, 3, 4};
-    fr_tensor **t = backprop(g, y, dy, 1, &x, grads);
+    fr_tensor **t = fr_gc_backprop(g, y, dy, 1, &x, grads);
     const double want[10] = {0, 0, 2, 0, 1, 0, 0, 4, 0, 3};
-    expect(g, t, grads[0], want, 10, "SliceGrad");
-    CU_ASSERT_EQUAL(count_nodes(g, "SliceGrad"), 1);
+    fr_gc_expect(g, t, grads[0], want, 10, TOL_EXACT, "SliceGrad");
+    CU_ASSERT_EQUAL(fr_gc_count_nodes(g, "SliceGrad"), 1);
     fr_gc_free_tensors(g, t);
     free(t);
     fr_graph_free(g);
@@ -580,11 +468,11 @@ static void test_trilu(void)
     for (int upper = 0; upper < 2; upper++) {
         for (int with_k = 0; with_k < 2; with_k++) {
             fr_rng r = fr_test_rng("trilu");
-            fr_graph *g = new_graph(14);
+            fr_graph *g = fr_gc_new_graph(14);
             int64_t d[3] = {2, 4, 5}, k = upper ? 1 : -1;
             int x = fr_gc_add_input(g, &r, "x", FR_F64, 3, d, NULL), y;
             int in[2] = {x, with_k ? ints(g, "k", 0, NULL, &k) : -1};
-            int nid = mk(g, "Trilu", "", with_k ? 2 : 1, in, 1, &y);
+            int nid = fr_gc_node(g, "Trilu", "", with_k ? 2 : 1, in, 1, &y);
             FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "upper", upper));
             FR_ASSERT_OK(fr_node_infer(g, nid));
             check(g, &r, y, 1, &x, upper ? "Trilu upper" : "Trilu lower");
@@ -601,10 +489,10 @@ static void test_tile(void)
     } cases[] = {{2, {2, 3}, {3, 2}}, {3, {2, 1, 3}, {1, 4, 2}}, {1, {5}, {1}}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         fr_rng r = fr_test_rng("tile");
-        fr_graph *g = new_graph(13);
+        fr_graph *g = fr_gc_new_graph(13);
         int x = fr_gc_add_input(g, &r, "x", FR_F64, cases[c].rank, cases[c].d, NULL);
         int in[2] = {x, ints1(g, "repeats", cases[c].rank, cases[c].reps)};
-        int y = op1(g, "Tile", 2, in);
+        int y = fr_gc_op1(g, "Tile", 2, in);
         check(g, &r, y, 1, &x, "Tile");
         fr_graph_free(g);
     }
@@ -623,7 +511,7 @@ static int reduce_node(fr_graph *g, const char *op, int x, int axes_form, int n_
 {
     int in[2] = {x, -1}, y;
     if (axes_form == 1) in[1] = ints1(g, "axes", n_axes, axes);
-    int nid = mk(g, op, "", axes_form == 1 ? 2 : 1, in, 1, &y);
+    int nid = fr_gc_node(g, op, "", axes_form == 1 ? 2 : 1, in, 1, &y);
     fr_node *n = &g->nodes[nid];
     if (axes_form == 0) FR_ASSERT_OK(fr_node_set_attr_ints(n, "axes", n_axes, axes));
     FR_ASSERT_OK(fr_node_set_attr_int(n, "keepdims", keepdims));
@@ -656,13 +544,13 @@ static void test_reduce(void)
             snprintf(what, sizeof what, "%s %s (opset %lld)", red_ops[k], cfgs[c].what,
                      (long long)cfgs[c].opset);
             fr_rng r = fr_test_rng(what);
-            fr_graph *g = new_graph(cfgs[c].opset);
+            fr_graph *g = fr_gc_new_graph(cfgs[c].opset);
             int64_t d[3] = {3, 2, 4};
             int x = fr_gc_add_input(g, &r, "x", FR_F64, 3, d, NULL);
             const char *op = red_ops[k];
             /* non-differentiable points and huge products kept away */
             if (!strcmp(op, "ReduceL1") || !strcmp(op, "ReduceL2") || !strcmp(op, "ReduceProd"))
-                away_from_zero(g, x, 0.3);
+                fr_gc_away_from_zero(g, x, 0.3);
             if (!strcmp(op, "ReduceProd")) {
                 double *xv = f64(g, x);
                 for (int64_t i = 0; i < numel(g, x); i++)
@@ -671,14 +559,14 @@ static void test_reduce(void)
             int y = reduce_node(g, op, x, cfgs[c].axes_form, cfgs[c].n_axes, cfgs[c].axes,
                                 cfgs[c].keepdims, cfgs[c].noop);
             check(g, &r, y, 1, &x, what);
-            CU_ASSERT_EQUAL(count_nodes(g, "ReduceGrad"), 1);
+            CU_ASSERT_EQUAL(fr_gc_count_nodes(g, "ReduceGrad"), 1);
             fr_graph_free(g);
         }
     }
     /* ReduceSum takes axes as an input from opset 13 */
     {
         fr_rng r = fr_test_rng("reducesum13");
-        fr_graph *g = new_graph(13);
+        fr_graph *g = fr_gc_new_graph(13);
         int64_t d[3] = {3, 2, 4}, axes[1] = {-2};
         int x = fr_gc_add_input(g, &r, "x", FR_F64, 3, d, NULL);
         int y = reduce_node(g, "ReduceSum", x, 1, 1, axes, 0, -1);
@@ -688,9 +576,9 @@ static void test_reduce(void)
     /* a rank-0 input */
     for (int k = 0; k < N_RED; k++) {
         fr_rng r = fr_test_rng("reduce_scalar");
-        fr_graph *g = new_graph(18);
+        fr_graph *g = fr_gc_new_graph(18);
         int x = fr_gc_add_input(g, &r, "x", FR_F64, 0, NULL, NULL);
-        away_from_zero(g, x, 0.3);
+        fr_gc_away_from_zero(g, x, 0.3);
         int y = reduce_node(g, red_ops[k], x, 2, 0, NULL, 1, -1);
         check(g, &r, y, 1, &x, red_ops[k]);
         fr_graph_free(g);
@@ -706,18 +594,17 @@ static void test_reduce_ties(void)
     int64_t d[2] = {3, 3}, axis = 1;
     for (int is_min = 0; is_min < 2; is_min++) {
         for (int f = 0; f < 2; f++) {
-            fr_graph *g = new_graph(13);
-            int xv = const_input(g, "x", f ? FR_F32 : FR_F64, 2, d, x), grads[1];
+            fr_graph *g = fr_gc_new_graph(13);
+            int xv = fr_gc_add_values(g, "x", f ? FR_F32 : FR_F64, 2, d, x), grads[1];
             int y = reduce_node(g, is_min ? "ReduceMin" : "ReduceMax", xv, 0, 1, &axis, 0, -1);
-            fr_tensor **t = backprop(g, y, dy, 1, &xv, grads);
+            fr_tensor **t = fr_gc_backprop(g, y, dy, 1, &xv, grads);
             const double *want = is_min ? want_min : want_max;
             if (f) { /* float32: the thirds rounded */
                 double w32[9];
                 for (int i = 0; i < 9; i++) w32[i] = (float)want[i];
-                expect(g, t, grads[0], w32, 9,
-                       is_min ? "ReduceMin ties f32" : "ReduceMax ties f32");
+                fr_gc_expect(g, t, grads[0], w32, 9, TOL_EXACT, is_min ? "ReduceMin ties f32" : "ReduceMax ties f32");
             } else {
-                expect(g, t, grads[0], want, 9, is_min ? "ReduceMin ties" : "ReduceMax ties");
+                fr_gc_expect(g, t, grads[0], want, 9, TOL_EXACT, is_min ? "ReduceMin ties" : "ReduceMax ties");
             }
             fr_gc_free_tensors(g, t);
             free(t);
@@ -732,12 +619,12 @@ static void test_reduce_ties(void)
         const double want_min[8] = {0, 0, 3, 3, 0, 6, 0, 3};
         int64_t d3[3] = {2, 2, 2}, axes[2] = {0, 2};
         for (int is_min = 0; is_min < 2; is_min++) {
-            fr_graph *g = new_graph(18);
-            int xv = const_input(g, "x", FR_F64, 3, d3, x3), grads[1];
+            fr_graph *g = fr_gc_new_graph(18);
+            int xv = fr_gc_add_values(g, "x", FR_F64, 3, d3, x3), grads[1];
             int y = reduce_node(g, is_min ? "ReduceMin" : "ReduceMax", xv, 1, 2, axes, 1, -1);
-            fr_tensor **t = backprop(g, y, dy2, 1, &xv, grads);
-            expect(g, t, grads[0], is_min ? want_min : want_max, 8,
-                   is_min ? "ReduceMin ties over 2 axes" : "ReduceMax ties over 2 axes");
+            fr_tensor **t = fr_gc_backprop(g, y, dy2, 1, &xv, grads);
+            fr_gc_expect(g, t, grads[0], is_min ? want_min : want_max, 8, TOL_EXACT,
+                         is_min ? "ReduceMin ties over 2 axes" : "ReduceMax ties over 2 axes");
             fr_gc_free_tensors(g, t);
             free(t);
             fr_graph_free(g);
@@ -751,11 +638,11 @@ static void test_reduce_prod_zeros(void)
     const double x[9] = {2, 0, 3, 0, 0, 5, 2, 3, 4}, dy[3] = {1, 2, -1};
     const double want[9] = {0, 6, 0, 0, 0, 0, -12, -8, -6};
     int64_t d[2] = {3, 3}, axis = -1;
-    fr_graph *g = new_graph(18);
-    int xv = const_input(g, "x", FR_F64, 2, d, x), grads[1];
+    fr_graph *g = fr_gc_new_graph(18);
+    int xv = fr_gc_add_values(g, "x", FR_F64, 2, d, x), grads[1];
     int y = reduce_node(g, "ReduceProd", xv, 1, 1, &axis, 0, -1);
-    fr_tensor **t = backprop(g, y, dy, 1, &xv, grads);
-    expect(g, t, grads[0], want, 9, "ReduceProd zeros");
+    fr_tensor **t = fr_gc_backprop(g, y, dy, 1, &xv, grads);
+    fr_gc_expect(g, t, grads[0], want, 9, TOL_EXACT, "ReduceProd zeros");
     fr_gc_free_tensors(g, t);
     free(t);
     fr_graph_free(g);
@@ -783,20 +670,20 @@ static int b_slice(fr_graph *g, int x)
     int64_t s[2] = {-1, 1}, e[2] = {INT64_MIN, 4}, a[2] = {2, 1}, st[2] = {-2, 2};
     int in[5] = {x, ints1(g, "s", 2, s), ints1(g, "e", 2, e), ints1(g, "a", 2, a),
                  ints1(g, "st", 2, st)};
-    return op1(g, "Slice", 5, in);
+    return fr_gc_op1(g, "Slice", 5, in);
 }
 static int b_tile(fr_graph *g, int x)
 {
     int64_t reps[3] = {2, 1, 3};
     int in[2] = {x, ints1(g, "reps", 3, reps)};
-    return op1(g, "Tile", 2, in);
+    return fr_gc_op1(g, "Tile", 2, in);
 }
 static int b_gather_elements(fr_graph *g, int x)
 {
     int64_t qd[3] = {3, 4, 5}, idx[60];
     for (int i = 0; i < 60; i++) idx[i] = (i * 7) % 4 - (i & 1 ? 4 : 0);
     int in[2] = {x, ints(g, "idx", 3, qd, idx)}, y;
-    int nid = mk(g, "GatherElements", "", 2, in, 1, &y);
+    int nid = fr_gc_node(g, "GatherElements", "", 2, in, 1, &y);
     FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "axis", 1));
     FR_ASSERT_OK(fr_node_infer(g, nid));
     return y;
@@ -806,7 +693,7 @@ static int b_gather_nd(fr_graph *g, int x)
     int64_t qd[3] = {3, 6, 1}, idx[18];
     for (int i = 0; i < 18; i++) idx[i] = i % 4 - 1;
     int in[2] = {x, ints(g, "idx", 3, qd, idx)}, y;
-    int nid = mk(g, "GatherND", "", 2, in, 1, &y);
+    int nid = fr_gc_node(g, "GatherND", "", 2, in, 1, &y);
     FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "batch_dims", 1));
     FR_ASSERT_OK(fr_node_infer(g, nid));
     return y;
@@ -837,11 +724,11 @@ static void test_f32_vs_f64(void)
         fr_graph *gs[2];
         fr_tensor **ts[2];
         for (int p = 0; p < 2; p++) {
-            fr_graph *g = gs[p] = new_graph(12); /* axes attributes, batch_dims */
-            int x = const_input(g, "x", p ? FR_F64 : FR_F32, 3, d, xs), grads[1];
+            fr_graph *g = gs[p] = fr_gc_new_graph(12); /* axes attributes, batch_dims */
+            int x = fr_gc_add_values(g, "x", p ? FR_F64 : FR_F32, 3, d, xs), grads[1];
             int y = cases[c].fn(g, x);
-            ts[p] = backprop(g, y, dy, 1, &x, grads);
-            res[p] = grad_tensor(g, ts[p], grads[0]);
+            ts[p] = fr_gc_backprop(g, y, dy, 1, &x, grads);
+            res[p] = fr_gc_value(g, ts[p], grads[0]);
             CU_ASSERT_EQUAL(res[p]->dtype, p ? FR_F64 : FR_F32);
         }
         const float *a = res[0]->data;
@@ -864,23 +751,23 @@ static void test_f32_vs_f64(void)
 static void test_chain(void)
 {
     fr_rng r = fr_test_rng("chain");
-    fr_graph *g = new_graph(18);
+    fr_graph *g = fr_gc_new_graph(18);
     int64_t de[2] = {6, 4}, qd[2] = {2, 3}, ids[6] = {1, 5, 1, -1, 0, 2};
     int emb = fr_gc_add_input(g, &r, "emb", FR_F64, 2, de, NULL);
     int in[2] = {emb, ints(g, "ids", 2, qd, ids)};
-    int h = op1(g, "Gather", 2, in); /* [2,3,4] */
+    int h = fr_gc_op1(g, "Gather", 2, in); /* [2,3,4] */
     int64_t shape[4] = {2, 3, 2, 2};
     int in2[2] = {h, ints1(g, "shape", 4, shape)};
-    int h2 = op1(g, "Reshape", 2, in2), h3, nid;
+    int h2 = fr_gc_op1(g, "Reshape", 2, in2), h3, nid;
     int64_t perm[4] = {0, 2, 1, 3};
-    nid = mk(g, "Transpose", "", 1, &h2, 1, &h3); /* [2,2,3,2] */
+    nid = fr_gc_node(g, "Transpose", "", 1, &h2, 1, &h3); /* [2,2,3,2] */
     FR_ASSERT_OK(fr_node_set_attr_ints(&g->nodes[nid], "perm", 4, perm));
     FR_ASSERT_OK(fr_node_infer(g, nid));
     int64_t s[1] = {1}, e[1] = {3}, a[1] = {2};
     int in3[4] = {h3, ints1(g, "s", 1, s), ints1(g, "e", 1, e), ints1(g, "a", 1, a)};
-    int h4 = op1(g, "Slice", 4, in3); /* [2,2,2,2] */
+    int h4 = fr_gc_op1(g, "Slice", 4, in3); /* [2,2,2,2] */
     int in4[2] = {h4, h4};
-    int h5 = op1(g, "Mul", 2, in4);
+    int h5 = fr_gc_op1(g, "Mul", 2, in4);
     int64_t axes[1] = {-1};
     int y = reduce_node(g, "ReduceMean", h5, 1, 1, axes, 0, -1);
     check(g, &r, y, 1, &emb, "Gather-Reshape-Transpose-Slice-Mul-ReduceMean");
@@ -892,13 +779,13 @@ static void test_chain(void)
 static void test_errors(void)
 {
     fr_rng r = fr_test_rng("errors");
-    fr_graph *g = new_graph(13);
+    fr_graph *g = fr_gc_new_graph(13);
     int64_t d[1] = {3}, qd[1] = {3}, bad_idx[3] = {0, 7, 1};
     int dy = fr_gc_add_input(g, &r, "dy", FR_F64, 1, d, NULL);
     int iv = fr_gc_add_input(g, &r, "idx", FR_I64, 1, qd, bad_idx);
     int in[2] = {dy, iv}, out;
     /* an index past the data: a range error at run time, nothing written */
-    int nid = mk(g, "GatherGrad", FR_DOMAIN_FP8RUN, 2, in, 1, &out);
+    int nid = fr_gc_node(g, "GatherGrad", FR_DOMAIN_FP8RUN, 2, in, 1, &out);
     int64_t shape[2] = {4, 1};
     FR_ASSERT_OK(fr_node_set_attr_ints(&g->nodes[nid], "shape", 1, shape));
     FR_ASSERT_OK(fr_node_infer(g, nid));
@@ -909,12 +796,12 @@ static void test_errors(void)
     fr_gc_free_tensors(g, t);
     free(t);
     /* dy that is not the forward output's shape */
-    nid = mk(g, "GatherGrad", FR_DOMAIN_FP8RUN, 2, in, 1, &out);
+    nid = fr_gc_node(g, "GatherGrad", FR_DOMAIN_FP8RUN, 2, in, 1, &out);
     FR_ASSERT_OK(fr_node_set_attr_ints(&g->nodes[nid], "shape", 2, shape));
     CU_ASSERT_EQUAL(fr_node_infer(g, nid), FR_ERR_SHAPE);
     CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), g->nodes[nid].name));
     /* ReduceGrad: unknown kind, wrong input count */
-    nid = mk(g, "ReduceGrad", FR_DOMAIN_FP8RUN, 1, &dy, 1, &out);
+    nid = fr_gc_node(g, "ReduceGrad", FR_DOMAIN_FP8RUN, 1, &dy, 1, &out);
     FR_ASSERT_OK(fr_node_set_attr_string(&g->nodes[nid], "kind", "Median"));
     FR_ASSERT_OK(fr_node_set_attr_ints(&g->nodes[nid], "axes", 0, NULL));
     FR_ASSERT_OK(fr_node_set_attr_ints(&g->nodes[nid], "shape", 1, d));
@@ -924,7 +811,7 @@ static void test_errors(void)
     CU_ASSERT_EQUAL(fr_node_infer(g, nid), FR_ERR_GRAPH);
     CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), g->nodes[nid].name));
     /* SliceGrad: dy does not fit where the plan puts it */
-    nid = mk(g, "SliceGrad", FR_DOMAIN_FP8RUN, 1, &dy, 1, &out);
+    nid = fr_gc_node(g, "SliceGrad", FR_DOMAIN_FP8RUN, 1, &dy, 1, &out);
     int64_t sh[1] = {4}, st[1] = {2}, stp[1] = {1};
     FR_ASSERT_OK(fr_node_set_attr_ints(&g->nodes[nid], "shape", 1, sh));
     FR_ASSERT_OK(fr_node_set_attr_ints(&g->nodes[nid], "starts", 1, st));
@@ -932,13 +819,13 @@ static void test_errors(void)
     CU_ASSERT_EQUAL(fr_node_infer(g, nid), FR_ERR_SHAPE);
     CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), g->nodes[nid].name));
     /* TileGrad: 3 is not a tiling of 2 */
-    nid = mk(g, "TileGrad", FR_DOMAIN_FP8RUN, 1, &dy, 1, &out);
+    nid = fr_gc_node(g, "TileGrad", FR_DOMAIN_FP8RUN, 1, &dy, 1, &out);
     int64_t two[1] = {2};
     FR_ASSERT_OK(fr_node_set_attr_ints(&g->nodes[nid], "shape", 1, two));
     CU_ASSERT_EQUAL(fr_node_infer(g, nid), FR_ERR_SHAPE);
     /* float16 dy is refused clearly */
     int dy16 = fr_gc_add_input(g, &r, "dy16", FR_F16, 1, d, NULL);
-    nid = mk(g, "TileGrad", FR_DOMAIN_FP8RUN, 1, &dy16, 1, &out);
+    nid = fr_gc_node(g, "TileGrad", FR_DOMAIN_FP8RUN, 1, &dy16, 1, &out);
     FR_ASSERT_OK(fr_node_set_attr_ints(&g->nodes[nid], "shape", 1, d));
     CU_ASSERT_EQUAL(fr_node_infer(g, nid), FR_ERR_UNSUPPORTED);
     CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "float16"));

@@ -123,17 +123,6 @@ typedef struct lgraph {
     float scale_x, scale_w, scale_dy;
 } lgraph;
 
-static fr_graph *new_graph(void)
-{
-    fr_graph *g = NULL;
-    if (fr_graph_new(&g) != FR_OK) return NULL;
-    g->opsets = calloc(1, sizeof *g->opsets);
-    g->opsets[0].domain = strdup("");
-    g->opsets[0].version = 17;
-    g->n_opsets = 1;
-    return g;
-}
-
 static int const_scalar(fr_graph *g, const char *name, float v)
 {
     int64_t one = 1;
@@ -161,7 +150,7 @@ static float arr_amax(const float *x, int64_t n)
 static fr_status build(lgraph *L, const lcase *c, fr_rng *r)
 {
     memset(L, 0, sizeof *L);
-    L->g = new_graph();
+    L->g = fr_gc_new_graph(17);
     fr_graph *g = L->g;
     int64_t xd[4], wd[2] = {c->transB ? c->N : c->K, c->transB ? c->K : c->N};
     L->M = 1;

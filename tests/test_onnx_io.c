@@ -15,11 +15,8 @@
 #include "graph/onnx_io.h"
 #include "harness.h"
 #include "onnx_test_util.h"
-#include "schema/onnx.pb-c.h"
 
 /* ---- small test utilities ---- */
-
-/* allocations made while building protobuf messages, freed after each test */
 
 static long file_size(const char *path)
 {
@@ -31,181 +28,6 @@ static int streq0(const char *a, const char *b)
 {
     if (!a || !b) return a == b || (!a && b && !b[0]) || (!b && a && !a[0]);
     return strcmp(a, b) == 0;
-}
-
-/* ---- protobuf model builder (test side) ---- */
-
-typedef struct mbuild {
-    Onnx__ModelProto m;
-    Onnx__GraphProto g;
-    Onnx__OperatorSetIdProto os[4], *osp[4];
-    Onnx__NodeProto *node[32];
-    Onnx__TensorProto *init[40];
-    Onnx__ValueInfoProto *in[40], *out[40], *vi[40];
-} mbuild;
-
-static void mb_init(mbuild *b, int64_t opset)
-{
-    memset(b, 0, sizeof *b);
-    onnx__model_proto__init(&b->m);
-    onnx__graph_proto__init(&b->g);
-    b->m.graph = &b->g;
-    b->m.has_ir_version = 1;
-    b->m.ir_version = 9;
-    b->m.producer_name = "fp8run-test";
-    for (int i = 0; i < 4; i++) {
-        onnx__operator_set_id_proto__init(&b->os[i]);
-        b->osp[i] = &b->os[i];
-    }
-    b->os[0].domain = "";
-    b->os[0].has_version = 1;
-    b->os[0].version = opset;
-    b->m.n_opset_import = 1;
-    b->m.opset_import = b->osp;
-    b->g.name = "test_graph";
-    b->g.node = b->node;
-    b->g.initializer = b->init;
-    b->g.input = b->in;
-    b->g.output = b->out;
-    b->g.value_info = b->vi;
-}
-
-/* "a,,b" -> {"a", "", "b"}; "" -> none */
-static char **split_names(const char *s, size_t *n)
-{
-    *n = 0;
-    if (!s || !s[0]) return NULL;
-    char **v = keep(calloc(32, sizeof *v));
-    const char *p = s;
-    for (;;) {
-        const char *e = strchr(p, ',');
-        size_t len = e ? (size_t)(e - p) : strlen(p);
-        char *x = keep(calloc(len + 1, 1));
-        memcpy(x, p, len);
-        v[(*n)++] = x;
-        if (!e) break;
-        p = e + 1;
-    }
-    return v;
-}
-
-static Onnx__NodeProto *mb_node(mbuild *b, const char *op, const char *name, const char *ins,
-                                const char *outs)
-{
-    Onnx__NodeProto *n = keep(calloc(1, sizeof *n));
-    onnx__node_proto__init(n);
-    n->op_type = kstr(op);
-    n->name = name ? kstr(name) : NULL;
-    n->input = split_names(ins, &n->n_input);
-    n->output = split_names(outs, &n->n_output);
-    n->attribute = keep(calloc(16, sizeof *n->attribute));
-    b->node[b->g.n_node++] = n;
-    return n;
-}
-
-static Onnx__AttributeProto *node_attr(Onnx__NodeProto *n, const char *name, int type)
-{
-    Onnx__AttributeProto *a = keep(calloc(1, sizeof *a));
-    onnx__attribute_proto__init(a);
-    a->name = kstr(name);
-    if (type) {
-        a->has_type = 1;
-        a->type = (Onnx__AttributeProto__AttributeType)type;
-    }
-    n->attribute[n->n_attribute++] = a;
-    return a;
-}
-
-/* shape: NULL = no shape, "" = scalar, "2,batch,?" = dims (name = dim_param, ? = unknown) */
-static Onnx__ValueInfoProto *mk_vi(const char *name, int dt, const char *shape)
-{
-    Onnx__ValueInfoProto *vi = keep(calloc(1, sizeof *vi));
-    onnx__value_info_proto__init(vi);
-    vi->name = kstr(name);
-    Onnx__TypeProto *tp = keep(calloc(1, sizeof *tp));
-    onnx__type_proto__init(tp);
-    Onnx__TypeProto__Tensor *tt = keep(calloc(1, sizeof *tt));
-    onnx__type_proto__tensor__init(tt);
-    tp->value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
-    tp->tensor_type = tt;
-    tt->has_elem_type = 1;
-    tt->elem_type = dt;
-    vi->type = tp;
-    if (!shape) return vi;
-    Onnx__TensorShapeProto *sh = keep(calloc(1, sizeof *sh));
-    onnx__tensor_shape_proto__init(sh);
-    size_t nd;
-    char **parts = split_names(shape, &nd);
-    sh->dim = keep(calloc(nd + 1, sizeof *sh->dim));
-    for (size_t i = 0; i < nd; i++) {
-        Onnx__TensorShapeProto__Dimension *d = keep(calloc(1, sizeof *d));
-        onnx__tensor_shape_proto__dimension__init(d);
-        if (parts[i][0] >= '0' && parts[i][0] <= '9') {
-            d->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
-            d->dim_value = atoll(parts[i]);
-        } else if (strcmp(parts[i], "?") != 0) {
-            d->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
-            d->dim_param = parts[i];
-        }
-        sh->dim[sh->n_dim++] = d;
-    }
-    tt->shape = sh;
-    return vi;
-}
-
-static Onnx__TensorProto *mk_tensor(const char *name, int dt, int rank, const int64_t *dims)
-{
-    Onnx__TensorProto *t = keep(calloc(1, sizeof *t));
-    onnx__tensor_proto__init(t);
-    t->name = name ? kstr(name) : NULL;
-    t->has_data_type = 1;
-    t->data_type = dt;
-    t->n_dims = (size_t)rank;
-    t->dims = keep(calloc((size_t)rank + 1, sizeof(int64_t)));
-    for (int i = 0; i < rank; i++) t->dims[i] = dims[i];
-    return t;
-}
-
-static void set_raw(Onnx__TensorProto *t, const void *d, size_t n)
-{
-    t->has_raw_data = 1;
-    t->raw_data.len = n;
-    t->raw_data.data = keep(malloc(n ? n : 1));
-    if (n) memcpy(t->raw_data.data, d, n);
-}
-
-static void set_external(Onnx__TensorProto *t, const char *loc, long offset, long length)
-{
-    t->has_data_location = 1;
-    t->data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
-    t->external_data = keep(calloc(3, sizeof *t->external_data));
-    const char *keys[3] = {"location", "offset", "length"};
-    char buf[3][32] = {""};
-    snprintf(buf[1], 32, "%ld", offset);
-    snprintf(buf[2], 32, "%ld", length);
-    for (int i = 0; i < 3; i++) {
-        if ((i == 1 && offset < 0) || (i == 2 && length < 0)) continue;
-        Onnx__StringStringEntryProto *kv = keep(calloc(1, sizeof *kv));
-        onnx__string_string_entry_proto__init(kv);
-        kv->key = kstr(keys[i]);
-        kv->value = kstr(i == 0 ? loc : buf[i]);
-        t->external_data[t->n_external_data++] = kv;
-    }
-}
-
-static void *mb_pack(mbuild *b, size_t *len)
-{
-    *len = onnx__model_proto__get_packed_size(&b->m);
-    void *buf = keep(malloc(*len ? *len : 1));
-    CU_ASSERT_EQUAL(onnx__model_proto__pack(&b->m, buf), *len);
-    return buf;
-}
-
-static void mb_save(mbuild *b, const char *path)
-{
-    size_t len;
-    void *buf = mb_pack(b, &len);
-    write_bytes(path, buf, len);
 }
 
 /* ---- dtypes ---- */
@@ -304,7 +126,10 @@ static void build_dtype_model(mbuild *b, int enc, unsigned char data[][DT_NUMEL 
         if (enc == 0) set_raw(t, data[i], nb);
         if (enc == 1) set_typed(t, dt, data[i], DT_NUMEL);
         if (enc == 2) {
-            set_external(t, "weights.bin", off, i % 2 ? (long)nb : -1); /* length optional */
+            char so[32], sl[32];
+            snprintf(so, sizeof so, "%ld", off);
+            snprintf(sl, sizeof sl, "%zu", nb);
+            set_external(t, "weights.bin", so, i % 2 ? sl : NULL); /* length optional */
             CU_ASSERT_EQUAL(fwrite(data[i], 1, nb, f), nb);
             off += (long)nb;
         }
@@ -926,10 +751,10 @@ static void test_external_data_ok(void)
     int64_t d6[1] = {6}, d4[1] = {4}, d2[1] = {2};
     Onnx__TensorProto *ta = mk_tensor("a", FR_F32, 1, d6), *tb = mk_tensor("b", FR_F32, 1, d4),
                       *tc = mk_tensor("c", FR_F32, 1, d2), *tl = mk_tensor("l", FR_F32, 1, d2);
-    set_external(ta, "blob.bin", 8, 24);
-    set_external(tb, "./blob.bin", 40, -1);
-    set_external(tc, "data/c.bin", -1, -1);
-    set_external(tl, "link.bin", 0, 8);
+    set_external(ta, "blob.bin", "8", "24");
+    set_external(tb, "./blob.bin", "40", NULL);
+    set_external(tc, "data/c.bin", NULL, NULL);
+    set_external(tl, "link.bin", "0", "8");
     b.init[b.g.n_initializer++] = ta;
     b.init[b.g.n_initializer++] = tb;
     b.init[b.g.n_initializer++] = tc;

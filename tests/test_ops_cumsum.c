@@ -8,17 +8,6 @@
 #include "ops/op.h"
 #include "passes/autodiff.h"
 
-static fr_graph *new_graph(void)
-{
-    fr_graph *g = NULL;
-    if (fr_graph_new(&g) != FR_OK) return NULL;
-    g->opsets = calloc(1, sizeof *g->opsets);
-    g->opsets[0].domain = strdup("");
-    g->opsets[0].version = 14;
-    g->n_opsets = 1;
-    return g;
-}
-
 static int add_cumsum(fr_graph *g, int x, int axis_vid, int exclusive, int reverse)
 {
     int y, nid, in[2] = {x, axis_vid};
@@ -37,7 +26,7 @@ static void test_forward(void)
     for (int axis = -3; axis < 3; axis++) {
         for (int mode = 0; mode < 4; mode++) {
             int ex = mode & 1, rev = mode >> 1;
-            fr_graph *g = new_graph();
+            fr_graph *g = fr_gc_new_graph(14);
             int x = fr_gc_add_input(g, &r, "x", FR_F64, 3, dims, NULL);
             int64_t av = axis;
             int a = fr_gc_add_input(g, &r, "axis", FR_I64, 0, NULL, &av);
@@ -74,7 +63,7 @@ static void test_forward(void)
 static void test_int64_and_errors(void)
 {
     fr_rng r = fr_test_rng("cumsum_int");
-    fr_graph *g = new_graph();
+    fr_graph *g = fr_gc_new_graph(14);
     int64_t d[2] = {2, 3}, vals[6] = {1, 1, 1, 0, 1, 1}, one = 1;
     int x = fr_gc_add_input(g, &r, "mask", FR_I64, 2, d, vals);
     int a = fr_gc_add_input(g, &r, "axis", FR_I64, 0, NULL, &one);

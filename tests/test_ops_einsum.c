@@ -7,17 +7,6 @@
 #include "ops/op.h"
 #include "passes/autodiff.h"
 
-static fr_graph *new_graph(void)
-{
-    fr_graph *g = NULL;
-    if (fr_graph_new(&g) != FR_OK) return NULL;
-    g->opsets = calloc(1, sizeof *g->opsets);
-    g->opsets[0].domain = strdup("");
-    g->opsets[0].version = 14;
-    g->n_opsets = 1;
-    return g;
-}
-
 static fr_status add_einsum(fr_graph *g, const char *eq, int n_in, const int *in, int *out)
 {
     int nid;
@@ -31,7 +20,7 @@ static void test_outer_and_attention(void)
 {
     fr_rng r = fr_test_rng("einsum_fwd");
     /* torch.outer as exported: "i,j->ij" */
-    fr_graph *g = new_graph();
+    fr_graph *g = fr_gc_new_graph(14);
     int64_t di[1] = {7}, dj[1] = {5};
     int a = fr_gc_add_input(g, &r, "a", FR_F32, 1, di, NULL), b = fr_gc_add_input(g, &r, "b", FR_F32, 1, dj, NULL);
     int in[2] = {a, b}, y;
@@ -45,7 +34,7 @@ static void test_outer_and_attention(void)
     free(t);
     fr_graph_free(g);
     /* attention scores "bhqd,bhkd->bhqk" with a batch-broadcast operand */
-    g = new_graph();
+    g = fr_gc_new_graph(14);
     int64_t dq[4] = {2, 3, 4, 5}, dk[4] = {1, 3, 6, 5};
     int q = fr_gc_add_input(g, &r, "q", FR_F64, 4, dq, NULL), k = fr_gc_add_input(g, &r, "k", FR_F64, 4, dk, NULL);
     int in2[2] = {q, k};
@@ -75,7 +64,7 @@ static void test_outer_and_attention(void)
 static void test_implicit_and_errors(void)
 {
     fr_rng r = fr_test_rng("einsum_err");
-    fr_graph *g = new_graph();
+    fr_graph *g = fr_gc_new_graph(14);
     int64_t d2[2] = {3, 4}, d3[2] = {4, 2};
     int a = fr_gc_add_input(g, &r, "a", FR_F64, 2, d2, NULL), b = fr_gc_add_input(g, &r, "b", FR_F64, 2, d3, NULL);
     int in[2] = {a, b}, y;
@@ -84,16 +73,16 @@ static void test_implicit_and_errors(void)
     CU_ASSERT_EQUAL(g->values[y].dims[1], 2);
     CU_ASSERT(fr_gradcheck(g, &r, y, 2, in) < 1e-6);
     fr_graph_free(g);
-    g = new_graph();
+    g = fr_gc_new_graph(14);
     a = fr_gc_add_input(g, &r, "a", FR_F64, 2, d2, NULL);
     CU_ASSERT_EQUAL(add_einsum(g, "ii->i", 1, &a, &y), FR_ERR_UNSUPPORTED);
     CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "diagonal"));
     fr_graph_free(g);
-    g = new_graph();
+    g = fr_gc_new_graph(14);
     a = fr_gc_add_input(g, &r, "a", FR_F64, 2, d2, NULL);
     CU_ASSERT_EQUAL(add_einsum(g, "...i->i", 1, &a, &y), FR_ERR_UNSUPPORTED);
     fr_graph_free(g);
-    g = new_graph();
+    g = fr_gc_new_graph(14);
     a = fr_gc_add_input(g, &r, "a", FR_F64, 2, d2, NULL);
     CU_ASSERT_EQUAL(add_einsum(g, "ijk->i", 1, &a, &y), FR_ERR_SHAPE);
     fr_graph_free(g);

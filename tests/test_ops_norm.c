@@ -11,32 +11,7 @@
 
 #include "op_harness.h"
 
-/* ---- parameter shapes relative to X and axis ---- */
-
-typedef enum pshape { P_EXACT, P_LAST, P_LEAD1, P_FULL, P_SIZE1 } pshape;
-
-/* P_EXACT: X.dims[axis:]; P_LAST: [X.dims[-1]]; P_LEAD1: [1] + X.dims[axis:];
- * P_FULL: X.dims (varies per row); P_SIZE1: X.dims[axis:] with its first dim set to 1. */
-static int param_shape(pshape p, const fr_tensor *x, int axis, int64_t *d)
-{
-    int r = 0;
-    switch (p) {
-    case P_EXACT:
-    case P_SIZE1:
-        for (int k = axis; k < x->rank; k++) d[r++] = x->dims[k];
-        if (p == P_SIZE1) d[0] = 1;
-        return r;
-    case P_LAST: d[0] = x->dims[x->rank - 1]; return 1;
-    case P_LEAD1:
-        d[r++] = 1;
-        for (int k = axis; k < x->rank; k++) d[r++] = x->dims[k];
-        return r;
-    case P_FULL:
-        for (int k = 0; k < x->rank; k++) d[r++] = x->dims[k];
-        return r;
-    }
-    return 0;
-}
+/* ---- cases (Scale / B shapes: tt_param_shape) ---- */
 
 typedef struct shp {
     int r;
@@ -48,21 +23,21 @@ static const shp xshapes[] = {
 };
 
 /* One LayerNormalization / RMSNormalization run against the reference. */
-static void run_norm(fr_rng *rng, fr_dtype dt, int rms, const shp *xs, int axis, pshape sp,
-                     int bias, pshape bp, int stats, float eps, double tol)
+static void run_norm(fr_rng *rng, fr_dtype dt, int rms, const shp *xs, int axis, tt_pshape sp, int bias, tt_pshape bp,
+                     int stats, float eps, double tol)
 {
     fr_tensor *x = tt_randn(rng, dt, xs->r, xs->d, rms ? 0.5 : 3.0, 2.0);
     int a = axis < 0 ? axis + xs->r : axis;
     int64_t sd[FR_MAX_RANK + 1], bd[FR_MAX_RANK + 1];
-    int sr = param_shape(sp, x, a, sd);
+    int sr = tt_param_shape(sp, x->rank, x->dims, a, sd);
     if (sr > xs->r) { /* [1] + dims[axis:] only fits when axis > 0 */
         fr_tensor_free(x);
         return;
     }
     fr_tensor *s = tt_randn(rng, dt, sr, sd, 1.0, 0.5), *b = NULL;
     if (bias) {
-        int br = param_shape(bp, x, a, bd);
-        if (br > xs->r) br = param_shape(P_EXACT, x, a, bd);
+        int br = tt_param_shape(bp, x->rank, x->dims, a, bd);
+        if (br > xs->r) br = tt_param_shape(TT_P_EXACT, x->rank, x->dims, a, bd);
         b = tt_randn(rng, dt, br, bd, 0.0, 1.0);
     }
     fr_tensor *ins[3] = {x, s, b};
@@ -144,12 +119,12 @@ static void test_norm_sweep(int rms)
     for (int xi = 0; xi < (int)(sizeof xshapes / sizeof xshapes[0]); xi++) {
         const shp *xs = &xshapes[xi];
         for (int axis = -xs->r; axis < xs->r; axis++)
-            for (int sp = P_EXACT; sp <= P_SIZE1; sp++)
+            for (int sp = TT_P_EXACT; sp <= TT_P_SIZE1; sp++)
                 for (int bias = 0; bias < (rms ? 1 : 2); bias++)
                     for (int stats = 0; stats < (rms ? 1 : 3); stats++) {
-                        pshape bp = (pshape)((sp + 1 + stats) % 5);
+                        tt_pshape bp = (tt_pshape)((sp + 1 + stats) % 5);
                         float eps = (runs % 3 == 0) ? 1e-3f : 1e-5f;
-                        run_norm(&r, FR_F32, rms, xs, axis, (pshape)sp, bias, bp, stats, eps, 1e-6);
+                        run_norm(&r, FR_F32, rms, xs, axis, (tt_pshape)sp, bias, bp, stats, eps, 1e-6);
                         runs++;
                     }
     }
@@ -162,9 +137,9 @@ static void test_rmsnorm(void) { test_norm_sweep(1); }
 static void test_norm_f64(void)
 {
     fr_rng r = fr_test_rng("norm_f64");
-    run_norm(&r, FR_F64, 0, &xshapes[0], -1, P_EXACT, 1, P_EXACT, 1, 1e-5f, 1e-12);
-    run_norm(&r, FR_F64, 0, &xshapes[0], 1, P_LAST, 1, P_FULL, 1, 1e-5f, 1e-12);
-    run_norm(&r, FR_F64, 1, &xshapes[0], 1, P_EXACT, 0, P_EXACT, 0, 1e-5f, 1e-12);
+    run_norm(&r, FR_F64, 0, &xshapes[0], -1, TT_P_EXACT, 1, TT_P_EXACT, 1, 1e-5f, 1e-12);
+    run_norm(&r, FR_F64, 0, &xshapes[0], 1, TT_P_LAST, 1, TT_P_FULL, 1, 1e-5f, 1e-12);
+    run_norm(&r, FR_F64, 1, &xshapes[0], 1, TT_P_EXACT, 0, TT_P_EXACT, 0, 1e-5f, 1e-12);
 }
 
 /* A constant row has zero variance: Y = B exactly and InvStdDev = 1 / sqrt(epsilon). */

@@ -7,23 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
+#include "gradcheck.h"
 #include "ops/op.h"
 #include "passes/passes.h"
 #include "runtime/executor.h"
 
 /* ---- graph building helpers ---- */
-
-static fr_graph *new_graph(int64_t opset)
-{
-    fr_graph *g = NULL;
-    if (fr_graph_new(&g) != FR_OK) return NULL;
-    g->opsets = calloc(1, sizeof *g->opsets);
-    g->opsets[0].domain = strdup("");
-    g->opsets[0].version = opset;
-    g->n_opsets = 1;
-    return g;
-}
 
 static int val(fr_graph *g, const char *name)
 {
@@ -86,7 +75,7 @@ static int have_ops(const char *const *ops)
  * Unsqueeze(Gather(Shape(x), 1)), [2, 2])) : only the Reshape may survive. */
 static fr_graph *shape_chain_graph(void)
 {
-    fr_graph *g = new_graph(13);
+    fr_graph *g = fr_gc_new_graph(13);
     const char *params[3] = {"batch", "seq", NULL};
     int64_t dims[3] = {-1, -1, 4};
     int x = input(g, "x", FR_F32, 3, dims, params);
@@ -164,7 +153,7 @@ static void test_fold_shape_chain(void)
 /* Parameters never fold; integer constants do, below the size cap. */
 static void test_fold_rules(void)
 {
-    fr_graph *g = new_graph(17);
+    fr_graph *g = fr_gc_new_graph(17);
     int64_t d4[1] = {4};
     int x = input(g, "x", FR_F32, 1, d4, NULL);
     int w = val(g, "w"), k = val(g, "k");
@@ -217,7 +206,7 @@ static void test_fold_rules(void)
     fr_graph_free(g);
 
     /* the size cap: with a cap of 3 elements nothing of [4] folds */
-    g = new_graph(17);
+    g = fr_gc_new_graph(17);
     k = val(g, "k");
     FR_ASSERT_OK(fr_tensor_new(FR_I64, 1, d4, "k", &kt));
     FR_ASSERT_OK(fr_graph_set_initializer(g, k, kt));
@@ -236,7 +225,7 @@ static void test_fold_rules(void)
 
 static void test_dce(void)
 {
-    fr_graph *g = new_graph(17);
+    fr_graph *g = fr_gc_new_graph(17);
     int64_t d[2] = {2, 3};
     int x = input(g, "x", FR_F32, 2, d, NULL);
     int a = node1(g, "Neg", "unused_neg", 1, &x, "a");
@@ -251,7 +240,7 @@ static void test_dce(void)
     fr_graph_free(g);
 
     /* a live unsupported op: the error names op, node and opset */
-    g = new_graph(17);
+    g = fr_gc_new_graph(17);
     x = input(g, "x", FR_F32, 2, d, NULL);
     y = node1(g, "NoSuchOp", "the_node", 1, &x, "y");
     fr_graph_mark_output(g, y);
@@ -262,7 +251,7 @@ static void test_dce(void)
     fr_graph_free(g);
 
     /* fr_dce alone: folded outputs count as not needing their producer */
-    g = new_graph(17);
+    g = fr_gc_new_graph(17);
     x = input(g, "x", FR_F32, 2, d, NULL);
     a = node1(g, "Neg", "n1", 1, &x, "a");
     y = node1(g, "Abs", "n2", 1, &a, "y");
@@ -279,7 +268,7 @@ static void test_dce(void)
 
 static void test_identity_removal(void)
 {
-    fr_graph *g = new_graph(17);
+    fr_graph *g = fr_gc_new_graph(17);
     int64_t d[1] = {5};
     int x = input(g, "x", FR_F32, 1, d, NULL);
     /* x -> Identity -> a -> Neg -> t -> Identity -> u -> Identity -> out (graph output) */
@@ -344,7 +333,7 @@ static void test_identity_removal(void)
 
 static fr_graph *sym_graph(void)
 {
-    fr_graph *g = new_graph(17);
+    fr_graph *g = fr_gc_new_graph(17);
     const char *params[2] = {"batch", "seq"};
     int64_t dims[2] = {-1, -1};
     int x = input(g, "ids", FR_F32, 2, dims, params);
@@ -428,7 +417,7 @@ static fr_status lazy_infer(fr_graph *g, int node_id)
 static void test_infer_checks(void)
 {
     /* an op whose infer leaves the output without a shape is an internal error naming it */
-    fr_graph *g = new_graph(17);
+    fr_graph *g = fr_gc_new_graph(17);
     int64_t d[1] = {3};
     int x = input(g, "x", FR_F32, 1, d, NULL);
     int y = node1(g, "Neg", "lazy_node", 1, &x, "y");
@@ -443,7 +432,7 @@ static void test_infer_checks(void)
     fr_graph_free(g);
 
     /* the model declares an output shape inference disagrees with */
-    g = new_graph(17);
+    g = fr_gc_new_graph(17);
     x = input(g, "x", FR_F32, 1, d, NULL);
     y = node1(g, "Neg", "neg", 1, &x, "y");
     fr_graph_mark_output(g, y);
@@ -455,7 +444,7 @@ static void test_infer_checks(void)
     fr_graph_free(g);
 
     /* a graph output nothing produces */
-    g = new_graph(17);
+    g = fr_gc_new_graph(17);
     x = input(g, "x", FR_F32, 1, d, NULL);
     y = val(g, "orphan");
     fr_graph_mark_output(g, y);
@@ -470,7 +459,7 @@ static void test_infer_checks(void)
  * and results match a double-precision reference on fresh inputs, run after run. */
 static void test_exec_pool_and_reuse(void)
 {
-    fr_graph *g = new_graph(17);
+    fr_graph *g = fr_gc_new_graph(17);
     int64_t d[2] = {8, 16}, db[1] = {16};
     int x = input(g, "x", FR_F32, 2, d, NULL);
     int b = input(g, "b", FR_F32, 1, db, NULL);
@@ -535,7 +524,7 @@ static fr_status failing_cpu(const fr_kernel_ctx *ctx)
 
 static void test_exec_inputs_and_errors(void)
 {
-    fr_graph *g = new_graph(17);
+    fr_graph *g = fr_gc_new_graph(17);
     int64_t d[2] = {2, 3};
     int x = input(g, "x", FR_F32, 2, d, NULL);
     int y = node1(g, "Neg", "neg_node", 1, &x, "y");

@@ -12,17 +12,6 @@
 #include "passes/retie.h"
 #include "passes/unshare.h"
 
-static fr_graph *new_graph(void)
-{
-    fr_graph *g = NULL;
-    if (fr_graph_new(&g) != FR_OK) return NULL;
-    g->opsets = calloc(1, sizeof *g->opsets);
-    g->opsets[0].domain = strdup("");
-    g->opsets[0].version = 17;
-    g->n_opsets = 1;
-    return g;
-}
-
 static int add_param(fr_graph *g, const char *name, int64_t r, int64_t c, fr_rng *rng)
 {
     int vid;
@@ -58,7 +47,7 @@ static void test_tiny(void)
 {
     fr_rng r = fr_test_rng("retie_tiny");
     const int64_t V = 7, D = 5;
-    fr_graph *g = new_graph();
+    fr_graph *g = fr_gc_new_graph(17);
     int E = add_param(g, "E", V, D, &r);            /* embedding table */
     int C = add_param(g, "E_T_copy", D, V, NULL);   /* E^T, as folding writes it */
     int C2 = add_param(g, "E_copy", V, D, NULL);    /* E itself, copied */
@@ -125,7 +114,7 @@ static void test_tiny(void)
     }
 
     /* sync writes a changed source back into both copies */
-    fr_graph *to = new_graph();
+    fr_graph *to = fr_gc_new_graph(17);
     int tE = add_param(to, "E", V, D, &r), tC = add_param(to, "E_T_copy", D, V, NULL);
     int tC2 = add_param(to, "E_copy", V, D, NULL);
     fr_retie_sync(g, ties, n, to);
@@ -180,7 +169,7 @@ static void test_fixtures(void)
 static void test_unshare(void)
 {
     fr_rng r = fr_test_rng("unshare");
-    fr_graph *g = new_graph();
+    fr_graph *g = fr_gc_new_graph(17);
     int ones = add_param(g, "ln0.weight", 1, 6, NULL), rnd = add_param(g, "emb", 1, 6, &r);
     float *o = g->values[ones].constant->data;
     for (int i = 0; i < 6; i++) o[i] = 1.0f;

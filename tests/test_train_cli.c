@@ -7,7 +7,6 @@
  * PyTorch's losses (tests/fixtures/train). The small model is built here and saved as ONNX. */
 #include <math.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -16,55 +15,7 @@
 #include <unistd.h>
 
 #include "graph/onnx_io.h"
-#include "harness.h"
-
-static char tmp[512];
-static char *out_text, *err_text;
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return strdup("");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, f);
-    s[got] = '\0';
-    fclose(f);
-    return s;
-}
-
-static int cli(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* Run `fp8run ARGS`; stdout/stderr land in out_text/err_text; returns the exit code. */
-static int cli(const char *fmt, ...)
-{
-    char args[4000], cmd[6000], p[600];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    free(out_text);
-    free(err_text);
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s >'%s/stdout' 2>'%s/stderr' </dev/null", tmp, FR_CLI, args, tmp, tmp);
-    int st = system(cmd);
-    snprintf(p, sizeof p, "%s/stdout", tmp);
-    out_text = slurp(p);
-    snprintf(p, sizeof p, "%s/stderr", tmp);
-    err_text = slurp(p);
-    int rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    return rc;
-}
-
-static void show(int rc) { fprintf(stderr, "\n  -> %d\n  stdout: %s\n  stderr: %s\n", rc, out_text, err_text); }
-
-#define EXPECT(call, want_rc, text, needle)                       \
-    do {                                                          \
-        int rc_ = (call);                                         \
-        int ok_ = rc_ == (want_rc) && strstr((text), (needle));   \
-        if (!ok_) show(rc_);                                      \
-        CU_ASSERT(ok_);                                           \
-    } while (0)
+#include "cli_runner.h"
 
 /* ---- fixtures made here ---- */
 
@@ -172,26 +123,16 @@ static const char *P(const char *name)
     static char buf[8][700];
     static int k;
     k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmp, name);
+    snprintf(buf[k], sizeof buf[k], "%s/%s", cli_tmp, name);
     return buf[k];
 }
 
 static int suite_init(void)
 {
-    fr_test_tmpdir(tmp, sizeof tmp);
-    if (!tmp[0]) return 1;
+    if (cli_suite_init()) return 1;
     return write_tiny_model(P("tiny.onnx"), 17, 8, NULL) || write_tiny_model(P("mystery.onnx"), 17, 8, "mystery_input") ||
            write_tokens(P("tok.bin"), 700, 17, -1) || write_tokens(P("val.bin"), 200, 17, -1) ||
            write_tokens(P("bad.bin"), 700, 17, 333) || write_tokens(P("short.bin"), 9, 17, -1);
-}
-
-static int suite_clean(void)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-    free(out_text);
-    free(err_text);
-    return system(cmd) == 0 ? 0 : 1;
 }
 
 /* ---- JSONL ---- */
@@ -199,7 +140,7 @@ static int suite_clean(void)
 /* losses[step-1] from the step records of a JSONL log; returns the number of step records */
 static int read_log(const char *path, double *losses, int max, int *val_records)
 {
-    char *s = slurp(path), *line = s;
+    char *s = cli_slurp(path, NULL), *line = s;
     int n = 0;
     *val_records = 0;
     while (line && *line) {
@@ -227,53 +168,55 @@ static int read_log(const char *path, double *losses, int max, int *val_records)
 
 static void test_help_and_usage(void)
 {
-    EXPECT(cli("train --help"), 0, out_text, "usage: fp8run train MODEL");
-    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "--grad-accum"));
-    EXPECT(cli("eval --help"), 0, out_text, "usage: fp8run eval");
-    EXPECT(cli("export --help"), 0, out_text, "usage: fp8run export CKPT");
-    EXPECT(cli("train tiny.onnx --steps 2 --batch 2 --seq 4 --lr 0.01"), 2, err_text, "--data FILE is required");
-    CU_ASSERT_PTR_NOT_NULL(strstr(err_text, "fp8run: error: "));
-    EXPECT(cli("train tiny.onnx --data tok.bin --steps 2 --batch 2 --seq 4"), 2, err_text, "--lr LR is required");
-    EXPECT(cli("train tiny.onnx --data tok.bin --steps 2 --batch 2 --seq 4 --lr 0.1 --precision fp16"), 2, err_text,
-           "'fp16' is not one of fp32, bf16, fp8");
-    EXPECT(cli("train tiny.onnx --data tok.bin --steps two --batch 2 --seq 4 --lr 0.1"), 2, err_text, "--steps");
-    EXPECT(cli("train tiny.onnx --data tok.bin --steps 2 --batch 2 --seq 4 --lr 0.1 --bogus"), 2, err_text,
-           "unknown option '--bogus'");
-    EXPECT(cli("train tiny.onnx --data tok.bin --steps 2 --batch 2 --seq 4 --lr 0.1 --resume"), 2, err_text,
-           "--resume needs --ckpt-dir");
-    EXPECT(cli("eval tiny.onnx --batch 2 --seq 4"), 2, err_text, "--data FILE is required");
-    EXPECT(cli("export x.ckpt"), 2, err_text, "-o OUT.onnx is required");
+    CLI_EXPECT(cli_run("train --help"), 0, cli_out, "usage: fp8run train MODEL");
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "--grad-accum"));
+    CLI_EXPECT(cli_run("eval --help"), 0, cli_out, "usage: fp8run eval");
+    CLI_EXPECT(cli_run("export --help"), 0, cli_out, "usage: fp8run export CKPT");
+    CLI_EXPECT(cli_run("train tiny.onnx --steps 2 --batch 2 --seq 4 --lr 0.01"), 2, cli_err, "--data FILE is required");
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_err, "fp8run: error: "));
+    CLI_EXPECT(cli_run("train tiny.onnx --data tok.bin --steps 2 --batch 2 --seq 4"), 2, cli_err,
+               "--lr LR is required");
+    CLI_EXPECT(cli_run("train tiny.onnx --data tok.bin --steps 2 --batch 2 --seq 4 --lr 0.1 --precision fp16"), 2,
+               cli_err, "'fp16' is not one of fp32, bf16, fp8");
+    CLI_EXPECT(cli_run("train tiny.onnx --data tok.bin --steps two --batch 2 --seq 4 --lr 0.1"), 2, cli_err, "--steps");
+    CLI_EXPECT(cli_run("train tiny.onnx --data tok.bin --steps 2 --batch 2 --seq 4 --lr 0.1 --bogus"), 2, cli_err,
+               "unknown option '--bogus'");
+    CLI_EXPECT(cli_run("train tiny.onnx --data tok.bin --steps 2 --batch 2 --seq 4 --lr 0.1 --resume"), 2, cli_err,
+               "--resume needs --ckpt-dir");
+    CLI_EXPECT(cli_run("eval tiny.onnx --batch 2 --seq 4"), 2, cli_err, "--data FILE is required");
+    CLI_EXPECT(cli_run("export x.ckpt"), 2, cli_err, "-o OUT.onnx is required");
 }
 
 static void test_failures(void)
 {
-    EXPECT(cli("train tiny.onnx --data bad.bin --steps 40 --batch 2 --seq 5 --lr 0.01 --data-order sequential"), 1,
-           err_text, "fp8run: error: ");
-    CU_ASSERT_PTR_NOT_NULL(strstr(err_text, "vocabulary"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(err_text, "bad.bin"));
-    EXPECT(cli("train tiny.onnx --data short.bin --steps 4 --batch 2 --seq 5 --lr 0.01"), 1, err_text, "short.bin");
-    EXPECT(cli("train mystery.onnx --data tok.bin --steps 4 --batch 2 --seq 5 --lr 0.01"), 1, err_text,
-           "mystery_input");
-    EXPECT(cli("train nowhere.onnx --data tok.bin --steps 4 --batch 2 --seq 5 --lr 0.01"), 1, err_text,
-           "nowhere.onnx");
-    EXPECT(cli("eval tiny.onnx --data short.bin --batch 2 --seq 5"), 1, err_text, "short.bin");
-    EXPECT(cli("export tiny.onnx -o x.onnx"), 1, err_text, "not an fp8run checkpoint");
+    CLI_EXPECT(cli_run("train tiny.onnx --data bad.bin --steps 40 --batch 2 --seq 5 --lr 0.01 --data-order sequential"),
+               1, cli_err, "fp8run: error: ");
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_err, "vocabulary"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_err, "bad.bin"));
+    CLI_EXPECT(cli_run("train tiny.onnx --data short.bin --steps 4 --batch 2 --seq 5 --lr 0.01"), 1, cli_err,
+               "short.bin");
+    CLI_EXPECT(cli_run("train mystery.onnx --data tok.bin --steps 4 --batch 2 --seq 5 --lr 0.01"), 1, cli_err,
+               "mystery_input");
+    CLI_EXPECT(cli_run("train nowhere.onnx --data tok.bin --steps 4 --batch 2 --seq 5 --lr 0.01"), 1, cli_err,
+               "nowhere.onnx");
+    CLI_EXPECT(cli_run("eval tiny.onnx --data short.bin --batch 2 --seq 5"), 1, cli_err, "short.bin");
+    CLI_EXPECT(cli_run("export tiny.onnx -o x.onnx"), 1, cli_err, "not an fp8run checkpoint");
 }
 
 static void test_train_log_ckpt_export(void)
 {
-    EXPECT(cli("train tiny.onnx --data tok.bin --steps 12 --batch 2 --seq 5 --lr 0.02 --data-order sequential "
-               "--log run.jsonl --log-every 5 --val val.bin --val-every 6 --val-batches 3 --ckpt-dir ck "
-               "--ckpt-every 4 --ckpt-keep 2 --export trained.onnx --warmup 2 --min-lr 0.002"),
-           0, out_text, "trained tiny.onnx: 12 steps");
-    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "exported trained.onnx"));
+    CLI_EXPECT(cli_run("train tiny.onnx --data tok.bin --steps 12 --batch 2 --seq 5 --lr 0.02 --data-order sequential "
+                       "--log run.jsonl --log-every 5 --val val.bin --val-every 6 --val-batches 3 --ckpt-dir ck "
+                       "--ckpt-every 4 --ckpt-keep 2 --export trained.onnx --warmup 2 --min-lr 0.002"),
+               0, cli_out, "trained tiny.onnx: 12 steps");
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "exported trained.onnx"));
     /* without a terminal: plain lines every --log-every steps, and the first and last */
-    CU_ASSERT_PTR_NOT_NULL(strstr(err_text, "step 1/12 loss"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(err_text, "step 5/12 loss"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(err_text, "step 12/12 loss"));
-    CU_ASSERT_PTR_NULL(strstr(err_text, "step 7/12 loss"));
-    CU_ASSERT_PTR_NULL(strchr(err_text, '\r'));
-    CU_ASSERT_PTR_NOT_NULL(strstr(err_text, "val loss"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_err, "step 1/12 loss"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_err, "step 5/12 loss"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_err, "step 12/12 loss"));
+    CU_ASSERT_PTR_NULL(strstr(cli_err, "step 7/12 loss"));
+    CU_ASSERT_PTR_NULL(strchr(cli_err, '\r'));
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_err, "val loss"));
     double losses[12];
     int vals;
     CU_ASSERT_EQUAL(read_log(P("run.jsonl"), losses, 12, &vals), 12);
@@ -286,19 +229,20 @@ static void test_train_log_ckpt_export(void)
     CU_ASSERT_NOT_EQUAL(stat(P("ck/step_00000004.ckpt"), &sb), 0);
 
     /* eval of the model, of the exported model and of the checkpoint (model from its record) */
-    EXPECT(cli("eval tiny.onnx --data val.bin --batch 2 --seq 5"), 0, out_text, "loss ");
-    CU_ASSERT_PTR_NOT_NULL(strstr(out_text, "perplexity"));
+    CLI_EXPECT(cli_run("eval tiny.onnx --data val.bin --batch 2 --seq 5"), 0, cli_out, "loss ");
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "perplexity"));
     double l0 = -1, l1 = -2, l2 = -3, ppl = 0;
-    sscanf(out_text, "loss %lf perplexity %lf", &l0, &ppl);
+    sscanf(cli_out, "loss %lf perplexity %lf", &l0, &ppl);
     CU_ASSERT(fabs(ppl - exp(l0)) <= 1e-3 * ppl);
-    EXPECT(cli("eval trained.onnx --data val.bin --batch 2 --seq 5"), 0, out_text, "loss ");
-    sscanf(out_text, "loss %lf", &l1);
-    EXPECT(cli("eval ck/step_00000012.ckpt --data val.bin --batch 2 --seq 5"), 0, out_text, "loss ");
-    sscanf(out_text, "loss %lf", &l2);
+    CLI_EXPECT(cli_run("eval trained.onnx --data val.bin --batch 2 --seq 5"), 0, cli_out, "loss ");
+    sscanf(cli_out, "loss %lf", &l1);
+    CLI_EXPECT(cli_run("eval ck/step_00000012.ckpt --data val.bin --batch 2 --seq 5"), 0, cli_out, "loss ");
+    sscanf(cli_out, "loss %lf", &l2);
     CU_ASSERT(l1 < l0);
     CU_ASSERT_EQUAL(l1, l2);
     /* export of the checkpoint == the --export file's weights */
-    EXPECT(cli("export ck/step_00000012.ckpt --model tiny.onnx -o again.onnx"), 0, out_text, "exported again.onnx");
+    CLI_EXPECT(cli_run("export ck/step_00000012.ckpt --model tiny.onnx -o again.onnx"), 0, cli_out,
+               "exported again.onnx");
     fr_graph *a, *b;
     FR_ASSERT_OK(fr_onnx_load_file(P("trained.onnx"), &a));
     FR_ASSERT_OK(fr_onnx_load_file(P("again.onnx"), &b));
@@ -320,21 +264,21 @@ static void test_resume_exact(void)
                          "--warmup 2 --min-lr 0.001";
     double full[10], resumed[10];
     int vals;
-    EXPECT(cli("%s --steps 10 --log full.jsonl", common), 0, out_text, "10 steps");
+    CLI_EXPECT(cli_run("%s --steps 10 --log full.jsonl", common), 0, cli_out, "10 steps");
     CU_ASSERT_EQUAL(read_log(P("full.jsonl"), full, 10, &vals), 10);
-    EXPECT(cli("%s --steps 10 --log part.jsonl --ckpt-dir rck --ckpt-every 4 --ckpt-keep 0", common), 0, out_text,
-           "10 steps");
+    CLI_EXPECT(cli_run("%s --steps 10 --log part.jsonl --ckpt-dir rck --ckpt-every 4 --ckpt-keep 0", common), 0,
+               cli_out, "10 steps");
     /* corrupt the newest checkpoint: --resume skips it with a warning and takes step 8 */
     FILE *f = fopen(P("rck/step_00000010.ckpt"), "r+b");
     CU_ASSERT_PTR_NOT_NULL_FATAL(f);
     fseek(f, 200, SEEK_SET);
     fputc(0xA5, f);
     fclose(f);
-    EXPECT(cli("%s --steps 10 --log part.jsonl --ckpt-dir rck --resume", common), 0, err_text,
-           "skipping checkpoint");
-    CU_ASSERT_PTR_NOT_NULL(strstr(err_text, "step_00000010.ckpt"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(err_text, "resumed from"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(err_text, "at step 8"));
+    CLI_EXPECT(cli_run("%s --steps 10 --log part.jsonl --ckpt-dir rck --resume", common), 0, cli_err,
+               "skipping checkpoint");
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_err, "step_00000010.ckpt"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_err, "resumed from"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_err, "at step 8"));
     for (int i = 0; i < 10; i++) resumed[i] = NAN;
     /* the log continues: steps 9 and 10 of the first run were dropped, then written again */
     CU_ASSERT_EQUAL(read_log(P("part.jsonl"), resumed, 10, &vals), 10);
@@ -343,7 +287,7 @@ static void test_resume_exact(void)
         CU_ASSERT_EQUAL(full[s], resumed[s]);
     }
     /* nothing left to do */
-    EXPECT(cli("%s --steps 10 --ckpt-dir rck --resume", common), 0, out_text, "10 steps");
+    CLI_EXPECT(cli_run("%s --steps 10 --ckpt-dir rck --resume", common), 0, cli_out, "10 steps");
 }
 
 static void test_ctrl_c(void)
@@ -352,7 +296,7 @@ static void test_ctrl_c(void)
     snprintf(cmd, sizeof cmd,
              "cd '%s' && exec '%s' train tiny.onnx --data tok.bin --batch 2 --seq 5 --lr 0.01 --steps 100000000 "
              "--ckpt-dir intr --log intr.jsonl >intr.out 2>intr.err </dev/null",
-             tmp, FR_CLI);
+             cli_tmp, FR_CLI);
     pid_t pid = fork();
     CU_ASSERT_FATAL(pid >= 0);
     if (pid == 0) {
@@ -371,7 +315,7 @@ static void test_ctrl_c(void)
     waitpid(pid, &status, 0);
     CU_ASSERT(WIFEXITED(status));
     CU_ASSERT_EQUAL(WEXITSTATUS(status), 130);
-    char *err = slurp(P("intr.err"));
+    char *err = cli_slurp(P("intr.err"), NULL);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "interrupted after step"));
     long long step = -1;
     const char *k = strstr(err, "interrupted after step ");
@@ -380,7 +324,7 @@ static void test_ctrl_c(void)
     snprintf(ck, sizeof ck, "intr/step_%08lld.ckpt", step);
     CU_ASSERT_EQUAL(stat(P(ck), &sb), 0);
     /* the log holds exactly the steps taken, the last one complete */
-    char *log = slurp(P("intr.jsonl"));
+    char *log = cli_slurp(P("intr.jsonl"), NULL);
     long long lines = 0;
     for (const char *c = log; *c; c++) lines += *c == '\n';
     CU_ASSERT_EQUAL(lines, step);
@@ -400,9 +344,9 @@ static void test_progress_on_terminal(void)
     snprintf(cmd, sizeof cmd,
              "cd '%s' && script -qec \"'%s' train tiny.onnx --data tok.bin --batch 2 --seq 5 --lr 0.01 --steps 6\" "
              "/dev/null >tty.out 2>&1 </dev/null",
-             tmp, FR_CLI);
+             cli_tmp, FR_CLI);
     CU_ASSERT_EQUAL(system(cmd), 0);
-    char *s = slurp(P("tty.out"));
+    char *s = cli_slurp(P("tty.out"), NULL);
     CU_ASSERT_PTR_NOT_NULL(strstr(s, "\rstep 6/6 | loss "));
     CU_ASSERT_PTR_NOT_NULL(strstr(s, "tok/s"));
     CU_ASSERT_PTR_NOT_NULL(strstr(s, "ETA"));
@@ -424,10 +368,10 @@ static void test_llama_cli_follows_pytorch(void)
         if (line[0] != '#') ref[n++] = strtod(line, NULL);
     fclose(f);
     CU_ASSERT_EQUAL_FATAL(n, 20);
-    EXPECT(cli("train '%s' --data '%s' --steps 20 --batch 2 --seq 13 --lr 1e-3 --weight-decay 0.1 --beta2 0.95 "
-               "--grad-clip 1 --data-order sequential --log llama.jsonl --export llama_trained.onnx",
-               model, data),
-           0, out_text, "20 steps");
+    CLI_EXPECT(cli_run("train '%s' --data '%s' --steps 20 --batch 2 --seq 13 --lr 1e-3 --weight-decay 0.1 --beta2 0.95 "
+                       "--grad-clip 1 --data-order sequential --log llama.jsonl --export llama_trained.onnx",
+                       model, data),
+               0, cli_out, "20 steps");
     CU_ASSERT_EQUAL_FATAL(read_log(P("llama.jsonl"), got, 20, &vals), 20);
     for (int s = 0; s < 20; s++) CU_ASSERT(fabs(got[s] - ref[s]) <= 1e-4 * fabs(ref[s]));
 }
@@ -444,7 +388,7 @@ static CU_TestInfo tests[] = {
 };
 
 static CU_SuiteInfo suites[] = {
-    {"train_cli", suite_init, suite_clean, NULL, NULL, tests},
+    {"train_cli", suite_init, cli_suite_clean, NULL, NULL, tests},
     CU_SUITE_INFO_NULL,
 };
 

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "../../runtime/cuda/cuda_kernel.h"
+#include "../gather_plan.h"
 
 /* The record at offset 0 of every gather-family node's scratch (see above). */
 typedef struct fr_gather_index_error {
@@ -84,6 +85,15 @@ int unit_bytes(size_t es, const uint64_t *v, int n)
     default: LAUNCH(uint4); break;                                                              \
     }
 
+/* A LAUNCH for BY_UNIT: the caller's LAUNCH_I(T, I) with I the C type of its `idx` tensor. */
+#define BY_INDEX(T)                                                                                                    \
+    do {                                                                                                               \
+        if (idx->dtype == FR_I64)                                                                                      \
+            LAUNCH_I(T, int64_t);                                                                                      \
+        else                                                                                                           \
+            LAUNCH_I(T, int32_t);                                                                                      \
+    } while (0)
+
 __device__ void bad_index(fr_gather_index_error *e, int64_t v, int64_t pos, int axis, int64_t size)
 {
     if (atomicCAS(&e->code, 0u, 1u) == 0u) {
@@ -91,105 +101,6 @@ __device__ void bad_index(fr_gather_index_error *e, int64_t v, int64_t pos, int 
         e->index = v;
         e->pos = pos;
         e->size = size;
-    }
-}
-
-/* ---- host-side checks, mirroring ops/gather.c ---- */
-
-fr_status index_dtype_ok(const fr_node *n, fr_dtype dt)
-{
-    if (dt != FR_I64 && dt != FR_I32)
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "indices must be int64 or int32, got %s",
-                             fr_dtype_name(dt));
-    return FR_OK;
-}
-
-fr_status check_out(const fr_node *n, const fr_tensor *y, fr_dtype dt, int rank, const int64_t *dims)
-{
-    int same = y && y->dtype == dt && y->rank == rank;
-    for (int k = 0; same && k < rank; k++) same = y->dims[k] == dims[k];
-    if (!same) {
-        char a[128], b[128];
-        return fr_node_error(n, FR_ERR_SHAPE, "output tensor is %s %s, expected %s %s (re-run shape inference)",
-                             y ? fr_dtype_name(y->dtype) : "missing",
-                             y ? fr_shape_str(y->rank, y->dims, a, sizeof a) : "", fr_dtype_name(dt),
-                             fr_shape_str(rank, dims, b, sizeof b));
-    }
-    return FR_OK;
-}
-
-fr_status gather_axis(const fr_node *n, int rank, int *axis)
-{
-    int64_t a;
-    FR_TRY(fr_node_attr_int(n, "axis", 0, &a));
-    if (rank < 1) return fr_node_error(n, FR_ERR_SHAPE, "data must have rank >= 1");
-    return fr_norm_axis(n, a, rank, axis);
-}
-
-fr_status gather_shape(const fr_node *n, int r, const int64_t *dd, int q, const int64_t *di, int axis, int *rank,
-                       int64_t *dims)
-{
-    if (q + r - 1 > FR_MAX_RANK)
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "output rank %d is above fp8run's limit of %d", q + r - 1,
-                             FR_MAX_RANK);
-    int o = 0;
-    for (int k = 0; k < axis; k++) dims[o++] = dd[k];
-    for (int k = 0; k < q; k++) dims[o++] = di[k];
-    for (int k = axis + 1; k < r; k++) dims[o++] = dd[k];
-    *rank = o;
-    return FR_OK;
-}
-
-fr_status ge_shapes(const fr_node *n, int r, const int64_t *dd, int q, const int64_t *di, int axis)
-{
-    char a[128], b[128];
-    if (q != r)
-        return fr_node_error(n, FR_ERR_SHAPE, "indices %s must have the rank of data %s",
-                             fr_shape_str(q, di, a, sizeof a), fr_shape_str(r, dd, b, sizeof b));
-    for (int k = 0; k < r; k++)
-        if (k != axis && di[k] > dd[k])
-            return fr_node_error(n, FR_ERR_SHAPE,
-                                 "indices %s exceed data %s in dim %d (only the axis may differ freely)",
-                                 fr_shape_str(q, di, a, sizeof a), fr_shape_str(r, dd, b, sizeof b), k);
-    return FR_OK;
-}
-
-fr_status gnd_shape(const fr_node *n, int64_t b, int r, const int64_t *dd, int q, const int64_t *di, int *rank,
-                    int64_t *dims)
-{
-    char a[128], s[128];
-    fr_shape_str(q, di, a, sizeof a);
-    fr_shape_str(r, dd, s, sizeof s);
-    if (r < 1 || q < 1) return fr_node_error(n, FR_ERR_SHAPE, "data %s and indices %s must have rank >= 1", s, a);
-    if (b < 0 || b >= (q < r ? q : r))
-        return fr_node_error(n, FR_ERR_SHAPE, "batch_dims %lld must be below the ranks of data %s and indices %s",
-                             (long long)b, s, a);
-    for (int k = 0; k < b; k++)
-        if (di[k] != dd[k]) return fr_node_error(n, FR_ERR_SHAPE, "batch dim %d differs: data %s, indices %s", k, s, a);
-    int64_t m = di[q - 1];
-    if (m < 1 || m > r - b)
-        return fr_node_error(n, FR_ERR_SHAPE, "the last dim of indices %s must be in 1..%lld for data %s", a,
-                             (long long)(r - b), s);
-    int o = 0;
-    for (int k = 0; k < q - 1; k++) dims[o++] = di[k];
-    for (int k = (int)(b + m); k < r; k++) dims[o++] = dd[k];
-    *rank = o;
-    return FR_OK;
-}
-
-fr_status gnd_batch_dims(const fr_node *n, int64_t opset, int64_t *b)
-{
-    *b = 0;
-    if (opset >= 12) FR_TRY(fr_node_attr_int(n, "batch_dims", 0, b));
-    return FR_OK;
-}
-
-void contig_strides(int rank, const int64_t *dims, int64_t *s)
-{
-    int64_t acc = 1;
-    for (int k = rank - 1; k >= 0; k--) {
-        s[k] = acc;
-        acc *= dims[k];
     }
 }
 
@@ -318,7 +229,7 @@ fr_status node_io(const fr_cuda_kctx *k, const fr_tensor **x, const fr_tensor **
     *idx = k->n_in > 1 ? k->in[1] : NULL;
     *y = k->n_out > 0 ? k->out[0] : NULL;
     if (!*x || !*idx) return fr_node_error(n, FR_ERR_GRAPH, "input missing");
-    FR_TRY(index_dtype_ok(n, (*idx)->dtype));
+    FR_TRY(fr_gather_index_dtype_ok(n, (*idx)->dtype));
     if (!k->scratch || k->scratch_bytes < sizeof(fr_gather_index_error))
         return fr_node_error(n, FR_ERR_INTERNAL, "the index error record (scratch) is missing");
     *err = (fr_gather_index_error *)k->scratch;
@@ -345,9 +256,9 @@ fr_status gather_run(const fr_cuda_kctx *k)
     FR_TRY(node_io(k, &x, &idx, &y, &err));
     int axis, rank;
     int64_t dims[FR_MAX_RANK];
-    FR_TRY(gather_axis(n, x->rank, &axis));
-    FR_TRY(gather_shape(n, x->rank, x->dims, idx->rank, idx->dims, axis, &rank, dims));
-    FR_TRY(check_out(n, y, x->dtype, rank, dims));
+    FR_TRY(fr_gather_axis(n, x->rank, &axis));
+    FR_TRY(fr_gather_shape(n, x->rank, x->dims, idx->rank, idx->dims, axis, &rank, dims));
+    FR_TRY(fr_check_out(n, y, x->dtype, rank, dims));
     int64_t size = x->dims[axis], cnt = fr_tensor_numel(idx), outer = 1, inner = 1;
     if (!y->nbytes) {
         check_params p = {1, axis, {size}};
@@ -363,15 +274,7 @@ fr_status gather_run(const fr_cuda_kctx *k)
 #define LAUNCH_I(T, I)                                                                          \
     gather_rows_k<T, I><<<grid, kThreads, 0, k->cu->stream>>>((T *)y->data, (const T *)x->data,  \
                                                               (const I *)idx->data, cnt, size, upr, total, axis, err)
-#define LAUNCH(T)                                                                               \
-    do {                                                                                        \
-        if (idx->dtype == FR_I64)                                                               \
-            LAUNCH_I(T, int64_t);                                                               \
-        else                                                                                    \
-            LAUNCH_I(T, int32_t);                                                               \
-    } while (0)
-    BY_UNIT(w, LAUNCH);
-#undef LAUNCH
+    BY_UNIT(w, BY_INDEX);
 #undef LAUNCH_I
     return fr_cuda_check_launch(n, "gather_rows_k");
 }
@@ -386,9 +289,9 @@ fr_status gather_elements_run(const fr_cuda_kctx *k)
     fr_gather_index_error *err;
     FR_TRY(node_io(k, &x, &idx, &y, &err));
     int axis;
-    FR_TRY(gather_axis(n, x->rank, &axis));
-    FR_TRY(ge_shapes(n, x->rank, x->dims, idx->rank, idx->dims, axis));
-    FR_TRY(check_out(n, y, x->dtype, idx->rank, idx->dims));
+    FR_TRY(fr_gather_axis(n, x->rank, &axis));
+    FR_TRY(fr_gather_elements_shapes(n, x->rank, x->dims, idx->rank, idx->dims, axis));
+    FR_TRY(fr_check_out(n, y, x->dtype, idx->rank, idx->dims));
     int64_t cnt = fr_tensor_numel(idx);
     if (!cnt) return FR_OK;
     ge_params p;
@@ -397,20 +300,12 @@ fr_status gather_elements_run(const fr_cuda_kctx *k)
     p.axis = axis;
     p.size = x->dims[axis];
     for (int kk = 0; kk < idx->rank; kk++) p.idims[kk] = idx->dims[kk];
-    contig_strides(x->rank, x->dims, p.ds);
+    fr_contig_strides(x->rank, x->dims, p.ds);
     unsigned grid = grid_for(k, cnt);
 #define LAUNCH_I(T, I)                                                                          \
     gather_elems_k<T, I><<<grid, kThreads, 0, k->cu->stream>>>((T *)y->data, (const T *)x->data, \
                                                                (const I *)idx->data, cnt, p, err)
-#define LAUNCH(T)                                                                               \
-    do {                                                                                        \
-        if (idx->dtype == FR_I64)                                                               \
-            LAUNCH_I(T, int64_t);                                                               \
-        else                                                                                    \
-            LAUNCH_I(T, int32_t);                                                               \
-    } while (0)
-    BY_UNIT((int)fr_dtype_size(x->dtype), LAUNCH);
-#undef LAUNCH
+    BY_UNIT((int)fr_dtype_size(x->dtype), BY_INDEX);
 #undef LAUNCH_I
     return fr_cuda_check_launch(n, "gather_elems_k");
 }
@@ -425,11 +320,11 @@ fr_status gather_nd_run(const fr_cuda_kctx *k)
     fr_gather_index_error *err;
     FR_TRY(node_io(k, &x, &idx, &y, &err));
     int64_t b;
-    FR_TRY(gnd_batch_dims(n, k->opset, &b));
+    FR_TRY(fr_gather_nd_batch_dims(n, k->opset, &b));
     int rank;
     int64_t dims[FR_MAX_RANK];
-    FR_TRY(gnd_shape(n, b, x->rank, x->dims, idx->rank, idx->dims, &rank, dims));
-    FR_TRY(check_out(n, y, x->dtype, rank, dims));
+    FR_TRY(fr_gather_nd_shape(n, b, x->rank, x->dims, idx->rank, idx->dims, &rank, dims));
+    FR_TRY(fr_check_out(n, y, x->dtype, rank, dims));
     int m = (int)idx->dims[idx->rank - 1];
     if (!y->nbytes) {
         check_params c;
@@ -440,7 +335,7 @@ fr_status gather_nd_run(const fr_cuda_kctx *k)
         return check_only(k, idx, c, err);
     }
     int64_t ds[FR_MAX_RANK], per_batch = 1, inner = 1;
-    contig_strides(x->rank, x->dims, ds);
+    fr_contig_strides(x->rank, x->dims, ds);
     for (int kk = (int)b; kk < idx->rank - 1; kk++) per_batch *= idx->dims[kk];
     for (int kk = (int)(b + m); kk < x->rank; kk++) inner *= x->dims[kk];
     gnd_params p;
@@ -463,15 +358,7 @@ fr_status gather_nd_run(const fr_cuda_kctx *k)
 #define LAUNCH_I(T, I)                                                                          \
     gather_nd_k<T, I><<<grid, kThreads, 0, k->cu->stream>>>((T *)y->data, (const T *)x->data,    \
                                                             (const I *)idx->data, total, p, err)
-#define LAUNCH(T)                                                                               \
-    do {                                                                                        \
-        if (idx->dtype == FR_I64)                                                               \
-            LAUNCH_I(T, int64_t);                                                               \
-        else                                                                                    \
-            LAUNCH_I(T, int32_t);                                                               \
-    } while (0)
-    BY_UNIT(w, LAUNCH);
-#undef LAUNCH
+    BY_UNIT(w, BY_INDEX);
 #undef LAUNCH_I
     return fr_cuda_check_launch(n, "gather_nd_k");
 }
@@ -495,11 +382,6 @@ struct scatter_geom {
     size_t keys_in, keys_out, vals_in, vals_out, temp, temp_bytes, total;
 };
 
-int scatter_kind(const fr_node *n)
-{
-    return strcmp(n->op_type, "GatherGrad") == 0 ? 0 : strcmp(n->op_type, "GatherElementsGrad") == 0 ? 1 : 2;
-}
-
 size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
 template <class K>
@@ -509,53 +391,16 @@ cudaError_t sort_pairs(void *temp, size_t &bytes, const K *kin, K *kout, const u
     return cub::DeviceRadixSort::SortPairs(temp, bytes, kin, kout, vin, vout, n, 0, end_bit, s);
 }
 
-/* The shape checks of ops/gather.c's scatter_check, then the row geometry and the scratch
- * layout (the CUB temporary size is a host-side query). */
+/* The shape checks of ops/gather.c (fr_gather_scatter_check), then the row geometry and the
+ * scratch layout (the CUB temporary size is a host-side query). */
 fr_status scatter_plan(const fr_node *n, fr_dtype dy_dt, int dy_rank, const int64_t *dy_dims, fr_dtype idx_dt, int q,
                        const int64_t *di, scatter_geom *s)
 {
     memset(s, 0, sizeof *s);
-    s->kind = scatter_kind(n);
-    FR_TRY(index_dtype_ok(n, idx_dt));
-    int cnt_attr;
-    const int64_t *shape;
-    FR_TRY(fr_node_attr_ints(n, "shape", &cnt_attr, &shape));
-    if (cnt_attr < 0) return fr_node_error(n, FR_ERR_GRAPH, "attribute 'shape' is required");
-    if (cnt_attr > FR_MAX_RANK)
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "shape has rank %d, above fp8run's limit %d", cnt_attr,
-                             FR_MAX_RANK);
-    for (int kk = 0; kk < cnt_attr; kk++) {
-        if (shape[kk] < 0) return fr_node_error(n, FR_ERR_SHAPE, "shape has a negative dim");
-        s->dims[kk] = shape[kk];
-    }
-    s->rank = cnt_attr;
+    s->kind = fr_gather_scatter_kind(n);
+    FR_TRY(fr_gather_scatter_check(n, s->kind, dy_dt, dy_rank, dy_dims, idx_dt, q, di, &s->rank, s->dims, &s->a));
     s->q = q;
     for (int kk = 0; kk < q; kk++) s->idims[kk] = di[kk];
-    int fr = 0;
-    int64_t fd[FR_MAX_RANK];
-    if (s->kind == 0) {
-        FR_TRY(gather_axis(n, s->rank, &s->a));
-        FR_TRY(gather_shape(n, s->rank, s->dims, q, di, s->a, &fr, fd));
-    } else if (s->kind == 1) {
-        FR_TRY(gather_axis(n, s->rank, &s->a));
-        FR_TRY(ge_shapes(n, s->rank, s->dims, q, di, s->a));
-        fr = q;
-        for (int kk = 0; kk < q; kk++) fd[kk] = di[kk];
-    } else {
-        int64_t b;
-        FR_TRY(fr_node_attr_int(n, "batch_dims", 0, &b));
-        FR_TRY(gnd_shape(n, b, s->rank, s->dims, q, di, &fr, fd));
-        s->a = (int)b;
-    }
-    if (dy_dt != FR_F32 && dy_dt != FR_F64)
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "dy is %s (float32 or float64 supported)", fr_dtype_name(dy_dt));
-    int ok = dy_rank == fr;
-    for (int kk = 0; ok && kk < fr; kk++) ok = dy_dims[kk] == fd[kk];
-    if (!ok) {
-        char a[128], b[128];
-        return fr_node_error(n, FR_ERR_SHAPE, "dy has shape %s, the forward output had %s",
-                             fr_shape_str(dy_rank, dy_dims, a, sizeof a), fr_shape_str(fr, fd, b, sizeof b));
-    }
     s->cnt = 1;
     for (int kk = 0; kk < q; kk++) s->cnt *= di[kk];
     int64_t numel = 1, outer = 1;
@@ -717,7 +562,7 @@ fr_status scatter_run(const fr_cuda_kctx *k)
     FR_TRY(node_io(k, &dy, &idx, &y, &err));
     scatter_geom s;
     FR_TRY(scatter_plan(n, dy->dtype, dy->rank, dy->dims, idx->dtype, idx->rank, idx->dims, &s));
-    FR_TRY(check_out(n, y, dy->dtype, s.rank, s.dims));
+    FR_TRY(fr_check_out(n, y, dy->dtype, s.rank, s.dims));
     if (k->scratch_bytes < s.total)
         return fr_node_error(n, FR_ERR_INTERNAL, "scratch has %zu bytes, the scatter needs %zu", k->scratch_bytes,
                              s.total);
@@ -747,7 +592,7 @@ fr_status scatter_run(const fr_cuda_kctx *k)
     p.ndst = s.ndst;
     p.inner = s.inner;
     for (int kk = 0; kk < s.rank; kk++) p.dims[kk] = s.dims[kk];
-    contig_strides(s.rank, s.dims, p.ds);
+    fr_contig_strides(s.rank, s.dims, p.ds);
     for (int kk = 0; kk < s.q; kk++) p.idims[kk] = s.idims[kk];
     p.per_batch = 1;
     if (s.kind == 2)

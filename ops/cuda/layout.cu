@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "../../runtime/cuda/cuda_kernel.h"
+#include "../layout_plan.h"
 
 namespace {
 
@@ -71,30 +72,7 @@ int64_t addr(const void *p) { return (int64_t)(uintptr_t)p; }
     default: LAUNCH(uint4); break;                                                              \
     }
 
-fr_status check_out(const fr_node *n, const fr_tensor *y, fr_dtype dt, int rank, const int64_t *dims)
-{
-    int same = y && y->dtype == dt && y->rank == rank;
-    for (int k = 0; same && k < rank; k++) same = y->dims[k] == dims[k];
-    if (!same) {
-        char a[128], b[128];
-        return fr_node_error(n, FR_ERR_SHAPE, "output tensor is %s %s, expected %s %s (re-run shape inference)",
-                             y ? fr_dtype_name(y->dtype) : "missing",
-                             y ? fr_shape_str(y->rank, y->dims, a, sizeof a) : "", fr_dtype_name(dt),
-                             fr_shape_str(rank, dims, b, sizeof b));
-    }
-    return FR_OK;
-}
-
 const fr_tensor *kin(const fr_cuda_kctx *k, int i) { return i < k->n_in ? k->in[i] : NULL; }
-
-void contig_strides(int rank, const int64_t *dims, int64_t *s)
-{
-    int64_t acc = 1;
-    for (int k = rank - 1; k >= 0; k--) {
-        s[k] = acc;
-        acc *= dims[k];
-    }
-}
 
 /* The constant (initializer or folded) behind input i of the node, or NULL. */
 const fr_tensor *const_input(const fr_cuda_kctx *k, int i)
@@ -128,35 +106,7 @@ fr_status const_ints(const fr_cuda_kctx *k, int i, const char *what, int max, in
 
 /* ---- the strided-view engine ---- */
 
-#define MAX_VIEW (2 * FR_MAX_RANK) /* Tile views each dim as (repeat, dim) */
-
-struct view {
-    int rank;
-    int64_t dims[MAX_VIEW];
-    int64_t stride[MAX_VIEW]; /* in elements per step of the dim; any sign; 0 repeats */
-    int64_t offset;           /* element of the strided side that contiguous element 0 meets */
-};
-
-/* ops/layout.c's simplification: drop size-1 dims, merge dims contiguous in the strided
- * side. 0 when the view holds no element. */
-int view_simplify(view *v)
-{
-    int r = 0;
-    for (int k = 0; k < v->rank; k++) {
-        if (v->dims[k] == 0) return 0;
-        if (v->dims[k] == 1) continue;
-        if (r > 0 && v->stride[r - 1] == v->stride[k] * v->dims[k]) {
-            v->dims[r - 1] *= v->dims[k];
-            v->stride[r - 1] = v->stride[k];
-            continue;
-        }
-        v->dims[r] = v->dims[k];
-        v->stride[r] = v->stride[k];
-        r++;
-    }
-    v->rank = r;
-    return 1;
-}
+typedef fr_view view; /* the CPU's strided view (ops/layout_plan.h) */
 
 /* One thread per element of the contiguous side: SCATTER 0 reads the strided source into a
  * contiguous dst, 1 writes a contiguous src into the strided dst. IT is the index type. */
@@ -182,9 +132,9 @@ __global__ void view_copy_k(T *__restrict__ dst, const T *__restrict__ src, view
 
 struct tile_params {
     int rank, j;                /* dim j has source stride 1; the last dim is the other */
-    int64_t dims[MAX_VIEW];
-    int64_t stride[MAX_VIEW];   /* source strides */
-    int64_t ostride[MAX_VIEW];  /* contiguous output strides */
+    int64_t dims[FR_MAX_VIEW];
+    int64_t stride[FR_MAX_VIEW];  /* source strides */
+    int64_t ostride[FR_MAX_VIEW]; /* contiguous output strides */
     int64_t ntj, ntl, ntiles;   /* tiles along dim j, along the last dim, in all */
 };
 
@@ -256,7 +206,7 @@ fr_status launch_tiled(const fr_cuda_kctx *k, void *dst, const void *src, const 
 fr_status view_copy(const fr_cuda_kctx *k, void *dst, const void *src, view v, size_t es, int scatter)
 {
     const fr_node *n = k->node;
-    if (!view_simplify(&v)) return FR_OK;
+    if (!fr_view_simplify(&v)) return FR_OK;
     char *d = (char *)dst;
     const char *s = (const char *)src;
     if (scatter)
@@ -272,7 +222,7 @@ fr_status view_copy(const fr_cuda_kctx *k, void *dst, const void *src, view v, s
     const int L = v.rank - 1;
     if (v.stride[L] == 1) {
         /* rows contiguous on both sides: widen the element to the largest unit that fits */
-        int64_t cand[MAX_VIEW + 3];
+        int64_t cand[FR_MAX_VIEW + 3];
         int c = 0;
         cand[c++] = v.dims[L] * (int64_t)es;
         cand[c++] = addr(d);
@@ -367,44 +317,16 @@ fr_status copy2d(const fr_cuda_kctx *k, char *dst, int64_t dpitch, const char *s
 
 /* ---- Transpose ---- */
 
-fr_status transpose_perm(const fr_node *n, int rank, int *perm)
-{
-    int cnt;
-    const int64_t *p;
-    FR_TRY(fr_node_attr_ints(n, "perm", &cnt, &p));
-    if (cnt < 0) {
-        for (int k = 0; k < rank; k++) perm[k] = rank - 1 - k;
-        return FR_OK;
-    }
-    if (cnt != rank)
-        return fr_node_error(n, FR_ERR_SHAPE, "perm has %d entries for an input of rank %d", cnt, rank);
-    int seen[FR_MAX_RANK] = {0};
-    for (int k = 0; k < rank; k++) {
-        if (p[k] < 0 || p[k] >= rank || seen[p[k]])
-            return fr_node_error(n, FR_ERR_SHAPE, "perm is not a permutation of 0..%d", rank - 1);
-        seen[p[k]] = 1;
-        perm[k] = (int)p[k];
-    }
-    return FR_OK;
-}
-
 fr_status transpose_run(const fr_cuda_kctx *k)
 {
     const fr_tensor *x = kin(k, 0);
     fr_tensor *y = k->n_out > 0 ? k->out[0] : NULL;
     if (!x) return fr_node_error(k->node, FR_ERR_GRAPH, "input missing");
     int perm[FR_MAX_RANK];
-    FR_TRY(transpose_perm(k->node, x->rank, perm));
-    int64_t cs[FR_MAX_RANK];
-    contig_strides(x->rank, x->dims, cs);
+    FR_TRY(fr_transpose_perm(k->node, x->rank, perm));
     view v;
-    memset(&v, 0, sizeof v);
-    v.rank = x->rank;
-    for (int i = 0; i < x->rank; i++) {
-        v.dims[i] = x->dims[perm[i]];
-        v.stride[i] = cs[perm[i]];
-    }
-    FR_TRY(check_out(k->node, y, x->dtype, x->rank, v.dims));
+    fr_view_permute(&v, x->rank, x->dims, perm);
+    FR_TRY(fr_check_out(k->node, y, x->dtype, x->rank, v.dims));
     return view_copy(k, y->data, x->data, v, fr_dtype_size(x->dtype), 0);
 }
 
@@ -440,7 +362,7 @@ fr_status concat_run(const fr_cuda_kctx *k)
         }
         dims[axis] += x->dims[axis];
     }
-    FR_TRY(check_out(n, y, x0->dtype, x0->rank, dims));
+    FR_TRY(fr_check_out(n, y, x0->dtype, x0->rank, dims));
     if (!y->nbytes) return FR_OK;
     int64_t es = (int64_t)fr_dtype_size(x0->dtype), outer = 1, inner = 1;
     for (int d = 0; d < axis; d++) outer *= dims[d];
@@ -455,47 +377,6 @@ fr_status concat_run(const fr_cuda_kctx *k)
 }
 
 /* ---- Split ---- */
-
-fr_status split_sizes(const fr_node *n, int64_t opset, int64_t dim, int cnt, const int64_t *split, int n_out,
-                      int64_t *sizes)
-{
-    int64_t num_outputs = 0;
-    if (opset >= 18) FR_TRY(fr_node_attr_int(n, "num_outputs", 0, &num_outputs));
-    if (cnt >= 0) {
-        if (num_outputs) return fr_node_error(n, FR_ERR_GRAPH, "has both 'split' and 'num_outputs'");
-        if (cnt != n_out) return fr_node_error(n, FR_ERR_SHAPE, "split has %d entries for %d outputs", cnt, n_out);
-        int64_t sum = 0;
-        for (int i = 0; i < cnt; i++) {
-            if (split[i] < 0 || split[i] > dim - sum)
-                return fr_node_error(n, FR_ERR_SHAPE,
-                                     "split sizes do not add up to the axis size %lld (entry %d is %lld)",
-                                     (long long)dim, i, (long long)split[i]);
-            sizes[i] = split[i];
-            sum += split[i];
-        }
-        if (sum != dim)
-            return fr_node_error(n, FR_ERR_SHAPE, "split sizes add up to %lld, the axis has %lld", (long long)sum,
-                                 (long long)dim);
-        return FR_OK;
-    }
-    if (num_outputs) {
-        if (num_outputs != n_out)
-            return fr_node_error(n, FR_ERR_GRAPH, "num_outputs is %lld but the node has %d outputs",
-                                 (long long)num_outputs, n_out);
-        int64_t chunk = dim / n_out + (dim % n_out != 0), last = dim - chunk * (n_out - 1);
-        if (last < 0)
-            return fr_node_error(n, FR_ERR_SHAPE, "an axis of size %lld cannot be split into %d chunks of %lld",
-                                 (long long)dim, n_out, (long long)chunk);
-        for (int i = 0; i < n_out; i++) sizes[i] = i < n_out - 1 ? chunk : last;
-        return FR_OK;
-    }
-    if (dim % n_out != 0)
-        return fr_node_error(n, FR_ERR_SHAPE,
-                             "an axis of size %lld does not split evenly into %d outputs (give 'split' sizes)",
-                             (long long)dim, n_out);
-    for (int i = 0; i < n_out; i++) sizes[i] = dim / n_out;
-    return FR_OK;
-}
 
 fr_status split_run(const fr_cuda_kctx *k)
 {
@@ -521,12 +402,12 @@ fr_status split_run(const fr_cuda_kctx *k)
     } else if (st == FR_OK) {
         st = const_ints(k, 1, "split", k->n_out, &cnt, split);
     }
-    if (st == FR_OK) st = split_sizes(n, k->opset, x->dims[axis], cnt, split, k->n_out, sizes);
+    if (st == FR_OK) st = fr_split_sizes(n, k->opset, x->dims[axis], cnt, split, k->n_out, sizes);
     int64_t dims[FR_MAX_RANK];
     for (int d = 0; d < x->rank; d++) dims[d] = x->dims[d];
     for (int i = 0; st == FR_OK && i < k->n_out; i++) {
         dims[axis] = sizes[i];
-        if (k->out[i]) st = check_out(n, k->out[i], x->dtype, x->rank, dims);
+        if (k->out[i]) st = fr_check_out(n, k->out[i], x->dtype, x->rank, dims);
     }
     int64_t es = (int64_t)fr_dtype_size(x->dtype), outer = 1, inner = 1;
     for (int d = 0; d < axis; d++) outer *= x->dims[d];
@@ -545,63 +426,6 @@ fr_status split_run(const fr_cuda_kctx *k)
 
 /* ---- Slice ---- */
 
-struct slice_plan {
-    int64_t start[FR_MAX_RANK], step[FR_MAX_RANK], len[FR_MAX_RANK];
-};
-
-/* ops/layout.c's slice_resolve: the ONNX clamping rules per axis. */
-fr_status slice_resolve(const fr_node *n, int rank, const int64_t *dims, int cnt, const int64_t *starts, int n_ends,
-                        const int64_t *ends, int n_axes, const int64_t *axes, int n_steps, const int64_t *steps,
-                        slice_plan *p)
-{
-    if (n_ends != cnt || (n_axes >= 0 && n_axes != cnt) || (n_steps >= 0 && n_steps != cnt))
-        return fr_node_error(n, FR_ERR_SHAPE, "starts, ends, axes and steps must have the same length (%d, %d, %d, %d)",
-                             cnt, n_ends, n_axes, n_steps);
-    int seen[FR_MAX_RANK] = {0};
-    for (int k = 0; k < rank; k++) {
-        p->start[k] = 0;
-        p->step[k] = 1;
-        p->len[k] = dims[k];
-    }
-    for (int i = 0; i < cnt; i++) {
-        int a;
-        FR_TRY(fr_norm_axis(n, n_axes >= 0 ? axes[i] : i, rank, &a));
-        if (seen[a]) return fr_node_error(n, FR_ERR_SHAPE, "axis %d is sliced twice", a);
-        seen[a] = 1;
-        int64_t d = dims[a], s = starts[i], e = ends[i], st = n_steps >= 0 ? steps[i] : 1;
-        if (st == 0) return fr_node_error(n, FR_ERR_SHAPE, "step for axis %d is 0", a);
-        if (s < 0) s += d;
-        if (e < 0) e += d;
-        int64_t len;
-        if (d == 0) {
-            len = 0;
-        } else if (st > 0) {
-            s = s < 0 ? 0 : s > d ? d : s;
-            e = e < 0 ? 0 : e > d ? d : e;
-            len = e > s ? (e - s - 1) / st + 1 : 0;
-        } else {
-            s = s < 0 ? 0 : s > d - 1 ? d - 1 : s;
-            e = e < -1 ? -1 : e > d - 1 ? d - 1 : e;
-            len = s > e ? (int64_t)((uint64_t)(s - e - 1) / ((uint64_t)0 - (uint64_t)st)) + 1 : 0;
-        }
-        p->start[a] = len ? s : 0;
-        p->step[a] = len > 1 ? st : 1;
-        p->len[a] = len;
-    }
-    return FR_OK;
-}
-
-fr_status slice_attr(const fr_node *n, const char *name, int required, int *cnt, int64_t *vals)
-{
-    const int64_t *a;
-    FR_TRY(fr_node_attr_ints(n, name, cnt, &a));
-    if (*cnt < 0 && required) return fr_node_error(n, FR_ERR_GRAPH, "attribute '%s' is missing", name);
-    if (*cnt > FR_MAX_RANK)
-        return fr_node_error(n, FR_ERR_SHAPE, "'%s' has %d entries, at most %d expected", name, *cnt, FR_MAX_RANK);
-    if (*cnt > 0) memcpy(vals, a, sizeof(int64_t) * (size_t)*cnt);
-    return FR_OK;
-}
-
 fr_status slice_run(const fr_cuda_kctx *k)
 {
     const fr_node *n = k->node;
@@ -611,9 +435,9 @@ fr_status slice_run(const fr_cuda_kctx *k)
     int cnt[4];
     int64_t vals[4][FR_MAX_RANK];
     if (k->opset < 10) {
-        FR_TRY(slice_attr(n, "starts", 1, &cnt[0], vals[0]));
-        FR_TRY(slice_attr(n, "ends", 1, &cnt[1], vals[1]));
-        FR_TRY(slice_attr(n, "axes", 0, &cnt[2], vals[2]));
+        FR_TRY(fr_slice_attr(n, "starts", 1, &cnt[0], vals[0]));
+        FR_TRY(fr_slice_attr(n, "ends", 1, &cnt[1], vals[1]));
+        FR_TRY(fr_slice_attr(n, "axes", 0, &cnt[2], vals[2]));
         cnt[3] = -1;
     } else {
         static const char *names[4] = {"starts", "ends", "axes", "steps"};
@@ -622,19 +446,12 @@ fr_status slice_run(const fr_cuda_kctx *k)
             if (i < 2 && cnt[i] < 0) return fr_node_error(n, FR_ERR_GRAPH, "input '%s' is missing", names[i]);
         }
     }
-    slice_plan p;
-    FR_TRY(slice_resolve(n, x->rank, x->dims, cnt[0], vals[0], cnt[1], vals[1], cnt[2], vals[2], cnt[3], vals[3], &p));
-    FR_TRY(check_out(n, y, x->dtype, x->rank, p.len));
-    int64_t cs[FR_MAX_RANK];
-    contig_strides(x->rank, x->dims, cs);
+    fr_slice_plan p;
+    FR_TRY(
+        fr_slice_resolve(n, x->rank, x->dims, cnt[0], vals[0], cnt[1], vals[1], cnt[2], vals[2], cnt[3], vals[3], &p));
+    FR_TRY(fr_check_out(n, y, x->dtype, x->rank, p.len));
     view v;
-    memset(&v, 0, sizeof v);
-    v.rank = x->rank;
-    for (int i = 0; i < x->rank; i++) {
-        v.dims[i] = p.len[i];
-        v.stride[i] = cs[i] * p.step[i];
-        v.offset += cs[i] * p.start[i];
-    }
+    fr_view_slice(&v, x->rank, x->dims, p.start, p.step, p.len);
     return view_copy(k, y->data, x->data, v, fr_dtype_size(x->dtype), 0);
 }
 
@@ -683,7 +500,7 @@ fr_status trilu_run(const fr_cuda_kctx *k)
     FR_TRY(fr_node_attr_int(n, "upper", 1, &upper));
     if (kt && (!fr_dtype_is_int(kt->dtype) || fr_tensor_numel(kt) != 1))
         return fr_node_error(n, FR_ERR_SHAPE, "k must be an integer scalar");
-    FR_TRY(check_out(n, y, x->dtype, x->rank, x->dims));
+    FR_TRY(fr_check_out(n, y, x->dtype, x->rank, x->dims));
     int64_t cnt = fr_tensor_numel(x);
     if (!cnt) return FR_OK;
     int64_t R = x->dims[x->rank - 2], C = x->dims[x->rank - 1];
@@ -718,56 +535,15 @@ fr_status tile_run(const fr_cuda_kctx *k)
     int64_t reps[FR_MAX_RANK];
     int cnt;
     FR_TRY(const_ints(k, 1, "repeats", FR_MAX_RANK, &cnt, reps));
-    if (cnt != x->rank)
-        return fr_node_error(n, FR_ERR_SHAPE, "repeats has %d entries for an input of rank %d", cnt, x->rank);
     int64_t dims[FR_MAX_RANK];
-    for (int i = 0; i < x->rank; i++) {
-        if (reps[i] < 0) return fr_node_error(n, FR_ERR_SHAPE, "repeats[%d] = %lld is negative", i, (long long)reps[i]);
-        dims[i] = x->dims[i] * reps[i];
-    }
-    FR_TRY(check_out(n, y, x->dtype, x->rank, dims));
-    int64_t cs[FR_MAX_RANK];
-    contig_strides(x->rank, x->dims, cs);
+    FR_TRY(fr_tile_dims(n, x->rank, x->dims, cnt, reps, dims));
+    FR_TRY(fr_check_out(n, y, x->dtype, x->rank, dims));
     view v;
-    memset(&v, 0, sizeof v);
-    v.rank = 2 * x->rank;
-    for (int i = 0; i < x->rank; i++) {
-        v.dims[2 * i] = reps[i];
-        v.stride[2 * i] = 0;
-        v.dims[2 * i + 1] = x->dims[i];
-        v.stride[2 * i + 1] = cs[i];
-    }
+    fr_view_tile(&v, x->rank, x->dims, reps);
     return view_copy(k, y->data, x->data, v, fr_dtype_size(x->dtype), 0);
 }
 
 /* ---- SliceGrad / TileGrad (ai.fp8run; float32 / float64 dy) ---- */
-
-fr_status float_dy(const fr_node *n, fr_dtype dt)
-{
-    if (dt == FR_F32 || dt == FR_F64) return FR_OK;
-    return fr_node_error(n, FR_ERR_UNSUPPORTED, "dy is %s (float32 or float64 supported)", fr_dtype_name(dt));
-}
-
-fr_status shape_attr(const fr_node *n, int *rank, const int64_t **dims)
-{
-    FR_TRY(fr_node_attr_ints(n, "shape", rank, dims));
-    if (*rank < 0) return fr_node_error(n, FR_ERR_GRAPH, "attribute 'shape' is required");
-    if (*rank > FR_MAX_RANK)
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "shape has rank %d, above fp8run's limit %d", *rank, FR_MAX_RANK);
-    for (int k = 0; k < *rank; k++)
-        if ((*dims)[k] < 0) return fr_node_error(n, FR_ERR_SHAPE, "shape has a negative dim");
-    return FR_OK;
-}
-
-fr_status rank_ints(const fr_node *n, const char *name, int rank, const int64_t **v)
-{
-    int cnt;
-    FR_TRY(fr_node_attr_ints(n, name, &cnt, v));
-    if (cnt < 0) return fr_node_error(n, FR_ERR_GRAPH, "attribute '%s' is required", name);
-    if (cnt != rank)
-        return fr_node_error(n, FR_ERR_SHAPE, "attribute '%s' has %d entries for rank %d", name, cnt, rank);
-    return FR_OK;
-}
 
 fr_status slice_grad_run(const fr_cuda_kctx *k)
 {
@@ -775,39 +551,14 @@ fr_status slice_grad_run(const fr_cuda_kctx *k)
     const fr_tensor *dy = kin(k, 0);
     fr_tensor *y = k->n_out > 0 ? k->out[0] : NULL;
     if (!dy) return fr_node_error(n, FR_ERR_GRAPH, "input missing");
-    FR_TRY(float_dy(n, dy->dtype));
     int rank;
     const int64_t *shape, *starts, *steps;
-    FR_TRY(shape_attr(n, &rank, &shape));
-    if (dy->rank != rank) return fr_node_error(n, FR_ERR_SHAPE, "dy has rank %d, shape has %d", dy->rank, rank);
-    FR_TRY(rank_ints(n, "starts", rank, &starts));
-    FR_TRY(rank_ints(n, "steps", rank, &steps));
-    for (int i = 0; i < rank; i++) { /* every write lands inside the output */
-        int64_t d = shape[i], s = starts[i], st = steps[i], len = dy->dims[i];
-        if (!len) continue;
-        int ok = st != 0 && st > -d - 1 && st < d + 1 && s >= 0 && s < d;
-        if (ok && len > 1) {
-            ok = len <= d;
-            int64_t last = s + (len - 1) * st;
-            ok = ok && last >= 0 && last < d;
-        }
-        if (!ok)
-            return fr_node_error(n, FR_ERR_SHAPE, "dim %d: %lld elements from %lld in steps of %lld do not fit in %lld",
-                                 i, (long long)len, (long long)s, (long long)st, (long long)d);
-    }
-    FR_TRY(check_out(n, y, dy->dtype, rank, shape));
+    FR_TRY(fr_slice_grad_check(n, dy->dtype, dy->rank, dy->dims, &rank, &shape, &starts, &steps));
+    FR_TRY(fr_check_out(n, y, dy->dtype, rank, shape));
     if (y->nbytes) NODE_CUDA_TRY(n, cudaMemsetAsync(y->data, 0, y->nbytes, k->cu->stream));
     if (!fr_tensor_numel(dy)) return FR_OK;
-    int64_t cs[FR_MAX_RANK];
-    contig_strides(rank, shape, cs);
-    view v;
-    memset(&v, 0, sizeof v);
-    v.rank = rank;
-    for (int i = 0; i < rank; i++) {
-        v.dims[i] = dy->dims[i];
-        v.stride[i] = cs[i] * steps[i];
-        v.offset += cs[i] * starts[i];
-    }
+    view v; /* the slice's view, the output being the strided side */
+    fr_view_slice(&v, rank, shape, starts, steps, dy->dims);
     return view_copy(k, y->data, dy->data, v, fr_dtype_size(dy->dtype), 1);
 }
 
@@ -824,17 +575,9 @@ struct tg_geom {
 fr_status tile_grad_plan(const fr_node *n, fr_dtype dt, int dy_rank, const int64_t *dy_dims, tg_geom *g)
 {
     memset(g, 0, sizeof *g);
-    FR_TRY(float_dy(n, dt));
     const int64_t *shape;
-    FR_TRY(shape_attr(n, &g->rank, &shape));
-    int ok = dy_rank == g->rank;
-    for (int i = 0; ok && i < g->rank; i++) ok = shape[i] ? dy_dims[i] % shape[i] == 0 : dy_dims[i] == 0;
-    if (!ok) {
-        char a[128], b[128];
-        return fr_node_error(n, FR_ERR_SHAPE, "dy %s is not a tiling of %s",
-                             fr_shape_str(dy_rank, dy_dims, a, sizeof a), fr_shape_str(g->rank, shape, b, sizeof b));
-    }
-    contig_strides(g->rank, dy_dims, g->dyst);
+    FR_TRY(fr_tile_grad_check(n, dt, dy_rank, dy_dims, &g->rank, &shape));
+    fr_contig_strides(g->rank, dy_dims, g->dyst);
     g->ny = 1;
     g->ntiles = 1;
     for (int i = 0; i < g->rank; i++) {
@@ -934,7 +677,7 @@ fr_status tile_grad_run(const fr_cuda_kctx *k)
     if (!dy) return fr_node_error(n, FR_ERR_GRAPH, "input missing");
     tg_geom g;
     FR_TRY(tile_grad_plan(n, dy->dtype, dy->rank, dy->dims, &g));
-    FR_TRY(check_out(n, y, dy->dtype, g.rank, g.shape));
+    FR_TRY(fr_check_out(n, y, dy->dtype, g.rank, g.shape));
     if (!g.ny) return FR_OK;
     if (!g.ntiles) { /* no tile: zeros (dy is empty) */
         NODE_CUDA_TRY(n, cudaMemsetAsync(y->data, 0, y->nbytes, k->cu->stream));
@@ -1006,7 +749,7 @@ fr_status shape_run(const fr_cuda_kctx *k)
     e = e < 0 ? 0 : e > rank ? rank : e;
     if (e < s) e = s;
     int64_t len = e - s;
-    FR_TRY(check_out(k->node, y, FR_I64, 1, &len));
+    FR_TRY(fr_check_out(k->node, y, FR_I64, 1, &len));
     return write_host_bytes(k, y->data, x->dims + s, (size_t)len * sizeof(int64_t));
 }
 
@@ -1015,7 +758,7 @@ fr_status size_run(const fr_cuda_kctx *k)
     const fr_tensor *x = kin(k, 0);
     fr_tensor *y = k->n_out > 0 ? k->out[0] : NULL;
     if (!x) return fr_node_error(k->node, FR_ERR_GRAPH, "input missing");
-    FR_TRY(check_out(k->node, y, FR_I64, 0, NULL));
+    FR_TRY(fr_check_out(k->node, y, FR_I64, 0, NULL));
     int64_t v = fr_tensor_numel(x);
     return write_host_bytes(k, y->data, &v, sizeof v);
 }
@@ -1194,7 +937,7 @@ fr_status constant_run(const fr_cuda_kctx *k)
     } else {
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "attribute '%s' (type %d) is not supported", a->name, (int)a->type);
     }
-    FR_TRY(check_out(n, y, dt, rank, dims));
+    FR_TRY(fr_check_out(n, y, dt, rank, dims));
     if (nbytes != y->nbytes) return fr_node_error(n, FR_ERR_SHAPE, "the value's size does not match the output");
     return write_host_bytes(k, y->data, src, nbytes);
 }
