@@ -46,16 +46,9 @@ const char *fr_lin_recipe_name(fr_lin_recipe r)
     return r == FR_LIN_BLOCKWISE ? "block" : r == FR_LIN_CURRENT ? "current" : "delayed";
 }
 
-typedef struct lin_cfg {
-    int transB;
-    fr_lin_precision prec;
-    fr_lin_recipe recipe;
-    fr_dtype dy_fmt; /* E5M2 (hybrid) or E4M3 */
-    int margin;
-    int64_t pad;
-} lin_cfg;
+typedef fr_lin_attrs lin_cfg;
 
-static fr_status read_cfg(const fr_node *n, lin_cfg *c)
+fr_status fr_lin_read_attrs(const fr_node *n, fr_lin_attrs *c)
 {
     int64_t tb, margin, pad;
     const char *prec, *recipe, *fmt;
@@ -84,6 +77,8 @@ static fr_status read_cfg(const fr_node *n, lin_cfg *c)
     c->pad = pad;
     return FR_OK;
 }
+
+static fr_status read_cfg(const fr_node *n, lin_cfg *c) { return fr_lin_read_attrs(n, c); }
 
 static int delayed_fp8(const lin_cfg *c) { return c->prec == FR_LIN_FP8 && c->recipe == FR_LIN_DELAYED; }
 

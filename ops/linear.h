@@ -84,6 +84,18 @@ const char *fr_lin_precision_name(fr_lin_precision p);
 fr_status fr_lin_recipe_parse(const char *s, fr_lin_recipe *out);
 const char *fr_lin_recipe_name(fr_lin_recipe r);
 
+/* A Linear family node's attributes, parsed and checked (shared by the CPU kernels and the
+ * CUDA launchers, so both read a node the same way). Errors name the node. */
+typedef struct fr_lin_attrs {
+    int transB;
+    fr_lin_precision prec;
+    fr_lin_recipe recipe;
+    fr_dtype dy_fmt;     /* FR_F8E5M2 (hybrid) or FR_F8E4M3 */
+    int margin;
+    int64_t pad;         /* pad_multiple */
+} fr_lin_attrs;
+fr_status fr_lin_read_attrs(const fr_node *n, fr_lin_attrs *a);
+
 /* The op definitions, for callers that add these nodes before the registry knows them. */
 const fr_op_def *fr_linear_op(const char *op_type);
 

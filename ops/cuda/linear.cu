@@ -44,29 +44,13 @@ typedef struct lin_cfg {
 
 static fr_status read_cfg(const fr_node *n, lin_cfg *c)
 {
-    int64_t tb, margin, pad;
-    const char *prec, *recipe, *fmt;
-    FR_TRY(fr_node_attr_int(n, "transB", 0, &tb));
-    FR_TRY(fr_node_attr_string(n, "precision", "fp32", &prec));
-    FR_TRY(fr_node_attr_string(n, "recipe", "delayed", &recipe));
-    FR_TRY(fr_node_attr_string(n, "fp8_format", "hybrid", &fmt));
-    FR_TRY(fr_node_attr_int(n, "margin", 0, &margin));
-    FR_TRY(fr_node_attr_int(n, "pad_multiple", 1, &pad));
-    if (tb != 0 && tb != 1) return fr_node_error(n, FR_ERR_UNSUPPORTED, "transB=%lld (must be 0 or 1)", (long long)tb);
-    if (fr_lin_precision_parse(prec, &c->prec) != FR_OK || fr_lin_recipe_parse(recipe, &c->recipe) != FR_OK)
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "%s", fr_last_error());
-    if (strcmp(fmt, "hybrid") == 0)
-        c->dy_e5m2 = 1;
-    else if (strcmp(fmt, "e4m3") == 0)
-        c->dy_e5m2 = 0;
-    else
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "fp8_format '%s' is not one of hybrid, e4m3", fmt);
-    if (margin < -64 || margin > 64)
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "margin %lld is outside [-64, 64]", (long long)margin);
-    if (pad < 1 || pad > 4096)
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "pad_multiple %lld is outside [1, 4096]", (long long)pad);
-    c->transB = (int)tb;
-    c->margin = (int)margin;
+    fr_lin_attrs a;
+    FR_TRY(fr_lin_read_attrs(n, &a)); /* ops/linear.c: the CPU kernels read the node the same way */
+    c->transB = a.transB;
+    c->prec = a.prec;
+    c->recipe = a.recipe;
+    c->dy_e5m2 = a.dy_fmt == FR_F8E5M2;
+    c->margin = a.margin;
     return FR_OK;
 }
 
