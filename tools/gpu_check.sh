@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# On a lent GPU machine: unpack .devpkg/bundle.tar.xz (tools/gpu_bundle.sh) and run the GPU test
+# On a lent GPU machine: unpack .devpkg/$BUNDLE.tar.xz (default: bundle) (tools/gpu_bundle.sh) and run the GPU test
 # programs, then whatever extra commands are given as arguments (benchmarks). Logs go to $OUT.
 # The test programs find the fixtures at the absolute path they were built with, so the repository
 # is linked there.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT" /tmp/fr && tar -C /tmp/fr -xJf .devpkg/bundle.tar.xz
+mkdir -p "$OUT" /tmp/fr && tar -C /tmp/fr -xJf .devpkg/${BUNDLE:-bundle}.tar.xz
 B=$(cat /tmp/fr/build_dir)
 SRC=$(grep -ao '/[a-zA-Z0-9_/.-]*tests/fixtures' /tmp/fr/bin/test_gpu_train | head -1 | sed 's|/tests/fixtures||')
 if [ -n "$SRC" ] && [ "$SRC" != "$PWD" ]; then mkdir -p "$(dirname "$SRC")"; ln -sfn "$PWD" "$SRC"; fi

@@ -1,0 +1,78 @@
+/* Fused scaled-dot-product attention (domain ai.fp8run): the contract shared by the CPU
+ * reference (ops/attention.c), the fusion pass that emits it (passes/attention_fuse.c) and the
+ * CUDA kernels (ops/cuda/attention.cu).
+ *
+ * Why: unfused, attention materializes [batch, heads, T, T] float32 scores, scaled scores,
+ * masked scores and probabilities, forward and backward; at T = 2048 that is most of a Llama
+ * step's time and memory. The fused op keeps only O and one float per query row (LSE) for the
+ * backward, which recomputes the probabilities (flash attention).
+ *
+ * Attention(Q, K, V) -> (O, LSE)
+ *   Q:   [..., Tq, D]  float32 (float64 allowed on the CPU for gradient checks; precision fp32)
+ *   K:   [..., Tk, D]  same dtype; its batch dims (all but the last two) broadcast to Q's
+ *                      numpy-style (right-aligned, size 1 or equal): grouped-query attention is
+ *                      Q [B, KV, G, T, D] with K [B, KV, 1, T, D].
+ *   V:   [..., Tk, Dv] same batch dims as K.
+ *   O:   [..., Tq, Dv] Q's batch dims, Q's dtype.
+ *   LSE: [..., Tq]     float32 (Q's dtype when float64): for each query row, the natural log of
+ *                      sum_j exp(s_ij - ...) written as m + log(l): log-sum-exp of the scaled,
+ *                      masked scores s_ij = scale * (q_i . k_j) over unmasked j.
+ *   O_i = sum_j softmax_j(s_i)_j v_j.
+ * Attributes:
+ *   scale      float (default 1/sqrt(D)); the scores are scale * Q K^T.
+ *   causal     int 0|1 (default 0); 1 masks key j for query i when j > i (requires Tq == Tk).
+ *              No row is then fully masked. (Other masks are not fused: the pass leaves them.)
+ *   precision  "fp32" (default) | "bf16". bf16 rounds Q, K, V to bf16 (round-to-nearest-even)
+ *              before the products, sums every product in float32 (or wider), computes the
+ *              softmax in float32, and rounds the probabilities to bf16 before P V, as the
+ *              tensor cores do (and as the unfused ai.fp8run::MatMul{precision=bf16} pair did).
+ *              The CPU reference rounds the normalized probabilities P; a flash kernel rounds
+ *              exp(s - running max) instead: the two agree to bf16 rounding (tests: 1e-2
+ *              relative L2). fp32 is exact float32 math (GPU within 1e-5 of the CPU).
+ *
+ * AttentionGrad(Q, K, V, O, LSE, dO) -> (dQ, dK, dV)
+ *   Same attributes as the forward node. dQ, dK, dV have Q's, K's, V's shapes (dK and dV summed
+ *   over the batch dims K/V broadcast over). With P_ij = exp(s_ij - LSE_i) (0 where masked),
+ *   Delta_i = sum_d dO_id O_id:
+ *     dV = P^T dO;  dP = dO V^T;  dS_ij = P_ij (dP_ij - Delta_i);
+ *     dQ = scale * dS K;  dK = scale * dS^T Q.
+ *   bf16: Q, K, V, dO rounded to bf16 as operands of the products; P and dS rounded to bf16
+ *   where they are GEMM operands (P in dV, dS in dQ and dK); Delta and the softmax in float32.
+ *   Outputs that no gradient is needed for may be omitted (empty output names).
+ *
+ * The gradient rule of Attention emits one AttentionGrad node reading the forward's inputs and
+ * outputs. */
+#ifndef FR_OPS_ATTENTION_H
+#define FR_OPS_ATTENTION_H
+
+#include "op.h"
+
+extern const fr_op_def fr_ops_attention[]; /* Attention, AttentionGrad */
+
+/* A node's attributes, parsed and checked (shared by the CPU kernels and the CUDA launchers).
+ * `head_dim` is D, used for the default scale. Errors name the node. */
+typedef struct fr_attn_attrs {
+    float scale;
+    int causal;
+    int bf16;
+} fr_attn_attrs;
+fr_status fr_attn_read_attrs(const fr_node *n, int64_t head_dim, fr_attn_attrs *a);
+
+/* The problem's geometry from the shapes of Q and K/V (checked: ranks >= 2 and equal after
+ * broadcasting, D equal, K/V batch dims broadcastable to Q's, Tq == Tk when causal).
+ * Q batch index b (row-major over Q's batch dims, 0 <= b < batch) reads K/V batch index
+ * kv_index(b), computed from the strides below (0 on broadcast dims). */
+typedef struct fr_attn_geom {
+    int64_t batch;       /* product of Q's batch dims */
+    int64_t kv_batch;    /* product of K's batch dims */
+    int64_t Tq, Tk, D, Dv;
+    int brank;           /* number of batch dims (Q's) */
+    int64_t qdims[FR_MAX_RANK];      /* Q's batch dims */
+    int64_t kv_stride[FR_MAX_RANK];  /* K/V batch stride (in batch units) per Q batch dim */
+} fr_attn_geom;
+fr_status fr_attn_geometry(const fr_node *n, int rq, const int64_t *dq, int rk, const int64_t *dk, int rv,
+                           const int64_t *dv, int causal, fr_attn_geom *g);
+/* K/V batch index of Q batch index b. */
+int64_t fr_attn_kv_index(const fr_attn_geom *g, int64_t b);
+
+#endif
