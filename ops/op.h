@@ -74,6 +74,7 @@ extern const fr_op_def fr_ops_elementwise_grad[]; /* ops/elementwise_grad.c: Act
 extern const fr_op_def fr_ops_einsum[];      /* ops/einsum.c: Einsum */
 extern const fr_op_def fr_ops_cumsum[];      /* ops/cumsum.c: CumSum */
 extern const fr_op_def fr_ops_layout[];      /* ops/layout.c: Transpose, Concat, Split, Slice, Trilu, Tile, SliceGrad/TileGrad (ai.fp8run) */
+extern const fr_op_def fr_ops_attention[];   /* ops/attention.c: Attention, AttentionGrad (ai.fp8run): fused attention, ops/attention.h */
 
 /* ---- helpers for op implementations (ops/op_util.c) ---- */
 

@@ -1,0 +1,453 @@
+/* Fused scaled-dot-product attention on the CPU: Attention (O, LSE) and AttentionGrad
+ * (dQ, dK, dV), as ops/attention.h specifies. One (batch, head) problem at a time: the
+ * products are BLAS GEMMs (cblas_sgemm for float32, cblas_dgemm for float64, the same calls
+ * the unfused MatMul makes), the softmax runs in double per row. The [Tq, Tk] scratch is
+ * allocated once per call, never [batch, Tq, Tk]. */
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../passes/autodiff.h"
+#include "attention.h"
+
+/* ---- attributes and geometry (shared with the CUDA launchers) ---- */
+
+fr_status fr_attn_read_attrs(const fr_node *n, int64_t head_dim, fr_attn_attrs *a)
+{
+    int64_t causal;
+    const char *prec;
+    if (head_dim < 1) return fr_node_error(n, FR_ERR_SHAPE, "head dim %lld must be >= 1", (long long)head_dim);
+    FR_TRY(fr_node_attr_float(n, "scale", (float)(1.0 / sqrt((double)head_dim)), &a->scale));
+    FR_TRY(fr_node_attr_int(n, "causal", 0, &causal));
+    FR_TRY(fr_node_attr_string(n, "precision", "fp32", &prec));
+    if (causal != 0 && causal != 1)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "causal=%lld must be 0 or 1", (long long)causal);
+    if (strcmp(prec, "fp32") != 0 && strcmp(prec, "bf16") != 0)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "precision '%s' must be fp32 or bf16", prec);
+    if (!isfinite(a->scale))
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "scale %g must be finite", (double)a->scale);
+    a->causal = (int)causal;
+    a->bf16 = prec[0] == 'b';
+    return FR_OK;
+}
+
+fr_status fr_attn_geometry(const fr_node *n, int rq, const int64_t *dq, int rk, const int64_t *dk, int rv,
+                           const int64_t *dv, int causal, fr_attn_geom *g)
+{
+    char s1[128], s2[128], s3[128];
+    memset(g, 0, sizeof *g);
+    if (rq < 2 || rk < 2 || rv != rk || rk > rq)
+        return fr_node_error(n, FR_ERR_SHAPE,
+                             "Q %s, K %s, V %s: ranks must be >= 2, K and V of one rank, not above Q's",
+                             fr_shape_str(rq, dq, s1, sizeof s1), fr_shape_str(rk, dk, s2, sizeof s2),
+                             fr_shape_str(rv, dv, s3, sizeof s3));
+    g->brank = rq - 2;
+    g->Tq = dq[rq - 2];
+    g->D = dq[rq - 1];
+    g->Tk = dk[rk - 2];
+    g->Dv = dv[rv - 1];
+    int ok = dk[rk - 1] == g->D && dv[rv - 2] == g->Tk;
+    for (int k = 0; ok && k < rk - 2; k++) ok = dk[k] == dv[k];
+    for (int k = 0; ok && k < rk - 2; k++) { /* right-aligned: K's dim k sits on Q's dim off + k */
+        int64_t qd = dq[rq - rk + k];
+        ok = dk[k] == qd || dk[k] == 1;
+    }
+    if (!ok)
+        return fr_node_error(n, FR_ERR_SHAPE,
+                             "Q %s, K %s, V %s do not fit: K [.., Tk, D] and V [.., Tk, Dv] need one batch "
+                             "shape that broadcasts to Q's and Q's D",
+                             fr_shape_str(rq, dq, s1, sizeof s1), fr_shape_str(rk, dk, s2, sizeof s2),
+                             fr_shape_str(rv, dv, s3, sizeof s3));
+    if (causal && g->Tq != g->Tk)
+        return fr_node_error(n, FR_ERR_SHAPE, "causal attention needs Tq == Tk (got %lld and %lld)",
+                             (long long)g->Tq, (long long)g->Tk);
+    g->batch = 1;
+    g->kv_batch = 1;
+    int64_t stride = 1;
+    for (int k = g->brank - 1; k >= 0; k--) {
+        g->qdims[k] = dq[k];
+        g->batch *= dq[k];
+        int kk = k - (rq - rk); /* K's dim index, < 0 where K has none */
+        int64_t kd = kk >= 0 ? dk[kk] : 1;
+        g->kv_stride[k] = kd == 1 ? 0 : stride;
+        stride *= kd;
+    }
+    g->kv_batch = stride;
+    return FR_OK;
+}
+
+int64_t fr_attn_kv_index(const fr_attn_geom *g, int64_t b)
+{
+    int64_t kv = 0;
+    for (int k = g->brank - 1; k >= 0; k--) {
+        int64_t i = b % g->qdims[k];
+        b /= g->qdims[k];
+        kv += i * g->kv_stride[k];
+    }
+    return kv;
+}
+
+/* ---- shared checks ---- */
+
+static int float_dtype(fr_dtype dt) { return dt == FR_F32 || dt == FR_F64; }
+
+static fr_status check_dtypes(const fr_node *n, int bf16, fr_dtype q, fr_dtype k, fr_dtype v)
+{
+    if (!float_dtype(q) || k != q || v != q)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED,
+                             "Q, K, V are %s, %s, %s: they must share one dtype, float32 (or float64)",
+                             fr_dtype_name(q), fr_dtype_name(k), fr_dtype_name(v));
+    if (bf16 && q != FR_F32) return fr_node_error(n, FR_ERR_UNSUPPORTED, "bf16 precision needs float32 inputs");
+    return FR_OK;
+}
+
+/* O's and LSE's shapes: Q's batch dims, then [Tq, Dv] and [Tq]. */
+static void out_shapes(int rq, const int64_t *dq, const fr_attn_geom *g, int64_t *od, int64_t *ld)
+{
+    memcpy(od, dq, sizeof(int64_t) * (size_t)rq);
+    od[rq - 1] = g->Dv;
+    memcpy(ld, dq, sizeof(int64_t) * (size_t)(rq - 1));
+}
+
+static fr_status check_blas(const fr_node *n, const fr_attn_geom *g)
+{
+    if (g->Tq > INT_MAX || g->Tk > INT_MAX || g->D > INT_MAX || g->Dv > INT_MAX)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "attention dims exceed the BLAS int range");
+    return FR_OK;
+}
+
+/* Row-major GEMM C[M,N] = alpha * op(A) op(B) + beta * C on float32 or float64 data, M, N, K > 0. */
+static void gemm(fr_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A,
+                 const void *B, double beta, void *C)
+{
+    int lda = (int)(ta ? M : K), ldb = (int)(tb ? K : N);
+    enum CBLAS_TRANSPOSE oa = ta ? CblasTrans : CblasNoTrans, ob = tb ? CblasTrans : CblasNoTrans;
+    if (dt == FR_F32)
+        cblas_sgemm(CblasRowMajor, oa, ob, (int)M, (int)N, (int)K, (float)alpha, A, lda, B, ldb, (float)beta, C,
+                    (int)N);
+    else
+        cblas_dgemm(CblasRowMajor, oa, ob, (int)M, (int)N, (int)K, alpha, A, lda, B, ldb, beta, C, (int)N);
+}
+
+static float bf16_round(float x) { return fr_bf16_to_f32(fr_f32_to_bf16(x)); }
+
+/* A float32 tensor's data rounded to bf16 (NULL tensor -> NULL with *st FR_OK). */
+static float *bf16_copy(const fr_tensor *t, fr_status *st)
+{
+    *st = FR_OK;
+    if (!t) return NULL;
+    int64_t n = fr_tensor_numel(t);
+    float *c = fr_malloc((size_t)(n ? n : 1) * sizeof(float), "bf16 attention operand");
+    if (!c) {
+        *st = FR_ERR_OOM;
+        return NULL;
+    }
+    const float *x = t->data;
+    for (int64_t i = 0; i < n; i++) c[i] = bf16_round(x[i]);
+    return c;
+}
+
+/* Columns of row i that are not masked. */
+static int64_t row_len(const fr_attn_geom *g, int causal, int64_t i) { return causal ? i + 1 : g->Tk; }
+
+/* ---- Attention ---- */
+
+static fr_status attn_infer(fr_graph *g, int node_id)
+{
+    const fr_node *n = &g->nodes[node_id];
+    FR_TRY(fr_infer_require_inputs(g, n, 3, 3));
+    if (n->n_outputs < 1 || n->n_outputs > 2 || n->outputs[0] < 0)
+        return fr_node_error(n, FR_ERR_GRAPH, "needs output O (and optionally LSE)");
+    const fr_value *q = fr_node_in(g, n, 0), *k = fr_node_in(g, n, 1), *v = fr_node_in(g, n, 2);
+    fr_attn_attrs a;
+    FR_TRY(fr_attn_read_attrs(n, q->rank >= 1 ? q->dims[q->rank - 1] : 0, &a));
+    FR_TRY(check_dtypes(n, a.bf16, q->dtype, k->dtype, v->dtype));
+    fr_attn_geom geo;
+    FR_TRY(fr_attn_geometry(n, q->rank, q->dims, k->rank, k->dims, v->rank, v->dims, a.causal, &geo));
+    int64_t od[FR_MAX_RANK], ld[FR_MAX_RANK];
+    out_shapes(q->rank, q->dims, &geo, od, ld);
+    const fr_dtype dt = q->dtype;
+    fr_infer_set(g, n, 0, dt, q->rank, od);
+    fr_infer_set(g, n, 1, dt, q->rank - 1, ld);
+    return FR_OK;
+}
+
+/* Softmax of one scores row s[0..len) in place (P, normalized, zeros past len up to Tk);
+ * returns the row's log-sum-exp. */
+#define SOFTMAX_ROW(T)                                                                       \
+    do {                                                                                     \
+        double m = -INFINITY, sum = 0.0;                                                     \
+        for (int64_t j = 0; j < len; j++)                                                    \
+            if ((double)s[j] > m || isnan((double)s[j])) m = s[j];                           \
+        for (int64_t j = 0; j < len; j++) {                                                  \
+            double e = exp((double)s[j] - m);                                                \
+            sum += e;                                                                        \
+            s[j] = (T)e;                                                                     \
+        }                                                                                    \
+        double inv = 1.0 / sum;                                                              \
+        for (int64_t j = 0; j < len; j++) s[j] = (T)((double)s[j] * inv);                    \
+        for (int64_t j = len; j < tk; j++) s[j] = 0;                                         \
+        return m + log(sum);                                                                 \
+    } while (0)
+
+static double softmax_row_f32(float *s, int64_t len, int64_t tk) { SOFTMAX_ROW(float); }
+static double softmax_row_f64(double *s, int64_t len, int64_t tk) { SOFTMAX_ROW(double); }
+
+static fr_status attn_cpu(const fr_kernel_ctx *ctx)
+{
+    const fr_node *n = ctx->node;
+    if (ctx->n_in != 3 || !ctx->in[0] || !ctx->in[1] || ctx->n_in < 3 || !ctx->in[2] || ctx->n_out < 1 ||
+        !ctx->out[0])
+        return fr_node_error(n, FR_ERR_GRAPH, "needs inputs Q, K, V and output O");
+    const fr_tensor *q = ctx->in[0], *k = ctx->in[1], *v = ctx->in[2];
+    fr_tensor *o = ctx->out[0], *lse = ctx->n_out > 1 ? ctx->out[1] : NULL;
+    fr_attn_attrs a;
+    FR_TRY(fr_attn_read_attrs(n, q->rank >= 1 ? q->dims[q->rank - 1] : 0, &a));
+    FR_TRY(check_dtypes(n, a.bf16, q->dtype, k->dtype, v->dtype));
+    fr_attn_geom geo;
+    FR_TRY(fr_attn_geometry(n, q->rank, q->dims, k->rank, k->dims, v->rank, v->dims, a.causal, &geo));
+    int64_t od[FR_MAX_RANK], ld[FR_MAX_RANK];
+    out_shapes(q->rank, q->dims, &geo, od, ld);
+    const fr_dtype dt = q->dtype;
+    FR_TRY(fr_check_out(n, o, dt, q->rank, od));
+    if (lse) FR_TRY(fr_check_out(n, lse, dt, q->rank - 1, ld));
+    FR_TRY(check_blas(n, &geo));
+    if (geo.batch == 0 || geo.Tq == 0 || geo.Dv == 0) return FR_OK;
+    if (geo.Tk == 0 || geo.D == 0)
+        return fr_node_error(n, FR_ERR_SHAPE, "Tk and D must be >= 1 (a row with no key has no softmax)");
+
+    const size_t es = fr_dtype_size(dt);
+    fr_status st = FR_OK;
+    float *rq = NULL, *rk = NULL, *rv = NULL;
+    void *S = NULL;
+    if (a.bf16) {
+        rq = bf16_copy(q, &st);
+        if (st == FR_OK) rk = bf16_copy(k, &st);
+        if (st == FR_OK) rv = bf16_copy(v, &st);
+    }
+    if (st == FR_OK && !(S = fr_malloc((size_t)(geo.Tq * geo.Tk) * es, "attention scores")))
+        st = FR_ERR_OOM;
+    if (st != FR_OK) goto done;
+    const char *Q = rq ? (const char *)rq : q->data, *K = rk ? (const char *)rk : k->data,
+               *V = rv ? (const char *)rv : v->data;
+    const int64_t Tq = geo.Tq, Tk = geo.Tk, D = geo.D, Dv = geo.Dv;
+    for (int64_t b = 0; b < geo.batch; b++) {
+        const int64_t kv = fr_attn_kv_index(&geo, b);
+        const char *Qb = Q + (size_t)(b * Tq * D) * es, *Kb = K + (size_t)(kv * Tk * D) * es,
+                   *Vb = V + (size_t)(kv * Tk * Dv) * es;
+        gemm(dt, 0, 1, Tq, Tk, D, a.scale, Qb, Kb, 0.0, S);
+        for (int64_t i = 0; i < Tq; i++) {
+            const int64_t len = row_len(&geo, a.causal, i);
+            double l;
+            if (dt == FR_F32) {
+                float *row = (float *)S + i * Tk;
+                l = softmax_row_f32(row, len, Tk);
+                if (a.bf16)
+                    for (int64_t j = 0; j < len; j++) row[j] = bf16_round(row[j]);
+            } else {
+                l = softmax_row_f64((double *)S + i * Tk, len, Tk);
+            }
+            if (lse) {
+                if (dt == FR_F32)
+                    ((float *)lse->data)[b * Tq + i] = (float)l;
+                else
+                    ((double *)lse->data)[b * Tq + i] = l;
+            }
+        }
+        gemm(dt, 0, 0, Tq, Dv, Tk, 1.0, S, Vb, 0.0, (char *)o->data + (size_t)(b * Tq * Dv) * es);
+    }
+done:
+    free(rq);
+    free(rk);
+    free(rv);
+    free(S);
+    return st;
+}
+
+/* The backward is one AttentionGrad node reading the forward's inputs and outputs (LSE
+ * included); outputs whose gradient nobody needs are left empty. */
+static fr_status attn_grad(fr_grad_ctx *ctx)
+{
+    fr_graph *g = ctx->g;
+    const fr_node *n = &g->nodes[ctx->node_id];
+    if (ctx->dout[0] < 0 || !(ctx->need_din[0] || ctx->need_din[1] || ctx->need_din[2])) return FR_OK;
+    if (n->n_outputs < 2 || n->outputs[1] < 0)
+        return fr_node_error(n, FR_ERR_GRAPH, "the gradient needs the LSE output (output 1)");
+    int in[6] = {n->inputs[0], n->inputs[1], n->inputs[2], n->outputs[0], n->outputs[1], ctx->dout[0]};
+    int out[3], nid;
+    FR_TRY(fr_grad_node(ctx, "AttentionGrad", FR_DOMAIN_FP8RUN, 6, in, 3, out, &nid));
+    n = &g->nodes[ctx->node_id];
+    fr_node *gn = &g->nodes[nid];
+    for (int i = 0; i < n->n_attrs; i++) {
+        const fr_attr *at = &n->attrs[i];
+        if (at->type == FR_ATTR_FLOAT)
+            FR_TRY(fr_node_set_attr_float(gn, at->name, at->f));
+        else if (at->type == FR_ATTR_INT)
+            FR_TRY(fr_node_set_attr_int(gn, at->name, at->i));
+        else if (at->type == FR_ATTR_STRING)
+            FR_TRY(fr_node_set_attr_string(gn, at->name, at->s));
+    }
+    for (int i = 0; i < 3; i++) {
+        if (ctx->need_din[i]) {
+            ctx->din[i] = out[i];
+        } else { /* not computed: the output slot stays empty */
+            g->values[out[i]].producer = -1;
+            gn->outputs[i] = -1;
+        }
+    }
+    return fr_grad_finish(ctx, nid);
+}
+
+/* ---- AttentionGrad ---- */
+
+static fr_status attng_infer(fr_graph *g, int node_id)
+{
+    const fr_node *n = &g->nodes[node_id];
+    FR_TRY(fr_infer_require_inputs(g, n, 6, 6));
+    if (n->n_outputs != 3) return fr_node_error(n, FR_ERR_GRAPH, "needs 3 outputs dQ, dK, dV (empty when not needed)");
+    const fr_value *q = fr_node_in(g, n, 0), *k = fr_node_in(g, n, 1), *v = fr_node_in(g, n, 2),
+                   *o = fr_node_in(g, n, 3), *lse = fr_node_in(g, n, 4), *dout = fr_node_in(g, n, 5);
+    fr_attn_attrs a;
+    FR_TRY(fr_attn_read_attrs(n, q->rank >= 1 ? q->dims[q->rank - 1] : 0, &a));
+    FR_TRY(check_dtypes(n, a.bf16, q->dtype, k->dtype, v->dtype));
+    fr_attn_geom geo;
+    FR_TRY(fr_attn_geometry(n, q->rank, q->dims, k->rank, k->dims, v->rank, v->dims, a.causal, &geo));
+    int64_t od[FR_MAX_RANK], ld[FR_MAX_RANK];
+    out_shapes(q->rank, q->dims, &geo, od, ld);
+    const fr_value *chk[3] = {o, dout, lse};
+    for (int c = 0; c < 3; c++) {
+        const fr_value *x = chk[c];
+        int r = c == 2 ? q->rank - 1 : q->rank;
+        const int64_t *want = c == 2 ? ld : od;
+        int same = x->dtype == q->dtype && x->rank == r;
+        for (int d = 0; same && d < r; d++) same = x->dims[d] == want[d];
+        if (!same) {
+            char s1[128], s2[128];
+            return fr_node_error(n, FR_ERR_SHAPE, "input '%s' is %s %s, expected %s %s", x->name,
+                                 fr_dtype_name(x->dtype), fr_shape_str(x->rank, x->dims, s1, sizeof s1),
+                                 fr_dtype_name(q->dtype), fr_shape_str(r, want, s2, sizeof s2));
+        }
+    }
+    for (int i = 0; i < 3; i++) fr_infer_same(g, n, i, i);
+    return FR_OK;
+}
+
+static fr_status attng_cpu(const fr_kernel_ctx *ctx)
+{
+    const fr_node *n = ctx->node;
+    if (ctx->n_in != 6 || ctx->n_out != 3)
+        return fr_node_error(n, FR_ERR_GRAPH, "needs inputs Q, K, V, O, LSE, dO and outputs dQ, dK, dV");
+    for (int i = 0; i < 6; i++)
+        if (!ctx->in[i]) return fr_node_error(n, FR_ERR_GRAPH, "input %d is missing", i);
+    const fr_tensor *q = ctx->in[0], *k = ctx->in[1], *v = ctx->in[2], *o = ctx->in[3], *lse = ctx->in[4],
+                    *dout = ctx->in[5];
+    fr_tensor *dq = ctx->out[0], *dk = ctx->out[1], *dv = ctx->out[2];
+    fr_attn_attrs a;
+    FR_TRY(fr_attn_read_attrs(n, q->rank >= 1 ? q->dims[q->rank - 1] : 0, &a));
+    FR_TRY(check_dtypes(n, a.bf16, q->dtype, k->dtype, v->dtype));
+    fr_attn_geom geo;
+    FR_TRY(fr_attn_geometry(n, q->rank, q->dims, k->rank, k->dims, v->rank, v->dims, a.causal, &geo));
+    int64_t od[FR_MAX_RANK], ld[FR_MAX_RANK];
+    out_shapes(q->rank, q->dims, &geo, od, ld);
+    const fr_dtype dt = q->dtype;
+    FR_TRY(fr_check_out(n, o, dt, q->rank, od));
+    FR_TRY(fr_check_out(n, dout, dt, q->rank, od));
+    FR_TRY(fr_check_out(n, lse, dt, q->rank - 1, ld));
+    if (dq) FR_TRY(fr_check_out(n, dq, dt, q->rank, q->dims));
+    if (dk) FR_TRY(fr_check_out(n, dk, dt, k->rank, k->dims));
+    if (dv) FR_TRY(fr_check_out(n, dv, dt, v->rank, v->dims));
+    FR_TRY(check_blas(n, &geo));
+    if (dq) memset(dq->data, 0, dq->nbytes);
+    if (dk) memset(dk->data, 0, dk->nbytes);
+    if (dv) memset(dv->data, 0, dv->nbytes);
+    if (geo.batch == 0 || geo.Tq == 0 || geo.Tk == 0 || (!dq && !dk && !dv)) return FR_OK;
+
+    const int64_t Tq = geo.Tq, Tk = geo.Tk, D = geo.D, Dv = geo.Dv;
+    const size_t es = fr_dtype_size(dt);
+    fr_status st = FR_OK;
+    float *rq = NULL, *rk = NULL, *rv = NULL, *rdo = NULL;
+    void *P = NULL, *dP = NULL;
+    double *delta = NULL;
+    if (a.bf16) {
+        rq = bf16_copy(q, &st);
+        if (st == FR_OK) rk = bf16_copy(k, &st);
+        if (st == FR_OK) rv = bf16_copy(v, &st);
+        if (st == FR_OK) rdo = bf16_copy(dout, &st);
+    }
+    if (st == FR_OK && (!(P = fr_malloc((size_t)(Tq * Tk) * es, "attention probabilities")) ||
+                        !(dP = fr_malloc((size_t)(Tq * Tk) * es, "attention probability gradient")) ||
+                        !(delta = fr_malloc((size_t)Tq * sizeof(double), "attention row terms"))))
+        st = FR_ERR_OOM;
+    if (st != FR_OK) goto done;
+    const char *Q = rq ? (const char *)rq : q->data, *K = rk ? (const char *)rk : k->data,
+               *V = rv ? (const char *)rv : v->data, *dO = rdo ? (const char *)rdo : dout->data;
+    for (int64_t b = 0; b < geo.batch; b++) {
+        const int64_t kv = fr_attn_kv_index(&geo, b);
+        const char *Qb = Q + (size_t)(b * Tq * D) * es, *Kb = K + (size_t)(kv * Tk * D) * es,
+                   *Vb = V + (size_t)(kv * Tk * Dv) * es, *dOb = dO + (size_t)(b * Tq * Dv) * es;
+        /* P = exp(scale Q K^T - LSE), 0 where masked */
+        gemm(dt, 0, 1, Tq, Tk, D, a.scale, Qb, Kb, 0.0, P);
+        for (int64_t i = 0; i < Tq; i++) {
+            const int64_t len = row_len(&geo, a.causal, i);
+            double sum = 0.0; /* Delta_i = dO_i . O_i, from the unrounded dO */
+            if (dt == FR_F32) {
+                float *row = (float *)P + i * Tk;
+                const float l = ((const float *)lse->data)[b * Tq + i];
+                for (int64_t j = 0; j < len; j++) row[j] = (float)exp((double)row[j] - (double)l);
+                for (int64_t j = len; j < Tk; j++) row[j] = 0.0f;
+                const float *oi = (const float *)o->data + (b * Tq + i) * Dv,
+                            *di = (const float *)dout->data + (b * Tq + i) * Dv;
+                for (int64_t d = 0; d < Dv; d++) sum += (double)oi[d] * (double)di[d];
+            } else {
+                double *row = (double *)P + i * Tk;
+                const double l = ((const double *)lse->data)[b * Tq + i];
+                for (int64_t j = 0; j < len; j++) row[j] = exp(row[j] - l);
+                for (int64_t j = len; j < Tk; j++) row[j] = 0.0;
+                const double *oi = (const double *)o->data + (b * Tq + i) * Dv,
+                             *di = (const double *)dout->data + (b * Tq + i) * Dv;
+                for (int64_t d = 0; d < Dv; d++) sum += oi[d] * di[d];
+            }
+            delta[i] = sum;
+        }
+        if (dq || dk) { /* dP = dO V^T, then dS = P (dP - Delta) in place, from the unrounded P */
+            gemm(dt, 0, 1, Tq, Tk, Dv, 1.0, dOb, Vb, 0.0, dP);
+            for (int64_t i = 0; i < Tq; i++) {
+                if (dt == FR_F32) {
+                    const float *pr = (const float *)P + i * Tk;
+                    float *dr = (float *)dP + i * Tk;
+                    for (int64_t j = 0; j < Tk; j++) dr[j] = (float)((double)pr[j] * ((double)dr[j] - delta[i]));
+                    if (a.bf16)
+                        for (int64_t j = 0; j < Tk; j++) dr[j] = bf16_round(dr[j]);
+                } else {
+                    const double *pr = (const double *)P + i * Tk;
+                    double *dr = (double *)dP + i * Tk;
+                    for (int64_t j = 0; j < Tk; j++) dr[j] = pr[j] * (dr[j] - delta[i]);
+                }
+            }
+        }
+        if (dv) { /* dV += P^T dO (summed over the Q batches sharing this K/V) */
+            if (a.bf16)
+                for (int64_t x = 0; x < Tq * Tk; x++) ((float *)P)[x] = bf16_round(((float *)P)[x]);
+            gemm(dt, 1, 0, Tk, Dv, Tq, 1.0, P, dOb, 1.0, (char *)dv->data + (size_t)(kv * Tk * Dv) * es);
+        }
+        if (dq) gemm(dt, 0, 0, Tq, D, Tk, a.scale, dP, Kb, 0.0, (char *)dq->data + (size_t)(b * Tq * D) * es);
+        if (dk) gemm(dt, 1, 0, Tk, D, Tq, a.scale, dP, Qb, 1.0, (char *)dk->data + (size_t)(kv * Tk * D) * es);
+    }
+done:
+    free(rq);
+    free(rk);
+    free(rv);
+    free(rdo);
+    free(P);
+    free(dP);
+    free(delta);
+    return st;
+}
+
+const fr_op_def fr_ops_attention[] = {
+    {"Attention", FR_DOMAIN_FP8RUN, 1, attn_infer, attn_cpu, attn_grad, 0},
+    {"AttentionGrad", FR_DOMAIN_FP8RUN, 1, attng_infer, attng_cpu, NULL, 0},
+    {0},
+};

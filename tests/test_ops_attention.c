@@ -1,0 +1,370 @@
+/* ai.fp8run::Attention and AttentionGrad (ops/attention.c) against the unfused ONNX subgraph
+ * they replace, Transpose(K) -> MatMul -> Mul(scale) -> [Add(causal mask)] -> Softmax ->
+ * MatMul(P, V), on fresh random inputs:
+ *  - float64: O equal to 1e-12 (relative L2), LSE equal to the log-sum-exp computed here;
+ *    float32: 1e-5; causal and not, GQA broadcast ([B, KV, G, T, D] with K/V [B, KV, 1, T, D],
+ *    and K/V of lower rank), odd Tq/Tk/D/Dv;
+ *  - bf16 precision against the ai.fp8run::MatMul{precision=bf16} chain: 1e-2 relative L2,
+ *    forward and gradients;
+ *  - the gradient of Attention (one AttentionGrad node) against central differences in
+ *    float64, and against autodiff of the unfused subgraph (float64 1e-10, float32 1e-5);
+ *  - bad shapes and attributes are errors that name the node. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gradcheck.h"
+#include "ops/attention.h"
+#include "passes/autodiff.h"
+
+typedef struct attn_case {
+    int rq, rk;
+    int64_t dq[FR_MAX_RANK], dk[FR_MAX_RANK]; /* V: K's batch dims, Tk, Dv */
+    int64_t Dv;
+    int causal;
+} attn_case;
+
+static const attn_case cases[] = {
+    {3, 3, {2, 5, 7}, {2, 5, 7}, 7, 1},                   /* plain, causal */
+    {3, 3, {2, 5, 3}, {2, 9, 3}, 4, 0},                   /* Tq != Tk, Dv != D */
+    {5, 5, {2, 2, 3, 6, 5}, {2, 2, 1, 6, 5}, 5, 1},       /* GQA, causal */
+    {5, 5, {1, 2, 2, 4, 3}, {1, 2, 1, 7, 3}, 2, 0},       /* GQA, not causal */
+    {4, 2, {2, 3, 5, 4}, {5, 4}, 3, 1},                   /* K/V of lower rank, shared */
+    {4, 4, {2, 3, 1, 8}, {2, 3, 1, 8}, 8, 1},             /* T = 1 */
+};
+#define N_CASES ((int)(sizeof cases / sizeof cases[0]))
+
+static fr_graph *new_graph(void)
+{
+    fr_graph *g = fr_gc_new_graph(17);
+    CU_ASSERT_FATAL(g != NULL);
+    fr_opset *o = realloc(g->opsets, 2 * sizeof *o);
+    CU_ASSERT_FATAL(o != NULL);
+    g->opsets = o;
+    o[1].domain = strdup("ai.fp8run");
+    o[1].version = 1;
+    g->n_opsets = 2;
+    return g;
+}
+
+static void v_dims(const attn_case *c, int64_t *dv)
+{
+    memcpy(dv, c->dk, sizeof(int64_t) * (size_t)c->rk);
+    dv[c->rk - 1] = c->Dv;
+}
+
+/* The three inputs, values drawn from r (scaled so the softmax is neither flat nor one-hot). */
+static void add_inputs(fr_graph *g, fr_rng *r, const attn_case *c, fr_dtype dt, int *q, int *k, int *v)
+{
+    int64_t dv[FR_MAX_RANK];
+    v_dims(c, dv);
+    *q = fr_gc_add_input(g, r, "Q", dt, c->rq, c->dq, NULL);
+    *k = fr_gc_add_input(g, r, "K", dt, c->rk, c->dk, NULL);
+    *v = fr_gc_add_input(g, r, "V", dt, c->rk, dv, NULL);
+}
+
+static float case_scale(const attn_case *c) { return (float)(1.3 / sqrt((double)c->dq[c->rq - 1])); }
+
+/* Attention node; returns its node id, outputs in out[0..2). */
+static int add_attention(fr_graph *g, int q, int k, int v, const attn_case *c, const char *prec, int *out)
+{
+    int in[3] = {q, k, v};
+    int nid = fr_gc_node(g, "Attention", "ai.fp8run", 3, in, 2, out);
+    FR_ASSERT_OK(fr_node_set_attr_float(&g->nodes[nid], "scale", case_scale(c)));
+    FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "causal", c->causal));
+    FR_ASSERT_OK(fr_node_set_attr_string(&g->nodes[nid], "precision", prec));
+    FR_ASSERT_OK(fr_node_infer(g, nid));
+    return nid;
+}
+
+/* A scalar or [T, T] constant of dtype dt. */
+static int add_const(fr_graph *g, const char *name, fr_dtype dt, int rank, const int64_t *dims, const double *v)
+{
+    return fr_gc_add_values(g, name, dt, rank, dims, v);
+}
+
+/* The unfused subgraph; bf16 uses the ai.fp8run::MatMul{precision=bf16} pair. Returns O. */
+static int add_reference(fr_graph *g, int q, int k, int v, const attn_case *c, fr_dtype dt, int bf16)
+{
+    int s;
+    if (bf16) {
+        int in[2] = {q, k}, out;
+        int nid = fr_gc_node(g, "MatMul", "ai.fp8run", 2, in, 1, &out);
+        FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "transB", 1));
+        FR_ASSERT_OK(fr_node_set_attr_string(&g->nodes[nid], "precision", "bf16"));
+        FR_ASSERT_OK(fr_node_infer(g, nid));
+        s = out;
+    } else {
+        int64_t perm[FR_MAX_RANK];
+        for (int d = 0; d < c->rk; d++) perm[d] = d;
+        perm[c->rk - 2] = c->rk - 1;
+        perm[c->rk - 1] = c->rk - 2;
+        int kt, nid = fr_gc_node(g, "Transpose", "", 1, &k, 1, &kt);
+        FR_ASSERT_OK(fr_node_set_attr_ints(&g->nodes[nid], "perm", c->rk, perm));
+        FR_ASSERT_OK(fr_node_infer(g, nid));
+        int in[2] = {q, kt};
+        s = fr_gc_op1(g, "MatMul", 2, in);
+    }
+    double sc = case_scale(c);
+    int scale = add_const(g, "scale", dt, 0, NULL, &sc);
+    int in2[2] = {s, scale};
+    s = fr_gc_op1(g, "Mul", 2, in2);
+    if (c->causal) {
+        int64_t T = c->dq[c->rq - 2], md[2] = {T, T};
+        double *m = malloc(sizeof(double) * (size_t)(T * T));
+        CU_ASSERT_FATAL(m != NULL);
+        for (int64_t i = 0; i < T; i++)
+            for (int64_t j = 0; j < T; j++) m[i * T + j] = j > i ? -INFINITY : 0.0;
+        int mask = add_const(g, "mask", dt, 2, md, m);
+        free(m);
+        int in3[2] = {s, mask};
+        s = fr_gc_op1(g, "Add", 2, in3);
+    }
+    int p, nid = fr_gc_node(g, "Softmax", "", 1, &s, 1, &p);
+    FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "axis", -1));
+    FR_ASSERT_OK(fr_node_infer(g, nid));
+    int in4[2] = {p, v}, o;
+    if (bf16) {
+        nid = fr_gc_node(g, "MatMul", "ai.fp8run", 2, in4, 1, &o);
+        FR_ASSERT_OK(fr_node_set_attr_string(&g->nodes[nid], "precision", "bf16"));
+        FR_ASSERT_OK(fr_node_infer(g, nid));
+    } else {
+        o = fr_gc_op1(g, "MatMul", 2, in4);
+    }
+    return o;
+}
+
+/* ||a - b|| / max(||b||, floor): floor > 0 where b may be exactly 0 (one key: dQ = dK = 0). */
+static double rel_l2(const fr_tensor *a, const fr_tensor *b, double floor)
+{
+    int64_t n = fr_tensor_numel(a);
+    CU_ASSERT_FATAL(n == fr_tensor_numel(b));
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double x = fr_tensor_get_f64(a, i), y = fr_tensor_get_f64(b, i);
+        if (!isfinite(x) || !isfinite(y)) return INFINITY;
+        num += (x - y) * (x - y);
+        den += y * y;
+    }
+    return sqrt(num) / fmax(sqrt(den), floor);
+}
+
+/* LSE computed here from Q and K in double. */
+static double lse_err(const fr_tensor *Q, const fr_tensor *K, const fr_tensor *L, const attn_case *c)
+{
+    fr_attn_geom geo;
+    int64_t dv[FR_MAX_RANK];
+    v_dims(c, dv);
+    FR_ASSERT_OK(fr_attn_geometry(NULL, c->rq, c->dq, c->rk, c->dk, c->rk, dv, c->causal, &geo));
+    double worst = 0, sc = case_scale(c);
+    for (int64_t b = 0; b < geo.batch; b++) {
+        int64_t kv = fr_attn_kv_index(&geo, b);
+        for (int64_t i = 0; i < geo.Tq; i++) {
+            int64_t len = c->causal ? i + 1 : geo.Tk;
+            double m = -INFINITY, s[64];
+            for (int64_t j = 0; j < len; j++) {
+                double dot = 0;
+                for (int64_t d = 0; d < geo.D; d++)
+                    dot += fr_tensor_get_f64(Q, (b * geo.Tq + i) * geo.D + d) *
+                           fr_tensor_get_f64(K, (kv * geo.Tk + j) * geo.D + d);
+                s[j] = sc * dot;
+                if (s[j] > m) m = s[j];
+            }
+            double sum = 0;
+            for (int64_t j = 0; j < len; j++) sum += exp(s[j] - m);
+            double want = m + log(sum), got = fr_tensor_get_f64(L, b * geo.Tq + i);
+            double e = fabs(got - want) / fmax(1.0, fabs(want));
+            if (e > worst) worst = e;
+        }
+    }
+    return worst;
+}
+
+static void check_forward(fr_dtype dt, const char *prec, double tol, double lse_tol)
+{
+    fr_rng r = fr_test_rng(dt == FR_F64 ? "attn_fwd64" : prec[0] == 'b' ? "attn_fwd_bf16" : "attn_fwd32");
+    for (int ci = 0; ci < N_CASES; ci++) {
+        const attn_case *c = &cases[ci];
+        fr_graph *g = new_graph();
+        int q, k, v, out[2];
+        add_inputs(g, &r, c, dt, &q, &k, &v);
+        add_attention(g, q, k, v, c, prec, out);
+        int ref = add_reference(g, q, k, v, c, dt, prec[0] == 'b');
+        fr_tensor **t = calloc((size_t)g->n_values, sizeof *t);
+        CU_ASSERT_FATAL(t != NULL);
+        FR_ASSERT_OK(fr_gc_run(g, t));
+        double e = rel_l2(t[out[0]], t[ref], 1e-300);
+        double le = lse_err(g->values[q].constant, g->values[k].constant, t[out[1]], c);
+        if (e > tol || le > lse_tol) printf("\n  %s %s case %d: O rel L2 %g, LSE err %g", fr_dtype_name(dt), prec, ci, e, le);
+        CU_ASSERT(e <= tol);
+        CU_ASSERT(le <= lse_tol);
+        fr_gc_free_tensors(g, t);
+        free(t);
+        fr_graph_free(g);
+    }
+}
+
+static void test_forward_f64(void) { check_forward(FR_F64, "fp32", 1e-12, 1e-12); }
+static void test_forward_f32(void) { check_forward(FR_F32, "fp32", 1e-5, 1e-6); }
+static void test_forward_bf16(void) { check_forward(FR_F32, "bf16", 1e-2, 1e-2); }
+
+/* bf16 really rounds: it differs from fp32 beyond float32 rounding */
+static void test_bf16_rounds(void)
+{
+    fr_rng r = fr_test_rng("attn_bf16_rounds");
+    const attn_case *c = &cases[2];
+    fr_graph *g = new_graph();
+    int q, k, v, o32[2], o16[2];
+    add_inputs(g, &r, c, FR_F32, &q, &k, &v);
+    add_attention(g, q, k, v, c, "fp32", o32);
+    add_attention(g, q, k, v, c, "bf16", o16);
+    fr_tensor **t = calloc((size_t)g->n_values, sizeof *t);
+    CU_ASSERT_FATAL(t != NULL);
+    FR_ASSERT_OK(fr_gc_run(g, t));
+    double e = rel_l2(t[o16[0]], t[o32[0]], 1e-300);
+    CU_ASSERT(e > 1e-4 && e < 2e-2);
+    fr_gc_free_tensors(g, t);
+    free(t);
+    fr_graph_free(g);
+}
+
+static void test_gradcheck(void)
+{
+    fr_rng r = fr_test_rng("attn_gradcheck");
+    for (int ci = 0; ci < N_CASES; ci++) {
+        fr_graph *g = new_graph();
+        int q, k, v, out[2];
+        add_inputs(g, &r, &cases[ci], FR_F64, &q, &k, &v);
+        add_attention(g, q, k, v, &cases[ci], "fp32", out);
+        /* one key: dQ = dK = 0 exactly, no relative error to speak of (checked against the
+         * unfused autodiff with an absolute floor instead) */
+        const int one_key = cases[ci].dk[cases[ci].rk - 2] == 1;
+        int wrt[3] = {v, q, k};
+        char what[64];
+        snprintf(what, sizeof what, "Attention case %d", ci);
+        fr_gc_check(g, &r, out[0], one_key ? 1 : 3, wrt, what, 1e-6);
+        CU_ASSERT(fr_gc_count_nodes(g, "AttentionGrad") == 1);
+        fr_graph_free(g);
+    }
+}
+
+/* Gradients of Q, K, V through one graph's output o with dy = the same random values. */
+static void backprop(fr_graph *g, int o, const double *dy, const int *wrt, fr_tensor **grads)
+{
+    int gv[3];
+    fr_tensor **t = fr_gc_backprop(g, o, dy, 3, wrt, gv);
+    CU_ASSERT_FATAL(t != NULL);
+    for (int i = 0; i < 3; i++) {
+        CU_ASSERT_FATAL(gv[i] >= 0);
+        FR_ASSERT_OK(fr_tensor_clone(fr_gc_value(g, t, gv[i]), "grad", &grads[i]));
+    }
+    fr_gc_free_tensors(g, t);
+    free(t);
+}
+
+static void check_grad_vs_unfused(fr_dtype dt, const char *prec, double tol)
+{
+    fr_rng r = fr_test_rng(prec[0] == 'b' ? "attn_grad_bf16" : dt == FR_F64 ? "attn_grad64" : "attn_grad32");
+    for (int ci = 0; ci < N_CASES; ci++) {
+        const attn_case *c = &cases[ci];
+        fr_rng r2 = r; /* the same inputs in both graphs */
+        fr_graph *gf = new_graph(), *gu = new_graph();
+        int q, k, v, out[2], q2, k2, v2;
+        add_inputs(gf, &r, c, dt, &q, &k, &v);
+        add_inputs(gu, &r2, c, dt, &q2, &k2, &v2);
+        add_attention(gf, q, k, v, c, prec, out);
+        int ref = add_reference(gu, q2, k2, v2, c, dt, prec[0] == 'b');
+        int64_t n = 1;
+        for (int d = 0; d < gf->values[out[0]].rank; d++) n *= gf->values[out[0]].dims[d];
+        double *dy = malloc(sizeof(double) * (size_t)n);
+        CU_ASSERT_FATAL(dy != NULL);
+        for (int64_t i = 0; i < n; i++) dy[i] = fr_rng_normal(&r);
+        fr_tensor *gfu[3], *guu[3];
+        int wf[3] = {q, k, v}, wu[3] = {q2, k2, v2};
+        backprop(gf, out[0], dy, wf, gfu);
+        backprop(gu, ref, dy, wu, guu);
+        CU_ASSERT(fr_gc_count_nodes(gf, "AttentionGrad") == 1);
+        for (int i = 0; i < 3; i++) {
+            /* one key: dQ = dK = 0 exactly; both sides are rounding noise, judged per element */
+            const int zero = i < 2 && c->dk[c->rk - 2] == 1;
+            double e = rel_l2(gfu[i], guu[i], zero ? sqrt((double)fr_tensor_numel(guu[i])) : 1e-300);
+            if (e > tol) printf("\n  %s %s case %d: d%c rel L2 %g", fr_dtype_name(dt), prec, ci, "QKV"[i], e);
+            CU_ASSERT(e <= tol);
+            fr_tensor_free(gfu[i]);
+            fr_tensor_free(guu[i]);
+        }
+        free(dy);
+        fr_graph_free(gf);
+        fr_graph_free(gu);
+    }
+}
+
+static void test_grad_vs_unfused_f64(void) { check_grad_vs_unfused(FR_F64, "fp32", 1e-10); }
+static void test_grad_vs_unfused_f32(void) { check_grad_vs_unfused(FR_F32, "fp32", 1e-5); }
+static void test_grad_vs_unfused_bf16(void) { check_grad_vs_unfused(FR_F32, "bf16", 1e-2); }
+
+/* Only the gradients asked for are computed (empty outputs for the rest). */
+static void test_grad_partial(void)
+{
+    fr_rng r = fr_test_rng("attn_grad_partial");
+    fr_graph *g = new_graph();
+    int q, k, v, out[2];
+    add_inputs(g, &r, &cases[2], FR_F64, &q, &k, &v);
+    add_attention(g, q, k, v, &cases[2], "fp32", out);
+    int wrt[1] = {v};
+    fr_gc_check(g, &r, out[0], 1, wrt, "Attention dV only", 1e-6);
+    int found = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (strcmp(g->nodes[i].op_type, "AttentionGrad") == 0) {
+            found = 1;
+            CU_ASSERT(g->nodes[i].outputs[0] < 0 && g->nodes[i].outputs[1] < 0 && g->nodes[i].outputs[2] >= 0);
+        }
+    CU_ASSERT(found);
+    fr_graph_free(g);
+}
+
+static void expect_infer_error(const attn_case *c, fr_dtype dt, int causal_attr, const char *what)
+{
+    fr_rng r = fr_test_rng("attn_errors");
+    fr_graph *g = new_graph();
+    int q, k, v, out[2];
+    add_inputs(g, &r, c, dt, &q, &k, &v);
+    int in[3] = {q, k, v};
+    int nid = fr_gc_node(g, "Attention", "ai.fp8run", 3, in, 2, out);
+    FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "causal", causal_attr));
+    CU_ASSERT(fr_node_infer(g, nid) != FR_OK);
+    const char *msg = fr_last_error();
+    if (!strstr(msg, what) || !strstr(msg, "Attention")) printf("\n  error '%s' lacks '%s'", msg, what);
+    CU_ASSERT(strstr(msg, what) != NULL && strstr(msg, "Attention") != NULL);
+    fr_graph_free(g);
+}
+
+static void test_errors(void)
+{
+    attn_case bad_d = {3, 3, {2, 5, 4}, {2, 5, 3}, 3, 0};
+    expect_infer_error(&bad_d, FR_F32, 0, "do not fit");
+    attn_case bad_batch = {3, 3, {2, 5, 4}, {3, 5, 4}, 3, 0};
+    expect_infer_error(&bad_batch, FR_F32, 0, "do not fit");
+    attn_case rect = {3, 3, {2, 5, 4}, {2, 6, 4}, 3, 0};
+    expect_infer_error(&rect, FR_F32, 1, "Tq == Tk");
+    expect_infer_error(&cases[0], FR_F32, 2, "causal=2");
+}
+
+int main(void)
+{
+    CU_TestInfo tests[] = {
+        {"forward float64 vs unfused (1e-12)", test_forward_f64},
+        {"forward float32 vs unfused (1e-5)", test_forward_f32},
+        {"forward bf16 vs MatMul{bf16} chain (1e-2)", test_forward_bf16},
+        {"bf16 really rounds", test_bf16_rounds},
+        {"gradient vs central differences (float64)", test_gradcheck},
+        {"AttentionGrad vs unfused autodiff float64 (1e-10)", test_grad_vs_unfused_f64},
+        {"AttentionGrad vs unfused autodiff float32 (1e-5)", test_grad_vs_unfused_f32},
+        {"AttentionGrad bf16 vs MatMul{bf16} chain autodiff (1e-2)", test_grad_vs_unfused_bf16},
+        {"only the needed gradients", test_grad_partial},
+        {"errors name the node", test_errors},
+        CU_TEST_INFO_NULL,
+    };
+    CU_SuiteInfo suites[] = {{"attention", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
+    return fr_test_main(suites);
+}
