@@ -434,6 +434,9 @@ typedef struct fp8run_train_config {
     uint64_t seed;               /* the trainer's generator (default 0) */
     int max_bad_steps;           /* non-finite steps in a row before FP8RUN_ERR_NUMERIC (10) */
     int eval_only;               /* 1: no backward graph and no optimizer: evaluation only */
+    /* ---- appended in ABI version 2 ---- */
+    int fuse_attention;          /* 1 (default): unfused attention (MatMul, scale, causal mask,
+                                    Softmax, MatMul) becomes one fused node per layer */
 } fp8run_train_config;
 
 /* Fill *cfg with the defaults above and set cfg->struct_size = size. Pass sizeof *cfg. */
@@ -584,6 +587,8 @@ typedef struct fp8run_step_stats {
                                     nothing was updated */
     int bad_in_a_row;            /* skipped steps in a row, this one included */
     const char *reason;          /* why it was skipped ("" otherwise); valid until the next step */
+    int available;               /* 1: the fields above describe step `step`; 0: no statistics
+                                    (fp8run_session_poll_stats found none ready) */
 } fp8run_step_stats;
 
 /* One optimizer step: `windows` holds grad_accum micro-batches of B x (T+1) token ids of type
@@ -596,6 +601,34 @@ typedef struct fp8run_step_stats {
  * (the accessors and destroy still work); resume from a checkpoint in a new session. */
 FP8RUN_API fp8run_status fp8run_session_train_step(fp8run_session *s, const void *windows, fp8run_dtype dtype,
                                                    size_t count, fp8run_step_stats *stats);
+/* ---- Steps that do not wait for their statistics ----
+ * fp8run_session_train_step waits for the step to finish (on a GPU: the host idles until the
+ * device is done, then queues the next step while the device idles). These two calls let the
+ * host run ahead: train_step_async queues a step and returns as soon as the token windows are
+ * copied; poll_stats hands out the statistics of queued steps, oldest first, each exactly as
+ * train_step would have returned it. Reading statistics is what synchronizes: poll only as
+ * often as you need numbers (fp8run train polls every --log-every steps). On the CPU a step
+ * runs inside train_step_async; only the hand-out differs.
+ * Errors found on the device are reported late: by the poll of the step they belong to, a
+ * data error a kernel detected (e.g. an index out of range, naming the node; the session is
+ * then broken) or FP8RUN_ERR_NUMERIC for more than max_bad_steps skipped steps in a row (the
+ * steps queued after it have run all the same; the session stays usable). Evaluation, saving,
+ * loading, export, parameter and FP8-statistics reads and the report first read back every
+ * queued step (keeping the statistics for poll_stats), so the same errors can surface there.
+ * fp8run_session_train_step refuses while statistics wait to be polled. */
+#define FP8RUN_MAX_QUEUED_STEPS 64 /* steps queued and not polled, at most */
+/* Queue one step (arguments as fp8run_session_train_step); *step (may be NULL) gets its index.
+ * Bad arguments or token ids change nothing; FP8RUN_ERR_STATE when FP8RUN_MAX_QUEUED_STEPS
+ * steps wait to be polled. */
+FP8RUN_API fp8run_status fp8run_session_train_step_async(fp8run_session *s, const void *windows, fp8run_dtype dtype,
+                                                         size_t count, int64_t *step);
+/* The statistics of the oldest queued step not polled yet, and that step's status (see above).
+ * wait = 1: wait for the device; wait = 0: stats->available = 0 when it has not finished yet.
+ * stats->available = 0 when nothing is queued. stats must be large enough to hold `available`. */
+FP8RUN_API fp8run_status fp8run_session_poll_stats(fp8run_session *s, int wait, fp8run_step_stats *stats);
+/* Steps queued whose statistics were not polled yet. */
+FP8RUN_API int fp8run_session_steps_queued(const fp8run_session *s);
+
 /* Loss of one micro-batch (B x (T+1) ids, count = B * (T+1)) without updating anything. */
 FP8RUN_API fp8run_status fp8run_session_eval(fp8run_session *s, const void *windows, fp8run_dtype dtype,
                                              size_t count, double *loss);
@@ -611,8 +644,10 @@ FP8RUN_API int64_t fp8run_session_seq_len(const fp8run_session *s);
 FP8RUN_API int fp8run_session_grad_accum(const fp8run_session *s);
 /* The logits' last dim (token ids must be below it); 0 when unknown. */
 FP8RUN_API int64_t fp8run_session_vocab(const fp8run_session *s);
-/* Steps taken or skipped so far (a resumed session continues the count). */
+/* Steps taken or skipped so far, queued ones included (a resumed session continues the count). */
 FP8RUN_API int64_t fp8run_session_steps_done(const fp8run_session *s);
+/* Skipped steps among those whose statistics were read back (all of them after a poll of the
+ * last queued step, or a save). */
 FP8RUN_API int64_t fp8run_session_steps_skipped(const fp8run_session *s);
 /* The session's options as a JSON object (what checkpoints record); valid until the next call
  * of this function on s or its destruction. NULL on error. */

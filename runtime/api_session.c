@@ -2,6 +2,7 @@
  * and export. A session whose step or checkpoint restore failed midway is marked broken,
  * because the trainer does not promise a consistent state after such a failure. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +11,8 @@
 #include "runtime/cuda/cuda_probe.h"
 #include "runtime/train_internal.h"
 
-#define STATS_V1_SIZE sizeof(fp8run_step_stats)
+#define STATS_V1_SIZE offsetof(fp8run_step_stats, available)
+#define STATS_AVAILABLE_SIZE (offsetof(fp8run_step_stats, available) + sizeof(int))
 #define INFO_V1_SIZE sizeof(fp8run_value_info)
 #define MEMORY_V1_SIZE sizeof(fp8run_memory_info)
 #define FP8_STAT_V1_SIZE sizeof(fp8run_fp8_stat)
@@ -163,6 +165,63 @@ static fp8run_status windows_i64(fp8run_session *s, const char *fn, const void *
 
 /* ---- steps ---- */
 
+/* A step's statistics into the caller's struct (its first `use` bytes). */
+static void put_stats(fp8run_session *s, const fr_train_stats *ts, int available, fp8run_step_stats *stats, size_t use)
+{
+    fp8run_step_stats o;
+    memset(&o, 0, sizeof o);
+    o.struct_size = stats->struct_size;
+    o.reason = "";
+    o.available = available;
+    if (available) {
+        snprintf(s->reason, sizeof s->reason, "%s", ts->reason);
+        o.step = ts->step;
+        o.loss = ts->loss;
+        o.grad_norm = ts->grad_norm;
+        o.lr = ts->lr;
+        o.skipped = ts->skipped;
+        o.bad_in_a_row = ts->bad_in_a_row;
+        o.reason = s->reason;
+    }
+    memcpy(stats, &o, use);
+}
+
+/* The status of a step's statistics: a skipped step is logged; FR_ERR_NUMERIC of a skipped
+ * step (too many in a row) leaves the session consistent, any other failure breaks it. */
+static fp8run_status step_result(fp8run_session *s, const char *fn, fr_status st, const fr_train_stats *ts)
+{
+    if (st == FR_OK && ts->skipped)
+        fr_api_log(FP8RUN_LOG_WARN, "step %lld skipped (%d in a row): %s", (long long)ts->step, ts->bad_in_a_row,
+                   ts->reason);
+    if (st == FR_OK) return FP8RUN_OK;
+    fp8run_status ps = fr_api_fail(&s->err, fn, st);
+    if (!(st == FR_ERR_NUMERIC && ts->skipped)) mark_broken(s, "training step");
+    return ps;
+}
+
+/* Arguments of a step: the session usable and trainable, stats large enough, the windows. */
+static fp8run_status step_args(fp8run_session *s, const char *fn, const void *windows, fp8run_dtype dtype,
+                               size_t count, const int64_t **w)
+{
+    fp8run_status ps = usable(s, fn);
+    if (ps != FP8RUN_OK) return ps;
+    if (s->t->opt.eval_only)
+        return fr_api_error(&s->err, FP8RUN_ERR_STATE, "%s: this session was created for evaluation only", fn);
+    return windows_i64(s, fn, windows, dtype, count, s->t->opt.grad_accum, w);
+}
+
+/* Read back every queued step before something that needs the counters or the weights
+ * (evaluation, checkpoints, export, parameters): a data error found there breaks the session. */
+static fp8run_status settle(fp8run_session *s, const char *fn)
+{
+    if (!s->t || fr_trainer_queued(s->t) == 0) return FP8RUN_OK;
+    fr_status st = fr_trainer_retire_all(s->t);
+    if (st == FR_OK) return FP8RUN_OK;
+    fp8run_status ps = fr_api_fail(&s->err, fn, st);
+    mark_broken(s, "training step");
+    return ps;
+}
+
 FP8RUN_API fp8run_status fp8run_session_train_step(fp8run_session *s, const void *windows, fp8run_dtype dtype,
                                                    size_t count, fp8run_step_stats *stats)
 {
@@ -172,36 +231,58 @@ FP8RUN_API fp8run_status fp8run_session_train_step(fp8run_session *s, const void
     size_t use = 0;
     if (stats && (ps = fr_api_check_out(&s->err, fn, "stats", stats, STATS_V1_SIZE, sizeof *stats, &use)) != FP8RUN_OK)
         return ps;
-    if (s->t->opt.eval_only)
-        return fr_api_error(&s->err, FP8RUN_ERR_STATE, "%s: this session was created for evaluation only", fn);
     const int64_t *w;
-    ps = windows_i64(s, fn, windows, dtype, count, s->t->opt.grad_accum, &w);
-    if (ps != FP8RUN_OK) return ps;
+    if ((ps = step_args(s, fn, windows, dtype, count, &w)) != FP8RUN_OK) return ps;
+    if (fr_trainer_queued(s->t))
+        return fr_api_error(&s->err, FP8RUN_ERR_STATE,
+                            "%s: %d queued steps wait for fp8run_session_poll_stats; poll them before a synchronous "
+                            "step",
+                            fn, fr_trainer_queued(s->t));
     fr_train_stats ts;
     fr_status st = fr_trainer_step(s->t, w, s->t->opt.grad_accum, &ts);
-    snprintf(s->reason, sizeof s->reason, "%s", ts.reason);
-    if (stats) {
-        fp8run_step_stats o;
-        memset(&o, 0, sizeof o);
-        o.struct_size = stats->struct_size;
-        o.step = ts.step;
-        o.loss = ts.loss;
-        o.grad_norm = ts.grad_norm;
-        o.lr = ts.lr;
-        o.skipped = ts.skipped;
-        o.bad_in_a_row = ts.bad_in_a_row;
-        o.reason = s->reason;
-        memcpy(stats, &o, use);
-    }
-    if (st == FR_OK && ts.skipped)
-        fr_api_log(FP8RUN_LOG_WARN, "step %lld skipped (%d in a row): %s", (long long)ts.step, ts.bad_in_a_row,
-                   ts.reason);
+    if (stats) put_stats(s, &ts, 1, stats, use);
+    else snprintf(s->reason, sizeof s->reason, "%s", ts.reason);
+    return step_result(s, fn, st, &ts);
+}
+
+FP8RUN_API fp8run_status fp8run_session_train_step_async(fp8run_session *s, const void *windows, fp8run_dtype dtype,
+                                                         size_t count, int64_t *step)
+{
+    const char *fn = "fp8run_session_train_step_async";
+    if (step) *step = -1;
+    const int64_t *w;
+    fp8run_status ps = step_args(s, fn, windows, dtype, count, &w);
+    if (ps != FP8RUN_OK) return ps;
+    if (fr_trainer_queued(s->t) >= FP8RUN_MAX_QUEUED_STEPS)
+        return fr_api_error(&s->err, FP8RUN_ERR_STATE,
+                            "%s: %d queued steps wait for fp8run_session_poll_stats (at most %d may)", fn,
+                            fr_trainer_queued(s->t), FP8RUN_MAX_QUEUED_STEPS);
+    fr_status st = fr_trainer_step_async(s->t, w, s->t->opt.grad_accum, step);
     if (st == FR_OK) return FP8RUN_OK;
     ps = fr_api_fail(&s->err, fn, st);
-    /* too many skipped steps: nothing was updated, the session is consistent */
-    if (!(st == FR_ERR_NUMERIC && ts.skipped)) mark_broken(s, "training step");
+    mark_broken(s, "training step");
     return ps;
 }
+
+FP8RUN_API fp8run_status fp8run_session_poll_stats(fp8run_session *s, int wait, fp8run_step_stats *stats)
+{
+    const char *fn = "fp8run_session_poll_stats";
+    fp8run_status ps = usable(s, fn);
+    if (ps != FP8RUN_OK) return ps;
+    if (!stats) return fr_api_error(&s->err, FP8RUN_ERR_INVALID_ARG, "%s: stats is NULL", fn);
+    size_t use = 0;
+    ps = fr_api_check_out(&s->err, fn, "stats", stats, STATS_AVAILABLE_SIZE, sizeof *stats, &use);
+    if (ps != FP8RUN_OK) return ps;
+    fr_train_stats ts;
+    memset(&ts, 0, sizeof ts);
+    int got = 0;
+    fr_status st = fr_trainer_poll(s->t, wait, &ts, &got);
+    put_stats(s, &ts, got, stats, use);
+    if (!got && st == FR_OK) return FP8RUN_OK;
+    return step_result(s, fn, st, &ts);
+}
+
+FP8RUN_API int fp8run_session_steps_queued(const fp8run_session *s) { return s ? fr_trainer_queued(s->t) : 0; }
 
 FP8RUN_API fp8run_status fp8run_session_eval(fp8run_session *s, const void *windows, fp8run_dtype dtype,
                                              size_t count, double *loss)
@@ -212,7 +293,7 @@ FP8RUN_API fp8run_status fp8run_session_eval(fp8run_session *s, const void *wind
     if (!loss) return fr_api_error(&s->err, FP8RUN_ERR_INVALID_ARG, "%s: loss is NULL", fn);
     const int64_t *w;
     ps = windows_i64(s, fn, windows, dtype, count, 1, &w);
-    if (ps != FP8RUN_OK) return ps;
+    if (ps != FP8RUN_OK || (ps = settle(s, fn)) != FP8RUN_OK) return ps;
     /* evaluation changes no training state: a failure leaves the session usable */
     return fr_api_fail(&s->err, fn, fr_trainer_eval(s->t, w, loss));
 }
@@ -301,6 +382,8 @@ FP8RUN_API fp8run_status fp8run_session_report(const fp8run_session *s, fp8run_r
     if (!out) return fr_api_error(slot_of(s), FP8RUN_ERR_INVALID_ARG, "%s: out is NULL", fn);
     *out = NULL;
     if (!s) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: session is NULL", fn);
+    fp8run_status ps = s->broken ? FP8RUN_OK : settle((fp8run_session *)s, fn);
+    if (ps != FP8RUN_OK) return ps;
     return fr_api_fail(slot_of(s), fn, fr_api_report_from_trainer(s->t, out));
 }
 
@@ -342,6 +425,8 @@ FP8RUN_API fp8run_status fp8run_session_fp8_stats(fp8run_session *s, int *count)
     if (count) *count = 0;
     if (!s) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: session is NULL", fn);
     if (!count) return fr_api_error(&s->err, FP8RUN_ERR_INVALID_ARG, "%s: count is NULL", fn);
+    fp8run_status ps = s->broken ? FP8RUN_OK : settle(s, fn);
+    if (ps != FP8RUN_OK) return ps;
     const fr_fp8_report *r = fr_trainer_fp8_report(s->t);
     int cap = r ? 3 * r->n_layers : 0;
     fr_fp8_stat *st = calloc((size_t)(cap ? cap : 1), sizeof *st);
@@ -436,7 +521,7 @@ FP8RUN_API fp8run_status fp8run_session_get_param(fp8run_session *s, const char 
     const char *fn = "fp8run_session_get_param";
     const tr_orig *o;
     fp8run_status ps = find_orig(s, fn, name, dst, count, &o);
-    if (ps != FP8RUN_OK) return ps;
+    if (ps != FP8RUN_OK || (ps = settle(s, fn)) != FP8RUN_OK) return ps;
     return fr_api_fail(&s->err, fn, fr_trainer_get_param(s->t, name, dst));
 }
 
@@ -446,7 +531,7 @@ FP8RUN_API fp8run_status fp8run_session_set_param(fp8run_session *s, const char 
     const char *fn = "fp8run_session_set_param";
     const tr_orig *o;
     fp8run_status ps = find_orig(s, fn, name, src, count, &o);
-    if (ps != FP8RUN_OK) return ps;
+    if (ps != FP8RUN_OK || (ps = settle(s, fn)) != FP8RUN_OK) return ps;
     (void)o;
     return fr_api_fail(&s->err, fn, fr_trainer_set_param(s->t, name, src));
 }
@@ -459,6 +544,7 @@ FP8RUN_API fp8run_status fp8run_session_save(fp8run_session *s, const char *path
     fp8run_status ps = usable(s, fn);
     if (ps != FP8RUN_OK) return ps;
     if (!path || !path[0]) return fr_api_error(&s->err, FP8RUN_ERR_INVALID_ARG, "%s: no path given", fn);
+    if ((ps = settle(s, fn)) != FP8RUN_OK) return ps;
     uint8_t ds[FR_DATA_STATE_BYTES];
     if (data) fr_data_get_state(data->dl, ds);
     ps = fr_api_fail(&s->err, fn, fr_trainer_save(s->t, path, data ? ds : NULL, data ? sizeof ds : 0));
@@ -479,6 +565,7 @@ FP8RUN_API fp8run_status fp8run_session_load(fp8run_session *s, const char *path
     fclose(f);
     if (!fp8run_is_checkpoint(path))
         return fr_api_error(&s->err, FP8RUN_ERR_PARSE, "%s: '%s' is not an fp8run checkpoint", fn, path);
+    if ((ps = settle(s, fn)) != FP8RUN_OK) return ps;
     void *ds = NULL;
     size_t len = 0;
     fr_status st = fr_trainer_load(s->t, path, data ? &ds : NULL, data ? &len : NULL);
@@ -512,5 +599,6 @@ FP8RUN_API fp8run_status fp8run_session_export(fp8run_session *s, const char *pa
     fp8run_status ps = usable(s, fn);
     if (ps != FP8RUN_OK) return ps;
     if (!path || !path[0]) return fr_api_error(&s->err, FP8RUN_ERR_INVALID_ARG, "%s: no path given", fn);
+    if ((ps = settle(s, fn)) != FP8RUN_OK) return ps;
     return fr_api_fail(&s->err, fn, fr_trainer_export(s->t, path));
 }

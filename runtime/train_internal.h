@@ -52,6 +52,15 @@ typedef struct tr_watch {
     float step_amax;    /* max over the micro-batches of the last step */
 } tr_watch;
 
+/* A step queued by fr_trainer_step_async, until fr_trainer_poll hands its statistics out. */
+typedef struct tr_queued {
+    fr_train_stats stats;      /* step and lr when queued; the rest once retired */
+    int k;                     /* micro-batches */
+    int retired;               /* the statistics are read back (always on the CPU) */
+    fr_status st;              /* FR_OK or FR_ERR_NUMERIC (too many skipped in a row) */
+    char err[512];             /* the message of st */
+} tr_queued;
+
 /* A graph input the trainer feeds itself. */
 typedef enum tr_feed { TR_FEED_TOKENS, TR_FEED_LABELS, TR_FEED_ONES, TR_FEED_ARANGE, TR_FEED_ZEROS } tr_feed;
 typedef struct tr_input {
@@ -103,7 +112,9 @@ struct fr_trainer {
     fr_dtype tokens_dtype;
     int64_t vocab;
 
-    int64_t step;              /* steps taken or skipped */
+    int64_t step;              /* steps taken or skipped (queued ones included) */
+    tr_queued *queue;          /* FR_TRAIN_MAX_QUEUED entries, a ring from q_head */
+    int q_head, q_len;
     int64_t skipped_total;
     int bad_in_row;
     fr_prng rng;

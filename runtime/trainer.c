@@ -31,6 +31,7 @@ void fr_train_options_default(fr_train_options *o)
     o->max_bad_steps = 10;
     o->retie = 1;
     o->unshare = 1;
+    o->fuse_attention = 1;
     o->device = "cpu";
 }
 
@@ -116,6 +117,7 @@ static fr_status copy_options(fr_trainer *t, const fr_train_options *o)
 
 fr_status tr_sync_host(fr_trainer *t)
 {
+    if (t) FR_TRY(fr_trainer_retire_all(t)); /* the counters first, in step order */
 #ifdef FP8RUN_HAVE_CUDA
     if (t && t->dev) return fr_cuda_train_pull(t);
 #endif
@@ -125,6 +127,7 @@ fr_status tr_sync_host(fr_trainer *t)
 
 fr_status tr_sync_device(fr_trainer *t)
 {
+    if (t) FR_TRY(fr_trainer_retire_all(t));
 #ifdef FP8RUN_HAVE_CUDA
     if (t && t->dev) return fr_cuda_train_push(t);
 #endif
@@ -211,6 +214,7 @@ void fr_trainer_free(fr_trainer *t)
     fr_exec_free(t->ex);
     fr_exec_free(t->eval_ex);
     fr_optimizer_free(t->optim);
+    free(t->queue);
     for (int i = 0; i < t->n_params; i++) free(t->params[i].acc);
     free(t->params);
     free(t->orig);
@@ -293,16 +297,15 @@ static void set_reason(fr_train_stats *s, const char *fmt, ...)
     va_end(ap);
 }
 
-/* The step counters after a step (stats->skipped says whether it was skipped); more than
- * max_bad_steps skipped steps in a row is FR_ERR_NUMERIC. */
+/* The counters of skipped steps once a step's result is known (stats->skipped), in step order;
+ * more than max_bad_steps skipped steps in a row is FR_ERR_NUMERIC. */
 static fr_status count_step(fr_trainer *t, fr_train_stats *stats)
 {
-    t->step++;
+    if (stats->step == t->stats_step) t->stats_skipped = stats->skipped;
     if (!stats->skipped) {
         t->bad_in_row = 0;
         return FR_OK;
     }
-    t->stats_skipped = 1;
     stats->bad_in_a_row = ++t->bad_in_row;
     t->skipped_total++;
     if (t->bad_in_row > t->opt.max_bad_steps)
@@ -313,33 +316,17 @@ static fr_status count_step(fr_trainer *t, fr_train_stats *stats)
     return FR_OK;
 }
 
-fr_status fr_trainer_step(fr_trainer *t, const int64_t *windows, int k, fr_train_stats *stats)
+/* One step on the CPU (stats->step and lr set by the caller): stats->loss, grad_norm, skipped
+ * and reason; FR_OK also for a skipped step (the counters are the caller's). */
+static fr_status cpu_step(fr_trainer *t, const int64_t *windows, int k, fr_train_stats *stats)
 {
-    fr_train_stats local;
-    if (!stats) stats = &local;
-    memset(stats, 0, sizeof *stats);
-    if (!t || !windows || k < 1) return fr_error(FR_ERR_INVALID_ARG, "fr_trainer_step: no trainer, no tokens or k < 1");
-    if (t->opt.eval_only) return fr_error(FR_ERR_INVALID_ARG, "fr_trainer_step: this trainer was built for evaluation only");
-    FR_TRY(check_windows(t, windows, k));
     const int64_t per = t->opt.batch * (t->opt.seq_len + 1);
-    stats->step = t->step;
-    stats->lr = fr_lr_at(&t->opt.lr, t->step);
-#ifdef FP8RUN_HAVE_CUDA
-    if (t->dev) { /* the whole step on the GPU; the counters as on the CPU */
-        t->stats_step = stats->step;
-        t->stats_skipped = 0;
-        FR_TRY(fr_cuda_train_step(t, windows, k, stats));
-        return count_step(t, stats);
-    }
-#endif
     write_scales(t);
     for (int i = 0; i < t->n_states; i++) {
         t->states[i].step_amax = 0.0f;
         t->states[i].step_scale = t->states[i].sc.scale;
     }
     for (int i = 0; i < t->n_watch; i++) t->watch[i].step_amax = 0.0f;
-    t->stats_step = stats->step;
-    t->stats_skipped = 0;
 
     double loss_sum = 0;
     int amax_bad = 0, run_bad = 0;
@@ -403,14 +390,119 @@ fr_status fr_trainer_step(fr_trainer *t, const int64_t *windows, int k, fr_train
     }
     if (run_bad || !isfinite(stats->loss) || grads_bad || amax_bad) {
         stats->skipped = 1;
-        return count_step(t, stats);
+        return FR_OK;
     }
     FR_TRY(fr_optimizer_step(t->optim, stats->lr));
     for (int i = 0; i < t->n_states; i++) {
         tr_state *s = &t->states[i];
         if (s->amax_out >= 0) FR_TRY(fr_fp8_scaling_update(&s->sc, s->step_amax, s->st->amax_name));
     }
-    return count_step(t, stats);
+    return FR_OK;
+}
+
+/* ---- queued steps ---- */
+
+/* A queued step once its result is known: the counters, and the status its poll returns. */
+static fr_status settle(fr_trainer *t, tr_queued *q)
+{
+    q->st = count_step(t, &q->stats);
+    if (q->st != FR_OK) {
+        snprintf(q->err, sizeof q->err, "%s", fr_last_error());
+        fr_clear_error();
+    }
+    q->retired = 1;
+    return FR_OK;
+}
+
+/* Read back queue entry i (the oldest one not read back). */
+static fr_status retire(fr_trainer *t, int i)
+{
+    tr_queued *q = &t->queue[i];
+    if (q->retired) return FR_OK;
+#ifdef FP8RUN_HAVE_CUDA
+    if (t->dev) {
+        FR_TRY(fr_cuda_train_retire(t, i, q->k, &q->stats));
+        return settle(t, q);
+    }
+#endif
+    return fr_error(FR_ERR_INTERNAL, "queued step %lld was not run", (long long)q->stats.step);
+}
+
+fr_status fr_trainer_step_async(fr_trainer *t, const int64_t *windows, int k, int64_t *step)
+{
+    if (step) *step = -1;
+    if (!t || !windows || k < 1) return fr_error(FR_ERR_INVALID_ARG, "fr_trainer_step: no trainer, no tokens or k < 1");
+    if (t->opt.eval_only) return fr_error(FR_ERR_INVALID_ARG, "fr_trainer_step: this trainer was built for evaluation only");
+    if (t->q_len >= FR_TRAIN_MAX_QUEUED)
+        return fr_error(FR_ERR_INVALID_ARG,
+                        "fr_trainer_step: %d queued steps wait for their statistics to be polled (at most %d may)",
+                        t->q_len, FR_TRAIN_MAX_QUEUED);
+    FR_TRY(check_windows(t, windows, k));
+    if (!t->queue) {
+        t->queue = fr_calloc(FR_TRAIN_MAX_QUEUED, sizeof *t->queue, "queued steps");
+        if (!t->queue) return FR_ERR_OOM;
+    }
+    const int slot = (t->q_head + t->q_len) % FR_TRAIN_MAX_QUEUED;
+    tr_queued *q = &t->queue[slot];
+    memset(q, 0, sizeof *q);
+    q->k = k;
+    q->stats.step = t->step;
+    q->stats.lr = fr_lr_at(&t->opt.lr, t->step);
+    t->stats_step = q->stats.step;
+    t->stats_skipped = 0;
+#ifdef FP8RUN_HAVE_CUDA
+    if (t->dev) { /* the whole step on the GPU; the counters as on the CPU when it is read back */
+        FR_TRY(fr_cuda_train_queue(t, windows, k, q->stats.lr, slot));
+        t->step++;
+        t->q_len++;
+        if (step) *step = q->stats.step;
+        return FR_OK;
+    }
+#endif
+    FR_TRY(cpu_step(t, windows, k, &q->stats));
+    t->step++;
+    t->q_len++;
+    if (step) *step = q->stats.step;
+    return settle(t, q);
+}
+
+fr_status fr_trainer_poll(fr_trainer *t, int wait, fr_train_stats *stats, int *got)
+{
+    *got = 0;
+    if (!t || !stats) return fr_error(FR_ERR_INVALID_ARG, "fr_trainer_poll: no trainer or stats");
+    if (t->q_len == 0) return FR_OK;
+    tr_queued *q = &t->queue[t->q_head];
+#ifdef FP8RUN_HAVE_CUDA
+    if (!q->retired && !wait && t->dev && !fr_cuda_train_done(t, t->q_head)) return FR_OK;
+#endif
+    fr_status st = retire(t, t->q_head);
+    *stats = q->stats;
+    if (st != FR_OK) return st;
+    *got = 1;
+    t->q_head = (t->q_head + 1) % FR_TRAIN_MAX_QUEUED;
+    t->q_len--;
+    return q->st == FR_OK ? FR_OK : fr_error(q->st, "%s", q->err);
+}
+
+int fr_trainer_queued(const fr_trainer *t) { return t ? t->q_len : 0; }
+
+fr_status fr_trainer_retire_all(fr_trainer *t)
+{
+    for (int i = 0; i < t->q_len; i++) FR_TRY(retire(t, (t->q_head + i) % FR_TRAIN_MAX_QUEUED));
+    return FR_OK;
+}
+
+fr_status fr_trainer_step(fr_trainer *t, const int64_t *windows, int k, fr_train_stats *stats)
+{
+    fr_train_stats local;
+    if (!stats) stats = &local;
+    memset(stats, 0, sizeof *stats);
+    if (t && t->q_len)
+        return fr_error(FR_ERR_INVALID_ARG, "fr_trainer_step: %d queued steps were not polled (fr_trainer_poll)",
+                        t->q_len);
+    FR_TRY(fr_trainer_step_async(t, windows, k, NULL));
+    int got;
+    return fr_trainer_poll(t, 1, stats, &got);
 }
 
 fr_status fr_trainer_eval(fr_trainer *t, const int64_t *windows, double *loss)
@@ -418,6 +510,7 @@ fr_status fr_trainer_eval(fr_trainer *t, const int64_t *windows, double *loss)
     if (!t || !windows) return fr_error(FR_ERR_INVALID_ARG, "fr_trainer_eval: no trainer or tokens");
     t->eval_ran = 0;
     FR_TRY(check_windows(t, windows, 1));
+    FR_TRY(fr_trainer_retire_all(t)); /* queued steps are read back first, in order */
 #ifdef FP8RUN_HAVE_CUDA
     if (t->dev) {
         FR_TRY(fr_cuda_train_eval(t, windows, loss));

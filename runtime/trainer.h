@@ -78,6 +78,8 @@ typedef struct fr_train_options {
                                   LM head that constant folding untied) */
     const char *device;        /* "cpu" (default) | "cuda" | "auto" (CUDA when a usable GPU is
                                   present, else the CPU) */
+    int fuse_attention;        /* 1 (default): the unfused attention of the model becomes one
+                                  ai.fp8run::Attention node per layer (passes/attention_fuse.h) */
     int eval_only;             /* 1: no backward graph, no optimizer: fr_trainer_eval only (and
                                   fr_trainer_load of the weights); fr_trainer_step/save refuse */
 } fr_train_options;
@@ -107,6 +109,34 @@ void fr_trainer_free(fr_trainer *t);
  * FR_ERR_NUMERIC (stats filled in all the same). stats may be NULL. */
 fr_status fr_trainer_step(fr_trainer *t, const int64_t *windows, int k, fr_train_stats *stats);
 
+/* ---- steps that do not wait ----
+ * fr_trainer_step waits for the step's result (on a GPU: the device finishing it). These queue
+ * a step and return at once; its statistics are read back later, in step order, when asked for.
+ * On the CPU a queued step runs inside fr_trainer_step_async (CPU steps are synchronous); only
+ * when its statistics are handed out differs. */
+/* Steps that may be queued and not yet polled. */
+#define FR_TRAIN_MAX_QUEUED 64
+/* Queue one step (arguments as fr_trainer_step); *step (may be NULL) gets its index. The
+ * windows are copied before it returns. Bad arguments or token ids change nothing;
+ * FR_ERR_INVALID_ARG when FR_TRAIN_MAX_QUEUED steps wait for fr_trainer_poll. On a GPU nothing
+ * waits for the device; an error found there later (a kernel-reported data error) is returned
+ * by the call that reads that step back. Any other error leaves the trainer unusable. */
+fr_status fr_trainer_step_async(fr_trainer *t, const int64_t *windows, int k, int64_t *step);
+/* The statistics of the oldest queued step not polled yet, and the status fr_trainer_step would
+ * have returned for it: FR_OK (skipped steps included), FR_ERR_NUMERIC for more than
+ * max_bad_steps skipped steps in a row (the steps queued after it have run all the same), or
+ * a data error a kernel reported, naming the node (the trainer is then unusable). wait = 1
+ * waits for the device; wait = 0 sets *got = 0 when that step has not finished yet. *got = 0
+ * (FR_OK) when nothing is queued. */
+fr_status fr_trainer_poll(fr_trainer *t, int wait, fr_train_stats *stats, int *got);
+/* Steps queued whose statistics were not polled yet. */
+int fr_trainer_queued(const fr_trainer *t);
+/* Read back every queued step from the device now (they stay for fr_trainer_poll) so that the
+ * counters (skipped steps, optimizer steps) are up to date: what eval, save, load, export and
+ * parameter access do first. Returns the first data error found (the trainer is then
+ * unusable); FR_ERR_NUMERIC of a step is kept for its poll. */
+fr_status fr_trainer_retire_all(fr_trainer *t);
+
 /* Loss of one micro-batch (B windows of T+1 ids) without updating anything. Afterwards the
  * model's own outputs of that run are available through fr_trainer_eval_output. */
 fr_status fr_trainer_eval(fr_trainer *t, const int64_t *windows, double *loss);
@@ -116,7 +146,7 @@ const fr_tensor *fr_trainer_eval_output(fr_trainer *t, const char *name);
 
 /* ---- what was built ---- */
 int64_t fr_trainer_steps_done(const fr_trainer *t);   /* steps taken or skipped so far */
-int64_t fr_trainer_skipped_total(const fr_trainer *t);
+int64_t fr_trainer_skipped_total(const fr_trainer *t); /* of the steps read back */
 int64_t fr_trainer_vocab(const fr_trainer *t);        /* logits' last dim; 0 when unknown */
 int64_t fr_trainer_batch(const fr_trainer *t);
 int64_t fr_trainer_seq_len(const fr_trainer *t);

@@ -94,6 +94,12 @@ fr_status fr_cuda_check_error(fr_cuda_ctx *c, const fr_graph *g)
     FR_CUDA_TRY(cudaMemcpy(w, c->dev_error, sizeof w, cudaMemcpyDeviceToHost));
     if (w[0] == 0) return FR_OK;
     FR_CUDA_TRY(cudaMemset(c->dev_error, 0, sizeof w));
+    return fr_cuda_error_of_word(w, g);
+}
+
+fr_status fr_cuda_error_of_word(const int w[4], const fr_graph *g)
+{
+    if (w[0] == 0) return FR_OK;
     fr_status st = w[0] > 0 && w[0] <= FR_ERR_INTERNAL ? (fr_status)w[0] : FR_ERR_INTERNAL;
     if (g && w[1] >= 0 && w[1] < g->n_nodes)
         return fr_node_error(&g->nodes[w[1]], st, "on the GPU: %s (value %d, bound %d)",

@@ -88,6 +88,7 @@ extern const fr_cuda_kernel_def fr_cuda_kernels_gather[];      /* Gather family 
 extern const fr_cuda_kernel_def fr_cuda_kernels_layout[];      /* Transpose, Concat, Split, Slice, Trilu, Tile, grads; reshapes; shape ops */
 extern const fr_cuda_kernel_def fr_cuda_kernels_matmul[];      /* MatMul, Gemm, Einsum */
 extern const fr_cuda_kernel_def fr_cuda_kernels_linear[];      /* Linear, LinearGradData, LinearGradWeight */
+extern const fr_cuda_kernel_def fr_cuda_kernels_attention[];   /* Attention, AttentionGrad (fused, flash style) */
 
 /* ---- error checking (runtime/cuda/cuda_ctx.c) ---- */
 fr_status fr_cuda_status(cudaError_t e, const char *what, const char *file, int line);
@@ -111,6 +112,8 @@ fr_status fr_cuda_check_launch(const fr_node *n, const char *kernel);
  * error, else that error naming the node of g (g may be NULL) and the details; the word is
  * cleared. */
 fr_status fr_cuda_check_error(fr_cuda_ctx *c, const fr_graph *g);
+/* The same for a copy of the word taken earlier (the trainer keeps one per queued step). */
+fr_status fr_cuda_error_of_word(const int word[4], const fr_graph *g);
 
 /* ---- the context (runtime/cuda/cuda_ctx.c) ---- */
 /* Open device `device` (-1: the current one): stream, cuBLASLt handle, workspace. */

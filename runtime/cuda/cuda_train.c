@@ -2,6 +2,7 @@
 #include "cuda_train.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,8 +27,10 @@ struct fr_cuda_train {
     /* step scalars */
     float *d_loss_sum;
     int *d_amax_bad;
-    fr_step_scalars *d_scalars, *h_scalars; /* h_: pinned */
-    cudaEvent_t done;
+    long long *d_opt_steps;    /* optimizer steps taken, counted on the device (k_check) */
+    fr_step_scalars *d_scalars;
+    fr_step_scalars *h_ring;   /* pinned: one slot per queued step (FR_TRAIN_MAX_QUEUED) */
+    cudaEvent_t ring_ev[FR_TRAIN_MAX_QUEUED]; /* recorded after each slot's copy */
     /* FP8: amaxes of the states (first n_states) and of the watched current/block operands */
     int n_amax;
     const float **d_amax_ptrs;
@@ -40,6 +43,9 @@ struct fr_cuda_train {
     int host_stale;            /* the device holds newer parameters/state than the host */
     size_t extra_bytes;
 };
+
+/* a queued step's update is one of FR_OPT_WINDOW optimizer step counts (cuda_train_kernels.h) */
+_Static_assert(FR_OPT_WINDOW >= FR_TRAIN_MAX_QUEUED, "the bias-correction window must cover every queued step");
 
 #define CU(call)                                                                              \
     do {                                                                                      \
@@ -72,9 +78,11 @@ void fr_cuda_train_free(fr_cuda_train *d)
     cudaFree(d->d_partial);
     cudaFree(d->d_loss_sum);
     cudaFree(d->d_amax_bad);
+    cudaFree(d->d_opt_steps);
     cudaFree(d->d_scalars);
-    if (d->h_scalars) cudaFreeHost(d->h_scalars);
-    if (d->done) cudaEventDestroy(d->done);
+    if (d->h_ring) cudaFreeHost(d->h_ring);
+    for (int i = 0; i < FR_TRAIN_MAX_QUEUED; i++)
+        if (d->ring_ev[i]) cudaEventDestroy(d->ring_ev[i]);
     cudaFree((void *)d->d_amax_ptrs);
     cudaFree(d->d_step_amax);
     cudaFree(d->sd.history);
@@ -234,9 +242,10 @@ fr_status fr_cuda_train_new(fr_trainer *t, int device, fr_cuda_train **out)
     if (st == FR_OK && !t->opt.eval_only) st = build_fp8(t, d);
     if (st == FR_OK) st = dev_alloc(d, (void **)&d->d_loss_sum, sizeof(float));
     if (st == FR_OK) st = dev_alloc(d, (void **)&d->d_amax_bad, sizeof(int));
+    if (st == FR_OK) st = dev_alloc(d, (void **)&d->d_opt_steps, sizeof(long long));
     if (st == FR_OK) st = dev_alloc(d, (void **)&d->d_scalars, sizeof(fr_step_scalars));
-    CU(cudaMallocHost((void **)&d->h_scalars, sizeof(fr_step_scalars)));
-    CU(cudaEventCreateWithFlags(&d->done, cudaEventDisableTiming));
+    CU(cudaMallocHost((void **)&d->h_ring, FR_TRAIN_MAX_QUEUED * sizeof(fr_step_scalars)));
+    for (int i = 0; i < FR_TRAIN_MAX_QUEUED; i++) CU(cudaEventCreateWithFlags(&d->ring_ev[i], cudaEventDisableTiming));
     if (st != FR_OK) {
         fr_cuda_train_free(d);
         return st;
@@ -345,6 +354,10 @@ fr_status fr_cuda_train_push(fr_trainer *t)
         CU(cudaMemcpy(exec_f32(d->ex, t->states[i].st->scale_value), &sc->scale, sizeof(float),
                       cudaMemcpyHostToDevice));
     }
+    if (st == FR_OK) { /* the step count the next update's bias correction starts from */
+        long long n = (long long)fr_optimizer_step_count(t->optim);
+        CU(cudaMemcpy(d->d_opt_steps, &n, sizeof n, cudaMemcpyHostToDevice));
+    }
     /* the copies above used the legacy stream; the step runs on a non-blocking one */
     CU(cudaDeviceSynchronize());
     if (st == FR_OK) d->host_stale = 0;
@@ -365,12 +378,14 @@ static void set_reason(fr_train_stats *s, const char *msg)
     if (!s->reason[0]) snprintf(s->reason, sizeof s->reason, "%s", msg);
 }
 
-fr_status fr_cuda_train_step(fr_trainer *t, const int64_t *windows, int k, fr_train_stats *stats)
+fr_status fr_cuda_train_queue(fr_trainer *t, const int64_t *windows, int k, double lr, int slot)
 {
     fr_cuda_train *d = t->dev;
     fr_status st = FR_OK;
     cudaStream_t s = d->c->stream;
     const int64_t per = t->opt.batch * (t->opt.seq_len + 1);
+    if (slot < 0 || slot >= FR_TRAIN_MAX_QUEUED)
+        return fr_error(FR_ERR_INTERNAL, "device trainer: statistics slot %d outside [0, %d)", slot, FR_TRAIN_MAX_QUEUED);
     if (k > 1) FR_TRY(ensure_acc(t, d));
     const float *loss = exec_f32(d->ex, t->g->outputs[t->loss_out]);
     CU(cudaMemsetAsync(d->d_amax_bad, 0, sizeof(int), s));
@@ -382,11 +397,11 @@ fr_status fr_cuda_train_step(fr_trainer *t, const int64_t *windows, int k, fr_tr
     }
     if (k > 1) CU(fr_cuda_mt_divide(d->d_chunks, d->n_chunks, d->d_entries, (float)k, s));
     CU(fr_cuda_mt_check(d->d_chunks, d->n_chunks, d->d_entries, k > 1, d->d_partial, d->d_loss_sum, k, d->c->dev_error,
-                        d->d_amax_bad, t->opt.grad_clip > 0 ? t->opt.grad_clip : 0.0, d->d_scalars, s));
+                        d->d_amax_bad, t->opt.grad_clip > 0 ? t->opt.grad_clip : 0.0, d->d_opt_steps, d->d_scalars, s));
     const fr_opt_config *c = fr_optimizer_config(t->optim);
-    const int64_t tstep = fr_optimizer_step_count(t->optim) + 1;
-    const double lr = stats->lr;
     if (c->kind == FR_OPT_ADAMW) {
+        /* whether the earlier queued steps were skipped is known on the device only: the bias
+           corrections of every step count this update may be, the device picks its own */
         fr_adamw_args a;
         a.keep = (float)(1.0 - lr * c->weight_decay);
         a.decay_on = c->weight_decay != 0;
@@ -394,10 +409,14 @@ fr_status fr_cuda_train_step(fr_trainer *t, const int64_t *windows, int k, fr_tr
         a.one_b1 = (float)(1.0 - c->beta1);
         a.b2 = (float)c->beta2;
         a.one_b2 = (float)(1.0 - c->beta2);
-        const double bc1 = 1.0 - pow(c->beta1, (double)tstep), bc2 = 1.0 - pow(c->beta2, (double)tstep);
-        a.neg_step = (float)(-(lr / bc1));
-        a.bc2_sqrt = (float)sqrt(bc2);
         a.eps = (float)c->eps;
+        a.base = (long long)fr_optimizer_step_count(t->optim);
+        for (int i = 0; i < FR_OPT_WINDOW; i++) {
+            const double tstep = (double)(a.base + 1 + i);
+            const double bc1 = 1.0 - pow(c->beta1, tstep), bc2 = 1.0 - pow(c->beta2, tstep);
+            a.neg_step[i] = (float)(-(lr / bc1));
+            a.bc2_sqrt[i] = (float)sqrt(bc2);
+        }
         CU(fr_cuda_mt_adamw(d->d_chunks, d->n_chunks, d->d_entries, k > 1, d->d_scalars, a, s));
     } else {
         fr_sgd_args a;
@@ -408,25 +427,42 @@ fr_status fr_cuda_train_step(fr_trainer *t, const int64_t *windows, int k, fr_tr
         a.neg_lr = (float)(-lr);
         a.momentum_on = fr_optimizer_state_count(t->optim) > 0;
         a.nesterov = c->nesterov;
-        a.first = tstep == 1;
         CU(fr_cuda_mt_sgd(d->d_chunks, d->n_chunks, d->d_entries, k > 1, d->d_scalars, a, s));
     }
     if (t->n_states) CU(fr_cuda_scaling_update(d->sd, t->n_states, d->d_step_amax, d->d_scalars, s));
-    CU(cudaMemcpyAsync(d->h_scalars, d->d_scalars, sizeof(fr_step_scalars), cudaMemcpyDeviceToHost, s));
-    CU(cudaEventRecord(d->done, s));
-    CU(cudaEventSynchronize(d->done));
+    /* the error word goes with the step's statistics and starts clean for the next step */
+    CU(cudaMemcpyAsync((char *)d->d_scalars + offsetof(fr_step_scalars, err), d->c->dev_error, 4 * sizeof(int),
+                       cudaMemcpyDeviceToDevice, s));
+    CU(cudaMemsetAsync(d->c->dev_error, 0, 4 * sizeof(int), s));
+    CU(cudaMemcpyAsync(&d->h_ring[slot], d->d_scalars, sizeof(fr_step_scalars), cudaMemcpyDeviceToHost, s));
+    CU(cudaEventRecord(d->ring_ev[slot], s));
+    if (st == FR_OK) d->host_stale = 1;
+    return st;
+}
+
+int fr_cuda_train_done(fr_trainer *t, int slot)
+{
+    if (slot < 0 || slot >= FR_TRAIN_MAX_QUEUED) return 1;
+    cudaError_t e = cudaEventQuery(t->dev->ring_ev[slot]);
+    return e != cudaErrorNotReady;
+}
+
+fr_status fr_cuda_train_retire(fr_trainer *t, int slot, int k, fr_train_stats *stats)
+{
+    fr_cuda_train *d = t->dev;
+    fr_status st = FR_OK;
+    if (slot < 0 || slot >= FR_TRAIN_MAX_QUEUED)
+        return fr_error(FR_ERR_INTERNAL, "device trainer: statistics slot %d outside [0, %d)", slot, FR_TRAIN_MAX_QUEUED);
+    CU(cudaEventSynchronize(d->ring_ev[slot]));
     if (st != FR_OK) return st;
-    d->host_stale = 1;
-    const fr_step_scalars *h = d->h_scalars;
+    const fr_step_scalars *h = &d->h_ring[slot];
     stats->loss = h->loss_sum / k;
     stats->grad_norm = h->norm;
     if (!h->ok) {
-        if (h->numeric_error) { /* current/block scaling met a NaN/Inf amax: skip, like the CPU */
-            fr_status e = fr_cuda_check_error(d->c, t->g);
-            set_reason(stats, fr_last_error());
-            (void)e;
-        } else {
-            FR_TRY(fr_cuda_check_error(d->c, t->g)); /* a data error (index out of range): fail */
+        if (h->err[0] != 0) {
+            fr_status e = fr_cuda_error_of_word(h->err, t->g);
+            if (e != FR_ERR_NUMERIC) return e; /* a data error (index out of range): fail */
+            set_reason(stats, fr_last_error()); /* current/block scaling met a NaN/Inf amax: skip, like the CPU */
         }
         if (!isfinite(stats->loss)) {
             char r[64];
@@ -442,8 +478,11 @@ fr_status fr_cuda_train_step(fr_trainer *t, const int64_t *windows, int k, fr_tr
         stats->skipped = 1;
         return FR_OK;
     }
-    FR_TRY(fr_optimizer_set_step_count(t->optim, tstep));
-    return FR_OK;
+    const int64_t before = fr_optimizer_step_count(t->optim);
+    if (h->tstep != (long long)before + 1)
+        return fr_error(FR_ERR_INTERNAL, "device trainer: the device counted optimizer step %lld, the host %lld",
+                        h->tstep, (long long)before + 1);
+    return fr_optimizer_set_step_count(t->optim, h->tstep);
 }
 
 fr_status fr_cuda_train_eval(fr_trainer *t, const int64_t *windows, double *loss)

@@ -7,8 +7,15 @@
  * norm, a device-side decision whether the step is usable (finite loss, gradients and amaxes,
  * no kernel-reported error) with the clipping coefficient, the optimizer update of all
  * parameters in one launch, and the scaling update, both skipped on the device when the step
- * is not usable. The host then reads a few scalars (loss, norm, the decision) to fill the
- * step's statistics, exactly as the CPU trainer reports them.
+ * is not usable. The step's scalars (loss, norm, the decision, the optimizer step count, the
+ * device error word) are copied into one slot of a pinned host ring with an event, and the
+ * host does not wait: fr_cuda_train_retire reads a slot when its statistics are asked for
+ * (in queue order), filling them exactly as the CPU trainer reports them. Nothing the host
+ * computes for the next step depends on them: the optimizer step count (AdamW's bias
+ * correction, SGD's first momentum) is counted on the device, the host passing the bias
+ * corrections of every count the update may have (FR_OPT_WINDOW of them); a kernel-reported
+ * data error is found when its step is retired, and the error word is cleared at the end of
+ * every step so that one step's error never reaches the next.
  *
  * The host copies of parameters, optimizer state and scaling state (what checkpoints, export
  * and get_param read) are brought up to date by fr_cuda_train_pull, and the device ones from
@@ -28,7 +35,17 @@ struct fr_cuda_ctx;
  * device below compute capability 8.9 are FR_ERR_UNSUPPORTED (no silent fallback). */
 fr_status fr_cuda_train_new(fr_trainer *t, int device, fr_cuda_train **out);
 void fr_cuda_train_free(fr_cuda_train *d);
-fr_status fr_cuda_train_step(fr_trainer *t, const int64_t *windows, int k, fr_train_stats *stats);
+/* Queue one step (k micro-batches, learning rate lr) on the stream; its scalars go to ring slot
+ * `slot` (0 <= slot < FR_TRAIN_MAX_QUEUED; at most that many steps are queued and not retired).
+ * The windows are copied before it returns. */
+fr_status fr_cuda_train_queue(fr_trainer *t, const int64_t *windows, int k, double lr, int slot);
+/* Wait for the step queued in `slot` and fill stats->loss, grad_norm, skipped and reason; the
+ * host's optimizer step count follows an update. A data error a kernel reported during the
+ * step is returned naming the node. Steps are retired in the order they were queued. */
+fr_status fr_cuda_train_retire(fr_trainer *t, int slot, int k, fr_train_stats *stats);
+/* 1 when the step queued in `slot` has finished on the device (or its wait would fail: the
+ * retire then reports why), 0 while it runs. */
+int fr_cuda_train_done(fr_trainer *t, int slot);
 fr_status fr_cuda_train_eval(fr_trainer *t, const int64_t *windows, double *loss);
 /* The host copy of the eval graph's output `name` after fr_cuda_train_eval, or NULL. */
 const fr_tensor *fr_cuda_train_eval_output(fr_trainer *t, const char *name);

@@ -50,9 +50,10 @@ __global__ void k_sumsq(const fr_mt_chunk *chunks, const fr_mt_entry *e, int use
     if (threadIdx.x == 0) partial[blockIdx.x] = s[0];
 }
 
-/* One thread: the norm, whether the step is usable, and the clipping coefficient. */
+/* One thread: the norm, whether the step is usable, and the clipping coefficient; counts the
+ * optimizer step when it is usable (the host learns of it only when it reads the statistics). */
 __global__ void k_check(const double *partial, int n_chunks, const float *loss_sum_in, int k, const int *dev_error,
-                        const int *amax_bad, double max_norm, fr_step_scalars *out)
+                        const int *amax_bad, double max_norm, long long *opt_steps, fr_step_scalars *out)
 {
     double ss = 0;
     for (int i = 0; i < n_chunks; i++) ss += partial[i];
@@ -66,6 +67,8 @@ __global__ void k_check(const double *partial, int n_chunks, const float *loss_s
     out->clip = max_norm > 0 && coef < 1.0;
     out->coef = (float)coef;
     out->numeric_error = dev_error[0] == 9 /* FR_ERR_NUMERIC */;
+    out->tstep = *opt_steps + 1;
+    if (ok) *opt_steps = out->tstep;
 }
 
 /* ---- optimizers (runtime/optimizer.c, same operations in the same order) ---- */
@@ -79,16 +82,18 @@ __global__ void k_adamw(const fr_mt_chunk *chunks, const fr_mt_entry *e, int use
     const fr_mt_chunk c = chunks[blockIdx.x];
     const fr_mt_entry en = e[c.entry];
     const float *g = use_acc ? en.acc : en.g;
+    const long long w = s->tstep - a.base - 1; /* in [0, FR_OPT_WINDOW) by the queue's bound */
+    const float neg_step = a.neg_step[w], bc2_sqrt = a.bc2_sqrt[w];
     for (long long i = c.start + threadIdx.x; i < c.start + c.len; i += blockDim.x) {
         float p = en.p[i];
         if (en.decay && a.decay_on) p = __fmul_rn(p, a.keep);
         const float gk = clipped(g[i], s);
         const float m = __fmaf_rn(gk, a.one_b1, __fmul_rn(en.s0[i], a.b1));
         const float v = __fmaf_rn(__fmul_rn(gk, a.one_b2), gk, __fmul_rn(en.s1[i], a.b2));
-        const float d = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), a.bc2_sqrt), a.eps);
+        const float d = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), bc2_sqrt), a.eps);
         en.s0[i] = m;
         en.s1[i] = v;
-        en.p[i] = __fadd_rn(p, __fdiv_rn(__fmul_rn(a.neg_step, m), d));
+        en.p[i] = __fadd_rn(p, __fdiv_rn(__fmul_rn(neg_step, m), d));
     }
 }
 
@@ -103,7 +108,7 @@ __global__ void k_sgd(const fr_mt_chunk *chunks, const fr_mt_entry *e, int use_a
         const float gk = clipped(g[i], s);
         float d = en.decay && a.decay_on ? __fmaf_rn(en.p[i], a.wd, gk) : gk;
         if (a.momentum_on) {
-            float b = a.first ? d : __fmaf_rn(d, a.one_damp, __fmul_rn(en.s0[i], a.mom));
+            float b = s->tstep == 1 ? d : __fmaf_rn(d, a.one_damp, __fmul_rn(en.s0[i], a.mom));
             en.s0[i] = b;
             d = a.nesterov ? __fmaf_rn(b, a.mom, d) : b;
         }
@@ -173,12 +178,12 @@ cudaError_t fr_cuda_mt_divide(const fr_mt_chunk *chunks, int n_chunks, const fr_
 
 cudaError_t fr_cuda_mt_check(const fr_mt_chunk *chunks, int n_chunks, const fr_mt_entry *e, int use_acc,
                              double *partial, const float *loss_sum, int k, const int *dev_error, const int *amax_bad,
-                             double max_norm, fr_step_scalars *out, cudaStream_t s)
+                             double max_norm, long long *opt_steps, fr_step_scalars *out, cudaStream_t s)
 {
     if (n_chunks) k_sumsq<<<n_chunks, THREADS, 0, s>>>(chunks, e, use_acc, partial);
     cudaError_t err = launched();
     if (err != cudaSuccess) return err;
-    k_check<<<1, 1, 0, s>>>(partial, n_chunks, loss_sum, k, dev_error, amax_bad, max_norm, out);
+    k_check<<<1, 1, 0, s>>>(partial, n_chunks, loss_sum, k, dev_error, amax_bad, max_norm, opt_steps, out);
     return launched();
 }
 

@@ -25,24 +25,37 @@ typedef struct fr_mt_chunk {
     long long start, len;
 } fr_mt_chunk;
 
-/* What k_check decides, in device memory; copied back to the host after the step. */
+/* What k_check decides, in device memory; copied into a slot of the host's statistics ring
+ * at the end of the step (runtime/cuda/cuda_train.c). */
 typedef struct fr_step_scalars {
     double norm;       /* global gradient norm before clipping */
+    long long tstep;   /* the optimizer step this update is (1-based), counted on the device:
+                          steps skipped on the device do not count */
     float loss_sum;    /* sum of the micro-batches' losses */
     float coef;        /* clipping coefficient (float), used when clip */
     int ok;            /* finite loss, gradients and amaxes, no device error: update */
     int clip;          /* coef < 1 */
     int numeric_error; /* a kernel reported FR_ERR_NUMERIC (current/block scaling met NaN/Inf) */
+    int err[4];        /* the device error word as the step left it (cuda_kernel.h) */
 } fr_step_scalars;
 
+/* Optimizer steps a queued step's update may be, counted from `base` (the count the host knew
+ * when it queued the step): at most this many steps are queued and not yet read back, so the
+ * device's count lies in [base, base + FR_OPT_WINDOW). */
+#define FR_OPT_WINDOW 64
+
 typedef struct fr_adamw_args {
-    float keep, b1, one_b1, b2, one_b2, bc2_sqrt, neg_step, eps;
+    float keep, b1, one_b1, b2, one_b2, eps;
     int decay_on;
+    long long base;
+    /* for the update that is step base + 1 + i: -(lr / (1 - beta1^t)) and sqrt(1 - beta2^t),
+       computed by the host in double exactly as runtime/optimizer.c does */
+    float neg_step[FR_OPT_WINDOW], bc2_sqrt[FR_OPT_WINDOW];
 } fr_adamw_args;
 
 typedef struct fr_sgd_args {
     float wd, mom, one_damp, neg_lr;
-    int decay_on, momentum_on, nesterov, first;
+    int decay_on, momentum_on, nesterov; /* the first update (tstep 1) starts the momentum */
 } fr_sgd_args;
 
 /* Delayed-scaling state of n operands (device pointers). */
@@ -61,7 +74,7 @@ cudaError_t fr_cuda_mt_accumulate(const fr_mt_chunk *chunks, int n_chunks, const
 cudaError_t fr_cuda_mt_divide(const fr_mt_chunk *chunks, int n_chunks, const fr_mt_entry *e, float k, cudaStream_t s);
 cudaError_t fr_cuda_mt_check(const fr_mt_chunk *chunks, int n_chunks, const fr_mt_entry *e, int use_acc,
                              double *partial, const float *loss_sum, int k, const int *dev_error, const int *amax_bad,
-                             double max_norm, fr_step_scalars *out, cudaStream_t s);
+                             double max_norm, long long *opt_steps, fr_step_scalars *out, cudaStream_t s);
 cudaError_t fr_cuda_mt_adamw(const fr_mt_chunk *chunks, int n_chunks, const fr_mt_entry *e, int use_acc,
                              const fr_step_scalars *sc, fr_adamw_args a, cudaStream_t s);
 cudaError_t fr_cuda_mt_sgd(const fr_mt_chunk *chunks, int n_chunks, const fr_mt_entry *e, int use_acc,
