@@ -710,6 +710,20 @@ static fr_status lower_activation_matmuls(fr_graph *g, int *count)
     return *count ? fr_graph_compact(g) : FR_OK;
 }
 
+/* bf16/fp8 training: fused attention (ai.fp8run::Attention, emitted before this pass) runs its
+ * products in bf16 too, as the unfused MatMuls above would. */
+static fr_status attention_to_bf16(fr_graph *g, int *count)
+{
+    *count = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        fr_node *n = &g->nodes[i];
+        if (n->dead || strcmp(n->domain, FR_DOMAIN_FP8RUN) != 0 || strcmp(n->op_type, "Attention") != 0) continue;
+        FR_TRY(fr_node_set_attr_string(n, "precision", "bf16"));
+        (*count)++;
+    }
+    return FR_OK;
+}
+
 static fr_status run_pass(pass *p, regex_t *re)
 {
     fr_graph *g = p->g;
@@ -847,6 +861,7 @@ fr_status fr_fp8_compile(fr_graph *g, const fr_fp8_options *opt, fr_fp8_report *
     }
     if (st == FR_OK) st = run_pass(&p, have_re ? &re : NULL);
     if (st == FR_OK && p.prec != FR_LIN_FP32) st = lower_activation_matmuls(g, &report->n_activation_matmuls);
+    if (st == FR_OK && p.prec != FR_LIN_FP32) st = attention_to_bf16(g, &report->n_attention);
     if (have_re) regfree(&re);
     free(p.uses);
     free(p.consumer);
@@ -900,6 +915,7 @@ fr_status fr_fp8_report_format(const fr_fp8_report *r, char **text)
               r->n_linears, r->n_layers, groups_fused, r->n_fp8, r->n_bf16, r->n_fp32);
     if (r->n_activation_matmuls)
         sb_printf(&b, "  %d MatMuls of two activations (attention) run in bf16\n", r->n_activation_matmuls);
+    if (r->n_attention) sb_printf(&b, "  %d attention blocks fused (bf16)\n", r->n_attention);
     sb_printf(&b, "  precision %s", fr_lin_precision_name(r->precision));
     if (r->precision == FR_LIN_FP8)
         sb_printf(&b, ", recipe %s, format %s, margin %d, bf16_boundary %d, pad %d%s%s%s",

@@ -131,6 +131,7 @@ typedef struct fr_fp8_report {
     int n_linears;           /* original Linear layers converted (fused members counted each) */
     int n_fp8, n_bf16, n_fp32; /* of those, per precision */
     int n_activation_matmuls; /* MatMuls of two activations run in bf16 (attention) */
+    int n_attention;         /* fused ai.fp8run::Attention nodes (passes/attention_fuse.h), run in bf16 */
 } fr_fp8_report;
 
 /* Compile. On failure the graph may be partly rewritten (the caller discards it); the report

@@ -672,6 +672,8 @@ static fr_status read_layers(const meta *m, const fr_graph *g, fr_fp8_report *r)
     for (int i = 0; i < g->n_nodes; i++)
         r->n_activation_matmuls += strcmp(g->nodes[i].op_type, "MatMul") == 0 &&
                                    strcmp(g->nodes[i].domain, "ai.fp8run") == 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        r->n_attention += strcmp(g->nodes[i].op_type, "Attention") == 0 && strcmp(g->nodes[i].domain, "ai.fp8run") == 0;
     return FR_OK;
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ops/op.h"
+#include "passes/attention_fuse.h"
 #include "passes/autodiff.h"
 #include "passes/unshare.h"
 #include "runtime/fbs.h"
@@ -624,6 +625,13 @@ fr_status tr_build_forward(fr_trainer *t, const fr_graph *model, int *tok_out, i
         t->logits_name = fr_strdup(g->values[logits].name, "trainer");
         if (!t->logits_name) return FR_ERR_OOM;
         t->vocab = g->values[logits].dims[g->values[logits].rank - 1];
+    }
+
+    /* fused attention, before the FP8 compiler lowers the MatMuls of two activations */
+    if (t->opt.fuse_attention) {
+        int n_attn;
+        FR_TRY(fr_fuse_attention(g, &n_attn));
+        if (logits >= 0) logits = fr_graph_find_value(g, t->logits_name);
     }
 
     /* precision */

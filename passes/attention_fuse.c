@@ -1,0 +1,352 @@
+/* Attention fusion (see attention_fuse.h): find Softmax nodes, walk to the MatMul(P, V) that
+ * reads the probabilities and back to the MatMul(Q, KT) that made the scores, check every
+ * step, then replace the chain by one ai.fp8run::Attention node. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../ops/op.h"
+#include "attention_fuse.h"
+#include "autodiff.h"
+
+/* A masked score is at or below this (float32 finfo.min, -inf, -1e30 all qualify). */
+#define MASKED_MAX (-1e30)
+
+typedef struct fuse_ctx {
+    fr_graph *g;
+    int *readers; /* per value: live nodes reading it, plus 1 if a graph output */
+} fuse_ctx;
+
+static fr_status count_readers(fuse_ctx *c)
+{
+    fr_graph *g = c->g;
+    free(c->readers);
+    c->readers = fr_calloc((size_t)g->n_values + 1, sizeof(int), "attention fusion");
+    if (!c->readers) return FR_ERR_OOM;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const fr_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        for (int k = 0; k < n->n_inputs; k++)
+            if (n->inputs[k] >= 0) c->readers[n->inputs[k]]++;
+    }
+    for (int i = 0; i < g->n_outputs; i++) c->readers[g->outputs[i]]++;
+    return FR_OK;
+}
+
+static int is_op(const fr_node *n, const char *op) { return !n->dead && !n->domain[0] && strcmp(n->op_type, op) == 0; }
+
+static const fr_node *producer(const fr_graph *g, int v)
+{
+    int p = v >= 0 ? g->values[v].producer : -1;
+    return p >= 0 && !g->nodes[p].dead ? &g->nodes[p] : NULL;
+}
+
+/* The single live node reading v (NULL if v has other readers or is a graph output). */
+static int sole_reader(const fuse_ctx *c, int v)
+{
+    if (c->readers[v] != 1) return -1;
+    const fr_graph *g = c->g;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const fr_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        for (int k = 0; k < n->n_inputs; k++)
+            if (n->inputs[k] == v) return i;
+    }
+    return -1; /* a graph output */
+}
+
+static int is_f32(const fr_graph *g, int v) { return v >= 0 && g->values[v].dtype == FR_F32; }
+
+/* A Cast that changes nothing (float32 to float32). */
+static int noop_cast(const fr_graph *g, const fr_node *n)
+{
+    int64_t to;
+    return is_op(n, "Cast") && n->n_inputs == 1 && is_f32(g, n->inputs[0]) && n->n_outputs == 1 &&
+           fr_node_attr_int(n, "to", 0, &to) == FR_OK && to == FR_F32;
+}
+
+static int same_dims(const fr_value *a, const fr_value *b)
+{
+    if (a->rank != b->rank) return 0;
+    for (int k = 0; k < a->rank; k++)
+        if (a->dims[k] != b->dims[k]) return 0;
+    return 1;
+}
+
+static int const_scalar(const fr_graph *g, int v, double *x)
+{
+    const fr_tensor *t = v >= 0 ? g->values[v].constant : NULL;
+    if (!t || !fr_dtype_is_float(t->dtype) || fr_tensor_numel(t) != 1) return 0;
+    *x = fr_tensor_get_f64(t, 0);
+    return 1;
+}
+
+/* Mask kinds of a constant [.., T, T] tensor (each [T, T] slice the same). */
+enum { MASK_BAD, MASK_NONE, MASK_CAUSAL };
+
+/* keep(i, j): element of slice at (i, j) keeps the score. Additive: 0 keeps, <= MASKED_MAX drops.
+ * Boolean (Where's condition): nonzero keeps. */
+static int classify_mask(const fr_tensor *t, int boolean, int64_t Tq, int64_t Tk)
+{
+    if (!t || t->rank < 2 || t->dims[t->rank - 2] != Tq || t->dims[t->rank - 1] != Tk) return MASK_BAD;
+    int64_t n = fr_tensor_numel(t);
+    int all_keep = 1, causal = Tq == Tk;
+    for (int64_t e = 0; e < n; e++) {
+        int64_t j = e % Tk, i = (e / Tk) % Tq;
+        double x = fr_tensor_get_f64(t, e);
+        int keep, drop;
+        if (boolean) {
+            keep = x != 0;
+            drop = !keep;
+        } else {
+            keep = x == 0;
+            drop = x <= MASKED_MAX;
+        }
+        if (!keep && !drop) return MASK_BAD;
+        all_keep = all_keep && keep;
+        causal = causal && (j > i ? drop : keep);
+        if (!all_keep && !causal) return MASK_BAD;
+    }
+    return all_keep ? MASK_NONE : MASK_CAUSAL;
+}
+
+/* What one match found. */
+typedef struct match {
+    int q, kt, v, o;
+    double scale;
+    int have_scale, causal;
+    int dead[16]; /* nodes replaced */
+    int n_dead;
+} match;
+
+static void add_dead(match *m, const fr_graph *g, const fr_node *n) { m->dead[m->n_dead++] = (int)(n - g->nodes); }
+
+/* Walk back from the softmax input through casts, the mask and the scale to the scores'
+ * MatMul; fills m. Every value passed must have the node after it as only reader. */
+static int match_scores(const fuse_ctx *c, int x, match *m)
+{
+    const fr_graph *g = c->g;
+    int mask_seen = 0, scale_seen = 0;
+    const fr_value *sv = &g->values[x];
+    const int64_t Tq = sv->rank >= 2 ? sv->dims[sv->rank - 2] : -1, Tk = sv->rank >= 2 ? sv->dims[sv->rank - 1] : -1;
+    for (int steps = 0; steps < 8; steps++) {
+        const fr_node *n = producer(g, x);
+        if (!n || c->readers[x] != 1 || !is_f32(g, x) || m->n_dead >= 12) return 0;
+        if (noop_cast(g, n)) {
+            add_dead(m, g, n);
+            x = n->inputs[0];
+            continue;
+        }
+        if (!mask_seen && !scale_seen && is_op(n, "Add") && n->n_inputs == 2) {
+            int k = g->values[n->inputs[0]].constant ? 0 : 1; /* the constant side */
+            const fr_value *mv = &g->values[n->inputs[k]], *other = &g->values[n->inputs[1 - k]];
+            if (!mv->constant || other->constant || !same_dims(other, &g->values[n->outputs[0]])) return 0;
+            int kind = classify_mask(mv->constant, 0, Tq, Tk);
+            if (kind == MASK_BAD) return 0;
+            m->causal = kind == MASK_CAUSAL;
+            mask_seen = 1;
+            add_dead(m, g, n);
+            x = n->inputs[1 - k];
+            continue;
+        }
+        if (!mask_seen && !scale_seen && is_op(n, "Where") && n->n_inputs == 3) {
+            const fr_value *cond = &g->values[n->inputs[0]], *a = &g->values[n->inputs[1]];
+            const fr_tensor *ft = g->values[n->inputs[2]].constant;
+            int fill_ok = ft && fr_dtype_is_float(ft->dtype) && fr_tensor_numel(ft) >= 1;
+            for (int64_t e = 0; fill_ok && e < fr_tensor_numel(ft); e++) fill_ok = fr_tensor_get_f64(ft, e) <= MASKED_MAX;
+            if (!cond->constant || cond->dtype != FR_BOOL || a->constant || !fill_ok ||
+                !same_dims(a, &g->values[n->outputs[0]]))
+                return 0;
+            int kind = classify_mask(cond->constant, 1, Tq, Tk);
+            if (kind == MASK_BAD) return 0;
+            m->causal = kind == MASK_CAUSAL;
+            mask_seen = 1;
+            add_dead(m, g, n);
+            x = n->inputs[1];
+            continue;
+        }
+        if (!scale_seen && (is_op(n, "Mul") || is_op(n, "Div")) && n->n_inputs == 2) {
+            int div = n->op_type[0] == 'D';
+            double s;
+            int k = div ? 1 : const_scalar(g, n->inputs[1], &s) ? 1 : 0; /* the constant side */
+            if (!const_scalar(g, n->inputs[k], &s) || g->values[n->inputs[1 - k]].constant || s == 0 || !isfinite(s) ||
+                !same_dims(&g->values[n->inputs[1 - k]], &g->values[n->outputs[0]]))
+                return 0;
+            m->scale = div ? 1.0 / s : s;
+            m->have_scale = 1;
+            scale_seen = 1;
+            add_dead(m, g, n);
+            x = n->inputs[1 - k];
+            continue;
+        }
+        if (is_op(n, "MatMul") && n->n_inputs == 2) {
+            const fr_value *q = &g->values[n->inputs[0]], *kt = &g->values[n->inputs[1]];
+            if (q->rank < 2 || kt->rank < 2 || kt->rank > q->rank || !is_f32(g, n->inputs[0]) || !is_f32(g, n->inputs[1]))
+                return 0;
+            /* the scores keep Q's batch dims (K's broadcast into them, never the reverse) */
+            for (int d = 0; d < q->rank - 2; d++)
+                if (sv->dims[d] != q->dims[d]) return 0;
+            if (sv->rank != q->rank) return 0;
+            m->q = n->inputs[0];
+            m->kt = n->inputs[1];
+            add_dead(m, g, n);
+            return 1;
+        }
+        return 0;
+    }
+    return 0;
+}
+
+/* Softmax over the last axis (either opset convention). */
+static int softmax_last_axis(const fr_graph *g, const fr_node *n)
+{
+    if (!is_op(n, "Softmax") || n->n_inputs != 1 || n->n_outputs != 1) return 0;
+    const int legacy = fr_graph_opset(g, "") < 13, r = g->values[n->inputs[0]].rank;
+    int64_t axis;
+    if (r < 2 || fr_node_attr_int(n, "axis", legacy ? 1 : -1, &axis) != FR_OK) return 0;
+    if (axis < 0) axis += r;
+    return axis == r - 1;
+}
+
+/* The whole pattern around Softmax node s. */
+static int match_at(const fuse_ctx *c, int s, match *m)
+{
+    const fr_graph *g = c->g;
+    const fr_node *sm = &g->nodes[s];
+    memset(m, 0, sizeof *m);
+    if (!softmax_last_axis(g, sm) || !is_f32(g, sm->inputs[0])) return 0;
+    add_dead(m, g, sm);
+    /* forward: casts, then MatMul(P, V) */
+    int p = sm->outputs[0], found = 0;
+    for (int steps = 0; steps < 4 && !found; steps++) {
+        int r = sole_reader(c, p);
+        if (r < 0) return 0;
+        const fr_node *n = &g->nodes[r];
+        if (noop_cast(g, n)) {
+            add_dead(m, g, n);
+            p = n->outputs[0];
+            continue;
+        }
+        if (!is_op(n, "MatMul") || n->n_inputs != 2 || n->inputs[0] != p || n->inputs[1] == p) return 0;
+        m->v = n->inputs[1];
+        m->o = n->outputs[0];
+        add_dead(m, g, n);
+        found = 1;
+    }
+    if (!found) return 0;
+    if (!match_scores(c, sm->inputs[0], m)) return 0;
+    /* V: K's batch dims, [Tk, Dv]; O: P's batch dims */
+    const fr_value *kt = &g->values[m->kt], *v = &g->values[m->v], *o = &g->values[m->o], *q = &g->values[m->q];
+    if (!is_f32(g, m->v) || v->rank != kt->rank || v->dims[v->rank - 2] != kt->dims[kt->rank - 1] || o->rank != q->rank)
+        return 0;
+    for (int d = 0; d < v->rank - 2; d++)
+        if (v->dims[d] != kt->dims[d]) return 0;
+    if (!m->have_scale) m->scale = 1.0;
+    return 1;
+}
+
+static fr_status ensure_fp8run_opset(fr_graph *g)
+{
+    for (int i = 0; i < g->n_opsets; i++)
+        if (strcmp(g->opsets[i].domain, FR_DOMAIN_FP8RUN) == 0) return FR_OK;
+    fr_opset *no = realloc(g->opsets, ((size_t)g->n_opsets + 1) * sizeof *no);
+    if (!no) return fr_error(FR_ERR_OOM, "attention fusion: out of memory (opset imports)");
+    g->opsets = no;
+    no[g->n_opsets].domain = fr_strdup(FR_DOMAIN_FP8RUN, "opset imports");
+    if (!no[g->n_opsets].domain) return FR_ERR_OOM;
+    no[g->n_opsets].version = 1;
+    g->n_opsets++;
+    return FR_OK;
+}
+
+/* A Transpose node perm(x) -> new value named after base; returns the value. */
+static fr_status add_transpose(fr_graph *g, int x, int rank, const int64_t *perm, const char *base, int *out)
+{
+    char nm[512];
+    snprintf(nm, sizeof nm, "%s/K", base);
+    FR_TRY(fr_graph_add_unique_value(g, nm, out));
+    int nid;
+    snprintf(nm, sizeof nm, "%s/Transpose_K", base);
+    FR_TRY(fr_graph_add_node(g, "Transpose", FR_DOMAIN_ONNX, nm, 1, &x, 1, out, &nid));
+    FR_TRY(fr_node_set_attr_ints(&g->nodes[nid], "perm", rank, perm));
+    return fr_node_infer(g, nid);
+}
+
+/* K [.., Tk, D] from KT: through KT's Transpose when it has one that only this reads. */
+static fr_status make_k(fuse_ctx *c, match *m, const char *base, int *k)
+{
+    fr_graph *g = c->g;
+    const int r = g->values[m->kt].rank;
+    int64_t perm[FR_MAX_RANK];
+    const fr_node *t = producer(g, m->kt);
+    const fr_attr *pa = t && is_op(t, "Transpose") ? fr_node_attr(t, "perm") : NULL;
+    if (pa && pa->type == FR_ATTR_INTS && pa->n == r && c->readers[m->kt] == 1) {
+        memcpy(perm, pa->ints, sizeof(int64_t) * (size_t)r);
+        int64_t tmp = perm[r - 2];
+        perm[r - 2] = perm[r - 1];
+        perm[r - 1] = tmp;
+        int identity = 1;
+        for (int d = 0; d < r; d++) identity = identity && perm[d] == d;
+        const int x = t->inputs[0];
+        add_dead(m, g, t);
+        if (identity) {
+            *k = x;
+            return FR_OK;
+        }
+        return add_transpose(g, x, r, perm, base, k);
+    }
+    for (int d = 0; d < r; d++) perm[d] = d;
+    perm[r - 2] = r - 1;
+    perm[r - 1] = r - 2;
+    return add_transpose(g, m->kt, r, perm, base, k);
+}
+
+static fr_status fuse_one(fuse_ctx *c, match *m, const char *softmax_name)
+{
+    fr_graph *g = c->g;
+    char base[480];
+    snprintf(base, sizeof base, "%s/fused_attention", softmax_name);
+    int k;
+    FR_TRY(make_k(c, m, base, &k));
+    for (int i = 0; i < m->n_dead; i++) g->nodes[m->dead[i]].dead = 1;
+    int lse, nid;
+    char nm[512];
+    snprintf(nm, sizeof nm, "%s/LSE", base);
+    FR_TRY(fr_graph_add_unique_value(g, nm, &lse));
+    int in[3] = {m->q, k, m->v}, out[2] = {m->o, lse};
+    FR_TRY(fr_graph_add_node(g, "Attention", FR_DOMAIN_FP8RUN, base, 3, in, 2, out, &nid));
+    fr_node *n = &g->nodes[nid];
+    FR_TRY(fr_node_set_attr_float(n, "scale", (float)m->scale));
+    FR_TRY(fr_node_set_attr_int(n, "causal", m->causal));
+    FR_TRY(fr_node_set_attr_string(n, "precision", "fp32"));
+    return fr_node_infer(g, nid);
+}
+
+fr_status fr_fuse_attention(fr_graph *g, int *count)
+{
+    *count = 0;
+    fuse_ctx c = {g, NULL};
+    fr_status st = count_readers(&c);
+    const int n_nodes = g->n_nodes; /* nodes added while fusing are not candidates */
+    for (int s = 0; s < n_nodes && st == FR_OK; s++) {
+        match m;
+        if (!match_at(&c, s, &m)) continue;
+        char *name = fr_strdup(g->nodes[s].name, "attention fusion");
+        if (!name) {
+            st = FR_ERR_OOM;
+            break;
+        }
+        if (*count == 0) st = ensure_fp8run_opset(g);
+        if (st == FR_OK) st = fuse_one(&c, &m, name);
+        free(name);
+        if (st == FR_OK) st = count_readers(&c);
+        if (st == FR_OK) (*count)++;
+    }
+    free(c.readers);
+    if (st == FR_OK && *count) {
+        st = fr_graph_compact(g);
+        if (st == FR_OK) st = fr_graph_toposort(g);
+    }
+    return st;
+}

@@ -1,0 +1,28 @@
+/* Attention fusion: the unfused scaled-dot-product attention of exported models becomes one
+ * ai.fp8run::Attention node (ops/attention.h), so neither pass keeps [B, H, T, T] tensors.
+ *
+ * Runs after fr_prepare_forward (static shapes, constants folded) and before the FP8
+ * compiler. Recognized, float32 throughout:
+ *     S = MatMul(Q, KT)                      KT [.., D, Tk]; Q [.., Tq, D] with the scores' batch dims
+ *     S = S * c  or  S / c                   optional, c a constant scalar (scale = c or 1/c)
+ *     S = S + M                              optional, M a constant [.., Tq, Tk] that is 0 on and
+ *       or Where(C, S, m)                    below the diagonal and -inf / <= -1e30 above (causal),
+ *                                            or 0 everywhere (no mask); C a constant bool causal
+ *                                            mask, m a constant <= -1e30
+ *     P = Softmax(S) over the last axis      (opset >= 13, or legacy with the last axis)
+ *     O = MatMul(P, V)                       V [.., Tk, Dv], its batch dims K's
+ * with no-op Casts (float32 to float32) allowed between the steps. Every intermediate must be
+ * read only by the next step (not a graph output). KT produced by a Transpose becomes K through
+ * one composed Transpose (none when it only swapped the last two dims); otherwise a Transpose
+ * of KT is inserted. O keeps its value, so the rest of the graph is unchanged; the nodes
+ * replaced are removed. The Attention nodes get precision "fp32" (the FP8 compiler sets
+ * "bf16" for bf16/fp8 training). */
+#ifndef FR_ATTENTION_FUSE_H
+#define FR_ATTENTION_FUSE_H
+
+#include "../graph/ir.h"
+
+/* *count receives the number of attention blocks fused. */
+fr_status fr_fuse_attention(fr_graph *g, int *count);
+
+#endif
