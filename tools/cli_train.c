@@ -562,7 +562,9 @@ typedef struct loop {
     int line_open;     /* a \r progress line is on the terminal */
     double t0;         /* start of this run */
     int64_t first;     /* step this run started at */
-    double train_s;    /* time spent in steps this run */
+    double train_s;    /* time spent in steps this run (queuing them and waiting for them) */
+    double win_s;      /* train_s when statistics were last read back */
+    int64_t win_done;  /* steps read back by then */
     int64_t tokens_per_step;
     int64_t last_ckpt; /* step of the last checkpoint written (-1: none) */
 } loop;
@@ -721,6 +723,60 @@ static int save_ckpt(loop *L, int64_t done)
     return rc;
 }
 
+/* Read back the statistics of every queued step, in order: one JSONL record, the skip warning
+ * and the progress line per step (tokens/s over the steps since the last read-back). This is
+ * the only place the loop waits for the GPU, every --log-every steps (and before validation,
+ * checkpoints, --log-fp8 records and at the end). *numeric: a step went over --max-bad-steps
+ * (msg gets why; the steps queued after it are read back all the same). */
+static int drain(loop *L, int *numeric, char *msg, size_t msg_len)
+{
+    typedef struct polled {
+        fp8run_step_stats s;
+        char reason[256];
+    } polled;
+    static polled got[FP8RUN_MAX_QUEUED_STEPS];
+    int n = 0, rc = 0;
+    double t1 = now_s();
+    while (n < FP8RUN_MAX_QUEUED_STEPS && fp8run_session_steps_queued(L->t) > 0) {
+        polled *p = &got[n];
+        p->s = (fp8run_step_stats){.struct_size = sizeof p->s};
+        fp8run_status st = fp8run_session_poll_stats(L->t, 1, &p->s);
+        if (st != FP8RUN_OK && st != FP8RUN_ERR_NUMERIC) {
+            rc = cli_fail("step %lld: %s", (long long)p->s.step + 1, cli_last_error());
+            break;
+        }
+        if (!p->s.available) break;
+        snprintf(p->reason, sizeof p->reason, "%s", p->s.reason);
+        p->s.reason = p->reason;
+        if (st == FP8RUN_ERR_NUMERIC && !*numeric) {
+            *numeric = 1;
+            snprintf(msg, msg_len, "%s", cli_last_error());
+        }
+        n++;
+    }
+    L->train_s += now_s() - t1; /* the wait for the device is the steps' time */
+    if (n == 0) return rc;
+    const int64_t last = got[n - 1].s.step + 1;
+    const double win = L->train_s - L->win_s;
+    const double tps = win > 0 ? (double)((last - L->win_done) * L->tokens_per_step) / win : 0;
+    L->win_s = L->train_s;
+    L->win_done = last;
+    int over = 0;
+    for (int i = 0; i < n; i++) {
+        const fp8run_step_stats *s = &got[i].s;
+        const int64_t done = s->step + 1;
+        log_step(L, done, s, tps);
+        if (s->skipped) {
+            end_line(L);
+            fprintf(stderr, "fp8run: warning: step %lld skipped (%d in a row): %s\n", (long long)done, s->bad_in_a_row,
+                    s->reason);
+        }
+        over |= *numeric && s->skipped && s->bad_in_a_row > L->a->o.max_bad_steps;
+        if (!over) progress(L, done, s);
+    }
+    return rc;
+}
+
 static int train_loop(loop *L)
 {
     train_args *a = L->a;
@@ -728,49 +784,46 @@ static int train_loop(loop *L)
     const size_t per = (size_t)(a->batch * (a->seq + 1));
     int64_t *w = malloc((size_t)K * per * sizeof *w);
     if (!w) return cli_fail("out of memory");
-    int rc = 0;
+    int rc = 0, numeric = 0;
+    char msg[2048];
     int64_t done = fp8run_session_steps_done(L->t);
-    L->first = done;
+    L->first = L->win_done = done;
     L->t0 = now_s();
     while (done < a->steps && rc == 0) {
         /* micro-batch by micro-batch, as the checkpoint's loader position counts them */
         for (int k = 0; k < K && rc == 0; k++)
             if (fp8run_data_next(L->dl, FP8RUN_DTYPE_INT64, w + (size_t)k * per, per) != FP8RUN_OK) {
-                char msg[2048];
+                char why[16];
                 snprintf(msg, sizeof msg, "%s", cli_last_error());
-                save_ckpt(L, done); /* what was trained so far is kept */
+                if (drain(L, &numeric, why, sizeof why) == 0) save_ckpt(L, done); /* what was trained so far is kept */
                 end_line(L);
                 rc = cli_fail("%s", msg);
             }
         if (rc) break;
-        fp8run_step_stats s = {.struct_size = sizeof s};
+        /* queued without waiting for the GPU: the statistics are read back by drain() */
         double t1 = now_s();
-        fp8run_status st = fp8run_session_train_step(L->t, w, FP8RUN_DTYPE_INT64, (size_t)K * per, &s);
-        double dt = now_s() - t1;
-        L->train_s += dt;
-        if (st != FP8RUN_OK && st != FP8RUN_ERR_NUMERIC) {
+        fp8run_status st = fp8run_session_train_step_async(L->t, w, FP8RUN_DTYPE_INT64, (size_t)K * per, NULL);
+        L->train_s += now_s() - t1;
+        if (st != FP8RUN_OK) {
             rc = cli_fail("step %lld: %s", (long long)done + 1, cli_last_error());
             break;
         }
         done++;
-        log_step(L, done, &s, dt > 0 ? (double)L->tokens_per_step / dt : 0);
-        if (a->log_fp8 && done % a->log_fp8 == 0) rc = log_fp8(L, done);
-        if (s.skipped) {
-            end_line(L);
-            fprintf(stderr, "fp8run: warning: step %lld skipped (%d in a row): %s\n", (long long)done, s.bad_in_a_row,
-                    s.reason);
-        }
-        if (st == FP8RUN_ERR_NUMERIC) { /* too many bad steps: keep what we have, then stop */
-            char msg[2048];
-            snprintf(msg, sizeof msg, "%s", cli_last_error());
+        const int val_due = L->vl && a->val_every && done % a->val_every == 0 && done < a->steps;
+        const int ckpt_due = a->ckpt_every && done % a->ckpt_every == 0;
+        const int fp8_due = a->log_fp8 && done % a->log_fp8 == 0;
+        if (done % a->log_every == 0 || done == a->steps || done - L->first == 1 || val_due || ckpt_due || fp8_due ||
+            g_interrupted || fp8run_session_steps_queued(L->t) >= FP8RUN_MAX_QUEUED_STEPS)
+            rc = drain(L, &numeric, msg, sizeof msg);
+        if (rc == 0 && fp8_due) rc = log_fp8(L, done);
+        if (rc == 0 && numeric) { /* too many bad steps: keep what we have, then stop */
             save_ckpt(L, done);
             end_line(L);
             rc = cli_fail("%s", msg);
             break;
         }
-        progress(L, done, &s);
-        if (L->vl && a->val_every && done % a->val_every == 0 && done < a->steps) rc = validate(L, done);
-        if (rc == 0 && a->ckpt_every && done % a->ckpt_every == 0) rc = save_ckpt(L, done);
+        if (rc == 0 && val_due) rc = validate(L, done);
+        if (rc == 0 && ckpt_due) rc = save_ckpt(L, done);
         if (rc == 0 && g_interrupted) {
             rc = save_ckpt(L, done);
             end_line(L);
