@@ -9,7 +9,12 @@
  * layers * d_attn is taken from the model's Softmax nodes (each over [.., seq, seq]) and the
  * query width. MFU is achieved FLOP/s over the GPU's dense BF16 tensor peak (989 TFLOP/s on
  * H100/H200 SXM) for every precision, so the numbers compare across precisions; the FP8 peak is
- * twice that. The FLOP count is the library's (fp8run_model_train_flops). */
+ * twice that. The FLOP count is the library's (fp8run_model_train_flops).
+ *
+ * Steps are queued without waiting for their statistics (fp8run_session_train_step_async), as
+ * `fp8run train` runs them: the step time is the GPU-bound steady state, the timed steps'
+ * wall time over their number. --sync waits for every step (fp8run_session_train_step) and
+ * reports the median of the single steps' times, host gaps between steps included. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -32,6 +37,9 @@ void cli_bench_help(FILE *f)
             "  --device auto|cuda|cpu  (default auto)\n"
             "  --warmup N              untimed steps first (default 3)\n"
             "  --steps N               timed steps (default 10)\n"
+            "  --sync                  wait for every step's result (as an API caller doing\n"
+            "                          fp8run_session_train_step); default: steps queued ahead,\n"
+            "                          the time is the timed steps' wall time / N\n"
             "  --json FILE             also write the results as JSON\n"
             "  --dim NAME=VALUE        fix another symbolic dimension (repeatable)\n"
             "  -h, --help              show this help\n");
@@ -97,15 +105,40 @@ static double peak_bf16_flops(const char *device)
     return 0;
 }
 
+static void sample_memory(const fp8run_session *t, uint64_t *peak_used, uint64_t *dev_total)
+{
+    fp8run_memory_info mem = {.struct_size = sizeof mem};
+    if (fp8run_session_memory(t, &mem) == FP8RUN_OK) {
+        *dev_total = mem.device_total_bytes;
+        if (mem.device_used_bytes > *peak_used) *peak_used = mem.device_used_bytes;
+    }
+}
+
+/* The statistics of the oldest queued step (waiting for it). */
+static int poll_one(fp8run_session *t, int *skipped, double *loss0, double *loss1)
+{
+    fp8run_step_stats st = {.struct_size = sizeof st};
+    if (fp8run_session_poll_stats(t, 1, &st) != FP8RUN_OK)
+        return cli_fail("step %lld: %s", (long long)st.step + 1, cli_last_error());
+    *skipped += st.skipped;
+    if (isnan(*loss0)) *loss0 = st.loss; /* the first step's */
+    *loss1 = st.loss;
+    return 0;
+}
+
 int cli_bench(int argc, char **argv)
 {
     const char *model = NULL, *json = NULL, *precision = "fp32", *recipe = NULL, *device = "auto";
     int64_t batch = 0, seq = 0, warmup = 3, steps = 10;
     cli_dims dims = {0};
-    int rc = 0;
+    int rc = 0, sync = 0;
     for (int i = 1; i < argc && rc == 0; i++) {
         const char *v;
         int m;
+        if (strcmp(argv[i], "--sync") == 0) {
+            sync = 1;
+            continue;
+        }
         if (cli_is_help(argv[i])) {
             cli_bench_help(stdout);
             cli_dims_free(&dims);
@@ -192,7 +225,7 @@ int cli_bench(int argc, char **argv)
     int skipped = 0;
     double loss0 = NAN, loss1 = NAN;
     uint64_t peak_used = 0, dev_total = 0;
-    for (int64_t s = 0; rc == 0 && s < warmup + steps; s++) {
+    for (int64_t s = 0; sync && rc == 0 && s < warmup + steps; s++) {
         for (int64_t i = 0; i < per; i++) w[i] = (int64_t)rng_below(&r, (uint64_t)(vocab > 0 ? vocab : 2));
         fp8run_step_stats st = {.struct_size = sizeof st};
         double a = now_s();
@@ -205,14 +238,32 @@ int cli_bench(int argc, char **argv)
         if (s == 0) loss0 = st.loss;
         loss1 = st.loss;
         if (s >= warmup) times[s - warmup] = dt;
-        fp8run_memory_info mem = {.struct_size = sizeof mem};
-        if (fp8run_session_memory(t, &mem) == FP8RUN_OK) {
-            dev_total = mem.device_total_bytes;
-            if (mem.device_used_bytes > peak_used) peak_used = mem.device_used_bytes;
-        }
+        sample_memory(t, &peak_used, &dev_total);
         fprintf(stderr, "  step %lld/%lld: %.1f ms%s\n", (long long)s + 1, (long long)(warmup + steps), dt * 1e3,
                 s < warmup ? " (warmup)" : "");
     }
+    /* queued: the warmup steps read back, then the timed ones queued back to back and read back
+       at the end (or when the queue is full) */
+    double timed_s = 0;
+    for (int phase = 0; !sync && rc == 0 && phase < 2; phase++) {
+        const int64_t n = phase ? steps : warmup, first = phase ? warmup : 0;
+        double a = now_s();
+        for (int64_t s = 0; rc == 0 && s < n; s++) {
+            for (int64_t i = 0; i < per; i++) w[i] = (int64_t)rng_below(&r, (uint64_t)(vocab > 0 ? vocab : 2));
+            if (fp8run_session_steps_queued(t) >= FP8RUN_MAX_QUEUED_STEPS)
+                rc = poll_one(t, &skipped, &loss0, &loss1);
+            if (rc == 0 && fp8run_session_train_step_async(t, w, FP8RUN_DTYPE_INT64, (size_t)per, NULL) != FP8RUN_OK)
+                rc = cli_fail("step %lld: %s", (long long)(first + s + 1), cli_last_error());
+        }
+        while (rc == 0 && fp8run_session_steps_queued(t) > 0) rc = poll_one(t, &skipped, &loss0, &loss1);
+        double dt = now_s() - a;
+        if (phase) timed_s = dt;
+        sample_memory(t, &peak_used, &dev_total);
+        if (rc == 0)
+            fprintf(stderr, "  %s: %lld steps queued, %.1f ms per step\n", phase ? "timed" : "warmup", (long long)n,
+                    n ? dt * 1e3 / (double)n : 0.0);
+    }
+    for (int64_t s = 0; !sync && rc == 0 && s < steps; s++) times[s] = timed_s / (double)steps;
     if (rc == 0) {
         qsort(times, (size_t)steps, sizeof *times, cmp_double);
         double med = times[steps / 2], tokens = (double)batch * (double)seq;
@@ -243,8 +294,12 @@ int cli_bench(int argc, char **argv)
         printf("parameters       %s (%s in matrix products)\n", cli_human_count(np, n1, sizeof n1),
                cli_human_count(n_mm, b1, sizeof b1));
         printf("batch x seq      %lld x %lld (%.0f tokens per step)\n", (long long)batch, (long long)seq, tokens);
-        printf("step time        %.2f ms (median of %lld; min %.2f, max %.2f)\n", med * 1e3, (long long)steps,
-               times[0] * 1e3, times[steps - 1] * 1e3);
+        if (sync)
+            printf("step time        %.2f ms (median of %lld, each waited for; min %.2f, max %.2f)\n", med * 1e3,
+                   (long long)steps, times[0] * 1e3, times[steps - 1] * 1e3);
+        else
+            printf("step time        %.2f ms (%lld steps queued back to back: wall time / %lld)\n", med * 1e3,
+                   (long long)steps, (long long)steps);
         printf("tokens/s         %.0f\n", tokens / med);
         printf("model TFLOP/s    %.1f (%.3g TFLOP per step)\n", flops / med / 1e12, flops / 1e12);
         if (peak > 0)
@@ -271,12 +326,12 @@ int cli_bench(int argc, char **argv)
                         "\"warmup\": %lld, \"tokens_per_s\": %.1f, \"flops_per_step\": %.6g, \"model_tflops\": %.3f, "
                         "\"mfu_bf16_peak\": %s, \"peak_bf16_tflops\": %.0f, \"memory_planned_bytes\": %zu, "
                         "\"device_memory_used_bytes\": %zu, \"device_memory_total_bytes\": %zu, \"loss_first\": %.6f, "
-                        "\"loss_last\": %.6f, \"skipped\": %d}\n",
+                        "\"loss_last\": %.6f, \"skipped\": %d, \"steps_waited_for\": %s}\n",
                         model, dev, precision, recipe ? "\"" : "", recipe ? recipe : "null", recipe ? "\"" : "",
                         (long long)batch, (long long)seq, (long long)np, (long long)n_mm, med * 1e3, times[0] * 1e3,
                         times[steps - 1] * 1e3, (long long)steps, (long long)warmup, tokens / med, flops,
                         flops / med / 1e12, mfu_text, peak / 1e12, planned, (size_t)peak_used, (size_t)dev_total,
-                        loss0, loss1, skipped);
+                        loss0, loss1, skipped, sync ? "true" : "false");
                 fclose(f);
             }
         }
