@@ -119,8 +119,23 @@ static void test_compile_lowering(void)
     o.precision = "fp8";
     fr_graph *cg = NULL;
     fr_fp8_report rep;
+    /* fused (the default): two Attention nodes in bf16, no MatMul of two activations left */
+    FR_ASSERT_OK(fr_train_compile_graph(g, &o, &cg, &rep));
+    CU_ASSERT_EQUAL(rep.n_attention, 2);
+    CU_ASSERT_EQUAL(rep.n_activation_matmuls, 0);
+    for (int i = 0; i < cg->n_nodes; i++)
+        if (strcmp(cg->nodes[i].op_type, "Attention") == 0) {
+            const char *prec = "";
+            FR_ASSERT_OK(fr_node_attr_string(&cg->nodes[i], "precision", "fp32", &prec));
+            CU_ASSERT_STRING_EQUAL(prec, "bf16");
+        }
+    fr_fp8_report_free(&rep);
+    fr_graph_free(cg);
+    /* unfused (--no-fuse-attention): the four attention MatMuls are lowered */
+    o.fuse_attention = 0;
     FR_ASSERT_OK(fr_train_compile_graph(g, &o, &cg, &rep));
     CU_ASSERT_EQUAL(rep.n_activation_matmuls, 4);
+    CU_ASSERT_EQUAL(rep.n_attention, 0);
     int n_mmx = 0, n_tb = 0, n_onnx_mm = 0;
     for (int i = 0; i < cg->n_nodes; i++) {
         const fr_node *n = &cg->nodes[i];
