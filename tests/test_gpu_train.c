@@ -8,6 +8,10 @@
  *    the same precision: mean loss of the last 5 of 30 steps within 2%, no step skipped.
  *  - Gradient accumulation (2 micro-batches) and a checkpoint written on the GPU that the CPU
  *    loads and continues (and the other way) with matching losses.
+ *  - Steps queued without waiting (fr_trainer_step_async, polled every 5 steps) give the same
+ *    statistics as fr_trainer_step bit for bit, poisoned batches (token 0's embedding row NaN)
+ *    included: skipped inside the queue exactly as in sync mode and on the CPU, the later
+ *    updates' bias correction from the device's step count, the same weights at the end.
  * The tolerance is loose because the GEMMs sum in another order (cuBLASLt vs the CPU's
  * fixed order); the kernels themselves are checked op by op in test_gpu_<family>. */
 #include <math.h>
@@ -190,6 +194,109 @@ static void test_accum_and_ckpt(void)
     fr_graph_free(g);
 }
 
+/* token 0's embedding row NaN: a batch holding token 0 is skipped, the others never read it */
+static void poison_token0(fr_trainer *t)
+{
+    for (int i = 0; i < fr_trainer_param_count(t); i++) {
+        const char *name = fr_trainer_param_name(t, i);
+        int64_t n = fr_trainer_param_numel(t, i);
+        if (strcmp(name, "embed_tokens.weight") != 0) continue; /* llama_tiny: [V, 64] */
+        float *x = malloc((size_t)n * sizeof *x);
+        FR_ASSERT_OK(fr_trainer_get_param(t, name, x));
+        for (int64_t e = 0; e < 64; e++) x[e] = NAN; /* row 0 */
+        FR_ASSERT_OK(fr_trainer_set_param(t, name, x));
+        free(x);
+        return;
+    }
+    CU_FAIL("no embedding table");
+}
+
+static void poisoned_windows(uint64_t *s, int64_t *w, int64_t n, int64_t vocab, int poisoned)
+{
+    windows(s, w, n, vocab - 1);
+    for (int64_t i = 0; i < n; i++) w[i] += 1;
+    if (poisoned) w[3] = 0;
+}
+
+static int same_stats(const fr_train_stats *a, const fr_train_stats *b)
+{
+    return a->step == b->step && memcmp(&a->loss, &b->loss, sizeof a->loss) == 0 &&
+           memcmp(&a->grad_norm, &b->grad_norm, sizeof a->grad_norm) == 0 && a->lr == b->lr &&
+           a->skipped == b->skipped && a->bad_in_a_row == b->bad_in_a_row && strcmp(a->reason, b->reason) == 0;
+}
+
+static void check_async(const char *precision, const char *recipe)
+{
+    enum { N = 16 };
+    fr_graph *g = load("llama_tiny");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    fr_train_options og = options(4, 32, precision, "cuda"), oc = options(4, 32, precision, "cpu");
+    if (recipe) og.fp8.recipe = oc.fp8.recipe = recipe;
+    fr_trainer *ts, *ta, *tc;
+    FR_ASSERT_OK(fr_trainer_new(g, &og, &ts));
+    FR_ASSERT_OK(fr_trainer_new(g, &og, &ta));
+    FR_ASSERT_OK(fr_trainer_new(g, &oc, &tc));
+    poison_token0(ts);
+    poison_token0(ta);
+    poison_token0(tc);
+    const int64_t n = 4 * 33, V = fr_trainer_vocab(ts);
+    int64_t w[4 * 33];
+    fr_train_stats a[N], b[N], c[N];
+    uint64_t r = 4242;
+    int nb = 0, skipped = 0, diff = 0, cpu_skip_diff = 0;
+    for (int i = 0; i < N; i++) {
+        const int poisoned = i == 3 || i == 7 || i == 8;
+        poisoned_windows(&r, w, n, V, poisoned);
+        FR_ASSERT_OK(fr_trainer_step(ts, w, 1, &a[i]));
+        FR_ASSERT_OK(fr_trainer_step(tc, w, 1, &c[i]));
+        int64_t idx;
+        FR_ASSERT_OK(fr_trainer_step_async(ta, w, 1, &idx));
+        CU_ASSERT_EQUAL(idx, i);
+        if ((i + 1) % 5 == 0 || i == N - 1) {
+            int got = 1;
+            while (fr_trainer_queued(ta) > 0 && got) FR_ASSERT_OK(fr_trainer_poll(ta, 1, &b[nb++], &got));
+        }
+    }
+    CU_ASSERT_EQUAL_FATAL(nb, N);
+    for (int i = 0; i < N; i++) {
+        diff += !same_stats(&a[i], &b[i]);
+        skipped += b[i].skipped;
+        cpu_skip_diff += b[i].skipped != c[i].skipped;
+        if (!same_stats(&a[i], &b[i]))
+            printf("\n  step %d: sync %.9g %.9g %d '%s', async %.9g %.9g %d '%s'", i, a[i].loss, a[i].grad_norm,
+                   a[i].skipped, a[i].reason, b[i].loss, b[i].grad_norm, b[i].skipped, b[i].reason);
+    }
+    CU_ASSERT_EQUAL(diff, 0);
+    CU_ASSERT_EQUAL(skipped, 3);
+    CU_ASSERT_EQUAL(cpu_skip_diff, 0);
+    CU_ASSERT_EQUAL(fr_trainer_skipped_total(ta), 3);
+    CU_ASSERT_EQUAL(fr_optimizer_step_count(fr_trainer_optimizer(ta)), N - 3);
+    CU_ASSERT_EQUAL(fr_optimizer_step_count(fr_trainer_optimizer(ts)), N - 3);
+    /* the weights bit for bit (get_param reads the device's) */
+    int wdiff = 0;
+    for (int i = 0; i < fr_trainer_param_count(ts); i++) {
+        const char *name = fr_trainer_param_name(ts, i);
+        int64_t m = fr_trainer_param_numel(ts, i);
+        float *x = malloc((size_t)m * sizeof *x), *y = malloc((size_t)m * sizeof *y);
+        FR_ASSERT_OK(fr_trainer_get_param(ts, name, x));
+        FR_ASSERT_OK(fr_trainer_get_param(ta, name, y));
+        wdiff += memcmp(x, y, (size_t)m * sizeof *x) != 0;
+        free(x);
+        free(y);
+    }
+    CU_ASSERT_EQUAL(wdiff, 0);
+    printf(" (%s%s%s: %d steps, %d skipped (CPU agrees: %s), sync == async: %s; loss %.4f -> %.4f)", precision,
+           recipe ? "/" : "", recipe ? recipe : "", N, skipped, cpu_skip_diff ? "no" : "yes", diff || wdiff ? "NO" : "yes",
+           b[0].loss, b[N - 1].loss);
+    fr_trainer_free(ts);
+    fr_trainer_free(ta);
+    fr_trainer_free(tc);
+    fr_graph_free(g);
+}
+
+static void test_async_fp32(void) { check_async("fp32", NULL); }
+static void test_async_fp8(void) { check_async("fp8", "delayed"); }
+
 static CU_TestInfo tests[] = {
     {"fp32 gpt2_tiny: GPU == CPU (1e-3) for 20 steps", test_fp32_gpt2},
     {"fp32 gpt2_tiny_op13: GPU == CPU", test_fp32_gpt2_op13},
@@ -201,6 +308,8 @@ static CU_TestInfo tests[] = {
     {"fp8 current llama_tiny: GPU tracks CPU", test_fp8_current},
     {"fp8 block llama_tiny: GPU tracks CPU", test_fp8_block},
     {"accumulation; checkpoints GPU <-> CPU", test_accum_and_ckpt},
+    {"fp32: async steps == sync steps bit for bit, skipped steps included", test_async_fp32},
+    {"fp8 delayed: async steps == sync steps bit for bit, skipped steps included", test_async_fp8},
     CU_TEST_INFO_NULL,
 };
 
