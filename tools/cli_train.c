@@ -75,11 +75,13 @@ void cli_train_help(FILE *f)
             "  --amax-history N --amax-algo max|most_recent --fp8-margin M --fp8-interval K\n"
             "  --bf16-boundary N       Linear groups kept in BF16 at each end (default 1)\n"
             "  --no-fuse               do not fuse Linears that share their input (Q/K/V, gate/up)\n"
+            "  --no-fuse-attention     keep attention unfused (MatMul, Softmax, MatMul; default: one fused node)\n"
             "  --pad-multiple N        FP8 GEMM dims padded to multiples of N (default 16)\n"
             "  --fp8-exclude REGEX     Linears whose weight or node name matches stay BF16\n"
             "output:\n"
             "  --log FILE.jsonl        one JSON record per step and per validation\n"
-            "  --log-every N           progress lines every N steps without a terminal (default 10)\n"
+            "  --log-every N           read the loss back and print progress every N steps\n"
+            "                          (default 10); the GPU runs ahead in between\n"
             "  --log-fp8 N             every N steps also a record of each FP8 operand (x, w, dy of\n"
             "                          every fp8 Linear): amax, scale, amax history max, range used\n"
             "                          (amax * scale / fp8 max; above 1 the top values saturated)\n"
@@ -321,6 +323,7 @@ static int train_option(int argc, char **argv, int *i, train_args *a, int *rc)
     else if (OPT("--bf16-boundary")) { if (VAL) *rc = parse_int(cmd, "--bf16-boundary", v, 0, &o->bf16_boundary); }
     else if (OPT("--fp8-exclude")) o->fp8_exclude = VAL ? v : NULL;
     else if (strcmp(argv[*i], "--no-fuse") == 0) { o->fuse = 0; m = 1; }
+    else if (strcmp(argv[*i], "--no-fuse-attention") == 0) { o->fuse_attention = 0; m = 1; }
     else if (OPT("--pad-multiple")) { if (VAL) *rc = parse_int(cmd, "--pad-multiple", v, 1, &o->pad_multiple); }
     else if (OPT("--log-fp8")) { if (VAL) *rc = parse_i64(cmd, "--log-fp8", v, 1, &a->log_fp8); }
     else if (OPT("--log")) a->log = v;
