@@ -474,6 +474,8 @@ fr_status fr_trainer_poll(fr_trainer *t, int wait, fr_train_stats *stats, int *g
     tr_queued *q = &t->queue[t->q_head];
 #ifdef FP8RUN_HAVE_CUDA
     if (!q->retired && !wait && t->dev && !fr_cuda_train_done(t, t->q_head)) return FR_OK;
+#else
+    (void)wait; /* CPU steps are retired when queued */
 #endif
     fr_status st = retire(t, t->q_head);
     *stats = q->stats;
