@@ -215,16 +215,16 @@ static fr_status linear_infer(fr_graph *g, int node_id)
     return FR_OK;
 }
 
-/* LinearGradData(dY, W, scale_w?, scale_dy?) -> (dX, amax_dy?) */
+/* LinearGradData(dY, W, scale_w?, scale_dy?) -> (dX, amax_dy?, dYq?, dYq_scale_inv?) */
 static fr_status grad_data_infer(fr_graph *g, int node_id)
 {
     const fr_node *n = &g->nodes[node_id];
     lin_cfg c;
     FR_TRY(read_cfg(n, &c));
     FR_TRY(fr_infer_require_inputs(g, n, 2, 4));
-    if (n->n_outputs < 1 || n->n_outputs > 2 || n->outputs[0] < 0)
-        return fr_node_error(n, FR_ERR_GRAPH, "has %d outputs, expected dX and optionally amax_dy",
-                             n->n_outputs);
+    if (n->n_outputs < 1 || n->n_outputs > 4 || n->outputs[0] < 0)
+        return fr_node_error(n, FR_ERR_GRAPH, "has %d outputs, expected dX and optionally amax_dy, "
+                             "dYq, dYq_scale_inv", n->n_outputs);
     const fr_value *dy = fr_node_in(g, n, 0), *w = fr_node_in(g, n, 1);
     FR_TRY(check_float(n, dy, "output gradient"));
     FR_TRY(check_float(n, w, "weight"));
@@ -240,15 +240,80 @@ static fr_status grad_data_infer(fr_graph *g, int node_id)
     FR_TRY(check_scale_input(g, n, 3, delayed_fp8(&c), "scale_dy"));
     if (c.prec != FR_LIN_FP8 && fr_node_out(g, n, 1))
         return fr_node_error(n, FR_ERR_GRAPH, "output amax_dy exists in fp8 precision only");
+    int has_q = fr_node_out(g, n, 2) != NULL, has_qs = fr_node_out(g, n, 3) != NULL;
+    if ((has_q || has_qs) && (c.prec != FR_LIN_FP8 || c.recipe == FR_LIN_BLOCKWISE))
+        return fr_node_error(n, FR_ERR_GRAPH, "outputs dYq, dYq_scale_inv exist with the per-tensor "
+                             "fp8 recipes only (precision %s, recipe %s)", fr_lin_precision_name(c.prec),
+                             fr_lin_recipe_name(c.recipe));
+    if (has_q != has_qs)
+        return fr_node_error(n, FR_ERR_GRAPH, "outputs dYq and dYq_scale_inv come together");
     int64_t dims[FR_MAX_RANK];
     memcpy(dims, dy->dims, sizeof dims);
     dims[dy->rank - 1] = K;
     fr_infer_set(g, n, 0, dy->dtype, dy->rank, dims);
     set_amax_out(g, n, 1);
+    if (has_q) { /* dY^T codes [N, M], as the weight-gradient GEMM consumes them */
+        int64_t qd[2] = {N, lead_numel(dy)};
+        fr_infer_set(g, n, 2, c.dy_fmt, 2, qd);
+        set_amax_out(g, n, 3);
+    }
     return FR_OK;
 }
 
-/* LinearGradWeight(Xs, dY, xs_scale?, scale_dy?) -> (dW, amax_dy?) */
+/* The saved input's scale_inv (input 2): [1], or [ceil(tokens/128), K] for "block". */
+static fr_status check_saved_scale(const fr_node *n, const lin_cfg *c, const fr_value *xs, const fr_value *s)
+{
+    int64_t K = xs->dims[xs->rank - 1];
+    int64_t want0 = c->recipe == FR_LIN_BLOCKWISE ? ceil_div(lead_numel(xs), FR_LIN_BLOCK) : 1;
+    int want_rank = c->recipe == FR_LIN_BLOCKWISE ? 2 : 1;
+    int sok = s && s->dtype == FR_F32 && s->rank == want_rank && s->dims[0] == want0 &&
+              (want_rank == 1 || s->dims[1] == K);
+    if (!sok)
+        return fr_node_error(n, FR_ERR_SHAPE, "the saved input '%s' needs its scale_inv as input "
+                             "2 (float32 %s)", xs->name,
+                             c->recipe == FR_LIN_BLOCKWISE ? "[ceil(tokens/128), K]" : "[1]");
+    return FR_OK;
+}
+
+/* LinearGradWeight with Ys = the dYq output of LinearGradData: codes [N, M] in the dY format,
+ * ys_scale (input 3) their scale_inv [1]; per-tensor fp8 only; amax_dy comes from the data
+ * gradient, so there is none here. */
+static fr_status grad_weight_infer_dyq(fr_graph *g, const fr_node *n, const lin_cfg *c, const fr_value *xs,
+                                       const fr_value *dyq, const fr_value *s)
+{
+    if (c->prec != FR_LIN_FP8 || c->recipe == FR_LIN_BLOCKWISE || dyq->dtype != c->dy_fmt)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "a quantized output gradient '%s' (%s) needs fp8 "
+                             "precision with a per-tensor recipe and the dY format %s", dyq->name,
+                             fr_dtype_name(dyq->dtype), fr_dtype_name(c->dy_fmt));
+    const fr_value *ys = fr_node_in(g, n, 3);
+    if (!ys || ys->dtype != FR_F32 || ys->rank != 1 || ys->dims[0] != 1)
+        return fr_node_error(n, FR_ERR_SHAPE, "the quantized output gradient '%s' needs its scale_inv "
+                             "as input 3 (float32 [1])", dyq->name);
+    if (fr_node_out(g, n, 1))
+        return fr_node_error(n, FR_ERR_GRAPH, "output amax_dy is the data gradient's when the output "
+                             "gradient comes quantized");
+    int saved = xs->dtype == FR_F8E4M3;
+    if (saved)
+        FR_TRY(check_saved_scale(n, c, xs, s));
+    else {
+        FR_TRY(check_float(n, xs, "input"));
+        if (xs->dtype != FR_F32)
+            return fr_node_error(n, FR_ERR_UNSUPPORTED, "input '%s' must be float32 in fp8 precision", xs->name);
+        FR_TRY(check_scale_input(g, n, 2, delayed_fp8(c), "scale_x"));
+    }
+    char s1[128], s2[128];
+    if (xs->rank < 1 || dyq->rank != 2 || dyq->dims[1] != lead_numel(xs))
+        return fr_node_error(n, FR_ERR_SHAPE, "input '%s' %s and quantized output gradient '%s' %s "
+                             "([N, tokens]) differ in tokens", xs->name,
+                             fr_shape_str(xs->rank, xs->dims, s1, sizeof s1), dyq->name,
+                             fr_shape_str(dyq->rank, dyq->dims, s2, sizeof s2));
+    int64_t K = xs->dims[xs->rank - 1], N = dyq->dims[0];
+    int64_t dw[2] = {c->transB ? N : K, c->transB ? K : N};
+    fr_infer_set(g, n, 0, FR_F32, 2, dw);
+    return FR_OK;
+}
+
+/* LinearGradWeight(Xs, Ys, xs_scale?, ys_scale?) -> (dW, amax_dy?) */
 static fr_status grad_weight_infer(fr_graph *g, int node_id)
 {
     const fr_node *n = &g->nodes[node_id];
@@ -259,6 +324,8 @@ static fr_status grad_weight_infer(fr_graph *g, int node_id)
         return fr_node_error(n, FR_ERR_GRAPH, "has %d outputs, expected dW and optionally amax_dy",
                              n->n_outputs);
     const fr_value *xs = fr_node_in(g, n, 0), *dy = fr_node_in(g, n, 1), *s = fr_node_in(g, n, 2);
+    if (dy->dtype == FR_F8E4M3 || dy->dtype == FR_F8E5M2)
+        return grad_weight_infer_dyq(g, n, &c, xs, dy, s);
     FR_TRY(check_float(n, dy, "output gradient"));
     FR_TRY(check_dtype_prec(n, dy, &c));
     int saved = xs->dtype == FR_F8E4M3;
@@ -284,14 +351,7 @@ static fr_status grad_weight_infer(fr_graph *g, int node_id)
                              fr_shape_str(dy->rank, dy->dims, s2, sizeof s2));
     int64_t K = xs->dims[xs->rank - 1], N = dy->dims[dy->rank - 1];
     if (saved) {
-        int64_t want0 = c.recipe == FR_LIN_BLOCKWISE ? ceil_div(lead_numel(xs), FR_LIN_BLOCK) : 1;
-        int want_rank = c.recipe == FR_LIN_BLOCKWISE ? 2 : 1;
-        int sok = s && s->dtype == FR_F32 && s->rank == want_rank && s->dims[0] == want0 &&
-                  (want_rank == 1 || s->dims[1] == K);
-        if (!sok)
-            return fr_node_error(n, FR_ERR_SHAPE, "the saved input '%s' needs its scale_inv as input "
-                                 "2 (float32 %s)", xs->name,
-                                 c.recipe == FR_LIN_BLOCKWISE ? "[ceil(tokens/128), K]" : "[1]");
+        FR_TRY(check_saved_scale(n, &c, xs, s));
     } else {
         FR_TRY(check_scale_input(g, n, 2, delayed_fp8(&c), "scale_x"));
     }
@@ -664,7 +724,22 @@ static fr_status grad_data_cpu(const fr_kernel_ctx *ctx)
     a.what = wd;
     bw.scale = scale_in(ctx, 2, &c);
     bw.what = ww;
-    FR_TRY(gemm_f32(&a, &bw, M, K, N, c.pad, NULL, dx->data));
+    fr_tensor *dyq = ctx->n_out > 2 ? ctx->out[2] : NULL, *dyq_sinv = ctx->n_out > 3 ? ctx->out[3] : NULL;
+    uint8_t *codes = NULL;
+    if (dyq && dyq_sinv) { /* the GEMM's own codes, kept and handed over transposed */
+        codes = fr_malloc((size_t)(M * N > 0 ? M * N : 1), "dY codes");
+        if (!codes) return FR_ERR_OOM;
+        a.q_out = codes;
+        a.sinv_out = dyq_sinv->data;
+    }
+    fr_status st = gemm_f32(&a, &bw, M, K, N, c.pad, NULL, dx->data);
+    if (st == FR_OK && codes) {
+        uint8_t *t = dyq->data;
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t j = 0; j < N; j++) t[j * M + m] = codes[m * N + j];
+    }
+    free(codes);
+    FR_TRY(st);
     write_amax(ctx, 1, dy);
     return FR_OK;
 }
@@ -676,7 +751,8 @@ static fr_status grad_weight_cpu(const fr_kernel_ctx *ctx)
     FR_TRY(read_cfg(n, &c));
     const fr_tensor *xs = ctx->in[0], *dy = ctx->in[1], *s = ctx->n_in > 2 ? ctx->in[2] : NULL;
     fr_tensor *dw = ctx->out[0];
-    int64_t M = t_lead(dy), K = t_last(xs), N = t_last(dy);
+    int dyq = dy->dtype == FR_F8E4M3 || dy->dtype == FR_F8E5M2; /* [N, M] codes from LinearGradData */
+    int64_t M = dyq ? dy->dims[1] : t_lead(dy), K = t_last(xs), N = dyq ? dy->dims[0] : t_last(dy);
     FR_TRY(check_blas_dims(n, M, N, K, c.pad));
     /* transB=0: dW [K,N] = X^T dY; transB=1: dW [N,K] = dY^T X (contraction over tokens) */
     if (dy->dtype == FR_F64) {
@@ -690,6 +766,14 @@ static fr_status grad_weight_cpu(const fr_kernel_ctx *ctx)
     ox.what = wx;
     od.what = wd;
     od.scale = scale_in(ctx, 3, &c);
+    if (dyq) { /* the same values as quantizing dY here: stored transposed */
+        od.src = NULL;
+        od.scale = NULL;
+        od.q = dy->data;
+        od.q_sinv = ctx->in[3]->data;
+        od.rows = N;
+        od.cols = M;
+    }
     if (xs->dtype == FR_F8E4M3) {
         ox.src = NULL;
         ox.q = xs->data;
@@ -699,27 +783,35 @@ static fr_status grad_weight_cpu(const fr_kernel_ctx *ctx)
     }
     operand *a = c.transB ? &od : &ox, *b = c.transB ? &ox : &od;
     a->trans = 1;
+    if (dyq) od.trans = !od.trans;
     FR_TRY(gemm_f32(a, b, c.transB ? N : K, c.transB ? K : N, M, c.pad, NULL, dw->data));
-    write_amax(ctx, 1, dy);
+    if (!dyq) write_amax(ctx, 1, dy);
     return FR_OK;
 }
 
 /* ---- gradient rule ---- */
 
 /* Add a backward node carrying the forward node's attributes. Output 0 gets an automatic name;
- * output 1 (when amax_name is given) is named amax_name. Inputs after the last present one are
- * dropped. */
+ * output 1 (when amax_name is given) is named amax_name; with q_out, outputs 2 and 3 (dYq and
+ * its scale_inv) are added and returned there. Inputs after the last present one are dropped. */
 static fr_status emit(fr_grad_ctx *ctx, const char *op_type, int n_in, const int *in,
-                      const char *amax_name, int *out0, int *amax_out)
+                      const char *amax_name, int *out0, int *q_out)
 {
     fr_graph *g = ctx->g;
     while (n_in > 2 && in[n_in - 1] < 0) n_in--;
-    char base[600];
+    char base[600], qname[700];
     snprintf(base, sizeof base, "%s_grad/%s_%d", g->nodes[ctx->node_id].name, op_type, g->n_nodes);
-    int outs[2] = {-1, -1}, nid;
+    int outs[4] = {-1, -1, -1, -1}, nid;
     FR_TRY(fr_graph_add_unique_value(g, base, &outs[0]));
     if (amax_name) FR_TRY(fr_graph_add_unique_value(g, amax_name, &outs[1]));
-    FR_TRY(fr_graph_add_node(g, op_type, FR_DOMAIN_FP8RUN, base, n_in, in, amax_name ? 2 : 1, outs, &nid));
+    if (q_out) {
+        snprintf(qname, sizeof qname, "%s/dYq", base);
+        FR_TRY(fr_graph_add_unique_value(g, qname, &outs[2]));
+        snprintf(qname, sizeof qname, "%s/dYq_scale_inv", base);
+        FR_TRY(fr_graph_add_unique_value(g, qname, &outs[3]));
+    }
+    int n_out = q_out ? 4 : amax_name ? 2 : 1;
+    FR_TRY(fr_graph_add_node(g, op_type, FR_DOMAIN_FP8RUN, base, n_in, in, n_out, outs, &nid));
     g->nodes[nid].op = fr_linear_op(op_type);
     const fr_node *fwd = &g->nodes[ctx->node_id];
     for (int i = 0; i < fwd->n_attrs; i++) {
@@ -731,7 +823,10 @@ static fr_status emit(fr_grad_ctx *ctx, const char *op_type, int n_in, const int
     }
     FR_TRY(fr_grad_finish(ctx, nid));
     *out0 = outs[0];
-    if (amax_out) *amax_out = outs[1];
+    if (q_out) {
+        q_out[0] = outs[2];
+        q_out[1] = outs[3];
+    }
     return FR_OK;
 }
 
@@ -760,14 +855,20 @@ static fr_status linear_grad(fr_grad_ctx *ctx)
     int need_x = ctx->need_din[FR_LIN_IN_X], need_w = ctx->need_din[FR_LIN_IN_W];
     int need_b = b >= 0 && FR_LIN_IN_B < n->n_inputs && ctx->need_din[FR_LIN_IN_B];
     int amax_done = 0;
+    /* per-tensor fp8 with both gradients: dY is quantized once, by the data gradient, which
+     * hands its codes over transposed (as the weight-gradient GEMM reads them) */
+    int share_dy = need_x && need_w && c.prec == FR_LIN_FP8 && c.recipe != FR_LIN_BLOCKWISE;
+    int dyq[2] = {-1, -1};
     if (need_x) {
         int in[4] = {dy, w, dl ? scale_w : -1, dl ? scale_dy : -1};
-        FR_TRY(emit(ctx, "LinearGradData", 4, in, dl ? amax_name : NULL, &ctx->din[FR_LIN_IN_X], NULL));
+        FR_TRY(emit(ctx, "LinearGradData", 4, in, dl ? amax_name : NULL, &ctx->din[FR_LIN_IN_X],
+                    share_dy ? dyq : NULL));
         amax_done = dl;
     }
     if (need_w) {
         int saved = xq >= 0 && xq_sinv >= 0;
-        int in[4] = {saved ? xq : x, dy, saved ? xq_sinv : (dl ? scale_x : -1), dl ? scale_dy : -1};
+        int in[4] = {saved ? xq : x, share_dy ? dyq[0] : dy, saved ? xq_sinv : (dl ? scale_x : -1),
+                     share_dy ? dyq[1] : dl ? scale_dy : -1};
         FR_TRY(emit(ctx, "LinearGradWeight", 4, in, dl && !amax_done ? amax_name : NULL,
                     &ctx->din[FR_LIN_IN_W], NULL));
     }

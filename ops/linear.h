@@ -35,17 +35,24 @@
  * block: one such scale per 1x128 block of X / dY along the contraction dim, per 128x128 tile
  * of W. dY is E5M2 in the hybrid format, E4M3 in "e4m3"; X and W are always E4M3.
  *
- * LinearGradData(dY [..., N], W, scale_w?, scale_dy?) -> (dX [..., K], amax_dy?)
+ * LinearGradData(dY [..., N], W, scale_w?, scale_dy?) -> (dX [..., K], amax_dy?, dYq?, dYq_scale_inv?)
  *   dX = dY @ op(W)^T with the forward's W quantization (same scale, same bytes) and dY
  *   quantized per tensor or in 1x128 blocks along N.
- * LinearGradWeight(Xs, dY [..., N], xs_scale?, scale_dy?) -> (dW, amax_dy?)
+ *   dYq, dYq_scale_inv (per-tensor fp8 recipes only, together): the codes of dY this GEMM
+ *   used, TRANSPOSED to [N, M] (M = tokens: the layout the weight-gradient GEMM reads), in the
+ *   dY format, and their scale_inv [1]: dY is quantized once for both backward GEMMs.
+ * LinearGradWeight(Xs, Ys, xs_scale?, ys_scale?) -> (dW, amax_dy?)
  *   dW (W's shape and layout, float32) = X^T dY (transB = 0) or dY^T X (transB = 1).
  *   Xs is either the saved Xq (float8e4m3fn; xs_scale = the Xq_scale_inv output) or X itself
  *   (float; xs_scale = scale_x for the delayed recipe, absent otherwise), quantized along the
- *   token dim; dY likewise (128x1 blocks for "block").
+ *   token dim; Ys is either dY [..., N] (float; ys_scale = scale_dy for the delayed recipe,
+ *   absent otherwise), quantized likewise (128x1 blocks for "block"), or the dYq output of
+ *   LinearGradData (ys_scale = dYq_scale_inv; per-tensor recipes; then no amax_dy here). The
+ *   result is the same bit for bit either way.
  * Both backward nodes carry the forward's attributes. The gradient rule of Linear emits them,
  * plus SumToShape(dY) for the bias; amax_dy goes on the data-gradient node (on the weight-
- * gradient node when X needs no gradient), named "<state_prefix>/amax_dy". */
+ * gradient node when X needs no gradient), named "<state_prefix>/amax_dy". With both
+ * gradients and a per-tensor fp8 recipe the weight gradient reads dYq (dY^T codes). */
 #ifndef FR_OPS_LINEAR_H
 #define FR_OPS_LINEAR_H
 

@@ -185,6 +185,38 @@ static int check_case(const lcase *c, const char *label)
     snprintf(l2, sizeof l2, "%s LinearGradData", label);
     ok &= run_compare(&d, l2, dnames, dtols, FR_OK, NULL);
     tn_free(&d);
+    /* per-tensor fp8: dY quantized once, by the data gradient, which hands dY^T codes [N, M] and
+     * their scale_inv to the weight gradient: both bit-identical to the CPU's, and the CPU's dW
+     * from them bit-identical to its dW from dY */
+    if (fp8 && strcmp(c->recipe ? c->recipe : "delayed", "block") != 0) {
+        tnode dq;
+        tn_init_domain(&dq, FR_DOMAIN_FP8RUN, "LinearGradData", 1, dl ? 4 : 2, din, 0, 4);
+        set_attrs(&dq, c);
+        static const char *const qnames[4] = {"dX", "amax_dy", "dYq", "dYq_scale_inv"};
+        const double qtols[4] = {tol, 0, 0, 0};
+        snprintf(l2, sizeof l2, "%s LinearGradData(dYq)", label);
+        ok &= run_compare(&dq, l2, qnames, qtols, FR_OK, NULL);
+        int saved = c->save_xq && f.out[1] && f.out[2];
+        fr_tensor *xin = saved ? f.out[1] : x, *xsc = saved ? f.out[2] : sx;
+        fr_tensor *qin[4] = {xin, dq.out[2], xsc, dq.out[3]}, *fin2[4] = {xin, dy, xsc, sdy};
+        tnode wq, wf;
+        tn_init_domain(&wq, FR_DOMAIN_FP8RUN, "LinearGradWeight", 1, 4, qin, 0, 1);
+        set_attrs(&wq, c);
+        snprintf(l2, sizeof l2, "%s LinearGradWeight(dYq)", label);
+        static const char *const qwnames[1] = {"dW"};
+        const double qwtols[1] = {tol};
+        ok &= run_compare(&wq, l2, qwnames, qwtols, FR_OK, NULL);
+        tn_init_domain(&wf, FR_DOMAIN_FP8RUN, "LinearGradWeight", 1, dl ? 4 : 3, fin2, 0, 1);
+        set_attrs(&wf, c);
+        fr_status st = tn_run(&wf);
+        int same = st == FR_OK && wq.out[0] && wf.out[0] && wq.out[0]->nbytes == wf.out[0]->nbytes &&
+                   (wf.out[0]->nbytes == 0 || memcmp(wq.out[0]->data, wf.out[0]->data, wf.out[0]->nbytes) == 0);
+        if (!same) fprintf(stderr, "\n  %s: CPU dW from dYq differs from dW from dY\n", label);
+        ok &= same;
+        tn_free(&wf);
+        tn_free(&wq);
+        tn_free(&dq);
+    }
     /* weight gradient from X */
     fr_tensor *win[4] = {x, dy, sx, sdy};
     tnode wg;

@@ -526,9 +526,16 @@ static void test_gradient_nodes(void)
     CU_ASSERT_EQUAL(gd->inputs[3], L.sdy);
     CU_ASSERT_EQUAL(gw->inputs[0], L.xq); /* the saved codes, not X */
     CU_ASSERT_EQUAL(gw->inputs[2], L.xs);
-    CU_ASSERT_EQUAL(gd->n_outputs, 2);
+    CU_ASSERT_EQUAL(gd->n_outputs, 4);
     CU_ASSERT_EQUAL(gw->n_outputs, 1);
     CU_ASSERT_STRING_EQUAL(g->values[gd->outputs[1]].name, "fp8_state/lin/amax_dy");
+    /* dY is quantized once: the data gradient hands its codes over, transposed [N, M] */
+    CU_ASSERT_EQUAL(gw->inputs[1], gd->outputs[2]);
+    CU_ASSERT_EQUAL(gw->inputs[3], gd->outputs[3]);
+    CU_ASSERT_EQUAL(g->values[gd->outputs[2]].dtype, FR_F8E5M2);
+    CU_ASSERT_EQUAL(g->values[gd->outputs[2]].rank, 2);
+    CU_ASSERT_EQUAL(g->values[gd->outputs[2]].dims[0], c.N);
+    CU_ASSERT_EQUAL(g->values[gd->outputs[2]].dims[1], L.M);
     CU_ASSERT_EQUAL(g->values[din[1]].dtype, FR_F32);
     fr_graph_free(g);
 

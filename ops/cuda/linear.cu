@@ -90,8 +90,9 @@ static void plan_fp8(int64_t Mg, int64_t Ng, int64_t Kg, fr_gemm_scale ma, fr_ge
 
 typedef enum { OP_FWD, OP_DGRAD, OP_WGRAD } lin_op;
 
-/* The plan of op `op` with tokens M, input features K, output features N. */
-static void make_plan(lin_op op, const lin_cfg *c, int64_t M, int64_t N, int64_t K, lin_plan *p)
+/* The plan of op `op` with tokens M, input features K, output features N; dyq: the weight
+ * gradient reads the data gradient's dY^T codes (no scratch for them unless padded). */
+static void make_plan(lin_op op, const lin_cfg *c, int64_t M, int64_t N, int64_t K, int dyq, lin_plan *p)
 {
     memset(p, 0, sizeof *p);
     size_t cur = 0;
@@ -113,6 +114,8 @@ static void make_plan(lin_op op, const lin_cfg *c, int64_t M, int64_t N, int64_t
             plan_fp8(Kp, Np, Mp, vec, vec, K, N, p, &cur);
         else /* dW [N][K] = dY^T [N][M] . X^T [K][M]^T */
             plan_fp8(Np, Kp, Mp, vec, vec, N, K, p, &cur);
+        if (op == OP_WGRAD && dyq && Mp == M && Np == N) /* the handed-over codes are the operand */
+            *(c->transB ? &p->a : &p->b) = 0;                 /* (never used: no scratch for them) */
     }
     p->total = cur;
 }
@@ -127,13 +130,16 @@ static int64_t lead(int rank, const int64_t *dims)
 static int64_t last(int rank, const int64_t *dims) { return rank ? dims[rank - 1] : 1; }
 
 /* M, N, K of a node from the shapes of its inputs (graph values or tensors). */
+static int is_fp8_type(fr_dtype t) { return t == FR_F8E4M3 || t == FR_F8E5M2; }
+
 static fr_status node_dims(lin_op op, const fr_node *n, const lin_cfg *c, int r0, const int64_t *d0, int r1,
-                           const int64_t *d1, int64_t *M, int64_t *N, int64_t *K)
+                           const int64_t *d1, int dyq, int64_t *M, int64_t *N, int64_t *K)
 {
     if (r0 < 1 || r1 < 1) return fr_node_error(n, FR_ERR_SHAPE, "inputs must have rank >= 1");
-    if (op == OP_WGRAD) { /* (Xs, dY) */
-        *M = lead(r1, d1);
-        *N = last(r1, d1);
+    if (op == OP_WGRAD) { /* (Xs, dY [..., N]) or (Xs, dYq [N][M]) */
+        if (dyq && r1 != 2) return fr_node_error(n, FR_ERR_SHAPE, "the quantized output gradient must be 2-D");
+        *M = dyq ? d1[1] : lead(r1, d1);
+        *N = dyq ? d1[0] : last(r1, d1);
         *K = last(r0, d0);
         return FR_OK;
     }
@@ -156,9 +162,10 @@ static fr_status scratch_of(lin_op op, const fr_graph *g, const fr_node *n, size
         return fr_node_error(n, FR_ERR_GRAPH, "needs two inputs");
     const fr_value *v0 = &g->values[n->inputs[0]], *v1 = &g->values[n->inputs[1]];
     int64_t M, N, K;
-    FR_TRY(node_dims(op, n, &c, v0->rank, v0->dims, v1->rank, v1->dims, &M, &N, &K));
+    int dyq = op == OP_WGRAD && is_fp8_type(v1->dtype);
+    FR_TRY(node_dims(op, n, &c, v0->rank, v0->dims, v1->rank, v1->dims, dyq, &M, &N, &K));
     lin_plan p;
-    make_plan(op, &c, M, N, K, &p);
+    make_plan(op, &c, M, N, K, dyq, &p);
     *bytes = p.total;
     return FR_OK;
 }
@@ -193,8 +200,9 @@ static fr_status begin(lin_op op, const fr_cuda_kctx *k, lin_run *r)
     if (k->n_in < 2 || !k->in[0] || !k->in[1] || k->n_out < 1 || !k->out[0])
         return fr_node_error(r->n, FR_ERR_GRAPH, "needs its two inputs and its first output");
     const fr_tensor *a = k->in[0], *b = k->in[1];
-    FR_TRY(node_dims(op, r->n, &r->c, a->rank, a->dims, b->rank, b->dims, &r->M, &r->N, &r->K));
-    make_plan(op, &r->c, r->M, r->N, r->K, &r->p);
+    int dyq = op == OP_WGRAD && is_fp8_type(b->dtype);
+    FR_TRY(node_dims(op, r->n, &r->c, a->rank, a->dims, b->rank, b->dims, dyq, &r->M, &r->N, &r->K));
+    make_plan(op, &r->c, r->M, r->N, r->K, dyq, &r->p);
     if (r->p.total > k->scratch_bytes)
         return fr_node_error(r->n, FR_ERR_INTERNAL, "scratch of %zu bytes is smaller than the %zu planned",
                              k->scratch_bytes, r->p.total);
@@ -203,7 +211,7 @@ static fr_status begin(lin_op op, const fr_cuda_kctx *k, lin_run *r)
         r->stats = (fr_q_stats *)(r->base + r->p.stats);
         FR_CUDA_TRY(cudaMemsetAsync(r->stats, 0, sizeof(fr_q_stats), r->s));
     }
-    fr_dtype dt = a->dtype == FR_F8E4M3 ? b->dtype : a->dtype;
+    fr_dtype dt = !is_fp8_type(a->dtype) ? a->dtype : !is_fp8_type(b->dtype) ? b->dtype : k->out[0]->dtype;
     if (dt != FR_F32 && !(dt == FR_F64 && r->c.prec == FR_LIN_FP32))
         return fr_node_error(r->n, FR_ERR_UNSUPPORTED, "dtype %s in %s precision", fr_dtype_name(dt),
                              fr_lin_precision_name(r->c.prec));
@@ -270,17 +278,18 @@ static fr_status fp8_gemm(lin_run *r, int64_t Mg, int64_t Ng, int64_t Kg, const 
 /* Per-tensor fp8 quantization of one operand: delayed (given scale, amax in the same pass) or
  * current (amax, scale, then the cast). dst: padded [Rp][Cp] or its transpose. */
 static fr_status quant_tensor(lin_run *r, int slot, const fr_tensor *src, int64_t R, int64_t C, fr_q_fmt f,
-                              const fr_tensor *given, int trans, uint8_t *dst, uint8_t *dense, float *amax_out,
-                              float *sinv_out)
+                              const fr_tensor *given, int trans, uint8_t *dst, uint8_t *dense, uint8_t *dense_t,
+                              float *amax_out, float *sinv_out)
 {
     const float *x = (const float *)src->data;
     if (given) {
-        FR_TRY(fr_q_tensor(r->s, r->n, x, R, C, (const float *)given->data, f, trans, dst, dense, r->stats, slot));
+        FR_TRY(fr_q_tensor(r->s, r->n, x, R, C, (const float *)given->data, f, trans, dst, dense, dense_t, r->stats,
+                           slot));
         return fr_q_finalize(r->s, r->n, r->stats, slot, (const float *)given->data, 0, f, amax_out, sinv_out);
     }
     FR_TRY(fr_q_amax(r->s, r->n, x, R * C, r->stats, slot));
     FR_TRY(fr_q_finalize(r->s, r->n, r->stats, slot, NULL, 1, f, amax_out, sinv_out));
-    return fr_q_tensor(r->s, r->n, x, R, C, &r->stats->scale[slot], f, trans, dst, dense, r->stats, -1);
+    return fr_q_tensor(r->s, r->n, x, R, C, &r->stats->scale[slot], f, trans, dst, dense, dense_t, r->stats, -1);
 }
 
 static fr_status need_scale(const lin_run *r, const fr_tensor *t, const char *what)
@@ -346,9 +355,9 @@ static fr_status linear_run(const fr_cuda_kctx *k)
     /* the saved Xq is the GEMM's own operand when no padding is needed */
     int direct = xq && M == Mp && K == Kp && (uintptr_t)xq->data % 16 == 0;
     if (direct) xop = (uint8_t *)xq->data;
-    FR_TRY(quant_tensor(&r, 0, x, M, K, f, sx, 0, xop, xq && !direct ? (uint8_t *)xq->data : NULL,
+    FR_TRY(quant_tensor(&r, 0, x, M, K, f, sx, 0, xop, xq && !direct ? (uint8_t *)xq->data : NULL, NULL,
                         ax ? (float *)ax->data : NULL, xs ? (float *)xs->data : NULL));
-    FR_TRY(quant_tensor(&r, 1, w, wr, wc, f, sw, !c->transB, wop, NULL, aw ? (float *)aw->data : NULL, NULL));
+    FR_TRY(quant_tensor(&r, 1, w, wr, wc, f, sw, !c->transB, wop, NULL, NULL, aw ? (float *)aw->data : NULL, NULL));
     return fp8_gemm(&r, Mp, Np, Kp, xop, 0, &r.stats->scale_inv[0][0], FR_GEMM_SCALE_TENSOR, wop, 0,
                     &r.stats->scale_inv[1][0], FR_GEMM_SCALE_TENSOR, y, M, N, bias);
 }
@@ -361,9 +370,12 @@ static fr_status grad_data_run(const fr_cuda_kctx *k)
     FR_TRY(begin(OP_DGRAD, k, &r));
     const lin_cfg *c = &r.c;
     const fr_tensor *dy = k->in[0], *w = k->in[1];
-    fr_tensor *dx = k->out[0], *ady = opt_out(k, 1);
+    fr_tensor *dx = k->out[0], *ady = opt_out(k, 1), *dyq = opt_out(k, 2), *dyq_sinv = opt_out(k, 3);
     int64_t M = r.M, N = r.N, K = r.K;
     FR_TRY(check_out(&r, dx, M, K, dy->dtype, "dX"));
+    if ((dyq || dyq_sinv) && (!dyq || !dyq_sinv || c->prec != FR_LIN_FP8 || blockwise(c)))
+        return fr_node_error(r.n, FR_ERR_GRAPH, "outputs dYq and dYq_scale_inv come together, with the per-tensor "
+                             "fp8 recipes only");
     /* W [K][N] (transB = 0) is used transposed, W [N][K] as stored */
     if (c->prec == FR_LIN_FP32)
         return float_gemm(&r, dy->dtype, dy->dtype, M, K, N, dy->data, 0, w->data, !c->transB, dx->data, NULL);
@@ -392,8 +404,14 @@ static fr_status grad_data_run(const fr_cuda_kctx *k)
     const fr_tensor *sw = delayed(c) ? opt_in(k, 2) : NULL, *sdy = delayed(c) ? opt_in(k, 3) : NULL;
     FR_TRY(need_scale(&r, sw, "scale_w"));
     FR_TRY(need_scale(&r, sdy, "scale_dy"));
-    FR_TRY(quant_tensor(&r, 0, dy, M, N, fy, sdy, 0, yop, NULL, amax_out, NULL));
-    FR_TRY(quant_tensor(&r, 1, w, wr, wc, fw, sw, c->transB, wop, NULL, NULL, NULL));
+    if (dyq) {
+        FR_TRY(check_out(&r, dyq, N, M, c->dy_e5m2 ? FR_F8E5M2 : FR_F8E4M3, "dYq"));
+        FR_TRY(check_out(&r, dyq_sinv, 1, 1, FR_F32, "dYq_scale_inv"));
+    }
+    /* one read of dY: the codes for this GEMM and, transposed, for the weight gradient's */
+    FR_TRY(quant_tensor(&r, 0, dy, M, N, fy, sdy, 0, yop, NULL, dyq ? (uint8_t *)dyq->data : NULL, amax_out,
+                        dyq_sinv ? (float *)dyq_sinv->data : NULL));
+    FR_TRY(quant_tensor(&r, 1, w, wr, wc, fw, sw, c->transB, wop, NULL, NULL, NULL, NULL));
     return fp8_gemm(&r, Mp, Kp, Np, yop, c->dy_e5m2, &r.stats->scale_inv[0][0], FR_GEMM_SCALE_TENSOR, wop, 0,
                     &r.stats->scale_inv[1][0], FR_GEMM_SCALE_TENSOR, dx, M, K, NULL);
 }
@@ -409,8 +427,12 @@ static fr_status grad_weight_run(const fr_cuda_kctx *k)
     fr_tensor *dw = k->out[0], *ady = opt_out(k, 1);
     int64_t M = r.M, N = r.N, K = r.K;
     int tb = c->transB;
+    int dyq = is_fp8_type(dy->dtype); /* dY^T codes [N][M] from the data gradient */
     if (fr_tensor_numel(xs) != M * K) return fr_node_error(r.n, FR_ERR_SHAPE, "input and output gradient differ in tokens");
-    FR_TRY(check_out(&r, dw, tb ? N : K, tb ? K : N, dy->dtype, "dW"));
+    FR_TRY(check_out(&r, dw, tb ? N : K, tb ? K : N, dyq ? FR_F32 : dy->dtype, "dW"));
+    if (dyq && (c->prec != FR_LIN_FP8 || blockwise(c) || ady))
+        return fr_node_error(r.n, FR_ERR_UNSUPPORTED, "a quantized output gradient needs a per-tensor fp8 recipe "
+                             "(and no amax_dy output)");
     int saved = xs->dtype == FR_F8E4M3;
     if (saved && c->prec != FR_LIN_FP8)
         return fr_node_error(r.n, FR_ERR_UNSUPPORTED, "a saved float8e4m3fn input needs fp8 precision");
@@ -452,8 +474,8 @@ static fr_status grad_weight_run(const fr_cuda_kctx *k)
         y_sinv = ysv;
     } else {
         mode = FR_GEMM_SCALE_TENSOR;
-        const fr_tensor *sdy = delayed(c) ? opt_in(k, 3) : NULL;
-        FR_TRY(need_scale(&r, sdy, "scale_dy"));
+        const fr_tensor *sdy = delayed(c) && !dyq ? opt_in(k, 3) : NULL;
+        if (!dyq) FR_TRY(need_scale(&r, sdy, "scale_dy"));
         if (saved) { /* its scale_inv, copied to a 16-byte aligned place for cuBLASLt */
             FR_CUDA_TRY(cudaMemcpyAsync(&r.stats->scale_inv[0][0], s2->data, sizeof(float), cudaMemcpyDeviceToDevice,
                                         r.s));
@@ -461,10 +483,22 @@ static fr_status grad_weight_run(const fr_cuda_kctx *k)
         } else {
             const fr_tensor *sx = delayed(c) ? s2 : NULL;
             FR_TRY(need_scale(&r, sx, "scale_x"));
-            FR_TRY(quant_tensor(&r, 0, xs, M, K, fx, sx, 1, xop, NULL, NULL, NULL));
+            FR_TRY(quant_tensor(&r, 0, xs, M, K, fx, sx, 1, xop, NULL, NULL, NULL, NULL));
             x_sinv = &r.stats->scale_inv[0][0];
         }
-        FR_TRY(quant_tensor(&r, 1, dy, M, N, fy, sdy, 1, yop, NULL, amax_out, NULL));
+        if (dyq) {
+            const fr_tensor *ys = opt_in(k, 3);
+            if (!ys || ys->dtype != FR_F32 || fr_tensor_numel(ys) != 1)
+                return fr_node_error(r.n, FR_ERR_SHAPE, "the quantized output gradient needs its scale_inv as input 3");
+            if (fr_q_pad16(M) == M && fr_q_pad16(N) == N) /* already the GEMM's operand (the plan gave no scratch) */
+                yop = (uint8_t *)dy->data;
+            else
+                FR_TRY(fr_q_pad_codes(r.s, r.n, (const uint8_t *)dy->data, N, M, yop));
+            FR_CUDA_TRY(cudaMemcpyAsync(&r.stats->scale_inv[1][0], ys->data, sizeof(float), cudaMemcpyDeviceToDevice,
+                                        r.s));
+        } else {
+            FR_TRY(quant_tensor(&r, 1, dy, M, N, fy, sdy, 1, yop, NULL, NULL, amax_out, NULL));
+        }
         y_sinv = &r.stats->scale_inv[1][0];
     }
     if (tb)

@@ -28,6 +28,18 @@ __device__ __forceinline__ uint8_t quantize(float x, float scale, int e5m2)
     return to_fp8(__fmul_rn(x, scale), e5m2); /* one float32 rounding, then the cvt */
 }
 
+/* the four codes of x * s, packed little-endian (the first column in the low byte) */
+__device__ __forceinline__ uint32_t quantize4(float4 x, float s, int e5m2)
+{
+    return (uint32_t)quantize(x.x, s, e5m2) | (uint32_t)quantize(x.y, s, e5m2) << 8 |
+           (uint32_t)quantize(x.z, s, e5m2) << 16 | (uint32_t)quantize(x.w, s, e5m2) << 24;
+}
+
+__device__ __forceinline__ unsigned amax4(unsigned m, float4 x)
+{
+    return max(max(max(m, abs_bits(x.x)), max(abs_bits(x.y), abs_bits(x.z))), abs_bits(x.w));
+}
+
 /* fr_fp8_scale_from_amax on the amax's bits: *bad for NaN/Inf (the CPU's FR_ERR_NUMERIC) */
 __device__ float scale_from_amax_bits(unsigned bits, fr_q_fmt f, int *bad)
 {
@@ -78,9 +90,21 @@ __global__ void amax_kernel(const float *x, int64_t n, unsigned *out)
     warp_atomic_max(out, m);
 }
 
+__global__ void amax4_kernel(const float4 *x, int64_t n4, unsigned *out)
+{
+    unsigned m = 0;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x)
+        m = amax4(m, x[i]);
+    warp_atomic_max(out, m);
+}
+
 fr_status fr_q_amax(cudaStream_t s, const fr_node *n, const float *x, int64_t count, fr_q_stats *st, int slot)
 {
     if (count == 0) return FR_OK;
+    if (count % 4 == 0 && (uintptr_t)x % 16 == 0) {
+        amax4_kernel<<<blocks_for(count / 4, 256 * 4), 256, 0, s>>>((const float4 *)x, count / 4, &st->amax_bits[slot]);
+        return fr_cuda_check_launch(n, "fp8 amax");
+    }
     amax_kernel<<<blocks_for(count, 256 * 8), 256, 0, s>>>(x, count, &st->amax_bits[slot]);
     return fr_cuda_check_launch(n, "fp8 amax");
 }
@@ -160,6 +184,105 @@ __global__ void tile_kernel(const Src *src, int64_t R, int64_t C, int64_t Rp, in
     if (amax) warp_atomic_max(amax, m);
 }
 
+/* ---- per-tensor quantization with a transpose: 128 x 128 tiles, 16-byte loads and stores ---- */
+
+/* byte j of a, b, c, d (four consecutive rows of one column) as one word */
+__device__ __forceinline__ uint32_t column_word(uint32_t a, uint32_t b, uint32_t c, uint32_t d, int j)
+{
+    unsigned sel = (unsigned)j | (unsigned)(j + 4) << 4;
+    return __byte_perm(__byte_perm(a, b, sel), __byte_perm(c, d, sel), 0x5410);
+}
+
+#define CT_TILE 128 /* rows and columns of a tile; 256 threads */
+
+/* One 128 x 128 tile's codes, tile[row][column / 4] (4 codes a word), written transposed to
+ * dst_t [C][R] (R a multiple of 16): thread (rg = tid / 32, cg = tid % 32) takes rows
+ * 16 rg .. 16 rg + 15 of columns 4 cg .. 4 cg + 3 and writes 4 x 16 bytes. The 32 threads of a
+ * warp read 32 consecutive words of one tile row: no bank conflicts. */
+__device__ __forceinline__ void store_transposed(const uint32_t (*tile)[CT_TILE / 4], int64_t r0, int64_t c0,
+                                                 int64_t R, int64_t C, uint8_t *dst_t)
+{
+    int tid = threadIdx.x, cg = tid & 31, rg = tid >> 5;
+    int64_t rb = r0 + rg * 16;
+    if (rb >= R) return; /* R % 16 == 0: a chunk of 16 rows is all in or all out */
+    uint32_t w[16];
+#pragma unroll
+    for (int i = 0; i < 16; i++) w[i] = tile[rg * 16 + i][cg];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int64_t c = c0 + cg * 4 + j;
+        if (c < C) {
+            uint4 o;
+            o.x = column_word(w[0], w[1], w[2], w[3], j);
+            o.y = column_word(w[4], w[5], w[6], w[7], j);
+            o.z = column_word(w[8], w[9], w[10], w[11], j);
+            o.w = column_word(w[12], w[13], w[14], w[15], j);
+            *(uint4 *)(dst_t + c * R + rb) = o;
+        }
+    }
+}
+
+/* src [R][C] float32 (R, C multiples of 16, 16-byte aligned) quantized with *scale_ptr: the
+ * codes row-major into dst and dst2 (each optional, [R][C]) and transposed into dst_t
+ * (optional, [C][R]), the amax of src into *amax (optional): one read of src. */
+__global__ void __launch_bounds__(256) cast_transpose_kernel(const float *src, int64_t R, int64_t C,
+                                                             const float *scale_ptr, int e5m2, uint8_t *dst,
+                                                             uint8_t *dst2, uint8_t *dst_t, unsigned *amax)
+{
+    __shared__ uint32_t tile[CT_TILE][CT_TILE / 4];
+    float s = scale_ptr ? *scale_ptr : 1.0f;
+    unsigned m = 0;
+    int tid = threadIdx.x, c4 = tid & 31, row = tid >> 5;
+    int64_t tc = (C + CT_TILE - 1) / CT_TILE, ntiles = (R + CT_TILE - 1) / CT_TILE * tc;
+    for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x) {
+        int64_t r0 = t / tc * CT_TILE, c0 = t % tc * CT_TILE, c = c0 + c4 * 4;
+        float4 v[16];
+#pragma unroll
+        for (int i = 0; i < 16; i++) { /* all loads first: 16 in flight per thread */
+            int64_t r = r0 + row + 8 * i;
+            v[i] = r < R && c < C ? *(const float4 *)(src + r * C + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            int64_t r = r0 + row + 8 * i;
+            m = amax4(m, v[i]);
+            uint32_t q = quantize4(v[i], s, e5m2);
+            if (r < R && c < C) {
+                if (dst) *(uint32_t *)(dst + r * C + c) = q;
+                if (dst2) *(uint32_t *)(dst2 + r * C + c) = q;
+            }
+            tile[row + 8 * i][c4] = q;
+        }
+        if (dst_t) {
+            __syncthreads();
+            store_transposed(tile, r0, c0, R, C, dst_t);
+            __syncthreads();
+        }
+    }
+    if (amax) warp_atomic_max(amax, m);
+}
+
+/* codes src [R][C] -> dst_t [C][R] (R, C multiples of 16, 16-byte aligned): 16-byte loads */
+__global__ void __launch_bounds__(256) transpose_codes_kernel(const uint8_t *src, int64_t R, int64_t C,
+                                                              uint8_t *dst_t)
+{
+    __shared__ alignas(16) uint32_t tile[CT_TILE][CT_TILE / 4];
+    int tid = threadIdx.x, c16 = tid & 7, row = tid >> 3; /* 8 x 16 bytes a row, 32 rows a pass */
+    int64_t tc = (C + CT_TILE - 1) / CT_TILE, ntiles = (R + CT_TILE - 1) / CT_TILE * tc;
+    for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x) {
+        int64_t r0 = t / tc * CT_TILE, c0 = t % tc * CT_TILE, c = c0 + c16 * 16;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int64_t r = r0 + row + 32 * i;
+            uint4 q = r < R && c < C ? *(const uint4 *)(src + r * C + c) : make_uint4(0, 0, 0, 0);
+            *(uint4 *)(tile[row + 32 * i] + c16 * 4) = q; /* a quarter warp fills one tile row */
+        }
+        __syncthreads();
+        store_transposed(tile, r0, c0, R, C, dst_t);
+        __syncthreads();
+    }
+}
+
 /* The common case of tile_kernel, no padding and no transpose: a float4 in, four codes out
  * (one 32-bit store) per thread and iteration, so a warp reads 512 and writes 128 contiguous
  * bytes; the same bytes and amax as the tile kernel. */
@@ -170,32 +293,46 @@ __global__ void flat_kernel(const float4 *src, int64_t n4, const float *scale_pt
     unsigned m = 0;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
         float4 x = src[i];
-        m = max(max(max(m, abs_bits(x.x)), max(abs_bits(x.y), abs_bits(x.z))), abs_bits(x.w));
-        uint32_t q = (uint32_t)quantize(x.x, s, e5m2) | (uint32_t)quantize(x.y, s, e5m2) << 8 |
-                     (uint32_t)quantize(x.z, s, e5m2) << 16 | (uint32_t)quantize(x.w, s, e5m2) << 24;
+        m = amax4(m, x);
+        uint32_t q = quantize4(x, s, e5m2);
         dst[i] = q;
         if (dense) dense[i] = q;
     }
     if (amax) warp_atomic_max(amax, m);
 }
 
+static int aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
+
 fr_status fr_q_tensor(cudaStream_t s, const fr_node *n, const float *src, int64_t R, int64_t C,
                       const float *scale, fr_q_fmt f, int trans, uint8_t *dst, uint8_t *dense,
-                      fr_q_stats *st, int amax_slot)
+                      uint8_t *dense_t, fr_q_stats *st, int amax_slot)
 {
     int64_t Rp = fr_q_pad16(R), Cp = fr_q_pad16(C);
     if (Rp * Cp == 0) return FR_OK;
+    unsigned *amax = amax_slot >= 0 ? &st->amax_bits[amax_slot] : NULL;
+    if (Rp == R && Cp == C && aligned16(src) && aligned16(dst) && aligned16(dense) && aligned16(dense_t) &&
+        (trans || dense_t)) { /* one pass writes every layout wanted */
+        int64_t ntiles = fr_q_cdiv(R, CT_TILE) * fr_q_cdiv(C, CT_TILE);
+        cast_transpose_kernel<<<blocks_for(ntiles, 1), 256, 0, s>>>(src, R, C, scale, f.e5m2, trans ? dense : dst,
+                                                                   trans ? NULL : dense, trans ? dst : dense_t, amax);
+        return fr_cuda_check_launch(n, "fp8 quantize (per tensor, cast + transpose)");
+    }
+    if (dense_t) { /* padded or unaligned: the transposed copy [C][R] by the tile kernel, then the rest */
+        int64_t nt = fr_q_cdiv(R, 32) * fr_q_cdiv(C, 32);
+        tile_kernel<float><<<blocks_for(nt, 1), dim3(32, 8), 0, s>>>(src, R, C, R, C, scale, f.e5m2, 1, dense_t,
+                                                                     NULL, NULL);
+        FR_TRY(fr_cuda_check_launch(n, "fp8 quantize (per tensor, transposed copy)"));
+    }
     if (!trans && Rp == R && Cp == C && (uintptr_t)src % 16 == 0 && (uintptr_t)dst % 4 == 0 &&
         (uintptr_t)dense % 4 == 0) {
         int64_t n4 = R * C / 4; /* C is a multiple of 16 here */
         flat_kernel<<<blocks_for(n4, 256 * 4), 256, 0, s>>>((const float4 *)src, n4, scale, f.e5m2, (uint32_t *)dst,
-                                                             (uint32_t *)dense,
-                                                             amax_slot >= 0 ? &st->amax_bits[amax_slot] : NULL);
+                                                             (uint32_t *)dense, amax);
         return fr_cuda_check_launch(n, "fp8 quantize (per tensor, flat)");
     }
     int64_t ntiles = fr_q_cdiv(Rp, 32) * fr_q_cdiv(Cp, 32);
     tile_kernel<float><<<blocks_for(ntiles, 1), dim3(32, 8), 0, s>>>(
-        src, R, C, Rp, Cp, scale, f.e5m2, trans, dst, dense, amax_slot >= 0 ? &st->amax_bits[amax_slot] : NULL);
+        src, R, C, Rp, Cp, scale, f.e5m2, trans, dst, dense, amax);
     return fr_cuda_check_launch(n, "fp8 quantize (per tensor)");
 }
 
@@ -204,10 +341,25 @@ fr_status fr_q_transpose_codes(cudaStream_t s, const fr_node *n, const uint8_t *
 {
     int64_t Rp = fr_q_pad16(R), Cp = fr_q_pad16(C);
     if (Rp * Cp == 0) return FR_OK;
+    if (Rp == R && Cp == C && aligned16(src) && aligned16(dst)) {
+        int64_t nt = fr_q_cdiv(R, CT_TILE) * fr_q_cdiv(C, CT_TILE);
+        transpose_codes_kernel<<<blocks_for(nt, 1), 256, 0, s>>>(src, R, C, dst);
+        return fr_cuda_check_launch(n, "fp8 code transpose");
+    }
     int64_t ntiles = fr_q_cdiv(Rp, 32) * fr_q_cdiv(Cp, 32);
     tile_kernel<uint8_t><<<blocks_for(ntiles, 1), dim3(32, 8), 0, s>>>(src, R, C, Rp, Cp, NULL, 0, 1, dst, NULL,
                                                                        NULL);
     return fr_cuda_check_launch(n, "fp8 code transpose");
+}
+
+fr_status fr_q_pad_codes(cudaStream_t s, const fr_node *n, const uint8_t *src, int64_t R, int64_t C, uint8_t *dst)
+{
+    int64_t Rp = fr_q_pad16(R), Cp = fr_q_pad16(C);
+    if (Rp * Cp == 0) return FR_OK;
+    int64_t ntiles = fr_q_cdiv(Rp, 32) * fr_q_cdiv(Cp, 32);
+    tile_kernel<uint8_t><<<blocks_for(ntiles, 1), dim3(32, 8), 0, s>>>(src, R, C, Rp, Cp, NULL, 0, 0, dst, NULL,
+                                                                       NULL);
+    return fr_cuda_check_launch(n, "fp8 code padding");
 }
 
 /* ---- 1x128 blocks along the rows: one warp per block ---- */

@@ -58,16 +58,22 @@ fr_status fr_q_finalize(cudaStream_t s, const fr_node *n, fr_q_stats *st, int sl
 
 /* Per-tensor quantization of src [R][C] (row-major) with *scale into the padded dst:
  * [Rp][Cp], or its transpose [Cp][Rp] when trans. dense (optional): the codes again as
- * [R][C]. amax_slot >= 0: also accumulates the amax of src into st (the delayed recipe's
- * single pass). */
+ * [R][C]; dense_t (optional, with trans = 0): the codes transposed, unpadded [C][R] (dY for
+ * the weight gradient, made by the data gradient). amax_slot >= 0: also accumulates the amax
+ * of src into st (the delayed recipe's single pass). Unpadded, 16-byte aligned operands with
+ * a transposed layout take one read of src through 128x128 tiles (16-byte loads and stores);
+ * the rest goes through 32x32 tiles. */
 fr_status fr_q_tensor(cudaStream_t s, const fr_node *n, const float *src, int64_t R, int64_t C,
                       const float *scale, fr_q_fmt f, int trans, uint8_t *dst, uint8_t *dense,
-                      fr_q_stats *st, int amax_slot);
+                      uint8_t *dense_t, fr_q_stats *st, int amax_slot);
 
 /* Already-quantized codes [R][C] -> padded transpose [Cp][Rp] (the saved Xq for the weight
  * gradient). */
 fr_status fr_q_transpose_codes(cudaStream_t s, const fr_node *n, const uint8_t *src, int64_t R, int64_t C,
                                uint8_t *dst);
+
+/* Codes [R][C] -> padded copy [Rp][Cp] (zero codes in the padding). */
+fr_status fr_q_pad_codes(cudaStream_t s, const fr_node *n, const uint8_t *src, int64_t R, int64_t C, uint8_t *dst);
 
 /* 1x128 blocks along C (the contraction dim): dst [Rp][Cp], scale_inv in cuBLASLt's VEC128
  * layout sinv[(c / 128) * Rp + r] (padding rows: codes 0, scale_inv 1). */
