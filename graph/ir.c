@@ -366,6 +366,20 @@ fr_status fr_graph_mark_output(fr_graph *g, int vid)
     return append_id(&g->outputs, &g->n_outputs, vid, "graph outputs");
 }
 
+fr_status fr_graph_import_opset(fr_graph *g, const char *domain, int64_t version)
+{
+    for (int i = 0; i < g->n_opsets; i++)
+        if (strcmp(g->opsets[i].domain, domain) == 0) return FR_OK;
+    fr_opset *no = fr_realloc_array(g->opsets, (size_t)g->n_opsets + 1, sizeof *no, "opset imports");
+    if (!no) return FR_ERR_OOM;
+    g->opsets = no;
+    no[g->n_opsets].domain = fr_strdup(domain, "opset imports");
+    if (!no[g->n_opsets].domain) return FR_ERR_OOM;
+    no[g->n_opsets].version = version;
+    g->n_opsets++;
+    return FR_OK;
+}
+
 fr_status fr_graph_set_initializer(fr_graph *g, int vid, fr_tensor *t)
 {
     fr_value *v = &g->values[vid];

@@ -154,6 +154,9 @@ int64_t fr_graph_opset(const fr_graph *g, const char *domain);
 /* Mark a value as graph input/output (appends to the lists). */
 fr_status fr_graph_mark_input(fr_graph *g, int vid);
 fr_status fr_graph_mark_output(fr_graph *g, int vid);
+/* Import `domain` at `version` unless the graph imports it already (passes that add
+ * ai.fp8run nodes call this so the graph resolves and exports as valid ONNX). */
+fr_status fr_graph_import_opset(fr_graph *g, const char *domain, int64_t version);
 /* Attach constant data to a value as an initializer (takes ownership of t). Sets dtype and
  * shape from t; float initializers are marked FR_VAL_PARAM. */
 fr_status fr_graph_set_initializer(fr_graph *g, int vid, fr_tensor *t);

@@ -246,20 +246,6 @@ static int match_at(const fuse_ctx *c, int s, match *m)
     return 1;
 }
 
-static fr_status ensure_fp8run_opset(fr_graph *g)
-{
-    for (int i = 0; i < g->n_opsets; i++)
-        if (strcmp(g->opsets[i].domain, FR_DOMAIN_FP8RUN) == 0) return FR_OK;
-    fr_opset *no = realloc(g->opsets, ((size_t)g->n_opsets + 1) * sizeof *no);
-    if (!no) return fr_error(FR_ERR_OOM, "attention fusion: out of memory (opset imports)");
-    g->opsets = no;
-    no[g->n_opsets].domain = fr_strdup(FR_DOMAIN_FP8RUN, "opset imports");
-    if (!no[g->n_opsets].domain) return FR_ERR_OOM;
-    no[g->n_opsets].version = 1;
-    g->n_opsets++;
-    return FR_OK;
-}
-
 /* A Transpose node perm(x) -> new value named after base; returns the value. */
 static fr_status add_transpose(fr_graph *g, int x, int rank, const int64_t *perm, const char *base, int *out)
 {
@@ -337,7 +323,7 @@ fr_status fr_fuse_attention(fr_graph *g, int *count)
             st = FR_ERR_OOM;
             break;
         }
-        if (*count == 0) st = ensure_fp8run_opset(g);
+        if (*count == 0) st = fr_graph_import_opset(g, FR_DOMAIN_FP8RUN, 1);
         if (st == FR_OK) st = fuse_one(&c, &m, name);
         free(name);
         if (st == FR_OK) st = count_readers(&c);

@@ -624,22 +624,6 @@ static fr_status rewrite_group(pass *p, const int *members, int nm, fr_lin_preci
     return st;
 }
 
-/* A compiled graph uses the ai.fp8run domain: import it (version 1) so the graph resolves and
- * exports as valid ONNX. */
-static fr_status ensure_fp8run_opset(fr_graph *g)
-{
-    for (int i = 0; i < g->n_opsets; i++)
-        if (strcmp(g->opsets[i].domain, FR_DOMAIN_FP8RUN) == 0) return FR_OK;
-    fr_opset *no = fr_realloc_array(g->opsets, (size_t)g->n_opsets + 1, sizeof *no, "opset imports");
-    if (!no) return FR_ERR_OOM;
-    g->opsets = no;
-    no[g->n_opsets].domain = fr_strdup(FR_DOMAIN_FP8RUN, "opset imports");
-    if (!no[g->n_opsets].domain) return FR_ERR_OOM;
-    no[g->n_opsets].version = 1;
-    g->n_opsets++;
-    return FR_OK;
-}
-
 /* ---- precision decisions ---- */
 
 typedef struct grp {
@@ -800,7 +784,7 @@ static fr_status run_pass(pass *p, regex_t *re)
     for (int gi = 0; gi < ng; gi++) free(gs[gi].m);
     free(gs);
     FR_TRY(st);
-    if (ng > 0) FR_TRY(ensure_fp8run_opset(g));
+    if (ng > 0) FR_TRY(fr_graph_import_opset(g, FR_DOMAIN_FP8RUN, 1)); /* valid ONNX */
     FR_TRY(fr_graph_compact(g));
     return fr_graph_toposort(g);
 }
