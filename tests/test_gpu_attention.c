@@ -103,9 +103,23 @@ static void run_case(fr_rng *r, const acase *c, const char *prec, unsigned omit)
     snprintf(bwhat, sizeof bwhat, "AttentionGrad (omitted mask %u) of %s", omit, what);
     FR_ASSERT_OK(tn_run_gpu(&b, g1));
     static const char *names[3] = {"dQ", "dK", "dV"};
+    const int64_t Tk = c->k[c->rk - 2];
     for (int o = 0; o < 3; o++) {
         CU_ASSERT((g1[o] == NULL) == ((omit >> o) & 1u));
-        if (g1[o]) cmp_out(&b, g1[o], o, names[o], tol, bwhat);
+        if (!g1[o]) continue;
+        if (Tk == 1 && o < 2 && !bf) {
+            /* one key: the softmax has no gradient, dQ = dK = 0 exactly, and both sides hold
+               only the rounding noise of dP - Delta (terms of dO's size): measured against dO */
+            double d2 = 0, r2 = 0;
+            for (int64_t i = 0; i < fr_tensor_numel(g1[o]); i++) {
+                double e = fr_tensor_get_f64(g1[o], i) - fr_tensor_get_f64(b.out[o], i);
+                d2 += e * e;
+            }
+            for (int64_t i = 0; i < fr_tensor_numel(dO); i++) r2 += fr_tensor_get_f64(dO, i) * fr_tensor_get_f64(dO, i);
+            CU_ASSERT(sqrt(d2 / r2) <= tol);
+            continue;
+        }
+        cmp_out(&b, g1[o], o, names[o], tol, bwhat);
     }
     FR_ASSERT_OK(tn_run_gpu(&b, g2));
     check_same_bytes(&b, g1, g2, bwhat);

@@ -340,13 +340,16 @@ __global__ void __launch_bounds__(kFwdThreads, MINB)
 /* ---------------------------------------------------------------- tensor cores: dQ ---- */
 
 constexpr int kDqBM = 64, kDqBN = 64, kBwdThreads = 128;
+/* blocks per SM of the backward kernels: D = 64 runs 4 (H100, 125M shape: 2 -> 68, 3 -> 80,
+ * 4 -> 86 TFLOP/s, a few spilled bytes in dK/dV included), D = 128 two */
+template <int D> __host__ __device__ constexpr int bwd_minb() { return D <= 64 ? 4 : 2; }
 
 template <int D> constexpr size_t dq_tc_smem() { return (size_t)(2 * kDqBM + 4 * kDqBN) * (D + 8) * sizeof(bf16); }
 
 /* One block per (64 query rows, Q batch index), 16 rows per warp: dQ = scale dS K over the key
  * tiles, with S = Q K^T and dP = dO V^T recomputed. */
 template <int D>
-__global__ void __launch_bounds__(kBwdThreads, 2)
+__global__ void __launch_bounds__(kBwdThreads, bwd_minb<D>())
     dq_tc(const bf16 *__restrict__ Q, const bf16 *__restrict__ K, const bf16 *__restrict__ V,
           const bf16 *__restrict__ dO, const float *__restrict__ LSE, const float *__restrict__ Delta,
           float *__restrict__ dQ, Prob p)
@@ -446,8 +449,9 @@ __global__ void __launch_bounds__(kBwdThreads, 2)
 /* ---------------------------------------------------------------- tensor cores: dK, dV ---- */
 
 constexpr int kKvBN = 64;
-/* query rows per tile: 32 for D = 128 keeps dK, dV, S^T, dP^T in registers */
-template <int D> __host__ __device__ constexpr int kv_bm() { return D >= 128 ? 32 : 64; }
+/* query rows per tile: 32 keeps dK, dV, S^T, dP^T in the registers of 2 (D = 128) or 4
+ * (D = 64) blocks per SM */
+template <int D> __host__ __device__ constexpr int kv_bm() { return 32; }
 template <int D> constexpr size_t dkdv_tc_smem()
 {
     return (size_t)(2 * kKvBN + 4 * kv_bm<D>()) * (D + 8) * sizeof(bf16) + 4 * kv_bm<D>() * sizeof(float);
@@ -457,7 +461,7 @@ template <int D> constexpr size_t dkdv_tc_smem()
  * S^T = K Q^T, dP^T = V dO^T). Walks the query tiles of every Q batch index reading this
  * K/V, in increasing order: dV += P^T dO, dK += dS^T Q, then dK *= scale. */
 template <int D>
-__global__ void __launch_bounds__(kBwdThreads, 2)
+__global__ void __launch_bounds__(kBwdThreads, bwd_minb<D>())
     dkdv_tc(const bf16 *__restrict__ Q, const bf16 *__restrict__ K, const bf16 *__restrict__ V,
             const bf16 *__restrict__ dO, const float *__restrict__ LSE, const float *__restrict__ Delta,
             float *__restrict__ dK, float *__restrict__ dV, Prob p)
