@@ -196,9 +196,14 @@ static fr_status linear_infer(fr_graph *g, int node_id)
     int has_xq = fr_node_out(g, n, FR_LIN_OUT_XQ) != NULL;
     int has_sinv = fr_node_out(g, n, FR_LIN_OUT_XQ_SINV) != NULL;
     int has_amax = fr_node_out(g, n, FR_LIN_OUT_AMAX_X) || fr_node_out(g, n, FR_LIN_OUT_AMAX_W);
+    if (c.prec == FR_LIN_BF16 && !has_sinv && !has_amax) { /* Xq: X's bf16 copy, no scale */
+        if (has_xq) fr_infer_set(g, n, FR_LIN_OUT_XQ, FR_BF16, x->rank, x->dims);
+        return FR_OK;
+    }
     if (c.prec != FR_LIN_FP8 && (has_xq || has_sinv || has_amax))
-        return fr_node_error(n, FR_ERR_GRAPH, "outputs Xq, Xq_scale_inv, amax_x, amax_w exist in "
-                             "fp8 precision only (precision is %s)", fr_lin_precision_name(c.prec));
+        return fr_node_error(n, FR_ERR_GRAPH, "outputs Xq_scale_inv, amax_x, amax_w exist in fp8 "
+                             "precision only, Xq in bf16 and fp8 (precision is %s)",
+                             fr_lin_precision_name(c.prec));
     if (has_xq != has_sinv)
         return fr_node_error(n, FR_ERR_GRAPH, "outputs Xq and Xq_scale_inv come together (the "
                              "backward needs the scale of the saved codes)");
@@ -241,9 +246,17 @@ static fr_status grad_data_infer(fr_graph *g, int node_id)
     if (c.prec != FR_LIN_FP8 && fr_node_out(g, n, 1))
         return fr_node_error(n, FR_ERR_GRAPH, "output amax_dy exists in fp8 precision only");
     int has_q = fr_node_out(g, n, 2) != NULL, has_qs = fr_node_out(g, n, 3) != NULL;
+    if (c.prec == FR_LIN_BF16 && !has_qs) { /* dYq: dY's bf16 copy, dY's shape, no scale */
+        int64_t dims[FR_MAX_RANK];
+        memcpy(dims, dy->dims, sizeof dims);
+        dims[dy->rank - 1] = K;
+        fr_infer_set(g, n, 0, dy->dtype, dy->rank, dims);
+        if (has_q) fr_infer_set(g, n, 2, FR_BF16, dy->rank, dy->dims);
+        return FR_OK;
+    }
     if ((has_q || has_qs) && (c.prec != FR_LIN_FP8 || c.recipe == FR_LIN_BLOCKWISE))
         return fr_node_error(n, FR_ERR_GRAPH, "outputs dYq, dYq_scale_inv exist with the per-tensor "
-                             "fp8 recipes only (precision %s, recipe %s)", fr_lin_precision_name(c.prec),
+                             "fp8 recipes only, dYq alone in bf16 (precision %s, recipe %s)", fr_lin_precision_name(c.prec),
                              fr_lin_recipe_name(c.recipe));
     if (has_q != has_qs)
         return fr_node_error(n, FR_ERR_GRAPH, "outputs dYq and dYq_scale_inv come together");
@@ -313,6 +326,37 @@ static fr_status grad_weight_infer_dyq(fr_graph *g, const fr_node *n, const lin_
     return FR_OK;
 }
 
+/* LinearGradWeight in bf16 precision with Xs and/or Ys already rounded to bf16 (the forward's
+ * Xq, the data gradient's dYq), the other float32: no scale inputs, no amax_dy. */
+static fr_status grad_weight_infer_bf16(fr_graph *g, const fr_node *n, const lin_cfg *c, const fr_value *xs,
+                                        const fr_value *dy)
+{
+    if (c->prec != FR_LIN_BF16)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "bfloat16 inputs ('%s' %s, '%s' %s) need bf16 precision "
+                             "(precision is %s)", xs->name, fr_dtype_name(xs->dtype), dy->name,
+                             fr_dtype_name(dy->dtype), fr_lin_precision_name(c->prec));
+    if ((xs->dtype != FR_BF16 && xs->dtype != FR_F32) || (dy->dtype != FR_BF16 && dy->dtype != FR_F32))
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "input '%s' (%s) and output gradient '%s' (%s) must each "
+                             "be float32 or bfloat16", xs->name, fr_dtype_name(xs->dtype), dy->name,
+                             fr_dtype_name(dy->dtype));
+    if (fr_node_in(g, n, 2) || fr_node_in(g, n, 3))
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "scale inputs exist in fp8 precision only");
+    if (fr_node_out(g, n, 1))
+        return fr_node_error(n, FR_ERR_GRAPH, "output amax_dy exists in fp8 precision only");
+    char s1[128], s2[128];
+    int ok = xs->rank >= 1 && xs->rank == dy->rank;
+    for (int d = 0; ok && d + 1 < xs->rank; d++) ok = xs->dims[d] == dy->dims[d];
+    if (!ok)
+        return fr_node_error(n, FR_ERR_SHAPE, "input '%s' %s and output gradient '%s' %s must agree "
+                             "in all but the last dim", xs->name,
+                             fr_shape_str(xs->rank, xs->dims, s1, sizeof s1), dy->name,
+                             fr_shape_str(dy->rank, dy->dims, s2, sizeof s2));
+    int64_t K = xs->dims[xs->rank - 1], N = dy->dims[dy->rank - 1];
+    int64_t dw[2] = {c->transB ? N : K, c->transB ? K : N};
+    fr_infer_set(g, n, 0, FR_F32, 2, dw);
+    return FR_OK;
+}
+
 /* LinearGradWeight(Xs, Ys, xs_scale?, ys_scale?) -> (dW, amax_dy?) */
 static fr_status grad_weight_infer(fr_graph *g, int node_id)
 {
@@ -326,6 +370,8 @@ static fr_status grad_weight_infer(fr_graph *g, int node_id)
     const fr_value *xs = fr_node_in(g, n, 0), *dy = fr_node_in(g, n, 1), *s = fr_node_in(g, n, 2);
     if (dy->dtype == FR_F8E4M3 || dy->dtype == FR_F8E5M2)
         return grad_weight_infer_dyq(g, n, &c, xs, dy, s);
+    if (xs->dtype == FR_BF16 || dy->dtype == FR_BF16)
+        return grad_weight_infer_bf16(g, n, &c, xs, dy);
     FR_TRY(check_float(n, dy, "output gradient"));
     FR_TRY(check_dtype_prec(n, dy, &c));
     int saved = xs->dtype == FR_F8E4M3;
@@ -364,10 +410,17 @@ static fr_status grad_weight_infer(fr_graph *g, int node_id)
     return FR_OK;
 }
 
+/* dst[i] = bf16(src[i]): the bytes the GPU's bf16 operands hold (Xq, dYq in bf16 precision) */
+static void round_bf16(const float *src, int64_t count, uint16_t *dst)
+{
+    for (int64_t i = 0; i < count; i++) dst[i] = fr_f32_to_bf16(src[i]);
+}
+
 /* ---- GEMM emulation ---- */
 
 typedef struct operand {
-    const float *src;      /* float32 storage [rows][cols], row-major (NULL when q is used) */
+    const float *src;      /* float32 storage [rows][cols], row-major (NULL when q / bf is used) */
+    const uint16_t *bf;    /* or: storage already rounded to bf16 (bf16 precision) */
     const uint8_t *q;      /* or: saved fp8 codes [rows][cols] ... */
     const float *q_sinv;   /* ... with their scale_inv grid (blocks br x bc) */
     int64_t rows, cols;
@@ -398,6 +451,11 @@ static fr_status prepare_values(const operand *o, float *buf, int64_t cp)
         for (int64_t r = 0; r < R; r++)
             for (int64_t c = 0; c < C; c++)
                 buf[r * cp + c] = table[o->q[r * C + c]] * o->q_sinv[(r / br) * gc + c / bc];
+        return FR_OK;
+    }
+    if (o->bf) { /* rounded once already: the same values as rounding src here */
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t c = 0; c < C; c++) buf[r * cp + c] = fr_bf16_to_f32(o->bf[r * C + c]);
         return FR_OK;
     }
     switch (o->prec) {
@@ -695,6 +753,7 @@ static fr_status linear_cpu(const fr_kernel_ctx *ctx)
         a.sinv_out = xs->data;
     }
     FR_TRY(gemm_f32(&a, &bw, M, N, K, c.pad, b ? b->data : NULL, y->data));
+    if (c.prec == FR_LIN_BF16 && xq) round_bf16(x->data, M * K, xq->data);
     if (c.prec == FR_LIN_FP8 && a.blockwise && xq) /* wgrad wants X in 128x1 blocks */
         FR_TRY(fr_fp8_quantize_blocks(x->data, M, K, K, FR_LIN_BLOCK, 1, FR_F8E4M3, c.margin, NULL,
                                       wx, xq->data, xs->data, NULL, 0));
@@ -725,6 +784,8 @@ static fr_status grad_data_cpu(const fr_kernel_ctx *ctx)
     bw.scale = scale_in(ctx, 2, &c);
     bw.what = ww;
     fr_tensor *dyq = ctx->n_out > 2 ? ctx->out[2] : NULL, *dyq_sinv = ctx->n_out > 3 ? ctx->out[3] : NULL;
+    if (c.prec == FR_LIN_BF16 && dyq) /* dY's bf16 copy for the weight gradient, dY's layout */
+        round_bf16(dy->data, M * N, dyq->data);
     uint8_t *codes = NULL;
     if (dyq && dyq_sinv) { /* the GEMM's own codes, kept and handed over transposed */
         codes = fr_malloc((size_t)(M * N > 0 ? M * N : 1), "dY codes");
@@ -766,6 +827,14 @@ static fr_status grad_weight_cpu(const fr_kernel_ctx *ctx)
     ox.what = wx;
     od.what = wd;
     od.scale = scale_in(ctx, 3, &c);
+    if (xs->dtype == FR_BF16) { /* the forward's Xq / the data gradient's dYq: rounded already */
+        ox.src = NULL;
+        ox.bf = xs->data;
+    }
+    if (dy->dtype == FR_BF16) {
+        od.src = NULL;
+        od.bf = dy->data;
+    }
     if (dyq) { /* the same values as quantizing dY here: stored transposed */
         od.src = NULL;
         od.scale = NULL;
@@ -792,10 +861,11 @@ static fr_status grad_weight_cpu(const fr_kernel_ctx *ctx)
 /* ---- gradient rule ---- */
 
 /* Add a backward node carrying the forward node's attributes. Output 0 gets an automatic name;
- * output 1 (when amax_name is given) is named amax_name; with q_out, outputs 2 and 3 (dYq and
- * its scale_inv) are added and returned there. Inputs after the last present one are dropped. */
+ * output 1 (when amax_name is given) is named amax_name; with q_out, output 2 (dYq) and, when
+ * n_q is 2, output 3 (its scale_inv) are added and returned there. Inputs after the last
+ * present one are dropped. */
 static fr_status emit(fr_grad_ctx *ctx, const char *op_type, int n_in, const int *in,
-                      const char *amax_name, int *out0, int *q_out)
+                      const char *amax_name, int *out0, int *q_out, int n_q)
 {
     fr_graph *g = ctx->g;
     while (n_in > 2 && in[n_in - 1] < 0) n_in--;
@@ -807,10 +877,12 @@ static fr_status emit(fr_grad_ctx *ctx, const char *op_type, int n_in, const int
     if (q_out) {
         snprintf(qname, sizeof qname, "%s/dYq", base);
         FR_TRY(fr_graph_add_unique_value(g, qname, &outs[2]));
-        snprintf(qname, sizeof qname, "%s/dYq_scale_inv", base);
-        FR_TRY(fr_graph_add_unique_value(g, qname, &outs[3]));
+        if (n_q > 1) {
+            snprintf(qname, sizeof qname, "%s/dYq_scale_inv", base);
+            FR_TRY(fr_graph_add_unique_value(g, qname, &outs[3]));
+        }
     }
-    int n_out = q_out ? 4 : amax_name ? 2 : 1;
+    int n_out = q_out ? 2 + n_q : amax_name ? 2 : 1;
     FR_TRY(fr_graph_add_node(g, op_type, FR_DOMAIN_FP8RUN, base, n_in, in, n_out, outs, &nid));
     g->nodes[nid].op = fr_linear_op(op_type);
     const fr_node *fwd = &g->nodes[ctx->node_id];
@@ -855,22 +927,25 @@ static fr_status linear_grad(fr_grad_ctx *ctx)
     int need_x = ctx->need_din[FR_LIN_IN_X], need_w = ctx->need_din[FR_LIN_IN_W];
     int need_b = b >= 0 && FR_LIN_IN_B < n->n_inputs && ctx->need_din[FR_LIN_IN_B];
     int amax_done = 0;
-    /* per-tensor fp8 with both gradients: dY is quantized once, by the data gradient, which
-     * hands its codes over transposed (as the weight-gradient GEMM reads them) */
-    int share_dy = need_x && need_w && c.prec == FR_LIN_FP8 && c.recipe != FR_LIN_BLOCKWISE;
+    /* both gradients: dY is converted once, by the data gradient, which hands it over: per-tensor
+     * fp8 as codes transposed (as the weight-gradient GEMM reads them) with their scale_inv, bf16
+     * as dY's bf16 copy in dY's layout (the bf16 GEMM reads either transpose) */
+    int bf16 = c.prec == FR_LIN_BF16;
+    int share_dy = need_x && need_w && ((c.prec == FR_LIN_FP8 && c.recipe != FR_LIN_BLOCKWISE) || bf16);
     int dyq[2] = {-1, -1};
     if (need_x) {
         int in[4] = {dy, w, dl ? scale_w : -1, dl ? scale_dy : -1};
         FR_TRY(emit(ctx, "LinearGradData", 4, in, dl ? amax_name : NULL, &ctx->din[FR_LIN_IN_X],
-                    share_dy ? dyq : NULL));
+                    share_dy ? dyq : NULL, bf16 ? 1 : 2));
         amax_done = dl;
     }
     if (need_w) {
-        int saved = xq >= 0 && xq_sinv >= 0;
+        /* the forward's saved Xq: fp8 codes with their scale_inv, or X's bf16 copy */
+        int saved = xq >= 0 && (xq_sinv >= 0 || bf16);
         int in[4] = {saved ? xq : x, share_dy ? dyq[0] : dy, saved ? xq_sinv : (dl ? scale_x : -1),
                      share_dy ? dyq[1] : dl ? scale_dy : -1};
         FR_TRY(emit(ctx, "LinearGradWeight", 4, in, dl && !amax_done ? amax_name : NULL,
-                    &ctx->din[FR_LIN_IN_W], NULL));
+                    &ctx->din[FR_LIN_IN_W], NULL, 0));
     }
     if (need_b) FR_TRY(fr_grad_sum_to(ctx, dy, b, &ctx->din[FR_LIN_IN_B]));
     return FR_OK;

@@ -11,11 +11,12 @@
  *     known before the step); required in fp8 precision with recipe "delayed" (scale_dy is read
  *     only by the backward nodes the gradient rule emits), absent otherwise.
  *   Y = X @ op(W) + B, float32 (float64 when X/W/B are float64: fp32 precision only).
- *   Xq (fp8 only): X quantized to E4M3 as the weight-gradient GEMM consumes it, saved for the
- *     backward so the float copy of X need not be kept: for the per-tensor recipes the very
- *     bytes the forward GEMM used; for "block" X in 128x1 blocks along the token dim.
- *   Xq_scale_inv (present iff Xq is): [1] (per-tensor) or [ceil(M/128), K] (block), where
- *     M = numel(X) / K is the token count.
+ *   Xq (bf16, fp8): X as the weight-gradient GEMM consumes it, saved for the backward so the
+ *     float copy of X need not be kept. fp8: quantized to E4M3, for the per-tensor recipes the
+ *     very bytes the forward GEMM used; for "block" X in 128x1 blocks along the token dim.
+ *     bf16: bfloat16, X's shape, X rounded to nearest even (the forward GEMM's operand).
+ *   Xq_scale_inv (fp8 only, present iff Xq is): [1] (per-tensor) or [ceil(M/128), K] (block),
+ *     where M = numel(X) / K is the token count.
  *   amax_x, amax_w (fp8 only): [1] float32, max |X| and max |W| of this step (NaN if any NaN,
  *     else Inf if any Inf): the delayed recipe's history update reads them.
  * Attributes:
@@ -41,18 +42,22 @@
  *   dYq, dYq_scale_inv (per-tensor fp8 recipes only, together): the codes of dY this GEMM
  *   used, TRANSPOSED to [N, M] (M = tokens: the layout the weight-gradient GEMM reads), in the
  *   dY format, and their scale_inv [1]: dY is quantized once for both backward GEMMs.
+ *   dYq alone (bf16 precision; outputs 1 and 3 absent): dY rounded to bfloat16, dY's shape and
+ *   layout (the bf16 GEMM reads any transpose), the operand this GEMM used: dY is rounded once.
  * LinearGradWeight(Xs, Ys, xs_scale?, ys_scale?) -> (dW, amax_dy?)
  *   dW (W's shape and layout, float32) = X^T dY (transB = 0) or dY^T X (transB = 1).
  *   Xs is either the saved Xq (float8e4m3fn; xs_scale = the Xq_scale_inv output) or X itself
  *   (float; xs_scale = scale_x for the delayed recipe, absent otherwise), quantized along the
  *   token dim; Ys is either dY [..., N] (float; ys_scale = scale_dy for the delayed recipe,
  *   absent otherwise), quantized likewise (128x1 blocks for "block"), or the dYq output of
- *   LinearGradData (ys_scale = dYq_scale_inv; per-tensor recipes; then no amax_dy here). The
- *   result is the same bit for bit either way.
+ *   LinearGradData (ys_scale = dYq_scale_inv; per-tensor recipes; then no amax_dy here).
+ *   bf16 precision: Xs may be the forward's bf16 Xq and Ys the data gradient's bf16 dYq (each
+ *   independently; no scale inputs), dW float32. The result is the same bit for bit either way.
  * Both backward nodes carry the forward's attributes. The gradient rule of Linear emits them,
  * plus SumToShape(dY) for the bias; amax_dy goes on the data-gradient node (on the weight-
  * gradient node when X needs no gradient), named "<state_prefix>/amax_dy". With both
- * gradients and a per-tensor fp8 recipe the weight gradient reads dYq (dY^T codes). */
+ * gradients and a per-tensor fp8 recipe the weight gradient reads dYq (dY^T codes), in bf16
+ * precision dYq (dY's bf16 copy); with the forward's Xq it reads Xq instead of X. */
 #ifndef FR_OPS_LINEAR_H
 #define FR_OPS_LINEAR_H
 

@@ -540,10 +540,18 @@ static fr_status rewrite_group(pass *p, const int *members, int nm, fr_lin_preci
 
     int in[FR_LIN_N_IN] = {x, w, b, -1, -1, -1}, out[FR_LIN_N_OUT] = {y, -1, -1, -1, -1};
     int n_in = has_bias ? 3 : 2, n_out = 1;
+    /* bf16: X's bf16 copy (the forward GEMM's operand anyway) is saved for the weight gradient
+     * when this group's MatMuls are X's only readers: the float X then dies after the forward
+     * (2 bytes per element kept instead of 4) and the backward need not round it again. With
+     * other readers the float X might stay alive beside the copy, so then the rule keeps X. */
+    int x_exclusive = g->values[x].producer >= 0 && p->uses[x] == nm && !(g->values[x].flags & FR_VAL_OUTPUT);
     if (fp8) {
         FR_TRY(add_named_value(g, lname, "Xq", &out[FR_LIN_OUT_XQ]));
         FR_TRY(add_named_value(g, lname, "Xq_scale_inv", &out[FR_LIN_OUT_XQ_SINV]));
         n_out = 3;
+    } else if (prec == FR_LIN_BF16 && x_exclusive) {
+        FR_TRY(add_named_value(g, lname, "Xq", &out[FR_LIN_OUT_XQ]));
+        n_out = 2;
     }
     if (delayed) {
         FR_TRY(add_state_value(g, L->state_prefix, "scale_x", &in[FR_LIN_IN_SCALE_X]));

@@ -498,7 +498,15 @@ static void test_block_a_options(void)
             const char *p;
             fr_node_attr_string(&g->nodes[n], "precision", "", &p);
             CU_ASSERT(g->nodes[n].n_inputs <= 3); /* no state inputs outside the delayed recipe */
-            CU_ASSERT_EQUAL(g->nodes[n].n_outputs, strcmp(p, "fp8") == 0 ? 3 : 1);
+            if (strcmp(p, "fp8") == 0) {
+                CU_ASSERT_EQUAL(g->nodes[n].n_outputs, 3);
+            } else { /* bf16 saves X's bf16 copy (Xq) only where the Linear is X's only reader */
+                int x = g->nodes[n].inputs[0], readers = 0;
+                for (int m = 0; m < g->n_nodes; m++)
+                    for (int i = 0; !g->nodes[m].dead && i < g->nodes[m].n_inputs; i++) readers += g->nodes[m].inputs[i] == x;
+                CU_ASSERT_EQUAL(g->nodes[n].n_outputs, readers == 1 ? 2 : 1);
+                if (g->nodes[n].n_outputs == 2) CU_ASSERT_EQUAL(g->values[g->nodes[n].outputs[1]].dtype, FR_BF16);
+            }
         }
     fr_fp8_report_free(&r);
     fr_graph_free(g);

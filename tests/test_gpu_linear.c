@@ -217,6 +217,45 @@ static int check_case(const lcase *c, const char *label)
         tn_free(&wq);
         tn_free(&dq);
     }
+    /* bf16: X rounded once by the forward (saved as Xq), dY once by the data gradient (dYq, dY's
+     * layout): both bit-identical to the CPU's; the weight gradient from them matches the CPU's,
+     * and the CPU's dW from them is bit-identical to its dW from X and dY */
+    if (strcmp(c->prec, "bf16") == 0) {
+        fr_tensor *f2in[3] = {x, w, b};
+        tnode fq, dq, wq, wf;
+        tn_init_domain(&fq, FR_DOMAIN_FP8RUN, "Linear", 1, b ? 3 : 2, f2in, 0, 2);
+        set_attrs(&fq, c);
+        snprintf(l2, sizeof l2, "%s forward(Xq)", label);
+        ok &= run_compare(&fq, l2, fnames, ftols, FR_OK, NULL);
+        tn_init_domain(&dq, FR_DOMAIN_FP8RUN, "LinearGradData", 1, 2, din, 0, 3);
+        tn_omit_output(&dq, 1);
+        set_attrs(&dq, c);
+        static const char *const bnames[3] = {"dX", "amax_dy", "dYq"};
+        const double btols[3] = {tol, -1, 0};
+        snprintf(l2, sizeof l2, "%s LinearGradData(dYq)", label);
+        ok &= run_compare(&dq, l2, bnames, btols, FR_OK, NULL);
+        fr_tensor *qin[2] = {fq.out[1], dq.out[2]}, *fin2[2] = {x, dy};
+        static const char *const qwnames[1] = {"dW"};
+        const double qwtols[1] = {tol};
+        for (int mix = 0; mix < 3; mix++) { /* (Xq, dYq), (X, dYq), (Xq, dY) */
+            fr_tensor *in2[2] = {mix == 1 ? x : qin[0], mix == 2 ? dy : qin[1]};
+            tn_init_domain(&wq, FR_DOMAIN_FP8RUN, "LinearGradWeight", 1, 2, in2, 0, 1);
+            set_attrs(&wq, c);
+            snprintf(l2, sizeof l2, "%s LinearGradWeight(bf16 inputs #%d)", label, mix);
+            ok &= run_compare(&wq, l2, qwnames, qwtols, FR_OK, NULL);
+            tn_init_domain(&wf, FR_DOMAIN_FP8RUN, "LinearGradWeight", 1, 2, fin2, 0, 1);
+            set_attrs(&wf, c);
+            fr_status st = tn_run(&wf);
+            int same = st == FR_OK && wq.out[0] && wf.out[0] && wq.out[0]->nbytes == wf.out[0]->nbytes &&
+                       (wf.out[0]->nbytes == 0 || memcmp(wq.out[0]->data, wf.out[0]->data, wf.out[0]->nbytes) == 0);
+            if (!same) fprintf(stderr, "\n  %s: CPU dW from bf16 inputs #%d differs from dW from X, dY\n", label, mix);
+            ok &= same;
+            tn_free(&wf);
+            tn_free(&wq);
+        }
+        tn_free(&dq);
+        tn_free(&fq);
+    }
     /* weight gradient from X */
     fr_tensor *win[4] = {x, dy, sx, sdy};
     tnode wg;

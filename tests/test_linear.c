@@ -175,19 +175,17 @@ static fr_status build(lgraph *L, const lcase *c, fr_rng *r)
         L->sw = const_scalar(g, "fp8_state/lin/scale_w", L->scale_w);
         L->sdy = const_scalar(g, "fp8_state/lin/scale_dy", L->scale_dy);
     }
-    int fp8 = strcmp(c->prec, "fp8") == 0;
+    int fp8 = strcmp(c->prec, "fp8") == 0, bf16 = strcmp(c->prec, "bf16") == 0;
     FR_TRY(fr_graph_add_value(g, "Y", &L->y));
     L->xq = L->xs = L->ax = L->aw = -1;
-    if (fp8 && c->save_xq) {
-        FR_TRY(fr_graph_add_value(g, "Xq", &L->xq));
-        FR_TRY(fr_graph_add_value(g, "Xq_sinv", &L->xs));
-    }
+    if ((fp8 || bf16) && c->save_xq) FR_TRY(fr_graph_add_value(g, "Xq", &L->xq));
+    if (fp8 && c->save_xq) FR_TRY(fr_graph_add_value(g, "Xq_sinv", &L->xs));
     if (fp8) {
         FR_TRY(fr_graph_add_value(g, "fp8_state/lin/amax_x", &L->ax));
         FR_TRY(fr_graph_add_value(g, "fp8_state/lin/amax_w", &L->aw));
     }
     int in[6] = {L->x, L->w, L->b, L->sx, L->sw, L->sdy}, out[5] = {L->y, L->xq, L->xs, L->ax, L->aw};
-    int n_in = is_delayed_fp8(c) ? 6 : (c->bias ? 3 : 2), n_out = fp8 ? 5 : 1;
+    int n_in = is_delayed_fp8(c) ? 6 : (c->bias ? 3 : 2), n_out = fp8 ? 5 : bf16 && c->save_xq ? 2 : 1;
     FR_TRY(fr_graph_add_node(g, "Linear", "ai.fp8run", "lin", n_in, in, n_out, out, &L->node));
     fr_node *nd = &g->nodes[L->node];
     nd->op = fr_linear_op("Linear");
@@ -301,6 +299,27 @@ static int check_case(const lcase *c, const char *label)
             ok = 0;
         }
     }
+    /* bf16: the saved Xq is X rounded to bf16, and the weight gradient reads it (and the data
+     * gradient's bf16 dY, bit-equal to dY rounded) instead of X and dY */
+    if (p == RP_BF16) {
+        const fr_node *gw = &g->nodes[g->values[din[1]].producer];
+        const fr_node *gd = &g->nodes[g->values[din[0]].producer];
+        int good = gd->n_outputs == 3 && gd->outputs[2] >= 0 && gw->n_inputs == 2 &&
+                   gw->inputs[0] == (c->save_xq ? L.xq : L.x) && gw->inputs[1] == gd->outputs[2];
+        for (int pass = 0; good && pass < 2; pass++) {
+            int vid = pass ? gd->outputs[2] : L.xq;
+            const float *src = pass ? dyv : x;
+            int64_t n = pass ? M * N : M * K;
+            if (!pass && !c->save_xq) continue;
+            good = g->values[vid].dtype == FR_BF16;
+            const uint16_t *q = (const uint16_t *)t[vid]->data;
+            for (int64_t i = 0; good && i < n; i++) good = fr_bf16_to_f32(q[i]) == ref_bf16(src[i]);
+        }
+        if (!good) {
+            fprintf(stderr, "\n  %s: bf16 Xq / dYq handed to the weight gradient missing or wrong\n", label);
+            ok = 0;
+        }
+    }
     /* data gradient: dY per tensor or 1x128 along N; W as in the forward */
     ref_operand(dyv, M, N, p, dyf, block ? 1 : 0, block ? 128 : 0, c->margin, dl ? &L.scale_dy : NULL, dyd,
                 NULL, NULL);
@@ -383,6 +402,8 @@ static void test_bf16_forward_backward(void)
     c.transB = 0;
     c.bias = 0;
     CU_ASSERT(check_case(&c, "bf16_tb0"));
+    c.save_xq = 0; /* the weight gradient rounds X itself */
+    CU_ASSERT(check_case(&c, "bf16_tb0_nosave"));
 }
 
 static void test_fp8_recipes(void)

@@ -3,6 +3,9 @@
  *
  *   fp32  cuBLASLt in true float32 (float64 tensors: CUBLAS_COMPUTE_64F); within 1e-5.
  *   bf16  operands rounded to bf16 like the CPU (__float2bfloat16_rn), bf16 x bf16 -> f32.
+ *         The forward rounds X straight into Xq when the graph saves it, the data gradient dY
+ *         into dYq; the weight gradient multiplies those bf16 copies as they are (cuBLASLt's
+ *         bf16 GEMM takes either transpose: no transposed copy), converting only float inputs.
  *   fp8   operands quantized to the CPU's exact bytes (ops/cuda/quantize.cuh), multiplied by
  *         cuBLASLt's FP8 GEMM with the scale_inv of each operand: per tensor (delayed, current)
  *         or in blocks (block: 1x128 of X / dY along the contraction dim, 128x128 of W, 128x1
@@ -91,8 +94,11 @@ static void plan_fp8(int64_t Mg, int64_t Ng, int64_t Kg, fr_gemm_scale ma, fr_ge
 typedef enum { OP_FWD, OP_DGRAD, OP_WGRAD } lin_op;
 
 /* The plan of op `op` with tokens M, input features K, output features N; dyq: the weight
- * gradient reads the data gradient's dY^T codes (no scratch for them unless padded). */
-static void make_plan(lin_op op, const lin_cfg *c, int64_t M, int64_t N, int64_t K, int dyq, lin_plan *p)
+ * gradient reads the data gradient's dY^T codes (no scratch for them unless padded).
+ * bf16: a_given / b_given: that operand's bf16 copy is a tensor of the node (an output it
+ * rounds into, or a bf16 input), so it needs no scratch. */
+static void make_plan(lin_op op, const lin_cfg *c, int64_t M, int64_t N, int64_t K, int dyq, int a_given,
+                      int b_given, lin_plan *p)
 {
     memset(p, 0, sizeof *p);
     size_t cur = 0;
@@ -103,8 +109,8 @@ static void make_plan(lin_op op, const lin_cfg *c, int64_t M, int64_t N, int64_t
     if (c->prec == FR_LIN_BF16) {
         /* bf16 copies of the two operands */
         int64_t na = op == OP_DGRAD ? M * N : M * K, nb = op == OP_WGRAD ? M * N : K * N;
-        p->a = take(&cur, na * 2);
-        p->b = take(&cur, nb * 2);
+        p->a = take(&cur, a_given ? 0 : na * 2);
+        p->b = take(&cur, b_given ? 0 : nb * 2);
     } else if (c->prec == FR_LIN_FP8) {
         if (op == OP_FWD) /* Y [M][N] = X [M][K] . W [N][K]^T */
             plan_fp8(Mp, Np, Kp, vec, wmode, M, N, p, &cur);
@@ -131,6 +137,21 @@ static int64_t last(int rank, const int64_t *dims) { return rank ? dims[rank - 1
 
 /* M, N, K of a node from the shapes of its inputs (graph values or tensors). */
 static int is_fp8_type(fr_dtype t) { return t == FR_F8E4M3 || t == FR_F8E5M2; }
+static int is_low_type(fr_dtype t) { return is_fp8_type(t) || t == FR_BF16; } /* a converted copy */
+
+/* bf16: which GEMM operands (a, b in the plan's order) are tensors of the node already:
+ * the forward's Xq output, the data gradient's dYq output, the weight gradient's bf16 inputs
+ * (x_bf16: input 0, y_bf16: input 1). */
+static void bf16_given(lin_op op, const lin_cfg *c, int has_out, int x_bf16, int y_bf16, int *a, int *b)
+{
+    *a = *b = 0;
+    if (c->prec != FR_LIN_BF16) return;
+    if (op == OP_FWD || op == OP_DGRAD) *a = has_out;
+    else { /* the plan's a holds X, b holds dY (see grad_weight_run) */
+        *a = x_bf16;
+        *b = y_bf16;
+    }
+}
 
 static fr_status node_dims(lin_op op, const fr_node *n, const lin_cfg *c, int r0, const int64_t *d0, int r1,
                            const int64_t *d1, int dyq, int64_t *M, int64_t *N, int64_t *K)
@@ -164,8 +185,11 @@ static fr_status scratch_of(lin_op op, const fr_graph *g, const fr_node *n, size
     int64_t M, N, K;
     int dyq = op == OP_WGRAD && is_fp8_type(v1->dtype);
     FR_TRY(node_dims(op, n, &c, v0->rank, v0->dims, v1->rank, v1->dims, dyq, &M, &N, &K));
+    int out_slot = op == OP_FWD ? FR_LIN_OUT_XQ : 2, ga, gb;
+    int has_out = op != OP_WGRAD && out_slot < n->n_outputs && n->outputs[out_slot] >= 0;
+    bf16_given(op, &c, has_out, v0->dtype == FR_BF16, v1->dtype == FR_BF16, &ga, &gb);
     lin_plan p;
-    make_plan(op, &c, M, N, K, dyq, &p);
+    make_plan(op, &c, M, N, K, dyq, ga, gb, &p);
     *bytes = p.total;
     return FR_OK;
 }
@@ -202,7 +226,10 @@ static fr_status begin(lin_op op, const fr_cuda_kctx *k, lin_run *r)
     const fr_tensor *a = k->in[0], *b = k->in[1];
     int dyq = op == OP_WGRAD && is_fp8_type(b->dtype);
     FR_TRY(node_dims(op, r->n, &r->c, a->rank, a->dims, b->rank, b->dims, dyq, &r->M, &r->N, &r->K));
-    make_plan(op, &r->c, r->M, r->N, r->K, dyq, &r->p);
+    int out_slot = op == OP_FWD ? FR_LIN_OUT_XQ : 2, ga, gb;
+    int has_out = op != OP_WGRAD && out_slot < k->n_out && k->out[out_slot];
+    bf16_given(op, &r->c, has_out, a->dtype == FR_BF16, b->dtype == FR_BF16, &ga, &gb);
+    make_plan(op, &r->c, r->M, r->N, r->K, dyq, ga, gb, &r->p);
     if (r->p.total > k->scratch_bytes)
         return fr_node_error(r->n, FR_ERR_INTERNAL, "scratch of %zu bytes is smaller than the %zu planned",
                              k->scratch_bytes, r->p.total);
@@ -211,7 +238,7 @@ static fr_status begin(lin_op op, const fr_cuda_kctx *k, lin_run *r)
         r->stats = (fr_q_stats *)(r->base + r->p.stats);
         FR_CUDA_TRY(cudaMemsetAsync(r->stats, 0, sizeof(fr_q_stats), r->s));
     }
-    fr_dtype dt = !is_fp8_type(a->dtype) ? a->dtype : !is_fp8_type(b->dtype) ? b->dtype : k->out[0]->dtype;
+    fr_dtype dt = !is_low_type(a->dtype) ? a->dtype : !is_low_type(b->dtype) ? b->dtype : k->out[0]->dtype;
     if (dt != FR_F32 && !(dt == FR_F64 && r->c.prec == FR_LIN_FP32))
         return fr_node_error(r->n, FR_ERR_UNSUPPORTED, "dtype %s in %s precision", fr_dtype_name(dt),
                              fr_lin_precision_name(r->c.prec));
@@ -319,7 +346,10 @@ static fr_status linear_run(const fr_cuda_kctx *k)
     if (c->prec == FR_LIN_FP32)
         return float_gemm(&r, x->dtype, x->dtype, M, N, K, x->data, 0, w->data, c->transB, y->data, bias);
     if (c->prec == FR_LIN_BF16) {
-        void *xb = r.base + r.p.a, *wb = r.base + r.p.b;
+        if (xs || ax || aw)
+            return fr_node_error(r.n, FR_ERR_GRAPH, "outputs Xq_scale_inv, amax_x, amax_w exist in fp8 precision only");
+        FR_TRY(check_out(&r, xq, M, K, FR_BF16, "Xq"));
+        void *xb = xq ? xq->data : r.base + r.p.a, *wb = r.base + r.p.b; /* X rounded once, kept as Xq */
         FR_TRY(fr_q_to_bf16(r.s, r.n, (const float *)x->data, M * K, xb));
         FR_TRY(fr_q_to_bf16(r.s, r.n, (const float *)w->data, K * N, wb));
         return float_gemm(&r, FR_BF16, FR_F32, M, N, K, xb, 0, wb, c->transB, y->data, bias);
@@ -373,14 +403,16 @@ static fr_status grad_data_run(const fr_cuda_kctx *k)
     fr_tensor *dx = k->out[0], *ady = opt_out(k, 1), *dyq = opt_out(k, 2), *dyq_sinv = opt_out(k, 3);
     int64_t M = r.M, N = r.N, K = r.K;
     FR_TRY(check_out(&r, dx, M, K, dy->dtype, "dX"));
-    if ((dyq || dyq_sinv) && (!dyq || !dyq_sinv || c->prec != FR_LIN_FP8 || blockwise(c)))
+    if (c->prec == FR_LIN_BF16 ? (dyq_sinv || ady)
+                               : ((dyq || dyq_sinv) && (!dyq || !dyq_sinv || c->prec != FR_LIN_FP8 || blockwise(c))))
         return fr_node_error(r.n, FR_ERR_GRAPH, "outputs dYq and dYq_scale_inv come together, with the per-tensor "
-                             "fp8 recipes only");
+                             "fp8 recipes only; in bf16 dYq comes alone");
     /* W [K][N] (transB = 0) is used transposed, W [N][K] as stored */
     if (c->prec == FR_LIN_FP32)
         return float_gemm(&r, dy->dtype, dy->dtype, M, K, N, dy->data, 0, w->data, !c->transB, dx->data, NULL);
     if (c->prec == FR_LIN_BF16) {
-        void *yb = r.base + r.p.a, *wb = r.base + r.p.b;
+        FR_TRY(check_out(&r, dyq, M, N, FR_BF16, "dYq"));
+        void *yb = dyq ? dyq->data : r.base + r.p.a, *wb = r.base + r.p.b; /* dY rounded once, handed over */
         FR_TRY(fr_q_to_bf16(r.s, r.n, (const float *)dy->data, M * N, yb));
         FR_TRY(fr_q_to_bf16(r.s, r.n, (const float *)w->data, K * N, wb));
         return float_gemm(&r, FR_BF16, FR_F32, M, K, N, yb, 0, wb, !c->transB, dx->data, NULL);
@@ -429,21 +461,25 @@ static fr_status grad_weight_run(const fr_cuda_kctx *k)
     int tb = c->transB;
     int dyq = is_fp8_type(dy->dtype); /* dY^T codes [N][M] from the data gradient */
     if (fr_tensor_numel(xs) != M * K) return fr_node_error(r.n, FR_ERR_SHAPE, "input and output gradient differ in tokens");
-    FR_TRY(check_out(&r, dw, tb ? N : K, tb ? K : N, dyq ? FR_F32 : dy->dtype, "dW"));
+    FR_TRY(check_out(&r, dw, tb ? N : K, tb ? K : N, is_low_type(dy->dtype) ? FR_F32 : dy->dtype, "dW"));
     if (dyq && (c->prec != FR_LIN_FP8 || blockwise(c) || ady))
         return fr_node_error(r.n, FR_ERR_UNSUPPORTED, "a quantized output gradient needs a per-tensor fp8 recipe "
                              "(and no amax_dy output)");
     int saved = xs->dtype == FR_F8E4M3;
     if (saved && c->prec != FR_LIN_FP8)
         return fr_node_error(r.n, FR_ERR_UNSUPPORTED, "a saved float8e4m3fn input needs fp8 precision");
+    if ((xs->dtype == FR_BF16 || dy->dtype == FR_BF16) && (c->prec != FR_LIN_BF16 || ady))
+        return fr_node_error(r.n, FR_ERR_UNSUPPORTED, "bfloat16 inputs need bf16 precision (and no amax_dy output)");
     if (c->prec == FR_LIN_FP32) {
         if (tb) return float_gemm(&r, dy->dtype, dy->dtype, N, K, M, dy->data, 1, xs->data, 0, dw->data, NULL);
         return float_gemm(&r, dy->dtype, dy->dtype, K, N, M, xs->data, 1, dy->data, 0, dw->data, NULL);
     }
     if (c->prec == FR_LIN_BF16) {
-        void *xb = r.base + r.p.a, *yb = r.base + r.p.b;
-        FR_TRY(fr_q_to_bf16(r.s, r.n, (const float *)xs->data, M * K, xb));
-        FR_TRY(fr_q_to_bf16(r.s, r.n, (const float *)dy->data, M * N, yb));
+        /* the forward's Xq and the data gradient's dYq are the operands as they are */
+        void *xb = xs->dtype == FR_BF16 ? xs->data : r.base + r.p.a;
+        void *yb = dy->dtype == FR_BF16 ? dy->data : r.base + r.p.b;
+        if (xs->dtype != FR_BF16) FR_TRY(fr_q_to_bf16(r.s, r.n, (const float *)xs->data, M * K, xb));
+        if (dy->dtype != FR_BF16) FR_TRY(fr_q_to_bf16(r.s, r.n, (const float *)dy->data, M * N, yb));
         if (tb) return float_gemm(&r, FR_BF16, FR_F32, N, K, M, yb, 1, xb, 0, dw->data, NULL);
         return float_gemm(&r, FR_BF16, FR_F32, K, N, M, xb, 1, yb, 0, dw->data, NULL);
     }
