@@ -35,6 +35,9 @@ struct fr_cuda_exec {
     cudaEvent_t *ev;
     double *node_ms;
     int runs, first_run_done;
+    /* what the arena holds where it reaches its size, by producing op (for the out-of-memory
+       error and the profile): "peak at node N: 12 GiB in 48 values of Linear bf16, ..." */
+    char *peak_text;
 };
 
 static size_t align_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
@@ -132,6 +135,7 @@ void fr_cuda_exec_free(fr_cuda_exec *e)
         if (e->ev[i]) cudaEventDestroy(e->ev[i]);
     free(e->ev);
     free(e->node_ms);
+    free(e->peak_text);
     free(e->hdr);
     free(e->kind);
     free(e->root);
@@ -239,17 +243,88 @@ static fr_status classify(fr_cuda_exec *e, const fr_cuda_exec *share, int *last_
     return FR_OK;
 }
 
+typedef struct peak_row {
+    char key[96];
+    size_t bytes;
+    int values;
+} peak_row;
+
+static int cmp_peak(const void *a, const void *b)
+{
+    size_t x = ((const peak_row *)a)->bytes, y = ((const peak_row *)b)->bytes;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The op a value's bytes are charged to: its producer's type (with a Linear's precision). */
+static void producer_key(const fr_graph *g, int v, char *key, size_t n)
+{
+    int p = g->values[v].producer;
+    const fr_node *nd = p >= 0 ? &g->nodes[p] : NULL;
+    const char *prec = NULL;
+    if (nd && strcmp(nd->domain, "ai.fp8run") == 0 && strncmp(nd->op_type, "Linear", 6) == 0)
+        (void)fr_node_attr_string(nd, "precision", "fp32", &prec);
+    snprintf(key, n, "%s%s%s", nd ? nd->op_type : "(input)", prec ? " " : "", prec ? prec : "");
+}
+
+/* The text of e->peak_text: the pooled values live at node `at` (allocated at or before it, freed
+ * at or after it), summed by producing op, largest first. */
+static fr_status describe_peak(fr_cuda_exec *e, int at, const int *alloc_at, const int *free_at)
+{
+    const fr_graph *g = e->g;
+    peak_row *rows = fr_calloc((size_t)e->nv + 1, sizeof *rows, "memory report");
+    if (!rows) return FR_ERR_OOM;
+    int n = 0;
+    size_t live = 0;
+    for (int v = 0; v < e->nv; v++) {
+        if (alloc_at[v] < 0 || alloc_at[v] > at || free_at[v] < at) continue;
+        char key[96];
+        producer_key(g, v, key, sizeof key);
+        int k = 0;
+        while (k < n && strcmp(rows[k].key, key) != 0) k++;
+        if (k == n) snprintf(rows[n++].key, sizeof rows[0].key, "%s", key);
+        rows[k].bytes += e->hdr[v].nbytes;
+        rows[k].values++;
+        live += e->hdr[v].nbytes;
+    }
+    qsort(rows, (size_t)n, sizeof *rows, cmp_peak);
+    size_t cap = 300 + 80 * 8;
+    char *s = fr_malloc(cap, "memory report");
+    if (!s) {
+        free(rows);
+        return FR_ERR_OOM;
+    }
+    size_t off = (size_t)snprintf(s, cap, "the arena peaks at node '%s' (%s, %d of %d) with %zu MiB live in %zu MiB; largest by "
+                                  "producing op:", g->nodes[at].name, g->nodes[at].op_type, at, g->n_nodes, live >> 20,
+                                  e->arena_bytes >> 20);
+    for (int k = 0; k < n && k < 8 && off < cap; k++)
+        off += (size_t)snprintf(s + off, cap - off, "%s %s %zu MiB (%d)", k ? "," : "", rows[k].key, rows[k].bytes >> 20,
+                                rows[k].values);
+    free(rows);
+    free(e->peak_text);
+    e->peak_text = s;
+    return FR_OK;
+}
+
 static fr_status plan_arena(fr_cuda_exec *e, const int *last_use)
 {
     const fr_graph *g = e->g;
     arena_plan p = {0};
     fr_status st = FR_OK;
+    int *alloc_at = fr_malloc(sizeof(int) * (size_t)(e->nv ? e->nv : 1), "arena plan");
+    int *free_at = fr_malloc(sizeof(int) * (size_t)(e->nv ? e->nv : 1), "arena plan");
+    if (!alloc_at || !free_at) st = FR_ERR_OOM;
+    for (int v = 0; st == FR_OK && v < e->nv; v++) alloc_at[v] = -1, free_at[v] = INT_MAX;
+    int peak_at = -1;
     for (int i = 0; st == FR_OK && i < g->n_nodes; i++) {
         const fr_node *n = &g->nodes[i];
         if (!e->kern[i]) continue; /* a view: nothing to place */
+        size_t top_before = p.top;
         for (int k = 0; st == FR_OK && k < n->n_outputs; k++) {
             int v = n->outputs[k];
-            if (v >= 0 && e->kind[v] == K_POOL) st = plan_alloc(&p, e->hdr[v].nbytes, &e->off[v]);
+            if (v >= 0 && e->kind[v] == K_POOL) {
+                st = plan_alloc(&p, e->hdr[v].nbytes, &e->off[v]);
+                alloc_at[v] = i;
+            }
         }
         size_t sb = 0;
         if (st == FR_OK && e->kern[i]->scratch) st = e->kern[i]->scratch(g, n, &sb);
@@ -268,12 +343,16 @@ static fr_status plan_arena(fr_cuda_exec *e, const int *last_use)
                 if (e->kind[r] != K_POOL || last_use[r] > i || e->off[r] == (size_t)-1) continue;
                 st = plan_free(&p, e->off[r], e->hdr[r].nbytes);
                 /* keep the offset for the header; mark freed by a tag bit of kind */
-                if (st == FR_OK) e->kind[r] = K_POOL | 0x80;
+                if (st == FR_OK) e->kind[r] = K_POOL | 0x80, free_at[r] = i;
             }
         }
+        if (p.top > top_before) peak_at = i;
     }
     for (int v = 0; v < e->nv; v++) e->kind[v] &= 0x7F;
     e->arena_bytes = p.top;
+    if (st == FR_OK && peak_at >= 0) st = describe_peak(e, peak_at, alloc_at, free_at);
+    free(alloc_at);
+    free(free_at);
     free(p.free);
     return st;
 }
@@ -347,9 +426,9 @@ fr_status fr_cuda_exec_new(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec
         for (int i = 0; st == FR_OK && i <= g->n_nodes; i++) CU(cudaEventCreate(&e->ev[i]));
     }
     if (st != FR_OK && st == FR_ERR_DEVICE)
-        fr_error_context(st, "allocating %zu MiB of device memory for '%s' (arena %zu MiB, constants %zu MiB)",
+        fr_error_context(st, "allocating %zu MiB of device memory for '%s' (arena %zu MiB, constants %zu MiB; %s)",
                          (e->arena_bytes + e->const_bytes + e->input_bytes) >> 20, g->name ? g->name : "the graph",
-                         e->arena_bytes >> 20, e->const_bytes >> 20);
+                         e->arena_bytes >> 20, e->const_bytes >> 20, e->peak_text ? e->peak_text : "");
     for (int v = 0; st == FR_OK && v < e->nv; v++) {
         switch (e->kind[v]) {
         case K_CONST:
@@ -486,7 +565,7 @@ fr_status fr_cuda_exec_profile(const fr_cuda_exec *e, char **text)
         total += e->node_ms[i] / e->runs;
     }
     qsort(rows, (size_t)n, sizeof *rows, cmp_prof);
-    size_t cap = 200 + (size_t)n * 100;
+    size_t cap = 200 + (size_t)n * 100 + (e->peak_text ? strlen(e->peak_text) : 0);
     char *s = fr_malloc(cap, "profile text");
     if (!s) {
         free(rows);
@@ -496,6 +575,7 @@ fr_status fr_cuda_exec_profile(const fr_cuda_exec *e, char **text)
     for (int k = 0; k < n && off < cap; k++)
         off += (size_t)snprintf(s + off, cap - off, "  %-32s %5d nodes %9.3f ms %5.1f%%\n", rows[k].key, rows[k].nodes,
                                 rows[k].ms, total > 0 ? 100 * rows[k].ms / total : 0);
+    if (e->peak_text && off < cap) off += (size_t)snprintf(s + off, cap - off, "Memory: %s\n", e->peak_text);
     free(rows);
     *text = s;
     return FR_OK;
