@@ -9,9 +9,13 @@
 #include "../ops/op.h"
 #include "attention_fuse.h"
 #include "autodiff.h"
+#include "passes.h"
 
 /* A masked score is at or below this (float32 finfo.min, -inf, -1e30 all qualify). */
 #define MASKED_MAX (-1e30)
+/* Masks that preparation left unfolded for their size (a [T, T] mask passes its cap from
+ * T = 1025 on) are folded here to be checked, up to this many elements (T = 8192). */
+#define MASK_FOLD_MAX ((int64_t)1 << 26)
 
 typedef struct fuse_ctx {
     fr_graph *g;
@@ -309,9 +313,44 @@ static fr_status fuse_one(fuse_ctx *c, match *m, const char *softmax_name)
     return fr_node_infer(g, nid);
 }
 
+/* Fold the masks preparation left unfolded for their size: walk back from each Softmax through
+ * the steps a match may take and fold the non-score inputs of Add and Where nodes on demand. */
+static fr_status fold_masks(fr_graph *g)
+{
+    for (int s = 0; s < g->n_nodes; s++) {
+        if (!is_op(&g->nodes[s], "Softmax") || g->nodes[s].n_inputs < 1) continue;
+        int x = g->nodes[s].inputs[0];
+        for (int steps = 0; steps < 8 && x >= 0; steps++) {
+            const fr_node *n = producer(g, x);
+            if (!n || n->n_inputs < 1) break;
+            int f0 = 0, f1 = 0, f2 = 0;
+            if (is_op(n, "Add") && n->n_inputs == 2) {
+                int a = n->inputs[0], b = n->inputs[1];
+                FR_TRY(fr_fold_value(g, a, MASK_FOLD_MAX, 4, &f0));
+                FR_TRY(fr_fold_value(g, b, MASK_FOLD_MAX, 4, &f1));
+                if (f0 == f1) break; /* both constant, or neither: no mask here */
+                x = f0 ? b : a;
+            } else if (is_op(n, "Where") && n->n_inputs == 3) {
+                int a = n->inputs[1];
+                FR_TRY(fr_fold_value(g, n->inputs[0], MASK_FOLD_MAX, 4, &f0));
+                FR_TRY(fr_fold_value(g, n->inputs[2], MASK_FOLD_MAX, 4, &f2));
+                x = a;
+            } else if ((is_op(n, "Mul") || is_op(n, "Div")) && n->n_inputs == 2) {
+                x = g->values[n->inputs[0]].constant ? n->inputs[1] : n->inputs[0];
+            } else if (is_op(n, "Cast")) {
+                x = n->inputs[0];
+            } else {
+                break;
+            }
+        }
+    }
+    return FR_OK;
+}
+
 fr_status fr_fuse_attention(fr_graph *g, int *count)
 {
     *count = 0;
+    FR_TRY(fold_masks(g));
     fuse_ctx c = {g, NULL};
     fr_status st = count_readers(&c);
     const int n_nodes = g->n_nodes; /* nodes added while fusing are not candidates */
@@ -331,8 +370,11 @@ fr_status fr_fuse_attention(fr_graph *g, int *count)
     }
     free(c.readers);
     if (st == FR_OK && *count) {
+        int removed;
         st = fr_graph_compact(g);
         if (st == FR_OK) st = fr_graph_toposort(g);
+        if (st == FR_OK) st = fr_dce(g, &removed); /* the masks' nodes, read by nothing now */
+        if (st == FR_OK && removed) st = fr_graph_compact(g);
     }
     return st;
 }

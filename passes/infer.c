@@ -104,6 +104,31 @@ done:
     return st;
 }
 
+fr_status fr_fold_value(fr_graph *g, int vid, int64_t max_elements, int depth, int *folded)
+{
+    *folded = 0;
+    const fr_value *v = &g->values[vid];
+    if (v->constant) {
+        *folded = foldable_value(v);
+        return FR_OK;
+    }
+    if (depth <= 0 || v->producer < 0) return FR_OK;
+    int p = v->producer;
+    const fr_node *n = &g->nodes[p];
+    if (n->dead || !n->op) return FR_OK;
+    if (!shape_only_op(n))
+        for (int k = 0; k < n->n_inputs; k++) {
+            int in = g->nodes[p].inputs[k], f;
+            if (in < 0) continue;
+            FR_TRY(fr_fold_value(g, in, max_elements, depth - 1, &f));
+            if (!f) return FR_OK;
+        }
+    if (!can_fold(g, &g->nodes[p], max_elements)) return FR_OK;
+    FR_TRY(fold_node(g, p));
+    *folded = 1;
+    return FR_OK;
+}
+
 fr_status fr_infer_graph(fr_graph *g, int fold, int64_t max_elements, int *n_folded)
 {
     int folded = 0;

@@ -84,6 +84,11 @@ fr_status fr_remove_identities(fr_graph *g, int *n_removed);
  * with more than max_elements elements, are not folded. Folded nodes stay in the graph, to be
  * removed by fr_dce. */
 fr_status fr_infer_graph(fr_graph *g, int fold, int64_t max_elements, int *n_folded);
+/* Fold value vid on demand, past the cap fr_infer_graph used: where vid is computed from
+ * foldable constants only (up to `depth` nodes up, no output over max_elements), run those
+ * nodes now. *folded = 1 when vid then holds a constant. For passes that must read a value
+ * the cap left unfolded (a [T, T] causal mask is 4M elements at T = 2048). */
+fr_status fr_fold_value(fr_graph *g, int vid, int64_t max_elements, int depth, int *folded);
 
 /* passes/dce.c: mark dead every node none of whose outputs (outputs holding a constant do not
  * count: folded) reaches a graph output. Marks only (call fr_graph_compact). */

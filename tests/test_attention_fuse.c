@@ -25,16 +25,16 @@ static int count_op(const fr_graph *g, const char *op)
     return n;
 }
 
-/* Prepare for [2, 16] inputs, fuse; returns the fused count (-1 on error). */
-static int prepare_and_fuse(fr_graph *g)
+/* Prepare for [batch, seq] inputs, fuse; returns the fused count (-1 on error). */
+static int prepare_and_fuse_at(fr_graph *g, int64_t batch, int64_t seq)
 {
     fr_input_shape sh[8];
     int n = 0;
     for (int i = 0; i < g->n_inputs && n < 8; i++, n++) {
         sh[n].name = g->values[g->inputs[i]].name;
         sh[n].rank = 2;
-        sh[n].dims[0] = 2;
-        sh[n].dims[1] = 16;
+        sh[n].dims[0] = batch;
+        sh[n].dims[1] = seq;
     }
     fr_prepare_options po;
     fr_prepare_options_default(&po);
@@ -48,6 +48,8 @@ static int prepare_and_fuse(fr_graph *g)
     return c;
 }
 
+static int prepare_and_fuse(fr_graph *g) { return prepare_and_fuse_at(g, 2, 16); }
+
 static void test_generated_llama(void)
 {
     fr_llama_config c = {.d = 64, .layers = 3, .heads = 4, .kv_heads = 2, .ffn = 96, .vocab = 64, .max_seq = 32, .seed = 7};
@@ -56,6 +58,20 @@ static void test_generated_llama(void)
     CU_ASSERT_EQUAL(prepare_and_fuse(g), 3);
     CU_ASSERT_EQUAL(count_op(g, "Softmax"), 0);
     CU_ASSERT_EQUAL(count_op(g, "Attention"), 3);
+    fr_graph_free(g);
+}
+
+/* At seq 1100 the [T, T] causal mask is past preparation's folding cap (1M elements): the pass
+ * folds it itself to check it, and the mask's nodes go away with the fusion. */
+static void test_long_sequence_mask(void)
+{
+    fr_llama_config c = {.d = 32, .layers = 2, .heads = 2, .kv_heads = 1, .ffn = 32, .vocab = 16, .max_seq = 1100, .seed = 5};
+    fr_graph *g = NULL;
+    FR_ASSERT_OK(fr_llama_generate(&c, &g));
+    CU_ASSERT_EQUAL(prepare_and_fuse_at(g, 1, 1100), 2);
+    CU_ASSERT_EQUAL(count_op(g, "Softmax"), 0);
+    CU_ASSERT_EQUAL(count_op(g, "Trilu"), 0);
+    CU_ASSERT_EQUAL(count_op(g, "Attention"), 2);
     fr_graph_free(g);
 }
 
@@ -260,6 +276,7 @@ int main(void)
 {
     CU_TestInfo tests[] = {
         {"generated Llama: every layer fused", test_generated_llama},
+        {"a mask past the folding cap (seq 1100) is folded by the pass and fused", test_long_sequence_mask},
         {"fixtures after preparation", test_fixtures},
         {"additive causal mask, transposed keys: fused, same O", test_add_mask_fuses},
         {"Where(causal bool, S, min) form: fused, same O", test_where_mask_fuses},
