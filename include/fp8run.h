@@ -437,6 +437,8 @@ typedef struct fp8run_train_config {
     /* ---- appended in ABI version 2 ---- */
     int fuse_attention;          /* 1 (default): unfused attention (MatMul, scale, causal mask,
                                     Softmax, MatMul) becomes one fused node per layer */
+    int fuse_swiglu;             /* 1 (default): the SwiGLU activation Mul(Mul(gate, Sigmoid(gate)),
+                                    up) becomes one fused node per layer */
 } fp8run_train_config;
 
 /* Fill *cfg with the defaults above and set cfg->struct_size = size. Pass sizeof *cfg. */

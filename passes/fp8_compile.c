@@ -908,6 +908,9 @@ fr_status fr_fp8_report_format(const fr_fp8_report *r, char **text)
     if (r->n_activation_matmuls)
         sb_printf(&b, "  %d MatMuls of two activations (attention) run in bf16\n", r->n_activation_matmuls);
     if (r->n_attention) sb_printf(&b, "  %d attention blocks fused (bf16)\n", r->n_attention);
+    if (r->n_swiglu)
+        sb_printf(&b, "  %d SwiGLU activations fused (%d reading the gate/up Linear's output directly)\n",
+                  r->n_swiglu, r->n_swiglu_one_input);
     sb_printf(&b, "  precision %s", fr_lin_precision_name(r->precision));
     if (r->precision == FR_LIN_FP8)
         sb_printf(&b, ", recipe %s, format %s, margin %d, bf16_boundary %d, pad %d%s%s%s",

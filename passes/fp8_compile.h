@@ -132,6 +132,9 @@ typedef struct fr_fp8_report {
     int n_fp8, n_bf16, n_fp32; /* of those, per precision */
     int n_activation_matmuls; /* MatMuls of two activations run in bf16 (attention) */
     int n_attention;         /* fused ai.fp8run::Attention nodes (passes/attention_fuse.h), run in bf16 */
+    int n_swiglu;            /* fused ai.fp8run::SwiGLU nodes (passes/swiglu_fuse.h, run after this
+                                compiler by the trainer) */
+    int n_swiglu_one_input;  /* of those, reading the fused gate/up Linear's output directly */
 } fr_fp8_report;
 
 /* Compile. On failure the graph may be partly rewritten (the caller discards it); the report

@@ -21,6 +21,7 @@ static void config_defaults(fp8run_train_config *c)
     c->bf16_boundary = 1;
     c->fuse = 1;
     c->fuse_attention = 1;
+    c->fuse_swiglu = 1;
     c->pad_multiple = 16;
     c->fp8_margin = 0;
     c->amax_history_len = 1024;
@@ -142,6 +143,7 @@ fp8run_status fr_api_options(api_err *slot, const char *fn, const fp8run_train_c
     o->fp8.fp8_exclude = c.fp8_exclude;
     o->fp8.fuse = c.fuse != 0;
     o->fuse_attention = c.fuse_attention != 0;
+    o->fuse_swiglu = c.fuse_swiglu != 0;
     o->fp8.pad_multiple = c.pad_multiple;
     o->fp8.margin = c.fp8_margin;
     o->fp8.amax_history_len = c.amax_history_len;

@@ -674,6 +674,11 @@ static fr_status read_layers(const meta *m, const fr_graph *g, fr_fp8_report *r)
                                    strcmp(g->nodes[i].domain, "ai.fp8run") == 0;
     for (int i = 0; i < g->n_nodes; i++)
         r->n_attention += strcmp(g->nodes[i].op_type, "Attention") == 0 && strcmp(g->nodes[i].domain, "ai.fp8run") == 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (strcmp(g->nodes[i].op_type, "SwiGLU") == 0 && strcmp(g->nodes[i].domain, "ai.fp8run") == 0) {
+            r->n_swiglu++;
+            r->n_swiglu_one_input += g->nodes[i].n_inputs == 1;
+        }
     return FR_OK;
 }
 

@@ -9,6 +9,7 @@
 
 #include "ops/op.h"
 #include "passes/attention_fuse.h"
+#include "passes/swiglu_fuse.h"
 #include "passes/autodiff.h"
 #include "passes/unshare.h"
 #include "runtime/fbs.h"
@@ -640,6 +641,17 @@ fr_status tr_build_forward(fr_trainer *t, const fr_graph *model, int *tok_out, i
         fo.precision = t->opt.precision;
         FR_TRY(fr_fp8_compile(g, &fo, &t->report));
         t->has_report = 1;
+        if (logits >= 0) logits = fr_graph_find_value(g, t->logits_name);
+    }
+
+    /* fused SwiGLU, after the FP8 compiler: it then reads the fused gate/up Linear's output */
+    if (t->opt.fuse_swiglu) {
+        int n_swiglu, n_one_input;
+        FR_TRY(fr_fuse_swiglu(g, &n_swiglu, &n_one_input));
+        if (t->has_report) {
+            t->report.n_swiglu = n_swiglu;
+            t->report.n_swiglu_one_input = n_one_input;
+        }
         if (logits >= 0) logits = fr_graph_find_value(g, t->logits_name);
     }
     *tok_out = tok;

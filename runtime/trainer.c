@@ -32,6 +32,7 @@ void fr_train_options_default(fr_train_options *o)
     o->retie = 1;
     o->unshare = 1;
     o->fuse_attention = 1;
+    o->fuse_swiglu = 1;
     o->device = "cpu";
 }
 

@@ -83,6 +83,7 @@ int cli_compile_parse(const char *cmd, int argc, char **argv, int *i, fp8run_tra
     "  --fp8-exclude REGEX     Linears whose weight or node name matches stay BF16\n"                \
     "  --no-fuse               do not fuse Linears that share their input (Q/K/V, gate/up)\n"       \
     "  --no-fuse-attention     keep attention unfused (MatMul, Softmax, MatMul; default: one fused node)\n" \
+    "  --no-fuse-swiglu        keep the SwiGLU activation unfused (Sigmoid, Mul, Mul; default: one fused node)\n" \
     "  --pad-multiple N        FP8 GEMM dims padded to multiples of N (default 16)\n"               \
     "  --amax-history N --amax-algo max|most_recent --fp8-margin M --fp8-interval K\n"             \
     "                          delayed scaling (default 1024, max, 0, 1)\n"

@@ -91,6 +91,9 @@ int cli_recipe_option(const char *cmd, int argc, char **argv, int *i, fp8run_tra
     } else if (strcmp(argv[*i], "--no-fuse-attention") == 0) {
         c->fuse_attention = 0;
         m = 1;
+    } else if (strcmp(argv[*i], "--no-fuse-swiglu") == 0) {
+        c->fuse_swiglu = 0;
+        m = 1;
     } else if (OPT("--pad-multiple")) {
         if (m > 0) *rc = parse_int_in(cmd, "--pad-multiple", v, 1, 4096, &c->pad_multiple);
     } else if (OPT("--amax-history")) {

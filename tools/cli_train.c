@@ -76,6 +76,7 @@ void cli_train_help(FILE *f)
             "  --bf16-boundary N       Linear groups kept in BF16 at each end (default 1)\n"
             "  --no-fuse               do not fuse Linears that share their input (Q/K/V, gate/up)\n"
             "  --no-fuse-attention     keep attention unfused (MatMul, Softmax, MatMul; default: one fused node)\n"
+            "  --no-fuse-swiglu        keep the SwiGLU activation unfused (Sigmoid, Mul, Mul; default: one fused node)\n"
             "  --pad-multiple N        FP8 GEMM dims padded to multiples of N (default 16)\n"
             "  --fp8-exclude REGEX     Linears whose weight or node name matches stay BF16\n"
             "output:\n"
@@ -324,6 +325,7 @@ static int train_option(int argc, char **argv, int *i, train_args *a, int *rc)
     else if (OPT("--fp8-exclude")) o->fp8_exclude = VAL ? v : NULL;
     else if (strcmp(argv[*i], "--no-fuse") == 0) { o->fuse = 0; m = 1; }
     else if (strcmp(argv[*i], "--no-fuse-attention") == 0) { o->fuse_attention = 0; m = 1; }
+    else if (strcmp(argv[*i], "--no-fuse-swiglu") == 0) { o->fuse_swiglu = 0; m = 1; }
     else if (OPT("--pad-multiple")) { if (VAL) *rc = parse_int(cmd, "--pad-multiple", v, 1, &o->pad_multiple); }
     else if (OPT("--log-fp8")) { if (VAL) *rc = parse_i64(cmd, "--log-fp8", v, 1, &a->log_fp8); }
     else if (OPT("--log")) a->log = v;

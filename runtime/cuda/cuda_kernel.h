@@ -89,6 +89,7 @@ extern const fr_cuda_kernel_def fr_cuda_kernels_layout[];      /* Transpose, Con
 extern const fr_cuda_kernel_def fr_cuda_kernels_matmul[];      /* MatMul, Gemm, Einsum */
 extern const fr_cuda_kernel_def fr_cuda_kernels_linear[];      /* Linear, LinearGradData, LinearGradWeight */
 extern const fr_cuda_kernel_def fr_cuda_kernels_attention[];   /* Attention, AttentionGrad (fused, flash style) */
+extern const fr_cuda_kernel_def fr_cuda_kernels_swiglu[];      /* SwiGLU, SwiGLUGrad (fused gate * sigmoid(gate) * up) */
 
 /* ---- error checking (runtime/cuda/cuda_ctx.c) ---- */
 fr_status fr_cuda_status(cudaError_t e, const char *what, const char *file, int line);

@@ -1,0 +1,190 @@
+/* CUDA kernels of ops/swiglu.c: SwiGLU and SwiGLUGrad (ops/swiglu.h), both forms.
+ *
+ * One thread handles 4 consecutive elements of a row with 16-byte loads and stores (float32,
+ * F a multiple of 4, every pointer 16-byte aligned: each group of 4 then stays inside one row
+ * and one half of gate_up); otherwise one element per thread. The sigmoid is float32 expf
+ * (float64 inputs: double), written so that neither s nor 1 - s cancels or overflows; results
+ * are within a few ulp of the CPU's once-rounded double. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../../runtime/cuda/cuda_kernel.h"
+#include "cuda_util.cuh"
+extern "C" {
+#include "../swiglu.h"
+}
+
+namespace {
+
+constexpr int kThreads = 256;
+
+/* s = sigmoid(g), oms = 1 - s */
+__device__ __forceinline__ void sig_pair(float g, float &s, float &oms)
+{
+    float e = expf(-fabsf(g));
+    float a = 1.0f / (1.0f + e); /* sigmoid(|g|) */
+    float b = e * a;             /* 1 - sigmoid(|g|) */
+    s = g >= 0.0f ? a : b;
+    oms = g >= 0.0f ? b : a;
+}
+__device__ __forceinline__ void sig_pair(double g, double &s, double &oms)
+{
+    double e = exp(-fabs(g));
+    double a = 1.0 / (1.0 + e);
+    double b = e * a;
+    s = g >= 0.0 ? a : b;
+    oms = g >= 0.0 ? b : a;
+}
+
+template <typename T> __device__ __forceinline__ T fwd1(T g, T u)
+{
+    T s, oms;
+    sig_pair(g, s, oms);
+    return g * s * u;
+}
+
+template <typename T> __device__ __forceinline__ void bwd1(T g, T u, T dy, T &dg, T &du)
+{
+    T s, oms;
+    sig_pair(g, s, oms);
+    du = dy * g * s;
+    dg = dy * u * s * fma(g, oms, T(1));
+}
+
+/* The problem: rows of F elements; gate (r, j) at gate[r * stride + j], up at up[r * stride + j],
+ * y / dy at [r * F + j]; gradients at the gate's and up's offsets of dgate / dup. */
+template <typename T> struct Args {
+    const T *gate, *up, *dy;
+    T *y, *dgate, *dup;
+    int64_t rows, F, stride;
+};
+
+template <typename T> __global__ void swiglu_fwd(Args<T> a)
+{
+    const int64_t n = a.rows * a.F;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = e / a.F, o = r * a.stride + (e - r * a.F);
+        a.y[e] = fwd1(a.gate[o], a.up[o]);
+    }
+}
+
+__global__ void swiglu_fwd4(Args<float> a)
+{
+    const int64_t n4 = a.rows * a.F / 4, F4 = a.F / 4, s4 = a.stride / 4;
+    const float4 *g4 = (const float4 *)a.gate, *u4 = (const float4 *)a.up;
+    float4 *y4 = (float4 *)a.y;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n4; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = e / F4, o = r * s4 + (e - r * F4);
+        const float4 g = g4[o], u = u4[o];
+        y4[e] = make_float4(fwd1(g.x, u.x), fwd1(g.y, u.y), fwd1(g.z, u.z), fwd1(g.w, u.w));
+    }
+}
+
+template <typename T> __global__ void swiglu_bwd(Args<T> a)
+{
+    const int64_t n = a.rows * a.F;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = e / a.F, o = r * a.stride + (e - r * a.F);
+        T dg, du;
+        bwd1(a.gate[o], a.up[o], a.dy[e], dg, du);
+        if (a.dgate) a.dgate[o] = dg;
+        if (a.dup) a.dup[o] = du;
+    }
+}
+
+__global__ void swiglu_bwd4(Args<float> a)
+{
+    const int64_t n4 = a.rows * a.F / 4, F4 = a.F / 4, s4 = a.stride / 4;
+    const float4 *g4 = (const float4 *)a.gate, *u4 = (const float4 *)a.up, *dy4 = (const float4 *)a.dy;
+    float4 *dg4 = (float4 *)a.dgate, *du4 = (float4 *)a.dup;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n4; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = e / F4, o = r * s4 + (e - r * F4);
+        const float4 g = g4[o], u = u4[o], d = dy4[e];
+        float4 dg, du;
+        bwd1(g.x, u.x, d.x, dg.x, du.x);
+        bwd1(g.y, u.y, d.y, dg.y, du.y);
+        bwd1(g.z, u.z, d.z, dg.z, du.z);
+        bwd1(g.w, u.w, d.w, dg.w, du.w);
+        if (dg4) dg4[o] = dg;
+        if (du4) du4[o] = du;
+    }
+}
+
+int aligned16(const void *p) { return p == NULL || ((uintptr_t)p & 15u) == 0; }
+
+template <typename T>
+fr_status launch(const fr_cuda_kctx *k, const fr_swiglu_geom &geo, int grad, fr_tensor *dg, fr_tensor *du)
+{
+    Args<T> a;
+    memset(&a, 0, sizeof a);
+    a.gate = (const T *)k->in[0]->data;
+    a.up = (const T *)k->in[geo.fused ? 0 : 1]->data + geo.up_off;
+    a.rows = geo.rows;
+    a.F = geo.F;
+    a.stride = geo.in_stride;
+    if (!geo.fused) { /* one flat row: no division per element */
+        a.F = a.rows * a.F;
+        a.stride = a.F;
+        a.rows = a.F ? 1 : 0;
+    }
+    if (grad) {
+        a.dy = (const T *)k->in[k->n_in - 1]->data;
+        a.dgate = dg ? (T *)dg->data : NULL;
+        a.dup = du ? (T *)du->data + geo.up_off : NULL;
+    } else {
+        a.y = (T *)k->out[0]->data;
+    }
+    const int64_t n = a.rows * a.F;
+    if (n == 0) return FR_OK;
+    const int vec = sizeof(T) == 4 && a.F % 4 == 0 && aligned16(a.gate) && aligned16(a.up) && aligned16(a.dy) &&
+                    aligned16(a.y) && aligned16(a.dgate) && aligned16(a.dup);
+    const unsigned blocks = fr_grid_for(vec ? n / 4 : n, kThreads);
+    cudaStream_t s = k->cu->stream;
+    if (vec && grad)
+        swiglu_bwd4<<<blocks, kThreads, 0, s>>>(*(Args<float> *)&a);
+    else if (vec)
+        swiglu_fwd4<<<blocks, kThreads, 0, s>>>(*(Args<float> *)&a);
+    else if (grad)
+        swiglu_bwd<T><<<blocks, kThreads, 0, s>>>(a);
+    else
+        swiglu_fwd<T><<<blocks, kThreads, 0, s>>>(a);
+    return fr_cuda_check_launch(k->node, grad ? "swiglu_bwd" : "swiglu_fwd");
+}
+
+fr_status out_shape(const fr_cuda_kctx *k, const fr_tensor *t, fr_dtype dt, int rank, const int64_t *dims, int64_t last)
+{
+    int64_t d[FR_MAX_RANK];
+    memcpy(d, dims, sizeof(int64_t) * (size_t)rank);
+    d[rank - 1] = last;
+    return fr_check_out(k->node, t, dt, rank, d);
+}
+
+fr_status swiglu_cuda(const fr_cuda_kctx *k)
+{
+    fr_swiglu_geom geo;
+    FR_TRY(fr_swiglu_geometry(k->g, k->node, 0, &geo));
+    const fr_tensor *x = k->in[0];
+    FR_TRY(out_shape(k, k->out[0], x->dtype, x->rank, x->dims, geo.F));
+    return x->dtype == FR_F32 ? launch<float>(k, geo, 0, NULL, NULL) : launch<double>(k, geo, 0, NULL, NULL);
+}
+
+fr_status swiglug_cuda(const fr_cuda_kctx *k)
+{
+    fr_swiglu_geom geo;
+    FR_TRY(fr_swiglu_geometry(k->g, k->node, 1, &geo));
+    const fr_tensor *x = k->in[0];
+    fr_tensor *dg = k->out[0], *du = geo.fused ? k->out[0] : (k->n_out > 1 ? k->out[1] : NULL);
+    if (dg) FR_TRY(out_shape(k, dg, x->dtype, x->rank, x->dims, x->dims[x->rank - 1]));
+    if (du && !geo.fused) FR_TRY(out_shape(k, du, x->dtype, x->rank, x->dims, x->dims[x->rank - 1]));
+    if (!dg && !du) return FR_OK;
+    return x->dtype == FR_F32 ? launch<float>(k, geo, 1, dg, du) : launch<double>(k, geo, 1, dg, du);
+}
+
+} // namespace
+
+extern "C" const fr_cuda_kernel_def fr_cuda_kernels_swiglu[] = {
+    {"SwiGLU", FR_DOMAIN_FP8RUN, swiglu_cuda, NULL},
+    {"SwiGLUGrad", FR_DOMAIN_FP8RUN, swiglug_cuda, NULL},
+    {NULL, NULL, NULL, NULL},
+};

@@ -1,0 +1,225 @@
+/* Fused SwiGLU on the CPU: SwiGLU and SwiGLUGrad as ops/swiglu.h specifies. Each element is
+ * computed in double from its float inputs and rounded once. */
+#include <math.h>
+#include <string.h>
+
+#include "../passes/autodiff.h"
+#include "swiglu.h"
+
+/* ---- geometry (shared with the CUDA launchers) ---- */
+
+static int same_shape(const fr_value *a, const fr_value *b)
+{
+    if (a->rank != b->rank) return 0;
+    for (int k = 0; k < a->rank; k++)
+        if (a->dims[k] != b->dims[k]) return 0;
+    return 1;
+}
+
+fr_status fr_swiglu_geometry(const fr_graph *g, const fr_node *n, int grad, fr_swiglu_geom *geo)
+{
+    memset(geo, 0, sizeof *geo);
+    const int n_data = n->n_inputs - grad; /* gate/up inputs: 1 or 2 */
+    if (n_data < 1 || n_data > 2)
+        return fr_node_error(n, FR_ERR_GRAPH, "takes %s, got %d inputs",
+                             grad ? "(gate, up, dy) or (gate_up, dy)" : "(gate, up) or (gate_up)", n->n_inputs);
+    for (int i = 0; i < n->n_inputs; i++)
+        if (n->inputs[i] < 0) return fr_node_error(n, FR_ERR_GRAPH, "input %d is missing", i);
+    const fr_value *x = &g->values[n->inputs[0]];
+    char s1[128], s2[128];
+    if (x->dtype != FR_F32 && x->dtype != FR_F64)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "input '%s' is %s: float32 (or float64) only", x->name,
+                             fr_dtype_name(x->dtype));
+    if (x->rank < 1) return fr_node_error(n, FR_ERR_SHAPE, "input '%s' is a scalar: needs rank >= 1", x->name);
+    for (int i = 1; i < n->n_inputs; i++) {
+        const fr_value *y = &g->values[n->inputs[i]];
+        if (y->dtype != x->dtype)
+            return fr_node_error(n, FR_ERR_UNSUPPORTED, "inputs '%s' (%s) and '%s' (%s) must share one dtype", x->name,
+                                 fr_dtype_name(x->dtype), y->name, fr_dtype_name(y->dtype));
+    }
+    const int64_t last = x->dims[x->rank - 1];
+    geo->fused = n_data == 1;
+    geo->F = geo->fused ? last / 2 : last;
+    if (geo->fused && last % 2 != 0)
+        return fr_node_error(n, FR_ERR_SHAPE, "gate_up '%s' %s: its last dim must be even (gate then up)", x->name,
+                             fr_shape_str(x->rank, x->dims, s1, sizeof s1));
+    geo->rows = 1;
+    for (int k = 0; k < x->rank - 1; k++) geo->rows *= x->dims[k];
+    geo->in_stride = geo->fused ? 2 * geo->F : geo->F;
+    geo->up_off = geo->fused ? geo->F : 0;
+    /* up and dy: gate's shape (two-input), dy gate_up's with the last dim halved (one-input) */
+    for (int i = 1; i < n->n_inputs; i++) {
+        const fr_value *y = &g->values[n->inputs[i]];
+        int ok;
+        if (geo->fused) {
+            ok = y->rank == x->rank && y->dims[y->rank - 1] == geo->F;
+            for (int k = 0; ok && k < x->rank - 1; k++) ok = y->dims[k] == x->dims[k];
+        } else {
+            ok = same_shape(x, y);
+        }
+        if (!ok)
+            return fr_node_error(n, FR_ERR_SHAPE, "input '%s' is %s, expected %s (%s '%s' %s, no broadcasting)",
+                                 y->name, fr_shape_str(y->rank, y->dims, s1, sizeof s1),
+                                 geo->fused ? "gate_up's shape with the last dim halved" : "the same shape",
+                                 geo->fused ? "gate_up" : "gate", x->name,
+                                 fr_shape_str(x->rank, x->dims, s2, sizeof s2));
+    }
+    return FR_OK;
+}
+
+/* ---- SwiGLU ---- */
+
+static fr_status swiglu_infer(fr_graph *g, int node_id)
+{
+    const fr_node *n = &g->nodes[node_id];
+    FR_TRY(fr_infer_require_inputs(g, n, 1, 2));
+    if (n->n_outputs != 1 || n->outputs[0] < 0) return fr_node_error(n, FR_ERR_GRAPH, "needs one output y");
+    fr_swiglu_geom geo;
+    FR_TRY(fr_swiglu_geometry(g, n, 0, &geo));
+    const fr_value *x = fr_node_in(g, n, 0);
+    int64_t d[FR_MAX_RANK];
+    memcpy(d, x->dims, sizeof(int64_t) * (size_t)x->rank);
+    d[x->rank - 1] = geo.F;
+    fr_infer_set(g, n, 0, x->dtype, x->rank, d);
+    return FR_OK;
+}
+
+/* s = sigmoid(g) and 1 - s without cancellation or overflow on either side. */
+static void sigmoid_pair(double g, double *s, double *oms)
+{
+    if (g >= 0) {
+        double e = exp(-g);
+        *s = 1.0 / (1.0 + e);
+        *oms = e * *s;
+    } else {
+        double e = exp(g);
+        *oms = 1.0 / (1.0 + e);
+        *s = e * *oms;
+    }
+}
+
+#define SWIGLU_FWD(T)                                                                  \
+    do {                                                                               \
+        const T *gp = ctx->in[0]->data;                                                \
+        const T *up = (const T *)ctx->in[geo.fused ? 0 : 1]->data + geo.up_off;        \
+        T *yp = ctx->out[0]->data;                                                     \
+        for (int64_t r = 0; r < geo.rows; r++) {                                       \
+            const T *gr = gp + r * geo.in_stride, *ur = up + r * geo.in_stride;        \
+            T *yr = yp + r * geo.F;                                                    \
+            for (int64_t j = 0; j < geo.F; j++) {                                      \
+                double gv = gr[j], s, oms;                                             \
+                sigmoid_pair(gv, &s, &oms);                                            \
+                yr[j] = (T)(gv * s * (double)ur[j]);                                   \
+            }                                                                          \
+        }                                                                              \
+    } while (0)
+
+static fr_status swiglu_cpu(const fr_kernel_ctx *ctx)
+{
+    const fr_node *n = ctx->node;
+    fr_swiglu_geom geo;
+    FR_TRY(fr_swiglu_geometry(ctx->g, n, 0, &geo));
+    const fr_value *x = &ctx->g->values[n->inputs[0]];
+    int64_t d[FR_MAX_RANK];
+    memcpy(d, x->dims, sizeof(int64_t) * (size_t)x->rank);
+    d[x->rank - 1] = geo.F;
+    FR_TRY(fr_check_out(n, ctx->out[0], x->dtype, x->rank, d));
+    if (x->dtype == FR_F32)
+        SWIGLU_FWD(float);
+    else
+        SWIGLU_FWD(double);
+    return FR_OK;
+}
+
+/* The backward is one SwiGLUGrad node reading the forward's inputs; outputs whose gradient
+ * nobody needs are left empty (two-input form). */
+static fr_status swiglu_grad(fr_grad_ctx *ctx)
+{
+    fr_graph *g = ctx->g;
+    const fr_node *n = &g->nodes[ctx->node_id];
+    const int fused = n->n_inputs == 1;
+    if (ctx->dout[0] < 0 || !(ctx->need_din[0] || (!fused && ctx->need_din[1]))) return FR_OK;
+    int in[3], out[2], nid;
+    if (fused) {
+        in[0] = n->inputs[0];
+        in[1] = ctx->dout[0];
+        FR_TRY(fr_grad_node(ctx, "SwiGLUGrad", FR_DOMAIN_FP8RUN, 2, in, 1, out, &nid));
+        ctx->din[0] = out[0];
+        return fr_grad_finish(ctx, nid);
+    }
+    in[0] = n->inputs[0];
+    in[1] = n->inputs[1];
+    in[2] = ctx->dout[0];
+    FR_TRY(fr_grad_node(ctx, "SwiGLUGrad", FR_DOMAIN_FP8RUN, 3, in, 2, out, &nid));
+    fr_node *gn = &g->nodes[nid];
+    for (int i = 0; i < 2; i++) {
+        if (ctx->need_din[i]) {
+            ctx->din[i] = out[i];
+        } else { /* not computed: the output slot stays empty */
+            g->values[out[i]].producer = -1;
+            gn->outputs[i] = -1;
+        }
+    }
+    return fr_grad_finish(ctx, nid);
+}
+
+/* ---- SwiGLUGrad ---- */
+
+static fr_status swiglug_infer(fr_graph *g, int node_id)
+{
+    const fr_node *n = &g->nodes[node_id];
+    FR_TRY(fr_infer_require_inputs(g, n, 2, 3));
+    fr_swiglu_geom geo;
+    FR_TRY(fr_swiglu_geometry(g, n, 1, &geo));
+    if (geo.fused) {
+        if (n->n_outputs != 1 || n->outputs[0] < 0)
+            return fr_node_error(n, FR_ERR_GRAPH, "the one-input form has one output d_gate_up");
+        fr_infer_same(g, n, 0, 0);
+        return FR_OK;
+    }
+    if (n->n_outputs != 2) return fr_node_error(n, FR_ERR_GRAPH, "needs 2 outputs dgate, dup (empty when not needed)");
+    for (int i = 0; i < 2; i++)
+        if (n->outputs[i] >= 0) fr_infer_same(g, n, i, i);
+    return FR_OK;
+}
+
+#define SWIGLU_BWD(T)                                                                  \
+    do {                                                                               \
+        const T *gp = ctx->in[0]->data;                                                \
+        const T *up = (const T *)ctx->in[geo.fused ? 0 : 1]->data + geo.up_off;        \
+        const T *dyp = ctx->in[ctx->n_in - 1]->data;                                   \
+        T *dgp = dg ? (T *)dg->data : NULL;                                            \
+        T *dup = du ? (T *)du->data + geo.up_off : NULL;                               \
+        for (int64_t r = 0; r < geo.rows; r++) {                                       \
+            const int64_t o = r * geo.in_stride;                                       \
+            const T *dyr = dyp + r * geo.F;                                            \
+            for (int64_t j = 0; j < geo.F; j++) {                                      \
+                double gv = gp[o + j], uv = up[o + j], dy = dyr[j], s, oms;            \
+                sigmoid_pair(gv, &s, &oms);                                            \
+                if (dgp) dgp[o + j] = (T)(dy * uv * s * (1.0 + gv * oms));             \
+                if (dup) dup[o + j] = (T)(dy * gv * s);                                \
+            }                                                                          \
+        }                                                                              \
+    } while (0)
+
+static fr_status swiglug_cpu(const fr_kernel_ctx *ctx)
+{
+    const fr_node *n = ctx->node;
+    fr_swiglu_geom geo;
+    FR_TRY(fr_swiglu_geometry(ctx->g, n, 1, &geo));
+    const fr_value *x = &ctx->g->values[n->inputs[0]];
+    fr_tensor *dg = ctx->out[0], *du = geo.fused ? ctx->out[0] : (ctx->n_out > 1 ? ctx->out[1] : NULL);
+    if (dg) FR_TRY(fr_check_out(n, dg, x->dtype, x->rank, x->dims));
+    if (du && !geo.fused) FR_TRY(fr_check_out(n, du, x->dtype, x->rank, x->dims));
+    if (x->dtype == FR_F32)
+        SWIGLU_BWD(float);
+    else
+        SWIGLU_BWD(double);
+    return FR_OK;
+}
+
+const fr_op_def fr_ops_swiglu[] = {
+    {"SwiGLU", FR_DOMAIN_FP8RUN, 1, swiglu_infer, swiglu_cpu, swiglu_grad, 0},
+    {"SwiGLUGrad", FR_DOMAIN_FP8RUN, 1, swiglug_infer, swiglug_cpu, NULL, 0},
+    {0},
+};

@@ -1,0 +1,44 @@
+/* Fused SwiGLU (domain ai.fp8run): the contract shared by the CPU reference (ops/swiglu.c), the
+ * fusion pass that emits it (passes/swiglu_fuse.c) and the CUDA kernels (ops/cuda/swiglu.cu).
+ *
+ * Why: the Llama MLP's act = Mul(Mul(gate, Sigmoid(gate)), up) materializes the Split copies of
+ * the fused gate/up Linear, Sigmoid(gate), gate * sig and the product, and its backward keeps
+ * four of them alive; at the 1B config each is [16384, 5632] float32 (369 MB) per layer. The
+ * fused op reads gate and up once and keeps nothing but its inputs for the backward.
+ *
+ * SwiGLU(gate, up) -> y          two-input form: gate, up of one shape, y that shape.
+ * SwiGLU(gate_up) -> y           one-input form: gate_up [..., 2F]; gate = its first F columns
+ *                                of the last axis, up = the last F; y [..., F]. It reads the
+ *                                fused gate/up Linear's output directly (no Split copies).
+ *   y = gate * sigmoid(gate) * up, float32 (float64 allowed for gradient checks), no
+ *   broadcasting.
+ *
+ * SwiGLUGrad(gate, up, dy) -> (dgate, dup)     two-input form (either output may be omitted)
+ * SwiGLUGrad(gate_up, dy) -> d_gate_up         one-input form, [..., 2F]: dgate then dup
+ *   With s = sigmoid(g):  dup = dy * g * s;  dgate = dy * up * s * (1 + g * (1 - s)).
+ *
+ * CPU: every element computed in double and rounded once (within an ulp or two of the unfused
+ * float32 chain, which rounds after each op). CUDA: float32 math, within 1e-5 relative.
+ * The gradient rule of SwiGLU emits one SwiGLUGrad node reading the forward's inputs. */
+#ifndef FR_OPS_SWIGLU_H
+#define FR_OPS_SWIGLU_H
+
+#include "op.h"
+
+extern const fr_op_def fr_ops_swiglu[]; /* SwiGLU, SwiGLUGrad */
+
+/* The problem as rows of F elements: gate element (r, j) is at gate_off + r * in_stride + j of
+ * its input, up element (r, j) at up_off + r * in_stride + j of its input (input 0 in the
+ * one-input form, input 1 in the two-input form). */
+typedef struct fr_swiglu_geom {
+    int fused;          /* 1: one-input form */
+    int64_t rows, F;
+    int64_t in_stride;  /* 2F fused, F otherwise */
+    int64_t up_off;     /* F fused (into input 0), 0 otherwise (into input 1) */
+} fr_swiglu_geom;
+
+/* Checks dtypes and shapes of a SwiGLU (grad = 0) or SwiGLUGrad (grad = 1) node's inputs and
+ * fills *geo; errors name the node. */
+fr_status fr_swiglu_geometry(const fr_graph *g, const fr_node *n, int grad, fr_swiglu_geom *geo);
+
+#endif
