@@ -11,7 +11,7 @@ OUT=${OUT:-/tmp/out}
 SIZES=${SIZES:-"125m 1b"}
 PRECISIONS=${PRECISIONS:-"fp32 bf16 fp8"}
 mkdir -p "$OUT"
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]*' | tr 'H' 'h')
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9][0-9]*' | head -1 | tr 'H' 'h')
 for size in $SIZES; do
     case $size in
         125m) B=16 T=1024 W=2 S=5 ;;
