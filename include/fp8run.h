@@ -434,7 +434,7 @@ typedef struct fp8run_train_config {
     uint64_t seed;               /* the trainer's generator (default 0) */
     int max_bad_steps;           /* non-finite steps in a row before FP8RUN_ERR_NUMERIC (10) */
     int eval_only;               /* 1: no backward graph and no optimizer: evaluation only */
-    /* ---- appended in ABI version 2 ---- */
+    /* ---- appended after 0.1.0: a caller whose struct_size ends before them gets the defaults ---- */
     int fuse_attention;          /* 1 (default): unfused attention (MatMul, scale, causal mask,
                                     Softmax, MatMul) becomes one fused node per layer */
     int fuse_swiglu;             /* 1 (default): the SwiGLU activation Mul(Mul(gate, Sigmoid(gate)),
@@ -568,8 +568,9 @@ typedef struct fp8run_data_loader fp8run_data_loader;
 
 /* Build a session for `m` with `cfg` (NULL: the defaults) on a backend:
  *   "cpu"         the CPU reference backend (float32 with FP8/BF16 rounding emulated);
- *   "cuda"        the CUDA backend: FP8RUN_ERR_UNAVAILABLE until it exists in this build;
- *   "auto"/NULL   the best available (today: cpu; the choice is logged at INFO level).
+ *   "cuda"        the CUDA backend (device 0): FP8RUN_ERR_UNAVAILABLE when the library was built
+ *                 without it or no usable GPU answers (the message says why);
+ *   "auto"/NULL   CUDA when usable, else cpu; the choice is logged at INFO level.
  * The model is copied: it may be changed or destroyed afterwards. */
 FP8RUN_API fp8run_status fp8run_session_create(const fp8run_model *m, const char *backend,
                                                const fp8run_train_config *cfg, fp8run_session **out);

@@ -52,6 +52,8 @@ static fp8run_status pick_backend(const char *fn, const char *want, const char *
         if (!have_gpu)
             fr_api_log(FP8RUN_LOG_INFO, "backend auto: using cpu (%s)",
                        fr_cuda_compiled() ? "no usable CUDA device" : "built without the CUDA backend");
+        else
+            fr_api_log(FP8RUN_LOG_INFO, "backend auto: using cuda (%d device%s)", n, n == 1 ? "" : "s");
         *out = have_gpu ? "cuda" : "cpu";
         return FP8RUN_OK;
     }
