@@ -8,7 +8,7 @@
  * normalized P, the kernels exp(s - running max)) and 1e-5 for LSE. The kernels use no atomics:
  * two runs are compared byte for byte. float64 is refused (FR_ERR_UNSUPPORTED naming the node).
  *
- * FR_ATTN_BENCH=1 adds timings (CUDA events, bf16, causal) of the two reference shapes, Llama
+ * FR_ATTN_BENCH=1 adds timings (CUDA events, bf16 and fp32, causal) of the two reference shapes, Llama
  * 1B (B 8, H 16, KV 8, T 2048, D 128) and 125M (B 16, H 12, KV 4, T 1024, D 64), forward and
  * backward, in TFLOP/s of useful (unmasked) work: forward 4 B H T^2 D / 2, backward 2.5 x. */
 #include <math.h>
@@ -197,6 +197,14 @@ static void test_generic(void)
     run_case(&r, &c2, "fp32", 2u);
     acase c3 = {3, {3, 20, 64}, 3, {3, 20, 64}, 64, 1};
     run_case(&r, &c3, "fp32", 5u); /* dK only */
+    /* the tiled float32 kernels (D = Dv in {64, 128}) over several 64-row tiles, GQA as at the
+       bench shapes (groups of 3 and 2), ragged and aligned lengths */
+    acase f1 = {5, {1, 2, 3, 300, 64}, 5, {1, 2, 1, 300, 64}, 64, 1};
+    run_case(&r, &f1, "fp32", 0u);
+    acase f2 = {5, {1, 2, 2, 256, 128}, 5, {1, 2, 1, 256, 128}, 128, 1};
+    run_case(&r, &f2, "fp32", 0u);
+    acase f3 = {4, {2, 2, 130, 128}, 4, {2, 2, 190, 128}, 128, 0};
+    run_case(&r, &f3, "fp32", 2u);
 }
 
 static void test_refusals(void)
@@ -334,6 +342,7 @@ static void test_bench(void)
     printf("\n");
     bench_shape(c, "llama-1b  B8 H16 KV8 T2048 D128", 8, 16, 8, 2048, 128, "bf16");
     bench_shape(c, "llama-125m B16 H12 KV4 T1024 D64", 16, 12, 4, 1024, 64, "bf16");
+    bench_shape(c, "llama-1b  B8 H16 KV8 T2048 D128", 8, 16, 8, 2048, 128, "fp32");
     bench_shape(c, "llama-125m B16 H12 KV4 T1024 D64", 16, 12, 4, 1024, 64, "fp32");
     fr_cuda_ctx_free(c);
 #endif
@@ -348,7 +357,7 @@ static void test_report(void)
 
 static CU_TestInfo tests[] = {
     {"bf16 tensor cores (D 64, 128): ragged, causal, GQA, omitted outputs, deterministic", test_tensor_cores},
-    {"generic float32 kernels: D 8..256, Dv != D, Tq != Tk, bf16 rounding", test_generic},
+    {"float32 kernels (tiled D 64, 128; generic D 8..256), Dv != D, Tq != Tk, bf16 rounding", test_generic},
     {"float64 is refused naming the node", test_refusals},
     {"FR_ATTN_BENCH=1: reference shapes", test_bench},
     {"case count", test_report},
