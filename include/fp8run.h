@@ -436,7 +436,8 @@ typedef struct fp8run_train_config {
     int eval_only;               /* 1: no backward graph and no optimizer: evaluation only */
     /* ---- appended after 0.1.0: a caller whose struct_size ends before them gets the defaults ---- */
     int fuse_attention;          /* 1 (default): unfused attention (MatMul, scale, causal mask,
-                                    Softmax, MatMul) becomes one fused node per layer */
+                                    Softmax, MatMul) becomes one fused node per layer, and the
+                                    rotary embedding of q and of k one fused node each */
     int fuse_swiglu;             /* 1 (default): the SwiGLU activation Mul(Mul(gate, Sigmoid(gate)),
                                     up) becomes one fused node per layer */
 } fp8run_train_config;

@@ -9,6 +9,7 @@
 
 #include "ops/op.h"
 #include "passes/attention_fuse.h"
+#include "passes/rotary_fuse.h"
 #include "passes/swiglu_fuse.h"
 #include "passes/autodiff.h"
 #include "passes/unshare.h"
@@ -630,8 +631,10 @@ fr_status tr_build_forward(fr_trainer *t, const fr_graph *model, int *tok_out, i
 
     /* fused attention, before the FP8 compiler lowers the MatMuls of two activations */
     if (t->opt.fuse_attention) {
-        int n_attn;
+        int n_attn, n_rotary;
         FR_TRY(fr_fuse_attention(g, &n_attn));
+        /* and the RoPE around it (the same switch: --no-fuse-attention keeps both unfused) */
+        FR_TRY(fr_fuse_rotary(g, &n_rotary));
         if (logits >= 0) logits = fr_graph_find_value(g, t->logits_name);
     }
 

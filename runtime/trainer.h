@@ -79,7 +79,8 @@ typedef struct fr_train_options {
     const char *device;        /* "cpu" (default) | "cuda" | "auto" (CUDA when a usable GPU is
                                   present, else the CPU) */
     int fuse_attention;        /* 1 (default): the unfused attention of the model becomes one
-                                  ai.fp8run::Attention node per layer (passes/attention_fuse.h) */
+                                  ai.fp8run::Attention node per layer (passes/attention_fuse.h),
+                                  and each RoPE one ai.fp8run::Rotary (passes/rotary_fuse.h) */
     int fuse_swiglu;           /* 1 (default): Mul(Mul(gate, Sigmoid(gate)), up) becomes one
                                   ai.fp8run::SwiGLU node per layer (passes/swiglu_fuse.h) */
     int eval_only;             /* 1: no backward graph, no optimizer: fr_trainer_eval only (and

@@ -1,0 +1,23 @@
+/* Rotary embedding fusion: RoPE written out as exporters and fp8run generate write it,
+ *     Y = Add(Mul(x, cos), Mul(Concat(Neg(x2), x1), sin))       (rotate_half)
+ * becomes one ai.fp8run::Rotary(x, cos, sin) node (ops/rotary.h), forward and backward one
+ * pass each instead of seven and as many backward nodes.
+ *
+ * Runs after fr_prepare_forward (static shapes, constants folded), next to the attention
+ * fusion. Recognized, float32: any operand order of the Add and of both Muls; x1, x2 the two
+ * halves of x's last axis (hd even), either two Slices of x (constant starts/ends/axes, steps 1
+ * or absent; x1 = [0, hd/2), x2 = [hd/2, hd)) or the two outputs of a Split of x on the last
+ * axis into equal halves; Concat on the last axis; cos, sin broadcasting to x's shape without
+ * enlarging it, and needing no gradient (no trainable parameter, FR_VAL_PARAM, upstream: a
+ * constant table, or one computed from constants and inputs); the two Muls, the Concat, the
+ * Neg and the halves read only inside the pattern (not graph outputs). Y keeps its value, so
+ * the rest of the graph is unchanged; the replaced nodes are removed. */
+#ifndef FR_ROTARY_FUSE_H
+#define FR_ROTARY_FUSE_H
+
+#include "../graph/ir.h"
+
+/* *count receives the number of Rotary nodes made. */
+fr_status fr_fuse_rotary(fr_graph *g, int *count);
+
+#endif

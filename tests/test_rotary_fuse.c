@@ -1,0 +1,313 @@
+/* The rotary fusion pass (passes/rotary_fuse.c):
+ *  - the generated tiny Llama: every q and k RoPE fused after preparation (2 x layers Rotary,
+ *    no Neg left), in the fp32 trainer (forward and backward: RotaryGrad) and the fp8 compiled
+ *    graph; none with --no-fuse-attention;
+ *  - the exported fixtures: llama_tiny and llama_tiny_op14 (two Slices with an INT64_MAX end,
+ *    Neg, Concat, [1, 1, T, hd] folded tables) fuse 2 x 2 layers; gpt2/bert have no RoPE;
+ *  - hand-built graphs: Slices, swapped operand orders, a Split, [1, 1, T, hd] tables fuse and
+ *    (x [B, H, T, hd]) compute the same y (1e-6); the Neg read elsewhere, halves swapped (the inverse rotation),
+ *    a trainable table and a table enlarging x stay unfused;
+ *  - CPU training, 20 steps, fp32: RoPE fused vs unfused losses within 1e-5 relative (the
+ *    attention unfused on both sides). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gradcheck.h"
+#include "graph/onnx_io.h"
+#include "passes/autodiff.h"
+#include "passes/passes.h"
+#include "passes/rotary_fuse.h"
+#include "runtime/llama_gen.h"
+#include "runtime/train_internal.h"
+#include "runtime/trainer.h"
+
+static int count_op(const fr_graph *g, const char *op)
+{
+    int n = 0;
+    for (int i = 0; i < g->n_nodes; i++) n += !g->nodes[i].dead && strcmp(g->nodes[i].op_type, op) == 0;
+    return n;
+}
+
+static const fr_llama_config k_llama = {.d = 64, .layers = 2, .heads = 4, .kv_heads = 2, .ffn = 96, .vocab = 64, .max_seq = 32, .seed = 3};
+
+/* Prepare g for [batch, seq] inputs. */
+static void prepare(fr_graph *g, int64_t batch, int64_t seq)
+{
+    fr_input_shape sh[8];
+    int n = 0;
+    for (int i = 0; i < g->n_inputs && n < 8; i++, n++) {
+        sh[n].name = g->values[g->inputs[i]].name;
+        sh[n].rank = 2;
+        sh[n].dims[0] = batch;
+        sh[n].dims[1] = seq;
+    }
+    fr_prepare_options po;
+    fr_prepare_options_default(&po);
+    po.input_shapes = sh;
+    po.n_input_shapes = n;
+    FR_ASSERT_OK(fr_prepare_forward(g, &po, NULL));
+}
+
+static void test_generated_llama(void)
+{
+    fr_graph *g = NULL;
+    FR_ASSERT_OK(fr_llama_generate(&k_llama, &g));
+    prepare(g, 2, 16);
+    int n = -1;
+    FR_ASSERT_OK(fr_fuse_rotary(g, &n));
+    CU_ASSERT_EQUAL(n, 2 * k_llama.layers);
+    CU_ASSERT_EQUAL(count_op(g, "Rotary"), 2 * k_llama.layers);
+    CU_ASSERT_EQUAL(count_op(g, "Neg"), 0);
+    CU_ASSERT_EQUAL(count_op(g, "Concat"), 0);
+    fr_graph_free(g);
+}
+
+static void test_trainer_graphs(void)
+{
+    fr_graph *model = NULL;
+    FR_ASSERT_OK(fr_llama_generate(&k_llama, &model));
+    const int L = k_llama.layers;
+    for (int fuse = 0; fuse < 2; fuse++) {
+        fr_train_options o;
+        fr_train_options_default(&o);
+        o.batch = 2;
+        o.seq_len = 16;
+        o.fuse_attention = fuse;
+        fr_trainer *t = NULL;
+        FR_ASSERT_OK(fr_trainer_new(model, &o, &t));
+        CU_ASSERT_EQUAL(count_op(t->g, "Rotary"), fuse ? 2 * L : 0);
+        CU_ASSERT_EQUAL(count_op(t->g, "RotaryGrad"), fuse ? 2 * L : 0);
+        CU_ASSERT_EQUAL(count_op(t->g, "Neg") == 0, fuse);
+        fr_trainer_free(t);
+        /* the fp8 compiled graph */
+        fr_graph *c = NULL;
+        fr_fp8_report rep;
+        memset(&rep, 0, sizeof rep);
+        o.precision = "fp8";
+        fr_status st = fr_train_compile_graph(model, &o, &c, &rep);
+        if (st != FR_OK) printf("\n  fp8: %s", fr_last_error());
+        CU_ASSERT_EQUAL_FATAL(st, FR_OK);
+        CU_ASSERT_EQUAL(count_op(c, "Rotary"), fuse ? 2 * L : 0);
+        fr_fp8_report_free(&rep);
+        fr_graph_free(c);
+    }
+    fr_graph_free(model);
+}
+
+static void test_fixtures(void)
+{
+    static const struct {
+        const char *path;
+        int64_t seq;
+        int fused;
+    } fx[] = {{"llama_tiny/model.onnx", 13, 4}, {"llama_tiny_op14/model.onnx", 7, 4}, {"gpt2_tiny/model.onnx", 11, 0},
+              {"gpt2_tiny_op13/model.onnx", 5, 0}, {"bert_tiny/model.onnx", 9, 0}};
+    for (size_t i = 0; i < sizeof fx / sizeof fx[0]; i++) {
+        char p[600];
+        fr_graph *g = NULL;
+        FR_ASSERT_OK(fr_onnx_load_file(fr_fixture(p, sizeof p, fx[i].path), &g));
+        prepare(g, 2, fx[i].seq);
+        int n = -1;
+        FR_ASSERT_OK(fr_fuse_rotary(g, &n));
+        if (n != fx[i].fused) printf("\n  %s: fused %d, expected %d", fx[i].path, n, fx[i].fused);
+        CU_ASSERT_EQUAL(n, fx[i].fused);
+        if (fx[i].fused) CU_ASSERT_EQUAL(count_op(g, "Neg"), 0);
+        fr_graph_free(g);
+    }
+}
+
+/* ---- hand-built patterns ---- */
+
+enum {
+    P_SLICES,     /* Add(Mul(x, cos), Mul(rot, sin)), two Slices */
+    P_SWAPPED,    /* Add(Mul(sin, rot), Mul(cos, x)) */
+    P_SPLIT,      /* halves from one Split */
+    P_TABLE4,     /* cos/sin [1, 1, T, hd], x [B, H, T, hd] */
+    P_NEG_READ,   /* Neg's output also a graph output */
+    P_HALVES,     /* Concat(Neg(x1), x2): the inverse rotation */
+    P_PARAM,      /* cos a trainable parameter */
+    P_ENLARGE     /* cos [2, 1, T, hd] against x [H, T, hd]: the product is larger than x */
+};
+
+#define HH 3
+#define HT 5
+#define HD 8
+
+static int i64(fr_graph *g, const char *name, int64_t v)
+{
+    int64_t one = 1;
+    return fr_gc_add_input(g, NULL, name, FR_I64, 1, &one, &v);
+}
+
+static int build(fr_graph *g, fr_rng *r, int kind, int *x)
+{
+    int64_t dx[4] = {2, HH, HT, HD}, dt[4] = {kind == P_ENLARGE ? 2 : 1, 1, HT, HD};
+    const int xrank = kind == P_TABLE4 ? 4 : 3; /* [B,] H, T, hd */
+    FR_ASSERT_OK(fr_graph_add_value(g, "X", x));
+    fr_value_set_shape(&g->values[*x], FR_F32, xrank, dx + 4 - xrank);
+    FR_ASSERT_OK(fr_graph_mark_input(g, *x));
+    const int trank = kind == P_TABLE4 || kind == P_ENLARGE ? 4 : 2;
+    const int64_t *td = trank == 4 ? dt : dt + 2;
+    int C = fr_gc_add_input(g, r, "cos", FR_F32, trank, td, NULL), S = fr_gc_add_input(g, r, "sin", FR_F32, trank, td, NULL);
+    if (kind == P_PARAM) g->values[C].flags |= FR_VAL_PARAM;
+    int x1, x2;
+    if (kind == P_SPLIT) {
+        int outs[2], nid = fr_gc_node(g, "Split", "", 1, x, 2, outs);
+        FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "axis", -1));
+        FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "num_outputs", 2));
+        FR_ASSERT_OK(fr_node_infer(g, nid));
+        x1 = outs[0];
+        x2 = outs[1];
+    } else {
+        int ax = i64(g, "ax", -1);
+        x1 = fr_gc_op1(g, "Slice", 4, (int[]){*x, i64(g, "s0", 0), i64(g, "e0", HD / 2), ax});
+        x2 = fr_gc_op1(g, "Slice", 4, (int[]){*x, i64(g, "s1", -HD / 2), i64(g, "e1", INT64_MAX), ax});
+    }
+    if (kind == P_HALVES) {
+        int t = x1;
+        x1 = x2;
+        x2 = t;
+    }
+    int neg = fr_gc_op1(g, "Neg", 1, &x2), rot;
+    int nid = fr_gc_node(g, "Concat", "", 2, (int[]){neg, x1}, 1, &rot);
+    FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "axis", xrank - 1));
+    FR_ASSERT_OK(fr_node_infer(g, nid));
+    if (kind == P_NEG_READ) FR_ASSERT_OK(fr_graph_mark_output(g, neg));
+    int y = kind == P_SWAPPED ? fr_gc_op1(g, "Add", 2, (int[]){fr_gc_op1(g, "Mul", 2, (int[]){S, rot}), fr_gc_op1(g, "Mul", 2, (int[]){C, *x})})
+                              : fr_gc_op1(g, "Add", 2, (int[]){fr_gc_op1(g, "Mul", 2, (int[]){*x, C}), fr_gc_op1(g, "Mul", 2, (int[]){rot, S})});
+    FR_ASSERT_OK(fr_graph_mark_output(g, y));
+    return y;
+}
+
+/* Run g with X given as a constant for the run; y's tensor cloned. */
+static fr_tensor *run(fr_graph *g, int x, const fr_tensor *xin, int y)
+{
+    fr_tensor *c;
+    FR_ASSERT_OK(fr_tensor_clone(xin, "X", &c));
+    g->values[x].constant = c;
+    fr_tensor **t = calloc((size_t)g->n_values, sizeof *t), *out = NULL;
+    CU_ASSERT_FATAL(t != NULL);
+    FR_ASSERT_OK(fr_gc_run(g, t));
+    FR_ASSERT_OK(fr_tensor_clone(fr_gc_value(g, t, y), "y", &out));
+    fr_gc_free_tensors(g, t);
+    free(t);
+    fr_tensor_free(g->values[x].constant);
+    g->values[x].constant = NULL;
+    return out;
+}
+
+static void check_kind(int kind, int want_fused)
+{
+    fr_rng r = fr_test_rng("rotary_fuse_kinds");
+    fr_graph *g = fr_gc_new_graph(18);
+    CU_ASSERT_FATAL(g != NULL);
+    int x, y = build(g, &r, kind, &x);
+    FR_ASSERT_OK(fr_graph_resolve_ops(g));
+    fr_tensor *xin;
+    FR_ASSERT_OK(fr_tensor_new(FR_F32, g->values[x].rank, g->values[x].dims, "X", &xin));
+    fr_rng_fill_normal(&r, xin->data, fr_tensor_numel(xin), 1.0f);
+    fr_tensor *before = kind == P_ENLARGE ? NULL : run(g, x, xin, y);
+    int n = -1;
+    FR_ASSERT_OK(fr_fuse_rotary(g, &n));
+    if (n != want_fused) printf("\n  kind %d: %d fused", kind, n);
+    CU_ASSERT_EQUAL(n, want_fused);
+    CU_ASSERT_EQUAL(count_op(g, "Rotary"), want_fused);
+    CU_ASSERT_EQUAL(count_op(g, "Neg"), !want_fused);
+    if (before) {
+        y = fr_graph_find_value(g, g->values[y].name);
+        fr_tensor *after = run(g, x, xin, y);
+        double e = fr_rel_l2(after->data, before->data, fr_tensor_numel(before));
+        if (e > 1e-6) printf("\n  kind %d: fused y differs by %g", kind, e);
+        CU_ASSERT(e <= 1e-6);
+        fr_tensor_free(after);
+    }
+    fr_tensor_free(xin);
+    fr_tensor_free(before);
+    fr_graph_free(g);
+}
+
+static void test_slices(void) { check_kind(P_SLICES, 1); }
+static void test_swapped(void) { check_kind(P_SWAPPED, 1); }
+static void test_split(void) { check_kind(P_SPLIT, 1); }
+static void test_table4(void) { check_kind(P_TABLE4, 1); }
+static void test_neg_read(void) { check_kind(P_NEG_READ, 0); }
+static void test_halves(void) { check_kind(P_HALVES, 0); }
+static void test_param(void) { check_kind(P_PARAM, 0); }
+static void test_enlarge(void) { check_kind(P_ENLARGE, 0); }
+
+/* ---- training: RoPE fused vs unfused, attention unfused on both sides ---- */
+
+#define TB 2
+#define TT 16
+#define STEPS 20
+
+static void train_losses(const fr_graph *g, double *loss)
+{
+    fr_train_options o;
+    fr_train_options_default(&o);
+    o.batch = TB;
+    o.seq_len = TT;
+    o.fuse_attention = 0; /* only what the test fused itself differs */
+    o.lr.max_lr = 3e-3;
+    fr_trainer *t = NULL;
+    fr_status st = fr_trainer_new(g, &o, &t);
+    if (st != FR_OK) printf("\n  %s", fr_last_error());
+    CU_ASSERT_EQUAL_FATAL(st, FR_OK);
+    uint64_t s = 12345;
+    int64_t w[TB * (TT + 1)];
+    for (int k = 0; k < STEPS; k++) {
+        for (int i = 0; i < TB * (TT + 1); i++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull; /* a learnable stream: */
+            w[i] = i % (TT + 1) == 0 ? (int64_t)((s >> 33) % 64) : (w[i - 1] * 5 + 3) % 64; /* x' = 5x + 3 */
+        }
+        fr_train_stats stats;
+        FR_ASSERT_OK(fr_trainer_step(t, w, 1, &stats));
+        loss[k] = stats.loss;
+    }
+    fr_trainer_free(t);
+}
+
+static void test_train_fp32(void)
+{
+    fr_graph *plain = NULL, *fused = NULL;
+    FR_ASSERT_OK(fr_llama_generate(&k_llama, &plain));
+    FR_ASSERT_OK(fr_llama_generate(&k_llama, &fused));
+    prepare(plain, TB, TT);
+    prepare(fused, TB, TT);
+    int n = -1;
+    FR_ASSERT_OK(fr_fuse_rotary(fused, &n));
+    CU_ASSERT_EQUAL(n, 2 * k_llama.layers);
+    double lf[STEPS], lp[STEPS];
+    train_losses(fused, lf);
+    train_losses(plain, lp);
+    double worst = 0;
+    for (int k = 0; k < STEPS; k++) worst = fmax(worst, fabs(lf[k] - lp[k]) / fabs(lp[k]));
+    if (worst > 1e-5) printf("\n  fused vs unfused losses differ by %g relative", worst);
+    printf(" (worst %.2g, loss %.4f -> %.4f) ", worst, lp[0], lp[STEPS - 1]);
+    CU_ASSERT(worst <= 1e-5);
+    CU_ASSERT(lp[STEPS - 1] < lp[0]); /* it trains */
+    fr_graph_free(plain);
+    fr_graph_free(fused);
+}
+
+int main(void)
+{
+    CU_TestInfo tests[] = {
+        {"generated Llama: every q and k RoPE fused", test_generated_llama},
+        {"trainer fp32 and fp8 compiled graphs; --no-fuse-attention keeps RoPE", test_trainer_graphs},
+        {"fixtures after preparation", test_fixtures},
+        {"two Slices: fused, same y", test_slices},
+        {"swapped operand orders: fused, same y", test_swapped},
+        {"halves from a Split: fused, same y", test_split},
+        {"[1, 1, T, hd] tables: fused, same y", test_table4},
+        {"Neg read elsewhere: not fused", test_neg_read},
+        {"halves swapped (inverse rotation): not fused", test_halves},
+        {"trainable table: not fused", test_param},
+        {"table enlarging x: not fused", test_enlarge},
+        {"training fp32: RoPE fused == unfused (1e-5)", test_train_fp32},
+        CU_TEST_INFO_NULL,
+    };
+    CU_SuiteInfo suites[] = {{"rotary_fuse", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
+    return fr_test_main(suites);
+}
