@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${BUILD_DIR:-build-cuda}
 JOBS=${JOBS:-2}
-CPU_TESTS=${CPU_TESTS:-"test_trainer test_linear"}
+CPU_TESTS=${CPU_TESTS-"test_trainer test_linear"}  # empty: none
 # BUNDLE names the package (.devpkg/$BUNDLE.tar.xz, default bundle), so several people can keep one each
 BUNDLE=${BUNDLE:-bundle}
 ST=.devpkg/stage-$BUNDLE
