@@ -4,7 +4,8 @@
  * transB 0/1, with and without bias, with and without the saved Xq, for shapes whose M, N, K
  * are not multiples of 16 or 128 (the GPU pads them for cuBLASLt's FP8 GEMM), aligned shapes
  * (no padding: the saved Xq is the GEMM's own operand), rank-1 inputs, empty dims and
- * pad_multiple (a CPU emulation of the padding: changes nothing).
+ * pad_multiple (a CPU emulation of the padding: changes nothing). Half the bf16/fp8 cases make
+ * W (and scale_w) constants, so the kernels convert W into persistent memory (the weight cache).
  * What must hold:
  *   - quantized bytes (Xq), their scale_inv and every amax output: bit-identical;
  *   - Y, dX, dW: fp32 within 1e-5 relative L2 of the CPU (float64: 1e-12); bf16 and fp8
@@ -62,6 +63,7 @@ typedef struct lcase {
     int margin;
     int64_t pad;
     int save_xq;
+    int const_w; /* W (and scale_w) constants: the kernels keep W's conversion (persistent memory) */
     fr_dtype dt;
 } lcase;
 
@@ -164,7 +166,8 @@ static int check_case(const lcase *c, const char *label)
     /* forward */
     fr_tensor *fin[6] = {x, w, b, sx, sw, sdy};
     tnode f;
-    tn_init_domain(&f, FR_DOMAIN_FP8RUN, "Linear", 1, dl ? 6 : (b ? 3 : 2), fin, 0, fp8 ? 5 : 1);
+    const unsigned fmask = c->const_w ? 2u | (dl ? 16u : 0u) : 0u, dmask = c->const_w ? 2u | (dl ? 4u : 0u) : 0u;
+    tn_init_domain(&f, FR_DOMAIN_FP8RUN, "Linear", 1, dl ? 6 : (b ? 3 : 2), fin, fmask, fp8 ? 5 : 1);
     set_attrs(&f, c);
     if (fp8 && !c->save_xq) {
         tn_omit_output(&f, 1);
@@ -178,7 +181,7 @@ static int check_case(const lcase *c, const char *label)
     /* data gradient */
     fr_tensor *din[4] = {dy, w, sw, sdy};
     tnode d;
-    tn_init_domain(&d, FR_DOMAIN_FP8RUN, "LinearGradData", 1, dl ? 4 : 2, din, 0, fp8 ? 2 : 1);
+    tn_init_domain(&d, FR_DOMAIN_FP8RUN, "LinearGradData", 1, dl ? 4 : 2, din, dmask, fp8 ? 2 : 1);
     set_attrs(&d, c);
     static const char *const dnames[2] = {"dX", "amax_dy"};
     const double dtols[2] = {tol, 0};
@@ -190,7 +193,7 @@ static int check_case(const lcase *c, const char *label)
      * from them bit-identical to its dW from dY */
     if (fp8 && strcmp(c->recipe ? c->recipe : "delayed", "block") != 0) {
         tnode dq;
-        tn_init_domain(&dq, FR_DOMAIN_FP8RUN, "LinearGradData", 1, dl ? 4 : 2, din, 0, 4);
+        tn_init_domain(&dq, FR_DOMAIN_FP8RUN, "LinearGradData", 1, dl ? 4 : 2, din, dmask, 4);
         set_attrs(&dq, c);
         static const char *const qnames[4] = {"dX", "amax_dy", "dYq", "dYq_scale_inv"};
         const double qtols[4] = {tol, 0, 0, 0};
@@ -283,7 +286,7 @@ static int check_case(const lcase *c, const char *label)
 
 static lcase base(const char *prec, const char *recipe)
 {
-    lcase c = {3, {3, 45, 0}, 141, 29, 1, 1, prec, recipe, NULL, 0, 1, 1, FR_F32};
+    lcase c = {3, {3, 45, 0}, 141, 29, 1, 1, prec, recipe, NULL, 0, 1, 1, 0, FR_F32};
     return c;
 }
 
@@ -332,8 +335,9 @@ static void test_bf16(void)
             lcase c = with_shape(base("bf16", NULL), s);
             c.transB = tb;
             c.bias = (s + tb + 1) & 1;
+            c.const_w = tb;
             char label[128];
-            snprintf(label, sizeof label, "bf16 shape#%d transB=%d bias=%d", s, tb, c.bias);
+            snprintf(label, sizeof label, "bf16 shape#%d transB=%d bias=%d const_w=%d", s, tb, c.bias, c.const_w);
             CU_ASSERT(check_case(&c, label));
         }
     report_worst("bf16");
@@ -350,9 +354,10 @@ static void fp8_recipe(const char *recipe)
                 c.bias = (s + tb + f) & 1;
                 c.margin = strcmp(recipe, "current") == 0 && f ? 1 : 0;
                 c.save_xq = (s + f) % 3 != 2; /* mostly saved; sometimes re-quantized from X */
+                c.const_w = (s + tb + f) % 2; /* half the cases through the kept weight conversion */
                 char label[160];
-                snprintf(label, sizeof label, "fp8 %s %s shape#%d transB=%d bias=%d margin=%d save_xq=%d", recipe,
-                         c.fmt, s, tb, c.bias, c.margin, c.save_xq);
+                snprintf(label, sizeof label, "fp8 %s %s shape#%d transB=%d bias=%d margin=%d save_xq=%d const_w=%d",
+                         recipe, c.fmt, s, tb, c.bias, c.margin, c.save_xq, c.const_w);
                 CU_ASSERT(check_case(&c, label));
             }
     report_worst(recipe);

@@ -12,6 +12,11 @@
  *    statistics as fr_trainer_step bit for bit, poisoned batches (token 0's embedding row NaN)
  *    included: skipped inside the queue exactly as in sync mode and on the CPU, the later
  *    updates' bias correction from the device's step count, the same weights at the end.
+ *  - The weight cache (the FP8 cast / bf16 copy of W done once per optimizer step): 2 micro-
+ *    batches per step, an evaluation and a set_param between steps give losses, evaluation
+ *    losses and weights bit-identical to the same run with the cache off (FP8RUN_WEIGHT_CACHE=0),
+ *    for bf16 and the three fp8 recipes; with it on, each Linear and LinearGradData node converts
+ *    its weight once per step for k = 1 and k = 4 (k times with it off).
  * The tolerance is loose because the GEMMs sum in another order (cuBLASLt vs the CPU's
  * fixed order); the kernels themselves are checked op by op in test_gpu_<family>. */
 #include <math.h>
@@ -22,6 +27,10 @@
 #include "gpu_harness.h"
 #include "graph/onnx_io.h"
 #include "runtime/trainer.h"
+#ifdef FP8RUN_HAVE_CUDA
+#include "runtime/cuda/cuda_train.h" /* the weight-cast counter */
+#include "runtime/train_internal.h"
+#endif
 
 static fr_graph *load(const char *name)
 {
@@ -297,6 +306,153 @@ static void check_async(const char *precision, const char *recipe)
 static void test_async_fp32(void) { check_async("fp32", NULL); }
 static void test_async_fp8(void) { check_async("fp8", "delayed"); }
 
+#ifdef FP8RUN_HAVE_CUDA
+/* A GPU trainer with the weight cache on or off (read when its CUDA context is made). */
+static fr_trainer *gpu_trainer(const fr_graph *g, const fr_train_options *o, int cache)
+{
+    if (!cache) setenv("FP8RUN_WEIGHT_CACHE", "0", 1);
+    fr_trainer *t = NULL;
+    fr_status st = fr_trainer_new(g, o, &t);
+    unsetenv("FP8RUN_WEIGHT_CACHE");
+    FR_ASSERT_OK(st);
+    return t;
+}
+
+static int is_const_input(const fr_graph *g, const fr_node *nd, int slot)
+{
+    return slot < nd->n_inputs && nd->inputs[slot] >= 0 && g->values[nd->inputs[slot]].constant;
+}
+
+/* Linear / LinearGradData nodes of the training graph in bf16/fp8 (they convert W every run):
+ * *kept: those whose W (and delayed scale_w) are constants, which keep W's conversion. */
+static int converting_nodes(const fr_trainer *t, int *kept)
+{
+    const fr_graph *g = t->g;
+    int n = 0;
+    *kept = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const fr_node *nd = &g->nodes[i];
+        if (nd->dead || strcmp(nd->domain, "ai.fp8run") != 0) continue;
+        int fwd = strcmp(nd->op_type, "Linear") == 0;
+        if (!fwd && strcmp(nd->op_type, "LinearGradData") != 0) continue;
+        const char *prec = "fp32", *recipe = "delayed";
+        FR_ASSERT_OK(fr_node_attr_string(nd, "precision", "fp32", &prec));
+        FR_ASSERT_OK(fr_node_attr_string(nd, "recipe", "delayed", &recipe));
+        if (strcmp(prec, "fp32") == 0) continue;
+        n++;
+        int delayed = strcmp(prec, "fp8") == 0 && strcmp(recipe, "delayed") == 0;
+        if (is_const_input(g, nd, 1) && (!delayed || is_const_input(g, nd, fwd ? 4 : 2))) (*kept)++;
+    }
+    return n;
+}
+
+/* Halve the first weight matrix through set_param (the host changes a parameter mid-run). */
+static void halve_a_weight(fr_trainer *t)
+{
+    for (int i = 0; i < fr_trainer_param_count(t); i++) {
+        const char *name = fr_trainer_param_name(t, i);
+        if (!strstr(name, "MatMul")) continue; /* llama_tiny: "onnx::MatMul_576" (q_proj), ... */
+        int64_t n = fr_trainer_param_numel(t, i);
+        float *x = malloc((size_t)n * sizeof *x);
+        FR_ASSERT_OK(fr_trainer_get_param(t, name, x));
+        for (int64_t e = 0; e < n; e++) x[e] *= 0.5f;
+        FR_ASSERT_OK(fr_trainer_set_param(t, name, x));
+        free(x);
+        return;
+    }
+    CU_FAIL("no MatMul weight");
+}
+
+static void check_cache_exact(const char *precision, const char *recipe)
+{
+    enum { STEPS = 6, K = 2 };
+    fr_graph *g = load("llama_tiny");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    fr_train_options o = options(2, 16, precision, "cuda");
+    if (recipe) o.fp8.recipe = recipe;
+    fr_trainer *t[2] = {gpu_trainer(g, &o, 1), gpu_trainer(g, &o, 0)};
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t[0]);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t[1]);
+    const int64_t n = (int64_t)K * 2 * 17, V = fr_trainer_vocab(t[0]);
+    int64_t w[K * 2 * 17];
+    double loss[2][STEPS], ev[2][STEPS];
+    for (int c = 0; c < 2; c++) {
+        uint64_t r = 77;
+        for (int i = 0; i < STEPS; i++) {
+            windows(&r, w, n, V);
+            fr_train_stats st;
+            FR_ASSERT_OK(fr_trainer_step(t[c], w, K, &st));
+            CU_ASSERT_FALSE(st.skipped);
+            loss[c][i] = st.loss;
+            FR_ASSERT_OK(fr_trainer_eval(t[c], w, &ev[c][i])); /* the eval graph shares the weights */
+            if (i == 2) halve_a_weight(t[c]);                  /* the host changes one */
+        }
+    }
+    int ldiff = memcmp(loss[0], loss[1], sizeof loss[0]) != 0, ediff = memcmp(ev[0], ev[1], sizeof ev[0]) != 0;
+    int wdiff = 0;
+    for (int i = 0; i < fr_trainer_param_count(t[0]); i++) {
+        const char *name = fr_trainer_param_name(t[0], i);
+        int64_t m = fr_trainer_param_numel(t[0], i);
+        float *x = malloc((size_t)m * sizeof *x), *y = malloc((size_t)m * sizeof *y);
+        FR_ASSERT_OK(fr_trainer_get_param(t[0], name, x));
+        FR_ASSERT_OK(fr_trainer_get_param(t[1], name, y));
+        wdiff += memcmp(x, y, (size_t)m * sizeof *x) != 0;
+        free(x);
+        free(y);
+    }
+    CU_ASSERT_EQUAL(ldiff, 0);
+    CU_ASSERT_EQUAL(ediff, 0);
+    CU_ASSERT_EQUAL(wdiff, 0);
+    for (int i = 0; ldiff && i < STEPS; i++) printf("\n  step %d: cached %.9g, uncached %.9g", i, loss[0][i], loss[1][i]);
+    printf(" (%s%s%s k=%d: cached == uncached: losses %s, eval %s, weights %s; loss %.4f -> %.4f)", precision,
+           recipe ? "/" : "", recipe ? recipe : "", K, ldiff ? "NO" : "yes", ediff ? "NO" : "yes", wdiff ? "NO" : "yes",
+           loss[0][0], loss[0][STEPS - 1]);
+    fr_trainer_free(t[0]);
+    fr_trainer_free(t[1]);
+    fr_graph_free(g);
+}
+
+static void test_cache_bf16(void) { check_cache_exact("bf16", NULL); }
+static void test_cache_delayed(void) { check_cache_exact("fp8", "delayed"); }
+static void test_cache_current(void) { check_cache_exact("fp8", "current"); }
+static void test_cache_block(void) { check_cache_exact("fp8", "block"); }
+
+/* weight conversions per step: once per kept node with the cache, k times without */
+static void test_cache_count(void)
+{
+    fr_graph *g = load("llama_tiny");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    fr_train_options o = options(2, 16, "fp8", "cuda");
+    for (int cache = 1; cache >= 0; cache--) {
+        fr_trainer *t = gpu_trainer(g, &o, cache);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+        int kept;
+        const int nodes = converting_nodes(t, &kept);
+        CU_ASSERT(kept > 0);
+        const int64_t V = fr_trainer_vocab(t);
+        int64_t w[4 * 2 * 17];
+        uint64_t r = 5;
+        for (int k = 1; k <= 4; k += 3) {
+            long long per_step[2];
+            for (int i = 0; i < 2; i++) {
+                windows(&r, w, (int64_t)k * 2 * 17, V);
+                long long before = fr_cuda_train_weight_casts(t->dev);
+                fr_train_stats st;
+                FR_ASSERT_OK(fr_trainer_step(t, w, k, &st));
+                per_step[i] = fr_cuda_train_weight_casts(t->dev) - before;
+            }
+            const long long want = (long long)kept * (cache ? 1 : k) + (long long)(nodes - kept) * k;
+            CU_ASSERT_EQUAL(per_step[0], want);
+            CU_ASSERT_EQUAL(per_step[1], want);
+            printf(" (cache %s, k=%d: %lld and %lld weight casts per step; %d nodes convert W, %d keep it)",
+                   cache ? "on" : "off", k, per_step[0], per_step[1], nodes, kept);
+        }
+        fr_trainer_free(t);
+    }
+    fr_graph_free(g);
+}
+#endif
+
 static CU_TestInfo tests[] = {
     {"fp32 gpt2_tiny: GPU == CPU (1e-3) for 20 steps", test_fp32_gpt2},
     {"fp32 gpt2_tiny_op13: GPU == CPU", test_fp32_gpt2_op13},
@@ -310,6 +466,13 @@ static CU_TestInfo tests[] = {
     {"accumulation; checkpoints GPU <-> CPU", test_accum_and_ckpt},
     {"fp32: async steps == sync steps bit for bit, skipped steps included", test_async_fp32},
     {"fp8 delayed: async steps == sync steps bit for bit, skipped steps included", test_async_fp8},
+#ifdef FP8RUN_HAVE_CUDA
+    {"weight cache bf16: k=2, eval, set_param: == cache off bit for bit", test_cache_bf16},
+    {"weight cache fp8 delayed: == cache off bit for bit", test_cache_delayed},
+    {"weight cache fp8 current: == cache off bit for bit", test_cache_current},
+    {"weight cache fp8 block: == cache off bit for bit", test_cache_block},
+    {"weight cache: one cast per kept node per step at k=1 and k=4 (k without)", test_cache_count},
+#endif
     CU_TEST_INFO_NULL,
 };
 

@@ -24,7 +24,15 @@
  * their block scales, the padded result. A refused scale (NaN/Inf amax in current/block,
  * a delayed scale that is not finite and > 0: the CPU's FR_ERR_NUMERIC) sets a bit in the
  * node's fr_q_stats.flags and makes the outputs it touches NaN, so the trainer's non-finite
- * check skips the step; see quantize.cuh. Nothing here synchronizes. */
+ * check skips the step; see quantize.cuh. Nothing here synchronizes.
+ *
+ * The weight cache (cuda_kernel.h, "Persistent memory"): when W (and, in the delayed recipe,
+ * scale_w) are graph constants, Linear and LinearGradData convert W (fp8 codes with their
+ * scale_inv, amax and block scales; or W's bf16 copy) into the node's persistent memory once
+ * per weights_version, not once per run: with k micro-batches per optimizer step W is cast
+ * once instead of k times. A later run reuses the bytes as they are (the same bytes, so the
+ * results are bit-identical) and writes amax_w again from the kept statistics, so the delayed
+ * recipe's history sees what it saw before. A W that a node computes is converted every run. */
 #include <stdint.h>
 #include <string.h>
 
@@ -79,14 +87,14 @@ typedef struct lin_plan {
 /* A fp8 GEMM C [Mg][Ng] = A [Mg][Kg] B [Ng][Kg]^T with block scales of the given modes;
  * out_rows x out_cols: the unpadded result. */
 static void plan_fp8(int64_t Mg, int64_t Ng, int64_t Kg, fr_gemm_scale ma, fr_gemm_scale mb, int64_t out_rows,
-                     int64_t out_cols, lin_plan *p, size_t *cur)
+                     int64_t out_cols, int b_kept, lin_plan *p, size_t *cur)
 {
     p->stats = take(cur, sizeof(fr_q_stats));
     p->a = take(cur, Mg * Kg);
-    p->b = take(cur, Ng * Kg);
+    if (!b_kept) p->b = take(cur, Ng * Kg); /* else W's codes live in persistent memory */
     if (ma == FR_GEMM_SCALE_VEC128) p->sa = take(cur, fr_q_cdiv(Kg, 128) * Mg * 4);
     if (mb == FR_GEMM_SCALE_VEC128) p->sb = take(cur, fr_q_cdiv(Kg, 128) * Ng * 4);
-    if (mb == FR_GEMM_SCALE_BLK128) p->sb = take(cur, fr_q_blk_count(Ng, Kg) * 4);
+    if (mb == FR_GEMM_SCALE_BLK128 && !b_kept) p->sb = take(cur, fr_q_blk_count(Ng, Kg) * 4);
     p->padded = Mg != out_rows || Ng != out_cols;
     if (p->padded) p->d = take(cur, Mg * Ng * 4);
 }
@@ -96,10 +104,13 @@ typedef enum { OP_FWD, OP_DGRAD, OP_WGRAD } lin_op;
 /* The plan of op `op` with tokens M, input features K, output features N; dyq: the weight
  * gradient reads the data gradient's dY^T codes (no scratch for them unless padded).
  * bf16: a_given / b_given: that operand's bf16 copy is a tensor of the node (an output it
- * rounds into, or a bf16 input), so it needs no scratch. */
+ * rounds into, or a bf16 input), so it needs no scratch. w_kept: W's converted copy (the
+ * operand b of the forward and the data gradient) lives in persistent memory (w_plan). */
 static void make_plan(lin_op op, const lin_cfg *c, int64_t M, int64_t N, int64_t K, int dyq, int a_given,
-                      int b_given, lin_plan *p)
+                      int b_given, int w_kept, lin_plan *p)
 {
+    if (op == OP_WGRAD) w_kept = 0;
+    if (w_kept) b_given = 1;
     memset(p, 0, sizeof *p);
     size_t cur = 0;
     int64_t Mp = fr_q_pad16(M), Np = fr_q_pad16(N), Kp = fr_q_pad16(K);
@@ -113,13 +124,13 @@ static void make_plan(lin_op op, const lin_cfg *c, int64_t M, int64_t N, int64_t
         p->b = take(&cur, b_given ? 0 : nb * 2);
     } else if (c->prec == FR_LIN_FP8) {
         if (op == OP_FWD) /* Y [M][N] = X [M][K] . W [N][K]^T */
-            plan_fp8(Mp, Np, Kp, vec, wmode, M, N, p, &cur);
+            plan_fp8(Mp, Np, Kp, vec, wmode, M, N, w_kept, p, &cur);
         else if (op == OP_DGRAD) /* dX [M][K] = dY [M][N] . W [K][N]^T */
-            plan_fp8(Mp, Kp, Np, vec, wmode, M, K, p, &cur);
+            plan_fp8(Mp, Kp, Np, vec, wmode, M, K, w_kept, p, &cur);
         else if (!c->transB) /* dW [K][N] = X^T [K][M] . dY^T [N][M]^T */
-            plan_fp8(Kp, Np, Mp, vec, vec, K, N, p, &cur);
+            plan_fp8(Kp, Np, Mp, vec, vec, K, N, 0, p, &cur);
         else /* dW [N][K] = dY^T [N][M] . X^T [K][M]^T */
-            plan_fp8(Np, Kp, Mp, vec, vec, N, K, p, &cur);
+            plan_fp8(Np, Kp, Mp, vec, vec, N, K, 0, p, &cur);
         if (op == OP_WGRAD && dyq && Mp == M && Np == N) /* the handed-over codes are the operand */
             *(c->transB ? &p->a : &p->b) = 0;                 /* (never used: no scratch for them) */
     }
@@ -175,6 +186,65 @@ static fr_status node_dims(lin_op op, const fr_node *n, const lin_cfg *c, int r0
     return FR_OK;
 }
 
+/* ---- the weight cache (see the top of the file) ---- */
+
+static int is_constant(const fr_graph *g, const fr_node *n, int slot)
+{
+    return slot < n->n_inputs && n->inputs[slot] >= 0 && g->values[n->inputs[slot]].constant != NULL;
+}
+
+/* Whether the node keeps W's converted copy across runs: a bf16/fp8 forward or data gradient
+ * whose W (and scale_w in the delayed recipe) are constants, which only the trainer changes. */
+static int w_kept(lin_op op, const fr_graph *g, const fr_node *n, const lin_cfg *c)
+{
+    if (op == OP_WGRAD || c->prec == FR_LIN_FP32 || !is_constant(g, n, 1)) return 0;
+    if (fr_tensor_numel(g->values[n->inputs[1]].constant) == 0) return 0; /* nothing to keep */
+    return !delayed(c) || is_constant(g, n, op == OP_FWD ? FR_LIN_IN_SCALE_W : 2);
+}
+
+/* Offsets in the node's persistent memory: fp8: the statistics (slot 1: W's amax, scale,
+ * scale_inv), W's padded codes as the GEMM reads them, its 128x128 block scales (block recipe);
+ * bf16: W's bf16 copy. */
+typedef struct w_plan {
+    size_t stats, codes, sinv, total;
+} w_plan;
+
+static void make_w_plan(lin_op op, const lin_cfg *c, int64_t N, int64_t K, w_plan *p)
+{
+    memset(p, 0, sizeof *p);
+    size_t cur = 0;
+    if (c->prec == FR_LIN_BF16) {
+        p->codes = take(&cur, K * N * 2);
+    } else {
+        int64_t Np = fr_q_pad16(N), Kp = fr_q_pad16(K);
+        p->stats = take(&cur, sizeof(fr_q_stats));
+        p->codes = take(&cur, Np * Kp);
+        /* the forward reads W as [Np][Kp], the data gradient as [Kp][Np] */
+        if (blockwise(c)) p->sinv = take(&cur, (op == OP_FWD ? fr_q_blk_count(Np, Kp) : fr_q_blk_count(Kp, Np)) * 4);
+    }
+    p->total = cur;
+}
+
+static fr_status persist_of(lin_op op, const fr_graph *g, const fr_node *n, size_t *bytes)
+{
+    *bytes = 0;
+    lin_cfg c;
+    FR_TRY(read_cfg(n, &c));
+    if (n->n_inputs < 2 || n->inputs[0] < 0 || n->inputs[1] < 0)
+        return fr_node_error(n, FR_ERR_GRAPH, "needs two inputs");
+    if (!w_kept(op, g, n, &c)) return FR_OK;
+    const fr_value *v0 = &g->values[n->inputs[0]], *v1 = &g->values[n->inputs[1]];
+    int64_t M, N, K;
+    FR_TRY(node_dims(op, n, &c, v0->rank, v0->dims, v1->rank, v1->dims, 0, &M, &N, &K));
+    w_plan p;
+    make_w_plan(op, &c, N, K, &p);
+    *bytes = p.total;
+    return FR_OK;
+}
+
+static fr_status fwd_persist(const fr_graph *g, const fr_node *n, size_t *b) { return persist_of(OP_FWD, g, n, b); }
+static fr_status dgrad_persist(const fr_graph *g, const fr_node *n, size_t *b) { return persist_of(OP_DGRAD, g, n, b); }
+
 static fr_status scratch_of(lin_op op, const fr_graph *g, const fr_node *n, size_t *bytes)
 {
     lin_cfg c;
@@ -189,7 +259,7 @@ static fr_status scratch_of(lin_op op, const fr_graph *g, const fr_node *n, size
     int has_out = op != OP_WGRAD && out_slot < n->n_outputs && n->outputs[out_slot] >= 0;
     bf16_given(op, &c, has_out, v0->dtype == FR_BF16, v1->dtype == FR_BF16, &ga, &gb);
     lin_plan p;
-    make_plan(op, &c, M, N, K, dyq, ga, gb, &p);
+    make_plan(op, &c, M, N, K, dyq, ga, gb, w_kept(op, g, n, &c), &p);
     *bytes = p.total;
     return FR_OK;
 }
@@ -209,6 +279,10 @@ typedef struct lin_run {
     int64_t M, N, K;
     char *base;
     fr_q_stats *stats;
+    /* W's converted copy: in persistent memory (kept, wp) or in scratch */
+    int kept;
+    w_plan wp;
+    char *wbase;
 } lin_run;
 
 static const fr_tensor *opt_in(const fr_cuda_kctx *k, int i) { return i < k->n_in ? k->in[i] : NULL; }
@@ -229,11 +303,19 @@ static fr_status begin(lin_op op, const fr_cuda_kctx *k, lin_run *r)
     int out_slot = op == OP_FWD ? FR_LIN_OUT_XQ : 2, ga, gb;
     int has_out = op != OP_WGRAD && out_slot < k->n_out && k->out[out_slot];
     bf16_given(op, &r->c, has_out, a->dtype == FR_BF16, b->dtype == FR_BF16, &ga, &gb);
-    make_plan(op, &r->c, r->M, r->N, r->K, dyq, ga, gb, &r->p);
+    r->kept = w_kept(op, k->g, r->n, &r->c);
+    make_plan(op, &r->c, r->M, r->N, r->K, dyq, ga, gb, r->kept, &r->p);
     if (r->p.total > k->scratch_bytes)
         return fr_node_error(r->n, FR_ERR_INTERNAL, "scratch of %zu bytes is smaller than the %zu planned",
                              k->scratch_bytes, r->p.total);
     r->base = (char *)k->scratch;
+    if (r->kept) {
+        make_w_plan(op, &r->c, r->N, r->K, &r->wp);
+        if (!k->persist || !k->persist_version || r->wp.total > k->persist_bytes)
+            return fr_node_error(r->n, FR_ERR_INTERNAL, "persistent memory of %zu bytes is smaller than the %zu planned",
+                                 k->persist ? k->persist_bytes : 0, r->wp.total);
+        r->wbase = (char *)k->persist;
+    }
     if (r->c.prec == FR_LIN_FP8) {
         r->stats = (fr_q_stats *)(r->base + r->p.stats);
         FR_CUDA_TRY(cudaMemsetAsync(r->stats, 0, sizeof(fr_q_stats), r->s));
@@ -304,19 +386,18 @@ static fr_status fp8_gemm(lin_run *r, int64_t Mg, int64_t Ng, int64_t Kg, const 
 
 /* Per-tensor fp8 quantization of one operand: delayed (given scale, amax in the same pass) or
  * current (amax, scale, then the cast). dst: padded [Rp][Cp] or its transpose. */
-static fr_status quant_tensor(lin_run *r, int slot, const fr_tensor *src, int64_t R, int64_t C, fr_q_fmt f,
-                              const fr_tensor *given, int trans, uint8_t *dst, uint8_t *dense, uint8_t *dense_t,
-                              float *amax_out, float *sinv_out)
+static fr_status quant_tensor(lin_run *r, fr_q_stats *st, int slot, const fr_tensor *src, int64_t R, int64_t C,
+                              fr_q_fmt f, const fr_tensor *given, int trans, uint8_t *dst, uint8_t *dense,
+                              uint8_t *dense_t, float *amax_out, float *sinv_out)
 {
     const float *x = (const float *)src->data;
     if (given) {
-        FR_TRY(fr_q_tensor(r->s, r->n, x, R, C, (const float *)given->data, f, trans, dst, dense, dense_t, r->stats,
-                           slot));
-        return fr_q_finalize(r->s, r->n, r->stats, slot, (const float *)given->data, 0, f, amax_out, sinv_out);
+        FR_TRY(fr_q_tensor(r->s, r->n, x, R, C, (const float *)given->data, f, trans, dst, dense, dense_t, st, slot));
+        return fr_q_finalize(r->s, r->n, st, slot, (const float *)given->data, 0, f, amax_out, sinv_out);
     }
-    FR_TRY(fr_q_amax(r->s, r->n, x, R * C, r->stats, slot));
-    FR_TRY(fr_q_finalize(r->s, r->n, r->stats, slot, NULL, 1, f, amax_out, sinv_out));
-    return fr_q_tensor(r->s, r->n, x, R, C, &r->stats->scale[slot], f, trans, dst, dense, dense_t, r->stats, -1);
+    FR_TRY(fr_q_amax(r->s, r->n, x, R * C, st, slot));
+    FR_TRY(fr_q_finalize(r->s, r->n, st, slot, NULL, 1, f, amax_out, sinv_out));
+    return fr_q_tensor(r->s, r->n, x, R, C, &st->scale[slot], f, trans, dst, dense, dense_t, st, -1);
 }
 
 static fr_status need_scale(const lin_run *r, const fr_tensor *t, const char *what)
@@ -325,6 +406,29 @@ static fr_status need_scale(const lin_run *r, const fr_tensor *t, const char *wh
     if (!t || t->dtype != FR_F32 || fr_tensor_numel(t) != 1)
         return fr_node_error(r->n, FR_ERR_GRAPH, "the delayed fp8 recipe needs the %s input (float32 [1])", what);
     return FR_OK;
+}
+
+/* Where W's converted copy goes (codes or bf16 copy; fp8: its statistics and block scales). */
+static void *w_codes(const lin_run *r) { return r->kept ? r->wbase + r->wp.codes : r->base + r->p.b; }
+static float *w_sinv(const lin_run *r) { return (float *)(r->kept ? r->wbase + r->wp.sinv : r->base + r->p.sb); }
+static fr_q_stats *w_stats(const lin_run *r) { return r->kept ? (fr_q_stats *)(r->wbase + r->wp.stats) : r->stats; }
+
+/* 1 when W must be converted in this run (counted in weight_casts): always unless kept, and a
+ * kept copy when the weights changed since it was made. Zeroes the kept statistics then. */
+static fr_status w_begin(lin_run *r, int *convert)
+{
+    fr_cuda_ctx *cu = r->k->cu;
+    *convert = !r->kept || cu->weight_cache_off || *r->k->persist_version != cu->weights_version;
+    if (!*convert) return FR_OK;
+    cu->weight_casts++;
+    if (r->kept && r->c.prec == FR_LIN_FP8) FR_CUDA_TRY(cudaMemsetAsync(w_stats(r), 0, sizeof(fr_q_stats), r->s));
+    return FR_OK;
+}
+
+/* After the conversion was queued: the kept copy is the current weights'. */
+static void w_end(lin_run *r)
+{
+    if (r->kept) *r->k->persist_version = r->k->cu->weights_version;
 }
 
 /* ---- Linear ---- */
@@ -349,9 +453,14 @@ static fr_status linear_run(const fr_cuda_kctx *k)
         if (xs || ax || aw)
             return fr_node_error(r.n, FR_ERR_GRAPH, "outputs Xq_scale_inv, amax_x, amax_w exist in fp8 precision only");
         FR_TRY(check_out(&r, xq, M, K, FR_BF16, "Xq"));
-        void *xb = xq ? xq->data : r.base + r.p.a, *wb = r.base + r.p.b; /* X rounded once, kept as Xq */
+        void *xb = xq ? xq->data : r.base + r.p.a, *wb = w_codes(&r); /* X rounded once, kept as Xq */
         FR_TRY(fr_q_to_bf16(r.s, r.n, (const float *)x->data, M * K, xb));
-        FR_TRY(fr_q_to_bf16(r.s, r.n, (const float *)w->data, K * N, wb));
+        int conv;
+        FR_TRY(w_begin(&r, &conv));
+        if (conv) {
+            FR_TRY(fr_q_to_bf16(r.s, r.n, (const float *)w->data, K * N, wb));
+            w_end(&r);
+        }
         return float_gemm(&r, FR_BF16, FR_F32, M, N, K, xb, 0, wb, c->transB, y->data, bias);
     }
     /* fp8 */
@@ -362,18 +471,24 @@ static fr_status linear_run(const fr_cuda_kctx *k)
     int64_t Mp = fr_q_pad16(M), Np = fr_q_pad16(N), Kp = fr_q_pad16(K);
     int64_t wr = w->dims[0], wc = w->dims[1];
     fr_q_fmt f = {0, c->margin};
-    uint8_t *xop = (uint8_t *)(r.base + r.p.a), *wop = (uint8_t *)(r.base + r.p.b);
-    float *xsv = (float *)(r.base + r.p.sa), *wsv = (float *)(r.base + r.p.sb);
+    uint8_t *xop = (uint8_t *)(r.base + r.p.a), *wop = (uint8_t *)w_codes(&r);
+    float *xsv = (float *)(r.base + r.p.sa), *wsv = w_sinv(&r);
+    fr_q_stats *wst = w_stats(&r); /* W's slot 1 (kept across runs, or this run's) */
+    int conv;
     if (blockwise(c)) {
         FR_TRY(check_out(&r, xs, fr_q_cdiv(M, 128), K, FR_F32, "Xq_scale_inv"));
-        FR_CUDA_TRY(cudaMemsetAsync(wsv, 0, (size_t)fr_q_blk_count(Np, Kp) * 4, r.s));
+        FR_TRY(w_begin(&r, &conv));
+        if (conv) {
+            FR_CUDA_TRY(cudaMemsetAsync(wsv, 0, (size_t)fr_q_blk_count(Np, Kp) * 4, r.s));
+            FR_TRY(fr_q_tiles128(r.s, r.n, (const float *)w->data, wr, wc, f, !c->transB, wop, wsv, wst, 1));
+            w_end(&r);
+        }
         FR_TRY(fr_q_rows128(r.s, r.n, (const float *)x->data, M, K, f, xop, xsv, r.stats, 0));
-        FR_TRY(fr_q_tiles128(r.s, r.n, (const float *)w->data, wr, wc, f, !c->transB, wop, wsv, r.stats, 1));
         if (xq) /* the weight gradient wants X in 128x1 blocks along the tokens */
             FR_TRY(fr_q_cols128(r.s, r.n, (const float *)x->data, M, K, f, NULL, NULL, (uint8_t *)xq->data,
                                 (float *)xs->data, r.stats, 0));
         if (ax) FR_TRY(fr_q_finalize(r.s, r.n, r.stats, 0, NULL, 0, f, (float *)ax->data, NULL));
-        if (aw) FR_TRY(fr_q_finalize(r.s, r.n, r.stats, 1, NULL, 0, f, (float *)aw->data, NULL));
+        if (aw) FR_TRY(fr_q_finalize(r.s, r.n, wst, 1, NULL, 0, f, (float *)aw->data, NULL));
         return fp8_gemm(&r, Mp, Np, Kp, xop, 0, xsv, FR_GEMM_SCALE_VEC128, wop, 0, wsv, FR_GEMM_SCALE_BLK128, y, M,
                         N, bias);
     }
@@ -385,11 +500,18 @@ static fr_status linear_run(const fr_cuda_kctx *k)
     /* the saved Xq is the GEMM's own operand when no padding is needed */
     int direct = xq && M == Mp && K == Kp && (uintptr_t)xq->data % 16 == 0;
     if (direct) xop = (uint8_t *)xq->data;
-    FR_TRY(quant_tensor(&r, 0, x, M, K, f, sx, 0, xop, xq && !direct ? (uint8_t *)xq->data : NULL, NULL,
+    FR_TRY(quant_tensor(&r, r.stats, 0, x, M, K, f, sx, 0, xop, xq && !direct ? (uint8_t *)xq->data : NULL, NULL,
                         ax ? (float *)ax->data : NULL, xs ? (float *)xs->data : NULL));
-    FR_TRY(quant_tensor(&r, 1, w, wr, wc, f, sw, !c->transB, wop, NULL, NULL, aw ? (float *)aw->data : NULL, NULL));
+    FR_TRY(w_begin(&r, &conv));
+    if (conv) {
+        FR_TRY(quant_tensor(&r, wst, 1, w, wr, wc, f, sw, !c->transB, wop, NULL, NULL, aw ? (float *)aw->data : NULL,
+                            NULL));
+        w_end(&r);
+    } else if (aw) { /* the kept amax, as the conversion wrote it */
+        FR_TRY(fr_q_finalize(r.s, r.n, wst, 1, NULL, 0, f, (float *)aw->data, NULL));
+    }
     return fp8_gemm(&r, Mp, Np, Kp, xop, 0, &r.stats->scale_inv[0][0], FR_GEMM_SCALE_TENSOR, wop, 0,
-                    &r.stats->scale_inv[1][0], FR_GEMM_SCALE_TENSOR, y, M, N, bias);
+                    &wst->scale_inv[1][0], FR_GEMM_SCALE_TENSOR, y, M, N, bias);
 }
 
 /* ---- LinearGradData: dX [M][K] = dY [M][N] op(W)^T ---- */
@@ -412,23 +534,34 @@ static fr_status grad_data_run(const fr_cuda_kctx *k)
         return float_gemm(&r, dy->dtype, dy->dtype, M, K, N, dy->data, 0, w->data, !c->transB, dx->data, NULL);
     if (c->prec == FR_LIN_BF16) {
         FR_TRY(check_out(&r, dyq, M, N, FR_BF16, "dYq"));
-        void *yb = dyq ? dyq->data : r.base + r.p.a, *wb = r.base + r.p.b; /* dY rounded once, handed over */
+        void *yb = dyq ? dyq->data : r.base + r.p.a, *wb = w_codes(&r); /* dY rounded once, handed over */
         FR_TRY(fr_q_to_bf16(r.s, r.n, (const float *)dy->data, M * N, yb));
-        FR_TRY(fr_q_to_bf16(r.s, r.n, (const float *)w->data, K * N, wb));
+        int conv;
+        FR_TRY(w_begin(&r, &conv));
+        if (conv) {
+            FR_TRY(fr_q_to_bf16(r.s, r.n, (const float *)w->data, K * N, wb));
+            w_end(&r);
+        }
         return float_gemm(&r, FR_BF16, FR_F32, M, K, N, yb, 0, wb, !c->transB, dx->data, NULL);
     }
     FR_TRY(check_out(&r, ady, 1, 1, FR_F32, "amax_dy"));
     int64_t Mp = fr_q_pad16(M), Np = fr_q_pad16(N), Kp = fr_q_pad16(K);
     int64_t wr = w->dims[0], wc = w->dims[1];
     fr_q_fmt fy = {c->dy_e5m2, c->margin}, fw = {0, c->margin};
-    uint8_t *yop = (uint8_t *)(r.base + r.p.a), *wop = (uint8_t *)(r.base + r.p.b);
-    float *ysv = (float *)(r.base + r.p.sa), *wsv = (float *)(r.base + r.p.sb);
+    uint8_t *yop = (uint8_t *)(r.base + r.p.a), *wop = (uint8_t *)w_codes(&r);
+    float *ysv = (float *)(r.base + r.p.sa), *wsv = w_sinv(&r);
+    fr_q_stats *wst = w_stats(&r);
     float *amax_out = ady ? (float *)ady->data : NULL;
+    int conv;
     /* W as [Kp][Np]: stored [K][N] as it is, [N][K] transposed */
     if (blockwise(c)) {
-        FR_CUDA_TRY(cudaMemsetAsync(wsv, 0, (size_t)fr_q_blk_count(Kp, Np) * 4, r.s));
+        FR_TRY(w_begin(&r, &conv));
+        if (conv) {
+            FR_CUDA_TRY(cudaMemsetAsync(wsv, 0, (size_t)fr_q_blk_count(Kp, Np) * 4, r.s));
+            FR_TRY(fr_q_tiles128(r.s, r.n, (const float *)w->data, wr, wc, fw, c->transB, wop, wsv, wst, 1));
+            w_end(&r);
+        }
         FR_TRY(fr_q_rows128(r.s, r.n, (const float *)dy->data, M, N, fy, yop, ysv, r.stats, 0));
-        FR_TRY(fr_q_tiles128(r.s, r.n, (const float *)w->data, wr, wc, fw, c->transB, wop, wsv, r.stats, 1));
         if (amax_out) FR_TRY(fr_q_finalize(r.s, r.n, r.stats, 0, NULL, 0, fy, amax_out, NULL));
         return fp8_gemm(&r, Mp, Kp, Np, yop, c->dy_e5m2, ysv, FR_GEMM_SCALE_VEC128, wop, 0, wsv,
                         FR_GEMM_SCALE_BLK128, dx, M, K, NULL);
@@ -441,11 +574,15 @@ static fr_status grad_data_run(const fr_cuda_kctx *k)
         FR_TRY(check_out(&r, dyq_sinv, 1, 1, FR_F32, "dYq_scale_inv"));
     }
     /* one read of dY: the codes for this GEMM and, transposed, for the weight gradient's */
-    FR_TRY(quant_tensor(&r, 0, dy, M, N, fy, sdy, 0, yop, NULL, dyq ? (uint8_t *)dyq->data : NULL, amax_out,
+    FR_TRY(quant_tensor(&r, r.stats, 0, dy, M, N, fy, sdy, 0, yop, NULL, dyq ? (uint8_t *)dyq->data : NULL, amax_out,
                         dyq_sinv ? (float *)dyq_sinv->data : NULL));
-    FR_TRY(quant_tensor(&r, 1, w, wr, wc, fw, sw, c->transB, wop, NULL, NULL, NULL, NULL));
+    FR_TRY(w_begin(&r, &conv));
+    if (conv) {
+        FR_TRY(quant_tensor(&r, wst, 1, w, wr, wc, fw, sw, c->transB, wop, NULL, NULL, NULL, NULL));
+        w_end(&r);
+    }
     return fp8_gemm(&r, Mp, Kp, Np, yop, c->dy_e5m2, &r.stats->scale_inv[0][0], FR_GEMM_SCALE_TENSOR, wop, 0,
-                    &r.stats->scale_inv[1][0], FR_GEMM_SCALE_TENSOR, dx, M, K, NULL);
+                    &wst->scale_inv[1][0], FR_GEMM_SCALE_TENSOR, dx, M, K, NULL);
 }
 
 /* ---- LinearGradWeight: dW = X^T dY [K][N] (transB = 0) or dY^T X [N][K] ---- */
@@ -519,7 +656,7 @@ static fr_status grad_weight_run(const fr_cuda_kctx *k)
         } else {
             const fr_tensor *sx = delayed(c) ? s2 : NULL;
             FR_TRY(need_scale(&r, sx, "scale_x"));
-            FR_TRY(quant_tensor(&r, 0, xs, M, K, fx, sx, 1, xop, NULL, NULL, NULL, NULL));
+            FR_TRY(quant_tensor(&r, r.stats, 0, xs, M, K, fx, sx, 1, xop, NULL, NULL, NULL, NULL));
             x_sinv = &r.stats->scale_inv[0][0];
         }
         if (dyq) {
@@ -533,7 +670,7 @@ static fr_status grad_weight_run(const fr_cuda_kctx *k)
             FR_CUDA_TRY(cudaMemcpyAsync(&r.stats->scale_inv[1][0], ys->data, sizeof(float), cudaMemcpyDeviceToDevice,
                                         r.s));
         } else {
-            FR_TRY(quant_tensor(&r, 1, dy, M, N, fy, sdy, 1, yop, NULL, NULL, amax_out, NULL));
+            FR_TRY(quant_tensor(&r, r.stats, 1, dy, M, N, fy, sdy, 1, yop, NULL, NULL, amax_out, NULL));
         }
         y_sinv = &r.stats->scale_inv[1][0];
     }
@@ -543,8 +680,8 @@ static fr_status grad_weight_run(const fr_cuda_kctx *k)
 }
 
 extern "C" const fr_cuda_kernel_def fr_cuda_kernels_linear[] = {
-    {"Linear", FR_DOMAIN_FP8RUN, linear_run, fwd_scratch},
-    {"LinearGradData", FR_DOMAIN_FP8RUN, grad_data_run, dgrad_scratch},
-    {"LinearGradWeight", FR_DOMAIN_FP8RUN, grad_weight_run, wgrad_scratch},
-    {NULL, NULL, NULL, NULL},
+    {"Linear", FR_DOMAIN_FP8RUN, linear_run, fwd_scratch, fwd_persist},
+    {"LinearGradData", FR_DOMAIN_FP8RUN, grad_data_run, dgrad_scratch, dgrad_persist},
+    {"LinearGradWeight", FR_DOMAIN_FP8RUN, grad_weight_run, wgrad_scratch, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
 };

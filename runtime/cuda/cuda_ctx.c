@@ -40,6 +40,9 @@ fr_status fr_cuda_ctx_create(int device, fr_cuda_ctx **out)
     fr_cuda_ctx *c = fr_calloc(1, sizeof *c, "CUDA context");
     if (!c) return FR_ERR_OOM;
     c->device = device;
+    c->weights_version = 1; /* persistent memory starts at 0: the first run fills it */
+    const char *wc = getenv("FP8RUN_WEIGHT_CACHE");
+    c->weight_cache_off = wc && strcmp(wc, "0") == 0;
     fr_status st = FR_OK;
     struct cudaDeviceProp prop;
 #define CHECK(call)                                                          \
@@ -141,8 +144,9 @@ fr_status fr_cuda_run_node(fr_cuda_ctx *c, const fr_graph *g, int node_id, fr_te
                              n->domain[0] ? "::" : "", n->op_type);
     fr_tensor **din = fr_calloc((size_t)n->n_inputs + 1, sizeof *din, "device inputs");
     fr_tensor **dout = fr_calloc((size_t)n->n_outputs + 1, sizeof *dout, "device outputs");
-    void *scratch = NULL;
-    size_t scratch_bytes = 0;
+    void *scratch = NULL, *persist = NULL;
+    size_t scratch_bytes = 0, persist_bytes = 0;
+    uint64_t persist_version = 0;
     fr_status st = (!din || !dout) ? FR_ERR_OOM : FR_OK;
     for (int i = 0; st == FR_OK && i < n->n_inputs; i++)
         if (host_in[i]) st = device_copy_of(host_in[i], 1, &din[i]);
@@ -158,9 +162,16 @@ fr_status fr_cuda_run_node(fr_cuda_ctx *c, const fr_graph *g, int node_id, fr_te
         cudaError_t e = cudaMalloc(&scratch, scratch_bytes);
         if (e != cudaSuccess) st = fr_cuda_status(e, "cudaMalloc(scratch)", __FILE__, __LINE__);
     }
+    if (st == FR_OK && k->persist) st = k->persist(g, n, &persist_bytes);
+    if (st == FR_OK && persist_bytes) {
+        cudaError_t e = cudaMalloc(&persist, persist_bytes);
+        if (e == cudaSuccess) e = cudaMemset(persist, 0, persist_bytes);
+        if (e == cudaSuccess) e = cudaDeviceSynchronize(); /* the legacy stream's memset first */
+        if (e != cudaSuccess) st = fr_cuda_status(e, "cudaMalloc(persist)", __FILE__, __LINE__);
+    }
     if (st == FR_OK) {
         fr_cuda_kctx kc = {g, n, fr_graph_opset(g, n->domain), n->n_inputs, n->n_outputs, din, dout, c,
-                           scratch, scratch_bytes};
+                           scratch, scratch_bytes, persist, persist_bytes, &persist_version};
         st = k->run(&kc);
     }
     if (st == FR_OK) {
@@ -178,5 +189,6 @@ fr_status fr_cuda_run_node(fr_cuda_ctx *c, const fr_graph *g, int node_id, fr_te
     free(din);
     free(dout);
     if (scratch) cudaFree(scratch);
+    if (persist) cudaFree(persist);
     return st;
 }

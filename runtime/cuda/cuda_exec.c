@@ -21,10 +21,12 @@ struct fr_cuda_exec {
     size_t *off;                 /* per value: offset in its block (const / input / arena) */
     const fr_cuda_kernel_def **kern; /* per node; NULL for views */
     size_t *scratch_off, *scratch_bytes; /* per node, in the arena */
+    size_t *persist_off, *persist_bytes; /* per node, in the persistent block (cuda_kernel.h) */
+    uint64_t *persist_version;   /* per node: weights_version its persistent memory holds */
     int64_t *opset;              /* per node */
     unsigned char *in_set;       /* per graph input */
-    void *arena, *consts, *inputs;
-    size_t arena_bytes, const_bytes, input_bytes;
+    void *arena, *consts, *inputs, *persist;
+    size_t arena_bytes, const_bytes, input_bytes, persist_total;
     void *staging;               /* pinned host copy of the inputs block */
     cudaEvent_t staging_done;    /* recorded after the last copy out of staging */
     int staging_pending;
@@ -129,6 +131,7 @@ void fr_cuda_exec_free(fr_cuda_exec *e)
     if (e->arena) cudaFree(e->arena);
     if (e->consts) cudaFree(e->consts);
     if (e->inputs) cudaFree(e->inputs);
+    if (e->persist) cudaFree(e->persist);
     if (e->staging) cudaFreeHost(e->staging);
     if (e->staging_done) cudaEventDestroy(e->staging_done);
     for (int i = 0; e->ev && i <= e->g->n_nodes; i++)
@@ -143,6 +146,9 @@ void fr_cuda_exec_free(fr_cuda_exec *e)
     free(e->kern);
     free(e->scratch_off);
     free(e->scratch_bytes);
+    free(e->persist_off);
+    free(e->persist_bytes);
+    free(e->persist_version);
     free(e->opset);
     free(e->in_set);
     free(e->in_args);
@@ -375,11 +381,14 @@ fr_status fr_cuda_exec_new(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec
     e->kern = fr_calloc(nn, sizeof *e->kern, "CUDA executor");
     e->scratch_off = fr_calloc(nn, sizeof(size_t), "CUDA executor");
     e->scratch_bytes = fr_calloc(nn, sizeof(size_t), "CUDA executor");
+    e->persist_off = fr_calloc(nn, sizeof(size_t), "CUDA executor");
+    e->persist_bytes = fr_calloc(nn, sizeof(size_t), "CUDA executor");
+    e->persist_version = fr_calloc(nn, sizeof(uint64_t), "CUDA executor");
     e->opset = fr_calloc(nn, sizeof(int64_t), "CUDA executor");
     e->in_set = fr_calloc((size_t)(g->n_inputs ? g->n_inputs : 1), 1, "CUDA executor");
     fr_status st = FR_OK;
     if (!last_use || !e->hdr || !e->kind || !e->root || !e->off || !e->kern || !e->scratch_off || !e->scratch_bytes ||
-        !e->opset || !e->in_set)
+        !e->persist_off || !e->persist_bytes || !e->persist_version || !e->opset || !e->in_set)
         st = FR_ERR_OOM;
     int widest = 1;
     for (int i = 0; i < g->n_nodes; i++) {
@@ -394,6 +403,15 @@ fr_status fr_cuda_exec_new(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec
     for (int v = 0; st == FR_OK && v < e->nv; v++) e->off[v] = (size_t)-1;
     if (st == FR_OK) st = classify(e, share, last_use);
     if (st == FR_OK) st = plan_arena(e, last_use);
+    /* persistent memory of the kernels that keep some (cuda_kernel.h): one block */
+    for (int i = 0; st == FR_OK && i < g->n_nodes; i++) {
+        if (!e->kern[i] || !e->kern[i]->persist) continue;
+        st = e->kern[i]->persist(g, &g->nodes[i], &e->persist_bytes[i]);
+        if (st == FR_OK && e->persist_bytes[i]) {
+            e->persist_off[i] = e->persist_total;
+            e->persist_total += align_up(e->persist_bytes[i]);
+        }
+    }
     /* constants and inputs: one block each */
     for (int v = 0; st == FR_OK && v < e->nv; v++) {
         if (e->kind[v] == K_CONST) {
@@ -413,6 +431,10 @@ fr_status fr_cuda_exec_new(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec
     } while (0)
     if (e->arena_bytes) CU(cudaMalloc(&e->arena, e->arena_bytes));
     if (e->const_bytes) CU(cudaMalloc(&e->consts, e->const_bytes));
+    if (e->persist_total) {
+        CU(cudaMalloc(&e->persist, e->persist_total));
+        CU(cudaMemset(e->persist, 0, e->persist_total));
+    }
     if (e->input_bytes) {
         CU(cudaMalloc(&e->inputs, e->input_bytes));
         CU(cudaMallocHost(&e->staging, e->input_bytes));
@@ -426,9 +448,11 @@ fr_status fr_cuda_exec_new(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec
         for (int i = 0; st == FR_OK && i <= g->n_nodes; i++) CU(cudaEventCreate(&e->ev[i]));
     }
     if (st != FR_OK && st == FR_ERR_DEVICE)
-        fr_error_context(st, "allocating %zu MiB of device memory for '%s' (arena %zu MiB, constants %zu MiB; %s)",
-                         (e->arena_bytes + e->const_bytes + e->input_bytes) >> 20, g->name ? g->name : "the graph",
-                         e->arena_bytes >> 20, e->const_bytes >> 20, e->peak_text ? e->peak_text : "");
+        fr_error_context(st, "allocating %zu MiB of device memory for '%s' (arena %zu MiB, constants %zu MiB, "
+                         "converted weights %zu MiB; %s)",
+                         (e->arena_bytes + e->const_bytes + e->input_bytes + e->persist_total) >> 20,
+                         g->name ? g->name : "the graph", e->arena_bytes >> 20, e->const_bytes >> 20,
+                         e->persist_total >> 20, e->peak_text ? e->peak_text : "");
     for (int v = 0; st == FR_OK && v < e->nv; v++) {
         switch (e->kind[v]) {
         case K_CONST:
@@ -504,8 +528,9 @@ fr_status fr_cuda_exec_run(fr_cuda_exec *e)
         for (int k = 0; k < n->n_inputs; k++) e->in_args[k] = n->inputs[k] >= 0 ? &e->hdr[n->inputs[k]] : NULL;
         for (int k = 0; k < n->n_outputs; k++) e->out_args[k] = n->outputs[k] >= 0 ? &e->hdr[n->outputs[k]] : NULL;
         void *scratch = e->scratch_bytes[i] ? (char *)e->arena + e->scratch_off[i] : NULL;
+        void *persist = e->persist_bytes[i] ? (char *)e->persist + e->persist_off[i] : NULL;
         fr_cuda_kctx k = {g, n, e->opset[i], n->n_inputs, n->n_outputs, e->in_args, e->out_args, e->c,
-                          scratch, e->scratch_bytes[i]};
+                          scratch, e->scratch_bytes[i], persist, e->persist_bytes[i], &e->persist_version[i]};
         fr_status st = e->kern[i]->run(&k);
         if (st != FR_OK) {
             if (!strstr(fr_last_error(), n->name)) fr_error_context(st, "node '%s' (%s) on the GPU", n->name, n->op_type);
@@ -622,6 +647,7 @@ fr_status fr_cuda_exec_upload_constant(fr_cuda_exec *e, int vid)
     fr_tensor *t;
     FR_TRY(constant_of(e, vid, &t));
     FR_CUDA_TRY(cudaStreamSynchronize(e->c->stream));
+    fr_cuda_weights_changed(e->c); /* what kernels derived from the constants is stale */
     if (t->nbytes)
         FR_CUDA_TRY(cudaMemcpyAsync(t->data, e->g->values[vid].constant->data, t->nbytes, cudaMemcpyHostToDevice,
                                     e->c->stream));
@@ -642,3 +668,4 @@ fr_status fr_cuda_exec_download_constant(fr_cuda_exec *e, int vid)
 size_t fr_cuda_exec_arena_bytes(const fr_cuda_exec *e) { return e->arena_bytes; }
 size_t fr_cuda_exec_const_bytes(const fr_cuda_exec *e) { return e->const_bytes; }
 size_t fr_cuda_exec_input_bytes(const fr_cuda_exec *e) { return e->input_bytes; }
+size_t fr_cuda_exec_persist_bytes(const fr_cuda_exec *e) { return e->persist_total; }

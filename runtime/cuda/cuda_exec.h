@@ -9,6 +9,9 @@
  *  - graph inputs get their own buffers, filled from the host through pinned staging memory;
  *  - values computed by nodes, and each node's kernel scratch, live in one arena at offsets
  *    from a liveness plan (first fit); graph outputs keep theirs until the next run;
+ *  - kernels that keep values across runs (a weight's fp8 codes: cuda_kernel.h) get their
+ *    persistent memory in one more block, zeroed at build; uploading a constant
+ *    (fr_cuda_exec_upload_constant) moves the context's weights_version;
  *  - view ops (Reshape, Squeeze, Unsqueeze, Flatten, Identity, inference Dropout) do not copy:
  *    their output is the input's memory, and the node is not run.
  * Ownership: the executor borrows the graph and the context, which must outlive it. */
@@ -56,6 +59,8 @@ fr_status fr_cuda_exec_profile(const fr_cuda_exec *e, char **text);
 size_t fr_cuda_exec_arena_bytes(const fr_cuda_exec *e);
 size_t fr_cuda_exec_const_bytes(const fr_cuda_exec *e);
 size_t fr_cuda_exec_input_bytes(const fr_cuda_exec *e);
+/* Bytes of the kernels' persistent memory (cuda_kernel.h: weights converted once per version). */
+size_t fr_cuda_exec_persist_bytes(const fr_cuda_exec *e);
 
 #ifdef __cplusplus
 }

@@ -17,7 +17,27 @@
  *  - results must match the CPU kernel: float32 ops within 1e-5 relative, FP8/BF16 conversions
  *    byte for byte (runtime/fp8_format.h documents the exact rounding); what the CPU kernel
  *    accumulates in double, accumulate in float32 with a stable order (tree reductions) or in
- *    double where the tolerance needs it. */
+ *    double where the tolerance needs it.
+ *
+ * Persistent memory and the weights version (the FP8 weight cast done once per optimizer step):
+ *  - an entry with a `persist` callback gets that many bytes of device memory per node,
+ *    allocated once by the executor outside the arena, zeroed, kept across runs and freed with
+ *    the executor (ctx->persist; NULL when the callback says 0 bytes);
+ *  - a kernel may keep there only values derived from graph CONSTANTS (parameters, FP8
+ *    scaling state: what the trainer changes between runs, never a node) and write them when
+ *    ctx->cu->weights_version differs from *ctx->persist_version (the version the memory was
+ *    filled at; 0 = never), then set *ctx->persist_version to it; else it reuses them as they
+ *    are (a weight's fp8 codes, scale_inv and amax, its bf16 copy). With gradient accumulation
+ *    the weights are converted once per step instead of once per micro-batch;
+ *  - why this is safe without any host synchronization: every change of a constant on the
+ *    device is queued by the host, which adds 1 to weights_version with it (fr_cuda_weights_
+ *    changed: after each step's optimizer and scaling update, whether or not the device skipped
+ *    them; on every upload of a constant: fr_cuda_train_push, checkpoint load, set_param). The
+ *    version is the context's, so every executor on it (the evaluation graph shares the training
+ *    graph's parameters) sees the change; the stream orders the conversion after the update;
+ *  - ctx->cu->weight_cache_off (FP8RUN_WEIGHT_CACHE=0 when the context was made) makes kernels
+ *    convert on every run (tests compare both), and kernels add each weight conversion they
+ *    queue to ctx->cu->weight_casts (a host counter tests read). */
 #ifndef FR_CUDA_KERNEL_H
 #define FR_CUDA_KERNEL_H
 
@@ -51,7 +71,16 @@ typedef struct fr_cuda_ctx {
      * bad index and the bound, truncated to int). Whoever synchronizes next (the executor,
      * the trainer) reads it and turns it into an error naming the node: fr_cuda_check_error. */
     int *dev_error;
+    /* The weights version (see "Persistent memory" above): starts at 1, +1 on every change of
+     * the device's constants; weight_cache_off: kernels recompute cached values every run;
+     * weight_casts: weight conversions queued so far (a debug counter for tests). */
+    uint64_t weights_version;
+    int weight_cache_off;
+    long long weight_casts;
 } fr_cuda_ctx;
+
+/* The host queued (or made) a change of parameters or scaling state on the device. */
+static inline void fr_cuda_weights_changed(fr_cuda_ctx *c) { c->weights_version++; }
 
 typedef struct fr_cuda_kctx {
     const fr_graph *g;
@@ -63,6 +92,9 @@ typedef struct fr_cuda_kctx {
     fr_cuda_ctx *cu;
     void *scratch;               /* this node's temporary device memory (or NULL) */
     size_t scratch_bytes;
+    void *persist;               /* this node's persistent device memory (or NULL) */
+    size_t persist_bytes;
+    uint64_t *persist_version;   /* host: weights_version persist was filled at (0 = never) */
 } fr_cuda_kctx;
 
 typedef struct fr_cuda_kernel_def {
@@ -72,6 +104,8 @@ typedef struct fr_cuda_kernel_def {
     /* bytes of scratch the node needs (shapes are static, so this is known at plan time);
      * NULL = none */
     fr_status (*scratch)(const fr_graph *g, const fr_node *n, size_t *bytes);
+    /* bytes of persistent memory the node keeps across runs (see above); NULL = none */
+    fr_status (*persist)(const fr_graph *g, const fr_node *n, size_t *bytes);
 } fr_cuda_kernel_def;
 
 /* The kernel for (domain, op_type), or NULL. */

@@ -262,6 +262,7 @@ fr_status fr_cuda_train_new(fr_trainer *t, int device, fr_cuda_train **out)
 }
 
 const char *fr_cuda_train_device_name(const fr_cuda_train *d) { return d->name; }
+long long fr_cuda_train_weight_casts(const fr_cuda_train *d) { return d->c->weight_casts; }
 
 fr_status fr_cuda_train_profile(const fr_cuda_train *d, char **text)
 {
@@ -272,9 +273,12 @@ fr_status fr_cuda_train_profile(const fr_cuda_train *d, char **text)
 size_t fr_cuda_train_device_bytes(const fr_cuda_train *d)
 {
     size_t b = d->extra_bytes + d->c->workspace_bytes;
-    if (d->ex) b += fr_cuda_exec_arena_bytes(d->ex) + fr_cuda_exec_const_bytes(d->ex) + fr_cuda_exec_input_bytes(d->ex);
+    if (d->ex)
+        b += fr_cuda_exec_arena_bytes(d->ex) + fr_cuda_exec_const_bytes(d->ex) + fr_cuda_exec_input_bytes(d->ex) +
+             fr_cuda_exec_persist_bytes(d->ex);
     if (d->eval_ex)
-        b += fr_cuda_exec_arena_bytes(d->eval_ex) + fr_cuda_exec_const_bytes(d->eval_ex) + fr_cuda_exec_input_bytes(d->eval_ex);
+        b += fr_cuda_exec_arena_bytes(d->eval_ex) + fr_cuda_exec_const_bytes(d->eval_ex) +
+             fr_cuda_exec_input_bytes(d->eval_ex) + fr_cuda_exec_persist_bytes(d->eval_ex);
     return b;
 }
 
@@ -360,6 +364,7 @@ fr_status fr_cuda_train_push(fr_trainer *t)
     }
     /* the copies above used the legacy stream; the step runs on a non-blocking one */
     CU(cudaDeviceSynchronize());
+    fr_cuda_weights_changed(d->c); /* parameters and scales came from the host (also on failure) */
     if (st == FR_OK) d->host_stale = 0;
     return st;
 }
@@ -430,6 +435,10 @@ fr_status fr_cuda_train_queue(fr_trainer *t, const int64_t *windows, int k, doub
         CU(fr_cuda_mt_sgd(d->d_chunks, d->n_chunks, d->d_entries, k > 1, d->d_scalars, a, s));
     }
     if (t->n_states) CU(fr_cuda_scaling_update(d->sd, t->n_states, d->d_step_amax, d->d_scalars, s));
+    /* parameters and scales may have changed: the next run converts the weights again. Also
+       when the device skips the update (its decision is not known here, and one conversion per
+       skipped step costs nothing worth a host read) and when queuing failed part way. */
+    fr_cuda_weights_changed(d->c);
     /* the error word goes with the step's statistics and starts clean for the next step */
     CU(cudaMemcpyAsync((char *)d->d_scalars + offsetof(fr_step_scalars, err), d->c->dev_error, 4 * sizeof(int),
                        cudaMemcpyDeviceToDevice, s));

@@ -53,6 +53,9 @@ fr_status fr_cuda_train_pull(fr_trainer *t);
 fr_status fr_cuda_train_push(fr_trainer *t);
 /* The training executor's per-op GPU times (FP8RUN_PROFILE=1), malloc'ed, or NULL. */
 fr_status fr_cuda_train_profile(const fr_cuda_train *d, char **text);
+/* Weight conversions (fp8 casts, bf16 copies of W) the Linear kernels queued so far on this
+ * trainer's context (cuda_kernel.h: weight_casts): a counter for tests. */
+long long fr_cuda_train_weight_casts(const fr_cuda_train *d);
 /* "NVIDIA H100 80GB HBM3 (compute capability 9.0)" */
 const char *fr_cuda_train_device_name(const fr_cuda_train *d);
 /* Device memory the session holds: executors (arena, constants, inputs) and optimizer state. */
