@@ -124,6 +124,7 @@ extern const fr_cuda_kernel_def fr_cuda_kernels_matmul[];      /* MatMul, Gemm, 
 extern const fr_cuda_kernel_def fr_cuda_kernels_linear[];      /* Linear, LinearGradData, LinearGradWeight */
 extern const fr_cuda_kernel_def fr_cuda_kernels_attention[];   /* Attention, AttentionGrad (fused, flash style) */
 extern const fr_cuda_kernel_def fr_cuda_kernels_swiglu[];      /* SwiGLU, SwiGLUGrad (fused gate * sigmoid(gate) * up) */
+extern const fr_cuda_kernel_def fr_cuda_kernels_rotary[];      /* Rotary, RotaryGrad (fused x * cos + rotate_half(x) * sin) */
 
 /* ---- error checking (runtime/cuda/cuda_ctx.c) ---- */
 fr_status fr_cuda_status(cudaError_t e, const char *what, const char *file, int line);
