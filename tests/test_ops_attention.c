@@ -301,7 +301,10 @@ static void check_grad_vs_unfused(fr_dtype dt, const char *prec, double tol)
 
 static void test_grad_vs_unfused_f64(void) { check_grad_vs_unfused(FR_F64, "fp32", 1e-10); }
 static void test_grad_vs_unfused_f32(void) { check_grad_vs_unfused(FR_F32, "fp32", 1e-5); }
-static void test_grad_vs_unfused_bf16(void) { check_grad_vs_unfused(FR_F32, "bf16", 1e-2); }
+/* bf16: the fused backward takes Delta = rowsum(dO * O), the unfused chain sum(dP * P); equal in
+ * exact arithmetic, apart by bf16 rounding here, and dS = P (dP - Delta) cancels, so dQ/dK differ
+ * by up to about 1e-2 (1.01e-2 was the largest in 300 seeds): bound 2e-2. */
+static void test_grad_vs_unfused_bf16(void) { check_grad_vs_unfused(FR_F32, "bf16", 2e-2); }
 
 /* Only the gradients asked for are computed (empty outputs for the rest). */
 static void test_grad_partial(void)
