@@ -289,14 +289,7 @@ static fr_status attn_grad(fr_grad_ctx *ctx)
         else if (at->type == FR_ATTR_STRING)
             FR_TRY(fr_node_set_attr_string(gn, at->name, at->s));
     }
-    for (int i = 0; i < 3; i++) {
-        if (ctx->need_din[i]) {
-            ctx->din[i] = out[i];
-        } else { /* not computed: the output slot stays empty */
-            g->values[out[i]].producer = -1;
-            gn->outputs[i] = -1;
-        }
-    }
+    fr_grad_keep_needed(ctx, nid, 3, out);
     return fr_grad_finish(ctx, nid);
 }
 

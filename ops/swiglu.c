@@ -151,15 +151,7 @@ static fr_status swiglu_grad(fr_grad_ctx *ctx)
     in[1] = n->inputs[1];
     in[2] = ctx->dout[0];
     FR_TRY(fr_grad_node(ctx, "SwiGLUGrad", FR_DOMAIN_FP8RUN, 3, in, 2, out, &nid));
-    fr_node *gn = &g->nodes[nid];
-    for (int i = 0; i < 2; i++) {
-        if (ctx->need_din[i]) {
-            ctx->din[i] = out[i];
-        } else { /* not computed: the output slot stays empty */
-            g->values[out[i]].producer = -1;
-            gn->outputs[i] = -1;
-        }
-    }
+    fr_grad_keep_needed(ctx, nid, 2, out);
     return fr_grad_finish(ctx, nid);
 }
 

@@ -10,6 +10,7 @@
 #include "attention_fuse.h"
 #include "autodiff.h"
 #include "passes.h"
+#include "pattern.h"
 
 /* A masked score is at or below this (float32 finfo.min, -inf, -1e30 all qualify). */
 #define MASKED_MAX (-1e30)
@@ -17,65 +18,14 @@
  * T = 1025 on) are folded here to be checked, up to this many elements (T = 8192). */
 #define MASK_FOLD_MAX ((int64_t)1 << 26)
 
-typedef struct fuse_ctx {
-    fr_graph *g;
-    int *readers; /* per value: live nodes reading it, plus 1 if a graph output */
-} fuse_ctx;
-
-static fr_status count_readers(fuse_ctx *c)
-{
-    fr_graph *g = c->g;
-    free(c->readers);
-    c->readers = fr_calloc((size_t)g->n_values + 1, sizeof(int), "attention fusion");
-    if (!c->readers) return FR_ERR_OOM;
-    for (int i = 0; i < g->n_nodes; i++) {
-        const fr_node *n = &g->nodes[i];
-        if (n->dead) continue;
-        for (int k = 0; k < n->n_inputs; k++)
-            if (n->inputs[k] >= 0) c->readers[n->inputs[k]]++;
-    }
-    for (int i = 0; i < g->n_outputs; i++) c->readers[g->outputs[i]]++;
-    return FR_OK;
-}
-
-static int is_op(const fr_node *n, const char *op) { return !n->dead && !n->domain[0] && strcmp(n->op_type, op) == 0; }
-
-static const fr_node *producer(const fr_graph *g, int v)
-{
-    int p = v >= 0 ? g->values[v].producer : -1;
-    return p >= 0 && !g->nodes[p].dead ? &g->nodes[p] : NULL;
-}
-
-/* The single live node reading v (NULL if v has other readers or is a graph output). */
-static int sole_reader(const fuse_ctx *c, int v)
-{
-    if (c->readers[v] != 1) return -1;
-    const fr_graph *g = c->g;
-    for (int i = 0; i < g->n_nodes; i++) {
-        const fr_node *n = &g->nodes[i];
-        if (n->dead) continue;
-        for (int k = 0; k < n->n_inputs; k++)
-            if (n->inputs[k] == v) return i;
-    }
-    return -1; /* a graph output */
-}
-
 static int is_f32(const fr_graph *g, int v) { return v >= 0 && g->values[v].dtype == FR_F32; }
 
 /* A Cast that changes nothing (float32 to float32). */
 static int noop_cast(const fr_graph *g, const fr_node *n)
 {
     int64_t to;
-    return is_op(n, "Cast") && n->n_inputs == 1 && is_f32(g, n->inputs[0]) && n->n_outputs == 1 &&
+    return fr_is_onnx_op(n, "Cast") && n->n_inputs == 1 && is_f32(g, n->inputs[0]) && n->n_outputs == 1 &&
            fr_node_attr_int(n, "to", 0, &to) == FR_OK && to == FR_F32;
-}
-
-static int same_dims(const fr_value *a, const fr_value *b)
-{
-    if (a->rank != b->rank) return 0;
-    for (int k = 0; k < a->rank; k++)
-        if (a->dims[k] != b->dims[k]) return 0;
-    return 1;
 }
 
 static int const_scalar(const fr_graph *g, int v, double *x)
@@ -128,24 +78,24 @@ static void add_dead(match *m, const fr_graph *g, const fr_node *n) { m->dead[m-
 
 /* Walk back from the softmax input through casts, the mask and the scale to the scores'
  * MatMul; fills m. Every value passed must have the node after it as only reader. */
-static int match_scores(const fuse_ctx *c, int x, match *m)
+static int match_scores(const fr_readers *c, int x, match *m)
 {
     const fr_graph *g = c->g;
     int mask_seen = 0, scale_seen = 0;
     const fr_value *sv = &g->values[x];
     const int64_t Tq = sv->rank >= 2 ? sv->dims[sv->rank - 2] : -1, Tk = sv->rank >= 2 ? sv->dims[sv->rank - 1] : -1;
     for (int steps = 0; steps < 8; steps++) {
-        const fr_node *n = producer(g, x);
-        if (!n || c->readers[x] != 1 || !is_f32(g, x) || m->n_dead >= 12) return 0;
+        const fr_node *n = fr_live_producer(g, x);
+        if (!n || c->count[x] != 1 || !is_f32(g, x) || m->n_dead >= 12) return 0;
         if (noop_cast(g, n)) {
             add_dead(m, g, n);
             x = n->inputs[0];
             continue;
         }
-        if (!mask_seen && !scale_seen && is_op(n, "Add") && n->n_inputs == 2) {
+        if (!mask_seen && !scale_seen && fr_is_onnx_op(n, "Add") && n->n_inputs == 2) {
             int k = g->values[n->inputs[0]].constant ? 0 : 1; /* the constant side */
             const fr_value *mv = &g->values[n->inputs[k]], *other = &g->values[n->inputs[1 - k]];
-            if (!mv->constant || other->constant || !same_dims(other, &g->values[n->outputs[0]])) return 0;
+            if (!mv->constant || other->constant || !fr_same_dims(other, &g->values[n->outputs[0]])) return 0;
             int kind = classify_mask(mv->constant, 0, Tq, Tk);
             if (kind == MASK_BAD) return 0;
             m->causal = kind == MASK_CAUSAL;
@@ -154,13 +104,13 @@ static int match_scores(const fuse_ctx *c, int x, match *m)
             x = n->inputs[1 - k];
             continue;
         }
-        if (!mask_seen && !scale_seen && is_op(n, "Where") && n->n_inputs == 3) {
+        if (!mask_seen && !scale_seen && fr_is_onnx_op(n, "Where") && n->n_inputs == 3) {
             const fr_value *cond = &g->values[n->inputs[0]], *a = &g->values[n->inputs[1]];
             const fr_tensor *ft = g->values[n->inputs[2]].constant;
             int fill_ok = ft && fr_dtype_is_float(ft->dtype) && fr_tensor_numel(ft) >= 1;
             for (int64_t e = 0; fill_ok && e < fr_tensor_numel(ft); e++) fill_ok = fr_tensor_get_f64(ft, e) <= MASKED_MAX;
             if (!cond->constant || cond->dtype != FR_BOOL || a->constant || !fill_ok ||
-                !same_dims(a, &g->values[n->outputs[0]]))
+                !fr_same_dims(a, &g->values[n->outputs[0]]))
                 return 0;
             int kind = classify_mask(cond->constant, 1, Tq, Tk);
             if (kind == MASK_BAD) return 0;
@@ -170,12 +120,12 @@ static int match_scores(const fuse_ctx *c, int x, match *m)
             x = n->inputs[1];
             continue;
         }
-        if (!scale_seen && (is_op(n, "Mul") || is_op(n, "Div")) && n->n_inputs == 2) {
+        if (!scale_seen && (fr_is_onnx_op(n, "Mul") || fr_is_onnx_op(n, "Div")) && n->n_inputs == 2) {
             int div = n->op_type[0] == 'D';
             double s;
             int k = div ? 1 : const_scalar(g, n->inputs[1], &s) ? 1 : 0; /* the constant side */
             if (!const_scalar(g, n->inputs[k], &s) || g->values[n->inputs[1 - k]].constant || s == 0 || !isfinite(s) ||
-                !same_dims(&g->values[n->inputs[1 - k]], &g->values[n->outputs[0]]))
+                !fr_same_dims(&g->values[n->inputs[1 - k]], &g->values[n->outputs[0]]))
                 return 0;
             m->scale = div ? 1.0 / s : s;
             m->have_scale = 1;
@@ -184,7 +134,7 @@ static int match_scores(const fuse_ctx *c, int x, match *m)
             x = n->inputs[1 - k];
             continue;
         }
-        if (is_op(n, "MatMul") && n->n_inputs == 2) {
+        if (fr_is_onnx_op(n, "MatMul") && n->n_inputs == 2) {
             const fr_value *q = &g->values[n->inputs[0]], *kt = &g->values[n->inputs[1]];
             if (q->rank < 2 || kt->rank < 2 || kt->rank > q->rank || !is_f32(g, n->inputs[0]) || !is_f32(g, n->inputs[1]))
                 return 0;
@@ -205,7 +155,7 @@ static int match_scores(const fuse_ctx *c, int x, match *m)
 /* Softmax over the last axis (either opset convention). */
 static int softmax_last_axis(const fr_graph *g, const fr_node *n)
 {
-    if (!is_op(n, "Softmax") || n->n_inputs != 1 || n->n_outputs != 1) return 0;
+    if (!fr_is_onnx_op(n, "Softmax") || n->n_inputs != 1 || n->n_outputs != 1) return 0;
     const int legacy = fr_graph_opset(g, "") < 13, r = g->values[n->inputs[0]].rank;
     int64_t axis;
     if (r < 2 || fr_node_attr_int(n, "axis", legacy ? 1 : -1, &axis) != FR_OK) return 0;
@@ -214,7 +164,7 @@ static int softmax_last_axis(const fr_graph *g, const fr_node *n)
 }
 
 /* The whole pattern around Softmax node s. */
-static int match_at(const fuse_ctx *c, int s, match *m)
+static int match_at(const fr_readers *c, int s, match *m)
 {
     const fr_graph *g = c->g;
     const fr_node *sm = &g->nodes[s];
@@ -224,15 +174,14 @@ static int match_at(const fuse_ctx *c, int s, match *m)
     /* forward: casts, then MatMul(P, V) */
     int p = sm->outputs[0], found = 0;
     for (int steps = 0; steps < 4 && !found; steps++) {
-        int r = sole_reader(c, p);
-        if (r < 0) return 0;
-        const fr_node *n = &g->nodes[r];
+        const fr_node *n = fr_sole_reader(c, p);
+        if (!n) return 0;
         if (noop_cast(g, n)) {
             add_dead(m, g, n);
             p = n->outputs[0];
             continue;
         }
-        if (!is_op(n, "MatMul") || n->n_inputs != 2 || n->inputs[0] != p || n->inputs[1] == p) return 0;
+        if (!fr_is_onnx_op(n, "MatMul") || n->n_inputs != 2 || n->inputs[0] != p || n->inputs[1] == p) return 0;
         m->v = n->inputs[1];
         m->o = n->outputs[0];
         add_dead(m, g, n);
@@ -264,14 +213,14 @@ static fr_status add_transpose(fr_graph *g, int x, int rank, const int64_t *perm
 }
 
 /* K [.., Tk, D] from KT: through KT's Transpose when it has one that only this reads. */
-static fr_status make_k(fuse_ctx *c, match *m, const char *base, int *k)
+static fr_status make_k(fr_readers *c, match *m, const char *base, int *k)
 {
     fr_graph *g = c->g;
     const int r = g->values[m->kt].rank;
     int64_t perm[FR_MAX_RANK];
-    const fr_node *t = producer(g, m->kt);
-    const fr_attr *pa = t && is_op(t, "Transpose") ? fr_node_attr(t, "perm") : NULL;
-    if (pa && pa->type == FR_ATTR_INTS && pa->n == r && c->readers[m->kt] == 1) {
+    const fr_node *t = fr_live_producer(g, m->kt);
+    const fr_attr *pa = t && fr_is_onnx_op(t, "Transpose") ? fr_node_attr(t, "perm") : NULL;
+    if (pa && pa->type == FR_ATTR_INTS && pa->n == r && c->count[m->kt] == 1) {
         memcpy(perm, pa->ints, sizeof(int64_t) * (size_t)r);
         int64_t tmp = perm[r - 2];
         perm[r - 2] = perm[r - 1];
@@ -292,7 +241,7 @@ static fr_status make_k(fuse_ctx *c, match *m, const char *base, int *k)
     return add_transpose(g, m->kt, r, perm, base, k);
 }
 
-static fr_status fuse_one(fuse_ctx *c, match *m, const char *softmax_name)
+static fr_status fuse_one(fr_readers *c, match *m, const char *softmax_name)
 {
     fr_graph *g = c->g;
     char base[480];
@@ -318,26 +267,26 @@ static fr_status fuse_one(fuse_ctx *c, match *m, const char *softmax_name)
 static fr_status fold_masks(fr_graph *g)
 {
     for (int s = 0; s < g->n_nodes; s++) {
-        if (!is_op(&g->nodes[s], "Softmax") || g->nodes[s].n_inputs < 1) continue;
+        if (!fr_is_onnx_op(&g->nodes[s], "Softmax") || g->nodes[s].n_inputs < 1) continue;
         int x = g->nodes[s].inputs[0];
         for (int steps = 0; steps < 8 && x >= 0; steps++) {
-            const fr_node *n = producer(g, x);
+            const fr_node *n = fr_live_producer(g, x);
             if (!n || n->n_inputs < 1) break;
             int f0 = 0, f1 = 0, f2 = 0;
-            if (is_op(n, "Add") && n->n_inputs == 2) {
+            if (fr_is_onnx_op(n, "Add") && n->n_inputs == 2) {
                 int a = n->inputs[0], b = n->inputs[1];
                 FR_TRY(fr_fold_value(g, a, MASK_FOLD_MAX, 4, &f0));
                 FR_TRY(fr_fold_value(g, b, MASK_FOLD_MAX, 4, &f1));
                 if (f0 == f1) break; /* both constant, or neither: no mask here */
                 x = f0 ? b : a;
-            } else if (is_op(n, "Where") && n->n_inputs == 3) {
+            } else if (fr_is_onnx_op(n, "Where") && n->n_inputs == 3) {
                 int a = n->inputs[1];
                 FR_TRY(fr_fold_value(g, n->inputs[0], MASK_FOLD_MAX, 4, &f0));
                 FR_TRY(fr_fold_value(g, n->inputs[2], MASK_FOLD_MAX, 4, &f2));
                 x = a;
-            } else if ((is_op(n, "Mul") || is_op(n, "Div")) && n->n_inputs == 2) {
+            } else if ((fr_is_onnx_op(n, "Mul") || fr_is_onnx_op(n, "Div")) && n->n_inputs == 2) {
                 x = g->values[n->inputs[0]].constant ? n->inputs[1] : n->inputs[0];
-            } else if (is_op(n, "Cast")) {
+            } else if (fr_is_onnx_op(n, "Cast")) {
                 x = n->inputs[0];
             } else {
                 break;
@@ -351,8 +300,8 @@ fr_status fr_fuse_attention(fr_graph *g, int *count)
 {
     *count = 0;
     FR_TRY(fold_masks(g));
-    fuse_ctx c = {g, NULL};
-    fr_status st = count_readers(&c);
+    fr_readers c = {g, NULL};
+    fr_status st = fr_readers_refresh(&c, "attention fusion");
     const int n_nodes = g->n_nodes; /* nodes added while fusing are not candidates */
     for (int s = 0; s < n_nodes && st == FR_OK; s++) {
         match m;
@@ -365,10 +314,10 @@ fr_status fr_fuse_attention(fr_graph *g, int *count)
         if (*count == 0) st = fr_graph_import_opset(g, FR_DOMAIN_FP8RUN, 1);
         if (st == FR_OK) st = fuse_one(&c, &m, name);
         free(name);
-        if (st == FR_OK) st = count_readers(&c);
+        if (st == FR_OK) st = fr_readers_refresh(&c, "attention fusion");
         if (st == FR_OK) (*count)++;
     }
-    free(c.readers);
+    fr_readers_free(&c);
     if (st == FR_OK && *count) {
         int removed;
         st = fr_graph_compact(g);

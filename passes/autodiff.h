@@ -26,6 +26,9 @@ fr_status fr_grad_node(fr_grad_ctx *ctx, const char *op_type, const char *domain
                        const int *in, int n_out, int *out, int *node_id);
 /* Run shape inference for one node (after its attributes are set). */
 fr_status fr_grad_finish(fr_grad_ctx *ctx, int node_id);
+/* For a node whose output i is the gradient of forward input i (i < n): ctx->din[i] = out[i]
+ * where that gradient is needed; the other output slots are emptied, so they are not computed. */
+void fr_grad_keep_needed(fr_grad_ctx *ctx, int node_id, int n, const int *out);
 /* One-call form for nodes without attributes: emit + infer; returns the single output. */
 fr_status fr_grad_op1(fr_grad_ctx *ctx, const char *op_type, int n_in, const int *in, int *out);
 /* Sum `grad` down to the shape of value `like` (undoing numpy broadcasting); *out = grad

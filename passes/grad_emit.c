@@ -59,6 +59,19 @@ fr_status fr_grad_node(fr_grad_ctx *ctx, const char *op_type, const char *domain
 
 fr_status fr_grad_finish(fr_grad_ctx *ctx, int node_id) { return fr_node_infer(ctx->g, node_id); }
 
+void fr_grad_keep_needed(fr_grad_ctx *ctx, int node_id, int n, const int *out)
+{
+    fr_node *gn = &ctx->g->nodes[node_id];
+    for (int i = 0; i < n; i++) {
+        if (ctx->need_din[i]) {
+            ctx->din[i] = out[i];
+        } else {
+            ctx->g->values[out[i]].producer = -1;
+            gn->outputs[i] = -1;
+        }
+    }
+}
+
 fr_status fr_grad_op1(fr_grad_ctx *ctx, const char *op_type, int n_in, const int *in, int *out)
 {
     int nid;

@@ -8,35 +8,19 @@
 #include "../ops/layout_plan.h"
 #include "../ops/op.h"
 #include "autodiff.h"
+#include "pattern.h"
 #include "rotary_fuse.h"
 
 typedef struct fuse_ctx {
-    fr_graph *g;
-    int *readers;     /* per value: input slots of live nodes reading it, plus 1 if a graph output */
+    fr_readers rd;
     char *needs_grad; /* per value: a trainable parameter is upstream */
 } fuse_ctx;
-
-static fr_status count_readers(fuse_ctx *c)
-{
-    fr_graph *g = c->g;
-    free(c->readers);
-    c->readers = fr_calloc((size_t)g->n_values + 1, sizeof(int), "rotary fusion");
-    if (!c->readers) return FR_ERR_OOM;
-    for (int i = 0; i < g->n_nodes; i++) {
-        const fr_node *n = &g->nodes[i];
-        if (n->dead) continue;
-        for (int k = 0; k < n->n_inputs; k++)
-            if (n->inputs[k] >= 0) c->readers[n->inputs[k]]++;
-    }
-    for (int i = 0; i < g->n_outputs; i++) c->readers[g->outputs[i]]++;
-    return FR_OK;
-}
 
 /* needs_grad: FR_VAL_PARAM values and everything computed from them (to a fixed point, so the
  * node order does not matter). */
 static fr_status mark_needs_grad(fuse_ctx *c)
 {
-    fr_graph *g = c->g;
+    fr_graph *g = c->rd.g;
     c->needs_grad = fr_calloc((size_t)g->n_values + 1, 1, "rotary fusion");
     if (!c->needs_grad) return FR_ERR_OOM;
     for (int i = 0; i < g->n_values; i++) c->needs_grad[i] = (g->values[i].flags & FR_VAL_PARAM) != 0;
@@ -51,43 +35,6 @@ static fr_status mark_needs_grad(fuse_ctx *c)
         }
     }
     return FR_OK;
-}
-
-static int is_op(const fr_node *n, const char *op) { return !n->dead && !n->domain[0] && strcmp(n->op_type, op) == 0; }
-
-static const fr_node *producer(const fr_graph *g, int v)
-{
-    int p = v >= 0 ? g->values[v].producer : -1;
-    return p >= 0 && !g->nodes[p].dead ? &g->nodes[p] : NULL;
-}
-
-/* The live node reading v, when it is v's only reader (one input slot, not a graph output). */
-static const fr_node *sole_reader(const fuse_ctx *c, int v)
-{
-    if (v < 0 || c->readers[v] != 1) return NULL;
-    const fr_graph *g = c->g;
-    for (int i = 0; i < g->n_nodes; i++) {
-        const fr_node *n = &g->nodes[i];
-        if (n->dead) continue;
-        for (int k = 0; k < n->n_inputs; k++)
-            if (n->inputs[k] == v) return n;
-    }
-    return NULL;
-}
-
-/* A Mul (or Add) of two inputs, one of them v: the other one (-1 if not). */
-static int binary_other(const fr_node *n, const char *op, int v)
-{
-    if (!n || !is_op(n, op) || n->n_inputs != 2 || n->n_outputs != 1) return -1;
-    return n->inputs[0] == v ? n->inputs[1] : n->inputs[1] == v ? n->inputs[0] : -1;
-}
-
-static int same_dims(const fr_value *a, const fr_value *b)
-{
-    if (a->rank != b->rank) return 0;
-    for (int k = 0; k < a->rank; k++)
-        if (a->dims[k] != b->dims[k]) return 0;
-    return 1;
 }
 
 /* A constant integer list input of a Slice (at most FR_MAX_RANK entries); *cnt = -1 when the
@@ -107,7 +54,7 @@ static int const_list(const fr_graph *g, const fr_node *n, int i, int *cnt, int6
  * when the node is no such Slice. */
 static int64_t last_axis_slice_start(const fr_graph *g, const fr_node *n, int x)
 {
-    if (!is_op(n, "Slice") || n->n_outputs != 1 || n->inputs[0] != x) return -1;
+    if (!fr_is_onnx_op(n, "Slice") || n->n_outputs != 1 || n->inputs[0] != x) return -1;
     const fr_value *X = &g->values[x];
     int cnt, n_ends, n_axes, n_steps;
     int64_t st[FR_MAX_RANK], en[FR_MAX_RANK], ax[FR_MAX_RANK], sp[FR_MAX_RANK];
@@ -142,7 +89,7 @@ static int norm_axis(const fr_node *n, int rank)
 /* cos or sin: float32, broadcasting to x's shape without enlarging it, needing no gradient. */
 static int table_ok(const fuse_ctx *c, int t, int x)
 {
-    const fr_value *T = &c->g->values[t], *X = &c->g->values[x];
+    const fr_value *T = &c->rd.g->values[t], *X = &c->rd.g->values[x];
     if (t == x || c->needs_grad[t] || T->dtype != FR_F32 || T->rank > X->rank) return 0;
     for (int k = 0; k < T->rank; k++) {
         int64_t td = T->dims[T->rank - 1 - k], xd = X->dims[X->rank - 1 - k];
@@ -159,14 +106,14 @@ typedef struct match {
 /* The halves (x1, x2) of x: two Slices, or one Split; their nodes appended to m->dead. */
 static int halves(const fuse_ctx *c, int x1, int x2, match *m)
 {
-    const fr_graph *g = c->g;
-    const fr_node *p1 = producer(g, x1), *p2 = producer(g, x2);
-    if (!p1 || !p2 || c->readers[x1] != 1 || c->readers[x2] != 1) return 0;
+    const fr_graph *g = c->rd.g;
+    const fr_node *p1 = fr_live_producer(g, x1), *p2 = fr_live_producer(g, x2);
+    if (!p1 || !p2 || c->rd.count[x1] != 1 || c->rd.count[x2] != 1) return 0;
     if (p1 == p2) { /* Split(x) -> (x1, x2) */
-        if (!is_op(p1, "Split") || p1->n_outputs != 2 || p1->outputs[0] != x1 || p1->outputs[1] != x2) return 0;
+        if (!fr_is_onnx_op(p1, "Split") || p1->n_outputs != 2 || p1->outputs[0] != x1 || p1->outputs[1] != x2) return 0;
         const int x = p1->inputs[0];
         const fr_value *X = &g->values[x], *A = &g->values[x1], *B = &g->values[x2];
-        if (X->rank < 1 || norm_axis(p1, X->rank) != X->rank - 1 || !same_dims(A, B) || A->rank != X->rank ||
+        if (X->rank < 1 || norm_axis(p1, X->rank) != X->rank - 1 || !fr_same_dims(A, B) || A->rank != X->rank ||
             2 * A->dims[A->rank - 1] != X->dims[X->rank - 1])
             return 0;
         m->x = x;
@@ -185,35 +132,35 @@ static int halves(const fuse_ctx *c, int x1, int x2, match *m)
 
 static int match_at(const fuse_ctx *c, int ci, match *m)
 {
-    const fr_graph *g = c->g;
+    const fr_graph *g = c->rd.g;
     const fr_node *cat = &g->nodes[ci];
     memset(m, 0, sizeof *m);
-    if (!is_op(cat, "Concat") || cat->n_inputs != 2 || cat->n_outputs != 1) return 0;
+    if (!fr_is_onnx_op(cat, "Concat") || cat->n_inputs != 2 || cat->n_outputs != 1) return 0;
     const int rot = cat->outputs[0];
     const fr_value *R = &g->values[rot];
     if (R->dtype != FR_F32 || R->rank < 1 || R->dims[R->rank - 1] % 2 || norm_axis(cat, R->rank) != R->rank - 1) return 0;
     /* rotate_half: Concat(Neg(x2), x1) */
-    const fr_node *neg = producer(g, cat->inputs[0]);
-    if (!neg || !is_op(neg, "Neg") || neg->n_inputs != 1 || c->readers[cat->inputs[0]] != 1) return 0;
+    const fr_node *neg = fr_live_producer(g, cat->inputs[0]);
+    if (!neg || !fr_is_onnx_op(neg, "Neg") || neg->n_inputs != 1 || c->rd.count[cat->inputs[0]] != 1) return 0;
     if (!halves(c, cat->inputs[1], neg->inputs[0], m)) return 0;
     const fr_value *X = &g->values[m->x];
-    if (X->dtype != FR_F32 || !same_dims(X, R)) return 0;
+    if (X->dtype != FR_F32 || !fr_same_dims(X, R)) return 0;
     /* Mul(rot, sin) read only by Add(., Mul(x, cos)) */
-    const fr_node *ms = sole_reader(c, rot);
-    m->sin = binary_other(ms, "Mul", rot);
+    const fr_node *ms = fr_sole_reader(&c->rd, rot);
+    m->sin = fr_binary_other(ms, "Mul", rot);
     if (m->sin < 0 || m->sin == rot) return 0;
     const int t2 = ms->outputs[0];
-    const fr_node *add = sole_reader(c, t2);
-    const int t1 = binary_other(add, "Add", t2);
-    if (t1 < 0 || t1 == t2 || c->readers[t1] != 1) return 0;
-    const fr_node *mc = producer(g, t1);
-    m->cos = binary_other(mc, "Mul", m->x);
+    const fr_node *add = fr_sole_reader(&c->rd, t2);
+    const int t1 = fr_binary_other(add, "Add", t2);
+    if (t1 < 0 || t1 == t2 || c->rd.count[t1] != 1) return 0;
+    const fr_node *mc = fr_live_producer(g, t1);
+    m->cos = fr_binary_other(mc, "Mul", m->x);
     if (m->cos < 0) return 0;
     m->y = add->outputs[0];
     if (!table_ok(c, m->cos, m->x) || !table_ok(c, m->sin, m->x)) return 0;
     const int vals[3] = {t1, t2, m->y};
     for (int i = 0; i < 3; i++)
-        if (g->values[vals[i]].dtype != FR_F32 || !same_dims(&g->values[vals[i]], X)) return 0;
+        if (g->values[vals[i]].dtype != FR_F32 || !fr_same_dims(&g->values[vals[i]], X)) return 0;
     m->dead[m->n_dead++] = (int)(neg - g->nodes);
     m->dead[m->n_dead++] = ci;
     m->dead[m->n_dead++] = (int)(ms - g->nodes);
@@ -224,7 +171,7 @@ static int match_at(const fuse_ctx *c, int ci, match *m)
 
 static fr_status fuse_one(fuse_ctx *c, const match *m)
 {
-    fr_graph *g = c->g;
+    fr_graph *g = c->rd.g;
     char base[600];
     snprintf(base, sizeof base, "%s/fused_rotary", g->nodes[m->dead[m->n_dead - 1]].name);
     for (int i = 0; i < m->n_dead; i++) g->nodes[m->dead[i]].dead = 1;
@@ -236,8 +183,8 @@ static fr_status fuse_one(fuse_ctx *c, const match *m)
 fr_status fr_fuse_rotary(fr_graph *g, int *count)
 {
     *count = 0;
-    fuse_ctx c = {g, NULL, NULL};
-    fr_status st = count_readers(&c);
+    fuse_ctx c = {{g, NULL}, NULL};
+    fr_status st = fr_readers_refresh(&c.rd, "rotary fusion");
     if (st == FR_OK) st = mark_needs_grad(&c);
     const int n_nodes = g->n_nodes; /* nodes added while fusing are not candidates */
     for (int i = 0; i < n_nodes && st == FR_OK; i++) {
@@ -245,10 +192,10 @@ fr_status fr_fuse_rotary(fr_graph *g, int *count)
         if (!match_at(&c, i, &m)) continue;
         if (*count == 0) st = fr_graph_import_opset(g, FR_DOMAIN_FP8RUN, 1);
         if (st == FR_OK) st = fuse_one(&c, &m);
-        if (st == FR_OK) st = count_readers(&c);
+        if (st == FR_OK) st = fr_readers_refresh(&c.rd, "rotary fusion");
         if (st == FR_OK) (*count)++;
     }
-    free(c.readers);
+    fr_readers_free(&c.rd);
     free(c.needs_grad);
     if (st == FR_OK && *count) {
         st = fr_graph_compact(g);

@@ -1,0 +1,62 @@
+/* Graph pattern matching helpers (see pattern.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pattern.h"
+
+fr_status fr_readers_refresh(fr_readers *r, const char *who)
+{
+    const fr_graph *g = r->g;
+    free(r->count);
+    r->count = fr_calloc((size_t)g->n_values + 1, sizeof(int), who);
+    if (!r->count) return FR_ERR_OOM;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const fr_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        for (int k = 0; k < n->n_inputs; k++)
+            if (n->inputs[k] >= 0) r->count[n->inputs[k]]++;
+    }
+    for (int i = 0; i < g->n_outputs; i++) r->count[g->outputs[i]]++;
+    return FR_OK;
+}
+
+void fr_readers_free(fr_readers *r)
+{
+    free(r->count);
+    r->count = NULL;
+}
+
+const fr_node *fr_sole_reader(const fr_readers *r, int v)
+{
+    if (v < 0 || r->count[v] != 1) return NULL;
+    const fr_graph *g = r->g;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const fr_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        for (int k = 0; k < n->n_inputs; k++)
+            if (n->inputs[k] == v) return n;
+    }
+    return NULL; /* the one reader is a graph output */
+}
+
+const fr_node *fr_live_producer(const fr_graph *g, int v)
+{
+    int p = v >= 0 ? g->values[v].producer : -1;
+    return p >= 0 && !g->nodes[p].dead ? &g->nodes[p] : NULL;
+}
+
+int fr_is_onnx_op(const fr_node *n, const char *op) { return !n->dead && !n->domain[0] && strcmp(n->op_type, op) == 0; }
+
+int fr_binary_other(const fr_node *n, const char *op, int v)
+{
+    if (!n || !fr_is_onnx_op(n, op) || n->n_inputs != 2 || n->n_outputs != 1) return -1;
+    return n->inputs[0] == v ? n->inputs[1] : n->inputs[1] == v ? n->inputs[0] : -1;
+}
+
+int fr_same_dims(const fr_value *a, const fr_value *b)
+{
+    if (a->rank != b->rank) return 0;
+    for (int k = 0; k < a->rank; k++)
+        if (a->dims[k] != b->dims[k]) return 0;
+    return 1;
+}

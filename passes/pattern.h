@@ -1,0 +1,31 @@
+/* Graph pattern matching for the fusion passes (attention_fuse, swiglu_fuse, rotary_fuse):
+ * who reads a value, who produces it, which node an op is. A pass holds one fr_readers table,
+ * rebuilds it after each rewrite (nodes marked dead stop counting) and frees it at the end. */
+#ifndef FR_PATTERN_H
+#define FR_PATTERN_H
+
+#include "../graph/ir.h"
+
+typedef struct fr_readers {
+    fr_graph *g;
+    int *count; /* per value: input slots of live nodes reading it, plus 1 if a graph output */
+} fr_readers;
+
+/* (Re)count the readers of every value of r->g; `who` names the pass in an out-of-memory
+ * error. */
+fr_status fr_readers_refresh(fr_readers *r, const char *who);
+void fr_readers_free(fr_readers *r);
+
+/* The live node reading v when it is v's only reader (one input slot, not a graph output);
+ * NULL otherwise. */
+const fr_node *fr_sole_reader(const fr_readers *r, int v);
+/* v's producer when it is live (NULL for inputs, constants and v < 0). */
+const fr_node *fr_live_producer(const fr_graph *g, int v);
+/* n is a live node of the default ONNX domain with this op_type. */
+int fr_is_onnx_op(const fr_node *n, const char *op);
+/* n (may be NULL) is a live two-input, one-output `op` reading v: its other input; else -1. */
+int fr_binary_other(const fr_node *n, const char *op, int v);
+/* Same rank and dims. */
+int fr_same_dims(const fr_value *a, const fr_value *b);
+
+#endif
