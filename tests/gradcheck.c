@@ -135,6 +135,19 @@ const fr_tensor *fr_gc_value(const fr_graph *g, fr_tensor **t, int vid)
     return g->values[vid].constant ? g->values[vid].constant : t[vid];
 }
 
+double fr_gc_rel_l2(const fr_tensor *a, const fr_tensor *b)
+{
+    int64_t n = fr_tensor_numel(b);
+    if (!a || fr_tensor_numel(a) != n) return INFINITY;
+    double d2 = 0, r2 = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double x = fr_tensor_get_f64(a, i), y = fr_tensor_get_f64(b, i);
+        d2 += (x - y) * (x - y);
+        r2 += y * y;
+    }
+    return r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
+}
+
 void fr_gc_expect(fr_graph *g, fr_tensor **t, int vid, const double *want, int64_t n, double tol, const char *what)
 {
     CU_ASSERT_FATAL(vid >= 0);

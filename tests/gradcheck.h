@@ -52,6 +52,9 @@ const fr_tensor *fr_gc_value(const fr_graph *g, fr_tensor **t, int vid);
 /* Asserts that value `vid` (a constant, or computed into t) holds want[0..n): equal within
  * tol relative, NaN meeting NaN; prints each element that is not. */
 void fr_gc_expect(fr_graph *g, fr_tensor **t, int vid, const double *want, int64_t n, double tol, const char *what);
+/* ||a - b|| / ||b|| over the elements in double (||a - b|| when b is all zero); +inf when a is
+ * NULL or its element count differs from b's. */
+double fr_gc_rel_l2(const fr_tensor *a, const fr_tensor *b);
 
 /* Run every node of g in order on the CPU, values held in a table indexed by value id
  * (constants read in place). tensors[vid] receives owned tensors for computed values.

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuse_test_util.h"
 #include "gradcheck.h"
 #include "graph/onnx_io.h"
 #include "passes/attention_fuse.h"
@@ -28,20 +29,8 @@ static int count_op(const fr_graph *g, const char *op)
 /* Prepare for [batch, seq] inputs, fuse; returns the fused count (-1 on error). */
 static int prepare_and_fuse_at(fr_graph *g, int64_t batch, int64_t seq)
 {
-    fr_input_shape sh[8];
-    int n = 0;
-    for (int i = 0; i < g->n_inputs && n < 8; i++, n++) {
-        sh[n].name = g->values[g->inputs[i]].name;
-        sh[n].rank = 2;
-        sh[n].dims[0] = batch;
-        sh[n].dims[1] = seq;
-    }
-    fr_prepare_options po;
-    fr_prepare_options_default(&po);
-    po.input_shapes = sh;
-    po.n_input_shapes = n;
     int c = -1;
-    if (fr_prepare_forward(g, &po, NULL) != FR_OK || fr_fuse_attention(g, &c) != FR_OK) {
+    if (fr_ft_prepare(g, batch, seq) != FR_OK || fr_fuse_attention(g, &c) != FR_OK) {
         printf("\n  %s", fr_last_error());
         return -1;
     }
@@ -155,25 +144,6 @@ static int build(fr_graph *g, int kind, int *q, int *k4, int *v)
     return o;
 }
 
-static void run_graph(fr_graph *g, const fr_tensor *const *ins, const int *in_vids, int o, fr_tensor **out)
-{
-    for (int i = 0; i < 3; i++) {
-        fr_tensor *c;
-        FR_ASSERT_OK(fr_tensor_clone(ins[i], "input", &c));
-        g->values[in_vids[i]].constant = c;
-    }
-    fr_tensor **t = calloc((size_t)g->n_values, sizeof *t);
-    CU_ASSERT_FATAL(t != NULL);
-    FR_ASSERT_OK(fr_gc_run(g, t));
-    FR_ASSERT_OK(fr_tensor_clone(fr_gc_value(g, t, o), "O", out));
-    fr_gc_free_tensors(g, t);
-    free(t);
-    for (int i = 0; i < 3; i++) {
-        fr_tensor_free(g->values[in_vids[i]].constant);
-        g->values[in_vids[i]].constant = NULL;
-    }
-}
-
 static void check_kind(int kind, int want_fused)
 {
     fr_rng r = fr_test_rng("attn_fuse_kinds");
@@ -189,13 +159,13 @@ static void check_kind(int kind, int want_fused)
     for (int i = 0; i < 3; i++) fr_rng_fill_normal(&r, ins[i]->data, fr_tensor_numel(ins[i]), 1.0f);
     int vids[3] = {q, k4, v};
     fr_tensor *before = NULL, *after = NULL;
-    if (kind != MASK_INPUT) run_graph(g, (const fr_tensor *const *)ins, vids, o, &before);
+    if (kind != MASK_INPUT) before = fr_ft_run(g, 3, vids, (const fr_tensor *const *)ins, o);
     int n = -1;
     FR_ASSERT_OK(fr_fuse_attention(g, &n));
     CU_ASSERT_EQUAL(n, want_fused);
     CU_ASSERT_EQUAL(count_op(g, "Softmax"), !want_fused);
     if (kind != MASK_INPUT) {
-        run_graph(g, (const fr_tensor *const *)ins, vids, o, &after);
+        after = fr_ft_run(g, 3, vids, (const fr_tensor *const *)ins, o);
         double e = fr_rel_l2(after->data, before->data, fr_tensor_numel(before));
         if (e > 1e-6) printf("\n  kind %d: fused O differs by %g", kind, e);
         CU_ASSERT(e <= 1e-6);
@@ -215,37 +185,13 @@ static void test_p_read_twice_stays(void) { check_kind(P_READ_TWICE, 0); }
 
 /* ---- training: fused vs unfused ---- */
 
-#define TB 2
-#define TT 16
-#define STEPS 20
-
 static void train_losses(const fr_graph *g, const char *precision, int fuse, double *loss, int *n_attention)
 {
     fr_train_options o;
-    fr_train_options_default(&o);
-    o.batch = TB;
-    o.seq_len = TT;
+    fr_ft_train_options(&o);
     o.precision = precision;
     o.fuse_attention = fuse;
-    o.lr.max_lr = 3e-3;
-    fr_trainer *t = NULL;
-    fr_status st = fr_trainer_new(g, &o, &t);
-    if (st != FR_OK) printf("\n  %s: %s", precision, fr_last_error());
-    CU_ASSERT_EQUAL_FATAL(st, FR_OK);
-    const fr_fp8_report *rep = fr_trainer_fp8_report(t);
-    *n_attention = rep ? rep->n_attention : -1;
-    uint64_t s = 12345;
-    int64_t w[TB * (TT + 1)];
-    for (int k = 0; k < STEPS; k++) {
-        for (int i = 0; i < TB * (TT + 1); i++) {
-            s = s * 6364136223846793005ull + 1442695040888963407ull; /* a learnable stream: */
-            w[i] = i % (TT + 1) == 0 ? (int64_t)((s >> 33) % 64) : (w[i - 1] * 5 + 3) % 64; /* x' = 5x + 3 */
-        }
-        fr_train_stats stats;
-        FR_ASSERT_OK(fr_trainer_step(t, w, 1, &stats));
-        loss[k] = stats.loss;
-    }
-    fr_trainer_free(t);
+    fr_ft_train_losses(g, &o, loss, n_attention);
 }
 
 static void check_training(const char *precision, double tol)
@@ -253,15 +199,11 @@ static void check_training(const char *precision, double tol)
     fr_llama_config c = {.d = 64, .layers = 2, .heads = 4, .kv_heads = 2, .ffn = 96, .vocab = 64, .max_seq = 32, .seed = 3};
     fr_graph *g = NULL;
     FR_ASSERT_OK(fr_llama_generate(&c, &g));
-    double fused[STEPS], plain[STEPS];
+    double fused[FR_FT_STEPS], plain[FR_FT_STEPS];
     int na_f, na_p;
     train_losses(g, precision, 1, fused, &na_f);
     train_losses(g, precision, 0, plain, &na_p);
-    double worst = 0;
-    for (int k = 0; k < STEPS; k++) worst = fmax(worst, fabs(fused[k] - plain[k]) / fabs(plain[k]));
-    if (worst > tol) printf("\n  %s: fused vs unfused losses differ by %g relative", precision, worst);
-    CU_ASSERT(worst <= tol);
-    CU_ASSERT(plain[STEPS - 1] < plain[0]); /* it trains */
+    fr_ft_expect_same_losses(precision, fused, plain, tol);
     if (strcmp(precision, "fp32") != 0) {
         CU_ASSERT_EQUAL(na_f, 2);
         CU_ASSERT_EQUAL(na_p, 0);

@@ -39,19 +39,6 @@ static int64_t numel(int rank, const int64_t *d)
     return n;
 }
 
-static double rel_l2(const fr_tensor *a, const fr_tensor *b)
-{
-    int64_t n = fr_tensor_numel(b);
-    if (!a || fr_tensor_numel(a) != n) return INFINITY;
-    double d2 = 0, r2 = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double x = fr_tensor_get_f64(a, i), y = fr_tensor_get_f64(b, i);
-        d2 += (x - y) * (x - y);
-        r2 += y * y;
-    }
-    return r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
-}
-
 static int add_random(fr_graph *g, fr_rng *r, const char *name, fr_dtype dt, int rank, const int64_t *dims)
 {
     const int64_t n = numel(rank, dims);
@@ -113,7 +100,7 @@ static void check_forward(fr_dtype dt, double tol)
         fr_tensor **t = calloc((size_t)g->n_values, sizeof *t);
         CU_ASSERT_FATAL(t != NULL);
         FR_ASSERT_OK(fr_gc_run(g, t));
-        double e = rel_l2(fr_gc_value(g, t, y), fr_gc_value(g, t, ref));
+        double e = fr_gc_rel_l2(fr_gc_value(g, t, y), fr_gc_value(g, t, ref));
         if (e > tol) printf("\n  case %d %s: %g", ci, fr_dtype_name(dt), e);
         CU_ASSERT(e <= tol);
         fr_gc_free_tensors(g, t);
@@ -166,7 +153,7 @@ static void check_grad_vs_unfused(fr_dtype dt, double tol)
     const char *seed = dt == FR_F64 ? "rotary_grad64" : "rotary_grad32";
     for (int ci = 0; ci < N_CASES; ci++) {
         fr_tensor *ref = grad_x(&cases[ci], dt, seed, 0), *got = grad_x(&cases[ci], dt, seed, 1);
-        double e = rel_l2(got, ref);
+        double e = fr_gc_rel_l2(got, ref);
         if (e > tol) printf("\n  case %d %s: dX %g", ci, fr_dtype_name(dt), e);
         CU_ASSERT(e <= tol);
         fr_tensor_free(ref);

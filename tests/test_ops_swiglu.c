@@ -31,19 +31,6 @@ static int64_t numel(const shape_case *c)
     return n;
 }
 
-static double rel_l2(const fr_tensor *a, const fr_tensor *b)
-{
-    int64_t n = fr_tensor_numel(b);
-    if (!a || fr_tensor_numel(a) != n) return INFINITY;
-    double d2 = 0, r2 = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double x = fr_tensor_get_f64(a, i), y = fr_tensor_get_f64(b, i);
-        d2 += (x - y) * (x - y);
-        r2 += y * y;
-    }
-    return r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
-}
-
 /* A graph with constant inputs G, U (gate's shape) and GU = [G, U] on the last axis, random
  * N(0, 2) (so the sigmoid's tails are reached). */
 static fr_graph *new_graph(fr_rng *r, const shape_case *c, fr_dtype dt, int *G, int *U, int *GU)
@@ -104,11 +91,11 @@ static void check_forward(fr_dtype dt, double tol)
         CU_ASSERT_FATAL(t != NULL);
         FR_ASSERT_OK(fr_gc_run(g, t));
         const fr_tensor *want = fr_gc_value(g, t, ref);
-        double e2 = rel_l2(fr_gc_value(g, t, y2), want), e1 = rel_l2(fr_gc_value(g, t, y1), want);
+        double e2 = fr_gc_rel_l2(fr_gc_value(g, t, y2), want), e1 = fr_gc_rel_l2(fr_gc_value(g, t, y1), want);
         if (e1 > tol || e2 > tol) printf("\n  case %d %s: two-input %g, one-input %g", ci, fr_dtype_name(dt), e2, e1);
         CU_ASSERT(e2 <= tol);
         CU_ASSERT(e1 <= tol);
-        CU_ASSERT(rel_l2(fr_gc_value(g, t, y1), fr_gc_value(g, t, y2)) == 0); /* one formula, both forms */
+        CU_ASSERT(fr_gc_rel_l2(fr_gc_value(g, t, y1), fr_gc_value(g, t, y2)) == 0); /* one formula, both forms */
         fr_gc_free_tensors(g, t);
         free(t);
         fr_graph_free(g);
@@ -174,7 +161,7 @@ static void check_grad_vs_unfused(fr_dtype dt, double tol)
         grads(c, dt, seed, 0, ref);
         grads(c, dt, seed, 1, two);
         grads(c, dt, seed, 2, one);
-        double eg = rel_l2(two[0], ref[0]), eu = rel_l2(two[1], ref[1]);
+        double eg = fr_gc_rel_l2(two[0], ref[0]), eu = fr_gc_rel_l2(two[1], ref[1]);
         if (eg > tol || eu > tol) printf("\n  case %d %s: dgate %g, dup %g", ci, fr_dtype_name(dt), eg, eu);
         CU_ASSERT(eg <= tol);
         CU_ASSERT(eu <= tol);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuse_test_util.h"
 #include "gradcheck.h"
 #include "graph/onnx_io.h"
 #include "passes/autodiff.h"
@@ -31,29 +32,11 @@ static int count_op(const fr_graph *g, const char *op)
 
 static const fr_llama_config k_llama = {.d = 64, .layers = 2, .heads = 4, .kv_heads = 2, .ffn = 96, .vocab = 64, .max_seq = 32, .seed = 3};
 
-/* Prepare g for [batch, seq] inputs. */
-static void prepare(fr_graph *g, int64_t batch, int64_t seq)
-{
-    fr_input_shape sh[8];
-    int n = 0;
-    for (int i = 0; i < g->n_inputs && n < 8; i++, n++) {
-        sh[n].name = g->values[g->inputs[i]].name;
-        sh[n].rank = 2;
-        sh[n].dims[0] = batch;
-        sh[n].dims[1] = seq;
-    }
-    fr_prepare_options po;
-    fr_prepare_options_default(&po);
-    po.input_shapes = sh;
-    po.n_input_shapes = n;
-    FR_ASSERT_OK(fr_prepare_forward(g, &po, NULL));
-}
-
 static void test_generated_llama(void)
 {
     fr_graph *g = NULL;
     FR_ASSERT_OK(fr_llama_generate(&k_llama, &g));
-    prepare(g, 2, 16);
+    FR_ASSERT_OK(fr_ft_prepare(g, 2, 16));
     int n = -1;
     FR_ASSERT_OK(fr_fuse_rotary(g, &n));
     CU_ASSERT_EQUAL(n, 2 * k_llama.layers);
@@ -107,7 +90,7 @@ static void test_fixtures(void)
         char p[600];
         fr_graph *g = NULL;
         FR_ASSERT_OK(fr_onnx_load_file(fr_fixture(p, sizeof p, fx[i].path), &g));
-        prepare(g, 2, fx[i].seq);
+        FR_ASSERT_OK(fr_ft_prepare(g, 2, fx[i].seq));
         int n = -1;
         FR_ASSERT_OK(fr_fuse_rotary(g, &n));
         if (n != fx[i].fused) printf("\n  %s: fused %d, expected %d", fx[i].path, n, fx[i].fused);
@@ -180,23 +163,6 @@ static int build(fr_graph *g, fr_rng *r, int kind, int *x)
     return y;
 }
 
-/* Run g with X given as a constant for the run; y's tensor cloned. */
-static fr_tensor *run(fr_graph *g, int x, const fr_tensor *xin, int y)
-{
-    fr_tensor *c;
-    FR_ASSERT_OK(fr_tensor_clone(xin, "X", &c));
-    g->values[x].constant = c;
-    fr_tensor **t = calloc((size_t)g->n_values, sizeof *t), *out = NULL;
-    CU_ASSERT_FATAL(t != NULL);
-    FR_ASSERT_OK(fr_gc_run(g, t));
-    FR_ASSERT_OK(fr_tensor_clone(fr_gc_value(g, t, y), "y", &out));
-    fr_gc_free_tensors(g, t);
-    free(t);
-    fr_tensor_free(g->values[x].constant);
-    g->values[x].constant = NULL;
-    return out;
-}
-
 static void check_kind(int kind, int want_fused)
 {
     fr_rng r = fr_test_rng("rotary_fuse_kinds");
@@ -207,7 +173,7 @@ static void check_kind(int kind, int want_fused)
     fr_tensor *xin;
     FR_ASSERT_OK(fr_tensor_new(FR_F32, g->values[x].rank, g->values[x].dims, "X", &xin));
     fr_rng_fill_normal(&r, xin->data, fr_tensor_numel(xin), 1.0f);
-    fr_tensor *before = kind == P_ENLARGE ? NULL : run(g, x, xin, y);
+    fr_tensor *before = kind == P_ENLARGE ? NULL : fr_ft_run(g, 1, &x, (const fr_tensor *const *)&xin, y);
     int n = -1;
     FR_ASSERT_OK(fr_fuse_rotary(g, &n));
     if (n != want_fused) printf("\n  kind %d: %d fused", kind, n);
@@ -216,7 +182,7 @@ static void check_kind(int kind, int want_fused)
     CU_ASSERT_EQUAL(count_op(g, "Neg"), !want_fused);
     if (before) {
         y = fr_graph_find_value(g, g->values[y].name);
-        fr_tensor *after = run(g, x, xin, y);
+        fr_tensor *after = fr_ft_run(g, 1, &x, (const fr_tensor *const *)&xin, y);
         double e = fr_rel_l2(after->data, before->data, fr_tensor_numel(before));
         if (e > 1e-6) printf("\n  kind %d: fused y differs by %g", kind, e);
         CU_ASSERT(e <= 1e-6);
@@ -238,55 +204,24 @@ static void test_enlarge(void) { check_kind(P_ENLARGE, 0); }
 
 /* ---- training: RoPE fused vs unfused, attention unfused on both sides ---- */
 
-#define TB 2
-#define TT 16
-#define STEPS 20
-
-static void train_losses(const fr_graph *g, double *loss)
-{
-    fr_train_options o;
-    fr_train_options_default(&o);
-    o.batch = TB;
-    o.seq_len = TT;
-    o.fuse_attention = 0; /* only what the test fused itself differs */
-    o.lr.max_lr = 3e-3;
-    fr_trainer *t = NULL;
-    fr_status st = fr_trainer_new(g, &o, &t);
-    if (st != FR_OK) printf("\n  %s", fr_last_error());
-    CU_ASSERT_EQUAL_FATAL(st, FR_OK);
-    uint64_t s = 12345;
-    int64_t w[TB * (TT + 1)];
-    for (int k = 0; k < STEPS; k++) {
-        for (int i = 0; i < TB * (TT + 1); i++) {
-            s = s * 6364136223846793005ull + 1442695040888963407ull; /* a learnable stream: */
-            w[i] = i % (TT + 1) == 0 ? (int64_t)((s >> 33) % 64) : (w[i - 1] * 5 + 3) % 64; /* x' = 5x + 3 */
-        }
-        fr_train_stats stats;
-        FR_ASSERT_OK(fr_trainer_step(t, w, 1, &stats));
-        loss[k] = stats.loss;
-    }
-    fr_trainer_free(t);
-}
-
 static void test_train_fp32(void)
 {
     fr_graph *plain = NULL, *fused = NULL;
     FR_ASSERT_OK(fr_llama_generate(&k_llama, &plain));
     FR_ASSERT_OK(fr_llama_generate(&k_llama, &fused));
-    prepare(plain, TB, TT);
-    prepare(fused, TB, TT);
+    fr_train_options o;
+    fr_ft_train_options(&o);
+    o.fuse_attention = 0; /* only what the test fused itself differs */
+    FR_ASSERT_OK(fr_ft_prepare(plain, o.batch, o.seq_len));
+    FR_ASSERT_OK(fr_ft_prepare(fused, o.batch, o.seq_len));
     int n = -1;
     FR_ASSERT_OK(fr_fuse_rotary(fused, &n));
     CU_ASSERT_EQUAL(n, 2 * k_llama.layers);
-    double lf[STEPS], lp[STEPS];
-    train_losses(fused, lf);
-    train_losses(plain, lp);
-    double worst = 0;
-    for (int k = 0; k < STEPS; k++) worst = fmax(worst, fabs(lf[k] - lp[k]) / fabs(lp[k]));
-    if (worst > 1e-5) printf("\n  fused vs unfused losses differ by %g relative", worst);
-    printf(" (worst %.2g, loss %.4f -> %.4f) ", worst, lp[0], lp[STEPS - 1]);
-    CU_ASSERT(worst <= 1e-5);
-    CU_ASSERT(lp[STEPS - 1] < lp[0]); /* it trains */
+    double lf[FR_FT_STEPS], lp[FR_FT_STEPS];
+    fr_ft_train_losses(fused, &o, lf, NULL);
+    fr_ft_train_losses(plain, &o, lp, NULL);
+    double worst = fr_ft_expect_same_losses("fp32", lf, lp, 1e-5);
+    printf(" (worst %.2g, loss %.4f -> %.4f) ", worst, lp[0], lp[FR_FT_STEPS - 1]);
     fr_graph_free(plain);
     fr_graph_free(fused);
 }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuse_test_util.h"
 #include "gradcheck.h"
 #include "passes/autodiff.h"
 #include "passes/swiglu_fuse.h"
@@ -152,27 +153,6 @@ static int build(fr_graph *g, int kind, int *x)
     return y;
 }
 
-/* Run g on the inputs (graph inputs given as constants for the run); y's tensor cloned. */
-static fr_tensor *run(fr_graph *g, int n_in, const int *vids, fr_tensor *const *ins, int y)
-{
-    for (int i = 0; i < n_in; i++) {
-        fr_tensor *c;
-        FR_ASSERT_OK(fr_tensor_clone(ins[i], "input", &c));
-        g->values[vids[i]].constant = c;
-    }
-    fr_tensor **t = calloc((size_t)g->n_values, sizeof *t), *out = NULL;
-    CU_ASSERT_FATAL(t != NULL);
-    FR_ASSERT_OK(fr_gc_run(g, t));
-    FR_ASSERT_OK(fr_tensor_clone(fr_gc_value(g, t, y), "y", &out));
-    fr_gc_free_tensors(g, t);
-    free(t);
-    for (int i = 0; i < n_in; i++) {
-        fr_tensor_free(g->values[vids[i]].constant);
-        g->values[vids[i]].constant = NULL;
-    }
-    return out;
-}
-
 static void check_kind(int kind, int want_fused, int want_one_input)
 {
     fr_rng r = fr_test_rng("swiglu_fuse_kinds");
@@ -189,7 +169,7 @@ static void check_kind(int kind, int want_fused, int want_one_input)
         FR_ASSERT_OK(fr_tensor_new(FR_F32, v->rank, v->dims, v->name, &ins[i]));
         fr_rng_fill_normal(&r, ins[i]->data, fr_tensor_numel(ins[i]), 2.0f);
     }
-    fr_tensor *before = run(g, n_in, vids, ins, y);
+    fr_tensor *before = fr_ft_run(g, n_in, vids, (const fr_tensor *const *)ins, y);
     int n = -1, n1 = -1;
     FR_ASSERT_OK(fr_fuse_swiglu(g, &n, &n1));
     if (n != want_fused || n1 != want_one_input) printf("\n  kind %d: %d fused, %d one-input", kind, n, n1);
@@ -198,7 +178,7 @@ static void check_kind(int kind, int want_fused, int want_one_input)
     CU_ASSERT_EQUAL(count_op(g, "Sigmoid", -1), !want_fused);
     if (kind >= P_SPLIT) CU_ASSERT_EQUAL(count_op(g, "Split", -1), !want_one_input);
     y = fr_graph_find_value(g, g->values[y].name);
-    fr_tensor *after = run(g, n_in, vids, ins, y);
+    fr_tensor *after = fr_ft_run(g, n_in, vids, (const fr_tensor *const *)ins, y);
     double e = fr_rel_l2(after->data, before->data, fr_tensor_numel(before));
     if (e > 1e-6) printf("\n  kind %d: fused y differs by %g", kind, e);
     CU_ASSERT(e <= 1e-6);
@@ -221,49 +201,23 @@ static void test_split_three(void) { check_kind(P_SPLIT_THREE, 1, 0); }
 
 /* ---- training: fused vs unfused ---- */
 
-#define TB 2
-#define TT 16
-#define STEPS 20
-
 static void train_losses(const fr_graph *g, const char *precision, int fuse, double *loss)
 {
     fr_train_options o;
-    fr_train_options_default(&o);
-    o.batch = TB;
-    o.seq_len = TT;
+    fr_ft_train_options(&o);
     o.precision = precision;
     o.fuse_swiglu = fuse;
-    o.lr.max_lr = 3e-3;
-    fr_trainer *t = NULL;
-    fr_status st = fr_trainer_new(g, &o, &t);
-    if (st != FR_OK) printf("\n  %s: %s", precision, fr_last_error());
-    CU_ASSERT_EQUAL_FATAL(st, FR_OK);
-    uint64_t s = 12345;
-    int64_t w[TB * (TT + 1)];
-    for (int k = 0; k < STEPS; k++) {
-        for (int i = 0; i < TB * (TT + 1); i++) {
-            s = s * 6364136223846793005ull + 1442695040888963407ull; /* a learnable stream: */
-            w[i] = i % (TT + 1) == 0 ? (int64_t)((s >> 33) % 64) : (w[i - 1] * 5 + 3) % 64; /* x' = 5x + 3 */
-        }
-        fr_train_stats stats;
-        FR_ASSERT_OK(fr_trainer_step(t, w, 1, &stats));
-        loss[k] = stats.loss;
-    }
-    fr_trainer_free(t);
+    fr_ft_train_losses(g, &o, loss, NULL);
 }
 
 static void check_training(const char *precision, double tol)
 {
     fr_graph *g = NULL;
     FR_ASSERT_OK(fr_llama_generate(&k_llama, &g));
-    double fused[STEPS], plain[STEPS];
+    double fused[FR_FT_STEPS], plain[FR_FT_STEPS];
     train_losses(g, precision, 1, fused);
     train_losses(g, precision, 0, plain);
-    double worst = 0;
-    for (int k = 0; k < STEPS; k++) worst = fmax(worst, fabs(fused[k] - plain[k]) / fabs(plain[k]));
-    if (worst > tol) printf("\n  %s: fused vs unfused losses differ by %g relative", precision, worst);
-    CU_ASSERT(worst <= tol);
-    CU_ASSERT(plain[STEPS - 1] < plain[0]); /* it trains */
+    fr_ft_expect_same_losses(precision, fused, plain, tol);
     fr_graph_free(g);
 }
 
