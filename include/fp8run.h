@@ -578,7 +578,7 @@ FP8RUN_API fp8run_status fp8run_session_create(const fp8run_model *m, const char
 FP8RUN_API void fp8run_session_destroy(fp8run_session *s);
 /* Last error on this session; never NULL. */
 FP8RUN_API const char *fp8run_session_error(const fp8run_session *s);
-/* "cpu" (or "cuda" later). */
+/* "cpu" or "cuda" (what "auto" chose). */
 FP8RUN_API const char *fp8run_session_backend(const fp8run_session *s);
 
 typedef struct fp8run_step_stats {

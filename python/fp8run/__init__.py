@@ -464,6 +464,10 @@ class Report:
 StepStats = namedtuple("StepStats", "step loss grad_norm lr skipped bad_in_a_row reason")
 
 
+def _stats(st):
+    return StepStats(st.step, st.loss, st.grad_norm, st.lr, bool(st.skipped), st.bad_in_a_row, _str(st.reason))
+
+
 def _windows(array, count, what):
     """A C-contiguous int64/int32 array of `count` ids, as (array, dtype number)."""
     a = np.asarray(array)
@@ -485,7 +489,7 @@ class Session(_Handle):
     keyword arguments are the fields of fp8run_train_config (include/fp8run.h), e.g.
     grad_accum, recipe, fp8_format, bf16_boundary, fp8_exclude, fuse, pad_multiple, optimizer,
     weight_decay, lr_schedule, warmup_steps, total_steps, min_lr, grad_clip, seed,
-    train_regex, freeze_regex, dims={name: value}, eval_only."""
+    train_regex, freeze_regex, dims={name: value}, eval_only, fuse_attention, fuse_swiglu."""
     _destroy = "fp8run_session_destroy"
 
     def __init__(self, model, batch, seq, backend="cpu", **config):
@@ -526,9 +530,28 @@ class Session(_Handle):
         a, dt = _windows(windows, n, "train_step")
         st = _lib.sized(_lib.StepStats)
         _check(_L.fp8run_session_train_step(h, a.ctypes.data, dt, a.size, ctypes.byref(st)))
-        self.last_stats = StepStats(st.step, st.loss, st.grad_norm, st.lr, bool(st.skipped), st.bad_in_a_row,
-                                    _str(st.reason))
+        self.last_stats = _stats(st)
         return st.loss
+
+    def train_step_async(self, windows):
+        """Queue one step without waiting for it (on a GPU the host runs ahead); returns the
+        step's index. Its statistics come from poll_stats(), oldest first."""
+        h = self._handle()
+        n = self.grad_accum * self.batch * (self.seq_len + 1)
+        a, dt = _windows(windows, n, "train_step_async")
+        step = ctypes.c_int64()
+        _check(_L.fp8run_session_train_step_async(h, a.ctypes.data, dt, a.size, ctypes.byref(step)))
+        return step.value
+
+    def poll_stats(self, wait=True):
+        """The StepStats of the oldest queued step not polled yet (wait=False: None when it has
+        not finished; None when nothing is queued). Errors found on the device for that step
+        raise here (see fp8run_session_poll_stats)."""
+        st = _lib.sized(_lib.StepStats)
+        _check(_L.fp8run_session_poll_stats(self._handle(), 1 if wait else 0, ctypes.byref(st)))
+        return _stats(st) if st.available else None
+
+    steps_queued = property(lambda self: _L.fp8run_session_steps_queued(self._handle()))
 
     def eval(self, windows):
         """The loss of one micro-batch ([B, T+1]) without updating anything."""

@@ -75,6 +75,9 @@ class TrainConfig(ctypes.Structure):
         ("seed", c_uint64),
         ("max_bad_steps", c_int),
         ("eval_only", c_int),
+        # appended after 0.1.0
+        ("fuse_attention", c_int),
+        ("fuse_swiglu", c_int),
     ]
 
 
@@ -117,6 +120,7 @@ class StepStats(ctypes.Structure):
         ("skipped", c_int),
         ("bad_in_a_row", c_int),
         ("reason", c_char_p),
+        ("available", c_int),  # appended after 0.1.0
     ]
 
 
@@ -289,6 +293,9 @@ _PROTOTYPES = {
     "fp8run_session_error": (c_char_p, [P]),
     "fp8run_session_backend": (c_char_p, [P]),
     "fp8run_session_train_step": (c_int, [P, c_void_p, c_int, c_size_t, ctypes.POINTER(StepStats)]),
+    "fp8run_session_train_step_async": (c_int, [P, c_void_p, c_int, c_size_t, ctypes.POINTER(c_int64)]),
+    "fp8run_session_poll_stats": (c_int, [P, c_int, ctypes.POINTER(StepStats)]),
+    "fp8run_session_steps_queued": (c_int, [P]),
     "fp8run_session_eval": (c_int, [P, c_void_p, c_int, c_size_t, ctypes.POINTER(c_double)]),
     "fp8run_session_eval_output": (c_int, [P, c_char_p, ctypes.POINTER(ValueInfo), c_void_p, c_size_t]),
     "fp8run_session_batch": (c_int64, [P]),

@@ -116,6 +116,22 @@ class FP8RunTest(unittest.TestCase):
         self.assertGreater(a.last_stats.grad_norm, 0)
         self.assertEqual(a.report.precision, "bf16")
 
+    def test_async_steps_equal_sync(self):
+        m = fp8run.Model(MODEL)
+        a = fp8run.Session(m, batch=B, seq=T, lr=1e-3)
+        b = fp8run.Session(m, batch=B, seq=T, lr=1e-3, fuse_attention=1, fuse_swiglu=1)
+        ws = [windows_like_example(self.tokens, i) for i in range(3)]
+        sync = [a.train_step(w) for w in ws]
+        self.assertEqual([b.train_step_async(w) for w in ws], [0, 1, 2])
+        self.assertEqual(b.steps_queued, 3)
+        got = [b.poll_stats() for _ in ws]
+        self.assertEqual([s.loss for s in got], sync)  # bit for bit
+        self.assertEqual([s.step for s in got], [0, 1, 2])
+        self.assertEqual(b.steps_queued, 0)
+        self.assertIsNone(b.poll_stats(wait=False))
+        with self.assertRaises(TypeError):
+            fp8run.Session(m, batch=B, seq=T, fuse_everything=1)
+
     # ---- parameters, checkpoints, export ----
 
     def test_params_roundtrip(self):
