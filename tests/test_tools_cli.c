@@ -69,6 +69,15 @@ static void test_bench(void)
     double want = 6 * n_mm * tokens + 12.0 * 2 * 64 * 32 * tokens;
     CU_ASSERT(fabs(json_num(j, "flops_per_step") - want) <= 1e-5 * want);
     CU_ASSERT_PTR_NOT_NULL(strstr(j, "\"precision\": \"fp32\""));
+    double fused_loss = json_num(j, "loss_first");
+    free(j);
+    /* the unfused graph (attention, RoPE, SwiGLU) gives the same first loss */
+    CLI_EXPECT(cli_run("bench t.onnx --batch 2 --seq 32 --warmup 1 --steps 3 --device cpu --no-fuse-attention "
+                       "--no-fuse-swiglu --json u.json"),
+               0, cli_out, "tokens/s");
+    snprintf(p, sizeof p, "%s/u.json", cli_tmp);
+    j = cli_slurp(p, NULL);
+    CU_ASSERT(fabs(json_num(j, "loss_first") - fused_loss) <= 1e-5 * fabs(fused_loss));
     free(j);
     CLI_EXPECT(cli_run("bench t.onnx --batch 2 --seq 16 --steps 2 --warmup 0 --precision fp8 --device cpu"), 0, cli_out,
                "fp8");

@@ -82,7 +82,7 @@ int cli_compile_parse(const char *cmd, int argc, char **argv, int *i, fp8run_tra
     "  --bf16-boundary N       Linear groups kept in BF16 at each end (default 1)\n"                 \
     "  --fp8-exclude REGEX     Linears whose weight or node name matches stay BF16\n"                \
     "  --no-fuse               do not fuse Linears that share their input (Q/K/V, gate/up)\n"       \
-    "  --no-fuse-attention     keep attention unfused (MatMul, Softmax, MatMul; default: one fused node)\n" \
+    "  --no-fuse-attention     keep attention and RoPE unfused (MatMul, Softmax, MatMul; default: one fused node each)\n" \
     "  --no-fuse-swiglu        keep the SwiGLU activation unfused (Sigmoid, Mul, Mul; default: one fused node)\n" \
     "  --pad-multiple N        FP8 GEMM dims padded to multiples of N (default 16)\n"               \
     "  --amax-history N --amax-algo max|most_recent --fp8-margin M --fp8-interval K\n"             \

@@ -28,8 +28,8 @@ void cli_bench_help(FILE *f)
     fprintf(f,
             "usage: fp8run bench MODEL --batch B --seq T [options]\n"
             "\n"
-            "Time training steps of MODEL (ONNX or .fbs) on random token ids and report the median\n"
-            "step time, tokens/s, model FLOP utilization (vs the GPU's dense BF16 peak) and memory.\n"
+            "Time training steps of MODEL (ONNX or .fbs) on random token ids and report the step\n"
+            "time, tokens/s, model FLOP utilization (vs the GPU's dense BF16 peak) and memory.\n"
             "\n"
             "options:\n"
             "  --batch B --seq T       micro-batch size and sequence length (required)\n"
@@ -40,6 +40,8 @@ void cli_bench_help(FILE *f)
             "  --sync                  wait for every step's result (as an API caller doing\n"
             "                          fp8run_session_train_step); default: steps queued ahead,\n"
             "                          the time is the timed steps' wall time / N\n"
+            "  --no-fuse-attention     keep attention and RoPE unfused (to measure the fusion)\n"
+            "  --no-fuse-swiglu        keep the SwiGLU activation unfused\n"
             "  --json FILE             also write the results as JSON\n"
             "  --dim NAME=VALUE        fix another symbolic dimension (repeatable)\n"
             "  -h, --help              show this help\n");
@@ -131,12 +133,20 @@ int cli_bench(int argc, char **argv)
     const char *model = NULL, *json = NULL, *precision = "fp32", *recipe = NULL, *device = "auto";
     int64_t batch = 0, seq = 0, warmup = 3, steps = 10;
     cli_dims dims = {0};
-    int rc = 0, sync = 0;
+    int rc = 0, sync = 0, fuse_attention = 1, fuse_swiglu = 1;
     for (int i = 1; i < argc && rc == 0; i++) {
         const char *v;
         int m;
         if (strcmp(argv[i], "--sync") == 0) {
             sync = 1;
+            continue;
+        }
+        if (strcmp(argv[i], "--no-fuse-attention") == 0) {
+            fuse_attention = 0;
+            continue;
+        }
+        if (strcmp(argv[i], "--no-fuse-swiglu") == 0) {
+            fuse_swiglu = 0;
             continue;
         }
         if (cli_is_help(argv[i])) {
@@ -205,6 +215,8 @@ int cli_bench(int argc, char **argv)
     o.n_dims = dims.n;
     o.grad_clip = 1.0;
     o.lr = 1e-4;
+    o.fuse_attention = fuse_attention;
+    o.fuse_swiglu = fuse_swiglu;
     o.max_bad_steps = (int)(warmup + steps); /* timing, not training: a skipped step still counts */
     fprintf(stderr, "bench: building %s (%s, batch %lld x seq %lld)...\n", model, precision, (long long)batch,
             (long long)seq);
