@@ -118,17 +118,22 @@ static fr_status check_blas(const fr_node *n, const fr_attn_geom *g)
     return FR_OK;
 }
 
-/* Row-major GEMM C[M,N] = alpha * op(A) op(B) + beta * C on float32 or float64 data, M, N, K > 0. */
+/* Row-major GEMM C[M,N] = alpha * op(A) op(B) + beta * C on float32 or float64 data. Any dim may
+ * be 0 (K = 0: C = beta * C): the leading dims stay >= 1, as BLAS requires (it would otherwise
+ * report an illegal parameter on stdout and leave C unwritten). */
 static void gemm(fr_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A,
                  const void *B, double beta, void *C)
 {
-    int lda = (int)(ta ? M : K), ldb = (int)(tb ? K : N);
+    int lda = (int)(ta ? M : K), ldb = (int)(tb ? K : N), ldc = (int)N;
+    lda = lda > 1 ? lda : 1;
+    ldb = ldb > 1 ? ldb : 1;
+    ldc = ldc > 1 ? ldc : 1;
     enum CBLAS_TRANSPOSE oa = ta ? CblasTrans : CblasNoTrans, ob = tb ? CblasTrans : CblasNoTrans;
     if (dt == FR_F32)
         cblas_sgemm(CblasRowMajor, oa, ob, (int)M, (int)N, (int)K, (float)alpha, A, lda, B, ldb, (float)beta, C,
-                    (int)N);
+                    ldc);
     else
-        cblas_dgemm(CblasRowMajor, oa, ob, (int)M, (int)N, (int)K, alpha, A, lda, B, ldb, beta, C, (int)N);
+        cblas_dgemm(CblasRowMajor, oa, ob, (int)M, (int)N, (int)K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 static float bf16_round(float x) { return fr_bf16_to_f32(fr_f32_to_bf16(x)); }
@@ -198,8 +203,7 @@ static double softmax_row_f64(double *s, int64_t len, int64_t tk) { SOFTMAX_ROW(
 static fr_status attn_cpu(const fr_kernel_ctx *ctx)
 {
     const fr_node *n = ctx->node;
-    if (ctx->n_in != 3 || !ctx->in[0] || !ctx->in[1] || ctx->n_in < 3 || !ctx->in[2] || ctx->n_out < 1 ||
-        !ctx->out[0])
+    if (ctx->n_in != 3 || !ctx->in[0] || !ctx->in[1] || !ctx->in[2] || ctx->n_out < 1 || !ctx->out[0])
         return fr_node_error(n, FR_ERR_GRAPH, "needs inputs Q, K, V and output O");
     const fr_tensor *q = ctx->in[0], *k = ctx->in[1], *v = ctx->in[2];
     fr_tensor *o = ctx->out[0], *lse = ctx->n_out > 1 ? ctx->out[1] : NULL;
@@ -214,7 +218,7 @@ static fr_status attn_cpu(const fr_kernel_ctx *ctx)
     FR_TRY(fr_check_out(n, o, dt, q->rank, od));
     if (lse) FR_TRY(fr_check_out(n, lse, dt, q->rank - 1, ld));
     FR_TRY(check_blas(n, &geo));
-    if (geo.batch == 0 || geo.Tq == 0 || geo.Dv == 0) return FR_OK;
+    if (geo.batch == 0 || geo.Tq == 0) return FR_OK; /* Dv = 0: no O, but LSE is still due */
     if (geo.Tk == 0 || geo.D == 0)
         return fr_node_error(n, FR_ERR_SHAPE, "Tk and D must be >= 1 (a row with no key has no softmax)");
 

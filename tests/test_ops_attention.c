@@ -353,6 +353,41 @@ static void test_errors(void)
     expect_infer_error(&cases[0], FR_F32, 2, "causal=2");
 }
 
+/* Dv = 0: O is empty but LSE is still the scores' log-sum-exp; the gradients of Q and K are 0
+ * (no dO to carry any), not whatever an unwritten buffer held. */
+static void test_empty_dv(void)
+{
+    fr_rng r = fr_test_rng("attn_empty_dv");
+    const attn_case c = {3, 3, {2, 4, 3}, {2, 4, 3}, 0, 1};
+    fr_graph *g = new_graph();
+    int q, k, v, out[2], gout[3];
+    add_inputs(g, &r, &c, FR_F64, &q, &k, &v);
+    add_attention(g, q, k, v, &c, "fp32", out);
+    int64_t od[3] = {2, 4, 0};
+    int dout = fr_gc_add_input(g, &r, "dO", FR_F64, 3, od, NULL);
+    int gin[6] = {q, k, v, out[0], out[1], dout};
+    int gid = fr_gc_node(g, "AttentionGrad", "ai.fp8run", 6, gin, 3, gout);
+    FR_ASSERT_OK(fr_node_set_attr_float(&g->nodes[gid], "scale", case_scale(&c)));
+    FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[gid], "causal", c.causal));
+    FR_ASSERT_OK(fr_node_infer(g, gid));
+    fr_tensor **t = calloc((size_t)g->n_values, sizeof *t);
+    CU_ASSERT_FATAL(t != NULL);
+    FR_ASSERT_OK(fr_gc_run(g, t));
+    CU_ASSERT(fr_tensor_numel(t[out[0]]) == 0);
+    double le = lse_err(g->values[q].constant, g->values[k].constant, t[out[1]], &c);
+    if (le > 1e-12) printf("\n  Dv = 0: LSE err %g", le);
+    CU_ASSERT(le <= 1e-12);
+    for (int i = 0; i < 2; i++) {
+        const fr_tensor *d = t[gout[i]];
+        CU_ASSERT_FATAL(d != NULL);
+        CU_ASSERT(fr_tensor_numel(d) == 2 * 4 * 3);
+        for (int64_t e = 0; e < fr_tensor_numel(d); e++) CU_ASSERT(fr_tensor_get_f64(d, e) == 0.0);
+    }
+    fr_gc_free_tensors(g, t);
+    free(t);
+    fr_graph_free(g);
+}
+
 int main(void)
 {
     CU_TestInfo tests[] = {
@@ -366,6 +401,7 @@ int main(void)
         {"AttentionGrad bf16 vs MatMul{bf16} chain autodiff (1e-2)", test_grad_vs_unfused_bf16},
         {"only the needed gradients", test_grad_partial},
         {"errors name the node", test_errors},
+        {"Dv = 0: LSE written, dQ = dK = 0", test_empty_dv},
         CU_TEST_INFO_NULL,
     };
     CU_SuiteInfo suites[] = {{"attention", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
