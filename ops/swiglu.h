@@ -27,7 +27,7 @@
 
 extern const fr_op_def fr_ops_swiglu[]; /* SwiGLU, SwiGLUGrad */
 
-/* The problem as rows of F elements: gate element (r, j) is at gate_off + r * in_stride + j of
+/* The problem as rows of F elements: gate element (r, j) is at r * in_stride + j of
  * its input, up element (r, j) at up_off + r * in_stride + j of its input (input 0 in the
  * one-input form, input 1 in the two-input form). */
 typedef struct fr_swiglu_geom {
