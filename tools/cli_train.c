@@ -745,9 +745,11 @@ static int drain(loop *L, int *numeric, char *msg, size_t msg_len)
     while (n < FP8RUN_MAX_QUEUED_STEPS && fp8run_session_steps_queued(L->t) > 0) {
         polled *p = &got[n];
         p->s = (fp8run_step_stats){.struct_size = sizeof p->s};
+        /* the oldest queued step (a failed poll hands out no statistics to name it) */
+        const int64_t oldest = fp8run_session_steps_done(L->t) - fp8run_session_steps_queued(L->t);
         fp8run_status st = fp8run_session_poll_stats(L->t, 1, &p->s);
         if (st != FP8RUN_OK && st != FP8RUN_ERR_NUMERIC) {
-            rc = cli_fail("step %lld: %s", (long long)p->s.step + 1, cli_last_error());
+            rc = cli_fail("step %lld: %s", (long long)oldest + 1, cli_last_error());
             break;
         }
         if (!p->s.available) break;
