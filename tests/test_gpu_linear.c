@@ -19,6 +19,7 @@
 
 #include "gpu_harness.h"
 #include "ops/linear.h"
+#include "runtime/cuda/cuda_kernel.h"
 
 /* ---- comparing one output ---- */
 
@@ -479,6 +480,38 @@ static void test_non_finite(void)
     }
 }
 
+/* The weight gradient from the data gradient's unpadded dY^T codes multiplies them as they are:
+ * its scratch holds no copy of them (M * N bytes less than from float dY). Plan only: no GPU
+ * work. */
+static void test_dyq_scratch(void)
+{
+    const int64_t M = 256, K = 256, N = 128, xd[2] = {M, K}, yd[2] = {M, N}, qd[2] = {N, M};
+    const fr_cuda_kernel_def *kd = fr_cuda_kernel_find(FR_DOMAIN_FP8RUN, "LinearGradWeight");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(kd);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(kd->scratch);
+    fr_tensor *x = tt_new(FR_F32, 2, xd), *dy = tt_new(FR_F32, 2, yd), *dyq = tt_new(FR_F8E4M3, 2, qd);
+    fr_tensor *sx = scalar1(1), *sinv = scalar1(1);
+    for (int tb = 0; tb < 2; tb++) {
+        lcase c = base("fp8", "current");
+        c.transB = tb;
+        c.fmt = "e4m3";
+        fr_tensor *qin[4] = {x, dyq, sx, sinv}, *fin[3] = {x, dy, sx};
+        tnode wq, wf;
+        tn_init_domain(&wq, FR_DOMAIN_FP8RUN, "LinearGradWeight", 1, 4, qin, 0, 1);
+        tn_init_domain(&wf, FR_DOMAIN_FP8RUN, "LinearGradWeight", 1, 3, fin, 0, 1);
+        set_attrs(&wq, &c);
+        set_attrs(&wf, &c);
+        size_t bq = 0, bf = 0;
+        FR_ASSERT_OK(kd->scratch(wq.g, tn_node(&wq), &bq));
+        FR_ASSERT_OK(kd->scratch(wf.g, tn_node(&wf), &bf));
+        CU_ASSERT(bq + (size_t)(M * N) <= bf);
+        tn_free(&wq);
+        tn_free(&wf);
+    }
+    fr_tensor *all[] = {x, dy, dyq, sx, sinv};
+    for (size_t i = 0; i < 5; i++) fr_tensor_free(all[i]);
+}
+
 static CU_TestInfo tests[] = {
     {"fp32 (float32 and float64): forward, dX, dW", test_fp32},
     {"bf16: forward, dX, dW", test_bf16},
@@ -487,6 +520,7 @@ static CU_TestInfo tests[] = {
     {"fp8 block", test_fp8_block},
     {"empty dims and pad_multiple", test_empty_and_pad},
     {"NaN / Inf and refused scales", test_non_finite},
+    {"fp8 weight gradient from unpadded dYq: no scratch copy of the codes", test_dyq_scratch},
     CU_TEST_INFO_NULL,
 };
 

@@ -85,12 +85,13 @@ typedef struct lin_plan {
 } lin_plan;
 
 /* A fp8 GEMM C [Mg][Ng] = A [Mg][Kg] B [Ng][Kg]^T with block scales of the given modes;
- * out_rows x out_cols: the unpadded result. */
+ * out_rows x out_cols: the unpadded result. a_given / b_kept: that operand's codes are
+ * elsewhere (a tensor of the node, W's persistent memory): no scratch for them. */
 static void plan_fp8(int64_t Mg, int64_t Ng, int64_t Kg, fr_gemm_scale ma, fr_gemm_scale mb, int64_t out_rows,
-                     int64_t out_cols, int b_kept, lin_plan *p, size_t *cur)
+                     int64_t out_cols, int a_given, int b_kept, lin_plan *p, size_t *cur)
 {
     p->stats = take(cur, sizeof(fr_q_stats));
-    p->a = take(cur, Mg * Kg);
+    if (!a_given) p->a = take(cur, Mg * Kg);
     if (!b_kept) p->b = take(cur, Ng * Kg); /* else W's codes live in persistent memory */
     if (ma == FR_GEMM_SCALE_VEC128) p->sa = take(cur, fr_q_cdiv(Kg, 128) * Mg * 4);
     if (mb == FR_GEMM_SCALE_VEC128) p->sb = take(cur, fr_q_cdiv(Kg, 128) * Ng * 4);
@@ -123,16 +124,16 @@ static void make_plan(lin_op op, const lin_cfg *c, int64_t M, int64_t N, int64_t
         p->a = take(&cur, a_given ? 0 : na * 2);
         p->b = take(&cur, b_given ? 0 : nb * 2);
     } else if (c->prec == FR_LIN_FP8) {
+        /* the weight gradient's handed-over dY^T codes are its operand as they are when unpadded */
+        const int dy_given = op == OP_WGRAD && dyq && Mp == M && Np == N;
         if (op == OP_FWD) /* Y [M][N] = X [M][K] . W [N][K]^T */
-            plan_fp8(Mp, Np, Kp, vec, wmode, M, N, w_kept, p, &cur);
+            plan_fp8(Mp, Np, Kp, vec, wmode, M, N, 0, w_kept, p, &cur);
         else if (op == OP_DGRAD) /* dX [M][K] = dY [M][N] . W [K][N]^T */
-            plan_fp8(Mp, Kp, Np, vec, wmode, M, K, w_kept, p, &cur);
+            plan_fp8(Mp, Kp, Np, vec, wmode, M, K, 0, w_kept, p, &cur);
         else if (!c->transB) /* dW [K][N] = X^T [K][M] . dY^T [N][M]^T */
-            plan_fp8(Kp, Np, Mp, vec, vec, K, N, 0, p, &cur);
+            plan_fp8(Kp, Np, Mp, vec, vec, K, N, 0, dy_given, p, &cur);
         else /* dW [N][K] = dY^T [N][M] . X^T [K][M]^T */
-            plan_fp8(Np, Kp, Mp, vec, vec, N, K, 0, p, &cur);
-        if (op == OP_WGRAD && dyq && Mp == M && Np == N) /* the handed-over codes are the operand */
-            *(c->transB ? &p->a : &p->b) = 0;                 /* (never used: no scratch for them) */
+            plan_fp8(Np, Kp, Mp, vec, vec, N, K, dy_given, 0, p, &cur);
     }
     p->total = cur;
 }
