@@ -603,6 +603,9 @@ static fr_status grad_weight_run(const fr_cuda_kctx *k)
     if (dyq && (c->prec != FR_LIN_FP8 || blockwise(c) || ady))
         return fr_node_error(r.n, FR_ERR_UNSUPPORTED, "a quantized output gradient needs a per-tensor fp8 recipe "
                              "(and no amax_dy output)");
+    if (dyq && dy->dtype != (c->dy_e5m2 ? FR_F8E5M2 : FR_F8E4M3)) /* the GEMM reads the codes in that format */
+        return fr_node_error(r.n, FR_ERR_UNSUPPORTED, "the quantized output gradient (input 1) is %s, the node's dY "
+                             "format %s", fr_dtype_name(dy->dtype), fr_dtype_name(c->dy_e5m2 ? FR_F8E5M2 : FR_F8E4M3));
     int saved = xs->dtype == FR_F8E4M3;
     if (saved && c->prec != FR_LIN_FP8)
         return fr_node_error(r.n, FR_ERR_UNSUPPORTED, "a saved float8e4m3fn input needs fp8 precision");
