@@ -264,7 +264,7 @@ static double time_node(fr_cuda_ctx *c, tnode *t, fr_tensor **in, int n_in, fr_t
     void *scratch = NULL;
     if (k->scratch) FR_ASSERT_OK(k->scratch(t->g, n, &sb));
     if (sb) CU_ASSERT_EQUAL_FATAL(cudaMalloc(&scratch, sb), cudaSuccess);
-    fr_cuda_kctx kc = {t->g, n, 1, n_in, n_out, in, out, c, scratch, sb};
+    fr_cuda_kctx kc = {t->g, n, 1, n_in, n_out, in, out, c, scratch, sb, NULL, 0, NULL};
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);

@@ -1370,7 +1370,7 @@ fr_status attn_cuda(const fr_cuda_kctx *k)
         return fr_node_error(n, FR_ERR_SHAPE, "Tk and D must be >= 1 (a row with no key has no softmax)");
     const float *Q = (const float *)q->data, *K = (const float *)kk->data, *V = (const float *)v->data;
     float *O = (float *)o->data, *L = lse ? (float *)lse->data : nullptr;
-    if (pl.tc && aligned16(Q) && aligned16(K) && aligned16(V)) {
+    if (pl.tc && aligned16(Q) && aligned16(K) && aligned16(V) && aligned16(O)) { /* O: float2 stores */
         Scratch s;
         const size_t need = scratch_layout(pl, false, k->scratch, &s);
         if (!k->scratch || k->scratch_bytes < need)
@@ -1490,6 +1490,8 @@ fr_status attng_cuda(const fr_cuda_kctx *k)
     for (int i = 0; i < 6; i++) in[i] = (const float *)k->in[i]->data;
     bool tc = pl.tc;
     for (int i = 0; i < 6; i++) tc = tc && aligned16(in[i]);
+    const fr_tensor *grads[3] = {dq, dk, dv}; /* written with float2 stores */
+    for (int i = 0; i < 3; i++) tc = tc && (!grads[i] || aligned16(grads[i]->data));
     if (!tc) pl.tc = false; /* the generic path needs Delta only (the scratch may be larger) */
     Scratch s;
     const size_t need = scratch_layout(pl, true, k->scratch, &s);
