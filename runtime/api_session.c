@@ -14,6 +14,8 @@
 #define STATS_V1_SIZE offsetof(fp8run_step_stats, available)
 #define STATS_AVAILABLE_SIZE (offsetof(fp8run_step_stats, available) + sizeof(int))
 #define INFO_V1_SIZE sizeof(fp8run_value_info)
+/* the API's queue limit is checked first; a trainer refusing below it would break the session */
+_Static_assert(FP8RUN_MAX_QUEUED_STEPS == FR_TRAIN_MAX_QUEUED, "queued-step limits of the API and the trainer differ");
 #define MEMORY_V1_SIZE sizeof(fp8run_memory_info)
 #define FP8_STAT_V1_SIZE sizeof(fp8run_fp8_stat)
 
