@@ -356,9 +356,10 @@ static fr_status attng_cpu(const fr_kernel_ctx *ctx)
     if (dk) FR_TRY(fr_check_out(n, dk, dt, k->rank, k->dims));
     if (dv) FR_TRY(fr_check_out(n, dv, dt, v->rank, v->dims));
     FR_TRY(check_blas(n, &geo));
-    if (dq) memset(dq->data, 0, dq->nbytes);
-    if (dk) memset(dk->data, 0, dk->nbytes);
-    if (dv) memset(dv->data, 0, dv->nbytes);
+    /* an empty tensor may have no buffer at all (memset of NULL is undefined even for 0 bytes) */
+    if (dq && dq->nbytes) memset(dq->data, 0, dq->nbytes);
+    if (dk && dk->nbytes) memset(dk->data, 0, dk->nbytes);
+    if (dv && dv->nbytes) memset(dv->data, 0, dv->nbytes);
     if (geo.batch == 0 || geo.Tq == 0 || geo.Tk == 0 || (!dq && !dk && !dv)) return FR_OK;
 
     const int64_t Tq = geo.Tq, Tk = geo.Tk, D = geo.D, Dv = geo.Dv;
