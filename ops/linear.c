@@ -326,6 +326,23 @@ static fr_status grad_weight_infer_dyq(fr_graph *g, const fr_node *n, const lin_
     return FR_OK;
 }
 
+/* X (or its saved copy) and dY of a weight gradient agree in all but the last dim; K and N are
+ * their last dims. */
+static fr_status wgrad_kn(const fr_node *n, const fr_value *xs, const fr_value *dy, int64_t *K, int64_t *N)
+{
+    char s1[128], s2[128];
+    int ok = xs->rank >= 1 && xs->rank == dy->rank;
+    for (int d = 0; ok && d + 1 < xs->rank; d++) ok = xs->dims[d] == dy->dims[d];
+    if (!ok)
+        return fr_node_error(n, FR_ERR_SHAPE, "input '%s' %s and output gradient '%s' %s must agree "
+                             "in all but the last dim", xs->name,
+                             fr_shape_str(xs->rank, xs->dims, s1, sizeof s1), dy->name,
+                             fr_shape_str(dy->rank, dy->dims, s2, sizeof s2));
+    *K = xs->dims[xs->rank - 1];
+    *N = dy->dims[dy->rank - 1];
+    return FR_OK;
+}
+
 /* LinearGradWeight in bf16 precision with Xs and/or Ys already rounded to bf16 (the forward's
  * Xq, the data gradient's dYq), the other float32: no scale inputs, no amax_dy. */
 static fr_status grad_weight_infer_bf16(fr_graph *g, const fr_node *n, const lin_cfg *c, const fr_value *xs,
@@ -343,15 +360,8 @@ static fr_status grad_weight_infer_bf16(fr_graph *g, const fr_node *n, const lin
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "scale inputs exist in fp8 precision only");
     if (fr_node_out(g, n, 1))
         return fr_node_error(n, FR_ERR_GRAPH, "output amax_dy exists in fp8 precision only");
-    char s1[128], s2[128];
-    int ok = xs->rank >= 1 && xs->rank == dy->rank;
-    for (int d = 0; ok && d + 1 < xs->rank; d++) ok = xs->dims[d] == dy->dims[d];
-    if (!ok)
-        return fr_node_error(n, FR_ERR_SHAPE, "input '%s' %s and output gradient '%s' %s must agree "
-                             "in all but the last dim", xs->name,
-                             fr_shape_str(xs->rank, xs->dims, s1, sizeof s1), dy->name,
-                             fr_shape_str(dy->rank, dy->dims, s2, sizeof s2));
-    int64_t K = xs->dims[xs->rank - 1], N = dy->dims[dy->rank - 1];
+    int64_t K, N;
+    FR_TRY(wgrad_kn(n, xs, dy, &K, &N));
     int64_t dw[2] = {c->transB ? N : K, c->transB ? K : N};
     fr_infer_set(g, n, 0, FR_F32, 2, dw);
     return FR_OK;
@@ -387,15 +397,8 @@ static fr_status grad_weight_infer(fr_graph *g, int node_id)
             return fr_node_error(n, FR_ERR_SHAPE, "input '%s' and output gradient '%s' differ in dtype",
                                  xs->name, dy->name);
     }
-    char s1[128], s2[128];
-    int ok = xs->rank >= 1 && xs->rank == dy->rank;
-    for (int d = 0; ok && d + 1 < xs->rank; d++) ok = xs->dims[d] == dy->dims[d];
-    if (!ok)
-        return fr_node_error(n, FR_ERR_SHAPE, "input '%s' %s and output gradient '%s' %s must agree "
-                             "in all but the last dim", xs->name,
-                             fr_shape_str(xs->rank, xs->dims, s1, sizeof s1), dy->name,
-                             fr_shape_str(dy->rank, dy->dims, s2, sizeof s2));
-    int64_t K = xs->dims[xs->rank - 1], N = dy->dims[dy->rank - 1];
+    int64_t K, N;
+    FR_TRY(wgrad_kn(n, xs, dy, &K, &N));
     if (saved) {
         FR_TRY(check_saved_scale(n, &c, xs, s));
     } else {
