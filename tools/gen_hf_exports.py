@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""Write tests/fixtures/hf/: tiny Hugging Face models as today's torch.onnx (dynamo) exports them,
+with PyTorch's logits and 20-step training losses as the reference.
+
+Needs torch >= 2.9, transformers >= 5 and onnxscript (the lent GPU machines have torch 2.11,
+transformers 5.17, onnxscript 0.7.2; it runs on the CPU):
+
+    python3 tools/gen_hf_exports.py OUT_DIR        # then copy OUT_DIR/* to tests/fixtures/hf/
+
+For each architecture ARCH (random init from a tiny config: hidden sizes not multiples of 16,
+GQA where the architecture has it, tied embeddings where it ties them, dropout 0) and opset
+OPSET in 18 and 23 it writes OUT_DIR/ARCH_opOPSET_STYLE/, STYLE being
+  static   input_ids [2, 11] only: masks and rotary tables are folded for that shape
+  dynamic  input_ids and attention_mask with dynamic batch and seq (torch.export
+           dynamic_shapes): the masks are computed in the graph (llama and gpt2 only)
+holding
+  model.onnx            the export (dynamo=True, the exporter's default optimizer); llama's
+                        dynamic export keeps its weights in model.onnx.data (external data)
+  input_input_ids.npy   int64 [2, 11] (and input_attention_mask.npy, ones, for dynamic)
+  output_logits.npy     PyTorch's float32 logits for them (eval mode)
+  losses.txt            20 AdamW steps of PyTorch in float32, one loss a line, with the protocol
+                        of `fp8run train --data ../tokens.bin --batch 2 --seq 11 --steps 20
+                        --lr 1e-3 --data-order sequential` (AdamW betas 0.9/0.999, eps 1e-8,
+                        weight decay 0.01 on parameters of rank >= 2, clip 1.0, constant lr;
+                        batch k, window b starts at k*B*T + b*T; attention_mask ones)
+  meta.json             architecture, opset, style, config, versions, parameter names
+Also OUT_DIR/tokens.bin (uint16 Markov chain, 4096 tokens) and OUT_DIR/llama_safetensors/
+(save_pretrained of the llama model before training: config.json + model.safetensors).
+"""
+import json
+import os
+import sys
+import warnings
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import transformers
+from transformers import (BertConfig, BertForMaskedLM, GemmaConfig, GemmaForCausalLM, GPT2Config,
+                          GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig,
+                          MistralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM)
+
+warnings.filterwarnings("ignore")
+OUT = sys.argv[1]
+ONLY = sys.argv[2:]
+V, B, T, STEPS, LR = 211, 2, 11, 20, 1e-3
+torch.set_num_threads(4)
+
+
+def configs():
+    common = dict(vocab_size=V, max_position_embeddings=64, pad_token_id=0, bos_token_id=1,
+                  eos_token_id=2)
+    return {
+        "llama": (LlamaForCausalLM, LlamaConfig(hidden_size=72, intermediate_size=200, num_hidden_layers=2,
+                                                num_attention_heads=6, num_key_value_heads=2, **common)),
+        "qwen2": (Qwen2ForCausalLM, Qwen2Config(hidden_size=72, intermediate_size=200, num_hidden_layers=2,
+                                                num_attention_heads=6, num_key_value_heads=3,
+                                                tie_word_embeddings=True, **common)),
+        "mistral": (MistralForCausalLM, MistralConfig(hidden_size=40, intermediate_size=120, num_hidden_layers=2,
+                                                      num_attention_heads=4, num_key_value_heads=2,
+                                                      sliding_window=6, **common)),
+        "gpt2": (GPT2LMHeadModel, GPT2Config(vocab_size=V, n_embd=72, n_layer=2, n_head=6, n_positions=64,
+                                             attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0,
+                                             bos_token_id=1, eos_token_id=2)),
+        "phi3": (Phi3ForCausalLM, Phi3Config(hidden_size=64, intermediate_size=136, num_hidden_layers=2,
+                                             num_attention_heads=4, num_key_value_heads=2,
+                                             resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0,
+                                             original_max_position_embeddings=64, **common)),
+        "gemma": (GemmaForCausalLM, GemmaConfig(hidden_size=48, intermediate_size=104, num_hidden_layers=2,
+                                                num_attention_heads=4, num_key_value_heads=1, head_dim=16,
+                                                hidden_activation="gelu_pytorch_tanh", **common)),
+        "bert": (BertForMaskedLM, BertConfig(vocab_size=V, hidden_size=40, intermediate_size=100,
+                                             num_hidden_layers=2, num_attention_heads=4,
+                                             max_position_embeddings=64, hidden_dropout_prob=0.0,
+                                             attention_probs_dropout_prob=0.0, pad_token_id=0)),
+    }
+
+
+def markov_tokens(seed, n):
+    """Ids 2..V-1 (BERT's padding row 0 is never updated by PyTorch; fp8run trains every row)."""
+    rs = np.random.RandomState(seed)
+    succ = rs.randint(2, V, size=(V, 4))
+    out = np.empty(n, dtype=np.int64)
+    cur = 2
+    for i in range(n):
+        out[i] = cur
+        cur = rs.randint(2, V) if rs.rand() < 0.05 else succ[cur, rs.choice(4, p=[0.55, 0.25, 0.12, 0.08])]
+    return out
+
+
+class Wrap(torch.nn.Module):
+    """logits only; attention_mask optional (static exports take input_ids alone)."""
+
+    def __init__(self, m, bert):
+        super().__init__()
+        self.m, self.bert = m, bert
+
+    def forward(self, input_ids, attention_mask=None):
+        kw = dict(input_ids=input_ids, attention_mask=attention_mask, return_dict=False)
+        if not self.bert:
+            kw["use_cache"] = False
+        return self.m(**kw)[0]
+
+
+def torch_losses(w, toks):
+    decay = [p for p in w.parameters() if p.dim() >= 2]
+    no_decay = [p for p in w.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=LR, betas=(0.9, 0.999), eps=1e-8, foreach=False)
+    per_epoch = (len(toks) - 1) // (B * T)
+    losses = []
+    w.train()
+    for step in range(STEPS):
+        p = (step % per_epoch) * B * T
+        win = torch.tensor(np.stack([toks[p + b * T: p + b * T + T + 1] for b in range(B)]))
+        x, y = win[:, :T], win[:, 1:]
+        opt.zero_grad(set_to_none=True)
+        logits = w(x, torch.ones_like(x))
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(w.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+    w.eval()
+    return losses
+
+
+def export(w, ids, path, opset, dynamic, external):
+    if dynamic:
+        mask = torch.ones_like(ids)
+        bt = {0: torch.export.Dim("batch", max=64), 1: torch.export.Dim("seq", max=64)}
+        prog = torch.onnx.export(w, (ids, mask), dynamo=True, opset_version=opset,
+                                 input_names=["input_ids", "attention_mask"], output_names=["logits"],
+                                 dynamic_shapes={"input_ids": bt, "attention_mask": bt})
+    else:
+        prog = torch.onnx.export(w, (ids,), dynamo=True, opset_version=opset,
+                                 input_names=["input_ids"], output_names=["logits"])
+    prog.save(path, external_data=external)
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    toks = markov_tokens(1234, 4096)
+    toks.astype("<u2").tofile(os.path.join(OUT, "tokens.bin"))
+    versions = {"torch": torch.__version__, "transformers": transformers.__version__}
+    try:
+        import onnxscript
+        versions["onnxscript"] = onnxscript.__version__
+    except Exception:
+        pass
+    ok = True
+    for arch, (cls, cfg) in configs().items():
+        if ONLY and arch not in ONLY:
+            continue
+        for opset in (18, 23):
+            for style in ("static", "dynamic"):
+                if style == "dynamic" and arch not in ("llama", "gpt2"):
+                    continue
+                name = "%s_op%d_%s" % (arch, opset, style)
+                d = os.path.join(OUT, name)
+                os.makedirs(d, exist_ok=True)
+                torch.manual_seed(0)
+                m = cls(cfg)
+                if hasattr(m.config, "use_cache"):
+                    m.config.use_cache = False
+                w = Wrap(m, arch == "bert").eval()
+                if arch == "llama" and opset == 18 and style == "static":
+                    m.save_pretrained(os.path.join(OUT, "llama_safetensors"), safe_serialization=True)
+                g = torch.Generator().manual_seed(7)
+                ids = torch.randint(2, V, (B, T), generator=g)
+                try:
+                    export(w, ids, os.path.join(d, "model.onnx"), opset, style == "dynamic",
+                           arch == "llama" and style == "dynamic")
+                except Exception as e:  # record and go on: one architecture must not stop the rest
+                    print("%s: export failed: %s" % (name, str(e).splitlines()[0][:300]))
+                    ok = False
+                    continue
+                with torch.no_grad():
+                    logits = w(ids, torch.ones_like(ids) if style == "dynamic" else None)
+                np.save(os.path.join(d, "input_input_ids.npy"), ids.numpy().astype(np.int64))
+                if style == "dynamic":
+                    np.save(os.path.join(d, "input_attention_mask.npy"), np.ones((B, T), np.int64))
+                np.save(os.path.join(d, "output_logits.npy"), logits.float().numpy())
+                losses = torch_losses(w, toks)  # after the export: it must see the initial weights
+                with open(os.path.join(d, "losses.txt"), "w") as f:
+                    f.write("".join("%.9g\n" % l for l in losses))
+                meta = {"arch": arch, "opset": opset, "style": style, "batch": B, "seq": T, "vocab": V,
+                        "steps": STEPS, "lr": LR, "versions": versions, "config": cfg.to_dict(),
+                        "parameters": {k: list(p.shape) for k, p in m.named_parameters()}}
+                with open(os.path.join(d, "meta.json"), "w") as f:
+                    json.dump(meta, f, indent=1, sort_keys=True, default=str)
+                print("%s: loss %.4f -> %.4f, %d params" % (name, losses[0], losses[-1],
+                                                            sum(p.numel() for p in m.parameters())))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
