@@ -27,6 +27,7 @@ holding
 Also OUT_DIR/tokens.bin (uint16 Markov chain, 4096 tokens) and OUT_DIR/llama_safetensors/
 (save_pretrained of the llama model before training: config.json + model.safetensors).
 """
+import functools
 import json
 import os
 import sys
@@ -89,18 +90,12 @@ def markov_tokens(seed, n):
     return out
 
 
-class Wrap(torch.nn.Module):
-    """logits only; attention_mask optional (static exports take input_ids alone)."""
-
-    def __init__(self, m, bert):
-        super().__init__()
-        self.m, self.bert = m, bert
-
-    def forward(self, input_ids, attention_mask=None):
-        kw = dict(input_ids=input_ids, attention_mask=attention_mask, return_dict=False)
-        if not self.bert:
-            kw["use_cache"] = False
-        return self.m(**kw)[0]
+def logits_only(m, bert):
+    """The module itself (so that parameter names are the module's own, as in its state_dict and
+    safetensors), its forward bound to return the plain tuple (logits,) without a cache."""
+    kw = dict(return_dict=False) if bert else dict(return_dict=False, use_cache=False)
+    m.forward = functools.partial(m.forward, **kw)
+    return m
 
 
 def torch_losses(w, toks):
@@ -117,7 +112,7 @@ def torch_losses(w, toks):
         win = torch.tensor(np.stack([toks[p + b * T: p + b * T + T + 1] for b in range(B)]))
         x, y = win[:, :T], win[:, 1:]
         opt.zero_grad(set_to_none=True)
-        logits = w(x, torch.ones_like(x))
+        logits = w(input_ids=x, attention_mask=torch.ones_like(x))[0]
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(w.parameters(), 1.0)
@@ -131,7 +126,7 @@ def export(w, ids, path, opset, dynamic, external):
     if dynamic:
         mask = torch.ones_like(ids)
         bt = {0: torch.export.Dim("batch", max=64), 1: torch.export.Dim("seq", max=64)}
-        prog = torch.onnx.export(w, (ids, mask), dynamo=True, opset_version=opset,
+        prog = torch.onnx.export(w, (ids,), kwargs={"attention_mask": mask}, dynamo=True, opset_version=opset,
                                  input_names=["input_ids", "attention_mask"], output_names=["logits"],
                                  dynamic_shapes={"input_ids": bt, "attention_mask": bt})
     else:
@@ -165,7 +160,7 @@ def main():
                 m = cls(cfg)
                 if hasattr(m.config, "use_cache"):
                     m.config.use_cache = False
-                w = Wrap(m, arch == "bert").eval()
+                w = logits_only(m, arch == "bert").eval()
                 if arch == "llama" and opset == 18 and style == "static":
                     m.save_pretrained(os.path.join(OUT, "llama_safetensors"), safe_serialization=True)
                 g = torch.Generator().manual_seed(7)
@@ -178,7 +173,7 @@ def main():
                     ok = False
                     continue
                 with torch.no_grad():
-                    logits = w(ids, torch.ones_like(ids) if style == "dynamic" else None)
+                    logits = w(input_ids=ids, attention_mask=torch.ones_like(ids) if style == "dynamic" else None)[0]
                 np.save(os.path.join(d, "input_input_ids.npy"), ids.numpy().astype(np.int64))
                 if style == "dynamic":
                     np.save(os.path.join(d, "input_attention_mask.npy"), np.ones((B, T), np.int64))
