@@ -2,17 +2,15 @@
  * inputs and dims, parameter selection, preparation, precision, loss head, the eval copy,
  * autodiff, outputs, executor, optimizer and scaling state. */
 #include <math.h>
+#include <stddef.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ops/op.h"
-#include "passes/attention_fuse.h"
-#include "passes/rotary_fuse.h"
-#include "passes/swiglu_fuse.h"
 #include "passes/autodiff.h"
-#include "passes/unshare.h"
+#include "passes/pipeline.h"
 #include "runtime/fbs.h"
 #include "runtime/train_internal.h"
 
@@ -553,14 +551,49 @@ static fr_status build_eval_graph(fr_trainer *t, int loss)
     return st;
 }
 
+/* The pipeline's options (passes/pipeline.h), by their names in fr_train_options. */
+fr_status tr_pass_option(const void *opts, const char *name, int *on)
+{
+    static const struct { const char *name; size_t off; } k_flags[] = {
+        {"unshare", offsetof(fr_train_options, unshare)},
+        {"retie", offsetof(fr_train_options, retie)},
+        {"fuse_attention", offsetof(fr_train_options, fuse_attention)},
+        {"fuse_swiglu", offsetof(fr_train_options, fuse_swiglu)},
+    };
+    const fr_train_options *o = opts;
+    if (strcmp(name, "precision") == 0) { /* fp32 is not rewritten */
+        *on = strcmp(o->precision, "fp32") != 0;
+        return FR_OK;
+    }
+    for (size_t i = 0; i < sizeof k_flags / sizeof k_flags[0]; i++)
+        if (strcmp(name, k_flags[i].name) == 0) {
+            *on = *(const int *)((const char *)o + k_flags[i].off) != 0;
+            return FR_OK;
+        }
+    return fr_error(FR_ERR_INTERNAL, "the pipeline's option '%s' is not a trainer option", name);
+}
+
 fr_status tr_build_forward(fr_trainer *t, const fr_graph *model, int *tok_out, int *loss_out, int *logits_out)
 {
     fr_graph *g;
+    /* the pipeline's passes see this, never the trainer */
+    fr_pass_ctx pc;
+    memset(&pc, 0, sizeof pc);
+    pc.opts = &t->opt;
+    pc.option = tr_pass_option;
+    pc.fp8 = t->opt.fp8;
+    pc.fp8.precision = t->opt.precision;
+    pc.report = &t->report;
+    pc.compiled = &t->has_report;
+    pc.ties = &t->ties;
+    pc.n_ties = &t->n_ties;
+    pc.n_unshared = &t->n_unshared;
+    pc.results = &t->passes;
     FR_TRY(fr_train_clone_graph(model, 0, &t->pristine));
-    /* parameters the exporter merged by value are separate again, in the exported model too */
-    if (t->opt.unshare) FR_TRY(fr_unshare_params(t->pristine, &t->n_unshared));
+    pc.g = t->pristine;
+    FR_TRY(fr_pipeline_run(&pc, FR_STAGE_MODEL));
     FR_TRY(fr_train_clone_graph(t->pristine, 0, &t->g));
-    g = t->g;
+    pc.g = g = t->g;
     if (model->source_path) {
         t->model_path = fr_strdup(model->source_path, "trainer");
         if (!t->model_path) return FR_ERR_OOM;
@@ -588,8 +621,6 @@ fr_status tr_build_forward(fr_trainer *t, const fr_graph *model, int *tok_out, i
             shapes[i] = tmp;
         }
     if (st == FR_OK) st = select_params(t, g);
-    /* a tied LM head that constant folding copied reads the embedding table again */
-    if (st == FR_OK && t->opt.retie) st = fr_retie_params(g, &t->ties, &t->n_ties);
     int loss_vid = -1;
     if (st == FR_OK && t->opt.loss_output) {
         loss_vid = fr_graph_find_value(g, t->opt.loss_output);
@@ -605,15 +636,13 @@ fr_status tr_build_forward(fr_trainer *t, const fr_graph *model, int *tok_out, i
         else if (!(g->values[lv].flags & FR_VAL_OUTPUT))
             st = add_output(g, lv, &(int){0});
     }
-    if (st == FR_OK) {
-        fr_prepare_options po;
-        fr_prepare_options_default(&po);
-        po.dims = t->dims;
-        po.n_dims = t->opt.n_dims;
-        po.input_shapes = shapes;
-        po.n_input_shapes = n_shapes;
-        st = fr_prepare_forward(g, &po, NULL);
-    }
+    /* the imported graph's passes, ending with preparation */
+    pc.dims = t->dims;
+    pc.n_dims = t->opt.n_dims;
+    pc.input_shapes = shapes;
+    pc.n_input_shapes = n_shapes;
+    if (st == FR_OK) st = fr_pipeline_run(&pc, FR_STAGE_IMPORTED);
+    pc.input_shapes = NULL;
     free(shapes);
     FR_TRY(st);
 
@@ -629,34 +658,10 @@ fr_status tr_build_forward(fr_trainer *t, const fr_graph *model, int *tok_out, i
         t->vocab = g->values[logits].dims[g->values[logits].rank - 1];
     }
 
-    /* fused attention, before the FP8 compiler lowers the MatMuls of two activations */
-    if (t->opt.fuse_attention) {
-        int n_attn, n_rotary;
-        FR_TRY(fr_fuse_attention(g, &n_attn));
-        /* and the RoPE around it (the same switch: --no-fuse-attention keeps both unfused) */
-        FR_TRY(fr_fuse_rotary(g, &n_rotary));
-        if (logits >= 0) logits = fr_graph_find_value(g, t->logits_name);
-    }
-
-    /* precision */
-    if (strcmp(t->opt.precision, "fp32") != 0) {
-        fr_fp8_options fo = t->opt.fp8;
-        fo.precision = t->opt.precision;
-        FR_TRY(fr_fp8_compile(g, &fo, &t->report));
-        t->has_report = 1;
-        if (logits >= 0) logits = fr_graph_find_value(g, t->logits_name);
-    }
-
-    /* fused SwiGLU, after the FP8 compiler: it then reads the fused gate/up Linear's output */
-    if (t->opt.fuse_swiglu) {
-        int n_swiglu, n_one_input;
-        FR_TRY(fr_fuse_swiglu(g, &n_swiglu, &n_one_input));
-        if (t->has_report) {
-            t->report.n_swiglu = n_swiglu;
-            t->report.n_swiglu_one_input = n_one_input;
-        }
-        if (logits >= 0) logits = fr_graph_find_value(g, t->logits_name);
-    }
+    /* the prepared graph's passes: fusions and the FP8 compiler (passes/pipeline.c says the
+       order and why) */
+    FR_TRY(fr_pipeline_run(&pc, FR_STAGE_PREPARED));
+    if (logits >= 0) logits = fr_graph_find_value(g, t->logits_name);
     *tok_out = tok;
     *loss_out = loss_vid;
     *logits_out = logits;
