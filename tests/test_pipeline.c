@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuse_test_util.h"
 #include "harness.h"
 #include "passes/pipeline.h"
 #include "runtime/llama_gen.h"
@@ -85,18 +86,26 @@ static fr_status all_off(const void *opts, const char *name, int *on)
     return FR_OK;
 }
 
-static void test_runner_off(void)
+/* A context over a fresh generated Llama with the given resolver, results into rep. */
+static fr_pass_ctx fresh_ctx(fr_pass_option_fn option, const void *opts, fr_pipeline_report *rep)
 {
-    fr_graph *g = NULL;
-    FR_ASSERT_OK(fr_llama_generate(&k_llama, &g));
-    int nodes = g->n_nodes, values = g->n_values;
-    fr_pipeline_report rep;
-    memset(&rep, 0, sizeof rep);
     fr_pass_ctx c;
     memset(&c, 0, sizeof c);
-    c.g = g;
-    c.option = all_off;
-    c.results = &rep;
+    memset(rep, 0, sizeof *rep);
+    FR_ASSERT_OK(fr_llama_generate(&k_llama, &c.g));
+    c.option = option;
+    c.opts = opts;
+    c.results = rep;
+    return c;
+}
+
+static void test_runner_off(void)
+{
+    fr_pipeline_report rep;
+    fr_pass_ctx c = fresh_ctx(all_off, NULL, &rep);
+    fr_graph *g = c.g;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    int nodes = g->n_nodes, values = g->n_values;
     FR_ASSERT_OK(fr_pipeline_run(&c, FR_STAGE_PREPARED));
     /* nothing ran: the graph is the one generated */
     CU_ASSERT_EQUAL(g->n_nodes, nodes);
@@ -145,17 +154,11 @@ static void test_unknown_option(void)
     FR_ASSERT_OK(tr_pass_option(&o, "fuse_swiglu", &on));
     CU_ASSERT_EQUAL(on, 1);
     /* a resolver's error stops the stage there: retie's option fails, prepare never runs */
-    fr_graph *g = NULL;
-    FR_ASSERT_OK(fr_llama_generate(&k_llama, &g));
-    int nodes = g->n_nodes;
     fr_pipeline_report rep;
-    memset(&rep, 0, sizeof rep);
-    fr_pass_ctx c;
-    memset(&c, 0, sizeof c);
-    c.g = g;
-    c.option = fail_one;
-    c.opts = "retie";
-    c.results = &rep;
+    fr_pass_ctx c = fresh_ctx(fail_one, "retie", &rep);
+    fr_graph *g = c.g;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    int nodes = g->n_nodes;
     CU_ASSERT_EQUAL(fr_pipeline_run(&c, FR_STAGE_IMPORTED), FR_ERR_INTERNAL);
     CU_ASSERT(strstr(fr_last_error(), "no option 'retie'") != NULL);
     fr_clear_error();
@@ -178,9 +181,7 @@ static void check_trainer(const char *precision, int fuse_attention)
     fr_graph *model = NULL;
     FR_ASSERT_OK(fr_llama_generate(&k_llama, &model));
     fr_train_options o;
-    fr_train_options_default(&o);
-    o.batch = 2;
-    o.seq_len = 16;
+    fr_ft_train_options(&o); /* batch 2 x seq 16 */
     o.precision = precision;
     o.fuse_attention = fuse_attention;
     o.eval_only = 1; /* the forward graph is what the pipeline builds */
