@@ -48,7 +48,7 @@ static fr_status run_prepare(fr_pass_ctx *c, fr_pass_result *r)
     memset(&st, 0, sizeof st);
     FR_TRY(fr_prepare_forward(c->g, &po, &st));
     r->changed = st.nodes_removed + st.identities_removed;
-    snprintf(r->detail, sizeof r->detail, "%d folded, %d removed, %d Identity removed", st.nodes_folded,
+    snprintf(r->detail, sizeof r->detail, "%d nodes folded, %d removed (folded ones included), %d Identity removed", st.nodes_folded,
              st.nodes_removed, st.identities_removed);
     return FR_OK;
 }

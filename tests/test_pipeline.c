@@ -7,10 +7,13 @@
  *  - the trainer: one result per entry in list order, the counts equal to what the graph holds
  *    (Attention, Rotary, SwiGLU nodes; the FP8 report's Linears), and --no-fuse-attention /
  *    fp32 reported as off;
- *  - the report line: "pass fuse_attention: 2 fused". */
+ *  - the report line: "pass fuse_attention: 2 fused";
+ *  - the C API (fp8run_report_pass) on llama_tiny: one record per entry, in order, fp8 and
+ *    fp32; out-of-range index and a short struct refused. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "fp8run.h"
 #include "fuse_test_util.h"
 #include "harness.h"
 #include "passes/pipeline.h"
@@ -233,6 +236,49 @@ static void test_trainer_fp8(void) { check_trainer("fp8", 1); }
 static void test_trainer_fp32(void) { check_trainer("fp32", 1); }
 static void test_trainer_no_attention(void) { check_trainer("bf16", 0); }
 
+/* fp8run_model_compile's report lists every pass of the list, in order. */
+static void check_api(const char *precision)
+{
+    char path[600];
+    fr_fixture(path, sizeof path, "llama_tiny/model.onnx");
+    fp8run_model *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(fp8run_model_load(path, &m), FP8RUN_OK);
+    fp8run_train_config cfg;
+    CU_ASSERT_EQUAL(fp8run_train_config_init(&cfg, sizeof cfg), FP8RUN_OK);
+    cfg.batch = 2;
+    cfg.seq_len = 13;
+    cfg.precision = precision;
+    fp8run_report *r = NULL;
+    CU_ASSERT_EQUAL_FATAL(fp8run_model_compile(m, &cfg, &r), FP8RUN_OK);
+    int n;
+    const fr_pass *p = fr_pipeline_passes(&n);
+    CU_ASSERT_EQUAL_FATAL(fp8run_report_pass_count(r), n);
+    const int fp8 = strcmp(precision, "fp32") != 0;
+    for (int i = 0; i < n; i++) {
+        fp8run_pass_info info = {.struct_size = sizeof info};
+        CU_ASSERT_EQUAL_FATAL(fp8run_report_pass(r, i, &info), FP8RUN_OK);
+        CU_ASSERT_STRING_EQUAL(info.name, p[i].name);
+        CU_ASSERT_STRING_EQUAL(info.what, p[i].what);
+        if (strcmp(info.name, "fp8_compile") == 0) {
+            CU_ASSERT_EQUAL(info.ran, fp8);
+            CU_ASSERT_EQUAL(info.changed, fp8 ? 15 : 0); /* llama_tiny's Linears */
+        }
+        if (strcmp(info.name, "fuse_attention") == 0) CU_ASSERT_STRING_EQUAL(info.detail, "2 fused");
+    }
+    fp8run_pass_info info = {.struct_size = sizeof info};
+    CU_ASSERT_EQUAL(fp8run_report_pass(r, n, &info), FP8RUN_ERR_RANGE);
+    CU_ASSERT_EQUAL(fp8run_report_pass(r, -1, &info), FP8RUN_ERR_RANGE);
+    info.struct_size = sizeof(size_t);
+    CU_ASSERT_NOT_EQUAL(fp8run_report_pass(r, 0, &info), FP8RUN_OK);
+    CU_ASSERT_NOT_EQUAL(fp8run_report_pass(NULL, 0, &info), FP8RUN_OK);
+    CU_ASSERT_EQUAL(fp8run_report_pass_count(NULL), 0);
+    fp8run_report_destroy(r);
+    fp8run_model_destroy(m);
+}
+
+static void test_api_fp8(void) { check_api("fp8"); }
+static void test_api_fp32(void) { check_api("fp32"); }
+
 int main(void)
 {
     CU_TestInfo tests[] = {
@@ -242,6 +288,8 @@ int main(void)
         {"trainer fp8: one result per entry, counts match the graph", test_trainer_fp8},
         {"trainer fp32: fp8_compile off", test_trainer_fp32},
         {"trainer bf16 --no-fuse-attention: attention and rotary off", test_trainer_no_attention},
+        {"C API: fp8run_model_compile fp8 reports every pass in order", test_api_fp8},
+        {"C API: fp32 (an evaluation-only trainer) too, fp8_compile off", test_api_fp32},
         CU_TEST_INFO_NULL,
     };
     CU_SuiteInfo suites[] = {{"pipeline", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
