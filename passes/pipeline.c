@@ -6,6 +6,7 @@
 #include "attention_fuse.h"
 #include "pipeline.h"
 #include "rotary_fuse.h"
+#include "select_params.h"
 #include "swiglu_fuse.h"
 #include "unshare.h"
 
@@ -17,6 +18,16 @@ static fr_status run_unshare(fr_pass_ctx *c, fr_pass_result *r)
     if (c->n_unshared) *c->n_unshared = r->changed;
     snprintf(r->detail, sizeof r->detail, "%d parameter%s made separate again", r->changed,
              r->changed == 1 ? "" : "s");
+    return FR_OK;
+}
+
+static fr_status run_select_params(fr_pass_ctx *c, fr_pass_result *r)
+{
+    int before = 0, kept = 0;
+    for (int i = 0; i < c->g->n_values; i++) before += (c->g->values[i].flags & FR_VAL_PARAM) != 0;
+    FR_TRY(fr_select_params(c->g, c->train_regex, c->freeze_regex, &kept));
+    r->changed = before - kept;
+    snprintf(r->detail, sizeof r->detail, "%d trained, %d made constants", kept, r->changed);
     return FR_OK;
 }
 
@@ -96,6 +107,10 @@ static const fr_pass k_passes[] = {
     /* first, on the model itself: export and checkpoints then name the separated parameters */
     {"unshare", "parameters the exporter merged because their values were equal become separate again",
      FR_STAGE_MODEL, "unshare", 0, run_unshare},
+    /* first on the training copy: what is a parameter decides what the passes after it may
+       fold or rewrite (export's copy keeps every initializer) */
+    {"select_params", "keep the trained parameters (--train / --freeze); the other initializers become "
+     "constants", FR_STAGE_IMPORTED, NULL, 0, run_select_params},
     /* after parameter selection (it ties trained parameters only), before prepare, which
        infers the Transpose it inserts and folds away what reads the untied copy no more */
     {"retie", "a bit-exact (transposed) copy of an embedding table reads the table again", FR_STAGE_IMPORTED,

@@ -2,7 +2,7 @@
  * forward graph the trainer differentiates (and `fp8run compile` writes, `fp8run info`
  * reports). The list in pipeline.c is the one statement of their order; the runtime
  * (runtime/train_build.c) runs it stage by stage and does its own steps between the stages
- * (choosing the trained parameters, marking the outputs, checking the loss).
+ * (making the training copy, marking the outputs it needs, checking the loss).
  *
  * Adding a pass: its own code, plus one entry in the list at the place its comment justifies.
  * A pass reads what it needs from fr_pass_ctx (never the trainer), and says what it did in its
@@ -25,8 +25,8 @@ typedef enum fr_pass_stage {
     /* the copy of the model that export and checkpoints see, before the training copy is
        made from it (names and layouts stay the model's) */
     FR_STAGE_MODEL,
-    /* the training copy as imported (symbolic shapes, nothing folded), the trained
-       parameters chosen and the outputs the trainer needs marked; ends with `prepare` */
+    /* the training copy as imported (symbolic shapes, nothing folded), the outputs the
+       trainer needs marked; from choosing the trained parameters to `prepare` */
     FR_STAGE_IMPORTED,
     /* the prepared graph (static shapes, constants folded), the loss checked */
     FR_STAGE_PREPARED,
@@ -57,6 +57,9 @@ typedef struct fr_pass_ctx {
     fr_graph *g;                  /* the graph the stage rewrites */
     const void *opts;             /* the runtime's options, read through `option` only */
     fr_pass_option_fn option;     /* may be NULL when every entry run has no option */
+    /* select_params: the --train / --freeze regexes (NULL: none) */
+    const char *train_regex;
+    const char *freeze_regex;
     /* prepare: symbolic dims and the shapes the trainer feeds (not owned) */
     const fr_dim_binding *dims;
     int n_dims;

@@ -1,6 +1,6 @@
 /* The training pipeline (passes/pipeline.c):
- *  - the list: names unique, stages in order and contiguous, prepare last on the imported
- *    graph, the fusions that free MatMuls before the FP8 compiler and SwiGLU after it, every
+ *  - the list: names unique, stages in order and contiguous, select_params first and prepare
+ *    last on the imported graph, the fusions that free MatMuls before the FP8 compiler and SwiGLU after it, every
  *    option a trainer option (tr_pass_option), reload entries without options;
  *  - the runner: an entry whose option is off does not run (graph untouched, "off (...)"), an
  *    unknown option is an error naming it, results are appended in list order;
@@ -65,9 +65,11 @@ static void test_list(void)
     /* the orders the passes rely on */
     int prep = index_of("prepare"), attn = index_of("fuse_attention"), rot = index_of("fuse_rotary");
     int fp8 = index_of("fp8_compile"), swi = index_of("fuse_swiglu"), ret = index_of("retie");
-    CU_ASSERT_FATAL(prep >= 0 && attn >= 0 && rot >= 0 && fp8 >= 0 && swi >= 0 && ret >= 0);
+    int sel = index_of("select_params");
+    CU_ASSERT_FATAL(prep >= 0 && attn >= 0 && rot >= 0 && fp8 >= 0 && swi >= 0 && ret >= 0 && sel > 0);
     CU_ASSERT(p[prep].reload);
-    CU_ASSERT(ret < prep && prep < attn && attn < rot && rot < fp8 && fp8 < swi);
+    CU_ASSERT(sel < ret && ret < prep && prep < attn && attn < rot && rot < fp8 && fp8 < swi);
+    CU_ASSERT(p[sel].stage == FR_STAGE_IMPORTED && p[sel - 1].stage == FR_STAGE_MODEL); /* first on the copy */
     CU_ASSERT_EQUAL(p[prep].stage, FR_STAGE_IMPORTED);
     CU_ASSERT(prep == n - 1 || p[prep + 1].stage == FR_STAGE_PREPARED); /* the last on the imported graph */
     CU_ASSERT_EQUAL(p[index_of("unshare")].stage, FR_STAGE_MODEL);
@@ -165,8 +167,11 @@ static void test_unknown_option(void)
     CU_ASSERT_EQUAL(fr_pipeline_run(&c, FR_STAGE_IMPORTED), FR_ERR_INTERNAL);
     CU_ASSERT(strstr(fr_last_error(), "no option 'retie'") != NULL);
     fr_clear_error();
-    CU_ASSERT_EQUAL(rep.n, 1);
-    CU_ASSERT_EQUAL(rep.pass[0].ran, 0);
+    CU_ASSERT_EQUAL_FATAL(rep.n, 2); /* select_params (no option), then retie */
+    CU_ASSERT_STRING_EQUAL(rep.pass[0].name, "select_params");
+    CU_ASSERT_EQUAL(rep.pass[0].ran, 1);
+    CU_ASSERT_STRING_EQUAL(rep.pass[1].name, "retie");
+    CU_ASSERT_EQUAL(rep.pass[1].ran, 0);
     CU_ASSERT_EQUAL(g->n_nodes, nodes); /* prepare (which removes nodes here) did not run */
     fr_graph_free(g);
 }
@@ -225,6 +230,9 @@ static void check_trainer(const char *precision, int fuse_attention)
     }
     fr_pass_result_line(comp, line, sizeof line);
     CU_ASSERT(fp8 ? strstr(line, " Linear") != NULL : strcmp(line, "pass fp8_compile: off (precision)") == 0);
+    /* every parameter of the generated model is float32 and trained: none made constant */
+    const fr_pass_result *sel = result(t, "select_params");
+    CU_ASSERT(sel->ran && sel->changed == 0 && strstr(sel->detail, " trained, 0 made constants"));
     /* prepare ran and folded the shape computations of the generated model */
     const fr_pass_result *prep = result(t, "prepare");
     CU_ASSERT(prep->ran && prep->changed > 0);
@@ -235,6 +243,37 @@ static void check_trainer(const char *precision, int fuse_attention)
 static void test_trainer_fp8(void) { check_trainer("fp8", 1); }
 static void test_trainer_fp32(void) { check_trainer("fp32", 1); }
 static void test_trainer_no_attention(void) { check_trainer("bf16", 0); }
+
+/* --train / --freeze: select_params keeps exactly the parameters that match. */
+static void test_select_params(void)
+{
+    fr_graph *model = NULL;
+    FR_ASSERT_OK(fr_llama_generate(&k_llama, &model));
+    int all = 0;
+    for (int i = 0; i < model->n_values; i++) all += (model->values[i].flags & FR_VAL_PARAM) != 0;
+    fr_train_options o;
+    fr_ft_train_options(&o);
+    o.train_regex = "^layers\\.1\\.";
+    o.freeze_regex = "layernorm";
+    o.eval_only = 1;
+    fr_trainer *t = NULL;
+    FR_ASSERT_OK(fr_trainer_new(model, &o, &t));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+    /* layer 1: q, k, v, o, gate, up, down; its two norms frozen */
+    const fr_pass_result *sel = result(t, "select_params");
+    char want[64];
+    snprintf(want, sizeof want, "7 trained, %d made constants", all - 7);
+    CU_ASSERT_STRING_EQUAL(sel->detail, want);
+    CU_ASSERT_EQUAL(sel->changed, all - 7);
+    CU_ASSERT_EQUAL(fr_trainer_param_count(t), 7);
+    fr_trainer_free(t);
+    /* a bad regex is the user's error, named as the flag */
+    o.train_regex = "(unclosed";
+    CU_ASSERT_EQUAL(fr_trainer_new(model, &o, &t), FR_ERR_INVALID_ARG);
+    CU_ASSERT(strstr(fr_last_error(), "--train regex '(unclosed'") != NULL);
+    fr_clear_error();
+    fr_graph_free(model);
+}
 
 /* fp8run_model_compile's report lists every pass of the list, in order. */
 static void check_api(const char *precision)
@@ -288,6 +327,7 @@ int main(void)
         {"trainer fp8: one result per entry, counts match the graph", test_trainer_fp8},
         {"trainer fp32: fp8_compile off", test_trainer_fp32},
         {"trainer bf16 --no-fuse-attention: attention and rotary off", test_trainer_no_attention},
+        {"select_params: --train / --freeze keep exactly the matches; a bad regex named", test_select_params},
         {"C API: fp8run_model_compile fp8 reports every pass in order", test_api_fp8},
         {"C API: fp32 (an evaluation-only trainer) too, fp8_compile off", test_api_fp32},
         CU_TEST_INFO_NULL,
