@@ -101,7 +101,13 @@ static fr_status run_swiglu(fr_pass_ctx *c, fr_pass_result *r)
     return FR_OK;
 }
 
-/* ---- the list: its order is the order the passes run in ---- */
+/* ---- the list: its order is the order the passes run in ----
+ * A new pass: its file (passes/NAME.c), an adapter above (one line through run_count when it
+ * is fr_status f(fr_graph *, int *count)), and one entry here, with a comment saying why it
+ * goes where it does. Its stage follows from its place: before `prepare` it sees the imported
+ * graph (symbolic shapes), after it the prepared one; before `fp8_compile` MatMul/Gemm, after
+ * it ai.fp8run::Linear. A new option it needs is a field of fr_train_options that the runtime's
+ * resolver (tr_pass_option, runtime/train_build.c) names. */
 
 static const fr_pass k_passes[] = {
     /* first, on the model itself: export and checkpoints then name the separated parameters */
