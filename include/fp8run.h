@@ -904,6 +904,11 @@ FP8RUN_API fp8run_status fp8run_model_save_safetensors(fp8run_model *m, const ch
                                                        uint64_t max_shard_bytes);
 FP8RUN_API fp8run_status fp8run_session_save_safetensors(fp8run_session *s, const char *dir, fp8run_dtype dtype,
                                                          uint64_t max_shard_bytes);
+/* The same for the weights a training checkpoint holds: its "param" tensors, under the names
+ * and layouts the trainer saves them (fp8run_checkpoint_param). Parameters the run did not
+ * train (--freeze) are not in a checkpoint and so not written. */
+FP8RUN_API fp8run_status fp8run_checkpoint_save_safetensors(const char *ckpt_path, const char *dir, fp8run_dtype dtype,
+                                                            uint64_t max_shard_bytes);
 
 #ifdef __cplusplus
 }

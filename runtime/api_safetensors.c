@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "runtime/api_internal.h"
+#include "runtime/checkpoint.h"
 #include "runtime/safetensors.h"
 
 struct fp8run_safetensors {
@@ -302,4 +303,51 @@ FP8RUN_API fp8run_status fp8run_session_save_safetensors(fp8run_session *s, cons
     if (!s) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: session is NULL", fn);
     target tg = {s, &s->err, fp8run_session_param_count(s), session_info, NULL};
     return save_from(fn, &tg, session_get, dir, dtype, max_shard_bytes);
+}
+
+/* A checkpoint's "param" tensors (the trainer's names and layouts) as a save target. */
+typedef struct ckpt_params {
+    fr_ckpt *c;
+    const fr_ckpt_tensor **p;
+} ckpt_params;
+
+static fp8run_status ckpt_info(void *h, int i, fp8run_value_info *vi)
+{
+    const fr_ckpt_tensor *t = ((ckpt_params *)h)->p[i];
+    fr_api_shape_info(t->name, t->dtype, t->rank, t->dims, vi, sizeof *vi);
+    vi->numel = (int64_t)(t->nbytes / sizeof(float));
+    return FP8RUN_OK;
+}
+
+static fp8run_status ckpt_get(void *h, const char *name, float *dst, size_t count)
+{
+    const fr_ckpt_tensor *t = fr_ckpt_find(((ckpt_params *)h)->c, name, "param");
+    memcpy(dst, t->data, count * sizeof *dst); /* count is the tensor's (ckpt_info) */
+    return FP8RUN_OK;
+}
+
+FP8RUN_API fp8run_status fp8run_checkpoint_save_safetensors(const char *ckpt_path, const char *dir, fp8run_dtype dtype,
+                                                            uint64_t max_shard_bytes)
+{
+    const char *fn = "fp8run_checkpoint_save_safetensors";
+    if (!ckpt_path || !ckpt_path[0]) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: no checkpoint path", fn);
+    ckpt_params cp = {0};
+    fr_status s = fr_ckpt_open(ckpt_path, &cp.c);
+    if (s != FR_OK) return fr_api_fail(NULL, fn, s);
+    int n = 0, total = fr_ckpt_tensor_count(cp.c);
+    cp.p = calloc((size_t)total + 1, sizeof *cp.p);
+    fp8run_status ps = cp.p ? FP8RUN_OK : fr_api_error(NULL, FP8RUN_ERR_OOM, "%s: out of memory", fn);
+    for (int i = 0; i < total && ps == FP8RUN_OK; i++) {
+        const fr_ckpt_tensor *t = fr_ckpt_tensor_at(cp.c, i);
+        if (strcmp(t->kind, "param") != 0) continue;
+        if (t->dtype != FR_F32)
+            ps = fr_api_error(NULL, FP8RUN_ERR_PARSE, "%s: '%s': parameter '%s' is %s, not float32", fn, ckpt_path,
+                              t->name, fr_dtype_name(t->dtype));
+        cp.p[n++] = t;
+    }
+    target tg = {&cp, NULL, n, ckpt_info, NULL};
+    if (ps == FP8RUN_OK) ps = save_from(fn, &tg, ckpt_get, dir, dtype, max_shard_bytes);
+    free(cp.p);
+    fr_ckpt_close(cp.c);
+    return ps;
 }

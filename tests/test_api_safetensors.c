@@ -310,6 +310,41 @@ static void test_cli(void)
     CU_ASSERT(f->n > 0 && f->t[0].dtype == FR_BF16);
     CU_ASSERT_PTR_NOT_NULL(fr_st_find(f, EMBED));
     fr_st_close(f);
+    /* the checkpoint's weights, exactly (fp32): those of the model it is applied to */
+    CLI_EXPECT(cli_run("export ck/step_00000001.ckpt --safetensors hf32"), 0, cli_out, "exported");
+    CU_ASSERT_PTR_NULL(strstr(cli_err, "warning"));
+    snprintf(p, sizeof p, "%s/ck/step_00000001.ckpt", cli_tmp);
+    fp8run_model *m = load_model();
+    OK(fp8run_model_apply_checkpoint(m, p, NULL));
+    snprintf(p, sizeof p, "%s/hf32", cli_tmp);
+    fp8run_safetensors *st = open_st(p);
+    CU_ASSERT_EQUAL(fp8run_safetensors_tensor_count(st), fp8run_model_param_count(m));
+    int bad = 0;
+    for (int i = 0; i < fp8run_safetensors_tensor_count(st); i++) {
+        fp8run_value_info v = {.struct_size = sizeof v};
+        OK(fp8run_safetensors_tensor(st, i, &v));
+        float *x = malloc((size_t)v.numel * 4 + 4), *y = malloc((size_t)v.numel * 4 + 4);
+        OK(fp8run_safetensors_read(st, v.name, x, (size_t)v.numel));
+        OK(fp8run_model_get_param(m, v.name, y, (size_t)v.numel));
+        bad += memcmp(x, y, (size_t)v.numel * 4) != 0;
+        free(x);
+        free(y);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    fp8run_safetensors_close(st);
+    fp8run_model_destroy(m);
+    /* a run that froze some parameters: they are not in its checkpoint, and the export says so */
+    CLI_EXPECT(cli_run("train '%s' --data '%s' --steps 1 --batch 2 --seq 11 --lr 1e-3 --freeze norm --ckpt-dir ckf",
+                       model, tokens), 0, cli_out, "trained");
+    CLI_EXPECT(cli_run("export ckf/step_00000001.ckpt --safetensors hff"), 0, cli_err, "frozen");
+    snprintf(p, sizeof p, "%s/hff", cli_tmp);
+    st = open_st(p);
+    for (int i = 0; i < fp8run_safetensors_tensor_count(st); i++) {
+        fp8run_value_info v = {.struct_size = sizeof v};
+        OK(fp8run_safetensors_tensor(st, i, &v));
+        CU_ASSERT_PTR_NULL(strstr(v.name, "norm"));
+    }
+    fp8run_safetensors_close(st);
     CLI_EXPECT(cli_run("export ck/step_00000001.ckpt --safetensors hf --dtype fp16"), 2, cli_err, "fp16");
     CLI_EXPECT(cli_run("export ck/step_00000001.ckpt --safetensors hf -o x.onnx"), 2, cli_err, "not both");
     CLI_EXPECT(cli_run("export ck/step_00000001.ckpt --dtype bf16 -o x.onnx"), 2, cli_err, "--safetensors");

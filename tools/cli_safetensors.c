@@ -34,7 +34,27 @@ int cli_init_from(fp8run_session *s, const char *path)
     return rc;
 }
 
-int cli_export_safetensors(fp8run_model *m, const char *dir, const char *dtype, int64_t max_shard_mb)
+/* 1 when the run the checkpoint records chose its trained parameters (--train/--freeze): then
+ * the frozen ones are not in it. The config is the trainer's JSON ("key": value). */
+static int chose_params(const char *ckpt)
+{
+    fp8run_checkpoint *c = NULL;
+    int chose = 0;
+    if (fp8run_checkpoint_open(ckpt, &c) != FP8RUN_OK) return 0;
+    const char *js = fp8run_checkpoint_config_json(c);
+    static const char *const keys[] = {"\"train\":", "\"freeze\":"};
+    for (int k = 0; js && k < 2; k++) {
+        const char *p = strstr(js, keys[k]);
+        if (!p) continue;
+        p += strlen(keys[k]);
+        while (*p == ' ') p++;
+        if (strncmp(p, "null", 4) != 0) chose = 1;
+    }
+    fp8run_checkpoint_close(c);
+    return chose;
+}
+
+int cli_export_safetensors(const char *ckpt, const char *dir, const char *dtype, int64_t max_shard_mb)
 {
     fp8run_dtype dt = FP8RUN_DTYPE_FLOAT32;
     if (dtype && strcmp(dtype, "bf16") == 0) dt = FP8RUN_DTYPE_BFLOAT16;
@@ -42,8 +62,10 @@ int cli_export_safetensors(fp8run_model *m, const char *dir, const char *dtype, 
         return cli_usage("export", "--dtype: '%s' is not one of fp32, bf16", dtype);
     if (cli_make_dirs(dir) != 0) return CLI_EXIT_FAIL;
     uint64_t max = max_shard_mb > 0 ? (uint64_t)max_shard_mb * 1000 * 1000 : 0;
-    if (fp8run_model_save_safetensors(m, dir, dt, max) != FP8RUN_OK) return cli_fail_status();
-    printf("exported %d tensors (%s) to %s\n", fp8run_model_param_count(m), dt == FP8RUN_DTYPE_BFLOAT16 ? "bf16" : "fp32",
-           dir);
+    if (fp8run_checkpoint_save_safetensors(ckpt, dir, dt, max) != FP8RUN_OK) return cli_fail_status();
+    if (chose_params(ckpt))
+        fprintf(stderr, "fp8run: warning: the run trained only some parameters (--train/--freeze): the frozen ones "
+                        "are not in the checkpoint nor in %s\n", dir);
+    printf("exported the weights of %s (%s) to %s\n", ckpt, dt == FP8RUN_DTYPE_BFLOAT16 ? "bf16" : "fp32", dir);
     return 0;
 }

@@ -70,7 +70,8 @@ void cli_train_help(FILE *f)
             "  --init-from DIR|FILE    start from a safetensors checkpoint (Hugging Face: a folder with\n"
             "                          model.safetensors or its sharded index, or one file), matched by\n"
             "                          parameter name; lists missing and unexpected names; a shape\n"
-            "                          mismatch is an error (not used when --resume finds a checkpoint)\n"
+            "                          mismatch is an error (not used when --resume finds a checkpoint;\n"
+            "                          trained parameters only: --freeze'd ones keep the model's values)\n"
             "precision:\n"
             "  --precision fp32|bf16|fp8   (default fp32)\n"
             "  --device auto|cuda|cpu  where to train (default auto: the GPU when one is usable)\n"
@@ -125,7 +126,7 @@ void cli_export_help(FILE *f)
 {
     fprintf(f,
             "usage: fp8run export CKPT [--model MODEL] -o OUT.onnx\n"
-            "       fp8run export CKPT [--model MODEL] --safetensors DIR [--dtype fp32|bf16]\n"
+            "       fp8run export CKPT --safetensors DIR [--dtype fp32|bf16] [--max-shard-mb N]\n"
             "\n"
             "Write MODEL with the checkpoint's trained weights in its initializers (original names\n"
             "and layouts). A checkpoint holds weights only; the graph comes from --model, or from\n"
@@ -136,9 +137,10 @@ void cli_export_help(FILE *f)
             "  --model MODEL           the ONNX model that was trained, or the compiled graph (.fbs)\n"
             "                          it was trained as (the original model is written)\n"
             "  -o, --output OUT.onnx   where to write\n"
-            "  --safetensors DIR       write the weights as a Hugging Face checkpoint instead: DIR/\n"
-            "                          model.safetensors (parameter names and shapes, sorted), or shards\n"
-            "                          with model.safetensors.index.json beyond --max-shard-mb\n"
+            "  --safetensors DIR       write the checkpoint's weights as a Hugging Face checkpoint instead\n"
+            "                          (no model needed): DIR/model.safetensors (the trained parameters'\n"
+            "                          names and shapes, sorted), or shards with\n"
+            "                          model.safetensors.index.json beyond --max-shard-mb\n"
             "  --dtype fp32|bf16       the safetensors' dtype (default fp32; bf16 rounds to nearest even)\n"
             "  --max-shard-mb N        largest shard (default 5000, transformers' 5GB)\n"
             "  -h, --help              show this help\n");
@@ -1164,12 +1166,12 @@ int cli_export(int argc, char **argv)
     if (out && st_dir) return cli_usage("export", "give -o OUT.onnx or --safetensors DIR, not both");
     if (!st_dir && (st_dtype || max_mb)) return cli_usage("export", "--dtype and --max-shard-mb need --safetensors DIR");
     if (!fp8run_is_checkpoint(ckpt)) return cli_fail("'%s' is not an fp8run checkpoint", ckpt);
+    if (st_dir) return cli_export_safetensors(ckpt, st_dir, st_dtype, max_mb); /* names as trained */
     fp8run_model *m = NULL;
     rc = load_model_or_ckpt(ckpt, model, &m);
     /* a compiled graph writes the original model it holds, with the checkpoint's weights */
-    if (rc == 0 && st_dir) rc = cli_export_safetensors(m, st_dir, st_dtype, max_mb);
-    else if (rc == 0 && fp8run_model_export(m, out) != FP8RUN_OK) rc = cli_fail_status();
-    else if (rc == 0) printf("exported %s (weights from %s)\n", out, ckpt);
+    if (rc == 0 && fp8run_model_export(m, out) != FP8RUN_OK) rc = cli_fail_status();
+    if (rc == 0) printf("exported %s (weights from %s)\n", out, ckpt);
     fp8run_model_destroy(m);
     return rc;
 }

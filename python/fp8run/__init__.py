@@ -20,7 +20,7 @@ import numpy as np
 from . import _lib
 
 __all__ = ["Error", "Model", "Session", "DataLoader", "Checkpoint", "Safetensors", "LoadReport", "Report", "TensorInfo", "StepStats",
-           "version", "abi_version", "is_checkpoint", "set_log_callback", "library_path"]
+           "version", "abi_version", "is_checkpoint", "checkpoint_to_safetensors", "set_log_callback", "library_path"]
 
 _L = _lib.load()
 
@@ -773,6 +773,12 @@ class Safetensors(_Handle):
                 _check(_L.fp8run_safetensors_read(self._handle(), _bytes(name), out.ctypes.data, out.size))
                 return out
         raise Error(ERR_INVALID_ARG, "no tensor '%s' in the checkpoint" % name)
+
+
+def checkpoint_to_safetensors(ckpt, folder, dtype="float32", max_shard_bytes=0):
+    """Write a training checkpoint's weights (the trained parameters, as the trainer names them)
+    as a Hugging Face checkpoint in folder (see Model.save_safetensors)."""
+    _check(_L.fp8run_checkpoint_save_safetensors(_path(ckpt), _path(folder), _st_dtype(dtype), max_shard_bytes))
 
 
 def _load_safetensors(fn, handle, path, strict):

@@ -349,6 +349,7 @@ _PROTOTYPES = {
     "fp8run_model_load_safetensors": (c_int, [P, P, c_int, ctypes.POINTER(LoadReport)]),
     "fp8run_model_save_safetensors": (c_int, [P, c_char_p, c_int, c_uint64]),
     "fp8run_session_save_safetensors": (c_int, [P, c_char_p, c_int, c_uint64]),
+    "fp8run_checkpoint_save_safetensors": (c_int, [c_char_p, c_char_p, c_int, c_uint64]),
     # data loader
     "fp8run_data_config_init": (c_int, [ctypes.POINTER(DataConfig), c_size_t]),
     "fp8run_data_open": (c_int, [c_char_p, ctypes.POINTER(DataConfig), PP]),

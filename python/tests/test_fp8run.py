@@ -343,6 +343,16 @@ class FP8RunTest(unittest.TestCase):
             u = m.get_param(p.name).reshape(-1).view(np.uint32).astype(np.uint64)
             want = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
             np.testing.assert_array_equal(np.frombuffer(raw[p.name], "<u2"), want)
+        # a training checkpoint's weights, sharded
+        s.save(self.path("st.ckpt"))
+        out = self.path("hf_ckpt")
+        fp8run.checkpoint_to_safetensors(self.path("st.ckpt"), out, max_shard_bytes=200000)
+        with open(os.path.join(out, "model.safetensors.index.json")) as f:
+            index = json.load(f)["weight_map"]
+        self.assertEqual(sorted(index), sorted(p.name for p in s.parameters))
+        for p in s.parameters:
+            header, raw = parse(os.path.join(out, index[p.name]))
+            np.testing.assert_array_equal(np.frombuffer(raw[p.name], "<f4").reshape(p.shape), s.get_param(p.name))
         self.assertError(fp8run.ERR_IO, "/nonexistent", fp8run.Safetensors, "/nonexistent")
         self.assertError(fp8run.ERR_INVALID_ARG, "'int8'", m.save_safetensors, out, dtype="int8")
 
