@@ -9,6 +9,7 @@
 #include "runtime/api_internal.h"
 #include "runtime/checkpoint.h"
 #include "runtime/safetensors.h"
+#include "runtime/train_params.h"
 
 struct fp8run_safetensors {
     api_err err;
@@ -97,13 +98,22 @@ typedef struct target {
     int n;
     fp8run_status (*info)(void *h, int i, fp8run_value_info *vi);
     fp8run_status (*set)(void *h, const char *name, const float *src, size_t count);
+    fr_trainer *trainer; /* a session's: every parameter written in one device round trip */
 } target;
 
-static fp8run_status session_info(void *h, int i, fp8run_value_info *vi) { return fp8run_session_param(h, i, vi); }
-static fp8run_status session_set(void *h, const char *n, const float *s, size_t c)
+/* The checkpoint entries to read, in the order the trainer asks for them. */
+typedef struct fill_ctx {
+    const fr_st_ckpt *c;
+    const int *entry;
+} fill_ctx;
+
+static fr_status fill_one(void *ctx, int i, float *dst)
 {
-    return fp8run_session_set_param(h, n, s, c);
+    const fill_ctx *f = ctx;
+    return fr_st_ckpt_read_f32(f->c, f->entry[i], dst);
 }
+
+static fp8run_status session_info(void *h, int i, fp8run_value_info *vi) { return fp8run_session_param(h, i, vi); }
 static fp8run_status model_info(void *h, int i, fp8run_value_info *vi) { return fp8run_model_param(h, i, vi); }
 static fp8run_status model_set(void *h, const char *n, const float *s, size_t c) { return fp8run_model_set_param(h, n, s, c); }
 
@@ -189,9 +199,19 @@ static fp8run_status load_into(fp8run_safetensors *st, const char *fn, const tar
                           "%d unexpected%s%s; nothing was loaded", fn, c->path, n_miss, n_miss ? " " : "", m, n_unexp,
                           n_unexp ? " " : "", u);
     }
-    float *buf = ps == FP8RUN_OK ? malloc(max_numel * sizeof *buf) : NULL;
-    if (ps == FP8RUN_OK && !buf) ps = fr_api_error(tg->slot, FP8RUN_ERR_OOM, "%s: out of memory", fn);
-    for (int i = 0; i < tg->n && ps == FP8RUN_OK; i++) {
+    if (ps == FP8RUN_OK && tg->trainer) {
+        /* the matched entries in parameter order (param_of is compacted in place) */
+        int k = 0;
+        for (int i = 0; i < tg->n; i++)
+            if (param_of[i] >= 0) param_of[k++] = param_of[i];
+        fill_ctx fc = {c, param_of};
+        ps = fr_api_fail(tg->slot, fn, fr_trainer_fill_params(tg->trainer, n_match, (const char *const *)st->names,
+                                                              fill_one, &fc));
+        max_numel = 0; /* done: no per-parameter copies below */
+    }
+    float *buf = ps == FP8RUN_OK && max_numel ? malloc(max_numel * sizeof *buf) : NULL;
+    if (ps == FP8RUN_OK && max_numel && !buf) ps = fr_api_error(tg->slot, FP8RUN_ERR_OOM, "%s: out of memory", fn);
+    for (int i = 0; i < tg->n && ps == FP8RUN_OK && buf; i++) {
         if (param_of[i] < 0) continue;
         const fr_st_entry *e = &c->e[param_of[i]];
         fr_status s = fr_st_ckpt_read_f32(c, param_of[i], buf);
@@ -224,7 +244,11 @@ FP8RUN_API fp8run_status fp8run_session_load_safetensors(fp8run_session *s, fp8r
 {
     const char *fn = "fp8run_session_load_safetensors";
     if (!s || !st) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: %s is NULL", fn, s ? "checkpoint" : "session");
-    target tg = {s, &s->err, fp8run_session_param_count(s), session_info, session_set};
+    if (s->broken || fr_trainer_queued(s->t))
+        return fr_api_error(&s->err, FP8RUN_ERR_STATE, "%s: %s", fn,
+                            s->broken ? "this session is unusable since an earlier failure"
+                                      : "steps are queued: poll them first (load before training)");
+    target tg = {s, &s->err, fp8run_session_param_count(s), session_info, NULL, s->t};
     return load_into(st, fn, &tg, flags, report);
 }
 
@@ -233,7 +257,7 @@ FP8RUN_API fp8run_status fp8run_model_load_safetensors(fp8run_model *m, fp8run_s
 {
     const char *fn = "fp8run_model_load_safetensors";
     if (!m || !st) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: %s is NULL", fn, m ? "checkpoint" : "model");
-    target tg = {m, &m->err, fp8run_model_param_count(m), model_info, model_set};
+    target tg = {m, &m->err, fp8run_model_param_count(m), model_info, model_set, NULL};
     return load_into(st, fn, &tg, flags, report);
 }
 
@@ -292,7 +316,7 @@ FP8RUN_API fp8run_status fp8run_model_save_safetensors(fp8run_model *m, const ch
 {
     const char *fn = "fp8run_model_save_safetensors";
     if (!m) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: model is NULL", fn);
-    target tg = {m, &m->err, fp8run_model_param_count(m), model_info, NULL};
+    target tg = {m, &m->err, fp8run_model_param_count(m), model_info, NULL, NULL};
     return save_from(fn, &tg, model_get, dir, dtype, max_shard_bytes);
 }
 
@@ -301,7 +325,7 @@ FP8RUN_API fp8run_status fp8run_session_save_safetensors(fp8run_session *s, cons
 {
     const char *fn = "fp8run_session_save_safetensors";
     if (!s) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: session is NULL", fn);
-    target tg = {s, &s->err, fp8run_session_param_count(s), session_info, NULL};
+    target tg = {s, &s->err, fp8run_session_param_count(s), session_info, NULL, NULL};
     return save_from(fn, &tg, session_get, dir, dtype, max_shard_bytes);
 }
 
@@ -345,7 +369,7 @@ FP8RUN_API fp8run_status fp8run_checkpoint_save_safetensors(const char *ckpt_pat
                               t->name, fr_dtype_name(t->dtype));
         cp.p[n++] = t;
     }
-    target tg = {&cp, NULL, n, ckpt_info, NULL};
+    target tg = {&cp, NULL, n, ckpt_info, NULL, NULL};
     if (ps == FP8RUN_OK) ps = save_from(fn, &tg, ckpt_get, dir, dtype, max_shard_bytes);
     free(cp.p);
     fr_ckpt_close(cp.c);

@@ -43,16 +43,19 @@ static fp8run_model *load_model(void)
     return m;
 }
 
-static fp8run_session *new_session(fp8run_model *m)
+static fp8run_session *new_session_prec(fp8run_model *m, const char *precision)
 {
     fp8run_train_config c;
     fp8run_train_config_init(&c, sizeof c);
     c.batch = B;
     c.seq_len = T;
+    c.precision = precision;
     fp8run_session *s = NULL;
     OK(fp8run_session_create(m, "cpu", &c, &s));
     return s;
 }
+
+static fp8run_session *new_session(fp8run_model *m) { return new_session_prec(m, "fp32"); }
 
 static double eval(fp8run_session *s)
 {
@@ -196,6 +199,60 @@ static void test_init_from_changed(void)
     CU_ASSERT(bits_equal(eval(s), l1));
     fp8run_safetensors_close(st);
     fp8run_session_destroy(s);
+    fp8run_model_destroy(m);
+}
+
+/* Every parameter changed, written by one session, loaded into a bf16 session whose compiler
+ * fused Q/K/V and gate/up: the fused ones take their slices, and the loss is that of a session
+ * built from a model holding the same values. */
+static void test_fused_round_trip(void)
+{
+    char dir[512];
+    fr_test_tmpdir(dir, sizeof dir);
+    fp8run_model *m = load_model();
+    fp8run_session *a = new_session(m);
+    int n = fp8run_session_param_count(a);
+    fr_rng r = fr_test_rng("safetensors_fused");
+    for (int i = 0; i < n; i++) {
+        fp8run_value_info v = {.struct_size = sizeof v};
+        OK(fp8run_session_param(a, i, &v));
+        float *x = malloc((size_t)v.numel * 4 + 4);
+        OK(fp8run_session_get_param(a, v.name, x, (size_t)v.numel));
+        for (int64_t j = 0; j < v.numel; j++) x[j] *= (float)(0.5 + fr_rng_uniform(&r));
+        OK(fp8run_session_set_param(a, v.name, x, (size_t)v.numel));
+        free(x);
+    }
+    OK(fp8run_session_save_safetensors(a, dir, FP8RUN_DTYPE_FLOAT32, 0));
+    fp8run_session *b = new_session_prec(m, "bf16");
+    fp8run_report *rep = NULL;
+    OK(fp8run_session_report(b, &rep));
+    CU_ASSERT(strstr(fp8run_report_text(rep), "fused") != NULL); /* the case this test is about */
+    fp8run_report_destroy(rep);
+    fp8run_safetensors *st = open_st(dir);
+    fp8run_load_report lr = {.struct_size = sizeof lr};
+    OK(fp8run_session_load_safetensors(b, st, FP8RUN_LOAD_STRICT, &lr));
+    CU_ASSERT_EQUAL(lr.n_matched, n);
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        fp8run_value_info v = {.struct_size = sizeof v};
+        OK(fp8run_session_param(a, i, &v));
+        float *x = malloc((size_t)v.numel * 4 + 4), *y = malloc((size_t)v.numel * 4 + 4);
+        OK(fp8run_session_get_param(a, v.name, x, (size_t)v.numel));
+        OK(fp8run_session_get_param(b, v.name, y, (size_t)v.numel));
+        bad += memcmp(x, y, (size_t)v.numel * 4) != 0;
+        free(x);
+        free(y);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    fp8run_model *m2 = load_model();
+    OK(fp8run_model_load_safetensors(m2, st, FP8RUN_LOAD_STRICT, NULL));
+    fp8run_session *c = new_session_prec(m2, "bf16");
+    CU_ASSERT(bits_equal(eval(b), eval(c)));
+    fp8run_session_destroy(c);
+    fp8run_model_destroy(m2);
+    fp8run_safetensors_close(st);
+    fp8run_session_destroy(b);
+    fp8run_session_destroy(a);
     fp8run_model_destroy(m);
 }
 
@@ -353,6 +410,7 @@ static void test_cli(void)
 static CU_TestInfo tests[] = {
     {"init_from_fixture", test_init_from_fixture},
     {"init_from_changed", test_init_from_changed},
+    {"fused_round_trip", test_fused_round_trip},
     {"full_match", test_full_match},
     {"save", test_save},
     {"cli", test_cli},
