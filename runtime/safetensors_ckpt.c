@@ -116,6 +116,10 @@ static fr_status read_index(fr_st_ckpt *c, const char *index_path, const char *d
     json_error_t jerr;
     void *data;
     size_t len;
+    struct stat sb;
+    if (stat(index_path, &sb) == 0 && (uint64_t)sb.st_size > FR_ST_MAX_HEADER) /* refused before reading */
+        return fr_error(FR_ERR_PARSE, "safetensors index '%s': %lld bytes, over 100 MB", index_path,
+                        (long long)sb.st_size);
     FR_TRY(fr_onnx_read_file(index_path, &data, &len));
     json_t *root = len <= FR_ST_MAX_HEADER ? json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr) : NULL;
     free(data);

@@ -956,6 +956,7 @@ static int run_train(train_args *a)
     if (rc == 0 && resume && fp8run_model_apply_checkpoint(L.m, resume, NULL) != FP8RUN_OK) rc = cli_fail_status();
     if (rc == 0 && fp8run_session_create(L.m, a->device, &a->o, &L.t) != FP8RUN_OK) rc = cli_fail_status();
     if (rc == 0 && a->init_from && !resume) rc = cli_init_from(L.t, a->init_from);
+    if (rc == 0 && a->init_from && resume) fprintf(stderr, "fp8run: --init-from not used: resuming from %s\n", resume);
     if (rc == 0) rc = open_loaders(&L);
     if (rc == 0 && resume) rc = resume_session(&L, resume, ck);
     if (rc == 0 && a->log && resume) rc = trim_log(a->log, fp8run_session_steps_done(L.t));
