@@ -1163,7 +1163,7 @@ int cli_export(int argc, char **argv)
     }
     if (rc) return rc;
     if (!ckpt) return cli_usage("export", "no CKPT given");
-    if (!out && !st_dir) return cli_usage("export", "-o OUT.onnx or --safetensors DIR is required");
+    if (!out && !st_dir) return cli_usage("export", "-o OUT.onnx is required (or --safetensors DIR)");
     if (out && st_dir) return cli_usage("export", "give -o OUT.onnx or --safetensors DIR, not both");
     if (!st_dir && (st_dtype || max_mb)) return cli_usage("export", "--dtype and --max-shard-mb need --safetensors DIR");
     if (!fp8run_is_checkpoint(ckpt)) return cli_fail("'%s' is not an fp8run checkpoint", ckpt);
