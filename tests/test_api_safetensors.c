@@ -89,6 +89,35 @@ static int session_has(const fp8run_session *s, const char *name)
 
 static int bits_equal(double a, double b) { return memcmp(&a, &b, sizeof a) == 0; }
 
+/* Tensors listed by info(hi, i) and read by name from two sources. */
+typedef fp8run_status (*info_fn)(void *h, int i, fp8run_value_info *v);
+typedef fp8run_status (*read_fn)(void *h, const char *name, float *dst, size_t n);
+static fp8run_status s_info(void *h, int i, fp8run_value_info *v) { return fp8run_session_param(h, i, v); }
+static fp8run_status s_get(void *h, const char *n, float *d, size_t c) { return fp8run_session_get_param(h, n, d, c); }
+static fp8run_status st_info(void *h, int i, fp8run_value_info *v) { return fp8run_safetensors_tensor(h, i, v); }
+static fp8run_status st_get(void *h, const char *n, float *d, size_t c) { return fp8run_safetensors_read(h, n, d, c); }
+static fp8run_status m_info(void *h, int i, fp8run_value_info *v) { return fp8run_model_param(h, i, v); }
+static fp8run_status m_get(void *h, const char *n, float *d, size_t c) { return fp8run_model_get_param(h, n, d, c); }
+
+/* How many of the n tensors differ between a and b, bit for bit (bf16_a: a holds b's values
+ * rounded to bfloat16, to nearest even). */
+static int count_differing(int n, info_fn info, void *hi, read_fn ra, void *a, read_fn rb, void *b, int bf16_a)
+{
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        fp8run_value_info v = {.struct_size = sizeof v};
+        OK(info(hi, i, &v));
+        float *x = malloc((size_t)v.numel * 4 + 4), *y = malloc((size_t)v.numel * 4 + 4);
+        OK(ra(a, v.name, x, (size_t)v.numel));
+        OK(rb(b, v.name, y, (size_t)v.numel));
+        for (int64_t j = 0; bf16_a && j < v.numel; j++) y[j] = fr_bf16_to_f32(fr_f32_to_bf16(y[j]));
+        bad += memcmp(x, y, (size_t)v.numel * 4) != 0;
+        free(x);
+        free(y);
+    }
+    return bad;
+}
+
 /* The fixture's tensors rewritten into dir: `name` stored as dtype `dt` with values * mul,
  * or, when dims is non-NULL, with that shape instead (same element count). */
 static void write_variant(const char *dir, const char *name, fr_dtype dt, float mul, const int64_t *dims)
@@ -232,18 +261,7 @@ static void test_fused_round_trip(void)
     fp8run_load_report lr = {.struct_size = sizeof lr};
     OK(fp8run_session_load_safetensors(b, st, FP8RUN_LOAD_STRICT, &lr));
     CU_ASSERT_EQUAL(lr.n_matched, n);
-    int bad = 0;
-    for (int i = 0; i < n; i++) {
-        fp8run_value_info v = {.struct_size = sizeof v};
-        OK(fp8run_session_param(a, i, &v));
-        float *x = malloc((size_t)v.numel * 4 + 4), *y = malloc((size_t)v.numel * 4 + 4);
-        OK(fp8run_session_get_param(a, v.name, x, (size_t)v.numel));
-        OK(fp8run_session_get_param(b, v.name, y, (size_t)v.numel));
-        bad += memcmp(x, y, (size_t)v.numel * 4) != 0;
-        free(x);
-        free(y);
-    }
-    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(count_differing(n, s_info, a, s_get, a, s_get, b, 0), 0);
     fp8run_model *m2 = load_model();
     OK(fp8run_model_load_safetensors(m2, st, FP8RUN_LOAD_STRICT, NULL));
     fp8run_session *c = new_session_prec(m2, "bf16");
@@ -294,25 +312,17 @@ static void test_full_match(void)
 static void check_written(fp8run_model *m, const char *dir, fp8run_dtype dt)
 {
     fp8run_safetensors *st = open_st(dir);
-    int n = fp8run_model_param_count(m), bad = 0;
+    int n = fp8run_model_param_count(m);
     const char *prev = "";
     CU_ASSERT_EQUAL(fp8run_safetensors_tensor_count(st), n);
-    for (int i = 0; i < n; i++) {
-        fp8run_value_info v = {.struct_size = sizeof v}, w = {.struct_size = sizeof w};
-        OK(fp8run_model_param(m, i, &v));
+    for (int i = 0; i < fp8run_safetensors_tensor_count(st); i++) {
+        fp8run_value_info w = {.struct_size = sizeof w};
         OK(fp8run_safetensors_tensor(st, i, &w));
         CU_ASSERT(w.dtype == dt);
         CU_ASSERT(strcmp(w.name, prev) > 0); /* in name order, as save_pretrained writes */
         prev = w.name;
-        float *x = malloc((size_t)(v.numel + 1) * 4), *y = malloc((size_t)(v.numel + 1) * 4);
-        OK(fp8run_model_get_param(m, v.name, x, (size_t)v.numel));
-        OK(fp8run_safetensors_read(st, v.name, y, (size_t)v.numel));
-        for (int64_t j = 0; j < v.numel; j++)
-            bad += dt == FP8RUN_DTYPE_FLOAT32 ? memcmp(&x[j], &y[j], 4) != 0 : y[j] != fr_bf16_to_f32(fr_f32_to_bf16(x[j]));
-        free(x);
-        free(y);
     }
-    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(count_differing(n, m_info, m, st_get, st, m_get, m, dt == FP8RUN_DTYPE_BFLOAT16), 0);
     fp8run_safetensors_close(st);
 }
 
@@ -376,18 +386,7 @@ static void test_cli(void)
     snprintf(p, sizeof p, "%s/hf32", cli_tmp);
     fp8run_safetensors *st = open_st(p);
     CU_ASSERT_EQUAL(fp8run_safetensors_tensor_count(st), fp8run_model_param_count(m));
-    int bad = 0;
-    for (int i = 0; i < fp8run_safetensors_tensor_count(st); i++) {
-        fp8run_value_info v = {.struct_size = sizeof v};
-        OK(fp8run_safetensors_tensor(st, i, &v));
-        float *x = malloc((size_t)v.numel * 4 + 4), *y = malloc((size_t)v.numel * 4 + 4);
-        OK(fp8run_safetensors_read(st, v.name, x, (size_t)v.numel));
-        OK(fp8run_model_get_param(m, v.name, y, (size_t)v.numel));
-        bad += memcmp(x, y, (size_t)v.numel * 4) != 0;
-        free(x);
-        free(y);
-    }
-    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(count_differing(fp8run_safetensors_tensor_count(st), st_info, st, st_get, st, m_get, m, 0), 0);
     fp8run_safetensors_close(st);
     fp8run_model_destroy(m);
     /* a run that froze some parameters: they are not in its checkpoint, and the export says so */
