@@ -90,6 +90,7 @@ static fr_status copy_values(const fr_graph *g, int share, fr_graph *c)
         d->producer = s->producer;
         d->doc_string = dup_or_null(s->doc_string, &st);
         d->external_location = dup_or_null(s->external_location, &st);
+        d->param_note = dup_or_null(s->param_note, &st);
         FR_TRY(st);
         FR_TRY(copy_tensor(s->constant, share, &d->constant));
     }
