@@ -58,6 +58,7 @@ static void node_clear(fr_node *n)
     free(n->attrs);
     free(n->doc_string);
     free(n->torch_fx);
+    free(n->torch_scopes);
 }
 
 void fr_graph_free(fr_graph *g)

@@ -633,6 +633,8 @@ static fr_status import_node(import_ctx *c, const Onnx__NodeProto *np, size_t in
     FR_TRY(dup_opt(np->doc_string, &nd->doc_string));
     FR_TRY(dup_opt(meta_get(np->metadata_props, np->n_metadata_props, "pkg.torch.onnx.fx_node"),
                    &nd->torch_fx));
+    FR_TRY(dup_opt(meta_get(np->metadata_props, np->n_metadata_props, "pkg.torch.onnx.name_scopes"),
+                   &nd->torch_scopes));
     if (np->n_attribute) {
         nd->attrs = fr_calloc(np->n_attribute, sizeof(fr_attr), "node attributes");
         if (!nd->attrs) return FR_ERR_OOM;

@@ -121,19 +121,29 @@ static const char *leaf(const char *name)
     return d ? d + 1 : name;
 }
 
+/* The next "%name" token of fx text *p into tok; 0 at the end. */
+static int next_token(const char **p, char *tok, size_t n)
+{
+    while (*p && (*p = strchr(*p, '%')) != NULL) {
+        const char *b = ++*p, *e = b;
+        while ((*e >= 'a' && *e <= 'z') || (*e >= 'A' && *e <= 'Z') || (*e >= '0' && *e <= '9') || *e == '_') e++;
+        *p = e;
+        if (e == b || (size_t)(e - b) >= n) continue;
+        memcpy(tok, b, (size_t)(e - b));
+        tok[e - b] = '\0';
+        return 1;
+    }
+    return 0;
+}
+
 /* The parameter a node meant when it read initializer `own`, from the fx node text: among the
  * PARAMETER placeholders it names, `own` itself, else the only one the export left out (merged
  * into another), else the only such one with own's leaf name ("weight", "bias"). -1: unknown. */
 static int use_target(const sig *s, const fr_node *nd, const char *own)
 {
     int cand = -1, n_cand = 0, leaf_cand = -1, n_leaf = 0;
-    for (const char *p = nd->torch_fx; p && (p = strchr(p, '%')) != NULL;) {
-        const char *b = ++p;
-        while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_') p++;
-        char tok[256];
-        if (p == b || (size_t)(p - b) >= sizeof tok) continue;
-        memcpy(tok, b, (size_t)(p - b));
-        tok[p - b] = '\0';
+    char tok[256];
+    for (const char *p = nd->torch_fx; next_token(&p, tok, sizeof tok);) {
         int i = fr_name_map_get(s->by_ph, tok);
         if (!sig_is_param(s, i)) continue;
         if (strcmp(s->e[i].target, own) == 0) return i;
@@ -220,15 +230,16 @@ static fr_status add_param(fr_graph *g, const char *name, fr_tensor *t, int *vid
     return g->values[*vid].torch_kind ? FR_OK : FR_ERR_OOM;
 }
 
-static fr_status unmerge(fr_graph *g, const sig *s, const uses *u, int vid)
+/* Copies of an all-equal initializer for each parameter its readers name (they were merged by
+ * value); for one with varied values, the other names are ties, recorded in alias. */
+static fr_status unmerge(fr_graph *g, const sig *s, const uses *u, int vid, int *alias)
 {
-    int first = fr_name_map_get(s->by_target, g->values[vid].name), split = all_equal(g->values[vid].constant);
+    int split = all_equal(g->values[vid].constant);
     for (int k = u->start[vid]; k < u->start[vid + 1]; k++) {
-        fr_node *nd = &g->nodes[u->node[k]];
-        int t = use_target(s, nd, g->values[vid].name);
+        int t = use_target(s, &g->nodes[u->node[k]], g->values[vid].name);
         if (t < 0 || strcmp(s->e[t].target, g->values[vid].name) == 0) continue;
-        if (!split) { /* a tie: one tensor, the module's first name */
-            if (first < 0 || t < first) first = t;
+        if (!split) {
+            if (alias[t] < 0 && fr_graph_find_value(g, s->e[t].target) < 0) alias[t] = vid;
             continue;
         }
         int nv = fr_graph_find_value(g, s->e[t].target);
@@ -239,19 +250,104 @@ static fr_status unmerge(fr_graph *g, const sig *s, const uses *u, int vid)
             FR_TRY(set_note(&g->values[nv], "parameter (stored merged into '%s', equal values)",
                             g->values[vid].name));
         }
-        if (!is_float_init(&g->values[nv])) continue;
-        g->nodes[u->node[k]].inputs[u->slot[k]] = nv;
+        if (is_float_init(&g->values[nv])) g->nodes[u->node[k]].inputs[u->slot[k]] = nv;
     }
-    if (!split && first >= 0 && strcmp(s->e[first].target, g->values[vid].name) != 0 &&
-        fr_graph_find_value(g, s->e[first].target) < 0) {
+    return FR_OK;
+}
+
+/* torch.export reads a tied parameter through one placeholder (the last name); the signature
+ * still lists the others, which no node names and the file does not hold. Such a name is paired
+ * with the parameter a node reads inside a module that owns it: `model.embed_tokens` +
+ * ".weight" for an embedding read as `lm_head.weight`, `cls.predictions` + ".bias" for a bias
+ * read as `cls.predictions.decoder.bias` (innermost module first). */
+static fr_status tie_by_scope(const fr_graph *g, const sig *s, int *alias)
+{
+    char *named = fr_calloc((size_t)(s->n ? s->n : 1), 1, "exporter signature");
+    if (!named) return FR_ERR_OOM;
+    char tok[256], buf[600];
+    for (int n = 0; n < g->n_nodes; n++)
+        for (const char *p = g->nodes[n].torch_fx; next_token(&p, tok, sizeof tok);) {
+            int i = fr_name_map_get(s->by_ph, tok);
+            if (i >= 0) named[i] = 1;
+        }
+    for (int n = 0; n < g->n_nodes; n++) {
+        const fr_node *nd = &g->nodes[n];
+        const char *sc[64];
+        int ns = 0;
+        for (const char *p = nd->torch_scopes; p && ns < 64 && (p = strchr(p, '\'')) != NULL; ns++) {
+            sc[ns] = ++p;
+            p = strchr(p, '\'');
+            if (!p) break;
+            p++;
+        }
+        for (int k = 0; k < nd->n_inputs; k++) {
+            int vid = nd->inputs[k];
+            if (vid < 0 || !is_float_init(&g->values[vid]) || !g->values[vid].torch_kind ||
+                strcmp(g->values[vid].torch_kind, "PARAMETER") != 0)
+                continue;
+            /* the innermost module (the last element names the op); its parent when the
+             * innermost owns the parameter read */
+            for (int e = ns - 2; e >= 0 && e >= ns - 3; e--) {
+                const char *end = strchr(sc[e], '\'');
+                if (!end || end == sc[e]) break;
+                snprintf(buf, sizeof buf, "%.*s.%s", (int)(end - sc[e]), sc[e], leaf(g->values[vid].name));
+                if (strcmp(buf, g->values[vid].name) == 0) continue;
+                int i = fr_name_map_get(s->by_target, buf);
+                if (sig_is_param(s, i) && !named[i] && alias[i] < 0 && fr_graph_find_value(g, buf) < 0) alias[i] = vid;
+                break;
+            }
+        }
+    }
+    free(named);
+    return FR_OK;
+}
+
+/* A tied tensor takes the name of its group that comes first in the signature (the one
+ * named_parameters() keeps). */
+static fr_status name_ties(fr_graph *g, const sig *s, const int *alias)
+{
+    for (int i = 0; i < s->n; i++) {
+        int vid = alias[i];
+        if (vid < 0) continue;
+        int own = fr_name_map_get(s->by_target, g->values[vid].name);
+        if ((own >= 0 && own < i) || fr_graph_find_value(g, s->e[i].target) >= 0) continue;
         char *old = fr_strdup(g->values[vid].name, "parameter name");
         if (!old) return FR_ERR_OOM;
-        fr_status st = rename_value(g, vid, s->e[first].target);
-        if (st == FR_OK) st = set_note(&g->values[vid], "parameter (tied; stored as '%s')", old);
+        fr_status st = rename_value(g, vid, s->e[i].target);
+        if (st == FR_OK) st = set_note(&g->values[vid], "parameter (tied; the file names it '%s')", old);
         free(old);
         FR_TRY(st);
     }
     return FR_OK;
+}
+
+/* addmm(b, x, W) (GPT-2's Conv1D) with b all zeros: the exporter's optimizer drops C from the
+ * Gemm, and the parameter b with it. It trains away from zero all the same: C is restored. */
+static fr_status restore_gemm_bias(fr_graph *g, const sig *s, int nid)
+{
+    fr_node *nd = &g->nodes[nid];
+    if (strcmp(nd->op_type, "Gemm") != 0 || nd->domain[0] || nd->n_inputs != 2 || !nd->torch_fx) return FR_OK;
+    const char *a = strstr(nd->torch_fx, "aten.addmm");
+    char tok[256];
+    if (!a || !(a = strstr(a, "args = (")) || !next_token(&a, tok, sizeof tok)) return FR_OK;
+    int i = fr_name_map_get(s->by_ph, tok), b = nd->inputs[1], vid;
+    float beta;
+    int64_t tb;
+    FR_TRY(fr_node_attr_float(nd, "beta", 1.f, &beta));
+    FR_TRY(fr_node_attr_int(nd, "transB", 0, &tb));
+    if (!sig_is_param(s, i) || fr_graph_find_value(g, s->e[i].target) >= 0 || beta != 1.f || b < 0 ||
+        g->values[b].rank != 2 || g->values[b].dims[tb ? 0 : 1] <= 0 || !fr_dtype_is_float(g->values[b].dtype))
+        return FR_OK;
+    fr_tensor *t;
+    FR_TRY(fr_tensor_new(g->values[b].dtype, 1, &g->values[b].dims[tb ? 0 : 1], s->e[i].target, &t));
+    FR_TRY(add_param(g, s->e[i].target, t, &vid));
+    nd = &g->nodes[nid];
+    int *in = fr_realloc_array(nd->inputs, 3, sizeof(int), "node inputs");
+    if (!in) return FR_ERR_OOM;
+    in[2] = vid;
+    nd->inputs = in;
+    nd->n_inputs = 3;
+    return set_note(&g->values[vid], "parameter (zeros the exporter dropped from Gemm '%s')", nd->name);
 }
 
 /* ---- un-folding W^T back into Transpose(W) ---- */
@@ -293,10 +389,32 @@ static fr_status make_transpose(fr_graph *g, int pid, int fid)
     return fr_node_set_attr_ints(&g->nodes[nid], "perm", 2, (const int64_t[]){1, 0});
 }
 
+/* A constant the exporter computed from a parameter and other values (Gemma's 1 + w, a static
+ * position table Gather(wpe, arange)): that parameter is no longer in the file. */
+static fr_status folded_mix(fr_graph *g, const sig *s, int fid, int *lost)
+{
+    char name[300];
+    for (const char *p = g->values[fid].folded_from; (p = strchr(p, '\'')) != NULL;) {
+        const char *e = strchr(++p, '\'');
+        if (!e) break;
+        if ((size_t)(e - p) < sizeof name) {
+            memcpy(name, p, (size_t)(e - p));
+            name[e - p] = '\0';
+            if (sig_is_param(s, fr_name_map_get(s->by_target, name))) {
+                (*lost)++;
+                return set_note(&g->values[fid], "folded by the exporter from parameter '%s' with other values: "
+                                "that parameter is not trained", name);
+            }
+        }
+        p = e + 1;
+    }
+    return FR_OK;
+}
+
 static fr_status unfold(fr_graph *g, const sig *s, int fid, int *lost)
 {
     char *p = single_source(g->values[fid].folded_from);
-    if (!p) return FR_OK;
+    if (!p) return folded_mix(g, s, fid, lost);
     fr_status st = FR_OK;
     if (!sig_is_param(s, fr_name_map_get(s->by_target, p))) goto done;
     if (g->values[fid].rank != 2) {
@@ -427,18 +545,26 @@ static fr_status rewrite(fr_graph *g, const sig *s, int *lost)
     /* un-fold first: a folded copy of a tied parameter is looked up by its recorded name */
     for (int vid = 0; vid < n0; vid++)
         if (is_float_init(&g->values[vid]) && g->values[vid].folded_from) FR_TRY(unfold(g, s, vid, lost));
+    for (int n = 0, nn = g->n_nodes; n < nn; n++) FR_TRY(restore_gemm_bias(g, s, n));
     int w = 0;
     for (int i = 0; i < g->n_initializers; i++)
         if (g->values[g->initializers[i]].flags & FR_VAL_INITIALIZER) g->initializers[w++] = g->initializers[i];
     g->n_initializers = w;
     uses u;
+    int *alias = fr_malloc((size_t)(s->n ? s->n : 1) * sizeof(int), "exporter signature");
+    if (!alias) return FR_ERR_OOM;
+    for (int i = 0; i < s->n; i++) alias[i] = -1;
     fr_status st = uses_build(g, &u);
     n0 = g->n_values;
     for (int vid = 0; vid < n0 && st == FR_OK; vid++) {
         const fr_value *v = &g->values[vid];
-        if (is_float_init(v) && v->torch_kind && strcmp(v->torch_kind, "PARAMETER") == 0) st = unmerge(g, s, &u, vid);
+        if (is_float_init(v) && v->torch_kind && strcmp(v->torch_kind, "PARAMETER") == 0)
+            st = unmerge(g, s, &u, vid, alias);
     }
     uses_free(&u);
+    if (st == FR_OK) st = tie_by_scope(g, s, alias);
+    if (st == FR_OK) st = name_ties(g, s, alias);
+    free(alias);
     FR_TRY(st);
     return fr_graph_toposort(g);
 }
