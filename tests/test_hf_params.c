@@ -3,7 +3,9 @@
  *    named_parameters(): names and shapes, Linear weights [out, in]) where the file holds
  *    them; where the exporter folded one into a constant, exactly those are missing (listed
  *    here): a position table's rows train in its place, Gemma's folded 1 + w is reported lost;
- *  - Pow exponents, epsilons, masks, rotary tables are not trained, and say why;
+ *  - Pow exponents, epsilons, masks, rotary tables are not trained, and say why (`fp8run
+ *    info`, with --train/--freeze); without the record, the stated rule; the C API and
+ *    --log-fp8 use the module's names;
  *  - llama_op18_static through the CLI: 20 AdamW fp32 steps follow PyTorch's losses within
  *    1e-4 relative with no skipped step; the checkpoint and the exported model carry the
  *    module's names and shapes; the exported model trains the same set when loaded again and
@@ -312,6 +314,16 @@ static void test_info_api(void)
     }
     free(w);
     fp8run_model_destroy(m);
+
+    /* --log-fp8 names the module parameters each Linear reads */
+    char pbuf[900], tok[700];
+    fr_fixture(tok, sizeof tok, "hf/tokens.bin");
+    CLI_EXPECT(cli_run("train '%s' --data '%s' --steps 1 --batch 2 --seq 11 --lr 1e-3 --precision fp8 "
+                       "--log fp8.jsonl --log-fp8 1", path, tok),
+               0, cli_out, "(0 skipped)");
+    char *log = cli_slurp((snprintf(pbuf, sizeof pbuf, "%s/fp8.jsonl", cli_tmp), pbuf), NULL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(log, "\"weights\": \"model.layers.0.self_attn.o_proj.weight\", \"operand\": \"w\""));
+    free(log);
 }
 
 static int have_onnxruntime(void)
