@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "onnx_io_util.h"
+#include "onnx_record.h"
 #include "params.h"
 #include "schema/onnx.pb-c.h"
 
@@ -572,25 +573,6 @@ static fr_status value_for(fr_graph *g, const char *name, int *vid)
     return fr_graph_add_value(g, name, vid);
 }
 
-/* The value of `key` among metadata_props, or NULL. */
-static const char *meta_get(Onnx__StringStringEntryProto *const *kv, size_t n, const char *key)
-{
-    for (size_t i = 0; i < n; i++)
-        if (kv[i]->key && kv[i]->value && strcmp(kv[i]->key, key) == 0) return kv[i]->value;
-    return NULL;
-}
-
-/* The dynamo exporter's record of what a value is (graph/params.h reads it). It sits on the
- * value_info of an initializer's name, or on the TensorProto itself; either may carry it. */
-static fr_status import_torch_record(fr_value *v, Onnx__StringStringEntryProto *const *kv, size_t n)
-{
-    const char *kind = meta_get(kv, n, "pkg.torch.export.graph_signature.InputSpec.kind");
-    const char *from = meta_get(kv, n, "pkg.onnxscript.optimizer.folded_from");
-    if (kind && !v->torch_kind) FR_TRY(dup_opt(kind, &v->torch_kind));
-    if (from && !v->folded_from) FR_TRY(dup_opt(from, &v->folded_from));
-    return FR_OK;
-}
-
 static fr_status import_node(import_ctx *c, const Onnx__NodeProto *np, size_t index)
 {
     fr_graph *g = c->g;
@@ -631,10 +613,7 @@ static fr_status import_node(import_ctx *c, const Onnx__NodeProto *np, size_t in
     if (st != FR_OK) return fr_error_context(st, "node '%s' (%s)", name, op);
     fr_node *nd = &g->nodes[nid];
     FR_TRY(dup_opt(np->doc_string, &nd->doc_string));
-    FR_TRY(dup_opt(meta_get(np->metadata_props, np->n_metadata_props, "pkg.torch.onnx.fx_node"),
-                   &nd->torch_fx));
-    FR_TRY(dup_opt(meta_get(np->metadata_props, np->n_metadata_props, "pkg.torch.onnx.name_scopes"),
-                   &nd->torch_scopes));
+    FR_TRY(fr_onnx_record_node(nd, np));
     if (np->n_attribute) {
         nd->attrs = fr_calloc(np->n_attribute, sizeof(fr_attr), "node attributes");
         if (!nd->attrs) return FR_ERR_OOM;
@@ -689,9 +668,7 @@ static fr_status import_metadata(fr_graph *g, const Onnx__ModelProto *m)
     FR_TRY(dup_opt(m->doc_string, &g->doc_string));
     FR_TRY(dup_opt(m->graph->name, &g->name));
     FR_TRY(dup_opt(m->graph->doc_string, &g->graph_doc_string));
-    FR_TRY(dup_opt(meta_get(m->graph->metadata_props, m->graph->n_metadata_props,
-                            "pkg.torch.export.ExportedProgram.graph_signature"),
-                   &g->torch_signature));
+    FR_TRY(fr_onnx_record_graph(g, m->graph));
     if (m->n_metadata_props) {
         g->metadata = fr_calloc(m->n_metadata_props, sizeof(fr_kv), "model metadata");
         if (!g->metadata) return FR_ERR_OOM;
@@ -735,7 +712,7 @@ static fr_status import_initializers(import_ctx *c, const Onnx__GraphProto *gp)
         fr_value *v = &g->values[vid];
         v->external_location = loc;
         FR_TRY(dup_opt(tp->doc_string, &v->doc_string));
-        FR_TRY(import_torch_record(v, tp->metadata_props, tp->n_metadata_props));
+        FR_TRY(fr_onnx_record_value(v, tp->metadata_props, tp->n_metadata_props));
     }
     return FR_OK;
 }
@@ -772,7 +749,7 @@ static fr_status import_graph(import_ctx *c)
     for (size_t i = 0; i < gp->n_value_info; i++) {
         const Onnx__ValueInfoProto *vi = gp->value_info[i];
         int vid = fr_graph_find_value(g, vi->name);
-        if (vid >= 0) FR_TRY(import_torch_record(&g->values[vid], vi->metadata_props, vi->n_metadata_props));
+        if (vid >= 0) FR_TRY(fr_onnx_record_value(&g->values[vid], vi->metadata_props, vi->n_metadata_props));
         if (vid < 0 || g->values[vid].constant || (g->values[vid].flags & (FR_VAL_INPUT | FR_VAL_OUTPUT)))
             continue;
         FR_TRY(apply_value_info(&g->values[vid], vi, "value", 0));

@@ -147,8 +147,10 @@ static void check_fixture(const char *fixture, const char *const *lost, int want
 
 static void test_llama_family(void)
 {
-    static const char *const names[] = {"llama_op18_static", "llama_op18_dynamic", "mistral_op18_static",
-                                        "phi3_op18_static", "qwen2_op18_static", "gpt2_op18_dynamic"};
+    static const char *const names[] = {
+        "llama_op18_static", "llama_op18_dynamic", "mistral_op18_static", "phi3_op18_static", "qwen2_op18_static",
+        "gpt2_op18_dynamic", "llama_op23_static", "llama_op23_dynamic", "mistral_op23_static", "phi3_op23_static",
+        "qwen2_op23_static", "gpt2_op23_dynamic"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) check_fixture(names[i], NULL, 0);
 }
 
@@ -164,9 +166,15 @@ static void test_lost(void)
                                         "model.layers.1.post_attention_layernorm.weight", "model.norm.weight", NULL};
     static const char *const gpt2[] = {"transformer.wpe.weight", NULL};
     static const char *const bert[] = {"bert.embeddings.position_embeddings.weight", NULL};
-    check_fixture("gemma_op18_static", gemma, 1);
-    check_fixture("gpt2_op18_static", gpt2, 0);
-    check_fixture("bert_op18_static", bert, 0);
+    for (int op = 18; op <= 23; op += 5) {
+        char name[64];
+        snprintf(name, sizeof name, "gemma_op%d_static", op);
+        check_fixture(name, gemma, 1);
+        snprintf(name, sizeof name, "gpt2_op%d_static", op);
+        check_fixture(name, gpt2, 0);
+        snprintf(name, sizeof name, "bert_op%d_static", op);
+        check_fixture(name, bert, 0);
+    }
 }
 
 /* The constants of llama_op18_static are not trained, for the stated reasons. */
@@ -343,7 +351,7 @@ static void test_train_export(void)
                0, cli_out, "(0 skipped)");
     double got[20], ref[20];
     int vals;
-    CU_ASSERT_EQUAL_FATAL(cli_read_log(P("hf.jsonl"), got, 20, &vals), 20);
+    CU_ASSERT_EQUAL_FATAL(cli_read_log(P("hf.jsonl"), got, 20, &vals, NULL), 20);
     FILE *f = fopen(fr_fixture(refp, sizeof refp, "hf/llama_op18_static/losses.txt"), "r");
     CU_ASSERT_PTR_NOT_NULL_FATAL(f);
     double worst = 0;
@@ -395,7 +403,7 @@ static void test_train_export(void)
 }
 
 static CU_TestInfo tests[] = {
-    {"llama/mistral/phi3/qwen2/gpt2: trained set == the module's parameters", test_llama_family},
+    {"llama/mistral/phi3/qwen2/gpt2 (opsets 18, 23): trained set == the module's parameters", test_llama_family},
     {"gemma/gpt2-static/bert: folded parameters trained through the rows kept, or reported lost", test_lost},
     {"llama constants not trained, with reasons; q_proj un-folded", test_reasons},
     {"without the record: scalars, non-differentiable inputs, additive masks excluded", test_rule},
