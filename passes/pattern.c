@@ -60,3 +60,12 @@ int fr_same_dims(const fr_value *a, const fr_value *b)
         if (a->dims[k] != b->dims[k]) return 0;
     return 1;
 }
+
+int fr_const_scalar(const fr_graph *g, int v, double *out)
+{
+    if (v < 0 || (g->values[v].flags & FR_VAL_PARAM)) return 0;
+    const fr_tensor *t = g->values[v].constant;
+    if (!t || fr_tensor_numel(t) != 1 || t->dtype == FR_BOOL) return 0;
+    *out = fr_tensor_get_f64(t, 0);
+    return 1;
+}

@@ -27,5 +27,8 @@ int fr_is_onnx_op(const fr_node *n, const char *op);
 int fr_binary_other(const fr_node *n, const char *op, int v);
 /* Same rank and dims. */
 int fr_same_dims(const fr_value *a, const fr_value *b);
+/* v is a one-element numeric constant that is not trained (no FR_VAL_PARAM): 1 with its value
+ * in *out; 0 otherwise. */
+int fr_const_scalar(const fr_graph *g, int v, double *out);
 
 #endif

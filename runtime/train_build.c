@@ -9,6 +9,7 @@
 
 #include "ops/op.h"
 #include "passes/attention_fuse.h"
+#include "passes/rmsnorm_fuse.h"
 #include "passes/rotary_fuse.h"
 #include "passes/swiglu_fuse.h"
 #include "passes/autodiff.h"
@@ -628,6 +629,11 @@ fr_status tr_build_forward(fr_trainer *t, const fr_graph *model, int *tok_out, i
         if (!t->logits_name) return FR_ERR_OOM;
         t->vocab = g->values[logits].dims[g->values[logits].rank - 1];
     }
+
+    /* RMSNorm written out by an exporter: one fused node (always; its statistics in double) */
+    int n_rmsnorm;
+    FR_TRY(fr_fuse_rmsnorm(g, &n_rmsnorm));
+    if (logits >= 0 && n_rmsnorm) logits = fr_graph_find_value(g, t->logits_name);
 
     /* fused attention, before the FP8 compiler lowers the MatMuls of two activations */
     if (t->opt.fuse_attention) {
