@@ -9,6 +9,7 @@
 
 #include "ops/op.h"
 #include "passes/attention_fuse.h"
+#include "passes/gelu_fuse.h"
 #include "passes/rmsnorm_fuse.h"
 #include "passes/rotary_fuse.h"
 #include "passes/swiglu_fuse.h"
@@ -630,10 +631,12 @@ fr_status tr_build_forward(fr_trainer *t, const fr_graph *model, int *tok_out, i
         t->vocab = g->values[logits].dims[g->values[logits].rank - 1];
     }
 
-    /* RMSNorm written out by an exporter: one fused node (always; its statistics in double) */
-    int n_rmsnorm;
+    /* an exporter's RMSNorm (always: its statistics in double) and GELU (with the SwiGLU switch)
+     * written out: one fused node each */
+    int n_rmsnorm, n_gelu = 0;
     FR_TRY(fr_fuse_rmsnorm(g, &n_rmsnorm));
-    if (logits >= 0 && n_rmsnorm) logits = fr_graph_find_value(g, t->logits_name);
+    if (t->opt.fuse_swiglu) FR_TRY(fr_fuse_gelu(g, &n_gelu));
+    if (logits >= 0 && n_rmsnorm + n_gelu) logits = fr_graph_find_value(g, t->logits_name);
 
     /* fused attention, before the FP8 compiler lowers the MatMuls of two activations */
     if (t->opt.fuse_attention) {

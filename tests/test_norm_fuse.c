@@ -9,7 +9,6 @@
  *    intermediate read elsewhere stay unfused;
  *  - the trainer: the exported Llama's graph holds RMSNormalization and RMSNormGrad only. */
 #include <math.h>
-#include <regex.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,28 +18,14 @@
 #include "passes/autodiff.h"
 #include "passes/passes.h"
 #include "passes/rmsnorm_fuse.h"
-#include "runtime/npy.h"
 #include "runtime/train_internal.h"
 #include "runtime/trainer.h"
-
-#define TRAIN_RE "^(model|lm_head|transformer|bert|cls)\\."
 
 static int count_op(const fr_graph *g, const char *op)
 {
     int n = 0;
     for (int i = 0; i < g->n_nodes; i++) n += !g->nodes[i].dead && strcmp(g->nodes[i].op_type, op) == 0;
     return n;
-}
-
-/* What `--train TRAIN_RE` does: the exporter's constants (exponent, eps, tables) untrained. */
-static void freeze_constants(fr_graph *g)
-{
-    regex_t re;
-    CU_ASSERT_FATAL(regcomp(&re, TRAIN_RE, REG_EXTENDED | REG_NOSUB) == 0);
-    for (int i = 0; i < g->n_values; i++)
-        if ((g->values[i].flags & FR_VAL_PARAM) && regexec(&re, g->values[i].name, 0, NULL, 0) != 0)
-            g->values[i].flags &= ~FR_VAL_PARAM;
-    regfree(&re);
 }
 
 /* ---- the dynamo exports ---- */
@@ -52,46 +37,10 @@ static const struct {
             {"phi3_op18_static", 5},  {"gemma_op18_static", 5},  {"gpt2_op18_static", 0}, {"gpt2_op18_dynamic", 0},
             {"bert_op18_static", 0}};
 
-/* Loads fixture dir, prepared for its [2, 11] inputs, constants frozen. */
-static fr_graph *load_fixture(const char *dir)
-{
-    char rel[300], p[600];
-    snprintf(rel, sizeof rel, "hf/%s/model.onnx", dir);
-    fr_graph *g = NULL;
-    FR_ASSERT_OK(fr_onnx_load_file(fr_fixture(p, sizeof p, rel), &g));
-    FR_ASSERT_OK(fr_ft_prepare(g, 2, 11));
-    freeze_constants(g);
-    return g;
-}
-
-/* Runs g on the fixture's inputs; asserts logits within 1e-4 of PyTorch's. */
-static void expect_logits(fr_graph *g, const char *dir)
-{
-    char rel[300], p[600];
-    int vids[8], n = 0;
-    fr_tensor *ins[8];
-    for (int i = 0; i < g->n_inputs && n < 8; i++, n++) {
-        vids[n] = g->inputs[i];
-        snprintf(rel, sizeof rel, "hf/%s/input_%s.npy", dir, g->values[vids[n]].name);
-        FR_ASSERT_OK(fr_npy_load(fr_fixture(p, sizeof p, rel), &ins[n]));
-    }
-    snprintf(rel, sizeof rel, "hf/%s/output_logits.npy", dir);
-    fr_tensor *want;
-    FR_ASSERT_OK(fr_npy_load(fr_fixture(p, sizeof p, rel), &want));
-    fr_tensor *got = fr_ft_run(g, n, vids, (const fr_tensor *const *)ins, g->outputs[0]);
-    CU_ASSERT_EQUAL_FATAL(fr_tensor_numel(got), fr_tensor_numel(want));
-    double e = fr_rel_l2(got->data, want->data, fr_tensor_numel(want));
-    if (!(e <= 1e-4)) printf("\n  %s: logits differ from PyTorch's by %g", dir, e);
-    CU_ASSERT(e <= 1e-4);
-    for (int i = 0; i < n; i++) fr_tensor_free(ins[i]);
-    fr_tensor_free(got);
-    fr_tensor_free(want);
-}
-
 static void test_fixtures(void)
 {
     for (size_t i = 0; i < sizeof k_fx / sizeof k_fx[0]; i++) {
-        fr_graph *g = load_fixture(k_fx[i].dir);
+        fr_graph *g = fr_ft_load_hf(k_fx[i].dir);
         const int ln = count_op(g, "LayerNormalization");
         int n = -1;
         FR_ASSERT_OK(fr_fuse_rmsnorm(g, &n));
@@ -103,7 +52,7 @@ static void test_fixtures(void)
             CU_ASSERT_EQUAL(count_op(g, "Sqrt"), 0);
             CU_ASSERT_EQUAL(count_op(g, "Reciprocal"), 0);
         }
-        expect_logits(g, k_fx[i].dir);
+        fr_ft_expect_hf_logits(g, k_fx[i].dir);
         fr_graph_free(g);
     }
 }
@@ -118,7 +67,7 @@ static void test_trainer(void)
     fr_train_options_default(&o);
     o.batch = 2;
     o.seq_len = 11;
-    o.train_regex = TRAIN_RE;
+    o.train_regex = FR_FT_HF_TRAIN;
     fr_trainer *t = NULL;
     fr_status st = fr_trainer_new(model, &o, &t);
     if (st != FR_OK) printf("\n  %s", fr_last_error());
@@ -153,14 +102,13 @@ enum {
 
 static int scalar(fr_graph *g, const char *name, double v) { return fr_gc_add_values(g, name, FR_F32, 0, NULL, &v); }
 
-/* y of the pattern of `kind` over X [HB, HT, HD] and W [HD] (inputs x and w). */
-static int build(fr_graph *g, uint64_t seed, int kind, int *x, int *w)
+/* The pattern of `kind` over inputs X [HB, HT, HD] and W [HD]; y its last output. */
+static void build(fr_graph *g, uint64_t seed, int kind)
 {
     fr_rng r = {seed};
     const int64_t dx[3] = {HB, HT, HD}, dw[1] = {HD};
-    *x = fr_gc_add_input(g, &r, "X", FR_F32, 3, dx, NULL);
-    *w = fr_gc_add_input(g, &r, "W", FR_F32, 1, dw, NULL);
-    const int X = *x;
+    const int X = fr_gc_add_input(g, &r, "X", FR_F32, 3, dx, NULL);
+    const int w = fr_gc_add_input(g, &r, "W", FR_F32, 1, dw, NULL);
     int sq = kind == P_MULXX ? fr_gc_op1(g, "Mul", 2, (int[]){X, X})
                              : fr_gc_op1(g, "Pow", 2, (int[]){X, scalar(g, "two", kind == P_EXP4 ? 4.0 : 2.0)});
     int ms;
@@ -187,55 +135,17 @@ static int build(fr_graph *g, uint64_t seed, int kind, int *x, int *w)
         else
             n = fr_gc_op1(g, "Mul", 2, (int[]){X, fr_gc_op1(g, "Reciprocal", 1, &s)});
     }
-    int W = kind == P_GEMMA ? fr_gc_op1(g, "Add", 2, (int[]){scalar(g, "one_w", 1.0), *w}) : *w;
+    int W = kind == P_GEMMA ? fr_gc_op1(g, "Add", 2, (int[]){scalar(g, "one_w", 1.0), w}) : w;
     int y = kind == P_RECIP ? fr_gc_op1(g, "Mul", 2, (int[]){W, n}) : fr_gc_op1(g, "Mul", 2, (int[]){n, W});
     FR_ASSERT_OK(fr_graph_mark_output(g, y));
-    return y;
 }
 
-/* y and dL/dx, dL/dw of the pattern, fused or not (fused: *n_fused receives the count). */
-static void run_kind(int kind, uint64_t seed, const double *dy, int fuse, int *n_fused, fr_tensor **res)
-{
-    fr_graph *g = fr_gc_new_graph(kind == P_ATTR ? 13 : 18);
-    CU_ASSERT_FATAL(g != NULL);
-    int x, w;
-    build(g, seed, kind, &x, &w);
-    FR_ASSERT_OK(fr_graph_resolve_ops(g));
-    if (fuse) FR_ASSERT_OK(fr_fuse_rmsnorm(g, n_fused));
-    /* ids may move when the pass compacts the graph: find them again by name */
-    x = fr_graph_find_value(g, "X");
-    w = fr_graph_find_value(g, "W");
-    int wrt[2] = {x, w}, grads[2];
-    const int yv = g->outputs[g->n_outputs - 1];
-    fr_tensor **t = fr_gc_backprop(g, yv, dy, 2, wrt, grads);
-    CU_ASSERT_FATAL(t != NULL);
-    FR_ASSERT_OK(fr_tensor_clone(fr_gc_value(g, t, yv), "y", &res[0]));
-    for (int i = 0; i < 2; i++) FR_ASSERT_OK(fr_tensor_clone(fr_gc_value(g, t, grads[i]), "grad", &res[1 + i]));
-    fr_gc_free_tensors(g, t);
-    free(t);
-    fr_graph_free(g);
-}
+static fr_status fuse(fr_graph *g, int *count) { return fr_fuse_rmsnorm(g, count); }
 
 static void check_kind(int kind, int want_fused)
 {
-    fr_rng r = fr_test_rng("rmsnorm_fuse_kinds");
-    const uint64_t seed = r.s | 1;
-    double dy[HB * HT * HD];
-    for (int i = 0; i < HB * HT * HD; i++) dy[i] = fr_rng_normal(&r);
-    fr_tensor *plain[3], *fused[3];
-    int n = -1;
-    run_kind(kind, seed, dy, 0, NULL, plain);
-    run_kind(kind, seed, dy, 1, &n, fused);
-    if (n != want_fused) printf("\n  kind %d: %d fused", kind, n);
-    CU_ASSERT_EQUAL(n, want_fused);
-    static const char *what[3] = {"y", "dx", "dw"};
-    for (int i = 0; i < 3; i++) {
-        double e = fr_gc_rel_l2(fused[i], plain[i]);
-        if (!(e <= 1e-5)) printf("\n  kind %d: fused %s differs by %g", kind, what[i], e);
-        CU_ASSERT(e <= 1e-5);
-        fr_tensor_free(plain[i]);
-        fr_tensor_free(fused[i]);
-    }
+    static const char *const wrt[2] = {"X", "W"};
+    fr_ft_check_pattern(build, kind, kind == P_ATTR ? 13 : 18, fuse, want_fused, 2, wrt, 1e-5);
 }
 
 static void test_recip(void) { check_kind(P_RECIP, 1); }
