@@ -1,4 +1,6 @@
-/* The GELU fusion pass (passes/gelu_fuse.c):
+/* The MLP activation fusions on the dynamo exports: SwiGLU (passes/swiglu_fuse.c) on Llama,
+ * Qwen2, Mistral and Phi-3 (its gate_up_proj Split read directly: the one-input form), and
+ * the GELU fusion pass (passes/gelu_fuse.c):
  *  - the dynamo exports (tests/fixtures/hf, opset 18): GPT-2's gelu_new and Gemma's
  *    gelu_pytorch_tanh (Tanh chains), BERT's Erf form fused (one per MLP, and BERT's prediction
  *    head), no Tanh or Erf left; the fused graph's logits match PyTorch's within 1e-4; Llama
@@ -15,6 +17,7 @@
 #include "gradcheck.h"
 #include "graph/onnx_io.h"
 #include "passes/gelu_fuse.h"
+#include "passes/swiglu_fuse.h"
 #include "runtime/train_internal.h"
 #include "runtime/trainer.h"
 
@@ -42,6 +45,26 @@ static void test_fixtures(void)
         CU_ASSERT_EQUAL(count_op(g, "Gelu"), k_fx[i].fused);
         CU_ASSERT_EQUAL(count_op(g, "Tanh") + count_op(g, "Erf"), 0);
         fr_ft_expect_hf_logits(g, k_fx[i].dir);
+        fr_graph_free(g);
+    }
+}
+
+static void test_swiglu_exports(void)
+{
+    static const struct {
+        const char *dir;
+        int fused, one_input;
+    } fx[] = {{"llama_op18_static", 2, 0}, {"llama_op18_dynamic", 2, 0}, {"qwen2_op18_static", 2, 0},
+              {"mistral_op18_static", 2, 0}, {"phi3_op18_static", 2, 2}, {"gemma_op18_static", 0, 0}};
+    for (size_t i = 0; i < sizeof fx / sizeof fx[0]; i++) {
+        fr_graph *g = fr_ft_load_hf(fx[i].dir);
+        int n = -1, one = -1;
+        FR_ASSERT_OK(fr_fuse_swiglu(g, &n, &one));
+        if (n != fx[i].fused || one != fx[i].one_input) printf("\n  %s: fused %d (%d one-input)", fx[i].dir, n, one);
+        CU_ASSERT_EQUAL(n, fx[i].fused);
+        CU_ASSERT_EQUAL(one, fx[i].one_input);
+        CU_ASSERT_EQUAL(count_op(g, "Sigmoid"), 0);
+        fr_ft_expect_hf_logits(g, fx[i].dir);
         fr_graph_free(g);
     }
 }
@@ -133,6 +156,7 @@ int main(void)
 {
     CU_TestInfo tests[] = {
         {"dynamo exports: GELUs fused, logits as PyTorch's (1e-4)", test_fixtures},
+        {"SwiGLU on the exports (Phi-3: one-input), logits as PyTorch's", test_swiglu_exports},
         {"trainer on the exported GPT-2: Gelu with the SwiGLU switch only", test_trainer},
         {"Erf(Div(x, sqrt 2)): fused, same y, dx", test_erf_div},
         {"Erf(Mul(1 / sqrt 2, x)), (0.5 x)(1 + t): fused, same y, dx", test_erf_mul},
@@ -144,6 +168,6 @@ int main(void)
         {"Pow(x, 2) for the cube: not fused", test_square},
         CU_TEST_INFO_NULL,
     };
-    CU_SuiteInfo suites[] = {{"gelu_fuse", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
+    CU_SuiteInfo suites[] = {{"mlp_fuse", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
     return fr_test_main(suites);
 }
