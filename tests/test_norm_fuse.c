@@ -7,7 +7,9 @@
  *    Add(1, w) scale, opset-13 ReduceMean (axes attribute): fused, y and the gradients of x
  *    and w as the unfused graph's (1e-5); exponent 4, a mean over axis 0, a trained eps, an
  *    intermediate read elsewhere stay unfused;
- *  - the trainer: the exported Llama's graph holds RMSNormalization and RMSNormGrad only. */
+ *  - the trainer: Llama's and Gemma's graphs hold RMSNormalization and RMSNormGrad, GPT-2's and
+ *    BERT's their native LayerNormalization (one output) and LayerNormGrad, and no ReduceMean,
+ *    Sqrt or Pow. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,27 +59,39 @@ static void test_fixtures(void)
     }
 }
 
-/* The trainer fuses them and differentiates them as one node each. */
+/* The trainer fuses the RMSNorms and differentiates them as one node each; the exporter's
+ * native LayerNormalization (GPT-2, BERT) trains with its fused LayerNormGrad and nothing else
+ * (no statistics outputs, no ReduceMean / Sqrt / Pow chain). */
 static void test_trainer(void)
 {
-    char p[600];
-    fr_graph *model = NULL;
-    FR_ASSERT_OK(fr_onnx_load_file(fr_fixture(p, sizeof p, "hf/llama_op18_static/model.onnx"), &model));
-    fr_train_options o;
-    fr_train_options_default(&o);
-    o.batch = 2;
-    o.seq_len = 11;
-    o.train_regex = FR_FT_HF_TRAIN;
-    fr_trainer *t = NULL;
-    fr_status st = fr_trainer_new(model, &o, &t);
-    if (st != FR_OK) printf("\n  %s", fr_last_error());
-    CU_ASSERT_EQUAL_FATAL(st, FR_OK);
-    CU_ASSERT_EQUAL(count_op(t->g, "RMSNormalization"), 5);
-    CU_ASSERT_EQUAL(count_op(t->g, "RMSNormGrad"), 5);
-    CU_ASSERT_EQUAL(count_op(t->g, "Sqrt"), 0);
-    CU_ASSERT_EQUAL(count_op(t->g, "ReduceMean"), 0);
-    fr_trainer_free(t);
-    fr_graph_free(model);
+    static const struct {
+        const char *dir;
+        int rms, ln;
+    } fx[] = {{"llama_op18_static", 5, 0}, {"gemma_op18_static", 5, 0}, {"gpt2_op18_static", 0, 5}, {"bert_op18_static", 0, 6}};
+    for (size_t i = 0; i < sizeof fx / sizeof fx[0]; i++) {
+        char rel[300], p[600];
+        snprintf(rel, sizeof rel, "hf/%s/model.onnx", fx[i].dir);
+        fr_graph *model = NULL;
+        FR_ASSERT_OK(fr_onnx_load_file(fr_fixture(p, sizeof p, rel), &model));
+        fr_train_options o;
+        fr_train_options_default(&o);
+        o.batch = 2;
+        o.seq_len = 11;
+        o.train_regex = FR_FT_HF_TRAIN;
+        fr_trainer *t = NULL;
+        fr_status st = fr_trainer_new(model, &o, &t);
+        if (st != FR_OK) printf("\n  %s: %s", fx[i].dir, fr_last_error());
+        CU_ASSERT_EQUAL_FATAL(st, FR_OK);
+        CU_ASSERT_EQUAL(count_op(t->g, "RMSNormalization"), fx[i].rms);
+        CU_ASSERT_EQUAL(count_op(t->g, "RMSNormGrad"), fx[i].rms);
+        CU_ASSERT_EQUAL(count_op(t->g, "LayerNormalization"), fx[i].ln);
+        CU_ASSERT_EQUAL(count_op(t->g, "LayerNormGrad"), fx[i].ln);
+        CU_ASSERT_EQUAL(count_op(t->g, "Sqrt") + count_op(t->g, "ReduceMean") + count_op(t->g, "Pow"), 0);
+        for (int k = 0; k < t->g->n_nodes; k++)
+            if (strcmp(t->g->nodes[k].op_type, "LayerNormalization") == 0) CU_ASSERT_EQUAL(t->g->nodes[k].n_outputs, 1);
+        fr_trainer_free(t);
+        fr_graph_free(model);
+    }
 }
 
 /* ---- hand-built patterns ---- */
@@ -164,7 +178,7 @@ int main(void)
 {
     CU_TestInfo tests[] = {
         {"dynamo exports: RMSNorms fused, logits as PyTorch's (1e-4)", test_fixtures},
-        {"trainer on the exported Llama: RMSNormalization + RMSNormGrad only", test_trainer},
+        {"trainer: RMSNorm / LayerNorm and their fused grads only", test_trainer},
         {"Reciprocal(Sqrt): fused, same y, dx, dw", test_recip},
         {"Div(1, Sqrt): fused, same y, dx, dw", test_div1},
         {"Div(x, Sqrt): fused, same y, dx, dw", test_divx},
