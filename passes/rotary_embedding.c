@@ -53,24 +53,20 @@ static fr_status with_axis(builder *b, const char *op, int n_in, const int *in, 
     return fr_node_set_attr_int(&b->g->nodes[nid], "axis", axis);
 }
 
-/* [..., R] of 4D x between the half layout (evens, then odds) and the interleaved one. */
-static fr_status swap_pairs(builder *b, int x, int to_halves, int out, int *y)
+/* cos or sin [B, S, R/2] (gathered first by position_ids) as Rotary reads it: R wide, each
+ * frequency twice (Concat(t, t), or [c0, c0, c1, c1, ..] when interleaved), unsqueezed over
+ * the head axis. */
+static fr_status table(builder *b, int cache, int pos, int interleaved, int64_t head_axis, int *y)
 {
-    static const int64_t pairs[5] = {0, 0, 0, -1, 2}, halves[5] = {0, 0, 0, 2, -1}, flat[4] = {0, 0, 0, -1};
-    static const int64_t perm[5] = {0, 1, 2, 4, 3};
-    int t, nid;
-    FR_TRY(reshape(b, x, 5, to_halves ? pairs : halves, -1, &t));
-    FR_TRY(emit(b, "Transpose", "", 1, &t, -1, &t, &nid));
-    FR_TRY(fr_node_set_attr_ints(&b->g->nodes[nid], "perm", 5, perm));
-    return reshape(b, t, 4, flat, out, y);
-}
-
-/* cos or sin as Rotary reads it: gathered, doubled to R, unsqueezed over the head axis. */
-static fr_status table(builder *b, int cache, int pos, int64_t head_axis, int *y)
-{
+    static const int64_t last = -1, flat3[3] = {0, 0, -1};
     int t = cache, ax;
     if (pos >= 0) FR_TRY(with_axis(b, "Gather", 2, (int[]){cache, pos}, 0, -1, &t));
+    if (interleaved) {
+        FR_TRY(ints(b, 1, &last, &ax));
+        FR_TRY(emit(b, "Unsqueeze", "", 2, (int[]){t, ax}, -1, &t, NULL));
+    }
     FR_TRY(with_axis(b, "Concat", 2, (int[]){t, t}, -1, -1, &t));
+    if (interleaved) FR_TRY(reshape(b, t, 3, flat3, -1, &t));
     FR_TRY(ints(b, 1, &head_axis, &ax));
     return emit(b, "Unsqueeze", "", 2, (int[]){t, ax}, -1, y, NULL);
 }
@@ -129,8 +125,8 @@ static fr_status lower_one(fr_graph *g, int ni)
     int x4 = r.x, c, s, xr, xp = -1, y;
     if (r.rank == 3) FR_TRY(reshape(&b, r.x, 4, split, -1, &x4));
     const int64_t head_axis = r.rank == 4 ? 1 : 2; /* [B, N, S, H] or [B, S, N, H] */
-    FR_TRY(table(&b, r.cos, r.pos, head_axis, &c));
-    FR_TRY(table(&b, r.sin, r.pos, head_axis, &s));
+    FR_TRY(table(&b, r.cos, r.pos, (int)r.interleaved, head_axis, &c));
+    FR_TRY(table(&b, r.sin, r.pos, (int)r.interleaved, head_axis, &s));
     xr = x4;
     if (r.rdim) {
         const int64_t zero = 0, end = INT64_MAX, axis = -1;
@@ -142,13 +138,13 @@ static fr_status lower_one(fr_graph *g, int ni)
         FR_TRY(emit(&b, "Slice", "", 4, (int[]){x4, z, rd, ax}, -1, &xr, NULL));
         FR_TRY(emit(&b, "Slice", "", 4, (int[]){x4, rd, e, ax}, -1, &xp, NULL));
     }
-    if (r.interleaved) FR_TRY(swap_pairs(&b, xr, 1, -1, &xr));
     /* the last step writes y itself (its value id stays, so its readers are unchanged) */
-    enum { ROTARY, SWAP, CONCAT, RESHAPE } last = r.rank == 3 ? RESHAPE : r.rdim ? CONCAT : r.interleaved ? SWAP : ROTARY;
+    const int last_rotary = !r.rdim && r.rank == 4;
+    int nid;
     FR_TRY(fr_graph_import_opset(g, FR_DOMAIN_FP8RUN, 1));
-    FR_TRY(emit(&b, "Rotary", FR_DOMAIN_FP8RUN, 3, (int[]){xr, c, s}, last == ROTARY ? r.y : -1, &y, NULL));
-    if (r.interleaved) FR_TRY(swap_pairs(&b, y, 0, last == SWAP ? r.y : -1, &y));
-    if (r.rdim) FR_TRY(with_axis(&b, "Concat", 2, (int[]){y, xp}, -1, last == CONCAT ? r.y : -1, &y));
+    FR_TRY(emit(&b, "Rotary", FR_DOMAIN_FP8RUN, 3, (int[]){xr, c, s}, last_rotary ? r.y : -1, &y, &nid));
+    if (r.interleaved) FR_TRY(fr_node_set_attr_int(&g->nodes[nid], "interleaved", 1));
+    if (r.rdim) FR_TRY(with_axis(&b, "Concat", 2, (int[]){y, xp}, -1, r.rank == 4 ? r.y : -1, &y));
     if (r.rank == 3) FR_TRY(reshape(&b, y, 3, flat3, r.y, &y));
     return FR_OK;
 }

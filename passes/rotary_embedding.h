@@ -8,8 +8,9 @@
  * head axis so they broadcast to X's layout:
  *     x4 = X (4D) | Reshape(X, [0, 0, num_heads, -1]) (3D)
  *     xr = x4[..., :R], xp = x4[..., R:]            (only when R is a part of the head)
- *     xr = its evens then odds (interleaved: Reshape [.., R/2, 2], Transpose, Reshape)
- *     y  = Concat(Rotary(xr, c, s) (re-interleaved), xp) (reshaped back to 3D)
+ *     y  = Concat(Rotary(xr, c, s), xp)              (reshaped back to 3D)
+ * and when interleaved, Rotary's interleaved=1 with c = [c0, c0, c1, c1, ..] (Unsqueeze,
+ * Concat and Reshape of the small table).
  * cos/sin gathered by position_ids first when given. No gradient flows to the caches (as for
  * the fused RoPE). Bad attributes or shapes are FR_ERR_UNSUPPORTED naming the node and the
  * attribute. Runs before ops are resolved (fr_prepare_forward), so it needs X's rank from the
