@@ -101,8 +101,10 @@ static int half_x_times(const fr_readers *c, int a, int x, match *m)
     return t;
 }
 
-static int match_at(const fr_readers *c, int ti, match *m)
+static int match_at(void *ctx, int ti, void *mv)
 {
+    const fr_readers *c = ctx;
+    match *m = mv;
     const fr_graph *g = c->g;
     const fr_node *t = &g->nodes[ti];
     memset(m, 0, sizeof *m);
@@ -122,12 +124,12 @@ static int match_at(const fr_readers *c, int ti, match *m)
     return X->dtype == FR_F32 && Y->dtype == FR_F32 && X->rank >= 0 && fr_same_dims(X, Y);
 }
 
-static fr_status fuse_one(fr_readers *c, const match *m)
+static fr_status fuse_one(void *ctx, const void *mv)
 {
-    fr_graph *g = c->g;
+    const match *m = mv;
+    fr_graph *g = ((fr_readers *)ctx)->g;
     char base[600];
-    snprintf(base, sizeof base, "%s/fused_gelu", g->nodes[m->dead[m->n_dead - 1]].name);
-    for (int i = 0; i < m->n_dead; i++) g->nodes[m->dead[i]].dead = 1;
+    fr_fuse_kill(g, m->dead, m->n_dead, "fused_gelu", base, sizeof base);
     int y = m->y, nid;
     FR_TRY(fr_graph_add_node(g, "Gelu", FR_DOMAIN_FP8RUN, base, 1, &m->x, 1, &y, &nid));
     FR_TRY(fr_node_set_attr_string(&g->nodes[nid], "approximate", m->tanh ? "tanh" : "none"));
@@ -136,22 +138,9 @@ static fr_status fuse_one(fr_readers *c, const match *m)
 
 fr_status fr_fuse_gelu(fr_graph *g, int *count)
 {
-    *count = 0;
-    fr_readers c = {g, NULL};
-    fr_status st = fr_readers_refresh(&c, "GELU fusion");
-    const int n_nodes = g->n_nodes; /* nodes added while fusing are not candidates */
-    for (int i = 0; i < n_nodes && st == FR_OK; i++) {
-        match m;
-        if (!match_at(&c, i, &m)) continue;
-        if (*count == 0) st = fr_graph_import_opset(g, FR_DOMAIN_FP8RUN, 1);
-        if (st == FR_OK) st = fuse_one(&c, &m);
-        if (st == FR_OK) st = fr_readers_refresh(&c, "GELU fusion");
-        if (st == FR_OK) (*count)++;
-    }
-    fr_readers_free(&c);
-    if (st == FR_OK && *count) {
-        st = fr_graph_compact(g);
-        if (st == FR_OK) st = fr_graph_toposort(g);
-    }
+    fr_readers rd = {g, NULL};
+    match m;
+    fr_status st = fr_fuse_loop(&rd, "GELU fusion", match_at, fuse_one, &rd, &m, count);
+    fr_readers_free(&rd);
     return st;
 }

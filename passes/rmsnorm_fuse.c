@@ -89,8 +89,10 @@ static int scale_ok(const fr_value *W, const fr_value *X)
     return 1;
 }
 
-static int match_at(const fr_readers *c, int ri, match *m)
+static int match_at(void *ctx, int ri, void *mv)
 {
+    const fr_readers *c = ctx;
+    match *m = mv;
     const fr_graph *g = c->g;
     const fr_node *rm = &g->nodes[ri];
     memset(m, 0, sizeof *m);
@@ -123,12 +125,12 @@ static int match_at(const fr_readers *c, int ri, match *m)
     return 1;
 }
 
-static fr_status fuse_one(fr_readers *c, const match *m)
+static fr_status fuse_one(void *ctx, const void *mv)
 {
-    fr_graph *g = c->g;
+    const match *m = mv;
+    fr_graph *g = ((fr_readers *)ctx)->g;
     char base[600];
-    snprintf(base, sizeof base, "%s/fused_rmsnorm", g->nodes[m->dead[m->n_dead - 1]].name);
-    for (int i = 0; i < m->n_dead; i++) g->nodes[m->dead[i]].dead = 1;
+    fr_fuse_kill(g, m->dead, m->n_dead, "fused_rmsnorm", base, sizeof base);
     int in[2] = {m->x, m->w}, y = m->y, nid;
     FR_TRY(fr_graph_add_node(g, "RMSNormalization", FR_DOMAIN_FP8RUN, base, 2, in, 1, &y, &nid));
     FR_TRY(fr_node_set_attr_int(&g->nodes[nid], "axis", -1));
@@ -138,22 +140,9 @@ static fr_status fuse_one(fr_readers *c, const match *m)
 
 fr_status fr_fuse_rmsnorm(fr_graph *g, int *count)
 {
-    *count = 0;
-    fr_readers c = {g, NULL};
-    fr_status st = fr_readers_refresh(&c, "RMSNorm fusion");
-    const int n_nodes = g->n_nodes; /* nodes added while fusing are not candidates */
-    for (int i = 0; i < n_nodes && st == FR_OK; i++) {
-        match m;
-        if (!match_at(&c, i, &m)) continue;
-        if (*count == 0) st = fr_graph_import_opset(g, FR_DOMAIN_FP8RUN, 1);
-        if (st == FR_OK) st = fuse_one(&c, &m);
-        if (st == FR_OK) st = fr_readers_refresh(&c, "RMSNorm fusion");
-        if (st == FR_OK) (*count)++;
-    }
-    fr_readers_free(&c);
-    if (st == FR_OK && *count) {
-        st = fr_graph_compact(g);
-        if (st == FR_OK) st = fr_graph_toposort(g);
-    }
+    fr_readers rd = {g, NULL};
+    match m;
+    fr_status st = fr_fuse_loop(&rd, "RMSNorm fusion", match_at, fuse_one, &rd, &m, count);
+    fr_readers_free(&rd);
     return st;
 }

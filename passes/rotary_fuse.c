@@ -198,8 +198,10 @@ static int rotate_pairs(const fuse_ctx *c, int ri, match *m)
     return 1;
 }
 
-static int match_at(const fuse_ctx *c, int ci, match *m)
+static int match_at(void *ctx, int ci, void *mv)
 {
+    const fuse_ctx *c = ctx;
+    match *m = mv;
     const fr_graph *g = c->rd.g;
     memset(m, 0, sizeof *m);
     if (!rotate_half(c, ci, m)) {
@@ -231,12 +233,12 @@ static int match_at(const fuse_ctx *c, int ci, match *m)
     return 1;
 }
 
-static fr_status fuse_one(fuse_ctx *c, const match *m)
+static fr_status fuse_one(void *ctx, const void *mv)
 {
-    fr_graph *g = c->rd.g;
+    const match *m = mv;
+    fr_graph *g = ((fuse_ctx *)ctx)->rd.g;
     char base[600];
-    snprintf(base, sizeof base, "%s/fused_rotary", g->nodes[m->dead[m->n_dead - 1]].name);
-    for (int i = 0; i < m->n_dead; i++) g->nodes[m->dead[i]].dead = 1;
+    fr_fuse_kill(g, m->dead, m->n_dead, "fused_rotary", base, sizeof base);
     int in[3] = {m->x, m->cos, m->sin}, y = m->y, nid;
     FR_TRY(fr_graph_add_node(g, "Rotary", FR_DOMAIN_FP8RUN, base, 3, in, 1, &y, &nid));
     if (m->interleaved) FR_TRY(fr_node_set_attr_int(&g->nodes[nid], "interleaved", 1));
@@ -245,24 +247,12 @@ static fr_status fuse_one(fuse_ctx *c, const match *m)
 
 fr_status fr_fuse_rotary(fr_graph *g, int *count)
 {
-    *count = 0;
     fuse_ctx c = {{g, NULL}, NULL};
-    fr_status st = fr_readers_refresh(&c.rd, "rotary fusion");
-    if (st == FR_OK) st = mark_needs_grad(&c);
-    const int n_nodes = g->n_nodes; /* nodes added while fusing are not candidates */
-    for (int i = 0; i < n_nodes && st == FR_OK; i++) {
-        match m;
-        if (!match_at(&c, i, &m)) continue;
-        if (*count == 0) st = fr_graph_import_opset(g, FR_DOMAIN_FP8RUN, 1);
-        if (st == FR_OK) st = fuse_one(&c, &m);
-        if (st == FR_OK) st = fr_readers_refresh(&c.rd, "rotary fusion");
-        if (st == FR_OK) (*count)++;
-    }
+    match m;
+    *count = 0;
+    fr_status st = mark_needs_grad(&c);
+    if (st == FR_OK) st = fr_fuse_loop(&c.rd, "rotary fusion", match_at, fuse_one, &c, &m, count);
     fr_readers_free(&c.rd);
     free(c.needs_grad);
-    if (st == FR_OK && *count) {
-        st = fr_graph_compact(g);
-        if (st == FR_OK) st = fr_graph_toposort(g);
-    }
     return st;
 }

@@ -87,6 +87,17 @@ static void lower(fr_graph *g)
 
 static const double *f64(const fr_graph *g, int vid) { return g->values[vid].constant->data; }
 
+/* Runs g on the CPU: its output within tol of want[0..n). */
+static void expect_output(fr_graph *g, const double *want, int64_t n, double tol, const char *what)
+{
+    fr_tensor **t = calloc((size_t)g->n_values, sizeof *t);
+    CU_ASSERT_FATAL(t != NULL);
+    FR_ASSERT_OK(fr_gc_run(g, t));
+    fr_gc_expect(g, t, g->outputs[0], want, n, tol, what);
+    fr_gc_free_tensors(g, t);
+    free(t);
+}
+
 static void check(const cfg *c)
 {
     fr_rng r = fr_test_rng("rotary_embedding");
@@ -97,12 +108,7 @@ static void check(const cfg *c)
     CU_ASSERT_FATAL(want != NULL);
     reference(c, f64(g, ids[0]), f64(g, ids[1]), f64(g, ids[2]), c->pos ? g->values[ids[3]].constant->data : NULL, want);
     lower(g);
-    fr_tensor **t = calloc((size_t)g->n_values, sizeof *t);
-    CU_ASSERT_FATAL(t != NULL);
-    FR_ASSERT_OK(fr_gc_run(g, t));
-    fr_gc_expect(g, t, g->outputs[0], want, n, 1e-12, "lowered RotaryEmbedding");
-    fr_gc_free_tensors(g, t);
-    free(t);
+    expect_output(g, want, n, 1e-12, "lowered RotaryEmbedding");
     free(want);
     /* dL/dX by central differences */
     const int x = fr_graph_find_value(g, "X");
@@ -138,12 +144,7 @@ static void test_prepare(void)
     po.fold = 0;
     FR_ASSERT_OK(fr_prepare_forward(g, &po, NULL));
     CU_ASSERT_EQUAL(fr_gc_count_nodes(g, "Rotary"), 1);
-    fr_tensor **t = calloc((size_t)g->n_values, sizeof *t);
-    CU_ASSERT_FATAL(t != NULL);
-    FR_ASSERT_OK(fr_gc_run(g, t));
-    fr_gc_expect(g, t, g->outputs[0], want, n, 1e-6, "prepared RotaryEmbedding");
-    fr_gc_free_tensors(g, t);
-    free(t);
+    expect_output(g, want, n, 1e-6, "prepared RotaryEmbedding");
     free(x);
     fr_graph_free(g);
 }
