@@ -160,8 +160,8 @@ static fr_status rotary_grad(fr_grad_ctx *ctx)
         if (ctx->need_din[i])
             return fr_node_error(n, FR_ERR_UNSUPPORTED,
                                  "no gradient with respect to the rotary table '%s' (input %d): Rotary treats cos "
-                                 "and sin as constants (train with the unfused RoPE, --no-fuse-attention, to "
-                                 "learn them)",
+                                 "and sin as constants (freeze what they are computed from with --freeze, or, "
+                                 "for a RoPE the trainer fused, train it unfused with --no-fuse-attention)",
                                  g->values[n->inputs[i]].name, i);
     if (ctx->dout[0] < 0 || !ctx->need_din[0]) return FR_OK;
     int in[3] = {ctx->dout[0], n->inputs[1], n->inputs[2]}, out, nid;
