@@ -8,6 +8,9 @@
  *  - hand-built graphs: Erf of Div(x, sqrt 2) and of Mul(x, 1 / sqrt 2), the Tanh chain in
  *    the three orders of 0.5 x (1 + t): fused, y and dx as the unfused graph's (1e-5); a wrong
  *    constant, a Tanh read elsewhere, a cube written as Pow(x, 2) stay unfused;
+ *  - GeGLU: Mul(Gelu(gate), up) becomes SwiGLU activation gelu_tanh / gelu (Gemma: 2, logits
+ *    as PyTorch's; by hand: y, dgate, dup as unfused); SwiGLU's three activations against
+ *    central differences (float64, both forms);
  *  - the trainer: Gelu and its ActivationGrad with the SwiGLU switch on, the chain without. */
 #include <math.h>
 #include <stdlib.h>
@@ -16,6 +19,7 @@
 #include "fuse_test_util.h"
 #include "gradcheck.h"
 #include "graph/onnx_io.h"
+#include "passes/autodiff.h"
 #include "passes/gelu_fuse.h"
 #include "passes/swiglu_fuse.h"
 #include "runtime/train_internal.h"
@@ -67,6 +71,75 @@ static void test_swiglu_exports(void)
         fr_ft_expect_hf_logits(g, fx[i].dir);
         fr_graph_free(g);
     }
+}
+
+/* Gemma's GeGLU: the GELU fusion, then the SwiGLU pass takes Mul(Gelu(gate), up). */
+static void test_geglu_exports(void)
+{
+    fr_graph *g = fr_ft_load_hf("gemma_op18_static");
+    int n_gelu = -1, n = -1;
+    FR_ASSERT_OK(fr_fuse_gelu(g, &n_gelu));
+    FR_ASSERT_OK(fr_fuse_swiglu(g, &n, NULL));
+    CU_ASSERT_EQUAL(n_gelu, 2);
+    CU_ASSERT_EQUAL(n, 2);
+    CU_ASSERT_EQUAL(count_op(g, "Gelu"), 0);
+    int tanh_act = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const char *a = NULL;
+        if (strcmp(g->nodes[i].op_type, "SwiGLU") == 0 && fr_node_attr_string(&g->nodes[i], "activation", "silu", &a) == FR_OK)
+            tanh_act += strcmp(a, "gelu_tanh") == 0;
+    }
+    CU_ASSERT_EQUAL(tanh_act, 2);
+    fr_ft_expect_hf_logits(g, "gemma_op18_static");
+    fr_graph_free(g);
+}
+
+/* GeGLU by hand: Mul(Gelu(G), U) fused vs not, y, dG, dU (1e-5). Kind 0: ai.fp8run::Gelu
+ * tanh (opset 18), 1: ONNX Gelu none (opset 20), 2: the Gelu also read elsewhere (unfused). */
+static void build_geglu(fr_graph *g, uint64_t seed, int kind)
+{
+    fr_rng r = {seed};
+    const int64_t d[3] = {2, 3, 8};
+    int G = fr_gc_add_input(g, &r, "G", FR_F32, 3, d, NULL), U = fr_gc_add_input(g, &r, "U", FR_F32, 3, d, NULL), a;
+    int nid = fr_gc_node(g, "Gelu", kind == 1 ? "" : FR_DOMAIN_FP8RUN, 1, &G, 1, &a);
+    FR_ASSERT_OK(fr_node_set_attr_string(&g->nodes[nid], "approximate", kind == 1 ? "none" : "tanh"));
+    if (kind != 1) FR_ASSERT_OK(fr_graph_import_opset(g, FR_DOMAIN_FP8RUN, 1));
+    FR_ASSERT_OK(fr_node_infer(g, nid));
+    if (kind == 2) FR_ASSERT_OK(fr_graph_mark_output(g, a));
+    FR_ASSERT_OK(fr_graph_mark_output(g, fr_gc_op1(g, "Mul", 2, (int[]){U, a})));
+}
+
+static fr_status swiglu_pass(fr_graph *g, int *count) { return fr_fuse_swiglu(g, count, NULL); }
+
+static void test_geglu_patterns(void)
+{
+    static const char *const wrt[2] = {"G", "U"};
+    fr_ft_check_pattern(build_geglu, 0, 18, swiglu_pass, 1, 2, wrt, 1e-5);
+    fr_ft_check_pattern(build_geglu, 1, 20, swiglu_pass, 1, 2, wrt, 1e-5);
+    fr_ft_check_pattern(build_geglu, 2, 18, swiglu_pass, 0, 2, wrt, 1e-5);
+}
+
+/* SwiGLU's activations against central differences (float64), both forms. */
+static void test_activation_gradcheck(void)
+{
+    static const char *const acts[3] = {"silu", "gelu_tanh", "gelu"};
+    for (int a = 0; a < 3; a++)
+        for (int one = 0; one < 2; one++) {
+            fr_rng r = fr_test_rng("swiglu_activation_gradcheck");
+            fr_graph *g = fr_gc_new_graph(18);
+            CU_ASSERT_FATAL(g != NULL);
+            const int64_t d[2] = {3, one ? 8 : 4};
+            int in[2] = {fr_gc_add_input(g, &r, "G", FR_F64, 2, d, NULL), -1}, y;
+            if (!one) in[1] = fr_gc_add_input(g, &r, "U", FR_F64, 2, d, NULL);
+            FR_ASSERT_OK(fr_graph_import_opset(g, FR_DOMAIN_FP8RUN, 1));
+            int nid = fr_gc_node(g, "SwiGLU", FR_DOMAIN_FP8RUN, one ? 1 : 2, in, 1, &y);
+            FR_ASSERT_OK(fr_node_set_attr_string(&g->nodes[nid], "activation", acts[a]));
+            FR_ASSERT_OK(fr_node_infer(g, nid));
+            char what[64];
+            snprintf(what, sizeof what, "SwiGLU %s %s", acts[a], one ? "one-input" : "two-input");
+            fr_gc_check(g, &r, y, one ? 1 : 2, in, what, 1e-7);
+            fr_graph_free(g);
+        }
 }
 
 static void test_trainer(void)
@@ -157,6 +230,9 @@ int main(void)
     CU_TestInfo tests[] = {
         {"dynamo exports: GELUs fused, logits as PyTorch's (1e-4)", test_fixtures},
         {"SwiGLU on the exports (Phi-3: one-input), logits as PyTorch's", test_swiglu_exports},
+        {"Gemma's GeGLU: Gelu then SwiGLU gelu_tanh, logits as PyTorch's", test_geglu_exports},
+        {"GeGLU by hand: fused == unfused y, dG, dU; Gelu read elsewhere not fused", test_geglu_patterns},
+        {"SwiGLU silu / gelu_tanh / gelu gradients vs central differences", test_activation_gradcheck},
         {"trainer on the exported GPT-2: Gelu with the SwiGLU switch only", test_trainer},
         {"Erf(Div(x, sqrt 2)): fused, same y, dx", test_erf_div},
         {"Erf(Mul(1 / sqrt 2, x)), (0.5 x)(1 + t): fused, same y, dx", test_erf_mul},
