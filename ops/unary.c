@@ -883,6 +883,8 @@ const fr_op_def fr_ops_unary[] = {
     UN_OP("Relu", 6),
     UN_OP("LeakyRelu", 6),
     UN_OP("Gelu", 20),
+    /* the same op for graphs below opset 20 (what passes/gelu_fuse.c emits) */
+    {"Gelu", FR_DOMAIN_FP8RUN, 1, un_infer, un_cpu, un_grad, 0},
     UN_OP("Softplus", 1),
     UN_OP("Sin", 7),
     UN_OP("Cos", 7),

@@ -27,5 +27,20 @@ int fr_is_onnx_op(const fr_node *n, const char *op);
 int fr_binary_other(const fr_node *n, const char *op, int v);
 /* Same rank and dims. */
 int fr_same_dims(const fr_value *a, const fr_value *b);
+/* A fusion pass's loop over the nodes present at its start (nodes it adds are no candidates):
+ * where match(ctx, node, m) says yes (filling the caller's match record m), fuse(ctx, m)
+ * rewrites (the first time after importing the ai.fp8run opset); r is refreshed first and
+ * after each rewrite (the caller frees it). When anything fused, the graph is compacted and
+ * sorted. *count receives the rewrites. */
+typedef int (*fr_match_fn)(void *ctx, int node, void *m);
+typedef fr_status (*fr_rewrite_fn)(void *ctx, const void *m);
+fr_status fr_fuse_loop(fr_readers *r, const char *who, fr_match_fn match, fr_rewrite_fn fuse, void *ctx, void *m,
+                       int *count);
+/* Marks the matched nodes dead[0..n) dead and writes "<name of the last>/<suffix>" into
+ * base[size] (the fused node's name). */
+void fr_fuse_kill(fr_graph *g, const int *dead, int n, const char *suffix, char *base, size_t size);
+/* v is a one-element numeric constant that is not trained (no FR_VAL_PARAM): 1 with its value
+ * in *out; 0 otherwise. */
+int fr_const_scalar(const fr_graph *g, int v, double *out);
 
 #endif

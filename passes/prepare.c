@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "passes.h"
+#include "rotary_embedding.h"
 
 void fr_prepare_options_default(fr_prepare_options *o)
 {
@@ -211,6 +212,7 @@ fr_status fr_prepare_forward(fr_graph *g, const fr_prepare_options *opt, fr_prep
 
     FR_TRY(fr_graph_toposort(g));
     FR_TRY(check_outputs_exist(g));
+    FR_TRY(fr_lower_rotary_embedding(g, NULL)); /* opset 23's RoPE onto ai.fp8run::Rotary */
     FR_TRY(fr_remove_identities(g, &stats->identities_removed));
     /* drop unused branches before resolving ops: an unsupported op nothing needs is harmless */
     FR_TRY(dce_and_compact(g, &stats->nodes_removed));

@@ -119,6 +119,7 @@ extern "C" const fr_cuda_kernel_def fr_cuda_kernels_elementwise[] = {
     EW_K("Relu", ew_unary_run, NULL),
     EW_K("LeakyRelu", ew_unary_run, NULL),
     EW_K("Gelu", ew_unary_run, NULL),
+    {"Gelu", FR_DOMAIN_FP8RUN, ew_unary_run, NULL}, /* ai.fp8run::Gelu: the same op below opset 20 */
     EW_K("Softplus", ew_unary_run, NULL),
     EW_K("Sin", ew_unary_run, NULL),
     EW_K("Cos", ew_unary_run, NULL),
