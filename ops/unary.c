@@ -1,6 +1,5 @@
-/* Unary elementwise op family: math (the rows of ops/ew_unary.def: Neg, Exp, Relu, Gelu, ...;
- * kernels, table entries and gradient rules are generated from them), predicates (IsNaN,
- * IsInf, Not), conversions (Cast, CastLike), Clip, Identity and Dropout (inference only).
+/* Unary elementwise ops other than the math of ops/unary_math.c: predicates (IsNaN, IsInf,
+ * Not), conversions (Cast, CastLike), Clip, Identity and Dropout (inference only).
  *
  * Float math is evaluated in double and rounded once to the output type, so float32 results
  * are within about half an ulp of the exact value even for composite formulas (Gelu,
@@ -15,7 +14,7 @@
 
 #include "../runtime/fp8_format.h"
 #include "elementwise_grad.h"
-#include "ew_math.h"
+#include "elementwise_util.h"
 #include "op.h"
 
 /* ---- helpers shared by the ops below ---- */
@@ -23,169 +22,6 @@
 static int64_t node_opset(const fr_graph *g, const fr_node *n)
 {
     return fr_graph_opset(g, n->domain);
-}
-
-/* Output and input must hold the same number of elements (the executor allocates outputs
- * from infer(); a mismatch means the graph changed after inference). */
-static fr_status same_numel(const fr_kernel_ctx *ctx, const fr_tensor *x, const fr_tensor *y)
-{
-    if (!x || !y || fr_tensor_numel(x) != fr_tensor_numel(y))
-        return fr_node_error(ctx->node, FR_ERR_SHAPE,
-                             "output does not match the input's element count (re-run shape "
-                             "inference)");
-    return FR_OK;
-}
-
-/* ---- element math: generated from the rows of ops/ew_unary.def, evaluated in double ---- */
-
-typedef struct un_params {
-    double alpha;  /* EW_A_ALPHA */
-    int gelu_tanh; /* EW_A_APPROX: approximate="tanh" */
-} un_params;
-
-typedef void (*un_fn)(int64_t n, const void *x, void *y, const un_params *p);
-
-/* the float32 or float64 loop of op ID; EXPR computes in double from v, alpha, gelu_tanh */
-#define UN_FLOAT(ID, T, EXPR)                                                                \
-    static void un_##ID##_##T(int64_t n, const void *xv, void *yv, const un_params *p)      \
-    {                                                                                        \
-        const T *x = xv;                                                                     \
-        T *y = yv;                                                                           \
-        const double alpha = p->alpha;                                                       \
-        const int gelu_tanh = p->gelu_tanh;                                                  \
-        (void)alpha;                                                                         \
-        (void)gelu_tanh;                                                                     \
-        for (int64_t i = 0; i < n; i++) {                                                    \
-            const double v = x[i];                                                           \
-            y[i] = (T)(EXPR);                                                                \
-        }                                                                                    \
-    }
-
-/* the int32 or int64 loop (UTY: the unsigned type, so negation of INT_MIN wraps as in numpy
- * instead of overflowing); generated for every op, used only for those with an int column */
-#define UN_INT(ID, T, UTY, EXPR)                                                             \
-    static void un_##ID##_##T(int64_t n, const void *xv, void *yv, const un_params *p)      \
-    {                                                                                        \
-        typedef UTY UT;                                                                      \
-        const T *x = xv;                                                                     \
-        T *y = yv;                                                                           \
-        (void)p;                                                                             \
-        (void)sizeof(UT);                                                                    \
-        for (int64_t i = 0; i < n; i++) {                                                    \
-            const T v = x[i];                                                                \
-            (void)v;                                                                         \
-            y[i] = (T)(EXPR);                                                                \
-        }                                                                                    \
-    }
-
-#define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD)                              \
-    UN_FLOAT(ID, float, Y)                                                                   \
-    UN_FLOAT(ID, double, Y)                                                                  \
-    UN_INT(ID, int32_t, uint32_t, EW_EXPR(YINT))                                             \
-    UN_INT(ID, int64_t, uint64_t, EW_EXPR(YINT))
-#include "ew_unary.def"
-
-typedef struct un_impl {
-    fr_dtype dt; /* FR_UNDEFINED: no such kernel */
-    un_fn fn;
-} un_impl;
-
-typedef struct un_kind {
-    const char *op;
-    int attrs; /* EW_A_* */
-    int rule;  /* EW_GR_* */
-    un_impl impl[4];
-} un_kind;
-
-static const un_kind un_kinds[] = {
-#define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD)                              \
-    [FR_UN_##ID] = {NAME, ATTRS, EW_RULE(GRAD),                                              \
-                    {{FR_F32, un_##ID##_float},                                              \
-                     {FR_F64, un_##ID##_double},                                             \
-                     {EW_HAS(YINT) ? FR_I32 : FR_UNDEFINED, un_##ID##_int32_t},              \
-                     {EW_HAS(YINT) ? FR_I64 : FR_UNDEFINED, un_##ID##_int64_t}}},
-#include "ew_unary.def"
-};
-EW_STATIC_ASSERT(sizeof un_kinds / sizeof un_kinds[0] == FR_UN_COUNT, "one kind per ew_unary.def row");
-
-static const un_kind *un_kind_of(const fr_node *n)
-{
-    for (size_t i = 0; i < sizeof un_kinds / sizeof un_kinds[0]; i++)
-        if (strcmp(un_kinds[i].op, n->op_type) == 0) return &un_kinds[i];
-    return NULL;
-}
-
-static un_fn un_fn_of(const un_kind *k, fr_dtype dt)
-{
-    for (int i = 0; i < 4; i++)
-        if (k->impl[i].dt != FR_UNDEFINED && k->impl[i].dt == dt) return k->impl[i].fn;
-    return NULL;
-}
-
-static fr_status un_dtype_error(const fr_node *n, const un_kind *k, fr_dtype dt)
-{
-    char list[128] = "";
-    size_t off = 0;
-    for (int i = 0; i < 4 && off < sizeof list; i++)
-        if (k->impl[i].dt != FR_UNDEFINED)
-            off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", off ? ", " : "",
-                                    fr_dtype_name(k->impl[i].dt));
-    return fr_node_error(n, FR_ERR_UNSUPPORTED, "input dtype %s is not supported (supported: %s)",
-                         fr_dtype_name(dt), list);
-}
-
-static fr_status un_read_params(const fr_node *n, const un_kind *k, un_params *p)
-{
-    p->alpha = 0;
-    p->gelu_tanh = 0;
-    if (k->attrs & EW_A_ALPHA) {
-        float a;
-        FR_TRY(fr_node_attr_float(n, "alpha", 0.01f, &a));
-        p->alpha = a;
-    }
-    if (k->attrs & EW_A_APPROX) {
-        const char *s;
-        FR_TRY(fr_node_attr_string(n, "approximate", "none", &s));
-        if (strcmp(s, "tanh") == 0)
-            p->gelu_tanh = 1;
-        else if (strcmp(s, "none") != 0)
-            return fr_node_error(n, FR_ERR_UNSUPPORTED,
-                                 "approximate=\"%s\" is not supported (\"none\" or \"tanh\")", s);
-    }
-    return FR_OK;
-}
-
-static fr_status un_infer(fr_graph *g, int node_id)
-{
-    const fr_node *n = &g->nodes[node_id];
-    const un_kind *k = un_kind_of(n);
-    if (!k) return fr_node_error(n, FR_ERR_INTERNAL, "not a unary math op");
-    FR_TRY(fr_infer_require_inputs(g, n, 1, 1));
-    const fr_value *x = fr_node_in(g, n, 0);
-    if (!un_fn_of(k, x->dtype)) return un_dtype_error(n, k, x->dtype);
-    un_params p;
-    FR_TRY(un_read_params(n, k, &p));
-    fr_infer_same(g, n, 0, 0);
-    return FR_OK;
-}
-
-static fr_status un_cpu(const fr_kernel_ctx *ctx)
-{
-    const fr_node *n = ctx->node;
-    const un_kind *k = un_kind_of(n);
-    if (!k) return fr_node_error(n, FR_ERR_INTERNAL, "not a unary math op");
-    const fr_tensor *x = ctx->in[0];
-    fr_tensor *y = ctx->out[0];
-    FR_TRY(same_numel(ctx, x, y));
-    un_fn fn = un_fn_of(k, x->dtype);
-    if (!fn) return un_dtype_error(n, k, x->dtype);
-    if (y->dtype != x->dtype)
-        return fr_node_error(n, FR_ERR_SHAPE, "output dtype %s differs from input dtype %s",
-                             fr_dtype_name(y->dtype), fr_dtype_name(x->dtype));
-    un_params p;
-    FR_TRY(un_read_params(n, k, &p));
-    fn(fr_tensor_numel(x), x->data, y->data, &p);
-    return FR_OK;
 }
 
 /* ---- IsNaN, IsInf, Not: bool outputs ---- */
@@ -214,7 +50,7 @@ static fr_status pred_cpu(const fr_kernel_ctx *ctx)
     const fr_node *n = ctx->node;
     const fr_tensor *x = ctx->in[0];
     fr_tensor *y = ctx->out[0];
-    FR_TRY(same_numel(ctx, x, y));
+    FR_TRY(fr_ew_same_numel(ctx, x, y));
     int64_t cnt = fr_tensor_numel(x);
     uint8_t *out = y->data;
     if (y->dtype != FR_BOOL)
@@ -475,7 +311,7 @@ static fr_status cast_cpu(const fr_kernel_ctx *ctx)
     const fr_node *n = ctx->node;
     const fr_tensor *x = ctx->in[0];
     fr_tensor *y = ctx->out[0];
-    FR_TRY(same_numel(ctx, x, y));
+    FR_TRY(fr_ew_same_numel(ctx, x, y));
     FR_TRY(cast_check(n, x->dtype, y->dtype));
     int64_t sat;
     FR_TRY(fr_node_attr_int(n, "saturate", 1, &sat));
@@ -533,7 +369,7 @@ static fr_status clip_cpu(const fr_kernel_ctx *ctx)
     const fr_node *n = ctx->node;
     const fr_tensor *x = ctx->in[0];
     fr_tensor *y = ctx->out[0];
-    FR_TRY(same_numel(ctx, x, y));
+    FR_TRY(fr_ew_same_numel(ctx, x, y));
     const fr_tensor *tlo = ctx->n_in > 1 ? ctx->in[1] : NULL;
     const fr_tensor *thi = ctx->n_in > 2 ? ctx->in[2] : NULL;
     for (int i = 1; i < ctx->n_in; i++) {
@@ -612,7 +448,7 @@ static fr_status identity_infer(fr_graph *g, int node_id)
 
 static fr_status copy_tensor(const fr_kernel_ctx *ctx, const fr_tensor *x, fr_tensor *y)
 {
-    FR_TRY(same_numel(ctx, x, y));
+    FR_TRY(fr_ew_same_numel(ctx, x, y));
     if (y->dtype != x->dtype)
         return fr_node_error(ctx->node, FR_ERR_SHAPE, "output dtype %s differs from input dtype %s",
                              fr_dtype_name(y->dtype), fr_dtype_name(x->dtype));
@@ -696,7 +532,7 @@ static fr_status dropout_cpu(const fr_kernel_ctx *ctx)
     FR_TRY(copy_tensor(ctx, x, ctx->out[0]));
     fr_tensor *mask = ctx->n_out > 1 ? ctx->out[1] : NULL;
     if (!mask) return FR_OK;
-    FR_TRY(same_numel(ctx, x, mask));
+    FR_TRY(fr_ew_same_numel(ctx, x, mask));
     int64_t cnt = fr_tensor_numel(mask);
     switch (mask->dtype) {
     case FR_BOOL: memset(mask->data, 1, (size_t)cnt); break;
@@ -712,25 +548,6 @@ static fr_status dropout_cpu(const fr_kernel_ctx *ctx)
 }
 
 /* ---- gradient rules ---- */
-
-/* Unary math: the rule of the op's ew_unary.def row. Neg negates the gradient; piecewise
- * constant ops (Floor, Ceil, Sign) have none (din stays -1); the others emit one fused
- * ActivationGrad node. */
-static fr_status un_grad(fr_grad_ctx *ctx)
-{
-    const fr_node *n = &ctx->g->nodes[ctx->node_id];
-    if (!ctx->need_din[0] || ctx->dout[0] < 0) return FR_OK;
-    const un_kind *k = un_kind_of(n);
-    if (!k) return fr_node_error(n, FR_ERR_INTERNAL, "no gradient rule for this unary op");
-    switch (k->rule) {
-    case EW_GR_NEG: {
-        int in[1] = {ctx->dout[0]};
-        return fr_grad_op1(ctx, "Neg", 1, in, &ctx->din[0]);
-    }
-    case EW_GR_ACT: return fr_ew_emit_activation_grad(ctx, &ctx->din[0]);
-    default: return FR_OK; /* EW_GR_ZERO */
-    }
-}
 
 /* Float-to-float casts pass the gradient back, cast to the input's dtype. Casts from or to
  * integers and bool are piecewise constant (zero gradient). CastLike's second input only
@@ -799,8 +616,6 @@ static fr_status pass_grad(fr_grad_ctx *ctx)
 /* ---- the table ---- */
 
 const fr_op_def fr_ops_unary[] = {
-#define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD) {NAME, DOMAIN, OPSET, un_infer, un_cpu, un_grad, 0},
-#include "ew_unary.def"
     {"IsNaN", FR_DOMAIN_ONNX, 9, pred_infer, pred_cpu, NULL, 0},
     {"IsInf", FR_DOMAIN_ONNX, 10, pred_infer, pred_cpu, NULL, 0},
     {"Not", FR_DOMAIN_ONNX, 1, pred_infer, pred_cpu, NULL, 0},
