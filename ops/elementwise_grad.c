@@ -71,25 +71,17 @@ static inline void wr(char *p, fr_dtype dt, int64_t i, double v)
 
 /* ==== ActivationGrad ==== */
 
-typedef struct ag_params {
-    double alpha;  /* EW_A_ALPHA */
-    int gelu_tanh; /* EW_A_APPROX: approximate="tanh" */
-} ag_params;
-
-typedef void (*ag_fn)(int64_t n, const void *dy, const void *v, void *dx, const ag_params *p);
+typedef void (*ag_fn)(int64_t n, const void *dy, const void *v, void *dx, const ew_un_params *p);
 
 /* the float32 or float64 loop of op ID's dx, computed in double from g (= dy), v, alpha and
  * gelu_tanh; generated for every ew_unary.def row, used for those with an EW_ACT rule */
 #define AG(ID, T, EXPR)                                                                      \
     static void ag_##ID##_##T(int64_t n, const void *gv, const void *vv, void *dv,          \
-                              const ag_params *p)                                            \
+                              const ew_un_params *p)                                         \
     {                                                                                        \
         const T *gp = gv, *vp = vv;                                                          \
         T *d = dv;                                                                           \
-        const double alpha = p->alpha;                                                       \
-        const int gelu_tanh = p->gelu_tanh;                                                  \
-        (void)alpha;                                                                         \
-        (void)gelu_tanh;                                                                     \
+        EW_UN_PARAMS(p);                                                                     \
         for (int64_t i = 0; i < n; i++) {                                                    \
             const double g = gp[i], v = vp[i];                                               \
             (void)g;                                                                         \
@@ -125,7 +117,7 @@ static const ag_kind *ag_find(const char *op)
     return NULL;
 }
 
-static fr_status ag_read(const fr_node *n, const ag_kind **kind, ag_params *p)
+static fr_status ag_read(const fr_node *n, const ag_kind **kind, ew_un_params *p)
 {
     const char *op, *approx;
     float alpha;
@@ -148,7 +140,7 @@ static fr_status ag_infer(fr_graph *g, int node_id)
     const fr_node *n = &g->nodes[node_id];
     FR_TRY(fr_infer_require_inputs(g, n, 2, 2));
     const ag_kind *k;
-    ag_params p;
+    ew_un_params p;
     FR_TRY(ag_read(n, &k, &p));
     const fr_value *dy = fr_node_in(g, n, 0), *v = fr_node_in(g, n, 1);
     if (!is_f(dy->dtype)) return float_error(n, "gradient", dy);
@@ -167,7 +159,7 @@ static fr_status ag_cpu(const fr_kernel_ctx *ctx)
 {
     const fr_node *n = ctx->node;
     const ag_kind *k;
-    ag_params p;
+    ew_un_params p;
     FR_TRY(ag_read(n, &k, &p));
     const fr_tensor *dy = ctx->in[0], *v = ctx->in[1];
     fr_tensor *dx = ctx->out[0];

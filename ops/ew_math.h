@@ -6,7 +6,7 @@
  * A .def expression is compiled as:
  *   EW_T     its evaluation type: double on the CPU (the CPU evaluates in double and rounds
  *            once); on CUDA a template parameter, float or double
- *   EW_K(c)  the constant c in EW_T
+ *   EW_C(c)  the constant c in EW_T
  *   EW_M(f)  the math function f (exp, log1p, erfc, ...) for EW_T: C's double function on the
  *            CPU, the float or double overload m_f on CUDA (no fast-math variants)
  * A column that may be absent is EW_OP(expr) or EW_NONE; EW_HAS(col) and EW_EXPR(col) take it
@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #ifdef __CUDACC__
-#define EW_K(c) EW_T(c)
+#define EW_C(c) EW_T(c)
 #define EW_M(f) m_##f
 #define EW_FN template <typename EW_T> static __device__ __forceinline__ EW_T
 #define EW_IFN static __device__ __forceinline__ int64_t
@@ -66,7 +66,7 @@ static __device__ __forceinline__ float m_fmod(float a, float b) { return fmodf(
 static __device__ __forceinline__ double m_fmod(double a, double b) { return fmod(a, b); }
 #else
 #define EW_T double
-#define EW_K(c) ((double)(c))
+#define EW_C(c) ((double)(c))
 #define EW_M(f) f
 #define EW_FN static inline double
 #define EW_IFN static inline int64_t
@@ -115,6 +115,18 @@ enum { EW_GR_NEG, EW_GR_ZERO, EW_GR_ACT };
 #define EW_DX_EW_GRAD_ZERO 0
 #define EW_DX_EW_ACT(from, eval, dx) (dx)
 
+/* the attributes a unary row's Y and dx read, as the CPU kernels pass them ... */
+typedef struct ew_un_params {
+    double alpha;  /* EW_A_ALPHA */
+    int gelu_tanh; /* EW_A_APPROX: approximate="tanh" */
+} ew_un_params;
+/* ... and the names Y and dx read them by, declared from an ew_un_params *p */
+#define EW_UN_PARAMS(p)                                                                      \
+    const double alpha = (p)->alpha;                                                         \
+    const int gelu_tanh = (p)->gelu_tanh;                                                    \
+    (void)alpha;                                                                             \
+    (void)gelu_tanh
+
 /* dtype classes of ew_binary.def */
 #define EW_DT_F 1 /* float32, float64 */
 #define EW_DT_I 2 /* int32, int64 */
@@ -160,46 +172,46 @@ enum {
 EW_FN ew_sigmoid(EW_T x)
 {
     /* both branches avoid exp overflow turning into inf/inf */
-    if (x >= EW_K(0)) return EW_K(1) / (EW_K(1) + EW_M(exp)(-x));
+    if (x >= EW_C(0)) return EW_C(1) / (EW_C(1) + EW_M(exp)(-x));
     EW_T e = EW_M(exp)(x);
-    return e / (EW_K(1) + e);
+    return e / (EW_C(1) + e);
 }
 
-EW_FN ew_softplus(EW_T x) { return x > EW_K(0) ? x + EW_M(log1p)(EW_M(exp)(-x)) : EW_M(log1p)(EW_M(exp)(x)); }
+EW_FN ew_softplus(EW_T x) { return x > EW_C(0) ? x + EW_M(log1p)(EW_M(exp)(-x)) : EW_M(log1p)(EW_M(exp)(x)); }
 
 /* 0.5 x (1 + erf(x / sqrt 2)) written with erfc so that large negative x keeps its relative
  * accuracy instead of cancelling to 0 */
-EW_FN ew_gelu_erf(EW_T x) { return EW_K(0.5) * x * EW_M(erfc)(-x * EW_K(0.70710678118654752440)); }
+EW_FN ew_gelu_erf(EW_T x) { return EW_C(0.5) * x * EW_M(erfc)(-x * EW_C(0.70710678118654752440)); }
 
 /* 0.5 x (1 + tanh(u)) == x / (1 + exp(-2u)): the same function without the cancellation */
 EW_FN ew_gelu_tanh(EW_T x)
 {
-    EW_T u = EW_K(0.79788456080286535588) * (x + EW_K(0.044715) * x * x * x);
-    return x / (EW_K(1) + EW_M(exp)(EW_K(-2.0) * u));
+    EW_T u = EW_C(0.79788456080286535588) * (x + EW_C(0.044715) * x * x * x);
+    return x / (EW_C(1) + EW_M(exp)(EW_C(-2.0) * u));
 }
 
-EW_FN ew_sign(EW_T x) { return x > EW_K(0) ? EW_K(1) : x < EW_K(0) ? EW_K(-1) : x; /* keeps 0, -0, NaN */ }
+EW_FN ew_sign(EW_T x) { return x > EW_C(0) ? EW_C(1) : x < EW_C(0) ? EW_C(-1) : x; /* keeps 0, -0, NaN */ }
 
-EW_FN ew_sgn0(EW_T x) { return x > EW_K(0) ? EW_K(1) : x < EW_K(0) ? EW_K(-1) : EW_K(0); /* 0 for 0, NaN */ }
+EW_FN ew_sgn0(EW_T x) { return x > EW_C(0) ? EW_C(1) : x < EW_C(0) ? EW_C(-1) : EW_C(0); /* 0 for 0, NaN */ }
 
 /* d/dx [x Phi(x)] = Phi(x) + x phi(x); Phi through erfc keeps precision for x << 0 */
 EW_FN ew_gelu_erf_deriv(EW_T x)
 {
-    return EW_K(0.5) * EW_M(erfc)(-x * EW_K(0.70710678118654752440)) +
-           x * EW_K(0.39894228040143267794) * EW_M(exp)(EW_K(-0.5) * x * x);
+    return EW_C(0.5) * EW_M(erfc)(-x * EW_C(0.70710678118654752440)) +
+           x * EW_C(0.39894228040143267794) * EW_M(exp)(EW_C(-0.5) * x * x);
 }
 
 /* gelu = x s with s = sigmoid(2u), u = k (x + c x^3):
  * d/dx = s + x * 2 s (1 - s) * k (1 + 3 c x^2)   (0.5 (1 + tanh u) = s, 1 - tanh^2 u = 4 s (1-s)) */
 EW_FN ew_gelu_tanh_deriv(EW_T x)
 {
-    const EW_T k = EW_K(0.79788456080286535588), c = EW_K(0.044715);
+    const EW_T k = EW_C(0.79788456080286535588), c = EW_C(0.044715);
     EW_T u = k * (x + c * x * x * x);
-    EW_T s = ew_sigmoid(EW_K(2.0) * u), sm = ew_sigmoid(EW_K(-2.0) * u);
+    EW_T s = ew_sigmoid(EW_C(2.0) * u), sm = ew_sigmoid(EW_C(-2.0) * u);
     /* float: for |x| > ~1e19 the last factor overflows where double does not; the product
      * is 0 there (s (1 - s) == 0) for any finite x, as in double */
-    if (EW_IS_FLOAT && s * sm == EW_K(0) && isfinite(x)) return s;
-    return s + x * EW_K(2.0) * s * sm * k * (EW_K(1.0) + EW_K(3.0) * c * x * x);
+    if (EW_IS_FLOAT && s * sm == EW_C(0) && isfinite(x)) return s;
+    return s + x * EW_C(2.0) * s * sm * k * (EW_C(1.0) + EW_C(3.0) * c * x * x);
 }
 
 /* Truncating integer division; INT_MIN / -1 wraps (computed in int64 for int32, whose result

@@ -18,23 +18,15 @@
 
 /* ---- element math: generated from the rows of ops/ew_unary.def, evaluated in double ---- */
 
-typedef struct un_params {
-    double alpha;  /* EW_A_ALPHA */
-    int gelu_tanh; /* EW_A_APPROX: approximate="tanh" */
-} un_params;
-
-typedef void (*un_fn)(int64_t n, const void *x, void *y, const un_params *p);
+typedef void (*un_fn)(int64_t n, const void *x, void *y, const ew_un_params *p);
 
 /* the float32 or float64 loop of op ID; EXPR computes in double from v, alpha, gelu_tanh */
 #define UN_FLOAT(ID, T, EXPR)                                                                \
-    static void un_##ID##_##T(int64_t n, const void *xv, void *yv, const un_params *p)      \
+    static void un_##ID##_##T(int64_t n, const void *xv, void *yv, const ew_un_params *p)    \
     {                                                                                        \
         const T *x = xv;                                                                     \
         T *y = yv;                                                                           \
-        const double alpha = p->alpha;                                                       \
-        const int gelu_tanh = p->gelu_tanh;                                                  \
-        (void)alpha;                                                                         \
-        (void)gelu_tanh;                                                                     \
+        EW_UN_PARAMS(p);                                                                     \
         for (int64_t i = 0; i < n; i++) {                                                    \
             const double v = x[i];                                                           \
             y[i] = (T)(EXPR);                                                                \
@@ -44,7 +36,7 @@ typedef void (*un_fn)(int64_t n, const void *x, void *y, const un_params *p);
 /* the int32 or int64 loop (UTY: the unsigned type, so negation of INT_MIN wraps as in numpy
  * instead of overflowing); generated for every op, used only for those with an int column */
 #define UN_INT(ID, T, UTY, EXPR)                                                             \
-    static void un_##ID##_##T(int64_t n, const void *xv, void *yv, const un_params *p)      \
+    static void un_##ID##_##T(int64_t n, const void *xv, void *yv, const ew_un_params *p)    \
     {                                                                                        \
         typedef UTY UT;                                                                      \
         const T *x = xv;                                                                     \
@@ -114,7 +106,7 @@ static fr_status un_dtype_error(const fr_node *n, const un_kind *k, fr_dtype dt)
                          fr_dtype_name(dt), list);
 }
 
-static fr_status un_read_params(const fr_node *n, const un_kind *k, un_params *p)
+static fr_status un_read_params(const fr_node *n, const un_kind *k, ew_un_params *p)
 {
     p->alpha = 0;
     p->gelu_tanh = 0;
@@ -143,7 +135,7 @@ static fr_status un_infer(fr_graph *g, int node_id)
     FR_TRY(fr_infer_require_inputs(g, n, 1, 1));
     const fr_value *x = fr_node_in(g, n, 0);
     if (!un_fn_of(k, x->dtype)) return un_dtype_error(n, k, x->dtype);
-    un_params p;
+    ew_un_params p;
     FR_TRY(un_read_params(n, k, &p));
     fr_infer_same(g, n, 0, 0);
     return FR_OK;
@@ -162,7 +154,7 @@ static fr_status un_cpu(const fr_kernel_ctx *ctx)
     if (y->dtype != x->dtype)
         return fr_node_error(n, FR_ERR_SHAPE, "output dtype %s differs from input dtype %s",
                              fr_dtype_name(y->dtype), fr_dtype_name(x->dtype));
-    un_params p;
+    ew_un_params p;
     FR_TRY(un_read_params(n, k, &p));
     fn(fr_tensor_numel(x), x->data, y->data, &p);
     return FR_OK;

@@ -102,35 +102,35 @@ fr_status ew_flag_begin(const fr_cuda_kctx *k, unsigned **flag)
 
 /* ---- the table ---- */
 
-#define EWT_ONNX(NAME, RUN, SCRATCH) {NAME, FR_DOMAIN_ONNX, RUN, SCRATCH}
-#define EWT_FP8RUN(NAME, RUN, SCRATCH) {NAME, FR_DOMAIN_FP8RUN, RUN, SCRATCH}
+#define EW_K(NAME, RUN, SCRATCH) {NAME, FR_DOMAIN_ONNX, RUN, SCRATCH}
+#define EW_G(NAME, RUN, SCRATCH) {NAME, FR_DOMAIN_FP8RUN, RUN, SCRATCH}
 
 extern "C" const fr_cuda_kernel_def fr_cuda_kernels_elementwise[] = {
     /* ops/unary.c: the rows of ops/ew_unary.def, then the rest */
 #define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD) {NAME, DOMAIN, ew_unary_run, NULL},
 #include "../ew_unary.def"
-    EWT_ONNX("IsNaN", ew_pred_run, NULL),
-    EWT_ONNX("IsInf", ew_pred_run, NULL),
-    EWT_ONNX("Not", ew_pred_run, NULL),
-    EWT_ONNX("Cast", ew_cast_run, NULL),
-    EWT_ONNX("CastLike", ew_cast_run, NULL),
-    EWT_ONNX("Clip", ew_clip_run, NULL),
-    EWT_ONNX("Identity", ew_identity_run, NULL),
-    EWT_ONNX("Dropout", ew_dropout_run, ew_flag_scratch),
+    EW_K("IsNaN", ew_pred_run, NULL),
+    EW_K("IsInf", ew_pred_run, NULL),
+    EW_K("Not", ew_pred_run, NULL),
+    EW_K("Cast", ew_cast_run, NULL),
+    EW_K("CastLike", ew_cast_run, NULL),
+    EW_K("Clip", ew_clip_run, NULL),
+    EW_K("Identity", ew_identity_run, NULL),
+    EW_K("Dropout", ew_dropout_run, ew_flag_scratch),
     /* ops/binary.c: the ops of ops/ew_binary.def (those that can divide an integer by zero
      * get the error flag), then the rest */
 #define FR_BIN_OP(ID, NAME, DOMAIN, OPSET, MATH, DTYPES, VARIADIC, GRAD)                     \
     {NAME, DOMAIN, ew_binary_run, FR_BM_RAISES_##MATH ? ew_flag_scratch : NULL},
 #define FR_BIN_VARIANT(ID, NAME, DOMAIN, MATH, DTYPES, VARIADIC, GRAD) /* not an op */
 #include "../ew_binary.def"
-    EWT_ONNX("Pow", ew_pow_run, ew_flag_scratch),
-    EWT_ONNX("Where", ew_where_run, NULL),
-    EWT_ONNX("Expand", ew_expand_run, NULL),
+    EW_K("Pow", ew_pow_run, ew_flag_scratch),
+    EW_K("Where", ew_where_run, NULL),
+    EW_K("Expand", ew_expand_run, NULL),
     /* ops/elementwise_grad.c */
-    EWT_FP8RUN("ActivationGrad", ew_activation_grad_run, NULL),
-    EWT_FP8RUN("PowGrad", ew_pow_grad_run, NULL),
-    EWT_FP8RUN("FmodGrad", ew_fmod_grad_run, NULL),
-    EWT_FP8RUN("ExtremumGrad", ew_extremum_grad_run, ew_extremum_grad_scratch),
-    EWT_FP8RUN("ClipGrad", ew_clip_grad_run, ew_clip_grad_scratch),
+    EW_G("ActivationGrad", ew_activation_grad_run, NULL),
+    EW_G("PowGrad", ew_pow_grad_run, NULL),
+    EW_G("FmodGrad", ew_fmod_grad_run, NULL),
+    EW_G("ExtremumGrad", ew_extremum_grad_run, ew_extremum_grad_scratch),
+    EW_G("ClipGrad", ew_clip_grad_run, ew_clip_grad_scratch),
     {NULL, NULL, NULL, NULL},
 };
