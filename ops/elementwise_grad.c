@@ -100,12 +100,14 @@ typedef struct ag_kind {
     int rule;    /* EW_GR_ACT: ActivationGrad supports it */
     int reads_y; /* 1: v is the forward output, 0: the forward input */
     int attrs;   /* EW_A_*: copied from the forward node */
+    float alpha_default;
     ag_fn f32, f64;
 } ag_kind;
 
 static const ag_kind ag_kinds[] = {
 #define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD)                              \
-    [FR_UN_##ID] = {NAME, EW_RULE(GRAD), EW_READS_Y(GRAD), ATTRS, ag_##ID##_float, ag_##ID##_double},
+    [FR_UN_##ID] = {NAME, EW_RULE(GRAD), EW_READS_Y(GRAD), EW_ATTR_MASK(ATTRS),            \
+                    EW_ALPHA_DEFAULT(ATTRS), ag_##ID##_float, ag_##ID##_double},
 #include "ew_unary.def"
 };
 EW_STATIC_ASSERT(sizeof ag_kinds / sizeof ag_kinds[0] == FR_UN_COUNT, "one kind per ew_unary.def row");
@@ -125,7 +127,7 @@ static fr_status ag_read(const fr_node *n, const ag_kind **kind, ew_un_params *p
     const ag_kind *k = ag_find(op);
     if (!k)
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "op=\"%s\" has no activation gradient kernel", op);
-    FR_TRY(fr_node_attr_float(n, "alpha", 0.01f, &alpha));
+    FR_TRY(fr_node_attr_float(n, "alpha", k->alpha_default, &alpha));
     FR_TRY(fr_node_attr_string(n, "approximate", "none", &approx));
     p->alpha = alpha;
     p->gelu_tanh = strcmp(approx, "tanh") == 0;
@@ -183,9 +185,9 @@ fr_status fr_ew_emit_activation_grad(fr_grad_ctx *ctx, int *out)
     if (!k)
         return fr_node_error(n, FR_ERR_INTERNAL, "no activation gradient kernel for %s", n->op_type);
     int v = k->reads_y ? n->outputs[0] : n->inputs[0];
-    float alpha = 0.01f;
+    float alpha = k->alpha_default;
     const char *approx = "none";
-    FR_TRY(fr_node_attr_float(n, "alpha", 0.01f, &alpha));
+    FR_TRY(fr_node_attr_float(n, "alpha", k->alpha_default, &alpha));
     FR_TRY(fr_node_attr_string(n, "approximate", "none", &approx));
     int in[2] = {ctx->dout[0], v}, nid;
     char approx_copy[32];

@@ -85,9 +85,19 @@ typedef int ew_flag_t; /* the CPU's: set to 1, reported after the loop */
 #define EW_EXPR_EW_OP(e) (e)
 #define EW_EXPR_EW_NONE 0
 
-/* attributes an op reads (ATTRS column of ew_unary.def) */
-#define EW_A_ALPHA 1  /* float alpha, default 0.01 (LeakyRelu) */
-#define EW_A_APPROX 2 /* string approximate, "none" or "tanh" (Gelu) */
+/* attributes an op reads (ATTRS column of ew_unary.def): EW_NO_ATTRS; EW_ALPHA(d): float
+ * alpha, default d (LeakyRelu); EW_APPROX: string approximate, "none" or "tanh" (Gelu). The
+ * kernels see them as bits of EW_ATTR_MASK(col) and alpha's default as EW_ALPHA_DEFAULT(col). */
+#define EW_A_ALPHA 1
+#define EW_A_APPROX 2
+#define EW_ATTR_MASK(col) EW_ATTR_MASK_##col
+#define EW_ATTR_MASK_EW_NO_ATTRS 0
+#define EW_ATTR_MASK_EW_ALPHA(d) EW_A_ALPHA
+#define EW_ATTR_MASK_EW_APPROX EW_A_APPROX
+#define EW_ALPHA_DEFAULT(col) EW_ALPHA_DEFAULT_##col
+#define EW_ALPHA_DEFAULT_EW_NO_ATTRS 0.01f /* unused: what an op without alpha is handed */
+#define EW_ALPHA_DEFAULT_EW_ALPHA(d) (d)
+#define EW_ALPHA_DEFAULT_EW_APPROX 0.01f
 
 /* gradient rule of a unary op (GRAD column): EW_GRAD_NEG (dx = Neg(dy)), EW_GRAD_ZERO
  * (piecewise constant), or EW_ACT(FROM, EVAL, dx): one fused ActivationGrad node reading the

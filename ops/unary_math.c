@@ -64,14 +64,15 @@ typedef struct un_impl {
 
 typedef struct un_kind {
     const char *op;
-    int attrs; /* EW_A_* */
+    int attrs;           /* EW_A_* */
+    float alpha_default; /* EW_A_ALPHA */
     int rule;  /* EW_GR_* */
     un_impl impl[4];
 } un_kind;
 
 static const un_kind un_kinds[] = {
 #define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD)                              \
-    [FR_UN_##ID] = {NAME, ATTRS, EW_RULE(GRAD),                                              \
+    [FR_UN_##ID] = {NAME, EW_ATTR_MASK(ATTRS), EW_ALPHA_DEFAULT(ATTRS), EW_RULE(GRAD),                                              \
                     {{FR_F32, un_##ID##_float},                                              \
                      {FR_F64, un_##ID##_double},                                             \
                      {EW_HAS(YINT) ? FR_I32 : FR_UNDEFINED, un_##ID##_int32_t},              \
@@ -112,7 +113,7 @@ static fr_status un_read_params(const fr_node *n, const un_kind *k, ew_un_params
     p->gelu_tanh = 0;
     if (k->attrs & EW_A_ALPHA) {
         float a;
-        FR_TRY(fr_node_attr_float(n, "alpha", 0.01f, &a));
+        FR_TRY(fr_node_attr_float(n, "alpha", k->alpha_default, &a));
         p->alpha = a;
     }
     if (k->attrs & EW_A_APPROX) {

@@ -31,7 +31,11 @@ constexpr int ag_in_double[] = { /* EW_ACT(.., DOUBLE, ..): float32 evaluates in
 #include "../ew_unary.def"
 };
 constexpr int ag_attrs[] = {
-#define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD) ATTRS,
+#define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD) EW_ATTR_MASK(ATTRS),
+#include "../ew_unary.def"
+};
+constexpr float ag_alpha_default[] = {
+#define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD) EW_ALPHA_DEFAULT(ATTRS),
 #include "../ew_unary.def"
 };
 
@@ -102,7 +106,7 @@ fr_status ew_activation_grad_run(const fr_cuda_kctx *k)
     for (int i = 0; i < FR_UN_COUNT; i++)
         if (ag_rule[i] == EW_GR_ACT && strcmp(ag_names[i], op) == 0) code = i;
     if (code < 0) return fr_node_error(n, FR_ERR_UNSUPPORTED, "op=\"%s\" has no activation gradient kernel", op);
-    FR_TRY(fr_node_attr_float(n, "alpha", 0.01f, &alpha));
+    FR_TRY(fr_node_attr_float(n, "alpha", ag_alpha_default[code], &alpha));
     FR_TRY(fr_node_attr_string(n, "approximate", "none", &approx));
     int gelu_tanh = strcmp(approx, "tanh") == 0;
     if (!gelu_tanh && strcmp(approx, "none") != 0)

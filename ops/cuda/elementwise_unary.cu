@@ -21,10 +21,11 @@ struct UnKind {
     int code;  /* FR_UN_* */
     int ints;  /* int32/int64 supported too */
     int attrs; /* EW_A_* */
+    float alpha_default;
 };
 
 const UnKind un_kinds[] = {
-#define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD) {NAME, FR_UN_##ID, EW_HAS(YINT), ATTRS},
+#define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD) {NAME, FR_UN_##ID, EW_HAS(YINT), EW_ATTR_MASK(ATTRS), EW_ALPHA_DEFAULT(ATTRS)},
 #include "../ew_unary.def"
 };
 static_assert(sizeof un_kinds / sizeof un_kinds[0] == FR_UN_COUNT, "one kind per ew_unary.def row");
@@ -34,7 +35,7 @@ constexpr int un_ints[] = {
 #include "../ew_unary.def"
 };
 constexpr int un_attrs[] = {
-#define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD) ATTRS,
+#define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD) EW_ATTR_MASK(ATTRS),
 #include "../ew_unary.def"
 };
 
@@ -133,9 +134,9 @@ fr_status ew_unary_run(const fr_cuda_kctx *k)
     if (!(dt == FR_F32 || dt == FR_F64 || (kind->ints && (dt == FR_I32 || dt == FR_I64))))
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "input dtype %s is not supported (supported: float32, float64%s)",
                              fr_dtype_name(dt), kind->ints ? ", int32, int64" : "");
-    float alpha = 0.01f;
+    float alpha = kind->alpha_default;
     int gelu_tanh = 0;
-    if (kind->attrs & EW_A_ALPHA) FR_TRY(fr_node_attr_float(n, "alpha", 0.01f, &alpha));
+    if (kind->attrs & EW_A_ALPHA) FR_TRY(fr_node_attr_float(n, "alpha", kind->alpha_default, &alpha));
     if (kind->attrs & EW_A_APPROX) {
         const char *s;
         FR_TRY(fr_node_attr_string(n, "approximate", "none", &s));
