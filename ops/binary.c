@@ -89,7 +89,9 @@ static const fr_ew_fn bm_fns[FR_BM_COUNT][5] = {
 static const struct {
     fr_dtype dt;
     int cls;
-} bin_slots[5] = {{FR_F32, EW_DT_F}, {FR_F64, EW_DT_F}, {FR_I32, EW_DT_I}, {FR_I64, EW_DT_I}, {FR_BOOL, EW_DT_B}};
+} bin_slots[5] = {
+    {FR_F32, EW_DT_F}, {FR_F64, EW_DT_F}, {FR_I32, EW_DT_I}, {FR_I64, EW_DT_I}, {FR_BOOL, EW_DT_B},
+};
 
 /* ---- the kinds: op name -> math row and dtypes ---- */
 

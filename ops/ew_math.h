@@ -8,7 +8,10 @@
  *            once); on CUDA a template parameter, float or double
  *   EW_C(c)  the constant c in EW_T
  *   EW_M(f)  the math function f (exp, log1p, erfc, ...) for EW_T: C's double function on the
- *            CPU, the float or double overload m_f on CUDA (no fast-math variants)
+ *            CPU, the float or double overload m_f on CUDA (no fast-math variants; a function
+ *            not yet used needs its m_f pair below)
+ *   helpers  ew_sigmoid, ew_gelu_erf, ... (below): written once with EW_FN, a double function
+ *            on the CPU and a float/double template on CUDA
  * A column that may be absent is EW_OP(expr) or EW_NONE; EW_HAS(col) and EW_EXPR(col) take it
  * apart by token pasting, so a column must be written literally as one of the two (EW_OP,
  * EW_NONE, EW_ACT and EW_GRAD_* are deliberately never defined as macros). */

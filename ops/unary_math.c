@@ -66,13 +66,13 @@ typedef struct un_kind {
     const char *op;
     int attrs;           /* EW_A_* */
     float alpha_default; /* EW_A_ALPHA */
-    int rule;  /* EW_GR_* */
+    int rule;            /* EW_GR_* */
     un_impl impl[4];
 } un_kind;
 
 static const un_kind un_kinds[] = {
 #define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD)                              \
-    [FR_UN_##ID] = {NAME, EW_ATTR_MASK(ATTRS), EW_ALPHA_DEFAULT(ATTRS), EW_RULE(GRAD),                                              \
+    [FR_UN_##ID] = {NAME, EW_ATTR_MASK(ATTRS), EW_ALPHA_DEFAULT(ATTRS), EW_RULE(GRAD),       \
                     {{FR_F32, un_##ID##_float},                                              \
                      {FR_F64, un_##ID##_double},                                             \
                      {EW_HAS(YINT) ? FR_I32 : FR_UNDEFINED, un_##ID##_int32_t},              \
@@ -185,7 +185,8 @@ static fr_status un_grad(fr_grad_ctx *ctx)
 /* ---- the table ---- */
 
 const fr_op_def fr_ops_unary_math[] = {
-#define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD) {NAME, DOMAIN, OPSET, un_infer, un_cpu, un_grad, 0},
+#define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD)                              \
+    {NAME, DOMAIN, OPSET, un_infer, un_cpu, un_grad, 0},
 #include "ew_unary.def"
     {0},
 };
