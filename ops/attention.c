@@ -16,19 +16,24 @@
 
 fr_status fr_attn_read_attrs(const fr_node *n, int64_t head_dim, fr_attn_attrs *a)
 {
-    int64_t causal;
+    int64_t causal, window;
     const char *prec;
     if (head_dim < 1) return fr_node_error(n, FR_ERR_SHAPE, "head dim %lld must be >= 1", (long long)head_dim);
     FR_TRY(fr_node_attr_float(n, "scale", (float)(1.0 / sqrt((double)head_dim)), &a->scale));
     FR_TRY(fr_node_attr_int(n, "causal", 0, &causal));
     FR_TRY(fr_node_attr_string(n, "precision", "fp32", &prec));
+    FR_TRY(fr_node_attr_int(n, "window", 0, &window));
     if (causal != 0 && causal != 1)
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "causal=%lld must be 0 or 1", (long long)causal);
+    if (window < 0 || (window > 0 && !causal))
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "window=%lld must be >= 0, and needs causal=1 when > 0",
+                             (long long)window);
     if (strcmp(prec, "fp32") != 0 && strcmp(prec, "bf16") != 0)
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "precision '%s' must be fp32 or bf16", prec);
     if (!isfinite(a->scale))
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "scale %g must be finite", (double)a->scale);
     a->causal = (int)causal;
+    a->window = window;
     a->bf16 = prec[0] == 'b';
     return FR_OK;
 }
@@ -154,8 +159,11 @@ static float *bf16_copy(const fr_tensor *t, fr_status *st)
     return c;
 }
 
-/* Columns of row i that are not masked. */
-static int64_t row_len(const fr_attn_geom *g, int causal, int64_t i) { return causal ? i + 1 : g->Tk; }
+void fr_attn_row_range(const fr_attn_attrs *a, int64_t Tk, int64_t i, int64_t *lo, int64_t *hi)
+{
+    *hi = a->causal ? i + 1 : Tk;
+    *lo = a->window > 0 && i - a->window + 1 > 0 ? i - a->window + 1 : 0;
+}
 
 /* ---- Attention ---- */
 
@@ -243,15 +251,19 @@ static fr_status attn_cpu(const fr_kernel_ctx *ctx)
                    *Vb = V + (size_t)(kv * Tk * Dv) * es;
         gemm(dt, 0, 1, Tq, Tk, D, a.scale, Qb, Kb, 0.0, S);
         for (int64_t i = 0; i < Tq; i++) {
-            const int64_t len = row_len(&geo, a.causal, i);
+            int64_t lo, hi;
+            fr_attn_row_range(&a, Tk, i, &lo, &hi);
             double l;
-            if (dt == FR_F32) {
+            if (dt == FR_F32) { /* keys before lo: zeros; the softmax zeroes those from hi on */
                 float *row = (float *)S + i * Tk;
-                l = softmax_row_f32(row, len, Tk);
+                for (int64_t j = 0; j < lo; j++) row[j] = 0.0f;
+                l = softmax_row_f32(row + lo, hi - lo, Tk - lo);
                 if (a.bf16)
-                    for (int64_t j = 0; j < len; j++) row[j] = bf16_round(row[j]);
+                    for (int64_t j = lo; j < hi; j++) row[j] = bf16_round(row[j]);
             } else {
-                l = softmax_row_f64((double *)S + i * Tk, len, Tk);
+                double *row = (double *)S + i * Tk;
+                for (int64_t j = 0; j < lo; j++) row[j] = 0.0;
+                l = softmax_row_f64(row + lo, hi - lo, Tk - lo);
             }
             if (lse) {
                 if (dt == FR_F32)
@@ -388,21 +400,21 @@ static fr_status attng_cpu(const fr_kernel_ctx *ctx)
         /* P = exp(scale Q K^T - LSE), 0 where masked */
         gemm(dt, 0, 1, Tq, Tk, D, a.scale, Qb, Kb, 0.0, P);
         for (int64_t i = 0; i < Tq; i++) {
-            const int64_t len = row_len(&geo, a.causal, i);
+            int64_t lo, hi;
+            fr_attn_row_range(&a, Tk, i, &lo, &hi);
             double sum = 0.0; /* Delta_i = dO_i . O_i, from the unrounded dO */
             if (dt == FR_F32) {
                 float *row = (float *)P + i * Tk;
                 const float l = ((const float *)lse->data)[b * Tq + i];
-                for (int64_t j = 0; j < len; j++) row[j] = (float)exp((double)row[j] - (double)l);
-                for (int64_t j = len; j < Tk; j++) row[j] = 0.0f;
+                for (int64_t j = 0; j < Tk; j++)
+                    row[j] = j >= lo && j < hi ? (float)exp((double)row[j] - (double)l) : 0.0f;
                 const float *oi = (const float *)o->data + (b * Tq + i) * Dv,
                             *di = (const float *)dout->data + (b * Tq + i) * Dv;
                 for (int64_t d = 0; d < Dv; d++) sum += (double)oi[d] * (double)di[d];
             } else {
                 double *row = (double *)P + i * Tk;
                 const double l = ((const double *)lse->data)[b * Tq + i];
-                for (int64_t j = 0; j < len; j++) row[j] = exp(row[j] - l);
-                for (int64_t j = len; j < Tk; j++) row[j] = 0.0;
+                for (int64_t j = 0; j < Tk; j++) row[j] = j >= lo && j < hi ? exp(row[j] - l) : 0.0;
                 const double *oi = (const double *)o->data + (b * Tq + i) * Dv,
                              *di = (const double *)dout->data + (b * Tq + i) * Dv;
                 for (int64_t d = 0; d < Dv; d++) sum += oi[d] * di[d];

@@ -22,6 +22,9 @@
  *   scale      float (default 1/sqrt(D)); the scores are scale * Q K^T.
  *   causal     int 0|1 (default 0); 1 masks key j for query i when j > i (requires Tq == Tk).
  *              No row is then fully masked. (Other masks are not fused: the pass leaves them.)
+ *   window     int >= 0 (default 0: none); with causal=1 only: key j is also masked for query i
+ *              when i - j >= window (a sliding window of `window` keys ending at the query,
+ *              Mistral's sliding_window). Row i keeps keys max(0, i - window + 1) .. i.
  *   precision  "fp32" (default) | "bf16". bf16 rounds Q, K, V to bf16 (round-to-nearest-even)
  *              before the products, sums every product in float32 (or wider), computes the
  *              softmax in float32, and rounds the probabilities to bf16 before P V, as the
@@ -54,6 +57,7 @@ extern const fr_op_def fr_ops_attention[]; /* Attention, AttentionGrad */
 typedef struct fr_attn_attrs {
     float scale;
     int causal;
+    int64_t window; /* 0: none */
     int bf16;
 } fr_attn_attrs;
 fr_status fr_attn_read_attrs(const fr_node *n, int64_t head_dim, fr_attn_attrs *a);
@@ -74,5 +78,7 @@ fr_status fr_attn_geometry(const fr_node *n, int rq, const int64_t *dq, int rk, 
                            const int64_t *dv, int causal, fr_attn_geom *g);
 /* K/V batch index of Q batch index b. */
 int64_t fr_attn_kv_index(const fr_attn_geom *g, int64_t b);
+/* The keys row i keeps: [*lo, *hi) (causal and window applied). */
+void fr_attn_row_range(const fr_attn_attrs *a, int64_t Tk, int64_t i, int64_t *lo, int64_t *hi);
 
 #endif

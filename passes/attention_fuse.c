@@ -39,42 +39,68 @@ static int const_scalar(const fr_graph *g, int v, double *x)
 /* Mask kinds of a constant [.., T, T] tensor (each [T, T] slice the same). */
 enum { MASK_BAD, MASK_NONE, MASK_CAUSAL };
 
-/* keep(i, j): element of slice at (i, j) keeps the score. Additive: 0 keeps, <= MASKED_MAX drops.
- * Boolean (Where's condition): nonzero keeps. */
-static int classify_mask(const fr_tensor *t, int boolean, int64_t Tq, int64_t Tk)
+/* keep(i, j): element e keeps the score (1), drops it (0), or is neither (-1). Additive: 0 keeps,
+ * <= MASKED_MAX drops. Boolean (Where's condition): nonzero keeps. */
+static int mask_keep(const fr_tensor *t, int boolean, int64_t e)
 {
+    double x = fr_tensor_get_f64(t, e);
+    if (boolean) return x != 0;
+    return x == 0 ? 1 : x <= MASKED_MAX ? 0 : -1;
+}
+
+/* MASK_NONE, or MASK_CAUSAL with *window (0: plain causal; W: keys i - W < j <= i, the window
+ * read off the last row and then checked on every element), or MASK_BAD. */
+static int classify_mask(const fr_tensor *t, int boolean, int64_t Tq, int64_t Tk, int64_t *window)
+{
+    *window = 0;
     if (!t || t->rank < 2 || t->dims[t->rank - 2] != Tq || t->dims[t->rank - 1] != Tk) return MASK_BAD;
-    int64_t n = fr_tensor_numel(t);
+    int64_t n = fr_tensor_numel(t), w = 0;
+    for (int64_t j = 0; Tq == Tk && j < Tk; j++) w += mask_keep(t, boolean, (Tq - 1) * Tk + j) == 1;
+    if (w >= Tq) w = 0;
     int all_keep = 1, causal = Tq == Tk;
     for (int64_t e = 0; e < n; e++) {
         int64_t j = e % Tk, i = (e / Tk) % Tq;
-        double x = fr_tensor_get_f64(t, e);
-        int keep, drop;
-        if (boolean) {
-            keep = x != 0;
-            drop = !keep;
-        } else {
-            keep = x == 0;
-            drop = x <= MASKED_MAX;
-        }
-        if (!keep && !drop) return MASK_BAD;
+        int keep = mask_keep(t, boolean, e);
+        if (keep < 0) return MASK_BAD;
         all_keep = all_keep && keep;
-        causal = causal && (j > i ? drop : keep);
+        causal = causal && keep == (j <= i && (w == 0 || i - j < w));
         if (!all_keep && !causal) return MASK_BAD;
     }
-    return all_keep ? MASK_NONE : MASK_CAUSAL;
+    if (all_keep) return MASK_NONE;
+    *window = w;
+    return MASK_CAUSAL;
 }
 
 /* What one match found. */
 typedef struct match {
     int q, kt, v, o;
     double scale;
-    int have_scale, causal;
-    int dead[16]; /* nodes replaced */
+    int causal;
+    int64_t window;
+    int dead[24]; /* nodes replaced */
     int n_dead;
 } match;
 
 static void add_dead(match *m, const fr_graph *g, const fr_node *n) { m->dead[m->n_dead++] = (int)(n - g->nodes); }
+
+/* x = Mul(y, s), Mul(s, y) or Div(y, s), s a finite nonzero constant scalar, x float32 and
+ * read once: folds s into m->scale, marks the node replaced and returns y; else returns x. */
+static int peel_scale(const fr_readers *c, int x, match *m)
+{
+    const fr_graph *g = c->g;
+    const fr_node *n = fr_live_producer(g, x);
+    if (!n || c->count[x] != 1 || !is_f32(g, x) || n->n_inputs != 2 || m->n_dead >= 20) return x;
+    const int div = fr_is_onnx_op(n, "Div");
+    if (!div && !fr_is_onnx_op(n, "Mul")) return x;
+    double s;
+    int k = div ? 1 : const_scalar(g, n->inputs[1], &s) ? 1 : 0; /* the constant side */
+    if (!const_scalar(g, n->inputs[k], &s) || g->values[n->inputs[1 - k]].constant || s == 0 || !isfinite(s) ||
+        !fr_same_dims(&g->values[n->inputs[1 - k]], &g->values[x]))
+        return x;
+    m->scale *= div ? 1.0 / s : s;
+    add_dead(m, g, n);
+    return n->inputs[1 - k];
+}
 
 /* Walk back from the softmax input through casts, the mask and the scale to the scores'
  * MatMul; fills m. Every value passed must have the node after it as only reader. */
@@ -86,7 +112,7 @@ static int match_scores(const fr_readers *c, int x, match *m)
     const int64_t Tq = sv->rank >= 2 ? sv->dims[sv->rank - 2] : -1, Tk = sv->rank >= 2 ? sv->dims[sv->rank - 1] : -1;
     for (int steps = 0; steps < 8; steps++) {
         const fr_node *n = fr_live_producer(g, x);
-        if (!n || c->count[x] != 1 || !is_f32(g, x) || m->n_dead >= 12) return 0;
+        if (!n || c->count[x] != 1 || !is_f32(g, x) || m->n_dead >= 14) return 0;
         if (noop_cast(g, n)) {
             add_dead(m, g, n);
             x = n->inputs[0];
@@ -96,7 +122,7 @@ static int match_scores(const fr_readers *c, int x, match *m)
             int k = g->values[n->inputs[0]].constant ? 0 : 1; /* the constant side */
             const fr_value *mv = &g->values[n->inputs[k]], *other = &g->values[n->inputs[1 - k]];
             if (!mv->constant || other->constant || !fr_same_dims(other, &g->values[n->outputs[0]])) return 0;
-            int kind = classify_mask(mv->constant, 0, Tq, Tk);
+            int kind = classify_mask(mv->constant, 0, Tq, Tk, &m->window);
             if (kind == MASK_BAD) return 0;
             m->causal = kind == MASK_CAUSAL;
             mask_seen = 1;
@@ -112,7 +138,7 @@ static int match_scores(const fr_readers *c, int x, match *m)
             if (!cond->constant || cond->dtype != FR_BOOL || a->constant || !fill_ok ||
                 !fr_same_dims(a, &g->values[n->outputs[0]]))
                 return 0;
-            int kind = classify_mask(cond->constant, 1, Tq, Tk);
+            int kind = classify_mask(cond->constant, 1, Tq, Tk, &m->window);
             if (kind == MASK_BAD) return 0;
             m->causal = kind == MASK_CAUSAL;
             mask_seen = 1;
@@ -120,18 +146,10 @@ static int match_scores(const fr_readers *c, int x, match *m)
             x = n->inputs[1];
             continue;
         }
-        if (!scale_seen && (fr_is_onnx_op(n, "Mul") || fr_is_onnx_op(n, "Div")) && n->n_inputs == 2) {
-            int div = n->op_type[0] == 'D';
-            double s;
-            int k = div ? 1 : const_scalar(g, n->inputs[1], &s) ? 1 : 0; /* the constant side */
-            if (!const_scalar(g, n->inputs[k], &s) || g->values[n->inputs[1 - k]].constant || s == 0 || !isfinite(s) ||
-                !fr_same_dims(&g->values[n->inputs[1 - k]], &g->values[n->outputs[0]]))
-                return 0;
-            m->scale = div ? 1.0 / s : s;
-            m->have_scale = 1;
+        const int y = scale_seen ? x : peel_scale(c, x, m);
+        if (y != x) {
             scale_seen = 1;
-            add_dead(m, g, n);
-            x = n->inputs[1 - k];
+            x = y;
             continue;
         }
         if (fr_is_onnx_op(n, "MatMul") && n->n_inputs == 2) {
@@ -142,9 +160,10 @@ static int match_scores(const fr_readers *c, int x, match *m)
             for (int d = 0; d < q->rank - 2; d++)
                 if (sv->dims[d] != q->dims[d]) return 0;
             if (sv->rank != q->rank) return 0;
-            m->q = n->inputs[0];
-            m->kt = n->inputs[1];
             add_dead(m, g, n);
+            /* the exporter splits the scale over both operands (sqrt(scale) on q and on k^T) */
+            m->q = peel_scale(c, n->inputs[0], m);
+            m->kt = peel_scale(c, n->inputs[1], m);
             return 1;
         }
         return 0;
@@ -163,16 +182,40 @@ static int softmax_last_axis(const fr_graph *g, const fr_node *n)
     return axis == r - 1;
 }
 
+/* Where(IsNaN(p), 0, p) reading p (a rule of the exporter: fully masked rows give 0, not NaN):
+ * moves *p past it. The fused op never has a fully masked row (no mask, causal, or a window
+ * holding the diagonal), so the guard changes nothing there but NaN inputs. Returns 0 when p
+ * has other readers than the guard. */
+static int guard_after(const fr_readers *c, match *m, int *p)
+{
+    const fr_graph *g = c->g;
+    if (c->count[*p] == 1) return 1;
+    const fr_node *isn = fr_reader_op(c, *p, "IsNaN");
+    if (c->count[*p] != 2 || !isn || isn->n_outputs != 1) return 0;
+    const fr_node *w = fr_sole_reader(c, isn->outputs[0]);
+    double zero;
+    if (!w || !fr_is_onnx_op(w, "Where") || w->n_inputs != 3 || w->inputs[0] != isn->outputs[0] ||
+        w->inputs[2] != *p || !const_scalar(g, w->inputs[1], &zero) || zero != 0 ||
+        !fr_same_dims(&g->values[w->outputs[0]], &g->values[*p]))
+        return 0;
+    add_dead(m, g, isn);
+    add_dead(m, g, w);
+    *p = w->outputs[0];
+    return 1;
+}
+
 /* The whole pattern around Softmax node s. */
 static int match_at(const fr_readers *c, int s, match *m)
 {
     const fr_graph *g = c->g;
     const fr_node *sm = &g->nodes[s];
     memset(m, 0, sizeof *m);
+    m->scale = 1.0;
     if (!softmax_last_axis(g, sm) || !is_f32(g, sm->inputs[0])) return 0;
     add_dead(m, g, sm);
-    /* forward: casts, then MatMul(P, V) */
+    /* forward: the exporter's guard Where(IsNaN(P), 0, P), casts, then MatMul(P, V) */
     int p = sm->outputs[0], found = 0;
+    if (!guard_after(c, m, &p)) return 0;
     for (int steps = 0; steps < 4 && !found; steps++) {
         const fr_node *n = fr_sole_reader(c, p);
         if (!n) return 0;
@@ -195,7 +238,6 @@ static int match_at(const fr_readers *c, int s, match *m)
         return 0;
     for (int d = 0; d < v->rank - 2; d++)
         if (v->dims[d] != kt->dims[d]) return 0;
-    if (!m->have_scale) m->scale = 1.0;
     return 1;
 }
 
@@ -212,12 +254,57 @@ static fr_status add_transpose(fr_graph *g, int x, int rank, const int64_t *perm
     return fr_node_infer(g, nid);
 }
 
-/* K [.., Tk, D] from KT: through KT's Transpose when it has one that only this reads. */
+/* The exporter's K^T: Reshape(Transpose{0,2,1}(Reshape(x -> [N, Tk, D])) -> [.., D, Tk]), each
+ * value read once: returns x (whose row-major data is K's), marking the three nodes replaced;
+ * else -1. */
+static int reshaped_kt(const fr_readers *c, match *m, int kt)
+{
+    const fr_graph *g = c->g;
+    const fr_node *r2 = fr_live_producer(g, kt);
+    if (!r2 || !fr_is_onnx_op(r2, "Reshape") || c->count[kt] != 1) return -1;
+    const int tv = r2->inputs[0];
+    const fr_node *t = fr_live_producer(g, tv);
+    const fr_attr *pa = t && fr_is_onnx_op(t, "Transpose") ? fr_node_attr(t, "perm") : NULL;
+    if (!pa || pa->type != FR_ATTR_INTS || pa->n != 3 || pa->ints[0] != 0 || pa->ints[1] != 2 || pa->ints[2] != 1 ||
+        c->count[tv] != 1)
+        return -1;
+    const int rv = t->inputs[0];
+    const fr_node *r1 = fr_live_producer(g, rv);
+    const fr_value *a = &g->values[rv], *ktv = &g->values[kt];
+    if (!r1 || !fr_is_onnx_op(r1, "Reshape") || c->count[rv] != 1 || a->rank != 3 ||
+        a->dims[1] != ktv->dims[ktv->rank - 1] || a->dims[2] != ktv->dims[ktv->rank - 2])
+        return -1;
+    add_dead(m, g, r2);
+    add_dead(m, g, t);
+    add_dead(m, g, r1);
+    return r1->inputs[0];
+}
+
+/* K [.., Tk, D] from KT: through the exporter's reshape chain, or KT's Transpose when it has one
+ * that only this reads, else a new Transpose. */
 static fr_status make_k(fr_readers *c, match *m, const char *base, int *k)
 {
     fr_graph *g = c->g;
     const int r = g->values[m->kt].rank;
     int64_t perm[FR_MAX_RANK];
+    const int x = reshaped_kt(c, m, m->kt);
+    if (x >= 0) { /* K = x viewed as KT's batch dims, [Tk, D] */
+        const fr_value *ktv = &g->values[m->kt];
+        int64_t kd[FR_MAX_RANK];
+        memcpy(kd, ktv->dims, sizeof(int64_t) * (size_t)r);
+        kd[r - 2] = ktv->dims[r - 1];
+        kd[r - 1] = ktv->dims[r - 2];
+        const fr_value *xv = &g->values[x];
+        int same = xv->rank == r;
+        for (int d = 0; same && d < r; d++) same = xv->dims[d] == kd[d];
+        if (same) {
+            *k = x;
+            return FR_OK;
+        }
+        char nm[512];
+        snprintf(nm, sizeof nm, "%s/K", base);
+        return fr_pattern_reshape(g, x, r, kd, nm, k);
+    }
     const fr_node *t = fr_live_producer(g, m->kt);
     const fr_attr *pa = t && fr_is_onnx_op(t, "Transpose") ? fr_node_attr(t, "perm") : NULL;
     if (pa && pa->type == FR_ATTR_INTS && pa->n == r && c->count[m->kt] == 1) {
@@ -258,6 +345,7 @@ static fr_status fuse_one(fr_readers *c, match *m, const char *softmax_name)
     fr_node *n = &g->nodes[nid];
     FR_TRY(fr_node_set_attr_float(n, "scale", (float)m->scale));
     FR_TRY(fr_node_set_attr_int(n, "causal", m->causal));
+    if (m->window > 0) FR_TRY(fr_node_set_attr_int(n, "window", m->window));
     FR_TRY(fr_node_set_attr_string(n, "precision", "fp32"));
     return fr_node_infer(g, nid);
 }

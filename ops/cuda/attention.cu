@@ -1195,6 +1195,9 @@ fr_status make_plan(const fr_node *n, int rq, const int64_t *dq, int rk, const i
 {
     FR_TRY(fr_attn_read_attrs(n, rq >= 1 ? dq[rq - 1] : 0, &pl->a));
     FR_TRY(fr_attn_geometry(n, rq, dq, rk, dk, rv, dv, pl->a.causal, &pl->geo));
+    if (pl->a.window > 0) /* the kernels' masks and tile skipping know only the causal bound */
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "window=%lld: sliding-window attention has no CUDA kernel yet",
+                             (long long)pl->a.window);
     const fr_attn_geom &g = pl->geo;
     if (g.Tq > INT_MAX / 2 || g.Tk > INT_MAX / 2 || g.D > INT_MAX || g.Dv > INT_MAX)
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "sequence lengths %lld, %lld are too long for the CUDA kernels",
