@@ -36,8 +36,6 @@ static int const_scalar(const fr_graph *g, int v, double *x)
     return 1;
 }
 
-/* Mask kinds of a constant [.., T, T] tensor (each [T, T] slice the same). */
-enum { MASK_BAD, MASK_NONE, MASK_CAUSAL };
 
 /* keep(i, j): element e keeps the score (1), drops it (0), or is neither (-1). Additive: 0 keeps,
  * <= MASKED_MAX drops. Boolean (Where's condition): nonzero keeps. */
@@ -48,12 +46,11 @@ static int mask_keep(const fr_tensor *t, int boolean, int64_t e)
     return x == 0 ? 1 : x <= MASKED_MAX ? 0 : -1;
 }
 
-/* MASK_NONE, or MASK_CAUSAL with *window (0: plain causal; W: keys i - W < j <= i, the window
- * read off the last row and then checked on every element), or MASK_BAD. */
-static int classify_mask(const fr_tensor *t, int boolean, int64_t Tq, int64_t Tk, int64_t *window)
+/* (attention_fuse.h) The window is read off the last row, then checked on every element. */
+int fr_attn_classify_mask(const fr_tensor *t, int boolean, int64_t Tq, int64_t Tk, int64_t *window)
 {
     *window = 0;
-    if (!t || t->rank < 2 || t->dims[t->rank - 2] != Tq || t->dims[t->rank - 1] != Tk) return MASK_BAD;
+    if (!t || t->rank < 2 || t->dims[t->rank - 2] != Tq || t->dims[t->rank - 1] != Tk) return FR_ATTN_MASK_BAD;
     int64_t n = fr_tensor_numel(t), w = 0;
     for (int64_t j = 0; Tq == Tk && j < Tk; j++) w += mask_keep(t, boolean, (Tq - 1) * Tk + j) == 1;
     if (w >= Tq) w = 0;
@@ -61,21 +58,35 @@ static int classify_mask(const fr_tensor *t, int boolean, int64_t Tq, int64_t Tk
     for (int64_t e = 0; e < n; e++) {
         int64_t j = e % Tk, i = (e / Tk) % Tq;
         int keep = mask_keep(t, boolean, e);
-        if (keep < 0) return MASK_BAD;
+        if (keep < 0) return FR_ATTN_MASK_BAD;
         all_keep = all_keep && keep;
         causal = causal && keep == (j <= i && (w == 0 || i - j < w));
-        if (!all_keep && !causal) return MASK_BAD;
+        if (!all_keep && !causal) return FR_ATTN_MASK_BAD;
     }
-    if (all_keep) return MASK_NONE;
+    if (all_keep) return FR_ATTN_MASK_NONE;
     *window = w;
-    return MASK_CAUSAL;
+    return FR_ATTN_MASK_CAUSAL;
+}
+
+/* A run-time mask x for scores sv: float32, broadcastable to them (Tq or 1, Tk or 1, batch dims
+ * equal or 1). Fully masked rows (-inf) then give 0, as the exporter's guard (required) does. */
+static int runtime_mask_ok(const fr_graph *g, int x, const fr_value *sv)
+{
+    const fr_value *mv = &g->values[x];
+    if (!is_f32(g, x) || mv->rank < 2 || mv->rank > sv->rank) return 0;
+    for (int d = 0; d < mv->rank; d++) {
+        const int64_t sd = sv->dims[sv->rank - mv->rank + d];
+        if (mv->dims[d] != sd && mv->dims[d] != 1) return 0;
+    }
+    return 1;
 }
 
 /* What one match found. */
 typedef struct match {
     int q, kt, v, o;
     double scale;
-    int causal;
+    int causal, guarded; /* guarded: the IsNaN/Where guard was there */
+    int mask;            /* a run-time additive mask input, or -1 */
     int64_t window;
     int dead[24]; /* nodes replaced */
     int n_dead;
@@ -119,12 +130,17 @@ static int match_scores(const fr_readers *c, int x, match *m)
             continue;
         }
         if (!mask_seen && !scale_seen && fr_is_onnx_op(n, "Add") && n->n_inputs == 2) {
-            int k = g->values[n->inputs[0]].constant ? 0 : 1; /* the constant side */
+            int k = g->values[n->inputs[0]].constant ? 0 : 1; /* the constant side, else the second */
             const fr_value *mv = &g->values[n->inputs[k]], *other = &g->values[n->inputs[1 - k]];
-            if (!mv->constant || other->constant || !fr_same_dims(other, &g->values[n->outputs[0]])) return 0;
-            int kind = classify_mask(mv->constant, 0, Tq, Tk, &m->window);
-            if (kind == MASK_BAD) return 0;
-            m->causal = kind == MASK_CAUSAL;
+            if (other->constant || !fr_same_dims(other, &g->values[n->outputs[0]])) return 0;
+            if (mv->constant) {
+                int kind = fr_attn_classify_mask(mv->constant, 0, Tq, Tk, &m->window);
+                if (kind == FR_ATTN_MASK_BAD) return 0;
+                m->causal = kind == FR_ATTN_MASK_CAUSAL;
+            } else { /* computed at run time: the fused op reads it, adding it as this Add did */
+                if (!m->guarded || !runtime_mask_ok(g, n->inputs[k], sv)) return 0;
+                m->mask = n->inputs[k];
+            }
             mask_seen = 1;
             add_dead(m, g, n);
             x = n->inputs[1 - k];
@@ -138,9 +154,9 @@ static int match_scores(const fr_readers *c, int x, match *m)
             if (!cond->constant || cond->dtype != FR_BOOL || a->constant || !fill_ok ||
                 !fr_same_dims(a, &g->values[n->outputs[0]]))
                 return 0;
-            int kind = classify_mask(cond->constant, 1, Tq, Tk, &m->window);
-            if (kind == MASK_BAD) return 0;
-            m->causal = kind == MASK_CAUSAL;
+            int kind = fr_attn_classify_mask(cond->constant, 1, Tq, Tk, &m->window);
+            if (kind == FR_ATTN_MASK_BAD) return 0;
+            m->causal = kind == FR_ATTN_MASK_CAUSAL;
             mask_seen = 1;
             add_dead(m, g, n);
             x = n->inputs[1];
@@ -200,8 +216,30 @@ static int guard_after(const fr_readers *c, match *m, int *p)
         return 0;
     add_dead(m, g, isn);
     add_dead(m, g, w);
+    m->guarded = 1;
     *p = w->outputs[0];
     return 1;
+}
+
+/* Whether value x is computed from a node the match replaces (then it cannot be the fused node's
+ * mask). Depth-first over producers; out of memory counts as yes (no fusion). */
+static int reaches_dead(const fr_graph *g, int x, const int *dead, int n_dead)
+{
+    unsigned char *seen = calloc((size_t)g->n_values + 1, 1);
+    int *stack = malloc(sizeof(int) * ((size_t)g->n_values + 1)), top = 0, hit = !seen || !stack;
+    if (!hit) stack[top++] = x;
+    while (!hit && top > 0) {
+        const int v = stack[--top];
+        const fr_node *n = fr_live_producer(g, v);
+        if (!n || seen[v]) continue;
+        seen[v] = 1;
+        for (int i = 0; i < n_dead; i++) hit = hit || &g->nodes[dead[i]] == n;
+        for (int k = 0; k < n->n_inputs; k++)
+            if (n->inputs[k] >= 0 && !seen[n->inputs[k]] && top < g->n_values) stack[top++] = n->inputs[k];
+    }
+    free(seen);
+    free(stack);
+    return hit;
 }
 
 /* The whole pattern around Softmax node s. */
@@ -211,6 +249,7 @@ static int match_at(const fr_readers *c, int s, match *m)
     const fr_node *sm = &g->nodes[s];
     memset(m, 0, sizeof *m);
     m->scale = 1.0;
+    m->mask = -1;
     if (!softmax_last_axis(g, sm) || !is_f32(g, sm->inputs[0])) return 0;
     add_dead(m, g, sm);
     /* forward: the exporter's guard Where(IsNaN(P), 0, P), casts, then MatMul(P, V) */
@@ -238,7 +277,7 @@ static int match_at(const fr_readers *c, int s, match *m)
         return 0;
     for (int d = 0; d < v->rank - 2; d++)
         if (v->dims[d] != kt->dims[d]) return 0;
-    return 1;
+    return m->mask < 0 || !reaches_dead(g, m->mask, m->dead, m->n_dead);
 }
 
 /* A Transpose node perm(x) -> new value named after base; returns the value. */
@@ -333,15 +372,15 @@ static fr_status fuse_one(fr_readers *c, match *m, const char *softmax_name)
     fr_graph *g = c->g;
     char base[480];
     snprintf(base, sizeof base, "%s/fused_attention", softmax_name);
-    int k;
+    int k = -1;
     FR_TRY(make_k(c, m, base, &k));
     for (int i = 0; i < m->n_dead; i++) g->nodes[m->dead[i]].dead = 1;
     int lse, nid;
     char nm[512];
     snprintf(nm, sizeof nm, "%s/LSE", base);
     FR_TRY(fr_graph_add_unique_value(g, nm, &lse));
-    int in[3] = {m->q, k, m->v}, out[2] = {m->o, lse};
-    FR_TRY(fr_graph_add_node(g, "Attention", FR_DOMAIN_FP8RUN, base, 3, in, 2, out, &nid));
+    int in[4] = {m->q, k, m->v, m->mask}, out[2] = {m->o, lse};
+    FR_TRY(fr_graph_add_node(g, "Attention", FR_DOMAIN_FP8RUN, base, m->mask >= 0 ? 4 : 3, in, 2, out, &nid));
     fr_node *n = &g->nodes[nid];
     FR_TRY(fr_node_set_attr_float(n, "scale", (float)m->scale));
     FR_TRY(fr_node_set_attr_int(n, "causal", m->causal));

@@ -75,7 +75,7 @@ fr_status fr_pattern_reshape(fr_graph *g, int x, int rank, const int64_t *dims, 
     FR_TRY(fr_tensor_new(FR_I64, 1, &n, "reshape target", &t));
     memcpy(t->data, dims, sizeof(int64_t) * (size_t)rank);
     FR_TRY(fr_graph_set_initializer(g, shape, t)); /* owns t from here, even on failure */
-    FR_TRY(fr_graph_add_unique_value(g, base, out));
+    if (*out < 0) FR_TRY(fr_graph_add_unique_value(g, base, out));
     snprintf(nm, sizeof nm, "%s/Reshape", base);
     FR_TRY(fr_graph_add_node(g, "Reshape", FR_DOMAIN_ONNX, nm, 2, (int[]){x, shape}, 1, out, &nid));
     return fr_node_infer(g, nid);

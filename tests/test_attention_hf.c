@@ -24,7 +24,7 @@
 #define HF_T 11
 #define HF_LAYERS 2
 
-static const char *const static18[] = {"llama", "qwen2", "mistral", "gpt2", "phi3", "gemma", "bert"};
+static const char *const archs[] = {"llama", "qwen2", "mistral", "gpt2", "phi3", "gemma", "bert"};
 
 static fr_tensor *load_npy(const char *dir, const char *file)
 {
@@ -44,37 +44,57 @@ static fr_graph *load_model(const char *dir)
     return g;
 }
 
-static int count_op(const fr_graph *g, const char *op)
+static int count_op(const fr_graph *g, const char *op, const char *domain)
 {
     int n = 0;
-    for (int i = 0; i < g->n_nodes; i++) n += !g->nodes[i].dead && strcmp(g->nodes[i].op_type, op) == 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        n += !g->nodes[i].dead && strcmp(g->nodes[i].op_type, op) == 0 && strcmp(g->nodes[i].domain, domain) == 0;
     return n;
 }
 
-/* Fused count per layer, the window of the fused nodes, and the logits against PyTorch's. */
-static void check_forward(const char *dir, int64_t want_window)
+/* The logits of dir's model at [2, 11] for its inputs (input_ids, and attention_mask when it has
+ * one: `pad` zeros its first `pad` columns of row 1, a left-padded row), fused or not. Checks the
+ * fused count (every layer) and the window of the fused nodes. */
+static fr_tensor *logits_of(const char *dir, int fuse, int64_t want_window, int pad)
 {
     fr_graph *g = load_model(dir);
-    FR_ASSERT_OK(fr_ft_prepare(g, HF_B, HF_T));
-    int n = -1;
-    fr_status st = fr_fuse_attention(g, &n);
+    fr_status st = fr_ft_prepare(g, HF_B, HF_T); /* opset 23: lowers Attention */
     if (st != FR_OK) printf("\n  %s: %s", dir, fr_last_error());
     CU_ASSERT_EQUAL_FATAL(st, FR_OK);
-    if (n != HF_LAYERS) printf("\n  %s: fused %d, expected %d", dir, n, HF_LAYERS);
-    CU_ASSERT_EQUAL(n, HF_LAYERS);
-    CU_ASSERT_EQUAL(count_op(g, "Softmax"), 0);
-    CU_ASSERT_EQUAL(count_op(g, "IsNaN"), 0);
-    for (int i = 0; i < g->n_nodes; i++) {
-        if (strcmp(g->nodes[i].op_type, "Attention") != 0) continue;
-        int64_t w = -1;
-        FR_ASSERT_OK(fr_node_attr_int(&g->nodes[i], "window", 0, &w));
-        CU_ASSERT_EQUAL(w, want_window);
+    CU_ASSERT_EQUAL(count_op(g, "Attention", ""), 0);
+    if (fuse) {
+        int n = -1;
+        st = fr_fuse_attention(g, &n);
+        if (st != FR_OK) printf("\n  %s: %s", dir, fr_last_error());
+        CU_ASSERT_EQUAL_FATAL(st, FR_OK);
+        n = count_op(g, "Attention", "ai.fp8run");
+        if (n != HF_LAYERS) printf("\n  %s: %d fused attention nodes, expected %d", dir, n, HF_LAYERS);
+        CU_ASSERT_EQUAL(n, HF_LAYERS);
+        CU_ASSERT_EQUAL(count_op(g, "Softmax", ""), 0);
+        CU_ASSERT_EQUAL(count_op(g, "IsNaN", ""), 0);
+        for (int i = 0; i < g->n_nodes; i++) {
+            if (strcmp(g->nodes[i].op_type, "Attention") != 0) continue;
+            int64_t w = -1;
+            FR_ASSERT_OK(fr_node_attr_int(&g->nodes[i], "window", 0, &w));
+            CU_ASSERT_EQUAL(w, want_window);
+        }
     }
     FR_ASSERT_OK(fr_graph_resolve_ops(g));
-    int ids = fr_graph_find_value(g, "input_ids"), logits = fr_graph_find_value(g, "logits");
-    CU_ASSERT_FATAL(ids >= 0 && logits >= 0);
-    fr_tensor *in = load_npy(dir, "input_input_ids.npy"), *ref = load_npy(dir, "output_logits.npy");
-    fr_tensor *out = fr_ft_run(g, 1, &ids, (const fr_tensor *const *)&in, logits);
+    int ids[2] = {fr_graph_find_value(g, "input_ids"), fr_graph_find_value(g, "attention_mask")};
+    const int logits = fr_graph_find_value(g, "logits"), n_in = ids[1] >= 0 ? 2 : 1;
+    CU_ASSERT_FATAL(ids[0] >= 0 && logits >= 0);
+    fr_tensor *in[2] = {load_npy(dir, "input_input_ids.npy"), n_in > 1 ? load_npy(dir, "input_attention_mask.npy") : NULL};
+    for (int j = 0; in[1] && j < pad; j++) ((int64_t *)in[1]->data)[HF_T + j] = 0;
+    fr_tensor *out = fr_ft_run(g, n_in, ids, (const fr_tensor *const *)in, logits);
+    fr_tensor_free(in[0]);
+    fr_tensor_free(in[1]);
+    fr_graph_free(g);
+    return out;
+}
+
+/* out against ref within tol: relative L2, and max-abs over the reference's max-abs. */
+static void expect_close(const char *what, const fr_tensor *out, const fr_tensor *ref, double tol)
+{
     const int64_t ne = fr_tensor_numel(ref);
     CU_ASSERT_FATAL(fr_tensor_numel(out) == ne);
     double worst = 0, top = 0;
@@ -83,31 +103,70 @@ static void check_forward(const char *dir, int64_t want_window)
         top = fmax(top, fabs(((float *)ref->data)[e]));
     }
     const double l2 = fr_rel_l2(out->data, ref->data, ne);
-    if (l2 > 1e-4 || worst > 1e-4 * top) printf("\n  %s: logits off by %g (L2), %g (max)", dir, l2, worst / top);
-    CU_ASSERT(l2 <= 1e-4);
-    CU_ASSERT(worst <= 1e-4 * top);
-    fr_tensor_free(in);
+    if (!(l2 <= tol && worst <= tol * top)) printf("\n  %s: logits off by %g (L2), %g (max)", what, l2, worst / top);
+    CU_ASSERT(l2 <= tol);
+    CU_ASSERT(worst <= tol * top);
+}
+
+/* Fused logits against PyTorch's. */
+static void check_forward(const char *dir, int64_t want_window)
+{
+    fr_tensor *ref = load_npy(dir, "output_logits.npy"), *out = logits_of(dir, 1, want_window, 0);
+    expect_close(dir, out, ref, 1e-4);
     fr_tensor_free(ref);
     fr_tensor_free(out);
-    fr_graph_free(g);
+}
+
+static void check_forward_static(int opset)
+{
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) {
+        char dir[64];
+        snprintf(dir, sizeof dir, "%s_op%d_static", archs[i], opset);
+        check_forward(dir, strcmp(archs[i], "mistral") == 0 ? 6 : 0);
+    }
 }
 
 static void test_forward_op18(void)
 {
-    for (size_t i = 0; i < sizeof static18 / sizeof static18[0]; i++) {
-        char dir[64];
-        snprintf(dir, sizeof dir, "%s_op18_static", static18[i]);
-        check_forward(dir, strcmp(static18[i], "mistral") == 0 ? 6 : 0);
+    check_forward_static(18);
+    check_forward("llama_op18_dynamic", 0); /* the mask computed from attention_mask: a mask input */
+    check_forward("gpt2_op18_dynamic", 0);
+}
+
+/* opset 23: a constant attn_mask onto attributes (Mistral's window 6), a bool one computed from
+ * attention_mask onto the mask input (llama_op23_dynamic also needs RotaryEmbedding-23: not
+ * here until that lands). */
+static void test_forward_op23(void)
+{
+    check_forward_static(23);
+    check_forward("gpt2_op23_dynamic", 0);
+}
+
+/* dynamic exports with a left-padded row (4 padding tokens: their query rows fully masked, the
+ * guard's zeros): fused = unfused within 1e-5. */
+static void test_padding(void)
+{
+    static const char *const dyn[] = {"llama_op18_dynamic", "gpt2_op18_dynamic"};
+    for (int i = 0; i < 2; i++) {
+        fr_tensor *plain = logits_of(dyn[i], 0, 0, 4), *fused = logits_of(dyn[i], 1, 0, 4);
+        expect_close(dyn[i], fused, plain, 1e-5);
+        fr_tensor_free(plain);
+        fr_tensor_free(fused);
     }
+    /* Attention-23 with the bool mask of the same padding, against the opset-18 graph unfused */
+    fr_tensor *plain = logits_of("gpt2_op18_dynamic", 0, 0, 4), *lowered = logits_of("gpt2_op23_dynamic", 1, 0, 4);
+    expect_close("gpt2_op23_dynamic", lowered, plain, 1e-5);
+    fr_tensor_free(plain);
+    fr_tensor_free(lowered);
 }
 
 /* 20 fp32 steps at the fixtures' fixed [2, 11], module parameters only (the exporter's folded
- * constants stay frozen), fused vs unfused. */
-static void check_training(const char *dir)
+ * constants stay frozen): fused_dir fused against plain_dir unfused (the same model). */
+static void check_training(const char *fused_dir, const char *plain_dir)
 {
-    fr_graph *g = load_model(dir);
-    double fused[FR_FT_STEPS], plain[FR_FT_STEPS];
+    double loss[2][FR_FT_STEPS];
     for (int fuse = 0; fuse < 2; fuse++) {
+        fr_graph *g = load_model(fuse ? fused_dir : plain_dir);
         fr_train_options o;
         fr_ft_train_options(&o);
         o.batch = HF_B;
@@ -115,25 +174,37 @@ static void check_training(const char *dir)
         o.lr.max_lr = 1e-3;
         o.train_regex = "^(model|lm_head|transformer|bert|cls)\\.";
         o.fuse_attention = fuse;
-        fr_ft_train_losses(g, &o, fuse ? fused : plain, NULL);
+        fr_ft_train_losses(g, &o, loss[fuse], NULL);
+        fr_graph_free(g);
     }
-    fr_ft_expect_same_losses(dir, fused, plain, 1e-5);
-    fr_graph_free(g);
+    fr_ft_expect_same_losses(fused_dir, loss[1], loss[0], 1e-5);
 }
 
 static void test_train_op18(void)
 {
-    check_training("llama_op18_static");   /* GQA */
-    check_training("mistral_op18_static"); /* window */
-    check_training("gpt2_op18_static");
-    check_training("bert_op18_static"); /* no mask */
+    check_training("llama_op18_static", "llama_op18_static");     /* GQA */
+    check_training("mistral_op18_static", "mistral_op18_static"); /* window */
+    check_training("gpt2_op18_static", "gpt2_op18_static");
+    check_training("bert_op18_static", "bert_op18_static"); /* no mask */
+    check_training("gpt2_op18_dynamic", "gpt2_op18_dynamic"); /* mask input */
+}
+
+/* Attention-23 lowered against the opset-18 export of the same model, unfused. */
+static void test_train_op23(void)
+{
+    check_training("llama_op23_static", "llama_op18_static");
+    check_training("mistral_op23_static", "mistral_op18_static");
+    check_training("gpt2_op23_dynamic", "gpt2_op18_dynamic");
 }
 
 int main(void)
 {
     CU_TestInfo tests[] = {
         {"opset 18 static exports: every layer fused, logits = PyTorch's (1e-4)", test_forward_op18},
+        {"opset 23 exports (Attention-23 lowered): logits = PyTorch's (1e-4)", test_forward_op23},
+        {"dynamic exports, a left-padded row: fused (and opset 23) == opset 18 unfused (1e-5)", test_padding},
         {"opset 18 training fp32: fused == unfused (1e-5)", test_train_op18},
+        {"opset 23 training fp32: lowered == opset 18 unfused (1e-5)", test_train_op23},
         CU_TEST_INFO_NULL,
     };
     CU_SuiteInfo suites[] = {{"attention_hf", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};

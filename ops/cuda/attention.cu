@@ -1355,6 +1355,7 @@ template <int D> fr_status fwd_f32_launch(const fr_cuda_kctx *k, const Prob &p, 
 fr_status attn_cuda(const fr_cuda_kctx *k)
 {
     const fr_node *n = k->node;
+    if (k->n_in == 4) return fr_node_error(n, FR_ERR_UNSUPPORTED, "a mask input has no CUDA kernel yet");
     if (k->n_in != 3 || !k->in[0] || !k->in[1] || !k->in[2] || k->n_out < 1 || !k->out[0])
         return fr_node_error(n, FR_ERR_GRAPH, "needs inputs Q, K, V and output O");
     const fr_tensor *q = k->in[0], *kk = k->in[1], *v = k->in[2];
@@ -1459,6 +1460,7 @@ template <int D> fr_status bwd_f32_launch(const fr_cuda_kctx *k, const Prob &p, 
 fr_status attng_cuda(const fr_cuda_kctx *k)
 {
     const fr_node *n = k->node;
+    if (k->n_in == 7) return fr_node_error(n, FR_ERR_UNSUPPORTED, "a mask input has no CUDA kernel yet");
     if (k->n_in != 6 || k->n_out != 3)
         return fr_node_error(n, FR_ERR_GRAPH, "needs inputs Q, K, V, O, LSE, dO and outputs dQ, dK, dV");
     for (int i = 0; i < 6; i++)
