@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fp8run.h"
 #include "fuse_test_util.h"
 #include "gradcheck.h"
 #include "graph/onnx_io.h"
@@ -197,6 +198,33 @@ static void test_train_op23(void)
     check_training("gpt2_op23_dynamic", "gpt2_op18_dynamic");
 }
 
+/* The FLOP count of the attention (bench's MFU) is the same for Attention-23 as for the opset-18
+ * decomposition of the same model: 12 x width x seq per token and layer. */
+static double attention_flops(const char *dir)
+{
+    char rel[300], p[600];
+    snprintf(rel, sizeof rel, "hf/%s/model.onnx", dir);
+    fp8run_model *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(fp8run_model_load(fr_fixture(p, sizeof p, rel), &m), FP8RUN_OK);
+    fp8run_train_config c;
+    fp8run_train_config_init(&c, sizeof c);
+    c.batch = HF_B;
+    c.seq_len = HF_T;
+    fp8run_flops_info fl = {.struct_size = sizeof fl};
+    CU_ASSERT_EQUAL(fp8run_model_train_flops(m, &c, &fl), FP8RUN_OK);
+    CU_ASSERT_EQUAL(fl.attention_known, 1);
+    fp8run_model_destroy(m);
+    return fl.attention_flops_per_token;
+}
+
+static void test_flops_op23(void)
+{
+    const double f18 = attention_flops("llama_op18_static"), f23 = attention_flops("llama_op23_static");
+    if (f18 != 12.0 * HF_LAYERS * 72 * HF_T || f23 != f18) printf("\n  attention FLOPs/token: op18 %g, op23 %g", f18, f23);
+    CU_ASSERT(f18 == 12.0 * HF_LAYERS * 72 * HF_T); /* 6 heads x head dim 12 */
+    CU_ASSERT(f23 == f18);
+}
+
 int main(void)
 {
     CU_TestInfo tests[] = {
@@ -204,6 +232,7 @@ int main(void)
         {"opset 23 exports (Attention-23 lowered): logits = PyTorch's (1e-4)", test_forward_op23},
         {"dynamic exports, a left-padded row: fused (and opset 23) == opset 18 unfused (1e-5)", test_padding},
         {"opset 18 training fp32: fused == unfused (1e-5)", test_train_op18},
+        {"attention FLOPs: Attention-23 counted as its opset-18 form", test_flops_op23},
         {"opset 23 training fp32: lowered == opset 18 unfused (1e-5)", test_train_op23},
         CU_TEST_INFO_NULL,
     };
