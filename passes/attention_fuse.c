@@ -8,6 +8,7 @@
 
 #include "../ops/op.h"
 #include "attention_fuse.h"
+#include "attention_import.h"
 #include "autodiff.h"
 #include "passes.h"
 #include "pattern.h"
@@ -319,14 +320,32 @@ static int reshaped_kt(const fr_readers *c, match *m, int kt)
     return r1->inputs[0];
 }
 
-/* K [.., Tk, D] from KT: through the exporter's reshape chain, or KT's Transpose when it has one
- * that only this reads, else a new Transpose. */
-static fr_status make_k(fr_readers *c, match *m, const char *base, int *k)
+/* GQA as the exporter writes it: K's source x is Expand([B, KV, 1, Tk, D]) to [B, KV, G, Tk, D],
+ * V is Reshape(Expand(..)) likewise, for Q [B, KV * G, Tq, D]. The fused op then reads the
+ * Expands' inputs (K/V broadcast over G): the copies and their gradients' sums go away. Sets
+ * *k5, *v5 and e's kv_heads and groups; 0 when the form is not there. */
+static int gqa_sources(const fr_graph *g, const match *m, int x, int *k5, int *v5, fr_attn_emit *e)
+{
+    const fr_value *q = &g->values[m->q];
+    int64_t kv, grp, kv2, grp2;
+    if (q->rank != 4 || !fr_attn_expand_source(g, x, 0, k5, &kv, &grp) ||
+        !fr_attn_expand_source(g, m->v, 1, v5, &kv2, &grp2) || kv != kv2 || grp != grp2 || kv * grp != q->dims[1] ||
+        g->values[*k5].dims[0] != q->dims[0] || g->values[*v5].dims[0] != q->dims[0])
+        return 0;
+    e->kv_heads = kv;
+    e->groups = grp;
+    return 1;
+}
+
+/* K [.., Tk, D] from KT: through the exporter's reshape chain (GQA: the Expands' inputs, into e),
+ * or KT's Transpose when it has one that only this reads, else a new Transpose. */
+static fr_status make_k(fr_readers *c, match *m, const char *base, int *k, fr_attn_emit *e)
 {
     fr_graph *g = c->g;
     const int r = g->values[m->kt].rank;
     int64_t perm[FR_MAX_RANK];
     const int x = reshaped_kt(c, m, m->kt);
+    if (x >= 0 && gqa_sources(g, m, x, k, &e->v, e)) return FR_OK;
     if (x >= 0) { /* K = x viewed as KT's batch dims, [Tk, D] */
         const fr_value *ktv = &g->values[m->kt];
         int64_t kd[FR_MAX_RANK];
@@ -372,21 +391,10 @@ static fr_status fuse_one(fr_readers *c, match *m, const char *softmax_name)
     fr_graph *g = c->g;
     char base[480];
     snprintf(base, sizeof base, "%s/fused_attention", softmax_name);
-    int k = -1;
-    FR_TRY(make_k(c, m, base, &k));
+    fr_attn_emit e = {m->q, -1, m->v, m->mask, m->o, 1, 1, (float)m->scale, m->causal, m->window, base};
+    FR_TRY(make_k(c, m, base, &e.k, &e));
     for (int i = 0; i < m->n_dead; i++) g->nodes[m->dead[i]].dead = 1;
-    int lse, nid;
-    char nm[512];
-    snprintf(nm, sizeof nm, "%s/LSE", base);
-    FR_TRY(fr_graph_add_unique_value(g, nm, &lse));
-    int in[4] = {m->q, k, m->v, m->mask}, out[2] = {m->o, lse};
-    FR_TRY(fr_graph_add_node(g, "Attention", FR_DOMAIN_FP8RUN, base, m->mask >= 0 ? 4 : 3, in, 2, out, &nid));
-    fr_node *n = &g->nodes[nid];
-    FR_TRY(fr_node_set_attr_float(n, "scale", (float)m->scale));
-    FR_TRY(fr_node_set_attr_int(n, "causal", m->causal));
-    if (m->window > 0) FR_TRY(fr_node_set_attr_int(n, "window", m->window));
-    FR_TRY(fr_node_set_attr_string(n, "precision", "fp32"));
-    return fr_node_infer(g, nid);
+    return fr_attn_emit_node(g, &e);
 }
 
 /* Fold the masks preparation left unfolded for their size: walk back from each Softmax through
