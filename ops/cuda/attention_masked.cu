@@ -29,25 +29,18 @@ struct MProb {
     const float *mask; /* NULL: none */
 };
 
-__device__ int64_t kv_of(const MProb &p, int64_t b)
-{
-    int64_t kv = 0;
-    for (int k = p.brank - 1; k >= 0; k--) {
-        kv += (b % p.qdims[k]) * p.kv_stride[k];
-        b /= p.qdims[k];
-    }
-    return kv;
-}
-
-__device__ int64_t mask_off(const MProb &p, int64_t b)
+/* offset of Q batch index b under per-dim strides (K/V batch index: kv_stride; mask: mstride) */
+__device__ int64_t batch_off(const MProb &p, const int64_t *stride, int64_t b)
 {
     int64_t off = 0;
     for (int k = p.brank - 1; k >= 0; k--) {
-        off += (b % p.qdims[k]) * p.mstride[k];
+        off += (b % p.qdims[k]) * stride[k];
         b /= p.qdims[k];
     }
     return off;
 }
+__device__ int64_t kv_of(const MProb &p, int64_t b) { return batch_off(p, p.kv_stride, b); }
+__device__ int64_t mask_off(const MProb &p, int64_t b) { return batch_off(p, p.mstride, b); }
 
 __device__ __forceinline__ float rnd(const MProb &p, float x)
 {
