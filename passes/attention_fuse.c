@@ -223,7 +223,8 @@ static int guard_after(const fr_readers *c, match *m, int *p)
 }
 
 /* Whether value x is computed from a node the match replaces (then it cannot be the fused node's
- * mask). Depth-first over producers; out of memory counts as yes (no fusion). */
+ * mask) or from a trained parameter (the fused op gives its mask no gradient; an unfused graph
+ * would train it). Depth-first over producers; out of memory counts as yes (no fusion). */
 static int reaches_dead(const fr_graph *g, int x, const int *dead, int n_dead)
 {
     unsigned char *seen = calloc((size_t)g->n_values + 1, 1);
@@ -232,6 +233,7 @@ static int reaches_dead(const fr_graph *g, int x, const int *dead, int n_dead)
     while (!hit && top > 0) {
         const int v = stack[--top];
         const fr_node *n = fr_live_producer(g, v);
+        hit = (g->values[v].flags & FR_VAL_PARAM) != 0;
         if (!n || seen[v]) continue;
         seen[v] = 1;
         for (int i = 0; i < n_dead; i++) hit = hit || &g->nodes[dead[i]] == n;

@@ -63,6 +63,7 @@ static fr_tensor *logits_of(const char *dir, int fuse, int64_t want_window, int 
     if (st != FR_OK) printf("\n  %s: %s", dir, fr_last_error());
     CU_ASSERT_EQUAL_FATAL(st, FR_OK);
     CU_ASSERT_EQUAL(count_op(g, "Attention", ""), 0);
+    for (int i = 0; i < g->n_values; i++) g->values[i].flags &= ~FR_VAL_PARAM; /* inference: none trained */
     if (fuse) {
         int n = -1;
         st = fr_fuse_attention(g, &n);
@@ -178,6 +179,16 @@ static void check_training(const char *fused_dir, const char *plain_dir)
         o.train_regex = "^(model|lm_head|transformer|bert|cls)\\.";
         o.fuse_attention = fuse;
         fr_ft_train_losses(g, &o, loss[fuse], NULL);
+        if (fuse) { /* the fused count as bf16 training reports it (nothing fused: nothing compared) */
+            fr_trainer *t = NULL;
+            o.precision = "bf16";
+            FR_ASSERT_OK(fr_trainer_new(g, &o, &t));
+            const fr_fp8_report *rep = fr_trainer_fp8_report(t);
+            CU_ASSERT_FATAL(rep != NULL);
+            if (rep->n_attention != HF_LAYERS) printf("\n  %s: %d fused in training", fused_dir, rep->n_attention);
+            CU_ASSERT_EQUAL(rep->n_attention, HF_LAYERS);
+            fr_trainer_free(t);
+        }
         fr_graph_free(g);
     }
     fr_ft_expect_same_losses(fused_dir, loss[1], loss[0], 1e-5);
@@ -190,6 +201,23 @@ static void test_train_op18(void)
     check_training("gpt2_op18_static", "gpt2_op18_static");
     check_training("bert_op18_static", "bert_op18_static"); /* no mask */
     check_training("gpt2_op18_dynamic", "gpt2_op18_dynamic"); /* mask input */
+}
+
+/* Training the mask's constants too (no --train: they are float initializers): the run-time mask
+ * then depends on a trained value and stays unfused (the fused op gives its mask no gradient). */
+static void test_trained_mask_unfused(void)
+{
+    fr_graph *g = load_model("gpt2_op18_dynamic");
+    fr_train_options o;
+    fr_ft_train_options(&o);
+    o.batch = HF_B;
+    o.seq_len = HF_T;
+    o.precision = "bf16";
+    fr_trainer *t = NULL;
+    FR_ASSERT_OK(fr_trainer_new(g, &o, &t));
+    CU_ASSERT_EQUAL(fr_trainer_fp8_report(t)->n_attention, 0);
+    fr_trainer_free(t);
+    fr_graph_free(g);
 }
 
 /* Attention-23 lowered against the opset-18 export of the same model, unfused. */
@@ -234,6 +262,7 @@ int main(void)
         {"opset 23 exports (Attention-23 lowered): logits = PyTorch's (1e-4)", test_forward_op23},
         {"dynamic exports, a left-padded row: fused (and opset 23) == opset 18 unfused (1e-5)", test_padding},
         {"opset 18 training fp32: fused == unfused (1e-5)", test_train_op18},
+        {"a run-time mask computed from trained values stays unfused", test_trained_mask_unfused},
         {"attention FLOPs: Attention-23 counted as its opset-18 form", test_flops_op23},
         {"opset 23 training fp32: lowered == opset 18 unfused (1e-5)", test_train_op23},
         CU_TEST_INFO_NULL,
