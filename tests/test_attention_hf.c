@@ -255,6 +255,33 @@ static void test_flops_op23(void)
     CU_ASSERT(f23 == f18);
 }
 
+/* Attention-23 beyond the supported subset: an error naming the node and the attribute. */
+static void expect_op23_error(const char *attr, int64_t value, const char *want)
+{
+    fr_graph *g = load_model("llama_op23_static");
+    int hit = 0;
+    for (int i = 0; i < g->n_nodes && !hit; i++)
+        if (strcmp(g->nodes[i].op_type, "Attention") == 0) {
+            hit = 1;
+            if (strcmp(attr, "softcap") == 0)
+                FR_ASSERT_OK(fr_node_set_attr_float(&g->nodes[i], attr, (float)value));
+            else
+                FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[i], attr, value));
+        }
+    CU_ASSERT_FATAL(hit);
+    CU_ASSERT_EQUAL(fr_ft_prepare(g, HF_B, HF_T), FR_ERR_UNSUPPORTED);
+    const char *msg = fr_last_error();
+    if (!strstr(msg, want) || !strstr(msg, "Attention")) printf("\n  error '%s' lacks '%s'", msg, want);
+    CU_ASSERT(strstr(msg, want) != NULL && strstr(msg, "Attention") != NULL);
+    fr_graph_free(g);
+}
+
+static void test_op23_errors(void)
+{
+    expect_op23_error("softcap", 30, "softcap=30");
+    expect_op23_error("is_causal", 2, "is_causal=2");
+}
+
 int main(void)
 {
     CU_TestInfo tests[] = {
@@ -263,6 +290,7 @@ int main(void)
         {"dynamic exports, a left-padded row: fused (and opset 23) == opset 18 unfused (1e-5)", test_padding},
         {"opset 18 training fp32: fused == unfused (1e-5)", test_train_op18},
         {"a run-time mask computed from trained values stays unfused", test_trained_mask_unfused},
+        {"Attention-23: unsupported attributes are errors naming them", test_op23_errors},
         {"attention FLOPs: Attention-23 counted as its opset-18 form", test_flops_op23},
         {"opset 23 training fp32: lowered == opset 18 unfused (1e-5)", test_train_op23},
         CU_TEST_INFO_NULL,
