@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "../ops/op.h"
+#include "autodiff.h"
 #include "pattern.h"
 
 fr_status fr_readers_refresh(fr_readers *r, const char *who)
@@ -97,4 +98,33 @@ void fr_fuse_kill(fr_graph *g, const int *dead, int n, const char *suffix, char 
 {
     snprintf(base, size, "%s/%s", g->nodes[dead[n - 1]].name, suffix);
     for (int i = 0; i < n; i++) g->nodes[dead[i]].dead = 1;
+}
+
+fr_status fr_pattern_reshape(fr_graph *g, int x, int rank, const int64_t *dims, const char *base, int *out)
+{
+    char nm[512];
+    fr_tensor *t = NULL;
+    int64_t n = rank;
+    int shape, nid;
+    snprintf(nm, sizeof nm, "%s/shape", base);
+    FR_TRY(fr_graph_add_unique_value(g, nm, &shape));
+    FR_TRY(fr_tensor_new(FR_I64, 1, &n, "reshape target", &t));
+    memcpy(t->data, dims, sizeof(int64_t) * (size_t)rank);
+    FR_TRY(fr_graph_set_initializer(g, shape, t)); /* owns t from here, even on failure */
+    if (*out < 0) FR_TRY(fr_graph_add_unique_value(g, base, out));
+    snprintf(nm, sizeof nm, "%s/Reshape", base);
+    FR_TRY(fr_graph_add_node(g, "Reshape", FR_DOMAIN_ONNX, nm, 2, (int[]){x, shape}, 1, out, &nid));
+    return fr_node_infer(g, nid);
+}
+
+const fr_node *fr_reader_op(const fr_readers *r, int v, const char *op)
+{
+    const fr_graph *g = r->g;
+    for (int i = 0; v >= 0 && i < g->n_nodes; i++) {
+        const fr_node *n = &g->nodes[i];
+        if (!fr_is_onnx_op(n, op)) continue;
+        for (int k = 0; k < n->n_inputs; k++)
+            if (n->inputs[k] == v) return n;
+    }
+    return NULL;
 }

@@ -25,6 +25,11 @@ const fr_node *fr_live_producer(const fr_graph *g, int v);
 int fr_is_onnx_op(const fr_node *n, const char *op);
 /* n (may be NULL) is a live two-input, one-output `op` reading v: its other input; else -1. */
 int fr_binary_other(const fr_node *n, const char *op, int v);
+/* The first live `op` node reading v (of any number of readers); NULL if none. */
+const fr_node *fr_reader_op(const fr_readers *r, int v, const char *op);
+/* A Reshape of x to dims (a new int64 initializer base/shape; inferred) writing *out when that is
+ * >= 0 on entry, else a new value named after base (returned in *out). */
+fr_status fr_pattern_reshape(fr_graph *g, int x, int rank, const int64_t *dims, const char *base, int *out);
 /* Same rank and dims. */
 int fr_same_dims(const fr_value *a, const fr_value *b);
 /* A fusion pass's loop over the nodes present at its start (nodes it adds are no candidates):
