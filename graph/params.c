@@ -390,19 +390,8 @@ static fr_status make_transpose(fr_graph *g, int pid, int fid)
     return fr_node_set_attr_ints(&g->nodes[nid], "perm", 2, (const int64_t[]){1, 0});
 }
 
-/* Named after the aten.embedding it replaced ("embedding_1"): rows of a table at fixed
- * positions (a static export's position embeddings). Adam is elementwise, so training those
- * rows in place of the table follows the table's training exactly. */
-static int is_lookup(const char *name)
-{
-    if (strncmp(name, "embedding", 9) != 0) return 0;
-    if (!name[9]) return 1;
-    if (name[9] != '_' || !name[10]) return 0;
-    return strspn(name + 10, "0123456789") == strlen(name + 10);
-}
-
-/* A constant the exporter computed from a parameter and other values: a lookup (trained in
- * the table's place), or anything else (Gemma's 1 + w): that parameter is lost. */
+/* A constant the exporter computed from a parameter and other values: rows of a table, a
+ * parameter with a scalar (params_unfold.h), or anything else: that parameter is lost. */
 static fr_status folded_mix(fr_graph *g, const sig *s, int fid, int *lost)
 {
     char name[300];
@@ -413,14 +402,9 @@ static fr_status folded_mix(fr_graph *g, const sig *s, int fid, int *lost)
             memcpy(name, p, (size_t)(e - p));
             name[e - p] = '\0';
             if (sig_is_param(s, fr_name_map_get(s->by_target, name))) {
-                if (is_lookup(g->values[fid].name) && fr_graph_find_value(g, name) < 0) {
-                    fr_value *v = &g->values[fid];
-                    v->torch_kind = fr_strdup("PARAMETER", "parameter record");
-                    if (!v->torch_kind) return FR_ERR_OOM;
-                    return fr_params_note(v, "trained in place of the rows of parameter '%s' it holds (the "
-                                    "exporter folded the lookup at fixed positions)", name);
-                }
                 int done;
+                FR_TRY(fr_params_unfold_rows(g, fid, name, &done));
+                if (done) return FR_OK;
                 FR_TRY(fr_params_unfold_scalar(g, fid, sig_has_param, s, &done));
                 if (done) return FR_OK;
                 (*lost)++;
