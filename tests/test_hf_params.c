@@ -434,6 +434,95 @@ static void test_info_api(void)
     free(log);
 }
 
+/* The model's value of parameter vi as the checkpoint holds it: the tensor of its name, or for
+ * "<table>[0:T]" the first T rows of <table>. */
+static float *expected_value(fp8run_safetensors *st, const fp8run_value_info *vi)
+{
+    char base[300];
+    snprintf(base, sizeof base, "%s", vi->name);
+    char *b = strstr(base, "[0:");
+    size_t count = (size_t)vi->numel;
+    if (b) {
+        *b = '\0';
+        for (int i = 0; i < fp8run_safetensors_tensor_count(st); i++) {
+            fp8run_value_info ti = {.struct_size = sizeof ti};
+            if (fp8run_safetensors_tensor(st, i, &ti) == FP8RUN_OK && strcmp(ti.name, base) == 0) count = (size_t)ti.numel;
+        }
+    }
+    float *v = malloc(count * sizeof *v);
+    CU_ASSERT_EQUAL(fp8run_safetensors_read(st, base, v, count), FP8RUN_OK);
+    return v;
+}
+
+/* Tied models and safetensors, as transformers' save_pretrained names them: the tied
+ * embedding once, under the embedding's name (model.embed_tokens.weight, transformer.wte.weight;
+ * no lm_head.weight). A file written that way from meta.json's names loads strictly (nothing
+ * missing or unexpected; a static position table's rows from the table); the model writes the
+ * same names back, lm_head.weight not among them. A torch state_dict() that also holds
+ * lm_head.weight loads, with lm_head.weight reported unexpected. */
+static void test_safetensors_ties(void)
+{
+    static const char *const fx[][2] = {{"qwen2_op18_static", "model.embed_tokens.weight"},
+                                        {"gemma_op18_static", "model.embed_tokens.weight"},
+                                        {"gpt2_op18_static", "transformer.wte.weight"},
+                                        {"bert_op23_static", "bert.embeddings.word_embeddings.weight"}};
+    char cmd[4096], meta[700], script[700], pbuf[900], model[700], rel[300];
+    fr_fixture(script, sizeof script, "hf/make_safetensors.py");
+    for (size_t f = 0; f < sizeof fx / sizeof fx[0]; f++) {
+        snprintf(rel, sizeof rel, "hf/%s/meta.json", fx[f][0]);
+        fr_fixture(meta, sizeof meta, rel);
+        snprintf(cmd, sizeof cmd, "python3 '%s' '%s' '%s/hf_%zu.safetensors' && python3 '%s' '%s' '%s/hf_%zu_sd.safetensors' "
+                 "--lm-head %s", script, meta, cli_tmp, f, script, meta, cli_tmp, f, fx[f][1]);
+        if (system(cmd) != 0) {
+            printf("(SKIP: python3 with numpy not available) ");
+            return;
+        }
+        snprintf(rel, sizeof rel, "hf/%s/model.onnx", fx[f][0]);
+        fp8run_model *m;
+        CU_ASSERT_EQUAL_FATAL(fp8run_model_load(fr_fixture(model, sizeof model, rel), &m), FP8RUN_OK);
+        fp8run_safetensors *st;
+        snprintf(pbuf, sizeof pbuf, "%s/hf_%zu.safetensors", cli_tmp, f);
+        CU_ASSERT_EQUAL_FATAL(fp8run_safetensors_open(pbuf, &st), FP8RUN_OK);
+        fp8run_load_report r = {.struct_size = sizeof r};
+        fp8run_status ls = fp8run_model_load_safetensors(m, st, FP8RUN_LOAD_STRICT, &r);
+        CU_ASSERT_EQUAL(ls, FP8RUN_OK);
+        if (ls != FP8RUN_OK) printf("\n  %s: %s", fx[f][0], fp8run_model_error(m));
+        CU_ASSERT_EQUAL(r.n_matched, fp8run_model_param_count(m));
+        for (int i = 0; i < fp8run_model_param_count(m); i++) {
+            fp8run_value_info vi = {.struct_size = sizeof vi};
+            CU_ASSERT_EQUAL_FATAL(fp8run_model_param(m, i, &vi), FP8RUN_OK);
+            float *got = malloc((size_t)vi.numel * sizeof *got), *want = expected_value(st, &vi);
+            CU_ASSERT_EQUAL(fp8run_model_get_param(m, vi.name, got, (size_t)vi.numel), FP8RUN_OK);
+            CU_ASSERT(memcmp(got, want, (size_t)vi.numel * sizeof *got) == 0);
+            free(got);
+            free(want);
+        }
+        fp8run_safetensors_close(st);
+        /* written back: the same names, no lm_head.weight */
+        snprintf(pbuf, sizeof pbuf, "%s/hf_out_%zu", cli_tmp, f);
+        CU_ASSERT_EQUAL(fp8run_model_save_safetensors(m, pbuf, FP8RUN_DTYPE_FLOAT32, 0), FP8RUN_OK);
+        CU_ASSERT_EQUAL_FATAL(fp8run_safetensors_open(pbuf, &st), FP8RUN_OK);
+        CU_ASSERT_EQUAL(fp8run_safetensors_tensor_count(st), fp8run_model_param_count(m));
+        int has_embed = 0;
+        for (int i = 0; i < fp8run_safetensors_tensor_count(st); i++) {
+            fp8run_value_info ti = {.struct_size = sizeof ti};
+            CU_ASSERT_EQUAL(fp8run_safetensors_tensor(st, i, &ti), FP8RUN_OK);
+            CU_ASSERT(strcmp(ti.name, "lm_head.weight") != 0);
+            has_embed |= strcmp(ti.name, fx[f][1]) == 0;
+        }
+        CU_ASSERT(has_embed);
+        fp8run_safetensors_close(st);
+        /* a state_dict with the tie's second name too */
+        snprintf(pbuf, sizeof pbuf, "%s/hf_%zu_sd.safetensors", cli_tmp, f);
+        CU_ASSERT_EQUAL_FATAL(fp8run_safetensors_open(pbuf, &st), FP8RUN_OK);
+        CU_ASSERT_EQUAL(fp8run_model_load_safetensors(m, st, 0, &r), FP8RUN_OK);
+        CU_ASSERT(r.n_matched == fp8run_model_param_count(m) && r.n_unexpected == 1 &&
+                  strcmp(r.unexpected[0], "lm_head.weight") == 0);
+        fp8run_safetensors_close(st);
+        fp8run_model_destroy(m);
+    }
+}
+
 static int have_onnxruntime(void)
 {
     return system("python3 -c 'import onnxruntime' >/dev/null 2>&1") == 0;
@@ -510,6 +599,7 @@ static CU_TestInfo tests[] = {
      test_scalar_unfold},
     {"without the record: scalars, non-differentiable inputs, additive masks excluded", test_rule},
     {"fp8run info: trained set, reasons, --train/--freeze; C API by module name", test_info_api},
+    {"tied models: safetensors names as transformers writes them, strict load, written back", test_safetensors_ties},
     {"llama_op18_static: 20 fp32 steps follow PyTorch; checkpoint/export names; onnxruntime", test_train_export},
     CU_TEST_INFO_NULL,
 };
