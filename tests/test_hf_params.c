@@ -521,6 +521,14 @@ static void test_safetensors_ties(void)
         fp8run_safetensors_close(st);
         fp8run_model_destroy(m);
     }
+    /* the CLI: --init-from takes the table's rows, export --safetensors says they are rows only */
+    snprintf(pbuf, sizeof pbuf, "%s/hf_2.safetensors", cli_tmp);
+    fr_fixture(model, sizeof model, "hf/gpt2_op18_static");
+    CLI_EXPECT(cli_run("train '%s/model.onnx' --data '%s/../tokens.bin' --steps 1 --batch 2 --seq 11 --lr 1e-3 "
+                       "--precision fp32 --init-from '%s' --ckpt-dir stck", model, model, pbuf),
+               0, cli_err, "28 parameters loaded, 0 missing (kept from the model), 0 unexpected (ignored)");
+    CLI_EXPECT(cli_run("export stck/step_00000001.ckpt --safetensors stout"), 0, cli_err,
+               "warning: 'transformer.wpe.weight[0:11]' in stout holds only those rows of 'transformer.wpe.weight'");
 }
 
 static int have_onnxruntime(void)
