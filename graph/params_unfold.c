@@ -33,8 +33,23 @@ static int ident_char(char c)
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.';
 }
 
-/* The scalar beside `self.<lf>` in a source line with the op's symbol between them: "1.0 +
- * self.weight", "self.weight * 2"; 1 and *c when exactly one such literal is found. */
+/* Nothing binds tighter on that side: the expression starts at src+i (after spaces, the line's
+ * start or one of "(=,") or ends at p (after spaces, the end or one of "),#"). */
+static int opens_at(const char *src, const char *p)
+{
+    while (p > src && p[-1] == ' ') p--;
+    return p == src || strchr("(=,", p[-1]) != NULL;
+}
+
+static int closes_at(const char *p)
+{
+    p += strspn(p, " ");
+    return !*p || strchr("),#", *p) != NULL;
+}
+
+/* "<num> <op> self.<lf>" or "self.<lf>[.float()] <op> <num>" as a whole expression in a
+ * source line ("output * (1.0 + self.weight.float())"): 1 and *c when exactly one is found. The
+ * literal on the left is not taken for Sub (c - w is another op). */
 static int literal_beside(const char *src, const char *lf, int op, double *c)
 {
     char pat[320];
@@ -43,33 +58,31 @@ static int literal_beside(const char *src, const char *lf, int op, double *c)
     int found = 0;
     for (const char *p = src; (p = strstr(p, pat)) != NULL; p += pn) {
         if ((p > src && ident_char(p[-1])) || (p[pn] && ident_char(p[pn]) && p[pn] != '.')) continue;
-        /* left: "<num> <op> self.w" (not for Sub: c - w is another op) */
-        const char *l = p;
-        while (l > src && (l[-1] == ' ' || l[-1] == '(')) l--;
-        if (op != U_SUB && l > src && l[-1] == op_char[op]) {
-            const char *e = l - 1;
+        const char *r = p + pn;
+        if (strncmp(r, ".float()", 8) == 0) r += 8;
+        /* left */
+        const char *e = p;
+        while (e > src && e[-1] == ' ') e--;
+        if (op != U_SUB && e > src && e[-1] == op_char[op] && closes_at(r)) {
+            e--;
             while (e > src && e[-1] == ' ') e--;
             const char *b = e;
             while (b > src && ((b[-1] >= '0' && b[-1] <= '9') || b[-1] == '.')) b--;
-            if (b < e && (b == src || !ident_char(b[-1]))) {
-                char *end;
-                double v = strtod(b, &end);
-                if (end == e) {
-                    *c = v;
-                    found++;
-                }
+            char *end;
+            double v = b < e ? strtod(b, &end) : 0;
+            if (b < e && end == e && opens_at(src, b)) {
+                *c = v;
+                found++;
             }
         }
-        /* right: "self.w[.float()] <op> <num>" */
-        const char *r = p + pn;
-        if (strncmp(r, ".float()", 8) == 0) r += 8;
+        /* right */
         r += strspn(r, " ");
-        if (*r == op_char[op]) {
+        if (*r == op_char[op] && opens_at(src, p)) {
             r++;
             r += strspn(r, " ");
             char *end;
             double v = strtod(r, &end);
-            if (end > r && (*r >= '0' && *r <= '9') && !ident_char(*end) && *end != '(') {
+            if (end > r && *r >= '0' && *r <= '9' && closes_at(end)) {
                 *c = v;
                 found++;
             }

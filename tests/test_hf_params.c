@@ -338,11 +338,15 @@ static void test_scalar_unfold(void)
     f = fr_graph_find_value(g, "add_4");
     CU_ASSERT(g->values[f].constant != NULL && !(g->values[f].flags & FR_VAL_PARAM));
     fr_graph_free(g);
-    /* readers that disagree on the literal, or an op that is not the fx node's: not un-folded */
+    /* readers that disagree on the literal, an op that is not the fx node's, a literal that is
+     * not the op's whole other operand: not un-folded */
     const float v1[4] = {1, 1, 1, 1};
     static const char *const cases[][3] = {{"add_4", "x * (1.0 + self.gain)", "x * (2.0 + self.gain)"},
                                            {"add_4", "x * (self.gain * 1.0)", "x * (self.gain * 1.0)"},
-                                           {"mystery", "x * (1.0 + self.gain)", "x * (1.0 + self.gain)"}};
+                                           {"mystery", "x * (1.0 + self.gain)", "x * (1.0 + self.gain)"},
+                                           {"add_4", "x * (1.0 + self.gain * 2)", "x * (1.0 + self.gain * 2)"},
+                                           {"add_4", "x * (self.gain + 1.0 * 2)", "x * (self.gain + 1.0 * 2)"},
+                                           {"add_4", "x * (y - 1.0 + self.gain)", "x * (y - 1.0 + self.gain)"}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         g = scalar_fold(cases[c][0], v1, cases[c][1], cases[c][2]);
         FR_ASSERT_OK(fr_params_select(g, &lost));
