@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "crc32c.h"
+#include "safe_io.h"
 #include "schema/checkpoint.pb-c.h"
 
 #define CKPT_MAGIC "FP8RCKPT"
@@ -295,16 +296,12 @@ fr_status fr_ckpt_open(const char *path, fr_ckpt **out)
         free(c);
         return FR_ERR_OOM;
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        fr_status st = fr_error(FR_ERR_IO, "cannot open checkpoint '%s': %s", path, strerror(errno));
-        fr_ckpt_close(c);
-        return st;
-    }
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return bad(c, "not a regular file");
+    fr_status ost = fr_open_regular(path, "checkpoint", 0, &fd, &sb);
+    if (ost != FR_OK) {
+        fr_ckpt_close(c);
+        return ost;
     }
     c->size = (size_t)sb.st_size;
     if (c->size < 16 + TRAILER_BYTES) {

@@ -151,6 +151,19 @@ fr_status fr_llama_check(const fr_llama_config *c)
                         "llama config: dim %lld must split into %lld heads of even size, and the heads into %lld "
                         "kv_heads groups",
                         (long long)c->d, (long long)c->heads, (long long)c->kv_heads);
+    /* bounds before anything is allocated: the graph grows with the layers (~40 nodes each)
+     * and the weights with the product of the sizes (the largest Llama has 126 layers, 405e9
+     * parameters) */
+    if (c->layers > FR_LLAMA_MAX_LAYERS)
+        return fr_error(FR_ERR_INVALID_ARG, "llama config: %lld layers; at most %d", (long long)c->layers,
+                        FR_LLAMA_MAX_LAYERS);
+    double kv = (double)c->d / (double)c->heads * (double)c->kv_heads;
+    double per_layer = (double)c->d * (2.0 * (double)c->d + 2.0 * kv + 3.0 * (double)c->ffn + 2.0);
+    double params = (double)c->layers * per_layer + 2.0 * (double)c->vocab * (double)c->d + (double)c->d;
+    if (params > FR_LLAMA_MAX_PARAMS)
+        return fr_error(FR_ERR_INVALID_ARG,
+                        "llama config: %.3g parameters (%.3g GB in float32); at most %.3g are generated", params,
+                        params * 4e-9, FR_LLAMA_MAX_PARAMS);
     return FR_OK;
 }
 
