@@ -68,6 +68,7 @@ static int suite_clean(void)
 
 typedef struct ck_edit {
     const char *drop_name, *drop_kind; /* this tensor is left out */
+    const char *extra_name, *extra_kind; /* a [2] float tensor added */
     const char *key;       /* entry replaced by value (len vlen; 0: strlen) */
     const char *value;
     size_t vlen;
@@ -86,6 +87,11 @@ static void craft(const char *dst, const ck_edit *e)
         const fr_ckpt_tensor *t = fr_ckpt_tensor_at(c, i);
         if (e->drop_name && strcmp(t->name, e->drop_name) == 0 && strcmp(t->kind, e->drop_kind) == 0) continue;
         FR_ASSERT_OK(fr_ckpt_write_tensor(w, t->name, t->kind, t->dtype, t->rank, t->dims, t->data));
+    }
+    if (e->extra_name) {
+        const int64_t two = 2;
+        const float v[2] = {1, 2};
+        FR_ASSERT_OK(fr_ckpt_write_tensor(w, e->extra_name, e->extra_kind, FR_F32, 1, &two, v));
     }
     for (size_t k = 0; k < sizeof entry_keys / sizeof *entry_keys; k++) {
         const void *v;
@@ -313,6 +319,46 @@ static void test_shape_info_overflow(void)
     CU_ASSERT_EQUAL(v.numel, 15);
 }
 
+/* Names far longer than any buffer a message is built in: refused cleanly on resume and export
+ * (a UBSan error before). */
+static void test_long_names(void)
+{
+    size_t n = 70000;
+    char *name = malloc(n + 1);
+    memset(name, 'n', n);
+    name[n] = '\0';
+    const char *kinds[] = {"param", "exp_avg", "amax_history"};
+    for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++) {
+        char cmd[200];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir '%s'", P("long"), P("long"));
+        CU_ASSERT_EQUAL(system(cmd), 0);
+        ck_edit e = {.extra_name = name, .extra_kind = kinds[i]};
+        craft("long/step_00000002.ckpt", &e);
+        int rc = cli_run(TRAIN "--steps 3 --ckpt-dir long --resume");
+        if (i < 2) refused(rc, "step_00000002.ckpt", "nnnnnnnn");
+        else CU_ASSERT_EQUAL(rc, 0); /* scaling state of an amax no run has: not looked at */
+        rc = cli_run("export long/step_00000002.ckpt --model m.onnx -o x.onnx");
+        if (i < 2) refused(rc, "step_00000002.ckpt", "nnnnnnnn");
+        else CU_ASSERT_EQUAL(rc, 0);
+    }
+    /* over-long entry values: each refused or ignored, never read past */
+    const char *keys[] = {"rng", "data", "optim.kind", "format", "step", "config"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+        char cmd[200];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir '%s'", P("long"), P("long"));
+        CU_ASSERT_EQUAL(system(cmd), 0);
+        ck_edit e = {.key = keys[i], .value = name, .vlen = n};
+        craft("long/step_00000002.ckpt", &e);
+        int rc = cli_run(TRAIN "--steps 3 --ckpt-dir long --resume");
+        if (strcmp(keys[i], "config") != 0) refused(rc, "step_00000002.ckpt", NULL);
+        CU_ASSERT(!strstr(cli_err, "Sanitizer") && !strstr(cli_err, "runtime error"));
+        rc = cli_run("export long/step_00000002.ckpt -o x.onnx");
+        CU_ASSERT(!strstr(cli_err, "Sanitizer") && !strstr(cli_err, "runtime error"));
+        CU_ASSERT(rc == 0 || rc == 1);
+    }
+    free(name);
+}
+
 static CU_TestInfo tests[] = {
     {"export CKPT: a recorded model path outside the folder or cut short", test_recorded_model_path},
     {"export CKPT: a parameter missing is an error naming it", test_missing_parameter},
@@ -324,6 +370,7 @@ static CU_TestInfo tests[] = {
     {"partial checkpoints of killed runs are cleaned", test_stale_tmp_cleanup},
     {"log trim does not write through a planted symlink", test_log_trim_symlink},
     {"shape info: dims that overflow int64", test_shape_info_overflow},
+    {"over-long tensor names in a checkpoint", test_long_names},
     CU_TEST_INFO_NULL,
 };
 
