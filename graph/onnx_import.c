@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "name_map.h"
@@ -314,6 +315,14 @@ static fr_status read_external(const import_ctx *c, const Onnx__TensorProto *tp,
                       "%s: needs %zu bytes of external data at offset %llu, but '%s' holds only %llu there",
                       what, bytes, (unsigned long long)e.offset, e.location,
                       (unsigned long long)(fsize - e.offset));
+    /* a file of holes passes every size check and would be read as gigabytes of zeros: a
+     * large tensor must be mostly stored (1/8: compressing file systems report less) */
+    struct stat sb;
+    if (st == FR_OK && bytes >= ((size_t)64 << 20) && fstat(fd, &sb) == 0 &&
+        (uint64_t)sb.st_blocks * 512u < (uint64_t)bytes / 8)
+        st = fr_error(FR_ERR_PARSE,
+                      "%s: external data '%s' is a sparse file: %llu bytes stored for a tensor of %zu bytes (refused)",
+                      what, e.location, (unsigned long long)sb.st_blocks * 512u, bytes);
     fr_tensor *t = NULL;
     if (st == FR_OK) st = fr_tensor_new(dt, rank, dims, what, &t);
     if (st == FR_OK && bytes) st = fr_onnx_pread_all(fd, t->data, bytes, e.offset, what);

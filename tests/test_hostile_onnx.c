@@ -140,8 +140,8 @@ static void test_nul_in_strings(void)
     free_kept();
 }
 
-/* External data that is a hard link (its other name may be anywhere) or a FIFO is refused;
- * the same bytes as a plain file load. */
+/* External data that is a hard link (its other name may be anywhere), a FIFO or a sparse file
+ * of holes is refused; the same bytes as a plain file load. */
 static void test_external_links_and_fifos(void)
 {
     mbuild b;
@@ -157,18 +157,30 @@ static void test_external_links_and_fifos(void)
     CU_ASSERT_EQUAL_FATAL(mkfifo(q, 0644), 0);
     snprintf(q, sizeof q, "%s/model/plain.bin", tmp);
     write_bytes(q, zeros, sizeof zeros);
+    /* 1 GiB of holes for a [2^28] float tensor: refused before anything is allocated */
+    snprintf(q, sizeof q, "%s/model/sparse.bin", tmp);
+    int fd = open(q, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CU_ASSERT_FATAL(fd >= 0);
+    CU_ASSERT_EQUAL_FATAL(ftruncate(fd, (off_t)1 << 30), 0);
+    close(fd);
     const struct {
-        const char *loc, *needle;
-    } cases[] = {{"linked.bin", "hard links"}, {"fifo.bin", "FIFO"}, {"plain.bin", NULL}};
+        const char *loc, *length, *needle;
+    } cases[] = {{"linked.bin", "24", "hard links"}, {"fifo.bin", "24", "FIFO"},
+                 {"sparse.bin", "1073741824", "sparse file"}, {"plain.bin", "24", NULL}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         Onnx__TensorProto *w = identity_model(&b, 17);
         w->has_raw_data = 0;
-        set_external(w, cases[i].loc, "0", "24");
+        if (strcmp(cases[i].loc, "sparse.bin") == 0) {
+            w->dims[0] = (int64_t)1 << 27;
+            w->dims[1] = 2;
+        }
+        set_external(w, cases[i].loc, "0", cases[i].length);
         alarm(20);
         fr_status st = load_built(&b, "model/m.onnx");
         alarm(0);
         if (cases[i].needle)
-            expect_refusal(st, FR_ERR_IO, "initializer 'w'", cases[i].needle);
+            expect_refusal(st, strcmp(cases[i].loc, "sparse.bin") ? FR_ERR_IO : FR_ERR_PARSE, "initializer 'w'",
+                           cases[i].needle);
         else
             FR_ASSERT_OK(st);
     }
@@ -275,7 +287,7 @@ static void test_npy(void)
 static CU_TestInfo tests[] = {
     {"opsets no release has are refused", test_opsets},
     {"NUL bytes in names and external-data locations", test_nul_in_strings},
-    {"external data: hard links and FIFOs refused", test_external_links_and_fifos},
+    {"external data: hard links, FIFOs, sparse files refused", test_external_links_and_fifos},
     {"2x10^5 attributes, opset imports, graph inputs: linear", test_quadratic_bombs},
     {".npy: NUL in the header, FIFO", test_npy},
     CU_TEST_INFO_NULL,
