@@ -32,16 +32,20 @@ struct fr_ckpt_writer {
     size_t n_entries;
 };
 
+/* The I/O the writer does, replaceable by tests (fault injection: ENOSPC, EIO, short writes). */
+ssize_t (*fr_ckpt_io_write)(int fd, const void *buf, size_t n) = write;
+int (*fr_ckpt_io_fsync)(int fd) = fsync;
+
 static fr_status write_all(fr_ckpt_writer *w, const void *data, size_t n)
 {
     const unsigned char *p = data;
     w->crc = fr_crc32c(w->crc, data, n);
     while (n) {
-        ssize_t k = write(w->fd, p, n > (1u << 30) ? (1u << 30) : n);
+        ssize_t k = fr_ckpt_io_write(w->fd, p, n > (1u << 30) ? (1u << 30) : n);
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0)
-            return fr_error(FR_ERR_IO, "writing checkpoint '%s': %s", w->tmp_path,
-                            k < 0 ? strerror(errno) : "short write");
+            return fr_error(FR_ERR_IO, "writing checkpoint '%s' failed: %s (the previous file, if any, is kept)",
+                            w->path, k < 0 ? strerror(errno) : "nothing written");
         p += k;
         n -= (size_t)k;
         w->off += (uint64_t)k;
@@ -235,8 +239,9 @@ fr_status fr_ckpt_writer_commit(fr_ckpt_writer *w)
         memcpy(tr + 24, CKPT_END, 8);
         st = write_all(w, tr, sizeof tr);
     }
-    if (st == FR_OK && fsync(w->fd) != 0)
-        st = fr_error(FR_ERR_IO, "fsync of checkpoint '%s' failed: %s", w->tmp_path, strerror(errno));
+    if (st == FR_OK && fr_ckpt_io_fsync(w->fd) != 0)
+        st = fr_error(FR_ERR_IO, "fsync of checkpoint '%s' failed: %s (the previous file, if any, is kept)", w->path,
+                      strerror(errno));
     if (close(w->fd) != 0 && st == FR_OK)
         st = fr_error(FR_ERR_IO, "closing checkpoint '%s' failed: %s", w->tmp_path, strerror(errno));
     w->fd = -1;
