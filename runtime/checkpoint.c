@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../graph/name_map.h"
 #include "crc32c.h"
 #include "safe_io.h"
 #include "schema/checkpoint.pb-c.h"
@@ -272,11 +274,17 @@ struct fr_ckpt {
     size_t size;
     Fp8run__CheckpointMeta *meta;
     fr_ckpt_tensor *tensors;
+    char **keys;       /* "kind\x1fname" per tensor, for `index` */
+    fr_name_map *index; /* key -> tensor: lookups stay O(1) on a file with millions of tensors */
 };
 
 void fr_ckpt_close(fr_ckpt *c)
 {
     if (!c) return;
+    if (c->keys)
+        for (size_t i = 0; i < c->meta->n_tensors; i++) free(c->keys[i]);
+    free(c->keys);
+    fr_name_map_free(c->index);
     if (c->meta) fp8run__checkpoint_meta__free_unpacked(c->meta, NULL);
     if (c->map) munmap(c->map, c->size);
     free(c->tensors);
@@ -289,6 +297,36 @@ static fr_status bad(fr_ckpt *c, const char *what)
     fr_status st = fr_error(FR_ERR_PARSE, "checkpoint '%s' is not usable: %s", c->path, what);
     fr_ckpt_close(c);
     return st;
+}
+
+static char *tensor_key(const char *name, const char *kind)
+{
+    size_t a = strlen(kind), b = strlen(name);
+    char *k = fr_malloc(a + b + 2, "checkpoint index key");
+    if (k) {
+        memcpy(k, kind, a);
+        k[a] = '\x1f';
+        memcpy(k + a + 1, name, b + 1);
+    }
+    return k;
+}
+
+static fr_status index_tensors(fr_ckpt *c)
+{
+    size_t n = c->meta->n_tensors;
+    if (n > INT_MAX) return fr_error(FR_ERR_PARSE, "it lists %zu tensors", n);
+    c->keys = fr_calloc(n + 1, sizeof *c->keys, "checkpoint index");
+    if (!c->keys) return FR_ERR_OOM;
+    FR_TRY(fr_name_map_new(&c->index));
+    for (size_t i = 0; i < n; i++) {
+        c->keys[i] = tensor_key(c->tensors[i].name, c->tensors[i].kind);
+        if (!c->keys[i]) return FR_ERR_OOM;
+        if (fr_name_map_get(c->index, c->keys[i]) >= 0)
+            return fr_error(FR_ERR_PARSE, "tensor '%.200s' (%.100s) is listed twice", c->tensors[i].name,
+                            c->tensors[i].kind);
+        FR_TRY(fr_name_map_put(c->index, c->keys[i], (int)i));
+    }
+    return FR_OK;
 }
 
 fr_status fr_ckpt_open(const char *path, fr_ckpt **out)
@@ -364,6 +402,14 @@ fr_status fr_ckpt_open(const char *path, fr_ckpt **out)
         o->data = c->map + t->offset;
         o->nbytes = (size_t)t->nbytes;
     }
+    fr_status st = index_tensors(c);
+    if (st != FR_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", fr_last_error()); /* bad() formats into the error buffer */
+        if (st == FR_ERR_PARSE) return bad(c, msg);
+        fr_ckpt_close(c);
+        return st;
+    }
     *out = c;
     return FR_OK;
 }
@@ -377,10 +423,10 @@ const fr_ckpt_tensor *fr_ckpt_tensor_at(const fr_ckpt *c, int i)
 
 const fr_ckpt_tensor *fr_ckpt_find(const fr_ckpt *c, const char *name, const char *kind)
 {
-    for (size_t i = 0; i < c->meta->n_tensors; i++)
-        if (strcmp(c->tensors[i].name, name) == 0 && strcmp(c->tensors[i].kind, kind) == 0)
-            return &c->tensors[i];
-    return NULL;
+    char *k = tensor_key(name, kind);
+    int i = k ? fr_name_map_get(c->index, k) : -1;
+    free(k);
+    return i >= 0 ? &c->tensors[i] : NULL;
 }
 
 fr_status fr_ckpt_entry(const fr_ckpt *c, const char *key, const void **value, size_t *len)

@@ -359,6 +359,44 @@ static void test_long_names(void)
     free(name);
 }
 
+/* A tensor listed twice is refused; 10^5 tensors open and are looked up in linear time (the
+ * lookups were a scan each: quadratic on a crafted file). */
+static void test_ckpt_index(void)
+{
+    fr_ckpt *c;
+    FR_ASSERT_OK(fr_ckpt_open(P("base/step_00000002.ckpt"), &c));
+    char name[256];
+    snprintf(name, sizeof name, "%s", fr_ckpt_tensor_at(c, 0)->name);
+    fr_ckpt_close(c);
+    ck_edit e = {.extra_name = name, .extra_kind = "param"};
+    craft("twice.ckpt", &e);
+    CU_ASSERT_EQUAL(fr_ckpt_open(P("twice.ckpt"), &c), FR_ERR_PARSE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "listed twice"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "twice.ckpt"));
+    refused(cli_run("export twice.ckpt --model m.onnx -o x.onnx"), "twice.ckpt", "listed twice");
+
+    const int n = getenv("FR_TEST_SANITIZE") ? 20000 : 100000;
+    fr_ckpt_writer *w;
+    FR_ASSERT_OK(fr_ckpt_writer_open(P("many.ckpt"), &w));
+    const int64_t zero = 0;
+    for (int i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "t%d", i);
+        FR_ASSERT_OK(fr_ckpt_write_tensor(w, name, "param", FR_F32, 1, &zero, NULL));
+    }
+    FR_ASSERT_OK(fr_ckpt_writer_commit(w));
+    alarm(30);
+    FR_ASSERT_OK(fr_ckpt_open(P("many.ckpt"), &c));
+    int found = 0;
+    for (int i = n - 1; i >= 0; i--) {
+        snprintf(name, sizeof name, "t%d", i);
+        found += fr_ckpt_find(c, name, "param") == fr_ckpt_tensor_at(c, i);
+    }
+    alarm(0);
+    CU_ASSERT_EQUAL(found, n);
+    CU_ASSERT_PTR_NULL(fr_ckpt_find(c, "t0", "exp_avg"));
+    fr_ckpt_close(c);
+}
+
 static CU_TestInfo tests[] = {
     {"export CKPT: a recorded model path outside the folder or cut short", test_recorded_model_path},
     {"export CKPT: a parameter missing is an error naming it", test_missing_parameter},
@@ -371,6 +409,7 @@ static CU_TestInfo tests[] = {
     {"log trim does not write through a planted symlink", test_log_trim_symlink},
     {"shape info: dims that overflow int64", test_shape_info_overflow},
     {"over-long tensor names in a checkpoint", test_long_names},
+    {"checkpoint index: duplicates refused, 10^5 tensors in linear time", test_ckpt_index},
     CU_TEST_INFO_NULL,
 };
 
