@@ -19,7 +19,9 @@
 
 #include "cli_runner.h"
 #include "runtime/api_internal.h"
+#include "graph/onnx_io.h"
 #include "runtime/checkpoint.h"
+#include "runtime/fbs.h"
 
 #define P cli_path
 #define TRAIN "train m.onnx --data tok.bin --batch 1 --seq 8 --lr 1e-3 --data-order sequential "
@@ -397,6 +399,47 @@ static void test_ckpt_index(void)
     fr_ckpt_close(c);
 }
 
+/* A compiled graph whose metadata was edited: each edit that no compile writes is refused on
+ * load, naming the file and the layer. */
+static void test_crafted_fbs(void)
+{
+    CLI_EXPECT(cli_run("compile m.onnx -o c.fbs --batch 1 --seq 8 --precision fp8"), 0, cli_out, "c.fbs");
+    const struct {
+        const char *key, *value, *needle;
+    } cases[] = {
+        {"fp8run.layer.1.state_prefix", "", "empty or over-long state prefix"},
+        {"fp8run.layer.1.state_prefix", "fp8_state/elsewhere", "its node another"},
+        {"fp8run.layer.2.state_prefix", NULL, "its node another"}, /* NULL: layer 1's value */
+        {"fp8run.layer.2.name", NULL, "does not match the record"},
+        {"fp8run.layer.1.sources", "a,b,c,d,e,f,g", "lists 7 sources"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        fr_graph *g;
+        FR_ASSERT_OK(fr_onnx_load_file(P("c.fbs"), &g));
+        char key0[128];
+        snprintf(key0, sizeof key0, "%s", cases[i].key);
+        key0[13] = '1'; /* the same key of layer 1 (an fp8 one: layer 0 is bf16, the boundary) */
+        const char *v0 = NULL;
+        int at = -1;
+        for (int k = 0; k < g->n_metadata; k++) {
+            if (strcmp(g->metadata[k].key, key0) == 0) v0 = g->metadata[k].value;
+            if (strcmp(g->metadata[k].key, cases[i].key) == 0) at = k;
+        }
+        CU_ASSERT_FATAL(at >= 0 && v0);
+        char *nv = strdup(cases[i].value ? cases[i].value : v0);
+        free(g->metadata[at].value);
+        g->metadata[at].value = nv;
+        FR_ASSERT_OK(fr_onnx_save_file(g, P("crafted.fbs"), NULL));
+        fr_graph_free(g);
+        fr_fbs f;
+        CU_ASSERT_EQUAL(fr_fbs_load(P("crafted.fbs"), &f), FR_ERR_PARSE);
+        if (!strstr(fr_last_error(), cases[i].needle) || !strstr(fr_last_error(), "crafted.fbs"))
+            fprintf(stderr, "\n  %s: %s\n", cases[i].key, fr_last_error());
+        CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), cases[i].needle));
+        refused(cli_run("info crafted.fbs"), "crafted.fbs", cases[i].needle);
+    }
+}
+
 static CU_TestInfo tests[] = {
     {"export CKPT: a recorded model path outside the folder or cut short", test_recorded_model_path},
     {"export CKPT: a parameter missing is an error naming it", test_missing_parameter},
@@ -410,6 +453,7 @@ static CU_TestInfo tests[] = {
     {"shape info: dims that overflow int64", test_shape_info_overflow},
     {"over-long tensor names in a checkpoint", test_long_names},
     {"checkpoint index: duplicates refused, 10^5 tensors in linear time", test_ckpt_index},
+    {"compiled graph: crafted layer metadata refused", test_crafted_fbs},
     CU_TEST_INFO_NULL,
 };
 

@@ -28,14 +28,15 @@ cmake --build "$BUILD_DIR" -j "$JOBS" --target "${TARGETS[@]}"
 status=0
 for t in "${TARGETS[@]}"; do
     name=${t#fuzz_}
-    out=$BUILD_DIR/fuzz-out/$name
+    out=$PWD/$BUILD_DIR/fuzz-out/$name
+    bin=$PWD/$BUILD_DIR/$t
     rm -rf "$out" && mkdir -p "$out/corpus"
     # the committed corpus stays as it is: new inputs go to the working copy
     [ -d "tests/fuzz/corpus/$name" ] && cp -r "tests/fuzz/corpus/$name/." "$out/corpus/"
     echo "fuzz: $t for ${SECS}s"
     # -rss_limit_mb: a reader that allocates what the input does not hold is a finding too
     if ! (cd "$out" && TMPDIR=$PWD ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-        "$OLDPWD/$BUILD_DIR/$t" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 -max_len=131072 \
+        "$bin" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 -max_len=131072 \
         -print_final_stats=1 corpus 2>"$out/log.txt"); then
         echo "fuzz: $t FAILED (see $out/log.txt):" >&2
         tail -30 "$out/log.txt" >&2
