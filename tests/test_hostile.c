@@ -307,6 +307,26 @@ static void test_log_trim_symlink(void)
     CU_ASSERT_NOT_EQUAL(system(cmd), 0);
 }
 
+/* Checkpoints and exports replace a planted symlink at their destination (temporary file with
+ * O_EXCL|O_NOFOLLOW, then rename) instead of writing through it. */
+static void test_no_write_through_symlinks(void)
+{
+    FILE *f = fopen(P("victim2.txt"), "w");
+    fputs("precious\n", f);
+    fclose(f);
+    mkdir(P("sl"), 0755);
+    CU_ASSERT_EQUAL(symlink(P("victim2.txt"), P("sl/step_00000001.ckpt")), 0);
+    CU_ASSERT_EQUAL(symlink(P("victim2.txt"), P("sl_out.onnx")), 0);
+    CLI_EXPECT(cli_run(TRAIN "--steps 1 --ckpt-dir sl --export sl_out.onnx"), 0, cli_out, "1 steps");
+    CLI_EXPECT(cli_run("export sl/step_00000001.ckpt --model m.onnx -o sl_out.onnx"), 0, cli_out, "exported");
+    char *v = cli_slurp(P("victim2.txt"), NULL);
+    CU_ASSERT_STRING_EQUAL(v, "precious\n");
+    free(v);
+    struct stat sb;
+    CU_ASSERT(lstat(P("sl/step_00000001.ckpt"), &sb) == 0 && S_ISREG(sb.st_mode));
+    CU_ASSERT(lstat(P("sl_out.onnx"), &sb) == 0 && S_ISREG(sb.st_mode));
+}
+
 /* Shape information on dims whose product overflows int64: unknown (-1), not signed overflow;
  * an empty dim makes it 0 whatever the others. */
 static void test_shape_info_overflow(void)
@@ -476,6 +496,7 @@ static CU_TestInfo tests[] = {
     {"partial checkpoints of killed runs are cleaned", test_stale_tmp_cleanup},
     {"log trim does not write through a planted symlink", test_log_trim_symlink},
     {"shape info: dims that overflow int64", test_shape_info_overflow},
+    {"checkpoints and exports do not write through symlinks", test_no_write_through_symlinks},
     {"over-long tensor names in a checkpoint", test_long_names},
     {"checkpoint index: duplicates refused, 10^5 tensors in linear time", test_ckpt_index},
     {"compiled graph: crafted layer metadata refused", test_crafted_fbs},
