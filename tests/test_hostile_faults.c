@@ -5,6 +5,9 @@
  * a correct checkpoint. */
 #include <dirent.h>
 #include <errno.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -177,10 +180,52 @@ static void test_short_writes(void)
     fr_ckpt_io_write = write;
 }
 
+/* 100 SIGKILLs at random points of a process that saves checkpoints over one another: after
+ * each, the file opens and holds one of the two checkpoints whole. The killed writer's
+ * temporary files are the only leftovers (the CLI removes them on its next run). */
+static void test_kills(void)
+{
+    fr_rng r = fr_test_rng("hostile kills");
+    FR_ASSERT_OK(save(0));
+    int loadable = 0, kills = 0;
+    const int n = getenv("FR_TEST_SANITIZE") ? 30 : 100;
+    for (int k = 0; k < n; k++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            for (int i = 0;; i++)
+                if (save(i % 2) != FR_OK) _exit(3);
+        }
+        struct timespec ts = {0, (long)(fr_rng_uniform(&r) * 20e6)};
+        nanosleep(&ts, NULL);
+        kill(pid, SIGKILL);
+        int status;
+        waitpid(pid, &status, 0);
+        kills += WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+        fr_ckpt *c;
+        if (fr_ckpt_open(path, &c) != FR_OK) {
+            fprintf(stderr, "\n  after kill %d: %s\n", k, fr_last_error());
+            continue;
+        }
+        const void *v;
+        size_t len;
+        int which = fr_ckpt_entry(c, "tag", &v, &len) == FR_OK && len == 6;
+        fr_ckpt_close(c);
+        expect_is(which);
+        loadable++;
+    }
+    CU_ASSERT_EQUAL(kills, n);
+    CU_ASSERT_EQUAL(loadable, n);
+    fprintf(stderr, "(%d kills, %d loadable) ", kills, loadable);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -f '%s'/c.ckpt.tmp.*", dir);
+    CU_ASSERT_EQUAL(system(cmd), 0);
+}
+
 static CU_TestInfo tests[] = {
     {"ENOSPC/EIO at any byte: the old checkpoint stays, the error names it", test_write_faults},
     {"fsync failure: the old checkpoint stays", test_fsync_fault},
     {"short writes still make a correct checkpoint", test_short_writes},
+    {"100 SIGKILLs while saving: every one leaves a loadable checkpoint", test_kills},
     CU_TEST_INFO_NULL,
 };
 
