@@ -421,6 +421,12 @@ static char *ckpt_path(const char *dir, int64_t step)
     return p;
 }
 
+static int newest_first(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x < y) - (x > y);
+}
+
 /* Steps of the checkpoint files in dir (step_NNNNNNNN.ckpt), newest first. */
 static int list_ckpts(const char *dir, int64_t **steps, int *n)
 {
@@ -446,12 +452,7 @@ static int list_ckpts(const char *dir, int64_t **steps, int *n)
         (*steps)[(*n)++] = s;
     }
     closedir(d);
-    for (int i = 1; i < *n; i++) /* newest first */
-        for (int j = i; j > 0 && (*steps)[j] > (*steps)[j - 1]; j--) {
-            int64_t t = (*steps)[j];
-            (*steps)[j] = (*steps)[j - 1];
-            (*steps)[j - 1] = t;
-        }
+    qsort(*steps, (size_t)*n, sizeof **steps, newest_first); /* a folder may hold very many */
     return 0;
 }
 
