@@ -22,6 +22,11 @@ void cli_show(int rc);
 char *cli_slurp(const char *path, size_t *len);
 /* cli_tmp "/" name (one of 8 rotating buffers). */
 const char *cli_path(const char *name);
+/* losses[step-1] from the step records of a `fp8run train --log` JSONL file (each checked for
+ * lr, grad_norm and tokens_per_s); returns the number of step records and counts validation
+ * records in *val_records. Skipped steps are counted in *skipped, or, when skipped is NULL,
+ * each step is checked to be "skipped": false. */
+int cli_read_log(const char *path, double *losses, int max, int *val_records, int *skipped);
 /* CUnit suite init/cleanup: create / remove cli_tmp. */
 int cli_suite_init(void);
 int cli_suite_clean(void);
