@@ -466,7 +466,7 @@ static int list_ckpts(const char *dir, int64_t **steps, int *n)
         (*steps)[(*n)++] = s;
     }
     closedir(d);
-    qsort(*steps, (size_t)*n, sizeof **steps, newest_first); /* a folder may hold very many */
+    if (*n > 1) qsort(*steps, (size_t)*n, sizeof **steps, newest_first); /* a folder may hold very many */
     return 0;
 }
 
