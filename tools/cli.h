@@ -61,8 +61,10 @@ const char *cli_dims_text(int rank, const int64_t *dims, char *buf, size_t len);
 /* A graph value's shape with its symbolic dims: "[batch, seq=8, 768]" ("?" for an unknown
  * unnamed dim, "(no shape)" for an unknown rank) into buf. */
 const char *cli_shape_text(const fp8run_value_info *v, char *buf, size_t len);
-/* mkdir -p; a failure is reported (CLI_EXIT_FAIL). */
+/* mkdir -p; a failure (or an empty name) is reported (CLI_EXIT_FAIL). */
 int cli_make_dirs(const char *dir);
+/* A relative path without a ".." component (a path read from a file may name only these). */
+int cli_path_is_below(const char *p);
 
 /* tools/cli_compile.c */
 int cli_compile(int argc, char **argv);

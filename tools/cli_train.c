@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_ckpt_dir.h"
 
 #define CLI_EXIT_INTERRUPTED 130
 #define CKPT_PATTERN "step_%08lld.ckpt"
@@ -434,6 +435,12 @@ static char *ckpt_path(const char *dir, int64_t step)
     return p;
 }
 
+static int newest_first(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x < y) - (x > y);
+}
+
 /* Steps of the checkpoint files in dir (step_NNNNNNNN.ckpt), newest first. */
 static int list_ckpts(const char *dir, int64_t **steps, int *n)
 {
@@ -459,12 +466,7 @@ static int list_ckpts(const char *dir, int64_t **steps, int *n)
         (*steps)[(*n)++] = s;
     }
     closedir(d);
-    for (int i = 1; i < *n; i++) /* newest first */
-        for (int j = i; j > 0 && (*steps)[j] > (*steps)[j - 1]; j--) {
-            int64_t t = (*steps)[j];
-            (*steps)[j] = (*steps)[j - 1];
-            (*steps)[j - 1] = t;
-        }
+    if (*n > 1) qsort(*steps, (size_t)*n, sizeof **steps, newest_first); /* a folder may hold very many */
     return 0;
 }
 
@@ -476,7 +478,7 @@ static int newest_valid_ckpt(const char *dir, char **path, fp8run_checkpoint **c
     int n;
     *path = NULL;
     *ck = NULL;
-    int rc = list_ckpts(dir, &steps, &n);
+    int rc = list_ckpts(dir, &steps, &n), skipped = 0;
     for (int i = 0; rc == 0 && i < n && !*path; i++) {
         char *p = ckpt_path(dir, steps[i]);
         if (!p) {
@@ -486,24 +488,36 @@ static int newest_valid_ckpt(const char *dir, char **path, fp8run_checkpoint **c
         } else {
             fprintf(stderr, "fp8run: warning: skipping checkpoint '%s': %s\n", p, cli_last_error());
             free(p);
+            skipped++;
         }
     }
     free(steps);
+    /* starting afresh over unusable checkpoints would silently throw the run away */
+    if (rc == 0 && !*path && skipped)
+        rc = cli_fail("--resume: none of the %d checkpoint file(s) in '%s' is usable (see the warnings); "
+                      "move them away to start from step 0", skipped, dir);
     return rc;
 }
 
-/* Remove all but the newest `keep` checkpoints (0 keeps all). */
-static void prune_ckpts(const char *dir, int64_t keep)
+/* On resume: the checkpoints of the run we continue (those that verify, up to its step) are
+ * ours to prune; files that do not verify are left alone. */
+static int adopt_ckpts(const char *dir, int64_t upto, cli_ckpt_set *mine)
 {
     int64_t *steps;
     int n;
-    if (keep <= 0 || list_ckpts(dir, &steps, &n) != 0) return;
-    for (int i = (int)keep; i < n; i++) {
+    int rc = list_ckpts(dir, &steps, &n);
+    for (int i = 0; rc == 0 && i < n; i++) {
+        if (steps[i] > upto) continue;
         char *p = ckpt_path(dir, steps[i]);
-        if (p && unlink(p) != 0) fprintf(stderr, "fp8run: warning: cannot remove old checkpoint '%s': %s\n", p, strerror(errno));
+        fp8run_checkpoint *ck = NULL;
+        if (!p) rc = cli_fail("out of memory");
+        else if (fp8run_checkpoint_open(p, &ck) == FP8RUN_OK && fp8run_checkpoint_step(ck) == steps[i])
+            rc = cli_ckpt_set_add(mine, steps[i]);
+        fp8run_checkpoint_close(ck);
         free(p);
     }
     free(steps);
+    return rc;
 }
 
 /* A resumed run continues the JSONL log: records of steps after the checkpoint (written by the
@@ -512,15 +526,18 @@ static int trim_log(const char *path, int64_t step)
 {
     FILE *in = fopen(path, "r");
     if (!in) return errno == ENOENT ? 0 : cli_fail("cannot read log '%s': %s", path, strerror(errno));
-    size_t n = strlen(path) + 8;
+    size_t n = strlen(path) + 16;
     char *tmp = malloc(n);
     if (!tmp) {
         fclose(in);
         return cli_fail("out of memory");
     }
-    snprintf(tmp, n, "%s.trim", path);
-    FILE *out = fopen(tmp, "w");
-    int rc = out ? 0 : cli_fail("cannot write '%s': %s", tmp, strerror(errno));
+    /* a fresh name (O_EXCL) in the log's folder: a predictable one could be a planted symlink */
+    snprintf(tmp, n, "%s.XXXXXX", path);
+    int fd = mkstemp(tmp);
+    FILE *out = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (fd >= 0 && !out) close(fd);
+    int rc = out ? 0 : cli_fail("cannot write a temporary file next to '%s': %s", path, strerror(errno));
     char *line = NULL;
     size_t cap = 0;
     ssize_t len;
@@ -533,7 +550,7 @@ static int trim_log(const char *path, int64_t step)
     fclose(in);
     if (out && fclose(out) != 0 && rc == 0) rc = cli_fail("writing '%s': %s", tmp, strerror(errno));
     if (rc == 0 && rename(tmp, path) != 0) rc = cli_fail("replacing log '%s': %s", path, strerror(errno));
-    if (rc != 0) remove(tmp);
+    if (rc != 0 && fd >= 0) remove(tmp);
     free(tmp);
     return rc;
 }
@@ -586,6 +603,7 @@ typedef struct loop {
     int64_t win_done;  /* steps read back by then */
     int64_t tokens_per_step;
     int64_t last_ckpt; /* step of the last checkpoint written (-1: none) */
+    cli_ckpt_set mine; /* checkpoints of this run (and of the run it resumes): --ckpt-keep prunes these */
 } loop;
 
 static void end_line(loop *L)
@@ -750,7 +768,8 @@ static int save_ckpt(loop *L, int64_t done)
         end_line(L);
         fprintf(stderr, "checkpoint: %s\n", p);
         L->last_ckpt = done;
-        prune_ckpts(L->a->ckpt_dir, L->a->ckpt_keep);
+        rc = cli_ckpt_set_add(&L->mine, done);
+        cli_ckpt_set_prune(&L->mine, L->a->ckpt_dir, L->a->ckpt_keep, ckpt_path);
     }
     free(p);
     return rc;
@@ -900,6 +919,12 @@ static int open_loaders(loop *L)
         if (a->have_val_batches || fp8run_data_open_val(a->val, &d, 0, &L->vl) != FP8RUN_OK)
             return cli_fail("--val: %s", cli_last_error());
     }
+    /* every id once, up front (a linear pass): an id the sampler reaches late or never would
+     * otherwise fail hours in, or never, and the run would pass for sound */
+    if (d.vocab_size > 0 && fp8run_data_check_tokens(L->dl, d.vocab_size) != FP8RUN_OK)
+        return cli_fail("--data: %s", cli_last_error());
+    if (d.vocab_size > 0 && L->vl && fp8run_data_check_tokens(L->vl, d.vocab_size) != FP8RUN_OK)
+        return cli_fail("--val: %s", cli_last_error());
     return 0;
 }
 
@@ -946,6 +971,8 @@ static int resume_session(loop *L, const char *resume, const fp8run_checkpoint *
     if (fp8run_data_set_state(L->dl, ds, len) != FP8RUN_OK)
         return cli_fail("resuming from '%s': %s", resume, cli_last_error());
     L->last_ckpt = fp8run_session_steps_done(L->t);
+    int rc = adopt_ckpts(L->a->ckpt_dir, L->last_ckpt, &L->mine);
+    if (rc) return rc;
     fprintf(stderr, "resumed from %s at step %lld\n", resume, (long long)fp8run_session_steps_done(L->t));
     return 0;
 }
@@ -964,6 +991,7 @@ static int run_train(train_args *a)
     if (rc == 0) rc = shape_from_model("train", a, L.m);
     L.tokens_per_step = a->batch * a->seq * a->o.grad_accum;
     if (rc == 0 && a->ckpt_dir) rc = cli_make_dirs(a->ckpt_dir);
+    if (rc == 0 && a->ckpt_dir) cli_ckpt_clean_stale_tmp(a->ckpt_dir, time(NULL));
     if (rc == 0 && a->resume) rc = newest_valid_ckpt(a->ckpt_dir, &resume, &ck);
     if (rc == 0 && a->resume && !resume)
         fprintf(stderr, "fp8run: no checkpoint in '%s': starting from step 0\n", a->ckpt_dir);
@@ -1018,6 +1046,7 @@ static int run_train(train_args *a)
     fp8run_session_destroy(L.t);
     fp8run_model_destroy(L.m);
     fp8run_checkpoint_close(ck);
+    cli_ckpt_set_free(&L.mine);
     free(resume);
     return rc;
 }
@@ -1057,6 +1086,10 @@ static int load_model_or_ckpt(const char *arg, const char *model_opt, fp8run_mod
         if (fp8run_checkpoint_open(arg, &ck) != FP8RUN_OK) return cli_fail_status();
         mp = fp8run_checkpoint_model_path(ck);
         if (!mp) rc = cli_fail("checkpoint '%s' does not record its model: give --model MODEL", arg);
+        /* the file is not trusted to name what we open: only a path below the working folder */
+        else if (!cli_path_is_below(mp))
+            rc = cli_fail("checkpoint '%s' records its model as '%s', an absolute path or one with '..' "
+                          "(not opened): give --model MODEL", arg, mp);
     }
     if (rc == 0 && fp8run_model_load(mp, m) != FP8RUN_OK)
         rc = cli_fail("%s%s", cli_last_error(), model_opt ? "" : " (the model the checkpoint records; give --model MODEL)");

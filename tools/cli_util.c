@@ -174,8 +174,21 @@ const char *cli_shape_text(const fp8run_value_info *v, char *buf, size_t len)
     return buf;
 }
 
+int cli_path_is_below(const char *p)
+{
+    if (!p[0] || p[0] == '/') return 0;
+    for (const char *s = p; *s;) {
+        size_t n = strcspn(s, "/");
+        if (n == 2 && s[0] == '.' && s[1] == '.') return 0;
+        s += n;
+        if (*s) s++;
+    }
+    return 1;
+}
+
 int cli_make_dirs(const char *dir)
 {
+    if (!dir[0]) return cli_fail("an empty folder name was given");
     char *p = strdup(dir);
     if (!p) return cli_fail("out of memory");
     int rc = 0;
