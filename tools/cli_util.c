@@ -193,3 +193,5 @@ int cli_make_dirs(const char *dir)
     free(p);
     return rc;
 }
+
+const char *const cli_shape_options[] = {"batch", "seq_len", NULL};
