@@ -15,4 +15,16 @@
 /* an option that is not a choice */
 #define FR_CHOICES_NONE
 
+#include <string.h>
+
+/* The index of v in a NULL-terminated list, -1 when it is not there (or v is NULL). */
+static inline int fr_choice_find(const char *const *list, const char *v)
+{
+    for (int i = 0; v && list[i]; i++)
+        if (strcmp(list[i], v) == 0) return i;
+    return -1;
+}
+/* Choices in a list, not counting its NULL. */
+#define FR_CHOICE_COUNT(list) ((int)(sizeof(list) / sizeof((list)[0])) - 1)
+
 #endif
