@@ -227,7 +227,8 @@ FP8RUN_API fp8run_status fp8run_train_config_set(fp8run_train_config *cfg, const
         fr_api_config_defaults(&def);
         memcpy(&d, cfield(&def, e), sizeof d);
         if (by_flag && value)
-            return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: %s takes no value (got '%s')", __func__, name, value);
+            return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: %s takes no value (got '%s')", __func__, name,
+                                value);
         if (by_flag)
             x = !d;
         else if (value && (strcmp(value, "0") == 0 || strcmp(value, "1") == 0))

@@ -5,6 +5,8 @@
  *  - fp8run_train_config_set / _get: values by field and by flag, ranges and choices refused
  *    with the flag named, booleans by flag, dims refused;
  *  - a config out of range is refused by the library naming the field;
+ *  - the trainer's own defaults (fr_train_options_default, used by internal callers) agree
+ *    with the table's, as the API translates them;
  *  - every command's --help lists every flag the table gives it, and its usage errors exit 2;
  *    a flag of the table is refused by the commands it is not marked for. */
 #include <stdalign.h>
@@ -13,6 +15,7 @@
 
 #include "cli_runner.h"
 #include "fp8run.h"
+#include "runtime/api_internal.h"
 
 #define SET_ERR(cfg, name, value, needle)                                                          \
     do {                                                                                           \
@@ -163,6 +166,43 @@ static void test_config_checked(void)
     fp8run_model_destroy(m);
 }
 
+static void test_internal_defaults_agree(void)
+{
+    fp8run_train_config c;
+    fp8run_train_config_init(&c, sizeof c);
+    api_options a;
+    CU_ASSERT_EQUAL_FATAL(fr_api_options(NULL, "test", &c, &a), FP8RUN_OK);
+    fr_train_options d;
+    fr_train_options_default(&d);
+    const fr_train_options *o = &a.o;
+    CU_ASSERT_EQUAL(o->batch, d.batch);
+    CU_ASSERT_EQUAL(o->seq_len, d.seq_len);
+    CU_ASSERT_EQUAL(o->grad_accum, d.grad_accum);
+    CU_ASSERT_STRING_EQUAL(o->precision, d.precision);
+    CU_ASSERT_STRING_EQUAL(o->fp8.recipe, d.fp8.recipe);
+    CU_ASSERT_STRING_EQUAL(o->fp8.fp8_format, d.fp8.fp8_format);
+    CU_ASSERT_EQUAL(o->fp8.bf16_boundary, d.fp8.bf16_boundary);
+    CU_ASSERT_EQUAL(o->fp8.fuse, d.fp8.fuse);
+    CU_ASSERT_EQUAL(o->fp8.pad_multiple, d.fp8.pad_multiple);
+    CU_ASSERT_EQUAL(o->fp8.margin, d.fp8.margin);
+    CU_ASSERT_EQUAL(o->fp8.amax_history_len, d.fp8.amax_history_len);
+    CU_ASSERT_EQUAL(o->fp8.amax_algo, d.fp8.amax_algo);
+    CU_ASSERT_EQUAL(o->fp8.interval, d.fp8.interval);
+    CU_ASSERT_PTR_NULL(d.fp8.fp8_exclude);
+    CU_ASSERT_EQUAL(o->ignore_index, d.ignore_index);
+    CU_ASSERT_EQUAL(memcmp(&o->opt, &d.opt, sizeof d.opt), 0);
+    CU_ASSERT_EQUAL(o->lr.kind, d.lr.kind);
+    CU_ASSERT_DOUBLE_EQUAL(o->lr.max_lr, d.lr.max_lr, 0);
+    CU_ASSERT_DOUBLE_EQUAL(o->lr.min_lr, d.lr.min_lr, 0);
+    CU_ASSERT_DOUBLE_EQUAL(o->grad_clip, d.grad_clip, 0);
+    CU_ASSERT_EQUAL(o->seed, d.seed);
+    CU_ASSERT_EQUAL(o->max_bad_steps, d.max_bad_steps);
+    CU_ASSERT_EQUAL(o->fuse_attention, d.fuse_attention);
+    CU_ASSERT_EQUAL(o->fuse_swiglu, d.fuse_swiglu);
+    CU_ASSERT_EQUAL(o->eval_only, d.eval_only);
+    fr_api_options_free(&a);
+}
+
 /* Each command's help lists every flag the table gives it; a value out of range is exit 2. */
 static void test_cli_from_table(void)
 {
@@ -197,16 +237,19 @@ static void test_cli_from_table(void)
         }
         CU_ASSERT(listed >= 2);
     }
-    CLI_EXPECT(cli_run("compile m.onnx -o m.fbs --batch 2 --seq 4 --pad-multiple 0"), 2, cli_err,
-               "--pad-multiple: '0' is not an integer in 1..4096");
-    CLI_EXPECT(cli_run("bench m.onnx --batch 2 --seq 4 --recipe fast"), 2, cli_err,
-               "--recipe: 'fast' is not one of delayed, current, block");
-    CLI_EXPECT(cli_run("eval m.onnx --data t.bin --batch 2 --seq 4 --recipe delayed"), 2, cli_err,
-               "unknown option '--recipe'");
-    CLI_EXPECT(cli_run("train m.onnx --data t.bin --steps 2 --lr 1e-3 --no-fuse=0"), 2, cli_err,
-               "unknown option '--no-fuse=0'");
-    CLI_EXPECT(cli_run("train m.onnx --data t.bin --steps 2 --lr=-1"), 2, cli_err, "--lr: '-1' is not a number >= 0");
-    CLI_EXPECT(cli_run("info m.onnx --amax-history"), 2, cli_err, "--amax-history needs a value");
+    static const struct {
+        const char *args, *needle;
+    } usage[] = {
+        {"compile m.onnx -o m.fbs --batch 2 --seq 4 --pad-multiple 0",
+         "--pad-multiple: '0' is not an integer in 1..4096"},
+        {"bench m.onnx --batch 2 --seq 4 --recipe fast", "--recipe: 'fast' is not one of delayed, current, block"},
+        {"eval m.onnx --data t.bin --batch 2 --seq 4 --recipe delayed", "unknown option '--recipe'"},
+        {"train m.onnx --data t.bin --steps 2 --lr 1e-3 --no-fuse=0", "unknown option '--no-fuse=0'"},
+        {"train m.onnx --data t.bin --steps 2 --lr=-1", "--lr: '-1' is not a number >= 0"},
+        {"info m.onnx --amax-history", "--amax-history needs a value"},
+    };
+    for (size_t k = 0; k < sizeof usage / sizeof usage[0]; k++)
+        CLI_EXPECT(cli_run("%s", usage[k].args), 2, cli_err, usage[k].needle);
 }
 
 static CU_TestInfo tests[] = {
@@ -214,6 +257,7 @@ static CU_TestInfo tests[] = {
     {"defaults and choices", test_defaults_and_choices},
     {"set and get from text", test_set_from_text},
     {"a config out of range is refused", test_config_checked},
+    {"the trainer's defaults agree with the table", test_internal_defaults_agree},
     {"CLI parsers and help from the table", test_cli_from_table},
     CU_TEST_INFO_NULL,
 };

@@ -59,6 +59,16 @@ static void args_init(train_args *a, unsigned command)
 /* help                                                                                      */
 /* ---------------------------------------------------------------------------------------- */
 
+/* --help, then the training options of the command with its defaults. */
+static void options_help(FILE *f, unsigned command, const char *required, const char *const *no_default)
+{
+    train_args a;
+    args_init(&a, command);
+    fprintf(f, "  -h, --help              show this help\n"
+               "training options (%s required for an ONNX model):\n", required);
+    cli_config_help(f, command, &a.o, no_default);
+}
+
 void cli_train_help(FILE *f)
 {
     fprintf(f,
@@ -98,12 +108,8 @@ void cli_train_help(FILE *f)
             "  --ckpt-every N          also every N steps\n"
             "  --ckpt-keep N           keep the newest N checkpoints (default 3; 0 = all)\n"
             "  --resume                continue from the newest valid checkpoint in --ckpt-dir\n"
-            "  --export OUT.onnx       write the trained model (original graph and names)\n"
-            "  -h, --help              show this help\n"
-            "training options (--batch, --seq and --lr required for an ONNX model):\n");
-    train_args a;
-    args_init(&a, FP8RUN_OPTION_TRAIN);
-    cli_config_help(f, a.command, &a.o, k_train_derived);
+            "  --export OUT.onnx       write the trained model (original graph and names)\n");
+    options_help(f, FP8RUN_OPTION_TRAIN, "--batch, --seq and --lr", k_train_derived);
     fprintf(f, "\nCtrl-C finishes the current step, saves a checkpoint (with --ckpt-dir) and exits 130.\n");
 }
 
@@ -122,12 +128,8 @@ void cli_eval_help(FILE *f)
             "  --batches N             batches to evaluate (default 0: the whole file)\n"
             "  --model MODEL           the ONNX model (or compiled graph) a checkpoint belongs to\n"
             "  --device auto|cuda|cpu  where to run (default auto: the GPU when one is usable)\n"
-            "  --dim NAME=VALUE        fix another symbolic dimension (repeatable)\n"
-            "  -h, --help              show this help\n"
-            "training options (--batch and --seq required for an ONNX model):\n");
-    train_args a;
-    args_init(&a, FP8RUN_OPTION_EVAL);
-    cli_config_help(f, a.command, &a.o, cli_shape_options);
+            "  --dim NAME=VALUE        fix another symbolic dimension (repeatable)\n");
+    options_help(f, FP8RUN_OPTION_EVAL, "--batch and --seq", cli_shape_options);
 }
 
 void cli_export_help(FILE *f)
