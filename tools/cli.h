@@ -39,6 +39,8 @@ int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(print
  * a usage error) when the value is missing; 0 when argv[*i] is another argument. */
 int cli_option(int argc, char **argv, int *i, const char *cmd, const char *name, const char **value);
 int cli_is_help(const char *arg);
+/* An integer option's value >= min into *out; a usage error (returned) otherwise. */
+int cli_int64(const char *cmd, const char *opt, const char *text, int64_t min, int64_t *out);
 
 /* A growing list of --dim bindings, as the API's configs take them (parallel arrays; the
  * names are owned). */

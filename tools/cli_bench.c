@@ -161,18 +161,8 @@ int cli_bench(int argc, char **argv)
             return 0;
         }
 #define OPT(name) ((m = cli_option(argc, argv, &i, "bench", name, &v)) != 0)
-#define NUM(var, min)                                                                          \
-    do {                                                                                       \
-        char *end;                                                                             \
-        errno = 0;                                                                             \
-        long long x = strtoll(v, &end, 10);                                                    \
-        if (errno || !v[0] || *end || x < (min))                                               \
-            rc = cli_usage("bench", "%s: '%s' is not an integer >= %d", argv[i - 1], v, (min)); \
-        else                                                                                   \
-            var = x;                                                                           \
-    } while (0)
-        if (OPT("--warmup")) { if (m < 0) rc = CLI_EXIT_USAGE; else NUM(warmup, 0); }
-        else if (OPT("--steps")) { if (m < 0) rc = CLI_EXIT_USAGE; else NUM(steps, 1); }
+        if (OPT("--warmup")) rc = m < 0 ? CLI_EXIT_USAGE : cli_int64("bench", "--warmup", v, 0, &warmup);
+        else if (OPT("--steps")) rc = m < 0 ? CLI_EXIT_USAGE : cli_int64("bench", "--steps", v, 1, &steps);
         else if (OPT("--device")) {
             if (m < 0) rc = CLI_EXIT_USAGE;
             else if ((rc = cli_choice("bench", "--device", v, fp8run_choices("device"), &k)) == 0) device = v;
@@ -181,7 +171,6 @@ int cli_bench(int argc, char **argv)
         else if (argv[i][0] == '-' && argv[i][1]) rc = cli_usage("bench", "unknown option '%s'", argv[i]);
         else if (model) rc = cli_usage("bench", "only one MODEL may be given");
         else model = argv[i];
-#undef NUM
 #undef OPT
     }
     if (rc == 0 && !model) rc = cli_usage("bench", "no MODEL given");

@@ -153,17 +153,6 @@ void cli_export_help(FILE *f)
 /* option values                                                                             */
 /* ---------------------------------------------------------------------------------------- */
 
-static int parse_i64(const char *cmd, const char *opt, const char *text, int64_t min, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(text, &end, 10);
-    if (errno || !text[0] || *end || v < min)
-        return cli_usage(cmd, "%s: '%s' is not an integer >= %lld", opt, text, (long long)min);
-    *out = v;
-    return 0;
-}
-
 /* Options that train and eval share, the training options of the command included. Returns 1
  * when argv[*i] was one of them (rc set), 0 if not. */
 static int common_option(const char *cmd, int argc, char **argv, int *i, train_args *a, int *rc)
@@ -193,21 +182,21 @@ static int train_option(int argc, char **argv, int *i, train_args *a, int *rc)
 #define OPT(name) ((m = cli_option(argc, argv, i, cmd, name, &v)) != 0)
 #define VAL (m > 0)
     if (OPT("--val")) a->val = v;
-    else if (OPT("--val-every")) { if (VAL) *rc = parse_i64(cmd, "--val-every", v, 0, &a->val_every); }
+    else if (OPT("--val-every")) { if (VAL) *rc = cli_int64(cmd, "--val-every", v, 0, &a->val_every); }
     else if (OPT("--val-batches")) {
-        if (VAL && (*rc = parse_i64(cmd, "--val-batches", v, 0, &a->val_batches)) == 0) a->have_val_batches = 1;
+        if (VAL && (*rc = cli_int64(cmd, "--val-batches", v, 0, &a->val_batches)) == 0) a->have_val_batches = 1;
     }
     else if (OPT("--data-order")) {
         if (VAL && (*rc = cli_choice(cmd, "--data-order", v, k_orders, &k)) == 0)
             a->order = k ? FP8RUN_DATA_SEQUENTIAL : FP8RUN_DATA_RANDOM;
     } else if (OPT("--steps")) {
-        if (VAL && (*rc = parse_i64(cmd, "--steps", v, 1, &a->steps)) == 0) a->have_steps = 1;
-    } else if (OPT("--log-fp8")) { if (VAL) *rc = parse_i64(cmd, "--log-fp8", v, 1, &a->log_fp8); }
+        if (VAL && (*rc = cli_int64(cmd, "--steps", v, 1, &a->steps)) == 0) a->have_steps = 1;
+    } else if (OPT("--log-fp8")) { if (VAL) *rc = cli_int64(cmd, "--log-fp8", v, 1, &a->log_fp8); }
     else if (OPT("--log")) a->log = v;
-    else if (OPT("--log-every")) { if (VAL) *rc = parse_i64(cmd, "--log-every", v, 1, &a->log_every); }
+    else if (OPT("--log-every")) { if (VAL) *rc = cli_int64(cmd, "--log-every", v, 1, &a->log_every); }
     else if (OPT("--ckpt-dir")) a->ckpt_dir = v;
-    else if (OPT("--ckpt-every")) { if (VAL) *rc = parse_i64(cmd, "--ckpt-every", v, 0, &a->ckpt_every); }
-    else if (OPT("--ckpt-keep")) { if (VAL) *rc = parse_i64(cmd, "--ckpt-keep", v, 0, &a->ckpt_keep); }
+    else if (OPT("--ckpt-every")) { if (VAL) *rc = cli_int64(cmd, "--ckpt-every", v, 0, &a->ckpt_every); }
+    else if (OPT("--ckpt-keep")) { if (VAL) *rc = cli_int64(cmd, "--ckpt-keep", v, 0, &a->ckpt_keep); }
     else if (strcmp(argv[*i], "--resume") == 0) { a->resume = 1; m = 1; }
     else if (OPT("--export")) a->export_path = v;
     else
@@ -920,7 +909,7 @@ int cli_eval(int argc, char **argv)
         }
         if (common_option("eval", argc, argv, &i, &a, &rc)) continue;
         if ((m = cli_option(argc, argv, &i, "eval", "--batches", &v)) != 0)
-            rc = m < 0 ? CLI_EXIT_USAGE : parse_i64("eval", "--batches", v, 0, &a.batches);
+            rc = m < 0 ? CLI_EXIT_USAGE : cli_int64("eval", "--batches", v, 0, &a.batches);
         else if ((m = cli_option(argc, argv, &i, "eval", "--model", &v)) != 0)
             rc = m < 0 ? CLI_EXIT_USAGE : (a.model_opt = v, 0);
         else if (argv[i][0] == '-' && argv[i][1])
