@@ -545,6 +545,20 @@ FP8RUN_API int fp8run_report_linears(const fp8run_report *r, const char *precisi
 /* The whole report as text, one layer per paragraph (as `fp8run info` prints it). */
 FP8RUN_API const char *fp8run_report_text(const fp8run_report *r);
 
+/* One pass of the training pipeline (the graph passes before autodiff, in the order they ran:
+ * `fp8run info` prints them). Reports of fp8run_model_compile and of sessions built from an
+ * ONNX model have one per pass; those read from a compiled graph have none. */
+typedef struct fp8run_pass_info {
+    size_t struct_size;
+    const char *name;            /* "fuse_attention" */
+    const char *what;            /* what it does, one line */
+    int ran;                     /* 0: turned off by its option */
+    int changed;                 /* what it fused, removed or rewrote (nodes, parameters, Linears) */
+    const char *detail;          /* "2 fused", "off (fuse_attention)" */
+} fp8run_pass_info;
+FP8RUN_API int fp8run_report_pass_count(const fp8run_report *r);
+FP8RUN_API fp8run_status fp8run_report_pass(const fp8run_report *r, int i, fp8run_pass_info *info);
+
 /* Delayed-scaling state of one FP8 operand (x, w or dy of an fp8 Linear). */
 typedef struct fp8run_scaling_info {
     size_t struct_size;

@@ -126,6 +126,8 @@ fr_status fr_api_report_new(const fr_fp8_report *r, const char *precision, fp8ru
 fr_status fr_api_report_from_trainer(const fr_trainer *t, fp8run_report **out);
 /* Scaling state i (report order) as it is in sc. */
 void fr_api_report_set_state(fp8run_report *r, int i, const fr_fp8_scaling *sc);
+/* What each pass of the training pipeline did (copied). */
+void fr_api_report_set_passes(fp8run_report *r, const fr_pipeline_report *p);
 /* A report of a decoded compiled graph: layers, recorded scaling state and what the file
  * records besides (fp8run_report_compiled). */
 fr_status fr_api_report_from_fbs(const fr_fbs *f, fp8run_report **out);

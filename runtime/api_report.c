@@ -9,6 +9,7 @@
 #define SKIPPED_V1_SIZE sizeof(fp8run_skipped_info)
 #define STATE_V1_SIZE sizeof(fp8run_scaling_info)
 #define COMPILED_V1_SIZE sizeof(fp8run_compiled_info)
+#define PASS_V1_SIZE sizeof(fp8run_pass_info)
 
 /* What a compiled graph records besides its report (fp8run_compiled_info's arrays). */
 typedef struct report_fbs {
@@ -33,6 +34,7 @@ struct fp8run_report {
     fp8run_scaling_info *states; /* names point into layers[] */
     int n_states;
     report_fbs *fbs;             /* NULL unless it comes from a compiled graph */
+    fr_pipeline_report passes;   /* names are the pipeline's (static) */
 };
 
 static void fbs_free(report_fbs *f)
@@ -210,8 +212,10 @@ FP8RUN_API fp8run_status fp8run_model_compile(const fp8run_model *m, const fp8ru
         fr_graph *cg = NULL;
         fr_fp8_report rep;
         memset(&rep, 0, sizeof rep);
-        st = fr_train_compile_graph(m->g, &ao.o, &cg, &rep);
+        fr_pipeline_report passes;
+        st = fr_train_compile_graph_passes(m->g, &ao.o, &cg, &rep, &passes);
         if (st == FR_OK) st = fr_api_report_new(&rep, ao.o.precision, out);
+        if (st == FR_OK) fr_api_report_set_passes(*out, &passes);
         fr_fp8_report_free(&rep);
         fr_graph_free(cg);
     } else {
@@ -225,6 +229,32 @@ FP8RUN_API fp8run_status fp8run_model_compile(const fp8run_model *m, const fp8ru
     }
     fr_api_options_free(&ao);
     return fr_api_fail(slot, fn, st);
+}
+
+/* ---- the pipeline's passes ---- */
+
+void fr_api_report_set_passes(fp8run_report *r, const fr_pipeline_report *p)
+{
+    if (r && p) r->passes = *p;
+}
+
+FP8RUN_API int fp8run_report_pass_count(const fp8run_report *r) { return r ? r->passes.n : 0; }
+
+FP8RUN_API fp8run_status fp8run_report_pass(const fp8run_report *r, int i, fp8run_pass_info *info)
+{
+    const char *fn = "fp8run_report_pass";
+    size_t use;
+    if (!r) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: report is NULL", fn);
+    fp8run_status ps = fr_api_check_out(NULL, fn, "info", info, PASS_V1_SIZE, sizeof *info, &use);
+    if (ps != FP8RUN_OK) return ps;
+    if (i < 0 || i >= r->passes.n)
+        return fr_api_error(NULL, FP8RUN_ERR_RANGE, "%s: pass index %d is outside [0, %d)", fn, i, r->passes.n);
+    const fr_pass_result *res = &r->passes.pass[i];
+    const fr_pass *p = fr_pipeline_find(res->name);
+    fp8run_pass_info s = {.struct_size = info->struct_size, .name = res->name, .what = p ? p->what : "",
+                          .ran = res->ran, .changed = res->changed, .detail = res->detail};
+    memcpy(info, &s, use);
+    return FP8RUN_OK;
 }
 
 /* ---- scaling state ---- */

@@ -367,6 +367,7 @@ FP8RUN_API const char *fp8run_session_config_json(fp8run_session *s)
 fr_status fr_api_report_from_trainer(const fr_trainer *t, fp8run_report **out)
 {
     FR_TRY(fr_api_report_new(fr_trainer_fp8_report(t), t->opt.precision, out));
+    fr_api_report_set_passes(*out, &t->passes);
     if (t->n_states == 0) return FR_OK;
     /* the scaling state as the session has it (the device's, on a GPU) */
     fr_status st = tr_sync_host((fr_trainer *)t);

@@ -11,6 +11,7 @@
 #include "graph/base64.h"
 #include "graph/name_map.h"
 #include "graph/onnx_io.h"
+#include "passes/pipeline.h"
 #include "runtime/fbs.h"
 #include "runtime/option_choices.h"
 #include "runtime/trainer.h"
@@ -925,10 +926,9 @@ static fr_status decode_graph(const meta *m, const fr_graph *file, fr_fbs *out, 
     for (int i = 0; i < r->n_fused; i++)
         if (!(g->values[r->fused[i].value].flags & FR_VAL_PARAM))
             return bad(m, "fp8run.params", "fused parameter '%s' is not listed as a parameter", r->fused[i].name);
-    /* every dim is concrete: preparation only resolves ops and re-infers shapes */
-    fr_prepare_options po;
-    fr_prepare_options_default(&po);
-    FR_TRY(fr_prepare_forward(g, &po, NULL));
+    /* the pipeline's steps the file does not record (every dim is concrete: preparation only
+       resolves ops and re-infers shapes) */
+    FR_TRY(fr_pipeline_reload(g));
     FR_TRY(add_slice_values(g, r));
     FR_TRY(add_tie_values(g, s, tie_names));
     for (int i = 0; i < s->n_ties; i++)

@@ -1,18 +1,17 @@
-/* Building the training graph from an imported model (see trainer.h for the pipeline):
- * inputs and dims, parameter selection, preparation, precision, loss head, the eval copy,
- * autodiff, outputs, executor, optimizer and scaling state. */
+/* Building the training graph from an imported model (see trainer.h): inputs and dims, the
+ * graph passes (passes/pipeline.c: parameter selection, preparation, fusions, precision, in
+ * the order listed there), loss head, the eval copy, autodiff, outputs, executor, optimizer
+ * and scaling state. */
 #include <math.h>
-#include <regex.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ops/op.h"
-#include "passes/attention_fuse.h"
-#include "passes/rotary_fuse.h"
-#include "passes/swiglu_fuse.h"
 #include "passes/autodiff.h"
-#include "passes/unshare.h"
+#include "passes/pipeline.h"
+#include "passes/select_params.h"
 #include "runtime/fbs.h"
 #include "runtime/train_internal.h"
 
@@ -89,90 +88,6 @@ static void feed_shape(const fr_trainer *t, const fr_value *v, fr_input_shape *s
         int64_t dflt = d == s->rank - 1 ? t->opt.seq_len : (d == 0 ? t->opt.batch : 1);
         s->dims[d] = v->rank >= 0 && v->dims[d] >= 0 ? v->dims[d] : dflt;
     }
-}
-
-/* ---- parameters ---- */
-
-static fr_status compile_regex(const char *re, const char *what, regex_t *out)
-{
-    int rc = regcomp(out, re, REG_EXTENDED | REG_NOSUB);
-    if (rc != 0) {
-        char msg[256];
-        regerror(rc, out, msg, sizeof msg);
-        return fr_error(FR_ERR_INVALID_ARG, "%s regex '%s': %s", what, re, msg);
-    }
-    return FR_OK;
-}
-
-/* The --train / --freeze choice over parameter names. */
-typedef struct tr_regexes {
-    regex_t tre, fre;
-    int have_t, have_f;
-} tr_regexes;
-
-static fr_status regexes_open(const fr_trainer *t, tr_regexes *r)
-{
-    memset(r, 0, sizeof *r);
-    if (t->opt.train_regex) {
-        FR_TRY(compile_regex(t->opt.train_regex, "--train", &r->tre));
-        r->have_t = 1;
-    }
-    if (t->opt.freeze_regex) {
-        fr_status st = compile_regex(t->opt.freeze_regex, "--freeze", &r->fre);
-        if (st != FR_OK) {
-            if (r->have_t) regfree(&r->tre);
-            r->have_t = 0;
-            return st;
-        }
-        r->have_f = 1;
-    }
-    return FR_OK;
-}
-
-static void regexes_close(tr_regexes *r)
-{
-    if (r->have_t) regfree(&r->tre);
-    if (r->have_f) regfree(&r->fre);
-}
-
-static int regexes_keep(const tr_regexes *r, const char *name)
-{
-    if (r->have_t && regexec(&r->tre, name, 0, NULL, 0) != 0) return 0;
-    if (r->have_f && regexec(&r->fre, name, 0, NULL, 0) == 0) return 0;
-    return 1;
-}
-
-/* Keep FR_VAL_PARAM on the trained float initializers only; the others become constants (and
- * may be folded). */
-static fr_status select_params(fr_trainer *t, fr_graph *g)
-{
-    tr_regexes re;
-    int n = 0;
-    fr_status st = FR_OK;
-    FR_TRY(regexes_open(t, &re));
-    for (int i = 0; i < g->n_values; i++) {
-        fr_value *v = &g->values[i];
-        if (!(v->flags & FR_VAL_PARAM)) continue;
-        int keep = v->constant && (v->flags & FR_VAL_INITIALIZER) && fr_dtype_is_float(v->dtype);
-        if (keep) keep = regexes_keep(&re, v->name);
-        if (keep && v->dtype != FR_F32) {
-            st = fr_error(FR_ERR_UNSUPPORTED,
-                          "parameter '%s' is %s: fp8run trains float32 master weights (convert the "
-                          "model to float32, or freeze it with --freeze)",
-                          v->name, fr_dtype_name(v->dtype));
-            goto done;
-        }
-        if (keep)
-            n++;
-        else
-            v->flags &= ~FR_VAL_PARAM;
-    }
-    if (n == 0)
-        st = fr_error(FR_ERR_INVALID_ARG, "no parameter to train: the model has no float32 initializer%s",
-                      re.have_t || re.have_f ? " left by --train/--freeze" : "");
-done:
-    regexes_close(&re);
-    return st;
 }
 
 /* ---- loss head ---- */
@@ -553,14 +468,42 @@ static fr_status build_eval_graph(fr_trainer *t, int loss)
     return st;
 }
 
+/* The pipeline's options (passes/pipeline.h), by their names in fr_train_options. */
+fr_status tr_pass_option(const void *opts, const char *name, int *on)
+{
+    static const struct { const char *name; size_t off; } k_flags[] = {
+        {"unshare", offsetof(fr_train_options, unshare)},
+        {"retie", offsetof(fr_train_options, retie)},
+        {"fuse_attention", offsetof(fr_train_options, fuse_attention)},
+        {"fuse_swiglu", offsetof(fr_train_options, fuse_swiglu)},
+    };
+    const fr_train_options *o = opts;
+    if (strcmp(name, "precision") == 0) { /* fp32 is not rewritten */
+        *on = strcmp(o->precision, "fp32") != 0;
+        return FR_OK;
+    }
+    for (size_t i = 0; i < sizeof k_flags / sizeof k_flags[0]; i++)
+        if (strcmp(name, k_flags[i].name) == 0) {
+            *on = *(const int *)((const char *)o + k_flags[i].off) != 0;
+            return FR_OK;
+        }
+    return fr_error(FR_ERR_INTERNAL, "the pipeline's option '%s' is not a trainer option", name);
+}
+
 fr_status tr_build_forward(fr_trainer *t, const fr_graph *model, int *tok_out, int *loss_out, int *logits_out)
 {
     fr_graph *g;
+    /* the pipeline's passes see this, never the trainer */
+    fr_pass_ctx pc = {.opts = &t->opt, .option = tr_pass_option, .train_regex = t->opt.train_regex,
+                      .freeze_regex = t->opt.freeze_regex, .dims = t->dims, .n_dims = t->opt.n_dims,
+                      .fp8 = t->opt.fp8, .report = &t->report, .compiled = &t->has_report, .ties = &t->ties,
+                      .n_ties = &t->n_ties, .n_unshared = &t->n_unshared, .results = &t->passes};
+    pc.fp8.precision = t->opt.precision;
     FR_TRY(fr_train_clone_graph(model, 0, &t->pristine));
-    /* parameters the exporter merged by value are separate again, in the exported model too */
-    if (t->opt.unshare) FR_TRY(fr_unshare_params(t->pristine, &t->n_unshared));
+    pc.g = t->pristine;
+    FR_TRY(fr_pipeline_run(&pc, FR_STAGE_MODEL));
     FR_TRY(fr_train_clone_graph(t->pristine, 0, &t->g));
-    g = t->g;
+    pc.g = g = t->g;
     if (model->source_path) {
         t->model_path = fr_strdup(model->source_path, "trainer");
         if (!t->model_path) return FR_ERR_OOM;
@@ -587,9 +530,6 @@ fr_status tr_build_forward(fr_trainer *t, const fr_graph *model, int *tok_out, i
             shapes[0] = shapes[i];
             shapes[i] = tmp;
         }
-    if (st == FR_OK) st = select_params(t, g);
-    /* a tied LM head that constant folding copied reads the embedding table again */
-    if (st == FR_OK && t->opt.retie) st = fr_retie_params(g, &t->ties, &t->n_ties);
     int loss_vid = -1;
     if (st == FR_OK && t->opt.loss_output) {
         loss_vid = fr_graph_find_value(g, t->opt.loss_output);
@@ -605,15 +545,11 @@ fr_status tr_build_forward(fr_trainer *t, const fr_graph *model, int *tok_out, i
         else if (!(g->values[lv].flags & FR_VAL_OUTPUT))
             st = add_output(g, lv, &(int){0});
     }
-    if (st == FR_OK) {
-        fr_prepare_options po;
-        fr_prepare_options_default(&po);
-        po.dims = t->dims;
-        po.n_dims = t->opt.n_dims;
-        po.input_shapes = shapes;
-        po.n_input_shapes = n_shapes;
-        st = fr_prepare_forward(g, &po, NULL);
-    }
+    /* the imported graph's passes, from choosing the trained parameters to preparation */
+    pc.input_shapes = shapes;
+    pc.n_input_shapes = n_shapes;
+    if (st == FR_OK) st = fr_pipeline_run(&pc, FR_STAGE_IMPORTED);
+    pc.input_shapes = NULL;
     free(shapes);
     FR_TRY(st);
 
@@ -629,34 +565,10 @@ fr_status tr_build_forward(fr_trainer *t, const fr_graph *model, int *tok_out, i
         t->vocab = g->values[logits].dims[g->values[logits].rank - 1];
     }
 
-    /* fused attention, before the FP8 compiler lowers the MatMuls of two activations */
-    if (t->opt.fuse_attention) {
-        int n_attn, n_rotary;
-        FR_TRY(fr_fuse_attention(g, &n_attn));
-        /* and the RoPE around it (the same switch: --no-fuse-attention keeps both unfused) */
-        FR_TRY(fr_fuse_rotary(g, &n_rotary));
-        if (logits >= 0) logits = fr_graph_find_value(g, t->logits_name);
-    }
-
-    /* precision */
-    if (strcmp(t->opt.precision, "fp32") != 0) {
-        fr_fp8_options fo = t->opt.fp8;
-        fo.precision = t->opt.precision;
-        FR_TRY(fr_fp8_compile(g, &fo, &t->report));
-        t->has_report = 1;
-        if (logits >= 0) logits = fr_graph_find_value(g, t->logits_name);
-    }
-
-    /* fused SwiGLU, after the FP8 compiler: it then reads the fused gate/up Linear's output */
-    if (t->opt.fuse_swiglu) {
-        int n_swiglu, n_one_input;
-        FR_TRY(fr_fuse_swiglu(g, &n_swiglu, &n_one_input));
-        if (t->has_report) {
-            t->report.n_swiglu = n_swiglu;
-            t->report.n_swiglu_one_input = n_one_input;
-        }
-        if (logits >= 0) logits = fr_graph_find_value(g, t->logits_name);
-    }
+    /* the prepared graph's passes: fusions and the FP8 compiler (passes/pipeline.c says the
+       order and why) */
+    FR_TRY(fr_pipeline_run(&pc, FR_STAGE_PREPARED));
+    if (logits >= 0) logits = fr_graph_find_value(g, t->logits_name);
     *tok_out = tok;
     *loss_out = loss_vid;
     *logits_out = logits;
@@ -722,8 +634,8 @@ static fr_status adopt_spec(fr_trainer *t, const fr_fbs_spec *s, const char *pat
  * fused parameter is trained when all its members are, frozen when none is. */
 static fr_status narrow_params(fr_trainer *t, fr_graph *g)
 {
-    tr_regexes re;
-    FR_TRY(regexes_open(t, &re));
+    fr_param_filter re;
+    FR_TRY(fr_param_filter_open(t->opt.train_regex, t->opt.freeze_regex, &re));
     fr_status st = FR_OK;
     int n = 0;
     for (int i = 0; i < g->n_values && st == FR_OK; i++) {
@@ -732,8 +644,8 @@ static fr_status narrow_params(fr_trainer *t, fr_graph *g)
         const fr_fp8_fused *f = NULL;
         for (int k = 0; k < t->report.n_fused && !f; k++)
             if (t->report.fused[k].value == i) f = &t->report.fused[k];
-        int keep = f ? 0 : regexes_keep(&re, v->name);
-        for (int j = 0; f && j < f->n_slices; j++) keep += regexes_keep(&re, f->slices[j].name);
+        int keep = f ? 0 : fr_param_filter_keep(&re, v->name);
+        for (int j = 0; f && j < f->n_slices; j++) keep += fr_param_filter_keep(&re, f->slices[j].name);
         if (f && keep != 0 && keep != f->n_slices)
             st = fr_error(FR_ERR_INVALID_ARG, "--train/--freeze select some but not all of the Linears fused into "
                           "'%s' in the compiled graph: recompile with the same --train/--freeze, or with --no-fuse",
@@ -744,7 +656,7 @@ static fr_status narrow_params(fr_trainer *t, fr_graph *g)
             v->flags &= ~FR_VAL_PARAM;
     }
     if (st == FR_OK && n == 0) st = fr_error(FR_ERR_INVALID_ARG, "no parameter to train is left by --train/--freeze");
-    regexes_close(&re);
+    fr_param_filter_close(&re);
     return st;
 }
 

@@ -3,6 +3,7 @@
 #ifndef FR_TRAIN_INTERNAL_H
 #define FR_TRAIN_INTERNAL_H
 
+#include "passes/pipeline.h"
 #include "passes/retie.h"
 #include "runtime/executor.h"
 #include "runtime/fp8_scaling.h"
@@ -121,6 +122,8 @@ struct fr_trainer {
     fr_tie *ties;              /* tied copies re-tied in g (their values follow the source) */
     int n_ties;
     int n_unshared;            /* parameters made separate again (passes/unshare.h) */
+    fr_pipeline_report passes; /* what each pass of the pipeline did (passes/pipeline.h);
+                                  empty for a compiled graph file */
     int use_cuda;              /* the device resolved from opt.device */
     fr_cuda_train *dev;        /* the device side when use_cuda (runtime/cuda/cuda_train.h) */
 };
@@ -132,6 +135,9 @@ fr_status tr_build(fr_trainer *t, const fr_graph *model);
  * (t->report), *tok the tokens input, *loss the model's loss output or -1, *logits the logits
  * or -1. fr_train_compile stops here. */
 fr_status tr_build_forward(fr_trainer *t, const fr_graph *model, int *tok, int *loss, int *logits);
+/* The trainer's options by name for the pipeline's entries (fr_pass_option_fn; opts is an
+ * fr_train_options). */
+fr_status tr_pass_option(const void *opts, const char *name, int *on);
 /* Bring the host copies of parameters, optimizer and scaling state up to date from the device
  * (before save, export, get_param), and the device from the host (after load, set_param).
  * No-ops on the CPU. */

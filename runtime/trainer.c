@@ -717,6 +717,12 @@ static fr_status compile_forward(const fr_graph *model, const fr_train_options *
 fr_status fr_train_compile_graph(const fr_graph *model, const fr_train_options *opt, fr_graph **compiled,
                                  fr_fp8_report *report)
 {
+    return fr_train_compile_graph_passes(model, opt, compiled, report, NULL);
+}
+
+fr_status fr_train_compile_graph_passes(const fr_graph *model, const fr_train_options *opt, fr_graph **compiled,
+                                        fr_fp8_report *report, fr_pipeline_report *passes)
+{
     fr_trainer *t;
     int tok;
     *compiled = NULL;
@@ -724,6 +730,7 @@ fr_status fr_train_compile_graph(const fr_graph *model, const fr_train_options *
     FR_TRY(compile_forward(model, opt, &t, &tok));
     *compiled = t->g;
     *report = t->report;
+    if (passes) *passes = t->passes;
     t->g = NULL;
     t->has_report = 0;
     fr_trainer_free(t);

@@ -3,7 +3,9 @@
  *
  * Building (fr_trainer_new):
  *   - a pristine deep copy of the model is kept for export (original names and layouts);
- *   - a training copy is prepared (fr_prepare_forward) with the batch and sequence dims fixed
+ *   - a training copy goes through the graph passes of passes/pipeline.c, in the order listed
+ *     there (fr_trainer's `passes` records what each did); in short, it is prepared
+ *     (fr_prepare_forward) with the batch and sequence dims fixed
  *     from the tokens input's symbolic dims, the trained parameters chosen (float32
  *     initializers, filtered by the train/freeze regexes), compiled for the precision
  *     (fr_fp8_compile for bf16/fp8; fp32 is not rewritten), given a `labels` input [B, T] and
@@ -46,6 +48,7 @@
 #include "graph/ir.h"
 #include "passes/fp8_compile.h"
 #include "passes/passes.h"
+#include "passes/pipeline.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/optimizer.h"
 
@@ -209,6 +212,9 @@ int fr_trainer_fp8_stats(const fr_trainer *t, fr_fp8_stat *out, int max);
  * forward graph (the caller frees it and the report). */
 fr_status fr_train_compile_graph(const fr_graph *model, const fr_train_options *opt, fr_graph **compiled,
                                  fr_fp8_report *report);
+/* The same, and what each pass of the pipeline did (passes/pipeline.h; may be NULL). */
+fr_status fr_train_compile_graph_passes(const fr_graph *model, const fr_train_options *opt, fr_graph **compiled,
+                                        fr_fp8_report *report, fr_pipeline_report *passes);
 /* The same, written as a compiled graph file (fr_fbs_save) at `path`. */
 fr_status fr_train_compile(const fr_graph *model, const fr_train_options *opt, const char *path);
 /* The options as a JSON object (malloc'ed; caller frees). */

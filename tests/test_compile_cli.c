@@ -2,7 +2,7 @@
  * `fp8run train --log-fp8` run as a program (FR_CLI) on llama_tiny (batch 2, seq 13):
  *  - compile: help, usage errors (exit 2), compiling a compiled graph (exit 1), the report;
  *  - info on the .onnx and on the .fbs names every Linear layer of llama_tiny with its
- *    precision; recipe options on info (exclude by node name, --no-fuse, fp32); the .fbs part
+ *    precision, and on the .onnx the training pipeline's passes in order with their counts; recipe options on info (exclude by node name, --no-fuse, fp32); the .fbs part
  *    (batch x seq, recorded decisions, scaling state after a run is not needed: fresh);
  *  - train of the .fbs: batch/seq from the file, another --batch is an error that says to
  *    recompile, recipe options refused; export equals the on-the-fly --precision fp8 run's
@@ -95,6 +95,12 @@ static void test_compile_and_info(void)
     /* info on the ONNX model: what the compile pass would do with the default options */
     CLI_EXPECT(cli_run("info '%s'", llama), 0, cli_out, "Linear layers (FP8 compile");
     check_linear_section(cli_out, "info .onnx");
+    /* and what each pass of the training pipeline did, in order (passes/pipeline.c) */
+    const char *pipe = strstr(cli_out, "Training pipeline (graph passes before autodiff, in order)\n");
+    CU_ASSERT_PTR_NOT_NULL(pipe);
+    const char *attn = pipe ? strstr(pipe, "  pass fuse_attention: 2 fused\n") : NULL;
+    const char *fp8 = attn ? strstr(attn, "  pass fp8_compile: 15 Linears (11 fp8, 4 bf16, 0 fp32), 4 fused") : NULL;
+    CU_ASSERT_PTR_NOT_NULL(fp8 ? strstr(fp8, "  pass fuse_swiglu: 2 fused") : NULL);
     /* info on the compiled graph: the recorded decisions, its shape, its state */
     CLI_EXPECT(cli_run("info llama.fbs"), 0, cli_out, "specialized to batch 2 x seq 13");
     CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "Linear layers (recorded)"));

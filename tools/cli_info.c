@@ -129,6 +129,19 @@ static int open_dims(const fp8run_model *m, char *buf, size_t n)
     return 0;
 }
 
+/* What each pass of the training pipeline did, in the order they ran. */
+static int print_passes(const fp8run_report *r)
+{
+    int n = fp8run_report_pass_count(r);
+    if (n) printf("Training pipeline (graph passes before autodiff, in order)\n");
+    for (int i = 0; i < n; i++) {
+        fp8run_pass_info p = {.struct_size = sizeof p};
+        if (fp8run_report_pass(r, i, &p) != FP8RUN_OK) return cli_fail_status();
+        printf("  pass %s: %s\n", p.name, p.detail);
+    }
+    return 0;
+}
+
 /* The FP8 compile decisions for an ONNX model, with the info command's options. */
 static int print_linears_onnx(const fp8run_model *m, fp8run_train_config *o, int64_t batch, int64_t seq)
 {
@@ -158,8 +171,9 @@ static int print_linears_onnx(const fp8run_model *m, fp8run_train_config *o, int
     }
     fputs(fp8run_report_text(r), stdout);
     if (fp8run_report_layer_count(r) == 0) printf("  (no MatMul/Gemm with a trainable 2-D weight)\n");
+    int rc = print_passes(r);
     fp8run_report_destroy(r);
-    return 0;
+    return rc;
 }
 
 /* A compiled graph: what it is specialized to, the recorded decisions and the scaling state. */

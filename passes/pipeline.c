@@ -1,0 +1,210 @@
+/* The training pipeline's list and its runner (see pipeline.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention_fuse.h"
+#include "pipeline.h"
+#include "rotary_fuse.h"
+#include "select_params.h"
+#include "swiglu_fuse.h"
+#include "unshare.h"
+
+/* ---- the passes' adapters: read the context, run the pass, say what it did ---- */
+
+static fr_status run_unshare(fr_pass_ctx *c, fr_pass_result *r)
+{
+    FR_TRY(fr_unshare_params(c->g, &r->changed));
+    if (c->n_unshared) *c->n_unshared = r->changed;
+    snprintf(r->detail, sizeof r->detail, "%d parameter%s made separate again", r->changed,
+             r->changed == 1 ? "" : "s");
+    return FR_OK;
+}
+
+static fr_status run_select_params(fr_pass_ctx *c, fr_pass_result *r)
+{
+    int before = 0, kept = 0;
+    for (int i = 0; i < c->g->n_values; i++) before += (c->g->values[i].flags & FR_VAL_PARAM) != 0;
+    FR_TRY(fr_select_params(c->g, c->train_regex, c->freeze_regex, &kept));
+    r->changed = before - kept;
+    snprintf(r->detail, sizeof r->detail, "%d trained, %d made constants", kept, r->changed);
+    return FR_OK;
+}
+
+static fr_status run_retie(fr_pass_ctx *c, fr_pass_result *r)
+{
+    fr_tie *ties = NULL;
+    int n = 0;
+    FR_TRY(fr_retie_params(c->g, &ties, &n));
+    if (c->ties) {
+        *c->ties = ties;
+        *c->n_ties = n;
+    } else {
+        free(ties);
+    }
+    r->changed = n;
+    snprintf(r->detail, sizeof r->detail, "%d tied cop%s re-tied", n, n == 1 ? "y" : "ies");
+    return FR_OK;
+}
+
+static fr_status run_prepare(fr_pass_ctx *c, fr_pass_result *r)
+{
+    fr_prepare_options po;
+    fr_prepare_options_default(&po);
+    po.dims = c->dims;
+    po.n_dims = c->n_dims;
+    po.input_shapes = c->input_shapes;
+    po.n_input_shapes = c->n_input_shapes;
+    fr_prepare_stats st;
+    memset(&st, 0, sizeof st);
+    FR_TRY(fr_prepare_forward(c->g, &po, &st));
+    r->changed = st.nodes_removed + st.identities_removed;
+    snprintf(r->detail, sizeof r->detail, "%d nodes folded, %d removed (folded ones included), %d Identity removed", st.nodes_folded,
+             st.nodes_removed, st.identities_removed);
+    return FR_OK;
+}
+
+static fr_status run_count(fr_status (*fuse)(fr_graph *, int *), fr_pass_ctx *c, fr_pass_result *r)
+{
+    FR_TRY(fuse(c->g, &r->changed));
+    snprintf(r->detail, sizeof r->detail, "%d fused", r->changed);
+    return FR_OK;
+}
+
+static fr_status run_attention(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_fuse_attention, c, r); }
+
+static fr_status run_rotary(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_fuse_rotary, c, r); }
+
+static fr_status run_fp8_compile(fr_pass_ctx *c, fr_pass_result *r)
+{
+    if (!c->report || !c->compiled)
+        return fr_error(FR_ERR_INTERNAL, "pass fp8_compile: the runtime gave no report to fill");
+    FR_TRY(fr_fp8_compile(c->g, &c->fp8, c->report));
+    *c->compiled = 1;
+    const fr_fp8_report *rep = c->report;
+    r->changed = rep->n_linears;
+    snprintf(r->detail, sizeof r->detail, "%d Linear%s (%d fp8, %d bf16, %d fp32), %d fused parameter%s",
+             rep->n_linears, rep->n_linears == 1 ? "" : "s", rep->n_fp8, rep->n_bf16, rep->n_fp32, rep->n_fused,
+             rep->n_fused == 1 ? "" : "s");
+    return FR_OK;
+}
+
+static fr_status run_swiglu(fr_pass_ctx *c, fr_pass_result *r)
+{
+    int one_input = 0;
+    FR_TRY(fr_fuse_swiglu(c->g, &r->changed, &one_input));
+    if (c->compiled && *c->compiled) { /* the compile report lists the fused nodes too */
+        c->report->n_swiglu = r->changed;
+        c->report->n_swiglu_one_input = one_input;
+    }
+    snprintf(r->detail, sizeof r->detail, "%d fused (%d reading one fused gate/up Linear)", r->changed, one_input);
+    return FR_OK;
+}
+
+/* ---- the list: its order is the order the passes run in ----
+ * A new pass: its file (passes/NAME.c), an adapter above (one line through run_count when it
+ * is fr_status f(fr_graph *, int *count)), and one entry here, with a comment saying why it
+ * goes where it does. Its stage follows from its place: before `prepare` it sees the imported
+ * graph (symbolic shapes), after it the prepared one; before `fp8_compile` MatMul/Gemm, after
+ * it ai.fp8run::Linear. A new option it needs is a field of fr_train_options that the runtime's
+ * resolver (tr_pass_option, runtime/train_build.c) names. */
+
+static const fr_pass k_passes[] = {
+    /* first, on the model itself: export and checkpoints then name the separated parameters */
+    {"unshare", "parameters the exporter merged because their values were equal become separate again",
+     FR_STAGE_MODEL, "unshare", 0, run_unshare},
+    /* first on the training copy: what is a parameter decides what the passes after it may
+       fold or rewrite (export's copy keeps every initializer) */
+    {"select_params", "keep the trained parameters (--train / --freeze); the other initializers become "
+     "constants", FR_STAGE_IMPORTED, NULL, 0, run_select_params},
+    /* after parameter selection (it ties trained parameters only), before prepare, which
+       infers the Transpose it inserts and folds away what reads the untied copy no more */
+    {"retie", "a bit-exact (transposed) copy of an embedding table reads the table again", FR_STAGE_IMPORTED,
+     "retie", 0, run_retie},
+    /* the last step on the imported graph: everything after it sees static shapes and folded
+       constants. A compiled file keeps its result but not the resolved ops and shapes. */
+    {"prepare", "Identity removal, shape inference with constant folding, dead-node elimination",
+     FR_STAGE_IMPORTED, NULL, 1, run_prepare},
+    /* on the prepared graph (static shapes to match), before the FP8 compiler lowers the
+       MatMuls of two activations that the pattern reads */
+    {"fuse_attention", "the unfused attention of each layer becomes one ai.fp8run::Attention node",
+     FR_STAGE_PREPARED, "fuse_attention", 0, run_attention},
+    /* the RoPE feeding Q and K, under attention's switch (--no-fuse-attention keeps both);
+       after it, as the trainer always ran them, so compiled graphs stay the same */
+    {"fuse_rotary", "each RoPE (rotate-half, cos/sin tables) becomes one ai.fp8run::Rotary node",
+     FR_STAGE_PREPARED, "fuse_attention", 0, run_rotary},
+    /* after the fusions that take MatMuls out of its way, before the passes that read its
+       Linears */
+    {"fp8_compile", "MatMul/Gemm with a trained weight become ai.fp8run::Linear in fp8/bf16 (sibling "
+     "Linears fused)", FR_STAGE_PREPARED, "precision", 0, run_fp8_compile},
+    /* after the FP8 compiler: it then reads the fused gate/up Linear's one output */
+    {"fuse_swiglu", "Mul(Mul(gate, Sigmoid(gate)), up) becomes one ai.fp8run::SwiGLU node",
+     FR_STAGE_PREPARED, "fuse_swiglu", 0, run_swiglu},
+};
+
+#define N_PASSES ((int)(sizeof k_passes / sizeof k_passes[0]))
+_Static_assert(N_PASSES <= FR_PIPELINE_MAX_PASSES, "raise FR_PIPELINE_MAX_PASSES");
+
+const fr_pass *fr_pipeline_passes(int *n)
+{
+    *n = N_PASSES;
+    return k_passes;
+}
+
+const fr_pass *fr_pipeline_find(const char *name)
+{
+    for (int i = 0; name && i < N_PASSES; i++)
+        if (strcmp(k_passes[i].name, name) == 0) return &k_passes[i];
+    return NULL;
+}
+
+static fr_status run_one(const fr_pass *p, fr_pass_ctx *c)
+{
+    fr_pass_result tmp, *r = &tmp;
+    if (c->results) {
+        if (c->results->n >= FR_PIPELINE_MAX_PASSES)
+            return fr_error(FR_ERR_INTERNAL, "pipeline: more than %d pass results", FR_PIPELINE_MAX_PASSES);
+        r = &c->results->pass[c->results->n++];
+    }
+    memset(r, 0, sizeof *r);
+    r->name = p->name;
+    int on = 1;
+    if (p->option) {
+        if (!c->option)
+            return fr_error(FR_ERR_INTERNAL, "pass %s: no option resolver for its option '%s'", p->name, p->option);
+        FR_TRY(c->option(c->opts, p->option, &on));
+    }
+    if (!on) {
+        snprintf(r->detail, sizeof r->detail, "off (%s)", p->option);
+        return FR_OK;
+    }
+    r->ran = 1;
+    return p->run(c, r); /* its errors already say what failed, as users know them */
+}
+
+fr_status fr_pipeline_run(fr_pass_ctx *ctx, fr_pass_stage stage)
+{
+    for (int i = 0; i < N_PASSES; i++)
+        if (k_passes[i].stage == stage) FR_TRY(run_one(&k_passes[i], ctx));
+    return FR_OK;
+}
+
+fr_status fr_pipeline_reload(fr_graph *g)
+{
+    fr_pass_ctx c;
+    memset(&c, 0, sizeof c);
+    c.g = g;
+    for (int i = 0; i < N_PASSES; i++)
+        if (k_passes[i].reload) {
+            if (k_passes[i].option)
+                return fr_error(FR_ERR_INTERNAL, "pass %s: a pass run on reload has no option", k_passes[i].name);
+            FR_TRY(run_one(&k_passes[i], &c));
+        }
+    return FR_OK;
+}
+
+char *fr_pass_result_line(const fr_pass_result *r, char *buf, size_t n)
+{
+    if (n) snprintf(buf, n, "pass %s: %s", r->name ? r->name : "?", r->detail);
+    return buf;
+}
