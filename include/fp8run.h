@@ -440,7 +440,7 @@ typedef struct fp8run_train_config {
     double min_lr;               /* cosine: final learning rate (default 0) */
     int64_t warmup_steps;        /* linear warmup (default 0) */
     int64_t total_steps;         /* cosine: steps of the whole run (default 0; needed > warmup) */
-    double grad_clip;            /* clip the global gradient norm to this; <= 0: off (default) */
+    double grad_clip;            /* clip the global gradient norm to this; 0: off (default) */
     uint64_t seed;               /* the trainer's generator (default 0) */
     int max_bad_steps;           /* non-finite steps in a row before FP8RUN_ERR_NUMERIC (10) */
     int eval_only;               /* 1: no backward graph and no optimizer: evaluation only */
