@@ -13,6 +13,7 @@
 #include "graph/onnx_io.h"
 #include "passes/pipeline.h"
 #include "runtime/fbs.h"
+#include "runtime/option_choices.h"
 #include "runtime/trainer.h"
 
 /* ---- metadata lookup ---- */
@@ -143,10 +144,10 @@ static fr_status m_count(const meta *m, int64_t *out, const char *key)
 }
 
 static const char *const k_bool[] = {"0", "1", NULL};
-static const char *const k_prec[] = {"fp32", "bf16", "fp8", NULL};
-static const char *const k_recipe[] = {"delayed", "current", "block", NULL};
-static const char *const k_format[] = {"hybrid", "e4m3", NULL};
-static const char *const k_algo[] = {"max", "most_recent", NULL};
+static const char *const k_prec[] = {FR_CHOICES_PRECISION NULL};
+static const char *const k_recipe[] = {FR_CHOICES_RECIPE NULL};
+static const char *const k_format[] = {FR_CHOICES_FP8_FORMAT NULL};
+static const char *const k_algo[] = {FR_CHOICES_AMAX_ALGO NULL};
 static const char *const k_operand[] = {"x", "w", "dy", NULL};
 static const char *const k_fmt8[] = {"e4m3", "e5m2", NULL};
 static const char *const k_source[] = {"inline", "compiled", "fused", "tied", NULL};

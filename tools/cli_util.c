@@ -206,3 +206,16 @@ int cli_make_dirs(const char *dir)
     free(p);
     return rc;
 }
+
+const char *const cli_shape_options[] = {"batch", "seq_len", NULL};
+
+int cli_int64(const char *cmd, const char *opt, const char *text, int64_t min, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno || !text[0] || *end || v < min)
+        return cli_usage(cmd, "%s: '%s' is not an integer >= %lld", opt, text, (long long)min);
+    *out = v;
+    return 0;
+}
