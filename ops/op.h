@@ -74,7 +74,8 @@ extern const fr_op_def fr_ops_linear[];      /* ops/linear.c: Linear, LinearGrad
 extern const fr_op_def fr_ops_elementwise_grad[]; /* ops/elementwise_grad.c: ActivationGrad, PowGrad, FmodGrad, ExtremumGrad, ClipGrad (ai.fp8run) */
 extern const fr_op_def fr_ops_einsum[];      /* ops/einsum.c: Einsum */
 extern const fr_op_def fr_ops_cumsum[];      /* ops/cumsum.c: CumSum */
-extern const fr_op_def fr_ops_layout[];      /* ops/layout.c: Transpose, Concat, Split, Slice, Trilu, Tile, SliceGrad/TileGrad (ai.fp8run) */
+extern const fr_op_def fr_ops_layout[];      /* ops/layout.c: Transpose, Concat, Split */
+extern const fr_op_def fr_ops_slice_tile[];  /* ops/slice_tile.c: Slice, Trilu, Tile, SliceGrad/TileGrad (ai.fp8run) */
 extern const fr_op_def fr_ops_attention[];   /* ops/attention.c: Attention, AttentionGrad (ai.fp8run): fused attention, ops/attention.h */
 extern const fr_op_def fr_ops_swiglu[];      /* ops/swiglu.c: SwiGLU, SwiGLUGrad (ai.fp8run): fused gate * sigmoid(gate) * up, ops/swiglu.h */
 extern const fr_op_def fr_ops_rotary[];      /* ops/rotary.c: Rotary, RotaryGrad (ai.fp8run): fused x * cos + rotate_half(x) * sin, ops/rotary.h */
