@@ -62,7 +62,8 @@ const fr_op_def *fr_op_at(int i);
 extern const fr_op_def fr_ops_unary_math[];  /* ops/unary_math.c: elementwise unary math (ops/ew_unary.def) */
 extern const fr_op_def fr_ops_unary[];       /* ops/unary.c: IsNaN/IsInf/Not, Cast, Clip, Identity, Dropout */
 extern const fr_op_def fr_ops_binary[];      /* ops/binary.c: arithmetic, compare, logic, Where, Expand */
-extern const fr_op_def fr_ops_reduce[];      /* ops/reduce.c: Reduce*, ArgMax/ArgMin, ReduceGrad (ai.fp8run) */
+extern const fr_op_def fr_ops_reduce[];      /* ops/reduce.c: Reduce*, ArgMax/ArgMin */
+extern const fr_op_def fr_ops_reduce_grad[]; /* ops/reduce_grad.c: ReduceGrad (ai.fp8run) */
 extern const fr_op_def fr_ops_matmul[];      /* ops/matmul.c: MatMul, Gemm */
 extern const fr_op_def fr_ops_softmax[];     /* ops/softmax.c: Softmax, LogSoftmax, SoftmaxGrad/LogSoftmaxGrad (ai.fp8run) */
 extern const fr_op_def fr_ops_norm[];        /* ops/norm.c: LayerNormalization, RMSNormalization, LayerNormGrad/RMSNormGrad (ai.fp8run) */
