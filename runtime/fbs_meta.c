@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/option_choices.h"
+
 fr_status fr_fbs_meta_open(const fr_graph *g, const char *what, fr_fbs_meta *m)
 {
     memset(m, 0, sizeof *m);
@@ -120,10 +122,10 @@ fr_status fr_fbs_get_count(const fr_fbs_meta *m, int64_t *out, const char *key)
 }
 
 const char *const fr_fbs_k_bool[] = {"0", "1", NULL};
-const char *const fr_fbs_k_prec[] = {"fp32", "bf16", "fp8", NULL};
-const char *const fr_fbs_k_recipe[] = {"delayed", "current", "block", NULL};
-const char *const fr_fbs_k_format[] = {"hybrid", "e4m3", NULL};
-const char *const fr_fbs_k_algo[] = {"max", "most_recent", NULL};
+const char *const fr_fbs_k_prec[] = {FR_CHOICES_PRECISION NULL};
+const char *const fr_fbs_k_recipe[] = {FR_CHOICES_RECIPE NULL};
+const char *const fr_fbs_k_format[] = {FR_CHOICES_FP8_FORMAT NULL};
+const char *const fr_fbs_k_algo[] = {FR_CHOICES_AMAX_ALGO NULL};
 const char *const fr_fbs_k_operand[] = {"x", "w", "dy", NULL};
 const char *const fr_fbs_k_fmt8[] = {"e4m3", "e5m2", NULL};
 const char *const fr_fbs_k_source[] = {"inline", "compiled", "fused", "tied", NULL};
