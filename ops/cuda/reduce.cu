@@ -6,7 +6,8 @@
  * wrapping.
  *
  * This file: Reduce*, ArgMax/ArgMin, SumToShape, Dot and the kernel table; ReduceGrad is in
- * reduce_grad.cu, CumSum in cumsum.cu, the reduction engine in reduce_engine.cuh. */
+ * reduce_grad.cu, CumSum in cumsum.cu, the reduction engine in reduce_engine.cuh. Everything is
+ * validated on the host from the static shapes (but CumSum's run-time axis: cumsum.cu). */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
