@@ -20,7 +20,8 @@ import numpy as np
 from . import _lib
 
 __all__ = ["Error", "Model", "Session", "DataLoader", "Checkpoint", "Safetensors", "LoadReport", "Report", "TensorInfo", "StepStats",
-           "version", "abi_version", "is_checkpoint", "checkpoint_to_safetensors", "set_log_callback", "library_path"]
+           "version", "abi_version", "is_checkpoint", "checkpoint_to_safetensors", "set_log_callback", "library_path",
+           "plot", "prepare", "train", "from_torch", "Progress", "log_to_python"]
 
 _L = _lib.load()
 
@@ -509,6 +510,7 @@ class Session(_Handle):
         _check(_L.fp8run_session_create(model._handle(), _bytes(backend), ctypes.byref(c), ctypes.byref(h)))
         self._h = h
         self.last_stats = None
+        self._torch_names = getattr(model, "torch_names", None)  # from_torch's module names
 
     batch = property(lambda self: _L.fp8run_session_batch(self._handle()))
     seq_len = property(lambda self: _L.fp8run_session_seq_len(self._handle()))
@@ -600,6 +602,12 @@ class Session(_Handle):
         shape = self._shape(name)
         a = _f32_buffer(value, int(np.prod(shape, dtype=np.int64)), "parameter '%s'" % name)
         _check(_L.fp8run_session_set_param(self._handle(), _bytes(name), a.ctypes.data, a.size))
+
+    def state_dict(self, module=None):
+        """The trained weights as {module name: torch.Tensor} for module.load_state_dict(...,
+        strict=False) (fp8run.torch_export.state_dict; needs torch)."""
+        from .torch_export import state_dict
+        return state_dict(self, module)
 
     def save(self, path, data=None):
         """Write a checkpoint (with the DataLoader's position when given)."""
@@ -792,3 +800,12 @@ def _load_safetensors(fn, handle, path, strict):
     finally:
         if st is not path:
             st.close()
+
+
+# the PyTorch user's side: text in, torch modules in and weights out, plots, progress, logging
+from .plot import plot  # noqa: E402
+from .prepare import prepare  # noqa: E402
+from .progress import Progress  # noqa: E402
+from .logs import log_to_python  # noqa: E402
+from .train import train  # noqa: E402
+from .torch_export import from_torch  # noqa: E402
