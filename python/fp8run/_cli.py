@@ -28,3 +28,12 @@ def run(args):
     if r.returncode != 0:
         raise RuntimeError(r.stderr.strip() or "fp8run %s failed (exit %d)" % (args[0], r.returncode))
     return r.stdout
+
+
+def main():
+    """The `fp8run` console script of a pip install: the bundled program, with our arguments."""
+    import sys
+    path = find()
+    if os.path.realpath(path) == os.path.realpath(sys.argv[0]):  # PATH found this script itself
+        sys.exit("fp8run: the fp8run program is not inside the package; set FP8RUN_CLI to it")
+    os.execv(path, [path] + sys.argv[1:])
