@@ -510,7 +510,6 @@ class Session(_Handle):
         _check(_L.fp8run_session_create(model._handle(), _bytes(backend), ctypes.byref(c), ctypes.byref(h)))
         self._h = h
         self.last_stats = None
-        self._torch_names = getattr(model, "torch_names", None)  # from_torch's module names
 
     batch = property(lambda self: _L.fp8run_session_batch(self._handle()))
     seq_len = property(lambda self: _L.fp8run_session_seq_len(self._handle()))
@@ -603,11 +602,7 @@ class Session(_Handle):
         a = _f32_buffer(value, int(np.prod(shape, dtype=np.int64)), "parameter '%s'" % name)
         _check(_L.fp8run_session_set_param(self._handle(), _bytes(name), a.ctypes.data, a.size))
 
-    def state_dict(self, module=None):
-        """The trained weights as {module name: torch.Tensor} for module.load_state_dict(...,
-        strict=False) (fp8run.torch_export.state_dict; needs torch)."""
-        from .torch_export import state_dict
-        return state_dict(self, module)
+    state_dict = lambda self, module=None: _state_dict(self, module)  # noqa: E731 (torch_export.state_dict)
 
     def save(self, path, data=None):
         """Write a checkpoint (with the DataLoader's position when given)."""
@@ -802,10 +797,4 @@ def _load_safetensors(fn, handle, path, strict):
             st.close()
 
 
-# the PyTorch user's side: text in, torch modules in and weights out, plots, progress, logging
-from .plot import plot  # noqa: E402
-from .prepare import prepare  # noqa: E402
-from .progress import Progress  # noqa: E402
-from .logs import log_to_python  # noqa: E402
-from .train import train  # noqa: E402
-from .torch_export import from_torch  # noqa: E402
+from ._user import plot, prepare, Progress, log_to_python, train, from_torch, _state_dict  # noqa: E402,F401

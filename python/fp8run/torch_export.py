@@ -41,9 +41,9 @@ def from_torch(module, example_inputs, path=None, *, opset=18, input_names=("inp
                dynamic_shapes=None, external_data=False):
     """Export `module` with example_inputs (a tensor of token ids [B, T], or a tuple of inputs)
     through torch.onnx.export(dynamo=True) and load it as an fp8run Model. path: where the ONNX
-    file goes (default: a temporary folder that lives as long as the Model). The Model's
-    .torch_names are the module's state_dict names, so Session.state_dict() returns exactly the
-    weights the module can load. The first output (logits) is what fp8run trains on."""
+    file goes (default: a temporary folder that lives as long as the Model). Its parameters keep
+    the module's names, so Session.state_dict(module) gives weights the module loads. The
+    first output (logits) is what fp8run trains on."""
     import torch  # noqa: F401  (a clear ImportError when torch is missing)
     from . import Model
     args = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
@@ -57,25 +57,23 @@ def from_torch(module, example_inputs, path=None, *, opset=18, input_names=("inp
                                  output_names=[output_name], dynamic_shapes=dynamic_shapes)
     prog.save(os.fspath(path), external_data=external_data)
     model = Model(path)
-    model.torch_names = list(module.state_dict().keys())
     model._torch_tmp = tmp  # the file stays while the Model does
     return model
 
 
 def state_dict(session, module=None):
-    """{name: torch.Tensor} of the session's current parameters that the module has (its
-    state_dict names; from_torch's Model records them), in the module's dtypes when it is given.
+    """{name: torch.Tensor} of the session's trained parameters (the ONNX model's names, which
+    from_torch keeps as the module's); with `module`, only those it has, in its dtypes and shapes.
     Load with module.load_state_dict(sd, strict=False): tied weights (lm_head sharing the
     embedding) and buffers are not in the ONNX model's parameters."""
     import torch
-    names = list(module.state_dict().keys()) if module is not None else getattr(session, "_torch_names", None)
-    own = module.state_dict() if module is not None else {}
+    own = module.state_dict() if module is not None else None
     out = {}
     for p in session.parameters:
-        if names is not None and p.name not in names:
-            continue  # the exporter's constants (val_6 ...), not the module's weights
+        if own is not None and p.name not in own:
+            continue  # not one of the module's weights
         t = torch.from_numpy(session.get_param(p.name))
-        if p.name in own:
+        if own is not None:
             t = t.to(dtype=own[p.name].dtype).reshape(own[p.name].shape)
         out[p.name] = t
     return out
