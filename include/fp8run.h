@@ -242,6 +242,16 @@ FP8RUN_API int fp8run_model_param_count(const fp8run_model *m);
 /* Elements in all of them. */
 FP8RUN_API int64_t fp8run_model_param_elements(const fp8run_model *m);
 FP8RUN_API fp8run_status fp8run_model_param(const fp8run_model *m, int i, fp8run_value_info *info);
+/* Every float initializer in model order, trained or not. *trained (may be NULL): 1 for a
+ * parameter. *why (may be NULL; a string owned by the model): where a parameter came from
+ * ("parameter", "parameter, un-folded from 'val_93' (Transpose)", "float initializer") or why
+ * another is not trained ("buffer", "constant tensor", "constant folded by the exporter",
+ * "scalar", "feeds only non-differentiable inputs of Pow", "additive mask", "folded by the
+ * exporter from parameter '...' ...: that parameter is not trained"). The rule is in README.md
+ * ("Which initializers are trained"). */
+FP8RUN_API int fp8run_model_float_initializer_count(const fp8run_model *m);
+FP8RUN_API fp8run_status fp8run_model_float_initializer(const fp8run_model *m, int i, fp8run_value_info *info,
+                                                        int *trained, const char **why);
 /* Copy parameter `name` (float32 or converted from float16/bfloat16/float64) into dst, which
  * holds `count` floats; count must equal the parameter's element count. */
 FP8RUN_API fp8run_status fp8run_model_get_param(fp8run_model *m, const char *name, float *dst, size_t count);

@@ -274,19 +274,14 @@ static void test_fused_round_trip(void)
     fp8run_model_destroy(m);
 }
 
-/* Enabled by itself once the trainer names its parameters by module (folded q/k/v/o and MLP
- * weights under model.layers.N...): then the fixture matches completely. */
+/* The trainer names its parameters by module (folded q/k/v/o and MLP weights under
+ * model.layers.N..., graph/params.c): the fixture matches completely. */
 static void test_full_match(void)
 {
     char p[512], dir[512], out[600];
     fp8run_model *m = load_model();
     fp8run_session *s = new_session(m);
-    if (!session_has(s, "model.layers.0.self_attn.q_proj.weight")) {
-        fprintf(stderr, "(skipped: the session's parameters are not module names yet) ");
-        fp8run_session_destroy(s);
-        fp8run_model_destroy(m);
-        return;
-    }
+    CU_ASSERT_FATAL(session_has(s, "model.layers.0.self_attn.q_proj.weight"));
     const double l0 = eval(s);
     fp8run_safetensors *st = open_st(fr_fixture(p, sizeof p, WEIGHTS));
     fp8run_load_report r = {.struct_size = sizeof r};

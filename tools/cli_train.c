@@ -657,12 +657,25 @@ static int log_fp8(loop *L, int64_t done)
     if (fp8run_session_fp8_stats(L->t, &n) != FP8RUN_OK) return cli_fail_status();
     if (n == 0) return 0;
     FILE *f = L->log;
+    /* each record names the module parameters its Linear reads, not only the node */
+    fp8run_report *r = NULL;
+    if (fp8run_session_report(L->t, &r) != FP8RUN_OK) return cli_fail_status();
     fprintf(f, "{\"step\": %lld, \"fp8\": [", (long long)done);
     for (int i = 0; i < n; i++) {
         fp8run_fp8_stat s = {.struct_size = sizeof s};
-        if (fp8run_session_fp8_stat(L->t, i, &s) != FP8RUN_OK) return cli_fail_status();
+        if (fp8run_session_fp8_stat(L->t, i, &s) != FP8RUN_OK) {
+            fp8run_report_destroy(r);
+            return cli_fail_status();
+        }
         fprintf(f, "%s{\"layer\": ", i ? ", " : "");
         log_json_str(f, s.layer);
+        for (int k = 0; k < fp8run_report_layer_count(r); k++) {
+            fp8run_layer_info li = {.struct_size = sizeof li};
+            if (fp8run_report_layer(r, k, &li) != FP8RUN_OK || strcmp(li.name, s.layer) != 0) continue;
+            fprintf(f, ", \"weights\": ");
+            log_json_str(f, li.weights);
+            break;
+        }
         fprintf(f, ", \"operand\": \"%s\", \"recipe\": \"%s\", \"format\": \"%s\"", s.operand, s.recipe, s.format);
         log_json_num(f, "amax", s.has_amax ? s.amax : NAN);
         log_json_num(f, "scale", s.has_scale ? s.scale : NAN);
@@ -682,6 +695,7 @@ static int log_fp8(loop *L, int64_t done)
         }
         fputc('}', f);
     }
+    fp8run_report_destroy(r);
     fprintf(f, "]}\n");
     fflush(f);
     return 0;

@@ -246,7 +246,8 @@ class Model(_Handle):
 
     @property
     def parameters(self):
-        """Every float initializer (what training can update), in model order."""
+        """The parameters (what training updates), in model order, under the module's names
+        (`fp8run info` lists the other float initializers and why they are not trained)."""
         return _infos(_L.fp8run_model_param_count, _L.fp8run_model_param, self._handle())
 
     @property
@@ -258,7 +259,7 @@ class Model(_Handle):
         for p in self.parameters:
             if p.name == name:
                 return p
-        raise Error(ERR_INVALID_ARG, "the model has no parameter (float initializer) named '%s'" % name)
+        raise Error(ERR_INVALID_ARG, "the model has no parameter named '%s'" % name)
 
     def get_param(self, name):
         p = self._param_info(name)

@@ -5,6 +5,7 @@ data loader, and errors raised as fp8run.Error with the library's message.
 
     FP8RUN_LIBRARY=build/libfp8run.so FP8RUN_EXAMPLE=build/fp8run_example \\
         python3 python/tests/test_fp8run.py -v"""
+import json
 import os
 import subprocess
 import sys
@@ -155,6 +156,21 @@ class FP8RunTest(unittest.TestCase):
         self.assertEqual(logits.shape, (B, T, 128))
         self.assertError(fp8run.ERR_INVALID_ARG, "nope", s.get_param, "nope")
         self.assertError(fp8run.ERR_SHAPE, name, s.set_param, name, np.zeros(3))
+
+    def test_dynamo_export_module_names(self):
+        # torch.onnx dynamo export: parameters under the module's names and layouts
+        d = os.path.join(FIXTURES, "hf", "llama_op18_static")
+        with open(os.path.join(d, "meta.json")) as f:
+            meta = json.load(f)["parameters"]
+        m = fp8run.Model(os.path.join(d, "model.onnx"))
+        self.assertEqual(sorted(p.name for p in m.parameters), sorted(meta))
+        for p in m.parameters:
+            self.assertEqual(list(p.shape), meta[p.name])
+        q = m.get_param("model.layers.0.self_attn.q_proj.weight")
+        self.assertEqual(q.shape, (72, 72))
+        s = fp8run.Session(m, batch=2, seq=11, precision="fp32")
+        np.testing.assert_array_equal(s.get_param("model.layers.0.self_attn.q_proj.weight"), q)
+        self.assertError(fp8run.ERR_INVALID_ARG, "val_93", m.get_param, "val_93")
 
     def test_checkpoint_resume_and_export(self):
         m = fp8run.Model(MODEL)
