@@ -519,6 +519,7 @@ class Session(_Handle):
     steps_done = property(lambda self: _L.fp8run_session_steps_done(self._handle()))
     steps_skipped = property(lambda self: _L.fp8run_session_steps_skipped(self._handle()))
     backend = property(lambda self: _str(_L.fp8run_session_backend(self._handle())))
+    state_dict = lambda self, module=None: _state_dict(self, module)  # noqa: E731 (torch_export.state_dict)
 
     @property
     def config(self):
@@ -602,8 +603,6 @@ class Session(_Handle):
         shape = self._shape(name)
         a = _f32_buffer(value, int(np.prod(shape, dtype=np.int64)), "parameter '%s'" % name)
         _check(_L.fp8run_session_set_param(self._handle(), _bytes(name), a.ctypes.data, a.size))
-
-    state_dict = lambda self, module=None: _state_dict(self, module)  # noqa: E731 (torch_export.state_dict)
 
     def save(self, path, data=None):
         """Write a checkpoint (with the DataLoader's position when given)."""

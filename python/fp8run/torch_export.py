@@ -38,12 +38,13 @@ def _logits_only(module):
 
 
 def from_torch(module, example_inputs, path=None, *, opset=18, input_names=("input_ids",), output_name="logits",
-               dynamic_shapes=None, external_data=False):
+               dynamic_shapes=None, external_data=None):
     """Export `module` with example_inputs (a tensor of token ids [B, T], or a tuple of inputs)
     through torch.onnx.export(dynamo=True) and load it as an fp8run Model. path: where the ONNX
     file goes (default: a temporary folder that lives as long as the Model). Its parameters keep
     the module's names, so Session.state_dict(module) gives weights the module loads. The
-    first output (logits) is what fp8run trains on."""
+    first output (logits) is what fp8run trains on. external_data: weights in a separate file
+    (default: when they pass 1 GiB). dynamic_shapes: torch.export's, keyed by input name."""
     import torch  # noqa: F401  (a clear ImportError when torch is missing)
     from . import Model
     args = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
@@ -55,6 +56,8 @@ def from_torch(module, example_inputs, path=None, *, opset=18, input_names=("inp
     with _logits_only(module) as m, torch.no_grad():
         prog = torch.onnx.export(m, args, dynamo=True, opset_version=opset, input_names=names,
                                  output_names=[output_name], dynamic_shapes=dynamic_shapes)
+    if external_data is None:  # protobuf's 2 GB limit: big weights go to model.onnx.data
+        external_data = sum(p.numel() * p.element_size() for p in module.parameters()) > (1 << 30)
     prog.save(os.fspath(path), external_data=external_data)
     model = Model(path)
     model._torch_tmp = tmp  # the file stays while the Model does
