@@ -203,8 +203,9 @@ static void test_train_op18(void)
     check_training("gpt2_op18_dynamic", "gpt2_op18_dynamic"); /* mask input */
 }
 
-/* Training the mask's constants too (no --train: they are float initializers): the run-time mask
- * then depends on a trained value and stays unfused (the fused op gives its mask no gradient). */
+/* Training the mask's constants too (--train '.*' selects every float initializer, constants
+ * included): the run-time mask then depends on a trained value and stays unfused (the fused op
+ * gives its mask no gradient). */
 static void test_trained_mask_unfused(void)
 {
     fr_graph *g = load_model("gpt2_op18_dynamic");
@@ -214,6 +215,10 @@ static void test_trained_mask_unfused(void)
     o.seq_len = HF_T;
     o.precision = "bf16";
     fr_trainer *t = NULL;
+    FR_ASSERT_OK(fr_trainer_new(g, &o, &t)); /* parameters only: the mask is constant, fused */
+    CU_ASSERT_EQUAL(fr_trainer_fp8_report(t)->n_attention, 2);
+    fr_trainer_free(t);
+    o.train_regex = ".*";
     FR_ASSERT_OK(fr_trainer_new(g, &o, &t));
     CU_ASSERT_EQUAL(fr_trainer_fp8_report(t)->n_attention, 0);
     fr_trainer_free(t);
