@@ -61,42 +61,35 @@ static int count(const char *hay, const char *needle)
     return n;
 }
 
-static char *slurp_tmp(const char *name)
+/* Run `fp8run plot ARGS -o name`, and return the SVG after checking that it is well-formed. */
+static char *plot_svg(const char *args, const char *name)
 {
-    char p[700];
-    snprintf(p, sizeof p, "%s/%s", cli_tmp, name);
-    return cli_slurp(p, NULL);
-}
-
-static void write_tmp(const char *name, const char *text)
-{
-    char p[700];
-    snprintf(p, sizeof p, "%s/%s", cli_tmp, name);
-    FILE *f = fopen(p, "w");
-    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-    fputs(text, f);
-    fclose(f);
+    char cmd[600], want[200];
+    snprintf(cmd, sizeof cmd, "plot %s -o %s", args, name);
+    snprintf(want, sizeof want, "wrote %s", name);
+    CLI_EXPECT(cli_run("%s", cmd), 0, cli_out, want);
+    char *svg = cli_slurp_tmp(name, NULL);
+    const char *why = xml_problem(svg);
+    if (why) printf("\n  %s: %s", name, why);
+    CU_ASSERT_PTR_NULL(why);
+    return svg;
 }
 
 /* Two hand-written runs: every scalar chart, a val line, a skipped step, a null (non-finite)
  * loss, a gradient norm spanning four decades (log scale), a name that needs escaping. */
 static void test_plot_runs(void)
 {
-    write_tmp("a.jsonl",
+    cli_write("a.jsonl",
               "{\"step\": 1, \"loss\": 5.5, \"lr\": 0.001, \"grad_norm\": 100, \"tokens_per_s\": 1000, \"skipped\": false}\n"
               "{\"step\": 2, \"loss\": null, \"lr\": 0.002, \"grad_norm\": null, \"tokens_per_s\": 1100, \"skipped\": true}\n"
               "\n"
               "{\"step\": 3, \"loss\": 4.0, \"lr\": 0.003, \"grad_norm\": 1, \"tokens_per_s\": 1200, \"skipped\": false}\n"
               "{\"step\": 4, \"loss\": 3.0, \"lr\": 0.003, \"grad_norm\": 0.01, \"tokens_per_s\": 1250, \"skipped\": false}\n"
               "{\"step\": 4, \"val_loss\": 3.5}\n");
-    write_tmp("b<&>.jsonl",
+    cli_write("b<&>.jsonl",
               "{\"step\": 1, \"loss\": 6.0, \"lr\": 0.001, \"grad_norm\": 2, \"tokens_per_s\": 900, \"skipped\": false}\n"
               "{\"step\": 8, \"loss\": 2.0, \"lr\": 0.0005, \"grad_norm\": 1, \"tokens_per_s\": 950, \"skipped\": false}\n");
-    CLI_EXPECT(cli_run("plot a.jsonl 'b<&>.jsonl' -o ab.svg"), 0, cli_out, "wrote ab.svg");
-    char *svg = slurp_tmp("ab.svg");
-    const char *why = xml_problem(svg);
-    if (why) printf("\n  ab.svg: %s", why);
-    CU_ASSERT_PTR_NULL(why);
+    char *svg = plot_svg("a.jsonl 'b<&>.jsonl'", "ab.svg");
     CU_ASSERT_PTR_NOT_NULL(strstr(svg, "<svg xmlns=\"http://www.w3.org/2000/svg\""));
     /* four charts, no FP8 charts without --log-fp8 records */
     CU_ASSERT_EQUAL(count(svg, ">learning rate<"), 1);
@@ -131,11 +124,7 @@ static void test_plot_fp8(void)
                        "--steps 6 --batch 2 --seq 16 --lr 1e-3 --log r.jsonl --log-fp8 2",
                        model, tokens, tokens),
                0, cli_out, "trained");
-    CLI_EXPECT(cli_run("plot r.jsonl -o r.svg --title 'tiny & fp8'"), 0, cli_out, "wrote r.svg");
-    char *svg = slurp_tmp("r.svg");
-    const char *why = xml_problem(svg);
-    if (why) printf("\n  r.svg: %s", why);
-    CU_ASSERT_PTR_NULL(why);
+    char *svg = plot_svg("r.jsonl --title 'tiny & fp8'", "r.svg");
     CU_ASSERT_PTR_NOT_NULL(strstr(svg, ">tiny &amp; fp8<"));
     const char *ops[] = {"x", "w", "dy"};
     for (int i = 0; i < 3; i++) {
@@ -155,8 +144,8 @@ static void test_plot_fp8(void)
 
 static void test_plot_errors(void)
 {
-    write_tmp("bad.jsonl", "{\"step\": 1, \"loss\": 2}\n{\"step\": 2, \"loss\n");
-    write_tmp("empty.jsonl", "\n");
+    cli_write("bad.jsonl", "{\"step\": 1, \"loss\": 2}\n{\"step\": 2, \"loss\n");
+    cli_write("empty.jsonl", "\n");
     CLI_EXPECT(cli_run("plot bad.jsonl -o x.svg"), 1, cli_err, "bad.jsonl:2: not a JSON record");
     CLI_EXPECT(cli_run("plot empty.jsonl -o x.svg"), 1, cli_err, "has no records");
     CLI_EXPECT(cli_run("plot missing.jsonl -o x.svg"), 1, cli_err, "cannot open missing.jsonl");

@@ -8,16 +8,6 @@
 
 #include "cli_runner.h"
 
-static void write_tmp(const char *name, const char *text)
-{
-    char p[700];
-    snprintf(p, sizeof p, "%s/%s", cli_tmp, name);
-    FILE *f = fopen(p, "w");
-    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-    fputs(text, f);
-    fclose(f);
-}
-
 /* Every token of a token file, read through the public data loader (one window of the whole
  * file): proves the loader accepts the format. Returns the count, -1 on failure. */
 static int64_t read_tokens(const char *name, int64_t *out, int64_t cap)
@@ -43,18 +33,16 @@ static int64_t read_tokens(const char *name, int64_t *out, int64_t cap)
 
 static size_t file_size(const char *name)
 {
-    char p[700];
     size_t len = 0;
-    snprintf(p, sizeof p, "%s/%s", cli_tmp, name);
-    free(cli_slurp(p, &len));
+    free(cli_slurp_tmp(name, &len));
     return len;
 }
 
 static void test_prepare_bytes(void)
 {
     const char *docs[] = {"hello, world\n", "two \xc3\xa9"}; /* UTF-8 bytes are tokens */
-    write_tmp("a.txt", docs[0]);
-    write_tmp("b.txt", docs[1]);
+    cli_write("a.txt", docs[0]);
+    cli_write("b.txt", docs[1]);
     int64_t want[64], n = 0;
     for (int d = 0; d < 2; d++) {
         for (const unsigned char *c = (const unsigned char *)docs[d]; *c; c++) want[n++] = *c;
@@ -106,8 +94,8 @@ static void test_prepare_trains(void)
 
 static void test_prepare_errors(void)
 {
-    write_tmp("a.txt", "x");
-    write_tmp("d.jsonl", "{\"text\": \"x\"}\n");
+    cli_write("a.txt", "x");
+    cli_write("d.jsonl", "{\"text\": \"x\"}\n");
     CLI_EXPECT(cli_run("prepare a.txt -o t.bin"), 2, cli_err, "--tokenizer");
     CLI_EXPECT(cli_run("prepare --tokenizer bytes a.txt"), 2, cli_err, "-o TOKENS.bin is required");
     CLI_EXPECT(cli_run("prepare --tokenizer bytes -o t.bin"), 2, cli_err, "at least one text file");
