@@ -20,7 +20,8 @@ import numpy as np
 from . import _lib
 
 __all__ = ["Error", "Model", "Session", "DataLoader", "Checkpoint", "Safetensors", "LoadReport", "Report", "TensorInfo", "StepStats",
-           "version", "abi_version", "is_checkpoint", "checkpoint_to_safetensors", "set_log_callback", "library_path"]
+           "version", "abi_version", "is_checkpoint", "checkpoint_to_safetensors", "set_log_callback", "library_path",
+           "plot", "prepare", "train", "from_torch", "Progress", "log_to_python"]
 
 _L = _lib.load()
 
@@ -517,6 +518,7 @@ class Session(_Handle):
     steps_done = property(lambda self: _L.fp8run_session_steps_done(self._handle()))
     steps_skipped = property(lambda self: _L.fp8run_session_steps_skipped(self._handle()))
     backend = property(lambda self: _str(_L.fp8run_session_backend(self._handle())))
+    state_dict = lambda self, module=None: _state_dict(self, module)  # noqa: E731 (torch_export.state_dict)
 
     @property
     def config(self):
@@ -792,3 +794,6 @@ def _load_safetensors(fn, handle, path, strict):
     finally:
         if st is not path:
             st.close()
+
+
+from ._user import plot, prepare, Progress, log_to_python, train, from_torch, _state_dict  # noqa: E402,F401
