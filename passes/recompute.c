@@ -34,7 +34,7 @@ typedef struct rc {
     unsigned char *on; /* per forward node: on the branch being searched */
     unsigned char *clone, *internal; /* per forward node: to copy; read inside its region */
     int *map;         /* per original value: its copy, -1 */
-    int *first;       /* per region: the first backward node reading a copy (nn: none) */
+    int *first;       /* per forward node to copy: the first node needing its copy (nn: none) */
     int *src_of;      /* per copy (node nn + i): the forward node it copies */
 } rc;
 
@@ -132,11 +132,12 @@ static int assign_regions(rc *c, const branch *bs, int nb, fr_recompute_mode mod
     return nr;
 }
 
-/* Which forward nodes to copy (c->clone) and where each region's copies go (c->first). */
-static void plan_copies(rc *c, int nr)
+/* Which forward nodes to copy (c->clone) and where each copy goes (c->first: right before the
+ * first backward node reading it or a copy made from it). */
+static void plan_copies(rc *c)
 {
     const fr_graph *g = c->g;
-    for (int x = 0; x < nr; x++) c->first[x] = c->nn;
+    for (int n = 0; n < c->nf; n++) c->first[n] = c->nn;
     for (int n = 0; n < c->nf; n++) { /* read inside its own region: not a sink */
         const fr_node *nd = &g->nodes[n];
         for (int k = 0; c->region_of[n] >= 0 && k < nd->n_inputs; k++) {
@@ -150,14 +151,16 @@ static void plan_copies(rc *c, int nr)
             int p = producer(c, nd->inputs[k]);
             if (p < 0 || c->region_of[p] < 0 || !c->internal[p]) continue;
             c->clone[p] = 1;
-            if (j < c->first[c->region_of[p]]) c->first[c->region_of[p]] = j;
+            if (j < c->first[p]) c->first[p] = j;
         }
     }
     for (int n = c->nf - 1; n >= 0; n--) { /* and what those copies read inside the region */
         const fr_node *nd = &g->nodes[n];
         for (int k = 0; c->clone[n] && k < nd->n_inputs; k++) {
             int p = producer(c, nd->inputs[k]);
-            if (p >= 0 && c->region_of[p] == c->region_of[n]) c->clone[p] = 1;
+            if (p < 0 || c->region_of[p] != c->region_of[n]) continue;
+            c->clone[p] = 1;
+            if (c->first[n] < c->first[p]) c->first[p] = c->first[n];
         }
     }
 }
@@ -198,8 +201,8 @@ static fr_status copy_node(rc *c, int n)
     return fr_node_copy_attrs(&g->nodes[nid], &g->nodes[n]);
 }
 
-/* Put the copies (nodes nn.. in forward order) of each region right before c->first[region]. */
-static fr_status reorder(rc *c, int nr)
+/* Put each copy (nodes nn.., in forward order) right before c->first[its source]. */
+static fr_status reorder(rc *c)
 {
     fr_graph *g = c->g;
     int total = g->n_nodes;
@@ -207,12 +210,13 @@ static fr_status reorder(rc *c, int nr)
     if (!nodes) return FR_ERR_OOM;
     int k = 0;
     for (int j = 0; j < c->nn; j++) {
-        for (int x = 0; j >= c->nf && x < nr; x++) {
-            if (c->first[x] != j) continue;
-            for (int m = c->nn; m < total; m++)
-                if (c->region_of[c->src_of[m - c->nn]] == x) nodes[k++] = g->nodes[m];
-        }
+        for (int m = c->nn; j >= c->nf && m < total; m++)
+            if (c->first[c->src_of[m - c->nn]] == j) nodes[k++] = g->nodes[m];
         nodes[k++] = g->nodes[j];
+    }
+    if (k != total) { /* every copy is read by the backward: a bug otherwise */
+        free(nodes);
+        return fr_error(FR_ERR_INTERNAL, "recompute: %d of %d nodes placed", k, total);
     }
     free(g->nodes);
     g->nodes = nodes;
@@ -260,7 +264,7 @@ static fr_status run(rc *c, fr_recompute_mode mode, fr_recompute_stats *stats)
     free(bs);
     FR_TRY(st);
     if (nr < 0) return FR_ERR_OOM;
-    plan_copies(c, nr);
+    plan_copies(c);
     int copies = 0;
     for (int n = 0; n < c->nf; n++)
         if (c->clone[n]) {
@@ -278,7 +282,7 @@ static fr_status run(rc *c, fr_recompute_mode mode, fr_recompute_stats *stats)
     }
     stats->regions = nr;
     stats->nodes = copies;
-    return copies ? reorder(c, nr) : FR_OK;
+    return copies ? reorder(c) : FR_OK;
 }
 
 fr_status fr_recompute(fr_graph *g, int n_forward, fr_recompute_mode mode, fr_recompute_stats *stats)
