@@ -84,6 +84,10 @@ static void run_case(const model_case *m, const char *precision, const char *rec
         const fr_pass_result *r = recompute_result(t[k]);
         CU_ASSERT_PTR_NOT_NULL_FATAL(r);
         CU_ASSERT_EQUAL(r->ran, k != 0);
+        int n_entries;
+        fr_pipeline_passes(&n_entries);
+        CU_ASSERT_EQUAL(t[k]->passes.n, n_entries); /* a training build reaches every entry */
+        if (!k) CU_ASSERT_STRING_EQUAL(r->detail, "off (recompute)");
         if (k) CU_ASSERT(r->changed > 0); /* forward nodes copied */
         if (k) printf("\n    %s %s: pass %s: %s", precision, recipe, r->name, r->detail);
     }
