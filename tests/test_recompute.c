@@ -25,6 +25,7 @@ typedef struct model_case {
     fr_graph *g;
     int64_t batch, seq, vocab;
     int strict; /* every mode must lower the planned peak (else: not raise it) */
+    int unfused; /* no attention, RoPE, SwiGLU or Linear fusion; 2 micro-batches per step */
 } model_case;
 
 static void load_generated(model_case *m)
@@ -78,6 +79,10 @@ static void run_case(const model_case *m, const char *precision, const char *rec
         o.precision = precision;
         o.fp8.recipe = recipe;
         o.recompute = k_modes[k];
+        if (m->unfused) {
+            o.fuse_attention = o.fuse_swiglu = o.fp8.fuse = 0;
+            o.grad_accum = 2;
+        }
         FR_ASSERT_OK(fr_trainer_new(m->g, &o, &t[k]));
         peak[k] = fr_exec_peak_bytes(t[k]->ex);
         pool[k] = fr_exec_pool_bytes(t[k]->ex);
@@ -93,13 +98,15 @@ static void run_case(const model_case *m, const char *precision, const char *rec
     }
     fr_rng rng = fr_test_rng("recompute");
     const int64_t vocab = m->vocab ? m->vocab : fr_trainer_vocab(t[0]);
-    int64_t *w = malloc((size_t)(m->batch * (m->seq + 1)) * sizeof *w);
+    const int K = m->unfused ? 2 : 1;
+    const int64_t nw = K * m->batch * (m->seq + 1);
+    int64_t *w = malloc((size_t)nw * sizeof *w);
     CU_ASSERT_PTR_NOT_NULL_FATAL(w);
     int same = 1;
     for (int s = 0; s < STEPS; s++) {
-        for (int64_t i = 0; i < m->batch * (m->seq + 1); i++) w[i] = (int64_t)(fr_rng_uniform(&rng) * (double)vocab);
+        for (int64_t i = 0; i < nw; i++) w[i] = (int64_t)(fr_rng_uniform(&rng) * (double)vocab);
         fr_train_stats st[N_MODES];
-        for (int k = 0; k < N_MODES; k++) FR_ASSERT_OK(fr_trainer_step(t[k], w, 1, &st[k]));
+        for (int k = 0; k < N_MODES; k++) FR_ASSERT_OK(fr_trainer_step(t[k], w, K, &st[k]));
         for (int k = 1; k < N_MODES; k++) {
             CU_ASSERT_EQUAL(st[k].skipped, st[0].skipped);
             same &= memcmp(&st[k].loss, &st[0].loss, sizeof(double)) == 0;
@@ -142,21 +149,30 @@ static void run_precisions(model_case *m)
 
 static void test_generated_llama(void)
 {
-    model_case m;
+    model_case m = {0};
     load_generated(&m);
+    run_precisions(&m);
+}
+
+/* unfused attention (Softmax), RoPE, SwiGLU and Q/K/V, gate/up Linears; grad accumulation */
+static void test_generated_unfused(void)
+{
+    model_case m = {0};
+    load_generated(&m);
+    m.unfused = 1;
     run_precisions(&m);
 }
 
 static void test_torchscript_llama(void)
 {
-    model_case m;
+    model_case m = {0};
     load_torchscript(&m);
     run_precisions(&m);
 }
 
 static void test_hf_llama(void)
 {
-    model_case m;
+    model_case m = {0};
     load_fixture(&m);
     run_precisions(&m);
 }
@@ -199,6 +215,7 @@ static void test_regions(void)
 static CU_TestInfo k_tests[] = {
     {"regions of the generated Llama", test_regions},
     {"generated Llama: every mode bit-identical, lower planned peak", test_generated_llama},
+    {"generated Llama unfused, 2 micro-batches: every mode bit-identical, lower planned peak", test_generated_unfused},
     {"HF Llama fixture (dynamo): every mode bit-identical, peak not higher", test_hf_llama},
     {"llama_tiny (TorchScript): every mode bit-identical, peak not higher", test_torchscript_llama},
     CU_TEST_INFO_NULL,
