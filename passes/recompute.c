@@ -107,6 +107,38 @@ static fr_status find_branches(rc *c, branch **out, int *n)
     return FR_OK;
 }
 
+/* The node computing a node's one non-constant input (-1: none, several, or not forward). */
+static int sole_source(const rc *c, int n)
+{
+    const fr_node *nd = &c->g->nodes[n];
+    int src = -1, count = 0;
+    for (int k = 0; k < nd->n_inputs; k++) {
+        int v = nd->inputs[k];
+        if (v < 0 || c->g->values[v].constant) continue;
+        count++;
+        src = producer(c, v);
+    }
+    return count == 1 ? src : -1;
+}
+
+/* full: the attention branch whose Add reaches MLP branch k's residual input directly or through
+ * single-input nodes outside the branches (a post-LN block's LayerNorm); -1 if none. The nodes
+ * between join the region (with the Add) when `join` >= 0. */
+static int attention_before(rc *c, const branch *bs, int k, int join)
+{
+    int p = producer(c, bs[k].r);
+    while (p >= 0 && c->branch_of[p] < 0) {
+        for (int a = 0; a < k; a++)
+            if (bs[a].attn && bs[a].add == p) {
+                if (join >= 0) c->region_of[p] = join;
+                return a;
+            }
+        if (join >= 0) c->region_of[p] = join;
+        p = sole_source(c, p);
+    }
+    return -1;
+}
+
 /* c->region_of from the branches and the mode; returns the region count. */
 static int assign_regions(rc *c, const branch *bs, int nb, fr_recompute_mode mode)
 {
@@ -117,13 +149,12 @@ static int assign_regions(rc *c, const branch *bs, int nb, fr_recompute_mode mod
         int want = mode == FR_RECOMPUTE_FULL || (mode == FR_RECOMPUTE_ATTENTION && bs[k].attn) ||
                    (mode == FR_RECOMPUTE_MLP && !bs[k].attn);
         reg[k] = -1;
-        int p = producer(c, bs[k].r);
-        /* full: an MLP branch reading an attention branch's Add joins it, with that Add */
-        for (int a = 0; mode == FR_RECOMPUTE_FULL && !bs[k].attn && p >= 0 && a < k; a++)
-            if (bs[a].attn && bs[a].add == p) {
-                reg[k] = reg[a];
-                c->region_of[p] = reg[a];
-            }
+        /* full: an MLP branch reading an attention branch's Add joins it, with what is between */
+        int a = mode == FR_RECOMPUTE_FULL && !bs[k].attn ? attention_before(c, bs, k, -1) : -1;
+        if (a >= 0) {
+            reg[k] = reg[a];
+            attention_before(c, bs, k, reg[a]);
+        }
         if (want && reg[k] < 0) reg[k] = nr++;
     }
     for (int n = 0; n < c->nf; n++)

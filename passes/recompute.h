@@ -6,8 +6,9 @@
  * branch holding an ai.fp8run::Attention (or a Softmax: unfused attention) is an attention
  * region (RMSNorm, QKV Linear, Rotary, Attention, output Linear), any other branch holding a
  * Linear or MatMul an MLP region (RMSNorm, gate/up Linear, SwiGLU, down Linear). `full` joins an
- * attention branch, its residual Add and the MLP branch that reads that Add: the whole block
- * but its last Add (whose output, the next block's input, stays the checkpoint).
+ * attention branch, its residual Add and the MLP branch that reads that Add (directly, or through
+ * single-input nodes such as a post-LN block's LayerNorm): the whole block but its last Add
+ * (whose output, the next block's input, stays the checkpoint).
  *
  * For each chosen region, the backward's reads of values computed inside it are redirected to a
  * copy of the region's forward nodes (those needed for the values read), placed right before

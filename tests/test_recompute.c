@@ -37,13 +37,14 @@ static void load_generated(model_case *m)
     m->vocab = k_llama.vocab;
 }
 
-/* llama_tiny: a TorchScript export (RMSNorm written out, unfused attention fused by the passes) */
-static void load_torchscript(model_case *m)
+/* A TorchScript export (llama_tiny: RMSNorm written out, unfused attention fused by the passes) */
+static void load_torchscript(model_case *m, const char *name, int64_t batch, int64_t seq)
 {
-    char path[1024];
-    FR_ASSERT_OK(fr_onnx_load_file(fr_fixture(path, sizeof path, "llama_tiny/model.onnx"), &m->g));
-    m->batch = 2;
-    m->seq = 16;
+    char path[1024], rel[256];
+    snprintf(rel, sizeof rel, "%s/model.onnx", name);
+    FR_ASSERT_OK(fr_onnx_load_file(fr_fixture(path, sizeof path, rel), &m->g));
+    m->batch = batch;
+    m->seq = seq;
     m->vocab = 0; /* from the trainer */
     m->strict = 0;
 }
@@ -166,8 +167,19 @@ static void test_generated_unfused(void)
 static void test_torchscript_llama(void)
 {
     model_case m = {0};
-    load_torchscript(&m);
+    load_torchscript(&m, "llama_tiny", 2, 16);
     run_precisions(&m);
+}
+
+/* GPT-2 (LayerNorm, GELU, biases) and BERT (post-LN, attention mask, token types) */
+static void test_gpt2_bert(void)
+{
+    model_case m = {0};
+    load_torchscript(&m, "gpt2_tiny", 2, 11);
+    run_precisions(&m);
+    model_case b = {0};
+    load_torchscript(&b, "bert_tiny", 2, 9);
+    run_precisions(&b);
 }
 
 static void test_hf_llama(void)
@@ -218,6 +230,7 @@ static CU_TestInfo k_tests[] = {
     {"generated Llama unfused, 2 micro-batches: every mode bit-identical, lower planned peak", test_generated_unfused},
     {"HF Llama fixture (dynamo): every mode bit-identical, peak not higher", test_hf_llama},
     {"llama_tiny (TorchScript): every mode bit-identical, peak not higher", test_torchscript_llama},
+    {"gpt2_tiny, bert_tiny: every mode bit-identical, peak not higher", test_gpt2_bert},
     CU_TEST_INFO_NULL,
 };
 
