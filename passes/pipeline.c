@@ -126,7 +126,8 @@ static fr_status run_recompute(fr_pass_ctx *c, fr_pass_result *r)
  * is fr_status f(fr_graph *, int *count)), and one entry here, with a comment saying why it
  * goes where it does. Its stage follows from its place: before `prepare` it sees the imported
  * graph (symbolic shapes), after it the prepared one; before `fp8_compile` MatMul/Gemm, after
- * it ai.fp8run::Linear. A new option it needs is a field of fr_train_options that the runtime's
+ * it ai.fp8run::Linear; in the differentiated stage the forward plus the backward autodiff
+ * appended (only training builds reach it: compiles and evaluation-only trainers stop before). A new option it needs is a field of fr_train_options that the runtime's
  * resolver (tr_pass_option, runtime/train_build.c) names. */
 
 static const fr_pass k_passes[] = {

@@ -1,7 +1,7 @@
 /* Building the training graph from an imported model (see trainer.h): inputs and dims, the
  * graph passes (passes/pipeline.c: parameter selection, preparation, fusions, precision, in
- * the order listed there), loss head, the eval copy, autodiff, outputs, executor, optimizer
- * and scaling state. */
+ * the order listed there), loss head, the eval copy, autodiff, the passes on the backward
+ * (recomputation), outputs, executor, optimizer and scaling state. */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
