@@ -144,6 +144,8 @@ fr_status fr_node_set_attr_ints(fr_node *n, const char *name, int count, const i
 fr_status fr_node_set_attr_floats(fr_node *n, const char *name, int count, const float *v);
 fr_status fr_node_set_attr_tensor(fr_node *n, const char *name, const fr_tensor *t);
 void fr_attr_clear(fr_attr *a);
+/* Deep copy of every attribute of s onto d (which has none yet). */
+fr_status fr_node_copy_attrs(fr_node *d, const fr_node *s);
 
 /* Attribute lookup: NULL if absent. */
 const fr_attr *fr_node_attr(const fr_node *n, const char *name);

@@ -450,6 +450,9 @@ typedef struct fp8run_train_config {
                                     rotary embedding of q and of k one fused node each */
     int fuse_swiglu;             /* 1 (default): the SwiGLU activation Mul(Mul(gate, Sigmoid(gate)),
                                     up) becomes one fused node per layer */
+    const char *recompute;       /* "none" (default) | "attention" | "mlp" | "full": the backward
+                                    recomputes that part of each transformer block instead of
+                                    keeping its activations (bit-identical results) */
 } fp8run_train_config;
 
 /* Fill *cfg with the defaults above and set cfg->struct_size = size. Pass sizeof *cfg. */

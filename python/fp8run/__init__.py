@@ -500,7 +500,8 @@ class Session(_Handle):
     keyword arguments are the fields of fp8run_train_config (include/fp8run.h), e.g.
     grad_accum, recipe, fp8_format, bf16_boundary, fp8_exclude, fuse, pad_multiple, optimizer,
     weight_decay, lr_schedule, warmup_steps, total_steps, min_lr, grad_clip, seed,
-    train_regex, freeze_regex, dims={name: value}, eval_only, fuse_attention, fuse_swiglu."""
+    train_regex, freeze_regex, dims={name: value}, eval_only, fuse_attention, fuse_swiglu,
+    recompute."""
     _destroy = "fp8run_session_destroy"
 
     def __init__(self, model, batch, seq, backend="cpu", **config):
