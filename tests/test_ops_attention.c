@@ -332,7 +332,7 @@ static void check_grad_vs_unfused(fr_dtype dt, const char *prec, double tol)
     for (int ci = 0; ci < N_CASES; ci++) {
         const attn_case *c = &cases[ci];
         if (c->mask == M_FULL_ROW) continue; /* the unfused softmax backward gives NaN there */
-        fr_rng r2 = r; /* the same inputs in both graphs */
+        fr_rng r2 = r, r3 = r; /* the same inputs in every graph */
         fr_graph *gf = new_graph(), *gu = new_graph();
         int q, k, v, out[2], q2, k2, v2;
         add_inputs(gf, &r, c, dt, &q, &k, &v);
@@ -349,15 +349,36 @@ static void check_grad_vs_unfused(fr_dtype dt, const char *prec, double tol)
         backprop(gf, out[0], dy, wf, gfu);
         backprop(gu, ref, dy, wu, guu);
         CU_ASSERT(fr_gc_count_nodes(gf, "AttentionGrad") == 1);
+        /* bf16: both sides carry bf16 rounding, so the fused op is judged against the exact
+         * (float64) gradients */
+        fr_tensor *gxx[3] = {NULL, NULL, NULL};
+        fr_graph *gx = NULL;
+        if (prec[0] == 'b') {
+            int q3, k3, v3;
+            gx = new_graph();
+            add_inputs(gx, &r3, c, FR_F64, &q3, &k3, &v3);
+            int wx[3] = {q3, k3, v3};
+            backprop(gx, add_reference(gx, q3, k3, v3, c, FR_F64, 0), dy, wx, gxx);
+        }
         for (int i = 0; i < 3; i++) {
             /* one key: dQ = dK = 0 exactly; both sides are rounding noise, judged per element */
             const int zero = i < 2 && c->dk[c->rk - 2] == 1;
-            double e = rel_l2(gfu[i], guu[i], zero ? sqrt((double)fr_tensor_numel(guu[i])) : 1e-300);
-            if (e > tol) printf("\n  %s %s case %d: d%c rel L2 %g", fr_dtype_name(dt), prec, ci, "QKV"[i], e);
-            CU_ASSERT(e <= tol);
+            const double floor = zero ? sqrt((double)fr_tensor_numel(guu[i])) : 1e-300;
+            double e = rel_l2(gfu[i], guu[i], floor);
+            if (gx) {
+                double ef = rel_l2(gfu[i], gxx[i], floor), eu = rel_l2(guu[i], gxx[i], floor);
+                if (ef > tol)
+                    printf("\n  %s case %d: d%c rel L2 to exact: fused %g, unfused %g", prec, ci, "QKV"[i], ef, eu);
+                CU_ASSERT(ef <= tol);
+                fr_tensor_free(gxx[i]);
+            } else {
+                if (e > tol) printf("\n  %s %s case %d: d%c rel L2 %g", fr_dtype_name(dt), prec, ci, "QKV"[i], e);
+                CU_ASSERT(e <= tol);
+            }
             fr_tensor_free(gfu[i]);
             fr_tensor_free(guu[i]);
         }
+        if (gx) fr_graph_free(gx);
         free(dy);
         fr_graph_free(gf);
         fr_graph_free(gu);
@@ -367,9 +388,11 @@ static void check_grad_vs_unfused(fr_dtype dt, const char *prec, double tol)
 static void test_grad_vs_unfused_f64(void) { check_grad_vs_unfused(FR_F64, "fp32", 1e-10); }
 static void test_grad_vs_unfused_f32(void) { check_grad_vs_unfused(FR_F32, "fp32", 1e-5); }
 /* bf16: the fused backward takes Delta = rowsum(dO * O), the unfused chain sum(dP * P); equal in
- * exact arithmetic, apart by bf16 rounding here, and dS = P (dP - Delta) cancels, so dQ/dK differ
- * by up to about 1e-2 (1.01e-2 was the largest in 300 seeds): bound 2e-2. */
-static void test_grad_vs_unfused_bf16(void) { check_grad_vs_unfused(FR_F32, "bf16", 2e-2); }
+ * exact arithmetic, apart by bf16 rounding, and dS = P (dP - Delta) cancels, so the two differ by
+ * up to ~2.2e-2 (a bound between them failed for some seeds at 1e-2 and at 2e-2). The fused op is
+ * judged against the float64 gradients instead: over 41 seeds its largest relative L2 error was
+ * 1.56e-2 (the unfused bf16 chain's 1.10e-2): bound 3e-2. */
+static void test_grad_vs_unfused_bf16(void) { check_grad_vs_unfused(FR_F32, "bf16", 3e-2); }
 
 /* Only the gradients asked for are computed (empty outputs for the rest). */
 static void test_grad_partial(void)
