@@ -440,6 +440,21 @@ typedef struct fp8run_train_config {
                                     rotary embedding of q and of k one fused node each */
     int fuse_swiglu;             /* 1 (default): the SwiGLU activation Mul(Mul(gate, Sigmoid(gate)),
                                     up) becomes one fused node per layer */
+    /* ---- data parallel over NCCL (CUDA; NCCL is loaded at run time: libnccl.so.2, or
+     *      $FP8RUN_NCCL_LIBRARY) ---- */
+    int world_size;              /* > 0: this session is rank `rank` of world_size data-parallel
+                                    ranks (default 0: alone). Each step's windows are this rank's
+                                    share of the global batch; gradients (averaged), the loss
+                                    (averaged) and FP8 amaxes (max) are reduced across ranks, so
+                                    every rank takes the same step. Only rank 0 writes checkpoints
+                                    and exports (call save/export on every rank all the same) */
+    int rank;                    /* 0 <= rank < world_size (default 0) */
+    int local_rank;              /* the CUDA device of this rank (default 0) */
+    void *nccl_comm;             /* an ncclComm_t of the caller's (not destroyed), or NULL (default):
+                                    the session makes one, rank 0 sending its id over TCP on
+                                    $MASTER_ADDR:$MASTER_PORT (default 127.0.0.1:29500) */
+    int shard_optimizer;         /* 1: ZeRO-1, each rank keeps the optimizer state of its share of
+                                    the parameters only (default 0) */
 } fp8run_train_config;
 
 /* Fill *cfg with the defaults above and set cfg->struct_size = size. Pass sizeof *cfg. */

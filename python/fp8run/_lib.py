@@ -78,6 +78,11 @@ class TrainConfig(ctypes.Structure):
         # appended after 0.1.0
         ("fuse_attention", c_int),
         ("fuse_swiglu", c_int),
+        ("world_size", c_int),
+        ("rank", c_int),
+        ("local_rank", c_int),
+        ("nccl_comm", c_void_p),
+        ("shard_optimizer", c_int),
     ]
 
 
