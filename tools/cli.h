@@ -64,6 +64,12 @@ const char *cli_shape_text(const fp8run_value_info *v, char *buf, size_t len);
 /* mkdir -p; a failure is reported (CLI_EXIT_FAIL). */
 int cli_make_dirs(const char *dir);
 
+/* tools/cli_dist.c: data-parallel training. Reads the torchrun-style environment into o
+ * (world_size, rank, local_rank); *launcher = 1 when this process should start `gpus` ranks
+ * instead (cli_dist_launch: exit code of the first rank that failed, else 0). */
+int cli_dist_env(int gpus, fp8run_train_config *o, int *launcher);
+int cli_dist_launch(int gpus);
+
 /* tools/cli_compile.c */
 int cli_compile(int argc, char **argv);
 void cli_compile_help(FILE *f);

@@ -72,6 +72,12 @@ static fr_status dev_alloc(fr_cuda_train *d, void **p, size_t bytes)
 void fr_cuda_train_free(fr_cuda_train *d)
 {
     if (!d) return;
+    if (fr_dist_train_broken(d->dist)) { /* aborted collectives: waiting could hang; the process ends */
+        fr_dist_train_free(d->dist);
+        free(d->entries);
+        free(d);
+        return;
+    }
     if (d->c) cudaStreamSynchronize(d->c->stream);
     fr_cuda_exec_free(d->eval_ex);
     fr_cuda_exec_free(d->ex);

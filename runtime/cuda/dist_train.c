@@ -15,6 +15,8 @@ struct fr_dist_train {
     float *d_tmp;          /* sharded: a parameter's slot on its way from its owner */
     int64_t tmp_numel;
     cudaEvent_t ev;
+    cudaEvent_t coll_ev;   /* recorded after the last step's reductions */
+    int coll_queued;
 };
 
 static size_t bucket_bytes(void)
@@ -47,7 +49,8 @@ fr_status fr_dist_train_new(const fr_trainer *t, fr_dist_train **out)
         if (st == FR_OK && cudaMalloc((void **)&dt->d_tmp, (size_t)(dt->tmp_numel ? dt->tmp_numel : 1) * sizeof(float)) != cudaSuccess)
             st = fr_error(FR_ERR_DEVICE, "out of device memory for the optimizer-state gather buffer");
     }
-    if (st == FR_OK && cudaEventCreateWithFlags(&dt->ev, cudaEventDisableTiming) != cudaSuccess)
+    if (st == FR_OK && (cudaEventCreateWithFlags(&dt->ev, cudaEventDisableTiming) != cudaSuccess ||
+                        cudaEventCreateWithFlags(&dt->coll_ev, cudaEventDisableTiming) != cudaSuccess))
         st = fr_error(FR_ERR_DEVICE, "data-parallel state: cudaEventCreate failed");
     free(numel);
     if (st != FR_OK) {
@@ -66,13 +69,22 @@ void fr_dist_train_free(fr_dist_train *dt)
     free(dt->owner);
     cudaFree(dt->d_tmp);
     if (dt->ev) cudaEventDestroy(dt->ev);
+    if (dt->coll_ev) cudaEventDestroy(dt->coll_ev);
     free(dt);
 }
+
+int fr_dist_train_broken(const fr_dist_train *dt) { return dt && fr_nccl_broken(dt->comm); }
 
 int fr_dist_train_owner(const fr_dist_train *dt, int i) { return dt && dt->owner ? dt->owner[i] : -1; }
 
 fr_status fr_dist_train_reduce(fr_dist_train *dt, const fr_dist_step_bufs *b, cudaStream_t s)
 {
+    /* The previous step's reductions must have finished (watched: a dead rank is a time-out)
+       before more are queued: a hung collective then stops this rank here, with one step's
+       forward and backward queued behind it, instead of the host blocking in a kernel launch
+       once the stream's launch queue is full. The device stays busy: this step's forward and
+       backward are already queued. */
+    if (dt->coll_queued) FR_TRY(fr_nccl_wait_event(dt->comm, dt->coll_ev, "waiting for the previous step's all-reduce"));
     for (int k = 0; k < dt->n_buckets; k++) {
         const fr_dist_bucket *bk = &dt->buckets[k];
         FR_TRY(fr_nccl_group_start(dt->comm));
@@ -93,7 +105,10 @@ fr_status fr_dist_train_reduce(fr_dist_train *dt, const fr_dist_step_bufs *b, cu
     if (st == FR_OK) st = fr_nccl_allreduce(dt->comm, b->error_words, 4, FR_NCCL_I32, FR_NCCL_MAX, s);
     fr_status ge = fr_nccl_group_end(dt->comm);
     FR_TRY(st);
-    return ge;
+    FR_TRY(ge);
+    if (cudaEventRecord(dt->coll_ev, s) != cudaSuccess) return fr_error(FR_ERR_DEVICE, "data parallel: cudaEventRecord failed");
+    dt->coll_queued = 1;
+    return FR_OK;
 }
 
 fr_status fr_dist_train_share_params(fr_dist_train *dt, const fr_mt_entry *entries, int n, cudaStream_t s)
@@ -112,6 +127,8 @@ fr_status fr_dist_train_share_params(fr_dist_train *dt, const fr_mt_entry *entri
         FR_TRY(st);
         FR_TRY(ge);
     }
+    /* the next step's wait covers these broadcasts too */
+    if (cudaEventRecord(dt->coll_ev, s) != cudaSuccess) return fr_error(FR_ERR_DEVICE, "data parallel: cudaEventRecord failed");
     return FR_OK;
 }
 

@@ -28,6 +28,9 @@ fr_status fr_dist_train_new(const fr_trainer *t, fr_dist_train **out);
 void fr_dist_train_free(fr_dist_train *dt);
 /* The rank owning parameter i's optimizer state: every rank (-1) unless sharded. */
 int fr_dist_train_owner(const fr_dist_train *dt, int i);
+/* 1 when the communicator was aborted: work queued on the stream may never finish, so the
+ * device side must not be waited for (cudaFree waits) when freeing. */
+int fr_dist_train_broken(const fr_dist_train *dt);
 
 /* Device buffers to reduce after a step's micro-batches (see above): the gradients of the
  * parameter table (entries[i].acc when use_acc, else entries[i].g), the step's scalars;

@@ -33,6 +33,7 @@ fr_status fr_nccl_new(int rank, int world, const char *addr, int port, void *ext
 }
 void fr_nccl_free(fr_nccl *c) { (void)c; }
 int fr_nccl_rank(const fr_nccl *c) { (void)c; return 0; }
+int fr_nccl_broken(const fr_nccl *c) { (void)c; return 0; }
 int fr_nccl_world(const fr_nccl *c) { (void)c; return 1; }
 fr_status fr_nccl_group_start(fr_nccl *c) { (void)c; return fr_nccl_load(NULL); }
 fr_status fr_nccl_group_end(fr_nccl *c) { (void)c; return fr_nccl_load(NULL); }
@@ -159,14 +160,23 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* abort an owned communicator (its kernels stop; every later call fails at once); the caller's
+   own communicator is left to the caller */
+static void abort_comm(fr_nccl *c)
+{
+    if (c->owned && c->comm) L.CommAbort(c->comm);
+    if (c->owned) c->comm = NULL;
+    c->broken = 1;
+}
+
 static fr_status fail(fr_nccl *c, ncclResult_t r, const char *what)
 {
-    if (!c->broken && c->comm) L.CommAbort(c->comm); /* every rank's pending work ends */
-    c->broken = 1;
-    const char *last = c->comm ? L.GetLastError(c->comm) : NULL;
-    return fr_error(FR_ERR_DEVICE, "NCCL: rank %d of %d: %s: %s%s%s; the communicator is aborted", c->rank, c->world,
-                    what, r == ncclInProgress ? "timed out" : L.GetErrorString(r), last && *last ? ": " : "",
-                    last ? last : "");
+    char last[512] = "";
+    if (c->comm && !c->broken) snprintf(last, sizeof last, "%s", L.GetLastError(c->comm));
+    abort_comm(c);
+    return fr_error(FR_ERR_DEVICE, "NCCL: rank %d of %d: %s: %s%s%s; the communicator is %s", c->rank, c->world, what,
+                    r == ncclInProgress ? "timed out (FP8RUN_NCCL_TIMEOUT)" : L.GetErrorString(r), last[0] ? ": " : "",
+                    last, c->owned ? "aborted" : "broken (the caller's: abort it)");
 }
 
 /* wait for the communicator's pending calls (non-blocking mode) */
@@ -214,7 +224,7 @@ fr_status fr_nccl_new(int rank, int world, const char *addr, int port, void *ext
         if (r != ncclSuccess && r != ncclInProgress) {
             st = fr_error(FR_ERR_DEVICE, "NCCL: ncclCommInitRankConfig (rank %d of %d): %s", rank, world,
                           L.GetErrorString(r));
-            c->broken = 1;
+            abort_comm(c);
         } else {
             st = settle(c, r, "making the communicator");
         }
@@ -230,20 +240,16 @@ fr_status fr_nccl_new(int rank, int world, const char *addr, int port, void *ext
 void fr_nccl_free(fr_nccl *c)
 {
     if (!c) return;
-    if (c->owned && c->comm) {
-        if (!c->broken) {
-            ncclResult_t r = L.CommFinalize(c->comm);
-            if (settle(c, r, "finalizing") != FR_OK) fr_clear_error(); /* aborted by settle */
-        }
-        if (c->broken)
-            L.CommAbort(c->comm);
-        else
-            L.CommDestroy(c->comm);
+    if (c->owned && c->comm && !c->broken) {
+        ncclResult_t r = L.CommFinalize(c->comm);
+        if (settle(c, r, "finalizing") != FR_OK) fr_clear_error(); /* aborted by settle */
+        if (c->comm) L.CommDestroy(c->comm);
     }
     free(c);
 }
 
 int fr_nccl_rank(const fr_nccl *c) { return c->rank; }
+int fr_nccl_broken(const fr_nccl *c) { return c && c->broken; }
 int fr_nccl_world(const fr_nccl *c) { return c->world; }
 
 fr_status fr_nccl_group_start(fr_nccl *c)
@@ -255,6 +261,7 @@ fr_status fr_nccl_group_start(fr_nccl *c)
 
 fr_status fr_nccl_group_end(fr_nccl *c)
 {
+    if (c->broken) return settle(c, ncclSuccess, "");
     return settle(c, L.GroupEnd(), "queuing grouped collectives");
 }
 
@@ -263,11 +270,13 @@ static ncclDataType_t nccl_type(fr_nccl_type t) { return t == FR_NCCL_I32 ? nccl
 fr_status fr_nccl_allreduce(fr_nccl *c, void *buf, size_t count, fr_nccl_type type, fr_nccl_op op, cudaStream_t s)
 {
     ncclRedOp_t o = op == FR_NCCL_MAX ? ncclMax : op == FR_NCCL_AVG ? ncclAvg : ncclSum;
+    if (c->broken) return settle(c, ncclSuccess, "");
     return settle(c, L.AllReduce(buf, buf, count, nccl_type(type), o, c->comm, s), "all-reduce");
 }
 
 fr_status fr_nccl_broadcast(fr_nccl *c, void *buf, size_t count, fr_nccl_type type, int root, cudaStream_t s)
 {
+    if (c->broken) return settle(c, ncclSuccess, "");
     return settle(c, L.Broadcast(buf, buf, count, nccl_type(type), root, c->comm, s), "broadcast");
 }
 

@@ -33,6 +33,8 @@ fr_status fr_nccl_new(int rank, int world, const char *addr, int port, void *ext
 /* Destroy (or abort, after an error) an owned communicator. */
 void fr_nccl_free(fr_nccl *c);
 int fr_nccl_rank(const fr_nccl *c);
+/* 1 once the communicator was aborted (its collectives may never finish on the device). */
+int fr_nccl_broken(const fr_nccl *c);
 int fr_nccl_world(const fr_nccl *c);
 
 /* Collectives queued on stream s, in place. Between group_start and group_end several are
