@@ -77,27 +77,53 @@ int fr_dist_train_broken(const fr_dist_train *dt) { return dt && fr_nccl_broken(
 
 int fr_dist_train_owner(const fr_dist_train *dt, int i) { return dt && dt->owner ? dt->owner[i] : -1; }
 
+/* One grouped collective per bucket, last parameters first (the order the backward pass
+   finishes them): op queues parameter i's. */
+typedef fr_status (*param_op)(fr_dist_train *dt, int i, const void *ctx, cudaStream_t s);
+static fr_status per_bucket(fr_dist_train *dt, param_op op, const void *ctx, cudaStream_t s)
+{
+    for (int k = 0; k < dt->n_buckets; k++) {
+        const fr_dist_bucket *bk = &dt->buckets[k];
+        FR_TRY(fr_nccl_group_start(dt->comm));
+        fr_status st = FR_OK;
+        for (int j = 0; j < bk->count && st == FR_OK; j++) st = op(dt, bk->first - j, ctx, s);
+        fr_status ge = fr_nccl_group_end(dt->comm);
+        FR_TRY(st);
+        FR_TRY(ge);
+    }
+    return FR_OK;
+}
+
+static fr_status average_grad(fr_dist_train *dt, int i, const void *ctx, cudaStream_t s)
+{
+    const fr_dist_step_bufs *b = ctx;
+    const fr_mt_entry *e = &b->entries[i];
+    if (e->n <= 0) return FR_OK;
+    return fr_nccl_allreduce(dt->comm, b->use_acc ? e->acc : (float *)e->g, (size_t)e->n, FR_NCCL_F32, FR_NCCL_AVG, s);
+}
+
+static fr_status share_param(fr_dist_train *dt, int i, const void *ctx, cudaStream_t s)
+{
+    const fr_mt_entry *e = &((const fr_mt_entry *)ctx)[i];
+    return e->n > 0 ? fr_nccl_broadcast(dt->comm, e->p, (size_t)e->n, FR_NCCL_F32, dt->owner[i], s) : FR_OK;
+}
+
+static fr_status mark_queued(fr_dist_train *dt, cudaStream_t s)
+{
+    if (cudaEventRecord(dt->coll_ev, s) != cudaSuccess) return fr_error(FR_ERR_DEVICE, "data parallel: cudaEventRecord failed");
+    dt->coll_queued = 1;
+    return FR_OK;
+}
+
 fr_status fr_dist_train_reduce(fr_dist_train *dt, const fr_dist_step_bufs *b, cudaStream_t s)
 {
-    /* The previous step's reductions must have finished (watched: a dead rank is a time-out)
+    /* The previous step's collectives must have finished (watched: a dead rank is a time-out)
        before more are queued: a hung collective then stops this rank here, with one step's
        forward and backward queued behind it, instead of the host blocking in a kernel launch
        once the stream's launch queue is full. The device stays busy: this step's forward and
        backward are already queued. */
     if (dt->coll_queued) FR_TRY(fr_nccl_wait_event(dt->comm, dt->coll_ev, "waiting for the previous step's all-reduce"));
-    for (int k = 0; k < dt->n_buckets; k++) {
-        const fr_dist_bucket *bk = &dt->buckets[k];
-        FR_TRY(fr_nccl_group_start(dt->comm));
-        fr_status st = FR_OK;
-        for (int j = 0; j < bk->count && st == FR_OK; j++) {
-            int i = bk->first - j;
-            const fr_mt_entry *e = &b->entries[i];
-            if (e->n > 0) st = fr_nccl_allreduce(dt->comm, b->use_acc ? e->acc : (float *)e->g, (size_t)e->n, FR_NCCL_F32, FR_NCCL_AVG, s);
-        }
-        fr_status ge = fr_nccl_group_end(dt->comm);
-        FR_TRY(st);
-        FR_TRY(ge);
-    }
+    FR_TRY(per_bucket(dt, average_grad, b, s));
     FR_TRY(fr_nccl_group_start(dt->comm));
     fr_status st = fr_nccl_allreduce(dt->comm, b->loss_sum, 1, FR_NCCL_F32, FR_NCCL_AVG, s);
     if (st == FR_OK && b->n_amax > 0) st = fr_nccl_allreduce(dt->comm, b->amax, (size_t)b->n_amax, FR_NCCL_F32, FR_NCCL_MAX, s);
@@ -106,30 +132,15 @@ fr_status fr_dist_train_reduce(fr_dist_train *dt, const fr_dist_step_bufs *b, cu
     fr_status ge = fr_nccl_group_end(dt->comm);
     FR_TRY(st);
     FR_TRY(ge);
-    if (cudaEventRecord(dt->coll_ev, s) != cudaSuccess) return fr_error(FR_ERR_DEVICE, "data parallel: cudaEventRecord failed");
-    dt->coll_queued = 1;
-    return FR_OK;
+    return mark_queued(dt, s);
 }
 
 fr_status fr_dist_train_share_params(fr_dist_train *dt, const fr_mt_entry *entries, int n, cudaStream_t s)
 {
+    (void)n;
     if (!dt->owner) return FR_OK;
-    for (int k = 0; k < dt->n_buckets; k++) {
-        const fr_dist_bucket *bk = &dt->buckets[k];
-        FR_TRY(fr_nccl_group_start(dt->comm));
-        fr_status st = FR_OK;
-        for (int j = 0; j < bk->count && st == FR_OK; j++) {
-            int i = bk->first - j;
-            if (i < n && entries[i].n > 0)
-                st = fr_nccl_broadcast(dt->comm, entries[i].p, (size_t)entries[i].n, FR_NCCL_F32, dt->owner[i], s);
-        }
-        fr_status ge = fr_nccl_group_end(dt->comm);
-        FR_TRY(st);
-        FR_TRY(ge);
-    }
-    /* the next step's wait covers these broadcasts too */
-    if (cudaEventRecord(dt->coll_ev, s) != cudaSuccess) return fr_error(FR_ERR_DEVICE, "data parallel: cudaEventRecord failed");
-    return FR_OK;
+    FR_TRY(per_bucket(dt, share_param, entries, s));
+    return mark_queued(dt, s); /* the next step's wait covers these broadcasts too */
 }
 
 fr_status fr_dist_train_gather_slot(fr_dist_train *dt, int i, const float *src, int64_t numel, float *host,
