@@ -1,12 +1,14 @@
 /* Data-parallel planning without a GPU (runtime/dist.h): the launch environment, the gradient
  * buckets, the optimizer-state owners, the data split and the TCP rendezvous (forked ranks on
- * loopback). Sizes are random per run; the checks are the invariants each function promises. */
+ * loopback), and the CLI's launcher (--gpus, the torchrun-style variables) as far as a CPU goes.
+ * Sizes are random per run; the checks are the invariants each function promises. */
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cli_runner.h"
 #include "graph/onnx_io.h"
 #include "harness.h"
 #include "runtime/dist.h"
@@ -214,6 +216,34 @@ static void test_cpu_refuses(void)
     fr_graph_free(g);
 }
 
+/* the CLI's side: --gpus launches ranks that report their failure, the environment is checked */
+static void test_cli_launch(void)
+{
+    char model[600], tok[700];
+    fr_fixture(model, sizeof model, "llama_tiny/model.onnx");
+    snprintf(tok, sizeof tok, "%s/tok.bin", cli_tmp);
+    FILE *f = fopen(tok, "wb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    for (int i = 0; i < 2000; i++) fputc(i % 100, f), fputc(0, f); /* uint16 ids below the vocabulary */
+    fclose(f);
+    const char *args = "--data tok.bin --batch 2 --seq 8 --steps 2 --lr 0.01 --device cpu";
+    /* two ranks start; each fails (data parallel needs CUDA) and the launcher names one */
+    CLI_EXPECT(cli_run("train %s %s --gpus 2", model, args), 1, cli_err, "needs the CUDA backend");
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_err, "starting 2 ranks"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_err, "exited with status 1; stopping the other ranks"));
+    /* under a launcher: the variables must fit, and --gpus agree with them */
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("RANK", "5", 1);
+    CLI_EXPECT(cli_run("train %s %s", model, args), 1, cli_err, "do not fit WORLD_SIZE=2");
+    setenv("RANK", "1", 1);
+    CLI_EXPECT(cli_run("train %s %s --gpus 3", model, args), 1, cli_err, "launched as one of WORLD_SIZE=2");
+    CLI_EXPECT(cli_run("train %s %s", model, args), 1, cli_err, "rank 1 of 2");
+    unsetenv("WORLD_SIZE");
+    unsetenv("RANK");
+    /* alone, nothing changed */
+    CLI_EXPECT(cli_run("train %s %s", model, args), 0, cli_out, "trained");
+}
+
 static CU_TestInfo tests[] = {
     {"launch environment", test_env},
     {"gradient buckets", test_buckets},
@@ -222,7 +252,8 @@ static CU_TestInfo tests[] = {
     {"rendezvous over loopback", test_rendezvous},
     {"rendezvous time-outs", test_rendezvous_timeout},
     {"CPU backend refuses", test_cpu_refuses},
+    {"CLI: --gpus and the launcher's variables", test_cli_launch},
     CU_TEST_INFO_NULL};
-static CU_SuiteInfo suites[] = {{"dist", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
+static CU_SuiteInfo suites[] = {{"dist", cli_suite_init, cli_suite_clean, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
 
 int main(void) { return fr_test_main(suites); }
