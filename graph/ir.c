@@ -42,6 +42,9 @@ static void value_clear(fr_value *v)
     fr_tensor_free(v->constant);
     free(v->doc_string);
     free(v->external_location);
+    free(v->torch_kind);
+    free(v->folded_from);
+    free(v->param_note);
 }
 
 static void node_clear(fr_node *n)
@@ -54,6 +57,8 @@ static void node_clear(fr_node *n)
     for (int i = 0; i < n->n_attrs; i++) fr_attr_clear(&n->attrs[i]);
     free(n->attrs);
     free(n->doc_string);
+    free(n->torch_fx);
+    free(n->torch_scopes);
 }
 
 void fr_graph_free(fr_graph *g)
@@ -81,6 +86,7 @@ void fr_graph_free(fr_graph *g)
     free(g->graph_doc_string);
     free(g->model_dir);
     free(g->source_path);
+    free(g->torch_signature);
     fr_name_map_free(g->names);
     free(g);
 }

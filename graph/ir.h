@@ -30,6 +30,11 @@ typedef struct fr_value {
     char *doc_string;               /* kept for export (owned) or NULL */
     /* external data: where the initializer came from, so export can keep the layout */
     char *external_location;        /* owned or NULL */
+    /* the torch.onnx (dynamo) exporter's record (graph/params.h): InputSpec.kind and
+     * onnxscript's folded_from list as written, owned or NULL */
+    char *torch_kind;
+    char *folded_from;
+    char *param_note;               /* why it is or is not trained (owned) or NULL */
 } fr_value;
 
 /* Attribute types use ONNX's AttributeType numbering. */
@@ -69,6 +74,8 @@ typedef struct fr_node {
     int n_attrs;
     fr_attr *attrs;
     char *doc_string;  /* owned or NULL */
+    char *torch_fx;    /* the exporter's pkg.torch.onnx.fx_node text (owned) or NULL */
+    char *torch_scopes; /* its pkg.torch.onnx.name_scopes list (modules, then the op; owned) */
     const struct fr_op_def *op; /* resolved by fr_graph_resolve_ops */
     int dead;          /* marked by passes; removed by fr_graph_compact */
 } fr_node;
@@ -99,6 +106,7 @@ typedef struct fr_graph {
     fr_opset *opsets;
     int n_opsets;
     fr_kv *metadata;   /* model metadata_props */
+    char *torch_signature; /* graph metadata pkg.torch.export.ExportedProgram.graph_signature */
     int n_metadata;
     int64_t ir_version, model_version;
     char *producer_name, *producer_version, *domain, *doc_string, *graph_doc_string;

@@ -300,6 +300,22 @@ static fr_status opset_protos(export_ctx *x, Onnx__ModelProto *m)
     return FR_OK;
 }
 
+/* The exporter's record an initializer came with (graph/params.h), on the TensorProto, so
+ * the written model trains the same set when loaded again. */
+static fr_status torch_record(export_ctx *x, const fr_value *v, Onnx__TensorProto *tp)
+{
+    const char *keys[2] = {"pkg.torch.export.graph_signature.InputSpec.kind", "pkg.onnxscript.optimizer.folded_from"};
+    const char *vals[2] = {v->torch_kind, v->folded_from};
+    if (!vals[0] && !vals[1]) return FR_OK;
+    tp->metadata_props = pool_alloc(&x->pl, 2, sizeof *tp->metadata_props, "metadata");
+    if (!tp->metadata_props) return FR_ERR_OOM;
+    for (int k = 0; k < 2; k++) {
+        if (!vals[k]) continue;
+        if (!(tp->metadata_props[tp->n_metadata_props++] = kv_proto(x, keys[k], vals[k]))) return FR_ERR_OOM;
+    }
+    return FR_OK;
+}
+
 static fr_status graph_proto(export_ctx *x, Onnx__GraphProto *gp)
 {
     const fr_graph *g = x->g;
@@ -341,6 +357,7 @@ static fr_status graph_proto(export_ctx *x, Onnx__GraphProto *gp)
             used[vid] |= LISTED;
             FR_TRY(tensor_proto(x, v->constant, v->name, v->doc_string, 1,
                                 &gp->initializer[gp->n_initializer++]));
+            FR_TRY(torch_record(x, v, gp->initializer[gp->n_initializer - 1]));
         }
     }
     for (int i = 0; i < g->n_inputs; i++) {

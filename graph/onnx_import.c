@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include "onnx_io_util.h"
+#include "onnx_record.h"
+#include "params.h"
 #include "schema/onnx.pb-c.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -611,6 +613,7 @@ static fr_status import_node(import_ctx *c, const Onnx__NodeProto *np, size_t in
     if (st != FR_OK) return fr_error_context(st, "node '%s' (%s)", name, op);
     fr_node *nd = &g->nodes[nid];
     FR_TRY(dup_opt(np->doc_string, &nd->doc_string));
+    FR_TRY(fr_onnx_record_node(nd, np));
     if (np->n_attribute) {
         nd->attrs = fr_calloc(np->n_attribute, sizeof(fr_attr), "node attributes");
         if (!nd->attrs) return FR_ERR_OOM;
@@ -665,6 +668,7 @@ static fr_status import_metadata(fr_graph *g, const Onnx__ModelProto *m)
     FR_TRY(dup_opt(m->doc_string, &g->doc_string));
     FR_TRY(dup_opt(m->graph->name, &g->name));
     FR_TRY(dup_opt(m->graph->doc_string, &g->graph_doc_string));
+    FR_TRY(fr_onnx_record_graph(g, m->graph));
     if (m->n_metadata_props) {
         g->metadata = fr_calloc(m->n_metadata_props, sizeof(fr_kv), "model metadata");
         if (!g->metadata) return FR_ERR_OOM;
@@ -708,6 +712,7 @@ static fr_status import_initializers(import_ctx *c, const Onnx__GraphProto *gp)
         fr_value *v = &g->values[vid];
         v->external_location = loc;
         FR_TRY(dup_opt(tp->doc_string, &v->doc_string));
+        FR_TRY(fr_onnx_record_value(v, tp->metadata_props, tp->n_metadata_props));
     }
     return FR_OK;
 }
@@ -744,6 +749,7 @@ static fr_status import_graph(import_ctx *c)
     for (size_t i = 0; i < gp->n_value_info; i++) {
         const Onnx__ValueInfoProto *vi = gp->value_info[i];
         int vid = fr_graph_find_value(g, vi->name);
+        if (vid >= 0) FR_TRY(fr_onnx_record_value(&g->values[vid], vi->metadata_props, vi->n_metadata_props));
         if (vid < 0 || g->values[vid].constant || (g->values[vid].flags & (FR_VAL_INPUT | FR_VAL_OUTPUT)))
             continue;
         FR_TRY(apply_value_info(&g->values[vid], vi, "value", 0));
@@ -757,7 +763,7 @@ static fr_status import_graph(import_ctx *c)
                             "graph output '%s' is produced by no node and is neither a graph input "
                             "nor an initializer", v->name);
     }
-    return FR_OK;
+    return fr_params_select(g, NULL);
 }
 
 static fr_status import_bytes(const void *data, size_t len, const char *model_dir, const char *what,

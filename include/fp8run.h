@@ -242,6 +242,16 @@ FP8RUN_API int fp8run_model_param_count(const fp8run_model *m);
 /* Elements in all of them. */
 FP8RUN_API int64_t fp8run_model_param_elements(const fp8run_model *m);
 FP8RUN_API fp8run_status fp8run_model_param(const fp8run_model *m, int i, fp8run_value_info *info);
+/* Every float initializer in model order, trained or not. *trained (may be NULL): 1 for a
+ * parameter. *why (may be NULL; a string owned by the model): where a parameter came from
+ * ("parameter", "parameter, un-folded from 'val_93' (Transpose)", "float initializer") or why
+ * another is not trained ("buffer", "constant tensor", "constant folded by the exporter",
+ * "scalar", "feeds only non-differentiable inputs of Pow", "additive mask", "folded by the
+ * exporter from parameter '...' ...: that parameter is not trained"). The rule is in README.md
+ * ("Which initializers are trained"). */
+FP8RUN_API int fp8run_model_float_initializer_count(const fp8run_model *m);
+FP8RUN_API fp8run_status fp8run_model_float_initializer(const fp8run_model *m, int i, fp8run_value_info *info,
+                                                        int *trained, const char **why);
 /* Copy parameter `name` (float32 or converted from float16/bfloat16/float64) into dst, which
  * holds `count` floats; count must equal the parameter's element count. */
 FP8RUN_API fp8run_status fp8run_model_get_param(fp8run_model *m, const char *name, float *dst, size_t count);
@@ -873,6 +883,71 @@ FP8RUN_API fp8run_status fp8run_data_get_state(const fp8run_data_loader *d, void
 /* Restore a state saved by a loader with the same file, batch shape and order (else
  * FP8RUN_ERR_INVALID_ARG; the loader is unchanged on error). */
 FP8RUN_API fp8run_status fp8run_data_set_state(fp8run_data_loader *d, const void *buf, size_t len);
+
+/* ============================================================================================
+ * Safetensors checkpoints (Hugging Face weights in and out)
+ * ========================================================================================== */
+
+typedef struct fp8run_safetensors fp8run_safetensors;
+
+/* Open a safetensors checkpoint: a .safetensors file, a folder holding model.safetensors or
+ * model.safetensors.index.json (shards named by its weight_map, confined to the folder), or
+ * that index file. The files are validated as hostile input (header length, offsets against the
+ * file, dtype and shape against the bytes, no overlap): FP8RUN_ERR_PARSE names the file and the
+ * tensor. Tensors stay in the files; they are read when asked for. */
+FP8RUN_API fp8run_status fp8run_safetensors_open(const char *path, fp8run_safetensors **out);
+FP8RUN_API void fp8run_safetensors_close(fp8run_safetensors *st);
+FP8RUN_API const char *fp8run_safetensors_error(const fp8run_safetensors *st);
+/* Its tensors in name order, with their stored dtype and shape (names valid until close). */
+FP8RUN_API int fp8run_safetensors_tensor_count(const fp8run_safetensors *st);
+FP8RUN_API fp8run_status fp8run_safetensors_tensor(const fp8run_safetensors *st, int i, fp8run_value_info *info);
+/* Tensor `name` as count float32 values: F32, F16, BF16, F64 and FP8 exactly (F64 rounded);
+ * an F8_E4M3 weight with a "<name>_scale_inv" tensor of 128x128 block scales (as published FP8
+ * releases ship them) is dequantized, W = q * scale_inv per block, one float32 product. */
+FP8RUN_API fp8run_status fp8run_safetensors_read(fp8run_safetensors *st, const char *name, float *dst, size_t count);
+
+/* What a load matched. The name arrays point into the fp8run_safetensors handle and stay valid
+ * until its next load or its close. */
+typedef struct fp8run_load_report {
+    size_t struct_size;
+    int n_matched;                   /* parameters loaded from the checkpoint */
+    int n_missing;                   /* parameters the checkpoint lacks (left as they were) */
+    int n_unexpected;                /* checkpoint tensors no parameter takes (block scales read
+                                        with their weight are not listed) */
+    const char *const *matched;
+    const char *const *missing;
+    const char *const *unexpected;
+} fp8run_load_report;
+
+/* Flags of the load calls: missing or unexpected names are an error (nothing loaded). */
+#define FP8RUN_LOAD_STRICT 1
+
+/* Load the checkpoint's tensors into the session's trained parameters by name (the names of
+ * fp8run_session_param; the optimizer state is left as it is: load before the first step).
+ * A parameter whose shape differs from its tensor's is FP8RUN_ERR_SHAPE naming both, and
+ * nothing is loaded; so is a missing or unexpected name with FP8RUN_LOAD_STRICT. report may be
+ * NULL. A read error midway (an unreadable shard) leaves the parameters before it loaded. */
+FP8RUN_API fp8run_status fp8run_session_load_safetensors(fp8run_session *s, fp8run_safetensors *st, int flags,
+                                                         fp8run_load_report *report);
+/* The same into a model's float32 parameters (fp8run_model_param), before creating sessions:
+ * frozen parameters then take the checkpoint's values too. */
+FP8RUN_API fp8run_status fp8run_model_load_safetensors(fp8run_model *m, fp8run_safetensors *st, int flags,
+                                                       fp8run_load_report *report);
+/* Write the parameters (fp8run_model_param / fp8run_session_param names and shapes, sorted by
+ * name, as transformers' save_pretrained writes them) into folder dir (created when missing):
+ * dir/model.safetensors, or shards of at most max_shard_bytes (0: 5 GB, transformers' default)
+ * named model-0000K-of-0000N.safetensors with model.safetensors.index.json. dtype: FLOAT32
+ * (default for UNDEFINED), BFLOAT16 or FLOAT16 (rounded to nearest even). Files are replaced
+ * atomically; a model.safetensors or index left from an export of the other layout is removed. */
+FP8RUN_API fp8run_status fp8run_model_save_safetensors(fp8run_model *m, const char *dir, fp8run_dtype dtype,
+                                                       uint64_t max_shard_bytes);
+FP8RUN_API fp8run_status fp8run_session_save_safetensors(fp8run_session *s, const char *dir, fp8run_dtype dtype,
+                                                         uint64_t max_shard_bytes);
+/* The same for the weights a training checkpoint holds: its "param" tensors, under the names
+ * and layouts the trainer saves them (fp8run_checkpoint_param). Parameters the run did not
+ * train (--freeze) are not in a checkpoint and so not written. */
+FP8RUN_API fp8run_status fp8run_checkpoint_save_safetensors(const char *ckpt_path, const char *dir, fp8run_dtype dtype,
+                                                            uint64_t max_shard_bytes);
 
 #ifdef __cplusplus
 }

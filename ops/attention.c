@@ -16,19 +16,24 @@
 
 fr_status fr_attn_read_attrs(const fr_node *n, int64_t head_dim, fr_attn_attrs *a)
 {
-    int64_t causal;
+    int64_t causal, window;
     const char *prec;
     if (head_dim < 1) return fr_node_error(n, FR_ERR_SHAPE, "head dim %lld must be >= 1", (long long)head_dim);
     FR_TRY(fr_node_attr_float(n, "scale", (float)(1.0 / sqrt((double)head_dim)), &a->scale));
     FR_TRY(fr_node_attr_int(n, "causal", 0, &causal));
     FR_TRY(fr_node_attr_string(n, "precision", "fp32", &prec));
+    FR_TRY(fr_node_attr_int(n, "window", 0, &window));
     if (causal != 0 && causal != 1)
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "causal=%lld must be 0 or 1", (long long)causal);
+    if (window < 0 || (window > 0 && !causal))
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "window=%lld must be >= 0, and needs causal=1 when > 0",
+                             (long long)window);
     if (strcmp(prec, "fp32") != 0 && strcmp(prec, "bf16") != 0)
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "precision '%s' must be fp32 or bf16", prec);
     if (!isfinite(a->scale))
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "scale %g must be finite", (double)a->scale);
     a->causal = (int)causal;
+    a->window = window;
     a->bf16 = prec[0] == 'b';
     return FR_OK;
 }
@@ -87,6 +92,44 @@ int64_t fr_attn_kv_index(const fr_attn_geom *g, int64_t b)
         kv += i * g->kv_stride[k];
     }
     return kv;
+}
+
+fr_status fr_attn_mask_geometry(const fr_node *n, const fr_attn_geom *g, int rm, const int64_t *dm, fr_attn_mask *m)
+{
+    memset(m, 0, sizeof *m);
+    if (!dm) return FR_OK;
+    const int rq = g->brank + 2;
+    int ok = rm >= 2 && rm <= rq && (dm[rm - 2] == g->Tq || dm[rm - 2] == 1) && (dm[rm - 1] == g->Tk || dm[rm - 1] == 1);
+    for (int k = 0; ok && k < rm - 2; k++) {
+        const int64_t qd = g->qdims[g->brank - (rm - 2) + k];
+        ok = dm[k] == qd || dm[k] == 1;
+    }
+    if (!ok) {
+        char s1[128];
+        return fr_node_error(n, FR_ERR_SHAPE, "mask %s does not broadcast to the scores [.., %lld, %lld]",
+                             fr_shape_str(rm, dm, s1, sizeof s1), (long long)g->Tq, (long long)g->Tk);
+    }
+    m->present = 1;
+    m->col = dm[rm - 1] == 1 ? 0 : 1;
+    m->row = dm[rm - 2] == 1 ? 0 : dm[rm - 1];
+    int64_t stride = dm[rm - 2] * dm[rm - 1];
+    for (int k = g->brank - 1; k >= 0; k--) {
+        const int km = k - (g->brank - (rm - 2)); /* M's dim index, < 0 where M has none */
+        const int64_t md = km >= 0 ? dm[km] : 1;
+        m->bstride[k] = md == 1 ? 0 : stride;
+        stride *= md;
+    }
+    return FR_OK;
+}
+
+int64_t fr_attn_mask_offset(const fr_attn_geom *g, const fr_attn_mask *m, int64_t b)
+{
+    int64_t off = 0;
+    for (int k = g->brank - 1; k >= 0; k--) {
+        off += (b % g->qdims[k]) * m->bstride[k];
+        b /= g->qdims[k];
+    }
+    return off;
 }
 
 /* ---- shared checks ---- */
@@ -154,15 +197,30 @@ static float *bf16_copy(const fr_tensor *t, fr_status *st)
     return c;
 }
 
-/* Columns of row i that are not masked. */
-static int64_t row_len(const fr_attn_geom *g, int causal, int64_t i) { return causal ? i + 1 : g->Tk; }
+void fr_attn_row_range(const fr_attn_attrs *a, int64_t Tk, int64_t i, int64_t *lo, int64_t *hi)
+{
+    *hi = a->causal ? i + 1 : Tk;
+    *lo = a->window > 0 && i - a->window + 1 > 0 ? i - a->window + 1 : 0;
+}
 
 /* ---- Attention ---- */
+
+/* The optional mask input idx of a node being inferred: Q's dtype, broadcastable to the scores. */
+static fr_status infer_mask(fr_graph *g, const fr_node *n, int idx, const fr_attn_geom *geo, fr_dtype dt)
+{
+    if (n->n_inputs <= idx || n->inputs[idx] < 0) return FR_OK;
+    const fr_value *m = fr_node_in(g, n, idx);
+    if (m->dtype != dt)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "mask '%s' is %s, must be %s like Q (an additive mask)", m->name,
+                             fr_dtype_name(m->dtype), fr_dtype_name(dt));
+    fr_attn_mask mg;
+    return fr_attn_mask_geometry(n, geo, m->rank, m->dims, &mg);
+}
 
 static fr_status attn_infer(fr_graph *g, int node_id)
 {
     const fr_node *n = &g->nodes[node_id];
-    FR_TRY(fr_infer_require_inputs(g, n, 3, 3));
+    FR_TRY(fr_infer_require_inputs(g, n, 3, 4));
     if (n->n_outputs < 1 || n->n_outputs > 2 || n->outputs[0] < 0)
         return fr_node_error(n, FR_ERR_GRAPH, "needs output O (and optionally LSE)");
     const fr_value *q = fr_node_in(g, n, 0), *k = fr_node_in(g, n, 1), *v = fr_node_in(g, n, 2);
@@ -174,6 +232,7 @@ static fr_status attn_infer(fr_graph *g, int node_id)
     int64_t od[FR_MAX_RANK], ld[FR_MAX_RANK];
     out_shapes(q->rank, q->dims, &geo, od, ld);
     const fr_dtype dt = q->dtype;
+    FR_TRY(infer_mask(g, n, 3, &geo, dt));
     fr_infer_set(g, n, 0, dt, q->rank, od);
     fr_infer_set(g, n, 1, dt, q->rank - 1, ld);
     return FR_OK;
@@ -186,6 +245,10 @@ static fr_status attn_infer(fr_graph *g, int node_id)
         double m = -INFINITY, sum = 0.0;                                                     \
         for (int64_t j = 0; j < len; j++)                                                    \
             if ((double)s[j] > m || isnan((double)s[j])) m = s[j];                           \
+        if (m == -INFINITY) { /* fully masked: P = 0 (the exporter's IsNaN guard) */         \
+            for (int64_t j = 0; j < tk; j++) s[j] = 0;                                       \
+            return m;                                                                        \
+        }                                                                                    \
         for (int64_t j = 0; j < len; j++) {                                                  \
             double e = exp((double)s[j] - m);                                                \
             sum += e;                                                                        \
@@ -200,12 +263,34 @@ static fr_status attn_infer(fr_graph *g, int node_id)
 static double softmax_row_f32(float *s, int64_t len, int64_t tk) { SOFTMAX_ROW(float); }
 static double softmax_row_f64(double *s, int64_t len, int64_t tk) { SOFTMAX_ROW(double); }
 
+/* The mask input (NULL: none), checked against the geometry and Q's dtype. */
+static fr_status read_mask(const fr_node *n, const fr_tensor *mt, const fr_attn_geom *geo, fr_dtype dt,
+                           fr_attn_mask *mg)
+{
+    if (mt && mt->dtype != dt)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "mask is %s, must be %s like Q (an additive mask)",
+                             fr_dtype_name(mt->dtype), fr_dtype_name(dt));
+    return fr_attn_mask_geometry(n, geo, mt ? mt->rank : 0, mt ? mt->dims : NULL, mg);
+}
+
+/* Scores row i of problem b += its mask row. */
+static void add_mask_row(fr_dtype dt, void *row, const fr_tensor *mt, const fr_attn_mask *mg, int64_t off, int64_t i,
+                         int64_t Tk)
+{
+    if (!mg->present) return;
+    const int64_t base = off + i * mg->row;
+    if (dt == FR_F32)
+        for (int64_t j = 0; j < Tk; j++) ((float *)row)[j] += ((const float *)mt->data)[base + j * mg->col];
+    else
+        for (int64_t j = 0; j < Tk; j++) ((double *)row)[j] += ((const double *)mt->data)[base + j * mg->col];
+}
+
 static fr_status attn_cpu(const fr_kernel_ctx *ctx)
 {
     const fr_node *n = ctx->node;
-    if (ctx->n_in != 3 || !ctx->in[0] || !ctx->in[1] || !ctx->in[2] || ctx->n_out < 1 || !ctx->out[0])
-        return fr_node_error(n, FR_ERR_GRAPH, "needs inputs Q, K, V and output O");
-    const fr_tensor *q = ctx->in[0], *k = ctx->in[1], *v = ctx->in[2];
+    if (ctx->n_in < 3 || ctx->n_in > 4 || !ctx->in[0] || !ctx->in[1] || !ctx->in[2] || ctx->n_out < 1 || !ctx->out[0])
+        return fr_node_error(n, FR_ERR_GRAPH, "needs inputs Q, K, V (and optionally a mask) and output O");
+    const fr_tensor *q = ctx->in[0], *k = ctx->in[1], *v = ctx->in[2], *mt = ctx->n_in > 3 ? ctx->in[3] : NULL;
     fr_tensor *o = ctx->out[0], *lse = ctx->n_out > 1 ? ctx->out[1] : NULL;
     fr_attn_attrs a;
     FR_TRY(fr_attn_read_attrs(n, q->rank >= 1 ? q->dims[q->rank - 1] : 0, &a));
@@ -215,6 +300,8 @@ static fr_status attn_cpu(const fr_kernel_ctx *ctx)
     int64_t od[FR_MAX_RANK], ld[FR_MAX_RANK];
     out_shapes(q->rank, q->dims, &geo, od, ld);
     const fr_dtype dt = q->dtype;
+    fr_attn_mask mg;
+    FR_TRY(read_mask(n, mt, &geo, dt, &mg));
     FR_TRY(fr_check_out(n, o, dt, q->rank, od));
     if (lse) FR_TRY(fr_check_out(n, lse, dt, q->rank - 1, ld));
     FR_TRY(check_blas(n, &geo));
@@ -242,16 +329,22 @@ static fr_status attn_cpu(const fr_kernel_ctx *ctx)
         const char *Qb = Q + (size_t)(b * Tq * D) * es, *Kb = K + (size_t)(kv * Tk * D) * es,
                    *Vb = V + (size_t)(kv * Tk * Dv) * es;
         gemm(dt, 0, 1, Tq, Tk, D, a.scale, Qb, Kb, 0.0, S);
+        const int64_t moff = fr_attn_mask_offset(&geo, &mg, b);
         for (int64_t i = 0; i < Tq; i++) {
-            const int64_t len = row_len(&geo, a.causal, i);
+            int64_t lo, hi;
+            fr_attn_row_range(&a, Tk, i, &lo, &hi);
+            add_mask_row(dt, (char *)S + (size_t)(i * Tk) * es, mt, &mg, moff, i, Tk);
             double l;
-            if (dt == FR_F32) {
+            if (dt == FR_F32) { /* keys before lo: zeros; the softmax zeroes those from hi on */
                 float *row = (float *)S + i * Tk;
-                l = softmax_row_f32(row, len, Tk);
+                for (int64_t j = 0; j < lo; j++) row[j] = 0.0f;
+                l = softmax_row_f32(row + lo, hi - lo, Tk - lo);
                 if (a.bf16)
-                    for (int64_t j = 0; j < len; j++) row[j] = bf16_round(row[j]);
+                    for (int64_t j = lo; j < hi; j++) row[j] = bf16_round(row[j]);
             } else {
-                l = softmax_row_f64((double *)S + i * Tk, len, Tk);
+                double *row = (double *)S + i * Tk;
+                for (int64_t j = 0; j < lo; j++) row[j] = 0.0;
+                l = softmax_row_f64(row + lo, hi - lo, Tk - lo);
             }
             if (lse) {
                 if (dt == FR_F32)
@@ -279,9 +372,14 @@ static fr_status attn_grad(fr_grad_ctx *ctx)
     if (ctx->dout[0] < 0 || !(ctx->need_din[0] || ctx->need_din[1] || ctx->need_din[2])) return FR_OK;
     if (n->n_outputs < 2 || n->outputs[1] < 0)
         return fr_node_error(n, FR_ERR_GRAPH, "the gradient needs the LSE output (output 1)");
-    int in[6] = {n->inputs[0], n->inputs[1], n->inputs[2], n->outputs[0], n->outputs[1], ctx->dout[0]};
+    const int masked = n->n_inputs > 3 && n->inputs[3] >= 0;
+    if (masked && ctx->need_din[3])
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "the mask input '%s' gets no gradient (it must not depend on a "
+                             "trained parameter)", g->values[n->inputs[3]].name);
+    int in[7] = {n->inputs[0], n->inputs[1], n->inputs[2], n->outputs[0], n->outputs[1], ctx->dout[0],
+                 masked ? n->inputs[3] : -1};
     int out[3], nid;
-    FR_TRY(fr_grad_node(ctx, "AttentionGrad", FR_DOMAIN_FP8RUN, 6, in, 3, out, &nid));
+    FR_TRY(fr_grad_node(ctx, "AttentionGrad", FR_DOMAIN_FP8RUN, masked ? 7 : 6, in, 3, out, &nid));
     n = &g->nodes[ctx->node_id];
     fr_node *gn = &g->nodes[nid];
     for (int i = 0; i < n->n_attrs; i++) {
@@ -302,7 +400,7 @@ static fr_status attn_grad(fr_grad_ctx *ctx)
 static fr_status attng_infer(fr_graph *g, int node_id)
 {
     const fr_node *n = &g->nodes[node_id];
-    FR_TRY(fr_infer_require_inputs(g, n, 6, 6));
+    FR_TRY(fr_infer_require_inputs(g, n, 6, 7));
     if (n->n_outputs != 3) return fr_node_error(n, FR_ERR_GRAPH, "needs 3 outputs dQ, dK, dV (empty when not needed)");
     const fr_value *q = fr_node_in(g, n, 0), *k = fr_node_in(g, n, 1), *v = fr_node_in(g, n, 2),
                    *o = fr_node_in(g, n, 3), *lse = fr_node_in(g, n, 4), *dout = fr_node_in(g, n, 5);
@@ -327,6 +425,7 @@ static fr_status attng_infer(fr_graph *g, int node_id)
                                  fr_dtype_name(q->dtype), fr_shape_str(r, want, s2, sizeof s2));
         }
     }
+    FR_TRY(infer_mask(g, n, 6, &geo, q->dtype));
     for (int i = 0; i < 3; i++) fr_infer_same(g, n, i, i);
     return FR_OK;
 }
@@ -334,12 +433,12 @@ static fr_status attng_infer(fr_graph *g, int node_id)
 static fr_status attng_cpu(const fr_kernel_ctx *ctx)
 {
     const fr_node *n = ctx->node;
-    if (ctx->n_in != 6 || ctx->n_out != 3)
-        return fr_node_error(n, FR_ERR_GRAPH, "needs inputs Q, K, V, O, LSE, dO and outputs dQ, dK, dV");
-    for (int i = 0; i < 6; i++)
+    if (ctx->n_in < 6 || ctx->n_in > 7 || ctx->n_out != 3)
+        return fr_node_error(n, FR_ERR_GRAPH, "needs inputs Q, K, V, O, LSE, dO (and the mask) and outputs dQ, dK, dV");
+    for (int i = 0; i < ctx->n_in; i++)
         if (!ctx->in[i]) return fr_node_error(n, FR_ERR_GRAPH, "input %d is missing", i);
     const fr_tensor *q = ctx->in[0], *k = ctx->in[1], *v = ctx->in[2], *o = ctx->in[3], *lse = ctx->in[4],
-                    *dout = ctx->in[5];
+                    *dout = ctx->in[5], *mt = ctx->n_in > 6 ? ctx->in[6] : NULL;
     fr_tensor *dq = ctx->out[0], *dk = ctx->out[1], *dv = ctx->out[2];
     fr_attn_attrs a;
     FR_TRY(fr_attn_read_attrs(n, q->rank >= 1 ? q->dims[q->rank - 1] : 0, &a));
@@ -349,6 +448,8 @@ static fr_status attng_cpu(const fr_kernel_ctx *ctx)
     int64_t od[FR_MAX_RANK], ld[FR_MAX_RANK];
     out_shapes(q->rank, q->dims, &geo, od, ld);
     const fr_dtype dt = q->dtype;
+    fr_attn_mask mg;
+    FR_TRY(read_mask(n, mt, &geo, dt, &mg));
     FR_TRY(fr_check_out(n, o, dt, q->rank, od));
     FR_TRY(fr_check_out(n, dout, dt, q->rank, od));
     FR_TRY(fr_check_out(n, lse, dt, q->rank - 1, ld));
@@ -387,22 +488,26 @@ static fr_status attng_cpu(const fr_kernel_ctx *ctx)
                    *Vb = V + (size_t)(kv * Tk * Dv) * es, *dOb = dO + (size_t)(b * Tq * Dv) * es;
         /* P = exp(scale Q K^T - LSE), 0 where masked */
         gemm(dt, 0, 1, Tq, Tk, D, a.scale, Qb, Kb, 0.0, P);
+        const int64_t moff = fr_attn_mask_offset(&geo, &mg, b);
         for (int64_t i = 0; i < Tq; i++) {
-            const int64_t len = row_len(&geo, a.causal, i);
+            int64_t lo, hi;
+            fr_attn_row_range(&a, Tk, i, &lo, &hi);
+            add_mask_row(dt, (char *)P + (size_t)(i * Tk) * es, mt, &mg, moff, i, Tk);
             double sum = 0.0; /* Delta_i = dO_i . O_i, from the unrounded dO */
             if (dt == FR_F32) {
                 float *row = (float *)P + i * Tk;
                 const float l = ((const float *)lse->data)[b * Tq + i];
-                for (int64_t j = 0; j < len; j++) row[j] = (float)exp((double)row[j] - (double)l);
-                for (int64_t j = len; j < Tk; j++) row[j] = 0.0f;
+                if (l == -INFINITY) hi = lo; /* a fully masked row: P = 0 */
+                for (int64_t j = 0; j < Tk; j++)
+                    row[j] = j >= lo && j < hi ? (float)exp((double)row[j] - (double)l) : 0.0f;
                 const float *oi = (const float *)o->data + (b * Tq + i) * Dv,
                             *di = (const float *)dout->data + (b * Tq + i) * Dv;
                 for (int64_t d = 0; d < Dv; d++) sum += (double)oi[d] * (double)di[d];
             } else {
                 double *row = (double *)P + i * Tk;
                 const double l = ((const double *)lse->data)[b * Tq + i];
-                for (int64_t j = 0; j < len; j++) row[j] = exp(row[j] - l);
-                for (int64_t j = len; j < Tk; j++) row[j] = 0.0;
+                if (l == -INFINITY) hi = lo;
+                for (int64_t j = 0; j < Tk; j++) row[j] = j >= lo && j < hi ? exp(row[j] - l) : 0.0;
                 const double *oi = (const double *)o->data + (b * Tq + i) * Dv,
                              *di = (const double *)dout->data + (b * Tq + i) * Dv;
                 for (int64_t d = 0; d < Dv; d++) sum += oi[d] * di[d];

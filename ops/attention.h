@@ -7,12 +7,18 @@
  * step's time and memory. The fused op keeps only O and one float per query row (LSE) for the
  * backward, which recomputes the probabilities (flash attention).
  *
- * Attention(Q, K, V) -> (O, LSE)
+ * Attention(Q, K, V [, M]) -> (O, LSE)
  *   Q:   [..., Tq, D]  float32 (float64 allowed on the CPU for gradient checks; precision fp32)
  *   K:   [..., Tk, D]  same dtype; its batch dims (all but the last two) broadcast to Q's
  *                      numpy-style (right-aligned, size 1 or equal): grouped-query attention is
  *                      Q [B, KV, G, T, D] with K [B, KV, 1, T, D].
  *   V:   [..., Tk, Dv] same batch dims as K.
+ *   M:   optional additive mask, Q's dtype, rank 2 .. Q's rank, broadcastable numpy-style to
+ *        [Q's batch dims, Tq, Tk] (e.g. [B, 1, Tq, Tk] from a padding mask): s_ij gets + M_ij
+ *        (in Q's dtype, after the scale, as an Add of the scores would). Causal and window
+ *        still apply on top. A row whose scores are all -inf (fully masked) gives O_i = 0 and
+ *        LSE_i = -inf, and no gradient: the rule of the exporter's Where(IsNaN(P), 0, P) guard
+ *        (and of PyTorch's SDPA). M gets no gradient.
  *   O:   [..., Tq, Dv] Q's batch dims, Q's dtype.
  *   LSE: [..., Tq]     float32 (Q's dtype when float64): for each query row, the natural log of
  *                      sum_j exp(s_ij - ...) written as m + log(l): log-sum-exp of the scaled,
@@ -22,6 +28,9 @@
  *   scale      float (default 1/sqrt(D)); the scores are scale * Q K^T.
  *   causal     int 0|1 (default 0); 1 masks key j for query i when j > i (requires Tq == Tk).
  *              No row is then fully masked. (Other masks are not fused: the pass leaves them.)
+ *   window     int >= 0 (default 0: none); with causal=1 only: key j is also masked for query i
+ *              when i - j >= window (a sliding window of `window` keys ending at the query,
+ *              Mistral's sliding_window). Row i keeps keys max(0, i - window + 1) .. i.
  *   precision  "fp32" (default) | "bf16". bf16 rounds Q, K, V to bf16 (round-to-nearest-even)
  *              before the products, sums every product in float32 (or wider), computes the
  *              softmax in float32, and rounds the probabilities to bf16 before P V, as the
@@ -30,8 +39,8 @@
  *              exp(s - running max) instead: the two agree to bf16 rounding (tests: 1e-2
  *              relative L2). fp32 is exact float32 math (GPU within 1e-5 of the CPU).
  *
- * AttentionGrad(Q, K, V, O, LSE, dO) -> (dQ, dK, dV)
- *   Same attributes as the forward node. dQ, dK, dV have Q's, K's, V's shapes (dK and dV summed
+ * AttentionGrad(Q, K, V, O, LSE, dO [, M]) -> (dQ, dK, dV)
+ *   Same attributes and mask as the forward node. dQ, dK, dV have Q's, K's, V's shapes (dK and dV summed
  *   over the batch dims K/V broadcast over). With P_ij = exp(s_ij - LSE_i) (0 where masked),
  *   Delta_i = sum_d dO_id O_id:
  *     dV = P^T dO;  dP = dO V^T;  dS_ij = P_ij (dP_ij - Delta_i);
@@ -47,13 +56,18 @@
 
 #include "op.h"
 
-extern const fr_op_def fr_ops_attention[]; /* Attention, AttentionGrad */
+extern const fr_op_def fr_ops_attention[];      /* Attention, AttentionGrad */
+extern const fr_op_def fr_ops_attention_onnx[]; /* ONNX Attention (opset 23): inference only */
+/* The subset of ONNX Attention that passes/attention_import.c lowers (inputs inferred); errors
+ * name the node and the input or attribute. */
+fr_status fr_onnx_attention_check(const fr_graph *g, const fr_node *n);
 
 /* A node's attributes, parsed and checked (shared by the CPU kernels and the CUDA launchers).
  * `head_dim` is D, used for the default scale. Errors name the node. */
 typedef struct fr_attn_attrs {
     float scale;
     int causal;
+    int64_t window; /* 0: none */
     int bf16;
 } fr_attn_attrs;
 fr_status fr_attn_read_attrs(const fr_node *n, int64_t head_dim, fr_attn_attrs *a);
@@ -72,7 +86,19 @@ typedef struct fr_attn_geom {
 } fr_attn_geom;
 fr_status fr_attn_geometry(const fr_node *n, int rq, const int64_t *dq, int rk, const int64_t *dk, int rv,
                            const int64_t *dv, int causal, fr_attn_geom *g);
+/* Where the mask M of a problem lives: element (b, i, j) is at offset(b) + i * row + j * col
+ * (strides 0 on broadcast dims). present = 0: no mask. */
+typedef struct fr_attn_mask {
+    int present;
+    int64_t bstride[FR_MAX_RANK]; /* per Q batch dim */
+    int64_t row, col;
+} fr_attn_mask;
+/* Checks M's shape (rank rm, dims dm) against the geometry; rm = 0 and dm = NULL: no mask. */
+fr_status fr_attn_mask_geometry(const fr_node *n, const fr_attn_geom *g, int rm, const int64_t *dm, fr_attn_mask *m);
+int64_t fr_attn_mask_offset(const fr_attn_geom *g, const fr_attn_mask *m, int64_t b);
 /* K/V batch index of Q batch index b. */
 int64_t fr_attn_kv_index(const fr_attn_geom *g, int64_t b);
+/* The keys row i keeps: [*lo, *hi) (causal and window applied). */
+void fr_attn_row_range(const fr_attn_attrs *a, int64_t Tk, int64_t i, int64_t *lo, int64_t *hi);
 
 #endif

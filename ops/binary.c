@@ -21,148 +21,102 @@
 
 #include "elementwise_grad.h"
 #include "elementwise_util.h"
+#include "ew_math.h"
 #include "op.h"
 
-/* ---- inner-run kernels ---- */
+/* ---- inner-run kernels: generated from the rows of ops/ew_binary.def ---- */
 
-/* y = EXPR(x0, x1) over one run. `ut_` is the unsigned type of the operands' width (for
- * wrapping integer arithmetic); `bad_` is the int flag passed as arg (division by zero). */
-#define BIN(NAME, TA, TY, UT, EXPR)                                                          \
+/* y = EXPR(a, b) over one run. UT is the unsigned type of the operands' width (wrapping
+ * integer arithmetic); `bad` is the flag passed as arg (division by zero). */
+#define BIN(NAME, TA, TY, UTY, EXPR)                                                         \
     static void NAME(int64_t n, char *const *p, const int64_t *s, void *arg)                 \
     {                                                                                        \
-        typedef UT ut_;                                                                      \
-        int *bad_ = arg;                                                                     \
+        typedef UTY UT;                                                                      \
+        ew_flag_t *bad = arg;                                                                \
         TY *y = (TY *)(void *)p[0];                                                          \
-        const TA *a = (const TA *)(const void *)p[1], *b = (const TA *)(const void *)p[2];   \
-        (void)sizeof(ut_);                                                                   \
-        (void)bad_;                                                                          \
+        const TA *pa = (const TA *)(const void *)p[1], *pb = (const TA *)(const void *)p[2]; \
+        (void)sizeof(UT);                                                                    \
+        (void)bad;                                                                           \
         if (s[1] && s[2]) {                                                                  \
             for (int64_t i = 0; i < n; i++) {                                                \
-                const TA x0 = a[i], x1 = b[i];                                               \
+                const TA a = pa[i], b = pb[i];                                               \
+                BIN_USE(a, b);                                                               \
                 y[i] = (TY)(EXPR);                                                           \
             }                                                                                \
         } else if (s[1]) {                                                                   \
-            const TA x1 = b[0];                                                              \
+            const TA b = pb[0];                                                              \
             for (int64_t i = 0; i < n; i++) {                                                \
-                const TA x0 = a[i];                                                          \
+                const TA a = pa[i];                                                          \
+                BIN_USE(a, b);                                                               \
                 y[i] = (TY)(EXPR);                                                           \
             }                                                                                \
         } else if (s[2]) {                                                                   \
-            const TA x0 = a[0];                                                              \
+            const TA a = pa[0];                                                              \
             for (int64_t i = 0; i < n; i++) {                                                \
-                const TA x1 = b[i];                                                          \
+                const TA b = pb[i];                                                          \
+                BIN_USE(a, b);                                                               \
                 y[i] = (TY)(EXPR);                                                           \
             }                                                                                \
         } else {                                                                             \
-            const TA x0 = a[0], x1 = b[0];                                                   \
+            const TA a = pa[0], b = pb[0];                                                   \
+            BIN_USE(a, b);                                                                   \
             const TY v = (TY)(EXPR);                                                         \
             for (int64_t i = 0; i < n; i++) y[i] = v;                                        \
         }                                                                                    \
     }
+#define BIN_USE(a, b) ((void)(a), (void)(b)) /* a math row may not read both */
+#define BIN_OUT_0(TA) TA                     /* OUT_BOOL 0: the input type */
+#define BIN_OUT_1(TA) uint8_t                /* OUT_BOOL 1: bool */
 
-#define BIN_F(NAME, EXPR)                                                                    \
-    BIN(NAME##_f32, float, float, uint32_t, EXPR)                                            \
-    BIN(NAME##_f64, double, double, uint64_t, EXPR)
-#define BIN_I(NAME, EXPR)                                                                    \
-    BIN(NAME##_i32, int32_t, int32_t, uint32_t, EXPR)                                        \
-    BIN(NAME##_i64, int64_t, int64_t, uint64_t, EXPR)
-#define BIN_CMP(NAME, EXPR)                                                                  \
-    BIN(NAME##_f32, float, uint8_t, uint32_t, EXPR)                                          \
-    BIN(NAME##_f64, double, uint8_t, uint64_t, EXPR)                                         \
-    BIN(NAME##_i32, int32_t, uint8_t, uint32_t, EXPR)                                        \
-    BIN(NAME##_i64, int64_t, uint8_t, uint64_t, EXPR)
+/* every dtype of every math row; a missing column (EW_NONE) gives a kernel that is never used */
+#define FR_BIN_MATH(ID, OUT_BOOL, RAISES, F, I, B)                                           \
+    BIN(bm_##ID##_f32, float, BIN_OUT_##OUT_BOOL(float), uint32_t, EW_EXPR(F))              \
+    BIN(bm_##ID##_f64, double, BIN_OUT_##OUT_BOOL(double), uint64_t, EW_EXPR(F))            \
+    BIN(bm_##ID##_i32, int32_t, BIN_OUT_##OUT_BOOL(int32_t), uint32_t, EW_EXPR(I))          \
+    BIN(bm_##ID##_i64, int64_t, BIN_OUT_##OUT_BOOL(int64_t), uint64_t, EW_EXPR(I))          \
+    BIN(bm_##ID##_b, uint8_t, uint8_t, uint8_t, EW_EXPR(B))
+#include "ew_binary.def"
 
-/* Truncating integer division; INT_MIN / -1 wraps (computed in int64 for int32, whose
- * result then wraps on the narrowing store). */
-static inline int64_t idiv(int64_t a, int64_t b, int *bad)
-{
-    if (b == 0) {
-        *bad = 1;
-        return 0;
-    }
-    if (b == -1) return (int64_t)((uint64_t)0 - (uint64_t)a);
-    return a / b;
-}
+/* the kernel of math row m for dtype slot d (bin_slots below), NULL where the row has none */
+static const fr_ew_fn bm_fns[FR_BM_COUNT][5] = {
+#define FR_BIN_MATH(ID, OUT_BOOL, RAISES, F, I, B)                                           \
+    [FR_BM_##ID] = {EW_HAS(F) ? bm_##ID##_f32 : NULL, EW_HAS(F) ? bm_##ID##_f64 : NULL,      \
+                    EW_HAS(I) ? bm_##ID##_i32 : NULL, EW_HAS(I) ? bm_##ID##_i64 : NULL,      \
+                    EW_HAS(B) ? bm_##ID##_b : NULL},
+#include "ew_binary.def"
+};
 
-/* Remainder: sign of the dividend (C, fmod=1) or of the divisor (Python, fmod=0). */
-static inline int64_t irem(int64_t a, int64_t b, int floor_mode, int *bad)
-{
-    if (b == 0) {
-        *bad = 1;
-        return 0;
-    }
-    if (b == -1) return 0;
-    int64_t r = a % b;
-    if (floor_mode && r != 0 && ((r < 0) != (b < 0))) r += b;
-    return r;
-}
-
-/* The NaN-propagating max/min of numpy (x0 != x0 is NaN). */
-#define FMAX(a, b) ((a) > (b) || (a) != (a) ? (a) : (b))
-#define FMIN(a, b) ((a) < (b) || (a) != (a) ? (a) : (b))
-
-BIN_F(add, x0 + x1)
-BIN_I(add, (ut_)x0 + (ut_)x1)
-BIN_F(sub, x0 - x1)
-BIN_I(sub, (ut_)x0 - (ut_)x1)
-BIN_F(mul, x0 * x1)
-BIN_I(mul, (ut_)x0 * (ut_)x1)
-BIN_F(div, x0 / x1)
-BIN_I(div, idiv(x0, x1, bad_))
-BIN_F(fmod, fmod(x0, x1))
-BIN_I(fmod, irem(x0, x1, 0, bad_))
-BIN_I(pymod, irem(x0, x1, 1, bad_))
-BIN_F(max, FMAX(x0, x1))
-BIN_I(max, x0 > x1 ? x0 : x1)
-BIN_F(min, FMIN(x0, x1))
-BIN_I(min, x0 < x1 ? x0 : x1)
-BIN_CMP(eq, x0 == x1)
-BIN_CMP(lt, x0 < x1)
-BIN_CMP(le, x0 <= x1)
-BIN_CMP(gt, x0 > x1)
-BIN_CMP(ge, x0 >= x1)
-BIN(eq_b, uint8_t, uint8_t, uint8_t, (x0 != 0) == (x1 != 0))
-BIN(and_b, uint8_t, uint8_t, uint8_t, x0 && x1)
-BIN(or_b, uint8_t, uint8_t, uint8_t, x0 || x1)
-BIN(xor_b, uint8_t, uint8_t, uint8_t, (x0 != 0) != (x1 != 0))
-
-/* ---- the kinds: op name -> dtype -> kernel ---- */
-
-typedef struct bin_impl {
+static const struct {
     fr_dtype dt;
-    fr_ew_fn fn;
-} bin_impl;
+    int cls;
+} bin_slots[5] = {
+    {FR_F32, EW_DT_F}, {FR_F64, EW_DT_F}, {FR_I32, EW_DT_I}, {FR_I64, EW_DT_I}, {FR_BOOL, EW_DT_B},
+};
+
+/* ---- the kinds: op name -> math row and dtypes ---- */
 
 typedef struct bin_kind {
     const char *name; /* op_type, or "Mod/fmod" for Mod with fmod=1 */
+    int math;         /* FR_BM_* */
     int out_bool;
     int variadic;     /* 1..N inputs (Max, Min, Sum, Mean) */
-    bin_impl impl[5]; /* ends at dt == FR_UNDEFINED when shorter */
+    int dts;          /* EW_DT_* */
+    int grad;         /* EW_BG_* */
 } bin_kind;
 
-#define IMPL_F(NAME) {FR_F32, NAME##_f32}, {FR_F64, NAME##_f64}
-#define IMPL_I(NAME) {FR_I32, NAME##_i32}, {FR_I64, NAME##_i64}
-
 static const bin_kind bin_kinds[] = {
-    {"Add", 0, 0, {IMPL_F(add), IMPL_I(add)}},
-    {"Sub", 0, 0, {IMPL_F(sub), IMPL_I(sub)}},
-    {"Mul", 0, 0, {IMPL_F(mul), IMPL_I(mul)}},
-    {"Div", 0, 0, {IMPL_F(div), IMPL_I(div)}},
-    {"Mod", 0, 0, {IMPL_I(pymod)}},
-    {"Mod/fmod", 0, 0, {IMPL_F(fmod), IMPL_I(fmod)}},
-    {"Max", 0, 1, {IMPL_F(max), IMPL_I(max)}},
-    {"Min", 0, 1, {IMPL_F(min), IMPL_I(min)}},
-    {"Sum", 0, 1, {IMPL_F(add), IMPL_I(add)}},
-    {"Mean", 0, 1, {IMPL_F(add)}},
-    {"Equal", 1, 0, {IMPL_F(eq), IMPL_I(eq), {FR_BOOL, eq_b}}},
-    {"Less", 1, 0, {IMPL_F(lt), IMPL_I(lt)}},
-    {"LessOrEqual", 1, 0, {IMPL_F(le), IMPL_I(le)}},
-    {"Greater", 1, 0, {IMPL_F(gt), IMPL_I(gt)}},
-    {"GreaterOrEqual", 1, 0, {IMPL_F(ge), IMPL_I(ge)}},
-    {"And", 1, 0, {{FR_BOOL, and_b}}},
-    {"Or", 1, 0, {{FR_BOOL, or_b}}},
-    {"Xor", 1, 0, {{FR_BOOL, xor_b}}},
+#define FR_BIN_OP(ID, NAME, DOMAIN, OPSET, MATH, DTYPES, VARIADIC, GRAD)                     \
+    [FR_BK_##ID] = {NAME, FR_BM_##MATH, FR_BM_OUT_BOOL_##MATH, VARIADIC, DTYPES, GRAD},
+#include "ew_binary.def"
 };
+EW_STATIC_ASSERT(sizeof bin_kinds / sizeof bin_kinds[0] == FR_BK_COUNT, "one kind per ew_binary.def op");
+
+static const bin_kind *bin_kind_named(const char *name)
+{
+    for (size_t i = 0; i < sizeof bin_kinds / sizeof bin_kinds[0]; i++)
+        if (strcmp(bin_kinds[i].name, name) == 0) return &bin_kinds[i];
+    return NULL;
+}
 
 static fr_status bin_kind_of(const fr_node *n, const bin_kind **out)
 {
@@ -172,21 +126,17 @@ static fr_status bin_kind_of(const fr_node *n, const bin_kind **out)
         FR_TRY(fr_node_attr_int(n, "fmod", 0, &fm));
         if (fm != 0 && fm != 1)
             return fr_node_error(n, FR_ERR_UNSUPPORTED, "fmod=%lld is not 0 or 1", (long long)fm);
-        if (fm) name = "Mod/fmod";
+        if (fm) name = bin_kinds[FR_BK_MOD_FMOD].name;
     }
-    for (size_t i = 0; i < sizeof bin_kinds / sizeof bin_kinds[0]; i++) {
-        if (strcmp(bin_kinds[i].name, name) == 0) {
-            *out = &bin_kinds[i];
-            return FR_OK;
-        }
-    }
+    *out = bin_kind_named(name);
+    if (*out) return FR_OK;
     return fr_node_error(n, FR_ERR_INTERNAL, "not a binary elementwise op");
 }
 
 static fr_ew_fn bin_fn_of(const bin_kind *k, fr_dtype dt)
 {
-    for (int i = 0; i < 5 && k->impl[i].dt != FR_UNDEFINED; i++)
-        if (k->impl[i].dt == dt) return k->impl[i].fn;
+    for (int i = 0; i < 5; i++)
+        if (bin_slots[i].dt == dt && (k->dts & bin_slots[i].cls)) return bm_fns[k->math][i];
     return NULL;
 }
 
@@ -194,10 +144,11 @@ static fr_status bin_dtype_error(const fr_node *n, const bin_kind *k, fr_dtype d
 {
     char list[128] = "";
     size_t off = 0;
-    for (int i = 0; i < 5 && k->impl[i].dt != FR_UNDEFINED && off < sizeof list; i++)
-        off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "",
-                                fr_dtype_name(k->impl[i].dt));
-    if (strcmp(n->op_type, "Mod") == 0 && strcmp(k->name, "Mod") == 0 && fr_dtype_is_float(dt))
+    for (int i = 0; i < 5 && off < sizeof list; i++)
+        if (k->dts & bin_slots[i].cls)
+            off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", off ? ", " : "",
+                                    fr_dtype_name(bin_slots[i].dt));
+    if (k == &bin_kinds[FR_BK_MOD] && fr_dtype_is_float(dt))
         return fr_node_error(n, FR_ERR_UNSUPPORTED,
                              "input dtype %s needs fmod=1 (ONNX requires it for floating point)",
                              fr_dtype_name(dt));
@@ -293,7 +244,7 @@ static fr_status bin_cpu(const fr_kernel_ctx *ctx)
         }
     }
     if (bad) return div_zero_error(n);
-    if (strcmp(k->name, "Mean") == 0) {
+    if (k == &bin_kinds[FR_BK_MEAN]) {
         int64_t cnt = fr_tensor_numel(y);
         if (dt == FR_F32) {
             float *v = y->data, d = (float)ctx->n_in;
@@ -570,19 +521,21 @@ static fr_status bin_grad(fr_grad_ctx *ctx)
     const int dy = ctx->dout[0], k = n->n_inputs;
     if (dy < 0) return FR_OK;
     const int a = n->inputs[0], b = k > 1 ? n->inputs[1] : -1, y = n->outputs[0];
+    const bin_kind *kind = bin_kind_named(n->op_type);
+    const int rule = kind ? kind->grad : EW_BG_NONE;
     char op[16];
     snprintf(op, sizeof op, "%s", n->op_type); /* n moves when nodes are added */
     int t, u;
-    if (strcmp(op, "Add") == 0 || strcmp(op, "Sum") == 0) {
+    if (rule == EW_BG_ADD) {
         for (int i = 0; i < k; i++)
             if (ctx->need_din[i]) FR_TRY(give(ctx, i, dy));
-    } else if (strcmp(op, "Sub") == 0) {
+    } else if (rule == EW_BG_SUB) {
         if (ctx->need_din[0]) FR_TRY(give(ctx, 0, dy));
         if (ctx->need_din[1]) {
             FR_TRY(fr_grad_sum_to(ctx, dy, b, &t)); /* negate the smaller tensor */
             FR_TRY(emit_neg(ctx, t, &ctx->din[1]));
         }
-    } else if (strcmp(op, "Mul") == 0) {
+    } else if (rule == EW_BG_MUL) {
         if (ctx->need_din[0]) {
             FR_TRY(emit2(ctx, "Mul", dy, b, &t));
             FR_TRY(give(ctx, 0, t));
@@ -591,7 +544,7 @@ static fr_status bin_grad(fr_grad_ctx *ctx)
             FR_TRY(emit2(ctx, "Mul", dy, a, &t));
             FR_TRY(give(ctx, 1, t));
         }
-    } else if (strcmp(op, "Div") == 0) {
+    } else if (rule == EW_BG_DIV) {
         /* d/da = dy / b; d/db = -dy a / b^2 = -(dy / b) * y */
         FR_TRY(emit2(ctx, "Div", dy, b, &t));
         if (ctx->need_din[0]) FR_TRY(give(ctx, 0, t));
@@ -600,7 +553,7 @@ static fr_status bin_grad(fr_grad_ctx *ctx)
             FR_TRY(fr_grad_sum_to(ctx, u, b, &t));
             FR_TRY(emit_neg(ctx, t, &ctx->din[1]));
         }
-    } else if (strcmp(op, "Mean") == 0) {
+    } else if (rule == EW_BG_MEAN) {
         t = dy;
         if (k > 1) {
             int kv;
@@ -609,13 +562,13 @@ static fr_status bin_grad(fr_grad_ctx *ctx)
         }
         for (int i = 0; i < k; i++)
             if (ctx->need_din[i]) FR_TRY(give(ctx, i, t));
-    } else if (strcmp(op, "Max") == 0 || strcmp(op, "Min") == 0) {
+    } else if (rule == EW_BG_EXTREMUM) {
         if (k == 1) {
             if (ctx->need_din[0]) ctx->din[0] = dy;
         } else {
             FR_TRY(extremum_grad(ctx, op));
         }
-    } else if (strcmp(op, "Mod") == 0) {
+    } else if (rule == EW_BG_FMOD) {
         /* float Mod is fmod (infer refuses fmod=0 for floats): d/da = dy, d/db = -dy trunc(a/b) */
         if (ctx->need_din[0]) FR_TRY(give(ctx, 0, dy));
         if (ctx->need_din[1]) {
@@ -675,28 +628,12 @@ static fr_status expand_grad(fr_grad_ctx *ctx)
 
 /* ---- the table ---- */
 
-#define BIN_OP(NAME, OPSET) {NAME, FR_DOMAIN_ONNX, OPSET, bin_infer, bin_cpu, NULL, 0}
-#define BIN_OP_D(NAME, OPSET) {NAME, FR_DOMAIN_ONNX, OPSET, bin_infer, bin_cpu, bin_grad, 0}
-
 const fr_op_def fr_ops_binary[] = {
-    BIN_OP_D("Add", 7),
-    BIN_OP_D("Sub", 7),
-    BIN_OP_D("Mul", 7),
-    BIN_OP_D("Div", 7),
+#define FR_BIN_OP(ID, NAME, DOMAIN, OPSET, MATH, DTYPES, VARIADIC, GRAD)                     \
+    {NAME, DOMAIN, OPSET, bin_infer, bin_cpu, (GRAD) == EW_BG_NONE ? NULL : bin_grad, 0},
+#define FR_BIN_VARIANT(ID, NAME, DOMAIN, MATH, DTYPES, VARIADIC, GRAD) /* not an op */
+#include "ew_binary.def"
     {"Pow", FR_DOMAIN_ONNX, 7, pow_infer, pow_cpu, pow_grad, 0},
-    BIN_OP_D("Mod", 10),
-    BIN_OP_D("Max", 6),
-    BIN_OP_D("Min", 6),
-    BIN_OP_D("Sum", 6),
-    BIN_OP_D("Mean", 6),
-    BIN_OP("Equal", 7),
-    BIN_OP("Less", 7),
-    BIN_OP("LessOrEqual", 12),
-    BIN_OP("Greater", 7),
-    BIN_OP("GreaterOrEqual", 12),
-    BIN_OP("And", 7),
-    BIN_OP("Or", 7),
-    BIN_OP("Xor", 7),
     {"Where", FR_DOMAIN_ONNX, 9, where_infer, where_cpu, where_grad, 0},
     {"Expand", FR_DOMAIN_ONNX, 8, expand_infer, expand_cpu, expand_grad, 0},
     {0},

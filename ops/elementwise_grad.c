@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "elementwise_util.h"
+#include "ew_math.h"
 
 /* ---- shared checks ---- */
 
@@ -70,110 +71,55 @@ static inline void wr(char *p, fr_dtype dt, int64_t i, double v)
 
 /* ==== ActivationGrad ==== */
 
-typedef struct ag_params {
-    double alpha;  /* LeakyRelu */
-    int gelu_tanh; /* Gelu approximate="tanh" */
-} ag_params;
+typedef void (*ag_fn)(int64_t n, const void *dy, const void *v, void *dx, const ew_un_params *p);
 
-static double sigmoid_d(double x)
-{
-    if (x >= 0) return 1.0 / (1.0 + exp(-x));
-    double e = exp(x);
-    return e / (1.0 + e);
-}
-
-static double sgn0(double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0; /* 0 for 0 and NaN */ }
-
-/* d/dx [x Phi(x)] = Phi(x) + x phi(x); Phi through erfc keeps precision for x << 0. */
-static double gelu_erf_deriv(double x)
-{
-    return 0.5 * erfc(-x * 0.70710678118654752440) +
-           x * 0.39894228040143267794 * exp(-0.5 * x * x);
-}
-
-/* gelu = x s with s = sigmoid(2u), u = k (x + c x^3):
- * d/dx = s + x * 2 s (1 - s) * k (1 + 3 c x^2)   (0.5 (1 + tanh u) = s, 1 - tanh^2 u = 4 s (1-s)) */
-static double gelu_tanh_deriv(double x)
-{
-    const double k = 0.79788456080286535588, c = 0.044715;
-    double u = k * (x + c * x * x * x);
-    double s = sigmoid_d(2.0 * u), sm = sigmoid_d(-2.0 * u);
-    return s + x * 2.0 * s * sm * k * (1.0 + 3.0 * c * x * x);
-}
-
-typedef void (*ag_fn)(int64_t n, const void *dy, const void *v, void *dx, const ag_params *p);
-
-/* float32 and float64 loops; EXPR computes dx in double from g (= dy), v and p. */
-#define AG(NAME, EXPR)                                                                       \
-    static void NAME##_f32(int64_t n, const void *gv, const void *vv, void *dv,              \
-                           const ag_params *p)                                               \
+/* the float32 or float64 loop of op ID's dx, computed in double from g (= dy), v, alpha and
+ * gelu_tanh; generated for every ew_unary.def row, used for those with an EW_ACT rule */
+#define AG(ID, T, EXPR)                                                                      \
+    static void ag_##ID##_##T(int64_t n, const void *gv, const void *vv, void *dv,          \
+                              const ew_un_params *p)                                         \
     {                                                                                        \
-        const float *gp = gv, *vp = vv;                                                      \
-        float *d = dv;                                                                       \
-        (void)p;                                                                             \
+        const T *gp = gv, *vp = vv;                                                          \
+        T *d = dv;                                                                           \
+        EW_UN_PARAMS(p);                                                                     \
         for (int64_t i = 0; i < n; i++) {                                                    \
             const double g = gp[i], v = vp[i];                                               \
-            d[i] = (float)(EXPR);                                                            \
-        }                                                                                    \
-    }                                                                                        \
-    static void NAME##_f64(int64_t n, const void *gv, const void *vv, void *dv,              \
-                           const ag_params *p)                                               \
-    {                                                                                        \
-        const double *gp = gv, *vp = vv;                                                     \
-        double *d = dv;                                                                      \
-        (void)p;                                                                             \
-        for (int64_t i = 0; i < n; i++) {                                                    \
-            const double g = gp[i], v = vp[i];                                               \
-            d[i] = (EXPR);                                                                   \
+            (void)g;                                                                         \
+            (void)v;                                                                         \
+            d[i] = (T)(EXPR);                                                                \
         }                                                                                    \
     }
 
-AG(abs, g * sgn0(v))
-AG(exp, g * v)
-AG(log, g / v)
-AG(sqrt, g / (2.0 * v))
-AG(recip, -g * (v * v))
-AG(tanh, g * (1.0 - v * v))
-AG(sigmoid, g * (v * (1.0 - v)))
-AG(relu, v <= 0 ? 0.0 : g)
-AG(leaky, v > 0 ? g : g * p->alpha)
-AG(erf, g * (1.12837916709551257390 * exp(-v * v)))
-AG(gelu, g * (p->gelu_tanh ? gelu_tanh_deriv(v) : gelu_erf_deriv(v)))
-AG(softplus, g * sigmoid_d(v))
-AG(sin, g * cos(v))
-AG(cos, -g * sin(v))
+#define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD)                              \
+    AG(ID, float, EW_DX(GRAD))                                                               \
+    AG(ID, double, EW_DX(GRAD))
+#include "ew_unary.def"
 
 typedef struct ag_kind {
     const char *op;
+    int rule;    /* EW_GR_ACT: ActivationGrad supports it */
     int reads_y; /* 1: v is the forward output, 0: the forward input */
+    int attrs;   /* EW_A_*: copied from the forward node */
+    float alpha_default;
     ag_fn f32, f64;
 } ag_kind;
 
-#define AGK(OP, Y, NAME) {OP, Y, NAME##_f32, NAME##_f64}
-
 static const ag_kind ag_kinds[] = {
-    AGK("Abs", 0, abs),         AGK("Exp", 1, exp),          AGK("Log", 0, log),
-    AGK("Sqrt", 1, sqrt),       AGK("Reciprocal", 1, recip), AGK("Tanh", 1, tanh),
-    AGK("Sigmoid", 1, sigmoid), AGK("Relu", 1, relu),        AGK("LeakyRelu", 0, leaky),
-    AGK("Erf", 0, erf),         AGK("Gelu", 0, gelu),        AGK("Softplus", 0, softplus),
-    AGK("Sin", 0, sin),         AGK("Cos", 0, cos),
+#define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD)                              \
+    [FR_UN_##ID] = {NAME, EW_RULE(GRAD), EW_READS_Y(GRAD), EW_ATTR_MASK(ATTRS),            \
+                    EW_ALPHA_DEFAULT(ATTRS), ag_##ID##_float, ag_##ID##_double},
+#include "ew_unary.def"
 };
+EW_STATIC_ASSERT(sizeof ag_kinds / sizeof ag_kinds[0] == FR_UN_COUNT, "one kind per ew_unary.def row");
 
 static const ag_kind *ag_find(const char *op)
 {
     for (size_t i = 0; i < sizeof ag_kinds / sizeof ag_kinds[0]; i++)
-        if (strcmp(ag_kinds[i].op, op) == 0) return &ag_kinds[i];
+        if (ag_kinds[i].rule == EW_GR_ACT && strcmp(ag_kinds[i].op, op) == 0) return &ag_kinds[i];
     return NULL;
 }
 
-int fr_ew_activation_grad_known(const char *op, int *reads_y)
-{
-    const ag_kind *k = ag_find(op);
-    if (k && reads_y) *reads_y = k->reads_y;
-    return k != NULL;
-}
-
-static fr_status ag_read(const fr_node *n, const ag_kind **kind, ag_params *p)
+static fr_status ag_read(const fr_node *n, const ag_kind **kind, ew_un_params *p)
 {
     const char *op, *approx;
     float alpha;
@@ -181,7 +127,7 @@ static fr_status ag_read(const fr_node *n, const ag_kind **kind, ag_params *p)
     const ag_kind *k = ag_find(op);
     if (!k)
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "op=\"%s\" has no activation gradient kernel", op);
-    FR_TRY(fr_node_attr_float(n, "alpha", 0.01f, &alpha));
+    FR_TRY(fr_node_attr_float(n, "alpha", k->alpha_default, &alpha));
     FR_TRY(fr_node_attr_string(n, "approximate", "none", &approx));
     p->alpha = alpha;
     p->gelu_tanh = strcmp(approx, "tanh") == 0;
@@ -196,7 +142,7 @@ static fr_status ag_infer(fr_graph *g, int node_id)
     const fr_node *n = &g->nodes[node_id];
     FR_TRY(fr_infer_require_inputs(g, n, 2, 2));
     const ag_kind *k;
-    ag_params p;
+    ew_un_params p;
     FR_TRY(ag_read(n, &k, &p));
     const fr_value *dy = fr_node_in(g, n, 0), *v = fr_node_in(g, n, 1);
     if (!is_f(dy->dtype)) return float_error(n, "gradient", dy);
@@ -215,7 +161,7 @@ static fr_status ag_cpu(const fr_kernel_ctx *ctx)
 {
     const fr_node *n = ctx->node;
     const ag_kind *k;
-    ag_params p;
+    ew_un_params p;
     FR_TRY(ag_read(n, &k, &p));
     const fr_tensor *dy = ctx->in[0], *v = ctx->in[1];
     fr_tensor *dx = ctx->out[0];
@@ -239,9 +185,9 @@ fr_status fr_ew_emit_activation_grad(fr_grad_ctx *ctx, int *out)
     if (!k)
         return fr_node_error(n, FR_ERR_INTERNAL, "no activation gradient kernel for %s", n->op_type);
     int v = k->reads_y ? n->outputs[0] : n->inputs[0];
-    float alpha = 0.01f;
+    float alpha = k->alpha_default;
     const char *approx = "none";
-    FR_TRY(fr_node_attr_float(n, "alpha", 0.01f, &alpha));
+    FR_TRY(fr_node_attr_float(n, "alpha", k->alpha_default, &alpha));
     FR_TRY(fr_node_attr_string(n, "approximate", "none", &approx));
     int in[2] = {ctx->dout[0], v}, nid;
     char approx_copy[32];
@@ -250,8 +196,8 @@ fr_status fr_ew_emit_activation_grad(fr_grad_ctx *ctx, int *out)
     FR_TRY(fr_grad_node(ctx, "ActivationGrad", FR_DOMAIN_FP8RUN, 2, in, 1, out, &nid));
     fr_node *gn = &ctx->g->nodes[nid];
     FR_TRY(fr_node_set_attr_string(gn, "op", op));
-    if (strcmp(op, "LeakyRelu") == 0) FR_TRY(fr_node_set_attr_float(gn, "alpha", alpha));
-    if (strcmp(op, "Gelu") == 0) FR_TRY(fr_node_set_attr_string(gn, "approximate", approx_copy));
+    if (k->attrs & EW_A_ALPHA) FR_TRY(fr_node_set_attr_float(gn, "alpha", alpha));
+    if (k->attrs & EW_A_APPROX) FR_TRY(fr_node_set_attr_string(gn, "approximate", approx_copy));
     return fr_grad_finish(ctx, nid);
 }
 

@@ -4,23 +4,14 @@
  * in double and rounded once to the output dtype (float32 or float64).
  *
  * ActivationGrad(dy, v) {op, approximate, alpha} -> dx
- *   dy, v and dx share one shape and dtype. v is the forward input x or the forward output y,
- *   whichever the derivative is cheapest and most accurate from:
- *     op          v   dx
- *     Abs         x   dy * sgn(x)           (sgn(0) = sgn(NaN) = 0, as PyTorch)
+ *   op is a unary op of ops/ew_unary.def whose gradient rule is EW_ACT(FROM, EVAL, dx): its row
+ *   gives v (FROM = X: the forward input x, Y: the forward output y, whichever the derivative
+ *   is cheapest and most accurate from) and dx from g = dy and v, e.g.
  *     Exp         y   dy * y
- *     Log         x   dy / x
- *     Sqrt        y   dy / (2 y)
- *     Reciprocal  y   -dy * y^2
- *     Tanh        y   dy * (1 - y^2)
- *     Sigmoid     y   dy * y (1 - y)
  *     Relu        y   y <= 0 ? 0 : dy       (selected, not multiplied: PyTorch threshold_backward)
  *     LeakyRelu   x   x > 0 ? dy : alpha dy (attribute alpha, default 0.01)
- *     Erf         x   dy * 2/sqrt(pi) exp(-x^2)
  *     Gelu        x   dy * d/dx gelu(x), approximate = "none" (erf) or "tanh"
- *     Softplus    x   dy * sigmoid(x)
- *     Sin         x   dy * cos(x)
- *     Cos         x   -dy * sin(x)
+ *   dy, v and dx share one shape and dtype.
  *
  * PowGrad(dy, x, e) {input = 0 | 1} -> d(loss)/dx (input 0) or d(loss)/de (input 1), with dy's
  *   (the broadcast) shape and the dtype of that input; the rule sums it to the input's shape.
@@ -48,13 +39,9 @@
 
 extern const fr_op_def fr_ops_elementwise_grad[];
 
-/* The gradient rule of a unary activation node (ctx->node_id is Abs, Exp, ..., Cos in the
- * table above): emits ActivationGrad with the right forward value and the node's attributes;
+/* The gradient rule of a unary activation node (ctx->node_id is an ew_unary.def op with an
+ * EW_ACT rule): emits ActivationGrad with the right forward value and the node's attributes;
  * *out receives dx. */
 fr_status fr_ew_emit_activation_grad(fr_grad_ctx *ctx, int *out);
-
-/* Whether ActivationGrad supports `op` (1) and, if so, reads the forward output (*reads_y = 1)
- * or input (0). */
-int fr_ew_activation_grad_known(const char *op, int *reads_y);
 
 #endif

@@ -126,3 +126,12 @@ fr_status fr_ew_broadcast_copy(const fr_node *node, fr_tensor *dst, const fr_ten
     fr_tensor *ops[2] = {dst, (fr_tensor *)src};
     return fr_ew_run(node, 2, ops, copy_run, &es);
 }
+
+fr_status fr_ew_same_numel(const fr_kernel_ctx *ctx, const fr_tensor *x, const fr_tensor *y)
+{
+    if (!x || !y || fr_tensor_numel(x) != fr_tensor_numel(y))
+        return fr_node_error(ctx->node, FR_ERR_SHAPE,
+                             "output does not match the input's element count (re-run shape "
+                             "inference)");
+    return FR_OK;
+}

@@ -1,5 +1,5 @@
-/* Iteration over numpy-broadcast operands for the elementwise families (ops/unary.c,
- * ops/binary.c).
+/* Iteration over numpy-broadcast operands for the elementwise families (ops/unary_math.c,
+ * ops/unary.c, ops/binary.c).
  *
  * fr_ew_run walks the output's index space once. Dims of size 1 are dropped and adjacent
  * dims are merged wherever every operand stays linear across them, so the common cases
@@ -28,5 +28,9 @@ fr_status fr_ew_run(const fr_node *node, int n_ops, fr_tensor *const *ops, fr_ew
 /* Copy `src` broadcast to `dst`'s shape (Expand, and Identity-like ops); any dtype, bytes
  * copied by element size. dst and src must have the same dtype. */
 fr_status fr_ew_broadcast_copy(const fr_node *node, fr_tensor *dst, const fr_tensor *src);
+
+/* Output and input must hold the same number of elements (the executor allocates outputs
+ * from infer(); a mismatch means the graph changed after inference). */
+fr_status fr_ew_same_numel(const fr_kernel_ctx *ctx, const fr_tensor *x, const fr_tensor *y);
 
 #endif

@@ -12,6 +12,9 @@
  * every output is rounded once, which is more accurate than the float32 stash the spec
  * allows. An empty normalized extent gives NaN statistics (0 / 0).
  *
+ * ai.fp8run::RMSNormalization is the same op in fp8run's domain, for graphs of an opset below 23
+ * (passes/rmsnorm_fuse.c).
+ *
  * Backward (domain ai.fp8run), one fused node per forward node; the statistics are
  * recomputed from X (cheap next to saving them, and the same double arithmetic as forward):
  *   LayerNormGrad(dY, X, Scale[, B]) -> dX, dScale[, dB]
@@ -398,6 +401,8 @@ static fr_status norm_grad(fr_grad_ctx *ctx)
 const fr_op_def fr_ops_norm[] = {
     {"LayerNormalization", FR_DOMAIN_ONNX, 17, norm_infer, norm_cpu, norm_grad, 0},
     {"RMSNormalization", FR_DOMAIN_ONNX, 23, norm_infer, norm_cpu, norm_grad, 0},
+    /* the same op for graphs below opset 23 (what passes/rmsnorm_fuse.c emits) */
+    {"RMSNormalization", FR_DOMAIN_FP8RUN, 1, norm_infer, norm_cpu, norm_grad, 0},
     {"LayerNormGrad", FR_DOMAIN_FP8RUN, 1, ng_infer, ng_cpu, NULL, 0},
     {"RMSNormGrad", FR_DOMAIN_FP8RUN, 1, ng_infer, ng_cpu, NULL, 0},
     {0},

@@ -46,6 +46,10 @@ fr_status fr_rotary_geometry(const fr_graph *g, const fr_node *n, fr_rotary_geom
     int64_t cst[FR_MAX_RANK], sst[FR_MAX_RANK];
     fr_broadcast_strides(c->rank, c->dims, x->rank, x->dims, cst);
     fr_broadcast_strides(s->rank, s->dims, x->rank, x->dims, sst);
+    int64_t il;
+    FR_TRY(fr_node_attr_int(n, "interleaved", 0, &il));
+    if (il != 0 && il != 1) return fr_node_error(n, FR_ERR_UNSUPPORTED, "attribute interleaved=%lld (0 or 1)", (long long)il);
+    geo->interleaved = (int)il;
     const int r = x->rank;
     geo->hd = x->dims[r - 1];
     geo->cos_last = cst[r - 1];
@@ -97,21 +101,23 @@ static void row_offsets(const fr_rotary_geom *geo, int64_t r, int64_t *co, int64
         const T *xp = ctx->in[0]->data, *cp = ctx->in[1]->data, *sp = ctx->in[2]->data; \
         T *yp = ctx->out[0]->data;                                                      \
         const int64_t h = geo.hd / 2, cl = geo.cos_last, sl = geo.sin_last;             \
+        const int64_t step = geo.interleaved ? 2 : 1, off = geo.interleaved ? 1 : h;    \
         for (int64_t r = 0; r < geo.rows; r++) {                                        \
             int64_t co, so;                                                             \
             row_offsets(&geo, r, &co, &so);                                             \
             const T *xr = xp + r * geo.hd, *cr = cp + co, *sr = sp + so;                \
             T *yr = yp + r * geo.hd;                                                    \
-            for (int64_t j = 0; j < h; j++) {                                           \
-                const double a = xr[j], b = xr[j + h];                                  \
-                const double c0 = cr[j * cl], c1 = cr[(j + h) * cl];                    \
-                const double s0 = sr[j * sl], s1 = sr[(j + h) * sl];                    \
+            for (int64_t p = 0; p < h; p++) {                                           \
+                const int64_t j = p * step, k = j + off; /* the pair's two columns */   \
+                const double a = xr[j], b = xr[k];                                      \
+                const double c0 = cr[j * cl], c1 = cr[k * cl];                          \
+                const double s0 = sr[j * sl], s1 = sr[k * sl];                          \
                 if (grad) {                                                             \
                     yr[j] = (T)(a * c0 + b * s1);                                       \
-                    yr[j + h] = (T)(b * c1 - a * s0);                                   \
+                    yr[k] = (T)(b * c1 - a * s0);                                       \
                 } else {                                                                \
                     yr[j] = (T)(a * c0 - b * s0);                                       \
-                    yr[j + h] = (T)(b * c1 + a * s1);                                   \
+                    yr[k] = (T)(b * c1 + a * s1);                                       \
                 }                                                                       \
             }                                                                           \
         }                                                                               \
@@ -154,12 +160,15 @@ static fr_status rotary_grad(fr_grad_ctx *ctx)
         if (ctx->need_din[i])
             return fr_node_error(n, FR_ERR_UNSUPPORTED,
                                  "no gradient with respect to the rotary table '%s' (input %d): Rotary treats cos "
-                                 "and sin as constants (train with the unfused RoPE, --no-fuse-attention, to "
-                                 "learn them)",
+                                 "and sin as constants (freeze what they are computed from with --freeze, or, "
+                                 "for a RoPE the trainer fused, train it unfused with --no-fuse-attention)",
                                  g->values[n->inputs[i]].name, i);
     if (ctx->dout[0] < 0 || !ctx->need_din[0]) return FR_OK;
     int in[3] = {ctx->dout[0], n->inputs[1], n->inputs[2]}, out, nid;
+    int64_t il;
+    FR_TRY(fr_node_attr_int(n, "interleaved", 0, &il));
     FR_TRY(fr_grad_node(ctx, "RotaryGrad", FR_DOMAIN_FP8RUN, 3, in, 1, &out, &nid));
+    if (il) FR_TRY(fr_node_set_attr_int(&g->nodes[nid], "interleaved", il));
     ctx->din[0] = out;
     return fr_grad_finish(ctx, nid);
 }

@@ -15,6 +15,11 @@
  *       Y[j]     = X[j] * cos[j]         - X[j + h] * sin[j]
  *       Y[j + h] = X[j + h] * cos[j + h] + X[j] * sin[j + h]
  *
+ * Attribute interleaved (default 0): 1 pairs columns (2p, 2p + 1) instead of (p, p + h), the
+ *   GPT-J layout: the formulas below with j = 2p and j + h read as 2p + 1 (cos and sin indexed
+ *   by the column as always, so a table for it repeats each frequency twice: [c0, c0, c1, ..]).
+ *   RotaryGrad carries it too.
+ *
  * RotaryGrad(dY, cos, sin) -> dX = dY * cos + rotate_half^T(dY * sin), rotate_half^T(z) =
  *   Concat(z[..., h:], -z[..., :h]):
  *       dX[j]     = dY[j] * cos[j]         + dY[j + h] * sin[j + h]
@@ -43,6 +48,7 @@ typedef struct fr_rotary_geom {
     int64_t dims[FR_MAX_RANK];
     int64_t cos_stride[FR_MAX_RANK], sin_stride[FR_MAX_RANK];
     int64_t cos_last, sin_last;
+    int interleaved; /* pairs (2p, 2p + 1) rather than (p, p + hd / 2) */
 } fr_rotary_geom;
 
 /* Checks dtypes and shapes of a Rotary / RotaryGrad node's inputs (X or dY, cos, sin) and

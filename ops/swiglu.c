@@ -1,6 +1,7 @@
 /* Fused SwiGLU on the CPU: SwiGLU and SwiGLUGrad as ops/swiglu.h specifies. Each element is
  * computed in double from its float inputs and rounded once. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "../passes/autodiff.h"
@@ -37,6 +38,12 @@ fr_status fr_swiglu_geometry(const fr_graph *g, const fr_node *n, int grad, fr_s
             return fr_node_error(n, FR_ERR_UNSUPPORTED, "inputs '%s' (%s) and '%s' (%s) must share one dtype", x->name,
                                  fr_dtype_name(x->dtype), y->name, fr_dtype_name(y->dtype));
     }
+    const char *act;
+    FR_TRY(fr_node_attr_string(n, "activation", "silu", &act));
+    geo->act = strcmp(act, "silu") == 0 ? FR_GLU_SILU : strcmp(act, "gelu_tanh") == 0 ? FR_GLU_GELU_TANH
+             : strcmp(act, "gelu") == 0 ? FR_GLU_GELU : -1;
+    if (geo->act < 0)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "attribute activation=\"%s\" (\"silu\", \"gelu_tanh\" or \"gelu\")", act);
     const int64_t last = x->dims[x->rank - 1];
     geo->fused = n_data == 1;
     geo->F = geo->fused ? last / 2 : last;
@@ -98,6 +105,22 @@ static void sigmoid_pair(double g, double *s, double *oms)
     }
 }
 
+/* The gate's activation a = act(g) and its derivative da (see swiglu.h). */
+static void act_pair(int act, double g, double *a, double *da)
+{
+    double s, oms;
+    if (act == FR_GLU_GELU) {
+        const double phi = 0.5 * erfc(-g * 0.70710678118654752440);
+        *a = g * phi;
+        *da = phi + g * exp(-0.5 * g * g) * 0.39894228040143267794; /* 1 / sqrt(2 pi) */
+        return;
+    }
+    const double k = 0.79788456080286535588, c = 0.044715;
+    sigmoid_pair(act == FR_GLU_GELU_TANH ? 2.0 * k * (g + c * g * g * g) : g, &s, &oms);
+    *a = g * s;
+    *da = act == FR_GLU_GELU_TANH ? s + g * 2.0 * s * oms * k * (1.0 + 3.0 * c * g * g) : s * (1.0 + g * oms);
+}
+
 #define SWIGLU_FWD(T)                                                                  \
     do {                                                                               \
         const T *gp = ctx->in[0]->data;                                                \
@@ -107,9 +130,9 @@ static void sigmoid_pair(double g, double *s, double *oms)
             const T *gr = gp + r * geo.in_stride, *ur = up + r * geo.in_stride;        \
             T *yr = yp + r * geo.F;                                                    \
             for (int64_t j = 0; j < geo.F; j++) {                                      \
-                double gv = gr[j], s, oms;                                             \
-                sigmoid_pair(gv, &s, &oms);                                            \
-                yr[j] = (T)(gv * s * (double)ur[j]);                                   \
+                double a, da;                                                          \
+                act_pair(geo.act, gr[j], &a, &da);                                     \
+                yr[j] = (T)(a * (double)ur[j]);                                        \
             }                                                                          \
         }                                                                              \
     } while (0)
@@ -139,19 +162,24 @@ static fr_status swiglu_grad(fr_grad_ctx *ctx)
     const fr_node *n = &g->nodes[ctx->node_id];
     const int fused = n->n_inputs == 1;
     if (ctx->dout[0] < 0 || !(ctx->need_din[0] || (!fused && ctx->need_din[1]))) return FR_OK;
+    const char *a;
+    FR_TRY(fr_node_attr_string(n, "activation", "silu", &a));
+    char act[16];
+    snprintf(act, sizeof act, "%s", a); /* n moves when the graph grows */
     int in[3], out[2], nid;
     if (fused) {
         in[0] = n->inputs[0];
         in[1] = ctx->dout[0];
         FR_TRY(fr_grad_node(ctx, "SwiGLUGrad", FR_DOMAIN_FP8RUN, 2, in, 1, out, &nid));
         ctx->din[0] = out[0];
-        return fr_grad_finish(ctx, nid);
+    } else {
+        in[0] = n->inputs[0];
+        in[1] = n->inputs[1];
+        in[2] = ctx->dout[0];
+        FR_TRY(fr_grad_node(ctx, "SwiGLUGrad", FR_DOMAIN_FP8RUN, 3, in, 2, out, &nid));
+        fr_grad_keep_needed(ctx, nid, 2, out);
     }
-    in[0] = n->inputs[0];
-    in[1] = n->inputs[1];
-    in[2] = ctx->dout[0];
-    FR_TRY(fr_grad_node(ctx, "SwiGLUGrad", FR_DOMAIN_FP8RUN, 3, in, 2, out, &nid));
-    fr_grad_keep_needed(ctx, nid, 2, out);
+    if (strcmp(act, "silu") != 0) FR_TRY(fr_node_set_attr_string(&g->nodes[nid], "activation", act));
     return fr_grad_finish(ctx, nid);
 }
 
@@ -186,10 +214,10 @@ static fr_status swiglug_infer(fr_graph *g, int node_id)
             const int64_t o = r * geo.in_stride;                                       \
             const T *dyr = dyp + r * geo.F;                                            \
             for (int64_t j = 0; j < geo.F; j++) {                                      \
-                double gv = gp[o + j], uv = up[o + j], dy = dyr[j], s, oms;            \
-                sigmoid_pair(gv, &s, &oms);                                            \
-                if (dgp) dgp[o + j] = (T)(dy * uv * s * (1.0 + gv * oms));             \
-                if (dup) dup[o + j] = (T)(dy * gv * s);                                \
+                double uv = up[o + j], dy = dyr[j], a, da;                             \
+                act_pair(geo.act, gp[o + j], &a, &da);                                 \
+                if (dgp) dgp[o + j] = (T)(dy * uv * da);                               \
+                if (dup) dup[o + j] = (T)(dy * a);                                     \
             }                                                                          \
         }                                                                              \
     } while (0)

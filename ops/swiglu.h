@@ -13,9 +13,17 @@
  *   y = gate * sigmoid(gate) * up, float32 (float64 allowed for gradient checks), no
  *   broadcasting.
  *
+ * Attribute activation (default "silu"): the gate's act(g) = g * s(g) with
+ *   "silu"       s = sigmoid(g)                                       (SwiGLU, Llama)
+ *   "gelu_tanh"  s = sigmoid(2 k (g + c g^3)), k = sqrt(2 / pi), c = 0.044715, which is
+ *                0.5 (1 + tanh(k (g + c g^3)))                        (GeGLU, Gemma)
+ *   "gelu"       s = Phi(g) = 0.5 erfc(-g / sqrt 2)                   (GeGLU, erf GELU)
+ *   so y = act(g) * up. SwiGLUGrad carries the same attribute.
+ *
  * SwiGLUGrad(gate, up, dy) -> (dgate, dup)     two-input form (either output may be omitted)
  * SwiGLUGrad(gate_up, dy) -> d_gate_up         one-input form, [..., 2F]: dgate then dup
- *   With s = sigmoid(g):  dup = dy * g * s;  dgate = dy * up * s * (1 + g * (1 - s)).
+ *   dup = dy * act(g);  dgate = dy * up * act'(g), with act' = s (1 + g (1 - s)) for silu,
+ *   s + g 2 s (1 - s) k (1 + 3 c g^2) for gelu_tanh, Phi(g) + g phi(g) for gelu.
  *
  * CPU: every element computed in double and rounded once (within an ulp or two of the unfused
  * float32 chain, which rounds after each op). CUDA: float32 math, within 1e-5 relative.
@@ -30,8 +38,11 @@ extern const fr_op_def fr_ops_swiglu[]; /* SwiGLU, SwiGLUGrad */
 /* The problem as rows of F elements: gate element (r, j) is at r * in_stride + j of
  * its input, up element (r, j) at up_off + r * in_stride + j of its input (input 0 in the
  * one-input form, input 1 in the two-input form). */
+enum { FR_GLU_SILU, FR_GLU_GELU_TANH, FR_GLU_GELU };
+
 typedef struct fr_swiglu_geom {
     int fused;          /* 1: one-input form */
+    int act;            /* FR_GLU_*: the activation attribute */
     int64_t rows, F;
     int64_t in_stride;  /* 2F fused, F otherwise */
     int64_t up_off;     /* F fused (into input 0), 0 otherwise (into input 1) */

@@ -1,6 +1,5 @@
-/* Unary elementwise op family: math (Neg, Abs, Exp, Log, Sqrt, Reciprocal, Tanh, Erf,
- * Sigmoid, Relu, LeakyRelu, Gelu, Softplus, Sin, Cos, Floor, Ceil, Sign), predicates (IsNaN,
- * IsInf, Not), conversions (Cast, CastLike), Clip, Identity and Dropout (inference only).
+/* Unary elementwise ops other than the math of ops/unary_math.c: predicates (IsNaN, IsInf,
+ * Not), conversions (Cast, CastLike), Clip, Identity and Dropout (inference only).
  *
  * Float math is evaluated in double and rounded once to the output type, so float32 results
  * are within about half an ulp of the exact value even for composite formulas (Gelu,
@@ -15,6 +14,7 @@
 
 #include "../runtime/fp8_format.h"
 #include "elementwise_grad.h"
+#include "elementwise_util.h"
 #include "op.h"
 
 /* ---- helpers shared by the ops below ---- */
@@ -22,241 +22,6 @@
 static int64_t node_opset(const fr_graph *g, const fr_node *n)
 {
     return fr_graph_opset(g, n->domain);
-}
-
-/* Output and input must hold the same number of elements (the executor allocates outputs
- * from infer(); a mismatch means the graph changed after inference). */
-static fr_status same_numel(const fr_kernel_ctx *ctx, const fr_tensor *x, const fr_tensor *y)
-{
-    if (!x || !y || fr_tensor_numel(x) != fr_tensor_numel(y))
-        return fr_node_error(ctx->node, FR_ERR_SHAPE,
-                             "output does not match the input's element count (re-run shape "
-                             "inference)");
-    return FR_OK;
-}
-
-/* ---- element math, in double ---- */
-
-typedef struct un_params {
-    double alpha;  /* LeakyRelu */
-    int gelu_tanh; /* Gelu approximate="tanh" */
-} un_params;
-
-static double sigmoid_d(double x)
-{
-    /* both branches avoid exp overflow turning into inf/inf */
-    if (x >= 0) return 1.0 / (1.0 + exp(-x));
-    double e = exp(x);
-    return e / (1.0 + e);
-}
-
-static double softplus_d(double x)
-{
-    return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x));
-}
-
-/* 0.5 x (1 + erf(x / sqrt 2)) written with erfc so that large negative x keeps its
- * relative accuracy instead of cancelling to 0. */
-static double gelu_erf_d(double x) { return 0.5 * x * erfc(-x * 0.70710678118654752440); }
-
-/* 0.5 x (1 + tanh(u)) == x / (1 + exp(-2u)): the same function without the cancellation. */
-static double gelu_tanh_d(double x)
-{
-    double u = 0.79788456080286535588 * (x + 0.044715 * x * x * x);
-    return x / (1.0 + exp(-2.0 * u));
-}
-
-static double sign_d(double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : x; /* keeps 0, -0, NaN */ }
-
-typedef void (*un_fn)(int64_t n, const void *x, void *y, const un_params *p);
-
-/* float32 and float64 loops for a math op; EXPR computes in double from v (and p). */
-#define UN_FLOAT(NAME, EXPR)                                                                 \
-    static void NAME##_f32(int64_t n, const void *xv, void *yv, const un_params *p)          \
-    {                                                                                        \
-        const float *x = xv;                                                                 \
-        float *y = yv;                                                                       \
-        (void)p;                                                                             \
-        for (int64_t i = 0; i < n; i++) {                                                    \
-            const double v = x[i];                                                           \
-            y[i] = (float)(EXPR);                                                            \
-        }                                                                                    \
-    }                                                                                        \
-    static void NAME##_f64(int64_t n, const void *xv, void *yv, const un_params *p)          \
-    {                                                                                        \
-        const double *x = xv;                                                                \
-        double *y = yv;                                                                      \
-        (void)p;                                                                             \
-        for (int64_t i = 0; i < n; i++) {                                                    \
-            const double v = x[i];                                                           \
-            y[i] = (EXPR);                                                                   \
-        }                                                                                    \
-    }
-
-/* int32 and int64 loops; negation goes through the unsigned type so INT_MIN wraps (as in
- * numpy) instead of overflowing. */
-#define UN_INT(NAME, EXPR)                                                                   \
-    static void NAME##_i32(int64_t n, const void *xv, void *yv, const un_params *p)          \
-    {                                                                                        \
-        typedef int32_t T;                                                                   \
-        typedef uint32_t UT;                                                                 \
-        const T *x = xv;                                                                     \
-        T *y = yv;                                                                           \
-        (void)p;                                                                             \
-        (void)sizeof(UT);                                                                    \
-        for (int64_t i = 0; i < n; i++) {                                                    \
-            const T v = x[i];                                                                \
-            y[i] = (T)(EXPR);                                                                \
-        }                                                                                    \
-    }                                                                                        \
-    static void NAME##_i64(int64_t n, const void *xv, void *yv, const un_params *p)          \
-    {                                                                                        \
-        typedef int64_t T;                                                                   \
-        typedef uint64_t UT;                                                                 \
-        const T *x = xv;                                                                     \
-        T *y = yv;                                                                           \
-        (void)p;                                                                             \
-        (void)sizeof(UT);                                                                    \
-        for (int64_t i = 0; i < n; i++) {                                                    \
-            const T v = x[i];                                                                \
-            y[i] = (T)(EXPR);                                                                \
-        }                                                                                    \
-    }
-
-UN_FLOAT(neg, -v)
-UN_FLOAT(abs, fabs(v))
-UN_FLOAT(exp, exp(v))
-UN_FLOAT(log, log(v))
-UN_FLOAT(sqrt, sqrt(v))
-UN_FLOAT(recip, 1.0 / v)
-UN_FLOAT(tanh, tanh(v))
-UN_FLOAT(erf, erf(v))
-UN_FLOAT(sigmoid, sigmoid_d(v))
-UN_FLOAT(relu, v < 0 ? 0.0 : v)
-UN_FLOAT(leaky, v < 0 ? p->alpha * v : v)
-UN_FLOAT(gelu, p->gelu_tanh ? gelu_tanh_d(v) : gelu_erf_d(v))
-UN_FLOAT(softplus, softplus_d(v))
-UN_FLOAT(sin, sin(v))
-UN_FLOAT(cos, cos(v))
-UN_FLOAT(floor, floor(v))
-UN_FLOAT(ceil, ceil(v))
-UN_FLOAT(sign, sign_d(v))
-
-UN_INT(neg, (UT)0 - (UT)v)
-UN_INT(abs, v < 0 ? (UT)0 - (UT)v : (UT)v)
-UN_INT(relu, v < 0 ? 0 : v)
-UN_INT(sign, (v > 0) - (v < 0))
-
-typedef struct un_impl {
-    fr_dtype dt;
-    un_fn fn;
-} un_impl;
-
-typedef struct un_kind {
-    const char *op;
-    un_impl impl[4]; /* terminated by dt == FR_UNDEFINED when shorter */
-} un_kind;
-
-#define UN_FLOATS(NAME) {FR_F32, NAME##_f32}, {FR_F64, NAME##_f64}
-#define UN_ALL(NAME) {FR_F32, NAME##_f32}, {FR_F64, NAME##_f64}, {FR_I32, NAME##_i32}, {FR_I64, NAME##_i64}
-
-static const un_kind un_kinds[] = {
-    {"Neg", {UN_ALL(neg)}},
-    {"Abs", {UN_ALL(abs)}},
-    {"Exp", {UN_FLOATS(exp)}},
-    {"Log", {UN_FLOATS(log)}},
-    {"Sqrt", {UN_FLOATS(sqrt)}},
-    {"Reciprocal", {UN_FLOATS(recip)}},
-    {"Tanh", {UN_FLOATS(tanh)}},
-    {"Erf", {UN_FLOATS(erf)}},
-    {"Sigmoid", {UN_FLOATS(sigmoid)}},
-    {"Relu", {UN_ALL(relu)}},
-    {"LeakyRelu", {UN_FLOATS(leaky)}},
-    {"Gelu", {UN_FLOATS(gelu)}},
-    {"Softplus", {UN_FLOATS(softplus)}},
-    {"Sin", {UN_FLOATS(sin)}},
-    {"Cos", {UN_FLOATS(cos)}},
-    {"Floor", {UN_FLOATS(floor)}},
-    {"Ceil", {UN_FLOATS(ceil)}},
-    {"Sign", {UN_ALL(sign)}},
-};
-
-static const un_kind *un_kind_of(const fr_node *n)
-{
-    for (size_t i = 0; i < sizeof un_kinds / sizeof un_kinds[0]; i++)
-        if (strcmp(un_kinds[i].op, n->op_type) == 0) return &un_kinds[i];
-    return NULL;
-}
-
-static un_fn un_fn_of(const un_kind *k, fr_dtype dt)
-{
-    for (int i = 0; i < 4 && k->impl[i].dt != FR_UNDEFINED; i++)
-        if (k->impl[i].dt == dt) return k->impl[i].fn;
-    return NULL;
-}
-
-static fr_status un_dtype_error(const fr_node *n, const un_kind *k, fr_dtype dt)
-{
-    char list[128] = "";
-    size_t off = 0;
-    for (int i = 0; i < 4 && k->impl[i].dt != FR_UNDEFINED && off < sizeof list; i++)
-        off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "",
-                                fr_dtype_name(k->impl[i].dt));
-    return fr_node_error(n, FR_ERR_UNSUPPORTED, "input dtype %s is not supported (supported: %s)",
-                         fr_dtype_name(dt), list);
-}
-
-static fr_status un_read_params(const fr_node *n, un_params *p)
-{
-    p->alpha = 0;
-    p->gelu_tanh = 0;
-    if (strcmp(n->op_type, "LeakyRelu") == 0) {
-        float a;
-        FR_TRY(fr_node_attr_float(n, "alpha", 0.01f, &a));
-        p->alpha = a;
-    } else if (strcmp(n->op_type, "Gelu") == 0) {
-        const char *s;
-        FR_TRY(fr_node_attr_string(n, "approximate", "none", &s));
-        if (strcmp(s, "tanh") == 0)
-            p->gelu_tanh = 1;
-        else if (strcmp(s, "none") != 0)
-            return fr_node_error(n, FR_ERR_UNSUPPORTED,
-                                 "approximate=\"%s\" is not supported (\"none\" or \"tanh\")", s);
-    }
-    return FR_OK;
-}
-
-static fr_status un_infer(fr_graph *g, int node_id)
-{
-    const fr_node *n = &g->nodes[node_id];
-    const un_kind *k = un_kind_of(n);
-    if (!k) return fr_node_error(n, FR_ERR_INTERNAL, "not a unary math op");
-    FR_TRY(fr_infer_require_inputs(g, n, 1, 1));
-    const fr_value *x = fr_node_in(g, n, 0);
-    if (!un_fn_of(k, x->dtype)) return un_dtype_error(n, k, x->dtype);
-    un_params p;
-    FR_TRY(un_read_params(n, &p));
-    fr_infer_same(g, n, 0, 0);
-    return FR_OK;
-}
-
-static fr_status un_cpu(const fr_kernel_ctx *ctx)
-{
-    const fr_node *n = ctx->node;
-    const un_kind *k = un_kind_of(n);
-    if (!k) return fr_node_error(n, FR_ERR_INTERNAL, "not a unary math op");
-    const fr_tensor *x = ctx->in[0];
-    fr_tensor *y = ctx->out[0];
-    FR_TRY(same_numel(ctx, x, y));
-    un_fn fn = un_fn_of(k, x->dtype);
-    if (!fn) return un_dtype_error(n, k, x->dtype);
-    if (y->dtype != x->dtype)
-        return fr_node_error(n, FR_ERR_SHAPE, "output dtype %s differs from input dtype %s",
-                             fr_dtype_name(y->dtype), fr_dtype_name(x->dtype));
-    un_params p;
-    FR_TRY(un_read_params(n, &p));
-    fn(fr_tensor_numel(x), x->data, y->data, &p);
-    return FR_OK;
 }
 
 /* ---- IsNaN, IsInf, Not: bool outputs ---- */
@@ -285,7 +50,7 @@ static fr_status pred_cpu(const fr_kernel_ctx *ctx)
     const fr_node *n = ctx->node;
     const fr_tensor *x = ctx->in[0];
     fr_tensor *y = ctx->out[0];
-    FR_TRY(same_numel(ctx, x, y));
+    FR_TRY(fr_ew_same_numel(ctx, x, y));
     int64_t cnt = fr_tensor_numel(x);
     uint8_t *out = y->data;
     if (y->dtype != FR_BOOL)
@@ -546,7 +311,7 @@ static fr_status cast_cpu(const fr_kernel_ctx *ctx)
     const fr_node *n = ctx->node;
     const fr_tensor *x = ctx->in[0];
     fr_tensor *y = ctx->out[0];
-    FR_TRY(same_numel(ctx, x, y));
+    FR_TRY(fr_ew_same_numel(ctx, x, y));
     FR_TRY(cast_check(n, x->dtype, y->dtype));
     int64_t sat;
     FR_TRY(fr_node_attr_int(n, "saturate", 1, &sat));
@@ -604,7 +369,7 @@ static fr_status clip_cpu(const fr_kernel_ctx *ctx)
     const fr_node *n = ctx->node;
     const fr_tensor *x = ctx->in[0];
     fr_tensor *y = ctx->out[0];
-    FR_TRY(same_numel(ctx, x, y));
+    FR_TRY(fr_ew_same_numel(ctx, x, y));
     const fr_tensor *tlo = ctx->n_in > 1 ? ctx->in[1] : NULL;
     const fr_tensor *thi = ctx->n_in > 2 ? ctx->in[2] : NULL;
     for (int i = 1; i < ctx->n_in; i++) {
@@ -683,7 +448,7 @@ static fr_status identity_infer(fr_graph *g, int node_id)
 
 static fr_status copy_tensor(const fr_kernel_ctx *ctx, const fr_tensor *x, fr_tensor *y)
 {
-    FR_TRY(same_numel(ctx, x, y));
+    FR_TRY(fr_ew_same_numel(ctx, x, y));
     if (y->dtype != x->dtype)
         return fr_node_error(ctx->node, FR_ERR_SHAPE, "output dtype %s differs from input dtype %s",
                              fr_dtype_name(y->dtype), fr_dtype_name(x->dtype));
@@ -767,7 +532,7 @@ static fr_status dropout_cpu(const fr_kernel_ctx *ctx)
     FR_TRY(copy_tensor(ctx, x, ctx->out[0]));
     fr_tensor *mask = ctx->n_out > 1 ? ctx->out[1] : NULL;
     if (!mask) return FR_OK;
-    FR_TRY(same_numel(ctx, x, mask));
+    FR_TRY(fr_ew_same_numel(ctx, x, mask));
     int64_t cnt = fr_tensor_numel(mask);
     switch (mask->dtype) {
     case FR_BOOL: memset(mask->data, 1, (size_t)cnt); break;
@@ -783,24 +548,6 @@ static fr_status dropout_cpu(const fr_kernel_ctx *ctx)
 }
 
 /* ---- gradient rules ---- */
-
-/* Unary math: Neg negates the gradient; Floor, Ceil and Sign are piecewise constant (zero
- * gradient: din stays -1); every other op emits one fused ActivationGrad node. */
-static fr_status un_grad(fr_grad_ctx *ctx)
-{
-    const fr_node *n = &ctx->g->nodes[ctx->node_id];
-    if (!ctx->need_din[0] || ctx->dout[0] < 0) return FR_OK;
-    if (strcmp(n->op_type, "Neg") == 0) {
-        int in[1] = {ctx->dout[0]};
-        return fr_grad_op1(ctx, "Neg", 1, in, &ctx->din[0]);
-    }
-    if (fr_ew_activation_grad_known(n->op_type, NULL))
-        return fr_ew_emit_activation_grad(ctx, &ctx->din[0]);
-    if (strcmp(n->op_type, "Floor") == 0 || strcmp(n->op_type, "Ceil") == 0 ||
-        strcmp(n->op_type, "Sign") == 0)
-        return FR_OK;
-    return fr_node_error(n, FR_ERR_INTERNAL, "no gradient rule for this unary op");
-}
 
 /* Float-to-float casts pass the gradient back, cast to the input's dtype. Casts from or to
  * integers and bool are piecewise constant (zero gradient). CastLike's second input only
@@ -868,27 +615,7 @@ static fr_status pass_grad(fr_grad_ctx *ctx)
 
 /* ---- the table ---- */
 
-#define UN_OP(NAME, OPSET) {NAME, FR_DOMAIN_ONNX, OPSET, un_infer, un_cpu, un_grad, 0}
-
 const fr_op_def fr_ops_unary[] = {
-    UN_OP("Neg", 6),
-    UN_OP("Abs", 6),
-    UN_OP("Exp", 6),
-    UN_OP("Log", 6),
-    UN_OP("Sqrt", 6),
-    UN_OP("Reciprocal", 6),
-    UN_OP("Tanh", 6),
-    UN_OP("Erf", 9),
-    UN_OP("Sigmoid", 6),
-    UN_OP("Relu", 6),
-    UN_OP("LeakyRelu", 6),
-    UN_OP("Gelu", 20),
-    UN_OP("Softplus", 1),
-    UN_OP("Sin", 7),
-    UN_OP("Cos", 7),
-    UN_OP("Floor", 6),
-    UN_OP("Ceil", 6),
-    UN_OP("Sign", 9),
     {"IsNaN", FR_DOMAIN_ONNX, 9, pred_infer, pred_cpu, NULL, 0},
     {"IsInf", FR_DOMAIN_ONNX, 10, pred_infer, pred_cpu, NULL, 0},
     {"Not", FR_DOMAIN_ONNX, 1, pred_infer, pred_cpu, NULL, 0},

@@ -8,6 +8,7 @@
 
 #include "../ops/op.h"
 #include "attention_fuse.h"
+#include "attention_import.h"
 #include "autodiff.h"
 #include "passes.h"
 #include "pattern.h"
@@ -36,45 +37,82 @@ static int const_scalar(const fr_graph *g, int v, double *x)
     return 1;
 }
 
-/* Mask kinds of a constant [.., T, T] tensor (each [T, T] slice the same). */
-enum { MASK_BAD, MASK_NONE, MASK_CAUSAL };
 
-/* keep(i, j): element of slice at (i, j) keeps the score. Additive: 0 keeps, <= MASKED_MAX drops.
- * Boolean (Where's condition): nonzero keeps. */
-static int classify_mask(const fr_tensor *t, int boolean, int64_t Tq, int64_t Tk)
+/* keep(i, j): element e keeps the score (1), drops it (0), or is neither (-1). Additive: 0 keeps,
+ * <= MASKED_MAX drops. Boolean (Where's condition): nonzero keeps. */
+static int mask_keep(const fr_tensor *t, int boolean, int64_t e)
 {
-    if (!t || t->rank < 2 || t->dims[t->rank - 2] != Tq || t->dims[t->rank - 1] != Tk) return MASK_BAD;
-    int64_t n = fr_tensor_numel(t);
+    double x = fr_tensor_get_f64(t, e);
+    if (boolean) return x != 0;
+    return x == 0 ? 1 : x <= MASKED_MAX ? 0 : -1;
+}
+
+/* (attention_fuse.h) The window is read off the last row, then checked on every element. */
+int fr_attn_classify_mask(const fr_tensor *t, int boolean, int64_t Tq, int64_t Tk, int64_t *window)
+{
+    *window = 0;
+    if (!t || t->rank < 2 || t->dims[t->rank - 2] != Tq || t->dims[t->rank - 1] != Tk) return FR_ATTN_MASK_BAD;
+    int64_t n = fr_tensor_numel(t), w = 0;
+    for (int64_t j = 0; Tq == Tk && j < Tk; j++) w += mask_keep(t, boolean, (Tq - 1) * Tk + j) == 1;
+    if (w >= Tq) w = 0;
     int all_keep = 1, causal = Tq == Tk;
     for (int64_t e = 0; e < n; e++) {
         int64_t j = e % Tk, i = (e / Tk) % Tq;
-        double x = fr_tensor_get_f64(t, e);
-        int keep, drop;
-        if (boolean) {
-            keep = x != 0;
-            drop = !keep;
-        } else {
-            keep = x == 0;
-            drop = x <= MASKED_MAX;
-        }
-        if (!keep && !drop) return MASK_BAD;
+        int keep = mask_keep(t, boolean, e);
+        if (keep < 0) return FR_ATTN_MASK_BAD;
         all_keep = all_keep && keep;
-        causal = causal && (j > i ? drop : keep);
-        if (!all_keep && !causal) return MASK_BAD;
+        causal = causal && keep == (j <= i && (w == 0 || i - j < w));
+        if (!all_keep && !causal) return FR_ATTN_MASK_BAD;
     }
-    return all_keep ? MASK_NONE : MASK_CAUSAL;
+    if (all_keep) return FR_ATTN_MASK_NONE;
+    *window = w;
+    return FR_ATTN_MASK_CAUSAL;
+}
+
+/* A run-time mask x for scores sv: float32, broadcastable to them (Tq or 1, Tk or 1, batch dims
+ * equal or 1). Fully masked rows (-inf) then give 0, as the exporter's guard (required) does. */
+static int runtime_mask_ok(const fr_graph *g, int x, const fr_value *sv)
+{
+    const fr_value *mv = &g->values[x];
+    if (!is_f32(g, x) || mv->rank < 2 || mv->rank > sv->rank) return 0;
+    for (int d = 0; d < mv->rank; d++) {
+        const int64_t sd = sv->dims[sv->rank - mv->rank + d];
+        if (mv->dims[d] != sd && mv->dims[d] != 1) return 0;
+    }
+    return 1;
 }
 
 /* What one match found. */
 typedef struct match {
     int q, kt, v, o;
     double scale;
-    int have_scale, causal;
-    int dead[16]; /* nodes replaced */
+    int causal, guarded; /* guarded: the IsNaN/Where guard was there */
+    int mask;            /* a run-time additive mask input, or -1 */
+    int64_t window;
+    int dead[24]; /* nodes replaced */
     int n_dead;
 } match;
 
 static void add_dead(match *m, const fr_graph *g, const fr_node *n) { m->dead[m->n_dead++] = (int)(n - g->nodes); }
+
+/* x = Mul(y, s), Mul(s, y) or Div(y, s), s a finite nonzero constant scalar, x float32 and
+ * read once: folds s into m->scale, marks the node replaced and returns y; else returns x. */
+static int peel_scale(const fr_readers *c, int x, match *m)
+{
+    const fr_graph *g = c->g;
+    const fr_node *n = fr_live_producer(g, x);
+    if (!n || c->count[x] != 1 || !is_f32(g, x) || n->n_inputs != 2 || m->n_dead >= 20) return x;
+    const int div = fr_is_onnx_op(n, "Div");
+    if (!div && !fr_is_onnx_op(n, "Mul")) return x;
+    double s;
+    int k = div ? 1 : const_scalar(g, n->inputs[1], &s) ? 1 : 0; /* the constant side */
+    if (!const_scalar(g, n->inputs[k], &s) || g->values[n->inputs[1 - k]].constant || s == 0 || !isfinite(s) ||
+        !fr_same_dims(&g->values[n->inputs[1 - k]], &g->values[x]))
+        return x;
+    m->scale *= div ? 1.0 / s : s;
+    add_dead(m, g, n);
+    return n->inputs[1 - k];
+}
 
 /* Walk back from the softmax input through casts, the mask and the scale to the scores'
  * MatMul; fills m. Every value passed must have the node after it as only reader. */
@@ -86,19 +124,24 @@ static int match_scores(const fr_readers *c, int x, match *m)
     const int64_t Tq = sv->rank >= 2 ? sv->dims[sv->rank - 2] : -1, Tk = sv->rank >= 2 ? sv->dims[sv->rank - 1] : -1;
     for (int steps = 0; steps < 8; steps++) {
         const fr_node *n = fr_live_producer(g, x);
-        if (!n || c->count[x] != 1 || !is_f32(g, x) || m->n_dead >= 12) return 0;
+        if (!n || c->count[x] != 1 || !is_f32(g, x) || m->n_dead >= 14) return 0;
         if (noop_cast(g, n)) {
             add_dead(m, g, n);
             x = n->inputs[0];
             continue;
         }
         if (!mask_seen && !scale_seen && fr_is_onnx_op(n, "Add") && n->n_inputs == 2) {
-            int k = g->values[n->inputs[0]].constant ? 0 : 1; /* the constant side */
+            int k = g->values[n->inputs[0]].constant ? 0 : 1; /* the constant side, else the second */
             const fr_value *mv = &g->values[n->inputs[k]], *other = &g->values[n->inputs[1 - k]];
-            if (!mv->constant || other->constant || !fr_same_dims(other, &g->values[n->outputs[0]])) return 0;
-            int kind = classify_mask(mv->constant, 0, Tq, Tk);
-            if (kind == MASK_BAD) return 0;
-            m->causal = kind == MASK_CAUSAL;
+            if (other->constant || !fr_same_dims(other, &g->values[n->outputs[0]])) return 0;
+            if (mv->constant) {
+                int kind = fr_attn_classify_mask(mv->constant, 0, Tq, Tk, &m->window);
+                if (kind == FR_ATTN_MASK_BAD) return 0;
+                m->causal = kind == FR_ATTN_MASK_CAUSAL;
+            } else { /* computed at run time: the fused op reads it, adding it as this Add did */
+                if (!m->guarded || !runtime_mask_ok(g, n->inputs[k], sv)) return 0;
+                m->mask = n->inputs[k];
+            }
             mask_seen = 1;
             add_dead(m, g, n);
             x = n->inputs[1 - k];
@@ -112,26 +155,18 @@ static int match_scores(const fr_readers *c, int x, match *m)
             if (!cond->constant || cond->dtype != FR_BOOL || a->constant || !fill_ok ||
                 !fr_same_dims(a, &g->values[n->outputs[0]]))
                 return 0;
-            int kind = classify_mask(cond->constant, 1, Tq, Tk);
-            if (kind == MASK_BAD) return 0;
-            m->causal = kind == MASK_CAUSAL;
+            int kind = fr_attn_classify_mask(cond->constant, 1, Tq, Tk, &m->window);
+            if (kind == FR_ATTN_MASK_BAD) return 0;
+            m->causal = kind == FR_ATTN_MASK_CAUSAL;
             mask_seen = 1;
             add_dead(m, g, n);
             x = n->inputs[1];
             continue;
         }
-        if (!scale_seen && (fr_is_onnx_op(n, "Mul") || fr_is_onnx_op(n, "Div")) && n->n_inputs == 2) {
-            int div = n->op_type[0] == 'D';
-            double s;
-            int k = div ? 1 : const_scalar(g, n->inputs[1], &s) ? 1 : 0; /* the constant side */
-            if (!const_scalar(g, n->inputs[k], &s) || g->values[n->inputs[1 - k]].constant || s == 0 || !isfinite(s) ||
-                !fr_same_dims(&g->values[n->inputs[1 - k]], &g->values[n->outputs[0]]))
-                return 0;
-            m->scale = div ? 1.0 / s : s;
-            m->have_scale = 1;
+        const int y = scale_seen ? x : peel_scale(c, x, m);
+        if (y != x) {
             scale_seen = 1;
-            add_dead(m, g, n);
-            x = n->inputs[1 - k];
+            x = y;
             continue;
         }
         if (fr_is_onnx_op(n, "MatMul") && n->n_inputs == 2) {
@@ -142,9 +177,10 @@ static int match_scores(const fr_readers *c, int x, match *m)
             for (int d = 0; d < q->rank - 2; d++)
                 if (sv->dims[d] != q->dims[d]) return 0;
             if (sv->rank != q->rank) return 0;
-            m->q = n->inputs[0];
-            m->kt = n->inputs[1];
             add_dead(m, g, n);
+            /* the exporter splits the scale over both operands (sqrt(scale) on q and on k^T) */
+            m->q = peel_scale(c, n->inputs[0], m);
+            m->kt = peel_scale(c, n->inputs[1], m);
             return 1;
         }
         return 0;
@@ -163,16 +199,65 @@ static int softmax_last_axis(const fr_graph *g, const fr_node *n)
     return axis == r - 1;
 }
 
+/* Where(IsNaN(p), 0, p) reading p (a rule of the exporter: fully masked rows give 0, not NaN):
+ * moves *p past it. The fused op never has a fully masked row (no mask, causal, or a window
+ * holding the diagonal), so the guard changes nothing there but NaN inputs. Returns 0 when p
+ * has other readers than the guard. */
+static int guard_after(const fr_readers *c, match *m, int *p)
+{
+    const fr_graph *g = c->g;
+    if (c->count[*p] == 1) return 1;
+    const fr_node *isn = fr_reader_op(c, *p, "IsNaN");
+    if (c->count[*p] != 2 || !isn || isn->n_outputs != 1) return 0;
+    const fr_node *w = fr_sole_reader(c, isn->outputs[0]);
+    double zero;
+    if (!w || !fr_is_onnx_op(w, "Where") || w->n_inputs != 3 || w->inputs[0] != isn->outputs[0] ||
+        w->inputs[2] != *p || !const_scalar(g, w->inputs[1], &zero) || zero != 0 ||
+        !fr_same_dims(&g->values[w->outputs[0]], &g->values[*p]))
+        return 0;
+    add_dead(m, g, isn);
+    add_dead(m, g, w);
+    m->guarded = 1;
+    *p = w->outputs[0];
+    return 1;
+}
+
+/* Whether value x is computed from a node the match replaces (then it cannot be the fused node's
+ * mask) or from a trained parameter (the fused op gives its mask no gradient; an unfused graph
+ * would train it). Depth-first over producers; out of memory counts as yes (no fusion). */
+static int reaches_dead(const fr_graph *g, int x, const int *dead, int n_dead)
+{
+    unsigned char *seen = calloc((size_t)g->n_values + 1, 1);
+    int *stack = malloc(sizeof(int) * ((size_t)g->n_values + 1)), top = 0, hit = !seen || !stack;
+    if (!hit) stack[top++] = x;
+    while (!hit && top > 0) {
+        const int v = stack[--top];
+        const fr_node *n = fr_live_producer(g, v);
+        hit = (g->values[v].flags & FR_VAL_PARAM) != 0;
+        if (!n || seen[v]) continue;
+        seen[v] = 1;
+        for (int i = 0; i < n_dead; i++) hit = hit || &g->nodes[dead[i]] == n;
+        for (int k = 0; k < n->n_inputs; k++)
+            if (n->inputs[k] >= 0 && !seen[n->inputs[k]] && top < g->n_values) stack[top++] = n->inputs[k];
+    }
+    free(seen);
+    free(stack);
+    return hit;
+}
+
 /* The whole pattern around Softmax node s. */
 static int match_at(const fr_readers *c, int s, match *m)
 {
     const fr_graph *g = c->g;
     const fr_node *sm = &g->nodes[s];
     memset(m, 0, sizeof *m);
+    m->scale = 1.0;
+    m->mask = -1;
     if (!softmax_last_axis(g, sm) || !is_f32(g, sm->inputs[0])) return 0;
     add_dead(m, g, sm);
-    /* forward: casts, then MatMul(P, V) */
+    /* forward: the exporter's guard Where(IsNaN(P), 0, P), casts, then MatMul(P, V) */
     int p = sm->outputs[0], found = 0;
+    if (!guard_after(c, m, &p)) return 0;
     for (int steps = 0; steps < 4 && !found; steps++) {
         const fr_node *n = fr_sole_reader(c, p);
         if (!n) return 0;
@@ -195,8 +280,7 @@ static int match_at(const fr_readers *c, int s, match *m)
         return 0;
     for (int d = 0; d < v->rank - 2; d++)
         if (v->dims[d] != kt->dims[d]) return 0;
-    if (!m->have_scale) m->scale = 1.0;
-    return 1;
+    return m->mask < 0 || !reaches_dead(g, m->mask, m->dead, m->n_dead);
 }
 
 /* A Transpose node perm(x) -> new value named after base; returns the value. */
@@ -212,12 +296,75 @@ static fr_status add_transpose(fr_graph *g, int x, int rank, const int64_t *perm
     return fr_node_infer(g, nid);
 }
 
-/* K [.., Tk, D] from KT: through KT's Transpose when it has one that only this reads. */
-static fr_status make_k(fr_readers *c, match *m, const char *base, int *k)
+/* The exporter's K^T: Reshape(Transpose{0,2,1}(Reshape(x -> [N, Tk, D])) -> [.., D, Tk]), each
+ * value read once: returns x (whose row-major data is K's), marking the three nodes replaced;
+ * else -1. */
+static int reshaped_kt(const fr_readers *c, match *m, int kt)
+{
+    const fr_graph *g = c->g;
+    const fr_node *r2 = fr_live_producer(g, kt);
+    if (!r2 || !fr_is_onnx_op(r2, "Reshape") || c->count[kt] != 1) return -1;
+    const int tv = r2->inputs[0];
+    const fr_node *t = fr_live_producer(g, tv);
+    const fr_attr *pa = t && fr_is_onnx_op(t, "Transpose") ? fr_node_attr(t, "perm") : NULL;
+    if (!pa || pa->type != FR_ATTR_INTS || pa->n != 3 || pa->ints[0] != 0 || pa->ints[1] != 2 || pa->ints[2] != 1 ||
+        c->count[tv] != 1)
+        return -1;
+    const int rv = t->inputs[0];
+    const fr_node *r1 = fr_live_producer(g, rv);
+    const fr_value *a = &g->values[rv], *ktv = &g->values[kt];
+    if (!r1 || !fr_is_onnx_op(r1, "Reshape") || c->count[rv] != 1 || a->rank != 3 ||
+        a->dims[1] != ktv->dims[ktv->rank - 1] || a->dims[2] != ktv->dims[ktv->rank - 2])
+        return -1;
+    add_dead(m, g, r2);
+    add_dead(m, g, t);
+    add_dead(m, g, r1);
+    return r1->inputs[0];
+}
+
+/* GQA as the exporter writes it: K's source x is Expand([B, KV, 1, Tk, D]) to [B, KV, G, Tk, D],
+ * V is Reshape(Expand(..)) likewise, for Q [B, KV * G, Tq, D]. The fused op then reads the
+ * Expands' inputs (K/V broadcast over G): the copies and their gradients' sums go away. Sets
+ * *k5, *v5 and e's kv_heads and groups; 0 when the form is not there. */
+static int gqa_sources(const fr_graph *g, const match *m, int x, int *k5, int *v5, fr_attn_emit *e)
+{
+    const fr_value *q = &g->values[m->q];
+    int64_t kv, grp, kv2, grp2;
+    if (q->rank != 4 || !fr_attn_expand_source(g, x, 0, k5, &kv, &grp) ||
+        !fr_attn_expand_source(g, m->v, 1, v5, &kv2, &grp2) || kv != kv2 || grp != grp2 || kv * grp != q->dims[1] ||
+        g->values[*k5].dims[0] != q->dims[0] || g->values[*v5].dims[0] != q->dims[0])
+        return 0;
+    e->kv_heads = kv;
+    e->groups = grp;
+    return 1;
+}
+
+/* K [.., Tk, D] from KT: through the exporter's reshape chain (GQA: the Expands' inputs, into e),
+ * or KT's Transpose when it has one that only this reads, else a new Transpose. */
+static fr_status make_k(fr_readers *c, match *m, const char *base, int *k, fr_attn_emit *e)
 {
     fr_graph *g = c->g;
     const int r = g->values[m->kt].rank;
     int64_t perm[FR_MAX_RANK];
+    const int x = reshaped_kt(c, m, m->kt);
+    if (x >= 0 && gqa_sources(g, m, x, k, &e->v, e)) return FR_OK;
+    if (x >= 0) { /* K = x viewed as KT's batch dims, [Tk, D] */
+        const fr_value *ktv = &g->values[m->kt];
+        int64_t kd[FR_MAX_RANK];
+        memcpy(kd, ktv->dims, sizeof(int64_t) * (size_t)r);
+        kd[r - 2] = ktv->dims[r - 1];
+        kd[r - 1] = ktv->dims[r - 2];
+        const fr_value *xv = &g->values[x];
+        int same = xv->rank == r;
+        for (int d = 0; same && d < r; d++) same = xv->dims[d] == kd[d];
+        if (same) {
+            *k = x;
+            return FR_OK;
+        }
+        char nm[512];
+        snprintf(nm, sizeof nm, "%s/K", base);
+        return fr_pattern_reshape(g, x, r, kd, nm, k);
+    }
     const fr_node *t = fr_live_producer(g, m->kt);
     const fr_attr *pa = t && fr_is_onnx_op(t, "Transpose") ? fr_node_attr(t, "perm") : NULL;
     if (pa && pa->type == FR_ATTR_INTS && pa->n == r && c->count[m->kt] == 1) {
@@ -246,20 +393,10 @@ static fr_status fuse_one(fr_readers *c, match *m, const char *softmax_name)
     fr_graph *g = c->g;
     char base[480];
     snprintf(base, sizeof base, "%s/fused_attention", softmax_name);
-    int k;
-    FR_TRY(make_k(c, m, base, &k));
+    fr_attn_emit e = {m->q, -1, m->v, m->mask, m->o, 1, 1, (float)m->scale, m->causal, m->window, base};
+    FR_TRY(make_k(c, m, base, &e.k, &e));
     for (int i = 0; i < m->n_dead; i++) g->nodes[m->dead[i]].dead = 1;
-    int lse, nid;
-    char nm[512];
-    snprintf(nm, sizeof nm, "%s/LSE", base);
-    FR_TRY(fr_graph_add_unique_value(g, nm, &lse));
-    int in[3] = {m->q, k, m->v}, out[2] = {m->o, lse};
-    FR_TRY(fr_graph_add_node(g, "Attention", FR_DOMAIN_FP8RUN, base, 3, in, 2, out, &nid));
-    fr_node *n = &g->nodes[nid];
-    FR_TRY(fr_node_set_attr_float(n, "scale", (float)m->scale));
-    FR_TRY(fr_node_set_attr_int(n, "causal", m->causal));
-    FR_TRY(fr_node_set_attr_string(n, "precision", "fp32"));
-    return fr_node_infer(g, nid);
+    return fr_attn_emit_node(g, &e);
 }
 
 /* Fold the masks preparation left unfolded for their size: walk back from each Softmax through

@@ -3,24 +3,38 @@
  *
  * Runs after fr_prepare_forward (static shapes, constants folded) and before the FP8
  * compiler. Recognized, float32 throughout:
- *     S = MatMul(Q, KT)                      KT [.., D, Tk]; Q [.., Tq, D] with the scores' batch dims
- *     S = S * c  or  S / c                   optional, c a constant scalar (scale = c or 1/c)
- *     S = S + M                              optional, M a constant [.., Tq, Tk] that is 0 on and
- *       or Where(C, S, m)                    below the diagonal and -inf / <= -1e30 above (causal),
- *                                            or 0 everywhere (no mask); C a constant bool causal
- *                                            mask, m a constant <= -1e30
+ *     S = MatMul(Q, KT)                      KT [.., D, Tk]; Q [.., Tq, D] with the scores' batch dims;
+ *                                            each operand optionally * c or / c (the dynamo
+ *                                            exporter splits sqrt(scale) over q and k^T)
+ *     S = S * c  or  S / c                   optional, c a constant scalar (the scale multiplies up)
+ *     S = S + M                              optional, M a constant [.., Tq, Tk] that is 0 where kept
+ *       or Where(C, S, m)                    and -inf / <= -1e30 where dropped: no mask, causal, or
+ *                                            causal with a sliding window (window attribute); C a
+ *                                            constant bool mask of the same kinds, m <= -1e30;
+ *                                            or M computed at run time (broadcastable to S: the
+ *                                            dynamic exports' padding mask), fused as the op's
+ *                                            mask input only with the guard below
  *     P = Softmax(S) over the last axis      (opset >= 13, or legacy with the last axis)
+ *     P = Where(IsNaN(P), 0, P)              optional, the exporter's guard (fully masked rows)
  *     O = MatMul(P, V)                       V [.., Tk, Dv], its batch dims K's
  * with no-op Casts (float32 to float32) allowed between the steps. Every intermediate must be
- * read only by the next step (not a graph output). KT produced by a Transpose becomes K through
- * one composed Transpose (none when it only swapped the last two dims); otherwise a Transpose
- * of KT is inserted. O keeps its value, so the rest of the graph is unchanged; the nodes
- * replaced are removed. The Attention nodes get precision "fp32" (the FP8 compiler sets
- * "bf16" for bf16/fp8 training). */
+ * read only by the next step (not a graph output). K comes from KT through the exporter's
+ * Reshape/Transpose{0,2,1}/Reshape chain (GQA: K/V = Reshape(Expand([B, KV, 1, T, d])): the op
+ * reads the Expands' inputs, Q split to [B, KV, G, Tq, D]), a Transpose of KT (composed; none
+ * when it only swapped the last two dims), or a new Transpose. O keeps its value, so the rest
+ * of the graph is unchanged; the nodes replaced are removed. The Attention nodes get precision
+ * "fp32" (the FP8 compiler sets "bf16" for bf16/fp8 training). */
 #ifndef FR_ATTENTION_FUSE_H
 #define FR_ATTENTION_FUSE_H
 
 #include "../graph/ir.h"
+
+/* A constant mask of the scores [.., Tq, Tk] (each [Tq, Tk] slice the same; boolean: nonzero
+ * keeps a score; additive: 0 keeps it, -inf or <= -1e30 drops it): FR_ATTN_MASK_NONE (keeps all),
+ * FR_ATTN_MASK_CAUSAL with *window (0: plain causal; W > 0: keys i - W < j <= i), or
+ * FR_ATTN_MASK_BAD (any other mask). */
+enum { FR_ATTN_MASK_BAD, FR_ATTN_MASK_NONE, FR_ATTN_MASK_CAUSAL };
+int fr_attn_classify_mask(const fr_tensor *t, int boolean, int64_t Tq, int64_t Tk, int64_t *window);
 
 /* *count receives the number of attention blocks fused. */
 fr_status fr_fuse_attention(fr_graph *g, int *count);

@@ -1,7 +1,10 @@
 /* Graph pattern matching helpers (see pattern.h). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ops/op.h"
+#include "autodiff.h"
 #include "pattern.h"
 
 fr_status fr_readers_refresh(fr_readers *r, const char *who)
@@ -59,4 +62,69 @@ int fr_same_dims(const fr_value *a, const fr_value *b)
     for (int k = 0; k < a->rank; k++)
         if (a->dims[k] != b->dims[k]) return 0;
     return 1;
+}
+
+int fr_const_scalar(const fr_graph *g, int v, double *out)
+{
+    if (v < 0 || (g->values[v].flags & FR_VAL_PARAM)) return 0;
+    const fr_tensor *t = g->values[v].constant;
+    if (!t || fr_tensor_numel(t) != 1 || t->dtype == FR_BOOL) return 0;
+    *out = fr_tensor_get_f64(t, 0);
+    return 1;
+}
+
+fr_status fr_fuse_loop(fr_readers *r, const char *who, fr_match_fn match, fr_rewrite_fn fuse, void *ctx, void *m,
+                       int *count)
+{
+    fr_graph *g = r->g;
+    *count = 0;
+    fr_status st = fr_readers_refresh(r, who);
+    const int n_nodes = g->n_nodes;
+    for (int i = 0; i < n_nodes && st == FR_OK; i++) {
+        if (!match(ctx, i, m)) continue;
+        if (*count == 0) st = fr_graph_import_opset(g, FR_DOMAIN_FP8RUN, 1);
+        if (st == FR_OK) st = fuse(ctx, m);
+        if (st == FR_OK) st = fr_readers_refresh(r, who);
+        if (st == FR_OK) (*count)++;
+    }
+    if (st == FR_OK && *count) {
+        st = fr_graph_compact(g);
+        if (st == FR_OK) st = fr_graph_toposort(g);
+    }
+    return st;
+}
+
+void fr_fuse_kill(fr_graph *g, const int *dead, int n, const char *suffix, char *base, size_t size)
+{
+    snprintf(base, size, "%s/%s", g->nodes[dead[n - 1]].name, suffix);
+    for (int i = 0; i < n; i++) g->nodes[dead[i]].dead = 1;
+}
+
+fr_status fr_pattern_reshape(fr_graph *g, int x, int rank, const int64_t *dims, const char *base, int *out)
+{
+    char nm[512];
+    fr_tensor *t = NULL;
+    int64_t n = rank;
+    int shape, nid;
+    snprintf(nm, sizeof nm, "%s/shape", base);
+    FR_TRY(fr_graph_add_unique_value(g, nm, &shape));
+    FR_TRY(fr_tensor_new(FR_I64, 1, &n, "reshape target", &t));
+    memcpy(t->data, dims, sizeof(int64_t) * (size_t)rank);
+    FR_TRY(fr_graph_set_initializer(g, shape, t)); /* owns t from here, even on failure */
+    if (*out < 0) FR_TRY(fr_graph_add_unique_value(g, base, out));
+    snprintf(nm, sizeof nm, "%s/Reshape", base);
+    FR_TRY(fr_graph_add_node(g, "Reshape", FR_DOMAIN_ONNX, nm, 2, (int[]){x, shape}, 1, out, &nid));
+    return fr_node_infer(g, nid);
+}
+
+const fr_node *fr_reader_op(const fr_readers *r, int v, const char *op)
+{
+    const fr_graph *g = r->g;
+    for (int i = 0; v >= 0 && i < g->n_nodes; i++) {
+        const fr_node *n = &g->nodes[i];
+        if (!fr_is_onnx_op(n, op)) continue;
+        for (int k = 0; k < n->n_inputs; k++)
+            if (n->inputs[k] == v) return n;
+    }
+    return NULL;
 }

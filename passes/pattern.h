@@ -25,7 +25,27 @@ const fr_node *fr_live_producer(const fr_graph *g, int v);
 int fr_is_onnx_op(const fr_node *n, const char *op);
 /* n (may be NULL) is a live two-input, one-output `op` reading v: its other input; else -1. */
 int fr_binary_other(const fr_node *n, const char *op, int v);
+/* The first live `op` node reading v (of any number of readers); NULL if none. */
+const fr_node *fr_reader_op(const fr_readers *r, int v, const char *op);
+/* A Reshape of x to dims (a new int64 initializer base/shape; inferred) writing *out when that is
+ * >= 0 on entry, else a new value named after base (returned in *out). */
+fr_status fr_pattern_reshape(fr_graph *g, int x, int rank, const int64_t *dims, const char *base, int *out);
 /* Same rank and dims. */
 int fr_same_dims(const fr_value *a, const fr_value *b);
+/* A fusion pass's loop over the nodes present at its start (nodes it adds are no candidates):
+ * where match(ctx, node, m) says yes (filling the caller's match record m), fuse(ctx, m)
+ * rewrites (the first time after importing the ai.fp8run opset); r is refreshed first and
+ * after each rewrite (the caller frees it). When anything fused, the graph is compacted and
+ * sorted. *count receives the rewrites. */
+typedef int (*fr_match_fn)(void *ctx, int node, void *m);
+typedef fr_status (*fr_rewrite_fn)(void *ctx, const void *m);
+fr_status fr_fuse_loop(fr_readers *r, const char *who, fr_match_fn match, fr_rewrite_fn fuse, void *ctx, void *m,
+                       int *count);
+/* Marks the matched nodes dead[0..n) dead and writes "<name of the last>/<suffix>" into
+ * base[size] (the fused node's name). */
+void fr_fuse_kill(fr_graph *g, const int *dead, int n, const char *suffix, char *base, size_t size);
+/* v is a one-element numeric constant that is not trained (no FR_VAL_PARAM): 1 with its value
+ * in *out; 0 otherwise. */
+int fr_const_scalar(const fr_graph *g, int v, double *out);
 
 #endif

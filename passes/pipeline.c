@@ -4,6 +4,8 @@
 #include <string.h>
 
 #include "attention_fuse.h"
+#include "gelu_fuse.h"
+#include "rmsnorm_fuse.h"
 #include "pipeline.h"
 #include "rotary_fuse.h"
 #include "select_params.h"
@@ -75,6 +77,10 @@ static fr_status run_attention(fr_pass_ctx *c, fr_pass_result *r) { return run_c
 
 static fr_status run_rotary(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_fuse_rotary, c, r); }
 
+static fr_status run_rmsnorm(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_fuse_rmsnorm, c, r); }
+
+static fr_status run_gelu(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_fuse_gelu, c, r); }
+
 static fr_status run_fp8_compile(fr_pass_ctx *c, fr_pass_result *r)
 {
     if (!c->report || !c->compiled)
@@ -125,6 +131,14 @@ static const fr_pass k_passes[] = {
        constants. A compiled file keeps its result but not the resolved ops and shapes. */
     {"prepare", "Identity removal, shape inference with constant folding, dead-node elimination",
      FR_STAGE_IMPORTED, NULL, 1, run_prepare},
+    /* an exporter's RMSNorm written out (Pow/ReduceMean/Add/Sqrt/Reciprocal/Mul/Mul): always
+       (its statistics in double: no less exact), on the prepared graph (constants folded) */
+    {"fuse_rmsnorm", "each RMSNorm written out becomes one ai.fp8run::RMSNormalization node", FR_STAGE_PREPARED,
+     NULL, 0, run_rmsnorm},
+    /* an exporter's GELU (Erf or Tanh chain), under SwiGLU's switch (the MLP activations);
+       before fuse_swiglu, which then takes GeGLU's Mul(Gelu(gate), up) */
+    {"fuse_gelu", "each GELU written out (Erf or Tanh form) becomes one ai.fp8run::Gelu node", FR_STAGE_PREPARED,
+     "fuse_swiglu", 0, run_gelu},
     /* on the prepared graph (static shapes to match), before the FP8 compiler lowers the
        MatMuls of two activations that the pattern reads */
     {"fuse_attention", "the unfused attention of each layer becomes one ai.fp8run::Attention node",
@@ -138,7 +152,8 @@ static const fr_pass k_passes[] = {
     {"fp8_compile", "MatMul/Gemm with a trained weight become ai.fp8run::Linear in fp8/bf16 (sibling "
      "Linears fused)", FR_STAGE_PREPARED, "precision", 0, run_fp8_compile},
     /* after the FP8 compiler: it then reads the fused gate/up Linear's one output */
-    {"fuse_swiglu", "Mul(Mul(gate, Sigmoid(gate)), up) becomes one ai.fp8run::SwiGLU node",
+    {"fuse_swiglu", "Mul(Mul(gate, Sigmoid(gate)), up) (and GeGLU's Mul(Gelu(gate), up)) becomes one "
+     "ai.fp8run::SwiGLU node",
      FR_STAGE_PREPARED, "fuse_swiglu", 0, run_swiglu},
 };
 

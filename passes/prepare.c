@@ -3,7 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention_import.h"
 #include "passes.h"
+#include "rotary_embedding.h"
 
 void fr_prepare_options_default(fr_prepare_options *o)
 {
@@ -211,6 +213,7 @@ fr_status fr_prepare_forward(fr_graph *g, const fr_prepare_options *opt, fr_prep
 
     FR_TRY(fr_graph_toposort(g));
     FR_TRY(check_outputs_exist(g));
+    FR_TRY(fr_lower_rotary_embedding(g, NULL)); /* opset 23's RoPE onto ai.fp8run::Rotary */
     FR_TRY(fr_remove_identities(g, &stats->identities_removed));
     /* drop unused branches before resolving ops: an unsupported op nothing needs is harmless */
     FR_TRY(dce_and_compact(g, &stats->nodes_removed));
@@ -231,6 +234,8 @@ fr_status fr_prepare_forward(fr_graph *g, const fr_prepare_options *opt, fr_prep
     }
     int64_t cap = opt->fold_max_elements > 0 ? opt->fold_max_elements : FR_FOLD_MAX_ELEMENTS_DEFAULT;
     fr_status st = fr_infer_graph(g, opt->fold, cap, &stats->nodes_folded);
+    int n_lowered; /* ONNX Attention has no kernel of its own: always onto the fused op */
+    if (st == FR_OK) st = fr_lower_onnx_attention(g, &n_lowered);
     if (st == FR_OK) st = check_declared(g, decl);
     free(decl);
     FR_TRY(st);

@@ -50,9 +50,9 @@ static int const_list(const fr_graph *g, const fr_node *n, int i, int *cnt, int6
     return 1;
 }
 
-/* Where a Slice of x on the last axis only, steps 1, starts: 0 or h (x's last dim 2h); -1
- * when the node is no such Slice. */
-static int64_t last_axis_slice_start(const fr_graph *g, const fr_node *n, int x)
+/* Where a Slice of x on the last axis only takes h = hd / 2 elements with step `step`
+ * (constant inputs): its start; -1 when the node is no such Slice. */
+static int64_t last_axis_slice_start(const fr_graph *g, const fr_node *n, int x, int64_t step)
 {
     if (!fr_is_onnx_op(n, "Slice") || n->n_outputs != 1 || n->inputs[0] != x) return -1;
     const fr_value *X = &g->values[x];
@@ -73,7 +73,7 @@ static int64_t last_axis_slice_start(const fr_graph *g, const fr_node *n, int x)
     const int64_t h = X->dims[r - 1] / 2;
     for (int k = 0; k < r - 1; k++)
         if (p.start[k] != 0 || p.step[k] != 1 || p.len[k] != X->dims[k]) return -1;
-    if (p.step[r - 1] != 1 || p.len[r - 1] != h || (p.start[r - 1] != 0 && p.start[r - 1] != h)) return -1;
+    if (p.step[r - 1] != step || p.len[r - 1] != h) return -1;
     return p.start[r - 1];
 }
 
@@ -99,8 +99,8 @@ static int table_ok(const fuse_ctx *c, int t, int x)
 }
 
 typedef struct match {
-    int x, cos, sin, y;
-    int dead[8], n_dead;
+    int x, cos, sin, y, interleaved;
+    int dead[10], n_dead;
 } match;
 
 /* The halves (x1, x2) of x: two Slices, or one Split; their nodes appended to m->dead. */
@@ -122,7 +122,7 @@ static int halves(const fuse_ctx *c, int x1, int x2, match *m)
     }
     const int x = p1->inputs[0];
     if (x < 0 || g->values[x].rank < 1) return 0;
-    if (last_axis_slice_start(g, p1, x) != 0 || last_axis_slice_start(g, p2, x) != g->values[x].dims[g->values[x].rank - 1] / 2)
+    if (last_axis_slice_start(g, p1, x, 1) != 0 || last_axis_slice_start(g, p2, x, 1) != g->values[x].dims[g->values[x].rank - 1] / 2)
         return 0;
     m->x = x;
     m->dead[m->n_dead++] = (int)(p1 - g->nodes);
@@ -130,21 +130,87 @@ static int halves(const fuse_ctx *c, int x1, int x2, match *m)
     return 1;
 }
 
-static int match_at(const fuse_ctx *c, int ci, match *m)
+/* rotate_half: rot = Concat(Neg(x2), x1) on the last axis; node ci is the Concat. */
+static int rotate_half(const fuse_ctx *c, int ci, match *m)
 {
     const fr_graph *g = c->rd.g;
     const fr_node *cat = &g->nodes[ci];
-    memset(m, 0, sizeof *m);
     if (!fr_is_onnx_op(cat, "Concat") || cat->n_inputs != 2 || cat->n_outputs != 1) return 0;
-    const int rot = cat->outputs[0];
-    const fr_value *R = &g->values[rot];
-    if (R->dtype != FR_F32 || R->rank < 1 || R->dims[R->rank - 1] % 2 || norm_axis(cat, R->rank) != R->rank - 1) return 0;
-    /* rotate_half: Concat(Neg(x2), x1) */
+    const fr_value *R = &g->values[cat->outputs[0]];
+    if (R->rank < 1 || R->dims[R->rank - 1] % 2 || norm_axis(cat, R->rank) != R->rank - 1) return 0;
     const fr_node *neg = fr_live_producer(g, cat->inputs[0]);
     if (!neg || !fr_is_onnx_op(neg, "Neg") || neg->n_inputs != 1 || c->rd.count[cat->inputs[0]] != 1) return 0;
     if (!halves(c, cat->inputs[1], neg->inputs[0], m)) return 0;
-    const fr_value *X = &g->values[m->x];
-    if (X->dtype != FR_F32 || !fr_same_dims(X, R)) return 0;
+    m->dead[m->n_dead++] = (int)(neg - g->nodes);
+    m->dead[m->n_dead++] = ci;
+    return 1;
+}
+
+/* v = Unsqueeze(u) on a new last axis, v read once: u; else -1. */
+static int unsqueezed_last(const fuse_ctx *c, int v, match *m)
+{
+    const fr_graph *g = c->rd.g;
+    const fr_node *n = fr_live_producer(g, v);
+    if (!n || c->rd.count[v] != 1 || !fr_is_onnx_op(n, "Unsqueeze") || n->n_outputs != 1) return -1;
+    int cnt;
+    int64_t ax[FR_MAX_RANK];
+    const int64_t *av;
+    if (n->n_inputs >= 2) {
+        if (!const_list(g, n, 1, &cnt, ax) || cnt != 1) return -1;
+    } else {
+        if (fr_node_attr_ints(n, "axes", &cnt, &av) != FR_OK || cnt != 1) return -1;
+        ax[0] = av[0];
+    }
+    const int r = g->values[v].rank;
+    if (ax[0] != -1 && ax[0] != r - 1) return -1;
+    m->dead[m->n_dead++] = (int)(n - g->nodes);
+    return n->inputs[0];
+}
+
+/* rotate_every_two (GPT-J): rot = Reshape(Concat(Unsqueeze(Neg(x2)), Unsqueeze(x1)) on a new
+ * last axis) to x's shape, x1 = x[..., 0::2], x2 = x[..., 1::2]; node ri is the Reshape. */
+static int rotate_pairs(const fuse_ctx *c, int ri, match *m)
+{
+    const fr_graph *g = c->rd.g;
+    const fr_node *rs = &g->nodes[ri];
+    if (!fr_is_onnx_op(rs, "Reshape") || rs->n_inputs < 1 || rs->n_outputs != 1) return 0;
+    const int st = rs->inputs[0];
+    const fr_node *cat = fr_live_producer(g, st);
+    if (!cat || c->rd.count[st] != 1 || !fr_is_onnx_op(cat, "Concat") || cat->n_inputs != 2 || cat->n_outputs != 1) return 0;
+    const fr_value *S = &g->values[st];
+    if (S->rank < 2 || S->dims[S->rank - 1] != 2 || norm_axis(cat, S->rank) != S->rank - 1) return 0;
+    const int nx = unsqueezed_last(c, cat->inputs[0], m), x1 = unsqueezed_last(c, cat->inputs[1], m);
+    const fr_node *neg = nx >= 0 ? fr_live_producer(g, nx) : NULL;
+    if (x1 < 0 || !neg || c->rd.count[nx] != 1 || !fr_is_onnx_op(neg, "Neg") || neg->n_inputs != 1) return 0;
+    const int x2 = neg->inputs[0];
+    const fr_node *p1 = fr_live_producer(g, x1), *p2 = fr_live_producer(g, x2);
+    if (!p1 || !p2 || c->rd.count[x1] != 1 || c->rd.count[x2] != 1) return 0;
+    m->x = p1->inputs[0];
+    if (m->x < 0 || g->values[m->x].rank < 1 || last_axis_slice_start(g, p1, m->x, 2) != 0 ||
+        last_axis_slice_start(g, p2, m->x, 2) != 1)
+        return 0;
+    m->interleaved = 1;
+    m->dead[m->n_dead++] = (int)(p1 - g->nodes);
+    m->dead[m->n_dead++] = (int)(p2 - g->nodes);
+    m->dead[m->n_dead++] = (int)(neg - g->nodes);
+    m->dead[m->n_dead++] = (int)(cat - g->nodes);
+    m->dead[m->n_dead++] = ri;
+    return 1;
+}
+
+static int match_at(void *ctx, int ci, void *mv)
+{
+    const fuse_ctx *c = ctx;
+    match *m = mv;
+    const fr_graph *g = c->rd.g;
+    memset(m, 0, sizeof *m);
+    if (!rotate_half(c, ci, m)) {
+        memset(m, 0, sizeof *m);
+        if (!rotate_pairs(c, ci, m)) return 0;
+    }
+    const int rot = g->nodes[ci].outputs[0];
+    const fr_value *R = &g->values[rot], *X = &g->values[m->x];
+    if (R->dtype != FR_F32 || X->dtype != FR_F32 || !fr_same_dims(X, R) || X->dims[X->rank - 1] % 2) return 0;
     /* Mul(rot, sin) read only by Add(., Mul(x, cos)) */
     const fr_node *ms = fr_sole_reader(&c->rd, rot);
     m->sin = fr_binary_other(ms, "Mul", rot);
@@ -161,45 +227,32 @@ static int match_at(const fuse_ctx *c, int ci, match *m)
     const int vals[3] = {t1, t2, m->y};
     for (int i = 0; i < 3; i++)
         if (g->values[vals[i]].dtype != FR_F32 || !fr_same_dims(&g->values[vals[i]], X)) return 0;
-    m->dead[m->n_dead++] = (int)(neg - g->nodes);
-    m->dead[m->n_dead++] = ci;
     m->dead[m->n_dead++] = (int)(ms - g->nodes);
     m->dead[m->n_dead++] = (int)(mc - g->nodes);
     m->dead[m->n_dead++] = (int)(add - g->nodes);
     return 1;
 }
 
-static fr_status fuse_one(fuse_ctx *c, const match *m)
+static fr_status fuse_one(void *ctx, const void *mv)
 {
-    fr_graph *g = c->rd.g;
+    const match *m = mv;
+    fr_graph *g = ((fuse_ctx *)ctx)->rd.g;
     char base[600];
-    snprintf(base, sizeof base, "%s/fused_rotary", g->nodes[m->dead[m->n_dead - 1]].name);
-    for (int i = 0; i < m->n_dead; i++) g->nodes[m->dead[i]].dead = 1;
+    fr_fuse_kill(g, m->dead, m->n_dead, "fused_rotary", base, sizeof base);
     int in[3] = {m->x, m->cos, m->sin}, y = m->y, nid;
     FR_TRY(fr_graph_add_node(g, "Rotary", FR_DOMAIN_FP8RUN, base, 3, in, 1, &y, &nid));
+    if (m->interleaved) FR_TRY(fr_node_set_attr_int(&g->nodes[nid], "interleaved", 1));
     return fr_node_infer(g, nid);
 }
 
 fr_status fr_fuse_rotary(fr_graph *g, int *count)
 {
-    *count = 0;
     fuse_ctx c = {{g, NULL}, NULL};
-    fr_status st = fr_readers_refresh(&c.rd, "rotary fusion");
-    if (st == FR_OK) st = mark_needs_grad(&c);
-    const int n_nodes = g->n_nodes; /* nodes added while fusing are not candidates */
-    for (int i = 0; i < n_nodes && st == FR_OK; i++) {
-        match m;
-        if (!match_at(&c, i, &m)) continue;
-        if (*count == 0) st = fr_graph_import_opset(g, FR_DOMAIN_FP8RUN, 1);
-        if (st == FR_OK) st = fuse_one(&c, &m);
-        if (st == FR_OK) st = fr_readers_refresh(&c.rd, "rotary fusion");
-        if (st == FR_OK) (*count)++;
-    }
+    match m;
+    *count = 0;
+    fr_status st = mark_needs_grad(&c);
+    if (st == FR_OK) st = fr_fuse_loop(&c.rd, "rotary fusion", match_at, fuse_one, &c, &m, count);
     fr_readers_free(&c.rd);
     free(c.needs_grad);
-    if (st == FR_OK && *count) {
-        st = fr_graph_compact(g);
-        if (st == FR_OK) st = fr_graph_toposort(g);
-    }
     return st;
 }

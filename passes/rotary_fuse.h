@@ -11,7 +11,11 @@
  * enlarging it, and needing no gradient (no trainable parameter, FR_VAL_PARAM, upstream: a
  * constant table, or one computed from constants and inputs); the two Muls, the Concat, the
  * Neg and the halves read only inside the pattern (not graph outputs). Y keeps its value, so
- * the rest of the graph is unchanged; the replaced nodes are removed. */
+ * the rest of the graph is unchanged; the replaced nodes are removed.
+ * The interleaved (GPT-J, rotate_every_two) form too, as torch.stack and flatten export it:
+ *     rot = Reshape(Concat(Unsqueeze(Neg(x2), -1), Unsqueeze(x1, -1), axis -1)) to x's shape,
+ *     x1 = Slice(x, 0::2), x2 = Slice(x, 1::2) on the last axis
+ * becomes Rotary with interleaved=1 (its tables repeat each frequency twice, as the model's). */
 #ifndef FR_ROTARY_FUSE_H
 #define FR_ROTARY_FUSE_H
 

@@ -55,8 +55,9 @@ fr_status fr_select_params(fr_graph *g, const char *train, const char *freeze, i
     FR_TRY(fr_param_filter_open(train, freeze, &re));
     for (int i = 0; i < g->n_values; i++) {
         fr_value *v = &g->values[i];
-        if (!(v->flags & FR_VAL_PARAM)) continue;
         int keep = v->constant && (v->flags & FR_VAL_INITIALIZER) && fr_dtype_is_float(v->dtype);
+        /* a constant (graph/params.h) trains only when --train names it */
+        if (!(v->flags & FR_VAL_PARAM) && !(keep && re.have_t)) continue;
         if (keep) keep = fr_param_filter_keep(&re, v->name);
         if (keep && v->dtype != FR_F32) {
             st = fr_error(FR_ERR_UNSUPPORTED,
@@ -65,13 +66,16 @@ fr_status fr_select_params(fr_graph *g, const char *train, const char *freeze, i
                           v->name, fr_dtype_name(v->dtype));
             goto done;
         }
-        if (keep)
+        if (keep) {
+            v->flags |= FR_VAL_PARAM;
             n++;
-        else
+        } else {
             v->flags &= ~FR_VAL_PARAM;
+        }
     }
     if (n == 0)
-        st = fr_error(FR_ERR_INVALID_ARG, "no parameter to train: the model has no float32 initializer%s",
+        st = fr_error(FR_ERR_INVALID_ARG, "no parameter to train: the model has no float32 parameter%s "
+                      "(`fp8run info` lists its float initializers and why each is not trained)",
                       re.have_t || re.have_f ? " left by --train/--freeze" : "");
     if (n_kept) *n_kept = n;
 done:

@@ -1,8 +1,10 @@
 /* Choosing the trained parameters.
  *
- * An imported model marks every initializer FR_VAL_PARAM. Training keeps the mark on the float32
- * initializers whose names the train regex matches (all when it is NULL) and the freeze regex
- * does not (none when NULL); the others become constants, which preparation may fold. A kept
+ * Import marks the model's parameters FR_VAL_PARAM (graph/params.h says which). Training keeps
+ * the mark on the float32 parameters whose names the train regex matches (all when it is NULL)
+ * and the freeze regex does not (none when NULL); the others become constants, which
+ * preparation may fold. A float initializer that is not a parameter (a mask, an exponent)
+ * trains only when the train regex names it and the freeze regex does not. A kept
  * parameter that is float but not float32 is an error (fp8run trains float32 master weights),
  * and so is keeping none. The regexes are POSIX extended, as given to --train / --freeze. */
 #ifndef FR_SELECT_PARAMS_H

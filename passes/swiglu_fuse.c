@@ -12,13 +12,45 @@
 
 typedef struct match {
     int g, u, y;
-    int dead[3]; /* Sigmoid, inner Mul, outer Mul */
+    const char *act; /* the SwiGLU activation attribute: "silu", "gelu_tanh" or "gelu" */
+    int dead[3], n_dead; /* Sigmoid, inner Mul, outer Mul (GeGLU: Gelu, Mul) */
 } match;
+
+/* GeGLU: Mul(Gelu(g), u) with the Gelu of the default or the ai.fp8run domain (what
+ * passes/gelu_fuse.c makes), float32, one shape; node s is the Gelu. */
+static int match_geglu(const fr_readers *c, int s, match *m)
+{
+    const fr_graph *g = c->g;
+    const fr_node *gl = &g->nodes[s];
+    if (gl->dead || strcmp(gl->op_type, "Gelu") != 0 || (gl->domain[0] && strcmp(gl->domain, FR_DOMAIN_FP8RUN) != 0) ||
+        gl->n_inputs != 1 || gl->n_outputs != 1)
+        return 0;
+    const char *approx;
+    if (fr_node_attr_string(gl, "approximate", "none", &approx) != FR_OK) return 0;
+    m->act = strcmp(approx, "tanh") == 0 ? "gelu_tanh" : strcmp(approx, "none") == 0 ? "gelu" : NULL;
+    const int gv = gl->inputs[0], a = gl->outputs[0];
+    const fr_node *mu = fr_sole_reader(c, a);
+    m->u = fr_binary_other(mu, "Mul", a);
+    if (!m->act || m->u < 0 || m->u == a) return 0;
+    m->g = gv;
+    m->y = mu->outputs[0];
+    const int vals[4] = {gv, a, m->u, m->y};
+    for (int i = 0; i < 4; i++)
+        if (g->values[vals[i]].dtype != FR_F32 || g->values[vals[i]].rank < 1 || !fr_same_dims(&g->values[vals[i]], &g->values[gv]))
+            return 0;
+    m->dead[0] = s;
+    m->dead[1] = (int)(mu - g->nodes);
+    m->n_dead = 2;
+    return 1;
+}
 
 static int match_at(const fr_readers *c, int s, match *m)
 {
     const fr_graph *g = c->g;
     const fr_node *sg = &g->nodes[s];
+    if (match_geglu(c, s, m)) return 1;
+    m->act = "silu";
+    m->n_dead = 3;
     if (!fr_is_onnx_op(sg, "Sigmoid") || sg->n_inputs != 1 || sg->n_outputs != 1) return 0;
     const int gv = sg->inputs[0], sv = sg->outputs[0];
     const fr_node *m1 = fr_sole_reader(c, sv);
@@ -74,8 +106,8 @@ static fr_status fuse_one(fr_readers *c, const match *m, int *one_input)
 {
     fr_graph *g = c->g;
     char base[600];
-    snprintf(base, sizeof base, "%s/fused_swiglu", g->nodes[m->dead[2]].name);
-    for (int i = 0; i < 3; i++) g->nodes[m->dead[i]].dead = 1;
+    snprintf(base, sizeof base, "%s/fused_swiglu", g->nodes[m->dead[m->n_dead - 1]].name);
+    for (int i = 0; i < m->n_dead; i++) g->nodes[m->dead[i]].dead = 1;
     FR_TRY(fr_readers_refresh(c, "SwiGLU fusion")); /* what still reads g and u is outside the pattern */
     int in[2] = {m->g, m->u}, n_in = 2, nid;
     const fr_node *sp = gate_up_split(c, m->g, m->u);
@@ -87,6 +119,7 @@ static fr_status fuse_one(fr_readers *c, const match *m, int *one_input)
     }
     int y = m->y;
     FR_TRY(fr_graph_add_node(g, "SwiGLU", FR_DOMAIN_FP8RUN, base, n_in, in, 1, &y, &nid));
+    if (strcmp(m->act, "silu") != 0) FR_TRY(fr_node_set_attr_string(&g->nodes[nid], "activation", m->act));
     return fr_node_infer(g, nid);
 }
 

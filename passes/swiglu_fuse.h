@@ -10,7 +10,9 @@
  * graph outputs. The product keeps its value, so the rest of the graph is unchanged.
  * Then, when g and u are the two outputs of one Split along the last axis into equal halves
  * (g first) and nothing else reads them, the SwiGLU reads the Split's input instead (the
- * one-input form) and the Split is removed. */
+ * one-input form) and the Split is removed.
+ * GeGLU too: Mul(Gelu(g), u), either order, the Gelu of either domain (passes/gelu_fuse.c's),
+ * becomes SwiGLU with activation "gelu_tanh" (approximate="tanh") or "gelu". */
 #ifndef FR_SWIGLU_FUSE_H
 #define FR_SWIGLU_FUSE_H
 

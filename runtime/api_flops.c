@@ -36,24 +36,37 @@ static int64_t matmul_params(const fr_graph *g)
     return n;
 }
 
-/* Attention FLOPs per token: 12 x width x seq summed over the Softmax nodes, width = the
- * output of the MatMul reading the probabilities ([..., seq, hd] with heads in the middle
- * dims): heads (and groups) x head dim. */
+/* 12 x width x seq, width = heads (and groups) x head dim of an attention output o
+ * ([..., seq, hd] with the heads in the middle dims); 0 below rank 3. */
+static double attention_term(const fr_value *o, int64_t seq)
+{
+    if (o->rank < 3) return 0;
+    double width = 1;
+    for (int d = 1; d < o->rank - 2; d++) width *= (double)o->dims[d];
+    return 12.0 * width * (double)o->dims[o->rank - 1] * (double)seq;
+}
+
+/* Attention FLOPs per token: summed over the Softmax nodes (the output of the MatMul reading
+ * the probabilities, directly or through the exporter's NaN guard) and the fused ai.fp8run::Attention nodes (ONNX Attention-23 is lowered
+ * onto these in preparation). */
 static double attention_flops_per_token(const fr_graph *g, int64_t seq)
 {
     double f = 0;
     for (int i = 0; i < g->n_nodes; i++) {
         const fr_node *nd = &g->nodes[i];
+        if (nd->n_outputs >= 1 && strcmp(nd->op_type, "Attention") == 0 && strcmp(nd->domain, "ai.fp8run") == 0)
+            f += attention_term(&g->values[nd->outputs[0]], seq);
         if (strcmp(nd->op_type, "Softmax") != 0 || nd->n_outputs < 1) continue;
+        int p = nd->outputs[0];
+        for (int j = 0; j < g->n_nodes; j++) /* past the exporter's guard Where(IsNaN(P), 0, P) */
+            if (strcmp(g->nodes[j].op_type, "Where") == 0 && g->nodes[j].n_inputs == 3 && g->nodes[j].inputs[2] == p) {
+                p = g->nodes[j].outputs[0];
+                break;
+            }
         for (int j = 0; j < g->n_nodes; j++) {
             const fr_node *m = &g->nodes[j];
-            if (strcmp(m->op_type, "MatMul") != 0 || m->inputs[0] != nd->outputs[0]) continue;
-            const fr_value *o = &g->values[m->outputs[0]];
-            if (o->rank < 3) break;
-            double width = 1;
-            for (int d = 1; d < o->rank - 2; d++) width *= (double)o->dims[d];
-            width *= (double)o->dims[o->rank - 1];
-            f += 12.0 * width * (double)seq;
+            if (strcmp(m->op_type, "MatMul") != 0 || m->inputs[0] != p) continue;
+            f += attention_term(&g->values[m->outputs[0]], seq);
             break;
         }
     }

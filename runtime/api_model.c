@@ -199,6 +199,37 @@ FP8RUN_API fp8run_status fp8run_model_param(const fp8run_model *m, int i, fp8run
     return value_at(m, "fp8run_model_param", "parameter", m ? m->params : NULL, m ? m->n_params : 0, i, info);
 }
 
+static int is_float_init(const fr_value *v)
+{
+    return v->constant && (v->flags & FR_VAL_INITIALIZER) && fr_dtype_is_float(v->dtype);
+}
+
+FP8RUN_API int fp8run_model_float_initializer_count(const fp8run_model *m)
+{
+    int n = 0;
+    for (int i = 0; m && i < m->g->n_initializers; i++) n += is_float_init(&m->g->values[m->g->initializers[i]]);
+    return n;
+}
+
+FP8RUN_API fp8run_status fp8run_model_float_initializer(const fp8run_model *m, int i, fp8run_value_info *info,
+                                                        int *trained, const char **why)
+{
+    const char *fn = "fp8run_model_float_initializer";
+    if (!m) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: model is NULL", fn);
+    int n = fp8run_model_float_initializer_count(m);
+    if (i < 0 || i >= n)
+        return fr_api_error(slot_of(m), FP8RUN_ERR_RANGE, "%s: index %d is outside [0, %d)", fn, i, n);
+    int k = 0, vid = -1;
+    for (int j = 0; vid < 0; j++)
+        if (is_float_init(&m->g->values[m->g->initializers[j]]) && k++ == i) vid = m->g->initializers[j];
+    fp8run_status ps = value_at(m, fn, "float initializer", &vid, 1, 0, info);
+    if (ps != FP8RUN_OK) return ps;
+    const fr_value *v = &m->g->values[vid];
+    if (trained) *trained = (v->flags & FR_VAL_PARAM) != 0;
+    if (why) *why = v->param_note ? v->param_note : (v->flags & FR_VAL_PARAM) ? "float initializer" : "";
+    return FP8RUN_OK;
+}
+
 /* The parameter called name, checked against count; NULL with the error recorded. */
 static fr_tensor *find_param(fp8run_model *m, const char *fn, const char *name, const void *buf, size_t count,
                              fp8run_status *ps)

@@ -90,6 +90,9 @@ static fr_status copy_values(const fr_graph *g, int share, fr_graph *c)
         d->producer = s->producer;
         d->doc_string = dup_or_null(s->doc_string, &st);
         d->external_location = dup_or_null(s->external_location, &st);
+        d->param_note = dup_or_null(s->param_note, &st);
+        d->torch_kind = dup_or_null(s->torch_kind, &st);
+        d->folded_from = dup_or_null(s->folded_from, &st);
         FR_TRY(st);
         FR_TRY(copy_tensor(s->constant, share, &d->constant));
     }

@@ -67,3 +67,34 @@ int cli_suite_clean(void)
     cli_out = cli_err = NULL;
     return system(cmd) == 0 ? 0 : 1;
 }
+
+int cli_read_log(const char *path, double *losses, int max, int *val_records, int *skipped)
+{
+    char *s = cli_slurp(path, NULL), *line = s;
+    int n = 0;
+    *val_records = 0;
+    if (skipped) *skipped = 0;
+    while (line && *line) {
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = '\0';
+        long long step = -1;
+        const char *ls = strstr(line, "\"loss\": ");
+        if (sscanf(line, "{\"step\": %lld", &step) == 1 && ls && step >= 1 && step <= max) {
+            losses[step - 1] = strtod(ls + 8, NULL);
+            n++;
+            CU_ASSERT_PTR_NOT_NULL(strstr(line, "\"lr\": "));
+            CU_ASSERT_PTR_NOT_NULL(strstr(line, "\"grad_norm\": "));
+            CU_ASSERT_PTR_NOT_NULL(strstr(line, "\"tokens_per_s\": "));
+            if (!skipped) {
+                CU_ASSERT_PTR_NOT_NULL(strstr(line, "\"skipped\": false"));
+            } else if (!strstr(line, "\"skipped\": false")) {
+                (*skipped)++;
+            }
+        } else if (strstr(line, "\"val_loss\": ")) {
+            (*val_records)++;
+        }
+        line = nl ? nl + 1 : NULL;
+    }
+    free(s);
+    return n;
+}

@@ -17,6 +17,11 @@ int cli_run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void cli_show(int rc);
 /* The whole file as a NUL-terminated string (malloc'ed; "" when unreadable); *len may be NULL. */
 char *cli_slurp(const char *path, size_t *len);
+/* losses[step-1] from the step records of a `fp8run train --log` JSONL file (each checked for
+ * lr, grad_norm and tokens_per_s); returns the number of step records and counts validation
+ * records in *val_records. Skipped steps are counted in *skipped, or, when skipped is NULL,
+ * each step is checked to be "skipped": false. */
+int cli_read_log(const char *path, double *losses, int max, int *val_records, int *skipped);
 /* CUnit suite init/cleanup: create / remove cli_tmp. */
 int cli_suite_init(void);
 int cli_suite_clean(void);

@@ -1,10 +1,14 @@
 /* Fusion pass test support (see fuse_test_util.h). */
 #include <math.h>
+#include <regex.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "fuse_test_util.h"
 #include "gradcheck.h"
+#include "graph/onnx_io.h"
 #include "passes/passes.h"
+#include "runtime/npy.h"
 
 fr_status fr_ft_prepare(fr_graph *g, int64_t batch, int64_t seq)
 {
@@ -86,4 +90,105 @@ double fr_ft_expect_same_losses(const char *what, const double *fused, const dou
     CU_ASSERT(worst <= tol);
     CU_ASSERT(plain[FR_FT_STEPS - 1] < plain[0]); /* it trains */
     return worst;
+}
+
+/* What `--train FR_FT_HF_TRAIN` does: the exporter's constants (exponent, eps, tables) untrained. */
+void fr_ft_freeze_constants(fr_graph *g)
+{
+    regex_t re;
+    CU_ASSERT_FATAL(regcomp(&re, FR_FT_HF_TRAIN, REG_EXTENDED | REG_NOSUB) == 0);
+    for (int i = 0; i < g->n_values; i++)
+        if ((g->values[i].flags & FR_VAL_PARAM) && regexec(&re, g->values[i].name, 0, NULL, 0) != 0)
+            g->values[i].flags &= ~FR_VAL_PARAM;
+    regfree(&re);
+}
+
+/* Loads fixture dir, prepared for its [2, 11] inputs, constants frozen. */
+fr_graph *fr_ft_load_hf(const char *dir)
+{
+    char rel[300], p[600];
+    snprintf(rel, sizeof rel, "hf/%s/model.onnx", dir);
+    fr_graph *g = NULL;
+    FR_ASSERT_OK(fr_onnx_load_file(fr_fixture(p, sizeof p, rel), &g));
+    FR_ASSERT_OK(fr_ft_prepare(g, 2, 11));
+    fr_ft_freeze_constants(g);
+    return g;
+}
+
+/* Runs g on the fixture's inputs; asserts logits within 1e-4 of PyTorch's. */
+void fr_ft_expect_hf_logits(fr_graph *g, const char *dir)
+{
+    char rel[300], p[600];
+    int vids[8], n = 0;
+    fr_tensor *ins[8];
+    for (int i = 0; i < g->n_inputs && n < 8; i++, n++) {
+        vids[n] = g->inputs[i];
+        snprintf(rel, sizeof rel, "hf/%s/input_%s.npy", dir, g->values[vids[n]].name);
+        FR_ASSERT_OK(fr_npy_load(fr_fixture(p, sizeof p, rel), &ins[n]));
+    }
+    snprintf(rel, sizeof rel, "hf/%s/output_logits.npy", dir);
+    fr_tensor *want;
+    FR_ASSERT_OK(fr_npy_load(fr_fixture(p, sizeof p, rel), &want));
+    fr_tensor *got = fr_ft_run(g, n, vids, (const fr_tensor *const *)ins, g->outputs[0]);
+    CU_ASSERT_EQUAL_FATAL(fr_tensor_numel(got), fr_tensor_numel(want));
+    double e = fr_rel_l2(got->data, want->data, fr_tensor_numel(want));
+    if (!(e <= 1e-4)) printf("\n  %s: logits differ from PyTorch's by %g", dir, e);
+    CU_ASSERT(e <= 1e-4);
+    for (int i = 0; i < n; i++) fr_tensor_free(ins[i]);
+    fr_tensor_free(got);
+    fr_tensor_free(want);
+}
+
+
+/* The output and the gradients of the inputs named wrt[] (res[0], res[1..n_wrt]) of pattern
+ * `kind`, after the pass when `pass` is given (its count in *n_fused). */
+static void pattern_run(fr_ft_build_fn build, int kind, int64_t opset, uint64_t seed, const double *dy, fr_ft_pass_fn pass,
+                        int *n_fused, int n_wrt, const char *const *names, fr_tensor **res)
+{
+    fr_graph *g = fr_gc_new_graph(opset);
+    CU_ASSERT_FATAL(g != NULL);
+    build(g, seed, kind);
+    FR_ASSERT_OK(fr_graph_resolve_ops(g));
+    if (pass) FR_ASSERT_OK(pass(g, n_fused));
+    int wrt[8], grads[8];
+    for (int i = 0; i < n_wrt; i++) wrt[i] = fr_graph_find_value(g, names[i]); /* ids move when a pass compacts */
+    const int yv = g->outputs[g->n_outputs - 1];
+    fr_tensor **t = fr_gc_backprop(g, yv, dy, n_wrt, wrt, grads);
+    CU_ASSERT_FATAL(t != NULL);
+    FR_ASSERT_OK(fr_tensor_clone(fr_gc_value(g, t, yv), "y", &res[0]));
+    for (int i = 0; i < n_wrt; i++) FR_ASSERT_OK(fr_tensor_clone(fr_gc_value(g, t, grads[i]), "grad", &res[1 + i]));
+    fr_gc_free_tensors(g, t);
+    free(t);
+    fr_graph_free(g);
+}
+
+void fr_ft_check_pattern(fr_ft_build_fn build, int kind, int64_t opset, fr_ft_pass_fn pass, int want, int n_wrt,
+                         const char *const *wrt, double tol)
+{
+    fr_rng r = fr_test_rng("fuse_pattern");
+    const uint64_t seed = r.s | 1;
+    fr_graph *probe = fr_gc_new_graph(opset); /* the output's size, for dy */
+    CU_ASSERT_FATAL(probe != NULL && n_wrt <= 8);
+    build(probe, seed, kind);
+    const fr_value *yv = &probe->values[probe->outputs[probe->n_outputs - 1]];
+    int64_t cnt = 1;
+    for (int k = 0; k < yv->rank; k++) cnt *= yv->dims[k];
+    fr_graph_free(probe);
+    double *dy = malloc(sizeof(double) * (size_t)(cnt ? cnt : 1));
+    CU_ASSERT_FATAL(dy != NULL);
+    for (int64_t i = 0; i < cnt; i++) dy[i] = fr_rng_normal(&r);
+    fr_tensor *plain[9], *fused[9];
+    int got = -1;
+    pattern_run(build, kind, opset, seed, dy, NULL, NULL, n_wrt, wrt, plain);
+    pattern_run(build, kind, opset, seed, dy, pass, &got, n_wrt, wrt, fused);
+    if (got != want) printf("\n  kind %d: %d fused, expected %d", kind, got, want);
+    CU_ASSERT_EQUAL(got, want);
+    for (int i = 0; i <= n_wrt; i++) {
+        double e = fr_gc_rel_l2(fused[i], plain[i]);
+        if (!(e <= tol)) printf("\n  kind %d: fused %s%s differs by %g", kind, i ? "d" : "y", i ? wrt[i - 1] : "", e);
+        CU_ASSERT(e <= tol);
+        fr_tensor_free(plain[i]);
+        fr_tensor_free(fused[i]);
+    }
+    free(dy);
 }

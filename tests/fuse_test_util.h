@@ -26,4 +26,29 @@ void fr_ft_train_losses(const fr_graph *g, const fr_train_options *o, double *lo
  * returns the worst relative difference. */
 double fr_ft_expect_same_losses(const char *what, const double *fused, const double *plain, double tol);
 
+/* ---- hand-built patterns ---- */
+
+/* Adds pattern `kind` to g (its float inputs from fr_gc_add_input seeded by seed, so two
+ * builds are equal); its last graph output is the pattern's result. */
+typedef void (*fr_ft_build_fn)(fr_graph *g, uint64_t seed, int kind);
+typedef fr_status (*fr_ft_pass_fn)(fr_graph *g, int *count);
+/* Builds the pattern twice (a graph of `opset`), runs the pass on one: asserts it fused `want`
+ * and that the output and the gradients of the inputs named wrt[0..n_wrt) (n_wrt <= 8) are
+ * the unfused graph's within tol (relative L2), fresh random inputs. */
+void fr_ft_check_pattern(fr_ft_build_fn build, int kind, int64_t opset, fr_ft_pass_fn pass, int want, int n_wrt,
+                         const char *const *wrt, double tol);
+
+/* ---- the dynamo exports of tests/fixtures/hf ---- */
+
+/* What `--train` must say for them until the exporter's parameter record is read: their
+ * parameters' names (the exporter's constants, tables and masks stay untrained). */
+#define FR_FT_HF_TRAIN "^(model|lm_head|transformer|bert|cls)\\."
+/* Untrains the float initializers whose name does not match FR_FT_HF_TRAIN. */
+void fr_ft_freeze_constants(fr_graph *g);
+/* tests/fixtures/hf/DIR/model.onnx prepared for its [2, 11] inputs, constants frozen. */
+fr_graph *fr_ft_load_hf(const char *dir);
+/* Runs g on DIR's inputs; asserts its first output within 1e-4 (relative L2) of PyTorch's
+ * logits. */
+void fr_ft_expect_hf_logits(fr_graph *g, const char *dir);
+
 #endif

@@ -15,6 +15,7 @@ static void test_every_op_has_a_cuda_kernel(void)
     int n = 0, missing = 0;
     for (int i = 0; fr_op_at(i); i++, n++) {
         const fr_op_def *d = fr_op_at(i);
+        if (!d->cpu) continue; /* lowered in preparation before any backend runs (ONNX Attention-23) */
         const fr_cuda_kernel_def *k = fr_cuda_kernel_find(d->domain, d->op_type);
         if (!k || !k->run) {
             printf("\n  no CUDA kernel for %s%s%s", d->domain, d->domain[0] ? "::" : "", d->op_type);

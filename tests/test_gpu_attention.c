@@ -7,6 +7,7 @@
  * Tolerances per output (relative L2): fp32 1e-5; bf16 1e-2 (O, dQ, dK, dV: the CPU rounds the
  * normalized P, the kernels exp(s - running max)) and 1e-5 for LSE. The kernels use no atomics:
  * two runs are compared byte for byte. float64 is refused (FR_ERR_UNSUPPORTED naming the node).
+ * The sliding window and the mask input (attention_masked.cu) are checked the same way.
  *
  * FR_ATTN_BENCH=1 adds timings (CUDA events, bf16 and fp32, causal) of the two reference shapes, Llama
  * 1B (B 8, H 16, KV 8, T 2048, D 128) and 125M (B 16, H 12, KV 4, T 1024, D 64), forward and
@@ -60,8 +61,37 @@ static void check_same_bytes(tnode *t, fr_tensor **a, fr_tensor **b, const char 
 
 static int n_cases;
 
+/* The mask input of a case (mask_kind 1: [B0, 1.., Tq, Tk], batch row b0 drops its last b0 keys
+ * and adds a finite bias elsewhere; 2: [Tq, Tk] with query row 1 fully masked), or NULL. */
+static fr_tensor *make_mask(const acase *c, int mask_kind)
+{
+    if (!mask_kind) return NULL;
+    const int64_t Tq = c->q[c->rq - 2], Tk = c->k[c->rk - 2];
+    int64_t d[5] = {1, 1, 1, 1, 1};
+    const int rank = mask_kind == 1 ? c->rq : 2;
+    if (mask_kind == 1) d[0] = c->q[0];
+    d[rank - 2] = Tq;
+    d[rank - 1] = Tk;
+    fr_tensor *m = NULL;
+    FR_ASSERT_OK(fr_tensor_new(FR_F32, rank, d, "mask", &m));
+    for (int64_t e = 0; e < fr_tensor_numel(m); e++) {
+        const int64_t j = e % Tk, i = e / Tk % Tq, b0 = e / (Tq * Tk);
+        const int drop = mask_kind == 1 ? j >= Tk - b0 : i == 1;
+        ((float *)m->data)[e] = drop ? -INFINITY : 0.5f * sinf(0.7f * (float)i + 1.3f * (float)j);
+    }
+    return m;
+}
+
+static void run_case_masked(fr_rng *r, const acase *c, const char *prec, unsigned omit, int64_t window, int mask_kind);
+
 /* Forward and backward of one case; omit: bit i omits gradient output i. */
 static void run_case(fr_rng *r, const acase *c, const char *prec, unsigned omit)
+{
+    run_case_masked(r, c, prec, omit, 0, 0);
+}
+
+/* ... with a sliding window (c->causal) and a mask input (make_mask). */
+static void run_case_masked(fr_rng *r, const acase *c, const char *prec, unsigned omit, int64_t window, int mask_kind)
 {
     const int bf = strcmp(prec, "bf16") == 0;
     int64_t vd[5];
@@ -70,14 +100,16 @@ static void run_case(fr_rng *r, const acase *c, const char *prec, unsigned omit)
     fr_tensor *Q = tt_randn(r, FR_F32, c->rq, c->q, 0, 1), *K = tt_randn(r, FR_F32, c->rk, c->k, 0, 1),
               *V = tt_randn(r, FR_F32, c->rk, vd, 0, 1);
     char what[256], s1[64], s2[64];
-    snprintf(what, sizeof what, "Attention %s causal=%d Q %s K %s Dv %lld", prec, c->causal,
-             fr_shape_str(c->rq, c->q, s1, sizeof s1), fr_shape_str(c->rk, c->k, s2, sizeof s2), (long long)c->Dv);
+    snprintf(what, sizeof what, "Attention %s causal=%d window=%lld mask=%d Q %s K %s Dv %lld", prec, c->causal,
+             (long long)window, mask_kind, fr_shape_str(c->rq, c->q, s1, sizeof s1),
+             fr_shape_str(c->rk, c->k, s2, sizeof s2), (long long)c->Dv);
     const double tol = bf ? TOL_BF16 : TOL_F32;
 
-    fr_tensor *ins[3] = {Q, K, V};
+    fr_tensor *M = make_mask(c, mask_kind), *ins[4] = {Q, K, V, M};
     tnode f;
-    tn_init_domain(&f, "ai.fp8run", "Attention", 1, 3, ins, 0u, 2);
+    tn_init_domain(&f, "ai.fp8run", "Attention", 1, M ? 4 : 3, ins, 0u, 2);
     if (c->causal) TN_ATTR(&f, int, "causal", 1);
+    if (window) TN_ATTR(&f, int, "window", window);
     TN_ATTR(&f, string, "precision", prec);
     FR_ASSERT_OK(tn_run(&f));
     fr_tensor *g1[TN_MAX], *g2[TN_MAX];
@@ -91,10 +123,11 @@ static void run_case(fr_rng *r, const acase *c, const char *prec, unsigned omit)
 
     /* backward from the CPU's O and LSE */
     fr_tensor *dO = tt_randn(r, FR_F32, f.out[0]->rank, f.out[0]->dims, 0, 1);
-    fr_tensor *bins[6] = {Q, K, V, f.out[0], f.out[1], dO};
+    fr_tensor *bins[7] = {Q, K, V, f.out[0], f.out[1], dO, M};
     tnode b;
-    tn_init_domain(&b, "ai.fp8run", "AttentionGrad", 1, 6, bins, 0u, 3);
+    tn_init_domain(&b, "ai.fp8run", "AttentionGrad", 1, M ? 7 : 6, bins, 0u, 3);
     if (c->causal) TN_ATTR(&b, int, "causal", 1);
+    if (window) TN_ATTR(&b, int, "window", window);
     TN_ATTR(&b, string, "precision", prec);
     for (int o = 0; o < 3; o++)
         if (omit & (1u << o)) tn_omit_output(&b, o);
@@ -130,6 +163,7 @@ static void run_case(fr_rng *r, const acase *c, const char *prec, unsigned omit)
     tn_free(&b);
     tn_free(&f);
     fr_tensor_free(dO);
+    fr_tensor_free(M);
     fr_tensor_free(Q);
     fr_tensor_free(K);
     fr_tensor_free(V);
@@ -205,6 +239,29 @@ static void test_generic(void)
     run_case(&r, &f2, "fp32", 0u);
     acase f3 = {4, {2, 2, 130, 128}, 4, {2, 2, 190, 128}, 128, 0};
     run_case(&r, &f3, "fp32", 2u);
+}
+
+/* attention_masked.cu: sliding windows, mask inputs (padding, bias, a fully masked row), both
+ * precisions, GQA, Tq != Tk with a mask, lengths past one 128-thread block. */
+static void test_masked(void)
+{
+    if (!gpu_available()) return;
+    fr_rng r = fr_test_rng("gpu_attention_masked");
+    static const int64_t Ts[3] = {7, 65, 200};
+    for (int ti = 0; ti < 3; ti++)
+        for (int bf = 0; bf < 2; bf++) {
+            const char *prec = bf ? "bf16" : "fp32";
+            acase a = gqa(Ts[ti], 64, 1);
+            run_case_masked(&r, &a, prec, 0u, 6, 0);
+            acase p = plain(Ts[ti], 16, 1);
+            run_case_masked(&r, &p, prec, ti == 1 ? 2u : 0u, 3, 1);
+            acase n = plain(Ts[ti], 128, 0);
+            run_case_masked(&r, &n, prec, 0u, 0, ti == 0 ? 2 : 1);
+        }
+    acase x = {4, {2, 3, 33, 32}, 4, {2, 3, 70, 32}, 24, 0}; /* Tq != Tk, Dv != D, bias mask */
+    run_case_masked(&r, &x, "fp32", 0u, 0, 2);
+    acase y = {5, {2, 2, 2, 150, 64}, 5, {2, 2, 1, 150, 64}, 64, 1}; /* GQA, window, padding */
+    run_case_masked(&r, &y, "fp32", 1u, 40, 1);
 }
 
 static void test_refusals(void)
@@ -358,6 +415,7 @@ static void test_report(void)
 static CU_TestInfo tests[] = {
     {"bf16 tensor cores (D 64, 128): ragged, causal, GQA, omitted outputs, deterministic", test_tensor_cores},
     {"float32 kernels (tiled D 64, 128; generic D 8..256), Dv != D, Tq != Tk, bf16 rounding", test_generic},
+    {"sliding window and mask input (attention_masked.cu), fp32 and bf16", test_masked},
     {"float64 is refused naming the node", test_refusals},
     {"FR_ATTN_BENCH=1: reference shapes", test_bench},
     {"case count", test_report},

@@ -180,6 +180,23 @@ static void test_unary_float(void)
     }
 }
 
+/* ai.fp8run::Gelu (passes/gelu_fuse.c's node for graphs below opset 20): ONNX Gelu's kernel */
+static void test_gelu_fp8run(void)
+{
+    fr_rng r = fr_test_rng("gpu_gelu_fp8run");
+    static const char *const approx[2] = {"none", "tanh"};
+    for (int a = 0; a < 2; a++)
+        for (int s = 0; s < N_UN_SHAPES; s++) {
+            fr_tensor *x = tt_rand_uniform(&r, FR_F32, un_shapes[s].rank, un_shapes[s].d, -6, 6);
+            tnode t;
+            tn_init_domain(&t, FR_DOMAIN_FP8RUN, "Gelu", 1, 1, &x, 0, 1);
+            TN_ATTR(&t, string, "approximate", approx[a]);
+            check_case(&t, tol_of(FR_F32), "ai.fp8run::Gelu approximate=%s shape #%d", approx[a], s);
+            tn_free(&t);
+            fr_tensor_free(x);
+        }
+}
+
 static void test_unary_int_and_attrs(void)
 {
     fr_rng r = fr_test_rng("gpu_unary_int");
@@ -1004,6 +1021,7 @@ static void test_coverage(void)
 
 static CU_TestInfo tests[] = {
     {"unary_float", test_unary_float},
+    {"gelu_fp8run", test_gelu_fp8run},
     {"unary_int_and_attrs", test_unary_int_and_attrs},
     {"predicates", test_predicates},
     {"cast_matrix", test_cast_matrix},

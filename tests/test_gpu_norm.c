@@ -6,7 +6,7 @@
  * float64; real sizes (d = 768..30000, up to 100000 rows) that take the shared-memory row
  * cache (default and opted-in sizes) and the uncached path; LayerNormGrad / RMSNormGrad
  * (dX, dScale, dB) with the column path (sliced rows, two-stage sums) and the generic
- * parameter-broadcast path.
+ * parameter-broadcast path; RMSNormalization in the ai.fp8run domain too (the fused node).
  * Tolerances: float32 within 1e-6 relative L2 of the CPU (both compute in double and round
  * once; the contract is 1e-5), float64 within 1e-11; NaN statistics of empty rows exact. */
 #include <math.h>
@@ -19,6 +19,9 @@
 #define TOL_F64 1e-11
 
 static double tol_of(fr_dtype dt) { return dt == FR_F64 ? TOL_F64 : TOL_F32; }
+
+/* RMSNormalization nodes in the ai.fp8run domain (passes/rmsnorm_fuse.c's, below opset 23) */
+static int g_fp8run_domain;
 
 /* ---- cases (Scale / B shapes: tt_param_shape) ---- */
 
@@ -71,7 +74,10 @@ static void run_norm(fr_rng *rng, fr_dtype dt, int rms, const shp *xs, int axis,
     tnode t;
     int n_out = rms ? 1 : stats ? 3 : 1;
     const char *op = rms ? "RMSNormalization" : "LayerNormalization";
-    tn_init(&t, op, rms ? 23 : 17, b ? 3 : 2, ins, 0, n_out);
+    if (rms && g_fp8run_domain)
+        tn_init_domain(&t, FR_DOMAIN_FP8RUN, op, 1, 2, ins, 0, n_out);
+    else
+        tn_init(&t, op, rms ? 23 : 17, b ? 3 : 2, ins, 0, n_out);
     if (stats == 2 && !rms) tn_omit_output(&t, 1);
     TN_ATTR(&t, int, "axis", axis);
     if (eps != 1e-5f) TN_ATTR(&t, float, "epsilon", eps);
@@ -190,9 +196,20 @@ static void test_norm_grad_large(void)
     run_ng(&r, FR_F32, 0, &s3, 1, TT_P_EXACT, 1, TT_P_EXACT, 0, 1e-5f); /* B given, dB not asked for */
 }
 
+static void test_rms_fp8run(void)
+{
+    fr_rng r = fr_test_rng("gpu_norm_fp8run");
+    g_fp8run_domain = 1;
+    for (size_t xi = 0; xi < sizeof xshapes / sizeof xshapes[0]; xi++)
+        run_norm(&r, FR_F32, 1, &xshapes[xi], -1, TT_P_LAST, 0, TT_P_EXACT, 0, 1e-6f);
+    run_norm(&r, FR_F32, 1, &big_shapes[0], -1, TT_P_EXACT, 0, TT_P_EXACT, 0, 1e-6f);
+    g_fp8run_domain = 0;
+}
+
 static CU_TestInfo tests[] = {
     {"LayerNorm/RMSNorm small shapes: axes, parameter broadcasts, outputs", test_norm_small},
     {"LayerNorm/RMSNorm real sizes", test_norm_large},
+    {"ai.fp8run::RMSNormalization (below opset 23)", test_rms_fp8run},
     {"LayerNormGrad/RMSNormGrad small shapes", test_norm_grad_small},
     {"LayerNormGrad/RMSNormGrad real sizes", test_norm_grad_large},
     CU_TEST_INFO_NULL,

@@ -2,7 +2,8 @@
  * (ops/rotary.c), fresh random N(0, 1) inputs: Rotary and RotaryGrad over ragged shapes (hd/2 a
  * multiple of 4: the float4 path; hd = 10, 6, 2: one pair per thread; empty), broadcast tables
  * ([T, hd], [1, 1, T, hd], per batch [B, 1, T, hd], [T, 1] broadcast along the last axis, cos
- * and sin of different shapes), float64, and a 1B-layer-sized q ([2, 32, 512, 64]).
+ * and sin of different shapes), float64, a 1B-layer-sized q ([2, 32, 512, 64]), and all of
+ * these with interleaved=1.
  * Tolerance: 1e-5 relative L2 (the contract; float32 math against the CPU's once-rounded
  * double), float64 1e-12. */
 #include <math.h>
@@ -31,21 +32,25 @@ static const rcase cases[] = {
 };
 #define N_CASES (int)(sizeof cases / sizeof cases[0])
 
-static void run_case(fr_rng *rng, fr_dtype dt, const rcase *c, int grad)
+static void run_case_il(fr_rng *rng, fr_dtype dt, const rcase *c, int grad, int interleaved)
 {
     fr_tensor *ins[3] = {tt_randn(rng, dt, c->rx, c->x, 0.0, 1.0), tt_randn(rng, dt, c->rc, c->c, 0.0, 1.0),
                          tt_randn(rng, dt, c->rs, c->s, 0.0, 1.0)};
     tnode t;
     tn_init_domain(&t, "ai.fp8run", grad ? "RotaryGrad" : "Rotary", 1, 3, ins, 0u, 1);
+    if (interleaved) TN_ATTR(&t, int, "interleaved", 1);
     FR_ASSERT_OK(tn_run(&t));
     char what[256], sx[96], sc[96];
     fr_shape_str(c->rx, c->x, sx, sizeof sx);
     fr_shape_str(c->rc, c->c, sc, sizeof sc);
-    snprintf(what, sizeof what, "%s %s X %s cos %s", grad ? "RotaryGrad" : "Rotary", fr_dtype_name(dt), sx, sc);
+    snprintf(what, sizeof what, "%s %s X %s cos %s%s", grad ? "RotaryGrad" : "Rotary", fr_dtype_name(dt), sx, sc,
+             interleaved ? " interleaved" : "");
     gpu_check(&t, dt == FR_F64 ? 1e-12 : 1e-5, what);
     tn_free(&t);
     for (int i = 0; i < 3; i++) fr_tensor_free(ins[i]);
 }
+
+static void run_case(fr_rng *rng, fr_dtype dt, const rcase *c, int grad) { run_case_il(rng, dt, c, grad, 0); }
 
 static void test_rotary(void)
 {
@@ -71,12 +76,22 @@ static void test_float64(void)
     }
 }
 
+/* interleaved=1 (pairs 2p, 2p + 1): one pair per thread, forward and backward */
+static void test_interleaved(void)
+{
+    if (!gpu_available()) return;
+    fr_rng rng = fr_test_rng("gpu_rotary_interleaved");
+    for (int i = 0; i < N_CASES; i++)
+        for (int grad = 0; grad < 2; grad++) run_case_il(&rng, i % 3 ? FR_F32 : FR_F64, &cases[i], grad, 1);
+}
+
 int main(void)
 {
     CU_TestInfo tests[] = {
         {"Rotary == CPU (1e-5), broadcast tables, ragged", test_rotary},
         {"RotaryGrad == CPU (1e-5), broadcast tables, ragged", test_rotary_grad},
         {"float64 == CPU (1e-12)", test_float64},
+        {"interleaved Rotary/RotaryGrad == CPU", test_interleaved},
         CU_TEST_INFO_NULL,
     };
     CU_SuiteInfo suites[] = {{"gpu_rotary", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};

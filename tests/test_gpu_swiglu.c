@@ -2,7 +2,7 @@
  * fresh random inputs N(0, 3) for gate (reaching the sigmoid's tails), N(0, 1) for up and dy:
  * SwiGLU and SwiGLUGrad, two-input and one-input forms, ragged sizes (F not a multiple of 4:
  * the scalar path; F a multiple of 4: the float4 path; 1-element and empty), SwiGLUGrad with
- * an omitted output, float64, and a 1B-sized row count.
+ * an omitted output, float64, a 1B-sized row count, and GeGLU's activations (gelu_tanh, gelu).
  * Tolerance: 1e-5 relative L2 (the contract; float32 math against the CPU's once-rounded
  * double), float64 1e-12. */
 #include <math.h>
@@ -21,6 +21,9 @@ static const shp shapes[] = {
     {2, {129, 100}}, {2, {17, 1001}}, {3, {0, 4, 8}}, {2, {1000, 352}},
 };
 #define N_SHAPES (int)(sizeof shapes / sizeof shapes[0])
+
+/* The activation attribute of the next cases (NULL: absent, silu). */
+static const char *g_act;
 
 /* One case: op (0 SwiGLU, 1 SwiGLUGrad), form (2 inputs or 1), omit (grad two-input: output to
  * omit, or -1). */
@@ -43,11 +46,12 @@ static void run_case(fr_rng *rng, fr_dtype dt, const shp *s, int grad, int one_i
     tnode t;
     tn_init_domain(&t, "ai.fp8run", grad ? "SwiGLUGrad" : "SwiGLU", 1, n_in, ins, 0u, grad && !one_input ? 2 : 1);
     if (omit >= 0) tn_omit_output(&t, omit);
+    if (g_act) TN_ATTR(&t, string, "activation", g_act);
     FR_ASSERT_OK(tn_run(&t));
     char what[160], sh[96];
     fr_shape_str(s->r, s->d, sh, sizeof sh);
-    snprintf(what, sizeof what, "%s %s F-shape %s %s omit %d", grad ? "SwiGLUGrad" : "SwiGLU", fr_dtype_name(dt), sh,
-             one_input ? "one-input" : "two-input", omit);
+    snprintf(what, sizeof what, "%s %s F-shape %s %s omit %d activation %s", grad ? "SwiGLUGrad" : "SwiGLU",
+             fr_dtype_name(dt), sh, one_input ? "one-input" : "two-input", omit, g_act ? g_act : "-");
     gpu_check(&t, dt == FR_F64 ? 1e-12 : 1e-5, what);
     tn_free(&t);
     for (int i = 0; i < n_in; i++) fr_tensor_free(ins[i]);
@@ -82,12 +86,31 @@ static void test_float64(void)
         }
 }
 
+/* GeGLU: activation gelu_tanh and gelu, both forms, forward and backward, float32 and 64 */
+static void test_geglu(void)
+{
+    if (!gpu_available()) return;
+    fr_rng rng = fr_test_rng("gpu_swiglu_geglu");
+    static const char *const acts[2] = {"gelu_tanh", "gelu"};
+    for (int a = 0; a < 2; a++) {
+        g_act = acts[a];
+        for (int i = 0; i < N_SHAPES; i++)
+            for (int form = 0; form < 2; form++) {
+                const fr_dtype dt = i % 4 == 1 ? FR_F64 : FR_F32;
+                run_case(&rng, dt, &shapes[i], 0, form, -1);
+                run_case(&rng, dt, &shapes[i], 1, form, -1);
+            }
+        g_act = NULL;
+    }
+}
+
 int main(void)
 {
     CU_TestInfo tests[] = {
         {"SwiGLU both forms == CPU (1e-5)", test_swiglu},
         {"SwiGLUGrad both forms, omitted outputs == CPU (1e-5)", test_swiglu_grad},
         {"float64 == CPU (1e-12)", test_float64},
+        {"GeGLU activations gelu_tanh / gelu == CPU", test_geglu},
         CU_TEST_INFO_NULL,
     };
     CU_SuiteInfo suites[] = {{"gpu_swiglu", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};

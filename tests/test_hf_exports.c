@@ -34,28 +34,6 @@ static int file_exists(const char *p)
     return f != NULL;
 }
 
-/* Step losses of a `--log` JSONL file into losses[0..max); returns the number of step records,
- * *skipped the number of them marked skipped. */
-static int read_losses(const char *path, double *losses, int max, int *skipped)
-{
-    char *s = cli_slurp(path, NULL), *line = s;
-    int n = 0;
-    *skipped = 0;
-    while (line && *line) {
-        char *nl = strchr(line, '\n');
-        if (nl) *nl = '\0';
-        long long step = -1;
-        const char *ls = strstr(line, "\"loss\": ");
-        if (sscanf(line, "{\"step\": %lld", &step) == 1 && ls && step >= 1 && step <= max) {
-            losses[step - 1] = strtod(ls + 8, NULL);
-            n++;
-            if (!strstr(line, "\"skipped\": false")) (*skipped)++;
-        }
-        line = nl ? nl + 1 : NULL;
-    }
-    free(s);
-    return n;
-}
 
 /* The forward: `fp8run run` with the fixture's inputs against PyTorch's logits. */
 static void check_logits(const char *name)
@@ -90,7 +68,8 @@ static int train(const char *name, const char *precision, int steps, double *los
     CU_ASSERT_EQUAL(rc, 0);
     char log[1024];
     snprintf(log, sizeof log, "%s/%s_%s.jsonl", cli_tmp, name, precision);
-    return read_losses(log, losses, steps, skipped);
+    int vals;
+    return cli_read_log(log, losses, steps, &vals, skipped);
 }
 
 /* 20 fp32 steps against PyTorch's losses.txt */

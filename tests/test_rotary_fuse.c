@@ -6,7 +6,8 @@
  *    Neg, Concat, [1, 1, T, hd] folded tables) fuse 2 x 2 layers; gpt2/bert have no RoPE;
  *  - hand-built graphs: Slices, swapped operand orders, a Split, [1, 1, T, hd] tables fuse and
  *    (x [B, H, T, hd]) compute the same y (1e-6); the Neg read elsewhere, halves swapped (the inverse rotation),
- *    a trainable table and a table enlarging x stay unfused;
+ *    a trainable table and a table enlarging x stay unfused; the interleaved (GPT-J) stack form
+ *    fuses to Rotary interleaved=1 (same y), its halves swapped does not;
  *  - CPU training, 20 steps, fp32: RoPE fused vs unfused losses within 1e-5 relative (the
  *    attention unfused on both sides). */
 #include <math.h>
@@ -110,7 +111,9 @@ enum {
     P_NEG_READ,   /* Neg's output also a graph output */
     P_HALVES,     /* Concat(Neg(x1), x2): the inverse rotation */
     P_PARAM,      /* cos a trainable parameter */
-    P_ENLARGE     /* cos [2, 1, T, hd] against x [H, T, hd]: the product is larger than x */
+    P_ENLARGE,    /* cos [2, 1, T, hd] against x [H, T, hd]: the product is larger than x */
+    P_STACK,      /* interleaved: Reshape(Concat(Unsqueeze(Neg(x[1::2])), Unsqueeze(x[0::2]))) */
+    P_STACK_SWAP  /* the same with x[0::2] and x[1::2] swapped: not RoPE's rotation */
 };
 
 #define HH 3
@@ -135,6 +138,26 @@ static int build(fr_graph *g, fr_rng *r, int kind, int *x)
     int C = fr_gc_add_input(g, r, "cos", FR_F32, trank, td, NULL), S = fr_gc_add_input(g, r, "sin", FR_F32, trank, td, NULL);
     if (kind == P_PARAM) g->values[C].flags |= FR_VAL_PARAM;
     int x1, x2;
+    if (kind == P_STACK || kind == P_STACK_SWAP) {
+        int ax = i64(g, "ax", -1), two = i64(g, "two", 2), e = i64(g, "end", INT64_MAX);
+        x1 = fr_gc_op1(g, "Slice", 5, (int[]){*x, i64(g, "s0", 0), e, ax, two});
+        x2 = fr_gc_op1(g, "Slice", 5, (int[]){*x, i64(g, "s1", 1), e, ax, two});
+        if (kind == P_STACK_SWAP) {
+            int t = x1;
+            x1 = x2;
+            x2 = t;
+        }
+        int u1 = fr_gc_op1(g, "Unsqueeze", 2, (int[]){fr_gc_op1(g, "Neg", 1, &x2), ax});
+        int u2 = fr_gc_op1(g, "Unsqueeze", 2, (int[]){x1, ax}), st;
+        int nid = fr_gc_node(g, "Concat", "", 2, (int[]){u1, u2}, 1, &st);
+        FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "axis", -1));
+        FR_ASSERT_OK(fr_node_infer(g, nid));
+        const int64_t nd = xrank;
+        int rot = fr_gc_op1(g, "Reshape", 2, (int[]){st, fr_gc_add_input(g, NULL, "shape", FR_I64, 1, &nd, dx + 4 - xrank)});
+        int y = fr_gc_op1(g, "Add", 2, (int[]){fr_gc_op1(g, "Mul", 2, (int[]){*x, C}), fr_gc_op1(g, "Mul", 2, (int[]){rot, S})});
+        FR_ASSERT_OK(fr_graph_mark_output(g, y));
+        return y;
+    }
     if (kind == P_SPLIT) {
         int outs[2], nid = fr_gc_node(g, "Split", "", 1, x, 2, outs);
         FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "axis", -1));
@@ -180,6 +203,7 @@ static void check_kind(int kind, int want_fused)
     CU_ASSERT_EQUAL(n, want_fused);
     CU_ASSERT_EQUAL(count_op(g, "Rotary"), want_fused);
     CU_ASSERT_EQUAL(count_op(g, "Neg"), !want_fused);
+    if (kind == P_STACK && want_fused) CU_ASSERT_EQUAL(count_op(g, "Reshape") + count_op(g, "Unsqueeze"), 0);
     if (before) {
         y = fr_graph_find_value(g, g->values[y].name);
         fr_tensor *after = fr_ft_run(g, 1, &x, (const fr_tensor *const *)&xin, y);
@@ -201,6 +225,8 @@ static void test_neg_read(void) { check_kind(P_NEG_READ, 0); }
 static void test_halves(void) { check_kind(P_HALVES, 0); }
 static void test_param(void) { check_kind(P_PARAM, 0); }
 static void test_enlarge(void) { check_kind(P_ENLARGE, 0); }
+static void test_stack(void) { check_kind(P_STACK, 1); }
+static void test_stack_swap(void) { check_kind(P_STACK_SWAP, 0); }
 
 /* ---- training: RoPE fused vs unfused, attention unfused on both sides ---- */
 
@@ -240,6 +266,8 @@ int main(void)
         {"halves swapped (inverse rotation): not fused", test_halves},
         {"trainable table: not fused", test_param},
         {"table enlarging x: not fused", test_enlarge},
+        {"interleaved (stack of x[1::2], x[0::2]): fused interleaved, same y", test_stack},
+        {"interleaved halves swapped: not fused", test_stack_swap},
         {"training fp32: RoPE fused == unfused (1e-5)", test_train_fp32},
         CU_TEST_INFO_NULL,
     };

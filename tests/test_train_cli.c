@@ -135,34 +135,6 @@ static int suite_init(void)
            write_tokens(P("bad.bin"), 700, 17, 333) || write_tokens(P("short.bin"), 9, 17, -1);
 }
 
-/* ---- JSONL ---- */
-
-/* losses[step-1] from the step records of a JSONL log; returns the number of step records */
-static int read_log(const char *path, double *losses, int max, int *val_records)
-{
-    char *s = cli_slurp(path, NULL), *line = s;
-    int n = 0;
-    *val_records = 0;
-    while (line && *line) {
-        char *nl = strchr(line, '\n');
-        if (nl) *nl = '\0';
-        long long step = -1;
-        const char *ls = strstr(line, "\"loss\": ");
-        if (sscanf(line, "{\"step\": %lld", &step) == 1 && ls && step >= 1 && step <= max) {
-            losses[step - 1] = strtod(ls + 8, NULL);
-            n++;
-            CU_ASSERT_PTR_NOT_NULL(strstr(line, "\"lr\": "));
-            CU_ASSERT_PTR_NOT_NULL(strstr(line, "\"grad_norm\": "));
-            CU_ASSERT_PTR_NOT_NULL(strstr(line, "\"tokens_per_s\": "));
-            CU_ASSERT_PTR_NOT_NULL(strstr(line, "\"skipped\": false"));
-        } else if (strstr(line, "\"val_loss\": ")) {
-            (*val_records)++;
-        }
-        line = nl ? nl + 1 : NULL;
-    }
-    free(s);
-    return n;
-}
 
 /* ---- tests ---- */
 
@@ -219,7 +191,7 @@ static void test_train_log_ckpt_export(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(cli_err, "val loss"));
     double losses[12];
     int vals;
-    CU_ASSERT_EQUAL(read_log(P("run.jsonl"), losses, 12, &vals), 12);
+    CU_ASSERT_EQUAL(cli_read_log(P("run.jsonl"), losses, 12, &vals, NULL), 12);
     CU_ASSERT_EQUAL(vals, 2); /* after step 6 and at the end */
     CU_ASSERT(losses[11] < losses[0]);
     /* --ckpt-keep 2: steps 8 and 12 remain */
@@ -265,7 +237,7 @@ static void test_resume_exact(void)
     double full[10], resumed[10];
     int vals;
     CLI_EXPECT(cli_run("%s --steps 10 --log full.jsonl", common), 0, cli_out, "10 steps");
-    CU_ASSERT_EQUAL(read_log(P("full.jsonl"), full, 10, &vals), 10);
+    CU_ASSERT_EQUAL(cli_read_log(P("full.jsonl"), full, 10, &vals, NULL), 10);
     CLI_EXPECT(cli_run("%s --steps 10 --log part.jsonl --ckpt-dir rck --ckpt-every 4 --ckpt-keep 0", common), 0,
                cli_out, "10 steps");
     /* corrupt the newest checkpoint: --resume skips it with a warning and takes step 8 */
@@ -281,7 +253,7 @@ static void test_resume_exact(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(cli_err, "at step 8"));
     for (int i = 0; i < 10; i++) resumed[i] = NAN;
     /* the log continues: steps 9 and 10 of the first run were dropped, then written again */
-    CU_ASSERT_EQUAL(read_log(P("part.jsonl"), resumed, 10, &vals), 10);
+    CU_ASSERT_EQUAL(cli_read_log(P("part.jsonl"), resumed, 10, &vals, NULL), 10);
     for (int s = 8; s < 10; s++) {
         if (full[s] != resumed[s]) printf("\n  step %d: %.9g vs %.9g", s + 1, full[s], resumed[s]);
         CU_ASSERT_EQUAL(full[s], resumed[s]);
@@ -372,7 +344,7 @@ static void test_llama_cli_follows_pytorch(void)
                        "--grad-clip 1 --data-order sequential --log llama.jsonl --export llama_trained.onnx",
                        model, data),
                0, cli_out, "20 steps");
-    CU_ASSERT_EQUAL_FATAL(read_log(P("llama.jsonl"), got, 20, &vals), 20);
+    CU_ASSERT_EQUAL_FATAL(cli_read_log(P("llama.jsonl"), got, 20, &vals, NULL), 20);
     for (int s = 0; s < 20; s++) CU_ASSERT(fabs(got[s] - ref[s]) <= 1e-4 * fabs(ref[s]));
 }
 

@@ -17,6 +17,8 @@
 #include "graph/onnx_io.h"
 #include "harness.h"
 #include "passes/attention_fuse.h"
+#include "passes/gelu_fuse.h"
+#include "passes/rmsnorm_fuse.h"
 #include "passes/rotary_fuse.h"
 #include "passes/swiglu_fuse.h"
 #include "passes/passes.h"
@@ -1202,7 +1204,9 @@ static void test_fixture_models_eval(void)
         po.input_shapes = shapes;
         po.n_input_shapes = n_in;
         FR_ASSERT_OK(fr_prepare_forward(pg, &po, NULL));
-        int n_attn, n_rotary, n_swiglu; /* the trainer fuses attention, RoPE and SwiGLU: so does the forward by hand */
+        int n_attn, n_rotary, n_swiglu, n_norm, n_gelu; /* the trainer's fusions: so does the forward by hand */
+        FR_ASSERT_OK(fr_fuse_rmsnorm(pg, &n_norm));
+        FR_ASSERT_OK(fr_fuse_gelu(pg, &n_gelu));
         FR_ASSERT_OK(fr_fuse_attention(pg, &n_attn));
         FR_ASSERT_OK(fr_fuse_rotary(pg, &n_rotary));
         FR_ASSERT_OK(fr_fuse_swiglu(pg, &n_swiglu, NULL));

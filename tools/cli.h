@@ -104,6 +104,12 @@ void cli_bench_help(FILE *f);
 /* tools/cli_generate.c */
 int cli_generate(int argc, char **argv);
 void cli_generate_help(FILE *f);
+/* tools/cli_safetensors.c */
+/* --init-from: load a safetensors checkpoint into the session's parameters and report. */
+int cli_init_from(fp8run_session *s, const char *path);
+/* export CKPT --safetensors DIR [--dtype fp32|bf16] [--max-shard-mb N]: the checkpoint's weights */
+int cli_export_safetensors(const char *ckpt, const char *dir, const char *dtype, int64_t max_shard_mb);
+
 /* tools/cli_train.c */
 int cli_train(int argc, char **argv);
 void cli_train_help(FILE *f);

@@ -1,5 +1,6 @@
 /* `fp8run info MODEL [--dim NAME=VALUE ...]`: what is in a model, and, once every input dim is
  * known, what the prepared graph looks like. */
+#include <regex.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,7 +13,9 @@ void cli_info_help(FILE *f)
             "\n"
             "Describe an ONNX model: producer, IR version, opsets, graph inputs and outputs with\n"
             "their dtypes and shapes (symbolic dims by name), the parameter count (elements of\n"
-            "trainable float initializers), initializer bytes and a histogram of op types.\n"
+            "trainable float initializers), initializer bytes and a histogram of op types; then what\n"
+            "training updates (name, shape, where it came from) and, for every other float\n"
+            "initializer, why not (buffer, constant, scalar, additive mask, ...; --train/--freeze apply).\n"
             "\n"
             "When every graph input dim is known (fixed in the model or given with --dim), the\n"
             "model is also prepared as `fp8run run` would (Identity removal, shape inference,\n"
@@ -93,6 +96,54 @@ static int print_model(const fp8run_model *m, const char *path)
     printf("nodes          %d\n", mi.n_nodes);
     printf("op histogram\n");
     return 0;
+}
+
+/* What `fp8run train` would update with these --train/--freeze, and for every other float
+ * initializer why not (graph/params.h says the rule). */
+static int print_trainable(const fp8run_model *m, const fp8run_train_config *o)
+{
+    regex_t tre, fre;
+    int have_t = 0, have_f = 0, rc = 0, n = fp8run_model_float_initializer_count(m);
+    if (o->train_regex && regcomp(&tre, o->train_regex, REG_EXTENDED | REG_NOSUB) == 0) have_t = 1;
+    if (o->freeze_regex && regcomp(&fre, o->freeze_regex, REG_EXTENDED | REG_NOSUB) == 0) have_f = 1;
+    int n_trained = 0, n_lost = 0, n_forced = 0;
+    for (int pass = 0; pass < 2 && rc == 0; pass++) {
+        printf(pass == 0 ? "trained\n" : "not trained (other float initializers)\n");
+        for (int i = 0; i < n && rc == 0; i++) {
+            fp8run_value_info v = {.struct_size = sizeof v};
+            int param;
+            const char *why;
+            if (fp8run_model_float_initializer(m, i, &v, &param, &why) != FP8RUN_OK) {
+                rc = cli_fail_status();
+                break;
+            }
+            int sel_t = have_t && regexec(&tre, v.name, 0, NULL, 0) == 0;
+            int frozen = have_f && regexec(&fre, v.name, 0, NULL, 0) == 0;
+            int trained = !frozen && (param ? (!have_t || sel_t) : sel_t);
+            if (trained != (pass == 0)) continue;
+            char shp[512], note[700];
+            if (!param && trained)
+                snprintf(note, sizeof note, "selected by --train, but not a parameter: %s", why);
+            else if (param && !trained)
+                snprintf(note, sizeof note, "%s", frozen ? "frozen by --freeze" : "not selected by --train");
+            else
+                snprintf(note, sizeof note, "%s", why);
+            printf("  %-44s %-14s %s\n", v.name, cli_shape_text(&v, shp, sizeof shp), note);
+            n_trained += pass == 0;
+            n_forced += !param && trained;
+            n_lost += pass == 1 && strstr(why, "that parameter is not trained") != NULL;
+        }
+    }
+    if (rc == 0 && n_trained == 0) printf("warning: nothing would be trained\n");
+    if (rc == 0 && n_forced)
+        printf("warning: --train selects %d initializer%s the model does not record as parameters (listed "
+               "above)\n", n_forced, n_forced == 1 ? "" : "s");
+    if (rc == 0 && n_lost)
+        printf("warning: %d constant%s the exporter folded from parameters through ops fp8run cannot undo: "
+               "those parameters are not trained (listed above)\n", n_lost, n_lost == 1 ? "" : "s");
+    if (have_t) regfree(&tre);
+    if (have_f) regfree(&fre);
+    return rc;
 }
 
 /* Symbolic input dims without a value, as "batch, seq"; empty when none. */
@@ -260,6 +311,7 @@ int cli_info(int argc, char **argv)
     }
     rc = print_model(m, model);
     if (rc == 0) rc = print_histogram(m, "  ");
+    if (rc == 0) rc = print_trainable(m, &o);
     if (rc == 0) {
         o.dim_names = dims.names;
         o.dim_values = dims.values;

@@ -67,6 +67,11 @@ void cli_train_help(FILE *f)
             "  --tokens-input NAME     token ids input (default: the first int64/int32 input)\n"
             "  --ignore-index N        labels that do not count (default -100)\n"
             "  --dim NAME=VALUE        fix another symbolic dimension (repeatable)\n"
+            "  --init-from DIR|FILE    start from a safetensors checkpoint (Hugging Face: a folder with\n"
+            "                          model.safetensors or its sharded index, or one file), matched by\n"
+            "                          parameter name; lists missing and unexpected names; a shape\n"
+            "                          mismatch is an error (not used when --resume finds a checkpoint;\n"
+            "                          trained parameters only: --freeze'd ones keep the model's values)\n"
             "precision:\n"
             "  --precision fp32|bf16|fp8   (default fp32)\n"
             "  --device auto|cuda|cpu  where to train (default auto: the GPU when one is usable)\n"
@@ -125,6 +130,7 @@ void cli_export_help(FILE *f)
 {
     fprintf(f,
             "usage: fp8run export CKPT [--model MODEL] -o OUT.onnx\n"
+            "       fp8run export CKPT --safetensors DIR [--dtype fp32|bf16] [--max-shard-mb N]\n"
             "\n"
             "Write MODEL with the checkpoint's trained weights in its initializers (original names\n"
             "and layouts). A checkpoint holds weights only; the graph comes from --model, or from\n"
@@ -134,7 +140,13 @@ void cli_export_help(FILE *f)
             "options:\n"
             "  --model MODEL           the ONNX model that was trained, or the compiled graph (.fbs)\n"
             "                          it was trained as (the original model is written)\n"
-            "  -o, --output OUT.onnx   where to write (required)\n"
+            "  -o, --output OUT.onnx   where to write\n"
+            "  --safetensors DIR       write the checkpoint's weights as a Hugging Face checkpoint instead\n"
+            "                          (no model needed): DIR/model.safetensors (the trained parameters'\n"
+            "                          names and shapes, sorted), or shards with\n"
+            "                          model.safetensors.index.json beyond --max-shard-mb\n"
+            "  --dtype fp32|bf16       the safetensors' dtype (default fp32; bf16 rounds to nearest even)\n"
+            "  --max-shard-mb N        largest shard (default 5000, transformers' 5GB)\n"
             "  -h, --help              show this help\n");
 }
 
@@ -209,6 +221,7 @@ typedef struct train_args {
     int have_precision;
     const char *recipe_opt; /* the first precision/recipe option given (refused with a .fbs) */
     int gpus;               /* --gpus N (0: not given) */
+    const char *init_from;  /* --init-from DIR|FILE (safetensors) */
 } train_args;
 
 static const char *const k_precisions[] = {"fp32", "bf16", "fp8", NULL};
@@ -342,6 +355,7 @@ static int train_option(int argc, char **argv, int *i, train_args *a, int *rc)
     else if (OPT("--ckpt-keep")) { if (VAL) *rc = parse_i64(cmd, "--ckpt-keep", v, 0, &a->ckpt_keep); }
     else if (strcmp(argv[*i], "--resume") == 0) { a->resume = 1; m = 1; }
     else if (OPT("--export")) a->export_path = v;
+    else if (OPT("--init-from")) a->init_from = v;
     else
         return 0;
 #undef VAL
@@ -652,12 +666,25 @@ static int log_fp8(loop *L, int64_t done)
     if (fp8run_session_fp8_stats(L->t, &n) != FP8RUN_OK) return cli_fail_status();
     if (n == 0) return 0;
     FILE *f = L->log;
+    /* each record names the module parameters its Linear reads, not only the node */
+    fp8run_report *r = NULL;
+    if (fp8run_session_report(L->t, &r) != FP8RUN_OK) return cli_fail_status();
     fprintf(f, "{\"step\": %lld, \"fp8\": [", (long long)done);
     for (int i = 0; i < n; i++) {
         fp8run_fp8_stat s = {.struct_size = sizeof s};
-        if (fp8run_session_fp8_stat(L->t, i, &s) != FP8RUN_OK) return cli_fail_status();
+        if (fp8run_session_fp8_stat(L->t, i, &s) != FP8RUN_OK) {
+            fp8run_report_destroy(r);
+            return cli_fail_status();
+        }
         fprintf(f, "%s{\"layer\": ", i ? ", " : "");
         log_json_str(f, s.layer);
+        for (int k = 0; k < fp8run_report_layer_count(r); k++) {
+            fp8run_layer_info li = {.struct_size = sizeof li};
+            if (fp8run_report_layer(r, k, &li) != FP8RUN_OK || strcmp(li.name, s.layer) != 0) continue;
+            fprintf(f, ", \"weights\": ");
+            log_json_str(f, li.weights);
+            break;
+        }
         fprintf(f, ", \"operand\": \"%s\", \"recipe\": \"%s\", \"format\": \"%s\"", s.operand, s.recipe, s.format);
         log_json_num(f, "amax", s.has_amax ? s.amax : NAN);
         log_json_num(f, "scale", s.has_scale ? s.scale : NAN);
@@ -677,6 +704,7 @@ static int log_fp8(loop *L, int64_t done)
         }
         fputc('}', f);
     }
+    fp8run_report_destroy(r);
     fprintf(f, "]}\n");
     fflush(f);
     return 0;
@@ -963,6 +991,8 @@ static int run_train(train_args *a)
         fprintf(stderr, "fp8run: no checkpoint in '%s': starting from step 0\n", a->ckpt_dir);
     if (rc == 0 && resume && fp8run_model_apply_checkpoint(L.m, resume, NULL) != FP8RUN_OK) rc = cli_fail_status();
     if (rc == 0 && fp8run_session_create(L.m, a->device, &a->o, &L.t) != FP8RUN_OK) rc = cli_fail_status();
+    if (rc == 0 && a->init_from && !resume) rc = cli_init_from(L.t, a->init_from);
+    if (rc == 0 && a->init_from && resume) fprintf(stderr, "fp8run: --init-from not used: resuming from %s\n", resume);
     if (rc == 0) rc = open_loaders(&L);
     if (rc == 0 && resume) rc = resume_session(&L, resume, ck);
     if (g_quiet) a->log = NULL; /* rank 0 logs */
@@ -1143,7 +1173,8 @@ int cli_eval(int argc, char **argv)
 
 int cli_export(int argc, char **argv)
 {
-    const char *ckpt = NULL, *model = NULL, *out = NULL;
+    const char *ckpt = NULL, *model = NULL, *out = NULL, *st_dir = NULL, *st_dtype = NULL;
+    int64_t max_mb = 0;
     int rc = 0;
     for (int i = 1; i < argc && rc == 0; i++) {
         const char *v;
@@ -1157,6 +1188,12 @@ int cli_export(int argc, char **argv)
         else if ((m = cli_option(argc, argv, &i, "export", "-o", &v)) != 0 ||
                  (m = cli_option(argc, argv, &i, "export", "--output", &v)) != 0)
             rc = m < 0 ? CLI_EXIT_USAGE : (out = v, 0);
+        else if ((m = cli_option(argc, argv, &i, "export", "--safetensors", &v)) != 0)
+            rc = m < 0 ? CLI_EXIT_USAGE : (st_dir = v, 0);
+        else if ((m = cli_option(argc, argv, &i, "export", "--dtype", &v)) != 0)
+            rc = m < 0 ? CLI_EXIT_USAGE : (st_dtype = v, 0);
+        else if ((m = cli_option(argc, argv, &i, "export", "--max-shard-mb", &v)) != 0)
+            rc = m < 0 ? CLI_EXIT_USAGE : parse_i64("export", "--max-shard-mb", v, 1, &max_mb);
         else if (argv[i][0] == '-' && argv[i][1])
             rc = cli_usage("export", "unknown option '%s'", argv[i]);
         else if (ckpt)
@@ -1166,8 +1203,11 @@ int cli_export(int argc, char **argv)
     }
     if (rc) return rc;
     if (!ckpt) return cli_usage("export", "no CKPT given");
-    if (!out) return cli_usage("export", "-o OUT.onnx is required");
+    if (!out && !st_dir) return cli_usage("export", "-o OUT.onnx is required (or --safetensors DIR)");
+    if (out && st_dir) return cli_usage("export", "give -o OUT.onnx or --safetensors DIR, not both");
+    if (!st_dir && (st_dtype || max_mb)) return cli_usage("export", "--dtype and --max-shard-mb need --safetensors DIR");
     if (!fp8run_is_checkpoint(ckpt)) return cli_fail("'%s' is not an fp8run checkpoint", ckpt);
+    if (st_dir) return cli_export_safetensors(ckpt, st_dir, st_dtype, max_mb); /* names as trained */
     fp8run_model *m = NULL;
     rc = load_model_or_ckpt(ckpt, model, &m);
     /* a compiled graph writes the original model it holds, with the checkpoint's weights */

@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PKGS=(cmake make gcc pkg-config libprotobuf-c-dev protobuf-c-compiler libcunit1-dev libopenblas-dev python3 python3-numpy)
+PKGS=(cmake make gcc pkg-config libprotobuf-c-dev protobuf-c-compiler libjansson-dev libcunit1-dev libopenblas-dev python3 python3-numpy)
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 BUILD_DIR=${BUILD_DIR:-build}
 FP8RUN_CUDA=${FP8RUN_CUDA:-AUTO}

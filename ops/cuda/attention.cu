@@ -21,7 +21,8 @@
  * that reads this K/V (the GQA group, in increasing order) and keeps dK, dV in registers; one
  * kernel per (query block, Q batch index) walks the key tiles for dQ. No atomics: the results
  * are bit-identical run to run. Causal: key tiles above the diagonal are skipped, only tiles
- * crossing it are masked element by element. float64 is CPU-only (FR_ERR_UNSUPPORTED). */
+ * crossing it are masked element by element. float64 is CPU-only (FR_ERR_UNSUPPORTED).
+ * A sliding window or a mask input goes to the simple kernels of attention_masked.cu. */
 #include <cuda_bf16.h>
 #include <limits.h>
 #include <math.h>
@@ -29,6 +30,7 @@
 #include <string.h>
 
 #include "../../runtime/cuda/cuda_kernel.h"
+#include "attention_masked.cuh"
 #include "cuda_util.cuh"
 extern "C" {
 #include "../attention.h"
@@ -1352,11 +1354,11 @@ template <int D> fr_status fwd_f32_launch(const fr_cuda_kctx *k, const Prob &p, 
 fr_status attn_cuda(const fr_cuda_kctx *k)
 {
     const fr_node *n = k->node;
-    if (k->n_in != 3 || !k->in[0] || !k->in[1] || !k->in[2] || k->n_out < 1 || !k->out[0])
-        return fr_node_error(n, FR_ERR_GRAPH, "needs inputs Q, K, V and output O");
-    const fr_tensor *q = k->in[0], *kk = k->in[1], *v = k->in[2];
+    if (k->n_in < 3 || k->n_in > 4 || !k->in[0] || !k->in[1] || !k->in[2] || k->n_out < 1 || !k->out[0])
+        return fr_node_error(n, FR_ERR_GRAPH, "needs inputs Q, K, V (and optionally a mask) and output O");
+    const fr_tensor *q = k->in[0], *kk = k->in[1], *v = k->in[2], *mask = k->n_in > 3 ? k->in[3] : NULL;
     fr_tensor *o = k->out[0], *lse = k->n_out > 1 ? k->out[1] : NULL;
-    FR_TRY(check_f32(n, k->in, 3));
+    FR_TRY(check_f32(n, k->in, mask ? 4 : 3));
     Plan pl;
     FR_TRY(make_plan(n, q->rank, q->dims, kk->rank, kk->dims, v->rank, v->dims, &pl));
     const Prob &p = pl.p;
@@ -1370,6 +1372,8 @@ fr_status attn_cuda(const fr_cuda_kctx *k)
         return fr_node_error(n, FR_ERR_SHAPE, "Tk and D must be >= 1 (a row with no key has no softmax)");
     const float *Q = (const float *)q->data, *K = (const float *)kk->data, *V = (const float *)v->data;
     float *O = (float *)o->data, *L = lse ? (float *)lse->data : nullptr;
+    if (mask || pl.a.window > 0) /* the flash kernels know only the causal bound */
+        return fr_attn_masked_fwd(k, &pl.a, &pl.geo, Q, K, V, mask, O, L);
     if (pl.tc && aligned16(Q) && aligned16(K) && aligned16(V) && aligned16(O)) { /* O: float2 stores */
         Scratch s;
         const size_t need = scratch_layout(pl, false, k->scratch, &s);
@@ -1456,11 +1460,12 @@ template <int D> fr_status bwd_f32_launch(const fr_cuda_kctx *k, const Prob &p, 
 fr_status attng_cuda(const fr_cuda_kctx *k)
 {
     const fr_node *n = k->node;
-    if (k->n_in != 6 || k->n_out != 3)
-        return fr_node_error(n, FR_ERR_GRAPH, "needs inputs Q, K, V, O, LSE, dO and outputs dQ, dK, dV");
-    for (int i = 0; i < 6; i++)
+    if (k->n_in < 6 || k->n_in > 7 || k->n_out != 3)
+        return fr_node_error(n, FR_ERR_GRAPH, "needs inputs Q, K, V, O, LSE, dO (and the mask) and outputs dQ, dK, dV");
+    for (int i = 0; i < k->n_in; i++)
         if (!k->in[i]) return fr_node_error(n, FR_ERR_GRAPH, "input %d is missing", i);
-    FR_TRY(check_f32(n, k->in, 6));
+    FR_TRY(check_f32(n, k->in, k->n_in));
+    const fr_tensor *mask = k->n_in > 6 ? k->in[6] : NULL;
     const fr_tensor *q = k->in[0], *kk = k->in[1], *v = k->in[2];
     fr_tensor *dq = k->out[0], *dk = k->out[1], *dv = k->out[2];
     Plan pl;
@@ -1499,6 +1504,7 @@ fr_status attng_cuda(const fr_cuda_kctx *k)
         return fr_node_error(n, FR_ERR_INTERNAL, "scratch of %zu bytes, %zu needed", k->scratch_bytes, need);
     float *dQ = dq ? (float *)dq->data : nullptr, *dK = dk ? (float *)dk->data : nullptr,
           *dV = dv ? (float *)dv->data : nullptr;
+    if (mask || pl.a.window > 0) return fr_attn_masked_bwd(k, &pl.a, &pl.geo, in, mask, s.delta, dQ, dK, dV);
     const int64_t rows = p.batch * p.Tq;
     const int64_t dblocks = (rows + 7) / 8;
     delta_kernel<<<grid_of(dblocks > 65536 ? 65536 : dblocks), 256, 0, st>>>(in[3], in[5], s.delta,

@@ -106,25 +106,10 @@ fr_status ew_flag_begin(const fr_cuda_kctx *k, unsigned **flag)
 #define EW_G(NAME, RUN, SCRATCH) {NAME, FR_DOMAIN_FP8RUN, RUN, SCRATCH}
 
 extern "C" const fr_cuda_kernel_def fr_cuda_kernels_elementwise[] = {
-    /* ops/unary.c */
-    EW_K("Neg", ew_unary_run, NULL),
-    EW_K("Abs", ew_unary_run, NULL),
-    EW_K("Exp", ew_unary_run, NULL),
-    EW_K("Log", ew_unary_run, NULL),
-    EW_K("Sqrt", ew_unary_run, NULL),
-    EW_K("Reciprocal", ew_unary_run, NULL),
-    EW_K("Tanh", ew_unary_run, NULL),
-    EW_K("Erf", ew_unary_run, NULL),
-    EW_K("Sigmoid", ew_unary_run, NULL),
-    EW_K("Relu", ew_unary_run, NULL),
-    EW_K("LeakyRelu", ew_unary_run, NULL),
-    EW_K("Gelu", ew_unary_run, NULL),
-    EW_K("Softplus", ew_unary_run, NULL),
-    EW_K("Sin", ew_unary_run, NULL),
-    EW_K("Cos", ew_unary_run, NULL),
-    EW_K("Floor", ew_unary_run, NULL),
-    EW_K("Ceil", ew_unary_run, NULL),
-    EW_K("Sign", ew_unary_run, NULL),
+    /* ops/unary.c: the rows of ops/ew_unary.def, then the rest */
+#define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD) {NAME, DOMAIN, ew_unary_run, NULL},
+#include "../ew_unary.def"
+    {"Gelu", FR_DOMAIN_FP8RUN, ew_unary_run, NULL}, /* ai.fp8run::Gelu: the same op below opset 20 */
     EW_K("IsNaN", ew_pred_run, NULL),
     EW_K("IsInf", ew_pred_run, NULL),
     EW_K("Not", ew_pred_run, NULL),
@@ -133,25 +118,13 @@ extern "C" const fr_cuda_kernel_def fr_cuda_kernels_elementwise[] = {
     EW_K("Clip", ew_clip_run, NULL),
     EW_K("Identity", ew_identity_run, NULL),
     EW_K("Dropout", ew_dropout_run, ew_flag_scratch),
-    /* ops/binary.c */
-    EW_K("Add", ew_binary_run, NULL),
-    EW_K("Sub", ew_binary_run, NULL),
-    EW_K("Mul", ew_binary_run, NULL),
-    EW_K("Div", ew_binary_run, ew_flag_scratch),
+    /* ops/binary.c: the ops of ops/ew_binary.def (those that can divide an integer by zero
+     * get the error flag), then the rest */
+#define FR_BIN_OP(ID, NAME, DOMAIN, OPSET, MATH, DTYPES, VARIADIC, GRAD)                     \
+    {NAME, DOMAIN, ew_binary_run, FR_BM_RAISES_##MATH ? ew_flag_scratch : NULL},
+#define FR_BIN_VARIANT(ID, NAME, DOMAIN, MATH, DTYPES, VARIADIC, GRAD) /* not an op */
+#include "../ew_binary.def"
     EW_K("Pow", ew_pow_run, ew_flag_scratch),
-    EW_K("Mod", ew_binary_run, ew_flag_scratch),
-    EW_K("Max", ew_binary_run, NULL),
-    EW_K("Min", ew_binary_run, NULL),
-    EW_K("Sum", ew_binary_run, NULL),
-    EW_K("Mean", ew_binary_run, NULL),
-    EW_K("Equal", ew_binary_run, NULL),
-    EW_K("Less", ew_binary_run, NULL),
-    EW_K("LessOrEqual", ew_binary_run, NULL),
-    EW_K("Greater", ew_binary_run, NULL),
-    EW_K("GreaterOrEqual", ew_binary_run, NULL),
-    EW_K("And", ew_binary_run, NULL),
-    EW_K("Or", ew_binary_run, NULL),
-    EW_K("Xor", ew_binary_run, NULL),
     EW_K("Where", ew_where_run, NULL),
     EW_K("Expand", ew_expand_run, NULL),
     /* ops/elementwise_grad.c */

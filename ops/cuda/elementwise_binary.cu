@@ -1,5 +1,5 @@
 /* CUDA kernels of ops/binary.c: arithmetic (Add, Sub, Mul, Div, Mod both modes), variadic
- * Max/Min/Sum/Mean, comparisons, logic, Pow, Where, Expand; all with numpy broadcasting
+ * Max/Min/Sum/Mean, comparisons, logic (generated from ops/ew_binary.def), Pow, Where, Expand; all with numpy broadcasting
  * through EwGeom (flat index for same-shape and single-element operands, unravelled
  * otherwise).
  *
@@ -16,112 +16,83 @@
 
 namespace {
 
-enum BinOp {
-    B_ADD, B_SUB, B_MUL, B_DIV, B_FMOD, B_PYMOD, B_MAX, B_MIN, B_EQ, B_LT, B_LE, B_GT, B_GE, B_AND, B_OR, B_XOR
+/* ---- the math rows of ops/ew_binary.def ---- */
+
+/* UT of a math row: the unsigned type of an integer T (wrapping arithmetic); T otherwise */
+template <typename T, bool = std::is_integral<T>::value>
+struct uns {
+    typedef T type;
+};
+template <typename T>
+struct uns<T, true> {
+    typedef typename std::make_unsigned<T>::type type;
 };
 
-template <typename T>
-using uns_t = typename std::make_unsigned<T>::type;
-
-__device__ __forceinline__ int64_t idiv(int64_t a, int64_t b, unsigned *flag)
-{
-    if (b == 0) {
-        ew_raise(flag, EW_FLAG_DIV_ZERO);
-        return 0;
-    }
-    if (b == -1) return (int64_t)((uint64_t)0 - (uint64_t)a);
-    return a / b;
-}
-
-__device__ __forceinline__ int64_t irem(int64_t a, int64_t b, int floor_mode, unsigned *flag)
-{
-    if (b == 0) {
-        ew_raise(flag, EW_FLAG_DIV_ZERO);
-        return 0;
-    }
-    if (b == -1) return 0;
-    int64_t r = a % b;
-    if (floor_mode && r != 0 && ((r < 0) != (b < 0))) r += b;
-    return r;
-}
-
-__device__ __forceinline__ float m_fmod(float a, float b) { return fmodf(a, b); }
-__device__ __forceinline__ double m_fmod(double a, double b) { return fmod(a, b); }
+constexpr int bm_dts[] = {
+#define FR_BIN_MATH(ID, OUT_BOOL, RAISES, F, I, B) FR_BM_DTS_##ID,
+#include "../ew_binary.def"
+};
+constexpr int bm_out_bool[] = {
+#define FR_BIN_MATH(ID, OUT_BOOL, RAISES, F, I, B) OUT_BOOL,
+#include "../ew_binary.def"
+};
+constexpr int bm_raises[] = {
+#define FR_BIN_MATH(ID, OUT_BOOL, RAISES, F, I, B) RAISES,
+#include "../ew_binary.def"
+};
 
 template <int OP, typename T>
-__device__ __forceinline__ auto bin_op(T a, T b, unsigned *flag)
+using bin_out_t = typename std::conditional<bm_out_bool[OP] != 0, uint8_t, T>::type;
+
+/* y = the row's F (float/double), I (int32/int64) or B (bool: uint8) */
+template <int OP, typename T>
+__device__ __forceinline__ bin_out_t<OP, T> bin_op(T a, T b, unsigned *bad)
 {
-    constexpr bool is_int = std::is_integral<T>::value && !std::is_same<T, uint8_t>::value;
-    if constexpr (OP == B_ADD) {
-        if constexpr (is_int) return (T)((uns_t<T>)a + (uns_t<T>)b);
-        else return (T)(a + b);
-    } else if constexpr (OP == B_SUB) {
-        if constexpr (is_int) return (T)((uns_t<T>)a - (uns_t<T>)b);
-        else return (T)(a - b);
-    } else if constexpr (OP == B_MUL) {
-        if constexpr (is_int) return (T)((uns_t<T>)a * (uns_t<T>)b);
-        else return (T)(a * b);
-    } else if constexpr (OP == B_DIV) {
-        if constexpr (is_int) return (T)idiv(a, b, flag);
-        else return (T)(a / b);
-    } else if constexpr (OP == B_FMOD) {
-        if constexpr (is_int) return (T)irem(a, b, 0, flag);
-        else return m_fmod(a, b);
-    } else if constexpr (OP == B_PYMOD) {
-        return (T)irem(a, b, 1, flag);
-    } else if constexpr (OP == B_MAX) {
-        if constexpr (is_int) return a > b ? a : b;
-        else return (a > b || a != a) ? a : b;
-    } else if constexpr (OP == B_MIN) {
-        if constexpr (is_int) return a < b ? a : b;
-        else return (a < b || a != a) ? a : b;
-    } else if constexpr (OP == B_EQ) {
-        if constexpr (std::is_same<T, uint8_t>::value) return (uint8_t)((a != 0) == (b != 0)); /* bool */
-        else return (uint8_t)(a == b);
-    } else if constexpr (OP == B_LT) return (uint8_t)(a < b);
-    else if constexpr (OP == B_LE) return (uint8_t)(a <= b);
-    else if constexpr (OP == B_GT) return (uint8_t)(a > b);
-    else if constexpr (OP == B_GE) return (uint8_t)(a >= b);
-    else if constexpr (OP == B_AND) return (uint8_t)(a && b);
-    else if constexpr (OP == B_OR) return (uint8_t)(a || b);
-    else return (uint8_t)((a != 0) != (b != 0)); /* B_XOR */
+    typedef typename uns<T>::type UT;
+    typedef bin_out_t<OP, T> TY;
+#define FR_BIN_MATH(ID, OUT_BOOL, RAISES, F, I, B)                                           \
+    if constexpr (OP == FR_BM_##ID) {                                                        \
+        if constexpr (std::is_same<T, uint8_t>::value)                                       \
+            return (TY)(EW_EXPR(B));                                                         \
+        else if constexpr (std::is_integral<T>::value)                                       \
+            return (TY)(EW_EXPR(I));                                                         \
+        else                                                                                 \
+            return (TY)(EW_EXPR(F));                                                         \
+    } else
+#include "../ew_binary.def"
+        return (TY)(UT)0;
 }
 
-template <int OP, typename T, typename TY>
+template <int OP, typename T>
 struct BinF {
     const T *a, *b;
-    TY *y;
+    bin_out_t<OP, T> *y;
     unsigned *flag;
-    __device__ void operator()(int64_t i, const int64_t *off) const { y[i] = (TY)bin_op<OP, T>(a[off[0]], b[off[1]], flag); }
+    __device__ void operator()(int64_t i, const int64_t *off) const { y[i] = bin_op<OP, T>(a[off[0]], b[off[1]], flag); }
 };
-
-constexpr bool is_cmp(int op) { return op >= B_EQ; }
 
 template <int OP, typename T>
 fr_status bin_launch(const fr_cuda_kctx *k, const fr_tensor *a, const fr_tensor *b, fr_tensor *y, unsigned *flag)
 {
-    typedef typename std::conditional<is_cmp(OP), uint8_t, T>::type TY;
     const fr_tensor *ins[2] = {a, b};
     EwGeom g;
     FR_TRY(ew_geom(k->node, y, 2, ins, &g));
-    BinF<OP, T, TY> f{(const T *)a->data, (const T *)b->data, (TY *)y->data, flag};
+    BinF<OP, T> f{(const T *)a->data, (const T *)b->data, (bin_out_t<OP, T> *)y->data, flag};
     return ew_launch_bcast<2>(k, g, f, "elementwise binary");
 }
 
+/* a kernel for each dtype the row has an expression for */
 template <int OP>
 fr_status bin_dispatch(const fr_cuda_kctx *k, fr_dtype dt, const fr_tensor *a, const fr_tensor *b, fr_tensor *y,
                        unsigned *flag)
 {
-    if constexpr (OP == B_AND || OP == B_OR || OP == B_XOR) {
+    if constexpr ((bm_dts[OP] & EW_DT_B) != 0)
         if (dt == FR_BOOL) return bin_launch<OP, uint8_t>(k, a, b, y, flag);
-    } else if constexpr (OP == B_PYMOD) {
-        if (dt == FR_I32) return bin_launch<OP, int32_t>(k, a, b, y, flag);
-        if (dt == FR_I64) return bin_launch<OP, int64_t>(k, a, b, y, flag);
-    } else {
-        if constexpr (OP == B_EQ)
-            if (dt == FR_BOOL) return bin_launch<OP, uint8_t>(k, a, b, y, flag);
+    if constexpr ((bm_dts[OP] & EW_DT_F) != 0) {
         if (dt == FR_F32) return bin_launch<OP, float>(k, a, b, y, flag);
         if (dt == FR_F64) return bin_launch<OP, double>(k, a, b, y, flag);
+    }
+    if constexpr ((bm_dts[OP] & EW_DT_I) != 0) {
         if (dt == FR_I32) return bin_launch<OP, int32_t>(k, a, b, y, flag);
         if (dt == FR_I64) return bin_launch<OP, int64_t>(k, a, b, y, flag);
     }
@@ -132,39 +103,30 @@ fr_status bin_run_op(const fr_cuda_kctx *k, int op, fr_dtype dt, const fr_tensor
                      unsigned *flag)
 {
     switch (op) {
-#define B_CASE(OP) \
-    case OP: return bin_dispatch<OP>(k, dt, a, b, y, flag);
-        B_CASE(B_ADD) B_CASE(B_SUB) B_CASE(B_MUL) B_CASE(B_DIV) B_CASE(B_FMOD) B_CASE(B_PYMOD) B_CASE(B_MAX)
-        B_CASE(B_MIN) B_CASE(B_EQ) B_CASE(B_LT) B_CASE(B_LE) B_CASE(B_GT) B_CASE(B_GE) B_CASE(B_AND) B_CASE(B_OR)
-        B_CASE(B_XOR)
-#undef B_CASE
+#define FR_BIN_MATH(ID, OUT_BOOL, RAISES, F, I, B)                                           \
+    case FR_BM_##ID: return bin_dispatch<FR_BM_##ID>(k, dt, a, b, y, flag);
+#include "../ew_binary.def"
     }
     return fr_node_error(k->node, FR_ERR_INTERNAL, "binary op code %d", op);
 }
 
-/* The kinds of ops/binary.c: name, op, bool output, variadic, supported dtypes. */
-enum { DT_F = 1, DT_I = 2, DT_B = 4 };
-
+/* The kinds of ops/ew_binary.def (its ops and variants, in its order): name, math row, bool
+ * output, variadic, supported dtype classes. */
 struct BinKind {
     const char *name; /* op_type, or "Mod/fmod" for Mod with fmod=1 */
     int op, out_bool, variadic, dts;
 };
 
 const BinKind bin_kinds[] = {
-    {"Add", B_ADD, 0, 0, DT_F | DT_I},      {"Sub", B_SUB, 0, 0, DT_F | DT_I},
-    {"Mul", B_MUL, 0, 0, DT_F | DT_I},      {"Div", B_DIV, 0, 0, DT_F | DT_I},
-    {"Mod", B_PYMOD, 0, 0, DT_I},           {"Mod/fmod", B_FMOD, 0, 0, DT_F | DT_I},
-    {"Max", B_MAX, 0, 1, DT_F | DT_I},      {"Min", B_MIN, 0, 1, DT_F | DT_I},
-    {"Sum", B_ADD, 0, 1, DT_F | DT_I},      {"Mean", B_ADD, 0, 1, DT_F},
-    {"Equal", B_EQ, 1, 0, DT_F | DT_I | DT_B}, {"Less", B_LT, 1, 0, DT_F | DT_I},
-    {"LessOrEqual", B_LE, 1, 0, DT_F | DT_I}, {"Greater", B_GT, 1, 0, DT_F | DT_I},
-    {"GreaterOrEqual", B_GE, 1, 0, DT_F | DT_I}, {"And", B_AND, 1, 0, DT_B},
-    {"Or", B_OR, 1, 0, DT_B},               {"Xor", B_XOR, 1, 0, DT_B},
+#define FR_BIN_OP(ID, NAME, DOMAIN, OPSET, MATH, DTYPES, VARIADIC, GRAD)                     \
+    {NAME, FR_BM_##MATH, FR_BM_OUT_BOOL_##MATH, VARIADIC, DTYPES},
+#include "../ew_binary.def"
 };
+static_assert(sizeof bin_kinds / sizeof bin_kinds[0] == FR_BK_COUNT, "one kind per ew_binary.def op");
 
 int dt_class(fr_dtype dt)
 {
-    return dt == FR_F32 || dt == FR_F64 ? DT_F : dt == FR_I32 || dt == FR_I64 ? DT_I : dt == FR_BOOL ? DT_B : 0;
+    return dt == FR_F32 || dt == FR_F64 ? EW_DT_F : dt == FR_I32 || dt == FR_I64 ? EW_DT_I : dt == FR_BOOL ? EW_DT_B : 0;
 }
 
 /* Broadcast copy of any dtype, by element size (Expand, single-input variadic ops). */
@@ -215,7 +177,7 @@ fr_status ew_binary_run(const fr_cuda_kctx *k)
         int64_t fm;
         FR_TRY(fr_node_attr_int(n, "fmod", 0, &fm));
         if (fm != 0 && fm != 1) return fr_node_error(n, FR_ERR_UNSUPPORTED, "fmod=%lld is not 0 or 1", (long long)fm);
-        if (fm) name = "Mod/fmod";
+        if (fm) name = bin_kinds[FR_BK_MOD_FMOD].name;
     }
     const BinKind *kind = NULL;
     for (size_t i = 0; i < sizeof bin_kinds / sizeof bin_kinds[0]; i++)
@@ -227,7 +189,7 @@ fr_status ew_binary_run(const fr_cuda_kctx *k)
         if (!k->in[i]) return fr_node_error(n, FR_ERR_GRAPH, "input %d is missing", i);
     const fr_dtype dt = k->in[0]->dtype;
     if (!(dt_class(dt) & kind->dts)) {
-        if (kind->op == B_PYMOD && dt_class(dt) == DT_F)
+        if (kind->op == FR_BM_PYMOD && dt_class(dt) == EW_DT_F)
             return fr_node_error(n, FR_ERR_UNSUPPORTED,
                                  "input dtype %s needs fmod=1 (ONNX requires it for floating point)", fr_dtype_name(dt));
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "input dtype %s is not supported", fr_dtype_name(dt));
@@ -241,7 +203,7 @@ fr_status ew_binary_run(const fr_cuda_kctx *k)
             return fr_node_error(n, FR_ERR_SHAPE, "input %d is %s but input 0 is %s", i,
                                  fr_dtype_name(k->in[i]->dtype), fr_dtype_name(dt));
     unsigned *flag = NULL; /* only integer division can fail */
-    if (dt_class(dt) == DT_I && (kind->op == B_DIV || kind->op == B_FMOD || kind->op == B_PYMOD))
+    if (dt_class(dt) == EW_DT_I && bm_raises[kind->op])
         FR_TRY(ew_flag_begin(k, &flag));
     if (k->n_in == 1) {
         FR_TRY(bcast_copy(k, k->in[0], y));
@@ -250,7 +212,7 @@ fr_status ew_binary_run(const fr_cuda_kctx *k)
         for (int i = 2; i < k->n_in; i++) /* variadic: fold the rest in place, as the CPU */
             FR_TRY(bin_run_op(k, kind->op, dt, y, k->in[i], y, flag));
     }
-    if (strcmp(kind->name, "Mean") == 0) {
+    if (kind == &bin_kinds[FR_BK_MEAN]) {
         const int64_t cnt = fr_tensor_numel(y);
         if (dt == FR_F32) return ew_launch_flat(k, cnt, DivByF<float>{(float *)y->data, (float)k->n_in}, "Mean");
         return ew_launch_flat(k, cnt, DivByF<double>{(double *)y->data, (double)k->n_in}, "Mean");

@@ -2,9 +2,9 @@
  * ClipGrad, with the CPU's formulas and PyTorch 1.13 conventions (see elementwise_grad.h).
  *
  * The CPU evaluates in double and rounds once. Here float64 does the same; float32 does the
- * rational formulas (Abs .. LeakyRelu), PowGrad, FmodGrad, ExtremumGrad and ClipGrad in double
- * too (cheap, and then equal to the CPU), and the transcendental derivatives (Erf, Gelu,
- * Softplus, Sin, Cos) with CUDA's float functions (a few ulp).
+ * activation derivatives marked DOUBLE in ops/ew_unary.def (the rational ones), PowGrad,
+ * FmodGrad, ExtremumGrad and ClipGrad in double too (cheap, and then equal to the CPU), and
+ * those marked NATIVE (the transcendental ones) with CUDA's float functions (a few ulp).
  * ClipGrad's bound gradients are sums: a fixed two-pass tree in double (deterministic; equal
  * to the CPU's sequential double sum up to double rounding). */
 #include <type_traits>
@@ -15,92 +15,81 @@
 
 namespace {
 
-enum AgOp {
-    AG_ABS, AG_EXP, AG_LOG, AG_SQRT, AG_RECIP, AG_TANH, AG_SIGMOID, AG_RELU, AG_LEAKY, AG_ERF, AG_GELU,
-    AG_GELU_TANH, AG_SOFTPLUS, AG_SIN, AG_COS
+/* generated from the rows of ops/ew_unary.def; ActivationGrad supports those whose rule is
+ * EW_ACT */
+const char *const ag_names[] = {
+#define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD) NAME,
+#include "../ew_unary.def"
+};
+static_assert(sizeof ag_names / sizeof ag_names[0] == FR_UN_COUNT, "one name per ew_unary.def row");
+constexpr int ag_rule[] = {
+#define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD) EW_RULE(GRAD),
+#include "../ew_unary.def"
+};
+constexpr int ag_in_double[] = { /* EW_ACT(.., DOUBLE, ..): float32 evaluates in double too */
+#define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD) EW_DX_DOUBLE(GRAD),
+#include "../ew_unary.def"
+};
+constexpr int ag_attrs[] = {
+#define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD) EW_ATTR_MASK(ATTRS),
+#include "../ew_unary.def"
+};
+constexpr float ag_alpha_default[] = {
+#define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD) EW_ALPHA_DEFAULT(ATTRS),
+#include "../ew_unary.def"
 };
 
-const struct {
-    const char *op;
-    AgOp code;
-} ag_kinds[] = {
-    {"Abs", AG_ABS},     {"Exp", AG_EXP},         {"Log", AG_LOG},         {"Sqrt", AG_SQRT},
-    {"Reciprocal", AG_RECIP}, {"Tanh", AG_TANH},  {"Sigmoid", AG_SIGMOID}, {"Relu", AG_RELU},
-    {"LeakyRelu", AG_LEAKY}, {"Erf", AG_ERF},     {"Gelu", AG_GELU},       {"Softplus", AG_SOFTPLUS},
-    {"Sin", AG_SIN},     {"Cos", AG_COS},
-};
-
-/* d/dx [x Phi(x)] = Phi(x) + x phi(x); Phi through erfc keeps precision for x << 0 */
-template <typename T>
-__device__ __forceinline__ T gelu_erf_deriv(T x)
+/* the row's dx in EW_T; GT: Gelu approximate="tanh" as a template parameter */
+template <int OP, int GT, typename EW_T>
+__device__ __forceinline__ EW_T ag_dx(EW_T g, EW_T v, double alpha)
 {
-    return T(0.5) * m_erfc(-x * T(0.70710678118654752440)) + x * T(0.39894228040143267794) * m_exp(T(-0.5) * x * x);
+    constexpr int gelu_tanh = GT;
+    (void)gelu_tanh;
+    (void)alpha;
+    (void)v;
+#define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD)                              \
+    if constexpr (OP == FR_UN_##ID) return (EW_T)(EW_DX(GRAD));                              \
+    else
+#include "../ew_unary.def"
+        return g;
 }
 
-/* gelu = x s, s = sigmoid(2u), u = k (x + c x^3): d/dx = s + x 2 s (1 - s) k (1 + 3 c x^2) */
-template <typename T>
-__device__ __forceinline__ T gelu_tanh_deriv(T x)
-{
-    const T k = T(0.79788456080286535588), c = T(0.044715);
-    T u = k * (x + c * x * x * x);
-    T s = ew_sigmoid(T(2) * u), sm = ew_sigmoid(T(-2) * u);
-    /* float: for |x| > ~1e19 the last factor overflows where the CPU's double does not; the
-     * product is 0 there (s (1 - s) == 0) for any finite x, as in double */
-    if (std::is_same<T, float>::value && s * sm == T(0) && isfinite(x)) return s;
-    return s + x * T(2) * s * sm * k * (T(1) + T(3) * c * x * x);
-}
-
-/* the rational derivatives, in double */
-template <int OP>
-__device__ __forceinline__ double ag_rational(double g, double v, double alpha)
-{
-    if constexpr (OP == AG_ABS) return g * (v > 0 ? 1.0 : v < 0 ? -1.0 : 0.0); /* sgn(0) = sgn(NaN) = 0 */
-    else if constexpr (OP == AG_EXP) return g * v;
-    else if constexpr (OP == AG_LOG) return g / v;
-    else if constexpr (OP == AG_SQRT) return g / (2.0 * v);
-    else if constexpr (OP == AG_RECIP) return -g * (v * v);
-    else if constexpr (OP == AG_TANH) return g * (1.0 - v * v);
-    else if constexpr (OP == AG_SIGMOID) return g * (v * (1.0 - v));
-    else if constexpr (OP == AG_RELU) return v <= 0 ? 0.0 : g;
-    else return v > 0 ? g : g * alpha; /* AG_LEAKY */
-}
-
-/* the transcendental derivatives, in T */
-template <int OP, typename T>
-__device__ __forceinline__ T ag_transc(T g, T v)
-{
-    if constexpr (OP == AG_ERF) return g * (T(1.12837916709551257390) * m_exp(-v * v));
-    else if constexpr (OP == AG_GELU) return g * gelu_erf_deriv(v);
-    else if constexpr (OP == AG_GELU_TANH) return g * gelu_tanh_deriv(v);
-    else if constexpr (OP == AG_SOFTPLUS) return g * ew_sigmoid(v);
-    else if constexpr (OP == AG_SIN) return g * m_cos(v);
-    else return -g * m_sin(v); /* AG_COS */
-}
-
-template <int OP, typename T>
+template <int OP, int GT, typename T>
 struct AgF {
     const T *dy, *v;
     T *dx;
     double alpha;
     __device__ void operator()(int64_t i) const
     {
-        if constexpr (OP <= AG_LEAKY)
-            dx[i] = (T)ag_rational<OP>((double)dy[i], (double)v[i], alpha);
+        if constexpr (ag_in_double[OP] != 0)
+            dx[i] = (T)ag_dx<OP, GT, double>((double)dy[i], (double)v[i], alpha);
         else
-            dx[i] = ag_transc<OP, T>(dy[i], v[i]);
+            dx[i] = ag_dx<OP, GT, T>(dy[i], v[i], alpha);
     }
 };
 
-template <int OP>
-fr_status ag_launch(const fr_cuda_kctx *k, fr_dtype dt, int64_t n, double alpha)
+template <int OP, int GT>
+fr_status ag_launch_t(const fr_cuda_kctx *k, fr_dtype dt, int64_t n, double alpha)
 {
     const void *dy = k->in[0]->data, *v = k->in[1]->data;
     void *dx = k->out[0]->data;
     if (dt == FR_F32)
-        return ew_launch_flat(k, n, AgF<OP, float>{(const float *)dy, (const float *)v, (float *)dx, alpha},
+        return ew_launch_flat(k, n, AgF<OP, GT, float>{(const float *)dy, (const float *)v, (float *)dx, alpha},
                               "ActivationGrad");
-    return ew_launch_flat(k, n, AgF<OP, double>{(const double *)dy, (const double *)v, (double *)dx, alpha},
+    return ew_launch_flat(k, n, AgF<OP, GT, double>{(const double *)dy, (const double *)v, (double *)dx, alpha},
                           "ActivationGrad");
+}
+
+template <int OP>
+fr_status ag_launch(const fr_cuda_kctx *k, fr_dtype dt, int64_t n, double alpha, int gelu_tanh)
+{
+    if constexpr (ag_rule[OP] != EW_GR_ACT) {
+        return fr_node_error(k->node, FR_ERR_INTERNAL, "activation gradient code %d", OP);
+    } else {
+        if constexpr ((ag_attrs[OP] & EW_A_APPROX) != 0)
+            if (gelu_tanh) return ag_launch_t<OP, 1>(k, dt, n, alpha);
+        return ag_launch_t<OP, 0>(k, dt, n, alpha);
+    }
 }
 
 int is_f(fr_dtype dt) { return dt == FR_F32 || dt == FR_F64; }
@@ -114,15 +103,14 @@ fr_status ew_activation_grad_run(const fr_cuda_kctx *k)
     float alpha;
     FR_TRY(fr_node_attr_string(n, "op", "", &op));
     int code = -1;
-    for (size_t i = 0; i < sizeof ag_kinds / sizeof ag_kinds[0]; i++)
-        if (strcmp(ag_kinds[i].op, op) == 0) code = ag_kinds[i].code;
+    for (int i = 0; i < FR_UN_COUNT; i++)
+        if (ag_rule[i] == EW_GR_ACT && strcmp(ag_names[i], op) == 0) code = i;
     if (code < 0) return fr_node_error(n, FR_ERR_UNSUPPORTED, "op=\"%s\" has no activation gradient kernel", op);
-    FR_TRY(fr_node_attr_float(n, "alpha", 0.01f, &alpha));
+    FR_TRY(fr_node_attr_float(n, "alpha", ag_alpha_default[code], &alpha));
     FR_TRY(fr_node_attr_string(n, "approximate", "none", &approx));
     int gelu_tanh = strcmp(approx, "tanh") == 0;
     if (!gelu_tanh && strcmp(approx, "none") != 0)
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "approximate=\"%s\" (\"none\" or \"tanh\")", approx);
-    if (code == AG_GELU && gelu_tanh) code = AG_GELU_TANH;
     const fr_tensor *dy = k->n_in > 1 ? k->in[0] : NULL, *v = k->n_in > 1 ? k->in[1] : NULL;
     const fr_tensor *dx = k->n_out > 0 ? k->out[0] : NULL;
     if (!dy || !v || !dx) return fr_node_error(n, FR_ERR_GRAPH, "needs 2 inputs and 1 output");
@@ -133,12 +121,9 @@ fr_status ew_activation_grad_run(const fr_cuda_kctx *k)
     if (fr_tensor_numel(v) != cnt || fr_tensor_numel(dx) != cnt)
         return fr_node_error(n, FR_ERR_SHAPE, "element counts differ (re-run shape inference)");
     switch (code) {
-#define AG_CASE(OP) \
-    case OP: return ag_launch<OP>(k, dy->dtype, cnt, (double)alpha);
-        AG_CASE(AG_ABS) AG_CASE(AG_EXP) AG_CASE(AG_LOG) AG_CASE(AG_SQRT) AG_CASE(AG_RECIP) AG_CASE(AG_TANH)
-        AG_CASE(AG_SIGMOID) AG_CASE(AG_RELU) AG_CASE(AG_LEAKY) AG_CASE(AG_ERF) AG_CASE(AG_GELU)
-        AG_CASE(AG_GELU_TANH) AG_CASE(AG_SOFTPLUS) AG_CASE(AG_SIN) AG_CASE(AG_COS)
-#undef AG_CASE
+#define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD)                              \
+    case FR_UN_##ID: return ag_launch<FR_UN_##ID>(k, dy->dtype, cnt, (double)alpha, gelu_tanh);
+#include "../ew_unary.def"
     }
     return fr_node_error(n, FR_ERR_INTERNAL, "activation gradient code %d", code);
 }

@@ -1,4 +1,4 @@
-/* CUDA kernels of ops/unary.c: unary math, IsNaN/IsInf/Not, Cast/CastLike, Clip, Identity,
+/* CUDA kernels of ops/unary.c: unary math (generated from ops/ew_unary.def), IsNaN/IsInf/Not, Cast/CastLike, Clip, Identity,
  * Dropout (inference semantics).
  *
  * Float32 math uses the float functions of CUDA's math library (expf, erfcf, ...) with the
@@ -14,68 +14,59 @@
 
 namespace {
 
-/* ---- unary math ---- */
-
-enum UnOp {
-    UN_NEG, UN_ABS, UN_EXP, UN_LOG, UN_SQRT, UN_RECIP, UN_TANH, UN_ERF, UN_SIGMOID, UN_RELU, UN_LEAKY,
-    UN_GELU, UN_GELU_TANH, UN_SOFTPLUS, UN_SIN, UN_COS, UN_FLOOR, UN_CEIL, UN_SIGN
-};
+/* ---- unary math: generated from the rows of ops/ew_unary.def ---- */
 
 struct UnKind {
     const char *op;
-    UnOp code;
-    int ints; /* int32/int64 supported too */
+    int code;  /* FR_UN_* */
+    int ints;  /* int32/int64 supported too */
+    int attrs; /* EW_A_* */
+    float alpha_default;
 };
 
 const UnKind un_kinds[] = {
-    {"Neg", UN_NEG, 1},          {"Abs", UN_ABS, 1},      {"Exp", UN_EXP, 0},        {"Log", UN_LOG, 0},
-    {"Sqrt", UN_SQRT, 0},        {"Reciprocal", UN_RECIP, 0}, {"Tanh", UN_TANH, 0},  {"Erf", UN_ERF, 0},
-    {"Sigmoid", UN_SIGMOID, 0},  {"Relu", UN_RELU, 1},    {"LeakyRelu", UN_LEAKY, 0}, {"Gelu", UN_GELU, 0},
-    {"Softplus", UN_SOFTPLUS, 0}, {"Sin", UN_SIN, 0},     {"Cos", UN_COS, 0},        {"Floor", UN_FLOOR, 0},
-    {"Ceil", UN_CEIL, 0},        {"Sign", UN_SIGN, 1},
+#define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD) {NAME, FR_UN_##ID, EW_HAS(YINT), EW_ATTR_MASK(ATTRS), EW_ALPHA_DEFAULT(ATTRS)},
+#include "../ew_unary.def"
+};
+static_assert(sizeof un_kinds / sizeof un_kinds[0] == FR_UN_COUNT, "one kind per ew_unary.def row");
+
+constexpr int un_ints[] = {
+#define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD) EW_HAS(YINT),
+#include "../ew_unary.def"
+};
+constexpr int un_attrs[] = {
+#define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD) EW_ATTR_MASK(ATTRS),
+#include "../ew_unary.def"
 };
 
-template <int OP, typename T>
-__device__ __forceinline__ T un_float(T v, float alpha)
+/* float32/float64: the row's Y in the tensor's type. GT is Gelu's approximate="tanh" as a
+ * template parameter, so each variant is a kernel of its own. */
+template <int OP, int GT, typename EW_T>
+__device__ __forceinline__ EW_T un_float(EW_T v, float alpha)
 {
-    if constexpr (OP == UN_NEG) return -v;
-    else if constexpr (OP == UN_ABS) return m_fabs(v);
-    else if constexpr (OP == UN_EXP) return m_exp(v);
-    else if constexpr (OP == UN_LOG) return m_log(v);
-    else if constexpr (OP == UN_SQRT) return m_sqrt(v);
-    else if constexpr (OP == UN_RECIP) return T(1) / v;
-    else if constexpr (OP == UN_TANH) return m_tanh(v);
-    else if constexpr (OP == UN_ERF) return m_erf(v);
-    else if constexpr (OP == UN_SIGMOID) return ew_sigmoid(v);
-    else if constexpr (OP == UN_RELU) return v < T(0) ? T(0) : v;
-    /* float: alpha * v is exact in double, so one float rounding equals the CPU's */
-    else if constexpr (OP == UN_LEAKY) return v < T(0) ? (T)alpha * v : v;
-    /* 0.5 x erfc(-x / sqrt 2): no cancellation for x << 0 */
-    else if constexpr (OP == UN_GELU) return T(0.5) * v * m_erfc(-v * T(0.70710678118654752440));
-    else if constexpr (OP == UN_GELU_TANH) {
-        /* 0.5 x (1 + tanh u) == x / (1 + exp(-2u)) */
-        T u = T(0.79788456080286535588) * (v + T(0.044715) * v * v * v);
-        return v / (T(1) + m_exp(T(-2) * u));
-    } else if constexpr (OP == UN_SOFTPLUS) return v > T(0) ? v + m_log1p(m_exp(-v)) : m_log1p(m_exp(v));
-    else if constexpr (OP == UN_SIN) return m_sin(v);
-    else if constexpr (OP == UN_COS) return m_cos(v);
-    else if constexpr (OP == UN_FLOOR) return m_floor(v);
-    else if constexpr (OP == UN_CEIL) return m_ceil(v);
-    else return v > T(0) ? T(1) : v < T(0) ? T(-1) : v; /* UN_SIGN keeps 0, -0, NaN */
+    constexpr int gelu_tanh = GT;
+    (void)gelu_tanh;
+    (void)alpha;
+#define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD)                              \
+    if constexpr (OP == FR_UN_##ID) return (EW_T)(Y);                                        \
+    else
+#include "../ew_unary.def"
+        return v;
 }
 
-/* int32/int64: negation through the unsigned type, so INT_MIN wraps */
+/* int32/int64: the row's YINT (UT: the unsigned type, so negation of INT_MIN wraps) */
 template <int OP, typename T>
 __device__ __forceinline__ T un_int(T v)
 {
-    typedef typename std::make_unsigned<T>::type U;
-    if constexpr (OP == UN_NEG) return (T)((U)0 - (U)v);
-    else if constexpr (OP == UN_ABS) return v < 0 ? (T)((U)0 - (U)v) : v;
-    else if constexpr (OP == UN_RELU) return v < 0 ? (T)0 : v;
-    else return (T)((v > 0) - (v < 0));
+    typedef typename std::make_unsigned<T>::type UT;
+#define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD)                              \
+    if constexpr (OP == FR_UN_##ID) return (T)(EW_EXPR(YINT));                               \
+    else
+#include "../ew_unary.def"
+        return (T)(UT)v;
 }
 
-template <int OP, typename T>
+template <int OP, int GT, typename T>
 struct UnF {
     const T *x;
     T *y;
@@ -83,29 +74,37 @@ struct UnF {
     __device__ void operator()(int64_t i) const
     {
         if constexpr (std::is_floating_point<T>::value)
-            y[i] = un_float<OP, T>(x[i], alpha);
+            y[i] = un_float<OP, GT, T>(x[i], alpha);
         else
             y[i] = un_int<OP, T>(x[i]);
     }
 };
 
-template <int OP, typename T>
+template <int OP, int GT, typename T>
 fr_status un_launch(const fr_cuda_kctx *k, int64_t n, float alpha)
 {
-    UnF<OP, T> f{(const T *)k->in[0]->data, (T *)k->out[0]->data, alpha};
+    UnF<OP, GT, T> f{(const T *)k->in[0]->data, (T *)k->out[0]->data, alpha};
     return ew_launch_flat(k, n, f, "elementwise unary");
 }
 
-template <int OP>
-fr_status un_dispatch(const fr_cuda_kctx *k, fr_dtype dt, int64_t n, float alpha)
+template <int OP, int GT>
+fr_status un_dispatch_t(const fr_cuda_kctx *k, fr_dtype dt, int64_t n, float alpha)
 {
-    if constexpr (OP == UN_NEG || OP == UN_ABS || OP == UN_RELU || OP == UN_SIGN) {
-        if (dt == FR_I32) return un_launch<OP, int32_t>(k, n, alpha);
-        if (dt == FR_I64) return un_launch<OP, int64_t>(k, n, alpha);
+    if constexpr (un_ints[OP] != 0) {
+        if (dt == FR_I32) return un_launch<OP, GT, int32_t>(k, n, alpha);
+        if (dt == FR_I64) return un_launch<OP, GT, int64_t>(k, n, alpha);
     }
-    if (dt == FR_F32) return un_launch<OP, float>(k, n, alpha);
-    if (dt == FR_F64) return un_launch<OP, double>(k, n, alpha);
+    if (dt == FR_F32) return un_launch<OP, GT, float>(k, n, alpha);
+    if (dt == FR_F64) return un_launch<OP, GT, double>(k, n, alpha);
     return fr_node_error(k->node, FR_ERR_UNSUPPORTED, "input dtype %s is not supported", fr_dtype_name(dt));
+}
+
+template <int OP>
+fr_status un_dispatch(const fr_cuda_kctx *k, fr_dtype dt, int64_t n, float alpha, int gelu_tanh)
+{
+    if constexpr ((un_attrs[OP] & EW_A_APPROX) != 0)
+        if (gelu_tanh) return un_dispatch_t<OP, 1>(k, dt, n, alpha);
+    return un_dispatch_t<OP, 0>(k, dt, n, alpha);
 }
 
 fr_status same_numel(const fr_cuda_kctx *k, const fr_tensor *x, const fr_tensor *y)
@@ -135,29 +134,25 @@ fr_status ew_unary_run(const fr_cuda_kctx *k)
     if (!(dt == FR_F32 || dt == FR_F64 || (kind->ints && (dt == FR_I32 || dt == FR_I64))))
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "input dtype %s is not supported (supported: float32, float64%s)",
                              fr_dtype_name(dt), kind->ints ? ", int32, int64" : "");
-    float alpha = 0.01f;
-    UnOp op = kind->code;
-    if (op == UN_LEAKY) FR_TRY(fr_node_attr_float(n, "alpha", 0.01f, &alpha));
-    if (op == UN_GELU) {
+    float alpha = kind->alpha_default;
+    int gelu_tanh = 0;
+    if (kind->attrs & EW_A_ALPHA) FR_TRY(fr_node_attr_float(n, "alpha", kind->alpha_default, &alpha));
+    if (kind->attrs & EW_A_APPROX) {
         const char *s;
         FR_TRY(fr_node_attr_string(n, "approximate", "none", &s));
         if (strcmp(s, "tanh") == 0)
-            op = UN_GELU_TANH;
+            gelu_tanh = 1;
         else if (strcmp(s, "none") != 0)
             return fr_node_error(n, FR_ERR_UNSUPPORTED, "approximate=\"%s\" is not supported (\"none\" or \"tanh\")",
                                  s);
     }
     const int64_t cnt = fr_tensor_numel(x);
-    switch (op) {
-#define UN_CASE(OP) \
-    case OP: return un_dispatch<OP>(k, dt, cnt, alpha);
-        UN_CASE(UN_NEG) UN_CASE(UN_ABS) UN_CASE(UN_EXP) UN_CASE(UN_LOG) UN_CASE(UN_SQRT) UN_CASE(UN_RECIP)
-        UN_CASE(UN_TANH) UN_CASE(UN_ERF) UN_CASE(UN_SIGMOID) UN_CASE(UN_RELU) UN_CASE(UN_LEAKY) UN_CASE(UN_GELU)
-        UN_CASE(UN_GELU_TANH) UN_CASE(UN_SOFTPLUS) UN_CASE(UN_SIN) UN_CASE(UN_COS) UN_CASE(UN_FLOOR)
-        UN_CASE(UN_CEIL) UN_CASE(UN_SIGN)
-#undef UN_CASE
+    switch (kind->code) {
+#define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD)                              \
+    case FR_UN_##ID: return un_dispatch<FR_UN_##ID>(k, dt, cnt, alpha, gelu_tanh);
+#include "../ew_unary.def"
     }
-    return fr_node_error(n, FR_ERR_INTERNAL, "unary op code %d", (int)op);
+    return fr_node_error(n, FR_ERR_INTERNAL, "unary op code %d", kind->code);
 }
 
 /* ---- IsNaN, IsInf, Not ---- */

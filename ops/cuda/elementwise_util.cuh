@@ -22,14 +22,12 @@
 #include <string.h>
 
 #include "../../runtime/cuda/cuda_kernel.h"
+#include "../ew_math.h" /* the op lists, the scalar math, EW_FLAG_* and ew_raise */
 
 #define EW_THREADS 256
 #define EW_MAX_IN 4 /* inputs of one broadcast kernel (Where, PowGrad, FmodGrad have 3) */
 
-#define EW_FLAG_DIV_ZERO 1u      /* integer Div/Mod by zero */
-#define EW_FLAG_POW_NEG_ZERO 2u  /* integer 0 ^ negative */
-#define EW_FLAG_DROPOUT_TRAIN 4u /* Dropout in training mode with ratio != 0 */
-#define EW_FLAG_BYTES 16         /* scratch bytes of nodes that may set the flag */
+#define EW_FLAG_BYTES 16 /* scratch bytes of nodes that may set the flag (codes: ew_math.h) */
 
 /* Blocks for n elements with grid-stride loops: enough to fill the device, never 0 for n > 0. */
 static inline unsigned ew_blocks(const fr_cuda_kctx *k, int64_t n)
@@ -42,11 +40,6 @@ static inline unsigned ew_blocks(const fr_cuda_kctx *k, int64_t n)
 
 /* The flag word in scratch (NULL when the node has none), cleared on the stream. */
 fr_status ew_flag_begin(const fr_cuda_kctx *k, unsigned **flag);
-
-__device__ __forceinline__ void ew_raise(unsigned *flag, unsigned code)
-{
-    if (flag) atomicOr(flag, code);
-}
 
 /* ---- broadcast geometry ---- */
 
@@ -289,41 +282,6 @@ __device__ __forceinline__ float ew_d2f(double d)
         return __uint_as_float((uint32_t)((u >> 32) & 0x80000000u) | 0x7FC00000u | (uint32_t)((u >> 29) & 0x3FFFFFu));
     }
     return (float)d;
-}
-
-/* ---- float / double overloads of the math library (no fast-math variants) ---- */
-static __device__ __forceinline__ float m_exp(float x) { return expf(x); }
-static __device__ __forceinline__ double m_exp(double x) { return exp(x); }
-static __device__ __forceinline__ float m_log(float x) { return logf(x); }
-static __device__ __forceinline__ double m_log(double x) { return log(x); }
-static __device__ __forceinline__ float m_log1p(float x) { return log1pf(x); }
-static __device__ __forceinline__ double m_log1p(double x) { return log1p(x); }
-static __device__ __forceinline__ float m_sqrt(float x) { return sqrtf(x); }
-static __device__ __forceinline__ double m_sqrt(double x) { return sqrt(x); }
-static __device__ __forceinline__ float m_tanh(float x) { return tanhf(x); }
-static __device__ __forceinline__ double m_tanh(double x) { return tanh(x); }
-static __device__ __forceinline__ float m_erf(float x) { return erff(x); }
-static __device__ __forceinline__ double m_erf(double x) { return erf(x); }
-static __device__ __forceinline__ float m_erfc(float x) { return erfcf(x); }
-static __device__ __forceinline__ double m_erfc(double x) { return erfc(x); }
-static __device__ __forceinline__ float m_sin(float x) { return sinf(x); }
-static __device__ __forceinline__ double m_sin(double x) { return sin(x); }
-static __device__ __forceinline__ float m_cos(float x) { return cosf(x); }
-static __device__ __forceinline__ double m_cos(double x) { return cos(x); }
-static __device__ __forceinline__ float m_floor(float x) { return floorf(x); }
-static __device__ __forceinline__ double m_floor(double x) { return floor(x); }
-static __device__ __forceinline__ float m_ceil(float x) { return ceilf(x); }
-static __device__ __forceinline__ double m_ceil(double x) { return ceil(x); }
-static __device__ __forceinline__ float m_fabs(float x) { return fabsf(x); }
-static __device__ __forceinline__ double m_fabs(double x) { return fabs(x); }
-
-
-template <typename T>
-static __device__ __forceinline__ T ew_sigmoid(T x)
-{
-    if (x >= T(0)) return T(1) / (T(1) + m_exp(-x)); /* both branches avoid inf/inf */
-    T e = m_exp(x);
-    return e / (T(1) + e);
 }
 
 /* ---- the family's run() / scratch() entry points (elementwise_*.cu) ---- */

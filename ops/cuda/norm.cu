@@ -657,6 +657,7 @@ fr_status ng_cuda(const fr_cuda_kctx *k)
 extern "C" const fr_cuda_kernel_def fr_cuda_kernels_norm[] = {
     {"LayerNormalization", FR_DOMAIN_ONNX, norm_cuda, NULL},
     {"RMSNormalization", FR_DOMAIN_ONNX, norm_cuda, NULL},
+    {"RMSNormalization", FR_DOMAIN_FP8RUN, norm_cuda, NULL},
     {"LayerNormGrad", FR_DOMAIN_FP8RUN, ng_cuda, ng_scratch},
     {"RMSNormGrad", FR_DOMAIN_FP8RUN, ng_cuda, ng_scratch},
     {NULL, NULL, NULL, NULL},

@@ -3,7 +3,7 @@
  * One thread handles a pair of column groups (j and j + h of one row, h = hd / 2), so it reads
  * X[j], X[j + h] once and writes both outputs. float32 with h a multiple of 4, tables contiguous
  * along the last axis, every row start 16-byte aligned: 4 columns per thread with 16-byte loads
- * and stores; otherwise one column pair per thread. The tables' row offsets come from the
+ * and stores; otherwise (and interleaved: pairs 2p, 2p + 1) one column pair per thread. The tables' row offsets come from the
  * collapsed row dims and their strides (fr_rotary_geom: broadcasting costs no copy); indices
  * are 32-bit when the problem fits. Float math: within an ulp or two of the CPU's double. */
 #include <stdint.h>
@@ -26,6 +26,7 @@ template <typename T> struct Args {
     int nd;
     int64_t dims[FR_MAX_RANK], cs[FR_MAX_RANK], ss[FR_MAX_RANK];
     int64_t cl, sl;
+    int64_t step, off; /* a pair's columns: (p * step, p * step + off) */
 };
 
 /* Row r's table offsets. */
@@ -58,16 +59,16 @@ template <bool GRAD, typename T, typename I> __global__ void rotary_pairs(Args<T
 {
     const I n = (I)a.n, h = (I)a.h, hd = (I)a.hd, cl = (I)a.cl, sl = (I)a.sl;
     for (I e = (I)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (I)gridDim.x * blockDim.x) {
-        const I r = e / h, j = e - r * h;
+        const I r = e / h, p = e - r * h, j = p * (I)a.step, k = j + (I)a.off;
         I co, so;
         offsets<T, I>(a, r, co, so);
         const T *xr = a.x + r * hd;
         T *yr = a.y + r * hd;
         T y0, y1;
-        pair<GRAD>(xr[j], xr[j + h], a.cos[co + j * cl], a.cos[co + (j + h) * cl], a.sin[so + j * sl],
-                   a.sin[so + (j + h) * sl], y0, y1);
+        pair<GRAD>(xr[j], xr[k], a.cos[co + j * cl], a.cos[co + k * cl], a.sin[so + j * sl], a.sin[so + k * sl], y0,
+                   y1);
         yr[j] = y0;
-        yr[j + h] = y1;
+        yr[k] = y1;
     }
 }
 
@@ -120,8 +121,10 @@ template <typename T> fr_status launch(const fr_cuda_kctx *k, const fr_rotary_ge
     }
     a.cl = geo.cos_last;
     a.sl = geo.sin_last;
+    a.step = geo.interleaved ? 2 : 1;
+    a.off = geo.interleaved ? 1 : a.h;
     if (a.rows * a.h == 0) return FR_OK;
-    int vec = sizeof(T) == 4 && a.h % 4 == 0 && a.cl == 1 && a.sl == 1 && aligned16(a.x) && aligned16(a.y) &&
+    int vec = !geo.interleaved && sizeof(T) == 4 && a.h % 4 == 0 && a.cl == 1 && a.sl == 1 && aligned16(a.x) && aligned16(a.y) &&
               aligned16(a.cos) && aligned16(a.sin);
     for (int d = 0; vec && d < geo.nd; d++) vec = a.cs[d] % 4 == 0 && a.ss[d] % 4 == 0;
     a.n = vec ? a.rows * a.h / 4 : a.rows * a.h;

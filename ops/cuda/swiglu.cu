@@ -2,7 +2,8 @@
  *
  * One thread handles 4 consecutive elements of a row with 16-byte loads and stores (float32,
  * F a multiple of 4, every pointer 16-byte aligned: each group of 4 then stays inside one row
- * and one half of gate_up); otherwise one element per thread. The sigmoid is float32 expf
+ * and one half of gate_up); otherwise one element per thread. The activation (silu, or
+ * GeGLU's gelu_tanh / gelu) is a template parameter. The sigmoid is float32 expf
  * (float64 inputs: double), written so that neither s nor 1 - s cancels or overflows; results
  * are within a few ulp of the CPU's once-rounded double. */
 #include <math.h>
@@ -37,19 +38,38 @@ __device__ __forceinline__ void sig_pair(double g, double &s, double &oms)
     oms = g >= 0.0 ? b : a;
 }
 
-template <typename T> __device__ __forceinline__ T fwd1(T g, T u)
+__device__ __forceinline__ float m_erfc(float x) { return erfcf(x); }
+__device__ __forceinline__ double m_erfc(double x) { return erfc(x); }
+
+/* a = act(g) and da = act'(g) of the activation ACT (FR_GLU_*, ops/swiglu.h) */
+template <int ACT, typename T> __device__ __forceinline__ void act_pair(T g, T &a, T &da)
 {
+    if (ACT == FR_GLU_GELU) {
+        const T phi = T(0.5) * m_erfc(-g * T(0.70710678118654752440));
+        a = g * phi;
+        da = phi + g * exp(T(-0.5) * g * g) * T(0.39894228040143267794);
+        return;
+    }
+    const T k = T(0.79788456080286535588), c = T(0.044715);
     T s, oms;
-    sig_pair(g, s, oms);
-    return g * s * u;
+    sig_pair(ACT == FR_GLU_GELU_TANH ? T(2) * k * (g + c * g * g * g) : g, s, oms);
+    a = g * s;
+    da = ACT == FR_GLU_GELU_TANH ? s + g * T(2) * s * oms * k * (T(1) + T(3) * c * g * g) : s * fma(g, oms, T(1));
 }
 
-template <typename T> __device__ __forceinline__ void bwd1(T g, T u, T dy, T &dg, T &du)
+template <int ACT, typename T> __device__ __forceinline__ T fwd1(T g, T u)
 {
-    T s, oms;
-    sig_pair(g, s, oms);
-    du = dy * g * s;
-    dg = dy * u * s * fma(g, oms, T(1));
+    T a, da;
+    act_pair<ACT>(g, a, da);
+    return a * u;
+}
+
+template <int ACT, typename T> __device__ __forceinline__ void bwd1(T g, T u, T dy, T &dg, T &du)
+{
+    T a, da;
+    act_pair<ACT>(g, a, da);
+    du = dy * a;
+    dg = dy * u * da;
 }
 
 /* The problem: rows of F elements; gate (r, j) at gate[r * stride + j], up at up[r * stride + j],
@@ -60,16 +80,16 @@ template <typename T> struct Args {
     int64_t rows, F, stride;
 };
 
-template <typename T> __global__ void swiglu_fwd(Args<T> a)
+template <int ACT, typename T> __global__ void swiglu_fwd(Args<T> a)
 {
     const int64_t n = a.rows * a.F;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = e / a.F, o = r * a.stride + (e - r * a.F);
-        a.y[e] = fwd1(a.gate[o], a.up[o]);
+        a.y[e] = fwd1<ACT>(a.gate[o], a.up[o]);
     }
 }
 
-__global__ void swiglu_fwd4(Args<float> a)
+template <int ACT> __global__ void swiglu_fwd4(Args<float> a)
 {
     const int64_t n4 = a.rows * a.F / 4, F4 = a.F / 4, s4 = a.stride / 4;
     const float4 *g4 = (const float4 *)a.gate, *u4 = (const float4 *)a.up;
@@ -77,23 +97,23 @@ __global__ void swiglu_fwd4(Args<float> a)
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n4; e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = e / F4, o = r * s4 + (e - r * F4);
         const float4 g = g4[o], u = u4[o];
-        y4[e] = make_float4(fwd1(g.x, u.x), fwd1(g.y, u.y), fwd1(g.z, u.z), fwd1(g.w, u.w));
+        y4[e] = make_float4(fwd1<ACT>(g.x, u.x), fwd1<ACT>(g.y, u.y), fwd1<ACT>(g.z, u.z), fwd1<ACT>(g.w, u.w));
     }
 }
 
-template <typename T> __global__ void swiglu_bwd(Args<T> a)
+template <int ACT, typename T> __global__ void swiglu_bwd(Args<T> a)
 {
     const int64_t n = a.rows * a.F;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = e / a.F, o = r * a.stride + (e - r * a.F);
         T dg, du;
-        bwd1(a.gate[o], a.up[o], a.dy[e], dg, du);
+        bwd1<ACT>(a.gate[o], a.up[o], a.dy[e], dg, du);
         if (a.dgate) a.dgate[o] = dg;
         if (a.dup) a.dup[o] = du;
     }
 }
 
-__global__ void swiglu_bwd4(Args<float> a)
+template <int ACT> __global__ void swiglu_bwd4(Args<float> a)
 {
     const int64_t n4 = a.rows * a.F / 4, F4 = a.F / 4, s4 = a.stride / 4;
     const float4 *g4 = (const float4 *)a.gate, *u4 = (const float4 *)a.up, *dy4 = (const float4 *)a.dy;
@@ -102,16 +122,29 @@ __global__ void swiglu_bwd4(Args<float> a)
         const int64_t r = e / F4, o = r * s4 + (e - r * F4);
         const float4 g = g4[o], u = u4[o], d = dy4[e];
         float4 dg, du;
-        bwd1(g.x, u.x, d.x, dg.x, du.x);
-        bwd1(g.y, u.y, d.y, dg.y, du.y);
-        bwd1(g.z, u.z, d.z, dg.z, du.z);
-        bwd1(g.w, u.w, d.w, dg.w, du.w);
+        bwd1<ACT>(g.x, u.x, d.x, dg.x, du.x);
+        bwd1<ACT>(g.y, u.y, d.y, dg.y, du.y);
+        bwd1<ACT>(g.z, u.z, d.z, dg.z, du.z);
+        bwd1<ACT>(g.w, u.w, d.w, dg.w, du.w);
         if (dg4) dg4[o] = dg;
         if (du4) du4[o] = du;
     }
 }
 
 int aligned16(const void *p) { return p == NULL || ((uintptr_t)p & 15u) == 0; }
+
+/* The four kernels of activation ACT. */
+template <int ACT, typename T> void go(const Args<T> &a, int vec, int grad, unsigned blocks, cudaStream_t s)
+{
+    if (vec && grad)
+        swiglu_bwd4<ACT><<<blocks, kThreads, 0, s>>>(*(const Args<float> *)&a);
+    else if (vec)
+        swiglu_fwd4<ACT><<<blocks, kThreads, 0, s>>>(*(const Args<float> *)&a);
+    else if (grad)
+        swiglu_bwd<ACT, T><<<blocks, kThreads, 0, s>>>(a);
+    else
+        swiglu_fwd<ACT, T><<<blocks, kThreads, 0, s>>>(a);
+}
 
 template <typename T>
 fr_status launch(const fr_cuda_kctx *k, const fr_swiglu_geom &geo, int grad, fr_tensor *dg, fr_tensor *du)
@@ -141,14 +174,12 @@ fr_status launch(const fr_cuda_kctx *k, const fr_swiglu_geom &geo, int grad, fr_
                     aligned16(a.y) && aligned16(a.dgate) && aligned16(a.dup);
     const unsigned blocks = fr_grid_for(vec ? n / 4 : n, kThreads);
     cudaStream_t s = k->cu->stream;
-    if (vec && grad)
-        swiglu_bwd4<<<blocks, kThreads, 0, s>>>(*(Args<float> *)&a);
-    else if (vec)
-        swiglu_fwd4<<<blocks, kThreads, 0, s>>>(*(Args<float> *)&a);
-    else if (grad)
-        swiglu_bwd<T><<<blocks, kThreads, 0, s>>>(a);
+    if (geo.act == FR_GLU_GELU_TANH)
+        go<FR_GLU_GELU_TANH, T>(a, vec, grad, blocks, s);
+    else if (geo.act == FR_GLU_GELU)
+        go<FR_GLU_GELU, T>(a, vec, grad, blocks, s);
     else
-        swiglu_fwd<T><<<blocks, kThreads, 0, s>>>(a);
+        go<FR_GLU_SILU, T>(a, vec, grad, blocks, s);
     return fr_cuda_check_launch(k->node, grad ? "swiglu_bwd" : "swiglu_fwd");
 }
 

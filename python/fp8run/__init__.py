@@ -19,8 +19,8 @@ import numpy as np
 
 from . import _lib
 
-__all__ = ["Error", "Model", "Session", "DataLoader", "Checkpoint", "Report", "TensorInfo", "StepStats",
-           "version", "abi_version", "is_checkpoint", "set_log_callback", "library_path"]
+__all__ = ["Error", "Model", "Session", "DataLoader", "Checkpoint", "Safetensors", "LoadReport", "Report", "TensorInfo", "StepStats",
+           "version", "abi_version", "is_checkpoint", "checkpoint_to_safetensors", "set_log_callback", "library_path"]
 
 _L = _lib.load()
 
@@ -245,7 +245,8 @@ class Model(_Handle):
 
     @property
     def parameters(self):
-        """Every float initializer (what training can update), in model order."""
+        """The parameters (what training updates), in model order, under the module's names
+        (`fp8run info` lists the other float initializers and why they are not trained)."""
         return _infos(_L.fp8run_model_param_count, _L.fp8run_model_param, self._handle())
 
     @property
@@ -257,7 +258,7 @@ class Model(_Handle):
         for p in self.parameters:
             if p.name == name:
                 return p
-        raise Error(ERR_INVALID_ARG, "the model has no parameter (float initializer) named '%s'" % name)
+        raise Error(ERR_INVALID_ARG, "the model has no parameter named '%s'" % name)
 
     def get_param(self, name):
         p = self._param_info(name)
@@ -269,6 +270,16 @@ class Model(_Handle):
         p = self._param_info(name)
         a = _f32_buffer(value, int(np.prod(p.shape, dtype=np.int64)), "parameter '%s'" % name)
         _check(_L.fp8run_model_set_param(self._handle(), _bytes(name), a.ctypes.data, a.size))
+
+    def load_safetensors(self, path, strict=False):
+        """Put a safetensors checkpoint's tensors (a path or a Safetensors) into the parameters
+        of the same names; returns a LoadReport (matched, missing, unexpected names)."""
+        return _load_safetensors(_L.fp8run_model_load_safetensors, self._handle(), path, strict)
+
+    def save_safetensors(self, folder, dtype="float32", max_shard_bytes=0):
+        """Write the parameters as a Hugging Face checkpoint (folder/model.safetensors, or
+        shards with model.safetensors.index.json beyond max_shard_bytes; 0: 5 GB)."""
+        _check(_L.fp8run_model_save_safetensors(self._handle(), _path(folder), _st_dtype(dtype), max_shard_bytes))
 
     def apply_checkpoint(self, path):
         """Put a checkpoint's weights into the parameters; returns how many."""
@@ -603,6 +614,15 @@ class Session(_Handle):
         """Write the original model with the trained weights as ONNX."""
         _check(_L.fp8run_session_export(self._handle(), _path(path)))
 
+    def load_safetensors(self, path, strict=False):
+        """Load a safetensors checkpoint (a path or a Safetensors) into the trained parameters
+        by name; returns a LoadReport. A shape mismatch raises and loads nothing."""
+        return _load_safetensors(_L.fp8run_session_load_safetensors, self._handle(), path, strict)
+
+    def save_safetensors(self, folder, dtype="float32", max_shard_bytes=0):
+        """Write the trained parameters as a Hugging Face checkpoint (see Model.save_safetensors)."""
+        _check(_L.fp8run_session_save_safetensors(self._handle(), _path(folder), _st_dtype(dtype), max_shard_bytes))
+
     device = property(lambda self: _str(_L.fp8run_session_device(self._handle())))
 
     def fp8_stats(self):
@@ -715,3 +735,61 @@ class Checkpoint(_Handle):
         self.model_path = _str(_L.fp8run_checkpoint_model_path(h))
         self.has_data_state = bool(_L.fp8run_checkpoint_has_data_state(h))
         self.parameters = _infos(_L.fp8run_checkpoint_param_count, _L.fp8run_checkpoint_param, h)
+
+
+# ---------------------------------------------------------------------------------------------
+# safetensors checkpoints
+# ---------------------------------------------------------------------------------------------
+
+LoadReport = namedtuple("LoadReport", "matched missing unexpected")
+_ST_DTYPES = {"float32": 1, "fp32": 1, "bfloat16": 16, "bf16": 16, "float16": 10, "fp16": 10}
+
+
+def _st_dtype(dtype):
+    if dtype not in _ST_DTYPES:
+        raise Error(ERR_INVALID_ARG, "dtype '%s' is not one of float32, bfloat16, float16" % dtype)
+    return _ST_DTYPES[dtype]
+
+
+class Safetensors(_Handle):
+    """A safetensors checkpoint: a .safetensors file, a folder with model.safetensors or a
+    sharded model.safetensors.index.json, or the index. .tensors lists TensorInfo (stored
+    dtype); read(name) gives float32 (FP8 weights with weight_scale_inv blocks dequantized)."""
+    _destroy = "fp8run_safetensors_close"
+
+    def __init__(self, path):
+        super().__init__()
+        h = ctypes.c_void_p()
+        _check(_L.fp8run_safetensors_open(_path(path), ctypes.byref(h)))
+        self._h = h
+
+    @property
+    def tensors(self):
+        return _infos(_L.fp8run_safetensors_tensor_count, _L.fp8run_safetensors_tensor, self._handle())
+
+    def read(self, name):
+        for t in self.tensors:
+            if t.name == name:
+                out = np.empty(t.shape, dtype=np.float32)
+                _check(_L.fp8run_safetensors_read(self._handle(), _bytes(name), out.ctypes.data, out.size))
+                return out
+        raise Error(ERR_INVALID_ARG, "no tensor '%s' in the checkpoint" % name)
+
+
+def checkpoint_to_safetensors(ckpt, folder, dtype="float32", max_shard_bytes=0):
+    """Write a training checkpoint's weights (the trained parameters, as the trainer names them)
+    as a Hugging Face checkpoint in folder (see Model.save_safetensors)."""
+    _check(_L.fp8run_checkpoint_save_safetensors(_path(ckpt), _path(folder), _st_dtype(dtype), max_shard_bytes))
+
+
+def _load_safetensors(fn, handle, path, strict):
+    st = path if isinstance(path, Safetensors) else Safetensors(path)
+    try:
+        r = _lib.sized(_lib.LoadReport)
+        _check(fn(handle, st._handle(), 1 if strict else 0, ctypes.byref(r)))
+        names = lambda arr, n: [_str(arr[i]) for i in range(n)]
+        return LoadReport(names(r.matched, r.n_matched), names(r.missing, r.n_missing),
+                          names(r.unexpected, r.n_unexpected))
+    finally:
+        if st is not path:
+            st.close()

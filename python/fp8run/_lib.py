@@ -232,6 +232,18 @@ def sized(cls):
     return s
 
 
+class LoadReport(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("n_matched", c_int),
+        ("n_missing", c_int),
+        ("n_unexpected", c_int),
+        ("matched", ctypes.POINTER(c_char_p)),
+        ("missing", ctypes.POINTER(c_char_p)),
+        ("unexpected", ctypes.POINTER(c_char_p)),
+    ]
+
+
 LOG_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_char_p)
 
 P = c_void_p  # every handle is opaque
@@ -331,6 +343,18 @@ _PROTOTYPES = {
     "fp8run_checkpoint_has_data_state": (c_int, [P]),
     "fp8run_checkpoint_param_count": (c_int, [P]),
     "fp8run_checkpoint_param": (c_int, [P, c_int, ctypes.POINTER(ValueInfo)]),
+    # safetensors checkpoints
+    "fp8run_safetensors_open": (c_int, [c_char_p, PP]),
+    "fp8run_safetensors_close": (None, [P]),
+    "fp8run_safetensors_error": (c_char_p, [P]),
+    "fp8run_safetensors_tensor_count": (c_int, [P]),
+    "fp8run_safetensors_tensor": (c_int, [P, c_int, ctypes.POINTER(ValueInfo)]),
+    "fp8run_safetensors_read": (c_int, [P, c_char_p, c_void_p, c_size_t]),
+    "fp8run_session_load_safetensors": (c_int, [P, P, c_int, ctypes.POINTER(LoadReport)]),
+    "fp8run_model_load_safetensors": (c_int, [P, P, c_int, ctypes.POINTER(LoadReport)]),
+    "fp8run_model_save_safetensors": (c_int, [P, c_char_p, c_int, c_uint64]),
+    "fp8run_session_save_safetensors": (c_int, [P, c_char_p, c_int, c_uint64]),
+    "fp8run_checkpoint_save_safetensors": (c_int, [c_char_p, c_char_p, c_int, c_uint64]),
     # data loader
     "fp8run_data_config_init": (c_int, [ctypes.POINTER(DataConfig), c_size_t]),
     "fp8run_data_open": (c_int, [c_char_p, ctypes.POINTER(DataConfig), PP]),

@@ -5,6 +5,7 @@ data loader, and errors raised as fp8run.Error with the library's message.
 
     FP8RUN_LIBRARY=build/libfp8run.so FP8RUN_EXAMPLE=build/fp8run_example \\
         python3 python/tests/test_fp8run.py -v"""
+import json
 import os
 import subprocess
 import sys
@@ -156,6 +157,21 @@ class FP8RunTest(unittest.TestCase):
         self.assertError(fp8run.ERR_INVALID_ARG, "nope", s.get_param, "nope")
         self.assertError(fp8run.ERR_SHAPE, name, s.set_param, name, np.zeros(3))
 
+    def test_dynamo_export_module_names(self):
+        # torch.onnx dynamo export: parameters under the module's names and layouts
+        d = os.path.join(FIXTURES, "hf", "llama_op18_static")
+        with open(os.path.join(d, "meta.json")) as f:
+            meta = json.load(f)["parameters"]
+        m = fp8run.Model(os.path.join(d, "model.onnx"))
+        self.assertEqual(sorted(p.name for p in m.parameters), sorted(meta))
+        for p in m.parameters:
+            self.assertEqual(list(p.shape), meta[p.name])
+        q = m.get_param("model.layers.0.self_attn.q_proj.weight")
+        self.assertEqual(q.shape, (72, 72))
+        s = fp8run.Session(m, batch=2, seq=11, precision="fp32")
+        np.testing.assert_array_equal(s.get_param("model.layers.0.self_attn.q_proj.weight"), q)
+        self.assertError(fp8run.ERR_INVALID_ARG, "val_93", m.get_param, "val_93")
+
     def test_checkpoint_resume_and_export(self):
         m = fp8run.Model(MODEL)
         kw = dict(batch=B, seq=T, lr=2e-3, lr_schedule="cosine", warmup_steps=1, total_steps=6, grad_clip=1.0)
@@ -301,6 +317,60 @@ class FP8RunTest(unittest.TestCase):
         self.assertError(fp8run.ERR_STATE, "closed", s.train_step, bad)
         s.close()  # twice is fine
 
+
+    def test_safetensors(self):
+        """Hugging Face weights in and out; files parsed here with numpy alone."""
+        import json
+        import struct
+
+        def parse(path):
+            with open(path, "rb") as f:
+                blob = f.read()
+            n = struct.unpack("<Q", blob[:8])[0]
+            header = json.loads(blob[8:8 + n])
+            header.pop("__metadata__", None)
+            raw = {k: blob[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in header.items()}
+            return header, raw
+
+        hf = os.path.join(FIXTURES, "hf")
+        weights = os.path.join(hf, "llama_safetensors")
+        header, raw = parse(os.path.join(weights, "model.safetensors"))
+        st = fp8run.Safetensors(weights)
+        self.assertEqual(sorted(t.name for t in st.tensors), sorted(header))
+        emb = "model.embed_tokens.weight"
+        np.testing.assert_array_equal(st.read(emb), np.frombuffer(raw[emb], "<f4").reshape(header[emb]["shape"]))
+        m = fp8run.Model(os.path.join(hf, "llama_op18_static", "model.onnx"))
+        s = fp8run.Session(m, batch=2, seq=11)
+        win = (np.arange(2 * 12, dtype=np.int64).reshape(2, 12) * 37 + 11) % 211
+        loss0 = s.eval(win)
+        r = s.load_safetensors(st)
+        self.assertIn(emb, r.matched)
+        self.assertEqual(len(r.matched) + len(r.missing), len(s.parameters))
+        self.assertEqual(len(r.matched) + len(r.unexpected), len(header))
+        self.assertEqual(s.eval(win), loss0)  # the same random init
+        st.close()
+        # bf16 export: every parameter, rounded to nearest even
+        out = self.path("hf_bf16")
+        m.save_safetensors(out, dtype="bf16")
+        header, raw = parse(os.path.join(out, "model.safetensors"))
+        self.assertEqual(list(header), sorted(p.name for p in m.parameters))
+        for p in m.parameters:
+            self.assertEqual(header[p.name]["dtype"], "BF16")
+            u = m.get_param(p.name).reshape(-1).view(np.uint32).astype(np.uint64)
+            want = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+            np.testing.assert_array_equal(np.frombuffer(raw[p.name], "<u2"), want)
+        # a training checkpoint's weights, sharded
+        s.save(self.path("st.ckpt"))
+        out = self.path("hf_ckpt")
+        fp8run.checkpoint_to_safetensors(self.path("st.ckpt"), out, max_shard_bytes=200000)
+        with open(os.path.join(out, "model.safetensors.index.json")) as f:
+            index = json.load(f)["weight_map"]
+        self.assertEqual(sorted(index), sorted(p.name for p in s.parameters))
+        for p in s.parameters:
+            header, raw = parse(os.path.join(out, index[p.name]))
+            np.testing.assert_array_equal(np.frombuffer(raw[p.name], "<f4").reshape(p.shape), s.get_param(p.name))
+        self.assertError(fp8run.ERR_IO, "/nonexistent", fp8run.Safetensors, "/nonexistent")
+        self.assertError(fp8run.ERR_INVALID_ARG, "'int8'", m.save_safetensors, out, dtype="int8")
 
 if __name__ == "__main__":
     unittest.main()

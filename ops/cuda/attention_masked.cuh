@@ -1,0 +1,20 @@
+/* Attention and AttentionGrad on the GPU for what the flash kernels of attention.cu do not
+ * take: a sliding window (attribute window > 0) or a mask input (ops/attention.h). See
+ * attention_masked.cu. Pointers are device memory; the node's shapes are checked already. */
+#ifndef FR_ATTENTION_MASKED_CUH
+#define FR_ATTENTION_MASKED_CUH
+
+#include "../../runtime/cuda/cuda_kernel.h"
+extern "C" {
+#include "../attention.h"
+}
+
+/* mask: the mask input's tensor (NULL: none). */
+fr_status fr_attn_masked_fwd(const fr_cuda_kctx *k, const fr_attn_attrs *a, const fr_attn_geom *g, const float *Q,
+                             const float *K, const float *V, const fr_tensor *mask, float *O, float *LSE);
+/* in: Q, K, V, O, LSE, dO; delta: batch * Tq floats of scratch; dQ/dK/dV may be NULL. */
+fr_status fr_attn_masked_bwd(const fr_cuda_kctx *k, const fr_attn_attrs *a, const fr_attn_geom *g,
+                             const float *const *in, const fr_tensor *mask, float *delta, float *dQ, float *dK,
+                             float *dV);
+
+#endif
