@@ -59,6 +59,7 @@ static void node_clear(fr_node *n)
     free(n->doc_string);
     free(n->torch_fx);
     free(n->torch_scopes);
+    free(n->torch_src);
 }
 
 void fr_graph_free(fr_graph *g)

@@ -76,6 +76,7 @@ typedef struct fr_node {
     char *doc_string;  /* owned or NULL */
     char *torch_fx;    /* the exporter's pkg.torch.onnx.fx_node text (owned) or NULL */
     char *torch_scopes; /* its pkg.torch.onnx.name_scopes list (modules, then the op; owned) */
+    char *torch_src;   /* the last line of its pkg.torch.onnx.stack_trace: the source (owned) */
     const struct fr_op_def *op; /* resolved by fr_graph_resolve_ops */
     int dead;          /* marked by passes; removed by fr_graph_compact */
 } fr_node;

@@ -11,8 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "name_map.h"
 #include "onnx_io_util.h"
 #include "onnx_record.h"
 #include "params.h"
@@ -45,9 +47,12 @@ static int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
 /* protobuf-c recurses once per nested message with no limit, so a small file nesting
  * messages a million deep would overflow the stack. Walk the wire format first, descending
  * only into fields the schema declares as messages (exactly where protobuf-c recurses).
- * Returns 1 when well formed, 0 when malformed, -1 when nested too deep. */
+ * Returns 1 when well formed, 0 when malformed, -1 when nested too deep, -2 when a string
+ * that names something (all but doc strings) holds a NUL: protobuf-c cuts it there, so an
+ * external-data location "w.bin\0../../x" would mean one file to us and another to a tool
+ * that reads the whole string (*nul_in: "Message.field"). */
 static int check_nesting(const ProtobufCMessageDescriptor *d, const uint8_t *p, const uint8_t *end,
-                         int depth)
+                         int depth, char *nul_in, size_t nul_len)
 {
     if (depth > MAX_NESTING) return -1;
     while (p < end) {
@@ -71,8 +76,12 @@ static int check_nesting(const ProtobufCMessageDescriptor *d, const uint8_t *p, 
             const ProtobufCFieldDescriptor *f =
                 num <= UINT_MAX ? protobuf_c_message_descriptor_get_field(d, (unsigned)num) : NULL;
             if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
-                int r = check_nesting(f->descriptor, p, p + v, depth + 1);
+                int r = check_nesting(f->descriptor, p, p + v, depth + 1, nul_in, nul_len);
                 if (r != 1) return r;
+            } else if (f && f->type == PROTOBUF_C_TYPE_STRING && strcmp(f->name, "doc_string") != 0 &&
+                       memchr(p, 0, v)) {
+                snprintf(nul_in, nul_len, "%s.%s", d->short_name, f->name);
+                return -2;
             }
             p += v;
             break;
@@ -140,7 +149,11 @@ static fr_status decode_model(const void *data, size_t len, const char *what, de
         return fr_error(FR_ERR_UNSUPPORTED,
                         "'%s' is %zu bytes, more than protobuf's 2 GiB limit for one message "
                         "(large weights belong in ONNX external data files)", what, len);
-    int r = check_nesting(&onnx__model_proto__descriptor, data, (const uint8_t *)data + len, 0);
+    char nul_in[128];
+    int r = check_nesting(&onnx__model_proto__descriptor, data, (const uint8_t *)data + len, 0, nul_in,
+                          sizeof nul_in);
+    if (r == -2)
+        return fr_error(FR_ERR_PARSE, "'%s' is not a valid ONNX model (a %s string holds a NUL byte)", what, nul_in);
     if (r < 0)
         return fr_error(FR_ERR_PARSE,
                         "'%s' is not a valid ONNX model (messages nested deeper than %d levels)",
@@ -304,6 +317,14 @@ static fr_status read_external(const import_ctx *c, const Onnx__TensorProto *tp,
                       "%s: needs %zu bytes of external data at offset %llu, but '%s' holds only %llu there",
                       what, bytes, (unsigned long long)e.offset, e.location,
                       (unsigned long long)(fsize - e.offset));
+    /* a file of holes passes every size check and would be read as gigabytes of zeros: a
+     * large tensor must be mostly stored (1/8: compressing file systems report less) */
+    struct stat sb;
+    if (st == FR_OK && bytes >= ((size_t)64 << 20) && fstat(fd, &sb) == 0 &&
+        (uint64_t)sb.st_blocks * 512u < (uint64_t)bytes / 8)
+        st = fr_error(FR_ERR_PARSE,
+                      "%s: external data '%s' is a sparse file: %llu bytes stored for a tensor of %zu bytes (refused)",
+                      what, e.location, (unsigned long long)sb.st_blocks * 512u, bytes);
     fr_tensor *t = NULL;
     if (st == FR_OK) st = fr_tensor_new(dt, rank, dims, what, &t);
     if (st == FR_OK && bytes) st = fr_onnx_pread_all(fd, t->data, bytes, e.offset, what);
@@ -618,16 +639,24 @@ static fr_status import_node(import_ctx *c, const Onnx__NodeProto *np, size_t in
         nd->attrs = fr_calloc(np->n_attribute, sizeof(fr_attr), "node attributes");
         if (!nd->attrs) return FR_ERR_OOM;
     }
-    for (size_t k = 0; k < np->n_attribute; k++) {
+    if (np->n_attribute > INT_MAX) return fr_error(FR_ERR_PARSE, "node '%s' (%s) has too many attributes", name, op);
+    /* duplicates through a hash set: a hostile node may carry millions of attributes */
+    fr_name_map *seen = NULL;
+    if (np->n_attribute > 1) FR_TRY(fr_name_map_new(&seen));
+    for (size_t k = 0; k < np->n_attribute && st == FR_OK; k++) {
         const Onnx__AttributeProto *ap = np->attribute[k];
-        for (size_t j = 0; j < k; j++)
-            if (ap->name && np->attribute[j]->name && strcmp(ap->name, np->attribute[j]->name) == 0)
-                return fr_error(FR_ERR_PARSE, "node '%s' (%s): attribute '%s' is given twice", nd->name,
-                                op, ap->name);
+        if (seen && ap->name) {
+            if (fr_name_map_get(seen, ap->name) >= 0) {
+                st = fr_error(FR_ERR_PARSE, "node '%s' (%s): attribute '%s' is given twice", nd->name, op, ap->name);
+                break;
+            }
+            st = fr_name_map_put(seen, ap->name, (int)k);
+        }
         nd->n_attrs = (int)k + 1; /* counted first, so a half-built attribute is freed with the graph */
-        FR_TRY(attr_from_proto(c, nd->name, op, ap, &nd->attrs[k]));
+        if (st == FR_OK) st = attr_from_proto(c, nd->name, op, ap, &nd->attrs[k]);
     }
-    return FR_OK;
+    fr_name_map_free(seen);
+    return st;
 }
 
 /* ---- model ---- */
@@ -635,27 +664,37 @@ static fr_status import_node(import_ctx *c, const Onnx__NodeProto *np, size_t in
 static fr_status import_opsets(fr_graph *g, const Onnx__ModelProto *m)
 {
     if (!m->n_opset_import) return FR_OK;
+    if (m->n_opset_import > INT_MAX) return fr_error(FR_ERR_PARSE, "the model imports too many opsets");
     g->opsets = fr_calloc(m->n_opset_import, sizeof(fr_opset), "opset imports");
     if (!g->opsets) return FR_ERR_OOM;
-    for (size_t i = 0; i < m->n_opset_import; i++) {
+    fr_name_map *seen; /* domain -> index: linear in the number of imports */
+    FR_TRY(fr_name_map_new(&seen));
+    fr_status st = FR_OK;
+    for (size_t i = 0; i < m->n_opset_import && st == FR_OK; i++) {
         const Onnx__OperatorSetIdProto *os = m->opset_import[i];
         const char *dom = norm_domain(os->domain);
         int64_t ver = os->has_version ? os->version : 0;
-        int dup = 0;
-        for (int k = 0; k < g->n_opsets; k++) {
-            if (strcmp(g->opsets[k].domain, dom) != 0) continue;
+        int k = fr_name_map_get(seen, dom);
+        if (k >= 0) {
             if (g->opsets[k].version != ver)
-                return fr_error(FR_ERR_PARSE, "opset of domain '%s' is imported twice, as %lld and %lld",
-                                dom[0] ? dom : "ai.onnx", (long long)g->opsets[k].version,
-                                (long long)ver);
-            dup = 1; /* "" and "ai.onnx" both listed: one default domain */
+                st = fr_error(FR_ERR_PARSE, "opset of domain '%s' is imported twice, as %lld and %lld",
+                              dom[0] ? dom : "ai.onnx", (long long)g->opsets[k].version, (long long)ver);
+            continue; /* "" and "ai.onnx" both listed: one default domain */
         }
-        if (dup) continue;
+        /* no opset of ai.onnx is past FR_ONNX_MAX_OPSET yet: a larger one is a file we cannot
+         * read as meant (its ops may mean something else) */
+        if (!dom[0] && (ver < 1 || ver > FR_ONNX_MAX_OPSET)) {
+            st = fr_error(FR_ERR_UNSUPPORTED, "the model imports opset %lld of ai.onnx; fp8run reads opsets 1 to %d",
+                          (long long)ver, FR_ONNX_MAX_OPSET);
+            break;
+        }
         g->opsets[g->n_opsets].domain = fr_strdup(dom, "opset domain");
-        if (!g->opsets[g->n_opsets].domain) return FR_ERR_OOM;
-        g->opsets[g->n_opsets++].version = ver;
+        if (!g->opsets[g->n_opsets].domain) st = FR_ERR_OOM;
+        else st = fr_name_map_put(seen, g->opsets[g->n_opsets].domain, g->n_opsets);
+        if (st == FR_OK) g->opsets[g->n_opsets++].version = ver;
     }
-    return FR_OK;
+    fr_name_map_free(seen);
+    return st;
 }
 
 static fr_status import_metadata(fr_graph *g, const Onnx__ModelProto *m)

@@ -1,6 +1,8 @@
 /* File-system helpers for ONNX import/export (see onnx_io_util.h). */
 #include "onnx_io_util.h"
 
+#include "../runtime/safe_io.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -44,19 +46,9 @@ fr_status fr_onnx_read_file(const char *path, void **data, size_t *len)
 {
     *data = NULL;
     *len = 0;
-    /* O_NONBLOCK: a FIFO planted as the model must not hang us before the S_ISREG check */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return fr_error(FR_ERR_IO, "cannot open model '%s': %s", path, strerror(errno));
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        fr_status st = fr_error(FR_ERR_IO, "cannot stat model '%s': %s", path, strerror(errno));
-        close(fd);
-        return st;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return fr_error(FR_ERR_IO, "model '%s' is not a regular file", path);
-    }
+    FR_TRY(fr_open_regular(path, "model", 0, &fd, &sb));
     if ((uint64_t)sb.st_size > FR_ONNX_MAX_PROTO_BYTES) {
         close(fd);
         return fr_error(FR_ERR_UNSUPPORTED,
@@ -155,21 +147,13 @@ fr_status fr_onnx_open_external(const char *model_dir, const char *location, con
         free(rfile);
         return st;
     }
-    /* O_NOFOLLOW: the resolved path has no symlinks; one appearing now is a swap under us */
-    int f = open(rfile, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-    if (f < 0) {
-        fr_status st = fr_error(FR_ERR_IO, "%s: cannot open external data file '%s': %s",
-                                what, location, strerror(errno));
-        free(rfile);
-        return st;
-    }
-    free(rfile);
+    /* O_NOFOLLOW: the resolved path has no symlinks; one appearing now is a swap under us.
+     * A hard link is refused: its other name may lie anywhere (onnx/onnx#7686). */
+    int f;
     struct stat sb;
-    if (fstat(f, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(f);
-        return fr_error(FR_ERR_IO, "%s: external data '%s' is not a regular file", what,
-                        location);
-    }
+    fr_status st = fr_open_regular(rfile, "external data file", FR_OPEN_NOFOLLOW | FR_OPEN_SINGLE_LINK, &f, &sb);
+    free(rfile);
+    if (st != FR_OK) return fr_error_context(st, "%s: external data location '%s'", what, location);
     *fd = f;
     *size = (uint64_t)sb.st_size;
     return FR_OK;

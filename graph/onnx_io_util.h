@@ -12,6 +12,9 @@
 
 /* Protobuf cannot encode or decode a message of 2 GiB or more. */
 #define FR_ONNX_MAX_PROTO_BYTES ((uint64_t)INT32_MAX)
+/* The newest opset of the default domain a model may import (ONNX 1.23 defines 28; two more
+ * leave room for the next releases; 99 or 2^40 is a hostile file). */
+#define FR_ONNX_MAX_OPSET 30
 
 /* The folder part of `path` ("." when it has none), malloc'ed; NULL on OOM (error recorded). */
 char *fr_onnx_dirname(const char *path);

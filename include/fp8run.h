@@ -440,7 +440,7 @@ typedef struct fp8run_train_config {
     double min_lr;               /* cosine: final learning rate (default 0) */
     int64_t warmup_steps;        /* linear warmup (default 0) */
     int64_t total_steps;         /* cosine: steps of the whole run (default 0; needed > warmup) */
-    double grad_clip;            /* clip the global gradient norm to this; <= 0: off (default) */
+    double grad_clip;            /* clip the global gradient norm to this; 0: off (default) */
     uint64_t seed;               /* the trainer's generator (default 0) */
     int max_bad_steps;           /* non-finite steps in a row before FP8RUN_ERR_NUMERIC (10) */
     int eval_only;               /* 1: no backward graph and no optimizer: evaluation only */
@@ -469,6 +469,63 @@ typedef struct fp8run_train_config {
 
 /* Fill *cfg with the defaults above and set cfg->struct_size = size. Pass sizeof *cfg. */
 FP8RUN_API fp8run_status fp8run_train_config_init(fp8run_train_config *cfg, size_t size);
+
+/* ---- the options' table ----
+ * The library declares every field of fp8run_train_config once, with its type, place, range,
+ * choices, command-line flag and help. The `fp8run` commands build their parsers and help from
+ * this table and the Python binding its struct; a host may use it the same way. */
+typedef enum fp8run_option_type {
+    FP8RUN_OPTION_INT = 0,        /* int */
+    FP8RUN_OPTION_INT64 = 1,      /* int64_t */
+    FP8RUN_OPTION_UINT64 = 2,     /* uint64_t */
+    FP8RUN_OPTION_DOUBLE = 3,     /* double */
+    FP8RUN_OPTION_STRING = 4,     /* const char * (NULL allowed) */
+    FP8RUN_OPTION_CHOICE = 5,     /* const char *, one of choices */
+    FP8RUN_OPTION_BOOL = 6,       /* int, 0 or 1 */
+    FP8RUN_OPTION_DIM_NAMES = 7,  /* const char *const * (not settable as text) */
+    FP8RUN_OPTION_DIM_VALUES = 8, /* const int64_t * (not settable as text) */
+    FP8RUN_OPTION_POINTER = 9     /* void *, opaque (nccl_comm; not settable as text) */
+} fp8run_option_type;
+
+/* Which `fp8run` commands take an option's flag (fp8run_option_info.commands). */
+#define FP8RUN_OPTION_TRAIN 0x01u
+#define FP8RUN_OPTION_EVAL 0x02u
+#define FP8RUN_OPTION_COMPILE 0x04u
+#define FP8RUN_OPTION_INFO 0x08u
+#define FP8RUN_OPTION_BENCH 0x10u
+#define FP8RUN_OPTION_COMPILED 0x100u /* a compiled graph fixes it (training one refuses the flag) */
+
+typedef struct fp8run_option_info {
+    size_t struct_size;
+    const char *name;             /* the field of fp8run_train_config, also its JSON key */
+    int type;                     /* fp8run_option_type */
+    size_t offset, size;          /* the field's place in fp8run_train_config */
+    double min, max;              /* numbers: the range (inclusive) */
+    const char *const *choices;   /* CHOICE: NULL-terminated, else NULL */
+    const char *flag;             /* "--pad-multiple"; a BOOL's flag sets the opposite of its
+                                     default ("--no-fuse"); NULL: not on the command line */
+    const char *metavar;          /* the flag's value ("N"), NULL for BOOL and CHOICE */
+    unsigned commands;            /* FP8RUN_OPTION_* */
+    const char *help;             /* one line */
+} fp8run_option_info;
+
+/* Entries of the table, in the struct's order (the first is batch; struct_size has none). */
+FP8RUN_API int fp8run_train_config_option_count(void);
+/* Entry i, 0 <= i < count; FP8RUN_ERR_INVALID_ARG otherwise. */
+FP8RUN_API fp8run_status fp8run_train_config_option(int i, fp8run_option_info *info);
+/* The entry whose field name or flag is `name` ("pad_multiple" or "--pad-multiple"); -1 if none. */
+FP8RUN_API int fp8run_train_config_find(const char *name);
+/* Set an option from text, checking its range or choices: `name` is a field or a flag, and the
+ * error (FP8RUN_ERR_INVALID_ARG) names it as given ("--pad-multiple: '5000' is not an integer
+ * in 1..4096"). A BOOL given by its flag takes no value (NULL) and sets the opposite of its
+ * default; by its field name it takes "0" or "1". A CHOICE is set to the library's own static
+ * string, any other string to value itself (not copied). DIM_* fields are refused. */
+FP8RUN_API fp8run_status fp8run_train_config_set(fp8run_train_config *cfg, const char *name, const char *value);
+/* The value of entry i of cfg as text ("16", "delayed", "1e-08", "" for a NULL string) into buf. */
+FP8RUN_API fp8run_status fp8run_train_config_get(const fp8run_train_config *cfg, int i, char *buf, size_t len);
+/* The choices of an enumerated setting as a NULL-terminated list: an option's field name
+ * ("recipe", "precision", ...) or "device" (fp8run_session_create's); NULL for another name. */
+FP8RUN_API const char *const *fp8run_choices(const char *name);
 
 /* ============================================================================================
  * The FP8 compiler's report

@@ -15,35 +15,39 @@
 #include "../passes/autodiff.h"
 #include "../runtime/fp8_format.h"
 #include "../runtime/fp8_scaling.h"
+#include "../runtime/option_choices.h"
 
 /* ---- attributes ---- */
 
+static const char *const k_precisions[] = {FR_CHOICES_PRECISION NULL};
+static const char *const k_recipes[] = {FR_CHOICES_RECIPE NULL};
+_Static_assert(FR_CHOICE_COUNT(k_precisions) == FR_LIN_FP8 + 1, "FR_CHOICES_PRECISION follows fr_lin_precision");
+_Static_assert(FR_CHOICE_COUNT(k_recipes) == FR_LIN_BLOCKWISE + 1, "FR_CHOICES_RECIPE follows fr_lin_recipe");
+
 fr_status fr_lin_precision_parse(const char *s, fr_lin_precision *out)
 {
-    if (strcmp(s, "fp32") == 0) *out = FR_LIN_FP32;
-    else if (strcmp(s, "bf16") == 0) *out = FR_LIN_BF16;
-    else if (strcmp(s, "fp8") == 0) *out = FR_LIN_FP8;
-    else return fr_error(FR_ERR_UNSUPPORTED, "precision '%s' is not one of fp32, bf16, fp8", s);
+    int k = fr_choice_find(k_precisions, s);
+    if (k < 0) return fr_error(FR_ERR_UNSUPPORTED, "precision '%s' is not one of fp32, bf16, fp8", s);
+    *out = (fr_lin_precision)k;
     return FR_OK;
 }
 
 const char *fr_lin_precision_name(fr_lin_precision p)
 {
-    return p == FR_LIN_FP8 ? "fp8" : p == FR_LIN_BF16 ? "bf16" : "fp32";
+    return k_precisions[p == FR_LIN_FP8 ? 2 : p == FR_LIN_BF16 ? 1 : 0];
 }
 
 fr_status fr_lin_recipe_parse(const char *s, fr_lin_recipe *out)
 {
-    if (strcmp(s, "delayed") == 0) *out = FR_LIN_DELAYED;
-    else if (strcmp(s, "current") == 0) *out = FR_LIN_CURRENT;
-    else if (strcmp(s, "block") == 0) *out = FR_LIN_BLOCKWISE;
-    else return fr_error(FR_ERR_UNSUPPORTED, "recipe '%s' is not one of delayed, current, block", s);
+    int k = fr_choice_find(k_recipes, s);
+    if (k < 0) return fr_error(FR_ERR_UNSUPPORTED, "recipe '%s' is not one of delayed, current, block", s);
+    *out = (fr_lin_recipe)k;
     return FR_OK;
 }
 
 const char *fr_lin_recipe_name(fr_lin_recipe r)
 {
-    return r == FR_LIN_BLOCKWISE ? "block" : r == FR_LIN_CURRENT ? "current" : "delayed";
+    return k_recipes[r == FR_LIN_BLOCKWISE ? 2 : r == FR_LIN_CURRENT ? 1 : 0];
 }
 
 typedef fr_lin_attrs lin_cfg;

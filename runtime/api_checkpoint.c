@@ -1,12 +1,14 @@
 /* Public API: checkpoint files as things to inspect (step, recorded options and model path,
  * parameters) without a session. The file is verified when opened and then closed again: the
  * handle keeps copies of what describes it, not the weights. */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/api_internal.h"
 #include "runtime/checkpoint.h"
+#include "runtime/safe_io.h"
 
 #define INFO_V1_SIZE sizeof(fp8run_value_info)
 
@@ -29,9 +31,11 @@ struct fp8run_checkpoint {
 
 FP8RUN_API int fp8run_is_checkpoint(const char *path)
 {
-    if (!path) return 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
+    FILE *f;
+    if (!path || fr_fopen_regular(path, "checkpoint", 0, &f, NULL) != FR_OK) {
+        fr_clear_error();
+        return 0;
+    }
     char magic[8];
     size_t n = fread(magic, 1, sizeof magic, f);
     fclose(f);
@@ -67,8 +71,15 @@ static char *json_string(const char *json, const char *key)
         }
         p++;
         if (*p == 'u') {
+            /* exactly four hex digits (a truncated escape must not move p past the end) */
             unsigned v = 0;
-            if (sscanf(p + 1, "%4x", &v) != 1) break;
+            int k = 0;
+            for (; k < 4 && isxdigit((unsigned char)p[1 + k]); k++)
+                v = v * 16 + (unsigned)(isdigit((unsigned char)p[1 + k]) ? p[1 + k] - '0' : (p[1 + k] | 32) - 'a' + 10);
+            if (k < 4 || v == 0) { /* malformed, or a NUL that would cut the path short */
+                free(out);
+                return NULL;
+            }
             *o++ = (char)v;
             p += 4;
         } else if (*p) {
@@ -76,6 +87,10 @@ static char *json_string(const char *json, const char *key)
         } else {
             break;
         }
+    }
+    if (*p != '"') { /* the string is not closed: a truncated record */
+        free(out);
+        return NULL;
     }
     *o = '\0';
     return out;

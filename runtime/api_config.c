@@ -1,5 +1,5 @@
 /* Public API: the training configuration (fp8run_train_config) and its translation into the
- * trainer's options, checking every choice given as text. */
+ * trainer's options; its defaults and checks come from runtime/train_config.def (api_options.c). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,35 +8,6 @@
 
 /* Size of the first ABI version of the struct: later versions only append fields. */
 #define CONFIG_V1_SIZE offsetof(fp8run_train_config, fuse_attention)
-
-static void config_defaults(fp8run_train_config *c)
-{
-    memset(c, 0, sizeof *c);
-    c->batch = 1;
-    c->seq_len = 1;
-    c->grad_accum = 1;
-    c->precision = "fp32";
-    c->recipe = "delayed";
-    c->fp8_format = "hybrid";
-    c->bf16_boundary = 1;
-    c->fuse = 1;
-    c->fuse_attention = 1;
-    c->fuse_swiglu = 1;
-    c->pad_multiple = 16;
-    c->fp8_margin = 0;
-    c->amax_history_len = 1024;
-    c->fp8_interval = 1;
-    c->amax_algo = "max";
-    c->ignore_index = -100;
-    c->optimizer = "adamw";
-    c->weight_decay = NAN;
-    c->beta1 = 0.9;
-    c->beta2 = 0.999;
-    c->eps = 1e-8;
-    c->lr_schedule = "constant";
-    c->lr = 1e-3;
-    c->max_bad_steps = 10;
-}
 
 FP8RUN_API fp8run_status fp8run_train_config_init(fp8run_train_config *cfg, size_t size)
 {
@@ -49,34 +20,10 @@ FP8RUN_API fp8run_status fp8run_train_config_init(fp8run_train_config *cfg, size
     /* a newer caller's struct: its fields beyond ours are zeroed, which means "default" */
     memset(cfg, 0, size);
     fp8run_train_config d;
-    config_defaults(&d);
+    fr_api_config_defaults(&d);
     memcpy(cfg, &d, sizeof d);
     cfg->struct_size = size;
     return FP8RUN_OK;
-}
-
-static int one_of(const char *v, const char *const *choices)
-{
-    for (int i = 0; choices[i]; i++)
-        if (strcmp(v, choices[i]) == 0) return i;
-    return -1;
-}
-
-static fp8run_status choice(api_err *slot, const char *fn, const char *field, const char *v,
-                            const char *const *choices, int *out)
-{
-    int k = v ? one_of(v, choices) : -1;
-    if (k >= 0) {
-        *out = k;
-        return FP8RUN_OK;
-    }
-    char list[256] = "";
-    for (int i = 0; choices[i]; i++) {
-        strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
-        strncat(list, choices[i], sizeof list - strlen(list) - 1);
-    }
-    return fr_api_error(slot, FP8RUN_ERR_INVALID_ARG, "%s: config.%s is %s%s%s; use one of %s", fn, field,
-                        v ? "'" : "", v ? v : "NULL", v ? "'" : "", list);
 }
 
 void fr_api_options_free(api_options *o)
@@ -89,7 +36,7 @@ void fr_api_options_free(api_options *o)
 fp8run_status fr_api_options(api_err *slot, const char *fn, const fp8run_train_config *cfg, api_options *out)
 {
     fp8run_train_config c;
-    config_defaults(&c);
+    fr_api_config_defaults(&c);
     memset(out, 0, sizeof *out);
     if (cfg) {
         size_t use;
@@ -97,48 +44,19 @@ fp8run_status fr_api_options(api_err *slot, const char *fn, const fp8run_train_c
         if (ps != FP8RUN_OK) return ps;
         memcpy(&c, cfg, use);
     }
-    static const char *const precisions[] = {"fp32", "bf16", "fp8", NULL};
-    static const char *const recipes[] = {"delayed", "current", "block", NULL};
-    static const char *const formats[] = {"hybrid", "e4m3", NULL};
-    static const char *const algos[] = {"max", "most_recent", NULL};
-    static const char *const optimizers[] = {"adamw", "sgd", NULL};
-    static const char *const schedules[] = {"constant", "warmup_constant", "cosine", NULL};
-    int prec, rec, fmt, algo, optk, sched;
-    fp8run_status ps;
-    if ((ps = choice(slot, fn, "precision", c.precision, precisions, &prec)) != FP8RUN_OK ||
-        (ps = choice(slot, fn, "recipe", c.recipe, recipes, &rec)) != FP8RUN_OK ||
-        (ps = choice(slot, fn, "fp8_format", c.fp8_format, formats, &fmt)) != FP8RUN_OK ||
-        (ps = choice(slot, fn, "amax_algo", c.amax_algo, algos, &algo)) != FP8RUN_OK ||
-        (ps = choice(slot, fn, "optimizer", c.optimizer, optimizers, &optk)) != FP8RUN_OK ||
-        (ps = choice(slot, fn, "lr_schedule", c.lr_schedule, schedules, &sched)) != FP8RUN_OK)
-        return ps;
-    if (c.batch < 1 || c.seq_len < 1)
-        return fr_api_error(slot, FP8RUN_ERR_INVALID_ARG, "%s: config.batch (%lld) and config.seq_len (%lld) must be >= 1",
-                            fn, (long long)c.batch, (long long)c.seq_len);
-    if (c.grad_accum < 1)
-        return fr_api_error(slot, FP8RUN_ERR_INVALID_ARG, "%s: config.grad_accum must be >= 1, got %d", fn, c.grad_accum);
-    if (c.n_dims < 0 || (c.n_dims > 0 && (!c.dim_names || !c.dim_values)))
-        return fr_api_error(slot, FP8RUN_ERR_INVALID_ARG,
-                            "%s: config.n_dims is %d but dim_names or dim_values is NULL", fn, c.n_dims);
-    if (c.pad_multiple < 1 || c.pad_multiple > 4096)
-        return fr_api_error(slot, FP8RUN_ERR_INVALID_ARG, "%s: config.pad_multiple must be in 1..4096, got %d", fn,
-                            c.pad_multiple);
-    if (c.bf16_boundary < 0 || c.amax_history_len < 1 || c.fp8_interval < 1 || c.fp8_margin < -64 ||
-        c.fp8_margin > 64)
-        return fr_api_error(slot, FP8RUN_ERR_INVALID_ARG,
-                            "%s: config.bf16_boundary must be >= 0, fp8_margin in -64..64, amax_history_len "
-                            "and fp8_interval >= 1 (got %d, %d, %d, %d)",
-                            fn, c.bf16_boundary, c.fp8_margin, c.amax_history_len, c.fp8_interval);
-
+    fp8run_status ps = fr_api_config_check(slot, fn, &c);
+    if (ps != FP8RUN_OK) return ps;
+    /* the trainer keeps the library's own strings, not the caller's */
+    const char *precision = fr_api_choice("precision", c.precision);
     fr_train_options *o = &out->o;
     fr_train_options_default(o);
     o->batch = c.batch;
     o->seq_len = c.seq_len;
     o->grad_accum = c.grad_accum;
-    o->precision = precisions[prec];
-    o->fp8.precision = precisions[prec];
-    o->fp8.recipe = recipes[rec];
-    o->fp8.fp8_format = formats[fmt];
+    o->precision = precision;
+    o->fp8.precision = precision;
+    o->fp8.recipe = fr_api_choice("recipe", c.recipe);
+    o->fp8.fp8_format = fr_api_choice("fp8_format", c.fp8_format);
     o->fp8.bf16_boundary = c.bf16_boundary;
     o->fp8.fp8_exclude = c.fp8_exclude;
     o->fp8.fuse = c.fuse != 0;
@@ -148,7 +66,7 @@ fp8run_status fr_api_options(api_err *slot, const char *fn, const fp8run_train_c
     o->fp8.margin = c.fp8_margin;
     o->fp8.amax_history_len = c.amax_history_len;
     o->fp8.interval = c.fp8_interval;
-    fr_amax_algo_parse(algos[algo], &o->fp8.amax_algo);
+    fr_amax_algo_parse(c.amax_algo, &o->fp8.amax_algo);
     o->tokens_input = c.tokens_input;
     o->logits_output = c.logits_output;
     o->loss_output = c.loss_output;
@@ -157,9 +75,10 @@ fp8run_status fr_api_options(api_err *slot, const char *fn, const fp8run_train_c
     o->freeze_regex = c.freeze_regex;
 
     fr_opt_config *oc = &o->opt;
-    *oc = optk == 1 ? fr_opt_config_sgd() : fr_opt_config_adamw();
+    const int sgd = strcmp(c.optimizer, "sgd") == 0;
+    *oc = sgd ? fr_opt_config_sgd() : fr_opt_config_adamw();
     if (!isnan(c.weight_decay)) oc->weight_decay = c.weight_decay;
-    if (optk == 0) {
+    if (!sgd) {
         oc->beta1 = c.beta1;
         oc->beta2 = c.beta2;
         oc->eps = c.eps;
@@ -169,7 +88,7 @@ fp8run_status fr_api_options(api_err *slot, const char *fn, const fp8run_train_c
         oc->nesterov = c.nesterov != 0;
     }
     oc->decay_1d = c.decay_1d != 0;
-    fr_lr_kind_parse(schedules[sched], &o->lr.kind);
+    fr_lr_kind_parse(c.lr_schedule, &o->lr.kind);
     o->lr.max_lr = c.lr;
     o->lr.min_lr = c.min_lr;
     o->lr.warmup_steps = c.warmup_steps;

@@ -155,13 +155,14 @@ void fr_api_shape_info(const char *name, fr_dtype dt, int rank, const int64_t *d
     v.dtype = (fp8run_dtype)dt;
     v.rank = rank;
     v.numel = rank >= 0 ? 1 : -1;
+    int zero = 0;
     for (int d = 0; d < rank && d < FP8RUN_MAX_RANK; d++) {
         v.dims[d] = dims[d];
-        if (dims[d] < 0)
-            v.numel = -1;
-        else if (v.numel >= 0)
-            v.numel *= dims[d];
+        zero |= dims[d] == 0;
+        /* a product past int64 (hostile dims) is as unknown as a symbolic dim */
+        if (dims[d] < 0 || (v.numel >= 0 && __builtin_mul_overflow(v.numel, dims[d], &v.numel))) v.numel = -1;
     }
+    if (zero && rank >= 0) v.numel = 0; /* an empty tensor, whatever its other dims */
     memcpy(out, &v, use);
 }
 

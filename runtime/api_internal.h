@@ -98,6 +98,16 @@ const char *fr_api_meta(const fr_graph *g, const char *key);
 fp8run_status fr_api_dims(api_err *slot, const char *fn, const char *const *names, const int64_t *values, int n,
                           int64_t min_value, fr_dim_binding **out);
 
+/* ---- the options' table (runtime/api_options.c, from runtime/train_config.def) ---- */
+
+/* The defaults of every fp8run_train_config field. */
+void fr_api_config_defaults(fp8run_train_config *c);
+/* Every option's range and choices; the error names fn and the field ("config.pad_multiple"). */
+fp8run_status fr_api_config_check(api_err *slot, const char *fn, const fp8run_train_config *c);
+/* The library's static string for choice `value` of setting `name` (an option or "device"),
+ * NULL when it is not one. */
+const char *fr_api_choice(const char *name, const char *value);
+
 /* ---- configuration (runtime/api_config.c) ---- */
 
 /* A train config turned into trainer options. Strings of `o` point into the caller's config

@@ -9,6 +9,7 @@
 
 #include "runtime/api_internal.h"
 #include "runtime/cuda/cuda_probe.h"
+#include "runtime/safe_io.h"
 #include "runtime/train_internal.h"
 
 #define STATS_V1_SIZE offsetof(fp8run_step_stats, available)
@@ -565,8 +566,8 @@ FP8RUN_API fp8run_status fp8run_session_load(fp8run_session *s, const char *path
     if (ps != FP8RUN_OK) return ps;
     if (!path || !path[0]) return fr_api_error(&s->err, FP8RUN_ERR_INVALID_ARG, "%s: no path given", fn);
     /* a missing file or one that is no checkpoint is refused before anything changes */
-    FILE *f = fopen(path, "rb");
-    if (!f) return fr_api_error(&s->err, FP8RUN_ERR_IO, "%s: cannot open checkpoint '%s'", fn, path);
+    FILE *f;
+    if (fr_fopen_regular(path, "checkpoint", 0, &f, NULL) != FR_OK) return fr_api_fail(&s->err, fn, FR_ERR_IO);
     fclose(f);
     if (!fp8run_is_checkpoint(path))
         return fr_api_error(&s->err, FP8RUN_ERR_PARSE, "%s: '%s' is not an fp8run checkpoint", fn, path);

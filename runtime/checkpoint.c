@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../graph/name_map.h"
 #include "crc32c.h"
+#include "safe_io.h"
 #include "schema/checkpoint.pb-c.h"
 
 #define CKPT_MAGIC "FP8RCKPT"
@@ -31,16 +34,20 @@ struct fr_ckpt_writer {
     size_t n_entries;
 };
 
+/* The I/O the writer does, replaceable by tests (fault injection: ENOSPC, EIO, short writes). */
+ssize_t (*fr_ckpt_io_write)(int fd, const void *buf, size_t n) = write;
+int (*fr_ckpt_io_fsync)(int fd) = fsync;
+
 static fr_status write_all(fr_ckpt_writer *w, const void *data, size_t n)
 {
     const unsigned char *p = data;
     w->crc = fr_crc32c(w->crc, data, n);
     while (n) {
-        ssize_t k = write(w->fd, p, n > (1u << 30) ? (1u << 30) : n);
+        ssize_t k = fr_ckpt_io_write(w->fd, p, n > (1u << 30) ? (1u << 30) : n);
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0)
-            return fr_error(FR_ERR_IO, "writing checkpoint '%s': %s", w->tmp_path,
-                            k < 0 ? strerror(errno) : "short write");
+            return fr_error(FR_ERR_IO, "writing checkpoint '%s' failed: %s (the previous file, if any, is kept)",
+                            w->path, k < 0 ? strerror(errno) : "nothing written");
         p += k;
         n -= (size_t)k;
         w->off += (uint64_t)k;
@@ -234,8 +241,9 @@ fr_status fr_ckpt_writer_commit(fr_ckpt_writer *w)
         memcpy(tr + 24, CKPT_END, 8);
         st = write_all(w, tr, sizeof tr);
     }
-    if (st == FR_OK && fsync(w->fd) != 0)
-        st = fr_error(FR_ERR_IO, "fsync of checkpoint '%s' failed: %s", w->tmp_path, strerror(errno));
+    if (st == FR_OK && fr_ckpt_io_fsync(w->fd) != 0)
+        st = fr_error(FR_ERR_IO, "fsync of checkpoint '%s' failed: %s (the previous file, if any, is kept)", w->path,
+                      strerror(errno));
     if (close(w->fd) != 0 && st == FR_OK)
         st = fr_error(FR_ERR_IO, "closing checkpoint '%s' failed: %s", w->tmp_path, strerror(errno));
     w->fd = -1;
@@ -266,11 +274,17 @@ struct fr_ckpt {
     size_t size;
     Fp8run__CheckpointMeta *meta;
     fr_ckpt_tensor *tensors;
+    char **keys;       /* "kind\x1fname" per tensor, for `index` */
+    fr_name_map *index; /* key -> tensor: lookups stay O(1) on a file with millions of tensors */
 };
 
 void fr_ckpt_close(fr_ckpt *c)
 {
     if (!c) return;
+    if (c->keys)
+        for (size_t i = 0; i < c->meta->n_tensors; i++) free(c->keys[i]);
+    free(c->keys);
+    fr_name_map_free(c->index);
     if (c->meta) fp8run__checkpoint_meta__free_unpacked(c->meta, NULL);
     if (c->map) munmap(c->map, c->size);
     free(c->tensors);
@@ -285,6 +299,36 @@ static fr_status bad(fr_ckpt *c, const char *what)
     return st;
 }
 
+static char *tensor_key(const char *name, const char *kind)
+{
+    size_t a = strlen(kind), b = strlen(name);
+    char *k = fr_malloc(a + b + 2, "checkpoint index key");
+    if (k) {
+        memcpy(k, kind, a);
+        k[a] = '\x1f';
+        memcpy(k + a + 1, name, b + 1);
+    }
+    return k;
+}
+
+static fr_status index_tensors(fr_ckpt *c)
+{
+    size_t n = c->meta->n_tensors;
+    if (n > INT_MAX) return fr_error(FR_ERR_PARSE, "it lists %zu tensors", n);
+    c->keys = fr_calloc(n + 1, sizeof *c->keys, "checkpoint index");
+    if (!c->keys) return FR_ERR_OOM;
+    FR_TRY(fr_name_map_new(&c->index));
+    for (size_t i = 0; i < n; i++) {
+        c->keys[i] = tensor_key(c->tensors[i].name, c->tensors[i].kind);
+        if (!c->keys[i]) return FR_ERR_OOM;
+        if (fr_name_map_get(c->index, c->keys[i]) >= 0)
+            return fr_error(FR_ERR_PARSE, "tensor '%.200s' (%.100s) is listed twice", c->tensors[i].name,
+                            c->tensors[i].kind);
+        FR_TRY(fr_name_map_put(c->index, c->keys[i], (int)i));
+    }
+    return FR_OK;
+}
+
 fr_status fr_ckpt_open(const char *path, fr_ckpt **out)
 {
     *out = NULL;
@@ -295,16 +339,12 @@ fr_status fr_ckpt_open(const char *path, fr_ckpt **out)
         free(c);
         return FR_ERR_OOM;
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        fr_status st = fr_error(FR_ERR_IO, "cannot open checkpoint '%s': %s", path, strerror(errno));
-        fr_ckpt_close(c);
-        return st;
-    }
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return bad(c, "not a regular file");
+    fr_status ost = fr_open_regular(path, "checkpoint", 0, &fd, &sb);
+    if (ost != FR_OK) {
+        fr_ckpt_close(c);
+        return ost;
     }
     c->size = (size_t)sb.st_size;
     if (c->size < 16 + TRAILER_BYTES) {
@@ -362,6 +402,14 @@ fr_status fr_ckpt_open(const char *path, fr_ckpt **out)
         o->data = c->map + t->offset;
         o->nbytes = (size_t)t->nbytes;
     }
+    fr_status st = index_tensors(c);
+    if (st != FR_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", fr_last_error()); /* bad() formats into the error buffer */
+        if (st == FR_ERR_PARSE) return bad(c, msg);
+        fr_ckpt_close(c);
+        return st;
+    }
     *out = c;
     return FR_OK;
 }
@@ -375,10 +423,10 @@ const fr_ckpt_tensor *fr_ckpt_tensor_at(const fr_ckpt *c, int i)
 
 const fr_ckpt_tensor *fr_ckpt_find(const fr_ckpt *c, const char *name, const char *kind)
 {
-    for (size_t i = 0; i < c->meta->n_tensors; i++)
-        if (strcmp(c->tensors[i].name, name) == 0 && strcmp(c->tensors[i].kind, kind) == 0)
-            return &c->tensors[i];
-    return NULL;
+    char *k = tensor_key(name, kind);
+    int i = k ? fr_name_map_get(c->index, k) : -1;
+    free(k);
+    return i >= 0 ? &c->tensors[i] : NULL;
 }
 
 fr_status fr_ckpt_entry(const fr_ckpt *c, const char *key, const void **value, size_t *len)

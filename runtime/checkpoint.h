@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "../graph/tensor.h"
 
@@ -25,6 +26,9 @@ fr_status fr_ckpt_write_entry(fr_ckpt_writer *w, const char *key, const void *va
 fr_status fr_ckpt_writer_commit(fr_ckpt_writer *w);
 /* Give up: removes the temporary file and frees w. The destination is untouched. */
 void fr_ckpt_writer_abort(fr_ckpt_writer *w);
+/* The writer's write(2) and fsync(2); tests replace them to inject faults. */
+extern ssize_t (*fr_ckpt_io_write)(int fd, const void *buf, size_t n);
+extern int (*fr_ckpt_io_fsync)(int fd);
 
 typedef struct fr_ckpt_tensor {
     const char *name, *kind;

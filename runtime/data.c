@@ -1,5 +1,6 @@
 /* Token files (raw uint16/uint32, llm.c) and the batch loader (see data.h). */
 #include "runtime/data.h"
+#include "runtime/safe_io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -80,18 +81,9 @@ static fr_status check_opts(const char *path, const fr_data_opts *o)
 /* Map the file, or read it when mapping fails or is not wanted. */
 static fr_status load_file(fr_data_loader *dl)
 {
-    int fd = open(dl->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return fr_error(FR_ERR_IO, "cannot open token file '%s': %s", dl->path, strerror(errno));
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return fr_error(FR_ERR_IO, "cannot stat token file '%s': %s", dl->path, strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return fr_error(FR_ERR_IO, "token file '%s' is not a regular file", dl->path);
-    }
+    FR_TRY(fr_open_regular(dl->path, "token file", 0, &fd, &sb));
     if ((uint64_t)sb.st_size > (uint64_t)SIZE_MAX) {
         close(fd);
         return fr_error(FR_ERR_OOM, "token file '%s' (%lld bytes) does not fit the address space", dl->path,

@@ -102,6 +102,11 @@ typedef struct fr_fbs {
     int n_states;
 } fr_fbs;
 
+/* Cross-check a layer table read from `what` against graph g (node_of[i]: the node of layer i):
+ * source and weight counts match n_fused; FP8 state prefixes are non-empty, at most 1000
+ * characters, the node's own, and distinct; no layer twice. FR_ERR_PARSE naming the layer. */
+fr_status fr_fbs_check_layers(const fr_graph *g, const fr_fp8_report *r, const int *node_of, const char *what);
+
 /* 1 when g (as imported) carries the fp8run.format key. */
 int fr_fbs_is_compiled(const fr_graph *g);
 /* The batch and sequence length a compiled graph is specialized to (FR_ERR_PARSE naming the

@@ -13,6 +13,7 @@
 #include "graph/onnx_io.h"
 #include "passes/pipeline.h"
 #include "runtime/fbs.h"
+#include "runtime/option_choices.h"
 #include "runtime/trainer.h"
 
 /* ---- metadata lookup ---- */
@@ -143,10 +144,10 @@ static fr_status m_count(const meta *m, int64_t *out, const char *key)
 }
 
 static const char *const k_bool[] = {"0", "1", NULL};
-static const char *const k_prec[] = {"fp32", "bf16", "fp8", NULL};
-static const char *const k_recipe[] = {"delayed", "current", "block", NULL};
-static const char *const k_format[] = {"hybrid", "e4m3", NULL};
-static const char *const k_algo[] = {"max", "most_recent", NULL};
+static const char *const k_prec[] = {FR_CHOICES_PRECISION NULL};
+static const char *const k_recipe[] = {FR_CHOICES_RECIPE NULL};
+static const char *const k_format[] = {FR_CHOICES_FP8_FORMAT NULL};
+static const char *const k_algo[] = {FR_CHOICES_AMAX_ALGO NULL};
 static const char *const k_operand[] = {"x", "w", "dy", NULL};
 static const char *const k_fmt8[] = {"e4m3", "e5m2", NULL};
 static const char *const k_source[] = {"inline", "compiled", "fused", "tied", NULL};
@@ -608,13 +609,30 @@ fr_status fr_fbs_original(const fr_graph *file, fr_graph **original)
 
 /* ---- the report ---- */
 
+static fr_status read_layer_list(const meta *m, const fr_graph *g, fr_fp8_report *r, int64_t n,
+                                 const fr_name_map *nodes, int *node_of);
+
 static fr_status read_layers(const meta *m, const fr_graph *g, fr_fp8_report *r)
 {
     int64_t n;
     FR_TRY(m_count(m, &n, "fp8run.layers"));
     if (n == 0) return FR_OK;
     r->layers = fr_calloc((size_t)n, sizeof *r->layers, "compiled graph report");
-    if (!r->layers) return FR_ERR_OOM;
+    int *node_of = fr_calloc((size_t)n, sizeof *node_of, "compiled graph report");
+    fr_name_map *nodes = NULL; /* node name -> id: one pass, not one per layer */
+    fr_status st = r->layers && node_of ? fr_name_map_new(&nodes) : FR_ERR_OOM;
+    for (int j = 0; st == FR_OK && j < g->n_nodes; j++)
+        if (fr_name_map_get(nodes, g->nodes[j].name) < 0) st = fr_name_map_put(nodes, g->nodes[j].name, j);
+    if (st == FR_OK) st = read_layer_list(m, g, r, n, nodes, node_of);
+    if (st == FR_OK) st = fr_fbs_check_layers(g, r, node_of, m->what);
+    fr_name_map_free(nodes);
+    free(node_of);
+    return st;
+}
+
+static fr_status read_layer_list(const meta *m, const fr_graph *g, fr_fp8_report *r, int64_t n,
+                                 const fr_name_map *nodes, int *node_of)
+{
     for (int i = 0; i < n; i++) {
         fr_fp8_layer *L = &r->layers[r->n_layers++];
         const char *v;
@@ -647,9 +665,8 @@ static fr_status read_layers(const meta *m, const fr_graph *g, fr_fp8_report *r)
         FR_TRY(m_str(m, L->precision == FR_LIN_FP8, &v, "fp8run.layer.%d.state_prefix", i));
         FR_TRY(dup_to(v, &L->state_prefix));
         /* the layer is a Linear node of the graph whose weight has the recorded K x N */
-        const fr_node *nd = NULL;
-        for (int j = 0; j < g->n_nodes && !nd; j++)
-            if (strcmp(g->nodes[j].name, L->name) == 0) nd = &g->nodes[j];
+        node_of[i] = fr_name_map_get(nodes, L->name);
+        const fr_node *nd = node_of[i] >= 0 ? &g->nodes[node_of[i]] : NULL;
         if (!nd || strcmp(nd->op_type, "Linear") != 0 || strcmp(nd->domain, FR_DOMAIN_FP8RUN) != 0 || nd->n_inputs < 2)
             return bad(m, key, "no ai.fp8run::Linear node named '%s' in the graph", L->name);
         const char *prec;

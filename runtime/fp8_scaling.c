@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/option_choices.h"
+
 #include "runtime/fp8_format.h"
 
 #define FR_MAX_MARGIN 64
@@ -134,21 +136,21 @@ void fr_fp8_scaling_params_default(fr_fp8_scaling_params *p)
     p->fmt = FR_F8E4M3;
 }
 
+static const char *const k_algos[] = {FR_CHOICES_AMAX_ALGO NULL};
+_Static_assert(FR_CHOICE_COUNT(k_algos) == FR_AMAX_MOST_RECENT + 1, "FR_CHOICES_AMAX_ALGO follows fr_amax_algo");
+
 fr_status fr_amax_algo_parse(const char *s, fr_amax_algo *out)
 {
-    if (s && strcmp(s, "max") == 0) {
-        *out = FR_AMAX_MAX;
-        return FR_OK;
-    }
-    if (s && strcmp(s, "most_recent") == 0) {
-        *out = FR_AMAX_MOST_RECENT;
+    int k = fr_choice_find(k_algos, s);
+    if (k >= 0) {
+        *out = (fr_amax_algo)k;
         return FR_OK;
     }
     return fr_error(FR_ERR_INVALID_ARG, "amax algorithm '%s' is not one of: max, most_recent",
                     s ? s : "(null)");
 }
 
-const char *fr_amax_algo_name(fr_amax_algo a) { return a == FR_AMAX_MAX ? "max" : "most_recent"; }
+const char *fr_amax_algo_name(fr_amax_algo a) { return k_algos[a == FR_AMAX_MAX ? 0 : 1]; }
 
 fr_status fr_fp8_scaling_init(fr_fp8_scaling *s, const fr_fp8_scaling_params *p)
 {

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/llama_gen.h"
 #include "runtime/rng.h"
@@ -151,6 +152,26 @@ fr_status fr_llama_check(const fr_llama_config *c)
                         "llama config: dim %lld must split into %lld heads of even size, and the heads into %lld "
                         "kv_heads groups",
                         (long long)c->d, (long long)c->heads, (long long)c->kv_heads);
+    /* bounds before anything is allocated: the graph grows with the layers (~40 nodes each)
+     * and the weights with the product of the sizes (the largest Llama has 126 layers, 405e9
+     * parameters) */
+    if (c->layers > FR_LLAMA_MAX_LAYERS)
+        return fr_error(FR_ERR_INVALID_ARG, "llama config: %lld layers; at most %d", (long long)c->layers,
+                        FR_LLAMA_MAX_LAYERS);
+    double kv = (double)c->d / (double)c->heads * (double)c->kv_heads;
+    double per_layer = (double)c->d * (2.0 * (double)c->d + 2.0 * kv + 3.0 * (double)c->ffn + 2.0);
+    double params = (double)c->layers * per_layer + 2.0 * (double)c->vocab * (double)c->d + (double)c->d;
+    if (params > FR_LLAMA_MAX_PARAMS)
+        return fr_error(FR_ERR_INVALID_ARG,
+                        "llama config: %.3g parameters (%.3g GB in float32); at most %.3g are generated", params,
+                        params * 4e-9, FR_LLAMA_MAX_PARAMS);
+    /* the weights are made in host memory: more than the machine has cannot work */
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    double ram = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+    if (ram > 0 && params * 4.0 > ram)
+        return fr_error(FR_ERR_INVALID_ARG,
+                        "llama config: %.3g parameters need %.3g GB in float32, more than this machine's %.3g GB of "
+                        "memory", params, params * 4e-9, ram * 1e-9);
     return FR_OK;
 }
 

@@ -24,8 +24,13 @@ typedef struct fr_llama_config {
     uint64_t seed;
 } fr_llama_config;
 
+/* Bounds on a generated model, checked before anything is allocated. */
+#define FR_LLAMA_MAX_LAYERS 4096
+#define FR_LLAMA_MAX_PARAMS 1e12
+
 /* Check the sizes: FR_ERR_INVALID_ARG naming the first inconsistent one (all >= 1, d split
- * into `heads` heads of even size, heads into kv_heads groups). */
+ * into `heads` heads of even size, heads into kv_heads groups, at most FR_LLAMA_MAX_LAYERS
+ * layers and FR_LLAMA_MAX_PARAMS parameters). */
 fr_status fr_llama_check(const fr_llama_config *c);
 /* Build the graph (checked first). */
 fr_status fr_llama_generate(const fr_llama_config *c, fr_graph **out);

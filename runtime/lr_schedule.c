@@ -4,6 +4,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "runtime/option_choices.h"
+
 static const double pi = 3.14159265358979323846;
 
 fr_status fr_lr_schedule_check(const fr_lr_schedule *s)
@@ -41,15 +43,16 @@ double fr_lr_at(const fr_lr_schedule *s, int64_t step)
     return s->min_lr + 0.5 * (1.0 + cos(pi * r)) * (s->max_lr - s->min_lr);
 }
 
-static const char *const names[] = {"constant", "warmup_constant", "cosine"};
+static const char *const names[] = {FR_CHOICES_LR_SCHEDULE NULL};
+_Static_assert(FR_CHOICE_COUNT(names) == FR_LR_COSINE + 1, "FR_CHOICES_LR_SCHEDULE follows fr_lr_kind");
 
 fr_status fr_lr_kind_parse(const char *text, fr_lr_kind *out)
 {
-    for (int k = 0; text && k < 3; k++)
-        if (strcmp(text, names[k]) == 0) {
-            *out = (fr_lr_kind)k;
-            return FR_OK;
-        }
+    int k = fr_choice_find(names, text);
+    if (k >= 0) {
+        *out = (fr_lr_kind)k;
+        return FR_OK;
+    }
     return fr_error(FR_ERR_INVALID_ARG,
                     "unknown learning-rate schedule '%s' (expected constant, warmup_constant or cosine)",
                     text ? text : "(null)");

@@ -3,6 +3,7 @@
  * parsed here by a small recursive-descent reader that accepts exactly what NumPy accepts:
  * the three keys, each once. */
 #include "npy.h"
+#include "safe_io.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -121,6 +122,11 @@ static fr_status parse_header(const char *text, size_t len, const char *what, fr
     hparse h = {text, text + len, what};
     int have_descr = 0, have_order = 0, have_shape = 0, fortran = 0;
     char descr[64] = "";
+    /* the header is ASCII text (NumPy writes nothing else): a NUL would end it early for any
+     * reader that takes it as a C string, so two readers could see two different arrays */
+    if (memchr(text, '\0', len))
+        return fr_error(FR_ERR_PARSE, "'%s': the .npy header holds a NUL byte (at offset %zu of the header)", what,
+                        (size_t)((const char *)memchr(text, '\0', len) - text));
     if (!accept(&h, '{')) return bad_header(&h, "expected '{'");
     for (;;) {
         if (accept(&h, '}')) break;
@@ -278,18 +284,14 @@ fr_status fr_npy_load(const char *path, fr_tensor **out)
     *out = NULL;
     if (!host_little_endian())
         return fr_error(FR_ERR_UNSUPPORTED, "'%s': .npy I/O needs a little-endian host", path);
-    FILE *f = fopen(path, "rb");
-    if (!f) return fr_error(FR_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    FILE *f;
+    struct stat sb;
+    FR_TRY(fr_fopen_regular(path, ".npy file", 0, &f, &sb));
     fr_status st = FR_OK;
     char *text = NULL;
     fr_tensor *t = NULL;
-    struct stat sb;
     unsigned char pre[12];
     size_t prefix, hlen;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        st = fr_error(FR_ERR_IO, "'%s' is not a regular file", path);
-        goto done;
-    }
     size_t fsize = (size_t)sb.st_size;
     size_t got = fread(pre, 1, fsize < 12 ? fsize : 12, f);
     st = parse_prefix(pre, got, path, &prefix, &hlen);

@@ -51,8 +51,10 @@ static fr_status check_config(const fr_opt_config *c)
             return fr_error(FR_ERR_INVALID_ARG, "AdamW: beta1 %g must be in [0, 1)", c->beta1);
         if (!(c->beta2 >= 0 && c->beta2 < 1))
             return fr_error(FR_ERR_INVALID_ARG, "AdamW: beta2 %g must be in [0, 1)", c->beta2);
-        if (!isfinite(c->eps) || c->eps < 0)
-            return fr_error(FR_ERR_INVALID_ARG, "AdamW: eps %g must be finite and >= 0", c->eps);
+        /* eps keeps the update's denominator away from 0 (in float32, as the kernels use it):
+         * 0 divides a parameter whose gradient stayed 0 by 0 and trains NaN into it */
+        if (!isfinite(c->eps) || !((float)c->eps > 0))
+            return fr_error(FR_ERR_INVALID_ARG, "AdamW: eps %g must be finite and > 0 (also as a float32)", c->eps);
     } else {
         if (!isfinite(c->momentum) || c->momentum < 0)
             return fr_error(FR_ERR_INVALID_ARG, "SGD: momentum %g must be finite and >= 0",

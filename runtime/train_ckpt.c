@@ -22,6 +22,11 @@
 #include "runtime/train_internal.h"
 
 #define TR_CKPT_FORMAT "fp8run-trainer-1"
+/* Counters past these are no run's: a CRC-valid file holding them was crafted, and taking them
+ * would overflow the counters as training goes on (2^48 steps of one token each is 9 years
+ * at a billion steps per second). */
+#define TR_MAX_STEP ((int64_t)1 << 48)
+#define TR_MAX_BAD_IN_ROW ((int64_t)1 << 30)
 
 static fr_status put_entry_text(fr_ckpt_writer *w, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -258,7 +263,7 @@ static fr_status load_scaling(fr_trainer *t, const fr_ckpt *c)
         memcpy(buf, v, len);
         buf[len] = '\0';
         long long p = -1, u = -1;
-        if (sscanf(buf, "%lld %lld", &p, &u) != 2 || p < 0 || p >= n || u < 0)
+        if (sscanf(buf, "%lld %lld", &p, &u) != 2 || p < 0 || p >= n || u < 0 || u > TR_MAX_STEP)
             return fr_error(FR_ERR_PARSE, "checkpoint '%s': entry '%s' is malformed ('%s')", fr_ckpt_path(c), key, buf);
         pos = p;
         updates = u;
@@ -302,6 +307,11 @@ fr_status fr_trainer_load(fr_trainer *t, const char *path, void **data_state, si
     if (st == FR_OK) st = entry_i64(c, "optim.step", &ostep);
     if (st == FR_OK && (step < 0 || skipped < 0 || bad < 0 || ostep < 0 || ostep > step))
         st = fr_error(FR_ERR_PARSE, "checkpoint '%s': inconsistent step counters", path);
+    else if (st == FR_OK && (step > TR_MAX_STEP || skipped > step || bad > skipped || bad > TR_MAX_BAD_IN_ROW))
+        st = fr_error(FR_ERR_PARSE,
+                      "checkpoint '%s': impossible step counters (step %" PRId64 ", %" PRId64 " skipped, %" PRId64
+                      " bad in a row; at most %" PRId64 " steps, skipped <= step, bad in a row <= skipped)",
+                      path, step, skipped, bad, TR_MAX_STEP);
     if (st == FR_OK && t->optim) st = fr_optimizer_set_step_count(t->optim, ostep);
     if (st == FR_OK) {
         const void *v;
@@ -354,6 +364,24 @@ static fr_status apply_to_slice(fr_graph *g, const fr_fp8_fused *fs, int nf, con
     return FR_OK;
 }
 
+/* Every parameter with optimizer state was trained, so its weights must be there too: without
+ * them the model's initial value would pass for the trained one. */
+static fr_status check_params_present(const fr_ckpt *c)
+{
+    for (int i = 0; i < fr_ckpt_tensor_count(c); i++) {
+        const fr_ckpt_tensor *ct = fr_ckpt_tensor_at(c, i);
+        if (strcmp(ct->kind, "param") == 0 || strcmp(ct->kind, "amax_history") == 0 ||
+            strcmp(ct->kind, "fp8_scale") == 0)
+            continue;
+        if (!fr_ckpt_find(c, ct->name, "param"))
+            return fr_error(FR_ERR_PARSE,
+                            "checkpoint '%s' holds optimizer state '%s' of parameter '%s' but not the parameter's "
+                            "weights (the file is incomplete)",
+                            fr_ckpt_path(c), ct->kind, ct->name);
+    }
+    return FR_OK;
+}
+
 fr_status fr_train_apply_weights(fr_graph *g, const char *ckpt_path, int *n_applied)
 {
     fr_ckpt *c;
@@ -367,6 +395,7 @@ fr_status fr_train_apply_weights(fr_graph *g, const char *ckpt_path, int *n_appl
         fr_fbs_fused_free(fs, nf);
         return st;
     }
+    st = check_params_present(c);
     for (int i = 0; st == FR_OK && i < fr_ckpt_tensor_count(c); i++) {
         const fr_ckpt_tensor *ct = fr_ckpt_tensor_at(c, i);
         if (strcmp(ct->kind, "param") != 0) continue;

@@ -8,6 +8,7 @@
 
 #include "runtime/fbs.h"
 #include "runtime/fp8_format.h"
+#include "runtime/option_choices.h"
 #include "runtime/cuda/cuda_probe.h"
 #include "runtime/train_internal.h"
 #ifdef FP8RUN_HAVE_CUDA
@@ -42,10 +43,11 @@ void fr_train_options_default(fr_train_options *o)
  * error (never a silent fallback). */
 static fr_status resolve_device(fr_trainer *t, const char *device)
 {
+    static const char *const devices[] = {FR_CHOICES_DEVICE NULL};
     int n = 0;
-    if (strcmp(device, "cpu") == 0) return FR_OK;
-    if (strcmp(device, "cuda") != 0 && strcmp(device, "auto") != 0)
+    if (fr_choice_find(devices, device) < 0)
         return fr_error(FR_ERR_INVALID_ARG, "device '%s': use cpu, cuda or auto", device);
+    if (strcmp(device, "cpu") == 0) return FR_OK;
     fr_status st = fr_cuda_device_count(&n);
     if (st == FR_OK && n > 0) {
         t->use_cuda = 1;

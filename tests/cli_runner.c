@@ -9,6 +9,7 @@
 
 char cli_tmp[512];
 char *cli_out, *cli_err;
+const char *cli_wrap = "";
 static char last_args[4000]; /* for cli_show */
 
 char *cli_slurp(const char *path, size_t *len)
@@ -36,8 +37,8 @@ int cli_run(const char *fmt, ...)
     va_end(ap);
     free(cli_out);
     free(cli_err);
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s >'%s/stdout' 2>'%s/stderr' </dev/null", cli_tmp, FR_CLI, last_args,
-             cli_tmp, cli_tmp);
+    snprintf(cmd, sizeof cmd, "cd '%s' && %s '%s' %s >'%s/stdout' 2>'%s/stderr' </dev/null", cli_tmp, cli_wrap, FR_CLI,
+             last_args, cli_tmp, cli_tmp);
     int st = system(cmd);
     snprintf(p, sizeof p, "%s/stdout", cli_tmp);
     cli_out = cli_slurp(p, NULL);
@@ -50,6 +51,15 @@ void cli_show(int rc)
 {
     fprintf(stderr, "\n  fp8run %s -> %d\n  stdout: %.3000s\n  stderr: %.3000s\n", last_args, rc,
             cli_out ? cli_out : "", cli_err ? cli_err : "");
+}
+
+const char *cli_path(const char *name)
+{
+    static char buf[8][700];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", cli_tmp, name);
+    return buf[k];
 }
 
 int cli_suite_init(void)

@@ -9,6 +9,9 @@
 
 extern char cli_tmp[512];         /* the working folder (cli_suite_init) */
 extern char *cli_out, *cli_err;   /* the last command's stdout and stderr */
+/* Put before the program on the command line (default ""): e.g. "timeout -k 2 20", so that a
+ * command that hangs ends with exit 124 instead of hanging the test. */
+extern const char *cli_wrap;
 
 /* Run `fp8run ARGS` (printf-style, shell-quoted by the caller) in cli_tmp, stdin /dev/null;
  * returns its exit code (-1 when it did not exit normally). */
@@ -17,6 +20,8 @@ int cli_run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void cli_show(int rc);
 /* The whole file as a NUL-terminated string (malloc'ed; "" when unreadable); *len may be NULL. */
 char *cli_slurp(const char *path, size_t *len);
+/* cli_tmp "/" name (one of 8 rotating buffers). */
+const char *cli_path(const char *name);
 /* losses[step-1] from the step records of a `fp8run train --log` JSONL file (each checked for
  * lr, grad_norm and tokens_per_s); returns the number of step records and counts validation
  * records in *val_records. Skipped steps are counted in *skipped, or, when skipped is NULL,

@@ -39,6 +39,8 @@ int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(print
  * a usage error) when the value is missing; 0 when argv[*i] is another argument. */
 int cli_option(int argc, char **argv, int *i, const char *cmd, const char *name, const char **value);
 int cli_is_help(const char *arg);
+/* An integer option's value >= min into *out; a usage error (returned) otherwise. */
+int cli_int64(const char *cmd, const char *opt, const char *text, int64_t min, int64_t *out);
 
 /* A growing list of --dim bindings, as the API's configs take them (parallel arrays; the
  * names are owned). */
@@ -61,8 +63,32 @@ const char *cli_dims_text(int rank, const int64_t *dims, char *buf, size_t len);
 /* A graph value's shape with its symbolic dims: "[batch, seq=8, 768]" ("?" for an unknown
  * unnamed dim, "(no shape)" for an unknown rank) into buf. */
 const char *cli_shape_text(const fp8run_value_info *v, char *buf, size_t len);
-/* mkdir -p; a failure is reported (CLI_EXIT_FAIL). */
+/* mkdir -p; a failure (or an empty name) is reported (CLI_EXIT_FAIL). */
 int cli_make_dirs(const char *dir);
+/* A relative path without a ".." component (a path read from a file may name only these). */
+int cli_path_is_below(const char *p);
+
+/* tools/cli_options.c: the training options (the library's table of fp8run_train_config). */
+/* Which entries a command was given, by table index. */
+typedef struct cli_given {
+    unsigned char set[128];
+} cli_given;
+/* When argv[*i] is the flag of an option `command` (FP8RUN_OPTION_TRAIN, ...) takes: set it in c
+ * (fp8run_train_config_set), mark it in given (may be NULL) and return 1 with *rc 0 or
+ * CLI_EXIT_USAGE (message printed); 0 when argv[*i] is another argument. */
+int cli_config_option(const char *cmd, unsigned command, int argc, char **argv, int *i, fp8run_train_config *c,
+                      cli_given *given, int *rc);
+/* Was option `name` (field or flag) given? */
+int cli_config_given(const cli_given *given, const char *name);
+/* Is arg (--flag or --flag=V) an option a compiled graph fixes? */
+int cli_config_fixed_flag(const char *arg);
+/* The help lines of the options `command` takes, their defaults read from c, except for the
+ * fields in no_default (NULL-terminated, may be NULL): those the command requires or derives. */
+void cli_config_help(FILE *f, unsigned command, const fp8run_train_config *c, const char *const *no_default);
+/* {"batch", "seq_len", NULL}: what compile, bench and eval require (no default in their help). */
+extern const char *const cli_shape_options[];
+/* Parse a choice: *out = its index, or a usage error "OPT: 'TEXT' is not one of ..." (returned). */
+int cli_choice(const char *cmd, const char *opt, const char *text, const char *const *choices, int *out);
 
 /* tools/cli_dist.c: data-parallel training. Reads the torchrun-style environment into o
  * (world_size, rank, local_rank); *launcher = 1 when this process should start `gpus` ranks
@@ -73,26 +99,12 @@ int cli_dist_launch(int gpus);
 /* tools/cli_compile.c */
 int cli_compile(int argc, char **argv);
 void cli_compile_help(FILE *f);
-/* The FP8 recipe options (--precision, --recipe, --fp8-format, --bf16-boundary, --fp8-exclude,
- * --no-fuse, --pad-multiple, --amax-history, --amax-algo, --fp8-margin, --fp8-interval) into
- * c. Returns 1 when argv[*i] was one of them (*rc set: 0 or a usage exit code). */
-int cli_recipe_option(const char *cmd, int argc, char **argv, int *i, fp8run_train_config *c, int *rc);
-/* The recipe options plus --batch, --seq, --dim, --tokens-input, --logits-output,
- * --loss-output, --train, --freeze (compile and info). */
-int cli_compile_parse(const char *cmd, int argc, char **argv, int *i, fp8run_train_config *c, cli_dims *dims,
-                      int64_t *batch, int64_t *seq, int *rc);
-#define CLI_RECIPE_HELP                                                                              \
-    "  --precision fp8|bf16    (default fp8)\n"                                                      \
-    "  --recipe delayed|current|block  FP8 scaling (default delayed)\n"                              \
-    "  --fp8-format hybrid|e4m3    (default hybrid: E4M3 forward, E5M2 gradients)\n"                 \
-    "  --bf16-boundary N       Linear groups kept in BF16 at each end (default 1)\n"                 \
-    "  --fp8-exclude REGEX     Linears whose weight or node name matches stay BF16\n"                \
-    "  --no-fuse               do not fuse Linears that share their input (Q/K/V, gate/up)\n"       \
-    "  --no-fuse-attention     keep attention and RoPE unfused (MatMul, Softmax, MatMul; default: one fused node each)\n" \
-    "  --no-fuse-swiglu        keep the SwiGLU activation unfused (Sigmoid, Mul, Mul; default: one fused node)\n" \
-    "  --pad-multiple N        FP8 GEMM dims padded to multiples of N (default 16)\n"               \
-    "  --amax-history N --amax-algo max|most_recent --fp8-margin M --fp8-interval K\n"             \
-    "                          delayed scaling (default 1024, max, 0, 1)\n"
+/* compile's and info's defaults: the library's, with precision fp8. */
+void cli_compile_defaults(fp8run_train_config *o);
+/* The options compile and info take (the training options marked for `command`, and --dim)
+ * into c and dims. Returns 1 when argv[*i] was one of them (*rc set: 0 or a usage exit code). */
+int cli_compile_parse(const char *cmd, unsigned command, int argc, char **argv, int *i, fp8run_train_config *c,
+                      cli_dims *dims, cli_given *given, int *rc);
 
 int cli_info(int argc, char **argv);
 void cli_info_help(FILE *f);

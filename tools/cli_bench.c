@@ -23,8 +23,18 @@
 
 #include "cli.h"
 
+/* bench's defaults: a short run that times steps rather than trains. */
+static void bench_defaults(fp8run_train_config *o)
+{
+    fp8run_train_config_init(o, sizeof *o);
+    o->grad_clip = 1.0;
+    o->lr = 1e-4;
+}
+
 void cli_bench_help(FILE *f)
 {
+    fp8run_train_config o;
+    bench_defaults(&o);
     fprintf(f,
             "usage: fp8run bench MODEL --batch B --seq T [options]\n"
             "\n"
@@ -32,19 +42,17 @@ void cli_bench_help(FILE *f)
             "time, tokens/s, model FLOP utilization (vs the GPU's dense BF16 peak) and memory.\n"
             "\n"
             "options:\n"
-            "  --batch B --seq T       micro-batch size and sequence length (required)\n"
-            "  --precision fp32|bf16|fp8   (default fp32); --recipe delayed|current|block\n"
             "  --device auto|cuda|cpu  (default auto)\n"
             "  --warmup N              untimed steps first (default 3)\n"
             "  --steps N               timed steps (default 10)\n"
             "  --sync                  wait for every step's result (as an API caller doing\n"
             "                          fp8run_session_train_step); default: steps queued ahead,\n"
             "                          the time is the timed steps' wall time / N\n"
-            "  --no-fuse-attention     keep attention and RoPE unfused (to measure the fusion)\n"
-            "  --no-fuse-swiglu        keep the SwiGLU activation unfused\n"
             "  --json FILE             also write the results as JSON\n"
             "  --dim NAME=VALUE        fix another symbolic dimension (repeatable)\n"
-            "  -h, --help              show this help\n");
+            "  -h, --help              show this help\n"
+            "training options (--batch and --seq required; the fusions off to measure them):\n");
+    cli_config_help(f, FP8RUN_OPTION_BENCH, &o, cli_shape_options);
 }
 
 static double now_s(void)
@@ -132,10 +140,13 @@ static int poll_one(fp8run_session *t, int *skipped, double *loss0, double *loss
 
 int cli_bench(int argc, char **argv)
 {
-    const char *model = NULL, *json = NULL, *precision = "fp32", *recipe = NULL, *device = "auto";
-    int64_t batch = 0, seq = 0, warmup = 3, steps = 10;
+    const char *model = NULL, *json = NULL, *device = "auto";
+    int64_t warmup = 3, steps = 10;
     cli_dims dims = {0};
-    int rc = 0, sync = 0, fuse_attention = 1, fuse_swiglu = 1;
+    cli_given given = {{0}};
+    fp8run_train_config o;
+    bench_defaults(&o);
+    int rc = 0, sync = 0, k;
     for (int i = 1; i < argc && rc == 0; i++) {
         const char *v;
         int m;
@@ -143,59 +154,28 @@ int cli_bench(int argc, char **argv)
             sync = 1;
             continue;
         }
-        if (strcmp(argv[i], "--no-fuse-attention") == 0) {
-            fuse_attention = 0;
-            continue;
-        }
-        if (strcmp(argv[i], "--no-fuse-swiglu") == 0) {
-            fuse_swiglu = 0;
-            continue;
-        }
+        if (cli_config_option("bench", FP8RUN_OPTION_BENCH, argc, argv, &i, &o, &given, &rc)) continue;
         if (cli_is_help(argv[i])) {
             cli_bench_help(stdout);
             cli_dims_free(&dims);
             return 0;
         }
 #define OPT(name) ((m = cli_option(argc, argv, &i, "bench", name, &v)) != 0)
-#define NUM(var, min)                                                                          \
-    do {                                                                                       \
-        char *end;                                                                             \
-        errno = 0;                                                                             \
-        long long x = strtoll(v, &end, 10);                                                    \
-        if (errno || !v[0] || *end || x < (min))                                               \
-            rc = cli_usage("bench", "%s: '%s' is not an integer >= %d", argv[i - 1], v, (min)); \
-        else                                                                                   \
-            var = x;                                                                           \
-    } while (0)
-        if (OPT("--batch")) { if (m < 0) rc = CLI_EXIT_USAGE; else NUM(batch, 1); }
-        else if (OPT("--seq")) { if (m < 0) rc = CLI_EXIT_USAGE; else NUM(seq, 1); }
-        else if (OPT("--warmup")) { if (m < 0) rc = CLI_EXIT_USAGE; else NUM(warmup, 0); }
-        else if (OPT("--steps")) { if (m < 0) rc = CLI_EXIT_USAGE; else NUM(steps, 1); }
-        else if (OPT("--precision")) {
+        if (OPT("--warmup")) rc = m < 0 ? CLI_EXIT_USAGE : cli_int64("bench", "--warmup", v, 0, &warmup);
+        else if (OPT("--steps")) rc = m < 0 ? CLI_EXIT_USAGE : cli_int64("bench", "--steps", v, 1, &steps);
+        else if (OPT("--device")) {
             if (m < 0) rc = CLI_EXIT_USAGE;
-            else if (strcmp(v, "fp32") && strcmp(v, "bf16") && strcmp(v, "fp8"))
-                rc = cli_usage("bench", "--precision: '%s' is not one of fp32, bf16, fp8", v);
-            else precision = v;
-        } else if (OPT("--recipe")) {
-            if (m < 0) rc = CLI_EXIT_USAGE;
-            else if (strcmp(v, "delayed") && strcmp(v, "current") && strcmp(v, "block"))
-                rc = cli_usage("bench", "--recipe: '%s' is not one of delayed, current, block", v);
-            else recipe = v;
-        } else if (OPT("--device")) {
-            if (m < 0) rc = CLI_EXIT_USAGE;
-            else if (strcmp(v, "auto") && strcmp(v, "cuda") && strcmp(v, "cpu"))
-                rc = cli_usage("bench", "--device: '%s' is not one of auto, cuda, cpu", v);
-            else device = v;
+            else if ((rc = cli_choice("bench", "--device", v, fp8run_choices("device"), &k)) == 0) device = v;
         } else if (OPT("--json")) { if (m < 0) rc = CLI_EXIT_USAGE; else json = v; }
         else if (OPT("--dim")) { rc = m < 0 ? CLI_EXIT_USAGE : cli_dims_add(&dims, "bench", v); }
         else if (argv[i][0] == '-' && argv[i][1]) rc = cli_usage("bench", "unknown option '%s'", argv[i]);
         else if (model) rc = cli_usage("bench", "only one MODEL may be given");
         else model = argv[i];
-#undef NUM
 #undef OPT
     }
     if (rc == 0 && !model) rc = cli_usage("bench", "no MODEL given");
-    if (rc == 0 && (!batch || !seq)) rc = cli_usage("bench", "--batch B and --seq T are required");
+    if (rc == 0 && (!cli_config_given(&given, "batch") || !cli_config_given(&given, "seq_len")))
+        rc = cli_usage("bench", "--batch B and --seq T are required");
     if (rc) {
         cli_dims_free(&dims);
         return rc;
@@ -206,19 +186,11 @@ int cli_bench(int argc, char **argv)
         cli_dims_free(&dims);
         return cli_fail_status();
     }
-    fp8run_train_config o;
-    fp8run_train_config_init(&o, sizeof o);
-    o.batch = batch;
-    o.seq_len = seq;
-    o.precision = precision;
-    if (recipe) o.recipe = recipe;
+    const int64_t batch = o.batch, seq = o.seq_len;
+    const char *precision = o.precision, *recipe = cli_config_given(&given, "recipe") ? o.recipe : NULL;
     o.dim_names = dims.names;
     o.dim_values = dims.values;
     o.n_dims = dims.n;
-    o.grad_clip = 1.0;
-    o.lr = 1e-4;
-    o.fuse_attention = fuse_attention;
-    o.fuse_swiglu = fuse_swiglu;
     o.max_bad_steps = (int)(warmup + steps); /* timing, not training: a skipped step still counts */
     fprintf(stderr, "bench: building %s (%s, batch %lld x seq %lld)...\n", model, precision, (long long)batch,
             (long long)seq);

@@ -6,8 +6,17 @@
 
 #include "cli.h"
 
+/* info's defaults: compile's, and a 1 x 16 shape for the Linear analysis. */
+static void info_defaults(fp8run_train_config *o)
+{
+    cli_compile_defaults(o);
+    o->seq_len = 16;
+}
+
 void cli_info_help(FILE *f)
 {
+    fp8run_train_config o;
+    info_defaults(&o);
     fprintf(f,
             "usage: fp8run info MODEL|COMPILED.fbs [--dim NAME=VALUE ...] [recipe options]\n"
             "\n"
@@ -31,10 +40,9 @@ void cli_info_help(FILE *f)
             "\n"
             "options:\n"
             "  --dim NAME=VALUE        fix the symbolic dimension NAME (repeatable)\n"
-            "  --batch B --seq T       the shape the Linear analysis prepares for (default 1 x 16)\n"
-            "  --tokens-input NAME --logits-output NAME --loss-output NAME --train RE --freeze RE\n"
-            CLI_RECIPE_HELP
-            "  -h, --help              show this help\n");
+            "  -h, --help              show this help\n"
+            "training options (--batch/--seq: the shape the Linear analysis prepares for):\n");
+    cli_config_help(f, FP8RUN_OPTION_INFO, &o, NULL);
 }
 
 /* The op histogram, most frequent first. */
@@ -263,9 +271,8 @@ int cli_info(int argc, char **argv)
     const char *model = NULL;
     cli_dims dims = {0};
     fp8run_train_config o;
-    fp8run_train_config_init(&o, sizeof o);
-    o.precision = "fp8";
-    int64_t batch = 0, seq = 0;
+    info_defaults(&o);
+    cli_given given = {{0}};
     int rc = 0;
     for (int i = 1; i < argc && rc == 0; i++) {
         if (cli_is_help(argv[i])) {
@@ -273,7 +280,7 @@ int cli_info(int argc, char **argv)
             cli_dims_free(&dims);
             return 0;
         }
-        if (cli_compile_parse("info", argc, argv, &i, &o, &dims, &batch, &seq, &rc)) continue;
+        if (cli_compile_parse("info", FP8RUN_OPTION_INFO, argc, argv, &i, &o, &dims, &given, &rc)) continue;
         if (argv[i][0] == '-' && argv[i][1])
             rc = cli_usage("info", "unknown option '%s'", argv[i]);
         else if (model)
@@ -316,7 +323,8 @@ int cli_info(int argc, char **argv)
         o.dim_names = dims.names;
         o.dim_values = dims.values;
         o.n_dims = dims.n;
-        rc = print_linears_onnx(m, &o, batch, seq);
+        rc = print_linears_onnx(m, &o, cli_config_given(&given, "batch") ? o.batch : 0,
+                                cli_config_given(&given, "seq_len") ? o.seq_len : 0);
     }
 
     char open[512] = "";

@@ -11,13 +11,66 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_ckpt_dir.h"
 
 #define CLI_EXIT_INTERRUPTED 130
 #define CKPT_PATTERN "step_%08lld.ckpt"
 
 /* ---------------------------------------------------------------------------------------- */
+/* arguments shared by the commands                                                          */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef struct train_args {
+    const char *model, *data, *val, *log, *ckpt_dir, *export_path, *model_opt, *out;
+    int64_t steps, batch, seq, val_every, val_batches, log_every, ckpt_every, ckpt_keep, batches;
+    int have_steps, have_batch, have_seq, have_val_batches, resume;
+    fp8run_data_order order;
+    fp8run_dtype token_dtype;
+    fp8run_train_config o;
+    unsigned command;       /* FP8RUN_OPTION_TRAIN or FP8RUN_OPTION_EVAL: the options it takes */
+    cli_given given;        /* which of them were given */
+    const char *device;     /* --device */
+    cli_dims dims;
+    int64_t log_fp8;        /* --log-fp8 N: FP8 statistics every N steps (0: off) */
+    const char *recipe_opt; /* the first precision/recipe option given (refused with a .fbs) */
+    const char *init_from;  /* --init-from DIR|FILE (safetensors) */
+    int gpus;               /* --gpus N (0: not given) */
+} train_args;
+
+static const char *const k_dtypes[] = {"uint8", "uint16", "uint32", NULL};
+static const fp8run_dtype k_dtype_of[] = {FP8RUN_DTYPE_UINT8, FP8RUN_DTYPE_UINT16, FP8RUN_DTYPE_UINT32};
+static const char *const k_orders[] = {"random", "sequential", NULL};
+
+/* Options whose default the help does not print: required, or derived by train. */
+static const char *const k_train_derived[] = {"batch", "seq_len", "lr", "lr_schedule", NULL};
+
+static void args_init(train_args *a, unsigned command)
+{
+    memset(a, 0, sizeof *a);
+    fp8run_train_config_init(&a->o, sizeof a->o);
+    a->o.grad_clip = 1.0; /* the command's default; the API's is 0 (off) */
+    a->command = command;
+    a->device = "auto"; /* the GPU when one is usable; the CPU otherwise (and it says which) */
+    a->val_batches = 20;
+    a->log_every = 10;
+    a->ckpt_keep = 3;
+    a->order = FP8RUN_DATA_RANDOM;
+    a->token_dtype = FP8RUN_DTYPE_UINT16;
+}
+
+/* ---------------------------------------------------------------------------------------- */
 /* help                                                                                      */
 /* ---------------------------------------------------------------------------------------- */
+
+/* --help, then the training options of the command with its defaults. */
+static void options_help(FILE *f, unsigned command, const char *required, const char *const *no_default)
+{
+    train_args a;
+    args_init(&a, command);
+    fprintf(f, "  -h, --help              show this help\n"
+               "training options (%s required for an ONNX model):\n", required);
+    cli_config_help(f, command, &a.o, no_default);
+}
 
 void cli_train_help(FILE *f)
 {
@@ -43,51 +96,18 @@ void cli_train_help(FILE *f)
             "  --val-every N           validate every N steps (default: after the last step)\n"
             "  --val-batches N         batches per validation (default 20, fewer if the file is\n"
             "                          smaller; 0 = the whole file)\n"
-            "schedule and optimizer:\n"
+            "run:\n"
             "  --steps N               total steps (a resumed run continues up to N)\n"
-            "  --batch B --seq T       windows per micro-batch and tokens per window\n"
-            "  --grad-accum K          micro-batches per step (default 1)\n"
-            "  --lr LR                 peak learning rate\n"
-            "  --warmup N              linear warmup steps (default 0)\n"
-            "  --min-lr LR             cosine decay to LR over the steps after warmup\n"
-            "  --schedule constant|warmup_constant|cosine  (default: cosine with --min-lr,\n"
-            "                          warmup_constant with --warmup, else constant)\n"
-            "  --optimizer adamw|sgd   (default adamw)\n"
-            "  --weight-decay W        (default 0.01 AdamW, 0 SGD; only on parameters of rank >= 2)\n"
-            "  --beta1 B1 --beta2 B2 --eps E  AdamW (default 0.9, 0.999, 1e-8)\n"
-            "  --momentum M            SGD momentum (default 0)\n"
-            "  --grad-clip C           clip the global gradient norm to C (default 1; 0 = off)\n"
-            "  --seed S                data order and the trainer's generator (default 0)\n"
-            "  --max-bad-steps N       non-finite steps in a row before stopping (default 10)\n"
-            "model:\n"
-            "  --train REGEX           train only parameters whose name matches\n"
-            "  --freeze REGEX          do not train parameters whose name matches\n"
-            "  --loss-output NAME      the model computes its own scalar loss\n"
-            "  --logits-output NAME    logits (default: the first float output of rank >= 2)\n"
-            "  --tokens-input NAME     token ids input (default: the first int64/int32 input)\n"
-            "  --ignore-index N        labels that do not count (default -100)\n"
-            "  --dim NAME=VALUE        fix another symbolic dimension (repeatable)\n"
             "  --init-from DIR|FILE    start from a safetensors checkpoint (Hugging Face: a folder with\n"
             "                          model.safetensors or its sharded index, or one file), matched by\n"
             "                          parameter name; lists missing and unexpected names; a shape\n"
             "                          mismatch is an error (not used when --resume finds a checkpoint;\n"
             "                          trained parameters only: --freeze'd ones keep the model's values)\n"
-            "precision:\n"
-            "  --precision fp32|bf16|fp8   (default fp32)\n"
             "  --device auto|cuda|cpu  where to train (default auto: the GPU when one is usable)\n"
-            "  --recipe delayed|current|block  FP8 scaling (default delayed)\n"
-            "  --fp8-format hybrid|e4m3    (default hybrid: E4M3 forward, E5M2 gradients)\n"
-            "  --amax-history N --amax-algo max|most_recent --fp8-margin M --fp8-interval K\n"
-            "  --bf16-boundary N       Linear groups kept in BF16 at each end (default 1)\n"
-            "  --no-fuse               do not fuse Linears that share their input (Q/K/V, gate/up)\n"
-            "  --no-fuse-attention     keep attention and RoPE unfused (MatMul, Softmax, MatMul; default: one fused node each)\n"
-            "  --no-fuse-swiglu        keep the SwiGLU activation unfused (Sigmoid, Mul, Mul; default: one fused node)\n"
-            "  --pad-multiple N        FP8 GEMM dims padded to multiples of N (default 16)\n"
+            "  --dim NAME=VALUE        fix another symbolic dimension (repeatable)\n"
             "data parallel (NCCL, loaded at run time):\n"
             "  --gpus N                one process per GPU, each B windows of a global batch of N*B; also\n"
             "                          runs under a launcher setting RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT\n"
-            "  --shard-optimizer       ZeRO-1: the optimizer state is sharded across the ranks\n"
-            "  --fp8-exclude REGEX     Linears whose weight or node name matches stay BF16\n"
             "output:\n"
             "  --log FILE.jsonl        one JSON record per step and per validation\n"
             "  --log-every N           read the loss back and print progress every N steps\n"
@@ -99,10 +119,9 @@ void cli_train_help(FILE *f)
             "  --ckpt-every N          also every N steps\n"
             "  --ckpt-keep N           keep the newest N checkpoints (default 3; 0 = all)\n"
             "  --resume                continue from the newest valid checkpoint in --ckpt-dir\n"
-            "  --export OUT.onnx       write the trained model (original graph and names)\n"
-            "  -h, --help              show this help\n"
-            "\n"
-            "Ctrl-C finishes the current step, saves a checkpoint (with --ckpt-dir) and exits 130.\n");
+            "  --export OUT.onnx       write the trained model (original graph and names)\n");
+    options_help(f, FP8RUN_OPTION_TRAIN, "--batch, --seq and --lr", k_train_derived);
+    fprintf(f, "\nCtrl-C finishes the current step, saves a checkpoint (with --ckpt-dir) and exits 130.\n");
 }
 
 void cli_eval_help(FILE *f)
@@ -119,11 +138,9 @@ void cli_eval_help(FILE *f)
             "  --data-dtype uint8|uint16|uint32\n"
             "  --batches N             batches to evaluate (default 0: the whole file)\n"
             "  --model MODEL           the ONNX model (or compiled graph) a checkpoint belongs to\n"
-            "  --precision fp32|bf16|fp8   (default fp32)\n"
-            "  --device auto|cuda|cpu  where to train (default auto: the GPU when one is usable)\n"
-            "  --loss-output NAME --logits-output NAME --tokens-input NAME --ignore-index N\n"
-            "  --dim NAME=VALUE        fix another symbolic dimension (repeatable)\n"
-            "  -h, --help              show this help\n");
+            "  --device auto|cuda|cpu  where to run (default auto: the GPU when one is usable)\n"
+            "  --dim NAME=VALUE        fix another symbolic dimension (repeatable)\n");
+    options_help(f, FP8RUN_OPTION_EVAL, "--batch and --seq", cli_shape_options);
 }
 
 void cli_export_help(FILE *f)
@@ -154,128 +171,19 @@ void cli_export_help(FILE *f)
 /* option values                                                                             */
 /* ---------------------------------------------------------------------------------------- */
 
-static int parse_i64(const char *cmd, const char *opt, const char *text, int64_t min, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(text, &end, 10);
-    if (errno || !text[0] || *end || v < min)
-        return cli_usage(cmd, "%s: '%s' is not an integer >= %lld", opt, text, (long long)min);
-    *out = v;
-    return 0;
-}
-
-static int parse_int(const char *cmd, const char *opt, const char *text, int64_t min, int *out)
-{
-    int64_t v;
-    int rc = parse_i64(cmd, opt, text, min, &v);
-    if (rc == 0 && v > 1000000000) return cli_usage(cmd, "%s: %s is too large", opt, text);
-    if (rc == 0) *out = (int)v;
-    return rc;
-}
-
-static int parse_f64(const char *cmd, const char *opt, const char *text, double min, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(text, &end);
-    if (errno || !text[0] || *end || !isfinite(v) || v < min)
-        return cli_usage(cmd, "%s: '%s' is not a number >= %g", opt, text, min);
-    *out = v;
-    return 0;
-}
-
-static int parse_choice(const char *cmd, const char *opt, const char *text, const char *const *choices,
-                        int *out)
-{
-    for (int i = 0; choices[i]; i++)
-        if (strcmp(text, choices[i]) == 0) {
-            *out = i;
-            return 0;
-        }
-    char list[256] = "";
-    for (int i = 0; choices[i]; i++) {
-        strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
-        strncat(list, choices[i], sizeof list - strlen(list) - 1);
-    }
-    return cli_usage(cmd, "%s: '%s' is not one of %s", opt, text, list);
-}
-
-/* ---------------------------------------------------------------------------------------- */
-/* arguments shared by the commands                                                          */
-/* ---------------------------------------------------------------------------------------- */
-
-typedef struct train_args {
-    const char *model, *data, *val, *log, *ckpt_dir, *export_path, *model_opt, *out;
-    int64_t steps, batch, seq, val_every, val_batches, log_every, ckpt_every, ckpt_keep, batches;
-    int have_steps, have_batch, have_seq, have_lr, have_warmup, have_min_lr, have_val_batches, resume;
-    int optimizer;                         /* index into k_optimizers */
-    double wd, beta1, beta2, eps, momentum; /* NAN: the optimizer's default */
-    int schedule; /* -1: from the other options */
-    fp8run_data_order order;
-    fp8run_dtype token_dtype;
-    fp8run_train_config o;
-    const char *device;     /* --device */
-    cli_dims dims;
-    int64_t log_fp8;        /* --log-fp8 N: FP8 statistics every N steps (0: off) */
-    int have_precision;
-    const char *recipe_opt; /* the first precision/recipe option given (refused with a .fbs) */
-    int gpus;               /* --gpus N (0: not given) */
-    const char *init_from;  /* --init-from DIR|FILE (safetensors) */
-} train_args;
-
-static const char *const k_precisions[] = {"fp32", "bf16", "fp8", NULL};
-static const char *const k_devices[] = {"auto", "cuda", "cpu", NULL};
-static const char *const k_recipes[] = {"delayed", "current", "block", NULL};
-static const char *const k_formats[] = {"hybrid", "e4m3", NULL};
-static const char *const k_algos[] = {"max", "most_recent", NULL};
-static const char *const k_optimizers[] = {"adamw", "sgd", NULL};
-static const char *const k_schedules[] = {"constant", "warmup_constant", "cosine", NULL};
-static const char *const k_dtypes[] = {"uint8", "uint16", "uint32", NULL};
-static const fp8run_dtype k_dtype_of[] = {FP8RUN_DTYPE_UINT8, FP8RUN_DTYPE_UINT16, FP8RUN_DTYPE_UINT32};
-static const char *const k_orders[] = {"random", "sequential", NULL};
-
-static void args_init(train_args *a)
-{
-    memset(a, 0, sizeof *a);
-    fp8run_train_config_init(&a->o, sizeof a->o);
-    a->o.grad_clip = 1.0;
-    a->device = "auto"; /* the GPU when one is usable; the CPU otherwise (and it says which) */
-    a->val_batches = 20;
-    a->log_every = 10;
-    a->ckpt_keep = 3;
-    a->schedule = -1;
-    a->order = FP8RUN_DATA_RANDOM;
-    a->token_dtype = FP8RUN_DTYPE_UINT16;
-    a->wd = a->beta1 = a->beta2 = a->eps = a->momentum = NAN;
-}
-
-/* Options that train and eval share. Returns 1 when argv[*i] was one of them (rc set), 0 if not. */
+/* Options that train and eval share, the training options of the command included. Returns 1
+ * when argv[*i] was one of them (rc set), 0 if not. */
 static int common_option(const char *cmd, int argc, char **argv, int *i, train_args *a, int *rc)
 {
     const char *v = NULL;
     int m, k;
+    if (cli_config_option(cmd, a->command, argc, argv, i, &a->o, &a->given, rc)) return 1;
 #define OPT(name) ((m = cli_option(argc, argv, i, cmd, name, &v)) != 0)
     if (OPT("--data")) a->data = v;
     else if (OPT("--data-dtype")) {
-        if (m > 0 && (*rc = parse_choice(cmd, "--data-dtype", v, k_dtypes, &k)) == 0) a->token_dtype = k_dtype_of[k];
-    } else if (OPT("--batch")) {
-        if (m > 0 && (*rc = parse_i64(cmd, "--batch", v, 1, &a->batch)) == 0) a->have_batch = 1;
-    } else if (OPT("--seq")) {
-        if (m > 0 && (*rc = parse_i64(cmd, "--seq", v, 1, &a->seq)) == 0) a->have_seq = 1;
-    } else if (OPT("--precision")) {
-        if (m > 0 && (*rc = parse_choice(cmd, "--precision", v, k_precisions, &k)) == 0) {
-            a->o.precision = k_precisions[k];
-            a->have_precision = 1;
-        }
+        if (m > 0 && (*rc = cli_choice(cmd, "--data-dtype", v, k_dtypes, &k)) == 0) a->token_dtype = k_dtype_of[k];
     } else if (OPT("--device")) {
-        if (m > 0 && (*rc = parse_choice(cmd, "--device", v, k_devices, &k)) == 0) a->device = k_devices[k];
-    } else if (OPT("--loss-output")) a->o.loss_output = v;
-    else if (OPT("--logits-output")) a->o.logits_output = v;
-    else if (OPT("--tokens-input")) a->o.tokens_input = v;
-    else if (OPT("--ignore-index")) {
-        int64_t x;
-        if (m > 0 && (*rc = parse_i64(cmd, "--ignore-index", v, INT64_MIN, &x)) == 0) a->o.ignore_index = x;
+        if (m > 0 && (*rc = cli_choice(cmd, "--device", v, fp8run_choices("device"), &k)) == 0) a->device = v;
     } else if (OPT("--dim")) {
         if (m > 0) *rc = cli_dims_add(&a->dims, cmd, v);
     } else
@@ -289,70 +197,30 @@ static int train_option(int argc, char **argv, int *i, train_args *a, int *rc)
 {
     const char *v = NULL, *cmd = "train";
     int m, k;
-    fp8run_train_config *o = &a->o;
+    int64_t n;
 #define OPT(name) ((m = cli_option(argc, argv, i, cmd, name, &v)) != 0)
 #define VAL (m > 0)
     if (OPT("--val")) a->val = v;
-    else if (OPT("--val-every")) { if (VAL) *rc = parse_i64(cmd, "--val-every", v, 0, &a->val_every); }
+    else if (OPT("--val-every")) { if (VAL) *rc = cli_int64(cmd, "--val-every", v, 0, &a->val_every); }
     else if (OPT("--val-batches")) {
-        if (VAL && (*rc = parse_i64(cmd, "--val-batches", v, 0, &a->val_batches)) == 0) a->have_val_batches = 1;
+        if (VAL && (*rc = cli_int64(cmd, "--val-batches", v, 0, &a->val_batches)) == 0) a->have_val_batches = 1;
     }
     else if (OPT("--data-order")) {
-        if (VAL && (*rc = parse_choice(cmd, "--data-order", v, k_orders, &k)) == 0)
+        if (VAL && (*rc = cli_choice(cmd, "--data-order", v, k_orders, &k)) == 0)
             a->order = k ? FP8RUN_DATA_SEQUENTIAL : FP8RUN_DATA_RANDOM;
     } else if (OPT("--steps")) {
-        if (VAL && (*rc = parse_i64(cmd, "--steps", v, 1, &a->steps)) == 0) a->have_steps = 1;
-    } else if (OPT("--grad-accum")) { if (VAL) *rc = parse_int(cmd, "--grad-accum", v, 1, &o->grad_accum); }
-    else if (OPT("--lr")) {
-        if (VAL && (*rc = parse_f64(cmd, "--lr", v, 0, &o->lr)) == 0) a->have_lr = 1;
-    } else if (OPT("--warmup")) {
-        if (VAL && (*rc = parse_i64(cmd, "--warmup", v, 0, &o->warmup_steps)) == 0) a->have_warmup = 1;
-    } else if (OPT("--min-lr")) {
-        if (VAL && (*rc = parse_f64(cmd, "--min-lr", v, 0, &o->min_lr)) == 0) a->have_min_lr = 1;
-    } else if (OPT("--schedule")) {
-        if (VAL) *rc = parse_choice(cmd, "--schedule", v, k_schedules, &a->schedule);
-    } else if (OPT("--optimizer")) {
-        if (VAL) *rc = parse_choice(cmd, "--optimizer", v, k_optimizers, &a->optimizer);
-    } else if (OPT("--weight-decay")) { if (VAL) *rc = parse_f64(cmd, "--weight-decay", v, 0, &a->wd); }
-    else if (OPT("--beta1")) { if (VAL) *rc = parse_f64(cmd, "--beta1", v, 0, &a->beta1); }
-    else if (OPT("--beta2")) { if (VAL) *rc = parse_f64(cmd, "--beta2", v, 0, &a->beta2); }
-    else if (OPT("--eps")) { if (VAL) *rc = parse_f64(cmd, "--eps", v, 0, &a->eps); }
-    else if (OPT("--momentum")) { if (VAL) *rc = parse_f64(cmd, "--momentum", v, 0, &a->momentum); }
-    else if (OPT("--grad-clip")) { if (VAL) *rc = parse_f64(cmd, "--grad-clip", v, 0, &o->grad_clip); }
-    else if (OPT("--seed")) {
-        int64_t s;
-        if (VAL && (*rc = parse_i64(cmd, "--seed", v, 0, &s)) == 0) o->seed = (uint64_t)s;
-    } else if (OPT("--max-bad-steps")) { if (VAL) *rc = parse_int(cmd, "--max-bad-steps", v, 0, &o->max_bad_steps); }
-    else if (OPT("--train")) o->train_regex = VAL ? v : NULL;
-    else if (OPT("--freeze")) o->freeze_regex = VAL ? v : NULL;
-    else if (OPT("--recipe")) {
-        if (VAL && (*rc = parse_choice(cmd, "--recipe", v, k_recipes, &k)) == 0) o->recipe = k_recipes[k];
-    } else if (OPT("--fp8-format")) {
-        if (VAL && (*rc = parse_choice(cmd, "--fp8-format", v, k_formats, &k)) == 0) o->fp8_format = k_formats[k];
-    } else if (OPT("--amax-history")) { if (VAL) *rc = parse_int(cmd, "--amax-history", v, 1, &o->amax_history_len); }
-    else if (OPT("--amax-algo")) {
-        if (VAL && (*rc = parse_choice(cmd, "--amax-algo", v, k_algos, &k)) == 0) o->amax_algo = k_algos[k];
-    } else if (OPT("--fp8-margin")) {
-        int64_t x;
-        if (VAL && (*rc = parse_i64(cmd, "--fp8-margin", v, -64, &x)) == 0) {
-            if (x > 64) *rc = cli_usage(cmd, "--fp8-margin: %s is outside -64..64", v);
-            else o->fp8_margin = (int)x;
-        }
-    } else if (OPT("--fp8-interval")) { if (VAL) *rc = parse_int(cmd, "--fp8-interval", v, 1, &o->fp8_interval); }
-    else if (OPT("--bf16-boundary")) { if (VAL) *rc = parse_int(cmd, "--bf16-boundary", v, 0, &o->bf16_boundary); }
-    else if (OPT("--fp8-exclude")) o->fp8_exclude = VAL ? v : NULL;
-    else if (strcmp(argv[*i], "--no-fuse") == 0) { o->fuse = 0; m = 1; }
-    else if (strcmp(argv[*i], "--no-fuse-attention") == 0) { o->fuse_attention = 0; m = 1; }
-    else if (strcmp(argv[*i], "--no-fuse-swiglu") == 0) { o->fuse_swiglu = 0; m = 1; }
-    else if (OPT("--pad-multiple")) { if (VAL) *rc = parse_int(cmd, "--pad-multiple", v, 1, &o->pad_multiple); }
-    else if (OPT("--gpus")) { if (VAL) *rc = parse_int(cmd, "--gpus", v, 1, &a->gpus); }
-    else if (strcmp(argv[*i], "--shard-optimizer") == 0) { o->shard_optimizer = 1; m = 1; }
-    else if (OPT("--log-fp8")) { if (VAL) *rc = parse_i64(cmd, "--log-fp8", v, 1, &a->log_fp8); }
+        if (VAL && (*rc = cli_int64(cmd, "--steps", v, 1, &a->steps)) == 0) a->have_steps = 1;
+    } else if (OPT("--log-fp8")) { if (VAL) *rc = cli_int64(cmd, "--log-fp8", v, 1, &a->log_fp8); }
+    else if (OPT("--gpus")) { /* not a config field: this process launches the ranks (cli_dist.c) */
+        if (VAL && (*rc = cli_int64(cmd, "--gpus", v, 1, &n)) == 0 && n > 1 << 20)
+            *rc = cli_usage(cmd, "--gpus: %s is too large", v);
+        if (VAL && *rc == 0) a->gpus = (int)n;
+    }
     else if (OPT("--log")) a->log = v;
-    else if (OPT("--log-every")) { if (VAL) *rc = parse_i64(cmd, "--log-every", v, 1, &a->log_every); }
+    else if (OPT("--log-every")) { if (VAL) *rc = cli_int64(cmd, "--log-every", v, 1, &a->log_every); }
     else if (OPT("--ckpt-dir")) a->ckpt_dir = v;
-    else if (OPT("--ckpt-every")) { if (VAL) *rc = parse_i64(cmd, "--ckpt-every", v, 0, &a->ckpt_every); }
-    else if (OPT("--ckpt-keep")) { if (VAL) *rc = parse_i64(cmd, "--ckpt-keep", v, 0, &a->ckpt_keep); }
+    else if (OPT("--ckpt-every")) { if (VAL) *rc = cli_int64(cmd, "--ckpt-every", v, 0, &a->ckpt_every); }
+    else if (OPT("--ckpt-keep")) { if (VAL) *rc = cli_int64(cmd, "--ckpt-keep", v, 0, &a->ckpt_keep); }
     else if (strcmp(argv[*i], "--resume") == 0) { a->resume = 1; m = 1; }
     else if (OPT("--export")) a->export_path = v;
     else if (OPT("--init-from")) a->init_from = v;
@@ -364,17 +232,13 @@ static int train_option(int argc, char **argv, int *i, train_args *a, int *rc)
     return 1;
 }
 
-/* Is arg one of the options a compiled graph fixes (--name or --name=value)? */
-static int is_recipe_flag(const char *arg)
+/* After parsing: --batch and --seq as given (0: not given; a compiled graph gives them). */
+static void given_shape(train_args *a)
 {
-    static const char *const names[] = {"--recipe", "--fp8-format", "--amax-history", "--amax-algo", "--fp8-margin",
-                                        "--fp8-interval", "--bf16-boundary", "--fp8-exclude", "--no-fuse",
-                                        "--pad-multiple", NULL};
-    for (int k = 0; names[k]; k++) {
-        size_t n = strlen(names[k]);
-        if (strncmp(arg, names[k], n) == 0 && (arg[n] == '\0' || arg[n] == '=')) return 1;
-    }
-    return 0;
+    a->have_batch = cli_config_given(&a->given, "batch");
+    a->have_seq = cli_config_given(&a->given, "seq_len");
+    a->batch = a->have_batch ? a->o.batch : 0;
+    a->seq = a->have_seq ? a->o.seq_len : 0;
 }
 
 static int parse_train(int argc, char **argv, train_args *a, int *help)
@@ -385,7 +249,7 @@ static int parse_train(int argc, char **argv, train_args *a, int *help)
             *help = 1;
             return 0;
         }
-        if (!a->recipe_opt && is_recipe_flag(argv[i])) a->recipe_opt = argv[i];
+        if (!a->recipe_opt && cli_config_fixed_flag(argv[i])) a->recipe_opt = argv[i];
         if (common_option("train", argc, argv, &i, a, &rc) || train_option(argc, argv, &i, a, &rc)) continue;
         if (argv[i][0] == '-' && argv[i][1])
             rc = cli_usage("train", "unknown option '%s'", argv[i]);
@@ -400,24 +264,22 @@ static int parse_train(int argc, char **argv, train_args *a, int *help)
     if (!a->have_steps) return cli_usage("train", "--steps N is required");
     /* --batch/--seq: required for an ONNX model, taken from a compiled graph (run_train) */
     if (a->log_fp8 && !a->log) return cli_usage("train", "--log-fp8 needs --log FILE.jsonl");
-    if (!a->have_lr) return cli_usage("train", "--lr LR is required");
+    if (!cli_config_given(&a->given, "lr")) return cli_usage("train", "--lr LR is required");
     if (a->resume && !a->ckpt_dir) return cli_usage("train", "--resume needs --ckpt-dir DIR");
     if (a->val_every && !a->val) return cli_usage("train", "--val-every needs --val FILE");
     if (a->ckpt_every && !a->ckpt_dir) return cli_usage("train", "--ckpt-every needs --ckpt-dir DIR");
     fp8run_train_config *c = &a->o;
-    c->optimizer = k_optimizers[a->optimizer];
-    if (!isnan(a->wd)) c->weight_decay = a->wd; /* NaN: the optimizer's own */
-    if (!isnan(a->beta1)) c->beta1 = a->beta1;
-    if (!isnan(a->beta2)) c->beta2 = a->beta2;
-    if (!isnan(a->eps)) c->eps = a->eps;
-    if (!isnan(a->momentum)) c->momentum = a->momentum;
-    int kind = a->schedule >= 0 ? a->schedule : a->have_min_lr ? 2 : a->have_warmup ? 1 : 0;
-    c->lr_schedule = k_schedules[kind];
+    if (!cli_config_given(&a->given, "lr_schedule")) /* from the other options */
+        c->lr_schedule = cli_config_given(&a->given, "min_lr")         ? "cosine"
+                         : cli_config_given(&a->given, "warmup_steps") ? "warmup_constant"
+                                                                       : "constant";
+    const int cosine = strcmp(c->lr_schedule, "cosine") == 0;
     c->total_steps = a->steps;
-    if (kind == 2 && c->warmup_steps >= a->steps)
+    if (cosine && c->warmup_steps >= a->steps)
         return cli_usage("train", "--warmup %lld must be below --steps %lld for the cosine schedule",
                          (long long)c->warmup_steps, (long long)a->steps);
-    if (kind == 2 && c->min_lr > c->lr) return cli_usage("train", "--min-lr %g is above --lr %g", c->min_lr, c->lr);
+    if (cosine && c->min_lr > c->lr) return cli_usage("train", "--min-lr %g is above --lr %g", c->min_lr, c->lr);
+    given_shape(a);
     c->batch = a->batch;
     c->seq_len = a->seq;
     c->dim_names = a->dims.names;
@@ -439,6 +301,12 @@ static char *ckpt_path(const char *dir, int64_t step)
         snprintf(p + k, n - (size_t)k, CKPT_PATTERN, (long long)step);
     }
     return p;
+}
+
+static int newest_first(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x < y) - (x > y);
 }
 
 /* Steps of the checkpoint files in dir (step_NNNNNNNN.ckpt), newest first. */
@@ -466,12 +334,7 @@ static int list_ckpts(const char *dir, int64_t **steps, int *n)
         (*steps)[(*n)++] = s;
     }
     closedir(d);
-    for (int i = 1; i < *n; i++) /* newest first */
-        for (int j = i; j > 0 && (*steps)[j] > (*steps)[j - 1]; j--) {
-            int64_t t = (*steps)[j];
-            (*steps)[j] = (*steps)[j - 1];
-            (*steps)[j - 1] = t;
-        }
+    if (*n > 1) qsort(*steps, (size_t)*n, sizeof **steps, newest_first); /* a folder may hold very many */
     return 0;
 }
 
@@ -483,7 +346,7 @@ static int newest_valid_ckpt(const char *dir, char **path, fp8run_checkpoint **c
     int n;
     *path = NULL;
     *ck = NULL;
-    int rc = list_ckpts(dir, &steps, &n);
+    int rc = list_ckpts(dir, &steps, &n), skipped = 0;
     for (int i = 0; rc == 0 && i < n && !*path; i++) {
         char *p = ckpt_path(dir, steps[i]);
         if (!p) {
@@ -493,24 +356,36 @@ static int newest_valid_ckpt(const char *dir, char **path, fp8run_checkpoint **c
         } else {
             fprintf(stderr, "fp8run: warning: skipping checkpoint '%s': %s\n", p, cli_last_error());
             free(p);
+            skipped++;
         }
     }
     free(steps);
+    /* starting afresh over unusable checkpoints would silently throw the run away */
+    if (rc == 0 && !*path && skipped)
+        rc = cli_fail("--resume: none of the %d checkpoint file(s) in '%s' is usable (see the warnings); "
+                      "move them away to start from step 0", skipped, dir);
     return rc;
 }
 
-/* Remove all but the newest `keep` checkpoints (0 keeps all). */
-static void prune_ckpts(const char *dir, int64_t keep)
+/* On resume: the checkpoints of the run we continue (those that verify, up to its step) are
+ * ours to prune; files that do not verify are left alone. */
+static int adopt_ckpts(const char *dir, int64_t upto, cli_ckpt_set *mine)
 {
     int64_t *steps;
     int n;
-    if (keep <= 0 || list_ckpts(dir, &steps, &n) != 0) return;
-    for (int i = (int)keep; i < n; i++) {
+    int rc = list_ckpts(dir, &steps, &n);
+    for (int i = 0; rc == 0 && i < n; i++) {
+        if (steps[i] > upto) continue;
         char *p = ckpt_path(dir, steps[i]);
-        if (p && unlink(p) != 0) fprintf(stderr, "fp8run: warning: cannot remove old checkpoint '%s': %s\n", p, strerror(errno));
+        fp8run_checkpoint *ck = NULL;
+        if (!p) rc = cli_fail("out of memory");
+        else if (fp8run_checkpoint_open(p, &ck) == FP8RUN_OK && fp8run_checkpoint_step(ck) == steps[i])
+            rc = cli_ckpt_set_add(mine, steps[i]);
+        fp8run_checkpoint_close(ck);
         free(p);
     }
     free(steps);
+    return rc;
 }
 
 /* A resumed run continues the JSONL log: records of steps after the checkpoint (written by the
@@ -519,15 +394,18 @@ static int trim_log(const char *path, int64_t step)
 {
     FILE *in = fopen(path, "r");
     if (!in) return errno == ENOENT ? 0 : cli_fail("cannot read log '%s': %s", path, strerror(errno));
-    size_t n = strlen(path) + 8;
+    size_t n = strlen(path) + 16;
     char *tmp = malloc(n);
     if (!tmp) {
         fclose(in);
         return cli_fail("out of memory");
     }
-    snprintf(tmp, n, "%s.trim", path);
-    FILE *out = fopen(tmp, "w");
-    int rc = out ? 0 : cli_fail("cannot write '%s': %s", tmp, strerror(errno));
+    /* a fresh name (O_EXCL) in the log's folder: a predictable one could be a planted symlink */
+    snprintf(tmp, n, "%s.XXXXXX", path);
+    int fd = mkstemp(tmp);
+    FILE *out = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (fd >= 0 && !out) close(fd);
+    int rc = out ? 0 : cli_fail("cannot write a temporary file next to '%s': %s", path, strerror(errno));
     char *line = NULL;
     size_t cap = 0;
     ssize_t len;
@@ -540,7 +418,7 @@ static int trim_log(const char *path, int64_t step)
     fclose(in);
     if (out && fclose(out) != 0 && rc == 0) rc = cli_fail("writing '%s': %s", tmp, strerror(errno));
     if (rc == 0 && rename(tmp, path) != 0) rc = cli_fail("replacing log '%s': %s", path, strerror(errno));
-    if (rc != 0) remove(tmp);
+    if (rc != 0 && fd >= 0) remove(tmp);
     free(tmp);
     return rc;
 }
@@ -594,6 +472,7 @@ typedef struct loop {
     int64_t win_done;  /* steps read back by then */
     int64_t tokens_per_step;
     int64_t last_ckpt; /* step of the last checkpoint written (-1: none) */
+    cli_ckpt_set mine; /* checkpoints of this run (and of the run it resumes): --ckpt-keep prunes these */
 } loop;
 
 static void end_line(loop *L)
@@ -758,9 +637,10 @@ static int save_ckpt(loop *L, int64_t done)
     } else {
         end_line(L);
         L->last_ckpt = done;
-        if (!g_quiet) { /* rank 0 wrote it */
+        if (!g_quiet) { /* rank 0 wrote it and keeps the folder */
             fprintf(stderr, "checkpoint: %s\n", p);
-            prune_ckpts(L->a->ckpt_dir, L->a->ckpt_keep);
+            rc = cli_ckpt_set_add(&L->mine, done);
+            cli_ckpt_set_prune(&L->mine, L->a->ckpt_dir, L->a->ckpt_keep, ckpt_path);
         }
     }
     free(p);
@@ -922,6 +802,12 @@ static int open_loaders(loop *L)
         if (a->have_val_batches || fp8run_data_open_val(a->val, &d, 0, &L->vl) != FP8RUN_OK)
             return cli_fail("--val: %s", cli_last_error());
     }
+    /* every id once, up front (a linear pass): an id the sampler reaches late or never would
+     * otherwise fail hours in, or never, and the run would pass for sound */
+    if (d.vocab_size > 0 && fp8run_data_check_tokens(L->dl, d.vocab_size) != FP8RUN_OK)
+        return cli_fail("--data: %s", cli_last_error());
+    if (d.vocab_size > 0 && L->vl && fp8run_data_check_tokens(L->vl, d.vocab_size) != FP8RUN_OK)
+        return cli_fail("--val: %s", cli_last_error());
     return 0;
 }
 
@@ -949,7 +835,7 @@ static int shape_from_model(const char *cmd, train_args *a, const fp8run_model *
                          "(fp8run compile ... %s)", a->recipe_opt, a->recipe_opt);
     a->batch = a->o.batch = b;
     a->seq = a->o.seq_len = s;
-    if (a->have_precision && strcmp(a->o.precision, prec) != 0)
+    if (cli_config_given(&a->given, "precision") && strcmp(a->o.precision, prec) != 0)
         return cli_fail("'%s' is compiled for precision %s, not %s: recompile it with --precision %s", path, prec,
                         a->o.precision, a->o.precision);
     a->o.precision = prec; /* a static string */
@@ -968,6 +854,8 @@ static int resume_session(loop *L, const char *resume, const fp8run_checkpoint *
     if (fp8run_data_set_state(L->dl, ds, len) != FP8RUN_OK)
         return cli_fail("resuming from '%s': %s", resume, cli_last_error());
     L->last_ckpt = fp8run_session_steps_done(L->t);
+    int rc = adopt_ckpts(L->a->ckpt_dir, L->last_ckpt, &L->mine);
+    if (rc) return rc;
     if (!g_quiet) fprintf(stderr, "resumed from %s at step %lld\n", resume, (long long)fp8run_session_steps_done(L->t));
     return 0;
 }
@@ -986,6 +874,7 @@ static int run_train(train_args *a)
     if (rc == 0) rc = shape_from_model("train", a, L.m);
     L.tokens_per_step = a->batch * a->seq * a->o.grad_accum;
     if (rc == 0 && a->ckpt_dir) rc = cli_make_dirs(a->ckpt_dir);
+    if (rc == 0 && a->ckpt_dir && !g_quiet) cli_ckpt_clean_stale_tmp(a->ckpt_dir, time(NULL));
     if (rc == 0 && a->resume) rc = newest_valid_ckpt(a->ckpt_dir, &resume, &ck);
     if (rc == 0 && a->resume && !resume)
         fprintf(stderr, "fp8run: no checkpoint in '%s': starting from step 0\n", a->ckpt_dir);
@@ -1041,6 +930,7 @@ static int run_train(train_args *a)
     fp8run_session_destroy(L.t);
     fp8run_model_destroy(L.m);
     fp8run_checkpoint_close(ck);
+    cli_ckpt_set_free(&L.mine);
     free(resume);
     return rc;
 }
@@ -1048,7 +938,7 @@ static int run_train(train_args *a)
 int cli_train(int argc, char **argv)
 {
     train_args a;
-    args_init(&a);
+    args_init(&a, FP8RUN_OPTION_TRAIN);
     int help = 0, rc = parse_train(argc, argv, &a, &help);
     if (help) {
         cli_train_help(stdout);
@@ -1083,6 +973,10 @@ static int load_model_or_ckpt(const char *arg, const char *model_opt, fp8run_mod
         if (fp8run_checkpoint_open(arg, &ck) != FP8RUN_OK) return cli_fail_status();
         mp = fp8run_checkpoint_model_path(ck);
         if (!mp) rc = cli_fail("checkpoint '%s' does not record its model: give --model MODEL", arg);
+        /* the file is not trusted to name what we open: only a path below the working folder */
+        else if (!cli_path_is_below(mp))
+            rc = cli_fail("checkpoint '%s' records its model as '%s', an absolute path or one with '..' "
+                          "(not opened): give --model MODEL", arg, mp);
     }
     if (rc == 0 && fp8run_model_load(mp, m) != FP8RUN_OK)
         rc = cli_fail("%s%s", cli_last_error(), model_opt ? "" : " (the model the checkpoint records; give --model MODEL)");
@@ -1095,7 +989,7 @@ static int load_model_or_ckpt(const char *arg, const char *model_opt, fp8run_mod
 int cli_eval(int argc, char **argv)
 {
     train_args a;
-    args_init(&a);
+    args_init(&a, FP8RUN_OPTION_EVAL);
     int rc = 0;
     for (int i = 1; i < argc && rc == 0; i++) {
         const char *v;
@@ -1107,7 +1001,7 @@ int cli_eval(int argc, char **argv)
         }
         if (common_option("eval", argc, argv, &i, &a, &rc)) continue;
         if ((m = cli_option(argc, argv, &i, "eval", "--batches", &v)) != 0)
-            rc = m < 0 ? CLI_EXIT_USAGE : parse_i64("eval", "--batches", v, 0, &a.batches);
+            rc = m < 0 ? CLI_EXIT_USAGE : cli_int64("eval", "--batches", v, 0, &a.batches);
         else if ((m = cli_option(argc, argv, &i, "eval", "--model", &v)) != 0)
             rc = m < 0 ? CLI_EXIT_USAGE : (a.model_opt = v, 0);
         else if (argv[i][0] == '-' && argv[i][1])
@@ -1117,6 +1011,7 @@ int cli_eval(int argc, char **argv)
         else
             a.model = argv[i];
     }
+    given_shape(&a);
     if (rc == 0 && !a.model) rc = cli_usage("eval", "no MODEL or CKPT given");
     if (rc == 0 && !a.data) rc = cli_usage("eval", "--data FILE is required");
     fp8run_model *mdl = NULL;
@@ -1193,7 +1088,7 @@ int cli_export(int argc, char **argv)
         else if ((m = cli_option(argc, argv, &i, "export", "--dtype", &v)) != 0)
             rc = m < 0 ? CLI_EXIT_USAGE : (st_dtype = v, 0);
         else if ((m = cli_option(argc, argv, &i, "export", "--max-shard-mb", &v)) != 0)
-            rc = m < 0 ? CLI_EXIT_USAGE : parse_i64("export", "--max-shard-mb", v, 1, &max_mb);
+            rc = m < 0 ? CLI_EXIT_USAGE : cli_int64("export", "--max-shard-mb", v, 1, &max_mb);
         else if (argv[i][0] == '-' && argv[i][1])
             rc = cli_usage("export", "unknown option '%s'", argv[i]);
         else if (ckpt)

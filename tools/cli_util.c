@@ -174,8 +174,21 @@ const char *cli_shape_text(const fp8run_value_info *v, char *buf, size_t len)
     return buf;
 }
 
+int cli_path_is_below(const char *p)
+{
+    if (!p[0] || p[0] == '/') return 0;
+    for (const char *s = p; *s;) {
+        size_t n = strcspn(s, "/");
+        if (n == 2 && s[0] == '.' && s[1] == '.') return 0;
+        s += n;
+        if (*s) s++;
+    }
+    return 1;
+}
+
 int cli_make_dirs(const char *dir)
 {
+    if (!dir[0]) return cli_fail("an empty folder name was given");
     char *p = strdup(dir);
     if (!p) return cli_fail("out of memory");
     int rc = 0;
@@ -192,4 +205,17 @@ int cli_make_dirs(const char *dir)
     if (rc == 0 && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))) rc = cli_fail("'%s' is not a folder", dir);
     free(p);
     return rc;
+}
+
+const char *const cli_shape_options[] = {"batch", "seq_len", NULL};
+
+int cli_int64(const char *cmd, const char *opt, const char *text, int64_t min, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno || !text[0] || *end || v < min)
+        return cli_usage(cmd, "%s: '%s' is not an integer >= %lld", opt, text, (long long)min);
+    *out = v;
+    return 0;
 }

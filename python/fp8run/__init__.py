@@ -144,8 +144,7 @@ def _f32_buffer(array, numel, what):
 # configuration
 # ---------------------------------------------------------------------------------------------
 
-_STR_FIELDS = {"precision", "recipe", "fp8_format", "amax_algo", "fp8_exclude", "tokens_input", "logits_output",
-               "loss_output", "train_regex", "freeze_regex", "optimizer", "lr_schedule"}
+_STR_FIELDS = {o["name"] for o in _lib.TRAIN_CONFIG_OPTIONS if o["type"] in (_lib.OPTION_STRING, _lib.OPTION_CHOICE)}
 _ALIASES = {"train": "train_regex", "freeze": "freeze_regex", "schedule": "lr_schedule",
             "warmup": "warmup_steps", "steps": "total_steps"}
 _CONFIG_FIELDS = {f for f, _ in _lib.TrainConfig._fields_} - {"struct_size", "dim_names", "dim_values", "n_dims"}

@@ -1,6 +1,7 @@
 """ctypes declarations of include/fp8run.h: the library, its structs and its functions.
 
-The structs mirror the header field by field; each starts with struct_size, which this module
+The structs mirror the header field by field (TrainConfig is laid out from the library's option
+table when it is loaded); each starts with struct_size, which this module
 sets to ctypes.sizeof(the struct), so the library reads and writes only the fields known here
 (the header's rule for callers built against an older version)."""
 import ctypes
@@ -32,58 +33,64 @@ class ValueInfo(ctypes.Structure):
 
 
 class TrainConfig(ctypes.Structure):
+    """fp8run_train_config. Its fields are not written here: load() lays them out from the
+    library's own table (fp8run_train_config_option: name, type, offset and size of every field,
+    runtime/train_config.def), so the struct always matches the library that is loaded, and
+    checks every offset against the one the library reports."""
+
+
+class OptionInfo(ctypes.Structure):
     _fields_ = [
         ("struct_size", c_size_t),
-        ("batch", c_int64),
-        ("seq_len", c_int64),
-        ("grad_accum", c_int),
-        ("precision", c_char_p),
-        ("recipe", c_char_p),
-        ("fp8_format", c_char_p),
-        ("bf16_boundary", c_int),
-        ("fuse", c_int),
-        ("pad_multiple", c_int),
-        ("fp8_margin", c_int),
-        ("amax_history_len", c_int),
-        ("fp8_interval", c_int),
-        ("amax_algo", c_char_p),
-        ("fp8_exclude", c_char_p),
-        ("tokens_input", c_char_p),
-        ("logits_output", c_char_p),
-        ("loss_output", c_char_p),
-        ("ignore_index", c_int64),
-        ("train_regex", c_char_p),
-        ("freeze_regex", c_char_p),
-        ("dim_names", ctypes.POINTER(c_char_p)),
-        ("dim_values", ctypes.POINTER(c_int64)),
-        ("n_dims", c_int),
-        ("optimizer", c_char_p),
-        ("weight_decay", c_double),
-        ("beta1", c_double),
-        ("beta2", c_double),
-        ("eps", c_double),
-        ("momentum", c_double),
-        ("dampening", c_double),
-        ("nesterov", c_int),
-        ("decay_1d", c_int),
-        ("lr_schedule", c_char_p),
-        ("lr", c_double),
-        ("min_lr", c_double),
-        ("warmup_steps", c_int64),
-        ("total_steps", c_int64),
-        ("grad_clip", c_double),
-        ("seed", c_uint64),
-        ("max_bad_steps", c_int),
-        ("eval_only", c_int),
-        # appended after 0.1.0
-        ("fuse_attention", c_int),
-        ("fuse_swiglu", c_int),
-        ("world_size", c_int),
-        ("rank", c_int),
-        ("local_rank", c_int),
-        ("nccl_comm", c_void_p),
-        ("shard_optimizer", c_int),
+        ("name", c_char_p),
+        ("type", c_int),
+        ("offset", c_size_t),
+        ("size", c_size_t),
+        ("min", c_double),
+        ("max", c_double),
+        ("choices", ctypes.POINTER(c_char_p)),
+        ("flag", c_char_p),
+        ("metavar", c_char_p),
+        ("commands", ctypes.c_uint),
+        ("help", c_char_p),
     ]
+
+
+# fp8run_option_type -> ctypes
+_OPTION_CTYPES = [c_int, c_int64, c_uint64, c_double, c_char_p, c_char_p, c_int,
+                  ctypes.POINTER(c_char_p), ctypes.POINTER(c_int64), c_void_p]
+OPTION_STRING, OPTION_CHOICE = 4, 5
+# the table as read by load(): dicts of name, type, help, flag, choices (a list or None)
+TRAIN_CONFIG_OPTIONS = []
+
+
+def _layout_train_config(lib):
+    """TrainConfig._fields_ from the library's option table, checked field by field."""
+    fields = [("struct_size", c_size_t)]
+    infos = []
+    for i in range(lib.fp8run_train_config_option_count()):
+        info = OptionInfo()
+        info.struct_size = ctypes.sizeof(info)
+        if lib.fp8run_train_config_option(i, ctypes.byref(info)) != 0:
+            raise OSError("fp8run: reading option %d of the library's table failed" % i)
+        if not 0 <= info.type < len(_OPTION_CTYPES):
+            raise OSError("fp8run: option %s has a type (%d) this package does not know" % (info.name, info.type))
+        fields.append((info.name.decode(), _OPTION_CTYPES[info.type]))
+        infos.append(info)
+    TrainConfig._fields_ = fields
+    for info in infos:
+        name = info.name.decode()
+        f = getattr(TrainConfig, name)
+        if f.offset != info.offset or f.size != info.size:
+            raise OSError("fp8run: fp8run_train_config.%s is at %d (%d bytes) in the library, at %d (%d) here"
+                          % (name, info.offset, info.size, f.offset, f.size))
+        choices = None
+        if info.choices:
+            choices = []
+            while info.choices[len(choices)] is not None:
+                choices.append(info.choices[len(choices)].decode())
+        TRAIN_CONFIG_OPTIONS.append({"name": name, "type": info.type, "help": info.help.decode(),
+                                     "flag": info.flag.decode() if info.flag else None, "choices": choices})
 
 
 class LayerInfo(ctypes.Structure):
@@ -295,6 +302,8 @@ _PROTOTYPES = {
     "fp8run_convert_to_float32": (c_int, [c_int, c_void_p, c_size_t, c_void_p]),
     # config and reports
     "fp8run_train_config_init": (c_int, [ctypes.POINTER(TrainConfig), c_size_t]),
+    "fp8run_train_config_option_count": (c_int, []),
+    "fp8run_train_config_option": (c_int, [c_int, ctypes.POINTER(OptionInfo)]),
     "fp8run_model_compile": (c_int, [P, ctypes.POINTER(TrainConfig), PP]),
     "fp8run_report_destroy": (None, [P]),
     "fp8run_report_precision": (c_char_p, [P]),
@@ -411,5 +420,7 @@ def load():
     abi = lib.fp8run_abi_version()
     if abi != ABI_VERSION:
         raise OSError("fp8run: %s has ABI version %d; this Python package speaks %d" % (path, abi, ABI_VERSION))
+    if not TRAIN_CONFIG_OPTIONS:
+        _layout_train_config(lib)
     lib.path = path
     return lib

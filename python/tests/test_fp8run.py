@@ -69,6 +69,24 @@ class FP8RunTest(unittest.TestCase):
         self.assertEqual(fp8run.version().count("."), 2)
         self.assertEqual(fp8run.abi_version(), 1)
 
+    def test_train_config_from_the_library_table(self):
+        # TrainConfig is laid out from fp8run_train_config_option: every field the library
+        # declares, at the offset it reports, and the defaults fp8run_train_config_init gives
+        from fp8run import _lib
+        names = [f for f, _ in _lib.TrainConfig._fields_]
+        self.assertEqual(names[0], "struct_size")
+        self.assertEqual(names[1:], [o["name"] for o in _lib.TRAIN_CONFIG_OPTIONS])
+        self.assertEqual(names[-2:], ["fuse_attention", "fuse_swiglu"])  # appended after 0.1.0
+        by_name = {o["name"]: o for o in _lib.TRAIN_CONFIG_OPTIONS}
+        self.assertEqual(by_name["recipe"]["choices"], ["delayed", "current", "block"])
+        self.assertEqual(by_name["fuse_swiglu"]["flag"], "--no-fuse-swiglu")
+        c = fp8run._config(2, 8, {"recipe": "block", "fuse_swiglu": 0, "seed": 2 ** 64 - 1, "dims": {"x": 3}})
+        self.assertEqual((c.batch, c.seq_len, c.recipe, c.fuse_swiglu), (2, 8, b"block", 0))
+        self.assertEqual((c.seed, c.n_dims, c.dim_values[0]), (2 ** 64 - 1, 1, 3))
+        self.assertEqual((c.pad_multiple, c.amax_history_len, c.fuse_attention), (16, 1024, 1))
+        with self.assertRaises(TypeError):
+            fp8run._config(1, 1, {"no_such_option": 1})
+
     def test_model_inspect(self):
         with fp8run.Model(MODEL) as m:
             self.assertEqual(m.path, MODEL)

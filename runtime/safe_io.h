@@ -1,0 +1,23 @@
+/* Opening the files fp8run reads (models, external data, token files, .npy, checkpoints) as
+ * hostile input: only regular files are read, and that is checked on the open descriptor
+ * before any read can block (a FIFO or device given as a path would otherwise hang us). */
+#ifndef FR_SAFE_IO_H
+#define FR_SAFE_IO_H
+
+#include <stdio.h>
+#include <sys/stat.h>
+
+#include "status.h"
+
+enum {
+    FR_OPEN_NOFOLLOW = 1,    /* the last component must not be a symlink */
+    FR_OPEN_SINGLE_LINK = 2, /* refuse a file with more than one hard link (a link to elsewhere) */
+};
+
+/* Open `path` read-only (O_CLOEXEC). Refuses what is not a regular file, with `what` (e.g.
+ * "token file") and the path in the message; *fd is blocking again on return. sb may be NULL. */
+fr_status fr_open_regular(const char *path, const char *what, int flags, int *fd, struct stat *sb);
+/* The same as a stdio stream ("rb"). */
+fr_status fr_fopen_regular(const char *path, const char *what, int flags, FILE **f, struct stat *sb);
+
+#endif

@@ -1,0 +1,31 @@
+/* libFuzzer: token files (raw uint16 or llm.c-style with a header), opened with options taken
+ * from the first bytes, then a few batches, the state round trip and the whole-file id check. */
+#include <stdint.h>
+#include <string.h>
+
+#include "fuzz_util.h"
+#include "runtime/data.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 4) return 0;
+    const char *p = fuzz_write("tok.bin", data + 4, size - 4);
+    if (!p) return 0;
+    fr_data_opts o = fr_data_opts_default();
+    o.batch = 1 + data[0] % 4;
+    o.seq_len = 1 + data[1] % 16;
+    o.order = (data[2] & 1) ? FR_DATA_RANDOM : FR_DATA_SEQUENTIAL;
+    o.vocab_size = (data[2] & 2) ? 1 + data[3] * 64 : 0;
+    o.token_dtype = (data[2] & 4) ? FR_U8 : (data[2] & 8) ? FR_U32 : FR_UNDEFINED;
+    fr_data_loader *dl;
+    if (fr_data_open(p, &o, &dl) != FR_OK) return 0;
+    int64_t w[4 * 17];
+    for (int k = 0; k < 3; k++)
+        if (fr_data_next(dl, FR_I64, w) != FR_OK) break;
+    uint8_t st[FR_DATA_STATE_BYTES];
+    fr_data_get_state(dl, st);
+    (void)fr_data_set_state(dl, st, sizeof st);
+    (void)fr_data_check_tokens(dl, 1 + data[3]);
+    fr_data_close(dl);
+    return 0;
+}
