@@ -453,6 +453,21 @@ typedef struct fp8run_train_config {
     const char *recompute;       /* "none" (default) | "attention" | "mlp" | "full": the backward
                                     recomputes that part of each transformer block instead of
                                     keeping its activations (bit-identical results) */
+    /* ---- data parallel over NCCL (CUDA; NCCL is loaded at run time: libnccl.so.2, or
+     *      $FP8RUN_NCCL_LIBRARY) ---- */
+    int world_size;              /* > 0: this session is rank `rank` of world_size data-parallel
+                                    ranks (default 0: alone). Each step's windows are this rank's
+                                    share of the global batch; gradients (averaged), the loss
+                                    (averaged) and FP8 amaxes (max) are reduced across ranks, so
+                                    every rank takes the same step. Only rank 0 writes checkpoints
+                                    and exports (call save/export on every rank all the same) */
+    int rank;                    /* 0 <= rank < world_size (default 0) */
+    int local_rank;              /* the CUDA device of this rank (default 0) */
+    void *nccl_comm;             /* an ncclComm_t of the caller's (not destroyed), or NULL (default):
+                                    the session makes one, rank 0 sending its id over TCP on
+                                    $MASTER_ADDR:$MASTER_PORT (default 127.0.0.1:29500) */
+    int shard_optimizer;         /* 1: ZeRO-1, each rank keeps the optimizer state of its share of
+                                    the parameters only (default 0) */
 } fp8run_train_config;
 
 /* Fill *cfg with the defaults above and set cfg->struct_size = size. Pass sizeof *cfg. */
@@ -471,7 +486,8 @@ typedef enum fp8run_option_type {
     FP8RUN_OPTION_CHOICE = 5,     /* const char *, one of choices */
     FP8RUN_OPTION_BOOL = 6,       /* int, 0 or 1 */
     FP8RUN_OPTION_DIM_NAMES = 7,  /* const char *const * (not settable as text) */
-    FP8RUN_OPTION_DIM_VALUES = 8  /* const int64_t * (not settable as text) */
+    FP8RUN_OPTION_DIM_VALUES = 8, /* const int64_t * (not settable as text) */
+    FP8RUN_OPTION_POINTER = 9     /* void *, opaque (nccl_comm; not settable as text) */
 } fp8run_option_type;
 
 /* Which `fp8run` commands take an option's flag (fp8run_option_info.commands). */

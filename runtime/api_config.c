@@ -100,6 +100,11 @@ fp8run_status fr_api_options(api_err *slot, const char *fn, const fp8run_train_c
     o->seed = c.seed;
     o->max_bad_steps = c.max_bad_steps;
     o->eval_only = c.eval_only != 0;
+    o->world_size = c.world_size; /* checked by the trainer */
+    o->rank = c.rank;
+    o->local_rank = c.local_rank;
+    o->nccl_comm = c.nccl_comm;
+    o->shard_optimizer = c.shard_optimizer != 0;
 
     if (c.n_dims > 0) {
         fp8run_status dps = fr_api_dims(slot, fn, c.dim_names, c.dim_values, c.n_dims, 1, &out->dims);

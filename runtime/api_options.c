@@ -20,6 +20,7 @@
 #define CT_BOOL int
 #define CT_DIM_NAMES const char *const *
 #define CT_DIM_VALUES const int64_t *
+#define CT_POINTER void *
 
 /* each line's field has the line's type */
 #define FR_OPT(f, T, d, lo, hi, ch, fl, mv, cmds, help)                                                \
@@ -238,7 +239,8 @@ FP8RUN_API fp8run_status fp8run_train_config_set(fp8run_train_config *cfg, const
         memcpy(field(cfg, e), &x, sizeof x);
         return FP8RUN_OK;
     }
-    if (e->type == FP8RUN_OPTION_DIM_NAMES || e->type == FP8RUN_OPTION_DIM_VALUES)
+    if (e->type == FP8RUN_OPTION_DIM_NAMES || e->type == FP8RUN_OPTION_DIM_VALUES ||
+        e->type == FP8RUN_OPTION_POINTER)
         return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: %s is not set from text", __func__, name);
     if (!value) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: %s needs a value", __func__, name);
     if (e->type == FP8RUN_OPTION_CHOICE) {
@@ -284,6 +286,7 @@ FP8RUN_API fp8run_status fp8run_train_config_get(const fp8run_train_config *cfg,
     }
     case FP8RUN_OPTION_DIM_NAMES:
     case FP8RUN_OPTION_DIM_VALUES:
+    case FP8RUN_OPTION_POINTER:
         snprintf(buf, len, "%s", "");
         break;
     default:

@@ -124,7 +124,8 @@ fr_status fr_trainer_save(fr_trainer *t, const char *path, const void *data_stat
     fr_ckpt_writer *w;
     if (t->opt.eval_only)
         return fr_error(FR_ERR_INVALID_ARG, "checkpoint '%s': a trainer built for evaluation only has no training state to save", path);
-    FR_TRY(tr_sync_host(t));
+    FR_TRY(tr_sync_host(t)); /* on every rank: gathering sharded state is collective */
+    if (t->opt.rank > 0) return FR_OK; /* data parallel: rank 0 writes */
     FR_TRY(fr_ckpt_writer_open(path, &w));
     fr_status st = write_all_parts(t, w, data_state, data_len);
     if (st != FR_OK) {

@@ -36,6 +36,7 @@ fr_status fr_train_save_model(const fr_graph *g, const char *path)
 fr_status fr_trainer_export(fr_trainer *t, const char *path)
 {
     FR_TRY(tr_sync_host(t));
+    if (t->opt.rank > 0) return FR_OK; /* data parallel: rank 0 exports */
     fr_graph *pg = t->pristine;
     for (int i = 0; i < t->n_orig; i++) {
         const tr_orig *o = &t->orig[i];

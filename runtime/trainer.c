@@ -99,6 +99,10 @@ static fr_status copy_options(fr_trainer *t, const fr_train_options *o)
     FR_TRY(copy_str(o->freeze_regex, &t->s_freeze, &c->freeze_regex));
     FR_TRY(copy_str(prec, &t->s_precision, &c->precision));
     FR_TRY(resolve_device(t, o->device ? o->device : "cpu"));
+    if (o->world_size <= 0) c->rank = c->local_rank = 0; /* alone: rank 0 writes checkpoints */
+    if (o->world_size > 0 && (!t->use_cuda || o->rank < 0 || o->rank >= o->world_size || o->local_rank < 0))
+        return fr_error(FR_ERR_INVALID_ARG, "data-parallel training (rank %d of %d, local rank %d) %s", o->rank,
+                        o->world_size, o->local_rank, t->use_cuda ? "is inconsistent" : "needs the CUDA backend");
     FR_TRY(copy_str(o->fp8.recipe, &t->s_recipe, &c->fp8.recipe));
     FR_TRY(copy_str(o->fp8.fp8_format, &t->s_format, &c->fp8.fp8_format));
     FR_TRY(copy_str(o->fp8.fp8_exclude, &t->s_exclude, &c->fp8.fp8_exclude));
@@ -189,7 +193,7 @@ fr_status fr_trainer_new(const fr_graph *model, const fr_train_options *opt, fr_
     fr_status st = copy_options(t, opt);
     if (st == FR_OK) st = tr_build(t, model);
 #ifdef FP8RUN_HAVE_CUDA
-    if (st == FR_OK && t->use_cuda) st = fr_cuda_train_new(t, -1, &t->dev);
+    if (st == FR_OK && t->use_cuda) st = fr_cuda_train_new(t, t->opt.world_size > 0 ? t->opt.local_rank : -1, &t->dev);
 #endif
     if (st != FR_OK) {
         if (model->source_path) fr_error_context(st, "while building the trainer for '%s'", model->source_path);

@@ -90,6 +90,14 @@ typedef struct fr_train_options {
                                   recompute.h): regions of each block the backward recomputes */
     int eval_only;             /* 1: no backward graph, no optimizer: fr_trainer_eval only (and
                                   fr_trainer_load of the weights); fr_trainer_step/save refuse */
+    /* data parallel over NCCL (runtime/dist.h, CUDA only): world_size > 0 makes this trainer rank
+       `rank` of world_size on CUDA device local_rank; its gradients, loss and FP8 amaxes are
+       reduced across ranks every step; only rank 0 writes checkpoints and exports. 0: alone */
+    int world_size, rank, local_rank;
+    void *nccl_comm;           /* an ncclComm_t the caller made (not owned), or NULL: made here,
+                                  its id sent by rank 0 over TCP on MASTER_ADDR:MASTER_PORT */
+    int shard_optimizer;       /* 1: ZeRO-1, each rank keeps the optimizer state of the parameters
+                                  it owns (fr_dist_partition) and broadcasts them after the update */
 } fr_train_options;
 
 void fr_train_options_default(fr_train_options *o);

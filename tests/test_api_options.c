@@ -51,7 +51,14 @@ static void test_table_covers_struct(void)
     CU_ASSERT_EQUAL(fp8run_train_config_option(n, &e), FP8RUN_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(fp8run_train_config_option(-1, &e), FP8RUN_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(fp8run_train_config_find("no_such_option"), -1);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("recompute"), n - 1); /* appended last */
+    CU_ASSERT_EQUAL(fp8run_train_config_find("recompute"), n - 6); /* appended after 0.1.0 */
+    CU_ASSERT_EQUAL(fp8run_train_config_find("shard_optimizer"), n - 1); /* appended last */
+    /* the opaque pointer has its own type, the size of a pointer */
+    int k = fp8run_train_config_find("nccl_comm");
+    CU_ASSERT_EQUAL_FATAL(fp8run_train_config_option(k, &e), FP8RUN_OK);
+    CU_ASSERT_EQUAL(e.type, FP8RUN_OPTION_POINTER);
+    CU_ASSERT_EQUAL(e.size, sizeof(void *));
+    CU_ASSERT_PTR_NULL(e.flag);
 }
 
 static void test_defaults_and_choices(void)
@@ -129,6 +136,16 @@ static void test_set_from_text(void)
     CU_ASSERT_EQUAL(fp8run_train_config_set(&c, "--train", "layers\\.0\\."), FP8RUN_OK);
     CU_ASSERT_STRING_EQUAL(c.train_regex, "layers\\.0\\.");
     SET_ERR(&c, "dim_names", "x", "not set from text");
+    SET_ERR(&c, "nccl_comm", "0x1234", "not set from text");
+    CU_ASSERT_PTR_NULL(c.nccl_comm);
+    char pbuf[8];
+    CU_ASSERT_EQUAL(fp8run_train_config_get(&c, fp8run_train_config_find("nccl_comm"), pbuf, sizeof pbuf), FP8RUN_OK);
+    CU_ASSERT_STRING_EQUAL(pbuf, "");
+    CU_ASSERT_EQUAL(fp8run_train_config_set(&c, "--shard-optimizer", NULL), FP8RUN_OK);
+    CU_ASSERT_EQUAL(c.shard_optimizer, 1);
+    SET_ERR(&c, "world_size", "-1", "world_size: '-1' is not an integer in 0..");
+    CU_ASSERT_EQUAL(fp8run_train_config_set(&c, "local_rank", "3"), FP8RUN_OK);
+    CU_ASSERT_EQUAL(c.local_rank, 3);
     SET_ERR(&c, "--recipe", NULL, "needs a value");
     SET_ERR(&c, "--no-such-flag", "1", "no option of that name");
     char buf[64];
@@ -200,6 +217,11 @@ static void test_internal_defaults_agree(void)
     CU_ASSERT_EQUAL(o->fuse_attention, d.fuse_attention);
     CU_ASSERT_EQUAL(o->fuse_swiglu, d.fuse_swiglu);
     CU_ASSERT_EQUAL(o->eval_only, d.eval_only);
+    CU_ASSERT_EQUAL(o->world_size, d.world_size);
+    CU_ASSERT_EQUAL(o->rank, d.rank);
+    CU_ASSERT_EQUAL(o->local_rank, d.local_rank);
+    CU_ASSERT_PTR_EQUAL(o->nccl_comm, d.nccl_comm);
+    CU_ASSERT_EQUAL(o->shard_optimizer, d.shard_optimizer);
     fr_api_options_free(&a);
 }
 

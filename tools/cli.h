@@ -90,6 +90,12 @@ extern const char *const cli_shape_options[];
 /* Parse a choice: *out = its index, or a usage error "OPT: 'TEXT' is not one of ..." (returned). */
 int cli_choice(const char *cmd, const char *opt, const char *text, const char *const *choices, int *out);
 
+/* tools/cli_dist.c: data-parallel training. Reads the torchrun-style environment into o
+ * (world_size, rank, local_rank); *launcher = 1 when this process should start `gpus` ranks
+ * instead (cli_dist_launch: exit code of the first rank that failed, else 0). */
+int cli_dist_env(int gpus, fp8run_train_config *o, int *launcher);
+int cli_dist_launch(int gpus);
+
 /* tools/cli_compile.c */
 int cli_compile(int argc, char **argv);
 void cli_compile_help(FILE *f);

@@ -34,6 +34,7 @@ typedef struct train_args {
     int64_t log_fp8;        /* --log-fp8 N: FP8 statistics every N steps (0: off) */
     const char *recipe_opt; /* the first precision/recipe option given (refused with a .fbs) */
     const char *init_from;  /* --init-from DIR|FILE (safetensors) */
+    int gpus;               /* --gpus N (0: not given) */
 } train_args;
 
 static const char *const k_dtypes[] = {"uint8", "uint16", "uint32", NULL};
@@ -104,6 +105,9 @@ void cli_train_help(FILE *f)
             "                          trained parameters only: --freeze'd ones keep the model's values)\n"
             "  --device auto|cuda|cpu  where to train (default auto: the GPU when one is usable)\n"
             "  --dim NAME=VALUE        fix another symbolic dimension (repeatable)\n"
+            "data parallel (NCCL, loaded at run time):\n"
+            "  --gpus N                one process per GPU, each B windows of a global batch of N*B; also\n"
+            "                          runs under a launcher setting RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT\n"
             "output:\n"
             "  --log FILE.jsonl        one JSON record per step and per validation\n"
             "  --log-every N           read the loss back and print progress every N steps\n"
@@ -193,6 +197,7 @@ static int train_option(int argc, char **argv, int *i, train_args *a, int *rc)
 {
     const char *v = NULL, *cmd = "train";
     int m, k;
+    int64_t n;
 #define OPT(name) ((m = cli_option(argc, argv, i, cmd, name, &v)) != 0)
 #define VAL (m > 0)
     if (OPT("--val")) a->val = v;
@@ -206,6 +211,11 @@ static int train_option(int argc, char **argv, int *i, train_args *a, int *rc)
     } else if (OPT("--steps")) {
         if (VAL && (*rc = cli_int64(cmd, "--steps", v, 1, &a->steps)) == 0) a->have_steps = 1;
     } else if (OPT("--log-fp8")) { if (VAL) *rc = cli_int64(cmd, "--log-fp8", v, 1, &a->log_fp8); }
+    else if (OPT("--gpus")) { /* not a config field: this process launches the ranks (cli_dist.c) */
+        if (VAL && (*rc = cli_int64(cmd, "--gpus", v, 1, &n)) == 0 && n > 1 << 20)
+            *rc = cli_usage(cmd, "--gpus: %s is too large", v);
+        if (VAL && *rc == 0) a->gpus = (int)n;
+    }
     else if (OPT("--log")) a->log = v;
     else if (OPT("--log-every")) { if (VAL) *rc = cli_int64(cmd, "--log-every", v, 1, &a->log_every); }
     else if (OPT("--ckpt-dir")) a->ckpt_dir = v;
@@ -418,6 +428,7 @@ static int trim_log(const char *path, int64_t step)
 /* ---------------------------------------------------------------------------------------- */
 
 static volatile sig_atomic_t g_interrupted = 0;
+static int g_quiet = 0; /* data parallel: ranks other than 0 print no progress */
 
 static void on_signal(int sig)
 {
@@ -478,6 +489,7 @@ static void progress(loop *L, int64_t done, const fp8run_step_stats *s)
     double el = now_s() - L->t0, tps = L->train_s > 0 ? (double)(ran * L->tokens_per_step) / L->train_s : 0;
     double eta = ran > 0 ? el / (double)ran * (double)(total - done) : NAN;
     char e1[32], e2[32];
+    if (g_quiet) return;
     if (L->tty) {
         fprintf(stderr, "\rstep %lld/%lld | loss %.4f | lr %.2e | %.0f tok/s | %s elapsed | ETA %s   ",
                 (long long)done, (long long)total, s->loss, s->lr, tps, hms(el, e1, sizeof e1), hms(eta, e2, sizeof e2));
@@ -603,7 +615,7 @@ static int validate(loop *L, int64_t done)
     if (rc) return rc;
     double vl = sum / (double)n;
     end_line(L);
-    fprintf(stderr, "step %lld: val loss %.4f (perplexity %.2f, %lld batches)\n", (long long)done, vl, exp(vl),
+    if (!g_quiet) fprintf(stderr, "step %lld: val loss %.4f (perplexity %.2f, %lld batches)\n", (long long)done, vl, exp(vl),
             (long long)n);
     if (L->log) {
         fprintf(L->log, "{\"step\": %lld", (long long)done);
@@ -624,10 +636,12 @@ static int save_ckpt(loop *L, int64_t done)
         rc = cli_fail("saving checkpoint: %s", cli_last_error());
     } else {
         end_line(L);
-        fprintf(stderr, "checkpoint: %s\n", p);
         L->last_ckpt = done;
-        rc = cli_ckpt_set_add(&L->mine, done);
-        cli_ckpt_set_prune(&L->mine, L->a->ckpt_dir, L->a->ckpt_keep, ckpt_path);
+        if (!g_quiet) { /* rank 0 wrote it and keeps the folder */
+            fprintf(stderr, "checkpoint: %s\n", p);
+            rc = cli_ckpt_set_add(&L->mine, done);
+            cli_ckpt_set_prune(&L->mine, L->a->ckpt_dir, L->a->ckpt_keep, ckpt_path);
+        }
     }
     free(p);
     return rc;
@@ -678,7 +692,7 @@ static int drain(loop *L, int *numeric, char *msg, size_t msg_len)
         const fp8run_step_stats *s = &got[i].s;
         const int64_t done = s->step + 1;
         log_step(L, done, s, tps);
-        if (s->skipped) {
+        if (s->skipped && !g_quiet) {
             end_line(L);
             fprintf(stderr, "fp8run: warning: step %lld skipped (%d in a row): %s\n", (long long)done, s->bad_in_a_row,
                     s->reason);
@@ -689,13 +703,19 @@ static int drain(loop *L, int *numeric, char *msg, size_t msg_len)
     return rc;
 }
 
+static int world_of(const train_args *a) { return a->o.world_size > 0 ? a->o.world_size : 1; }
+
 static int train_loop(loop *L)
 {
     train_args *a = L->a;
     const int K = a->o.grad_accum;
     const size_t per = (size_t)(a->batch * (a->seq + 1));
-    int64_t *w = malloc((size_t)K * per * sizeof *w);
-    if (!w) return cli_fail("out of memory");
+    const int W = world_of(a), R = a->o.rank;
+    int64_t *w = malloc((size_t)K * per * sizeof *w), *gw = W > 1 ? malloc((size_t)(K * W) * per * sizeof *w) : w;
+    if (!w || !gw) {
+        free(w);
+        return cli_fail("out of memory");
+    }
     int rc = 0, numeric = 0;
     char msg[2048];
     int64_t done = fp8run_session_steps_done(L->t);
@@ -704,7 +724,7 @@ static int train_loop(loop *L)
     while (done < a->steps && rc == 0) {
         /* micro-batch by micro-batch, as the checkpoint's loader position counts them */
         for (int k = 0; k < K && rc == 0; k++)
-            if (fp8run_data_next(L->dl, FP8RUN_DTYPE_INT64, w + (size_t)k * per, per) != FP8RUN_OK) {
+            if (fp8run_data_next(L->dl, FP8RUN_DTYPE_INT64, gw + (size_t)(k * W) * per, (size_t)W * per) != FP8RUN_OK) {
                 char why[16];
                 snprintf(msg, sizeof msg, "%s", cli_last_error());
                 if (drain(L, &numeric, why, sizeof why) == 0) save_ckpt(L, done); /* what was trained so far is kept */
@@ -712,6 +732,8 @@ static int train_loop(loop *L)
                 rc = cli_fail("%s", msg);
             }
         if (rc) break;
+        for (int k = 0; k < K && W > 1; k++) /* this rank's windows of each micro-batch */
+            memcpy(w + (size_t)k * per, gw + (size_t)(k * W + R) * per, per * sizeof *w);
         /* queued without waiting for the GPU: the statistics are read back by drain() */
         double t1 = now_s();
         fp8run_status st = fp8run_session_train_step_async(L->t, w, FP8RUN_DTYPE_INT64, (size_t)K * per, NULL);
@@ -746,6 +768,7 @@ static int train_loop(loop *L)
             }
         }
     }
+    if (gw != w) free(gw);
     free(w);
     end_line(L);
     if (rc == 0 && L->vl) rc = validate(L, done);
@@ -771,7 +794,9 @@ static int open_loaders(loop *L)
 {
     train_args *a = L->a;
     fp8run_data_config d = data_config(a, fp8run_session_vocab(L->t));
+    d.batch *= world_of(a); /* every rank reads the global batch and takes its share */
     if (fp8run_data_open(a->data, &d, &L->dl) != FP8RUN_OK) return cli_fail("--data: %s", cli_last_error());
+    d.batch = a->batch;
     if (a->val && fp8run_data_open_val(a->val, &d, a->val_batches, &L->vl) != FP8RUN_OK) {
         /* the default batch count on a small file: take what the file holds */
         if (a->have_val_batches || fp8run_data_open_val(a->val, &d, 0, &L->vl) != FP8RUN_OK)
@@ -831,7 +856,7 @@ static int resume_session(loop *L, const char *resume, const fp8run_checkpoint *
     L->last_ckpt = fp8run_session_steps_done(L->t);
     int rc = adopt_ckpts(L->a->ckpt_dir, L->last_ckpt, &L->mine);
     if (rc) return rc;
-    fprintf(stderr, "resumed from %s at step %lld\n", resume, (long long)fp8run_session_steps_done(L->t));
+    if (!g_quiet) fprintf(stderr, "resumed from %s at step %lld\n", resume, (long long)fp8run_session_steps_done(L->t));
     return 0;
 }
 
@@ -849,7 +874,7 @@ static int run_train(train_args *a)
     if (rc == 0) rc = shape_from_model("train", a, L.m);
     L.tokens_per_step = a->batch * a->seq * a->o.grad_accum;
     if (rc == 0 && a->ckpt_dir) rc = cli_make_dirs(a->ckpt_dir);
-    if (rc == 0 && a->ckpt_dir) cli_ckpt_clean_stale_tmp(a->ckpt_dir, time(NULL));
+    if (rc == 0 && a->ckpt_dir && !g_quiet) cli_ckpt_clean_stale_tmp(a->ckpt_dir, time(NULL));
     if (rc == 0 && a->resume) rc = newest_valid_ckpt(a->ckpt_dir, &resume, &ck);
     if (rc == 0 && a->resume && !resume)
         fprintf(stderr, "fp8run: no checkpoint in '%s': starting from step 0\n", a->ckpt_dir);
@@ -859,6 +884,7 @@ static int run_train(train_args *a)
     if (rc == 0 && a->init_from && resume) fprintf(stderr, "fp8run: --init-from not used: resuming from %s\n", resume);
     if (rc == 0) rc = open_loaders(&L);
     if (rc == 0 && resume) rc = resume_session(&L, resume, ck);
+    if (g_quiet) a->log = NULL; /* rank 0 logs */
     if (rc == 0 && a->log && resume) rc = trim_log(a->log, fp8run_session_steps_done(L.t));
     if (rc == 0 && a->log) {
         L.log = fopen(a->log, resume ? "a" : "w");
@@ -876,7 +902,7 @@ static int run_train(train_args *a)
             fp8run_value_info pi = {.struct_size = sizeof pi};
             if (fp8run_session_param(L.t, i, &pi) == FP8RUN_OK) np += pi.numel;
         }
-        fprintf(stderr, "training %s on %s: %s parameters in %d tensors, %s, %lld x %lld x %d tokens per step, %lld steps\n",
+        if (!g_quiet) fprintf(stderr, "training %s on %s: %s parameters in %d tensors, %s, %lld x %lld x %d tokens per step, %lld steps\n",
                 a->model, fp8run_session_device(L.t), cli_human_count(np, n1, sizeof n1), n_params, a->o.precision,
                 (long long)a->batch, (long long)a->seq, a->o.grad_accum, (long long)a->steps);
         struct sigaction sa;
@@ -892,10 +918,10 @@ static int run_train(train_args *a)
     if (rc == 0 && a->export_path) {
         if (fp8run_session_export(L.t, a->export_path) != FP8RUN_OK)
             rc = cli_fail("--export: %s", cli_last_error());
-        else
+        else if (!g_quiet)
             printf("exported %s\n", a->export_path);
     }
-    if (rc == 0)
+    if (rc == 0 && !g_quiet)
         printf("trained %s: %lld steps (%lld skipped)\n", a->model, (long long)fp8run_session_steps_done(L.t),
                (long long)fp8run_session_steps_skipped(L.t));
     if (L.log) fclose(L.log);
@@ -918,7 +944,10 @@ int cli_train(int argc, char **argv)
         cli_train_help(stdout);
         rc = 0;
     } else if (rc == 0) {
-        rc = run_train(&a);
+        int launcher = 0;
+        rc = cli_dist_env(a.gpus, &a.o, &launcher);
+        g_quiet = a.o.rank > 0;
+        if (rc == 0) rc = launcher ? cli_dist_launch(a.gpus) : run_train(&a);
     }
     cli_dims_free(&a.dims);
     return rc;

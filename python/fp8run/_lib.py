@@ -58,7 +58,7 @@ class OptionInfo(ctypes.Structure):
 
 # fp8run_option_type -> ctypes
 _OPTION_CTYPES = [c_int, c_int64, c_uint64, c_double, c_char_p, c_char_p, c_int,
-                  ctypes.POINTER(c_char_p), ctypes.POINTER(c_int64)]
+                  ctypes.POINTER(c_char_p), ctypes.POINTER(c_int64), c_void_p]
 OPTION_STRING, OPTION_CHOICE = 4, 5
 # the table as read by load(): dicts of name, type, help, flag, choices (a list or None)
 TRAIN_CONFIG_OPTIONS = []

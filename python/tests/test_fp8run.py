@@ -5,6 +5,7 @@ data loader, and errors raised as fp8run.Error with the library's message.
 
     FP8RUN_LIBRARY=build/libfp8run.so FP8RUN_EXAMPLE=build/fp8run_example \\
         python3 python/tests/test_fp8run.py -v"""
+import ctypes
 import json
 import os
 import subprocess
@@ -76,7 +77,9 @@ class FP8RunTest(unittest.TestCase):
         names = [f for f, _ in _lib.TrainConfig._fields_]
         self.assertEqual(names[0], "struct_size")
         self.assertEqual(names[1:], [o["name"] for o in _lib.TRAIN_CONFIG_OPTIONS])
-        self.assertEqual(names[-3:], ["fuse_attention", "fuse_swiglu", "recompute"])  # appended after 0.1.0
+        self.assertEqual(names[-8:], ["fuse_attention", "fuse_swiglu", "recompute", "world_size", "rank",
+                                      "local_rank", "nccl_comm", "shard_optimizer"])  # appended after 0.1.0
+        self.assertIs(dict(_lib.TrainConfig._fields_)["nccl_comm"], ctypes.c_void_p)  # an opaque pointer
         by_name = {o["name"]: o for o in _lib.TRAIN_CONFIG_OPTIONS}
         self.assertEqual(by_name["recipe"]["choices"], ["delayed", "current", "block"])
         self.assertEqual(by_name["fuse_swiglu"]["flag"], "--no-fuse-swiglu")
@@ -85,6 +88,7 @@ class FP8RunTest(unittest.TestCase):
         self.assertEqual((c.batch, c.seq_len, c.recipe, c.fuse_swiglu), (2, 8, b"block", 0))
         self.assertEqual((c.seed, c.n_dims, c.dim_values[0]), (2 ** 64 - 1, 1, 3))
         self.assertEqual((c.pad_multiple, c.amax_history_len, c.fuse_attention), (16, 1024, 1))
+        self.assertEqual((c.world_size, c.nccl_comm, c.shard_optimizer), (0, None, 0))
         with self.assertRaises(TypeError):
             fp8run._config(1, 1, {"no_such_option": 1})
 

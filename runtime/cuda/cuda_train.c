@@ -9,6 +9,7 @@
 
 #include "cuda_exec.h"
 #include "cuda_train_kernels.h"
+#include "dist_train.h"
 #include "runtime/fp8_format.h"
 
 struct fr_cuda_train {
@@ -41,6 +42,9 @@ struct fr_cuda_train {
     fr_tensor **eval_host;
     int n_eval_host;
     int host_stale;            /* the device holds newer parameters/state than the host */
+    fr_dist_train *dist;       /* data parallel (dist_train.h), or NULL */
+    fr_mt_chunk *d_opt_chunks; /* sharded optimizer: the chunks of the parameters this rank owns */
+    int n_opt_chunks;
     size_t extra_bytes;
 };
 
@@ -68,11 +72,19 @@ static fr_status dev_alloc(fr_cuda_train *d, void **p, size_t bytes)
 void fr_cuda_train_free(fr_cuda_train *d)
 {
     if (!d) return;
+    if (fr_dist_train_broken(d->dist)) { /* aborted collectives: waiting could hang; the process ends */
+        fr_dist_train_free(d->dist);
+        free(d->entries);
+        free(d);
+        return;
+    }
     if (d->c) cudaStreamSynchronize(d->c->stream);
     fr_cuda_exec_free(d->eval_ex);
     fr_cuda_exec_free(d->ex);
     cudaFree(d->d_entries);
     cudaFree(d->d_chunks);
+    cudaFree(d->d_opt_chunks);
+    fr_dist_train_free(d->dist);
     cudaFree(d->opt_state);
     cudaFree(d->acc);
     cudaFree(d->d_partial);
@@ -104,6 +116,33 @@ static float *exec_f32(fr_cuda_exec *ex, int vid)
     return t ? (float *)t->data : NULL;
 }
 
+/* whether this rank keeps (and updates) parameter i's optimizer state */
+static int owns(const fr_cuda_train *d, const fr_trainer *t, int i)
+{
+    int o = fr_dist_train_owner(d->dist, i);
+    return o < 0 || o == t->opt.rank;
+}
+
+/* sharded optimizer: the update runs over the owned parameters' chunks only */
+static fr_status opt_chunks(fr_trainer *t, fr_cuda_train *d)
+{
+    fr_status st = FR_OK;
+    int n = 0;
+    for (int i = 0; i < t->n_params; i++)
+        if (owns(d, t, i)) n += (int)((t->params[i].numel + FR_MT_CHUNK - 1) / FR_MT_CHUNK);
+    fr_mt_chunk *chunks = fr_malloc((size_t)(n ? n : 1) * sizeof *chunks, "optimizer shard");
+    if (!chunks) return FR_ERR_OOM;
+    int c = 0;
+    for (int i = 0; i < t->n_params; i++)
+        for (int64_t s = 0; owns(d, t, i) && s < t->params[i].numel; s += FR_MT_CHUNK)
+            chunks[c++] = (fr_mt_chunk){i, s, t->params[i].numel - s < FR_MT_CHUNK ? t->params[i].numel - s : FR_MT_CHUNK};
+    d->n_opt_chunks = n;
+    st = dev_alloc(d, (void **)&d->d_opt_chunks, (size_t)(n ? n : 1) * sizeof *chunks);
+    CU(cudaMemcpy(d->d_opt_chunks, chunks, (size_t)n * sizeof *chunks, cudaMemcpyHostToDevice));
+    free(chunks);
+    return st;
+}
+
 static fr_status build_params(fr_trainer *t, fr_cuda_train *d)
 {
     fr_status st = FR_OK;
@@ -113,12 +152,15 @@ static fr_status build_params(fr_trainer *t, fr_cuda_train *d)
     if (!d->entries) return FR_ERR_OOM;
     int64_t total = 0;
     int n_chunks = 0;
+    int64_t owned = 0; /* elements whose optimizer state lives here (all unless sharded) */
     for (int i = 0; i < t->n_params; i++) {
         total += t->params[i].numel;
         n_chunks += (int)((t->params[i].numel + FR_MT_CHUNK - 1) / FR_MT_CHUNK);
+        if (owns(d, t, i)) owned += t->params[i].numel;
     }
-    if (slots) FR_TRY(dev_alloc(d, (void **)&d->opt_state, (size_t)total * (size_t)slots * sizeof(float)));
-    if (slots) CU(cudaMemset(d->opt_state, 0, (size_t)total * (size_t)slots * sizeof(float)));
+    (void)total;
+    if (slots) FR_TRY(dev_alloc(d, (void **)&d->opt_state, (size_t)owned * (size_t)slots * sizeof(float)));
+    if (slots) CU(cudaMemset(d->opt_state, 0, (size_t)owned * (size_t)slots * sizeof(float)));
     int64_t off = 0;
     for (int i = 0; st == FR_OK && i < t->n_params; i++) {
         const tr_param *p = &t->params[i];
@@ -131,6 +173,7 @@ static fr_status build_params(fr_trainer *t, fr_cuda_train *d)
                             t->g->values[p->value].name);
         e->n = p->numel;
         e->decay = fr_optimizer_param_decays(t->optim, i);
+        if (!owns(d, t, i)) continue;
         if (slots > 0) e->s0 = d->opt_state + off * slots;
         if (slots > 1) e->s1 = d->opt_state + off * slots + p->numel;
         off += p->numel;
@@ -148,6 +191,7 @@ static fr_status build_params(fr_trainer *t, fr_cuda_train *d)
     if (st == FR_OK) st = dev_alloc(d, (void **)&d->d_entries, (size_t)(t->n_params ? t->n_params : 1) * sizeof(fr_mt_entry));
     CU(cudaMemcpy(d->d_entries, d->entries, (size_t)t->n_params * sizeof(fr_mt_entry), cudaMemcpyHostToDevice));
     if (st == FR_OK) st = dev_alloc(d, (void **)&d->d_partial, (size_t)(n_chunks ? n_chunks : 1) * sizeof(double));
+    if (st == FR_OK && fr_dist_train_owner(d->dist, 0) >= 0) st = opt_chunks(t, d);
     return st;
 }
 
@@ -237,6 +281,7 @@ fr_status fr_cuda_train_new(fr_trainer *t, int device, fr_cuda_train **out)
             st = fr_error(FR_ERR_UNSUPPORTED, "FP8 GEMMs need cuBLASLt 12.0 or newer; this one is %zu",
                           cublasLtGetVersion());
     }
+    if (st == FR_OK && !t->opt.eval_only && t->opt.world_size > 0) st = fr_dist_train_new(t, &d->dist);
     if (st == FR_OK && !t->opt.eval_only) st = fr_cuda_exec_new(d->c, t->g, NULL, &d->ex);
     if (st == FR_OK && !t->opt.eval_only) st = build_params(t, d);
     if (st == FR_OK && !t->opt.eval_only) st = build_fp8(t, d);
@@ -302,9 +347,13 @@ fr_status fr_cuda_train_pull(fr_trainer *t)
     const int slots = fr_optimizer_state_count(t->optim);
     for (int i = 0; st == FR_OK && i < t->n_params; i++) {
         st = fr_cuda_exec_download_constant(d->ex, t->params[i].value);
-        for (int s = 0; s < slots && st == FR_OK; s++)
-            CU(cudaMemcpy(fr_optimizer_state(t->optim, i, s), s ? d->entries[i].s1 : d->entries[i].s0,
-                          (size_t)t->params[i].numel * sizeof(float), cudaMemcpyDeviceToHost));
+        for (int s = 0; s < slots && st == FR_OK; s++) {
+            float *src = s ? d->entries[i].s1 : d->entries[i].s0, *dst = fr_optimizer_state(t->optim, i, s);
+            if (fr_dist_train_owner(d->dist, i) >= 0) /* sharded: from its owner (collective) */
+                st = fr_dist_train_gather_slot(d->dist, i, src, t->params[i].numel, dst, d->c->stream);
+            else
+                CU(cudaMemcpy(dst, src, (size_t)t->params[i].numel * sizeof(float), cudaMemcpyDeviceToHost));
+        }
     }
     for (int i = 0; st == FR_OK && i < t->n_states; i++) {
         fr_fp8_scaling *sc = &t->states[i].sc;
@@ -343,7 +392,7 @@ fr_status fr_cuda_train_push(fr_trainer *t)
     const int slots = fr_optimizer_state_count(t->optim);
     for (int i = 0; st == FR_OK && i < t->n_params; i++) {
         st = fr_cuda_exec_upload_constant(d->ex, t->params[i].value);
-        for (int s = 0; s < slots && st == FR_OK; s++)
+        for (int s = 0; s < slots && st == FR_OK && owns(d, t, i); s++)
             CU(cudaMemcpy(s ? d->entries[i].s1 : d->entries[i].s0, fr_optimizer_state(t->optim, i, s),
                           (size_t)t->params[i].numel * sizeof(float), cudaMemcpyHostToDevice));
     }
@@ -401,6 +450,13 @@ fr_status fr_cuda_train_queue(fr_trainer *t, const int64_t *windows, int k, doub
         if (k > 1) CU(fr_cuda_mt_accumulate(d->d_chunks, d->n_chunks, d->d_entries, m == 0, s));
     }
     if (k > 1) CU(fr_cuda_mt_divide(d->d_chunks, d->n_chunks, d->d_entries, (float)k, s));
+    if (d->dist && st == FR_OK) { /* every rank: the same gradients, loss, amaxes and flags */
+        fr_dist_step_bufs b = {d->entries, t->n_params, k > 1, d->d_loss_sum, d->d_step_amax, d->n_amax, d->d_amax_bad,
+                               d->c->dev_error};
+        st = fr_dist_train_reduce(d->dist, &b, s);
+    }
+    fr_mt_chunk *ochunks = d->d_opt_chunks ? d->d_opt_chunks : d->d_chunks;
+    const int n_ochunks = d->d_opt_chunks ? d->n_opt_chunks : d->n_chunks;
     CU(fr_cuda_mt_check(d->d_chunks, d->n_chunks, d->d_entries, k > 1, d->d_partial, d->d_loss_sum, k, d->c->dev_error,
                         d->d_amax_bad, t->opt.grad_clip > 0 ? t->opt.grad_clip : 0.0, d->d_opt_steps, d->d_scalars, s));
     const fr_opt_config *c = fr_optimizer_config(t->optim);
@@ -422,7 +478,7 @@ fr_status fr_cuda_train_queue(fr_trainer *t, const int64_t *windows, int k, doub
             a.neg_step[i] = (float)(-(lr / bc1));
             a.bc2_sqrt[i] = (float)sqrt(bc2);
         }
-        CU(fr_cuda_mt_adamw(d->d_chunks, d->n_chunks, d->d_entries, k > 1, d->d_scalars, a, s));
+        CU(fr_cuda_mt_adamw(ochunks, n_ochunks, d->d_entries, k > 1, d->d_scalars, a, s));
     } else {
         fr_sgd_args a;
         a.wd = (float)c->weight_decay;
@@ -432,8 +488,9 @@ fr_status fr_cuda_train_queue(fr_trainer *t, const int64_t *windows, int k, doub
         a.neg_lr = (float)(-lr);
         a.momentum_on = fr_optimizer_state_count(t->optim) > 0;
         a.nesterov = c->nesterov;
-        CU(fr_cuda_mt_sgd(d->d_chunks, d->n_chunks, d->d_entries, k > 1, d->d_scalars, a, s));
+        CU(fr_cuda_mt_sgd(ochunks, n_ochunks, d->d_entries, k > 1, d->d_scalars, a, s));
     }
+    if (d->dist && st == FR_OK) st = fr_dist_train_share_params(d->dist, d->entries, t->n_params, s);
     if (t->n_states) CU(fr_cuda_scaling_update(d->sd, t->n_states, d->d_step_amax, d->d_scalars, s));
     /* parameters and scales may have changed: the next run converts the weights again. Also
        when the device skips the update (its decision is not known here, and one conversion per
@@ -462,6 +519,8 @@ fr_status fr_cuda_train_retire(fr_trainer *t, int slot, int k, fr_train_stats *s
     fr_status st = FR_OK;
     if (slot < 0 || slot >= FR_TRAIN_MAX_QUEUED)
         return fr_error(FR_ERR_INTERNAL, "device trainer: statistics slot %d outside [0, %d)", slot, FR_TRAIN_MAX_QUEUED);
+    if (d->dist) /* a stuck or failed collective is an error, not a hang */
+        st = fr_dist_train_wait(d->dist, d->ring_ev[slot], "waiting for a training step");
     CU(cudaEventSynchronize(d->ring_ev[slot]));
     if (st != FR_OK) return st;
     const fr_step_scalars *h = &d->h_ring[slot];

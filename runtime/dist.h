@@ -1,0 +1,69 @@
+/* Data-parallel training: the parts that need no GPU.
+ *
+ *   - the launch environment (torchrun-style RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+ *     MASTER_PORT), parsed by a pure function over a getenv-like callback;
+ *   - the rendezvous: rank 0 hands a small blob (the NCCL unique id) to every other rank over
+ *     TCP on MASTER_ADDR:MASTER_PORT (loopback unless the address says otherwise);
+ *   - the gradient buckets: parameters grouped, in reverse order (the order the backward pass
+ *     produces their gradients), into buckets of at most a byte budget, each bucket one
+ *     grouped all-reduce;
+ *   - the optimizer-state shards (ZeRO-1): every parameter owned by one rank, chosen greedily
+ *     so that the ranks hold about the same number of elements; only the owner keeps its
+ *     AdamW moments and updates it, then broadcasts the new values;
+ *   - the data split: rank r of N takes windows [r*B, (r+1)*B) of every micro-batch of the
+ *     global batch of N*B windows, so N ranks compute the step one rank computes with N*B.
+ * The NCCL side is runtime/cuda/nccl_*.c. */
+#ifndef FR_DIST_H
+#define FR_DIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/status.h"
+
+/* ---- launch environment ---- */
+typedef struct fr_dist_env {
+    int rank, world, local_rank;
+    char addr[256];       /* MASTER_ADDR (default 127.0.0.1) */
+    int port;             /* MASTER_PORT (default 29500) */
+    int present;          /* 1: WORLD_SIZE was set (launched by fp8run --gpus or a launcher) */
+} fr_dist_env;
+typedef const char *(*fr_getenv_fn)(const char *name);
+/* Parse the variables through get (getenv in production). Absent WORLD_SIZE: world 1, rank 0,
+ * present 0. Malformed or inconsistent values are FR_ERR_INVALID_ARG naming the variable. */
+fr_status fr_dist_env_parse(fr_getenv_fn get, fr_dist_env *out);
+
+/* ---- rendezvous ---- */
+/* Rank 0 listens on addr:port and sends `len` bytes of blob to world-1 ranks; the others
+ * connect (retrying until timeout_s) and receive them into blob. Every wait is bounded by
+ * timeout_s: a rank that never comes is FR_ERR_DEVICE naming the address. */
+fr_status fr_dist_exchange(const char *addr, int port, int rank, int world, void *blob, size_t len,
+                           double timeout_s);
+
+/* ---- gradient buckets ---- */
+typedef struct fr_dist_bucket {
+    int first;            /* the bucket holds params[first .. first-count+1] (descending) */
+    int count;
+    int64_t numel;        /* elements in the bucket */
+} fr_dist_bucket;
+/* Buckets over n parameters of numel[i] elements of elem_size bytes, in descending index
+ * order, each at most bucket_bytes (a larger parameter is a bucket of its own). *out is
+ * malloc'ed (n_out may be 0 when n is 0). */
+fr_status fr_dist_plan_buckets(const int64_t *numel, int n, size_t elem_size, size_t bucket_bytes,
+                               fr_dist_bucket **out, int *n_out);
+
+/* ---- optimizer-state shards ---- */
+/* owner[i] in [0, world): parameters taken in descending size (ties: lower index first), each
+ * given to the rank holding the fewest elements so far (ties: the lowest rank). Deterministic:
+ * every rank computes the same table. */
+fr_status fr_dist_partition(const int64_t *numel, int n, int world, int *owner);
+/* Elements rank r owns under owner[]. */
+int64_t fr_dist_owned_numel(const int64_t *numel, const int *owner, int n, int rank);
+
+/* ---- data ---- */
+/* Copy rank r's share of a global step: `global` holds k micro-batches of world*batch windows of
+ * `win` ids; `local` receives k micro-batches of batch windows (windows r*batch ..). */
+void fr_dist_split_windows(const int64_t *global, int64_t *local, int k, int64_t batch, int64_t win, int rank,
+                           int world);
+
+#endif
