@@ -450,6 +450,10 @@ typedef struct fp8run_train_config {
                                     rotary embedding of q and of k one fused node each */
     int fuse_swiglu;             /* 1 (default): the SwiGLU activation Mul(Mul(gate, Sigmoid(gate)),
                                     up) becomes one fused node per layer */
+    const char *optimizer_state; /* AdamW moments "fp32" (default), "bf16", or "fp8" (E4M3, one
+                                    float32 scale per 128 elements, v kept as sqrt(v)) */
+    const char *master_weights;  /* "fp32" (default) or "bf16": AdamW rounds the parameters to
+                                    bf16 stochastically after each step (keyed by seed) */
 } fp8run_train_config;
 
 /* Fill *cfg with the defaults above and set cfg->struct_size = size. Pass sizeof *cfg. */

@@ -393,7 +393,9 @@ static fr_status build_optimizer(fr_trainer *t)
         memcpy(ps[i].dims, v->dims, sizeof ps[i].dims);
         ps[i].decay = FR_DECAY_AUTO;
     }
-    if (st == FR_OK && !t->opt.eval_only) st = fr_optimizer_create(&t->opt.opt, ps, t->n_params, &t->optim);
+    fr_opt_config oc = t->opt.opt;
+    oc.sr_seed = t->opt.seed; /* bf16 master weights: stochastic rounding keyed by the run's seed */
+    if (st == FR_OK && !t->opt.eval_only) st = fr_optimizer_create(&oc, ps, t->n_params, &t->optim);
     free(ps);
     for (int i = 0; st == FR_OK && i < t->n_params; i++) {
         const tr_param *p = &t->params[i];

@@ -151,4 +151,14 @@ void tr_slice_copy(const fr_fp8_fused *f, const fr_fp8_slice *s, float *fused_bu
 /* Gather an original parameter's values (original layout) into dst. */
 fr_status tr_orig_values(fr_trainer *t, const tr_orig *o, float *dst);
 
+/* Low-precision optimizer state in checkpoints (runtime/train_ckpt_lowp.c): whether this run
+ * uses it (then the file's format is "fp8run-trainer-2"), write it, check that a file's state
+ * and master dtypes match the run's, and load it. */
+struct fr_ckpt_writer;
+struct fr_ckpt;
+int tr_ckpt_lowp_used(const fr_trainer *t);
+fr_status tr_ckpt_write_lowp(fr_trainer *t, struct fr_ckpt_writer *w);
+fr_status tr_ckpt_check_lowp(fr_trainer *t, const struct fr_ckpt *c);
+fr_status tr_ckpt_load_lowp(fr_trainer *t, const struct fr_ckpt *c);
+
 #endif

@@ -164,7 +164,10 @@ size_t fr_trainer_memory(const fr_trainer *t, size_t *device_used, size_t *devic
 #endif
     size_t b = t->ex ? fr_exec_pool_bytes(t->ex) : 0;
     int slots = t->optim ? fr_optimizer_state_count(t->optim) : 0;
-    for (int i = 0; i < t->n_params; i++) b += (size_t)t->params[i].numel * sizeof(float) * (size_t)(3 + slots);
+    fr_opt_state_dtype sd = t->optim ? fr_optimizer_state_dtype(t->optim) : FR_OPT_STATE_F32;
+    for (int i = 0; i < t->n_params; i++)
+        b += (size_t)t->params[i].numel * sizeof(float) * 3 +
+             (size_t)fr_lowp_state_bytes(sd, t->params[i].numel) * (size_t)slots;
     return b;
 }
 
@@ -861,9 +864,10 @@ fr_status fr_trainer_config_json(const fr_trainer *t, char **json)
     const fr_opt_config *c = &o->opt;
     jb_printf(&b, ", \"optimizer\": {\"kind\": \"%s\", \"weight_decay\": %.17g, \"beta1\": %.17g, "
                   "\"beta2\": %.17g, \"eps\": %.17g, \"momentum\": %.17g, \"dampening\": %.17g, "
-                  "\"nesterov\": %d, \"decay_1d\": %d}",
+                  "\"nesterov\": %d, \"decay_1d\": %d, \"state_dtype\": \"%s\", \"master_weights\": \"%s\"}",
               c->kind == FR_OPT_SGD ? "sgd" : "adamw", c->weight_decay, c->beta1, c->beta2, c->eps,
-              c->momentum, c->dampening, c->nesterov, c->decay_1d);
+              c->momentum, c->dampening, c->nesterov, c->decay_1d, fr_lowp_state_name(c->state_dtype),
+              c->master_bf16 ? "bf16" : "fp32");
     jb_printf(&b, ", \"lr\": {\"schedule\": \"%s\", \"max_lr\": %.17g, \"min_lr\": %.17g, "
                   "\"warmup\": %lld, \"total\": %lld}",
               fr_lr_kind_name(o->lr.kind), o->lr.max_lr, o->lr.min_lr, (long long)o->lr.warmup_steps,
