@@ -41,6 +41,8 @@
 #include "runtime/fp8_format.h"
 
 #ifdef __CUDACC__
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #define FR_LOWP_FN static inline __host__ __device__
 #else
 #define FR_LOWP_FN static inline
@@ -113,12 +115,32 @@ FR_LOWP_FN float fr_lowp_sr_bf16(float p, uint64_t key, int64_t k)
 /* The scale of a block whose largest magnitude is absmax (0 for an all-zero block). */
 FR_LOWP_FN float fr_lowp_block_scale(float absmax) { return absmax / FR_E4M3_MAX; }
 
-FR_LOWP_FN uint8_t fr_lowp_encode(float x, float scale)
+/* E4M3 with saturation, round to nearest even: the sm_89+ conversion on the device, and
+ * runtime/fp8_format.h's bit-exact emulation of it on the host. */
+FR_LOWP_FN uint8_t fr_lowp_e4m3(float x)
 {
-    return scale == 0.0f ? (uint8_t)0 : fr_f32_to_e4m3(x / scale, 1);
+#ifdef __CUDA_ARCH__
+    return (uint8_t)__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+#else
+    return fr_f32_to_e4m3(x, 1);
+#endif
 }
 
-FR_LOWP_FN float fr_lowp_decode(uint8_t q, float scale) { return fr_e4m3_to_f32(q) * scale; }
+FR_LOWP_FN float fr_lowp_e4m3_f32(uint8_t q)
+{
+#ifdef __CUDA_ARCH__
+    return __half2float(__half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)q, __NV_E4M3)));
+#else
+    return fr_e4m3_to_f32(q);
+#endif
+}
+
+FR_LOWP_FN uint8_t fr_lowp_encode(float x, float scale)
+{
+    return scale == 0.0f ? (uint8_t)0 : fr_lowp_e4m3(x / scale);
+}
+
+FR_LOWP_FN float fr_lowp_decode(uint8_t q, float scale) { return fr_lowp_e4m3_f32(q) * scale; }
 
 /* absmax update that keeps a NaN (fmaxf would drop it). */
 FR_LOWP_FN float fr_lowp_absmax(float acc, float x)
