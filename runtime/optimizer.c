@@ -18,6 +18,7 @@ struct fr_optimizer {
     unsigned char *arena;
     float *scale_arena;
     int64_t steps;
+    size_t state_bytes;   /* what the two arenas hold */
 };
 
 fr_opt_config fr_opt_config_adamw(void)
@@ -180,6 +181,7 @@ fr_status fr_optimizer_create(const fr_opt_config *cfg, const fr_opt_param *para
         fr_optimizer_free(o);
         return st;
     }
+    o->state_bytes = total + nscales * sizeof(float);
     unsigned char *p = o->arena;
     float *sp = o->scale_arena;
     for (int i = 0; i < n_params; i++)
@@ -382,6 +384,18 @@ fr_status fr_optimizer_bind(fr_optimizer *o, int i, float *data, float *grad)
 }
 
 int fr_optimizer_state_count(const fr_optimizer *o) { return o->slots; }
+
+size_t fr_optimizer_state_bytes(const fr_optimizer *o) { return o->state_bytes; }
+
+size_t fr_opt_state_bytes(const fr_opt_config *c, int64_t numel)
+{
+    const size_t slots = c->kind == FR_OPT_ADAMW ? 2 : (c->momentum != 0 ? 1 : 0);
+    const fr_opt_state_dtype dt = c->state_dtype;
+    const size_t es = dt == FR_OPT_STATE_F32 ? 4 : dt == FR_OPT_STATE_BF16 ? 2 : 1;
+    size_t b = (((size_t)numel * es + 3) & ~(size_t)3) * slots;
+    if (dt == FR_OPT_STATE_FP8) b += (size_t)((numel + FR_LOWP_BLOCK - 1) / FR_LOWP_BLOCK) * sizeof(float) * slots;
+    return b;
+}
 
 const char *fr_optimizer_state_name(const fr_optimizer *o, int slot)
 {

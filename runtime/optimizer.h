@@ -138,6 +138,10 @@ float *fr_optimizer_state(fr_optimizer *o, int i, int slot);
  * (ceil(numel / 128) floats), NULL for other dtypes. NULL when out of range. */
 void *fr_optimizer_state_raw(fr_optimizer *o, int i, int slot, float **scales);
 fr_opt_state_dtype fr_optimizer_state_dtype(const fr_optimizer *o);
+/* Bytes of state the optimizer allocated; and what a parameter of numel elements takes under
+ * config c (the same layout: each slot 4-byte aligned, fp8 scales included). */
+size_t fr_optimizer_state_bytes(const fr_optimizer *o);
+size_t fr_opt_state_bytes(const fr_opt_config *c, int64_t numel);
 /* Steps taken so far (torch's state["step"]; 0 after create). Restore it with the state. */
 int64_t fr_optimizer_step_count(const fr_optimizer *o);
 fr_status fr_optimizer_set_step_count(fr_optimizer *o, int64_t steps);

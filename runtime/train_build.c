@@ -784,9 +784,9 @@ static fr_status build_rest(fr_trainer *t, int tok, int loss, int logits)
     FR_TRY(build_states(t));
     if (!t->opt.eval_only) {
         FR_TRY(dce(g));
-        if (!t->use_cuda) FR_TRY(fr_exec_new(g, &t->ex)); /* on a GPU: runtime/cuda/cuda_train.c */
+        if (!t->use_cuda && !t->opt.plan_only) FR_TRY(fr_exec_new(g, &t->ex)); /* GPU: runtime/cuda/cuda_train.c */
     }
-    FR_TRY(build_optimizer(t));
+    if (!t->opt.plan_only) FR_TRY(build_optimizer(t));
 
     const char *tokens = g->values[tok].name;
     const char *lname = labels >= 0 ? g->values[labels].name : NULL;

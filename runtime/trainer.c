@@ -191,7 +191,7 @@ fr_status fr_trainer_new(const fr_graph *model, const fr_train_options *opt, fr_
     fr_status st = copy_options(t, opt);
     if (st == FR_OK) st = tr_build(t, model);
 #ifdef FP8RUN_HAVE_CUDA
-    if (st == FR_OK && t->use_cuda) st = fr_cuda_train_new(t, -1, &t->dev);
+    if (st == FR_OK && t->use_cuda && !t->opt.plan_only) st = fr_cuda_train_new(t, -1, &t->dev);
 #endif
     if (st != FR_OK) {
         if (model->source_path) fr_error_context(st, "while building the trainer for '%s'", model->source_path);

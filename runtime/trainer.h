@@ -88,6 +88,8 @@ typedef struct fr_train_options {
                                   ai.fp8run::SwiGLU node per layer (passes/swiglu_fuse.h) */
     int eval_only;             /* 1: no backward graph, no optimizer: fr_trainer_eval only (and
                                   fr_trainer_load of the weights); fr_trainer_step/save refuse */
+    int plan_only;             /* 1: build the graphs only, no executor, optimizer or device
+                                  (fr_train_predict_memory, runtime/train_memory.h) */
 } fr_train_options;
 
 void fr_train_options_default(fr_train_options *o);

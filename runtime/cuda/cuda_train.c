@@ -258,6 +258,15 @@ fr_status fr_cuda_train_new(fr_trainer *t, int device, fr_cuda_train **out)
             st = fr_error(FR_ERR_UNSUPPORTED, "FP8 GEMMs need cuBLASLt 12.0 or newer; this one is %zu",
                           cublasLtGetVersion());
     }
+    /* the prediction (runtime/train_memory.h) against the free memory, before any executor
+       allocates: too large fails here with the sizes and what would fit. The context's
+       workspace is allocated already and counted in the prediction. FP8RUN_MEMORY_CHECK=0 skips. */
+    const char *mc = getenv("FP8RUN_MEMORY_CHECK");
+    if (st == FR_OK && !t->opt.eval_only && !(mc && strcmp(mc, "0") == 0)) {
+        size_t fr = 0, tot = 0;
+        CU(cudaMemGetInfo(&fr, &tot));
+        if (st == FR_OK) st = tr_memory_check(t, fr + d->c->workspace_bytes);
+    }
     if (st == FR_OK && !t->opt.eval_only) st = fr_cuda_exec_new(d->c, t->g, NULL, &d->ex);
     if (st == FR_OK && !t->opt.eval_only) st = build_params(t, d);
     if (st == FR_OK && !t->opt.eval_only) st = build_fp8(t, d);
