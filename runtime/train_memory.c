@@ -61,13 +61,13 @@ fr_status fr_train_predict_memory(const fr_graph *model, const fr_train_options 
 
 void fr_train_memory_text(const fr_train_memory *m, char *buf, size_t n)
 {
-    const double G = 1024.0 * 1024.0 * 1024.0;
+    const double M = 1024.0 * 1024.0;
     snprintf(buf, n,
-             "%.2f GiB: parameters %.2f, gradient buffers %.2f, optimizer state %.2f, FP8 weight codes %.2f, "
-             "activations %.2f (evaluation %.2f), inputs %.3f, workspace %.3f GiB",
-             (double)m->total / G, (double)m->params / G, (double)m->grads / G, (double)m->optimizer_state / G,
-             (double)m->fp8_weights / G, (double)m->activations / G, (double)m->eval_activations / G,
-             (double)m->inputs / G, (double)m->workspace / G);
+             "%.1f MiB (parameters %.1f, gradient buffers %.1f, optimizer state %.1f, FP8 weight codes %.1f, "
+             "activations %.1f, evaluation %.1f, inputs %.1f, workspace %.1f)",
+             (double)m->total / M, (double)m->params / M, (double)m->grads / M, (double)m->optimizer_state / M,
+             (double)m->fp8_weights / M, (double)m->activations / M, (double)m->eval_activations / M,
+             (double)m->inputs / M, (double)m->workspace / M);
 }
 
 fr_status tr_memory_check(fr_trainer *t, size_t free_bytes)

@@ -3,7 +3,12 @@
  * bit: the same parameters and gradients, 4 steps; after each, the parameters, the stored
  * moments and the fp8 block scales must be byte-identical. Parameters cover a partial fp8
  * block, one element, and one spanning two multi-tensor chunks (FR_MT_CHUNK) with a partial
- * tail; the matrices decay, the vectors do not. Skips without a device (label gpu). */
+ * tail; the matrices decay, the vectors do not.
+ * Also the memory prediction (runtime/train_memory.h) of a GPU llama_tiny fp8 session with fp8
+ * moments against the device bytes the session allocated (fr_trainer_memory, before any
+ * evaluation): within 1 MiB + 2% (the session's small buffers, FP8 scaling state, are not
+ * predicted), and a session whose prediction exceeds the free memory (a batch far too large)
+ * fails before allocating, naming --optimizer-state fp8. Skips without a device (label gpu). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +18,9 @@
 #ifdef FP8RUN_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include "graph/onnx_io.h"
 #include "runtime/cuda/cuda_train_kernels.h"
+#include "runtime/train_memory.h"
 
 #define NP 4
 static const int64_t k_numel[NP] = {300, 1, FR_MT_CHUNK + 200, 128};
@@ -151,6 +158,39 @@ static void check(fr_opt_state_dtype dt, int master)
     fr_optimizer_free(o);
 }
 
+static void test_memory_prediction(void)
+{
+    char p[600];
+    fr_graph *g = NULL;
+    FR_ASSERT_OK(fr_onnx_load_file(fr_fixture(p, sizeof p, "llama_tiny/model.onnx"), &g));
+    fr_train_options o;
+    fr_train_options_default(&o);
+    o.batch = 4;
+    o.seq_len = 64;
+    o.precision = o.fp8.precision = "fp8";
+    o.opt.state_dtype = FR_OPT_STATE_FP8;
+    o.device = "cuda";
+    fr_train_memory m;
+    FR_ASSERT_OK(fr_train_predict_memory(g, &o, 1, &m));
+    fr_trainer *t;
+    FR_ASSERT_OK(fr_trainer_new(g, &o, &t));
+    size_t used = 0, total = 0;
+    size_t actual = fr_trainer_memory(t, &used, &total);
+    size_t pred = m.total - m.eval_activations; /* the evaluation executor is built at the first evaluation */
+    double diff = (double)actual - (double)pred;
+    printf(" (predicted %zu B without evaluation, the session allocated %zu B: diff %.0f B) ", pred, actual, diff);
+    CU_ASSERT(fabs(diff) <= 1048576.0 + 0.02 * (double)actual);
+    fr_trainer_free(t);
+    /* a batch far beyond the device: refused before the executors allocate */
+    o.batch = 1 << 18; /* x 64 tokens: some 300 GB of activations */
+    fr_trainer *big = NULL;
+    o.opt.state_dtype = FR_OPT_STATE_F32;
+    CU_ASSERT_EQUAL(fr_trainer_new(g, &o, &big), FR_ERR_DEVICE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "--optimizer-state fp8"));
+    printf(" (%s) ", fr_last_error());
+    fr_graph_free(g);
+}
+
 static void test_f32_master(void) { check(FR_OPT_STATE_F32, 1); }
 static void test_bf16(void) { check(FR_OPT_STATE_BF16, 0); }
 static void test_bf16_master(void) { check(FR_OPT_STATE_BF16, 1); }
@@ -161,6 +201,7 @@ static void test_fp8_master(void) { check(FR_OPT_STATE_FP8, 1); }
 static CU_TestInfo tests[] = {
 #ifdef FP8RUN_HAVE_CUDA
     {"fp32 state, bf16 master: GPU == CPU bit for bit", test_f32_master},
+    {"memory prediction vs the session's allocation; too large refused", test_memory_prediction},
     {"bf16 state: GPU == CPU bit for bit", test_bf16},
     {"bf16 state, bf16 master: GPU == CPU bit for bit", test_bf16_master},
     {"fp8 state: GPU == CPU bit for bit", test_fp8},
