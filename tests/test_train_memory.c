@@ -17,8 +17,7 @@ static fr_graph *load_llama(void)
 {
     char p[600];
     fr_graph *g = NULL;
-    fr_status st = fr_onnx_load_file(fr_fixture(p, sizeof p, "llama_tiny/model.onnx"), &g);
-    if (st != FR_OK) printf("\n  %s\n", fr_last_error());
+    FR_ASSERT_OK(fr_onnx_load_file(fr_fixture(p, sizeof p, "llama_tiny/model.onnx"), &g));
     return g;
 }
 
