@@ -54,7 +54,7 @@ static void load_block(fr_opt_state_dtype dt, const void *m, const void *v, cons
         } else {
             mk = fr_lowp_decode(((const uint8_t *)m)[k], ms[k / FR_LOWP_BLOCK]);
             float w = fr_lowp_decode(((const uint8_t *)v)[k], vs[k / FR_LOWP_BLOCK]);
-            vk = w * w;
+            vk = FR_LOWP_MUL(w, w);
         }
         mf[k - b0] = mk;
         vf[k - b0] = vk;
@@ -76,7 +76,7 @@ static void store_block(fr_opt_state_dtype dt, void *m, void *v, float *ms, floa
         }
         return;
     }
-    for (int64_t k = 0; k < e - b0; k++) vf[k] = sqrtf(vf[k]);
+    for (int64_t k = 0; k < e - b0; k++) vf[k] = FR_LOWP_SQRT(vf[k]);
     fr_lowp_quantize_blocks(mf, e - b0, (uint8_t *)m + b0, ms + b0 / FR_LOWP_BLOCK);
     fr_lowp_quantize_blocks(vf, e - b0, (uint8_t *)v + b0, vs + b0 / FR_LOWP_BLOCK);
 }

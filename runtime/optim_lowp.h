@@ -50,6 +50,20 @@
 
 #define FR_LOWP_BLOCK 128
 
+/* Float32 operations rounded one by one: on the device the rounding intrinsics keep nvcc from
+ * contracting a product and a sum into an FMA (the CPU rounds both). */
+#ifdef __CUDA_ARCH__
+#define FR_LOWP_MUL(a, b) __fmul_rn((a), (b))
+#define FR_LOWP_ADD(a, b) __fadd_rn((a), (b))
+#define FR_LOWP_DIV(a, b) __fdiv_rn((a), (b))
+#define FR_LOWP_SQRT(a) __fsqrt_rn(a)
+#else
+#define FR_LOWP_MUL(a, b) ((a) * (b))
+#define FR_LOWP_ADD(a, b) ((a) + (b))
+#define FR_LOWP_DIV(a, b) ((a) / (b))
+#define FR_LOWP_SQRT(a) sqrtf(a)
+#endif
+
 typedef enum fr_opt_state_dtype {
     FR_OPT_STATE_F32 = 0,
     FR_OPT_STATE_BF16 = 1,
@@ -113,7 +127,7 @@ FR_LOWP_FN float fr_lowp_sr_bf16(float p, uint64_t key, int64_t k)
 }
 
 /* The scale of a block whose largest magnitude is absmax (0 for an all-zero block). */
-FR_LOWP_FN float fr_lowp_block_scale(float absmax) { return absmax / FR_E4M3_MAX; }
+FR_LOWP_FN float fr_lowp_block_scale(float absmax) { return FR_LOWP_DIV(absmax, FR_E4M3_MAX); }
 
 /* E4M3 with saturation, round to nearest even: the sm_89+ conversion on the device, and
  * runtime/fp8_format.h's bit-exact emulation of it on the host. */
@@ -137,10 +151,10 @@ FR_LOWP_FN float fr_lowp_e4m3_f32(uint8_t q)
 
 FR_LOWP_FN uint8_t fr_lowp_encode(float x, float scale)
 {
-    return scale == 0.0f ? (uint8_t)0 : fr_lowp_e4m3(x / scale);
+    return scale == 0.0f ? (uint8_t)0 : fr_lowp_e4m3(FR_LOWP_DIV(x, scale));
 }
 
-FR_LOWP_FN float fr_lowp_decode(uint8_t q, float scale) { return fr_lowp_e4m3_f32(q) * scale; }
+FR_LOWP_FN float fr_lowp_decode(uint8_t q, float scale) { return FR_LOWP_MUL(fr_lowp_e4m3_f32(q), scale); }
 
 /* absmax update that keeps a NaN (fmaxf would drop it). */
 FR_LOWP_FN float fr_lowp_absmax(float acc, float x)
@@ -160,11 +174,11 @@ typedef struct fr_lowp_adamw {
  * decoded moments, updated in place; returns the new parameter before any master rounding. */
 FR_LOWP_FN float fr_lowp_adamw_elem(const fr_lowp_adamw *a, float p, float g, float *m, float *v)
 {
-    if (a->decay) p = p * a->keep;
-    *m = fmaf(g, a->one_b1, *m * a->b1);
-    *v = fmaf(g * a->one_b2, g, *v * a->b2);
-    const float d = sqrtf(*v) / a->bc2_sqrt + a->eps;
-    return p + (a->neg_step * *m) / d;
+    if (a->decay) p = FR_LOWP_MUL(p, a->keep);
+    *m = fmaf(g, a->one_b1, FR_LOWP_MUL(*m, a->b1));
+    *v = fmaf(FR_LOWP_MUL(g, a->one_b2), g, FR_LOWP_MUL(*v, a->b2));
+    const float d = FR_LOWP_ADD(FR_LOWP_DIV(FR_LOWP_SQRT(*v), a->bc2_sqrt), a->eps);
+    return FR_LOWP_ADD(p, FR_LOWP_DIV(FR_LOWP_MUL(a->neg_step, *m), d));
 }
 
 /* One parameter's AdamW step with state in `dt`: m/v point at the slot's storage (float,

@@ -15,7 +15,7 @@ static_assert(FR_MT_CHUNK % FR_LOWP_BLOCK == 0, "an fp8 block must not straddle 
 /* The block's absmax of x (every thread passes its element; inactive ones 0). */
 __device__ float block_absmax(float *sh, float x)
 {
-    sh[threadIdx.x] = x < 0 ? -x : x;
+    sh[threadIdx.x] = fr_lowp_absmax(0.0f, x); /* as the CPU starts: -0 counts as +0, NaN stays */
     __syncthreads();
     for (int w = FR_LOWP_BLOCK / 2; w > 0; w /= 2) {
         if ((int)threadIdx.x < w) sh[threadIdx.x] = fr_lowp_absmax(sh[threadIdx.x], sh[threadIdx.x + w]);
@@ -60,7 +60,7 @@ __global__ void k_adamw_lowp(const fr_mt_chunk *chunks, const fr_mt_entry *e, in
             } else {
                 m = fr_lowp_decode(((const uint8_t *)en.s0)[k], en.sc0[k / FR_LOWP_BLOCK]);
                 const float r = fr_lowp_decode(((const uint8_t *)en.s1)[k], en.sc1[k / FR_LOWP_BLOCK]);
-                v = r * r;
+                v = FR_LOWP_MUL(r, r);
             }
             const float gk = s->clip ? __fmul_rn(g[k], s->coef) : g[k];
             const float p = fr_lowp_adamw_elem(&f, en.p[k], gk, &m, &v);
@@ -74,7 +74,7 @@ __global__ void k_adamw_lowp(const fr_mt_chunk *chunks, const fr_mt_entry *e, in
             }
         }
         if (dt != FR_OPT_STATE_FP8) continue; /* uniform across the block: no divergent barrier */
-        const float r = sqrtf(v);
+        const float r = FR_LOWP_SQRT(v);
         const float sm = fr_lowp_block_scale(block_absmax(sh, on ? m : 0.0f));
         const float sv = fr_lowp_block_scale(block_absmax(sh, on ? r : 0.0f));
         if (on) {
