@@ -2,6 +2,7 @@
 #include "runtime/train_memory.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "runtime/train_internal.h"
 #ifdef FP8RUN_HAVE_CUDA
@@ -96,6 +97,8 @@ fr_status tr_memory_check(fr_trainer *t, size_t free_bytes)
             h += (size_t)snprintf(hint + h, sizeof hint - h, " --batch %lld (with --grad-accum to keep the step's tokens) "
                                   "fits by the activations' share;", (long long)b);
     }
+    if (act > 0 && (!t->opt.recompute || strcmp(t->opt.recompute, "full") != 0) && h < sizeof hint)
+        h += (size_t)snprintf(hint + h, sizeof hint - h, " --recompute attention|mlp|full keeps fewer activations;");
     fr_train_memory_text(&m, text, sizeof text);
     return fr_error(FR_ERR_DEVICE,
                     "this configuration needs %s, and the GPU has %.2f GiB free: nothing was allocated. Options:%s",
