@@ -450,6 +450,11 @@ typedef struct fp8run_train_config {
                                     rotary embedding of q and of k one fused node each */
     int fuse_swiglu;             /* 1 (default): the SwiGLU activation Mul(Mul(gate, Sigmoid(gate)),
                                     up) becomes one fused node per layer */
+    int lora_rank;               /* 0 (default): no LoRA; R >= 1: rank-R adapters on the Linears
+                                    whose weight name matches lora_targets, the rest frozen */
+    double lora_alpha;           /* the adapters' update is scaled by lora_alpha / lora_rank (8) */
+    const char *lora_targets;    /* POSIX extended regex over weight names (needed with a rank) */
+    double lora_dropout;         /* dropout on the adapters' input: only 0 (default) is supported */
 } fp8run_train_config;
 
 /* Fill *cfg with the defaults above and set cfg->struct_size = size. Pass sizeof *cfg. */

@@ -73,7 +73,7 @@ typedef struct tr_input {
 struct fr_trainer {
     fr_train_options opt;      /* strings below are the trainer's copies */
     char *s_tokens, *s_logits, *s_loss, *s_train, *s_freeze, *s_precision, *s_recipe,
-        *s_format, *s_exclude;
+        *s_format, *s_exclude, *s_lora;
     fr_dim_binding *dims;
     char *model_path;          /* the model's source path for the config, or NULL */
 
@@ -124,6 +124,7 @@ struct fr_trainer {
     int n_unshared;            /* parameters made separate again (passes/unshare.h) */
     fr_pipeline_report passes; /* what each pass of the pipeline did (passes/pipeline.h);
                                   empty for a compiled graph file */
+    fr_lora_result lora;       /* the adapters the lora pass added (passes/lora.h); n 0 without */
     int use_cuda;              /* the device resolved from opt.device */
     fr_cuda_train *dev;        /* the device side when use_cuda (runtime/cuda/cuda_train.h) */
 };
