@@ -149,6 +149,12 @@ fr_status tr_fill_inputs(fr_trainer *t, tr_input *ins, int n, const int64_t *win
 /* Copy between a fused parameter-shaped buffer and one slice in its original layout. */
 void tr_slice_copy(const fr_fp8_fused *f, const fr_fp8_slice *s, float *fused_buf, float *orig_buf,
                    int to_original);
+/* train_lora.c: 1 when `name` is a LoRA adapter (not in the pristine model). tr_lora_merge puts
+ * merged copies W + s B A in place of pg's base weights, *base keeping the bases (also on
+ * failure); tr_lora_unmerge puts them back and frees *base. */
+int tr_lora_is_adapter(const fr_trainer *t, const char *name);
+fr_status tr_lora_merge(fr_trainer *t, fr_graph *pg, fr_tensor ***base);
+void tr_lora_unmerge(fr_trainer *t, fr_graph *pg, fr_tensor **base);
 /* Gather an original parameter's values (original layout) into dst. */
 fr_status tr_orig_values(fr_trainer *t, const tr_orig *o, float *dst);
 

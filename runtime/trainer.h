@@ -259,6 +259,16 @@ fr_status fr_train_ckpt_config(const char *ckpt_path, char **json);
  * layouts), saved with fr_onnx_save_file; weights go to external data "<file>.data" when they
  * add up to more than 1 GiB. */
 fr_status fr_trainer_export(fr_trainer *t, const char *path);
+/* A LoRA run's adapters in PEFT's layout: dir/adapter_model.safetensors and
+ * dir/adapter_config.json (runtime/train_lora.c). */
+fr_status fr_trainer_export_adapter(fr_trainer *t, const char *dir);
+/* Parameters and the bytes they take where the run trains (device or host): trained ones with
+ * their gradient and optimizer state; a LoRA run's frozen base weights. */
+typedef struct fr_param_bytes {
+    int64_t trained, trained_bytes;
+    int64_t frozen, frozen_bytes;
+} fr_param_bytes;
+void fr_trainer_param_bytes(const fr_trainer *t, fr_param_bytes *b);
 /* Save g, choosing external data the same way. */
 fr_status fr_train_save_model(const fr_graph *g, const char *path);
 
