@@ -154,6 +154,11 @@ void tr_slice_copy(const fr_fp8_fused *f, const fr_fp8_slice *s, float *fused_bu
  * failure); tr_lora_unmerge puts them back and frees *base. */
 int tr_lora_is_adapter(const fr_trainer *t, const char *name);
 fr_status tr_lora_merge(fr_trainer *t, fr_graph *pg, fr_tensor ***base);
+/* A checkpoint's adapters (by their PEFT names) merged into the model g's weights, with the
+ * rank and alpha its options record; *n_merged counts the adapter tensors used. */
+struct fr_ckpt;
+int tr_lora_is_adapter_name(const char *name);
+fr_status tr_lora_merge_ckpt(fr_graph *g, const struct fr_ckpt *c, int *n_merged);
 void tr_lora_unmerge(fr_trainer *t, fr_graph *pg, fr_tensor **base);
 /* Gather an original parameter's values (original layout) into dst. */
 fr_status tr_orig_values(fr_trainer *t, const tr_orig *o, float *dst);

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "passes/pattern.h"
+#include "runtime/checkpoint.h"
 #include "runtime/optimizer.h"
 #include "runtime/safetensors.h"
 #include "runtime/train_internal.h"
@@ -38,19 +40,24 @@ static fr_status adapter_values(fr_trainer *t, const fr_lora_adapter *ad, float 
 
 int tr_lora_is_adapter(const fr_trainer *t, const char *name) { return fr_lora_find(&t->lora, name) != NULL; }
 
-/* W += s B A for adapter ad into w (float32, as pg stores it). */
+/* w += scale * b a: a [r, in], b [out, r]; w [out, in], or [in, out] when in_out. */
+static void merge_into(float *w, const float *a, const float *b, int64_t in, int64_t out, int64_t r, double scale,
+                       int in_out)
+{
+    for (int64_t o = 0; o < out; o++)
+        for (int64_t i = 0; i < in; i++) {
+            double d = 0;
+            for (int64_t j = 0; j < r; j++) d += (double)b[o * r + j] * a[j * in + i];
+            float *dst = in_out ? &w[i * out + o] : &w[o * in + i];
+            *dst = (float)(*dst + scale * d);
+        }
+}
+
 static fr_status merge_one(fr_trainer *t, const fr_lora_adapter *ad, fr_tensor *w)
 {
-    const int64_t r = t->opt.lora.rank;
-    float *a, *b, *wd = w->data;
+    float *a, *b;
     FR_TRY(adapter_values(t, ad, &a, &b));
-    for (int64_t o = 0; o < ad->out; o++)
-        for (int64_t i = 0; i < ad->in; i++) {
-            double d = 0;
-            for (int64_t j = 0; j < r; j++) d += (double)b[o * r + j] * a[j * ad->in + i];
-            float *dst = ad->w_in_out ? &wd[i * ad->out + o] : &wd[o * ad->in + i];
-            *dst = (float)(*dst + t->lora.scale * d);
-        }
+    merge_into(w->data, a, b, ad->in, ad->out, t->opt.lora.rank, t->lora.scale, ad->w_in_out);
     free(a);
     free(b);
     return FR_OK;
@@ -169,4 +176,103 @@ void fr_trainer_param_bytes(const fr_trainer *t, fr_param_bytes *b)
     /* LoRA's frozen base as the graph holds it (float32 constants, on the GPU too) */
     b->frozen = t->lora.frozen_params;
     b->frozen_bytes = t->lora.frozen_bytes;
+}
+
+/* ---- a LoRA checkpoint applied to the model (fp8run export CKPT --model MODEL) ---- */
+
+#define AD_PREFIX "base_model.model."
+
+/* The module of an adapter name "base_model.model.<module>.lora_<which>.weight" into buf;
+ * 0 when name is not one. */
+static int adapter_module(const char *name, char which, char *buf, size_t n)
+{
+    char tail[] = ".lora_X.weight";
+    tail[6] = which;
+    size_t len = strlen(name), pl = strlen(AD_PREFIX), tl = strlen(tail);
+    if (len <= pl + tl || strncmp(name, AD_PREFIX, pl) != 0 || strcmp(name + len - tl, tail) != 0 ||
+        len - pl - tl >= n)
+        return 0;
+    memcpy(buf, name + pl, len - pl - tl);
+    buf[len - pl - tl] = '\0';
+    return 1;
+}
+
+int tr_lora_is_adapter_name(const char *name)
+{
+    return strncmp(name, AD_PREFIX, strlen(AD_PREFIX)) == 0 && strstr(name, ".lora_") != NULL;
+}
+
+/* The base weight of module in g (module.weight, else module) and whether it is stored
+ * [in, out]: its readers tell when both dims are equal (Transpose or Gemm transB: [out, in]). */
+static int base_of(const fr_graph *g, const char *module, int64_t in, int64_t out, int *in_out)
+{
+    char name[600];
+    snprintf(name, sizeof name, "%s.weight", module);
+    int vid = fr_graph_find_value(g, name);
+    if (vid < 0) vid = fr_graph_find_value(g, module);
+    const fr_value *v = vid >= 0 ? &g->values[vid] : NULL;
+    if (!v || !v->constant || v->dtype != FR_F32 || v->rank != 2) return -1;
+    if (in != out) {
+        *in_out = v->dims[0] == in && v->dims[1] == out;
+        return (*in_out || (v->dims[0] == out && v->dims[1] == in)) ? vid : -1;
+    }
+    if (v->dims[0] != in || v->dims[1] != in) return -1;
+    *in_out = 1;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const fr_node *n = &g->nodes[i];
+        int64_t tb = 0;
+        if (n->dead || n->n_inputs < 1) continue;
+        if (fr_is_onnx_op(n, "Transpose") && n->inputs[0] == vid) *in_out = 0;
+        if (fr_is_onnx_op(n, "Gemm") && n->n_inputs > 1 && n->inputs[1] == vid &&
+            fr_node_attr_int(n, "transB", 0, &tb) == FR_OK && tb)
+            *in_out = 0;
+    }
+    return vid;
+}
+
+/* rank and alpha from the checkpoint's recorded options */
+static fr_status ckpt_lora_options(const fr_ckpt *c, int *rank, double *alpha)
+{
+    const void *v;
+    size_t len;
+    const char *key = "\"lora\": {\"rank\": ";
+    char *json = NULL, *p = NULL;
+    if (fr_ckpt_entry(c, "config", &v, &len) == FR_OK && (json = fr_malloc(len + 1, "checkpoint config")) != NULL) {
+        memcpy(json, v, len);
+        json[len] = '\0';
+        p = strstr(json, key);
+    }
+    int ok = p && sscanf(p + strlen(key), "%d, \"alpha\": %lf", rank, alpha) == 2 && *rank > 0;
+    free(json);
+    if (!ok)
+        return fr_error(FR_ERR_PARSE, "checkpoint '%s' holds LoRA adapters but no LoRA rank and alpha in its options",
+                        fr_ckpt_path(c));
+    return FR_OK;
+}
+
+fr_status tr_lora_merge_ckpt(fr_graph *g, const fr_ckpt *c, int *n_merged)
+{
+    *n_merged = 0;
+    int rank = 0;
+    double alpha = 0;
+    for (int i = 0; i < fr_ckpt_tensor_count(c); i++) {
+        const fr_ckpt_tensor *ta = fr_ckpt_tensor_at(c, i), *tb;
+        char module[512], bname[600];
+        if (strcmp(ta->kind, "param") != 0 || !adapter_module(ta->name, 'A', module, sizeof module)) continue;
+        if (rank == 0) FR_TRY(ckpt_lora_options(c, &rank, &alpha));
+        snprintf(bname, sizeof bname, AD_PREFIX "%s.lora_B.weight", module);
+        tb = fr_ckpt_find(c, bname, "param");
+        int64_t in = ta->dims[1], out = tb ? tb->dims[0] : 0;
+        if (!tb || ta->rank != 2 || tb->rank != 2 || ta->dims[0] != rank || tb->dims[1] != rank ||
+            ta->dtype != FR_F32 || tb->dtype != FR_F32)
+            return fr_error(FR_ERR_PARSE, "checkpoint '%s': LoRA adapter '%s' has no matching float32 [out, %d] '%s'",
+                            fr_ckpt_path(c), ta->name, rank, bname);
+        int in_out = 0, vid = base_of(g, module, in, out, &in_out);
+        if (vid < 0)
+            return fr_error(FR_ERR_INVALID_ARG, "checkpoint '%s' adapts '%s', which the model has no float32 [%lld x %lld] "
+                            "weight for", fr_ckpt_path(c), module, (long long)out, (long long)in);
+        merge_into(g->values[vid].constant->data, ta->data, tb->data, in, out, rank, alpha / rank, in_out);
+        *n_merged += 2;
+    }
+    return FR_OK;
 }

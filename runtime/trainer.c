@@ -874,6 +874,11 @@ fr_status fr_trainer_config_json(const fr_trainer *t, char **json)
                   "\"warmup\": %lld, \"total\": %lld}",
               fr_lr_kind_name(o->lr.kind), o->lr.max_lr, o->lr.min_lr, (long long)o->lr.warmup_steps,
               (long long)o->lr.total_steps);
+    if (o->lora.rank > 0) { /* read back by tr_lora_merge_ckpt (export of a checkpoint) */
+        jb_printf(&b, ", \"lora\": {\"rank\": %d, \"alpha\": %.17g, ", o->lora.rank, o->lora.alpha);
+        jb_str(&b, "targets", o->lora.targets);
+        jb_printf(&b, "}");
+    }
     jb_printf(&b, ", \"grad_clip\": %.17g, \"grad_accum\": %d, \"seed\": %llu, \"max_bad_steps\": %d}",
               o->grad_clip, o->grad_accum, (unsigned long long)o->seed, o->max_bad_steps);
     if (b.oom) {

@@ -858,7 +858,9 @@ static int run_train(train_args *a)
     if (rc == 0 && a->resume) rc = newest_valid_ckpt(a->ckpt_dir, &resume, &ck);
     if (rc == 0 && a->resume && !resume)
         fprintf(stderr, "fp8run: no checkpoint in '%s': starting from step 0\n", a->ckpt_dir);
-    if (rc == 0 && resume && fp8run_model_apply_checkpoint(L.m, resume, NULL) != FP8RUN_OK) rc = cli_fail_status();
+    /* (a LoRA checkpoint's adapters would be merged into the base: the session restores them) */
+    if (rc == 0 && resume && a->o.lora_rank == 0 && fp8run_model_apply_checkpoint(L.m, resume, NULL) != FP8RUN_OK)
+        rc = cli_fail_status();
     if (rc == 0 && fp8run_session_create(L.m, a->device, &a->o, &L.t) != FP8RUN_OK) rc = cli_fail_status();
     if (rc == 0 && a->init_from && !resume) rc = cli_init_from(L.t, a->init_from);
     if (rc == 0 && a->init_from && resume) fprintf(stderr, "fp8run: --init-from not used: resuming from %s\n", resume);
