@@ -505,6 +505,14 @@ fr_status tr_build_forward(fr_trainer *t, const fr_graph *model, int *tok_out, i
                       .lora = &t->opt.lora, .rng = &t->rng, .lora_out = &t->lora};
     fr_prng_seed(&t->rng, t->opt.seed); /* LoRA's A draws from it (seeded again for the data) */
     pc.fp8.precision = t->opt.precision;
+    if (t->opt.lora.rank > 0) { /* the adapters' GEMMs stay bf16 (tiny, and trained from zero) */
+        const char *ad = "\\.lora_[AB]\\.weight$", *user = t->opt.fp8.fp8_exclude;
+        size_t n = strlen(ad) + (user ? strlen(user) : 0) + 8;
+        t->s_lora_exclude = fr_malloc(n, "trainer options");
+        if (!t->s_lora_exclude) return FR_ERR_OOM;
+        snprintf(t->s_lora_exclude, n, user ? "(%s)|%s" : "%.0s%s", user ? user : "", ad);
+        pc.fp8.fp8_exclude = t->s_lora_exclude;
+    }
     FR_TRY(fr_train_clone_graph(model, 0, &t->pristine));
     pc.g = t->pristine;
     FR_TRY(fr_pipeline_run(&pc, FR_STAGE_MODEL));

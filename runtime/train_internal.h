@@ -73,7 +73,7 @@ typedef struct tr_input {
 struct fr_trainer {
     fr_train_options opt;      /* strings below are the trainer's copies */
     char *s_tokens, *s_logits, *s_loss, *s_train, *s_freeze, *s_precision, *s_recipe,
-        *s_format, *s_exclude, *s_lora;
+        *s_format, *s_exclude, *s_lora, *s_lora_exclude;
     fr_dim_binding *dims;
     char *model_path;          /* the model's source path for the config, or NULL */
 

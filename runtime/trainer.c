@@ -248,6 +248,7 @@ void fr_trainer_free(fr_trainer *t)
     free(t->s_format);
     free(t->s_exclude);
     free(t->s_lora);
+    free(t->s_lora_exclude);
     fr_lora_result_free(&t->lora);
     for (int i = 0; t->dims && i < t->opt.n_dims; i++) free((char *)t->dims[i].name);
     free(t->dims);

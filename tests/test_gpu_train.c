@@ -6,6 +6,8 @@
  *    relative L2.
  *  - BF16 and FP8 (delayed, current, block) on llama_tiny: the GPU run tracks the CPU run of
  *    the same precision: mean loss of the last 5 of 30 steps within 2%, no step skipped.
+ *  - LoRA (q_proj|v_proj adapters on the transformers Llama fixture): FP32 as above, only
+ *    the adapters trained.
  *  - Gradient accumulation (2 micro-batches) and a checkpoint written on the GPU that the CPU
  *    loads and continues (and the other way) with matching losses.
  *  - Steps queued without waiting (fr_trainer_step_async, polled every 5 steps) give the same
@@ -102,11 +104,14 @@ static double param_diff(fr_trainer *a, fr_trainer *b)
     return sqrt(d2 / (r2 > 0 ? r2 : 1));
 }
 
-static void check_fp32(const char *name, int64_t B, int64_t T)
+/* lora (may be NULL): the same with LoRA adapters (passes/lora.h), which are then the
+ * trained parameters compared */
+static void check_fp32_lora(const char *name, int64_t B, int64_t T, const fr_lora_options *lora)
 {
     fr_graph *g = load(name);
     CU_ASSERT_PTR_NOT_NULL_FATAL(g);
     fr_train_options oc = options(B, T, "fp32", "cpu"), og = options(B, T, "fp32", "cuda");
+    if (lora) oc.lora = og.lora = *lora;
     fr_trainer *tc, *tg;
     FR_ASSERT_OK(fr_trainer_new(g, &oc, &tc));
     FR_ASSERT_OK(fr_trainer_new(g, &og, &tg));
@@ -118,12 +123,25 @@ static void check_fp32(const char *name, int64_t B, int64_t T)
         if (r > worst) worst = r;
     }
     double pd = param_diff(tg, tc);
-    printf(" (%s on %s: worst loss rel diff %.2e over 20 steps, weights rel L2 %.2e)", name, fr_trainer_device(tg), worst, pd);
+    printf(" (%s%s on %s: worst loss rel diff %.2e over 20 steps, weights rel L2 %.2e)", name, lora ? " LoRA" : "",
+           fr_trainer_device(tg), worst, pd);
     CU_ASSERT(worst <= 1e-3);
     CU_ASSERT(pd <= 1e-3);
+    if (lora) { /* only the adapters train, on both devices */
+        CU_ASSERT_EQUAL(fr_trainer_param_count(tg), fr_trainer_param_count(tc));
+        for (int i = 0; i < fr_trainer_param_count(tg); i++) CU_ASSERT_PTR_NOT_NULL(strstr(fr_trainer_param_name(tg, i), ".lora_"));
+    }
     fr_trainer_free(tc);
     fr_trainer_free(tg);
     fr_graph_free(g);
+}
+
+static void check_fp32(const char *name, int64_t B, int64_t T) { check_fp32_lora(name, B, T, NULL); }
+
+static void test_fp32_lora(void)
+{
+    fr_lora_options lo = {.rank = 4, .alpha = 8, .targets = "q_proj|v_proj"};
+    check_fp32_lora("hf/llama_op18_static", 2, 11, &lo);
 }
 
 static void test_fp32_gpt2(void) { check_fp32("gpt2_tiny", 2, 11); }
@@ -459,6 +477,7 @@ static CU_TestInfo tests[] = {
     {"fp32 llama_tiny: GPU == CPU", test_fp32_llama},
     {"fp32 llama_tiny_op14: GPU == CPU", test_fp32_llama_op14},
     {"fp32 bert_tiny: GPU == CPU", test_fp32_bert},
+    {"fp32 LoRA on hf llama: GPU == CPU, adapters only", test_fp32_lora},
     {"bf16 llama_tiny: GPU tracks CPU", test_bf16},
     {"fp8 delayed llama_tiny: GPU tracks CPU", test_fp8_delayed},
     {"fp8 current llama_tiny: GPU tracks CPU", test_fp8_current},

@@ -8,7 +8,9 @@
  *  - the adapter export: PEFT's keys, shapes, values and config;
  *  - the merged export run by `fp8run run` gives the adapter model's logits (rel 1e-5);
  *  - a checkpoint resumes bit-exact;
- *  - the CLI: start line with bytes per parameter, --export-adapter. */
+ *  - the CLI: start line with bytes per parameter, --export-adapter, --resume (the same losses
+ *    as one run), export of a LoRA checkpoint (merged, byte-equal to the run's own export),
+ *    --init-from into the frozen base. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,15 +19,16 @@
 #include "fp8run.h"
 #include "gradcheck.h"
 #include "harness.h"
+#include "hf_llama_util.h"
 #include "passes/autodiff.h"
 #include "passes/lora.h"
 #include "runtime/npy.h"
 #include "runtime/safetensors.h"
 
-#define MODEL "hf/llama_op18_static/model.onnx"
-#define B 2
-#define T 11
-#define V 211
+#define MODEL HF_MODEL
+#define B HF_B
+#define T HF_T
+#define V HF_V
 #define RANK 4
 #define ALPHA 8.0
 #define N_ADAPTERS 4
@@ -34,23 +37,6 @@ static const char *const k_modules[N_ADAPTERS] = {"model.layers.0.self_attn.q_pr
                                                   "model.layers.1.self_attn.q_proj", "model.layers.1.self_attn.v_proj"};
 static const int64_t k_out[N_ADAPTERS] = {72, 24, 72, 24};
 #define IN 72
-
-static void ok_(fp8run_status s, const char *what, int line)
-{
-    if (s != FP8RUN_OK) fprintf(stderr, "\n  line %d: %s -> %d: %s\n", line, what, (int)s, fp8run_last_error());
-    CU_ASSERT_EQUAL_FATAL(s, FP8RUN_OK);
-}
-#define OK(expr) ok_((expr), #expr, __LINE__)
-
-static int64_t g_win[B * (T + 1)];
-
-static fp8run_model *load_model(void)
-{
-    char p[512];
-    fp8run_model *m = NULL;
-    OK(fp8run_model_load(fr_fixture(p, sizeof p, MODEL), &m));
-    return m;
-}
 
 static fp8run_session *new_session(fp8run_model *m, int rank, const char *targets, double lr)
 {
@@ -68,17 +54,10 @@ static fp8run_session *new_session(fp8run_model *m, int rank, const char *target
     return s;
 }
 
-static double eval(fp8run_session *s)
-{
-    double loss = NAN;
-    OK(fp8run_session_eval(s, g_win, FP8RUN_DTYPE_INT64, B * (T + 1), &loss));
-    return loss;
-}
-
 static double step(fp8run_session *s)
 {
     fp8run_step_stats st = {.struct_size = sizeof st};
-    OK(fp8run_session_train_step(s, g_win, FP8RUN_DTYPE_INT64, B * (T + 1), &st));
+    OK(fp8run_session_train_step(s, hf_win, FP8RUN_DTYPE_INT64, B * (T + 1), &st));
     return st.loss;
 }
 
@@ -149,11 +128,11 @@ static void test_gradcheck(void)
 
 static void test_fixture_pass(void)
 {
-    fp8run_model *m = load_model();
+    fp8run_model *m = hf_load_model();
     fp8run_session *base = new_session(m, 0, NULL, 1e-3);
     fp8run_session *s = new_session(m, RANK, "q_proj|v_proj", 1e-3);
     /* B = 0: the first loss is the base model's, exactly */
-    double l0 = eval(base), l1 = eval(s);
+    double l0 = hf_eval(base), l1 = hf_eval(s);
     CU_ASSERT_EQUAL(l0, l1);
     CU_ASSERT(isfinite(l0));
     /* the adapters are the only trained parameters */
@@ -232,7 +211,7 @@ static void test_fixture_pass(void)
 
 static void test_export_adapter(void)
 {
-    fp8run_model *m = load_model();
+    fp8run_model *m = hf_load_model();
     fp8run_session *s = new_session(m, RANK, "q_proj|v_proj", 1e-2);
     for (int i = 0; i < 3; i++) step(s);
     const char *dir = cli_path("adapter");
@@ -302,10 +281,10 @@ static double rel_l2(const float *a, const float *b, int64_t n)
 
 static void test_merged_export(void)
 {
-    fp8run_model *m = load_model();
+    fp8run_model *m = hf_load_model();
     fp8run_session *s = new_session(m, RANK, "q_proj|v_proj", 1e-2);
     for (int i = 0; i < 5; i++) step(s);
-    eval(s);
+    hf_eval(s);
     const int64_t n = (int64_t)B * T * V;
     float *want = malloc((size_t)n * sizeof *want);
     OK(fp8run_session_eval_output(s, NULL, NULL, want, (size_t)n));
@@ -316,7 +295,7 @@ static void test_merged_export(void)
     fr_tensor *ids;
     FR_ASSERT_OK(fr_tensor_new(FR_I64, 2, dims, "input_ids", &ids));
     for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++) ((int64_t *)ids->data)[b * T + t] = g_win[b * (T + 1) + t];
+        for (int t = 0; t < T; t++) ((int64_t *)ids->data)[b * T + t] = hf_win[b * (T + 1) + t];
     FR_ASSERT_OK(fr_npy_save(cli_path("ids.npy"), ids));
     fr_tensor_free(ids);
     CLI_EXPECT(cli_run("run merged.onnx --input input_ids=ids.npy --output-dir out"), 0, cli_out, "");
@@ -343,7 +322,7 @@ static void test_merged_export(void)
 
 static void test_resume(void)
 {
-    fp8run_model *m = load_model();
+    fp8run_model *m = hf_load_model();
     fp8run_session *s = new_session(m, RANK, "q_proj|v_proj", 1e-2);
     for (int i = 0; i < 3; i++) step(s);
     OK(fp8run_session_save(s, cli_path("lora.ckpt"), NULL));
@@ -409,6 +388,11 @@ static void test_cli(void)
     CU_ASSERT(l1 > 0 && l1 == l2 && memcmp(e1, e2, l1) == 0); /* merged the same way, byte for byte */
     free(e1);
     free(e2);
+    /* --init-from with LoRA loads the frozen base (into the model, before the session) */
+    char weights[512];
+    fr_fixture(weights, sizeof weights, "hf/llama_safetensors");
+    CLI_EXPECT(cli_run("train '%s' --data '%s' --steps 1 %s --init-from '%s'", model, tokens, lora, weights), 0, cli_err,
+               "21 parameters loaded, 0 missing");
     CLI_EXPECT(cli_run("train '%s' --data '%s' --steps 1 --batch 2 --seq 11 --lr 1e-2 --device cpu --lora-rank 4 "
                        "--lora-targets q_proj --lora-dropout 0.05",
                        model, tokens),
@@ -429,14 +413,8 @@ static CU_TestInfo tests[] = {
     CU_TEST_INFO_NULL,
 };
 
-static int suite_init(void)
-{
-    for (int i = 0; i < B * (T + 1); i++) g_win[i] = (i * 37 + 11) % V;
-    return cli_suite_init();
-}
-
 static CU_SuiteInfo suites[] = {
-    {"lora", suite_init, cli_suite_clean, NULL, NULL, tests},
+    {"lora", hf_suite_init, cli_suite_clean, NULL, NULL, tests},
     CU_SUITE_INFO_NULL,
 };
 

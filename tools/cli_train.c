@@ -861,9 +861,12 @@ static int run_train(train_args *a)
     /* (a LoRA checkpoint's adapters would be merged into the base: the session restores them) */
     if (rc == 0 && resume && a->o.lora_rank == 0 && fp8run_model_apply_checkpoint(L.m, resume, NULL) != FP8RUN_OK)
         rc = cli_fail_status();
+    /* LoRA freezes the base, which checkpoints do not hold: its weights go into the model */
+    const int lora = a->o.lora_rank > 0;
+    if (rc == 0 && a->init_from && lora) rc = cli_init_from(NULL, L.m, a->init_from);
     if (rc == 0 && fp8run_session_create(L.m, a->device, &a->o, &L.t) != FP8RUN_OK) rc = cli_fail_status();
-    if (rc == 0 && a->init_from && !resume) rc = cli_init_from(L.t, a->init_from);
-    if (rc == 0 && a->init_from && resume) fprintf(stderr, "fp8run: --init-from not used: resuming from %s\n", resume);
+    if (rc == 0 && a->init_from && !resume && !lora) rc = cli_init_from(L.t, NULL, a->init_from);
+    if (rc == 0 && a->init_from && resume && !lora) fprintf(stderr, "fp8run: --init-from not used: resuming from %s\n", resume);
     if (rc == 0) rc = open_loaders(&L);
     if (rc == 0 && resume) rc = resume_session(&L, resume, ck);
     if (rc == 0 && a->log && resume) rc = trim_log(a->log, fp8run_session_steps_done(L.t));
