@@ -86,6 +86,15 @@ static int is_param(const fr_graph *g, int vid)
 
 static int is_op(const fr_node *n, const char *op) { return strcmp(n->op_type, op) == 0 && n->domain[0] == '\0'; }
 
+/* A Linear's weight: a trained parameter, or with frozen_linears a 2-D float32 constant (LoRA's
+ * frozen base: converted, never fused, no weight gradient) */
+static int is_weight(const fr_graph *g, const fr_fp8_options *o, int vid)
+{
+    if (is_param(g, vid)) return 1;
+    const fr_value *v = vid >= 0 ? &g->values[vid] : NULL;
+    return o->frozen_linears && v && v->constant && v->dtype == FR_F32 && v->rank == 2 && !(v->flags & FR_VAL_STATE);
+}
+
 /* ---- candidates ---- */
 
 typedef struct cand {
@@ -98,6 +107,7 @@ typedef struct cand {
     int64_t K, N;
     int excluded;
     int exclusive;     /* weight, its Transpose and bias are used by this Linear only */
+    int frozen;        /* the weight is a constant (frozen_linears): never fused */
     int group;
 } cand;
 
@@ -143,11 +153,11 @@ static int weight_of(pass *p, int vid, int *flip, int *tnode)
     *flip = 0;
     *tnode = -1;
     if (vid < 0) return -1;
-    if (is_param(g, vid)) return vid;
+    if (is_weight(g, p->opt, vid)) return vid;
     int pr = g->values[vid].producer;
     if (pr < 0 || !is_op(&g->nodes[pr], "Transpose") || g->nodes[pr].n_inputs != 1) return -1;
     int src = g->nodes[pr].inputs[0];
-    if (!is_param(g, src) || g->values[src].rank != 2) return -1;
+    if (!is_weight(g, p->opt, src) || g->values[src].rank != 2) return -1;
     int cnt;
     const int64_t *perm;
     if (fr_node_attr_ints(&g->nodes[pr], "perm", &cnt, &perm) != FR_OK) return -1;
@@ -248,6 +258,7 @@ static fr_status detect(pass *p, int nid)
         c.bias = cb;
     }
     if (c.bias < 0) fold_bias_add(p, &c);
+    c.frozen = !is_param(g, w);
     c.exclusive = p->uses[w] == 1 && (tnode < 0 || p->uses[g->nodes[tnode].outputs[0]] == 1) &&
                   (c.bias < 0 || p->uses[c.bias] == 1);
     cand *nc = fr_realloc_array(p->c, (size_t)p->nc + 1, sizeof *nc, "fp8 compile");
@@ -743,9 +754,9 @@ static fr_status run_pass(pass *p, regex_t *re)
         p->c[i].group = ng;
         G->m[G->n++] = i;
         const cand *ci = &p->c[i];
-        for (int j = i + 1; p->opt->fuse && ci->exclusive && j < p->nc; j++) {
+        for (int j = i + 1; p->opt->fuse && ci->exclusive && !ci->frozen && j < p->nc; j++) {
             cand *cj = &p->c[j];
-            if (cj->group < 0 && cj->exclusive && cj->x == ci->x && cj->excluded == ci->excluded &&
+            if (cj->group < 0 && cj->exclusive && !cj->frozen && cj->x == ci->x && cj->excluded == ci->excluded &&
                 (cj->bias >= 0) == (ci->bias >= 0)) {
                 cj->group = ng;
                 G->m[G->n++] = j;

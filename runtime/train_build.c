@@ -512,6 +512,7 @@ fr_status tr_build_forward(fr_trainer *t, const fr_graph *model, int *tok_out, i
         if (!t->s_lora_exclude) return FR_ERR_OOM;
         snprintf(t->s_lora_exclude, n, user ? "(%s)|%s" : "%.0s%s", user ? user : "", ad);
         pc.fp8.fp8_exclude = t->s_lora_exclude;
+        pc.fp8.frozen_linears = 1; /* the frozen base runs in fp8 / bf16 too */
     }
     FR_TRY(fr_train_clone_graph(model, 0, &t->pristine));
     pc.g = t->pristine;

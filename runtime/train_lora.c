@@ -176,6 +176,21 @@ void fr_trainer_param_bytes(const fr_trainer *t, fr_param_bytes *b)
     /* LoRA's frozen base as the graph holds it (float32 constants, on the GPU too) */
     b->frozen = t->lora.frozen_params;
     b->frozen_bytes = t->lora.frozen_bytes;
+    if (!t->use_cuda || !t->g) return;
+    /* plus, on the GPU, the weight cache of each bf16/fp8 Linear and data gradient reading a
+       frozen weight (ops/cuda/linear.cu: W's bf16 copy or its fp8 codes, kept across steps) */
+    for (int i = 0; i < t->g->n_nodes; i++) {
+        const fr_node *n = &t->g->nodes[i];
+        const char *prec = "fp32";
+        if (strcmp(n->domain, "ai.fp8run") != 0 || n->n_inputs < 2 || n->inputs[1] < 0 ||
+            (strcmp(n->op_type, "Linear") != 0 && strcmp(n->op_type, "LinearGradData") != 0) ||
+            fr_node_attr_string(n, "precision", "fp32", &prec) != FR_OK)
+            continue;
+        const fr_value *w = &t->g->values[n->inputs[1]];
+        if (!w->constant || (w->flags & FR_VAL_PARAM)) continue;
+        int64_t per = strcmp(prec, "fp8") == 0 ? 1 : strcmp(prec, "bf16") == 0 ? 2 : 0;
+        b->frozen_bytes += per * fr_tensor_numel(w->constant);
+    }
 }
 
 /* ---- a LoRA checkpoint applied to the model (fp8run export CKPT --model MODEL) ---- */

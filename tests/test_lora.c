@@ -5,6 +5,8 @@
  *    parameter frozen, A drawn in U(-1/sqrt(in), 1/sqrt(in)), B zero, so the first loss is the
  *    base model's bit for bit; bytes per parameter; a bad regex, no match and dropout refused;
  *  - training lowers the loss of the batch it trains on;
+ *  - bf16: the first loss is the bf16 base model's; fp8: the frozen base Linears are compiled
+ *    (unfused, still frozen), the adapters bf16, and training lowers the loss;
  *  - the adapter export: PEFT's keys, shapes, values and config;
  *  - the merged export run by `fp8run run` gives the adapter model's logits (rel 1e-5);
  *  - a checkpoint resumes bit-exact;
@@ -38,10 +40,12 @@ static const char *const k_modules[N_ADAPTERS] = {"model.layers.0.self_attn.q_pr
 static const int64_t k_out[N_ADAPTERS] = {72, 24, 72, 24};
 #define IN 72
 
-static fp8run_session *new_session(fp8run_model *m, int rank, const char *targets, double lr)
+static fp8run_session *new_session_prec(fp8run_model *m, int rank, const char *targets, double lr,
+                                        const char *precision)
 {
     fp8run_train_config c;
     fp8run_train_config_init(&c, sizeof c);
+    c.precision = precision;
     c.batch = B;
     c.seq_len = T;
     c.lr = lr;
@@ -52,6 +56,11 @@ static fp8run_session *new_session(fp8run_model *m, int rank, const char *target
     fp8run_session *s = NULL;
     OK(fp8run_session_create(m, "cpu", &c, &s));
     return s;
+}
+
+static fp8run_session *new_session(fp8run_model *m, int rank, const char *targets, double lr)
+{
+    return new_session_prec(m, rank, targets, lr, "fp32");
 }
 
 static double step(fp8run_session *s)
@@ -204,6 +213,47 @@ static void test_fixture_pass(void)
     CU_ASSERT_NOT_EQUAL(fp8run_session_export_adapter(base, cli_path("none")), FP8RUN_OK);
     fp8run_session_destroy(s);
     fp8run_session_destroy(base);
+    fp8run_model_destroy(m);
+}
+
+/* ---- on an fp8 / bf16 base ---- */
+
+static void test_low_precision_base(void)
+{
+    fp8run_model *m = hf_load_model();
+    /* bf16: the frozen base Linears are the base run's bf16 GEMMs, the adapters add exact
+       zeros: the same first loss */
+    fp8run_session *b16 = new_session_prec(m, 0, NULL, 1e-2, "bf16");
+    fp8run_session *l16 = new_session_prec(m, RANK, "q_proj|v_proj", 1e-2, "bf16");
+    double lb = hf_eval(b16), ll = hf_eval(l16);
+    CU_ASSERT_EQUAL(lb, ll);
+    fp8run_session_destroy(b16);
+    fp8run_session_destroy(l16);
+    /* fp8: the 15 frozen base Linears are compiled (fp8 between the bf16 ends), unfused, and
+       stay frozen; the adapters' GEMMs are bf16 */
+    fp8run_session *s = new_session_prec(m, RANK, "q_proj|v_proj", 1e-2, "fp8");
+    CU_ASSERT_EQUAL(fp8run_session_param_count(s), 2 * N_ADAPTERS);
+    fp8run_report *r = NULL;
+    OK(fp8run_session_report(s, &r));
+    int n_base_fp8 = 0, n_adapter_fp8 = 0, n_base = 0;
+    for (int i = 0; i < fp8run_report_layer_count(r); i++) {
+        fp8run_layer_info li = {.struct_size = sizeof li};
+        OK(fp8run_report_layer(r, i, &li));
+        int adapter = strstr(li.weights, ".lora_") != NULL, fp8 = strcmp(li.precision, "fp8") == 0;
+        n_base += !adapter;
+        n_base_fp8 += !adapter && fp8;
+        n_adapter_fp8 += adapter && fp8;
+        if (!adapter) CU_ASSERT_EQUAL(li.n_fused, 1);
+    }
+    CU_ASSERT_EQUAL(n_base, 15);
+    CU_ASSERT_EQUAL(n_base_fp8, 13); /* bf16_boundary 1: the first (q_proj) and last (LM head) */
+    CU_ASSERT_EQUAL(n_adapter_fp8, 0);
+    fp8run_report_destroy(r);
+    double first = step(s), last = first;
+    for (int i = 0; i < 30; i++) last = step(s);
+    CU_ASSERT(isfinite(last) && last < first - 0.05);
+    printf("\n  fp8 base: loss %.4f -> %.4f after 31 LoRA steps ", first, last);
+    fp8run_session_destroy(s);
     fp8run_model_destroy(m);
 }
 
@@ -406,6 +456,7 @@ static void test_cli(void)
 static CU_TestInfo tests[] = {
     {"gradcheck", test_gradcheck},
     {"fixture_pass", test_fixture_pass},
+    {"low_precision_base", test_low_precision_base},
     {"export_adapter", test_export_adapter},
     {"merged_export", test_merged_export},
     {"resume", test_resume},
