@@ -253,6 +253,20 @@ static void test_low_precision_base(void)
     for (int i = 0; i < 30; i++) last = step(s);
     CU_ASSERT(isfinite(last) && last < first - 0.05);
     printf("\n  fp8 base: loss %.4f -> %.4f after 31 LoRA steps ", first, last);
+    /* the A of q_proj and v_proj share their input: fused into one bf16 GEMM, exported apart */
+    OK(fp8run_session_export_adapter(s, cli_path("fp8_adapter")));
+    fr_st_file *f;
+    FR_ASSERT_OK(fr_st_open(cli_path("fp8_adapter/adapter_model.safetensors"), &f));
+    CU_ASSERT_EQUAL(f->n, 2 * N_ADAPTERS);
+    char an[200];
+    adapter_name(an, sizeof an, 1, 'A');
+    const fr_st_tensor *t = fr_st_find(f, an);
+    CU_ASSERT_FATAL(t && t->dims[0] == RANK && t->dims[1] == IN);
+    float *want = get_param(s, an, RANK * IN), got[RANK * IN];
+    FR_ASSERT_OK(fr_st_read_f32(f, t, got));
+    CU_ASSERT_EQUAL(memcmp(want, got, sizeof got), 0);
+    free(want);
+    fr_st_close(f);
     fp8run_session_destroy(s);
     fp8run_model_destroy(m);
 }
