@@ -35,6 +35,55 @@ void fr_attr_clear(fr_attr *a)
     memset(a, 0, sizeof *a);
 }
 
+static fr_status copy_attr(const fr_attr *s, fr_attr *d)
+{
+    fr_status st = FR_OK;
+    memset(d, 0, sizeof *d);
+    d->name = s->name ? fr_strdup(s->name, "attribute copy") : NULL;
+    if (s->name && !d->name) return FR_ERR_OOM;
+    d->type = s->type;
+    d->f = s->f;
+    d->i = s->i;
+    d->n = s->n;
+    if (s->s) {
+        d->s = fr_malloc(s->s_len + 1, "attribute copy");
+        if (!d->s) return FR_ERR_OOM;
+        memcpy(d->s, s->s, s->s_len);
+        d->s[s->s_len] = '\0';
+        d->s_len = s->s_len;
+    }
+    if (st == FR_OK && s->t) st = fr_tensor_clone(s->t, "attribute copy", &d->t);
+    if (st == FR_OK && s->floats && s->n > 0) {
+        d->floats = fr_malloc((size_t)s->n * sizeof(float), "attribute copy");
+        if (!d->floats) return FR_ERR_OOM;
+        memcpy(d->floats, s->floats, (size_t)s->n * sizeof(float));
+    }
+    if (st == FR_OK && s->ints && s->n > 0) {
+        d->ints = fr_malloc((size_t)s->n * sizeof(int64_t), "attribute copy");
+        if (!d->ints) return FR_ERR_OOM;
+        memcpy(d->ints, s->ints, (size_t)s->n * sizeof(int64_t));
+    }
+    if (st == FR_OK && s->strings && s->n > 0) {
+        d->strings = fr_calloc((size_t)s->n, sizeof(char *), "attribute copy");
+        if (!d->strings) return FR_ERR_OOM;
+        for (int i = 0; i < s->n; i++)
+            if (s->strings[i] && !(d->strings[i] = fr_strdup(s->strings[i], "attribute copy"))) return FR_ERR_OOM;
+    }
+    return st;
+}
+
+fr_status fr_node_copy_attrs(fr_node *d, const fr_node *s)
+{
+    if (s->n_attrs <= 0) return FR_OK;
+    d->attrs = fr_calloc((size_t)s->n_attrs, sizeof(fr_attr), "attribute copy");
+    if (!d->attrs) return FR_ERR_OOM;
+    for (int a = 0; a < s->n_attrs; a++) {
+        d->n_attrs = a + 1; /* so a failure frees what was copied */
+        FR_TRY(copy_attr(&s->attrs[a], &d->attrs[a]));
+    }
+    return FR_OK;
+}
+
 static void value_clear(fr_value *v)
 {
     free(v->name);
@@ -59,6 +108,7 @@ static void node_clear(fr_node *n)
     free(n->doc_string);
     free(n->torch_fx);
     free(n->torch_scopes);
+    free(n->torch_src);
 }
 
 void fr_graph_free(fr_graph *g)

@@ -76,6 +76,7 @@ typedef struct fr_node {
     char *doc_string;  /* owned or NULL */
     char *torch_fx;    /* the exporter's pkg.torch.onnx.fx_node text (owned) or NULL */
     char *torch_scopes; /* its pkg.torch.onnx.name_scopes list (modules, then the op; owned) */
+    char *torch_src;   /* the last line of its pkg.torch.onnx.stack_trace: the source (owned) */
     const struct fr_op_def *op; /* resolved by fr_graph_resolve_ops */
     int dead;          /* marked by passes; removed by fr_graph_compact */
 } fr_node;
@@ -143,6 +144,8 @@ fr_status fr_node_set_attr_ints(fr_node *n, const char *name, int count, const i
 fr_status fr_node_set_attr_floats(fr_node *n, const char *name, int count, const float *v);
 fr_status fr_node_set_attr_tensor(fr_node *n, const char *name, const fr_tensor *t);
 void fr_attr_clear(fr_attr *a);
+/* Deep copy of every attribute of s onto d (which has none yet). */
+fr_status fr_node_copy_attrs(fr_node *d, const fr_node *s);
 
 /* Attribute lookup: NULL if absent. */
 const fr_attr *fr_node_attr(const fr_node *n, const char *name);

@@ -27,6 +27,14 @@ fr_status fr_onnx_record_value(fr_value *v, Onnx__StringStringEntryProto *const 
 fr_status fr_onnx_record_node(fr_node *nd, const Onnx__NodeProto *np)
 {
     FR_TRY(keep(&nd->torch_fx, meta_get(np->metadata_props, np->n_metadata_props, "pkg.torch.onnx.fx_node")));
+    /* only the innermost frame's source line (a scalar folded away may be read there) */
+    const char *tr = meta_get(np->metadata_props, np->n_metadata_props, "pkg.torch.onnx.stack_trace");
+    if (tr && !nd->torch_src) {
+        const char *l = strrchr(tr, '\n');
+        l = l ? l + 1 : tr;
+        l += strspn(l, " \t");
+        FR_TRY(keep(&nd->torch_src, l));
+    }
     return keep(&nd->torch_scopes, meta_get(np->metadata_props, np->n_metadata_props, "pkg.torch.onnx.name_scopes"));
 }
 

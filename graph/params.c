@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "name_map.h"
+#include "params_unfold.h"
 
 static char *dupn(const char *p, size_t n)
 {
@@ -17,8 +18,7 @@ static char *dupn(const char *p, size_t n)
     return d;
 }
 
-static fr_status set_note(fr_value *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static fr_status set_note(fr_value *v, const char *fmt, ...)
+fr_status fr_params_note(fr_value *v, const char *fmt, ...)
 {
     char buf[600];
     va_list ap;
@@ -29,6 +29,7 @@ static fr_status set_note(fr_value *v, const char *fmt, ...)
     v->param_note = fr_strdup(buf, "parameter note");
     return v->param_note ? FR_OK : FR_ERR_OOM;
 }
+
 
 static int is_float_init(const fr_value *v)
 {
@@ -113,6 +114,12 @@ static fr_status sig_parse(const fr_graph *g, sig *s)
 static int sig_is_param(const sig *s, int i)
 {
     return i >= 0 && strcmp(s->e[i].kind, "PARAMETER") == 0;
+}
+
+static int sig_has_param(const void *ctx, const char *target)
+{
+    const sig *s = ctx;
+    return sig_is_param(s, fr_name_map_get(s->by_target, target));
 }
 
 static const char *leaf(const char *name)
@@ -217,8 +224,7 @@ static fr_status rename_value(fr_graph *g, int vid, const char *name)
     return FR_OK;
 }
 
-/* An initializer of parameter `name` holding t (taken), recorded as a PARAMETER. */
-static fr_status add_param(fr_graph *g, const char *name, fr_tensor *t, int *vid)
+fr_status fr_params_add(fr_graph *g, const char *name, fr_tensor *t, int *vid)
 {
     fr_status st = fr_graph_add_value(g, name, vid);
     if (st != FR_OK) {
@@ -246,8 +252,8 @@ static fr_status unmerge(fr_graph *g, const sig *s, const uses *u, int vid, int 
         if (nv < 0) {
             fr_tensor *c;
             FR_TRY(fr_tensor_clone(g->values[vid].constant, s->e[t].target, &c));
-            FR_TRY(add_param(g, s->e[t].target, c, &nv));
-            FR_TRY(set_note(&g->values[nv], "parameter (stored merged into '%s', equal values)",
+            FR_TRY(fr_params_add(g, s->e[t].target, c, &nv));
+            FR_TRY(fr_params_note(&g->values[nv], "parameter (stored merged into '%s', equal values)",
                             g->values[vid].name));
         }
         if (is_float_init(&g->values[nv])) g->nodes[u->node[k]].inputs[u->slot[k]] = nv;
@@ -314,7 +320,7 @@ static fr_status name_ties(fr_graph *g, const sig *s, const int *alias)
         char *old = fr_strdup(g->values[vid].name, "parameter name");
         if (!old) return FR_ERR_OOM;
         fr_status st = rename_value(g, vid, s->e[i].target);
-        if (st == FR_OK) st = set_note(&g->values[vid], "parameter (tied; the file names it '%s')", old);
+        if (st == FR_OK) st = fr_params_note(&g->values[vid], "parameter (tied; the file names it '%s')", old);
         free(old);
         FR_TRY(st);
     }
@@ -340,14 +346,14 @@ static fr_status restore_gemm_bias(fr_graph *g, const sig *s, int nid)
         return FR_OK;
     fr_tensor *t;
     FR_TRY(fr_tensor_new(g->values[b].dtype, 1, &g->values[b].dims[tb ? 0 : 1], s->e[i].target, &t));
-    FR_TRY(add_param(g, s->e[i].target, t, &vid));
+    FR_TRY(fr_params_add(g, s->e[i].target, t, &vid));
     nd = &g->nodes[nid];
     int *in = fr_realloc_array(nd->inputs, 3, sizeof(int), "node inputs");
     if (!in) return FR_ERR_OOM;
     in[2] = vid;
     nd->inputs = in;
     nd->n_inputs = 3;
-    return set_note(&g->values[vid], "parameter (zeros the exporter dropped from Gemm '%s')", nd->name);
+    return fr_params_note(&g->values[vid], "parameter (zeros the exporter dropped from Gemm '%s')", nd->name);
 }
 
 /* ---- un-folding W^T back into Transpose(W) ---- */
@@ -376,32 +382,16 @@ static fr_status transposed(const fr_tensor *f, const char *name, fr_tensor **ou
 /* F (an initializer) becomes the output of Transpose(P). */
 static fr_status make_transpose(fr_graph *g, int pid, int fid)
 {
-    fr_value *f = &g->values[fid];
-    fr_tensor_free(f->constant);
-    f->constant = NULL;
-    free(f->external_location);
-    f->external_location = NULL;
-    f->flags &= ~(FR_VAL_INITIALIZER | FR_VAL_PARAM);
+    fr_params_uninit(&g->values[fid]);
     char name[300];
-    snprintf(name, sizeof name, "unfold_%s", f->name);
+    snprintf(name, sizeof name, "unfold_%s", g->values[fid].name);
     int nid;
     FR_TRY(fr_graph_add_node(g, "Transpose", "", name, 1, &pid, 1, &fid, &nid));
     return fr_node_set_attr_ints(&g->nodes[nid], "perm", 2, (const int64_t[]){1, 0});
 }
 
-/* Named after the aten.embedding it replaced ("embedding_1"): rows of a table at fixed
- * positions (a static export's position embeddings). Adam is elementwise, so training those
- * rows in place of the table follows the table's training exactly. */
-static int is_lookup(const char *name)
-{
-    if (strncmp(name, "embedding", 9) != 0) return 0;
-    if (!name[9]) return 1;
-    if (name[9] != '_' || !name[10]) return 0;
-    return strspn(name + 10, "0123456789") == strlen(name + 10);
-}
-
-/* A constant the exporter computed from a parameter and other values: a lookup (trained in
- * the table's place), or anything else (Gemma's 1 + w): that parameter is lost. */
+/* A constant the exporter computed from a parameter and other values: rows of a table, a
+ * parameter with a scalar (params_unfold.h), or anything else: that parameter is lost. */
 static fr_status folded_mix(fr_graph *g, const sig *s, int fid, int *lost)
 {
     char name[300];
@@ -412,15 +402,13 @@ static fr_status folded_mix(fr_graph *g, const sig *s, int fid, int *lost)
             memcpy(name, p, (size_t)(e - p));
             name[e - p] = '\0';
             if (sig_is_param(s, fr_name_map_get(s->by_target, name))) {
-                if (is_lookup(g->values[fid].name) && fr_graph_find_value(g, name) < 0) {
-                    fr_value *v = &g->values[fid];
-                    v->torch_kind = fr_strdup("PARAMETER", "parameter record");
-                    if (!v->torch_kind) return FR_ERR_OOM;
-                    return set_note(v, "trained in place of the rows of parameter '%s' it holds (the "
-                                    "exporter folded the lookup at fixed positions)", name);
-                }
+                int done;
+                FR_TRY(fr_params_unfold_rows(g, fid, name, &done));
+                if (done) return FR_OK;
+                FR_TRY(fr_params_unfold_scalar(g, fid, sig_has_param, s, &done));
+                if (done) return FR_OK;
                 (*lost)++;
-                return set_note(&g->values[fid], "folded by the exporter from parameter '%s' with other values: "
+                return fr_params_note(&g->values[fid], "folded by the exporter from parameter '%s' with other values: "
                                 "that parameter is not trained", name);
             }
         }
@@ -437,7 +425,7 @@ static fr_status unfold(fr_graph *g, const sig *s, int fid, int *lost)
     if (!sig_is_param(s, fr_name_map_get(s->by_target, p))) goto done;
     if (g->values[fid].rank != 2) {
         (*lost)++;
-        st = set_note(&g->values[fid], "folded by the exporter from parameter '%s' through ops fp8run "
+        st = fr_params_note(&g->values[fid], "folded by the exporter from parameter '%s' through ops fp8run "
                       "cannot undo: that parameter is not trained", p);
         goto done;
     }
@@ -452,13 +440,13 @@ static fr_status unfold(fr_graph *g, const sig *s, int fid, int *lost)
         fr_tensor_free(t);
         if (!same) {
             (*lost)++;
-            st = set_note(&g->values[fid], "folded by the exporter from parameter '%s' but not equal to "
+            st = fr_params_note(&g->values[fid], "folded by the exporter from parameter '%s' but not equal to "
                           "its transpose: a constant", p);
             goto done;
         }
     } else {
-        st = add_param(g, p, t, &pid);
-        if (st == FR_OK) st = set_note(&g->values[pid], "parameter, un-folded from '%s' (Transpose)",
+        st = fr_params_add(g, p, t, &pid);
+        if (st == FR_OK) st = fr_params_note(&g->values[pid], "parameter, un-folded from '%s' (Transpose)",
                                        g->values[fid].name);
     }
     if (st == FR_OK) st = make_transpose(g, pid, fid);
@@ -505,7 +493,7 @@ static fr_status rule_note(fr_graph *g, const uses *u, int vid, int *excluded)
 {
     fr_value *v = &g->values[vid];
     *excluded = 1;
-    if (fr_tensor_numel(v->constant) <= 1) return set_note(v, "scalar");
+    if (fr_tensor_numel(v->constant) <= 1) return fr_params_note(v, "scalar");
     const char *op = NULL;
     int diff = 0;
     for (int k = u->start[vid]; k < u->start[vid + 1] && !diff; k++) {
@@ -513,8 +501,8 @@ static fr_status rule_note(fr_graph *g, const uses *u, int vid, int *excluded)
         if (nd->domain[0] || u->slot[k] >= 32 || !(nondiff_inputs(nd->op_type) >> u->slot[k] & 1)) diff = 1;
         op = nd->op_type;
     }
-    if (op && !diff) return set_note(v, "feeds only non-differentiable inputs of %s", op);
-    if (is_additive_mask(v->constant)) return set_note(v, "additive mask");
+    if (op && !diff) return fr_params_note(v, "feeds only non-differentiable inputs of %s", op);
+    if (is_additive_mask(v->constant)) return fr_params_note(v, "additive mask");
     *excluded = 0;
     return FR_OK;
 }
@@ -530,28 +518,28 @@ static fr_status mark(fr_graph *g, const uses *u, int record)
         const char *kind = v->torch_kind;
         if (record && kind && strcmp(kind, "PARAMETER") == 0) {
             v->flags |= FR_VAL_PARAM;
-            if (!v->param_note) FR_TRY(set_note(v, "parameter"));
+            if (!v->param_note) FR_TRY(fr_params_note(v, "parameter"));
             continue;
         }
         v->flags &= ~FR_VAL_PARAM;
         if (record && kind) {
-            FR_TRY(set_note(v, "%s", strcmp(kind, "BUFFER") == 0             ? "buffer"
+            FR_TRY(fr_params_note(v, "%s", strcmp(kind, "BUFFER") == 0             ? "buffer"
                                      : strcmp(kind, "CONSTANT_TENSOR") == 0 ? "constant tensor"
                                                                             : kind));
             continue;
         }
         if (record && v->folded_from) {
-            if (!v->param_note) FR_TRY(set_note(v, "constant folded by the exporter"));
+            if (!v->param_note) FR_TRY(fr_params_note(v, "constant folded by the exporter"));
             continue;
         }
         FR_TRY(rule_note(g, u, vid, &excluded));
         v = &g->values[vid];
         if (excluded) continue;
         if (record) {
-            FR_TRY(set_note(v, "not a parameter in the exporter's record"));
+            FR_TRY(fr_params_note(v, "not a parameter in the exporter's record"));
         } else {
             v->flags |= FR_VAL_PARAM;
-            FR_TRY(set_note(v, "float initializer"));
+            FR_TRY(fr_params_note(v, "float initializer"));
         }
     }
     return FR_OK;

@@ -12,6 +12,8 @@
  *    read under several parameters' names is split into one copy per name. One with varied
  *    values read under several names is a real tie (LM head = embedding) and stays one, named
  *    as the module's first (named_parameters() keeps that one).
+ *  - folded with a scalar (Gemma's 1 + w) or to the rows a static export reads (position
+ *    tables): see params_unfold.h.
  * BUFFER, CONSTANT_TENSOR and other folded initializers (masks, rotary tables) are constants.
  *
  * Without the record every float initializer is trained except, by rule: scalars (one

@@ -450,6 +450,9 @@ typedef struct fp8run_train_config {
                                     rotary embedding of q and of k one fused node each */
     int fuse_swiglu;             /* 1 (default): the SwiGLU activation Mul(Mul(gate, Sigmoid(gate)),
                                     up) becomes one fused node per layer */
+    const char *recompute;       /* "none" (default) | "attention" | "mlp" | "full": the backward
+                                    recomputes that part of each transformer block instead of
+                                    keeping its activations (bit-identical results) */
     int lora_rank;               /* 0 (default): no LoRA; R >= 1: rank-R adapters on the Linears
                                     whose weight name matches lora_targets, the rest frozen */
     double lora_alpha;           /* the adapters' update is scaled by lora_alpha / lora_rank (8) */

@@ -33,6 +33,8 @@ void fr_view_slice(fr_view *v, int rank, const int64_t *dims, const int64_t *sta
                    const int64_t *step, const int64_t *len);
 /* Tile: output dim k viewed as (repeat, dim); the repeat walks the input with stride 0. */
 void fr_view_tile(fr_view *v, int rank, const int64_t *dims, const int64_t *reps);
+/* Fill the contiguous `dst` from `src` through the view (elements of es bytes; view_copy.c). */
+void fr_view_copy(char *dst, const char *src, fr_view v, size_t es);
 
 /* Transpose's perm attribute (default: reversed dims), checked to be a permutation. */
 fr_status fr_transpose_perm(const fr_node *n, int rank, int *perm);

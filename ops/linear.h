@@ -111,4 +111,9 @@ fr_status fr_lin_read_attrs(const fr_node *n, fr_lin_attrs *a);
 /* The op definitions, for callers that add these nodes before the registry knows them. */
 const fr_op_def *fr_linear_op(const char *op_type);
 
+/* The CPU kernels (linear_cpu.c), for the op table in linear.c. */
+fr_status fr_linear_cpu(const fr_kernel_ctx *ctx);
+fr_status fr_linear_grad_data_cpu(const fr_kernel_ctx *ctx);
+fr_status fr_linear_grad_weight_cpu(const fr_kernel_ctx *ctx);
+
 #endif

@@ -62,7 +62,8 @@ const fr_op_def *fr_op_at(int i);
 extern const fr_op_def fr_ops_unary_math[];  /* ops/unary_math.c: elementwise unary math (ops/ew_unary.def) */
 extern const fr_op_def fr_ops_unary[];       /* ops/unary.c: IsNaN/IsInf/Not, Cast, Clip, Identity, Dropout */
 extern const fr_op_def fr_ops_binary[];      /* ops/binary.c: arithmetic, compare, logic, Where, Expand */
-extern const fr_op_def fr_ops_reduce[];      /* ops/reduce.c: Reduce*, ArgMax/ArgMin, ReduceGrad (ai.fp8run) */
+extern const fr_op_def fr_ops_reduce[];      /* ops/reduce.c: Reduce*, ArgMax/ArgMin */
+extern const fr_op_def fr_ops_reduce_grad[]; /* ops/reduce_grad.c: ReduceGrad (ai.fp8run) */
 extern const fr_op_def fr_ops_matmul[];      /* ops/matmul.c: MatMul, Gemm */
 extern const fr_op_def fr_ops_softmax[];     /* ops/softmax.c: Softmax, LogSoftmax, SoftmaxGrad/LogSoftmaxGrad (ai.fp8run) */
 extern const fr_op_def fr_ops_norm[];        /* ops/norm.c: LayerNormalization, RMSNormalization, LayerNormGrad/RMSNormGrad (ai.fp8run) */
@@ -74,7 +75,8 @@ extern const fr_op_def fr_ops_linear[];      /* ops/linear.c: Linear, LinearGrad
 extern const fr_op_def fr_ops_elementwise_grad[]; /* ops/elementwise_grad.c: ActivationGrad, PowGrad, FmodGrad, ExtremumGrad, ClipGrad (ai.fp8run) */
 extern const fr_op_def fr_ops_einsum[];      /* ops/einsum.c: Einsum */
 extern const fr_op_def fr_ops_cumsum[];      /* ops/cumsum.c: CumSum */
-extern const fr_op_def fr_ops_layout[];      /* ops/layout.c: Transpose, Concat, Split, Slice, Trilu, Tile, SliceGrad/TileGrad (ai.fp8run) */
+extern const fr_op_def fr_ops_layout[];      /* ops/layout.c: Transpose, Concat, Split */
+extern const fr_op_def fr_ops_slice_tile[];  /* ops/slice_tile.c: Slice, Trilu, Tile, SliceGrad/TileGrad (ai.fp8run) */
 extern const fr_op_def fr_ops_attention[];   /* ops/attention.c: Attention, AttentionGrad (ai.fp8run): fused attention, ops/attention.h */
 extern const fr_op_def fr_ops_swiglu[];      /* ops/swiglu.c: SwiGLU, SwiGLUGrad (ai.fp8run): fused gate * sigmoid(gate) * up, ops/swiglu.h */
 extern const fr_op_def fr_ops_rotary[];      /* ops/rotary.c: Rotary, RotaryGrad (ai.fp8run): fused x * cos + rotate_half(x) * sin, ops/rotary.h */

@@ -7,6 +7,7 @@
 #include "gelu_fuse.h"
 #include "rmsnorm_fuse.h"
 #include "pipeline.h"
+#include "recompute.h"
 #include "rotary_fuse.h"
 #include "select_params.h"
 #include "swiglu_fuse.h"
@@ -119,12 +120,26 @@ static fr_status run_swiglu(fr_pass_ctx *c, fr_pass_result *r)
     return FR_OK;
 }
 
+static fr_status run_recompute(fr_pass_ctx *c, fr_pass_result *r)
+{
+    fr_recompute_mode mode;
+    fr_recompute_stats st;
+    FR_TRY(fr_recompute_parse(c->recompute, &mode));
+    FR_TRY(fr_recompute(c->g, c->n_forward, mode, &st));
+    r->changed = st.nodes;
+    snprintf(r->detail, sizeof r->detail, "%s: %d region%s, %d forward node%s recomputed, %d backward read%s moved",
+             c->recompute, st.regions, st.regions == 1 ? "" : "s", st.nodes, st.nodes == 1 ? "" : "s", st.reads,
+             st.reads == 1 ? "" : "s");
+    return FR_OK;
+}
+
 /* ---- the list: its order is the order the passes run in ----
  * A new pass: its file (passes/NAME.c), an adapter above (one line through run_count when it
  * is fr_status f(fr_graph *, int *count)), and one entry here, with a comment saying why it
  * goes where it does. Its stage follows from its place: before `prepare` it sees the imported
  * graph (symbolic shapes), after it the prepared one; before `fp8_compile` MatMul/Gemm, after
- * it ai.fp8run::Linear. A new option it needs is a field of fr_train_options that the runtime's
+ * it ai.fp8run::Linear; in the differentiated stage the forward plus the backward autodiff
+ * appended (only training builds reach it: compiles and evaluation-only trainers stop before). A new option it needs is a field of fr_train_options that the runtime's
  * resolver (tr_pass_option, runtime/train_build.c) names. */
 
 static const fr_pass k_passes[] = {
@@ -172,6 +187,10 @@ static const fr_pass k_passes[] = {
     {"fuse_swiglu", "Mul(Mul(gate, Sigmoid(gate)), up) (and GeGLU's Mul(Gelu(gate), up)) becomes one "
      "ai.fp8run::SwiGLU node",
      FR_STAGE_PREPARED, "fuse_swiglu", 0, run_swiglu},
+    /* on the backward autodiff built (it redirects the backward's reads), before dead-node
+       elimination and the executors' liveness plans, which then free the originals early */
+    {"recompute", "the backward reads a copy of each chosen block region's forward (--recompute), "
+     "recomputed right before it", FR_STAGE_DIFFERENTIATED, "recompute", 0, run_recompute},
 };
 
 #define N_PASSES ((int)(sizeof k_passes / sizeof k_passes[0]))

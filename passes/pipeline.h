@@ -31,6 +31,9 @@ typedef enum fr_pass_stage {
     FR_STAGE_IMPORTED,
     /* the prepared graph (static shapes, constants folded), the loss checked */
     FR_STAGE_PREPARED,
+    /* the training graph once autodiff appended the backward (its gradients and amaxes marked
+       as outputs), before dead-node elimination and the executor's plan */
+    FR_STAGE_DIFFERENTIATED,
     FR_STAGE_COUNT
 } fr_pass_stage;
 
@@ -75,6 +78,10 @@ typedef struct fr_pass_ctx {
     fr_tie **ties;                /* retie: the re-tied copies (malloc'ed) */
     int *n_ties;
     int *n_unshared;              /* unshare */
+    /* the differentiated stage: nodes [0, n_forward) are the forward; the --recompute mode
+       ("none" | "attention" | "mlp" | "full") */
+    int n_forward;
+    const char *recompute;
     /* lora: its options, the generator A is drawn from, and what it did (caller-owned) */
     const fr_lora_options *lora;
     fr_prng *rng;

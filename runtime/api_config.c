@@ -62,6 +62,7 @@ fp8run_status fr_api_options(api_err *slot, const char *fn, const fp8run_train_c
     o->fp8.fuse = c.fuse != 0;
     o->fuse_attention = c.fuse_attention != 0;
     o->fuse_swiglu = c.fuse_swiglu != 0;
+    o->recompute = fr_api_choice("recompute", c.recompute);
     o->fp8.pad_multiple = c.pad_multiple;
     o->fp8.margin = c.fp8_margin;
     o->fp8.amax_history_len = c.amax_history_len;

@@ -101,16 +101,50 @@ typedef struct target {
     fr_trainer *trainer; /* a session's: every parameter written in one device round trip */
 } target;
 
-/* The checkpoint entries to read, in the order the trainer asks for them. */
+/* The checkpoint entries to read, in the order the trainer asks for them; rows[i] > 0: only
+ * the first rows[i] rows of the entry (a table of which the model holds rows 0..T-1). */
 typedef struct fill_ctx {
     const fr_st_ckpt *c;
-    const int *entry;
+    const int *entry, *rows;
 } fill_ctx;
+
+static fr_status read_rows(const fr_st_ckpt *c, int k, int rows, float *dst)
+{
+    if (rows <= 0) return fr_st_ckpt_read_f32(c, k, dst);
+    const fr_st_tensor *t = c->e[k].t;
+    float *all = fr_malloc((size_t)t->numel * sizeof *all, "safetensors table");
+    if (!all) return FR_ERR_OOM;
+    fr_status s = fr_st_ckpt_read_f32(c, k, all);
+    if (s == FR_OK) memcpy(dst, all, (size_t)rows * (size_t)t->dims[1] * sizeof *all);
+    free(all);
+    return s;
+}
 
 static fr_status fill_one(void *ctx, int i, float *dst)
 {
     const fill_ctx *f = ctx;
-    return fr_st_ckpt_read_f32(f->c, f->entry[i], dst);
+    return read_rows(f->c, f->entry[i], f->rows[i], dst);
+}
+
+/* A parameter named "<table>[0:T]" [T, D] (graph/params_unfold.h: the rows of a position
+ * table a static export holds) reads the first T rows of the checkpoint's <table> [P, D]:
+ * its entry, T in *rows; -1 when there is none such. */
+static int table_rows(const fr_st_ckpt *c, const fp8run_value_info *vi, int *rows)
+{
+    char base[1024];
+    size_t n = strlen(vi->name);
+    const char *b = strrchr(vi->name, '[');
+    long long t;
+    int used = 0;
+    if (!b || n >= sizeof base || vi->rank != 2 || sscanf(b, "[0:%lld]%n", &t, &used) != 1 ||
+        b + used != vi->name + n || t != vi->dims[0])
+        return -1;
+    memcpy(base, vi->name, (size_t)(b - vi->name));
+    base[b - vi->name] = '\0';
+    int k = fr_st_ckpt_find(c, base);
+    if (k < 0 || c->e[k].t->rank != 2 || c->e[k].t->dims[1] != vi->dims[1] || c->e[k].t->dims[0] < t) return -1;
+    *rows = (int)t;
+    return k;
 }
 
 static fp8run_status session_info(void *h, int i, fp8run_value_info *vi) { return fp8run_session_param(h, i, vi); }
@@ -162,8 +196,9 @@ static fp8run_status load_into(fp8run_safetensors *st, const char *fn, const tar
     free_names(st);
     st->names = calloc((size_t)tg->n + (size_t)c->n + 1, sizeof *st->names);
     int *param_of = malloc(((size_t)tg->n + 1) * sizeof *param_of);  /* checkpoint entry of parameter i */
+    int *rows_of = calloc((size_t)tg->n + 1, sizeof *rows_of);        /* > 0: its first rows only */
     char *used = calloc((size_t)c->n + 1, 1);
-    if (!st->names || !param_of || !used) ps = fr_api_error(tg->slot, FP8RUN_ERR_OOM, "%s: out of memory", fn);
+    if (!st->names || !param_of || !rows_of || !used) ps = fr_api_error(tg->slot, FP8RUN_ERR_OOM, "%s: out of memory", fn);
     int n_match = 0, n_miss = 0, n_unexp = 0;
     size_t max_numel = 1;
     for (int pass = 0; pass < 2 && ps == FP8RUN_OK; pass++) /* matched names first, then missing */
@@ -172,12 +207,13 @@ static fp8run_status load_into(fp8run_safetensors *st, const char *fn, const tar
             if ((ps = tg->info(tg->h, i, &vi)) != FP8RUN_OK) break;
             int k = fr_st_ckpt_find(c, vi.name);
             if (pass == 1) {
-                if (k < 0 && (ps = push_name(st, vi.name)) == FP8RUN_OK) n_miss++;
+                if (param_of[i] < 0 && (ps = push_name(st, vi.name)) == FP8RUN_OK) n_miss++;
                 continue;
             }
+            if (k < 0) k = table_rows(c, &vi, &rows_of[i]);
             param_of[i] = k;
             if (k < 0) continue;
-            if (!same_shape(&vi, c->e[k].t)) {
+            if (!rows_of[i] && !same_shape(&vi, c->e[k].t)) {
                 char a[160], b[160];
                 shape_text(vi.rank, vi.dims, a, sizeof a);
                 shape_text(c->e[k].t->rank, c->e[k].t->dims, b, sizeof b);
@@ -203,22 +239,27 @@ static fp8run_status load_into(fp8run_safetensors *st, const char *fn, const tar
         /* the matched entries in parameter order (param_of is compacted in place) */
         int k = 0;
         for (int i = 0; i < tg->n; i++)
-            if (param_of[i] >= 0) param_of[k++] = param_of[i];
-        fill_ctx fc = {c, param_of};
+            if (param_of[i] >= 0) {
+                rows_of[k] = rows_of[i];
+                param_of[k++] = param_of[i];
+            }
+        fill_ctx fc = {c, param_of, rows_of};
         ps = fr_api_fail(tg->slot, fn, fr_trainer_fill_params(tg->trainer, n_match, (const char *const *)st->names,
                                                               fill_one, &fc));
         max_numel = 0; /* done: no per-parameter copies below */
     }
     float *buf = ps == FP8RUN_OK && max_numel ? malloc(max_numel * sizeof *buf) : NULL;
     if (ps == FP8RUN_OK && max_numel && !buf) ps = fr_api_error(tg->slot, FP8RUN_ERR_OOM, "%s: out of memory", fn);
-    for (int i = 0; i < tg->n && ps == FP8RUN_OK && buf; i++) {
+    for (int i = 0, j = 0; i < tg->n && ps == FP8RUN_OK && buf; i++) {
         if (param_of[i] < 0) continue;
-        const fr_st_entry *e = &c->e[param_of[i]];
-        fr_status s = fr_st_ckpt_read_f32(c, param_of[i], buf);
+        const fr_st_tensor *t = c->e[param_of[i]].t;
+        fr_status s = read_rows(c, param_of[i], rows_of[i], buf);
+        size_t count = rows_of[i] ? (size_t)rows_of[i] * (size_t)t->dims[1] : (size_t)t->numel;
         if (s != FR_OK) ps = fr_api_fail(tg->slot, fn, s);
-        else ps = tg->set(tg->h, e->name, buf, (size_t)e->t->numel);
+        else ps = tg->set(tg->h, st->names[j++], buf, count);
     }
     free(buf);
+    free(rows_of);
     free(param_of);
     free(used);
     if (report && ps == FP8RUN_OK) {

@@ -26,6 +26,7 @@ struct fr_exec {
     size_t *block_size;
     int n_blocks;
     size_t pool_bytes;
+    size_t peak_bytes;       /* the most bytes of computed values alive at once in the plan */
     int ran;
 };
 
@@ -136,6 +137,7 @@ static fr_status make_plan(fr_exec *e, const int *last_use)
         goto done;
     }
     for (int v = 0; v < e->n_values; v++) p.block_of[v] = -1;
+    size_t live = 0;
     for (int i = 0; i < g->n_nodes; i++) {
         const fr_node *n = &g->nodes[i];
         for (int k = 0; k < n->n_outputs; k++) {
@@ -143,7 +145,9 @@ static fr_status make_plan(fr_exec *e, const int *last_use)
             if (v < 0 || e->hdr[v].nbytes == 0) continue;
             st = take_block(e, &p, e->hdr[v].nbytes, &p.block_of[v]);
             if (st != FR_OK) goto done;
+            live += e->hdr[v].nbytes;
         }
+        if (live > e->peak_bytes) e->peak_bytes = live;
         /* inputs read for the last time, and outputs nobody reads, give their block back;
          * outputs were placed before this, so a node never writes into its own inputs */
         for (int pass = 0; pass < 2; pass++) {
@@ -155,6 +159,7 @@ static fr_status make_plan(fr_exec *e, const int *last_use)
                 if (last_use[v] > i) continue;
                 p.free_list[p.n_free++] = p.block_of[v];
                 p.block_of[v] = -2 - p.block_of[v]; /* released; keeps the block number */
+                live -= e->hdr[v].nbytes;
             }
         }
     }
@@ -420,3 +425,4 @@ const fr_tensor *fr_exec_output(const fr_exec *e, const char *name)
 
 size_t fr_exec_pool_bytes(const fr_exec *e) { return e->pool_bytes; }
 int fr_exec_pool_blocks(const fr_exec *e) { return e->n_blocks; }
+size_t fr_exec_peak_bytes(const fr_exec *e) { return e->peak_bytes; }

@@ -47,5 +47,8 @@ const fr_tensor *fr_exec_output(const fr_exec *e, const char *name);
  * and constants not included). */
 size_t fr_exec_pool_bytes(const fr_exec *e);
 int fr_exec_pool_blocks(const fr_exec *e);
+/* The most bytes of computed values alive at once as the nodes run (what the pool would need
+ * without fragmentation). */
+size_t fr_exec_peak_bytes(const fr_exec *e);
 
 #endif

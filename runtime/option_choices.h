@@ -12,6 +12,7 @@
 #define FR_CHOICES_OPTIMIZER "adamw", "sgd",
 #define FR_CHOICES_LR_SCHEDULE "constant", "warmup_constant", "cosine",
 #define FR_CHOICES_DEVICE "auto", "cuda", "cpu",
+#define FR_CHOICES_RECOMPUTE "none", "attention", "mlp", "full",
 /* an option that is not a choice */
 #define FR_CHOICES_NONE
 

@@ -1,7 +1,7 @@
 /* Building the training graph from an imported model (see trainer.h): inputs and dims, the
  * graph passes (passes/pipeline.c: parameter selection, preparation, fusions, precision, in
- * the order listed there), loss head, the eval copy, autodiff, outputs, executor, optimizer
- * and scaling state. */
+ * the order listed there), loss head, the eval copy, autodiff, the passes on the backward
+ * (recomputation), outputs, executor, optimizer and scaling state. */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -486,6 +486,10 @@ fr_status tr_pass_option(const void *opts, const char *name, int *on)
         *on = strcmp(o->precision, "fp32") != 0;
         return FR_OK;
     }
+    if (strcmp(name, "recompute") == 0) {
+        *on = o->recompute && strcmp(o->recompute, "none") != 0;
+        return FR_OK;
+    }
     for (size_t i = 0; i < sizeof k_flags / sizeof k_flags[0]; i++)
         if (strcmp(name, k_flags[i].name) == 0) {
             *on = *(const int *)((const char *)o + k_flags[i].off) != 0;
@@ -789,6 +793,7 @@ static fr_status build_rest(fr_trainer *t, int tok, int loss, int logits)
 
     /* backward; outputs: loss, gradients, amaxes */
     FR_TRY(add_output(g, loss, &t->loss_out));
+    int n_forward = g->n_nodes;
     FR_TRY(build_params(t, loss));
     if (!t->opt.eval_only) {
         for (int i = 0; i < t->n_params; i++)
@@ -798,6 +803,10 @@ static fr_status build_rest(fr_trainer *t, int tok, int loss, int logits)
     }
     FR_TRY(build_states(t));
     if (!t->opt.eval_only) {
+        /* the passes on the backward (passes/pipeline.c) */
+        fr_pass_ctx pc = {.g = g, .opts = &t->opt, .option = tr_pass_option, .n_forward = n_forward,
+                          .recompute = t->opt.recompute, .results = &t->passes};
+        FR_TRY(fr_pipeline_run(&pc, FR_STAGE_DIFFERENTIATED));
         FR_TRY(dce(g));
         if (!t->use_cuda) FR_TRY(fr_exec_new(g, &t->ex)); /* on a GPU: runtime/cuda/cuda_train.c */
     }

@@ -38,41 +38,6 @@ static fr_status copy_ids(const int *src, int n, int **dst)
     return FR_OK;
 }
 
-static fr_status copy_attr(const fr_attr *s, fr_attr *d)
-{
-    fr_status st = FR_OK;
-    memset(d, 0, sizeof *d);
-    d->name = dup_or_null(s->name, &st);
-    d->type = s->type;
-    d->f = s->f;
-    d->i = s->i;
-    d->n = s->n;
-    if (s->s) {
-        d->s = fr_malloc(s->s_len + 1, "graph copy");
-        if (!d->s) return FR_ERR_OOM;
-        memcpy(d->s, s->s, s->s_len);
-        d->s[s->s_len] = '\0';
-        d->s_len = s->s_len;
-    }
-    if (st == FR_OK && s->t) st = fr_tensor_clone(s->t, "graph copy", &d->t);
-    if (st == FR_OK && s->floats && s->n > 0) {
-        d->floats = fr_malloc((size_t)s->n * sizeof(float), "graph copy");
-        if (!d->floats) return FR_ERR_OOM;
-        memcpy(d->floats, s->floats, (size_t)s->n * sizeof(float));
-    }
-    if (st == FR_OK && s->ints && s->n > 0) {
-        d->ints = fr_malloc((size_t)s->n * sizeof(int64_t), "graph copy");
-        if (!d->ints) return FR_ERR_OOM;
-        memcpy(d->ints, s->ints, (size_t)s->n * sizeof(int64_t));
-    }
-    if (st == FR_OK && s->strings && s->n > 0) {
-        d->strings = fr_calloc((size_t)s->n, sizeof(char *), "graph copy");
-        if (!d->strings) return FR_ERR_OOM;
-        for (int i = 0; i < s->n && st == FR_OK; i++) d->strings[i] = dup_or_null(s->strings[i], &st);
-    }
-    return st;
-}
-
 static fr_status copy_values(const fr_graph *g, int share, fr_graph *c)
 {
     for (int i = 0; i < g->n_values; i++) {
@@ -112,14 +77,7 @@ static fr_status copy_nodes(const fr_graph *g, fr_graph *c)
         FR_TRY(st);
         d->op = s->op;
         d->dead = s->dead;
-        if (s->n_attrs > 0) {
-            d->attrs = fr_calloc((size_t)s->n_attrs, sizeof(fr_attr), "graph copy");
-            if (!d->attrs) return FR_ERR_OOM;
-            for (int a = 0; a < s->n_attrs; a++) {
-                d->n_attrs = a + 1; /* so a failure frees what was copied */
-                FR_TRY(copy_attr(&s->attrs[a], &d->attrs[a]));
-            }
-        }
+        FR_TRY(fr_node_copy_attrs(d, s));
     }
     /* fr_graph_add_node set producers from the outputs; restore the source's exact record */
     for (int i = 0; i < g->n_values; i++) c->values[i].producer = g->values[i].producer;

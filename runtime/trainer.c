@@ -35,6 +35,7 @@ void fr_train_options_default(fr_train_options *o)
     o->fuse_attention = 1;
     o->fuse_swiglu = 1;
     o->device = "cpu";
+    o->recompute = "none";
 }
 
 /* ---- options ---- */

@@ -86,6 +86,8 @@ typedef struct fr_train_options {
                                   and each RoPE one ai.fp8run::Rotary (passes/rotary_fuse.h) */
     int fuse_swiglu;           /* 1 (default): Mul(Mul(gate, Sigmoid(gate)), up) becomes one
                                   ai.fp8run::SwiGLU node per layer (passes/swiglu_fuse.h) */
+    const char *recompute;     /* "none" (default) | "attention" | "mlp" | "full" (passes/
+                                  recompute.h): regions of each block the backward recomputes */
     fr_lora_options lora;      /* rank 0 (default): no LoRA; else adapters on the Linears whose
                                   weight matches lora.targets, the base frozen (passes/lora.h) */
     int eval_only;             /* 1: no backward graph, no optimizer: fr_trainer_eval only (and

@@ -28,6 +28,23 @@ char *cli_slurp(const char *path, size_t *len)
     return s ? s : strdup("");
 }
 
+void cli_write(const char *name, const char *text)
+{
+    char p[700];
+    snprintf(p, sizeof p, "%s/%s", cli_tmp, name);
+    FILE *f = fopen(p, "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+char *cli_slurp_tmp(const char *name, size_t *len)
+{
+    char p[700];
+    snprintf(p, sizeof p, "%s/%s", cli_tmp, name);
+    return cli_slurp(p, len);
+}
+
 int cli_run(const char *fmt, ...)
 {
     char cmd[6000], p[600];

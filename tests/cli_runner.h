@@ -27,6 +27,10 @@ const char *cli_path(const char *name);
  * records in *val_records. Skipped steps are counted in *skipped, or, when skipped is NULL,
  * each step is checked to be "skipped": false. */
 int cli_read_log(const char *path, double *losses, int max, int *val_records, int *skipped);
+/* Write text to cli_tmp/name (a failed assertion when it cannot). */
+void cli_write(const char *name, const char *text);
+/* cli_slurp of cli_tmp/name. */
+char *cli_slurp_tmp(const char *name, size_t *len);
 /* CUnit suite init/cleanup: create / remove cli_tmp. */
 int cli_suite_init(void);
 int cli_suite_clean(void);

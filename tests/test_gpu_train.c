@@ -20,6 +20,8 @@
  *    losses and weights bit-identical to the same run with the cache off (FP8RUN_WEIGHT_CACHE=0),
  *    for bf16 and the three fp8 recipes; with it on, each Linear and LinearGradData node converts
  *    its weight once per step for k = 1 and k = 4 (k times with it off).
+ *  - Recomputation (--recompute attention|mlp|full) gives the losses and weights of --recompute
+ *    none bit for bit on the GPU, in fp32, bf16 and fp8 (delayed, current, block).
  * The tolerance is loose because the GEMMs sum in another order (cuBLASLt vs the CPU's
  * fixed order); the kernels themselves are checked op by op in test_gpu_<family>. */
 #include <math.h>
@@ -339,6 +341,42 @@ static void check_async(const char *precision, const char *recipe)
 static void test_async_fp32(void) { check_async("fp32", NULL); }
 static void test_async_fp8(void) { check_async("fp8", "delayed"); }
 
+/* Every recompute mode == none bit for bit: 5 steps' losses, then every weight. */
+static void check_recompute(const char *precision, const char *recipe)
+{
+    static const char *const modes[] = {"none", "attention", "mlp", "full"};
+    enum { STEPS = 5, M = 4 };
+    fr_graph *g = load("llama_tiny");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    fr_trainer *t[M] = {0};
+    double loss[M][STEPS];
+    for (int m = 0; m < M; m++) {
+        fr_train_options o = options(2, 16, precision, "cuda");
+        if (recipe) o.fp8.recipe = recipe;
+        o.recompute = modes[m];
+        FR_ASSERT_OK(fr_trainer_new(g, &o, &t[m]));
+        run(t[m], STEPS, 1, 91, loss[m]);
+    }
+    int diff = 0;
+    for (int m = 1; m < M; m++) {
+        int ld = memcmp(loss[m], loss[0], sizeof loss[0]) != 0;
+        int wd = param_diff(t[m], t[0]) != 0;
+        if (ld || wd) printf("\n  %s: losses %s, weights %s", modes[m], ld ? "DIFFER" : "same", wd ? "DIFFER" : "same");
+        diff += ld + wd;
+    }
+    CU_ASSERT_EQUAL(diff, 0);
+    printf(" (%s%s%s: attention, mlp, full == none bit for bit: %s)", precision, recipe ? "/" : "", recipe ? recipe : "",
+           diff ? "NO" : "yes");
+    for (int m = 0; m < M; m++) fr_trainer_free(t[m]);
+    fr_graph_free(g);
+}
+
+static void test_recompute_fp32(void) { check_recompute("fp32", NULL); }
+static void test_recompute_bf16(void) { check_recompute("bf16", NULL); }
+static void test_recompute_delayed(void) { check_recompute("fp8", "delayed"); }
+static void test_recompute_current(void) { check_recompute("fp8", "current"); }
+static void test_recompute_block(void) { check_recompute("fp8", "block"); }
+
 #ifdef FP8RUN_HAVE_CUDA
 /* A GPU trainer with the weight cache on or off (read when its CUDA context is made). */
 static fr_trainer *gpu_trainer(const fr_graph *g, const fr_train_options *o, int cache)
@@ -501,6 +539,11 @@ static CU_TestInfo tests[] = {
     {"accumulation; checkpoints GPU <-> CPU", test_accum_and_ckpt},
     {"fp32: async steps == sync steps bit for bit, skipped steps included", test_async_fp32},
     {"fp8 delayed: async steps == sync steps bit for bit, skipped steps included", test_async_fp8},
+    {"recompute fp32: every mode == none bit for bit", test_recompute_fp32},
+    {"recompute bf16: every mode == none bit for bit", test_recompute_bf16},
+    {"recompute fp8 delayed: every mode == none bit for bit", test_recompute_delayed},
+    {"recompute fp8 current: every mode == none bit for bit", test_recompute_current},
+    {"recompute fp8 block: every mode == none bit for bit", test_recompute_block},
 #ifdef FP8RUN_HAVE_CUDA
     {"weight cache bf16: k=2, eval, set_param: == cache off bit for bit", test_cache_bf16},
     {"weight cache fp8 delayed: == cache off bit for bit", test_cache_delayed},

@@ -2,7 +2,8 @@
  *  - the parameters fp8run trains are exactly meta.json's "parameters" (the module's
  *    named_parameters(): names and shapes, Linear weights [out, in]) where the file holds
  *    them; where the exporter folded one into a constant, exactly those are missing (listed
- *    here): a position table's rows train in its place, Gemma's folded 1 + w is reported lost;
+ *    here): a static position table's rows train as "<table>[0:T]"; Gemma's folded 1 + w is
+ *    un-folded into each norm's own gain;
  *  - Pow exponents, epsilons, masks, rotary tables are not trained, and say why (`fp8run
  *    info`, with --train/--freeze); without the record, the stated rule; the C API and
  *    --log-fp8 use the module's names;
@@ -73,12 +74,15 @@ static int compare_params(const fr_graph *g, const pinfo *meta, int n_meta, cons
         int k = 0;
         while (k < n_meta && strcmp(meta[k].name, v->name) != 0) k++;
         if (k == n_meta) {
-            /* rows of an absent table, trained in its place */
+            /* rows 0..T-1 of an absent table [P, D], trained as "<table>[0:T]" [T, D] */
             int standin = 0;
-            for (int j = 0; absent && absent[j] && v->param_note; j++) {
+            for (int j = 0; absent && absent[j]; j++) {
                 char want[300];
-                snprintf(want, sizeof want, "trained in place of the rows of parameter '%s'", absent[j]);
-                standin |= strncmp(v->param_note, want, strlen(want)) == 0;
+                int m = 0;
+                snprintf(want, sizeof want, "%s[0:%lld]", absent[j], v->rank == 2 ? (long long)v->dims[0] : -1LL);
+                while (m < n_meta && strcmp(meta[m].name, absent[j]) != 0) m++;
+                standin |= strcmp(v->name, want) == 0 && m < n_meta && meta[m].rank == 2 &&
+                           v->dims[0] <= meta[m].dims[0] && v->dims[1] == meta[m].dims[1];
             }
             if (!standin) {
                 printf("\n  trained but not a module parameter: %s (%s)", v->name, v->param_note ? v->param_note : "");
@@ -154,27 +158,33 @@ static void test_llama_family(void)
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) check_fixture(names[i], NULL, 0);
 }
 
-/* Folded through Add(w, 1) (Gemma's norm gains, all five merged into one constant) or
- * Gather(table, arange) (static position embeddings): the file no longer holds these
- * parameters, only a constant made from them. The rows of a table trained in its place follow
- * PyTorch exactly (test_hf_exports); Gemma's gains are lost, and reported. */
-static void test_lost(void)
+/* Gemma's norm gains: the file holds one initializer, 1 + w, all five merged into it; each
+ * is un-folded to Add(w, 1) (exact: 1 + (v - 1) == v) and split per reading module, so the
+ * trained set is the module's. Static position embeddings: the file holds only the rows a
+ * fixed arange reads (Gather folded), not the table's length: those rows train as
+ * "<table>[0:T]" [T, D] and the table itself is absent (and not reported lost: its rows train,
+ * following PyTorch exactly in test_hf_exports). */
+static void test_folded(void)
 {
-    static const char *const gemma[] = {"model.layers.0.input_layernorm.weight",
-                                        "model.layers.0.post_attention_layernorm.weight",
-                                        "model.layers.1.input_layernorm.weight",
-                                        "model.layers.1.post_attention_layernorm.weight", "model.norm.weight", NULL};
     static const char *const gpt2[] = {"transformer.wpe.weight", NULL};
     static const char *const bert[] = {"bert.embeddings.position_embeddings.weight", NULL};
     for (int op = 18; op <= 23; op += 5) {
         char name[64];
         snprintf(name, sizeof name, "gemma_op%d_static", op);
-        check_fixture(name, gemma, 1);
+        check_fixture(name, NULL, 0);
         snprintf(name, sizeof name, "gpt2_op%d_static", op);
         check_fixture(name, gpt2, 0);
         snprintf(name, sizeof name, "bert_op%d_static", op);
         check_fixture(name, bert, 0);
     }
+    /* the un-folded gains equal 1 + w of the file, i.e. w = add_4 - 1 (Gemma inits w = 0) */
+    fr_graph *g = load_fixture("gemma_op18_static");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    int w = fr_graph_find_value(g, "model.norm.weight"), f = fr_graph_find_value(g, "add_4");
+    CU_ASSERT_FATAL(w >= 0 && f >= 0 && g->values[w].constant);
+    for (int i = 0; i < 48; i++) CU_ASSERT_EQUAL(((const float *)g->values[w].constant->data)[i], 0.f);
+    CU_ASSERT(g->values[f].constant == NULL && g->values[f].producer >= 0);
+    fr_graph_free(g);
 }
 
 /* The constants of llama_op18_static are not trained, for the stated reasons. */
@@ -271,6 +281,91 @@ static void test_rule(void)
     fr_graph_free(g);
 }
 
+/* A parameter folded with a scalar the file does not hold: op from the value's fx name, the
+ * scalar from the readers' source line, kept only when the inverse is exact; each reading
+ * module that owns an unheld parameter of the same leaf name gets its own copy. */
+static fr_graph *scalar_fold(const char *folded, const float *vals, const char *src0, const char *src1)
+{
+    fr_graph *g;
+    FR_ASSERT_OK(fr_graph_new(&g));
+    int x;
+    FR_ASSERT_OK(fr_graph_add_value(g, "x", &x));
+    fr_value_set_shape(&g->values[x], FR_F32, 1, (const int64_t[]){4});
+    FR_ASSERT_OK(fr_graph_mark_input(g, x));
+    fr_value *f = add_const(g, folded, 1, (const int64_t[]){4}, NULL);
+    memcpy(f->constant->data, vals, 4 * sizeof(float));
+    f->folded_from = strdup("['m.gain', 'val_3']");
+    g->torch_signature = strdup("p_m_gain: PARAMETER target='m.gain'\np_n_gain: PARAMETER target='n.gain'\n"
+                                "x: USER_INPUT\n");
+    const char *src[2] = {src0, src1}, *scope[2] = {"['', 'm', 'mul']", "['', 'n', 'mul_1']"};
+    for (int r = 0; r < 2; r++) {
+        int nid = add_op(g, "Mul", r ? "y0" : "x", folded, r ? "y1" : "y0");
+        CU_ASSERT_FATAL(nid >= 0);
+        g->nodes[nid].torch_src = strdup(src[r]);
+        g->nodes[nid].torch_scopes = strdup(scope[r]);
+    }
+    FR_ASSERT_OK(fr_graph_mark_output(g, fr_graph_find_value(g, "y1")));
+    return g;
+}
+
+static void test_scalar_unfold(void)
+{
+    int lost = -1;
+    /* Mul by 3, exact, all equal (merged by value): both modules get w = v / 3, and the value
+     * is Mul(w, 3) again */
+    const float v3[4] = {3, 6, -1.5f, 0.75f}, v6[4] = {6, 6, 6, 6};
+    fr_graph *g = scalar_fold("mul_2", v6, "return x * (self.gain * 3)", "return x * (self.gain * 3)");
+    FR_ASSERT_OK(fr_params_select(g, &lost));
+    CU_ASSERT_EQUAL(lost, 0);
+    const char *names[2] = {"m.gain", "n.gain"};
+    for (int k = 0; k < 2; k++) {
+        int w = fr_graph_find_value(g, names[k]);
+        CU_ASSERT_FATAL(w >= 0 && g->values[w].constant);
+        CU_ASSERT(g->values[w].flags & FR_VAL_PARAM);
+        const float *d = g->values[w].constant->data;
+        CU_ASSERT(d[0] == 2 && d[1] == 2 && d[2] == 2 && d[3] == 2);
+    }
+    int f = fr_graph_find_value(g, "mul_2");
+    CU_ASSERT(g->values[f].constant == NULL && g->values[f].producer >= 0 &&
+              strcmp(g->nodes[g->values[f].producer].op_type, "Mul") == 0);
+    fr_graph_free(g);
+    /* Add 1 where v - 1 + 1 != v (3e-8): kept as the folded constant, the parameter lost */
+    const float vi[4] = {1, 2, 3e-8f, 1.5f};
+    g = scalar_fold("add_4", vi, "return x * (1.0 + self.gain)", "return x * (1.0 + self.gain)");
+    FR_ASSERT_OK(fr_params_select(g, &lost));
+    CU_ASSERT_EQUAL(lost, 1);
+    CU_ASSERT_EQUAL(fr_graph_find_value(g, "m.gain"), -1);
+    f = fr_graph_find_value(g, "add_4");
+    CU_ASSERT(g->values[f].constant != NULL && !(g->values[f].flags & FR_VAL_PARAM));
+    fr_graph_free(g);
+    /* readers that disagree on the literal, an op that is not the fx node's, a literal that is
+     * not the op's whole other operand: not un-folded */
+    const float v1[4] = {1, 1, 1, 1};
+    static const char *const cases[][3] = {{"add_4", "x * (1.0 + self.gain)", "x * (2.0 + self.gain)"},
+                                           {"add_4", "x * (self.gain * 1.0)", "x * (self.gain * 1.0)"},
+                                           {"mystery", "x * (1.0 + self.gain)", "x * (1.0 + self.gain)"},
+                                           {"add_4", "x * (1.0 + self.gain * 2)", "x * (1.0 + self.gain * 2)"},
+                                           {"add_4", "x * (self.gain + 1.0 * 2)", "x * (self.gain + 1.0 * 2)"},
+                                           {"add_4", "x * (y - 1.0 + self.gain)", "x * (y - 1.0 + self.gain)"}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        g = scalar_fold(cases[c][0], v1, cases[c][1], cases[c][2]);
+        FR_ASSERT_OK(fr_params_select(g, &lost));
+        CU_ASSERT_EQUAL(lost, 1);
+        CU_ASSERT_EQUAL(fr_graph_find_value(g, "m.gain"), -1);
+        fr_graph_free(g);
+    }
+    /* Add 1, exact, with 1.0 on the right: w = v - 1 */
+    g = scalar_fold("add_9", v3, "x * (self.gain.float() + 1.0)", "x * (self.gain.float() + 1.0)");
+    FR_ASSERT_OK(fr_params_select(g, &lost));
+    CU_ASSERT_EQUAL(lost, 0);
+    int w = fr_graph_find_value(g, "m.gain");
+    CU_ASSERT_FATAL(w >= 0);
+    const float *d = g->values[w].constant->data;
+    CU_ASSERT(d[0] == 2 && d[1] == 5 && d[2] == -2.5f && d[3] == -0.25f);
+    CU_ASSERT_EQUAL(fr_graph_find_value(g, "n.gain"), -1); /* not all equal: not split */
+    fr_graph_free(g);
+}
+
 /* `fp8run info` lists the trained set and the reasons; --train/--freeze apply; the C API reads
  * a parameter under the module's name and layout. */
 static void test_info_api(void)
@@ -294,7 +389,16 @@ static void test_info_api(void)
                                            "--train, but not a parameter: constant folded by the exporter"));
     CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "warning: --train selects 1 initializer the model does not record"));
     fr_fixture(path, sizeof path, "hf/gemma_op18_static/model.onnx");
-    CLI_EXPECT(cli_run("info '%s' --precision fp32", path), 0, cli_out, "warning: 1 constant the exporter folded");
+    CLI_EXPECT(cli_run("info '%s' --precision fp32", path), 0, cli_out,
+               "model.layers.0.input_layernorm.weight        [48]           parameter, un-folded from 'add_4' (Add 1)");
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "model.norm.weight                            [48]           parameter, "
+                                           "un-folded from 'add_4' (Add 1; stored merged into one, equal values)"));
+    CU_ASSERT_PTR_NULL(strstr(cli_out, "warning"));
+    fr_fixture(path, sizeof path, "hf/gpt2_op18_static/model.onnx");
+    CLI_EXPECT(cli_run("info '%s' --precision fp32", path), 0, cli_out,
+               "transformer.wpe.weight[0:11]                 [11, 72]       rows 0..10 of parameter "
+               "'transformer.wpe.weight' (the exporter folded the lookup at positions 0..10; the file holds no "
+               "other row of the table)");
 
     /* q_proj through the public API: [out, in], the transpose of what the file stored as val_93 */
     fp8run_model *m;
@@ -332,6 +436,103 @@ static void test_info_api(void)
     char *log = cli_slurp((snprintf(pbuf, sizeof pbuf, "%s/fp8.jsonl", cli_tmp), pbuf), NULL);
     CU_ASSERT_PTR_NOT_NULL(strstr(log, "\"weights\": \"model.layers.0.self_attn.o_proj.weight\", \"operand\": \"w\""));
     free(log);
+}
+
+/* The model's value of parameter vi as the checkpoint holds it: the tensor of its name, or for
+ * "<table>[0:T]" the first T rows of <table>. */
+static float *expected_value(fp8run_safetensors *st, const fp8run_value_info *vi)
+{
+    char base[300];
+    snprintf(base, sizeof base, "%s", vi->name);
+    char *b = strstr(base, "[0:");
+    size_t count = (size_t)vi->numel;
+    if (b) {
+        *b = '\0';
+        for (int i = 0; i < fp8run_safetensors_tensor_count(st); i++) {
+            fp8run_value_info ti = {.struct_size = sizeof ti};
+            if (fp8run_safetensors_tensor(st, i, &ti) == FP8RUN_OK && strcmp(ti.name, base) == 0) count = (size_t)ti.numel;
+        }
+    }
+    float *v = malloc(count * sizeof *v);
+    CU_ASSERT_EQUAL(fp8run_safetensors_read(st, base, v, count), FP8RUN_OK);
+    return v;
+}
+
+/* Tied models and safetensors, as transformers' save_pretrained names them: the tied
+ * embedding once, under the embedding's name (model.embed_tokens.weight, transformer.wte.weight;
+ * no lm_head.weight). A file written that way from meta.json's names loads strictly (nothing
+ * missing or unexpected; a static position table's rows from the table); the model writes the
+ * same names back, lm_head.weight not among them. A torch state_dict() that also holds
+ * lm_head.weight loads, with lm_head.weight reported unexpected. */
+static void test_safetensors_ties(void)
+{
+    static const char *const fx[][2] = {{"qwen2_op18_static", "model.embed_tokens.weight"},
+                                        {"gemma_op18_static", "model.embed_tokens.weight"},
+                                        {"gpt2_op18_static", "transformer.wte.weight"},
+                                        {"bert_op23_static", "bert.embeddings.word_embeddings.weight"}};
+    char cmd[4096], meta[700], script[700], pbuf[900], model[700], rel[300];
+    fr_fixture(script, sizeof script, "hf/make_safetensors.py");
+    for (size_t f = 0; f < sizeof fx / sizeof fx[0]; f++) {
+        snprintf(rel, sizeof rel, "hf/%s/meta.json", fx[f][0]);
+        fr_fixture(meta, sizeof meta, rel);
+        snprintf(cmd, sizeof cmd, "python3 '%s' '%s' '%s/hf_%zu.safetensors' && python3 '%s' '%s' '%s/hf_%zu_sd.safetensors' "
+                 "--lm-head %s", script, meta, cli_tmp, f, script, meta, cli_tmp, f, fx[f][1]);
+        if (system(cmd) != 0) {
+            printf("(SKIP: python3 with numpy not available) ");
+            return;
+        }
+        snprintf(rel, sizeof rel, "hf/%s/model.onnx", fx[f][0]);
+        fp8run_model *m;
+        CU_ASSERT_EQUAL_FATAL(fp8run_model_load(fr_fixture(model, sizeof model, rel), &m), FP8RUN_OK);
+        fp8run_safetensors *st;
+        snprintf(pbuf, sizeof pbuf, "%s/hf_%zu.safetensors", cli_tmp, f);
+        CU_ASSERT_EQUAL_FATAL(fp8run_safetensors_open(pbuf, &st), FP8RUN_OK);
+        fp8run_load_report r = {.struct_size = sizeof r};
+        fp8run_status ls = fp8run_model_load_safetensors(m, st, FP8RUN_LOAD_STRICT, &r);
+        CU_ASSERT_EQUAL(ls, FP8RUN_OK);
+        if (ls != FP8RUN_OK) printf("\n  %s: %s", fx[f][0], fp8run_model_error(m));
+        CU_ASSERT_EQUAL(r.n_matched, fp8run_model_param_count(m));
+        for (int i = 0; i < fp8run_model_param_count(m); i++) {
+            fp8run_value_info vi = {.struct_size = sizeof vi};
+            CU_ASSERT_EQUAL_FATAL(fp8run_model_param(m, i, &vi), FP8RUN_OK);
+            float *got = malloc((size_t)vi.numel * sizeof *got), *want = expected_value(st, &vi);
+            CU_ASSERT_EQUAL(fp8run_model_get_param(m, vi.name, got, (size_t)vi.numel), FP8RUN_OK);
+            CU_ASSERT(memcmp(got, want, (size_t)vi.numel * sizeof *got) == 0);
+            free(got);
+            free(want);
+        }
+        fp8run_safetensors_close(st);
+        /* written back: the same names, no lm_head.weight */
+        snprintf(pbuf, sizeof pbuf, "%s/hf_out_%zu", cli_tmp, f);
+        CU_ASSERT_EQUAL(fp8run_model_save_safetensors(m, pbuf, FP8RUN_DTYPE_FLOAT32, 0), FP8RUN_OK);
+        CU_ASSERT_EQUAL_FATAL(fp8run_safetensors_open(pbuf, &st), FP8RUN_OK);
+        CU_ASSERT_EQUAL(fp8run_safetensors_tensor_count(st), fp8run_model_param_count(m));
+        int has_embed = 0;
+        for (int i = 0; i < fp8run_safetensors_tensor_count(st); i++) {
+            fp8run_value_info ti = {.struct_size = sizeof ti};
+            CU_ASSERT_EQUAL(fp8run_safetensors_tensor(st, i, &ti), FP8RUN_OK);
+            CU_ASSERT(strcmp(ti.name, "lm_head.weight") != 0);
+            has_embed |= strcmp(ti.name, fx[f][1]) == 0;
+        }
+        CU_ASSERT(has_embed);
+        fp8run_safetensors_close(st);
+        /* a state_dict with the tie's second name too */
+        snprintf(pbuf, sizeof pbuf, "%s/hf_%zu_sd.safetensors", cli_tmp, f);
+        CU_ASSERT_EQUAL_FATAL(fp8run_safetensors_open(pbuf, &st), FP8RUN_OK);
+        CU_ASSERT_EQUAL(fp8run_model_load_safetensors(m, st, 0, &r), FP8RUN_OK);
+        CU_ASSERT(r.n_matched == fp8run_model_param_count(m) && r.n_unexpected == 1 &&
+                  strcmp(r.unexpected[0], "lm_head.weight") == 0);
+        fp8run_safetensors_close(st);
+        fp8run_model_destroy(m);
+    }
+    /* the CLI: --init-from takes the table's rows, export --safetensors says they are rows only */
+    snprintf(pbuf, sizeof pbuf, "%s/hf_2.safetensors", cli_tmp);
+    fr_fixture(model, sizeof model, "hf/gpt2_op18_static");
+    CLI_EXPECT(cli_run("train '%s/model.onnx' --data '%s/../tokens.bin' --steps 1 --batch 2 --seq 11 --lr 1e-3 "
+                       "--precision fp32 --init-from '%s' --ckpt-dir stck", model, model, pbuf),
+               0, cli_err, "28 parameters loaded, 0 missing (kept from the model), 0 unexpected (ignored)");
+    CLI_EXPECT(cli_run("export stck/step_00000001.ckpt --safetensors stout"), 0, cli_err,
+               "warning: 'transformer.wpe.weight[0:11]' in stout holds only those rows of 'transformer.wpe.weight'");
 }
 
 static int have_onnxruntime(void)
@@ -404,10 +605,13 @@ static void test_train_export(void)
 
 static CU_TestInfo tests[] = {
     {"llama/mistral/phi3/qwen2/gpt2 (opsets 18, 23): trained set == the module's parameters", test_llama_family},
-    {"gemma/gpt2-static/bert: folded parameters trained through the rows kept, or reported lost", test_lost},
+    {"gemma 1 + w un-folded per module; gpt2/bert static position rows named after the table", test_folded},
     {"llama constants not trained, with reasons; q_proj un-folded", test_reasons},
+    {"parameter folded with a scalar: exact inverse only, literal from the source, split per module",
+     test_scalar_unfold},
     {"without the record: scalars, non-differentiable inputs, additive masks excluded", test_rule},
     {"fp8run info: trained set, reasons, --train/--freeze; C API by module name", test_info_api},
+    {"tied models: safetensors names as transformers writes them, strict load, written back", test_safetensors_ties},
     {"llama_op18_static: 20 fp32 steps follow PyTorch; checkpoint/export names; onnxruntime", test_train_export},
     CU_TEST_INFO_NULL,
 };

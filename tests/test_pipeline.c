@@ -5,12 +5,13 @@
  *  - the runner: an entry whose option is off does not run (graph untouched, "off (...)"; one
  *    without an option runs), an
  *    unknown option is an error naming it, results are appended in list order;
- *  - the trainer: one result per entry in list order, the counts equal to what the graph holds
+ *  - the trainer: one result per entry in list order (an evaluation-only trainer and a compile
+ *    stop before the differentiated graph: the entries before it; a training one: all), the counts equal to what the graph holds
  *    (Attention, Rotary, SwiGLU nodes; the FP8 report's Linears), and --no-fuse-attention /
  *    fp32 reported as off;
  *  - the report line: "pass fuse_attention: 2 fused";
- *  - the C API (fp8run_report_pass) on llama_tiny: one record per entry, in order, fp8 and
- *    fp32; out-of-range index and a short struct refused. */
+ *  - the C API (fp8run_report_pass) on llama_tiny: one record per entry of the forward's
+ *    stages, in order, fp8 and fp32; out-of-range index and a short struct refused. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,6 +32,15 @@ static int index_of(const char *name)
     for (int i = 0; i < n; i++)
         if (strcmp(p[i].name, name) == 0) return i;
     return -1;
+}
+
+/* Entries a forward-only build reaches: those before the differentiated stage. */
+static int forward_entries(void)
+{
+    int n, k = 0;
+    const fr_pass *p = fr_pipeline_passes(&n);
+    while (k < n && p[k].stage < FR_STAGE_DIFFERENTIATED) k++;
+    return k;
 }
 
 static int count_op(const fr_graph *g, const char *op)
@@ -74,6 +84,8 @@ static void test_list(void)
     CU_ASSERT_EQUAL(p[prep].stage, FR_STAGE_IMPORTED);
     CU_ASSERT(prep == n - 1 || p[prep + 1].stage == FR_STAGE_PREPARED); /* the last on the imported graph */
     CU_ASSERT_EQUAL(p[index_of("unshare")].stage, FR_STAGE_MODEL);
+    int rc = index_of("recompute"); /* on the backward autodiff built */
+    CU_ASSERT(rc > swi && p[rc].stage == FR_STAGE_DIFFERENTIATED);
 }
 
 /* Fails for the option named by opts, on for the others. */
@@ -206,6 +218,7 @@ static void check_trainer(const char *precision, int fuse_attention)
     CU_ASSERT_EQUAL_FATAL(st, FR_OK);
     int n;
     const fr_pass *p = fr_pipeline_passes(&n);
+    n = forward_entries(); /* evaluation only: no backward */
     CU_ASSERT_EQUAL_FATAL(t->passes.n, n);
     for (int i = 0; i < n; i++) CU_ASSERT_STRING_EQUAL(t->passes.pass[i].name, p[i].name);
     const int L = k_llama.layers, fp8 = strcmp(precision, "fp32") != 0;
@@ -298,6 +311,7 @@ static void check_api(const char *precision)
     CU_ASSERT_EQUAL_FATAL(fp8run_model_compile(m, &cfg, &r), FP8RUN_OK);
     int n;
     const fr_pass *p = fr_pipeline_passes(&n);
+    n = forward_entries(); /* a compile and an evaluation-only trainer build no backward */
     CU_ASSERT_EQUAL_FATAL(fp8run_report_pass_count(r), n);
     const int fp8 = strcmp(precision, "fp32") != 0;
     for (int i = 0; i < n; i++) {

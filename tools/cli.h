@@ -116,6 +116,13 @@ int cli_init_from(fp8run_session *s, fp8run_model *m, const char *path); /* into
 /* export CKPT --safetensors DIR [--dtype fp32|bf16] [--max-shard-mb N]: the checkpoint's weights */
 int cli_export_safetensors(const char *ckpt, const char *dir, const char *dtype, int64_t max_shard_mb);
 
+/* tools/cli_prepare.c */
+int cli_prepare(int argc, char **argv);
+void cli_prepare_help(FILE *f);
+/* tools/cli_plot.c */
+int cli_plot(int argc, char **argv);
+void cli_plot_help(FILE *f);
+
 /* tools/cli_train.c */
 int cli_train(int argc, char **argv);
 void cli_train_help(FILE *f);

@@ -54,6 +54,23 @@ static int chose_params(const char *ckpt)
     return chose;
 }
 
+/* Parameters that hold only rows 0..T-1 of a table ("transformer.wpe.weight[0:11]", a static
+ * export's position embedding): transformers will not take them for the table. */
+static void warn_partial_tables(const char *ckpt, const char *dir)
+{
+    fp8run_checkpoint *c = NULL;
+    if (fp8run_checkpoint_open(ckpt, &c) != FP8RUN_OK) return;
+    for (int i = 0; i < fp8run_checkpoint_param_count(c); i++) {
+        fp8run_value_info vi = {.struct_size = sizeof vi};
+        const char *b;
+        if (fp8run_checkpoint_param(c, i, &vi) == FP8RUN_OK && (b = strstr(vi.name, "[0:")) != NULL)
+            fprintf(stderr, "fp8run: warning: '%s' in %s holds only those rows of '%.*s' (the ONNX file held no "
+                            "other row): a Hugging Face model will not load it as the table\n",
+                    vi.name, dir, (int)(b - vi.name), vi.name);
+    }
+    fp8run_checkpoint_close(c);
+}
+
 int cli_export_safetensors(const char *ckpt, const char *dir, const char *dtype, int64_t max_shard_mb)
 {
     fp8run_dtype dt = FP8RUN_DTYPE_FLOAT32;
@@ -66,6 +83,7 @@ int cli_export_safetensors(const char *ckpt, const char *dir, const char *dtype,
     if (chose_params(ckpt))
         fprintf(stderr, "fp8run: warning: the run trained only some parameters (--train/--freeze): the frozen ones "
                         "are not in the checkpoint nor in %s\n", dir);
+    warn_partial_tables(ckpt, dir);
     printf("exported the weights of %s (%s) to %s\n", ckpt, dt == FP8RUN_DTYPE_BFLOAT16 ? "bf16" : "fp32", dir);
     return 0;
 }

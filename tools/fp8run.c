@@ -25,6 +25,9 @@ static const cli_command commands[] = {
      cli_generate_help},
     {"bench", "time training steps: step time, tokens/s, MFU, memory (table and JSON)", cli_bench,
      cli_bench_help},
+    {"prepare", "tokenize text files into token files (train/val split; fp8run, nanoGPT, llm.c)", cli_prepare,
+     cli_prepare_help},
+    {"plot", "draw training logs (--log, --log-fp8) as an SVG page of charts", cli_plot, cli_plot_help},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
 

@@ -12,13 +12,15 @@ CPU_TESTS=${CPU_TESTS-"test_trainer test_linear"}  # empty: none
 BUNDLE=${BUNDLE:-bundle}
 ST=.devpkg/stage-$BUNDLE
 cmake -S . -B "$B" -DFP8RUN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-cmake --build "$B" -j "$JOBS" --target fp8run $(cd tests && ls test_gpu_*.c | sed 's/\.c$//') $CPU_TESTS
+cmake --build "$B" -j "$JOBS" --target fp8run fp8run_shared $(cd tests && ls test_gpu_*.c | sed 's/\.c$//') $CPU_TESTS
 rm -rf $ST && mkdir -p $ST/lib $ST/bin
 cp "$B/fp8run" $ST/bin/
 for t in $(cd tests && ls test_gpu_*.c | sed 's/\.c$//') $CPU_TESTS; do cp "$B/$t" $ST/bin/; done
 L=/usr/lib/x86_64-linux-gnu
 cp -L $L/libprotobuf-c.so.1 $L/libcunit.so.1 $L/libgfortran.so.5 $L/libquadmath.so.0 $ST/lib/
-cp -L $L/libopenblas.so.0 $ST/lib/
+cp -L $L/libopenblas.so.0 $L/libjansson.so.4 $ST/lib/
+# the shared library, for the Python binding's checks there (FP8RUN_LIBRARY=/tmp/fr/lib/libfp8run.so)
+cp -L "$B/libfp8run.so" $ST/lib/
 echo "$B" > $ST/build_dir
 # -9: its 64 MiB window sees that the test programs share most of their bytes (61 -> 20 MB)
 tar -C $ST -cf - . | xz -T2 -9 > .devpkg/$BUNDLE.tar.xz

@@ -26,7 +26,7 @@ for size in $SIZES; do
     g=/tmp/llama_$size.onnx
     [ -f "$g" ] || "$FP8RUN" generate llama --preset "$size" -o "$g" || exit 1
     echo "== info: HF llama $size (dynamo, opset 18)"
-    "$FP8RUN" info "$d/model.onnx" --precision fp8 --batch $B --seq $T 2>&1 | grep -iE "pass |fused|trained:|not trained|parameters" | head -30
+    "$FP8RUN" info "$d/model.onnx" --precision fp8 --batch $B --seq $T 2>&1 | grep -E "^  pass |^parameters"
     for m in hf gen; do
         f=$d/model.onnx; [ $m = gen ] && f=$g
         echo "== bench $m llama $size B=$B T=$T fp8"

@@ -20,7 +20,8 @@ import numpy as np
 from . import _lib
 
 __all__ = ["Error", "Model", "Session", "DataLoader", "Checkpoint", "Safetensors", "LoadReport", "Report", "TensorInfo", "StepStats",
-           "version", "abi_version", "is_checkpoint", "checkpoint_to_safetensors", "set_log_callback", "library_path"]
+           "version", "abi_version", "is_checkpoint", "checkpoint_to_safetensors", "set_log_callback", "library_path",
+           "plot", "prepare", "train", "from_torch", "Progress", "log_to_python"]
 
 _L = _lib.load()
 
@@ -499,7 +500,8 @@ class Session(_Handle):
     keyword arguments are the fields of fp8run_train_config (include/fp8run.h), e.g.
     grad_accum, recipe, fp8_format, bf16_boundary, fp8_exclude, fuse, pad_multiple, optimizer,
     weight_decay, lr_schedule, warmup_steps, total_steps, min_lr, grad_clip, seed,
-    train_regex, freeze_regex, dims={name: value}, eval_only, fuse_attention, fuse_swiglu."""
+    train_regex, freeze_regex, dims={name: value}, eval_only, fuse_attention, fuse_swiglu,
+    recompute."""
     _destroy = "fp8run_session_destroy"
 
     def __init__(self, model, batch, seq, backend="cpu", **config):
@@ -517,6 +519,7 @@ class Session(_Handle):
     steps_done = property(lambda self: _L.fp8run_session_steps_done(self._handle()))
     steps_skipped = property(lambda self: _L.fp8run_session_steps_skipped(self._handle()))
     backend = property(lambda self: _str(_L.fp8run_session_backend(self._handle())))
+    state_dict = lambda self, module=None: _state_dict(self, module)  # noqa: E731 (torch_export.state_dict)
 
     @property
     def config(self):
@@ -804,3 +807,6 @@ def _load_safetensors(fn, handle, path, strict):
     finally:
         if st is not path:
             st.close()
+
+
+from ._user import plot, prepare, Progress, log_to_python, train, from_torch, _state_dict  # noqa: E402,F401

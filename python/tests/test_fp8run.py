@@ -77,10 +77,11 @@ class FP8RunTest(unittest.TestCase):
         self.assertEqual(names[0], "struct_size")
         self.assertEqual(names[1:], [o["name"] for o in _lib.TRAIN_CONFIG_OPTIONS])
         i = names.index("eval_only")  # the last field of 0.1.0; later ones are appended after it
-        self.assertEqual(names[i + 1:i + 3], ["fuse_attention", "fuse_swiglu"])
+        self.assertEqual(names[i + 1:i + 4], ["fuse_attention", "fuse_swiglu", "recompute"])
         by_name = {o["name"]: o for o in _lib.TRAIN_CONFIG_OPTIONS}
         self.assertEqual(by_name["recipe"]["choices"], ["delayed", "current", "block"])
         self.assertEqual(by_name["fuse_swiglu"]["flag"], "--no-fuse-swiglu")
+        self.assertEqual(by_name["recompute"]["choices"], ["none", "attention", "mlp", "full"])
         c = fp8run._config(2, 8, {"recipe": "block", "fuse_swiglu": 0, "seed": 2 ** 64 - 1, "dims": {"x": 3}})
         self.assertEqual((c.batch, c.seq_len, c.recipe, c.fuse_swiglu), (2, 8, b"block", 0))
         self.assertEqual((c.seed, c.n_dims, c.dim_values[0]), (2 ** 64 - 1, 1, 3))

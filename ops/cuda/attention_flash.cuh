@@ -1,0 +1,117 @@
+/* What the three flash-attention kernel families share (attention.cu dispatches; the families are
+ * attention_tc.cu: bf16 tensor cores, attention_f32.cu: register-tiled float32,
+ * attention_generic.cu: any head dim up to 256): the problem description, the Q -> K/V batch
+ * index map, cp.async helpers and the launchers each family exports. */
+#ifndef FR_ATTENTION_FLASH_CUH
+#define FR_ATTENTION_FLASH_CUH
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#include "../../runtime/cuda/cuda_kernel.h"
+extern "C" {
+#include "../attention.h"
+}
+
+namespace fr_attn {
+
+typedef __nv_bfloat16 bf16;
+
+/* Q batch index -> K/V batch index (fr_attn_kv_index, on the device) */
+struct KvMap {
+    int brank;
+    int64_t qdims[FR_MAX_RANK];
+    int64_t kv_stride[FR_MAX_RANK];
+};
+
+__device__ __forceinline__ int64_t kv_of(const KvMap &m, int64_t b)
+{
+    int64_t kv = 0;
+    for (int k = m.brank - 1; k >= 0; k--) {
+        const int64_t d = m.qdims[k];
+        kv += (b % d) * m.kv_stride[k];
+        b /= d;
+    }
+    return kv;
+}
+
+/* The first Q batch index after `prev` that reads K/V index kv (batch: none). */
+__device__ __forceinline__ int64_t next_q_of(const KvMap &m, int64_t batch, int64_t kv, int64_t prev)
+{
+    for (int64_t b = prev + 1; b < batch; b++)
+        if (kv_of(m, b) == kv) return b;
+    return batch;
+}
+
+struct Prob {
+    int64_t batch, kv_batch;
+    int Tq, Tk, D, Dv;
+    float scale;
+    int causal, bf16;
+    KvMap map;
+};
+
+/* ---------------------------------------------------------------- PTX helpers ---- */
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+/* 16 bytes global -> shared, zero-filled when !valid (src is then not read) */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+/* ---------------------------------------------------------------- host side ---- */
+
+/* Scratch: forward (tensor cores) K16, V16; backward Delta, then (tensor cores) Q16, dO16,
+ * K16, V16. */
+struct Scratch {
+    float *delta;
+    bf16 *q16, *do16, *k16, *v16;
+};
+
+inline unsigned grid_of(int64_t blocks) { return (unsigned)(blocks < 1 ? 1 : blocks); }
+
+template <class F> fr_status set_smem(const fr_node *n, F *kernel, size_t bytes)
+{
+    if (bytes > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+        if (e != cudaSuccess)
+            return fr_node_error(n, FR_ERR_DEVICE, "%zu bytes of shared memory per block: %s", bytes,
+                                 cudaGetErrorString(e));
+    }
+    return FR_OK;
+}
+
+/* attention_tc.cu: precision bf16, D == Dv in {64, 128}, 16-byte aligned operands. K, V (and
+ * Q, dO in the backward) already rounded to bf16 (tc_to_bf16, into the scratch). */
+fr_status tc_to_bf16(const fr_cuda_kctx *k, const float *x, bf16 *y, int64_t n);
+fr_status tc_fwd(const fr_cuda_kctx *k, const Prob &p, const float *Q, const bf16 *K, const bf16 *V, float *O,
+                 float *L);
+fr_status tc_bwd(const fr_cuda_kctx *k, const Prob &p, const Scratch &s, float *dQ, float *dK, float *dV,
+                 const float *LSE);
+
+/* attention_f32.cu: precision fp32, D == Dv in {64, 128}, 16-byte aligned operands.
+ * in: Q, K, V, O, LSE, dO; delta: Delta_i = dO_i . O_i */
+fr_status f32_fwd(const fr_cuda_kctx *k, const Prob &p, const float *Q, const float *K, const float *V, float *O,
+                  float *L);
+fr_status f32_bwd(const fr_cuda_kctx *k, const Prob &p, const float *const *in, const float *delta, float *dQ,
+                  float *dK, float *dV);
+
+/* attention_generic.cu: anything else with D, Dv <= 256 (FR_ERR_UNSUPPORTED past that) */
+fr_status generic_fwd(const fr_cuda_kctx *k, const Prob &p, const float *Q, const float *K, const float *V, float *O,
+                      float *L);
+fr_status generic_bwd(const fr_cuda_kctx *k, const Prob &p, const float *const *in, const float *delta, float *dQ,
+                      float *dK, float *dV);
+
+} /* namespace fr_attn */
+
+#endif
