@@ -879,7 +879,11 @@ static int run_train(train_args *a)
     if (rc == 0) rc = shape_from_model("train", a, L.m);
     L.tokens_per_step = a->batch * a->seq * a->o.grad_accum;
     if (rc == 0 && a->ckpt_dir) rc = cli_make_dirs(a->ckpt_dir);
-    if (rc == 0 && a->ckpt_dir && !g_quiet) cli_ckpt_clean_stale_tmp(a->ckpt_dir, time(NULL));
+    if (rc == 0 && a->ckpt_dir && !g_quiet) {
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        cli_ckpt_clean_stale_tmp(a->ckpt_dir, now);
+    }
     if (rc == 0 && a->resume) rc = newest_valid_ckpt(a->ckpt_dir, &resume, &ck);
     if (rc == 0 && a->resume && !resume)
         fprintf(stderr, "fp8run: no checkpoint in '%s': starting from step 0\n", a->ckpt_dir);
