@@ -43,7 +43,7 @@ text = os.path.join(d, "text.txt")
 with open(text, "w") as f:
     rng = np.random.default_rng(0)
     words = "the quick brown fox jumps over a lazy dog while fp8 scales keep every amax in range".split()
-    f.write(" ".join(rng.choice(words) for _ in range(20000)))
+    f.write(" ".join(rng.choice(words) for _ in range(60000)))  # the 5% validation split holds 20 batches of 8 x 65
 
 # text in: the CLI and the Python function write the same token files
 tokens = os.path.join(d, "tokens.bin")

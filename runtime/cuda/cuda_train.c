@@ -243,11 +243,14 @@ static fr_status build_fp8(fr_trainer *t, fr_cuda_train *d)
     for (int i = 0; st == FR_OK && i < d->n_amax; i++) {
         int out = i < t->n_states ? t->states[i].amax_out : t->watch[i - t->n_states].amax_out;
         fr_tensor *a = out >= 0 ? fr_cuda_exec_output_at(d->ex, out) : NULL;
-        if (!a) {
+        /* a scaling state whose amax the graph never computes (a frozen LoRA base Linear's
+           weight and output gradient: no backward node reads them) keeps its scale and history,
+           as on the CPU: a NULL pointer here, skipped by the kernels */
+        if (!a && !(i < t->n_states && out < 0)) {
             st = fr_error(FR_ERR_INTERNAL, "device trainer: an FP8 amax is not a graph output");
             break;
         }
-        ptrs[i] = a->data;
+        ptrs[i] = a ? a->data : NULL;
     }
     for (int i = 0; st == FR_OK && i < t->n_states; i++) {
         outs[i] = exec_f32(d->ex, t->states[i].st->scale_value);
@@ -419,7 +422,8 @@ fr_status fr_cuda_train_pull(fr_trainer *t)
         float *a = fr_malloc((size_t)d->n_amax * sizeof(float), "fp8 amaxes");
         if (!a) return FR_ERR_OOM;
         CU(cudaMemcpy(a, d->d_step_amax, (size_t)d->n_amax * sizeof(float), cudaMemcpyDeviceToHost));
-        for (int i = 0; st == FR_OK && i < t->n_states; i++) t->states[i].step_amax = a[i];
+        for (int i = 0; st == FR_OK && i < t->n_states; i++) /* < 0: no amax computed (kept) */
+            if (a[i] >= 0.0f) t->states[i].step_amax = a[i];
         for (int i = 0; st == FR_OK && i < t->n_watch; i++) t->watch[i].step_amax = a[t->n_states + i];
         free(a);
     }

@@ -123,6 +123,10 @@ __global__ void k_micro_scalars(const float *loss, float *loss_sum, int first, c
 {
     if (threadIdx.x == 0 && blockIdx.x == 0) loss_sum[0] = first ? loss[0] : __fadd_rn(loss_sum[0], loss[0]);
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_amax; i += gridDim.x * blockDim.x) {
+        if (!amax[i]) { /* no amax computed for this state: -1 marks it for k_scaling_update */
+            step_amax[i] = -1.0f;
+            continue;
+        }
         float a = *amax[i];
         if (!isfinite(a)) *amax_bad = 1;
         else if (first || a > step_amax[i]) step_amax[i] = first ? (a > 0.0f ? a : 0.0f) : a;
@@ -134,7 +138,7 @@ __global__ void k_micro_scalars(const float *loss, float *loss_sum, int first, c
 __global__ void k_scaling_update(fr_scaling_dev st, int n, const float *step_amax, const fr_step_scalars *s)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n || !s->ok) return;
+    if (i >= n || !s->ok || step_amax[i] < 0.0f) return; /* < 0: no amax this step (kept as on the CPU) */
     const int H = st.history_len;
     float *hist = st.history + (size_t)i * H;
     long long k = st.updates[i];
