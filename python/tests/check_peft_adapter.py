@@ -10,7 +10,9 @@ installed, e.g. the GPU machine):
  3. peft's merge_and_unload() gives the same logits too (the merged model).
 
 The adapters must have moved (the logits differ from the base model's), so the comparison is
-not trivial. Tolerance (relative L2 of the logits): 1e-5 for fp32 training, 1e-2 for bf16/fp8
+not trivial. Tolerance (relative L2 of the logits): 1e-5 for fp32 training (the export itself is
+checked there), 1e-2 for bf16, 1e-1 for fp8: E4M3 keeps 3 mantissa bits, so fp8run's fp8 forward
+alone differs from peft's float32 one by a few percent (4.4e-2 seen on an H100)
 (fp8run's forward then runs those GEMMs in lower precision, peft's in float32).
 
     FP8RUN_LIBRARY=build/libfp8run.so python3 python/tests/check_peft_adapter.py \\
@@ -69,7 +71,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--keep", help="write the adapter here (default: a temporary folder)")
     args = ap.parse_args()
-    tol = 1e-5 if args.precision == "fp32" else 1e-2
+    tol = {"fp32": 1e-5, "bf16": 1e-2, "fp8": 1e-1}[args.precision]
 
     import torch
     from peft import PeftModel
