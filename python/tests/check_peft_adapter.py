@@ -12,8 +12,7 @@ installed, e.g. the GPU machine):
 The adapters must have moved (the logits differ from the base model's), so the comparison is
 not trivial. Tolerance (relative L2 of the logits): 1e-5 for fp32 training (the export itself is
 checked there), 1e-2 for bf16, 1e-1 for fp8: E4M3 keeps 3 mantissa bits, so fp8run's fp8 forward
-alone differs from peft's float32 one by a few percent (4.4e-2 seen on an H100)
-(fp8run's forward then runs those GEMMs in lower precision, peft's in float32).
+alone differs from peft's float32 one by a few percent (4.4e-2 seen on an H100).
 
     FP8RUN_LIBRARY=build/libfp8run.so python3 python/tests/check_peft_adapter.py \\
         [--backend cuda] [--precision fp8] [--steps 20]
