@@ -6,7 +6,7 @@
 #include "passes/pipeline.h"
 #include "passes/retie.h"
 #include "runtime/executor.h"
-#include "runtime/fp8_scaling.h"
+#include "graph/fp8_scaling.h"
 #include "runtime/rng.h"
 #include "runtime/trainer.h"
 

@@ -14,9 +14,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli_runner.h"
+#include "tests/cli_runner.h"
 #include "fp8run.h"
-#include "harness.h"
+#include "tests/harness.h"
 #include "runtime/safetensors.h"
 
 #define MODEL "hf/llama_op18_static/model.onnx"

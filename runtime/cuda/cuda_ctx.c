@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_kernel.h"
+#include "ops/cuda/cuda_kernel.h"
 
 #define FR_CUDA_WORKSPACE_BYTES ((size_t)64 << 20) /* cuBLASLt: 32 MiB+ recommended on Hopper */
 

@@ -11,7 +11,7 @@
 #include <float.h>
 #include <math.h>
 
-#include "cuda_train_kernels.h"
+#include "runtime/cuda/cuda_train_kernels.h"
 
 #define THREADS 256
 
