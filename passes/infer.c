@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/grad.h" /* fr_node_infer: infer + the "every output static" check */
 #include "ops/op.h"
-#include "passes/autodiff.h" /* fr_node_infer: infer + the "every output static" check */
 #include "passes/passes.h"
 
 /* A constant the graph may bake into folded results. Parameters change while training and
