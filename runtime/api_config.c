@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "runtime/api_internal.h"
+#include "graph/option_choices.h"
 
 /* Size of the first ABI version of the struct: later versions only append fields. */
 #define CONFIG_V1_SIZE offsetof(fp8run_train_config, fuse_attention)
@@ -89,6 +90,10 @@ fp8run_status fr_api_options(api_err *slot, const char *fn, const fp8run_train_c
         oc->nesterov = c.nesterov != 0;
     }
     oc->decay_1d = c.decay_1d != 0;
+    /* a caller's struct without these fields leaves them NULL: the defaults */
+    int sd = fr_choice_find((const char *const[]){FR_CHOICES_OPT_STATE NULL}, c.optimizer_state);
+    oc->state_dtype = sd > 0 ? (fr_opt_state_dtype)sd : FR_OPT_STATE_F32;
+    oc->master_bf16 = c.master_weights && strcmp(c.master_weights, "bf16") == 0;
     fr_lr_kind_parse(c.lr_schedule, &o->lr.kind);
     o->lr.max_lr = c.lr;
     o->lr.min_lr = c.min_lr;

@@ -393,7 +393,9 @@ static fr_status build_optimizer(fr_trainer *t)
         memcpy(ps[i].dims, v->dims, sizeof ps[i].dims);
         ps[i].decay = FR_DECAY_AUTO;
     }
-    if (st == FR_OK && !t->opt.eval_only) st = fr_optimizer_create(&t->opt.opt, ps, t->n_params, &t->optim);
+    fr_opt_config oc = t->opt.opt;
+    oc.sr_seed = t->opt.seed; /* bf16 master weights: stochastic rounding keyed by the run's seed */
+    if (st == FR_OK && !t->opt.eval_only) st = fr_optimizer_create(&oc, ps, t->n_params, &t->optim);
     free(ps);
     for (int i = 0; st == FR_OK && i < t->n_params; i++) {
         const tr_param *p = &t->params[i];
@@ -791,9 +793,9 @@ static fr_status build_rest(fr_trainer *t, int tok, int loss, int logits)
                           .recompute = t->opt.recompute, .results = &t->passes};
         FR_TRY(fr_pipeline_run(&pc, FR_STAGE_DIFFERENTIATED));
         FR_TRY(dce(g));
-        if (!t->use_cuda) FR_TRY(fr_exec_new(g, &t->ex)); /* on a GPU: runtime/cuda/cuda_train.c */
+        if (!t->use_cuda && !t->opt.plan_only) FR_TRY(fr_exec_new(g, &t->ex)); /* GPU: runtime/cuda/cuda_train.c */
     }
-    FR_TRY(build_optimizer(t));
+    if (!t->opt.plan_only) FR_TRY(build_optimizer(t));
 
     const char *tokens = g->values[tok].name;
     const char *lname = labels >= 0 ? g->values[labels].name : NULL;

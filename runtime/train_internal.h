@@ -151,4 +151,20 @@ void tr_slice_copy(const fr_fp8_fused *f, const fr_fp8_slice *s, float *fused_bu
 /* Gather an original parameter's values (original layout) into dst. */
 fr_status tr_orig_values(fr_trainer *t, const tr_orig *o, float *dst);
 
+/* Low-precision optimizer state in checkpoints (runtime/train_ckpt_lowp.c): whether this run
+ * uses it (then the file's format is "fp8run-trainer-2"), write it, check that a file's state
+ * and master dtypes match the run's, and load it. */
+struct fr_ckpt_writer;
+struct fr_ckpt;
+int tr_ckpt_lowp_used(const fr_trainer *t);
+/* Memory of a built trainer (runtime/train_memory.c; t may be a plan_only one), and the check a
+ * GPU session makes before allocating: FR_ERR_DEVICE naming the sizes and the options that would
+ * fit when the prediction exceeds free_bytes. */
+struct fr_train_memory;
+fr_status tr_memory_of(fr_trainer *t, int gpu, struct fr_train_memory *out);
+fr_status tr_memory_check(fr_trainer *t, size_t free_bytes);
+fr_status tr_ckpt_write_lowp(fr_trainer *t, struct fr_ckpt_writer *w);
+fr_status tr_ckpt_check_lowp(fr_trainer *t, const struct fr_ckpt *c);
+fr_status tr_ckpt_load_lowp(fr_trainer *t, const struct fr_ckpt *c);
+
 #endif

@@ -98,6 +98,8 @@ typedef struct fr_train_options {
                                   its id sent by rank 0 over TCP on MASTER_ADDR:MASTER_PORT */
     int shard_optimizer;       /* 1: ZeRO-1, each rank keeps the optimizer state of the parameters
                                   it owns (fr_dist_partition) and broadcasts them after the update */
+    int plan_only;             /* 1: build the graphs only, no executor, optimizer or device
+                                  (fr_train_predict_memory, runtime/train_memory.h) */
 } fr_train_options;
 
 void fr_train_options_default(fr_train_options *o);
