@@ -472,6 +472,11 @@ typedef struct fp8run_train_config {
                                     float32 scale per 128 elements, v kept as sqrt(v)) */
     const char *master_weights;  /* "fp32" (default) or "bf16": AdamW rounds the parameters to
                                     bf16 stochastically after each step (keyed by seed) */
+    int lora_rank;               /* 0 (default): no LoRA; R >= 1: rank-R adapters on the Linears
+                                    whose weight name matches lora_targets, the rest frozen */
+    double lora_alpha;           /* the adapters' update is scaled by lora_alpha / lora_rank (8) */
+    const char *lora_targets;    /* POSIX extended regex over weight names (needed with a rank) */
+    double lora_dropout;         /* dropout on the adapters' input: only 0 (default) is supported */
 } fp8run_train_config;
 
 /* Fill *cfg with the defaults above and set cfg->struct_size = size. Pass sizeof *cfg. */
@@ -832,6 +837,21 @@ FP8RUN_API fp8run_status fp8run_session_save(fp8run_session *s, const char *path
 FP8RUN_API fp8run_status fp8run_session_load(fp8run_session *s, const char *path, fp8run_data_loader *data);
 /* Write the original model with the trained weights (original names and layouts) as ONNX. */
 FP8RUN_API fp8run_status fp8run_session_export(fp8run_session *s, const char *path);
+/* A LoRA session's adapters (config.lora_rank > 0) in PEFT's layout, which peft loads:
+ * dir/adapter_model.safetensors (base_model.model.<module>.lora_A.weight [r, in] and lora_B.weight
+ * [out, r], float32) and dir/adapter_config.json. fp8run_session_export writes the merged model
+ * (W + lora_alpha / lora_rank * B A). FP8RUN_ERR_INVALID_ARG for a session without LoRA. */
+FP8RUN_API fp8run_status fp8run_session_export_adapter(fp8run_session *s, const char *dir);
+
+/* The parameters of a session and the bytes they take where it trains. */
+typedef struct fp8run_param_bytes {
+    size_t struct_size;
+    int64_t trained;         /* trained elements (a LoRA run: the adapters) */
+    int64_t trained_bytes;   /* with their gradients and optimizer state */
+    int64_t frozen;          /* a LoRA run's frozen base parameters (0 otherwise) */
+    int64_t frozen_bytes;    /* as held on the device (or host) */
+} fp8run_param_bytes;
+FP8RUN_API fp8run_status fp8run_session_param_bytes(const fp8run_session *s, fp8run_param_bytes *out);
 
 /* ============================================================================================
  * Training cost

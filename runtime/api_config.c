@@ -110,6 +110,10 @@ fp8run_status fr_api_options(api_err *slot, const char *fn, const fp8run_train_c
     o->local_rank = c.local_rank;
     o->nccl_comm = c.nccl_comm;
     o->shard_optimizer = c.shard_optimizer != 0;
+    o->lora.rank = c.lora_rank;
+    o->lora.alpha = c.lora_alpha;
+    o->lora.targets = c.lora_targets;
+    o->lora.dropout = c.lora_dropout;
 
     if (c.n_dims > 0) {
         fp8run_status dps = fr_api_dims(slot, fn, c.dim_names, c.dim_values, c.n_dims, 1, &out->dims);

@@ -41,7 +41,7 @@
 #include <stdint.h>
 
 #include "graph/tensor.h"
-#include "runtime/rng.h"
+#include "graph/rng.h"
 #include "graph/status.h"
 
 #define FR_LLMC_MAGIC_U16 20240520 /* llm.c GPT-2 files, version 1 */

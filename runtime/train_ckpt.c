@@ -412,6 +412,7 @@ fr_status fr_train_apply_weights(fr_graph *g, const char *ckpt_path, int *n_appl
         fr_tensor *mt = vid >= 0 ? g->values[vid].constant : NULL;
         if (!mt || !(g->values[vid].flags & FR_VAL_INITIALIZER)) {
             int applied = 0;
+            if (tr_lora_is_adapter_name(ct->name)) continue; /* merged below */
             if (fs || fr_fbs_is_compiled(g)) {
                 if (fr_fbs_is_tied_copy(g, ct->name)) continue; /* follows its source */
             }
@@ -435,6 +436,9 @@ fr_status fr_train_apply_weights(fr_graph *g, const char *ckpt_path, int *n_appl
             n++;
         }
     }
+    int n_lora = 0;
+    if (st == FR_OK) st = tr_lora_merge_ckpt(g, c, &n_lora); /* a LoRA run's: W + s B A */
+    n += n_lora;
     fr_ckpt_close(c);
     fr_fbs_fused_free(fs, nf);
     if (st == FR_OK && n == 0)

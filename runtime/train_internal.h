@@ -7,7 +7,7 @@
 #include "passes/retie.h"
 #include "runtime/executor.h"
 #include "graph/fp8_scaling.h"
-#include "runtime/rng.h"
+#include "graph/rng.h"
 #include "runtime/trainer.h"
 
 typedef struct fr_cuda_train fr_cuda_train; /* runtime/cuda/cuda_train.h */
@@ -73,7 +73,7 @@ typedef struct tr_input {
 struct fr_trainer {
     fr_train_options opt;      /* strings below are the trainer's copies */
     char *s_tokens, *s_logits, *s_loss, *s_train, *s_freeze, *s_precision, *s_recipe,
-        *s_format, *s_exclude;
+        *s_format, *s_exclude, *s_lora, *s_lora_exclude;
     fr_dim_binding *dims;
     char *model_path;          /* the model's source path for the config, or NULL */
 
@@ -124,6 +124,7 @@ struct fr_trainer {
     int n_unshared;            /* parameters made separate again (passes/unshare.h) */
     fr_pipeline_report passes; /* what each pass of the pipeline did (passes/pipeline.h);
                                   empty for a compiled graph file */
+    fr_lora_result lora;       /* the adapters the lora pass added (passes/lora.h); n 0 without */
     int use_cuda;              /* the device resolved from opt.device */
     fr_cuda_train *dev;        /* the device side when use_cuda (runtime/cuda/cuda_train.h) */
 };
@@ -148,6 +149,17 @@ fr_status tr_fill_inputs(fr_trainer *t, tr_input *ins, int n, const int64_t *win
 /* Copy between a fused parameter-shaped buffer and one slice in its original layout. */
 void tr_slice_copy(const fr_fp8_fused *f, const fr_fp8_slice *s, float *fused_buf, float *orig_buf,
                    int to_original);
+/* train_lora.c: 1 when `name` is a LoRA adapter (not in the pristine model). tr_lora_merge puts
+ * merged copies W + s B A in place of pg's base weights, *base keeping the bases (also on
+ * failure); tr_lora_unmerge puts them back and frees *base. */
+int tr_lora_is_adapter(const fr_trainer *t, const char *name);
+fr_status tr_lora_merge(fr_trainer *t, fr_graph *pg, fr_tensor ***base);
+/* A checkpoint's adapters (by their PEFT names) merged into the model g's weights, with the
+ * rank and alpha its options record; *n_merged counts the adapter tensors used. */
+struct fr_ckpt;
+int tr_lora_is_adapter_name(const char *name);
+fr_status tr_lora_merge_ckpt(fr_graph *g, const struct fr_ckpt *c, int *n_merged);
+void tr_lora_unmerge(fr_trainer *t, fr_graph *pg, fr_tensor **base);
 /* Gather an original parameter's values (original layout) into dst. */
 fr_status tr_orig_values(fr_trainer *t, const tr_orig *o, float *dst);
 

@@ -109,6 +109,7 @@ static fr_status copy_options(fr_trainer *t, const fr_train_options *o)
     FR_TRY(copy_str(o->fp8.recipe, &t->s_recipe, &c->fp8.recipe));
     FR_TRY(copy_str(o->fp8.fp8_format, &t->s_format, &c->fp8.fp8_format));
     FR_TRY(copy_str(o->fp8.fp8_exclude, &t->s_exclude, &c->fp8.fp8_exclude));
+    FR_TRY(copy_str(o->lora.targets, &t->s_lora, &c->lora.targets));
     c->fp8.precision = c->precision;
     c->dims = NULL;
     if (o->n_dims > 0) {
@@ -258,6 +259,9 @@ void fr_trainer_free(fr_trainer *t)
     free(t->s_recipe);
     free(t->s_format);
     free(t->s_exclude);
+    free(t->s_lora);
+    free(t->s_lora_exclude);
+    fr_lora_result_free(&t->lora);
     for (int i = 0; t->dims && i < t->opt.n_dims; i++) free((char *)t->dims[i].name);
     free(t->dims);
     free(t->model_path);
@@ -753,6 +757,9 @@ fr_status fr_train_compile(const fr_graph *model, const fr_train_options *opt, c
 {
     fr_trainer *t;
     int tok;
+    if (opt->lora.rank > 0) /* the file would not record which parameters are adapters */
+        return fr_error(FR_ERR_UNSUPPORTED, "LoRA is not compiled into graph files: train the ONNX model with "
+                        "--lora-rank");
     FR_TRY(compile_forward(model, opt, &t, &tok));
     fr_fbs_spec spec;
     memset(&spec, 0, sizeof spec);
@@ -881,6 +888,11 @@ fr_status fr_trainer_config_json(const fr_trainer *t, char **json)
                   "\"warmup\": %lld, \"total\": %lld}",
               fr_lr_kind_name(o->lr.kind), o->lr.max_lr, o->lr.min_lr, (long long)o->lr.warmup_steps,
               (long long)o->lr.total_steps);
+    if (o->lora.rank > 0) { /* read back by tr_lora_merge_ckpt (export of a checkpoint) */
+        jb_printf(&b, ", \"lora\": {\"rank\": %d, \"alpha\": %.17g, ", o->lora.rank, o->lora.alpha);
+        jb_str(&b, "targets", o->lora.targets);
+        jb_printf(&b, "}");
+    }
     jb_printf(&b, ", \"grad_clip\": %.17g, \"grad_accum\": %d, \"seed\": %llu, \"max_bad_steps\": %d}",
               o->grad_clip, o->grad_accum, (unsigned long long)o->seed, o->max_bad_steps);
     if (b.oom) {

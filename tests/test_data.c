@@ -10,7 +10,7 @@
 
 #include "tests/harness.h"
 #include "runtime/data.h"
-#include "runtime/rng.h"
+#include "graph/rng.h"
 
 static char dir[512];
 
