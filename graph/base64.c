@@ -1,5 +1,5 @@
 /* Base64 codec (see base64.h). */
-#include "base64.h"
+#include "graph/base64.h"
 
 #include <stdint.h>
 #include <stdlib.h>

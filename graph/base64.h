@@ -9,7 +9,7 @@
 
 #include <stddef.h>
 
-#include "../runtime/status.h"
+#include "graph/status.h"
 
 /* Encode n bytes; *text is malloc'ed, NUL-terminated; *text_len (may be NULL) excludes the NUL. */
 fr_status fr_base64_encode(const void *data, size_t n, char **text, size_t *text_len);

@@ -1,12 +1,11 @@
 /* Graph IR construction, attributes, lookups and topological ordering. */
-#include "ir.h"
+#include "graph/ir.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ops/op.h"
-#include "name_map.h"
+#include "graph/name_map.h"
 
 fr_status fr_graph_new(fr_graph **out)
 {
@@ -586,27 +585,6 @@ fr_status fr_graph_compact(fr_graph *g)
     g->n_nodes = w;
     FR_TRY(rebuild_name_map(g));
     return fr_graph_rebuild_producers(g);
-}
-
-fr_status fr_graph_resolve_ops(fr_graph *g)
-{
-    for (int n = 0; n < g->n_nodes; n++) {
-        fr_node *nd = &g->nodes[n];
-        const fr_op_def *d = fr_op_find(nd->domain, nd->op_type);
-        int64_t opset = fr_graph_opset(g, nd->domain);
-        if (!d)
-            return fr_error(FR_ERR_UNSUPPORTED,
-                            "node '%s': op '%s' (domain '%s', opset %lld) is not supported by fp8run",
-                            nd->name, nd->op_type, nd->domain[0] ? nd->domain : "ai.onnx",
-                            (long long)opset);
-        if (opset < d->min_opset)
-            return fr_error(FR_ERR_UNSUPPORTED,
-                            "node '%s': op '%s' at opset %lld is not supported (fp8run implements "
-                            "opset %d and later for it)",
-                            nd->name, nd->op_type, (long long)opset, d->min_opset);
-        nd->op = d;
-    }
-    return FR_OK;
 }
 
 fr_status fr_graph_fix_dim(fr_graph *g, const char *name, int64_t value)

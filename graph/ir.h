@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "tensor.h"
+#include "graph/tensor.h"
 
 /* value flags */
 #define FR_VAL_INPUT 0x1u       /* graph input fed by the caller */
@@ -180,10 +180,6 @@ fr_status fr_graph_toposort(fr_graph *g);
 fr_status fr_graph_rebuild_producers(fr_graph *g);
 /* Remove nodes marked dead (and values nothing references anymore stay: harmless). */
 fr_status fr_graph_compact(fr_graph *g);
-/* Look up every node's op in the registry; an unknown op/domain or an opset below what
- * fp8run supports is FR_ERR_UNSUPPORTED naming op, node and opset. */
-fr_status fr_graph_resolve_ops(fr_graph *g);
-
 /* Fix symbolic dims: every value dim whose dim_param equals `name` becomes `value`. */
 fr_status fr_graph_fix_dim(fr_graph *g, const char *name, int64_t value);
 

@@ -1,5 +1,5 @@
 /* Open-addressing string map with FNV-1a hashing and linear probing. */
-#include "name_map.h"
+#include "graph/name_map.h"
 
 #include <stdint.h>
 #include <stdlib.h>

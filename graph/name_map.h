@@ -3,7 +3,7 @@
 #ifndef FR_NAME_MAP_H
 #define FR_NAME_MAP_H
 
-#include "../runtime/status.h"
+#include "graph/status.h"
 
 typedef struct fr_name_map fr_name_map;
 

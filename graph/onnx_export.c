@@ -4,13 +4,13 @@
  * protobuf-c structs borrow strings and tensor bytes from the graph; everything allocated for
  * them lives in a pool freed at the end. Files are replaced atomically, never through a
  * symlink; large initializers can go to one external data file next to the model. */
-#include "onnx_io.h"
+#include "graph/onnx_io.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "onnx_io_util.h"
+#include "graph/onnx_io_util.h"
 #include "schema/onnx.pb-c.h"
 
 /* ---- allocation pool ---- */

@@ -3,7 +3,7 @@
  * every tensor's data size is checked against dtype x shape before anything is allocated;
  * external data is confined to the model's folder. Ops are not resolved here (the passes do
  * that), so tools can show models with ops fp8run does not implement. */
-#include "onnx_io.h"
+#include "graph/onnx_io.h"
 
 #include <limits.h>
 #include <stdalign.h>
@@ -14,10 +14,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "name_map.h"
-#include "onnx_io_util.h"
-#include "onnx_record.h"
-#include "params.h"
+#include "graph/name_map.h"
+#include "graph/onnx_io_util.h"
+#include "graph/onnx_record.h"
+#include "graph/params.h"
 #include "schema/onnx.pb-c.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__

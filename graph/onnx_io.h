@@ -10,7 +10,7 @@
 
 #include <stddef.h>
 
-#include "ir.h"
+#include "graph/ir.h"
 
 /* Load a model file. External data is resolved relative to the file's folder. */
 fr_status fr_onnx_load_file(const char *path, fr_graph **out);

@@ -1,7 +1,7 @@
 /* File-system helpers for ONNX import/export (see onnx_io_util.h). */
-#include "onnx_io_util.h"
+#include "graph/onnx_io_util.h"
 
-#include "../runtime/safe_io.h"
+#include "graph/safe_io.h"
 
 #include <errno.h>
 #include <fcntl.h>

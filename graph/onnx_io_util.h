@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../runtime/status.h"
+#include "graph/status.h"
 
 /* Protobuf cannot encode or decode a message of 2 GiB or more. */
 #define FR_ONNX_MAX_PROTO_BYTES ((uint64_t)INT32_MAX)

@@ -1,5 +1,5 @@
 /* Reading the exporter's record (see onnx_record.h). */
-#include "onnx_record.h"
+#include "graph/onnx_record.h"
 
 #include <string.h>
 

@@ -5,7 +5,7 @@
 #ifndef FR_ONNX_RECORD_H
 #define FR_ONNX_RECORD_H
 
-#include "ir.h"
+#include "graph/ir.h"
 #include "schema/onnx.pb-c.h"
 
 /* Keeps what v already has (the TensorProto's record wins over a value_info's). */

@@ -1,13 +1,13 @@
 /* Which initializers are trained (see params.h). */
-#include "params.h"
+#include "graph/params.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "name_map.h"
-#include "params_unfold.h"
+#include "graph/name_map.h"
+#include "graph/params_unfold.h"
 
 static char *dupn(const char *p, size_t n)
 {

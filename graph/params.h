@@ -26,7 +26,7 @@
 #ifndef FR_PARAMS_H
 #define FR_PARAMS_H
 
-#include "ir.h"
+#include "graph/ir.h"
 
 /* Sets FR_VAL_PARAM and param_note on g's float initializers, rewriting folded and merged
  * parameters as above (g topologically sorted again). *n_lost (may be NULL) counts

@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "params_unfold.h"
+#include "graph/params_unfold.h"
 
 /* Named after the aten.embedding it replaced ("embedding_1"). */
 static int is_lookup(const char *name)

@@ -1,5 +1,5 @@
 /* Un-folding op(w, scalar) back into the parameter w (see params_unfold.h). */
-#include "params_unfold.h"
+#include "graph/params_unfold.h"
 
 #include <stdio.h>
 #include <stdlib.h>

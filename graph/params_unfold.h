@@ -13,7 +13,7 @@
 #ifndef FR_PARAMS_UNFOLD_H
 #define FR_PARAMS_UNFOLD_H
 
-#include "ir.h"
+#include "graph/ir.h"
 
 /* 1 when `name` is a PARAMETER target of the exporter's signature. */
 typedef int (*fr_param_pred)(const void *ctx, const char *name);

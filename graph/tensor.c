@@ -1,7 +1,7 @@
 /* Host tensors, dtype table and half/bfloat16 conversions. */
-#include "tensor.h"
+#include "graph/tensor.h"
 
-#include "../runtime/fp8_format.h"
+#include "graph/fp8_format.h"
 
 #include <math.h>
 #include <stdio.h>

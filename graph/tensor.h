@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../runtime/status.h"
+#include "graph/status.h"
 
 #define FR_MAX_RANK 8
 

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../passes/autodiff.h"
-#include "attention.h"
+#include "ops/grad.h"
+#include "ops/attention.h"
 
 /* ---- attributes and geometry (shared with the CUDA launchers) ---- */
 

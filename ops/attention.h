@@ -54,7 +54,7 @@
 #ifndef FR_OPS_ATTENTION_H
 #define FR_OPS_ATTENTION_H
 
-#include "op.h"
+#include "ops/op.h"
 
 extern const fr_op_def fr_ops_attention[];      /* Attention, AttentionGrad */
 extern const fr_op_def fr_ops_attention_onnx[]; /* ONNX Attention (opset 23): inference only */

@@ -2,7 +2,7 @@
  * ai.fp8run::Attention (passes/attention_import.c) right after inference, so the op has no
  * kernel or gradient of its own: the fused op's are the ones that run. Inference checks the
  * subset the lowering supports, so an unsupported node fails early, naming the attribute. */
-#include "attention.h"
+#include "ops/attention.h"
 
 fr_status fr_onnx_attention_check(const fr_graph *g, const fr_node *n)
 {

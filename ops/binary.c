@@ -19,10 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "elementwise_grad.h"
-#include "elementwise_util.h"
-#include "ew_math.h"
-#include "op.h"
+#include "ops/elementwise_grad.h"
+#include "ops/elementwise_util.h"
+#include "ops/ew_math.h"
+#include "ops/op.h"
 
 /* ---- inner-run kernels: generated from the rows of ops/ew_binary.def ---- */
 
@@ -75,7 +75,7 @@
     BIN(bm_##ID##_i32, int32_t, BIN_OUT_##OUT_BOOL(int32_t), uint32_t, EW_EXPR(I))          \
     BIN(bm_##ID##_i64, int64_t, BIN_OUT_##OUT_BOOL(int64_t), uint64_t, EW_EXPR(I))          \
     BIN(bm_##ID##_b, uint8_t, uint8_t, uint8_t, EW_EXPR(B))
-#include "ew_binary.def"
+#include "ops/ew_binary.def"
 
 /* the kernel of math row m for dtype slot d (bin_slots below), NULL where the row has none */
 static const fr_ew_fn bm_fns[FR_BM_COUNT][5] = {
@@ -83,7 +83,7 @@ static const fr_ew_fn bm_fns[FR_BM_COUNT][5] = {
     [FR_BM_##ID] = {EW_HAS(F) ? bm_##ID##_f32 : NULL, EW_HAS(F) ? bm_##ID##_f64 : NULL,      \
                     EW_HAS(I) ? bm_##ID##_i32 : NULL, EW_HAS(I) ? bm_##ID##_i64 : NULL,      \
                     EW_HAS(B) ? bm_##ID##_b : NULL},
-#include "ew_binary.def"
+#include "ops/ew_binary.def"
 };
 
 static const struct {
@@ -107,7 +107,7 @@ typedef struct bin_kind {
 static const bin_kind bin_kinds[] = {
 #define FR_BIN_OP(ID, NAME, DOMAIN, OPSET, MATH, DTYPES, VARIADIC, GRAD)                     \
     [FR_BK_##ID] = {NAME, FR_BM_##MATH, FR_BM_OUT_BOOL_##MATH, VARIADIC, DTYPES, GRAD},
-#include "ew_binary.def"
+#include "ops/ew_binary.def"
 };
 EW_STATIC_ASSERT(sizeof bin_kinds / sizeof bin_kinds[0] == FR_BK_COUNT, "one kind per ew_binary.def op");
 
@@ -632,7 +632,7 @@ const fr_op_def fr_ops_binary[] = {
 #define FR_BIN_OP(ID, NAME, DOMAIN, OPSET, MATH, DTYPES, VARIADIC, GRAD)                     \
     {NAME, DOMAIN, OPSET, bin_infer, bin_cpu, (GRAD) == EW_BG_NONE ? NULL : bin_grad, 0},
 #define FR_BIN_VARIANT(ID, NAME, DOMAIN, MATH, DTYPES, VARIADIC, GRAD) /* not an op */
-#include "ew_binary.def"
+#include "ops/ew_binary.def"
     {"Pow", FR_DOMAIN_ONNX, 7, pow_infer, pow_cpu, pow_grad, 0},
     {"Where", FR_DOMAIN_ONNX, 9, where_infer, where_cpu, where_grad, 0},
     {"Expand", FR_DOMAIN_ONNX, 8, expand_infer, expand_cpu, expand_grad, 0},

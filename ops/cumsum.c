@@ -4,8 +4,8 @@
  * with the same exclusivity. */
 #include <stdlib.h>
 
-#include "../passes/autodiff.h"
-#include "op.h"
+#include "ops/grad.h"
+#include "ops/op.h"
 
 static fr_status cumsum_axis(const fr_node *n, const fr_tensor *axis_t, int rank, int *axis)
 {

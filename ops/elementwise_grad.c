@@ -1,13 +1,13 @@
 /* Backward ops of the elementwise families (see elementwise_grad.h). */
-#include "elementwise_grad.h"
+#include "ops/elementwise_grad.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "elementwise_util.h"
-#include "ew_math.h"
+#include "ops/elementwise_util.h"
+#include "ops/ew_math.h"
 
 /* ---- shared checks ---- */
 
@@ -93,7 +93,7 @@ typedef void (*ag_fn)(int64_t n, const void *dy, const void *v, void *dx, const 
 #define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD)                              \
     AG(ID, float, EW_DX(GRAD))                                                               \
     AG(ID, double, EW_DX(GRAD))
-#include "ew_unary.def"
+#include "ops/ew_unary.def"
 
 typedef struct ag_kind {
     const char *op;
@@ -108,7 +108,7 @@ static const ag_kind ag_kinds[] = {
 #define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD)                              \
     [FR_UN_##ID] = {NAME, EW_RULE(GRAD), EW_READS_Y(GRAD), EW_ATTR_MASK(ATTRS),            \
                     EW_ALPHA_DEFAULT(ATTRS), ag_##ID##_float, ag_##ID##_double},
-#include "ew_unary.def"
+#include "ops/ew_unary.def"
 };
 EW_STATIC_ASSERT(sizeof ag_kinds / sizeof ag_kinds[0] == FR_UN_COUNT, "one kind per ew_unary.def row");
 

@@ -34,8 +34,8 @@
 #ifndef FR_ELEMENTWISE_GRAD_H
 #define FR_ELEMENTWISE_GRAD_H
 
-#include "../passes/autodiff.h"
-#include "op.h"
+#include "ops/grad.h"
+#include "ops/op.h"
 
 extern const fr_op_def fr_ops_elementwise_grad[];
 

@@ -1,5 +1,5 @@
 /* Broadcast iteration shared by the elementwise op families (see elementwise_util.h). */
-#include "elementwise_util.h"
+#include "ops/elementwise_util.h"
 
 #include <string.h>
 

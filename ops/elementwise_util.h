@@ -9,7 +9,7 @@
 #ifndef FR_ELEMENTWISE_UTIL_H
 #define FR_ELEMENTWISE_UTIL_H
 
-#include "op.h"
+#include "ops/op.h"
 
 #define FR_EW_MAX_OPS 5
 

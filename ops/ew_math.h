@@ -152,19 +152,19 @@ enum { EW_BG_NONE, EW_BG_ADD, EW_BG_SUB, EW_BG_MUL, EW_BG_DIV, EW_BG_MEAN, EW_BG
 
 #define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD) FR_UN_##ID,
 enum fr_un_id {
-#include "ew_unary.def"
+#include "ops/ew_unary.def"
     FR_UN_COUNT
 };
 
 #define FR_BIN_MATH(ID, OUT_BOOL, RAISES, F, I, B) FR_BM_##ID,
 enum fr_bm_id {
-#include "ew_binary.def"
+#include "ops/ew_binary.def"
     FR_BM_COUNT
 };
 
 #define FR_BIN_OP(ID, NAME, DOMAIN, OPSET, MATH, DTYPES, VARIADIC, GRAD) FR_BK_##ID,
 enum fr_bk_id {
-#include "ew_binary.def"
+#include "ops/ew_binary.def"
     FR_BK_COUNT
 };
 
@@ -173,12 +173,12 @@ enum fr_bk_id {
     FR_BM_DTS_##ID = (EW_HAS(F) ? EW_DT_F : 0) | (EW_HAS(I) ? EW_DT_I : 0) | (EW_HAS(B) ? EW_DT_B : 0), \
     FR_BM_OUT_BOOL_##ID = OUT_BOOL, FR_BM_RAISES_##ID = RAISES,
 enum {
-#include "ew_binary.def"
+#include "ops/ew_binary.def"
 };
 /* ... and every op's dtypes have an expression in its math row */
 #define FR_BIN_OP(ID, NAME, DOMAIN, OPSET, MATH, DTYPES, VARIADIC, GRAD)                     \
     EW_STATIC_ASSERT(((DTYPES) & ~FR_BM_DTS_##MATH) == 0, NAME ": a dtype without math");
-#include "ew_binary.def"
+#include "ops/ew_binary.def"
 
 /* ---- scalar math the .def expressions call ---- */
 

@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../passes/autodiff.h"
-#include "gather_plan.h"
-#include "op.h"
+#include "ops/grad.h"
+#include "ops/gather_plan.h"
+#include "ops/op.h"
 
 /* ---- helpers ---- */
 

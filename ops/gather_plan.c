@@ -1,5 +1,5 @@
 /* Host-side shape checks of the gather family (see gather_plan.h). */
-#include "gather_plan.h"
+#include "ops/gather_plan.h"
 
 #include <string.h>
 

@@ -4,7 +4,7 @@
 #ifndef FR_GATHER_PLAN_H
 #define FR_GATHER_PLAN_H
 
-#include "op.h"
+#include "ops/op.h"
 
 #ifdef __cplusplus
 extern "C" { /* C functions, also when ops/cuda/gather.cu includes this */

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../passes/autodiff.h"
-#include "op.h"
+#include "ops/grad.h"
+#include "ops/op.h"
 
 static fr_status sum_to_infer(fr_graph *g, int node_id)
 {

@@ -1,5 +1,5 @@
 /* Host-side planning of the layout ops (see layout_plan.h). */
-#include "layout_plan.h"
+#include "ops/layout_plan.h"
 
 #include <string.h>
 

@@ -5,7 +5,7 @@
 #ifndef FR_LAYOUT_PLAN_H
 #define FR_LAYOUT_PLAN_H
 
-#include "op.h"
+#include "ops/op.h"
 
 #ifdef __cplusplus
 extern "C" { /* C functions, also when ops/cuda/layout.cu includes this */

@@ -2,17 +2,17 @@
  * This file: attributes, shape inference, the gradient rule and the op table; the CPU kernels
  * and their GEMM emulation (the values the GPU's tensor cores multiply, in a fixed float32
  * summation order) are in linear_cpu.c. */
-#include "linear.h"
+#include "ops/linear.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../passes/autodiff.h"
-#include "../runtime/fp8_format.h"
-#include "../runtime/fp8_scaling.h"
-#include "../runtime/option_choices.h"
+#include "ops/grad.h"
+#include "graph/fp8_format.h"
+#include "graph/fp8_scaling.h"
+#include "graph/option_choices.h"
 
 /* ---- attributes ---- */
 

@@ -61,7 +61,7 @@
 #ifndef FR_OPS_LINEAR_H
 #define FR_OPS_LINEAR_H
 
-#include "op.h"
+#include "ops/op.h"
 
 extern const fr_op_def fr_ops_linear[]; /* Linear, LinearGradData, LinearGradWeight */
 

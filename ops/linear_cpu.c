@@ -4,7 +4,7 @@
  * multiply (fp32 copy, bf16-rounded, or fp8 codes times their scale_inv), zero-padded to the pad
  * multiple, and gemm_kseq() multiplies them with a fixed float32 summation order. float64 (fp32
  * precision, for gradient checks) uses cblas_dgemm. */
-#include "linear.h"
+#include "ops/linear.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/fp8_format.h"
-#include "../runtime/fp8_scaling.h"
+#include "graph/fp8_format.h"
+#include "graph/fp8_scaling.h"
 
 typedef fr_lin_attrs lin_cfg;
 

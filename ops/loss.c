@@ -9,8 +9,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "../passes/autodiff.h"
-#include "op.h"
+#include "ops/grad.h"
+#include "ops/op.h"
 
 static fr_status ce_check(fr_graph *g, const fr_node *n, int logits_idx, int labels_idx)
 {

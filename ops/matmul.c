@@ -22,8 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../passes/autodiff.h"
-#include "op.h"
+#include "ops/grad.h"
+#include "ops/op.h"
 
 static int blas_dtype(fr_dtype dt) { return dt == FR_F32 || dt == FR_F64; }
 

@@ -28,8 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../passes/autodiff.h"
-#include "op.h"
+#include "ops/grad.h"
+#include "ops/op.h"
 
 static int is_rms(const fr_node *n) { return strcmp(n->op_type, "RMSNormalization") == 0; }
 

@@ -8,7 +8,7 @@
 #ifndef FR_OP_H
 #define FR_OP_H
 
-#include "../graph/ir.h"
+#include "graph/ir.h"
 
 #define FR_DOMAIN_ONNX ""
 #define FR_DOMAIN_FP8RUN "ai.fp8run"
@@ -55,6 +55,10 @@ typedef struct fr_op_def {
 
 /* Registry lookup; NULL if unknown. */
 const fr_op_def *fr_op_find(const char *domain, const char *op_type);
+/* Look up every node's op in the registry; an unknown op/domain or an opset below what
+ * fp8run supports is FR_ERR_UNSUPPORTED naming op, node and opset. (In ops/, not graph/ir.c,
+ * so that graph/ needs nothing from ops/.) */
+fr_status fr_graph_resolve_ops(fr_graph *g);
 /* Iterate all registered ops (i from 0 until NULL) — for `fp8run info --ops` and tests. */
 const fr_op_def *fr_op_at(int i);
 

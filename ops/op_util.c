@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "op.h"
+#include "ops/op.h"
 
 fr_value *fr_node_in(fr_graph *g, const fr_node *n, int i)
 {

@@ -24,9 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../passes/autodiff.h"
-#include "op.h"
-#include "reduce.h"
+#include "ops/grad.h"
+#include "ops/op.h"
+#include "ops/reduce.h"
 
 typedef struct red_def {
     const char *op;

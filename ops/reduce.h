@@ -3,7 +3,7 @@
 #ifndef FR_REDUCE_H
 #define FR_REDUCE_H
 
-#include "op.h"
+#include "ops/op.h"
 
 typedef enum red_kind { R_SUM, R_MEAN, R_MAX, R_MIN, R_PROD, R_SUMSQ, R_L1, R_L2, R_LSE } red_kind;
 

@@ -23,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "op.h"
-#include "reduce.h"
+#include "ops/op.h"
+#include "ops/reduce.h"
 
 static const char *const rg_names[] = {"Sum",  "Mean",      "Max", "Min", "Prod",
                                        "SumSquare", "L1", "L2", "LogSumExp"};

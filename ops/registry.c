@@ -1,8 +1,8 @@
 /* The op registry: all family tables, searched by (domain, op_type). */
 #include <string.h>
 
-#include "attention.h"
-#include "op.h"
+#include "ops/attention.h"
+#include "ops/op.h"
 
 static const fr_op_def *const families[] = {
     fr_ops_unary_math, fr_ops_unary, fr_ops_binary, fr_ops_reduce, fr_ops_reduce_grad, fr_ops_matmul, fr_ops_softmax,
@@ -30,4 +30,25 @@ const fr_op_def *fr_op_find(const char *domain, const char *op_type)
         }
     }
     return NULL;
+}
+
+fr_status fr_graph_resolve_ops(fr_graph *g)
+{
+    for (int n = 0; n < g->n_nodes; n++) {
+        fr_node *nd = &g->nodes[n];
+        const fr_op_def *d = fr_op_find(nd->domain, nd->op_type);
+        int64_t opset = fr_graph_opset(g, nd->domain);
+        if (!d)
+            return fr_error(FR_ERR_UNSUPPORTED,
+                            "node '%s': op '%s' (domain '%s', opset %lld) is not supported by fp8run",
+                            nd->name, nd->op_type, nd->domain[0] ? nd->domain : "ai.onnx",
+                            (long long)opset);
+        if (opset < d->min_opset)
+            return fr_error(FR_ERR_UNSUPPORTED,
+                            "node '%s': op '%s' at opset %lld is not supported (fp8run implements "
+                            "opset %d and later for it)",
+                            nd->name, nd->op_type, (long long)opset, d->min_opset);
+        nd->op = d;
+    }
+    return FR_OK;
 }

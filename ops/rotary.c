@@ -2,8 +2,8 @@
  * element is computed in double from its float inputs and rounded once. */
 #include <string.h>
 
-#include "../passes/autodiff.h"
-#include "rotary.h"
+#include "ops/grad.h"
+#include "ops/rotary.h"
 
 /* ---- geometry (shared with the CUDA launchers) ---- */
 

@@ -33,7 +33,7 @@
 #ifndef FR_OPS_ROTARY_H
 #define FR_OPS_ROTARY_H
 
-#include "op.h"
+#include "ops/op.h"
 
 extern const fr_op_def fr_ops_rotary[]; /* Rotary, RotaryGrad */
 

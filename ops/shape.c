@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../passes/autodiff.h"
-#include "op.h"
+#include "ops/grad.h"
+#include "ops/op.h"
 
 /* ---- helpers ---- */
 

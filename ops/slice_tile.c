@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../passes/autodiff.h"
-#include "layout_plan.h"
-#include "op.h"
+#include "ops/grad.h"
+#include "ops/layout_plan.h"
+#include "ops/op.h"
 
 /* ---- helpers ---- */
 

@@ -17,8 +17,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "../passes/autodiff.h"
-#include "op.h"
+#include "ops/grad.h"
+#include "ops/op.h"
 
 /* Rows of `len` elements `inner` apart: outer * inner rows in all. */
 typedef struct sm_shape {

@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../passes/autodiff.h"
-#include "swiglu.h"
+#include "ops/grad.h"
+#include "ops/swiglu.h"
 
 /* ---- geometry (shared with the CUDA launchers) ---- */
 

@@ -31,7 +31,7 @@
 #ifndef FR_OPS_SWIGLU_H
 #define FR_OPS_SWIGLU_H
 
-#include "op.h"
+#include "ops/op.h"
 
 extern const fr_op_def fr_ops_swiglu[]; /* SwiGLU, SwiGLUGrad */
 

@@ -12,10 +12,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../runtime/fp8_format.h"
-#include "elementwise_grad.h"
-#include "elementwise_util.h"
-#include "op.h"
+#include "graph/fp8_format.h"
+#include "ops/elementwise_grad.h"
+#include "ops/elementwise_util.h"
+#include "ops/op.h"
 
 /* ---- helpers shared by the ops below ---- */
 
@@ -94,7 +94,7 @@ static fr_status pred_cpu(const fr_kernel_ctx *ctx)
  *     defined and free of C undefined behaviour);
  *   - integer to narrower integer: wrap modulo 2^bits (numpy astype);
  *   - to bool: x != 0 (so NaN -> true, as numpy).
- * fp8 targets (E4M3FN, E5M2) use runtime/fp8_format.h (nearest-even, `saturate` attribute);
+ * fp8 targets (E4M3FN, E5M2) use graph/fp8_format.h (nearest-even, `saturate` attribute);
  * the FNUZ fp8 variants are not supported. */
 
 typedef enum { CARRY_F, CARRY_I, CARRY_U } carry_kind;

@@ -11,10 +11,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "elementwise_grad.h"
-#include "elementwise_util.h"
-#include "ew_math.h"
-#include "op.h"
+#include "ops/elementwise_grad.h"
+#include "ops/elementwise_util.h"
+#include "ops/ew_math.h"
+#include "ops/op.h"
 
 /* ---- element math: generated from the rows of ops/ew_unary.def, evaluated in double ---- */
 
@@ -55,7 +55,7 @@ typedef void (*un_fn)(int64_t n, const void *x, void *y, const ew_un_params *p);
     UN_FLOAT(ID, double, Y)                                                                  \
     UN_INT(ID, int32_t, uint32_t, EW_EXPR(YINT))                                             \
     UN_INT(ID, int64_t, uint64_t, EW_EXPR(YINT))
-#include "ew_unary.def"
+#include "ops/ew_unary.def"
 
 typedef struct un_impl {
     fr_dtype dt; /* FR_UNDEFINED: no such kernel */
@@ -77,7 +77,7 @@ static const un_kind un_kinds[] = {
                      {FR_F64, un_##ID##_double},                                             \
                      {EW_HAS(YINT) ? FR_I32 : FR_UNDEFINED, un_##ID##_int32_t},              \
                      {EW_HAS(YINT) ? FR_I64 : FR_UNDEFINED, un_##ID##_int64_t}}},
-#include "ew_unary.def"
+#include "ops/ew_unary.def"
 };
 EW_STATIC_ASSERT(sizeof un_kinds / sizeof un_kinds[0] == FR_UN_COUNT, "one kind per ew_unary.def row");
 
@@ -187,7 +187,7 @@ static fr_status un_grad(fr_grad_ctx *ctx)
 const fr_op_def fr_ops_unary_math[] = {
 #define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD)                              \
     {NAME, DOMAIN, OPSET, un_infer, un_cpu, un_grad, 0},
-#include "ew_unary.def"
+#include "ops/ew_unary.def"
     /* the same Gelu for graphs below opset 20 (what passes/gelu_fuse.c emits) */
     {"Gelu", FR_DOMAIN_FP8RUN, 1, un_infer, un_cpu, un_grad, 0},
     {0},

@@ -2,7 +2,7 @@
  * a view of the input. */
 #include <string.h>
 
-#include "layout_plan.h"
+#include "ops/layout_plan.h"
 
 /* dst[i] = src[i * st] for n elements of es bytes. */
 static void copy_run(char *dst, const char *src, int64_t n, int64_t st, size_t es)

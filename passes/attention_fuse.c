@@ -6,12 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ops/op.h"
-#include "attention_fuse.h"
-#include "attention_import.h"
-#include "autodiff.h"
-#include "passes.h"
-#include "pattern.h"
+#include "ops/op.h"
+#include "passes/attention_fuse.h"
+#include "passes/attention_import.h"
+#include "passes/autodiff.h"
+#include "passes/passes.h"
+#include "passes/pattern.h"
 
 /* A masked score is at or below this (float32 finfo.min, -inf, -1e30 all qualify). */
 #define MASKED_MAX (-1e30)

@@ -27,7 +27,7 @@
 #ifndef FR_ATTENTION_FUSE_H
 #define FR_ATTENTION_FUSE_H
 
-#include "../graph/ir.h"
+#include "graph/ir.h"
 
 /* A constant mask of the scores [.., Tq, Tk] (each [Tq, Tk] slice the same; boolean: nonzero
  * keeps a score; additive: 0 keeps it, -inf or <= -1e30 drops it): FR_ATTN_MASK_NONE (keeps all),

@@ -4,12 +4,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../ops/attention.h"
-#include "attention_fuse.h"
-#include "attention_import.h"
-#include "autodiff.h"
-#include "passes.h"
-#include "pattern.h"
+#include "ops/attention.h"
+#include "passes/attention_fuse.h"
+#include "passes/attention_import.h"
+#include "passes/autodiff.h"
+#include "passes/passes.h"
+#include "passes/pattern.h"
 
 /* Constant masks up to this many elements are folded to be classified (T = 8192). */
 #define MASK_FOLD_MAX ((int64_t)1 << 26)

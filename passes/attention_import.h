@@ -14,7 +14,7 @@
 #ifndef FR_ATTENTION_IMPORT_H
 #define FR_ATTENTION_IMPORT_H
 
-#include "../graph/ir.h"
+#include "graph/ir.h"
 
 /* One ai.fp8run::Attention node (shared by this lowering and the fusion pass) writing y, with LSE
  * a new value and precision fp32. groups > 1 (GQA): q [B, kv_heads * groups, Tq, D] is read as

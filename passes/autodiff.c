@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "autodiff.h"
+#include "passes/autodiff.h"
 
 /* Gradients of float values only: integer/bool values (shapes, indices, masks) carry none.
  * float16/bfloat16 count as differentiable so that a parameter reaching the loss through a

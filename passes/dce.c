@@ -3,7 +3,7 @@
  * producer, so folded nodes die here too. */
 #include <stdlib.h>
 
-#include "passes.h"
+#include "passes/passes.h"
 
 fr_status fr_dce(fr_graph *g, int *n_removed)
 {

@@ -1,14 +1,14 @@
 /* The FP8 compile pass (see fp8_compile.h): find Linear layers (fp8_detect.c), group the ones
  * sharing an input, decide precisions (here), rewrite into ai.fp8run::Linear (+ Split for fused
  * groups; fp8_rewrite.c), report (fp8_report.c). */
-#include "fp8_compile.h"
+#include "passes/fp8_compile.h"
 
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "fp8_compile_internal.h"
+#include "passes/fp8_compile_internal.h"
 
 void fr_fp8_options_default(fr_fp8_options *o)
 {

@@ -37,9 +37,9 @@
 #ifndef FR_FP8_COMPILE_H
 #define FR_FP8_COMPILE_H
 
-#include "../graph/ir.h"
-#include "../ops/linear.h"
-#include "../runtime/fp8_scaling.h"
+#include "graph/ir.h"
+#include "ops/linear.h"
+#include "graph/fp8_scaling.h"
 
 typedef struct fr_fp8_options {
     const char *precision;   /* "fp8" | "bf16" | "fp32" */

@@ -6,7 +6,7 @@
 #ifndef FR_FP8_COMPILE_INTERNAL_H
 #define FR_FP8_COMPILE_INTERNAL_H
 
-#include "fp8_compile.h"
+#include "passes/fp8_compile.h"
 
 typedef struct cand {
     int node;          /* the MatMul / Gemm */

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fp8_compile_internal.h"
+#include "passes/fp8_compile_internal.h"
 
 /* ---- graph queries ---- */
 

@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/strbuf.h"
-#include "fp8_compile.h"
+#include "graph/strbuf.h"
+#include "passes/fp8_compile.h"
 
 void fr_fp8_report_free(fr_fp8_report *r)
 {

@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/strbuf.h"
-#include "autodiff.h"
-#include "fp8_compile_internal.h"
+#include "graph/strbuf.h"
+#include "passes/autodiff.h"
+#include "passes/fp8_compile_internal.h"
 
 /* ---- rewriting ---- */
 

@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ops/op.h"
-#include "autodiff.h"
-#include "gelu_fuse.h"
-#include "pattern.h"
+#include "ops/op.h"
+#include "passes/autodiff.h"
+#include "passes/gelu_fuse.h"
+#include "passes/pattern.h"
 
 typedef struct match {
     int x, y, tanh;

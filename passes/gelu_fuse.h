@@ -13,7 +13,7 @@
 #ifndef FR_GELU_FUSE_H
 #define FR_GELU_FUSE_H
 
-#include "../graph/ir.h"
+#include "graph/ir.h"
 
 /* *count receives the number of Gelu nodes made. */
 fr_status fr_fuse_gelu(fr_graph *g, int *count);

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "passes.h"
+#include "passes/passes.h"
 
 static int find(int *repl, int v)
 {

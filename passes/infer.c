@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ops/op.h"
-#include "autodiff.h" /* fr_node_infer: infer + the "every output static" check */
-#include "passes.h"
+#include "ops/grad.h" /* fr_node_infer: infer + the "every output static" check */
+#include "ops/op.h"
+#include "passes/passes.h"
 
 /* A constant the graph may bake into folded results. Parameters change while training and
  * runtime state changes every step, so nothing computed from them may be frozen. */

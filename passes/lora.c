@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lora.h"
-#include "pattern.h"
+#include "passes/lora.h"
+#include "passes/pattern.h"
 
 static int is_param_2d(const fr_graph *g, int v)
 {

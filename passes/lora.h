@@ -14,8 +14,8 @@
 #ifndef FR_LORA_H
 #define FR_LORA_H
 
-#include "../graph/ir.h"
-#include "runtime/rng.h"
+#include "graph/ir.h"
+#include "graph/rng.h"
 
 typedef struct fr_lora_options {
     int rank;            /* r >= 1; 0: no LoRA */

@@ -8,7 +8,7 @@
 #ifndef FR_PASSES_H
 #define FR_PASSES_H
 
-#include "../graph/ir.h"
+#include "graph/ir.h"
 
 /* A symbolic dimension fixed to a value (from --dim NAME=VALUE). */
 typedef struct fr_dim_binding {

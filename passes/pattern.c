@@ -3,9 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ops/op.h"
-#include "autodiff.h"
-#include "pattern.h"
+#include "ops/op.h"
+#include "passes/autodiff.h"
+#include "passes/pattern.h"
 
 fr_status fr_readers_refresh(fr_readers *r, const char *who)
 {

@@ -4,7 +4,7 @@
 #ifndef FR_PATTERN_H
 #define FR_PATTERN_H
 
-#include "../graph/ir.h"
+#include "graph/ir.h"
 
 typedef struct fr_readers {
     fr_graph *g;

@@ -3,15 +3,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attention_fuse.h"
-#include "gelu_fuse.h"
-#include "rmsnorm_fuse.h"
-#include "pipeline.h"
-#include "recompute.h"
-#include "rotary_fuse.h"
-#include "select_params.h"
-#include "swiglu_fuse.h"
-#include "unshare.h"
+#include "passes/attention_fuse.h"
+#include "passes/gelu_fuse.h"
+#include "passes/rmsnorm_fuse.h"
+#include "passes/pipeline.h"
+#include "passes/recompute.h"
+#include "passes/rotary_fuse.h"
+#include "passes/select_params.h"
+#include "passes/swiglu_fuse.h"
+#include "passes/unshare.h"
 
 /* ---- the passes' adapters: read the context, run the pass, say what it did ---- */
 

@@ -14,11 +14,11 @@
 #ifndef FR_PIPELINE_H
 #define FR_PIPELINE_H
 
-#include "../graph/ir.h"
-#include "fp8_compile.h"
-#include "lora.h"
-#include "passes.h"
-#include "retie.h"
+#include "graph/ir.h"
+#include "passes/fp8_compile.h"
+#include "passes/lora.h"
+#include "passes/passes.h"
+#include "passes/retie.h"
 
 /* What state of the graph a pass reads, i.e. where in the build it runs. The list holds the
  * stages in this order, each one contiguous. */

@@ -3,9 +3,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attention_import.h"
-#include "passes.h"
-#include "rotary_embedding.h"
+#include "ops/op.h"
+#include "passes/attention_import.h"
+#include "passes/passes.h"
+#include "passes/rotary_embedding.h"
 
 void fr_prepare_options_default(fr_prepare_options *o)
 {

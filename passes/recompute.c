@@ -1,12 +1,12 @@
 /* Activation recomputation (see recompute.h). */
-#include "recompute.h"
+#include "passes/recompute.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ops/linear.h"
-#include "../ops/op.h"
+#include "ops/linear.h"
+#include "ops/op.h"
 
 fr_status fr_recompute_parse(const char *s, fr_recompute_mode *out)
 {

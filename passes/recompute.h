@@ -27,7 +27,7 @@
 #ifndef FR_RECOMPUTE_H
 #define FR_RECOMPUTE_H
 
-#include "../graph/ir.h"
+#include "graph/ir.h"
 
 typedef enum fr_recompute_mode {
     FR_RECOMPUTE_NONE = 0,

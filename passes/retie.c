@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ops/op.h"
-#include "retie.h"
+#include "ops/op.h"
+#include "passes/retie.h"
 
 static int is_candidate(const fr_value *v)
 {

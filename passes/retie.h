@@ -15,7 +15,7 @@
 #ifndef FR_RETIE_H
 #define FR_RETIE_H
 
-#include "../graph/ir.h"
+#include "graph/ir.h"
 
 typedef struct fr_tie {
     int copy;       /* value id of the initializer that was a copy (no longer FR_VAL_PARAM) */

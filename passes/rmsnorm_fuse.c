@@ -4,10 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ops/op.h"
-#include "autodiff.h"
-#include "pattern.h"
-#include "rmsnorm_fuse.h"
+#include "ops/op.h"
+#include "passes/autodiff.h"
+#include "passes/pattern.h"
+#include "passes/rmsnorm_fuse.h"
 
 typedef struct match {
     int x, w, y;

@@ -17,7 +17,7 @@
 #ifndef FR_RMSNORM_FUSE_H
 #define FR_RMSNORM_FUSE_H
 
-#include "../graph/ir.h"
+#include "graph/ir.h"
 
 /* *count receives the number of RMSNormalization nodes made. */
 fr_status fr_fuse_rmsnorm(fr_graph *g, int *count);

@@ -3,8 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../ops/op.h"
-#include "rotary_embedding.h"
+#include "ops/op.h"
+#include "passes/rotary_embedding.h"
 
 typedef struct builder {
     fr_graph *g;

@@ -18,7 +18,7 @@
 #ifndef FR_ROTARY_EMBEDDING_H
 #define FR_ROTARY_EMBEDDING_H
 
-#include "../graph/ir.h"
+#include "graph/ir.h"
 
 /* *count (may be NULL) receives the number of RotaryEmbedding nodes lowered. */
 fr_status fr_lower_rotary_embedding(fr_graph *g, int *count);

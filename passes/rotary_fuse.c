@@ -5,11 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ops/layout_plan.h"
-#include "../ops/op.h"
-#include "autodiff.h"
-#include "pattern.h"
-#include "rotary_fuse.h"
+#include "ops/layout_plan.h"
+#include "ops/op.h"
+#include "passes/autodiff.h"
+#include "passes/pattern.h"
+#include "passes/rotary_fuse.h"
 
 typedef struct fuse_ctx {
     fr_readers rd;

@@ -19,7 +19,7 @@
 #ifndef FR_ROTARY_FUSE_H
 #define FR_ROTARY_FUSE_H
 
-#include "../graph/ir.h"
+#include "graph/ir.h"
 
 /* *count receives the number of Rotary nodes made. */
 fr_status fr_fuse_rotary(fr_graph *g, int *count);

@@ -1,7 +1,7 @@
 /* Choosing the trained parameters (see select_params.h). */
 #include <string.h>
 
-#include "select_params.h"
+#include "passes/select_params.h"
 
 static fr_status compile_regex(const char *re, const char *what, regex_t *out)
 {

@@ -12,7 +12,7 @@
 
 #include <regex.h>
 
-#include "../graph/ir.h"
+#include "graph/ir.h"
 
 /* The --train / --freeze choice over parameter names. */
 typedef struct fr_param_filter {

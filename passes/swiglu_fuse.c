@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ops/op.h"
-#include "autodiff.h"
-#include "pattern.h"
-#include "swiglu_fuse.h"
+#include "ops/op.h"
+#include "passes/autodiff.h"
+#include "passes/pattern.h"
+#include "passes/swiglu_fuse.h"
 
 typedef struct match {
     int g, u, y;

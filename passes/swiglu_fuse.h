@@ -16,7 +16,7 @@
 #ifndef FR_SWIGLU_FUSE_H
 #define FR_SWIGLU_FUSE_H
 
-#include "../graph/ir.h"
+#include "graph/ir.h"
 
 /* *count receives the number of SwiGLU nodes made; *one_input (may be NULL) how many of them
  * read a Split's input directly. */

@@ -1,7 +1,7 @@
 /* Undoing value-deduplicated parameters (see unshare.h). */
 #include <string.h>
 
-#include "unshare.h"
+#include "passes/unshare.h"
 
 static int all_equal_bytes(const fr_tensor *t)
 {

@@ -14,7 +14,7 @@
 #ifndef FR_UNSHARE_H
 #define FR_UNSHARE_H
 
-#include "../graph/ir.h"
+#include "graph/ir.h"
 
 /* *n_unshared (may be NULL) counts the parameters made separate. Compacts the graph. */
 fr_status fr_unshare_params(fr_graph *g, int *n_unshared);

@@ -8,7 +8,7 @@
 
 #include "runtime/api_internal.h"
 #include "runtime/checkpoint.h"
-#include "runtime/safe_io.h"
+#include "graph/safe_io.h"
 
 #define INFO_V1_SIZE sizeof(fp8run_value_info)
 

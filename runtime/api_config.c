@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "runtime/api_internal.h"
-#include "runtime/option_choices.h"
+#include "graph/option_choices.h"
 
 /* Size of the first ABI version of the struct: later versions only append fields. */
 #define CONFIG_V1_SIZE offsetof(fp8run_train_config, fuse_attention)

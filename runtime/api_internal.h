@@ -12,7 +12,7 @@
 #include "passes/fp8_compile.h"
 #include "runtime/data.h"
 #include "runtime/fbs.h"
-#include "runtime/status.h"
+#include "graph/status.h"
 #include "runtime/trainer.h"
 
 #define API_MSG_BYTES 2048

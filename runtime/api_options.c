@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "runtime/api_internal.h"
-#include "runtime/option_choices.h"
+#include "graph/option_choices.h"
 
 /* C type of each option type */
 #define CT_INT int

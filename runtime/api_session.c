@@ -9,7 +9,7 @@
 
 #include "runtime/api_internal.h"
 #include "runtime/cuda/cuda_probe.h"
-#include "runtime/safe_io.h"
+#include "graph/safe_io.h"
 #include "runtime/train_internal.h"
 
 #define STATS_V1_SIZE offsetof(fp8run_step_stats, available)

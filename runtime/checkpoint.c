@@ -1,5 +1,5 @@
 /* Checkpoint writer and verified reader (see checkpoint.h and schema/checkpoint.proto). */
-#include "checkpoint.h"
+#include "runtime/checkpoint.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,9 +12,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../graph/name_map.h"
-#include "crc32c.h"
-#include "safe_io.h"
+#include "graph/name_map.h"
+#include "runtime/crc32c.h"
+#include "graph/safe_io.h"
 #include "schema/checkpoint.pb-c.h"
 
 #define CKPT_MAGIC "FP8RCKPT"

@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "../graph/tensor.h"
+#include "graph/tensor.h"
 
 typedef struct fr_ckpt_writer fr_ckpt_writer;
 

@@ -1,5 +1,5 @@
 /* CRC-32C with the reflected polynomial 0x82F63B78, eight table lookups per 8 bytes. */
-#include "crc32c.h"
+#include "runtime/crc32c.h"
 
 #include <pthread.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /* Token files (raw uint16/uint32, llm.c) and the batch loader (see data.h). */
 #include "runtime/data.h"
-#include "runtime/safe_io.h"
+#include "graph/safe_io.h"
 
 #include <errno.h>
 #include <fcntl.h>

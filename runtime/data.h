@@ -41,8 +41,8 @@
 #include <stdint.h>
 
 #include "graph/tensor.h"
-#include "runtime/rng.h"
-#include "runtime/status.h"
+#include "graph/rng.h"
+#include "graph/status.h"
 
 #define FR_LLMC_MAGIC_U16 20240520 /* llm.c GPT-2 files, version 1 */
 #define FR_LLMC_MAGIC_U32 20240801 /* llm.c LLaMA-3 files, version 7 */

@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/status.h"
+#include "graph/status.h"
 
 /* ---- launch environment ---- */
 typedef struct fr_dist_env {

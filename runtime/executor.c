@@ -1,14 +1,14 @@
 /* CPU executor (see executor.h). The buffer plan is made once in fr_exec_new by walking the
  * nodes in order with a pool of free blocks, the way a run would allocate and free them;
  * fr_exec_run then only calls kernels. */
-#include "executor.h"
+#include "runtime/executor.h"
 
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ops/op.h"
+#include "ops/op.h"
 
 enum { SRC_NONE = 0, SRC_CONST, SRC_INPUT, SRC_POOL };
 

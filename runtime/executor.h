@@ -12,7 +12,7 @@
 #ifndef FR_EXECUTOR_H
 #define FR_EXECUTOR_H
 
-#include "../graph/ir.h"
+#include "graph/ir.h"
 
 typedef struct fr_exec fr_exec;
 

@@ -65,7 +65,7 @@
 #include "passes/fp8_compile.h"
 #include "passes/passes.h"
 #include "passes/retie.h"
-#include "runtime/fp8_scaling.h"
+#include "graph/fp8_scaling.h"
 
 #define FR_FBS_FORMAT 1
 #define FR_FBS_FORMAT_KEY "fp8run.format"

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/option_choices.h"
+#include "graph/option_choices.h"
 
 fr_status fr_fbs_meta_open(const fr_graph *g, const char *what, fr_fbs_meta *m)
 {

@@ -14,7 +14,7 @@
 #include "passes/pipeline.h"
 #include "runtime/fbs.h"
 #include "runtime/fbs_meta.h"
-#include "runtime/option_choices.h"
+#include "graph/option_choices.h"
 #include "runtime/trainer.h"
 
 /* ---- the fused table ---- */

@@ -11,10 +11,11 @@
 #include "graph/base64.h"
 #include "graph/name_map.h"
 #include "graph/onnx_io.h"
+#include "ops/op.h"
 #include "passes/pipeline.h"
 #include "runtime/fbs.h"
 #include "runtime/fbs_meta.h"
-#include "runtime/option_choices.h"
+#include "graph/option_choices.h"
 #include "runtime/trainer.h"
 
 /* ---- format, shape, options ---- */

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "runtime/llama_gen.h"
-#include "runtime/rng.h"
+#include "graph/rng.h"
 
 /* ---- a small graph builder ---- */
 

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "runtime/option_choices.h"
+#include "graph/option_choices.h"
 
 static const double pi = 3.14159265358979323846;
 

@@ -17,7 +17,7 @@
 
 #include <stdint.h>
 
-#include "runtime/status.h"
+#include "graph/status.h"
 
 typedef enum fr_lr_kind {
     FR_LR_CONSTANT = 0,

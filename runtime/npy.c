@@ -2,8 +2,8 @@
  *   {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
  * parsed here by a small recursive-descent reader that accepts exactly what NumPy accepts:
  * the three keys, each once. */
-#include "npy.h"
-#include "safe_io.h"
+#include "runtime/npy.h"
+#include "graph/safe_io.h"
 
 #include <errno.h>
 #include <stdint.h>

@@ -16,7 +16,7 @@
 
 #include <stddef.h>
 
-#include "../graph/tensor.h"
+#include "graph/tensor.h"
 
 /* Read a .npy file into a new tensor (caller frees with fr_tensor_free). */
 fr_status fr_npy_load(const char *path, fr_tensor **out);

@@ -38,7 +38,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "runtime/fp8_format.h"
+#include "graph/fp8_format.h"
 
 #ifdef __CUDACC__
 #include <cuda_fp16.h>
@@ -130,7 +130,7 @@ FR_LOWP_FN float fr_lowp_sr_bf16(float p, uint64_t key, int64_t k)
 FR_LOWP_FN float fr_lowp_block_scale(float absmax) { return FR_LOWP_DIV(absmax, FR_E4M3_MAX); }
 
 /* E4M3 with saturation, round to nearest even: the sm_89+ conversion on the device, and
- * runtime/fp8_format.h's bit-exact emulation of it on the host. */
+ * graph/fp8_format.h's bit-exact emulation of it on the host. */
 FR_LOWP_FN uint8_t fr_lowp_e4m3(float x)
 {
 #ifdef __CUDA_ARCH__

@@ -43,7 +43,7 @@
 
 #include "graph/tensor.h"
 #include "runtime/optim_lowp.h"
-#include "runtime/status.h"
+#include "graph/status.h"
 
 typedef enum fr_opt_kind { FR_OPT_ADAMW = 1, FR_OPT_SGD = 2 } fr_opt_kind;
 

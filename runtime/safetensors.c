@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "graph/onnx_io_util.h"
-#include "runtime/fp8_format.h"
+#include "graph/fp8_format.h"
 
 static const struct {
     const char *s;

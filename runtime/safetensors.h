@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #include "graph/tensor.h"
-#include "runtime/status.h"
+#include "graph/status.h"
 
 #define FR_ST_MAX_HEADER ((uint64_t)100 * 1000 * 1000) /* as the reference implementation */
 

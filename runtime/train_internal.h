@@ -6,8 +6,8 @@
 #include "passes/pipeline.h"
 #include "passes/retie.h"
 #include "runtime/executor.h"
-#include "runtime/fp8_scaling.h"
-#include "runtime/rng.h"
+#include "graph/fp8_scaling.h"
+#include "graph/rng.h"
 #include "runtime/trainer.h"
 
 typedef struct fr_cuda_train fr_cuda_train; /* runtime/cuda/cuda_train.h */

@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "runtime/fbs.h"
-#include "runtime/fp8_format.h"
-#include "runtime/option_choices.h"
+#include "graph/fp8_format.h"
+#include "graph/option_choices.h"
 #include "runtime/cuda/cuda_probe.h"
 #include "runtime/train_internal.h"
 #ifdef FP8RUN_HAVE_CUDA

@@ -1,5 +1,5 @@
 /* CLI runner for tests (see cli_runner.h). */
-#include "cli_runner.h"
+#include "tests/cli_runner.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#include "harness.h"
+#include "tests/harness.h"
 
 extern char cli_tmp[512];         /* the working folder (cli_suite_init) */
 extern char *cli_out, *cli_err;   /* the last command's stdout and stderr */

@@ -4,8 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fuse_test_util.h"
-#include "gradcheck.h"
+#include "ops/op.h"
+#include "tests/fuse_test_util.h"
+#include "tests/gradcheck.h"
 #include "graph/onnx_io.h"
 #include "passes/passes.h"
 #include "runtime/npy.h"

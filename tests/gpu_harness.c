@@ -1,5 +1,5 @@
 /* GPU op test support (see gpu_harness.h). */
-#include "gpu_harness.h"
+#include "tests/gpu_harness.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -7,7 +7,7 @@
 #include <string.h>
 
 #ifdef FP8RUN_HAVE_CUDA
-#include "runtime/cuda/cuda_kernel.h"
+#include "ops/cuda/cuda_kernel.h"
 static fr_cuda_ctx *g_ctx;
 #endif
 

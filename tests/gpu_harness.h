@@ -13,7 +13,7 @@
 #ifndef FR_GPU_HARNESS_H
 #define FR_GPU_HARNESS_H
 
-#include "op_harness.h"
+#include "tests/op_harness.h"
 
 /* 1 when the CUDA backend is built and a device answers (the first call prints why not). */
 int gpu_available(void);

@@ -1,5 +1,5 @@
 /* Central-difference gradient checks (see gradcheck.h). */
-#include "gradcheck.h"
+#include "tests/gradcheck.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -10,7 +10,7 @@
 #define FR_GRADCHECK_H
 
 #include "graph/ir.h"
-#include "harness.h"
+#include "tests/harness.h"
 
 /* A constant input value named `name` filled with random N(0,1) values (float) or the given
  * integer data (ints may be NULL for float inputs). Returns its value id. */

@@ -1,5 +1,5 @@
 /* Shared test utilities (see harness.h). */
-#include "harness.h"
+#include "tests/harness.h"
 
 #include <CUnit/Basic.h>
 #include <math.h>
@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/status.h"
+#include "graph/status.h"
 
 static uint64_t salt;
 

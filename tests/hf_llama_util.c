@@ -1,10 +1,10 @@
 /* The transformers Llama fixture through the public API (see hf_llama_util.h). */
-#include "hf_llama_util.h"
+#include "tests/hf_llama_util.h"
 
 #include <math.h>
 #include <stdio.h>
 
-#include "cli_runner.h"
+#include "tests/cli_runner.h"
 
 int64_t hf_win[HF_B * (HF_T + 1)];
 

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "fp8run.h"
-#include "harness.h"
+#include "tests/harness.h"
 
 #define HF_MODEL "hf/llama_op18_static/model.onnx"
 #define HF_B 2

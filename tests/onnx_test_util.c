@@ -1,6 +1,6 @@
 /* Helpers shared by the ONNX import/export tests (see onnx_test_util.h). */
 #define _XOPEN_SOURCE 700 /* nftw */
-#include "onnx_test_util.h"
+#include "tests/onnx_test_util.h"
 
 #include <ftw.h>
 #include <stdio.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "harness.h"
+#include "tests/harness.h"
 
 static void **kept;
 static int n_kept, cap_kept;

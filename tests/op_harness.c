@@ -1,5 +1,5 @@
 /* One-node runner and tensor helpers for the forward op tests (see op_harness.h). */
-#include "op_harness.h"
+#include "tests/op_harness.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -17,7 +17,7 @@
 #define FR_OP_HARNESS_H
 
 #include "graph/ir.h"
-#include "harness.h"
+#include "tests/harness.h"
 #include "ops/op.h"
 
 #define TN_MAX 8 /* inputs / outputs a test node can have */

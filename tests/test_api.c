@@ -16,7 +16,7 @@
 
 #include "fp8run.h"
 #include "graph/onnx_io.h"
-#include "harness.h"
+#include "tests/harness.h"
 
 /* ---- helpers ---- */
 

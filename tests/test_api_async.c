@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "fp8run.h"
-#include "harness.h"
+#include "tests/harness.h"
 
 #define API_OK(expr)                                                                                 \
     do {                                                                                             \

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli_runner.h"
+#include "tests/cli_runner.h"
 #include "fp8run.h"
 #include "runtime/api_internal.h"
 

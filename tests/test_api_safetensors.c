@@ -14,10 +14,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli_runner.h"
+#include "tests/cli_runner.h"
 #include "fp8run.h"
-#include "harness.h"
-#include "hf_llama_util.h"
+#include "tests/harness.h"
+#include "tests/hf_llama_util.h"
 #include "runtime/safetensors.h"
 
 #define MODEL HF_MODEL

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "fp8run.h"
-#include "harness.h"
+#include "tests/harness.h"
 
 #define STEPS 6
 

@@ -13,8 +13,9 @@
 #include <string.h>
 
 #include "fp8run.h"
-#include "fuse_test_util.h"
-#include "gradcheck.h"
+#include "ops/op.h"
+#include "tests/fuse_test_util.h"
+#include "tests/gradcheck.h"
 #include "graph/onnx_io.h"
 #include "passes/attention_fuse.h"
 #include "passes/passes.h"

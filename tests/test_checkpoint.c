@@ -7,7 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "tests/harness.h"
 #include "runtime/checkpoint.h"
 #include "runtime/crc32c.h"
 

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli_runner.h"
+#include "tests/cli_runner.h"
 #include "graph/onnx_io.h"
 #include "runtime/npy.h"
 

@@ -3,10 +3,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "harness.h"
+#include "tests/harness.h"
 #include "ops/op.h"
 #ifdef FP8RUN_HAVE_CUDA
-#include "runtime/cuda/cuda_kernel.h"
+#include "ops/cuda/cuda_kernel.h"
 #endif
 
 static void test_every_op_has_a_cuda_kernel(void)

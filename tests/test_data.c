@@ -8,9 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "tests/harness.h"
 #include "runtime/data.h"
-#include "runtime/rng.h"
+#include "graph/rng.h"
 
 static char dir[512];
 

@@ -8,9 +8,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cli_runner.h"
+#include "tests/cli_runner.h"
 #include "graph/onnx_io.h"
-#include "harness.h"
+#include "tests/harness.h"
 #include "runtime/dist.h"
 #include "runtime/trainer.h"
 

@@ -19,7 +19,7 @@
 
 #include "graph/base64.h"
 #include "graph/onnx_io.h"
-#include "harness.h"
+#include "tests/harness.h"
 #include "runtime/executor.h"
 #include "runtime/fbs.h"
 #include "runtime/trainer.h"

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gradcheck.h"
+#include "tests/gradcheck.h"
 #include "ops/linear.h"
 #include "passes/autodiff.h"
 #include "passes/fp8_compile.h"

@@ -1,6 +1,6 @@
 /* FP8 (E4M3FN, E5M2) and BF16 number formats.
  *
- * The reference here is independent of runtime/fp8_format.c: fp8 values are decoded by hand
+ * The reference here is independent of graph/fp8_format.c: fp8 values are decoded by hand
  * from the bit fields with ldexp() in double, and float -> fp8 is found by walking the sorted
  * list of representable values and the exact midpoints between neighbours (a value equal to
  * a midpoint takes the even code). The library instead rounds the float's bit pattern with
@@ -18,8 +18,8 @@
 #include <time.h>
 
 #include "graph/tensor.h"
-#include "harness.h"
-#include "runtime/fp8_format.h"
+#include "tests/harness.h"
+#include "graph/fp8_format.h"
 
 static uint32_t bits_of(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static float float_of(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }

@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
-#include "runtime/fp8_format.h"
-#include "runtime/fp8_scaling.h"
+#include "tests/harness.h"
+#include "graph/fp8_format.h"
+#include "graph/fp8_scaling.h"
 
 /* history 4, max, margin 1, interval 2, E4M3 (max 448): recomputed on updates 0, 2, 4, ...
  *   k  amax  history (ring)      recompute?  max   scale = 448 / max / 2

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "graph/onnx_io.h"
-#include "harness.h"
+#include "tests/harness.h"
 #include "runtime/trainer.h"
 
 #define V 128

@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_harness.h"
+#include "tests/gpu_harness.h"
 #ifdef FP8RUN_HAVE_CUDA
-#include "runtime/cuda/cuda_kernel.h"
+#include "ops/cuda/cuda_kernel.h"
 #endif
 
 #define TOL_F32 1e-5

@@ -23,8 +23,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cli_runner.h"
-#include "gpu_harness.h"
+#include "tests/cli_runner.h"
+#include "tests/gpu_harness.h"
 #include "graph/onnx_io.h"
 #include "runtime/trainer.h"
 #ifdef FP8RUN_HAVE_CUDA

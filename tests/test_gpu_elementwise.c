@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_harness.h"
-#include "runtime/fp8_format.h"
+#include "tests/gpu_harness.h"
+#include "graph/fp8_format.h"
 
 #define TOL32 1e-5
 #define TOL64 1e-12

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_harness.h"
+#include "tests/gpu_harness.h"
 
 static double tol_of(fr_dtype dt) { return dt == FR_F64 ? 1e-12 : 1e-5; }
 

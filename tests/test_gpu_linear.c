@@ -17,10 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_harness.h"
+#include "tests/gpu_harness.h"
 #include "ops/linear.h"
 #ifdef FP8RUN_HAVE_CUDA
-#include "runtime/cuda/cuda_kernel.h"
+#include "ops/cuda/cuda_kernel.h"
 #endif
 
 /* ---- comparing one output ---- */

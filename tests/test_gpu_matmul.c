@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_harness.h"
+#include "tests/gpu_harness.h"
 
 /* Run t on the CPU and the GPU and compare (gpu_check); print the case on failure. */
 static int compare_node(tnode *t, double tol, const char *label)

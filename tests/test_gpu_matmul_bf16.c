@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_harness.h"
+#include "tests/gpu_harness.h"
 
 static void check(fr_rng *r, int rank, const int64_t *da, const int64_t *db, int ta, int tb, const char *prec)
 {

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_harness.h"
+#include "tests/gpu_harness.h"
 #include "runtime/optimizer.h"
 #ifdef FP8RUN_HAVE_CUDA
 #include <cuda_runtime.h>

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_harness.h"
+#include "tests/gpu_harness.h"
 
 #define TOL_F32 1e-6
 #define TOL_F64 1e-12

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_harness.h"
+#include "tests/gpu_harness.h"
 
 typedef struct rcase {
     int rx, rc, rs;

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_harness.h"
+#include "tests/gpu_harness.h"
 
 typedef struct shp {
     int r;

@@ -29,7 +29,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gpu_harness.h"
+#include "tests/gpu_harness.h"
 #include "graph/onnx_io.h"
 #include "runtime/trainer.h"
 #ifdef FP8RUN_HAVE_CUDA

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gradcheck.h"
+#include "tests/gradcheck.h"
 #include "ops/op.h"
 #include "passes/autodiff.h"
 

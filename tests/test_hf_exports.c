@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli_runner.h"
+#include "tests/cli_runner.h"
 #include "runtime/npy.h"
 
 #define REL_TOL 1e-4

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli_runner.h"
+#include "tests/cli_runner.h"
 #include "fp8run.h"
 #include "graph/onnx_io.h"
 #include "graph/params.h"

@@ -17,11 +17,11 @@
 
 #include <fp8run.h>
 
-#include "cli_runner.h"
+#include "tests/cli_runner.h"
 #include "runtime/api_internal.h"
 #include "graph/base64.h"
 #include "graph/onnx_io.h"
-#include "onnx_test_util.h"
+#include "tests/onnx_test_util.h"
 #include "runtime/checkpoint.h"
 #include "runtime/fbs.h"
 

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "tests/harness.h"
 #include "runtime/checkpoint.h"
 
 static char dir[400], path[600];

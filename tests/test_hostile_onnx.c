@@ -15,8 +15,8 @@
 #include <unistd.h>
 
 #include "graph/onnx_io.h"
-#include "harness.h"
-#include "onnx_test_util.h"
+#include "tests/harness.h"
+#include "tests/onnx_test_util.h"
 #include "runtime/npy.h"
 
 static char tmp[400];

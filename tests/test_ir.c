@@ -2,7 +2,7 @@
 #include <string.h>
 
 #include "graph/ir.h"
-#include "harness.h"
+#include "tests/harness.h"
 
 static void test_add_lookup(void)
 {

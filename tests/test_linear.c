@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gradcheck.h"
+#include "tests/gradcheck.h"
 #include "ops/linear.h"
 #include "passes/autodiff.h"
-#include "runtime/fp8_format.h"
+#include "graph/fp8_format.h"
 
 /* ---- reference numerics (independent of the library's conversion code paths) ---- */
 

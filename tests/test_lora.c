@@ -17,11 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli_runner.h"
+#include "tests/cli_runner.h"
 #include "fp8run.h"
-#include "gradcheck.h"
-#include "harness.h"
-#include "hf_llama_util.h"
+#include "tests/gradcheck.h"
+#include "tests/harness.h"
+#include "tests/hf_llama_util.h"
 #include "passes/autodiff.h"
 #include "passes/lora.h"
 #include "runtime/npy.h"

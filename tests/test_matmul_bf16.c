@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gradcheck.h"
+#include "tests/gradcheck.h"
 #include "graph/onnx_io.h"
-#include "op_harness.h"
+#include "tests/op_harness.h"
 #include "passes/autodiff.h"
 #include "runtime/trainer.h"
 

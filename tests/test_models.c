@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 
 #include "graph/onnx_io.h"
-#include "harness.h"
+#include "tests/harness.h"
 #include "ops/op.h"
 #include "passes/passes.h"
 #include "runtime/executor.h"

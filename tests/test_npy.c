@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "tests/harness.h"
 #include "runtime/npy.h"
 
 static const fr_dtype all_dtypes[] = {FR_F32, FR_F64, FR_F16, FR_I64, FR_I32, FR_I16,

@@ -14,8 +14,9 @@
 #include <unistd.h>
 
 #include "graph/onnx_io.h"
-#include "harness.h"
-#include "onnx_test_util.h"
+#include "ops/op.h"
+#include "tests/harness.h"
+#include "tests/onnx_test_util.h"
 
 /* mb_init as these models always were (IR 8, graph "bad", no producer): the prefix and
  * corruption tests walk every byte of one. */

@@ -13,8 +13,9 @@
 #include <unistd.h>
 
 #include "graph/onnx_io.h"
-#include "harness.h"
-#include "onnx_test_util.h"
+#include "ops/op.h"
+#include "tests/harness.h"
+#include "tests/onnx_test_util.h"
 
 /* ---- small test utilities ---- */
 

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gradcheck.h"
+#include "tests/gradcheck.h"
 #include "ops/attention.h"
 #include "passes/autodiff.h"
 

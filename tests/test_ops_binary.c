@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "op_harness.h"
+#include "tests/op_harness.h"
 
 /* Independent numpy broadcasting: the expected output shape. */
 static int bshape(int ra, const int64_t *da, int rb, const int64_t *db, int *r, int64_t *d)

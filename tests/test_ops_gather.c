@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "op_harness.h"
+#include "tests/op_harness.h"
 
 /* Random indices in [-n, n) (n > 0) of the given dtype and shape. */
 static fr_tensor *rand_indices(fr_rng *r, fr_dtype dt, int rank, const int64_t *dims, int64_t n)

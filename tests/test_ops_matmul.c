@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "op_harness.h"
+#include "tests/op_harness.h"
 
 /* ---- MatMul ---- */
 

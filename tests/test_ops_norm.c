@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "op_harness.h"
+#include "tests/op_harness.h"
 
 /* ---- cases (Scale / B shapes: tt_param_shape) ---- */
 

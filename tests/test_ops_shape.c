@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "op_harness.h"
+#include "tests/op_harness.h"
 
 /* y must hold exactly x's bytes (the reshaping ops) */
 static void assert_same_bytes(const fr_tensor *y, const fr_tensor *x)

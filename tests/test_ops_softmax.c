@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "op_harness.h"
+#include "tests/op_harness.h"
 
 /* Reference: each normalized group is the set of elements sharing the coordinates outside
  * the normalized dims (one dim for opset >= 13, all dims from axis on before), taken

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "op_harness.h"
-#include "runtime/fp8_format.h"
+#include "tests/op_harness.h"
+#include "graph/fp8_format.h"
 
 static int close_to(double got, double ref, double tol)
 {

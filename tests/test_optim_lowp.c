@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
+#include "tests/harness.h"
 #include "runtime/optimizer.h"
 
 /* E4M3 round to nearest even in float64 (saturating at 448): the reference encoder. */

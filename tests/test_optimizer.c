@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
+#include "tests/harness.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/optimizer.h"
 

@@ -16,8 +16,8 @@
 #include <string.h>
 
 #include "fp8run.h"
-#include "fuse_test_util.h"
-#include "harness.h"
+#include "tests/fuse_test_util.h"
+#include "tests/harness.h"
 #include "passes/pipeline.h"
 #include "runtime/llama_gen.h"
 #include "runtime/train_internal.h"

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli_runner.h"
+#include "tests/cli_runner.h"
 
 /* A minimal XML well-formedness check: every tag closes in order, attributes are quoted, text
  * has no raw '<' and only known entities. Returns NULL or what is wrong. */

@@ -6,7 +6,7 @@
 
 #include <fp8run.h>
 
-#include "cli_runner.h"
+#include "tests/cli_runner.h"
 
 /* Every token of a token file, read through the public data loader (one window of the whole
  * file): proves the loader accepts the format. Returns the count, -1 on failure. */

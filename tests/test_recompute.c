@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "graph/onnx_io.h"
-#include "harness.h"
+#include "tests/harness.h"
 #include "passes/recompute.h"
 #include "runtime/llama_gen.h"
 #include "runtime/train_internal.h"

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "graph/onnx_io.h"
-#include "gradcheck.h"
+#include "tests/gradcheck.h"
 #include "passes/autodiff.h"
 #include "passes/retie.h"
 #include "passes/unshare.h"

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gradcheck.h"
+#include "tests/gradcheck.h"
 #include "passes/autodiff.h"
 #include "passes/passes.h"
 #include "passes/rotary_embedding.h"

@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fuse_test_util.h"
-#include "gradcheck.h"
+#include "tests/fuse_test_util.h"
+#include "tests/gradcheck.h"
 #include "graph/onnx_io.h"
 #include "passes/autodiff.h"
 #include "passes/passes.h"

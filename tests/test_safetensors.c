@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "tests/harness.h"
 #include "runtime/safetensors.h"
 
 /* ---- helpers ---- */

@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli_runner.h"
+#include "tests/cli_runner.h"
 
 static char common[2048];
 

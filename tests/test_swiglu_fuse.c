@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fuse_test_util.h"
-#include "gradcheck.h"
+#include "tests/fuse_test_util.h"
+#include "tests/gradcheck.h"
 #include "passes/autodiff.h"
 #include "passes/swiglu_fuse.h"
 #include "runtime/llama_gen.h"

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli_runner.h"
+#include "tests/cli_runner.h"
 #include "graph/onnx_io.h"
 
 static double json_num(const char *json, const char *key)

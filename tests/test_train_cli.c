@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "graph/onnx_io.h"
-#include "cli_runner.h"
+#include "tests/cli_runner.h"
 
 /* ---- fixtures made here ---- */
 

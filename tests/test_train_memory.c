@@ -9,7 +9,7 @@
 
 #include "fp8run.h"
 #include "graph/onnx_io.h"
-#include "harness.h"
+#include "tests/harness.h"
 #include "runtime/train_internal.h"
 #include "runtime/train_memory.h"
 

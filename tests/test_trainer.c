@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "graph/onnx_io.h"
-#include "harness.h"
+#include "tests/harness.h"
 #include "passes/attention_fuse.h"
 #include "passes/gelu_fuse.h"
 #include "passes/rmsnorm_fuse.h"

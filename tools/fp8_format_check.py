@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Cross-check fp8run's FP8/BF16 conversions (runtime/fp8_format.h, graph/tensor.c) against
+"""Cross-check fp8run's FP8/BF16 conversions (graph/fp8_format.h, graph/tensor.c) against
 ml_dtypes (float8_e4m3fn, float8_e5m2, bfloat16) on a few million random and edge-case floats.
 
 Builds a small C helper in a temporary directory that converts a binary file of float32
@@ -28,7 +28,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HELPER = r"""
 #include <stdio.h>
 #include <stdlib.h>
-#include "runtime/fp8_format.h"
+#include "graph/fp8_format.h"
 /* in: n float32; out: n bytes each of e4m3 sat, e4m3 nosat, e5m2 sat, e5m2 nosat, then
  * n uint16 bf16, then the 256 + 256 decoded codes as float32. */
 int main(int argc, char **argv)
@@ -71,7 +71,7 @@ def build_helper(tmp, cc):
     with open(src, "w") as f:
         f.write(HELPER)
     cmd = [cc, "-std=c11", "-O2", "-Wall", "-Wextra", "-D_POSIX_C_SOURCE=200809L", "-I" + REPO,
-           src, os.path.join(REPO, "graph", "tensor.c"), os.path.join(REPO, "runtime", "status.c"),
+           src, os.path.join(REPO, "graph", "tensor.c"), os.path.join(REPO, "graph", "status.c"),
            "-lm", "-o", exe]
     subprocess.run(cmd, check=True)
     return exe

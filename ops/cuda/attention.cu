@@ -23,9 +23,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "attention_flash.cuh"
-#include "attention_masked.cuh"
-#include "cuda_util.cuh"
+#include "ops/cuda/attention_flash.cuh"
+#include "ops/cuda/attention_masked.cuh"
+#include "ops/cuda/cuda_util.cuh"
 
 namespace fr_attn {
 namespace {

@@ -8,9 +8,9 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
-#include "../../runtime/cuda/cuda_kernel.h"
+#include "ops/cuda/cuda_kernel.h"
 extern "C" {
-#include "../attention.h"
+#include "ops/attention.h"
 }
 
 namespace fr_attn {

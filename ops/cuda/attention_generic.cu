@@ -6,8 +6,8 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "attention_flash.cuh"
-#include "cuda_util.cuh"
+#include "ops/cuda/attention_flash.cuh"
+#include "ops/cuda/cuda_util.cuh"
 
 namespace fr_attn {
 namespace {

@@ -10,8 +10,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "attention_masked.cuh"
-#include "cuda_util.cuh"
+#include "ops/cuda/attention_masked.cuh"
+#include "ops/cuda/cuda_util.cuh"
 
 namespace {
 

@@ -4,9 +4,9 @@
 #ifndef FR_ATTENTION_MASKED_CUH
 #define FR_ATTENTION_MASKED_CUH
 
-#include "../../runtime/cuda/cuda_kernel.h"
+#include "ops/cuda/cuda_kernel.h"
 extern "C" {
-#include "../attention.h"
+#include "ops/attention.h"
 }
 
 /* mask: the mask input's tensor (NULL: none). */

@@ -2,7 +2,7 @@
 #ifndef FR_CUDA_UTIL_CUH
 #define FR_CUDA_UTIL_CUH
 
-#include "../../runtime/cuda/cuda_kernel.h"
+#include "ops/cuda/cuda_kernel.h"
 
 /* Record the first error of a step in the context's device error word (see cuda_kernel.h). */
 __device__ inline void fr_dev_error(int *word, int code, int node_index, long long value, long long bound)

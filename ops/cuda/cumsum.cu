@@ -9,9 +9,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../../runtime/cuda/cuda_kernel.h"
-#include "cuda_util.cuh"
-#include "reduce_engine.cuh"
+#include "ops/cuda/cuda_kernel.h"
+#include "ops/cuda/cuda_util.cuh"
+#include "ops/cuda/reduce_engine.cuh"
 
 namespace {
 

@@ -1,10 +1,10 @@
-/* CUDA kernels of the elementwise family (see runtime/cuda/cuda_kernel.h for the contract):
+/* CUDA kernels of the elementwise family (see ops/cuda/cuda_kernel.h for the contract):
  * the table, and the host-side broadcast geometry and error flag shared by
  * elementwise_unary.cu (unary math, predicates, Cast, Clip, Identity, Dropout),
  * elementwise_binary.cu (arithmetic, comparisons, logic, Pow, Where, Expand) and
  * elementwise_grad.cu (ActivationGrad, PowGrad, FmodGrad, ExtremumGrad, ClipGrad).
  * Semantics are those of ops/unary.c, ops/binary.c and ops/elementwise_grad.c. */
-#include "elementwise_util.cuh"
+#include "ops/cuda/elementwise_util.cuh"
 
 /* ---- broadcast geometry (the collapse of ops/elementwise_util.c) ---- */
 
@@ -108,7 +108,7 @@ fr_status ew_flag_begin(const fr_cuda_kctx *k, unsigned **flag)
 extern "C" const fr_cuda_kernel_def fr_cuda_kernels_elementwise[] = {
     /* ops/unary.c: the rows of ops/ew_unary.def, then the rest */
 #define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD) {NAME, DOMAIN, ew_unary_run, NULL},
-#include "../ew_unary.def"
+#include "ops/ew_unary.def"
     {"Gelu", FR_DOMAIN_FP8RUN, ew_unary_run, NULL}, /* ai.fp8run::Gelu: the same op below opset 20 */
     EW_K("IsNaN", ew_pred_run, NULL),
     EW_K("IsInf", ew_pred_run, NULL),
@@ -123,7 +123,7 @@ extern "C" const fr_cuda_kernel_def fr_cuda_kernels_elementwise[] = {
 #define FR_BIN_OP(ID, NAME, DOMAIN, OPSET, MATH, DTYPES, VARIADIC, GRAD)                     \
     {NAME, DOMAIN, ew_binary_run, FR_BM_RAISES_##MATH ? ew_flag_scratch : NULL},
 #define FR_BIN_VARIANT(ID, NAME, DOMAIN, MATH, DTYPES, VARIADIC, GRAD) /* not an op */
-#include "../ew_binary.def"
+#include "ops/ew_binary.def"
     EW_K("Pow", ew_pow_run, ew_flag_scratch),
     EW_K("Where", ew_where_run, NULL),
     EW_K("Expand", ew_expand_run, NULL),

@@ -12,7 +12,7 @@
  * and raises the node's error flag (elementwise_util.cuh). */
 #include <type_traits>
 
-#include "elementwise_util.cuh"
+#include "ops/cuda/elementwise_util.cuh"
 
 namespace {
 
@@ -30,15 +30,15 @@ struct uns<T, true> {
 
 constexpr int bm_dts[] = {
 #define FR_BIN_MATH(ID, OUT_BOOL, RAISES, F, I, B) FR_BM_DTS_##ID,
-#include "../ew_binary.def"
+#include "ops/ew_binary.def"
 };
 constexpr int bm_out_bool[] = {
 #define FR_BIN_MATH(ID, OUT_BOOL, RAISES, F, I, B) OUT_BOOL,
-#include "../ew_binary.def"
+#include "ops/ew_binary.def"
 };
 constexpr int bm_raises[] = {
 #define FR_BIN_MATH(ID, OUT_BOOL, RAISES, F, I, B) RAISES,
-#include "../ew_binary.def"
+#include "ops/ew_binary.def"
 };
 
 template <int OP, typename T>
@@ -59,7 +59,7 @@ __device__ __forceinline__ bin_out_t<OP, T> bin_op(T a, T b, unsigned *bad)
         else                                                                                 \
             return (TY)(EW_EXPR(F));                                                         \
     } else
-#include "../ew_binary.def"
+#include "ops/ew_binary.def"
         return (TY)(UT)0;
 }
 
@@ -105,7 +105,7 @@ fr_status bin_run_op(const fr_cuda_kctx *k, int op, fr_dtype dt, const fr_tensor
     switch (op) {
 #define FR_BIN_MATH(ID, OUT_BOOL, RAISES, F, I, B)                                           \
     case FR_BM_##ID: return bin_dispatch<FR_BM_##ID>(k, dt, a, b, y, flag);
-#include "../ew_binary.def"
+#include "ops/ew_binary.def"
     }
     return fr_node_error(k->node, FR_ERR_INTERNAL, "binary op code %d", op);
 }
@@ -120,7 +120,7 @@ struct BinKind {
 const BinKind bin_kinds[] = {
 #define FR_BIN_OP(ID, NAME, DOMAIN, OPSET, MATH, DTYPES, VARIADIC, GRAD)                     \
     {NAME, FR_BM_##MATH, FR_BM_OUT_BOOL_##MATH, VARIADIC, DTYPES},
-#include "../ew_binary.def"
+#include "ops/ew_binary.def"
 };
 static_assert(sizeof bin_kinds / sizeof bin_kinds[0] == FR_BK_COUNT, "one kind per ew_binary.def op");
 

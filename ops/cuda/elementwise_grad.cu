@@ -9,7 +9,7 @@
  * to the CPU's sequential double sum up to double rounding). */
 #include <type_traits>
 
-#include "elementwise_util.cuh"
+#include "ops/cuda/elementwise_util.cuh"
 
 /* ---- ActivationGrad ---- */
 
@@ -19,24 +19,24 @@ namespace {
  * EW_ACT */
 const char *const ag_names[] = {
 #define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD) NAME,
-#include "../ew_unary.def"
+#include "ops/ew_unary.def"
 };
 static_assert(sizeof ag_names / sizeof ag_names[0] == FR_UN_COUNT, "one name per ew_unary.def row");
 constexpr int ag_rule[] = {
 #define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD) EW_RULE(GRAD),
-#include "../ew_unary.def"
+#include "ops/ew_unary.def"
 };
 constexpr int ag_in_double[] = { /* EW_ACT(.., DOUBLE, ..): float32 evaluates in double too */
 #define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD) EW_DX_DOUBLE(GRAD),
-#include "../ew_unary.def"
+#include "ops/ew_unary.def"
 };
 constexpr int ag_attrs[] = {
 #define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD) EW_ATTR_MASK(ATTRS),
-#include "../ew_unary.def"
+#include "ops/ew_unary.def"
 };
 constexpr float ag_alpha_default[] = {
 #define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD) EW_ALPHA_DEFAULT(ATTRS),
-#include "../ew_unary.def"
+#include "ops/ew_unary.def"
 };
 
 /* the row's dx in EW_T; GT: Gelu approximate="tanh" as a template parameter */
@@ -50,7 +50,7 @@ __device__ __forceinline__ EW_T ag_dx(EW_T g, EW_T v, double alpha)
 #define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD)                              \
     if constexpr (OP == FR_UN_##ID) return (EW_T)(EW_DX(GRAD));                              \
     else
-#include "../ew_unary.def"
+#include "ops/ew_unary.def"
         return g;
 }
 
@@ -123,7 +123,7 @@ fr_status ew_activation_grad_run(const fr_cuda_kctx *k)
     switch (code) {
 #define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD)                              \
     case FR_UN_##ID: return ag_launch<FR_UN_##ID>(k, dy->dtype, cnt, (double)alpha, gelu_tanh);
-#include "../ew_unary.def"
+#include "ops/ew_unary.def"
     }
     return fr_node_error(n, FR_ERR_INTERNAL, "activation gradient code %d", code);
 }

@@ -10,7 +10,7 @@
  * NaN payloads kept as x86 keeps them). */
 #include <type_traits>
 
-#include "elementwise_util.cuh"
+#include "ops/cuda/elementwise_util.cuh"
 
 namespace {
 
@@ -26,17 +26,17 @@ struct UnKind {
 
 const UnKind un_kinds[] = {
 #define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD) {NAME, FR_UN_##ID, EW_HAS(YINT), EW_ATTR_MASK(ATTRS), EW_ALPHA_DEFAULT(ATTRS)},
-#include "../ew_unary.def"
+#include "ops/ew_unary.def"
 };
 static_assert(sizeof un_kinds / sizeof un_kinds[0] == FR_UN_COUNT, "one kind per ew_unary.def row");
 
 constexpr int un_ints[] = {
 #define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD) EW_HAS(YINT),
-#include "../ew_unary.def"
+#include "ops/ew_unary.def"
 };
 constexpr int un_attrs[] = {
 #define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD) EW_ATTR_MASK(ATTRS),
-#include "../ew_unary.def"
+#include "ops/ew_unary.def"
 };
 
 /* float32/float64: the row's Y in the tensor's type. GT is Gelu's approximate="tanh" as a
@@ -50,7 +50,7 @@ __device__ __forceinline__ EW_T un_float(EW_T v, float alpha)
 #define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD)                              \
     if constexpr (OP == FR_UN_##ID) return (EW_T)(Y);                                        \
     else
-#include "../ew_unary.def"
+#include "ops/ew_unary.def"
         return v;
 }
 
@@ -62,7 +62,7 @@ __device__ __forceinline__ T un_int(T v)
 #define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD)                              \
     if constexpr (OP == FR_UN_##ID) return (T)(EW_EXPR(YINT));                               \
     else
-#include "../ew_unary.def"
+#include "ops/ew_unary.def"
         return (T)(UT)v;
 }
 
@@ -150,7 +150,7 @@ fr_status ew_unary_run(const fr_cuda_kctx *k)
     switch (kind->code) {
 #define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD)                              \
     case FR_UN_##ID: return un_dispatch<FR_UN_##ID>(k, dt, cnt, alpha, gelu_tanh);
-#include "../ew_unary.def"
+#include "ops/ew_unary.def"
     }
     return fr_node_error(n, FR_ERR_INTERNAL, "unary op code %d", kind->code);
 }

@@ -1,6 +1,6 @@
 /* Private machinery of the CUDA elementwise family (ops/cuda/elementwise*.cu): launch sizes,
  * numpy-broadcast geometry, the device error flag, and bit-exact ports of the CPU's number
- * format conversions (graph/tensor.c, runtime/fp8_format.h).
+ * format conversions (graph/tensor.c, graph/fp8_format.h).
  *
  * Broadcast geometry (EwGeom) is the CUDA side of ops/elementwise_util.c: the output's index
  * space with size-1 dims dropped and adjacent dims merged where every operand stays linear.
@@ -21,8 +21,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../../runtime/cuda/cuda_kernel.h"
-#include "../ew_math.h" /* the op lists, the scalar math, EW_FLAG_* and ew_raise */
+#include "ops/cuda/cuda_kernel.h"
+#include "ops/ew_math.h" /* the op lists, the scalar math, EW_FLAG_* and ew_raise */
 
 #define EW_THREADS 256
 #define EW_MAX_IN 4 /* inputs of one broadcast kernel (Where, PowGrad, FmodGrad have 3) */
@@ -156,7 +156,7 @@ static fr_status ew_launch_flat(const fr_cuda_kctx *k, int64_t n, const F &f, co
     return fr_cuda_check_launch(k->node, name);
 }
 
-/* ---- number formats, bit for bit as the CPU (graph/tensor.c, runtime/fp8_format.h) ---- */
+/* ---- number formats, bit for bit as the CPU (graph/tensor.c, graph/fp8_format.h) ---- */
 
 __device__ __forceinline__ float ew_f16_to_f32(uint16_t h)
 {

@@ -1,4 +1,4 @@
-/* CUDA kernels of the gather family (see runtime/cuda/cuda_kernel.h for the contract and
+/* CUDA kernels of the gather family (see ops/cuda/cuda_kernel.h for the contract and
  * ops/gather.c for the semantics matched here): Gather, GatherElements, GatherND and their
  * scatter-add backward ops GatherGrad, GatherElementsGrad, GatherNDGrad (ai.fp8run).
  *
@@ -27,8 +27,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../../runtime/cuda/cuda_kernel.h"
-#include "../gather_plan.h"
+#include "ops/cuda/cuda_kernel.h"
+#include "ops/gather_plan.h"
 
 /* The record at offset 0 of every gather-family node's scratch (see above). */
 typedef struct fr_gather_index_error {

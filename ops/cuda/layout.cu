@@ -1,4 +1,4 @@
-/* CUDA kernels of the layout family (see runtime/cuda/cuda_kernel.h for the contract):
+/* CUDA kernels of the layout family (see ops/cuda/cuda_kernel.h for the contract):
  * ops/layout.c and ops/slice_tile.c: Transpose, Concat, Split, Slice, Trilu, Tile, SliceGrad,
  * TileGrad (the shape ops of ops/shape.c are in shape.cu; what both use in layout_util.cuh).
  *
@@ -23,9 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../runtime/cuda/cuda_kernel.h"
-#include "../layout_plan.h"
-#include "layout_util.cuh"
+#include "ops/cuda/cuda_kernel.h"
+#include "ops/layout_plan.h"
+#include "ops/cuda/layout_util.cuh"
 
 namespace {
 

@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "../../runtime/cuda/cuda_kernel.h"
+#include "ops/cuda/cuda_kernel.h"
 
 namespace {
 

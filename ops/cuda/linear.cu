@@ -36,11 +36,11 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../../runtime/cuda/cuda_gemm.h"
-#include "quantize.cuh"
+#include "ops/cuda/cuda_gemm.h"
+#include "ops/cuda/quantize.cuh"
 
 extern "C" {
-#include "../linear.h"
+#include "ops/linear.h"
 }
 
 /* ---- attributes (the CPU's read_cfg) ---- */

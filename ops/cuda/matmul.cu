@@ -1,4 +1,4 @@
-/* CUDA kernels of the matmul family: MatMul, Gemm (cuBLASLt through runtime/cuda/cuda_gemm.h)
+/* CUDA kernels of the matmul family: MatMul, Gemm (cuBLASLt through ops/cuda/cuda_gemm.h)
  * and Einsum (a direct kernel). Same semantics as ops/matmul.c and ops/einsum.c:
  *  - MatMul: numpy matmul; 1-D operands promoted ([K] -> [1, K] for A, [K, 1] for B); batch
  *    dims broadcast. When B has no batch of its own the batch folds into M (one GEMM, as on
@@ -16,7 +16,7 @@
 #include <cuda_bf16.h>
 #include <string.h>
 
-#include "../../runtime/cuda/cuda_gemm.h"
+#include "ops/cuda/cuda_gemm.h"
 
 #define THREADS 256
 

@@ -1,4 +1,4 @@
-/* CUDA kernels of the norm family (see runtime/cuda/cuda_kernel.h for the contract):
+/* CUDA kernels of the norm family (see ops/cuda/cuda_kernel.h for the contract):
  * LayerNormalization, RMSNormalization and their fused backward ops LayerNormGrad /
  * RMSNormGrad (ops/norm.c), float32 and float64, Scale / B broadcast unidirectionally to X.
  *
@@ -19,7 +19,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../../runtime/cuda/cuda_kernel.h"
+#include "ops/cuda/cuda_kernel.h"
 
 namespace {
 

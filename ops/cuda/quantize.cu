@@ -3,7 +3,7 @@
 #include <cuda_fp8.h>
 #include <float.h>
 
-#include "quantize.cuh"
+#include "ops/cuda/quantize.cuh"
 
 #define FULL_MASK 0xFFFFFFFFu
 #define NAN_BITS 0x7FC00000u /* the canonical NaN fr_amax returns */

@@ -1,5 +1,5 @@
 /* FP8 quantization kernels of the Linear family (ops/cuda/quantize.cu), producing the exact
- * bytes of the CPU emulation (runtime/fp8_format.h, runtime/fp8_scaling.c):
+ * bytes of the CPU emulation (graph/fp8_format.h, graph/fp8_scaling.c):
  *   code = cvt.rn.satfinite(x * scale)   (float32 product, one rounding, then CUDA's
  *                                        __nv_cvt_float_to_fp8 with __NV_SATFINITE)
  *   scale = ldexpf(fp8_max / amax, -margin) clamped to [FLT_MIN, FLT_MAX], amax 0 -> 1
@@ -23,7 +23,7 @@
 #ifndef FR_OPS_CUDA_QUANTIZE_CUH
 #define FR_OPS_CUDA_QUANTIZE_CUH
 
-#include "../../runtime/cuda/cuda_kernel.h"
+#include "ops/cuda/cuda_kernel.h"
 
 #define FR_Q_SLOTS 2 /* fp8 operands per GEMM */
 

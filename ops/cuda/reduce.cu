@@ -1,4 +1,4 @@
-/* CUDA kernels of the reduce family (see runtime/cuda/cuda_kernel.h for the contract):
+/* CUDA kernels of the reduce family (see ops/cuda/cuda_kernel.h for the contract):
  * ReduceSum/Mean/Max/Min/Prod/SumSquare/L1/L2/LogSumExp, ArgMax/ArgMin and ReduceGrad
  * (ops/reduce.c), SumToShape and Dot (ops/grad_ops.c), CumSum (ops/cumsum.c), with the CPU
  * kernels' semantics: axes as attribute or constant input by opset, keepdims,
@@ -12,9 +12,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../../runtime/cuda/cuda_kernel.h"
-#include "cuda_util.cuh"
-#include "reduce_engine.cuh"
+#include "ops/cuda/cuda_kernel.h"
+#include "ops/cuda/cuda_util.cuh"
+#include "ops/cuda/reduce_engine.cuh"
 
 namespace {
 

@@ -1,4 +1,4 @@
-/* CUDA kernels of the shape ops (ops/shape.c; see runtime/cuda/cuda_kernel.h for the contract):
+/* CUDA kernels of the shape ops (ops/shape.c; see ops/cuda/cuda_kernel.h for the contract):
  * Reshape, Squeeze, Unsqueeze, Flatten, Shape, Size, ConstantOfShape, Range, Constant.
  *
  * Everything but Range moves elements by size, never by type, so every dtype comes out
@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../runtime/cuda/cuda_kernel.h"
-#include "layout_util.cuh"
+#include "ops/cuda/cuda_kernel.h"
+#include "ops/cuda/layout_util.cuh"
 
 namespace {
 

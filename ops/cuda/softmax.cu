@@ -1,4 +1,4 @@
-/* CUDA kernels of the softmax family (see runtime/cuda/cuda_kernel.h for the contract):
+/* CUDA kernels of the softmax family (see ops/cuda/cuda_kernel.h for the contract):
  * Softmax, LogSoftmax, SoftmaxGrad, LogSoftmaxGrad (ops/softmax.c) and the loss head
  * SoftmaxCrossEntropy(+Grad) (ops/loss.c), float32 and float64, with the CPU's conventions
  * (opset < 13 flattens the trailing dims at axis, opset >= 13 normalizes one axis; the
@@ -23,8 +23,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../../runtime/cuda/cuda_kernel.h"
-#include "cuda_util.cuh"
+#include "ops/cuda/cuda_kernel.h"
+#include "ops/cuda/cuda_util.cuh"
 
 namespace {
 

@@ -10,10 +10,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../../runtime/cuda/cuda_kernel.h"
-#include "cuda_util.cuh"
+#include "ops/cuda/cuda_kernel.h"
+#include "ops/cuda/cuda_util.cuh"
 extern "C" {
-#include "../swiglu.h"
+#include "ops/swiglu.h"
 }
 
 namespace {

@@ -1,6 +1,6 @@
 /* Built when fp8run is compiled without the CUDA backend: the device queries answer
  * "no CUDA" so callers can give a clear message. */
-#include "cuda_probe.h"
+#include "runtime/cuda/cuda_probe.h"
 
 int fr_cuda_compiled(void) { return 0; }
 

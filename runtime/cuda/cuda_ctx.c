@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_kernel.h"
+#include "ops/cuda/cuda_kernel.h"
 
 
 fr_status fr_cuda_status(cudaError_t e, const char *what, const char *file, int line)

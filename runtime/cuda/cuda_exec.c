@@ -1,6 +1,6 @@
 /* The CUDA executor (see cuda_exec.h): a liveness plan over one device arena, constants
  * uploaded once, views that alias their input, kernels queued on one stream. */
-#include "cuda_exec.h"
+#include "runtime/cuda/cuda_exec.h"
 
 #include <limits.h>
 #include <stdio.h>

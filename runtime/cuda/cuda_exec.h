@@ -1,5 +1,5 @@
 /* The CUDA executor: runs a prepared graph on one device, node by node, with the kernels of
- * runtime/cuda/cuda_kernel.h, all on the context's stream.
+ * ops/cuda/cuda_kernel.h, all on the context's stream.
  *
  * Memory, planned once from the static shapes (nothing is allocated per run):
  *  - constants (initializers, folded values, FP8 state) are uploaded once into one device
@@ -18,7 +18,7 @@
 #ifndef FR_CUDA_EXEC_H
 #define FR_CUDA_EXEC_H
 
-#include "cuda_kernel.h"
+#include "ops/cuda/cuda_kernel.h"
 
 #ifdef __cplusplus
 extern "C" {

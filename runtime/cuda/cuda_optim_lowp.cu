@@ -7,7 +7,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 
-#include "cuda_train_kernels.h"
+#include "runtime/cuda/cuda_train_kernels.h"
 #include "runtime/optim_lowp.h"
 
 static_assert(FR_MT_CHUNK % FR_LOWP_BLOCK == 0, "an fp8 block must not straddle two chunks");

@@ -1,7 +1,7 @@
 /* Device discovery through the CUDA runtime. */
 #include <cuda_runtime.h>
 
-#include "cuda_probe.h"
+#include "runtime/cuda/cuda_probe.h"
 
 extern "C" int fr_cuda_compiled(void) { return 1; }
 

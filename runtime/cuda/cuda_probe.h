@@ -6,7 +6,7 @@
 extern "C" {
 #endif
 
-#include "../status.h"
+#include "graph/status.h"
 
 /* 1 when the library was built with the CUDA backend. */
 int fr_cuda_compiled(void);

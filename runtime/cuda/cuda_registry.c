@@ -1,7 +1,7 @@
 /* The CUDA kernel registry: the family tables of ops/cuda/<family>.cu, searched by (domain, op). */
 #include <string.h>
 
-#include "cuda_kernel.h"
+#include "ops/cuda/cuda_kernel.h"
 
 static const fr_cuda_kernel_def *const families[] = {
     fr_cuda_kernels_elementwise, fr_cuda_kernels_reduce, fr_cuda_kernels_softmax, fr_cuda_kernels_norm,

@@ -1,5 +1,5 @@
 /* The trainer on a CUDA device (see cuda_train.h). */
-#include "cuda_train.h"
+#include "runtime/cuda/cuda_train.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_exec.h"
-#include "cuda_train_kernels.h"
-#include "dist_train.h"
-#include "runtime/fp8_format.h"
+#include "runtime/cuda/cuda_exec.h"
+#include "runtime/cuda/cuda_train_kernels.h"
+#include "runtime/cuda/dist_train.h"
+#include "graph/fp8_format.h"
 #include "runtime/optim_lowp.h"
 
 struct fr_cuda_train {

@@ -11,7 +11,7 @@
 #include <float.h>
 #include <math.h>
 
-#include "cuda_train_kernels.h"
+#include "runtime/cuda/cuda_train_kernels.h"
 
 #define THREADS 256
 
@@ -133,7 +133,7 @@ __global__ void k_micro_scalars(const float *loss, float *loss_sum, int first, c
     }
 }
 
-/* ---- delayed scaling (runtime/fp8_scaling.c: fr_fp8_scaling_update) ---- */
+/* ---- delayed scaling (graph/fp8_scaling.c: fr_fp8_scaling_update) ---- */
 
 __global__ void k_scaling_update(fr_scaling_dev st, int n, const float *step_amax, const fr_step_scalars *s)
 {

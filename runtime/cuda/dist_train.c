@@ -1,10 +1,10 @@
 /* The device trainer's data-parallel hooks (dist_train.h). */
-#include "dist_train.h"
+#include "runtime/cuda/dist_train.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "nccl_comm.h"
+#include "runtime/cuda/nccl_comm.h"
 #include "runtime/dist.h"
 
 struct fr_dist_train {

@@ -1,5 +1,5 @@
 /* NCCL through dlopen, and a non-blocking communicator with bounded waits (nccl_comm.h). */
-#include "nccl_comm.h"
+#include "runtime/cuda/nccl_comm.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

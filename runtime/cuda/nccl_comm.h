@@ -16,7 +16,7 @@
 #include <cuda_runtime.h>
 #include <stddef.h>
 
-#include "runtime/status.h"
+#include "graph/status.h"
 
 typedef struct fr_nccl fr_nccl;
 typedef enum fr_nccl_type { FR_NCCL_F32, FR_NCCL_I32 } fr_nccl_type;

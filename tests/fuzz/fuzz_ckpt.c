@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "fuzz_util.h"
+#include "tests/fuzz/fuzz_util.h"
 #include "runtime/checkpoint.h"
 #include "runtime/crc32c.h"
 

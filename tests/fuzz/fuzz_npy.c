@@ -2,7 +2,7 @@
  * not the size checks). */
 #include <stdint.h>
 
-#include "fuzz_util.h"
+#include "tests/fuzz/fuzz_util.h"
 #include "runtime/npy.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

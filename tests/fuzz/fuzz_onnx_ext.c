@@ -4,7 +4,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "fuzz_util.h"
+#include "tests/fuzz/fuzz_util.h"
 #include "graph/onnx_io.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -3,7 +3,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "fuzz_util.h"
+#include "tests/fuzz/fuzz_util.h"
 #include "runtime/data.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -1,5 +1,5 @@
 /* Temporary files for the fuzz targets (see fuzz_util.h). */
-#include "fuzz_util.h"
+#include "tests/fuzz/fuzz_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>

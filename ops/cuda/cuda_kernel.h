@@ -15,7 +15,7 @@
  *  - every CUDA / cuBLASLt call is checked (FR_CUDA_TRY / FR_CUBLAS_TRY, or fr_cuda_check_launch
  *    after a <<<>>> launch), and a failure names the node (fr_node_error);
  *  - results must match the CPU kernel: float32 ops within 1e-5 relative, FP8/BF16 conversions
- *    byte for byte (runtime/fp8_format.h documents the exact rounding); what the CPU kernel
+ *    byte for byte (graph/fp8_format.h documents the exact rounding); what the CPU kernel
  *    accumulates in double, accumulate in float32 with a stable order (tree reductions) or in
  *    double where the tolerance needs it.
  *
@@ -48,7 +48,7 @@
 extern "C" { /* the C headers below declare C functions, also when a .cu file includes them */
 #endif
 
-#include "../../ops/op.h"
+#include "ops/op.h"
 
 #define FR_CUDA_WORKSPACE_BYTES ((size_t)64 << 20) /* cuBLASLt: 32 MiB+ recommended on Hopper */
 

@@ -1,5 +1,5 @@
 /* fr_strbuf (strbuf.h): vsnprintf into the free room, grow and retry when it does not fit. */
-#include "strbuf.h"
+#include "graph/strbuf.h"
 
 #include <stdarg.h>
 #include <stdint.h>

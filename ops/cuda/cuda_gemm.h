@@ -40,7 +40,7 @@
 #ifndef FR_CUDA_GEMM_H
 #define FR_CUDA_GEMM_H
 
-#include "cuda_kernel.h"
+#include "ops/cuda/cuda_kernel.h"
 
 #ifdef __cplusplus
 extern "C" {

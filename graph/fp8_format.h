@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "graph/tensor.h"
-#include "runtime/status.h"
+#include "graph/status.h"
 
 #define FR_E4M3_MAX 448.0f
 #define FR_E5M2_MAX 57344.0f

@@ -1,5 +1,5 @@
 /* xoshiro256** with splitmix64 seeding (see rng.h). */
-#include "runtime/rng.h"
+#include "graph/rng.h"
 
 #include <string.h>
 

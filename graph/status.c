@@ -1,5 +1,5 @@
 /* Per-thread last-error storage and checked allocation. */
-#include "status.h"
+#include "graph/status.h"
 
 #include <stdarg.h>
 #include <stdint.h>

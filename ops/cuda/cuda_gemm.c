@@ -1,6 +1,6 @@
 /* The cuBLASLt GEMM wrapper (see cuda_gemm.h): row-major -> column-major translation, FP8
  * layout checks, scale modes, a heuristic cache per GEMM shape. */
-#include "cuda_gemm.h"
+#include "ops/cuda/cuda_gemm.h"
 
 #include <stdio.h>
 #include <stdlib.h>

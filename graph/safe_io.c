@@ -1,5 +1,5 @@
 /* Regular-file checks before reading (see safe_io.h). */
-#include "safe_io.h"
+#include "graph/safe_io.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,15 +1,15 @@
 /* FP8 scaling recipes: scale from amax, block quantization, delayed-scaling state
  * (see fp8_scaling.h for the exact rules). */
-#include "runtime/fp8_scaling.h"
+#include "graph/fp8_scaling.h"
 
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/option_choices.h"
+#include "graph/option_choices.h"
 
-#include "runtime/fp8_format.h"
+#include "graph/fp8_format.h"
 
 #define FR_MAX_MARGIN 64
 

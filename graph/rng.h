@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/status.h"
+#include "graph/status.h"
 
 #define FR_PRNG_STATE_BYTES 32
 

@@ -1,6 +1,6 @@
 /* FP8 bulk conversions, quantize/dequantize and amax. The scalar conversions are inline in
  * fp8_format.h so that CPU kernels (and these loops) compile them into their inner loops. */
-#include "runtime/fp8_format.h"
+#include "graph/fp8_format.h"
 
 #include <math.h>
 

@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #include "graph/tensor.h"
-#include "runtime/status.h"
+#include "graph/status.h"
 
 /* ---- scale from an amax (current recipe, blocks, and the delayed update) ---- */
 

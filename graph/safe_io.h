@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <sys/stat.h>
 
-#include "status.h"
+#include "graph/status.h"
 
 enum {
     FR_OPEN_NOFOLLOW = 1,    /* the last component must not be a symlink */

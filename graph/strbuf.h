@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "status.h"
+#include "graph/status.h"
 
 typedef struct fr_strbuf {
     char *s; /* NUL-terminated once anything was appended; NULL before */

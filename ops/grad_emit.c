@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "autodiff.h"
+#include "ops/grad.h"
 
 fr_status fr_node_infer(fr_graph *g, int node_id)
 {
