@@ -67,7 +67,8 @@ fp8run_status fr_api_options(api_err *slot, const char *fn, const fp8run_train_c
     o->fp8.margin = c.fp8_margin;
     o->fp8.amax_history_len = c.amax_history_len;
     o->fp8.interval = c.fp8_interval;
-    fr_amax_algo_parse(c.amax_algo, &o->fp8.amax_algo);
+    fr_status st = fr_amax_algo_parse(c.amax_algo, &o->fp8.amax_algo);
+    if (st != FR_OK) return fr_api_fail(slot, fn, st);
     o->tokens_input = c.tokens_input;
     o->logits_output = c.logits_output;
     o->loss_output = c.loss_output;
@@ -89,12 +90,13 @@ fp8run_status fr_api_options(api_err *slot, const char *fn, const fp8run_train_c
         oc->nesterov = c.nesterov != 0;
     }
     oc->decay_1d = c.decay_1d != 0;
-    fr_lr_kind_parse(c.lr_schedule, &o->lr.kind);
+    st = fr_lr_kind_parse(c.lr_schedule, &o->lr.kind);
+    if (st != FR_OK) return fr_api_fail(slot, fn, st);
     o->lr.max_lr = c.lr;
     o->lr.min_lr = c.min_lr;
     o->lr.warmup_steps = c.warmup_steps;
     o->lr.total_steps = c.total_steps;
-    fr_status st = fr_lr_schedule_check(&o->lr);
+    st = fr_lr_schedule_check(&o->lr);
     if (st != FR_OK) return fr_api_fail(slot, fn, st);
     o->grad_clip = c.grad_clip;
     o->seed = c.seed;

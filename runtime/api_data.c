@@ -135,7 +135,9 @@ FP8RUN_API fp8run_status fp8run_data_next(fp8run_data_loader *d, fp8run_dtype dt
         if (st != FR_OK) {
             /* the batches already taken are given back: the state is as before the call */
             fp8run_status ps = fr_api_fail(&d->err, fn, st);
-            fr_data_set_state(d->dl, saved, sizeof saved);
+            /* the state was taken from this loader a moment ago, so it cannot be refused; the
+             * error being returned is the one that counts */
+            fr_ignore_status(fr_data_set_state(d->dl, saved, sizeof saved));
             return ps;
         }
     }

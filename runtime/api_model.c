@@ -236,11 +236,11 @@ static fr_tensor *find_param(fp8run_model *m, const char *fn, const char *name, 
 {
     *ps = FP8RUN_ERR_INVALID_ARG;
     if (!m) {
-        fr_api_error(NULL, *ps, "%s: model is NULL", fn);
+        *ps = fr_api_error(NULL, *ps, "%s: model is NULL", fn);
         return NULL;
     }
     if (!name || !buf) {
-        fr_api_error(&m->err, *ps, "%s: %s is NULL", fn, !name ? "name" : "the buffer");
+        *ps = fr_api_error(&m->err, *ps, "%s: %s is NULL", fn, !name ? "name" : "the buffer");
         return NULL;
     }
     for (int i = 0; i < m->n_params; i++) {
@@ -248,15 +248,14 @@ static fr_tensor *find_param(fp8run_model *m, const char *fn, const char *name, 
         if (strcmp(v->name, name) != 0) continue;
         int64_t n = fr_tensor_numel(v->constant);
         if ((uint64_t)n != (uint64_t)count) {
-            *ps = FP8RUN_ERR_SHAPE;
-            fr_api_error(&m->err, *ps, "%s: parameter '%s' has %lld elements, the buffer %zu", fn, name,
-                         (long long)n, count);
+            *ps = fr_api_error(&m->err, FP8RUN_ERR_SHAPE, "%s: parameter '%s' has %lld elements, the buffer %zu",
+                               fn, name, (long long)n, count);
             return NULL;
         }
         *ps = FP8RUN_OK;
         return v->constant;
     }
-    fr_api_error(&m->err, *ps, "%s: the model has no parameter (float initializer) named '%s'", fn, name);
+    *ps = fr_api_error(&m->err, *ps, "%s: the model has no parameter (float initializer) named '%s'", fn, name);
     return NULL;
 }
 

@@ -351,13 +351,13 @@ FP8RUN_API int64_t fp8run_session_steps_skipped(const fp8run_session *s)
 FP8RUN_API const char *fp8run_session_config_json(fp8run_session *s)
 {
     if (!s) {
-        fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "fp8run_session_config_json: session is NULL");
+        fr_api_ignore(fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "fp8run_session_config_json: session is NULL"));
         return NULL;
     }
     char *j;
     fr_status st = fr_trainer_config_json(s->t, &j);
     if (st != FR_OK) {
-        fr_api_fail(&s->err, "fp8run_session_config_json", st);
+        fr_api_ignore(fr_api_fail(&s->err, "fp8run_session_config_json", st));
         return NULL;
     }
     free(s->config_json);
@@ -589,7 +589,7 @@ FP8RUN_API fp8run_status fp8run_session_load(fp8run_session *s, const char *path
         st = fr_data_set_state(data->dl, ds, len);
         if (st != FR_OK) {
             ps = fr_api_fail(&s->err, fn, st);
-            fr_api_fail(&data->err, fn, st);
+            fr_api_ignore(fr_api_fail(&data->err, fn, st)); /* the same failure, in the loader's own slot */
         }
     }
     free(ds);

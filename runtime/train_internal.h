@@ -130,25 +130,25 @@ struct fr_trainer {
 
 /* train_build.c: everything fr_trainer_new builds after copying the options. A compiled graph
  * file (runtime/fbs.h) is recognized by its metadata and not compiled again. */
-fr_status tr_build(fr_trainer *t, const fr_graph *model);
+FR_NODISCARD fr_status tr_build(fr_trainer *t, const fr_graph *model);
 /* The first half of tr_build for an ONNX model: t->pristine, t->g prepared and compiled
  * (t->report), *tok the tokens input, *loss the model's loss output or -1, *logits the logits
  * or -1. fr_train_compile stops here. */
-fr_status tr_build_forward(fr_trainer *t, const fr_graph *model, int *tok, int *loss, int *logits);
+FR_NODISCARD fr_status tr_build_forward(fr_trainer *t, const fr_graph *model, int *tok, int *loss, int *logits);
 /* The trainer's options by name for the pipeline's entries (fr_pass_option_fn; opts is an
  * fr_train_options). */
-fr_status tr_pass_option(const void *opts, const char *name, int *on);
+FR_NODISCARD fr_status tr_pass_option(const void *opts, const char *name, int *on);
 /* Bring the host copies of parameters, optimizer and scaling state up to date from the device
  * (before save, export, get_param), and the device from the host (after load, set_param).
  * No-ops on the CPU. */
-fr_status tr_sync_host(fr_trainer *t);
-fr_status tr_sync_device(fr_trainer *t);
+FR_NODISCARD fr_status tr_sync_host(fr_trainer *t);
+FR_NODISCARD fr_status tr_sync_device(fr_trainer *t);
 /* Fill the inputs of one micro-batch (windows: B x (T+1)) into `ins`. */
-fr_status tr_fill_inputs(fr_trainer *t, tr_input *ins, int n, const int64_t *windows);
+FR_NODISCARD fr_status tr_fill_inputs(fr_trainer *t, tr_input *ins, int n, const int64_t *windows);
 /* Copy between a fused parameter-shaped buffer and one slice in its original layout. */
 void tr_slice_copy(const fr_fp8_fused *f, const fr_fp8_slice *s, float *fused_buf, float *orig_buf,
                    int to_original);
 /* Gather an original parameter's values (original layout) into dst. */
-fr_status tr_orig_values(fr_trainer *t, const tr_orig *o, float *dst);
+FR_NODISCARD fr_status tr_orig_values(fr_trainer *t, const tr_orig *o, float *dst);
 
 #endif
