@@ -11,12 +11,12 @@
 
 FP8RUN_API fp8run_status fp8run_train_config_init(fp8run_train_config *cfg, size_t size)
 {
-    if (!cfg) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "fp8run_train_config_init: cfg is NULL");
+    if (!cfg) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: cfg is NULL", __func__);
     if (size < CONFIG_V1_SIZE)
         return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG,
-                            "fp8run_train_config_init: size %zu is below the %zu bytes of the first "
+                            "%s: size %zu is below the %zu bytes of the first "
                             "fp8run_train_config (pass sizeof cfg)",
-                            size, (size_t)CONFIG_V1_SIZE);
+                            __func__, size, (size_t)CONFIG_V1_SIZE);
     /* a newer caller's struct: its fields beyond ours are zeroed, which means "default" */
     memset(cfg, 0, size);
     fp8run_train_config d;
