@@ -194,7 +194,7 @@ static fp8run_model *tiny_model(const char *seed_name, int oob_gather)
 static fp8run_train_config tiny_config(int64_t B, int64_t T)
 {
     fp8run_train_config c;
-    fp8run_train_config_init(&c, sizeof c);
+    API_OK(fp8run_train_config_init(&c, sizeof c));
     c.batch = B;
     c.seq_len = T;
     c.lr = 1e-2;
@@ -938,7 +938,7 @@ static void test_checkpoint_errors(void)
     API_OK(fp8run_session_train_step(s, w, FP8RUN_DTYPE_INT64, 4, NULL));
     /* a loader asked for but none saved: the session is restored, the loader is not */
     fp8run_data_config dc;
-    fp8run_data_config_init(&dc, sizeof dc);
+    API_OK(fp8run_data_config_init(&dc, sizeof dc));
     dc.seq_len = 3;
     fr_rng r = fr_test_rng("ckpt errors tokens");
     write_tokens(tmp_path(p, sizeof p, dir, "t.bin"), 100, TINY_V, &r);
@@ -1072,7 +1072,7 @@ static void test_llama_train(void)
     fp8run_model *m;
     API_OK(fp8run_model_load(fr_fixture(p, sizeof p, "llama_tiny/model.onnx"), &m));
     fp8run_train_config c;
-    fp8run_train_config_init(&c, sizeof c);
+    API_OK(fp8run_train_config_init(&c, sizeof c));
     c.batch = 2;
     c.seq_len = 8;
     c.precision = "fp8";
@@ -1086,7 +1086,7 @@ static void test_llama_train(void)
     API_OK(fp8run_session_create(m, "cpu", &c, &s));
     CU_ASSERT_EQUAL(fp8run_session_vocab(s), 128);
     fp8run_data_config dc;
-    fp8run_data_config_init(&dc, sizeof dc);
+    API_OK(fp8run_data_config_init(&dc, sizeof dc));
     dc.batch = 2;
     dc.seq_len = 8;
     dc.order = FP8RUN_DATA_SEQUENTIAL;
