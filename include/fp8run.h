@@ -471,6 +471,15 @@ typedef struct fp8run_train_config {
                                     $MASTER_ADDR:$MASTER_PORT (default 127.0.0.1:29500) */
     int shard_optimizer;         /* 1: ZeRO-1, each rank keeps the optimizer state of its share of
                                     the parameters only (default 0) */
+    const char *optimizer_state; /* AdamW moments "fp32" (default), "bf16", or "fp8" (E4M3, one
+                                    float32 scale per 128 elements, v kept as sqrt(v)) */
+    const char *master_weights;  /* "fp32" (default) or "bf16": AdamW rounds the parameters to
+                                    bf16 stochastically after each step (keyed by seed) */
+    int lora_rank;               /* 0 (default): no LoRA; R >= 1: rank-R adapters on the Linears
+                                    whose weight name matches lora_targets, the rest frozen */
+    double lora_alpha;           /* the adapters' update is scaled by lora_alpha / lora_rank (8) */
+    const char *lora_targets;    /* POSIX extended regex over weight names (needed with a rank) */
+    double lora_dropout;         /* dropout on the adapters' input: only 0 (default) is supported */
 } fp8run_train_config;
 
 /* Fill *cfg with the defaults above and set cfg->struct_size = size. Pass sizeof *cfg. */
@@ -831,6 +840,21 @@ FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_save(fp8run_session *s,
 FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_load(fp8run_session *s, const char *path, fp8run_data_loader *data);
 /* Write the original model with the trained weights (original names and layouts) as ONNX. */
 FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_export(fp8run_session *s, const char *path);
+/* A LoRA session's adapters (config.lora_rank > 0) in PEFT's layout, which peft loads:
+ * dir/adapter_model.safetensors (base_model.model.<module>.lora_A.weight [r, in] and lora_B.weight
+ * [out, r], float32) and dir/adapter_config.json. fp8run_session_export writes the merged model
+ * (W + lora_alpha / lora_rank * B A). FP8RUN_ERR_INVALID_ARG for a session without LoRA. */
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_export_adapter(fp8run_session *s, const char *dir);
+
+/* The parameters of a session and the bytes they take where it trains. */
+typedef struct fp8run_param_bytes {
+    size_t struct_size;
+    int64_t trained;         /* trained elements (a LoRA run: the adapters) */
+    int64_t trained_bytes;   /* with their gradients and optimizer state */
+    int64_t frozen;          /* a LoRA run's frozen base parameters (0 otherwise) */
+    int64_t frozen_bytes;    /* as held on the device (or host) */
+} fp8run_param_bytes;
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_param_bytes(const fp8run_session *s, fp8run_param_bytes *out);
 
 /* ============================================================================================
  * Training cost
@@ -856,6 +880,28 @@ typedef struct fp8run_flops_info {
  * changed. */
 FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_train_flops(const fp8run_model *m, const fp8run_train_config *cfg,
                                                   fp8run_flops_info *info);
+
+/* The peak memory a training run of m under cfg will hold, predicted before it runs: the
+ * trainer's graphs are built on the host and the executor's own liveness planner runs without
+ * allocating. backend "cuda" (the GPU plan; needs fp8run built with CUDA, not a device), "cpu",
+ * or NULL / "auto" (cuda when built with it). A GPU session checks the same prediction against
+ * the device's free memory before allocating (FP8RUN_MEMORY_CHECK=0 skips the check). */
+typedef struct fp8run_memory_report {
+    size_t struct_size;
+    int gpu;                     /* 1: the CUDA plan */
+    uint64_t params;             /* FP32 parameters (GPU: every constant of the training graph) */
+    uint64_t grads;              /* gradient accumulation buffers (CPU; GPU when grad_accum > 1);
+                                    a step's gradients are graph outputs, inside activations */
+    uint64_t optimizer_state;    /* in cfg's optimizer_state dtype (fp8: codes + block scales) */
+    uint64_t fp8_weights;        /* GPU: FP8 codes of the weights the kernels keep */
+    uint64_t activations;        /* the training graph's planned pool / arena (values, scratch) */
+    uint64_t eval_activations;   /* GPU: the evaluation graph's arena (first validation on) */
+    uint64_t inputs;             /* token / label buffers */
+    uint64_t workspace;          /* GPU: cuBLASLt workspace */
+    uint64_t total;              /* the sum */
+} fp8run_memory_report;
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_predict_memory(const fp8run_model *m, const fp8run_train_config *cfg,
+                                                     const char *backend, fp8run_memory_report *report);
 
 /* ============================================================================================
  * Checkpoint files

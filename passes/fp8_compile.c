@@ -137,9 +137,9 @@ static fr_status run_pass(pass *p, regex_t *re)
         p->c[i].group = ng;
         G->m[G->n++] = i;
         const cand *ci = &p->c[i];
-        for (int j = i + 1; p->opt->fuse && ci->exclusive && j < p->nc; j++) {
+        for (int j = i + 1; p->opt->fuse && ci->exclusive && !ci->frozen && j < p->nc; j++) {
             cand *cj = &p->c[j];
-            if (cj->group < 0 && cj->exclusive && cj->x == ci->x && cj->excluded == ci->excluded &&
+            if (cj->group < 0 && cj->exclusive && !cj->frozen && cj->x == ci->x && cj->excluded == ci->excluded &&
                 (cj->bias >= 0) == (ci->bias >= 0)) {
                 cj->group = ng;
                 G->m[G->n++] = j;

@@ -53,6 +53,8 @@ typedef struct fr_fp8_options {
     int amax_history_len;    /* delayed recipe: history length, algorithm and interval */
     fr_amax_algo amax_algo;
     int interval;
+    int frozen_linears;      /* 1: MatMul/Gemm whose weight is a 2-D float32 constant become
+                                Linears too (unfused, no weight gradient): LoRA's frozen base */
 } fr_fp8_options;
 
 /* precision fp8, recipe delayed, hybrid, bf16_boundary 1, no exclude, fuse 1, pad 16, margin 0,

@@ -18,6 +18,7 @@ typedef struct cand {
     int64_t K, N;
     int excluded;
     int exclusive;     /* weight, its Transpose and bias are used by this Linear only */
+    int frozen;        /* the weight is a constant (fr_fp8_options.frozen_linears): never fused */
     int group;
 } cand;
 

@@ -17,6 +17,15 @@ static int is_param(const fr_graph *g, int vid)
 
 static int is_op(const fr_node *n, const char *op) { return strcmp(n->op_type, op) == 0 && n->domain[0] == '\0'; }
 
+/* A Linear's weight: a trained parameter, or with frozen_linears a 2-D float32 constant (LoRA's
+ * frozen base: converted, never fused, no weight gradient) */
+static int is_weight(const fr_graph *g, const fr_fp8_options *o, int vid)
+{
+    if (is_param(g, vid)) return 1;
+    const fr_value *v = vid >= 0 ? &g->values[vid] : NULL;
+    return o->frozen_linears && v && v->constant && v->dtype == FR_F32 && v->rank == 2 && !(v->flags & FR_VAL_STATE);
+}
+
 static fr_status add_skip(pass *p, int nid, int w, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static fr_status add_skip(pass *p, int nid, int w, const char *fmt, ...)
 {
@@ -47,11 +56,11 @@ static int weight_of(pass *p, int vid, int *flip, int *tnode)
     *flip = 0;
     *tnode = -1;
     if (vid < 0) return -1;
-    if (is_param(g, vid)) return vid;
+    if (is_weight(g, p->opt, vid)) return vid;
     int pr = g->values[vid].producer;
     if (pr < 0 || !is_op(&g->nodes[pr], "Transpose") || g->nodes[pr].n_inputs != 1) return -1;
     int src = g->nodes[pr].inputs[0];
-    if (!is_param(g, src) || g->values[src].rank != 2) return -1;
+    if (!is_weight(g, p->opt, src) || g->values[src].rank != 2) return -1;
     int cnt;
     const int64_t *perm;
     if (fr_node_attr_ints(&g->nodes[pr], "perm", &cnt, &perm) != FR_OK) return -1;
@@ -152,6 +161,7 @@ fr_status fr_fp8_detect(pass *p, int nid)
         c.bias = cb;
     }
     if (c.bias < 0) fold_bias_add(p, &c);
+    c.frozen = !is_param(g, w);
     c.exclusive = p->uses[w] == 1 && (tnode < 0 || p->uses[g->nodes[tnode].outputs[0]] == 1) &&
                   (c.bias < 0 || p->uses[c.bias] == 1);
     cand *nc = fr_realloc_array(p->c, (size_t)p->nc + 1, sizeof *nc, "fp8 compile");

@@ -34,6 +34,18 @@ static fr_status run_select_params(fr_pass_ctx *c, fr_pass_result *r)
     return FR_OK;
 }
 
+static fr_status run_lora(fr_pass_ctx *c, fr_pass_result *r)
+{
+    if (!c->lora || !c->rng || !c->lora_out)
+        return fr_error(FR_ERR_INTERNAL, "pass lora: the runtime gave no options, generator or result");
+    FR_TRY(fr_lora_apply(c->g, c->lora, c->rng, c->lora_out));
+    r->changed = c->lora_out->n;
+    snprintf(r->detail, sizeof r->detail, "%d Linear%s adapted (r %d, scale %g), %lld base parameters frozen",
+             r->changed, r->changed == 1 ? "" : "s", c->lora->rank, c->lora_out->scale,
+             (long long)c->lora_out->frozen_params);
+    return FR_OK;
+}
+
 static fr_status run_retie(fr_pass_ctx *c, fr_pass_result *r)
 {
     fr_tie *ties = NULL;
@@ -138,6 +150,11 @@ static const fr_pass k_passes[] = {
        fold or rewrite (export's copy keeps every initializer) */
     {"select_params", "keep the trained parameters (--train / --freeze); the other initializers become "
      "constants", FR_STAGE_IMPORTED, NULL, 0, run_select_params},
+    /* after parameter selection (what it freezes is the chosen base model), before retie (nothing
+       of the base is trained then) and prepare (which infers the shapes of what it adds and
+       folds the frozen weights' Transposes) */
+    {"lora", "LoRA adapters (--lora-rank/--lora-targets) on the matched Linears; the base is frozen",
+     FR_STAGE_IMPORTED, "lora", 0, run_lora},
     /* after parameter selection (it ties trained parameters only), before prepare, which
        infers the Transpose it inserts and folds away what reads the untied copy no more */
     {"retie", "a bit-exact (transposed) copy of an embedding table reads the table again", FR_STAGE_IMPORTED,

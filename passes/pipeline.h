@@ -16,6 +16,7 @@
 
 #include "../graph/ir.h"
 #include "fp8_compile.h"
+#include "lora.h"
 #include "passes.h"
 #include "retie.h"
 
@@ -81,6 +82,10 @@ typedef struct fr_pass_ctx {
        ("none" | "attention" | "mlp" | "full") */
     int n_forward;
     const char *recompute;
+    /* lora: its options, the generator A is drawn from, and what it did (caller-owned) */
+    const fr_lora_options *lora;
+    fr_prng *rng;
+    fr_lora_result *lora_out;
     /* the per-pass results, appended in list order (may be NULL) */
     fr_pipeline_report *results;
 } fr_pass_ctx;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "runtime/api_internal.h"
+#include "runtime/option_choices.h"
 
 /* Size of the first ABI version of the struct: later versions only append fields. */
 #define CONFIG_V1_SIZE offsetof(fp8run_train_config, fuse_attention)
@@ -90,6 +91,10 @@ fp8run_status fr_api_options(api_err *slot, const char *fn, const fp8run_train_c
         oc->nesterov = c.nesterov != 0;
     }
     oc->decay_1d = c.decay_1d != 0;
+    /* a caller's struct without these fields leaves them NULL: the defaults */
+    int sd = fr_choice_find((const char *const[]){FR_CHOICES_OPT_STATE NULL}, c.optimizer_state);
+    oc->state_dtype = sd > 0 ? (fr_opt_state_dtype)sd : FR_OPT_STATE_F32;
+    oc->master_bf16 = c.master_weights && strcmp(c.master_weights, "bf16") == 0;
     st = fr_lr_kind_parse(c.lr_schedule, &o->lr.kind);
     if (st != FR_OK) return fr_api_fail(slot, fn, st);
     o->lr.max_lr = c.lr;
@@ -107,6 +112,10 @@ fp8run_status fr_api_options(api_err *slot, const char *fn, const fp8run_train_c
     o->local_rank = c.local_rank;
     o->nccl_comm = c.nccl_comm;
     o->shard_optimizer = c.shard_optimizer != 0;
+    o->lora.rank = c.lora_rank;
+    o->lora.alpha = c.lora_alpha;
+    o->lora.targets = c.lora_targets;
+    o->lora.dropout = c.lora_dropout;
 
     if (c.n_dims > 0) {
         fp8run_status dps = fr_api_dims(slot, fn, c.dim_names, c.dim_values, c.n_dims, 1, &out->dims);

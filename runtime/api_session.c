@@ -608,3 +608,27 @@ FP8RUN_API fp8run_status fp8run_session_export(fp8run_session *s, const char *pa
     if ((ps = settle(s, fn)) != FP8RUN_OK) return ps;
     return fr_api_fail(&s->err, fn, fr_trainer_export(s->t, path));
 }
+
+FP8RUN_API fp8run_status fp8run_session_export_adapter(fp8run_session *s, const char *dir)
+{
+    const char *fn = __func__;
+    fp8run_status ps = usable(s, fn);
+    if (ps != FP8RUN_OK) return ps;
+    if (!dir || !dir[0]) return fr_api_error(&s->err, FP8RUN_ERR_INVALID_ARG, "%s: no folder given", fn);
+    if ((ps = settle(s, fn)) != FP8RUN_OK) return ps;
+    return fr_api_fail(&s->err, fn, fr_trainer_export_adapter(s->t, dir));
+}
+
+FP8RUN_API fp8run_status fp8run_session_param_bytes(const fp8run_session *s, fp8run_param_bytes *out)
+{
+    const char *fn = __func__;
+    if (!s) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: session is NULL", fn);
+    size_t use;
+    fp8run_status ps = fr_api_check_out(slot_of(s), fn, "out", out, sizeof *out, sizeof *out, &use);
+    if (ps != FP8RUN_OK) return ps;
+    fr_param_bytes b;
+    fr_trainer_param_bytes(s->t, &b);
+    fp8run_param_bytes r = {use, b.trained, b.trained_bytes, b.frozen, b.frozen_bytes};
+    memcpy(out, &r, use);
+    return FP8RUN_OK;
+}

@@ -27,6 +27,8 @@ struct fr_exec {
     int n_blocks;
     size_t pool_bytes;
     size_t peak_bytes;       /* the most bytes of computed values alive at once in the plan */
+    size_t input_bytes;
+    int plan_only;           /* fr_exec_plan: sizes only, no buffers */
     int ran;
 };
 
@@ -168,7 +170,8 @@ static fr_status make_plan(fr_exec *e, const int *last_use)
         st = FR_ERR_OOM;
         goto done;
     }
-    for (int b = 0; b < e->n_blocks; b++) {
+    for (int b = 0; b < e->n_blocks && e->plan_only; b++) e->pool_bytes += e->block_size[b];
+    for (int b = 0; b < e->n_blocks && !e->plan_only; b++) {
         e->blocks[b] = fr_malloc(e->block_size[b], "executor pool block");
         if (!e->blocks[b]) {
             st = FR_ERR_OOM;
@@ -190,13 +193,14 @@ done:
 
 /* ---- construction ---- */
 
-fr_status fr_exec_new(const fr_graph *g, fr_exec **out)
+static fr_status build(const fr_graph *g, int plan_only, fr_exec **out)
 {
     *out = NULL;
     if (!g) return fr_error(FR_ERR_INVALID_ARG, "fr_exec_new: no graph");
     fr_exec *e = fr_calloc(1, sizeof *e, "executor");
     if (!e) return FR_ERR_OOM;
     e->g = g;
+    e->plan_only = plan_only;
     e->n_values = g->n_values;
     size_t nv = (size_t)(g->n_values ? g->n_values : 1);
     size_t ni = (size_t)(g->n_inputs ? g->n_inputs : 1);
@@ -283,7 +287,8 @@ fr_status fr_exec_new(const fr_graph *g, fr_exec **out)
             if (st != FR_OK) goto fail;
             set_header(&e->hdr[v], val, bytes);
             e->ptr[v] = &e->hdr[v];
-            if (e->src[v] == SRC_INPUT && bytes) {
+            if (e->src[v] == SRC_INPUT) e->input_bytes += bytes;
+            if (e->src[v] == SRC_INPUT && bytes && !plan_only) {
                 e->hdr[v].data = fr_calloc(1, bytes, val->name);
                 if (!e->hdr[v].data) {
                     st = FR_ERR_OOM;
@@ -314,6 +319,18 @@ fail:
     free(last_use);
     fr_exec_free(e);
     return st;
+}
+
+fr_status fr_exec_new(const fr_graph *g, fr_exec **out) { return build(g, 0, out); }
+
+fr_status fr_exec_plan(const fr_graph *g, size_t *pool_bytes, size_t *input_bytes)
+{
+    fr_exec *e;
+    FR_TRY(build(g, 1, &e));
+    *pool_bytes = e->pool_bytes;
+    if (input_bytes) *input_bytes = e->input_bytes;
+    fr_exec_free(e);
+    return FR_OK;
 }
 
 /* ---- inputs ---- */

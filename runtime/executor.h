@@ -46,6 +46,9 @@ const fr_tensor *fr_exec_output(const fr_exec *e, const char *name);
 /* The pool planned for computed values: bytes in all blocks and their count (input buffers
  * and constants not included). */
 size_t fr_exec_pool_bytes(const fr_exec *e);
+/* The same plan without building anything: what fr_exec_new(g) would give as
+ * fr_exec_pool_bytes, and the bytes of its input buffers (input_bytes may be NULL). */
+FR_NODISCARD fr_status fr_exec_plan(const fr_graph *g, size_t *pool_bytes, size_t *input_bytes);
 int fr_exec_pool_blocks(const fr_exec *e);
 /* The most bytes of computed values alive at once as the nodes run (what the pool would need
  * without fragmentation). */

@@ -13,9 +13,12 @@ struct fr_optimizer {
     int64_t *numel;
     unsigned char *decays; /* resolved weight-decay flag per parameter */
     int slots;
-    float **state;        /* state[i * slots + s] points into `arena` */
-    float *arena;
+    void **state;         /* state[i * slots + s] points into `arena` (dtype cfg.state_dtype) */
+    float **scales;       /* fp8: its block scales, into `scale_arena` */
+    unsigned char *arena;
+    float *scale_arena;
     int64_t steps;
+    size_t state_bytes;   /* what the two arenas hold */
 };
 
 fr_opt_config fr_opt_config_adamw(void)
@@ -55,7 +58,12 @@ static fr_status check_config(const fr_opt_config *c)
          * 0 divides a parameter whose gradient stayed 0 by 0 and trains NaN into it */
         if (!isfinite(c->eps) || !((float)c->eps > 0))
             return fr_error(FR_ERR_INVALID_ARG, "AdamW: eps %g must be finite and > 0 (also as a float32)", c->eps);
+        if (!fr_lowp_state_name(c->state_dtype))
+            return fr_error(FR_ERR_INVALID_ARG, "AdamW: unknown state dtype %d", (int)c->state_dtype);
     } else {
+        if (c->state_dtype != FR_OPT_STATE_F32 || c->master_bf16)
+            return fr_error(FR_ERR_INVALID_ARG, "SGD keeps FP32 state and master weights "
+                            "(--optimizer-state and --master-weights bf16 are AdamW options)");
         if (!isfinite(c->momentum) || c->momentum < 0)
             return fr_error(FR_ERR_INVALID_ARG, "SGD: momentum %g must be finite and >= 0",
                             c->momentum);
@@ -83,7 +91,9 @@ void fr_optimizer_free(fr_optimizer *o)
     free(o->numel);
     free(o->decays);
     free(o->state);
+    free(o->scales);
     free(o->arena);
+    free(o->scale_arena);
     free(o);
 }
 
@@ -141,28 +151,53 @@ fr_status fr_optimizer_create(const fr_opt_config *cfg, const fr_opt_param *para
     }
     /* `n` counts the names owned so far, for free_params on failure. */
     o->n = added;
-    size_t total = 0;
+    /* one byte arena for the slots' storage (each slot starts 4-byte aligned) and one float
+     * arena for the fp8 block scales */
+    const fr_opt_state_dtype dt = cfg->state_dtype;
+    const size_t esize = dt == FR_OPT_STATE_F32 ? 4 : dt == FR_OPT_STATE_BF16 ? 2 : 1;
+    size_t total = 0, nscales = 0;
     for (int i = 0; st == FR_OK && i < n_params; i++) {
-        size_t k;
-        if (!fr_mul_size((size_t)o->numel[i], (size_t)o->slots, &k) || total + k < total)
+        size_t bytes, nb = dt == FR_OPT_STATE_FP8 ? (size_t)((o->numel[i] + FR_LOWP_BLOCK - 1) / FR_LOWP_BLOCK) : 0;
+        if (!fr_mul_size((size_t)o->numel[i], esize, &bytes) || bytes > SIZE_MAX / 8 ||
+            !fr_mul_size((bytes + 3) & ~(size_t)3, (size_t)o->slots, &bytes) || total + bytes < total)
             st = fr_error(FR_ERR_OOM, "optimizer state size overflows");
-        else
-            total += k;
+        else {
+            total += bytes;
+            nscales += nb * (size_t)o->slots;
+        }
     }
+    o->scales = st == FR_OK ? fr_calloc(np * (size_t)(o->slots ? o->slots : 1), sizeof *o->scales, "optimizer state")
+                            : NULL;
+    if (st == FR_OK && !o->scales) st = FR_ERR_OOM;
     if (st == FR_OK && total > 0) {
-        o->arena = fr_calloc(total, sizeof(float), "optimizer state");
+        o->arena = fr_calloc(total, 1, "optimizer state");
         if (!o->arena) st = FR_ERR_OOM;
+    }
+    if (st == FR_OK && nscales > 0) {
+        o->scale_arena = fr_calloc(nscales, sizeof(float), "optimizer state scales");
+        if (!o->scale_arena) st = FR_ERR_OOM;
     }
     if (st != FR_OK) {
         fr_optimizer_free(o);
         return st;
     }
-    float *p = o->arena;
+    o->state_bytes = total + nscales * sizeof(float);
+    unsigned char *p = o->arena;
+    float *sp = o->scale_arena;
     for (int i = 0; i < n_params; i++)
         for (int s = 0; s < o->slots; s++) {
-            o->state[(size_t)i * (size_t)o->slots + (size_t)s] = p;
-            p += o->numel[i];
+            size_t k = (size_t)i * (size_t)o->slots + (size_t)s;
+            o->state[k] = p;
+            p += ((size_t)o->numel[i] * esize + 3) & ~(size_t)3;
+            if (dt == FR_OPT_STATE_FP8) {
+                o->scales[k] = sp;
+                sp += (o->numel[i] + FR_LOWP_BLOCK - 1) / FR_LOWP_BLOCK;
+            }
         }
+    /* bf16 master weights: the starting values are bf16 too (nearest) */
+    for (int i = 0; cfg->master_bf16 && i < n_params; i++)
+        for (int64_t k = 0; k < o->numel[i]; k++)
+            o->params[i].data[k] = fr_lowp_from_bf16(fr_lowp_to_bf16(o->params[i].data[k]));
     *out = o;
     return FR_OK;
 }
@@ -176,6 +211,18 @@ static void adamw_update(const fr_optimizer *o, int i, double lr, int64_t t)
     float *restrict v = o->state[(size_t)i * 2 + 1];
     int64_t n = o->numel[i];
 
+    if (c->state_dtype != FR_OPT_STATE_F32 || c->master_bf16) {
+        /* the same float32 arithmetic, element by element, with decoding and encoding */
+        fr_lowp_adamw a = {.decay = o->decays[i] && c->weight_decay != 0,
+                           .keep = (float)(1.0 - lr * c->weight_decay),
+                           .b1 = (float)c->beta1, .one_b1 = (float)(1.0 - c->beta1),
+                           .b2 = (float)c->beta2, .one_b2 = (float)(1.0 - c->beta2),
+                           .neg_step = (float)(-(lr / (1.0 - pow(c->beta1, (double)t)))),
+                           .bc2_sqrt = (float)sqrt(1.0 - pow(c->beta2, (double)t)), .eps = (float)c->eps};
+        fr_lowp_adamw_step(&a, c->state_dtype, p, g, n, m, v, o->scales[(size_t)i * 2],
+                           o->scales[(size_t)i * 2 + 1], c->master_bf16, fr_lowp_sr_key(c->sr_seed, t, i));
+        return;
+    }
     if (o->decays[i] && c->weight_decay != 0) {
         const float keep = (float)(1.0 - lr * c->weight_decay);
         for (int64_t k = 0; k < n; k++) p[k] = p[k] * keep;
@@ -338,6 +385,18 @@ fr_status fr_optimizer_bind(fr_optimizer *o, int i, float *data, float *grad)
 
 int fr_optimizer_state_count(const fr_optimizer *o) { return o->slots; }
 
+size_t fr_optimizer_state_bytes(const fr_optimizer *o) { return o->state_bytes; }
+
+size_t fr_opt_state_bytes(const fr_opt_config *c, int64_t numel)
+{
+    const size_t slots = c->kind == FR_OPT_ADAMW ? 2 : (c->momentum != 0 ? 1 : 0);
+    const fr_opt_state_dtype dt = c->state_dtype;
+    const size_t es = dt == FR_OPT_STATE_F32 ? 4 : dt == FR_OPT_STATE_BF16 ? 2 : 1;
+    size_t b = (((size_t)numel * es + 3) & ~(size_t)3) * slots;
+    if (dt == FR_OPT_STATE_FP8) b += (size_t)((numel + FR_LOWP_BLOCK - 1) / FR_LOWP_BLOCK) * sizeof(float) * slots;
+    return b;
+}
+
 const char *fr_optimizer_state_name(const fr_optimizer *o, int slot)
 {
     if (slot < 0 || slot >= o->slots) return NULL;
@@ -355,9 +414,20 @@ int fr_optimizer_find_state(const fr_optimizer *o, const char *slot_name)
 
 float *fr_optimizer_state(fr_optimizer *o, int i, int slot)
 {
-    if (i < 0 || i >= o->n || slot < 0 || slot >= o->slots) return NULL;
-    return o->state[(size_t)i * (size_t)o->slots + (size_t)slot];
+    if (o->cfg.state_dtype != FR_OPT_STATE_F32) return NULL;
+    return fr_optimizer_state_raw(o, i, slot, NULL);
 }
+
+void *fr_optimizer_state_raw(fr_optimizer *o, int i, int slot, float **scales)
+{
+    if (scales) *scales = NULL;
+    if (i < 0 || i >= o->n || slot < 0 || slot >= o->slots) return NULL;
+    size_t k = (size_t)i * (size_t)o->slots + (size_t)slot;
+    if (scales && o->cfg.state_dtype == FR_OPT_STATE_FP8) *scales = o->scales[k];
+    return o->state[k];
+}
+
+fr_opt_state_dtype fr_optimizer_state_dtype(const fr_optimizer *o) { return o->cfg.state_dtype; }
 
 int64_t fr_optimizer_step_count(const fr_optimizer *o) { return o->steps; }
 

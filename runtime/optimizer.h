@@ -42,6 +42,7 @@
 #include <stdint.h>
 
 #include "graph/tensor.h"
+#include "runtime/optim_lowp.h"
 #include "runtime/status.h"
 
 typedef enum fr_opt_kind { FR_OPT_ADAMW = 1, FR_OPT_SGD = 2 } fr_opt_kind;
@@ -53,6 +54,11 @@ typedef struct fr_opt_config {
     double momentum, dampening; /* SGD */
     int nesterov;        /* SGD: needs momentum > 0 and dampening == 0 (as torch) */
     int decay_1d;        /* 1: FR_DECAY_AUTO also decays rank-0/1 parameters */
+    /* AdamW only (runtime/optim_lowp.h): the moments' storage dtype, and bf16 master weights
+     * by stochastic rounding keyed by sr_seed. Zero (memset) is fp32 / off. */
+    fr_opt_state_dtype state_dtype;
+    int master_bf16;
+    uint64_t sr_seed;
 } fr_opt_config;
 
 /* PyTorch's defaults: AdamW betas (0.9, 0.999), eps 1e-8, weight_decay 0.01;
@@ -125,8 +131,17 @@ const char *fr_optimizer_state_name(const fr_optimizer *o, int slot);
 /* Slot index by name, or -1. */
 int fr_optimizer_find_state(const fr_optimizer *o, const char *slot_name);
 /* The slot's FP32 buffer of parameter i (fr_optimizer_param_numel(o, i) elements), writable
- * so a checkpoint can restore it; NULL when i or slot is out of range. */
+ * so a checkpoint can restore it; NULL when i or slot is out of range or the state is not FP32. */
 float *fr_optimizer_state(fr_optimizer *o, int i, int slot);
+/* The slot's storage in its own dtype (config.state_dtype; layout in optim_lowp.h): numel
+ * float32, uint16 bf16 or uint8 E4M3 codes; *scales (may be NULL) gets the fp8 block scales
+ * (ceil(numel / 128) floats), NULL for other dtypes. NULL when out of range. */
+void *fr_optimizer_state_raw(fr_optimizer *o, int i, int slot, float **scales);
+fr_opt_state_dtype fr_optimizer_state_dtype(const fr_optimizer *o);
+/* Bytes of state the optimizer allocated; and what a parameter of numel elements takes under
+ * config c (the same layout: each slot 4-byte aligned, fp8 scales included). */
+size_t fr_optimizer_state_bytes(const fr_optimizer *o);
+size_t fr_opt_state_bytes(const fr_opt_config *c, int64_t numel);
 /* Steps taken so far (torch's state["step"]; 0 after create). Restore it with the state. */
 int64_t fr_optimizer_step_count(const fr_optimizer *o);
 FR_NODISCARD fr_status fr_optimizer_set_step_count(fr_optimizer *o, int64_t steps);

@@ -13,6 +13,8 @@
 #define FR_CHOICES_LR_SCHEDULE "constant", "warmup_constant", "cosine",
 #define FR_CHOICES_DEVICE "auto", "cuda", "cpu",
 #define FR_CHOICES_RECOMPUTE "none", "attention", "mlp", "full",
+#define FR_CHOICES_OPT_STATE "fp32", "bf16", "fp8", /* fr_opt_state_dtype */
+#define FR_CHOICES_MASTER "fp32", "bf16",
 /* an option that is not a choice */
 #define FR_CHOICES_NONE
 

@@ -393,7 +393,9 @@ static fr_status build_optimizer(fr_trainer *t)
         memcpy(ps[i].dims, v->dims, sizeof ps[i].dims);
         ps[i].decay = FR_DECAY_AUTO;
     }
-    if (st == FR_OK && !t->opt.eval_only) st = fr_optimizer_create(&t->opt.opt, ps, t->n_params, &t->optim);
+    fr_opt_config oc = t->opt.opt;
+    oc.sr_seed = t->opt.seed; /* bf16 master weights: stochastic rounding keyed by the run's seed */
+    if (st == FR_OK && !t->opt.eval_only) st = fr_optimizer_create(&oc, ps, t->n_params, &t->optim);
     free(ps);
     for (int i = 0; st == FR_OK && i < t->n_params; i++) {
         const tr_param *p = &t->params[i];
@@ -478,6 +480,10 @@ fr_status tr_pass_option(const void *opts, const char *name, int *on)
         {"fuse_swiglu", offsetof(fr_train_options, fuse_swiglu)},
     };
     const fr_train_options *o = opts;
+    if (strcmp(name, "lora") == 0) {
+        *on = o->lora.rank > 0;
+        return FR_OK;
+    }
     if (strcmp(name, "precision") == 0) { /* fp32 is not rewritten */
         *on = strcmp(o->precision, "fp32") != 0;
         return FR_OK;
@@ -501,8 +507,19 @@ fr_status tr_build_forward(fr_trainer *t, const fr_graph *model, int *tok_out, i
     fr_pass_ctx pc = {.opts = &t->opt, .option = tr_pass_option, .train_regex = t->opt.train_regex,
                       .freeze_regex = t->opt.freeze_regex, .dims = t->dims, .n_dims = t->opt.n_dims,
                       .fp8 = t->opt.fp8, .report = &t->report, .compiled = &t->has_report, .ties = &t->ties,
-                      .n_ties = &t->n_ties, .n_unshared = &t->n_unshared, .results = &t->passes};
+                      .n_ties = &t->n_ties, .n_unshared = &t->n_unshared, .results = &t->passes,
+                      .lora = &t->opt.lora, .rng = &t->rng, .lora_out = &t->lora};
+    fr_prng_seed(&t->rng, t->opt.seed); /* LoRA's A draws from it (seeded again for the data) */
     pc.fp8.precision = t->opt.precision;
+    if (t->opt.lora.rank > 0) { /* the adapters' GEMMs stay bf16 (tiny, and trained from zero) */
+        const char *ad = "\\.lora_[AB]\\.weight$", *user = t->opt.fp8.fp8_exclude;
+        size_t n = strlen(ad) + (user ? strlen(user) : 0) + 8;
+        t->s_lora_exclude = fr_malloc(n, "trainer options");
+        if (!t->s_lora_exclude) return FR_ERR_OOM;
+        snprintf(t->s_lora_exclude, n, user ? "(%s)|%s" : "%.0s%s", user ? user : "", ad);
+        pc.fp8.fp8_exclude = t->s_lora_exclude;
+        pc.fp8.frozen_linears = 1; /* the frozen base runs in fp8 / bf16 too */
+    }
     FR_TRY(fr_train_clone_graph(model, 0, &t->pristine));
     pc.g = t->pristine;
     FR_TRY(fr_pipeline_run(&pc, FR_STAGE_MODEL));
@@ -596,6 +613,8 @@ static fr_status set_str(char **owned, const char **field, const char *v)
 static fr_status adopt_spec(fr_trainer *t, const fr_fbs_spec *s, const char *path)
 {
     fr_train_options *o = &t->opt;
+    if (o->lora.rank > 0)
+        return fr_error(FR_ERR_UNSUPPORTED, "'%s' is a compiled graph: LoRA (--lora-rank) trains an ONNX model", path);
     if (o->batch != s->batch || o->seq_len != s->seq)
         return fr_error(FR_ERR_INVALID_ARG,
                         "'%s' is compiled for batch %lld x seq %lld (a compiled graph is specialized to "
@@ -791,9 +810,9 @@ static fr_status build_rest(fr_trainer *t, int tok, int loss, int logits)
                           .recompute = t->opt.recompute, .results = &t->passes};
         FR_TRY(fr_pipeline_run(&pc, FR_STAGE_DIFFERENTIATED));
         FR_TRY(dce(g));
-        if (!t->use_cuda) FR_TRY(fr_exec_new(g, &t->ex)); /* on a GPU: runtime/cuda/cuda_train.c */
+        if (!t->use_cuda && !t->opt.plan_only) FR_TRY(fr_exec_new(g, &t->ex)); /* GPU: runtime/cuda/cuda_train.c */
     }
-    FR_TRY(build_optimizer(t));
+    if (!t->opt.plan_only) FR_TRY(build_optimizer(t));
 
     const char *tokens = g->values[tok].name;
     const char *lname = labels >= 0 ? g->values[labels].name : NULL;

@@ -9,6 +9,8 @@
  *     "format" = "fp8run-trainer-1", "step", "skipped_total", "bad_in_row", "optim.kind",
  *     "optim.step" (decimal text), "fp8:<amax name>" = "<pos> <updates>", "rng" (32 bytes),
  *     "data" (the loader's bytes, when given), "config" (JSON).
+ * Format "fp8run-trainer-2": the same plus low-precision AdamW state or bf16 master weights
+ * (runtime/train_ckpt_lowp.c); a run with FP32 state and master weights writes format 1.
  * Fused parameters (fp8/bf16 compile) are split into their members in both directions, so
  * the file does not depend on the precision. */
 #include <inttypes.h>
@@ -22,6 +24,7 @@
 #include "runtime/train_internal.h"
 
 #define TR_CKPT_FORMAT "fp8run-trainer-1"
+#define TR_CKPT_FORMAT_LOWP "fp8run-trainer-2"
 /* Counters past these are no run's: a CRC-valid file holding them was crafted, and taking them
  * would overflow the counters as training goes on (2^48 steps of one token each is 9 years
  * at a billion steps per second). */
@@ -82,7 +85,9 @@ static fr_status write_all_parts(fr_trainer *t, fr_ckpt_writer *w, const void *d
             memcpy(buf, src, (size_t)(R * C) * sizeof(float));
         st = fr_ckpt_write_tensor(w, cv->name, "param", FR_F32, cv->rank, cv->dims, buf);
     }
-    int slots = fr_optimizer_state_count(t->optim);
+    /* FP32 state in the original layout; other dtypes as the optimizer stores them */
+    int slots = fr_optimizer_state_dtype(t->optim) == FR_OPT_STATE_F32 ? fr_optimizer_state_count(t->optim) : 0;
+    if (st == FR_OK) st = tr_ckpt_write_lowp(t, w);
     for (int s = 0; st == FR_OK && s < slots; s++)
         for (int i = 0; st == FR_OK && i < t->n_orig; i++) {
             const tr_orig *o = &t->orig[i];
@@ -104,7 +109,8 @@ static fr_status write_all_parts(fr_trainer *t, fr_ckpt_writer *w, const void *d
     FR_TRY(st);
     uint8_t rng[FR_PRNG_STATE_BYTES];
     fr_prng_get_state(&t->rng, rng);
-    FR_TRY(fr_ckpt_write_entry(w, "format", TR_CKPT_FORMAT, strlen(TR_CKPT_FORMAT)));
+    const char *format = tr_ckpt_lowp_used(t) ? TR_CKPT_FORMAT_LOWP : TR_CKPT_FORMAT;
+    FR_TRY(fr_ckpt_write_entry(w, "format", format, strlen(format)));
     FR_TRY(put_entry_text(w, "step", "%" PRId64, t->step));
     FR_TRY(put_entry_text(w, "skipped_total", "%" PRId64, t->skipped_total));
     FR_TRY(put_entry_text(w, "bad_in_row", "%d", t->bad_in_row));
@@ -215,7 +221,9 @@ static fr_status check_untrained(fr_trainer *t, const fr_ckpt *c, const fr_ckpt_
 
 static fr_status load_params(fr_trainer *t, const fr_ckpt *c)
 {
-    int slots = t->optim ? fr_optimizer_state_count(t->optim) : 0;
+    int slots = t->optim && fr_optimizer_state_dtype(t->optim) == FR_OPT_STATE_F32 ? fr_optimizer_state_count(t->optim)
+                                                                                    : 0;
+    FR_TRY(tr_ckpt_load_lowp(t, c));
     for (int i = 0; i < t->n_orig; i++) {
         const tr_orig *o = &t->orig[i];
         const fr_ckpt_tensor *ct;
@@ -290,7 +298,7 @@ fr_status fr_trainer_load(fr_trainer *t, const char *path, void **data_state, si
     fr_status st = FR_OK;
     const char *kind = !t->optim ? NULL : fr_optimizer_config(t->optim)->kind == FR_OPT_SGD ? "sgd" : "adamw";
     int64_t step = 0, skipped = 0, bad = 0, ostep = 0;
-    if (!entry_equals(c, "format", TR_CKPT_FORMAT)) {
+    if (!entry_equals(c, "format", TR_CKPT_FORMAT) && !entry_equals(c, "format", TR_CKPT_FORMAT_LOWP)) {
         st = fr_error(FR_ERR_PARSE, "checkpoint '%s' was not written by the fp8run trainer (no '%s' format entry)",
                       path, TR_CKPT_FORMAT);
         goto done;
@@ -299,7 +307,8 @@ fr_status fr_trainer_load(fr_trainer *t, const char *path, void **data_state, si
         st = fr_error(FR_ERR_INVALID_ARG, "checkpoint '%s' holds the state of another optimizer than %s", path, kind);
         goto done;
     }
-    st = load_params(t, c);
+    st = tr_ckpt_check_lowp(t, c);
+    if (st == FR_OK) st = load_params(t, c);
     if (st == FR_OK) st = load_scaling(t, c);
     if (st == FR_OK) st = entry_i64(c, "step", &step);
     if (st == FR_OK) st = entry_i64(c, "skipped_total", &skipped);
@@ -403,6 +412,7 @@ fr_status fr_train_apply_weights(fr_graph *g, const char *ckpt_path, int *n_appl
         fr_tensor *mt = vid >= 0 ? g->values[vid].constant : NULL;
         if (!mt || !(g->values[vid].flags & FR_VAL_INITIALIZER)) {
             int applied = 0;
+            if (tr_lora_is_adapter_name(ct->name)) continue; /* merged below */
             if (fs || fr_fbs_is_compiled(g)) {
                 if (fr_fbs_is_tied_copy(g, ct->name)) continue; /* follows its source */
             }
@@ -426,6 +436,9 @@ fr_status fr_train_apply_weights(fr_graph *g, const char *ckpt_path, int *n_appl
             n++;
         }
     }
+    int n_lora = 0;
+    if (st == FR_OK) st = tr_lora_merge_ckpt(g, c, &n_lora); /* a LoRA run's: W + s B A */
+    n += n_lora;
     fr_ckpt_close(c);
     fr_fbs_fused_free(fs, nf);
     if (st == FR_OK && n == 0)

@@ -73,7 +73,7 @@ typedef struct tr_input {
 struct fr_trainer {
     fr_train_options opt;      /* strings below are the trainer's copies */
     char *s_tokens, *s_logits, *s_loss, *s_train, *s_freeze, *s_precision, *s_recipe,
-        *s_format, *s_exclude;
+        *s_format, *s_exclude, *s_lora, *s_lora_exclude;
     fr_dim_binding *dims;
     char *model_path;          /* the model's source path for the config, or NULL */
 
@@ -124,6 +124,7 @@ struct fr_trainer {
     int n_unshared;            /* parameters made separate again (passes/unshare.h) */
     fr_pipeline_report passes; /* what each pass of the pipeline did (passes/pipeline.h);
                                   empty for a compiled graph file */
+    fr_lora_result lora;       /* the adapters the lora pass added (passes/lora.h); n 0 without */
     int use_cuda;              /* the device resolved from opt.device */
     fr_cuda_train *dev;        /* the device side when use_cuda (runtime/cuda/cuda_train.h) */
 };
@@ -148,7 +149,34 @@ FR_NODISCARD fr_status tr_fill_inputs(fr_trainer *t, tr_input *ins, int n, const
 /* Copy between a fused parameter-shaped buffer and one slice in its original layout. */
 void tr_slice_copy(const fr_fp8_fused *f, const fr_fp8_slice *s, float *fused_buf, float *orig_buf,
                    int to_original);
+/* train_lora.c: 1 when `name` is a LoRA adapter (not in the pristine model). tr_lora_merge puts
+ * merged copies W + s B A in place of pg's base weights, *base keeping the bases (also on
+ * failure); tr_lora_unmerge puts them back and frees *base. */
+int tr_lora_is_adapter(const fr_trainer *t, const char *name);
+FR_NODISCARD fr_status tr_lora_merge(fr_trainer *t, fr_graph *pg, fr_tensor ***base);
+/* A checkpoint's adapters (by their PEFT names) merged into the model g's weights, with the
+ * rank and alpha its options record; *n_merged counts the adapter tensors used. */
+struct fr_ckpt;
+int tr_lora_is_adapter_name(const char *name);
+FR_NODISCARD fr_status tr_lora_merge_ckpt(fr_graph *g, const struct fr_ckpt *c, int *n_merged);
+void tr_lora_unmerge(fr_trainer *t, fr_graph *pg, fr_tensor **base);
 /* Gather an original parameter's values (original layout) into dst. */
 FR_NODISCARD fr_status tr_orig_values(fr_trainer *t, const tr_orig *o, float *dst);
+
+/* Low-precision optimizer state in checkpoints (runtime/train_ckpt_lowp.c): whether this run
+ * uses it (then the file's format is "fp8run-trainer-2"), write it, check that a file's state
+ * and master dtypes match the run's, and load it. */
+struct fr_ckpt_writer;
+struct fr_ckpt;
+int tr_ckpt_lowp_used(const fr_trainer *t);
+/* Memory of a built trainer (runtime/train_memory.c; t may be a plan_only one), and the check a
+ * GPU session makes before allocating: FR_ERR_DEVICE naming the sizes and the options that would
+ * fit when the prediction exceeds free_bytes. */
+struct fr_train_memory;
+FR_NODISCARD fr_status tr_memory_of(fr_trainer *t, int gpu, struct fr_train_memory *out);
+FR_NODISCARD fr_status tr_memory_check(fr_trainer *t, size_t free_bytes);
+FR_NODISCARD fr_status tr_ckpt_write_lowp(fr_trainer *t, struct fr_ckpt_writer *w);
+FR_NODISCARD fr_status tr_ckpt_check_lowp(fr_trainer *t, const struct fr_ckpt *c);
+FR_NODISCARD fr_status tr_ckpt_load_lowp(fr_trainer *t, const struct fr_ckpt *c);
 
 #endif

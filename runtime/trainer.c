@@ -103,9 +103,13 @@ static fr_status copy_options(fr_trainer *t, const fr_train_options *o)
     if (o->world_size > 0 && (!t->use_cuda || o->rank < 0 || o->rank >= o->world_size || o->local_rank < 0))
         return fr_error(FR_ERR_INVALID_ARG, "data-parallel training (rank %d of %d, local rank %d) %s", o->rank,
                         o->world_size, o->local_rank, t->use_cuda ? "is inconsistent" : "needs the CUDA backend");
+    if (o->world_size > 0 && o->shard_optimizer && (o->opt.state_dtype != FR_OPT_STATE_F32 || o->opt.master_bf16))
+        return fr_error(FR_ERR_UNSUPPORTED, "--shard-optimizer keeps fp32 optimizer state and master weights only: "
+                                            "drop --optimizer-state / --master-weights, or the sharding");
     FR_TRY(copy_str(o->fp8.recipe, &t->s_recipe, &c->fp8.recipe));
     FR_TRY(copy_str(o->fp8.fp8_format, &t->s_format, &c->fp8.fp8_format));
     FR_TRY(copy_str(o->fp8.fp8_exclude, &t->s_exclude, &c->fp8.fp8_exclude));
+    FR_TRY(copy_str(o->lora.targets, &t->s_lora, &c->lora.targets));
     c->fp8.precision = c->precision;
     c->dims = NULL;
     if (o->n_dims > 0) {
@@ -169,7 +173,10 @@ size_t fr_trainer_memory(const fr_trainer *t, size_t *device_used, size_t *devic
 #endif
     size_t b = t->ex ? fr_exec_pool_bytes(t->ex) : 0;
     int slots = t->optim ? fr_optimizer_state_count(t->optim) : 0;
-    for (int i = 0; i < t->n_params; i++) b += (size_t)t->params[i].numel * sizeof(float) * (size_t)(3 + slots);
+    fr_opt_state_dtype sd = t->optim ? fr_optimizer_state_dtype(t->optim) : FR_OPT_STATE_F32;
+    for (int i = 0; i < t->n_params; i++)
+        b += (size_t)t->params[i].numel * sizeof(float) * 3 +
+             (size_t)fr_lowp_state_bytes(sd, t->params[i].numel) * (size_t)slots;
     return b;
 }
 
@@ -193,7 +200,8 @@ fr_status fr_trainer_new(const fr_graph *model, const fr_train_options *opt, fr_
     fr_status st = copy_options(t, opt);
     if (st == FR_OK) st = tr_build(t, model);
 #ifdef FP8RUN_HAVE_CUDA
-    if (st == FR_OK && t->use_cuda) st = fr_cuda_train_new(t, t->opt.world_size > 0 ? t->opt.local_rank : -1, &t->dev);
+    if (st == FR_OK && t->use_cuda && !t->opt.plan_only)
+        st = fr_cuda_train_new(t, t->opt.world_size > 0 ? t->opt.local_rank : -1, &t->dev);
 #endif
     if (st != FR_OK) {
         if (model->source_path) st = fr_error_context(st, "while building the trainer for '%s'", model->source_path);
@@ -251,6 +259,9 @@ void fr_trainer_free(fr_trainer *t)
     free(t->s_recipe);
     free(t->s_format);
     free(t->s_exclude);
+    free(t->s_lora);
+    free(t->s_lora_exclude);
+    fr_lora_result_free(&t->lora);
     for (int i = 0; t->dims && i < t->opt.n_dims; i++) free((char *)t->dims[i].name);
     free(t->dims);
     free(t->model_path);
@@ -746,6 +757,9 @@ fr_status fr_train_compile(const fr_graph *model, const fr_train_options *opt, c
 {
     fr_trainer *t;
     int tok;
+    if (opt->lora.rank > 0) /* the file would not record which parameters are adapters */
+        return fr_error(FR_ERR_UNSUPPORTED, "LoRA is not compiled into graph files: train the ONNX model with "
+                        "--lora-rank");
     FR_TRY(compile_forward(model, opt, &t, &tok));
     fr_fbs_spec spec;
     memset(&spec, 0, sizeof spec);
@@ -866,13 +880,19 @@ fr_status fr_trainer_config_json(const fr_trainer *t, char **json)
     const fr_opt_config *c = &o->opt;
     jb_printf(&b, ", \"optimizer\": {\"kind\": \"%s\", \"weight_decay\": %.17g, \"beta1\": %.17g, "
                   "\"beta2\": %.17g, \"eps\": %.17g, \"momentum\": %.17g, \"dampening\": %.17g, "
-                  "\"nesterov\": %d, \"decay_1d\": %d}",
+                  "\"nesterov\": %d, \"decay_1d\": %d, \"state_dtype\": \"%s\", \"master_weights\": \"%s\"}",
               c->kind == FR_OPT_SGD ? "sgd" : "adamw", c->weight_decay, c->beta1, c->beta2, c->eps,
-              c->momentum, c->dampening, c->nesterov, c->decay_1d);
+              c->momentum, c->dampening, c->nesterov, c->decay_1d, fr_lowp_state_name(c->state_dtype),
+              c->master_bf16 ? "bf16" : "fp32");
     jb_printf(&b, ", \"lr\": {\"schedule\": \"%s\", \"max_lr\": %.17g, \"min_lr\": %.17g, "
                   "\"warmup\": %lld, \"total\": %lld}",
               fr_lr_kind_name(o->lr.kind), o->lr.max_lr, o->lr.min_lr, (long long)o->lr.warmup_steps,
               (long long)o->lr.total_steps);
+    if (o->lora.rank > 0) { /* read back by tr_lora_merge_ckpt (export of a checkpoint) */
+        jb_printf(&b, ", \"lora\": {\"rank\": %d, \"alpha\": %.17g, ", o->lora.rank, o->lora.alpha);
+        jb_str(&b, "targets", o->lora.targets);
+        jb_printf(&b, "}");
+    }
     jb_printf(&b, ", \"grad_clip\": %.17g, \"grad_accum\": %d, \"seed\": %llu, \"max_bad_steps\": %d}",
               o->grad_clip, o->grad_accum, (unsigned long long)o->seed, o->max_bad_steps);
     if (b.oom) {

@@ -88,6 +88,8 @@ typedef struct fr_train_options {
                                   ai.fp8run::SwiGLU node per layer (passes/swiglu_fuse.h) */
     const char *recompute;     /* "none" (default) | "attention" | "mlp" | "full" (passes/
                                   recompute.h): regions of each block the backward recomputes */
+    fr_lora_options lora;      /* rank 0 (default): no LoRA; else adapters on the Linears whose
+                                  weight matches lora.targets, the base frozen (passes/lora.h) */
     int eval_only;             /* 1: no backward graph, no optimizer: fr_trainer_eval only (and
                                   fr_trainer_load of the weights); fr_trainer_step/save refuse */
     /* data parallel over NCCL (runtime/dist.h, CUDA only): world_size > 0 makes this trainer rank
@@ -98,6 +100,8 @@ typedef struct fr_train_options {
                                   its id sent by rank 0 over TCP on MASTER_ADDR:MASTER_PORT */
     int shard_optimizer;       /* 1: ZeRO-1, each rank keeps the optimizer state of the parameters
                                   it owns (fr_dist_partition) and broadcasts them after the update */
+    int plan_only;             /* 1: build the graphs only, no executor, optimizer or device
+                                  (fr_train_predict_memory, runtime/train_memory.h) */
 } fr_train_options;
 
 void fr_train_options_default(fr_train_options *o);
@@ -267,6 +271,16 @@ FR_NODISCARD fr_status fr_train_ckpt_config(const char *ckpt_path, char **json);
  * layouts), saved with fr_onnx_save_file; weights go to external data "<file>.data" when they
  * add up to more than 1 GiB. */
 FR_NODISCARD fr_status fr_trainer_export(fr_trainer *t, const char *path);
+/* A LoRA run's adapters in PEFT's layout: dir/adapter_model.safetensors and
+ * dir/adapter_config.json (runtime/train_lora.c). */
+FR_NODISCARD fr_status fr_trainer_export_adapter(fr_trainer *t, const char *dir);
+/* Parameters and the bytes they take where the run trains (device or host): trained ones with
+ * their gradient and optimizer state; a LoRA run's frozen base weights. */
+typedef struct fr_param_bytes {
+    int64_t trained, trained_bytes;
+    int64_t frozen, frozen_bytes;
+} fr_param_bytes;
+void fr_trainer_param_bytes(const fr_trainer *t, fr_param_bytes *b);
 /* Save g, choosing external data the same way. */
 FR_NODISCARD fr_status fr_train_save_model(const fr_graph *g, const char *path);
 

@@ -17,31 +17,15 @@
 #include "cli_runner.h"
 #include "fp8run.h"
 #include "harness.h"
+#include "hf_llama_util.h"
 #include "runtime/safetensors.h"
 
-#define MODEL "hf/llama_op18_static/model.onnx"
+#define MODEL HF_MODEL
 #define WEIGHTS "hf/llama_safetensors"
-#define B 2
-#define T 11
-#define V 211
+#define B HF_B
+#define T HF_T
+#define V HF_V
 #define EMBED "model.embed_tokens.weight"
-
-static void ok_(fp8run_status s, const char *what, int line)
-{
-    if (s != FP8RUN_OK) fprintf(stderr, "\n  line %d: %s -> %d: %s\n", line, what, (int)s, fp8run_last_error());
-    CU_ASSERT_EQUAL_FATAL(s, FP8RUN_OK);
-}
-#define OK(expr) ok_((expr), #expr, __LINE__)
-
-static int64_t g_win[B * (T + 1)];
-
-static fp8run_model *load_model(void)
-{
-    char p[512];
-    fp8run_model *m = NULL;
-    OK(fp8run_model_load(fr_fixture(p, sizeof p, MODEL), &m));
-    return m;
-}
 
 static fp8run_session *new_session_prec(fp8run_model *m, const char *precision)
 {
@@ -56,13 +40,6 @@ static fp8run_session *new_session_prec(fp8run_model *m, const char *precision)
 }
 
 static fp8run_session *new_session(fp8run_model *m) { return new_session_prec(m, "fp32"); }
-
-static double eval(fp8run_session *s)
-{
-    double loss = NAN;
-    OK(fp8run_session_eval(s, g_win, FP8RUN_DTYPE_INT64, B * (T + 1), &loss));
-    return loss;
-}
 
 static fp8run_safetensors *open_st(const char *path)
 {
@@ -154,9 +131,9 @@ static void write_variant(const char *dir, const char *name, fr_dtype dt, float 
 static void test_init_from_fixture(void)
 {
     char p[512];
-    fp8run_model *m = load_model();
+    fp8run_model *m = hf_load_model();
     fp8run_session *s = new_session(m);
-    const double l0 = eval(s);
+    const double l0 = hf_eval(s);
     fp8run_safetensors *st = open_st(fr_fixture(p, sizeof p, WEIGHTS));
     CU_ASSERT_EQUAL(fp8run_safetensors_tensor_count(st), 21);
     fp8run_load_report r = {.struct_size = sizeof r};
@@ -169,7 +146,7 @@ static void test_init_from_fixture(void)
     for (int i = 0; i < r.n_missing; i++) CU_ASSERT(session_has(s, r.missing[i]));
     for (int i = 0; i < r.n_unexpected; i++) CU_ASSERT(!session_has(s, r.unexpected[i]));
     /* the same random init: the loss is the ONNX file's own, bit for bit */
-    CU_ASSERT(bits_equal(eval(s), l0));
+    CU_ASSERT(bits_equal(hf_eval(s), l0));
     static float a[V * 72], b[V * 72];
     OK(fp8run_session_get_param(s, EMBED, a, V * 72));
     OK(fp8run_safetensors_read(st, EMBED, b, V * 72));
@@ -194,9 +171,9 @@ static void test_init_from_changed(void)
     char dir[512];
     fr_test_tmpdir(dir, sizeof dir);
     write_variant(dir, EMBED, FR_BF16, 3.0f, NULL);
-    fp8run_model *m = load_model();
+    fp8run_model *m = hf_load_model();
     fp8run_session *s = new_session(m);
-    const double l0 = eval(s);
+    const double l0 = hf_eval(s);
     fp8run_safetensors *st = open_st(dir);
     OK(fp8run_session_load_safetensors(s, st, 0, NULL));
     static float got[V * 72], want[V * 72];
@@ -205,15 +182,15 @@ static void test_init_from_changed(void)
     int bad = 0;
     for (int i = 0; i < V * 72; i++) bad += got[i] != fr_bf16_to_f32(fr_f32_to_bf16(want[i] * 3.0f));
     CU_ASSERT_EQUAL(bad, 0);
-    const double l1 = eval(s);
+    const double l1 = hf_eval(s);
     CU_ASSERT(!bits_equal(l1, l0));
     /* the model-level load gives the same weights before a session exists */
-    fp8run_model *m2 = load_model();
+    fp8run_model *m2 = hf_load_model();
     fp8run_load_report r = {.struct_size = sizeof r};
     OK(fp8run_model_load_safetensors(m2, st, 0, &r));
     CU_ASSERT(has_name(r.matched, r.n_matched, EMBED));
     fp8run_session *s2 = new_session(m2);
-    CU_ASSERT(bits_equal(eval(s2), l1));
+    CU_ASSERT(bits_equal(hf_eval(s2), l1));
     fp8run_session_destroy(s2);
     fp8run_model_destroy(m2);
     fp8run_safetensors_close(st);
@@ -225,7 +202,7 @@ static void test_init_from_changed(void)
     CU_ASSERT_EQUAL(fp8run_session_load_safetensors(s, st, 0, NULL), FP8RUN_ERR_SHAPE);
     const char *msg = fp8run_session_error(s);
     CU_ASSERT(strstr(msg, EMBED) && strstr(msg, "[211, 72]") && strstr(msg, "[72, 211]"));
-    CU_ASSERT(bits_equal(eval(s), l1));
+    CU_ASSERT(bits_equal(hf_eval(s), l1));
     fp8run_safetensors_close(st);
     fp8run_session_destroy(s);
     fp8run_model_destroy(m);
@@ -238,7 +215,7 @@ static void test_fused_round_trip(void)
 {
     char dir[512];
     fr_test_tmpdir(dir, sizeof dir);
-    fp8run_model *m = load_model();
+    fp8run_model *m = hf_load_model();
     fp8run_session *a = new_session(m);
     int n = fp8run_session_param_count(a);
     fr_rng r = fr_test_rng("safetensors_fused");
@@ -262,10 +239,10 @@ static void test_fused_round_trip(void)
     OK(fp8run_session_load_safetensors(b, st, FP8RUN_LOAD_STRICT, &lr));
     CU_ASSERT_EQUAL(lr.n_matched, n);
     CU_ASSERT_EQUAL(count_differing(n, s_info, a, s_get, a, s_get, b, 0), 0);
-    fp8run_model *m2 = load_model();
+    fp8run_model *m2 = hf_load_model();
     OK(fp8run_model_load_safetensors(m2, st, FP8RUN_LOAD_STRICT, NULL));
     fp8run_session *c = new_session_prec(m2, "bf16");
-    CU_ASSERT(bits_equal(eval(b), eval(c)));
+    CU_ASSERT(bits_equal(hf_eval(b), hf_eval(c)));
     fp8run_session_destroy(c);
     fp8run_model_destroy(m2);
     fp8run_safetensors_close(st);
@@ -279,15 +256,15 @@ static void test_fused_round_trip(void)
 static void test_full_match(void)
 {
     char p[512], dir[512], out[600];
-    fp8run_model *m = load_model();
+    fp8run_model *m = hf_load_model();
     fp8run_session *s = new_session(m);
     CU_ASSERT_FATAL(session_has(s, "model.layers.0.self_attn.q_proj.weight"));
-    const double l0 = eval(s);
+    const double l0 = hf_eval(s);
     fp8run_safetensors *st = open_st(fr_fixture(p, sizeof p, WEIGHTS));
     fp8run_load_report r = {.struct_size = sizeof r};
     OK(fp8run_session_load_safetensors(s, st, FP8RUN_LOAD_STRICT, &r));
     CU_ASSERT(r.n_matched == 21 && r.n_missing == 0 && r.n_unexpected == 0);
-    CU_ASSERT(bits_equal(eval(s), l0));
+    CU_ASSERT(bits_equal(hf_eval(s), l0));
     /* and written back: what save_pretrained wrote, byte for byte */
     fr_test_tmpdir(dir, sizeof dir);
     OK(fp8run_session_save_safetensors(s, dir, FP8RUN_DTYPE_FLOAT32, 0));
@@ -324,7 +301,7 @@ static void check_written(fp8run_model *m, const char *dir, fp8run_dtype dt)
 static void test_save(void)
 {
     char dir[512], p[700];
-    fp8run_model *m = load_model();
+    fp8run_model *m = hf_load_model();
     fr_test_tmpdir(dir, sizeof dir);
     OK(fp8run_model_save_safetensors(m, dir, FP8RUN_DTYPE_UNDEFINED, 0));
     check_written(m, dir, FP8RUN_DTYPE_FLOAT32);
@@ -376,7 +353,7 @@ static void test_cli(void)
     CLI_EXPECT(cli_run("export ck/step_00000001.ckpt --safetensors hf32"), 0, cli_out, "exported");
     CU_ASSERT_PTR_NULL(strstr(cli_err, "warning"));
     snprintf(p, sizeof p, "%s/ck/step_00000001.ckpt", cli_tmp);
-    fp8run_model *m = load_model();
+    fp8run_model *m = hf_load_model();
     OK(fp8run_model_apply_checkpoint(m, p, NULL));
     snprintf(p, sizeof p, "%s/hf32", cli_tmp);
     fp8run_safetensors *st = open_st(p);
@@ -411,14 +388,8 @@ static CU_TestInfo tests[] = {
     CU_TEST_INFO_NULL,
 };
 
-static int suite_init(void)
-{
-    for (int i = 0; i < B * (T + 1); i++) g_win[i] = (i * 37 + 11) % V;
-    return cli_suite_init();
-}
-
 static CU_SuiteInfo suites[] = {
-    {"api_safetensors", suite_init, cli_suite_clean, NULL, NULL, tests},
+    {"api_safetensors", hf_suite_init, cli_suite_clean, NULL, NULL, tests},
     CU_SUITE_INFO_NULL,
 };
 

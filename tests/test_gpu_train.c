@@ -6,6 +6,9 @@
  *    relative L2.
  *  - BF16 and FP8 (delayed, current, block) on llama_tiny: the GPU run tracks the CPU run of
  *    the same precision: mean loss of the last 5 of 30 steps within 2%, no step skipped.
+ *  - LoRA (q_proj|v_proj adapters on the transformers Llama fixture): FP32 as above, only
+ *    the adapters trained; FP8 delayed (the frozen base compiled to fp8) tracking the CPU as
+ *    above.
  *  - Gradient accumulation (2 micro-batches) and a checkpoint written on the GPU that the CPU
  *    loads and continues (and the other way) with matching losses.
  *  - Steps queued without waiting (fr_trainer_step_async, polled every 5 steps) give the same
@@ -104,11 +107,14 @@ static double param_diff(fr_trainer *a, fr_trainer *b)
     return sqrt(d2 / (r2 > 0 ? r2 : 1));
 }
 
-static void check_fp32(const char *name, int64_t B, int64_t T)
+/* lora (may be NULL): the same with LoRA adapters (passes/lora.h), which are then the
+ * trained parameters compared */
+static void check_fp32_lora(const char *name, int64_t B, int64_t T, const fr_lora_options *lora)
 {
     fr_graph *g = load(name);
     CU_ASSERT_PTR_NOT_NULL_FATAL(g);
     fr_train_options oc = options(B, T, "fp32", "cpu"), og = options(B, T, "fp32", "cuda");
+    if (lora) oc.lora = og.lora = *lora;
     fr_trainer *tc, *tg;
     FR_ASSERT_OK(fr_trainer_new(g, &oc, &tc));
     FR_ASSERT_OK(fr_trainer_new(g, &og, &tg));
@@ -120,12 +126,25 @@ static void check_fp32(const char *name, int64_t B, int64_t T)
         if (r > worst) worst = r;
     }
     double pd = param_diff(tg, tc);
-    printf(" (%s on %s: worst loss rel diff %.2e over 20 steps, weights rel L2 %.2e)", name, fr_trainer_device(tg), worst, pd);
+    printf(" (%s%s on %s: worst loss rel diff %.2e over 20 steps, weights rel L2 %.2e)", name, lora ? " LoRA" : "",
+           fr_trainer_device(tg), worst, pd);
     CU_ASSERT(worst <= 1e-3);
     CU_ASSERT(pd <= 1e-3);
+    if (lora) { /* only the adapters train, on both devices */
+        CU_ASSERT_EQUAL(fr_trainer_param_count(tg), fr_trainer_param_count(tc));
+        for (int i = 0; i < fr_trainer_param_count(tg); i++) CU_ASSERT_PTR_NOT_NULL(strstr(fr_trainer_param_name(tg, i), ".lora_"));
+    }
     fr_trainer_free(tc);
     fr_trainer_free(tg);
     fr_graph_free(g);
+}
+
+static void check_fp32(const char *name, int64_t B, int64_t T) { check_fp32_lora(name, B, T, NULL); }
+
+static void test_fp32_lora(void)
+{
+    fr_lora_options lo = {.rank = 4, .alpha = 8, .targets = "q_proj|v_proj"};
+    check_fp32_lora("hf/llama_op18_static", 2, 11, &lo);
 }
 
 static void test_fp32_gpt2(void) { check_fp32("gpt2_tiny", 2, 11); }
@@ -134,12 +153,15 @@ static void test_fp32_llama(void) { check_fp32("llama_tiny", 2, 13); }
 static void test_fp32_llama_op14(void) { check_fp32("llama_tiny_op14", 2, 7); }
 static void test_fp32_bert(void) { check_fp32("bert_tiny", 2, 9); }
 
-static void check_precision(const char *precision, const char *recipe)
+/* lora (may be NULL): LoRA adapters on a frozen base the FP8 compiler converts too */
+static void check_precision_on(const char *name, int64_t B, int64_t T, const char *precision, const char *recipe,
+                               const fr_lora_options *lora)
 {
-    fr_graph *g = load("llama_tiny");
+    fr_graph *g = load(name);
     CU_ASSERT_PTR_NOT_NULL_FATAL(g);
-    fr_train_options oc = options(4, 32, precision, "cpu"), og = options(4, 32, precision, "cuda");
+    fr_train_options oc = options(B, T, precision, "cpu"), og = options(B, T, precision, "cuda");
     if (recipe) oc.fp8.recipe = og.fp8.recipe = recipe;
+    if (lora) oc.lora = og.lora = *lora;
     fr_trainer *tc, *tg;
     FR_ASSERT_OK(fr_trainer_new(g, &oc, &tc));
     FR_ASSERT_OK(fr_trainer_new(g, &og, &tg));
@@ -158,6 +180,17 @@ static void check_precision(const char *precision, const char *recipe)
     fr_trainer_free(tc);
     fr_trainer_free(tg);
     fr_graph_free(g);
+}
+
+static void check_precision(const char *precision, const char *recipe)
+{
+    check_precision_on("llama_tiny", 4, 32, precision, recipe, NULL);
+}
+
+static void test_fp8_lora(void)
+{
+    fr_lora_options lo = {.rank = 4, .alpha = 8, .targets = "q_proj|v_proj"};
+    check_precision_on("hf/llama_op18_static", 2, 11, "fp8", "delayed", &lo);
 }
 
 static void test_bf16(void) { check_precision("bf16", NULL); }
@@ -497,10 +530,12 @@ static CU_TestInfo tests[] = {
     {"fp32 llama_tiny: GPU == CPU", test_fp32_llama},
     {"fp32 llama_tiny_op14: GPU == CPU", test_fp32_llama_op14},
     {"fp32 bert_tiny: GPU == CPU", test_fp32_bert},
+    {"fp32 LoRA on hf llama: GPU == CPU, adapters only", test_fp32_lora},
     {"bf16 llama_tiny: GPU tracks CPU", test_bf16},
     {"fp8 delayed llama_tiny: GPU tracks CPU", test_fp8_delayed},
     {"fp8 current llama_tiny: GPU tracks CPU", test_fp8_current},
     {"fp8 block llama_tiny: GPU tracks CPU", test_fp8_block},
+    {"fp8 LoRA (frozen fp8 base) on hf llama: GPU tracks CPU", test_fp8_lora},
     {"accumulation; checkpoints GPU <-> CPU", test_accum_and_ckpt},
     {"fp32: async steps == sync steps bit for bit, skipped steps included", test_async_fp32},
     {"fp8 delayed: async steps == sync steps bit for bit, skipped steps included", test_async_fp8},

@@ -177,19 +177,19 @@ static void test_unknown_option(void)
     o.fuse_swiglu = 1;
     FR_ASSERT_OK(tr_pass_option(&o, "fuse_swiglu", &on));
     CU_ASSERT_EQUAL(on, 1);
-    /* a resolver's error stops the stage there: retie's option fails, prepare never runs */
+    /* a resolver's error stops the stage there: lora's option fails, prepare never runs */
     fr_pipeline_report rep;
-    fr_pass_ctx c = fresh_ctx(fail_one, "retie", &rep);
+    fr_pass_ctx c = fresh_ctx(fail_one, "lora", &rep);
     fr_graph *g = c.g;
     CU_ASSERT_PTR_NOT_NULL_FATAL(g);
     int nodes = g->n_nodes;
     CU_ASSERT_EQUAL(fr_pipeline_run(&c, FR_STAGE_IMPORTED), FR_ERR_INTERNAL);
-    CU_ASSERT(strstr(fr_last_error(), "no option 'retie'") != NULL);
+    CU_ASSERT(strstr(fr_last_error(), "no option 'lora'") != NULL);
     fr_clear_error();
-    CU_ASSERT_EQUAL_FATAL(rep.n, 2); /* select_params (no option), then retie */
+    CU_ASSERT_EQUAL_FATAL(rep.n, 2); /* select_params (no option), then lora */
     CU_ASSERT_STRING_EQUAL(rep.pass[0].name, "select_params");
     CU_ASSERT_EQUAL(rep.pass[0].ran, 1);
-    CU_ASSERT_STRING_EQUAL(rep.pass[1].name, "retie");
+    CU_ASSERT_STRING_EQUAL(rep.pass[1].name, "lora");
     CU_ASSERT_EQUAL(rep.pass[1].ran, 0);
     CU_ASSERT_EQUAL(g->n_nodes, nodes); /* prepare (which removes nodes here) did not run */
     fr_graph_free(g);

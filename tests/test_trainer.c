@@ -1238,6 +1238,120 @@ static void test_fixture_models_eval(void)
     }
 }
 
+/* ---- low-precision optimizer state and bf16 master weights (runtime/optim_lowp.h) ---- */
+
+static const struct {
+    fr_opt_state_dtype sd;
+    int master;
+} k_lowp[] = {{FR_OPT_STATE_F32, 1}, {FR_OPT_STATE_BF16, 0}, {FR_OPT_STATE_BF16, 1}, {FR_OPT_STATE_FP8, 0},
+              {FR_OPT_STATE_FP8, 1}};
+
+/* Every state dtype and master choice resumes bit-exact: llama_tiny (FP32), and the tiny model
+ * compiled for fp8 with fused parameters (the state of a fused parameter is stored fused). */
+static void test_lowp_resume(void)
+{
+    fr_graph *g = load_llama();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    fr_rng r = fr_test_rng("lowp_resume");
+    fr_graph *gb = build_tiny_b(&r, 40, 32);
+    char p[600], dir[512], tok[600];
+    fr_test_tmpdir(dir, sizeof dir);
+    tmp_path(tok, sizeof tok, dir, "tokens.bin");
+    write_token_file(&r, tok, 1000, 40);
+    for (size_t i = 0; i < sizeof k_lowp / sizeof k_lowp[0]; i++) {
+        fr_train_options o = llama_options();
+        o.opt.state_dtype = k_lowp[i].sd;
+        o.opt.master_bf16 = k_lowp[i].master;
+        o.seed = 11;
+        check_resume(g, &o, fr_fixture(p, sizeof p, "train/tokens.bin"));
+        o = precision_options("fp8", 1);
+        o.opt.state_dtype = k_lowp[i].sd;
+        o.opt.master_bf16 = k_lowp[i].master;
+        check_resume(gb, &o, tok);
+    }
+    unlink(tok);
+    rmdir(dir);
+    fr_graph_free(gb);
+    fr_graph_free(g);
+}
+
+/* A checkpoint of one state dtype (or master choice) refuses a run of another, naming the flag. */
+static void test_lowp_mismatch(void)
+{
+    fr_graph *g = load_llama();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    char p[600], dir[512], ck[600];
+    fr_test_tmpdir(dir, sizeof dir);
+    tmp_path(ck, sizeof ck, dir, "fp8.ckpt");
+    fr_train_options o = llama_options();
+    o.opt.state_dtype = FR_OPT_STATE_FP8;
+    fr_trainer *t, *u;
+    FR_ASSERT_OK(fr_trainer_new(g, &o, &t));
+    fr_data_loader *dl = open_tokens(fr_fixture(p, sizeof p, "train/tokens.bin"), 2, 13, 128);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(dl);
+    double loss[2];
+    FR_ASSERT_OK(train_run(t, dl, 0, 2, loss, 2, ck));
+    fr_train_options o2 = llama_options();
+    FR_ASSERT_OK(fr_trainer_new(g, &o2, &u));
+    CU_ASSERT_EQUAL(fr_trainer_load(u, ck, NULL, NULL), FR_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "--optimizer-state fp8"));
+    fr_trainer_free(u);
+    o2.opt.state_dtype = FR_OPT_STATE_FP8;
+    o2.opt.master_bf16 = 1;
+    FR_ASSERT_OK(fr_trainer_new(g, &o2, &u));
+    CU_ASSERT_EQUAL(fr_trainer_load(u, ck, NULL, NULL), FR_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "--master-weights fp32"));
+    fr_trainer_free(u);
+    o2.opt.master_bf16 = 0;
+    FR_ASSERT_OK(fr_trainer_new(g, &o2, &u));
+    FR_ASSERT_OK(fr_trainer_load(u, ck, NULL, NULL));
+    fr_trainer_free(u);
+    fr_trainer_free(t);
+    fr_data_close(dl);
+    unlink(ck);
+    rmdir(dir);
+    fr_graph_free(g);
+}
+
+/* 200 steps of llama_tiny: the losses of every state dtype / master choice track FP32's. The
+ * mean loss of the last 20 steps is within 1% of FP32's, and every step within 3%. */
+static void test_lowp_tracks_fp32(void)
+{
+    fr_graph *g = load_llama();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    enum { STEPS = 200 };
+    static double ref[STEPS], got[STEPS];
+    char p[600];
+    for (int v = -1; v < (int)(sizeof k_lowp / sizeof k_lowp[0]); v++) {
+        fr_train_options o = llama_options();
+        if (v >= 0) {
+            o.opt.state_dtype = k_lowp[v].sd;
+            o.opt.master_bf16 = k_lowp[v].master;
+        }
+        fr_trainer *t;
+        FR_ASSERT_OK(fr_trainer_new(g, &o, &t));
+        fr_data_loader *dl = open_tokens(fr_fixture(p, sizeof p, "train/tokens.bin"), 2, 13, 128);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(dl);
+        FR_ASSERT_OK(train_run(t, dl, 0, STEPS, v < 0 ? ref : got, 0, NULL));
+        fr_trainer_free(t);
+        fr_data_close(dl);
+        if (v < 0) continue;
+        double worst = 0, mr = 0, mg = 0;
+        for (int s = 0; s < STEPS; s++) worst = fmax(worst, fabs(got[s] - ref[s]) / ref[s]);
+        for (int s = STEPS - 20; s < STEPS; s++) {
+            mr += ref[s] / 20;
+            mg += got[s] / 20;
+        }
+        printf("\n    %s state, %s master: last-20 mean loss %.5f vs FP32 %.5f (rel %.2e), worst step rel %.2e",
+               fr_lowp_state_name(k_lowp[v].sd), k_lowp[v].master ? "bf16" : "fp32", mg, mr, fabs(mg - mr) / mr,
+               worst);
+        CU_ASSERT(fabs(mg - mr) <= 0.01 * mr);
+        CU_ASSERT(worst <= 0.03);
+    }
+    printf(" (FP32 loss %.4f -> %.4f) ", ref[0], ref[STEPS - 1]);
+    fr_graph_free(g);
+}
+
 static CU_TestInfo tiny_tests[] = {
     {"tiny model: gradients equal a double reference", test_tiny_gradients},
     {"tiny model: resume is bit-exact (AdamW cosine, SGD momentum)", test_tiny_resume},
@@ -1260,6 +1374,9 @@ static CU_TestInfo llama_tests[] = {
     {"llama_tiny resume is bit-exact", test_llama_resume},
     {"llama_tiny export round trip", test_llama_export},
     {"llama_tiny checkpoint fp8 -> bf16 / fp32", test_llama_fp8_to_bf16},
+    {"bf16/fp8 optimizer state, bf16 master: resume is bit-exact", test_lowp_resume},
+    {"optimizer state dtype mismatch on resume is refused", test_lowp_mismatch},
+    {"bf16/fp8 optimizer state tracks FP32 over 200 steps", test_lowp_tracks_fp32},
     CU_TEST_INFO_NULL,
 };
 

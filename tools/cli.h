@@ -122,7 +122,7 @@ int cli_generate(int argc, char **argv);
 void cli_generate_help(FILE *f);
 /* tools/cli_safetensors.c */
 /* --init-from: load a safetensors checkpoint into the session's parameters and report. */
-int cli_init_from(fp8run_session *s, const char *path);
+int cli_init_from(fp8run_session *s, fp8run_model *m, const char *path); /* into s, else into m */
 /* export CKPT --safetensors DIR [--dtype fp32|bf16] [--max-shard-mb N]: the checkpoint's weights */
 int cli_export_safetensors(const char *ckpt, const char *dir, const char *dtype, int64_t max_shard_mb);
 

@@ -61,7 +61,7 @@ static int is_writer_tmp(const char *name, long *pid)
     return *pid > 0;
 }
 
-void cli_ckpt_clean_stale_tmp(const char *dir, time_t since)
+void cli_ckpt_clean_stale_tmp(const char *dir, struct timespec since)
 {
     DIR *d = opendir(dir);
     if (!d) return;
@@ -76,7 +76,11 @@ void cli_ckpt_clean_stale_tmp(const char *dir, time_t since)
         if (!p) break;
         snprintf(p, n, "%s/%s", dir, e->d_name);
         struct stat sb;
-        if (lstat(p, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_mtime < since) {
+        /* last written before this run started (to the nanosecond: a run killed and resumed within
+           the same second leaves its file too) */
+        if (lstat(p, &sb) == 0 && S_ISREG(sb.st_mode) &&
+            (sb.st_mtim.tv_sec < since.tv_sec ||
+             (sb.st_mtim.tv_sec == since.tv_sec && sb.st_mtim.tv_nsec < since.tv_nsec))) {
             if (unlink(p) == 0)
                 fprintf(stderr, "fp8run: removed '%s', a partial checkpoint of an interrupted run\n", p);
             else

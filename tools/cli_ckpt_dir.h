@@ -22,6 +22,6 @@ void cli_ckpt_set_free(cli_ckpt_set *s);
 
 /* Remove DIR/step_N.ckpt.tmp.PID.K files (the checkpoint writer's exact temporary names) that
  * are older than `since` and whose writer process is gone; each removal is reported. */
-void cli_ckpt_clean_stale_tmp(const char *dir, time_t since);
+void cli_ckpt_clean_stale_tmp(const char *dir, struct timespec since);
 
 #endif

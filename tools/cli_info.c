@@ -40,6 +40,9 @@ void cli_info_help(FILE *f)
             "\n"
             "options:\n"
             "  --dim NAME=VALUE        fix the symbolic dimension NAME (repeatable)\n"
+            "  --memory[=cpu|cuda]     instead: the peak memory `fp8run train` with these options\n"
+            "                          will hold, by part, planned without running (default: cuda\n"
+            "                          when fp8run is built with it)\n"
             "  -h, --help              show this help\n"
             "training options (--batch/--seq: the shape the Linear analysis prepares for):\n");
     cli_config_help(f, FP8RUN_OPTION_INFO, &o, NULL);
@@ -266,9 +269,33 @@ static int print_compiled(const fp8run_report *r)
     return 0;
 }
 
+/* `--memory`: the prediction of fp8run_model_predict_memory, by part. */
+static int print_memory(const fp8run_model *m, fp8run_train_config *o, const cli_dims *dims, const char *backend)
+{
+    o->dim_names = dims->names;
+    o->dim_values = dims->values;
+    o->n_dims = dims->n;
+    fp8run_memory_report r = {.struct_size = sizeof r};
+    if (fp8run_model_predict_memory(m, o, backend, &r) != FP8RUN_OK) return cli_fail_status();
+    const double M = 1024.0 * 1024.0;
+    printf("memory         predicted peak of `fp8run train` on the %s, batch %lld x seq %lld, optimizer state %s:\n",
+           r.gpu ? "GPU" : "CPU", (long long)o->batch, (long long)o->seq_len, o->optimizer_state);
+    const struct {
+        const char *name;
+        uint64_t v;
+    } rows[] = {{"parameters", r.params},           {"gradient buffers", r.grads},
+                {"optimizer state", r.optimizer_state}, {"FP8 weight codes", r.fp8_weights},
+                {"activations", r.activations},     {"evaluation", r.eval_activations},
+                {"inputs", r.inputs},               {"workspace", r.workspace}};
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++)
+        printf("  %-20s %12.1f MiB\n", rows[k].name, (double)rows[k].v / M);
+    printf("  %-20s %12.1f MiB (%.2f GiB)\n", "total", (double)r.total / M, (double)r.total / M / 1024.0);
+    return 0;
+}
+
 int cli_info(int argc, char **argv)
 {
-    const char *model = NULL;
+    const char *model = NULL, *memory = NULL;
     cli_dims dims = {0};
     fp8run_train_config o;
     info_defaults(&o);
@@ -279,6 +306,10 @@ int cli_info(int argc, char **argv)
             cli_info_help(stdout);
             cli_dims_free(&dims);
             return 0;
+        }
+        if (strcmp(argv[i], "--memory") == 0 || strncmp(argv[i], "--memory=", 9) == 0) {
+            memory = argv[i][8] ? argv[i] + 9 : "auto";
+            continue;
         }
         if (cli_compile_parse("info", FP8RUN_OPTION_INFO, argc, argv, &i, &o, &dims, &given, &rc)) continue;
         if (argv[i][0] == '-' && argv[i][1])
@@ -317,6 +348,13 @@ int cli_info(int argc, char **argv)
         return rc;
     }
     rc = print_model(m, model);
+    if (rc == 0 && memory) {
+        rc = print_histogram(m, "  ");
+        if (rc == 0) rc = print_memory(m, &o, &dims, memory);
+        fp8run_model_destroy(m);
+        cli_dims_free(&dims);
+        return rc;
+    }
     if (rc == 0) rc = print_histogram(m, "  ");
     if (rc == 0) rc = print_trainable(m, &o);
     if (rc == 0) {

@@ -15,13 +15,13 @@ static void print_names(const char *what, const char *const *names, int n)
     fputc('\n', stderr);
 }
 
-int cli_init_from(fp8run_session *s, const char *path)
+int cli_init_from(fp8run_session *s, fp8run_model *m, const char *path)
 {
     fp8run_safetensors *st = NULL;
     if (fp8run_safetensors_open(path, &st) != FP8RUN_OK) return cli_fail("--init-from: %s", cli_last_error());
     fp8run_load_report r = {.struct_size = sizeof r};
     int rc = 0;
-    if (fp8run_session_load_safetensors(s, st, 0, &r) != FP8RUN_OK) {
+    if ((s ? fp8run_session_load_safetensors(s, st, 0, &r) : fp8run_model_load_safetensors(m, st, 0, &r)) != FP8RUN_OK) {
         rc = cli_fail("--init-from: %s", cli_last_error());
     } else {
         fprintf(stderr, "init from %s: %d parameters loaded, %d missing (kept from the model), %d unexpected (ignored)\n",

@@ -35,6 +35,7 @@ typedef struct train_args {
     const char *recipe_opt; /* the first precision/recipe option given (refused with a .fbs) */
     const char *init_from;  /* --init-from DIR|FILE (safetensors) */
     int gpus;               /* --gpus N (0: not given) */
+    const char *adapter_dir; /* --export-adapter DIR (a LoRA run) */
 } train_args;
 
 static const char *const k_dtypes[] = {"uint8", "uint16", "uint32", NULL};
@@ -119,7 +120,10 @@ void cli_train_help(FILE *f)
             "  --ckpt-every N          also every N steps\n"
             "  --ckpt-keep N           keep the newest N checkpoints (default 3; 0 = all)\n"
             "  --resume                continue from the newest valid checkpoint in --ckpt-dir\n"
-            "  --export OUT.onnx       write the trained model (original graph and names)\n");
+            "  --export OUT.onnx       write the trained model (original graph and names; a LoRA run's\n"
+            "                          adapters merged into their weights)\n"
+            "  --export-adapter DIR    a LoRA run's adapters as PEFT writes them (adapter_model.safetensors,\n"
+            "                          adapter_config.json)\n");
     options_help(f, FP8RUN_OPTION_TRAIN, "--batch, --seq and --lr", k_train_derived);
     fprintf(f, "\nCtrl-C finishes the current step, saves a checkpoint (with --ckpt-dir) and exits 130.\n");
 }
@@ -222,6 +226,7 @@ static int train_option(int argc, char **argv, int *i, train_args *a, int *rc)
     else if (OPT("--ckpt-every")) { if (VAL) *rc = cli_int64(cmd, "--ckpt-every", v, 0, &a->ckpt_every); }
     else if (OPT("--ckpt-keep")) { if (VAL) *rc = cli_int64(cmd, "--ckpt-keep", v, 0, &a->ckpt_keep); }
     else if (strcmp(argv[*i], "--resume") == 0) { a->resume = 1; m = 1; }
+    else if (OPT("--export-adapter")) a->adapter_dir = v;
     else if (OPT("--export")) a->export_path = v;
     else if (OPT("--init-from")) a->init_from = v;
     else
@@ -874,14 +879,23 @@ static int run_train(train_args *a)
     if (rc == 0) rc = shape_from_model("train", a, L.m);
     L.tokens_per_step = a->batch * a->seq * a->o.grad_accum;
     if (rc == 0 && a->ckpt_dir) rc = cli_make_dirs(a->ckpt_dir);
-    if (rc == 0 && a->ckpt_dir && !g_quiet) cli_ckpt_clean_stale_tmp(a->ckpt_dir, time(NULL));
+    if (rc == 0 && a->ckpt_dir && !g_quiet) {
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        cli_ckpt_clean_stale_tmp(a->ckpt_dir, now);
+    }
     if (rc == 0 && a->resume) rc = newest_valid_ckpt(a->ckpt_dir, &resume, &ck);
     if (rc == 0 && a->resume && !resume)
         fprintf(stderr, "fp8run: no checkpoint in '%s': starting from step 0\n", a->ckpt_dir);
-    if (rc == 0 && resume && fp8run_model_apply_checkpoint(L.m, resume, NULL) != FP8RUN_OK) rc = cli_fail_status();
+    /* (a LoRA checkpoint's adapters would be merged into the base: the session restores them) */
+    if (rc == 0 && resume && a->o.lora_rank == 0 && fp8run_model_apply_checkpoint(L.m, resume, NULL) != FP8RUN_OK)
+        rc = cli_fail_status();
+    /* LoRA freezes the base, which checkpoints do not hold: its weights go into the model */
+    const int lora = a->o.lora_rank > 0;
+    if (rc == 0 && a->init_from && lora) rc = cli_init_from(NULL, L.m, a->init_from);
     if (rc == 0 && fp8run_session_create(L.m, a->device, &a->o, &L.t) != FP8RUN_OK) rc = cli_fail_status();
-    if (rc == 0 && a->init_from && !resume) rc = cli_init_from(L.t, a->init_from);
-    if (rc == 0 && a->init_from && resume) fprintf(stderr, "fp8run: --init-from not used: resuming from %s\n", resume);
+    if (rc == 0 && a->init_from && !resume && !lora) rc = cli_init_from(L.t, NULL, a->init_from);
+    if (rc == 0 && a->init_from && resume && !lora) fprintf(stderr, "fp8run: --init-from not used: resuming from %s\n", resume);
     if (rc == 0) rc = open_loaders(&L);
     if (rc == 0 && resume) rc = resume_session(&L, resume, ck);
     if (g_quiet) a->log = NULL; /* rank 0 logs */
@@ -902,9 +916,16 @@ static int run_train(train_args *a)
             fp8run_value_info pi = {.struct_size = sizeof pi};
             if (fp8run_session_param(L.t, i, &pi) == FP8RUN_OK) np += pi.numel;
         }
-        if (!g_quiet) fprintf(stderr, "training %s on %s: %s parameters in %d tensors, %s, %lld x %lld x %d tokens per step, %lld steps\n",
+        if (!g_quiet) fprintf(stderr, "training %s on %s: %s parameters in %d tensors, %s, %lld x %lld x %d tokens per step, %lld steps",
                 a->model, fp8run_session_device(L.t), cli_human_count(np, n1, sizeof n1), n_params, a->o.precision,
                 (long long)a->batch, (long long)a->seq, a->o.grad_accum, (long long)a->steps);
+        fp8run_param_bytes pb = {.struct_size = sizeof pb};
+        if (!g_quiet && fp8run_session_param_bytes(L.t, &pb) == FP8RUN_OK && pb.trained > 0)
+            fprintf(stderr, "; %.1f bytes per trained parameter", (double)pb.trained_bytes / (double)pb.trained);
+        if (!g_quiet && fp8run_session_param_bytes(L.t, &pb) == FP8RUN_OK && pb.frozen > 0)
+            fprintf(stderr, ", %s frozen at %.1f bytes each", cli_human_count(pb.frozen, n1, sizeof n1),
+                    (double)pb.frozen_bytes / (double)pb.frozen);
+        if (!g_quiet) fprintf(stderr, "\n");
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = on_signal;
@@ -920,6 +941,12 @@ static int run_train(train_args *a)
             rc = cli_fail("--export: %s", cli_last_error());
         else if (!g_quiet)
             printf("exported %s\n", a->export_path);
+    }
+    if (rc == 0 && a->adapter_dir && !g_quiet) { /* rank 0 only, as the other exports */
+        if (fp8run_session_export_adapter(L.t, a->adapter_dir) != FP8RUN_OK)
+            rc = cli_fail("--export-adapter: %s", cli_last_error());
+        else
+            printf("exported adapter %s\n", a->adapter_dir);
     }
     if (rc == 0 && !g_quiet)
         printf("trained %s: %lld steps (%lld skipped)\n", a->model, (long long)fp8run_session_steps_done(L.t),

@@ -5,7 +5,7 @@
 # the same configuration (`fp8run generate llama`): what `fp8run info` fused, `fp8run bench` in
 # fp8 on both (tokens/s, peak memory; JSON into $OUT), and a short `fp8run train` in fp8 on the
 # export (skipped steps must be 0).
-#   FP8RUN=build-cuda/fp8run SIZES="125m 1b" tools/gpu_hf_check.sh
+#   FP8RUN=build-cuda/fp8run SIZES="125m 1b" tools/gpu_hf_check.sh      # INFO_ONLY=1: info only
 set -uo pipefail
 FP8RUN=${FP8RUN:-build-cuda/fp8run}
 OUT=${OUT:-/tmp/out}
@@ -27,6 +27,7 @@ for size in $SIZES; do
     [ -f "$g" ] || "$FP8RUN" generate llama --preset "$size" -o "$g" || exit 1
     echo "== info: HF llama $size (dynamo, opset 18)"
     "$FP8RUN" info "$d/model.onnx" --precision fp8 --batch $B --seq $T 2>&1 | grep -E "^  pass |^parameters"
+    [ -n "${INFO_ONLY:-}" ] && continue
     for m in hf gen; do
         f=$d/model.onnx; [ $m = gen ] && f=$g
         echo "== bench $m llama $size B=$B T=$T fp8"

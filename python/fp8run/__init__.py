@@ -616,6 +616,18 @@ class Session(_Handle):
         """Write the original model with the trained weights as ONNX."""
         _check(_L.fp8run_session_export(self._handle(), _path(path)))
 
+    def export_adapter(self, folder):
+        """A LoRA session's adapters as PEFT writes them: folder/adapter_model.safetensors and
+        folder/adapter_config.json."""
+        _check(_L.fp8run_session_export_adapter(self._handle(), _path(folder)))
+
+    def param_bytes(self):
+        """Trained and frozen (LoRA base) parameters and their bytes where the session trains:
+        a dict trained, trained_bytes, frozen, frozen_bytes."""
+        pb = _lib.ParamBytes(struct_size=ctypes.sizeof(_lib.ParamBytes))
+        _check(_L.fp8run_session_param_bytes(self._handle(), ctypes.byref(pb)))
+        return {k: getattr(pb, k) for k in ("trained", "trained_bytes", "frozen", "frozen_bytes")}
+
     def load_safetensors(self, path, strict=False):
         """Load a safetensors checkpoint (a path or a Safetensors) into the trained parameters
         by name; returns a LoadReport. A shape mismatch raises and loads nothing."""

@@ -20,6 +20,11 @@ c_double = ctypes.c_double
 c_void_p = ctypes.c_void_p
 
 
+class ParamBytes(ctypes.Structure):
+    _fields_ = [("struct_size", c_size_t), ("trained", c_int64), ("trained_bytes", c_int64),
+                ("frozen", c_int64), ("frozen_bytes", c_int64)]
+
+
 class ValueInfo(ctypes.Structure):
     _fields_ = [
         ("struct_size", c_size_t),
@@ -339,6 +344,8 @@ _PROTOTYPES = {
     "fp8run_session_save": (c_int, [P, c_char_p, P]),
     "fp8run_session_load": (c_int, [P, c_char_p, P]),
     "fp8run_session_export": (c_int, [P, c_char_p]),
+    "fp8run_session_export_adapter": (c_int, [P, c_char_p]),
+    "fp8run_session_param_bytes": (c_int, [P, ctypes.POINTER(ParamBytes)]),
     "fp8run_session_device": (c_char_p, [P]),
     "fp8run_session_fp8_stats": (c_int, [P, ctypes.POINTER(c_int)]),
     "fp8run_session_fp8_stat": (c_int, [P, c_int, ctypes.POINTER(Fp8Stat)]),

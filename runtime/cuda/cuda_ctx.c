@@ -5,7 +5,6 @@
 
 #include "cuda_kernel.h"
 
-#define FR_CUDA_WORKSPACE_BYTES ((size_t)64 << 20) /* cuBLASLt: 32 MiB+ recommended on Hopper */
 
 fr_status fr_cuda_status(cudaError_t e, const char *what, const char *file, int line)
 {

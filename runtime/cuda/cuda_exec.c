@@ -363,10 +363,10 @@ static fr_status plan_arena(fr_cuda_exec *e, const int *last_use)
     return st;
 }
 
-fr_status fr_cuda_exec_new(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *share, fr_cuda_exec **out)
+static fr_status build(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *share, int plan_only, fr_cuda_exec **out)
 {
     *out = NULL;
-    if (!c || !g) return fr_error(FR_ERR_INVALID_ARG, "fr_cuda_exec_new: no context or graph");
+    if ((!c && !plan_only) || !g) return fr_error(FR_ERR_INVALID_ARG, "fr_cuda_exec_new: no context or graph");
     fr_cuda_exec *e = fr_calloc(1, sizeof *e, "CUDA executor");
     if (!e) return FR_ERR_OOM;
     e->c = c;
@@ -429,6 +429,15 @@ fr_status fr_cuda_exec_new(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec
             if (ce_ != cudaSuccess) st = fr_cuda_status(ce_, #call, __FILE__, __LINE__);    \
         }                                                                                   \
     } while (0)
+    if (plan_only) { /* fr_cuda_exec_plan: the sizes are known, nothing is allocated */
+        free(last_use);
+        if (st != FR_OK) {
+            fr_cuda_exec_free(e);
+            return st;
+        }
+        *out = e;
+        return FR_OK;
+    }
     if (e->arena_bytes) CU(cudaMalloc(&e->arena, e->arena_bytes));
     if (e->const_bytes) CU(cudaMalloc(&e->consts, e->const_bytes));
     if (e->persist_total) {
@@ -670,3 +679,23 @@ size_t fr_cuda_exec_arena_bytes(const fr_cuda_exec *e) { return e->arena_bytes; 
 size_t fr_cuda_exec_const_bytes(const fr_cuda_exec *e) { return e->const_bytes; }
 size_t fr_cuda_exec_input_bytes(const fr_cuda_exec *e) { return e->input_bytes; }
 size_t fr_cuda_exec_persist_bytes(const fr_cuda_exec *e) { return e->persist_total; }
+
+fr_status fr_cuda_exec_new(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *share, fr_cuda_exec **out)
+{
+    return build(c, g, share, 0, out);
+}
+
+fr_status fr_cuda_exec_plan(const fr_graph *g, fr_cuda_exec_sizes *out)
+{
+    fr_cuda_exec *e = NULL;
+    memset(out, 0, sizeof *out);
+    fr_status st = build(NULL, g, NULL, 1, &e);
+    if (e) {
+        out->arena = e->arena_bytes;
+        out->consts = e->const_bytes;
+        out->inputs = e->input_bytes;
+        out->persist = e->persist_total;
+    }
+    fr_cuda_exec_free(e);
+    return st;
+}

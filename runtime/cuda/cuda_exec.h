@@ -55,6 +55,13 @@ FR_NODISCARD fr_status fr_cuda_exec_download_constant(fr_cuda_exec *e, int vid);
  * the GPU and times each node; this is the per-op summary (malloc'ed; NULL when not profiling). */
 FR_NODISCARD fr_status fr_cuda_exec_profile(const fr_cuda_exec *e, char **text);
 
+/* The plan of fr_cuda_exec_new(c, g, NULL) without a device or any allocation: the bytes it
+ * would take for the arena, constants, inputs and kernels' persistent memory (FP8 weight codes). */
+typedef struct fr_cuda_exec_sizes {
+    size_t arena, consts, inputs, persist;
+} fr_cuda_exec_sizes;
+FR_NODISCARD fr_status fr_cuda_exec_plan(const fr_graph *g, fr_cuda_exec_sizes *out);
+
 /* Bytes planned: the arena (computed values and scratch), constants (0 for shared ones), inputs. */
 size_t fr_cuda_exec_arena_bytes(const fr_cuda_exec *e);
 size_t fr_cuda_exec_const_bytes(const fr_cuda_exec *e);

@@ -50,7 +50,10 @@ extern "C" { /* the C headers below declare C functions, also when a .cu file in
 
 #include "../../ops/op.h"
 
+#define FR_CUDA_WORKSPACE_BYTES ((size_t)64 << 20) /* cuBLASLt: 32 MiB+ recommended on Hopper */
+
 /* One device context: the device, its stream, the cuBLASLt handle and workspace. */
+
 typedef struct fr_cuda_ctx {
     int device;
     int cc_major, cc_minor;      /* compute capability */

@@ -11,6 +11,7 @@
 #include "cuda_train_kernels.h"
 #include "dist_train.h"
 #include "runtime/fp8_format.h"
+#include "runtime/optim_lowp.h"
 
 struct fr_cuda_train {
     fr_cuda_ctx *c;
@@ -22,7 +23,8 @@ struct fr_cuda_train {
     fr_mt_entry *d_entries;    /* device table */
     fr_mt_chunk *d_chunks;
     int n_chunks;
-    float *opt_state;          /* device: optimizer slots of every parameter */
+    float *opt_state;          /* device: optimizer slots of every parameter (bytes in the state dtype) */
+    float *opt_scales;         /* device: fp8 state block scales */
     float *acc;                /* device: accumulated gradients (all parameters), when k > 1 */
     double *d_partial;         /* per chunk sums of squares */
     /* step scalars */
@@ -86,6 +88,7 @@ void fr_cuda_train_free(fr_cuda_train *d)
     cudaFree(d->d_opt_chunks);
     fr_dist_train_free(d->dist);
     cudaFree(d->opt_state);
+    cudaFree(d->opt_scales);
     cudaFree(d->acc);
     cudaFree(d->d_partial);
     cudaFree(d->d_loss_sum);
@@ -150,18 +153,26 @@ static fr_status build_params(fr_trainer *t, fr_cuda_train *d)
     d->n_params = t->n_params;
     d->entries = fr_calloc((size_t)(t->n_params ? t->n_params : 1), sizeof *d->entries, "device parameters");
     if (!d->entries) return FR_ERR_OOM;
-    int64_t total = 0;
     int n_chunks = 0;
-    int64_t owned = 0; /* elements whose optimizer state lives here (all unless sharded) */
+    for (int i = 0; i < t->n_params; i++) n_chunks += (int)((t->params[i].numel + FR_MT_CHUNK - 1) / FR_MT_CHUNK);
+    /* the optimizer's slots in its state dtype (runtime/optim_lowp.h), for the parameters whose
+       state lives here (all unless sharded): per parameter, slot 0 then slot 1, each 4-byte
+       aligned; fp8 block scales in a second arena. FR_MT_CHUNK is a multiple of FR_LOWP_BLOCK,
+       so no fp8 block straddles two chunks. */
+    const fr_opt_state_dtype sd = fr_optimizer_state_dtype(t->optim);
+    const size_t es = sd == FR_OPT_STATE_F32 ? 4 : sd == FR_OPT_STATE_BF16 ? 2 : 1;
+    size_t bytes = 0, nscales = 0;
     for (int i = 0; i < t->n_params; i++) {
-        total += t->params[i].numel;
-        n_chunks += (int)((t->params[i].numel + FR_MT_CHUNK - 1) / FR_MT_CHUNK);
-        if (owns(d, t, i)) owned += t->params[i].numel;
+        if (!owns(d, t, i)) continue;
+        bytes += (((size_t)t->params[i].numel * es + 3) & ~(size_t)3) * (size_t)slots;
+        if (sd == FR_OPT_STATE_FP8) nscales += (size_t)((t->params[i].numel + FR_LOWP_BLOCK - 1) / FR_LOWP_BLOCK) * (size_t)slots;
     }
-    (void)total;
-    if (slots) FR_TRY(dev_alloc(d, (void **)&d->opt_state, (size_t)owned * (size_t)slots * sizeof(float)));
-    if (slots) CU(cudaMemset(d->opt_state, 0, (size_t)owned * (size_t)slots * sizeof(float)));
-    int64_t off = 0;
+    if (bytes) FR_TRY(dev_alloc(d, (void **)&d->opt_state, bytes));
+    if (bytes) CU(cudaMemset(d->opt_state, 0, bytes));
+    if (nscales) FR_TRY(dev_alloc(d, (void **)&d->opt_scales, nscales * sizeof(float)));
+    if (nscales) CU(cudaMemset(d->opt_scales, 0, nscales * sizeof(float)));
+    unsigned char *cur = (unsigned char *)d->opt_state;
+    float *scur = d->opt_scales;
     for (int i = 0; st == FR_OK && i < t->n_params; i++) {
         const tr_param *p = &t->params[i];
         fr_mt_entry *e = &d->entries[i];
@@ -174,9 +185,16 @@ static fr_status build_params(fr_trainer *t, fr_cuda_train *d)
         e->n = p->numel;
         e->decay = fr_optimizer_param_decays(t->optim, i);
         if (!owns(d, t, i)) continue;
-        if (slots > 0) e->s0 = d->opt_state + off * slots;
-        if (slots > 1) e->s1 = d->opt_state + off * slots + p->numel;
-        off += p->numel;
+        const size_t sb = ((size_t)p->numel * es + 3) & ~(size_t)3;
+        const int64_t nb = (p->numel + FR_LOWP_BLOCK - 1) / FR_LOWP_BLOCK;
+        if (slots > 0) e->s0 = (float *)cur;
+        if (slots > 1) e->s1 = (float *)(cur + sb);
+        cur += sb * (size_t)slots;
+        if (sd == FR_OPT_STATE_FP8) {
+            e->sc0 = scur;
+            e->sc1 = scur + nb;
+            scur += nb * slots;
+        }
     }
     fr_mt_chunk *chunks = fr_malloc((size_t)(n_chunks ? n_chunks : 1) * sizeof *chunks, "device parameters");
     if (!chunks) return FR_ERR_OOM;
@@ -282,6 +300,15 @@ fr_status fr_cuda_train_new(fr_trainer *t, int device, fr_cuda_train **out)
                           cublasLtGetVersion());
     }
     if (st == FR_OK && !t->opt.eval_only && t->opt.world_size > 0) st = fr_dist_train_new(t, &d->dist);
+    /* the prediction (runtime/train_memory.h) against the free memory, before any executor
+       allocates: too large fails here with the sizes and what would fit. The context's
+       workspace is allocated already and counted in the prediction. FP8RUN_MEMORY_CHECK=0 skips. */
+    const char *mc = getenv("FP8RUN_MEMORY_CHECK");
+    if (st == FR_OK && !t->opt.eval_only && !(mc && strcmp(mc, "0") == 0)) {
+        size_t fr = 0, tot = 0;
+        CU(cudaMemGetInfo(&fr, &tot));
+        if (st == FR_OK) st = tr_memory_check(t, fr + d->c->workspace_bytes);
+    }
     if (st == FR_OK && !t->opt.eval_only) st = fr_cuda_exec_new(d->c, t->g, NULL, &d->ex);
     if (st == FR_OK && !t->opt.eval_only) st = build_params(t, d);
     if (st == FR_OK && !t->opt.eval_only) st = build_fp8(t, d);
@@ -339,6 +366,27 @@ fr_status fr_cuda_train_mem_info(const fr_cuda_train *d, size_t *used, size_t *t
 
 /* ---- host <-> device ---- */
 
+/* One optimizer slot of parameter i, in its stored dtype, with its fp8 block scales. */
+static fr_status copy_state(fr_trainer *t, fr_cuda_train *d, int i, int s, int to_device)
+{
+    fr_status st = FR_OK;
+    float *scales;
+    void *host = fr_optimizer_state_raw(t->optim, i, s, &scales);
+    const fr_mt_entry *e = &d->entries[i];
+    void *dev = s ? (void *)e->s1 : (void *)e->s0;
+    const int64_t n = t->params[i].numel;
+    const fr_opt_state_dtype sd = fr_optimizer_state_dtype(t->optim);
+    const size_t bytes = (size_t)n * (sd == FR_OPT_STATE_F32 ? 4u : sd == FR_OPT_STATE_BF16 ? 2u : 1u);
+    const enum cudaMemcpyKind k = to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+    CU(cudaMemcpy(to_device ? dev : host, to_device ? host : dev, bytes, k));
+    if (scales) {
+        float *dsc = s ? e->sc1 : e->sc0;
+        const size_t sb = (size_t)((n + FR_LOWP_BLOCK - 1) / FR_LOWP_BLOCK) * sizeof(float);
+        CU(cudaMemcpy(to_device ? (void *)dsc : (void *)scales, to_device ? (void *)scales : (void *)dsc, sb, k));
+    }
+    return st;
+}
+
 fr_status fr_cuda_train_pull(fr_trainer *t)
 {
     fr_cuda_train *d = t->dev;
@@ -348,11 +396,11 @@ fr_status fr_cuda_train_pull(fr_trainer *t)
     for (int i = 0; st == FR_OK && i < t->n_params; i++) {
         st = fr_cuda_exec_download_constant(d->ex, t->params[i].value);
         for (int s = 0; s < slots && st == FR_OK; s++) {
-            float *src = s ? d->entries[i].s1 : d->entries[i].s0, *dst = fr_optimizer_state(t->optim, i, s);
-            if (fr_dist_train_owner(d->dist, i) >= 0) /* sharded: from its owner (collective) */
-                st = fr_dist_train_gather_slot(d->dist, i, src, t->params[i].numel, dst, d->c->stream);
+            if (fr_dist_train_owner(d->dist, i) >= 0) /* sharded (fp32 state only): from its owner */
+                st = fr_dist_train_gather_slot(d->dist, i, s ? d->entries[i].s1 : d->entries[i].s0,
+                                               t->params[i].numel, fr_optimizer_state(t->optim, i, s), d->c->stream);
             else
-                CU(cudaMemcpy(dst, src, (size_t)t->params[i].numel * sizeof(float), cudaMemcpyDeviceToHost));
+                st = copy_state(t, d, i, s, 0);
         }
     }
     for (int i = 0; st == FR_OK && i < t->n_states; i++) {
@@ -392,9 +440,7 @@ fr_status fr_cuda_train_push(fr_trainer *t)
     const int slots = fr_optimizer_state_count(t->optim);
     for (int i = 0; st == FR_OK && i < t->n_params; i++) {
         st = fr_cuda_exec_upload_constant(d->ex, t->params[i].value);
-        for (int s = 0; s < slots && st == FR_OK && owns(d, t, i); s++)
-            CU(cudaMemcpy(s ? d->entries[i].s1 : d->entries[i].s0, fr_optimizer_state(t->optim, i, s),
-                          (size_t)t->params[i].numel * sizeof(float), cudaMemcpyHostToDevice));
+        for (int s = 0; s < slots && st == FR_OK && owns(d, t, i); s++) st = copy_state(t, d, i, s, 1);
     }
     for (int i = 0; st == FR_OK && i < t->n_states; i++) {
         const fr_fp8_scaling *sc = &t->states[i].sc;
@@ -478,7 +524,11 @@ fr_status fr_cuda_train_queue(fr_trainer *t, const int64_t *windows, int k, doub
             a.neg_step[i] = (float)(-(lr / bc1));
             a.bc2_sqrt[i] = (float)sqrt(bc2);
         }
-        CU(fr_cuda_mt_adamw(ochunks, n_ochunks, d->d_entries, k > 1, d->d_scalars, a, s));
+        if (c->state_dtype == FR_OPT_STATE_F32 && !c->master_bf16)
+            CU(fr_cuda_mt_adamw(ochunks, n_ochunks, d->d_entries, k > 1, d->d_scalars, a, s));
+        else
+            CU(fr_cuda_mt_adamw_lowp(ochunks, n_ochunks, d->d_entries, k > 1, d->d_scalars, a,
+                                     (int)c->state_dtype, c->master_bf16, (unsigned long long)c->sr_seed, s));
     } else {
         fr_sgd_args a;
         a.wd = (float)c->weight_decay;

@@ -15,9 +15,11 @@ typedef struct fr_mt_entry {
     float *p;          /* FP32 master weights */
     const float *g;    /* this micro-batch's gradient (an executor output) */
     float *acc;        /* accumulated gradient (micro-batches > 1), else NULL */
-    float *s0, *s1;    /* optimizer state: AdamW exp_avg, exp_avg_sq; SGD momentum_buffer */
+    float *s0, *s1;    /* optimizer state: AdamW exp_avg, exp_avg_sq; SGD momentum_buffer
+                          (AdamW bf16/fp8 state: uint16 / uint8 storage, runtime/optim_lowp.h) */
     long long n;
     int decay;
+    float *sc0, *sc1;  /* fp8 state: block scales of s0 / s1, else NULL */
 } fr_mt_entry;
 
 typedef struct fr_mt_chunk {
@@ -77,6 +79,11 @@ cudaError_t fr_cuda_mt_check(const fr_mt_chunk *chunks, int n_chunks, const fr_m
                              double max_norm, long long *opt_steps, fr_step_scalars *out, cudaStream_t s);
 cudaError_t fr_cuda_mt_adamw(const fr_mt_chunk *chunks, int n_chunks, const fr_mt_entry *e, int use_acc,
                              const fr_step_scalars *sc, fr_adamw_args a, cudaStream_t s);
+/* AdamW with bf16/fp8 state and/or bf16 master weights (runtime/cuda/cuda_optim_lowp.cu):
+ * runtime/optim_lowp.c's arithmetic; state_dtype is an fr_opt_state_dtype. */
+cudaError_t fr_cuda_mt_adamw_lowp(const fr_mt_chunk *chunks, int n_chunks, const fr_mt_entry *e, int use_acc,
+                                  const fr_step_scalars *sc, fr_adamw_args a, int state_dtype, int master_bf16,
+                                  unsigned long long seed, cudaStream_t s);
 cudaError_t fr_cuda_mt_sgd(const fr_mt_chunk *chunks, int n_chunks, const fr_mt_entry *e, int use_acc,
                            const fr_step_scalars *sc, fr_sgd_args a, cudaStream_t s);
 cudaError_t fr_cuda_micro_scalars(const float *loss, float *loss_sum, int first, const float *const *amax, int n_amax,

@@ -1,0 +1,106 @@
+/* Memory prediction of a training configuration (see train_memory.h). */
+#include "runtime/train_memory.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/train_internal.h"
+#ifdef FP8RUN_HAVE_CUDA
+#include "runtime/cuda/cuda_exec.h"
+#endif
+
+fr_status tr_memory_of(fr_trainer *t, int gpu, fr_train_memory *out)
+{
+    memset(out, 0, sizeof *out);
+    out->gpu = gpu;
+#ifndef FP8RUN_HAVE_CUDA
+    if (gpu) return fr_error(FR_ERR_UNSUPPORTED, "memory prediction for a GPU: fp8run was built without the CUDA backend");
+#endif
+    const fr_train_options *o = &t->opt;
+    fr_status st = FR_OK;
+    size_t numel = 0;
+    for (int i = 0; i < t->n_params; i++) {
+        numel += (size_t)t->params[i].numel;
+        if (!o->eval_only) out->optimizer_state += fr_opt_state_bytes(&o->opt, t->params[i].numel);
+    }
+    if (!gpu) {
+        out->params = numel * sizeof(float);
+        out->grads = o->eval_only ? 0 : numel * sizeof(float);
+        if (!o->eval_only) st = fr_exec_plan(t->g, &out->activations, &out->inputs);
+    }
+#ifdef FP8RUN_HAVE_CUDA
+    if (gpu && !o->eval_only) {
+        fr_cuda_exec_sizes s, se;
+        st = fr_cuda_exec_plan(t->g, &s);
+        if (st == FR_OK) st = fr_cuda_exec_plan(t->eval_g, &se);
+        out->params = s.consts;
+        out->grads = o->grad_accum > 1 ? numel * sizeof(float) : 0;
+        out->fp8_weights = s.persist;
+        out->activations = s.arena;
+        out->eval_activations = se.arena + se.persist;
+        out->inputs = s.inputs + se.inputs;
+        out->workspace = FR_CUDA_WORKSPACE_BYTES;
+    }
+#endif
+    out->total = out->params + out->grads + out->optimizer_state + out->fp8_weights + out->activations +
+                 out->eval_activations + out->inputs + out->workspace;
+    return st;
+}
+
+fr_status fr_train_predict_memory(const fr_graph *model, const fr_train_options *opt, int gpu, fr_train_memory *out)
+{
+    memset(out, 0, sizeof *out);
+    fr_train_options o = *opt;
+    o.plan_only = 1;
+    o.device = "cpu"; /* the graphs do not depend on the device; no device is touched */
+    fr_trainer *t;
+    FR_TRY(fr_trainer_new(model, &o, &t));
+    fr_status st = tr_memory_of(t, gpu, out);
+    fr_trainer_free(t);
+    return st;
+}
+
+void fr_train_memory_text(const fr_train_memory *m, char *buf, size_t n)
+{
+    const double M = 1024.0 * 1024.0;
+    snprintf(buf, n,
+             "%.1f MiB (parameters %.1f, gradient buffers %.1f, optimizer state %.1f, FP8 weight codes %.1f, "
+             "activations %.1f, evaluation %.1f, inputs %.1f, workspace %.1f)",
+             (double)m->total / M, (double)m->params / M, (double)m->grads / M, (double)m->optimizer_state / M,
+             (double)m->fp8_weights / M, (double)m->activations / M, (double)m->eval_activations / M,
+             (double)m->inputs / M, (double)m->workspace / M);
+}
+
+fr_status tr_memory_check(fr_trainer *t, size_t free_bytes)
+{
+    fr_train_memory m;
+    FR_TRY(tr_memory_of(t, 1, &m));
+    if (m.total <= free_bytes) return FR_OK;
+    char text[512], hint[384] = "";
+    size_t h = 0;
+    const double G = 1024.0 * 1024.0 * 1024.0;
+    /* what would fit: fp8 moments; a smaller batch (activations scale with it, the rest not) */
+    if (t->opt.opt.kind == FR_OPT_ADAMW && t->opt.opt.state_dtype != FR_OPT_STATE_FP8) {
+        fr_opt_config c = t->opt.opt;
+        c.state_dtype = FR_OPT_STATE_FP8;
+        size_t s8 = 0;
+        for (int i = 0; i < t->n_params; i++) s8 += fr_opt_state_bytes(&c, t->params[i].numel);
+        size_t with = m.total - m.optimizer_state + s8;
+        h += (size_t)snprintf(hint + h, sizeof hint - h, " --optimizer-state fp8 needs %.2f GiB%s;", (double)with / G,
+                              with <= free_bytes ? " (fits)" : "");
+    }
+    size_t fixed = m.total - m.activations - m.eval_activations;
+    size_t act = m.activations + m.eval_activations;
+    if (fixed < free_bytes && act > 0 && t->opt.batch > 1) {
+        int64_t b = (int64_t)((double)t->opt.batch * (double)(free_bytes - fixed) / (double)act);
+        if (b >= 1 && h < sizeof hint)
+            h += (size_t)snprintf(hint + h, sizeof hint - h, " --batch %lld (with --grad-accum to keep the step's tokens) "
+                                  "fits by the activations' share;", (long long)b);
+    }
+    if (act > 0 && (!t->opt.recompute || strcmp(t->opt.recompute, "full") != 0) && h < sizeof hint)
+        h += (size_t)snprintf(hint + h, sizeof hint - h, " --recompute attention|mlp|full keeps fewer activations;");
+    fr_train_memory_text(&m, text, sizeof text);
+    return fr_error(FR_ERR_DEVICE,
+                    "this configuration needs %s, and the GPU has %.2f GiB free: nothing was allocated. Options:%s",
+                    text, (double)free_bytes / G, hint);
+}

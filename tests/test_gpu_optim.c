@@ -1,0 +1,218 @@
+/* The device AdamW with bf16 / fp8 moments and bf16 master weights
+ * (runtime/cuda/cuda_optim_lowp.cu) against the CPU optimizer (runtime/optim_lowp.c), bit for
+ * bit: the same parameters and gradients, 4 steps; after each, the parameters, the stored
+ * moments and the fp8 block scales must be byte-identical. Parameters cover a partial fp8
+ * block, one element, and one spanning two multi-tensor chunks (FR_MT_CHUNK) with a partial
+ * tail; the matrices decay, the vectors do not.
+ * Also the memory prediction (runtime/train_memory.h) of a GPU llama_tiny fp8 session with fp8
+ * moments against the device bytes the session allocated (fr_trainer_memory, before any
+ * evaluation): within 1 MiB + 2% (the session's small buffers, FP8 scaling state, are not
+ * predicted), and a session whose prediction exceeds the free memory (a batch far too large)
+ * fails before allocating, naming --optimizer-state fp8. Skips without a device (label gpu). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_harness.h"
+#include "runtime/optimizer.h"
+#ifdef FP8RUN_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "graph/onnx_io.h"
+#include "runtime/cuda/cuda_train_kernels.h"
+#include "runtime/train_memory.h"
+
+#define NP 4
+static const int64_t k_numel[NP] = {300, 1, FR_MT_CHUNK + 200, 128};
+static const int k_rank[NP] = {2, 1, 2, 1};
+
+static int64_t slot_bytes(fr_opt_state_dtype dt, int64_t n)
+{
+    return n * (dt == FR_OPT_STATE_F32 ? 4 : dt == FR_OPT_STATE_BF16 ? 2 : 1);
+}
+
+#define CUOK(x) CU_ASSERT_EQUAL_FATAL((x), cudaSuccess)
+
+static void check(fr_opt_state_dtype dt, int master)
+{
+    fr_rng r = fr_test_rng("gpu_optim");
+    float *p[NP], *g[NP];
+    fr_opt_param ps[NP];
+    fr_mt_entry e[NP];
+    memset(e, 0, sizeof e);
+    int n_chunks = 0;
+    for (int i = 0; i < NP; i++) n_chunks += (int)((k_numel[i] + FR_MT_CHUNK - 1) / FR_MT_CHUNK);
+    fr_mt_chunk *chunks = malloc((size_t)n_chunks * sizeof *chunks);
+    int c = 0;
+    char names[NP][8];
+    for (int i = 0; i < NP; i++) {
+        const int64_t n = k_numel[i];
+        p[i] = malloc((size_t)n * sizeof(float));
+        g[i] = malloc((size_t)n * sizeof(float));
+        for (int64_t k = 0; k < n; k++) p[i][k] = (float)fr_rng_normal(&r);
+        snprintf(names[i], sizeof names[i], "p%d", i);
+        ps[i] = (fr_opt_param){names[i], p[i], g[i], k_rank[i], {0}, FR_DECAY_AUTO};
+        if (k_rank[i] == 2) {
+            ps[i].dims[0] = n / 4 ? 4 : 1;
+            ps[i].dims[1] = n / ps[i].dims[0];
+        } else {
+            ps[i].dims[0] = n;
+        }
+        for (int64_t s = 0; s < n; s += FR_MT_CHUNK) chunks[c++] = (fr_mt_chunk){i, s, n - s < FR_MT_CHUNK ? n - s : FR_MT_CHUNK};
+    }
+    fr_opt_config cfg = fr_opt_config_adamw();
+    cfg.weight_decay = 0.1;
+    cfg.state_dtype = dt;
+    cfg.master_bf16 = master;
+    cfg.sr_seed = 1234;
+    fr_optimizer *o;
+    FR_ASSERT_OK(fr_optimizer_create(&cfg, ps, NP, &o)); /* bf16 master: rounds p to bf16 first */
+    /* the device copies, from the (rounded) starting values and the zero state */
+    for (int i = 0; i < NP; i++) {
+        const int64_t n = k_numel[i], nb = (n + FR_LOWP_BLOCK - 1) / FR_LOWP_BLOCK;
+        CUOK(cudaMalloc((void **)&e[i].p, (size_t)n * 4));
+        CUOK(cudaMalloc((void **)&e[i].g, (size_t)n * 4));
+        CUOK(cudaMalloc((void **)&e[i].s0, (size_t)slot_bytes(dt, n)));
+        CUOK(cudaMalloc((void **)&e[i].s1, (size_t)slot_bytes(dt, n)));
+        CUOK(cudaMemset(e[i].s0, 0, (size_t)slot_bytes(dt, n)));
+        CUOK(cudaMemset(e[i].s1, 0, (size_t)slot_bytes(dt, n)));
+        if (dt == FR_OPT_STATE_FP8) {
+            CUOK(cudaMalloc((void **)&e[i].sc0, (size_t)nb * 4));
+            CUOK(cudaMalloc((void **)&e[i].sc1, (size_t)nb * 4));
+        }
+        CUOK(cudaMemcpy(e[i].p, p[i], (size_t)n * 4, cudaMemcpyHostToDevice));
+        e[i].n = n;
+        e[i].decay = fr_optimizer_param_decays(o, i);
+    }
+    fr_mt_entry *de;
+    fr_mt_chunk *dc;
+    fr_step_scalars *dsc;
+    CUOK(cudaMalloc((void **)&de, sizeof e));
+    CUOK(cudaMalloc((void **)&dc, (size_t)n_chunks * sizeof *chunks));
+    CUOK(cudaMalloc((void **)&dsc, sizeof(fr_step_scalars)));
+    CUOK(cudaMemcpy(de, e, sizeof e, cudaMemcpyHostToDevice));
+    CUOK(cudaMemcpy(dc, chunks, (size_t)n_chunks * sizeof *chunks, cudaMemcpyHostToDevice));
+    const double lr = 3e-3;
+    int bad = 0;
+    for (int t = 1; t <= 4; t++) {
+        for (int i = 0; i < NP; i++) {
+            for (int64_t k = 0; k < k_numel[i]; k++)
+                g[i][k] = (float)(fr_rng_normal(&r) * exp2(floor(fr_rng_uniform(&r) * 24) - 12));
+            CUOK(cudaMemcpy((void *)e[i].g, g[i], (size_t)k_numel[i] * 4, cudaMemcpyHostToDevice));
+        }
+        FR_ASSERT_OK(fr_optimizer_step(o, lr));
+        fr_step_scalars sc;
+        memset(&sc, 0, sizeof sc);
+        sc.ok = 1;
+        sc.tstep = t;
+        CUOK(cudaMemcpy(dsc, &sc, sizeof sc, cudaMemcpyHostToDevice));
+        fr_adamw_args a;
+        memset(&a, 0, sizeof a);
+        a.keep = (float)(1.0 - lr * cfg.weight_decay);
+        a.decay_on = 1;
+        a.b1 = (float)cfg.beta1;
+        a.one_b1 = (float)(1.0 - cfg.beta1);
+        a.b2 = (float)cfg.beta2;
+        a.one_b2 = (float)(1.0 - cfg.beta2);
+        a.eps = (float)cfg.eps;
+        a.base = t - 1;
+        a.neg_step[0] = (float)(-(lr / (1.0 - pow(cfg.beta1, (double)t))));
+        a.bc2_sqrt[0] = (float)sqrt(1.0 - pow(cfg.beta2, (double)t));
+        CUOK(fr_cuda_mt_adamw_lowp(dc, n_chunks, de, 0, dsc, a, (int)dt, master, cfg.sr_seed, 0));
+        CUOK(cudaDeviceSynchronize());
+        for (int i = 0; i < NP; i++) {
+            const int64_t n = k_numel[i], nb = (n + FR_LOWP_BLOCK - 1) / FR_LOWP_BLOCK;
+            void *buf = malloc((size_t)n * 4);
+            CUOK(cudaMemcpy(buf, e[i].p, (size_t)n * 4, cudaMemcpyDeviceToHost));
+            int pb = memcmp(buf, p[i], (size_t)n * 4) != 0;
+            for (int s = 0; s < 2; s++) {
+                float *scales;
+                const void *host = fr_optimizer_state_raw(o, i, s, &scales);
+                CUOK(cudaMemcpy(buf, s ? (void *)e[i].s1 : (void *)e[i].s0, (size_t)slot_bytes(dt, n), cudaMemcpyDeviceToHost));
+                pb += memcmp(buf, host, (size_t)slot_bytes(dt, n)) != 0;
+                if (!scales) continue;
+                CUOK(cudaMemcpy(buf, s ? e[i].sc1 : e[i].sc0, (size_t)nb * 4, cudaMemcpyDeviceToHost));
+                pb += memcmp(buf, scales, (size_t)nb * 4) != 0;
+            }
+            if (pb) printf("\n  %s state, %s master: step %d, parameter %d differs from the CPU", fr_lowp_state_name(dt),
+                           master ? "bf16" : "fp32", t, i);
+            bad += pb;
+            free(buf);
+        }
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    for (int i = 0; i < NP; i++) {
+        cudaFree(e[i].p);
+        cudaFree((void *)e[i].g);
+        cudaFree(e[i].s0);
+        cudaFree(e[i].s1);
+        cudaFree(e[i].sc0);
+        cudaFree(e[i].sc1);
+        free(p[i]);
+        free(g[i]);
+    }
+    cudaFree(de);
+    cudaFree(dc);
+    cudaFree(dsc);
+    free(chunks);
+    fr_optimizer_free(o);
+}
+
+static void test_memory_prediction(void)
+{
+    char p[600];
+    fr_graph *g = NULL;
+    FR_ASSERT_OK(fr_onnx_load_file(fr_fixture(p, sizeof p, "llama_tiny/model.onnx"), &g));
+    fr_train_options o;
+    fr_train_options_default(&o);
+    o.batch = 4;
+    o.seq_len = 64;
+    o.precision = o.fp8.precision = "fp8";
+    o.opt.state_dtype = FR_OPT_STATE_FP8;
+    o.device = "cuda";
+    fr_train_memory m;
+    FR_ASSERT_OK(fr_train_predict_memory(g, &o, 1, &m));
+    fr_trainer *t;
+    FR_ASSERT_OK(fr_trainer_new(g, &o, &t));
+    size_t used = 0, total = 0;
+    size_t actual = fr_trainer_memory(t, &used, &total);
+    size_t pred = m.total - m.eval_activations; /* the evaluation executor is built at the first evaluation */
+    double diff = (double)actual - (double)pred;
+    printf(" (predicted %zu B without evaluation, the session allocated %zu B: diff %.0f B) ", pred, actual, diff);
+    CU_ASSERT(fabs(diff) <= 1048576.0 + 0.02 * (double)actual);
+    fr_trainer_free(t);
+    /* a batch far beyond the device: refused before the executors allocate */
+    o.batch = 1 << 18; /* x 64 tokens: some 300 GB of activations */
+    fr_trainer *big = NULL;
+    o.opt.state_dtype = FR_OPT_STATE_F32;
+    CU_ASSERT_EQUAL(fr_trainer_new(g, &o, &big), FR_ERR_DEVICE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "--optimizer-state fp8"));
+    printf(" (%s) ", fr_last_error());
+    fr_graph_free(g);
+}
+
+static void test_f32_master(void) { check(FR_OPT_STATE_F32, 1); }
+static void test_bf16(void) { check(FR_OPT_STATE_BF16, 0); }
+static void test_bf16_master(void) { check(FR_OPT_STATE_BF16, 1); }
+static void test_fp8(void) { check(FR_OPT_STATE_FP8, 0); }
+static void test_fp8_master(void) { check(FR_OPT_STATE_FP8, 1); }
+#endif
+
+static CU_TestInfo tests[] = {
+#ifdef FP8RUN_HAVE_CUDA
+    {"fp32 state, bf16 master: GPU == CPU bit for bit", test_f32_master},
+    {"memory prediction vs the session's allocation; too large refused", test_memory_prediction},
+    {"bf16 state: GPU == CPU bit for bit", test_bf16},
+    {"bf16 state, bf16 master: GPU == CPU bit for bit", test_bf16_master},
+    {"fp8 state: GPU == CPU bit for bit", test_fp8},
+    {"fp8 state, bf16 master: GPU == CPU bit for bit", test_fp8_master},
+#endif
+    CU_TEST_INFO_NULL,
+};
+
+static CU_SuiteInfo suites[] = {
+    {"gpu_optim", NULL, NULL, NULL, NULL, tests},
+    CU_SUITE_INFO_NULL,
+};
+
+int main(void) { return gpu_test_main(suites); }

@@ -1,0 +1,122 @@
+/* Memory prediction (runtime/train_memory.h, fp8run_model_predict_memory) against what a real
+ * CPU trainer of the same configuration allocates: the executor's pool (the same planner, run
+ * without allocating), the optimizer's state arena, the gradient buffers and the parameters,
+ * each equal to the byte. Configurations: llama_tiny FP32 AdamW, fp8 with fp8 moments (fused
+ * parameters), bf16 with bf16 moments and 2 micro-batches, SGD with momentum. Also: the fp8
+ * moments take 2 x (n + 4 ceil(n / 128)) bytes per parameter (each slot 4-byte aligned), and the
+ * public call answers the same as the internal one. */
+#include <string.h>
+
+#include "fp8run.h"
+#include "graph/onnx_io.h"
+#include "harness.h"
+#include "runtime/train_internal.h"
+#include "runtime/train_memory.h"
+
+static fr_graph *load_llama(void)
+{
+    char p[600];
+    fr_graph *g = NULL;
+    FR_ASSERT_OK(fr_onnx_load_file(fr_fixture(p, sizeof p, "llama_tiny/model.onnx"), &g));
+    return g;
+}
+
+static void check(const fr_graph *g, const fr_train_options *o, const char *what)
+{
+    fr_train_memory m;
+    FR_ASSERT_OK(fr_train_predict_memory(g, o, 0, &m));
+    fr_trainer *t;
+    FR_ASSERT_OK(fr_trainer_new(g, o, &t));
+    size_t numel = 0, expect_state = 0;
+    for (int i = 0; i < t->n_params; i++) {
+        numel += (size_t)t->params[i].numel;
+        size_t n = (size_t)t->params[i].numel;
+        if (o->opt.state_dtype == FR_OPT_STATE_FP8) expect_state += 2 * (((n + 3) & ~(size_t)3) + 4 * ((n + 127) / 128));
+    }
+    CU_ASSERT_EQUAL(m.activations, fr_exec_pool_bytes(t->ex));
+    CU_ASSERT_EQUAL(m.optimizer_state, fr_optimizer_state_bytes(t->optim));
+    CU_ASSERT_EQUAL(m.grads, numel * sizeof(float));
+    CU_ASSERT_EQUAL(m.params, numel * sizeof(float));
+    if (o->opt.state_dtype == FR_OPT_STATE_FP8) CU_ASSERT_EQUAL(m.optimizer_state, expect_state);
+    CU_ASSERT(m.inputs >= (size_t)(o->batch * o->seq_len) * sizeof(int64_t));
+    CU_ASSERT_EQUAL(m.total, m.params + m.grads + m.optimizer_state + m.activations + m.inputs);
+    char text[512];
+    fr_train_memory_text(&m, text, sizeof text);
+    printf("\n    %s: pool %zu B (planned %zu B), state %zu B; %s", what, fr_exec_pool_bytes(t->ex), m.activations,
+           m.optimizer_state, text);
+    fr_trainer_free(t);
+}
+
+static fr_train_options base(void)
+{
+    fr_train_options o;
+    fr_train_options_default(&o);
+    o.batch = 2;
+    o.seq_len = 13;
+    return o;
+}
+
+static void test_prediction_equals_allocation(void)
+{
+    fr_graph *g = load_llama();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    fr_train_options o = base();
+    check(g, &o, "fp32");
+    o.precision = o.fp8.precision = "fp8";
+    o.opt.state_dtype = FR_OPT_STATE_FP8;
+    check(g, &o, "fp8, fp8 moments");
+    o = base();
+    o.precision = o.fp8.precision = "bf16";
+    o.opt.state_dtype = FR_OPT_STATE_BF16;
+    o.grad_accum = 2;
+    o.batch = 3;
+    check(g, &o, "bf16, bf16 moments, B3 K2");
+    o = base();
+    o.opt = fr_opt_config_sgd();
+    o.opt.momentum = 0.9;
+    check(g, &o, "SGD momentum");
+    fr_graph_free(g);
+}
+
+static void test_public_call(void)
+{
+    char p[600];
+    fp8run_model *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(fp8run_model_load(fr_fixture(p, sizeof p, "llama_tiny/model.onnx"), &m), FP8RUN_OK);
+    fp8run_train_config c;
+    CU_ASSERT_EQUAL_FATAL(fp8run_train_config_init(&c, sizeof c), FP8RUN_OK);
+    c.batch = 2;
+    c.seq_len = 13;
+    c.optimizer_state = "fp8";
+    fp8run_memory_report r = {.struct_size = sizeof r};
+    CU_ASSERT_EQUAL(fp8run_model_predict_memory(m, &c, "cpu", &r), FP8RUN_OK);
+    fr_graph *g = load_llama();
+    fr_train_options o = base();
+    o.opt.state_dtype = FR_OPT_STATE_FP8;
+    fr_train_memory mm;
+    FR_ASSERT_OK(fr_train_predict_memory(g, &o, 0, &mm));
+    CU_ASSERT_EQUAL(r.gpu, 0);
+    CU_ASSERT_EQUAL(r.total, mm.total);
+    CU_ASSERT_EQUAL(r.optimizer_state, mm.optimizer_state);
+    CU_ASSERT_EQUAL(fp8run_model_predict_memory(m, &c, "tpu", &r), FP8RUN_ERR_INVALID_ARG);
+    c.batch = 4; /* activations grow with the batch, the rest does not */
+    fp8run_memory_report r4 = {.struct_size = sizeof r4};
+    CU_ASSERT_EQUAL(fp8run_model_predict_memory(m, &c, "cpu", &r4), FP8RUN_OK);
+    CU_ASSERT(r4.activations > r.activations);
+    CU_ASSERT_EQUAL(r4.optimizer_state, r.optimizer_state);
+    fr_graph_free(g);
+    fp8run_model_destroy(m);
+}
+
+static CU_TestInfo tests[] = {
+    {"prediction == what a CPU trainer allocates", test_prediction_equals_allocation},
+    {"fp8run_model_predict_memory", test_public_call},
+    CU_TEST_INFO_NULL,
+};
+
+static CU_SuiteInfo suites[] = {
+    {"train_memory", NULL, NULL, NULL, NULL, tests},
+    CU_SUITE_INFO_NULL,
+};
+
+int main(void) { return fr_test_main(suites); }
