@@ -12,10 +12,10 @@
 #include "graph/status.h"
 
 /* Encode n bytes; *text is malloc'ed, NUL-terminated; *text_len (may be NULL) excludes the NUL. */
-fr_status fr_base64_encode(const void *data, size_t n, char **text, size_t *text_len);
+FR_NODISCARD fr_status fr_base64_encode(const void *data, size_t n, char **text, size_t *text_len);
 
 /* Decode len characters; *data is malloc'ed (at least 1 byte, so never NULL on success) and
  * *n receives the byte count. */
-fr_status fr_base64_decode(const char *text, size_t len, const char *what, void **data, size_t *n);
+FR_NODISCARD fr_status fr_base64_decode(const char *text, size_t len, const char *what, void **data, size_t *n);
 
 #endif

@@ -131,11 +131,11 @@ float fr_fp8_max(fr_dtype fmt);
 /* out[i] = cvt_sat(x[i] * scale). The product is formed in float32 (one rounding), then
  * converted, as the GPU kernels do. fmt is FR_F8E4M3 or FR_F8E5M2, anything else
  * (including the FNUZ variants) is FR_ERR_UNSUPPORTED. n == 0 is allowed (pointers may be NULL). */
-fr_status fr_fp8_quantize(const float *x, int64_t n, float scale, fr_dtype fmt, uint8_t *out);
+FR_NODISCARD fr_status fr_fp8_quantize(const float *x, int64_t n, float scale, fr_dtype fmt, uint8_t *out);
 /* out[i] = cvt(x[i]) with the chosen saturation (ONNX Cast / CastLike to fp8). */
-fr_status fr_fp8_convert(const float *x, int64_t n, fr_dtype fmt, int saturate, uint8_t *out);
+FR_NODISCARD fr_status fr_fp8_convert(const float *x, int64_t n, fr_dtype fmt, int saturate, uint8_t *out);
 /* out[i] = decode(q[i]) * scale_inv (float32 product). */
-fr_status fr_fp8_dequantize(const uint8_t *q, int64_t n, float scale_inv, fr_dtype fmt, float *out);
+FR_NODISCARD fr_status fr_fp8_dequantize(const uint8_t *q, int64_t n, float scale_inv, fr_dtype fmt, float *out);
 
 /* max |x[i]|: a quiet NaN if any element is NaN, else +Inf if any is +-Inf, else the finite
  * maximum; 0 for n == 0. Callers decide what a non-finite amax means for the scale. */

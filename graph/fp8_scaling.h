@@ -33,7 +33,7 @@
 /* *scale = fp8_max(fmt) / amax * 2^-margin, clamped to FLT_MAX; amax == 0 gives `if_zero`.
  * A NaN, infinite or negative amax is FR_ERR_NUMERIC (message names `what`), *scale untouched.
  * fmt must be FR_F8E4M3 or FR_F8E5M2; |margin| <= 64. */
-fr_status fr_fp8_scale_from_amax(float amax, fr_dtype fmt, int margin, float if_zero,
+FR_NODISCARD fr_status fr_fp8_scale_from_amax(float amax, fr_dtype fmt, int margin, float if_zero,
                                  const char *what, float *scale);
 
 /* ---- quantization by blocks (all three recipes) ----
@@ -51,7 +51,7 @@ fr_status fr_fp8_scale_from_amax(float amax, fr_dtype fmt, int margin, float if_
  *   deq[R][ld_deq]   the dequantized values decode(q) * scale_inv (float32 product), i.e. what
  *                    an FP8 GEMM multiplies.
  * br, bc >= 1; R or C may be 0. */
-fr_status fr_fp8_quantize_blocks(const float *src, int64_t R, int64_t C, int64_t ld_src,
+FR_NODISCARD fr_status fr_fp8_quantize_blocks(const float *src, int64_t R, int64_t C, int64_t ld_src,
                                  int64_t br, int64_t bc, fr_dtype fmt, int margin,
                                  const float *given_scale, const char *what, uint8_t *q,
                                  float *scale_inv, float *deq, int64_t ld_deq);
@@ -83,15 +83,15 @@ typedef struct fr_fp8_scaling {
 /* TE's defaults: history 1024, max, margin 0, interval 1, E4M3. */
 void fr_fp8_scaling_params_default(fr_fp8_scaling_params *p);
 /* Parse "max" / "most_recent"; anything else is FR_ERR_INVALID_ARG. */
-fr_status fr_amax_algo_parse(const char *s, fr_amax_algo *out);
+FR_NODISCARD fr_status fr_amax_algo_parse(const char *s, fr_amax_algo *out);
 const char *fr_amax_algo_name(fr_amax_algo a);
 
 /* Validate params and set up a state with scale 1 and an empty (zero) history. */
-fr_status fr_fp8_scaling_init(fr_fp8_scaling *s, const fr_fp8_scaling_params *p);
+FR_NODISCARD fr_status fr_fp8_scaling_init(fr_fp8_scaling *s, const fr_fp8_scaling_params *p);
 void fr_fp8_scaling_free(fr_fp8_scaling *s);
 /* Record this step's amax and, on every interval-th update, recompute scale/scale_inv (see the
  * top of this file). NaN/Inf/negative amax: FR_ERR_NUMERIC naming `what`, state unchanged. */
-fr_status fr_fp8_scaling_update(fr_fp8_scaling *s, float amax, const char *what);
+FR_NODISCARD fr_status fr_fp8_scaling_update(fr_fp8_scaling *s, float amax, const char *what);
 /* The amax the next recompute would use now (max over history or the most recent one). */
 float fr_fp8_scaling_amax(const fr_fp8_scaling *s);
 

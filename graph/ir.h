@@ -116,72 +116,72 @@ typedef struct fr_graph {
     struct fr_name_map *names; /* value name -> id */
 } fr_graph;
 
-fr_status fr_graph_new(fr_graph **out);
+FR_NODISCARD fr_status fr_graph_new(fr_graph **out);
 void fr_graph_free(fr_graph *g);
 
 /* Add a value named `name` (must be unique; a duplicate is FR_ERR_GRAPH). Returns its id in
  * *id. Shape starts unknown (rank -1), dtype FR_UNDEFINED. */
-fr_status fr_graph_add_value(fr_graph *g, const char *name, int *id);
+FR_NODISCARD fr_status fr_graph_add_value(fr_graph *g, const char *name, int *id);
 /* Find a value by name; -1 if absent. */
 int fr_graph_find_value(const fr_graph *g, const char *name);
 /* A fresh value name "<base>" or "<base>__N" that does not exist yet, added as a value. */
-fr_status fr_graph_add_unique_value(fr_graph *g, const char *base, int *id);
+FR_NODISCARD fr_status fr_graph_add_unique_value(fr_graph *g, const char *base, int *id);
 /* Set shape/dtype of a value. */
 void fr_value_set_shape(fr_value *v, fr_dtype dt, int rank, const int64_t *dims);
 
 /* Append a node. inputs/outputs are value ids (copied). The node gets no attributes; add
  * them with fr_node_set_attr_*. The returned index stays valid; pointers into g->nodes do
  * not survive the next add. Sets each output's producer. */
-fr_status fr_graph_add_node(fr_graph *g, const char *op_type, const char *domain,
+FR_NODISCARD fr_status fr_graph_add_node(fr_graph *g, const char *op_type, const char *domain,
                             const char *name, int n_in, const int *inputs, int n_out,
                             const int *outputs, int *node_id);
 
 /* Attributes (copying values in). Replaces an attribute of the same name. */
-fr_status fr_node_set_attr_int(fr_node *n, const char *name, int64_t v);
-fr_status fr_node_set_attr_float(fr_node *n, const char *name, float v);
-fr_status fr_node_set_attr_string(fr_node *n, const char *name, const char *v);
-fr_status fr_node_set_attr_ints(fr_node *n, const char *name, int count, const int64_t *v);
-fr_status fr_node_set_attr_floats(fr_node *n, const char *name, int count, const float *v);
-fr_status fr_node_set_attr_tensor(fr_node *n, const char *name, const fr_tensor *t);
+FR_NODISCARD fr_status fr_node_set_attr_int(fr_node *n, const char *name, int64_t v);
+FR_NODISCARD fr_status fr_node_set_attr_float(fr_node *n, const char *name, float v);
+FR_NODISCARD fr_status fr_node_set_attr_string(fr_node *n, const char *name, const char *v);
+FR_NODISCARD fr_status fr_node_set_attr_ints(fr_node *n, const char *name, int count, const int64_t *v);
+FR_NODISCARD fr_status fr_node_set_attr_floats(fr_node *n, const char *name, int count, const float *v);
+FR_NODISCARD fr_status fr_node_set_attr_tensor(fr_node *n, const char *name, const fr_tensor *t);
 void fr_attr_clear(fr_attr *a);
 /* Deep copy of every attribute of s onto d (which has none yet). */
-fr_status fr_node_copy_attrs(fr_node *d, const fr_node *s);
+FR_NODISCARD fr_status fr_node_copy_attrs(fr_node *d, const fr_node *s);
 
 /* Attribute lookup: NULL if absent. */
 const fr_attr *fr_node_attr(const fr_node *n, const char *name);
 /* Typed lookups with defaults. A present attribute of the wrong type is an error. */
-fr_status fr_node_attr_int(const fr_node *n, const char *name, int64_t dflt, int64_t *out);
-fr_status fr_node_attr_float(const fr_node *n, const char *name, float dflt, float *out);
+FR_NODISCARD fr_status fr_node_attr_int(const fr_node *n, const char *name, int64_t dflt, int64_t *out);
+FR_NODISCARD fr_status fr_node_attr_float(const fr_node *n, const char *name, float dflt, float *out);
 /* *out points into the node (not copied), dflt when absent */
-fr_status fr_node_attr_string(const fr_node *n, const char *name, const char *dflt,
+FR_NODISCARD fr_status fr_node_attr_string(const fr_node *n, const char *name, const char *dflt,
                               const char **out);
 /* *count = -1 when absent */
-fr_status fr_node_attr_ints(const fr_node *n, const char *name, int *count,
+FR_NODISCARD fr_status fr_node_attr_ints(const fr_node *n, const char *name, int *count,
                             const int64_t **vals);
 
 /* Opset version of a domain ("" = default); 0 when the model imports none. */
 int64_t fr_graph_opset(const fr_graph *g, const char *domain);
 
 /* Mark a value as graph input/output (appends to the lists). */
-fr_status fr_graph_mark_input(fr_graph *g, int vid);
-fr_status fr_graph_mark_output(fr_graph *g, int vid);
+FR_NODISCARD fr_status fr_graph_mark_input(fr_graph *g, int vid);
+FR_NODISCARD fr_status fr_graph_mark_output(fr_graph *g, int vid);
 /* Import `domain` at `version` unless the graph imports it already (passes that add
  * ai.fp8run nodes call this so the graph resolves and exports as valid ONNX). */
-fr_status fr_graph_import_opset(fr_graph *g, const char *domain, int64_t version);
+FR_NODISCARD fr_status fr_graph_import_opset(fr_graph *g, const char *domain, int64_t version);
 /* Attach constant data to a value as an initializer (takes ownership of t). Sets dtype and
  * shape from t; float initializers are marked FR_VAL_PARAM. */
-fr_status fr_graph_set_initializer(fr_graph *g, int vid, fr_tensor *t);
+FR_NODISCARD fr_status fr_graph_set_initializer(fr_graph *g, int vid, fr_tensor *t);
 
 /* Topological order check and sort: reorders g->nodes so each node comes after the
  * producers of its inputs. A cycle, an input nothing produces (and that is not a graph
  * input or initializer) or a value produced twice is FR_ERR_GRAPH naming node and value. */
-fr_status fr_graph_toposort(fr_graph *g);
+FR_NODISCARD fr_status fr_graph_toposort(fr_graph *g);
 /* Recompute value->producer from the node list. */
-fr_status fr_graph_rebuild_producers(fr_graph *g);
+FR_NODISCARD fr_status fr_graph_rebuild_producers(fr_graph *g);
 /* Remove nodes marked dead (and values nothing references anymore stay: harmless). */
-fr_status fr_graph_compact(fr_graph *g);
+FR_NODISCARD fr_status fr_graph_compact(fr_graph *g);
 /* Fix symbolic dims: every value dim whose dim_param equals `name` becomes `value`. */
-fr_status fr_graph_fix_dim(fr_graph *g, const char *name, int64_t value);
+FR_NODISCARD fr_status fr_graph_fix_dim(fr_graph *g, const char *name, int64_t value);
 
 /* Number of elements in all FR_VAL_PARAM initializers. */
 int64_t fr_graph_param_count(const fr_graph *g);

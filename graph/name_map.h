@@ -7,10 +7,10 @@
 
 typedef struct fr_name_map fr_name_map;
 
-fr_status fr_name_map_new(fr_name_map **out);
+FR_NODISCARD fr_status fr_name_map_new(fr_name_map **out);
 void fr_name_map_free(fr_name_map *m);
 /* Insert or overwrite. The key pointer must outlive the entry. */
-fr_status fr_name_map_put(fr_name_map *m, const char *key, int value);
+FR_NODISCARD fr_status fr_name_map_put(fr_name_map *m, const char *key, int value);
 /* -1 when absent. */
 int fr_name_map_get(const fr_name_map *m, const char *key);
 void fr_name_map_clear(fr_name_map *m);

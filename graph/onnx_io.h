@@ -13,10 +13,10 @@
 #include "graph/ir.h"
 
 /* Load a model file. External data is resolved relative to the file's folder. */
-fr_status fr_onnx_load_file(const char *path, fr_graph **out);
+FR_NODISCARD fr_status fr_onnx_load_file(const char *path, fr_graph **out);
 /* Load from memory. `model_dir` is the folder external data is relative to; NULL refuses
  * external data. `what` names the buffer in messages (e.g. "<memory>"). */
-fr_status fr_onnx_load_buffer(const void *data, size_t len, const char *model_dir,
+FR_NODISCARD fr_status fr_onnx_load_buffer(const void *data, size_t len, const char *model_dir,
                               const char *what, fr_graph **out);
 
 typedef struct fr_onnx_save_options {
@@ -30,8 +30,8 @@ typedef struct fr_onnx_save_options {
 
 /* Write the graph as an ONNX model. The file is written atomically (temporary file in the
  * same folder, fsync, rename) and never through a symlink. opt may be NULL. */
-fr_status fr_onnx_save_file(const fr_graph *g, const char *path, const fr_onnx_save_options *opt);
+FR_NODISCARD fr_status fr_onnx_save_file(const fr_graph *g, const char *path, const fr_onnx_save_options *opt);
 /* Serialize into a malloc'ed buffer (caller frees); all data inline. */
-fr_status fr_onnx_save_buffer(const fr_graph *g, void **data, size_t *len);
+FR_NODISCARD fr_status fr_onnx_save_buffer(const fr_graph *g, void **data, size_t *len);
 
 #endif

@@ -25,15 +25,15 @@ char *fr_onnx_join(const char *dir, const char *name);
 
 /* Read a whole model file into malloc'ed memory. Refuses non-regular files and files larger
  * than FR_ONNX_MAX_PROTO_BYTES; every failure names the path. */
-fr_status fr_onnx_read_file(const char *path, void **data, size_t *len);
+FR_NODISCARD fr_status fr_onnx_read_file(const char *path, void **data, size_t *len);
 
 /* Open the external-data file `location` for reading (`what` names the tensor in messages). The location must be
  * relative, must not contain a ".." component, and must resolve (after symlinks) to a regular
  * file inside model_dir. Returns the descriptor and the file's size. */
-fr_status fr_onnx_open_external(const char *model_dir, const char *location, const char *what,
+FR_NODISCARD fr_status fr_onnx_open_external(const char *model_dir, const char *location, const char *what,
                                 int *fd, uint64_t *size);
 /* pread exactly n bytes at offset; a short file is FR_ERR_PARSE naming `what`. */
-fr_status fr_onnx_pread_all(int fd, void *buf, size_t n, uint64_t offset, const char *what);
+FR_NODISCARD fr_status fr_onnx_pread_all(int fd, void *buf, size_t n, uint64_t offset, const char *what);
 
 /* A file being written atomically: data goes to `tmp`, commit renames it over `path`. */
 typedef struct fr_atomic_file {
@@ -43,12 +43,12 @@ typedef struct fr_atomic_file {
 } fr_atomic_file;
 
 /* Create the temporary file next to `path` (never following a symlink). */
-fr_status fr_atomic_open(const char *path, fr_atomic_file *f);
-fr_status fr_atomic_write(fr_atomic_file *f, const void *data, size_t n);
+FR_NODISCARD fr_status fr_atomic_open(const char *path, fr_atomic_file *f);
+FR_NODISCARD fr_status fr_atomic_write(fr_atomic_file *f, const void *data, size_t n);
 /* fsync and close the temporary file (the data is durable, not yet visible). */
-fr_status fr_atomic_finish(fr_atomic_file *f);
+FR_NODISCARD fr_status fr_atomic_finish(fr_atomic_file *f);
 /* Rename the finished temporary file over `path` and fsync the folder; frees f's strings. */
-fr_status fr_atomic_commit(fr_atomic_file *f);
+FR_NODISCARD fr_status fr_atomic_commit(fr_atomic_file *f);
 /* Remove the temporary file and free f's strings; safe to call twice. */
 void fr_atomic_abort(fr_atomic_file *f);
 

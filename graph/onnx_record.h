@@ -9,8 +9,8 @@
 #include "schema/onnx.pb-c.h"
 
 /* Keeps what v already has (the TensorProto's record wins over a value_info's). */
-fr_status fr_onnx_record_value(fr_value *v, Onnx__StringStringEntryProto *const *kv, size_t n);
-fr_status fr_onnx_record_node(fr_node *nd, const Onnx__NodeProto *np);
-fr_status fr_onnx_record_graph(fr_graph *g, const Onnx__GraphProto *gp);
+FR_NODISCARD fr_status fr_onnx_record_value(fr_value *v, Onnx__StringStringEntryProto *const *kv, size_t n);
+FR_NODISCARD fr_status fr_onnx_record_node(fr_node *nd, const Onnx__NodeProto *np);
+FR_NODISCARD fr_status fr_onnx_record_graph(fr_graph *g, const Onnx__GraphProto *gp);
 
 #endif

@@ -32,6 +32,6 @@
  * parameters as above (g topologically sorted again). *n_lost (may be NULL) counts
  * initializers folded from a parameter through ops that cannot be undone: that parameter
  * is not trained (its note says so). */
-fr_status fr_params_select(fr_graph *g, int *n_lost);
+FR_NODISCARD fr_status fr_params_select(fr_graph *g, int *n_lost);
 
 #endif

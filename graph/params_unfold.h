@@ -19,20 +19,20 @@
 typedef int (*fr_param_pred)(const void *ctx, const char *name);
 
 /* *done = 1 when initializer fid was un-folded as above. */
-fr_status fr_params_unfold_scalar(fr_graph *g, int fid, fr_param_pred is_param, const void *ctx, int *done);
+FR_NODISCARD fr_status fr_params_unfold_scalar(fr_graph *g, int fid, fr_param_pred is_param, const void *ctx, int *done);
 
 /* A static export's position embedding ("embedding_1" [1, T, D], folded from Gather(table,
  * arange) or a position_ids slice): the file holds only rows 0..T-1 of `table`, and not the
  * table's length, so the table itself cannot be rebuilt. Those rows train as a parameter
  * named "<table>[0:T]" [T, D] (the table's row layout; Reshape gives the value back); a
  * lookup without that evidence trains as stored. *done = 1 for either. */
-fr_status fr_params_unfold_rows(fr_graph *g, int fid, const char *table, int *done);
+FR_NODISCARD fr_status fr_params_unfold_rows(fr_graph *g, int fid, const char *table, int *done);
 
 /* Shared with params.c: an initializer of parameter `name` holding t (taken), recorded as a
  * PARAMETER; a note on v. */
-fr_status fr_params_add(fr_graph *g, const char *name, fr_tensor *t, int *vid);
+FR_NODISCARD fr_status fr_params_add(fr_graph *g, const char *name, fr_tensor *t, int *vid);
 /* f no longer an initializer (a node computes it again). */
 void fr_params_uninit(fr_value *f);
-fr_status fr_params_note(fr_value *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+FR_NODISCARD fr_status fr_params_note(fr_value *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

@@ -41,6 +41,6 @@ void fr_prng_jump(fr_prng *r);
 void fr_prng_get_state(const fr_prng *r, uint8_t out[FR_PRNG_STATE_BYTES]);
 /* Restore a state saved by fr_prng_get_state. A length other than FR_PRNG_STATE_BYTES or the
  * all-zero state (which xoshiro never leaves) is FR_ERR_PARSE and leaves *r untouched. */
-fr_status fr_prng_set_state(fr_prng *r, const void *bytes, size_t len);
+FR_NODISCARD fr_status fr_prng_set_state(fr_prng *r, const void *bytes, size_t len);
 
 #endif

@@ -16,8 +16,8 @@ enum {
 
 /* Open `path` read-only (O_CLOEXEC). Refuses what is not a regular file, with `what` (e.g.
  * "token file") and the path in the message; *fd is blocking again on return. sb may be NULL. */
-fr_status fr_open_regular(const char *path, const char *what, int flags, int *fd, struct stat *sb);
+FR_NODISCARD fr_status fr_open_regular(const char *path, const char *what, int flags, int *fd, struct stat *sb);
 /* The same as a stdio stream ("rb"). */
-fr_status fr_fopen_regular(const char *path, const char *what, int flags, FILE **f, struct stat *sb);
+FR_NODISCARD fr_status fr_fopen_regular(const char *path, const char *what, int flags, FILE **f, struct stat *sb);
 
 #endif

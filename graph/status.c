@@ -68,10 +68,12 @@ int fr_mul_size(size_t a, size_t b, size_t *out)
     return 1;
 }
 
+/* The allocation helpers answer NULL on failure: the message is what fr_error is called for, the
+ * status has nowhere to go (the caller returns FR_ERR_OOM itself). */
 void *fr_malloc(size_t n, const char *what)
 {
     void *p = malloc(n ? n : 1);
-    if (!p) fr_error(FR_ERR_OOM, "out of memory allocating %zu bytes for %s", n, what);
+    if (!p) fr_ignore_status(fr_error(FR_ERR_OOM, "out of memory allocating %zu bytes for %s", n, what));
     return p;
 }
 
@@ -79,11 +81,11 @@ void *fr_calloc(size_t count, size_t size, const char *what)
 {
     size_t n;
     if (!fr_mul_size(count, size, &n)) {
-        fr_error(FR_ERR_OOM, "size overflow allocating %zu x %zu bytes for %s", count, size, what);
+        fr_ignore_status(fr_error(FR_ERR_OOM, "size overflow allocating %zu x %zu bytes for %s", count, size, what));
         return NULL;
     }
     void *p = calloc(count ? count : 1, size ? size : 1);
-    if (!p) fr_error(FR_ERR_OOM, "out of memory allocating %zu bytes for %s", n, what);
+    if (!p) fr_ignore_status(fr_error(FR_ERR_OOM, "out of memory allocating %zu bytes for %s", n, what));
     return p;
 }
 
@@ -91,11 +93,11 @@ void *fr_realloc_array(void *p, size_t count, size_t size, const char *what)
 {
     size_t n;
     if (!fr_mul_size(count, size, &n)) {
-        fr_error(FR_ERR_OOM, "size overflow allocating %zu x %zu bytes for %s", count, size, what);
+        fr_ignore_status(fr_error(FR_ERR_OOM, "size overflow allocating %zu x %zu bytes for %s", count, size, what));
         return NULL;
     }
     void *q = realloc(p, n ? n : 1);
-    if (!q) fr_error(FR_ERR_OOM, "out of memory allocating %zu bytes for %s", n, what);
+    if (!q) fr_ignore_status(fr_error(FR_ERR_OOM, "out of memory allocating %zu bytes for %s", n, what));
     return q;
 }
 

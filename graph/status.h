@@ -21,14 +21,28 @@ typedef enum fr_status {
     FR_ERR_INTERNAL = 11    /* a bug in fp8run: please report */
 } fr_status;
 
+/* On a function returning a status: GCC/clang warn when a caller drops the result. Every
+ * fr_status function declared in the library's headers carries it (build with
+ * -Werror=unused-result to find the call sites that ignore one). */
+#if defined(__GNUC__) || defined(__clang__)
+#define FR_NODISCARD __attribute__((warn_unused_result))
+#else
+#define FR_NODISCARD
+#endif
+
+/* Drop a status on purpose: only where an error is already being returned (cleanup on a
+ * failure path) or the call is best effort. Say why at the call site. A (void) cast does not
+ * silence warn_unused_result in GCC; passing the value to this function does. */
+static inline void fr_ignore_status(fr_status st) { (void)st; }
+
 /* Record a printf-style message as this thread's last error and return `st`.
  * Usage: return fr_error(FR_ERR_SHAPE, "node '%s' (MatMul): ...", name); */
-fr_status fr_error(fr_status st, const char *fmt, ...)
+FR_NODISCARD fr_status fr_error(fr_status st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* Prepend context to the current message ("while loading 'x.onnx': <old message>"),
  * keeping the status. Returns `st`. */
-fr_status fr_error_context(fr_status st, const char *fmt, ...)
+FR_NODISCARD fr_status fr_error_context(fr_status st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 const char *fr_last_error(void);   /* never NULL; "" when no error was recorded */

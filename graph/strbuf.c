@@ -56,7 +56,7 @@ char *fr_strbuf_take(fr_strbuf *b, const char *what)
     *b = (fr_strbuf)FR_STRBUF_INIT;
     if (oom) {
         free(s);
-        fr_error(FR_ERR_OOM, "out of memory building %s", what);
+        fr_ignore_status(fr_error(FR_ERR_OOM, "out of memory building %s", what)); /* NULL says it */
         return NULL;
     }
     return s ? s : fr_strdup("", what);

@@ -51,14 +51,14 @@ typedef struct fr_tensor {
 
 /* Element count of a shape, with overflow and negative-dim checks. Returns FR_OK or
  * FR_ERR_SHAPE/FR_ERR_OOM with a message that includes `what`. */
-fr_status fr_shape_numel(int rank, const int64_t *dims, const char *what, int64_t *numel);
+FR_NODISCARD fr_status fr_shape_numel(int rank, const int64_t *dims, const char *what, int64_t *numel);
 int64_t fr_tensor_numel(const fr_tensor *t);
 
 /* New tensor with zeroed, owned storage. `what` names it in error messages. */
-fr_status fr_tensor_new(fr_dtype dt, int rank, const int64_t *dims, const char *what,
+FR_NODISCARD fr_status fr_tensor_new(fr_dtype dt, int rank, const int64_t *dims, const char *what,
                         fr_tensor **out);
 /* New tensor that owns a copy of `src`. */
-fr_status fr_tensor_clone(const fr_tensor *src, const char *what, fr_tensor **out);
+FR_NODISCARD fr_status fr_tensor_clone(const fr_tensor *src, const char *what, fr_tensor **out);
 void fr_tensor_free(fr_tensor *t);
 
 /* "[2, 3, 4]" into buf (always terminated). Returns buf. */

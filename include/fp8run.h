@@ -67,8 +67,11 @@ extern "C" {
 
 #if defined(__GNUC__) || defined(__clang__)
 #define FP8RUN_API __attribute__((visibility("default")))
+/* on every call that returns an fp8run_status: the compiler warns when the status is dropped */
+#define FP8RUN_NODISCARD __attribute__((warn_unused_result))
 #else
 #define FP8RUN_API
+#define FP8RUN_NODISCARD
 #endif
 
 #define FP8RUN_VERSION_MAJOR 0
@@ -192,7 +195,7 @@ FP8RUN_API size_t fp8run_dtype_size(fp8run_dtype dt);
  * the FP8 formats fp8run computes in, integers, bool) into float32 at dst, exactly as fp8run
  * reads them (FP8 and bfloat16 values are exact in float32; large integers round).
  * FP8RUN_ERR_UNSUPPORTED for strings and types fp8run does not compute in. */
-FP8RUN_API fp8run_status fp8run_convert_to_float32(fp8run_dtype dt, const void *src, size_t count, float *dst);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_convert_to_float32(fp8run_dtype dt, const void *src, size_t count, float *dst);
 
 /* NumPy .npy files (versions 1.0-3.0 read, 1.0 written; little-endian, C order). They are in
  * the API rather than in each tool because they are how fixtures, PyTorch dumps and NumPy hosts
@@ -203,12 +206,12 @@ FP8RUN_API int fp8run_npy_supports(fp8run_dtype dt);
 /* Read a .npy file into *out (struct_size set by the caller; name set to NULL). out->data is
  * allocated by the library: free it with fp8run_npy_free. A malformed file is
  * FP8RUN_ERR_PARSE naming it. */
-FP8RUN_API fp8run_status fp8run_npy_load(const char *path, fp8run_tensor *out);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_npy_load(const char *path, fp8run_tensor *out);
 /* Free the data fp8run_npy_load allocated (data = NULL, nbytes = 0 afterwards); NULL is a no-op. */
 FP8RUN_API void fp8run_npy_free(fp8run_tensor *t);
 /* Write t as .npy (atomically: a temporary in the same folder, then renamed). t->nbytes must be
  * the shape's byte size. A dtype without a NumPy code is FP8RUN_ERR_UNSUPPORTED. */
-FP8RUN_API fp8run_status fp8run_npy_save(const char *path, const fp8run_tensor *t);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_npy_save(const char *path, const fp8run_tensor *t);
 
 /* ============================================================================================
  * Models
@@ -218,11 +221,11 @@ typedef struct fp8run_model fp8run_model;
 
 /* Load an ONNX model file (external data relative to its folder; paths that leave the folder
  * are refused). */
-FP8RUN_API fp8run_status fp8run_model_load(const char *path, fp8run_model **out);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_load(const char *path, fp8run_model **out);
 /* Load from memory (copied; the buffer may be freed afterwards). `name` names the model in
  * messages only (may be NULL: "<memory>"): such a model has no path, and checkpoints of its
  * sessions record none. External data is refused. */
-FP8RUN_API fp8run_status fp8run_model_load_buffer(const void *data, size_t len, const char *name,
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_load_buffer(const void *data, size_t len, const char *name,
                                                   fp8run_model **out);
 FP8RUN_API void fp8run_model_destroy(fp8run_model *m);
 /* Last error on this model; never NULL. */
@@ -232,16 +235,16 @@ FP8RUN_API const char *fp8run_model_path(const fp8run_model *m);
 
 /* Graph inputs and outputs in model order (counts are 0 for a NULL model). */
 FP8RUN_API int fp8run_model_input_count(const fp8run_model *m);
-FP8RUN_API fp8run_status fp8run_model_input(const fp8run_model *m, int i, fp8run_value_info *info);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_input(const fp8run_model *m, int i, fp8run_value_info *info);
 FP8RUN_API int fp8run_model_output_count(const fp8run_model *m);
-FP8RUN_API fp8run_status fp8run_model_output(const fp8run_model *m, int i, fp8run_value_info *info);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_output(const fp8run_model *m, int i, fp8run_value_info *info);
 
 /* Parameters: the float initializers (what training can update), in model order; for a compiled
  * graph (.fbs) the ones it records. */
 FP8RUN_API int fp8run_model_param_count(const fp8run_model *m);
 /* Elements in all of them. */
 FP8RUN_API int64_t fp8run_model_param_elements(const fp8run_model *m);
-FP8RUN_API fp8run_status fp8run_model_param(const fp8run_model *m, int i, fp8run_value_info *info);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_param(const fp8run_model *m, int i, fp8run_value_info *info);
 /* Every float initializer in model order, trained or not. *trained (may be NULL): 1 for a
  * parameter. *why (may be NULL; a string owned by the model): where a parameter came from
  * ("parameter", "parameter, un-folded from 'val_93' (Transpose)", "float initializer") or why
@@ -250,28 +253,28 @@ FP8RUN_API fp8run_status fp8run_model_param(const fp8run_model *m, int i, fp8run
  * exporter from parameter '...' ...: that parameter is not trained"). The rule is in README.md
  * ("Which initializers are trained"). */
 FP8RUN_API int fp8run_model_float_initializer_count(const fp8run_model *m);
-FP8RUN_API fp8run_status fp8run_model_float_initializer(const fp8run_model *m, int i, fp8run_value_info *info,
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_float_initializer(const fp8run_model *m, int i, fp8run_value_info *info,
                                                         int *trained, const char **why);
 /* Copy parameter `name` (float32 or converted from float16/bfloat16/float64) into dst, which
  * holds `count` floats; count must equal the parameter's element count. */
-FP8RUN_API fp8run_status fp8run_model_get_param(fp8run_model *m, const char *name, float *dst, size_t count);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_get_param(fp8run_model *m, const char *name, float *dst, size_t count);
 /* Overwrite a float32 parameter with count floats from src (sessions created later see it). */
-FP8RUN_API fp8run_status fp8run_model_set_param(fp8run_model *m, const char *name, const float *src,
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_set_param(fp8run_model *m, const char *name, const float *src,
                                                 size_t count);
 /* Put a training checkpoint's weights into the model's parameters (every "param" tensor of
  * the checkpoint must match a float32 parameter by name and shape). *n_applied (may be NULL)
  * counts them. Do this before fp8run_session_create when resuming, so frozen parameters agree
  * with the checkpoint, then fp8run_session_load. On error the tensors before the failing one
  * may already be applied: reload the model. */
-FP8RUN_API fp8run_status fp8run_model_apply_checkpoint(fp8run_model *m, const char *ckpt_path,
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_apply_checkpoint(fp8run_model *m, const char *ckpt_path,
                                                        int *n_applied);
 /* Write the model as ONNX (atomically; weights to "<file>.data" beyond 1 GiB). */
-FP8RUN_API fp8run_status fp8run_model_save(const fp8run_model *m, const char *path);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_save(const fp8run_model *m, const char *path);
 /* Write the ONNX model this model stands for: for a compiled graph (.fbs) the original model it
  * was compiled from, with the compiled graph's current weights under the original names and
  * layouts (what a session's export writes: apply a checkpoint first to export its weights); for
  * an ONNX model the same as fp8run_model_save. */
-FP8RUN_API fp8run_status fp8run_model_export(const fp8run_model *m, const char *path);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_export(const fp8run_model *m, const char *path);
 
 /* What the file says about itself. Strings point into the model ("" when the file has none). */
 typedef struct fp8run_model_info {
@@ -288,10 +291,10 @@ typedef struct fp8run_model_info {
 } fp8run_model_info;
 
 /* (A function named fp8run_model_info would clash with the struct's typedef name.) */
-FP8RUN_API fp8run_status fp8run_model_get_info(const fp8run_model *m, fp8run_model_info *info);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_get_info(const fp8run_model *m, fp8run_model_info *info);
 /* Opset i: *domain ("" is the default domain, ai.onnx; points into the model) and *version
  * (either may be NULL). */
-FP8RUN_API fp8run_status fp8run_model_opset(const fp8run_model *m, int i, const char **domain, int64_t *version);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_opset(const fp8run_model *m, int i, const char **domain, int64_t *version);
 
 /* One entry of the op histogram. */
 typedef struct fp8run_op_info {
@@ -300,7 +303,7 @@ typedef struct fp8run_op_info {
     int count;                 /* nodes of this type */
 } fp8run_op_info;
 /* Op type i of the histogram: most frequent first, equal counts by name. */
-FP8RUN_API fp8run_status fp8run_model_op(const fp8run_model *m, int i, fp8run_op_info *info);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_op(const fp8run_model *m, int i, fp8run_op_info *info);
 
 /* ============================================================================================
  * Preparing a model and running its forward pass (CPU)
@@ -321,7 +324,7 @@ typedef struct fp8run_prepare_config {
     int n_inputs;
 } fp8run_prepare_config;
 
-FP8RUN_API fp8run_status fp8run_prepare_config_init(fp8run_prepare_config *cfg, size_t size);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_prepare_config_init(fp8run_prepare_config *cfg, size_t size);
 
 /* What preparation did. */
 typedef struct fp8run_prepare_stats {
@@ -336,31 +339,31 @@ typedef struct fp8run_prepare_stats {
  * result is a model like any other (inspect it, save it; its inputs and outputs carry the
  * concrete dims, symbolic names kept). A dim that stays unknown, or a cfg name the model does
  * not have, is an error naming it. stats may be NULL. */
-FP8RUN_API fp8run_status fp8run_model_prepare(const fp8run_model *m, const fp8run_prepare_config *cfg,
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_prepare(const fp8run_model *m, const fp8run_prepare_config *cfg,
                                               fp8run_model **out, fp8run_prepare_stats *stats);
 
 /* Inference: a model prepared for one set of input shapes with a CPU executor, run on host
  * tensors. It keeps its own copy of the model. */
 typedef struct fp8run_forward fp8run_forward;
 
-FP8RUN_API fp8run_status fp8run_forward_create(const fp8run_model *m, const fp8run_prepare_config *cfg,
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_forward_create(const fp8run_model *m, const fp8run_prepare_config *cfg,
                                                fp8run_forward **out);
 FP8RUN_API void fp8run_forward_destroy(fp8run_forward *f);
 /* Last error on this handle; never NULL. */
 FP8RUN_API const char *fp8run_forward_error(const fp8run_forward *f);
 /* The prepared graph inputs (concrete shapes), in model order. */
 FP8RUN_API int fp8run_forward_input_count(const fp8run_forward *f);
-FP8RUN_API fp8run_status fp8run_forward_input(const fp8run_forward *f, int i, fp8run_value_info *info);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_forward_input(const fp8run_forward *f, int i, fp8run_value_info *info);
 /* Copy t's data into the input t->name; its dtype and shape must be the prepared input's, and
  * nbytes their byte size (FP8RUN_ERR_SHAPE naming the input and both shapes otherwise). The
  * input keeps the value for later runs until set again. */
-FP8RUN_API fp8run_status fp8run_forward_set_input(fp8run_forward *f, const fp8run_tensor *t);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_forward_set_input(fp8run_forward *f, const fp8run_tensor *t);
 /* Run once; every input must have been set. A kernel error names the node. */
-FP8RUN_API fp8run_status fp8run_forward_run(fp8run_forward *f);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_forward_run(fp8run_forward *f);
 /* Graph outputs in model order, after a successful run: *out gets name, dtype, shape and
  * data, which point into f and stay valid until the next set_input, run or destroy. */
 FP8RUN_API int fp8run_forward_output_count(const fp8run_forward *f);
-FP8RUN_API fp8run_status fp8run_forward_output(const fp8run_forward *f, int i, fp8run_tensor *out);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_forward_output(const fp8run_forward *f, int i, fp8run_tensor *out);
 
 /* ============================================================================================
  * Generated models
@@ -385,14 +388,14 @@ typedef struct fp8run_llama_config {
 
 /* The "tiny" preset (64 / 2 layers / 4 heads / 2 kv heads / ffn 176 / vocab 128 / max_seq 256,
  * seed 1) with struct_size = size. */
-FP8RUN_API fp8run_status fp8run_llama_config_init(fp8run_llama_config *cfg, size_t size);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_llama_config_init(fp8run_llama_config *cfg, size_t size);
 /* Set the shape fields to a preset: "tiny", "125m" (768 / 12 / 12 / 4 / 2048 / 32768, max_seq
  * 2048) or "1b" (2048 / 16 / 16 / 8 / 5632 / 32768, max_seq 2048). The seed is left as it is.
  * Another name is FP8RUN_ERR_INVALID_ARG listing them. */
-FP8RUN_API fp8run_status fp8run_llama_config_preset(fp8run_llama_config *cfg, const char *preset);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_llama_config_preset(fp8run_llama_config *cfg, const char *preset);
 /* Build the model (in memory: fp8run_model_save writes it, weights to "<file>.data" beyond
  * 1 GiB). Inconsistent sizes are FP8RUN_ERR_INVALID_ARG saying which. */
-FP8RUN_API fp8run_status fp8run_model_generate_llama(const fp8run_llama_config *cfg, fp8run_model **out);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_generate_llama(const fp8run_llama_config *cfg, fp8run_model **out);
 
 /* ============================================================================================
  * Training configuration
@@ -480,7 +483,7 @@ typedef struct fp8run_train_config {
 } fp8run_train_config;
 
 /* Fill *cfg with the defaults above and set cfg->struct_size = size. Pass sizeof *cfg. */
-FP8RUN_API fp8run_status fp8run_train_config_init(fp8run_train_config *cfg, size_t size);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_train_config_init(fp8run_train_config *cfg, size_t size);
 
 /* ---- the options' table ----
  * The library declares every field of fp8run_train_config once, with its type, place, range,
@@ -524,7 +527,7 @@ typedef struct fp8run_option_info {
 /* Entries of the table, in the struct's order (the first is batch; struct_size has none). */
 FP8RUN_API int fp8run_train_config_option_count(void);
 /* Entry i, 0 <= i < count; FP8RUN_ERR_INVALID_ARG otherwise. */
-FP8RUN_API fp8run_status fp8run_train_config_option(int i, fp8run_option_info *info);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_train_config_option(int i, fp8run_option_info *info);
 /* The entry whose field name or flag is `name` ("pad_multiple" or "--pad-multiple"); -1 if none. */
 FP8RUN_API int fp8run_train_config_find(const char *name);
 /* Set an option from text, checking its range or choices: `name` is a field or a flag, and the
@@ -532,9 +535,9 @@ FP8RUN_API int fp8run_train_config_find(const char *name);
  * in 1..4096"). A BOOL given by its flag takes no value (NULL) and sets the opposite of its
  * default; by its field name it takes "0" or "1". A CHOICE is set to the library's own static
  * string, any other string to value itself (not copied). DIM_* fields are refused. */
-FP8RUN_API fp8run_status fp8run_train_config_set(fp8run_train_config *cfg, const char *name, const char *value);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_train_config_set(fp8run_train_config *cfg, const char *name, const char *value);
 /* The value of entry i of cfg as text ("16", "delayed", "1e-08", "" for a NULL string) into buf. */
-FP8RUN_API fp8run_status fp8run_train_config_get(const fp8run_train_config *cfg, int i, char *buf, size_t len);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_train_config_get(const fp8run_train_config *cfg, int i, char *buf, size_t len);
 /* The choices of an enumerated setting as a NULL-terminated list: an option's field name
  * ("recipe", "precision", ...) or "device" (fp8run_session_create's); NULL for another name. */
 FP8RUN_API const char *const *fp8run_choices(const char *name);
@@ -570,14 +573,14 @@ typedef struct fp8run_skipped_info {
 /* Compile a copy of the model with cfg's precision options for cfg's batch and sequence (the
  * model is not changed) and report what the compiler did, without building a session. The
  * report of fp32 has no layers. *out is freed with fp8run_report_destroy. */
-FP8RUN_API fp8run_status fp8run_model_compile(const fp8run_model *m, const fp8run_train_config *cfg,
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_compile(const fp8run_model *m, const fp8run_train_config *cfg,
                                               fp8run_report **out);
 FP8RUN_API void fp8run_report_destroy(fp8run_report *r);
 FP8RUN_API const char *fp8run_report_precision(const fp8run_report *r); /* "fp8" | "bf16" | "fp32" */
 FP8RUN_API int fp8run_report_layer_count(const fp8run_report *r);
-FP8RUN_API fp8run_status fp8run_report_layer(const fp8run_report *r, int i, fp8run_layer_info *info);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_report_layer(const fp8run_report *r, int i, fp8run_layer_info *info);
 FP8RUN_API int fp8run_report_skipped_count(const fp8run_report *r);
-FP8RUN_API fp8run_status fp8run_report_skipped(const fp8run_report *r, int i, fp8run_skipped_info *info);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_report_skipped(const fp8run_report *r, int i, fp8run_skipped_info *info);
 /* Linear layers per precision (fused members counted each): precision "fp8", "bf16", "fp32". */
 FP8RUN_API int fp8run_report_linears(const fp8run_report *r, const char *precision);
 /* The whole report as text, one layer per paragraph (as `fp8run info` prints it). */
@@ -595,7 +598,7 @@ typedef struct fp8run_pass_info {
     const char *detail;          /* "2 fused", "off (fuse_attention)" */
 } fp8run_pass_info;
 FP8RUN_API int fp8run_report_pass_count(const fp8run_report *r);
-FP8RUN_API fp8run_status fp8run_report_pass(const fp8run_report *r, int i, fp8run_pass_info *info);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_report_pass(const fp8run_report *r, int i, fp8run_pass_info *info);
 
 /* Delayed-scaling state of one FP8 operand (x, w or dy of an fp8 Linear). */
 typedef struct fp8run_scaling_info {
@@ -613,7 +616,7 @@ typedef struct fp8run_scaling_info {
  * recipes): fresh for fp8run_model_compile, the session's state when fp8run_session_report was
  * called, the recorded state for a compiled graph (fp8run_model_report). */
 FP8RUN_API int fp8run_report_state_count(const fp8run_report *r);
-FP8RUN_API fp8run_status fp8run_report_state(const fp8run_report *r, int i, fp8run_scaling_info *info);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_report_state(const fp8run_report *r, int i, fp8run_scaling_info *info);
 
 /* ============================================================================================
  * Compiled graphs (.fbs)
@@ -631,18 +634,18 @@ FP8RUN_API fp8run_status fp8run_report_state(const fp8run_report *r, int i, fp8r
  * for cfg's batch x seq_len exactly as fp8run_session_create does, and write the compiled graph
  * to path (atomically). The file is read back and checked; *report (may be NULL) receives its
  * recorded report (free it with fp8run_report_destroy). */
-FP8RUN_API fp8run_status fp8run_model_write_compiled(const fp8run_model *m, const fp8run_train_config *cfg,
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_write_compiled(const fp8run_model *m, const fp8run_train_config *cfg,
                                                      const char *path, fp8run_report **report);
 /* What a compiled graph is for, read from its metadata only (cheap: what a host needs before
  * creating a session): batch, seq_len and precision ("fp8" | "bf16", a static string); any
  * pointer may be NULL. FP8RUN_ERR_INVALID_ARG for a model that is not compiled,
  * FP8RUN_ERR_PARSE naming the metadata key that is missing or malformed. */
-FP8RUN_API fp8run_status fp8run_model_compiled_for(const fp8run_model *m, int64_t *batch, int64_t *seq_len,
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_compiled_for(const fp8run_model *m, int64_t *batch, int64_t *seq_len,
                                                    const char **precision);
 /* The recorded report of a compiled graph, with its scaling state and fp8run_report_compiled.
  * Decodes and checks the whole file as training it would (FP8RUN_ERR_PARSE naming the key at
  * fault). FP8RUN_ERR_INVALID_ARG for an ONNX model (use fp8run_model_compile). */
-FP8RUN_API fp8run_status fp8run_model_report(const fp8run_model *m, fp8run_report **out);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_report(const fp8run_model *m, fp8run_report **out);
 
 /* What a compiled graph records besides the layers. Strings and arrays point into the report. */
 typedef struct fp8run_compiled_info {
@@ -666,7 +669,7 @@ typedef struct fp8run_compiled_info {
 } fp8run_compiled_info;
 
 /* FP8RUN_ERR_INVALID_ARG for a report that does not come from a compiled graph. */
-FP8RUN_API fp8run_status fp8run_report_compiled(const fp8run_report *r, fp8run_compiled_info *info);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_report_compiled(const fp8run_report *r, fp8run_compiled_info *info);
 
 /* ============================================================================================
  * Sessions: training and evaluation
@@ -681,7 +684,7 @@ typedef struct fp8run_data_loader fp8run_data_loader;
  *                 without it or no usable GPU answers (the message says why);
  *   "auto"/NULL   CUDA when usable, else cpu; the choice is logged at INFO level.
  * The model is copied: it may be changed or destroyed afterwards. */
-FP8RUN_API fp8run_status fp8run_session_create(const fp8run_model *m, const char *backend,
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_create(const fp8run_model *m, const char *backend,
                                                const fp8run_train_config *cfg, fp8run_session **out);
 FP8RUN_API void fp8run_session_destroy(fp8run_session *s);
 /* Last error on this session; never NULL. */
@@ -711,7 +714,7 @@ typedef struct fp8run_step_stats {
  * change nothing. Any other failure (one inside the step) leaves the session broken: later
  * steps, evals, parameter reads/writes, saves, loads and exports fail with FP8RUN_ERR_STATE
  * (the accessors and destroy still work); resume from a checkpoint in a new session. */
-FP8RUN_API fp8run_status fp8run_session_train_step(fp8run_session *s, const void *windows, fp8run_dtype dtype,
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_train_step(fp8run_session *s, const void *windows, fp8run_dtype dtype,
                                                    size_t count, fp8run_step_stats *stats);
 /* ---- Steps that do not wait for their statistics ----
  * fp8run_session_train_step waits for the step to finish (on a GPU: the host idles until the
@@ -732,23 +735,23 @@ FP8RUN_API fp8run_status fp8run_session_train_step(fp8run_session *s, const void
 /* Queue one step (arguments as fp8run_session_train_step); *step (may be NULL) gets its index.
  * Bad arguments or token ids change nothing; FP8RUN_ERR_STATE when FP8RUN_MAX_QUEUED_STEPS
  * steps wait to be polled. */
-FP8RUN_API fp8run_status fp8run_session_train_step_async(fp8run_session *s, const void *windows, fp8run_dtype dtype,
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_train_step_async(fp8run_session *s, const void *windows, fp8run_dtype dtype,
                                                          size_t count, int64_t *step);
 /* The statistics of the oldest queued step not polled yet, and that step's status (see above).
  * wait = 1: wait for the device; wait = 0: stats->available = 0 when it has not finished yet.
  * stats->available = 0 when nothing is queued. stats must be large enough to hold `available`. */
-FP8RUN_API fp8run_status fp8run_session_poll_stats(fp8run_session *s, int wait, fp8run_step_stats *stats);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_poll_stats(fp8run_session *s, int wait, fp8run_step_stats *stats);
 /* Steps queued whose statistics were not polled yet. */
 FP8RUN_API int fp8run_session_steps_queued(const fp8run_session *s);
 
 /* Loss of one micro-batch (B x (T+1) ids, count = B * (T+1)) without updating anything. */
-FP8RUN_API fp8run_status fp8run_session_eval(fp8run_session *s, const void *windows, fp8run_dtype dtype,
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_eval(fp8run_session *s, const void *windows, fp8run_dtype dtype,
                                              size_t count, double *loss);
 /* A model output of the last fp8run_session_eval (name NULL: the logits output), as float32:
  * info (may be NULL) gets its dtype and shape (info->name valid until the next call of this
  * function on s); dst (may be NULL to ask the shape only) receives count floats, count equal
  * to the output's element count. */
-FP8RUN_API fp8run_status fp8run_session_eval_output(fp8run_session *s, const char *name,
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_eval_output(fp8run_session *s, const char *name,
                                                     fp8run_value_info *info, float *dst, size_t count);
 
 FP8RUN_API int64_t fp8run_session_batch(const fp8run_session *s);
@@ -765,7 +768,7 @@ FP8RUN_API int64_t fp8run_session_steps_skipped(const fp8run_session *s);
  * of this function on s or its destruction. NULL on error. */
 FP8RUN_API const char *fp8run_session_config_json(fp8run_session *s);
 /* The compile report of this session (a copy; free it with fp8run_report_destroy). */
-FP8RUN_API fp8run_status fp8run_session_report(const fp8run_session *s, fp8run_report **out);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_report(const fp8run_session *s, fp8run_report **out);
 /* Where it runs: "CPU", or the GPU's name and compute capability. */
 FP8RUN_API const char *fp8run_session_device(const fp8run_session *s);
 /* The graph input the token ids are fed to. */
@@ -779,7 +782,7 @@ typedef struct fp8run_memory_info {
     uint64_t device_used_bytes;  /* the GPU's memory in use, from the driver (0 on the CPU) */
     uint64_t device_total_bytes; /* the GPU's memory (0 on the CPU) */
 } fp8run_memory_info;
-FP8RUN_API fp8run_status fp8run_session_memory(const fp8run_session *s, fp8run_memory_info *info);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_memory(const fp8run_session *s, fp8run_memory_info *info);
 /* With FP8RUN_PROFILE=1 in the environment when a GPU session was created: the time of every op
  * of the training graph over the steps so far, as a text table; NULL otherwise. Valid until
  * the next call on s. */
@@ -811,37 +814,37 @@ typedef struct fp8run_fp8_stat {
 /* Take a snapshot of the FP8 statistics of the last step (one read of the device on a GPU):
  * *count = 3 per fp8 Linear (x, w, dy) in report order; 0 for fp32/bf16 and evaluation-only
  * sessions. */
-FP8RUN_API fp8run_status fp8run_session_fp8_stats(fp8run_session *s, int *count);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_fp8_stats(fp8run_session *s, int *count);
 /* Entry i of the last snapshot; strings valid until the next snapshot or destroy. */
-FP8RUN_API fp8run_status fp8run_session_fp8_stat(const fp8run_session *s, int i, fp8run_fp8_stat *info);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_fp8_stat(const fp8run_session *s, int i, fp8run_fp8_stat *info);
 
 /* Trained parameters under their original names and layouts (fused ones by their members). */
 FP8RUN_API int fp8run_session_param_count(const fp8run_session *s);
-FP8RUN_API fp8run_status fp8run_session_param(const fp8run_session *s, int i, fp8run_value_info *info);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_param(const fp8run_session *s, int i, fp8run_value_info *info);
 /* Copy a trained parameter's FP32 values into dst (count floats = its element count). */
-FP8RUN_API fp8run_status fp8run_session_get_param(fp8run_session *s, const char *name, float *dst,
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_get_param(fp8run_session *s, const char *name, float *dst,
                                                   size_t count);
 /* Overwrite a trained parameter with count floats (the optimizer state is left as it is). */
-FP8RUN_API fp8run_status fp8run_session_set_param(fp8run_session *s, const char *name, const float *src,
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_set_param(fp8run_session *s, const char *name, const float *src,
                                                   size_t count);
 
 /* Write a checkpoint atomically: weights, optimizer and FP8 scaling state, step counters,
  * generator, the options, and (when data is non-NULL) the data loader's position. */
-FP8RUN_API fp8run_status fp8run_session_save(fp8run_session *s, const char *path,
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_save(fp8run_session *s, const char *path,
                                              const fp8run_data_loader *data);
 /* Restore a checkpoint written for the same model (any precision). When data is non-NULL the
  * checkpoint must hold a loader state, which is restored into it. Resuming is exact: later
  * losses equal those of the uninterrupted run bit for bit. A file that is missing or not a
  * checkpoint changes nothing; a failure while restoring (corrupt file, another model) leaves
  * the session broken (FP8RUN_ERR_STATE afterwards). */
-FP8RUN_API fp8run_status fp8run_session_load(fp8run_session *s, const char *path, fp8run_data_loader *data);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_load(fp8run_session *s, const char *path, fp8run_data_loader *data);
 /* Write the original model with the trained weights (original names and layouts) as ONNX. */
-FP8RUN_API fp8run_status fp8run_session_export(fp8run_session *s, const char *path);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_export(fp8run_session *s, const char *path);
 /* A LoRA session's adapters (config.lora_rank > 0) in PEFT's layout, which peft loads:
  * dir/adapter_model.safetensors (base_model.model.<module>.lora_A.weight [r, in] and lora_B.weight
  * [out, r], float32) and dir/adapter_config.json. fp8run_session_export writes the merged model
  * (W + lora_alpha / lora_rank * B A). FP8RUN_ERR_INVALID_ARG for a session without LoRA. */
-FP8RUN_API fp8run_status fp8run_session_export_adapter(fp8run_session *s, const char *dir);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_export_adapter(fp8run_session *s, const char *dir);
 
 /* The parameters of a session and the bytes they take where it trains. */
 typedef struct fp8run_param_bytes {
@@ -851,7 +854,7 @@ typedef struct fp8run_param_bytes {
     int64_t frozen;          /* a LoRA run's frozen base parameters (0 otherwise) */
     int64_t frozen_bytes;    /* as held on the device (or host) */
 } fp8run_param_bytes;
-FP8RUN_API fp8run_status fp8run_session_param_bytes(const fp8run_session *s, fp8run_param_bytes *out);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_param_bytes(const fp8run_session *s, fp8run_param_bytes *out);
 
 /* ============================================================================================
  * Training cost
@@ -875,7 +878,7 @@ typedef struct fp8run_flops_info {
 /* For the model as it is and cfg's batch, seq_len, grad_accum and dims (the tokens input:
  * cfg->tokens_input, a compiled graph's recorded one, or the first int64/int32 input); m is not
  * changed. */
-FP8RUN_API fp8run_status fp8run_model_train_flops(const fp8run_model *m, const fp8run_train_config *cfg,
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_train_flops(const fp8run_model *m, const fp8run_train_config *cfg,
                                                   fp8run_flops_info *info);
 
 /* The peak memory a training run of m under cfg will hold, predicted before it runs: the
@@ -897,7 +900,7 @@ typedef struct fp8run_memory_report {
     uint64_t workspace;          /* GPU: cuBLASLt workspace */
     uint64_t total;              /* the sum */
 } fp8run_memory_report;
-FP8RUN_API fp8run_status fp8run_model_predict_memory(const fp8run_model *m, const fp8run_train_config *cfg,
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_predict_memory(const fp8run_model *m, const fp8run_train_config *cfg,
                                                      const char *backend, fp8run_memory_report *report);
 
 /* ============================================================================================
@@ -909,7 +912,7 @@ typedef struct fp8run_checkpoint fp8run_checkpoint;
 /* 1 when the file starts like an fp8run checkpoint (nothing else is checked), else 0. */
 FP8RUN_API int fp8run_is_checkpoint(const char *path);
 /* Read and verify a checkpoint (checksum, bounds) and keep what describes it. */
-FP8RUN_API fp8run_status fp8run_checkpoint_open(const char *path, fp8run_checkpoint **out);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_checkpoint_open(const char *path, fp8run_checkpoint **out);
 FP8RUN_API void fp8run_checkpoint_close(fp8run_checkpoint *c);
 /* Steps the run had taken; -1 when the file is not a trainer checkpoint. */
 FP8RUN_API int64_t fp8run_checkpoint_step(const fp8run_checkpoint *c);
@@ -921,10 +924,10 @@ FP8RUN_API const char *fp8run_checkpoint_model_path(const fp8run_checkpoint *c);
 FP8RUN_API int fp8run_checkpoint_has_data_state(const fp8run_checkpoint *c);
 /* Its "param" tensors (the trained weights). */
 FP8RUN_API int fp8run_checkpoint_param_count(const fp8run_checkpoint *c);
-FP8RUN_API fp8run_status fp8run_checkpoint_param(const fp8run_checkpoint *c, int i, fp8run_value_info *info);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_checkpoint_param(const fp8run_checkpoint *c, int i, fp8run_value_info *info);
 /* The data loader state it holds (*data points into c, *len bytes: what fp8run_data_set_state
  * takes). FP8RUN_ERR_INVALID_ARG when it holds none. */
-FP8RUN_API fp8run_status fp8run_checkpoint_data_state(const fp8run_checkpoint *c, const void **data, size_t *len);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_checkpoint_data_state(const fp8run_checkpoint *c, const void **data, size_t *len);
 
 /* ============================================================================================
  * Token data loader
@@ -954,14 +957,14 @@ typedef struct fp8run_data_config {
     int64_t max_batches;         /* sequential, > 0: wrap after this many batches (default 0) */
 } fp8run_data_config;
 
-FP8RUN_API fp8run_status fp8run_data_config_init(fp8run_data_config *cfg, size_t size);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_data_config_init(fp8run_data_config *cfg, size_t size);
 
 /* Open a token file for training batches. */
-FP8RUN_API fp8run_status fp8run_data_open(const char *path, const fp8run_data_config *cfg,
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_data_open(const char *path, const fp8run_data_config *cfg,
                                           fp8run_data_loader **out);
 /* A validation loader: sequential, num_batches batches per pass (0: as many as the file holds);
  * each pass sees the same batches. */
-FP8RUN_API fp8run_status fp8run_data_open_val(const char *path, const fp8run_data_config *cfg,
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_data_open_val(const char *path, const fp8run_data_config *cfg,
                                               int64_t num_batches, fp8run_data_loader **out);
 FP8RUN_API void fp8run_data_close(fp8run_data_loader *d);
 FP8RUN_API const char *fp8run_data_error(const fp8run_data_loader *d);
@@ -969,7 +972,7 @@ FP8RUN_API const char *fp8run_data_error(const fp8run_data_loader *d);
 /* The next count / (B*(T+1)) batches (count a positive multiple of B*(T+1); one step of
  * grad_accum micro-batches at once) as int64 or int32 windows. On error the loader's state is
  * as before the call. */
-FP8RUN_API fp8run_status fp8run_data_next(fp8run_data_loader *d, fp8run_dtype dtype, void *windows,
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_data_next(fp8run_data_loader *d, fp8run_dtype dtype, void *windows,
                                           size_t count);
 /* Back to the first batch (generator re-seeded). */
 FP8RUN_API void fp8run_data_reset(fp8run_data_loader *d);
@@ -980,15 +983,15 @@ FP8RUN_API int64_t fp8run_data_epoch(const fp8run_data_loader *d);          /* c
 /* Sequential: batches in one pass. Random: tokens / (B*T). */
 FP8RUN_API int64_t fp8run_data_batches_per_epoch(const fp8run_data_loader *d);
 /* Check every id of the whole file against vocab_size (FP8RUN_ERR_RANGE names the first bad one). */
-FP8RUN_API fp8run_status fp8run_data_check_tokens(fp8run_data_loader *d, int64_t vocab_size);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_data_check_tokens(fp8run_data_loader *d, int64_t vocab_size);
 
 /* The loader's position as an opaque byte string of fp8run_data_state_size() bytes, to store
  * with your own checkpoints (fp8run_session_save stores it for you). */
 FP8RUN_API size_t fp8run_data_state_size(void);
-FP8RUN_API fp8run_status fp8run_data_get_state(const fp8run_data_loader *d, void *buf, size_t len);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_data_get_state(const fp8run_data_loader *d, void *buf, size_t len);
 /* Restore a state saved by a loader with the same file, batch shape and order (else
  * FP8RUN_ERR_INVALID_ARG; the loader is unchanged on error). */
-FP8RUN_API fp8run_status fp8run_data_set_state(fp8run_data_loader *d, const void *buf, size_t len);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_data_set_state(fp8run_data_loader *d, const void *buf, size_t len);
 
 /* ============================================================================================
  * Safetensors checkpoints (Hugging Face weights in and out)
@@ -1001,16 +1004,16 @@ typedef struct fp8run_safetensors fp8run_safetensors;
  * that index file. The files are validated as hostile input (header length, offsets against the
  * file, dtype and shape against the bytes, no overlap): FP8RUN_ERR_PARSE names the file and the
  * tensor. Tensors stay in the files; they are read when asked for. */
-FP8RUN_API fp8run_status fp8run_safetensors_open(const char *path, fp8run_safetensors **out);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_safetensors_open(const char *path, fp8run_safetensors **out);
 FP8RUN_API void fp8run_safetensors_close(fp8run_safetensors *st);
 FP8RUN_API const char *fp8run_safetensors_error(const fp8run_safetensors *st);
 /* Its tensors in name order, with their stored dtype and shape (names valid until close). */
 FP8RUN_API int fp8run_safetensors_tensor_count(const fp8run_safetensors *st);
-FP8RUN_API fp8run_status fp8run_safetensors_tensor(const fp8run_safetensors *st, int i, fp8run_value_info *info);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_safetensors_tensor(const fp8run_safetensors *st, int i, fp8run_value_info *info);
 /* Tensor `name` as count float32 values: F32, F16, BF16, F64 and FP8 exactly (F64 rounded);
  * an F8_E4M3 weight with a "<name>_scale_inv" tensor of 128x128 block scales (as published FP8
  * releases ship them) is dequantized, W = q * scale_inv per block, one float32 product. */
-FP8RUN_API fp8run_status fp8run_safetensors_read(fp8run_safetensors *st, const char *name, float *dst, size_t count);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_safetensors_read(fp8run_safetensors *st, const char *name, float *dst, size_t count);
 
 /* What a load matched. The name arrays point into the fp8run_safetensors handle and stay valid
  * until its next load or its close. */
@@ -1033,11 +1036,11 @@ typedef struct fp8run_load_report {
  * A parameter whose shape differs from its tensor's is FP8RUN_ERR_SHAPE naming both, and
  * nothing is loaded; so is a missing or unexpected name with FP8RUN_LOAD_STRICT. report may be
  * NULL. A read error midway (an unreadable shard) leaves the parameters before it loaded. */
-FP8RUN_API fp8run_status fp8run_session_load_safetensors(fp8run_session *s, fp8run_safetensors *st, int flags,
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_load_safetensors(fp8run_session *s, fp8run_safetensors *st, int flags,
                                                          fp8run_load_report *report);
 /* The same into a model's float32 parameters (fp8run_model_param), before creating sessions:
  * frozen parameters then take the checkpoint's values too. */
-FP8RUN_API fp8run_status fp8run_model_load_safetensors(fp8run_model *m, fp8run_safetensors *st, int flags,
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_load_safetensors(fp8run_model *m, fp8run_safetensors *st, int flags,
                                                        fp8run_load_report *report);
 /* Write the parameters (fp8run_model_param / fp8run_session_param names and shapes, sorted by
  * name, as transformers' save_pretrained writes them) into folder dir (created when missing):
@@ -1045,14 +1048,14 @@ FP8RUN_API fp8run_status fp8run_model_load_safetensors(fp8run_model *m, fp8run_s
  * named model-0000K-of-0000N.safetensors with model.safetensors.index.json. dtype: FLOAT32
  * (default for UNDEFINED), BFLOAT16 or FLOAT16 (rounded to nearest even). Files are replaced
  * atomically; a model.safetensors or index left from an export of the other layout is removed. */
-FP8RUN_API fp8run_status fp8run_model_save_safetensors(fp8run_model *m, const char *dir, fp8run_dtype dtype,
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_save_safetensors(fp8run_model *m, const char *dir, fp8run_dtype dtype,
                                                        uint64_t max_shard_bytes);
-FP8RUN_API fp8run_status fp8run_session_save_safetensors(fp8run_session *s, const char *dir, fp8run_dtype dtype,
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_save_safetensors(fp8run_session *s, const char *dir, fp8run_dtype dtype,
                                                          uint64_t max_shard_bytes);
 /* The same for the weights a training checkpoint holds: its "param" tensors, under the names
  * and layouts the trainer saves them (fp8run_checkpoint_param). Parameters the run did not
  * train (--freeze) are not in a checkpoint and so not written. */
-FP8RUN_API fp8run_status fp8run_checkpoint_save_safetensors(const char *ckpt_path, const char *dir, fp8run_dtype dtype,
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_checkpoint_save_safetensors(const char *ckpt_path, const char *dir, fp8run_dtype dtype,
                                                             uint64_t max_shard_bytes);
 
 #ifdef __cplusplus

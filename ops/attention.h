@@ -60,7 +60,7 @@ extern const fr_op_def fr_ops_attention[];      /* Attention, AttentionGrad */
 extern const fr_op_def fr_ops_attention_onnx[]; /* ONNX Attention (opset 23): inference only */
 /* The subset of ONNX Attention that passes/attention_import.c lowers (inputs inferred); errors
  * name the node and the input or attribute. */
-fr_status fr_onnx_attention_check(const fr_graph *g, const fr_node *n);
+FR_NODISCARD fr_status fr_onnx_attention_check(const fr_graph *g, const fr_node *n);
 
 /* A node's attributes, parsed and checked (shared by the CPU kernels and the CUDA launchers).
  * `head_dim` is D, used for the default scale. Errors name the node. */
@@ -70,7 +70,7 @@ typedef struct fr_attn_attrs {
     int64_t window; /* 0: none */
     int bf16;
 } fr_attn_attrs;
-fr_status fr_attn_read_attrs(const fr_node *n, int64_t head_dim, fr_attn_attrs *a);
+FR_NODISCARD fr_status fr_attn_read_attrs(const fr_node *n, int64_t head_dim, fr_attn_attrs *a);
 
 /* The problem's geometry from the shapes of Q and K/V (checked: ranks >= 2 and equal after
  * broadcasting, D equal, K/V batch dims broadcastable to Q's, Tq == Tk when causal).
@@ -84,7 +84,7 @@ typedef struct fr_attn_geom {
     int64_t qdims[FR_MAX_RANK];      /* Q's batch dims */
     int64_t kv_stride[FR_MAX_RANK];  /* K/V batch stride (in batch units) per Q batch dim */
 } fr_attn_geom;
-fr_status fr_attn_geometry(const fr_node *n, int rq, const int64_t *dq, int rk, const int64_t *dk, int rv,
+FR_NODISCARD fr_status fr_attn_geometry(const fr_node *n, int rq, const int64_t *dq, int rk, const int64_t *dk, int rv,
                            const int64_t *dv, int causal, fr_attn_geom *g);
 /* Where the mask M of a problem lives: element (b, i, j) is at offset(b) + i * row + j * col
  * (strides 0 on broadcast dims). present = 0: no mask. */
@@ -94,7 +94,7 @@ typedef struct fr_attn_mask {
     int64_t row, col;
 } fr_attn_mask;
 /* Checks M's shape (rank rm, dims dm) against the geometry; rm = 0 and dm = NULL: no mask. */
-fr_status fr_attn_mask_geometry(const fr_node *n, const fr_attn_geom *g, int rm, const int64_t *dm, fr_attn_mask *m);
+FR_NODISCARD fr_status fr_attn_mask_geometry(const fr_node *n, const fr_attn_geom *g, int rm, const int64_t *dm, fr_attn_mask *m);
 int64_t fr_attn_mask_offset(const fr_attn_geom *g, const fr_attn_mask *m, int64_t b);
 /* K/V batch index of Q batch index b. */
 int64_t fr_attn_kv_index(const fr_attn_geom *g, int64_t b);

@@ -42,6 +42,6 @@ extern const fr_op_def fr_ops_elementwise_grad[];
 /* The gradient rule of a unary activation node (ctx->node_id is an ew_unary.def op with an
  * EW_ACT rule): emits ActivationGrad with the right forward value and the node's attributes;
  * *out receives dx. */
-fr_status fr_ew_emit_activation_grad(fr_grad_ctx *ctx, int *out);
+FR_NODISCARD fr_status fr_ew_emit_activation_grad(fr_grad_ctx *ctx, int *out);
 
 #endif

@@ -22,15 +22,15 @@ typedef void (*fr_ew_fn)(int64_t n, char *const *p, const int64_t *step, void *a
  * whose shapes must broadcast to it (right-aligned, each dim 1 or equal); an input may be
  * the output tensor itself (in-place accumulation). A shape that does not broadcast is
  * FR_ERR_SHAPE naming the node. Nothing is called for an empty output. */
-fr_status fr_ew_run(const fr_node *node, int n_ops, fr_tensor *const *ops, fr_ew_fn fn,
+FR_NODISCARD fr_status fr_ew_run(const fr_node *node, int n_ops, fr_tensor *const *ops, fr_ew_fn fn,
                     void *arg);
 
 /* Copy `src` broadcast to `dst`'s shape (Expand, and Identity-like ops); any dtype, bytes
  * copied by element size. dst and src must have the same dtype. */
-fr_status fr_ew_broadcast_copy(const fr_node *node, fr_tensor *dst, const fr_tensor *src);
+FR_NODISCARD fr_status fr_ew_broadcast_copy(const fr_node *node, fr_tensor *dst, const fr_tensor *src);
 
 /* Output and input must hold the same number of elements (the executor allocates outputs
  * from infer(); a mismatch means the graph changed after inference). */
-fr_status fr_ew_same_numel(const fr_kernel_ctx *ctx, const fr_tensor *x, const fr_tensor *y);
+FR_NODISCARD fr_status fr_ew_same_numel(const fr_kernel_ctx *ctx, const fr_tensor *x, const fr_tensor *y);
 
 #endif

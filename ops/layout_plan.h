@@ -37,13 +37,13 @@ void fr_view_tile(fr_view *v, int rank, const int64_t *dims, const int64_t *reps
 void fr_view_copy(char *dst, const char *src, fr_view v, size_t es);
 
 /* Transpose's perm attribute (default: reversed dims), checked to be a permutation. */
-fr_status fr_transpose_perm(const fr_node *n, int rank, int *perm);
+FR_NODISCARD fr_status fr_transpose_perm(const fr_node *n, int rank, int *perm);
 
 /* Sizes of the n_out parts along a dim of size `dim`. `split` (cnt >= 0 entries) comes from
  * the attribute (opset < 13) or the input (13+); without it, opset 18's num_outputs gives
  * ceil(dim / num_outputs) per part with a smaller last part, and otherwise the dim must
  * divide evenly among the outputs. */
-fr_status fr_split_sizes(const fr_node *n, int64_t opset, int64_t dim, int cnt,
+FR_NODISCARD fr_status fr_split_sizes(const fr_node *n, int64_t opset, int64_t dim, int cnt,
                          const int64_t *split, int n_out, int64_t *sizes);
 
 /* Per-dim start/step/length of a slice, clamped exactly as the ONNX spec says: negative
@@ -54,25 +54,25 @@ typedef struct fr_slice_plan {
     int64_t start[FR_MAX_RANK], step[FR_MAX_RANK], len[FR_MAX_RANK];
 } fr_slice_plan;
 
-fr_status fr_slice_resolve(const fr_node *n, int rank, const int64_t *dims, int cnt,
+FR_NODISCARD fr_status fr_slice_resolve(const fr_node *n, int rank, const int64_t *dims, int cnt,
                            const int64_t *starts, int n_ends, const int64_t *ends, int n_axes,
                            const int64_t *axes, int n_steps, const int64_t *steps,
                            fr_slice_plan *p);
 /* An ints attribute of Slice before opset 10 copied into vals (at most FR_MAX_RANK entries);
  * *cnt = -1 when absent and not required. */
-fr_status fr_slice_attr(const fr_node *n, const char *name, int required, int *cnt, int64_t *vals);
+FR_NODISCARD fr_status fr_slice_attr(const fr_node *n, const char *name, int required, int *cnt, int64_t *vals);
 
 /* Tile's output dims, dims[k] * reps[k] (cnt entries, one per dim; no overflow). */
-fr_status fr_tile_dims(const fr_node *n, int rank, const int64_t *dims, int cnt,
+FR_NODISCARD fr_status fr_tile_dims(const fr_node *n, int rank, const int64_t *dims, int cnt,
                        const int64_t *reps, int64_t *out);
 
 /* SliceGrad's attributes against dy [rank, dims] (float32/64): the output shape and the
  * resolved starts and steps, every write landing inside the output. */
-fr_status fr_slice_grad_check(const fr_node *n, fr_dtype dt, int rank, const int64_t *dims,
+FR_NODISCARD fr_status fr_slice_grad_check(const fr_node *n, fr_dtype dt, int rank, const int64_t *dims,
                               int *out_rank, const int64_t **shape, const int64_t **starts,
                               const int64_t **steps);
 /* TileGrad's shape attribute against dy [rank, dims] (float32/64): dy is a tiling of it. */
-fr_status fr_tile_grad_check(const fr_node *n, fr_dtype dt, int rank, const int64_t *dims,
+FR_NODISCARD fr_status fr_tile_grad_check(const fr_node *n, fr_dtype dt, int rank, const int64_t *dims,
                              int *out_rank, const int64_t **shape);
 
 #ifdef __cplusplus

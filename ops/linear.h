@@ -91,9 +91,9 @@ typedef enum fr_lin_recipe { FR_LIN_DELAYED = 0, FR_LIN_CURRENT = 1, FR_LIN_BLOC
 
 /* Parse / name the attribute strings ("fp32"/"bf16"/"fp8", "delayed"/"current"/"block").
  * An unknown string is FR_ERR_UNSUPPORTED naming it. */
-fr_status fr_lin_precision_parse(const char *s, fr_lin_precision *out);
+FR_NODISCARD fr_status fr_lin_precision_parse(const char *s, fr_lin_precision *out);
 const char *fr_lin_precision_name(fr_lin_precision p);
-fr_status fr_lin_recipe_parse(const char *s, fr_lin_recipe *out);
+FR_NODISCARD fr_status fr_lin_recipe_parse(const char *s, fr_lin_recipe *out);
 const char *fr_lin_recipe_name(fr_lin_recipe r);
 
 /* A Linear family node's attributes, parsed and checked (shared by the CPU kernels and the
@@ -106,14 +106,14 @@ typedef struct fr_lin_attrs {
     int margin;
     int64_t pad;         /* pad_multiple */
 } fr_lin_attrs;
-fr_status fr_lin_read_attrs(const fr_node *n, fr_lin_attrs *a);
+FR_NODISCARD fr_status fr_lin_read_attrs(const fr_node *n, fr_lin_attrs *a);
 
 /* The op definitions, for callers that add these nodes before the registry knows them. */
 const fr_op_def *fr_linear_op(const char *op_type);
 
 /* The CPU kernels (linear_cpu.c), for the op table in linear.c. */
-fr_status fr_linear_cpu(const fr_kernel_ctx *ctx);
-fr_status fr_linear_grad_data_cpu(const fr_kernel_ctx *ctx);
-fr_status fr_linear_grad_weight_cpu(const fr_kernel_ctx *ctx);
+FR_NODISCARD fr_status fr_linear_cpu(const fr_kernel_ctx *ctx);
+FR_NODISCARD fr_status fr_linear_grad_data_cpu(const fr_kernel_ctx *ctx);
+FR_NODISCARD fr_status fr_linear_grad_weight_cpu(const fr_kernel_ctx *ctx);
 
 #endif

@@ -58,7 +58,7 @@ const fr_op_def *fr_op_find(const char *domain, const char *op_type);
 /* Look up every node's op in the registry; an unknown op/domain or an opset below what
  * fp8run supports is FR_ERR_UNSUPPORTED naming op, node and opset. (In ops/, not graph/ir.c,
  * so that graph/ needs nothing from ops/.) */
-fr_status fr_graph_resolve_ops(fr_graph *g);
+FR_NODISCARD fr_status fr_graph_resolve_ops(fr_graph *g);
 /* Iterate all registered ops (i from 0 until NULL) — for `fp8run info --ops` and tests. */
 const fr_op_def *fr_op_at(int i);
 
@@ -92,12 +92,12 @@ fr_value *fr_node_in(fr_graph *g, const fr_node *n, int i);
 fr_value *fr_node_out(fr_graph *g, const fr_node *n, int i);
 
 /* Error helpers that prefix "node 'NAME' (OpType): ". */
-fr_status fr_node_error(const fr_node *n, fr_status st, const char *fmt, ...)
+FR_NODISCARD fr_status fr_node_error(const fr_node *n, fr_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Infer helpers. fr_infer_require_inputs checks input count range and that each required
  * input (index < min) has known dtype and shape. */
-fr_status fr_infer_require_inputs(fr_graph *g, const fr_node *n, int min, int max);
+FR_NODISCARD fr_status fr_infer_require_inputs(fr_graph *g, const fr_node *n, int min, int max);
 /* Set output i's dtype and shape. */
 void fr_infer_set(fr_graph *g, const fr_node *n, int i, fr_dtype dt, int rank,
                   const int64_t *dims);
@@ -106,13 +106,13 @@ void fr_infer_same(fr_graph *g, const fr_node *n, int o, int i);
 /* Require a constant integer 1-D (or scalar) input (shape tensors, axes); on success *vals
  * is malloc'ed (caller frees) with *count elements. Non-constant -> FR_ERR_SHAPE explaining
  * that fp8run needs static shapes. */
-fr_status fr_infer_const_ints(fr_graph *g, const fr_node *n, int i, int *count,
+FR_NODISCARD fr_status fr_infer_const_ints(fr_graph *g, const fr_node *n, int i, int *count,
                               int64_t **vals);
 /* Normalize an axis in [-rank, rank) to [0, rank); error names the node. */
-fr_status fr_norm_axis(const fr_node *n, int64_t axis, int rank, int *out);
+FR_NODISCARD fr_status fr_norm_axis(const fr_node *n, int64_t axis, int rank, int *out);
 
 /* Numpy-style broadcast of two shapes; error names the node. */
-fr_status fr_broadcast_shape(const fr_node *n, int ra, const int64_t *da, int rb,
+FR_NODISCARD fr_status fr_broadcast_shape(const fr_node *n, int ra, const int64_t *da, int rb,
                              const int64_t *db, int *rout, int64_t *dout);
 /* Strides (in elements) of `src` shape broadcast against an output shape of rank `rout`
  * (right-aligned; broadcast dims get stride 0). */
@@ -122,10 +122,10 @@ void fr_broadcast_strides(int rsrc, const int64_t *dsrc, int rout, const int64_t
 void fr_contig_strides(int rank, const int64_t *dims, int64_t *strides);
 
 /* Infer-time check that a value's dtype can be held in a tensor (`what` names it). */
-fr_status fr_holdable(const fr_node *n, const char *what, fr_dtype dt);
+FR_NODISCARD fr_status fr_holdable(const fr_node *n, const char *what, fr_dtype dt);
 /* Kernel-side check that the executor handed an output of the dtype and shape that infer()
  * gave (y may be NULL: missing). Shared by the CPU kernels and the CUDA launchers. */
-fr_status fr_check_out(const fr_node *n, const fr_tensor *y, fr_dtype dt, int rank,
+FR_NODISCARD fr_status fr_check_out(const fr_node *n, const fr_tensor *y, fr_dtype dt, int rank,
                        const int64_t *dims);
 
 #endif

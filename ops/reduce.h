@@ -8,7 +8,7 @@
 typedef enum red_kind { R_SUM, R_MEAN, R_MAX, R_MIN, R_PROD, R_SUMSQ, R_L1, R_L2, R_LSE } red_kind;
 
 /* A 0/1 integer attribute (default dflt); other values are FR_ERR_UNSUPPORTED naming the node. */
-fr_status fr_reduce_bool_attr(const fr_node *n, const char *name, int64_t dflt, int *out);
+FR_NODISCARD fr_status fr_reduce_bool_attr(const fr_node *n, const char *name, int64_t dflt, int *out);
 /* How many inputs ReduceGrad of this kind takes: dy (1), dy and x (2) or dy, x and y (3). */
 int fr_reduce_grad_inputs(red_kind k);
 

@@ -53,6 +53,6 @@ typedef struct fr_rotary_geom {
 
 /* Checks dtypes and shapes of a Rotary / RotaryGrad node's inputs (X or dY, cos, sin) and
  * fills *geo; errors name the node. */
-fr_status fr_rotary_geometry(const fr_graph *g, const fr_node *n, fr_rotary_geom *geo);
+FR_NODISCARD fr_status fr_rotary_geometry(const fr_graph *g, const fr_node *n, fr_rotary_geom *geo);
 
 #endif

@@ -50,6 +50,6 @@ typedef struct fr_swiglu_geom {
 
 /* Checks dtypes and shapes of a SwiGLU (grad = 0) or SwiGLUGrad (grad = 1) node's inputs and
  * fills *geo; errors name the node. */
-fr_status fr_swiglu_geometry(const fr_graph *g, const fr_node *n, int grad, fr_swiglu_geom *geo);
+FR_NODISCARD fr_status fr_swiglu_geometry(const fr_graph *g, const fr_node *n, int grad, fr_swiglu_geom *geo);
 
 #endif

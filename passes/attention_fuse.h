@@ -37,6 +37,6 @@ enum { FR_ATTN_MASK_BAD, FR_ATTN_MASK_NONE, FR_ATTN_MASK_CAUSAL };
 int fr_attn_classify_mask(const fr_tensor *t, int boolean, int64_t Tq, int64_t Tk, int64_t *window);
 
 /* *count receives the number of attention blocks fused. */
-fr_status fr_fuse_attention(fr_graph *g, int *count);
+FR_NODISCARD fr_status fr_fuse_attention(fr_graph *g, int *count);
 
 #endif

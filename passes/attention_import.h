@@ -28,7 +28,7 @@ typedef struct fr_attn_emit {
     int64_t window;
     const char *base; /* the node's name; new values are named after it */
 } fr_attn_emit;
-fr_status fr_attn_emit_node(fr_graph *g, const fr_attn_emit *e);
+FR_NODISCARD fr_status fr_attn_emit_node(fr_graph *g, const fr_attn_emit *e);
 
 /* x is the exporter's GQA expansion of K or V: Expand([B, KV, 1, T, d]) -> [B, KV, G, T, d], G >= 2
  * (reshaped: then Reshape to [B, KV * G, T, d], x being the Reshape's output). Sets *src (the
@@ -36,6 +36,6 @@ fr_status fr_attn_emit_node(fr_graph *g, const fr_attn_emit *e);
 int fr_attn_expand_source(const fr_graph *g, int x, int reshaped, int *src, int64_t *kv, int64_t *groups);
 
 /* *count receives the number of ONNX Attention nodes lowered. */
-fr_status fr_lower_onnx_attention(fr_graph *g, int *count);
+FR_NODISCARD fr_status fr_lower_onnx_attention(fr_graph *g, int *count);
 
 #endif

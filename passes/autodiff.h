@@ -13,6 +13,6 @@
  * influence the loss. loss must be a float scalar (rank 0 or a single element).
  * A non-differentiable op on a path from a wrt value to the loss is FR_ERR_UNSUPPORTED
  * naming the node and the value. Shapes of all new values are inferred. */
-fr_status fr_autodiff(fr_graph *g, int loss, int n_wrt, const int *wrt, int *grads_out);
+FR_NODISCARD fr_status fr_autodiff(fr_graph *g, int loss, int n_wrt, const int *wrt, int *grads_out);
 
 #endif

@@ -253,7 +253,7 @@ fr_status fr_fp8_compile(fr_graph *g, const fr_fp8_options *opt, fr_fp8_report *
     free(p.consumer);
     free(p.c);
     if (st != FR_OK) {
-        fr_error_context(st, "fp8 compile");
+        st = fr_error_context(st, "fp8 compile");
         fr_fp8_report_free(report);
     }
     return st;

@@ -141,20 +141,20 @@ typedef struct fr_fp8_report {
 
 /* Compile. On failure the graph may be partly rewritten (the caller discards it); the report
  * is freed and zeroed. */
-fr_status fr_fp8_compile(fr_graph *g, const fr_fp8_options *opt, fr_fp8_report *report);
+FR_NODISCARD fr_status fr_fp8_compile(fr_graph *g, const fr_fp8_options *opt, fr_fp8_report *report);
 void fr_fp8_report_free(fr_fp8_report *r);
 
 /* Human-readable report for `fp8run info`; *text is malloc'ed (caller frees). */
-fr_status fr_fp8_report_format(const fr_fp8_report *r, char **text);
+FR_NODISCARD fr_status fr_fp8_report_format(const fr_fp8_report *r, char **text);
 
 /* After autodiff: find the amax_dy values by name (states whose amax_value is -1). A state
  * whose amax is missing is FR_ERR_GRAPH naming it (unless allow_missing: the layer's X and W
  * need no gradient, e.g. a frozen layer). */
-fr_status fr_fp8_report_bind(const fr_graph *g, fr_fp8_report *r, int allow_missing);
+FR_NODISCARD fr_status fr_fp8_report_bind(const fr_graph *g, fr_fp8_report *r, int allow_missing);
 
 /* Copy parameters between the fused ones and the original initializers (with the original
  * layouts): to_original = 1 before export / checkpoint under original names, 0 after loading
  * original values (resume, fine-tune from a checkpoint). */
-fr_status fr_fp8_sync_params(fr_graph *g, const fr_fp8_report *r, int to_original);
+FR_NODISCARD fr_status fr_fp8_sync_params(fr_graph *g, const fr_fp8_report *r, int to_original);
 
 #endif

@@ -35,11 +35,11 @@ typedef struct pass {
 } pass;
 
 /* p->uses and p->consumer for the graph as it is (fp8_detect.c) */
-fr_status fr_fp8_count_uses(pass *p);
+FR_NODISCARD fr_status fr_fp8_count_uses(pass *p);
 /* node nid: a Linear candidate appended to p->c, a report skip entry, or nothing (fp8_detect.c) */
-fr_status fr_fp8_detect(pass *p, int nid);
+FR_NODISCARD fr_status fr_fp8_detect(pass *p, int nid);
 /* Rewrite one group (members: indices into p->c, node order) into a Linear (+ Split), with its
  * precision and the reason for the report (fp8_rewrite.c). */
-fr_status fr_fp8_rewrite_group(pass *p, const int *members, int nm, fr_lin_precision prec, const char *why);
+FR_NODISCARD fr_status fr_fp8_rewrite_group(pass *p, const int *members, int nm, fr_lin_precision prec, const char *why);
 
 #endif

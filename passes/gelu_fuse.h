@@ -16,6 +16,6 @@
 #include "graph/ir.h"
 
 /* *count receives the number of Gelu nodes made. */
-fr_status fr_fuse_gelu(fr_graph *g, int *count);
+FR_NODISCARD fr_status fr_fuse_gelu(fr_graph *g, int *count);
 
 #endif

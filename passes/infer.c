@@ -84,7 +84,7 @@ static fr_status fold_node(fr_graph *g, int node_id)
     fr_kernel_ctx ctx = {g, n, fr_graph_opset(g, n->domain), n_in, n_out, in, out};
     st = n->op->cpu(&ctx);
     if (st != FR_OK) {
-        fr_error_context(st, "constant folding");
+        st = fr_error_context(st, "constant folding");
         goto done;
     }
     for (int k = 0; k < n_out; k++) {

@@ -43,7 +43,7 @@ typedef struct fr_lora_result {
 
 /* Apply o to g (rng draws A's initial values). No Linear matching the targets is
  * FR_ERR_INVALID_ARG naming the regex; a matched weight read by two MatMuls is refused. */
-fr_status fr_lora_apply(fr_graph *g, const fr_lora_options *o, fr_prng *rng, fr_lora_result *out);
+FR_NODISCARD fr_status fr_lora_apply(fr_graph *g, const fr_lora_options *o, fr_prng *rng, fr_lora_result *out);
 void fr_lora_result_free(fr_lora_result *r);
 /* The adapter whose A or B value is called `name`, or NULL. */
 const fr_lora_adapter *fr_lora_find(const fr_lora_result *r, const char *name);

@@ -57,7 +57,7 @@ typedef struct fr_prepare_stats {
  * graph outputs match the shapes the model declares, DCE and compaction. opt may be NULL
  * (defaults: no dims, fold on); stats may be NULL. On failure the graph may be partly
  * rewritten: the caller discards it. */
-fr_status fr_prepare_forward(fr_graph *g, const fr_prepare_options *opt,
+FR_NODISCARD fr_status fr_prepare_forward(fr_graph *g, const fr_prepare_options *opt,
                              fr_prepare_stats *stats);
 
 /* A value's shape as text for messages and `fp8run info`: "[batch, seq=8, 768]" (symbolic
@@ -72,7 +72,7 @@ char *fr_value_shape_text(const fr_value *v, char *buf, size_t n);
  * producing its input writes the output value directly instead; when that is impossible (the
  * input is a graph input, a constant or another graph output) the Identity stays. The removed
  * nodes are compacted away. Needs a topologically sorted graph. */
-fr_status fr_remove_identities(fr_graph *g, int *n_removed);
+FR_NODISCARD fr_status fr_remove_identities(fr_graph *g, int *n_removed);
 
 /* passes/infer.c: inference in node order (the graph must be topologically sorted and its
  * ops resolved). After each node every output must have a dtype and a full static shape,
@@ -83,15 +83,15 @@ fr_status fr_remove_identities(fr_graph *g, int *n_removed);
  * input's shape is static (they read no data). Nodes whose op has FR_OP_NO_FOLD, or an output
  * with more than max_elements elements, are not folded. Folded nodes stay in the graph, to be
  * removed by fr_dce. */
-fr_status fr_infer_graph(fr_graph *g, int fold, int64_t max_elements, int *n_folded);
+FR_NODISCARD fr_status fr_infer_graph(fr_graph *g, int fold, int64_t max_elements, int *n_folded);
 /* Fold value vid on demand, past the cap fr_infer_graph used: where vid is computed from
  * foldable constants only (up to `depth` nodes up, no output over max_elements), run those
  * nodes now. *folded = 1 when vid then holds a constant. For passes that must read a value
  * the cap left unfolded (a [T, T] causal mask is 4M elements at T = 2048). */
-fr_status fr_fold_value(fr_graph *g, int vid, int64_t max_elements, int depth, int *folded);
+FR_NODISCARD fr_status fr_fold_value(fr_graph *g, int vid, int64_t max_elements, int depth, int *folded);
 
 /* passes/dce.c: mark dead every node none of whose outputs (outputs holding a constant do not
  * count: folded) reaches a graph output. Marks only (call fr_graph_compact). */
-fr_status fr_dce(fr_graph *g, int *n_removed);
+FR_NODISCARD fr_status fr_dce(fr_graph *g, int *n_removed);
 
 #endif

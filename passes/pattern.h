@@ -13,7 +13,7 @@ typedef struct fr_readers {
 
 /* (Re)count the readers of every value of r->g; `who` names the pass in an out-of-memory
  * error. */
-fr_status fr_readers_refresh(fr_readers *r, const char *who);
+FR_NODISCARD fr_status fr_readers_refresh(fr_readers *r, const char *who);
 void fr_readers_free(fr_readers *r);
 
 /* The live node reading v when it is v's only reader (one input slot, not a graph output);
@@ -29,7 +29,7 @@ int fr_binary_other(const fr_node *n, const char *op, int v);
 const fr_node *fr_reader_op(const fr_readers *r, int v, const char *op);
 /* A Reshape of x to dims (a new int64 initializer base/shape; inferred) writing *out when that is
  * >= 0 on entry, else a new value named after base (returned in *out). */
-fr_status fr_pattern_reshape(fr_graph *g, int x, int rank, const int64_t *dims, const char *base, int *out);
+FR_NODISCARD fr_status fr_pattern_reshape(fr_graph *g, int x, int rank, const int64_t *dims, const char *base, int *out);
 /* Same rank and dims. */
 int fr_same_dims(const fr_value *a, const fr_value *b);
 /* A fusion pass's loop over the nodes present at its start (nodes it adds are no candidates):
@@ -39,7 +39,7 @@ int fr_same_dims(const fr_value *a, const fr_value *b);
  * sorted. *count receives the rewrites. */
 typedef int (*fr_match_fn)(void *ctx, int node, void *m);
 typedef fr_status (*fr_rewrite_fn)(void *ctx, const void *m);
-fr_status fr_fuse_loop(fr_readers *r, const char *who, fr_match_fn match, fr_rewrite_fn fuse, void *ctx, void *m,
+FR_NODISCARD fr_status fr_fuse_loop(fr_readers *r, const char *who, fr_match_fn match, fr_rewrite_fn fuse, void *ctx, void *m,
                        int *count);
 /* Marks the matched nodes dead[0..n) dead and writes "<name of the last>/<suffix>" into
  * base[size] (the fused node's name). */

@@ -109,10 +109,10 @@ const fr_pass *fr_pipeline_passes(int *n);
 const fr_pass *fr_pipeline_find(const char *name);
 /* Run the entries of `stage` in order (each one whose option is on), appending a result per
  * entry to ctx->results. Stops at the first failure (the pass's own error). */
-fr_status fr_pipeline_run(fr_pass_ctx *ctx, fr_pass_stage stage);
+FR_NODISCARD fr_status fr_pipeline_run(fr_pass_ctx *ctx, fr_pass_stage stage);
 /* Run the entries marked `reload` on g (a graph read from a compiled file): the steps the file
  * does not record. Their options are not consulted (they have none). */
-fr_status fr_pipeline_reload(fr_graph *g);
+FR_NODISCARD fr_status fr_pipeline_reload(fr_graph *g);
 /* "pass NAME: DETAIL" into buf (always terminated); returns buf. */
 char *fr_pass_result_line(const fr_pass_result *r, char *buf, size_t n);
 

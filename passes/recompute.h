@@ -37,7 +37,7 @@ typedef enum fr_recompute_mode {
 } fr_recompute_mode;
 
 /* "none" | "attention" | "mlp" | "full"; another string is FR_ERR_INVALID_ARG naming it. */
-fr_status fr_recompute_parse(const char *s, fr_recompute_mode *out);
+FR_NODISCARD fr_status fr_recompute_parse(const char *s, fr_recompute_mode *out);
 
 typedef struct fr_recompute_stats {
     int regions;      /* regions of the chosen kind found */
@@ -47,6 +47,6 @@ typedef struct fr_recompute_stats {
 
 /* Rewrite g (its nodes [0, n_forward) the forward, the rest the backward, in executable order).
  * Nodes are reordered (producers rebuilt); value ids stay. */
-fr_status fr_recompute(fr_graph *g, int n_forward, fr_recompute_mode mode, fr_recompute_stats *stats);
+FR_NODISCARD fr_status fr_recompute(fr_graph *g, int n_forward, fr_recompute_mode mode, fr_recompute_stats *stats);
 
 #endif

@@ -25,7 +25,7 @@ typedef struct fr_tie {
 
 /* Rewrites g (topologically sorted; shapes of initializers known). *ties (malloc'ed, may be
  * NULL when none) receives the ties made; *n_ties their count. */
-fr_status fr_retie_params(fr_graph *g, fr_tie **ties, int *n_ties);
+FR_NODISCARD fr_status fr_retie_params(fr_graph *g, fr_tie **ties, int *n_ties);
 
 /* Write the source's values into every copy (transposed where needed), in graph `to`, where
  * both are looked up by their names in `from` (the graph the ties were made in): before export,

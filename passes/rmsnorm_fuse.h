@@ -20,6 +20,6 @@
 #include "graph/ir.h"
 
 /* *count receives the number of RMSNormalization nodes made. */
-fr_status fr_fuse_rmsnorm(fr_graph *g, int *count);
+FR_NODISCARD fr_status fr_fuse_rmsnorm(fr_graph *g, int *count);
 
 #endif

@@ -21,6 +21,6 @@
 #include "graph/ir.h"
 
 /* *count (may be NULL) receives the number of RotaryEmbedding nodes lowered. */
-fr_status fr_lower_rotary_embedding(fr_graph *g, int *count);
+FR_NODISCARD fr_status fr_lower_rotary_embedding(fr_graph *g, int *count);
 
 #endif

@@ -22,6 +22,6 @@
 #include "graph/ir.h"
 
 /* *count receives the number of Rotary nodes made. */
-fr_status fr_fuse_rotary(fr_graph *g, int *count);
+FR_NODISCARD fr_status fr_fuse_rotary(fr_graph *g, int *count);
 
 #endif

@@ -21,12 +21,12 @@ typedef struct fr_param_filter {
 } fr_param_filter;
 
 /* Compile the regexes (either may be NULL); a bad one is FR_ERR_INVALID_ARG naming it. */
-fr_status fr_param_filter_open(const char *train, const char *freeze, fr_param_filter *f);
+FR_NODISCARD fr_status fr_param_filter_open(const char *train, const char *freeze, fr_param_filter *f);
 /* 1: a parameter named `name` is trained. */
 int fr_param_filter_keep(const fr_param_filter *f, const char *name);
 void fr_param_filter_close(fr_param_filter *f);
 
 /* Clear FR_VAL_PARAM on every parameter of g not kept; *n_kept (may be NULL) counts the kept. */
-fr_status fr_select_params(fr_graph *g, const char *train, const char *freeze, int *n_kept);
+FR_NODISCARD fr_status fr_select_params(fr_graph *g, const char *train, const char *freeze, int *n_kept);
 
 #endif

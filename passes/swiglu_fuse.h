@@ -20,6 +20,6 @@
 
 /* *count receives the number of SwiGLU nodes made; *one_input (may be NULL) how many of them
  * read a Split's input directly. */
-fr_status fr_fuse_swiglu(fr_graph *g, int *count, int *one_input);
+FR_NODISCARD fr_status fr_fuse_swiglu(fr_graph *g, int *count, int *one_input);
 
 #endif

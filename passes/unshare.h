@@ -17,6 +17,6 @@
 #include "graph/ir.h"
 
 /* *n_unshared (may be NULL) counts the parameters made separate. Compacts the graph. */
-fr_status fr_unshare_params(fr_graph *g, int *n_unshared);
+FR_NODISCARD fr_status fr_unshare_params(fr_graph *g, int *n_unshared);
 
 #endif

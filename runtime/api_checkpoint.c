@@ -142,7 +142,7 @@ static fr_status read_ckpt(const fr_ckpt *k, fp8run_checkpoint *c)
 
 FP8RUN_API fp8run_status fp8run_checkpoint_open(const char *path, fp8run_checkpoint **out)
 {
-    const char *fn = "fp8run_checkpoint_open";
+    const char *fn = __func__;
     if (!out) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: out is NULL", fn);
     *out = NULL;
     if (!path || !path[0]) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: no path given", fn);
@@ -169,7 +169,7 @@ FP8RUN_API int fp8run_checkpoint_param_count(const fp8run_checkpoint *c) { retur
 
 FP8RUN_API fp8run_status fp8run_checkpoint_param(const fp8run_checkpoint *c, int i, fp8run_value_info *info)
 {
-    const char *fn = "fp8run_checkpoint_param";
+    const char *fn = __func__;
     size_t use;
     if (!c) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: checkpoint is NULL", fn);
     fp8run_status ps = fr_api_check_out(NULL, fn, "info", info, INFO_V1_SIZE, sizeof *info, &use);
@@ -182,7 +182,7 @@ FP8RUN_API fp8run_status fp8run_checkpoint_param(const fp8run_checkpoint *c, int
 
 FP8RUN_API fp8run_status fp8run_checkpoint_data_state(const fp8run_checkpoint *c, const void **data, size_t *len)
 {
-    const char *fn = "fp8run_checkpoint_data_state";
+    const char *fn = __func__;
     if (!c) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: checkpoint is NULL", fn);
     if (!data || !len) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: %s is NULL", fn, !data ? "data" : "len");
     *data = NULL;

@@ -12,7 +12,7 @@ static const char *model_name(const fp8run_model *m) { return m->g->source_path 
 FP8RUN_API fp8run_status fp8run_model_write_compiled(const fp8run_model *m, const fp8run_train_config *cfg,
                                                      const char *path, fp8run_report **report)
 {
-    const char *fn = "fp8run_model_write_compiled";
+    const char *fn = __func__;
     if (report) *report = NULL;
     if (!m) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: model is NULL", fn);
     api_err *slot = slot_of(m);
@@ -42,7 +42,7 @@ FP8RUN_API fp8run_status fp8run_model_write_compiled(const fp8run_model *m, cons
 FP8RUN_API fp8run_status fp8run_model_compiled_for(const fp8run_model *m, int64_t *batch, int64_t *seq_len,
                                                    const char **precision)
 {
-    const char *fn = "fp8run_model_compiled_for";
+    const char *fn = __func__;
     if (!m) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: model is NULL", fn);
     api_err *slot = slot_of(m);
     if (!fr_fbs_is_compiled(m->g))
@@ -67,7 +67,7 @@ FP8RUN_API fp8run_status fp8run_model_compiled_for(const fp8run_model *m, int64_
 
 FP8RUN_API fp8run_status fp8run_model_report(const fp8run_model *m, fp8run_report **out)
 {
-    const char *fn = "fp8run_model_report";
+    const char *fn = __func__;
     api_err *slot = slot_of(m);
     if (!out) return fr_api_error(slot, FP8RUN_ERR_INVALID_ARG, "%s: out is NULL", fn);
     *out = NULL;

@@ -12,12 +12,12 @@
 
 FP8RUN_API fp8run_status fp8run_train_config_init(fp8run_train_config *cfg, size_t size)
 {
-    if (!cfg) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "fp8run_train_config_init: cfg is NULL");
+    if (!cfg) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: cfg is NULL", __func__);
     if (size < CONFIG_V1_SIZE)
         return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG,
-                            "fp8run_train_config_init: size %zu is below the %zu bytes of the first "
+                            "%s: size %zu is below the %zu bytes of the first "
                             "fp8run_train_config (pass sizeof cfg)",
-                            size, (size_t)CONFIG_V1_SIZE);
+                            __func__, size, (size_t)CONFIG_V1_SIZE);
     /* a newer caller's struct: its fields beyond ours are zeroed, which means "default" */
     memset(cfg, 0, size);
     fp8run_train_config d;
@@ -68,7 +68,8 @@ fp8run_status fr_api_options(api_err *slot, const char *fn, const fp8run_train_c
     o->fp8.margin = c.fp8_margin;
     o->fp8.amax_history_len = c.amax_history_len;
     o->fp8.interval = c.fp8_interval;
-    fr_amax_algo_parse(c.amax_algo, &o->fp8.amax_algo);
+    fr_status st = fr_amax_algo_parse(c.amax_algo, &o->fp8.amax_algo);
+    if (st != FR_OK) return fr_api_fail(slot, fn, st);
     o->tokens_input = c.tokens_input;
     o->logits_output = c.logits_output;
     o->loss_output = c.loss_output;
@@ -94,12 +95,13 @@ fp8run_status fr_api_options(api_err *slot, const char *fn, const fp8run_train_c
     int sd = fr_choice_find((const char *const[]){FR_CHOICES_OPT_STATE NULL}, c.optimizer_state);
     oc->state_dtype = sd > 0 ? (fr_opt_state_dtype)sd : FR_OPT_STATE_F32;
     oc->master_bf16 = c.master_weights && strcmp(c.master_weights, "bf16") == 0;
-    fr_lr_kind_parse(c.lr_schedule, &o->lr.kind);
+    st = fr_lr_kind_parse(c.lr_schedule, &o->lr.kind);
+    if (st != FR_OK) return fr_api_fail(slot, fn, st);
     o->lr.max_lr = c.lr;
     o->lr.min_lr = c.min_lr;
     o->lr.warmup_steps = c.warmup_steps;
     o->lr.total_steps = c.total_steps;
-    fr_status st = fr_lr_schedule_check(&o->lr);
+    st = fr_lr_schedule_check(&o->lr);
     if (st != FR_OK) return fr_api_fail(slot, fn, st);
     o->grad_clip = c.grad_clip;
     o->seed = c.seed;

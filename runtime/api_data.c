@@ -18,12 +18,12 @@ static void data_defaults(fp8run_data_config *c)
 
 FP8RUN_API fp8run_status fp8run_data_config_init(fp8run_data_config *cfg, size_t size)
 {
-    if (!cfg) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "fp8run_data_config_init: cfg is NULL");
+    if (!cfg) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: cfg is NULL", __func__);
     if (size < DATA_V1_SIZE)
         return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG,
-                            "fp8run_data_config_init: size %zu is below the %zu bytes of the first "
+                            "%s: size %zu is below the %zu bytes of the first "
                             "fp8run_data_config (pass sizeof cfg)",
-                            size, (size_t)DATA_V1_SIZE);
+                            __func__, size, (size_t)DATA_V1_SIZE);
     memset(cfg, 0, size);
     fp8run_data_config d;
     data_defaults(&d);
@@ -96,13 +96,13 @@ static fp8run_status open_common(const char *fn, const char *path, const fp8run_
 
 FP8RUN_API fp8run_status fp8run_data_open(const char *path, const fp8run_data_config *cfg, fp8run_data_loader **out)
 {
-    return open_common("fp8run_data_open", path, cfg, 0, 0, out);
+    return open_common(__func__, path, cfg, 0, 0, out);
 }
 
 FP8RUN_API fp8run_status fp8run_data_open_val(const char *path, const fp8run_data_config *cfg, int64_t num_batches,
                                               fp8run_data_loader **out)
 {
-    return open_common("fp8run_data_open_val", path, cfg, 1, num_batches, out);
+    return open_common(__func__, path, cfg, 1, num_batches, out);
 }
 
 FP8RUN_API void fp8run_data_close(fp8run_data_loader *d)
@@ -116,7 +116,7 @@ FP8RUN_API const char *fp8run_data_error(const fp8run_data_loader *d) { return d
 
 FP8RUN_API fp8run_status fp8run_data_next(fp8run_data_loader *d, fp8run_dtype dtype, void *windows, size_t count)
 {
-    const char *fn = "fp8run_data_next";
+    const char *fn = __func__;
     if (!d) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: data loader is NULL", fn);
     if (!windows) return fr_api_error(&d->err, FP8RUN_ERR_INVALID_ARG, "%s: windows is NULL", fn);
     if (dtype != FP8RUN_DTYPE_INT64 && dtype != FP8RUN_DTYPE_INT32)
@@ -135,7 +135,9 @@ FP8RUN_API fp8run_status fp8run_data_next(fp8run_data_loader *d, fp8run_dtype dt
         if (st != FR_OK) {
             /* the batches already taken are given back: the state is as before the call */
             fp8run_status ps = fr_api_fail(&d->err, fn, st);
-            fr_data_set_state(d->dl, saved, sizeof saved);
+            /* the state was taken from this loader a moment ago, so it cannot be refused; the
+             * error being returned is the one that counts */
+            fr_ignore_status(fr_data_set_state(d->dl, saved, sizeof saved));
             return ps;
         }
     }
@@ -161,7 +163,7 @@ FP8RUN_API int64_t fp8run_data_batches_per_epoch(const fp8run_data_loader *d)
 
 FP8RUN_API fp8run_status fp8run_data_check_tokens(fp8run_data_loader *d, int64_t vocab_size)
 {
-    const char *fn = "fp8run_data_check_tokens";
+    const char *fn = __func__;
     if (!d) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: data loader is NULL", fn);
     if (vocab_size < 1)
         return fr_api_error(&d->err, FP8RUN_ERR_INVALID_ARG, "%s: vocab_size must be >= 1, got %lld", fn,
@@ -173,7 +175,7 @@ FP8RUN_API size_t fp8run_data_state_size(void) { return FR_DATA_STATE_BYTES; }
 
 FP8RUN_API fp8run_status fp8run_data_get_state(const fp8run_data_loader *d, void *buf, size_t len)
 {
-    const char *fn = "fp8run_data_get_state";
+    const char *fn = __func__;
     if (!d) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: data loader is NULL", fn);
     api_err *slot = (api_err *)&d->err;
     if (!buf) return fr_api_error(slot, FP8RUN_ERR_INVALID_ARG, "%s: buf is NULL", fn);
@@ -186,7 +188,7 @@ FP8RUN_API fp8run_status fp8run_data_get_state(const fp8run_data_loader *d, void
 
 FP8RUN_API fp8run_status fp8run_data_set_state(fp8run_data_loader *d, const void *buf, size_t len)
 {
-    const char *fn = "fp8run_data_set_state";
+    const char *fn = __func__;
     if (!d) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: data loader is NULL", fn);
     if (!buf) return fr_api_error(&d->err, FP8RUN_ERR_INVALID_ARG, "%s: buf is NULL", fn);
     return fr_api_fail(&d->err, fn, fr_data_set_state(d->dl, buf, len));

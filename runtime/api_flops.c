@@ -89,7 +89,7 @@ static const char *tokens_input(const fr_graph *g, const char *given)
 FP8RUN_API fp8run_status fp8run_model_train_flops(const fp8run_model *m, const fp8run_train_config *cfg,
                                                   fp8run_flops_info *info)
 {
-    const char *fn = "fp8run_model_train_flops";
+    const char *fn = __func__;
     if (!m) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: model is NULL", fn);
     api_err *slot = (api_err *)&m->err;
     size_t use;

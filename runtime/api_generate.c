@@ -30,7 +30,7 @@ static void apply(fp8run_llama_config *c, int p)
 
 FP8RUN_API fp8run_status fp8run_llama_config_init(fp8run_llama_config *cfg, size_t size)
 {
-    const char *fn = "fp8run_llama_config_init";
+    const char *fn = __func__;
     if (!cfg) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: cfg is NULL", fn);
     if (size < LLAMA_V1_SIZE)
         return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG,
@@ -48,7 +48,7 @@ FP8RUN_API fp8run_status fp8run_llama_config_init(fp8run_llama_config *cfg, size
 
 FP8RUN_API fp8run_status fp8run_llama_config_preset(fp8run_llama_config *cfg, const char *preset)
 {
-    const char *fn = "fp8run_llama_config_preset";
+    const char *fn = __func__;
     size_t use;
     fp8run_status ps = fr_api_check_out(NULL, fn, "cfg", cfg, LLAMA_V1_SIZE, sizeof *cfg, &use);
     if (ps != FP8RUN_OK) return ps;
@@ -66,7 +66,7 @@ FP8RUN_API fp8run_status fp8run_llama_config_preset(fp8run_llama_config *cfg, co
 
 FP8RUN_API fp8run_status fp8run_model_generate_llama(const fp8run_llama_config *cfg, fp8run_model **out)
 {
-    const char *fn = "fp8run_model_generate_llama";
+    const char *fn = __func__;
     if (!out) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: out is NULL", fn);
     *out = NULL;
     fp8run_llama_config c;

@@ -57,14 +57,17 @@ struct fp8run_data_loader {
 /* ---- errors (runtime/api_error.c) ---- */
 
 /* Map an internal status onto the public one (the numbers agree). */
-fp8run_status fr_api_status(fr_status st);
+FR_NODISCARD fp8run_status fr_api_status(fr_status st);
 /* After an internal call failed with st: copy its message (fr_last_error) into this thread's
  * API message and into `slot` (may be NULL), prefixed with "<fn>: " when fn is non-NULL and the
  * message does not start with it. Returns the public status; FP8RUN_OK for FR_OK. */
-fp8run_status fr_api_fail(api_err *slot, const char *fn, fr_status st);
+FR_NODISCARD fp8run_status fr_api_fail(api_err *slot, const char *fn, fr_status st);
 /* Record a message of the API's own (printf-style) and return st. */
-fp8run_status fr_api_error(api_err *slot, fp8run_status st, const char *fmt, ...)
+FR_NODISCARD fp8run_status fr_api_error(api_err *slot, fp8run_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Drop the status of the three above on purpose: in calls that answer NULL or a count (the
+ * message is what is wanted), or when the status being returned was already taken. */
+static inline void fr_api_ignore(fp8run_status ps) { (void)ps; }
 
 /* ---- logging (runtime/api_error.c) ---- */
 void fr_api_log(fp8run_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -121,15 +124,15 @@ void fr_api_options_free(api_options *o);
 
 /* ---- report (runtime/api_report.c) ---- */
 /* A report that copies r (NULL: an fp32 report with no layers); its scaling states are fresh. */
-fr_status fr_api_report_new(const fr_fp8_report *r, const char *precision, fp8run_report **out);
+FR_NODISCARD fr_status fr_api_report_new(const fr_fp8_report *r, const char *precision, fp8run_report **out);
 /* The report of a trainer, with its current scaling state (runtime/api_session.c). */
-fr_status fr_api_report_from_trainer(const fr_trainer *t, fp8run_report **out);
+FR_NODISCARD fr_status fr_api_report_from_trainer(const fr_trainer *t, fp8run_report **out);
 /* Scaling state i (report order) as it is in sc. */
 void fr_api_report_set_state(fp8run_report *r, int i, const fr_fp8_scaling *sc);
 /* What each pass of the training pipeline did (copied). */
 void fr_api_report_set_passes(fp8run_report *r, const fr_pipeline_report *p);
 /* A report of a decoded compiled graph: layers, recorded scaling state and what the file
  * records besides (fp8run_report_compiled). */
-fr_status fr_api_report_from_fbs(const fr_fbs *f, fp8run_report **out);
+FR_NODISCARD fr_status fr_api_report_from_fbs(const fr_fbs *f, fp8run_report **out);
 
 #endif

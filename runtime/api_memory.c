@@ -10,7 +10,7 @@
 FP8RUN_API fp8run_status fp8run_model_predict_memory(const fp8run_model *m, const fp8run_train_config *cfg,
                                                      const char *backend, fp8run_memory_report *report)
 {
-    const char *fn = "fp8run_model_predict_memory";
+    const char *fn = __func__;
     if (!m) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: model is NULL", fn);
     api_err *slot = (api_err *)&m->err;
     size_t use;

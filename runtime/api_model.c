@@ -117,7 +117,7 @@ fp8run_status fr_api_model_wrap(fr_graph *g, fp8run_model **out)
 
 FP8RUN_API fp8run_status fp8run_model_load(const char *path, fp8run_model **out)
 {
-    const char *fn = "fp8run_model_load";
+    const char *fn = __func__;
     if (!out) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: out is NULL", fn);
     *out = NULL;
     if (!path || !path[0]) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: no path given", fn);
@@ -134,7 +134,7 @@ FP8RUN_API fp8run_status fp8run_model_load(const char *path, fp8run_model **out)
 FP8RUN_API fp8run_status fp8run_model_load_buffer(const void *data, size_t len, const char *name,
                                                   fp8run_model **out)
 {
-    const char *fn = "fp8run_model_load_buffer";
+    const char *fn = __func__;
     if (!out) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: out is NULL", fn);
     *out = NULL;
     if (!data || len == 0) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: empty buffer", fn);
@@ -185,18 +185,18 @@ static fp8run_status value_at(const fp8run_model *m, const char *fn, const char 
 
 FP8RUN_API fp8run_status fp8run_model_input(const fp8run_model *m, int i, fp8run_value_info *info)
 {
-    return value_at(m, "fp8run_model_input", "input", m ? m->g->inputs : NULL, m ? m->g->n_inputs : 0, i, info);
+    return value_at(m, __func__, "input", m ? m->g->inputs : NULL, m ? m->g->n_inputs : 0, i, info);
 }
 
 FP8RUN_API fp8run_status fp8run_model_output(const fp8run_model *m, int i, fp8run_value_info *info)
 {
-    return value_at(m, "fp8run_model_output", "output", m ? m->g->outputs : NULL, m ? m->g->n_outputs : 0, i,
+    return value_at(m, __func__, "output", m ? m->g->outputs : NULL, m ? m->g->n_outputs : 0, i,
                     info);
 }
 
 FP8RUN_API fp8run_status fp8run_model_param(const fp8run_model *m, int i, fp8run_value_info *info)
 {
-    return value_at(m, "fp8run_model_param", "parameter", m ? m->params : NULL, m ? m->n_params : 0, i, info);
+    return value_at(m, __func__, "parameter", m ? m->params : NULL, m ? m->n_params : 0, i, info);
 }
 
 static int is_float_init(const fr_value *v)
@@ -214,7 +214,7 @@ FP8RUN_API int fp8run_model_float_initializer_count(const fp8run_model *m)
 FP8RUN_API fp8run_status fp8run_model_float_initializer(const fp8run_model *m, int i, fp8run_value_info *info,
                                                         int *trained, const char **why)
 {
-    const char *fn = "fp8run_model_float_initializer";
+    const char *fn = __func__;
     if (!m) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: model is NULL", fn);
     int n = fp8run_model_float_initializer_count(m);
     if (i < 0 || i >= n)
@@ -236,11 +236,11 @@ static fr_tensor *find_param(fp8run_model *m, const char *fn, const char *name, 
 {
     *ps = FP8RUN_ERR_INVALID_ARG;
     if (!m) {
-        fr_api_error(NULL, *ps, "%s: model is NULL", fn);
+        *ps = fr_api_error(NULL, *ps, "%s: model is NULL", fn);
         return NULL;
     }
     if (!name || !buf) {
-        fr_api_error(&m->err, *ps, "%s: %s is NULL", fn, !name ? "name" : "the buffer");
+        *ps = fr_api_error(&m->err, *ps, "%s: %s is NULL", fn, !name ? "name" : "the buffer");
         return NULL;
     }
     for (int i = 0; i < m->n_params; i++) {
@@ -248,22 +248,21 @@ static fr_tensor *find_param(fp8run_model *m, const char *fn, const char *name, 
         if (strcmp(v->name, name) != 0) continue;
         int64_t n = fr_tensor_numel(v->constant);
         if ((uint64_t)n != (uint64_t)count) {
-            *ps = FP8RUN_ERR_SHAPE;
-            fr_api_error(&m->err, *ps, "%s: parameter '%s' has %lld elements, the buffer %zu", fn, name,
-                         (long long)n, count);
+            *ps = fr_api_error(&m->err, FP8RUN_ERR_SHAPE, "%s: parameter '%s' has %lld elements, the buffer %zu",
+                               fn, name, (long long)n, count);
             return NULL;
         }
         *ps = FP8RUN_OK;
         return v->constant;
     }
-    fr_api_error(&m->err, *ps, "%s: the model has no parameter (float initializer) named '%s'", fn, name);
+    *ps = fr_api_error(&m->err, *ps, "%s: the model has no parameter (float initializer) named '%s'", fn, name);
     return NULL;
 }
 
 FP8RUN_API fp8run_status fp8run_model_get_param(fp8run_model *m, const char *name, float *dst, size_t count)
 {
     fp8run_status ps;
-    fr_tensor *t = find_param(m, "fp8run_model_get_param", name, dst, count, &ps);
+    fr_tensor *t = find_param(m, __func__, name, dst, count, &ps);
     if (!t) return ps;
     if (t->dtype == FR_F32) {
         memcpy(dst, t->data, count * sizeof(float));
@@ -277,11 +276,11 @@ FP8RUN_API fp8run_status fp8run_model_set_param(fp8run_model *m, const char *nam
                                                 size_t count)
 {
     fp8run_status ps;
-    fr_tensor *t = find_param(m, "fp8run_model_set_param", name, src, count, &ps);
+    fr_tensor *t = find_param(m, __func__, name, src, count, &ps);
     if (!t) return ps;
     if (t->dtype != FR_F32)
         return fr_api_error(&m->err, FP8RUN_ERR_UNSUPPORTED,
-                            "fp8run_model_set_param: parameter '%s' is %s; only float32 parameters can be set", name,
+                            "%s: parameter '%s' is %s; only float32 parameters can be set", __func__, name,
                             fr_dtype_name(t->dtype));
     memcpy(t->data, src, count * sizeof(float));
     return FP8RUN_OK;
@@ -289,7 +288,7 @@ FP8RUN_API fp8run_status fp8run_model_set_param(fp8run_model *m, const char *nam
 
 FP8RUN_API fp8run_status fp8run_model_apply_checkpoint(fp8run_model *m, const char *ckpt_path, int *n_applied)
 {
-    const char *fn = "fp8run_model_apply_checkpoint";
+    const char *fn = __func__;
     if (n_applied) *n_applied = 0;
     if (!m) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: model is NULL", fn);
     if (!ckpt_path) return fr_api_error(&m->err, FP8RUN_ERR_INVALID_ARG, "%s: no checkpoint path", fn);
@@ -298,7 +297,7 @@ FP8RUN_API fp8run_status fp8run_model_apply_checkpoint(fp8run_model *m, const ch
 
 FP8RUN_API fp8run_status fp8run_model_save(const fp8run_model *m, const char *path)
 {
-    const char *fn = "fp8run_model_save";
+    const char *fn = __func__;
     if (!m) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: model is NULL", fn);
     if (!path || !path[0]) return fr_api_error(slot_of(m), FP8RUN_ERR_INVALID_ARG, "%s: no path given", fn);
     return fr_api_fail(slot_of(m), fn, fr_train_save_model(m->g, path));
@@ -306,7 +305,7 @@ FP8RUN_API fp8run_status fp8run_model_save(const fp8run_model *m, const char *pa
 
 FP8RUN_API fp8run_status fp8run_model_export(const fp8run_model *m, const char *path)
 {
-    const char *fn = "fp8run_model_export";
+    const char *fn = __func__;
     if (!m) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: model is NULL", fn);
     if (!path || !path[0]) return fr_api_error(slot_of(m), FP8RUN_ERR_INVALID_ARG, "%s: no path given", fn);
     if (!fr_fbs_is_compiled(m->g)) return fr_api_fail(slot_of(m), fn, fr_train_save_model(m->g, path));
@@ -322,7 +321,7 @@ FP8RUN_API fp8run_status fp8run_model_export(const fp8run_model *m, const char *
 
 FP8RUN_API fp8run_status fp8run_model_get_info(const fp8run_model *m, fp8run_model_info *info)
 {
-    const char *fn = "fp8run_model_get_info";
+    const char *fn = __func__;
     size_t use;
     if (!m) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: model is NULL", fn);
     fp8run_status ps = fr_api_check_out(slot_of(m), fn, "info", info, MODEL_INFO_V1_SIZE, sizeof *info, &use);
@@ -350,7 +349,7 @@ FP8RUN_API fp8run_status fp8run_model_get_info(const fp8run_model *m, fp8run_mod
 
 FP8RUN_API fp8run_status fp8run_model_opset(const fp8run_model *m, int i, const char **domain, int64_t *version)
 {
-    const char *fn = "fp8run_model_opset";
+    const char *fn = __func__;
     if (!m) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: model is NULL", fn);
     if (i < 0 || i >= m->g->n_opsets)
         return fr_api_error(slot_of(m), FP8RUN_ERR_RANGE, "%s: opset index %d is outside [0, %d)", fn, i,
@@ -362,7 +361,7 @@ FP8RUN_API fp8run_status fp8run_model_opset(const fp8run_model *m, int i, const 
 
 FP8RUN_API fp8run_status fp8run_model_op(const fp8run_model *m, int i, fp8run_op_info *info)
 {
-    const char *fn = "fp8run_model_op";
+    const char *fn = __func__;
     size_t use;
     if (!m) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: model is NULL", fn);
     fp8run_status ps = fr_api_check_out(slot_of(m), fn, "info", info, OP_INFO_V1_SIZE, sizeof *info, &use);

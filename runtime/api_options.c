@@ -174,14 +174,14 @@ FP8RUN_API const char *const *fp8run_choices(const char *name)
 
 /* ---- values as text ---- */
 
-static fp8run_status bad_value(const char *name, const char *v, const char *what, const char *range)
+/* fn: the API function (fp8run_train_config_set) */
+static fp8run_status bad_value(const char *fn, const char *name, const char *v, const char *what, const char *range)
 {
-    return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "fp8run_train_config_set: %s: '%s' is not %s%s", name, v,
-                        what, range);
+    return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: %s: '%s' is not %s%s", fn, name, v, what, range);
 }
 
-static fp8run_status set_number(fp8run_train_config *c, const fp8run_option_info *e, const char *name,
-                                const char *v)
+static fp8run_status set_number(const char *fn, fp8run_train_config *c, const fp8run_option_info *e,
+                                const char *name, const char *v)
 {
     char range[96], *end;
     errno = 0;
@@ -189,21 +189,21 @@ static fp8run_status set_number(fp8run_train_config *c, const fp8run_option_info
         double x = strtod(v, &end);
         snprintf(range, sizeof range, " >= %g", e->min);
         if (errno || !v[0] || *end || !isfinite(x) || x < e->min || x > e->max)
-            return bad_value(name, v, "a number", range);
+            return bad_value(fn, name, v, "a number", range);
         memcpy(field(c, e), &x, sizeof x);
         return FP8RUN_OK;
     }
     int_range(e, range, sizeof range);
     if (e->type == FP8RUN_OPTION_UINT64) {
         unsigned long long x = strtoull(v, &end, 10);
-        if (errno || !v[0] || *end || strchr(v, '-')) return bad_value(name, v, "an integer", range);
+        if (errno || !v[0] || *end || strchr(v, '-')) return bad_value(fn, name, v, "an integer", range);
         uint64_t u = x;
         memcpy(field(c, e), &u, sizeof u);
         return FP8RUN_OK;
     }
     long long x = strtoll(v, &end, 10);
     if (errno || !v[0] || *end || (double)x < e->min || (double)x > e->max)
-        return bad_value(name, v, "an integer", range);
+        return bad_value(fn, name, v, "an integer", range);
     if (e->type == FP8RUN_OPTION_INT) {
         int i = (int)x;
         memcpy(field(c, e), &i, sizeof i);
@@ -235,7 +235,7 @@ FP8RUN_API fp8run_status fp8run_train_config_set(fp8run_train_config *cfg, const
         else if (value && (strcmp(value, "0") == 0 || strcmp(value, "1") == 0))
             x = value[0] == '1';
         else
-            return bad_value(name, value ? value : "(null)", "0 or 1", "");
+            return bad_value(__func__, name, value ? value : "(null)", "0 or 1", "");
         memcpy(field(cfg, e), &x, sizeof x);
         return FP8RUN_OK;
     }
@@ -247,7 +247,7 @@ FP8RUN_API fp8run_status fp8run_train_config_set(fp8run_train_config *cfg, const
         int k = one_of(value, e->choices);
         char list[256];
         choice_list(e->choices, list, sizeof list);
-        if (k < 0) return bad_value(name, value, "one of ", list);
+        if (k < 0) return bad_value(__func__, name, value, "one of ", list);
         memcpy(field(cfg, e), &e->choices[k], sizeof(const char *));
         return FP8RUN_OK;
     }
@@ -255,7 +255,7 @@ FP8RUN_API fp8run_status fp8run_train_config_set(fp8run_train_config *cfg, const
         memcpy(field(cfg, e), &value, sizeof value);
         return FP8RUN_OK;
     }
-    return set_number(cfg, e, name, value);
+    return set_number(__func__, cfg, e, name, value);
 }
 
 FP8RUN_API fp8run_status fp8run_train_config_get(const fp8run_train_config *cfg, int i, char *buf, size_t len)

@@ -21,12 +21,12 @@ struct fp8run_forward {
 
 FP8RUN_API fp8run_status fp8run_prepare_config_init(fp8run_prepare_config *cfg, size_t size)
 {
-    if (!cfg) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "fp8run_prepare_config_init: cfg is NULL");
+    if (!cfg) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: cfg is NULL", __func__);
     if (size < PREPARE_V1_SIZE)
         return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG,
-                            "fp8run_prepare_config_init: size %zu is below the %zu bytes of the first "
+                            "%s: size %zu is below the %zu bytes of the first "
                             "fp8run_prepare_config (pass sizeof cfg)",
-                            size, (size_t)PREPARE_V1_SIZE);
+                            __func__, size, (size_t)PREPARE_V1_SIZE);
     memset(cfg, 0, size); /* every default is zero: nothing fixed */
     cfg->struct_size = size;
     return FP8RUN_OK;
@@ -117,7 +117,7 @@ static fp8run_status prepared_copy(const fp8run_model *m, const char *fn, const 
 FP8RUN_API fp8run_status fp8run_model_prepare(const fp8run_model *m, const fp8run_prepare_config *cfg,
                                               fp8run_model **out, fp8run_prepare_stats *stats)
 {
-    const char *fn = "fp8run_model_prepare";
+    const char *fn = __func__;
     api_err *slot = m ? (api_err *)&m->err : NULL;
     if (!out) return fr_api_error(slot, FP8RUN_ERR_INVALID_ARG, "%s: out is NULL", fn);
     *out = NULL;
@@ -148,7 +148,7 @@ FP8RUN_API fp8run_status fp8run_model_prepare(const fp8run_model *m, const fp8ru
 FP8RUN_API fp8run_status fp8run_forward_create(const fp8run_model *m, const fp8run_prepare_config *cfg,
                                                fp8run_forward **out)
 {
-    const char *fn = "fp8run_forward_create";
+    const char *fn = __func__;
     if (!out) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: out is NULL", fn);
     *out = NULL;
     if (!m) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: model is NULL", fn);
@@ -181,7 +181,7 @@ FP8RUN_API int fp8run_forward_input_count(const fp8run_forward *f) { return f ? 
 
 FP8RUN_API fp8run_status fp8run_forward_input(const fp8run_forward *f, int i, fp8run_value_info *info)
 {
-    const char *fn = "fp8run_forward_input";
+    const char *fn = __func__;
     if (!f) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: forward is NULL", fn);
     api_err *slot = (api_err *)&f->err;
     size_t use;
@@ -196,7 +196,7 @@ FP8RUN_API fp8run_status fp8run_forward_input(const fp8run_forward *f, int i, fp
 
 FP8RUN_API fp8run_status fp8run_forward_set_input(fp8run_forward *f, const fp8run_tensor *t)
 {
-    const char *fn = "fp8run_forward_set_input";
+    const char *fn = __func__;
     if (!f) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: forward is NULL", fn);
     fp8run_tensor c;
     memset(&c, 0, sizeof c);
@@ -222,7 +222,7 @@ FP8RUN_API fp8run_status fp8run_forward_set_input(fp8run_forward *f, const fp8ru
 
 FP8RUN_API fp8run_status fp8run_forward_run(fp8run_forward *f)
 {
-    const char *fn = "fp8run_forward_run";
+    const char *fn = __func__;
     if (!f) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: forward is NULL", fn);
     f->ran = 0;
     fr_status st = fr_exec_run(f->e);
@@ -234,7 +234,7 @@ FP8RUN_API int fp8run_forward_output_count(const fp8run_forward *f) { return f ?
 
 FP8RUN_API fp8run_status fp8run_forward_output(const fp8run_forward *f, int i, fp8run_tensor *out)
 {
-    const char *fn = "fp8run_forward_output";
+    const char *fn = __func__;
     if (!f) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: forward is NULL", fn);
     api_err *slot = (api_err *)&f->err;
     size_t use;

@@ -166,7 +166,7 @@ FP8RUN_API int fp8run_report_linears(const fp8run_report *r, const char *precisi
 
 FP8RUN_API fp8run_status fp8run_report_layer(const fp8run_report *r, int i, fp8run_layer_info *info)
 {
-    const char *fn = "fp8run_report_layer";
+    const char *fn = __func__;
     size_t use;
     if (!r) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: report is NULL", fn);
     fp8run_status ps = fr_api_check_out(NULL, fn, "info", info, LAYER_V1_SIZE, sizeof *info, &use);
@@ -181,7 +181,7 @@ FP8RUN_API fp8run_status fp8run_report_layer(const fp8run_report *r, int i, fp8r
 
 FP8RUN_API fp8run_status fp8run_report_skipped(const fp8run_report *r, int i, fp8run_skipped_info *info)
 {
-    const char *fn = "fp8run_report_skipped";
+    const char *fn = __func__;
     size_t use;
     if (!r) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: report is NULL", fn);
     fp8run_status ps = fr_api_check_out(NULL, fn, "info", info, SKIPPED_V1_SIZE, sizeof *info, &use);
@@ -197,7 +197,7 @@ FP8RUN_API fp8run_status fp8run_report_skipped(const fp8run_report *r, int i, fp
 FP8RUN_API fp8run_status fp8run_model_compile(const fp8run_model *m, const fp8run_train_config *cfg,
                                               fp8run_report **out)
 {
-    const char *fn = "fp8run_model_compile";
+    const char *fn = __func__;
     api_err *slot = m ? (api_err *)&m->err : NULL;
     if (!out) return fr_api_error(slot, FP8RUN_ERR_INVALID_ARG, "%s: out is NULL", fn);
     *out = NULL;
@@ -242,7 +242,7 @@ FP8RUN_API int fp8run_report_pass_count(const fp8run_report *r) { return r ? r->
 
 FP8RUN_API fp8run_status fp8run_report_pass(const fp8run_report *r, int i, fp8run_pass_info *info)
 {
-    const char *fn = "fp8run_report_pass";
+    const char *fn = __func__;
     size_t use;
     if (!r) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: report is NULL", fn);
     fp8run_status ps = fr_api_check_out(NULL, fn, "info", info, PASS_V1_SIZE, sizeof *info, &use);
@@ -271,7 +271,7 @@ FP8RUN_API int fp8run_report_state_count(const fp8run_report *r) { return r ? r-
 
 FP8RUN_API fp8run_status fp8run_report_state(const fp8run_report *r, int i, fp8run_scaling_info *info)
 {
-    const char *fn = "fp8run_report_state";
+    const char *fn = __func__;
     size_t use;
     if (!r) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: report is NULL", fn);
     fp8run_status ps = fr_api_check_out(NULL, fn, "info", info, STATE_V1_SIZE, sizeof *info, &use);
@@ -357,7 +357,7 @@ fr_status fr_api_report_from_fbs(const fr_fbs *f, fp8run_report **out)
 
 FP8RUN_API fp8run_status fp8run_report_compiled(const fp8run_report *r, fp8run_compiled_info *info)
 {
-    const char *fn = "fp8run_report_compiled";
+    const char *fn = __func__;
     size_t use;
     if (!r) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: report is NULL", fn);
     fp8run_status ps = fr_api_check_out(NULL, fn, "info", info, COMPILED_V1_SIZE, sizeof *info, &use);

@@ -31,7 +31,7 @@ static void free_names(fp8run_safetensors *st)
 
 FP8RUN_API fp8run_status fp8run_safetensors_open(const char *path, fp8run_safetensors **out)
 {
-    const char *fn = "fp8run_safetensors_open";
+    const char *fn = __func__;
     if (!out) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: out is NULL", fn);
     *out = NULL;
     if (!path || !path[0]) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: no path given", fn);
@@ -60,7 +60,7 @@ FP8RUN_API int fp8run_safetensors_tensor_count(const fp8run_safetensors *st) { r
 
 FP8RUN_API fp8run_status fp8run_safetensors_tensor(const fp8run_safetensors *st, int i, fp8run_value_info *info)
 {
-    const char *fn = "fp8run_safetensors_tensor";
+    const char *fn = __func__;
     if (!st) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: handle is NULL", fn);
     api_err *slot = (api_err *)&st->err;
     size_t use;
@@ -75,7 +75,7 @@ FP8RUN_API fp8run_status fp8run_safetensors_tensor(const fp8run_safetensors *st,
 
 FP8RUN_API fp8run_status fp8run_safetensors_read(fp8run_safetensors *st, const char *name, float *dst, size_t count)
 {
-    const char *fn = "fp8run_safetensors_read";
+    const char *fn = __func__;
     if (!st) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: handle is NULL", fn);
     if (!name || (!dst && count))
         return fr_api_error(&st->err, FP8RUN_ERR_INVALID_ARG, "%s: %s is NULL", fn, name ? "dst" : "name");
@@ -283,7 +283,7 @@ static fp8run_status load_into(fp8run_safetensors *st, const char *fn, const tar
 FP8RUN_API fp8run_status fp8run_session_load_safetensors(fp8run_session *s, fp8run_safetensors *st, int flags,
                                                          fp8run_load_report *report)
 {
-    const char *fn = "fp8run_session_load_safetensors";
+    const char *fn = __func__;
     if (!s || !st) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: %s is NULL", fn, s ? "checkpoint" : "session");
     if (s->broken || fr_trainer_queued(s->t))
         return fr_api_error(&s->err, FP8RUN_ERR_STATE, "%s: %s", fn,
@@ -296,7 +296,7 @@ FP8RUN_API fp8run_status fp8run_session_load_safetensors(fp8run_session *s, fp8r
 FP8RUN_API fp8run_status fp8run_model_load_safetensors(fp8run_model *m, fp8run_safetensors *st, int flags,
                                                        fp8run_load_report *report)
 {
-    const char *fn = "fp8run_model_load_safetensors";
+    const char *fn = __func__;
     if (!m || !st) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: %s is NULL", fn, m ? "checkpoint" : "model");
     target tg = {m, &m->err, fp8run_model_param_count(m), model_info, model_set, NULL};
     return load_into(st, fn, &tg, flags, report);
@@ -355,7 +355,7 @@ static fp8run_status save_from(const char *fn, const target *tg, get_fn get, con
 FP8RUN_API fp8run_status fp8run_model_save_safetensors(fp8run_model *m, const char *dir, fp8run_dtype dtype,
                                                        uint64_t max_shard_bytes)
 {
-    const char *fn = "fp8run_model_save_safetensors";
+    const char *fn = __func__;
     if (!m) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: model is NULL", fn);
     target tg = {m, &m->err, fp8run_model_param_count(m), model_info, NULL, NULL};
     return save_from(fn, &tg, model_get, dir, dtype, max_shard_bytes);
@@ -364,7 +364,7 @@ FP8RUN_API fp8run_status fp8run_model_save_safetensors(fp8run_model *m, const ch
 FP8RUN_API fp8run_status fp8run_session_save_safetensors(fp8run_session *s, const char *dir, fp8run_dtype dtype,
                                                          uint64_t max_shard_bytes)
 {
-    const char *fn = "fp8run_session_save_safetensors";
+    const char *fn = __func__;
     if (!s) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: session is NULL", fn);
     target tg = {s, &s->err, fp8run_session_param_count(s), session_info, NULL, NULL};
     return save_from(fn, &tg, session_get, dir, dtype, max_shard_bytes);
@@ -394,7 +394,7 @@ static fp8run_status ckpt_get(void *h, const char *name, float *dst, size_t coun
 FP8RUN_API fp8run_status fp8run_checkpoint_save_safetensors(const char *ckpt_path, const char *dir, fp8run_dtype dtype,
                                                             uint64_t max_shard_bytes)
 {
-    const char *fn = "fp8run_checkpoint_save_safetensors";
+    const char *fn = __func__;
     if (!ckpt_path || !ckpt_path[0]) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: no checkpoint path", fn);
     ckpt_params cp = {0};
     fr_status s = fr_ckpt_open(ckpt_path, &cp.c);

@@ -78,7 +78,7 @@ static fp8run_status pick_backend(const char *fn, const char *want, const char *
 FP8RUN_API fp8run_status fp8run_session_create(const fp8run_model *m, const char *backend,
                                                const fp8run_train_config *cfg, fp8run_session **out)
 {
-    const char *fn = "fp8run_session_create";
+    const char *fn = __func__;
     if (!out) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: out is NULL", fn);
     *out = NULL;
     if (!m) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: model is NULL", fn);
@@ -230,7 +230,7 @@ static fp8run_status settle(fp8run_session *s, const char *fn)
 FP8RUN_API fp8run_status fp8run_session_train_step(fp8run_session *s, const void *windows, fp8run_dtype dtype,
                                                    size_t count, fp8run_step_stats *stats)
 {
-    const char *fn = "fp8run_session_train_step";
+    const char *fn = __func__;
     fp8run_status ps = usable(s, fn);
     if (ps != FP8RUN_OK) return ps;
     size_t use = 0;
@@ -253,7 +253,7 @@ FP8RUN_API fp8run_status fp8run_session_train_step(fp8run_session *s, const void
 FP8RUN_API fp8run_status fp8run_session_train_step_async(fp8run_session *s, const void *windows, fp8run_dtype dtype,
                                                          size_t count, int64_t *step)
 {
-    const char *fn = "fp8run_session_train_step_async";
+    const char *fn = __func__;
     if (step) *step = -1;
     const int64_t *w;
     fp8run_status ps = step_args(s, fn, windows, dtype, count, &w);
@@ -271,7 +271,7 @@ FP8RUN_API fp8run_status fp8run_session_train_step_async(fp8run_session *s, cons
 
 FP8RUN_API fp8run_status fp8run_session_poll_stats(fp8run_session *s, int wait, fp8run_step_stats *stats)
 {
-    const char *fn = "fp8run_session_poll_stats";
+    const char *fn = __func__;
     fp8run_status ps = usable(s, fn);
     if (ps != FP8RUN_OK) return ps;
     if (!stats) return fr_api_error(&s->err, FP8RUN_ERR_INVALID_ARG, "%s: stats is NULL", fn);
@@ -292,7 +292,7 @@ FP8RUN_API int fp8run_session_steps_queued(const fp8run_session *s) { return s ?
 FP8RUN_API fp8run_status fp8run_session_eval(fp8run_session *s, const void *windows, fp8run_dtype dtype,
                                              size_t count, double *loss)
 {
-    const char *fn = "fp8run_session_eval";
+    const char *fn = __func__;
     fp8run_status ps = usable(s, fn);
     if (ps != FP8RUN_OK) return ps;
     if (!loss) return fr_api_error(&s->err, FP8RUN_ERR_INVALID_ARG, "%s: loss is NULL", fn);
@@ -306,7 +306,7 @@ FP8RUN_API fp8run_status fp8run_session_eval(fp8run_session *s, const void *wind
 FP8RUN_API fp8run_status fp8run_session_eval_output(fp8run_session *s, const char *name, fp8run_value_info *info,
                                                     float *dst, size_t count)
 {
-    const char *fn = "fp8run_session_eval_output";
+    const char *fn = __func__;
     fp8run_status ps = usable(s, fn);
     if (ps != FP8RUN_OK) return ps;
     size_t use = 0;
@@ -351,13 +351,13 @@ FP8RUN_API int64_t fp8run_session_steps_skipped(const fp8run_session *s)
 FP8RUN_API const char *fp8run_session_config_json(fp8run_session *s)
 {
     if (!s) {
-        fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "fp8run_session_config_json: session is NULL");
+        fr_api_ignore(fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: session is NULL", __func__));
         return NULL;
     }
     char *j;
     fr_status st = fr_trainer_config_json(s->t, &j);
     if (st != FR_OK) {
-        fr_api_fail(&s->err, "fp8run_session_config_json", st);
+        fr_api_ignore(fr_api_fail(&s->err, __func__, st));
         return NULL;
     }
     free(s->config_json);
@@ -384,7 +384,7 @@ fr_status fr_api_report_from_trainer(const fr_trainer *t, fp8run_report **out)
 
 FP8RUN_API fp8run_status fp8run_session_report(const fp8run_session *s, fp8run_report **out)
 {
-    const char *fn = "fp8run_session_report";
+    const char *fn = __func__;
     if (!out) return fr_api_error(slot_of(s), FP8RUN_ERR_INVALID_ARG, "%s: out is NULL", fn);
     *out = NULL;
     if (!s) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: session is NULL", fn);
@@ -401,7 +401,7 @@ FP8RUN_API const char *fp8run_session_tokens_input(const fp8run_session *s)
 
 FP8RUN_API fp8run_status fp8run_session_memory(const fp8run_session *s, fp8run_memory_info *info)
 {
-    const char *fn = "fp8run_session_memory";
+    const char *fn = __func__;
     if (!s) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: session is NULL", fn);
     size_t use;
     fp8run_status ps = fr_api_check_out(slot_of(s), fn, "info", info, MEMORY_V1_SIZE, sizeof *info, &use);
@@ -427,7 +427,7 @@ FP8RUN_API const char *fp8run_session_profile(fp8run_session *s)
 
 FP8RUN_API fp8run_status fp8run_session_fp8_stats(fp8run_session *s, int *count)
 {
-    const char *fn = "fp8run_session_fp8_stats";
+    const char *fn = __func__;
     if (count) *count = 0;
     if (!s) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: session is NULL", fn);
     if (!count) return fr_api_error(&s->err, FP8RUN_ERR_INVALID_ARG, "%s: count is NULL", fn);
@@ -449,7 +449,7 @@ FP8RUN_API fp8run_status fp8run_session_fp8_stats(fp8run_session *s, int *count)
 
 FP8RUN_API fp8run_status fp8run_session_fp8_stat(const fp8run_session *s, int i, fp8run_fp8_stat *info)
 {
-    const char *fn = "fp8run_session_fp8_stat";
+    const char *fn = __func__;
     if (!s) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: session is NULL", fn);
     size_t use;
     fp8run_status ps = fr_api_check_out(slot_of(s), fn, "info", info, FP8_STAT_V1_SIZE, sizeof *info, &use);
@@ -488,7 +488,7 @@ FP8RUN_API int fp8run_session_param_count(const fp8run_session *s) { return s ? 
 
 FP8RUN_API fp8run_status fp8run_session_param(const fp8run_session *s, int i, fp8run_value_info *info)
 {
-    const char *fn = "fp8run_session_param";
+    const char *fn = __func__;
     if (!s) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: session is NULL", fn);
     size_t use;
     fp8run_status ps = fr_api_check_out(slot_of(s), fn, "info", info, INFO_V1_SIZE, sizeof *info, &use);
@@ -524,7 +524,7 @@ static fp8run_status find_orig(fp8run_session *s, const char *fn, const char *na
 
 FP8RUN_API fp8run_status fp8run_session_get_param(fp8run_session *s, const char *name, float *dst, size_t count)
 {
-    const char *fn = "fp8run_session_get_param";
+    const char *fn = __func__;
     const tr_orig *o;
     fp8run_status ps = find_orig(s, fn, name, dst, count, &o);
     if (ps != FP8RUN_OK || (ps = settle(s, fn)) != FP8RUN_OK) return ps;
@@ -534,7 +534,7 @@ FP8RUN_API fp8run_status fp8run_session_get_param(fp8run_session *s, const char 
 FP8RUN_API fp8run_status fp8run_session_set_param(fp8run_session *s, const char *name, const float *src,
                                                   size_t count)
 {
-    const char *fn = "fp8run_session_set_param";
+    const char *fn = __func__;
     const tr_orig *o;
     fp8run_status ps = find_orig(s, fn, name, src, count, &o);
     if (ps != FP8RUN_OK || (ps = settle(s, fn)) != FP8RUN_OK) return ps;
@@ -546,7 +546,7 @@ FP8RUN_API fp8run_status fp8run_session_set_param(fp8run_session *s, const char 
 
 FP8RUN_API fp8run_status fp8run_session_save(fp8run_session *s, const char *path, const fp8run_data_loader *data)
 {
-    const char *fn = "fp8run_session_save";
+    const char *fn = __func__;
     fp8run_status ps = usable(s, fn);
     if (ps != FP8RUN_OK) return ps;
     if (!path || !path[0]) return fr_api_error(&s->err, FP8RUN_ERR_INVALID_ARG, "%s: no path given", fn);
@@ -561,7 +561,7 @@ FP8RUN_API fp8run_status fp8run_session_save(fp8run_session *s, const char *path
 
 FP8RUN_API fp8run_status fp8run_session_load(fp8run_session *s, const char *path, fp8run_data_loader *data)
 {
-    const char *fn = "fp8run_session_load";
+    const char *fn = __func__;
     fp8run_status ps = usable(s, fn);
     if (ps != FP8RUN_OK) return ps;
     if (!path || !path[0]) return fr_api_error(&s->err, FP8RUN_ERR_INVALID_ARG, "%s: no path given", fn);
@@ -589,7 +589,7 @@ FP8RUN_API fp8run_status fp8run_session_load(fp8run_session *s, const char *path
         st = fr_data_set_state(data->dl, ds, len);
         if (st != FR_OK) {
             ps = fr_api_fail(&s->err, fn, st);
-            fr_api_fail(&data->err, fn, st);
+            fr_api_ignore(fr_api_fail(&data->err, fn, st)); /* the same failure, in the loader's own slot */
         }
     }
     free(ds);
@@ -601,7 +601,7 @@ FP8RUN_API fp8run_status fp8run_session_load(fp8run_session *s, const char *path
 
 FP8RUN_API fp8run_status fp8run_session_export(fp8run_session *s, const char *path)
 {
-    const char *fn = "fp8run_session_export";
+    const char *fn = __func__;
     fp8run_status ps = usable(s, fn);
     if (ps != FP8RUN_OK) return ps;
     if (!path || !path[0]) return fr_api_error(&s->err, FP8RUN_ERR_INVALID_ARG, "%s: no path given", fn);
@@ -611,7 +611,7 @@ FP8RUN_API fp8run_status fp8run_session_export(fp8run_session *s, const char *pa
 
 FP8RUN_API fp8run_status fp8run_session_export_adapter(fp8run_session *s, const char *dir)
 {
-    const char *fn = "fp8run_session_export_adapter";
+    const char *fn = __func__;
     fp8run_status ps = usable(s, fn);
     if (ps != FP8RUN_OK) return ps;
     if (!dir || !dir[0]) return fr_api_error(&s->err, FP8RUN_ERR_INVALID_ARG, "%s: no folder given", fn);
@@ -621,7 +621,7 @@ FP8RUN_API fp8run_status fp8run_session_export_adapter(fp8run_session *s, const 
 
 FP8RUN_API fp8run_status fp8run_session_param_bytes(const fp8run_session *s, fp8run_param_bytes *out)
 {
-    const char *fn = "fp8run_session_param_bytes";
+    const char *fn = __func__;
     if (!s) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: session is NULL", fn);
     size_t use;
     fp8run_status ps = fr_api_check_out(slot_of(s), fn, "out", out, sizeof *out, sizeof *out, &use);

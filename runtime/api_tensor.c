@@ -24,7 +24,7 @@ static int decodable(fp8run_dtype dt)
 
 FP8RUN_API fp8run_status fp8run_convert_to_float32(fp8run_dtype dt, const void *src, size_t count, float *dst)
 {
-    const char *fn = "fp8run_convert_to_float32";
+    const char *fn = __func__;
     if (count && (!src || !dst))
         return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: %s is NULL", fn, !src ? "src" : "dst");
     if (!decodable(dt))
@@ -51,7 +51,7 @@ FP8RUN_API int fp8run_npy_supports(fp8run_dtype dt)
 
 FP8RUN_API fp8run_status fp8run_npy_load(const char *path, fp8run_tensor *out)
 {
-    const char *fn = "fp8run_npy_load";
+    const char *fn = __func__;
     size_t use;
     fp8run_status ps = fr_api_check_out(NULL, fn, "out", out, TENSOR_V1_SIZE, sizeof *out, &use);
     if (ps != FP8RUN_OK) return ps;
@@ -93,7 +93,7 @@ FP8RUN_API void fp8run_npy_free(fp8run_tensor *t)
 
 FP8RUN_API fp8run_status fp8run_npy_save(const char *path, const fp8run_tensor *t)
 {
-    const char *fn = "fp8run_npy_save";
+    const char *fn = __func__;
     fp8run_tensor c;
     memset(&c, 0, sizeof c);
     size_t use;

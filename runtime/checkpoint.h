@@ -16,14 +16,14 @@
 
 typedef struct fr_ckpt_writer fr_ckpt_writer;
 
-fr_status fr_ckpt_writer_open(const char *path, fr_ckpt_writer **out);
+FR_NODISCARD fr_status fr_ckpt_writer_open(const char *path, fr_ckpt_writer **out);
 /* Append a tensor; data is copied to the file immediately. */
-fr_status fr_ckpt_write_tensor(fr_ckpt_writer *w, const char *name, const char *kind,
+FR_NODISCARD fr_status fr_ckpt_write_tensor(fr_ckpt_writer *w, const char *name, const char *kind,
                                fr_dtype dtype, int rank, const int64_t *dims, const void *data);
 /* Add a key/value entry (copied). */
-fr_status fr_ckpt_write_entry(fr_ckpt_writer *w, const char *key, const void *value, size_t len);
+FR_NODISCARD fr_status fr_ckpt_write_entry(fr_ckpt_writer *w, const char *key, const void *value, size_t len);
 /* Finish: metadata, trailer, fsync, rename over the destination. Frees w in all cases. */
-fr_status fr_ckpt_writer_commit(fr_ckpt_writer *w);
+FR_NODISCARD fr_status fr_ckpt_writer_commit(fr_ckpt_writer *w);
 /* Give up: removes the temporary file and frees w. The destination is untouched. */
 void fr_ckpt_writer_abort(fr_ckpt_writer *w);
 /* The writer's write(2) and fsync(2); tests replace them to inject faults. */
@@ -43,14 +43,14 @@ typedef struct fr_ckpt fr_ckpt;
 
 /* Read and verify a checkpoint (trailer, checksum, every tensor's bounds and size). A
  * truncated or corrupted file is FR_ERR_PARSE naming the file and what is wrong. */
-fr_status fr_ckpt_open(const char *path, fr_ckpt **out);
+FR_NODISCARD fr_status fr_ckpt_open(const char *path, fr_ckpt **out);
 void fr_ckpt_close(fr_ckpt *c);
 int fr_ckpt_tensor_count(const fr_ckpt *c);
 const fr_ckpt_tensor *fr_ckpt_tensor_at(const fr_ckpt *c, int i);
 /* NULL when absent. */
 const fr_ckpt_tensor *fr_ckpt_find(const fr_ckpt *c, const char *name, const char *kind);
 /* FR_OK with value and len pointing into the checkpoint, or FR_ERR_PARSE naming the key. */
-fr_status fr_ckpt_entry(const fr_ckpt *c, const char *key, const void **value, size_t *len);
+FR_NODISCARD fr_status fr_ckpt_entry(const fr_ckpt *c, const char *key, const void **value, size_t *len);
 const char *fr_ckpt_path(const fr_ckpt *c);
 
 #endif

@@ -72,26 +72,26 @@ fr_data_opts fr_data_opts_default(void);
 
 typedef struct fr_data_loader fr_data_loader;
 
-fr_status fr_data_open(const char *path, const fr_data_opts *opts, fr_data_loader **out);
+FR_NODISCARD fr_status fr_data_open(const char *path, const fr_data_opts *opts, fr_data_loader **out);
 /* A validation loader: sequential whatever opts.order says, num_batches batches per pass
  * (each pass sees the same batches: after num_batches it wraps to the start; fr_data_reset
  * also rewinds). num_batches == 0 takes as many batches as the file holds. The file must hold
  * num_batches*B*T + 1 tokens (and B*(T+1)), else FR_ERR_SHAPE naming the file. */
-fr_status fr_data_open_val(const char *path, const fr_data_opts *opts, int64_t num_batches,
+FR_NODISCARD fr_status fr_data_open_val(const char *path, const fr_data_opts *opts, int64_t num_batches,
                            fr_data_loader **out);
 void fr_data_close(fr_data_loader *dl);
 
 /* Write the next batch, B x (T+1) token ids row-major, into `windows` as out_dtype FR_I32 or
  * FR_I64. uint32 ids above INT32_MAX do not fit FR_I32: FR_ERR_RANGE. On any error the
  * loader's state is unchanged. */
-fr_status fr_data_next(fr_data_loader *dl, fr_dtype out_dtype, void *windows);
+FR_NODISCARD fr_status fr_data_next(fr_data_loader *dl, fr_dtype out_dtype, void *windows);
 /* Split B x (T+1) windows into inputs (first T of each) and labels (last T), each B x T,
  * all of element type dtype (FR_I32 or FR_I64; others are FR_ERR_UNSUPPORTED). */
-fr_status fr_data_split(const void *windows, fr_dtype dtype, int64_t batch, int64_t seq_len,
+FR_NODISCARD fr_status fr_data_split(const void *windows, fr_dtype dtype, int64_t batch, int64_t seq_len,
                         void *inputs, void *labels);
 /* Scan every token of the file: FR_ERR_RANGE naming the first id >= vocab_size and its
  * position. */
-fr_status fr_data_check_tokens(const fr_data_loader *dl, int64_t vocab_size);
+FR_NODISCARD fr_status fr_data_check_tokens(const fr_data_loader *dl, int64_t vocab_size);
 
 /* Rewind: position 0, epoch 0, no batches produced, generator re-seeded from opts.seed. */
 void fr_data_reset(fr_data_loader *dl);
@@ -115,6 +115,6 @@ void fr_data_get_state(const fr_data_loader *dl, uint8_t out[FR_DATA_STATE_BYTES
 /* Restore a saved state. Wrong length or marker is FR_ERR_PARSE; a state saved by a loader
  * with another batch shape, order or token count, or a position that is not a batch start of
  * this file, is FR_ERR_INVALID_ARG naming the file. The loader is unchanged on error. */
-fr_status fr_data_set_state(fr_data_loader *dl, const void *bytes, size_t len);
+FR_NODISCARD fr_status fr_data_set_state(fr_data_loader *dl, const void *bytes, size_t len);
 
 #endif

@@ -31,13 +31,13 @@ typedef struct fr_dist_env {
 typedef const char *(*fr_getenv_fn)(const char *name);
 /* Parse the variables through get (getenv in production). Absent WORLD_SIZE: world 1, rank 0,
  * present 0. Malformed or inconsistent values are FR_ERR_INVALID_ARG naming the variable. */
-fr_status fr_dist_env_parse(fr_getenv_fn get, fr_dist_env *out);
+FR_NODISCARD fr_status fr_dist_env_parse(fr_getenv_fn get, fr_dist_env *out);
 
 /* ---- rendezvous ---- */
 /* Rank 0 listens on addr:port and sends `len` bytes of blob to world-1 ranks; the others
  * connect (retrying until timeout_s) and receive them into blob. Every wait is bounded by
  * timeout_s: a rank that never comes is FR_ERR_DEVICE naming the address. */
-fr_status fr_dist_exchange(const char *addr, int port, int rank, int world, void *blob, size_t len,
+FR_NODISCARD fr_status fr_dist_exchange(const char *addr, int port, int rank, int world, void *blob, size_t len,
                            double timeout_s);
 
 /* ---- gradient buckets ---- */
@@ -49,14 +49,14 @@ typedef struct fr_dist_bucket {
 /* Buckets over n parameters of numel[i] elements of elem_size bytes, in descending index
  * order, each at most bucket_bytes (a larger parameter is a bucket of its own). *out is
  * malloc'ed (n_out may be 0 when n is 0). */
-fr_status fr_dist_plan_buckets(const int64_t *numel, int n, size_t elem_size, size_t bucket_bytes,
+FR_NODISCARD fr_status fr_dist_plan_buckets(const int64_t *numel, int n, size_t elem_size, size_t bucket_bytes,
                                fr_dist_bucket **out, int *n_out);
 
 /* ---- optimizer-state shards ---- */
 /* owner[i] in [0, world): parameters taken in descending size (ties: lower index first), each
  * given to the rank holding the fewest elements so far (ties: the lowest rank). Deterministic:
  * every rank computes the same table. */
-fr_status fr_dist_partition(const int64_t *numel, int n, int world, int *owner);
+FR_NODISCARD fr_status fr_dist_partition(const int64_t *numel, int n, int world, int *owner);
 /* Elements rank r owns under owner[]. */
 int64_t fr_dist_owned_numel(const int64_t *numel, const int *owner, int n, int rank);
 

@@ -409,7 +409,7 @@ fr_status fr_exec_run(fr_exec *e)
         fr_status st = n->op->cpu(&ctx);
         if (st != FR_OK) {
             if (!strstr(fr_last_error(), n->name))
-                fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
+                st = fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
             return st;
         }
     }

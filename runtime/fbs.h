@@ -105,36 +105,36 @@ typedef struct fr_fbs {
 /* Cross-check a layer table read from `what` against graph g (node_of[i]: the node of layer i):
  * source and weight counts match n_fused; FP8 state prefixes are non-empty, at most 1000
  * characters, the node's own, and distinct; no layer twice. FR_ERR_PARSE naming the layer. */
-fr_status fr_fbs_check_layers(const fr_graph *g, const fr_fp8_report *r, const int *node_of, const char *what);
+FR_NODISCARD fr_status fr_fbs_check_layers(const fr_graph *g, const fr_fp8_report *r, const int *node_of, const char *what);
 
 /* 1 when g (as imported) carries the fp8run.format key. */
 int fr_fbs_is_compiled(const fr_graph *g);
 /* The batch and sequence length a compiled graph is specialized to (FR_ERR_PARSE naming the
  * key when missing/malformed). */
-fr_status fr_fbs_shape(const fr_graph *g, int64_t *batch, int64_t *seq);
+FR_NODISCARD fr_status fr_fbs_shape(const fr_graph *g, int64_t *batch, int64_t *seq);
 
 /* Write a .fbs (atomically, as fr_onnx_save_file). compiled: the graph fr_fp8_compile
  * produced (prepared for spec->batch x spec->seq); original: the model it was compiled from,
  * as imported; states: n = report->n_states scaling states to record, or NULL for fresh ones
  * (scale 1, empty history, with spec->fp8's history length). */
-fr_status fr_fbs_save(const fr_graph *compiled, const fr_fp8_report *report, const fr_graph *original,
+FR_NODISCARD fr_status fr_fbs_save(const fr_graph *compiled, const fr_fp8_report *report, const fr_graph *original,
                       const fr_fbs_spec *spec, const fr_fp8_scaling *states, const char *path);
 
 /* Decode an imported .fbs graph (not modified). `what` names it in messages (NULL: its
  * source path). On failure *out is zeroed. */
-fr_status fr_fbs_decode(const fr_graph *file, const char *what, fr_fbs *out);
+FR_NODISCARD fr_status fr_fbs_decode(const fr_graph *file, const char *what, fr_fbs *out);
 /* fr_onnx_load_file + fr_fbs_decode (a file without the format key is FR_ERR_PARSE). */
-fr_status fr_fbs_load(const char *path, fr_fbs *out);
+FR_NODISCARD fr_status fr_fbs_load(const char *path, fr_fbs *out);
 void fr_fbs_free(fr_fbs *f);
 
 /* The original model of an imported .fbs, with every initializer's data (taken from the
  * compiled graph's current values: a checkpoint applied to the .fbs graph shows). */
-fr_status fr_fbs_original(const fr_graph *file, fr_graph **original);
+FR_NODISCARD fr_status fr_fbs_original(const fr_graph *file, fr_graph **original);
 
 /* The fused-parameter table of an imported .fbs (value ids of the fused parameters in `file`;
  * slice value ids -1: the originals are not in the file). Caller frees with
  * fr_fbs_fused_free. */
-fr_status fr_fbs_fused_table(const fr_graph *file, fr_fp8_fused **fused, int *n);
+FR_NODISCARD fr_status fr_fbs_fused_table(const fr_graph *file, fr_fp8_fused **fused, int *n);
 void fr_fbs_fused_free(fr_fp8_fused *fused, int n);
 /* 1 when `name` is a re-tied copy recorded in an imported .fbs (its values follow its source,
  * so a checkpoint's copy of it has nothing to add). */

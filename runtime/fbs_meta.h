@@ -18,27 +18,27 @@ typedef struct fr_fbs_meta {
 } fr_fbs_meta;
 
 /* Index g's fp8run.* keys (what: the file, for messages); a key given twice is an error. */
-fr_status fr_fbs_meta_open(const fr_graph *g, const char *what, fr_fbs_meta *m);
+FR_NODISCARD fr_status fr_fbs_meta_open(const fr_graph *g, const char *what, fr_fbs_meta *m);
 void fr_fbs_meta_close(fr_fbs_meta *m);
 
 /* The value of a key (printf-formatted) or NULL; required keys that are absent are an error. */
-fr_status fr_fbs_get_str(const fr_fbs_meta *m, int required, const char **out, const char *fmt, ...)
+FR_NODISCARD fr_status fr_fbs_get_str(const fr_fbs_meta *m, int required, const char **out, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* An integer in [lo, hi]. */
-fr_status fr_fbs_get_int(const fr_fbs_meta *m, int64_t lo, int64_t hi, int64_t *out, const char *fmt, ...)
+FR_NODISCARD fr_status fr_fbs_get_int(const fr_fbs_meta *m, int64_t lo, int64_t hi, int64_t *out, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 /* One of `choices` (NULL-terminated); *out its index. */
-fr_status fr_fbs_get_choice(const fr_fbs_meta *m, const char *const *choices, int *out, const char *fmt, ...)
+FR_NODISCARD fr_status fr_fbs_get_choice(const fr_fbs_meta *m, const char *const *choices, int *out, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* A count: at most the number of fp8run keys (a hostile count must not allocate). */
-fr_status fr_fbs_get_count(const fr_fbs_meta *m, int64_t *out, const char *key);
+FR_NODISCARD fr_status fr_fbs_get_count(const fr_fbs_meta *m, int64_t *out, const char *key);
 /* FR_ERR_PARSE naming the file and the key, with a printf-style reason. */
-fr_status fr_fbs_bad(const fr_fbs_meta *m, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+FR_NODISCARD fr_status fr_fbs_bad(const fr_fbs_meta *m, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Copies (NULL stays NULL); dup_const's is owned by the decoded spec (freed by spec_free). */
-fr_status fr_fbs_dup(const char *s, char **out);
-fr_status fr_fbs_dup_const(const char *s, const char **out);
+FR_NODISCARD fr_status fr_fbs_dup(const char *s, char **out);
+FR_NODISCARD fr_status fr_fbs_dup_const(const char *s, const char **out);
 /* The fp8run.format key says a format this build reads. */
-fr_status fr_fbs_check_format(const fr_fbs_meta *m);
+FR_NODISCARD fr_status fr_fbs_check_format(const fr_fbs_meta *m);
 /* the name for messages: what, else g's source path, else "<memory>" */
 const char *fr_fbs_file_name(const fr_graph *g, const char *what);
 
@@ -47,16 +47,16 @@ extern const char *const fr_fbs_k_bool[], *const fr_fbs_k_prec[], *const fr_fbs_
     *const fr_fbs_k_algo[], *const fr_fbs_k_operand[], *const fr_fbs_k_fmt8[], *const fr_fbs_k_source[];
 
 /* fbs_original.c: the fused table, checked against the fused parameters of g (value ids from g) */
-fr_status fr_fbs_read_fused(const fr_fbs_meta *m, const fr_graph *g, fr_fp8_fused **out, int *n_out);
+FR_NODISCARD fr_status fr_fbs_read_fused(const fr_fbs_meta *m, const fr_graph *g, fr_fp8_fused **out, int *n_out);
 /* The ties, with source ids from g; copy ids -1 (the copies are not in the file). Their names go
  * to names[i] (pointing into the metadata). */
-fr_status fr_fbs_read_ties(const fr_fbs_meta *m, const fr_graph *g, fr_fbs_spec *s, const char ***names);
+FR_NODISCARD fr_status fr_fbs_read_ties(const fr_fbs_meta *m, const fr_graph *g, fr_fbs_spec *s, const char ***names);
 /* the tie's source in g (transposed when the tie says so) into t, which has the copy's shape;
  * 0 when t's dtype or shape does not fit */
 int fr_fbs_copy_tie(const fr_graph *g, const fr_tie *tie, fr_tensor *t);
 /* The original model stored in the file (fp8run.original_model), with the compiled file's
  * values copied back into its parameters (fs, nf: the fused table). */
-fr_status fr_fbs_read_original(const fr_fbs_meta *m, const fr_graph *file, const fr_fp8_fused *fs, int nf,
+FR_NODISCARD fr_status fr_fbs_read_original(const fr_fbs_meta *m, const fr_graph *file, const fr_fp8_fused *fs, int nf,
                                const fr_fbs_spec *spec, const char **tie_names, fr_graph **out);
 
 #endif

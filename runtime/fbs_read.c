@@ -471,7 +471,7 @@ fr_status fr_fbs_decode(const fr_graph *file, const char *what, fr_fbs *out)
     if (st == FR_OK) st = decode(&m, file, out);
     fr_fbs_meta_close(&m);
     if (st != FR_OK) {
-        if (!strstr(fr_last_error(), what)) fr_error_context(st, "compiled graph '%s'", what);
+        if (!strstr(fr_last_error(), what)) st = fr_error_context(st, "compiled graph '%s'", what);
         fr_fbs_free(out);
     }
     return st;

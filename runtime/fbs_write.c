@@ -440,6 +440,6 @@ fr_status fr_fbs_save(const fr_graph *compiled, const fr_fp8_report *report, con
     }
     kv_free(&l);
     fr_graph_free(c);
-    if (st != FR_OK && !strstr(fr_last_error(), path)) fr_error_context(st, "writing compiled graph '%s'", path);
+    if (st != FR_OK && !strstr(fr_last_error(), path)) st = fr_error_context(st, "writing compiled graph '%s'", path);
     return st;
 }

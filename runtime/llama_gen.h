@@ -31,8 +31,8 @@ typedef struct fr_llama_config {
 /* Check the sizes: FR_ERR_INVALID_ARG naming the first inconsistent one (all >= 1, d split
  * into `heads` heads of even size, heads into kv_heads groups, at most FR_LLAMA_MAX_LAYERS
  * layers and FR_LLAMA_MAX_PARAMS parameters). */
-fr_status fr_llama_check(const fr_llama_config *c);
+FR_NODISCARD fr_status fr_llama_check(const fr_llama_config *c);
 /* Build the graph (checked first). */
-fr_status fr_llama_generate(const fr_llama_config *c, fr_graph **out);
+FR_NODISCARD fr_status fr_llama_generate(const fr_llama_config *c, fr_graph **out);
 
 #endif

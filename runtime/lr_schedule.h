@@ -35,12 +35,12 @@ typedef struct fr_lr_schedule {
 
 /* FR_ERR_INVALID_ARG unless: max_lr finite and >= 0; W >= 0; for cosine, 0 <= min_lr <= max_lr
  * and S > W. */
-fr_status fr_lr_schedule_check(const fr_lr_schedule *s);
+FR_NODISCARD fr_status fr_lr_schedule_check(const fr_lr_schedule *s);
 /* The learning rate of step `step` (>= 0; a negative step is treated as 0). Defined for every
  * schedule fr_lr_schedule_check accepts. */
 double fr_lr_at(const fr_lr_schedule *s, int64_t step);
 /* Parse "constant", "warmup_constant" or "cosine" (FR_ERR_INVALID_ARG naming the text). */
-fr_status fr_lr_kind_parse(const char *text, fr_lr_kind *out);
+FR_NODISCARD fr_status fr_lr_kind_parse(const char *text, fr_lr_kind *out);
 const char *fr_lr_kind_name(fr_lr_kind k);
 
 #endif

@@ -19,15 +19,15 @@
 #include "graph/tensor.h"
 
 /* Read a .npy file into a new tensor (caller frees with fr_tensor_free). */
-fr_status fr_npy_load(const char *path, fr_tensor **out);
+FR_NODISCARD fr_status fr_npy_load(const char *path, fr_tensor **out);
 /* The same from memory; `what` names the buffer in messages. */
-fr_status fr_npy_load_buffer(const void *data, size_t len, const char *what, fr_tensor **out);
+FR_NODISCARD fr_status fr_npy_load_buffer(const void *data, size_t len, const char *what, fr_tensor **out);
 
 /* Write t as a .npy v1.0 file (replacing the file: written to a temporary in the same folder,
  * then renamed). */
-fr_status fr_npy_save(const char *path, const fr_tensor *t);
+FR_NODISCARD fr_status fr_npy_save(const char *path, const fr_tensor *t);
 /* The same into a malloc'ed buffer (caller frees). */
-fr_status fr_npy_save_buffer(const fr_tensor *t, void **data, size_t *len);
+FR_NODISCARD fr_status fr_npy_save_buffer(const fr_tensor *t, void **data, size_t *len);
 
 /* NumPy type code of a dtype ("<f4"), NULL when NumPy has none. */
 const char *fr_npy_descr(fr_dtype dt);

@@ -84,13 +84,13 @@ typedef struct fr_optimizer fr_optimizer;
 /* Validate the config like torch does (lr is per step; 0 <= beta < 1, eps >= 0, wd >= 0,
  * momentum >= 0, nesterov rules), the parameters (unique non-empty names, non-NULL buffers
  * for non-empty tensors, rank and dims), and allocate the zeroed state. */
-fr_status fr_optimizer_create(const fr_opt_config *cfg, const fr_opt_param *params, int n_params,
+FR_NODISCARD fr_status fr_optimizer_create(const fr_opt_config *cfg, const fr_opt_param *params, int n_params,
                               fr_optimizer **out);
 void fr_optimizer_free(fr_optimizer *o);
 
 /* One update of every parameter with learning rate lr (finite, >= 0). Increments the step
  * count first (t = previous + 1), as torch does. */
-fr_status fr_optimizer_step(fr_optimizer *o, double lr);
+FR_NODISCARD fr_status fr_optimizer_step(fr_optimizer *o, double lr);
 
 /* ---- gradients ---- */
 /* sqrt(sum of g^2 over every gradient element), accumulated in double in parameter order. */
@@ -102,14 +102,14 @@ double fr_optimizer_grad_norm(const fr_optimizer *o);
  * clipping. A non-finite norm (some gradient is Inf/NaN) is FR_ERR_NUMERIC naming the first
  * such parameter and element; *norm_out still gets the norm and no gradient is touched, so the
  * caller can skip the step. max_norm must be finite and > 0. */
-fr_status fr_optimizer_clip_grad_norm(fr_optimizer *o, double max_norm, double *norm_out);
+FR_NODISCARD fr_status fr_optimizer_clip_grad_norm(fr_optimizer *o, double max_norm, double *norm_out);
 /* Set every gradient element to +0. */
 void fr_optimizer_zero_grads(fr_optimizer *o);
 /* Multiply every gradient element by (float)factor. */
 void fr_optimizer_scale_grads(fr_optimizer *o, double factor);
 /* Average over k accumulated micro-batches: every gradient element g = g / (float)k
  * (a correctly rounded division, exact for power-of-two k). k must be >= 1. */
-fr_status fr_optimizer_average_grads(fr_optimizer *o, int k);
+FR_NODISCARD fr_status fr_optimizer_average_grads(fr_optimizer *o, int k);
 
 /* ---- parameters and state (for checkpoints) ---- */
 const fr_opt_config *fr_optimizer_config(const fr_optimizer *o);
@@ -122,7 +122,7 @@ int fr_optimizer_find_param(const fr_optimizer *o, const char *name);
 /* Whether weight decay applies to parameter i (its decay flag resolved). */
 int fr_optimizer_param_decays(const fr_optimizer *o, int i);
 /* Point parameter i at new buffers (same element count). */
-fr_status fr_optimizer_bind(fr_optimizer *o, int i, float *data, float *grad);
+FR_NODISCARD fr_status fr_optimizer_bind(fr_optimizer *o, int i, float *data, float *grad);
 
 /* State slots per parameter: AdamW 2, SGD with momentum 1, SGD without momentum 0. */
 int fr_optimizer_state_count(const fr_optimizer *o);
@@ -144,6 +144,6 @@ size_t fr_optimizer_state_bytes(const fr_optimizer *o);
 size_t fr_opt_state_bytes(const fr_opt_config *c, int64_t numel);
 /* Steps taken so far (torch's state["step"]; 0 after create). Restore it with the state. */
 int64_t fr_optimizer_step_count(const fr_optimizer *o);
-fr_status fr_optimizer_set_step_count(fr_optimizer *o, int64_t steps);
+FR_NODISCARD fr_status fr_optimizer_set_step_count(fr_optimizer *o, int64_t steps);
 
 #endif

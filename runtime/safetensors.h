@@ -50,21 +50,21 @@ fr_dtype fr_st_dtype_of(const char *s);
 const char *fr_st_dtype_str(fr_dtype dt);
 
 /* Open and validate a file (the descriptor stays open for reads). */
-fr_status fr_st_open(const char *path, fr_st_file **out);
+FR_NODISCARD fr_status fr_st_open(const char *path, fr_st_file **out);
 /* The same on an already opened descriptor (ownership taken, closed on failure); `path` names
  * the file in messages. */
-fr_status fr_st_open_fd(int fd, const char *path, fr_st_file **out);
+FR_NODISCARD fr_status fr_st_open_fd(int fd, const char *path, fr_st_file **out);
 void fr_st_close(fr_st_file *f);
 /* The tensor called name; NULL when absent. */
 const fr_st_tensor *fr_st_find(const fr_st_file *f, const char *name);
 /* The value of metadata key `key`; NULL when absent. */
 const char *fr_st_meta(const fr_st_file *f, const char *key);
 /* Read bytes [off, off + n) of tensor t's data into dst. */
-fr_status fr_st_read(const fr_st_file *f, const fr_st_tensor *t, uint64_t off, void *dst, size_t n);
+FR_NODISCARD fr_status fr_st_read(const fr_st_file *f, const fr_st_tensor *t, uint64_t off, void *dst, size_t n);
 /* Tensor t as float32 (count = numel): F32, F64, F16, BF16, F8_E4M3, F8_E5M2 converted exactly
  * (F64 rounded to nearest); integer and bool tensors are FR_ERR_UNSUPPORTED. Read in chunks:
  * no buffer of the tensor's size besides dst. */
-fr_status fr_st_read_f32(const fr_st_file *f, const fr_st_tensor *t, float *dst);
+FR_NODISCARD fr_status fr_st_read_f32(const fr_st_file *f, const fr_st_tensor *t, float *dst);
 
 /* ---- writing ---- */
 
@@ -79,7 +79,7 @@ typedef struct fr_st_out {
 /* Write n tensors (in the order given; the caller sorts) atomically to path, with metadata
  * `meta` (key, value pairs, n_meta pairs; may be NULL). The header is padded with spaces to a
  * multiple of 8 bytes, as the reference writer does, so the data stays aligned. */
-fr_status fr_st_write(const char *path, const fr_st_out *t, int n, const char *const *meta, int n_meta);
+FR_NODISCARD fr_status fr_st_write(const char *path, const fr_st_out *t, int n, const char *const *meta, int n_meta);
 /* Bytes a tensor takes (numel * size); 0 with *ok = 0 on overflow or an unwritable dtype. */
 uint64_t fr_st_out_bytes(const fr_st_out *t, int *ok);
 
@@ -111,19 +111,19 @@ typedef struct fr_st_ckpt {
     int n;
 } fr_st_ckpt;
 
-fr_status fr_st_ckpt_open(const char *path, fr_st_ckpt **out);
+FR_NODISCARD fr_status fr_st_ckpt_open(const char *path, fr_st_ckpt **out);
 void fr_st_ckpt_close(fr_st_ckpt *c);
 /* Index of the entry called name; -1 when absent. */
 int fr_st_ckpt_find(const fr_st_ckpt *c, const char *name);
 /* 1 when entry i is the block scale of an fp8 entry (read with it, not a weight itself). */
 int fr_st_ckpt_is_aux(const fr_st_ckpt *c, int i);
 /* Entry i as float32 (numel floats), dequantized as above. */
-fr_status fr_st_ckpt_read_f32(const fr_st_ckpt *c, int i, float *dst);
+FR_NODISCARD fr_status fr_st_ckpt_read_f32(const fr_st_ckpt *c, int i, float *dst);
 /* Write tensors as a checkpoint in folder dir (created if missing): model.safetensors when
  * they add up to at most max_shard_bytes (0: no limit), else model-0000K-of-0000N.safetensors
  * shards of at most max_shard_bytes each (a tensor larger than that alone in its shard) and
  * model.safetensors.index.json (metadata.total_size, weight_map). Tensors go in the given
  * order; metadata format "pt". */
-fr_status fr_st_ckpt_write(const char *dir, const fr_st_out *t, int n, uint64_t max_shard_bytes);
+FR_NODISCARD fr_status fr_st_ckpt_write(const char *dir, const fr_st_out *t, int n, uint64_t max_shard_bytes);
 
 #endif

@@ -351,7 +351,7 @@ fr_status fr_trainer_load(fr_trainer *t, const char *path, void **data_state, si
     if (st == FR_OK) st = tr_sync_device(t);
 done:
     fr_ckpt_close(c);
-    if (st != FR_OK && !strstr(fr_last_error(), path)) fr_error_context(st, "loading checkpoint '%s'", path);
+    if (st != FR_OK && !strstr(fr_last_error(), path)) st = fr_error_context(st, "loading checkpoint '%s'", path);
     return st;
 }
 

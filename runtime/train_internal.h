@@ -131,21 +131,21 @@ struct fr_trainer {
 
 /* train_build.c: everything fr_trainer_new builds after copying the options. A compiled graph
  * file (runtime/fbs.h) is recognized by its metadata and not compiled again. */
-fr_status tr_build(fr_trainer *t, const fr_graph *model);
+FR_NODISCARD fr_status tr_build(fr_trainer *t, const fr_graph *model);
 /* The first half of tr_build for an ONNX model: t->pristine, t->g prepared and compiled
  * (t->report), *tok the tokens input, *loss the model's loss output or -1, *logits the logits
  * or -1. fr_train_compile stops here. */
-fr_status tr_build_forward(fr_trainer *t, const fr_graph *model, int *tok, int *loss, int *logits);
+FR_NODISCARD fr_status tr_build_forward(fr_trainer *t, const fr_graph *model, int *tok, int *loss, int *logits);
 /* The trainer's options by name for the pipeline's entries (fr_pass_option_fn; opts is an
  * fr_train_options). */
-fr_status tr_pass_option(const void *opts, const char *name, int *on);
+FR_NODISCARD fr_status tr_pass_option(const void *opts, const char *name, int *on);
 /* Bring the host copies of parameters, optimizer and scaling state up to date from the device
  * (before save, export, get_param), and the device from the host (after load, set_param).
  * No-ops on the CPU. */
-fr_status tr_sync_host(fr_trainer *t);
-fr_status tr_sync_device(fr_trainer *t);
+FR_NODISCARD fr_status tr_sync_host(fr_trainer *t);
+FR_NODISCARD fr_status tr_sync_device(fr_trainer *t);
 /* Fill the inputs of one micro-batch (windows: B x (T+1)) into `ins`. */
-fr_status tr_fill_inputs(fr_trainer *t, tr_input *ins, int n, const int64_t *windows);
+FR_NODISCARD fr_status tr_fill_inputs(fr_trainer *t, tr_input *ins, int n, const int64_t *windows);
 /* Copy between a fused parameter-shaped buffer and one slice in its original layout. */
 void tr_slice_copy(const fr_fp8_fused *f, const fr_fp8_slice *s, float *fused_buf, float *orig_buf,
                    int to_original);
@@ -153,15 +153,15 @@ void tr_slice_copy(const fr_fp8_fused *f, const fr_fp8_slice *s, float *fused_bu
  * merged copies W + s B A in place of pg's base weights, *base keeping the bases (also on
  * failure); tr_lora_unmerge puts them back and frees *base. */
 int tr_lora_is_adapter(const fr_trainer *t, const char *name);
-fr_status tr_lora_merge(fr_trainer *t, fr_graph *pg, fr_tensor ***base);
+FR_NODISCARD fr_status tr_lora_merge(fr_trainer *t, fr_graph *pg, fr_tensor ***base);
 /* A checkpoint's adapters (by their PEFT names) merged into the model g's weights, with the
  * rank and alpha its options record; *n_merged counts the adapter tensors used. */
 struct fr_ckpt;
 int tr_lora_is_adapter_name(const char *name);
-fr_status tr_lora_merge_ckpt(fr_graph *g, const struct fr_ckpt *c, int *n_merged);
+FR_NODISCARD fr_status tr_lora_merge_ckpt(fr_graph *g, const struct fr_ckpt *c, int *n_merged);
 void tr_lora_unmerge(fr_trainer *t, fr_graph *pg, fr_tensor **base);
 /* Gather an original parameter's values (original layout) into dst. */
-fr_status tr_orig_values(fr_trainer *t, const tr_orig *o, float *dst);
+FR_NODISCARD fr_status tr_orig_values(fr_trainer *t, const tr_orig *o, float *dst);
 
 /* Low-precision optimizer state in checkpoints (runtime/train_ckpt_lowp.c): whether this run
  * uses it (then the file's format is "fp8run-trainer-2"), write it, check that a file's state
@@ -173,10 +173,10 @@ int tr_ckpt_lowp_used(const fr_trainer *t);
  * GPU session makes before allocating: FR_ERR_DEVICE naming the sizes and the options that would
  * fit when the prediction exceeds free_bytes. */
 struct fr_train_memory;
-fr_status tr_memory_of(fr_trainer *t, int gpu, struct fr_train_memory *out);
-fr_status tr_memory_check(fr_trainer *t, size_t free_bytes);
-fr_status tr_ckpt_write_lowp(fr_trainer *t, struct fr_ckpt_writer *w);
-fr_status tr_ckpt_check_lowp(fr_trainer *t, const struct fr_ckpt *c);
-fr_status tr_ckpt_load_lowp(fr_trainer *t, const struct fr_ckpt *c);
+FR_NODISCARD fr_status tr_memory_of(fr_trainer *t, int gpu, struct fr_train_memory *out);
+FR_NODISCARD fr_status tr_memory_check(fr_trainer *t, size_t free_bytes);
+FR_NODISCARD fr_status tr_ckpt_write_lowp(fr_trainer *t, struct fr_ckpt_writer *w);
+FR_NODISCARD fr_status tr_ckpt_check_lowp(fr_trainer *t, const struct fr_ckpt *c);
+FR_NODISCARD fr_status tr_ckpt_load_lowp(fr_trainer *t, const struct fr_ckpt *c);
 
 #endif

@@ -26,7 +26,7 @@ typedef struct fr_train_memory {
 
 /* Predict for `model` under `opt` on the GPU (gpu = 1; needs the CUDA backend built, not a
  * device) or the CPU. Builds the graphs on the host (the model's weights are copied once). */
-fr_status fr_train_predict_memory(const fr_graph *model, const fr_train_options *opt, int gpu, fr_train_memory *out);
+FR_NODISCARD fr_status fr_train_predict_memory(const fr_graph *model, const fr_train_options *opt, int gpu, fr_train_memory *out);
 
 /* The text "params 1.2 GiB, ..." of m (for errors and `fp8run info --memory`). */
 void fr_train_memory_text(const fr_train_memory *m, char *buf, size_t n);

@@ -11,7 +11,7 @@
  * write (FR_ERR_INVALID_ARG for one the trainer does not train). A failing fill stops there:
  * the parameters before it are written, that one may be partly written; the device gets what
  * the host holds either way. The optimizer state is left as it is. */
-fr_status fr_trainer_fill_params(fr_trainer *t, int n, const char *const *names,
+FR_NODISCARD fr_status fr_trainer_fill_params(fr_trainer *t, int n, const char *const *names,
                                  fr_status (*fill)(void *ctx, int i, float *dst), void *ctx);
 
 #endif

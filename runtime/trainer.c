@@ -204,7 +204,7 @@ fr_status fr_trainer_new(const fr_graph *model, const fr_train_options *opt, fr_
         st = fr_cuda_train_new(t, t->opt.world_size > 0 ? t->opt.local_rank : -1, &t->dev);
 #endif
     if (st != FR_OK) {
-        if (model->source_path) fr_error_context(st, "while building the trainer for '%s'", model->source_path);
+        if (model->source_path) st = fr_error_context(st, "while building the trainer for '%s'", model->source_path);
         fr_trainer_free(t);
         return st;
     }
@@ -722,7 +722,7 @@ static fr_status compile_forward(const fr_graph *model, const fr_train_options *
     fr_status st = copy_options(t, opt);
     if (st == FR_OK) st = tr_build_forward(t, model, tok, &loss, &logits);
     if (st != FR_OK) {
-        if (!strstr(fr_last_error(), name)) fr_error_context(st, "compiling '%s'", name);
+        if (!strstr(fr_last_error(), name)) st = fr_error_context(st, "compiling '%s'", name);
         fr_trainer_free(t);
         return st;
     }

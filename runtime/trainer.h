@@ -120,14 +120,14 @@ typedef struct fr_train_stats {
 typedef struct fr_trainer fr_trainer;
 
 /* Build a trainer for `model` (not modified; it may be freed afterwards). */
-fr_status fr_trainer_new(const fr_graph *model, const fr_train_options *opt, fr_trainer **out);
+FR_NODISCARD fr_status fr_trainer_new(const fr_graph *model, const fr_train_options *opt, fr_trainer **out);
 void fr_trainer_free(fr_trainer *t);
 
 /* One optimizer step over k micro-batches: `windows` holds k * B * (T+1) token ids, row-major.
  * Token ids must be in [0, vocab) (FR_ERR_RANGE otherwise, nothing changed). A skipped step
  * returns FR_OK with stats->skipped = 1, unless it is more than max_bad_steps in a row:
  * FR_ERR_NUMERIC (stats filled in all the same). stats may be NULL. */
-fr_status fr_trainer_step(fr_trainer *t, const int64_t *windows, int k, fr_train_stats *stats);
+FR_NODISCARD fr_status fr_trainer_step(fr_trainer *t, const int64_t *windows, int k, fr_train_stats *stats);
 
 /* ---- steps that do not wait ----
  * fr_trainer_step waits for the step's result (on a GPU: the device finishing it). These queue
@@ -141,25 +141,25 @@ fr_status fr_trainer_step(fr_trainer *t, const int64_t *windows, int k, fr_train
  * FR_ERR_INVALID_ARG when FR_TRAIN_MAX_QUEUED steps wait for fr_trainer_poll. On a GPU nothing
  * waits for the device; an error found there later (a kernel-reported data error) is returned
  * by the call that reads that step back. Any other error leaves the trainer unusable. */
-fr_status fr_trainer_step_async(fr_trainer *t, const int64_t *windows, int k, int64_t *step);
+FR_NODISCARD fr_status fr_trainer_step_async(fr_trainer *t, const int64_t *windows, int k, int64_t *step);
 /* The statistics of the oldest queued step not polled yet, and the status fr_trainer_step would
  * have returned for it: FR_OK (skipped steps included), FR_ERR_NUMERIC for more than
  * max_bad_steps skipped steps in a row (the steps queued after it have run all the same), or
  * a data error a kernel reported, naming the node (the trainer is then unusable). wait = 1
  * waits for the device; wait = 0 sets *got = 0 when that step has not finished yet. *got = 0
  * (FR_OK) when nothing is queued. */
-fr_status fr_trainer_poll(fr_trainer *t, int wait, fr_train_stats *stats, int *got);
+FR_NODISCARD fr_status fr_trainer_poll(fr_trainer *t, int wait, fr_train_stats *stats, int *got);
 /* Steps queued whose statistics were not polled yet. */
 int fr_trainer_queued(const fr_trainer *t);
 /* Read back every queued step from the device now (they stay for fr_trainer_poll) so that the
  * counters (skipped steps, optimizer steps) are up to date: what eval, save, load, export and
  * parameter access do first. Returns the first data error found (the trainer is then
  * unusable); FR_ERR_NUMERIC of a step is kept for its poll. */
-fr_status fr_trainer_retire_all(fr_trainer *t);
+FR_NODISCARD fr_status fr_trainer_retire_all(fr_trainer *t);
 
 /* Loss of one micro-batch (B windows of T+1 ids) without updating anything. Afterwards the
  * model's own outputs of that run are available through fr_trainer_eval_output. */
-fr_status fr_trainer_eval(fr_trainer *t, const int64_t *windows, double *loss);
+FR_NODISCARD fr_status fr_trainer_eval(fr_trainer *t, const int64_t *windows, double *loss);
 /* The model's output `name` (NULL: the logits output, or the first output) of the last
  * fr_trainer_eval; NULL when there is none. Valid until the next eval or fr_trainer_free. */
 const fr_tensor *fr_trainer_eval_output(fr_trainer *t, const char *name);
@@ -178,10 +178,10 @@ const char *fr_trainer_param_name(const fr_trainer *t, int i);
 int64_t fr_trainer_param_numel(const fr_trainer *t, int i);
 /* Parameter `name` (original name) as FP32 values in its original layout, copied into dst
  * (fr_trainer_param_numel elements). FR_ERR_INVALID_ARG when it is not trained here. */
-fr_status fr_trainer_get_param(fr_trainer *t, const char *name, float *dst);
+FR_NODISCARD fr_status fr_trainer_get_param(fr_trainer *t, const char *name, float *dst);
 /* Overwrite trained parameter `name` (original name and layout, fr_trainer_param_numel
  * elements) from src; its optimizer state stays. */
-fr_status fr_trainer_set_param(fr_trainer *t, const char *name, const float *src);
+FR_NODISCARD fr_status fr_trainer_set_param(fr_trainer *t, const char *name, const float *src);
 /* The compile report (bf16/fp8), NULL for fp32. */
 const fr_fp8_report *fr_trainer_fp8_report(const fr_trainer *t);
 
@@ -224,15 +224,15 @@ int fr_trainer_fp8_stats(const fr_trainer *t, fr_fp8_stat *out, int max);
 /* Prepare `model` (an imported ONNX model) for opt->batch x opt->seq_len and compile it for
  * opt->precision ("bf16" or "fp8") exactly as fr_trainer_new does, and return the compiled
  * forward graph (the caller frees it and the report). */
-fr_status fr_train_compile_graph(const fr_graph *model, const fr_train_options *opt, fr_graph **compiled,
+FR_NODISCARD fr_status fr_train_compile_graph(const fr_graph *model, const fr_train_options *opt, fr_graph **compiled,
                                  fr_fp8_report *report);
 /* The same, and what each pass of the pipeline did (passes/pipeline.h; may be NULL). */
-fr_status fr_train_compile_graph_passes(const fr_graph *model, const fr_train_options *opt, fr_graph **compiled,
+FR_NODISCARD fr_status fr_train_compile_graph_passes(const fr_graph *model, const fr_train_options *opt, fr_graph **compiled,
                                         fr_fp8_report *report, fr_pipeline_report *passes);
 /* The same, written as a compiled graph file (fr_fbs_save) at `path`. */
-fr_status fr_train_compile(const fr_graph *model, const fr_train_options *opt, const char *path);
+FR_NODISCARD fr_status fr_train_compile(const fr_graph *model, const fr_train_options *opt, const char *path);
 /* The options as a JSON object (malloc'ed; caller frees). */
-fr_status fr_trainer_config_json(const fr_trainer *t, char **json);
+FR_NODISCARD fr_status fr_trainer_config_json(const fr_trainer *t, char **json);
 /* The optimizer (read-only use: state inspection in tests). */
 fr_optimizer *fr_trainer_optimizer(fr_trainer *t);
 /* Per-op GPU times of the training graph when FP8RUN_PROFILE=1 was set at fr_trainer_new
@@ -248,7 +248,7 @@ size_t fr_trainer_memory(const fr_trainer *t, size_t *device_used, size_t *devic
 
 /* ---- checkpoints (runtime/train_ckpt.c) ---- */
 /* Write a checkpoint atomically. data_state (may be NULL) is stored as entry "data". */
-fr_status fr_trainer_save(fr_trainer *t, const char *path, const void *data_state, size_t data_len);
+FR_NODISCARD fr_status fr_trainer_save(fr_trainer *t, const char *path, const void *data_state, size_t data_len);
 /* Restore everything from a checkpoint: every trained parameter (by original name; a missing
  * one or one of another shape is an error naming it), its optimizer state, the step counters,
  * the generator, the FP8 scaling state when both sides have it. A parameter the checkpoint
@@ -257,23 +257,23 @@ fr_status fr_trainer_save(fr_trainer *t, const char *path, const void *data_stat
  * NULL when absent) receives the loader state bytes; pass NULL to ignore them. An evaluation-only
  * trainer restores the weights (and counters) only. On error the trainer may be partly
  * restored: discard it. */
-fr_status fr_trainer_load(fr_trainer *t, const char *path, void **data_state, size_t *data_len);
+FR_NODISCARD fr_status fr_trainer_load(fr_trainer *t, const char *path, void **data_state, size_t *data_len);
 
 /* Write the "param" tensors of a checkpoint into the float initializers of the same names of
  * `g` (an imported model, before fr_trainer_new or export). A tensor whose initializer is
  * missing or has another shape is an error naming it; *n_applied (may be NULL) counts them. */
-fr_status fr_train_apply_weights(fr_graph *g, const char *ckpt_path, int *n_applied);
+FR_NODISCARD fr_status fr_train_apply_weights(fr_graph *g, const char *ckpt_path, int *n_applied);
 /* A checkpoint's "config" entry (NUL-terminated copy, malloc'ed) or NULL when absent. */
-fr_status fr_train_ckpt_config(const char *ckpt_path, char **json);
+FR_NODISCARD fr_status fr_train_ckpt_config(const char *ckpt_path, char **json);
 
 /* ---- export (runtime/train_export.c) ---- */
 /* The original model with the trained values in its initializers (original names and
  * layouts), saved with fr_onnx_save_file; weights go to external data "<file>.data" when they
  * add up to more than 1 GiB. */
-fr_status fr_trainer_export(fr_trainer *t, const char *path);
+FR_NODISCARD fr_status fr_trainer_export(fr_trainer *t, const char *path);
 /* A LoRA run's adapters in PEFT's layout: dir/adapter_model.safetensors and
  * dir/adapter_config.json (runtime/train_lora.c). */
-fr_status fr_trainer_export_adapter(fr_trainer *t, const char *dir);
+FR_NODISCARD fr_status fr_trainer_export_adapter(fr_trainer *t, const char *dir);
 /* Parameters and the bytes they take where the run trains (device or host): trained ones with
  * their gradient and optimizer state; a LoRA run's frozen base weights. */
 typedef struct fr_param_bytes {
@@ -282,11 +282,11 @@ typedef struct fr_param_bytes {
 } fr_param_bytes;
 void fr_trainer_param_bytes(const fr_trainer *t, fr_param_bytes *b);
 /* Save g, choosing external data the same way. */
-fr_status fr_train_save_model(const fr_graph *g, const char *path);
+FR_NODISCARD fr_status fr_train_save_model(const fr_graph *g, const char *path);
 
 /* ---- helpers shared by the trainer's files ---- */
 /* A deep copy of g. share_constants != 0: every value->constant of the copy is a header that
  * borrows the source's data (owns_data = 0), so the source must outlive the copy. */
-fr_status fr_train_clone_graph(const fr_graph *g, int share_constants, fr_graph **out);
+FR_NODISCARD fr_status fr_train_clone_graph(const fr_graph *g, int share_constants, fr_graph **out);
 
 #endif

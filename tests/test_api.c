@@ -110,20 +110,20 @@ static fr_graph *build_tiny(fr_rng *r, int oob_gather)
     const int64_t V = TINY_V, D = TINY_D;
     fr_graph *g = new_graph();
     int ids;
-    fr_graph_add_value(g, "input_ids", &ids);
+    FR_ASSERT_OK(fr_graph_add_value(g, "input_ids", &ids));
     int64_t bt[2] = {-1, -1};
     fr_value_set_shape(&g->values[ids], FR_I64, 2, bt);
     g->values[ids].dim_params[0] = strdup("batch");
     g->values[ids].dim_params[1] = strdup("seq");
     g->values[ids].flags |= FR_VAL_INPUT;
-    fr_graph_mark_input(g, ids);
+    FR_ASSERT_OK(fr_graph_mark_input(g, ids));
     if (oob_gather) {
         int64_t n = V - 2;
         int remap = add_init(g, "remap", FR_I64, 1, &n);
         for (int64_t i = 0; i < n; i++) ((int64_t *)g->values[remap].constant->data)[i] = (i * 3) % V;
         int in[2] = {remap, ids};
         ids = node(g, "Gather", "ids_remapped", 2, in);
-        fr_node_set_attr_int(&g->nodes[g->values[ids].producer], "axis", 0);
+        FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[g->values[ids].producer], "axis", 0));
     }
     int64_t dv = V, one = 1, de[2] = {V, D}, dd[2] = {D, D}, dh[2] = {D, V};
     int range = add_init(g, "vocab_range", FR_I64, 1, &dv);
@@ -145,10 +145,10 @@ static fr_graph *build_tiny(fr_rng *r, int oob_gather)
     int i1[2] = {u, range};
     int eq = node(g, "Equal", "onehot_b", 2, i1);
     int oh = node(g, "Cast", "onehot", 1, &eq);
-    fr_node_set_attr_int(&g->nodes[g->values[oh].producer], "to", FR_F32);
+    FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[g->values[oh].producer], "to", FR_F32));
     int i2[2] = {oh, E};
     int h = node(g, "Einsum", "h", 2, i2);
-    fr_node_set_attr_string(&g->nodes[g->values[h].producer], "equation", "btv,vd->btd");
+    FR_ASSERT_OK(fr_node_set_attr_string(&g->nodes[g->values[h].producer], "equation", "btv,vd->btd"));
     int i3[2] = {h, wq}, i4[2] = {h, wk};
     int q = node(g, "MatMul", "q", 2, i3), k = node(g, "MatMul", "k", 2, i4);
     int i5[2] = {q, k};
@@ -162,7 +162,7 @@ static fr_graph *build_tiny(fr_rng *r, int oob_gather)
     int i9[2] = {z, b};
     int logits = node(g, "Add", "logits", 2, i9);
     g->values[logits].flags |= FR_VAL_OUTPUT;
-    fr_graph_mark_output(g, logits);
+    FR_ASSERT_OK(fr_graph_mark_output(g, logits));
     return g;
 }
 
@@ -194,7 +194,7 @@ static fp8run_model *tiny_model(const char *seed_name, int oob_gather)
 static fp8run_train_config tiny_config(int64_t B, int64_t T)
 {
     fp8run_train_config c;
-    fp8run_train_config_init(&c, sizeof c);
+    API_OK(fp8run_train_config_init(&c, sizeof c));
     c.batch = B;
     c.seq_len = T;
     c.lr = 1e-2;
@@ -938,7 +938,7 @@ static void test_checkpoint_errors(void)
     API_OK(fp8run_session_train_step(s, w, FP8RUN_DTYPE_INT64, 4, NULL));
     /* a loader asked for but none saved: the session is restored, the loader is not */
     fp8run_data_config dc;
-    fp8run_data_config_init(&dc, sizeof dc);
+    API_OK(fp8run_data_config_init(&dc, sizeof dc));
     dc.seq_len = 3;
     fr_rng r = fr_test_rng("ckpt errors tokens");
     write_tokens(tmp_path(p, sizeof p, dir, "t.bin"), 100, TINY_V, &r);
@@ -1072,7 +1072,7 @@ static void test_llama_train(void)
     fp8run_model *m;
     API_OK(fp8run_model_load(fr_fixture(p, sizeof p, "llama_tiny/model.onnx"), &m));
     fp8run_train_config c;
-    fp8run_train_config_init(&c, sizeof c);
+    API_OK(fp8run_train_config_init(&c, sizeof c));
     c.batch = 2;
     c.seq_len = 8;
     c.precision = "fp8";
@@ -1086,7 +1086,7 @@ static void test_llama_train(void)
     API_OK(fp8run_session_create(m, "cpu", &c, &s));
     CU_ASSERT_EQUAL(fp8run_session_vocab(s), 128);
     fp8run_data_config dc;
-    fp8run_data_config_init(&dc, sizeof dc);
+    API_OK(fp8run_data_config_init(&dc, sizeof dc));
     dc.batch = 2;
     dc.seq_len = 8;
     dc.order = FP8RUN_DATA_SEQUENTIAL;

@@ -36,7 +36,7 @@ static fp8run_model *model(void)
 static fp8run_session *session(const fp8run_model *m, int max_bad)
 {
     fp8run_train_config c;
-    fp8run_train_config_init(&c, sizeof c);
+    API_OK(fp8run_train_config_init(&c, sizeof c));
     c.batch = B;
     c.seq_len = T;
     c.lr = 3e-3;

@@ -101,7 +101,7 @@ static void test_defaults_and_choices(void)
 static void test_set_from_text(void)
 {
     fp8run_train_config c;
-    fp8run_train_config_init(&c, sizeof c);
+    CU_ASSERT_EQUAL_FATAL(fp8run_train_config_init(&c, sizeof c), FP8RUN_OK);
     CU_ASSERT_EQUAL(fp8run_train_config_set(&c, "--pad-multiple", "64"), FP8RUN_OK);
     CU_ASSERT_EQUAL(c.pad_multiple, 64);
     CU_ASSERT_EQUAL(fp8run_train_config_set(&c, "pad_multiple", "4096"), FP8RUN_OK);
@@ -169,7 +169,7 @@ static void test_config_checked(void)
                {"recipe", NULL, "config.recipe is 'fast'; use one of delayed, current, block"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         fp8run_train_config c;
-        fp8run_train_config_init(&c, sizeof c);
+        CU_ASSERT_EQUAL_FATAL(fp8run_train_config_init(&c, sizeof c), FP8RUN_OK);
         c.precision = "fp8";
         c.seq_len = 8;
         if (i == 0) c.pad_multiple = 0;
@@ -189,7 +189,7 @@ static void test_config_checked(void)
 static void test_internal_defaults_agree(void)
 {
     fp8run_train_config c;
-    fp8run_train_config_init(&c, sizeof c);
+    CU_ASSERT_EQUAL_FATAL(fp8run_train_config_init(&c, sizeof c), FP8RUN_OK);
     api_options a;
     CU_ASSERT_EQUAL_FATAL(fr_api_options(NULL, "test", &c, &a), FP8RUN_OK);
     fr_train_options d;
@@ -244,7 +244,7 @@ static void test_cli_from_table(void)
         int listed = 0;
         for (int i = 0; i < fp8run_train_config_option_count(); i++) {
             fp8run_option_info e = {.struct_size = sizeof e};
-            fp8run_train_config_option(i, &e);
+            CU_ASSERT_EQUAL_FATAL(fp8run_train_config_option(i, &e), FP8RUN_OK);
             if (!e.flag) continue;
             char line[96];
             snprintf(line, sizeof line, "\n  %s ", e.flag);

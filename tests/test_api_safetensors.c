@@ -30,7 +30,7 @@
 static fp8run_session *new_session_prec(fp8run_model *m, const char *precision)
 {
     fp8run_train_config c;
-    fp8run_train_config_init(&c, sizeof c);
+    OK(fp8run_train_config_init(&c, sizeof c));
     c.batch = B;
     c.seq_len = T;
     c.precision = precision;

@@ -41,14 +41,14 @@ static void *train(void *arg)
     run *r = arg;
     fp8run_session *s = NULL;
     fp8run_train_config c;
-    fp8run_train_config_init(&c, sizeof c);
+    fp8run_status init = fp8run_train_config_init(&c, sizeof c); /* reported after the barrier */
     c.batch = r->batch;
     c.seq_len = r->seq;
     c.precision = r->precision;
     c.lr = 3e-3;
     c.grad_clip = 1.0;
     if (r->start) pthread_barrier_wait(r->start);
-    r->st = fp8run_session_create(r->model, "cpu", &c, &s);
+    r->st = init != FP8RUN_OK ? init : fp8run_session_create(r->model, "cpu", &c, &s);
     size_t n = (size_t)(r->batch * (r->seq + 1));
     int64_t *w = malloc(n * sizeof *w);
     uint64_t seed = r->seed;

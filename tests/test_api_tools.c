@@ -381,7 +381,7 @@ static void test_forward(void)
 
     /* the same logits as an evaluation session's */
     fp8run_train_config c;
-    fp8run_train_config_init(&c, sizeof c);
+    API_OK(fp8run_train_config_init(&c, sizeof c));
     c.batch = B;
     c.seq_len = T;
     c.eval_only = 1;
@@ -546,7 +546,7 @@ static void test_generate(void)
 static fp8run_train_config fp8_config(void)
 {
     fp8run_train_config c;
-    fp8run_train_config_init(&c, sizeof c);
+    API_OK(fp8run_train_config_init(&c, sizeof c));
     c.batch = 2;
     c.seq_len = 13;
     c.precision = "fp8";
@@ -645,7 +645,7 @@ static void test_compiled(void)
 
     /* train it: statistics, state, checkpoints */
     fp8run_train_config tc;
-    fp8run_train_config_init(&tc, sizeof tc);
+    API_OK(fp8run_train_config_init(&tc, sizeof tc));
     tc.batch = 2;
     tc.seq_len = 13;
     tc.lr = 1e-3;
@@ -671,7 +671,7 @@ static void test_compiled(void)
     CU_ASSERT(st.step == -1 && !st.has_amax && isnan(st.amax) && strstr(st.note, "no step"));
 
     fp8run_data_config dc;
-    fp8run_data_config_init(&dc, sizeof dc);
+    API_OK(fp8run_data_config_init(&dc, sizeof dc));
     dc.batch = 2;
     dc.seq_len = 13;
     dc.order = FP8RUN_DATA_SEQUENTIAL;
@@ -768,11 +768,11 @@ static void test_compiled(void)
 static void test_flops(void)
 {
     fp8run_llama_config lc;
-    fp8run_llama_config_init(&lc, sizeof lc); /* tiny: d 64, 2 layers, 4 heads, 2 kv heads, ffn 176 */
+    API_OK(fp8run_llama_config_init(&lc, sizeof lc)); /* tiny: d 64, 2 layers, 4 heads, 2 kv heads, ffn 176 */
     fp8run_model *m = NULL;
     API_OK(fp8run_model_generate_llama(&lc, &m));
     fp8run_train_config c;
-    fp8run_train_config_init(&c, sizeof c);
+    API_OK(fp8run_train_config_init(&c, sizeof c));
     c.batch = 2;
     c.seq_len = 32;
     c.grad_accum = 3;
@@ -811,7 +811,7 @@ static void test_uint8_tokens(void)
     for (int i = 0; i < 50; i++) fputs("hello, fp8! ", f);
     fclose(f);
     fp8run_data_config dc;
-    fp8run_data_config_init(&dc, sizeof dc);
+    API_OK(fp8run_data_config_init(&dc, sizeof dc));
     dc.batch = 2;
     dc.seq_len = 4;
     dc.order = FP8RUN_DATA_SEQUENTIAL;

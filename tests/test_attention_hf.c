@@ -243,7 +243,7 @@ static double attention_flops(const char *dir)
     fp8run_model *m = NULL;
     CU_ASSERT_EQUAL_FATAL(fp8run_model_load(fr_fixture(p, sizeof p, rel), &m), FP8RUN_OK);
     fp8run_train_config c;
-    fp8run_train_config_init(&c, sizeof c);
+    CU_ASSERT_EQUAL_FATAL(fp8run_train_config_init(&c, sizeof c), FP8RUN_OK);
     c.batch = HF_B;
     c.seq_len = HF_T;
     fp8run_flops_info fl = {.struct_size = sizeof fl};

@@ -125,7 +125,7 @@ static void test_atomic(void)
         if (fr_ckpt_writer_open(path, &w) != FR_OK) _exit(3);
         float junk[1024] = {0};
         int64_t d[1] = {1024};
-        fr_ckpt_write_tensor(w, "x", "param", FR_F32, 1, d, junk);
+        if (fr_ckpt_write_tensor(w, "x", "param", FR_F32, 1, d, junk) != FR_OK) _exit(5);
         raise(SIGKILL); /* dies before commit */
         _exit(4);
     }

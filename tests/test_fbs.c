@@ -74,11 +74,11 @@ static fr_graph *build_tiny(uint64_t seed, int64_t V, int64_t D, const char *pat
     r.s ^= seed;
     fr_graph *g = new_graph();
     int ids, E;
-    fr_graph_add_value(g, "input_ids", &ids);
+    FR_ASSERT_OK(fr_graph_add_value(g, "input_ids", &ids));
     int64_t bt[2] = {-1, -1};
     fr_value_set_shape(&g->values[ids], FR_I64, 2, bt);
     bt_dims(g, ids);
-    fr_graph_mark_input(g, ids);
+    FR_ASSERT_OK(fr_graph_mark_input(g, ids));
     int64_t dv = V, one = 1, de[2] = {V, D}, dd[2] = {D, D}, dh[2] = {D, V}, d1 = D;
     int range = add_init(g, "vocab_range", FR_I64, 1, &dv), axes = add_init(g, "unsq_axes", FR_I64, 1, &one);
     for (int64_t i = 0; i < V; i++) ((int64_t *)g->values[range].constant->data)[i] = i;
@@ -90,10 +90,10 @@ static fr_graph *build_tiny(uint64_t seed, int64_t V, int64_t D, const char *pat
     int in2[2] = {u, range};
     int eq = node(g, "Equal", "onehot_b", 2, in2);
     int oh = node(g, "Cast", "onehot", 1, &eq);
-    fr_node_set_attr_int(&g->nodes[g->values[oh].producer], "to", FR_F32);
+    FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[g->values[oh].producer], "to", FR_F32));
     int in3[2] = {oh, E};
     int h = node(g, "Einsum", "h", 2, in3);
-    fr_node_set_attr_string(&g->nodes[g->values[h].producer], "equation", "btv,vd->btd");
+    FR_ASSERT_OK(fr_node_set_attr_string(&g->nodes[g->values[h].producer], "equation", "btv,vd->btd"));
     int wq = add_init(g, "q.weight", FR_F32, 2, dd), wk = add_init(g, "k.weight", FR_F32, 2, dd);
     int bq = add_init(g, "q.bias", FR_F32, 1, &d1), bk = add_init(g, "k.bias", FR_F32, 1, &d1);
     int w1 = add_init(g, "mid.weight", FR_F32, 2, dd), wh = add_init(g, "lm_head.weight", FR_F32, 2, dh);
@@ -119,7 +119,7 @@ static fr_graph *build_tiny(uint64_t seed, int64_t V, int64_t D, const char *pat
     int logits = node(g, "MatMul", "logits", 2, i6);
     g->values[logits].dim_params[0] = strdup("batch");
     g->values[logits].dim_params[1] = strdup("seq");
-    fr_graph_mark_output(g, logits);
+    FR_ASSERT_OK(fr_graph_mark_output(g, logits));
     fr_graph *back = NULL;
     if (fr_onnx_save_file(g, path, NULL) != FR_OK || fr_onnx_load_file(path, &back) != FR_OK)
         printf("\n  %s\n", fr_last_error());
@@ -692,7 +692,7 @@ static void test_malformed(void)
         CU_ASSERT_FATAL(vid >= 0);
         fr_tensor_free(b->values[vid].constant);
         int64_t three = 3;
-        fr_tensor_new(FR_F32, 1, &three, hn, &b->values[vid].constant);
+        FR_ASSERT_OK(fr_tensor_new(FR_F32, 1, &three, hn, &b->values[vid].constant));
         expect_bad(b, "fp8run.state.0.amax", "history of the wrong length");
         fr_graph_free(b);
     }

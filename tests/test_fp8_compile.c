@@ -44,10 +44,10 @@ static fr_status ref_gemm(const fr_kernel_ctx *ctx)
     const fr_tensor *a = ctx->in[0], *b = ctx->in[1], *c = ctx->n_in > 2 ? ctx->in[2] : NULL;
     int64_t tb, ta;
     float alpha, beta;
-    fr_node_attr_int(ctx->node, "transB", 0, &tb);
-    fr_node_attr_int(ctx->node, "transA", 0, &ta);
-    fr_node_attr_float(ctx->node, "alpha", 1.0f, &alpha);
-    fr_node_attr_float(ctx->node, "beta", 1.0f, &beta);
+    FR_TRY(fr_node_attr_int(ctx->node, "transB", 0, &tb));
+    FR_TRY(fr_node_attr_int(ctx->node, "transA", 0, &ta));
+    FR_TRY(fr_node_attr_float(ctx->node, "alpha", 1.0f, &alpha));
+    FR_TRY(fr_node_attr_float(ctx->node, "beta", 1.0f, &beta));
     int64_t M = ta ? a->dims[1] : a->dims[0], K = ta ? a->dims[0] : a->dims[1];
     int64_t N = tb ? b->dims[0] : b->dims[1];
     const float *av = a->data, *bv = b->data, *cv = c ? c->data : NULL;
@@ -123,7 +123,7 @@ static int param(fr_graph *g, fr_rng *r, const char *name, int rank, int64_t d0,
     if (fr_graph_add_value(g, name, &vid) != FR_OK || fr_tensor_new(FR_F32, rank, dims, name, &t) != FR_OK)
         return -1;
     fr_rng_fill_normal(r, t->data, fr_tensor_numel(t), 0.3f);
-    fr_graph_set_initializer(g, vid, t);
+    FR_ASSERT_OK(fr_graph_set_initializer(g, vid, t));
     return vid;
 }
 
@@ -152,7 +152,7 @@ static int transposed(fr_graph *g, const char *name, int w)
     int64_t d[2] = {wv->dims[1], wv->dims[0]};
     int t = op(g, "Transpose", name, 1, &w, 2, d);
     int64_t perm[2] = {1, 0};
-    fr_node_set_attr_ints(&g->nodes[g->n_nodes - 1], "perm", 2, perm);
+    FR_ASSERT_OK(fr_node_set_attr_ints(&g->nodes[g->n_nodes - 1], "perm", 2, perm));
     return t;
 }
 
@@ -187,7 +187,7 @@ static fr_graph *build_block_a(uint64_t seed, int *logits)
     int down = op2(g, "MatMul", "down_proj/MatMul", act, transposed(g, "down_proj/T", dw), 3, d16);
     int h2 = op2(g, "Add", "res2", h1, down, 3, d16);
     *logits = op2(g, "MatMul", "lm_head/MatMul", h2, lw, 3, d11);
-    fr_graph_mark_output(g, *logits);
+    FR_ASSERT_OK(fr_graph_mark_output(g, *logits));
     return g;
 }
 
@@ -216,30 +216,30 @@ static fr_graph *build_block_b(uint64_t seed, int64_t opset, int *logits, int *a
     int in3[3];
     in3[0] = x, in3[1] = qw, in3[2] = qb;
     int q = op(g, "Gemm", "q_gemm", 3, in3, 2, d8);
-    fr_node_set_attr_int(&g->nodes[g->n_nodes - 1], "transB", 1);
+    FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[g->n_nodes - 1], "transB", 1));
     in3[1] = kw, in3[2] = kb;
     int k = op(g, "Gemm", "k_gemm", 3, in3, 2, d8);
-    fr_node_set_attr_int(&g->nodes[g->n_nodes - 1], "transB", 1);
+    FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[g->n_nodes - 1], "transB", 1));
     in3[1] = vw, in3[2] = vb;
     int v = op(g, "Gemm", "v_gemm", 3, in3, 2, d8);
     int ctx = op2(g, "Add", "ctx", op2(g, "Mul", "qk", q, op(g, "Sigmoid", "sk", 1, &k, 2, d8), 2, d8), v, 2, d8);
     in3[0] = ctx, in3[1] = ow, in3[2] = ob;
     int o = op(g, "Gemm", "o_gemm", 3, in3, 2, d16);
-    fr_node_set_attr_int(&g->nodes[g->n_nodes - 1], "transB", 1);
+    FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[g->n_nodes - 1], "transB", 1));
     int s = op2(g, "Gemm", "s_gemm", o, sw, 2, d16);
-    fr_node_set_attr_int(&g->nodes[g->n_nodes - 1], "transB", 1);
-    fr_node_set_attr_float(&g->nodes[g->n_nodes - 1], "alpha", 0.5f);
+    FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[g->n_nodes - 1], "transB", 1));
+    FR_ASSERT_OK(fr_node_set_attr_float(&g->nodes[g->n_nodes - 1], "alpha", 0.5f));
     in3[0] = s, in3[1] = b2w, in3[2] = b2c;
     int b2 = op(g, "Gemm", "b2_gemm", 3, in3, 2, d16);
-    fr_node_set_attr_float(&g->nodes[g->n_nodes - 1], "beta", 2.0f);
+    FR_ASSERT_OK(fr_node_set_attr_float(&g->nodes[g->n_nodes - 1], "beta", 2.0f));
     int wl = op2(g, "MatMul", "left_matmul", lw, b2, 2, d16);
     int ot = transposed(g, "o_T", o);
     *att = op2(g, "MatMul", "att", o, ot, 2, d66);
     int head = op2(g, "Gemm", "head_gemm", wl, hw, 2, d10);
-    fr_node_set_attr_int(&g->nodes[g->n_nodes - 1], "transB", 1);
+    FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[g->n_nodes - 1], "transB", 1));
     *logits = op2(g, "Add", "head_add", head, hb, 2, d10);
-    fr_graph_mark_output(g, *logits);
-    fr_graph_mark_output(g, *att);
+    FR_ASSERT_OK(fr_graph_mark_output(g, *logits));
+    FR_ASSERT_OK(fr_graph_mark_output(g, *att));
     return g;
 }
 
@@ -358,7 +358,7 @@ static void test_block_a_default(void)
         CU_ASSERT_FATAL(s != NULL);
         CU_ASSERT_EQUAL(((int64_t *)s->data)[0], nd->n_outputs == 3 ? 16 : 32);
         int64_t axis;
-        fr_node_attr_int(nd, "axis", -99, &axis);
+        FR_ASSERT_OK(fr_node_attr_int(nd, "axis", -99, &axis));
         CU_ASSERT_EQUAL(axis, 2);
     }
     /* delayed state: 3 operands per fp8 layer, scale values are [1] = 1.0 state */
@@ -496,7 +496,7 @@ static void test_block_a_options(void)
     for (int n = 0; n < g->n_nodes; n++)
         if (strcmp(g->nodes[n].op_type, "Linear") == 0) {
             const char *p;
-            fr_node_attr_string(&g->nodes[n], "precision", "", &p);
+            FR_ASSERT_OK(fr_node_attr_string(&g->nodes[n], "precision", "", &p));
             CU_ASSERT(g->nodes[n].n_inputs <= 3); /* no state inputs outside the delayed recipe */
             if (strcmp(p, "fp8") == 0) {
                 CU_ASSERT_EQUAL(g->nodes[n].n_outputs, 3);
@@ -597,7 +597,7 @@ static void test_block_b_gemm(void)
         if (opset < 13) { /* 'split' is an attribute before opset 13 */
             int cnt;
             const int64_t *sz;
-            fr_node_attr_ints(split, "split", &cnt, &sz);
+            FR_ASSERT_OK(fr_node_attr_ints(split, "split", &cnt, &sz));
             CU_ASSERT_EQUAL(split->n_inputs, 1);
             CU_ASSERT_EQUAL(cnt, 3);
             CU_ASSERT(cnt == 3 && sz[0] == 8 && sz[1] == 8 && sz[2] == 8);
@@ -660,7 +660,7 @@ static void test_shared_weight_not_fused(void)
     int a = op2(g, "MatMul", "a", x, w, 2, d);
     int b = op2(g, "MatMul", "b", x, w2, 2, d);
     int c = op2(g, "MatMul", "c", op2(g, "Add", "ab", a, b, 2, d), w, 2, d);
-    fr_graph_mark_output(g, c);
+    FR_ASSERT_OK(fr_graph_mark_output(g, c));
     fr_fp8_options o;
     fr_fp8_options_default(&o);
     o.bf16_boundary = 0;
@@ -685,7 +685,7 @@ static void test_state_after_autodiff(void)
     int h1 = op2(g, "MatMul", "l1", x, w1, 2, d);
     int h2 = op2(g, "MatMul", "l2", h1, w2, 2, d);
     int y = op2(g, "MatMul", "l3", h2, w3, 2, d);
-    fr_graph_mark_output(g, y);
+    FR_ASSERT_OK(fr_graph_mark_output(g, y));
     fr_fp8_options o;
     fr_fp8_options_default(&o);
     fr_fp8_report rep;

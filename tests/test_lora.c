@@ -44,7 +44,7 @@ static fp8run_session *new_session_prec(fp8run_model *m, int rank, const char *t
                                         const char *precision)
 {
     fp8run_train_config c;
-    fp8run_train_config_init(&c, sizeof c);
+    CU_ASSERT_EQUAL_FATAL(fp8run_train_config_init(&c, sizeof c), FP8RUN_OK);
     c.precision = precision;
     c.batch = B;
     c.seq_len = T;
@@ -191,7 +191,7 @@ static void test_fixture_pass(void)
     printf("\n  loss %.4f -> %.4f after 31 LoRA steps ", first, last);
     /* refusals name what is wrong */
     fp8run_train_config c;
-    fp8run_train_config_init(&c, sizeof c);
+    CU_ASSERT_EQUAL_FATAL(fp8run_train_config_init(&c, sizeof c), FP8RUN_OK);
     c.batch = B;
     c.seq_len = T;
     c.lora_rank = 4;

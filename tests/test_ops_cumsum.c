@@ -13,8 +13,8 @@ static int add_cumsum(fr_graph *g, int x, int axis_vid, int exclusive, int rever
     int y, nid, in[2] = {x, axis_vid};
     if (fr_graph_add_unique_value(g, "y", &y) != FR_OK) return -1;
     if (fr_graph_add_node(g, "CumSum", "", NULL, 2, in, 1, &y, &nid) != FR_OK) return -1;
-    fr_node_set_attr_int(&g->nodes[nid], "exclusive", exclusive);
-    fr_node_set_attr_int(&g->nodes[nid], "reverse", reverse);
+    FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "exclusive", exclusive));
+    FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "reverse", reverse));
     if (fr_node_infer(g, nid) != FR_OK) return -1;
     return y;
 }

@@ -29,7 +29,7 @@ static int input(fr_graph *g, const char *name, fr_dtype dt, int rank, const int
     fr_value_set_shape(&g->values[id], dt, rank, dims);
     for (int d = 0; d < rank; d++)
         if (params && params[d]) g->values[id].dim_params[d] = strdup(params[d]);
-    fr_graph_mark_input(g, id);
+    FR_ASSERT_OK(fr_graph_mark_input(g, id));
     return id;
 }
 
@@ -40,7 +40,7 @@ static int const_i64(fr_graph *g, const char *name, int rank, int64_t n, const i
     int64_t dims[1] = {n};
     if (fr_tensor_new(FR_I64, rank, dims, name, &t) != FR_OK) return -1;
     memcpy(t->data, v, (size_t)n * sizeof(int64_t));
-    fr_graph_set_initializer(g, id, t);
+    FR_ASSERT_OK(fr_graph_set_initializer(g, id, t));
     return id;
 }
 
@@ -91,10 +91,10 @@ static fr_graph *shape_chain_graph(void)
     int q1 = node1(g, "Unsqueeze", "unsq_q", 2, in_u1, "q1");
     int in_c[3] = {b1, q1, c22};
     int shp = node1(g, "Concat", "concat", 3, in_c, "target");
-    fr_node_set_attr_int(&g->nodes[g->n_nodes - 1], "axis", 0);
+    FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[g->n_nodes - 1], "axis", 0));
     int in_r[2] = {x, shp};
     int y = node1(g, "Reshape", "reshape", 2, in_r, "y");
-    fr_graph_mark_output(g, y);
+    FR_ASSERT_OK(fr_graph_mark_output(g, y));
     return g;
 }
 
@@ -173,8 +173,8 @@ static void test_fold_rules(void)
     int y = node1(g, "Add", "add", 2, in_a, "y");
     int nk = node1(g, "Neg", "neg_k", 1, &k, "nk");
     int z = node1(g, "Abs", "abs_k", 1, &nk, "z");
-    fr_graph_mark_output(g, y);
-    fr_graph_mark_output(g, z);
+    FR_ASSERT_OK(fr_graph_mark_output(g, y));
+    FR_ASSERT_OK(fr_graph_mark_output(g, z));
     fr_prepare_stats st;
     FR_ASSERT_OK(fr_prepare_forward(g, NULL, &st));
     CU_ASSERT_EQUAL(st.nodes_folded, 2); /* neg_k, abs_k */
@@ -211,7 +211,7 @@ static void test_fold_rules(void)
     FR_ASSERT_OK(fr_tensor_new(FR_I64, 1, d4, "k", &kt));
     FR_ASSERT_OK(fr_graph_set_initializer(g, k, kt));
     nk = node1(g, "Neg", "neg_k", 1, &k, "nk");
-    fr_graph_mark_output(g, nk);
+    FR_ASSERT_OK(fr_graph_mark_output(g, nk));
     fr_prepare_options opt;
     fr_prepare_options_default(&opt);
     opt.fold_max_elements = 3;
@@ -231,7 +231,7 @@ static void test_dce(void)
     int a = node1(g, "Neg", "unused_neg", 1, &x, "a");
     node1(g, "NoSuchOp", "unused_unsupported", 1, &a, "a2"); /* dead: never resolved */
     int y = node1(g, "Abs", "abs", 1, &x, "y");
-    fr_graph_mark_output(g, y);
+    FR_ASSERT_OK(fr_graph_mark_output(g, y));
     fr_prepare_stats st;
     FR_ASSERT_OK(fr_prepare_forward(g, NULL, &st));
     CU_ASSERT_EQUAL(g->n_nodes, 1);
@@ -243,7 +243,7 @@ static void test_dce(void)
     g = fr_gc_new_graph(17);
     x = input(g, "x", FR_F32, 2, d, NULL);
     y = node1(g, "NoSuchOp", "the_node", 1, &x, "y");
-    fr_graph_mark_output(g, y);
+    FR_ASSERT_OK(fr_graph_mark_output(g, y));
     CU_ASSERT_EQUAL(fr_prepare_forward(g, NULL, NULL), FR_ERR_UNSUPPORTED);
     CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "NoSuchOp"));
     CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "the_node"));
@@ -255,7 +255,7 @@ static void test_dce(void)
     x = input(g, "x", FR_F32, 2, d, NULL);
     a = node1(g, "Neg", "n1", 1, &x, "a");
     y = node1(g, "Abs", "n2", 1, &a, "y");
-    fr_graph_mark_output(g, y);
+    FR_ASSERT_OK(fr_graph_mark_output(g, y));
     int removed;
     FR_ASSERT_OK(fr_dce(g, &removed));
     CU_ASSERT_EQUAL(removed, 0);
@@ -282,10 +282,10 @@ static void test_identity_removal(void)
     int pass = node1(g, "Identity", "id_pass", 1, &x, "passthrough");
     /* an Abs reading the middle of the chain, so 'u' has two readers */
     int v = node1(g, "Abs", "abs", 1, &u, "v");
-    fr_graph_mark_output(g, out);
-    fr_graph_mark_output(g, out2);
-    fr_graph_mark_output(g, pass);
-    fr_graph_mark_output(g, v);
+    FR_ASSERT_OK(fr_graph_mark_output(g, out));
+    FR_ASSERT_OK(fr_graph_mark_output(g, out2));
+    FR_ASSERT_OK(fr_graph_mark_output(g, pass));
+    FR_ASSERT_OK(fr_graph_mark_output(g, v));
     fr_prepare_stats st;
     FR_ASSERT_OK(fr_prepare_forward(g, NULL, &st));
     CU_ASSERT_EQUAL(st.identities_removed, 3);
@@ -338,7 +338,7 @@ static fr_graph *sym_graph(void)
     int64_t dims[2] = {-1, -1};
     int x = input(g, "ids", FR_F32, 2, dims, params);
     int y = node1(g, "Neg", "neg", 1, &x, "y");
-    fr_graph_mark_output(g, y);
+    FR_ASSERT_OK(fr_graph_mark_output(g, y));
     return g;
 }
 
@@ -421,7 +421,7 @@ static void test_infer_checks(void)
     int64_t d[1] = {3};
     int x = input(g, "x", FR_F32, 1, d, NULL);
     int y = node1(g, "Neg", "lazy_node", 1, &x, "y");
-    fr_graph_mark_output(g, y);
+    FR_ASSERT_OK(fr_graph_mark_output(g, y));
     fr_value_set_shape(&g->values[y], FR_F32, 1, d); /* a stale declared shape must not help */
     fr_op_def lazy = *fr_op_find("", "Neg");
     lazy.infer = lazy_infer;
@@ -435,7 +435,7 @@ static void test_infer_checks(void)
     g = fr_gc_new_graph(17);
     x = input(g, "x", FR_F32, 1, d, NULL);
     y = node1(g, "Neg", "neg", 1, &x, "y");
-    fr_graph_mark_output(g, y);
+    FR_ASSERT_OK(fr_graph_mark_output(g, y));
     int64_t wrong[1] = {5};
     fr_value_set_shape(&g->values[y], FR_F32, 1, wrong);
     CU_ASSERT_EQUAL(fr_prepare_forward(g, NULL, NULL), FR_ERR_SHAPE);
@@ -447,7 +447,7 @@ static void test_infer_checks(void)
     g = fr_gc_new_graph(17);
     x = input(g, "x", FR_F32, 1, d, NULL);
     y = val(g, "orphan");
-    fr_graph_mark_output(g, y);
+    FR_ASSERT_OK(fr_graph_mark_output(g, y));
     CU_ASSERT_EQUAL(fr_prepare_forward(g, NULL, NULL), FR_ERR_GRAPH);
     CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "orphan"));
     fr_graph_free(g);
@@ -476,8 +476,8 @@ static void test_exec_pool_and_reuse(void)
     int z = node1(g, "Abs", "abs", 1, &y, "z");
     int in_m[2] = {z, y};
     int w = node1(g, "Mul", "mul", 2, in_m, "w");
-    fr_graph_mark_output(g, y);
-    fr_graph_mark_output(g, w);
+    FR_ASSERT_OK(fr_graph_mark_output(g, y));
+    FR_ASSERT_OK(fr_graph_mark_output(g, w));
     FR_ASSERT_OK(fr_prepare_forward(g, NULL, NULL));
     fr_exec *e;
     FR_ASSERT_OK(fr_exec_new(g, &e));
@@ -532,7 +532,7 @@ static void test_exec_inputs_and_errors(void)
     int m = val(g, "mask");
     int outs[2] = {val(g, "dy"), m};
     FR_ASSERT_OK(fr_graph_add_node(g, "Dropout", "", "drop", 1, &y, 2, outs, NULL));
-    fr_graph_mark_output(g, outs[0]);
+    FR_ASSERT_OK(fr_graph_mark_output(g, outs[0]));
     FR_ASSERT_OK(fr_prepare_forward(g, NULL, NULL));
     fr_exec *e;
     FR_ASSERT_OK(fr_exec_new(g, &e));

@@ -15,7 +15,7 @@ static int64_t read_tokens(const char *name, int64_t *out, int64_t cap)
     char p[700];
     snprintf(p, sizeof p, "%s/%s", cli_tmp, name);
     fp8run_data_config c;
-    fp8run_data_config_init(&c, sizeof c);
+    if (fp8run_data_config_init(&c, sizeof c) != FP8RUN_OK) return -1;
     c.order = FP8RUN_DATA_SEQUENTIAL;
     fp8run_data_loader *d = NULL;
     int64_t n = -1;

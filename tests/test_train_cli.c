@@ -39,7 +39,7 @@ static int add_bt(fr_graph *g, const char *name, fr_dtype dt, int input)
     g->values[vid].dim_params[1] = strdup("seq");
     if (input) {
         g->values[vid].flags |= FR_VAL_INPUT;
-        fr_graph_mark_input(g, vid);
+        if (fr_graph_mark_input(g, vid) != FR_OK) return -1;
     }
     return vid;
 }
@@ -80,16 +80,16 @@ static int write_tiny_model(const char *path, int64_t V, int64_t D, const char *
     int i2[2] = {u, range};
     int eq = node(g, "Equal", "onehot_b", 2, i2, -1);
     int oh = node(g, "Cast", "onehot", 1, &eq, -1);
-    fr_node_set_attr_int(&g->nodes[g->values[oh].producer], "to", FR_F32);
+    if (fr_node_set_attr_int(&g->nodes[g->values[oh].producer], "to", FR_F32) != FR_OK) return 1;
     int i3[2] = {oh, E};
     int h = node(g, "Einsum", "h", 2, i3, -1);
-    fr_node_set_attr_string(&g->nodes[g->values[h].producer], "equation", "btv,vd->btd");
+    if (fr_node_set_attr_string(&g->nodes[g->values[h].producer], "equation", "btv,vd->btd") != FR_OK) return 1;
     int i4[2] = {h, gain};
     int hg = node(g, "Mul", "hg", 2, i4, -1);
     int a = node(g, "Tanh", "a", 1, &hg, -1);
     int i5[2] = {a, W};
     int z = node(g, "Einsum", "z", 2, i5, -1);
-    fr_node_set_attr_string(&g->nodes[g->values[z].producer], "equation", "btd,dv->btv");
+    if (fr_node_set_attr_string(&g->nodes[g->values[z].producer], "equation", "btd,dv->btv") != FR_OK) return 1;
     int logits;
     if (fr_graph_add_value(g, "logits", &logits) != FR_OK) return 1;
     int64_t ld[3] = {-1, -1, V};
@@ -99,7 +99,7 @@ static int write_tiny_model(const char *path, int64_t V, int64_t D, const char *
     int i6[2] = {z, b};
     node(g, "Add", "logits", 2, i6, logits);
     g->values[logits].flags |= FR_VAL_OUTPUT;
-    fr_graph_mark_output(g, logits);
+    if (fr_graph_mark_output(g, logits) != FR_OK) return 1;
     fr_status st = fr_onnx_save_file(g, path, NULL);
     if (st != FR_OK) fprintf(stderr, "%s\n", fr_last_error());
     fr_graph_free(g);

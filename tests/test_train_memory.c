@@ -84,7 +84,7 @@ static void test_public_call(void)
     fp8run_model *m = NULL;
     CU_ASSERT_EQUAL_FATAL(fp8run_model_load(fr_fixture(p, sizeof p, "llama_tiny/model.onnx"), &m), FP8RUN_OK);
     fp8run_train_config c;
-    fp8run_train_config_init(&c, sizeof c);
+    CU_ASSERT_EQUAL_FATAL(fp8run_train_config_init(&c, sizeof c), FP8RUN_OK);
     c.batch = 2;
     c.seq_len = 13;
     c.optimizer_state = "fp8";

@@ -63,7 +63,7 @@ static int add_input_bt(fr_graph *g, const char *name, fr_dtype dt)
     g->values[vid].dim_params[0] = strdup("batch");
     g->values[vid].dim_params[1] = strdup("seq");
     g->values[vid].flags |= FR_VAL_INPUT;
-    fr_graph_mark_input(g, vid);
+    FR_ASSERT_OK(fr_graph_mark_input(g, vid));
     return vid;
 }
 
@@ -78,7 +78,7 @@ static int node(fr_graph *g, const char *op, const char *out_name, int n_in, con
 
 static void set_attr_str(fr_graph *g, int out_vid, const char *name, const char *v)
 {
-    fr_node_set_attr_string(&g->nodes[g->values[out_vid].producer], name, v);
+    FR_ASSERT_OK(fr_node_set_attr_string(&g->nodes[g->values[out_vid].producer], name, v));
 }
 
 /* One-hot embedding: onehot(ids) @ E, as Equal(Unsqueeze(ids), 0..V-1) -> Cast -> Einsum, so
@@ -96,7 +96,7 @@ static int onehot_embed(fr_graph *g, int ids, int64_t V, int64_t D, int *E)
     int in2[2] = {u, range};
     int eq = node(g, "Equal", "onehot_b", 2, in2);
     int oh = node(g, "Cast", "onehot", 1, &eq);
-    fr_node_set_attr_int(&g->nodes[g->values[oh].producer], "to", FR_F32);
+    FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[g->values[oh].producer], "to", FR_F32));
     int in3[2] = {oh, *E};
     int h = node(g, "Einsum", "h", 2, in3);
     set_attr_str(g, h, "equation", "btv,vd->btd");
@@ -108,7 +108,7 @@ static void mark_logits(fr_graph *g, int logits)
     g->values[logits].dim_params[0] = strdup("batch");
     g->values[logits].dim_params[1] = strdup("seq");
     g->values[logits].flags |= FR_VAL_OUTPUT;
-    fr_graph_mark_output(g, logits);
+    FR_ASSERT_OK(fr_graph_mark_output(g, logits));
 }
 
 typedef struct tiny_a {

@@ -30,6 +30,10 @@ int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 const char *cli_last_error(void);
 /* cli_last_error() as a failure. */
 int cli_fail_status(void);
+/* For fp8run_*_config_init(&c, sizeof c), which fails only for a NULL struct or one smaller than
+ * the first version's: neither can happen here, so a failure is a broken build. It is reported
+ * and ends the program (the defaults are filled in void helpers and help printers). */
+void cli_must(fp8run_status st);
 /* A usage error for command `cmd` (NULL: top level), with a pointer to --help; returns
  * CLI_EXIT_USAGE. */
 int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -10,7 +10,7 @@
 
 void cli_compile_defaults(fp8run_train_config *o)
 {
-    fp8run_train_config_init(o, sizeof *o);
+    cli_must(fp8run_train_config_init(o, sizeof *o));
     o->precision = "fp8";
 }
 

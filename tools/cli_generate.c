@@ -42,7 +42,7 @@ static int parse_pos(const char *opt, const char *v, int64_t *out)
 int cli_generate(int argc, char **argv)
 {
     fp8run_llama_config c;
-    fp8run_llama_config_init(&c, sizeof c); /* the tiny preset, seed 1 */
+    cli_must(fp8run_llama_config_init(&c, sizeof c)); /* the tiny preset, seed 1 */
     const char *outp = NULL;
     int rc = 0, i = 1;
     if (argc < 2 || cli_is_help(argv[1])) {

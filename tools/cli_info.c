@@ -372,7 +372,7 @@ int cli_info(int argc, char **argv)
     } else if (rc == 0) {
         /* preparing reports dims that are still open, or a --dim the model lacks, clearly */
         fp8run_prepare_config pc;
-        fp8run_prepare_config_init(&pc, sizeof pc);
+        cli_must(fp8run_prepare_config_init(&pc, sizeof pc));
         pc.dim_names = dims.names;
         pc.dim_values = dims.values;
         pc.n_dims = dims.n;

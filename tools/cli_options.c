@@ -66,7 +66,7 @@ void cli_config_help(FILE *f, unsigned command, const fp8run_train_config *c, co
         for (int j = 0; e.choices && e.choices[j] && n < (int)sizeof left; j++)
             n += snprintf(left + n, sizeof left - (size_t)n, "%c%s", j ? '|' : ' ', e.choices[j]);
         fprintf(f, n < 26 ? "%-26s" : "%s\n                          ", left);
-        fp8run_train_config_get(c, k, def, sizeof def);
+        if (fp8run_train_config_get(c, k, def, sizeof def) != FP8RUN_OK) def[0] = '\0'; /* shown without one */
         int show = e.type != FP8RUN_OPTION_BOOL && def[0] && strcmp(def, "nan") != 0;
         for (int j = 0; no_default && no_default[j]; j++) show = show && strcmp(no_default[j], e.name) != 0;
         if (show)

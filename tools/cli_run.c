@@ -233,7 +233,7 @@ int cli_run(int argc, char **argv)
     if (rc == 0) {
         /* prepared for the arrays' shapes (and --dim), run on the CPU */
         fp8run_prepare_config pc;
-        fp8run_prepare_config_init(&pc, sizeof pc);
+        cli_must(fp8run_prepare_config_init(&pc, sizeof pc));
         pc.dim_names = a.dims.names;
         pc.dim_values = a.dims.values;
         pc.n_dims = a.dims.n;

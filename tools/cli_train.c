@@ -48,7 +48,7 @@ static const char *const k_train_derived[] = {"batch", "seq_len", "lr", "lr_sche
 static void args_init(train_args *a, unsigned command)
 {
     memset(a, 0, sizeof *a);
-    fp8run_train_config_init(&a->o, sizeof a->o);
+    cli_must(fp8run_train_config_init(&a->o, sizeof a->o));
     a->o.grad_clip = 1.0; /* the command's default; the API's is 0 (off) */
     a->command = command;
     a->device = "auto"; /* the GPU when one is usable; the CPU otherwise (and it says which) */
@@ -785,7 +785,7 @@ static int train_loop(loop *L)
 static fp8run_data_config data_config(const train_args *a, int64_t vocab)
 {
     fp8run_data_config d;
-    fp8run_data_config_init(&d, sizeof d);
+    cli_must(fp8run_data_config_init(&d, sizeof d));
     d.batch = a->batch;
     d.seq_len = a->seq;
     d.order = a->order;

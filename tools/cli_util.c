@@ -37,6 +37,13 @@ int cli_fail_status(void)
     return cli_fail("%s", msg[0] ? msg : "unknown failure");
 }
 
+void cli_must(fp8run_status st)
+{
+    if (st == FP8RUN_OK) return;
+    cli_fail_status();
+    exit(CLI_EXIT_FAIL);
+}
+
 int cli_usage(const char *cmd, const char *fmt, ...)
 {
     va_list ap;

@@ -116,7 +116,11 @@ int main(int argc, char **argv)
     describe(m);
 
     fp8run_train_config cfg;
-    fp8run_train_config_init(&cfg, sizeof cfg);
+    st = fp8run_train_config_init(&cfg, sizeof cfg);
+    if (st != FP8RUN_OK) {
+        fp8run_model_destroy(m);
+        return fail("initializing the training config", st, fp8run_last_error());
+    }
     cfg.batch = B;
     cfg.seq_len = T;
     cfg.precision = precision;
@@ -166,12 +170,13 @@ int main(int argc, char **argv)
     /* read a trained parameter back */
     if (rc == 0 && fp8run_session_param_count(s) > 0) {
         fp8run_value_info p = {.struct_size = sizeof p};
-        fp8run_session_param(s, 0, &p);
-        float *vals = malloc((size_t)p.numel * sizeof *vals);
+        fp8run_status pst = fp8run_session_param(s, 0, &p);
+        float *vals = pst == FP8RUN_OK ? malloc((size_t)p.numel * sizeof *vals) : NULL;
         if (vals && fp8run_session_get_param(s, p.name, vals, (size_t)p.numel) == FP8RUN_OK)
             printf("parameter %s: %lld values, first %g\n", p.name, (long long)p.numel, (double)vals[0]);
         else
-            rc = fail("reading a parameter", FP8RUN_ERR_INVALID_ARG, fp8run_session_error(s));
+            rc = fail("reading a parameter", pst != FP8RUN_OK ? pst : FP8RUN_ERR_INVALID_ARG,
+                      fp8run_session_error(s));
         free(vals);
     }
 

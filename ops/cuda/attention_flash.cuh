@@ -80,7 +80,7 @@ struct Scratch {
 
 inline unsigned grid_of(int64_t blocks) { return (unsigned)(blocks < 1 ? 1 : blocks); }
 
-template <class F> fr_status set_smem(const fr_node *n, F *kernel, size_t bytes)
+template <class F> FR_NODISCARD fr_status set_smem(const fr_node *n, F *kernel, size_t bytes)
 {
     if (bytes > 48 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
@@ -93,23 +93,23 @@ template <class F> fr_status set_smem(const fr_node *n, F *kernel, size_t bytes)
 
 /* attention_tc.cu: precision bf16, D == Dv in {64, 128}, 16-byte aligned operands. K, V (and
  * Q, dO in the backward) already rounded to bf16 (tc_to_bf16, into the scratch). */
-fr_status tc_to_bf16(const fr_cuda_kctx *k, const float *x, bf16 *y, int64_t n);
-fr_status tc_fwd(const fr_cuda_kctx *k, const Prob &p, const float *Q, const bf16 *K, const bf16 *V, float *O,
+FR_NODISCARD fr_status tc_to_bf16(const fr_cuda_kctx *k, const float *x, bf16 *y, int64_t n);
+FR_NODISCARD fr_status tc_fwd(const fr_cuda_kctx *k, const Prob &p, const float *Q, const bf16 *K, const bf16 *V, float *O,
                  float *L);
-fr_status tc_bwd(const fr_cuda_kctx *k, const Prob &p, const Scratch &s, float *dQ, float *dK, float *dV,
+FR_NODISCARD fr_status tc_bwd(const fr_cuda_kctx *k, const Prob &p, const Scratch &s, float *dQ, float *dK, float *dV,
                  const float *LSE);
 
 /* attention_f32.cu: precision fp32, D == Dv in {64, 128}, 16-byte aligned operands.
  * in: Q, K, V, O, LSE, dO; delta: Delta_i = dO_i . O_i */
-fr_status f32_fwd(const fr_cuda_kctx *k, const Prob &p, const float *Q, const float *K, const float *V, float *O,
+FR_NODISCARD fr_status f32_fwd(const fr_cuda_kctx *k, const Prob &p, const float *Q, const float *K, const float *V, float *O,
                   float *L);
-fr_status f32_bwd(const fr_cuda_kctx *k, const Prob &p, const float *const *in, const float *delta, float *dQ,
+FR_NODISCARD fr_status f32_bwd(const fr_cuda_kctx *k, const Prob &p, const float *const *in, const float *delta, float *dQ,
                   float *dK, float *dV);
 
 /* attention_generic.cu: anything else with D, Dv <= 256 (FR_ERR_UNSUPPORTED past that) */
-fr_status generic_fwd(const fr_cuda_kctx *k, const Prob &p, const float *Q, const float *K, const float *V, float *O,
+FR_NODISCARD fr_status generic_fwd(const fr_cuda_kctx *k, const Prob &p, const float *Q, const float *K, const float *V, float *O,
                       float *L);
-fr_status generic_bwd(const fr_cuda_kctx *k, const Prob &p, const float *const *in, const float *delta, float *dQ,
+FR_NODISCARD fr_status generic_bwd(const fr_cuda_kctx *k, const Prob &p, const float *const *in, const float *delta, float *dQ,
                       float *dK, float *dV);
 
 } /* namespace fr_attn */

@@ -10,10 +10,10 @@ extern "C" {
 }
 
 /* mask: the mask input's tensor (NULL: none). */
-fr_status fr_attn_masked_fwd(const fr_cuda_kctx *k, const fr_attn_attrs *a, const fr_attn_geom *g, const float *Q,
+FR_NODISCARD fr_status fr_attn_masked_fwd(const fr_cuda_kctx *k, const fr_attn_attrs *a, const fr_attn_geom *g, const float *Q,
                              const float *K, const float *V, const fr_tensor *mask, float *O, float *LSE);
 /* in: Q, K, V, O, LSE, dO; delta: batch * Tq floats of scratch; dQ/dK/dV may be NULL. */
-fr_status fr_attn_masked_bwd(const fr_cuda_kctx *k, const fr_attn_attrs *a, const fr_attn_geom *g,
+FR_NODISCARD fr_status fr_attn_masked_bwd(const fr_cuda_kctx *k, const fr_attn_attrs *a, const fr_attn_geom *g,
                              const float *const *in, const fr_tensor *mask, float *delta, float *dQ, float *dK,
                              float *dV);
 

@@ -75,11 +75,11 @@ void fr_gemm_init(fr_gemm *g);
 /* Run the GEMM on cu->stream. M, N or batch == 0: nothing to do. K == 0: D = beta * D (the
  * empty sum), done with a scale kernel rather than cuBLASLt. Errors name node `n` (may be
  * NULL) and the GEMM's shape and types. */
-fr_status fr_cuda_gemm(fr_cuda_ctx *cu, const fr_node *n, const fr_gemm *g);
+FR_NODISCARD fr_status fr_cuda_gemm(fr_cuda_ctx *cu, const fr_node *n, const fr_gemm *g);
 
 /* D = beta * D over the [rows][cols] matrix with leading dim ld (ops/cuda/matmul.cu): the
  * K == 0 case of fr_cuda_gemm. dtype FR_F32, FR_F64 or FR_BF16. */
-fr_status fr_cuda_scale_matrix(fr_cuda_ctx *cu, const fr_node *n, fr_dtype dt, void *D, int64_t rows,
+FR_NODISCARD fr_status fr_cuda_scale_matrix(fr_cuda_ctx *cu, const fr_node *n, fr_dtype dt, void *D, int64_t rows,
                                int64_t cols, int64_t ld, int64_t batch, int64_t stride, double beta);
 
 #ifdef __cplusplus

@@ -131,10 +131,10 @@ extern const fr_cuda_kernel_def fr_cuda_kernels_swiglu[];      /* SwiGLU, SwiGLU
 extern const fr_cuda_kernel_def fr_cuda_kernels_rotary[];      /* Rotary, RotaryGrad (fused x * cos + rotate_half(x) * sin) */
 
 /* ---- error checking (runtime/cuda/cuda_ctx.c) ---- */
-fr_status fr_cuda_status(cudaError_t e, const char *what, const char *file, int line);
-fr_status fr_cublas_status(cublasStatus_t s, const char *what, const char *file, int line);
+FR_NODISCARD fr_status fr_cuda_status(cudaError_t e, const char *what, const char *file, int line);
+FR_NODISCARD fr_status fr_cublas_status(cublasStatus_t s, const char *what, const char *file, int line);
 /* After a kernel launch: the launch error, if any, as a status naming the node. */
-fr_status fr_cuda_check_launch(const fr_node *n, const char *kernel);
+FR_NODISCARD fr_status fr_cuda_check_launch(const fr_node *n, const char *kernel);
 
 #define FR_CUDA_TRY(call)                                                              \
     do {                                                                               \
@@ -151,20 +151,20 @@ fr_status fr_cuda_check_launch(const fr_node *n, const char *kernel);
 /* Read the device error word (synchronizes the stream); FR_OK when no kernel recorded an
  * error, else that error naming the node of g (g may be NULL) and the details; the word is
  * cleared. */
-fr_status fr_cuda_check_error(fr_cuda_ctx *c, const fr_graph *g);
+FR_NODISCARD fr_status fr_cuda_check_error(fr_cuda_ctx *c, const fr_graph *g);
 /* The same for a copy of the word taken earlier (the trainer keeps one per queued step). */
-fr_status fr_cuda_error_of_word(const int word[4], const fr_graph *g);
+FR_NODISCARD fr_status fr_cuda_error_of_word(const int word[4], const fr_graph *g);
 
 /* ---- the context (runtime/cuda/cuda_ctx.c) ---- */
 /* Open device `device` (-1: the current one): stream, cuBLASLt handle, workspace. */
-fr_status fr_cuda_ctx_create(int device, fr_cuda_ctx **out);
+FR_NODISCARD fr_status fr_cuda_ctx_create(int device, fr_cuda_ctx **out);
 void fr_cuda_ctx_free(fr_cuda_ctx *c);
 
 /* Run one node on the device with host inputs and host outputs (the outputs already allocated
  * with infer()'s shapes): uploads, plans scratch, runs the kernel, downloads, synchronizes.
  * For tests and one-off runs; the executor plans all of this once. FR_ERR_UNSUPPORTED naming
  * the op when it has no CUDA kernel. */
-fr_status fr_cuda_run_node(fr_cuda_ctx *c, const fr_graph *g, int node_id, fr_tensor *const *host_in,
+FR_NODISCARD fr_status fr_cuda_run_node(fr_cuda_ctx *c, const fr_graph *g, int node_id, fr_tensor *const *host_in,
                            fr_tensor *const *host_out);
 
 #ifdef __cplusplus

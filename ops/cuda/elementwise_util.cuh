@@ -39,7 +39,7 @@ static inline unsigned ew_blocks(const fr_cuda_kctx *k, int64_t n)
 }
 
 /* The flag word in scratch (NULL when the node has none), cleared on the stream. */
-fr_status ew_flag_begin(const fr_cuda_kctx *k, unsigned **flag);
+FR_NODISCARD fr_status ew_flag_begin(const fr_cuda_kctx *k, unsigned **flag);
 
 /* ---- broadcast geometry ---- */
 
@@ -75,12 +75,12 @@ __device__ __forceinline__ uint32_t ew_fastdiv(uint32_t n, uint32_t mul, int shr
 
 /* Geometry of n_in inputs broadcast to `out` (dense). A shape that does not broadcast is
  * FR_ERR_SHAPE naming the node. */
-fr_status ew_geom(const fr_node *node, const fr_tensor *out, int n_in, const fr_tensor *const *in,
+FR_NODISCARD fr_status ew_geom(const fr_node *node, const fr_tensor *out, int n_in, const fr_tensor *const *in,
                   EwGeom *g);
 
 /* Geometry of any number of operands (ExtremumGrad): collapsed dims and per-operand strides
  * written to dims[] and st[k * FR_MAX_RANK + d]. */
-fr_status ew_geom_many(const fr_node *node, const fr_tensor *out, int n_in, const fr_tensor *const *in,
+FR_NODISCARD fr_status ew_geom_many(const fr_node *node, const fr_tensor *out, int n_in, const fr_tensor *const *in,
                        int *rank, int64_t *dims, int64_t *st);
 
 template <int NIN>
@@ -141,7 +141,7 @@ __global__ void ew_flat_kernel(int64_t n, F f)
 }
 
 template <int NIN, typename F>
-static fr_status ew_launch_bcast(const fr_cuda_kctx *k, const EwGeom &g, const F &f, const char *name)
+static FR_NODISCARD fr_status ew_launch_bcast(const fr_cuda_kctx *k, const EwGeom &g, const F &f, const char *name)
 {
     if (g.n == 0) return FR_OK;
     ew_bcast_kernel<NIN, F><<<ew_blocks(k, g.n), EW_THREADS, 0, k->cu->stream>>>(g, f);
@@ -149,7 +149,7 @@ static fr_status ew_launch_bcast(const fr_cuda_kctx *k, const EwGeom &g, const F
 }
 
 template <typename F>
-static fr_status ew_launch_flat(const fr_cuda_kctx *k, int64_t n, const F &f, const char *name)
+static FR_NODISCARD fr_status ew_launch_flat(const fr_cuda_kctx *k, int64_t n, const F &f, const char *name)
 {
     if (n == 0) return FR_OK;
     ew_flat_kernel<F><<<ew_blocks(k, n), EW_THREADS, 0, k->cu->stream>>>(n, f);
@@ -286,24 +286,24 @@ __device__ __forceinline__ float ew_d2f(double d)
 
 /* ---- the family's run() / scratch() entry points (elementwise_*.cu) ---- */
 
-fr_status ew_unary_run(const fr_cuda_kctx *k);    /* Neg .. Sign */
-fr_status ew_pred_run(const fr_cuda_kctx *k);     /* IsNaN, IsInf, Not */
-fr_status ew_cast_run(const fr_cuda_kctx *k);     /* Cast, CastLike */
-fr_status ew_clip_run(const fr_cuda_kctx *k);
-fr_status ew_identity_run(const fr_cuda_kctx *k);
-fr_status ew_dropout_run(const fr_cuda_kctx *k);
-fr_status ew_binary_run(const fr_cuda_kctx *k);   /* Add .. Xor, variadic Max/Min/Sum/Mean */
-fr_status ew_pow_run(const fr_cuda_kctx *k);
-fr_status ew_where_run(const fr_cuda_kctx *k);
-fr_status ew_expand_run(const fr_cuda_kctx *k);
-fr_status ew_activation_grad_run(const fr_cuda_kctx *k);
-fr_status ew_pow_grad_run(const fr_cuda_kctx *k);
-fr_status ew_fmod_grad_run(const fr_cuda_kctx *k);
-fr_status ew_extremum_grad_run(const fr_cuda_kctx *k);
-fr_status ew_clip_grad_run(const fr_cuda_kctx *k);
+FR_NODISCARD fr_status ew_unary_run(const fr_cuda_kctx *k);    /* Neg .. Sign */
+FR_NODISCARD fr_status ew_pred_run(const fr_cuda_kctx *k);     /* IsNaN, IsInf, Not */
+FR_NODISCARD fr_status ew_cast_run(const fr_cuda_kctx *k);     /* Cast, CastLike */
+FR_NODISCARD fr_status ew_clip_run(const fr_cuda_kctx *k);
+FR_NODISCARD fr_status ew_identity_run(const fr_cuda_kctx *k);
+FR_NODISCARD fr_status ew_dropout_run(const fr_cuda_kctx *k);
+FR_NODISCARD fr_status ew_binary_run(const fr_cuda_kctx *k);   /* Add .. Xor, variadic Max/Min/Sum/Mean */
+FR_NODISCARD fr_status ew_pow_run(const fr_cuda_kctx *k);
+FR_NODISCARD fr_status ew_where_run(const fr_cuda_kctx *k);
+FR_NODISCARD fr_status ew_expand_run(const fr_cuda_kctx *k);
+FR_NODISCARD fr_status ew_activation_grad_run(const fr_cuda_kctx *k);
+FR_NODISCARD fr_status ew_pow_grad_run(const fr_cuda_kctx *k);
+FR_NODISCARD fr_status ew_fmod_grad_run(const fr_cuda_kctx *k);
+FR_NODISCARD fr_status ew_extremum_grad_run(const fr_cuda_kctx *k);
+FR_NODISCARD fr_status ew_clip_grad_run(const fr_cuda_kctx *k);
 
-fr_status ew_flag_scratch(const fr_graph *g, const fr_node *n, size_t *bytes);
-fr_status ew_extremum_grad_scratch(const fr_graph *g, const fr_node *n, size_t *bytes);
-fr_status ew_clip_grad_scratch(const fr_graph *g, const fr_node *n, size_t *bytes);
+FR_NODISCARD fr_status ew_flag_scratch(const fr_graph *g, const fr_node *n, size_t *bytes);
+FR_NODISCARD fr_status ew_extremum_grad_scratch(const fr_graph *g, const fr_node *n, size_t *bytes);
+FR_NODISCARD fr_status ew_clip_grad_scratch(const fr_graph *g, const fr_node *n, size_t *bytes);
 
 #endif

@@ -63,7 +63,7 @@ const fr_tensor *const_input(const fr_cuda_kctx *k, int i)
 
 /* Integer values of a small 1-D (or scalar) constant input; *cnt = -1 when the input is
  * omitted. A present input that is not a graph constant is an error: shapes are static. */
-fr_status const_ints(const fr_cuda_kctx *k, int i, const char *what, int max, int *cnt, int64_t *vals)
+FR_NODISCARD fr_status const_ints(const fr_cuda_kctx *k, int i, const char *what, int max, int *cnt, int64_t *vals)
 {
     const fr_node *n = k->node;
     *cnt = -1;

@@ -47,13 +47,13 @@ static inline int64_t fr_q_pad16(int64_t v) { return (v + 15) / 16 * 16; }
 static inline int64_t fr_q_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* stats->amax_bits[slot] = max bits of |x[0..n)| */
-fr_status fr_q_amax(cudaStream_t s, const fr_node *n, const float *x, int64_t count, fr_q_stats *st, int slot);
+FR_NODISCARD fr_status fr_q_amax(cudaStream_t s, const fr_node *n, const float *x, int64_t count, fr_q_stats *st, int slot);
 
 /* Per-tensor scale of `slot`: from *given (delayed; checked finite and > 0) or from the amax
  * (current). Writes st->scale/scale_inv[slot] and, when not NULL, amax_out (the canonical amax)
  * and sinv_out (scale_inv). given == NULL && !from_amax: only amax_out is written (block
  * recipes: the amax outputs). */
-fr_status fr_q_finalize(cudaStream_t s, const fr_node *n, fr_q_stats *st, int slot, const float *given,
+FR_NODISCARD fr_status fr_q_finalize(cudaStream_t s, const fr_node *n, fr_q_stats *st, int slot, const float *given,
                         int from_amax, fr_q_fmt f, float *amax_out, float *sinv_out);
 
 /* Per-tensor quantization of src [R][C] (row-major) with *scale into the padded dst:
@@ -63,34 +63,34 @@ fr_status fr_q_finalize(cudaStream_t s, const fr_node *n, fr_q_stats *st, int sl
  * of src into st (the delayed recipe's single pass). Unpadded, 16-byte aligned operands with
  * a transposed layout take one read of src through 128x128 tiles (16-byte loads and stores);
  * the rest goes through 32x32 tiles. */
-fr_status fr_q_tensor(cudaStream_t s, const fr_node *n, const float *src, int64_t R, int64_t C,
+FR_NODISCARD fr_status fr_q_tensor(cudaStream_t s, const fr_node *n, const float *src, int64_t R, int64_t C,
                       const float *scale, fr_q_fmt f, int trans, uint8_t *dst, uint8_t *dense,
                       uint8_t *dense_t, fr_q_stats *st, int amax_slot);
 
 /* Already-quantized codes [R][C] -> padded transpose [Cp][Rp] (the saved Xq for the weight
  * gradient). */
-fr_status fr_q_transpose_codes(cudaStream_t s, const fr_node *n, const uint8_t *src, int64_t R, int64_t C,
+FR_NODISCARD fr_status fr_q_transpose_codes(cudaStream_t s, const fr_node *n, const uint8_t *src, int64_t R, int64_t C,
                                uint8_t *dst);
 
 /* Codes [R][C] -> padded copy [Rp][Cp] (zero codes in the padding). */
-fr_status fr_q_pad_codes(cudaStream_t s, const fr_node *n, const uint8_t *src, int64_t R, int64_t C, uint8_t *dst);
+FR_NODISCARD fr_status fr_q_pad_codes(cudaStream_t s, const fr_node *n, const uint8_t *src, int64_t R, int64_t C, uint8_t *dst);
 
 /* 1x128 blocks along C (the contraction dim): dst [Rp][Cp], scale_inv in cuBLASLt's VEC128
  * layout sinv[(c / 128) * Rp + r] (padding rows: codes 0, scale_inv 1). */
-fr_status fr_q_rows128(cudaStream_t s, const fr_node *n, const float *src, int64_t R, int64_t C, fr_q_fmt f,
+FR_NODISCARD fr_status fr_q_rows128(cudaStream_t s, const fr_node *n, const float *src, int64_t R, int64_t C, fr_q_fmt f,
                        uint8_t *dst, float *sinv, fr_q_stats *st, int slot);
 
 /* 128x1 blocks along R (the token dim). Any of:
  *   dst_t [Cp][Rp] with sinv_t[(r / 128) * Cp + c] (VEC128 layout of the transposed operand),
  *   dense [R][C] with sinv_dense [ceil(R/128)][C] (the saved Xq and its Xq_scale_inv). */
-fr_status fr_q_cols128(cudaStream_t s, const fr_node *n, const float *src, int64_t R, int64_t C, fr_q_fmt f,
+FR_NODISCARD fr_status fr_q_cols128(cudaStream_t s, const fr_node *n, const float *src, int64_t R, int64_t C, fr_q_fmt f,
                        uint8_t *dst_t, float *sinv_t, uint8_t *dense, float *sinv_dense, fr_q_stats *st,
                        int slot);
 
 /* 128x128 blocks of src [R][C] (block grid anchored at the storage's origin, as on the CPU):
  * dst [Rp][Cp], or [Cp][Rp] when trans; scale_inv in cuBLASLt's BLK128x128 layout of the
  * destination [O][I]: sinv[(o / 128) * L4 + i / 128], L4 = round_up(ceil(I/128), 4). */
-fr_status fr_q_tiles128(cudaStream_t s, const fr_node *n, const float *src, int64_t R, int64_t C, fr_q_fmt f,
+FR_NODISCARD fr_status fr_q_tiles128(cudaStream_t s, const fr_node *n, const float *src, int64_t R, int64_t C, fr_q_fmt f,
                         int trans, uint8_t *dst, float *sinv, fr_q_stats *st, int slot);
 
 /* Bytes of the BLK128x128 scale grid of a destination [O][I] (see fr_q_tiles128). */
@@ -100,15 +100,15 @@ static inline int64_t fr_q_blk_count(int64_t O, int64_t I)
 }
 
 /* dst [G][Cp] = src [G][C], padding columns 1.0f (a saved block scale grid for the GEMM). */
-fr_status fr_q_pad_grid(cudaStream_t s, const fr_node *n, const float *src, int64_t G, int64_t C, int64_t Cp,
+FR_NODISCARD fr_status fr_q_pad_grid(cudaStream_t s, const fr_node *n, const float *src, int64_t G, int64_t C, int64_t Cp,
                         float *dst);
 
 /* dst[i] = bf16(src[i]) (round to nearest even, NaN -> 0x7FFF), as fr_f32_to_bf16. */
-fr_status fr_q_to_bf16(cudaStream_t s, const fr_node *n, const float *src, int64_t count, void *dst);
+FR_NODISCARD fr_status fr_q_to_bf16(cudaStream_t s, const fr_node *n, const float *src, int64_t count, void *dst);
 
 /* Y[m][c] = D[m * ldd + c] (+ bias[c]) for m < rows, c < cols; D == Y with ldd == cols adds
  * the bias in place. T = float or double (dtype FR_F32 / FR_F64). */
-fr_status fr_q_finish(cudaStream_t s, const fr_node *n, fr_dtype dt, const void *D, int64_t ldd, void *Y,
+FR_NODISCARD fr_status fr_q_finish(cudaStream_t s, const fr_node *n, fr_dtype dt, const void *D, int64_t ldd, void *Y,
                       int64_t rows, int64_t cols, const void *bias);
 
 #endif

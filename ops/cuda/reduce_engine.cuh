@@ -358,7 +358,7 @@ unsigned grid_for(int64_t n, int64_t cap = 8192)
  * value, cb folds them, fn(output, accumulator) writes the result. part: the plan's
  * plan_part_bytes of scratch (or NULL when it needs none). */
 template <class Cb, class Ld, class Fn>
-fr_status red_launch(const fr_cuda_kctx *k, const RPlan &p, Cb cb, Ld ld, Fn fn, void *part, const char *name)
+FR_NODISCARD fr_status red_launch(const fr_cuda_kctx *k, const RPlan &p, Cb cb, Ld ld, Fn fn, void *part, const char *name)
 {
     using A = typename Cb::A;
     static_assert(sizeof(A) <= kPartElem, "accumulator larger than the scratch planned for it");
@@ -403,8 +403,8 @@ const fr_tensor *const_input(const fr_graph *g, const fr_node *n, int i)
 } /* namespace */
 
 /* ReduceGrad (reduce_grad.cu) and CumSum (cumsum.cu), for the kernel table in reduce.cu */
-fr_status fr_reduce_grad_cuda(const fr_cuda_kctx *k);
-fr_status fr_reduce_grad_scratch(const fr_graph *g, const fr_node *n, size_t *bytes);
-fr_status fr_cumsum_cuda(const fr_cuda_kctx *k);
+FR_NODISCARD fr_status fr_reduce_grad_cuda(const fr_cuda_kctx *k);
+FR_NODISCARD fr_status fr_reduce_grad_scratch(const fr_graph *g, const fr_node *n, size_t *bytes);
+FR_NODISCARD fr_status fr_cumsum_cuda(const fr_cuda_kctx *k);
 
 #endif

@@ -268,7 +268,7 @@ static void producer_key(const fr_graph *g, int v, char *key, size_t n)
     const fr_node *nd = p >= 0 ? &g->nodes[p] : NULL;
     const char *prec = NULL;
     if (nd && strcmp(nd->domain, "ai.fp8run") == 0 && strncmp(nd->op_type, "Linear", 6) == 0)
-        (void)fr_node_attr_string(nd, "precision", "fp32", &prec);
+        fr_ignore_status(fr_node_attr_string(nd, "precision", "fp32", &prec)); /* a label: NULL leaves it off */
     snprintf(key, n, "%s%s%s", nd ? nd->op_type : "(input)", prec ? " " : "", prec ? prec : "");
 }
 
@@ -457,11 +457,11 @@ static fr_status build(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *sh
         for (int i = 0; st == FR_OK && i <= g->n_nodes; i++) CU(cudaEventCreate(&e->ev[i]));
     }
     if (st != FR_OK && st == FR_ERR_DEVICE)
-        fr_error_context(st, "allocating %zu MiB of device memory for '%s' (arena %zu MiB, constants %zu MiB, "
-                         "converted weights %zu MiB; %s)",
-                         (e->arena_bytes + e->const_bytes + e->input_bytes + e->persist_total) >> 20,
-                         g->name ? g->name : "the graph", e->arena_bytes >> 20, e->const_bytes >> 20,
-                         e->persist_total >> 20, e->peak_text ? e->peak_text : "");
+        st = fr_error_context(st, "allocating %zu MiB of device memory for '%s' (arena %zu MiB, constants %zu MiB, "
+                              "converted weights %zu MiB; %s)",
+                              (e->arena_bytes + e->const_bytes + e->input_bytes + e->persist_total) >> 20,
+                              g->name ? g->name : "the graph", e->arena_bytes >> 20, e->const_bytes >> 20,
+                              e->persist_total >> 20, e->peak_text ? e->peak_text : "");
     for (int v = 0; st == FR_OK && v < e->nv; v++) {
         switch (e->kind[v]) {
         case K_CONST:
@@ -542,7 +542,8 @@ fr_status fr_cuda_exec_run(fr_cuda_exec *e)
                           scratch, e->scratch_bytes[i], persist, e->persist_bytes[i], &e->persist_version[i]};
         fr_status st = e->kern[i]->run(&k);
         if (st != FR_OK) {
-            if (!strstr(fr_last_error(), n->name)) fr_error_context(st, "node '%s' (%s) on the GPU", n->name, n->op_type);
+            if (!strstr(fr_last_error(), n->name))
+                st = fr_error_context(st, "node '%s' (%s) on the GPU", n->name, n->op_type);
             return st;
         }
     }
@@ -589,7 +590,7 @@ fr_status fr_cuda_exec_profile(const fr_cuda_exec *e, char **text)
         char key[96];
         const char *prec = NULL;
         if (strcmp(nd->domain, "ai.fp8run") == 0 && strncmp(nd->op_type, "Linear", 6) == 0)
-            (void)fr_node_attr_string(nd, "precision", "fp32", &prec);
+            fr_ignore_status(fr_node_attr_string(nd, "precision", "fp32", &prec)); /* a label, as above */
         snprintf(key, sizeof key, "%s%s%s", nd->op_type, prec ? " " : "", prec ? prec : "");
         int k = 0;
         while (k < n && strcmp(rows[k].key, key) != 0) k++;

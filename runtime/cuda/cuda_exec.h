@@ -27,17 +27,17 @@ extern "C" {
 typedef struct fr_cuda_exec fr_cuda_exec;
 
 /* An op without a CUDA kernel is FR_ERR_UNSUPPORTED naming node and op. */
-fr_status fr_cuda_exec_new(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *share, fr_cuda_exec **out);
+FR_NODISCARD fr_status fr_cuda_exec_new(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *share, fr_cuda_exec **out);
 void fr_cuda_exec_free(fr_cuda_exec *e);
 
 /* Copy host tensor t into graph input `name` (same checks as fr_exec_set_input). The copy is
  * queued on the stream; t may be reused as soon as this returns. */
-fr_status fr_cuda_exec_set_input(fr_cuda_exec *e, const char *name, const fr_tensor *t);
+FR_NODISCARD fr_status fr_cuda_exec_set_input(fr_cuda_exec *e, const char *name, const fr_tensor *t);
 /* Queue every node. Kernel-detected data errors (fr_dev_error) surface at the next
  * synchronizing call (fr_cuda_exec_sync, a download). */
-fr_status fr_cuda_exec_run(fr_cuda_exec *e);
+FR_NODISCARD fr_status fr_cuda_exec_run(fr_cuda_exec *e);
 /* Wait for the stream and turn a recorded device error into a status naming the node. */
-fr_status fr_cuda_exec_sync(fr_cuda_exec *e);
+FR_NODISCARD fr_status fr_cuda_exec_sync(fr_cuda_exec *e);
 
 /* The device tensor of value vid (a constant, an input, a graph output, or any computed value
  * whose memory is still its own), or NULL. The header is the executor's. */
@@ -45,22 +45,22 @@ fr_tensor *fr_cuda_exec_value(fr_cuda_exec *e, int vid);
 /* Graph output i (device tensor) or NULL. */
 fr_tensor *fr_cuda_exec_output_at(fr_cuda_exec *e, int i);
 /* Copy value vid to host memory (synchronizes; checks the device error word). */
-fr_status fr_cuda_exec_download(fr_cuda_exec *e, int vid, void *dst, size_t bytes);
+FR_NODISCARD fr_status fr_cuda_exec_download(fr_cuda_exec *e, int vid, void *dst, size_t bytes);
 /* After the host changed a constant's data (checkpoint load), send it again; and the other
  * way, before the host reads a constant the device updated (export, checkpoint save). */
-fr_status fr_cuda_exec_upload_constant(fr_cuda_exec *e, int vid);
-fr_status fr_cuda_exec_download_constant(fr_cuda_exec *e, int vid);
+FR_NODISCARD fr_status fr_cuda_exec_upload_constant(fr_cuda_exec *e, int vid);
+FR_NODISCARD fr_status fr_cuda_exec_download_constant(fr_cuda_exec *e, int vid);
 
 /* With FP8RUN_PROFILE=1 in the environment when the executor was built, every run waits for
  * the GPU and times each node; this is the per-op summary (malloc'ed; NULL when not profiling). */
-fr_status fr_cuda_exec_profile(const fr_cuda_exec *e, char **text);
+FR_NODISCARD fr_status fr_cuda_exec_profile(const fr_cuda_exec *e, char **text);
 
 /* The plan of fr_cuda_exec_new(c, g, NULL) without a device or any allocation: the bytes it
  * would take for the arena, constants, inputs and kernels' persistent memory (FP8 weight codes). */
 typedef struct fr_cuda_exec_sizes {
     size_t arena, consts, inputs, persist;
 } fr_cuda_exec_sizes;
-fr_status fr_cuda_exec_plan(const fr_graph *g, fr_cuda_exec_sizes *out);
+FR_NODISCARD fr_status fr_cuda_exec_plan(const fr_graph *g, fr_cuda_exec_sizes *out);
 
 /* Bytes planned: the arena (computed values and scratch), constants (0 for shared ones), inputs. */
 size_t fr_cuda_exec_arena_bytes(const fr_cuda_exec *e);

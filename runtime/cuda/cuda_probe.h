@@ -12,7 +12,7 @@ extern "C" {
 int fr_cuda_compiled(void);
 /* Number of usable CUDA devices; an error (with the CUDA runtime's reason) when none can be
  * queried, e.g. no driver on this machine. */
-fr_status fr_cuda_device_count(int *count);
+FR_NODISCARD fr_status fr_cuda_device_count(int *count);
 
 #ifdef __cplusplus
 }

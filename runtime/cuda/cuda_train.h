@@ -33,26 +33,26 @@ struct fr_cuda_ctx;
 
 /* Builds the device side for a built trainer (t->g, params, states, inputs). FP8 layers on a
  * device below compute capability 8.9 are FR_ERR_UNSUPPORTED (no silent fallback). */
-fr_status fr_cuda_train_new(fr_trainer *t, int device, fr_cuda_train **out);
+FR_NODISCARD fr_status fr_cuda_train_new(fr_trainer *t, int device, fr_cuda_train **out);
 void fr_cuda_train_free(fr_cuda_train *d);
 /* Queue one step (k micro-batches, learning rate lr) on the stream; its scalars go to ring slot
  * `slot` (0 <= slot < FR_TRAIN_MAX_QUEUED; at most that many steps are queued and not retired).
  * The windows are copied before it returns. */
-fr_status fr_cuda_train_queue(fr_trainer *t, const int64_t *windows, int k, double lr, int slot);
+FR_NODISCARD fr_status fr_cuda_train_queue(fr_trainer *t, const int64_t *windows, int k, double lr, int slot);
 /* Wait for the step queued in `slot` and fill stats->loss, grad_norm, skipped and reason; the
  * host's optimizer step count follows an update. A data error a kernel reported during the
  * step is returned naming the node. Steps are retired in the order they were queued. */
-fr_status fr_cuda_train_retire(fr_trainer *t, int slot, int k, fr_train_stats *stats);
+FR_NODISCARD fr_status fr_cuda_train_retire(fr_trainer *t, int slot, int k, fr_train_stats *stats);
 /* 1 when the step queued in `slot` has finished on the device (or its wait would fail: the
  * retire then reports why), 0 while it runs. */
 int fr_cuda_train_done(fr_trainer *t, int slot);
-fr_status fr_cuda_train_eval(fr_trainer *t, const int64_t *windows, double *loss);
+FR_NODISCARD fr_status fr_cuda_train_eval(fr_trainer *t, const int64_t *windows, double *loss);
 /* The host copy of the eval graph's output `name` after fr_cuda_train_eval, or NULL. */
 const fr_tensor *fr_cuda_train_eval_output(fr_trainer *t, const char *name);
-fr_status fr_cuda_train_pull(fr_trainer *t);
-fr_status fr_cuda_train_push(fr_trainer *t);
+FR_NODISCARD fr_status fr_cuda_train_pull(fr_trainer *t);
+FR_NODISCARD fr_status fr_cuda_train_push(fr_trainer *t);
 /* The training executor's per-op GPU times (FP8RUN_PROFILE=1), malloc'ed, or NULL. */
-fr_status fr_cuda_train_profile(const fr_cuda_train *d, char **text);
+FR_NODISCARD fr_status fr_cuda_train_profile(const fr_cuda_train *d, char **text);
 /* Weight conversions (fp8 casts, bf16 copies of W) the Linear kernels queued so far on this
  * trainer's context (cuda_kernel.h: weight_casts): a counter for tests. */
 long long fr_cuda_train_weight_casts(const fr_cuda_train *d);
@@ -61,7 +61,7 @@ const char *fr_cuda_train_device_name(const fr_cuda_train *d);
 /* Device memory the session holds: executors (arena, constants, inputs) and optimizer state. */
 size_t fr_cuda_train_device_bytes(const fr_cuda_train *d);
 /* The device's memory in use (by every process) and its size, from the driver. */
-fr_status fr_cuda_train_mem_info(const fr_cuda_train *d, size_t *used, size_t *total);
+FR_NODISCARD fr_status fr_cuda_train_mem_info(const fr_cuda_train *d, size_t *used, size_t *total);
 
 #ifdef __cplusplus
 }

@@ -24,7 +24,7 @@
 typedef struct fr_dist_train fr_dist_train;
 
 /* On the trainer's CUDA device (current). */
-fr_status fr_dist_train_new(const fr_trainer *t, fr_dist_train **out);
+FR_NODISCARD fr_status fr_dist_train_new(const fr_trainer *t, fr_dist_train **out);
 void fr_dist_train_free(fr_dist_train *dt);
 /* The rank owning parameter i's optimizer state: every rank (-1) unless sharded. */
 int fr_dist_train_owner(const fr_dist_train *dt, int i);
@@ -44,15 +44,15 @@ typedef struct fr_dist_step_bufs {
     int *amax_bad;
     int *error_words;
 } fr_dist_step_bufs;
-fr_status fr_dist_train_reduce(fr_dist_train *dt, const fr_dist_step_bufs *b, cudaStream_t s);
+FR_NODISCARD fr_status fr_dist_train_reduce(fr_dist_train *dt, const fr_dist_step_bufs *b, cudaStream_t s);
 /* Sharded: the owners' parameters (entries[i].p) to every rank after the update (no-op when
  * not sharded). */
-fr_status fr_dist_train_share_params(fr_dist_train *dt, const fr_mt_entry *entries, int n, cudaStream_t s);
+FR_NODISCARD fr_status fr_dist_train_share_params(fr_dist_train *dt, const fr_mt_entry *entries, int n, cudaStream_t s);
 /* Sharded: parameter i's optimizer slot from its owner into host (numel floats); src is the
  * owner's device copy (ignored elsewhere). Collective: every rank calls it in the same order. */
-fr_status fr_dist_train_gather_slot(fr_dist_train *dt, int i, const float *src, int64_t numel, float *host,
+FR_NODISCARD fr_status fr_dist_train_gather_slot(fr_dist_train *dt, int i, const float *src, int64_t numel, float *host,
                                     cudaStream_t s);
 /* Wait for ev with the communicator watched (nccl_comm.h: errors and time-outs abort). */
-fr_status fr_dist_train_wait(fr_dist_train *dt, cudaEvent_t ev, const char *what);
+FR_NODISCARD fr_status fr_dist_train_wait(fr_dist_train *dt, cudaEvent_t ev, const char *what);
 
 #endif

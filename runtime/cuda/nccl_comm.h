@@ -24,12 +24,12 @@ typedef enum fr_nccl_op { FR_NCCL_SUM, FR_NCCL_MAX, FR_NCCL_AVG } fr_nccl_op;
 
 /* Load NCCL once (thread-safe); FR_ERR_UNSUPPORTED with what was tried when it is missing.
  * *version (may be NULL) gets ncclGetVersion's code (e.g. 22809). */
-fr_status fr_nccl_load(int *version);
+FR_NODISCARD fr_status fr_nccl_load(int *version);
 
 /* A communicator of `world` ranks on the current CUDA device. external (an ncclComm_t the
  * caller made, not owned) or NULL: one is made, the unique id coming from rank 0 over TCP on
  * addr:port (runtime/dist.h; no socket for world 1). */
-fr_status fr_nccl_new(int rank, int world, const char *addr, int port, void *external, fr_nccl **out);
+FR_NODISCARD fr_status fr_nccl_new(int rank, int world, const char *addr, int port, void *external, fr_nccl **out);
 /* Destroy (or abort, after an error) an owned communicator. */
 void fr_nccl_free(fr_nccl *c);
 int fr_nccl_rank(const fr_nccl *c);
@@ -39,13 +39,13 @@ int fr_nccl_world(const fr_nccl *c);
 
 /* Collectives queued on stream s, in place. Between group_start and group_end several are
  * fused into one launch. */
-fr_status fr_nccl_group_start(fr_nccl *c);
-fr_status fr_nccl_group_end(fr_nccl *c);
-fr_status fr_nccl_allreduce(fr_nccl *c, void *buf, size_t count, fr_nccl_type type, fr_nccl_op op, cudaStream_t s);
-fr_status fr_nccl_broadcast(fr_nccl *c, void *buf, size_t count, fr_nccl_type type, int root, cudaStream_t s);
+FR_NODISCARD fr_status fr_nccl_group_start(fr_nccl *c);
+FR_NODISCARD fr_status fr_nccl_group_end(fr_nccl *c);
+FR_NODISCARD fr_status fr_nccl_allreduce(fr_nccl *c, void *buf, size_t count, fr_nccl_type type, fr_nccl_op op, cudaStream_t s);
+FR_NODISCARD fr_status fr_nccl_broadcast(fr_nccl *c, void *buf, size_t count, fr_nccl_type type, int root, cudaStream_t s);
 
 /* Wait for ev (recorded after collectives) while watching the communicator: a NCCL error, or
  * the deadline passing, aborts it (what: the wait's purpose, for the message). */
-fr_status fr_nccl_wait_event(fr_nccl *c, cudaEvent_t ev, const char *what);
+FR_NODISCARD fr_status fr_nccl_wait_event(fr_nccl *c, cudaEvent_t ev, const char *what);
 
 #endif

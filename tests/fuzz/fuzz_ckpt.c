@@ -37,7 +37,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         const void *v;
         size_t len;
-        (void)fr_ckpt_entry(c, "config", &v, &len);
+        fr_ignore_status(fr_ckpt_entry(c, "config", &v, &len)); /* only: no crash, no leak */
         fr_ckpt_close(c);
     }
     fp8run_checkpoint *ck = NULL;
@@ -45,7 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         (void)fp8run_checkpoint_model_path(ck);
         for (int i = 0; i < fp8run_checkpoint_param_count(ck); i++) {
             fp8run_value_info vi = {.struct_size = sizeof vi};
-            (void)fp8run_checkpoint_param(ck, i, &vi);
+            if (fp8run_checkpoint_param(ck, i, &vi) != FP8RUN_OK) continue; /* no crash is the test */
         }
         fp8run_checkpoint_close(ck);
     }

@@ -24,8 +24,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (fr_data_next(dl, FR_I64, w) != FR_OK) break;
     uint8_t st[FR_DATA_STATE_BYTES];
     fr_data_get_state(dl, st);
-    (void)fr_data_set_state(dl, st, sizeof st);
-    (void)fr_data_check_tokens(dl, 1 + data[3]);
+    fr_ignore_status(fr_data_set_state(dl, st, sizeof st)); /* the fuzzer wants no crash, not a verdict */
+    fr_ignore_status(fr_data_check_tokens(dl, 1 + data[3]));
     fr_data_close(dl);
     return 0;
 }
