@@ -1,434 +1,22 @@
-/* ONNX import: decode a (hostile) model file with protobuf-c and build the IR graph.
- * Decoding is bounded (message nesting depth, memory) before protobuf-c sees the bytes;
- * every tensor's data size is checked against dtype x shape before anything is allocated;
- * external data is confined to the model's folder. Ops are not resolved here (the passes do
- * that), so tools can show models with ops fp8run does not implement. */
+/* ONNX import: build the IR graph from a decoded model (graph/onnx_decode.c decodes it,
+ * graph/onnx_import_tensor.c its tensors). Ops are not resolved here (the passes do that), so
+ * tools can show models with ops fp8run does not implement. */
 #include "graph/onnx_io.h"
 
 #include <limits.h>
-#include <stdalign.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "graph/name_map.h"
+#include "graph/onnx_import_internal.h"
 #include "graph/onnx_io_util.h"
 #include "graph/onnx_record.h"
 #include "graph/params.h"
-#include "schema/onnx.pb-c.h"
-
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "ONNX raw_data is little-endian and import copies it as is: a little-endian host is required"
-#endif
-
-/* protobuf's own default recursion limit */
-#define MAX_NESTING 100
-
-/* ---- bounded protobuf decode ---- */
-
-static int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
-{
-    uint64_t r = 0;
-    for (int shift = 0; shift < 64; shift += 7) { /* at most 10 bytes */
-        if (*p >= end) return 0;
-        uint8_t b = *(*p)++;
-        r |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) {
-            *v = r;
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* protobuf-c recurses once per nested message with no limit, so a small file nesting
- * messages a million deep would overflow the stack. Walk the wire format first, descending
- * only into fields the schema declares as messages (exactly where protobuf-c recurses).
- * Returns 1 when well formed, 0 when malformed, -1 when nested too deep, -2 when a string
- * that names something (all but doc strings) holds a NUL: protobuf-c cuts it there, so an
- * external-data location "w.bin\0../../x" would mean one file to us and another to a tool
- * that reads the whole string (*nul_in: "Message.field"). */
-static int check_nesting(const ProtobufCMessageDescriptor *d, const uint8_t *p, const uint8_t *end,
-                         int depth, char *nul_in, size_t nul_len)
-{
-    if (depth > MAX_NESTING) return -1;
-    while (p < end) {
-        uint64_t key, v;
-        if (!read_varint(&p, end, &key)) return 0;
-        uint64_t num = key >> 3;
-        switch (key & 7) {
-        case 0:
-            if (!read_varint(&p, end, &v)) return 0;
-            break;
-        case 1:
-            if (end - p < 8) return 0;
-            p += 8;
-            break;
-        case 5:
-            if (end - p < 4) return 0;
-            p += 4;
-            break;
-        case 2: {
-            if (!read_varint(&p, end, &v) || v > (uint64_t)(end - p)) return 0;
-            const ProtobufCFieldDescriptor *f =
-                num <= UINT_MAX ? protobuf_c_message_descriptor_get_field(d, (unsigned)num) : NULL;
-            if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
-                int r = check_nesting(f->descriptor, p, p + v, depth + 1, nul_in, nul_len);
-                if (r != 1) return r;
-            } else if (f && f->type == PROTOBUF_C_TYPE_STRING && strcmp(f->name, "doc_string") != 0 &&
-                       memchr(p, 0, v)) {
-                snprintf(nul_in, nul_len, "%s.%s", d->short_name, f->name);
-                return -2;
-            }
-            p += v;
-            break;
-        }
-        default: /* groups and reserved wire types: ONNX has none */
-            return 0;
-        }
-    }
-    return 1;
-}
-
-/* Memory budget for decoding: protobuf-c allocates a struct for every (possibly two-byte)
- * submessage, so a hostile file could make it allocate ~100x its size. Each block carries
- * its size in a header so frees are accounted. */
-#define BUDGET_HDR 16
-_Static_assert(alignof(max_align_t) <= BUDGET_HDR, "allocation header keeps malloc alignment");
-
-typedef struct decode_budget {
-    size_t used, limit;
-    int exceeded;
-} decode_budget;
-
-static void *budget_alloc(void *data, size_t size)
-{
-    decode_budget *b = data;
-    if (size > b->limit - b->used || b->limit - b->used - size < BUDGET_HDR) {
-        b->exceeded = 1;
-        return NULL;
-    }
-    unsigned char *p = malloc(size + BUDGET_HDR);
-    if (!p) return NULL;
-    memcpy(p, &size, sizeof size);
-    b->used += size + BUDGET_HDR;
-    return p + BUDGET_HDR;
-}
-
-static void budget_free(void *data, void *ptr)
-{
-    if (!ptr) return;
-    decode_budget *b = data;
-    unsigned char *p = (unsigned char *)ptr - BUDGET_HDR;
-    size_t size;
-    memcpy(&size, p, sizeof size);
-    b->used -= size + BUDGET_HDR;
-    free(p);
-}
-
-typedef struct decoded_model {
-    Onnx__ModelProto *m;
-    decode_budget budget;
-    ProtobufCAllocator alloc; /* points at budget: the struct must not move */
-} decoded_model;
-
-static void decoded_free(decoded_model *d)
-{
-    if (d->m) onnx__model_proto__free_unpacked(d->m, &d->alloc);
-    d->m = NULL;
-}
-
-static fr_status decode_model(const void *data, size_t len, const char *what, decoded_model *d)
-{
-    d->m = NULL;
-    if (len == 0) return fr_error(FR_ERR_PARSE, "'%s' is empty, not an ONNX model", what);
-    if ((uint64_t)len > FR_ONNX_MAX_PROTO_BYTES)
-        return fr_error(FR_ERR_UNSUPPORTED,
-                        "'%s' is %zu bytes, more than protobuf's 2 GiB limit for one message "
-                        "(large weights belong in ONNX external data files)", what, len);
-    char nul_in[128];
-    int r = check_nesting(&onnx__model_proto__descriptor, data, (const uint8_t *)data + len, 0, nul_in,
-                          sizeof nul_in);
-    if (r == -2)
-        return fr_error(FR_ERR_PARSE, "'%s' is not a valid ONNX model (a %s string holds a NUL byte)", what, nul_in);
-    if (r < 0)
-        return fr_error(FR_ERR_PARSE,
-                        "'%s' is not a valid ONNX model (messages nested deeper than %d levels)",
-                        what, MAX_NESTING);
-    if (r == 0)
-        return fr_error(FR_ERR_PARSE, "'%s' is not a valid ONNX model (protobuf decode failed)", what);
-    d->budget.used = 0;
-    d->budget.exceeded = 0;
-    /* real models need a few times their size (a small attribute is ~20x); two-byte empty
-     * submessages cost ~150x. len < 2 GiB: no overflow. */
-    d->budget.limit = ((size_t)64 << 20) + len * 40;
-    d->alloc.alloc = budget_alloc;
-    d->alloc.free = budget_free;
-    d->alloc.allocator_data = &d->budget;
-    d->m = onnx__model_proto__unpack(&d->alloc, len, data);
-    if (!d->m) {
-        if (d->budget.exceeded)
-            return fr_error(FR_ERR_PARSE,
-                            "'%s' is not a valid ONNX model (decoding it needs more than %zu bytes "
-                            "of memory, far more than a real model of its size)",
-                            what, d->budget.limit);
-        return fr_error(FR_ERR_PARSE, "'%s' is not a valid ONNX model (protobuf decode failed)", what);
-    }
-    if (!d->m->graph) {
-        decoded_free(d);
-        return fr_error(FR_ERR_PARSE, "'%s' is not a valid ONNX model (it has no graph)", what);
-    }
-    return FR_OK;
-}
-
-/* ---- tensors ---- */
-
-typedef struct import_ctx {
-    fr_graph *g;
-    const Onnx__ModelProto *m;
-    const char *model_dir; /* NULL: external data refused */
-} import_ctx;
 
 static const char *norm_domain(const char *d)
 {
     return (!d || strcmp(d, "ai.onnx") == 0) ? "" : d;
-}
-
-/* The typed field ONNX stores each dtype in (when raw_data is not used). */
-enum { TF_FLOAT, TF_INT32, TF_INT64, TF_DOUBLE, TF_UINT64, TF_COUNT };
-static const char *const tf_names[TF_COUNT] = {"float_data", "int32_data", "int64_data",
-                                               "double_data", "uint64_data"};
-
-static int typed_field_of(fr_dtype dt)
-{
-    switch (dt) {
-    case FR_F32: return TF_FLOAT;
-    case FR_I64: return TF_INT64;
-    case FR_F64: return TF_DOUBLE;
-    case FR_U32: case FR_U64: return TF_UINT64;
-    default: return TF_INT32; /* every other holdable dtype, per the TensorProto spec */
-    }
-}
-
-/* int32_data carries narrow ints and the bit patterns of 16- and 8-bit floats. Values out of
- * range would silently wrap, so they are refused. */
-static fr_status from_int32(fr_tensor *t, const int32_t *src, const char *what)
-{
-    int64_t n = fr_tensor_numel(t);
-    for (int64_t i = 0; i < n; i++) {
-        int32_t v = src[i];
-        int32_t lo, hi;
-        switch (t->dtype) {
-        case FR_I32: lo = INT32_MIN; hi = INT32_MAX; break;
-        case FR_I16: lo = INT16_MIN; hi = INT16_MAX; break;
-        case FR_U16: lo = 0; hi = UINT16_MAX; break;
-        case FR_I8: lo = INT8_MIN; hi = INT8_MAX; break;
-        case FR_U8: lo = 0; hi = UINT8_MAX; break;
-        case FR_BOOL: lo = 0; hi = 1; break;
-        case FR_F16: case FR_BF16: lo = INT16_MIN; hi = UINT16_MAX; break; /* bits, maybe sign-extended */
-        default: lo = INT8_MIN; hi = UINT8_MAX; break;                     /* fp8 bits */
-        }
-        if (v < lo || v > hi)
-            return fr_error(FR_ERR_PARSE, "%s: int32_data[%lld] = %d is out of range for %s", what,
-                            (long long)i, (int)v, fr_dtype_name(t->dtype));
-        switch (fr_dtype_size(t->dtype)) {
-        case 4: ((int32_t *)t->data)[i] = v; break;
-        case 2: ((uint16_t *)t->data)[i] = (uint16_t)((uint32_t)v & 0xffffu); break;
-        default: ((uint8_t *)t->data)[i] = (uint8_t)((uint32_t)v & 0xffu); break;
-        }
-    }
-    return FR_OK;
-}
-
-/* Strict non-negative decimal, as ONNX writes external-data offsets and lengths. */
-static int parse_u64(const char *s, uint64_t *out)
-{
-    if (!s || !*s) return 0;
-    uint64_t v = 0;
-    for (; *s; s++) {
-        if (*s < '0' || *s > '9') return 0;
-        unsigned d = (unsigned)(*s - '0');
-        if (v > (UINT64_MAX - d) / 10) return 0;
-        v = v * 10 + d;
-    }
-    *out = v;
-    return 1;
-}
-
-typedef struct ext_ref {
-    const char *location;
-    uint64_t offset, length;
-    int has_length;
-} ext_ref;
-
-static fr_status parse_external(const Onnx__TensorProto *tp, const char *what, ext_ref *e)
-{
-    memset(e, 0, sizeof *e);
-    for (size_t i = 0; i < tp->n_external_data; i++) {
-        const Onnx__StringStringEntryProto *kv = tp->external_data[i];
-        const char *k = kv->key ? kv->key : "", *v = kv->value ? kv->value : "";
-        if (strcmp(k, "location") == 0) {
-            e->location = v;
-        } else if (strcmp(k, "offset") == 0) {
-            if (!parse_u64(v, &e->offset))
-                return fr_error(FR_ERR_PARSE, "%s: external data offset '%s' is not a number", what, v);
-        } else if (strcmp(k, "length") == 0) {
-            if (!parse_u64(v, &e->length))
-                return fr_error(FR_ERR_PARSE, "%s: external data length '%s' is not a number", what, v);
-            e->has_length = 1;
-        } /* "checksum" and unknown keys carry nothing we need */
-    }
-    if (!e->location) return fr_error(FR_ERR_PARSE, "%s: external data has no 'location' entry", what);
-    return FR_OK;
-}
-
-/* Open and bounds-check an external tensor's bytes, then read them into a new tensor. */
-static fr_status read_external(const import_ctx *c, const Onnx__TensorProto *tp, const char *what,
-                               fr_dtype dt, int rank, const int64_t *dims, size_t bytes,
-                               fr_tensor **out, char **ext_loc)
-{
-    ext_ref e;
-    FR_TRY(parse_external(tp, what, &e));
-    if (!c->model_dir)
-        return fr_error(FR_ERR_INVALID_ARG,
-                        "%s: uses external data '%s', but the model was loaded from memory without a "
-                        "folder to find it in", what, e.location);
-    int fd;
-    uint64_t fsize;
-    FR_TRY(fr_onnx_open_external(c->model_dir, e.location, what, &fd, &fsize));
-    fr_status st = FR_OK;
-    if (e.offset > fsize)
-        st = fr_error(FR_ERR_PARSE, "%s: external data offset %llu is past the end of '%s' (%llu bytes)",
-                      what, (unsigned long long)e.offset, e.location, (unsigned long long)fsize);
-    else if (e.has_length && e.length > fsize - e.offset)
-        st = fr_error(FR_ERR_PARSE,
-                      "%s: external data offset %llu + length %llu is past the end of '%s' (%llu bytes)",
-                      what, (unsigned long long)e.offset, (unsigned long long)e.length, e.location,
-                      (unsigned long long)fsize);
-    else if (e.has_length && e.length != (uint64_t)bytes)
-        st = fr_error(FR_ERR_PARSE,
-                      "%s: external data length %llu does not match dtype %s x shape (%zu bytes)",
-                      what, (unsigned long long)e.length, fr_dtype_name(dt), bytes);
-    else if ((uint64_t)bytes > fsize - e.offset)
-        st = fr_error(FR_ERR_PARSE,
-                      "%s: needs %zu bytes of external data at offset %llu, but '%s' holds only %llu there",
-                      what, bytes, (unsigned long long)e.offset, e.location,
-                      (unsigned long long)(fsize - e.offset));
-    /* a file of holes passes every size check and would be read as gigabytes of zeros: a
-     * large tensor must be mostly stored (1/8: compressing file systems report less) */
-    struct stat sb;
-    if (st == FR_OK && bytes >= ((size_t)64 << 20) && fstat(fd, &sb) == 0 &&
-        (uint64_t)sb.st_blocks * 512u < (uint64_t)bytes / 8)
-        st = fr_error(FR_ERR_PARSE,
-                      "%s: external data '%s' is a sparse file: %llu bytes stored for a tensor of %zu bytes (refused)",
-                      what, e.location, (unsigned long long)sb.st_blocks * 512u, bytes);
-    fr_tensor *t = NULL;
-    if (st == FR_OK) st = fr_tensor_new(dt, rank, dims, what, &t);
-    if (st == FR_OK && bytes) st = fr_onnx_pread_all(fd, t->data, bytes, e.offset, what);
-    close(fd);
-    if (st == FR_OK && ext_loc) {
-        *ext_loc = fr_strdup(e.location, "external location");
-        if (!*ext_loc) st = FR_ERR_OOM;
-    }
-    if (st != FR_OK) {
-        fr_tensor_free(t);
-        return st;
-    }
-    *out = t;
-    return FR_OK;
-}
-
-/* TensorProto -> new tensor. `what` names it in messages ("initializer 'w'"). *ext_loc (when
- * ext_loc is non-NULL) receives the external location or stays NULL. */
-static fr_status tensor_from_proto(const import_ctx *c, const Onnx__TensorProto *tp,
-                                   const char *what, fr_tensor **out, char **ext_loc)
-{
-    *out = NULL;
-    if (ext_loc) *ext_loc = NULL;
-    fr_dtype dt = tp->has_data_type ? (fr_dtype)tp->data_type : FR_UNDEFINED;
-    if (dt == FR_UNDEFINED) return fr_error(FR_ERR_PARSE, "%s: tensor has no data_type", what);
-    if (dt == FR_STRING)
-        return fr_error(FR_ERR_UNSUPPORTED, "%s: STRING tensors are not supported by fp8run", what);
-    size_t es = fr_dtype_size(dt);
-    if (es == 0)
-        return fr_error(FR_ERR_UNSUPPORTED, "%s: tensor data type %d (%s) is not supported by fp8run",
-                        what, (int)tp->data_type, fr_dtype_name(dt));
-    if (tp->segment)
-        return fr_error(FR_ERR_UNSUPPORTED,
-                        "%s: segmented tensors (TensorProto.segment) are not supported", what);
-    if (tp->n_dims > FR_MAX_RANK)
-        return fr_error(FR_ERR_UNSUPPORTED, "%s: rank %zu is more than fp8run's maximum of %d", what,
-                        tp->n_dims, FR_MAX_RANK);
-    int rank = (int)tp->n_dims;
-    int64_t numel;
-    FR_TRY(fr_shape_numel(rank, tp->dims, what, &numel));
-    size_t bytes;
-    if ((uint64_t)numel > SIZE_MAX || !fr_mul_size((size_t)numel, es, &bytes))
-        return fr_error(FR_ERR_OOM, "%s: byte size of dtype %s x %lld elements overflows", what,
-                        fr_dtype_name(dt), (long long)numel);
-    char shp[160];
-    fr_shape_str(rank, tp->dims, shp, sizeof shp);
-    if (tp->n_string_data)
-        return fr_error(FR_ERR_PARSE, "%s: dtype %s tensor carries string_data", what, fr_dtype_name(dt));
-
-    if (tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)
-        return read_external(c, tp, what, dt, rank, tp->dims, bytes, out, ext_loc);
-
-    size_t counts[TF_COUNT] = {tp->n_float_data, tp->n_int32_data, tp->n_int64_data,
-                               tp->n_double_data, tp->n_uint64_data};
-    int want = typed_field_of(dt);
-    for (int f = 0; f < TF_COUNT; f++)
-        if (counts[f] && (f != want || tp->has_raw_data))
-            return fr_error(FR_ERR_PARSE, "%s: dtype %s tensor carries %zu values in %s%s", what,
-                            fr_dtype_name(dt), counts[f], tf_names[f],
-                            tp->has_raw_data ? " besides raw_data" : ", which that dtype does not use");
-    if (tp->has_raw_data) {
-        if (tp->raw_data.len != bytes)
-            return fr_error(FR_ERR_PARSE,
-                            "%s: raw_data holds %zu bytes, but dtype %s x shape %s needs %zu", what,
-                            tp->raw_data.len, fr_dtype_name(dt), shp, bytes);
-    } else if (counts[want] != (size_t)numel) {
-        return fr_error(FR_ERR_PARSE, "%s: %s holds %zu values, but shape %s has %lld elements", what,
-                        tf_names[want], counts[want], shp, (long long)numel);
-    }
-    fr_tensor *t;
-    FR_TRY(fr_tensor_new(dt, rank, tp->dims, what, &t));
-    fr_status st = FR_OK;
-    if (bytes == 0) {
-        /* nothing to copy */
-    } else if (tp->has_raw_data) {
-        memcpy(t->data, tp->raw_data.data, bytes);
-    } else {
-        switch (want) {
-        case TF_FLOAT: memcpy(t->data, tp->float_data, bytes); break;
-        case TF_INT64: memcpy(t->data, tp->int64_data, bytes); break;
-        case TF_DOUBLE: memcpy(t->data, tp->double_data, bytes); break;
-        case TF_UINT64:
-            if (dt == FR_U64) {
-                memcpy(t->data, tp->uint64_data, bytes);
-                break;
-            }
-            for (int64_t i = 0; i < numel; i++) {
-                if (tp->uint64_data[i] > UINT32_MAX) {
-                    st = fr_error(FR_ERR_PARSE, "%s: uint64_data[%lld] = %llu is out of range for uint32",
-                                  what, (long long)i, (unsigned long long)tp->uint64_data[i]);
-                    break;
-                }
-                ((uint32_t *)t->data)[i] = (uint32_t)tp->uint64_data[i];
-            }
-            break;
-        default: st = from_int32(t, tp->int32_data, what); break;
-        }
-    }
-    if (st != FR_OK) {
-        fr_tensor_free(t);
-        return st;
-    }
-    *out = t;
-    return FR_OK;
 }
 
 /* ---- value types ---- */
@@ -538,7 +126,7 @@ static fr_status attr_from_proto(const import_ctx *c, const char *node, const ch
                             op, ap->name);
         char what[512];
         snprintf(what, sizeof what, "node '%s' (%s) attribute '%s'", node, op, ap->name);
-        FR_TRY(tensor_from_proto(c, ap->t, what, &a->t, NULL));
+        FR_TRY(fr_onnx_tensor_from_proto(c, ap->t, what, &a->t, NULL));
         break;
     }
     case FR_ATTR_GRAPH:
@@ -742,7 +330,7 @@ static fr_status import_initializers(import_ctx *c, const Onnx__GraphProto *gp)
         FR_TRY(fr_graph_add_value(g, tp->name, &vid));
         fr_tensor *t;
         char *loc;
-        FR_TRY(tensor_from_proto(c, tp, what, &t, &loc));
+        FR_TRY(fr_onnx_tensor_from_proto(c, tp, what, &t, &loc));
         fr_status st = fr_graph_set_initializer(g, vid, t);
         if (st != FR_OK) {
             free(loc);
@@ -809,18 +397,18 @@ static fr_status import_bytes(const void *data, size_t len, const char *model_di
                               const char *source_path, fr_graph **out)
 {
     decoded_model dm;
-    FR_TRY(decode_model(data, len, what, &dm));
+    FR_TRY(fr_onnx_decode_model(data, len, what, &dm));
     fr_graph *g;
     fr_status st = fr_graph_new(&g);
     if (st != FR_OK) {
-        decoded_free(&dm);
+        fr_onnx_decoded_free(&dm);
         return st;
     }
     import_ctx c = {g, dm.m, model_dir};
     st = import_graph(&c);
     if (st == FR_OK) st = dup_opt(model_dir, &g->model_dir);
     if (st == FR_OK) st = dup_opt(source_path, &g->source_path);
-    decoded_free(&dm);
+    fr_onnx_decoded_free(&dm);
     if (st != FR_OK) {
         fr_graph_free(g);
         return fr_error_context(st, "model '%s'", what);
