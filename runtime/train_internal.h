@@ -139,6 +139,11 @@ FR_NODISCARD fr_status tr_build_forward(fr_trainer *t, const fr_graph *model, in
 /* The trainer's options by name for the pipeline's entries (fr_pass_option_fn; opts is an
  * fr_train_options). */
 FR_NODISCARD fr_status tr_pass_option(const void *opts, const char *name, int *on);
+/* train_build_fbs.c: a compiled graph's recorded options adopted (conflicts named), and
+ * --train/--freeze applied to its recorded parameters. */
+struct fr_fbs_spec;
+FR_NODISCARD fr_status tr_adopt_spec(fr_trainer *t, const struct fr_fbs_spec *s, const char *path);
+FR_NODISCARD fr_status tr_narrow_params(fr_trainer *t, fr_graph *g);
 /* Bring the host copies of parameters, optimizer and scaling state up to date from the device
  * (before save, export, get_param), and the device from the host (after load, set_param).
  * No-ops on the CPU. */
