@@ -193,7 +193,13 @@ static void test_train_log_ckpt_export(void)
     int vals;
     CU_ASSERT_EQUAL(cli_read_log(P("run.jsonl"), losses, 12, &vals, NULL), 12);
     CU_ASSERT_EQUAL(vals, 2); /* after step 6 and at the end */
-    CU_ASSERT(losses[11] < losses[0]);
+    /* Single-batch losses are too noisy over 12 steps to order (seed 1795644062 rose);
+     * that training lowers the loss is checked on the whole of val.bin below (l1 < l0).
+     * Here: the log and the progress line report the same step-12 loss. */
+    const char *last = strstr(cli_err, "step 12/12 loss");
+    double shown = -1;
+    CU_ASSERT_FATAL(last && sscanf(last, "step 12/12 loss %lf", &shown) == 1);
+    CU_ASSERT(isfinite(losses[11]) && fabs(shown - losses[11]) <= 5e-4 * fabs(losses[11]) + 5e-4);
     /* --ckpt-keep 2: steps 8 and 12 remain */
     struct stat sb;
     CU_ASSERT_EQUAL(stat(P("ck/step_00000012.ckpt"), &sb), 0);
