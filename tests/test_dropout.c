@@ -14,7 +14,8 @@
  *    0 and a ratio fed at run time stay; a read mask output is refused; the eval strip;
  *  - the trainer: an ONNX training-mode Dropout in a generated Llama trains with dropout (the
  *    training loss is not the eval loss of the same weights and batch, same seed same losses,
- *    another seed other losses) and the key counts the micro-batches of a step. */
+ *    another seed other losses; the compiled .fbs of it the same losses) and the key counts the
+ *    micro-batches of a step. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@
 #include "ops/dropout_mask.h"
 #include "ops/grad.h"
 #include "passes/dropout.h"
+#include "graph/onnx_io.h"
 #include "passes/passes.h"
 #include "runtime/executor.h"
 #include "runtime/llama_gen.h"
@@ -457,13 +459,27 @@ static void windows(fr_rng *r, int64_t *w, int n)
     for (int i = 0; i < n; i++) w[i] = tt_rand_int(r, 0, k_llama.vocab - 1);
 }
 
-/* Losses of 4 steps, and (first) the eval loss before the first step, the train loss of it. */
-static void train4(fr_graph *g, uint64_t seed, const int64_t *w, double *loss, double *eval0)
+/* Losses of 4 steps, and (first) the eval loss before the first step, the train loss of it.
+ * compiled: train the graph `fp8run compile` writes (reloaded) instead. */
+static void train4c(fr_graph *g, uint64_t seed, const int64_t *w, double *loss, double *eval0, int compiled,
+                    const char *precision)
 {
     fr_train_options o;
     fr_ft_train_options(&o); /* batch 2 x seq 16 */
     o.seed = seed;
+    o.precision = precision;
     fr_trainer *t = NULL;
+    fr_graph *cg = NULL;
+    if (compiled) {
+        char dir[512], path[600];
+        snprintf(path, sizeof path, "%s/dropout.fbs", fr_test_tmpdir(dir, sizeof dir));
+        FR_ASSERT_OK(fr_train_compile(g, &o, path));
+        FR_ASSERT_OK(fr_onnx_load_file(path, &cg));
+        CU_ASSERT_PTR_NOT_NULL_FATAL(cg);
+        remove(path);
+        remove(dir);
+        g = cg;
+    }
     FR_ASSERT_OK(fr_trainer_new(g, &o, &t));
     CU_ASSERT_PTR_NOT_NULL_FATAL(t);
     FR_ASSERT_OK(fr_trainer_eval(t, w, eval0));
@@ -473,6 +489,12 @@ static void train4(fr_graph *g, uint64_t seed, const int64_t *w, double *loss, d
         loss[s] = st.loss;
     }
     fr_trainer_free(t);
+    fr_graph_free(cg);
+}
+
+static void train4(fr_graph *g, uint64_t seed, const int64_t *w, double *loss, double *eval0)
+{
+    train4c(g, seed, w, loss, eval0, 0, "fp32");
 }
 
 static void test_trainer_onnx_dropout(void)
@@ -498,6 +520,12 @@ static void test_trainer_onnx_dropout(void)
     /* the same seed, the same masks; another seed, other masks */
     CU_ASSERT_EQUAL(memcmp(a, b, sizeof a), 0);
     CU_ASSERT(a[0] != c[0]);
+    /* the compiled graph (.fbs, bf16) keeps the dropout and its key input: the same losses */
+    train4c(on, seed, w, a, &ea, 0, "bf16");
+    train4c(on, seed, w, b, &eb, 1, "bf16");
+    CU_ASSERT_EQUAL(memcmp(a, b, sizeof a), 0);
+    CU_ASSERT_EQUAL(ea, eb);
+    CU_ASSERT(a[0] != ea);
     fr_graph_free(on);
     fr_graph_free(off);
 }
