@@ -481,7 +481,8 @@ static fr_status build_eval_graph(fr_trainer *t, int loss)
     }
     free(saved);
     if (st == FR_OK) st = fr_train_clone_graph(g, 1, &t->eval_g);
-    if (st == FR_OK) st = fr_dropout_strip(t->eval_g, &idx); /* evaluation has no dropout */
+    int n_dropouts;
+    if (st == FR_OK) st = fr_dropout_strip(t->eval_g, &n_dropouts); /* evaluation has no dropout */
     if (st == FR_OK) st = dce(t->eval_g);
     reset_outputs(g);
     return st;
