@@ -136,7 +136,10 @@ static void test_exact_values(void)
             kept += keep;
             if (keep ? yv != want : yv != 0.0) bad++;
             /* the kept value is x / (1 - p) up to the rounding of the scale and the product */
-            const double ulp = dts[di] == FR_F64 ? 1e-15 : dts[di] == FR_F32 ? 2.4e-7 : dts[di] == FR_F16 ? 2e-3 : 1.6e-2;
+            const double ulp = dts[di] == FR_F64   ? 1e-15
+                               : dts[di] == FR_F32 ? 2.4e-7
+                               : dts[di] == FR_F16 ? 2e-3
+                                                   : 1.6e-2;
             const double tiny = dts[di] == FR_F16 ? 6e-8 : 0.0; /* float16 subnormals: absolute */
             if (keep && fabs(yv - xv / (1.0 - (double)p)) > ulp * fabs(xv / (1.0 - (double)p)) + tiny) bad++;
         }
@@ -426,7 +429,8 @@ static void test_strip(void)
 
 /* ---- the trainer ---- */
 
-static const fr_llama_config k_llama = {.d = 32, .layers = 1, .heads = 2, .kv_heads = 2, .ffn = 48, .vocab = 64, .max_seq = 16, .seed = 3};
+static const fr_llama_config k_llama = {
+    .d = 32, .layers = 1, .heads = 2, .kv_heads = 2, .ffn = 48, .vocab = 64, .max_seq = 16, .seed = 3};
 
 /* The generated Llama with logits = Dropout(logits', 0.2, training_mode) (opset 13 initializers). */
 static fr_graph *llama_with_dropout(int training)
