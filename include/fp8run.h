@@ -479,7 +479,8 @@ typedef struct fp8run_train_config {
                                     whose weight name matches lora_targets, the rest frozen */
     double lora_alpha;           /* the adapters' update is scaled by lora_alpha / lora_rank (8) */
     const char *lora_targets;    /* POSIX extended regex over weight names (needed with a rank) */
-    double lora_dropout;         /* dropout on the adapters' input: only 0 (default) is supported */
+    double lora_dropout;         /* dropout on the adapters' input, p in [0, 1) (default 0): training
+                                    only, masks keyed by seed, step and micro-batch */
 } fp8run_train_config;
 
 /* Fill *cfg with the defaults above and set cfg->struct_size = size. Pass sizeof *cfg. */

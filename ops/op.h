@@ -64,7 +64,7 @@ const fr_op_def *fr_op_at(int i);
 
 /* Family tables, each terminated by an entry with op_type == NULL. */
 extern const fr_op_def fr_ops_unary_math[];  /* ops/unary_math.c: elementwise unary math (ops/ew_unary.def) */
-extern const fr_op_def fr_ops_unary[];       /* ops/unary.c: IsNaN/IsInf/Not, Cast, Clip, Identity, Dropout */
+extern const fr_op_def fr_ops_unary[];       /* ops/unary.c: IsNaN/IsInf/Not, Cast, Clip, Identity */
 extern const fr_op_def fr_ops_binary[];      /* ops/binary.c: arithmetic, compare, logic, Where, Expand */
 extern const fr_op_def fr_ops_reduce[];      /* ops/reduce.c: Reduce*, ArgMax/ArgMin */
 extern const fr_op_def fr_ops_reduce_grad[]; /* ops/reduce_grad.c: ReduceGrad (ai.fp8run) */

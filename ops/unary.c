@@ -1,5 +1,5 @@
 /* Unary elementwise ops other than the math of ops/unary_math.c: predicates (IsNaN, IsInf,
- * Not), conversions (Cast, CastLike), Clip, Identity and Dropout (inference only).
+ * Not), conversions (Cast, CastLike), Clip and Identity (Dropout: ops/dropout.c).
  *
  * Float math is evaluated in double and rounded once to the output type, so float32 results
  * are within about half an ulp of the exact value even for composite formulas (Gelu,
@@ -461,92 +461,6 @@ static fr_status identity_cpu(const fr_kernel_ctx *ctx)
     return copy_tensor(ctx, ctx->in[0], ctx->out[0]);
 }
 
-/* ---- Dropout (inference semantics: y = x, mask all true) ----
- * Opset 6 has `is_test` (0 = training, the default); 7..11 have no mode (a runtime runs them
- * in inference); 12+ take optional `ratio` and `training_mode` inputs. Training-mode
- * dropout with ratio > 0 is a clear FR_ERR_UNSUPPORTED: at infer when the inputs are
- * constants, at run time otherwise. The mask is bool from opset 10, the data dtype before. */
-
-static fr_status dropout_training_error(const fr_node *n, double ratio)
-{
-    return fr_node_error(n, FR_ERR_UNSUPPORTED,
-                         "Dropout in training mode (ratio %g) is not supported yet: fp8run runs "
-                         "Dropout with inference semantics only (export the model in eval mode)",
-                         ratio);
-}
-
-static fr_dtype dropout_mask_dtype(int64_t opset, fr_dtype x)
-{
-    return opset >= 1 && opset < 10 ? x : FR_BOOL;
-}
-
-static fr_status dropout_infer(fr_graph *g, int node_id)
-{
-    const fr_node *n = &g->nodes[node_id];
-    int64_t opset = node_opset(g, n);
-    int modern = !(opset >= 1 && opset < 12);
-    FR_TRY(fr_infer_require_inputs(g, n, 1, modern ? 3 : 1));
-    const fr_value *x = fr_node_in(g, n, 0);
-    if (fr_dtype_size(x->dtype) == 0)
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "dtype %s cannot be held in a tensor",
-                             fr_dtype_name(x->dtype));
-    if (opset >= 1 && opset < 7) {
-        int64_t is_test;
-        FR_TRY(fr_node_attr_int(n, "is_test", 0, &is_test));
-        float ratio;
-        FR_TRY(fr_node_attr_float(n, "ratio", 0.5f, &ratio));
-        if (!is_test && ratio > 0) return dropout_training_error(n, ratio);
-    }
-    const fr_value *tm = fr_node_in(g, n, 2);
-    if (tm && tm->constant) {
-        if (fr_tensor_numel(tm->constant) != 1)
-            return fr_node_error(n, FR_ERR_SHAPE, "training_mode '%s' must be a scalar", tm->name);
-        if (fr_tensor_get_i64(tm->constant, 0)) {
-            const fr_value *r = fr_node_in(g, n, 1);
-            if (!r) return dropout_training_error(n, 0.5);
-            if (!r->constant || fr_tensor_numel(r->constant) != 1)
-                return fr_node_error(n, FR_ERR_UNSUPPORTED,
-                                     "Dropout in training mode with a non-constant ratio '%s' is "
-                                     "not supported yet (inference semantics only)",
-                                     r->name);
-            double ratio = fr_tensor_get_f64(r->constant, 0);
-            if (ratio != 0) return dropout_training_error(n, ratio);
-        }
-    }
-    fr_infer_same(g, n, 0, 0);
-    if (n->n_outputs > 1)
-        fr_infer_set(g, n, 1, dropout_mask_dtype(opset, x->dtype), x->rank, x->dims);
-    return FR_OK;
-}
-
-static fr_status dropout_cpu(const fr_kernel_ctx *ctx)
-{
-    const fr_node *n = ctx->node;
-    const fr_tensor *x = ctx->in[0];
-    const fr_tensor *tm = ctx->n_in > 2 ? ctx->in[2] : NULL;
-    if (tm && fr_tensor_numel(tm) >= 1 && fr_tensor_get_i64(tm, 0)) {
-        const fr_tensor *r = ctx->n_in > 1 ? ctx->in[1] : NULL;
-        double ratio = r && fr_tensor_numel(r) >= 1 ? fr_tensor_get_f64(r, 0) : 0.5;
-        if (ratio != 0) return dropout_training_error(n, ratio);
-    }
-    FR_TRY(copy_tensor(ctx, x, ctx->out[0]));
-    fr_tensor *mask = ctx->n_out > 1 ? ctx->out[1] : NULL;
-    if (!mask) return FR_OK;
-    FR_TRY(fr_ew_same_numel(ctx, x, mask));
-    int64_t cnt = fr_tensor_numel(mask);
-    switch (mask->dtype) {
-    case FR_BOOL: memset(mask->data, 1, (size_t)cnt); break;
-    case FR_F32: for (int64_t i = 0; i < cnt; i++) ((float *)mask->data)[i] = 1.0f; break;
-    case FR_F64: for (int64_t i = 0; i < cnt; i++) ((double *)mask->data)[i] = 1.0; break;
-    case FR_F16: for (int64_t i = 0; i < cnt; i++) ((uint16_t *)mask->data)[i] = 0x3C00u; break;
-    case FR_BF16: for (int64_t i = 0; i < cnt; i++) ((uint16_t *)mask->data)[i] = 0x3F80u; break;
-    default:
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "mask dtype %s is not supported",
-                             fr_dtype_name(mask->dtype));
-    }
-    return FR_OK;
-}
-
 /* ---- gradient rules ---- */
 
 /* Float-to-float casts pass the gradient back, cast to the input's dtype. Casts from or to
@@ -605,8 +519,7 @@ static fr_status clip_grad(fr_grad_ctx *ctx)
     return FR_OK;
 }
 
-/* Identity and Dropout (inference semantics) pass the gradient of output 0 through; the
- * Dropout mask and its ratio / training_mode inputs carry none. */
+/* Identity passes the gradient through. */
 static fr_status pass_grad(fr_grad_ctx *ctx)
 {
     if (ctx->need_din[0]) ctx->din[0] = ctx->dout[0];
@@ -623,6 +536,5 @@ const fr_op_def fr_ops_unary[] = {
     {"CastLike", FR_DOMAIN_ONNX, 15, cast_infer, cast_cpu, cast_grad, 0},
     {"Clip", FR_DOMAIN_ONNX, 6, clip_infer, clip_cpu, clip_grad, 0},
     {"Identity", FR_DOMAIN_ONNX, 1, identity_infer, identity_cpu, pass_grad, 0},
-    {"Dropout", FR_DOMAIN_ONNX, 6, dropout_infer, dropout_cpu, pass_grad, 0},
     {0},
 };

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "passes/dropout.h"
 #include "passes/lora.h"
 #include "passes/pattern.h"
 
@@ -87,7 +88,8 @@ static fr_status transposed(fr_graph *g, const char *module, const char *what, i
     return fr_node_set_attr_ints(&g->nodes[nid], "perm", 2, perm);
 }
 
-/* y = node(x, W) becomes y = Add(node(x, W), MatMul(Mul(MatMul(x, A^T), s), B^T)). */
+/* y = node(x, W) becomes y = Add(node(x, W), MatMul(Mul(MatMul(x', A^T), s), B^T)), x' = x, or
+ * KeyedDropout(x) with --lora-dropout p > 0 (PEFT's lora_dropout: each adapter its own mask). */
 static fr_status adapt(fr_graph *g, int nid, int w, int in_out, int scale, const fr_lora_options *o, fr_prng *rng,
                        fr_lora_adapter *ad)
 {
@@ -121,7 +123,12 @@ static fr_status adapt(fr_graph *g, int nid, int w, int in_out, int scale, const
     g->values[ybase].dtype = g->values[y].dtype;
     g->nodes[nid].outputs[0] = ybase;
     g->values[ybase].producer = nid;
-    char name[560];
+    char name[560], out[560];
+    if (o->dropout > 0) {
+        snprintf(name, sizeof name, "%s/lora_dropout", ad->module);
+        snprintf(out, sizeof out, "%s/lora_x_dropped", ad->module);
+        FR_TRY(fr_dropout_add(g, x, o->dropout, name, out, &x));
+    }
     snprintf(name, sizeof name, "%s/lora_A_matmul", ad->module);
     FR_TRY(add_node1(g, "MatMul", name, x, at, h));
     snprintf(name, sizeof name, "%s/lora_scale", ad->module);
@@ -185,9 +192,8 @@ fr_status fr_lora_apply(fr_graph *g, const fr_lora_options *o, fr_prng *rng, fr_
     if (o->rank < 1 || !o->targets || !o->targets[0])
         return fr_error(FR_ERR_INVALID_ARG, "LoRA needs a rank >= 1 (--lora-rank) and target modules (--lora-targets "
                         "REGEX over weight names)");
-    if (o->dropout != 0)
-        return fr_error(FR_ERR_UNSUPPORTED, "--lora-dropout %g: fp8run has no dropout on the adapter input yet "
-                        "(use 0)", o->dropout);
+    if (!(o->dropout >= 0 && o->dropout < 1))
+        return fr_error(FR_ERR_INVALID_ARG, "--lora-dropout %g: must be in [0, 1)", o->dropout);
     if (!isfinite(o->alpha) || o->alpha <= 0)
         return fr_error(FR_ERR_INVALID_ARG, "--lora-alpha %g: must be > 0", o->alpha);
     regex_t re;

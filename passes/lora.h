@@ -5,7 +5,10 @@
  * initializes it), B [out, r] zeros, so the model starts exactly at the base model. The
  * adapters are named as PEFT saves them, base_model.model.<module>.lora_A.weight / lora_B.weight
  * (<module>: the weight's name without ".weight"); every other parameter of the graph becomes a
- * constant (LoRA trains the adapters only).
+ * constant (LoRA trains the adapters only). With dropout p > 0 each adapter reads
+ * KeyedDropout(x) (passes/dropout.h) instead of x, as PEFT's lora_dropout: its own mask per
+ * adapter, step and micro-batch, kept elements scaled by 1 / (1 - p); evaluation and exports
+ * have no dropout.
  *
  * Runs on the imported training graph after the trained parameters are chosen: the weight is
  * the MatMul's right operand (stored [in, out], or Transpose(W) of W [out, in] as graph/params.c
@@ -21,7 +24,7 @@ typedef struct fr_lora_options {
     int rank;            /* r >= 1; 0: no LoRA */
     double alpha;        /* s = alpha / r */
     const char *targets; /* POSIX extended regex over weight names (searched, as --train) */
-    double dropout;      /* only 0 is supported (refused otherwise) */
+    double dropout;      /* p in [0, 1): dropout on each adapter's input (0: none) */
 } fr_lora_options;
 
 /* One adapted Linear. */

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "passes/attention_fuse.h"
+#include "passes/dropout.h"
 #include "passes/gelu_fuse.h"
 #include "passes/rmsnorm_fuse.h"
 #include "passes/pipeline.h"
@@ -43,6 +44,14 @@ static fr_status run_lora(fr_pass_ctx *c, fr_pass_result *r)
     snprintf(r->detail, sizeof r->detail, "%d Linear%s adapted (r %d, scale %g), %lld base parameters frozen",
              r->changed, r->changed == 1 ? "" : "s", c->lora->rank, c->lora_out->scale,
              (long long)c->lora_out->frozen_params);
+    return FR_OK;
+}
+
+static fr_status run_dropout(fr_pass_ctx *c, fr_pass_result *r)
+{
+    FR_TRY(fr_dropout_train(c->g, &r->changed));
+    snprintf(r->detail, sizeof r->detail, "%d training-mode Dropout%s drawing a mask per step", r->changed,
+             r->changed == 1 ? "" : "s");
     return FR_OK;
 }
 
@@ -155,6 +164,10 @@ static const fr_pass k_passes[] = {
        folds the frozen weights' Transposes) */
     {"lora", "LoRA adapters (--lora-rank/--lora-targets) on the matched Linears; the base is frozen",
      FR_STAGE_IMPORTED, "lora", 0, run_lora},
+    /* after parameter selection (a trained ratio is no constant), before prepare, whose
+       inference refuses training-mode Dropout (inference semantics) */
+    {"dropout", "ONNX Dropout in training mode becomes ai.fp8run::KeyedDropout, its mask keyed by --seed, "
+     "step and micro-batch", FR_STAGE_IMPORTED, NULL, 0, run_dropout},
     /* after parameter selection (it ties trained parameters only), before prepare, which
        infers the Transpose it inserts and folds away what reads the untied copy no more */
     {"retie", "a bit-exact (transposed) copy of an embedding table reads the table again", FR_STAGE_IMPORTED,

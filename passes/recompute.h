@@ -21,9 +21,9 @@
  * parameters, the region's input, the delayed recipe's scale states), so it computes the same
  * bits: the current/block recipes' scales come from the same amaxes of the same tensors. Copied
  * Linears get no amax_x/amax_w outputs, so the delayed-scaling history and the reported
- * statistics see each amax once. No op of fp8run draws random numbers (Dropout runs with
- * inference semantics), so there is no mask to replay; a node whose op is not pure would have to
- * be refused here once one exists. */
+ * statistics see each amax once. Dropout's mask (ai.fp8run::KeyedDropout) is a hash of its key
+ * input and its attributes, so a copy replays the forward's mask; a node whose op is not pure
+ * would have to be refused here once one exists. */
 #ifndef FR_RECOMPUTE_H
 #define FR_RECOMPUTE_H
 

@@ -8,8 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/dropout_mask.h"
 #include "ops/op.h"
 #include "passes/autodiff.h"
+#include "passes/dropout.h"
 #include "passes/pipeline.h"
 #include "passes/select_params.h"
 #include "runtime/fbs.h"
@@ -57,6 +59,8 @@ static fr_status classify_input(fr_trainer *t, const fr_value *v, const char *to
         *feed = TR_FEED_ZEROS;
     else if (t->opt.loss_output && strcmp(v->name, "labels") == 0)
         *feed = TR_FEED_LABELS;
+    else if (strcmp(v->name, FR_DROPOUT_KEY_INPUT) == 0 && v->dtype == FR_I64)
+        *feed = TR_FEED_DROPOUT_KEY;
     else
         return fr_error(FR_ERR_UNSUPPORTED,
                         "the model has an input '%s' that training cannot feed: fp8run feeds the "
@@ -226,6 +230,11 @@ static fr_status make_inputs(fr_trainer *t, const fr_graph *g, const char *token
                             v->name, fr_shape_str(v->rank, v->dims, s, sizeof s), (long long)t->opt.batch,
                             (long long)t->opt.seq_len);
         }
+        if (in->feed == TR_FEED_DROPOUT_KEY) {
+            if (fr_tensor_numel(in->t) != FR_DROPOUT_KEY_LEN)
+                return fr_error(FR_ERR_SHAPE, "input '%s' must be int64 [%d]", v->name, FR_DROPOUT_KEY_LEN);
+            ((int64_t *)in->t->data)[1] = -1; /* no step fed yet */
+        }
         if (in->feed == TR_FEED_LABELS && !is_int_dtype(v->dtype))
             return fr_error(FR_ERR_UNSUPPORTED, "labels input '%s' is %s; it needs int64 or int32",
                             v->name, fr_dtype_name(v->dtype));
@@ -260,6 +269,13 @@ fr_status tr_fill_inputs(fr_trainer *t, tr_input *ins, int n, const int64_t *win
         }
     for (int i = 0; i < n; i++) {
         fr_tensor *x = ins[i].t;
+        if (ins[i].feed == TR_FEED_DROPOUT_KEY) { /* the micro-batch counts up within a step */
+            int64_t *k = x->data;
+            k[2] = k[1] == t->step ? k[2] + 1 : 0;
+            k[0] = (int64_t)t->opt.seed;
+            k[1] = t->step;
+            continue;
+        }
         int64_t numel = fr_tensor_numel(x), last = x->rank > 0 ? x->dims[x->rank - 1] : 1;
         for (int64_t e = 0; e < numel; e++) {
             int64_t b = e / T, j = e % T, v = 0;
@@ -268,7 +284,7 @@ fr_status tr_fill_inputs(fr_trainer *t, tr_input *ins, int n, const int64_t *win
             case TR_FEED_LABELS: v = windows[b * (T + 1) + j + 1]; break;
             case TR_FEED_ONES: v = 1; break;
             case TR_FEED_ARANGE: v = last > 0 ? e % last : 0; break;
-            case TR_FEED_ZEROS: v = 0; break;
+            case TR_FEED_ZEROS: case TR_FEED_DROPOUT_KEY: v = 0; break;
             }
             put(x, e, v);
         }
@@ -465,6 +481,8 @@ static fr_status build_eval_graph(fr_trainer *t, int loss)
     }
     free(saved);
     if (st == FR_OK) st = fr_train_clone_graph(g, 1, &t->eval_g);
+    int n_dropouts;
+    if (st == FR_OK) st = fr_dropout_strip(t->eval_g, &n_dropouts); /* evaluation has no dropout */
     if (st == FR_OK) st = dce(t->eval_g);
     reset_outputs(g);
     return st;

@@ -63,7 +63,10 @@ typedef struct tr_queued {
 } tr_queued;
 
 /* A graph input the trainer feeds itself. */
-typedef enum tr_feed { TR_FEED_TOKENS, TR_FEED_LABELS, TR_FEED_ONES, TR_FEED_ARANGE, TR_FEED_ZEROS } tr_feed;
+typedef enum tr_feed {
+    TR_FEED_TOKENS, TR_FEED_LABELS, TR_FEED_ONES, TR_FEED_ARANGE, TR_FEED_ZEROS,
+    TR_FEED_DROPOUT_KEY /* {seed, step, micro-batch} (passes/dropout.h) */
+} tr_feed;
 typedef struct tr_input {
     char *name;
     tr_feed feed;

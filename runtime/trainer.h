@@ -71,7 +71,7 @@ typedef struct fr_train_options {
     fr_lr_schedule lr;         /* default: constant 1e-3 */
     double grad_clip;          /* max global norm; <= 0: no clipping */
     int grad_accum;            /* K >= 1: micro-batches per step */
-    uint64_t seed;             /* the trainer's generator (dropout masks later; checkpointed) */
+    uint64_t seed;             /* the trainer's generator and the dropout masks' key (checkpointed) */
     int max_bad_steps;         /* skipped steps allowed in a row (default 10) */
     int unshare;               /* 1 (default): parameters the exporter merged because their values
                                   were equal (Identity of an all-equal initializer, passes/

@@ -3,7 +3,7 @@
  *    values with B non-zero (B = 0 would make A's gradient zero);
  *  - the pass on the transformers Llama fixture: q_proj|v_proj gives 4 adapters, every base
  *    parameter frozen, A drawn in U(-1/sqrt(in), 1/sqrt(in)), B zero, so the first loss is the
- *    base model's bit for bit; bytes per parameter; a bad regex, no match and dropout refused;
+ *    base model's bit for bit; bytes per parameter; a bad regex, no match and dropout 1 refused;
  *  - training lowers the loss of the batch it trains on;
  *  - bf16: the first loss is the bf16 base model's; fp8: the frozen base Linears are compiled
  *    (unfused, still frozen), the adapters bf16, and training lowers the loss;
@@ -12,7 +12,13 @@
  *  - a checkpoint resumes bit-exact;
  *  - the CLI: start line with bytes per parameter, --export-adapter, --resume (the same losses
  *    as one run), export of a LoRA checkpoint (merged, byte-equal to the run's own export),
- *    --init-from into the frozen base. */
+ *    --init-from into the frozen base;
+ *  - --lora-dropout (lora_dropout): gradients with the mask fixed; one KeyedDropout per adapter
+ *    with its own stream, none in the eval graph; the first loss is still the base model's, the
+ *    same seed gives the same losses (--recompute full too), dropout changes them; a training step's loss is not the
+ *    eval loss of the same weights (it is without dropout); adapter_config.json records it; the
+ *    merged export reproduces the eval logits; a checkpoint resumes bit-exact with gradient
+ *    accumulation; the CLI trains and resumes with --lora-dropout 0.1. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +28,12 @@
 #include "tests/gradcheck.h"
 #include "tests/harness.h"
 #include "tests/hf_llama_util.h"
+#include "ops/dropout.h"
+#include "ops/dropout_mask.h"
 #include "passes/autodiff.h"
 #include "passes/lora.h"
+#include "runtime/api_internal.h"
+#include "runtime/train_internal.h"
 #include "runtime/npy.h"
 #include "runtime/safetensors.h"
 
@@ -40,6 +50,11 @@ static const char *const k_modules[N_ADAPTERS] = {"model.layers.0.self_attn.q_pr
 static const int64_t k_out[N_ADAPTERS] = {72, 24, 72, 24};
 #define IN 72
 
+/* --lora-dropout and --grad-accum of the sessions made next (the C API's fields) */
+static double g_dropout;
+static int g_accum = 1;
+static const char *g_recompute = "none";
+
 static fp8run_session *new_session_prec(fp8run_model *m, int rank, const char *targets, double lr,
                                         const char *precision)
 {
@@ -53,6 +68,9 @@ static fp8run_session *new_session_prec(fp8run_model *m, int rank, const char *t
     c.lora_rank = rank;
     c.lora_alpha = ALPHA;
     c.lora_targets = targets;
+    c.lora_dropout = g_dropout;
+    c.grad_accum = g_accum;
+    c.recompute = g_recompute;
     fp8run_session *s = NULL;
     OK(fp8run_session_create(m, "cpu", &c, &s));
     return s;
@@ -65,8 +83,11 @@ static fp8run_session *new_session(fp8run_model *m, int rank, const char *target
 
 static double step(fp8run_session *s)
 {
+    /* g_accum micro-batches of the same windows (each its own dropout masks) */
+    int64_t w[4 * B * (T + 1)];
+    for (int k = 0; k < g_accum; k++) memcpy(w + k * B * (T + 1), hf_win, sizeof hf_win);
     fp8run_step_stats st = {.struct_size = sizeof st};
-    OK(fp8run_session_train_step(s, hf_win, FP8RUN_DTYPE_INT64, B * (T + 1), &st));
+    OK(fp8run_session_train_step(s, w, FP8RUN_DTYPE_INT64, (size_t)(g_accum * B * (T + 1)), &st));
     return st.loss;
 }
 
@@ -129,6 +150,54 @@ static void test_gradcheck(void)
     for (int i = 0; i < 15; i++) bd[i] = (float)fr_rng_normal(&r);
     int wrt[3] = {x, a, b};
     fr_gc_check(g, &r, y, 3, wrt, "LoRA Linear (x, A, B)", 1e-4); /* float32 differences */
+    fr_lora_result_free(&res);
+    fr_graph_free(g);
+}
+
+/* With dropout: x -> KeyedDropout -> A; the gradients with the key (so the mask) fixed. */
+static void test_gradcheck_dropout(void)
+{
+    fr_rng r = fr_test_rng("lora_gradcheck_dropout");
+    fr_graph *g = fr_gc_new_graph(18);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    const int64_t xd[3] = {2, 4, 6}, wd[2] = {5, 6};
+    int x = fr_gc_add_input(g, &r, "x", FR_F32, 3, xd, NULL);
+    int w = fr_gc_add_input(g, &r, "lin.weight", FR_F32, 2, wd, NULL);
+    g->values[w].flags |= FR_VAL_PARAM | FR_VAL_INITIALIZER;
+    int wt = fr_gc_op1(g, "Transpose", 1, &w);
+    int in[2] = {x, wt};
+    int y = fr_gc_op1(g, "MatMul", 2, in);
+    fr_prng pr;
+    fr_prng_seed(&pr, 3);
+    fr_lora_options o = {.rank = 3, .alpha = 6, .targets = "^lin\\.weight$", .dropout = 0.3};
+    fr_lora_result res;
+    FR_ASSERT_OK(fr_lora_apply(g, &o, &pr, &res));
+    /* one KeyedDropout reading x and the key (a graph input), feeding A's MatMul */
+    int key = fr_graph_find_value(g, FR_DROPOUT_KEY_INPUT), kd = -1;
+    CU_ASSERT_FATAL(key >= 0 && (g->values[key].flags & FR_VAL_INPUT));
+    for (int i = 0; i < g->n_nodes; i++)
+        if (strcmp(g->nodes[i].op_type, "KeyedDropout") == 0) {
+            CU_ASSERT_EQUAL(kd, -1);
+            kd = i;
+        }
+    CU_ASSERT_FATAL(kd >= 0);
+    CU_ASSERT(g->nodes[kd].inputs[0] == x && g->nodes[kd].inputs[1] == key);
+    CU_ASSERT_STRING_EQUAL(g->nodes[kd].name, "lin/lora_dropout");
+    float ratio;
+    uint64_t stream;
+    FR_ASSERT_OK(fr_keyed_dropout_params(&g->nodes[kd], &ratio, &stream));
+    CU_ASSERT_EQUAL(ratio, 0.3f);
+    /* the key fixed: a constant (a fresh seed, step, micro-batch) */
+    const int64_t kdim[1] = {FR_DROPOUT_KEY_LEN};
+    const int64_t kv[3] = {(int64_t)(fr_rng_uniform(&r) * 1e15), (int64_t)(fr_rng_uniform(&r) * 1000), 0};
+    int kc = fr_gc_add_input(g, &r, "fixed_key", FR_I64, 1, kdim, kv);
+    g->nodes[kd].inputs[1] = kc;
+    for (int i = 0; i < g->n_nodes; i++) FR_ASSERT_OK(fr_node_infer(g, i));
+    int a = fr_graph_find_value(g, res.ad[0].a), b = fr_graph_find_value(g, res.ad[0].b);
+    float *bd = g->values[b].constant->data;
+    for (int i = 0; i < 15; i++) bd[i] = (float)fr_rng_normal(&r);
+    int wrt[3] = {x, a, b};
+    fr_gc_check(g, &r, y, 3, wrt, "LoRA Linear with dropout (x, A, B)", 1e-4);
     fr_lora_result_free(&res);
     fr_graph_free(g);
 }
@@ -203,9 +272,9 @@ static void test_fixture_pass(void)
     CU_ASSERT_NOT_EQUAL(fp8run_session_create(m, "cpu", &c, &bad), FP8RUN_OK);
     CU_ASSERT_PTR_NOT_NULL(strstr(fp8run_last_error(), "--lora-targets"));
     c.lora_targets = "q_proj";
-    c.lora_dropout = 0.1;
+    c.lora_dropout = 1;
     CU_ASSERT_NOT_EQUAL(fp8run_session_create(m, "cpu", &c, &bad), FP8RUN_OK);
-    CU_ASSERT_PTR_NOT_NULL(strstr(fp8run_last_error(), "dropout"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(fp8run_last_error(), "--lora-dropout 1: must be in [0, 1)"));
     c.lora_dropout = 0;
     c.lora_targets = NULL;
     CU_ASSERT_NOT_EQUAL(fp8run_session_create(m, "cpu", &c, &bad), FP8RUN_OK);
@@ -213,6 +282,84 @@ static void test_fixture_pass(void)
     CU_ASSERT_NOT_EQUAL(fp8run_session_export_adapter(base, cli_path("none")), FP8RUN_OK);
     fp8run_session_destroy(s);
     fp8run_session_destroy(base);
+    fp8run_model_destroy(m);
+}
+
+/* ---- --lora-dropout through the C API ---- */
+
+static int count_keyed(const fr_graph *g, int *n_ratio, float ratio)
+{
+    int n = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        float r;
+        uint64_t st;
+        if (strcmp(g->nodes[i].op_type, "KeyedDropout") != 0) continue;
+        n++;
+        if (fr_keyed_dropout_params(&g->nodes[i], &r, &st) == FR_OK && r == ratio) (*n_ratio)++;
+    }
+    return n;
+}
+
+static void test_dropout_session(void)
+{
+    fp8run_model *m = hf_load_model();
+    fp8run_session *plain = new_session(m, RANK, "q_proj|v_proj", 1e-2);
+    g_dropout = 0.1;
+    fp8run_session *s = new_session(m, RANK, "q_proj|v_proj", 1e-2);
+    g_recompute = "full"; /* the backward's copies of the dropouts replay their masks */
+    fp8run_session *s2 = new_session(m, RANK, "q_proj|v_proj", 1e-2);
+    g_recompute = "none";
+    g_dropout = 0;
+    /* one dropout per adapter in the training graph, each its own stream; none in evaluation */
+    const fr_trainer *t = s->t;
+    int n_ratio = 0, n_eval_ratio = 0;
+    /* forward, and the backward of layer 1's (layer 0's input needs no gradient: all is frozen) */
+    CU_ASSERT_EQUAL(count_keyed(t->g, &n_ratio, 0.1f), N_ADAPTERS + 2);
+    CU_ASSERT_EQUAL(n_ratio, N_ADAPTERS + 2);
+    CU_ASSERT_EQUAL(count_keyed(t->eval_g, &n_eval_ratio, 0.1f), 0);
+    for (int i = 0; i < t->eval_g->n_inputs; i++)
+        CU_ASSERT_STRING_NOT_EQUAL(t->eval_g->values[t->eval_g->inputs[i]].name, FR_DROPOUT_KEY_INPUT);
+    uint64_t streams[N_ADAPTERS];
+    int ns = 0;
+    for (int i = 0; i < t->g->n_nodes && ns < N_ADAPTERS; i++) {
+        float r;
+        if (strcmp(t->g->nodes[i].op_type, "KeyedDropout") == 0 && strstr(t->g->nodes[i].name, "/lora_dropout") &&
+            strstr(t->g->nodes[i].name, "_grad") == NULL)
+            FR_ASSERT_OK(fr_keyed_dropout_params(&t->g->nodes[i], &r, &streams[ns++]));
+    }
+    CU_ASSERT_EQUAL_FATAL(ns, N_ADAPTERS);
+    for (int i = 0; i < ns; i++)
+        for (int j = 0; j < i; j++) CU_ASSERT(streams[i] != streams[j]);
+    int n_copies = 0;
+    CU_ASSERT(count_keyed(s2->t->g, &n_copies, 0.1f) > N_ADAPTERS + 2); /* recomputed copies */
+    /* B = 0: the first loss is the base model's whatever the mask; then dropout moves the losses,
+       the same seed the same way (recomputed or not) */
+    double lp[6], l1[6], l2[6];
+    for (int i = 0; i < 6; i++) {
+        lp[i] = step(plain);
+        l1[i] = step(s);
+        l2[i] = step(s2);
+    }
+    CU_ASSERT_EQUAL(l1[0], lp[0]);
+    CU_ASSERT_EQUAL(memcmp(l1, l2, sizeof l1), 0);
+    int moved = 0;
+    for (int i = 1; i < 6; i++) moved += l1[i] != lp[i];
+    CU_ASSERT(moved >= 4);
+    CU_ASSERT(l1[5] < l1[0]); /* it trains */
+    printf("\n  with dropout 0.1: loss %.4f -> %.4f (without: %.4f -> %.4f) ", l1[0], l1[5], lp[0], lp[5]);
+    /* training draws masks, evaluation does not: a step's loss is not the eval loss of the same
+       weights and batch with dropout, and is without */
+    double e = hf_eval(s), ep = hf_eval(plain);
+    CU_ASSERT(step(s) != e);
+    CU_ASSERT_EQUAL(step(plain), ep);
+    /* the adapter records it */
+    OK(fp8run_session_export_adapter(s, cli_path("dropout_adapter")));
+    char *cfg = cli_slurp(cli_path("dropout_adapter/adapter_config.json"), NULL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(cfg, "\"lora_dropout\": 0.1"));
+    free(cfg);
+    fp8run_session_destroy(s2);
+    fp8run_session_destroy(s);
+    fp8run_session_destroy(plain);
     fp8run_model_destroy(m);
 }
 
@@ -343,7 +490,7 @@ static double rel_l2(const float *a, const float *b, int64_t n)
     return sqrt(d / s);
 }
 
-static void test_merged_export(void)
+static void merged_export(void)
 {
     fp8run_model *m = hf_load_model();
     fp8run_session *s = new_session(m, RANK, "q_proj|v_proj", 1e-2);
@@ -382,9 +529,19 @@ static void test_merged_export(void)
     fp8run_model_destroy(m);
 }
 
+/* the merged model reproduces the eval logits, also after training with dropout (evaluation
+   and export have none) */
+static void test_merged_export(void)
+{
+    merged_export();
+    g_dropout = 0.2;
+    merged_export();
+    g_dropout = 0;
+}
+
 /* ---- checkpoints ---- */
 
-static void test_resume(void)
+static void resume(void)
 {
     fp8run_model *m = hf_load_model();
     fp8run_session *s = new_session(m, RANK, "q_proj|v_proj", 1e-2);
@@ -414,6 +571,18 @@ static void test_resume(void)
     fp8run_session_destroy(r);
     fp8run_session_destroy(s);
     fp8run_model_destroy(m);
+}
+
+/* bit-exact, also with dropout (the masks of the resumed steps those of the uninterrupted run)
+   over two micro-batches per step */
+static void test_resume(void)
+{
+    resume();
+    g_dropout = 0.1;
+    g_accum = 2;
+    resume();
+    g_dropout = 0;
+    g_accum = 1;
 }
 
 /* ---- the CLI ---- */
@@ -457,10 +626,27 @@ static void test_cli(void)
     fr_fixture(weights, sizeof weights, "hf/llama_safetensors");
     CLI_EXPECT(cli_run("train '%s' --data '%s' --steps 1 %s --init-from '%s'", model, tokens, lora, weights), 0, cli_err,
                "21 parameters loaded, 0 missing");
+    /* --lora-dropout 0.1: trains, records it, resumes to the losses of one run */
+    const char *drop = "--batch 2 --seq 11 --lr 1e-2 --device cpu --lora-rank 4 --lora-alpha 8 --lora-targets "
+                       "'q_proj|v_proj' --data-order sequential --lora-dropout 0.1 --grad-accum 2";
+    CLI_EXPECT(cli_run("train '%s' --data '%s' --steps 4 %s --log dfull.jsonl --export-adapter dad", model, tokens,
+                       drop),
+               0, cli_out, "trained");
+    CLI_EXPECT(cli_run("train '%s' --data '%s' --steps 2 %s --ckpt-dir dck --log dpart.jsonl", model, tokens, drop), 0,
+               cli_out, "trained");
+    CLI_EXPECT(cli_run("train '%s' --data '%s' --steps 4 %s --ckpt-dir dck --resume --log dpart.jsonl", model, tokens,
+                       drop),
+               0, cli_err, "resumed");
+    CU_ASSERT_EQUAL(cli_read_log(cli_path("dfull.jsonl"), full, 4, &n_val, NULL), 4);
+    CU_ASSERT_EQUAL(cli_read_log(cli_path("dpart.jsonl"), part, 4, &n_val, NULL), 4);
+    CU_ASSERT_EQUAL(memcmp(full, part, sizeof full), 0);
+    char *cfg = cli_slurp(cli_path("dad/adapter_config.json"), NULL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(cfg, "\"lora_dropout\": 0.1"));
+    free(cfg);
     CLI_EXPECT(cli_run("train '%s' --data '%s' --steps 1 --batch 2 --seq 11 --lr 1e-2 --device cpu --lora-rank 4 "
-                       "--lora-targets q_proj --lora-dropout 0.05",
+                       "--lora-targets q_proj --lora-dropout 1",
                        model, tokens),
-               1, cli_err, "dropout");
+               1, cli_err, "--lora-dropout 1: must be in [0, 1)");
     CLI_EXPECT(cli_run("train '%s' --data '%s' --steps 1 --batch 2 --seq 11 --lr 1e-2 --device cpu "
                        "--export-adapter x",
                        model, tokens),
@@ -469,7 +655,9 @@ static void test_cli(void)
 
 static CU_TestInfo tests[] = {
     {"gradcheck", test_gradcheck},
+    {"gradcheck_dropout", test_gradcheck_dropout},
     {"fixture_pass", test_fixture_pass},
+    {"dropout_session", test_dropout_session},
     {"low_precision_base", test_low_precision_base},
     {"export_adapter", test_export_adapter},
     {"merged_export", test_merged_export},

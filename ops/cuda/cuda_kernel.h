@@ -129,6 +129,7 @@ extern const fr_cuda_kernel_def fr_cuda_kernels_linear[];      /* Linear, Linear
 extern const fr_cuda_kernel_def fr_cuda_kernels_attention[];   /* Attention, AttentionGrad (fused, flash style) */
 extern const fr_cuda_kernel_def fr_cuda_kernels_swiglu[];      /* SwiGLU, SwiGLUGrad (fused gate * sigmoid(gate) * up) */
 extern const fr_cuda_kernel_def fr_cuda_kernels_rotary[];      /* Rotary, RotaryGrad (fused x * cos + rotate_half(x) * sin) */
+extern const fr_cuda_kernel_def fr_cuda_kernels_dropout[];     /* KeyedDropout (training-mode dropout, ops/dropout.h) */
 
 /* ---- error checking (runtime/cuda/cuda_ctx.c) ---- */
 FR_NODISCARD fr_status fr_cuda_status(cudaError_t e, const char *what, const char *file, int line);
