@@ -269,9 +269,13 @@ fr_status tr_fill_inputs(fr_trainer *t, tr_input *ins, int n, const int64_t *win
         }
     for (int i = 0; i < n; i++) {
         fr_tensor *x = ins[i].t;
-        if (ins[i].feed == TR_FEED_DROPOUT_KEY) { /* the micro-batch counts up within a step */
+        if (ins[i].feed == TR_FEED_DROPOUT_KEY) {
+            /* The micro-batch counts up within a step. Data-parallel rank r's micro-batch m reads
+             * the global window chunk m*W + r (fr_dist_split_windows), so it keys its masks as
+             * that chunk: N GPUs draw the masks one GPU with N times the accumulation would. */
             int64_t *k = x->data;
-            k[2] = k[1] == t->step ? k[2] + 1 : 0;
+            int64_t W = t->opt.world_size > 0 ? t->opt.world_size : 1, r = t->opt.world_size > 0 ? t->opt.rank : 0;
+            k[2] = k[1] == t->step ? k[2] + W : r;
             k[0] = (int64_t)t->opt.seed;
             k[1] = t->step;
             continue;
