@@ -1,5 +1,6 @@
-/* The trainer's private state, shared by runtime/trainer.c (steps), train_build.c (graphs),
- * train_ckpt.c (checkpoints) and train_export.c. Not part of the public API. */
+/* The trainer's private state, shared by runtime/trainer.c (life cycle), train_step.c (steps),
+ * train_build.c (graphs), train_ckpt.c (checkpoints), train_export.c and the backends
+ * (runtime/train_backend.h). Not part of the public API. */
 #ifndef FR_TRAIN_INTERNAL_H
 #define FR_TRAIN_INTERNAL_H
 
