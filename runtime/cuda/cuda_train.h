@@ -32,6 +32,7 @@ extern "C" {
 #endif
 
 struct fr_cuda_ctx;
+typedef struct fr_cuda_train fr_cuda_train; /* the device trainer (cuda_train.c) */
 
 /* Builds the device side for a built trainer (t->g, params, states, inputs) and uploads the
  * host's parameters and optimizer and scaling state; the caller makes it t->be_state. FP8
