@@ -196,7 +196,7 @@ static void put_stats(fp8run_session *s, const fr_train_stats *ts, int available
 static fp8run_status step_result(fp8run_session *s, const char *fn, fr_status st, const fr_train_stats *ts)
 {
     if (st == FR_OK && ts->skipped)
-        fr_api_log(FP8RUN_LOG_WARN, "step %lld skipped (%d in a row): %s", (long long)ts->step, ts->bad_in_a_row,
+        fr_api_log(FP8RUN_LOG_WARN, "step %lld skipped (%d in a row): %s", (long long)ts->step + 1, ts->bad_in_a_row,
                    ts->reason);
     if (st == FR_OK) return FP8RUN_OK;
     fp8run_status ps = fr_api_fail(&s->err, fn, st);

@@ -746,8 +746,7 @@ static fr_status build_rest(fr_trainer *t, int tok, int loss, int logits)
         fr_pass_ctx pc = {.g = g, .opts = &t->opt, .option = tr_pass_option, .n_forward = n_forward,
                           .recompute = t->opt.recompute, .results = &t->passes};
         FR_TRY(fr_pipeline_run(&pc, FR_STAGE_DIFFERENTIATED));
-        FR_TRY(dce(g));
-        if (!t->use_cuda && !t->opt.plan_only) FR_TRY(fr_exec_new(g, &t->ex)); /* GPU: runtime/cuda/cuda_train.c */
+        FR_TRY(dce(g)); /* the backend's executors are built on it (runtime/train_backend.h) */
     }
     if (!t->opt.plan_only) FR_TRY(build_optimizer(t));
 

@@ -1,5 +1,6 @@
-/* The trainer's private state, shared by runtime/trainer.c (steps), train_build.c (graphs),
- * train_ckpt.c (checkpoints) and train_export.c. Not part of the public API. */
+/* The trainer's private state, shared by runtime/trainer.c (life cycle), train_step.c (steps),
+ * train_build.c (graphs), train_ckpt.c (checkpoints), train_export.c and the backends
+ * (runtime/train_backend.h). Not part of the public API. */
 #ifndef FR_TRAIN_INTERNAL_H
 #define FR_TRAIN_INTERNAL_H
 
@@ -10,7 +11,7 @@
 #include "graph/rng.h"
 #include "runtime/trainer.h"
 
-typedef struct fr_cuda_train fr_cuda_train; /* runtime/cuda/cuda_train.h */
+struct fr_train_backend_ops; /* runtime/train_backend.h */
 
 /* One optimizer parameter: a trained value of the training graph (possibly a fused one). */
 typedef struct tr_param {
@@ -83,7 +84,6 @@ struct fr_trainer {
     fr_graph *pristine;        /* the model as imported, for export */
     fr_graph *g;               /* training graph */
     fr_graph *eval_g;          /* forward + loss, constants borrowed from g */
-    fr_exec *ex, *eval_ex;
     fr_fp8_report report;
     int has_report;
 
@@ -128,8 +128,10 @@ struct fr_trainer {
     fr_pipeline_report passes; /* what each pass of the pipeline did (passes/pipeline.h);
                                   empty for a compiled graph file */
     fr_lora_result lora;       /* the adapters the lora pass added (passes/lora.h); n 0 without */
-    int use_cuda;              /* the device resolved from opt.device */
-    fr_cuda_train *dev;        /* the device side when use_cuda (runtime/cuda/cuda_train.h) */
+    int use_cuda;              /* the device resolved from opt.device (the backend fr_trainer_new
+                                  picks; a plan_only trainer plans for it on the CPU one) */
+    const struct fr_train_backend_ops *be; /* where the graphs run (runtime/train_backend.h) */
+    void *be_state;            /* be's own state (be->init), NULL before it */
 };
 
 /* train_build.c: everything fr_trainer_new builds after copying the options. A compiled graph

@@ -9,10 +9,7 @@
 #include "runtime/fbs.h"
 #include "graph/option_choices.h"
 #include "runtime/cuda/cuda_probe.h"
-#include "runtime/train_internal.h"
-#ifdef FP8RUN_HAVE_CUDA
-#include "runtime/cuda/cuda_train.h"
-#endif
+#include "runtime/train_backend.h"
 
 void fr_train_options_default(fr_train_options *o)
 {
@@ -124,69 +121,52 @@ static fr_status copy_options(fr_trainer *t, const fr_train_options *o)
     return FR_OK;
 }
 
-/* ---- the device side ---- */
+/* ---- the backend ---- */
+
+fr_status tr_backend_use(fr_trainer *t, const fr_train_backend_ops *be)
+{
+    if (t->q_len)
+        return fr_error(FR_ERR_INVALID_ARG, "changing the trainer's backend: %d queued steps were not polled", t->q_len);
+    if (t->be) {
+        FR_TRY(t->be->pull(t));
+        t->be->free(t->be_state);
+    }
+    t->be_state = NULL;
+    t->be = be;
+    if (!be) return fr_error(FR_ERR_DEVICE, "fp8run was built without the CUDA backend");
+    return be->init(t, &t->be_state);
+}
 
 fr_status tr_sync_host(fr_trainer *t)
 {
-    if (t) FR_TRY(fr_trainer_retire_all(t)); /* the counters first, in step order */
-#ifdef FP8RUN_HAVE_CUDA
-    if (t && t->dev) return fr_cuda_train_pull(t);
-#endif
-    (void)t;
-    return FR_OK;
+    if (!t) return FR_OK;
+    FR_TRY(fr_trainer_retire_all(t)); /* the counters first, in step order */
+    return t->be->pull(t);
 }
 
 fr_status tr_sync_device(fr_trainer *t)
 {
-    if (t) FR_TRY(fr_trainer_retire_all(t));
-#ifdef FP8RUN_HAVE_CUDA
-    if (t && t->dev) return fr_cuda_train_push(t);
-#endif
-    (void)t;
-    return FR_OK;
+    if (!t) return FR_OK;
+    FR_TRY(fr_trainer_retire_all(t));
+    return t->be->push(t);
 }
 
 char *fr_trainer_profile(const fr_trainer *t)
 {
     char *s = NULL;
-#ifdef FP8RUN_HAVE_CUDA
-    if (t && t->dev && fr_cuda_train_profile(t->dev, &s) != FR_OK) s = NULL;
-#endif
-    (void)t;
+    if (t && t->be->profile(t, &s) != FR_OK) s = NULL;
     return s;
 }
 
 size_t fr_trainer_memory(const fr_trainer *t, size_t *device_used, size_t *device_total)
 {
-    if (device_used) *device_used = 0;
-    if (device_total) *device_total = 0;
-#ifdef FP8RUN_HAVE_CUDA
-    if (t->dev) {
-        size_t u = 0, tot = 0;
-        if (fr_cuda_train_mem_info(t->dev, &u, &tot) == FR_OK) {
-            if (device_used) *device_used = u;
-            if (device_total) *device_total = tot;
-        }
-        return fr_cuda_train_device_bytes(t->dev);
-    }
-#endif
-    size_t b = t->ex ? fr_exec_pool_bytes(t->ex) : 0;
-    int slots = t->optim ? fr_optimizer_state_count(t->optim) : 0;
-    fr_opt_state_dtype sd = t->optim ? fr_optimizer_state_dtype(t->optim) : FR_OPT_STATE_F32;
-    for (int i = 0; i < t->n_params; i++)
-        b += (size_t)t->params[i].numel * sizeof(float) * 3 +
-             (size_t)fr_lowp_state_bytes(sd, t->params[i].numel) * (size_t)slots;
+    size_t u = 0, tot = 0, b = t->be->memory(t, &u, &tot);
+    if (device_used) *device_used = u;
+    if (device_total) *device_total = tot;
     return b;
 }
 
-const char *fr_trainer_device(const fr_trainer *t)
-{
-#ifdef FP8RUN_HAVE_CUDA
-    if (t && t->dev) return fr_cuda_train_device_name(t->dev);
-#endif
-    (void)t;
-    return "CPU";
-}
+const char *fr_trainer_device(const fr_trainer *t) { return t ? t->be->device_name(t) : "CPU"; }
 
 /* ---- life cycle ---- */
 
@@ -198,10 +178,8 @@ fr_status fr_trainer_new(const fr_graph *model, const fr_train_options *opt, fr_
     if (!t) return FR_ERR_OOM;
     fr_status st = copy_options(t, opt);
     if (st == FR_OK) st = tr_build(t, model);
-#ifdef FP8RUN_HAVE_CUDA
-    if (st == FR_OK && t->use_cuda && !t->opt.plan_only)
-        st = fr_cuda_train_new(t, t->opt.world_size > 0 ? t->opt.local_rank : -1, &t->dev);
-#endif
+    /* a plan-only trainer runs nothing: it plans for its device on an executor-less CPU backend */
+    if (st == FR_OK) st = tr_backend_use(t, t->use_cuda && !t->opt.plan_only ? tr_backend_cuda() : &tr_backend_cpu);
     if (st != FR_OK) {
         if (model->source_path) st = fr_error_context(st, "while building the trainer for '%s'", model->source_path);
         fr_trainer_free(t);
@@ -223,11 +201,7 @@ static void free_inputs(tr_input *ins, int n)
 void fr_trainer_free(fr_trainer *t)
 {
     if (!t) return;
-#ifdef FP8RUN_HAVE_CUDA
-    fr_cuda_train_free(t->dev);
-#endif
-    fr_exec_free(t->ex);
-    fr_exec_free(t->eval_ex);
+    if (t->be) t->be->free(t->be_state);
     fr_optimizer_free(t->optim);
     free(t->queue);
     for (int i = 0; i < t->n_params; i++) free(t->params[i].acc);

@@ -1,5 +1,5 @@
 /* The trainer: turns an imported model (an fr_graph straight from fr_onnx_load_file) into
- * training steps on the CPU backend.
+ * training steps on a backend (the CPU or CUDA one, runtime/train_backend.h; opt.device).
  *
  * Building (fr_trainer_new):
  *   - a pristine deep copy of the model is kept for export (original names and layouts);
@@ -140,7 +140,9 @@ FR_NODISCARD fr_status fr_trainer_step(fr_trainer *t, const int64_t *windows, in
  * windows are copied before it returns. Bad arguments or token ids change nothing;
  * FR_ERR_INVALID_ARG when FR_TRAIN_MAX_QUEUED steps wait for fr_trainer_poll. On a GPU nothing
  * waits for the device; an error found there later (a kernel-reported data error) is returned
- * by the call that reads that step back. Any other error leaves the trainer unusable. */
+ * by the call that reads that step back, naming the step and the steps queued after it. Any
+ * other error leaves the trainer unusable. Error messages number steps from 1 (the CLI's
+ * numbering: step N is the one whose fr_train_stats.step is N - 1). */
 FR_NODISCARD fr_status fr_trainer_step_async(fr_trainer *t, const int64_t *windows, int k, int64_t *step);
 /* The statistics of the oldest queued step not polled yet, and the status fr_trainer_step would
  * have returned for it: FR_OK (skipped steps included), FR_ERR_NUMERIC for more than

@@ -507,10 +507,10 @@ static void test_cache_count(void)
             long long per_step[2];
             for (int i = 0; i < 2; i++) {
                 windows(&r, w, (int64_t)k * 2 * 17, V);
-                long long before = fr_cuda_train_weight_casts(t->dev);
+                long long before = fr_cuda_train_weight_casts(t->be_state);
                 fr_train_stats st;
                 FR_ASSERT_OK(fr_trainer_step(t, w, k, &st));
-                per_step[i] = fr_cuda_train_weight_casts(t->dev) - before;
+                per_step[i] = fr_cuda_train_weight_casts(t->be_state) - before;
             }
             const long long want = (long long)kept * (cache ? 1 : k) + (long long)(nodes - kept) * k;
             CU_ASSERT_EQUAL(per_step[0], want);

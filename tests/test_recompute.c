@@ -13,7 +13,7 @@
 #include "tests/harness.h"
 #include "passes/recompute.h"
 #include "runtime/llama_gen.h"
-#include "runtime/train_internal.h"
+#include "runtime/train_backend.h"
 
 static const fr_llama_config k_llama = {.d = 64, .layers = 2, .heads = 4, .kv_heads = 2, .ffn = 96, .vocab = 64,
                                         .max_seq = 32, .seed = 11};
@@ -85,8 +85,8 @@ static void run_case(const model_case *m, const char *precision, const char *rec
             o.grad_accum = 2;
         }
         FR_ASSERT_OK(fr_trainer_new(m->g, &o, &t[k]));
-        peak[k] = fr_exec_peak_bytes(t[k]->ex);
-        pool[k] = fr_exec_pool_bytes(t[k]->ex);
+        peak[k] = fr_exec_peak_bytes(tr_cpu_exec(t[k]));
+        pool[k] = fr_exec_pool_bytes(tr_cpu_exec(t[k]));
         const fr_pass_result *r = recompute_result(t[k]);
         CU_ASSERT_PTR_NOT_NULL_FATAL(r);
         CU_ASSERT_EQUAL(r->ran, k != 0);

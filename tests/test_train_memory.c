@@ -10,7 +10,7 @@
 #include "fp8run.h"
 #include "graph/onnx_io.h"
 #include "tests/harness.h"
-#include "runtime/train_internal.h"
+#include "runtime/train_backend.h"
 #include "runtime/train_memory.h"
 
 static fr_graph *load_llama(void)
@@ -33,7 +33,7 @@ static void check(const fr_graph *g, const fr_train_options *o, const char *what
         size_t n = (size_t)t->params[i].numel;
         if (o->opt.state_dtype == FR_OPT_STATE_FP8) expect_state += 2 * (((n + 3) & ~(size_t)3) + 4 * ((n + 127) / 128));
     }
-    CU_ASSERT_EQUAL(m.activations, fr_exec_pool_bytes(t->ex));
+    CU_ASSERT_EQUAL(m.activations, fr_exec_pool_bytes(tr_cpu_exec(t)));
     CU_ASSERT_EQUAL(m.optimizer_state, fr_optimizer_state_bytes(t->optim));
     CU_ASSERT_EQUAL(m.grads, numel * sizeof(float));
     CU_ASSERT_EQUAL(m.params, numel * sizeof(float));
@@ -42,7 +42,7 @@ static void check(const fr_graph *g, const fr_train_options *o, const char *what
     CU_ASSERT_EQUAL(m.total, m.params + m.grads + m.optimizer_state + m.activations + m.inputs);
     char text[512];
     fr_train_memory_text(&m, text, sizeof text);
-    printf("\n    %s: pool %zu B (planned %zu B), state %zu B; %s", what, fr_exec_pool_bytes(t->ex), m.activations,
+    printf("\n    %s: pool %zu B (planned %zu B), state %zu B; %s", what, fr_exec_pool_bytes(tr_cpu_exec(t)), m.activations,
            m.optimizer_state, text);
     fr_trainer_free(t);
 }

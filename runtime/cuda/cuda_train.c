@@ -325,14 +325,15 @@ fr_status fr_cuda_train_new(fr_trainer *t, int device, fr_cuda_train **out)
         fr_cuda_train_free(d);
         return st;
     }
-    *out = d;
-    t->dev = d;
+    void *was = t->be_state;
+    t->be_state = d; /* what push reads */
     st = fr_cuda_train_push(t); /* scaling state and optimizer state (fresh, or restored later) */
+    t->be_state = was;
     if (st != FR_OK) {
-        t->dev = NULL;
         fr_cuda_train_free(d);
         return st;
     }
+    *out = d;
     return FR_OK;
 }
 
@@ -392,7 +393,7 @@ static fr_status copy_state(fr_trainer *t, fr_cuda_train *d, int i, int s, int t
 
 fr_status fr_cuda_train_pull(fr_trainer *t)
 {
-    fr_cuda_train *d = t->dev;
+    fr_cuda_train *d = t->be_state;
     if (!d || !d->host_stale || !d->ex) return FR_OK;
     fr_status st = fr_cuda_exec_sync(d->ex);
     const int slots = fr_optimizer_state_count(t->optim);
@@ -433,7 +434,7 @@ fr_status fr_cuda_train_pull(fr_trainer *t)
 
 fr_status fr_cuda_train_push(fr_trainer *t)
 {
-    fr_cuda_train *d = t->dev;
+    fr_cuda_train *d = t->be_state;
     if (!d) return FR_OK;
     if (!d->ex) { /* evaluation only: the eval executor uploads the host values when rebuilt */
         fr_cuda_exec_free(d->eval_ex);
@@ -484,7 +485,7 @@ static void set_reason(fr_train_stats *s, const char *msg)
 
 fr_status fr_cuda_train_queue(fr_trainer *t, const int64_t *windows, int k, double lr, int slot)
 {
-    fr_cuda_train *d = t->dev;
+    fr_cuda_train *d = t->be_state;
     fr_status st = FR_OK;
     cudaStream_t s = d->c->stream;
     const int64_t per = t->opt.batch * (t->opt.seq_len + 1);
@@ -563,13 +564,13 @@ fr_status fr_cuda_train_queue(fr_trainer *t, const int64_t *windows, int k, doub
 int fr_cuda_train_done(fr_trainer *t, int slot)
 {
     if (slot < 0 || slot >= FR_TRAIN_MAX_QUEUED) return 1;
-    cudaError_t e = cudaEventQuery(t->dev->ring_ev[slot]);
+    cudaError_t e = cudaEventQuery(((fr_cuda_train *)t->be_state)->ring_ev[slot]);
     return e != cudaErrorNotReady;
 }
 
 fr_status fr_cuda_train_retire(fr_trainer *t, int slot, int k, fr_train_stats *stats)
 {
-    fr_cuda_train *d = t->dev;
+    fr_cuda_train *d = t->be_state;
     fr_status st = FR_OK;
     if (slot < 0 || slot >= FR_TRAIN_MAX_QUEUED)
         return fr_error(FR_ERR_INTERNAL, "device trainer: statistics slot %d outside [0, %d)", slot, FR_TRAIN_MAX_QUEUED);
@@ -609,7 +610,7 @@ fr_status fr_cuda_train_retire(fr_trainer *t, int slot, int k, fr_train_stats *s
 
 fr_status fr_cuda_train_eval(fr_trainer *t, const int64_t *windows, double *loss)
 {
-    fr_cuda_train *d = t->dev;
+    fr_cuda_train *d = t->be_state;
     if (!d->eval_ex) FR_TRY(fr_cuda_exec_new(d->c, t->eval_g, d->ex, &d->eval_ex));
     FR_TRY(feed(t, d->eval_ex, t->eval_inputs, t->n_eval_inputs, windows));
     FR_TRY(fr_cuda_exec_run(d->eval_ex));
@@ -621,7 +622,7 @@ fr_status fr_cuda_train_eval(fr_trainer *t, const int64_t *windows, double *loss
 
 const fr_tensor *fr_cuda_train_eval_output(fr_trainer *t, const char *name)
 {
-    fr_cuda_train *d = t->dev;
+    fr_cuda_train *d = t->be_state;
     if (!d || !d->eval_ex || !name) return NULL;
     const fr_graph *g = t->eval_g;
     for (int i = 0; i < g->n_outputs; i++) {

@@ -1,4 +1,6 @@
-/* The trainer on a CUDA device (runtime/trainer.h with device "cuda").
+/* The trainer on a CUDA device (runtime/trainer.h with device "cuda"), the state of the trainer's
+ * CUDA backend (runtime/train_backend.h; its table is in cuda_train_backend.c): every function
+ * taking the trainer finds it in t->be_state.
  *
  * The training graph runs in a CUDA executor (cuda_exec.h); parameters, gradients, the
  * optimizer state and the delayed-scaling state live on the device. A step is queued without
@@ -30,9 +32,11 @@ extern "C" {
 #endif
 
 struct fr_cuda_ctx;
+typedef struct fr_cuda_train fr_cuda_train; /* the device trainer (cuda_train.c) */
 
-/* Builds the device side for a built trainer (t->g, params, states, inputs). FP8 layers on a
- * device below compute capability 8.9 are FR_ERR_UNSUPPORTED (no silent fallback). */
+/* Builds the device side for a built trainer (t->g, params, states, inputs) and uploads the
+ * host's parameters and optimizer and scaling state; the caller makes it t->be_state. FP8
+ * layers on a device below compute capability 8.9 are FR_ERR_UNSUPPORTED (no silent fallback). */
 FR_NODISCARD fr_status fr_cuda_train_new(fr_trainer *t, int device, fr_cuda_train **out);
 void fr_cuda_train_free(fr_cuda_train *d);
 /* Queue one step (k micro-batches, learning rate lr) on the stream; its scalars go to ring slot
