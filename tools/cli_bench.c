@@ -128,10 +128,8 @@ static void sample_memory(const fp8run_session *t, uint64_t *peak_used, uint64_t
 static int poll_one(fp8run_session *t, int *skipped, double *loss0, double *loss1)
 {
     fp8run_step_stats st = {.struct_size = sizeof st};
-    /* the oldest queued step (a failed poll hands out no statistics to name it) */
-    const int64_t oldest = fp8run_session_steps_done(t) - fp8run_session_steps_queued(t);
-    if (fp8run_session_poll_stats(t, 1, &st) != FP8RUN_OK)
-        return cli_fail("step %lld: %s", (long long)oldest + 1, cli_last_error());
+    /* a failed read-back's message names the step (and the steps queued after it) */
+    if (fp8run_session_poll_stats(t, 1, &st) != FP8RUN_OK) return cli_fail("%s", cli_last_error());
     *skipped += st.skipped;
     if (isnan(*loss0)) *loss0 = st.loss; /* the first step's */
     *loss1 = st.loss;

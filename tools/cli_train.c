@@ -669,11 +669,10 @@ static int drain(loop *L, int *numeric, char *msg, size_t msg_len)
     while (n < FP8RUN_MAX_QUEUED_STEPS && fp8run_session_steps_queued(L->t) > 0) {
         polled *p = &got[n];
         p->s = (fp8run_step_stats){.struct_size = sizeof p->s};
-        /* the oldest queued step (a failed poll hands out no statistics to name it) */
-        const int64_t oldest = fp8run_session_steps_done(L->t) - fp8run_session_steps_queued(L->t);
+        /* a failed read-back's message names the step (and the steps queued after it) */
         fp8run_status st = fp8run_session_poll_stats(L->t, 1, &p->s);
         if (st != FP8RUN_OK && st != FP8RUN_ERR_NUMERIC) {
-            rc = cli_fail("step %lld: %s", (long long)oldest + 1, cli_last_error());
+            rc = cli_fail("%s", cli_last_error());
             break;
         }
         if (!p->s.available) break;
