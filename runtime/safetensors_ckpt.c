@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "graph/onnx_io_util.h"
+#include "graph/safe_io.h"
 #include "runtime/safetensors.h"
 
 #define INDEX_NAME "model.safetensors.index.json"
@@ -95,8 +96,9 @@ static fr_status shard(fr_st_ckpt *c, const char *dir, const char *file, int *id
         return fr_error(FR_ERR_PARSE, "safetensors index '%s': shard '%s' is not a plain file name in its folder",
                         c->path, file);
     int fd;
-    uint64_t size;
-    FR_TRY(fr_onnx_open_external(dir, file, c->path, &fd, &size));
+    /* no symlink, no second hard link: the index must not send us elsewhere (graph/safe_io.h) */
+    fr_status ost = fr_open_beneath(dir, file, "safetensors shard", FR_OPEN_SINGLE_LINK, &fd, NULL);
+    if (ost != FR_OK) return fr_error_context(ost, "safetensors index '%s'", c->path);
     char *full = fr_onnx_join(dir, file);
     if (!full) {
         close(fd);

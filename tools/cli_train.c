@@ -994,16 +994,17 @@ static int load_model_or_ckpt(const char *arg, const char *model_opt, fp8run_mod
         return 0;
     }
     fp8run_checkpoint *ck = NULL;
-    const char *mp = model_opt;
+    const char *mp = model_opt, *why;
     int rc = 0;
     if (!model_opt) {
         if (fp8run_checkpoint_open(arg, &ck) != FP8RUN_OK) return cli_fail_status();
         mp = fp8run_checkpoint_model_path(ck);
         if (!mp) rc = cli_fail("checkpoint '%s' does not record its model: give --model MODEL", arg);
-        /* the file is not trusted to name what we open: only a path below the working folder */
-        else if (!cli_path_is_below(mp))
-            rc = cli_fail("checkpoint '%s' records its model as '%s', an absolute path or one with '..' "
-                          "(not opened): give --model MODEL", arg, mp);
+        /* the file is not trusted to name what we open: only a path below the working folder,
+           through no symbolic link */
+        else if ((why = cli_path_escape(mp)) != NULL)
+            rc = cli_fail("checkpoint '%s' records its model as '%s', %s (not opened): give --model MODEL", arg, mp,
+                          why);
     }
     if (rc == 0 && fp8run_model_load(mp, m) != FP8RUN_OK)
         rc = cli_fail("%s%s", cli_last_error(), model_opt ? "" : " (the model the checkpoint records; give --model MODEL)");
