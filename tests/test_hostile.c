@@ -2,8 +2,9 @@
  * symbolic link, checkpoints crafted with valid CRCs over bad contents (a recorded model path
  * outside the working folder, through a symbolic link or cut short, a missing parameter,
  * impossible counters), --resume over only corrupt checkpoints, FIFOs given as files, token
- * ids at the vocabulary size, absurd option values, and the checkpoint folder: a run prunes only what it wrote, removes the partial files of killed runs, and does not
- * write through a planted symlink when it trims its log. Every case must end with exit 1 or 2
+ * ids at the vocabulary size, absurd option values, and the checkpoint folder: a run prunes
+ * only what it wrote, removes the partial files of killed runs, and does not write through a
+ * planted symlink when it trims its log. Every case must end with exit 1 or 2
  * and a message naming the file and the problem; none may crash (sanitizer reports are
  * failures) or hang (each command runs under timeout(1)). */
 #include <signal.h>
