@@ -14,6 +14,7 @@
 #include "passes/select_params.h"
 #include "runtime/fbs.h"
 #include "runtime/train_internal.h"
+#include "runtime/train_memory.h"
 
 /* ---- graph inputs ---- */
 
@@ -725,6 +726,7 @@ static fr_status build_rest(fr_trainer *t, int tok, int loss, int logits)
                           .recompute = t->opt.recompute, .results = &t->passes};
         FR_TRY(fr_pipeline_run(&pc, FR_STAGE_DIFFERENTIATED));
         FR_TRY(dce(g));
+        FR_TRY(fr_train_host_memory_check(t)); /* CPU: the plan against the host's memory (train_memory.h) */
         if (!t->use_cuda && !t->opt.plan_only) FR_TRY(fr_exec_new(g, &t->ex)); /* GPU: runtime/cuda/cuda_train.c */
     }
     if (!t->opt.plan_only) FR_TRY(build_optimizer(t));
