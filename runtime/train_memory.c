@@ -87,8 +87,9 @@ static fr_status refuse(const fr_trainer *t, const fr_train_memory *m, size_t bu
         size_t s8 = 0;
         for (int i = 0; i < t->n_params; i++) s8 += fr_opt_state_bytes(&c, t->params[i].numel);
         size_t with = m->total - m->optimizer_state + s8;
-        h += (size_t)snprintf(hint + h, sizeof hint - h, " --optimizer-state fp8 needs %.2f GiB%s;", (double)with / G,
-                              with <= budget ? " (fits)" : "");
+        if (with <= budget || m->optimizer_state >= m->total / 4) /* else it would not be what matters */
+            h += (size_t)snprintf(hint + h, sizeof hint - h, " --optimizer-state fp8 needs %.2f GiB%s;",
+                                  (double)with / G, with <= budget ? " (fits)" : "");
     }
     size_t fixed = m->total - m->activations - m->eval_activations;
     size_t act = m->activations + m->eval_activations;
@@ -104,11 +105,20 @@ static fr_status refuse(const fr_trainer *t, const fr_train_memory *m, size_t bu
             h += (size_t)snprintf(hint + h, sizeof hint - h, " --seq %lld or shorter fits by the activations' share;",
                                   (long long)s);
     }
-    if (act > 0 && (!t->opt.recompute || strcmp(t->opt.recompute, "full") != 0) && h < sizeof hint)
+    if (!m->gpu && t->opt.grad_accum > 1 && m->inputs > budget / 2 && h < sizeof hint) {
+        /* the CPU's inputs are mostly the step's token windows, one share per micro-batch */
+        size_t per = m->inputs / (size_t)t->opt.grad_accum, rest = fixed - m->inputs;
+        long long k = per && rest < budget ? (long long)((budget - rest) / per) : 0;
+        if (k >= 1)
+            h += (size_t)snprintf(hint + h, sizeof hint - h, " --grad-accum %lld keeps fewer token windows;",
+                                  k < t->opt.grad_accum ? k : (long long)t->opt.grad_accum - 1);
+    }
+    if (act >= m->total / 4 && (!t->opt.recompute || strcmp(t->opt.recompute, "full") != 0) && h < sizeof hint)
         h += (size_t)snprintf(hint + h, sizeof hint - h, " --recompute attention|mlp|full keeps fewer activations;");
-    if (fixed >= budget && h < sizeof hint)
+    size_t model = m->params + m->grads + m->optimizer_state + m->fp8_weights + m->workspace;
+    if (model >= budget && h < sizeof hint)
         snprintf(hint + h, sizeof hint - h, " the weights, gradients and optimizer state alone need %.2f GiB: a "
-                 "smaller model or more memory;", (double)fixed / G);
+                 "smaller model or more memory;", (double)model / G);
     fr_train_memory_text(m, text, sizeof text);
     return fr_error(m->gpu ? FR_ERR_DEVICE : FR_ERR_OOM, "this configuration needs %s, and %s: nothing was allocated. "
                     "Options:%s FP8RUN_MEMORY_CHECK=0 skips this check", text, where, hint);
@@ -129,6 +139,12 @@ fr_status fr_train_host_memory_check(fr_trainer *t)
     if (t->use_cuda || t->opt.plan_only || fr_host_memory_check_off()) return FR_OK;
     fr_train_memory m;
     FR_TRY(tr_memory_of(t, 0, &m));
+    /* a step's token windows, which the caller holds: grad_accum x batch x (seq+1) int64 */
+    uint64_t win = 8, parts[3] = {(uint64_t)t->opt.grad_accum, (uint64_t)t->opt.batch, (uint64_t)t->opt.seq_len + 1};
+    for (int i = 0; i < 3; i++) win = __builtin_mul_overflow(win, parts[i], &win) ? UINT64_MAX : win;
+    if (win > SIZE_MAX - m.total) win = SIZE_MAX - m.total;
+    m.inputs += (size_t)win;
+    m.total += (size_t)win;
     /* the weights are in memory already (the model's graph): the rest is still to come */
     size_t need = m.total - m.params;
     if (need < FR_HOST_CHECK_MIN_BYTES) return FR_OK;
