@@ -1,12 +1,12 @@
 /* ONNX import, first stage: decode a (hostile) model file with protobuf-c, bounded in message
  * nesting depth (walked over the wire format before protobuf-c sees the bytes) and in memory
  * (a budgeting allocator). */
-#include <stdalign.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph/limits.h"
 #include "graph/onnx_import_internal.h"
 #include "graph/onnx_io_util.h"
 
@@ -77,40 +77,9 @@ static int check_nesting(const ProtobufCMessageDescriptor *d, const uint8_t *p, 
     return 1;
 }
 
-/* Memory budget for decoding: protobuf-c allocates a struct for every (possibly two-byte)
- * submessage, so a hostile file could make it allocate ~100x its size. Each block carries
- * its size in a header so frees are accounted. */
-#define BUDGET_HDR 16
-_Static_assert(alignof(max_align_t) <= BUDGET_HDR, "allocation header keeps malloc alignment");
-
-static void *budget_alloc(void *data, size_t size)
-{
-    decode_budget *b = data;
-    if (size > b->limit - b->used || b->limit - b->used - size < BUDGET_HDR) {
-        b->exceeded = 1;
-        return NULL;
-    }
-    unsigned char *p = malloc(size + BUDGET_HDR);
-    if (!p) return NULL;
-    memcpy(p, &size, sizeof size);
-    b->used += size + BUDGET_HDR;
-    return p + BUDGET_HDR;
-}
-
-static void budget_free(void *data, void *ptr)
-{
-    if (!ptr) return;
-    decode_budget *b = data;
-    unsigned char *p = (unsigned char *)ptr - BUDGET_HDR;
-    size_t size;
-    memcpy(&size, p, sizeof size);
-    b->used -= size + BUDGET_HDR;
-    free(p);
-}
-
 void fr_onnx_decoded_free(decoded_model *d)
 {
-    if (d->m) onnx__model_proto__free_unpacked(d->m, &d->alloc);
+    if (d->m) onnx__model_proto__free_unpacked(d->m, &d->budget.alloc);
     d->m = NULL;
 }
 
@@ -133,21 +102,14 @@ fr_status fr_onnx_decode_model(const void *data, size_t len, const char *what, d
                         what, MAX_NESTING);
     if (r == 0)
         return fr_error(FR_ERR_PARSE, "'%s' is not a valid ONNX model (protobuf decode failed)", what);
-    d->budget.used = 0;
-    d->budget.exceeded = 0;
-    /* real models need a few times their size (a small attribute is ~20x); two-byte empty
-     * submessages cost ~150x. len < 2 GiB: no overflow. */
-    d->budget.limit = ((size_t)64 << 20) + len * 40;
-    d->alloc.alloc = budget_alloc;
-    d->alloc.free = budget_free;
-    d->alloc.allocator_data = &d->budget;
-    d->m = onnx__model_proto__unpack(&d->alloc, len, data);
+    FR_TRY(fr_pb_budget_init(&d->budget, len)); /* graph/pb_budget.h: FP8RUN_MAX_DECODE_BYTES */
+    d->m = onnx__model_proto__unpack(&d->budget.alloc, len, data);
     if (!d->m) {
         if (d->budget.exceeded)
             return fr_error(FR_ERR_PARSE,
                             "'%s' is not a valid ONNX model (decoding it needs more than %zu bytes "
-                            "of memory, far more than a real model of its size)",
-                            what, d->budget.limit);
+                            "of memory, far more than a real model of its size; %s raises the limit)",
+                            what, d->budget.limit, fr_limit_env(FR_LIMIT_DECODE_BYTES));
         return fr_error(FR_ERR_PARSE, "'%s' is not a valid ONNX model (protobuf decode failed)", what);
     }
     if (!d->m->graph) {

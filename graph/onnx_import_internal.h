@@ -7,21 +7,16 @@
 #include <stddef.h>
 
 #include "graph/ir.h"
+#include "graph/pb_budget.h"
 #include "schema/onnx.pb-c.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "ONNX raw_data is little-endian and import copies it as is: a little-endian host is required"
 #endif
 
-typedef struct decode_budget {
-    size_t used, limit;
-    int exceeded;
-} decode_budget;
-
 typedef struct decoded_model {
     Onnx__ModelProto *m;
-    decode_budget budget;
-    ProtobufCAllocator alloc; /* points at budget: the struct must not move */
+    fr_pb_budget budget; /* its allocator points at it: the struct must not move */
 } decoded_model;
 
 /* Decode a model file's bytes, bounded in nesting depth and memory before protobuf-c sees them

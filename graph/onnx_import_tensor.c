@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "graph/onnx_import_internal.h"
+#include "graph/limits.h"
 #include "graph/onnx_io_util.h"
 
 /* The typed field ONNX stores each dtype in (when raw_data is not used). */
@@ -105,6 +106,8 @@ static fr_status read_external(const import_ctx *c, const Onnx__TensorProto *tp,
                                fr_tensor **out, char **ext_loc)
 {
     ext_ref e;
+    size_t checked; /* FP8RUN_MAX_TENSOR_BYTES before any file is opened */
+    FR_TRY(fr_shape_bytes(dt, rank, dims, what, &checked));
     FR_TRY(parse_external(tp, what, &e));
     if (!c->model_dir)
         return fr_error(FR_ERR_INVALID_ARG,

@@ -110,50 +110,13 @@ fr_status fr_onnx_open_external(const char *model_dir, const char *location, con
         return fr_error(FR_ERR_PARSE,
                         "%s: external data location '%s' climbs out of the model's folder "
                         "with '..' (refused)", what, location);
-    char *full = fr_onnx_join(model_dir, location);
-    if (!full) return FR_ERR_OOM;
-    char *rdir = realpath(model_dir, NULL);
-    if (!rdir) {
-        fr_status st = fr_error(FR_ERR_IO, "%s: cannot resolve the model folder '%s': %s",
-                                what, model_dir, strerror(errno));
-        free(full);
-        return st;
-    }
-    char *rfile = realpath(full, NULL);
-    if (!rfile) {
-        fr_status st = fr_error(FR_ERR_IO, "%s: external data file '%s' cannot be opened: %s",
-                                what, location, strerror(errno));
-        free(full);
-        free(rdir);
-        return st;
-    }
-    free(full);
-    if (strcmp(rfile, rdir) == 0) {
-        fr_status st = fr_error(FR_ERR_PARSE,
-                                "%s: external data location '%s' names the model's folder, not a file",
-                                what, location);
-        free(rdir);
-        free(rfile);
-        return st;
-    }
-    /* symlinks are resolved now: the real path must still lie under the real folder */
-    size_t dl = strlen(rdir);
-    int inside = strcmp(rdir, "/") == 0 || (strncmp(rfile, rdir, dl) == 0 && rfile[dl] == '/');
-    free(rdir);
-    if (!inside) {
-        fr_status st = fr_error(FR_ERR_PARSE,
-                                "%s: external data location '%s' resolves to '%s', outside "
-                                "the model's folder (refused: symlink escape)", what, location, rfile);
-        free(rfile);
-        return st;
-    }
-    /* O_NOFOLLOW: the resolved path has no symlinks; one appearing now is a swap under us.
-     * A hard link is refused: its other name may lie anywhere (onnx/onnx#7686). */
+    /* every component is opened without following a symlink (graph/safe_io.h): a link inside
+     * the folder is refused as well as one out of it, since its target may move. A hard link
+     * is refused: its other name may lie anywhere (onnx/onnx#7686). */
     int f;
     struct stat sb;
-    fr_status st = fr_open_regular(rfile, "external data file", FR_OPEN_NOFOLLOW | FR_OPEN_SINGLE_LINK, &f, &sb);
-    free(rfile);
-    if (st != FR_OK) return fr_error_context(st, "%s: external data location '%s'", what, location);
+    fr_status st = fr_open_beneath(model_dir, location, "external data location", FR_OPEN_SINGLE_LINK, &f, &sb);
+    if (st != FR_OK) return fr_error_context(st, "%s", what);
     *fd = f;
     *size = (uint64_t)sb.st_size;
     return FR_OK;

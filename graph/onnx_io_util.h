@@ -1,5 +1,5 @@
 /* File-system side of ONNX import/export: reading a model file, confining external-data
- * locations to the model's folder (also through symlinks), and atomic replacement of output
+ * locations to the model's folder (no symlinks, no hard links), and atomic replacement of output
  * files (temporary file created with O_EXCL|O_NOFOLLOW in the same folder, fsync, rename).
  * Model files are hostile input, so every path and size is checked before it is used. */
 #ifndef FR_ONNX_IO_UTIL_H
@@ -28,8 +28,9 @@ char *fr_onnx_join(const char *dir, const char *name);
 FR_NODISCARD fr_status fr_onnx_read_file(const char *path, void **data, size_t *len);
 
 /* Open the external-data file `location` for reading (`what` names the tensor in messages). The location must be
- * relative, must not contain a ".." component, and must resolve (after symlinks) to a regular
- * file inside model_dir. Returns the descriptor and the file's size. */
+ * relative, must not contain a ".." component, must not pass through a symlink (fr_open_beneath)
+ * and must be a regular file with one hard link inside model_dir. Returns the descriptor and
+ * the file's size. */
 FR_NODISCARD fr_status fr_onnx_open_external(const char *model_dir, const char *location, const char *what,
                                 int *fd, uint64_t *size);
 /* pread exactly n bytes at offset; a short file is FR_ERR_PARSE naming `what`. */

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -15,16 +16,25 @@ static const char *kind_of(mode_t m)
     return "not a regular file";
 }
 
-fr_status fr_open_regular(const char *path, const char *what, int flags, int *fd, struct stat *sb)
+static fr_status symlink_refused(const char *what, const char *path, int plen)
+{
+    return fr_error(FR_ERR_IO,
+                    "%s '%s': '%.*s' is a symbolic link (refused: a link may point anywhere; put the file "
+                    "itself there, e.g. cp -L)", what, path, plen, path);
+}
+
+/* Open `name` relative to dirfd (AT_FDCWD: the working folder) and check it; `path` is what
+ * messages show. */
+static fr_status open_at(int dirfd, const char *name, const char *path, const char *what, int flags, int *fd,
+                         struct stat *sb)
 {
     struct stat local;
     if (!sb) sb = &local;
     *fd = -1;
     /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer */
-    int f = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | ((flags & FR_OPEN_NOFOLLOW) ? O_NOFOLLOW : 0));
+    int f = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | ((flags & FR_OPEN_NOFOLLOW) ? O_NOFOLLOW : 0));
     if (f < 0) {
-        if (errno == ELOOP && (flags & FR_OPEN_NOFOLLOW))
-            return fr_error(FR_ERR_IO, "%s '%s' is a symbolic link (refused)", what, path);
+        if (errno == ELOOP && (flags & FR_OPEN_NOFOLLOW)) return symlink_refused(what, path, (int)strlen(path));
         return fr_error(FR_ERR_IO, "cannot open %s '%s': %s", what, path, strerror(errno));
     }
     fr_status st = FR_OK;
@@ -44,6 +54,86 @@ fr_status fr_open_regular(const char *path, const char *what, int flags, int *fd
     }
     *fd = f;
     return FR_OK;
+}
+
+fr_status fr_open_regular(const char *path, const char *what, int flags, int *fd, struct stat *sb)
+{
+    return open_at(AT_FDCWD, path, path, what, flags, fd, sb);
+}
+
+/* The next component of rel at or after *pos, skipping empty and "." ones: its start and
+ * length; 0 when none is left. */
+static int next_component(const char *rel, size_t *pos, size_t *start, size_t *len)
+{
+    size_t p = *pos;
+    for (;;) {
+        while (rel[p] == '/') p++;
+        if (!rel[p]) {
+            *pos = p;
+            return 0;
+        }
+        size_t n = strcspn(rel + p, "/");
+        if (n == 1 && rel[p] == '.') {
+            p += n;
+            continue;
+        }
+        *start = p;
+        *len = n;
+        *pos = p + n;
+        return 1;
+    }
+}
+
+fr_status fr_open_beneath(const char *dir, const char *rel, const char *what, int flags, int *fd, struct stat *sb)
+{
+    *fd = -1;
+    if (!rel[0]) return fr_error(FR_ERR_IO, "%s: an empty path", what);
+    if (rel[0] == '/')
+        return fr_error(FR_ERR_IO, "%s '%s' is an absolute path (refused: it must lie inside '%s')", what, rel, dir);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return fr_error(FR_ERR_IO, "%s '%s': cannot open the folder '%s': %s", what, rel, dir, strerror(errno));
+    size_t pos = 0, s, n;
+    fr_status st = FR_OK;
+    int have = next_component(rel, &pos, &s, &n);
+    if (!have) st = fr_error(FR_ERR_IO, "%s '%s' names the folder '%s' itself, not a file", what, rel, dir);
+    while (st == FR_OK && have) {
+        char comp[NAME_MAX + 1];
+        size_t s2, n2, pos2 = pos;
+        int last = !next_component(rel, &pos2, &s2, &n2);
+        if (n == 2 && rel[s] == '.' && rel[s + 1] == '.') {
+            st = fr_error(FR_ERR_IO, "%s '%s' climbs out of its folder with '..' (refused)", what, rel);
+            break;
+        }
+        if (n > NAME_MAX) {
+            st = fr_error(FR_ERR_IO, "%s '%s': a component is longer than %d bytes", what, rel, NAME_MAX);
+            break;
+        }
+        memcpy(comp, rel + s, n);
+        comp[n] = '\0';
+        if (last) {
+            /* the message shows rel; a symlink there is refused by O_NOFOLLOW (ELOOP) */
+            st = open_at(dfd, comp, rel, what, flags | FR_OPEN_NOFOLLOW, fd, sb);
+            break;
+        }
+        int nd = openat(dfd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (nd < 0) {
+            int err = errno;
+            struct stat lsb;
+            if (fstatat(dfd, comp, &lsb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(lsb.st_mode))
+                st = symlink_refused(what, rel, (int)(s + n));
+            else
+                st = fr_error(FR_ERR_IO, "cannot open %s '%s': '%.*s': %s", what, rel, (int)(s + n), rel,
+                              strerror(err));
+            break;
+        }
+        close(dfd);
+        dfd = nd;
+        pos = pos2;
+        s = s2;
+        n = n2;
+    }
+    close(dfd);
+    return st;
 }
 
 fr_status fr_fopen_regular(const char *path, const char *what, int flags, FILE **out, struct stat *sb)

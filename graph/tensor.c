@@ -2,6 +2,7 @@
 #include "graph/tensor.h"
 
 #include "graph/fp8_format.h"
+#include "graph/limits.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -92,8 +93,7 @@ fr_status fr_tensor_new(fr_dtype dt, int rank, const int64_t *dims, const char *
         return fr_error(FR_ERR_UNSUPPORTED, "%s: dtype %s cannot be held in a tensor", what,
                         fr_dtype_name(dt));
     FR_TRY(fr_shape_numel(rank, dims, what, &n));
-    if ((uint64_t)n > SIZE_MAX || !fr_mul_size((size_t)n, es, &bytes))
-        return fr_error(FR_ERR_OOM, "%s: byte size overflows", what);
+    FR_TRY(fr_shape_bytes(dt, rank, dims, what, &bytes)); /* also FP8RUN_MAX_TENSOR_BYTES */
     fr_tensor *t = fr_calloc(1, sizeof *t, what);
     if (!t) return FR_ERR_OOM;
     t->dtype = dt;

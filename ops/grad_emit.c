@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph/limits.h"
 #include "ops/grad.h"
 
 fr_status fr_node_infer(fr_graph *g, int node_id)
@@ -27,6 +28,14 @@ fr_status fr_node_infer(fr_graph *g, int node_id)
                             "node '%s' (%s): shape inference left output '%s' without a static "
                             "shape (a bug in the op's infer)",
                             n->name, n->op_type, v->name);
+        /* every op's output passes here: a shape no memory holds (Expand, ConstantOfShape,
+         * Tile, Range... to 2^40 elements) is refused while planning, before anything runs */
+        size_t bytes;
+        if (fr_shape_bytes(v->dtype, v->rank, v->dims, "", &bytes) != FR_OK) { /* again, to name it */
+            char what[600];
+            snprintf(what, sizeof what, "node '%s' (%s) output '%s'", n->name, n->op_type, v->name);
+            return fr_shape_bytes(v->dtype, v->rank, v->dims, what, &bytes);
+        }
     }
     return FR_OK;
 }

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph/limits.h"
 #include "ops/op.h"
 #include "passes/attention_import.h"
 #include "passes/passes.h"
@@ -126,7 +127,7 @@ static fr_status bind_input_shapes(fr_graph *g, const fr_prepare_options *opt)
     return FR_OK;
 }
 
-/* Every graph input must now have a dtype and a full static shape. */
+/* Every graph input must now have a dtype and a full static shape, of a size memory holds. */
 static fr_status check_inputs_static(const fr_graph *g)
 {
     for (int i = 0; i < g->n_inputs; i++) {
@@ -154,6 +155,10 @@ static fr_status check_inputs_static(const fr_graph *g)
                             "shape is known",
                             v->name, shp, d, v->name);
         }
+        size_t bytes;
+        char what[600];
+        snprintf(what, sizeof what, "graph input '%s'", v->name);
+        FR_TRY(fr_shape_bytes(v->dtype, v->rank, v->dims, what, &bytes));
     }
     return FR_OK;
 }

@@ -105,6 +105,7 @@ static fp8run_status prepared_copy(const fp8run_model *m, const char *fn, const 
     fr_graph *g = NULL;
     fr_status st = fr_train_clone_graph(m->g, 0, &g);
     if (st == FR_OK) st = fr_prepare_forward(g, &p.o, stats);
+    if (st != FR_OK && m->g->source_path) st = fr_error_context(st, "model '%s'", m->g->source_path);
     prep_free(&p);
     if (st != FR_OK) {
         fr_graph_free(g);

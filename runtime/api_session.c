@@ -133,7 +133,12 @@ static fp8run_status windows_i64(fp8run_session *s, const char *fn, const void *
                                  size_t count, int k, const int64_t **out)
 {
     const int64_t B = s->t->opt.batch, T = s->t->opt.seq_len, V = s->t->vocab;
-    const uint64_t want = (uint64_t)k * (uint64_t)B * (uint64_t)(T + 1);
+    uint64_t want, ids8;
+    /* a product that wraps could match a short buffer the session then reads past */
+    if (__builtin_mul_overflow((uint64_t)k, (uint64_t)B, &want) || __builtin_mul_overflow(want, (uint64_t)(T + 1), &want) ||
+        want > SIZE_MAX || __builtin_mul_overflow(want, (uint64_t)sizeof(int64_t), &ids8))
+        return fr_api_error(&s->err, FP8RUN_ERR_OOM, "%s: %d micro-batch(es) of %lld windows of %lld+1 ids do not fit "
+                            "in memory", fn, k, (long long)B, (long long)T);
     if (!w) return fr_api_error(&s->err, FP8RUN_ERR_INVALID_ARG, "%s: windows is NULL", fn);
     if (dtype != FP8RUN_DTYPE_INT64 && dtype != FP8RUN_DTYPE_INT32)
         return fr_api_error(&s->err, FP8RUN_ERR_INVALID_ARG, "%s: token windows must be int64 or int32, not %s", fn,

@@ -14,6 +14,8 @@
 
 #include "graph/name_map.h"
 #include "runtime/crc32c.h"
+#include "graph/limits.h"
+#include "graph/pb_budget.h"
 #include "graph/safe_io.h"
 #include "schema/checkpoint.pb-c.h"
 
@@ -273,6 +275,7 @@ struct fr_ckpt {
     unsigned char *map;
     size_t size;
     Fp8run__CheckpointMeta *meta;
+    fr_pb_budget budget; /* meta's allocator (FP8RUN_MAX_DECODE_BYTES): c must not move */
     fr_ckpt_tensor *tensors;
     char **keys;       /* "kind\x1fname" per tensor, for `index` */
     fr_name_map *index; /* key -> tensor: lookups stay O(1) on a file with millions of tensors */
@@ -285,7 +288,7 @@ void fr_ckpt_close(fr_ckpt *c)
         for (size_t i = 0; i < c->meta->n_tensors; i++) free(c->keys[i]);
     free(c->keys);
     fr_name_map_free(c->index);
-    if (c->meta) fp8run__checkpoint_meta__free_unpacked(c->meta, NULL);
+    if (c->meta) fp8run__checkpoint_meta__free_unpacked(c->meta, &c->budget.alloc);
     if (c->map) munmap(c->map, c->size);
     free(c->tensors);
     free(c->path);
@@ -370,7 +373,18 @@ fr_status fr_ckpt_open(const char *path, fr_ckpt **out)
     if (crc != get_u32(tr + 16)) return bad(c, "checksum mismatch (the file is corrupted)");
     if (moff < 16 || moff > c->size - TRAILER_BYTES || mlen != c->size - TRAILER_BYTES - moff)
         return bad(c, "the metadata position is inconsistent");
-    c->meta = fp8run__checkpoint_meta__unpack(NULL, (size_t)mlen, c->map + moff);
+    fr_status bst = fr_pb_budget_init(&c->budget, (size_t)mlen);
+    if (bst != FR_OK) {
+        fr_ckpt_close(c);
+        return bst;
+    }
+    c->meta = fp8run__checkpoint_meta__unpack(&c->budget.alloc, (size_t)mlen, c->map + moff);
+    if (!c->meta && c->budget.exceeded) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "decoding its index needs more than %zu bytes of memory (%s raises the limit)",
+                 c->budget.limit, fr_limit_env(FR_LIMIT_DECODE_BYTES));
+        return bad(c, msg);
+    }
     if (!c->meta) return bad(c, "the metadata does not decode");
     c->tensors = fr_calloc(c->meta->n_tensors + 1, sizeof *c->tensors, "checkpoint index");
     if (!c->tensors) {

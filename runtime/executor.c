@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ops/op.h"
+#include "runtime/host_memory.h"
 
 enum { SRC_NONE = 0, SRC_CONST, SRC_INPUT, SRC_POOL };
 
@@ -71,7 +72,7 @@ void fr_exec_free(fr_exec *e)
     if (e->hdr)
         for (int v = 0; v < e->n_values; v++)
             if (e->src[v] == SRC_INPUT) free(e->hdr[v].data);
-    for (int b = 0; b < e->n_blocks; b++) free(e->blocks[b]);
+    for (int b = 0; e->blocks && b < e->n_blocks; b++) free(e->blocks[b]);
     free(e->blocks);
     free(e->block_size);
     free(e->hdr);
@@ -126,6 +127,17 @@ static fr_status take_block(fr_exec *e, plan *p, size_t need, int *out)
     return FR_OK;
 }
 
+/* Each graph input's own buffer. */
+static fr_status alloc_inputs(fr_exec *e)
+{
+    for (int v = 0; v < e->n_values; v++)
+        if (e->src[v] == SRC_INPUT && e->hdr[v].nbytes) {
+            e->hdr[v].data = fr_calloc(1, e->hdr[v].nbytes, e->g->values[v].name);
+            if (!e->hdr[v].data) return FR_ERR_OOM;
+        }
+    return FR_OK;
+}
+
 static fr_status make_plan(fr_exec *e, const int *last_use)
 {
     const fr_graph *g = e->g;
@@ -170,15 +182,20 @@ static fr_status make_plan(fr_exec *e, const int *last_use)
         st = FR_ERR_OOM;
         goto done;
     }
-    for (int b = 0; b < e->n_blocks && e->plan_only; b++) e->pool_bytes += e->block_size[b];
-    for (int b = 0; b < e->n_blocks && !e->plan_only; b++) {
+    for (int b = 0; b < e->n_blocks; b++)
+        e->pool_bytes = e->pool_bytes > SIZE_MAX - e->block_size[b] ? SIZE_MAX : e->pool_bytes + e->block_size[b];
+    /* the whole plan is known: refuse it before allocating when the machine cannot hold it */
+    int big = -1;
+    for (int v = 0; v < e->n_values; v++)
+        if ((e->src[v] == SRC_POOL || e->src[v] == SRC_INPUT) && (big < 0 || e->hdr[v].nbytes > e->hdr[big].nbytes))
+            big = v;
+    if (!e->plan_only) st = fr_host_memory_check_plan(g, e->pool_bytes, e->n_blocks, e->input_bytes, big);
+    if (st == FR_OK && !e->plan_only) st = alloc_inputs(e);
+    for (int b = 0; st == FR_OK && b < e->n_blocks && !e->plan_only; b++) {
         e->blocks[b] = fr_malloc(e->block_size[b], "executor pool block");
-        if (!e->blocks[b]) {
-            st = FR_ERR_OOM;
-            goto done;
-        }
-        e->pool_bytes += e->block_size[b];
+        if (!e->blocks[b]) st = FR_ERR_OOM;
     }
+    if (st != FR_OK) goto done;
     for (int v = 0; v < e->n_values; v++) {
         if (e->src[v] != SRC_POOL) continue;
         int b = p.block_of[v];
@@ -287,14 +304,8 @@ static fr_status build(const fr_graph *g, int plan_only, fr_exec **out)
             if (st != FR_OK) goto fail;
             set_header(&e->hdr[v], val, bytes);
             e->ptr[v] = &e->hdr[v];
-            if (e->src[v] == SRC_INPUT) e->input_bytes += bytes;
-            if (e->src[v] == SRC_INPUT && bytes && !plan_only) {
-                e->hdr[v].data = fr_calloc(1, bytes, val->name);
-                if (!e->hdr[v].data) {
-                    st = FR_ERR_OOM;
-                    goto fail;
-                }
-            }
+            if (e->src[v] == SRC_INPUT) /* allocated after the memory check (make_plan) */
+                e->input_bytes = e->input_bytes > SIZE_MAX - bytes ? SIZE_MAX : e->input_bytes + bytes;
             break;
         default:
             break;

@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
+#include "runtime/host_memory.h"
 #include "runtime/llama_gen.h"
 #include "graph/rng.h"
 
@@ -165,13 +165,14 @@ fr_status fr_llama_check(const fr_llama_config *c)
         return fr_error(FR_ERR_INVALID_ARG,
                         "llama config: %.3g parameters (%.3g GB in float32); at most %.3g are generated", params,
                         params * 4e-9, FR_LLAMA_MAX_PARAMS);
-    /* the weights are made in host memory: more than the machine has cannot work */
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    double ram = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
-    if (ram > 0 && params * 4.0 > ram)
+    /* the weights are made in host memory: more than this process may take cannot work
+     * (runtime/host_memory.h: available memory, cgroup and ulimits, FP8RUN_MEMORY_LIMIT) */
+    fr_host_memory hm;
+    FR_TRY(fr_host_memory_available(&hm));
+    if (!fr_host_memory_check_off() && params * 4.0 > (double)hm.available)
         return fr_error(FR_ERR_INVALID_ARG,
-                        "llama config: %.3g parameters need %.3g GB in float32, more than this machine's %.3g GB of "
-                        "memory", params, params * 4e-9, ram * 1e-9);
+                        "llama config: %.3g parameters need %.3g GB in float32, more than the %.3g GB of memory this "
+                        "process may take (%s)", params, params * 4e-9, (double)hm.available * 1e-9, hm.source);
     return FR_OK;
 }
 

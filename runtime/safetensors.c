@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "graph/limits.h"
 #include "graph/onnx_io_util.h"
 #include "graph/fp8_format.h"
 
@@ -221,11 +222,16 @@ fr_status fr_st_open_fd(int fd, const char *path, fr_st_file **out)
     }
     uint64_t n = 0, size = (uint64_t)sb.st_size;
     for (int i = 7; i >= 0; i--) n = n << 8 | le[i];
-    if (n > FR_ST_MAX_HEADER || n > size - 8) {
+    uint64_t cap = 0;
+    st = fr_limit_get(FR_LIMIT_HEADER_BYTES, &cap, NULL);
+    if (st == FR_OK && (n > cap || n > size - 8))
+        st = fr_error(FR_ERR_PARSE, "safetensors '%s': header length %llu is over %s (%llu bytes)%s", path,
+                      (unsigned long long)n, n > cap ? "the limit" : "the file's size",
+                      (unsigned long long)(n > cap ? cap : size - 8),
+                      n > cap ? " (FP8RUN_MAX_HEADER_BYTES raises it)" : "");
+    if (st != FR_OK) {
         fr_st_close(f);
-        return fr_error(FR_ERR_PARSE, "safetensors '%s': header length %llu is over %s (%llu bytes)", path,
-                        (unsigned long long)n, n > FR_ST_MAX_HEADER ? "the 100 MB limit" : "the file's size",
-                        (unsigned long long)(n > FR_ST_MAX_HEADER ? FR_ST_MAX_HEADER : size - 8));
+        return st;
     }
     char *text = fr_malloc((size_t)n + 1, "safetensors header");
     st = text ? fr_onnx_pread_all(fd, text, (size_t)n, 8, path) : FR_ERR_OOM;

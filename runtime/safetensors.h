@@ -7,7 +7,7 @@
  * The JSON is parsed with Jansson (strict RFC 8259, duplicate keys refused, 64-bit integers
  * with overflow detection).
  *
- * Files are hostile input, so fr_st_open refuses: a header length over FR_ST_MAX_HEADER or past
+ * Files are hostile input, so fr_st_open refuses: a header length over FP8RUN_MAX_HEADER_BYTES (graph/limits.h) or past
  * the end of the file; malformed JSON; duplicate names; unknown dtype strings; shapes whose byte
  * size overflows or differs from end - begin; negative, inverted or out-of-file offsets; tensors
  * that overlap or leave holes (sorted by offset they must tile the data section exactly, as the
@@ -22,7 +22,6 @@
 #include "graph/tensor.h"
 #include "graph/status.h"
 
-#define FR_ST_MAX_HEADER ((uint64_t)100 * 1000 * 1000) /* as the reference implementation */
 
 typedef struct fr_st_tensor {
     char *name;

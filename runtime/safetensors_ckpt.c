@@ -9,7 +9,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "graph/limits.h"
 #include "graph/onnx_io_util.h"
+#include "graph/safe_io.h"
 #include "runtime/safetensors.h"
 
 #define INDEX_NAME "model.safetensors.index.json"
@@ -95,8 +97,9 @@ static fr_status shard(fr_st_ckpt *c, const char *dir, const char *file, int *id
         return fr_error(FR_ERR_PARSE, "safetensors index '%s': shard '%s' is not a plain file name in its folder",
                         c->path, file);
     int fd;
-    uint64_t size;
-    FR_TRY(fr_onnx_open_external(dir, file, c->path, &fd, &size));
+    /* no symlink, no second hard link: the index must not send us elsewhere (graph/safe_io.h) */
+    fr_status ost = fr_open_beneath(dir, file, "safetensors shard", FR_OPEN_SINGLE_LINK, &fd, NULL);
+    if (ost != FR_OK) return fr_error_context(ost, "safetensors index '%s'", c->path);
     char *full = fr_onnx_join(dir, file);
     if (!full) {
         close(fd);
@@ -117,15 +120,17 @@ static fr_status read_index(fr_st_ckpt *c, const char *index_path, const char *d
     void *data;
     size_t len;
     struct stat sb;
-    if (stat(index_path, &sb) == 0 && (uint64_t)sb.st_size > FR_ST_MAX_HEADER) /* refused before reading */
-        return fr_error(FR_ERR_PARSE, "safetensors index '%s': %lld bytes, over 100 MB", index_path,
-                        (long long)sb.st_size);
+    uint64_t cap;
+    FR_TRY(fr_limit_get(FR_LIMIT_HEADER_BYTES, &cap, NULL));
+    if (stat(index_path, &sb) == 0 && (uint64_t)sb.st_size > cap) /* refused before reading */
+        return fr_error(FR_ERR_PARSE, "safetensors index '%s': %lld bytes, over the limit of %llu (%s raises it)",
+                        index_path, (long long)sb.st_size, (unsigned long long)cap, fr_limit_env(FR_LIMIT_HEADER_BYTES));
     FR_TRY(fr_onnx_read_file(index_path, &data, &len));
-    json_t *root = len <= FR_ST_MAX_HEADER ? json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr) : NULL;
+    json_t *root = len <= cap ? json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr) : NULL;
     free(data);
     if (!root)
         return fr_error(FR_ERR_PARSE, "safetensors index '%s': %s", index_path,
-                        len > FR_ST_MAX_HEADER ? "over 100 MB" : jerr.text);
+                        len > cap ? "over the FP8RUN_MAX_HEADER_BYTES limit" : jerr.text);
     json_t *wm = json_object_get(root, "weight_map");
     fr_status st = json_is_object(wm) ? FR_OK
                                       : fr_error(FR_ERR_PARSE, "safetensors index '%s': no \"weight_map\" object",

@@ -16,6 +16,7 @@
 #include "passes/select_params.h"
 #include "runtime/fbs.h"
 #include "runtime/train_internal.h"
+#include "runtime/train_memory.h"
 
 /* ---- graph inputs ---- */
 
@@ -747,6 +748,7 @@ static fr_status build_rest(fr_trainer *t, int tok, int loss, int logits)
                           .recompute = t->opt.recompute, .results = &t->passes};
         FR_TRY(fr_pipeline_run(&pc, FR_STAGE_DIFFERENTIATED));
         FR_TRY(dce(g)); /* the backend's executors are built on it (runtime/train_backend.h) */
+        FR_TRY(fr_train_host_memory_check(t)); /* CPU: the plan against the host's memory (train_memory.h) */
     }
     if (!t->opt.plan_only) FR_TRY(build_optimizer(t));
 

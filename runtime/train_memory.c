@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "graph/limits.h"
+#include "runtime/host_memory.h"
 #include "runtime/train_internal.h"
 #ifdef FP8RUN_HAVE_CUDA
 #include "runtime/cuda/cuda_exec.h"
@@ -71,12 +73,11 @@ void fr_train_memory_text(const fr_train_memory *m, char *buf, size_t n)
              (double)m->inputs / M, (double)m->workspace / M);
 }
 
-fr_status tr_memory_check(fr_trainer *t, size_t free_bytes)
+/* Refuse a configuration of m that does not fit `budget` bytes, with what would fit. `where`
+ * says what the budget is ("the GPU has 10.00 GiB free"). */
+static fr_status refuse(const fr_trainer *t, const fr_train_memory *m, size_t budget, const char *where)
 {
-    fr_train_memory m;
-    FR_TRY(tr_memory_of(t, 1, &m));
-    if (m.total <= free_bytes) return FR_OK;
-    char text[512], hint[384] = "";
+    char text[512], hint[512] = "";
     size_t h = 0;
     const double G = 1024.0 * 1024.0 * 1024.0;
     /* what would fit: fp8 moments; a smaller batch (activations scale with it, the rest not) */
@@ -85,22 +86,74 @@ fr_status tr_memory_check(fr_trainer *t, size_t free_bytes)
         c.state_dtype = FR_OPT_STATE_FP8;
         size_t s8 = 0;
         for (int i = 0; i < t->n_params; i++) s8 += fr_opt_state_bytes(&c, t->params[i].numel);
-        size_t with = m.total - m.optimizer_state + s8;
-        h += (size_t)snprintf(hint + h, sizeof hint - h, " --optimizer-state fp8 needs %.2f GiB%s;", (double)with / G,
-                              with <= free_bytes ? " (fits)" : "");
+        size_t with = m->total - m->optimizer_state + s8;
+        if (with <= budget || m->optimizer_state >= m->total / 4) /* else it would not be what matters */
+            h += (size_t)snprintf(hint + h, sizeof hint - h, " --optimizer-state fp8 needs %.2f GiB%s;",
+                                  (double)with / G, with <= budget ? " (fits)" : "");
     }
-    size_t fixed = m.total - m.activations - m.eval_activations;
-    size_t act = m.activations + m.eval_activations;
-    if (fixed < free_bytes && act > 0 && t->opt.batch > 1) {
-        int64_t b = (int64_t)((double)t->opt.batch * (double)(free_bytes - fixed) / (double)act);
+    size_t fixed = m->total - m->activations - m->eval_activations;
+    size_t act = m->activations + m->eval_activations;
+    if (fixed < budget && act > 0 && t->opt.batch > 1) {
+        int64_t b = (int64_t)((double)t->opt.batch * (double)(budget - fixed) / (double)act);
         if (b >= 1 && h < sizeof hint)
             h += (size_t)snprintf(hint + h, sizeof hint - h, " --batch %lld (with --grad-accum to keep the step's tokens) "
                                   "fits by the activations' share;", (long long)b);
     }
-    if (act > 0 && (!t->opt.recompute || strcmp(t->opt.recompute, "full") != 0) && h < sizeof hint)
+    if (act > 0 && fixed < budget && t->opt.batch == 1 && t->opt.seq_len > 1 && h < sizeof hint) {
+        int64_t s = (int64_t)((double)t->opt.seq_len * (double)(budget - fixed) / (double)act);
+        if (s >= 1)
+            h += (size_t)snprintf(hint + h, sizeof hint - h, " --seq %lld or shorter fits by the activations' share;",
+                                  (long long)s);
+    }
+    if (!m->gpu && t->opt.grad_accum > 1 && m->inputs > budget / 2 && h < sizeof hint) {
+        /* the CPU's inputs are mostly the step's token windows, one share per micro-batch */
+        size_t per = m->inputs / (size_t)t->opt.grad_accum, rest = fixed - m->inputs;
+        long long k = per && rest < budget ? (long long)((budget - rest) / per) : 0;
+        if (k >= 1)
+            h += (size_t)snprintf(hint + h, sizeof hint - h, " --grad-accum %lld keeps fewer token windows;",
+                                  k < t->opt.grad_accum ? k : (long long)t->opt.grad_accum - 1);
+    }
+    if (act >= m->total / 4 && (!t->opt.recompute || strcmp(t->opt.recompute, "full") != 0) && h < sizeof hint)
         h += (size_t)snprintf(hint + h, sizeof hint - h, " --recompute attention|mlp|full keeps fewer activations;");
-    fr_train_memory_text(&m, text, sizeof text);
-    return fr_error(FR_ERR_DEVICE,
-                    "this configuration needs %s, and the GPU has %.2f GiB free: nothing was allocated. Options:%s",
-                    text, (double)free_bytes / G, hint);
+    size_t model = m->params + m->grads + m->optimizer_state + m->fp8_weights + m->workspace;
+    if (model >= budget && h < sizeof hint)
+        snprintf(hint + h, sizeof hint - h, " the weights, gradients and optimizer state alone need %.2f GiB: a "
+                 "smaller model or more memory;", (double)model / G);
+    fr_train_memory_text(m, text, sizeof text);
+    return fr_error(m->gpu ? FR_ERR_DEVICE : FR_ERR_OOM, "this configuration needs %s, and %s: nothing was allocated. "
+                    "Options:%s FP8RUN_MEMORY_CHECK=0 skips this check", text, where, hint);
+}
+
+fr_status tr_memory_check(fr_trainer *t, size_t free_bytes)
+{
+    fr_train_memory m;
+    FR_TRY(tr_memory_of(t, 1, &m));
+    if (m.total <= free_bytes) return FR_OK;
+    char where[96];
+    snprintf(where, sizeof where, "the GPU has %.2f GiB free", (double)free_bytes / (1024.0 * 1024.0 * 1024.0));
+    return refuse(t, &m, free_bytes, where);
+}
+
+fr_status fr_train_host_memory_check(fr_trainer *t)
+{
+    if (t->use_cuda || t->opt.plan_only || fr_host_memory_check_off()) return FR_OK;
+    fr_train_memory m;
+    FR_TRY(tr_memory_of(t, 0, &m));
+    /* a step's token windows, which the caller holds: grad_accum x batch x (seq+1) int64 */
+    uint64_t win = 8, parts[3] = {(uint64_t)t->opt.grad_accum, (uint64_t)t->opt.batch, (uint64_t)t->opt.seq_len + 1};
+    for (int i = 0; i < 3; i++) win = __builtin_mul_overflow(win, parts[i], &win) ? UINT64_MAX : win;
+    if (win > SIZE_MAX - m.total) win = SIZE_MAX - m.total;
+    m.inputs += (size_t)win;
+    m.total += (size_t)win;
+    /* the weights are in memory already (the model's graph): the rest is still to come */
+    size_t need = m.total - m.params;
+    if (need < FR_HOST_CHECK_MIN_BYTES) return FR_OK;
+    fr_host_memory h;
+    FR_TRY(fr_host_memory_available(&h));
+    if (need <= h.available) return FR_OK;
+    char where[160], t1[32], t2[32];
+    snprintf(where, sizeof where, "this process may take %s more (%s), besides the %s of weights already loaded",
+             fr_bytes_text(h.available, t1, sizeof t1), h.source, fr_bytes_text(m.params, t2, sizeof t2));
+    size_t budget = h.available > SIZE_MAX - m.params ? SIZE_MAX : (size_t)h.available + m.params;
+    return refuse(t, &m, budget, where);
 }

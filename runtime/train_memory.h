@@ -28,6 +28,14 @@ typedef struct fr_train_memory {
  * device) or the CPU. Builds the graphs on the host (the model's weights are copied once). */
 FR_NODISCARD fr_status fr_train_predict_memory(const fr_graph *model, const fr_train_options *opt, int gpu, fr_train_memory *out);
 
+/* On the CPU, before the trainer's executor and optimizer allocate: the prediction (less the
+ * weights, which are loaded) against the host memory this process may still take
+ * (runtime/host_memory.h). Too much is FR_ERR_OOM with the sizes and what would fit (fp8
+ * optimizer state, a smaller --batch or --seq, --recompute), before anything is allocated.
+ * FR_OK on the GPU (runtime/cuda/cuda_train.c checks the device), in plan-only builds and with
+ * FP8RUN_MEMORY_CHECK=0. */
+FR_NODISCARD fr_status fr_train_host_memory_check(fr_trainer *t);
+
 /* The text "params 1.2 GiB, ..." of m (for errors and `fp8run info --memory`). */
 void fr_train_memory_text(const fr_train_memory *m, char *buf, size_t n);
 

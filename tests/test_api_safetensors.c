@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tests/cli_runner.h"
@@ -321,7 +322,29 @@ static void test_save(void)
         for (int k = 0; k < c->files[i]->n; k++) bytes += c->files[i]->t[k].end - c->files[i]->t[k].begin;
         CU_ASSERT(bytes <= 100000);
     }
+    char shard[700], moved[720];
+    snprintf(shard, sizeof shard, "%s", c->files[0]->path);
     fr_st_ckpt_close(c);
+    check_written(m, dir, FP8RUN_DTYPE_FLOAT32);
+    /* a shard the index names that is a symbolic link (to its own bytes, moved aside in the
+     * folder) or has a second hard link: refused, naming the index and the shard */
+    const char *base = strrchr(shard, '/') + 1;
+    snprintf(moved, sizeof moved, "%s.moved", shard);
+    CU_ASSERT_EQUAL_FATAL(rename(shard, moved), 0);
+    CU_ASSERT_EQUAL_FATAL(symlink(strrchr(moved, '/') + 1, shard), 0);
+    fp8run_safetensors *bad = NULL;
+    CU_ASSERT_EQUAL(fp8run_safetensors_open(dir, &bad), FP8RUN_ERR_IO);
+    CU_ASSERT_PTR_NULL(bad);
+    char want[800];
+    snprintf(want, sizeof want, "'%s' is a symbolic link", base);
+    CU_ASSERT_PTR_NOT_NULL(strstr(fp8run_last_error(), want));
+    CU_ASSERT_PTR_NOT_NULL(strstr(fp8run_last_error(), "model.safetensors.index.json"));
+    CU_ASSERT_EQUAL_FATAL(unlink(shard), 0);
+    CU_ASSERT_EQUAL_FATAL(link(moved, shard), 0);
+    CU_ASSERT_EQUAL(fp8run_safetensors_open(dir, &bad), FP8RUN_ERR_IO);
+    CU_ASSERT_PTR_NOT_NULL(strstr(fp8run_last_error(), "hard links"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(fp8run_last_error(), base));
+    CU_ASSERT_EQUAL_FATAL(unlink(moved), 0); /* one name again: it opens */
     check_written(m, dir, FP8RUN_DTYPE_FLOAT32);
     CU_ASSERT_EQUAL(fp8run_model_save_safetensors(m, dir, FP8RUN_DTYPE_INT64, 0), FP8RUN_ERR_UNSUPPORTED);
     CU_ASSERT_EQUAL(fp8run_model_save_safetensors(m, "", FP8RUN_DTYPE_FLOAT32, 0), FP8RUN_ERR_INVALID_ARG);
@@ -352,6 +375,13 @@ static void test_cli(void)
     /* the checkpoint's weights, exactly (fp32): those of the model it is applied to */
     CLI_EXPECT(cli_run("export ck/step_00000001.ckpt --safetensors hf32"), 0, cli_out, "exported");
     CU_ASSERT_PTR_NULL(strstr(cli_err, "warning"));
+    /* an index whose shard is a symbolic link to a real checkpoint: refused, not followed */
+    CU_ASSERT_EQUAL(mkdir(cli_path("idx"), 0755), 0);
+    CU_ASSERT_EQUAL(symlink("../hf32/model.safetensors", cli_path("idx/s.safetensors")), 0);
+    cli_write("idx/model.safetensors.index.json", "{\"weight_map\": {\"" EMBED "\": \"s.safetensors\"}}");
+    CLI_EXPECT(cli_run("train '%s' --data '%s' --steps 1 --batch 2 --seq 11 --lr 1e-3 --init-from idx", model, tokens),
+               1, cli_err, "'s.safetensors' is a symbolic link");
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_err, "idx/model.safetensors.index.json"));
     snprintf(p, sizeof p, "%s/ck/step_00000001.ckpt", cli_tmp);
     fp8run_model *m = hf_load_model();
     OK(fp8run_model_apply_checkpoint(m, p, NULL));

@@ -1,6 +1,6 @@
 /* Hostile ONNX and .npy files at the library level (issue 14), beyond test_onnx_bad_input:
  * opsets no release has (99, 2^40, 0), NUL bytes inside names and external-data locations
- * (protobuf-c would cut the string there), external data that is a hard link or a FIFO, and
+ * (protobuf-c would cut the string there), external data that is a hard or symbolic link or a FIFO, and
  * files whose size bombs were quadratic in the importer (2x10^5 attributes, opset imports and
  * graph inputs: each must load within seconds, under alarm()); .npy headers holding a
  * NUL, and a FIFO given as .npy. */
@@ -140,8 +140,9 @@ static void test_nul_in_strings(void)
     free_kept();
 }
 
-/* External data that is a hard link (its other name may be anywhere), a FIFO or a sparse file
- * of holes is refused; the same bytes as a plain file load. */
+/* External data that is a hard link (its other name may be anywhere), a symbolic link (even
+ * one that stays in the folder), a FIFO or a sparse file of holes is refused; the same bytes
+ * as a plain file load. */
 static void test_external_links_and_fifos(void)
 {
     mbuild b;
@@ -163,9 +164,14 @@ static void test_external_links_and_fifos(void)
     CU_ASSERT_FATAL(fd >= 0);
     CU_ASSERT_EQUAL_FATAL(ftruncate(fd, (off_t)1 << 30), 0);
     close(fd);
+    /* symbolic links, to the plain file beside them and to a folder inside: refused too */
+    CU_ASSERT_EQUAL_FATAL(symlink("plain.bin", T("model/sym.bin")), 0);
+    CU_ASSERT_EQUAL_FATAL(symlink(".", T("model/here")), 0);
     const struct {
         const char *loc, *length, *needle;
     } cases[] = {{"linked.bin", "24", "hard links"}, {"fifo.bin", "24", "FIFO"},
+                 {"sym.bin", "24", "location 'sym.bin': 'sym.bin' is a symbolic link"},
+                 {"here/plain.bin", "24", "location 'here/plain.bin': 'here' is a symbolic link"},
                  {"sparse.bin", "1073741824", "sparse file"}, {"plain.bin", "24", NULL}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         Onnx__TensorProto *w = identity_model(&b, 17);

@@ -2,7 +2,7 @@
  * the culprit (file, tensor, node, value, function), never crash or allocate what the file
  * does not hold. Covers decode failures (empty, truncated, garbage, every prefix and random
  * corruptions of a valid model, nesting and memory bombs, > 2 GiB), tensor data (lengths,
- * shapes, dtypes, typed fields), external data (.., absolute, symlink escapes, offsets and
+ * shapes, dtypes, typed fields), external data (.., absolute, symlinks in or out of the folder, offsets and
  * lengths past the end), graph structure (cycle, dangling input/output, duplicates) and
  * unsupported features (subgraphs, local functions, sparse initializers). */
 #define _XOPEN_SOURCE 700 /* nftw */
@@ -405,12 +405,24 @@ static void test_external_refused(void)
     CU_ASSERT_EQUAL_FATAL(symlink(outside, p), 0); /* file symlink out of the folder */
     snprintf(p, sizeof p, "%s/up", models);
     CU_ASSERT_EQUAL_FATAL(symlink(tmp, p), 0); /* folder symlink out of the folder */
+    snprintf(p, sizeof p, "%s/inner.bin", models);
+    CU_ASSERT_EQUAL_FATAL(symlink("w.bin", p), 0); /* file symlink that stays inside */
+    snprintf(p, sizeof p, "%s/sub", models);
+    CU_ASSERT_EQUAL_FATAL(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/sub/in", models);
+    CU_ASSERT_EQUAL_FATAL(symlink("..", p), 0); /* folder symlink that stays inside */
 
     ext_case("dotdot.onnx", "../secret.bin", "0", "24", FR_ERR_PARSE, "initializer 'w'", "'../secret.bin'");
     ext_case("dotdot2.onnx", "sub/../../secret.bin", NULL, NULL, FR_ERR_PARSE, "initializer 'w'", "'..'");
     ext_case("absolute.onnx", outside, "0", "24", FR_ERR_PARSE, "initializer 'w'", "absolute");
-    ext_case("symlink_file.onnx", "escape.bin", "0", "24", FR_ERR_PARSE, "initializer 'w'", "outside");
-    ext_case("symlink_dir.onnx", "up/secret.bin", "0", "24", FR_ERR_PARSE, "initializer 'w'", "outside");
+    /* symlinks are refused wherever they point, naming the link */
+    ext_case("symlink_file.onnx", "escape.bin", "0", "24", FR_ERR_IO, "initializer 'w'",
+             "location 'escape.bin': 'escape.bin' is a symbolic link");
+    ext_case("symlink_dir.onnx", "up/secret.bin", "0", "24", FR_ERR_IO, "initializer 'w'", "'up' is a symbolic link");
+    ext_case("symlink_in.onnx", "inner.bin", "0", "24", FR_ERR_IO, "initializer 'w'", "'inner.bin' is a symbolic link");
+    ext_case("symlink_in_dir.onnx", "sub/in/w.bin", "0", "24", FR_ERR_IO, "initializer 'w'",
+             "'sub/in' is a symbolic link");
+    ext_case("real_dir.onnx", "./sub", NULL, NULL, FR_ERR_IO, "initializer 'w'", "is a folder");
     ext_case("offset_past_end.onnx", "w.bin", "31", NULL, FR_ERR_PARSE, "initializer 'w'", "offset 31 is past the end");
     ext_case("length_past_end.onnx", "w.bin", "8", "24", FR_ERR_PARSE, "initializer 'w'", "past the end");
     ext_case("too_small.onnx", "w.bin", "10", NULL, FR_ERR_PARSE, "initializer 'w'", "holds only 20");
@@ -419,8 +431,9 @@ static void test_external_refused(void)
     ext_case("no_location.onnx", NULL, "0", "24", FR_ERR_PARSE, "initializer 'w'", "location");
     ext_case("bad_offset.onnx", "w.bin", "12abc", NULL, FR_ERR_PARSE, "initializer 'w'", "12abc");
     ext_case("neg_offset.onnx", "w.bin", "-1", NULL, FR_ERR_PARSE, "initializer 'w'", "-1");
-    ext_case("folder.onnx", ".", NULL, NULL, FR_ERR_PARSE, "initializer 'w'", "names the model's folder");
-    ext_case("subfolder.onnx", "up", NULL, NULL, FR_ERR_PARSE, "initializer 'w'", "outside");
+    ext_case("folder.onnx", ".", NULL, NULL, FR_ERR_IO, "initializer 'w'", "itself, not a file");
+    ext_case("folder2.onnx", "sub/./", NULL, NULL, FR_ERR_IO, "initializer 'w'", "is a folder");
+    ext_case("subfolder.onnx", "up", NULL, NULL, FR_ERR_IO, "initializer 'w'", "'up' is a symbolic link");
     /* a correct reference in the same setting loads: the refusals above are not blanket ones */
     mbuild b;
     Onnx__TensorProto *w = mb_weight_model(&b);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "graph/limits.h"
 #include "tests/harness.h"
 #include "runtime/safetensors.h"
 
@@ -252,9 +253,9 @@ static void test_hostile_headers(void)
     expect_refused(p, FR_ERR_PARSE, "header length", "huge header length");
     write_raw(p, strlen(ok1) + 9, ok1, 8); /* past the end of the file */
     expect_refused(p, FR_ERR_PARSE, "header length", "header past the end");
-    write_raw(p, FR_ST_MAX_HEADER + 1, ok1, 0);
-    CU_ASSERT_EQUAL(truncate(p, (off_t)FR_ST_MAX_HEADER + 100), 0); /* sparse: a big file, a bigger header */
-    expect_refused(p, FR_ERR_PARSE, "100 MB", "header over the limit");
+    write_raw(p, FR_LIMIT_HEADER_DEFAULT + 1, ok1, 0);
+    CU_ASSERT_EQUAL(truncate(p, (off_t)FR_LIMIT_HEADER_DEFAULT + 100), 0); /* sparse: a big file, a bigger header */
+    expect_refused(p, FR_ERR_PARSE, "over the limit (100000000 bytes)", "header over the limit");
     FILE *tiny = fopen(p, "wb");
     fputs("abc", tiny);
     fclose(tiny);

@@ -69,8 +69,10 @@ const char *cli_dims_text(int rank, const int64_t *dims, char *buf, size_t len);
 const char *cli_shape_text(const fp8run_value_info *v, char *buf, size_t len);
 /* mkdir -p; a failure (or an empty name) is reported (CLI_EXIT_FAIL). */
 int cli_make_dirs(const char *dir);
-/* A relative path without a ".." component (a path read from a file may name only these). */
-int cli_path_is_below(const char *p);
+/* Why a path read from a file may not be opened: NULL for a relative path below the working
+ * folder that passes through no symbolic link; else "an absolute path", "a path with '..'" or
+ * "a path through the symbolic link 'X'" (a static buffer). */
+const char *cli_path_escape(const char *p);
 
 /* tools/cli_options.c: the training options (the library's table of fp8run_train_config). */
 /* Which entries a command was given, by table index. */

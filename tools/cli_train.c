@@ -715,10 +715,16 @@ static int train_loop(loop *L)
     const int K = a->o.grad_accum;
     const size_t per = (size_t)(a->batch * (a->seq + 1));
     const int W = world_of(a), R = a->o.rank;
-    int64_t *w = malloc((size_t)K * per * sizeof *w), *gw = W > 1 ? malloc((size_t)(K * W) * per * sizeof *w) : w;
+    /* K x W x B x (T+1) ids, checked before allocating (the session's memory check counted them) */
+    size_t n_w, n_gw, bytes;
+    if (__builtin_mul_overflow((size_t)K, per, &n_w) || __builtin_mul_overflow(n_w, (size_t)W, &n_gw) ||
+        __builtin_mul_overflow(n_gw, sizeof(int64_t), &bytes))
+        return cli_fail("--grad-accum %d x %d process(es) x --batch %lld x (--seq %lld + 1) token ids overflow the "
+                        "address space", K, W, (long long)a->batch, (long long)a->seq);
+    int64_t *w = malloc(n_w * sizeof *w), *gw = W > 1 ? malloc(n_gw * sizeof *w) : w;
     if (!w || !gw) {
         free(w);
-        return cli_fail("out of memory");
+        return cli_fail("out of memory for the step's token windows (%zu ids)", n_gw);
     }
     int rc = 0, numeric = 0;
     char msg[2048];
@@ -728,7 +734,7 @@ static int train_loop(loop *L)
     while (done < a->steps && rc == 0) {
         /* micro-batch by micro-batch, as the checkpoint's loader position counts them */
         for (int k = 0; k < K && rc == 0; k++)
-            if (fp8run_data_next(L->dl, FP8RUN_DTYPE_INT64, gw + (size_t)(k * W) * per, (size_t)W * per) != FP8RUN_OK) {
+            if (fp8run_data_next(L->dl, FP8RUN_DTYPE_INT64, gw + (size_t)k * (size_t)W * per, (size_t)W * per) != FP8RUN_OK) {
                 char why[16];
                 snprintf(msg, sizeof msg, "%s", cli_last_error());
                 if (drain(L, &numeric, why, sizeof why) == 0) save_ckpt(L, done); /* what was trained so far is kept */
@@ -737,7 +743,7 @@ static int train_loop(loop *L)
             }
         if (rc) break;
         for (int k = 0; k < K && W > 1; k++) /* this rank's windows of each micro-batch */
-            memcpy(w + (size_t)k * per, gw + (size_t)(k * W + R) * per, per * sizeof *w);
+            memcpy(w + (size_t)k * per, gw + ((size_t)k * (size_t)W + (size_t)R) * per, per * sizeof *w);
         /* queued without waiting for the GPU: the statistics are read back by drain() */
         double t1 = now_s();
         fp8run_status st = fp8run_session_train_step_async(L->t, w, FP8RUN_DTYPE_INT64, (size_t)K * per, NULL);
@@ -993,16 +999,17 @@ static int load_model_or_ckpt(const char *arg, const char *model_opt, fp8run_mod
         return 0;
     }
     fp8run_checkpoint *ck = NULL;
-    const char *mp = model_opt;
+    const char *mp = model_opt, *why;
     int rc = 0;
     if (!model_opt) {
         if (fp8run_checkpoint_open(arg, &ck) != FP8RUN_OK) return cli_fail_status();
         mp = fp8run_checkpoint_model_path(ck);
         if (!mp) rc = cli_fail("checkpoint '%s' does not record its model: give --model MODEL", arg);
-        /* the file is not trusted to name what we open: only a path below the working folder */
-        else if (!cli_path_is_below(mp))
-            rc = cli_fail("checkpoint '%s' records its model as '%s', an absolute path or one with '..' "
-                          "(not opened): give --model MODEL", arg, mp);
+        /* the file is not trusted to name what we open: only a path below the working folder,
+           through no symbolic link */
+        else if ((why = cli_path_escape(mp)) != NULL)
+            rc = cli_fail("checkpoint '%s' records its model as '%s', %s (not opened): give --model MODEL", arg, mp,
+                          why);
     }
     if (rc == 0 && fp8run_model_load(mp, m) != FP8RUN_OK)
         rc = cli_fail("%s%s", cli_last_error(), model_opt ? "" : " (the model the checkpoint records; give --model MODEL)");

@@ -2,6 +2,7 @@
  * folders. */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -181,16 +182,34 @@ const char *cli_shape_text(const fp8run_value_info *v, char *buf, size_t len)
     return buf;
 }
 
-int cli_path_is_below(const char *p)
+const char *cli_path_escape(const char *p)
 {
-    if (!p[0] || p[0] == '/') return 0;
+    static char why[600];
+    if (!p[0] || p[0] == '/') return "an absolute path";
     for (const char *s = p; *s;) {
         size_t n = strcspn(s, "/");
-        if (n == 2 && s[0] == '.' && s[1] == '.') return 0;
+        if (n == 2 && s[0] == '.' && s[1] == '.') return "a path with '..'";
         s += n;
         if (*s) s++;
     }
-    return 1;
+    /* each prefix in turn: a link anywhere on the way may point out of the folder */
+    char *q = strdup(p);
+    if (!q) return "a path that could not be checked (out of memory)";
+    const char *res = NULL;
+    for (char *s = q;; s++) {
+        if (*s != '/' && *s) continue;
+        char c = *s;
+        *s = '\0';
+        struct stat sb;
+        if (q[0] && lstat(q, &sb) == 0 && S_ISLNK(sb.st_mode)) {
+            snprintf(why, sizeof why, "a path through the symbolic link '%.500s'", q);
+            res = why;
+        }
+        *s = c;
+        if (res || !c) break;
+    }
+    free(q);
+    return res;
 }
 
 int cli_make_dirs(const char *dir)
