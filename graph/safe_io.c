@@ -84,6 +84,42 @@ static int next_component(const char *rel, size_t *pos, size_t *start, size_t *l
     }
 }
 
+/* The Hugging Face hub cache's own links: a snapshot file models--ORG--NAME/snapshots/REV/PATH
+ * is a symlink "../../blobs/HASH" (one more "../" per folder of PATH) into its repository's
+ * blobs/. Such a link, and only such a link, is followed: `up` is how many folders below the
+ * snapshot the link stands, and dfd the folder holding it. Returns 1 when it was one (*st set). */
+static int open_hub_blob(int dfd, const char *name, int up, const char *rel, const char *what, int flags,
+                         int *fd, struct stat *sb, fr_status *st)
+{
+    char target[PATH_MAX];
+    ssize_t n = readlinkat(dfd, name, target, sizeof target - 1);
+    if (n <= 0) return 0;
+    target[n] = '\0';
+    const char *p = target;
+    for (int i = 0; i < up + 2; i++, p += 3)
+        if (strncmp(p, "../", 3) != 0) return 0;
+    if (strncmp(p, "blobs/", 6) != 0) return 0;
+    const char *hash = p + 6;
+    size_t hl = strlen(hash);
+    if (hl < 40 || hl > 64 || strspn(hash, "0123456789abcdef") != hl) return 0;
+    /* the folder two above the snapshot's root must be the cache's "snapshots" layout */
+    int cur = dup(dfd);
+    for (int i = 0; cur >= 0 && i < up + 2; i++) {
+        int nd = openat(cur, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        close(cur);
+        cur = nd;
+    }
+    if (cur < 0) return 0;
+    int snaps = openat(cur, "snapshots", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int blobs = snaps >= 0 ? openat(cur, "blobs", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    close(cur);
+    if (snaps >= 0) close(snaps);
+    if (blobs < 0) return 0;
+    *st = open_at(blobs, hash, rel, what, flags | FR_OPEN_NOFOLLOW, fd, sb);
+    close(blobs);
+    return 1;
+}
+
 fr_status fr_open_beneath(const char *dir, const char *rel, const char *what, int flags, int *fd, struct stat *sb)
 {
     *fd = -1;
@@ -94,6 +130,7 @@ fr_status fr_open_beneath(const char *dir, const char *rel, const char *what, in
     if (dfd < 0) return fr_error(FR_ERR_IO, "%s '%s': cannot open the folder '%s': %s", what, rel, dir, strerror(errno));
     size_t pos = 0, s, n;
     fr_status st = FR_OK;
+    int depth = 0; /* folders of rel entered */
     int have = next_component(rel, &pos, &s, &n);
     if (!have) st = fr_error(FR_ERR_IO, "%s '%s' names the folder '%s' itself, not a file", what, rel, dir);
     while (st == FR_OK && have) {
@@ -111,8 +148,10 @@ fr_status fr_open_beneath(const char *dir, const char *rel, const char *what, in
         memcpy(comp, rel + s, n);
         comp[n] = '\0';
         if (last) {
-            /* the message shows rel; a symlink there is refused by O_NOFOLLOW (ELOOP) */
-            st = open_at(dfd, comp, rel, what, flags | FR_OPEN_NOFOLLOW, fd, sb);
+            /* the message shows rel; a symlink there is refused by O_NOFOLLOW (ELOOP), unless it
+             * is the hub cache's link to its blob */
+            if (!open_hub_blob(dfd, comp, depth, rel, what, flags, fd, sb, &st))
+                st = open_at(dfd, comp, rel, what, flags | FR_OPEN_NOFOLLOW, fd, sb);
             break;
         }
         int nd = openat(dfd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -128,6 +167,7 @@ fr_status fr_open_beneath(const char *dir, const char *rel, const char *what, in
         }
         close(dfd);
         dfd = nd;
+        depth++;
         pos = pos2;
         s = s2;
         n = n2;

@@ -20,8 +20,10 @@ FR_NODISCARD fr_status fr_open_regular(const char *path, const char *what, int f
 /* Open `rel`, a path below the folder `dir` named by a file's contents (external data, a shard
  * of an index), following no symlink on the way: each component is opened with O_NOFOLLOW
  * from the one before, so neither a linked folder nor a linked file is entered, wherever it
- * points (onnx/onnx#7686 refuses them too). Absolute paths and ".." are refused; `dir`
- * itself is the caller's and may be a link. The last component is checked as fr_open_regular
+ * points (onnx/onnx#7686 refuses them too). One exception, so that downloads load where
+ * huggingface_hub put them: in its cache (models--ORG--NAME/{snapshots/REV,blobs}) a file
+ * that is exactly the hub's link "../../blobs/HASH" to its own repository's blob is read.
+ * Absolute paths and ".." are refused; `dir` itself is the caller's and may be a link. The last component is checked as fr_open_regular
  * does (flags: FR_OPEN_SINGLE_LINK); messages show `what` and rel. */
 FR_NODISCARD fr_status fr_open_beneath(const char *dir, const char *rel, const char *what, int flags, int *fd,
                                        struct stat *sb);
