@@ -91,7 +91,8 @@ int heads_of(const fr_attn_geom *g, int64_t *B, int64_t *Hq, int64_t *Hk)
 }
 
 /* The cuDNN problem of node n with these input dims: *ok = 1 and p, scale; or *ok = 0 and
- * why. A node whose shapes are invalid is an error (the op's own checks). */
+ * why ("" for an empty problem, which no kernel runs). A node whose shapes are invalid is an
+ * error (the op's own checks). */
 fr_status problem_of(const fr_node *n, int n_in, int backward, int cc_major, int rq, const int64_t *dq, int rk,
                      const int64_t *dk, int rv, const int64_t *dv, fr_cudnn_sdpa *p, float *scale, int *ok, char *why,
                      size_t wn)
@@ -108,8 +109,8 @@ fr_status problem_of(const fr_node *n, int n_in, int backward, int cc_major, int
         snprintf(why, wn, "a mask input");
     else if (a.window > 0)
         snprintf(why, wn, "a sliding window");
-    else if (g.batch < 1 || g.Tq < 1 || g.Tk < 1)
-        snprintf(why, wn, "an empty problem");
+    else if (g.batch < 1 || g.Tq < 1 || g.Tk < 1 || g.D < 1 || g.Dv < 1)
+        why[0] = 0;
     else if (!heads_of(&g, &B, &Hq, &Hk))
         snprintf(why, wn, "K/V batch dims that are not heads shared by groups of query heads");
     else {
@@ -205,7 +206,7 @@ extern "C" fr_status fr_attn_cudnn_scratch(const fr_cuda_plan_env *env, const fr
                       v[1]->dims, v[2]->rank, v[2]->dims, &p, &scale, &ok, why, sizeof why));
     const char *lib_why = NULL;
     if (ok && !fr_cudnn(&lib_why)) snprintf(why, sizeof why, "%s", lib_why), ok = 0;
-    if (!ok) return decline(env->cu, env->attention, n, why);
+    if (!ok) return why[0] ? decline(env->cu, env->attention, n, why) : FR_OK;
     size_t ws = fr_cudnn_sdpa_aux_bytes(&p); /* without a device: the plan's own workspace is not known */
     if (env->cu) {
         const fr_status st = fr_cudnn_sdpa_prepare(env->cu, &p, &ws);
@@ -240,7 +241,7 @@ extern "C" fr_status fr_attn_cudnn_run(const fr_cuda_kctx *k, int backward, int 
         if (st == FR_ERR_UNSUPPORTED) refusal_text(why, sizeof why), ok = 0;
         else if (st != FR_OK) return fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
     }
-    const Layout l = layout_of(p, ws);
+    const Layout l = ok ? layout_of(p, ws) : Layout{};
     if (ok && (!k->scratch || k->scratch_bytes < l.total))
         snprintf(why, sizeof why, "its scratch (%zu bytes) was planned without cuDNN (%zu needed)", k->scratch_bytes,
                  l.total), ok = 0;
