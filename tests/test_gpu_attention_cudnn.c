@@ -81,7 +81,6 @@ static void run_dnn(tnode *t, fr_tensor **out, const char *what)
     CU_ASSERT_EQUAL(g_dnn->attn_runs_cudnn, dn + 1);
     CU_ASSERT_EQUAL(g_dnn->attn_runs_own, own);
 }
-#endif
 
 /* ||got - want|| / ||want|| between float tensors of any float dtypes. */
 static double rel_l2(const fr_tensor *got, const fr_tensor *want)
@@ -130,7 +129,6 @@ static void set_attrs(tnode *t, int causal, const char *prec)
     TN_ATTR(t, string, "precision", prec);
 }
 
-#ifdef FP8RUN_HAVE_CUDA
 static void run_case(fr_rng *r, const acase *c)
 {
     fr_tensor *Q = tt_randn(r, FR_F32, c->rq, c->q, 0, 1), *K = tt_randn(r, FR_F32, c->rk, c->k, 0, 1),
