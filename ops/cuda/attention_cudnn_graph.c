@@ -383,12 +383,18 @@ void fr_cudnn_graph(gb *b, const fr_cudnn_sdpa *p, size_t version)
         graph_fwd(b, p);
 }
 
-/* The operation graph (with the handle when there is one: required before cuDNN 9.x deprecated it). */
+/* The handle attributes of operation graphs and plans: required by early cuDNN 9, deprecated in
+ * later ones (which take the device from the handle at execution): set where accepted. */
+static void set_handle(const frdnn_api *api, frdnn_desc d, int name, frdnn_handle h)
+{
+    if (d && h) (void)api->BackendSetAttribute(d, name, FRDNN_TYPE_HANDLE, 1, &h); /* refused: not needed there */
+}
+
 frdnn_desc fr_cudnn_op_graph(gb *b, frdnn_handle h)
 {
     frdnn_desc og = gb_new(b, FRDNN_OPERATIONGRAPH_DESCRIPTOR, "cudnnBackendCreateDescriptor(OPERATIONGRAPH)");
     SET(og, OPERATIONGRAPH_OPS, BACKEND_DESCRIPTOR, b->n_ops, b->ops);
-    if (h) SET(og, OPERATIONGRAPH_HANDLE, HANDLE, 1, &h);
+    if (!b->failed) set_handle(b->api, og, FRDNN_ATTR_OPERATIONGRAPH_HANDLE, h);
     gb_fin(b, og, "cudnnBackendFinalize(OPERATIONGRAPH)");
     return b->failed ? NULL : og;
 }
@@ -431,10 +437,9 @@ int fr_cudnn_find_plan(gb *b, frdnn_handle h, frdnn_desc og, frdnn_desc *plan, i
                 gb_fail(b, st, "cudnnBackendCreateDescriptor(EXECUTION_PLAN)");
                 return -1;
             }
-            st = api->BackendSetAttribute(pl, FRDNN_ATTR_EXECUTION_PLAN_HANDLE, FRDNN_TYPE_HANDLE, 1, &h);
-            if (st == FRDNN_STATUS_SUCCESS)
-                st = api->BackendSetAttribute(pl, FRDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, FRDNN_TYPE_BACKEND_DESCRIPTOR,
-                                              1, &cfg[i]);
+            set_handle(api, pl, FRDNN_ATTR_EXECUTION_PLAN_HANDLE, h);
+            st = api->BackendSetAttribute(pl, FRDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, FRDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                          &cfg[i]);
             if (st == FRDNN_STATUS_SUCCESS) st = api->BackendFinalize(pl);
             int64_t ws = 0, n = 0;
             if (st == FRDNN_STATUS_SUCCESS)
