@@ -15,6 +15,7 @@
 #define FR_CHOICES_RECOMPUTE "none", "attention", "mlp", "full",
 #define FR_CHOICES_OPT_STATE "fp32", "bf16", "fp8", /* fr_opt_state_dtype */
 #define FR_CHOICES_MASTER "fp32", "bf16",
+#define FR_CHOICES_ATTENTION "fp8run", "cudnn", "auto", /* FR_CUDA_ATTN_* (ops/cuda/cuda_kernel.h) */
 /* an option that is not a choice */
 #define FR_CHOICES_NONE
 

@@ -481,6 +481,12 @@ typedef struct fp8run_train_config {
     const char *lora_targets;    /* POSIX extended regex over weight names (needed with a rank) */
     double lora_dropout;         /* dropout on the adapters' input, p in [0, 1) (default 0): training
                                     only, masks keyed by seed, step and micro-batch */
+    const char *attention;       /* the fused attention's GPU kernels: "fp8run" (default: fp8run's
+                                    own), "cudnn" (cuDNN 9's fused flash attention, loaded at run
+                                    time: libcudnn.so.9, or $FP8RUN_CUDNN_LIBRARY; an error where
+                                    it cannot run) or "auto" (cuDNN where it loads and takes the
+                                    node, fp8run's kernels elsewhere). fp8run_session_attention
+                                    says which ran */
 } fp8run_train_config;
 
 /* Fill *cfg with the defaults above and set cfg->struct_size = size. Pass sizeof *cfg. */
@@ -788,6 +794,15 @@ FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_memory(const fp8run_ses
  * of the training graph over the steps so far, as a text table; NULL otherwise. Valid until
  * the next call on s. */
 FP8RUN_API const char *fp8run_session_profile(fp8run_session *s);
+/* Which kernels ran the fused attention (fp8run_train_config.attention) and why, counted over
+ * the node runs so far: "cuDNN 9.14.0 (libcudnn.so.9) fused flash attention (64 of 64 runs)",
+ * "fp8run kernels (--attention fp8run)", "fp8run kernels (<why cuDNN was not used>)", a mix,
+ * or "CPU kernels". Valid until the next call on s. */
+FP8RUN_API const char *fp8run_session_attention(fp8run_session *s);
+/* cuDNN as this library finds it, loading it if need be (no device needed): "cuDNN 9.19.0
+ * (libcudnn.so.9)", "cuDNN unavailable: <why>", or that the build has no CUDA backend; *version
+ * (may be NULL) gets cudnnGetVersion() (91900 for 9.19.0), 0 when it is not usable. */
+FP8RUN_API const char *fp8run_cudnn_info(int *version);
 
 /* One FP8 operand (x, w or dy) of an fp8 Linear as of the last step. A number the recipe does
  * not have is NaN, with has_amax / has_scale 0 and `note` saying why (never estimated). */

@@ -11,6 +11,10 @@
 #include "runtime/cuda/cuda_probe.h"
 #include "graph/safe_io.h"
 #include "runtime/train_internal.h"
+#ifdef FP8RUN_HAVE_CUDA
+#include "ops/cuda/attention_cudnn.h"
+#include "runtime/cuda/cuda_train.h"
+#endif
 
 #define STATS_V1_SIZE offsetof(fp8run_step_stats, available)
 #define STATS_AVAILABLE_SIZE (offsetof(fp8run_step_stats, available) + sizeof(int))
@@ -428,6 +432,28 @@ FP8RUN_API const char *fp8run_session_profile(fp8run_session *s)
     free(s->profile);
     s->profile = fr_trainer_profile(s->t);
     return s->profile;
+}
+
+FP8RUN_API const char *fp8run_session_attention(fp8run_session *s)
+{
+    if (!s) return NULL;
+    snprintf(s->attention, sizeof s->attention, "CPU kernels");
+#ifdef FP8RUN_HAVE_CUDA
+    if (s->t->dev) fr_cuda_attention_report(fr_cuda_train_ctx(s->t->dev), s->attention, sizeof s->attention);
+#endif
+    return s->attention;
+}
+
+FP8RUN_API const char *fp8run_cudnn_info(int *version)
+{
+#ifdef FP8RUN_HAVE_CUDA
+    const char *text = fr_cudnn_describe(); /* loads it once */
+    if (version) *version = (int)fr_cudnn_version();
+    return text;
+#else
+    if (version) *version = 0;
+    return "cuDNN not used: this fp8run was built without the CUDA backend";
+#endif
 }
 
 FP8RUN_API fp8run_status fp8run_session_fp8_stats(fp8run_session *s, int *count)

@@ -8,6 +8,7 @@
 #include "runtime/host_memory.h"
 #include "runtime/train_internal.h"
 #ifdef FP8RUN_HAVE_CUDA
+#include "ops/cuda/attention_cudnn.h"
 #include "runtime/cuda/cuda_exec.h"
 #endif
 
@@ -33,8 +34,9 @@ fr_status tr_memory_of(fr_trainer *t, int gpu, fr_train_memory *out)
 #ifdef FP8RUN_HAVE_CUDA
     if (gpu && !o->eval_only) {
         fr_cuda_exec_sizes s, se;
-        st = fr_cuda_exec_plan(t->g, &s);
-        if (st == FR_OK) st = fr_cuda_exec_plan(t->eval_g, &se);
+        const int attn = fr_cuda_attention_parse(o->attention); /* cuDNN's attention has its own scratch */
+        st = fr_cuda_exec_plan_with(t->g, attn < 0 ? FR_CUDA_ATTN_FP8RUN : attn, &s);
+        if (st == FR_OK) st = fr_cuda_exec_plan_with(t->eval_g, attn < 0 ? FR_CUDA_ATTN_FP8RUN : attn, &se);
         out->params = s.consts;
         out->grads = o->grad_accum > 1 ? numel * sizeof(float) : 0;
         out->fp8_weights = s.persist;

@@ -51,17 +51,18 @@ static void test_table_covers_struct(void)
     CU_ASSERT_EQUAL(fp8run_train_config_option(n, &e), FP8RUN_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(fp8run_train_config_option(-1, &e), FP8RUN_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(fp8run_train_config_find("no_such_option"), -1);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("recompute"), n - 12); /* appended after 0.1.0 */
-    CU_ASSERT_EQUAL(fp8run_train_config_find("shard_optimizer"), n - 7);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("optimizer_state"), n - 6);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("master_weights"), n - 5);
+    CU_ASSERT_EQUAL(fp8run_train_config_find("recompute"), n - 13); /* appended after 0.1.0 */
+    CU_ASSERT_EQUAL(fp8run_train_config_find("shard_optimizer"), n - 8);
+    CU_ASSERT_EQUAL(fp8run_train_config_find("optimizer_state"), n - 7);
+    CU_ASSERT_EQUAL(fp8run_train_config_find("master_weights"), n - 6);
     /* the opaque pointer has its own type, the size of a pointer */
     int k = fp8run_train_config_find("nccl_comm");
     CU_ASSERT_EQUAL_FATAL(fp8run_train_config_option(k, &e), FP8RUN_OK);
     CU_ASSERT_EQUAL(e.type, FP8RUN_OPTION_POINTER);
     CU_ASSERT_EQUAL(e.size, sizeof(void *));
     CU_ASSERT_PTR_NULL(e.flag);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("lora_dropout"), n - 1); /* appended last */
+    CU_ASSERT_EQUAL(fp8run_train_config_find("lora_dropout"), n - 2);
+    CU_ASSERT_EQUAL(fp8run_train_config_find("attention"), n - 1); /* appended last */
 }
 
 static void test_defaults_and_choices(void)
@@ -149,6 +150,11 @@ static void test_set_from_text(void)
     SET_ERR(&c, "world_size", "-1", "world_size: '-1' is not an integer in 0..");
     CU_ASSERT_EQUAL(fp8run_train_config_set(&c, "local_rank", "3"), FP8RUN_OK);
     CU_ASSERT_EQUAL(c.local_rank, 3);
+    CU_ASSERT_STRING_EQUAL(c.attention, "fp8run"); /* fp8run's kernels until cuDNN's are verified */
+    CU_ASSERT_EQUAL(fp8run_train_config_set(&c, "--attention", "auto"), FP8RUN_OK);
+    CU_ASSERT_STRING_EQUAL(c.attention, "auto");
+    SET_ERR(&c, "--attention", "flash", "--attention: 'flash' is not one of fp8run, cudnn, auto");
+    CU_ASSERT_STRING_EQUAL(c.attention, "auto");
     SET_ERR(&c, "--recipe", NULL, "needs a value");
     SET_ERR(&c, "--no-such-flag", "1", "no option of that name");
     char buf[64];
@@ -225,6 +231,16 @@ static void test_internal_defaults_agree(void)
     CU_ASSERT_EQUAL(o->local_rank, d.local_rank);
     CU_ASSERT_PTR_EQUAL(o->nccl_comm, d.nccl_comm);
     CU_ASSERT_EQUAL(o->shard_optimizer, d.shard_optimizer);
+    /* the trainer's NULL is the config's "fp8run": fp8run's attention kernels */
+    CU_ASSERT_PTR_NULL(d.attention);
+    CU_ASSERT_STRING_EQUAL(o->attention, "fp8run");
+    fr_api_options_free(&a);
+    char mine[8];
+    strcpy(mine, "cudnn");
+    c.attention = mine;
+    CU_ASSERT_EQUAL_FATAL(fr_api_options(NULL, "test", &c, &a), FP8RUN_OK);
+    CU_ASSERT_STRING_EQUAL(a.o.attention, "cudnn");
+    CU_ASSERT_PTR_NOT_EQUAL(a.o.attention, mine); /* the library's own string */
     fr_api_options_free(&a);
 }
 

@@ -108,6 +108,19 @@ static uint64_t rng_below(bench_rng *r, uint64_t n)
     }
 }
 
+/* s as the inside of a JSON string (quotes, backslashes and control characters escaped). */
+static void json_text(const char *s, char *out, size_t n)
+{
+    size_t k = 0;
+    for (; s && *s && k + 7 < n; s++) {
+        const unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') out[k++] = '\\', out[k++] = (char)c;
+        else if (c < 0x20) k += (size_t)snprintf(out + k, n - k, "\\u%04x", c);
+        else out[k++] = (char)c;
+    }
+    out[k] = 0;
+}
+
 static double peak_bf16_flops(const char *device)
 {
     if (strstr(device, "H100") || strstr(device, "H200") || strstr(device, "H800") || strstr(device, "GH200"))
@@ -276,6 +289,8 @@ int cli_bench(int argc, char **argv)
         printf("model            %s\n", model);
         printf("device           %s\n", dev);
         printf("precision        %s%s%s\n", precision, recipe ? " / " : "", recipe ? recipe : "");
+        const char *attn = fp8run_session_attention(t);
+        printf("attention        %s\n", attn);
         printf("parameters       %s (%s in matrix products)\n", cli_human_count(np, n1, sizeof n1),
                cli_human_count(n_mm, b1, sizeof b1));
         printf("batch x seq      %lld x %lld (%.0f tokens per step)\n", (long long)batch, (long long)seq, tokens);
@@ -304,6 +319,8 @@ int cli_bench(int argc, char **argv)
             if (!f) {
                 rc = cli_fail("cannot write '%s': %s", json, strerror(errno));
             } else {
+                char attn_json[1100];
+                json_text(attn, attn_json, sizeof attn_json);
                 fprintf(f,
                         "{\"model\": \"%s\", \"device\": \"%s\", \"precision\": \"%s\", \"recipe\": %s%s%s, "
                         "\"batch\": %lld, \"seq\": %lld, \"parameters\": %lld, \"matmul_parameters\": %lld, "
@@ -311,12 +328,12 @@ int cli_bench(int argc, char **argv)
                         "\"warmup\": %lld, \"tokens_per_s\": %.1f, \"flops_per_step\": %.6g, \"model_tflops\": %.3f, "
                         "\"mfu_bf16_peak\": %s, \"peak_bf16_tflops\": %.0f, \"memory_planned_bytes\": %zu, "
                         "\"device_memory_used_bytes\": %zu, \"device_memory_total_bytes\": %zu, \"loss_first\": %.6f, "
-                        "\"loss_last\": %.6f, \"skipped\": %d, \"steps_waited_for\": %s}\n",
+                        "\"loss_last\": %.6f, \"skipped\": %d, \"steps_waited_for\": %s, \"attention\": \"%s\"}\n",
                         model, dev, precision, recipe ? "\"" : "", recipe ? recipe : "null", recipe ? "\"" : "",
                         (long long)batch, (long long)seq, (long long)np, (long long)n_mm, med * 1e3, times[0] * 1e3,
                         times[steps - 1] * 1e3, (long long)steps, (long long)warmup, tokens / med, flops,
                         flops / med / 1e12, mfu_text, peak / 1e12, planned, (size_t)peak_used, (size_t)dev_total,
-                        loss0, loss1, skipped, sync ? "true" : "false");
+                        loss0, loss1, skipped, sync ? "true" : "false", attn_json);
                 fclose(f);
             }
         }

@@ -48,6 +48,24 @@ void cli_info_help(FILE *f)
     cli_config_help(f, FP8RUN_OPTION_INFO, &o, NULL);
 }
 
+/* Which kernels the fused attention nodes will run on a GPU with these options. */
+static void print_attention(const fp8run_train_config *o)
+{
+    const char *a = o->attention ? o->attention : "fp8run";
+    int version = 0;
+    const char *dnn = fp8run_cudnn_info(&version);
+    if (strcmp(a, "fp8run") == 0)
+        printf("attention      fp8run's kernels (--attention fp8run); %s\n", dnn);
+    else if (version > 0)
+        printf("attention      %s: cuDNN's fused flash attention for the nodes it takes (bf16/fp8 training, no mask\n"
+               "               or sliding window, head dims multiples of 8 up to 128), %s for the others\n",
+               dnn, strcmp(a, "auto") == 0 ? "fp8run's kernels" : "an error");
+    else if (strcmp(a, "auto") == 0)
+        printf("attention      fp8run's kernels (--attention auto: %s)\n", dnn);
+    else
+        printf("attention      --attention cudnn will fail on a GPU: %s\n", dnn);
+}
+
 /* The op histogram, most frequent first. */
 static int print_histogram(const fp8run_model *m, const char *indent)
 {
@@ -342,6 +360,7 @@ int cli_info(int argc, char **argv)
             fflush(stdout);
             rc = print_compiled(r);
         }
+        if (rc == 0) print_attention(&o);
         fp8run_report_destroy(r);
         fp8run_model_destroy(m);
         cli_dims_free(&dims);
@@ -392,6 +411,7 @@ int cli_info(int argc, char **argv)
         }
         fp8run_model_destroy(p);
     }
+    if (rc == 0) print_attention(&o);
     fp8run_model_destroy(m);
     cli_dims_free(&dims);
     return rc;

@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "ops/cuda/attention_cudnn.h"
 #include "ops/cuda/attention_flash.cuh"
 #include "ops/cuda/attention_masked.cuh"
 #include "ops/cuda/cuda_util.cuh"
@@ -138,6 +139,16 @@ fr_status attn_scratch(const fr_graph *g, const fr_node *n, size_t *bytes)
     return FR_OK;
 }
 
+/* With --attention cudnn|auto: room for whichever of cuDNN's path and these kernels runs. */
+fr_status attn_scratch_env(const fr_cuda_plan_env *env, const fr_graph *g, const fr_node *n, size_t *bytes)
+{
+    FR_TRY(attn_scratch(g, n, bytes));
+    size_t dn = 0;
+    FR_TRY(fr_attn_cudnn_scratch(env, g, n, strcmp(n->op_type, "AttentionGrad") == 0, &dn));
+    if (dn > *bytes) *bytes = dn;
+    return FR_OK;
+}
+
 bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 fr_status check_f32(const fr_node *n, const fr_tensor *const *t, int count)
 {
@@ -170,6 +181,9 @@ fr_status attn_cuda(const fr_cuda_kctx *k)
     if (p.batch == 0 || p.Tq == 0 || p.Dv == 0) return FR_OK;
     if (p.Tk == 0 || p.D == 0)
         return fr_node_error(n, FR_ERR_SHAPE, "Tk and D must be >= 1 (a row with no key has no softmax)");
+    int ran = 0; /* cuDNN's flash attention when --attention asks for it and takes the node */
+    FR_TRY(fr_attn_cudnn_run(k, 0, &ran));
+    if (ran) return FR_OK;
     const float *Q = (const float *)q->data, *K = (const float *)kk->data, *V = (const float *)v->data;
     float *O = (float *)o->data, *L = lse ? (float *)lse->data : nullptr;
     if (mask || pl.a.window > 0) /* the flash kernels know only the causal bound */
@@ -223,6 +237,9 @@ fr_status attng_cuda(const fr_cuda_kctx *k)
     if (p.D == 0 || p.Dv == 0)
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "head dims D = %d, Dv = %d: the CUDA kernels need both >= 1", p.D,
                              p.Dv);
+    int ran = 0; /* cuDNN's flash attention when --attention asks for it and takes the node */
+    FR_TRY(fr_attn_cudnn_run(k, 1, &ran));
+    if (ran) return FR_OK;
     const float *in[6];
     for (int i = 0; i < 6; i++) in[i] = (const float *)k->in[i]->data;
     bool tc = pl.tc;
@@ -259,7 +276,7 @@ fr_status attng_cuda(const fr_cuda_kctx *k)
 } /* namespace fr_attn */
 
 extern "C" const fr_cuda_kernel_def fr_cuda_kernels_attention[] = {
-    {"Attention", FR_DOMAIN_FP8RUN, fr_attn::attn_cuda, fr_attn::attn_scratch},
-    {"AttentionGrad", FR_DOMAIN_FP8RUN, fr_attn::attng_cuda, fr_attn::attn_scratch},
-    {NULL, NULL, NULL, NULL},
+    {"Attention", FR_DOMAIN_FP8RUN, fr_attn::attn_cuda, fr_attn::attn_scratch, NULL, fr_attn::attn_scratch_env},
+    {"AttentionGrad", FR_DOMAIN_FP8RUN, fr_attn::attng_cuda, fr_attn::attn_scratch, NULL, fr_attn::attn_scratch_env},
+    {NULL, NULL, NULL, NULL, NULL, NULL},
 };

@@ -80,7 +80,39 @@ typedef struct fr_cuda_ctx {
     uint64_t weights_version;
     int weight_cache_off;
     long long weight_casts;
+    /* The fused attention's implementation (FR_CUDA_ATTN_*, --attention; fp8run's kernels unless
+     * fr_cuda_ctx_set_attention says otherwise, before executors are built); cuDNN's handle and
+     * plans (ops/cuda/attention_cudnn.c, freed through cudnn_free); what ran: node runs by each
+     * implementation and why fp8run's ran where cuDNN was asked for (the first reason). */
+    int attention;
+    struct fr_cudnn_state *cudnn;
+    void (*cudnn_free)(struct fr_cudnn_state *);
+    long long attn_runs_cudnn, attn_runs_own;
+    char attn_note[320];
 } fr_cuda_ctx;
+
+/* fr_cuda_ctx.attention: which kernels run the fused Attention / AttentionGrad nodes (the order
+ * of FR_CHOICES_ATTENTION, graph/option_choices.h). */
+enum { FR_CUDA_ATTN_FP8RUN = 0, FR_CUDA_ATTN_CUDNN = 1, FR_CUDA_ATTN_AUTO = 2 };
+
+/* --attention ("fp8run", "cudnn", "auto"; NULL: "fp8run") on context c, before executors are
+ * built (ops/cuda/attention_cudnn_load.c). "cudnn" fails (FR_ERR_UNSUPPORTED, saying why) when
+ * cuDNN does not load or the GPU is older than compute capability 8.0; "auto" then keeps
+ * fp8run's kernels and notes why. */
+FR_NODISCARD fr_status fr_cuda_ctx_set_attention(struct fr_cuda_ctx *c, const char *choice);
+/* FR_CUDA_ATTN_* of a choice, -1 when it is none of them (NULL: FR_CUDA_ATTN_FP8RUN). */
+int fr_cuda_attention_parse(const char *choice);
+/* Which attention ran on c and why: "cuDNN 9.14.0 (libcudnn.so.9) fused flash attention (64 of
+ * 64 runs)", "fp8run kernels (--attention fp8run)", or the mix with the first reason cuDNN was
+ * not used. */
+void fr_cuda_attention_report(const struct fr_cuda_ctx *c, char *buf, size_t n);
+
+/* What a kernel's scratch may depend on besides the node: the context (NULL when the executor
+ * only plans sizes, fr_cuda_exec_plan_with) and the attention choice planned for. */
+typedef struct fr_cuda_plan_env {
+    struct fr_cuda_ctx *cu;
+    int attention;
+} fr_cuda_plan_env;
 
 /* The host queued (or made) a change of parameters or scaling state on the device. */
 static inline void fr_cuda_weights_changed(fr_cuda_ctx *c) { c->weights_version++; }
@@ -109,7 +141,20 @@ typedef struct fr_cuda_kernel_def {
     fr_status (*scratch)(const fr_graph *g, const fr_node *n, size_t *bytes);
     /* bytes of persistent memory the node keeps across runs (see above); NULL = none */
     fr_status (*persist)(const fr_graph *g, const fr_node *n, size_t *bytes);
+    /* instead of `scratch` when set: scratch that depends on the context's choices (the
+       attention implementation), which may build device plans when env->cu is set */
+    fr_status (*scratch_env)(const fr_cuda_plan_env *env, const fr_graph *g, const fr_node *n, size_t *bytes);
 } fr_cuda_kernel_def;
+
+/* A kernel's scratch bytes under env (scratch_env, else scratch, else 0). */
+FR_NODISCARD static inline fr_status fr_cuda_kernel_scratch(const fr_cuda_kernel_def *k,
+                                                            const fr_cuda_plan_env *env, const fr_graph *g,
+                                                            const fr_node *n, size_t *bytes)
+{
+    *bytes = 0;
+    if (k->scratch_env) return k->scratch_env(env, g, n, bytes);
+    return k->scratch ? k->scratch(g, n, bytes) : FR_OK;
+}
 
 /* The kernel for (domain, op_type), or NULL. */
 const fr_cuda_kernel_def *fr_cuda_kernel_find(const char *domain, const char *op_type);

@@ -77,15 +77,16 @@ class FP8RunTest(unittest.TestCase):
         names = [f for f, _ in _lib.TrainConfig._fields_]
         self.assertEqual(names[0], "struct_size")
         self.assertEqual(names[1:], [o["name"] for o in _lib.TRAIN_CONFIG_OPTIONS])
-        self.assertEqual(names[-14:], ["fuse_attention", "fuse_swiglu", "recompute", "world_size", "rank",
+        self.assertEqual(names[-15:], ["fuse_attention", "fuse_swiglu", "recompute", "world_size", "rank",
                                        "local_rank", "nccl_comm", "shard_optimizer", "optimizer_state",
                                        "master_weights", "lora_rank", "lora_alpha", "lora_targets",
-                                       "lora_dropout"])  # appended after 0.1.0
+                                       "lora_dropout", "attention"])  # appended after 0.1.0
         self.assertIs(dict(_lib.TrainConfig._fields_)["nccl_comm"], ctypes.c_void_p)  # an opaque pointer
         by_name = {o["name"]: o for o in _lib.TRAIN_CONFIG_OPTIONS}
         self.assertEqual(by_name["recipe"]["choices"], ["delayed", "current", "block"])
         self.assertEqual(by_name["fuse_swiglu"]["flag"], "--no-fuse-swiglu")
         self.assertEqual(by_name["recompute"]["choices"], ["none", "attention", "mlp", "full"])
+        self.assertEqual(by_name["attention"]["choices"], ["fp8run", "cudnn", "auto"])
         c = fp8run._config(2, 8, {"recipe": "block", "fuse_swiglu": 0, "seed": 2 ** 64 - 1, "dims": {"x": 3}})
         self.assertEqual((c.batch, c.seq_len, c.recipe, c.fuse_swiglu), (2, 8, b"block", 0))
         self.assertEqual((c.seed, c.n_dims, c.dim_values[0]), (2 ** 64 - 1, 1, 3))

@@ -82,6 +82,7 @@ void fr_cuda_ctx_free(fr_cuda_ctx *c)
 {
     if (!c) return;
     if (c->gemm_cache && c->gemm_cache_free) c->gemm_cache_free(c->gemm_cache);
+    if (c->cudnn && c->cudnn_free) c->cudnn_free(c->cudnn);
     if (c->lt) cublasLtDestroy(c->lt);
     if (c->workspace) cudaFree(c->workspace);
     if (c->dev_error) cudaFree(c->dev_error);
@@ -156,7 +157,8 @@ fr_status fr_cuda_run_node(fr_cuda_ctx *c, const fr_graph *g, int node_id, fr_te
         cudaError_t e = cudaDeviceSynchronize();
         if (e != cudaSuccess) st = fr_cuda_status(e, "cudaDeviceSynchronize", __FILE__, __LINE__);
     }
-    if (st == FR_OK && k->scratch) st = k->scratch(g, n, &scratch_bytes);
+    const fr_cuda_plan_env env = {c, c->attention};
+    if (st == FR_OK) st = fr_cuda_kernel_scratch(k, &env, g, n, &scratch_bytes);
     if (st == FR_OK && scratch_bytes) {
         cudaError_t e = cudaMalloc(&scratch, scratch_bytes);
         if (e != cudaSuccess) st = fr_cuda_status(e, "cudaMalloc(scratch)", __FILE__, __LINE__);

@@ -15,6 +15,7 @@ struct fr_cuda_exec {
     fr_cuda_ctx *c;
     const fr_graph *g;
     int nv;
+    int plan_attention;          /* the attention choice scratch is planned for (c's when c) */
     fr_tensor *hdr;              /* per value: device tensor header */
     unsigned char *kind;         /* per value: K_* */
     int *root;                   /* per value: the value whose memory it uses (views) */
@@ -333,7 +334,8 @@ static fr_status plan_arena(fr_cuda_exec *e, const int *last_use)
             }
         }
         size_t sb = 0;
-        if (st == FR_OK && e->kern[i]->scratch) st = e->kern[i]->scratch(g, n, &sb);
+        const fr_cuda_plan_env env = {e->c, e->c ? e->c->attention : e->plan_attention};
+        if (st == FR_OK) st = fr_cuda_kernel_scratch(e->kern[i], &env, g, n, &sb);
         if (st == FR_OK && sb) {
             e->scratch_bytes[i] = sb;
             st = plan_alloc(&p, sb, &e->scratch_off[i]);
@@ -363,7 +365,8 @@ static fr_status plan_arena(fr_cuda_exec *e, const int *last_use)
     return st;
 }
 
-static fr_status build(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *share, int plan_only, fr_cuda_exec **out)
+static fr_status build(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *share, int plan_only, int attention,
+                       fr_cuda_exec **out)
 {
     *out = NULL;
     if ((!c && !plan_only) || !g) return fr_error(FR_ERR_INVALID_ARG, "fr_cuda_exec_new: no context or graph");
@@ -372,6 +375,7 @@ static fr_status build(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *sh
     e->c = c;
     e->g = g;
     e->nv = g->n_values;
+    e->plan_attention = attention;
     size_t nv = (size_t)(e->nv ? e->nv : 1), nn = (size_t)(g->n_nodes ? g->n_nodes : 1);
     int *last_use = fr_malloc(nv * sizeof(int), "CUDA executor");
     e->hdr = fr_calloc(nv, sizeof *e->hdr, "CUDA executor");
@@ -682,14 +686,19 @@ size_t fr_cuda_exec_persist_bytes(const fr_cuda_exec *e) { return e->persist_tot
 
 fr_status fr_cuda_exec_new(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *share, fr_cuda_exec **out)
 {
-    return build(c, g, share, 0, out);
+    return build(c, g, share, 0, c ? c->attention : FR_CUDA_ATTN_FP8RUN, out);
 }
 
 fr_status fr_cuda_exec_plan(const fr_graph *g, fr_cuda_exec_sizes *out)
 {
+    return fr_cuda_exec_plan_with(g, FR_CUDA_ATTN_FP8RUN, out);
+}
+
+fr_status fr_cuda_exec_plan_with(const fr_graph *g, int attention, fr_cuda_exec_sizes *out)
+{
     fr_cuda_exec *e = NULL;
     memset(out, 0, sizeof *out);
-    fr_status st = build(NULL, g, NULL, 1, &e);
+    fr_status st = build(NULL, g, NULL, 1, attention, &e);
     if (e) {
         out->arena = e->arena_bytes;
         out->consts = e->const_bytes;

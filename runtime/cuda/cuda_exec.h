@@ -61,6 +61,9 @@ typedef struct fr_cuda_exec_sizes {
     size_t arena, consts, inputs, persist;
 } fr_cuda_exec_sizes;
 FR_NODISCARD fr_status fr_cuda_exec_plan(const fr_graph *g, fr_cuda_exec_sizes *out);
+/* The same with the fused attention's kernels as `attention` (FR_CUDA_ATTN_*) would choose them
+ * (cuDNN's scratch counted without its plan's own workspace, which only a device can tell). */
+FR_NODISCARD fr_status fr_cuda_exec_plan_with(const fr_graph *g, int attention, fr_cuda_exec_sizes *out);
 
 /* Bytes planned: the arena (computed values and scratch), constants (0 for shared ones), inputs. */
 size_t fr_cuda_exec_arena_bytes(const fr_cuda_exec *e);

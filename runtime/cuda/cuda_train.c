@@ -290,6 +290,7 @@ fr_status fr_cuda_train_new(fr_trainer *t, int device, fr_cuda_train **out)
     fr_cuda_train *d = fr_calloc(1, sizeof *d, "device trainer");
     if (!d) return FR_ERR_OOM;
     fr_status st = fr_cuda_ctx_create(device, &d->c);
+    if (st == FR_OK) st = fr_cuda_ctx_set_attention(d->c, t->opt.attention); /* --attention, before any executor */
     if (st == FR_OK) {
         snprintf(d->name, sizeof d->name, "%s (compute capability %d.%d)", d->c->name, d->c->cc_major, d->c->cc_minor);
         int cc = d->c->cc_major * 10 + d->c->cc_minor;
@@ -338,6 +339,7 @@ fr_status fr_cuda_train_new(fr_trainer *t, int device, fr_cuda_train **out)
 }
 
 const char *fr_cuda_train_device_name(const fr_cuda_train *d) { return d->name; }
+const struct fr_cuda_ctx *fr_cuda_train_ctx(const fr_cuda_train *d) { return d->c; }
 long long fr_cuda_train_weight_casts(const fr_cuda_train *d) { return d->c->weight_casts; }
 
 fr_status fr_cuda_train_profile(const fr_cuda_train *d, char **text)

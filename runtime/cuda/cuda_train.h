@@ -62,6 +62,8 @@ FR_NODISCARD fr_status fr_cuda_train_profile(const fr_cuda_train *d, char **text
 long long fr_cuda_train_weight_casts(const fr_cuda_train *d);
 /* "NVIDIA H100 80GB HBM3 (compute capability 9.0)" */
 const char *fr_cuda_train_device_name(const fr_cuda_train *d);
+/* The device context (what ran on it: fr_cuda_attention_report). */
+const struct fr_cuda_ctx *fr_cuda_train_ctx(const fr_cuda_train *d);
 /* Device memory the session holds: executors (arena, constants, inputs) and optimizer state. */
 size_t fr_cuda_train_device_bytes(const fr_cuda_train *d);
 /* The device's memory in use (by every process) and its size, from the driver. */

@@ -1,0 +1,510 @@
+/* cuDNN's SDPA as operation graphs (the patterns cudnn-frontend builds, which its flash
+ * engines match) and the search for an execution plan (attention_cudnn_graph.h). */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/cuda/attention_cudnn_graph.h"
+
+/* ---------------------------------------------------------------- graph builder ---- */
+
+static void gb_fail_text(gb *b, const char *text)
+{
+    if (!b->failed) snprintf(b->why, sizeof b->why, "%s", text);
+    b->failed = 1;
+}
+
+static void gb_fail(gb *b, int status, const char *what)
+{
+    if (!b->failed) fr_cudnn_status_text(b->api, status, what, b->why, sizeof b->why);
+    b->failed = 1;
+}
+
+void fr_cudnn_gb_free(gb *b)
+{
+    for (int i = b->n_all - 1; i >= 0; i--)
+        if (b->all[i]) b->api->BackendDestroyDescriptor(b->all[i]); /* best effort: nothing to do on failure */
+    free(b->all);
+    b->all = NULL;
+    b->n_all = b->cap_all = 0;
+}
+
+/* Keep d (made outside gb_new) to be destroyed with the rest; on failure destroys it. */
+int fr_cudnn_gb_keep(gb *b, frdnn_desc d)
+{
+    if (b->n_all == b->cap_all) {
+        int cap = b->cap_all ? 2 * b->cap_all : 64;
+        frdnn_desc *a = realloc(b->all, (size_t)cap * sizeof *a);
+        if (!a) {
+            b->api->BackendDestroyDescriptor(d);
+            gb_fail_text(b, "out of host memory for cuDNN descriptors");
+            return -1;
+        }
+        b->all = a;
+        b->cap_all = cap;
+    }
+    b->all[b->n_all++] = d;
+    return 0;
+}
+
+static frdnn_desc gb_new(gb *b, int type, const char *what)
+{
+    if (b->failed) return NULL;
+    frdnn_desc d = NULL;
+    int st = b->api->BackendCreateDescriptor(type, &d);
+    if (st != FRDNN_STATUS_SUCCESS) {
+        gb_fail(b, st, what);
+        return NULL;
+    }
+    return fr_cudnn_gb_keep(b, d) == 0 ? d : NULL;
+}
+
+static void gb_set(gb *b, frdnn_desc d, int name, int type, int64_t count, const void *v, const char *what)
+{
+    if (b->failed || !d) return;
+    int st = b->api->BackendSetAttribute(d, name, type, count, v);
+    if (st != FRDNN_STATUS_SUCCESS) gb_fail(b, st, what);
+}
+
+static void gb_fin(gb *b, frdnn_desc d, const char *what)
+{
+    if (b->failed || !d) return;
+    int st = b->api->BackendFinalize(d);
+    if (st != FRDNN_STATUS_SUCCESS) gb_fail(b, st, what);
+}
+
+#define SET(d, NAME, TYPE, n, v) \
+    gb_set(b, d, FRDNN_ATTR_##NAME, FRDNN_TYPE_##TYPE, n, v, "cudnnBackendSetAttribute(" #NAME ")")
+#define SETD(d, NAME, x) SET(d, NAME, BACKEND_DESCRIPTOR, 1, &(x))
+
+static void add_op(gb *b, frdnn_desc op, const char *what)
+{
+    gb_fin(b, op, what);
+    if (b->failed) return;
+    if (b->n_ops == (int)(sizeof b->ops / sizeof b->ops[0])) {
+        gb_fail_text(b, "too many cuDNN operations (internal limit)");
+        return;
+    }
+    b->ops[b->n_ops++] = op;
+}
+
+/* A 4-d shape: dims and element strides. */
+typedef struct shp {
+    int64_t d[4], s[4];
+} shp;
+
+static shp shape(int64_t d0, int64_t d1, int64_t d2, int64_t d3, const int64_t *s)
+{
+    shp r = {{d0, d1, d2, d3}, {s[0], s[1], s[2], s[3]}};
+    return r;
+}
+
+/* Dims d, packed row-major. */
+static shp packed(int64_t d0, int64_t d1, int64_t d2, int64_t d3)
+{
+    const int64_t s[4] = {d1 * d2 * d3, d2 * d3, d3, 1};
+    return shape(d0, d1, d2, d3, s);
+}
+
+enum { T_VIRTUAL = 1, T_BY_VALUE = 2 };
+
+static frdnn_desc tensor(gb *b, int64_t uid, int dtype, const shp *s, int flags)
+{
+    frdnn_desc t = gb_new(b, FRDNN_TENSOR_DESCRIPTOR, "cudnnBackendCreateDescriptor(TENSOR)");
+    const int64_t align = 16;
+    const bool yes = true;
+    SET(t, TENSOR_DATA_TYPE, DATA_TYPE, 1, &dtype);
+    SET(t, TENSOR_DIMENSIONS, INT64, 4, s->d);
+    SET(t, TENSOR_STRIDES, INT64, 4, s->s);
+    SET(t, TENSOR_UNIQUE_ID, INT64, 1, &uid);
+    SET(t, TENSOR_BYTE_ALIGNMENT, INT64, 1, &align);
+    if (flags & T_VIRTUAL) SET(t, TENSOR_IS_VIRTUAL, BOOLEAN, 1, &yes);
+    if (flags & T_BY_VALUE) SET(t, TENSOR_IS_BY_VALUE, BOOLEAN, 1, &yes);
+    gb_fin(b, t, "cudnnBackendFinalize(TENSOR)");
+    return b->failed ? NULL : t;
+}
+
+/* A virtual (intermediate) tensor. */
+static frdnn_desc vt(gb *b, int dtype, const shp *s) { return tensor(b, b->next_uid++, dtype, s, T_VIRTUAL); }
+
+/* A scalar passed by value (host pointer in the variant pack): dims and strides all 1. */
+static frdnn_desc scalar(gb *b, int64_t uid, int dtype)
+{
+    const shp one = packed(1, 1, 1, 1);
+    return tensor(b, uid, dtype, &one, T_BY_VALUE);
+}
+
+/* c = a b over the last two dims (batch dims broadcast: K/V heads shared by a query group);
+ * m/n/k: optional int32 [b, 1, 1, 1] tensors that bound the GEMM's extents per batch. */
+static void op_matmul(gb *b, frdnn_desc a, frdnn_desc bm, frdnn_desc c, frdnn_desc m, frdnn_desc n, frdnn_desc k)
+{
+    frdnn_desc md = gb_new(b, FRDNN_MATMUL_DESCRIPTOR, "cudnnBackendCreateDescriptor(MATMUL)");
+    const int comp = FRDNN_DATA_FLOAT;
+    SET(md, MATMUL_COMP_TYPE, DATA_TYPE, 1, &comp);
+    gb_fin(b, md, "cudnnBackendFinalize(MATMUL)");
+    frdnn_desc op = gb_new(b, FRDNN_OPERATION_MATMUL_DESCRIPTOR, "cudnnBackendCreateDescriptor(OPERATION_MATMUL)");
+    SETD(op, OPERATION_MATMUL_ADESC, a);
+    SETD(op, OPERATION_MATMUL_BDESC, bm);
+    SETD(op, OPERATION_MATMUL_CDESC, c);
+    SETD(op, OPERATION_MATMUL_DESC, md);
+    if (m) SETD(op, OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC, m);
+    if (n) SETD(op, OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC, n);
+    if (k) SETD(op, OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC, k);
+    add_op(b, op, "cudnnBackendFinalize(OPERATION_MATMUL)");
+}
+
+/* y = mode(x[, bx][, t]) computed in `prec`; axis: GEN_INDEX's dimension (else unused). */
+static void op_pw(gb *b, int mode, int prec, frdnn_desc x, frdnn_desc bx, frdnn_desc t, frdnn_desc y, int64_t axis)
+{
+    frdnn_desc pw = gb_new(b, FRDNN_POINTWISE_DESCRIPTOR, "cudnnBackendCreateDescriptor(POINTWISE)");
+    SET(pw, POINTWISE_MODE, POINTWISE_MODE, 1, &mode);
+    SET(pw, POINTWISE_MATH_PREC, DATA_TYPE, 1, &prec);
+    if (mode == FRDNN_POINTWISE_GEN_INDEX) SET(pw, POINTWISE_AXIS, INT64, 1, &axis);
+    gb_fin(b, pw, "cudnnBackendFinalize(POINTWISE)");
+    frdnn_desc op = gb_new(b, FRDNN_OPERATION_POINTWISE_DESCRIPTOR, "cudnnBackendCreateDescriptor(OPERATION_POINTWISE)");
+    SETD(op, OPERATION_POINTWISE_PW_DESCRIPTOR, pw);
+    SETD(op, OPERATION_POINTWISE_XDESC, x);
+    SETD(op, OPERATION_POINTWISE_YDESC, y);
+    if (bx) SETD(op, OPERATION_POINTWISE_BDESC, bx);
+    if (t) SETD(op, OPERATION_POINTWISE_TDESC, t);
+    add_op(b, op, "cudnnBackendFinalize(OPERATION_POINTWISE)");
+}
+
+/* Float32 pointwise ops, the common case. */
+static void pw(gb *b, int mode, frdnn_desc x, frdnn_desc bx, frdnn_desc y)
+{
+    op_pw(b, mode, FRDNN_DATA_FLOAT, x, bx, NULL, y, 0);
+}
+
+/* y = reduction of x over the dims where y has extent 1 (float32). */
+static void op_reduce(gb *b, int mode, frdnn_desc x, frdnn_desc y)
+{
+    frdnn_desc rd = gb_new(b, FRDNN_REDUCTION_DESCRIPTOR, "cudnnBackendCreateDescriptor(REDUCTION)");
+    const int comp = FRDNN_DATA_FLOAT;
+    SET(rd, REDUCTION_COMP_TYPE, DATA_TYPE, 1, &comp);
+    SET(rd, REDUCTION_OPERATOR, REDUCTION_OPERATOR_TYPE, 1, &mode);
+    gb_fin(b, rd, "cudnnBackendFinalize(REDUCTION)");
+    frdnn_desc op = gb_new(b, FRDNN_OPERATION_REDUCTION_DESCRIPTOR, "cudnnBackendCreateDescriptor(OPERATION_REDUCTION)");
+    SETD(op, OPERATION_REDUCTION_DESC, rd);
+    SETD(op, OPERATION_REDUCTION_XDESC, x);
+    SETD(op, OPERATION_REDUCTION_YDESC, y);
+    add_op(b, op, "cudnnBackendFinalize(OPERATION_REDUCTION)");
+}
+
+/* y: x seen through other dims/strides (a transposed view, no data moved). */
+static void op_reshape(gb *b, frdnn_desc x, frdnn_desc y)
+{
+    frdnn_desc op = gb_new(b, FRDNN_OPERATION_RESHAPE_DESCRIPTOR, "cudnnBackendCreateDescriptor(OPERATION_RESHAPE)");
+    SETD(op, OPERATION_RESHAPE_XDESC, x);
+    SETD(op, OPERATION_RESHAPE_YDESC, y);
+    add_op(b, op, "cudnnBackendFinalize(OPERATION_RESHAPE)");
+}
+
+/* Scores x [b, h, tq, tk] with key j > query i set to neg_inf: row and column indices
+ * (GEN_INDEX, int32), row >= col (CMP_GE), BINARY_SELECT(x, neg_inf, keep) - the causal mask
+ * as cudnn-frontend's diagonal band (right bound 0, top-left) writes it for cuDNN < 9.21. */
+static frdnn_desc causal_mask(gb *b, frdnn_desc x, const shp *s, frdnn_desc neg_inf)
+{
+    frdnn_desc row = vt(b, FRDNN_DATA_INT32, s), col = vt(b, FRDNN_DATA_INT32, s);
+    op_pw(b, FRDNN_POINTWISE_GEN_INDEX, FRDNN_DATA_FLOAT, x, NULL, NULL, row, 2);
+    op_pw(b, FRDNN_POINTWISE_GEN_INDEX, FRDNN_DATA_FLOAT, x, NULL, NULL, col, 3);
+    frdnn_desc keep = vt(b, FRDNN_DATA_BOOLEAN, s);
+    op_pw(b, FRDNN_POINTWISE_CMP_GE, FRDNN_DATA_BOOLEAN, row, col, NULL, keep, 0);
+    frdnn_desc y = vt(b, FRDNN_DATA_FLOAT, s);
+    op_pw(b, FRDNN_POINTWISE_BINARY_SELECT, FRDNN_DATA_FLOAT, x, neg_inf, keep, y, 0);
+    return y;
+}
+
+/* Scores outside [0, seq_q) x [0, seq_kv) set to neg_inf (cudnn-frontend's padding mask). The
+ * backward uses it with the full lengths on cuDNN <= 9.15.0 when tk is not a multiple of 128,
+ * as cudnn-frontend does to avoid a bug there. */
+static frdnn_desc padding_mask(gb *b, frdnn_desc x, const shp *s, frdnn_desc seq_q, frdnn_desc seq_kv,
+                               frdnn_desc neg_inf)
+{
+    frdnn_desc row = vt(b, FRDNN_DATA_INT32, s), col = vt(b, FRDNN_DATA_INT32, s);
+    op_pw(b, FRDNN_POINTWISE_GEN_INDEX, FRDNN_DATA_INT32, x, NULL, NULL, row, 2);
+    op_pw(b, FRDNN_POINTWISE_GEN_INDEX, FRDNN_DATA_INT32, x, NULL, NULL, col, 3);
+    frdnn_desc in_q = vt(b, FRDNN_DATA_BOOLEAN, s), in_kv = vt(b, FRDNN_DATA_BOOLEAN, s);
+    op_pw(b, FRDNN_POINTWISE_CMP_LT, FRDNN_DATA_BOOLEAN, row, seq_q, NULL, in_q, 0);
+    op_pw(b, FRDNN_POINTWISE_CMP_LT, FRDNN_DATA_BOOLEAN, col, seq_kv, NULL, in_kv, 0);
+    frdnn_desc keep = vt(b, FRDNN_DATA_BOOLEAN, s);
+    op_pw(b, FRDNN_POINTWISE_LOGICAL_AND, FRDNN_DATA_BOOLEAN, in_q, in_kv, NULL, keep, 0);
+    frdnn_desc y = vt(b, FRDNN_DATA_FLOAT, s);
+    op_pw(b, FRDNN_POINTWISE_BINARY_SELECT, FRDNN_DATA_FLOAT, x, neg_inf, keep, y, 0);
+    return y;
+}
+
+static int io_type(const fr_cudnn_sdpa *p) { return p->half ? FRDNN_DATA_HALF : FRDNN_DATA_BFLOAT16; }
+
+/* The shapes both graphs use. */
+typedef struct shapes {
+    shp q, kt, v, o, scores, rows, one;
+} shapes;
+
+static shapes shapes_of(const fr_cudnn_sdpa *p)
+{
+    shapes s;
+    const int64_t kt[4] = {p->sk[0], p->sk[1], p->sk[3], p->sk[2]}; /* K^T: a view of K */
+    s.q = shape(p->b, p->hq, p->tq, p->d, p->sq);
+    s.kt = shape(p->b, p->hk, p->d, p->tk, kt);
+    s.v = shape(p->b, p->hk, p->tk, p->dv, p->sv);
+    s.o = shape(p->b, p->hq, p->tq, p->dv, p->so);
+    s.scores = packed(p->b, p->hq, p->tq, p->tk);
+    s.rows = packed(p->b, p->hq, p->tq, 1); /* Stats: [b, hq, tq] float32, contiguous */
+    s.one = packed(1, 1, 1, 1);
+    return s;
+}
+
+/* Forward: O = softmax(scale Q K^T [causal]) V and Stats = the rows' log-sum-exp. */
+static void graph_fwd(gb *b, const fr_cudnn_sdpa *p)
+{
+    const shapes s = shapes_of(p);
+    const int io = io_type(p), f32 = FRDNN_DATA_FLOAT;
+    frdnn_desc Q = tensor(b, UID_Q, io, &s.q, 0), KT = tensor(b, UID_K, io, &s.kt, 0);
+    frdnn_desc V = tensor(b, UID_V, io, &s.v, 0), O = tensor(b, UID_O, io, &s.o, 0);
+    frdnn_desc stats = tensor(b, UID_STATS, f32, &s.rows, 0), scale = scalar(b, UID_SCALE, f32);
+
+    frdnn_desc qk = vt(b, f32, &s.scores), x = vt(b, f32, &s.scores);
+    op_matmul(b, Q, KT, qk, NULL, NULL, NULL);
+    pw(b, FRDNN_POINTWISE_MUL, qk, scale, x);
+    if (p->causal) x = causal_mask(b, x, &s.scores, scalar(b, UID_NEG_INF, f32));
+    /* softmax with its statistics: Stats = max + log(sum exp(x - max)) */
+    frdnn_desc mx = vt(b, f32, &s.rows), xm = vt(b, f32, &s.scores), e = vt(b, f32, &s.scores);
+    op_reduce(b, FRDNN_REDUCE_TENSOR_MAX, x, mx);
+    pw(b, FRDNN_POINTWISE_SUB, x, mx, xm);
+    pw(b, FRDNN_POINTWISE_EXP, xm, NULL, e);
+    frdnn_desc sum = vt(b, f32, &s.rows), lg = vt(b, f32, &s.rows);
+    op_reduce(b, FRDNN_REDUCE_TENSOR_ADD, e, sum);
+    pw(b, FRDNN_POINTWISE_LOG, sum, NULL, lg);
+    pw(b, FRDNN_POINTWISE_ADD, mx, lg, stats);
+    frdnn_desc P = vt(b, io, &s.scores); /* the second GEMM's A operand is in the I/O type */
+    pw(b, FRDNN_POINTWISE_DIV, e, sum, P);
+    op_matmul(b, P, V, O, NULL, NULL, NULL);
+}
+
+/* d = dims of one of the gradients when K/V heads are shared: the GEMM gives per-query-head
+ * results [b, hq, tk, n] that a reduction sums into [b, hk, tk, n]. */
+static void grad_kv(gb *b, const fr_cudnn_sdpa *p, frdnn_desc a, frdnn_desc bm, frdnn_desc out, int64_t n,
+                    frdnn_desc seq_q, frdnn_desc seq_kv)
+{
+    if (p->hq == p->hk) {
+        op_matmul(b, a, bm, out, seq_kv, NULL, seq_q);
+        return;
+    }
+    const shp full = packed(p->b, p->hq, p->tk, n);
+    frdnn_desc per_head = vt(b, io_type(p), &full);
+    op_matmul(b, a, bm, per_head, seq_kv, NULL, seq_q);
+    op_reduce(b, FRDNN_REDUCE_TENSOR_ADD, per_head, out);
+}
+
+/* Backward from O, Stats and dO (cudnn-frontend's SDPA backward without dropout or bias). */
+static void graph_bwd(gb *b, const fr_cudnn_sdpa *p, int pad, size_t version)
+{
+    const shapes s = shapes_of(p);
+    const int io = io_type(p), f32 = FRDNN_DATA_FLOAT;
+    const int64_t vt_st[4] = {p->sv[0], p->sv[1], p->sv[3], p->sv[2]};
+    const shp vts = shape(p->b, p->hk, p->dv, p->tk, vt_st), ks = shape(p->b, p->hk, p->tk, p->d, p->sk);
+    frdnn_desc Q = tensor(b, UID_Q, io, &s.q, 0), KT = tensor(b, UID_K, io, &s.kt, 0);
+    frdnn_desc VT = tensor(b, UID_V, io, &vts, 0), O = tensor(b, UID_O, io, &s.o, 0);
+    frdnn_desc stats = tensor(b, UID_STATS, f32, &s.rows, 0), dO = tensor(b, UID_DO, io, &s.o, 0);
+    frdnn_desc dQ = tensor(b, UID_DQ, io, &s.q, 0), dK = tensor(b, UID_DK, io, &ks, 0);
+    frdnn_desc dV = tensor(b, UID_DV, io, &s.v, 0);
+    frdnn_desc scale = scalar(b, UID_SCALE, f32), one = scalar(b, UID_ONE, f32);
+    frdnn_desc neg_inf = p->causal || pad ? scalar(b, UID_NEG_INF, f32) : NULL;
+    const shp dq_acc_shape = packed(p->b, p->hq, p->tq, p->d);
+    frdnn_desc sum = tensor(b, UID_SUM, f32, &s.rows, 0), dq_acc = tensor(b, UID_DQ_ACC, f32, &dq_acc_shape, 0);
+    frdnn_desc seq_q = NULL, seq_kv = NULL;
+    if (pad) {
+        const shp seq = shape(p->b, 1, 1, 1, (const int64_t[4]){1, 1, 1, 1});
+        seq_q = tensor(b, UID_SEQ_Q, FRDNN_DATA_INT32, &seq, 0);
+        seq_kv = tensor(b, UID_SEQ_KV, FRDNN_DATA_INT32, &seq, 0);
+    }
+
+    /* softmax_sum = sum_d dO * O (times 1: the dropout scale the pattern expects) */
+    const int64_t dd_st[4] = {p->hq * p->tq * p->dv, p->tq * p->dv, p->hq * p->dv, 1}; /* as cudnn-frontend */
+    const shp dd_shape = shape(p->b, p->hq, p->tq, p->dv, dd_st);
+    frdnn_desc dd = vt(b, f32, &dd_shape), rsum = vt(b, f32, &s.rows);
+    pw(b, FRDNN_POINTWISE_MUL, dO, O, dd);
+    op_reduce(b, FRDNN_REDUCE_TENSOR_ADD, dd, rsum);
+    pw(b, FRDNN_POINTWISE_MUL, rsum, one, sum);
+
+    /* P = exp(scale Q K^T - Stats), masked */
+    frdnn_desc qk = vt(b, f32, &s.scores), x = vt(b, f32, &s.scores);
+    op_matmul(b, Q, KT, qk, seq_q, seq_kv, NULL);
+    pw(b, FRDNN_POINTWISE_MUL, qk, scale, x);
+    if (pad) x = padding_mask(b, x, &s.scores, seq_q, seq_kv, neg_inf);
+    frdnn_desc xs = vt(b, f32, &s.scores);
+    pw(b, FRDNN_POINTWISE_SUB, x, stats, xs);
+    if (pad && version >= 90000 && version < 91000) /* cudnn-frontend masks again there */
+        xs = padding_mask(b, xs, &s.scores, seq_q, seq_kv, neg_inf);
+    if (p->causal) xs = causal_mask(b, xs, &s.scores, neg_inf);
+    frdnn_desc P = vt(b, f32, &s.scores);
+    pw(b, FRDNN_POINTWISE_EXP, xs, NULL, P);
+
+    /* dV = P^T dO */
+    const int64_t tr_st[4] = {p->hq * p->tq * p->tk, p->tq * p->tk, 1, p->tk};
+    const shp tr = shape(p->b, p->hq, p->tk, p->tq, tr_st);
+    frdnn_desc PT = vt(b, io, &tr);
+    op_reshape(b, P, PT);
+    grad_kv(b, p, PT, dO, dV, p->dv, seq_q, seq_kv);
+
+    /* dS = P (dO V^T - softmax_sum) scale */
+    frdnn_desc dP = vt(b, f32, &s.scores), d1 = vt(b, f32, &s.scores), d2 = vt(b, f32, &s.scores);
+    frdnn_desc dS = vt(b, f32, &s.scores);
+    op_matmul(b, dO, VT, dP, seq_q, seq_kv, NULL);
+    pw(b, FRDNN_POINTWISE_SUB, dP, sum, d1);
+    pw(b, FRDNN_POINTWISE_MUL, d1, P, d2);
+    pw(b, FRDNN_POINTWISE_MUL, d2, scale, dS);
+
+    /* dK = dS^T Q */
+    frdnn_desc dST = vt(b, io, &tr);
+    op_reshape(b, dS, dST);
+    grad_kv(b, p, dST, Q, dK, p->d, seq_q, seq_kv);
+
+    /* dQ = dS K through the float32 accumulator */
+    frdnn_desc K = vt(b, f32, &ks);
+    op_reshape(b, KT, K);
+    op_matmul(b, dS, K, dq_acc, seq_q, NULL, seq_kv);
+    pw(b, FRDNN_POINTWISE_IDENTITY, dq_acc, NULL, dQ);
+}
+
+int fr_cudnn_needs_padding(const fr_cudnn_sdpa *p, size_t version)
+{
+    return p->backward && p->tk % 128 != 0 && version <= 91500;
+}
+
+void fr_cudnn_graph(gb *b, const fr_cudnn_sdpa *p, size_t version)
+{
+    b->next_uid = UID_VIRTUAL;
+    if (p->backward)
+        graph_bwd(b, p, fr_cudnn_needs_padding(p, version), version);
+    else
+        graph_fwd(b, p);
+}
+
+/* The handle attributes of operation graphs and plans: required by early cuDNN 9, deprecated in
+ * later ones (which take the device from the handle at execution): set where accepted. */
+static void set_handle(const frdnn_api *api, frdnn_desc d, int name, frdnn_handle h)
+{
+    if (d && h) (void)api->BackendSetAttribute(d, name, FRDNN_TYPE_HANDLE, 1, &h); /* refused: not needed there */
+}
+
+frdnn_desc fr_cudnn_op_graph(gb *b, frdnn_handle h)
+{
+    frdnn_desc og = gb_new(b, FRDNN_OPERATIONGRAPH_DESCRIPTOR, "cudnnBackendCreateDescriptor(OPERATIONGRAPH)");
+    SET(og, OPERATIONGRAPH_OPS, BACKEND_DESCRIPTOR, b->n_ops, b->ops);
+    if (!b->failed) set_handle(b->api, og, FRDNN_ATTR_OPERATIONGRAPH_HANDLE, h);
+    gb_fin(b, og, "cudnnBackendFinalize(OPERATIONGRAPH)");
+    return b->failed ? NULL : og;
+}
+
+int fr_cudnn_find_plan(gb *b, frdnn_handle h, frdnn_desc og, frdnn_desc *plan, int64_t *workspace)
+{
+    const frdnn_api *api = b->api;
+    char last[640] = "no engine configuration";
+    const int modes[2] = {FRDNN_HEUR_MODE_A, FRDNN_HEUR_MODE_FALLBACK};
+    for (int m = 0; m < 2 && !b->failed; m++) {
+        frdnn_desc heur = gb_new(b, FRDNN_ENGINEHEUR_DESCRIPTOR, "cudnnBackendCreateDescriptor(ENGINEHEUR)");
+        SETD(heur, ENGINEHEUR_OPERATION_GRAPH, og);
+        SET(heur, ENGINEHEUR_MODE, HEUR_MODE, 1, &modes[m]);
+        gb_fin(b, heur, "cudnnBackendFinalize(ENGINEHEUR)");
+        if (b->failed) break;
+        int64_t count = 0;
+        int st = api->BackendGetAttribute(heur, FRDNN_ATTR_ENGINEHEUR_RESULTS, FRDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                                          NULL);
+        if (st != FRDNN_STATUS_SUCCESS) {
+            fr_cudnn_status_text(api, st, "cudnnBackendGetAttribute(ENGINEHEUR_RESULTS count)", last, sizeof last);
+            continue;
+        }
+        if (count <= 0) continue;
+        if (count > 64) count = 64;
+        frdnn_desc cfg[64];
+        for (int64_t i = 0; i < count; i++)
+            cfg[i] = gb_new(b, FRDNN_ENGINECFG_DESCRIPTOR, "cudnnBackendCreateDescriptor(ENGINECFG)");
+        if (b->failed) break;
+        int64_t got = 0;
+        st = api->BackendGetAttribute(heur, FRDNN_ATTR_ENGINEHEUR_RESULTS, FRDNN_TYPE_BACKEND_DESCRIPTOR, count, &got,
+                                      cfg);
+        if (st != FRDNN_STATUS_SUCCESS) {
+            fr_cudnn_status_text(api, st, "cudnnBackendGetAttribute(ENGINEHEUR_RESULTS)", last, sizeof last);
+            continue;
+        }
+        for (int64_t i = 0; i < got && i < count; i++) {
+            frdnn_desc pl = NULL;
+            st = api->BackendCreateDescriptor(FRDNN_EXECUTION_PLAN_DESCRIPTOR, &pl);
+            if (st != FRDNN_STATUS_SUCCESS) {
+                gb_fail(b, st, "cudnnBackendCreateDescriptor(EXECUTION_PLAN)");
+                return -1;
+            }
+            set_handle(api, pl, FRDNN_ATTR_EXECUTION_PLAN_HANDLE, h);
+            st = api->BackendSetAttribute(pl, FRDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, FRDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                          &cfg[i]);
+            if (st == FRDNN_STATUS_SUCCESS) st = api->BackendFinalize(pl);
+            int64_t ws = 0, n = 0;
+            if (st == FRDNN_STATUS_SUCCESS)
+                st = api->BackendGetAttribute(pl, FRDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, FRDNN_TYPE_INT64, 1, &n, &ws);
+            if (st == FRDNN_STATUS_SUCCESS && n == 1 && ws >= 0) {
+                if (fr_cudnn_gb_keep(b, pl) != 0) return -1;
+                *plan = pl;
+                *workspace = ws;
+                return 0;
+            }
+            if (st == FRDNN_STATUS_SUCCESS) snprintf(last, sizeof last, "the plan reports no workspace size");
+            else fr_cudnn_status_text(api, st, "execution plan of the heuristics' choice", last, sizeof last);
+            api->BackendDestroyDescriptor(pl); /* this configuration does not run: try the next */
+        }
+    }
+    if (!b->failed) gb_fail_text(b, last);
+    return -1;
+}
+
+/* ---------------------------------------------------------------- support ---- */
+
+int fr_cudnn_sdpa_supported(const fr_cudnn_sdpa *p, size_t version, int cc_major, char *why, size_t n)
+{
+#define NO(...)                             \
+    do {                                    \
+        snprintf(why, n, __VA_ARGS__);      \
+        return 0;                           \
+    } while (0)
+    if (version == 91000 || version == 91001)
+        NO("cuDNN 9.10.0 and 9.10.1 have known bugs in SDPA (cudnn-frontend refuses them); use 9.10.2 or newer");
+    if (cc_major && cc_major < 8) NO("cuDNN's fused flash attention needs compute capability 8.0 or newer");
+    if (p->b < 1 || p->hq < 1 || p->hk < 1 || p->tq < 1 || p->tk < 1 || p->d < 1 || p->dv < 1)
+        NO("an empty dimension");
+    if (p->hq % p->hk) NO("%lld query heads do not split into groups over %lld K/V heads", (long long)p->hq,
+                          (long long)p->hk);
+    if (p->d % 8 || p->dv % 8 || p->d > 128 || p->dv > 128)
+        NO("head dims %lld, %lld: cuDNN's flash attention takes multiples of 8 up to 128 here", (long long)p->d,
+           (long long)p->dv);
+    if (p->causal && p->tq != p->tk) NO("a causal mask with Tq %lld != Tk %lld", (long long)p->tq, (long long)p->tk);
+    if (p->backward && p->tq == 1 && p->tk == 1) NO("one query and one key (cuDNN's backward refuses s_q = s_kv = 1)");
+    if (p->sq[3] != 1 || p->sk[3] != 1 || p->sv[3] != 1 || p->so[3] != 1)
+        NO("a head dim that is not contiguous (feature stride != 1)");
+    return 1;
+#undef NO
+}
+
+fr_status fr_cudnn_sdpa_check_graph(const frdnn_api *api, size_t version, const fr_cudnn_sdpa *p,
+                                    int *graph_finalized, int *n_ops)
+{
+    *graph_finalized = 0;
+    *n_ops = 0;
+    char text[512];
+    if (!fr_cudnn_sdpa_supported(p, version, 0, text, sizeof text))
+        return fr_error(FR_ERR_UNSUPPORTED, "cuDNN attention: %s", text);
+    gb b = {.api = api};
+    fr_cudnn_graph(&b, p, version);
+    *n_ops = b.n_ops;
+    if (b.failed) {
+        fr_status st = fr_error(FR_ERR_UNSUPPORTED, "cuDNN attention graph: %s", b.why);
+        fr_cudnn_gb_free(&b);
+        return st;
+    }
+    frdnn_desc og = fr_cudnn_op_graph(&b, NULL); /* without a handle: cuDNN may want a device for this */
+    *graph_finalized = og != NULL;
+    fr_cudnn_gb_free(&b);
+    return FR_OK;
+}
+

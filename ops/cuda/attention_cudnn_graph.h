@@ -1,0 +1,57 @@
+/* Internal to ops/cuda: the operation graphs of cuDNN's SDPA and their execution plans
+ * (attention_cudnn_graph.c), shared with the plan cache and execution (attention_cudnn.c). */
+#ifndef FR_ATTENTION_CUDNN_GRAPH_H
+#define FR_ATTENTION_CUDNN_GRAPH_H
+
+#include "ops/cuda/attention_cudnn.h"
+
+/* Unique ids of the graphs' non-virtual tensors (the variant pack names them by these). */
+enum {
+    UID_Q = 1,
+    UID_K,
+    UID_V,
+    UID_O,
+    UID_STATS,
+    UID_DO,
+    UID_DQ,
+    UID_DK,
+    UID_DV,
+    UID_SCALE,
+    UID_NEG_INF,
+    UID_ONE,
+    UID_SUM,    /* backward: sum_d dO * O per row (workspace) */
+    UID_DQ_ACC, /* backward: float32 dQ accumulator (workspace) */
+    UID_SEQ_Q,  /* backward, padding workaround: [b] int32 of tq (plan's device memory) */
+    UID_SEQ_KV,
+    UID_VIRTUAL = 100, /* virtual tensors from here */
+};
+
+/* Descriptors are made through the builder, which keeps them all (destroyed with the plan, so
+ * the plan never outlives what it was finalized from) and stops at the first failure. */
+typedef struct gb {
+    const frdnn_api *api;
+    frdnn_desc *all;
+    int n_all, cap_all;
+    frdnn_desc ops[64];
+    int n_ops;
+    int64_t next_uid;
+    int failed;
+    char why[640];
+} gb;
+
+/* Destroy every descriptor b made (last first). */
+void fr_cudnn_gb_free(gb *b);
+/* Keep d (made outside the builder) to be destroyed with the rest: 0, or -1 (d destroyed). */
+int fr_cudnn_gb_keep(gb *b, frdnn_desc d);
+/* 1 when the backward of p needs cudnn-frontend's padding-mask workaround on this version. */
+int fr_cudnn_needs_padding(const fr_cudnn_sdpa *p, size_t version);
+/* The operations of p's graph into b (b->failed and b->why on the first refusal). */
+void fr_cudnn_graph(gb *b, const fr_cudnn_sdpa *p, size_t version);
+/* The finalized operation graph of b's operations (h may be NULL), or NULL (b->failed). */
+frdnn_desc fr_cudnn_op_graph(gb *b, frdnn_handle h);
+/* The first engine configuration the heuristics offer (mode A, then the fallback list) that
+ * finalizes into an execution plan: 0 with *plan (kept by b) and its workspace bytes, or -1
+ * (b->why says why). */
+int fr_cudnn_find_plan(gb *b, frdnn_handle h, frdnn_desc og, frdnn_desc *plan, int64_t *workspace);
+
+#endif

@@ -1,0 +1,297 @@
+/* The fused Attention / AttentionGrad nodes on cuDNN (attention_cudnn.h): which nodes it takes,
+ * their scratch, and the float32 <-> bf16 conversions around cuDNN's bf16 I/O.
+ *
+ * A node goes to cuDNN when --attention is cudnn or auto and: precision bf16 (cuDNN computes in
+ * bf16 with float32 accumulation, as the op's bf16 contract says; fp32 precision stays exact on
+ * fp8run's kernels), no mask input, no sliding window, K/V batch dims that map onto cuDNN's
+ * (batch, query heads, K/V heads) with query head h reading K/V head h / group (MHA, GQA and
+ * MQA as the Llama graphs have them), and head dims cuDNN takes (attention_cudnn.c). Under auto
+ * any other node runs fp8run's kernels (the context notes why); under cudnn it is an error
+ * naming the node.
+ *
+ * The op's tensors are float32: Q, K, V (and O, dO in the backward) are rounded to bf16
+ * (round-to-nearest-even, as the op's bf16 precision rounds them) into the scratch, and cuDNN's
+ * bf16 results (O; dQ, dK, dV) widened back. LSE is cuDNN's Stats itself: float32 [.., Tq], the
+ * natural-log log-sum-exp of the scaled scores, the format fp8run's kernels use, so either
+ * implementation's forward feeds either backward. */
+#include <cuda_bf16.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ops/cuda/attention_cudnn.h"
+#include "ops/cuda/cuda_util.cuh"
+extern "C" {
+#include "ops/attention.h"
+}
+
+namespace {
+
+typedef __nv_bfloat16 bf16;
+
+constexpr size_t kAlign = 256;
+size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+__global__ void to_bf16_kernel(const float *__restrict__ x, bf16 *__restrict__ y, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = __float2bfloat16_rn(x[i]);
+}
+
+__global__ void to_f32_kernel(const bf16 *__restrict__ x, float *__restrict__ y, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = __bfloat162float(x[i]);
+}
+
+unsigned blocks_for(int64_t n)
+{
+    const int64_t b = (n + 255) / 256;
+    return (unsigned)(b < 1 ? 1 : b > 65536 ? 65536 : b);
+}
+
+fr_status to_bf16(const fr_cuda_kctx *k, const float *x, bf16 *y, int64_t n)
+{
+    if (n == 0) return FR_OK;
+    to_bf16_kernel<<<blocks_for(n), 256, 0, k->cu->stream>>>(x, y, n);
+    return fr_cuda_check_launch(k->node, "Attention(cuDNN: to bf16)");
+}
+
+fr_status to_f32(const fr_cuda_kctx *k, const bf16 *x, float *y, int64_t n)
+{
+    if (n == 0) return FR_OK;
+    to_f32_kernel<<<blocks_for(n), 256, 0, k->cu->stream>>>(x, y, n);
+    return fr_cuda_check_launch(k->node, "Attention(cuDNN: to float32)");
+}
+
+/* (batch, query heads, K/V heads) of the geometry: query batch index i = b * hq + h reads K/V
+ * index b * hk + h / (hq / hk). Tries the heads as Q's batch dims after the first (the usual
+ * [B, H] and [B, KV, G] layouts), then all of them; 0 when no split fits (K/V shared across
+ * the batch, say). */
+int heads_of(const fr_attn_geom *g, int64_t *B, int64_t *Hq, int64_t *Hk)
+{
+    for (int t = 0; t <= g->brank; t++) {
+        const int s = t < g->brank ? t + 1 : 0; /* first head dim: 1 .. brank, then 0 */
+        int64_t hq = 1;
+        for (int d = s; d < g->brank; d++) hq *= g->qdims[d];
+        if (hq < 1 || g->batch % hq) continue;
+        const int64_t b = g->batch / hq;
+        if (b < 1 || g->kv_batch % b) continue;
+        const int64_t hk = g->kv_batch / b;
+        if (hk < 1 || hq % hk) continue;
+        const int64_t group = hq / hk;
+        int match = 1;
+        for (int64_t i = 0; match && i < g->batch; i++)
+            match = fr_attn_kv_index(g, i) == (i / hq) * hk + (i % hq) / group;
+        if (match) {
+            *B = b, *Hq = hq, *Hk = hk;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The cuDNN problem of node n with these input dims: *ok = 1 and p, scale; or *ok = 0 and
+ * why ("" for an empty problem, which no kernel runs). A node whose shapes are invalid is an
+ * error (the op's own checks). */
+fr_status problem_of(const fr_node *n, int n_in, int backward, int cc_major, int rq, const int64_t *dq, int rk,
+                     const int64_t *dk, int rv, const int64_t *dv, fr_cudnn_sdpa *p, float *scale, int *ok, char *why,
+                     size_t wn)
+{
+    *ok = 0;
+    fr_attn_attrs a;
+    FR_TRY(fr_attn_read_attrs(n, rq >= 1 ? dq[rq - 1] : 0, &a));
+    fr_attn_geom g;
+    FR_TRY(fr_attn_geometry(n, rq, dq, rk, dk, rv, dv, a.causal, &g));
+    int64_t B = 0, Hq = 0, Hk = 0;
+    if (!a.bf16)
+        snprintf(why, wn, "precision fp32 (cuDNN's attention computes in bf16)");
+    else if (n_in > (backward ? 6 : 3))
+        snprintf(why, wn, "a mask input");
+    else if (a.window > 0)
+        snprintf(why, wn, "a sliding window");
+    else if (g.batch < 1 || g.Tq < 1 || g.Tk < 1 || g.D < 1 || g.Dv < 1)
+        why[0] = 0;
+    else if (!heads_of(&g, &B, &Hq, &Hk))
+        snprintf(why, wn, "K/V batch dims that are not heads shared by groups of query heads");
+    else {
+        memset(p, 0, sizeof *p);
+        p->b = B, p->hq = Hq, p->hk = Hk, p->tq = g.Tq, p->tk = g.Tk, p->d = g.D, p->dv = g.Dv;
+        const int64_t sq[4] = {Hq * g.Tq * g.D, g.Tq * g.D, g.D, 1}, sk[4] = {Hk * g.Tk * g.D, g.Tk * g.D, g.D, 1};
+        const int64_t sv[4] = {Hk * g.Tk * g.Dv, g.Tk * g.Dv, g.Dv, 1};
+        const int64_t so[4] = {Hq * g.Tq * g.Dv, g.Tq * g.Dv, g.Dv, 1};
+        memcpy(p->sq, sq, sizeof sq), memcpy(p->sk, sk, sizeof sk), memcpy(p->sv, sv, sizeof sv);
+        memcpy(p->so, so, sizeof so);
+        p->causal = a.causal;
+        p->backward = backward;
+        *scale = a.scale;
+        *ok = fr_cudnn_sdpa_supported(p, fr_cudnn_version(), cc_major, why, wn);
+    }
+    return FR_OK;
+}
+
+/* Where the node's buffers live in its scratch. */
+struct Layout {
+    size_t q, k, v, o, dout, dq, dk, dv, stats, ws, ws_bytes, total;
+};
+
+Layout layout_of(const fr_cudnn_sdpa &p, size_t ws_bytes)
+{
+    Layout l = {};
+    size_t off = 0;
+    auto take = [&](size_t bytes) {
+        const size_t at = off;
+        off += align_up(bytes);
+        return at;
+    };
+    const size_t nq = (size_t)(p.b * p.hq * p.tq * p.d), nk = (size_t)(p.b * p.hk * p.tk * p.d);
+    const size_t nv = (size_t)(p.b * p.hk * p.tk * p.dv), no = (size_t)(p.b * p.hq * p.tq * p.dv);
+    l.q = take(nq * 2), l.k = take(nk * 2), l.v = take(nv * 2), l.o = take(no * 2);
+    if (p.backward) l.dout = take(no * 2), l.dq = take(nq * 2), l.dk = take(nk * 2), l.dv = take(nv * 2);
+    l.stats = take((size_t)(p.b * p.hq * p.tq) * sizeof(float));
+    l.ws = take(ws_bytes);
+    l.ws_bytes = ws_bytes;
+    l.total = off;
+    return l;
+}
+
+/* A node cuDNN will not run: an error under --attention cudnn; else noted, and fp8run's kernels
+ * run it. */
+fr_status decline(fr_cuda_ctx *c, int attention, const fr_node *n, const char *why)
+{
+    if (attention == FR_CUDA_ATTN_CUDNN)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "--attention cudnn: cuDNN cannot run this node: %s", why);
+    if (c) {
+        char note[320];
+        snprintf(note, sizeof note, "node '%s' (%s): %s", n->name, n->op_type, why);
+        fr_cuda_attention_note(c, note);
+    }
+    return FR_OK;
+}
+
+/* What a refused fr_cudnn_sdpa_prepare said (its message), for the note. */
+const char *refusal_text(char *buf, size_t n)
+{
+    snprintf(buf, n, "%s", fr_last_error());
+    fr_clear_error();
+    return buf;
+}
+
+fr_status run_named(fr_cuda_ctx *c, const fr_cudnn_sdpa *p, const fr_cudnn_sdpa_io *io, const fr_node *n)
+{
+    const fr_status st = fr_cudnn_sdpa_run(c, p, io);
+    return st == FR_OK ? FR_OK : fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
+}
+
+} /* namespace */
+
+extern "C" fr_status fr_attn_cudnn_scratch(const fr_cuda_plan_env *env, const fr_graph *g, const fr_node *n,
+                                           int backward, size_t *bytes)
+{
+    *bytes = 0;
+    if (env->attention == FR_CUDA_ATTN_FP8RUN) return FR_OK;
+    const int want = backward ? 6 : 3;
+    if (n->n_inputs < want) return fr_node_error(n, FR_ERR_GRAPH, "needs %d inputs", want);
+    const fr_value *v[3];
+    for (int i = 0; i < 3; i++) {
+        if (n->inputs[i] < 0) return fr_node_error(n, FR_ERR_GRAPH, "input %d is missing", i);
+        v[i] = &g->values[n->inputs[i]];
+    }
+    int n_in = 0; /* inputs present (an omitted optional mask does not count) */
+    for (int i = 0; i < n->n_inputs; i++) n_in = n->inputs[i] >= 0 ? i + 1 : n_in;
+    fr_cudnn_sdpa p;
+    float scale = 0;
+    int ok = 0;
+    char why[512];
+    FR_TRY(problem_of(n, n_in, backward, env->cu ? env->cu->cc_major : 0, v[0]->rank, v[0]->dims, v[1]->rank,
+                      v[1]->dims, v[2]->rank, v[2]->dims, &p, &scale, &ok, why, sizeof why));
+    const char *lib_why = NULL;
+    if (ok && !fr_cudnn(&lib_why)) snprintf(why, sizeof why, "%s", lib_why), ok = 0;
+    if (!ok) return why[0] ? decline(env->cu, env->attention, n, why) : FR_OK;
+    size_t ws = fr_cudnn_sdpa_aux_bytes(&p); /* without a device: the plan's own workspace is not known */
+    if (env->cu) {
+        const fr_status st = fr_cudnn_sdpa_prepare(env->cu, &p, &ws);
+        if (st == FR_ERR_UNSUPPORTED) return decline(env->cu, env->attention, n, refusal_text(why, sizeof why));
+        if (st != FR_OK) return fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
+    }
+    *bytes = layout_of(p, ws).total;
+    return FR_OK;
+}
+
+extern "C" fr_status fr_attn_cudnn_run(const fr_cuda_kctx *k, int backward, int *ran)
+{
+    *ran = 0;
+    fr_cuda_ctx *c = k->cu;
+    const fr_node *n = k->node;
+    if (c->attention == FR_CUDA_ATTN_FP8RUN) {
+        c->attn_runs_own++;
+        return FR_OK;
+    }
+    const fr_tensor *q = k->in[0], *kk = k->in[1], *v = k->in[2];
+    int n_in = 0;
+    for (int i = 0; i < k->n_in; i++) n_in = k->in[i] ? i + 1 : n_in;
+    fr_cudnn_sdpa p;
+    float scale = 0;
+    int ok = 0;
+    char why[512];
+    FR_TRY(problem_of(n, n_in, backward, c->cc_major, q->rank, q->dims, kk->rank, kk->dims, v->rank, v->dims, &p, &scale,
+                      &ok, why, sizeof why));
+    size_t ws = 0;
+    if (ok) {
+        const fr_status st = fr_cudnn_sdpa_prepare(c, &p, &ws);
+        if (st == FR_ERR_UNSUPPORTED) refusal_text(why, sizeof why), ok = 0;
+        else if (st != FR_OK) return fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
+    }
+    const Layout l = ok ? layout_of(p, ws) : Layout{};
+    if (ok && (!k->scratch || k->scratch_bytes < l.total))
+        snprintf(why, sizeof why, "its scratch (%zu bytes) was planned without cuDNN (%zu needed)", k->scratch_bytes,
+                 l.total), ok = 0;
+    if (!ok) {
+        FR_TRY(decline(c, c->attention, n, why));
+        c->attn_runs_own++;
+        return FR_OK;
+    }
+    char *s = (char *)k->scratch;
+    bf16 *q16 = (bf16 *)(s + l.q), *k16 = (bf16 *)(s + l.k), *v16 = (bf16 *)(s + l.v), *o16 = (bf16 *)(s + l.o);
+    const int64_t nq = p.b * p.hq * p.tq * p.d, nk = p.b * p.hk * p.tk * p.d, nv = p.b * p.hk * p.tk * p.dv;
+    const int64_t no = p.b * p.hq * p.tq * p.dv, rows = p.b * p.hq * p.tq;
+    cudaStream_t st = c->stream;
+    FR_TRY(to_bf16(k, (const float *)q->data, q16, nq));
+    FR_TRY(to_bf16(k, (const float *)kk->data, k16, nk));
+    FR_TRY(to_bf16(k, (const float *)v->data, v16, nv));
+    fr_cudnn_sdpa_io io;
+    memset(&io, 0, sizeof io);
+    io.q = q16, io.k = k16, io.v = v16, io.o = o16;
+    io.scale = scale;
+    io.workspace = s + l.ws;
+    io.workspace_bytes = l.ws_bytes;
+    float *stats = (float *)(s + l.stats);
+    if (!backward) {
+        fr_tensor *lse = k->n_out > 1 ? k->out[1] : NULL;
+        const bool direct = lse && ((uintptr_t)lse->data & 15) == 0; /* else through the scratch */
+        io.stats = direct ? (float *)lse->data : stats;
+        FR_TRY(run_named(c, &p, &io, n));
+        FR_TRY(to_f32(k, o16, (float *)k->out[0]->data, no));
+        if (lse && !direct)
+            FR_CUDA_TRY(cudaMemcpyAsync(lse->data, stats, (size_t)rows * sizeof(float), cudaMemcpyDeviceToDevice, st));
+    } else {
+        bf16 *do16 = (bf16 *)(s + l.dout), *dq16 = (bf16 *)(s + l.dq), *dk16 = (bf16 *)(s + l.dk);
+        bf16 *dv16 = (bf16 *)(s + l.dv);
+        FR_TRY(to_bf16(k, (const float *)k->in[3]->data, o16, no));
+        FR_TRY(to_bf16(k, (const float *)k->in[5]->data, do16, no));
+        const fr_tensor *lse = k->in[4];
+        if (((uintptr_t)lse->data & 15) == 0)
+            io.stats = (float *)lse->data; /* read only */
+        else {
+            FR_CUDA_TRY(cudaMemcpyAsync(stats, lse->data, (size_t)rows * sizeof(float), cudaMemcpyDeviceToDevice, st));
+            io.stats = stats;
+        }
+        io.dout = do16, io.dq = dq16, io.dk = dk16, io.dv = dv16;
+        FR_TRY(run_named(c, &p, &io, n));
+        if (k->out[0]) FR_TRY(to_f32(k, dq16, (float *)k->out[0]->data, nq));
+        if (k->out[1]) FR_TRY(to_f32(k, dk16, (float *)k->out[1]->data, nk));
+        if (k->out[2]) FR_TRY(to_f32(k, dv16, (float *)k->out[2]->data, nv));
+    }
+    c->attn_runs_cudnn++;
+    *ran = 1;
+    return FR_OK;
+}

@@ -1,0 +1,198 @@
+/* Loading cuDNN for --attention (ops/cuda/attention_cudnn_load.c), and cuDNN's SDPA graphs,
+ * without a GPU:
+ *  - FP8RUN_CUDNN_LIBRARY pointing nowhere (set before anything loads cuDNN): the loader fails
+ *    cleanly, naming the path; --attention auto keeps fp8run's kernels and says why; --attention
+ *    cudnn is an error saying why; fp8run_cudnn_info and `fp8run info --attention ...` say it;
+ *  - fr_cudnn_open on a missing file and on a library that is not cuDNN;
+ *  - where a cuDNN 9 is installed (fr_cudnn_default_paths; skipped, saying so, where none is):
+ *    its version, and the forward and backward operation graphs (bf16 and fp16, causal or not,
+ *    MHA, GQA and MQA, T with and without the backward's padding workaround, Tq != Tk) build:
+ *    every tensor and operation descriptor finalizes, as does the operation graph where cuDNN
+ *    allows that without a device, with the number of operations the pattern has.
+ * Without the CUDA backend fp8run_cudnn_info says so, and --attention is accepted (a CPU run
+ * has no fused attention kernels to choose). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fp8run.h"
+#include "tests/cli_runner.h"
+#ifdef FP8RUN_HAVE_CUDA
+#include <dlfcn.h>
+
+#include "ops/cuda/attention_cudnn.h"
+#endif
+
+#define MISSING "/nonexistent/libcudnn.so.9"
+
+static void test_missing_library(void)
+{
+    int version = -1;
+    const char *info = fp8run_cudnn_info(&version);
+    CU_ASSERT_EQUAL(version, 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(info);
+#ifdef FP8RUN_HAVE_CUDA
+    CU_ASSERT_PTR_NOT_NULL(strstr(info, "cuDNN unavailable: FP8RUN_CUDNN_LIBRARY='" MISSING "' does not load"));
+    const char *why = NULL;
+    CU_ASSERT_PTR_NULL(fr_cudnn(&why));
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, MISSING));
+    CU_ASSERT_EQUAL(fr_cudnn_version(), 0);
+    /* the choice on a context (no device needed for it): auto falls back, cudnn refuses */
+    fr_cuda_ctx c;
+    memset(&c, 0, sizeof c);
+    c.cc_major = 9;
+    snprintf(c.name, sizeof c.name, "a GPU");
+    FR_ASSERT_OK(fr_cuda_ctx_set_attention(&c, "auto"));
+    CU_ASSERT_EQUAL(c.attention, FR_CUDA_ATTN_FP8RUN);
+    CU_ASSERT_PTR_NOT_NULL(strstr(c.attn_note, MISSING));
+    char rep[512];
+    fr_cuda_attention_report(&c, rep, sizeof rep);
+    CU_ASSERT_PTR_NOT_NULL(strstr(rep, "fp8run kernels (FP8RUN_CUDNN_LIBRARY='" MISSING "'"));
+    CU_ASSERT_EQUAL(fr_cuda_ctx_set_attention(&c, "cudnn"), FR_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "--attention cudnn: FP8RUN_CUDNN_LIBRARY='" MISSING "'"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "--attention auto falls back"));
+    CU_ASSERT_EQUAL(fr_cuda_ctx_set_attention(&c, "flash"), FR_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "use fp8run, cudnn or auto"));
+    FR_ASSERT_OK(fr_cuda_ctx_set_attention(&c, NULL));
+    CU_ASSERT_EQUAL(c.attention, FR_CUDA_ATTN_FP8RUN);
+    fr_cuda_attention_report(&c, rep, sizeof rep);
+    CU_ASSERT_STRING_EQUAL(rep, "fp8run kernels (--attention fp8run)");
+    CU_ASSERT_EQUAL(fr_cuda_attention_parse("cudnn"), FR_CUDA_ATTN_CUDNN);
+    CU_ASSERT_EQUAL(fr_cuda_attention_parse("auto"), FR_CUDA_ATTN_AUTO);
+    CU_ASSERT_EQUAL(fr_cuda_attention_parse("x"), -1);
+    /* `fp8run info` says what --attention will run (the CLI inherits the environment) */
+    CLI_EXPECT(cli_run("info %s/llama_tiny/model.onnx --attention auto", FR_FIXTURES), 0, cli_out,
+               "attention      fp8run's kernels (--attention auto: cuDNN unavailable: FP8RUN_CUDNN_LIBRARY='" MISSING);
+    CLI_EXPECT(cli_run("info %s/llama_tiny/model.onnx --attention cudnn", FR_FIXTURES), 0, cli_out,
+               "attention      --attention cudnn will fail on a GPU: cuDNN unavailable");
+#else
+    CU_ASSERT_PTR_NOT_NULL(strstr(info, "without the CUDA backend"));
+#endif
+    CLI_EXPECT(cli_run("info %s/llama_tiny/model.onnx", FR_FIXTURES), 0, cli_out,
+               "attention      fp8run's kernels (--attention fp8run)");
+    CLI_EXPECT(cli_run("info %s/llama_tiny/model.onnx --attention flash", FR_FIXTURES), 2, cli_err,
+               "--attention: 'flash' is not one of fp8run, cudnn, auto");
+}
+
+#ifdef FP8RUN_HAVE_CUDA
+static void test_open(void)
+{
+    frdnn_api api;
+    void *lib = NULL;
+    size_t version = 7;
+    CU_ASSERT_EQUAL(fr_cudnn_open("/nonexistent/dir/libcudnn.so.9", &api, &lib, &version), FR_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "/nonexistent/dir/libcudnn.so.9"));
+    CU_ASSERT_PTR_NULL(lib);
+    CU_ASSERT_EQUAL(version, 0);
+    /* a library that is there but is not cuDNN */
+    CU_ASSERT_EQUAL(fr_cudnn_open("libm.so.6", &api, &lib, &version), FR_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "libm.so.6 lacks cudnnGetVersion"));
+    CU_ASSERT_PTR_NULL(lib);
+}
+
+/* The first cuDNN 9 of the default paths, or NULL. */
+static void *open_real(frdnn_api *api, size_t *version, const char **where)
+{
+    void *lib = NULL;
+    for (int i = 0; fr_cudnn_default_paths[i]; i++)
+        if (fr_cudnn_open(fr_cudnn_default_paths[i], api, &lib, version) == FR_OK) {
+            *where = fr_cudnn_default_paths[i];
+            return lib;
+        }
+    return NULL;
+}
+
+/* Packed strides of [b, h, t, d]. */
+static void packed(int64_t h, int64_t t, int64_t d, int64_t *s)
+{
+    s[0] = h * t * d, s[1] = t * d, s[2] = d, s[3] = 1;
+}
+
+static fr_cudnn_sdpa problem(int64_t b, int64_t hq, int64_t hk, int64_t tq, int64_t tk, int64_t d, int causal,
+                             int half, int backward)
+{
+    fr_cudnn_sdpa p;
+    memset(&p, 0, sizeof p);
+    p.b = b, p.hq = hq, p.hk = hk, p.tq = tq, p.tk = tk, p.d = d, p.dv = d;
+    packed(hq, tq, d, p.sq);
+    packed(hk, tk, d, p.sk);
+    packed(hk, tk, d, p.sv);
+    packed(hq, tq, d, p.so);
+    p.causal = causal, p.half = half, p.backward = backward;
+    return p;
+}
+
+static void test_graphs(void)
+{
+    frdnn_api api;
+    size_t version = 0;
+    const char *where = NULL;
+    void *lib = open_real(&api, &version, &where);
+    if (!lib) {
+        printf("\n    SKIP: no cuDNN 9 at the default paths (%s): the graphs are checked where one is\n",
+               fr_last_error());
+        return;
+    }
+    printf("\n    cuDNN %zu from %s\n", version, where);
+    CU_ASSERT(version >= 90000 && version < 100000);
+    static const struct {
+        int64_t b, hq, hk, tq, tk, d;
+        int causal, half;
+    } cases[] = {
+        {2, 3, 3, 64, 64, 64, 1, 0},     {2, 3, 3, 65, 65, 128, 0, 0}, {2, 4, 2, 256, 256, 128, 1, 0},
+        {1, 4, 1, 7, 7, 64, 1, 1},       {2, 3, 3, 33, 70, 64, 0, 0},  {8, 16, 8, 2048, 2048, 128, 1, 0},
+        {16, 12, 4, 1024, 1024, 64, 1, 0},
+    };
+    int graphs = 0, graphs_final = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int backward = 0; backward < 2; backward++) {
+            fr_cudnn_sdpa p = problem(cases[i].b, cases[i].hq, cases[i].hk, cases[i].tq, cases[i].tk, cases[i].d,
+                                      cases[i].causal, cases[i].half, backward);
+            int finalized = -1, n_ops = 0;
+            const fr_status st = fr_cudnn_sdpa_check_graph(&api, version, &p, &finalized, &n_ops);
+            if (st != FR_OK) fprintf(stderr, "\n    case %zu backward %d: %s\n", i, backward, fr_last_error());
+            FR_ASSERT_OK(st);
+            CU_ASSERT(finalized == 0 || finalized == 1);
+            graphs++;
+            graphs_final += finalized == 1;
+            /* forward: 2 GEMMs, scale, 2 reductions, SUB, EXP, LOG, ADD, DIV (+4 causal);
+               backward: 5 GEMMs, 3 reshapes (P, dS, K), 9 pointwise (dQ's copy included), 1
+               reduction (+4 causal, +6 per padding mask, +2 K/V-head reductions with GQA) */
+            const int pad = backward && p.tk % 128 != 0 && version <= 91500 ? (version < 91000 ? 2 : 1) : 0;
+            const int want = backward ? 18 + 4 * p.causal + 6 * pad + 2 * (p.hq != p.hk) : 10 + 4 * p.causal;
+            CU_ASSERT_EQUAL(n_ops, want);
+        }
+    printf("    %d graphs built, %d operation graphs finalized without a device\n", graphs, graphs_final);
+    /* what cuDNN's flash attention does not take is refused before any descriptor */
+    fr_cudnn_sdpa big = problem(1, 2, 2, 16, 16, 256, 0, 0, 0);
+    int finalized = 0, n_ops = 0;
+    CU_ASSERT_EQUAL(fr_cudnn_sdpa_check_graph(&api, version, &big, &finalized, &n_ops), FR_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "head dims 256, 256"));
+    fr_cudnn_sdpa one = problem(1, 2, 2, 1, 1, 64, 0, 0, 1);
+    CU_ASSERT_EQUAL(fr_cudnn_sdpa_check_graph(&api, version, &one, &finalized, &n_ops), FR_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "s_q = s_kv = 1"));
+    fr_cudnn_sdpa groups = problem(1, 3, 2, 8, 8, 64, 0, 0, 0);
+    CU_ASSERT_EQUAL(fr_cudnn_sdpa_check_graph(&api, version, &groups, &finalized, &n_ops), FR_ERR_UNSUPPORTED);
+    dlclose(lib);
+}
+#endif
+
+static CU_TestInfo tests[] = {
+    {"a missing cuDNN: clean errors, auto falls back, info says so", test_missing_library},
+#ifdef FP8RUN_HAVE_CUDA
+    {"fr_cudnn_open: a missing file, a library that is not cuDNN", test_open},
+    {"cuDNN SDPA graphs build and finalize without a device (where cuDNN is installed)", test_graphs},
+#endif
+    CU_TEST_INFO_NULL,
+};
+
+static CU_SuiteInfo suites[] = {
+    {"attention_cudnn_load", cli_suite_init, cli_suite_clean, NULL, NULL, tests},
+    CU_SUITE_INFO_NULL,
+};
+
+int main(void)
+{
+    setenv("FP8RUN_CUDNN_LIBRARY", MISSING, 1); /* before anything loads cuDNN */
+    return fr_test_main(suites);
+}
