@@ -13,7 +13,6 @@
 #include "runtime/train_internal.h"
 #ifdef FP8RUN_HAVE_CUDA
 #include "ops/cuda/attention_cudnn.h"
-#include "runtime/cuda/cuda_train.h"
 #endif
 
 #define STATS_V1_SIZE offsetof(fp8run_step_stats, available)
@@ -437,10 +436,7 @@ FP8RUN_API const char *fp8run_session_profile(fp8run_session *s)
 FP8RUN_API const char *fp8run_session_attention(fp8run_session *s)
 {
     if (!s) return NULL;
-    snprintf(s->attention, sizeof s->attention, "CPU kernels");
-#ifdef FP8RUN_HAVE_CUDA
-    if (s->t->dev) fr_cuda_attention_report(fr_cuda_train_ctx(s->t->dev), s->attention, sizeof s->attention);
-#endif
+    fr_trainer_attention(s->t, s->attention, sizeof s->attention);
     return s->attention;
 }
 

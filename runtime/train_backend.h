@@ -60,6 +60,9 @@ typedef struct fr_train_backend_ops {
     size_t (*memory)(const fr_trainer *t, size_t *device_used, size_t *device_total);
     /* "CPU", or the GPU's name and compute capability. */
     const char *(*device_name)(const fr_trainer *t);
+    /* Which kernels run the fused attention nodes, and why (e.g. cuDNN or fp8run's own), into
+     * buf (n bytes). */
+    void (*attention)(const fr_trainer *t, char *buf, size_t n);
 } fr_train_backend_ops;
 
 /* The CPU backend. */

@@ -253,6 +253,12 @@ static const char *cpu_device_name(const fr_trainer *t)
     return "CPU";
 }
 
+static void cpu_attention(const fr_trainer *t, char *buf, size_t n)
+{
+    (void)t;
+    snprintf(buf, n, "CPU kernels");
+}
+
 const fr_train_backend_ops tr_backend_cpu = {
     .name = "cpu",
     .queues = 0,
@@ -268,6 +274,7 @@ const fr_train_backend_ops tr_backend_cpu = {
     .profile = cpu_profile,
     .memory = cpu_memory,
     .device_name = cpu_device_name,
+    .attention = cpu_attention,
 };
 
 fr_exec *tr_cpu_exec(const fr_trainer *t)

@@ -3,6 +3,7 @@
  * export in train_export.c, --log-fp8 records in train_fp8_stats.c, the options as JSON in
  * train_config_json.c. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -167,6 +168,12 @@ size_t fr_trainer_memory(const fr_trainer *t, size_t *device_used, size_t *devic
 }
 
 const char *fr_trainer_device(const fr_trainer *t) { return t ? t->be->device_name(t) : "CPU"; }
+
+void fr_trainer_attention(const fr_trainer *t, char *buf, size_t n)
+{
+    if (t) t->be->attention(t, buf, n);
+    else snprintf(buf, n, "no trainer");
+}
 
 /* ---- life cycle ---- */
 

@@ -244,6 +244,8 @@ fr_optimizer *fr_trainer_optimizer(fr_trainer *t);
 char *fr_trainer_profile(const fr_trainer *t);
 /* Where the trainer runs: "CPU", or the GPU's name and compute capability. */
 const char *fr_trainer_device(const fr_trainer *t);
+/* Which kernels run the fused attention nodes (fp8run_session_attention), into buf. */
+void fr_trainer_attention(const fr_trainer *t, char *buf, size_t n);
 /* Memory the trainer planned for its step (bytes): on a GPU the device memory it allocated
  * (executors, optimizer state, workspace), on the CPU the executor's pool plus parameters,
  * gradients and optimizer state. *device_used / *device_total (may be NULL) get the GPU's

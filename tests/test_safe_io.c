@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "graph/safe_io.h"
-#include "harness.h"
+#include "tests/harness.h"
 
 static char tmp[512];
 static const char *HASH = "0123456789abcdef0123456789abcdef01234567";
