@@ -164,6 +164,25 @@ static double getv(const fr_tensor *t, int64_t i)
     return t->dtype == FR_F32 ? (double)((const float *)t->data)[i] : ((const double *)t->data)[i];
 }
 
+/* The statistics of the row at `base`, in double and in two passes (so the variance does not
+ * cancel): *mean (0 for RMS) and the returned 1 / sqrt(var + epsilon). */
+static double row_stats(const fr_tensor *x, int64_t base, const norm_cfg *c, int rms, double *mean)
+{
+    const double dlen = (double)c->len;
+    double m = 0.0, var = 0.0;
+    if (!rms) {
+        for (int64_t j = 0; j < c->len; j++) m += getv(x, base + j);
+        m /= dlen;
+    }
+    for (int64_t j = 0; j < c->len; j++) {
+        double d = getv(x, base + j) - m;
+        var += d * d;
+    }
+    var /= dlen;
+    *mean = m;
+    return 1.0 / sqrt(var + (double)c->eps);
+}
+
 static fr_status check_out(const fr_node *n, const fr_tensor *o, fr_dtype dt, int rank,
                            const int64_t *dims, const char *what)
 {
@@ -210,20 +229,10 @@ static fr_status norm_cpu(const fr_kernel_ctx *ctx)
         }
     }
     const int f32 = x->dtype == FR_F32;
-    const double dlen = (double)c.len, eps = (double)c.eps;
     for (int64_t r = 0; r < c.rows; r++) {
         const int64_t base = r * c.len;
-        double mean = 0.0, var = 0.0;
-        if (!rms) {
-            for (int64_t j = 0; j < c.len; j++) mean += getv(x, base + j);
-            mean /= dlen;
-        }
-        for (int64_t j = 0; j < c.len; j++) {
-            double d = getv(x, base + j) - mean;
-            var += d * d;
-        }
-        var /= dlen;
-        const double inv = 1.0 / sqrt(var + eps);
+        double mean;
+        const double inv = row_stats(x, base, &c, rms, &mean);
         if (mo) ((float *)mo->data)[r] = (float)mean;
         if (io) ((float *)io->data)[r] = (float)inv;
         const int64_t so = bc_row_off(&ms, x, &c, r), bo = b ? bc_row_off(&mb, x, &c, r) : 0;
@@ -319,21 +328,12 @@ static fr_status ng_cpu(const fr_kernel_ctx *ctx)
     if (st == FR_OK && db) st = bc_map_make(b, x, &c, &mb);
     if (st != FR_OK) goto done;
 
-    const double dlen = (double)c.len, eps = (double)c.eps;
+    const double dlen = (double)c.len;
     for (int64_t r = 0; r < c.rows; r++) {
         const int64_t base = r * c.len;
         const int64_t so = bc_row_off(&ms, x, &c, r), bo = db ? bc_row_off(&mb, x, &c, r) : 0;
-        double mean = 0.0, var = 0.0;
-        if (!rms) {
-            for (int64_t j = 0; j < c.len; j++) mean += getv(x, base + j);
-            mean /= dlen;
-        }
-        for (int64_t j = 0; j < c.len; j++) {
-            double d = getv(x, base + j) - mean;
-            var += d * d;
-        }
-        var /= dlen;
-        const double inv = 1.0 / sqrt(var + eps);
+        double mean;
+        const double inv = row_stats(x, base, &c, rms, &mean);
         /* row sums of g and g * xh; the parameter gradients on the way */
         double sg = 0.0, sgx = 0.0;
         for (int64_t j = 0; j < c.len; j++) {
