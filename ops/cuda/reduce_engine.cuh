@@ -24,6 +24,7 @@
 
 #include "ops/cuda/cuda_kernel.h"
 #include "ops/cuda/cuda_util.cuh"
+#include "ops/reduce.h" /* red_kind: the reduction kinds of Reduce* and ReduceGrad */
 
 namespace {
 
@@ -382,9 +383,6 @@ FR_NODISCARD fr_status red_launch(const fr_cuda_kctx *k, const RPlan &p, Cb cb, 
     }
     return FR_OK;
 }
-
-/* the reduction kinds of Reduce* and ReduceGrad */
-enum RKind { R_SUM, R_MEAN, R_MAX, R_MIN, R_PROD, R_SUMSQ, R_L1, R_L2, R_LSE };
 
 /* finisher: the accumulator converted to T */
 template <class T, class V> struct Store {
