@@ -96,10 +96,8 @@ FP8RUN_API fp8run_status fp8run_npy_save(const char *path, const fp8run_tensor *
     const char *fn = __func__;
     fp8run_tensor c;
     memset(&c, 0, sizeof c);
-    size_t use;
-    fp8run_status ps = fr_api_check_in(NULL, fn, "tensor", t, TENSOR_V1_SIZE, sizeof c, &use);
+    fp8run_status ps = fr_api_read_in(NULL, fn, "tensor", t, TENSOR_V1_SIZE, &c, sizeof c);
     if (ps != FP8RUN_OK) return ps;
-    memcpy(&c, t, use);
     if (!path || !path[0]) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: no path given", fn);
     if (c.rank < 0 || c.rank > FP8RUN_MAX_RANK)
         return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: rank %d is outside 0..%d", fn, c.rank, FP8RUN_MAX_RANK);
