@@ -121,6 +121,10 @@ void fr_broadcast_strides(int rsrc, const int64_t *dsrc, int rout, const int64_t
 /* Row-major contiguous strides of a shape. */
 void fr_contig_strides(int rank, const int64_t *dims, int64_t *strides);
 
+/* y[i] = acc[i] for i < n, rounded once to y's dtype (float64, else float32): the store of the
+ * kernels that accumulate in double. */
+void fr_store_acc(fr_tensor *y, const double *acc, int64_t n);
+
 /* Infer-time check that a value's dtype can be held in a tensor (`what` names it). */
 FR_NODISCARD fr_status fr_holdable(const fr_node *n, const char *what, fr_dtype dt);
 /* Kernel-side check that the executor handed an output of the dtype and shape that infer()

@@ -172,3 +172,13 @@ fr_status fr_check_out(const fr_node *n, const fr_tensor *y, fr_dtype dt, int ra
     }
     return FR_OK;
 }
+
+void fr_store_acc(fr_tensor *y, const double *acc, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (y->dtype == FR_F64)
+            ((double *)y->data)[i] = acc[i];
+        else
+            ((float *)y->data)[i] = (float)acc[i];
+    }
+}
