@@ -57,14 +57,15 @@ extern "C" { /* C functions (here and in the graph headers), also when a CUDA fi
 #define FR_FP8_FN static inline
 #endif
 
-FR_FP8_FN uint32_t fr_fp8_f32_bits_(float f)
+/* A float's bit pattern, and back. */
+FR_FP8_FN uint32_t fr_f32_bits(float f)
 {
     uint32_t u;
     memcpy(&u, &f, 4);
     return u;
 }
 
-FR_FP8_FN float fr_fp8_bits_f32_(uint32_t u)
+FR_FP8_FN float fr_bits_f32(uint32_t u)
 {
     float f;
     memcpy(&f, &u, 4);
@@ -104,7 +105,7 @@ FR_FP8_FN uint8_t fr_fp8_encode_(uint32_t u, int saturate, unsigned man_bits, un
  * (464 itself ties to the even code 0x7E). 0x43E80001 is the float just above 464. */
 FR_FP8_FN uint8_t fr_f32_to_e4m3(float x, int saturate)
 {
-    return fr_fp8_encode_(fr_fp8_f32_bits_(x), saturate, 3u, 7u, 0x43E80001u, FR_E4M3_MAX_CODE,
+    return fr_fp8_encode_(fr_f32_bits(x), saturate, 3u, 7u, 0x43E80001u, FR_E4M3_MAX_CODE,
                           FR_E4M3_NAN_CODE);
 }
 
@@ -112,7 +113,7 @@ FR_FP8_FN uint8_t fr_f32_to_e4m3(float x, int saturate)
  * (61440 ties to the even code 0x7C). 0x47700000 is 61440. */
 FR_FP8_FN uint8_t fr_f32_to_e5m2(float x, int saturate)
 {
-    return fr_fp8_encode_(fr_fp8_f32_bits_(x), saturate, 2u, 15u, 0x47700000u, FR_E5M2_MAX_CODE,
+    return fr_fp8_encode_(fr_f32_bits(x), saturate, 2u, 15u, 0x47700000u, FR_E5M2_MAX_CODE,
                           FR_E5M2_INF_CODE);
 }
 
@@ -120,18 +121,18 @@ FR_FP8_FN float fr_e4m3_to_f32(uint8_t q)
 {
     uint32_t s = (uint32_t)(q & 0x80u) << 24;
     uint32_t e = (q >> 3) & 0xFu, m = q & 0x7u;
-    if ((q & 0x7Fu) == 0x7Fu) return fr_fp8_bits_f32_(FR_FP8_DECODED_NAN_BITS);
-    if (e == 0) return fr_fp8_bits_f32_(s | fr_fp8_f32_bits_((float)m * 0x1p-9f)); /* exact */
-    return fr_fp8_bits_f32_(s | ((e + 127u - 7u) << 23) | (m << 20));
+    if ((q & 0x7Fu) == 0x7Fu) return fr_bits_f32(FR_FP8_DECODED_NAN_BITS);
+    if (e == 0) return fr_bits_f32(s | fr_f32_bits((float)m * 0x1p-9f)); /* exact */
+    return fr_bits_f32(s | ((e + 127u - 7u) << 23) | (m << 20));
 }
 
 FR_FP8_FN float fr_e5m2_to_f32(uint8_t q)
 {
     uint32_t s = (uint32_t)(q & 0x80u) << 24;
     uint32_t e = (q >> 2) & 0x1Fu, m = q & 0x3u;
-    if (e == 31u) return fr_fp8_bits_f32_(m ? FR_FP8_DECODED_NAN_BITS : (s | 0x7F800000u));
-    if (e == 0) return fr_fp8_bits_f32_(s | fr_fp8_f32_bits_((float)m * 0x1p-16f));
-    return fr_fp8_bits_f32_(s | ((e + 127u - 15u) << 23) | (m << 21));
+    if (e == 31u) return fr_bits_f32(m ? FR_FP8_DECODED_NAN_BITS : (s | 0x7F800000u));
+    if (e == 0) return fr_bits_f32(s | fr_f32_bits((float)m * 0x1p-16f));
+    return fr_bits_f32(s | ((e + 127u - 15u) << 23) | (m << 21));
 }
 
 /* 1 when the fp8 code is NaN in the format `fmt` (FR_F8E4M3 or FR_F8E5M2), else 0. */
