@@ -107,29 +107,21 @@ void fr_api_log(fp8run_log_level level, const char *fmt, ...)
 
 /* ---- size-prefixed structs ---- */
 
-/* The caller's struct p is there and its struct_size (*size) is at least `min`; `hint` says how
- * to set it. */
-static fp8run_status check_size(api_err *slot, const char *fn, const char *what, const void *p, size_t min,
-                                const char *hint, size_t *size)
+/* An input (`in`) or output struct of the caller's: there, its struct_size at least `min`, and
+ * for an input the bytes beyond the `known` ones of this library zero. */
+static fp8run_status check_struct(api_err *slot, const char *fn, const char *what, const void *p, size_t min,
+                                  size_t known, int in, size_t *use)
 {
     if (!p) return fr_api_error(slot, FP8RUN_ERR_INVALID_ARG, "%s: %s is NULL", fn, what);
-    memcpy(size, p, sizeof *size);
-    if (*size < min)
+    size_t size;
+    memcpy(&size, p, sizeof size);
+    if (size < min)
         return fr_api_error(slot, FP8RUN_ERR_INVALID_ARG,
-                            "%s: %s.struct_size is %zu, below the %zu bytes of its first version (%s)", fn, what,
-                            *size, min, hint);
-    return FP8RUN_OK;
-}
-
-fp8run_status fr_api_check_in(api_err *slot, const char *fn, const char *what, const void *p, size_t min,
-                              size_t known, size_t *use)
-{
-    size_t size = 0;
-    fp8run_status ps = check_size(slot, fn, what, p, min, "set it to sizeof, or use the *_init function", &size);
-    if (ps != FP8RUN_OK) return ps;
+                            "%s: %s.struct_size is %zu, below the %zu bytes of its first version (set it to %s)", fn,
+                            what, size, min, in ? "sizeof, or use the *_init function" : "sizeof before the call");
     /* a newer header's fields this library does not know: fine while they are left at zero */
     const unsigned char *b = p;
-    for (size_t i = known; i < size; i++)
+    for (size_t i = known; in && i < size; i++)
         if (b[i])
             return fr_api_error(slot, FP8RUN_ERR_UNSUPPORTED,
                                 "%s: %s sets a field at byte offset %zu that this fp8run (%s, %zu-byte "
@@ -139,14 +131,16 @@ fp8run_status fr_api_check_in(api_err *slot, const char *fn, const char *what, c
     return FP8RUN_OK;
 }
 
+fp8run_status fr_api_check_in(api_err *slot, const char *fn, const char *what, const void *p, size_t min,
+                              size_t known, size_t *use)
+{
+    return check_struct(slot, fn, what, p, min, known, 1, use);
+}
+
 fp8run_status fr_api_check_out(api_err *slot, const char *fn, const char *what, const void *p, size_t min,
                                size_t known, size_t *use)
 {
-    size_t size = 0;
-    fp8run_status ps = check_size(slot, fn, what, p, min, "set it to sizeof before the call", &size);
-    if (ps != FP8RUN_OK) return ps;
-    *use = size < known ? size : known;
-    return FP8RUN_OK;
+    return check_struct(slot, fn, what, p, min, known, 0, use);
 }
 
 fp8run_status fr_api_read_in(api_err *slot, const char *fn, const char *what, const void *p, size_t min,
