@@ -99,6 +99,11 @@ void fr_api_value_info(const fr_value *v, fp8run_value_info *out, size_t use);
 void fr_api_shape_info(const char *name, fr_dtype dt, int rank, const int64_t *dims, fp8run_value_info *out,
                        size_t use);
 
+/* ---- tensors (runtime/api_tensor.c) ---- */
+
+/* An fr_tensor header over a caller's tensor (rank already checked): its memory, not copied. */
+fr_tensor fr_api_tensor_view(const fp8run_tensor *c);
+
 /* ---- models (runtime/api_model.c) ---- */
 
 /* A model handle around g (ownership taken: g is freed on failure). Parameters are the

@@ -199,13 +199,7 @@ FP8RUN_API fp8run_status fp8run_forward_set_input(fp8run_forward *f, const fp8ru
         return fr_api_error(&f->err, FP8RUN_ERR_INVALID_ARG, "%s: input '%s': rank %d is outside 0..%d", fn, c.name,
                             c.rank, FP8RUN_MAX_RANK);
     /* a header over the caller's memory: the executor copies the data */
-    fr_tensor h;
-    memset(&h, 0, sizeof h);
-    h.dtype = (fr_dtype)c.dtype;
-    h.rank = c.rank;
-    memcpy(h.dims, c.dims, sizeof h.dims);
-    h.data = c.data;
-    h.nbytes = c.data ? c.nbytes : 0;
+    fr_tensor h = fr_api_tensor_view(&c);
     f->ran = 0;
     return fr_api_fail(&f->err, fn, fr_exec_set_input(f->e, c.name, &h));
 }

@@ -91,6 +91,18 @@ FP8RUN_API void fp8run_npy_free(fp8run_tensor *t)
     t->nbytes = 0;
 }
 
+fr_tensor fr_api_tensor_view(const fp8run_tensor *c)
+{
+    fr_tensor h;
+    memset(&h, 0, sizeof h);
+    h.dtype = (fr_dtype)c->dtype;
+    h.rank = c->rank;
+    memcpy(h.dims, c->dims, sizeof h.dims);
+    h.data = c->data;
+    h.nbytes = c->data ? c->nbytes : 0;
+    return h;
+}
+
 FP8RUN_API fp8run_status fp8run_npy_save(const char *path, const fp8run_tensor *t)
 {
     const char *fn = __func__;
@@ -108,12 +120,6 @@ FP8RUN_API fp8run_status fp8run_npy_save(const char *path, const fp8run_tensor *
     if (c.nbytes != want || (want && !c.data))
         return fr_api_error(NULL, FP8RUN_ERR_SHAPE, "%s: '%s': the tensor holds %zu bytes, its shape and dtype %zu", fn,
                             path, c.data ? c.nbytes : 0, want);
-    fr_tensor h;
-    memset(&h, 0, sizeof h);
-    h.dtype = (fr_dtype)c.dtype;
-    h.rank = c.rank;
-    memcpy(h.dims, c.dims, sizeof h.dims);
-    h.data = c.data;
-    h.nbytes = c.nbytes;
+    fr_tensor h = fr_api_tensor_view(&c);
     return fr_api_fail(NULL, fn, fr_npy_save(path, &h));
 }
