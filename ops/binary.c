@@ -427,21 +427,14 @@ static fr_status expand_infer(fr_graph *g, int node_id)
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "dtype %s cannot be held in a tensor",
                              fr_dtype_name(x->dtype));
     int cnt;
-    int64_t *shape;
-    FR_TRY(fr_infer_const_ints(g, n, 1, &cnt, &shape));
-    fr_status st = FR_OK;
-    if (cnt > FR_MAX_RANK)
-        st = fr_node_error(n, FR_ERR_UNSUPPORTED, "shape has rank %d, fp8run supports up to %d",
-                           cnt, FR_MAX_RANK);
-    for (int i = 0; st == FR_OK && i < cnt; i++)
+    int64_t shape[FR_MAX_RANK];
+    FR_TRY(fr_infer_const_shape(g, n, 1, &cnt, shape));
+    for (int i = 0; i < cnt; i++)
         if (shape[i] < 0)
-            st = fr_node_error(n, FR_ERR_SHAPE, "shape[%d] = %lld is negative", i,
-                               (long long)shape[i]);
+            return fr_node_error(n, FR_ERR_SHAPE, "shape[%d] = %lld is negative", i, (long long)shape[i]);
     int rank;
     int64_t dims[FR_MAX_RANK];
-    if (st == FR_OK) st = fr_broadcast_shape(n, x->rank, x->dims, cnt, shape, &rank, dims);
-    free(shape);
-    FR_TRY(st);
+    FR_TRY(fr_broadcast_shape(n, x->rank, x->dims, cnt, shape, &rank, dims));
     fr_infer_set(g, n, 0, x->dtype, rank, dims);
     return FR_OK;
 }

@@ -108,6 +108,9 @@ void fr_infer_same(fr_graph *g, const fr_node *n, int o, int i);
  * that fp8run needs static shapes. */
 FR_NODISCARD fr_status fr_infer_const_ints(fr_graph *g, const fr_node *n, int i, int *count,
                               int64_t **vals);
+/* A shape given as constant input i (Expand's, ConstantOfShape's): fr_infer_const_ints, at most
+ * FR_MAX_RANK entries, copied into dims[*rank]. */
+FR_NODISCARD fr_status fr_infer_const_shape(fr_graph *g, const fr_node *n, int i, int *rank, int64_t *dims);
 /* Normalize an axis in [-rank, rank) to [0, rank); error names the node. */
 FR_NODISCARD fr_status fr_norm_axis(const fr_node *n, int64_t axis, int rank, int *out);
 

@@ -96,6 +96,21 @@ fr_status fr_infer_const_ints(fr_graph *g, const fr_node *n, int i, int *count,
     return FR_OK;
 }
 
+fr_status fr_infer_const_shape(fr_graph *g, const fr_node *n, int i, int *rank, int64_t *dims)
+{
+    int cnt;
+    int64_t *shape;
+    FR_TRY(fr_infer_const_ints(g, n, i, &cnt, &shape));
+    fr_status st = FR_OK;
+    if (cnt > FR_MAX_RANK)
+        st = fr_node_error(n, FR_ERR_UNSUPPORTED, "shape has rank %d, fp8run supports up to %d", cnt, FR_MAX_RANK);
+    else if (cnt > 0)
+        memcpy(dims, shape, (size_t)cnt * sizeof *dims);
+    *rank = cnt;
+    free(shape);
+    return st;
+}
+
 fr_status fr_norm_axis(const fr_node *n, int64_t axis, int rank, int *out)
 {
     if (axis < -rank || axis >= rank || (rank == 0 && axis != 0 && axis != -1))

@@ -343,16 +343,11 @@ static fr_status cos_infer(fr_graph *g, int node_id)
     const fr_tensor *val;
     FR_TRY(cos_value(n, &val));
     int cnt;
-    int64_t *shape;
-    FR_TRY(fr_infer_const_ints(g, n, 0, &cnt, &shape));
-    fr_status st = FR_OK;
-    if (cnt > FR_MAX_RANK)
-        st = fr_node_error(n, FR_ERR_UNSUPPORTED, "shape has rank %d, fp8run supports up to %d",
-                           cnt, FR_MAX_RANK);
-    if (st == FR_OK) st = check_out_shape(n, cnt, shape);
-    if (st == FR_OK) fr_infer_set(g, n, 0, val ? val->dtype : FR_F32, cnt, shape);
-    free(shape);
-    return st;
+    int64_t shape[FR_MAX_RANK];
+    FR_TRY(fr_infer_const_shape(g, n, 0, &cnt, shape));
+    FR_TRY(check_out_shape(n, cnt, shape));
+    fr_infer_set(g, n, 0, val ? val->dtype : FR_F32, cnt, shape);
+    return FR_OK;
 }
 
 /* Fill `y` with copies of the `es`-byte element at `elem`, doubling the filled prefix. */
