@@ -75,5 +75,5 @@ float fr_amax(const float *x, int64_t n)
         nan |= a != a;
         m = a > m ? a : m;
     }
-    return nan ? fr_fp8_bits_f32_(0x7FC00000u) : m;
+    return nan ? fr_bits_f32(0x7FC00000u) : m;
 }

@@ -23,6 +23,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#ifdef __cplusplus
+extern "C" { /* C functions (here and in the graph headers), also when a CUDA file includes this */
+#endif
+
 #include "graph/tensor.h"
 #include "graph/status.h"
 
@@ -41,19 +45,27 @@
 #define FR_E5M2_NAN_CODE 0x7Fu /* what conversion of a NaN produces */
 #define FR_FP8_DECODED_NAN_BITS 0x7FFFFFFFu /* float bits a NaN code decodes to */
 
-/* ---- scalar conversions (inline: they sit in kernels' inner loops) ----
+/* ---- scalar conversions (inline: they sit in kernels' inner loops; in CUDA files also device
+ * functions, so the GPU's Cast runs this very code) ----
  * fr_f32_to_e4m3 / fr_f32_to_e5m2(x, saturate): saturate nonzero = SATFINITE, 0 = overflow
  * to NaN (E4M3) / Inf (E5M2). fr_e4m3_to_f32 / fr_e5m2_to_f32: exact decode.
  * Encoding works on the float's bit pattern with integer arithmetic only, so the result
  * does not depend on the FPU rounding mode or on FTZ/DAZ settings. */
-static inline uint32_t fr_fp8_f32_bits_(float f)
+#ifdef __CUDACC__
+#define FR_FP8_FN static __host__ __device__ __forceinline__
+#else
+#define FR_FP8_FN static inline
+#endif
+
+/* A float's bit pattern, and back. */
+FR_FP8_FN uint32_t fr_f32_bits(float f)
 {
     uint32_t u;
     memcpy(&u, &f, 4);
     return u;
 }
 
-static inline float fr_fp8_bits_f32_(uint32_t u)
+FR_FP8_FN float fr_bits_f32(uint32_t u)
 {
     float f;
     memcpy(&f, &u, 4);
@@ -64,8 +76,8 @@ static inline float fr_fp8_bits_f32_(uint32_t u)
  *   man_bits  stored mantissa bits (3 / 2), bias: exponent bias (7 / 15)
  *   ovf_bits  float bit pattern of the smallest magnitude that rounds past max
  *   max_code  code of +max, ovf_code: code of a non-saturated overflow (NaN / Inf) */
-static inline uint8_t fr_fp8_encode_(uint32_t u, int saturate, unsigned man_bits, unsigned bias,
-                                     uint32_t ovf_bits, uint8_t max_code, uint8_t ovf_code)
+FR_FP8_FN uint8_t fr_fp8_encode_(uint32_t u, int saturate, unsigned man_bits, unsigned bias,
+                                  uint32_t ovf_bits, uint8_t max_code, uint8_t ovf_code)
 {
     uint8_t s = (uint8_t)((u >> 24) & 0x80u);
     uint32_t a = u & 0x7FFFFFFFu;
@@ -91,36 +103,36 @@ static inline uint8_t fr_fp8_encode_(uint32_t u, int saturate, unsigned man_bits
 
 /* E4M3: max 448 = 1.75 * 2^8; the next step would be 480, so |x| > 464 overflows
  * (464 itself ties to the even code 0x7E). 0x43E80001 is the float just above 464. */
-static inline uint8_t fr_f32_to_e4m3(float x, int saturate)
+FR_FP8_FN uint8_t fr_f32_to_e4m3(float x, int saturate)
 {
-    return fr_fp8_encode_(fr_fp8_f32_bits_(x), saturate, 3u, 7u, 0x43E80001u, FR_E4M3_MAX_CODE,
+    return fr_fp8_encode_(fr_f32_bits(x), saturate, 3u, 7u, 0x43E80001u, FR_E4M3_MAX_CODE,
                           FR_E4M3_NAN_CODE);
 }
 
 /* E5M2: max 57344 = 1.75 * 2^15; the next step is 2^16 (Inf), so |x| >= 61440 overflows
  * (61440 ties to the even code 0x7C). 0x47700000 is 61440. */
-static inline uint8_t fr_f32_to_e5m2(float x, int saturate)
+FR_FP8_FN uint8_t fr_f32_to_e5m2(float x, int saturate)
 {
-    return fr_fp8_encode_(fr_fp8_f32_bits_(x), saturate, 2u, 15u, 0x47700000u, FR_E5M2_MAX_CODE,
+    return fr_fp8_encode_(fr_f32_bits(x), saturate, 2u, 15u, 0x47700000u, FR_E5M2_MAX_CODE,
                           FR_E5M2_INF_CODE);
 }
 
-static inline float fr_e4m3_to_f32(uint8_t q)
+FR_FP8_FN float fr_e4m3_to_f32(uint8_t q)
 {
     uint32_t s = (uint32_t)(q & 0x80u) << 24;
     uint32_t e = (q >> 3) & 0xFu, m = q & 0x7u;
-    if ((q & 0x7Fu) == 0x7Fu) return fr_fp8_bits_f32_(FR_FP8_DECODED_NAN_BITS);
-    if (e == 0) return fr_fp8_bits_f32_(s | fr_fp8_f32_bits_((float)m * 0x1p-9f)); /* exact */
-    return fr_fp8_bits_f32_(s | ((e + 127u - 7u) << 23) | (m << 20));
+    if ((q & 0x7Fu) == 0x7Fu) return fr_bits_f32(FR_FP8_DECODED_NAN_BITS);
+    if (e == 0) return fr_bits_f32(s | fr_f32_bits((float)m * 0x1p-9f)); /* exact */
+    return fr_bits_f32(s | ((e + 127u - 7u) << 23) | (m << 20));
 }
 
-static inline float fr_e5m2_to_f32(uint8_t q)
+FR_FP8_FN float fr_e5m2_to_f32(uint8_t q)
 {
     uint32_t s = (uint32_t)(q & 0x80u) << 24;
     uint32_t e = (q >> 2) & 0x1Fu, m = q & 0x3u;
-    if (e == 31u) return fr_fp8_bits_f32_(m ? FR_FP8_DECODED_NAN_BITS : (s | 0x7F800000u));
-    if (e == 0) return fr_fp8_bits_f32_(s | fr_fp8_f32_bits_((float)m * 0x1p-16f));
-    return fr_fp8_bits_f32_(s | ((e + 127u - 15u) << 23) | (m << 21));
+    if (e == 31u) return fr_bits_f32(m ? FR_FP8_DECODED_NAN_BITS : (s | 0x7F800000u));
+    if (e == 0) return fr_bits_f32(s | fr_f32_bits((float)m * 0x1p-16f));
+    return fr_bits_f32(s | ((e + 127u - 15u) << 23) | (m << 21));
 }
 
 /* 1 when the fp8 code is NaN in the format `fmt` (FR_F8E4M3 or FR_F8E5M2), else 0. */
@@ -140,5 +152,9 @@ FR_NODISCARD fr_status fr_fp8_dequantize(const uint8_t *q, int64_t n, float scal
 /* max |x[i]|: a quiet NaN if any element is NaN, else +Inf if any is +-Inf, else the finite
  * maximum; 0 for n == 0. Callers decide what a non-finite amax means for the scale. */
 float fr_amax(const float *x, int64_t n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -95,7 +95,8 @@ static void value_clear(fr_value *v)
     free(v->param_note);
 }
 
-static void node_clear(fr_node *n)
+/* What a node is (name, op, inputs, outputs, attributes), as opposed to where it came from. */
+static void node_clear_identity(fr_node *n)
 {
     free(n->name);
     free(n->op_type);
@@ -104,6 +105,11 @@ static void node_clear(fr_node *n)
     free(n->outputs);
     for (int i = 0; i < n->n_attrs; i++) fr_attr_clear(&n->attrs[i]);
     free(n->attrs);
+}
+
+static void node_clear(fr_node *n)
+{
+    node_clear_identity(n);
     free(n->doc_string);
     free(n->torch_fx);
     free(n->torch_scopes);
@@ -199,6 +205,42 @@ void fr_value_set_shape(fr_value *v, fr_dtype dt, int rank, const int64_t *dims)
     for (int i = 0; i < FR_MAX_RANK; i++) v->dims[i] = i < rank ? dims[i] : -1;
 }
 
+/* Node id's name (autonamed "<op_type>_<id>" when empty), op, domain ("ai.onnx" normalized to
+ * "") and inputs/outputs in new memory, and its outputs' producer. Nothing changes on failure. */
+static fr_status node_set_identity(fr_graph *g, int id, const char *op_type, const char *domain, const char *name,
+                                   int n_in, const int *inputs, int n_out, const int *outputs)
+{
+    char autoname[64];
+    if (!name || !name[0]) {
+        snprintf(autoname, sizeof autoname, "%s_%d", op_type, id);
+        name = autoname;
+    }
+    fr_node fresh;
+    memset(&fresh, 0, sizeof fresh);
+    fresh.name = fr_strdup(name, "node name");
+    fresh.op_type = fr_strdup(op_type, "node op_type");
+    fresh.domain = fr_strdup(domain && strcmp(domain, "ai.onnx") != 0 ? domain : "", "node domain");
+    fresh.inputs = fr_calloc((size_t)(n_in > 0 ? n_in : 1), sizeof(int), "node inputs");
+    fresh.outputs = fr_calloc((size_t)(n_out > 0 ? n_out : 1), sizeof(int), "node outputs");
+    if (!fresh.name || !fresh.op_type || !fresh.domain || !fresh.inputs || !fresh.outputs) {
+        node_clear_identity(&fresh);
+        return FR_ERR_OOM;
+    }
+    fr_node *n = &g->nodes[id];
+    n->name = fresh.name;
+    n->op_type = fresh.op_type;
+    n->domain = fresh.domain;
+    n->inputs = fresh.inputs;
+    n->outputs = fresh.outputs;
+    n->n_inputs = n_in;
+    n->n_outputs = n_out;
+    if (n_in) memcpy(n->inputs, inputs, (size_t)n_in * sizeof(int));
+    if (n_out) memcpy(n->outputs, outputs, (size_t)n_out * sizeof(int));
+    for (int i = 0; i < n_out; i++)
+        if (outputs[i] >= 0) g->values[outputs[i]].producer = id;
+    return FR_OK;
+}
+
 fr_status fr_graph_add_node(fr_graph *g, const char *op_type, const char *domain,
                             const char *name, int n_in, const int *inputs, int n_out,
                             const int *outputs, int *node_id)
@@ -211,30 +253,23 @@ fr_status fr_graph_add_node(fr_graph *g, const char *op_type, const char *domain
         g->cap_nodes = ncap;
     }
     int id = g->n_nodes;
-    fr_node *n = &g->nodes[id];
-    memset(n, 0, sizeof *n);
-    char autoname[64];
-    if (!name || !name[0]) {
-        snprintf(autoname, sizeof autoname, "%s_%d", op_type, id);
-        name = autoname;
-    }
-    n->name = fr_strdup(name, "node name");
-    n->op_type = fr_strdup(op_type, "node op_type");
-    n->domain = fr_strdup(domain && strcmp(domain, "ai.onnx") != 0 ? domain : "", "node domain");
-    n->inputs = fr_calloc((size_t)(n_in > 0 ? n_in : 1), sizeof(int), "node inputs");
-    n->outputs = fr_calloc((size_t)(n_out > 0 ? n_out : 1), sizeof(int), "node outputs");
-    if (!n->name || !n->op_type || !n->domain || !n->inputs || !n->outputs) {
-        node_clear(n);
-        return FR_ERR_OOM;
-    }
-    n->n_inputs = n_in;
-    n->n_outputs = n_out;
-    if (n_in) memcpy(n->inputs, inputs, (size_t)n_in * sizeof(int));
-    if (n_out) memcpy(n->outputs, outputs, (size_t)n_out * sizeof(int));
-    for (int i = 0; i < n_out; i++)
-        if (outputs[i] >= 0) g->values[outputs[i]].producer = id;
+    memset(&g->nodes[id], 0, sizeof g->nodes[id]);
+    FR_TRY(node_set_identity(g, id, op_type, domain, name, n_in, inputs, n_out, outputs));
     g->n_nodes++;
     if (node_id) *node_id = id;
+    return FR_OK;
+}
+
+fr_status fr_node_reset(fr_graph *g, int nid, const char *op_type, const char *domain, const char *name, int n_in,
+                        const int *inputs, int n_out, const int *outputs)
+{
+    fr_node old = g->nodes[nid];
+    FR_TRY(node_set_identity(g, nid, op_type, domain, name, n_in, inputs, n_out, outputs));
+    node_clear_identity(&old);
+    fr_node *n = &g->nodes[nid];
+    n->attrs = NULL;
+    n->n_attrs = 0;
+    n->op = NULL;
     return FR_OK;
 }
 

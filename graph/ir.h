@@ -136,6 +136,12 @@ FR_NODISCARD fr_status fr_graph_add_node(fr_graph *g, const char *op_type, const
                             const char *name, int n_in, const int *inputs, int n_out,
                             const int *outputs, int *node_id);
 
+/* Make node nid another node in place: op_type, domain, name and inputs/outputs as for
+ * fr_graph_add_node, no attributes, no resolved op; what it came from (doc string, torch
+ * fields) is kept. On failure the node is unchanged. */
+FR_NODISCARD fr_status fr_node_reset(fr_graph *g, int nid, const char *op_type, const char *domain, const char *name,
+                                     int n_in, const int *inputs, int n_out, const int *outputs);
+
 /* Attributes (copying values in). Replaces an attribute of the same name. */
 FR_NODISCARD fr_status fr_node_set_attr_int(fr_node *n, const char *name, int64_t v);
 FR_NODISCARD fr_status fr_node_set_attr_float(fr_node *n, const char *name, float v);

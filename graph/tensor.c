@@ -186,15 +186,12 @@ float fr_f16_to_f32(uint16_t h)
     } else {
         bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
     }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
+    return fr_bits_f32(bits);
 }
 
 uint16_t fr_f32_to_f16(float f)
 {
-    uint32_t x;
-    memcpy(&x, &f, 4);
+    uint32_t x = fr_f32_bits(f);
     uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
     uint32_t ax = x & 0x7fffffffu;
     if (ax >= 0x7f800000u) /* inf or nan */
@@ -214,18 +211,11 @@ uint16_t fr_f32_to_f16(float f)
     return sign | (uint16_t)q;
 }
 
-float fr_bf16_to_f32(uint16_t b)
-{
-    uint32_t bits = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
+float fr_bf16_to_f32(uint16_t b) { return fr_bits_f32((uint32_t)b << 16); }
 
 uint16_t fr_f32_to_bf16(float f)
 {
-    uint32_t x;
-    memcpy(&x, &f, 4);
+    uint32_t x = fr_f32_bits(f);
     if ((x & 0x7fffffffu) > 0x7f800000u) return 0x7fffu; /* every NaN -> 0x7FFF, as the H100's cvt does */
     uint32_t lsb = (x >> 16) & 1u;
     x += 0x7fffu + lsb;

@@ -154,6 +154,23 @@ static void out_shapes(int rq, const int64_t *dq, const fr_attn_geom *g, int64_t
     memcpy(ld, dq, sizeof(int64_t) * (size_t)(rq - 1));
 }
 
+/* What every entry point (shape inference and kernel, forward and backward) derives first from
+ * the attributes and Q, K, V: the attributes, the dtypes checked, the geometry, O's and LSE's
+ * shapes. ATTN_SETUP takes Q, K, V as fr_value (inference) or fr_tensor (kernels). */
+static fr_status attn_setup(const fr_node *n, fr_dtype qt, int rq, const int64_t *dq, fr_dtype kt, int rk,
+                            const int64_t *dk, fr_dtype vt, int rv, const int64_t *dv, fr_attn_attrs *a,
+                            fr_attn_geom *geo, int64_t *od, int64_t *ld)
+{
+    FR_TRY(fr_attn_read_attrs(n, rq >= 1 ? dq[rq - 1] : 0, a));
+    FR_TRY(check_dtypes(n, a->bf16, qt, kt, vt));
+    FR_TRY(fr_attn_geometry(n, rq, dq, rk, dk, rv, dv, a->causal, geo));
+    out_shapes(rq, dq, geo, od, ld);
+    return FR_OK;
+}
+#define ATTN_SETUP(n, q, k, v, a, geo, od, ld)                                                               \
+    attn_setup(n, (q)->dtype, (q)->rank, (q)->dims, (k)->dtype, (k)->rank, (k)->dims, (v)->dtype, (v)->rank, \
+               (v)->dims, a, geo, od, ld)
+
 static fr_status check_blas(const fr_node *n, const fr_attn_geom *g)
 {
     if (g->Tq > INT_MAX || g->Tk > INT_MAX || g->D > INT_MAX || g->Dv > INT_MAX)
@@ -225,12 +242,9 @@ static fr_status attn_infer(fr_graph *g, int node_id)
         return fr_node_error(n, FR_ERR_GRAPH, "needs output O (and optionally LSE)");
     const fr_value *q = fr_node_in(g, n, 0), *k = fr_node_in(g, n, 1), *v = fr_node_in(g, n, 2);
     fr_attn_attrs a;
-    FR_TRY(fr_attn_read_attrs(n, q->rank >= 1 ? q->dims[q->rank - 1] : 0, &a));
-    FR_TRY(check_dtypes(n, a.bf16, q->dtype, k->dtype, v->dtype));
     fr_attn_geom geo;
-    FR_TRY(fr_attn_geometry(n, q->rank, q->dims, k->rank, k->dims, v->rank, v->dims, a.causal, &geo));
     int64_t od[FR_MAX_RANK], ld[FR_MAX_RANK];
-    out_shapes(q->rank, q->dims, &geo, od, ld);
+    FR_TRY(ATTN_SETUP(n, q, k, v, &a, &geo, od, ld));
     const fr_dtype dt = q->dtype;
     FR_TRY(infer_mask(g, n, 3, &geo, dt));
     fr_infer_set(g, n, 0, dt, q->rank, od);
@@ -273,6 +287,17 @@ static fr_status read_mask(const fr_node *n, const fr_tensor *mt, const fr_attn_
     return fr_attn_mask_geometry(n, geo, mt ? mt->rank : 0, mt ? mt->dims : NULL, mg);
 }
 
+/* The kernels' setup: ATTN_SETUP, then the mask input mt (NULL: none) and the output (forward)
+ * or input (backward) O checked against it. */
+static fr_status kernel_setup(const fr_node *n, const fr_tensor *q, const fr_tensor *k, const fr_tensor *v,
+                              const fr_tensor *mt, const fr_tensor *o, fr_attn_attrs *a, fr_attn_geom *geo,
+                              fr_attn_mask *mg, int64_t *od, int64_t *ld)
+{
+    FR_TRY(ATTN_SETUP(n, q, k, v, a, geo, od, ld));
+    FR_TRY(read_mask(n, mt, geo, q->dtype, mg));
+    return fr_check_out(n, o, q->dtype, q->rank, od);
+}
+
 /* Scores row i of problem b += its mask row. */
 static void add_mask_row(fr_dtype dt, void *row, const fr_tensor *mt, const fr_attn_mask *mg, int64_t off, int64_t i,
                          int64_t Tk)
@@ -285,6 +310,17 @@ static void add_mask_row(fr_dtype dt, void *row, const fr_tensor *mt, const fr_a
         for (int64_t j = 0; j < Tk; j++) ((double *)row)[j] += ((const double *)mt->data)[base + j * mg->col];
 }
 
+/* S = scale Q K^T + mask: the [Tq, Tk] scores of problem b (Qb, Kb: its Q and its K). */
+static void scores(fr_dtype dt, const fr_attn_attrs *a, const fr_attn_geom *geo, const fr_tensor *mt,
+                   const fr_attn_mask *mg, int64_t b, const void *Qb, const void *Kb, void *S)
+{
+    const int64_t Tq = geo->Tq, Tk = geo->Tk;
+    gemm(dt, 0, 1, Tq, Tk, geo->D, a->scale, Qb, Kb, 0.0, S);
+    const int64_t moff = fr_attn_mask_offset(geo, mg, b);
+    for (int64_t i = 0; i < Tq; i++)
+        add_mask_row(dt, (char *)S + (size_t)(i * Tk) * fr_dtype_size(dt), mt, mg, moff, i, Tk);
+}
+
 static fr_status attn_cpu(const fr_kernel_ctx *ctx)
 {
     const fr_node *n = ctx->node;
@@ -293,16 +329,11 @@ static fr_status attn_cpu(const fr_kernel_ctx *ctx)
     const fr_tensor *q = ctx->in[0], *k = ctx->in[1], *v = ctx->in[2], *mt = ctx->n_in > 3 ? ctx->in[3] : NULL;
     fr_tensor *o = ctx->out[0], *lse = ctx->n_out > 1 ? ctx->out[1] : NULL;
     fr_attn_attrs a;
-    FR_TRY(fr_attn_read_attrs(n, q->rank >= 1 ? q->dims[q->rank - 1] : 0, &a));
-    FR_TRY(check_dtypes(n, a.bf16, q->dtype, k->dtype, v->dtype));
     fr_attn_geom geo;
-    FR_TRY(fr_attn_geometry(n, q->rank, q->dims, k->rank, k->dims, v->rank, v->dims, a.causal, &geo));
-    int64_t od[FR_MAX_RANK], ld[FR_MAX_RANK];
-    out_shapes(q->rank, q->dims, &geo, od, ld);
-    const fr_dtype dt = q->dtype;
     fr_attn_mask mg;
-    FR_TRY(read_mask(n, mt, &geo, dt, &mg));
-    FR_TRY(fr_check_out(n, o, dt, q->rank, od));
+    int64_t od[FR_MAX_RANK], ld[FR_MAX_RANK];
+    FR_TRY(kernel_setup(n, q, k, v, mt, o, &a, &geo, &mg, od, ld));
+    const fr_dtype dt = q->dtype;
     if (lse) FR_TRY(fr_check_out(n, lse, dt, q->rank - 1, ld));
     FR_TRY(check_blas(n, &geo));
     if (geo.batch == 0 || geo.Tq == 0) return FR_OK; /* Dv = 0: no O, but LSE is still due */
@@ -328,12 +359,10 @@ static fr_status attn_cpu(const fr_kernel_ctx *ctx)
         const int64_t kv = fr_attn_kv_index(&geo, b);
         const char *Qb = Q + (size_t)(b * Tq * D) * es, *Kb = K + (size_t)(kv * Tk * D) * es,
                    *Vb = V + (size_t)(kv * Tk * Dv) * es;
-        gemm(dt, 0, 1, Tq, Tk, D, a.scale, Qb, Kb, 0.0, S);
-        const int64_t moff = fr_attn_mask_offset(&geo, &mg, b);
+        scores(dt, &a, &geo, mt, &mg, b, Qb, Kb, S);
         for (int64_t i = 0; i < Tq; i++) {
             int64_t lo, hi;
             fr_attn_row_range(&a, Tk, i, &lo, &hi);
-            add_mask_row(dt, (char *)S + (size_t)(i * Tk) * es, mt, &mg, moff, i, Tk);
             double l;
             if (dt == FR_F32) { /* keys before lo: zeros; the softmax zeroes those from hi on */
                 float *row = (float *)S + i * Tk;
@@ -405,12 +434,9 @@ static fr_status attng_infer(fr_graph *g, int node_id)
     const fr_value *q = fr_node_in(g, n, 0), *k = fr_node_in(g, n, 1), *v = fr_node_in(g, n, 2),
                    *o = fr_node_in(g, n, 3), *lse = fr_node_in(g, n, 4), *dout = fr_node_in(g, n, 5);
     fr_attn_attrs a;
-    FR_TRY(fr_attn_read_attrs(n, q->rank >= 1 ? q->dims[q->rank - 1] : 0, &a));
-    FR_TRY(check_dtypes(n, a.bf16, q->dtype, k->dtype, v->dtype));
     fr_attn_geom geo;
-    FR_TRY(fr_attn_geometry(n, q->rank, q->dims, k->rank, k->dims, v->rank, v->dims, a.causal, &geo));
     int64_t od[FR_MAX_RANK], ld[FR_MAX_RANK];
-    out_shapes(q->rank, q->dims, &geo, od, ld);
+    FR_TRY(ATTN_SETUP(n, q, k, v, &a, &geo, od, ld));
     const fr_value *chk[3] = {o, dout, lse};
     for (int c = 0; c < 3; c++) {
         const fr_value *x = chk[c];
@@ -441,16 +467,11 @@ static fr_status attng_cpu(const fr_kernel_ctx *ctx)
                     *dout = ctx->in[5], *mt = ctx->n_in > 6 ? ctx->in[6] : NULL;
     fr_tensor *dq = ctx->out[0], *dk = ctx->out[1], *dv = ctx->out[2];
     fr_attn_attrs a;
-    FR_TRY(fr_attn_read_attrs(n, q->rank >= 1 ? q->dims[q->rank - 1] : 0, &a));
-    FR_TRY(check_dtypes(n, a.bf16, q->dtype, k->dtype, v->dtype));
     fr_attn_geom geo;
-    FR_TRY(fr_attn_geometry(n, q->rank, q->dims, k->rank, k->dims, v->rank, v->dims, a.causal, &geo));
-    int64_t od[FR_MAX_RANK], ld[FR_MAX_RANK];
-    out_shapes(q->rank, q->dims, &geo, od, ld);
-    const fr_dtype dt = q->dtype;
     fr_attn_mask mg;
-    FR_TRY(read_mask(n, mt, &geo, dt, &mg));
-    FR_TRY(fr_check_out(n, o, dt, q->rank, od));
+    int64_t od[FR_MAX_RANK], ld[FR_MAX_RANK];
+    FR_TRY(kernel_setup(n, q, k, v, mt, o, &a, &geo, &mg, od, ld));
+    const fr_dtype dt = q->dtype;
     FR_TRY(fr_check_out(n, dout, dt, q->rank, od));
     FR_TRY(fr_check_out(n, lse, dt, q->rank - 1, ld));
     if (dq) FR_TRY(fr_check_out(n, dq, dt, q->rank, q->dims));
@@ -487,12 +508,10 @@ static fr_status attng_cpu(const fr_kernel_ctx *ctx)
         const char *Qb = Q + (size_t)(b * Tq * D) * es, *Kb = K + (size_t)(kv * Tk * D) * es,
                    *Vb = V + (size_t)(kv * Tk * Dv) * es, *dOb = dO + (size_t)(b * Tq * Dv) * es;
         /* P = exp(scale Q K^T - LSE), 0 where masked */
-        gemm(dt, 0, 1, Tq, Tk, D, a.scale, Qb, Kb, 0.0, P);
-        const int64_t moff = fr_attn_mask_offset(&geo, &mg, b);
+        scores(dt, &a, &geo, mt, &mg, b, Qb, Kb, P);
         for (int64_t i = 0; i < Tq; i++) {
             int64_t lo, hi;
             fr_attn_row_range(&a, Tk, i, &lo, &hi);
-            add_mask_row(dt, (char *)P + (size_t)(i * Tk) * es, mt, &mg, moff, i, Tk);
             double sum = 0.0; /* Delta_i = dO_i . O_i, from the unrounded dO */
             if (dt == FR_F32) {
                 float *row = (float *)P + i * Tk;

@@ -269,28 +269,10 @@ static int pow_dtype_ok(fr_dtype dt)
     return dt == FR_F32 || dt == FR_F64 || dt == FR_I32 || dt == FR_I64;
 }
 
-static int64_t ipow(int64_t a, int64_t e, int *bad)
-{
-    if (e < 0) {
-        if (a == 0) *bad = 1;
-        if (a == 1) return 1;
-        if (a == -1) return (e & 1) ? -1 : 1;
-        return 0;
-    }
-    uint64_t r = 1, base = (uint64_t)a;
-    while (e) {
-        if (e & 1) r *= base;
-        base *= base;
-        e >>= 1;
-    }
-    return (int64_t)r;
-}
-
-
 #define POW(NAME, TB, TE, EXPR)                                                              \
     static void NAME(int64_t n, char *const *p, const int64_t *s, void *arg)                 \
     {                                                                                        \
-        int *bad_ = arg;                                                                     \
+        ew_flag_t *bad_ = arg;                                                               \
         TB *y = (TB *)(void *)p[0];                                                          \
         const TB *a = (const TB *)(const void *)p[1];                                        \
         const TE *b = (const TE *)(const void *)p[2];                                        \
@@ -304,8 +286,8 @@ static int64_t ipow(int64_t a, int64_t e, int *bad)
 
 POW(powd_f32, float, double, pow((double)x0, x1))
 POW(powd_f64, double, double, pow(x0, x1))
-POW(powi_i32, int32_t, int64_t, (uint32_t)ipow(x0, x1, bad_))
-POW(powi_i64, int64_t, int64_t, ipow(x0, x1, bad_))
+POW(powi_i32, int32_t, int64_t, (uint32_t)ew_ipow(x0, x1, bad_))
+POW(powi_i64, int64_t, int64_t, ew_ipow(x0, x1, bad_))
 
 /* x^2, the common float32 case (variance), as one multiply: the same correctly rounded
  * result as pow. */
@@ -445,21 +427,14 @@ static fr_status expand_infer(fr_graph *g, int node_id)
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "dtype %s cannot be held in a tensor",
                              fr_dtype_name(x->dtype));
     int cnt;
-    int64_t *shape;
-    FR_TRY(fr_infer_const_ints(g, n, 1, &cnt, &shape));
-    fr_status st = FR_OK;
-    if (cnt > FR_MAX_RANK)
-        st = fr_node_error(n, FR_ERR_UNSUPPORTED, "shape has rank %d, fp8run supports up to %d",
-                           cnt, FR_MAX_RANK);
-    for (int i = 0; st == FR_OK && i < cnt; i++)
+    int64_t shape[FR_MAX_RANK];
+    FR_TRY(fr_infer_const_shape(g, n, 1, &cnt, shape));
+    for (int i = 0; i < cnt; i++)
         if (shape[i] < 0)
-            st = fr_node_error(n, FR_ERR_SHAPE, "shape[%d] = %lld is negative", i,
-                               (long long)shape[i]);
+            return fr_node_error(n, FR_ERR_SHAPE, "shape[%d] = %lld is negative", i, (long long)shape[i]);
     int rank;
     int64_t dims[FR_MAX_RANK];
-    if (st == FR_OK) st = fr_broadcast_shape(n, x->rank, x->dims, cnt, shape, &rank, dims);
-    free(shape);
-    FR_TRY(st);
+    FR_TRY(fr_broadcast_shape(n, x->rank, x->dims, cnt, shape, &rank, dims));
     fr_infer_set(g, n, 0, x->dtype, rank, dims);
     return FR_OK;
 }

@@ -452,29 +452,29 @@ static fr_status cg_infer(fr_graph *g, int node_id)
     return FR_OK;
 }
 
+/* One bound: its input t when present (*has), else the float attribute of legacy Clip when
+ * set, else *v stays unbounded. */
+static fr_status cg_bound(const fr_node *n, const fr_tensor *t, const char *attr, int *has, double *v)
+{
+    if (t) {
+        *v = fr_tensor_get_f64(t, 0);
+        *has = 1;
+    } else if (fr_node_attr(n, attr)) {
+        float f;
+        FR_TRY(fr_node_attr_float(n, attr, 0, &f));
+        *v = f;
+    }
+    return FR_OK;
+}
+
 static fr_status cg_bounds(const fr_kernel_ctx *ctx, clip_bounds *b)
 {
     const fr_tensor *tl = ctx->n_in > 2 ? ctx->in[2] : NULL, *th = ctx->n_in > 3 ? ctx->in[3] : NULL;
     b->lo = -INFINITY;
     b->hi = INFINITY;
     b->has_lo = b->has_hi = 0;
-    if (tl) {
-        b->lo = fr_tensor_get_f64(tl, 0);
-        b->has_lo = 1;
-    } else if (fr_node_attr(ctx->node, "min")) {
-        float f;
-        FR_TRY(fr_node_attr_float(ctx->node, "min", 0, &f));
-        b->lo = f;
-    }
-    if (th) {
-        b->hi = fr_tensor_get_f64(th, 0);
-        b->has_hi = 1;
-    } else if (fr_node_attr(ctx->node, "max")) {
-        float f;
-        FR_TRY(fr_node_attr_float(ctx->node, "max", 0, &f));
-        b->hi = f;
-    }
-    return FR_OK;
+    FR_TRY(cg_bound(ctx->node, tl, "min", &b->has_lo, &b->lo));
+    return cg_bound(ctx->node, th, "max", &b->has_hi, &b->hi);
 }
 
 static fr_status cg_cpu(const fr_kernel_ctx *ctx)

@@ -40,6 +40,7 @@ static __device__ __forceinline__ void ew_raise(unsigned *flag, unsigned code)
     if (flag) atomicOr(flag, code);
 }
 #define EW_RAISE_DIV_ZERO(flag) ew_raise(flag, EW_FLAG_DIV_ZERO)
+#define EW_RAISE_POW_NEG_ZERO(flag) ew_raise(flag, EW_FLAG_POW_NEG_ZERO)
 
 static __device__ __forceinline__ float m_exp(float x) { return expf(x); }
 static __device__ __forceinline__ double m_exp(double x) { return exp(x); }
@@ -77,6 +78,7 @@ static __device__ __forceinline__ double m_fmod(double a, double b) { return fmo
 #define EW_STATIC_ASSERT _Static_assert
 typedef int ew_flag_t; /* the CPU's: set to 1, reported after the loop */
 #define EW_RAISE_DIV_ZERO(flag) (*(flag) = 1)
+#define EW_RAISE_POW_NEG_ZERO(flag) (*(flag) = 1)
 #endif
 
 /* ---- column vocabulary ---- */
@@ -250,6 +252,25 @@ EW_IFN ew_irem(int64_t a, int64_t b, int floor_mode, ew_flag_t *bad)
     int64_t r = a % b;
     if (floor_mode && r != 0 && ((r < 0) != (b < 0))) r += b;
     return r;
+}
+
+/* Integer power, exact with wrapping. A negative exponent gives the truncated 1 / a^|e| (so 0
+ * unless a is +-1); 0 to a negative power gives 0 and raises the flag. */
+EW_IFN ew_ipow(int64_t a, int64_t e, ew_flag_t *bad)
+{
+    if (e < 0) {
+        if (a == 0) EW_RAISE_POW_NEG_ZERO(bad);
+        if (a == 1) return 1;
+        if (a == -1) return (e & 1) ? -1 : 1;
+        return 0;
+    }
+    uint64_t r = 1, base = (uint64_t)a;
+    while (e) {
+        if (e & 1) r *= base;
+        base *= base;
+        e >>= 1;
+    }
+    return (int64_t)r;
 }
 
 #endif

@@ -52,12 +52,7 @@ static fr_status sum_to_cpu(const fr_kernel_ctx *ctx)
             idx[k] = 0;
         }
     }
-    for (int64_t i = 0; i < ny; i++) {
-        if (y->dtype == FR_F64)
-            ((double *)y->data)[i] = acc[i];
-        else
-            ((float *)y->data)[i] = (float)acc[i];
-    }
+    fr_store_acc(y, acc, ny);
     free(acc);
     return FR_OK;
 }

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "ops/grad.h"
+#include "ops/matmul.h"
 #include "ops/op.h"
 
 static int blas_dtype(fr_dtype dt) { return dt == FR_F32 || dt == FR_F64; }
@@ -284,12 +285,7 @@ static fr_status mmx_cpu(const fr_kernel_ctx *ctx)
 
 /* ---- Gemm ---- */
 
-typedef struct gemm_cfg {
-    int ta, tb;
-    float alpha, beta;
-} gemm_cfg;
-
-static fr_status gemm_attrs(const fr_node *n, gemm_cfg *c)
+fr_status fr_gemm_read_attrs(const fr_node *n, fr_gemm_attrs *c)
 {
     int64_t ta, tb;
     FR_TRY(fr_node_attr_int(n, "transA", 0, &ta));
@@ -305,7 +301,7 @@ static fr_status gemm_attrs(const fr_node *n, gemm_cfg *c)
 }
 
 /* M, N, K from A's and B's shapes; C (crank >= 0 when present) must broadcast to [M, N]. */
-static fr_status gemm_dims(const fr_node *n, const gemm_cfg *c, int ra, const int64_t *da,
+static fr_status gemm_dims(const fr_node *n, const fr_gemm_attrs *c, int ra, const int64_t *da,
                            int rb, const int64_t *db, int rc, const int64_t *dc, int64_t *M,
                            int64_t *N, int64_t *K)
 {
@@ -340,8 +336,8 @@ static fr_status gemm_infer(fr_graph *g, int node_id)
 {
     const fr_node *n = &g->nodes[node_id];
     FR_TRY(fr_infer_require_inputs(g, n, 2, 3));
-    gemm_cfg c;
-    FR_TRY(gemm_attrs(n, &c));
+    fr_gemm_attrs c;
+    FR_TRY(fr_gemm_read_attrs(n, &c));
     const fr_value *a = fr_node_in(g, n, 0), *b = fr_node_in(g, n, 1), *cv = fr_node_in(g, n, 2);
     if (cv) FR_TRY(fr_infer_require_inputs(g, n, 3, 3));
     if (!blas_dtype(a->dtype)) return dtype_error(n, a->dtype);
@@ -381,8 +377,8 @@ static fr_status gemm_cpu(const fr_kernel_ctx *ctx)
     const fr_node *n = ctx->node;
     if (ctx->n_in < 2 || ctx->n_in > 3 || !ctx->in[0] || !ctx->in[1] || ctx->n_out < 1)
         return fr_node_error(n, FR_ERR_GRAPH, "needs inputs A, B (C optional) and output Y");
-    gemm_cfg c;
-    FR_TRY(gemm_attrs(n, &c));
+    fr_gemm_attrs c;
+    FR_TRY(fr_gemm_read_attrs(n, &c));
     const fr_tensor *a = ctx->in[0], *b = ctx->in[1], *ct = ctx->n_in > 2 ? ctx->in[2] : NULL;
     fr_tensor *y = ctx->out[0];
     if (!blas_dtype(a->dtype)) return dtype_error(n, a->dtype);
@@ -584,8 +580,8 @@ static fr_status gemm_grad(fr_grad_ctx *ctx)
     const fr_node *n = &g->nodes[ctx->node_id];
     const int dY = ctx->dout[0];
     if (dY < 0) return FR_OK;
-    gemm_cfg c;
-    FR_TRY(gemm_attrs(n, &c));
+    fr_gemm_attrs c;
+    FR_TRY(fr_gemm_read_attrs(n, &c));
     const int A = n->inputs[0], B = n->inputs[1], C = n->n_inputs > 2 ? n->inputs[2] : -1;
     const int needC = C >= 0 && ctx->need_din[2];
     if (ctx->need_din[0]) {

@@ -29,18 +29,13 @@
 #include <string.h>
 
 #include "ops/grad.h"
+#include "ops/norm.h"
 #include "ops/op.h"
 
 static int is_rms(const fr_node *n) { return strcmp(n->op_type, "RMSNormalization") == 0; }
 
-typedef struct norm_cfg {
-    int axis;
-    float eps;
-    int64_t rows, len; /* rows of `len` contiguous elements */
-} norm_cfg;
-
 /* Attributes and the row split of X's shape. */
-static fr_status norm_config(const fr_node *n, int rank, const int64_t *dims, norm_cfg *c)
+fr_status fr_norm_config(const fr_node *n, int rank, const int64_t *dims, fr_norm_cfg *c)
 {
     int64_t axis, stash;
     FR_TRY(fr_node_attr_int(n, "axis", -1, &axis));
@@ -100,8 +95,8 @@ static fr_status norm_infer(fr_graph *g, int node_id)
                              rms ? 1 : 3);
     FR_TRY(check_dtype(n, x->dtype, s->dtype, "Scale"));
     if (b) FR_TRY(check_dtype(n, x->dtype, b->dtype, "B"));
-    norm_cfg c;
-    FR_TRY(norm_config(n, x->rank, x->dims, &c));
+    fr_norm_cfg c;
+    FR_TRY(fr_norm_config(n, x->rank, x->dims, &c));
     FR_TRY(check_bcast(n, "Scale", s->rank, s->dims, x->rank, x->dims));
     if (b) FR_TRY(check_bcast(n, "B", b->rank, b->dims, x->rank, x->dims));
     fr_infer_same(g, n, 0, 0);
@@ -120,7 +115,7 @@ typedef struct bc_map {
     int ident, shared;
 } bc_map;
 
-static fr_status bc_map_make(const fr_tensor *p, const fr_tensor *x, const norm_cfg *c, bc_map *m)
+static fr_status bc_map_make(const fr_tensor *p, const fr_tensor *x, const fr_norm_cfg *c, bc_map *m)
 {
     memset(m, 0, sizeof *m);
     fr_broadcast_strides(p->rank, p->dims, x->rank, x->dims, m->st);
@@ -148,7 +143,7 @@ static fr_status bc_map_make(const fr_tensor *p, const fr_tensor *x, const norm_
     return FR_OK;
 }
 
-static int64_t bc_row_off(const bc_map *m, const fr_tensor *x, const norm_cfg *c, int64_t r)
+static int64_t bc_row_off(const bc_map *m, const fr_tensor *x, const fr_norm_cfg *c, int64_t r)
 {
     if (m->shared) return 0;
     int64_t off = 0;
@@ -162,6 +157,25 @@ static int64_t bc_row_off(const bc_map *m, const fr_tensor *x, const norm_cfg *c
 static double getv(const fr_tensor *t, int64_t i)
 {
     return t->dtype == FR_F32 ? (double)((const float *)t->data)[i] : ((const double *)t->data)[i];
+}
+
+/* The statistics of the row at `base`, in double and in two passes (so the variance does not
+ * cancel): *mean (0 for RMS) and the returned 1 / sqrt(var + epsilon). */
+static double row_stats(const fr_tensor *x, int64_t base, const fr_norm_cfg *c, int rms, double *mean)
+{
+    const double dlen = (double)c->len;
+    double m = 0.0, var = 0.0;
+    if (!rms) {
+        for (int64_t j = 0; j < c->len; j++) m += getv(x, base + j);
+        m /= dlen;
+    }
+    for (int64_t j = 0; j < c->len; j++) {
+        double d = getv(x, base + j) - m;
+        var += d * d;
+    }
+    var /= dlen;
+    *mean = m;
+    return 1.0 / sqrt(var + (double)c->eps);
 }
 
 static fr_status check_out(const fr_node *n, const fr_tensor *o, fr_dtype dt, int rank,
@@ -188,8 +202,8 @@ static fr_status norm_cpu(const fr_kernel_ctx *ctx)
     fr_tensor *io = ctx->n_out > 2 ? ctx->out[2] : NULL;
     FR_TRY(check_dtype(n, x->dtype, s->dtype, "Scale"));
     if (b) FR_TRY(check_dtype(n, x->dtype, b->dtype, "B"));
-    norm_cfg c;
-    FR_TRY(norm_config(n, x->rank, x->dims, &c));
+    fr_norm_cfg c;
+    FR_TRY(fr_norm_config(n, x->rank, x->dims, &c));
     FR_TRY(check_bcast(n, "Scale", s->rank, s->dims, x->rank, x->dims));
     if (b) FR_TRY(check_bcast(n, "B", b->rank, b->dims, x->rank, x->dims));
     if (!y) return fr_node_error(n, FR_ERR_GRAPH, "output Y is missing");
@@ -210,20 +224,10 @@ static fr_status norm_cpu(const fr_kernel_ctx *ctx)
         }
     }
     const int f32 = x->dtype == FR_F32;
-    const double dlen = (double)c.len, eps = (double)c.eps;
     for (int64_t r = 0; r < c.rows; r++) {
         const int64_t base = r * c.len;
-        double mean = 0.0, var = 0.0;
-        if (!rms) {
-            for (int64_t j = 0; j < c.len; j++) mean += getv(x, base + j);
-            mean /= dlen;
-        }
-        for (int64_t j = 0; j < c.len; j++) {
-            double d = getv(x, base + j) - mean;
-            var += d * d;
-        }
-        var /= dlen;
-        const double inv = 1.0 / sqrt(var + eps);
+        double mean;
+        const double inv = row_stats(x, base, &c, rms, &mean);
         if (mo) ((float *)mo->data)[r] = (float)mean;
         if (io) ((float *)io->data)[r] = (float)inv;
         const int64_t so = bc_row_off(&ms, x, &c, r), bo = b ? bc_row_off(&mb, x, &c, r) : 0;
@@ -267,8 +271,8 @@ static fr_status ng_infer(fr_graph *g, int node_id)
                              fr_shape_str(dy->rank, dy->dims, s1, sizeof s1),
                              fr_shape_str(x->rank, x->dims, s2, sizeof s2));
     }
-    norm_cfg c;
-    FR_TRY(norm_config(n, x->rank, x->dims, &c));
+    fr_norm_cfg c;
+    FR_TRY(fr_norm_config(n, x->rank, x->dims, &c));
     FR_TRY(check_bcast(n, "Scale", s->rank, s->dims, x->rank, x->dims));
     if (b) FR_TRY(check_bcast(n, "B", b->rank, b->dims, x->rank, x->dims));
     fr_infer_same(g, n, 0, 1);
@@ -299,8 +303,8 @@ static fr_status ng_cpu(const fr_kernel_ctx *ctx)
     FR_TRY(check_dtype(n, x->dtype, dy->dtype, "dY"));
     FR_TRY(check_dtype(n, x->dtype, s->dtype, "Scale"));
     if (b) FR_TRY(check_dtype(n, x->dtype, b->dtype, "B"));
-    norm_cfg c;
-    FR_TRY(norm_config(n, x->rank, x->dims, &c));
+    fr_norm_cfg c;
+    FR_TRY(fr_norm_config(n, x->rank, x->dims, &c));
     FR_TRY(check_bcast(n, "Scale", s->rank, s->dims, x->rank, x->dims));
     if (b) FR_TRY(check_bcast(n, "B", b->rank, b->dims, x->rank, x->dims));
     FR_TRY(check_out(n, dy, x->dtype, x->rank, x->dims, "dY (input)"));
@@ -319,21 +323,12 @@ static fr_status ng_cpu(const fr_kernel_ctx *ctx)
     if (st == FR_OK && db) st = bc_map_make(b, x, &c, &mb);
     if (st != FR_OK) goto done;
 
-    const double dlen = (double)c.len, eps = (double)c.eps;
+    const double dlen = (double)c.len;
     for (int64_t r = 0; r < c.rows; r++) {
         const int64_t base = r * c.len;
         const int64_t so = bc_row_off(&ms, x, &c, r), bo = db ? bc_row_off(&mb, x, &c, r) : 0;
-        double mean = 0.0, var = 0.0;
-        if (!rms) {
-            for (int64_t j = 0; j < c.len; j++) mean += getv(x, base + j);
-            mean /= dlen;
-        }
-        for (int64_t j = 0; j < c.len; j++) {
-            double d = getv(x, base + j) - mean;
-            var += d * d;
-        }
-        var /= dlen;
-        const double inv = 1.0 / sqrt(var + eps);
+        double mean;
+        const double inv = row_stats(x, base, &c, rms, &mean);
         /* row sums of g and g * xh; the parameter gradients on the way */
         double sg = 0.0, sgx = 0.0;
         for (int64_t j = 0; j < c.len; j++) {

@@ -108,6 +108,9 @@ void fr_infer_same(fr_graph *g, const fr_node *n, int o, int i);
  * that fp8run needs static shapes. */
 FR_NODISCARD fr_status fr_infer_const_ints(fr_graph *g, const fr_node *n, int i, int *count,
                               int64_t **vals);
+/* A shape given as constant input i (Expand's, ConstantOfShape's): fr_infer_const_ints, at most
+ * FR_MAX_RANK entries, copied into dims[*rank]. */
+FR_NODISCARD fr_status fr_infer_const_shape(fr_graph *g, const fr_node *n, int i, int *rank, int64_t *dims);
 /* Normalize an axis in [-rank, rank) to [0, rank); error names the node. */
 FR_NODISCARD fr_status fr_norm_axis(const fr_node *n, int64_t axis, int rank, int *out);
 
@@ -120,6 +123,10 @@ void fr_broadcast_strides(int rsrc, const int64_t *dsrc, int rout, const int64_t
                           int64_t *strides);
 /* Row-major contiguous strides of a shape. */
 void fr_contig_strides(int rank, const int64_t *dims, int64_t *strides);
+
+/* y[i] = acc[i] for i < n, rounded once to y's dtype (float64, else float32): the store of the
+ * kernels that accumulate in double. */
+void fr_store_acc(fr_tensor *y, const double *acc, int64_t n);
 
 /* Infer-time check that a value's dtype can be held in a tensor (`what` names it). */
 FR_NODISCARD fr_status fr_holdable(const fr_node *n, const char *what, fr_dtype dt);

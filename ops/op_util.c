@@ -96,6 +96,21 @@ fr_status fr_infer_const_ints(fr_graph *g, const fr_node *n, int i, int *count,
     return FR_OK;
 }
 
+fr_status fr_infer_const_shape(fr_graph *g, const fr_node *n, int i, int *rank, int64_t *dims)
+{
+    int cnt;
+    int64_t *shape;
+    FR_TRY(fr_infer_const_ints(g, n, i, &cnt, &shape));
+    fr_status st = FR_OK;
+    if (cnt > FR_MAX_RANK)
+        st = fr_node_error(n, FR_ERR_UNSUPPORTED, "shape has rank %d, fp8run supports up to %d", cnt, FR_MAX_RANK);
+    else if (cnt > 0)
+        memcpy(dims, shape, (size_t)cnt * sizeof *dims);
+    *rank = cnt;
+    free(shape);
+    return st;
+}
+
 fr_status fr_norm_axis(const fr_node *n, int64_t axis, int rank, int *out)
 {
     if (axis < -rank || axis >= rank || (rank == 0 && axis != 0 && axis != -1))
@@ -171,4 +186,14 @@ fr_status fr_check_out(const fr_node *n, const fr_tensor *y, fr_dtype dt, int ra
                              fr_dtype_name(dt), fr_shape_str(rank, dims, b, sizeof b));
     }
     return FR_OK;
+}
+
+void fr_store_acc(fr_tensor *y, const double *acc, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (y->dtype == FR_F64)
+            ((double *)y->data)[i] = acc[i];
+        else
+            ((float *)y->data)[i] = (float)acc[i];
+    }
 }

@@ -57,12 +57,8 @@ static int dims_eq(int ra, const int64_t *a, int rb, const int64_t *b)
     return 1;
 }
 
-/* Attributes and input shapes; x / y may be NULL (then only their absence is checked). */
-static fr_status rg_config(const fr_node *n, int n_in, fr_dtype dt, int dy_rank,
-                           const int64_t *dy_dims, const fr_tensor *x, const fr_tensor *y,
-                           rg_cfg *c)
+fr_status fr_reduce_grad_kind(const fr_node *n, int n_in, red_kind *out)
 {
-    memset(c, 0, sizeof *c);
     const char *kind;
     FR_TRY(fr_node_attr_string(n, "kind", NULL, &kind));
     if (!kind) return fr_node_error(n, FR_ERR_GRAPH, "attribute 'kind' is required");
@@ -70,30 +66,48 @@ static fr_status rg_config(const fr_node *n, int n_in, fr_dtype dt, int dy_rank,
     while (i < sizeof rg_names / sizeof rg_names[0] && strcmp(rg_names[i], kind) != 0) i++;
     if (i == sizeof rg_names / sizeof rg_names[0])
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "kind '%s' is not a reduction", kind);
-    c->kind = rg_kinds[i];
-    if (n_in != fr_reduce_grad_inputs(c->kind))
+    *out = rg_kinds[i];
+    if (n_in != fr_reduce_grad_inputs(*out))
         return fr_node_error(n, FR_ERR_GRAPH, "kind '%s' takes %d inputs, the node has %d", kind,
-                             fr_reduce_grad_inputs(c->kind), n_in);
-    if (dt != FR_F32 && dt != FR_F64)
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "dy is %s (float32 or float64 supported)",
-                             fr_dtype_name(dt));
-    int cnt, keepdims = 1;
+                             fr_reduce_grad_inputs(*out), n_in);
+    return FR_OK;
+}
+
+fr_status fr_reduce_grad_shape(const fr_node *n, int *rank, int64_t *dims, unsigned char *red)
+{
+    int cnt;
     const int64_t *v;
     FR_TRY(fr_node_attr_ints(n, "shape", &cnt, &v));
     if (cnt < 0) return fr_node_error(n, FR_ERR_GRAPH, "attribute 'shape' is required");
     if (cnt > FR_MAX_RANK) return fr_node_error(n, FR_ERR_UNSUPPORTED, "shape has rank %d", cnt);
-    c->rank = cnt;
+    *rank = cnt;
     for (int k = 0; k < cnt; k++) {
         if (v[k] < 0) return fr_node_error(n, FR_ERR_SHAPE, "shape has a negative dim");
-        c->dims[k] = v[k];
+        dims[k] = v[k];
     }
     FR_TRY(fr_node_attr_ints(n, "axes", &cnt, &v));
     if (cnt < 0) return fr_node_error(n, FR_ERR_GRAPH, "attribute 'axes' is required");
+    memset(red, 0, FR_MAX_RANK);
     for (int j = 0; j < cnt; j++) {
         int a;
-        FR_TRY(fr_norm_axis(n, v[j], c->rank, &a));
-        c->red[a] = 1;
+        FR_TRY(fr_norm_axis(n, v[j], *rank, &a));
+        red[a] = 1;
     }
+    return FR_OK;
+}
+
+/* Attributes and input shapes; x / y may be NULL (then only their absence is checked). */
+static fr_status rg_config(const fr_node *n, int n_in, fr_dtype dt, int dy_rank,
+                           const int64_t *dy_dims, const fr_tensor *x, const fr_tensor *y,
+                           rg_cfg *c)
+{
+    memset(c, 0, sizeof *c);
+    FR_TRY(fr_reduce_grad_kind(n, n_in, &c->kind));
+    if (dt != FR_F32 && dt != FR_F64)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "dy is %s (float32 or float64 supported)",
+                             fr_dtype_name(dt));
+    FR_TRY(fr_reduce_grad_shape(n, &c->rank, c->dims, c->red));
+    int keepdims = 1;
     FR_TRY(fr_reduce_bool_attr(n, "keepdims", 1, &keepdims));
     for (int k = 0; k < c->rank; k++) {
         if (!c->red[k])

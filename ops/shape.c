@@ -186,24 +186,33 @@ static fr_status reshape_target(const fr_node *n, int64_t opset, int in_rank,
     return FR_OK;
 }
 
+/* A required integer list that opset `since` moved from attribute `name` to input 1 (Reshape's
+ * shape, Unsqueeze's axes), read after checking the input count: *vals malloc'ed (`what` names
+ * it), the caller frees it. */
+static fr_status input_or_attr_ints(fr_graph *g, const fr_node *n, int64_t since, const char *name, const char *what,
+                                    int *cnt, int64_t **vals)
+{
+    if (fr_graph_opset(g, n->domain) >= since) {
+        FR_TRY(fr_infer_require_inputs(g, n, 2, 2));
+        return fr_infer_const_ints(g, n, 1, cnt, vals);
+    }
+    const int64_t *a;
+    FR_TRY(fr_infer_require_inputs(g, n, 1, 1));
+    FR_TRY(fr_node_attr_ints(n, name, cnt, &a));
+    if (*cnt < 0) return fr_node_error(n, FR_ERR_GRAPH, "attribute '%s' is missing", name);
+    *vals = fr_calloc((size_t)*cnt + 1, sizeof **vals, what);
+    if (!*vals) return FR_ERR_OOM;
+    if (*cnt) memcpy(*vals, a, (size_t)*cnt * sizeof **vals);
+    return FR_OK;
+}
+
 static fr_status reshape_infer(fr_graph *g, int node_id)
 {
     const fr_node *n = &g->nodes[node_id];
     int64_t opset = fr_graph_opset(g, n->domain);
     int cnt;
     int64_t *shape = NULL;
-    if (opset >= 5) {
-        FR_TRY(fr_infer_require_inputs(g, n, 2, 2));
-        FR_TRY(fr_infer_const_ints(g, n, 1, &cnt, &shape));
-    } else { /* opset 1..4: the shape is an attribute */
-        const int64_t *a;
-        FR_TRY(fr_infer_require_inputs(g, n, 1, 1));
-        FR_TRY(fr_node_attr_ints(n, "shape", &cnt, &a));
-        if (cnt < 0) return fr_node_error(n, FR_ERR_GRAPH, "attribute 'shape' is missing");
-        shape = fr_calloc((size_t)cnt + 1, sizeof *shape, "reshape target");
-        if (!shape) return FR_ERR_OOM;
-        if (cnt) memcpy(shape, a, (size_t)cnt * sizeof *shape);
-    }
+    FR_TRY(input_or_attr_ints(g, n, 5, "shape", "reshape target", &cnt, &shape));
     const fr_value *x = fr_node_in(g, n, 0);
     fr_status st = fr_holdable(n, "input", x->dtype);
     int rank = 0;
@@ -268,21 +277,9 @@ static fr_status squeeze_infer(fr_graph *g, int node_id)
 static fr_status unsqueeze_infer(fr_graph *g, int node_id)
 {
     const fr_node *n = &g->nodes[node_id];
-    int64_t opset = fr_graph_opset(g, n->domain);
     int cnt;
     int64_t *axes = NULL;
-    if (opset >= 13) {
-        FR_TRY(fr_infer_require_inputs(g, n, 2, 2));
-        FR_TRY(fr_infer_const_ints(g, n, 1, &cnt, &axes));
-    } else {
-        const int64_t *a;
-        FR_TRY(fr_infer_require_inputs(g, n, 1, 1));
-        FR_TRY(fr_node_attr_ints(n, "axes", &cnt, &a));
-        if (cnt < 0) return fr_node_error(n, FR_ERR_GRAPH, "attribute 'axes' is missing");
-        axes = fr_calloc((size_t)cnt + 1, sizeof *axes, "unsqueeze axes");
-        if (!axes) return FR_ERR_OOM;
-        if (cnt) memcpy(axes, a, (size_t)cnt * sizeof *axes);
-    }
+    FR_TRY(input_or_attr_ints(g, n, 13, "axes", "unsqueeze axes", &cnt, &axes));
     const fr_value *x = fr_node_in(g, n, 0);
     fr_status st = fr_holdable(n, "input", x->dtype);
     int out_rank = x->rank + cnt, ins[FR_MAX_RANK];
@@ -346,16 +343,11 @@ static fr_status cos_infer(fr_graph *g, int node_id)
     const fr_tensor *val;
     FR_TRY(cos_value(n, &val));
     int cnt;
-    int64_t *shape;
-    FR_TRY(fr_infer_const_ints(g, n, 0, &cnt, &shape));
-    fr_status st = FR_OK;
-    if (cnt > FR_MAX_RANK)
-        st = fr_node_error(n, FR_ERR_UNSUPPORTED, "shape has rank %d, fp8run supports up to %d",
-                           cnt, FR_MAX_RANK);
-    if (st == FR_OK) st = check_out_shape(n, cnt, shape);
-    if (st == FR_OK) fr_infer_set(g, n, 0, val ? val->dtype : FR_F32, cnt, shape);
-    free(shape);
-    return st;
+    int64_t shape[FR_MAX_RANK];
+    FR_TRY(fr_infer_const_shape(g, n, 0, &cnt, shape));
+    FR_TRY(check_out_shape(n, cnt, shape));
+    fr_infer_set(g, n, 0, val ? val->dtype : FR_F32, cnt, shape);
+    return FR_OK;
 }
 
 /* Fill `y` with copies of the `es`-byte element at `elem`, doubling the filled prefix. */

@@ -14,40 +14,8 @@
 static fr_status node_become_linear(fr_graph *g, int nid, const char *name, int n_in, const int *in,
                                     int n_out, const int *out)
 {
-    char *nm = fr_strdup(name, "node name"), *op = fr_strdup("Linear", "node op"),
-         *dom = fr_strdup(FR_DOMAIN_FP8RUN, "node domain");
-    int *ni = fr_malloc((size_t)n_in * sizeof(int), "node inputs");
-    int *no = fr_malloc((size_t)n_out * sizeof(int), "node outputs");
-    if (!nm || !op || !dom || !ni || !no) {
-        free(nm);
-        free(op);
-        free(dom);
-        free(ni);
-        free(no);
-        return FR_ERR_OOM;
-    }
-    fr_node *n = &g->nodes[nid];
-    free(n->name);
-    free(n->op_type);
-    free(n->domain);
-    free(n->inputs);
-    free(n->outputs);
-    for (int i = 0; i < n->n_attrs; i++) fr_attr_clear(&n->attrs[i]);
-    free(n->attrs);
-    n->attrs = NULL;
-    n->n_attrs = 0;
-    n->name = nm;
-    n->op_type = op;
-    n->domain = dom;
-    memcpy(ni, in, (size_t)n_in * sizeof(int));
-    memcpy(no, out, (size_t)n_out * sizeof(int));
-    n->inputs = ni;
-    n->outputs = no;
-    n->n_inputs = n_in;
-    n->n_outputs = n_out;
-    n->op = fr_linear_op("Linear");
-    for (int o = 0; o < n_out; o++)
-        if (out[o] >= 0) g->values[out[o]].producer = nid;
+    FR_TRY(fr_node_reset(g, nid, "Linear", FR_DOMAIN_FP8RUN, name, n_in, in, n_out, out));
+    g->nodes[nid].op = fr_linear_op("Linear");
     return FR_OK;
 }
 

@@ -94,6 +94,15 @@ fr_status fr_fuse_loop(fr_readers *r, const char *who, fr_match_fn match, fr_rew
     return st;
 }
 
+fr_status fr_fuse_on_readers(fr_graph *g, const char *who, fr_match_fn match, fr_rewrite_fn fuse, void *m,
+                             int *count)
+{
+    fr_readers rd = {g, NULL};
+    fr_status st = fr_fuse_loop(&rd, who, match, fuse, &rd, m, count);
+    fr_readers_free(&rd);
+    return st;
+}
+
 void fr_fuse_kill(fr_graph *g, const int *dead, int n, const char *suffix, char *base, size_t size)
 {
     snprintf(base, size, "%s/%s", g->nodes[dead[n - 1]].name, suffix);

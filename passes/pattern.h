@@ -41,6 +41,10 @@ typedef int (*fr_match_fn)(void *ctx, int node, void *m);
 typedef fr_status (*fr_rewrite_fn)(void *ctx, const void *m);
 FR_NODISCARD fr_status fr_fuse_loop(fr_readers *r, const char *who, fr_match_fn match, fr_rewrite_fn fuse, void *ctx, void *m,
                        int *count);
+/* fr_fuse_loop for a pass whose context is the readers table alone (match and fuse get the
+ * fr_readers as ctx); the table is made and freed here. */
+FR_NODISCARD fr_status fr_fuse_on_readers(fr_graph *g, const char *who, fr_match_fn match, fr_rewrite_fn fuse, void *m,
+                                          int *count);
 /* Marks the matched nodes dead[0..n) dead and writes "<name of the last>/<suffix>" into
  * base[size] (the fused node's name). */
 void fr_fuse_kill(fr_graph *g, const int *dead, int n, const char *suffix, char *base, size_t size);

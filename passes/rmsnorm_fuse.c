@@ -140,9 +140,6 @@ static fr_status fuse_one(void *ctx, const void *mv)
 
 fr_status fr_fuse_rmsnorm(fr_graph *g, int *count)
 {
-    fr_readers rd = {g, NULL};
     match m;
-    fr_status st = fr_fuse_loop(&rd, "RMSNorm fusion", match_at, fuse_one, &rd, &m, count);
-    fr_readers_free(&rd);
-    return st;
+    return fr_fuse_on_readers(g, "RMSNorm fusion", match_at, fuse_one, &m, count);
 }

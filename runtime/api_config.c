@@ -12,19 +12,9 @@
 
 FP8RUN_API fp8run_status fp8run_train_config_init(fp8run_train_config *cfg, size_t size)
 {
-    if (!cfg) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: cfg is NULL", __func__);
-    if (size < CONFIG_V1_SIZE)
-        return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG,
-                            "%s: size %zu is below the %zu bytes of the first "
-                            "fp8run_train_config (pass sizeof cfg)",
-                            __func__, size, (size_t)CONFIG_V1_SIZE);
-    /* a newer caller's struct: its fields beyond ours are zeroed, which means "default" */
-    memset(cfg, 0, size);
     fp8run_train_config d;
     fr_api_config_defaults(&d);
-    memcpy(cfg, &d, sizeof d);
-    cfg->struct_size = size;
-    return FP8RUN_OK;
+    return fr_api_struct_init(__func__, "fp8run_train_config", cfg, size, CONFIG_V1_SIZE, &d, sizeof d);
 }
 
 void fr_api_options_free(api_options *o)
@@ -40,10 +30,8 @@ fp8run_status fr_api_options(api_err *slot, const char *fn, const fp8run_train_c
     fr_api_config_defaults(&c);
     memset(out, 0, sizeof *out);
     if (cfg) {
-        size_t use;
-        fp8run_status ps = fr_api_check_in(slot, fn, "config", cfg, CONFIG_V1_SIZE, sizeof c, &use);
+        fp8run_status ps = fr_api_read_in(slot, fn, "config", cfg, CONFIG_V1_SIZE, &c, sizeof c);
         if (ps != FP8RUN_OK) return ps;
-        memcpy(&c, cfg, use);
     }
     fp8run_status ps = fr_api_config_check(slot, fn, &c);
     if (ps != FP8RUN_OK) return ps;

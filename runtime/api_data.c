@@ -18,18 +18,9 @@ static void data_defaults(fp8run_data_config *c)
 
 FP8RUN_API fp8run_status fp8run_data_config_init(fp8run_data_config *cfg, size_t size)
 {
-    if (!cfg) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: cfg is NULL", __func__);
-    if (size < DATA_V1_SIZE)
-        return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG,
-                            "%s: size %zu is below the %zu bytes of the first "
-                            "fp8run_data_config (pass sizeof cfg)",
-                            __func__, size, (size_t)DATA_V1_SIZE);
-    memset(cfg, 0, size);
     fp8run_data_config d;
     data_defaults(&d);
-    memcpy(cfg, &d, sizeof d);
-    cfg->struct_size = size;
-    return FP8RUN_OK;
+    return fr_api_struct_init(__func__, "fp8run_data_config", cfg, size, DATA_V1_SIZE, &d, sizeof d);
 }
 
 static fp8run_status to_opts(const char *fn, const fp8run_data_config *cfg, fr_data_opts *o)
@@ -37,10 +28,8 @@ static fp8run_status to_opts(const char *fn, const fp8run_data_config *cfg, fr_d
     fp8run_data_config c;
     data_defaults(&c);
     if (cfg) {
-        size_t use;
-        fp8run_status ps = fr_api_check_in(NULL, fn, "config", cfg, DATA_V1_SIZE, sizeof c, &use);
+        fp8run_status ps = fr_api_read_in(NULL, fn, "config", cfg, DATA_V1_SIZE, &c, sizeof c);
         if (ps != FP8RUN_OK) return ps;
-        memcpy(&c, cfg, use);
     }
     if (c.batch < 1 || c.seq_len < 1)
         return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: config.batch (%lld) and seq_len (%lld) must be >= 1", fn,

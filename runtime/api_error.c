@@ -107,20 +107,21 @@ void fr_api_log(fp8run_log_level level, const char *fmt, ...)
 
 /* ---- size-prefixed structs ---- */
 
-fp8run_status fr_api_check_in(api_err *slot, const char *fn, const char *what, const void *p, size_t min,
-                              size_t known, size_t *use)
+/* An input (`in`) or output struct of the caller's: there, its struct_size at least `min`, and
+ * for an input the bytes beyond the `known` ones of this library zero. */
+static fp8run_status check_struct(api_err *slot, const char *fn, const char *what, const void *p, size_t min,
+                                  size_t known, int in, size_t *use)
 {
     if (!p) return fr_api_error(slot, FP8RUN_ERR_INVALID_ARG, "%s: %s is NULL", fn, what);
     size_t size;
     memcpy(&size, p, sizeof size);
     if (size < min)
         return fr_api_error(slot, FP8RUN_ERR_INVALID_ARG,
-                            "%s: %s.struct_size is %zu, below the %zu bytes of its first version "
-                            "(set it to sizeof, or use the *_init function)",
-                            fn, what, size, min);
+                            "%s: %s.struct_size is %zu, below the %zu bytes of its first version (set it to %s)", fn,
+                            what, size, min, in ? "sizeof, or use the *_init function" : "sizeof before the call");
     /* a newer header's fields this library does not know: fine while they are left at zero */
     const unsigned char *b = p;
-    for (size_t i = known; i < size; i++)
+    for (size_t i = known; in && i < size; i++)
         if (b[i])
             return fr_api_error(slot, FP8RUN_ERR_UNSUPPORTED,
                                 "%s: %s sets a field at byte offset %zu that this fp8run (%s, %zu-byte "
@@ -130,18 +131,39 @@ fp8run_status fr_api_check_in(api_err *slot, const char *fn, const char *what, c
     return FP8RUN_OK;
 }
 
+fp8run_status fr_api_check_in(api_err *slot, const char *fn, const char *what, const void *p, size_t min,
+                              size_t known, size_t *use)
+{
+    return check_struct(slot, fn, what, p, min, known, 1, use);
+}
+
 fp8run_status fr_api_check_out(api_err *slot, const char *fn, const char *what, const void *p, size_t min,
                                size_t known, size_t *use)
 {
-    if (!p) return fr_api_error(slot, FP8RUN_ERR_INVALID_ARG, "%s: %s is NULL", fn, what);
-    size_t size;
-    memcpy(&size, p, sizeof size);
+    return check_struct(slot, fn, what, p, min, known, 0, use);
+}
+
+fp8run_status fr_api_read_in(api_err *slot, const char *fn, const char *what, const void *p, size_t min,
+                             void *dst, size_t known)
+{
+    size_t use;
+    fp8run_status ps = fr_api_check_in(slot, fn, what, p, min, known, &use);
+    if (ps == FP8RUN_OK) memcpy(dst, p, use);
+    return ps;
+}
+
+fp8run_status fr_api_struct_init(const char *fn, const char *type, void *p, size_t size, size_t min,
+                                 const void *defaults, size_t known)
+{
+    if (!p) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: cfg is NULL", fn);
     if (size < min)
-        return fr_api_error(slot, FP8RUN_ERR_INVALID_ARG,
-                            "%s: %s.struct_size is %zu, below the %zu bytes of its first version "
-                            "(set it to sizeof before the call)",
-                            fn, what, size, min);
-    *use = size < known ? size : known;
+        return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG,
+                            "%s: size %zu is below the %zu bytes of the first %s (pass sizeof cfg)", fn, size, min,
+                            type);
+    /* a newer caller's struct: its fields beyond ours are zeroed, which means "default" */
+    memset(p, 0, size);
+    memcpy(p, defaults, size < known ? size : known);
+    memcpy(p, &size, sizeof size); /* struct_size, the first field */
     return FP8RUN_OK;
 }
 

@@ -30,20 +30,11 @@ static void apply(fp8run_llama_config *c, int p)
 
 FP8RUN_API fp8run_status fp8run_llama_config_init(fp8run_llama_config *cfg, size_t size)
 {
-    const char *fn = __func__;
-    if (!cfg) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: cfg is NULL", fn);
-    if (size < LLAMA_V1_SIZE)
-        return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG,
-                            "%s: size %zu is below the %zu bytes of the first fp8run_llama_config (pass sizeof cfg)",
-                            fn, size, (size_t)LLAMA_V1_SIZE);
-    memset(cfg, 0, size);
     fp8run_llama_config d;
     memset(&d, 0, sizeof d);
     apply(&d, 0);
     d.seed = 1;
-    memcpy(cfg, &d, sizeof d);
-    cfg->struct_size = size;
-    return FP8RUN_OK;
+    return fr_api_struct_init(__func__, "fp8run_llama_config", cfg, size, LLAMA_V1_SIZE, &d, sizeof d);
 }
 
 FP8RUN_API fp8run_status fp8run_llama_config_preset(fp8run_llama_config *cfg, const char *preset)
@@ -71,10 +62,8 @@ FP8RUN_API fp8run_status fp8run_model_generate_llama(const fp8run_llama_config *
     *out = NULL;
     fp8run_llama_config c;
     memset(&c, 0, sizeof c);
-    size_t use;
-    fp8run_status ps = fr_api_check_in(NULL, fn, "config", cfg, LLAMA_V1_SIZE, sizeof c, &use);
+    fp8run_status ps = fr_api_read_in(NULL, fn, "config", cfg, LLAMA_V1_SIZE, &c, sizeof c);
     if (ps != FP8RUN_OK) return ps;
-    memcpy(&c, cfg, use);
     fr_llama_config lc = {c.dim, c.layers, c.heads, c.kv_heads, c.ffn, c.vocab, c.max_seq, c.seed};
     fr_graph *g = NULL;
     fr_status st = fr_llama_generate(&lc, &g);

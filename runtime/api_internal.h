@@ -84,11 +84,26 @@ fp8run_status fr_api_check_in(api_err *slot, const char *fn, const char *what, c
 fp8run_status fr_api_check_out(api_err *slot, const char *fn, const char *what, const void *p, size_t min,
                                size_t known, size_t *use);
 
+/* fr_api_check_in, then the caller's struct copied over *dst (`known` bytes holding defaults) as
+ * far as both reach. */
+fp8run_status fr_api_read_in(api_err *slot, const char *fn, const char *what, const void *p, size_t min,
+                             void *dst, size_t known);
+/* The body of a *_init(cfg, size) function for the public struct `type`: size checked against
+ * `min` (its first ABI version), the caller's size bytes zeroed, our `defaults` (`known` bytes)
+ * copied in as far as size reaches, struct_size (the first field) set to size. */
+fp8run_status fr_api_struct_init(const char *fn, const char *type, void *p, size_t size, size_t min,
+                                 const void *defaults, size_t known);
+
 /* Fill a public value info (local copy, then the caller's first `use` bytes) from a value. */
 void fr_api_value_info(const fr_value *v, fp8run_value_info *out, size_t use);
 /* Same from a bare name/dtype/shape. */
 void fr_api_shape_info(const char *name, fr_dtype dt, int rank, const int64_t *dims, fp8run_value_info *out,
                        size_t use);
+
+/* ---- tensors (runtime/api_tensor.c) ---- */
+
+/* An fr_tensor header over a caller's tensor (rank already checked): its memory, not copied. */
+fr_tensor fr_api_tensor_view(const fp8run_tensor *c);
 
 /* ---- models (runtime/api_model.c) ---- */
 

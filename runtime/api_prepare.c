@@ -21,15 +21,9 @@ struct fp8run_forward {
 
 FP8RUN_API fp8run_status fp8run_prepare_config_init(fp8run_prepare_config *cfg, size_t size)
 {
-    if (!cfg) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: cfg is NULL", __func__);
-    if (size < PREPARE_V1_SIZE)
-        return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG,
-                            "%s: size %zu is below the %zu bytes of the first "
-                            "fp8run_prepare_config (pass sizeof cfg)",
-                            __func__, size, (size_t)PREPARE_V1_SIZE);
-    memset(cfg, 0, size); /* every default is zero: nothing fixed */
-    cfg->struct_size = size;
-    return FP8RUN_OK;
+    fp8run_prepare_config d;
+    memset(&d, 0, sizeof d); /* every default is zero: nothing fixed */
+    return fr_api_struct_init(__func__, "fp8run_prepare_config", cfg, size, PREPARE_V1_SIZE, &d, sizeof d);
 }
 
 /* A config turned into preparation options; the arrays are owned here, the names borrowed. */
@@ -52,10 +46,8 @@ static fp8run_status to_prep(api_err *slot, const char *fn, const fp8run_prepare
     if (!cfg) return FP8RUN_OK;
     fp8run_prepare_config c;
     memset(&c, 0, sizeof c);
-    size_t use;
-    fp8run_status ps = fr_api_check_in(slot, fn, "config", cfg, PREPARE_V1_SIZE, sizeof c, &use);
+    fp8run_status ps = fr_api_read_in(slot, fn, "config", cfg, PREPARE_V1_SIZE, &c, sizeof c);
     if (ps != FP8RUN_OK) return ps;
-    memcpy(&c, cfg, use);
     ps = fr_api_dims(slot, fn, c.dim_names, c.dim_values, c.n_dims, 0, &out->dims);
     if (ps != FP8RUN_OK) return ps;
     out->o.dims = out->dims;
@@ -201,22 +193,14 @@ FP8RUN_API fp8run_status fp8run_forward_set_input(fp8run_forward *f, const fp8ru
     if (!f) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: forward is NULL", fn);
     fp8run_tensor c;
     memset(&c, 0, sizeof c);
-    size_t use;
-    fp8run_status ps = fr_api_check_in(&f->err, fn, "tensor", t, TENSOR_V1_SIZE, sizeof c, &use);
+    fp8run_status ps = fr_api_read_in(&f->err, fn, "tensor", t, TENSOR_V1_SIZE, &c, sizeof c);
     if (ps != FP8RUN_OK) return ps;
-    memcpy(&c, t, use);
     if (!c.name) return fr_api_error(&f->err, FP8RUN_ERR_INVALID_ARG, "%s: tensor.name is NULL", fn);
     if (c.rank < 0 || c.rank > FP8RUN_MAX_RANK)
         return fr_api_error(&f->err, FP8RUN_ERR_INVALID_ARG, "%s: input '%s': rank %d is outside 0..%d", fn, c.name,
                             c.rank, FP8RUN_MAX_RANK);
     /* a header over the caller's memory: the executor copies the data */
-    fr_tensor h;
-    memset(&h, 0, sizeof h);
-    h.dtype = (fr_dtype)c.dtype;
-    h.rank = c.rank;
-    memcpy(h.dims, c.dims, sizeof h.dims);
-    h.data = c.data;
-    h.nbytes = c.data ? c.nbytes : 0;
+    fr_tensor h = fr_api_tensor_view(&c);
     f->ran = 0;
     return fr_api_fail(&f->err, fn, fr_exec_set_input(f->e, c.name, &h));
 }

@@ -91,15 +91,25 @@ FP8RUN_API void fp8run_npy_free(fp8run_tensor *t)
     t->nbytes = 0;
 }
 
+fr_tensor fr_api_tensor_view(const fp8run_tensor *c)
+{
+    fr_tensor h;
+    memset(&h, 0, sizeof h);
+    h.dtype = (fr_dtype)c->dtype;
+    h.rank = c->rank;
+    memcpy(h.dims, c->dims, sizeof h.dims);
+    h.data = c->data;
+    h.nbytes = c->data ? c->nbytes : 0;
+    return h;
+}
+
 FP8RUN_API fp8run_status fp8run_npy_save(const char *path, const fp8run_tensor *t)
 {
     const char *fn = __func__;
     fp8run_tensor c;
     memset(&c, 0, sizeof c);
-    size_t use;
-    fp8run_status ps = fr_api_check_in(NULL, fn, "tensor", t, TENSOR_V1_SIZE, sizeof c, &use);
+    fp8run_status ps = fr_api_read_in(NULL, fn, "tensor", t, TENSOR_V1_SIZE, &c, sizeof c);
     if (ps != FP8RUN_OK) return ps;
-    memcpy(&c, t, use);
     if (!path || !path[0]) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: no path given", fn);
     if (c.rank < 0 || c.rank > FP8RUN_MAX_RANK)
         return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: rank %d is outside 0..%d", fn, c.rank, FP8RUN_MAX_RANK);
@@ -110,12 +120,6 @@ FP8RUN_API fp8run_status fp8run_npy_save(const char *path, const fp8run_tensor *
     if (c.nbytes != want || (want && !c.data))
         return fr_api_error(NULL, FP8RUN_ERR_SHAPE, "%s: '%s': the tensor holds %zu bytes, its shape and dtype %zu", fn,
                             path, c.data ? c.nbytes : 0, want);
-    fr_tensor h;
-    memset(&h, 0, sizeof h);
-    h.dtype = (fr_dtype)c.dtype;
-    h.rank = c.rank;
-    memcpy(h.dims, c.dims, sizeof h.dims);
-    h.data = c.data;
-    h.nbytes = c.nbytes;
+    fr_tensor h = fr_api_tensor_view(&c);
     return fr_api_fail(NULL, fn, fr_npy_save(path, &h));
 }

@@ -35,14 +35,20 @@ void fr_fbs_meta_close(fr_fbs_meta *m)
 
 static void vkey(char *key, size_t n, const char *fmt, va_list ap) { vsnprintf(key, n, fmt, ap); }
 
+/* char key[256]: the key the printf-style (fmt, ...) of the enclosing variadic getter names */
+#define KEY_FROM_ARGS(key, fmt)                                                                  \
+    char key[256];                                                                               \
+    do {                                                                                         \
+        va_list ap_;                                                                             \
+        va_start(ap_, fmt);                                                                      \
+        vkey(key, sizeof key, fmt, ap_);                                                         \
+        va_end(ap_);                                                                             \
+    } while (0)
+
 /* The value of a key (printf-formatted) or NULL; required keys that are absent are an error. */
 fr_status fr_fbs_get_str(const fr_fbs_meta *m, int required, const char **out, const char *fmt, ...)
 {
-    char key[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vkey(key, sizeof key, fmt, ap);
-    va_end(ap);
+    KEY_FROM_ARGS(key, fmt);
     int i = fr_name_map_get(m->map, key);
     *out = i >= 0 ? m->g->metadata[i].value : NULL;
     if (!*out && required)
@@ -53,11 +59,7 @@ fr_status fr_fbs_get_str(const fr_fbs_meta *m, int required, const char **out, c
 /* An integer in [lo, hi]. */
 fr_status fr_fbs_get_int(const fr_fbs_meta *m, int64_t lo, int64_t hi, int64_t *out, const char *fmt, ...)
 {
-    char key[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vkey(key, sizeof key, fmt, ap);
-    va_end(ap);
+    KEY_FROM_ARGS(key, fmt);
     const char *v;
     FR_TRY(fr_fbs_get_str(m, 1, &v, "%s", key));
     char *end;
@@ -73,11 +75,7 @@ fr_status fr_fbs_get_int(const fr_fbs_meta *m, int64_t lo, int64_t hi, int64_t *
 /* One of `choices`; *out its index. */
 fr_status fr_fbs_get_choice(const fr_fbs_meta *m, const char *const *choices, int *out, const char *fmt, ...)
 {
-    char key[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vkey(key, sizeof key, fmt, ap);
-    va_end(ap);
+    KEY_FROM_ARGS(key, fmt);
     const char *v;
     FR_TRY(fr_fbs_get_str(m, 1, &v, "%s", key));
     for (int i = 0; choices[i]; i++)

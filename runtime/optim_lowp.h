@@ -75,30 +75,16 @@ int64_t fr_lowp_state_bytes(fr_opt_state_dtype dt, int64_t n);
 /* "fp32", "bf16", "fp8"; NULL for an unknown value. */
 const char *fr_lowp_state_name(fr_opt_state_dtype dt);
 
-FR_LOWP_FN uint32_t fr_lowp_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-FR_LOWP_FN float fr_lowp_float(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* bfloat16, round to nearest even; every NaN -> 0x7FFF (as graph/tensor.c and the H100 do). */
 FR_LOWP_FN uint16_t fr_lowp_to_bf16(float f)
 {
-    uint32_t x = fr_lowp_bits(f);
+    uint32_t x = fr_f32_bits(f);
     if ((x & 0x7fffffffu) > 0x7f800000u) return 0x7fffu;
     x += 0x7fffu + ((x >> 16) & 1u);
     return (uint16_t)(x >> 16);
 }
 
-FR_LOWP_FN float fr_lowp_from_bf16(uint16_t b) { return fr_lowp_float((uint32_t)b << 16); }
+FR_LOWP_FN float fr_lowp_from_bf16(uint16_t b) { return fr_bits_f32((uint32_t)b << 16); }
 
 /* splitmix64's finalizer: a bijective 64-bit mix. */
 FR_LOWP_FN uint64_t fr_lowp_mix64(uint64_t z)
@@ -117,13 +103,13 @@ FR_LOWP_FN uint64_t fr_lowp_sr_key(uint64_t seed, int64_t step, int param)
 /* Stochastic rounding of p to a bfloat16 value (returned as float32). */
 FR_LOWP_FN float fr_lowp_sr_bf16(float p, uint64_t key, int64_t k)
 {
-    uint32_t u = fr_lowp_bits(p);
+    uint32_t u = fr_f32_bits(p);
     if ((u & 0x7f800000u) == 0x7f800000u) return fr_lowp_from_bf16(fr_lowp_to_bf16(p));
     uint32_t r = (uint32_t)(fr_lowp_mix64(key + (uint64_t)k) & 0xFFFFu);
     uint32_t s = u & 0x80000000u, a = u & 0x7fffffffu;
     uint32_t t = (a + r) & 0xFFFF0000u;
     if (t >= 0x7f800000u) t = 0x7f7f0000u; /* largest finite bf16 */
-    return fr_lowp_float(s | t);
+    return fr_bits_f32(s | t);
 }
 
 /* The scale of a block whose largest magnitude is absmax (0 for an all-zero block). */

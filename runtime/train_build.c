@@ -175,6 +175,22 @@ static fr_status check_loss_value(const fr_graph *g, int vid)
     return FR_OK;
 }
 
+/* What the step's loss comes from: the loss output `loss` (--loss-output; the vocabulary from the
+ * embedding behind the tokens input `tok`), or else the logits, whose name the trainer keeps. */
+static fr_status pick_loss(fr_trainer *t, const fr_graph *g, int tok, int loss, int *logits)
+{
+    if (t->opt.loss_output) {
+        FR_TRY(check_loss_value(g, loss));
+        t->vocab = embedding_rows(g, tok);
+        return FR_OK;
+    }
+    FR_TRY(pick_logits(t, g, logits));
+    t->logits_name = fr_strdup(g->values[*logits].name, "trainer");
+    if (!t->logits_name) return FR_ERR_OOM;
+    t->vocab = g->values[*logits].dims[g->values[*logits].rank - 1];
+    return FR_OK;
+}
+
 /* ---- outputs ---- */
 
 static void reset_outputs(fr_graph *g)
@@ -599,15 +615,7 @@ fr_status tr_build_forward(fr_trainer *t, const fr_graph *model, int *tok_out, i
 
     /* the loss */
     int logits = -1;
-    if (t->opt.loss_output) {
-        FR_TRY(check_loss_value(g, loss_vid));
-        t->vocab = embedding_rows(g, tok);
-    } else {
-        FR_TRY(pick_logits(t, g, &logits));
-        t->logits_name = fr_strdup(g->values[logits].name, "trainer");
-        if (!t->logits_name) return FR_ERR_OOM;
-        t->vocab = g->values[logits].dims[g->values[logits].rank - 1];
-    }
+    FR_TRY(pick_loss(t, g, tok, loss_vid, &logits));
 
     /* the prepared graph's passes: fusions and the FP8 compiler (passes/pipeline.c says the
        order and why) */
@@ -660,14 +668,8 @@ static fr_status build_compiled(fr_trainer *t, const fr_graph *model)
         loss = fr_graph_find_value(g, t->opt.loss_output);
         if (loss < 0)
             return fr_error(FR_ERR_INVALID_ARG, "the compiled graph has no value named '%s' (loss output)", t->opt.loss_output);
-        FR_TRY(check_loss_value(g, loss));
-        t->vocab = embedding_rows(g, tok);
-    } else {
-        FR_TRY(pick_logits(t, g, &logits));
-        t->logits_name = fr_strdup(g->values[logits].name, "trainer");
-        if (!t->logits_name) return FR_ERR_OOM;
-        t->vocab = g->values[logits].dims[g->values[logits].rank - 1];
     }
+    FR_TRY(pick_loss(t, g, tok, loss, &logits));
     return build_rest(t, tok, loss, logits);
 }
 

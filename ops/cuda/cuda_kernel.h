@@ -187,6 +187,15 @@ FR_NODISCARD fr_status fr_cuda_check_launch(const fr_node *n, const char *kernel
         cudaError_t fr_cu_e_ = (call);                                                 \
         if (fr_cu_e_ != cudaSuccess) return fr_cuda_status(fr_cu_e_, #call, __FILE__, __LINE__); \
     } while (0)
+/* For a run of calls cleaned up together: while the local status st is FR_OK, make the call and
+ * keep its failure in st (later calls are then skipped). */
+#define FR_CUDA_KEEP(st, call)                                                         \
+    do {                                                                               \
+        if ((st) == FR_OK) {                                                           \
+            cudaError_t fr_cu_e_ = (call);                                             \
+            if (fr_cu_e_ != cudaSuccess) (st) = fr_cuda_status(fr_cu_e_, #call, __FILE__, __LINE__); \
+        }                                                                              \
+    } while (0)
 #define FR_CUBLAS_TRY(call)                                                            \
     do {                                                                               \
         cublasStatus_t fr_cb_s_ = (call);                                              \

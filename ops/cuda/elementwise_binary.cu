@@ -224,23 +224,6 @@ fr_status ew_binary_run(const fr_cuda_kctx *k)
 
 namespace {
 
-__device__ __forceinline__ int64_t ipow(int64_t a, int64_t e, unsigned *flag)
-{
-    if (e < 0) {
-        if (a == 0) ew_raise(flag, EW_FLAG_POW_NEG_ZERO);
-        if (a == 1) return 1;
-        if (a == -1) return (e & 1) ? -1 : 1;
-        return 0;
-    }
-    uint64_t r = 1, base = (uint64_t)a;
-    while (e) {
-        if (e & 1) r *= base;
-        base *= base;
-        e >>= 1;
-    }
-    return (int64_t)r;
-}
-
 template <typename TB, typename TE>
 struct PowF {
     const TB *x;
@@ -251,7 +234,7 @@ struct PowF {
     {
         const TB b = x[off[0]];
         if constexpr (std::is_integral<TB>::value) {
-            y[i] = (TB)ipow((int64_t)b, (int64_t)e[off[1]], flag);
+            y[i] = (TB)ew_ipow((int64_t)b, (int64_t)e[off[1]], flag);
         } else {
             const double ed = (double)e[off[1]];
             if (ed == 2.0) { /* exact product, rounded once: pow's result */

@@ -487,6 +487,21 @@ fr_status cg_launch(const fr_cuda_kctx *k, int which, int64_t cnt, const CgBound
     return fr_cuda_check_launch(k->node, "ClipGrad sum");
 }
 
+/* One bound: its input t when present (the kernel reads it: *p, *has), else the float
+ * attribute of legacy Clip when set (*v), else *v stays unbounded. */
+fr_status cg_bound(const fr_node *n, const fr_tensor *t, const char *attr, const void **p, int *has, double *v)
+{
+    if (t) {
+        *p = t->data;
+        *has = 1;
+    } else if (fr_node_attr(n, attr)) {
+        float f;
+        FR_TRY(fr_node_attr_float(n, attr, 0, &f));
+        *v = f;
+    }
+    return FR_OK;
+}
+
 } // namespace
 
 fr_status ew_clip_grad_scratch(const fr_graph *g, const fr_node *n, size_t *bytes)
@@ -519,22 +534,8 @@ fr_status ew_clip_grad_run(const fr_cuda_kctx *k)
     b.lo = -INFINITY;
     b.hi = INFINITY;
     const fr_tensor *tl = k->n_in > 2 ? k->in[2] : NULL, *th = k->n_in > 3 ? k->in[3] : NULL;
-    if (tl) {
-        b.plo = tl->data;
-        b.has_lo = 1;
-    } else if (fr_node_attr(n, "min")) {
-        float f;
-        FR_TRY(fr_node_attr_float(n, "min", 0, &f));
-        b.lo = f;
-    }
-    if (th) {
-        b.phi = th->data;
-        b.has_hi = 1;
-    } else if (fr_node_attr(n, "max")) {
-        float f;
-        FR_TRY(fr_node_attr_float(n, "max", 0, &f));
-        b.hi = f;
-    }
+    FR_TRY(cg_bound(n, tl, "min", &b.plo, &b.has_lo, &b.lo));
+    FR_TRY(cg_bound(n, th, "max", &b.phi, &b.has_hi, &b.hi));
     if (which == 0) {
         if (fr_tensor_numel(out) != cnt) return fr_node_error(n, FR_ERR_SHAPE, "output must have x's shape");
     } else if (fr_tensor_numel(out) != 1) {

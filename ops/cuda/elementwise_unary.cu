@@ -262,8 +262,8 @@ __device__ __forceinline__ Carry cast_load(const void *src, int64_t i)
     else if constexpr (DT == FR_F64) c.f = ((const double *)src)[i];
     else if constexpr (DT == FR_F16) c.f = ew_f2d(ew_f16_to_f32(((const uint16_t *)src)[i]));
     else if constexpr (DT == FR_BF16) c.f = ew_f2d(ew_bf16_to_f32(((const uint16_t *)src)[i]));
-    else if constexpr (DT == FR_F8E4M3) c.f = ew_f2d(ew_e4m3_to_f32(((const uint8_t *)src)[i]));
-    else if constexpr (DT == FR_F8E5M2) c.f = ew_f2d(ew_e5m2_to_f32(((const uint8_t *)src)[i]));
+    else if constexpr (DT == FR_F8E4M3) c.f = ew_f2d(fr_e4m3_to_f32(((const uint8_t *)src)[i]));
+    else if constexpr (DT == FR_F8E5M2) c.f = ew_f2d(fr_e5m2_to_f32(((const uint8_t *)src)[i]));
     else if constexpr (DT == FR_I8) c.i = ((const int8_t *)src)[i];
     else if constexpr (DT == FR_I16) c.i = ((const int16_t *)src)[i];
     else if constexpr (DT == FR_I32) c.i = ((const int32_t *)src)[i];
@@ -365,8 +365,8 @@ __device__ __forceinline__ void cast_store(int to, const Carry &c, void *dst, in
     case FR_F64: ((double *)dst)[i] = carry_f64<K>(c); break;
     case FR_F16: ((uint16_t *)dst)[i] = ew_f32_to_f16(carry_f32_odd<K>(c)); break;
     case FR_BF16: ((uint16_t *)dst)[i] = ew_f32_to_bf16(carry_f32_odd<K>(c)); break;
-    case FR_F8E4M3: ((uint8_t *)dst)[i] = ew_f32_to_e4m3(carry_f32_odd<K>(c), sat); break;
-    case FR_F8E5M2: ((uint8_t *)dst)[i] = ew_f32_to_e5m2(carry_f32_odd<K>(c), sat); break;
+    case FR_F8E4M3: ((uint8_t *)dst)[i] = fr_f32_to_e4m3(carry_f32_odd<K>(c), sat); break;
+    case FR_F8E5M2: ((uint8_t *)dst)[i] = fr_f32_to_e5m2(carry_f32_odd<K>(c), sat); break;
     /* narrowing wraps modulo 2^bits */
     case FR_I8: ((int8_t *)dst)[i] = (int8_t)(uint8_t)carry_signed<K>(c, 8); break;
     case FR_I16: ((int16_t *)dst)[i] = (int16_t)(uint16_t)carry_signed<K>(c, 16); break;
@@ -396,8 +396,8 @@ __device__ __forceinline__ float load_float(const void *src, int64_t i)
     if constexpr (DT == FR_F32) return ((const float *)src)[i];
     else if constexpr (DT == FR_F16) return ew_f16_to_f32(((const uint16_t *)src)[i]);
     else if constexpr (DT == FR_BF16) return ew_bf16_to_f32(((const uint16_t *)src)[i]);
-    else if constexpr (DT == FR_F8E4M3) return ew_e4m3_to_f32(((const uint8_t *)src)[i]);
-    else return ew_e5m2_to_f32(((const uint8_t *)src)[i]);
+    else if constexpr (DT == FR_F8E4M3) return fr_e4m3_to_f32(((const uint8_t *)src)[i]);
+    else return fr_e5m2_to_f32(((const uint8_t *)src)[i]);
 }
 
 template <int FROM>
@@ -414,8 +414,8 @@ struct CastF {
             case FR_F32: ((float *)y)[i] = v; return;
             case FR_F16: ((uint16_t *)y)[i] = ew_f32_to_f16(v); return;
             case FR_BF16: ((uint16_t *)y)[i] = ew_f32_to_bf16(v); return;
-            case FR_F8E4M3: ((uint8_t *)y)[i] = ew_f32_to_e4m3(v, sat); return;
-            case FR_F8E5M2: ((uint8_t *)y)[i] = ew_f32_to_e5m2(v, sat); return;
+            case FR_F8E4M3: ((uint8_t *)y)[i] = fr_f32_to_e4m3(v, sat); return;
+            case FR_F8E5M2: ((uint8_t *)y)[i] = fr_f32_to_e5m2(v, sat); return;
             default: {
                 const Carry c{ew_f2d(v), 0, 0};
                 cast_store<CARRY_F>(to, c, y, i, sat);

@@ -1,6 +1,7 @@
 /* Private machinery of the CUDA elementwise family (ops/cuda/elementwise*.cu): launch sizes,
- * numpy-broadcast geometry, the device error flag, and bit-exact ports of the CPU's number
- * format conversions (graph/tensor.c, graph/fp8_format.h).
+ * numpy-broadcast geometry, the device error flag, and bit-exact ports of the CPU's float16 /
+ * bfloat16 conversions (graph/tensor.c; the fp8 ones are graph/fp8_format.h's own, which
+ * compiles them as device functions too).
  *
  * Broadcast geometry (EwGeom) is the CUDA side of ops/elementwise_util.c: the output's index
  * space with size-1 dims dropped and adjacent dims merged where every operand stays linear.
@@ -21,6 +22,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "graph/fp8_format.h" /* the fp8 conversions, device functions here */
 #include "ops/cuda/cuda_kernel.h"
 #include "ops/ew_math.h" /* the op lists, the scalar math, EW_FLAG_* and ew_raise */
 
@@ -156,7 +158,7 @@ static FR_NODISCARD fr_status ew_launch_flat(const fr_cuda_kctx *k, int64_t n, c
     return fr_cuda_check_launch(k->node, name);
 }
 
-/* ---- number formats, bit for bit as the CPU (graph/tensor.c, graph/fp8_format.h) ---- */
+/* ---- number formats, bit for bit as the CPU (graph/tensor.c) ---- */
 
 __device__ __forceinline__ float ew_f16_to_f32(uint16_t h)
 {
@@ -211,56 +213,6 @@ __device__ __forceinline__ uint16_t ew_f32_to_bf16(float f)
     if ((x & 0x7fffffffu) > 0x7f800000u) return 0x7fffu;
     x += 0x7fffu + ((x >> 16) & 1u);
     return (uint16_t)(x >> 16);
-}
-
-__device__ __forceinline__ uint8_t ew_fp8_encode(uint32_t u, int saturate, unsigned man_bits, unsigned bias,
-                                                 uint32_t ovf_bits, uint8_t max_code, uint8_t ovf_code)
-{
-    uint8_t s = (uint8_t)((u >> 24) & 0x80u);
-    uint32_t a = u & 0x7FFFFFFFu;
-    if (a > 0x7F800000u) return 0x7Fu;
-    if (a >= ovf_bits) return (uint8_t)(s | (saturate ? max_code : ovf_code));
-    if (a >= (127u - bias + 1u) << 23) {
-        uint32_t r = a - ((127u - bias) << 23);
-        unsigned sh = 23u - man_bits;
-        r += ((1u << (sh - 1)) - 1u) + ((r >> sh) & 1u);
-        return (uint8_t)(s | (r >> sh));
-    }
-    uint32_t e = a >> 23;
-    uint32_t m = (a & 0x7FFFFFu) | (e ? 0x800000u : 0u);
-    unsigned sh = 150u + 1u - bias - man_bits - (e ? e : 1u);
-    if (sh >= 25u) return s;
-    uint32_t q = m >> sh, rem = m & ((1u << sh) - 1u), half = 1u << (sh - 1);
-    q += (rem > half) | ((rem == half) & (q & 1u));
-    return (uint8_t)(s | q);
-}
-
-__device__ __forceinline__ uint8_t ew_f32_to_e4m3(float x, int saturate)
-{
-    return ew_fp8_encode(__float_as_uint(x), saturate, 3u, 7u, 0x43E80001u, 0x7Eu, 0x7Fu);
-}
-
-__device__ __forceinline__ uint8_t ew_f32_to_e5m2(float x, int saturate)
-{
-    return ew_fp8_encode(__float_as_uint(x), saturate, 2u, 15u, 0x47700000u, 0x7Bu, 0x7Cu);
-}
-
-__device__ __forceinline__ float ew_e4m3_to_f32(uint8_t q)
-{
-    uint32_t s = (uint32_t)(q & 0x80u) << 24;
-    uint32_t e = (q >> 3) & 0xFu, m = q & 0x7u;
-    if ((q & 0x7Fu) == 0x7Fu) return __uint_as_float(0x7FFFFFFFu);
-    if (e == 0) return __uint_as_float(s | __float_as_uint((float)m * 0x1p-9f));
-    return __uint_as_float(s | ((e + 127u - 7u) << 23) | (m << 20));
-}
-
-__device__ __forceinline__ float ew_e5m2_to_f32(uint8_t q)
-{
-    uint32_t s = (uint32_t)(q & 0x80u) << 24;
-    uint32_t e = (q >> 2) & 0x1Fu, m = q & 0x3u;
-    if (e == 31u) return __uint_as_float(m ? 0x7FFFFFFFu : (s | 0x7F800000u));
-    if (e == 0) return __uint_as_float(s | __float_as_uint((float)m * 0x1p-16f));
-    return __uint_as_float(s | ((e + 127u - 15u) << 23) | (m << 21));
 }
 
 /* float <-> double as x86 SSE converts them, NaN payloads included (the CPU's Cast carries

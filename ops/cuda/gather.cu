@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "ops/cuda/cuda_kernel.h"
+#include "ops/cuda/layout_util.cuh" /* kThreads, grid_for, GRID_STRIDE, unit_bytes, BY_UNIT */
 #include "ops/gather_plan.h"
 
 /* The record at offset 0 of every gather-family node's scratch (see above). */
@@ -42,48 +43,6 @@ typedef struct fr_gather_index_error {
 namespace {
 
 constexpr size_t kErrBytes = 256; /* the record, padded so what follows stays aligned */
-constexpr int kThreads = 256;
-
-#define NODE_CUDA_TRY(n, call)                                                                  \
-    do {                                                                                        \
-        cudaError_t e_ = (call);                                                                \
-        if (e_ != cudaSuccess)                                                                  \
-            return fr_node_error((n), FR_ERR_DEVICE, "%s failed: %s (%s)", #call,               \
-                                 cudaGetErrorName(e_), cudaGetErrorString(e_));                  \
-    } while (0)
-
-/* Blocks for a grid-stride loop over n > 0 items: enough to fill the device, no more. */
-unsigned grid_for(const fr_cuda_kctx *k, int64_t n)
-{
-    int64_t blocks = (n + kThreads - 1) / kThreads;
-    int64_t cap = (int64_t)(k->cu->sm_count > 0 ? k->cu->sm_count : 128) * 16;
-    if (blocks > cap) blocks = cap;
-    return (unsigned)(blocks < 1 ? 1 : blocks);
-}
-
-#define GRID_STRIDE(i, n)                                                                       \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                   \
-         i += (int64_t)gridDim.x * blockDim.x)
-
-/* The widest unit (16, 8, 4, 2, 1 bytes, never below es) dividing every value in v[0..n):
- * byte lengths, byte strides and addresses of one copy. */
-int unit_bytes(size_t es, const uint64_t *v, int n)
-{
-    size_t w = 16;
-    for (int i = 0; i < n; i++)
-        while (w > es && v[i] % w) w >>= 1;
-    return (int)w;
-}
-
-/* Run LAUNCH(T) with T the unsigned type of `w` bytes. */
-#define BY_UNIT(w, LAUNCH)                                                                      \
-    switch (w) {                                                                                \
-    case 1: LAUNCH(uint8_t); break;                                                             \
-    case 2: LAUNCH(uint16_t); break;                                                            \
-    case 4: LAUNCH(uint32_t); break;                                                            \
-    case 8: LAUNCH(uint64_t); break;                                                            \
-    default: LAUNCH(uint4); break;                                                              \
-    }
 
 /* A LAUNCH for BY_UNIT: the caller's LAUNCH_I(T, I) with I the C type of its `idx` tensor. */
 #define BY_INDEX(T)                                                                                                    \
@@ -111,7 +70,7 @@ template <class T, class I>
 __global__ void gather_rows_k(T *__restrict__ y, const T *__restrict__ x, const I *__restrict__ idx, int64_t cnt,
                               int64_t size, int64_t upr, int64_t total, int axis, fr_gather_index_error *err)
 {
-    GRID_STRIDE(i, total)
+    GRID_STRIDE(int64_t, i, total)
     {
         int64_t row = i / upr, e = i - row * upr;
         int64_t o = row / cnt, j = row - o * cnt;
@@ -137,7 +96,7 @@ template <class T, class I>
 __global__ void gather_elems_k(T *__restrict__ y, const T *__restrict__ x, const I *__restrict__ idx, int64_t cnt,
                                ge_params p, fr_gather_index_error *err)
 {
-    GRID_STRIDE(j, cnt)
+    GRID_STRIDE(int64_t, j, cnt)
     {
         int64_t r = j, off = 0;
         for (int k = p.rank - 1; k >= 0; k--) {
@@ -169,7 +128,7 @@ template <class T, class I>
 __global__ void gather_nd_k(T *__restrict__ y, const T *__restrict__ x, const I *__restrict__ idx, int64_t total,
                             gnd_params p, fr_gather_index_error *err)
 {
-    GRID_STRIDE(i, total)
+    GRID_STRIDE(int64_t, i, total)
     {
         int64_t row = i / p.upr, e = i - row * p.upr;
         int64_t src = (row / p.per_batch) * p.batch_rows;
@@ -198,7 +157,7 @@ struct check_params {
 template <class I>
 __global__ void check_indices_k(const I *__restrict__ idx, int64_t cnt, check_params p, fr_gather_index_error *err)
 {
-    GRID_STRIDE(j, cnt)
+    GRID_STRIDE(int64_t, j, cnt)
     {
         int l = (int)(j % p.m);
         int64_t v = (int64_t)idx[j], size = p.sizes[l];
@@ -267,7 +226,7 @@ fr_status gather_run(const fr_cuda_kctx *k)
     for (int kk = 0; kk < axis; kk++) outer *= x->dims[kk];
     for (int kk = axis + 1; kk < x->rank; kk++) inner *= x->dims[kk];
     size_t es = fr_dtype_size(x->dtype);
-    uint64_t v[3] = {(uint64_t)inner * es, (uint64_t)(uintptr_t)x->data, (uint64_t)(uintptr_t)y->data};
+    int64_t v[3] = {inner * (int64_t)es, addr(x->data), addr(y->data)};
     int w = unit_bytes(es, v, 3);
     int64_t upr = (int64_t)(inner * (int64_t)es / w), total = outer * cnt * upr;
     unsigned grid = grid_for(k, total);
@@ -350,7 +309,7 @@ fr_status gather_nd_run(const fr_cuda_kctx *k)
         p.rstride[l] = ds[b + l] / inner;
     }
     size_t es = fr_dtype_size(x->dtype);
-    uint64_t v[3] = {(uint64_t)inner * es, (uint64_t)(uintptr_t)x->data, (uint64_t)(uintptr_t)y->data};
+    int64_t v[3] = {inner * (int64_t)es, addr(x->data), addr(y->data)};
     int w = unit_bytes(es, v, 3);
     p.upr = (int64_t)(inner * (int64_t)es / w);
     int64_t total = fr_tensor_numel(y) * (int64_t)es / w;
@@ -470,7 +429,7 @@ template <class I, class K>
 __global__ void scatter_keys_k(K *__restrict__ keys, uint32_t *__restrict__ vals, const I *__restrict__ idx,
                                key_params p, fr_gather_index_error *err)
 {
-    GRID_STRIDE(r, p.rows)
+    GRID_STRIDE(int64_t, r, p.rows)
     {
         int64_t key = 0;
         bool ok = true;
@@ -523,7 +482,7 @@ template <class T, class K>
 __global__ void segment_sum_k(T *__restrict__ y, const T *__restrict__ dy, const K *__restrict__ keys,
                               const uint32_t *__restrict__ vals, int64_t rows, int64_t inner, K dropped)
 {
-    GRID_STRIDE(t, rows * inner)
+    GRID_STRIDE(int64_t, t, rows * inner)
     {
         int64_t i = t / inner, e = t - i * inner;
         K key = keys[i];

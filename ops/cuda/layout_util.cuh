@@ -1,6 +1,6 @@
-/* What the CUDA kernels of the layout family (layout.cu) and of the shape ops (shape.cu) share:
- * launch shapes, the copy-unit choice, and reading constant inputs on the host. Internal
- * linkage: each file gets its own copy. */
+/* What the CUDA kernels of the layout family (layout.cu), of the shape ops (shape.cu) and of the
+ * gather family (gather.cu) share: launch shapes, the copy-unit choice, and reading constant
+ * inputs on the host. Internal linkage: each file gets its own copy. */
 #ifndef FR_LAYOUT_UTIL_CUH
 #define FR_LAYOUT_UTIL_CUH
 

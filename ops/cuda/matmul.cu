@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "ops/cuda/cuda_gemm.h"
+#include "ops/matmul.h"
 
 #define THREADS 256
 
@@ -226,15 +227,10 @@ static fr_status gemm_run(const fr_cuda_kctx *k)
     const fr_node *n = k->node;
     if (k->n_in < 2 || k->n_in > 3 || !k->in[0] || !k->in[1] || k->n_out < 1 || !k->out[0])
         return fr_node_error(n, FR_ERR_GRAPH, "needs inputs A, B (C optional) and output Y");
-    int64_t ta, tb;
-    float alpha, beta;
-    FR_TRY(fr_node_attr_int(n, "transA", 0, &ta));
-    FR_TRY(fr_node_attr_int(n, "transB", 0, &tb));
-    FR_TRY(fr_node_attr_float(n, "alpha", 1.0f, &alpha));
-    FR_TRY(fr_node_attr_float(n, "beta", 1.0f, &beta));
-    if ((ta != 0 && ta != 1) || (tb != 0 && tb != 1))
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "transA=%lld / transB=%lld must be 0 or 1", (long long)ta,
-                             (long long)tb);
+    fr_gemm_attrs ga;
+    FR_TRY(fr_gemm_read_attrs(n, &ga));
+    const int ta = ga.ta, tb = ga.tb;
+    const float alpha = ga.alpha, beta = ga.beta;
     const fr_tensor *a = k->in[0], *b = k->in[1], *c = k->n_in > 2 ? k->in[2] : NULL;
     fr_tensor *y = k->out[0];
     FR_TRY(dtype_check(n, a, b));

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "ops/cuda/cuda_kernel.h"
+#include "ops/norm.h"
 
 namespace {
 
@@ -31,32 +32,6 @@ constexpr int64_t kTargetBlocks = 1024;
 size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
 /* ---------------------------------------------------------------- configuration ---- */
-
-struct NormCfg {
-    int axis;
-    float eps;
-    int64_t rows, len;
-};
-
-fr_status norm_config(const fr_node *n, int rank, const int64_t *dims, NormCfg *c)
-{
-    int64_t axis, stash;
-    FR_TRY(fr_node_attr_int(n, "axis", -1, &axis));
-    FR_TRY(fr_node_attr_float(n, "epsilon", 1e-5f, &c->eps));
-    FR_TRY(fr_node_attr_int(n, "stash_type", 1, &stash));
-    if (stash != 1)
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "stash_type=%lld is not supported (only 1, float32)", (long long)stash);
-    if (rank < 1) return fr_node_error(n, FR_ERR_SHAPE, "X must have rank >= 1");
-    FR_TRY(fr_norm_axis(n, axis, rank, &c->axis));
-    c->rows = c->len = 1;
-    for (int k = 0; k < rank; k++) {
-        if (k < c->axis)
-            c->rows *= dims[k];
-        else
-            c->len *= dims[k];
-    }
-    return FR_OK;
-}
 
 /* Where the Scale / B element of X element (row r, j) lives: row_off(r) + inner_off(j). */
 struct BcMap {
@@ -297,7 +272,7 @@ fr_status check_numel(const fr_node *n, const fr_tensor *t, fr_dtype dt, int64_t
 }
 
 template <class T>
-fr_status norm_fwd_run(const fr_cuda_kctx *k, const NormCfg &c, int rms, const BcMap &ms, const BcMap &mb)
+fr_status norm_fwd_run(const fr_cuda_kctx *k, const fr_norm_cfg &c, int rms, const BcMap &ms, const BcMap &mb)
 {
     const T *x = (const T *)k->in[0]->data, *s = (const T *)k->in[1]->data;
     const T *b = k->n_in > 2 && k->in[2] ? (const T *)k->in[2]->data : nullptr;
@@ -336,8 +311,8 @@ fr_status norm_cuda(const fr_cuda_kctx *k)
     const fr_tensor *x = k->in[0], *s = k->in[1], *b = k->n_in > 2 ? k->in[2] : nullptr;
     FR_TRY(check_dtype(n, x->dtype, s, "Scale"));
     FR_TRY(check_dtype(n, x->dtype, b, "B"));
-    NormCfg c;
-    FR_TRY(norm_config(n, x->rank, x->dims, &c));
+    fr_norm_cfg c;
+    FR_TRY(fr_norm_config(n, x->rank, x->dims, &c));
     BcMap ms, mb;
     FR_TRY(bc_make(n, "Scale", s->rank, s->dims, x->rank, x->dims, c.axis, &ms));
     memset(&mb, 0, sizeof mb);
@@ -535,7 +510,7 @@ int64_t ng_slices(int64_t rows, int64_t len)
 }
 
 struct NgPlan {
-    NormCfg c;
+    fr_norm_cfg c;
     int cols; /* Scale (and B) take the column path */
     int64_t slices;
     size_t stats_bytes, part_bytes;
@@ -545,7 +520,7 @@ fr_status ng_plan(const fr_node *n, int rx, const int64_t *dx, int rs, const int
                   int has_b, NgPlan *p, BcMap *ms, BcMap *mb)
 {
     memset(p, 0, sizeof *p);
-    FR_TRY(norm_config(n, rx, dx, &p->c));
+    FR_TRY(fr_norm_config(n, rx, dx, &p->c));
     FR_TRY(bc_make(n, "Scale", rs, ds, rx, dx, p->c.axis, ms));
     memset(mb, 0, sizeof *mb);
     if (has_b) FR_TRY(bc_make(n, "B", rb, db, rx, dx, p->c.axis, mb));

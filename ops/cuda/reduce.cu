@@ -22,7 +22,7 @@ namespace {
 
 struct RedDef {
     const char *op;
-    RKind kind;
+    red_kind kind;
     int axes_input_opset;
     int ints;
 };

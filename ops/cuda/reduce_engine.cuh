@@ -24,6 +24,7 @@
 
 #include "ops/cuda/cuda_kernel.h"
 #include "ops/cuda/cuda_util.cuh"
+#include "ops/reduce.h" /* red_kind: the reduction kinds of Reduce* and ReduceGrad */
 
 namespace {
 
@@ -163,24 +164,13 @@ __device__ __forceinline__ int64_t out_of_in(const RPlan &p, int64_t i)
 
 /* ---------------------------------------------------------------- block reductions ---- */
 
-template <class A> __device__ __forceinline__ A shfl_down(A v, int d)
-{
-    static_assert(sizeof(A) % 4 == 0, "accumulators are whole 32-bit words");
-    int w[sizeof(A) / 4];
-    memcpy(w, &v, sizeof(A));
-#pragma unroll
-    for (int i = 0; i < (int)(sizeof(A) / 4); i++) w[i] = __shfl_down_sync(0xffffffffu, w[i], d);
-    memcpy(&v, w, sizeof(A));
-    return v;
-}
-
 /* Reduce over a group of G threads (32: a warp, 256: the block); the group's first thread
  * gets the result. Every thread of the block must call it. Fixed order: deterministic. */
 template <int G, class Cb> __device__ __forceinline__ typename Cb::A group_reduce(const Cb &cb, typename Cb::A v)
 {
     using A = typename Cb::A;
 #pragma unroll
-    for (int d = 16; d > 0; d >>= 1) v = cb.comb(v, shfl_down(v, d));
+    for (int d = 16; d > 0; d >>= 1) v = cb.comb(v, fr_shfl_down(v, d));
     if (G == 32) return v;
     __shared__ A sm[kThreads / 32];
     const int w = threadIdx.x / 32, l = threadIdx.x % 32;
@@ -189,7 +179,7 @@ template <int G, class Cb> __device__ __forceinline__ typename Cb::A group_reduc
     if (w == 0) {
         v = l < kThreads / 32 ? sm[l] : cb.init();
 #pragma unroll
-        for (int d = kThreads / 64; d > 0; d >>= 1) v = cb.comb(v, shfl_down(v, d));
+        for (int d = kThreads / 64; d > 0; d >>= 1) v = cb.comb(v, fr_shfl_down(v, d));
     }
     return v;
 }
@@ -382,9 +372,6 @@ FR_NODISCARD fr_status red_launch(const fr_cuda_kctx *k, const RPlan &p, Cb cb, 
     }
     return FR_OK;
 }
-
-/* the reduction kinds of Reduce* and ReduceGrad */
-enum RKind { R_SUM, R_MEAN, R_MAX, R_MIN, R_PROD, R_SUMSQ, R_L1, R_L2, R_LSE };
 
 /* finisher: the accumulator converted to T */
 template <class T, class V> struct Store {

@@ -12,56 +12,20 @@ namespace {
 
 /* ---------------------------------------------------------------- ReduceGrad ---- */
 
-const char *const rg_names[] = {"Sum", "Mean", "Max", "Min", "Prod", "SumSquare", "L1", "L2", "LogSumExp"};
-const RKind rg_kinds[] = {R_SUM, R_MEAN, R_MAX, R_MIN, R_PROD, R_SUMSQ, R_L1, R_L2, R_LSE};
-
-int rg_inputs(RKind k)
-{
-    switch (k) {
-    case R_SUM: case R_MEAN: return 1;
-    case R_SUMSQ: case R_L1: case R_PROD: return 2;
-    default: return 3;
-    }
-}
-
 /* kind and the plan over x's shape (attribute `shape`) */
-fr_status rg_plan(const fr_node *n, int n_in, RKind *kind, RPlan *p)
+fr_status rg_plan(const fr_node *n, int n_in, red_kind *kind, RPlan *p)
 {
-    const char *ks;
-    FR_TRY(fr_node_attr_string(n, "kind", NULL, &ks));
-    if (!ks) return fr_node_error(n, FR_ERR_GRAPH, "attribute 'kind' is required");
-    size_t i = 0;
-    while (i < sizeof rg_names / sizeof rg_names[0] && strcmp(rg_names[i], ks) != 0) i++;
-    if (i == sizeof rg_names / sizeof rg_names[0])
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "kind '%s' is not a reduction", ks);
-    *kind = rg_kinds[i];
-    if (n_in != rg_inputs(*kind))
-        return fr_node_error(n, FR_ERR_GRAPH, "kind '%s' takes %d inputs, the node has %d", ks, rg_inputs(*kind), n_in);
-    int cnt;
-    const int64_t *v;
-    FR_TRY(fr_node_attr_ints(n, "shape", &cnt, &v));
-    if (cnt < 0) return fr_node_error(n, FR_ERR_GRAPH, "attribute 'shape' is required");
-    if (cnt > FR_MAX_RANK) return fr_node_error(n, FR_ERR_UNSUPPORTED, "shape has rank %d", cnt);
-    int rank = cnt;
+    FR_TRY(fr_reduce_grad_kind(n, n_in, kind));
+    int rank;
     int64_t dims[FR_MAX_RANK];
-    for (int k = 0; k < rank; k++) {
-        if (v[k] < 0) return fr_node_error(n, FR_ERR_SHAPE, "shape has a negative dim");
-        dims[k] = v[k];
-    }
-    FR_TRY(fr_node_attr_ints(n, "axes", &cnt, &v));
-    if (cnt < 0) return fr_node_error(n, FR_ERR_GRAPH, "attribute 'axes' is required");
-    unsigned char red[FR_MAX_RANK] = {0};
-    for (int j = 0; j < cnt; j++) {
-        int a;
-        FR_TRY(fr_norm_axis(n, v[j], rank, &a));
-        red[a] = 1;
-    }
+    unsigned char red[FR_MAX_RANK];
+    FR_TRY(fr_reduce_grad_shape(n, &rank, dims, red));
     *p = plan_make(rank, dims, red);
     return FR_OK;
 }
 
 /* scratch: [aux: n_out doubles][zeros: n_out int64][reduction partials] */
-size_t rg_aux_bytes(RKind kind, const RPlan &p)
+size_t rg_aux_bytes(red_kind kind, const RPlan &p)
 {
     if (kind == R_MAX || kind == R_MIN) return align_up((size_t)p.n_out * sizeof(double));
     if (kind == R_PROD) return align_up((size_t)p.n_out * sizeof(double)) + align_up((size_t)p.n_out * sizeof(long long));
@@ -71,7 +35,7 @@ size_t rg_aux_bytes(RKind kind, const RPlan &p)
 fr_status rg_scratch(const fr_graph *g, const fr_node *n, size_t *bytes)
 {
     (void)g;
-    RKind kind;
+    red_kind kind;
     RPlan p;
     FR_TRY(rg_plan(n, n->n_inputs, &kind, &p));
     *bytes = rg_aux_bytes(kind, p) ? rg_aux_bytes(kind, p) + plan_part_bytes(p) : 0;
@@ -150,7 +114,7 @@ __global__ void __launch_bounds__(kThreads) rg_apply(RPlan p, int kind, const T 
     }
 }
 
-template <class T> fr_status rg_run(const fr_cuda_kctx *k, RKind kind, const RPlan &p)
+template <class T> fr_status rg_run(const fr_cuda_kctx *k, red_kind kind, const RPlan &p)
 {
     const T *dy = (const T *)k->in[0]->data;
     const T *x = k->n_in > 1 ? (const T *)k->in[1]->data : nullptr;
@@ -179,7 +143,7 @@ fr_status rg_cuda(const fr_cuda_kctx *k)
     for (int i = 0; i < k->n_in; i++)
         if (!k->in[i]) return fr_node_error(n, FR_ERR_GRAPH, "input %d is missing", i);
     if (k->n_in < 1 || k->n_out < 1 || !k->out[0]) return fr_node_error(n, FR_ERR_GRAPH, "needs dy and an output");
-    RKind kind;
+    red_kind kind;
     RPlan p;
     FR_TRY(rg_plan(n, k->n_in, &kind, &p));
     const fr_tensor *dy = k->in[0];

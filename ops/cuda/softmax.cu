@@ -39,23 +39,12 @@ size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 __device__ __forceinline__ float exp_t(float v) { return expf(v); }
 __device__ __forceinline__ double exp_t(double v) { return exp(v); }
 
-template <class A> __device__ __forceinline__ A shfl_down(A v, int d)
-{
-    static_assert(sizeof(A) % 4 == 0, "whole 32-bit words");
-    int w[sizeof(A) / 4];
-    memcpy(w, &v, sizeof(A));
-#pragma unroll
-    for (int i = 0; i < (int)(sizeof(A) / 4); i++) w[i] = __shfl_down_sync(0xffffffffu, w[i], d);
-    memcpy(&v, w, sizeof(A));
-    return v;
-}
-
 /* Reduce over a group of G threads (32: a warp; else the whole block of G threads), then
  * broadcast: every thread of the group gets the result. All threads must call it. */
 template <int G, class A, class Cb> __device__ __forceinline__ A group_allreduce(A v, Cb cb)
 {
 #pragma unroll
-    for (int d = 16; d > 0; d >>= 1) v = cb(v, shfl_down(v, d));
+    for (int d = 16; d > 0; d >>= 1) v = cb(v, fr_shfl_down(v, d));
     if (G == 32) {
         int w[sizeof(A) / 4];
         memcpy(w, &v, sizeof(A));
@@ -74,7 +63,7 @@ template <int G, class A, class Cb> __device__ __forceinline__ A group_allreduce
         const bool in = l < G / 32;
 #pragma unroll
         for (int d = 16; d > 0; d >>= 1) {
-            const A o = shfl_down(t, d);
+            const A o = fr_shfl_down(t, d);
             if (l + d < G / 32 && in) t = cb(t, o);
         }
         if (l == 0) res = t;

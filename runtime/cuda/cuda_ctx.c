@@ -44,15 +44,8 @@ fr_status fr_cuda_ctx_create(int device, fr_cuda_ctx **out)
     c->weight_cache_off = wc && strcmp(wc, "0") == 0;
     fr_status st = FR_OK;
     struct cudaDeviceProp prop;
-#define CHECK(call)                                                          \
-    do {                                                                     \
-        if (st == FR_OK) {                                                   \
-            cudaError_t ce_ = (call);                                        \
-            if (ce_ != cudaSuccess) st = fr_cuda_status(ce_, #call, __FILE__, __LINE__); \
-        }                                                                    \
-    } while (0)
-    CHECK(cudaSetDevice(device));
-    CHECK(cudaGetDeviceProperties(&prop, device));
+    FR_CUDA_KEEP(st, cudaSetDevice(device));
+    FR_CUDA_KEEP(st, cudaGetDeviceProperties(&prop, device));
     if (st == FR_OK) {
         c->cc_major = prop.major;
         c->cc_minor = prop.minor;
@@ -60,11 +53,10 @@ fr_status fr_cuda_ctx_create(int device, fr_cuda_ctx **out)
         c->mem_total = prop.totalGlobalMem;
         snprintf(c->name, sizeof c->name, "%s", prop.name);
     }
-    CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
-    CHECK(cudaMalloc(&c->workspace, FR_CUDA_WORKSPACE_BYTES));
-    CHECK(cudaMalloc((void **)&c->dev_error, 4 * sizeof(int)));
-    CHECK(cudaMemset(c->dev_error, 0, 4 * sizeof(int)));
-#undef CHECK
+    FR_CUDA_KEEP(st, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    FR_CUDA_KEEP(st, cudaMalloc(&c->workspace, FR_CUDA_WORKSPACE_BYTES));
+    FR_CUDA_KEEP(st, cudaMalloc((void **)&c->dev_error, 4 * sizeof(int)));
+    FR_CUDA_KEEP(st, cudaMemset(c->dev_error, 0, 4 * sizeof(int)));
     if (st == FR_OK) {
         c->workspace_bytes = FR_CUDA_WORKSPACE_BYTES;
         cublasStatus_t s = cublasLtCreate(&c->lt);

@@ -426,13 +426,6 @@ static fr_status build(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *sh
             e->input_bytes += align_up(e->hdr[v].nbytes ? e->hdr[v].nbytes : 1);
         }
     }
-#define CU(call)                                                                            \
-    do {                                                                                    \
-        if (st == FR_OK) {                                                                  \
-            cudaError_t ce_ = (call);                                                       \
-            if (ce_ != cudaSuccess) st = fr_cuda_status(ce_, #call, __FILE__, __LINE__);    \
-        }                                                                                   \
-    } while (0)
     if (plan_only) { /* fr_cuda_exec_plan: the sizes are known, nothing is allocated */
         free(last_use);
         if (st != FR_OK) {
@@ -442,23 +435,23 @@ static fr_status build(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *sh
         *out = e;
         return FR_OK;
     }
-    if (e->arena_bytes) CU(cudaMalloc(&e->arena, e->arena_bytes));
-    if (e->const_bytes) CU(cudaMalloc(&e->consts, e->const_bytes));
+    if (e->arena_bytes) FR_CUDA_KEEP(st, cudaMalloc(&e->arena, e->arena_bytes));
+    if (e->const_bytes) FR_CUDA_KEEP(st, cudaMalloc(&e->consts, e->const_bytes));
     if (e->persist_total) {
-        CU(cudaMalloc(&e->persist, e->persist_total));
-        CU(cudaMemset(e->persist, 0, e->persist_total));
+        FR_CUDA_KEEP(st, cudaMalloc(&e->persist, e->persist_total));
+        FR_CUDA_KEEP(st, cudaMemset(e->persist, 0, e->persist_total));
     }
     if (e->input_bytes) {
-        CU(cudaMalloc(&e->inputs, e->input_bytes));
-        CU(cudaMallocHost(&e->staging, e->input_bytes));
+        FR_CUDA_KEEP(st, cudaMalloc(&e->inputs, e->input_bytes));
+        FR_CUDA_KEEP(st, cudaMallocHost(&e->staging, e->input_bytes));
     }
-    CU(cudaEventCreateWithFlags(&e->staging_done, cudaEventDisableTiming));
+    FR_CUDA_KEEP(st, cudaEventCreateWithFlags(&e->staging_done, cudaEventDisableTiming));
     const char *prof = getenv("FP8RUN_PROFILE");
     if (st == FR_OK && prof && prof[0] == '1') {
         e->ev = fr_calloc((size_t)g->n_nodes + 1, sizeof *e->ev, "profile events");
         e->node_ms = fr_calloc((size_t)g->n_nodes + 1, sizeof *e->node_ms, "profile times");
         if (!e->ev || !e->node_ms) st = FR_ERR_OOM;
-        for (int i = 0; st == FR_OK && i <= g->n_nodes; i++) CU(cudaEventCreate(&e->ev[i]));
+        for (int i = 0; st == FR_OK && i <= g->n_nodes; i++) FR_CUDA_KEEP(st, cudaEventCreate(&e->ev[i]));
     }
     if (st != FR_OK && st == FR_ERR_DEVICE)
         st = fr_error_context(st, "allocating %zu MiB of device memory for '%s' (arena %zu MiB, constants %zu MiB, "
@@ -471,7 +464,8 @@ static fr_status build(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *sh
         case K_CONST:
             e->hdr[v].data = (char *)e->consts + e->off[v];
             if (e->hdr[v].nbytes)
-                CU(cudaMemcpy(e->hdr[v].data, g->values[v].constant->data, e->hdr[v].nbytes, cudaMemcpyHostToDevice));
+                FR_CUDA_KEEP(st, cudaMemcpy(e->hdr[v].data, g->values[v].constant->data, e->hdr[v].nbytes,
+                                            cudaMemcpyHostToDevice));
             break;
         case K_INPUT: e->hdr[v].data = (char *)e->inputs + e->off[v]; break;
         case K_POOL: e->hdr[v].data = (char *)e->arena + e->off[v]; break;
@@ -483,8 +477,7 @@ static fr_status build(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *sh
         if (e->kind[v] == K_VIEW) e->hdr[v].data = e->hdr[e->root[v]].data;
     /* the constants went through the legacy stream, which the executor's non-blocking stream
      * does not wait for */
-    CU(cudaDeviceSynchronize());
-#undef CU
+    FR_CUDA_KEEP(st, cudaDeviceSynchronize());
     free(last_use);
     if (st != FR_OK) {
         fr_cuda_exec_free(e);
