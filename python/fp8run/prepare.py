@@ -13,6 +13,7 @@ This file uses only the standard library (and `tokenizers` when asked for): the 
 as a script, without importing the fp8run package (which loads libfp8run)."""
 import array
 import json
+import math
 import os
 import sys
 
@@ -130,7 +131,8 @@ def prepare(files, out, tokenizer="bytes", val_fraction=0.0, format="fp8run", eo
             tokens.extend(tok.encode(text))
             tokens.append(eos_id)
             docs += 1
-    n_val = int(round(len(tokens) * val_fraction))
+    # half away from zero, as the C side (fp8run prepare) rounds: Python's round() goes to even
+    n_val = int(math.floor(len(tokens) * val_fraction + 0.5))
     if val_fraction > 0 and (n_val == 0 or n_val == len(tokens)):
         raise PrepareError("%d tokens are too few to split %g of them off for validation" % (len(tokens), val_fraction))
     written = [os.fspath(out)]
