@@ -305,9 +305,11 @@ static void test_fp8_zero_size(void)
         fr_status want;
     } cases[] = {
         {"{\"w\":{\"dtype\":\"F8_E4M3\",\"shape\":[9223372036854775807,0],\"data_offsets\":[0,0]},"
-         "\"w_scale_inv\":{\"dtype\":\"F32\",\"shape\":[72057594037927936,0],\"data_offsets\":[0,0]}}", FR_OK},
+         "\"w_scale_inv\":{\"dtype\":\"F32\",\"shape\":[72057594037927936,0],\"data_offsets\":[0,0]}}",
+         FR_OK},
         {"{\"w\":{\"dtype\":\"F8_E4M3\",\"shape\":[1099511627776,0],\"data_offsets\":[0,0]},"
-         "\"w_scale_inv\":{\"dtype\":\"F32\",\"shape\":[8589934592,0],\"data_offsets\":[0,0]}}", FR_OK},
+         "\"w_scale_inv\":{\"dtype\":\"F32\",\"shape\":[8589934592,0],\"data_offsets\":[0,0]}}",
+         FR_OK},
         {"{\"w\":{\"dtype\":\"F8_E4M3\",\"shape\":[9223372036854775807,0],\"data_offsets\":[0,0]},"
          "\"w_scale_inv\":{\"dtype\":\"F32\",\"shape\":[72057594037927935,0],\"data_offsets\":[0,0]}}",
          FR_ERR_SHAPE},

@@ -29,8 +29,8 @@ JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 FUZZ_JOBS=${FUZZ_JOBS:-1}
 BUILD_DIR=${BUILD_DIR:-build-fuzz}
 # ci: inputs per target (the seed corpus counts), ~20 s of CPU each on a 2-core machine
-declare -A RUNS=([fuzz_onnx]=150000 [fuzz_onnx_ext]=200000 [fuzz_fbs]=15000 [fuzz_ckpt]=60000
-    [fuzz_npy]=250000 [fuzz_tokens]=250000 [fuzz_safetensors]=80000)
+declare -A RUNS=([fuzz_onnx]=300000 [fuzz_onnx_ext]=500000 [fuzz_fbs]=25000 [fuzz_ckpt]=100000
+    [fuzz_npy]=500000 [fuzz_tokens]=400000 [fuzz_safetensors]=200000)
 DEFAULT_RUNS=50000
 if ! command -v clang >/dev/null; then
     echo "fuzz: clang is needed (apt-get install -y clang)" >&2

@@ -44,8 +44,10 @@ static const char *write_set(const uint8_t *data, size_t size)
     for (; k <= MAX_SHARDS; k++) {
         const uint8_t *s = find_sep(p, end);
         const uint8_t *stop = s && k < MAX_SHARDS ? s : end;
-        if (k == 0) snprintf(name, sizeof name, "set/model.safetensors.index.json");
-        else snprintf(name, sizeof name, "set/s%d.safetensors", k);
+        if (k == 0)
+            snprintf(name, sizeof name, "set/model.safetensors.index.json");
+        else
+            snprintf(name, sizeof name, "set/s%d.safetensors", k);
         if (!fuzz_write(name, p, (size_t)(stop - p))) return NULL;
         if (stop == end) break;
         p = stop + sizeof SEP - 1;
