@@ -229,7 +229,8 @@ fr_status fr_st_ckpt_open(const char *path, fr_st_ckpt **out)
 
 /* ---- reading with FP8 block scales ---- */
 
-static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+/* a + b - 1 would overflow for a dim near INT64_MAX (a zero-size tensor's other dim) */
+static int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); }
 
 fr_status fr_st_ckpt_read_f32(const fr_st_ckpt *c, int i, float *dst)
 {
@@ -258,7 +259,8 @@ fr_status fr_st_ckpt_read_f32(const fr_st_ckpt *c, int i, float *dst)
     if (!scale) return FR_ERR_OOM;
     fr_status r = fr_st_read_f32(c->files[c->e[s].file], st, scale);
     const int64_t R = w->dims[0], C = w->dims[1], SC = st->dims[1];
-    for (int64_t row = 0; r == FR_OK && row < R; row++) {
+    /* C == 0: no element, however many rows a zero-size weight claims */
+    for (int64_t row = 0; r == FR_OK && C > 0 && row < R; row++) {
         const float *srow = scale + (row / FR_ST_BLOCK) * SC;
         for (int64_t col = 0; col < C; col++) dst[row * C + col] *= srow[col / FR_ST_BLOCK];
     }

@@ -1,7 +1,8 @@
 /* Safetensors files (runtime/safetensors.c, safetensors_ckpt.c): the transformers fixture read
  * and written back byte for byte; BF16/F16/F64/FP8 and FP8 128x128 block-scaled reads against
  * a float64 reference decoded here independently; hostile headers and indexes refused with
- * messages naming the file and tensor; sharded writing and reading. */
+ * messages naming the file and tensor; zero-size fp8 weights with huge dims; sharded writing
+ * and reading. */
 #include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
@@ -292,6 +293,45 @@ static void test_hostile_headers(void)
     }
 }
 
+/* Zero-size fp8 weights whose other dim is huge (found by tests/fuzz/fuzz_safetensors.c): the
+ * block grid of [INT64_MAX, 0] is computed without overflow, and [2^40, 0] reads at once rather
+ * than walking 2^40 empty rows; a grid that does not match is still refused. */
+static void test_fp8_zero_size(void)
+{
+    char dir[512], p[700];
+    fr_test_tmpdir(dir, sizeof dir);
+    snprintf(p, sizeof p, "%s/z.safetensors", dir);
+    static const struct {
+        const char *hdr;
+        fr_status want;
+    } cases[] = {
+        {"{\"w\":{\"dtype\":\"F8_E4M3\",\"shape\":[9223372036854775807,0],\"data_offsets\":[0,0]},"
+         "\"w_scale_inv\":{\"dtype\":\"F32\",\"shape\":[72057594037927936,0],\"data_offsets\":[0,0]}}",
+         FR_OK},
+        {"{\"w\":{\"dtype\":\"F8_E4M3\",\"shape\":[1099511627776,0],\"data_offsets\":[0,0]},"
+         "\"w_scale_inv\":{\"dtype\":\"F32\",\"shape\":[8589934592,0],\"data_offsets\":[0,0]}}",
+         FR_OK},
+        {"{\"w\":{\"dtype\":\"F8_E4M3\",\"shape\":[9223372036854775807,0],\"data_offsets\":[0,0]},"
+         "\"w_scale_inv\":{\"dtype\":\"F32\",\"shape\":[72057594037927935,0],\"data_offsets\":[0,0]}}",
+         FR_ERR_SHAPE},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_hdr(p, cases[i].hdr, 0);
+        fr_st_ckpt *c;
+        FR_ASSERT_OK(fr_st_ckpt_open(p, &c));
+        int k = fr_st_ckpt_find(c, "w");
+        CU_ASSERT_FATAL(k >= 0);
+        CU_ASSERT_EQUAL(c->e[k].t->numel, 0);
+        float sink[1] = {42.0f};
+        fr_status st = fr_st_ckpt_read_f32(c, k, sink);
+        if (st != cases[i].want) fprintf(stderr, "\n  case %zu: %d %s\n", i, (int)st, fr_last_error());
+        CU_ASSERT_EQUAL(st, cases[i].want);
+        CU_ASSERT_EQUAL(sink[0], 42.0f); /* nothing written for no element */
+        if (st != FR_OK) CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "w_scale_inv"));
+        fr_st_ckpt_close(c);
+    }
+}
+
 /* ---- shards ---- */
 
 static void test_sharded(void)
@@ -386,6 +426,7 @@ static CU_TestInfo tests[] = {
     {"dtype_conversions", test_dtype_conversions},
     {"fp8_block_scales", test_fp8_block_scales},
     {"hostile_headers", test_hostile_headers},
+    {"fp8_zero_size", test_fp8_zero_size},
     {"sharded", test_sharded},
     {"write_errors", test_write_errors},
     CU_TEST_INFO_NULL,

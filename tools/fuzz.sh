@@ -1,20 +1,49 @@
 #!/usr/bin/env bash
-# Build the libFuzzer targets (tests/fuzz/fuzz_*.c) with clang, ASan and UBSan, and run each for
-# a bounded time on a copy of its committed seed corpus (tests/fuzz/corpus/TARGET).
-#   tools/fuzz.sh [SECONDS [TARGET...]]   default 60 s per target, every target
-# Environment: BUILD_DIR (default build-fuzz), JOBS. A crash leaves crash-*/leak-*/timeout-*
-# files in $BUILD_DIR/fuzz-out/TARGET and makes the script exit 1: add the input as a
-# regression case (a seed in the corpus and a test) once it is fixed.
+# Build the libFuzzer targets (tests/fuzz/fuzz_*.c) with clang, ASan and UBSan, and run each on
+# a copy of its committed seed corpus (tests/fuzz/corpus/TARGET).
+#   tools/fuzz.sh ci [TARGET...]          what CI runs (.ci/run): deterministic, a fixed seed
+#                                         and a fixed number of inputs per target (RUNS below,
+#                                         ~20 s of CPU each), so a run is the same on every machine
+#   tools/fuzz.sh [SECONDS [TARGET...]]   exploration: SECONDS per target (default 60), seed
+#                                         random, as long as the machine allows
+# Only the fuzz targets and the library sources they link are built (fp8run_fuzz_readers in
+# CMakeLists.txt: no trainer, no tests), at -O1 with line tables.
+# Environment: BUILD_DIR (default build-fuzz), JOBS (compile jobs), FUZZ_JOBS (targets run at
+# once, default 1), FUZZ_SEED (ci: default 1), FUZZ_RUNS (ci: inputs for every target instead of
+# RUNS). Scratch files go to /dev/shm when it is writable (the readers take files: on a busy disk
+# that is 10x faster). A crash, leak, timeout or OOM leaves its input in
+# $BUILD_DIR/fuzz-out/TARGET/ (the message names the target and that file) and makes the script
+# exit 1: once fixed, add the input to the seed corpus and, where it fits, a test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SECS=${1:-60}
-shift || true
+MODE=time
+SECS=60
+if [ "${1:-}" = ci ]; then
+    MODE=ci
+    shift
+elif [ -n "${1:-}" ]; then
+    SECS=$1
+    shift
+fi
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+FUZZ_JOBS=${FUZZ_JOBS:-1}
 BUILD_DIR=${BUILD_DIR:-build-fuzz}
+# ci: inputs per target (the seed corpus counts), ~20 s of CPU each on a 2-core machine
+declare -A RUNS=([fuzz_onnx]=300000 [fuzz_onnx_ext]=500000 [fuzz_fbs]=25000 [fuzz_ckpt]=100000
+    [fuzz_npy]=500000 [fuzz_tokens]=400000 [fuzz_safetensors]=200000)
+DEFAULT_RUNS=50000
 if ! command -v clang >/dev/null; then
     echo "fuzz: clang is needed (apt-get install -y clang)" >&2
     exit 2
 fi
+probe=$(mktemp -d)
+echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return d && n > 99; }' >"$probe/p.c"
+if ! clang -fsanitize=fuzzer,address,undefined "$probe/p.c" -o "$probe/p" 2>/dev/null; then
+    rm -rf "$probe"
+    echo "fuzz: clang cannot link libFuzzer (apt-get install -y libclang-rt-$(clang -dumpversion | cut -d. -f1)-dev)" >&2
+    exit 2
+fi
+rm -rf "$probe"
 TARGETS=("$@")
 if [ ${#TARGETS[@]} -eq 0 ]; then
     for f in tests/fuzz/fuzz_*.c; do
@@ -23,25 +52,82 @@ if [ ${#TARGETS[@]} -eq 0 ]; then
     done
 fi
 cmake -S . -B "$BUILD_DIR" -DCMAKE_C_COMPILER=clang -DFP8RUN_CUDA=OFF -DFP8RUN_FUZZ=ON \
-    -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+    -DCMAKE_BUILD_TYPE=None "-DCMAKE_C_FLAGS=-O1 -gline-tables-only" >/dev/null
 cmake --build "$BUILD_DIR" -j "$JOBS" --target "${TARGETS[@]}"
+
+SHM=$([ -w /dev/shm ] && echo /dev/shm || echo /tmp)
+NORAND=()
+if [ $MODE = ci ]; then
+    # The same run every time needs the same addresses and paths: libFuzzer turns what the
+    # code compares (pointers, the readers' resolved paths) into mutations. So ASLR is off
+    # for the targets (where the machine lets setarch do it) and the scratch folder has a
+    # fixed name, one ci run at a time per machine (flock).
+    SCRATCH=$SHM/fp8run-fuzz-ci
+    if command -v flock >/dev/null; then
+        exec 9>"$SCRATCH.lock"
+        flock 9
+    fi
+    rm -rf "$SCRATCH" && mkdir -p "$SCRATCH"
+    if setarch "$(uname -m)" -R true 2>/dev/null; then
+        NORAND=(setarch "$(uname -m)" -R)
+    else
+        echo "fuzz: note: setarch cannot turn ASLR off here: runs may differ from machine to machine" >&2
+    fi
+else
+    SCRATCH=$(mktemp -d "$SHM/fp8run-fuzz.XXXXXX")
+fi
+trap 'rm -rf "$SCRATCH"' EXIT
+
+# One target: its corpus copy and temporary files in $SCRATCH, log and findings in $out.
+run_one() {
+    local t=$1 name=${1#fuzz_} out=$PWD/$BUILD_DIR/fuzz-out/${1#fuzz_} bin=$PWD/$BUILD_DIR/$1
+    local work=$SCRATCH/$name
+    rm -rf "$out" "$work" && mkdir -p "$out" "$work/corpus"
+    # the committed corpus stays as it is: new inputs go to the working copy
+    [ -d "tests/fuzz/corpus/$name" ] && cp -r "tests/fuzz/corpus/$name/." "$work/corpus/"
+    local args=(-timeout=10)
+    if [ $MODE = ci ]; then
+        # -reload=0: nothing time-based; -timeout generous for a loaded machine
+        args=(-seed="${FUZZ_SEED:-1}" -runs="${FUZZ_RUNS:-${RUNS[$t]:-$DEFAULT_RUNS}}" -reload=0 -timeout=30)
+    else
+        args+=(-max_total_time="$SECS")
+    fi
+    # -rss_limit_mb: a reader that allocates what the input does not hold is a finding too
+    local rc=0 TIMEFORMAT='%R %U %S'
+    { time (cd "$work" && FP8RUN_FUZZ_DIR=$work/tmp ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+        ${NORAND[@]+"${NORAND[@]}"} "$bin" "${args[@]}" -rss_limit_mb=2048 -max_len=131072 -print_final_stats=1 \
+        -artifact_prefix="$out/" corpus >"$out/log.txt" 2>&1); } 2>"$out/time" || rc=$?
+    echo $rc >"$out/rc"
+}
+
+echo "fuzz: ${TARGETS[*]} ($([ $MODE = ci ] && echo "ci: seed ${FUZZ_SEED:-1}, fixed runs" || echo "${SECS}s each"), $FUZZ_JOBS at once)"
+for t in "${TARGETS[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$FUZZ_JOBS" ]; do wait -n || true; done
+    run_one "$t" &
+done
+wait
+
 status=0
 for t in "${TARGETS[@]}"; do
     name=${t#fuzz_}
-    out=$PWD/$BUILD_DIR/fuzz-out/$name
-    bin=$PWD/$BUILD_DIR/$t
-    rm -rf "$out" && mkdir -p "$out/corpus"
-    # the committed corpus stays as it is: new inputs go to the working copy
-    [ -d "tests/fuzz/corpus/$name" ] && cp -r "tests/fuzz/corpus/$name/." "$out/corpus/"
-    echo "fuzz: $t for ${SECS}s"
-    # -rss_limit_mb: a reader that allocates what the input does not hold is a finding too
-    if ! (cd "$out" && TMPDIR=$PWD ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-        "$bin" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 -max_len=131072 \
-        -print_final_stats=1 corpus 2>"$out/log.txt"); then
-        echo "fuzz: $t FAILED (see $out/log.txt):" >&2
-        tail -30 "$out/log.txt" >&2
-        status=1
+    out=$BUILD_DIR/fuzz-out/$name
+    rc=$(cat "$out/rc" 2>/dev/null || echo 1)
+    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$out/log.txt" | tail -1)
+    rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "$out/log.txt" | tail -1)
+    tm=$(awk '{printf "%.0f s (CPU %.0f s)", $1, $2 + $3}' "$out/time" 2>/dev/null || true)
+    if [ "$rc" = 0 ]; then
+        echo "fuzz: $t ok: ${runs:-?} inputs in ${tm:-? s}, peak RSS ${rss:-?} MB"
+        continue
     fi
-    grep -E "^stat::number_of_executed_units|^stat::peak_rss_mb" "$out/log.txt" | sed "s/^/  $name /" || true
+    status=1
+    found=$(find "$out" -maxdepth 1 -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' \
+        -o -name 'oom-*' -o -name 'slow-unit-*' \) | head -1)
+    echo "fuzz: $t FAILED (exit $rc) after ${runs:-?} inputs; log $out/log.txt" >&2
+    tail -40 "$out/log.txt" >&2
+    if [ -n "$found" ]; then
+        echo "fuzz: $t FAILED: the input is $found; reproduce with: $BUILD_DIR/$t $found" >&2
+    else
+        echo "fuzz: $t FAILED without an input file (see $out/log.txt)" >&2
+    fi
 done
 exit $status

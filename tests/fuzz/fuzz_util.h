@@ -6,7 +6,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The per-process folder (created on first use; NULL when it cannot be). */
+/* libFuzzer's optional start-up hook (defined once, in fuzz_util.c): fixes Jansson's hash seed. */
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+/* The per-process folder: $FP8RUN_FUZZ_DIR when set, else a new one under $TMPDIR or /tmp
+ * (created on first use; NULL when it cannot be). */
 const char *fuzz_dir(void);
 /* Write data to fuzz_dir()/name (replacing it); returns the path (static) or NULL. */
 const char *fuzz_write(const char *name, const uint8_t *data, size_t size);
