@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Build the libFuzzer targets (tests/fuzz/fuzz_*.c) with clang, ASan and UBSan, and run each on
 # a copy of its committed seed corpus (tests/fuzz/corpus/TARGET).
-#   tools/fuzz.sh ci [TARGET...]          what CI runs (.ci/run): deterministic, a fixed seed
-#                                         and a fixed number of inputs per target (RUNS below,
-#                                         ~20 s of CPU each), so a run is the same on every machine
+#   tools/fuzz.sh ci [TARGET...]          what CI runs (.ci/run): a fixed seed and a fixed number
+#                                         of inputs per target (RUNS below, ~25-30 s of CPU each),
+#                                         no time limit: a run does the same work on any machine,
+#                                         and repeats input for input on the same one
 #   tools/fuzz.sh [SECONDS [TARGET...]]   exploration: SECONDS per target (default 60), seed
 #                                         random, as long as the machine allows
 # Only the fuzz targets and the library sources they link are built (fp8run_fuzz_readers in
@@ -28,7 +29,7 @@ fi
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 FUZZ_JOBS=${FUZZ_JOBS:-1}
 BUILD_DIR=${BUILD_DIR:-build-fuzz}
-# ci: inputs per target (the seed corpus counts), ~20 s of CPU each on a 2-core machine
+# ci: inputs per target (the seed corpus counts): 22-34 s of CPU each on the 2-core dev machine
 declare -A RUNS=([fuzz_onnx]=300000 [fuzz_onnx_ext]=500000 [fuzz_fbs]=25000 [fuzz_ckpt]=100000
     [fuzz_npy]=500000 [fuzz_tokens]=400000 [fuzz_safetensors]=200000)
 DEFAULT_RUNS=50000
