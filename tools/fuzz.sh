@@ -55,6 +55,7 @@ fi
 cmake -S . -B "$BUILD_DIR" -DCMAKE_C_COMPILER=clang -DFP8RUN_CUDA=OFF -DFP8RUN_FUZZ=ON \
     -DCMAKE_BUILD_TYPE=None "-DCMAKE_C_FLAGS=-O1 -gline-tables-only" >/dev/null
 cmake --build "$BUILD_DIR" -j "$JOBS" --target "${TARGETS[@]}"
+BUILD_ABS=$(cd "$BUILD_DIR" && pwd)
 
 SHM=$([ -w /dev/shm ] && echo /dev/shm || echo /tmp)
 NORAND=()
@@ -81,7 +82,7 @@ trap 'rm -rf "$SCRATCH"' EXIT
 
 # One target: its corpus copy and temporary files in $SCRATCH, log and findings in $out.
 run_one() {
-    local t=$1 name=${1#fuzz_} out=$PWD/$BUILD_DIR/fuzz-out/${1#fuzz_} bin=$PWD/$BUILD_DIR/$1
+    local t=$1 name=${1#fuzz_} out=$BUILD_ABS/fuzz-out/${1#fuzz_} bin=$BUILD_ABS/$1
     local work=$SCRATCH/$name
     rm -rf "$out" "$work" && mkdir -p "$out" "$work/corpus"
     # the committed corpus stays as it is: new inputs go to the working copy
@@ -93,11 +94,17 @@ run_one() {
     else
         args+=(-max_total_time="$SECS")
     fi
+    # The same environment and arguments wherever the checkout is (their size moves the stack,
+    # whose addresses the code compares too): the binary and the output folder through links.
+    ln -s "$bin" "$work/target"
+    ln -s "$out" "$work/out"
+    local envs=(env -i "PATH=/usr/lib/llvm-$(clang -dumpversion | cut -d. -f1)/bin:/usr/bin:/bin"
+        "FP8RUN_FUZZ_DIR=$work/tmp" ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1)
     # -rss_limit_mb: a reader that allocates what the input does not hold is a finding too
     local rc=0 TIMEFORMAT='%R %U %S'
-    { time (cd "$work" && FP8RUN_FUZZ_DIR=$work/tmp ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-        ${NORAND[@]+"${NORAND[@]}"} "$bin" "${args[@]}" -rss_limit_mb=2048 -max_len=131072 -print_final_stats=1 \
-        -artifact_prefix="$out/" corpus >"$out/log.txt" 2>&1); } 2>"$out/time" || rc=$?
+    { time (cd "$work" && "${envs[@]}" ${NORAND[@]+"${NORAND[@]}"} ./target "${args[@]}" -rss_limit_mb=2048 \
+        -max_len=131072 -print_final_stats=1 -artifact_prefix=out/ corpus >"$out/log.txt" 2>&1); } 2>"$out/time" ||
+        rc=$?
     echo $rc >"$out/rc"
 }
 
