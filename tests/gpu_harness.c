@@ -222,3 +222,22 @@ int gpu_test_main(CU_SuiteInfo *suites)
 #endif
     return rc;
 }
+
+double gpu_params_rel_diff(fr_trainer *a, fr_trainer *b)
+{
+    double d2 = 0, r2 = 0;
+    for (int i = 0; i < fr_trainer_param_count(a); i++) {
+        const char *name = fr_trainer_param_name(a, i);
+        int64_t n = fr_trainer_param_numel(a, i);
+        float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
+        FR_ASSERT_OK(fr_trainer_get_param(a, name, x));
+        FR_ASSERT_OK(fr_trainer_get_param(b, name, y));
+        for (int64_t e = 0; e < n; e++) {
+            d2 += ((double)x[e] - y[e]) * ((double)x[e] - y[e]);
+            r2 += (double)y[e] * y[e];
+        }
+        free(x);
+        free(y);
+    }
+    return sqrt(d2 / (r2 > 0 ? r2 : 1));
+}

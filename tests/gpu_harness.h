@@ -14,6 +14,7 @@
 #define FR_GPU_HARNESS_H
 
 #include "tests/op_harness.h"
+#include "runtime/trainer.h"
 
 /* 1 when the CUDA backend is built and a device answers (the first call prints why not). */
 int gpu_available(void);
@@ -49,6 +50,9 @@ int gpu_check_at(tnode *t, double tol, const char *what, gpu_at_fn at);
 /* Outputs that gpu_check passed under a tolerance > 0, bit-identical to the CPU or only
  * within the tolerance (programs print them: the GPU is meant to add in the CPU's order). */
 extern int gpu_n_exact, gpu_n_close;
+
+/* ||a's parameters - b's|| / ||b's|| over every parameter of a (by name; b must have them). */
+double gpu_params_rel_diff(fr_trainer *a, fr_trainer *b);
 
 /* A main() for GPU test programs: SKIP (exit 0) without a device, else fr_test_main. */
 int gpu_test_main(CU_SuiteInfo *suites);

@@ -143,25 +143,6 @@ static void train(fr_trainer *t, double *loss, double *eval)
     FR_ASSERT_OK(fr_trainer_eval(t, w, eval));
 }
 
-static double adapters_diff(fr_trainer *a, fr_trainer *b)
-{
-    double d2 = 0, r2 = 0;
-    for (int i = 0; i < fr_trainer_param_count(a); i++) {
-        const char *name = fr_trainer_param_name(a, i);
-        int64_t n = fr_trainer_param_numel(a, i);
-        float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
-        FR_ASSERT_OK(fr_trainer_get_param(a, name, x));
-        FR_ASSERT_OK(fr_trainer_get_param(b, name, y));
-        for (int64_t e = 0; e < n; e++) {
-            d2 += ((double)x[e] - y[e]) * ((double)x[e] - y[e]);
-            r2 += (double)y[e] * y[e];
-        }
-        free(x);
-        free(y);
-    }
-    return sqrt(d2 / (r2 > 0 ? r2 : 1));
-}
-
 static void test_lora_training(void)
 {
     if (!gpu_available()) return;
@@ -183,7 +164,7 @@ static void test_lora_training(void)
         double d = fabs(lg[i] - lc[i]) / fabs(lc[i]);
         if (d > worst) worst = d;
     }
-    double same = adapters_diff(tg, tc), other = adapters_diff(tn, tc);
+    double same = gpu_params_rel_diff(tg, tc), other = gpu_params_rel_diff(tn, tc);
     printf(" (on %s: worst loss rel diff %.2e, adapters rel L2 %.2e; CPU without dropout %.2e; eval %.6f / %.6f)",
            fr_trainer_device(tg), worst, same, other, ec, eg);
     CU_ASSERT(worst <= 1e-3);

@@ -88,25 +88,6 @@ static void run(fr_trainer *t, int steps, int k, uint64_t seed, double *out)
     free(w);
 }
 
-static double param_diff(fr_trainer *a, fr_trainer *b)
-{
-    double d2 = 0, r2 = 0;
-    for (int i = 0; i < fr_trainer_param_count(a); i++) {
-        const char *name = fr_trainer_param_name(a, i);
-        int64_t n = fr_trainer_param_numel(a, i);
-        float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
-        FR_ASSERT_OK(fr_trainer_get_param(a, name, x));
-        FR_ASSERT_OK(fr_trainer_get_param(b, name, y));
-        for (int64_t e = 0; e < n; e++) {
-            d2 += ((double)x[e] - y[e]) * ((double)x[e] - y[e]);
-            r2 += (double)y[e] * y[e];
-        }
-        free(x);
-        free(y);
-    }
-    return sqrt(d2 / (r2 > 0 ? r2 : 1));
-}
-
 /* lora (may be NULL): the same with LoRA adapters (passes/lora.h), which are then the
  * trained parameters compared */
 static void check_fp32_lora(const char *name, int64_t B, int64_t T, const fr_lora_options *lora)
@@ -125,7 +106,7 @@ static void check_fp32_lora(const char *name, int64_t B, int64_t T, const fr_lor
         double r = fabs(lg[i] - lc[i]) / fabs(lc[i]);
         if (r > worst) worst = r;
     }
-    double pd = param_diff(tg, tc);
+    double pd = gpu_params_rel_diff(tg, tc);
     printf(" (%s%s on %s: worst loss rel diff %.2e over 20 steps, weights rel L2 %.2e)", name, lora ? " LoRA" : "",
            fr_trainer_device(tg), worst, pd);
     CU_ASSERT(worst <= 1e-3);
@@ -222,8 +203,8 @@ static void test_accum_and_ckpt(void)
     FR_ASSERT_OK(fr_trainer_new(g, &og, &tg2));
     FR_ASSERT_OK(fr_trainer_load(tc2, pg, NULL, NULL));
     FR_ASSERT_OK(fr_trainer_load(tg2, pc, NULL, NULL));
-    CU_ASSERT(param_diff(tc2, tg) <= 1e-6);  /* the GPU's weights arrived on the CPU */
-    CU_ASSERT(param_diff(tg2, tc) <= 1e-6);  /* and the other way */
+    CU_ASSERT(gpu_params_rel_diff(tc2, tg) <= 1e-6);  /* the GPU's weights arrived on the CPU */
+    CU_ASSERT(gpu_params_rel_diff(tg2, tc) <= 1e-6);  /* and the other way */
     run(tc2, 3, 2, 11, lc + 3);
     run(tg, 3, 2, 11, lg + 3);
     for (int i = 3; i < 6; i++) CU_ASSERT(fabs(lg[i] - lc[i]) / lc[i] <= 2e-2);
@@ -360,7 +341,7 @@ static void check_recompute(const char *precision, const char *recipe)
     int diff = 0;
     for (int m = 1; m < M; m++) {
         int ld = memcmp(loss[m], loss[0], sizeof loss[0]) != 0;
-        int wd = param_diff(t[m], t[0]) != 0;
+        int wd = gpu_params_rel_diff(t[m], t[0]) != 0;
         if (ld || wd) printf("\n  %s: losses %s, weights %s", modes[m], ld ? "DIFFER" : "same", wd ? "DIFFER" : "same");
         diff += ld + wd;
     }
