@@ -481,11 +481,11 @@ typedef struct fp8run_train_config {
     const char *lora_targets;    /* POSIX extended regex over weight names (needed with a rank) */
     double lora_dropout;         /* dropout on the adapters' input, p in [0, 1) (default 0): training
                                     only, masks keyed by seed, step and micro-batch */
-    const char *attention;       /* the fused attention's GPU kernels: "fp8run" (default: fp8run's
-                                    own), "cudnn" (cuDNN 9's fused flash attention, loaded at run
+    const char *attention;       /* the fused attention's GPU kernels: "auto" (default: cuDNN 9's
+                                    fused flash attention where it loads and takes the node,
+                                    fp8run's kernels elsewhere), "cudnn" (cuDNN only, loaded at run
                                     time: libcudnn.so.9, or $FP8RUN_CUDNN_LIBRARY; an error where
-                                    it cannot run) or "auto" (cuDNN where it loads and takes the
-                                    node, fp8run's kernels elsewhere). fp8run_session_attention
+                                    it cannot run) or "fp8run" (fp8run's kernels only). fp8run_session_attention
                                     says which ran */
 } fp8run_train_config;
 

@@ -102,8 +102,8 @@ typedef struct fr_train_options {
                                   it owns (fr_dist_partition) and broadcasts them after the update */
     int plan_only;             /* 1: build the graphs only, no executor, optimizer or device
                                   (fr_train_predict_memory, runtime/train_memory.h) */
-    const char *attention;     /* the fused attention's GPU kernels: NULL or "fp8run" (default),
-                                  "cudnn", "auto" (ops/cuda/attention_cudnn.h; --attention) */
+    const char *attention;     /* the fused attention's GPU kernels: NULL or "auto" (default),
+                                  "cudnn", "fp8run" (ops/cuda/attention_cudnn.h; --attention) */
 } fr_train_options;
 
 void fr_train_options_default(fr_train_options *o);

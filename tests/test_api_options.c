@@ -150,7 +150,7 @@ static void test_set_from_text(void)
     SET_ERR(&c, "world_size", "-1", "world_size: '-1' is not an integer in 0..");
     CU_ASSERT_EQUAL(fp8run_train_config_set(&c, "local_rank", "3"), FP8RUN_OK);
     CU_ASSERT_EQUAL(c.local_rank, 3);
-    CU_ASSERT_STRING_EQUAL(c.attention, "fp8run"); /* fp8run's kernels until cuDNN's are verified */
+    CU_ASSERT_STRING_EQUAL(c.attention, "auto"); /* cuDNN where it takes the node */
     CU_ASSERT_EQUAL(fp8run_train_config_set(&c, "--attention", "auto"), FP8RUN_OK);
     CU_ASSERT_STRING_EQUAL(c.attention, "auto");
     SET_ERR(&c, "--attention", "flash", "--attention: 'flash' is not one of fp8run, cudnn, auto");
@@ -231,9 +231,9 @@ static void test_internal_defaults_agree(void)
     CU_ASSERT_EQUAL(o->local_rank, d.local_rank);
     CU_ASSERT_PTR_EQUAL(o->nccl_comm, d.nccl_comm);
     CU_ASSERT_EQUAL(o->shard_optimizer, d.shard_optimizer);
-    /* the trainer's NULL is the config's "fp8run": fp8run's attention kernels */
+    /* the trainer's NULL is the config's "auto" */
     CU_ASSERT_PTR_NULL(d.attention);
-    CU_ASSERT_STRING_EQUAL(o->attention, "fp8run");
+    CU_ASSERT_STRING_EQUAL(o->attention, "auto");
     fr_api_options_free(&a);
     char mine[8];
     strcpy(mine, "cudnn");

@@ -53,8 +53,12 @@ static void test_missing_library(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "--attention auto falls back"));
     CU_ASSERT_EQUAL(fr_cuda_ctx_set_attention(&c, "flash"), FR_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "use fp8run, cudnn or auto"));
+    /* no choice is auto: here, without cuDNN, fp8run's kernels, saying why */
     FR_ASSERT_OK(fr_cuda_ctx_set_attention(&c, NULL));
     CU_ASSERT_EQUAL(c.attention, FR_CUDA_ATTN_FP8RUN);
+    fr_cuda_attention_report(&c, rep, sizeof rep);
+    CU_ASSERT_PTR_NOT_NULL(strstr(rep, "fp8run kernels (FP8RUN_CUDNN_LIBRARY='" MISSING "'"));
+    FR_ASSERT_OK(fr_cuda_ctx_set_attention(&c, "fp8run"));
     fr_cuda_attention_report(&c, rep, sizeof rep);
     CU_ASSERT_STRING_EQUAL(rep, "fp8run kernels (--attention fp8run)");
     CU_ASSERT_EQUAL(fr_cuda_attention_parse("cudnn"), FR_CUDA_ATTN_CUDNN);
@@ -68,7 +72,10 @@ static void test_missing_library(void)
 #else
     CU_ASSERT_PTR_NOT_NULL(strstr(info, "without the CUDA backend"));
 #endif
+    /* the default is auto (cuDNN unavailable here: no CUDA backend, or a missing library) */
     CLI_EXPECT(cli_run("info %s/llama_tiny/model.onnx", FR_FIXTURES), 0, cli_out,
+               "attention      fp8run's kernels (--attention auto: ");
+    CLI_EXPECT(cli_run("info %s/llama_tiny/model.onnx --attention fp8run", FR_FIXTURES), 0, cli_out,
                "attention      fp8run's kernels (--attention fp8run)");
     CLI_EXPECT(cli_run("info %s/llama_tiny/model.onnx --attention flash", FR_FIXTURES), 2, cli_err,
                "--attention: 'flash' is not one of fp8run, cudnn, auto");

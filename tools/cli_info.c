@@ -51,7 +51,7 @@ void cli_info_help(FILE *f)
 /* Which kernels the fused attention nodes will run on a GPU with these options. */
 static void print_attention(const fp8run_train_config *o)
 {
-    const char *a = o->attention ? o->attention : "fp8run";
+    const char *a = o->attention ? o->attention : "auto";
     int version = 0;
     const char *dnn = fp8run_cudnn_info(&version);
     if (strcmp(a, "fp8run") == 0)

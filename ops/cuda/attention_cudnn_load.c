@@ -248,7 +248,7 @@ void fr_cudnn_status_text(const frdnn_api *api, int status, const char *what, ch
 int fr_cuda_attention_parse(const char *choice)
 {
     static const char *const names[] = {FR_CHOICES_ATTENTION NULL};
-    if (!choice) return FR_CUDA_ATTN_FP8RUN;
+    if (!choice) return FR_CUDA_ATTN_AUTO; /* the default */
     return fr_choice_find(names, choice);
 }
 
