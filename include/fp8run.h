@@ -487,6 +487,9 @@ typedef struct fp8run_train_config {
                                     it cannot run) or "auto" (cuDNN where it loads and takes the
                                     node, fp8run's kernels elsewhere). fp8run_session_attention
                                     says which ran */
+    int shard_gradients;         /* 1: ZeRO-2, shard_optimizer and each gradient reduced to its
+                                    parameter's owner only, which alone accumulates micro-batches
+                                    (default 0) */
 } fp8run_train_config;
 
 /* Fill *cfg with the defaults above and set cfg->struct_size = size. Pass sizeof *cfg. */
