@@ -300,7 +300,7 @@ static int print_memory(const fp8run_model *m, fp8run_train_config *o, const cli
     const double M = 1024.0 * 1024.0;
     printf("memory         predicted peak of `fp8run train` on the %s, batch %lld x seq %lld, optimizer state %s",
            r.gpu ? "GPU" : "CPU", (long long)o->batch, (long long)o->seq_len, o->optimizer_state);
-    if (o->world_size > 1)
+    if (o->world_size > 1 && r.gpu) /* data parallel runs on GPUs only */
         printf(", one of %d ranks%s", o->world_size,
                o->shard_gradients ? " (ZeRO-2)" : o->shard_optimizer ? " (ZeRO-1)" : "");
     printf(":\n");
