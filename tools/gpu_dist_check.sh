@@ -120,8 +120,12 @@ V="on off z2"
 for v in $V; do
     room 30 "4 GPUs $v" || continue
     case $v in
-        on) FP8RUN_DIST_OVERLAP=1 run t4$v 0,1,2,3 90 $M1 $C1 --batch 8 --steps $STEPS --gpus 4 ;;
-        off) FP8RUN_DIST_OVERLAP=0 run t4$v 0,1,2,3 90 $M1 $C1 --batch 8 --steps $STEPS --gpus 4 ;;
+        on) run t4$v 0,1,2,3 90 $M1 $C1 --batch 8 --steps $STEPS --gpus 4 ;;
+        off)
+            export FP8RUN_DIST_OVERLAP=0
+            run t4$v 0,1,2,3 90 $M1 $C1 --batch 8 --steps $STEPS --gpus 4
+            unset FP8RUN_DIST_OVERLAP
+            ;;
         z1) run t4$v 0,1,2,3 90 $M1 $C1 --batch 8 --steps $STEPS --gpus 4 --shard-optimizer ;;
         z2) run t4$v 0,1,2,3 90 $M1 $C1 --batch 8 --steps $STEPS --gpus 4 --shard-gradients ;;
     esac
