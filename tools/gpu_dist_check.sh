@@ -134,6 +134,7 @@ b1=$(tps "$D/t1.jsonl") b4=$(tps "$D/t1ga4.jsonl")
 say "1B fp8 B=8 T=2048 tokens/s per GPU (median of steps 3..):"
 say "  1 GPU B=8: $b1; 1 GPU B=8 --grad-accum 4: $b4"
 for n in t2 t4on t4off t4z1 t4z2; do
+    [ -f "$D/$n.jsonl" ] || continue
     x=$(tps "$D/$n.jsonl")
     say "  $n: $x per GPU ($(python3 -c "print(f'{100*$x/$b1:.1f}% of 1 GPU, {100*$x/$b4:.1f}% of ga4')" 2>/dev/null || echo '?'))"
 done
