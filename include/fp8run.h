@@ -487,6 +487,9 @@ typedef struct fp8run_train_config {
                                     time: libcudnn.so.9, or $FP8RUN_CUDNN_LIBRARY; an error where
                                     it cannot run) or "fp8run" (fp8run's kernels only). fp8run_session_attention
                                     says which ran */
+    int shard_gradients;         /* 1: ZeRO-2, shard_optimizer and each gradient reduced to its
+                                    parameter's owner only, which alone accumulates micro-batches
+                                    (default 0) */
 } fp8run_train_config;
 
 /* Fill *cfg with the defaults above and set cfg->struct_size = size. Pass sizeof *cfg. */

@@ -99,7 +99,8 @@ fp8run_status fr_api_options(api_err *slot, const char *fn, const fp8run_train_c
     o->rank = c.rank;
     o->local_rank = c.local_rank;
     o->nccl_comm = c.nccl_comm;
-    o->shard_optimizer = c.shard_optimizer != 0;
+    o->shard_optimizer = c.shard_optimizer != 0 || c.shard_gradients != 0; /* ZeRO-2 includes ZeRO-1 */
+    o->shard_gradients = c.shard_gradients != 0;
     o->lora.rank = c.lora_rank;
     o->lora.alpha = c.lora_alpha;
     o->lora.targets = c.lora_targets;

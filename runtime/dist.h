@@ -9,7 +9,9 @@
  *     grouped all-reduce;
  *   - the optimizer-state shards (ZeRO-1): every parameter owned by one rank, chosen greedily
  *     so that the ranks hold about the same number of elements; only the owner keeps its
- *     AdamW moments and updates it, then broadcasts the new values;
+ *     AdamW moments and updates it, then broadcasts the new values. With the gradients
+ *     sharded too (ZeRO-2) each bucket is reduced to its parameters' owners only, and only
+ *     they accumulate micro-batches;
  *   - the data split: rank r of N takes windows [r*B, (r+1)*B) of every micro-batch of the
  *     global batch of N*B windows, so N ranks compute the step one rank computes with N*B.
  * The NCCL side is runtime/cuda/nccl_*.c. */
@@ -51,6 +53,17 @@ typedef struct fr_dist_bucket {
  * malloc'ed (n_out may be 0 when n is 0). */
 FR_NODISCARD fr_status fr_dist_plan_buckets(const int64_t *numel, int n, size_t elem_size, size_t bucket_bytes,
                                fr_dist_bucket **out, int *n_out);
+
+/* Overlap with the backward pass: ready[k] is the executor node after which bucket k may start,
+ * the last node touching any of its gradients (last_touch[i] per parameter, -1: none), made
+ * non-decreasing over k so the buckets start in plan order (every rank issues its collectives in
+ * that order, whatever the graph). */
+void fr_dist_bucket_ready(const fr_dist_bucket *b, int nb, const int *last_touch, int *ready);
+/* The chunks (runs of `chunk` elements, parameter by parameter, in parameter order) of the
+ * parameters rank owns (owner NULL: all of them): bucket k's are [first[k], first[k] + count[k])
+ * of that list. */
+FR_NODISCARD fr_status fr_dist_bucket_chunks(const int64_t *numel, int n, const int *owner, int rank, int64_t chunk,
+                                             const fr_dist_bucket *b, int nb, int *first, int *count);
 
 /* ---- optimizer-state shards ---- */
 /* owner[i] in [0, world): parameters taken in descending size (ties: lower index first), each

@@ -67,6 +67,34 @@ fr_status fr_dist_plan_buckets(const int64_t *numel, int n, size_t elem_size, si
     return FR_OK;
 }
 
+void fr_dist_bucket_ready(const fr_dist_bucket *b, int nb, const int *last_touch, int *ready)
+{
+    int run = -1;
+    for (int k = 0; k < nb; k++) {
+        for (int j = 0; j < b[k].count; j++)
+            if (last_touch[b[k].first - j] > run) run = last_touch[b[k].first - j];
+        ready[k] = run;
+    }
+}
+
+fr_status fr_dist_bucket_chunks(const int64_t *numel, int n, const int *owner, int rank, int64_t chunk,
+                                const fr_dist_bucket *b, int nb, int *first, int *count)
+{
+    if (chunk <= 0) return fr_error(FR_ERR_INVALID_ARG, "gradient bucket chunks: %lld-element chunks", (long long)chunk);
+    int *start = fr_malloc((size_t)(n + 1) * sizeof *start, "gradient bucket chunks");
+    if (!start) return FR_ERR_OOM;
+    start[0] = 0;
+    for (int i = 0; i < n; i++)
+        start[i + 1] = start[i] + (!owner || owner[i] == rank ? (int)((numel[i] + chunk - 1) / chunk) : 0);
+    for (int k = 0; k < nb; k++) {
+        const int lo = b[k].first - b[k].count + 1, hi = b[k].first;
+        first[k] = start[lo];
+        count[k] = start[hi + 1] - start[lo];
+    }
+    free(start);
+    return FR_OK;
+}
+
 fr_status fr_dist_partition(const int64_t *numel, int n, int world, int *owner)
 {
     if (world < 1) return fr_error(FR_ERR_INVALID_ARG, "optimizer shards: world size %d", world);

@@ -2,15 +2,50 @@
 #include "runtime/train_memory.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "graph/limits.h"
+#include "runtime/dist.h"
 #include "runtime/host_memory.h"
 #include "runtime/train_internal.h"
 #ifdef FP8RUN_HAVE_CUDA
 #include "ops/cuda/attention_cudnn.h"
 #include "runtime/cuda/cuda_exec.h"
 #endif
+
+/* Data parallel with sharding (runtime/dist.h): the rank holding the most keeps the optimizer
+ * state of its parameters only (ZeRO-1) and, with sharded gradients (ZeRO-2), their
+ * accumulation buffers only. */
+static fr_status shard(const fr_trainer *t, fr_train_memory *out)
+{
+    const fr_train_options *o = &t->opt;
+    const int n = t->n_params, W = o->world_size;
+    if (W < 2 || !(o->shard_optimizer || o->shard_gradients) || o->eval_only || n == 0) return FR_OK;
+    int64_t *numel = fr_malloc((size_t)n * sizeof *numel, "memory plan");
+    int *owner = fr_malloc((size_t)n * sizeof *owner, "memory plan");
+    fr_status st = numel && owner ? FR_OK : FR_ERR_OOM;
+    for (int i = 0; st == FR_OK && i < n; i++) numel[i] = t->params[i].numel;
+    if (st == FR_OK) st = fr_dist_partition(numel, n, W, owner);
+    size_t state = 0, grads = 0;
+    for (int r = 0; st == FR_OK && r < W; r++) {
+        size_t s = 0, g = 0;
+        for (int i = 0; i < n; i++)
+            if (owner[i] == r) {
+                s += fr_opt_state_bytes(&o->opt, numel[i]);
+                g += (size_t)numel[i] * sizeof(float);
+            }
+        if (s > state) state = s;
+        if (g > grads) grads = g;
+    }
+    if (st == FR_OK) {
+        out->optimizer_state = state;
+        if (o->shard_gradients && out->grads) out->grads = grads;
+    }
+    free(numel);
+    free(owner);
+    return st;
+}
 
 fr_status tr_memory_of(fr_trainer *t, int gpu, fr_train_memory *out)
 {
@@ -46,6 +81,7 @@ fr_status tr_memory_of(fr_trainer *t, int gpu, fr_train_memory *out)
         out->workspace = FR_CUDA_WORKSPACE_BYTES;
     }
 #endif
+    if (st == FR_OK && gpu) st = shard(t, out);
     out->total = out->params + out->grads + out->optimizer_state + out->fp8_weights + out->activations +
                  out->eval_activations + out->inputs + out->workspace;
     return st;
@@ -57,8 +93,10 @@ fr_status fr_train_predict_memory(const fr_graph *model, const fr_train_options 
     fr_train_options o = *opt;
     o.plan_only = 1;
     o.device = "cpu"; /* the graphs do not depend on the device; no device is touched */
+    o.world_size = 0;  /* nor on the rank count: the shares are applied to the plan */
     fr_trainer *t;
     FR_TRY(fr_trainer_new(model, &o, &t));
+    t->opt.world_size = opt->world_size;
     fr_status st = tr_memory_of(t, gpu, out);
     fr_trainer_free(t);
     return st;

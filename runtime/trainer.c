@@ -97,6 +97,7 @@ static fr_status copy_options(fr_trainer *t, const fr_train_options *o)
     FR_TRY(copy_str(prec, &t->s_precision, &c->precision));
     FR_TRY(resolve_device(t, o->device ? o->device : "cpu"));
     if (o->world_size <= 0) c->rank = c->local_rank = 0; /* alone: rank 0 writes checkpoints */
+    if (o->shard_gradients) c->shard_optimizer = 1;     /* ZeRO-2 includes ZeRO-1 */
     if (o->world_size > 0 && (!t->use_cuda || o->rank < 0 || o->rank >= o->world_size || o->local_rank < 0))
         return fr_error(FR_ERR_INVALID_ARG, "data-parallel training (rank %d of %d, local rank %d) %s", o->rank,
                         o->world_size, o->local_rank, t->use_cuda ? "is inconsistent" : "needs the CUDA backend");

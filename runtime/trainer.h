@@ -104,6 +104,8 @@ typedef struct fr_train_options {
                                   (fr_train_predict_memory, runtime/train_memory.h) */
     const char *attention;     /* the fused attention's GPU kernels: NULL or "auto" (default),
                                   "cudnn", "fp8run" (ops/cuda/attention_cudnn.h; --attention) */
+    int shard_gradients;       /* 1: ZeRO-2 (with shard_optimizer): gradients reduced to their
+                                  owners only (runtime/cuda/dist_train.h) */
 } fr_train_options;
 
 void fr_train_options_default(fr_train_options *o);

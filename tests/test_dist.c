@@ -109,6 +109,69 @@ static void test_buckets(void)
     CU_ASSERT_EQUAL(fr_dist_plan_buckets(NULL, 0, 4, 0, &b, &nb), FR_ERR_INVALID_ARG);
 }
 
+/* ---- overlap: when each bucket may start, and its chunks ---- */
+static void test_bucket_ready(void)
+{
+    fr_rng r = fr_test_rng("bucket ready");
+    for (int trial = 0; trial < 50; trial++) {
+        int n = 1 + (int)(fr_rng_uniform(&r) * 60), touch[64], ready[64];
+        int64_t numel[64];
+        for (int i = 0; i < n; i++) {
+            numel[i] = 1 + (int64_t)(fr_rng_uniform(&r) * 3000);
+            /* mostly produced in reverse order (a backward pass), some early or never touched */
+            touch[i] = fr_rng_uniform(&r) < 0.1 ? -1 : (n - i) * 10 + (int)(fr_rng_uniform(&r) * 25);
+        }
+        fr_dist_bucket *b;
+        int nb;
+        FR_ASSERT_OK(fr_dist_plan_buckets(numel, n, 4, 4 * (size_t)(1 + fr_rng_uniform(&r) * 6000), &b, &nb));
+        fr_dist_bucket_ready(b, nb, touch, ready);
+        int run = -1;
+        for (int k = 0; k < nb; k++) {
+            int mx = -1;
+            for (int j = 0; j < b[k].count; j++)
+                if (touch[b[k].first - j] > mx) mx = touch[b[k].first - j];
+            /* not before its last gradient, nor before the bucket ahead of it: plan order */
+            CU_ASSERT(ready[k] >= mx);
+            CU_ASSERT(ready[k] >= run);
+            run = mx > run ? mx : run;
+            CU_ASSERT_EQUAL(ready[k], run); /* and no later than that */
+        }
+        free(b);
+    }
+}
+
+static void test_bucket_chunks(void)
+{
+    fr_rng r = fr_test_rng("bucket chunks");
+    for (int trial = 0; trial < 50; trial++) {
+        int n = 1 + (int)(fr_rng_uniform(&r) * 40), world = 1 + (int)(fr_rng_uniform(&r) * 4);
+        int64_t numel[40];
+        int owner[40];
+        const int64_t chunk = 1 + (int64_t)(fr_rng_uniform(&r) * 500);
+        for (int i = 0; i < n; i++) numel[i] = (int64_t)(fr_rng_uniform(&r) * 2000); /* empty ones too */
+        FR_ASSERT_OK(fr_dist_partition(numel, n, world, owner));
+        fr_dist_bucket *b;
+        int nb;
+        FR_ASSERT_OK(fr_dist_plan_buckets(numel, n, 4, 4 * (size_t)(1 + fr_rng_uniform(&r) * 3000), &b, &nb));
+        for (int rk = -1; rk < world; rk++) { /* -1: every parameter (DDP) */
+            /* the chunk list the trainer builds: owned parameters in order, `chunk` elements each */
+            int list[40 * 2001], len = 0, first[40], count[40], seen[40 * 2001] = {0};
+            for (int i = 0; i < n; i++)
+                if (rk < 0 || owner[i] == rk)
+                    for (int64_t s = 0; s < numel[i]; s += chunk) list[len++] = i;
+            FR_ASSERT_OK(fr_dist_bucket_chunks(numel, n, rk < 0 ? NULL : owner, rk, chunk, b, nb, first, count));
+            for (int k = 0; k < nb; k++)
+                for (int c = first[k]; c < first[k] + count[k]; c++) {
+                    CU_ASSERT_FATAL(c >= 0 && c < len);
+                    CU_ASSERT(list[c] <= b[k].first && list[c] > b[k].first - b[k].count); /* its own parameters */
+                    seen[c]++;
+                }
+            for (int c = 0; c < len; c++) CU_ASSERT_EQUAL(seen[c], 1); /* every chunk in one bucket */
+        }
+        free(b);
+    }
+}
+
 /* ---- optimizer-state owners ---- */
 static void test_partition(void)
 {
@@ -158,6 +221,54 @@ static void test_split(void)
         for (int m = 0; m < k; m++) memcpy(back + ((int64_t)m * world + rk) * per, local + m * per, (size_t)per * sizeof *local);
     }
     CU_ASSERT_EQUAL(memcmp(global, back, sizeof global), 0);
+}
+
+/* ---- a checkpoint taken with N ranks resumes with M: the layout is the unsharded one ----
+ * The optimizer state is gathered from its owners into every parameter's slots (the usual
+ * checkpoint), and a resumed run takes each owner's share of it again; the loader reads the
+ * global batch (N x B windows per micro-batch) whatever N, so its position carries over when
+ * N x B does. Simulated here with the real partitions and splits for N and M ranks. */
+static void test_resume_other_count(void)
+{
+    fr_rng r = fr_test_rng("resume other count");
+    for (int trial = 0; trial < 20; trial++) {
+        const int n = 1 + (int)(fr_rng_uniform(&r) * 30);
+        const int N = 1 << (int)(fr_rng_uniform(&r) * 3), M = 1 << (int)(fr_rng_uniform(&r) * 3);
+        int64_t numel[30];
+        float state[30][8], shard[8][30][8], ckpt[30][8], again[30][8];
+        int ownN[30], ownM[30];
+        for (int i = 0; i < n; i++) {
+            numel[i] = 1 + (int64_t)(fr_rng_uniform(&r) * 8);
+            for (int e = 0; e < 8; e++) state[i][e] = (float)fr_rng_uniform(&r);
+        }
+        FR_ASSERT_OK(fr_dist_partition(numel, n, N, ownN));
+        FR_ASSERT_OK(fr_dist_partition(numel, n, M, ownM));
+        memset(shard, 0, sizeof shard);
+        for (int i = 0; i < n; i++) memcpy(shard[ownN[i]][i], state[i], sizeof state[i]); /* N ranks' shares */
+        for (int i = 0; i < n; i++) memcpy(ckpt[i], shard[ownN[i]][i], sizeof ckpt[i]);  /* gathered: saved */
+        memset(shard, 0, sizeof shard);
+        for (int rk = 0; rk < M; rk++) /* resumed: each of M ranks takes what it owns */
+            for (int i = 0; i < n; i++)
+                if (ownM[i] == rk) memcpy(shard[rk][i], ckpt[i], sizeof ckpt[i]);
+        for (int i = 0; i < n; i++) memcpy(again[i], shard[ownM[i]][i], sizeof again[i]);
+        for (int i = 0; i < n; i++) CU_ASSERT_EQUAL(memcmp(again[i], state[i], (size_t)numel[i] * sizeof(float)), 0);
+        /* the data: global micro-batches of G = 8 windows, N ranks of G/N and M of G/M */
+        const int64_t G = 8, win = 3, k = 2;
+        int64_t global[2 * 8 * 3], backN[2 * 8 * 3], backM[2 * 8 * 3], local[2 * 8 * 3];
+        for (int i = 0; i < 2 * 8 * 3; i++) global[i] = (int64_t)(fr_rng_uniform(&r) * 1e6);
+        for (int rk = 0; rk < N; rk++) {
+            fr_dist_split_windows(global, local, (int)k, G / N, win, rk, N);
+            for (int m = 0; m < k; m++)
+                memcpy(backN + (m * G + rk * (G / N)) * win, local + m * (G / N) * win, (size_t)((G / N) * win) * sizeof *local);
+        }
+        for (int rk = 0; rk < M; rk++) {
+            fr_dist_split_windows(global, local, (int)k, G / M, win, rk, M);
+            for (int m = 0; m < k; m++)
+                memcpy(backM + (m * G + rk * (G / M)) * win, local + m * (G / M) * win, (size_t)((G / M) * win) * sizeof *local);
+        }
+        CU_ASSERT_EQUAL(memcmp(backN, global, sizeof global), 0);
+        CU_ASSERT_EQUAL(memcmp(backM, global, sizeof global), 0);
+    }
 }
 
 /* ---- rendezvous over loopback ---- */
@@ -247,7 +358,10 @@ static void test_cli_launch(void)
 static CU_TestInfo tests[] = {
     {"launch environment", test_env},
     {"gradient buckets", test_buckets},
+    {"bucket start nodes (overlap)", test_bucket_ready},
+    {"bucket chunk ranges (all, owned)", test_bucket_chunks},
     {"optimizer-state owners", test_partition},
+    {"checkpoint resumes on another rank count", test_resume_other_count},
     {"data split", test_split},
     {"rendezvous over loopback", test_rendezvous},
     {"rendezvous time-outs", test_rendezvous_timeout},

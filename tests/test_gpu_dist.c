@@ -5,13 +5,19 @@
  *    (a forked child, before anything loads NCCL here).
  *  - World size 1 through the NCCL path (gradients, loss, amaxes and flags all-reduced over one
  *    rank): fp32 and fp8 (delayed, current), 1 and 2 micro-batches, with and without the
- *    sharded optimizer: the same losses and weights as the plain GPU trainer (1e-6 relative).
+ *    sharded optimizer (ZeRO-1) and sharded gradients (ZeRO-2): the same losses and weights as
+ *    the plain GPU trainer (1e-6 relative). The buckets overlapped with the backward pass (the
+ *    default) and after it (FP8RUN_DIST_OVERLAP=0): the same bits, losses and weights.
+ *  - The memory plan of one of 2 ranks: sharding shrinks the optimizer state (ZeRO-1) and the
+ *    accumulation buffers (ZeRO-2) to the largest rank's share.
  *  - A sharded run's checkpoint (moments gathered from their owner) continues in a plain
  *    trainer exactly as the sharded run continues.
  *  - With 2 or more GPUs, the CLI (fp8 delayed, llama_tiny, 8 steps): `--gpus 2 --batch 2`, also
  *    with --shard-optimizer, against one GPU with 2 micro-batches of 2 (the same GEMM shapes:
  *    losses within 1e-5 relative) and with --batch 4 (other GEMM shapes, so another summation
- *    order in fp8: within 2e-2); the 2-GPU checkpoint resumes on 1 GPU.
+ *    order in fp8: within 2e-2); the 2-GPU checkpoint resumes on 1 GPU. Overlap off gives the
+ *    same losses bit for bit; --shard-gradients (ZeRO-2) within 1e-5, also with 2 micro-batches
+ *    against the unsharded 2-GPU run with 2 micro-batches.
  *  - Two ranks started as an external launcher would (RANK, WORLD_SIZE, ...): rank 1 killed
  *    mid-run, rank 0 stops with a NCCL error within FP8RUN_NCCL_TIMEOUT (15 s here) instead of
  *    hanging, and the last checkpoint resumes on one GPU. */
@@ -26,6 +32,7 @@
 #include "tests/cli_runner.h"
 #include "tests/gpu_harness.h"
 #include "graph/onnx_io.h"
+#include "runtime/train_memory.h"
 #include "runtime/trainer.h"
 #ifdef FP8RUN_HAVE_CUDA
 #include "runtime/cuda/cuda_probe.h"
@@ -84,7 +91,8 @@ static fr_train_options opts(const char *precision, const char *recipe, int worl
     o.lr.max_lr = 1e-3;
     o.grad_clip = 1.0;
     o.world_size = world;
-    o.shard_optimizer = shard;
+    o.shard_optimizer = shard >= 1;
+    o.shard_gradients = shard >= 2;
     return o;
 }
 
@@ -169,6 +177,61 @@ static void test_world1_fp32(void) { check_world1("fp32", NULL, 0); }
 static void test_world1_fp8_delayed(void) { check_world1("fp8", "delayed", 0); }
 static void test_world1_fp8_current(void) { check_world1("fp8", "current", 0); }
 static void test_world1_sharded(void) { check_world1("fp8", "delayed", 1); }
+static void test_world1_zero2(void) { check_world1("fp8", "delayed", 2); }
+
+/* the buckets during the backward pass or after it: the same collectives, the same bits */
+static void test_world1_overlap_bits(void)
+{
+#ifdef FP8RUN_HAVE_CUDA
+    if (!nccl_ok()) return;
+    fr_graph *g = load_tiny();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    for (int shard = 0; shard <= 2; shard += 2) {
+        fr_train_options o = opts("fp8", "delayed", 1, shard);
+        fr_trainer *ton, *toff;
+        unsetenv("FP8RUN_DIST_OVERLAP");
+        FR_ASSERT_OK(fr_trainer_new(g, &o, &ton));
+        setenv("FP8RUN_DIST_OVERLAP", "0", 1);
+        FR_ASSERT_OK(fr_trainer_new(g, &o, &toff));
+        unsetenv("FP8RUN_DIST_OVERLAP");
+        double a[8], b[8];
+        train(ton, 4, 1, 5, a);
+        train(toff, 4, 1, 5, b);
+        train(ton, 4, 2, 6, a + 4);
+        train(toff, 4, 2, 6, b + 4);
+        const double wd = weights_diff(ton, toff);
+        printf(" (%s: worst rel loss diff %.1e, weights %.1e)", shard ? "ZeRO-2" : "DDP", worst_rel(a, b, 8), wd);
+        CU_ASSERT_EQUAL(memcmp(a, b, sizeof a), 0);
+        CU_ASSERT(wd == 0);
+        fr_trainer_free(ton);
+        fr_trainer_free(toff);
+    }
+    fr_graph_free(g);
+#endif
+}
+
+/* one of 2 ranks' memory plan: ZeRO-1 shares the optimizer state, ZeRO-2 the accumulators too */
+static void test_memory_plan_shards(void)
+{
+#ifdef FP8RUN_HAVE_CUDA
+    fr_graph *g = load_tiny();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    fr_train_memory m[3];
+    for (int shard = 0; shard <= 2; shard++) {
+        fr_train_options o = opts("fp8", "delayed", 2, shard);
+        o.grad_accum = 2;
+        FR_ASSERT_OK(fr_train_predict_memory(g, &o, 1, &m[shard]));
+    }
+    printf(" (optimizer state %zu / %zu / %zu bytes, accumulators %zu / %zu / %zu)", m[0].optimizer_state,
+           m[1].optimizer_state, m[2].optimizer_state, m[0].grads, m[1].grads, m[2].grads);
+    CU_ASSERT(m[1].optimizer_state < m[0].optimizer_state && m[1].optimizer_state * 2 >= m[0].optimizer_state);
+    CU_ASSERT_EQUAL(m[2].optimizer_state, m[1].optimizer_state);
+    CU_ASSERT_EQUAL(m[1].grads, m[0].grads);
+    CU_ASSERT(m[2].grads < m[0].grads && m[2].grads * 2 >= m[0].grads);
+    CU_ASSERT_EQUAL(m[0].total - m[2].total, (m[0].optimizer_state - m[2].optimizer_state) + (m[0].grads - m[2].grads));
+    fr_graph_free(g);
+#endif
+}
 
 /* the sharded run's checkpoint holds every moment: a plain trainer continues identically */
 static void test_sharded_checkpoint(void)
@@ -247,13 +310,30 @@ static void test_two_gpus_cli(void)
     }
     fclose(f);
     const char *common = "--data tok.bin --seq 16 --steps 8 --lr 1e-3 --precision fp8 --device cuda --log-every 1";
-    double one[8], acc[8], two[8], sh[8];
+    double one[8], acc[8], two[8], sh[8], off[8], z2[8], tacc[8], z2acc[8];
     CLI_EXPECT(cli_run("train %s %s --batch 4 --log one.jsonl", model, common), 0, cli_out, "trained");
     CLI_EXPECT(cli_run("train %s %s --batch 2 --grad-accum 2 --log acc.jsonl", model, common), 0, cli_out, "trained");
     CLI_EXPECT(cli_run("train %s %s --batch 2 --gpus 2 --log two.jsonl --ckpt-dir ck", model, common), 0, cli_out,
                "trained");
     CLI_EXPECT(cli_run("train %s %s --batch 2 --gpus 2 --shard-optimizer --log sh.jsonl", model, common), 0, cli_out,
                "trained");
+    setenv("FP8RUN_DIST_OVERLAP", "0", 1);
+    CLI_EXPECT(cli_run("train %s %s --batch 2 --gpus 2 --log off.jsonl", model, common), 0, cli_out, "trained");
+    unsetenv("FP8RUN_DIST_OVERLAP");
+    CLI_EXPECT(cli_run("train %s %s --batch 2 --gpus 2 --shard-gradients --log z2.jsonl", model, common), 0, cli_out,
+               "trained");
+    CLI_EXPECT(cli_run("train %s %s --batch 1 --grad-accum 2 --gpus 2 --log tacc.jsonl", model, common), 0, cli_out,
+               "trained");
+    CLI_EXPECT(cli_run("train %s %s --batch 1 --grad-accum 2 --gpus 2 --shard-gradients --log z2acc.jsonl", model,
+                       common),
+               0, cli_out, "trained");
+    const char *more[4] = {"off", "z2", "tacc", "z2acc"};
+    double *mv[4] = {off, z2, tacc, z2acc};
+    for (int q = 0; q < 4; q++) {
+        char pq[700];
+        snprintf(pq, sizeof pq, "%s/%s.jsonl", cli_tmp, more[q]);
+        CU_ASSERT_EQUAL(read_losses(pq, mv[q], 8), 8);
+    }
     char p0[700], p1[700], p2[700], p3[700];
     snprintf(p0, sizeof p0, "%s/acc.jsonl", cli_tmp);
     snprintf(p1, sizeof p1, "%s/one.jsonl", cli_tmp);
@@ -271,6 +351,12 @@ static void test_two_gpus_cli(void)
     CU_ASSERT(w2 <= 1e-5);
     CU_ASSERT(w3 <= 1e-5);
     CU_ASSERT(w4 <= 2e-2); /* fp8 on another reduction order, 8 fast-moving steps */
+    const double wz = worst_rel(z2, two, 8), wza = worst_rel(z2acc, tacc, 8);
+    printf(" (overlap off: %s; ZeRO-2 vs DDP: %.1e, with 2 micro-batches %.1e)",
+           memcmp(off, two, sizeof off) == 0 ? "the same losses" : "OTHER LOSSES", wz, wza);
+    CU_ASSERT_EQUAL(memcmp(off, two, sizeof off), 0);
+    CU_ASSERT(wz <= 1e-5);
+    CU_ASSERT(wza <= 1e-5);
     /* the 2-GPU checkpoint resumes on one GPU with the same global batch */
     CLI_EXPECT(cli_run("train %s --data tok.bin --seq 16 --steps 10 --lr 1e-3 --precision fp8 --device cuda --batch 4 "
                        "--ckpt-dir ck --resume",
@@ -352,6 +438,9 @@ static CU_TestInfo tests[] = {
     {"world size 1: fp8 delayed", test_world1_fp8_delayed},
     {"world size 1: fp8 current", test_world1_fp8_current},
     {"world size 1: sharded optimizer", test_world1_sharded},
+    {"world size 1: sharded gradients (ZeRO-2)", test_world1_zero2},
+    {"world size 1: overlap on and off, the same bits", test_world1_overlap_bits},
+    {"memory plan of a rank: ZeRO-1, ZeRO-2", test_memory_plan_shards},
     {"sharded checkpoint continues unsharded", test_sharded_checkpoint},
     {"2 GPUs (CLI) = 1 GPU with 2x batch", test_two_gpus_cli},
     {"a rank dies: the other stops, the checkpoint stays", test_rank_dies},

@@ -43,6 +43,8 @@ void cli_info_help(FILE *f)
             "  --memory[=cpu|cuda]     instead: the peak memory `fp8run train` with these options\n"
             "                          will hold, by part, planned without running (default: cuda\n"
             "                          when fp8run is built with it)\n"
+            "  --gpus N                with --memory: the rank of N data-parallel ranks holding\n"
+            "                          the most (--shard-optimizer, --shard-gradients)\n"
             "  -h, --help              show this help\n"
             "training options (--batch/--seq: the shape the Linear analysis prepares for):\n");
     cli_config_help(f, FP8RUN_OPTION_INFO, &o, NULL);
@@ -296,8 +298,12 @@ static int print_memory(const fp8run_model *m, fp8run_train_config *o, const cli
     fp8run_memory_report r = {.struct_size = sizeof r};
     if (fp8run_model_predict_memory(m, o, backend, &r) != FP8RUN_OK) return cli_fail_status();
     const double M = 1024.0 * 1024.0;
-    printf("memory         predicted peak of `fp8run train` on the %s, batch %lld x seq %lld, optimizer state %s:\n",
+    printf("memory         predicted peak of `fp8run train` on the %s, batch %lld x seq %lld, optimizer state %s",
            r.gpu ? "GPU" : "CPU", (long long)o->batch, (long long)o->seq_len, o->optimizer_state);
+    if (o->world_size > 1 && r.gpu) /* data parallel runs on GPUs only */
+        printf(", one of %d ranks%s", o->world_size,
+               o->shard_gradients ? " (ZeRO-2)" : o->shard_optimizer ? " (ZeRO-1)" : "");
+    printf(":\n");
     const struct {
         const char *name;
         uint64_t v;
@@ -327,6 +333,17 @@ int cli_info(int argc, char **argv)
         }
         if (strcmp(argv[i], "--memory") == 0 || strncmp(argv[i], "--memory=", 9) == 0) {
             memory = argv[i][8] ? argv[i] + 9 : "auto";
+            continue;
+        }
+        if (strcmp(argv[i], "--gpus") == 0) { /* the memory plan of one of N data-parallel ranks */
+            char *end = NULL;
+            long g = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
+            if (!end || *end || g < 1 || g > 4096) {
+                rc = cli_usage("info", "--gpus needs a GPU count (1 to 4096)");
+                continue;
+            }
+            o.world_size = g > 1 ? (int)g : 0;
+            i++;
             continue;
         }
         if (cli_compile_parse("info", FP8RUN_OPTION_INFO, argc, argv, &i, &o, &dims, &given, &rc)) continue;

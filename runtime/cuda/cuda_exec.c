@@ -41,6 +41,8 @@ struct fr_cuda_exec {
     /* what the arena holds where it reaches its size, by producing op (for the out-of-memory
        error and the profile): "peak at node N: 12 GiB in 48 values of Linear bf16, ..." */
     char *peak_text;
+    fr_cuda_exec_hook hook;      /* called after each node is queued (data parallel: bucket launches) */
+    void *hook_ctx;
 };
 
 static size_t align_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
@@ -529,7 +531,10 @@ fr_status fr_cuda_exec_run(fr_cuda_exec *e)
     e->staging_pending = 1;
     for (int i = 0; i < g->n_nodes; i++) {
         if (e->ev) FR_CUDA_TRY(cudaEventRecord(e->ev[i], e->c->stream));
-        if (!e->kern[i]) continue;
+        if (!e->kern[i]) {
+            if (e->hook) FR_TRY(e->hook(e->hook_ctx, i));
+            continue;
+        }
         const fr_node *n = &g->nodes[i];
         for (int k = 0; k < n->n_inputs; k++) e->in_args[k] = n->inputs[k] >= 0 ? &e->hdr[n->inputs[k]] : NULL;
         for (int k = 0; k < n->n_outputs; k++) e->out_args[k] = n->outputs[k] >= 0 ? &e->hdr[n->outputs[k]] : NULL;
@@ -543,6 +548,7 @@ fr_status fr_cuda_exec_run(fr_cuda_exec *e)
                 st = fr_error_context(st, "node '%s' (%s) on the GPU", n->name, n->op_type);
             return st;
         }
+        if (e->hook) FR_TRY(e->hook(e->hook_ctx, i));
     }
     if (e->ev) { /* profiling only: wait for the run and add each node's time */
         FR_CUDA_TRY(cudaEventRecord(e->ev[g->n_nodes], e->c->stream));
@@ -621,6 +627,28 @@ fr_tensor *fr_cuda_exec_value(fr_cuda_exec *e, int vid)
 {
     if (vid < 0 || vid >= e->nv || e->kind[vid] == K_NONE) return NULL;
     return &e->hdr[vid];
+}
+
+void fr_cuda_exec_set_hook(fr_cuda_exec *e, fr_cuda_exec_hook hook, void *ctx)
+{
+    e->hook = hook;
+    e->hook_ctx = ctx;
+}
+
+int fr_cuda_exec_last_touch(const fr_cuda_exec *e, int vid)
+{
+    if (vid < 0 || vid >= e->nv) return -1;
+    const int r = e->root[vid];
+    int last = -1;
+    for (int i = 0; i < e->g->n_nodes; i++) {
+        const fr_node *n = &e->g->nodes[i];
+        if (!e->kern[i]) continue; /* a view moves no data */
+        for (int k = 0; k < n->n_inputs; k++)
+            if (n->inputs[k] >= 0 && e->root[n->inputs[k]] == r) last = i;
+        for (int k = 0; k < n->n_outputs; k++)
+            if (n->outputs[k] >= 0 && e->root[n->outputs[k]] == r) last = i;
+    }
+    return last;
 }
 
 fr_tensor *fr_cuda_exec_output_at(fr_cuda_exec *e, int i)

@@ -36,6 +36,14 @@ FR_NODISCARD fr_status fr_cuda_exec_set_input(fr_cuda_exec *e, const char *name,
 /* Queue every node. Kernel-detected data errors (fr_dev_error) surface at the next
  * synchronizing call (fr_cuda_exec_sync, a download). */
 FR_NODISCARD fr_status fr_cuda_exec_run(fr_cuda_exec *e);
+/* A function called after each node's kernels are queued (also after a view node), with the
+ * node's index; an error stops the run. One per executor (NULL: none). The data-parallel
+ * trainer launches a gradient bucket's all-reduce as soon as its last gradient is queued. */
+typedef fr_status (*fr_cuda_exec_hook)(void *ctx, int node);
+void fr_cuda_exec_set_hook(fr_cuda_exec *e, fr_cuda_exec_hook hook, void *ctx);
+/* The last node that reads or writes the memory of value vid (through views too), or -1 when
+ * none does (a constant, an input no node reads). */
+int fr_cuda_exec_last_touch(const fr_cuda_exec *e, int vid);
 /* Wait for the stream and turn a recorded device error into a status naming the node. */
 FR_NODISCARD fr_status fr_cuda_exec_sync(fr_cuda_exec *e);
 

@@ -47,6 +47,7 @@ struct fr_cuda_train {
     fr_dist_train *dist;       /* data parallel (dist_train.h), or NULL */
     fr_mt_chunk *d_opt_chunks; /* sharded optimizer: the chunks of the parameters this rank owns */
     int n_opt_chunks;
+    fr_mt_chunk *d_norm_chunks; /* sharded gradients: every chunk, those of other ranks' parameters empty */
     size_t extra_bytes;
 };
 
@@ -86,6 +87,7 @@ void fr_cuda_train_free(fr_cuda_train *d)
     cudaFree(d->d_entries);
     cudaFree(d->d_chunks);
     cudaFree(d->d_opt_chunks);
+    cudaFree(d->d_norm_chunks);
     fr_dist_train_free(d->dist);
     cudaFree(d->opt_state);
     cudaFree(d->opt_scales);
@@ -142,6 +144,18 @@ static fr_status opt_chunks(fr_trainer *t, fr_cuda_train *d)
     d->n_opt_chunks = n;
     st = dev_alloc(d, (void **)&d->d_opt_chunks, (size_t)(n ? n : 1) * sizeof *chunks);
     CU(cudaMemcpy(d->d_opt_chunks, chunks, (size_t)n * sizeof *chunks, cudaMemcpyHostToDevice));
+    free(chunks);
+    if (st != FR_OK || !fr_dist_train_zero2(d->dist)) return st;
+    /* the norm's chunks: the same places as d_chunks (the per-chunk sums are added across ranks),
+       each rank summing its own parameters only */
+    chunks = fr_malloc((size_t)(d->n_chunks ? d->n_chunks : 1) * sizeof *chunks, "optimizer shard");
+    if (!chunks) return FR_ERR_OOM;
+    c = 0;
+    for (int i = 0; i < t->n_params; i++)
+        for (int64_t s = 0; s < t->params[i].numel; s += FR_MT_CHUNK)
+            chunks[c++] = (fr_mt_chunk){i, s, !owns(d, t, i) ? 0 : t->params[i].numel - s < FR_MT_CHUNK ? t->params[i].numel - s : FR_MT_CHUNK};
+    st = dev_alloc(d, (void **)&d->d_norm_chunks, (size_t)(c ? c : 1) * sizeof *chunks);
+    CU(cudaMemcpy(d->d_norm_chunks, chunks, (size_t)c * sizeof *chunks, cudaMemcpyHostToDevice));
     free(chunks);
     return st;
 }
@@ -210,6 +224,10 @@ static fr_status build_params(fr_trainer *t, fr_cuda_train *d)
     CU(cudaMemcpy(d->d_entries, d->entries, (size_t)t->n_params * sizeof(fr_mt_entry), cudaMemcpyHostToDevice));
     if (st == FR_OK) st = dev_alloc(d, (void **)&d->d_partial, (size_t)(n_chunks ? n_chunks : 1) * sizeof(double));
     if (st == FR_OK && fr_dist_train_owner(d->dist, 0) >= 0) st = opt_chunks(t, d);
+    if (st == FR_OK && d->dist) {
+        fr_dist_tables tb = {d->ex, d->entries, d->d_entries, d->d_chunks, d->d_opt_chunks, d->c->stream};
+        st = fr_dist_train_attach(d->dist, t, &tb);
+    }
     return st;
 }
 
@@ -217,11 +235,14 @@ static fr_status build_params(fr_trainer *t, fr_cuda_train *d)
 static fr_status ensure_acc(fr_trainer *t, fr_cuda_train *d)
 {
     if (d->acc) return FR_OK;
+    /* sharded gradients: only the owner accumulates (dist_train.h) */
+    const int z2 = fr_dist_train_zero2(d->dist);
     int64_t total = 0;
-    for (int i = 0; i < t->n_params; i++) total += t->params[i].numel;
+    for (int i = 0; i < t->n_params; i++) total += !z2 || owns(d, t, i) ? t->params[i].numel : 0;
     FR_TRY(dev_alloc(d, (void **)&d->acc, (size_t)total * sizeof(float)));
     int64_t off = 0;
     for (int i = 0; i < t->n_params; i++) {
+        if (z2 && !owns(d, t, i)) continue;
         d->entries[i].acc = d->acc + off;
         off += t->params[i].numel;
     }
@@ -498,20 +519,32 @@ fr_status fr_cuda_train_queue(fr_trainer *t, const int64_t *windows, int k, doub
     CU(cudaMemsetAsync(d->d_amax_bad, 0, sizeof(int), s));
     for (int m = 0; st == FR_OK && m < k; m++) {
         st = feed(t, d->ex, t->inputs, t->n_inputs, windows + (int64_t)m * per);
+        /* data parallel: this micro-batch's gradient buckets go out during (overlap) or after
+           its backward pass, accumulating as they go (dist_train.h) */
+        const int out = d->dist && fr_dist_train_arm(d->dist, m, k);
         if (st == FR_OK) st = fr_cuda_exec_run(d->ex);
+        if (st == FR_OK && out) st = fr_dist_train_flush(d->dist);
         CU(fr_cuda_micro_scalars(loss, d->d_loss_sum, m == 0, d->d_amax_ptrs, d->n_amax, d->d_step_amax, d->d_amax_bad, s));
-        if (k > 1) CU(fr_cuda_mt_accumulate(d->d_chunks, d->n_chunks, d->d_entries, m == 0, s));
+        if (k > 1 && !out) CU(fr_cuda_mt_accumulate(d->d_chunks, d->n_chunks, d->d_entries, m == 0, s));
     }
-    if (k > 1) CU(fr_cuda_mt_divide(d->d_chunks, d->n_chunks, d->d_entries, (float)k, s));
-    if (d->dist && st == FR_OK) { /* every rank: the same gradients, loss, amaxes and flags */
+    if (k > 1 && !d->dist) CU(fr_cuda_mt_divide(d->d_chunks, d->n_chunks, d->d_entries, (float)k, s));
+    if (d->dist && st == FR_OK) { /* every rank: the same loss, amaxes and flags */
         fr_dist_step_bufs b = {d->entries, t->n_params, k > 1, d->d_loss_sum, d->d_step_amax, d->n_amax, d->d_amax_bad,
                                d->c->dev_error};
         st = fr_dist_train_reduce(d->dist, &b, s);
     }
     fr_mt_chunk *ochunks = d->d_opt_chunks ? d->d_opt_chunks : d->d_chunks;
     const int n_ochunks = d->d_opt_chunks ? d->n_opt_chunks : d->n_chunks;
-    CU(fr_cuda_mt_check(d->d_chunks, d->n_chunks, d->d_entries, k > 1, d->d_partial, d->d_loss_sum, k, d->c->dev_error,
-                        d->d_amax_bad, t->opt.grad_clip > 0 ? t->opt.grad_clip : 0.0, d->d_opt_steps, d->d_scalars, s));
+    const double clip = t->opt.grad_clip > 0 ? t->opt.grad_clip : 0.0;
+    if (d->d_norm_chunks) { /* sharded gradients: each rank sums its own chunks (dist_train.h) */
+        CU(fr_cuda_mt_sumsq(d->d_norm_chunks, d->n_chunks, d->d_entries, k > 1, d->d_partial, s));
+        if (st == FR_OK) st = fr_dist_train_sum_partials(d->dist, d->d_partial, d->n_chunks);
+        CU(fr_cuda_mt_check_partials(d->d_partial, d->n_chunks, d->d_loss_sum, k, d->c->dev_error, d->d_amax_bad, clip,
+                                     d->d_opt_steps, d->d_scalars, s));
+    } else {
+        CU(fr_cuda_mt_check(d->d_chunks, d->n_chunks, d->d_entries, k > 1, d->d_partial, d->d_loss_sum, k,
+                            d->c->dev_error, d->d_amax_bad, clip, d->d_opt_steps, d->d_scalars, s));
+    }
     const fr_opt_config *c = fr_optimizer_config(t->optim);
     if (c->kind == FR_OPT_ADAMW) {
         /* whether the earlier queued steps were skipped is known on the device only: the bias

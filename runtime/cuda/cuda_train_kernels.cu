@@ -191,6 +191,21 @@ cudaError_t fr_cuda_mt_check(const fr_mt_chunk *chunks, int n_chunks, const fr_m
     return launched();
 }
 
+cudaError_t fr_cuda_mt_sumsq(const fr_mt_chunk *chunks, int n_chunks, const fr_mt_entry *e, int use_acc, double *partial,
+                             cudaStream_t s)
+{
+    if (n_chunks) k_sumsq<<<n_chunks, THREADS, 0, s>>>(chunks, e, use_acc, partial);
+    return launched();
+}
+
+cudaError_t fr_cuda_mt_check_partials(const double *partial, int n_chunks, const float *loss_sum, int k,
+                                      const int *dev_error, const int *amax_bad, double max_norm, long long *opt_steps,
+                                      fr_step_scalars *out, cudaStream_t s)
+{
+    k_check<<<1, 1, 0, s>>>(partial, n_chunks, loss_sum, k, dev_error, amax_bad, max_norm, opt_steps, out);
+    return launched();
+}
+
 cudaError_t fr_cuda_mt_adamw(const fr_mt_chunk *chunks, int n_chunks, const fr_mt_entry *e, int use_acc,
                              const fr_step_scalars *sc, fr_adamw_args a, cudaStream_t s)
 {

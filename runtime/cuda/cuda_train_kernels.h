@@ -77,6 +77,13 @@ cudaError_t fr_cuda_mt_divide(const fr_mt_chunk *chunks, int n_chunks, const fr_
 cudaError_t fr_cuda_mt_check(const fr_mt_chunk *chunks, int n_chunks, const fr_mt_entry *e, int use_acc,
                              double *partial, const float *loss_sum, int k, const int *dev_error, const int *amax_bad,
                              double max_norm, long long *opt_steps, fr_step_scalars *out, cudaStream_t s);
+/* fr_cuda_mt_check in two halves, for a norm whose per-chunk sums are reduced across ranks in
+ * between (sharded gradients: each rank sums its own chunks, zero-length elsewhere). */
+cudaError_t fr_cuda_mt_sumsq(const fr_mt_chunk *chunks, int n_chunks, const fr_mt_entry *e, int use_acc, double *partial,
+                             cudaStream_t s);
+cudaError_t fr_cuda_mt_check_partials(const double *partial, int n_chunks, const float *loss_sum, int k,
+                                      const int *dev_error, const int *amax_bad, double max_norm, long long *opt_steps,
+                                      fr_step_scalars *out, cudaStream_t s);
 cudaError_t fr_cuda_mt_adamw(const fr_mt_chunk *chunks, int n_chunks, const fr_mt_entry *e, int use_acc,
                              const fr_step_scalars *sc, fr_adamw_args a, cudaStream_t s);
 /* AdamW with bf16/fp8 state and/or bf16 master weights (runtime/cuda/cuda_optim_lowp.cu):

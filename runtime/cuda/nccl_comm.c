@@ -47,6 +47,11 @@ fr_status fr_nccl_broadcast(fr_nccl *c, void *b, size_t n, fr_nccl_type t, int r
     (void)c, (void)b, (void)n, (void)t, (void)root, (void)s;
     return fr_nccl_load(NULL);
 }
+fr_status fr_nccl_reduce(fr_nccl *c, void *b, size_t n, fr_nccl_type t, fr_nccl_op o, int root, cudaStream_t s)
+{
+    (void)c, (void)b, (void)n, (void)t, (void)o, (void)root, (void)s;
+    return fr_nccl_load(NULL);
+}
 fr_status fr_nccl_wait_event(fr_nccl *c, cudaEvent_t ev, const char *what)
 {
     (void)c, (void)ev, (void)what;
@@ -71,6 +76,7 @@ static struct {
     ncclResult_t (*GroupEnd)(void);
     ncclResult_t (*AllReduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
     ncclResult_t (*Broadcast)(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+    ncclResult_t (*Reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t, cudaStream_t);
     int version;
     char err[1024];
 } L;
@@ -128,6 +134,7 @@ static void load_lib(void)
     SYM(GetErrorString);
     SYM(GetLastError);
     SYM(GroupStart);
+    SYM(Reduce);
     SYM(GroupEnd);
     SYM(AllReduce);
     SYM(Broadcast);
@@ -265,11 +272,22 @@ fr_status fr_nccl_group_end(fr_nccl *c)
     return settle(c, L.GroupEnd(), "queuing grouped collectives");
 }
 
-static ncclDataType_t nccl_type(fr_nccl_type t) { return t == FR_NCCL_I32 ? ncclInt32 : ncclFloat32; }
+static ncclDataType_t nccl_type(fr_nccl_type t)
+{
+    return t == FR_NCCL_I32 ? ncclInt32 : t == FR_NCCL_F64 ? ncclFloat64 : ncclFloat32;
+}
+
+static ncclRedOp_t nccl_op(fr_nccl_op op) { return op == FR_NCCL_MAX ? ncclMax : op == FR_NCCL_AVG ? ncclAvg : ncclSum; }
+
+fr_status fr_nccl_reduce(fr_nccl *c, void *buf, size_t count, fr_nccl_type type, fr_nccl_op op, int root, cudaStream_t s)
+{
+    if (c->broken) return settle(c, ncclSuccess, "");
+    return settle(c, L.Reduce(buf, buf, count, nccl_type(type), nccl_op(op), root, c->comm, s), "reduce");
+}
 
 fr_status fr_nccl_allreduce(fr_nccl *c, void *buf, size_t count, fr_nccl_type type, fr_nccl_op op, cudaStream_t s)
 {
-    ncclRedOp_t o = op == FR_NCCL_MAX ? ncclMax : op == FR_NCCL_AVG ? ncclAvg : ncclSum;
+    ncclRedOp_t o = nccl_op(op);
     if (c->broken) return settle(c, ncclSuccess, "");
     return settle(c, L.AllReduce(buf, buf, count, nccl_type(type), o, c->comm, s), "all-reduce");
 }

@@ -19,7 +19,7 @@
 #include "graph/status.h"
 
 typedef struct fr_nccl fr_nccl;
-typedef enum fr_nccl_type { FR_NCCL_F32, FR_NCCL_I32 } fr_nccl_type;
+typedef enum fr_nccl_type { FR_NCCL_F32, FR_NCCL_I32, FR_NCCL_F64 } fr_nccl_type;
 typedef enum fr_nccl_op { FR_NCCL_SUM, FR_NCCL_MAX, FR_NCCL_AVG } fr_nccl_op;
 
 /* Load NCCL once (thread-safe); FR_ERR_UNSUPPORTED with what was tried when it is missing.
@@ -43,6 +43,9 @@ FR_NODISCARD fr_status fr_nccl_group_start(fr_nccl *c);
 FR_NODISCARD fr_status fr_nccl_group_end(fr_nccl *c);
 FR_NODISCARD fr_status fr_nccl_allreduce(fr_nccl *c, void *buf, size_t count, fr_nccl_type type, fr_nccl_op op, cudaStream_t s);
 FR_NODISCARD fr_status fr_nccl_broadcast(fr_nccl *c, void *buf, size_t count, fr_nccl_type type, int root, cudaStream_t s);
+/* In place: root receives the reduction of every rank's buf; the others' buf is left as it was. */
+FR_NODISCARD fr_status fr_nccl_reduce(fr_nccl *c, void *buf, size_t count, fr_nccl_type type, fr_nccl_op op, int root,
+                                      cudaStream_t s);
 
 /* Wait for ev (recorded after collectives) while watching the communicator: a NCCL error, or
  * the deadline passing, aborts it (what: the wait's purpose, for the message). */
