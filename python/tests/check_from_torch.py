@@ -25,7 +25,6 @@ load_state_dict(strict=False) and checked:
 Prints PASS or raises; files stay in --out (default a new temporary folder)."""
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -74,8 +73,7 @@ if a.tokenizer != "bytes":
         print("tokenizer: byte-level BPE, %d tokens (%s)" % (vocab, tok))
 # the CLI and the Python function write the same token files
 tokens = os.path.join(d, "tokens.bin")
-subprocess.run([fp8run._cli.find(), "prepare", "--tokenizer", tok, text, "-o", tokens, "--val-fraction", "0.05"],
-               check=True)
+fp8run._cli.run(["prepare", "--tokenizer", tok, text, "-o", tokens, "--val-fraction", "0.05"])
 r = fp8run.prepare([text], os.path.join(d, "py.bin"), tokenizer=tok, val_fraction=0.05)
 assert open(r["files"][0], "rb").read() == open(tokens, "rb").read(), "CLI and Python prepare differ"
 val = os.path.join(d, "tokens_val.bin")
