@@ -50,7 +50,9 @@ text = os.path.join(d, "text.txt")
 with open(text, "w") as f:
     rng = np.random.default_rng(0)
     words = "the quick brown fox jumps over a lazy dog while fp8 scales keep every amax in range".split()
-    f.write(" ".join(rng.choice(words) for _ in range(60000)))  # the 5% validation split holds 20 batches of 8 x 65
+    # ~1 token a word with the BPE (~5 with bytes): the 5% validation split holds the 20 batches
+    # of 8 x 65 that fp8run.train's validation reads either way
+    f.write(" ".join(rng.choice(words) for _ in range(250000)))
 
 # text in: a tokenizer.json as Hugging Face writes them, or fp8run's bytes
 tok, vocab = "bytes", 256
