@@ -6,8 +6,10 @@
 # `fp8run prepare --tokenizer tokenizer.json` (a BPE trained there with `tokenizers`; fp8run's
 # bytes when that package is missing, saying so), loads the weights back into the module, checks
 # its logits against fp8run's, and, where onnxruntime is installed, runs the exported trained
-# model in onnxruntime against fp8run's logits. Wall time: ~1 min, at most 3 (timeout).
-# Everything goes to $OUT/user/ (summary.txt, from_torch.log, run.jsonl, run.svg).
+# model in onnxruntime against fp8run's logits. Then python/tests/check_torchscript_export.py:
+# README's TorchScript-exporter call on a tiny HF Llama, run and trained on fp8run's CPU backend.
+# Wall time: ~1.5 min, at most 3 (timeouts of 120 s and 50 s).
+# Everything goes to $OUT/user/ (summary.txt, from_torch.log, torchscript.log, run.jsonl, run.svg).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
@@ -32,7 +34,7 @@ for m in ("torch", "transformers", "tokenizers", "onnxscript", "onnx", "onnxrunt
 print("python3: " + ", ".join(v))
 EOF
     start=$(date +%s)
-    timeout -k 5 170 python3 python/tests/check_from_torch.py --device cuda --precision fp8 --tokenizer auto \
+    timeout -k 5 120 python3 python/tests/check_from_torch.py --device cuda --precision fp8 --tokenizer auto \
         --out "$U/from_torch" > "$U/from_torch.log" 2>&1
     rc=$?
     grep -E "^(tokenizer|prepared|logits|held-out|onnxruntime|PASS)|Error|error|assert" "$U/from_torch.log" | grep -v Warning | head -16
@@ -50,8 +52,15 @@ if steps:
              steps[-1].get("tokens_per_s", 0)))
 EOF
     echo "check_from_torch: rc=$rc in $(( $(date +%s) - start )) s: $([ $rc -eq 0 ] && echo PASS || echo FAIL)"
+    # issue 11's other exporter: README's TorchScript call on this torch (CPU backend, ~20 s)
+    start=$(date +%s)
+    timeout -k 5 50 python3 python/tests/check_torchscript_export.py "$U/ts" > "$U/torchscript.log" 2>&1
+    rc2=$?
+    grep -E "^(TorchScript|logits|10 fp32|PASS)|Error|assert" "$U/torchscript.log" | head -8
+    [ $rc2 -ne 0 ] && tail -6 "$U/torchscript.log"
+    echo "check_torchscript_export: rc=$rc2 in $(( $(date +%s) - start )) s: $([ $rc2 -eq 0 ] && echo PASS || echo FAIL)"
 } 2>&1 | tee "$U/summary.txt"
 # only the small files come back
 cp "$U/from_torch/run.jsonl" "$U/from_torch/run.svg" "$U/" 2>/dev/null
-rm -rf "$U/from_torch"
-grep -q "check_from_torch: rc=0" "$U/summary.txt"
+rm -rf "$U/from_torch" "$U/ts"
+! grep -q ": rc=[1-9]" "$U/summary.txt"
