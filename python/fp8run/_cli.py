@@ -22,9 +22,20 @@ def find():
     return found
 
 
+def _env():
+    """The environment for the program: FP8RUN_PYTHON (the interpreter `fp8run prepare` runs a
+    tokenizer.json with) defaults to this interpreter, which has this package and, where the
+    user installed it, `tokenizers` (a venv's python, not PATH's python3)."""
+    import sys
+    env = dict(os.environ)
+    if not env.get("FP8RUN_PYTHON") and sys.executable:
+        env["FP8RUN_PYTHON"] = sys.executable
+    return env
+
+
 def run(args):
     """Run `fp8run ARGS`; returns its stdout; a failure raises RuntimeError with its message."""
-    r = subprocess.run([find()] + [os.fspath(a) for a in args], capture_output=True, text=True)
+    r = subprocess.run([find()] + [os.fspath(a) for a in args], capture_output=True, text=True, env=_env())
     if r.returncode != 0:
         raise RuntimeError(r.stderr.strip() or "fp8run %s failed (exit %d)" % (args[0], r.returncode))
     return r.stdout
@@ -36,4 +47,4 @@ def main():
     path = find()
     if os.path.realpath(path) == os.path.realpath(sys.argv[0]):  # PATH found this script itself
         sys.exit("fp8run: the fp8run program is not inside the package; set FP8RUN_CLI to it")
-    os.execv(path, [path] + sys.argv[1:])
+    os.execve(path, [path] + sys.argv[1:], _env())

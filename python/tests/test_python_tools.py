@@ -106,6 +106,36 @@ class TestLogging(unittest.TestCase):
         self.assertTrue(any(lvl == logging.INFO and "session on cpu" in msg for lvl, msg in got), got)
 
 
+class TestCliPython(unittest.TestCase):
+    def test_prepare_runs_this_interpreter(self):
+        # the CLI, run from Python (fp8run._cli: plot, the console script of a pip install), runs
+        # prepare.py with this interpreter, not PATH's python3: a venv's `tokenizers` is found
+        import fp8run._cli
+        with tempfile.TemporaryDirectory() as d:
+            fake = os.path.join(d, "python3")
+            with open(fake, "w") as f:
+                f.write("#!/bin/sh\necho FAKE python3 >&2\nexit 9\n")
+            os.chmod(fake, 0o755)
+            text = os.path.join(d, "t.txt")
+            with open(text, "w") as f:
+                f.write("text")
+            env = dict(os.environ, PATH=d + os.pathsep + os.environ.get("PATH", ""))
+            env.pop("FP8RUN_PYTHON", None)
+            old = os.environ.copy()
+            os.environ.clear()
+            os.environ.update(env)
+            try:
+                with self.assertRaises(RuntimeError) as e:  # no such tokenizer file: prepare.py says so
+                    fp8run._cli.run(["prepare", "--tokenizer", os.path.join(d, "none.json"), text, "-o",
+                                     os.path.join(d, "t.bin")])
+            finally:
+                os.environ.clear()
+                os.environ.update(old)
+        msg = str(e.exception)
+        self.assertNotIn("FAKE", msg)
+        self.assertTrue("no tokenizer file" in msg or "'tokenizers'" in msg, msg)
+
+
 class TestTorchMissing(unittest.TestCase):
     def test_clear_import_error(self):
         try:
