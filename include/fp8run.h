@@ -487,6 +487,10 @@ typedef struct fp8run_train_config {
                                     it cannot run) or "auto" (cuDNN where it loads and takes the
                                     node, fp8run's kernels elsewhere). fp8run_session_attention
                                     says which ran */
+    int fuse_attention_io;       /* 1 (default): the Split of the fused Q/K/V projection, the head
+                                    Transposes and the RoPE around each fused attention become part
+                                    of it (one ai.fp8run::AttentionQKV node, passes/attention_io.h);
+                                    0 keeps them */
 } fp8run_train_config;
 
 /* Fill *cfg with the defaults above and set cfg->struct_size = size. Pass sizeof *cfg. */

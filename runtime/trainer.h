@@ -104,6 +104,7 @@ typedef struct fr_train_options {
                                   (fr_train_predict_memory, runtime/train_memory.h) */
     const char *attention;     /* the fused attention's GPU kernels: NULL or "fp8run" (default),
                                   "cudnn", "auto" (ops/cuda/attention_cudnn.h; --attention) */
+    int fuse_attention_io;     /* 1 (default): pass fuse_attention_io (passes/attention_io.h) */
 } fr_train_options;
 
 void fr_train_options_default(fr_train_options *o);

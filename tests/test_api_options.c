@@ -61,8 +61,9 @@ static void test_table_covers_struct(void)
     CU_ASSERT_EQUAL(e.type, FP8RUN_OPTION_POINTER);
     CU_ASSERT_EQUAL(e.size, sizeof(void *));
     CU_ASSERT_PTR_NULL(e.flag);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("lora_dropout"), n - 2);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("attention"), n - 1); /* appended last */
+    CU_ASSERT_EQUAL(fp8run_train_config_find("lora_dropout"), n - 3);
+    CU_ASSERT_EQUAL(fp8run_train_config_find("attention"), n - 2);
+    CU_ASSERT_EQUAL(fp8run_train_config_find("fuse_attention_io"), n - 1); /* appended last */
 }
 
 static void test_defaults_and_choices(void)
