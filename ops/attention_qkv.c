@@ -30,11 +30,13 @@ fr_status fr_attn_qkv_geometry(const fr_node *n, int rx, const int64_t *dx, int 
                                const int64_t *ds, fr_attn_qkv_geom *geo)
 {
     memset(geo, 0, sizeof *geo);
-    int64_t hq, hk, d, il;
+    int64_t hq, hk, d, il, flat;
     FR_TRY(fr_node_attr_int(n, "heads", 0, &hq));
     FR_TRY(fr_node_attr_int(n, "kv_heads", 0, &hk));
     FR_TRY(fr_node_attr_int(n, "head_dim", 0, &d));
     FR_TRY(fr_node_attr_int(n, "interleaved", 0, &il));
+    FR_TRY(fr_node_attr_int(n, "flat_output", 0, &flat));
+    if (flat != 0 && flat != 1) return fr_node_error(n, FR_ERR_UNSUPPORTED, "flat_output=%lld (0 or 1)", (long long)flat);
     if (hq < 1 || hk < 1 || hq % hk || d < 1 || (il != 0 && il != 1))
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "heads=%lld, kv_heads=%lld, head_dim=%lld, interleaved=%lld: heads "
                              "must be a multiple of kv_heads >= 1, head_dim >= 1, interleaved 0 or 1",
@@ -48,6 +50,7 @@ fr_status fr_attn_qkv_geometry(const fr_node *n, int rx, const int64_t *dx, int 
     geo->Hq = hq, geo->Hk = hk, geo->D = d, geo->Dv = (dx[2] - (hq + hk) * d) / hk;
     geo->q_off = 0, geo->k_off = hq * d, geo->v_off = (hq + hk) * d;
     geo->interleaved = (int)il;
+    geo->flat_output = (int)flat;
     if ((dc != NULL) != (ds != NULL)) return fr_node_error(n, FR_ERR_GRAPH, "cos and sin come together or not at all");
     if (!dc) return FR_OK;
     if (d % 2) return fr_node_error(n, FR_ERR_SHAPE, "RoPE needs an even head_dim (got %lld)", (long long)d);
@@ -63,6 +66,16 @@ int fr_attn_qkv_inner_dims(const fr_attn_qkv_geom *geo, int which, int64_t *dims
     if (which == 4) return 4;
     dims[4] = which == 2 || which == 3 ? geo->Dv : geo->D;
     return 5;
+}
+
+int fr_attn_qkv_out_dims(const fr_attn_qkv_geom *geo, int64_t *dims)
+{
+    if (geo->flat_output) {
+        dims[0] = geo->B * geo->T, dims[1] = geo->Hq * geo->Dv;
+        return 2;
+    }
+    dims[0] = geo->B, dims[1] = geo->T, dims[2] = geo->Hq * geo->Dv;
+    return 3;
 }
 
 /* ---- CPU kernels ---- */
@@ -190,7 +203,9 @@ static fr_status qkv_cpu(const fr_kernel_ctx *ctx)
     fr_attn_qkv_geom g;
     FR_TRY(read_geo(n, x, c, sn, &g));
     const fr_dtype dt = x->dtype;
-    FR_TRY(fr_check_out(n, ctx->out[0], dt, 3, (int64_t[]){g.B, g.T, g.Hq * g.Dv}));
+    int64_t od[3];
+    const int orank = fr_attn_qkv_out_dims(&g, od);
+    FR_TRY(fr_check_out(n, ctx->out[0], dt, orank, od));
     fr_tensor *lse = ctx->n_out > 1 ? ctx->out[1] : NULL;
     if (lse) FR_TRY(fr_check_out(n, lse, dt, 3, (int64_t[]){g.B, g.Hq, g.T}));
     scratch s;
@@ -221,9 +236,10 @@ static fr_status qkvg_cpu(const fr_kernel_ctx *ctx)
     fr_attn_qkv_geom g;
     FR_TRY(read_geo(n, x, c, sn, &g));
     const fr_dtype dt = x->dtype;
-    const int64_t od[3] = {g.B, g.T, g.Hq * g.Dv};
-    FR_TRY(fr_check_out(n, o, dt, 3, od));
-    FR_TRY(fr_check_out(n, dout, dt, 3, od));
+    int64_t od[3];
+    const int orank = fr_attn_qkv_out_dims(&g, od);
+    FR_TRY(fr_check_out(n, o, dt, orank, od));
+    FR_TRY(fr_check_out(n, dout, dt, orank, od));
     FR_TRY(fr_check_out(n, lse, dt, 3, (int64_t[]){g.B, g.Hq, g.T}));
     fr_tensor *dx = ctx->out[0];
     if (!dx) return FR_OK;
@@ -267,7 +283,9 @@ static fr_status qkv_infer(fr_graph *g, int node_id)
     fr_attn_attrs a; /* Attention's attributes, checked */
     FR_TRY(fr_attn_read_attrs(n, geo.D, &a));
     if (a.causal && geo.T < 1) return fr_node_error(n, FR_ERR_SHAPE, "T must be >= 1");
-    fr_infer_set(g, n, 0, x->dtype, 3, (int64_t[]){geo.B, geo.T, geo.Hq * geo.Dv});
+    int64_t od[3];
+    const int orank = fr_attn_qkv_out_dims(&geo, od);
+    fr_infer_set(g, n, 0, x->dtype, orank, od);
     fr_infer_set(g, n, 1, x->dtype, 3, (int64_t[]){geo.B, geo.Hq, geo.T});
     return FR_OK;
 }
@@ -281,17 +299,20 @@ static fr_status qkvg_infer(fr_graph *g, int node_id)
     fr_attn_qkv_geom geo;
     FR_TRY(fr_attn_qkv_geometry(n, x->rank, x->dims, c ? c->rank : 0, c ? c->dims : NULL, s ? s->rank : 0,
                                 s ? s->dims : NULL, &geo));
-    const int64_t od[3] = {geo.B, geo.T, geo.Hq * geo.Dv}, ld[3] = {geo.B, geo.Hq, geo.T};
+    int64_t od[3];
+    const int orank = fr_attn_qkv_out_dims(&geo, od);
+    const int64_t ld[3] = {geo.B, geo.Hq, geo.T};
     for (int i = 1; i < 4; i++) {
         const fr_value *v = fr_node_in(g, n, i);
         const int64_t *want = i == 2 ? ld : od;
-        int same = v->dtype == x->dtype && v->rank == 3;
-        for (int d = 0; same && d < 3; d++) same = v->dims[d] == want[d];
+        const int r = i == 2 ? 3 : orank;
+        int same = v->dtype == x->dtype && v->rank == r;
+        for (int d = 0; same && d < r; d++) same = v->dims[d] == want[d];
         if (!same) {
             char s1[128], s2[128];
             return fr_node_error(n, FR_ERR_SHAPE, "input '%s' is %s %s, expected %s %s", v->name,
                                  fr_dtype_name(v->dtype), fr_shape_str(v->rank, v->dims, s1, sizeof s1),
-                                 fr_dtype_name(x->dtype), fr_shape_str(3, want, s2, sizeof s2));
+                                 fr_dtype_name(x->dtype), fr_shape_str(r, want, s2, sizeof s2));
         }
     }
     fr_infer_same(g, n, 0, 0);

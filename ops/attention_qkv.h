@@ -19,17 +19,20 @@
  *         element (b, t, j) at (L == B ? b T D : 0) + t D + j. RoPE (ops/rotary.h, attribute
  *         interleaved as there) rotates each head of Q and K at token t with row t of the
  *         tables, exactly as ai.fp8run::Rotary would on the heads.
- *   O:    [B, T, Hq * Dv] X's dtype: O[b, t, h Dv + d] = Attention's O for query head h.
+ *   O:    [B, T, Hq * Dv] X's dtype: O[b, t, h Dv + d] = Attention's O for query head h
+ *         ([B T, Hq * Dv] with attribute flat_output=1, the rows the output projection reads
+ *         when it is a 2-D Gemm).
  *   LSE:  [B, Hq, T] (float32; float64 for float64 X).
  *   Query head h reads K/V head h / (Hq / Hk) (Hq a multiple of Hk: MHA, GQA, MQA).
- * Attributes: heads (Hq), kv_heads (Hk), head_dim (D), interleaved (0|1), and Attention's
+ * Attributes: heads (Hq), kv_heads (Hk), head_dim (D), interleaved (0|1), flat_output (0|1),
+ *   and Attention's
  *   scale, causal, window, precision with the meaning of ops/attention.h. The result is, bit
  *   for bit on the CPU, Attention(Q', K', V) with Q' = Rotary(Q), K' = Rotary(K) the heads laid
  *   out [B, Hk, Hq / Hk, T, D] and [B, Hk, 1, T, D], O transposed back.
  *
  * AttentionQKVGrad(X, O, LSE, dO [, cos, sin]) -> dX [B, T, W]: dX's Q and K columns are
  *   RotaryGrad of AttentionGrad's dQ and dK, its V columns dV (same attributes). Q' and K' are
- *   recomputed from X (the forward keeps no rotated copy). */
+ *   recomputed from X (the forward keeps no rotated copy). O and dO have O's shape. */
 #ifndef FR_OPS_ATTENTION_QKV_H
 #define FR_OPS_ATTENTION_QKV_H
 
@@ -41,6 +44,7 @@ typedef struct fr_attn_qkv_geom {
     int64_t B, T, W, Hq, Hk, D, Dv;
     int64_t q_off, k_off, v_off; /* first column of each section */
     int rotary, interleaved;
+    int flat_output;             /* O is [B T, Hq Dv] */
     int64_t cos_b, sin_b;        /* table strides per batch index (0: one table for all) */
     /* the row of token t is at t * D */
 } fr_attn_qkv_geom;
@@ -52,5 +56,7 @@ FR_NODISCARD fr_status fr_attn_qkv_geometry(const fr_node *n, int rx, const int6
 /* The shapes the inner attention sees: which 0 = Q [B, Hk, G, T, D], 1 = K [B, Hk, 1, T, D],
  * 2 = V [B, Hk, 1, T, Dv], 3 = O [B, Hk, G, T, Dv], 4 = LSE [B, Hk, G, T]; returns the rank. */
 int fr_attn_qkv_inner_dims(const fr_attn_qkv_geom *geo, int which, int64_t *dims);
+/* O's shape (and dO's): returns the rank. */
+int fr_attn_qkv_out_dims(const fr_attn_qkv_geom *geo, int64_t *dims);
 
 #endif

@@ -15,7 +15,9 @@
 #define MAX_CHAIN 8 /* layout nodes per chain */
 #define MAX_DEAD (3 * MAX_CHAIN + 2 + MAX_CHAIN)
 
-/* A tensor as a strided view of another (element strides; size-1 dims carry any stride). */
+/* A tensor as a strided view of another (element strides; size-1 dims carry any stride).
+ * Transpose permutes a view; Reshape, Unsqueeze, Squeeze and Flatten reshape it to their
+ * output's (inferred) dims. */
 typedef struct view {
     int rank;
     int64_t dims[FR_MAX_RANK], strides[FR_MAX_RANK];
@@ -124,7 +126,7 @@ typedef struct chain {
 } chain;
 
 typedef struct match {
-    int attn, split, x, z, cos, sin, interleaved;
+    int attn, split, x, z, cos, sin, interleaved, flat_output;
     int64_t B, T, W, Hq, Hk, D, Dv;
     chain c[3];
     int n_out, out_nodes[MAX_CHAIN];
@@ -136,8 +138,11 @@ typedef struct ctx {
 
 static int is_layout(const fr_node *n)
 {
-    return n && !n->dead && !n->domain[0] &&
-           (strcmp(n->op_type, "Reshape") == 0 || strcmp(n->op_type, "Transpose") == 0) && n->n_outputs == 1;
+    static const char *const ops[] = {"Reshape", "Transpose", "Unsqueeze", "Squeeze", "Flatten"};
+    if (!n || n->dead || n->domain[0] || n->n_outputs != 1 || n->n_inputs < 1) return 0;
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (strcmp(n->op_type, ops[i]) == 0) return 1;
+    return 0;
 }
 
 static int is_rotary(const fr_node *n)
@@ -256,15 +261,18 @@ static int walk_out(const ctx *cx, match *m, const fr_node *a)
         v = r->outputs[0];
         vals[n] = v;
     }
-    while (n > 0) { /* the last value shaped [B, T, Hq Dv] ends the chain */
+    const int64_t N = m->Hq * m->Dv;
+    while (n > 0) { /* the last value shaped [B, T, Hq Dv] or [B T, Hq Dv] ends the chain */
         const fr_value *z = &g->values[vals[n]];
-        if (z->rank == 3 && z->dims[0] == m->B && z->dims[1] == m->T && z->dims[2] == m->Hq * m->Dv) break;
+        if (z->rank == 3 && z->dims[0] == m->B && z->dims[1] == m->T && z->dims[2] == N) break;
+        if (z->rank == 2 && z->dims[0] == m->B * m->T && z->dims[1] == N) break;
         n--;
     }
     if (n == 0) return 0;
     const fr_value *z = &g->values[vals[n]];
+    m->flat_output = z->rank == 2;
     view w;
-    view_contiguous(&w, 3, z->dims);
+    view_contiguous(&w, 3, (int64_t[]){m->B, m->T, N});
     for (int i = n - 1; i >= 0; i--) { /* back from Z: each node's input as a view of Z */
         const fr_node *nd = &g->nodes[nodes[i]];
         const fr_value *in = &g->values[vals[i]];
@@ -381,6 +389,7 @@ static fr_status fuse_one(void *cv, const void *mv)
     FR_TRY(fr_node_set_attr_int(n, "kv_heads", m->Hk));
     FR_TRY(fr_node_set_attr_int(n, "head_dim", m->D));
     if (m->interleaved) FR_TRY(fr_node_set_attr_int(n, "interleaved", 1));
+    if (m->flat_output) FR_TRY(fr_node_set_attr_int(n, "flat_output", 1));
     return fr_node_infer(g, nid);
 }
 

@@ -3,7 +3,8 @@
  * After the FP8 compiler fused the Q/K/V Linears, an attention block reads
  *     Split(X) -> q, k, v  (X [B, T, W], the fused projection's output, split on its last axis)
  *     q, k, v -> Reshape / Transpose chains (and ai.fp8run::Rotary on q and k) -> Attention
- *     Attention's O -> Reshape / Transpose chain -> Z [B, T, Hq * Dv] (what the O projection reads)
+ *     Attention's O -> Reshape / Transpose chain -> Z [B, T, Hq * Dv] or [B T, Hq * Dv] (what the O
+ *                                                   projection reads)
  * and becomes one ai.fp8run::AttentionQKV(X [, cos, sin]) -> (Z, LSE) (ops/attention_qkv.h).
  *
  * Matched, whatever the order of the Reshapes and Transposes: the chains' net effect is checked
