@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "passes/attention_fuse.h"
+#include "passes/attention_io.h"
 #include "passes/dropout.h"
 #include "passes/gelu_fuse.h"
 #include "passes/rmsnorm_fuse.h"
@@ -98,6 +99,8 @@ static fr_status run_count(fr_status (*fuse)(fr_graph *, int *), fr_pass_ctx *c,
 static fr_status run_attention(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_fuse_attention, c, r); }
 
 static fr_status run_rotary(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_fuse_rotary, c, r); }
+
+static fr_status run_attention_io(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_fuse_attention_io, c, r); }
 
 static fr_status run_rmsnorm(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_fuse_rmsnorm, c, r); }
 
@@ -196,6 +199,11 @@ static const fr_pass k_passes[] = {
        Linears */
     {"fp8_compile", "MatMul/Gemm with a trained weight become ai.fp8run::Linear in fp8/bf16 (sibling "
      "Linears fused)", FR_STAGE_PREPARED, "precision", 0, run_fp8_compile},
+    /* after the FP8 compiler, whose fused Q/K/V Linear and Split it reads, and after the
+       attention and RoPE fusions, whose nodes it absorbs */
+    {"fuse_attention_io", "each fused attention reads the fused Q/K/V projection (RoPE applied while "
+     "it stages them) and writes the O projection's input: one ai.fp8run::AttentionQKV node",
+     FR_STAGE_PREPARED, "fuse_attention_io", 0, run_attention_io},
     /* after the FP8 compiler: it then reads the fused gate/up Linear's one output */
     {"fuse_swiglu", "Mul(Mul(gate, Sigmoid(gate)), up) (and GeGLU's Mul(Gelu(gate), up)) becomes one "
      "ai.fp8run::SwiGLU node",

@@ -74,7 +74,9 @@ static int search_branch(rc *c, int r, int b, int *attn, int *gemm)
         n_on++;
         for (int k = 0; k < nd->n_inputs; k++)
             if (nd->inputs[k] >= 0) c->stamp_v[nd->inputs[k]] = gen;
-        if (is_op(nd, FR_DOMAIN_FP8RUN, "Attention") || is_op(nd, "", "Softmax")) *attn = 1;
+        if (is_op(nd, FR_DOMAIN_FP8RUN, "Attention") || is_op(nd, FR_DOMAIN_FP8RUN, "AttentionQKV") ||
+            is_op(nd, "", "Softmax"))
+            *attn = 1;
         if (strcmp(nd->op_type, "Linear") == 0 || strcmp(nd->op_type, "MatMul") == 0) *gemm = 1;
     }
     return n_on;

@@ -56,6 +56,10 @@ static double attention_flops_per_token(const fr_graph *g, int64_t seq)
         const fr_node *nd = &g->nodes[i];
         if (nd->n_outputs >= 1 && strcmp(nd->op_type, "Attention") == 0 && strcmp(nd->domain, "ai.fp8run") == 0)
             f += attention_term(&g->values[nd->outputs[0]], seq);
+        if (nd->n_outputs >= 1 && strcmp(nd->op_type, "AttentionQKV") == 0 && strcmp(nd->domain, "ai.fp8run") == 0) {
+            const fr_value *o = &g->values[nd->outputs[0]]; /* [B, T, heads x Dv] */
+            if (o->rank == 3) f += 12.0 * (double)o->dims[2] * (double)seq;
+        }
         if (strcmp(nd->op_type, "Softmax") != 0 || nd->n_outputs < 1) continue;
         int p = nd->outputs[0];
         for (int j = 0; j < g->n_nodes; j++) /* past the exporter's guard Where(IsNaN(P), 0, P) */

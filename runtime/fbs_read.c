@@ -198,7 +198,8 @@ static fr_status read_layer_list(const fr_fbs_meta *m, const fr_graph *g, fr_fp8
         r->n_activation_matmuls += strcmp(g->nodes[i].op_type, "MatMul") == 0 &&
                                    strcmp(g->nodes[i].domain, "ai.fp8run") == 0;
     for (int i = 0; i < g->n_nodes; i++)
-        r->n_attention += strcmp(g->nodes[i].op_type, "Attention") == 0 && strcmp(g->nodes[i].domain, "ai.fp8run") == 0;
+        r->n_attention += (strcmp(g->nodes[i].op_type, "Attention") == 0 || strcmp(g->nodes[i].op_type, "AttentionQKV") == 0) &&
+                          strcmp(g->nodes[i].domain, "ai.fp8run") == 0;
     for (int i = 0; i < g->n_nodes; i++)
         if (strcmp(g->nodes[i].op_type, "SwiGLU") == 0 && strcmp(g->nodes[i].domain, "ai.fp8run") == 0) {
             r->n_swiglu++;

@@ -517,6 +517,7 @@ fr_status tr_pass_option(const void *opts, const char *name, int *on)
         {"retie", offsetof(fr_train_options, retie)},
         {"fuse_attention", offsetof(fr_train_options, fuse_attention)},
         {"fuse_swiglu", offsetof(fr_train_options, fuse_swiglu)},
+        {"fuse_attention_io", offsetof(fr_train_options, fuse_attention_io)},
     };
     const fr_train_options *o = opts;
     if (strcmp(name, "lora") == 0) {

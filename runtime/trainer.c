@@ -31,6 +31,7 @@ void fr_train_options_default(fr_train_options *o)
     o->unshare = 1;
     o->fuse_attention = 1;
     o->fuse_swiglu = 1;
+    o->fuse_attention_io = 1;
     o->device = "cpu";
     o->recompute = "none";
 }

@@ -106,6 +106,7 @@ typedef struct fr_train_options {
                                   "cudnn", "fp8run" (ops/cuda/attention_cudnn.h; --attention) */
     int shard_gradients;       /* 1: ZeRO-2 (with shard_optimizer): gradients reduced to their
                                   owners only (runtime/cuda/dist_train.h) */
+    int fuse_attention_io;     /* 1 (default): pass fuse_attention_io (passes/attention_io.h) */
 } fr_train_options;
 
 void fr_train_options_default(fr_train_options *o);

@@ -63,7 +63,9 @@ static void test_table_covers_struct(void)
     CU_ASSERT_PTR_NULL(e.flag);
     CU_ASSERT_EQUAL(fp8run_train_config_find("lora_dropout"), n - 3);
     CU_ASSERT_EQUAL(fp8run_train_config_find("attention"), n - 2);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("shard_gradients"), n - 1); /* appended last */
+    CU_ASSERT_EQUAL(fp8run_train_config_find("shard_gradients"), n - 2);
+
+    CU_ASSERT_EQUAL(fp8run_train_config_find("fuse_attention_io"), n - 1); /* appended last */
 }
 
 static void test_defaults_and_choices(void)

@@ -50,8 +50,8 @@ static void check_compiled(const char *precision, int fuse)
     CU_ASSERT_EQUAL(count_op(g, "SwiGLU", 1), fuse && one ? L : 0);
     CU_ASSERT_EQUAL(count_op(g, "Sigmoid", -1), fuse ? 0 : L);
     if (one) {
-        /* fused: the gate/up Splits are gone (the Q/K/V ones stay) */
-        CU_ASSERT_EQUAL(count_op(g, "Split", -1) + (fuse ? L : 0), L * 2);
+        /* fused: the gate/up Splits are gone (the Q/K/V ones are AttentionQKV's input) */
+        CU_ASSERT_EQUAL(count_op(g, "Split", -1) + (fuse ? L : 0) + count_op(g, "AttentionQKV", -1), L * 2);
         CU_ASSERT_EQUAL(rep.n_swiglu, fuse ? L : 0);
         CU_ASSERT_EQUAL(rep.n_swiglu_one_input, fuse ? L : 0);
         char *text = NULL;

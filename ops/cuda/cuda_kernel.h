@@ -172,6 +172,7 @@ extern const fr_cuda_kernel_def fr_cuda_kernels_shape[];       /* reshapes, shap
 extern const fr_cuda_kernel_def fr_cuda_kernels_matmul[];      /* MatMul, Gemm, Einsum */
 extern const fr_cuda_kernel_def fr_cuda_kernels_linear[];      /* Linear, LinearGradData, LinearGradWeight */
 extern const fr_cuda_kernel_def fr_cuda_kernels_attention[];   /* Attention, AttentionGrad (fused, flash style) */
+extern const fr_cuda_kernel_def fr_cuda_kernels_attention_qkv[]; /* AttentionQKV(Grad): attention on the packed QKV projection */
 extern const fr_cuda_kernel_def fr_cuda_kernels_swiglu[];      /* SwiGLU, SwiGLUGrad (fused gate * sigmoid(gate) * up) */
 extern const fr_cuda_kernel_def fr_cuda_kernels_rotary[];      /* Rotary, RotaryGrad (fused x * cos + rotate_half(x) * sin) */
 extern const fr_cuda_kernel_def fr_cuda_kernels_dropout[];     /* KeyedDropout (training-mode dropout, ops/dropout.h) */

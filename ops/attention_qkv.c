@@ -1,0 +1,358 @@
+/* AttentionQKV / AttentionQKVGrad on the CPU (ops/attention_qkv.h): the packed projection is
+ * unpacked into [B, heads, T, D] copies with RoPE applied (each element in double, rounded
+ * once, as ops/rotary.c computes it), the Attention / AttentionGrad CPU kernels run on them,
+ * and the results are packed back (dQ, dK through RotaryGrad's formulas). The op is thereby
+ * the unfused chain it replaces, bit for bit. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/attention_qkv.h"
+#include "ops/attention.h"
+#include "ops/grad.h"
+
+/* ---- geometry (shared with the CUDA launchers) ---- */
+
+static fr_status table_stride(const fr_node *n, const char *what, int r, const int64_t *d, const fr_attn_qkv_geom *g,
+                              int64_t *bstride)
+{
+    char s1[128];
+    int64_t lead = 1;
+    for (int k = 0; k + 2 < r; k++) lead *= d[k];
+    if (r < 2 || d[r - 1] != g->D || d[r - 2] != g->T || (lead != 1 && lead != g->B))
+        return fr_node_error(n, FR_ERR_SHAPE, "%s table %s must be [.., T=%lld, D=%lld] with leading dims of product 1 "
+                             "or B=%lld", what, fr_shape_str(r, d, s1, sizeof s1), (long long)g->T, (long long)g->D,
+                             (long long)g->B);
+    *bstride = lead == g->B && g->B > 1 ? g->T * g->D : 0;
+    return FR_OK;
+}
+
+fr_status fr_attn_qkv_geometry(const fr_node *n, int rx, const int64_t *dx, int rc, const int64_t *dc, int rs,
+                               const int64_t *ds, fr_attn_qkv_geom *geo)
+{
+    memset(geo, 0, sizeof *geo);
+    int64_t hq, hk, d, il, flat;
+    FR_TRY(fr_node_attr_int(n, "heads", 0, &hq));
+    FR_TRY(fr_node_attr_int(n, "kv_heads", 0, &hk));
+    FR_TRY(fr_node_attr_int(n, "head_dim", 0, &d));
+    FR_TRY(fr_node_attr_int(n, "interleaved", 0, &il));
+    FR_TRY(fr_node_attr_int(n, "flat_output", 0, &flat));
+    if (flat != 0 && flat != 1) return fr_node_error(n, FR_ERR_UNSUPPORTED, "flat_output=%lld (0 or 1)", (long long)flat);
+    if (hq < 1 || hk < 1 || hq % hk || d < 1 || (il != 0 && il != 1))
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "heads=%lld, kv_heads=%lld, head_dim=%lld, interleaved=%lld: heads "
+                             "must be a multiple of kv_heads >= 1, head_dim >= 1, interleaved 0 or 1",
+                             (long long)hq, (long long)hk, (long long)d, (long long)il);
+    char s1[128];
+    if (rx != 3 || dx[2] <= (hq + hk) * d || (dx[2] - (hq + hk) * d) % hk)
+        return fr_node_error(n, FR_ERR_SHAPE, "X %s must be [B, T, %lld * %lld + %lld * (%lld + Dv)]",
+                             fr_shape_str(rx, dx, s1, sizeof s1), (long long)hq, (long long)d, (long long)hk,
+                             (long long)d);
+    geo->B = dx[0], geo->T = dx[1], geo->W = dx[2];
+    geo->Hq = hq, geo->Hk = hk, geo->D = d, geo->Dv = (dx[2] - (hq + hk) * d) / hk;
+    geo->q_off = 0, geo->k_off = hq * d, geo->v_off = (hq + hk) * d;
+    geo->interleaved = (int)il;
+    geo->flat_output = (int)flat;
+    if ((dc != NULL) != (ds != NULL)) return fr_node_error(n, FR_ERR_GRAPH, "cos and sin come together or not at all");
+    if (!dc) return FR_OK;
+    if (d % 2) return fr_node_error(n, FR_ERR_SHAPE, "RoPE needs an even head_dim (got %lld)", (long long)d);
+    geo->rotary = 1;
+    FR_TRY(table_stride(n, "cos", rc, dc, geo, &geo->cos_b));
+    return table_stride(n, "sin", rs, ds, geo, &geo->sin_b);
+}
+
+int fr_attn_qkv_inner_dims(const fr_attn_qkv_geom *geo, int which, int64_t *dims)
+{
+    const int64_t G = geo->Hq / geo->Hk;
+    dims[0] = geo->B, dims[1] = geo->Hk, dims[2] = which == 0 || which >= 3 ? G : 1, dims[3] = geo->T;
+    if (which == 4) return 4;
+    dims[4] = which == 2 || which == 3 ? geo->Dv : geo->D;
+    return 5;
+}
+
+int fr_attn_qkv_out_dims(const fr_attn_qkv_geom *geo, int64_t *dims)
+{
+    if (geo->flat_output) {
+        dims[0] = geo->B * geo->T, dims[1] = geo->Hq * geo->Dv;
+        return 2;
+    }
+    dims[0] = geo->B, dims[1] = geo->T, dims[2] = geo->Hq * geo->Dv;
+    return 3;
+}
+
+/* ---- CPU kernels ---- */
+
+/* One head row: y = RoPE(x) (grad 0) or RoPE^T(x) (grad 1), pairs as ops/rotary.h. */
+#define ROPE_ROW(TY, x, c, s, y, D, il, grad)                                              \
+    do {                                                                                  \
+        const int64_t h_ = (D) / 2, step_ = (il) ? 2 : 1, off_ = (il) ? 1 : h_;          \
+        for (int64_t p = 0; p < h_; p++) {                                                \
+            const int64_t j = p * step_, k = j + off_;                                    \
+            const double a = (x)[j], b = (x)[k], c0 = (c)[j], c1 = (c)[k], s0 = (s)[j], s1 = (s)[k]; \
+            if (grad) {                                                                   \
+                (y)[j] = (TY)(a * c0 + b * s1);                                            \
+                (y)[k] = (TY)(b * c1 - a * s0);                                            \
+            } else {                                                                      \
+                (y)[j] = (TY)(a * c0 - b * s0);                                            \
+                (y)[k] = (TY)(b * c1 + a * s1);                                            \
+            }                                                                             \
+        }                                                                                 \
+    } while (0)
+
+/* Between the packed rows (X or dX, [B, T, W]) and the head-major copies [B, heads, T, D]:
+ * to_heads 1 unpacks (RoPE forward on Q, K), 0 packs (RoPE transposed on dQ, dK). sec 0, 1, 2:
+ * Q, K, V; p: the packed tensor, h: the head-major one. */
+#define MOVE(TY)                                                                                             \
+    do {                                                                                                    \
+        TY *P = p;                                                                                           \
+        TY *Hh = h;                                                                                          \
+        const TY *C = cs, *S = sn;                                                                           \
+        for (int64_t b = 0; b < g->B; b++)                                                                  \
+            for (int64_t t = 0; t < g->T; t++)                                                              \
+                for (int64_t hd = 0; hd < heads; hd++) {                                                    \
+                    TY *pr = P + (b * g->T + t) * g->W + off + hd * width;                                   \
+                    TY *hr = Hh + ((b * heads + hd) * g->T + t) * width;                                     \
+                    if (rope) {                                                                             \
+                        const TY *cr = C + b * g->cos_b + t * g->D, *sr = S + b * g->sin_b + t * g->D;       \
+                        if (to_heads)                                                                       \
+                            ROPE_ROW(TY, pr, cr, sr, hr, width, g->interleaved, 0);                          \
+                        else                                                                                \
+                            ROPE_ROW(TY, hr, cr, sr, pr, width, g->interleaved, 1);                          \
+                    } else if (to_heads) {                                                                  \
+                        memcpy(hr, pr, (size_t)width * sizeof(TY));                                          \
+                    } else {                                                                                \
+                        memcpy(pr, hr, (size_t)width * sizeof(TY));                                          \
+                    }                                                                                       \
+                }                                                                                           \
+    } while (0)
+
+static void move(const fr_attn_qkv_geom *g, fr_dtype dt, int sec, int to_heads, void *p, void *h, const void *cs,
+                 const void *sn)
+{
+    const int64_t heads = sec == 0 ? g->Hq : g->Hk, width = sec == 2 ? g->Dv : g->D;
+    const int64_t off = sec == 0 ? g->q_off : sec == 1 ? g->k_off : g->v_off;
+    const int rope = g->rotary && sec < 2;
+    if (dt == FR_F32)
+        MOVE(float);
+    else
+        MOVE(double);
+}
+
+/* O-like tensors between [B, T, Hq * Dv] (p) and [B, Hq, T, Dv] (h). */
+static void move_o(const fr_attn_qkv_geom *g, size_t es, int to_heads, void *p, void *h)
+{
+    const size_t row = (size_t)g->Dv * es;
+    for (int64_t b = 0; b < g->B; b++)
+        for (int64_t t = 0; t < g->T; t++)
+            for (int64_t hd = 0; hd < g->Hq; hd++) {
+                char *pr = (char *)p + (size_t)((b * g->T + t) * g->Hq + hd) * row;
+                char *hr = (char *)h + (size_t)((b * g->Hq + hd) * g->T + t) * row;
+                if (to_heads)
+                    memcpy(hr, pr, row);
+                else
+                    memcpy(pr, hr, row);
+            }
+}
+
+/* Head-major scratch tensors, shaped for the inner attention (fr_attn_qkv_inner_dims). */
+typedef struct scratch {
+    fr_tensor t[6]; /* Q, K, V, O, LSE, dO (dQ, dK, dV: the caller's) */
+    void *mem;
+} scratch;
+
+static fr_status scratch_new(const fr_node *n, const fr_attn_qkv_geom *g, fr_dtype dt, int grad, scratch *s,
+                             fr_tensor *dq, fr_tensor *dk, fr_tensor *dv)
+{
+    memset(s, 0, sizeof *s);
+    const size_t es = fr_dtype_size(dt);
+    fr_tensor *all[8] = {&s->t[0], &s->t[1], &s->t[2], &s->t[3], &s->t[4], &s->t[5], dq, dk};
+    const int which[8] = {0, 1, 2, 3, 4, 3, 0, 1};
+    const int count = grad ? 9 : 5;
+    size_t off[9], total = 0;
+    for (int i = 0; i < count; i++) {
+        fr_tensor *t = i < 8 ? all[i] : dv;
+        const int w = i < 8 ? which[i] : 2;
+        memset(t, 0, sizeof *t);
+        t->dtype = dt;
+        t->rank = fr_attn_qkv_inner_dims(g, w, t->dims);
+        t->nbytes = (size_t)fr_tensor_numel(t) * es;
+        off[i] = total;
+        total += (t->nbytes + 63) / 64 * 64;
+    }
+    if (!(s->mem = fr_malloc(total ? total : 1, "AttentionQKV scratch")))
+        return fr_node_error(n, FR_ERR_OOM, "no memory for %zu bytes of head-major copies", total);
+    for (int i = 0; i < count; i++) (i < 8 ? all[i] : dv)->data = (char *)s->mem + off[i];
+    return FR_OK;
+}
+
+static fr_status read_geo(const fr_node *n, const fr_tensor *x, const fr_tensor *c, const fr_tensor *s,
+                          fr_attn_qkv_geom *g)
+{
+    if (x->dtype != FR_F32 && x->dtype != FR_F64)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "X is %s: float32 (or float64) only", fr_dtype_name(x->dtype));
+    if ((c && c->dtype != x->dtype) || (s && s->dtype != x->dtype))
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "the tables must be %s like X", fr_dtype_name(x->dtype));
+    return fr_attn_qkv_geometry(n, x->rank, x->dims, c ? c->rank : 0, c ? c->dims : NULL, s ? s->rank : 0,
+                                s ? s->dims : NULL, g);
+}
+
+static fr_status qkv_cpu(const fr_kernel_ctx *ctx)
+{
+    const fr_node *n = ctx->node;
+    if (ctx->n_in < 1 || !ctx->in[0] || ctx->n_out < 1 || !ctx->out[0])
+        return fr_node_error(n, FR_ERR_GRAPH, "needs input X and output O");
+    const fr_tensor *x = ctx->in[0], *c = ctx->n_in > 2 ? ctx->in[1] : NULL, *sn = ctx->n_in > 2 ? ctx->in[2] : NULL;
+    fr_attn_qkv_geom g;
+    FR_TRY(read_geo(n, x, c, sn, &g));
+    const fr_dtype dt = x->dtype;
+    int64_t od[3];
+    const int orank = fr_attn_qkv_out_dims(&g, od);
+    FR_TRY(fr_check_out(n, ctx->out[0], dt, orank, od));
+    fr_tensor *lse = ctx->n_out > 1 ? ctx->out[1] : NULL;
+    if (lse) FR_TRY(fr_check_out(n, lse, dt, 3, (int64_t[]){g.B, g.Hq, g.T}));
+    scratch s;
+    fr_tensor unused[3];
+    FR_TRY(scratch_new(n, &g, dt, 0, &s, &unused[0], &unused[1], &unused[2]));
+    for (int sec = 0; sec < 3; sec++)
+        move(&g, dt, sec, 1, x->data, s.t[sec].data, c ? c->data : NULL, sn ? sn->data : NULL);
+    fr_tensor *in[3] = {&s.t[0], &s.t[1], &s.t[2]}, *out[2] = {&s.t[3], &s.t[4]};
+    fr_kernel_ctx ic = {ctx->g, n, 1, 3, 2, in, out};
+    fr_status st = fr_ops_attention[0].cpu(&ic); /* Attention: the same attributes */
+    if (st == FR_OK) {
+        move_o(&g, fr_dtype_size(dt), 0, ctx->out[0]->data, s.t[3].data);
+        if (lse && lse->nbytes) memcpy(lse->data, s.t[4].data, lse->nbytes);
+    }
+    free(s.mem);
+    return st;
+}
+
+static fr_status qkvg_cpu(const fr_kernel_ctx *ctx)
+{
+    const fr_node *n = ctx->node;
+    if (ctx->n_in < 4 || ctx->n_out != 1)
+        return fr_node_error(n, FR_ERR_GRAPH, "needs inputs X, O, LSE, dO (and cos, sin) and output dX");
+    for (int i = 0; i < 4; i++)
+        if (!ctx->in[i]) return fr_node_error(n, FR_ERR_GRAPH, "input %d is missing", i);
+    const fr_tensor *x = ctx->in[0], *o = ctx->in[1], *lse = ctx->in[2], *dout = ctx->in[3];
+    const fr_tensor *c = ctx->n_in > 5 ? ctx->in[4] : NULL, *sn = ctx->n_in > 5 ? ctx->in[5] : NULL;
+    fr_attn_qkv_geom g;
+    FR_TRY(read_geo(n, x, c, sn, &g));
+    const fr_dtype dt = x->dtype;
+    int64_t od[3];
+    const int orank = fr_attn_qkv_out_dims(&g, od);
+    FR_TRY(fr_check_out(n, o, dt, orank, od));
+    FR_TRY(fr_check_out(n, dout, dt, orank, od));
+    FR_TRY(fr_check_out(n, lse, dt, 3, (int64_t[]){g.B, g.Hq, g.T}));
+    fr_tensor *dx = ctx->out[0];
+    if (!dx) return FR_OK;
+    FR_TRY(fr_check_out(n, dx, dt, 3, x->dims));
+    scratch s;
+    fr_tensor dq, dk, dv;
+    FR_TRY(scratch_new(n, &g, dt, 1, &s, &dq, &dk, &dv));
+    const void *cd = c ? c->data : NULL, *sd = sn ? sn->data : NULL;
+    for (int sec = 0; sec < 3; sec++) move(&g, dt, sec, 1, x->data, s.t[sec].data, cd, sd);
+    const size_t es = fr_dtype_size(dt);
+    move_o(&g, es, 1, o->data, s.t[3].data);
+    move_o(&g, es, 1, dout->data, s.t[5].data);
+    if (lse->nbytes) memcpy(s.t[4].data, lse->data, lse->nbytes);
+    fr_tensor *in[6] = {&s.t[0], &s.t[1], &s.t[2], &s.t[3], &s.t[4], &s.t[5]}, *out[3] = {&dq, &dk, &dv};
+    fr_kernel_ctx ic = {ctx->g, n, 1, 6, 3, in, out};
+    fr_status st = fr_ops_attention[1].cpu(&ic); /* AttentionGrad */
+    if (st == FR_OK) {
+        void *hs[3] = {dq.data, dk.data, dv.data};
+        for (int sec = 0; sec < 3; sec++) move(&g, dt, sec, 0, dx->data, hs[sec], cd, sd);
+    }
+    free(s.mem);
+    return st;
+}
+
+/* ---- inference and the gradient rule ---- */
+
+static fr_status qkv_infer(fr_graph *g, int node_id)
+{
+    const fr_node *n = &g->nodes[node_id];
+    FR_TRY(fr_infer_require_inputs(g, n, 1, 3));
+    if (n->n_outputs < 1 || n->n_outputs > 2 || n->outputs[0] < 0)
+        return fr_node_error(n, FR_ERR_GRAPH, "needs output O (and optionally LSE)");
+    const fr_value *x = fr_node_in(g, n, 0), *c = fr_node_in(g, n, 1), *s = fr_node_in(g, n, 2);
+    if (x->dtype != FR_F32 && x->dtype != FR_F64)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "X is %s: float32 (or float64) only", fr_dtype_name(x->dtype));
+    if ((c && c->dtype != x->dtype) || (s && s->dtype != x->dtype))
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "the tables must be %s like X", fr_dtype_name(x->dtype));
+    fr_attn_qkv_geom geo;
+    FR_TRY(fr_attn_qkv_geometry(n, x->rank, x->dims, c ? c->rank : 0, c ? c->dims : NULL, s ? s->rank : 0,
+                                s ? s->dims : NULL, &geo));
+    fr_attn_attrs a; /* Attention's attributes, checked */
+    FR_TRY(fr_attn_read_attrs(n, geo.D, &a));
+    if (a.causal && geo.T < 1) return fr_node_error(n, FR_ERR_SHAPE, "T must be >= 1");
+    int64_t od[3];
+    const int orank = fr_attn_qkv_out_dims(&geo, od);
+    fr_infer_set(g, n, 0, x->dtype, orank, od);
+    fr_infer_set(g, n, 1, x->dtype, 3, (int64_t[]){geo.B, geo.Hq, geo.T});
+    return FR_OK;
+}
+
+static fr_status qkvg_infer(fr_graph *g, int node_id)
+{
+    const fr_node *n = &g->nodes[node_id];
+    FR_TRY(fr_infer_require_inputs(g, n, 4, 6));
+    if (n->n_outputs != 1) return fr_node_error(n, FR_ERR_GRAPH, "needs one output dX");
+    const fr_value *x = fr_node_in(g, n, 0), *c = fr_node_in(g, n, 4), *s = fr_node_in(g, n, 5);
+    fr_attn_qkv_geom geo;
+    FR_TRY(fr_attn_qkv_geometry(n, x->rank, x->dims, c ? c->rank : 0, c ? c->dims : NULL, s ? s->rank : 0,
+                                s ? s->dims : NULL, &geo));
+    int64_t od[3];
+    const int orank = fr_attn_qkv_out_dims(&geo, od);
+    const int64_t ld[3] = {geo.B, geo.Hq, geo.T};
+    for (int i = 1; i < 4; i++) {
+        const fr_value *v = fr_node_in(g, n, i);
+        const int64_t *want = i == 2 ? ld : od;
+        const int r = i == 2 ? 3 : orank;
+        int same = v->dtype == x->dtype && v->rank == r;
+        for (int d = 0; same && d < r; d++) same = v->dims[d] == want[d];
+        if (!same) {
+            char s1[128], s2[128];
+            return fr_node_error(n, FR_ERR_SHAPE, "input '%s' is %s %s, expected %s %s", v->name,
+                                 fr_dtype_name(v->dtype), fr_shape_str(v->rank, v->dims, s1, sizeof s1),
+                                 fr_dtype_name(x->dtype), fr_shape_str(r, want, s2, sizeof s2));
+        }
+    }
+    fr_infer_same(g, n, 0, 0);
+    return FR_OK;
+}
+
+/* One AttentionQKVGrad reading X, the forward's O and LSE, dO and the tables. */
+static fr_status qkv_grad(fr_grad_ctx *ctx)
+{
+    fr_graph *g = ctx->g;
+    const fr_node *n = &g->nodes[ctx->node_id];
+    for (int i = 1; i < n->n_inputs; i++)
+        if (ctx->need_din[i] && n->inputs[i] >= 0)
+            return fr_node_error(n, FR_ERR_UNSUPPORTED, "no gradient with respect to the rotary table '%s': RoPE "
+                                 "treats cos and sin as constants", g->values[n->inputs[i]].name);
+    if (ctx->dout[0] < 0 || !ctx->need_din[0]) return FR_OK;
+    if (n->n_outputs < 2 || n->outputs[1] < 0)
+        return fr_node_error(n, FR_ERR_GRAPH, "the gradient needs the LSE output (output 1)");
+    const int rope = n->n_inputs > 2 && n->inputs[1] >= 0;
+    int in[6] = {n->inputs[0], n->outputs[0], n->outputs[1], ctx->dout[0], rope ? n->inputs[1] : -1,
+                 rope ? n->inputs[2] : -1};
+    int out, nid;
+    FR_TRY(fr_grad_node(ctx, "AttentionQKVGrad", FR_DOMAIN_FP8RUN, rope ? 6 : 4, in, 1, &out, &nid));
+    n = &g->nodes[ctx->node_id];
+    fr_node *gn = &g->nodes[nid];
+    for (int i = 0; i < n->n_attrs; i++) {
+        const fr_attr *at = &n->attrs[i];
+        if (at->type == FR_ATTR_FLOAT)
+            FR_TRY(fr_node_set_attr_float(gn, at->name, at->f));
+        else if (at->type == FR_ATTR_INT)
+            FR_TRY(fr_node_set_attr_int(gn, at->name, at->i));
+        else if (at->type == FR_ATTR_STRING)
+            FR_TRY(fr_node_set_attr_string(gn, at->name, at->s));
+    }
+    ctx->din[0] = out;
+    return fr_grad_finish(ctx, nid);
+}
+
+const fr_op_def fr_ops_attention_qkv[] = {
+    {"AttentionQKV", FR_DOMAIN_FP8RUN, 1, qkv_infer, qkv_cpu, qkv_grad, 0},
+    {"AttentionQKVGrad", FR_DOMAIN_FP8RUN, 1, qkvg_infer, qkvg_cpu, NULL, 0},
+    {0},
+};

@@ -1,0 +1,62 @@
+/* Fused attention on the packed QKV projection (domain ai.fp8run): the contract shared by the
+ * CPU reference (ops/attention_qkv.c), the pass that emits it (passes/attention_io.c) and the
+ * CUDA kernels (ops/cuda/attention_qkv.cu).
+ *
+ * Why: with the Q/K/V Linears fused, a Llama layer reads its attention inputs through a Split,
+ * three Reshape + Transpose pairs to [B, heads, T, D] and two Rotary nodes, and writes its
+ * output through a Transpose + Reshape back to [B, T, H * D]; the backward does the same in
+ * reverse (RotaryGrad, Transposes, a Concat). Each is a float32 pass over an activation; on a
+ * 1B step they cost more than the attention forward. This op reads the fused projection's
+ * output where it lies, applies RoPE while it makes the operands the attention kernels read,
+ * and writes O in the layout the output projection reads; its backward writes the gradient of
+ * the packed projection output directly.
+ *
+ * AttentionQKV(X [, cos, sin]) -> (O, LSE)
+ *   X:    [B, T, W] float32 (float64 on the CPU, for gradient checks), W = Hq * D + Hk * D +
+ *         Hk * Dv: columns [0, Hq D) are Q (head h at h D), then K (Hk heads of D), then V
+ *         (Hk heads of Dv).
+ *   cos, sin (both or neither): [.., T, D], X's dtype, their leading dims' product L 1 or B:
+ *         element (b, t, j) at (L == B ? b T D : 0) + t D + j. RoPE (ops/rotary.h, attribute
+ *         interleaved as there) rotates each head of Q and K at token t with row t of the
+ *         tables, exactly as ai.fp8run::Rotary would on the heads.
+ *   O:    [B, T, Hq * Dv] X's dtype: O[b, t, h Dv + d] = Attention's O for query head h
+ *         ([B T, Hq * Dv] with attribute flat_output=1, the rows the output projection reads
+ *         when it is a 2-D Gemm).
+ *   LSE:  [B, Hq, T] (float32; float64 for float64 X).
+ *   Query head h reads K/V head h / (Hq / Hk) (Hq a multiple of Hk: MHA, GQA, MQA).
+ * Attributes: heads (Hq), kv_heads (Hk), head_dim (D), interleaved (0|1), flat_output (0|1),
+ *   and Attention's
+ *   scale, causal, window, precision with the meaning of ops/attention.h. The result is, bit
+ *   for bit on the CPU, Attention(Q', K', V) with Q' = Rotary(Q), K' = Rotary(K) the heads laid
+ *   out [B, Hk, Hq / Hk, T, D] and [B, Hk, 1, T, D], O transposed back.
+ *
+ * AttentionQKVGrad(X, O, LSE, dO [, cos, sin]) -> dX [B, T, W]: dX's Q and K columns are
+ *   RotaryGrad of AttentionGrad's dQ and dK, its V columns dV (same attributes). Q' and K' are
+ *   recomputed from X (the forward keeps no rotated copy). O and dO have O's shape. */
+#ifndef FR_OPS_ATTENTION_QKV_H
+#define FR_OPS_ATTENTION_QKV_H
+
+#include "ops/op.h"
+
+extern const fr_op_def fr_ops_attention_qkv[]; /* AttentionQKV, AttentionQKVGrad */
+
+typedef struct fr_attn_qkv_geom {
+    int64_t B, T, W, Hq, Hk, D, Dv;
+    int64_t q_off, k_off, v_off; /* first column of each section */
+    int rotary, interleaved;
+    int flat_output;             /* O is [B T, Hq Dv] */
+    int64_t cos_b, sin_b;        /* table strides per batch index (0: one table for all) */
+    /* the row of token t is at t * D */
+} fr_attn_qkv_geom;
+
+/* Checks a node's attributes and the shapes of X and the tables (rc = 0, dc = NULL: no tables)
+ * and fills *geo; errors name the node. */
+FR_NODISCARD fr_status fr_attn_qkv_geometry(const fr_node *n, int rx, const int64_t *dx, int rc, const int64_t *dc,
+                                            int rs, const int64_t *ds, fr_attn_qkv_geom *geo);
+/* The shapes the inner attention sees: which 0 = Q [B, Hk, G, T, D], 1 = K [B, Hk, 1, T, D],
+ * 2 = V [B, Hk, 1, T, Dv], 3 = O [B, Hk, G, T, Dv], 4 = LSE [B, Hk, G, T]; returns the rank. */
+int fr_attn_qkv_inner_dims(const fr_attn_qkv_geom *geo, int which, int64_t *dims);
+/* O's shape (and dO's): returns the rank. */
+int fr_attn_qkv_out_dims(const fr_attn_qkv_geom *geo, int64_t *dims);
+
+#endif

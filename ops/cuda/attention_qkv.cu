@@ -1,0 +1,574 @@
+/* CUDA kernels of AttentionQKV / AttentionQKVGrad (ops/attention_qkv.h).
+ *
+ * Two paths, chosen per node as the plain Attention chooses (--attention, attention_cudnn.h):
+ *  - cuDNN (precision bf16, no window, cuDNN loads and takes the problem): one pass rounds the
+ *    packed X to bf16 in its own layout, RoPE applied to the Q and K columns; cuDNN reads Q, K,
+ *    V from it by strides ([B, T, heads, D] is its "BSHD" layout) and writes O as
+ *    [B, T, Hq, Dv], widened into the output. Backward: X staged the same way, O and dO rounded
+ *    to bf16, cuDNN writes dQ, dK, dV into one packed bf16 buffer laid out as X, and one pass
+ *    applies RoPE's transpose to the dQ and dK columns while it widens that into dX.
+ *  - fp8run's kernels (ops/cuda/attention.cu, through its kernel table): X is unpacked into
+ *    float32 [B, heads, T, D] copies (RoPE applied), the Attention / AttentionGrad kernels run on
+ *    them, and O (or dQ, dK, dV) is packed back.
+ * RoPE here is float32 math (within 1e-6 of the CPU's double). */
+#include <cuda_bf16.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ops/cuda/attention_cudnn.h"
+#include "ops/cuda/cuda_util.cuh"
+extern "C" {
+#include "ops/attention.h"
+#include "ops/attention_qkv.h"
+}
+
+namespace {
+
+typedef __nv_bfloat16 bf16;
+
+constexpr size_t kAlign = 256;
+size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+__device__ inline float load_f(const float *p) { return *p; }
+__device__ inline float load_f(const bf16 *p) { return __bfloat162float(*p); }
+__device__ inline void store_f(float *p, float v) { *p = v; }
+__device__ inline void store_f(bf16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
+/* Where column c of a packed [B, T, W] row goes in a section: head and feature. */
+struct Geo {
+    int64_t B, T, W, Hq, Hk, D, Dv;
+    int rotary, interleaved;
+    int64_t cos_b, sin_b;
+};
+
+/* A section's other layout: element (b, h, t, d) at b sb + h sh + t st + d. */
+struct Lay {
+    int64_t sb, sh, st;
+};
+
+/* Partner column of feature d in a rotated head, and the sign its term takes: forward
+ * y_d = x_d c_d + sign x_p s_d; transposed y_d = x_d c_d - sign x_p s_p (ops/rotary.h). */
+__device__ inline int64_t partner(int64_t d, int64_t D, int il, float *sign)
+{
+    if (il) {
+        *sign = (d & 1) ? 1.f : -1.f;
+        return d ^ 1;
+    }
+    const int64_t h = D / 2;
+    *sign = d < h ? -1.f : 1.f;
+    return d < h ? d + h : d - h;
+}
+
+/* Section of packed column c: 0 Q, 1 K, 2 V; head and feature. */
+__device__ inline int section(const Geo &g, int64_t c, int64_t *h, int64_t *d)
+{
+    const int64_t kq = g.Hq * g.D, kk = kq + g.Hk * g.D;
+    if (c < kq) {
+        *h = c / g.D, *d = c % g.D;
+        return 0;
+    }
+    if (c < kk) {
+        *h = (c - kq) / g.D, *d = (c - kq) % g.D;
+        return 1;
+    }
+    *h = (c - kk) / g.Dv, *d = (c - kk) % g.Dv;
+    return 2;
+}
+
+/* Forward staging: element (b, t, c) of X (RoPE'd on Q and K) into the section's layout. */
+template <typename TO>
+__global__ void stage_kernel(Geo g, const float *__restrict__ X, const float *__restrict__ cs,
+                             const float *__restrict__ sn, TO *q, TO *k, TO *v, Lay lq, Lay lk, Lay lv)
+{
+    const int64_t n = g.B * g.T * g.W;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t c = i % g.W, bt = i / g.W, t = bt % g.T, b = bt / g.T;
+        int64_t h, d;
+        const int s = section(g, c, &h, &d);
+        float y = X[i];
+        if (g.rotary && s < 2) {
+            float sign;
+            const int64_t p = partner(d, g.D, g.interleaved, &sign);
+            const float *cr = cs + b * g.cos_b + t * g.D, *sr = sn + b * g.sin_b + t * g.D;
+            y = fmaf(y, cr[d], sign * X[i - d + p] * sr[d]);
+        }
+        const Lay &l = s == 0 ? lq : s == 1 ? lk : lv;
+        TO *o = s == 0 ? q : s == 1 ? k : v;
+        store_f(o + b * l.sb + h * l.sh + t * l.st + d, y);
+    }
+}
+
+/* Backward packing: element (b, t, c) of dX from the sections' gradients (RoPE transposed on Q
+ * and K). */
+template <typename TI>
+__global__ void unstage_kernel(Geo g, const TI *q, const TI *k, const TI *v, Lay lq, Lay lk, Lay lv,
+                               const float *__restrict__ cs, const float *__restrict__ sn, float *__restrict__ dX)
+{
+    const int64_t n = g.B * g.T * g.W;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t c = i % g.W, bt = i / g.W, t = bt % g.T, b = bt / g.T;
+        int64_t h, d;
+        const int s = section(g, c, &h, &d);
+        const Lay &l = s == 0 ? lq : s == 1 ? lk : lv;
+        const TI *src = (s == 0 ? q : s == 1 ? k : v) + b * l.sb + h * l.sh + t * l.st;
+        float y = load_f(src + d);
+        if (g.rotary && s < 2) {
+            float sign;
+            const int64_t p = partner(d, g.D, g.interleaved, &sign);
+            const float *cr = cs + b * g.cos_b + t * g.D, *sr = sn + b * g.sin_b + t * g.D;
+            y = fmaf(y, cr[d], -sign * load_f(src + p) * sr[p]);
+        }
+        dX[i] = y;
+    }
+}
+
+/* O-like tensors: element (b, t, c) of the packed [B, T, Hq Dv] p and (b, c / Dv, t, c % Dv)
+ * of the other layout h; to_heads: p -> h, else h -> p. */
+template <typename TP, typename TH>
+__global__ void o_kernel(int64_t B, int64_t T, int64_t N, int64_t Dv, Lay l, const TP *pin, TH *hout, const TH *hin,
+                         TP *pout)
+{
+    const int64_t n = B * T * N;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t c = i % N, bt = i / N, t = bt % T, b = bt / T;
+        const int64_t j = b * l.sb + (c / Dv) * l.sh + t * l.st + c % Dv;
+        if (pin)
+            store_f(hout + j, load_f(pin + i));
+        else
+            store_f(pout + i, load_f(hin + j));
+    }
+}
+
+unsigned blocks_for(int64_t n)
+{
+    const int64_t b = (n + 255) / 256;
+    return (unsigned)(b < 1 ? 1 : b > 65536 ? 65536 : b);
+}
+
+/* ---- the node's problem ---- */
+
+struct Node {
+    fr_attn_qkv_geom q;
+    fr_attn_attrs a;
+    Geo g;
+};
+
+fr_status node_of(const fr_node *n, int rx, const int64_t *dx, const fr_value *c, const fr_value *s, Node *p)
+{
+    FR_TRY(fr_attn_qkv_geometry(n, rx, dx, c ? c->rank : 0, c ? c->dims : NULL, s ? s->rank : 0, s ? s->dims : NULL,
+                                &p->q));
+    FR_TRY(fr_attn_read_attrs(n, p->q.D, &p->a));
+    const fr_attn_qkv_geom &q = p->q;
+    p->g = Geo{q.B, q.T, q.W, q.Hq, q.Hk, q.D, q.Dv, q.rotary, q.interleaved, q.cos_b, q.sin_b};
+    return FR_OK;
+}
+
+fr_status node_of_graph(const fr_graph *g, const fr_node *n, int backward, Node *p)
+{
+    if (n->n_inputs < 1 || n->inputs[0] < 0) return fr_node_error(n, FR_ERR_GRAPH, "needs input X");
+    const int ci = backward ? 4 : 1;
+    const fr_value *x = &g->values[n->inputs[0]];
+    const fr_value *c = n->n_inputs > ci + 1 && n->inputs[ci] >= 0 ? &g->values[n->inputs[ci]] : NULL;
+    const fr_value *s = c && n->inputs[ci + 1] >= 0 ? &g->values[n->inputs[ci + 1]] : NULL;
+    return node_of(n, x->rank, x->dims, c, s, p);
+}
+
+/* cuDNN's problem: Q, K, V read from the packed bf16 copy of X, O [B, T, Hq, Dv]. */
+fr_cudnn_sdpa sdpa_of(const Node &p, int backward)
+{
+    const fr_attn_qkv_geom &q = p.q;
+    fr_cudnn_sdpa s;
+    memset(&s, 0, sizeof s);
+    s.b = q.B, s.hq = q.Hq, s.hk = q.Hk, s.tq = q.T, s.tk = q.T, s.d = q.D, s.dv = q.Dv;
+    const int64_t N = q.Hq * q.Dv;
+    const int64_t sq[4] = {q.T * q.W, q.D, q.W, 1}, sv[4] = {q.T * q.W, q.Dv, q.W, 1}, so[4] = {q.T * N, q.Dv, N, 1};
+    memcpy(s.sq, sq, sizeof sq), memcpy(s.sk, sq, sizeof sq), memcpy(s.sv, sv, sizeof sv), memcpy(s.so, so, sizeof so);
+    s.causal = p.a.causal;
+    s.backward = backward;
+    return s;
+}
+
+/* Whether cuDNN may run the node (before planning): why not into why. */
+int cudnn_eligible(const Node &p, const fr_cudnn_sdpa &s, int cc_major, char *why, size_t wn)
+{
+    const char *lib_why = NULL;
+    if (!p.a.bf16) return snprintf(why, wn, "precision fp32 (cuDNN's attention computes in bf16)"), 0;
+    if (p.a.window > 0) return snprintf(why, wn, "a sliding window"), 0;
+    if (!fr_cudnn_sdpa_supported(&s, fr_cudnn_version(), cc_major, why, wn)) return 0;
+    if (!fr_cudnn(&lib_why)) return snprintf(why, wn, "%s", lib_why), 0;
+    return 1;
+}
+
+struct CudnnLayout {
+    size_t x16, o16, do16, dx16, stats, ws, ws_bytes, total;
+};
+
+CudnnLayout cudnn_layout(const Node &p, int backward, size_t ws)
+{
+    CudnnLayout l = {};
+    size_t off = 0;
+    auto take = [&](size_t bytes) {
+        const size_t at = off;
+        off += align_up(bytes);
+        return at;
+    };
+    const fr_attn_qkv_geom &q = p.q;
+    const size_t nx = (size_t)(q.B * q.T * q.W), no = (size_t)(q.B * q.T * q.Hq * q.Dv);
+    l.x16 = take(nx * 2), l.o16 = take(no * 2);
+    if (backward) l.do16 = take(no * 2), l.dx16 = take(nx * 2);
+    l.stats = take((size_t)(q.B * q.Hq * q.T) * sizeof(float));
+    l.ws = take(ws);
+    l.ws_bytes = ws;
+    l.total = off;
+    return l;
+}
+
+/* ---- fp8run's kernels on head-major copies ---- */
+
+const fr_cuda_kernel_def *inner_def(int backward)
+{
+    return fr_cuda_kernel_find(FR_DOMAIN_FP8RUN, backward ? "AttentionGrad" : "Attention");
+}
+
+/* The inner node's scratch, from a graph of its shapes (the plain op's own planning). */
+fr_status inner_scratch(const fr_node *n, const Node &p, int backward, size_t *bytes)
+{
+    const fr_cuda_kernel_def *def = inner_def(backward);
+    if (!def) return fr_node_error(n, FR_ERR_INTERNAL, "no CUDA kernel of the fused Attention");
+    *bytes = 0;
+    if (!def->scratch) return FR_OK;
+    fr_graph *g = NULL;
+    FR_TRY(fr_graph_new(&g));
+    static const char *const names[6] = {"q", "k", "v", "o", "lse", "do"};
+    static const int which[6] = {0, 1, 2, 3, 4, 3};
+    int ids[6], nid = -1;
+    fr_status st = FR_OK;
+    const int nin = backward ? 6 : 3;
+    for (int i = 0; i < nin && st == FR_OK; i++) {
+        st = fr_graph_add_value(g, names[i], &ids[i]);
+        if (st != FR_OK) break;
+        int64_t d[5];
+        const int r = fr_attn_qkv_inner_dims(&p.q, which[i], d);
+        fr_value_set_shape(&g->values[ids[i]], FR_F32, r, d);
+    }
+    if (st == FR_OK) st = fr_graph_add_node(g, backward ? "AttentionGrad" : "Attention", FR_DOMAIN_FP8RUN, n->name, nin,
+                                            ids, 0, NULL, &nid);
+    for (int i = 0; st == FR_OK && i < n->n_attrs; i++) {
+        const fr_attr *at = &n->attrs[i];
+        if (at->type == FR_ATTR_FLOAT)
+            st = fr_node_set_attr_float(&g->nodes[nid], at->name, at->f);
+        else if (at->type == FR_ATTR_INT)
+            st = fr_node_set_attr_int(&g->nodes[nid], at->name, at->i);
+        else if (at->type == FR_ATTR_STRING)
+            st = fr_node_set_attr_string(&g->nodes[nid], at->name, at->s);
+    }
+    if (st == FR_OK) st = def->scratch(g, &g->nodes[nid], bytes);
+    fr_graph_free(g);
+    return st;
+}
+
+struct OwnLayout {
+    size_t q, k, v, o, dout, dq, dk, dv, inner, total;
+};
+
+OwnLayout own_layout(const Node &p, int backward, size_t inner)
+{
+    OwnLayout l = {};
+    size_t off = 0;
+    auto take = [&](size_t bytes) {
+        const size_t at = off;
+        off += align_up(bytes);
+        return at;
+    };
+    const fr_attn_qkv_geom &q = p.q;
+    const size_t nq = (size_t)(q.B * q.Hq * q.T * q.D) * 4, nk = (size_t)(q.B * q.Hk * q.T * q.D) * 4;
+    const size_t nv = (size_t)(q.B * q.Hk * q.T * q.Dv) * 4, no = (size_t)(q.B * q.Hq * q.T * q.Dv) * 4;
+    l.q = take(nq), l.k = take(nk), l.v = take(nv), l.o = take(no);
+    if (backward) l.dout = take(no), l.dq = take(nq), l.dk = take(nk), l.dv = take(nv);
+    l.inner = take(inner);
+    l.total = off;
+    return l;
+}
+
+fr_tensor view_of(const Node &p, int which, void *data)
+{
+    fr_tensor t;
+    memset(&t, 0, sizeof t);
+    t.dtype = FR_F32;
+    t.rank = fr_attn_qkv_inner_dims(&p.q, which, t.dims);
+    int64_t n = 1;
+    for (int i = 0; i < t.rank; i++) n *= t.dims[i];
+    t.nbytes = (size_t)n * sizeof(float);
+    t.data = data;
+    return t;
+}
+
+/* Head-major layouts of the three sections (and of O: section 3). */
+Lay head_major(const Node &p, int sec)
+{
+    const fr_attn_qkv_geom &q = p.q;
+    const int64_t heads = sec == 0 || sec == 3 ? q.Hq : q.Hk, w = sec >= 2 ? q.Dv : q.D;
+    return Lay{heads * q.T * w, q.T * w, w};
+}
+
+/* Packed layouts: the sections of X (Q, K, V), and O (sec 3) as [B, T, Hq, Dv]. */
+Lay packed(const Node &p, int sec)
+{
+    const fr_attn_qkv_geom &q = p.q;
+    if (sec == 3) return Lay{q.T * q.Hq * q.Dv, q.Dv, q.Hq * q.Dv};
+    return Lay{q.T * q.W, sec == 2 ? q.Dv : q.D, q.W};
+}
+
+fr_status check_launch(const fr_cuda_kctx *k, const char *what) { return fr_cuda_check_launch(k->node, what); }
+
+/* ---- scratch ---- */
+
+fr_status qkv_scratch_env(const fr_cuda_plan_env *env, const fr_graph *g, const fr_node *n, size_t *bytes)
+{
+    const int backward = strcmp(n->op_type, "AttentionQKVGrad") == 0;
+    Node p;
+    FR_TRY(node_of_graph(g, n, backward, &p));
+    size_t inner = 0;
+    FR_TRY(inner_scratch(n, p, backward, &inner));
+    *bytes = own_layout(p, backward, inner).total;
+    if (env->attention == FR_CUDA_ATTN_FP8RUN) return FR_OK;
+    const fr_cudnn_sdpa s = sdpa_of(p, backward);
+    char why[512];
+    if (!cudnn_eligible(p, s, env->cu ? env->cu->cc_major : 0, why, sizeof why)) {
+        if (env->attention == FR_CUDA_ATTN_CUDNN)
+            return fr_node_error(n, FR_ERR_UNSUPPORTED, "--attention cudnn: cuDNN cannot run this node: %s", why);
+        if (env->cu) {
+            char note[320];
+            snprintf(note, sizeof note, "node '%s' (%s): %s", n->name, n->op_type, why);
+            fr_cuda_attention_note(env->cu, note);
+        }
+        return FR_OK;
+    }
+    size_t ws = fr_cudnn_sdpa_aux_bytes(&s);
+    if (env->cu) {
+        const fr_status st = fr_cudnn_sdpa_prepare(env->cu, &s, &ws);
+        if (st == FR_ERR_UNSUPPORTED && env->attention != FR_CUDA_ATTN_CUDNN) {
+            fr_clear_error();
+            return FR_OK;
+        }
+        if (st != FR_OK) return fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
+    }
+    const size_t dn = cudnn_layout(p, backward, ws).total;
+    if (dn > *bytes) *bytes = dn;
+    return FR_OK;
+}
+
+fr_status qkv_scratch(const fr_graph *g, const fr_node *n, size_t *bytes)
+{
+    const fr_cuda_plan_env env = {NULL, FR_CUDA_ATTN_FP8RUN};
+    return qkv_scratch_env(&env, g, n, bytes);
+}
+
+/* ---- run ---- */
+
+/* cuDNN when the context's choice and the node allow it (*ran = 1). */
+fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran)
+{
+    *ran = 0;
+    fr_cuda_ctx *c = k->cu;
+    const fr_node *n = k->node;
+    if (c->attention == FR_CUDA_ATTN_FP8RUN) return FR_OK;
+    const fr_cudnn_sdpa s = sdpa_of(p, backward);
+    char why[512];
+    int ok = cudnn_eligible(p, s, c->cc_major, why, sizeof why);
+    size_t ws = 0;
+    if (ok) {
+        const fr_status st = fr_cudnn_sdpa_prepare(c, &s, &ws);
+        if (st == FR_ERR_UNSUPPORTED) {
+            snprintf(why, sizeof why, "%s", fr_last_error());
+            fr_clear_error();
+            ok = 0;
+        } else if (st != FR_OK) {
+            return fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
+        }
+    }
+    const CudnnLayout l = ok ? cudnn_layout(p, backward, ws) : CudnnLayout{};
+    if (ok && (!k->scratch || k->scratch_bytes < l.total))
+        snprintf(why, sizeof why, "its scratch (%zu bytes) was planned without cuDNN (%zu needed)", k->scratch_bytes,
+                 l.total), ok = 0;
+    if (!ok) {
+        if (c->attention == FR_CUDA_ATTN_CUDNN)
+            return fr_node_error(n, FR_ERR_UNSUPPORTED, "--attention cudnn: cuDNN cannot run this node: %s", why);
+        char note[320];
+        snprintf(note, sizeof note, "node '%s' (%s): %s", n->name, n->op_type, why);
+        fr_cuda_attention_note(c, note);
+        return FR_OK;
+    }
+    const fr_attn_qkv_geom &q = p.q;
+    char *sc = (char *)k->scratch;
+    bf16 *x16 = (bf16 *)(sc + l.x16), *o16 = (bf16 *)(sc + l.o16);
+    const int64_t nx = q.B * q.T * q.W, no = q.B * q.T * q.Hq * q.Dv, N = q.Hq * q.Dv;
+    const int ci = backward ? 4 : 1;
+    const float *cs = k->n_in > ci + 1 && k->in[ci] ? (const float *)k->in[ci]->data : nullptr;
+    const float *sn = cs ? (const float *)k->in[ci + 1]->data : nullptr;
+    cudaStream_t stream = c->stream;
+    const Lay lq = packed(p, 0), lk = packed(p, 1), lv = packed(p, 2), lo = packed(p, 3);
+    bf16 *k16 = x16 + q.k_off, *v16 = x16 + q.v_off;
+    stage_kernel<bf16><<<blocks_for(nx), 256, 0, stream>>>(p.g, (const float *)k->in[0]->data, cs, sn, x16, k16, v16,
+                                                           lq, lk, lv);
+    FR_TRY(check_launch(k, "AttentionQKV(cuDNN: stage X)"));
+    fr_cudnn_sdpa_io io;
+    memset(&io, 0, sizeof io);
+    io.q = x16, io.k = k16, io.v = v16, io.o = o16;
+    io.scale = p.a.scale;
+    io.workspace = sc + l.ws;
+    io.workspace_bytes = l.ws_bytes;
+    float *stats = (float *)(sc + l.stats);
+    const size_t stats_bytes = (size_t)(q.B * q.Hq * q.T) * sizeof(float);
+    if (!backward) {
+        fr_tensor *lse = k->n_out > 1 ? k->out[1] : NULL;
+        const bool direct = lse && ((uintptr_t)lse->data & 15) == 0;
+        io.stats = direct ? (float *)lse->data : stats;
+        const fr_status st = fr_cudnn_sdpa_run(c, &s, &io);
+        if (st != FR_OK) return fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
+        o_kernel<float, bf16><<<blocks_for(no), 256, 0, stream>>>(q.B, q.T, N, q.Dv, lo, nullptr, nullptr, o16,
+                                                                  (float *)k->out[0]->data);
+        FR_TRY(check_launch(k, "AttentionQKV(cuDNN: O to float32)"));
+        if (lse && !direct) FR_CUDA_TRY(cudaMemcpyAsync(lse->data, stats, stats_bytes, cudaMemcpyDeviceToDevice, stream));
+    } else {
+        bf16 *do16 = (bf16 *)(sc + l.do16), *dx16 = (bf16 *)(sc + l.dx16);
+        o_kernel<float, bf16><<<blocks_for(no), 256, 0, stream>>>(q.B, q.T, N, q.Dv, lo, (const float *)k->in[1]->data,
+                                                                  o16, nullptr, nullptr);
+        o_kernel<float, bf16><<<blocks_for(no), 256, 0, stream>>>(q.B, q.T, N, q.Dv, lo, (const float *)k->in[3]->data,
+                                                                  do16, nullptr, nullptr);
+        FR_TRY(check_launch(k, "AttentionQKVGrad(cuDNN: O, dO to bf16)"));
+        const fr_tensor *lse = k->in[2];
+        if (((uintptr_t)lse->data & 15) == 0) {
+            io.stats = (float *)lse->data;
+        } else {
+            FR_CUDA_TRY(cudaMemcpyAsync(stats, lse->data, stats_bytes, cudaMemcpyDeviceToDevice, stream));
+            io.stats = stats;
+        }
+        io.dout = do16, io.dq = dx16, io.dk = dx16 + q.k_off, io.dv = dx16 + q.v_off;
+        const fr_status st = fr_cudnn_sdpa_run(c, &s, &io);
+        if (st != FR_OK) return fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
+        unstage_kernel<bf16><<<blocks_for(nx), 256, 0, stream>>>(p.g, dx16, dx16 + q.k_off, dx16 + q.v_off, lq, lk, lv,
+                                                                 cs, sn, (float *)k->out[0]->data);
+        FR_TRY(check_launch(k, "AttentionQKVGrad(cuDNN: dX)"));
+    }
+    c->attn_runs_cudnn++;
+    *ran = 1;
+    return FR_OK;
+}
+
+/* fp8run's kernels on head-major float32 copies. */
+fr_status run_own(const fr_cuda_kctx *k, const Node &p, int backward)
+{
+    const fr_cuda_kernel_def *def = inner_def(backward);
+    size_t inner = 0;
+    FR_TRY(inner_scratch(k->node, p, backward, &inner));
+    const OwnLayout l = own_layout(p, backward, inner);
+    if (!def || !k->scratch || k->scratch_bytes < l.total)
+        return fr_node_error(k->node, FR_ERR_INTERNAL, "scratch of %zu bytes, %zu needed", k->scratch_bytes, l.total);
+    const fr_attn_qkv_geom &q = p.q;
+    char *sc = (char *)k->scratch;
+    float *Q = (float *)(sc + l.q), *K = (float *)(sc + l.k), *V = (float *)(sc + l.v), *O = (float *)(sc + l.o);
+    const int64_t nx = q.B * q.T * q.W, no = q.B * q.T * q.Hq * q.Dv, N = q.Hq * q.Dv;
+    const int ci = backward ? 4 : 1;
+    const float *cs = k->n_in > ci + 1 && k->in[ci] ? (const float *)k->in[ci]->data : nullptr;
+    const float *sn = cs ? (const float *)k->in[ci + 1]->data : nullptr;
+    cudaStream_t stream = k->cu->stream;
+    const Lay hq = head_major(p, 0), hk = head_major(p, 1), hv = head_major(p, 2), ho = head_major(p, 3);
+    stage_kernel<float><<<blocks_for(nx), 256, 0, stream>>>(p.g, (const float *)k->in[0]->data, cs, sn, Q, K, V, hq, hk,
+                                                            hv);
+    FR_TRY(check_launch(k, "AttentionQKV(stage X)"));
+    fr_tensor tq = view_of(p, 0, Q), tk = view_of(p, 1, K), tv = view_of(p, 2, V), to = view_of(p, 3, O);
+    fr_cuda_kctx ik = *k;
+    ik.scratch = sc + l.inner;
+    ik.scratch_bytes = l.total - l.inner;
+    fr_cuda_ctx *c = k->cu;
+    const int choice = c->attention;
+    c->attention = FR_CUDA_ATTN_FP8RUN; /* the inner node runs fp8run's kernels */
+    fr_status st;
+    if (!backward) {
+        fr_tensor tl = view_of(p, 4, k->n_out > 1 && k->out[1] ? k->out[1]->data : nullptr);
+        fr_tensor *in[3] = {&tq, &tk, &tv}, *out[2] = {&to, tl.data ? &tl : nullptr};
+        ik.in = in, ik.n_in = 3, ik.out = out, ik.n_out = 2;
+        st = def->run(&ik);
+        c->attention = choice;
+        FR_TRY(st);
+        o_kernel<float, float><<<blocks_for(no), 256, 0, stream>>>(q.B, q.T, N, q.Dv, ho, nullptr, nullptr, O,
+                                                                   (float *)k->out[0]->data);
+        return check_launch(k, "AttentionQKV(O)");
+    }
+    float *dO = (float *)(sc + l.dout), *dQ = (float *)(sc + l.dq), *dK = (float *)(sc + l.dk),
+          *dV = (float *)(sc + l.dv);
+    o_kernel<float, float><<<blocks_for(no), 256, 0, stream>>>(q.B, q.T, N, q.Dv, ho, (const float *)k->in[1]->data, O,
+                                                               nullptr, nullptr);
+    o_kernel<float, float><<<blocks_for(no), 256, 0, stream>>>(q.B, q.T, N, q.Dv, ho, (const float *)k->in[3]->data, dO,
+                                                               nullptr, nullptr);
+    FR_TRY(check_launch(k, "AttentionQKVGrad(O, dO)"));
+    fr_tensor tl = view_of(p, 4, k->in[2]->data), tdo = view_of(p, 3, dO);
+    fr_tensor tdq = view_of(p, 0, dQ), tdk = view_of(p, 1, dK), tdv = view_of(p, 2, dV);
+    fr_tensor *in[6] = {&tq, &tk, &tv, &to, &tl, &tdo}, *out[3] = {&tdq, &tdk, &tdv};
+    ik.in = in, ik.n_in = 6, ik.out = out, ik.n_out = 3;
+    st = def->run(&ik);
+    c->attention = choice;
+    FR_TRY(st);
+    unstage_kernel<float><<<blocks_for(nx), 256, 0, stream>>>(p.g, dQ, dK, dV, hq, hk, hv, cs, sn,
+                                                              (float *)k->out[0]->data);
+    return check_launch(k, "AttentionQKVGrad(dX)");
+}
+
+fr_status check_f32(const fr_cuda_kctx *k)
+{
+    for (int i = 0; i < k->n_in; i++)
+        if (k->in[i] && k->in[i]->dtype != FR_F32)
+            return fr_node_error(k->node, FR_ERR_UNSUPPORTED, "input %d is %s: the CUDA kernels take float32", i,
+                                 fr_dtype_name(k->in[i]->dtype));
+    return FR_OK;
+}
+
+fr_status run(const fr_cuda_kctx *k, int backward)
+{
+    const fr_node *n = k->node;
+    if (k->n_in < (backward ? 4 : 1) || !k->in[0] || k->n_out < 1 || !k->out[0])
+        return fr_node_error(n, FR_ERR_GRAPH, backward ? "needs inputs X, O, LSE, dO and output dX"
+                                                       : "needs input X and output O");
+    for (int i = 0; backward && i < 4; i++)
+        if (!k->in[i]) return fr_node_error(n, FR_ERR_GRAPH, "input %d is missing", i);
+    FR_TRY(check_f32(k));
+    const int ci = backward ? 4 : 1;
+    const fr_tensor *c = k->n_in > ci + 1 ? k->in[ci] : NULL, *s = k->n_in > ci + 1 ? k->in[ci + 1] : NULL;
+    Node p;
+    const fr_tensor *x = k->in[0];
+    fr_value cv, sv; /* the tables' shapes, as node_of reads them */
+    memset(&cv, 0, sizeof cv), memset(&sv, 0, sizeof sv);
+    if (c) cv.rank = c->rank, memcpy(cv.dims, c->dims, sizeof c->dims);
+    if (s) sv.rank = s->rank, memcpy(sv.dims, s->dims, sizeof s->dims);
+    FR_TRY(node_of(n, x->rank, x->dims, c ? &cv : NULL, s ? &sv : NULL, &p));
+    const fr_attn_qkv_geom &q = p.q;
+    int64_t od[3];
+    const int orank = fr_attn_qkv_out_dims(&q, od);
+    const int64_t ld[3] = {q.B, q.Hq, q.T};
+    if (!backward) {
+        FR_TRY(fr_check_out(n, k->out[0], FR_F32, orank, od));
+        if (k->n_out > 1 && k->out[1]) FR_TRY(fr_check_out(n, k->out[1], FR_F32, 3, ld));
+    } else {
+        FR_TRY(fr_check_out(n, k->in[1], FR_F32, orank, od));
+        FR_TRY(fr_check_out(n, k->in[3], FR_F32, orank, od));
+        FR_TRY(fr_check_out(n, k->in[2], FR_F32, 3, ld));
+        FR_TRY(fr_check_out(n, k->out[0], FR_F32, 3, x->dims));
+    }
+    if (q.B == 0 || q.T == 0) return FR_OK;
+    int ran = 0;
+    FR_TRY(try_cudnn(k, p, backward, &ran));
+    if (ran) return FR_OK;
+    return run_own(k, p, backward);
+}
+
+fr_status qkv_cuda(const fr_cuda_kctx *k) { return run(k, 0); }
+fr_status qkvg_cuda(const fr_cuda_kctx *k) { return run(k, 1); }
+
+} /* namespace */
+
+extern "C" const fr_cuda_kernel_def fr_cuda_kernels_attention_qkv[] = {
+    {"AttentionQKV", FR_DOMAIN_FP8RUN, qkv_cuda, qkv_scratch, NULL, qkv_scratch_env},
+    {"AttentionQKVGrad", FR_DOMAIN_FP8RUN, qkvg_cuda, qkv_scratch, NULL, qkv_scratch_env},
+    {NULL, NULL, NULL, NULL, NULL, NULL},
+};

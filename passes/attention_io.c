@@ -1,0 +1,403 @@
+/* Attention I/O fusion (see attention_io.h): from each fused Attention node, walk its Q, K, V
+ * inputs back to one Split of the fused projection and its O forward to the tensor the output
+ * projection reads, following each Reshape and Transpose as a strided view; when the views
+ * are the packed layout AttentionQKV reads and writes, replace the whole region by it. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ops/attention.h"
+#include "ops/grad.h"
+#include "ops/op.h"
+#include "passes/attention_io.h"
+#include "passes/passes.h"
+#include "passes/pattern.h"
+
+#define MAX_CHAIN 8 /* layout nodes per chain */
+#define MAX_DEAD (3 * MAX_CHAIN + 2 + MAX_CHAIN)
+
+/* A tensor as a strided view of another (element strides; size-1 dims carry any stride).
+ * Transpose permutes a view; Reshape, Unsqueeze, Squeeze and Flatten reshape it to their
+ * output's (inferred) dims. */
+typedef struct view {
+    int rank;
+    int64_t dims[FR_MAX_RANK], strides[FR_MAX_RANK];
+} view;
+
+static void view_contiguous(view *v, int rank, const int64_t *dims)
+{
+    v->rank = rank;
+    int64_t s = 1;
+    for (int k = rank - 1; k >= 0; k--) {
+        v->dims[k] = dims[k];
+        v->strides[k] = s;
+        s *= dims[k];
+    }
+}
+
+/* v reshaped to dims (same element count): 0 when that is no strided view (dims merged that
+ * are not laid out one inside the other). */
+static int view_reshape(view *v, int nr, const int64_t *nd)
+{
+    int64_t od[FR_MAX_RANK], os[FR_MAX_RANK], ns[FR_MAX_RANK];
+    int on = 0, i = 0, j = 0;
+    for (int k = 0; k < v->rank; k++)
+        if (v->dims[k] != 1) od[on] = v->dims[k], os[on++] = v->strides[k];
+    while (j < nr) {
+        if (nd[j] == 1) {
+            ns[j++] = 0;
+            continue;
+        }
+        if (i >= on) return 0;
+        const int i0 = i, j0 = j;
+        int64_t po = od[i++], pn = nd[j++];
+        while (po != pn) {
+            if (po < pn) {
+                if (i >= on) return 0;
+                po *= od[i++];
+            } else {
+                if (j >= nr) return 0;
+                pn *= nd[j++];
+            }
+        }
+        for (int a = i0; a + 1 < i; a++)
+            if (os[a] != os[a + 1] * od[a + 1]) return 0;
+        int64_t s = os[i - 1];
+        for (int b = j - 1; b >= j0; b--) {
+            ns[b] = s;
+            s *= nd[b];
+        }
+    }
+    if (i != on) return 0;
+    v->rank = nr;
+    for (int k = 0; k < nr; k++) v->dims[k] = nd[k], v->strides[k] = ns[k];
+    return 1;
+}
+
+/* The permutation of a Transpose of rank r (default: reversed); 0 when malformed. */
+static int perm_of(const fr_node *t, int r, int64_t *perm)
+{
+    const fr_attr *a = fr_node_attr(t, "perm");
+    if (a && (a->type != FR_ATTR_INTS || a->n != r)) return 0;
+    int seen[FR_MAX_RANK] = {0};
+    for (int k = 0; k < r; k++) {
+        perm[k] = a ? a->ints[k] : r - 1 - k;
+        if (perm[k] < 0 || perm[k] >= r || seen[perm[k]]++) return 0;
+    }
+    return 1;
+}
+
+/* out = Transpose(in): forward (in's view known) or backward (out's view known). */
+static int view_transpose(view *v, const fr_node *t, int forward)
+{
+    int64_t perm[FR_MAX_RANK];
+    if (v->rank < 1 || !perm_of(t, v->rank, perm)) return 0;
+    view w = *v;
+    for (int k = 0; k < v->rank; k++) {
+        if (forward) {
+            w.dims[k] = v->dims[perm[k]], w.strides[k] = v->strides[perm[k]];
+        } else {
+            w.dims[perm[k]] = v->dims[k], w.strides[perm[k]] = v->strides[k];
+        }
+    }
+    *v = w;
+    return 1;
+}
+
+/* v is [B, heads.., T, width] of a [B, T, W] packed tensor: B at T W, T at W, the heads
+ * row-major at width each (product `heads`), the feature at 1. */
+static int view_packed(const view *v, int64_t B, int64_t T, int64_t W, int64_t heads, int64_t width)
+{
+    const int r = v->rank;
+    if (r < 3 || v->dims[0] != B || v->dims[r - 2] != T || v->dims[r - 1] != width) return 0;
+    if ((B > 1 && v->strides[0] != T * W) || (T > 1 && v->strides[r - 2] != W) || (width > 1 && v->strides[r - 1] != 1))
+        return 0;
+    int64_t s = width;
+    for (int k = r - 3; k >= 1; k--) {
+        if (v->dims[k] > 1 && v->strides[k] != s) return 0;
+        s *= v->dims[k];
+    }
+    return s == heads * width;
+}
+
+typedef struct chain {
+    int n, nodes[MAX_CHAIN]; /* producer order: nodes[0] reads the Split output */
+    int rotary;              /* the Rotary node, -1: none */
+    view at_rotary;          /* its input as a view of X */
+} chain;
+
+typedef struct match {
+    int attn, split, x, z, cos, sin, interleaved, flat_output;
+    int64_t B, T, W, Hq, Hk, D, Dv;
+    chain c[3];
+    int n_out, out_nodes[MAX_CHAIN];
+} match;
+
+typedef struct ctx {
+    fr_readers rd;
+} ctx;
+
+static int is_layout(const fr_node *n)
+{
+    static const char *const ops[] = {"Reshape", "Transpose", "Unsqueeze", "Squeeze", "Flatten"};
+    if (!n || n->dead || n->domain[0] || n->n_outputs != 1 || n->n_inputs < 1) return 0;
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (strcmp(n->op_type, ops[i]) == 0) return 1;
+    return 0;
+}
+
+static int is_rotary(const fr_node *n)
+{
+    return n && !n->dead && strcmp(n->domain, FR_DOMAIN_FP8RUN) == 0 && strcmp(n->op_type, "Rotary") == 0 &&
+           n->n_inputs == 3 && n->n_outputs == 1;
+}
+
+/* Walk from Attention input v back to a Split output, filling c; returns the Split output. */
+static int walk_back(const ctx *cx, int v, chain *c)
+{
+    const fr_graph *g = cx->rd.g;
+    c->n = 0;
+    c->rotary = -1;
+    int nodes[MAX_CHAIN];
+    for (;;) {
+        if (v < 0 || cx->rd.count[v] != 1) return -1;
+        const fr_node *p = fr_live_producer(g, v);
+        if (!p) return -1;
+        if (fr_is_onnx_op(p, "Split")) break;
+        if (c->n == MAX_CHAIN || !(is_layout(p) || is_rotary(p))) return -1;
+        if (is_rotary(p)) {
+            if (c->rotary >= 0) return -1;
+            c->rotary = (int)(p - g->nodes);
+        }
+        nodes[c->n++] = (int)(p - g->nodes);
+        v = p->inputs[0];
+    }
+    for (int i = 0; i < c->n; i++) c->nodes[i] = nodes[c->n - 1 - i];
+    return v;
+}
+
+/* The view of chain c's end, from its Split output sv (its section's columns of X [B, T, W]);
+ * the Rotary's input view recorded. */
+static int walk_views(const fr_graph *g, const match *m, int sv, chain *c, view *v)
+{
+    const fr_value *s = &g->values[sv];
+    if (s->rank != 3) return 0;
+    v->rank = 3;
+    v->dims[0] = s->dims[0], v->dims[1] = s->dims[1], v->dims[2] = s->dims[2];
+    v->strides[0] = m->T * m->W, v->strides[1] = m->W, v->strides[2] = 1;
+    for (int i = 0; i < c->n; i++) {
+        const fr_node *n = &g->nodes[c->nodes[i]];
+        const fr_value *y = &g->values[n->outputs[0]];
+        if (is_rotary(n)) {
+            c->at_rotary = *v;
+            continue;
+        }
+        if (strcmp(n->op_type, "Transpose") == 0) {
+            if (!view_transpose(v, n, 1)) return 0;
+        } else if (!view_reshape(v, y->rank, y->dims)) {
+            return 0;
+        }
+        if (v->rank != y->rank) return 0;
+        for (int k = 0; k < v->rank; k++)
+            if (v->dims[k] != y->dims[k]) return 0;
+    }
+    return 1;
+}
+
+/* The tables of Rotary r at input view v: they follow the token (row t at t D), the batch or
+ * not (the op's leading dims), never the head; X's last dim the feature. */
+static int rotary_ok(const fr_graph *g, const match *m, const fr_node *r, const view *v)
+{
+    const fr_value *x = &g->values[r->inputs[0]];
+    if (x->rank != v->rank || x->dtype != FR_F32) return 0;
+    for (int t = 1; t < 3; t++) {
+        const fr_value *tb = &g->values[r->inputs[t]];
+        if (tb->dtype != FR_F32 || tb->rank < 2 || tb->rank > x->rank) return 0;
+        if (tb->dims[tb->rank - 1] != m->D || tb->dims[tb->rank - 2] != m->T) return 0;
+        for (int k = 0; k < tb->rank; k++) /* broadcasting that never enlarges X */
+            if (tb->dims[k] != 1 && tb->dims[k] != x->dims[x->rank - tb->rank + k]) return 0;
+        int64_t lead = 1;
+        for (int k = 0; k + 2 < tb->rank; k++) lead *= tb->dims[k];
+        if (lead != 1 && lead != m->B) return 0;
+        const int64_t bst = lead == m->B && m->B > 1 ? m->T * m->D : 0;
+        int64_t cst[FR_MAX_RANK];
+        fr_broadcast_strides(tb->rank, tb->dims, x->rank, x->dims, cst);
+        for (int k = 0; k < x->rank; k++) {
+            if (v->dims[k] == 1) continue;
+            const int64_t s = v->strides[k];
+            int64_t want;
+            if (s == 1 && k == x->rank - 1)
+                want = 1;
+            else if (s == m->W && v->dims[k] == m->T)
+                want = m->D;
+            else if (s == m->T * m->W && v->dims[k] == m->B)
+                want = bst;
+            else if (s % m->D == 0 && s < m->W)
+                want = 0; /* a head */
+            else
+                return 0;
+            if (cst[k] != want) return 0;
+        }
+    }
+    return 1;
+}
+
+static int64_t attr_int(const fr_node *n, const char *name, int64_t dflt)
+{
+    int64_t v = dflt;
+    if (fr_node_attr_int(n, name, dflt, &v) != FR_OK) return -1;
+    return v;
+}
+
+/* Attention's O forward through layout nodes to [B, T, Hq Dv]. */
+static int walk_out(const ctx *cx, match *m, const fr_node *a)
+{
+    const fr_graph *g = cx->rd.g;
+    int v = a->outputs[0], vals[MAX_CHAIN + 1], nodes[MAX_CHAIN], n = 0;
+    vals[0] = v;
+    for (;;) {
+        const fr_node *r = fr_sole_reader(&cx->rd, v);
+        if (!is_layout(r) || r->inputs[0] != v || n == MAX_CHAIN) break;
+        nodes[n++] = (int)(r - g->nodes);
+        v = r->outputs[0];
+        vals[n] = v;
+    }
+    const int64_t N = m->Hq * m->Dv;
+    while (n > 0) { /* the last value shaped [B, T, Hq Dv] or [B T, Hq Dv] ends the chain */
+        const fr_value *z = &g->values[vals[n]];
+        if (z->rank == 3 && z->dims[0] == m->B && z->dims[1] == m->T && z->dims[2] == N) break;
+        if (z->rank == 2 && z->dims[0] == m->B * m->T && z->dims[1] == N) break;
+        n--;
+    }
+    if (n == 0) return 0;
+    const fr_value *z = &g->values[vals[n]];
+    m->flat_output = z->rank == 2;
+    view w;
+    view_contiguous(&w, 3, (int64_t[]){m->B, m->T, N});
+    for (int i = n - 1; i >= 0; i--) { /* back from Z: each node's input as a view of Z */
+        const fr_node *nd = &g->nodes[nodes[i]];
+        const fr_value *in = &g->values[vals[i]];
+        if (strcmp(nd->op_type, "Transpose") == 0) {
+            if (!view_transpose(&w, nd, 0)) return 0;
+        } else if (!view_reshape(&w, in->rank, in->dims)) {
+            return 0;
+        }
+    }
+    if (!view_packed(&w, m->B, m->T, m->Hq * m->Dv, m->Hq, m->Dv)) return 0;
+    m->z = vals[n];
+    m->n_out = n;
+    memcpy(m->out_nodes, nodes, sizeof(int) * (size_t)n);
+    return 1;
+}
+
+static int match_at(void *cv, int ai, void *mv)
+{
+    const ctx *cx = cv;
+    match *m = mv;
+    const fr_graph *g = cx->rd.g;
+    const fr_node *a = &g->nodes[ai];
+    memset(m, 0, sizeof *m);
+    if (a->dead || strcmp(a->domain, FR_DOMAIN_FP8RUN) != 0 || strcmp(a->op_type, "Attention") != 0) return 0;
+    if (a->n_inputs < 3 || (a->n_inputs > 3 && a->inputs[3] >= 0) || a->n_outputs < 1) return 0;
+    if (a->n_outputs > 1 && a->outputs[1] >= 0 && cx->rd.count[a->outputs[1]] != 0) return 0;
+    int sv[3], split = -1;
+    for (int i = 0; i < 3; i++) {
+        if (a->inputs[i] < 0 || (i > 0 && a->inputs[i] == a->inputs[0])) return 0;
+        sv[i] = walk_back(cx, a->inputs[i], &m->c[i]);
+        if (sv[i] < 0) return 0;
+        const fr_node *sp = fr_live_producer(g, sv[i]);
+        const int s = (int)(sp - g->nodes);
+        if (split >= 0 && s != split) return 0;
+        split = s;
+    }
+    const fr_node *sp = &g->nodes[split];
+    if (sp->n_outputs != 3 || sp->outputs[0] != sv[0] || sp->outputs[1] != sv[1] || sp->outputs[2] != sv[2]) return 0;
+    m->attn = ai, m->split = split, m->x = sp->inputs[0];
+    const fr_value *x = &g->values[m->x];
+    const int64_t axis = attr_int(sp, "axis", 0);
+    if (x->dtype != FR_F32 || x->rank != 3 || (axis != 2 && axis != -1)) return 0;
+    m->B = x->dims[0], m->T = x->dims[1], m->W = x->dims[2];
+    const fr_value *q = &g->values[a->inputs[0]], *k = &g->values[a->inputs[1]], *v = &g->values[a->inputs[2]];
+    m->D = q->dims[q->rank - 1];
+    m->Dv = v->dims[v->rank - 1];
+    const fr_value *s0 = &g->values[sv[0]], *s1 = &g->values[sv[1]], *s2 = &g->values[sv[2]];
+    if (s0->rank != 3 || s1->rank != 3 || s2->rank != 3 || m->D < 1 || m->Dv < 1) return 0;
+    if (s0->dims[2] % m->D || s1->dims[2] % m->D || s2->dims[2] % m->Dv) return 0;
+    m->Hq = s0->dims[2] / m->D, m->Hk = s1->dims[2] / m->D;
+    if (m->Hk < 1 || s2->dims[2] / m->Dv != m->Hk || m->Hq % m->Hk) return 0;
+    /* the three chains as views of X */
+    const int64_t heads[3] = {m->Hq, m->Hk, m->Hk}, width[3] = {m->D, m->D, m->Dv};
+    for (int i = 0; i < 3; i++) {
+        view w;
+        if (!walk_views(g, m, sv[i], &m->c[i], &w)) return 0;
+        if (!view_packed(&w, m->B, m->T, m->W, heads[i], width[i])) return 0;
+    }
+    /* query head h reads K/V head h / G, the op's grouping */
+    fr_attn_attrs at;
+    fr_attn_geom geo;
+    if (fr_attn_read_attrs(a, m->D, &at) != FR_OK ||
+        fr_attn_geometry(a, q->rank, q->dims, k->rank, k->dims, v->rank, v->dims, at.causal, &geo) != FR_OK) {
+        fr_clear_error();
+        return 0;
+    }
+    if (geo.batch != m->B * m->Hq || geo.kv_batch != m->B * m->Hk || geo.Tq != m->T || geo.Tk != m->T) return 0;
+    for (int64_t i = 0; i < geo.batch; i++)
+        if (fr_attn_kv_index(&geo, i) != (i / m->Hq) * m->Hk + (i % m->Hq) / (m->Hq / m->Hk)) return 0;
+    /* RoPE: on q and k alike, or on neither; never on v */
+    const int rq = m->c[0].rotary, rk = m->c[1].rotary;
+    if (m->c[2].rotary >= 0 || (rq < 0) != (rk < 0)) return 0;
+    m->cos = m->sin = -1;
+    if (rq >= 0) {
+        const fr_node *nq = &g->nodes[rq], *nk = &g->nodes[rk];
+        if (nq->inputs[1] != nk->inputs[1] || nq->inputs[2] != nk->inputs[2]) return 0;
+        m->interleaved = (int)attr_int(nq, "interleaved", 0);
+        if (m->interleaved != attr_int(nk, "interleaved", 0) || m->interleaved < 0 || m->D % 2) return 0;
+        if (!rotary_ok(g, m, nq, &m->c[0].at_rotary) || !rotary_ok(g, m, nk, &m->c[1].at_rotary)) return 0;
+        m->cos = nq->inputs[1], m->sin = nq->inputs[2];
+    }
+    return walk_out(cx, m, a);
+}
+
+static fr_status fuse_one(void *cv, const void *mv)
+{
+    const match *m = mv;
+    fr_graph *g = ((ctx *)cv)->rd.g;
+    int dead[MAX_DEAD], nd = 0;
+    dead[nd++] = m->split;
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < m->c[i].n; j++) dead[nd++] = m->c[i].nodes[j];
+    for (int j = 0; j < m->n_out; j++) dead[nd++] = m->out_nodes[j];
+    dead[nd++] = m->attn;
+    char base[600], nm[700];
+    fr_fuse_kill(g, dead, nd, "io", base, sizeof base);
+    snprintf(nm, sizeof nm, "%s/lse", base);
+    int lse;
+    FR_TRY(fr_graph_add_unique_value(g, nm, &lse));
+    int in[3] = {m->x, m->cos, m->sin}, out[2] = {m->z, lse}, nid;
+    FR_TRY(fr_graph_add_node(g, "AttentionQKV", FR_DOMAIN_FP8RUN, base, m->cos >= 0 ? 3 : 1, in, 2, out, &nid));
+    const fr_node *a = &g->nodes[m->attn];
+    fr_node *n = &g->nodes[nid];
+    for (int i = 0; i < a->n_attrs; i++) { /* scale, causal, window, precision */
+        const fr_attr *at = &a->attrs[i];
+        if (at->type == FR_ATTR_FLOAT)
+            FR_TRY(fr_node_set_attr_float(n, at->name, at->f));
+        else if (at->type == FR_ATTR_INT)
+            FR_TRY(fr_node_set_attr_int(n, at->name, at->i));
+        else if (at->type == FR_ATTR_STRING)
+            FR_TRY(fr_node_set_attr_string(n, at->name, at->s));
+    }
+    FR_TRY(fr_node_set_attr_int(n, "heads", m->Hq));
+    FR_TRY(fr_node_set_attr_int(n, "kv_heads", m->Hk));
+    FR_TRY(fr_node_set_attr_int(n, "head_dim", m->D));
+    if (m->interleaved) FR_TRY(fr_node_set_attr_int(n, "interleaved", 1));
+    if (m->flat_output) FR_TRY(fr_node_set_attr_int(n, "flat_output", 1));
+    return fr_node_infer(g, nid);
+}
+
+fr_status fr_fuse_attention_io(fr_graph *g, int *count)
+{
+    ctx c = {{g, NULL}};
+    match m;
+    fr_status st = fr_fuse_loop(&c.rd, "attention I/O fusion", match_at, fuse_one, &c, &m, count);
+    fr_readers_free(&c.rd);
+    return st;
+}

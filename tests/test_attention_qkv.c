@@ -1,0 +1,329 @@
+/* ai.fp8run::AttentionQKV (ops/attention_qkv.h) and the pass that emits it
+ * (passes/attention_io.h):
+ *  - the CPU op against a float64 reference written out here (RoPE half / interleaved / none,
+ *    [T, D] and [B, 1, T, D] tables, MHA / GQA / MQA, causal or not, Dv != D, 2-D output):
+ *    1e-12 relative L2 on O and LSE;
+ *  - its gradient (AttentionQKVGrad) against central differences, float64: 1e-6;
+ *  - the generated Llama and the HF dynamo fixtures, bf16 training graphs: one AttentionQKV
+ *    (and one AttentionQKVGrad) per layer, no Split, Concat, Transpose, Rotary or RotaryGrad
+ *    left (Phi-3 splits its QKV with Slices: left as it is); logits of the fixtures with and
+ *    without the pass equal within 1e-6, and 20 bf16 training steps give the same losses
+ *    within 1e-6 relative (the op computes what the chain it replaces computed). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/attention_qkv.h"
+#include "passes/attention_fuse.h"
+#include "passes/attention_io.h"
+#include "passes/fp8_compile.h"
+#include "passes/rotary_fuse.h"
+#include "graph/onnx_io.h"
+#include "ops/grad.h"
+#include "runtime/llama_gen.h"
+#include "runtime/npy.h"
+#include "runtime/train_internal.h"
+#include "tests/fuse_test_util.h"
+#include "tests/gradcheck.h"
+#include "tests/op_harness.h"
+
+typedef struct cfg {
+    int64_t B, T, Hq, Hk, D, Dv;
+    int rope;  /* 0 none, 1 half, 2 interleaved */
+    int table; /* 2: [T, D]; 4: [B, 1, T, D] */
+    int causal, flat;
+} cfg;
+
+static const cfg k_cfgs[] = {
+    {2, 5, 4, 2, 4, 4, 1, 2, 1, 0}, {2, 6, 4, 4, 6, 6, 2, 4, 1, 0}, {1, 4, 3, 1, 4, 6, 0, 2, 0, 1},
+    {2, 3, 2, 1, 8, 8, 1, 4, 0, 1}, {2, 7, 6, 3, 2, 2, 2, 2, 1, 0},
+};
+#define N_CFGS ((int)(sizeof k_cfgs / sizeof k_cfgs[0]))
+
+static int64_t width(const cfg *c) { return (c->Hq + c->Hk) * c->D + c->Hk * c->Dv; }
+
+static void set_attrs(fr_node *n, const cfg *c)
+{
+    FR_ASSERT_OK(fr_node_set_attr_int(n, "heads", c->Hq));
+    FR_ASSERT_OK(fr_node_set_attr_int(n, "kv_heads", c->Hk));
+    FR_ASSERT_OK(fr_node_set_attr_int(n, "head_dim", c->D));
+    FR_ASSERT_OK(fr_node_set_attr_int(n, "causal", c->causal));
+    if (c->rope == 2) FR_ASSERT_OK(fr_node_set_attr_int(n, "interleaved", 1));
+    if (c->flat) FR_ASSERT_OK(fr_node_set_attr_int(n, "flat_output", 1));
+}
+
+/* RoPE of head row x (D) at token t of batch b, in double. */
+static void rope_ref(const cfg *c, const double *x, const fr_tensor *cs, const fr_tensor *sn, int64_t b, int64_t t,
+                     double *y)
+{
+    memcpy(y, x, sizeof(double) * (size_t)c->D);
+    if (!c->rope) return;
+    const int64_t base = (c->table == 4 ? b * c->T * c->D : 0) + t * c->D, h = c->D / 2;
+    const double *C = (const double *)cs->data + base, *S = (const double *)sn->data + base;
+    for (int64_t p = 0; p < h; p++) {
+        const int64_t j = c->rope == 2 ? 2 * p : p, k = c->rope == 2 ? j + 1 : p + h;
+        y[j] = x[j] * C[j] - x[k] * S[j];
+        y[k] = x[k] * C[k] + x[j] * S[k];
+    }
+}
+
+/* O [B, T, Hq Dv] and LSE [B, Hq, T] written out. */
+static void attn_ref(const cfg *c, const fr_tensor *X, const fr_tensor *cs, const fr_tensor *sn, double *O, double *L)
+{
+    const int64_t W = width(c), G = c->Hq / c->Hk, D = c->D, Dv = c->Dv;
+    const double *x = X->data, scale = (float)(1.0 / sqrt((double)D)); /* the attribute's float */
+    double q[64], k[64], s[64];
+    for (int64_t b = 0; b < c->B; b++)
+        for (int64_t h = 0; h < c->Hq; h++)
+            for (int64_t i = 0; i < c->T; i++) {
+                const int64_t kh = h / G;
+                rope_ref(c, x + (b * c->T + i) * W + h * D, cs, sn, b, i, q);
+                const int64_t n = c->causal ? i + 1 : c->T;
+                double m = -INFINITY, sum = 0;
+                for (int64_t j = 0; j < n; j++) {
+                    rope_ref(c, x + (b * c->T + j) * W + (c->Hq + kh) * D, cs, sn, b, j, k);
+                    double d = 0;
+                    for (int64_t e = 0; e < D; e++) d += q[e] * k[e];
+                    s[j] = d * scale;
+                    m = fmax(m, s[j]);
+                }
+                for (int64_t j = 0; j < n; j++) sum += exp(s[j] - m);
+                L[(b * c->Hq + h) * c->T + i] = m + log(sum);
+                double *o = O + (b * c->T + i) * c->Hq * Dv + h * Dv;
+                for (int64_t e = 0; e < Dv; e++) o[e] = 0;
+                for (int64_t j = 0; j < n; j++) {
+                    const double p = exp(s[j] - m) / sum, *v = x + (b * c->T + j) * W + (c->Hq + c->Hk) * D + kh * Dv;
+                    for (int64_t e = 0; e < Dv; e++) o[e] += p * v[e];
+                }
+            }
+}
+
+static void tables(fr_rng *r, const cfg *c, fr_tensor **cs, fr_tensor **sn)
+{
+    const int64_t d2[2] = {c->T, c->D}, d4[4] = {c->B, 1, c->T, c->D};
+    const int rank = c->table == 4 ? 4 : 2;
+    const int64_t *d = rank == 4 ? d4 : d2;
+    *cs = tt_randn(r, FR_F64, rank, d, 0, 1);
+    *sn = tt_randn(r, FR_F64, rank, d, 0, 1);
+}
+
+static void test_forward(void)
+{
+    fr_rng r = fr_test_rng(__func__);
+    for (int ci = 0; ci < N_CFGS; ci++) {
+        const cfg *c = &k_cfgs[ci];
+        fr_tensor *x = tt_randn(&r, FR_F64, 3, (int64_t[]){c->B, c->T, width(c)}, 0, 1), *cs = NULL, *sn = NULL;
+        tables(&r, c, &cs, &sn);
+        fr_tensor *ins[3] = {x, cs, sn};
+        tnode t;
+        tn_init_domain(&t, "ai.fp8run", "AttentionQKV", 1, c->rope ? 3 : 1, ins, 0, 2);
+        set_attrs(tn_node(&t), c);
+        FR_ASSERT_OK(tn_run(&t));
+        const int64_t no = c->B * c->T * c->Hq * c->Dv, nl = c->B * c->Hq * c->T;
+        double *O = malloc(sizeof(double) * (size_t)no), *L = malloc(sizeof(double) * (size_t)nl);
+        CU_ASSERT_FATAL(O && L);
+        attn_ref(c, x, cs, sn, O, L);
+        tt_assert_shape(t.out[0], FR_F64, c->flat ? 2 : 3,
+                        c->flat ? (int64_t[]){c->B * c->T, c->Hq * c->Dv} : (int64_t[]){c->B, c->T, c->Hq * c->Dv});
+        tt_assert_shape(t.out[1], FR_F64, 3, (int64_t[]){c->B, c->Hq, c->T});
+        const double eo = tt_rel_err(t.out[0], O, no), el = tt_rel_err(t.out[1], L, nl);
+        if (!(eo <= 1e-12 && el <= 1e-12)) printf("\n  config %d: O off by %g, LSE by %g", ci, eo, el);
+        CU_ASSERT(eo <= 1e-12);
+        CU_ASSERT(el <= 1e-12);
+        free(O);
+        free(L);
+        tn_free(&t);
+        fr_tensor_free(x);
+        fr_tensor_free(cs);
+        fr_tensor_free(sn);
+    }
+}
+
+static void test_gradient(void)
+{
+    fr_rng r = fr_test_rng(__func__);
+    for (int ci = 0; ci < N_CFGS; ci++) {
+        const cfg *c = &k_cfgs[ci];
+        fr_graph *g = fr_gc_new_graph(18);
+        CU_ASSERT_FATAL(g != NULL);
+        FR_ASSERT_OK(fr_graph_import_opset(g, "ai.fp8run", 1));
+        const int x = fr_gc_add_input(g, &r, "x", FR_F64, 3, (int64_t[]){c->B, c->T, width(c)}, NULL);
+        fr_tensor *cs = NULL, *sn = NULL;
+        tables(&r, c, &cs, &sn);
+        const int cv = fr_gc_add_values(g, "cos", FR_F64, cs->rank, cs->dims, cs->data);
+        const int sv = fr_gc_add_values(g, "sin", FR_F64, sn->rank, sn->dims, sn->data);
+        fr_tensor_free(cs);
+        fr_tensor_free(sn);
+        g->values[cv].flags &= ~FR_VAL_PARAM; /* constants: no gradient */
+        g->values[sv].flags &= ~FR_VAL_PARAM;
+        int outs[2];
+        const int nid = fr_gc_node(g, "AttentionQKV", "ai.fp8run", c->rope ? 3 : 1, (int[]){x, cv, sv}, 2, outs);
+        set_attrs(&g->nodes[nid], c);
+        FR_ASSERT_OK(fr_node_infer(g, nid));
+        char what[64];
+        snprintf(what, sizeof what, "AttentionQKV config %d", ci);
+        fr_gc_check(g, &r, outs[0], 1, &x, what, 1e-6);
+        fr_graph_free(g);
+    }
+}
+
+static int count_op(const fr_graph *g, const char *op)
+{
+    int n = 0;
+    for (int i = 0; i < g->n_nodes; i++) n += !g->nodes[i].dead && strcmp(g->nodes[i].op_type, op) == 0;
+    return n;
+}
+
+/* A bf16 trainer's graph (fuse_attention_io on): per layer one AttentionQKV and its gradient,
+ * none of the layout ops around attention (want_fused 0: the pass leaves the graph). */
+static void check_trainer_graph(const char *what, const fr_graph *model, const fr_train_options *base, int layers,
+                                int want_fused)
+{
+    fr_train_options o = *base;
+    o.precision = "bf16";
+    o.fp8.precision = "bf16";
+    fr_trainer *t = NULL;
+    fr_status st = fr_trainer_new(model, &o, &t);
+    if (st != FR_OK) printf("\n  %s: %s", what, fr_last_error());
+    CU_ASSERT_EQUAL_FATAL(st, FR_OK);
+    const int n = count_op(t->g, "AttentionQKV");
+    if (n != (want_fused ? layers : 0)) printf("\n  %s: %d AttentionQKV nodes", what, n);
+    CU_ASSERT_EQUAL(n, want_fused ? layers : 0);
+    CU_ASSERT_EQUAL(count_op(t->g, "AttentionQKVGrad"), want_fused ? layers : 0);
+    if (want_fused) {
+        static const char *const gone[] = {"Split", "Concat", "Transpose", "Rotary", "RotaryGrad", "Attention"};
+        for (size_t i = 0; i < sizeof gone / sizeof gone[0]; i++) {
+            const int left = count_op(t->g, gone[i]);
+            if (left) printf("\n  %s: %d %s left", what, left, gone[i]);
+            CU_ASSERT_EQUAL(left, 0);
+        }
+    }
+    fr_trainer_free(t);
+}
+
+/* 20 bf16 steps with and without the pass: the same losses. */
+static void check_losses(const char *what, const fr_graph *model, const fr_train_options *base)
+{
+    double loss[2][FR_FT_STEPS];
+    for (int on = 0; on < 2; on++) {
+        fr_train_options o = *base;
+        o.precision = "bf16";
+        o.fp8.precision = "bf16";
+        o.fuse_attention_io = on;
+        fr_ft_train_losses(model, &o, loss[on], NULL);
+    }
+    fr_ft_expect_same_losses(what, loss[1], loss[0], 1e-6);
+}
+
+static const fr_llama_config k_llama = {64, 2, 4, 2, 176, 128, 64, 3};
+
+static void test_generated_llama(void)
+{
+    fr_graph *model = NULL;
+    FR_ASSERT_OK(fr_llama_generate(&k_llama, &model));
+    fr_train_options o;
+    fr_ft_train_options(&o);
+    check_trainer_graph("llama", model, &o, (int)k_llama.layers, 1);
+    o.fuse_attention_io = 0;
+    check_trainer_graph("llama, pass off", model, &o, (int)k_llama.layers, 0);
+    o.fuse_attention_io = 1;
+    o.fp8.fuse = 0; /* separate Q/K/V Linears: no Split to read through */
+    check_trainer_graph("llama, --no-fuse", model, &o, (int)k_llama.layers, 0);
+    fr_ft_train_options(&o);
+    check_losses("llama", model, &o);
+    fr_graph_free(model);
+}
+
+/* The fixture prepared, attention and RoPE fused, compiled for bf16; the pass on or not. */
+static fr_graph *hf_compiled(const char *dir, int io, int *fused)
+{
+    fr_graph *g = fr_ft_load_hf(dir);
+    int n = 0;
+    FR_ASSERT_OK(fr_fuse_attention(g, &n));
+    FR_ASSERT_OK(fr_fuse_rotary(g, &n));
+    fr_fp8_options fo;
+    fr_fp8_options_default(&fo);
+    fo.precision = "bf16";
+    fr_fp8_report rep;
+    memset(&rep, 0, sizeof rep);
+    FR_ASSERT_OK(fr_fp8_compile(g, &fo, &rep));
+    fr_fp8_report_free(&rep);
+    *fused = 0;
+    if (io) FR_ASSERT_OK(fr_fuse_attention_io(g, fused));
+    FR_ASSERT_OK(fr_graph_resolve_ops(g));
+    return g;
+}
+
+static void test_hf_fixtures(void)
+{
+    static const char *const archs[] = {"llama", "qwen2", "mistral", "gemma", "gpt2", "bert", "phi3"};
+    for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++)
+        for (int opset = 18; opset <= 23; opset += 5) {
+            char dir[64];
+            snprintf(dir, sizeof dir, "%s_op%d_static", archs[a], opset);
+            const int want = strcmp(archs[a], "phi3") == 0 ? 0 : 2;
+            int fused = -1, none = -1;
+            fr_graph *g1 = hf_compiled(dir, 1, &fused), *g0 = hf_compiled(dir, 0, &none);
+            if (fused != want) printf("\n  %s: %d fused, %d expected", dir, fused, want);
+            CU_ASSERT_EQUAL(fused, want);
+            CU_ASSERT_EQUAL(count_op(g1, "AttentionQKV"), want);
+            if (want) { /* (the Splits left are the MLPs' gate/up: SwiGLU is not fused here) */
+                CU_ASSERT_EQUAL(count_op(g1, "Transpose"), 0);
+                CU_ASSERT_EQUAL(count_op(g1, "Rotary"), 0);
+                CU_ASSERT(count_op(g0, "Transpose") > 0);
+            }
+            const int ids[2] = {fr_graph_find_value(g1, "input_ids"), fr_graph_find_value(g0, "input_ids")};
+            const int lg[2] = {fr_graph_find_value(g1, "logits"), fr_graph_find_value(g0, "logits")};
+            CU_ASSERT_FATAL(ids[0] >= 0 && ids[1] >= 0 && lg[0] >= 0 && lg[1] >= 0);
+            char rel[128], p[600];
+            snprintf(rel, sizeof rel, "hf/%s/input_input_ids.npy", dir);
+            fr_tensor *in = NULL;
+            FR_ASSERT_OK(fr_npy_load(fr_fixture(p, sizeof p, rel), &in));
+            fr_tensor *y1 = fr_ft_run(g1, 1, &ids[0], (const fr_tensor *const *)&in, lg[0]);
+            fr_tensor *y0 = fr_ft_run(g0, 1, &ids[1], (const fr_tensor *const *)&in, lg[1]);
+            const double e = fr_gc_rel_l2(y1, y0);
+            if (!(e <= 1e-6)) printf("\n  %s: logits with the pass off by %g", dir, e);
+            CU_ASSERT(e <= 1e-6);
+            fr_tensor_free(in);
+            fr_tensor_free(y1);
+            fr_tensor_free(y0);
+            fr_graph_free(g1);
+            fr_graph_free(g0);
+        }
+}
+
+/* Training through the trainer on two fixtures (GQA with RoPE; GPT-2's 2-D rows, no RoPE). */
+static void test_hf_training(void)
+{
+    static const char *const dirs[] = {"llama_op18_static", "gpt2_op18_static"};
+    for (int i = 0; i < 2; i++) {
+        char rel[128], p[600];
+        snprintf(rel, sizeof rel, "hf/%s/model.onnx", dirs[i]);
+        fr_graph *g = NULL;
+        FR_ASSERT_OK(fr_onnx_load_file(fr_fixture(p, sizeof p, rel), &g));
+        fr_train_options o;
+        fr_ft_train_options(&o);
+        o.batch = 2;
+        o.seq_len = 11;
+        o.lr.max_lr = 1e-3;
+        o.train_regex = FR_FT_HF_TRAIN;
+        check_trainer_graph(dirs[i], g, &o, 2, 1);
+        check_losses(dirs[i], g, &o);
+        fr_graph_free(g);
+    }
+}
+
+int main(void)
+{
+    CU_TestInfo tests[] = {
+        {"CPU op vs float64 reference (1e-12)", test_forward},
+        {"gradient vs central differences (1e-6)", test_gradient},
+        {"generated Llama: fused per layer, losses == pass off", test_generated_llama},
+        {"HF fixtures: fused (not Phi-3), logits == pass off", test_hf_fixtures},
+        {"HF training: losses == pass off", test_hf_training},
+        CU_TEST_INFO_NULL,
+    };
+    CU_SuiteInfo suites[] = {{"attention_qkv", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
+    return fr_test_main(suites);
+}
