@@ -49,14 +49,13 @@ __global__ void __launch_bounds__(kGenThreads)
     const int D = p.D, Dv = p.Dv, LQ = D + 1, LV = Dv + 1, LP = GB + 1;
     float *sQ = smf, *sK = sQ + GB * LQ, *sV = sK + GB * LQ, *sP = sV + GB * LV;
     const int r = threadIdx.x >> 3, sub = threadIdx.x & 7;
-    const int nqb = (p.Tq + GB - 1) / GB;
-    const int64_t b = blockIdx.x % p.batch;
-    const int q0 = (nqb - 1 - (int)(blockIdx.x / p.batch)) * GB, qrow = q0 + r;
-    const int64_t kvb = kv_of(p.map, b);
+    int64_t b, kvb;
+    int q0;
+    q_tile_of(p, GB, b, q0, kvb);
+    const int qrow = q0 + r;
     const float *Kb = K + kvb * p.Tk * D, *Vb = V + kvb * p.Tk * Dv;
     load_tile(sQ, LQ, Q + b * p.Tq * D, q0, p.Tq, D, p.bf16);
-    const int nk = (p.Tk + GB - 1) / GB;
-    const int n_end = p.causal ? min(nk, (min(q0 + GB, p.Tq) - 1) / GB + 1) : nk;
+    const int n_end = key_tiles(p, q0, GB, GB);
     float o[NJ], m = -INFINITY, l = 0.f;
 #pragma unroll
     for (int j = 0; j < NJ; j++) o[j] = 0.f;
@@ -124,17 +123,16 @@ __global__ void __launch_bounds__(kGenThreads)
     const int D = p.D, Dv = p.Dv, LQ = D + 1, LV = Dv + 1, LP = GB + 1;
     float *sQ = smf, *sK = sQ + GB * LQ, *sdO = sK + GB * LQ, *sV = sdO + GB * LV, *sS = sV + GB * LV;
     const int r = threadIdx.x >> 3, sub = threadIdx.x & 7;
-    const int nqb = (p.Tq + GB - 1) / GB;
-    const int64_t b = blockIdx.x % p.batch;
-    const int q0 = (nqb - 1 - (int)(blockIdx.x / p.batch)) * GB, qrow = q0 + r;
-    const int64_t kvb = kv_of(p.map, b);
+    int64_t b, kvb;
+    int q0;
+    q_tile_of(p, GB, b, q0, kvb);
+    const int qrow = q0 + r;
     const float *Kb = K + kvb * p.Tk * D, *Vb = V + kvb * p.Tk * Dv;
     load_tile(sQ, LQ, Q + b * p.Tq * D, q0, p.Tq, D, p.bf16);
     load_tile(sdO, LV, dO + b * p.Tq * Dv, q0, p.Tq, Dv, p.bf16);
     const bool live = qrow < p.Tq;
     const float lse = live ? LSE[b * p.Tq + qrow] : 0.f, dl = live ? Delta[b * p.Tq + qrow] : 0.f;
-    const int nk = (p.Tk + GB - 1) / GB;
-    const int n_end = p.causal ? min(nk, (min(q0 + GB, p.Tq) - 1) / GB + 1) : nk;
+    const int n_end = key_tiles(p, q0, GB, GB);
     float dq[NJ];
 #pragma unroll
     for (int j = 0; j < NJ; j++) dq[j] = 0.f;
