@@ -138,9 +138,7 @@ __global__ void __launch_bounds__(kF32Threads, 2)
     float *sQ = reinterpret_cast<float *>(smem_raw), *sK = sQ + FB * LD, *sV = split ? sK + FB * LD : sK,
           *sP = sV + FB * LD;
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
-    int64_t b, kvb;
-    int q0;
-    q_tile_of(p, FB, b, q0, kvb);
+    const auto [b, q0, kvb] = q_tile_of(p, FB);
     const float *Kb = K + kvb * p.Tk * D, *Vb = V + kvb * p.Tk * D;
     f32_load_rows<D>(sQ, Q + b * p.Tq * D, q0, p.Tq);
     const int n_end = key_tiles(p, q0, FB, FB);
@@ -230,9 +228,7 @@ __global__ void __launch_bounds__(kF32Threads, f32_split<D>() ? 2 : 1)
     float *sQ = reinterpret_cast<float *>(smem_raw), *sdO = sQ + FB * LD, *sK = sdO + FB * LD,
           *sV = split ? sK + FB * LD : sK, *sS = sV + FB * LD;
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
-    int64_t b, kvb;
-    int q0;
-    q_tile_of(p, FB, b, q0, kvb);
+    const auto [b, q0, kvb] = q_tile_of(p, FB);
     const float *Kb = K + kvb * p.Tk * D, *Vb = V + kvb * p.Tk * D;
     f32_load_rows<D>(sQ, Q + b * p.Tq * D, q0, p.Tq);
     f32_load_rows<D>(sdO, dO + b * p.Tq * D, q0, p.Tq);

@@ -53,12 +53,16 @@ struct Prob {
 
 /* The query tile of this block (grid = query tiles of BM x Q batch, the heaviest, i.e. last,
  * tiles first): its Q batch index b, first row q0 and the K/V batch index kvb it reads. */
-__device__ __forceinline__ void q_tile_of(const Prob &p, int BM, int64_t &b, int &q0, int64_t &kvb)
+struct QTile {
+    int64_t b;
+    int q0;
+    int64_t kvb;
+};
+__device__ __forceinline__ QTile q_tile_of(const Prob &p, int BM)
 {
     const int nqb = (p.Tq + BM - 1) / BM;
-    b = blockIdx.x % p.batch;
-    q0 = (nqb - 1 - (int)(blockIdx.x / p.batch)) * BM;
-    kvb = kv_of(p.map, b);
+    const int64_t b = blockIdx.x % p.batch;
+    return QTile{b, (nqb - 1 - (int)(blockIdx.x / p.batch)) * BM, kv_of(p.map, b)};
 }
 
 /* How many key tiles of BN the query rows [q0, q0 + BM) read: all, or up to the diagonal. */

@@ -123,6 +123,15 @@ __device__ __forceinline__ void load_rows2(bf16 *da, bf16 *db, const bf16 *a, co
     }
 }
 
+/* Double buffering: waits for tile j (and for every warp to be done with tile j - 1's buffer),
+ * then starts tile j + 1 into that buffer with load(j + 1, buffer). */
+template <class L> __device__ __forceinline__ void next_tile(int j, int n, L &load)
+{
+    cp_async_wait_all();
+    __syncthreads();
+    if (j + 1 < n) load(j + 1, (j + 1) & 1);
+}
+
 /* ---------------------------------------------------------------- preprocessing ---- */
 
 /* float32 -> bf16, 4 at a time (n4 = elements / 4; 16-byte aligned input) */
@@ -150,9 +159,7 @@ __global__ void __launch_bounds__(kFwdThreads, MINB)
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *sQ = reinterpret_cast<bf16 *>(smem_raw), *sK = sQ + BM * LD, *sV = sK + 2 * BN * LD;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
-    int64_t b, kvb;
-    int q0;
-    q_tile_of(p, BM, b, q0, kvb);
+    const auto [b, q0, kvb] = q_tile_of(p, BM);
     const float *Qb = Q + b * p.Tq * D;
     const bf16 *Kb = K + kvb * p.Tk * D, *Vb = V + kvb * p.Tk * D;
     const int n_end = key_tiles(p, q0, BM, BN);
@@ -179,9 +186,7 @@ __global__ void __launch_bounds__(kFwdThreads, MINB)
     const bf16 *qw = sQ + warp * 16 * LD;
 
     for (int j = 0; j < n_end; j++) {
-        cp_async_wait_all();
-        __syncthreads(); /* tile j landed; every warp is done with tile j - 1's buffer */
-        if (j + 1 < n_end) load_kv(j + 1, (j + 1) & 1);
+        next_tile(j, n_end, load_kv);
         const int k0 = j * BN;
         if (p.causal && k0 > wq0 + 15) continue; /* the whole tile is above this warp's diagonal */
         const bf16 *kt = sK + (j & 1) * BN * LD, *vt = sV + (j & 1) * BN * LD;
@@ -272,9 +277,7 @@ __global__ void __launch_bounds__(kBwdThreads, bwd_minb<D>())
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *sQ = reinterpret_cast<bf16 *>(smem_raw), *sdO = sQ + BM * LD, *sK = sdO + BM * LD, *sV = sK + 2 * BN * LD;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
-    int64_t b, kvb;
-    int q0;
-    q_tile_of(p, BM, b, q0, kvb);
+    const auto [b, q0, kvb] = q_tile_of(p, BM);
     const bf16 *Kb = K + kvb * p.Tk * D, *Vb = V + kvb * p.Tk * D;
     const int n_end = key_tiles(p, q0, BM, BN);
 
@@ -301,9 +304,7 @@ __global__ void __launch_bounds__(kBwdThreads, bwd_minb<D>())
     const bf16 *qw = sQ + warp * 16 * LD, *dow = sdO + warp * 16 * LD;
 
     for (int j = 0; j < n_end; j++) {
-        cp_async_wait_all();
-        __syncthreads();
-        if (j + 1 < n_end) load_kv(j + 1, (j + 1) & 1);
+        next_tile(j, n_end, load_kv);
         const int k0 = j * BN;
         if (p.causal && k0 > wq0 + 15) continue;
         const bf16 *kt = sK + (j & 1) * BN * LD, *vt = sV + (j & 1) * BN * LD;
