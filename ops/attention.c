@@ -289,13 +289,20 @@ static fr_status read_mask(const fr_node *n, const fr_tensor *mt, const fr_attn_
 
 /* The kernels' setup: ATTN_SETUP, then the mask input mt (NULL: none) and the output (forward)
  * or input (backward) O checked against it. */
+/* What both kernels know of a node once kernel_setup has read it. */
+typedef struct {
+    fr_attn_attrs a;
+    fr_attn_geom geo;
+    fr_attn_mask mg;
+    int64_t od[FR_MAX_RANK], ld[FR_MAX_RANK]; /* the shapes of O and of LSE */
+} attn_node;
+
 static fr_status kernel_setup(const fr_node *n, const fr_tensor *q, const fr_tensor *k, const fr_tensor *v,
-                              const fr_tensor *mt, const fr_tensor *o, fr_attn_attrs *a, fr_attn_geom *geo,
-                              fr_attn_mask *mg, int64_t *od, int64_t *ld)
+                              const fr_tensor *mt, const fr_tensor *o, attn_node *su)
 {
-    FR_TRY(ATTN_SETUP(n, q, k, v, a, geo, od, ld));
-    FR_TRY(read_mask(n, mt, geo, q->dtype, mg));
-    return fr_check_out(n, o, q->dtype, q->rank, od);
+    FR_TRY(ATTN_SETUP(n, q, k, v, &su->a, &su->geo, su->od, su->ld));
+    FR_TRY(read_mask(n, mt, &su->geo, q->dtype, &su->mg));
+    return fr_check_out(n, o, q->dtype, q->rank, su->od);
 }
 
 /* Scores row i of problem b += its mask row. */
@@ -328,47 +335,44 @@ static fr_status attn_cpu(const fr_kernel_ctx *ctx)
         return fr_node_error(n, FR_ERR_GRAPH, "needs inputs Q, K, V (and optionally a mask) and output O");
     const fr_tensor *q = ctx->in[0], *k = ctx->in[1], *v = ctx->in[2], *mt = ctx->n_in > 3 ? ctx->in[3] : NULL;
     fr_tensor *o = ctx->out[0], *lse = ctx->n_out > 1 ? ctx->out[1] : NULL;
-    fr_attn_attrs a;
-    fr_attn_geom geo;
-    fr_attn_mask mg;
-    int64_t od[FR_MAX_RANK], ld[FR_MAX_RANK];
-    FR_TRY(kernel_setup(n, q, k, v, mt, o, &a, &geo, &mg, od, ld));
+    attn_node su;
+    FR_TRY(kernel_setup(n, q, k, v, mt, o, &su));
     const fr_dtype dt = q->dtype;
-    if (lse) FR_TRY(fr_check_out(n, lse, dt, q->rank - 1, ld));
-    FR_TRY(check_blas(n, &geo));
-    if (geo.batch == 0 || geo.Tq == 0) return FR_OK; /* Dv = 0: no O, but LSE is still due */
-    if (geo.Tk == 0 || geo.D == 0)
+    if (lse) FR_TRY(fr_check_out(n, lse, dt, q->rank - 1, su.ld));
+    FR_TRY(check_blas(n, &su.geo));
+    if (su.geo.batch == 0 || su.geo.Tq == 0) return FR_OK; /* Dv = 0: no O, but LSE is still due */
+    if (su.geo.Tk == 0 || su.geo.D == 0)
         return fr_node_error(n, FR_ERR_SHAPE, "Tk and D must be >= 1 (a row with no key has no softmax)");
 
     const size_t es = fr_dtype_size(dt);
     fr_status st = FR_OK;
     float *rq = NULL, *rk = NULL, *rv = NULL;
     void *S = NULL;
-    if (a.bf16) {
+    if (su.a.bf16) {
         rq = bf16_copy(q, &st);
         if (st == FR_OK) rk = bf16_copy(k, &st);
         if (st == FR_OK) rv = bf16_copy(v, &st);
     }
-    if (st == FR_OK && !(S = fr_malloc((size_t)(geo.Tq * geo.Tk) * es, "attention scores")))
+    if (st == FR_OK && !(S = fr_malloc((size_t)(su.geo.Tq * su.geo.Tk) * es, "attention scores")))
         st = FR_ERR_OOM;
     if (st != FR_OK) goto done;
     const char *Q = rq ? (const char *)rq : q->data, *K = rk ? (const char *)rk : k->data,
                *V = rv ? (const char *)rv : v->data;
-    const int64_t Tq = geo.Tq, Tk = geo.Tk, D = geo.D, Dv = geo.Dv;
-    for (int64_t b = 0; b < geo.batch; b++) {
-        const int64_t kv = fr_attn_kv_index(&geo, b);
+    const int64_t Tq = su.geo.Tq, Tk = su.geo.Tk, D = su.geo.D, Dv = su.geo.Dv;
+    for (int64_t b = 0; b < su.geo.batch; b++) {
+        const int64_t kv = fr_attn_kv_index(&su.geo, b);
         const char *Qb = Q + (size_t)(b * Tq * D) * es, *Kb = K + (size_t)(kv * Tk * D) * es,
                    *Vb = V + (size_t)(kv * Tk * Dv) * es;
-        scores(dt, &a, &geo, mt, &mg, b, Qb, Kb, S);
+        scores(dt, &su.a, &su.geo, mt, &su.mg, b, Qb, Kb, S);
         for (int64_t i = 0; i < Tq; i++) {
             int64_t lo, hi;
-            fr_attn_row_range(&a, Tk, i, &lo, &hi);
+            fr_attn_row_range(&su.a, Tk, i, &lo, &hi);
             double l;
             if (dt == FR_F32) { /* keys before lo: zeros; the softmax zeroes those from hi on */
                 float *row = (float *)S + i * Tk;
                 for (int64_t j = 0; j < lo; j++) row[j] = 0.0f;
                 l = softmax_row_f32(row + lo, hi - lo, Tk - lo);
-                if (a.bf16)
+                if (su.a.bf16)
                     for (int64_t j = lo; j < hi; j++) row[j] = bf16_round(row[j]);
             } else {
                 double *row = (double *)S + i * Tk;
@@ -466,31 +470,28 @@ static fr_status attng_cpu(const fr_kernel_ctx *ctx)
     const fr_tensor *q = ctx->in[0], *k = ctx->in[1], *v = ctx->in[2], *o = ctx->in[3], *lse = ctx->in[4],
                     *dout = ctx->in[5], *mt = ctx->n_in > 6 ? ctx->in[6] : NULL;
     fr_tensor *dq = ctx->out[0], *dk = ctx->out[1], *dv = ctx->out[2];
-    fr_attn_attrs a;
-    fr_attn_geom geo;
-    fr_attn_mask mg;
-    int64_t od[FR_MAX_RANK], ld[FR_MAX_RANK];
-    FR_TRY(kernel_setup(n, q, k, v, mt, o, &a, &geo, &mg, od, ld));
+    attn_node su;
+    FR_TRY(kernel_setup(n, q, k, v, mt, o, &su));
     const fr_dtype dt = q->dtype;
-    FR_TRY(fr_check_out(n, dout, dt, q->rank, od));
-    FR_TRY(fr_check_out(n, lse, dt, q->rank - 1, ld));
+    FR_TRY(fr_check_out(n, dout, dt, q->rank, su.od));
+    FR_TRY(fr_check_out(n, lse, dt, q->rank - 1, su.ld));
     if (dq) FR_TRY(fr_check_out(n, dq, dt, q->rank, q->dims));
     if (dk) FR_TRY(fr_check_out(n, dk, dt, k->rank, k->dims));
     if (dv) FR_TRY(fr_check_out(n, dv, dt, v->rank, v->dims));
-    FR_TRY(check_blas(n, &geo));
+    FR_TRY(check_blas(n, &su.geo));
     /* an empty tensor may have no buffer at all (memset of NULL is undefined even for 0 bytes) */
     if (dq && dq->nbytes) memset(dq->data, 0, dq->nbytes);
     if (dk && dk->nbytes) memset(dk->data, 0, dk->nbytes);
     if (dv && dv->nbytes) memset(dv->data, 0, dv->nbytes);
-    if (geo.batch == 0 || geo.Tq == 0 || geo.Tk == 0 || (!dq && !dk && !dv)) return FR_OK;
+    if (su.geo.batch == 0 || su.geo.Tq == 0 || su.geo.Tk == 0 || (!dq && !dk && !dv)) return FR_OK;
 
-    const int64_t Tq = geo.Tq, Tk = geo.Tk, D = geo.D, Dv = geo.Dv;
+    const int64_t Tq = su.geo.Tq, Tk = su.geo.Tk, D = su.geo.D, Dv = su.geo.Dv;
     const size_t es = fr_dtype_size(dt);
     fr_status st = FR_OK;
     float *rq = NULL, *rk = NULL, *rv = NULL, *rdo = NULL;
     void *P = NULL, *dP = NULL;
     double *delta = NULL;
-    if (a.bf16) {
+    if (su.a.bf16) {
         rq = bf16_copy(q, &st);
         if (st == FR_OK) rk = bf16_copy(k, &st);
         if (st == FR_OK) rv = bf16_copy(v, &st);
@@ -503,15 +504,15 @@ static fr_status attng_cpu(const fr_kernel_ctx *ctx)
     if (st != FR_OK) goto done;
     const char *Q = rq ? (const char *)rq : q->data, *K = rk ? (const char *)rk : k->data,
                *V = rv ? (const char *)rv : v->data, *dO = rdo ? (const char *)rdo : dout->data;
-    for (int64_t b = 0; b < geo.batch; b++) {
-        const int64_t kv = fr_attn_kv_index(&geo, b);
+    for (int64_t b = 0; b < su.geo.batch; b++) {
+        const int64_t kv = fr_attn_kv_index(&su.geo, b);
         const char *Qb = Q + (size_t)(b * Tq * D) * es, *Kb = K + (size_t)(kv * Tk * D) * es,
                    *Vb = V + (size_t)(kv * Tk * Dv) * es, *dOb = dO + (size_t)(b * Tq * Dv) * es;
         /* P = exp(scale Q K^T - LSE), 0 where masked */
-        scores(dt, &a, &geo, mt, &mg, b, Qb, Kb, P);
+        scores(dt, &su.a, &su.geo, mt, &su.mg, b, Qb, Kb, P);
         for (int64_t i = 0; i < Tq; i++) {
             int64_t lo, hi;
-            fr_attn_row_range(&a, Tk, i, &lo, &hi);
+            fr_attn_row_range(&su.a, Tk, i, &lo, &hi);
             double sum = 0.0; /* Delta_i = dO_i . O_i, from the unrounded dO */
             if (dt == FR_F32) {
                 float *row = (float *)P + i * Tk;
@@ -540,7 +541,7 @@ static fr_status attng_cpu(const fr_kernel_ctx *ctx)
                     const float *pr = (const float *)P + i * Tk;
                     float *dr = (float *)dP + i * Tk;
                     for (int64_t j = 0; j < Tk; j++) dr[j] = (float)((double)pr[j] * ((double)dr[j] - delta[i]));
-                    if (a.bf16)
+                    if (su.a.bf16)
                         for (int64_t j = 0; j < Tk; j++) dr[j] = bf16_round(dr[j]);
                 } else {
                     const double *pr = (const double *)P + i * Tk;
@@ -550,12 +551,12 @@ static fr_status attng_cpu(const fr_kernel_ctx *ctx)
             }
         }
         if (dv) { /* dV += P^T dO (summed over the Q batches sharing this K/V) */
-            if (a.bf16)
+            if (su.a.bf16)
                 for (int64_t x = 0; x < Tq * Tk; x++) ((float *)P)[x] = bf16_round(((float *)P)[x]);
             gemm(dt, 1, 0, Tk, Dv, Tq, 1.0, P, dOb, 1.0, (char *)dv->data + (size_t)(kv * Tk * Dv) * es);
         }
-        if (dq) gemm(dt, 0, 0, Tq, D, Tk, a.scale, dP, Kb, 0.0, (char *)dq->data + (size_t)(b * Tq * D) * es);
-        if (dk) gemm(dt, 1, 0, Tk, D, Tq, a.scale, dP, Qb, 1.0, (char *)dk->data + (size_t)(kv * Tk * D) * es);
+        if (dq) gemm(dt, 0, 0, Tq, D, Tk, su.a.scale, dP, Kb, 0.0, (char *)dq->data + (size_t)(b * Tq * D) * es);
+        if (dk) gemm(dt, 1, 0, Tk, D, Tq, su.a.scale, dP, Qb, 1.0, (char *)dk->data + (size_t)(kv * Tk * D) * es);
     }
 done:
     free(rq);

@@ -65,14 +65,22 @@ static fr_status gather_infer(fr_graph *g, int node_id)
     return FR_OK;
 }
 
+/* The data, indices and output of the three gather kernels; the indices' dtype checked. */
+static fr_status gather_io(const fr_kernel_ctx *ctx, const fr_tensor **x, const fr_tensor **idx, fr_tensor **y)
+{
+    *x = ctx->n_in > 0 ? ctx->in[0] : NULL;
+    *idx = ctx->n_in > 1 ? ctx->in[1] : NULL;
+    *y = ctx->n_out > 0 ? ctx->out[0] : NULL;
+    if (!*x || !*idx) return fr_node_error(ctx->node, FR_ERR_GRAPH, "input missing");
+    return fr_gather_index_dtype_ok(ctx->node, (*idx)->dtype);
+}
+
 static fr_status gather_cpu(const fr_kernel_ctx *ctx)
 {
     const fr_node *n = ctx->node;
-    const fr_tensor *x = ctx->n_in > 0 ? ctx->in[0] : NULL,
-                    *idx = ctx->n_in > 1 ? ctx->in[1] : NULL;
-    fr_tensor *y = ctx->n_out > 0 ? ctx->out[0] : NULL;
-    if (!x || !idx) return fr_node_error(n, FR_ERR_GRAPH, "input missing");
-    FR_TRY(fr_gather_index_dtype_ok(n, idx->dtype));
+    const fr_tensor *x, *idx;
+    fr_tensor *y;
+    FR_TRY(gather_io(ctx, &x, &idx, &y));
     int axis, rank;
     int64_t dims[FR_MAX_RANK];
     FR_TRY(fr_gather_axis(n, x->rank, &axis));
@@ -120,11 +128,9 @@ static fr_status ge_infer(fr_graph *g, int node_id)
 static fr_status ge_cpu(const fr_kernel_ctx *ctx)
 {
     const fr_node *n = ctx->node;
-    const fr_tensor *x = ctx->n_in > 0 ? ctx->in[0] : NULL,
-                    *idx = ctx->n_in > 1 ? ctx->in[1] : NULL;
-    fr_tensor *y = ctx->n_out > 0 ? ctx->out[0] : NULL;
-    if (!x || !idx) return fr_node_error(n, FR_ERR_GRAPH, "input missing");
-    FR_TRY(fr_gather_index_dtype_ok(n, idx->dtype));
+    const fr_tensor *x, *idx;
+    fr_tensor *y;
+    FR_TRY(gather_io(ctx, &x, &idx, &y));
     int axis;
     FR_TRY(fr_gather_axis(n, x->rank, &axis));
     FR_TRY(fr_gather_elements_shapes(n, x->rank, x->dims, idx->rank, idx->dims, axis));
@@ -175,11 +181,9 @@ static fr_status gnd_infer(fr_graph *g, int node_id)
 static fr_status gnd_cpu(const fr_kernel_ctx *ctx)
 {
     const fr_node *n = ctx->node;
-    const fr_tensor *x = ctx->n_in > 0 ? ctx->in[0] : NULL,
-                    *idx = ctx->n_in > 1 ? ctx->in[1] : NULL;
-    fr_tensor *y = ctx->n_out > 0 ? ctx->out[0] : NULL;
-    if (!x || !idx) return fr_node_error(n, FR_ERR_GRAPH, "input missing");
-    FR_TRY(fr_gather_index_dtype_ok(n, idx->dtype));
+    const fr_tensor *x, *idx;
+    fr_tensor *y;
+    FR_TRY(gather_io(ctx, &x, &idx, &y));
     int64_t b;
     FR_TRY(fr_gather_nd_batch_dims(n, ctx->opset, &b));
     int rank;

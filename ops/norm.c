@@ -83,6 +83,18 @@ static fr_status check_bcast(const fr_node *n, const char *what, int rs, const i
     return FR_OK;
 }
 
+/* X with its Scale and optional B (NULL): dtypes, the normalized axes (c) and the broadcasts. */
+static fr_status check_operands(const fr_node *n, const fr_tensor *x, const fr_tensor *s, const fr_tensor *b,
+                                fr_norm_cfg *c)
+{
+    FR_TRY(check_dtype(n, x->dtype, s->dtype, "Scale"));
+    if (b) FR_TRY(check_dtype(n, x->dtype, b->dtype, "B"));
+    FR_TRY(fr_norm_config(n, x->rank, x->dims, c));
+    FR_TRY(check_bcast(n, "Scale", s->rank, s->dims, x->rank, x->dims));
+    if (b) FR_TRY(check_bcast(n, "B", b->rank, b->dims, x->rank, x->dims));
+    return FR_OK;
+}
+
 static fr_status norm_infer(fr_graph *g, int node_id)
 {
     const fr_node *n = &g->nodes[node_id];
@@ -93,9 +105,9 @@ static fr_status norm_infer(fr_graph *g, int node_id)
     if (n->n_outputs > (rms ? 1 : 3))
         return fr_node_error(n, FR_ERR_GRAPH, "has %d outputs, expected at most %d", n->n_outputs,
                              rms ? 1 : 3);
+    fr_norm_cfg c;
     FR_TRY(check_dtype(n, x->dtype, s->dtype, "Scale"));
     if (b) FR_TRY(check_dtype(n, x->dtype, b->dtype, "B"));
-    fr_norm_cfg c;
     FR_TRY(fr_norm_config(n, x->rank, x->dims, &c));
     FR_TRY(check_bcast(n, "Scale", s->rank, s->dims, x->rank, x->dims));
     if (b) FR_TRY(check_bcast(n, "B", b->rank, b->dims, x->rank, x->dims));
@@ -200,12 +212,8 @@ static fr_status norm_cpu(const fr_kernel_ctx *ctx)
     const fr_tensor *x = ctx->in[0], *s = ctx->in[1], *b = ctx->n_in > 2 ? ctx->in[2] : NULL;
     fr_tensor *y = ctx->out[0], *mo = ctx->n_out > 1 ? ctx->out[1] : NULL;
     fr_tensor *io = ctx->n_out > 2 ? ctx->out[2] : NULL;
-    FR_TRY(check_dtype(n, x->dtype, s->dtype, "Scale"));
-    if (b) FR_TRY(check_dtype(n, x->dtype, b->dtype, "B"));
     fr_norm_cfg c;
-    FR_TRY(fr_norm_config(n, x->rank, x->dims, &c));
-    FR_TRY(check_bcast(n, "Scale", s->rank, s->dims, x->rank, x->dims));
-    if (b) FR_TRY(check_bcast(n, "B", b->rank, b->dims, x->rank, x->dims));
+    FR_TRY(check_operands(n, x, s, b, &c));
     if (!y) return fr_node_error(n, FR_ERR_GRAPH, "output Y is missing");
     FR_TRY(check_out(n, y, x->dtype, x->rank, x->dims, "Y"));
     int64_t sd[FR_MAX_RANK];
@@ -301,12 +309,8 @@ static fr_status ng_cpu(const fr_kernel_ctx *ctx)
     fr_tensor *dx = ctx->out[0], *ds = ctx->out[1], *db = ctx->n_out > 2 ? ctx->out[2] : NULL;
     if (db && !b) return fr_node_error(n, FR_ERR_GRAPH, "output dB needs input B (for its shape)");
     FR_TRY(check_dtype(n, x->dtype, dy->dtype, "dY"));
-    FR_TRY(check_dtype(n, x->dtype, s->dtype, "Scale"));
-    if (b) FR_TRY(check_dtype(n, x->dtype, b->dtype, "B"));
     fr_norm_cfg c;
-    FR_TRY(fr_norm_config(n, x->rank, x->dims, &c));
-    FR_TRY(check_bcast(n, "Scale", s->rank, s->dims, x->rank, x->dims));
-    if (b) FR_TRY(check_bcast(n, "B", b->rank, b->dims, x->rank, x->dims));
+    FR_TRY(check_operands(n, x, s, b, &c));
     FR_TRY(check_out(n, dy, x->dtype, x->rank, x->dims, "dY (input)"));
     FR_TRY(check_out(n, dx, x->dtype, x->rank, x->dims, "dX"));
     FR_TRY(check_out(n, ds, x->dtype, s->rank, s->dims, "dScale"));

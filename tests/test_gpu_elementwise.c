@@ -155,7 +155,7 @@ static const un_case un_cases[] = {
     {"Relu", NULL, -5, 5, 1, 1},      {"LeakyRelu", NULL, -5, 5, 1, 0},  {"Gelu", NULL, -6, 6, 0, 0},
     {"Gelu", "none", -6, 6, 0, 0},    {"Gelu", "tanh", -6, 6, 0, 0},     {"Softplus", NULL, -15, 15, 0, 0},
     {"Sin", NULL, -10, 10, 0, 0},     {"Cos", NULL, -10, 10, 0, 0},      {"Floor", NULL, -5, 5, 1, 0},
-    {"Ceil", NULL, -5, 5, 1, 0},      {"Sign", NULL, -5, 5, 1, 1},
+    {"Ceil", NULL, -5, 5, 1, 0},      {"Sign", NULL, -5, 5, 1, 1},       {"Softsign", NULL, -50, 50, 0, 0},
 };
 
 static void test_unary_float(void)
@@ -803,6 +803,7 @@ static void test_activation_grad(void)
         {"Reciprocal", NULL, 0}, {"Tanh", NULL, 2},   {"Sigmoid", NULL, 3}, {"Relu", NULL, 0},
         {"LeakyRelu", NULL, 0},  {"Erf", NULL, 0},    {"Gelu", NULL, 0},    {"Gelu", "none", 0},
         {"Gelu", "tanh", 0},     {"Softplus", NULL, 0}, {"Sin", NULL, 0},   {"Cos", NULL, 0},
+        {"Softsign", NULL, 0},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         for (int di = 0; di < 2; di++) {

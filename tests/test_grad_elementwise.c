@@ -64,7 +64,7 @@ static const un_case un_cases[] = {
     {"Tanh", 0, 1.5, NULL, 0},      {"Erf", 0, 1, NULL, 0},      {"Sigmoid", 0, 2, NULL, 0},
     {"Relu", 1, 1, NULL, 0},        {"LeakyRelu", 1, 1, NULL, 0}, {"LeakyRelu", 1, 1, NULL, 0.2f},
     {"Gelu", 0, 2.5, NULL, 0},      {"Gelu", 0, 2.5, "tanh", 0}, {"Softplus", 0, 3, NULL, 0},
-    {"Sin", 0, 2, NULL, 0},         {"Cos", 0, 2, NULL, 0},
+    {"Sin", 0, 2, NULL, 0},         {"Cos", 0, 2, NULL, 0},      {"Softsign", 0, 3, NULL, 0},
 };
 
 static void test_unary(void)
@@ -507,7 +507,7 @@ static void test_activation_grad_f32_vs_f64(void)
         {"Abs", NULL, 0},        {"Exp", NULL, 1},     {"Log", NULL, 1},       {"Sqrt", NULL, 1},
         {"Reciprocal", NULL, 0}, {"Tanh", NULL, 2},    {"Sigmoid", NULL, 3},   {"Relu", NULL, 0},
         {"LeakyRelu", NULL, 0},  {"Erf", NULL, 0},     {"Gelu", NULL, 0},      {"Gelu", "tanh", 0},
-        {"Softplus", NULL, 0},   {"Sin", NULL, 0},     {"Cos", NULL, 0},
+        {"Softplus", NULL, 0},   {"Sin", NULL, 0},     {"Cos", NULL, 0},       {"Softsign", NULL, 0},
     };
     const int64_t n = 1000;
     double *dyv = malloc(n * sizeof(double)), *vv = malloc(n * sizeof(double));

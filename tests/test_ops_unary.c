@@ -41,6 +41,7 @@ static double r_gelu_tanh(double x)
 }
 static double r_softplus(double x) { return log(1.0 + exp(x)); }
 static double r_sign(double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0; }
+static double r_softsign(double x) { return x / (1.0 + fabs(x)); }
 
 typedef struct math_case {
     const char *op;
@@ -70,6 +71,7 @@ static const math_case math_cases[] = {
     {"Floor", NULL, floor, -5, 5, 0, 0},
     {"Ceil", NULL, ceil, -5, 5, 0, 0},
     {"Sign", NULL, r_sign, -5, 5, 0, 0},
+    {"Softsign", NULL, r_softsign, -50, 50, 1e-6, 1e-15},
 };
 
 static void check_math(fr_dtype dt)
@@ -815,7 +817,7 @@ static void test_registered(void)
 {
     const char *names[] = {"Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal", "Tanh", "Erf",
                            "Sigmoid", "Relu", "LeakyRelu", "Gelu", "Softplus", "Sin", "Cos",
-                           "Floor", "Ceil", "Sign", "IsNaN", "IsInf", "Not", "Cast", "CastLike",
+                           "Floor", "Ceil", "Sign", "Softsign", "IsNaN", "IsInf", "Not", "Cast", "CastLike",
                            "Clip", "Identity", "Dropout"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const fr_op_def *op = fr_op_find("", names[i]);

@@ -65,6 +65,7 @@ struct Plan {
     Prob p;
     bool tc;  /* tensor-core path (static conditions; alignment is checked at run time) */
     bool f32; /* register-tiled float32 path (likewise) */
+    int64_t od[FR_MAX_RANK]; /* the shape of O (and dO): Q's with the last dim Dv */
 };
 
 fr_status make_plan(const fr_node *n, int rq, const int64_t *dq, int rk, const int64_t *dk, int rv, const int64_t *dv,
@@ -94,6 +95,8 @@ fr_status make_plan(const fr_node *n, int rq, const int64_t *dq, int rk, const i
     }
     pl->tc = pl->a.bf16 && g.D == g.Dv && (g.D == 64 || g.D == 128);
     pl->f32 = !pl->a.bf16 && g.D == g.Dv && (g.D == 64 || g.D == 128);
+    memcpy(pl->od, dq, sizeof(int64_t) * (size_t)rq);
+    pl->od[rq - 1] = g.Dv;
     return FR_OK;
 }
 
@@ -173,10 +176,7 @@ fr_status attn_cuda(const fr_cuda_kctx *k)
     Plan pl;
     FR_TRY(make_plan(n, q->rank, q->dims, kk->rank, kk->dims, v->rank, v->dims, &pl));
     const Prob &p = pl.p;
-    int64_t od[FR_MAX_RANK];
-    memcpy(od, q->dims, sizeof(int64_t) * (size_t)q->rank);
-    od[q->rank - 1] = p.Dv;
-    FR_TRY(fr_check_out(n, o, FR_F32, q->rank, od));
+    FR_TRY(fr_check_out(n, o, FR_F32, q->rank, pl.od));
     if (lse) FR_TRY(fr_check_out(n, lse, FR_F32, q->rank - 1, q->dims));
     if (p.batch == 0 || p.Tq == 0 || p.Dv == 0) return FR_OK;
     if (p.Tk == 0 || p.D == 0)
@@ -217,11 +217,8 @@ fr_status attng_cuda(const fr_cuda_kctx *k)
     Plan pl;
     FR_TRY(make_plan(n, q->rank, q->dims, kk->rank, kk->dims, v->rank, v->dims, &pl));
     const Prob &p = pl.p;
-    int64_t od[FR_MAX_RANK];
-    memcpy(od, q->dims, sizeof(int64_t) * (size_t)q->rank);
-    od[q->rank - 1] = p.Dv;
-    FR_TRY(fr_check_out(n, k->in[3], FR_F32, q->rank, od));
-    FR_TRY(fr_check_out(n, k->in[5], FR_F32, q->rank, od));
+    FR_TRY(fr_check_out(n, k->in[3], FR_F32, q->rank, pl.od));
+    FR_TRY(fr_check_out(n, k->in[5], FR_F32, q->rank, pl.od));
     FR_TRY(fr_check_out(n, k->in[4], FR_F32, q->rank - 1, q->dims));
     if (dq) FR_TRY(fr_check_out(n, dq, FR_F32, q->rank, q->dims));
     if (dk) FR_TRY(fr_check_out(n, dk, FR_F32, kk->rank, kk->dims));

@@ -138,14 +138,10 @@ __global__ void __launch_bounds__(kF32Threads, 2)
     float *sQ = reinterpret_cast<float *>(smem_raw), *sK = sQ + FB * LD, *sV = split ? sK + FB * LD : sK,
           *sP = sV + FB * LD;
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
-    const int nqb = (p.Tq + FB - 1) / FB;
-    const int64_t b = blockIdx.x % p.batch;
-    const int q0 = (nqb - 1 - (int)(blockIdx.x / p.batch)) * FB;
-    const int64_t kvb = kv_of(p.map, b);
+    const auto [b, q0, kvb] = q_tile_of(p, FB);
     const float *Kb = K + kvb * p.Tk * D, *Vb = V + kvb * p.Tk * D;
     f32_load_rows<D>(sQ, Q + b * p.Tq * D, q0, p.Tq);
-    const int nk = (p.Tk + FB - 1) / FB;
-    const int n_end = p.causal ? min(nk, (min(q0 + FB, p.Tq) - 1) / FB + 1) : nk;
+    const int n_end = key_tiles(p, q0, FB, FB);
     float o[4][NO], m[4], l[4];
 #pragma unroll
     for (int r = 0; r < 4; r++) {
@@ -232,10 +228,7 @@ __global__ void __launch_bounds__(kF32Threads, f32_split<D>() ? 2 : 1)
     float *sQ = reinterpret_cast<float *>(smem_raw), *sdO = sQ + FB * LD, *sK = sdO + FB * LD,
           *sV = split ? sK + FB * LD : sK, *sS = sV + FB * LD;
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
-    const int nqb = (p.Tq + FB - 1) / FB;
-    const int64_t b = blockIdx.x % p.batch;
-    const int q0 = (nqb - 1 - (int)(blockIdx.x / p.batch)) * FB;
-    const int64_t kvb = kv_of(p.map, b);
+    const auto [b, q0, kvb] = q_tile_of(p, FB);
     const float *Kb = K + kvb * p.Tk * D, *Vb = V + kvb * p.Tk * D;
     f32_load_rows<D>(sQ, Q + b * p.Tq * D, q0, p.Tq);
     f32_load_rows<D>(sdO, dO + b * p.Tq * D, q0, p.Tq);
@@ -248,8 +241,7 @@ __global__ void __launch_bounds__(kF32Threads, f32_split<D>() ? 2 : 1)
 #pragma unroll
         for (int e = 0; e < NO; e++) dq[r][e] = 0.f;
     }
-    const int nk = (p.Tk + FB - 1) / FB;
-    const int n_end = p.causal ? min(nk, (min(q0 + FB, p.Tq) - 1) / FB + 1) : nk;
+    const int n_end = key_tiles(p, q0, FB, FB);
     for (int jt = 0; jt < n_end; jt++) {
         const int k0 = jt * FB;
         float s[4][4], dp[4][4];

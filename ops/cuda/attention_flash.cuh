@@ -51,6 +51,27 @@ struct Prob {
     KvMap map;
 };
 
+/* The query tile of this block (grid = query tiles of BM x Q batch, the heaviest, i.e. last,
+ * tiles first): its Q batch index b, first row q0 and the K/V batch index kvb it reads. */
+struct QTile {
+    int64_t b;
+    int q0;
+    int64_t kvb;
+};
+__device__ __forceinline__ QTile q_tile_of(const Prob &p, int BM)
+{
+    const int nqb = (p.Tq + BM - 1) / BM;
+    const int64_t b = blockIdx.x % p.batch;
+    return QTile{b, (nqb - 1 - (int)(blockIdx.x / p.batch)) * BM, kv_of(p.map, b)};
+}
+
+/* How many key tiles of BN the query rows [q0, q0 + BM) read: all, or up to the diagonal. */
+__device__ __forceinline__ int key_tiles(const Prob &p, int q0, int BM, int BN)
+{
+    const int nk = (p.Tk + BN - 1) / BN;
+    return p.causal ? min(nk, (min(q0 + BM, p.Tq) - 1) / BN + 1) : nk;
+}
+
 /* ---------------------------------------------------------------- PTX helpers ---- */
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }

@@ -31,6 +31,17 @@ __device__ __forceinline__ void load_tile(float *dst, int ld, const float *src, 
     }
 }
 
+/* Key tile k0 of K and V into shared sK, sV (leading dimensions LQ, LV), once every thread is
+ * done with the last one. */
+__device__ __forceinline__ void load_kv_tile(float *sK, int LQ, float *sV, int LV, const float *Kb, const float *Vb,
+                                             int k0, int Tk, int D, int Dv, int bf)
+{
+    __syncthreads();
+    load_tile(sK, LQ, Kb, k0, Tk, D, bf);
+    load_tile(sV, LV, Vb, k0, Tk, Dv, bf);
+    __syncthreads();
+}
+
 __device__ __forceinline__ float dot_s(const float *a, const float *b, int n)
 {
     float acc = 0.f;
@@ -49,23 +60,17 @@ __global__ void __launch_bounds__(kGenThreads)
     const int D = p.D, Dv = p.Dv, LQ = D + 1, LV = Dv + 1, LP = GB + 1;
     float *sQ = smf, *sK = sQ + GB * LQ, *sV = sK + GB * LQ, *sP = sV + GB * LV;
     const int r = threadIdx.x >> 3, sub = threadIdx.x & 7;
-    const int nqb = (p.Tq + GB - 1) / GB;
-    const int64_t b = blockIdx.x % p.batch;
-    const int q0 = (nqb - 1 - (int)(blockIdx.x / p.batch)) * GB, qrow = q0 + r;
-    const int64_t kvb = kv_of(p.map, b);
+    const auto [b, q0, kvb] = q_tile_of(p, GB);
+    const int qrow = q0 + r;
     const float *Kb = K + kvb * p.Tk * D, *Vb = V + kvb * p.Tk * Dv;
     load_tile(sQ, LQ, Q + b * p.Tq * D, q0, p.Tq, D, p.bf16);
-    const int nk = (p.Tk + GB - 1) / GB;
-    const int n_end = p.causal ? min(nk, (min(q0 + GB, p.Tq) - 1) / GB + 1) : nk;
+    const int n_end = key_tiles(p, q0, GB, GB);
     float o[NJ], m = -INFINITY, l = 0.f;
 #pragma unroll
     for (int j = 0; j < NJ; j++) o[j] = 0.f;
     for (int jt = 0; jt < n_end; jt++) {
         const int k0 = jt * GB;
-        __syncthreads();
-        load_tile(sK, LQ, Kb, k0, p.Tk, D, p.bf16);
-        load_tile(sV, LV, Vb, k0, p.Tk, Dv, p.bf16);
-        __syncthreads();
+        load_kv_tile(sK, LQ, sV, LV, Kb, Vb, k0, p.Tk, D, Dv, p.bf16);
         float s[4], mx = -INFINITY;
 #pragma unroll
         for (int u = 0; u < 4; u++) {
@@ -124,26 +129,20 @@ __global__ void __launch_bounds__(kGenThreads)
     const int D = p.D, Dv = p.Dv, LQ = D + 1, LV = Dv + 1, LP = GB + 1;
     float *sQ = smf, *sK = sQ + GB * LQ, *sdO = sK + GB * LQ, *sV = sdO + GB * LV, *sS = sV + GB * LV;
     const int r = threadIdx.x >> 3, sub = threadIdx.x & 7;
-    const int nqb = (p.Tq + GB - 1) / GB;
-    const int64_t b = blockIdx.x % p.batch;
-    const int q0 = (nqb - 1 - (int)(blockIdx.x / p.batch)) * GB, qrow = q0 + r;
-    const int64_t kvb = kv_of(p.map, b);
+    const auto [b, q0, kvb] = q_tile_of(p, GB);
+    const int qrow = q0 + r;
     const float *Kb = K + kvb * p.Tk * D, *Vb = V + kvb * p.Tk * Dv;
     load_tile(sQ, LQ, Q + b * p.Tq * D, q0, p.Tq, D, p.bf16);
     load_tile(sdO, LV, dO + b * p.Tq * Dv, q0, p.Tq, Dv, p.bf16);
     const bool live = qrow < p.Tq;
     const float lse = live ? LSE[b * p.Tq + qrow] : 0.f, dl = live ? Delta[b * p.Tq + qrow] : 0.f;
-    const int nk = (p.Tk + GB - 1) / GB;
-    const int n_end = p.causal ? min(nk, (min(q0 + GB, p.Tq) - 1) / GB + 1) : nk;
+    const int n_end = key_tiles(p, q0, GB, GB);
     float dq[NJ];
 #pragma unroll
     for (int j = 0; j < NJ; j++) dq[j] = 0.f;
     for (int jt = 0; jt < n_end; jt++) {
         const int k0 = jt * GB;
-        __syncthreads();
-        load_tile(sK, LQ, Kb, k0, p.Tk, D, p.bf16);
-        load_tile(sV, LV, Vb, k0, p.Tk, Dv, p.bf16);
-        __syncthreads();
+        load_kv_tile(sK, LQ, sV, LV, Kb, Vb, k0, p.Tk, D, Dv, p.bf16);
 #pragma unroll
         for (int u = 0; u < 4; u++) {
             const int kc = sub + 8 * u, key = k0 + kc;

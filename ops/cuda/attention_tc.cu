@@ -107,6 +107,31 @@ template <int NT> __device__ __forceinline__ void acc_to_a(const float (*s)[4], 
     }
 }
 
+/* Rows r0 .. r0 + R - 1 of two bf16 [*, D] matrices a and b (row base + r0 + r; rows from `rows`
+ * on zero-filled) -> shared da, db with rows padded to D + 8, by cp.async (not committed). */
+template <int R, int D, int NT>
+__device__ __forceinline__ void load_rows2(bf16 *da, bf16 *db, const bf16 *a, const bf16 *b, int64_t base, int r0,
+                                           int rows, int tid)
+{
+    constexpr int LD = D + 8;
+    for (int i = tid; i < R * D / 8; i += NT) {
+        const int r = i / (D / 8), ch = i % (D / 8);
+        const bool ok = r0 + r < rows;
+        const int64_t off = ok ? (base + (r0 + r)) * D + ch * 8 : 0;
+        cp_async16(da + r * LD + ch * 8, a + off, ok);
+        cp_async16(db + r * LD + ch * 8, b + off, ok);
+    }
+}
+
+/* Double buffering: waits for tile j (and for every warp to be done with tile j - 1's buffer),
+ * then starts tile j + 1 into that buffer with load(j + 1, buffer). */
+template <class L> __device__ __forceinline__ void next_tile(int j, int n, L &load)
+{
+    cp_async_wait_all();
+    __syncthreads();
+    if (j + 1 < n) load(j + 1, (j + 1) & 1);
+}
+
 /* ---------------------------------------------------------------- preprocessing ---- */
 
 /* float32 -> bf16, 4 at a time (n4 = elements / 4; 16-byte aligned input) */
@@ -134,25 +159,13 @@ __global__ void __launch_bounds__(kFwdThreads, MINB)
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *sQ = reinterpret_cast<bf16 *>(smem_raw), *sK = sQ + BM * LD, *sV = sK + 2 * BN * LD;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
-    const int nqb = (p.Tq + BM - 1) / BM;
-    const int64_t b = blockIdx.x % p.batch;
-    const int q0 = (nqb - 1 - (int)(blockIdx.x / p.batch)) * BM;
-    const int64_t kvb = kv_of(p.map, b);
+    const auto [b, q0, kvb] = q_tile_of(p, BM);
     const float *Qb = Q + b * p.Tq * D;
     const bf16 *Kb = K + kvb * p.Tk * D, *Vb = V + kvb * p.Tk * D;
-    const int nk = (p.Tk + BN - 1) / BN;
-    const int n_end = p.causal ? min(nk, (min(q0 + BM, p.Tq) - 1) / BN + 1) : nk;
+    const int n_end = key_tiles(p, q0, BM, BN);
 
     auto load_kv = [&](int j, int buf) {
-        const int k0 = j * BN;
-        bf16 *dk = sK + buf * BN * LD, *dv = sV + buf * BN * LD;
-        for (int i = tid; i < BN * D / 8; i += NT) {
-            const int r = i / (D / 8), ch = i % (D / 8);
-            const bool ok = k0 + r < p.Tk;
-            const int64_t off = ok ? (int64_t)(k0 + r) * D + ch * 8 : 0;
-            cp_async16(dk + r * LD + ch * 8, Kb + off, ok);
-            cp_async16(dv + r * LD + ch * 8, Vb + off, ok);
-        }
+        load_rows2<BN, D, NT>(sK + buf * BN * LD, sV + buf * BN * LD, Kb, Vb, 0, j * BN, p.Tk, tid);
         cp_async_commit();
     };
     load_kv(0, 0);
@@ -173,9 +186,7 @@ __global__ void __launch_bounds__(kFwdThreads, MINB)
     const bf16 *qw = sQ + warp * 16 * LD;
 
     for (int j = 0; j < n_end; j++) {
-        cp_async_wait_all();
-        __syncthreads(); /* tile j landed; every warp is done with tile j - 1's buffer */
-        if (j + 1 < n_end) load_kv(j + 1, (j + 1) & 1);
+        next_tile(j, n_end, load_kv);
         const int k0 = j * BN;
         if (p.causal && k0 > wq0 + 15) continue; /* the whole tile is above this warp's diagonal */
         const bf16 *kt = sK + (j & 1) * BN * LD, *vt = sV + (j & 1) * BN * LD;
@@ -266,31 +277,13 @@ __global__ void __launch_bounds__(kBwdThreads, bwd_minb<D>())
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *sQ = reinterpret_cast<bf16 *>(smem_raw), *sdO = sQ + BM * LD, *sK = sdO + BM * LD, *sV = sK + 2 * BN * LD;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
-    const int nqb = (p.Tq + BM - 1) / BM;
-    const int64_t b = blockIdx.x % p.batch;
-    const int q0 = (nqb - 1 - (int)(blockIdx.x / p.batch)) * BM;
-    const int64_t kvb = kv_of(p.map, b);
+    const auto [b, q0, kvb] = q_tile_of(p, BM);
     const bf16 *Kb = K + kvb * p.Tk * D, *Vb = V + kvb * p.Tk * D;
-    const int nk = (p.Tk + BN - 1) / BN;
-    const int n_end = p.causal ? min(nk, (min(q0 + BM, p.Tq) - 1) / BN + 1) : nk;
+    const int n_end = key_tiles(p, q0, BM, BN);
 
-    for (int i = tid; i < BM * D / 8; i += NT) {
-        const int r = i / (D / 8), ch = i % (D / 8);
-        const bool ok = q0 + r < p.Tq;
-        const int64_t off = ok ? (b * p.Tq + q0 + r) * D + ch * 8 : 0;
-        cp_async16(sQ + r * LD + ch * 8, Q + off, ok);
-        cp_async16(sdO + r * LD + ch * 8, dO + off, ok);
-    }
+    load_rows2<BM, D, NT>(sQ, sdO, Q, dO, b * p.Tq, q0, p.Tq, tid);
     auto load_kv = [&](int j, int buf) {
-        const int k0 = j * BN;
-        bf16 *dk = sK + buf * BN * LD, *dv = sV + buf * BN * LD;
-        for (int i = tid; i < BN * D / 8; i += NT) {
-            const int r = i / (D / 8), ch = i % (D / 8);
-            const bool ok = k0 + r < p.Tk;
-            const int64_t off = ok ? (int64_t)(k0 + r) * D + ch * 8 : 0;
-            cp_async16(dk + r * LD + ch * 8, Kb + off, ok);
-            cp_async16(dv + r * LD + ch * 8, Vb + off, ok);
-        }
+        load_rows2<BN, D, NT>(sK + buf * BN * LD, sV + buf * BN * LD, Kb, Vb, 0, j * BN, p.Tk, tid);
         cp_async_commit();
     };
     load_kv(0, 0);
@@ -311,9 +304,7 @@ __global__ void __launch_bounds__(kBwdThreads, bwd_minb<D>())
     const bf16 *qw = sQ + warp * 16 * LD, *dow = sdO + warp * 16 * LD;
 
     for (int j = 0; j < n_end; j++) {
-        cp_async_wait_all();
-        __syncthreads();
-        if (j + 1 < n_end) load_kv(j + 1, (j + 1) & 1);
+        next_tile(j, n_end, load_kv);
         const int k0 = j * BN;
         if (p.causal && k0 > wq0 + 15) continue;
         const bf16 *kt = sK + (j & 1) * BN * LD, *vt = sV + (j & 1) * BN * LD;
@@ -385,23 +376,10 @@ __global__ void __launch_bounds__(kBwdThreads, bwd_minb<D>())
     const int nq = (p.Tq + BM - 1) / BM;
     const int i0 = p.causal ? n0 / BM : 0;
 
-    for (int i = tid; i < BN * D / 8; i += NT) {
-        const int r = i / (D / 8), ch = i % (D / 8);
-        const bool ok = n0 + r < p.Tk;
-        const int64_t off = ok ? (int64_t)(n0 + r) * D + ch * 8 : 0;
-        cp_async16(sK + r * LD + ch * 8, Kb + off, ok);
-        cp_async16(sV + r * LD + ch * 8, Vb + off, ok);
-    }
+    load_rows2<BN, D, NT>(sK, sV, Kb, Vb, 0, n0, p.Tk, tid);
     auto load_q = [&](int64_t qb, int it, int buf) {
         const int t0 = it * BM;
-        bf16 *dq = sQ + buf * BM * LD, *ddo = sdO + buf * BM * LD;
-        for (int i = tid; i < BM * D / 8; i += NT) {
-            const int r = i / (D / 8), ch = i % (D / 8);
-            const bool ok = t0 + r < p.Tq;
-            const int64_t off = ok ? (qb * p.Tq + t0 + r) * D + ch * 8 : 0;
-            cp_async16(dq + r * LD + ch * 8, Q + off, ok);
-            cp_async16(ddo + r * LD + ch * 8, dO + off, ok);
-        }
+        load_rows2<BM, D, NT>(sQ + buf * BM * LD, sdO + buf * BM * LD, Q, dO, qb * p.Tq, t0, p.Tq, tid);
         for (int i = tid; i < BM; i += NT) {
             const bool ok = t0 + i < p.Tq;
             const int64_t off = ok ? qb * p.Tq + t0 + i : 0;

@@ -428,15 +428,8 @@ static fr_status build(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *sh
             e->input_bytes += align_up(e->hdr[v].nbytes ? e->hdr[v].nbytes : 1);
         }
     }
-    if (plan_only) { /* fr_cuda_exec_plan: the sizes are known, nothing is allocated */
-        free(last_use);
-        if (st != FR_OK) {
-            fr_cuda_exec_free(e);
-            return st;
-        }
-        *out = e;
-        return FR_OK;
-    }
+    if (plan_only) /* fr_cuda_exec_plan: the sizes are known, nothing is allocated */
+        goto finish;
     if (e->arena_bytes) FR_CUDA_KEEP(st, cudaMalloc(&e->arena, e->arena_bytes));
     if (e->const_bytes) FR_CUDA_KEEP(st, cudaMalloc(&e->consts, e->const_bytes));
     if (e->persist_total) {
@@ -480,6 +473,7 @@ static fr_status build(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *sh
     /* the constants went through the legacy stream, which the executor's non-blocking stream
      * does not wait for */
     FR_CUDA_KEEP(st, cudaDeviceSynchronize());
+finish:
     free(last_use);
     if (st != FR_OK) {
         fr_cuda_exec_free(e);
