@@ -61,8 +61,9 @@ static void test_table_covers_struct(void)
     CU_ASSERT_EQUAL(e.type, FP8RUN_OPTION_POINTER);
     CU_ASSERT_EQUAL(e.size, sizeof(void *));
     CU_ASSERT_PTR_NULL(e.flag);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("lora_dropout"), n - 2);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("attention"), n - 1); /* appended last */
+    CU_ASSERT_EQUAL(fp8run_train_config_find("lora_dropout"), n - 3);
+    CU_ASSERT_EQUAL(fp8run_train_config_find("attention"), n - 2);
+    CU_ASSERT_EQUAL(fp8run_train_config_find("fp8_fast_accum"), n - 1); /* appended last */
 }
 
 static void test_defaults_and_choices(void)
@@ -231,6 +232,8 @@ static void test_internal_defaults_agree(void)
     CU_ASSERT_EQUAL(o->local_rank, d.local_rank);
     CU_ASSERT_PTR_EQUAL(o->nccl_comm, d.nccl_comm);
     CU_ASSERT_EQUAL(o->shard_optimizer, d.shard_optimizer);
+    CU_ASSERT_EQUAL(o->fp8_fast_accum, 1); /* the config's default and the trainer's agree */
+    CU_ASSERT_EQUAL(d.fp8_fast_accum, 1);
     /* the trainer's NULL is the config's "fp8run": fp8run's attention kernels */
     CU_ASSERT_PTR_NULL(d.attention);
     CU_ASSERT_STRING_EQUAL(o->attention, "fp8run");
@@ -241,6 +244,11 @@ static void test_internal_defaults_agree(void)
     CU_ASSERT_EQUAL_FATAL(fr_api_options(NULL, "test", &c, &a), FP8RUN_OK);
     CU_ASSERT_STRING_EQUAL(a.o.attention, "cudnn");
     CU_ASSERT_PTR_NOT_EQUAL(a.o.attention, mine); /* the library's own string */
+    fr_api_options_free(&a);
+    CU_ASSERT_EQUAL(fp8run_train_config_set(&c, "--no-fp8-fast-accum", NULL), FP8RUN_OK);
+    CU_ASSERT_EQUAL(c.fp8_fast_accum, 0);
+    CU_ASSERT_EQUAL_FATAL(fr_api_options(NULL, "test", &c, &a), FP8RUN_OK);
+    CU_ASSERT_EQUAL(a.o.fp8_fast_accum, 0);
     fr_api_options_free(&a);
 }
 
