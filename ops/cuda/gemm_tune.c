@@ -87,7 +87,7 @@ fr_status fr_gemm_tune(fr_cuda_ctx *cu, const gemm_lt *l, const cublasLtMatmulHe
     e->n_cand = found;
     e->timed = 0;
     e->chosen = 0;
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     FR_CUDA_TRY(cudaStreamIsCapturing(cu->stream, &cs));
     if (cs != cudaStreamCaptureStatusNone) return FR_OK; /* no waiting inside a capture */
     pthread_mutex_lock(&g_tuned_mu);
