@@ -71,7 +71,7 @@ static void fast_case(const char *recipe, int rank, const int64_t *lead, int64_t
     fr_tensor *dy = tt_randn(&r, FR_F32, rank, yd, 0, 0.01);
     fr_tensor *din[2] = {dy, w};
     tnode d;
-    tn_init_domain(&d, FR_DOMAIN_FP8RUN, "LinearGradData", 1, 2, din, 0u, 1);
+    tn_init_domain(&d, FR_DOMAIN_FP8RUN, "LinearGradData", 1, 2, din, 0u, 2); /* dX, amax_dy */
     TN_ATTR(&d, string, "precision", "fp8");
     TN_ATTR(&d, string, "recipe", recipe);
     TN_ATTR(&d, string, "state_prefix", "fp8_state/lin");
@@ -79,6 +79,7 @@ static void fast_case(const char *recipe, int rank, const int64_t *lead, int64_t
     run_gpu(&d, cu, 0, ge);
     run_gpu(&d, cu, 1, gf);
     CU_ASSERT_EQUAL(gpu_rel_err(gf[0], ge[0]), 0.0);
+    CU_ASSERT_EQUAL(gpu_rel_err(gf[1], ge[1]), 0.0);
     CU_ASSERT(gpu_rel_err(ge[0], d.out[0]) <= 1e-2);
     gpu_free_outputs(&d, ge);
     gpu_free_outputs(&d, gf);
