@@ -494,6 +494,11 @@ typedef struct fp8run_train_config {
                                     Transposes and the RoPE around each fused attention become part
                                     of it (one ai.fp8run::AttentionQKV node, passes/attention_io.h);
                                     0 keeps them */
+    int fp8_fast_accum;          /* 1 (default): on a GPU, the per-tensor fp8 forward GEMMs (Linear)
+                                    accumulate in the FP8 tensor cores' fast mode (cuBLASLt's
+                                    FAST_ACCUM, as Transformer Engine and torchao do for the
+                                    forward: about 1e-3 relative off the exact sum); 0: exact.
+                                    The gradients' GEMMs are always exact */
 } fp8run_train_config;
 
 /* Fill *cfg with the defaults above and set cfg->struct_size = size. Pass sizeof *cfg. */
@@ -806,6 +811,11 @@ FP8RUN_API const char *fp8run_session_profile(fp8run_session *s);
  * "fp8run kernels (--attention fp8run)", "fp8run kernels (<why cuDNN was not used>)", a mix,
  * or "CPU kernels". Valid until the next call on s. */
 FP8RUN_API const char *fp8run_session_attention(fp8run_session *s);
+/* How the GEMMs ran: on a GPU the cuBLASLt algorithms chosen ("cuBLASLt: 12 GEMM shapes, 9 timed
+ * among up to 8 candidates, 3 took another than the heuristic's first (...)") and whether the fp8
+ * forward GEMMs accumulate fast (fp8run_train_config.fp8_fast_accum); "CPU kernels (...)" on the
+ * CPU. Valid until the next call on s. */
+FP8RUN_API const char *fp8run_session_gemm(fp8run_session *s);
 /* cuDNN as this library finds it, loading it if need be (no device needed): "cuDNN 9.19.0
  * (libcudnn.so.9)", "cuDNN unavailable: <why>", or that the build has no CUDA backend; *version
  * (may be NULL) gets cudnnGetVersion() (91900 for 9.19.0), 0 when it is not usable. */

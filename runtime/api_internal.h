@@ -45,6 +45,7 @@ struct fp8run_session {
     char *out_name;           /* fp8run_value_info.name of eval outputs */
     char *profile;            /* fp8run_session_profile's text */
     char attention[512];      /* fp8run_session_attention's text */
+    char gemm[512];           /* fp8run_session_gemm's text */
     fr_fp8_stat *stats;       /* the fp8run_session_fp8_stats snapshot */
     int n_stats;
 };

@@ -440,6 +440,13 @@ FP8RUN_API const char *fp8run_session_attention(fp8run_session *s)
     return s->attention;
 }
 
+FP8RUN_API const char *fp8run_session_gemm(fp8run_session *s)
+{
+    if (!s) return NULL;
+    fr_trainer_gemm(s->t, s->gemm, sizeof s->gemm);
+    return s->gemm;
+}
+
 FP8RUN_API const char *fp8run_cudnn_info(int *version)
 {
 #ifdef FP8RUN_HAVE_CUDA

@@ -63,6 +63,8 @@ typedef struct fr_train_backend_ops {
     /* Which kernels run the fused attention nodes, and why (e.g. cuDNN or fp8run's own), into
      * buf (n bytes). */
     void (*attention)(const fr_trainer *t, char *buf, size_t n);
+    /* How the GEMMs run: algorithms chosen, fast accumulation (ops/cuda/cuda_gemm.h), into buf. */
+    void (*gemm)(const fr_trainer *t, char *buf, size_t n);
 } fr_train_backend_ops;
 
 /* The CPU backend. */

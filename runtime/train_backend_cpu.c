@@ -259,6 +259,12 @@ static void cpu_attention(const fr_trainer *t, char *buf, size_t n)
     snprintf(buf, n, "CPU kernels");
 }
 
+static void cpu_gemm(const fr_trainer *t, char *buf, size_t n)
+{
+    (void)t;
+    snprintf(buf, n, "CPU kernels (exact float32/float64 sums)");
+}
+
 const fr_train_backend_ops tr_backend_cpu = {
     .name = "cpu",
     .queues = 0,
@@ -275,6 +281,7 @@ const fr_train_backend_ops tr_backend_cpu = {
     .memory = cpu_memory,
     .device_name = cpu_device_name,
     .attention = cpu_attention,
+    .gemm = cpu_gemm,
 };
 
 fr_exec *tr_cpu_exec(const fr_trainer *t)

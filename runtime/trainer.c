@@ -34,6 +34,7 @@ void fr_train_options_default(fr_train_options *o)
     o->fuse_attention_io = 1;
     o->device = "cpu";
     o->recompute = "none";
+    o->fp8_fast_accum = 1;
 }
 
 /* ---- options ---- */
@@ -174,6 +175,12 @@ const char *fr_trainer_device(const fr_trainer *t) { return t ? t->be->device_na
 void fr_trainer_attention(const fr_trainer *t, char *buf, size_t n)
 {
     if (t) t->be->attention(t, buf, n);
+    else snprintf(buf, n, "no trainer");
+}
+
+void fr_trainer_gemm(const fr_trainer *t, char *buf, size_t n)
+{
+    if (t) t->be->gemm(t, buf, n);
     else snprintf(buf, n, "no trainer");
 }
 

@@ -107,6 +107,8 @@ typedef struct fr_train_options {
     int shard_gradients;       /* 1: ZeRO-2 (with shard_optimizer): gradients reduced to their
                                   owners only (runtime/cuda/dist_train.h) */
     int fuse_attention_io;     /* 1 (default): pass fuse_attention_io (passes/attention_io.h) */
+    int fp8_fast_accum;        /* 1 (default): the GPU's per-tensor fp8 forward GEMMs use fast
+                                  accumulation (ops/cuda/cuda_gemm.h); 0: exact, as the CPU */
 } fr_train_options;
 
 void fr_train_options_default(fr_train_options *o);
@@ -249,6 +251,8 @@ char *fr_trainer_profile(const fr_trainer *t);
 const char *fr_trainer_device(const fr_trainer *t);
 /* Which kernels run the fused attention nodes (fp8run_session_attention), into buf. */
 void fr_trainer_attention(const fr_trainer *t, char *buf, size_t n);
+/* How the GEMMs run (fp8run_session_gemm), into buf. */
+void fr_trainer_gemm(const fr_trainer *t, char *buf, size_t n);
 /* Memory the trainer planned for its step (bytes): on a GPU the device memory it allocated
  * (executors, optimizer state, workspace), on the CPU the executor's pool plus parameters,
  * gradients and optimizer state. *device_used / *device_total (may be NULL) get the GPU's

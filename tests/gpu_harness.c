@@ -30,6 +30,15 @@ int gpu_available(void)
     return 0;
 }
 
+struct fr_cuda_ctx *gpu_ctx(void)
+{
+#ifdef FP8RUN_HAVE_CUDA
+    return gpu_available() ? g_ctx : NULL;
+#else
+    return NULL;
+#endif
+}
+
 fr_status tn_run_gpu(tnode *t, fr_tensor **out)
 {
     for (int o = 0; o < TN_MAX; o++) out[o] = NULL;

@@ -18,6 +18,9 @@
 
 /* 1 when the CUDA backend is built and a device answers (the first call prints why not). */
 int gpu_available(void);
+/* The context tn_run_gpu runs on (a fr_cuda_ctx; NULL without a device), for tests that set
+ * its choices (fp8_fast_accum, gemm_tune). */
+struct fr_cuda_ctx *gpu_ctx(void);
 /* Run t's node (already run on the CPU by tn_run, so its outputs are inferred and allocated)
  * on the device: out[o] receives a new host tensor per output (NULL for omitted ones), poisoned
  * with 0x5A bytes before the kernel so skipped elements show. */

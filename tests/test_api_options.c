@@ -51,21 +51,21 @@ static void test_table_covers_struct(void)
     CU_ASSERT_EQUAL(fp8run_train_config_option(n, &e), FP8RUN_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(fp8run_train_config_option(-1, &e), FP8RUN_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(fp8run_train_config_find("no_such_option"), -1);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("recompute"), n - 14); /* appended after 0.1.0 */
-    CU_ASSERT_EQUAL(fp8run_train_config_find("shard_optimizer"), n - 9);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("optimizer_state"), n - 8);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("master_weights"), n - 7);
+    CU_ASSERT_EQUAL(fp8run_train_config_find("recompute"), n - 16); /* appended after 0.1.0 */
+    CU_ASSERT_EQUAL(fp8run_train_config_find("shard_optimizer"), n - 11);
+    CU_ASSERT_EQUAL(fp8run_train_config_find("optimizer_state"), n - 10);
+    CU_ASSERT_EQUAL(fp8run_train_config_find("master_weights"), n - 9);
     /* the opaque pointer has its own type, the size of a pointer */
     int k = fp8run_train_config_find("nccl_comm");
     CU_ASSERT_EQUAL_FATAL(fp8run_train_config_option(k, &e), FP8RUN_OK);
     CU_ASSERT_EQUAL(e.type, FP8RUN_OPTION_POINTER);
     CU_ASSERT_EQUAL(e.size, sizeof(void *));
     CU_ASSERT_PTR_NULL(e.flag);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("lora_dropout"), n - 3);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("attention"), n - 2);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("shard_gradients"), n - 2);
-
-    CU_ASSERT_EQUAL(fp8run_train_config_find("fuse_attention_io"), n - 1); /* appended last */
+    CU_ASSERT_EQUAL(fp8run_train_config_find("lora_dropout"), n - 5);
+    CU_ASSERT_EQUAL(fp8run_train_config_find("attention"), n - 4);
+    CU_ASSERT_EQUAL(fp8run_train_config_find("shard_gradients"), n - 3);
+    CU_ASSERT_EQUAL(fp8run_train_config_find("fuse_attention_io"), n - 2);
+    CU_ASSERT_EQUAL(fp8run_train_config_find("fp8_fast_accum"), n - 1); /* appended last */
 }
 
 static void test_defaults_and_choices(void)
@@ -234,6 +234,8 @@ static void test_internal_defaults_agree(void)
     CU_ASSERT_EQUAL(o->local_rank, d.local_rank);
     CU_ASSERT_PTR_EQUAL(o->nccl_comm, d.nccl_comm);
     CU_ASSERT_EQUAL(o->shard_optimizer, d.shard_optimizer);
+    CU_ASSERT_EQUAL(o->fp8_fast_accum, 1); /* the config's default and the trainer's agree */
+    CU_ASSERT_EQUAL(d.fp8_fast_accum, 1);
     /* the trainer's NULL is the config's "auto" */
     CU_ASSERT_PTR_NULL(d.attention);
     CU_ASSERT_STRING_EQUAL(o->attention, "auto");
@@ -244,6 +246,11 @@ static void test_internal_defaults_agree(void)
     CU_ASSERT_EQUAL_FATAL(fr_api_options(NULL, "test", &c, &a), FP8RUN_OK);
     CU_ASSERT_STRING_EQUAL(a.o.attention, "cudnn");
     CU_ASSERT_PTR_NOT_EQUAL(a.o.attention, mine); /* the library's own string */
+    fr_api_options_free(&a);
+    CU_ASSERT_EQUAL(fp8run_train_config_set(&c, "--no-fp8-fast-accum", NULL), FP8RUN_OK);
+    CU_ASSERT_EQUAL(c.fp8_fast_accum, 0);
+    CU_ASSERT_EQUAL_FATAL(fr_api_options(NULL, "test", &c, &a), FP8RUN_OK);
+    CU_ASSERT_EQUAL(a.o.fp8_fast_accum, 0);
     fr_api_options_free(&a);
 }
 

@@ -57,6 +57,7 @@ static fr_train_options options(int64_t B, int64_t T, const char *precision, con
     o.device = device;
     o.lr.max_lr = 1e-3;
     o.grad_clip = 1.0;
+    o.fp8_fast_accum = 0; /* the exact path: the CPU cannot emulate fast accumulation */
     return o;
 }
 

@@ -291,6 +291,8 @@ int cli_bench(int argc, char **argv)
         printf("precision        %s%s%s\n", precision, recipe ? " / " : "", recipe ? recipe : "");
         const char *attn = fp8run_session_attention(t);
         printf("attention        %s\n", attn);
+        const char *gemm = fp8run_session_gemm(t);
+        printf("gemm             %s\n", gemm);
         printf("parameters       %s (%s in matrix products)\n", cli_human_count(np, n1, sizeof n1),
                cli_human_count(n_mm, b1, sizeof b1));
         printf("batch x seq      %lld x %lld (%.0f tokens per step)\n", (long long)batch, (long long)seq, tokens);
@@ -319,8 +321,9 @@ int cli_bench(int argc, char **argv)
             if (!f) {
                 rc = cli_fail("cannot write '%s': %s", json, strerror(errno));
             } else {
-                char attn_json[1100];
+                char attn_json[1100], gemm_json[1100];
                 json_text(attn, attn_json, sizeof attn_json);
+                json_text(gemm, gemm_json, sizeof gemm_json);
                 fprintf(f,
                         "{\"model\": \"%s\", \"device\": \"%s\", \"precision\": \"%s\", \"recipe\": %s%s%s, "
                         "\"batch\": %lld, \"seq\": %lld, \"parameters\": %lld, \"matmul_parameters\": %lld, "
@@ -328,12 +331,13 @@ int cli_bench(int argc, char **argv)
                         "\"warmup\": %lld, \"tokens_per_s\": %.1f, \"flops_per_step\": %.6g, \"model_tflops\": %.3f, "
                         "\"mfu_bf16_peak\": %s, \"peak_bf16_tflops\": %.0f, \"memory_planned_bytes\": %zu, "
                         "\"device_memory_used_bytes\": %zu, \"device_memory_total_bytes\": %zu, \"loss_first\": %.6f, "
-                        "\"loss_last\": %.6f, \"skipped\": %d, \"steps_waited_for\": %s, \"attention\": \"%s\"}\n",
+                        "\"loss_last\": %.6f, \"skipped\": %d, \"steps_waited_for\": %s, \"attention\": \"%s\", "
+                        "\"gemm\": \"%s\", \"fp8_fast_accum\": %d}\n",
                         model, dev, precision, recipe ? "\"" : "", recipe ? recipe : "null", recipe ? "\"" : "",
                         (long long)batch, (long long)seq, (long long)np, (long long)n_mm, med * 1e3, times[0] * 1e3,
                         times[steps - 1] * 1e3, (long long)steps, (long long)warmup, tokens / med, flops,
                         flops / med / 1e12, mfu_text, peak / 1e12, planned, (size_t)peak_used, (size_t)dev_total,
-                        loss0, loss1, skipped, sync ? "true" : "false", attn_json);
+                        loss0, loss1, skipped, sync ? "true" : "false", attn_json, gemm_json, o.fp8_fast_accum);
                 fclose(f);
             }
         }

@@ -68,6 +68,16 @@ static void print_attention(const fp8run_train_config *o)
         printf("attention      --attention cudnn will fail on a GPU: %s\n", dnn);
 }
 
+/* How the GEMMs will run on a GPU with these options (ops/cuda/cuda_gemm.h). */
+static void print_gemm(const fp8run_train_config *o)
+{
+    const char *tune = getenv("FP8RUN_GEMM_TUNE");
+    printf("gemm           cuBLASLt, %s; fp8 forward GEMMs %s\n",
+           tune && strcmp(tune, "0") == 0 ? "the heuristic's first algorithm (FP8RUN_GEMM_TUNE=0)"
+                                          : "the fastest of up to 8 candidates timed per shape (FP8RUN_GEMM_TUNE=0: off)",
+           o->fp8_fast_accum ? "with fast accumulation (--no-fp8-fast-accum: exact)" : "with exact accumulation");
+}
+
 /* The op histogram, most frequent first. */
 static int print_histogram(const fp8run_model *m, const char *indent)
 {
@@ -378,6 +388,7 @@ int cli_info(int argc, char **argv)
             rc = print_compiled(r);
         }
         if (rc == 0) print_attention(&o);
+        if (rc == 0) print_gemm(&o);
         fp8run_report_destroy(r);
         fp8run_model_destroy(m);
         cli_dims_free(&dims);
@@ -429,6 +440,7 @@ int cli_info(int argc, char **argv)
         fp8run_model_destroy(p);
     }
     if (rc == 0) print_attention(&o);
+    if (rc == 0) print_gemm(&o);
     fp8run_model_destroy(m);
     cli_dims_free(&dims);
     return rc;

@@ -1,6 +1,8 @@
 /* The cuBLASLt GEMM wrapper (see cuda_gemm.h): row-major -> column-major translation, FP8
- * layout checks, scale modes, a heuristic cache per GEMM shape. */
+ * layout checks, scale modes, fast accumulation, the algorithm per GEMM shape (the heuristic's,
+ * or the fastest of its candidates timed; ops/cuda/gemm_tune.c). */
 #include "ops/cuda/cuda_gemm.h"
+#include "ops/cuda/gemm_tune.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,25 +10,6 @@
 
 /* ---- the heuristic cache ---- */
 
-/* Everything the heuristic's answer depends on; compared with memcmp, so always zeroed first. */
-typedef struct gemm_key {
-    int32_t a_type, b_type, d_type, compute;
-    int32_t trans_a, trans_b, a_scale, b_scale, accumulate;
-    int32_t align_a, align_b, align_d, pad_;
-    int64_t M, N, K, lda, ldb, ldd, batch, stride_a, stride_b, stride_d;
-} gemm_key;
-
-typedef struct gemm_entry {
-    gemm_key key;
-    cublasLtMatmulAlgo_t algo;
-    struct gemm_entry *next;
-} gemm_entry;
-
-#define GEMM_BUCKETS 256
-
-struct fr_cuda_gemm_cache {
-    gemm_entry *bucket[GEMM_BUCKETS];
-};
 
 static void cache_free(struct fr_cuda_gemm_cache *c)
 {
@@ -177,6 +160,15 @@ static fr_status validate(const fr_node *n, const fr_gemm *g, const char *what)
         }                                                                                         \
     } while (0)
 
+#define CU_KEEP(call)                                                                   \
+    do {                                                                                \
+        cudaError_t ce_ = (call);                                                       \
+        if (ce_ != cudaSuccess) {                                                       \
+            st = fr_cuda_status(ce_, #call, __FILE__, __LINE__);                        \
+            goto done;                                                                  \
+        }                                                                               \
+    } while (0)
+
 static cublasLtMatmulMatrixScale_t lt_scale_mode(fr_gemm_scale s)
 {
     switch (s) {
@@ -212,6 +204,7 @@ fr_status fr_cuda_gemm(fr_cuda_ctx *cu, const fr_node *n, const fr_gemm *gin)
     cudaDataType_t scale_type = f64 ? CUDA_R_64F : CUDA_R_32F;
     size_t ea = fr_dtype_size(g.a_type), eb = fr_dtype_size(g.b_type), ed = fr_dtype_size(g.d_type);
     int accumulate = g.beta != 0.0;
+    int fast_accum = is_fp8(g.a_type) && g.fast_accum && g.a_scale == FR_GEMM_SCALE_TENSOR;
 
     gemm_key key;
     memset(&key, 0, sizeof key);
@@ -224,6 +217,7 @@ fr_status fr_cuda_gemm(fr_cuda_ctx *cu, const fr_node *n, const fr_gemm *gin)
     key.a_scale = (int32_t)g.a_scale;
     key.b_scale = (int32_t)g.b_scale;
     key.accumulate = accumulate;
+    key.fast_accum = fast_accum;
     key.align_a = alignment(g.A, g.stride_a * (int64_t)ea, g.batch);
     key.align_b = alignment(g.B, g.stride_b * (int64_t)eb, g.batch);
     key.align_d = alignment(g.D, g.stride_d * (int64_t)ed, g.batch);
@@ -262,6 +256,10 @@ fr_status fr_cuda_gemm(fr_cuda_ctx *cu, const fr_node *n, const fr_gemm *gin)
             LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &ma, sizeof ma));
             LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mb, sizeof mb));
         }
+        if (fast_accum) {
+            int8_t fa = 1;
+            LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fa, sizeof fa));
+        }
     }
     LT(cublasLtMatrixLayoutCreate(&la, tb, la_rows, la_cols, g.ldb));
     LT(cublasLtMatrixLayoutCreate(&lb, ta, lb_rows, lb_cols, g.lda));
@@ -285,6 +283,9 @@ fr_status fr_cuda_gemm(fr_cuda_ctx *cu, const fr_node *n, const fr_gemm *gin)
         }
         cu->gemm_cache_free = cache_free;
     }
+    float alpha_f = (float)g.alpha, beta_f = (float)g.beta;
+    const void *alpha = f64 ? (const void *)&g.alpha : (const void *)&alpha_f;
+    const void *beta = f64 ? (const void *)&g.beta : (const void *)&beta_f;
     gemm_entry *e = cache_find(cu->gemm_cache, &key);
     if (!e) {
         uint64_t ws = cu->workspace_bytes;
@@ -295,32 +296,44 @@ fr_status fr_cuda_gemm(fr_cuda_ctx *cu, const fr_node *n, const fr_gemm *gin)
         LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
         LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
         LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
-        cublasLtMatmulHeuristicResult_t res;
+        cublasLtMatmulHeuristicResult_t res[FR_GEMM_CANDIDATES];
         int found = 0;
-        memset(&res, 0, sizeof res);
-        LT(cublasLtMatmulAlgoGetHeuristic(cu->lt, op, la, lb, ld, ld, pref, 1, &res, &found));
-        if (found < 1 || res.state != CUBLAS_STATUS_SUCCESS) {
+        memset(res, 0, sizeof res);
+        int want = cu->gemm_tune ? FR_GEMM_CANDIDATES : 1;
+        LT(cublasLtMatmulAlgoGetHeuristic(cu->lt, op, la, lb, ld, ld, pref, want, res, &found));
+        if (found < 1 || res[0].state != CUBLAS_STATUS_SUCCESS) {
             st = GERR(FR_ERR_UNSUPPORTED, "%s: cuBLASLt has no algorithm for this GEMM on %s (sm_%d%d)", what,
                       cu->name, cu->cc_major, cu->cc_minor);
             goto done;
         }
-        e = fr_calloc(1, sizeof *e, "GEMM heuristic cache entry");
+        e = fr_calloc(1, sizeof *e, "GEMM algorithm cache entry");
         if (!e) {
             st = FR_ERR_OOM;
             goto done;
         }
         e->key = key;
-        e->algo = res.algo;
+        e->algo = res[0].algo;
+        e->n_cand = found;
+        const gemm_lt lt = {op, la, lb, ld, alpha, beta, g.A, g.B, g.D};
+        if (cu->gemm_tune && found > 1 && !accumulate) st = fr_gemm_tune(cu, &lt, res, found, e);
+        if (st != FR_OK) {
+            free(e);
+            goto done;
+        }
         unsigned h = key_hash(&key);
         e->next = cu->gemm_cache->bucket[h];
         cu->gemm_cache->bucket[h] = e;
     }
     {
-        float alpha_f = (float)g.alpha, beta_f = (float)g.beta;
-        const void *alpha = f64 ? (const void *)&g.alpha : (const void *)&alpha_f;
-        const void *beta = f64 ? (const void *)&g.beta : (const void *)&beta_f;
+        fr_cuda_gemm_timer *tm = cu->gemm_timer; /* profiling: this call's time, for its node */
+        int slot = tm && tm->used < tm->cap ? tm->used++ : -1;
+        if (slot >= 0) {
+            tm->node[slot] = tm->node_now;
+            CU_KEEP(cudaEventRecord(tm->ev[2 * slot], cu->stream));
+        }
         LT(cublasLtMatmul(cu->lt, op, alpha, g.B, la, g.A, lb, beta, g.D, ld, g.D, ld, &e->algo, cu->workspace,
                           cu->workspace_bytes, cu->stream));
+        if (slot >= 0) CU_KEEP(cudaEventRecord(tm->ev[2 * slot + 1], cu->stream));
     }
 done:
     if (pref) cublasLtMatmulPreferenceDestroy(pref);

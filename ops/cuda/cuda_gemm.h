@@ -34,9 +34,26 @@
  *   layouts of the cuBLAS documentation, "128-element 1D and 128x128 2D block scaling",
  *   written in our row-major terms). BLK128 x BLK128 is not supported by cuBLASLt.
  *
- * The heuristic's choice is cached per (types, M, N, K, batch, layouts, strides, scale modes,
- * pointer alignments) in ctx->gemm_cache; the workspace is ctx->workspace. Everything runs on
- * ctx->stream; nothing synchronizes. */
+ * Fast accumulation (fast_accum, fp8 with per-tensor scales only): cuBLASLt's
+ * CUBLASLT_MATMUL_DESC_FAST_ACCUM, the FP8 tensor cores' partial sums kept in their own
+ * narrower accumulator instead of being promoted to float32 every few K steps: faster, and
+ * about 1e-3 relative off the exact sum at K of a few thousand. Transformer Engine and torchao
+ * take it for the forward GEMM only (the gradients' GEMMs keep the exact path); so does
+ * ops/cuda/linear.cu, when ctx->fp8_fast_accum is set. The CPU reference cannot emulate it.
+ *
+ * The algorithm is chosen once per (types, M, N, K, batch, layouts, strides, scale modes,
+ * fast_accum, beta != 0, pointer alignments) and cached in ctx->gemm_cache. With ctx->gemm_tune
+ * (the default; FP8RUN_GEMM_TUNE=0 turns it off) the first call of a shape asks the heuristic
+ * for up to FR_GEMM_CANDIDATES algorithms and times each on the call's own buffers (one
+ * warm-up and FR_GEMM_TUNE_REPS timed runs; D is written, which beta = 0 makes harmless), and
+ * keeps the fastest (another than the heuristic's first only when at least 1% faster). That
+ * first call waits for the GPU; it is skipped (the heuristic's first taken) while the stream
+ * is being captured and for accumulating GEMMs (beta != 0: the timed runs would add into D).
+ * The choice is kept per process and device model, so every context (session) of a process
+ * multiplies a shape with the same algorithm: results stay bit-identical between sessions of
+ * one process; between processes a near tie may go the other way (FP8RUN_GEMM_TUNE=0 for
+ * bitwise repeatable runs across processes). The workspace is ctx->workspace. Everything runs
+ * on ctx->stream; nothing else synchronizes. */
 #ifndef FR_CUDA_GEMM_H
 #define FR_CUDA_GEMM_H
 
@@ -67,7 +84,25 @@ typedef struct fr_gemm {
     fr_gemm_scale a_scale, b_scale;
     int fast_bf16;                        /* f32 x f32: operands rounded to bf16 on the tensor
                                              cores, float32 sums (CUBLAS_COMPUTE_32F_FAST_16BF) */
+    int fast_accum;                       /* fp8, per-tensor scales: fast accumulation (above);
+                                             ignored for other GEMMs */
 } fr_gemm;
+
+#define FR_GEMM_CANDIDATES 8
+#define FR_GEMM_TUNE_REPS 3
+
+/* Events around each cuBLASLt call while a profiling executor runs (runtime/cuda/cuda_exec.c):
+ * slot i's events are ev[2i], ev[2i+1], its node node[i]; calls past cap are not timed. */
+typedef struct fr_cuda_gemm_timer {
+    cudaEvent_t *ev;
+    int *node;
+    int cap, used, node_now;
+} fr_cuda_gemm_timer;
+
+/* What the GEMMs of context c chose, one line: "cuBLASLt: 12 GEMM shapes, 9 timed among up to 8
+ * candidates, 3 took another than the heuristic's first (best: 7% faster, fp8 M=16384 N=11264
+ * K=2048); fp8 forward with fast accumulation". */
+void fr_cuda_gemm_report(const fr_cuda_ctx *c, char *buf, size_t n);
 
 /* Zero-initialized descriptor with alpha = 1, beta = 0, batch = 1. */
 void fr_gemm_init(fr_gemm *g);

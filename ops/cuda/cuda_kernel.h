@@ -89,6 +89,14 @@ typedef struct fr_cuda_ctx {
     void (*cudnn_free)(struct fr_cudnn_state *);
     long long attn_runs_cudnn, attn_runs_own;
     char attn_note[320];
+    /* GEMM choices (ops/cuda/cuda_gemm.h): fp8_fast_accum: the Linear forward's per-tensor fp8
+     * GEMMs accumulate in the tensor cores' fast mode (0 at creation: the exact path the CPU
+     * reference matches; the trainer sets its option); gemm_tune: time cuBLASLt's candidates per
+     * shape (FP8RUN_GEMM_TUNE=0 when the context was made: the heuristic's first); gemm_timer:
+     * the profiling executor's events around each cuBLASLt call (NULL when not profiling). */
+    int fp8_fast_accum;
+    int gemm_tune;
+    struct fr_cuda_gemm_timer *gemm_timer;
 } fr_cuda_ctx;
 
 /* fr_cuda_ctx.attention: which kernels run the fused Attention / AttentionGrad nodes (the order

@@ -13,7 +13,9 @@
  *         Forward E4M3 x E4M3, dX = dY (E5M2 in hybrid) x W (E4M3), dW = X^T (E4M3) x dY^T.
  *         BF16/FP8 results are within 1e-2 of the CPU (same products, cuBLASLt's summation
  *         order instead of the CPU's fixed one; measured on an H100: bf16 ~3e-7, fp8 ~2e-4,
- *         the FP8 tensor cores' accumulation being the larger part).
+ *         the FP8 tensor cores' accumulation being the larger part). With ctx->fp8_fast_accum
+ *         the per-tensor forward GEMM accumulates in the fast mode (cuda_gemm.h), which the
+ *         CPU does not emulate: GPU-vs-CPU comparisons run with it off.
  * Hopper's FP8 GEMM wants both operands K-contiguous with dims multiples of 16: the
  * quantization kernels write the operands into scratch in that layout (transposed where the
  * GEMM contracts over the source's rows), zero-padded to multiples of 16; a padded result is
@@ -284,6 +286,7 @@ typedef struct lin_run {
     int kept;
     w_plan wp;
     char *wbase;
+    int fast_accum; /* the forward's per-tensor fp8 GEMM: fast accumulation (cuda_gemm.h) */
 } lin_run;
 
 static const fr_tensor *opt_in(const fr_cuda_kctx *k, int i) { return i < k->n_in ? k->in[i] : NULL; }
@@ -381,6 +384,7 @@ static fr_status fp8_gemm(lin_run *r, int64_t Mg, int64_t Ng, int64_t Kg, const 
     g.b_scale_inv = sb;
     g.a_scale = ma;
     g.b_scale = mb;
+    g.fast_accum = r->fast_accum;
     FR_TRY(fr_cuda_gemm(r->k->cu, r->n, &g));
     return fr_q_finish(r->s, r->n, FR_F32, D, Ng, Y->data, rows, cols, bias);
 }
@@ -511,6 +515,7 @@ static fr_status linear_run(const fr_cuda_kctx *k)
     } else if (aw) { /* the kept amax, as the conversion wrote it */
         FR_TRY(fr_q_finalize(r.s, r.n, wst, 1, NULL, 0, f, (float *)aw->data, NULL));
     }
+    r.fast_accum = k->cu->fp8_fast_accum; /* as Transformer Engine and torchao: the forward only */
     return fp8_gemm(&r, Mp, Np, Kp, xop, 0, &r.stats->scale_inv[0][0], FR_GEMM_SCALE_TENSOR, wop, 0,
                     &wst->scale_inv[1][0], FR_GEMM_SCALE_TENSOR, y, M, N, bias);
 }

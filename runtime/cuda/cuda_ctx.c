@@ -42,6 +42,8 @@ fr_status fr_cuda_ctx_create(int device, fr_cuda_ctx **out)
     c->weights_version = 1; /* persistent memory starts at 0: the first run fills it */
     const char *wc = getenv("FP8RUN_WEIGHT_CACHE");
     c->weight_cache_off = wc && strcmp(wc, "0") == 0;
+    const char *tune = getenv("FP8RUN_GEMM_TUNE");
+    c->gemm_tune = !(tune && strcmp(tune, "0") == 0);
     fr_status st = FR_OK;
     struct cudaDeviceProp prop;
     FR_CUDA_KEEP(st, cudaSetDevice(device));

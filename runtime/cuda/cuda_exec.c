@@ -1,6 +1,8 @@
 /* The CUDA executor (see cuda_exec.h): a liveness plan over one device arena, constants
  * uploaded once, views that alias their input, kernels queued on one stream. */
 #include "runtime/cuda/cuda_exec.h"
+#include "ops/cuda/cuda_gemm.h"
+#include "runtime/perf_model.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -38,6 +40,9 @@ struct fr_cuda_exec {
     cudaEvent_t *ev;
     double *node_ms;
     int runs, first_run_done;
+    int prof_nodes;              /* FP8RUN_PROFILE=2: the slowest nodes too */
+    fr_cuda_gemm_timer gt;       /* events around each cuBLASLt call (cuda_gemm.h) */
+    double *gemm_ms;             /* per node: time inside cuBLASLt */
     /* what the arena holds where it reaches its size, by producing op (for the out-of-memory
        error and the profile): "peak at node N: 12 GiB in 48 values of Linear bf16, ..." */
     char *peak_text;
@@ -141,6 +146,11 @@ void fr_cuda_exec_free(fr_cuda_exec *e)
         if (e->ev[i]) cudaEventDestroy(e->ev[i]);
     free(e->ev);
     free(e->node_ms);
+    for (int i = 0; e->gt.ev && i < 2 * e->gt.cap; i++)
+        if (e->gt.ev[i]) cudaEventDestroy(e->gt.ev[i]);
+    free(e->gt.ev);
+    free(e->gt.node);
+    free(e->gemm_ms);
     free(e->peak_text);
     free(e->hdr);
     free(e->kind);
@@ -442,11 +452,23 @@ static fr_status build(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *sh
     }
     FR_CUDA_KEEP(st, cudaEventCreateWithFlags(&e->staging_done, cudaEventDisableTiming));
     const char *prof = getenv("FP8RUN_PROFILE");
-    if (st == FR_OK && prof && prof[0] == '1') {
+    if (st == FR_OK && prof && (prof[0] == '1' || prof[0] == '2')) {
+        e->prof_nodes = prof[0] == '2';
         e->ev = fr_calloc((size_t)g->n_nodes + 1, sizeof *e->ev, "profile events");
         e->node_ms = fr_calloc((size_t)g->n_nodes + 1, sizeof *e->node_ms, "profile times");
-        if (!e->ev || !e->node_ms) st = FR_ERR_OOM;
+        e->gemm_ms = fr_calloc((size_t)g->n_nodes + 1, sizeof *e->gemm_ms, "profile GEMM times");
+        int gemms = 8; /* two cuBLASLt calls per GEMM node at most are timed, a few spare */
+        for (int i = 0; i < g->n_nodes; i++) {
+            const char *op = g->nodes[i].op_type;
+            gemms += 2 * (strncmp(op, "Linear", 6) == 0 || strcmp(op, "MatMul") == 0 || strcmp(op, "Gemm") == 0 ||
+                          strcmp(op, "Einsum") == 0);
+        }
+        e->gt.cap = gemms;
+        e->gt.ev = fr_calloc((size_t)gemms * 2, sizeof *e->gt.ev, "profile GEMM events");
+        e->gt.node = fr_calloc((size_t)gemms, sizeof *e->gt.node, "profile GEMM nodes");
+        if (!e->ev || !e->node_ms || !e->gemm_ms || !e->gt.ev || !e->gt.node) st = FR_ERR_OOM;
         for (int i = 0; st == FR_OK && i <= g->n_nodes; i++) FR_CUDA_KEEP(st, cudaEventCreate(&e->ev[i]));
+        for (int i = 0; st == FR_OK && i < 2 * gemms; i++) FR_CUDA_KEEP(st, cudaEventCreate(&e->gt.ev[i]));
     }
     if (st != FR_OK && st == FR_ERR_DEVICE)
         st = fr_error_context(st, "allocating %zu MiB of device memory for '%s' (arena %zu MiB, constants %zu MiB, "
@@ -515,15 +537,12 @@ fr_status fr_cuda_exec_set_input(fr_cuda_exec *e, const char *name, const fr_ten
 
 /* ---- running ---- */
 
-fr_status fr_cuda_exec_run(fr_cuda_exec *e)
+/* The nodes of one run, in order, on the context's stream. */
+static fr_status run_nodes(fr_cuda_exec *e)
 {
     const fr_graph *g = e->g;
-    for (int i = 0; i < g->n_inputs; i++)
-        if (!e->in_set[i] && e->hdr[g->inputs[i]].nbytes)
-            return fr_error(FR_ERR_INVALID_ARG, "input '%s' was not set before the run", g->values[g->inputs[i]].name);
-    FR_CUDA_TRY(cudaEventRecord(e->staging_done, e->c->stream));
-    e->staging_pending = 1;
     for (int i = 0; i < g->n_nodes; i++) {
+        e->gt.node_now = i;
         if (e->ev) FR_CUDA_TRY(cudaEventRecord(e->ev[i], e->c->stream));
         if (!e->kern[i]) {
             if (e->hook) FR_TRY(e->hook(e->hook_ctx, i));
@@ -544,6 +563,22 @@ fr_status fr_cuda_exec_run(fr_cuda_exec *e)
         }
         if (e->hook) FR_TRY(e->hook(e->hook_ctx, i));
     }
+    return FR_OK;
+}
+
+fr_status fr_cuda_exec_run(fr_cuda_exec *e)
+{
+    const fr_graph *g = e->g;
+    for (int i = 0; i < g->n_inputs; i++)
+        if (!e->in_set[i] && e->hdr[g->inputs[i]].nbytes)
+            return fr_error(FR_ERR_INVALID_ARG, "input '%s' was not set before the run", g->values[g->inputs[i]].name);
+    FR_CUDA_TRY(cudaEventRecord(e->staging_done, e->c->stream));
+    e->staging_pending = 1;
+    e->gt.used = 0;
+    e->c->gemm_timer = e->ev ? &e->gt : NULL; /* this run's GEMMs are timed for this executor */
+    fr_status st = run_nodes(e);
+    e->c->gemm_timer = NULL;
+    FR_TRY(st);
     if (e->ev) { /* profiling only: wait for the run and add each node's time */
         FR_CUDA_TRY(cudaEventRecord(e->ev[g->n_nodes], e->c->stream));
         FR_CUDA_TRY(cudaEventSynchronize(e->ev[g->n_nodes]));
@@ -556,61 +591,23 @@ fr_status fr_cuda_exec_run(fr_cuda_exec *e)
             FR_CUDA_TRY(cudaEventElapsedTime(&ms, e->ev[i], e->ev[i + 1]));
             e->node_ms[i] += ms;
         }
+        for (int k = 0; k < e->gt.used; k++) {
+            float ms = 0;
+            FR_CUDA_TRY(cudaEventElapsedTime(&ms, e->gt.ev[2 * k], e->gt.ev[2 * k + 1]));
+            if (e->gt.node[k] >= 0 && e->gt.node[k] < g->n_nodes) e->gemm_ms[e->gt.node[k]] += ms;
+        }
         e->runs++;
     }
     return FR_OK;
-}
-
-typedef struct prof_row {
-    char key[96];
-    double ms;
-    int nodes;
-} prof_row;
-
-static int cmp_prof(const void *a, const void *b)
-{
-    double x = ((const prof_row *)a)->ms, y = ((const prof_row *)b)->ms;
-    return x < y ? 1 : x > y ? -1 : 0;
 }
 
 fr_status fr_cuda_exec_profile(const fr_cuda_exec *e, char **text)
 {
     *text = NULL;
     if (!e->ev || e->runs == 0) return FR_OK;
-    const fr_graph *g = e->g;
-    prof_row *rows = fr_calloc((size_t)g->n_nodes + 1, sizeof *rows, "profile");
-    if (!rows) return FR_ERR_OOM;
-    int n = 0;
-    double total = 0;
-    for (int i = 0; i < g->n_nodes; i++) {
-        const fr_node *nd = &g->nodes[i];
-        char key[96];
-        const char *prec = NULL;
-        if (strcmp(nd->domain, "ai.fp8run") == 0 && strncmp(nd->op_type, "Linear", 6) == 0)
-            fr_ignore_status(fr_node_attr_string(nd, "precision", "fp32", &prec)); /* a label, as above */
-        snprintf(key, sizeof key, "%s%s%s", nd->op_type, prec ? " " : "", prec ? prec : "");
-        int k = 0;
-        while (k < n && strcmp(rows[k].key, key) != 0) k++;
-        if (k == n) snprintf(rows[n++].key, sizeof rows[0].key, "%s", key);
-        rows[k].ms += e->node_ms[i] / e->runs;
-        rows[k].nodes++;
-        total += e->node_ms[i] / e->runs;
-    }
-    qsort(rows, (size_t)n, sizeof *rows, cmp_prof);
-    size_t cap = 200 + (size_t)n * 100 + (e->peak_text ? strlen(e->peak_text) : 0);
-    char *s = fr_malloc(cap, "profile text");
-    if (!s) {
-        free(rows);
-        return FR_ERR_OOM;
-    }
-    size_t off = (size_t)snprintf(s, cap, "GPU time per run by op (%d runs, %.2f ms per run):\n", e->runs, total);
-    for (int k = 0; k < n && off < cap; k++)
-        off += (size_t)snprintf(s + off, cap - off, "  %-32s %5d nodes %9.3f ms %5.1f%%\n", rows[k].key, rows[k].nodes,
-                                rows[k].ms, total > 0 ? 100 * rows[k].ms / total : 0);
-    if (e->peak_text && off < cap) off += (size_t)snprintf(s + off, cap - off, "Memory: %s\n", e->peak_text);
-    free(rows);
-    *text = s;
-    return FR_OK;
+    const fr_profile_input in = {e->g, e->node_ms, e->gemm_ms, e->runs, e->c ? e->c->name : NULL, e->peak_text,
+                                 e->prof_nodes};
+    return fr_profile_text(&in, text); /* runtime/perf_model.c: with each op's ceiling */
 }
 
 fr_status fr_cuda_exec_sync(fr_cuda_exec *e) { return fr_cuda_check_error(e->c, e->g); }

@@ -312,6 +312,7 @@ fr_status fr_cuda_train_new(fr_trainer *t, int device, fr_cuda_train **out)
     if (!d) return FR_ERR_OOM;
     fr_status st = fr_cuda_ctx_create(device, &d->c);
     if (st == FR_OK) st = fr_cuda_ctx_set_attention(d->c, t->opt.attention); /* --attention, before any executor */
+    if (st == FR_OK) d->c->fp8_fast_accum = t->opt.fp8_fast_accum;
     if (st == FR_OK) {
         snprintf(d->name, sizeof d->name, "%s (compute capability %d.%d)", d->c->name, d->c->cc_major, d->c->cc_minor);
         int cc = d->c->cc_major * 10 + d->c->cc_minor;

@@ -1,5 +1,6 @@
 /* The CUDA backend of the trainer (runtime/train_backend.h): the table over the device trainer
  * of cuda_train.h, whose steps are queued on a stream and retired from a pinned ring. */
+#include "ops/cuda/cuda_gemm.h"
 #include "ops/cuda/cuda_kernel.h"
 #include "runtime/cuda/cuda_train.h"
 #include "runtime/train_backend.h"
@@ -40,6 +41,11 @@ static void cuda_attention(const fr_trainer *t, char *buf, size_t n)
     fr_cuda_attention_report(fr_cuda_train_ctx(dev_of(t)), buf, n);
 }
 
+static void cuda_gemm(const fr_trainer *t, char *buf, size_t n)
+{
+    fr_cuda_gemm_report(fr_cuda_train_ctx(dev_of(t)), buf, n);
+}
+
 static const fr_train_backend_ops cuda_ops = {
     .name = "cuda",
     .queues = 1,
@@ -56,6 +62,7 @@ static const fr_train_backend_ops cuda_ops = {
     .memory = cuda_memory,
     .device_name = cuda_device_name,
     .attention = cuda_attention,
+    .gemm = cuda_gemm,
 };
 
 const fr_train_backend_ops *tr_backend_cuda(void) { return &cuda_ops; }
