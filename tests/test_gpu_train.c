@@ -341,6 +341,7 @@ static void check_recompute(const char *precision, const char *recipe)
         o.recompute = modes[m];
         FR_ASSERT_OK(fr_trainer_new(g, &o, &t[m]));
         run(t[m], STEPS, 1, 91, loss[m]);
+#ifdef FP8RUN_HAVE_CUDA
         /* a recomputed Linear reuses its forward's weight codes (one copy, converted once per
            step): the same conversions and the same predicted codes as without recomputation */
         casts[m] = fr_cuda_train_weight_casts(t[m]->be_state);
@@ -349,6 +350,10 @@ static void check_recompute(const char *precision, const char *recipe)
         codes[m] = pm.fp8_weights;
         CU_ASSERT_EQUAL(casts[m], casts[0]);
         CU_ASSERT_EQUAL(codes[m], codes[0]);
+#else
+        casts[m] = 0;
+        codes[m] = 0;
+#endif
     }
     printf(" (weight casts in %d steps: %lld none, %lld full; codes %zu B)", STEPS, casts[0], casts[M - 1], codes[0]);
     int diff = 0;
