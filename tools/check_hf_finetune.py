@@ -75,7 +75,10 @@ def main():
                       tie_word_embeddings=False, use_cache=False)
     torch.manual_seed(1)
     hf = os.path.join(out, "hf")
-    LlamaForCausalLM(cfg).save_pretrained(hf, safe_serialization=True)
+    ref = LlamaForCausalLM(cfg)
+    n_hf = len(list(ref.named_parameters()))
+    ref.save_pretrained(hf, safe_serialization=True)
+    del ref
     onnx_dir = os.path.join(out, "onnx")
     t = sh(os.path.join(out, "export_onnx.log"), sys.executable, os.path.join(HERE, "export_hf_llama.py"),
            "--preset", "125m", "--dynamic", "-o", onnx_dir)
@@ -108,9 +111,9 @@ def main():
           (len(recs), t, recs[0]["loss"], recs[-1]["loss"], skipped))
     m = re.search(r"init from .*: (\d+) parameters loaded, (\d+) missing .*, (\d+) unexpected", log)
     print("  " + (m.group(0)[:150] if m else "(no 'init from' line in the log)"))
-    checks.append(("--init-from took every HF tensor: %s loaded, %s missing, %s unexpected"
-                   % (m.groups() if m else ("?", "?", "?")), bool(m) and int(m.group(1)) > 0
-                   and m.group(2) == "0" and m.group(3) == "0"))
+    checks.append(("--init-from took all %d HF tensors: %s loaded, %s unexpected (%s parameters not in the file)"
+                   % ((n_hf,) + (m.group(1, 3, 2) if m else ("?", "?", "?"))),
+                   bool(m) and int(m.group(1)) == n_hf and m.group(3) == "0"))
     checks.append(("200 fp8 steps, none skipped, loss fell", len(recs) == a.steps and skipped == 0
                    and recs[-1]["loss"] < recs[0]["loss"]))
     ckpt = sorted(f for f in os.listdir(ck) if f.endswith(".ckpt"))[-1]

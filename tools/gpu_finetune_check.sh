@@ -14,13 +14,12 @@
 set -uo pipefail
 FP8RUN=${FP8RUN:-/tmp/fr/bin/fp8run}
 OUT=${OUT:-/tmp/out}/finetune
-LOWMEM_OPTS=${LOWMEM_OPTS:-"--optimizer-state fp8 --master-weights bf16 --recompute full"}
+LOWMEM_OPTS=${LOWMEM_OPTS:-"--optimizer-state fp8 --recompute full"}
 W=/tmp/finetune_work    # large files (models, tokens) stay out of $OUT
 mkdir -p "$OUT" "$W"
 rc=0
 t0=$(date +%s)
 say() { echo "$*"; }
-json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(' '.join('%s=%s' % (k, d.get(k)) for k in sys.argv[2:]))" "$@"; }
 gib() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('%.2f GiB peak seen, %.2f GiB planned, %.0f tokens/s' % (d['device_memory_used_bytes']/2**30, d['memory_planned_bytes']/2**30, d['tokens_per_s']))" "$1"; }
 
 # peft: offline wheels when the machine lacks it
