@@ -63,8 +63,7 @@ if [ -z "${SKIP_8B:-}" ]; then
     say "== (iv) LoRA r16 on an FP8 base, Llama-3-8B shape, B1xT2048"
     m8b=$W/llama_8b.onnx
     t1=$(date +%s)
-    [ -f "$m8b" ] || "$FP8RUN" generate llama --dim 4096 --layers 32 --heads 32 --kv-heads 8 --ffn 14336 \
-        --vocab 128256 -o "$m8b" >"$OUT/gen_8b.log" 2>&1 || { rc=1; tail -1 "$OUT/gen_8b.log"; }
+    [ -f "$m8b" ] || "$FP8RUN" generate llama --preset 8b -o "$m8b" >"$OUT/gen_8b.log" 2>&1 || { rc=1; tail -1 "$OUT/gen_8b.log"; }
     say "  generated in $(( $(date +%s) - t1 )) s: $(tail -1 "$OUT/gen_8b.log" | cut -c1-110)"
     L8="--batch 1 --seq 2048 --precision fp8 --lora-rank 16 --lora-alpha 32 --lora-targets proj"
     # shellcheck disable=SC2086
