@@ -14,6 +14,7 @@ static const struct {
     {"tiny", 64, 2, 4, 2, 176, 128, 256},
     {"125m", 768, 12, 12, 4, 2048, 32768, 2048},
     {"1b", 2048, 16, 16, 8, 5632, 32768, 2048},
+    {"8b", 4096, 32, 32, 8, 14336, 128256, 8192}, /* Llama-3-8B's shape (issue 13's LoRA target) */
 };
 #define N_PRESETS (int)(sizeof k_presets / sizeof k_presets[0])
 
@@ -51,7 +52,7 @@ FP8RUN_API fp8run_status fp8run_llama_config_preset(fp8run_llama_config *cfg, co
             memcpy(cfg, &c, use);
             return FP8RUN_OK;
         }
-    return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: preset %s%s%s is not one of tiny, 125m, 1b", fn,
+    return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: preset %s%s%s is not one of tiny, 125m, 1b, 8b", fn,
                         preset ? "'" : "", preset ? preset : "NULL", preset ? "'" : "");
 }
 

@@ -474,6 +474,9 @@ static void test_generate(void)
               c.vocab == 32768 && c.max_seq == 2048 && c.seed == 9);
     API_OK(fp8run_llama_config_preset(&c, "1b"));
     CU_ASSERT(c.dim == 2048 && c.layers == 16 && c.ffn == 5632);
+    API_OK(fp8run_llama_config_preset(&c, "8b")); /* Llama-3-8B's shape */
+    CU_ASSERT(c.dim == 4096 && c.layers == 32 && c.heads == 32 && c.kv_heads == 8 && c.ffn == 14336 &&
+              c.vocab == 128256 && c.max_seq == 8192);
     API_ERR(fp8run_llama_config_preset(&c, "huge"), FP8RUN_ERR_INVALID_ARG, "tiny, 125m, 1b");
     API_ERR(fp8run_llama_config_preset(&c, NULL), FP8RUN_ERR_INVALID_ARG, "NULL");
     API_ERR(fp8run_llama_config_preset(NULL, "tiny"), FP8RUN_ERR_INVALID_ARG, "cfg is NULL");

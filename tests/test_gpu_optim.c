@@ -8,7 +8,9 @@
  * moments against the device bytes the session allocated (fr_trainer_memory, before any
  * evaluation): within 1 MiB + 2% (the session's small buffers, FP8 scaling state, are not
  * predicted), and a session whose prediction exceeds the free memory (a batch far too large)
- * fails before allocating, naming --optimizer-state fp8. Skips without a device (label gpu). */
+ * fails before allocating, naming what would fit (a budget just short of the fp32-state figure:
+ * --optimizer-state fp8; a batch far too large: --batch and --recompute). Skips without a device
+ * (label gpu). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,7 @@
 #include "graph/onnx_io.h"
 #include "runtime/cuda/cuda_train_kernels.h"
 #include "runtime/train_memory.h"
+#include "runtime/train_internal.h"
 
 #define NP 4
 static const int64_t k_numel[NP] = {300, 1, FR_MT_CHUNK + 200, 128};
@@ -181,12 +184,33 @@ static void test_memory_prediction(void)
     printf(" (predicted %zu B without evaluation, the session allocated %zu B: diff %.0f B) ", pred, actual, diff);
     CU_ASSERT(fabs(diff) <= 1048576.0 + 0.02 * (double)actual);
     fr_trainer_free(t);
-    /* a batch far beyond the device: refused before the executors allocate */
+    /* the refusal names what would fit, whatever the card's size: a budget (the free memory
+       the check is given) just below the fp32-state prediction and at least the fp8-state one
+       must name --optimizer-state fp8 as fitting; the same run with fp8 state passes it */
+    o.opt.state_dtype = FR_OPT_STATE_F32;
+    fr_train_memory m32;
+    FR_ASSERT_OK(fr_train_predict_memory(g, &o, 1, &m32));
+    CU_ASSERT(m32.optimizer_state > m.optimizer_state);
+    CU_ASSERT_EQUAL(m32.total - m32.optimizer_state, m.total - m.optimizer_state);
+    fr_train_options po = o;
+    po.plan_only = 1;
+    po.device = "cpu";
+    fr_trainer *pt = NULL;
+    FR_ASSERT_OK(fr_trainer_new(g, &po, &pt));
+    CU_ASSERT_EQUAL(tr_memory_check(pt, m32.total - 1), FR_ERR_DEVICE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "--optimizer-state fp8 needs"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "(fits)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "nothing was allocated"));
+    CU_ASSERT_EQUAL(tr_memory_check(pt, m32.total), FR_OK);
+    fr_trainer_free(pt);
+    /* a batch far beyond any device: refused before the executors allocate; activations are
+       what does not fit, so it names a smaller batch and recomputation */
     o.batch = 1 << 18; /* x 64 tokens: some 300 GB of activations */
     fr_trainer *big = NULL;
-    o.opt.state_dtype = FR_OPT_STATE_F32;
     CU_ASSERT_EQUAL(fr_trainer_new(g, &o, &big), FR_ERR_DEVICE);
-    CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "--optimizer-state fp8"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "nothing was allocated"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "--batch "));
+    CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "--recompute"));
     printf(" (%s) ", fr_last_error());
     fr_graph_free(g);
 }

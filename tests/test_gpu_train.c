@@ -20,7 +20,8 @@
  *    losses and weights bit-identical to the same run with the cache off (FP8RUN_WEIGHT_CACHE=0),
  *    for bf16 and the three fp8 recipes; with it on, each Linear and LinearGradData node converts
  *    its weight once per step for k = 1 and k = 4 (k times with it off).
- *  - Recomputation (--recompute attention|mlp|full) gives the losses and weights of --recompute
+ *  - Recomputation (--recompute attention|mlp|full) converts the weights as often as none (the
+ *    recomputed Linears share their forward's codes) and gives the losses and weights of --recompute
  *    none bit for bit on the GPU, in fp32, bf16 and fp8 (delayed, current, block).
  * The tolerance is loose because the GEMMs sum in another order (cuBLASLt vs the CPU's
  * fixed order); the kernels themselves are checked op by op in test_gpu_<family>. */
@@ -35,6 +36,7 @@
 #ifdef FP8RUN_HAVE_CUDA
 #include "runtime/cuda/cuda_train.h" /* the weight-cast counter */
 #include "runtime/train_internal.h"
+#include "runtime/train_memory.h"
 #endif
 
 static fr_graph *load(const char *name)
@@ -332,13 +334,29 @@ static void check_recompute(const char *precision, const char *recipe)
     CU_ASSERT_PTR_NOT_NULL_FATAL(g);
     fr_trainer *t[M] = {0};
     double loss[M][STEPS];
+    long long casts[M];
+    size_t codes[M];
     for (int m = 0; m < M; m++) {
         fr_train_options o = options(2, 16, precision, "cuda");
         if (recipe) o.fp8.recipe = recipe;
         o.recompute = modes[m];
         FR_ASSERT_OK(fr_trainer_new(g, &o, &t[m]));
         run(t[m], STEPS, 1, 91, loss[m]);
+#ifdef FP8RUN_HAVE_CUDA
+        /* a recomputed Linear reuses its forward's weight codes (one copy, converted once per
+           step): the same conversions and the same predicted codes as without recomputation */
+        casts[m] = fr_cuda_train_weight_casts(t[m]->be_state);
+        fr_train_memory pm;
+        FR_ASSERT_OK(fr_train_predict_memory(g, &o, 1, &pm));
+        codes[m] = pm.fp8_weights;
+        CU_ASSERT_EQUAL(casts[m], casts[0]);
+        CU_ASSERT_EQUAL(codes[m], codes[0]);
+#else
+        casts[m] = 0;
+        codes[m] = 0;
+#endif
     }
+    printf(" (weight casts in %d steps: %lld none, %lld full; codes %zu B)", STEPS, casts[0], casts[M - 1], codes[0]);
     int diff = 0;
     for (int m = 1; m < M; m++) {
         int ld = memcmp(loss[m], loss[0], sizeof loss[0]) != 0;

@@ -312,6 +312,11 @@ int cli_bench(int argc, char **argv)
         if (dev_total) printf(", %s in use on the device (peak seen) of %s", cli_human_bytes(peak_used, b2, sizeof b2),
                               cli_human_bytes(dev_total, n1, sizeof n1));
         printf("\nloss             %.4f -> %.4f (%d skipped)\nbuild            %.1f s\n", loss0, loss1, skipped, build_s);
+        fp8run_param_bytes pb = {.struct_size = sizeof pb};
+        if (fp8run_session_param_bytes(t, &pb) == FP8RUN_OK && pb.trained > 0 && pb.frozen > 0) /* LoRA */
+            printf("bytes/parameter  %.1f per trained (%s), %.1f per frozen (%s)\n",
+                   (double)pb.trained_bytes / (double)pb.trained, cli_human_count(pb.trained, b1, sizeof b1),
+                   (double)pb.frozen_bytes / (double)pb.frozen, cli_human_count(pb.frozen, b2, sizeof b2));
         const char *prof = fp8run_session_profile(t); /* FP8RUN_PROFILE=1 */
         if (prof) fputs(prof, stdout);
         if (json) {

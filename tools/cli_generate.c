@@ -11,19 +11,20 @@
 void cli_generate_help(FILE *f)
 {
     fprintf(f,
-            "usage: fp8run generate llama [--preset tiny|125m|1b] [options] -o OUT.onnx\n"
+            "usage: fp8run generate llama [--preset tiny|125m|1b|8b] [options] -o OUT.onnx\n"
             "\n"
             "Write a Llama-style decoder with random weights as ONNX (opset 23): embedding, RMSNorm,\n"
             "rotary attention with grouped-query heads, SwiGLU MLP, untied LM head. Input\n"
             "input_ids int64 [batch, seq], output logits [batch, seq, vocab].\n"
             "\n"
-            "presets (d / layers / heads / kv heads / ffn / vocab):\n"
-            "  tiny   64 / 2 / 4 / 2 / 176 / 128\n"
-            "  125m   768 / 12 / 12 / 4 / 2048 / 32768   (~125M parameters)\n"
-            "  1b     2048 / 16 / 16 / 8 / 5632 / 32768  (~1B parameters)\n"
+            "presets (d / layers / heads / kv heads / ffn / vocab / max seq):\n"
+            "  tiny   64 / 2 / 4 / 2 / 176 / 128 / 256\n"
+            "  125m   768 / 12 / 12 / 4 / 2048 / 32768 / 2048    (~125M parameters)\n"
+            "  1b     2048 / 16 / 16 / 8 / 5632 / 32768 / 2048   (~1B parameters)\n"
+            "  8b     4096 / 32 / 32 / 8 / 14336 / 128256 / 8192 (Llama-3-8B's shape, 8.0B; 32 GB)\n"
             "options (override the preset):\n"
             "  --dim D --layers L --heads H --kv-heads K --ffn F --vocab V\n"
-            "  --max-seq S        longest sequence the rotary tables cover (default 2048)\n"
+            "  --max-seq S        longest sequence the rotary tables cover (default: the preset's)\n"
             "  --seed S           weights (default 1)\n"
             "  -o, --output FILE  where to write (weights go to FILE.data above 1 GiB)\n"
             "  -h, --help         show this help\n");
@@ -60,7 +61,7 @@ int cli_generate(int argc, char **argv)
         if ((m = cli_option(argc, argv, &i, "generate", "--preset", &v)) != 0) {
             if (m < 0) return CLI_EXIT_USAGE;
             if (fp8run_llama_config_preset(&c, v) != FP8RUN_OK)
-                rc = cli_usage("generate", "--preset: '%s' is not one of tiny, 125m, 1b", v);
+                rc = cli_usage("generate", "--preset: '%s' is not one of tiny, 125m, 1b, 8b", v);
             c.seed = 1; /* a preset sets every field, options given before it included */
         }
 #define NUM(flag, field)                                                                      \

@@ -21,7 +21,7 @@ static const cli_command commands[] = {
      cli_eval_help},
     {"export", "write a checkpoint's trained weights into its ONNX model", cli_export,
      cli_export_help},
-    {"generate", "write a Llama-style model with random weights (tiny, 125m, 1b) as ONNX", cli_generate,
+    {"generate", "write a Llama-style model with random weights (tiny, 125m, 1b, 8b) as ONNX", cli_generate,
      cli_generate_help},
     {"bench", "time training steps: step time, tokens/s, MFU, memory (table and JSON)", cli_bench,
      cli_bench_help},

@@ -152,6 +152,10 @@ typedef struct fr_cuda_kernel_def {
     /* instead of `scratch` when set: scratch that depends on the context's choices (the
        attention implementation), which may build device plans when env->cu is set */
     fr_status (*scratch_env)(const fr_cuda_plan_env *env, const fr_graph *g, const fr_node *n, size_t *bytes);
+    /* 1: the persistent memory is a function of the inputs after the first and the attributes
+       only (a weight's codes), so nodes of this kernel that agree on those share one copy and
+       its version (a recomputed Linear reuses its forward's codes: passes/recompute.h) */
+    int persist_shareable;
 } fr_cuda_kernel_def;
 
 /* A kernel's scratch bytes under env (scratch_env, else scratch, else 0). */

@@ -396,6 +396,15 @@ fr_status scatter_plan(const fr_node *n, fr_dtype dy_dt, int dy_rank, const int6
     size_t tb = 0;
     cudaError_t e = s->key64 ? sort_pairs<uint64_t>(NULL, tb, NULL, NULL, NULL, NULL, s->rows, s->end_bit, 0)
                              : sort_pairs<uint32_t>(NULL, tb, NULL, NULL, NULL, NULL, s->rows, s->end_bit, 0);
+    int devices = 0;
+    if (e != cudaSuccess && (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)) {
+        /* no device (a memory prediction on a machine without a GPU: train_memory.h): CUB reads
+           the device's properties, so bound its temporary instead: its own copies of the keys
+           and values, plus histograms and look-back tiles (under a byte a key and 4 MiB) */
+        (void)cudaGetLastError();
+        e = cudaSuccess;
+        tb = r * (ks + 4 + 1) + ((size_t)4 << 20);
+    }
     if (e != cudaSuccess)
         return fr_node_error(n, FR_ERR_DEVICE, "cub::DeviceRadixSort size query failed: %s", cudaGetErrorString(e));
     s->temp = off;

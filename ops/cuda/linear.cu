@@ -689,8 +689,8 @@ static fr_status grad_weight_run(const fr_cuda_kctx *k)
 }
 
 extern "C" const fr_cuda_kernel_def fr_cuda_kernels_linear[] = {
-    {"Linear", FR_DOMAIN_FP8RUN, linear_run, fwd_scratch, fwd_persist},
-    {"LinearGradData", FR_DOMAIN_FP8RUN, grad_data_run, dgrad_scratch, dgrad_persist},
+    {"Linear", FR_DOMAIN_FP8RUN, linear_run, fwd_scratch, fwd_persist, NULL, 1},
+    {"LinearGradData", FR_DOMAIN_FP8RUN, grad_data_run, dgrad_scratch, dgrad_persist, NULL, 1},
     {"LinearGradWeight", FR_DOMAIN_FP8RUN, grad_weight_run, wgrad_scratch, NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };

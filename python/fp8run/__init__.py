@@ -416,7 +416,7 @@ class Model(_Handle):
 
     @staticmethod
     def generate_llama(preset="tiny", **fields):
-        """A Llama-style model with random weights: a preset ("tiny", "125m", "1b") with fields
+        """A Llama-style model with random weights: a preset ("tiny", "125m", "1b", "8b") with fields
         overridden (dim, layers, heads, kv_heads, ffn, vocab, max_seq, seed)."""
         c = _lib.LlamaConfig()
         _check(_L.fp8run_llama_config_init(ctypes.byref(c), ctypes.sizeof(c)))

@@ -26,6 +26,7 @@ struct fr_cuda_exec {
     size_t *scratch_off, *scratch_bytes; /* per node, in the arena */
     size_t *persist_off, *persist_bytes; /* per node, in the persistent block (cuda_kernel.h) */
     uint64_t *persist_version;   /* per node: weights_version its persistent memory holds */
+    int *persist_owner;          /* per node: the node whose persistent memory and version it uses */
     int64_t *opset;              /* per node */
     unsigned char *in_set;       /* per graph input */
     void *arena, *consts, *inputs, *persist;
@@ -162,6 +163,7 @@ void fr_cuda_exec_free(fr_cuda_exec *e)
     free(e->persist_off);
     free(e->persist_bytes);
     free(e->persist_version);
+    free(e->persist_owner);
     free(e->opset);
     free(e->in_set);
     free(e->in_args);
@@ -377,6 +379,26 @@ static fr_status plan_arena(fr_cuda_exec *e, const int *last_use)
     return st;
 }
 
+/* Whether a and b read the same values after their first input and have the same attributes
+ * (kernel_def.persist_shareable: then their persistent memory holds the same bytes). */
+static int same_but_first_input(const fr_node *a, const fr_node *b)
+{
+    if (a->n_inputs != b->n_inputs || a->n_attrs != b->n_attrs) return 0;
+    for (int k = 1; k < a->n_inputs; k++)
+        if (a->inputs[k] != b->inputs[k]) return 0;
+    for (int k = 0; k < a->n_attrs; k++) {
+        const fr_attr *x = &a->attrs[k], *y = &b->attrs[k];
+        if (strcmp(x->name, y->name) != 0 || x->type != y->type || x->n != y->n || x->i != y->i ||
+            memcmp(&x->f, &y->f, sizeof x->f) != 0 || (x->s == NULL) != (y->s == NULL) ||
+            (x->s && (x->s_len != y->s_len || memcmp(x->s, y->s, x->s_len) != 0)) ||
+            (x->ints && (!y->ints || memcmp(x->ints, y->ints, (size_t)x->n * sizeof *x->ints) != 0)) ||
+            (x->floats && (!y->floats || memcmp(x->floats, y->floats, (size_t)x->n * sizeof *x->floats) != 0)) ||
+            x->t || y->t || x->strings || y->strings) /* tensor and string-list attributes: not compared */
+            return 0;
+    }
+    return 1;
+}
+
 static fr_status build(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *share, int plan_only, int attention,
                        fr_cuda_exec **out)
 {
@@ -400,11 +422,12 @@ static fr_status build(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *sh
     e->persist_off = fr_calloc(nn, sizeof(size_t), "CUDA executor");
     e->persist_bytes = fr_calloc(nn, sizeof(size_t), "CUDA executor");
     e->persist_version = fr_calloc(nn, sizeof(uint64_t), "CUDA executor");
+    e->persist_owner = fr_calloc(nn, sizeof(int), "CUDA executor");
     e->opset = fr_calloc(nn, sizeof(int64_t), "CUDA executor");
     e->in_set = fr_calloc((size_t)(g->n_inputs ? g->n_inputs : 1), 1, "CUDA executor");
     fr_status st = FR_OK;
     if (!last_use || !e->hdr || !e->kind || !e->root || !e->off || !e->kern || !e->scratch_off || !e->scratch_bytes ||
-        !e->persist_off || !e->persist_bytes || !e->persist_version || !e->opset || !e->in_set)
+        !e->persist_off || !e->persist_bytes || !e->persist_version || !e->persist_owner || !e->opset || !e->in_set)
         st = FR_ERR_OOM;
     int widest = 1;
     for (int i = 0; i < g->n_nodes; i++) {
@@ -421,9 +444,17 @@ static fr_status build(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *sh
     if (st == FR_OK) st = plan_arena(e, last_use);
     /* persistent memory of the kernels that keep some (cuda_kernel.h): one block */
     for (int i = 0; st == FR_OK && i < g->n_nodes; i++) {
+        e->persist_owner[i] = i;
         if (!e->kern[i] || !e->kern[i]->persist) continue;
         st = e->kern[i]->persist(g, &g->nodes[i], &e->persist_bytes[i]);
-        if (st == FR_OK && e->persist_bytes[i]) {
+        for (int j = 0; st == FR_OK && e->persist_bytes[i] && e->kern[i]->persist_shareable && j < i; j++)
+            if (e->persist_owner[j] == j && e->kern[j] == e->kern[i] && e->persist_bytes[j] == e->persist_bytes[i] &&
+                same_but_first_input(&g->nodes[j], &g->nodes[i])) {
+                e->persist_owner[i] = j;
+                e->persist_off[i] = e->persist_off[j];
+                break;
+            }
+        if (st == FR_OK && e->persist_bytes[i] && e->persist_owner[i] == i) {
             e->persist_off[i] = e->persist_total;
             e->persist_total += align_up(e->persist_bytes[i]);
         }
@@ -554,7 +585,8 @@ static fr_status run_nodes(fr_cuda_exec *e)
         void *scratch = e->scratch_bytes[i] ? (char *)e->arena + e->scratch_off[i] : NULL;
         void *persist = e->persist_bytes[i] ? (char *)e->persist + e->persist_off[i] : NULL;
         fr_cuda_kctx k = {g, n, e->opset[i], n->n_inputs, n->n_outputs, e->in_args, e->out_args, e->c,
-                          scratch, e->scratch_bytes[i], persist, e->persist_bytes[i], &e->persist_version[i]};
+                          scratch, e->scratch_bytes[i], persist, e->persist_bytes[i],
+                          &e->persist_version[e->persist_owner[i]]};
         fr_status st = e->kern[i]->run(&k);
         if (st != FR_OK) {
             if (!strstr(fr_last_error(), n->name))

@@ -10,7 +10,9 @@
  *  - values computed by nodes, and each node's kernel scratch, live in one arena at offsets
  *    from a liveness plan (first fit); graph outputs keep theirs until the next run;
  *  - kernels that keep values across runs (a weight's fp8 codes: cuda_kernel.h) get their
- *    persistent memory in one more block, zeroed at build; uploading a constant
+ *    persistent memory in one more block, zeroed at build (nodes of a kernel marked
+ *    persist_shareable that read the same weight with the same attributes share one copy:
+ *    a recomputed Linear's codes are its forward's); uploading a constant
  *    (fr_cuda_exec_upload_constant) moves the context's weights_version;
  *  - view ops (Reshape, Squeeze, Unsqueeze, Flatten, Identity, inference Dropout) do not copy:
  *    their output is the input's memory, and the node is not run.
