@@ -338,15 +338,7 @@ static fr_status qkv_grad(fr_grad_ctx *ctx)
     FR_TRY(fr_grad_node(ctx, "AttentionQKVGrad", FR_DOMAIN_FP8RUN, rope ? 6 : 4, in, 1, &out, &nid));
     n = &g->nodes[ctx->node_id];
     fr_node *gn = &g->nodes[nid];
-    for (int i = 0; i < n->n_attrs; i++) {
-        const fr_attr *at = &n->attrs[i];
-        if (at->type == FR_ATTR_FLOAT)
-            FR_TRY(fr_node_set_attr_float(gn, at->name, at->f));
-        else if (at->type == FR_ATTR_INT)
-            FR_TRY(fr_node_set_attr_int(gn, at->name, at->i));
-        else if (at->type == FR_ATTR_STRING)
-            FR_TRY(fr_node_set_attr_string(gn, at->name, at->s));
-    }
+    FR_TRY(fr_node_copy_scalar_attrs(gn, n)); /* the gradient node reads the forward's attributes */
     ctx->din[0] = out;
     return fr_grad_finish(ctx, nid);
 }

@@ -29,6 +29,17 @@ typedef __nv_bfloat16 bf16;
 constexpr size_t kAlign = 256;
 size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
+/* Offsets of aligned buffers carved one after another out of one scratch block. */
+struct Bump {
+    size_t off = 0;
+    size_t take(size_t bytes)
+    {
+        const size_t at = off;
+        off += align_up(bytes);
+        return at;
+    }
+};
+
 __device__ inline float load_f(const float *p) { return *p; }
 __device__ inline float load_f(const bf16 *p) { return __bfloat162float(*p); }
 __device__ inline void store_f(float *p, float v) { *p = v; }
@@ -206,12 +217,8 @@ struct CudnnLayout {
 CudnnLayout cudnn_layout(const Node &p, int backward, size_t ws)
 {
     CudnnLayout l = {};
-    size_t off = 0;
-    auto take = [&](size_t bytes) {
-        const size_t at = off;
-        off += align_up(bytes);
-        return at;
-    };
+    Bump bump;
+    auto take = [&](size_t bytes) { return bump.take(bytes); };
     const fr_attn_qkv_geom &q = p.q;
     const size_t nx = (size_t)(q.B * q.T * q.W), no = (size_t)(q.B * q.T * q.Hq * q.Dv);
     l.x16 = take(nx * 2), l.o16 = take(no * 2);
@@ -219,7 +226,7 @@ CudnnLayout cudnn_layout(const Node &p, int backward, size_t ws)
     l.stats = take((size_t)(q.B * q.Hq * q.T) * sizeof(float));
     l.ws = take(ws);
     l.ws_bytes = ws;
-    l.total = off;
+    l.total = bump.off;
     return l;
 }
 
@@ -274,19 +281,15 @@ struct OwnLayout {
 OwnLayout own_layout(const Node &p, int backward, size_t inner)
 {
     OwnLayout l = {};
-    size_t off = 0;
-    auto take = [&](size_t bytes) {
-        const size_t at = off;
-        off += align_up(bytes);
-        return at;
-    };
+    Bump bump;
+    auto take = [&](size_t bytes) { return bump.take(bytes); };
     const fr_attn_qkv_geom &q = p.q;
     const size_t nq = (size_t)(q.B * q.Hq * q.T * q.D) * 4, nk = (size_t)(q.B * q.Hk * q.T * q.D) * 4;
     const size_t nv = (size_t)(q.B * q.Hk * q.T * q.Dv) * 4, no = (size_t)(q.B * q.Hq * q.T * q.Dv) * 4;
     l.q = take(nq), l.k = take(nk), l.v = take(nv), l.o = take(no);
     if (backward) l.dout = take(no), l.dq = take(nq), l.dk = take(nk), l.dv = take(nv);
     l.inner = take(inner);
-    l.total = off;
+    l.total = bump.off;
     return l;
 }
 
