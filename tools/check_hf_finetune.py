@@ -52,6 +52,7 @@ def sh(log, *cmd):
 
 
 def fp8run_logits(fp8run, onnx, ids, d):
+    os.makedirs(d, exist_ok=True)
     np.save(os.path.join(d, "ids.npy"), ids)
     sh(os.path.join(d, "run.log"), fp8run, "run", onnx, "--input", "input_ids=" + os.path.join(d, "ids.npy"),
        "--output-dir", d)

@@ -6,7 +6,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT" /tmp/fr && tar -C /tmp/fr -xJf .devpkg/${BUNDLE:-bundle}.tar.xz
+# FR_UNPACKED=1: the bundle is already in /tmp/fr (other programs may be running from it)
+mkdir -p "$OUT" /tmp/fr
+[ "${FR_UNPACKED:-0}" = 1 ] || tar -C /tmp/fr -xJf .devpkg/${BUNDLE:-bundle}.tar.xz
 B=$(cat /tmp/fr/build_dir)
 SRC=$(grep -ao '/[a-zA-Z0-9_/.-]*tests/fixtures' /tmp/fr/bin/test_gpu_train | head -1 | sed 's|/tests/fixtures||')
 if [ -n "$SRC" ] && [ "$SRC" != "$PWD" ]; then mkdir -p "$(dirname "$SRC")"; ln -sfn "$PWD" "$SRC"; fi
