@@ -31,7 +31,7 @@ void fr_train_options_default(fr_train_options *o)
     o->unshare = 1;
     o->fuse_attention = 1;
     o->fuse_swiglu = 1;
-    o->fuse_attention_io = 1;
+    o->fuse_attention_io = 0; /* measured slower than Split/Transposes/Rotary + cuDNN (README) */
     o->device = "cpu";
     o->recompute = "none";
     o->fp8_fast_accum = 1;

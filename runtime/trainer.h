@@ -106,7 +106,7 @@ typedef struct fr_train_options {
                                   "cudnn", "fp8run" (ops/cuda/attention_cudnn.h; --attention) */
     int shard_gradients;       /* 1: ZeRO-2 (with shard_optimizer): gradients reduced to their
                                   owners only (runtime/cuda/dist_train.h) */
-    int fuse_attention_io;     /* 1 (default): pass fuse_attention_io (passes/attention_io.h) */
+    int fuse_attention_io;     /* 1: pass fuse_attention_io (default 0) (passes/attention_io.h) */
     int fp8_fast_accum;        /* 1 (default): the GPU's per-tensor fp8 forward GEMMs use fast
                                   accumulation (ops/cuda/cuda_gemm.h); 0: exact, as the CPU */
 } fr_train_options;

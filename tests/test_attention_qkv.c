@@ -224,6 +224,9 @@ static void test_generated_llama(void)
     FR_ASSERT_OK(fr_llama_generate(&k_llama, &model));
     fr_train_options o;
     fr_ft_train_options(&o);
+    CU_ASSERT_EQUAL(o.fuse_attention_io, 0); /* off by default (slower on an H200: README) */
+    check_trainer_graph("llama, pass off by default", model, &o, (int)k_llama.layers, 0);
+    o.fuse_attention_io = 1;
     check_trainer_graph("llama", model, &o, (int)k_llama.layers, 1);
     o.fuse_attention_io = 0;
     check_trainer_graph("llama, pass off", model, &o, (int)k_llama.layers, 0);
@@ -308,6 +311,7 @@ static void test_hf_training(void)
         o.seq_len = 11;
         o.lr.max_lr = 1e-3;
         o.train_regex = FR_FT_HF_TRAIN;
+        o.fuse_attention_io = 1;
         check_trainer_graph(dirs[i], g, &o, 2, 1);
         check_losses(dirs[i], g, &o);
         fr_graph_free(g);
