@@ -5,7 +5,7 @@
 #   FP8RUN=build/fp8run tools/gpu_bench.sh            # everything
 #   SIZES="125m" PRECISIONS="bf16 fp8" tools/gpu_bench.sh
 # EXTRA adds options to every bench (e.g. EXTRA="--no-fuse-attention").
-# ATTENTIONS lists --attention choices to bench each with (default fp8run); a run with another
+# ATTENTIONS lists --attention choices to bench each with (default auto); a run with another
 # one gets _attn-<choice> in its name. fp8run's attention against cuDNN's at the 1B shapes:
 #   SIZES=1b PRECISIONS="bf16 fp8" ATTENTIONS="fp8run cudnn" tools/gpu_bench.sh
 # (each JSON's "attention" field says which kernels ran; the kernels alone, without the
@@ -15,7 +15,7 @@ FP8RUN=${FP8RUN:-build/fp8run}
 OUT=${OUT:-/tmp/out}
 SIZES=${SIZES:-"125m 1b"}
 PRECISIONS=${PRECISIONS:-"fp32 bf16 fp8"}
-ATTENTIONS=${ATTENTIONS:-fp8run}
+ATTENTIONS=${ATTENTIONS:-auto}
 mkdir -p "$OUT"
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9][0-9]*' | head -1 | tr 'H' 'h')
 for size in $SIZES; do
@@ -29,7 +29,7 @@ for size in $SIZES; do
     for p in $PRECISIONS; do
         for a in $ATTENTIONS; do
             sfx=""
-            [ "$a" = fp8run ] || sfx="_attn-$a"
+            [ "$a" = auto ] || sfx="_attn-$a"
             j="$OUT/${gpu:-gpu}_llama${size}_b${B}_t${T}_${p}${sfx}.json"
             echo "== llama $size B=$B T=$T $p --attention $a"
             "$FP8RUN" bench "$m" --batch $B --seq $T --precision $p --warmup $W --steps $S --attention "$a" \

@@ -58,7 +58,9 @@ EOF
     rc2=$?
     grep -E "^(TorchScript|logits|10 fp32|PASS)|Error|assert" "$U/torchscript.log" | head -8
     [ $rc2 -ne 0 ] && tail -6 "$U/torchscript.log"
-    echo "check_torchscript_export: rc=$rc2 in $(( $(date +%s) - start )) s: $([ $rc2 -eq 0 ] && echo PASS || echo FAIL)"
+    # (torch 2.11 + transformers 5.17: the TorchScript exporter fails on a Llama inside torch,
+    # README "Exporting from PyTorch"; a PASS here means the installed versions export again)
+    echo "check_torchscript_export: rc=$rc2 in $(( $(date +%s) - start )) s: $([ $rc2 -eq 0 ] && echo PASS || echo "FAIL (known with transformers 5)")"
 } 2>&1 | tee "$U/summary.txt"
 # only the small files come back
 cp "$U/from_torch/run.jsonl" "$U/from_torch/run.svg" "$U/" 2>/dev/null
