@@ -123,6 +123,15 @@ void fr_node_cost_of(const fr_graph *g, const fr_node *n, fr_node_cost *c)
         double batch = tq * d > 0 ? numel(in0) / (tq * d) : 0, pairs = attention_pairs(n, tq, tk);
         int grad = strcmp(op, "AttentionGrad") == 0;
         c->flops = 2 * batch * pairs * (grad ? 3 * d + 2 * dv : d + dv);
+    } else if (ours && (strcmp(op, "AttentionQKV") == 0 || strcmp(op, "AttentionQKVGrad") == 0)) {
+        /* X [B, T, W] packed; LSE [B, Hq, T] gives the heads and T, O [.., Hq Dv] gives Dv */
+        int grad = strcmp(op, "AttentionQKVGrad") == 0;
+        const fr_value *o = grad ? val(g, n, 1, 0) : out0, *lse = grad ? val(g, n, 2, 0) : val(g, n, 1, 1);
+        int64_t d = 0;
+        if (fr_node_attr_int(n, "head_dim", 0, &d) != FR_OK) d = 0;
+        double t = dim_from_end(lse, 1), rows = numel(lse); /* B Hq T */
+        double dv = rows > 0 ? numel(o) / rows : 0, heads_b = t > 0 ? rows / t : 0;
+        c->flops = 2 * heads_b * attention_pairs(n, t, t) * (grad ? 3 * (double)d + 2 * dv : (double)d + dv);
     }
     c->math = c->flops > 0 ? math_of(g, n) : FR_MATH_NONE;
 }

@@ -241,7 +241,35 @@ static void test_profile_table(void)
     fr_graph_free(t.g);
 }
 
+/* AttentionQKV (X packed [B, T, W]): heads and T from LSE [B, Hq, T], Dv from O; causal */
+static void test_attention_qkv_cost(void)
+{
+    fr_graph *g = NULL;
+    FR_ASSERT_OK(fr_graph_new(&g));
+    /* B 2, T 8, Hq 4, Hk 2, D 8, Dv 8: W = 4*8 + 2*8 + 2*8 = 64 */
+    int x = value(g, "x", FR_F32, 3, (int64_t[]){2, 8, 64});
+    int o = value(g, "o", FR_F32, 3, (int64_t[]){2, 8, 32}), lse = value(g, "lse", FR_F32, 3, (int64_t[]){2, 4, 8});
+    int fwd = node(g, "AttentionQKV", "ai.fp8run", "aq", 1, (int[]){x}, 2, (int[]){o, lse});
+    int dx = value(g, "dx", FR_F32, 3, (int64_t[]){2, 8, 64});
+    int bwd = node(g, "AttentionQKVGrad", "ai.fp8run", "aqg", 4, (int[]){x, o, lse, o}, 1, (int[]){dx});
+    for (int i = 0; i < 2; i++) {
+        fr_node *n = &g->nodes[i ? bwd : fwd];
+        FR_ASSERT_OK(fr_node_set_attr_int(n, "heads", 4));
+        FR_ASSERT_OK(fr_node_set_attr_int(n, "kv_heads", 2));
+        FR_ASSERT_OK(fr_node_set_attr_int(n, "head_dim", 8));
+        FR_ASSERT_OK(fr_node_set_attr_int(n, "causal", 1));
+    }
+    fr_node_cost c;
+    fr_node_cost_of(g, &g->nodes[fwd], &c);
+    /* 8 query heads of 36 causal pairs each, (D + Dv) x 2 FLOPs a pair */
+    CU_ASSERT_DOUBLE_EQUAL(c.flops, 2.0 * 8 * 36 * (8 + 8), 0);
+    fr_node_cost_of(g, &g->nodes[bwd], &c);
+    CU_ASSERT_DOUBLE_EQUAL(c.flops, 2.0 * 8 * 36 * (3 * 8 + 2 * 8), 0);
+    fr_graph_free(g);
+}
+
 static CU_TestInfo tests[] = {
+    {"AttentionQKV FLOPs from its packed shapes", test_attention_qkv_cost},
     {"node FLOPs and bytes match hand-computed values", test_costs},
     {"device peaks: table by name, FP8RUN_DEVICE_PEAKS override and errors", test_peaks},
     {"ceiling = max(FLOPs / peak, bytes / bandwidth)", test_ceiling},
