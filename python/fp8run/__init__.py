@@ -638,6 +638,9 @@ class Session(_Handle):
         _check(_L.fp8run_session_save_safetensors(self._handle(), _path(folder), _st_dtype(dtype), max_shard_bytes))
 
     device = property(lambda self: _str(_L.fp8run_session_device(self._handle())))
+    # which kernels ran the fused attention, and which GEMM algorithms were timed and kept
+    attention = property(lambda self: _str(_L.fp8run_session_attention(self._handle())))
+    gemm = property(lambda self: _str(_L.fp8run_session_gemm(self._handle())))
 
     def fp8_stats(self):
         """Per FP8 operand (x, w, dy of every fp8 Linear) as of the last step: a list of dicts

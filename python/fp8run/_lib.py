@@ -347,6 +347,8 @@ _PROTOTYPES = {
     "fp8run_session_export_adapter": (c_int, [P, c_char_p]),
     "fp8run_session_param_bytes": (c_int, [P, ctypes.POINTER(ParamBytes)]),
     "fp8run_session_device": (c_char_p, [P]),
+    "fp8run_session_attention": (c_char_p, [P]),
+    "fp8run_session_gemm": (c_char_p, [P]),
     "fp8run_session_fp8_stats": (c_int, [P, ctypes.POINTER(c_int)]),
     "fp8run_session_fp8_stat": (c_int, [P, c_int, ctypes.POINTER(Fp8Stat)]),
     # checkpoints

@@ -287,6 +287,8 @@ class FP8RunTest(unittest.TestCase):
         s.eval(ids)
         np.testing.assert_allclose(out["logits"], s.output(), rtol=0, atol=1e-5)
         self.assertEqual(s.device, "CPU")
+        self.assertEqual(s.attention, "CPU kernels")  # which kernels ran (a GPU names cuDNN or fp8run's)
+        self.assertTrue(s.gemm.startswith("CPU kernels"), s.gemm)
         self.assertError(fp8run.ERR_INVALID_ARG, "'tokens'", m.run, {"tokens": ids[:, :T]})
 
     def test_generate_and_compiled(self):
