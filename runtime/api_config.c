@@ -49,8 +49,11 @@ fp8run_status fr_api_options(api_err *slot, const char *fn, const fp8run_train_c
     o->fp8.bf16_boundary = c.bf16_boundary;
     o->fp8.fp8_exclude = c.fp8_exclude;
     o->fp8.fuse = c.fuse != 0;
-    o->fuse_attention = c.fuse_attention != 0;
-    o->fuse_swiglu = c.fuse_swiglu != 0;
+#define FR_OPT(...)
+#define FR_OPT_PLAIN(field, ...) o->field = c.field != 0;
+#include "runtime/train_config.def"
+#undef FR_OPT
+#undef FR_OPT_PLAIN
     o->recompute = fr_api_choice("recompute", c.recompute);
     o->fp8.pad_multiple = c.pad_multiple;
     o->fp8.margin = c.fp8_margin;
@@ -100,14 +103,11 @@ fp8run_status fr_api_options(api_err *slot, const char *fn, const fp8run_train_c
     o->local_rank = c.local_rank;
     o->nccl_comm = c.nccl_comm;
     o->shard_optimizer = c.shard_optimizer != 0 || c.shard_gradients != 0; /* ZeRO-2 includes ZeRO-1 */
-    o->shard_gradients = c.shard_gradients != 0;
     o->lora.rank = c.lora_rank;
     o->lora.alpha = c.lora_alpha;
     o->lora.targets = c.lora_targets;
     o->lora.dropout = c.lora_dropout;
     o->attention = fr_api_choice("attention", c.attention); /* NULL (an older struct): auto */
-    o->fuse_attention_io = c.fuse_attention_io != 0;
-    o->fp8_fast_accum = c.fp8_fast_accum != 0;
 
     if (c.n_dims > 0) {
         fp8run_status dps = fr_api_dims(slot, fn, c.dim_names, c.dim_values, c.n_dims, 1, &out->dims);

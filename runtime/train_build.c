@@ -515,9 +515,11 @@ fr_status tr_pass_option(const void *opts, const char *name, int *on)
     static const struct { const char *name; size_t off; } k_flags[] = {
         {"unshare", offsetof(fr_train_options, unshare)},
         {"retie", offsetof(fr_train_options, retie)},
-        {"fuse_attention", offsetof(fr_train_options, fuse_attention)},
-        {"fuse_swiglu", offsetof(fr_train_options, fuse_swiglu)},
-        {"fuse_attention_io", offsetof(fr_train_options, fuse_attention_io)},
+#define FR_OPT(...)
+#define FR_OPT_PLAIN(field, ...) {#field, offsetof(fr_train_options, field)},
+#include "runtime/train_config.def"
+#undef FR_OPT
+#undef FR_OPT_PLAIN
     };
     const fr_train_options *o = opts;
     if (strcmp(name, "lora") == 0) {

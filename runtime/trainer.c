@@ -29,12 +29,13 @@ void fr_train_options_default(fr_train_options *o)
     o->max_bad_steps = 10;
     o->retie = 1;
     o->unshare = 1;
-    o->fuse_attention = 1;
-    o->fuse_swiglu = 1;
-    o->fuse_attention_io = 0; /* measured slower than Split/Transposes/Rotary + cuDNN (README) */
     o->device = "cpu";
     o->recompute = "none";
-    o->fp8_fast_accum = 1;
+#define FR_OPT(...)
+#define FR_OPT_PLAIN(field, TYPE, def, ...) o->field = (def);
+#include "runtime/train_config.def"
+#undef FR_OPT
+#undef FR_OPT_PLAIN
 }
 
 /* ---- options ---- */

@@ -81,11 +81,6 @@ typedef struct fr_train_options {
                                   LM head that constant folding untied) */
     const char *device;        /* "cpu" (default) | "cuda" | "auto" (CUDA when a usable GPU is
                                   present, else the CPU) */
-    int fuse_attention;        /* 1 (default): the unfused attention of the model becomes one
-                                  ai.fp8run::Attention node per layer (passes/attention_fuse.h),
-                                  and each RoPE one ai.fp8run::Rotary (passes/rotary_fuse.h) */
-    int fuse_swiglu;           /* 1 (default): Mul(Mul(gate, Sigmoid(gate)), up) becomes one
-                                  ai.fp8run::SwiGLU node per layer (passes/swiglu_fuse.h) */
     const char *recompute;     /* "none" (default) | "attention" | "mlp" | "full" (passes/
                                   recompute.h): regions of each block the backward recomputes */
     fr_lora_options lora;      /* rank 0 (default): no LoRA; else adapters on the Linears whose
@@ -104,11 +99,16 @@ typedef struct fr_train_options {
                                   (fr_train_predict_memory, runtime/train_memory.h) */
     const char *attention;     /* the fused attention's GPU kernels: NULL or "auto" (default),
                                   "cudnn", "fp8run" (ops/cuda/attention_cudnn.h; --attention) */
-    int shard_gradients;       /* 1: ZeRO-2 (with shard_optimizer): gradients reduced to their
-                                  owners only (runtime/cuda/dist_train.h) */
-    int fuse_attention_io;     /* 1: pass fuse_attention_io (default 0) (passes/attention_io.h) */
-    int fp8_fast_accum;        /* 1 (default): the GPU's per-tensor fp8 forward GEMMs use fast
-                                  accumulation (ops/cuda/cuda_gemm.h); 0: exact, as the CPU */
+    /* the plain switches, one int each, named, defaulted and documented by their FR_OPT_PLAIN
+       line of runtime/train_config.def: fuse_attention (passes/attention_fuse.h and
+       rotary_fuse.h), fuse_swiglu (passes/swiglu_fuse.h), shard_gradients (ZeRO-2,
+       runtime/cuda/dist_train.h), fuse_attention_io (passes/attention_io.h), fp8_fast_accum
+       (ops/cuda/cuda_gemm.h), ... */
+#define FR_OPT(...)
+#define FR_OPT_PLAIN(field, TYPE, ...) int field;
+#include "runtime/train_config.def"
+#undef FR_OPT
+#undef FR_OPT_PLAIN
 } fr_train_options;
 
 void fr_train_options_default(fr_train_options *o);
