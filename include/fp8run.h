@@ -499,6 +499,9 @@ typedef struct fp8run_train_config {
                                     FAST_ACCUM, as Transformer Engine and torchao do for the
                                     forward: about 1e-3 relative off the exact sum); 0: exact.
                                     The gradients' GEMMs are always exact */
+    int fuse_rmsnorm;            /* 1 (default): each RMSNorm an exporter wrote out (Pow/ReduceMean/
+                                    Add/Sqrt/Reciprocal/Mul, Rsqrt, Gemma's 1 + w) becomes one
+                                    ai.fp8run::RMSNormalization node; 0 keeps the ops */
 } fp8run_train_config;
 
 /* Fill *cfg with the defaults above and set cfg->struct_size = size. Pass sizeof *cfg. */

@@ -179,10 +179,10 @@ static const fr_pass k_passes[] = {
        constants. A compiled file keeps its result but not the resolved ops and shapes. */
     {"prepare", "Identity removal, shape inference with constant folding, dead-node elimination",
      FR_STAGE_IMPORTED, NULL, 1, run_prepare},
-    /* an exporter's RMSNorm written out (Pow/ReduceMean/Add/Sqrt/Reciprocal/Mul/Mul): always
-       (its statistics in double: no less exact), on the prepared graph (constants folded) */
+    /* an exporter's RMSNorm written out (Pow/ReduceMean/Add/Sqrt/Reciprocal/Mul/Mul), on the
+       prepared graph (constants folded); --no-fuse-rmsnorm keeps the ops (to compare) */
     {"fuse_rmsnorm", "each RMSNorm written out becomes one ai.fp8run::RMSNormalization node", FR_STAGE_PREPARED,
-     NULL, 0, run_rmsnorm},
+     "fuse_rmsnorm", 0, run_rmsnorm},
     /* an exporter's GELU (Erf or Tanh chain), under SwiGLU's switch (the MLP activations);
        before fuse_swiglu, which then takes GeGLU's Mul(Gelu(gate), up) */
     {"fuse_gelu", "each GELU written out (Erf or Tanh form) becomes one ai.fp8run::Gelu node", FR_STAGE_PREPARED,

@@ -90,6 +90,13 @@ static void test_trainer(void)
         for (int k = 0; k < t->g->n_nodes; k++)
             if (strcmp(t->g->nodes[k].op_type, "LayerNormalization") == 0) CU_ASSERT_EQUAL(t->g->nodes[k].n_outputs, 1);
         fr_trainer_free(t);
+        /* --no-fuse-rmsnorm keeps the exporter's ops (LayerNorm is imported as one op anyway) */
+        o.fuse_rmsnorm = 0;
+        st = fr_trainer_new(model, &o, &t);
+        CU_ASSERT_EQUAL_FATAL(st, FR_OK);
+        CU_ASSERT_EQUAL(count_op(t->g, "RMSNormalization"), 0);
+        CU_ASSERT_EQUAL(count_op(t->g, "ReduceMean") > 0, fx[i].rms > 0);
+        fr_trainer_free(t);
         fr_graph_free(model);
     }
 }
