@@ -13,6 +13,7 @@
 #include "passes/rotary_fuse.h"
 #include "passes/select_params.h"
 #include "passes/swiglu_fuse.h"
+#include "passes/unfused_check.h"
 #include "passes/unshare.h"
 
 /* ---- the passes' adapters: read the context, run the pass, say what it did ---- */
@@ -105,6 +106,12 @@ static fr_status run_attention_io(fr_pass_ctx *c, fr_pass_result *r) { return ru
 static fr_status run_rmsnorm(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_fuse_rmsnorm, c, r); }
 
 static fr_status run_gelu(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_fuse_gelu, c, r); }
+
+static fr_status run_unfused(fr_pass_ctx *c, fr_pass_result *r)
+{
+    int left; /* a report: the graph is unchanged (r->changed stays 0) */
+    return fr_unfused_check(c->g, &left, r->detail, sizeof r->detail);
+}
 
 static fr_status run_fp8_compile(fr_pass_ctx *c, fr_pass_result *r)
 {
@@ -208,6 +215,9 @@ static const fr_pass k_passes[] = {
     {"fuse_swiglu", "Mul(Mul(gate, Sigmoid(gate)), up) (and GeGLU's Mul(Gelu(gate), up)) becomes one "
      "ai.fp8run::SwiGLU node",
      FR_STAGE_PREPARED, "fuse_swiglu", 0, run_swiglu},
+    /* last on the prepared graph, after every fusion: what none of them took */
+    {"unfused", "counts the ops the fusions left (Softmax, ReduceMean, Erf, Tanh, Sigmoid) and names the first "
+     "of each", FR_STAGE_PREPARED, NULL, 0, run_unfused},
     /* on the backward autodiff built (it redirects the backward's reads), before dead-node
        elimination and the executors' liveness plans, which then free the originals early */
     {"recompute", "the backward reads a copy of each chosen block region's forward (--recompute), "
