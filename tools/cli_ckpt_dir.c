@@ -90,3 +90,101 @@ void cli_ckpt_clean_stale_tmp(const char *dir, struct timespec since)
     }
     closedir(d);
 }
+
+/* ---- the checkpoint files of a folder ---- */
+
+char *cli_ckpt_path(const char *dir, int64_t step)
+{
+    size_t n = strlen(dir) + 64;
+    char *p = malloc(n);
+    if (p) {
+        int k = snprintf(p, n, "%s/", dir);
+        snprintf(p + k, n - (size_t)k, CKPT_PATTERN, (long long)step);
+    }
+    return p;
+}
+
+static int newest_first(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x < y) - (x > y);
+}
+
+/* Steps of the checkpoint files in dir (step_NNNNNNNN.ckpt), newest first. */
+static int list_ckpts(const char *dir, int64_t **steps, int *n)
+{
+    *steps = NULL;
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (!d) return errno == ENOENT ? 0 : cli_fail("cannot read folder '%s': %s", dir, strerror(errno));
+    struct dirent *e;
+    int cap = 0;
+    while ((e = readdir(d))) {
+        long long s;
+        int end = 0;
+        if (sscanf(e->d_name, "step_%lld.ckpt%n", &s, &end) != 1 || end == 0 || e->d_name[end] || s < 0) continue;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 16;
+            int64_t *ns = realloc(*steps, (size_t)cap * sizeof *ns);
+            if (!ns) {
+                closedir(d);
+                return cli_fail("out of memory");
+            }
+            *steps = ns;
+        }
+        (*steps)[(*n)++] = s;
+    }
+    closedir(d);
+    if (*n > 1) qsort(*steps, (size_t)*n, sizeof **steps, newest_first); /* a folder may hold very many */
+    return 0;
+}
+
+/* The newest checkpoint that opens and verifies; corrupted ones are skipped with a warning.
+ * *path = NULL when there is none; *ck (kept open: its data loader state) with it. */
+int cli_ckpt_newest_valid(const char *dir, char **path, fp8run_checkpoint **ck)
+{
+    int64_t *steps;
+    int n;
+    *path = NULL;
+    *ck = NULL;
+    int rc = list_ckpts(dir, &steps, &n), skipped = 0;
+    for (int i = 0; rc == 0 && i < n && !*path; i++) {
+        char *p = cli_ckpt_path(dir, steps[i]);
+        if (!p) {
+            rc = cli_fail("out of memory");
+        } else if (fp8run_checkpoint_open(p, ck) == FP8RUN_OK) {
+            *path = p;
+        } else {
+            fprintf(stderr, "fp8run: warning: skipping checkpoint '%s': %s\n", p, cli_last_error());
+            free(p);
+            skipped++;
+        }
+    }
+    free(steps);
+    /* starting afresh over unusable checkpoints would silently throw the run away */
+    if (rc == 0 && !*path && skipped)
+        rc = cli_fail("--resume: none of the %d checkpoint file(s) in '%s' is usable (see the warnings); "
+                      "move them away to start from step 0", skipped, dir);
+    return rc;
+}
+
+/* On resume: the checkpoints of the run we continue (those that verify, up to its step) are
+ * ours to prune; files that do not verify are left alone. */
+int cli_ckpt_adopt(const char *dir, int64_t upto, cli_ckpt_set *mine)
+{
+    int64_t *steps;
+    int n;
+    int rc = list_ckpts(dir, &steps, &n);
+    for (int i = 0; rc == 0 && i < n; i++) {
+        if (steps[i] > upto) continue;
+        char *p = cli_ckpt_path(dir, steps[i]);
+        fp8run_checkpoint *ck = NULL;
+        if (!p) rc = cli_fail("out of memory");
+        else if (fp8run_checkpoint_open(p, &ck) == FP8RUN_OK && fp8run_checkpoint_step(ck) == steps[i])
+            rc = cli_ckpt_set_add(mine, steps[i]);
+        fp8run_checkpoint_close(ck);
+        free(p);
+    }
+    free(steps);
+    return rc;
+}

@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <time.h>
 
+#include <fp8run.h>
+
 typedef struct cli_ckpt_set {
     int64_t *steps; /* ascending */
     int n, cap;
@@ -23,5 +25,16 @@ void cli_ckpt_set_free(cli_ckpt_set *s);
 /* Remove DIR/step_N.ckpt.tmp.PID.K files (the checkpoint writer's exact temporary names) that
  * are older than `since` and whose writer process is gone; each removal is reported. */
 void cli_ckpt_clean_stale_tmp(const char *dir, struct timespec since);
+
+
+/* The checkpoint files a run writes: DIR/step_NNNNNNNN.ckpt */
+#define CKPT_PATTERN "step_%08lld.ckpt"
+/* DIR/step_N.ckpt, malloc'ed (NULL: out of memory). */
+char *cli_ckpt_path(const char *dir, int64_t step);
+/* The newest checkpoint of dir that opens and verifies (corrupted ones skipped with a warning):
+ * *path (malloc'ed) and *ck kept open, or *path = NULL when there is none. */
+int cli_ckpt_newest_valid(const char *dir, char **path, fp8run_checkpoint **ck);
+/* On resume: the checkpoints up to step `upto` that verify are ours to prune. */
+int cli_ckpt_adopt(const char *dir, int64_t upto, cli_ckpt_set *mine);
 
 #endif

@@ -12,66 +12,25 @@
 
 #include "cli.h"
 #include "cli_ckpt_dir.h"
+#include "cli_train_args.h"
 
 #define CLI_EXIT_INTERRUPTED 130
-#define CKPT_PATTERN "step_%08lld.ckpt"
 
 /* ---------------------------------------------------------------------------------------- */
 /* arguments shared by the commands                                                          */
 /* ---------------------------------------------------------------------------------------- */
 
-typedef struct train_args {
-    const char *model, *data, *val, *log, *ckpt_dir, *export_path, *model_opt, *out;
-    int64_t steps, batch, seq, val_every, val_batches, log_every, ckpt_every, ckpt_keep, batches;
-    int have_steps, have_batch, have_seq, have_val_batches, resume;
-    fp8run_data_order order;
-    fp8run_dtype token_dtype;
-    fp8run_train_config o;
-    unsigned command;       /* FP8RUN_OPTION_TRAIN or FP8RUN_OPTION_EVAL: the options it takes */
-    cli_given given;        /* which of them were given */
-    const char *device;     /* --device */
-    cli_dims dims;
-    int64_t log_fp8;        /* --log-fp8 N: FP8 statistics every N steps (0: off) */
-    const char *recipe_opt; /* the first precision/recipe option given (refused with a .fbs) */
-    const char *init_from;  /* --init-from DIR|FILE (safetensors) */
-    int gpus;               /* --gpus N (0: not given) */
-    const char *adapter_dir; /* --export-adapter DIR (a LoRA run) */
-} train_args;
 
-static const char *const k_dtypes[] = {"uint8", "uint16", "uint32", NULL};
-static const fp8run_dtype k_dtype_of[] = {FP8RUN_DTYPE_UINT8, FP8RUN_DTYPE_UINT16, FP8RUN_DTYPE_UINT32};
 static const char *const k_orders[] = {"random", "sequential", NULL};
 
 /* Options whose default the help does not print: required, or derived by train. */
 static const char *const k_train_derived[] = {"batch", "seq_len", "lr", "lr_schedule", NULL};
 
-static void args_init(train_args *a, unsigned command)
-{
-    memset(a, 0, sizeof *a);
-    cli_must(fp8run_train_config_init(&a->o, sizeof a->o));
-    a->o.grad_clip = 1.0; /* the command's default; the API's is 0 (off) */
-    a->command = command;
-    a->device = "auto"; /* the GPU when one is usable; the CPU otherwise (and it says which) */
-    a->val_batches = 20;
-    a->log_every = 10;
-    a->ckpt_keep = 3;
-    a->order = FP8RUN_DATA_RANDOM;
-    a->token_dtype = FP8RUN_DTYPE_UINT16;
-}
 
 /* ---------------------------------------------------------------------------------------- */
 /* help                                                                                      */
 /* ---------------------------------------------------------------------------------------- */
 
-/* --help, then the training options of the command with its defaults. */
-static void options_help(FILE *f, unsigned command, const char *required, const char *const *no_default)
-{
-    train_args a;
-    args_init(&a, command);
-    fprintf(f, "  -h, --help              show this help\n"
-               "training options (%s required for an ONNX model):\n", required);
-    cli_config_help(f, command, &a.o, no_default);
-}
 
 void cli_train_help(FILE *f)
 {
@@ -124,78 +83,16 @@ void cli_train_help(FILE *f)
             "                          adapters merged into their weights)\n"
             "  --export-adapter DIR    a LoRA run's adapters as PEFT writes them (adapter_model.safetensors,\n"
             "                          adapter_config.json)\n");
-    options_help(f, FP8RUN_OPTION_TRAIN, "--batch, --seq and --lr", k_train_derived);
+    train_args_help(f, FP8RUN_OPTION_TRAIN, "--batch, --seq and --lr", k_train_derived);
     fprintf(f, "\nCtrl-C finishes the current step, saves a checkpoint (with --ckpt-dir) and exits 130.\n");
 }
 
-void cli_eval_help(FILE *f)
-{
-    fprintf(f,
-            "usage: fp8run eval MODEL|COMPILED.fbs|CKPT --data FILE --batch B --seq T [options]\n"
-            "\n"
-            "Mean next-token cross-entropy and perplexity of a model (ONNX) or of a training\n"
-            "checkpoint's weights (the model comes from --model or the checkpoint's record) over\n"
-            "sequential batches of B windows of T+1 tokens. Prints 'loss L perplexity P'.\n"
-            "\n"
-            "options:\n"
-            "  --data FILE             tokens (raw uint16/uint32 or llm.c token file)\n"
-            "  --data-dtype uint8|uint16|uint32\n"
-            "  --batches N             batches to evaluate (default 0: the whole file)\n"
-            "  --model MODEL           the ONNX model (or compiled graph) a checkpoint belongs to\n"
-            "  --device auto|cuda|cpu  where to run (default auto: the GPU when one is usable)\n"
-            "  --dim NAME=VALUE        fix another symbolic dimension (repeatable)\n");
-    options_help(f, FP8RUN_OPTION_EVAL, "--batch and --seq", cli_shape_options);
-}
 
-void cli_export_help(FILE *f)
-{
-    fprintf(f,
-            "usage: fp8run export CKPT [--model MODEL] -o OUT.onnx\n"
-            "       fp8run export CKPT --safetensors DIR [--dtype fp32|bf16] [--max-shard-mb N]\n"
-            "\n"
-            "Write MODEL with the checkpoint's trained weights in its initializers (original names\n"
-            "and layouts). A checkpoint holds weights only; the graph comes from --model, or from\n"
-            "the model path the checkpoint recorded. Weights go to external data OUT.onnx.data\n"
-            "when they add up to more than 1 GiB.\n"
-            "\n"
-            "options:\n"
-            "  --model MODEL           the ONNX model that was trained, or the compiled graph (.fbs)\n"
-            "                          it was trained as (the original model is written)\n"
-            "  -o, --output OUT.onnx   where to write\n"
-            "  --safetensors DIR       write the checkpoint's weights as a Hugging Face checkpoint instead\n"
-            "                          (no model needed): DIR/model.safetensors (the trained parameters'\n"
-            "                          names and shapes, sorted), or shards with\n"
-            "                          model.safetensors.index.json beyond --max-shard-mb\n"
-            "  --dtype fp32|bf16       the safetensors' dtype (default fp32; bf16 rounds to nearest even)\n"
-            "  --max-shard-mb N        largest shard (default 5000, transformers' 5GB)\n"
-            "  -h, --help              show this help\n");
-}
 
 /* ---------------------------------------------------------------------------------------- */
 /* option values                                                                             */
 /* ---------------------------------------------------------------------------------------- */
 
-/* Options that train and eval share, the training options of the command included. Returns 1
- * when argv[*i] was one of them (rc set), 0 if not. */
-static int common_option(const char *cmd, int argc, char **argv, int *i, train_args *a, int *rc)
-{
-    const char *v = NULL;
-    int m, k;
-    if (cli_config_option(cmd, a->command, argc, argv, i, &a->o, &a->given, rc)) return 1;
-#define OPT(name) ((m = cli_option(argc, argv, i, cmd, name, &v)) != 0)
-    if (OPT("--data")) a->data = v;
-    else if (OPT("--data-dtype")) {
-        if (m > 0 && (*rc = cli_choice(cmd, "--data-dtype", v, k_dtypes, &k)) == 0) a->token_dtype = k_dtype_of[k];
-    } else if (OPT("--device")) {
-        if (m > 0 && (*rc = cli_choice(cmd, "--device", v, fp8run_choices("device"), &k)) == 0) a->device = v;
-    } else if (OPT("--dim")) {
-        if (m > 0) *rc = cli_dims_add(&a->dims, cmd, v);
-    } else
-        return 0;
-#undef OPT
-    if (m < 0) *rc = CLI_EXIT_USAGE;
-    return 1;
-}
 
 static int train_option(int argc, char **argv, int *i, train_args *a, int *rc)
 {
@@ -237,14 +134,6 @@ static int train_option(int argc, char **argv, int *i, train_args *a, int *rc)
     return 1;
 }
 
-/* After parsing: --batch and --seq as given (0: not given; a compiled graph gives them). */
-static void given_shape(train_args *a)
-{
-    a->have_batch = cli_config_given(&a->given, "batch");
-    a->have_seq = cli_config_given(&a->given, "seq_len");
-    a->batch = a->have_batch ? a->o.batch : 0;
-    a->seq = a->have_seq ? a->o.seq_len : 0;
-}
 
 static int parse_train(int argc, char **argv, train_args *a, int *help)
 {
@@ -255,7 +144,7 @@ static int parse_train(int argc, char **argv, train_args *a, int *help)
             return 0;
         }
         if (!a->recipe_opt && cli_config_fixed_flag(argv[i])) a->recipe_opt = argv[i];
-        if (common_option("train", argc, argv, &i, a, &rc) || train_option(argc, argv, &i, a, &rc)) continue;
+        if (train_args_option("train", argc, argv, &i, a, &rc) || train_option(argc, argv, &i, a, &rc)) continue;
         if (argv[i][0] == '-' && argv[i][1])
             rc = cli_usage("train", "unknown option '%s'", argv[i]);
         else if (a->model)
@@ -284,7 +173,7 @@ static int parse_train(int argc, char **argv, train_args *a, int *help)
         return cli_usage("train", "--warmup %lld must be below --steps %lld for the cosine schedule",
                          (long long)c->warmup_steps, (long long)a->steps);
     if (cosine && c->min_lr > c->lr) return cli_usage("train", "--min-lr %g is above --lr %g", c->min_lr, c->lr);
-    given_shape(a);
+    train_args_given_shape(a);
     c->batch = a->batch;
     c->seq_len = a->seq;
     c->dim_names = a->dims.names;
@@ -297,101 +186,10 @@ static int parse_train(int argc, char **argv, train_args *a, int *help)
 /* files                                                                                     */
 /* ---------------------------------------------------------------------------------------- */
 
-static char *ckpt_path(const char *dir, int64_t step)
-{
-    size_t n = strlen(dir) + 64;
-    char *p = malloc(n);
-    if (p) {
-        int k = snprintf(p, n, "%s/", dir);
-        snprintf(p + k, n - (size_t)k, CKPT_PATTERN, (long long)step);
-    }
-    return p;
-}
 
-static int newest_first(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x < y) - (x > y);
-}
 
-/* Steps of the checkpoint files in dir (step_NNNNNNNN.ckpt), newest first. */
-static int list_ckpts(const char *dir, int64_t **steps, int *n)
-{
-    *steps = NULL;
-    *n = 0;
-    DIR *d = opendir(dir);
-    if (!d) return errno == ENOENT ? 0 : cli_fail("cannot read folder '%s': %s", dir, strerror(errno));
-    struct dirent *e;
-    int cap = 0;
-    while ((e = readdir(d))) {
-        long long s;
-        int end = 0;
-        if (sscanf(e->d_name, "step_%lld.ckpt%n", &s, &end) != 1 || end == 0 || e->d_name[end] || s < 0) continue;
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 16;
-            int64_t *ns = realloc(*steps, (size_t)cap * sizeof *ns);
-            if (!ns) {
-                closedir(d);
-                return cli_fail("out of memory");
-            }
-            *steps = ns;
-        }
-        (*steps)[(*n)++] = s;
-    }
-    closedir(d);
-    if (*n > 1) qsort(*steps, (size_t)*n, sizeof **steps, newest_first); /* a folder may hold very many */
-    return 0;
-}
 
-/* The newest checkpoint that opens and verifies; corrupted ones are skipped with a warning.
- * *path = NULL when there is none; *ck (kept open: its data loader state) with it. */
-static int newest_valid_ckpt(const char *dir, char **path, fp8run_checkpoint **ck)
-{
-    int64_t *steps;
-    int n;
-    *path = NULL;
-    *ck = NULL;
-    int rc = list_ckpts(dir, &steps, &n), skipped = 0;
-    for (int i = 0; rc == 0 && i < n && !*path; i++) {
-        char *p = ckpt_path(dir, steps[i]);
-        if (!p) {
-            rc = cli_fail("out of memory");
-        } else if (fp8run_checkpoint_open(p, ck) == FP8RUN_OK) {
-            *path = p;
-        } else {
-            fprintf(stderr, "fp8run: warning: skipping checkpoint '%s': %s\n", p, cli_last_error());
-            free(p);
-            skipped++;
-        }
-    }
-    free(steps);
-    /* starting afresh over unusable checkpoints would silently throw the run away */
-    if (rc == 0 && !*path && skipped)
-        rc = cli_fail("--resume: none of the %d checkpoint file(s) in '%s' is usable (see the warnings); "
-                      "move them away to start from step 0", skipped, dir);
-    return rc;
-}
 
-/* On resume: the checkpoints of the run we continue (those that verify, up to its step) are
- * ours to prune; files that do not verify are left alone. */
-static int adopt_ckpts(const char *dir, int64_t upto, cli_ckpt_set *mine)
-{
-    int64_t *steps;
-    int n;
-    int rc = list_ckpts(dir, &steps, &n);
-    for (int i = 0; rc == 0 && i < n; i++) {
-        if (steps[i] > upto) continue;
-        char *p = ckpt_path(dir, steps[i]);
-        fp8run_checkpoint *ck = NULL;
-        if (!p) rc = cli_fail("out of memory");
-        else if (fp8run_checkpoint_open(p, &ck) == FP8RUN_OK && fp8run_checkpoint_step(ck) == steps[i])
-            rc = cli_ckpt_set_add(mine, steps[i]);
-        fp8run_checkpoint_close(ck);
-        free(p);
-    }
-    free(steps);
-    return rc;
-}
 
 /* A resumed run continues the JSONL log: records of steps after the checkpoint (written by the
  * run that was interrupted) are dropped so every step appears once. */
@@ -634,7 +432,7 @@ static int validate(loop *L, int64_t done)
 static int save_ckpt(loop *L, int64_t done)
 {
     if (!L->a->ckpt_dir || L->last_ckpt == done) return 0;
-    char *p = ckpt_path(L->a->ckpt_dir, done);
+    char *p = cli_ckpt_path(L->a->ckpt_dir, done);
     if (!p) return cli_fail("out of memory");
     int rc = 0;
     if (fp8run_session_save(L->t, p, L->dl) != FP8RUN_OK) { /* with the loader's position */
@@ -645,7 +443,7 @@ static int save_ckpt(loop *L, int64_t done)
         if (!g_quiet) { /* rank 0 wrote it and keeps the folder */
             fprintf(stderr, "checkpoint: %s\n", p);
             rc = cli_ckpt_set_add(&L->mine, done);
-            cli_ckpt_set_prune(&L->mine, L->a->ckpt_dir, L->a->ckpt_keep, ckpt_path);
+            cli_ckpt_set_prune(&L->mine, L->a->ckpt_dir, L->a->ckpt_keep, cli_ckpt_path);
         }
     }
     free(p);
@@ -786,24 +584,11 @@ static int train_loop(loop *L)
     return rc;
 }
 
-/* The data loader options both commands share. */
-static fp8run_data_config data_config(const train_args *a, int64_t vocab)
-{
-    fp8run_data_config d;
-    cli_must(fp8run_data_config_init(&d, sizeof d));
-    d.batch = a->batch;
-    d.seq_len = a->seq;
-    d.order = a->order;
-    d.seed = a->o.seed;
-    d.token_dtype = a->token_dtype;
-    d.vocab_size = vocab;
-    return d;
-}
 
 static int open_loaders(loop *L)
 {
     train_args *a = L->a;
-    fp8run_data_config d = data_config(a, fp8run_session_vocab(L->t));
+    fp8run_data_config d = train_args_data_config(a, fp8run_session_vocab(L->t));
     d.batch *= world_of(a); /* every rank reads the global batch and takes its share */
     if (fp8run_data_open(a->data, &d, &L->dl) != FP8RUN_OK) return cli_fail("--data: %s", cli_last_error());
     d.batch = a->batch;
@@ -821,36 +606,6 @@ static int open_loaders(loop *L)
     return 0;
 }
 
-/* batch, seq and precision: a compiled graph fixes them (given ones must agree); an ONNX model
- * needs --batch and --seq. */
-static int shape_from_model(const char *cmd, train_args *a, const fp8run_model *m)
-{
-    fp8run_model_info mi = {.struct_size = sizeof mi};
-    if (fp8run_model_get_info(m, &mi) != FP8RUN_OK) return cli_fail_status();
-    if (!mi.compiled) {
-        if (!a->have_batch || !a->have_seq) return cli_usage(cmd, "--batch B and --seq T are required");
-        return 0;
-    }
-    int64_t b, s;
-    const char *prec;
-    const char *path = fp8run_model_path(m) ? fp8run_model_path(m) : a->model;
-    if (fp8run_model_compiled_for(m, &b, &s, &prec) != FP8RUN_OK) return cli_fail_status();
-    if ((a->have_batch && a->batch != b) || (a->have_seq && a->seq != s))
-        return cli_fail("'%s' is compiled for --batch %lld --seq %lld (a compiled graph is specialized to its "
-                        "shapes): recompile it with `fp8run compile MODEL -o %s --batch %lld --seq %lld`, or train "
-                        "the ONNX model", path, (long long)b, (long long)s, path,
-                        (long long)(a->have_batch ? a->batch : b), (long long)(a->have_seq ? a->seq : s));
-    if (a->recipe_opt)
-        return cli_usage(cmd, "%s: the precision and recipe options of a compiled graph are fixed when compiling "
-                         "(fp8run compile ... %s)", a->recipe_opt, a->recipe_opt);
-    a->batch = a->o.batch = b;
-    a->seq = a->o.seq_len = s;
-    if (cli_config_given(&a->given, "precision") && strcmp(a->o.precision, prec) != 0)
-        return cli_fail("'%s' is compiled for precision %s, not %s: recompile it with --precision %s", path, prec,
-                        a->o.precision, a->o.precision);
-    a->o.precision = prec; /* a static string */
-    return 0;
-}
 
 /* Resume: the checkpoint's weights into the model first (so frozen ones agree too), then, once
  * the session exists, everything else and the loader's position. */
@@ -864,7 +619,7 @@ static int resume_session(loop *L, const char *resume, const fp8run_checkpoint *
     if (fp8run_data_set_state(L->dl, ds, len) != FP8RUN_OK)
         return cli_fail("resuming from '%s': %s", resume, cli_last_error());
     L->last_ckpt = fp8run_session_steps_done(L->t);
-    int rc = adopt_ckpts(L->a->ckpt_dir, L->last_ckpt, &L->mine);
+    int rc = cli_ckpt_adopt(L->a->ckpt_dir, L->last_ckpt, &L->mine);
     if (rc) return rc;
     if (!g_quiet) fprintf(stderr, "resumed from %s at step %lld\n", resume, (long long)fp8run_session_steps_done(L->t));
     return 0;
@@ -881,7 +636,7 @@ static int run_train(train_args *a)
     fp8run_checkpoint *ck = NULL;
     int rc = 0;
     if (fp8run_model_load(a->model, &L.m) != FP8RUN_OK) rc = cli_fail_status();
-    if (rc == 0) rc = shape_from_model("train", a, L.m);
+    if (rc == 0) rc = train_args_shape_from_model("train", a, L.m);
     L.tokens_per_step = a->batch * a->seq * a->o.grad_accum;
     if (rc == 0 && a->ckpt_dir) rc = cli_make_dirs(a->ckpt_dir);
     if (rc == 0 && a->ckpt_dir && !g_quiet) {
@@ -889,7 +644,7 @@ static int run_train(train_args *a)
         clock_gettime(CLOCK_REALTIME, &now);
         cli_ckpt_clean_stale_tmp(a->ckpt_dir, now);
     }
-    if (rc == 0 && a->resume) rc = newest_valid_ckpt(a->ckpt_dir, &resume, &ck);
+    if (rc == 0 && a->resume) rc = cli_ckpt_newest_valid(a->ckpt_dir, &resume, &ck);
     if (rc == 0 && a->resume && !resume)
         fprintf(stderr, "fp8run: no checkpoint in '%s': starting from step 0\n", a->ckpt_dir);
     /* (a LoRA checkpoint's adapters would be merged into the base: the session restores them) */
@@ -970,7 +725,7 @@ static int run_train(train_args *a)
 int cli_train(int argc, char **argv)
 {
     train_args a;
-    args_init(&a, FP8RUN_OPTION_TRAIN);
+    train_args_init(&a, FP8RUN_OPTION_TRAIN);
     int help = 0, rc = parse_train(argc, argv, &a, &help);
     if (help) {
         cli_train_help(stdout);
@@ -989,158 +744,9 @@ int cli_train(int argc, char **argv)
 /* eval                                                                                      */
 /* ---------------------------------------------------------------------------------------- */
 
-/* Load the model of a MODEL|CKPT argument: a checkpoint's weights go into --model or the model
- * its config names. */
-static int load_model_or_ckpt(const char *arg, const char *model_opt, fp8run_model **m)
-{
-    *m = NULL;
-    if (!fp8run_is_checkpoint(arg)) {
-        if (fp8run_model_load(arg, m) != FP8RUN_OK) return cli_fail_status();
-        return 0;
-    }
-    fp8run_checkpoint *ck = NULL;
-    const char *mp = model_opt, *why;
-    int rc = 0;
-    if (!model_opt) {
-        if (fp8run_checkpoint_open(arg, &ck) != FP8RUN_OK) return cli_fail_status();
-        mp = fp8run_checkpoint_model_path(ck);
-        if (!mp) rc = cli_fail("checkpoint '%s' does not record its model: give --model MODEL", arg);
-        /* the file is not trusted to name what we open: only a path below the working folder,
-           through no symbolic link */
-        else if ((why = cli_path_escape(mp)) != NULL)
-            rc = cli_fail("checkpoint '%s' records its model as '%s', %s (not opened): give --model MODEL", arg, mp,
-                          why);
-    }
-    if (rc == 0 && fp8run_model_load(mp, m) != FP8RUN_OK)
-        rc = cli_fail("%s%s", cli_last_error(), model_opt ? "" : " (the model the checkpoint records; give --model MODEL)");
-    else if (rc == 0 && fp8run_model_apply_checkpoint(*m, arg, NULL) != FP8RUN_OK)
-        rc = cli_fail_status();
-    fp8run_checkpoint_close(ck);
-    return rc;
-}
 
-int cli_eval(int argc, char **argv)
-{
-    train_args a;
-    args_init(&a, FP8RUN_OPTION_EVAL);
-    int rc = 0;
-    for (int i = 1; i < argc && rc == 0; i++) {
-        const char *v;
-        int m;
-        if (cli_is_help(argv[i])) {
-            cli_eval_help(stdout);
-            cli_dims_free(&a.dims);
-            return 0;
-        }
-        if (common_option("eval", argc, argv, &i, &a, &rc)) continue;
-        if ((m = cli_option(argc, argv, &i, "eval", "--batches", &v)) != 0)
-            rc = m < 0 ? CLI_EXIT_USAGE : cli_int64("eval", "--batches", v, 0, &a.batches);
-        else if ((m = cli_option(argc, argv, &i, "eval", "--model", &v)) != 0)
-            rc = m < 0 ? CLI_EXIT_USAGE : (a.model_opt = v, 0);
-        else if (argv[i][0] == '-' && argv[i][1])
-            rc = cli_usage("eval", "unknown option '%s'", argv[i]);
-        else if (a.model)
-            rc = cli_usage("eval", "only one MODEL|CKPT may be given (got '%s' and '%s')", a.model, argv[i]);
-        else
-            a.model = argv[i];
-    }
-    given_shape(&a);
-    if (rc == 0 && !a.model) rc = cli_usage("eval", "no MODEL or CKPT given");
-    if (rc == 0 && !a.data) rc = cli_usage("eval", "--data FILE is required");
-    fp8run_model *mdl = NULL;
-    fp8run_session *t = NULL;
-    fp8run_data_loader *dl = NULL;
-    int64_t *w = NULL;
-    if (rc == 0) rc = load_model_or_ckpt(a.model, a.model_opt, &mdl);
-    if (rc == 0) rc = shape_from_model("eval", &a, mdl); /* a compiled graph gives batch x seq */
-    if (rc == 0) {
-        a.o.batch = a.batch;
-        a.o.seq_len = a.seq;
-        a.o.dim_names = a.dims.names;
-        a.o.dim_values = a.dims.values;
-        a.o.n_dims = a.dims.n;
-        a.o.eval_only = 1;
-        if (fp8run_session_create(mdl, a.device, &a.o, &t) != FP8RUN_OK) rc = cli_fail_status();
-    }
-    if (rc == 0) {
-        fp8run_data_config d = data_config(&a, fp8run_session_vocab(t));
-        if (fp8run_data_open_val(a.data, &d, a.batches, &dl) != FP8RUN_OK)
-            rc = cli_fail("--data: %s", cli_last_error());
-    }
-    const size_t per = (size_t)(a.batch * (a.seq + 1));
-    w = malloc((per ? per : 1) * sizeof *w);
-    if (rc == 0 && !w) rc = cli_fail("out of memory");
-    if (rc == 0) {
-        int64_t n = fp8run_data_batches_per_epoch(dl);
-        double sum = 0;
-        for (int64_t b = 0; b < n && rc == 0; b++) {
-            double l;
-            if (fp8run_data_next(dl, FP8RUN_DTYPE_INT64, w, per) != FP8RUN_OK ||
-                fp8run_session_eval(t, w, FP8RUN_DTYPE_INT64, per, &l) != FP8RUN_OK)
-                rc = cli_fail_status();
-            else
-                sum += l;
-        }
-        if (rc == 0) {
-            double loss = sum / (double)n;
-            printf("loss %.6f perplexity %.4f (%lld batches of %lld x %lld tokens)\n", loss, exp(loss), (long long)n,
-                   (long long)a.batch, (long long)a.seq);
-        }
-    }
-    free(w);
-    fp8run_data_close(dl);
-    fp8run_session_destroy(t);
-    fp8run_model_destroy(mdl);
-    cli_dims_free(&a.dims);
-    return rc;
-}
 
 /* ---------------------------------------------------------------------------------------- */
 /* export                                                                                    */
 /* ---------------------------------------------------------------------------------------- */
 
-int cli_export(int argc, char **argv)
-{
-    const char *ckpt = NULL, *model = NULL, *out = NULL, *st_dir = NULL, *st_dtype = NULL;
-    int64_t max_mb = 0;
-    int rc = 0;
-    for (int i = 1; i < argc && rc == 0; i++) {
-        const char *v;
-        int m;
-        if (cli_is_help(argv[i])) {
-            cli_export_help(stdout);
-            return 0;
-        }
-        if ((m = cli_option(argc, argv, &i, "export", "--model", &v)) != 0)
-            rc = m < 0 ? CLI_EXIT_USAGE : (model = v, 0);
-        else if ((m = cli_option(argc, argv, &i, "export", "-o", &v)) != 0 ||
-                 (m = cli_option(argc, argv, &i, "export", "--output", &v)) != 0)
-            rc = m < 0 ? CLI_EXIT_USAGE : (out = v, 0);
-        else if ((m = cli_option(argc, argv, &i, "export", "--safetensors", &v)) != 0)
-            rc = m < 0 ? CLI_EXIT_USAGE : (st_dir = v, 0);
-        else if ((m = cli_option(argc, argv, &i, "export", "--dtype", &v)) != 0)
-            rc = m < 0 ? CLI_EXIT_USAGE : (st_dtype = v, 0);
-        else if ((m = cli_option(argc, argv, &i, "export", "--max-shard-mb", &v)) != 0)
-            rc = m < 0 ? CLI_EXIT_USAGE : cli_int64("export", "--max-shard-mb", v, 1, &max_mb);
-        else if (argv[i][0] == '-' && argv[i][1])
-            rc = cli_usage("export", "unknown option '%s'", argv[i]);
-        else if (ckpt)
-            rc = cli_usage("export", "only one CKPT may be given (got '%s' and '%s')", ckpt, argv[i]);
-        else
-            ckpt = argv[i];
-    }
-    if (rc) return rc;
-    if (!ckpt) return cli_usage("export", "no CKPT given");
-    if (!out && !st_dir) return cli_usage("export", "-o OUT.onnx is required (or --safetensors DIR)");
-    if (out && st_dir) return cli_usage("export", "give -o OUT.onnx or --safetensors DIR, not both");
-    if (!st_dir && (st_dtype || max_mb)) return cli_usage("export", "--dtype and --max-shard-mb need --safetensors DIR");
-    if (!fp8run_is_checkpoint(ckpt)) return cli_fail("'%s' is not an fp8run checkpoint", ckpt);
-    if (st_dir) return cli_export_safetensors(ckpt, st_dir, st_dtype, max_mb); /* names as trained */
-    fp8run_model *m = NULL;
-    rc = load_model_or_ckpt(ckpt, model, &m);
-    /* a compiled graph writes the original model it holds, with the checkpoint's weights */
-    if (rc == 0 && fp8run_model_export(m, out) != FP8RUN_OK) rc = cli_fail_status();
-    if (rc == 0) printf("exported %s (weights from %s)\n", out, ckpt);
-    fp8run_model_destroy(m);
-    return rc;
-}
