@@ -324,20 +324,6 @@ fr_status fr_node_set_attr_string(fr_node *n, const char *name, const char *v)
     return FR_OK;
 }
 
-fr_status fr_node_copy_scalar_attrs(fr_node *d, const fr_node *s)
-{
-    for (int i = 0; i < s->n_attrs; i++) {
-        const fr_attr *at = &s->attrs[i];
-        if (at->type == FR_ATTR_FLOAT)
-            FR_TRY(fr_node_set_attr_float(d, at->name, at->f));
-        else if (at->type == FR_ATTR_INT)
-            FR_TRY(fr_node_set_attr_int(d, at->name, at->i));
-        else if (at->type == FR_ATTR_STRING)
-            FR_TRY(fr_node_set_attr_string(d, at->name, at->s));
-    }
-    return FR_OK;
-}
-
 fr_status fr_node_set_attr_ints(fr_node *n, const char *name, int count, const int64_t *v)
 {
     fr_attr *a = attr_slot(n, name);

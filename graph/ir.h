@@ -152,8 +152,6 @@ FR_NODISCARD fr_status fr_node_set_attr_tensor(fr_node *n, const char *name, con
 void fr_attr_clear(fr_attr *a);
 /* Deep copy of every attribute of s onto d (which has none yet). */
 FR_NODISCARD fr_status fr_node_copy_attrs(fr_node *d, const fr_node *s);
-/* Set on d each float, int and string attribute of s (lists and tensors are left out). */
-FR_NODISCARD fr_status fr_node_copy_scalar_attrs(fr_node *d, const fr_node *s);
 
 /* Attribute lookup: NULL if absent. */
 const fr_attr *fr_node_attr(const fr_node *n, const char *name);

@@ -415,7 +415,7 @@ static fr_status attn_grad(fr_grad_ctx *ctx)
     FR_TRY(fr_grad_node(ctx, "AttentionGrad", FR_DOMAIN_FP8RUN, masked ? 7 : 6, in, 3, out, &nid));
     n = &g->nodes[ctx->node_id];
     fr_node *gn = &g->nodes[nid];
-    FR_TRY(fr_node_copy_scalar_attrs(gn, n)); /* the gradient node reads the forward's attributes */
+    FR_TRY(fr_node_copy_attrs(gn, n)); /* the gradient node reads the forward's attributes */
     fr_grad_keep_needed(ctx, nid, 3, out);
     return fr_grad_finish(ctx, nid);
 }

@@ -338,7 +338,7 @@ static fr_status qkv_grad(fr_grad_ctx *ctx)
     FR_TRY(fr_grad_node(ctx, "AttentionQKVGrad", FR_DOMAIN_FP8RUN, rope ? 6 : 4, in, 1, &out, &nid));
     n = &g->nodes[ctx->node_id];
     fr_node *gn = &g->nodes[nid];
-    FR_TRY(fr_node_copy_scalar_attrs(gn, n)); /* the gradient node reads the forward's attributes */
+    FR_TRY(fr_node_copy_attrs(gn, n)); /* the gradient node reads the forward's attributes */
     ctx->din[0] = out;
     return fr_grad_finish(ctx, nid);
 }

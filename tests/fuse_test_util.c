@@ -104,13 +104,27 @@ void fr_ft_freeze_constants(fr_graph *g)
     regfree(&re);
 }
 
-/* Loads fixture dir, prepared for its [2, 11] inputs, constants frozen. */
-fr_graph *fr_ft_load_hf(const char *dir)
+fr_graph *fr_ft_open_hf(const char *dir)
 {
     char rel[300], p[600];
     snprintf(rel, sizeof rel, "hf/%s/model.onnx", dir);
     fr_graph *g = NULL;
     FR_ASSERT_OK(fr_onnx_load_file(fr_fixture(p, sizeof p, rel), &g));
+    return g;
+}
+
+void fr_ft_hf_train_options(fr_train_options *o)
+{
+    fr_train_options_default(o);
+    o->batch = 2;
+    o->seq_len = 11;
+    o->train_regex = FR_FT_HF_TRAIN;
+}
+
+/* Loads fixture dir, prepared for its [2, 11] inputs, constants frozen. */
+fr_graph *fr_ft_load_hf(const char *dir)
+{
+    fr_graph *g = fr_ft_open_hf(dir);
     FR_ASSERT_OK(fr_ft_prepare(g, 2, 11));
     fr_ft_freeze_constants(g);
     return g;

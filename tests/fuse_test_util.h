@@ -45,6 +45,11 @@ void fr_ft_check_pattern(fr_ft_build_fn build, int kind, int64_t opset, fr_ft_pa
 #define FR_FT_HF_TRAIN "^(model|lm_head|transformer|bert|cls)\\."
 /* Untrains the float initializers whose name does not match FR_FT_HF_TRAIN. */
 void fr_ft_freeze_constants(fr_graph *g);
+/* tests/fixtures/hf/DIR/model.onnx as imported (what the trainer takes). */
+fr_graph *fr_ft_open_hf(const char *dir);
+/* The trainer's defaults for those fixtures: batch 2 x seq 11 (their inputs' shape), the
+ * parameters FR_FT_HF_TRAIN names trained. */
+void fr_ft_hf_train_options(fr_train_options *o);
 /* tests/fixtures/hf/DIR/model.onnx prepared for its [2, 11] inputs, constants frozen. */
 fr_graph *fr_ft_load_hf(const char *dir);
 /* Runs g on DIR's inputs; asserts its first output within 1e-4 (relative L2) of PyTorch's

@@ -301,16 +301,10 @@ static void test_hf_training(void)
 {
     static const char *const dirs[] = {"llama_op18_static", "gpt2_op18_static"};
     for (int i = 0; i < 2; i++) {
-        char rel[128], p[600];
-        snprintf(rel, sizeof rel, "hf/%s/model.onnx", dirs[i]);
-        fr_graph *g = NULL;
-        FR_ASSERT_OK(fr_onnx_load_file(fr_fixture(p, sizeof p, rel), &g));
+        fr_graph *g = fr_ft_open_hf(dirs[i]);
         fr_train_options o;
-        fr_ft_train_options(&o);
-        o.batch = 2;
-        o.seq_len = 11;
+        fr_ft_hf_train_options(&o);
         o.lr.max_lr = 1e-3;
-        o.train_regex = FR_FT_HF_TRAIN;
         o.fuse_attention_io = 1;
         check_trainer_graph(dirs[i], g, &o, 2, 1);
         check_losses(dirs[i], g, &o);

@@ -106,23 +106,33 @@ static void adapter_name(char *buf, size_t n, int k, char which)
 
 /* ---- gradients ---- */
 
+/* y = x W^T (x [2, t, 6], W "lin.weight" [5, 6], trained) with a rank-3 adapter (alpha 6, the
+ * given dropout) applied to it; the values' ids through the pointers. */
+static fr_graph *lora_linear(fr_rng *r, int64_t t, double dropout, int *x, int *w, int *wt, int *y,
+                             fr_lora_result *res)
+{
+    fr_graph *g = fr_gc_new_graph(18);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    const int64_t xd[3] = {2, t, 6}, wd[2] = {5, 6};
+    *x = fr_gc_add_input(g, r, "x", FR_F32, 3, xd, NULL);
+    *w = fr_gc_add_input(g, r, "lin.weight", FR_F32, 2, wd, NULL);
+    g->values[*w].flags |= FR_VAL_PARAM | FR_VAL_INITIALIZER;
+    *wt = fr_gc_op1(g, "Transpose", 1, w);
+    int in[2] = {*x, *wt};
+    *y = fr_gc_op1(g, "MatMul", 2, in);
+    fr_prng pr;
+    fr_prng_seed(&pr, 3);
+    fr_lora_options o = {.rank = 3, .alpha = 6, .targets = "^lin\\.weight$", .dropout = dropout};
+    FR_ASSERT_OK(fr_lora_apply(g, &o, &pr, res));
+    return g;
+}
+
 static void test_gradcheck(void)
 {
     fr_rng r = fr_test_rng("lora_gradcheck");
-    fr_graph *g = fr_gc_new_graph(18);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
-    const int64_t xd[3] = {2, 3, 6}, wd[2] = {5, 6};
-    int x = fr_gc_add_input(g, &r, "x", FR_F32, 3, xd, NULL);
-    int w = fr_gc_add_input(g, &r, "lin.weight", FR_F32, 2, wd, NULL);
-    g->values[w].flags |= FR_VAL_PARAM | FR_VAL_INITIALIZER;
-    int wt = fr_gc_op1(g, "Transpose", 1, &w);
-    int in[2] = {x, wt};
-    int y = fr_gc_op1(g, "MatMul", 2, in);
-    fr_prng pr;
-    fr_prng_seed(&pr, 3);
-    fr_lora_options o = {.rank = 3, .alpha = 6, .targets = "^lin\\.weight$"};
+    int x, w, wt, y;
     fr_lora_result res;
-    FR_ASSERT_OK(fr_lora_apply(g, &o, &pr, &res));
+    fr_graph *g = lora_linear(&r, 3, 0, &x, &w, &wt, &y, &res);
     CU_ASSERT_EQUAL_FATAL(res.n, 1);
     CU_ASSERT_STRING_EQUAL(res.ad[0].module, "lin");
     CU_ASSERT_STRING_EQUAL(res.ad[0].a, "base_model.model.lin.lora_A.weight");
@@ -158,20 +168,9 @@ static void test_gradcheck(void)
 static void test_gradcheck_dropout(void)
 {
     fr_rng r = fr_test_rng("lora_gradcheck_dropout");
-    fr_graph *g = fr_gc_new_graph(18);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
-    const int64_t xd[3] = {2, 4, 6}, wd[2] = {5, 6};
-    int x = fr_gc_add_input(g, &r, "x", FR_F32, 3, xd, NULL);
-    int w = fr_gc_add_input(g, &r, "lin.weight", FR_F32, 2, wd, NULL);
-    g->values[w].flags |= FR_VAL_PARAM | FR_VAL_INITIALIZER;
-    int wt = fr_gc_op1(g, "Transpose", 1, &w);
-    int in[2] = {x, wt};
-    int y = fr_gc_op1(g, "MatMul", 2, in);
-    fr_prng pr;
-    fr_prng_seed(&pr, 3);
-    fr_lora_options o = {.rank = 3, .alpha = 6, .targets = "^lin\\.weight$", .dropout = 0.3};
+    int x, w, wt, y;
     fr_lora_result res;
-    FR_ASSERT_OK(fr_lora_apply(g, &o, &pr, &res));
+    fr_graph *g = lora_linear(&r, 4, 0.3, &x, &w, &wt, &y, &res);
     /* one KeyedDropout reading x and the key (a graph input), feeding A's MatMul */
     int key = fr_graph_find_value(g, FR_DROPOUT_KEY_INPUT), kd = -1;
     CU_ASSERT_FATAL(key >= 0 && (g->values[key].flags & FR_VAL_INPUT));

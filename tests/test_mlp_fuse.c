@@ -144,15 +144,10 @@ static void test_activation_gradcheck(void)
 
 static void test_trainer(void)
 {
-    char p[600];
-    fr_graph *model = NULL;
-    FR_ASSERT_OK(fr_onnx_load_file(fr_fixture(p, sizeof p, "hf/gpt2_op18_static/model.onnx"), &model));
+    fr_graph *model = fr_ft_open_hf("gpt2_op18_static");
     for (int fuse = 0; fuse < 2; fuse++) {
         fr_train_options o;
-        fr_train_options_default(&o);
-        o.batch = 2;
-        o.seq_len = 11;
-        o.train_regex = FR_FT_HF_TRAIN;
+        fr_ft_hf_train_options(&o);
         o.fuse_swiglu = fuse;
         fr_trainer *t = NULL;
         fr_status st = fr_trainer_new(model, &o, &t);

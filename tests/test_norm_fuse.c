@@ -69,15 +69,9 @@ static void test_trainer(void)
         int rms, ln;
     } fx[] = {{"llama_op18_static", 5, 0}, {"gemma_op18_static", 5, 0}, {"gpt2_op18_static", 0, 5}, {"bert_op18_static", 0, 6}};
     for (size_t i = 0; i < sizeof fx / sizeof fx[0]; i++) {
-        char rel[300], p[600];
-        snprintf(rel, sizeof rel, "hf/%s/model.onnx", fx[i].dir);
-        fr_graph *model = NULL;
-        FR_ASSERT_OK(fr_onnx_load_file(fr_fixture(p, sizeof p, rel), &model));
+        fr_graph *model = fr_ft_open_hf(fx[i].dir);
         fr_train_options o;
-        fr_train_options_default(&o);
-        o.batch = 2;
-        o.seq_len = 11;
-        o.train_regex = FR_FT_HF_TRAIN;
+        fr_ft_hf_train_options(&o);
         fr_trainer *t = NULL;
         fr_status st = fr_trainer_new(model, &o, &t);
         if (st != FR_OK) printf("\n  %s: %s", fx[i].dir, fr_last_error());

@@ -65,15 +65,9 @@ static void test_hf_fixtures(void)
     static const char *const dirs[] = {"llama_op18_static", "qwen2_op18_static", "gemma_op18_static",
                                        "gpt2_op18_static", "phi3_op18_static", "mistral_op18_static"};
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
-        char rel[128], p[600];
-        snprintf(rel, sizeof rel, "hf/%s/model.onnx", dirs[i]);
-        fr_graph *g = NULL;
-        FR_ASSERT_OK(fr_onnx_load_file(fr_fixture(p, sizeof p, rel), &g));
+        fr_graph *g = fr_ft_open_hf(dirs[i]);
         fr_train_options o;
-        fr_ft_train_options(&o);
-        o.batch = 2;
-        o.seq_len = 11;
-        o.train_regex = FR_FT_HF_TRAIN;
+        fr_ft_hf_train_options(&o);
         o.eval_only = 1;
         fr_trainer *t = NULL;
         fr_status st = fr_trainer_new(g, &o, &t);
