@@ -39,19 +39,22 @@ struct fr_cuda_ctx *gpu_ctx(void)
 #endif
 }
 
-fr_status tn_run_gpu(tnode *t, fr_tensor **out)
+fr_status tn_run_gpu(tnode *t, fr_tensor **out) { return tn_run_gpu_on(NULL, t, out); }
+
+fr_status tn_run_gpu_on(struct fr_cuda_ctx *ctx, tnode *t, fr_tensor **out)
 {
     for (int o = 0; o < TN_MAX; o++) out[o] = NULL;
 #ifdef FP8RUN_HAVE_CUDA
-    if (!gpu_available()) return fr_error(FR_ERR_DEVICE, "no CUDA device");
+    if (!ctx && !gpu_available()) return fr_error(FR_ERR_DEVICE, "no CUDA device");
     for (int o = 0; o < t->n_out; o++) {
         if (!t->out[o]) continue;
         const fr_tensor *c = t->out[o];
         FR_TRY(fr_tensor_new(c->dtype, c->rank, c->dims, "gpu output", &out[o]));
         if (out[o]->nbytes) memset(out[o]->data, 0x5A, out[o]->nbytes);
     }
-    return fr_cuda_run_node(g_ctx, t->g, t->nid, t->in, out);
+    return fr_cuda_run_node(ctx ? ctx : g_ctx, t->g, t->nid, t->in, out);
 #else
+    (void)ctx;
     (void)t;
     return fr_error(FR_ERR_DEVICE, "built without the CUDA backend");
 #endif

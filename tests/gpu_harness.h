@@ -25,6 +25,8 @@ struct fr_cuda_ctx *gpu_ctx(void);
  * on the device: out[o] receives a new host tensor per output (NULL for omitted ones), poisoned
  * with 0x5A bytes before the kernel so skipped elements show. */
 fr_status tn_run_gpu(tnode *t, fr_tensor **out);
+/* The same on context ctx (NULL: the harness's), e.g. one with another --attention choice. */
+fr_status tn_run_gpu_on(struct fr_cuda_ctx *ctx, tnode *t, fr_tensor **out);
 void gpu_free_outputs(tnode *t, fr_tensor **out);
 /* ||got - want|| / ||want|| over float tensors (NaN must meet NaN, inf the same inf: else
  * +inf); for integer/bool/fp8 tensors 0 when every byte is equal, else +inf. */

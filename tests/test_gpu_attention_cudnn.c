@@ -59,23 +59,11 @@ static int dnn_available(void)
     return 1;
 }
 
-/* Run t's node on context c: out[o] new host tensors (NULL for omitted outputs). */
-static fr_status run_on(fr_cuda_ctx *c, tnode *t, fr_tensor **out)
-{
-    for (int o = 0; o < TN_MAX; o++) out[o] = NULL;
-    for (int o = 0; o < t->n_out; o++) {
-        if (!t->out[o]) continue;
-        FR_TRY(fr_tensor_new(t->out[o]->dtype, t->out[o]->rank, t->out[o]->dims, "gpu output", &out[o]));
-        if (out[o]->nbytes) memset(out[o]->data, 0x5A, out[o]->nbytes);
-    }
-    return fr_cuda_run_node(c, t->g, t->nid, t->in, out);
-}
-
 /* Run on cuDNN (g_dnn), asserting cuDNN ran it. */
 static void run_dnn(tnode *t, fr_tensor **out, const char *what)
 {
     const long long dn = g_dnn->attn_runs_cudnn, own = g_dnn->attn_runs_own;
-    const fr_status st = run_on(g_dnn, t, out);
+    const fr_status st = tn_run_gpu_on(g_dnn, t, out);
     if (st != FR_OK) fprintf(stderr, "\n    %s: %s\n", what, fr_last_error());
     FR_ASSERT_OK(st);
     CU_ASSERT_EQUAL(g_dnn->attn_runs_cudnn, dn + 1);
@@ -233,12 +221,12 @@ static void test_refusals_and_fallback(void)
     set_attrs(&f, 1, "fp32"); /* exact float32: not cuDNN's */
     FR_ASSERT_OK(tn_run(&f));
     fr_tensor *g[TN_MAX];
-    CU_ASSERT_EQUAL(run_on(g_dnn, &f, g), FR_ERR_UNSUPPORTED);
+    CU_ASSERT_EQUAL(tn_run_gpu_on(g_dnn, &f, g), FR_ERR_UNSUPPORTED);
     tn_assert_error("--attention cudnn");
     tn_assert_error("precision fp32");
     gpu_free_outputs(&f, g);
     const long long own = g_auto->attn_runs_own, dn = g_auto->attn_runs_cudnn;
-    FR_ASSERT_OK(run_on(g_auto, &f, g));
+    FR_ASSERT_OK(tn_run_gpu_on(g_auto, &f, g));
     CU_ASSERT_EQUAL(g_auto->attn_runs_own, own + 1);
     CU_ASSERT_EQUAL(g_auto->attn_runs_cudnn, dn);
     CU_ASSERT(gpu_rel_err(g[0], f.out[0]) <= 1e-5); /* fp8run's float32 kernels ran it */
@@ -261,10 +249,10 @@ static void test_refusals_and_fallback(void)
     tn_init_domain(&b, "ai.fp8run", "AttentionGrad", 1, 6, bins, 0u, 3);
     set_attrs(&b, 0, "bf16");
     FR_ASSERT_OK(tn_run(&b));
-    CU_ASSERT_EQUAL(run_on(g_dnn, &b, g), FR_ERR_UNSUPPORTED);
+    CU_ASSERT_EQUAL(tn_run_gpu_on(g_dnn, &b, g), FR_ERR_UNSUPPORTED);
     tn_assert_error("s_q = s_kv = 1");
     gpu_free_outputs(&b, g);
-    FR_ASSERT_OK(run_on(g_auto, &b, g));
+    FR_ASSERT_OK(tn_run_gpu_on(g_auto, &b, g));
     CU_ASSERT(gpu_rel_err(g[2], b.out[2]) <= TOL_REF); /* dV = dO (one key), fp8run's bf16 kernels */
     gpu_free_outputs(&b, g);
     tn_free(&b);

@@ -53,17 +53,6 @@ static fr_cuda_ctx *dnn_ctx(void)
     return g_dnn;
 }
 
-static fr_status run_on(fr_cuda_ctx *c, tnode *t, fr_tensor **out)
-{
-    for (int o = 0; o < TN_MAX; o++) out[o] = NULL;
-    for (int o = 0; o < t->n_out; o++) {
-        if (!t->out[o]) continue;
-        FR_TRY(fr_tensor_new(t->out[o]->dtype, t->out[o]->rank, t->out[o]->dims, "gpu output", &out[o]));
-        if (out[o]->nbytes) memset(out[o]->data, 0x5A, out[o]->nbytes);
-    }
-    return fr_cuda_run_node(c, t->g, t->nid, t->in, out);
-}
-
 static void set_attrs(tnode *t, const qcase *c, const char *prec)
 {
     TN_ATTR(t, int, "heads", c->Hq);
@@ -115,7 +104,7 @@ static void run_case(fr_rng *r, const qcase *c, const char *prec, fr_cuda_ctx *c
     FR_ASSERT_OK(tn_run(&f));
     fr_tensor *go[TN_MAX];
     const long long before = ctx ? ctx->attn_runs_cudnn : 0;
-    fr_status st = ctx ? run_on(ctx, &f, go) : tn_run_gpu(&f, go);
+    fr_status st = tn_run_gpu_on(ctx, &f, go);
     if (st != FR_OK) fprintf(stderr, "\n    %s: %s\n", what, fr_last_error());
     FR_ASSERT_OK(st);
     if (ctx) CU_ASSERT_EQUAL(ctx->attn_runs_cudnn, before + 1);
@@ -130,7 +119,7 @@ static void run_case(fr_rng *r, const qcase *c, const char *prec, fr_cuda_ctx *c
     FR_ASSERT_OK(tn_run(&b));
     fr_tensor *gb[TN_MAX];
     const long long before_b = ctx ? ctx->attn_runs_cudnn : 0;
-    st = ctx ? run_on(ctx, &b, gb) : tn_run_gpu(&b, gb);
+    st = tn_run_gpu_on(ctx, &b, gb);
     if (st != FR_OK) fprintf(stderr, "\n    %s (backward): %s\n", what, fr_last_error());
     FR_ASSERT_OK(st);
     if (ctx) CU_ASSERT_EQUAL(ctx->attn_runs_cudnn, before_b + 1);
