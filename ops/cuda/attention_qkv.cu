@@ -260,15 +260,7 @@ fr_status inner_scratch(const fr_node *n, const Node &p, int backward, size_t *b
     }
     if (st == FR_OK) st = fr_graph_add_node(g, backward ? "AttentionGrad" : "Attention", FR_DOMAIN_FP8RUN, n->name, nin,
                                             ids, 0, NULL, &nid);
-    for (int i = 0; st == FR_OK && i < n->n_attrs; i++) {
-        const fr_attr *at = &n->attrs[i];
-        if (at->type == FR_ATTR_FLOAT)
-            st = fr_node_set_attr_float(&g->nodes[nid], at->name, at->f);
-        else if (at->type == FR_ATTR_INT)
-            st = fr_node_set_attr_int(&g->nodes[nid], at->name, at->i);
-        else if (at->type == FR_ATTR_STRING)
-            st = fr_node_set_attr_string(&g->nodes[nid], at->name, at->s);
-    }
+    if (st == FR_OK) st = fr_node_copy_attrs(&g->nodes[nid], n); /* the inner node plans with n's attributes */
     if (st == FR_OK) st = def->scratch(g, &g->nodes[nid], bytes);
     fr_graph_free(g);
     return st;
