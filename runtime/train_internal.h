@@ -163,6 +163,10 @@ void tr_slice_copy(const fr_fp8_fused *f, const fr_fp8_slice *s, float *fused_bu
  * merged copies W + s B A in place of pg's base weights, *base keeping the bases (also on
  * failure); tr_lora_unmerge puts them back and frees *base. */
 int tr_lora_is_adapter(const fr_trainer *t, const char *name);
+/* 1 when the GPU holds this LoRA run's frozen base only as its Linears' converted copies (the
+ * float32 values stay on the host): LoRA, and not FP8RUN_LORA_KEEP_BASE=1 (which keeps the
+ * float32 base on the device too, for comparison). */
+int tr_lora_codes_only(const fr_trainer *t);
 FR_NODISCARD fr_status tr_lora_merge(fr_trainer *t, fr_graph *pg, fr_tensor ***base);
 /* A checkpoint's adapters (by their PEFT names) merged into the model g's weights, with the
  * rank and alpha its options record; *n_merged counts the adapter tensors used. */

@@ -166,6 +166,42 @@ fr_status fr_trainer_export_adapter(fr_trainer *t, const char *dir)
     return st;
 }
 
+int tr_lora_codes_only(const fr_trainer *t)
+{
+    const char *keep = getenv("FP8RUN_LORA_KEEP_BASE");
+    return t->lora.n > 0 && !(keep && strcmp(keep, "1") == 0);
+}
+
+/* The float32 bytes of the frozen weights the GPU holds only as the converted copies of their
+ * readers (the CUDA executor's rule, runtime/cuda/cuda_exec.h): codes_only, the weight cache
+ * on, and every reader a bf16/fp8 Linear or LinearGradData taking it as its weight (input 1). */
+static int64_t coded_bytes(const fr_trainer *t)
+{
+    const fr_graph *g = t->g;
+    const char *wc = getenv("FP8RUN_WEIGHT_CACHE");
+    if (!tr_lora_codes_only(t) || (wc && strcmp(wc, "0") == 0)) return 0;
+    unsigned char *ok = calloc((size_t)g->n_values + 1, 1); /* 1: read as a weight so far, 2: not */
+    if (!ok) return 0; /* a report: without the memory, the float32 bytes are counted */
+    for (int i = 0; i < g->n_nodes; i++) {
+        const fr_node *n = &g->nodes[i];
+        const char *prec = "fp32";
+        int lin = strcmp(n->domain, "ai.fp8run") == 0 &&
+                  (strcmp(n->op_type, "Linear") == 0 || strcmp(n->op_type, "LinearGradData") == 0) &&
+                  fr_node_attr_string(n, "precision", "fp32", &prec) == FR_OK && strcmp(prec, "fp32") != 0;
+        for (int k = 0; k < n->n_inputs; k++)
+            if (n->inputs[k] >= 0) ok[n->inputs[k]] = lin && k == 1 && ok[n->inputs[k]] != 2 ? 1 : 2;
+    }
+    for (int i = 0; i < g->n_outputs; i++) ok[g->outputs[i]] = 2;
+    int64_t bytes = 0;
+    for (int v = 0; v < g->n_values; v++) {
+        const fr_value *w = &g->values[v];
+        if (ok[v] == 1 && w->constant && w->dtype == FR_F32 && !(w->flags & (FR_VAL_PARAM | FR_VAL_STATE)))
+            bytes += (int64_t)w->constant->nbytes;
+    }
+    free(ok);
+    return bytes;
+}
+
 void fr_trainer_param_bytes(const fr_trainer *t, fr_param_bytes *b)
 {
     memset(b, 0, sizeof *b);
@@ -179,8 +215,10 @@ void fr_trainer_param_bytes(const fr_trainer *t, fr_param_bytes *b)
     b->frozen = t->lora.frozen_params;
     b->frozen_bytes = t->lora.frozen_bytes;
     if (!t->use_cuda || !t->g) return;
-    /* plus, on the GPU, the weight cache of each bf16/fp8 Linear and data gradient reading a
-       frozen weight (ops/cuda/linear.cu: W's bf16 copy or its fp8 codes, kept across steps) */
+    /* on the GPU, less the float32 of the frozen weights held only as codes (tr_lora_codes_only;
+       they stay in host memory), plus the weight cache of each bf16/fp8 Linear and data gradient
+       reading a frozen weight (ops/cuda/linear.cu: W's bf16 copy or its fp8 codes) */
+    b->frozen_bytes -= coded_bytes(t);
     for (int i = 0; i < t->g->n_nodes; i++) {
         const fr_node *n = &t->g->nodes[i];
         const char *prec = "fp32";

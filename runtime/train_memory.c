@@ -70,8 +70,12 @@ fr_status tr_memory_of(fr_trainer *t, int gpu, fr_train_memory *out)
     if (gpu && !o->eval_only) {
         fr_cuda_exec_sizes s, se;
         const int attn = fr_cuda_attention_parse(o->attention); /* cuDNN's attention has its own scratch */
-        st = fr_cuda_exec_plan_with(t->g, attn < 0 ? FR_CUDA_ATTN_FP8RUN : attn, &s);
-        if (st == FR_OK) st = fr_cuda_exec_plan_with(t->eval_g, attn < 0 ? FR_CUDA_ATTN_FP8RUN : attn, &se);
+        /* a LoRA run's frozen base: its Linears' codes only (tr_lora_codes_only), unless the
+           weight cache is off (FP8RUN_WEIGHT_CACHE=0, read when the context is made) */
+        const char *wc = getenv("FP8RUN_WEIGHT_CACHE");
+        const int codes = tr_lora_codes_only(t) && !(wc && strcmp(wc, "0") == 0);
+        st = fr_cuda_exec_plan_codes(t->g, attn < 0 ? FR_CUDA_ATTN_FP8RUN : attn, codes, &s);
+        if (st == FR_OK) st = fr_cuda_exec_plan_codes(t->eval_g, attn < 0 ? FR_CUDA_ATTN_FP8RUN : attn, codes, &se);
         out->params = s.consts;
         out->grads = o->grad_accum > 1 ? numel * sizeof(float) : 0;
         out->fp8_weights = s.persist;

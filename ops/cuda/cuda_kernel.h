@@ -37,7 +37,13 @@
  *    graph's parameters) sees the change; the stream orders the conversion after the update;
  *  - ctx->cu->weight_cache_off (FP8RUN_WEIGHT_CACHE=0 when the context was made) makes kernels
  *    convert on every run (tests compare both), and kernels add each weight conversion they
- *    queue to ctx->cu->weight_casts (a host counter tests read). */
+ *    queue to ctx->cu->weight_casts (a host counter tests read).
+ * Frozen weights held only as their converted copy (ctx->cu->codes_only, set by a LoRA trainer):
+ * an entry with a `prime` callback converts input 1 into its persistent memory from a temporary
+ * device copy the executor gives it, and sets *persist_version to FR_CUDA_VERSION_FROZEN; its
+ * runs then never convert that input again (its `data` is NULL: the executor released the
+ * float32 block; the values stay on the host). The executor primes again when the host changes
+ * the weight or a constant the node reads with it (its scale). */
 #ifndef FR_CUDA_KERNEL_H
 #define FR_CUDA_KERNEL_H
 
@@ -97,7 +103,13 @@ typedef struct fr_cuda_ctx {
     int fp8_fast_accum;
     int gemm_tune;
     struct fr_cuda_gemm_timer *gemm_timer;
+    /* 1: executors built on this context keep a frozen weight that only priming kernels read
+       as their converted copy alone (see "Frozen weights" above); a LoRA trainer sets it */
+    int codes_only;
 } fr_cuda_ctx;
+
+/* *persist_version of a node whose kept copy was primed from a released weight: never stale. */
+#define FR_CUDA_VERSION_FROZEN UINT64_MAX
 
 /* fr_cuda_ctx.attention: which kernels run the fused Attention / AttentionGrad nodes (the order
  * of FR_CHOICES_ATTENTION, graph/option_choices.h). */
@@ -156,6 +168,9 @@ typedef struct fr_cuda_kernel_def {
        only (a weight's codes), so nodes of this kernel that agree on those share one copy and
        its version (a recomputed Linear reuses its forward's codes: passes/recompute.h) */
     int persist_shareable;
+    /* NULL, or: convert input 1 (a temporary device copy in k->in[1]) into the persistent
+       memory now and mark it FR_CUDA_VERSION_FROZEN (see "Frozen weights" above) */
+    fr_status (*prime)(const fr_cuda_kctx *k);
 } fr_cuda_kernel_def;
 
 /* A kernel's scratch bytes under env (scratch_env, else scratch, else 0). */

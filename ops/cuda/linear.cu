@@ -423,6 +423,10 @@ static fr_q_stats *w_stats(const lin_run *r) { return r->kept ? (fr_q_stats *)(r
 static fr_status w_begin(lin_run *r, int *convert)
 {
     fr_cuda_ctx *cu = r->k->cu;
+    if (r->kept && *r->k->persist_version == FR_CUDA_VERSION_FROZEN) { /* primed: W's float32 is gone */
+        *convert = 0;
+        return FR_OK;
+    }
     *convert = !r->kept || cu->weight_cache_off || *r->k->persist_version != cu->weights_version;
     if (!*convert) return FR_OK;
     cu->weight_casts++;
@@ -435,6 +439,56 @@ static void w_end(lin_run *r)
 {
     if (r->kept) *r->k->persist_version = r->k->cu->weights_version;
 }
+
+/* Priming (cuda_kernel.h, "Frozen weights"): W's kept copy made once from the temporary
+ * device copy in k->in[1], with the same calls as the runs' conversions (so the same bytes),
+ * then marked frozen: the runs never convert it again. */
+static fr_status w_prime(lin_op op, const fr_cuda_kctx *k)
+{
+    lin_run r;
+    memset(&r, 0, sizeof r);
+    r.k = k;
+    r.n = k->node;
+    r.s = k->cu->stream;
+    FR_TRY(read_cfg(r.n, &r.c));
+    const fr_tensor *a = k->n_in > 0 ? k->in[0] : NULL, *w = k->n_in > 1 ? k->in[1] : NULL;
+    if (!a || !w || !w->data) return fr_node_error(r.n, FR_ERR_GRAPH, "priming needs the node's weight");
+    FR_TRY(node_dims(op, r.n, &r.c, a->rank, a->dims, w->rank, w->dims, 0, &r.M, &r.N, &r.K));
+    if (!w_kept(op, k->g, r.n, &r.c) || w->dtype != FR_F32)
+        return fr_node_error(r.n, FR_ERR_INTERNAL, "priming a node that keeps no float32 weight's copy");
+    r.kept = 1;
+    make_w_plan(op, &r.c, r.N, r.K, &r.wp);
+    if (!k->persist || !k->persist_version || r.wp.total > k->persist_bytes)
+        return fr_node_error(r.n, FR_ERR_INTERNAL, "persistent memory of %zu bytes is smaller than the %zu planned",
+                             k->persist ? k->persist_bytes : 0, r.wp.total);
+    r.wbase = (char *)k->persist;
+    k->cu->weight_casts++;
+    const lin_cfg *c = &r.c;
+    const int fwd = op == OP_FWD, trans = fwd ? !c->transB : c->transB;
+    if (c->prec == FR_LIN_BF16) {
+        FR_TRY(fr_q_to_bf16(r.s, r.n, (const float *)w->data, r.K * r.N, w_codes(&r)));
+    } else {
+        int64_t Np = fr_q_pad16(r.N), Kp = fr_q_pad16(r.K);
+        fr_q_fmt f = {0, c->margin};
+        fr_q_stats *wst = w_stats(&r);
+        uint8_t *wop = (uint8_t *)w_codes(&r);
+        FR_CUDA_TRY(cudaMemsetAsync(wst, 0, sizeof(fr_q_stats), r.s));
+        if (blockwise(c)) {
+            float *wsv = w_sinv(&r);
+            FR_CUDA_TRY(cudaMemsetAsync(wsv, 0, (size_t)(fwd ? fr_q_blk_count(Np, Kp) : fr_q_blk_count(Kp, Np)) * 4, r.s));
+            FR_TRY(fr_q_tiles128(r.s, r.n, (const float *)w->data, w->dims[0], w->dims[1], f, trans, wop, wsv, wst, 1));
+        } else {
+            const fr_tensor *sw = delayed(c) ? opt_in(k, fwd ? FR_LIN_IN_SCALE_W : 2) : NULL;
+            FR_TRY(need_scale(&r, sw, "scale_w"));
+            FR_TRY(quant_tensor(&r, wst, 1, w, w->dims[0], w->dims[1], f, sw, trans, wop, NULL, NULL, NULL, NULL));
+        }
+    }
+    *k->persist_version = FR_CUDA_VERSION_FROZEN;
+    return FR_OK;
+}
+
+static fr_status fwd_prime(const fr_cuda_kctx *k) { return w_prime(OP_FWD, k); }
+static fr_status dgrad_prime(const fr_cuda_kctx *k) { return w_prime(OP_DGRAD, k); }
 
 /* ---- Linear ---- */
 
@@ -689,8 +743,8 @@ static fr_status grad_weight_run(const fr_cuda_kctx *k)
 }
 
 extern "C" const fr_cuda_kernel_def fr_cuda_kernels_linear[] = {
-    {"Linear", FR_DOMAIN_FP8RUN, linear_run, fwd_scratch, fwd_persist, NULL, 1},
-    {"LinearGradData", FR_DOMAIN_FP8RUN, grad_data_run, dgrad_scratch, dgrad_persist, NULL, 1},
+    {"Linear", FR_DOMAIN_FP8RUN, linear_run, fwd_scratch, fwd_persist, NULL, 1, fwd_prime},
+    {"LinearGradData", FR_DOMAIN_FP8RUN, grad_data_run, dgrad_scratch, dgrad_persist, NULL, 1, dgrad_prime},
     {"LinearGradWeight", FR_DOMAIN_FP8RUN, grad_weight_run, wgrad_scratch, NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };

@@ -1,6 +1,7 @@
 /* The CUDA executor (see cuda_exec.h): a liveness plan over one device arena, constants
  * uploaded once, views that alias their input, kernels queued on one stream. */
 #include "runtime/cuda/cuda_exec.h"
+#include "runtime/cuda/cuda_arena.h"
 #include "ops/cuda/cuda_gemm.h"
 #include "runtime/perf_model.h"
 
@@ -9,9 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ALIGN 256 /* cudaMalloc's alignment; keeps every tensor 16-byte vector friendly */
 
-enum { K_NONE = 0, K_CONST, K_SHARED, K_INPUT, K_POOL, K_VIEW };
+/* K_CODED: a frozen constant held on the device only as its readers' converted copies
+ * (cuda_kernel.h, "Frozen weights"): no device block; primed from the host's values. */
+enum { K_NONE = 0, K_CONST, K_SHARED, K_INPUT, K_POOL, K_VIEW, K_CODED };
 
 struct fr_cuda_exec {
     fr_cuda_ctx *c;
@@ -31,6 +33,8 @@ struct fr_cuda_exec {
     unsigned char *in_set;       /* per graph input */
     void *arena, *consts, *inputs, *persist;
     size_t arena_bytes, const_bytes, input_bytes, persist_total;
+    size_t coded_bytes, coded_max; /* K_CODED values: their float32 bytes not held, the largest */
+    int prime_pending;           /* the K_CODED values' copies are to be made before the next run */
     void *staging;               /* pinned host copy of the inputs block */
     cudaEvent_t staging_done;    /* recorded after the last copy out of staging */
     int staging_pending;
@@ -51,7 +55,7 @@ struct fr_cuda_exec {
     void *hook_ctx;
 };
 
-static size_t align_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
+static size_t align_up(size_t n) { return (n + FR_ARENA_ALIGN - 1) / FR_ARENA_ALIGN * FR_ARENA_ALIGN; }
 
 static int is_view_node(const fr_node *n)
 {
@@ -63,72 +67,6 @@ static int is_view_node(const fr_node *n)
     /* inference Dropout without a mask output is the identity */
     if (strcmp(op, "Dropout") == 0) return n->n_outputs == 1 || n->outputs[1] < 0;
     return 0;
-}
-
-/* ---- first-fit arena plan ---- */
-
-typedef struct span {
-    size_t off, size;
-} span;
-
-typedef struct arena_plan {
-    span *free;
-    int n_free, cap;
-    size_t top;
-} arena_plan;
-
-static fr_status plan_alloc(arena_plan *p, size_t size, size_t *off)
-{
-    size = align_up(size ? size : 1);
-    for (int i = 0; i < p->n_free; i++)
-        if (p->free[i].size >= size) {
-            *off = p->free[i].off;
-            p->free[i].off += size;
-            p->free[i].size -= size;
-            if (p->free[i].size == 0) {
-                memmove(&p->free[i], &p->free[i + 1], (size_t)(p->n_free - i - 1) * sizeof(span));
-                p->n_free--;
-            }
-            return FR_OK;
-        }
-    /* grow the arena; a free span at its end is absorbed */
-    if (p->n_free && p->free[p->n_free - 1].off + p->free[p->n_free - 1].size == p->top) {
-        *off = p->free[p->n_free - 1].off;
-        p->top = *off + size;
-        p->n_free--;
-        return FR_OK;
-    }
-    *off = p->top;
-    p->top += size;
-    return FR_OK;
-}
-
-static fr_status plan_free(arena_plan *p, size_t off, size_t size)
-{
-    size = align_up(size ? size : 1);
-    int i = 0;
-    while (i < p->n_free && p->free[i].off < off) i++;
-    if (p->n_free == p->cap) {
-        int ncap = p->cap ? p->cap * 2 : 64;
-        span *ns = fr_realloc_array(p->free, (size_t)ncap, sizeof *ns, "CUDA arena plan");
-        if (!ns) return FR_ERR_OOM;
-        p->free = ns;
-        p->cap = ncap;
-    }
-    memmove(&p->free[i + 1], &p->free[i], (size_t)(p->n_free - i) * sizeof(span));
-    p->free[i] = (span){off, size};
-    p->n_free++;
-    if (i + 1 < p->n_free && p->free[i].off + p->free[i].size == p->free[i + 1].off) { /* merge right */
-        p->free[i].size += p->free[i + 1].size;
-        memmove(&p->free[i + 1], &p->free[i + 2], (size_t)(p->n_free - i - 2) * sizeof(span));
-        p->n_free--;
-    }
-    if (i > 0 && p->free[i - 1].off + p->free[i - 1].size == p->free[i].off) { /* merge left */
-        p->free[i - 1].size += p->free[i].size;
-        memmove(&p->free[i], &p->free[i + 1], (size_t)(p->n_free - i - 1) * sizeof(span));
-        p->n_free--;
-    }
-    return FR_OK;
 }
 
 /* ---- construction ---- */
@@ -329,7 +267,7 @@ static fr_status describe_peak(fr_cuda_exec *e, int at, const int *alloc_at, con
 static fr_status plan_arena(fr_cuda_exec *e, const int *last_use)
 {
     const fr_graph *g = e->g;
-    arena_plan p = {0};
+    fr_arena_plan p = {0};
     fr_status st = FR_OK;
     int *alloc_at = fr_malloc(sizeof(int) * (size_t)(e->nv ? e->nv : 1), "arena plan");
     int *free_at = fr_malloc(sizeof(int) * (size_t)(e->nv ? e->nv : 1), "arena plan");
@@ -343,7 +281,7 @@ static fr_status plan_arena(fr_cuda_exec *e, const int *last_use)
         for (int k = 0; st == FR_OK && k < n->n_outputs; k++) {
             int v = n->outputs[k];
             if (v >= 0 && e->kind[v] == K_POOL) {
-                st = plan_alloc(&p, e->hdr[v].nbytes, &e->off[v]);
+                st = fr_arena_plan_alloc(&p, e->hdr[v].nbytes, &e->off[v]);
                 alloc_at[v] = i;
             }
         }
@@ -352,8 +290,8 @@ static fr_status plan_arena(fr_cuda_exec *e, const int *last_use)
         if (st == FR_OK) st = fr_cuda_kernel_scratch(e->kern[i], &env, g, n, &sb);
         if (st == FR_OK && sb) {
             e->scratch_bytes[i] = sb;
-            st = plan_alloc(&p, sb, &e->scratch_off[i]);
-            if (st == FR_OK) st = plan_free(&p, e->scratch_off[i], sb);
+            st = fr_arena_plan_alloc(&p, sb, &e->scratch_off[i]);
+            if (st == FR_OK) st = fr_arena_plan_free(&p, e->scratch_off[i], sb);
         }
         /* memory read for the last time here (and outputs nobody reads) goes back */
         for (int pass = 0; st == FR_OK && pass < 2; pass++) {
@@ -363,7 +301,7 @@ static fr_status plan_arena(fr_cuda_exec *e, const int *last_use)
                 if (ids[k] < 0) continue;
                 int r = e->root[ids[k]];
                 if (e->kind[r] != K_POOL || last_use[r] > i || e->off[r] == (size_t)-1) continue;
-                st = plan_free(&p, e->off[r], e->hdr[r].nbytes);
+                st = fr_arena_plan_free(&p, e->off[r], e->hdr[r].nbytes);
                 /* keep the offset for the header; mark freed by a tag bit of kind */
                 if (st == FR_OK) e->kind[r] = K_POOL | 0x80, free_at[r] = i;
             }
@@ -399,8 +337,39 @@ static int same_but_first_input(const fr_node *a, const fr_node *b)
     return 1;
 }
 
+/* K_CODED: the float32 constants (not parameters, not FP8 state, not graph outputs) that only
+ * priming kernels with persistent memory read, and only as their input 1 (the weight). */
+static fr_status mark_coded(fr_cuda_exec *e)
+{
+    const fr_graph *g = e->g;
+    unsigned char *ok = fr_calloc((size_t)(e->nv ? e->nv : 1), 1, "CUDA executor"); /* 1 ok so far, 2 not */
+    if (!ok) return FR_ERR_OOM;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const fr_node *n = &g->nodes[i];
+        for (int k = 0; k < n->n_inputs; k++) {
+            int v = n->inputs[k];
+            if (v < 0) continue;
+            int good = k == 1 && e->kern[i] && e->kern[i]->prime && e->persist_bytes[i] > 0;
+            ok[v] = good && ok[v] != 2 ? 1 : 2;
+        }
+    }
+    for (int i = 0; i < g->n_outputs; i++) ok[g->outputs[i]] = 2;
+    for (int v = 0; v < e->nv; v++) {
+        const fr_value *val = &g->values[v];
+        if (ok[v] != 1 || e->kind[v] != K_CONST || !val->constant || val->dtype != FR_F32 || !e->hdr[v].nbytes ||
+            (val->flags & (FR_VAL_PARAM | FR_VAL_STATE)))
+            continue;
+        e->kind[v] = K_CODED;
+        e->coded_bytes += align_up(e->hdr[v].nbytes);
+        if (e->hdr[v].nbytes > e->coded_max) e->coded_max = e->hdr[v].nbytes;
+        e->prime_pending = 1;
+    }
+    free(ok);
+    return FR_OK;
+}
+
 static fr_status build(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *share, int plan_only, int attention,
-                       fr_cuda_exec **out)
+                       int codes_only, fr_cuda_exec **out)
 {
     *out = NULL;
     if ((!c && !plan_only) || !g) return fr_error(FR_ERR_INVALID_ARG, "fr_cuda_exec_new: no context or graph");
@@ -459,6 +428,7 @@ static fr_status build(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *sh
             e->persist_total += align_up(e->persist_bytes[i]);
         }
     }
+    if (st == FR_OK && (c ? c->codes_only && !c->weight_cache_off : codes_only)) st = mark_coded(e);
     /* constants and inputs: one block each */
     for (int v = 0; st == FR_OK && v < e->nv; v++) {
         if (e->kind[v] == K_CONST) {
@@ -598,12 +568,55 @@ static fr_status run_nodes(fr_cuda_exec *e)
     return FR_OK;
 }
 
+/* The converted copies of the K_CODED values, from the host's float32 values through one
+ * temporary device buffer: the arena when it is large enough (nothing in it is live between
+ * runs that this run would not write again), else a buffer freed after the stream drains. */
+static fr_status prime_coded(fr_cuda_exec *e)
+{
+    const fr_graph *g = e->g;
+    void *tmp = e->arena_bytes >= e->coded_max ? e->arena : NULL, *own = NULL;
+    if (!tmp) FR_CUDA_TRY(cudaMalloc(&own, e->coded_max));
+    if (own) tmp = own;
+    fr_status st = FR_OK;
+    for (int v = 0; st == FR_OK && v < e->nv; v++) {
+        if (e->kind[v] != K_CODED) continue;
+        FR_CUDA_KEEP(st, cudaMemcpyAsync(tmp, g->values[v].constant->data, e->hdr[v].nbytes, cudaMemcpyHostToDevice,
+                                         e->c->stream));
+        fr_tensor w = e->hdr[v];
+        w.data = tmp;
+        for (int i = 0; st == FR_OK && i < g->n_nodes; i++) {
+            const fr_node *n = &g->nodes[i];
+            if (n->n_inputs < 2 || n->inputs[1] != v || e->persist_owner[i] != i) continue; /* a sharer: its owner's */
+            for (int k = 0; k < n->n_inputs; k++) e->in_args[k] = n->inputs[k] >= 0 ? &e->hdr[n->inputs[k]] : NULL;
+            for (int k = 0; k < n->n_outputs; k++) e->out_args[k] = n->outputs[k] >= 0 ? &e->hdr[n->outputs[k]] : NULL;
+            e->in_args[1] = &w;
+            fr_cuda_kctx k = {g, n, e->opset[i], n->n_inputs, n->n_outputs, e->in_args, e->out_args, e->c, NULL, 0,
+                              (char *)e->persist + e->persist_off[i], e->persist_bytes[i], &e->persist_version[i]};
+            st = e->kern[i]->prime(&k);
+        }
+    }
+    if (own) {
+        FR_CUDA_KEEP(st, cudaStreamSynchronize(e->c->stream));
+        cudaFree(own);
+    }
+    if (st == FR_OK) e->prime_pending = 0;
+    return st;
+}
+
+void fr_cuda_exec_reprime(fr_cuda_exec *e)
+{
+    if (e && e->coded_bytes) e->prime_pending = 1;
+}
+
+size_t fr_cuda_exec_coded_bytes(const fr_cuda_exec *e) { return e->coded_bytes; }
+
 fr_status fr_cuda_exec_run(fr_cuda_exec *e)
 {
     const fr_graph *g = e->g;
     for (int i = 0; i < g->n_inputs; i++)
         if (!e->in_set[i] && e->hdr[g->inputs[i]].nbytes)
             return fr_error(FR_ERR_INVALID_ARG, "input '%s' was not set before the run", g->values[g->inputs[i]].name);
+    if (e->prime_pending) FR_TRY(prime_coded(e));
     FR_CUDA_TRY(cudaEventRecord(e->staging_done, e->c->stream));
     e->staging_pending = 1;
     e->gt.used = 0;
@@ -648,7 +661,7 @@ fr_status fr_cuda_exec_sync(fr_cuda_exec *e) { return fr_cuda_check_error(e->c, 
 
 fr_tensor *fr_cuda_exec_value(fr_cuda_exec *e, int vid)
 {
-    if (vid < 0 || vid >= e->nv || e->kind[vid] == K_NONE) return NULL;
+    if (vid < 0 || vid >= e->nv || e->kind[vid] == K_NONE || e->kind[vid] == K_CODED) return NULL;
     return &e->hdr[vid];
 }
 
@@ -702,6 +715,12 @@ static fr_status constant_of(fr_cuda_exec *e, int vid, fr_tensor **t)
 
 fr_status fr_cuda_exec_upload_constant(fr_cuda_exec *e, int vid)
 {
+    if (vid >= 0 && vid < e->nv && e->kind[vid] == K_CODED) { /* read from the host when primed */
+        FR_CUDA_TRY(cudaStreamSynchronize(e->c->stream));
+        fr_cuda_weights_changed(e->c);
+        e->prime_pending = 1;
+        return FR_OK;
+    }
     fr_tensor *t;
     FR_TRY(constant_of(e, vid, &t));
     FR_CUDA_TRY(cudaStreamSynchronize(e->c->stream));
@@ -715,6 +734,7 @@ fr_status fr_cuda_exec_upload_constant(fr_cuda_exec *e, int vid)
 
 fr_status fr_cuda_exec_download_constant(fr_cuda_exec *e, int vid)
 {
+    if (vid >= 0 && vid < e->nv && e->kind[vid] == K_CODED) return FR_OK; /* the device never changes it */
     fr_tensor *t;
     FR_TRY(constant_of(e, vid, &t));
     FR_TRY(fr_cuda_exec_sync(e));
@@ -730,7 +750,7 @@ size_t fr_cuda_exec_persist_bytes(const fr_cuda_exec *e) { return e->persist_tot
 
 fr_status fr_cuda_exec_new(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *share, fr_cuda_exec **out)
 {
-    return build(c, g, share, 0, c ? c->attention : FR_CUDA_ATTN_FP8RUN, out);
+    return build(c, g, share, 0, c ? c->attention : FR_CUDA_ATTN_FP8RUN, 0, out);
 }
 
 fr_status fr_cuda_exec_plan(const fr_graph *g, fr_cuda_exec_sizes *out)
@@ -740,14 +760,20 @@ fr_status fr_cuda_exec_plan(const fr_graph *g, fr_cuda_exec_sizes *out)
 
 fr_status fr_cuda_exec_plan_with(const fr_graph *g, int attention, fr_cuda_exec_sizes *out)
 {
+    return fr_cuda_exec_plan_codes(g, attention, 0, out);
+}
+
+fr_status fr_cuda_exec_plan_codes(const fr_graph *g, int attention, int codes_only, fr_cuda_exec_sizes *out)
+{
     fr_cuda_exec *e = NULL;
     memset(out, 0, sizeof *out);
-    fr_status st = build(NULL, g, NULL, 1, attention, &e);
+    fr_status st = build(NULL, g, NULL, 1, attention, codes_only, &e);
     if (e) {
         out->arena = e->arena_bytes;
         out->consts = e->const_bytes;
         out->inputs = e->input_bytes;
         out->persist = e->persist_total;
+        out->coded = e->coded_bytes;
     }
     fr_cuda_exec_free(e);
     return st;

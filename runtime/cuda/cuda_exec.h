@@ -14,6 +14,10 @@
  *    persist_shareable that read the same weight with the same attributes share one copy:
  *    a recomputed Linear's codes are its forward's); uploading a constant
  *    (fr_cuda_exec_upload_constant) moves the context's weights_version;
+ *  - on a context with codes_only, a frozen float32 constant that only kernels with a `prime`
+ *    callback read as their weight gets no device block: its readers' converted copies are made
+ *    from the host's values before the first run (and after fr_cuda_exec_reprime or an upload
+ *    of it); fr_cuda_exec_value is NULL for it and a download leaves the host's values as they are;
  *  - view ops (Reshape, Squeeze, Unsqueeze, Flatten, Identity, inference Dropout) do not copy:
  *    their output is the input's memory, and the node is not run.
  * Ownership: the executor borrows the graph and the context, which must outlive it. */
@@ -71,11 +75,21 @@ FR_NODISCARD fr_status fr_cuda_exec_profile(const fr_cuda_exec *e, char **text);
  * would take for the arena, constants, inputs and kernels' persistent memory (FP8 weight codes). */
 typedef struct fr_cuda_exec_sizes {
     size_t arena, consts, inputs, persist;
+    size_t coded; /* float32 bytes of frozen weights held only as codes (not in consts) */
 } fr_cuda_exec_sizes;
 FR_NODISCARD fr_status fr_cuda_exec_plan(const fr_graph *g, fr_cuda_exec_sizes *out);
 /* The same with the fused attention's kernels as `attention` (FR_CUDA_ATTN_*) would choose them
  * (cuDNN's scratch counted without its plan's own workspace, which only a device can tell). */
 FR_NODISCARD fr_status fr_cuda_exec_plan_with(const fr_graph *g, int attention, fr_cuda_exec_sizes *out);
+/* The same for a context with codes_only set (1) or not (cuda_kernel.h, "Frozen weights"). */
+FR_NODISCARD fr_status fr_cuda_exec_plan_codes(const fr_graph *g, int attention, int codes_only,
+                                               fr_cuda_exec_sizes *out);
+
+/* Frozen weights held only as codes (built on a context with codes_only): the float32 bytes
+ * not held on the device; fr_cuda_exec_reprime makes the codes again from the host's values
+ * before the next run (after the host changed a scale those nodes read). */
+size_t fr_cuda_exec_coded_bytes(const fr_cuda_exec *e);
+void fr_cuda_exec_reprime(fr_cuda_exec *e);
 
 /* Bytes planned: the arena (computed values and scratch), constants (0 for shared ones), inputs. */
 size_t fr_cuda_exec_arena_bytes(const fr_cuda_exec *e);

@@ -313,6 +313,7 @@ fr_status fr_cuda_train_new(fr_trainer *t, int device, fr_cuda_train **out)
     fr_status st = fr_cuda_ctx_create(device, &d->c);
     if (st == FR_OK) st = fr_cuda_ctx_set_attention(d->c, t->opt.attention); /* --attention, before any executor */
     if (st == FR_OK) d->c->fp8_fast_accum = t->opt.fp8_fast_accum;
+    if (st == FR_OK) d->c->codes_only = tr_lora_codes_only(t); /* the frozen base as its codes only */
     if (st == FR_OK) {
         snprintf(d->name, sizeof d->name, "%s (compute capability %d.%d)", d->c->name, d->c->cc_major, d->c->cc_minor);
         int cc = d->c->cc_major * 10 + d->c->cc_minor;
@@ -489,6 +490,8 @@ fr_status fr_cuda_train_push(fr_trainer *t)
     /* the copies above used the legacy stream; the step runs on a non-blocking one */
     CU(cudaDeviceSynchronize());
     fr_cuda_weights_changed(d->c); /* parameters and scales came from the host (also on failure) */
+    fr_cuda_exec_reprime(d->ex);      /* frozen weights' codes: made again with the scales pushed */
+    fr_cuda_exec_reprime(d->eval_ex);
     if (st == FR_OK) d->host_stale = 0;
     return st;
 }
