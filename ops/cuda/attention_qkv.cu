@@ -359,6 +359,24 @@ void stage(const Node &p, const float *X, const float *cs, const float *sn, TO *
     stage_kernel<TO><<<blocks_for(nx), 256, 0, stream>>>(p.g, X, cs, sn, q, k, v, l[0], l[1], l[2]);
 }
 
+/* O-like tensors between the packed layout and the head layout l (pin -> hout, or hin -> pout),
+ * vectorized where it can be. */
+template <typename TP, typename TH>
+void o_move(const Node &p, const Lay &l, const TP *pin, TH *hout, const TH *hin, TP *pout, cudaStream_t stream)
+{
+    const fr_attn_qkv_geom &q = p.q;
+    const int64_t N = q.Hq * q.Dv, no = q.B * q.T * N;
+    const unsigned n8 = units8(no);
+    const void *a = pin ? (const void *)pin : (const void *)hin, *b = pin ? (const void *)hout : (const void *)pout;
+    if (n8 && q.Dv % 8 == 0 && q.T <= INT32_MAX && q.Dv <= INT32_MAX && qkv_fast::aligned16(a) &&
+        qkv_fast::aligned16(b)) {
+        qkv_fast::o8_kernel<TP, TH><<<qkv_fast::blocks8(n8), 256, 0, stream>>>(n8, (unsigned)(N / 8), (int)q.T, (int)q.Dv,
+                                                                               lay8(l), pin, hout, hin, pout);
+        return;
+    }
+    o_kernel<TP, TH><<<blocks_for(no), 256, 0, stream>>>(q.B, q.T, N, q.Dv, l, pin, hout, hin, pout);
+}
+
 /* dX from the sections' gradients (RoPE transposed), vectorized where it can be. */
 template <typename TI>
 void unstage(const Node &p, const TI *q, const TI *k, const TI *v, const Lay *l, const float *cs, const float *sn,
@@ -526,10 +544,8 @@ fr_status run_own(const fr_cuda_kctx *k, const Node &p, int backward)
     const OwnLayout l = own_layout(p, backward, 0);
     if (!def || !k->scratch || k->scratch_bytes < l.total)
         return fr_node_error(k->node, FR_ERR_INTERNAL, "scratch of %zu bytes, %zu needed", k->scratch_bytes, l.total);
-    const fr_attn_qkv_geom &q = p.q;
     char *sc = (char *)k->scratch;
     float *Q = (float *)(sc + l.q), *K = (float *)(sc + l.k), *V = (float *)(sc + l.v), *O = (float *)(sc + l.o);
-    const int64_t no = q.B * q.T * q.Hq * q.Dv, N = q.Hq * q.Dv;
     const int ci = backward ? 4 : 1;
     const float *cs = k->n_in > ci + 1 && k->in[ci] ? (const float *)k->in[ci]->data : nullptr;
     const float *sn = cs ? (const float *)k->in[ci + 1]->data : nullptr;
@@ -552,16 +568,13 @@ fr_status run_own(const fr_cuda_kctx *k, const Node &p, int backward)
         st = def->run(&ik);
         c->attention = choice;
         FR_TRY(st);
-        o_kernel<float, float><<<blocks_for(no), 256, 0, stream>>>(q.B, q.T, N, q.Dv, ho, nullptr, nullptr, O,
-                                                                   (float *)k->out[0]->data);
+        o_move<float, float>(p, ho, nullptr, nullptr, O, (float *)k->out[0]->data, stream);
         return check_launch(k, "AttentionQKV(O)");
     }
     float *dO = (float *)(sc + l.dout), *dQ = (float *)(sc + l.dq), *dK = (float *)(sc + l.dk),
           *dV = (float *)(sc + l.dv);
-    o_kernel<float, float><<<blocks_for(no), 256, 0, stream>>>(q.B, q.T, N, q.Dv, ho, (const float *)k->in[1]->data, O,
-                                                               nullptr, nullptr);
-    o_kernel<float, float><<<blocks_for(no), 256, 0, stream>>>(q.B, q.T, N, q.Dv, ho, (const float *)k->in[3]->data, dO,
-                                                               nullptr, nullptr);
+    o_move<float, float>(p, ho, (const float *)k->in[1]->data, O, nullptr, nullptr, stream);
+    o_move<float, float>(p, ho, (const float *)k->in[3]->data, dO, nullptr, nullptr, stream);
     FR_TRY(check_launch(k, "AttentionQKVGrad(O, dO)"));
     fr_tensor tl = view_of(p, 4, k->in[2]->data), tdo = view_of(p, 3, dO);
     fr_tensor tdq = view_of(p, 0, dQ), tdk = view_of(p, 1, dK), tdv = view_of(p, 2, dV);

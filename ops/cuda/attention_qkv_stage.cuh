@@ -196,6 +196,26 @@ __global__ void __launch_bounds__(256) convert8_kernel(unsigned n8, const TI *a,
     st8(dst + (size_t)i * 8, v);
 }
 
+/* O-like tensors between the packed [B, T, Hq Dv] and a head layout l, 8 features of one head
+ * per thread (Dv % 8 == 0): pin -> hout when pin is given, else hin -> pout. */
+template <typename TP, typename TH>
+__global__ void __launch_bounds__(256) o8_kernel(unsigned n8, unsigned per_row, int T, int Dv, Lay8 l, const TP *pin,
+                                                 TH *hout, const TH *hin, TP *pout)
+{
+    const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n8) return;
+    const unsigned row = i / per_row, t = row % (unsigned)T, b = row / (unsigned)T, c = (i % per_row) * 8;
+    const int64_t j = b * l.sb + (int64_t)(c / Dv) * l.sh + t * l.st + c % Dv;
+    float v[8];
+    if (pin) {
+        ld8(pin + (size_t)i * 8, v);
+        st8(hout + j, v);
+    } else {
+        ld8(hin + j, v);
+        st8(pout + (size_t)i * 8, v);
+    }
+}
+
 inline bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 inline unsigned blocks8(unsigned n) { return (n + 255) / 256; }
