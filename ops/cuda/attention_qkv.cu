@@ -351,8 +351,8 @@ void stage(const Node &p, const float *X, const float *cs, const float *sn, TO *
     qkv_fast::Geo8 g8;
     if (fast_geo(p, &g8) && tables_ok(cs, sn) && qkv_fast::aligned16(X) && qkv_fast::aligned16(q) &&
         qkv_fast::aligned16(k) && qkv_fast::aligned16(v)) {
-        qkv_fast::stage8_kernel<TO><<<qkv_fast::blocks8(g8.n), 256, 0, stream>>>(g8, X, cs, sn, q, k, v, lay8(l[0]),
-                                                                                 lay8(l[1]), lay8(l[2]));
+        qkv_fast::rope8_kernel<false, TO><<<qkv_fast::blocks8(g8.n), 256, 0, stream>>>(
+            g8, X, nullptr, q, k, v, lay8(l[0]), lay8(l[1]), lay8(l[2]), cs, sn);
         return;
     }
     const int64_t nx = p.q.B * p.q.T * p.q.W;
@@ -379,14 +379,14 @@ void o_move(const Node &p, const Lay &l, const TP *pin, TH *hout, const TH *hin,
 
 /* dX from the sections' gradients (RoPE transposed), vectorized where it can be. */
 template <typename TI>
-void unstage(const Node &p, const TI *q, const TI *k, const TI *v, const Lay *l, const float *cs, const float *sn,
+void unstage(const Node &p, TI *q, TI *k, TI *v, const Lay *l, const float *cs, const float *sn,
              float *dX, cudaStream_t stream)
 {
     qkv_fast::Geo8 g8;
     if (fast_geo(p, &g8) && tables_ok(cs, sn) && qkv_fast::aligned16(dX) && qkv_fast::aligned16(q) &&
         qkv_fast::aligned16(k) && qkv_fast::aligned16(v)) {
-        qkv_fast::unstage8_kernel<TI><<<qkv_fast::blocks8(g8.n), 256, 0, stream>>>(g8, q, k, v, lay8(l[0]), lay8(l[1]),
-                                                                                   lay8(l[2]), cs, sn, dX);
+        qkv_fast::rope8_kernel<true, TI><<<qkv_fast::blocks8(g8.n), 256, 0, stream>>>(
+            g8, nullptr, dX, q, k, v, lay8(l[0]), lay8(l[1]), lay8(l[2]), cs, sn);
         return;
     }
     const int64_t nx = p.q.B * p.q.T * p.q.W;

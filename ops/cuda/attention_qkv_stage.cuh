@@ -101,85 +101,65 @@ __device__ __forceinline__ Unit unit_of(const Geo8 &g, unsigned u)
     return r;
 }
 
-/* Forward: X (RoPE'd on Q and K) into the sections' layouts. */
-template <typename TO>
-__global__ void __launch_bounds__(256) stage8_kernel(Geo8 g, const float *__restrict__ X, const float *__restrict__ cs,
-                                                     const float *__restrict__ sn, TO *q, TO *k, TO *v, Lay8 lq,
-                                                     Lay8 lk, Lay8 lv)
+/* RoPE on a unit in place (a: its 8 features; p: their partners D / 2 on, pair units only):
+ * forward y_d = x_d c_d + sign x_p s_d, transposed (GRAD) y_d = x_d c_d - sign x_p s_p, with
+ * sign -1 on the first of a pair (d < D / 2, or d even when interleaved), +1 on the second. */
+template <bool GRAD>
+__device__ __forceinline__ void rotate8(const Unit &u, int hd, const float *cr, const float *sr, float *a, float *p)
 {
-    const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= g.n) return;
-    const unsigned row = i / g.units, t = row % (unsigned)g.T, b = row / (unsigned)g.T;
-    const Unit u = unit_of(g, i % g.units);
-    const float *x = X + (size_t)row * g.W + u.col;
-    const Lay8 &l = u.s == 0 ? lq : u.s == 1 ? lk : lv;
-    TO *o = (u.s == 0 ? q : u.s == 1 ? k : v) + b * l.sb + u.h * l.sh + t * l.st + u.d;
-    float a[8], y[8];
-    ld8(x, a);
-    if (!u.rot) {
-        st8(o, a);
-        return;
-    }
-    const float *cr = cs + b * g.cos_b + (int64_t)t * g.D + u.d, *sr = sn + b * g.sin_b + (int64_t)t * g.D + u.d;
-    float c0[8], s0[8];
+    float c0[8], s0[8], y[8];
     ld8(cr, c0), ld8(sr, s0);
-    if (u.pair) { /* y_d = x_d c_d - x_{d+h} s_d, y_{d+h} = x_{d+h} c_{d+h} + x_d s_{d+h} */
-        const int hd = g.D / 2;
-        float p[8], c1[8], s1[8], z[8];
-        ld8(x + hd, p), ld8(cr + hd, c1), ld8(sr + hd, s1);
+    if (u.pair) {
+        float c1[8], s1[8], z[8];
+        ld8(cr + hd, c1), ld8(sr + hd, s1);
         for (int e = 0; e < 8; e++) {
-            y[e] = fmaf(a[e], c0[e], -p[e] * s0[e]);
-            z[e] = fmaf(p[e], c1[e], a[e] * s1[e]);
+            y[e] = GRAD ? fmaf(a[e], c0[e], p[e] * s1[e]) : fmaf(a[e], c0[e], -p[e] * s0[e]);
+            z[e] = GRAD ? fmaf(p[e], c1[e], -a[e] * s0[e]) : fmaf(p[e], c1[e], a[e] * s1[e]);
         }
-        st8(o, y), st8(o + hd, z);
+        for (int e = 0; e < 8; e++) a[e] = y[e], p[e] = z[e];
         return;
     }
     for (int e = 0; e < 8; e += 2) { /* pairs (2j, 2j + 1) */
-        y[e] = fmaf(a[e], c0[e], -a[e + 1] * s0[e]);
-        y[e + 1] = fmaf(a[e + 1], c0[e + 1], a[e] * s0[e + 1]);
+        y[e] = GRAD ? fmaf(a[e], c0[e], a[e + 1] * s0[e + 1]) : fmaf(a[e], c0[e], -a[e + 1] * s0[e]);
+        y[e + 1] = GRAD ? fmaf(a[e + 1], c0[e + 1], -a[e] * s0[e]) : fmaf(a[e + 1], c0[e + 1], a[e] * s0[e + 1]);
     }
-    st8(o, y);
+    for (int e = 0; e < 8; e++) a[e] = y[e];
 }
 
-/* Backward: dX from the sections' gradients, RoPE transposed on Q and K:
- * dx_d = g_d c_d - sign g_p s_p (sign as the forward's). */
-template <typename TI>
-__global__ void __launch_bounds__(256) unstage8_kernel(Geo8 g, const TI *q, const TI *k, const TI *v, Lay8 lq,
-                                                       Lay8 lk, Lay8 lv, const float *__restrict__ cs,
-                                                       const float *__restrict__ sn, float *__restrict__ dX)
+/* Forward (GRAD 0): packed X, RoPE'd on Q and K, into the sections q, k, v (layouts lq, lk,
+ * lv). Backward (GRAD 1): the sections' gradients into the packed dX, RoPE transposed. */
+template <bool GRAD, typename TS>
+__global__ void __launch_bounds__(256) rope8_kernel(Geo8 g, const float *__restrict__ X, float *__restrict__ dX,
+                                                    TS *q, TS *k, TS *v, Lay8 lq, Lay8 lk, Lay8 lv,
+                                                    const float *__restrict__ cs, const float *__restrict__ sn)
 {
     const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= g.n) return;
     const unsigned row = i / g.units, t = row % (unsigned)g.T, b = row / (unsigned)g.T;
     const Unit u = unit_of(g, i % g.units);
-    float *x = dX + (size_t)row * g.W + u.col;
+    const size_t x = (size_t)row * g.W + u.col;
     const Lay8 &l = u.s == 0 ? lq : u.s == 1 ? lk : lv;
-    const TI *src = (u.s == 0 ? q : u.s == 1 ? k : v) + b * l.sb + u.h * l.sh + t * l.st + u.d;
-    float a[8], y[8];
-    ld8(src, a);
-    if (!u.rot) {
-        st8(x, a);
-        return;
+    TS *sec = (u.s == 0 ? q : u.s == 1 ? k : v) + b * l.sb + u.h * l.sh + t * l.st + u.d;
+    const int hd = g.D / 2;
+    float a[8], p[8];
+    if (GRAD) {
+        ld8(sec, a);
+        if (u.pair) ld8(sec + hd, p);
+    } else {
+        ld8(X + x, a);
+        if (u.pair) ld8(X + x + hd, p);
     }
-    const float *cr = cs + b * g.cos_b + (int64_t)t * g.D + u.d, *sr = sn + b * g.sin_b + (int64_t)t * g.D + u.d;
-    float c0[8], s0[8];
-    ld8(cr, c0), ld8(sr, s0);
-    if (u.pair) { /* dx_d = g_d c_d + g_{d+h} s_{d+h}, dx_{d+h} = g_{d+h} c_{d+h} - g_d s_d */
-        const int hd = g.D / 2;
-        float p[8], c1[8], s1[8], z[8];
-        ld8(src + hd, p), ld8(cr + hd, c1), ld8(sr + hd, s1);
-        for (int e = 0; e < 8; e++) {
-            y[e] = fmaf(a[e], c0[e], p[e] * s1[e]);
-            z[e] = fmaf(p[e], c1[e], -a[e] * s0[e]);
-        }
-        st8(x, y), st8(x + hd, z);
-        return;
+    if (u.rot) {
+        const int64_t r = (int64_t)t * g.D + u.d;
+        rotate8<GRAD>(u, hd, cs + b * g.cos_b + r, sn + b * g.sin_b + r, a, p);
     }
-    for (int e = 0; e < 8; e += 2) {
-        y[e] = fmaf(a[e], c0[e], a[e + 1] * s0[e + 1]);
-        y[e + 1] = fmaf(a[e + 1], c0[e + 1], -a[e] * s0[e]);
+    if (GRAD) {
+        st8(dX + x, a);
+        if (u.pair) st8(dX + x + hd, p);
+    } else {
+        st8(sec, a);
+        if (u.pair) st8(sec + hd, p);
     }
-    st8(x, y);
 }
 
 /* Contiguous conversions of n8 units of 8 elements: blockIdx.y picks one of two (src, dst)
