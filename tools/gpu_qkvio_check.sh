@@ -51,18 +51,22 @@ r=json.load(open('$D/$name.json'))
 print('loss %.4f -> %.4f, planned %.1f GiB' % (r['loss_first'], r['loss_last'], r['memory_planned_bytes'] / 2**30))" 2>/dev/null)"
     [ $rc = 0 ] || tail -3 "$D/$name.err" | cut -c1-200
 }
-echo "1B fp8 B8xT2048 --attention cudnn, warmup 2, steps 6:"
-bench io_off "" "" 2 6
-bench io_on "" --fuse-attention-io 2 6
+# the pass's flag sets the opposite of its default: --fuse-attention-io while it is off by
+# default, --no-fuse-attention-io once it is on
+if "$FP8RUN" bench --help 2>&1 | grep -q -- '--no-fuse-attention-io'; then ON="" OFF=--no-fuse-attention-io; else
+    ON=--fuse-attention-io OFF=""; fi
+echo "1B fp8 B8xT2048 --attention cudnn, warmup 2, steps 6 (pass on: '${ON:-default}', off: '${OFF:-default}'):"
+bench io_off "" "$OFF" 2 6
+bench io_on "" "$ON" 2 6
 
 # 3. the profiles (pass on first: its lines are the point)
 echo "profile, pass on (FP8RUN_PROFILE=1; whole table in profile_on.txt):"
-bench profile_on FP8RUN_PROFILE=1 --fuse-attention-io 1 3
+bench profile_on FP8RUN_PROFILE=1 "$ON" 1 3
 grep -m1 "^  op " "$D/profile_on.txt" 2>/dev/null | cut -c1-130
 grep -E '^  (AttentionQKV|AttentionQKVGrad) ' "$D/profile_on.txt" 2>/dev/null | cut -c1-130
 grep -E '^  all ops' "$D/profile_on.txt" 2>/dev/null | cut -c1-130
 echo "profile, pass off (the nodes the pass replaces; profile_off.txt):"
-bench profile_off FP8RUN_PROFILE=1 "" 1 3
+bench profile_off FP8RUN_PROFILE=1 "$OFF" 1 3
 grep -E '^  (Attention|AttentionGrad|Split|Concat|Transpose|Rotary|RotaryGrad|Reshape) ' "$D/profile_off.txt" 2>/dev/null |
     cut -c1-130
 grep -E '^  all ops' "$D/profile_off.txt" 2>/dev/null | cut -c1-130
