@@ -9,8 +9,9 @@
  *    cuDNN's outputs are bf16), LSE within 1e-4. The backward reads each path's own forward
  *    outputs, on the CPU and the GPU alike.
  * Cases: GQA, MHA and MQA heads; RoPE half, interleaved and none; [T, D] and [B, 1, T, D]
- * tables; causal and not; T 65, 130, 256 (not multiples of 64, and one); D 64 and 128; the
- * 2-D output of GPT-2's rows. */
+ * tables; causal and not; T 33, 65, 97, 130, 256 (odd, not multiples of 64, and one); D 64 and
+ * 128 (the vectorized staging kernels of attention_qkv_stage.cuh) and D 24 (not a multiple of
+ * 16: the general one-element kernels); the 2-D output of GPT-2's rows. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +34,8 @@ typedef struct qcase {
 
 static const qcase k_cases[] = {
     {2, 130, 4, 2, 64, 1, 2, 1, 0},  {2, 256, 4, 4, 128, 2, 4, 1, 0}, {2, 65, 6, 2, 64, 0, 2, 1, 1},
-    {1, 130, 8, 1, 128, 1, 4, 0, 0}, {2, 256, 4, 2, 128, 1, 2, 1, 0},
+    {1, 130, 8, 1, 128, 1, 4, 0, 0}, {2, 256, 4, 2, 128, 1, 2, 1, 0}, {3, 33, 6, 3, 24, 1, 4, 1, 0},
+    {2, 97, 8, 2, 64, 2, 2, 1, 1},
 };
 
 static fr_cuda_ctx *g_dnn; /* --attention cudnn, NULL when cuDNN does not load */

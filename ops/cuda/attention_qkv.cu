@@ -10,12 +10,15 @@
  *  - fp8run's kernels (ops/cuda/attention.cu, through its kernel table): X is unpacked into
  *    float32 [B, heads, T, D] copies (RoPE applied), the Attention / AttentionGrad kernels run on
  *    them, and O (or dQ, dK, dV) is packed back.
- * RoPE here is float32 math (within 1e-6 of the CPU's double). */
+ * RoPE here is float32 math (within 1e-6 of the CPU's double). The staging passes run the
+ * vectorized kernels of attention_qkv_stage.cuh where the shapes and pointers allow (head dims
+ * of the usual sizes), else the one-element-per-thread kernels below (same bits either way). */
 #include <cuda_bf16.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "ops/cuda/attention_cudnn.h"
+#include "ops/cuda/attention_qkv_stage.cuh"
 #include "ops/cuda/cuda_util.cuh"
 extern "C" {
 #include "ops/attention.h"
@@ -174,6 +177,28 @@ fr_status node_of(const fr_node *n, int rx, const int64_t *dx, const fr_value *c
     return FR_OK;
 }
 
+/* The vectorized kernels' geometry, or false where they do not apply (qkv_fast). */
+bool fast_geo(const Node &p, qkv_fast::Geo8 *g8)
+{
+    const fr_attn_qkv_geom &q = p.q;
+    if (q.D % 16 || q.Dv % 8) return false;
+    const int64_t rot_cols = q.rotary ? (q.Hq + q.Hk) * q.D : 0;
+    const int64_t rot_units = rot_cols / (q.interleaved ? 8 : 16), units = rot_units + (q.W - rot_cols) / 8;
+    if (q.W > INT32_MAX || q.T > INT32_MAX || q.B * q.T * units >= ((int64_t)1 << 31)) return false;
+    *g8 = qkv_fast::Geo8{(unsigned)units, (unsigned)rot_units, (unsigned)(q.B * q.T * units), (int)q.T, (int)q.W,
+                         (int)q.D, (int)q.Dv, (int)q.Hq, (int)q.Hk, q.rotary, q.interleaved, q.cos_b, q.sin_b};
+    return true;
+}
+
+/* Whether the tables (NULL: none) suit the vectorized kernels. */
+bool tables_ok(const float *cs, const float *sn)
+{
+    return !cs || (qkv_fast::aligned16(cs) && qkv_fast::aligned16(sn));
+}
+
+/* n elements of O-like tensors in units of 8: the count of units, 0 when it does not apply. */
+unsigned units8(int64_t n) { return n % 8 == 0 && n / 8 < ((int64_t)1 << 31) ? (unsigned)(n / 8) : 0; }
+
 fr_status node_of_graph(const fr_graph *g, const fr_node *n, int backward, Node *p)
 {
     if (n->n_inputs < 1 || n->inputs[0] < 0) return fr_node_error(n, FR_ERR_GRAPH, "needs input X");
@@ -316,6 +341,58 @@ Lay packed(const Node &p, int sec)
 
 fr_status check_launch(const fr_cuda_kctx *k, const char *what) { return fr_cuda_check_launch(k->node, what); }
 
+qkv_fast::Lay8 lay8(const Lay &l) { return qkv_fast::Lay8{l.sb, l.sh, l.st}; }
+
+/* X (RoPE'd) into the sections' layouts, vectorized where it can be. */
+template <typename TO>
+void stage(const Node &p, const float *X, const float *cs, const float *sn, TO *q, TO *k, TO *v, const Lay *l,
+           cudaStream_t stream)
+{
+    qkv_fast::Geo8 g8;
+    if (fast_geo(p, &g8) && tables_ok(cs, sn) && qkv_fast::aligned16(X) && qkv_fast::aligned16(q) &&
+        qkv_fast::aligned16(k) && qkv_fast::aligned16(v)) {
+        qkv_fast::rope8_kernel<false, TO><<<qkv_fast::blocks8(g8.n), 256, 0, stream>>>(
+            g8, X, nullptr, q, k, v, lay8(l[0]), lay8(l[1]), lay8(l[2]), cs, sn);
+        return;
+    }
+    const int64_t nx = p.q.B * p.q.T * p.q.W;
+    stage_kernel<TO><<<blocks_for(nx), 256, 0, stream>>>(p.g, X, cs, sn, q, k, v, l[0], l[1], l[2]);
+}
+
+/* O-like tensors between the packed layout and the head layout l (pin -> hout, or hin -> pout),
+ * vectorized where it can be. */
+template <typename TP, typename TH>
+void o_move(const Node &p, const Lay &l, const TP *pin, TH *hout, const TH *hin, TP *pout, cudaStream_t stream)
+{
+    const fr_attn_qkv_geom &q = p.q;
+    const int64_t N = q.Hq * q.Dv, no = q.B * q.T * N;
+    const unsigned n8 = units8(no);
+    const void *a = pin ? (const void *)pin : (const void *)hin, *b = pin ? (const void *)hout : (const void *)pout;
+    if (n8 && q.Dv % 8 == 0 && q.T <= INT32_MAX && q.Dv <= INT32_MAX && qkv_fast::aligned16(a) &&
+        qkv_fast::aligned16(b)) {
+        qkv_fast::o8_kernel<TP, TH><<<qkv_fast::blocks8(n8), 256, 0, stream>>>(n8, (unsigned)(N / 8), (int)q.T, (int)q.Dv,
+                                                                               lay8(l), pin, hout, hin, pout);
+        return;
+    }
+    o_kernel<TP, TH><<<blocks_for(no), 256, 0, stream>>>(q.B, q.T, N, q.Dv, l, pin, hout, hin, pout);
+}
+
+/* dX from the sections' gradients (RoPE transposed), vectorized where it can be. */
+template <typename TI>
+void unstage(const Node &p, TI *q, TI *k, TI *v, const Lay *l, const float *cs, const float *sn,
+             float *dX, cudaStream_t stream)
+{
+    qkv_fast::Geo8 g8;
+    if (fast_geo(p, &g8) && tables_ok(cs, sn) && qkv_fast::aligned16(dX) && qkv_fast::aligned16(q) &&
+        qkv_fast::aligned16(k) && qkv_fast::aligned16(v)) {
+        qkv_fast::rope8_kernel<true, TI><<<qkv_fast::blocks8(g8.n), 256, 0, stream>>>(
+            g8, nullptr, dX, q, k, v, lay8(l[0]), lay8(l[1]), lay8(l[2]), cs, sn);
+        return;
+    }
+    const int64_t nx = p.q.B * p.q.T * p.q.W;
+    unstage_kernel<TI><<<blocks_for(nx), 256, 0, stream>>>(p.g, q, k, v, l[0], l[1], l[2], cs, sn, dX);
+}
+
 /* ---- scratch ---- */
 
 fr_status qkv_scratch_env(const fr_cuda_plan_env *env, const fr_graph *g, const fr_node *n, size_t *bytes)
@@ -397,15 +474,15 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
     const fr_attn_qkv_geom &q = p.q;
     char *sc = (char *)k->scratch;
     bf16 *x16 = (bf16 *)(sc + l.x16), *o16 = (bf16 *)(sc + l.o16);
-    const int64_t nx = q.B * q.T * q.W, no = q.B * q.T * q.Hq * q.Dv, N = q.Hq * q.Dv;
+    const int64_t no = q.B * q.T * q.Hq * q.Dv, N = q.Hq * q.Dv;
+    const unsigned n8 = units8(no);
     const int ci = backward ? 4 : 1;
     const float *cs = k->n_in > ci + 1 && k->in[ci] ? (const float *)k->in[ci]->data : nullptr;
     const float *sn = cs ? (const float *)k->in[ci + 1]->data : nullptr;
     cudaStream_t stream = c->stream;
-    const Lay lq = packed(p, 0), lk = packed(p, 1), lv = packed(p, 2), lo = packed(p, 3);
+    const Lay ls[3] = {packed(p, 0), packed(p, 1), packed(p, 2)}, lo = packed(p, 3);
     bf16 *k16 = x16 + q.k_off, *v16 = x16 + q.v_off;
-    stage_kernel<bf16><<<blocks_for(nx), 256, 0, stream>>>(p.g, (const float *)k->in[0]->data, cs, sn, x16, k16, v16,
-                                                           lq, lk, lv);
+    stage<bf16>(p, (const float *)k->in[0]->data, cs, sn, x16, k16, v16, ls, stream);
     FR_TRY(check_launch(k, "AttentionQKV(cuDNN: stage X)"));
     fr_cudnn_sdpa_io io;
     memset(&io, 0, sizeof io);
@@ -421,16 +498,24 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
         io.stats = direct ? (float *)lse->data : stats;
         const fr_status st = fr_cudnn_sdpa_run(c, &s, &io);
         if (st != FR_OK) return fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
-        o_kernel<float, bf16><<<blocks_for(no), 256, 0, stream>>>(q.B, q.T, N, q.Dv, lo, nullptr, nullptr, o16,
-                                                                  (float *)k->out[0]->data);
+        float *out = (float *)k->out[0]->data;
+        if (n8 && qkv_fast::aligned16(out)) /* O [B, T, Hq, Dv] is the output's layout: a conversion */
+            qkv_fast::convert8_kernel<bf16, float><<<qkv_fast::blocks8(n8), 256, 0, stream>>>(n8, o16, out, nullptr,
+                                                                                              nullptr);
+        else
+            o_kernel<float, bf16><<<blocks_for(no), 256, 0, stream>>>(q.B, q.T, N, q.Dv, lo, nullptr, nullptr, o16, out);
         FR_TRY(check_launch(k, "AttentionQKV(cuDNN: O to float32)"));
         if (lse && !direct) FR_CUDA_TRY(cudaMemcpyAsync(lse->data, stats, stats_bytes, cudaMemcpyDeviceToDevice, stream));
     } else {
         bf16 *do16 = (bf16 *)(sc + l.do16), *dx16 = (bf16 *)(sc + l.dx16);
-        o_kernel<float, bf16><<<blocks_for(no), 256, 0, stream>>>(q.B, q.T, N, q.Dv, lo, (const float *)k->in[1]->data,
-                                                                  o16, nullptr, nullptr);
-        o_kernel<float, bf16><<<blocks_for(no), 256, 0, stream>>>(q.B, q.T, N, q.Dv, lo, (const float *)k->in[3]->data,
-                                                                  do16, nullptr, nullptr);
+        const float *O = (const float *)k->in[1]->data, *dO = (const float *)k->in[3]->data;
+        if (n8 && qkv_fast::aligned16(O) && qkv_fast::aligned16(dO)) { /* both in one launch */
+            qkv_fast::convert8_kernel<float, bf16><<<dim3(qkv_fast::blocks8(n8), 2), 256, 0, stream>>>(n8, O, o16, dO,
+                                                                                                       do16);
+        } else {
+            o_kernel<float, bf16><<<blocks_for(no), 256, 0, stream>>>(q.B, q.T, N, q.Dv, lo, O, o16, nullptr, nullptr);
+            o_kernel<float, bf16><<<blocks_for(no), 256, 0, stream>>>(q.B, q.T, N, q.Dv, lo, dO, do16, nullptr, nullptr);
+        }
         FR_TRY(check_launch(k, "AttentionQKVGrad(cuDNN: O, dO to bf16)"));
         const fr_tensor *lse = k->in[2];
         if (((uintptr_t)lse->data & 15) == 0) {
@@ -442,8 +527,7 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
         io.dout = do16, io.dq = dx16, io.dk = dx16 + q.k_off, io.dv = dx16 + q.v_off;
         const fr_status st = fr_cudnn_sdpa_run(c, &s, &io);
         if (st != FR_OK) return fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
-        unstage_kernel<bf16><<<blocks_for(nx), 256, 0, stream>>>(p.g, dx16, dx16 + q.k_off, dx16 + q.v_off, lq, lk, lv,
-                                                                 cs, sn, (float *)k->out[0]->data);
+        unstage<bf16>(p, dx16, dx16 + q.k_off, dx16 + q.v_off, ls, cs, sn, (float *)k->out[0]->data, stream);
         FR_TRY(check_launch(k, "AttentionQKVGrad(cuDNN: dX)"));
     }
     c->attn_runs_cudnn++;
@@ -455,27 +539,24 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
 fr_status run_own(const fr_cuda_kctx *k, const Node &p, int backward)
 {
     const fr_cuda_kernel_def *def = inner_def(backward);
-    size_t inner = 0;
-    FR_TRY(inner_scratch(k->node, p, backward, &inner));
-    const OwnLayout l = own_layout(p, backward, inner);
+    /* the inner node's scratch is what the plan left after the copies (qkv_scratch sized it), so
+     * no graph is built here per run */
+    const OwnLayout l = own_layout(p, backward, 0);
     if (!def || !k->scratch || k->scratch_bytes < l.total)
         return fr_node_error(k->node, FR_ERR_INTERNAL, "scratch of %zu bytes, %zu needed", k->scratch_bytes, l.total);
-    const fr_attn_qkv_geom &q = p.q;
     char *sc = (char *)k->scratch;
     float *Q = (float *)(sc + l.q), *K = (float *)(sc + l.k), *V = (float *)(sc + l.v), *O = (float *)(sc + l.o);
-    const int64_t nx = q.B * q.T * q.W, no = q.B * q.T * q.Hq * q.Dv, N = q.Hq * q.Dv;
     const int ci = backward ? 4 : 1;
     const float *cs = k->n_in > ci + 1 && k->in[ci] ? (const float *)k->in[ci]->data : nullptr;
     const float *sn = cs ? (const float *)k->in[ci + 1]->data : nullptr;
     cudaStream_t stream = k->cu->stream;
-    const Lay hq = head_major(p, 0), hk = head_major(p, 1), hv = head_major(p, 2), ho = head_major(p, 3);
-    stage_kernel<float><<<blocks_for(nx), 256, 0, stream>>>(p.g, (const float *)k->in[0]->data, cs, sn, Q, K, V, hq, hk,
-                                                            hv);
+    const Lay hs[3] = {head_major(p, 0), head_major(p, 1), head_major(p, 2)}, ho = head_major(p, 3);
+    stage<float>(p, (const float *)k->in[0]->data, cs, sn, Q, K, V, hs, stream);
     FR_TRY(check_launch(k, "AttentionQKV(stage X)"));
     fr_tensor tq = view_of(p, 0, Q), tk = view_of(p, 1, K), tv = view_of(p, 2, V), to = view_of(p, 3, O);
     fr_cuda_kctx ik = *k;
     ik.scratch = sc + l.inner;
-    ik.scratch_bytes = l.total - l.inner;
+    ik.scratch_bytes = k->scratch_bytes - l.inner;
     fr_cuda_ctx *c = k->cu;
     const int choice = c->attention;
     c->attention = FR_CUDA_ATTN_FP8RUN; /* the inner node runs fp8run's kernels */
@@ -487,16 +568,13 @@ fr_status run_own(const fr_cuda_kctx *k, const Node &p, int backward)
         st = def->run(&ik);
         c->attention = choice;
         FR_TRY(st);
-        o_kernel<float, float><<<blocks_for(no), 256, 0, stream>>>(q.B, q.T, N, q.Dv, ho, nullptr, nullptr, O,
-                                                                   (float *)k->out[0]->data);
+        o_move<float, float>(p, ho, nullptr, nullptr, O, (float *)k->out[0]->data, stream);
         return check_launch(k, "AttentionQKV(O)");
     }
     float *dO = (float *)(sc + l.dout), *dQ = (float *)(sc + l.dq), *dK = (float *)(sc + l.dk),
           *dV = (float *)(sc + l.dv);
-    o_kernel<float, float><<<blocks_for(no), 256, 0, stream>>>(q.B, q.T, N, q.Dv, ho, (const float *)k->in[1]->data, O,
-                                                               nullptr, nullptr);
-    o_kernel<float, float><<<blocks_for(no), 256, 0, stream>>>(q.B, q.T, N, q.Dv, ho, (const float *)k->in[3]->data, dO,
-                                                               nullptr, nullptr);
+    o_move<float, float>(p, ho, (const float *)k->in[1]->data, O, nullptr, nullptr, stream);
+    o_move<float, float>(p, ho, (const float *)k->in[3]->data, dO, nullptr, nullptr, stream);
     FR_TRY(check_launch(k, "AttentionQKVGrad(O, dO)"));
     fr_tensor tl = view_of(p, 4, k->in[2]->data), tdo = view_of(p, 3, dO);
     fr_tensor tdq = view_of(p, 0, dQ), tdk = view_of(p, 1, dK), tdv = view_of(p, 2, dV);
@@ -505,8 +583,7 @@ fr_status run_own(const fr_cuda_kctx *k, const Node &p, int backward)
     st = def->run(&ik);
     c->attention = choice;
     FR_TRY(st);
-    unstage_kernel<float><<<blocks_for(nx), 256, 0, stream>>>(p.g, dQ, dK, dV, hq, hk, hv, cs, sn,
-                                                              (float *)k->out[0]->data);
+    unstage<float>(p, dQ, dK, dV, hs, cs, sn, (float *)k->out[0]->data, stream);
     return check_launch(k, "AttentionQKVGrad(dX)");
 }
 
