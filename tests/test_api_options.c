@@ -61,12 +61,13 @@ static void test_table_covers_struct(void)
     CU_ASSERT_EQUAL(e.type, FP8RUN_OPTION_POINTER);
     CU_ASSERT_EQUAL(e.size, sizeof(void *));
     CU_ASSERT_PTR_NULL(e.flag);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("lora_dropout"), n - 6);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("attention"), n - 5);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("shard_gradients"), n - 4);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("fuse_attention_io"), n - 3);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("fp8_fast_accum"), n - 2);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("fuse_rmsnorm"), n - 1); /* appended last */
+    CU_ASSERT_EQUAL(fp8run_train_config_find("lora_dropout"), n - 7);
+    CU_ASSERT_EQUAL(fp8run_train_config_find("attention"), n - 6);
+    CU_ASSERT_EQUAL(fp8run_train_config_find("shard_gradients"), n - 5);
+    CU_ASSERT_EQUAL(fp8run_train_config_find("fuse_attention_io"), n - 4);
+    CU_ASSERT_EQUAL(fp8run_train_config_find("fp8_fast_accum"), n - 3);
+    CU_ASSERT_EQUAL(fp8run_train_config_find("fuse_rmsnorm"), n - 2);
+    CU_ASSERT_EQUAL(fp8run_train_config_find("narrow_activations"), n - 1); /* appended last */
 }
 
 static void test_defaults_and_choices(void)
