@@ -502,6 +502,10 @@ typedef struct fp8run_train_config {
     int fuse_rmsnorm;            /* 1 (default): each RMSNorm an exporter wrote out (Pow/ReduceMean/
                                     Add/Sqrt/Reciprocal/Mul, Rsqrt, Gemma's 1 + w) becomes one
                                     ai.fp8run::RMSNormalization node; 0 keeps the ops */
+    int narrow_activations;      /* 1 (default): in bf16/fp8 precision a Linear read only by the
+                                    fused SwiGLU (the gate/up projection) writes bfloat16, as
+                                    autocast does (half the bytes written, read and saved);
+                                    0 keeps float32 */
 } fp8run_train_config;
 
 /* Fill *cfg with the defaults above and set cfg->struct_size = size. Pass sizeof *cfg. */

@@ -52,8 +52,9 @@ typedef fr_lin_attrs lin_cfg;
 fr_status fr_lin_read_attrs(const fr_node *n, fr_lin_attrs *c)
 {
     int64_t tb, margin, pad;
-    const char *prec, *recipe, *fmt;
+    const char *prec, *recipe, *fmt, *ydt;
     FR_TRY(fr_node_attr_int(n, "transB", 0, &tb));
+    FR_TRY(fr_node_attr_string(n, "y_dtype", "float32", &ydt));
     FR_TRY(fr_node_attr_string(n, "precision", "fp32", &prec));
     FR_TRY(fr_node_attr_string(n, "recipe", "delayed", &recipe));
     FR_TRY(fr_node_attr_string(n, "fp8_format", "hybrid", &fmt));
@@ -73,6 +74,11 @@ fr_status fr_lin_read_attrs(const fr_node *n, fr_lin_attrs *c)
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "margin %lld is outside [-64, 64]", (long long)margin);
     if (pad < 1 || pad > 4096)
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "pad_multiple %lld is outside [1, 4096]", (long long)pad);
+    if (strcmp(ydt, "float32") != 0 && strcmp(ydt, "bfloat16") != 0)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "y_dtype '%s' is not one of float32, bfloat16", ydt);
+    c->y_bf16 = strcmp(ydt, "bfloat16") == 0;
+    if (c->y_bf16 && c->prec == FR_LIN_FP32)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "y_dtype bfloat16 needs precision bf16 or fp8 (precision is fp32)");
     c->transB = (int)tb;
     c->margin = (int)margin;
     c->pad = pad;
@@ -193,7 +199,9 @@ static fr_status linear_infer(fr_graph *g, int node_id)
     int64_t dims[FR_MAX_RANK];
     memcpy(dims, x->dims, sizeof dims);
     dims[x->rank - 1] = N;
-    fr_infer_set(g, n, FR_LIN_OUT_Y, x->dtype, x->rank, dims);
+    if (c.y_bf16 && (x->dtype != FR_F32 || b))
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "y_dtype bfloat16 needs a float32 input and no bias");
+    fr_infer_set(g, n, FR_LIN_OUT_Y, c.y_bf16 ? FR_BF16 : x->dtype, x->rank, dims);
     int has_xq = fr_node_out(g, n, FR_LIN_OUT_XQ) != NULL;
     int has_sinv = fr_node_out(g, n, FR_LIN_OUT_XQ_SINV) != NULL;
     int has_amax = fr_node_out(g, n, FR_LIN_OUT_AMAX_X) || fr_node_out(g, n, FR_LIN_OUT_AMAX_W);

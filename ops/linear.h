@@ -28,6 +28,10 @@
  *   pad_multiple int >= 1 (default 1): GEMM dims M, N, K are padded with zeros to multiples of
  *                this, as the GPU does for FP8 GEMMs; on the CPU the kernels really pad, so a
  *                test can show it changes nothing
+ *   y_dtype      "float32" (default: X's dtype) | "bfloat16": Y rounded to bfloat16 (nearest even)
+ *                after the float32 GEMM (and bias), as autocast's Linear outputs are; bf16 and
+ *                fp8 precision only. The pass narrow_activations sets it where every reader of
+ *                Y takes bfloat16 (the fused SwiGLU): half the bytes written, read and saved.
  *   weights      string, bookkeeping: the original weight name(s), comma-separated
  *   state_prefix string, bookkeeping: prefix of this layer's state value names
  *                ("<prefix>/amax_dy" names the backward's amax output)
@@ -105,6 +109,7 @@ typedef struct fr_lin_attrs {
     fr_dtype dy_fmt;     /* FR_F8E5M2 (hybrid) or FR_F8E4M3 */
     int margin;
     int64_t pad;         /* pad_multiple */
+    int y_bf16;          /* y_dtype "bfloat16": Linear writes Y in bfloat16 */
 } fr_lin_attrs;
 FR_NODISCARD fr_status fr_lin_read_attrs(const fr_node *n, fr_lin_attrs *a);
 

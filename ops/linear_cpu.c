@@ -365,7 +365,17 @@ fr_status fr_linear_cpu(const fr_kernel_ctx *ctx)
         a.q_out = xq->data;
         a.sinv_out = xs->data;
     }
-    FR_TRY(gemm_f32(&a, &bw, M, N, K, c.pad, b ? b->data : NULL, y->data));
+    if (c.y_bf16) { /* the float32 result rounded once, as the GPU's GEMM writes bfloat16 */
+        if (y->dtype != FR_BF16) return fr_node_error(n, FR_ERR_INTERNAL, "y_dtype bfloat16 but Y is %s", fr_dtype_name(y->dtype));
+        float *yf = fr_malloc((size_t)(M * N > 0 ? M * N : 1) * sizeof(float), "Linear float32 result");
+        if (!yf) return FR_ERR_OOM;
+        fr_status st = gemm_f32(&a, &bw, M, N, K, c.pad, b ? b->data : NULL, yf);
+        if (st == FR_OK) round_bf16(yf, M * N, y->data);
+        free(yf);
+        FR_TRY(st);
+    } else {
+        FR_TRY(gemm_f32(&a, &bw, M, N, K, c.pad, b ? b->data : NULL, y->data));
+    }
     if (c.prec == FR_LIN_BF16 && xq) round_bf16(x->data, M * K, xq->data);
     if (c.prec == FR_LIN_FP8 && a.blockwise && xq) /* wgrad wants X in 128x1 blocks */
         FR_TRY(fr_fp8_quantize_blocks(x->data, M, K, K, FR_LIN_BLOCK, 1, FR_F8E4M3, c.margin, NULL,

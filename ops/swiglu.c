@@ -28,15 +28,18 @@ fr_status fr_swiglu_geometry(const fr_graph *g, const fr_node *n, int grad, fr_s
         if (n->inputs[i] < 0) return fr_node_error(n, FR_ERR_GRAPH, "input %d is missing", i);
     const fr_value *x = &g->values[n->inputs[0]];
     char s1[128], s2[128];
-    if (x->dtype != FR_F32 && x->dtype != FR_F64)
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "input '%s' is %s: float32 (or float64) only", x->name,
+    if (x->dtype != FR_F32 && x->dtype != FR_F64 && x->dtype != FR_BF16)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "input '%s' is %s: float32, bfloat16 or float64 only", x->name,
                              fr_dtype_name(x->dtype));
     if (x->rank < 1) return fr_node_error(n, FR_ERR_SHAPE, "input '%s' is a scalar: needs rank >= 1", x->name);
+    geo->out_dtype = fr_swiglu_out_dtype(x->dtype);
     for (int i = 1; i < n->n_inputs; i++) {
         const fr_value *y = &g->values[n->inputs[i]];
-        if (y->dtype != x->dtype)
-            return fr_node_error(n, FR_ERR_UNSUPPORTED, "inputs '%s' (%s) and '%s' (%s) must share one dtype", x->name,
-                                 fr_dtype_name(x->dtype), y->name, fr_dtype_name(y->dtype));
+        /* gate and up share the input dtype; dy (the last input of the gradient) is the output's */
+        fr_dtype want = grad && i == n->n_inputs - 1 ? geo->out_dtype : x->dtype;
+        if (y->dtype != want)
+            return fr_node_error(n, FR_ERR_UNSUPPORTED, "input '%s' is %s, expected %s (input '%s' is %s)", y->name,
+                                 fr_dtype_name(y->dtype), fr_dtype_name(want), x->name, fr_dtype_name(x->dtype));
     }
     const char *act;
     FR_TRY(fr_node_attr_string(n, "activation", "silu", &act));
@@ -87,7 +90,7 @@ static fr_status swiglu_infer(fr_graph *g, int node_id)
     int64_t d[FR_MAX_RANK];
     memcpy(d, x->dims, sizeof(int64_t) * (size_t)x->rank);
     d[x->rank - 1] = geo.F;
-    fr_infer_set(g, n, 0, x->dtype, x->rank, d);
+    fr_infer_set(g, n, 0, geo.out_dtype, x->rank, d);
     return FR_OK;
 }
 
@@ -121,18 +124,25 @@ static void act_pair(int act, double g, double *a, double *da)
     *da = act == FR_GLU_GELU_TANH ? s + g * 2.0 * s * oms * k * (1.0 + 3.0 * c * g * g) : s * (1.0 + g * oms);
 }
 
-#define SWIGLU_FWD(T)                                                                  \
+/* An input element as double: float32 / float64 as they are, bfloat16 widened (exact). */
+#define LD(T, p, i) ld_##T((p), (i))
+static inline double ld_float(const float *p, int64_t i) { return p[i]; }
+static inline double ld_double(const double *p, int64_t i) { return p[i]; }
+static inline double ld_uint16_t(const uint16_t *p, int64_t i) { return fr_bf16_to_f32(p[i]); }
+
+/* TI: the storage of gate/up (float, double or uint16_t = bfloat16), T: of y / dy / gradients */
+#define SWIGLU_FWD(TI, T)                                                              \
     do {                                                                               \
-        const T *gp = ctx->in[0]->data;                                                \
-        const T *up = (const T *)ctx->in[geo.fused ? 0 : 1]->data + geo.up_off;        \
+        const TI *gp = ctx->in[0]->data;                                               \
+        const TI *up = (const TI *)ctx->in[geo.fused ? 0 : 1]->data + geo.up_off;      \
         T *yp = ctx->out[0]->data;                                                     \
         for (int64_t r = 0; r < geo.rows; r++) {                                       \
-            const T *gr = gp + r * geo.in_stride, *ur = up + r * geo.in_stride;        \
+            const TI *gr = gp + r * geo.in_stride, *ur = up + r * geo.in_stride;       \
             T *yr = yp + r * geo.F;                                                    \
             for (int64_t j = 0; j < geo.F; j++) {                                      \
                 double a, da;                                                          \
-                act_pair(geo.act, gr[j], &a, &da);                                     \
-                yr[j] = (T)(a * (double)ur[j]);                                        \
+                act_pair(geo.act, LD(TI, gr, j), &a, &da);                             \
+                yr[j] = (T)(a * LD(TI, ur, j));                                        \
             }                                                                          \
         }                                                                              \
     } while (0)
@@ -146,11 +156,13 @@ static fr_status swiglu_cpu(const fr_kernel_ctx *ctx)
     int64_t d[FR_MAX_RANK];
     memcpy(d, x->dims, sizeof(int64_t) * (size_t)x->rank);
     d[x->rank - 1] = geo.F;
-    FR_TRY(fr_check_out(n, ctx->out[0], x->dtype, x->rank, d));
+    FR_TRY(fr_check_out(n, ctx->out[0], geo.out_dtype, x->rank, d));
     if (x->dtype == FR_F32)
-        SWIGLU_FWD(float);
+        SWIGLU_FWD(float, float);
+    else if (x->dtype == FR_BF16)
+        SWIGLU_FWD(uint16_t, float);
     else
-        SWIGLU_FWD(double);
+        SWIGLU_FWD(double, double);
     return FR_OK;
 }
 
@@ -194,19 +206,22 @@ static fr_status swiglug_infer(fr_graph *g, int node_id)
     if (geo.fused) {
         if (n->n_outputs != 1 || n->outputs[0] < 0)
             return fr_node_error(n, FR_ERR_GRAPH, "the one-input form has one output d_gate_up");
-        fr_infer_same(g, n, 0, 0);
+        const fr_value *x = fr_node_in(g, n, 0);
+        fr_infer_set(g, n, 0, geo.out_dtype, x->rank, x->dims);
         return FR_OK;
     }
     if (n->n_outputs != 2) return fr_node_error(n, FR_ERR_GRAPH, "needs 2 outputs dgate, dup (empty when not needed)");
-    for (int i = 0; i < 2; i++)
-        if (n->outputs[i] >= 0) fr_infer_same(g, n, i, i);
+    for (int i = 0; i < 2; i++) {
+        const fr_value *x = fr_node_in(g, n, i);
+        if (n->outputs[i] >= 0) fr_infer_set(g, n, i, geo.out_dtype, x->rank, x->dims);
+    }
     return FR_OK;
 }
 
-#define SWIGLU_BWD(T)                                                                  \
+#define SWIGLU_BWD(TI, T)                                                              \
     do {                                                                               \
-        const T *gp = ctx->in[0]->data;                                                \
-        const T *up = (const T *)ctx->in[geo.fused ? 0 : 1]->data + geo.up_off;        \
+        const TI *gp = ctx->in[0]->data;                                               \
+        const TI *up = (const TI *)ctx->in[geo.fused ? 0 : 1]->data + geo.up_off;      \
         const T *dyp = ctx->in[ctx->n_in - 1]->data;                                   \
         T *dgp = dg ? (T *)dg->data : NULL;                                            \
         T *dup = du ? (T *)du->data + geo.up_off : NULL;                               \
@@ -214,8 +229,8 @@ static fr_status swiglug_infer(fr_graph *g, int node_id)
             const int64_t o = r * geo.in_stride;                                       \
             const T *dyr = dyp + r * geo.F;                                            \
             for (int64_t j = 0; j < geo.F; j++) {                                      \
-                double uv = up[o + j], dy = dyr[j], a, da;                             \
-                act_pair(geo.act, gp[o + j], &a, &da);                                 \
+                double uv = LD(TI, up, o + j), dy = dyr[j], a, da;                     \
+                act_pair(geo.act, LD(TI, gp, o + j), &a, &da);                         \
                 if (dgp) dgp[o + j] = (T)(dy * uv * da);                               \
                 if (dup) dup[o + j] = (T)(dy * a);                                     \
             }                                                                          \
@@ -229,12 +244,14 @@ static fr_status swiglug_cpu(const fr_kernel_ctx *ctx)
     FR_TRY(fr_swiglu_geometry(ctx->g, n, 1, &geo));
     const fr_value *x = &ctx->g->values[n->inputs[0]];
     fr_tensor *dg = ctx->out[0], *du = geo.fused ? ctx->out[0] : (ctx->n_out > 1 ? ctx->out[1] : NULL);
-    if (dg) FR_TRY(fr_check_out(n, dg, x->dtype, x->rank, x->dims));
-    if (du && !geo.fused) FR_TRY(fr_check_out(n, du, x->dtype, x->rank, x->dims));
+    if (dg) FR_TRY(fr_check_out(n, dg, geo.out_dtype, x->rank, x->dims));
+    if (du && !geo.fused) FR_TRY(fr_check_out(n, du, geo.out_dtype, x->rank, x->dims));
     if (x->dtype == FR_F32)
-        SWIGLU_BWD(float);
+        SWIGLU_BWD(float, float);
+    else if (x->dtype == FR_BF16)
+        SWIGLU_BWD(uint16_t, float);
     else
-        SWIGLU_BWD(double);
+        SWIGLU_BWD(double, double);
     return FR_OK;
 }
 

@@ -11,7 +11,8 @@
  *                                of the last axis, up = the last F; y [..., F]. It reads the
  *                                fused gate/up Linear's output directly (no Split copies).
  *   y = gate * sigmoid(gate) * up, float32 (float64 allowed for gradient checks), no
- *   broadcasting.
+ *   broadcasting. gate/up may be bfloat16 (the gate/up Linear's y_dtype, pass
+ *   narrow_activations): they are widened exactly, y and every gradient are float32.
  *
  * Attribute activation (default "silu"): the gate's act(g) = g * s(g) with
  *   "silu"       s = sigmoid(g)                                       (SwiGLU, Llama)
@@ -46,7 +47,12 @@ typedef struct fr_swiglu_geom {
     int64_t rows, F;
     int64_t in_stride;  /* 2F fused, F otherwise */
     int64_t up_off;     /* F fused (into input 0), 0 otherwise (into input 1) */
+    fr_dtype out_dtype; /* of y, dy and the gradients: fr_swiglu_out_dtype(gate's dtype) */
 } fr_swiglu_geom;
+
+/* bfloat16 gate/up (a Linear with y_dtype bfloat16) compute and write float32; float32 and
+ * float64 stay as they are. */
+static inline fr_dtype fr_swiglu_out_dtype(fr_dtype in) { return in == FR_BF16 ? FR_F32 : in; }
 
 /* Checks dtypes and shapes of a SwiGLU (grad = 0) or SwiGLUGrad (grad = 1) node's inputs and
  * fills *geo; errors name the node. */

@@ -145,7 +145,9 @@ fr_status fr_autodiff(fr_graph *g, int loss, int n_wrt, const int *wrt, int *gra
             if (!need[i] || din[i] < 0) continue;
             int vid = nd->inputs[i];
             const fr_value *fv = &g->values[vid], *gv = &g->values[din[i]];
-            int ok = fv->rank == gv->rank && fv->dtype == gv->dtype;
+            /* a bfloat16 activation's gradient is carried in float32 (the narrowed Linear
+               outputs of passes/narrow_activations.h: their gradient rules take float32 dY) */
+            int ok = fv->rank == gv->rank && (fv->dtype == gv->dtype || (fv->dtype == FR_BF16 && gv->dtype == FR_F32));
             for (int d = 0; ok && d < fv->rank; d++) ok = fv->dims[d] == gv->dims[d];
             if (!ok) {
                 char a[128], b[128];

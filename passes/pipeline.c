@@ -7,6 +7,7 @@
 #include "passes/attention_io.h"
 #include "passes/dropout.h"
 #include "passes/gelu_fuse.h"
+#include "passes/narrow_activations.h"
 #include "passes/rmsnorm_fuse.h"
 #include "passes/pipeline.h"
 #include "passes/recompute.h"
@@ -106,6 +107,14 @@ static fr_status run_attention_io(fr_pass_ctx *c, fr_pass_result *r) { return ru
 static fr_status run_rmsnorm(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_fuse_rmsnorm, c, r); }
 
 static fr_status run_gelu(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_fuse_gelu, c, r); }
+
+static fr_status run_narrow(fr_pass_ctx *c, fr_pass_result *r)
+{
+    FR_TRY(fr_narrow_activations(c->g, &r->changed));
+    snprintf(r->detail, sizeof r->detail, "%d Linear%s write%s bfloat16 for SwiGLU", r->changed,
+             r->changed == 1 ? "" : "s", r->changed == 1 ? "s" : "");
+    return FR_OK;
+}
 
 static fr_status run_unfused(fr_pass_ctx *c, fr_pass_result *r)
 {
@@ -215,6 +224,10 @@ static const fr_pass k_passes[] = {
     {"fuse_swiglu", "Mul(Mul(gate, Sigmoid(gate)), up) (and GeGLU's Mul(Gelu(gate), up)) becomes one "
      "ai.fp8run::SwiGLU node",
      FR_STAGE_PREPARED, "fuse_swiglu", 0, run_swiglu},
+    /* after fuse_swiglu (its SwiGLU nodes are the bf16 readers) and the FP8 compiler (its
+       Linears), before autodiff, which then gives SwiGLUGrad the same bf16 input */
+    {"narrow_activations", "a Linear read only by the fused SwiGLU writes bfloat16 (bf16/fp8 precision)",
+     FR_STAGE_PREPARED, "narrow_activations", 0, run_narrow},
     /* last on the prepared graph, after every fusion: what none of them took */
     {"unfused", "counts the ops the fusions left (Softmax, ReduceMean, Erf, Tanh, Sigmoid) and names the first "
      "of each", FR_STAGE_PREPARED, NULL, 0, run_unfused},

@@ -137,6 +137,7 @@ void tt_set(fr_tensor *t, int64_t i, double v)
     case FR_I64: ((int64_t *)t->data)[i] = (int64_t)v; break;
     case FR_U8: ((uint8_t *)t->data)[i] = (uint8_t)v; break;
     case FR_BOOL: ((uint8_t *)t->data)[i] = v != 0; break;
+    case FR_BF16: ((uint16_t *)t->data)[i] = fr_f32_to_bf16((float)v); break;
     default: CU_FAIL_FATAL("tt_set: dtype not handled");
     }
 }

@@ -9,7 +9,8 @@
  * What must hold:
  *   - quantized bytes (Xq), their scale_inv and every amax output: bit-identical;
  *   - Y, dX, dW: fp32 within 1e-5 relative L2 of the CPU (float64: 1e-12); bf16 and fp8
- *     within 1e-2 (the same products summed in cuBLASLt's order instead of the CPU's);
+ *     within 1e-2 (the same products summed in cuBLASLt's order instead of the CPU's), also
+ *     with y_dtype bfloat16 (Y written in bf16 by the GEMM);
  *   - where the CPU refuses a scale (FR_ERR_NUMERIC: an Inf in X under the current/block
  *     recipe, a delayed scale of 0), the GPU makes the outputs touched NaN (its way of making
  *     the trainer skip the step; see ops/cuda/quantize.cuh). */
@@ -68,6 +69,7 @@ typedef struct lcase {
     int save_xq;
     int const_w; /* W (and scale_w) constants: the kernels keep W's conversion (persistent memory) */
     fr_dtype dt;
+    int y_bf16; /* attribute y_dtype bfloat16 (no bias) */
 } lcase;
 
 static int is_fp8(const lcase *c) { return strcmp(c->prec, "fp8") == 0; }
@@ -87,6 +89,7 @@ static void set_attrs(tnode *t, const lcase *c)
     if (c->fmt) TN_ATTR(t, string, "fp8_format", c->fmt);
     if (c->margin) TN_ATTR(t, int, "margin", c->margin);
     if (c->pad != 1) TN_ATTR(t, int, "pad_multiple", c->pad);
+    if (c->y_bf16 && strcmp(t->g->nodes[t->nid].op_type, "Linear") == 0) TN_ATTR(t, string, "y_dtype", "bfloat16");
     TN_ATTR(t, string, "state_prefix", "fp8_state/lin");
 }
 
@@ -289,7 +292,7 @@ static int check_case(const lcase *c, const char *label)
 
 static lcase base(const char *prec, const char *recipe)
 {
-    lcase c = {3, {3, 45, 0}, 141, 29, 1, 1, prec, recipe, NULL, 0, 1, 1, 0, FR_F32};
+    lcase c = {3, {3, 45, 0}, 141, 29, 1, 1, prec, recipe, NULL, 0, 1, 1, 0, FR_F32, 0};
     return c;
 }
 
@@ -364,6 +367,26 @@ static void fp8_recipe(const char *recipe)
                 CU_ASSERT(check_case(&c, label));
             }
     report_worst(recipe);
+}
+
+/* y_dtype bfloat16 (passes/narrow_activations.c): the GEMM writes bf16 Y (through the padded
+ * result's copy where M or N is not a multiple of 16), within 1e-2 of the CPU's bf16(Y) */
+static void test_y_bf16(void)
+{
+    static const char *const pr[4][2] = {{"bf16", NULL}, {"fp8", "delayed"}, {"fp8", "current"}, {"fp8", "block"}};
+    for (int s = 0; s < N_SHAPES; s++)
+        for (int p = 0; p < 4; p++) {
+            lcase c = with_shape(base(pr[p][0], pr[p][1]), s);
+            c.transB = (s + p) & 1;
+            c.bias = 0;
+            c.y_bf16 = 1;
+            c.const_w = p & 1;
+            char label[160];
+            snprintf(label, sizeof label, "y_dtype bfloat16 %s %s shape#%d transB=%d", pr[p][0], pr[p][1] ? pr[p][1] : "",
+                     s, c.transB);
+            CU_ASSERT(check_case(&c, label));
+        }
+    report_worst("y_dtype bfloat16");
 }
 
 static void test_fp8_delayed(void) { fp8_recipe("delayed"); }
@@ -524,6 +547,7 @@ static CU_TestInfo tests[] = {
     {"fp8 delayed (hybrid/e4m3, transB, bias, saved Xq)", test_fp8_delayed},
     {"fp8 current", test_fp8_current},
     {"fp8 block", test_fp8_block},
+    {"y_dtype bfloat16: bf16 and fp8 recipes", test_y_bf16},
     {"empty dims and pad_multiple", test_empty_and_pad},
     {"NaN / Inf and refused scales", test_non_finite},
     {"fp8 weight gradient from unpadded dYq: no scratch copy of the codes", test_dyq_scratch},

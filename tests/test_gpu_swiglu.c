@@ -2,7 +2,8 @@
  * fresh random inputs N(0, 3) for gate (reaching the sigmoid's tails), N(0, 1) for up and dy:
  * SwiGLU and SwiGLUGrad, two-input and one-input forms, ragged sizes (F not a multiple of 4:
  * the scalar path; F a multiple of 4: the float4 path; 1-element and empty), SwiGLUGrad with
- * an omitted output, float64, a 1B-sized row count, and GeGLU's activations (gelu_tanh, gelu).
+ * an omitted output, float64, a 1B-sized row count, GeGLU's activations (gelu_tanh, gelu), and
+ * bfloat16 gate/up (a narrowed Linear's output; y, dy and the gradients float32).
  * Tolerance: 1e-5 relative L2 (the contract; float32 math against the CPU's once-rounded
  * double), float64 1e-12. */
 #include <math.h>
@@ -24,6 +25,8 @@ static const shp shapes[] = {
 
 /* The activation attribute of the next cases (NULL: absent, silu). */
 static const char *g_act;
+/* 1: gate/up of the next cases are bfloat16 (dy stays dt) */
+static int g_bf16_in;
 
 /* One case: op (0 SwiGLU, 1 SwiGLUGrad), form (2 inputs or 1), omit (grad two-input: output to
  * omit, or -1). */
@@ -34,13 +37,14 @@ static void run_case(fr_rng *rng, fr_dtype dt, const shp *s, int grad, int one_i
     if (one_input) d2[s->r - 1] *= 2;
     fr_tensor *ins[3];
     int n_in = 0;
+    const fr_dtype in_dt = g_bf16_in ? FR_BF16 : dt;
     if (one_input) {
-        ins[n_in] = tt_randn(rng, dt, s->r, d2, 0.0, 3.0);
+        ins[n_in] = tt_randn(rng, in_dt, s->r, d2, 0.0, 3.0);
         /* up (the second half of each row) at N(0, 1) is not needed: N(0, 3) works as well */
         n_in++;
     } else {
-        ins[n_in++] = tt_randn(rng, dt, s->r, s->d, 0.0, 3.0);
-        ins[n_in++] = tt_randn(rng, dt, s->r, s->d, 0.0, 1.0);
+        ins[n_in++] = tt_randn(rng, in_dt, s->r, s->d, 0.0, 3.0);
+        ins[n_in++] = tt_randn(rng, in_dt, s->r, s->d, 0.0, 1.0);
     }
     if (grad) ins[n_in++] = tt_randn(rng, dt, s->r, s->d, 0.0, 1.0);
     tnode t;
@@ -51,7 +55,7 @@ static void run_case(fr_rng *rng, fr_dtype dt, const shp *s, int grad, int one_i
     char what[160], sh[96];
     fr_shape_str(s->r, s->d, sh, sizeof sh);
     snprintf(what, sizeof what, "%s %s F-shape %s %s omit %d activation %s", grad ? "SwiGLUGrad" : "SwiGLU",
-             fr_dtype_name(dt), sh, one_input ? "one-input" : "two-input", omit, g_act ? g_act : "-");
+             fr_dtype_name(in_dt), sh, one_input ? "one-input" : "two-input", omit, g_act ? g_act : "-");
     gpu_check(&t, dt == FR_F64 ? 1e-12 : 1e-5, what);
     tn_free(&t);
     for (int i = 0; i < n_in; i++) fr_tensor_free(ins[i]);
@@ -104,6 +108,27 @@ static void test_geglu(void)
     }
 }
 
+/* bfloat16 gate/up (the narrowed gate/up Linear), every form and activation: the kernels widen
+ * exactly, so the contract's 1e-5 holds; outputs float32 */
+static void test_bf16_inputs(void)
+{
+    if (!gpu_available()) return;
+    fr_rng rng = fr_test_rng("gpu_swiglu_bf16");
+    static const char *const acts[3] = {NULL, "gelu_tanh", "gelu"};
+    g_bf16_in = 1;
+    for (int a = 0; a < 3; a++) {
+        g_act = acts[a];
+        for (int i = 0; i < N_SHAPES; i++)
+            for (int form = 0; form < 2; form++) {
+                run_case(&rng, FR_F32, &shapes[i], 0, form, -1);
+                run_case(&rng, FR_F32, &shapes[i], 1, form, -1);
+            }
+    }
+    run_case(&rng, FR_F32, &shapes[4], 1, 0, 0); /* an omitted output */
+    g_act = NULL;
+    g_bf16_in = 0;
+}
+
 int main(void)
 {
     CU_TestInfo tests[] = {
@@ -111,6 +136,7 @@ int main(void)
         {"SwiGLUGrad both forms, omitted outputs == CPU (1e-5)", test_swiglu_grad},
         {"float64 == CPU (1e-12)", test_float64},
         {"GeGLU activations gelu_tanh / gelu == CPU", test_geglu},
+        {"bfloat16 gate/up, all activations == CPU (1e-5)", test_bf16_inputs},
         CU_TEST_INFO_NULL,
     };
     CU_SuiteInfo suites[] = {{"gpu_swiglu", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};

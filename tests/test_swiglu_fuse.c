@@ -207,6 +207,7 @@ static void train_losses(const fr_graph *g, const char *precision, int fuse, dou
     fr_ft_train_options(&o);
     o.precision = precision;
     o.fuse_swiglu = fuse;
+    o.narrow_activations = 0; /* the fusion alone (bf16 gate/up: test_narrow_activations) */
     fr_ft_train_losses(g, &o, loss, NULL);
 }
 

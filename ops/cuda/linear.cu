@@ -53,6 +53,7 @@ typedef struct lin_cfg {
     fr_lin_recipe recipe;
     int dy_e5m2;
     int margin;
+    int y_bf16; /* Y written in bfloat16 (attribute y_dtype) */
 } lin_cfg;
 
 static fr_status read_cfg(const fr_node *n, lin_cfg *c)
@@ -64,6 +65,7 @@ static fr_status read_cfg(const fr_node *n, lin_cfg *c)
     c->recipe = a.recipe;
     c->dy_e5m2 = a.dy_fmt == FR_F8E5M2;
     c->margin = a.margin;
+    c->y_bf16 = a.y_bf16;
     return FR_OK;
 }
 
@@ -367,7 +369,7 @@ static fr_status fp8_gemm(lin_run *r, int64_t Mg, int64_t Ng, int64_t Kg, const 
                           const float *sa, fr_gemm_scale ma, const uint8_t *B, int b_e5m2, const float *sb,
                           fr_gemm_scale mb, fr_tensor *Y, int64_t rows, int64_t cols, const void *bias)
 {
-    float *D = r->p.padded ? (float *)(r->base + r->p.d) : (float *)Y->data;
+    void *D = r->p.padded ? (void *)(r->base + r->p.d) : Y->data; /* float32 or bfloat16 (y_dtype) */
     fr_gemm g;
     fr_gemm_init(&g);
     g.M = Mg;
@@ -376,7 +378,7 @@ static fr_status fp8_gemm(lin_run *r, int64_t Mg, int64_t Ng, int64_t Kg, const 
     g.trans_b = 1;
     g.a_type = a_e5m2 ? FR_F8E5M2 : FR_F8E4M3;
     g.b_type = b_e5m2 ? FR_F8E5M2 : FR_F8E4M3;
-    g.d_type = FR_F32;
+    g.d_type = Y->dtype;
     g.A = A;
     g.B = B;
     g.D = D;
@@ -386,7 +388,7 @@ static fr_status fp8_gemm(lin_run *r, int64_t Mg, int64_t Ng, int64_t Kg, const 
     g.b_scale = mb;
     g.fast_accum = r->fast_accum;
     FR_TRY(fr_cuda_gemm(r->k->cu, r->n, &g));
-    return fr_q_finish(r->s, r->n, FR_F32, D, Ng, Y->data, rows, cols, bias);
+    return fr_q_finish(r->s, r->n, Y->dtype, D, Ng, Y->data, rows, cols, bias);
 }
 
 /* Per-tensor fp8 quantization of one operand: delayed (given scale, amax in the same pass) or
@@ -501,7 +503,7 @@ static fr_status linear_run(const fr_cuda_kctx *k)
     fr_tensor *y = k->out[0], *xq = opt_out(k, FR_LIN_OUT_XQ), *xs = opt_out(k, FR_LIN_OUT_XQ_SINV);
     fr_tensor *ax = opt_out(k, FR_LIN_OUT_AMAX_X), *aw = opt_out(k, FR_LIN_OUT_AMAX_W);
     int64_t M = r.M, N = r.N, K = r.K;
-    FR_TRY(check_out(&r, y, M, N, x->dtype, "Y"));
+    FR_TRY(check_out(&r, y, M, N, c->y_bf16 ? FR_BF16 : x->dtype, "Y"));
     if (b && (b->dtype != x->dtype || fr_tensor_numel(b) != N))
         return fr_node_error(r.n, FR_ERR_SHAPE, "bias must hold N=%lld %s values", (long long)N,
                              fr_dtype_name(x->dtype));
@@ -520,7 +522,7 @@ static fr_status linear_run(const fr_cuda_kctx *k)
             FR_TRY(fr_q_to_bf16(r.s, r.n, (const float *)w->data, K * N, wb));
             w_end(&r);
         }
-        return float_gemm(&r, FR_BF16, FR_F32, M, N, K, xb, 0, wb, c->transB, y->data, bias);
+        return float_gemm(&r, FR_BF16, y->dtype, M, N, K, xb, 0, wb, c->transB, y->data, bias);
     }
     /* fp8 */
     FR_TRY(check_out(&r, xq, M, K, FR_F8E4M3, "Xq"));

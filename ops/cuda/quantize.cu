@@ -595,7 +595,10 @@ fr_status fr_q_finish(cudaStream_t s, const fr_node *n, fr_dtype dt, const void 
     if (rows * cols == 0) return FR_OK;
     if (D == Y && ldd == cols && !bias) return FR_OK;
     unsigned grid = blocks_for(rows * cols, 256 * 4);
-    if (dt == FR_F64)
+    if (dt == FR_BF16) { /* y_dtype bfloat16: no bias (ops/linear.c refuses one) */
+        if (bias) return fr_node_error(n, FR_ERR_INTERNAL, "a bfloat16 GEMM result with a bias (a bug in fp8run)");
+        finish_kernel<__nv_bfloat16><<<grid, 256, 0, s>>>((const __nv_bfloat16 *)D, ldd, (__nv_bfloat16 *)Y, rows, cols, NULL);
+    } else if (dt == FR_F64)
         finish_kernel<double><<<grid, 256, 0, s>>>((const double *)D, ldd, (double *)Y, rows, cols,
                                                    (const double *)bias);
     else

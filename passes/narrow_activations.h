@@ -1,0 +1,22 @@
+/* Narrow activations: a Linear whose output is read only by ops that take bfloat16 writes it in
+ * bfloat16 (its y_dtype attribute, ops/linear.h), as autocast's Linear outputs are.
+ *
+ * Why: the Llama MLP's fused gate/up Linear writes [tokens, 2F] floats that the fused SwiGLU
+ * reads and its gradient reads again in the backward (saved until then): at the 1B shape
+ * 738 MB per layer in float32. In bfloat16 the GEMM writes half, SwiGLU and SwiGLUGrad read
+ * half and the saved copy holds half (5.9 GB less at 1B, B8 x T2048). The values lose what
+ * bf16 rounding loses (8 bits of mantissa), which the FP8/bf16 GEMMs reading the SwiGLU's
+ * output then quantize further anyway; float32 (--precision fp32) runs are never narrowed.
+ *
+ * Which Linears: precision bf16 or fp8, no bias, float32 Y that is no graph output, and every
+ * reader of Y is a SwiGLU (the backward's SwiGLUGrad, added later by autodiff, reads what the
+ * forward read). In SwiGLU's two-input form both gate and up must qualify (one dtype). */
+#ifndef FR_NARROW_ACTIVATIONS_H
+#define FR_NARROW_ACTIVATIONS_H
+
+#include "graph/ir.h"
+
+/* *count receives the number of Linears narrowed. */
+FR_NODISCARD fr_status fr_narrow_activations(fr_graph *g, int *count);
+
+#endif
