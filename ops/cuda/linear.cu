@@ -649,6 +649,19 @@ static fr_status grad_data_run(const fr_cuda_kctx *k)
 
 /* ---- LinearGradWeight: dW = X^T dY [K][N] (transB = 0) or dY^T X [N][K] ---- */
 
+/* A handed-over per-tensor scale_inv (the saved Xq's, dYq's) as cuBLASLt reads it: in place when
+ * 16-byte aligned (no copy launched), else copied into slot `slot` of the node's statistics. */
+static fr_status aligned_sinv(lin_run *r, const float *given, int slot, const float **out)
+{
+    if ((uintptr_t)given % 16 == 0) {
+        *out = given;
+        return FR_OK;
+    }
+    FR_CUDA_TRY(cudaMemcpyAsync(&r->stats->scale_inv[slot][0], given, sizeof(float), cudaMemcpyDeviceToDevice, r->s));
+    *out = &r->stats->scale_inv[slot][0];
+    return FR_OK;
+}
+
 static fr_status grad_weight_run(const fr_cuda_kctx *k)
 {
     lin_run r;
@@ -714,10 +727,8 @@ static fr_status grad_weight_run(const fr_cuda_kctx *k)
         mode = FR_GEMM_SCALE_TENSOR;
         const fr_tensor *sdy = delayed(c) && !dyq ? opt_in(k, 3) : NULL;
         if (!dyq) FR_TRY(need_scale(&r, sdy, "scale_dy"));
-        if (saved) { /* its scale_inv, copied to a 16-byte aligned place for cuBLASLt */
-            FR_CUDA_TRY(cudaMemcpyAsync(&r.stats->scale_inv[0][0], s2->data, sizeof(float), cudaMemcpyDeviceToDevice,
-                                        r.s));
-            x_sinv = &r.stats->scale_inv[0][0];
+        if (saved) { /* its scale_inv as it is, or copied to a 16-byte aligned place for cuBLASLt */
+            FR_TRY(aligned_sinv(&r, (const float *)s2->data, 0, &x_sinv));
         } else {
             const fr_tensor *sx = delayed(c) ? s2 : NULL;
             FR_TRY(need_scale(&r, sx, "scale_x"));
@@ -732,12 +743,11 @@ static fr_status grad_weight_run(const fr_cuda_kctx *k)
                 yop = (uint8_t *)dy->data;
             else
                 FR_TRY(fr_q_pad_codes(r.s, r.n, (const uint8_t *)dy->data, N, M, yop));
-            FR_CUDA_TRY(cudaMemcpyAsync(&r.stats->scale_inv[1][0], ys->data, sizeof(float), cudaMemcpyDeviceToDevice,
-                                        r.s));
+            FR_TRY(aligned_sinv(&r, (const float *)ys->data, 1, &y_sinv));
         } else {
             FR_TRY(quant_tensor(&r, r.stats, 1, dy, M, N, fy, sdy, 1, yop, NULL, NULL, amax_out, NULL));
+            y_sinv = &r.stats->scale_inv[1][0];
         }
-        y_sinv = &r.stats->scale_inv[1][0];
     }
     if (tb)
         return fp8_gemm(&r, Np, Kp, Mp, yop, c->dy_e5m2, y_sinv, mode, xop, 0, x_sinv, mode, dw, N, K, NULL);

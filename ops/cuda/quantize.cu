@@ -2,6 +2,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <float.h>
+#include <stdlib.h>
 
 #include "ops/cuda/quantize.cuh"
 
@@ -13,6 +14,35 @@ static unsigned blocks_for(int64_t work, int64_t per_block)
 {
     int64_t b = (work + per_block - 1) / per_block;
     if (b > (1 << 20)) b = 1 << 20; /* grid-stride loops cover the rest */
+    return (unsigned)(b < 1 ? 1 : b);
+}
+
+/* Blocks of 256 threads that fill the device once (8 a multiprocessor: 2048 threads). The
+ * kernels that reduce an amax take at most this many and loop over the rest: every block ends
+ * with one atomicMax on the same word, and those serialize in L2 (a warp-level atomic per 4 KB
+ * of float32 made the 1B model's forward quantization ~3x slower than its bytes). The count is
+ * read once per process (all devices of a run are alike); FP8RUN_QUANT_BLOCKS overrides it. */
+static int64_t one_wave(void)
+{
+    static int64_t wave; /* a benign race: every thread writes the same value */
+    if (!wave) {
+        int dev = 0, v = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v < 1)
+            v = 132;
+        int64_t w = (int64_t)v * 8;
+        const char *e = getenv("FP8RUN_QUANT_BLOCKS"); /* tests: a few blocks, each looping over many tiles */
+        if (e && atoll(e) > 0) w = atoll(e);
+        wave = w;
+    }
+    return wave;
+}
+
+/* blocks_for, at most one wave (kernels with an amax reduction) */
+static unsigned wave_blocks(int64_t work, int64_t per_block)
+{
+    int64_t b = (work + per_block - 1) / per_block, w = one_wave();
+    if (b > w) b = w;
     return (unsigned)(b < 1 ? 1 : b);
 }
 
@@ -74,38 +104,49 @@ __device__ unsigned block_max(unsigned v, unsigned *red)
     return m;
 }
 
-__device__ __forceinline__ void warp_atomic_max(unsigned *dst, unsigned v)
+/* one atomicMax per block: every thread of the block must call it (it synchronizes) */
+__device__ __forceinline__ void block_atomic_max(unsigned *dst, unsigned v, unsigned *red)
 {
-    v = __reduce_max_sync(FULL_MASK, v);
-    if ((threadIdx.x & 31) == 0 && v) atomicMax(dst, v);
+    v = block_max(v, red);
+    if (threadIdx.x == 0 && threadIdx.y == 0 && v) atomicMax(dst, v);
 }
 
 /* ---- per-tensor amax and scale ---- */
 
 __global__ void amax_kernel(const float *x, int64_t n, unsigned *out)
 {
+    __shared__ unsigned red[32];
     unsigned m = 0;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         m = max(m, abs_bits(x[i]));
-    warp_atomic_max(out, m);
+    block_atomic_max(out, m, red);
 }
 
-__global__ void amax4_kernel(const float4 *x, int64_t n4, unsigned *out)
+/* four float4 loads in flight per thread and iteration */
+__global__ void amax4_kernel(const float4 *__restrict__ x, int64_t n4, unsigned *out)
 {
+    __shared__ unsigned red[32];
     unsigned m = 0;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x)
-        m = amax4(m, x[i]);
-    warp_atomic_max(out, m);
+    int64_t step = (int64_t)gridDim.x * blockDim.x, i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + 3 * step < n4; i += 4 * step) {
+        float4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) v[u] = x[i + u * step];
+#pragma unroll
+        for (int u = 0; u < 4; u++) m = amax4(m, v[u]);
+    }
+    for (; i < n4; i += step) m = amax4(m, x[i]);
+    block_atomic_max(out, m, red);
 }
 
 fr_status fr_q_amax(cudaStream_t s, const fr_node *n, const float *x, int64_t count, fr_q_stats *st, int slot)
 {
     if (count == 0) return FR_OK;
     if (count % 4 == 0 && (uintptr_t)x % 16 == 0) {
-        amax4_kernel<<<blocks_for(count / 4, 256 * 4), 256, 0, s>>>((const float4 *)x, count / 4, &st->amax_bits[slot]);
+        amax4_kernel<<<wave_blocks(count / 4, 256), 256, 0, s>>>((const float4 *)x, count / 4, &st->amax_bits[slot]);
         return fr_cuda_check_launch(n, "fp8 amax");
     }
-    amax_kernel<<<blocks_for(count, 256 * 8), 256, 0, s>>>(x, count, &st->amax_bits[slot]);
+    amax_kernel<<<wave_blocks(count, 256), 256, 0, s>>>(x, count, &st->amax_bits[slot]);
     return fr_cuda_check_launch(n, "fp8 amax");
 }
 
@@ -148,6 +189,7 @@ __global__ void tile_kernel(const Src *src, int64_t R, int64_t C, int64_t Rp, in
                             int e5m2, int trans, uint8_t *dst, uint8_t *dense, unsigned *amax)
 {
     __shared__ uint8_t tile[32][33];
+    __shared__ unsigned red[32];
     float s = scale_ptr ? *scale_ptr : 1.0f;
     unsigned m = 0;
     int64_t tc = (Cp + 31) / 32, ntiles = ((Rp + 31) / 32) * tc;
@@ -181,7 +223,7 @@ __global__ void tile_kernel(const Src *src, int64_t R, int64_t C, int64_t Rp, in
             __syncthreads();
         }
     }
-    if (amax) warp_atomic_max(amax, m);
+    if (amax) block_atomic_max(amax, m, red);
 }
 
 /* ---- per-tensor quantization with a transpose: 128 x 128 tiles, 16-byte loads and stores ---- */
@@ -230,6 +272,7 @@ __global__ void __launch_bounds__(256) cast_transpose_kernel(const float *src, i
                                                              uint8_t *dst2, uint8_t *dst_t, unsigned *amax)
 {
     __shared__ uint32_t tile[CT_TILE][CT_TILE / 4];
+    __shared__ unsigned red[32];
     float s = scale_ptr ? *scale_ptr : 1.0f;
     unsigned m = 0;
     int tid = threadIdx.x, c4 = tid & 31, row = tid >> 5;
@@ -259,7 +302,7 @@ __global__ void __launch_bounds__(256) cast_transpose_kernel(const float *src, i
             __syncthreads();
         }
     }
-    if (amax) warp_atomic_max(amax, m);
+    if (amax) block_atomic_max(amax, m, red);
 }
 
 /* codes src [R][C] -> dst_t [C][R] (R, C multiples of 16, 16-byte aligned): 16-byte loads */
@@ -284,21 +327,36 @@ __global__ void __launch_bounds__(256) transpose_codes_kernel(const uint8_t *src
 }
 
 /* The common case of tile_kernel, no padding and no transpose: a float4 in, four codes out
- * (one 32-bit store) per thread and iteration, so a warp reads 512 and writes 128 contiguous
- * bytes; the same bytes and amax as the tile kernel. */
-__global__ void flat_kernel(const float4 *src, int64_t n4, const float *scale_ptr, int e5m2, uint32_t *dst,
-                            uint32_t *dense, unsigned *amax)
+ * (one 32-bit store) per thread and element, so a warp reads 512 and writes 128 contiguous
+ * bytes; four float4 loads in flight per thread and iteration; the same bytes and amax as the
+ * tile kernel. */
+__global__ void flat_kernel(const float4 *__restrict__ src, int64_t n4, const float *scale_ptr, int e5m2,
+                            uint32_t *__restrict__ dst, uint32_t *__restrict__ dense, unsigned *amax)
 {
+    __shared__ unsigned red[32];
     float s = scale_ptr ? *scale_ptr : 1.0f;
     unsigned m = 0;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t step = (int64_t)gridDim.x * blockDim.x, i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + 3 * step < n4; i += 4 * step) {
+        float4 x[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) x[u] = src[i + u * step];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            m = amax4(m, x[u]);
+            uint32_t q = quantize4(x[u], s, e5m2);
+            dst[i + u * step] = q;
+            if (dense) dense[i + u * step] = q;
+        }
+    }
+    for (; i < n4; i += step) {
         float4 x = src[i];
         m = amax4(m, x);
         uint32_t q = quantize4(x, s, e5m2);
         dst[i] = q;
         if (dense) dense[i] = q;
     }
-    if (amax) warp_atomic_max(amax, m);
+    if (amax) block_atomic_max(amax, m, red);
 }
 
 static int aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
@@ -313,7 +371,7 @@ fr_status fr_q_tensor(cudaStream_t s, const fr_node *n, const float *src, int64_
     if (Rp == R && Cp == C && aligned16(src) && aligned16(dst) && aligned16(dense) && aligned16(dense_t) &&
         (trans || dense_t)) { /* one pass writes every layout wanted */
         int64_t ntiles = fr_q_cdiv(R, CT_TILE) * fr_q_cdiv(C, CT_TILE);
-        cast_transpose_kernel<<<blocks_for(ntiles, 1), 256, 0, s>>>(src, R, C, scale, f.e5m2, trans ? dense : dst,
+        cast_transpose_kernel<<<wave_blocks(ntiles, 1), 256, 0, s>>>(src, R, C, scale, f.e5m2, trans ? dense : dst,
                                                                    trans ? NULL : dense, trans ? dst : dense_t, amax);
         return fr_cuda_check_launch(n, "fp8 quantize (per tensor, cast + transpose)");
     }
@@ -326,12 +384,12 @@ fr_status fr_q_tensor(cudaStream_t s, const fr_node *n, const float *src, int64_
     if (!trans && Rp == R && Cp == C && (uintptr_t)src % 16 == 0 && (uintptr_t)dst % 4 == 0 &&
         (uintptr_t)dense % 4 == 0) {
         int64_t n4 = R * C / 4; /* C is a multiple of 16 here */
-        flat_kernel<<<blocks_for(n4, 256 * 4), 256, 0, s>>>((const float4 *)src, n4, scale, f.e5m2, (uint32_t *)dst,
+        flat_kernel<<<wave_blocks(n4, 256), 256, 0, s>>>((const float4 *)src, n4, scale, f.e5m2, (uint32_t *)dst,
                                                              (uint32_t *)dense, amax);
         return fr_cuda_check_launch(n, "fp8 quantize (per tensor, flat)");
     }
     int64_t ntiles = fr_q_cdiv(Rp, 32) * fr_q_cdiv(Cp, 32);
-    tile_kernel<float><<<blocks_for(ntiles, 1), dim3(32, 8), 0, s>>>(
+    tile_kernel<float><<<wave_blocks(ntiles, 1), dim3(32, 8), 0, s>>>(
         src, R, C, Rp, Cp, scale, f.e5m2, trans, dst, dense, amax);
     return fr_cuda_check_launch(n, "fp8 quantize (per tensor)");
 }
@@ -367,6 +425,7 @@ fr_status fr_q_pad_codes(cudaStream_t s, const fr_node *n, const uint8_t *src, i
 __global__ void rows128_kernel(const float *src, int64_t R, int64_t C, int64_t Rp, int64_t Cp, fr_q_fmt f,
                                uint8_t *dst, float *sinv, unsigned *amax, unsigned *flags, unsigned flag_bit)
 {
+    __shared__ unsigned red[32];
     int lane = threadIdx.x & 31;
     int64_t nkb = (Cp + 127) / 128, nblocks = Rp * nkb;
     int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
@@ -394,7 +453,7 @@ __global__ void rows128_kernel(const float *src, int64_t R, int64_t C, int64_t R
             if (bad) atomicOr(flags, flag_bit);
         }
     }
-    if (lane == 0 && m_all && amax) atomicMax(amax, m_all);
+    if (amax) block_atomic_max(amax, m_all, red);
 }
 
 fr_status fr_q_rows128(cudaStream_t s, const fr_node *n, const float *src, int64_t R, int64_t C, fr_q_fmt f,
@@ -403,7 +462,7 @@ fr_status fr_q_rows128(cudaStream_t s, const fr_node *n, const float *src, int64
     int64_t Rp = fr_q_pad16(R), Cp = fr_q_pad16(C);
     if (Rp * Cp == 0) return FR_OK;
     int64_t nblocks = Rp * fr_q_cdiv(Cp, 128);
-    rows128_kernel<<<blocks_for(nblocks, 8), 256, 0, s>>>(src, R, C, Rp, Cp, f, dst, sinv, &st->amax_bits[slot],
+    rows128_kernel<<<wave_blocks(nblocks, 8), 256, 0, s>>>(src, R, C, Rp, Cp, f, dst, sinv, &st->amax_bits[slot],
                                                          &st->flags, 1u << slot);
     return fr_cuda_check_launch(n, "fp8 quantize (1x128 blocks)");
 }
@@ -458,7 +517,7 @@ __global__ void cols128_kernel(const float *src, int64_t R, int64_t C, int64_t R
             }
         __syncthreads();
     }
-    if (ty == 0) warp_atomic_max(amax, m_all);
+    block_atomic_max(amax, m_all, &red[0][0]); /* red is free: the loop ended on a barrier */
 }
 
 fr_status fr_q_cols128(cudaStream_t s, const fr_node *n, const float *src, int64_t R, int64_t C, fr_q_fmt f,
@@ -468,7 +527,7 @@ fr_status fr_q_cols128(cudaStream_t s, const fr_node *n, const float *src, int64
     int64_t Rp = fr_q_pad16(R), Cp = fr_q_pad16(C);
     if (Rp * Cp == 0) return FR_OK;
     int64_t ntiles = fr_q_cdiv(Rp, 128) * fr_q_cdiv(Cp, 32);
-    cols128_kernel<<<blocks_for(ntiles, 1), dim3(32, 8), 0, s>>>(src, R, C, Rp, Cp, f, dst_t, sinv_t, dense,
+    cols128_kernel<<<wave_blocks(ntiles, 1), dim3(32, 8), 0, s>>>(src, R, C, Rp, Cp, f, dst_t, sinv_t, dense,
                                                                  sinv_dense, &st->amax_bits[slot], &st->flags,
                                                                  1u << slot);
     return fr_cuda_check_launch(n, "fp8 quantize (128x1 blocks)");
@@ -528,7 +587,7 @@ fr_status fr_q_tiles128(cudaStream_t s, const fr_node *n, const float *src, int6
     if (Rp * Cp == 0) return FR_OK;
     int64_t I = trans ? Rp : Cp, L4 = (fr_q_cdiv(I, 128) + 3) / 4 * 4;
     int64_t ntiles = fr_q_cdiv(Rp, 128) * fr_q_cdiv(Cp, 128);
-    tiles128_kernel<<<blocks_for(ntiles, 1), 256, 0, s>>>(src, R, C, Rp, Cp, f, trans, dst, sinv, L4,
+    tiles128_kernel<<<wave_blocks(ntiles, 1), 256, 0, s>>>(src, R, C, Rp, Cp, f, trans, dst, sinv, L4,
                                                           &st->amax_bits[slot], &st->flags, 1u << slot);
     return fr_cuda_check_launch(n, "fp8 quantize (128x128 blocks)");
 }
