@@ -480,9 +480,11 @@ static fr_status w_prime(lin_op op, const fr_cuda_kctx *k)
             FR_CUDA_TRY(cudaMemsetAsync(wsv, 0, (size_t)(fwd ? fr_q_blk_count(Np, Kp) : fr_q_blk_count(Kp, Np)) * 4, r.s));
             FR_TRY(fr_q_tiles128(r.s, r.n, (const float *)w->data, w->dims[0], w->dims[1], f, trans, wop, wsv, wst, 1));
         } else {
-            const fr_tensor *sw = delayed(c) ? opt_in(k, fwd ? FR_LIN_IN_SCALE_W : 2) : NULL;
-            FR_TRY(need_scale(&r, sw, "scale_w"));
-            FR_TRY(quant_tensor(&r, wst, 1, w, w->dims[0], w->dims[1], f, sw, trans, wop, NULL, NULL, NULL, NULL));
+            /* per tensor, delayed included: the scale from W's own amax, the one the delayed
+               recipe's history settles on for a weight that never changes (a scale_w state
+               value at priming time may still be its initial guess); the runs then report
+               this amax as amax_w, so the history sees a constant */
+            FR_TRY(quant_tensor(&r, wst, 1, w, w->dims[0], w->dims[1], f, NULL, trans, wop, NULL, NULL, NULL, NULL));
         }
     }
     *k->persist_version = FR_CUDA_VERSION_FROZEN;
