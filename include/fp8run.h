@@ -502,6 +502,11 @@ typedef struct fp8run_train_config {
     int fuse_rmsnorm;            /* 1 (default): each RMSNorm an exporter wrote out (Pow/ReduceMean/
                                     Add/Sqrt/Reciprocal/Mul, Rsqrt, Gemma's 1 + w) becomes one
                                     ai.fp8run::RMSNormalization node; 0 keeps the ops */
+    int deterministic;           /* 1: on a GPU, a run repeats bit for bit: cuDNN's attention runs
+                                    only through engines without CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC
+                                    (its dP-workspace backward; fp8run's kernels for a node no such
+                                    engine takes) and the GEMMs use cuBLASLt's heuristic algorithm
+                                    (no timing). 0 (default): fastest */
 } fp8run_train_config;
 
 /* Fill *cfg with the defaults above and set cfg->struct_size = size. Pass sizeof *cfg. */

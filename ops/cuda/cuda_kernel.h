@@ -97,6 +97,10 @@ typedef struct fr_cuda_ctx {
     int fp8_fast_accum;
     int gemm_tune;
     struct fr_cuda_gemm_timer *gemm_timer;
+    /* --deterministic (the trainer sets it before any executor): the same bits run to run.
+     * cuDNN's attention plans take only engines without the NONDETERMINISTIC numerical note, on
+     * the backward graph without a float32 dQ accumulator (attention_cudnn.h); gemm_tune is 0. */
+    int deterministic;
 } fr_cuda_ctx;
 
 /* fr_cuda_ctx.attention: which kernels run the fused Attention / AttentionGrad nodes (the order
