@@ -1,0 +1,211 @@
+/* --deterministic on the GPU (label gpu: skips without a device; the cuDNN cases skip, saying
+ * so, where cuDNN does not load).
+ *
+ *  - A generated Llama (d 256, 2 layers, 4 heads of 64, 2 K/V heads, vocab 512) trains 4 steps
+ *    of 2 micro-batches (B 2 x T 128), twice in one process, each run in a fresh session, with
+ *    --deterministic and --attention auto: every step's loss and gradient norm, and every
+ *    trained weight afterwards, are the same bits in both runs. bf16, and fp8 delayed where the
+ *    GPU has FP8 (compute capability 8.9+).
+ *  - Where cuDNN loads, the attention line names cuDNN's fused flash attention on its
+ *    deterministic engines for every run, or (should cuDNN offer no deterministic engine for
+ *    a node) fp8run's kernels with "no deterministic engine" as the reason: never a run on a
+ *    non-deterministic cuDNN engine. The GEMM line says the heuristic's algorithm was taken.
+ *  - --attention fp8run --deterministic: the same bits run to run as well (no cuDNN).
+ *  - For information only (no assertion: nondeterminism may not show at this size): whether
+ *    two default runs with cuDNN (no --deterministic) differed. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fp8run.h"
+#include "tests/gpu_harness.h"
+#ifdef FP8RUN_HAVE_CUDA
+#include "ops/cuda/cuda_kernel.h" /* the device's compute capability */
+#endif
+
+#define STEPS 4
+#define GA 2
+#define B 2
+#define T 128
+#define V 512
+
+typedef struct run_out {
+    double loss[STEPS], gnorm[STEPS];
+    float *w; /* every trained parameter, concatenated in the session's order */
+    size_t nw;
+    char attn[1200], gemm[1200];
+} run_out;
+
+static fp8run_model *tiny_llama(void)
+{
+    fp8run_llama_config c;
+    if (fp8run_llama_config_init(&c, sizeof c) != FP8RUN_OK) return NULL;
+    c.dim = 256, c.layers = 2, c.heads = 4, c.kv_heads = 2, c.ffn = 512, c.vocab = V, c.max_seq = T;
+    c.seed = 7;
+    fp8run_model *m = NULL;
+    if (fp8run_model_generate_llama(&c, &m) != FP8RUN_OK) printf("\n  generate: %s\n", fp8run_last_error());
+    return m;
+}
+
+/* Train STEPS steps on `tokens` with these choices; 0 on success (out filled). */
+static int train(const fp8run_model *m, const char *precision, const char *attention, int det, const int64_t *tokens,
+                 run_out *out)
+{
+    memset(out, 0, sizeof *out);
+    fp8run_train_config c;
+    if (fp8run_train_config_init(&c, sizeof c) != FP8RUN_OK) return -1;
+    c.batch = B, c.seq_len = T, c.grad_accum = GA;
+    c.precision = precision;
+    c.attention = attention;
+    c.deterministic = det;
+    c.lr = 1e-3;
+    fp8run_session *s = NULL;
+    if (fp8run_session_create(m, "cuda", &c, &s) != FP8RUN_OK) {
+        printf("\n  session (%s, --attention %s): %s\n", precision, attention, fp8run_last_error());
+        return -1;
+    }
+    const size_t per_step = (size_t)GA * B * (T + 1);
+    int rc = 0;
+    for (int k = 0; k < STEPS && rc == 0; k++) {
+        fp8run_step_stats st = {.struct_size = sizeof st};
+        if (fp8run_session_train_step(s, tokens + (size_t)k * per_step, FP8RUN_DTYPE_INT64, per_step, &st) != FP8RUN_OK) {
+            printf("\n  step %d: %s\n", k, fp8run_session_error(s));
+            rc = -1;
+        }
+        out->loss[k] = st.loss;
+        out->gnorm[k] = st.grad_norm;
+    }
+    snprintf(out->attn, sizeof out->attn, "%s", fp8run_session_attention(s));
+    snprintf(out->gemm, sizeof out->gemm, "%s", fp8run_session_gemm(s));
+    const int np = fp8run_session_param_count(s);
+    for (int i = 0; i < np && rc == 0; i++) {
+        fp8run_value_info pi = {.struct_size = sizeof pi};
+        if (fp8run_session_param(s, i, &pi) != FP8RUN_OK || pi.numel < 0) rc = -1;
+        else out->nw += (size_t)pi.numel;
+    }
+    out->w = rc == 0 ? malloc(out->nw * sizeof *out->w) : NULL;
+    if (rc == 0 && !out->w) rc = -1;
+    size_t off = 0;
+    for (int i = 0; i < np && rc == 0; i++) {
+        fp8run_value_info pi = {.struct_size = sizeof pi};
+        if (fp8run_session_param(s, i, &pi) != FP8RUN_OK ||
+            fp8run_session_get_param(s, pi.name, out->w + off, (size_t)pi.numel) != FP8RUN_OK)
+            rc = -1;
+        off += (size_t)pi.numel;
+    }
+    fp8run_session_destroy(s);
+    return rc;
+}
+
+static int same_run(const run_out *a, const run_out *b)
+{
+    return memcmp(a->loss, b->loss, sizeof a->loss) == 0 && memcmp(a->gnorm, b->gnorm, sizeof a->gnorm) == 0 &&
+           a->nw == b->nw && a->nw && memcmp(a->w, b->w, a->nw * sizeof *a->w) == 0;
+}
+
+static void tokens_for(const char *name, int64_t *t, size_t n)
+{
+    fr_rng r = fr_test_rng(name);
+    for (size_t i = 0; i < n; i++) t[i] = (int64_t)(fr_rng_uniform(&r) * V) % V;
+}
+
+/* Two --deterministic runs of `precision` with `attention`: the same bits; the lines checked. */
+static void check(const char *precision, const char *attention, int with_cudnn)
+{
+    fp8run_model *m = tiny_llama();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    const size_t n = (size_t)STEPS * GA * B * (T + 1);
+    int64_t *tok = malloc(n * sizeof *tok);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(tok);
+    tokens_for(precision, tok, n);
+    run_out a, b;
+    const int ra = train(m, precision, attention, 1, tok, &a), rb = train(m, precision, attention, 1, tok, &b);
+    CU_ASSERT_EQUAL(ra, 0);
+    CU_ASSERT_EQUAL(rb, 0);
+    if (ra == 0 && rb == 0) {
+        const int same = same_run(&a, &b);
+        printf("\n    %s --attention %s --deterministic: losses %.6f .. %.6f, %zu weights: %s\n      attention: %s\n"
+               "      gemm: %s\n",
+               precision, attention, a.loss[0], a.loss[STEPS - 1], a.nw, same ? "bit-identical" : "DIFFER", a.attn,
+               a.gemm);
+        CU_ASSERT(same);
+        CU_ASSERT(a.loss[STEPS - 1] < a.loss[0]); /* it trains */
+        CU_ASSERT_PTR_NOT_NULL(strstr(a.gemm, "the heuristic's first algorithm (--deterministic)"));
+        CU_ASSERT_STRING_EQUAL(a.attn, b.attn);
+        if (with_cudnn) {
+            /* cuDNN's deterministic engines ran every attention, or fp8run's kernels ran a node
+               for want of one (and say so); never cuDNN without "deterministic engines" */
+            const int dn = strstr(a.attn, "fused flash attention") != NULL;
+            const int own = strstr(a.attn, "fp8run kernels") != NULL;
+            CU_ASSERT(dn || own);
+            if (dn) CU_ASSERT_PTR_NOT_NULL(strstr(a.attn, "deterministic engines (--deterministic)"));
+            if (own) CU_ASSERT_PTR_NOT_NULL(strstr(a.attn, "no deterministic engine"));
+            if (dn && !own) printf("      cuDNN ran every attention node on deterministic engines\n");
+        } else {
+            CU_ASSERT_PTR_NOT_NULL(strstr(a.attn, "fp8run kernels"));
+        }
+    }
+    free(a.w);
+    free(b.w);
+    if (with_cudnn) { /* for information: the default (no --deterministic) run to run */
+        run_out c, d;
+        if (train(m, precision, attention, 0, tok, &c) == 0 && train(m, precision, attention, 0, tok, &d) == 0)
+            printf("      without --deterministic (timed GEMMs, cuDNN's default engines): runs %s\n",
+                   same_run(&c, &d) ? "bit-identical here" : "differ (as expected of the default)");
+        free(c.w);
+        free(d.w);
+    }
+    free(tok);
+    fp8run_model_destroy(m);
+}
+
+static int cudnn_loads(void)
+{
+    int version = 0;
+    const char *info = fp8run_cudnn_info(&version);
+    if (version <= 0) printf("\n    SKIP the cuDNN cases: %s\n", info);
+    return version > 0;
+}
+
+static int has_fp8(void)
+{
+    const struct fr_cuda_ctx *c = gpu_ctx();
+    (void)c;
+#ifdef FP8RUN_HAVE_CUDA
+    if (c && c->cc_major * 10 + c->cc_minor >= 89) return 1;
+#endif
+    printf("\n    SKIP fp8: the GPU has no FP8 tensor cores (compute capability < 8.9)\n");
+    return 0;
+}
+
+static void test_bf16_cudnn(void)
+{
+    if (!gpu_available() || !cudnn_loads()) return;
+    check("bf16", "auto", 1);
+}
+
+static void test_fp8_cudnn(void)
+{
+    if (!gpu_available() || !cudnn_loads() || !has_fp8()) return;
+    check("fp8", "auto", 1);
+}
+
+static void test_bf16_own(void)
+{
+    if (!gpu_available()) return;
+    check("bf16", "fp8run", 0);
+}
+
+static CU_TestInfo tests[] = {
+    {"bf16, cuDNN attention: --deterministic runs bit-identical", test_bf16_cudnn},
+    {"fp8 delayed, cuDNN attention: --deterministic runs bit-identical", test_fp8_cudnn},
+    {"bf16, fp8run attention: --deterministic runs bit-identical", test_bf16_own},
+    CU_TEST_INFO_NULL,
+};
+
+static CU_SuiteInfo suites[] = {
+    {"gpu_determ", NULL, NULL, NULL, NULL, tests},
+    CU_SUITE_INFO_NULL,
+};
+
+int main(void) { return gpu_test_main(suites); }
