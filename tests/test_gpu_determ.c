@@ -34,9 +34,9 @@
 
 #define STEPS 4
 #define GA 2
-#define B 2
-#define T 128
-#define V 512
+#define BATCH 2
+#define SEQ 128
+#define VOCAB 512
 
 typedef struct run_out {
     double loss[STEPS], gnorm[STEPS];
@@ -49,7 +49,7 @@ static fp8run_model *tiny_llama(void)
 {
     fp8run_llama_config c;
     if (fp8run_llama_config_init(&c, sizeof c) != FP8RUN_OK) return NULL;
-    c.dim = 256, c.layers = 2, c.heads = 4, c.kv_heads = 2, c.ffn = 512, c.vocab = V, c.max_seq = T;
+    c.dim = 256, c.layers = 2, c.heads = 4, c.kv_heads = 2, c.ffn = 512, c.vocab = VOCAB, c.max_seq = SEQ;
     c.seed = 7;
     fp8run_model *m = NULL;
     if (fp8run_model_generate_llama(&c, &m) != FP8RUN_OK) printf("\n  generate: %s\n", fp8run_last_error());
@@ -63,7 +63,7 @@ static int train(const fp8run_model *m, const char *precision, const char *atten
     memset(out, 0, sizeof *out);
     fp8run_train_config c;
     if (fp8run_train_config_init(&c, sizeof c) != FP8RUN_OK) return -1;
-    c.batch = B, c.seq_len = T, c.grad_accum = GA;
+    c.batch = BATCH, c.seq_len = SEQ, c.grad_accum = GA;
     c.precision = precision;
     c.attention = attention;
     c.deterministic = det;
@@ -73,7 +73,7 @@ static int train(const fp8run_model *m, const char *precision, const char *atten
         printf("\n  session (%s, --attention %s): %s\n", precision, attention, fp8run_last_error());
         return -1;
     }
-    const size_t per_step = (size_t)GA * B * (T + 1);
+    const size_t per_step = (size_t)GA * BATCH * (SEQ + 1);
     int rc = 0;
     for (int k = 0; k < STEPS && rc == 0; k++) {
         fp8run_step_stats st = {.struct_size = sizeof st};
@@ -115,7 +115,7 @@ static int same_run(const run_out *a, const run_out *b)
 static void tokens_for(const char *name, int64_t *t, size_t n)
 {
     fr_rng r = fr_test_rng(name);
-    for (size_t i = 0; i < n; i++) t[i] = (int64_t)(fr_rng_uniform(&r) * V) % V;
+    for (size_t i = 0; i < n; i++) t[i] = (int64_t)(fr_rng_uniform(&r) * VOCAB) % VOCAB;
 }
 
 /* Two --deterministic runs of `precision` with `attention`: the same bits; the lines checked. */
@@ -123,7 +123,7 @@ static void check(const char *precision, const char *attention, int with_cudnn)
 {
     fp8run_model *m = tiny_llama();
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);
-    const size_t n = (size_t)STEPS * GA * B * (T + 1);
+    const size_t n = (size_t)STEPS * GA * BATCH * (SEQ + 1);
     int64_t *tok = malloc(n * sizeof *tok);
     CU_ASSERT_PTR_NOT_NULL_FATAL(tok);
     tokens_for(precision, tok, n);
