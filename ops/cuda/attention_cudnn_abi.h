@@ -130,7 +130,7 @@ enum {
 /* cudnnBackendNumericalNote_t (an engine's notes: --deterministic skips engines with this one) */
 enum {
     FRDNN_NUMERICAL_NOTE_NONDETERMINISTIC = 4,
-    FRDNN_NUMERICAL_NOTE_TYPE_COUNT = 10, /* 9.x; newer ones may add notes: read up to 32 */
+    FRDNN_NUMERICAL_NOTE_TYPE_COUNT = 10, /* 9.19 header's count: the most notes asked for (as cudnn-frontend) */
 };
 
 /* cudnnBackendHeurMode_t */

@@ -411,12 +411,12 @@ static int nondeterministic(const frdnn_api *api, frdnn_desc cfg)
     frdnn_desc eng = NULL;
     if (api->BackendCreateDescriptor(FRDNN_ENGINE_DESCRIPTOR, &eng) != FRDNN_STATUS_SUCCESS) return 1;
     int64_t n = 0;
-    int notes[32] = {0}, bad = 1; /* cudnnBackendNumericalNote_t is int-sized */
+    int notes[32] = {0}, bad = 1; /* cudnnBackendNumericalNote_t is int-sized; room beyond 9.x's count */
     if (api->BackendGetAttribute(cfg, FRDNN_ATTR_ENGINECFG_ENGINE, FRDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng) ==
             FRDNN_STATUS_SUCCESS &&
         n == 1 &&
-        api->BackendGetAttribute(eng, FRDNN_ATTR_ENGINE_NUMERICAL_NOTE, FRDNN_TYPE_NUMERICAL_NOTE, 32, &n, notes) ==
-            FRDNN_STATUS_SUCCESS) {
+        api->BackendGetAttribute(eng, FRDNN_ATTR_ENGINE_NUMERICAL_NOTE, FRDNN_TYPE_NUMERICAL_NOTE,
+                                 FRDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes) == FRDNN_STATUS_SUCCESS) {
         bad = 0;
         for (int64_t i = 0; i < n && i < 32; i++) bad |= notes[i] == FRDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
     }
