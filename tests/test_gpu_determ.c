@@ -75,7 +75,8 @@ static int train(const fp8run_model *m, const char *precision, const char *atten
     int rc = 0;
     for (int k = 0; k < STEPS && rc == 0; k++) {
         fp8run_step_stats st = {.struct_size = sizeof st};
-        if (fp8run_session_train_step(s, tokens + (size_t)k * per_step, FP8RUN_DTYPE_INT64, per_step, &st) != FP8RUN_OK) {
+        if (fp8run_session_train_step(s, tokens + (size_t)k * per_step, FP8RUN_DTYPE_INT64, per_step, &st) !=
+            FP8RUN_OK) {
             printf("\n  step %d: %s\n", k, fp8run_session_error(s));
             rc = -1;
         }
@@ -87,8 +88,10 @@ static int train(const fp8run_model *m, const char *precision, const char *atten
     const int np = fp8run_session_param_count(s);
     for (int i = 0; i < np && rc == 0; i++) {
         fp8run_value_info pi = {.struct_size = sizeof pi};
-        if (fp8run_session_param(s, i, &pi) != FP8RUN_OK || pi.numel < 0) rc = -1;
-        else out->nw += (size_t)pi.numel;
+        if (fp8run_session_param(s, i, &pi) != FP8RUN_OK || pi.numel < 0)
+            rc = -1;
+        else
+            out->nw += (size_t)pi.numel;
     }
     out->w = rc == 0 ? malloc(out->nw * sizeof *out->w) : NULL;
     if (rc == 0 && !out->w) rc = -1;
@@ -288,7 +291,8 @@ static void det_case(fr_cuda_ctx *det, fr_cuda_ctx *dflt, fr_rng *r, const acase
     static const char *names[3] = {"dQ", "dK", "dV"};
     for (int o = 0; o < 3; o++) {
         const double e = rel_l2(g1[o], rb.out[o]);
-        if (e > TOL_REF) fprintf(stderr, "\n    %s: %s vs float64: relative L2 %.3g > %.3g\n", what, names[o], e, TOL_REF);
+        if (e > TOL_REF)
+            fprintf(stderr, "\n    %s: %s vs float64: relative L2 %.3g > %.3g\n", what, names[o], e, TOL_REF);
         CU_ASSERT(e <= TOL_REF);
         if (!same_bits(g1[o], g2[o])) fprintf(stderr, "\n    %s: %s differs between two runs\n", what, names[o]);
         CU_ASSERT(same_bits(g1[o], g2[o]));
@@ -322,10 +326,8 @@ static void test_op(void)
     FR_ASSERT_OK(fr_cuda_ctx_set_attention(dflt, "cudnn"));
     fr_rng r = fr_test_rng("gpu_determ_op");
     const acase cases[] = {
-        {4, {2, 3, 256, 64}, 4, {2, 3, 256, 64}, 0},
-        {4, {2, 3, 65, 64}, 4, {2, 3, 65, 64}, 1},
-        {4, {2, 3, 33, 64}, 4, {2, 3, 70, 64}, 0},
-        {5, {2, 2, 3, 128, 64}, 5, {2, 2, 1, 128, 64}, 1},
+        {4, {2, 3, 256, 64}, 4, {2, 3, 256, 64}, 0},         {4, {2, 3, 65, 64}, 4, {2, 3, 65, 64}, 1},
+        {4, {2, 3, 33, 64}, 4, {2, 3, 70, 64}, 0},           {5, {2, 2, 3, 128, 64}, 5, {2, 2, 1, 128, 64}, 1},
         {5, {2, 4, 2, 512, 128}, 5, {2, 4, 1, 512, 128}, 1}, /* the 1B's head dim and groups */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) det_case(det, dflt, &r, &cases[i]);
