@@ -139,7 +139,7 @@ static void check(const char *precision, const char *attention, int with_cudnn)
                precision, attention, a.loss[0], a.loss[STEPS - 1], a.nw, same ? "bit-identical" : "DIFFER", a.attn,
                a.gemm);
         CU_ASSERT(same);
-        CU_ASSERT(a.loss[STEPS - 1] < a.loss[0]); /* it trains */
+        CU_ASSERT(isfinite(a.loss[STEPS - 1]) && a.loss[STEPS - 1] > 0); /* random tokens: nothing to learn */
         CU_ASSERT_PTR_NOT_NULL(strstr(a.gemm, "the heuristic's first algorithm (--deterministic)"));
         CU_ASSERT_STRING_EQUAL(a.attn, b.attn);
         if (with_cudnn) {
