@@ -506,6 +506,11 @@ typedef struct fp8run_train_config {
                                     fused SwiGLU (the gate/up projection) writes bfloat16, as
                                     autocast does (half the bytes written, read and saved);
                                     0 keeps float32 */
+    int deterministic;           /* 1: on a GPU, a run repeats bit for bit: cuDNN's attention runs
+                                    only through engines without CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC
+                                    (its dP-workspace backward; fp8run's kernels for a node no such
+                                    engine takes) and the GEMMs use cuBLASLt's heuristic algorithm
+                                    (no timing). 0 (default): fastest */
 } fp8run_train_config;
 
 /* Fill *cfg with the defaults above and set cfg->struct_size = size. Pass sizeof *cfg. */

@@ -10,6 +10,7 @@
  *  - every command's --help lists every flag the table gives it, and its usage errors exit 2;
  *    a flag of the table is refused by the commands it is not marked for. */
 #include <stdalign.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,23 +52,23 @@ static void test_table_covers_struct(void)
     CU_ASSERT_EQUAL(fp8run_train_config_option(n, &e), FP8RUN_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(fp8run_train_config_option(-1, &e), FP8RUN_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(fp8run_train_config_find("no_such_option"), -1);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("recompute"), n - 18); /* appended after 0.1.0 */
-    CU_ASSERT_EQUAL(fp8run_train_config_find("shard_optimizer"), n - 13);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("optimizer_state"), n - 12);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("master_weights"), n - 11);
+    /* the options appended after 0.1.0, in their order (a new one goes at the end) */
+    static const char *const tail[] = {"recompute", "world_size", "rank", "local_rank", "nccl_comm",
+                                       "shard_optimizer", "optimizer_state", "master_weights", "lora_rank",
+                                       "lora_alpha", "lora_targets", "lora_dropout", "attention", "shard_gradients",
+                                       "fuse_attention_io", "fp8_fast_accum", "fuse_rmsnorm", "narrow_activations",
+                                       "deterministic"};
+    const int n_tail = (int)(sizeof tail / sizeof tail[0]);
+    for (int i = 0; i < n_tail; i++) {
+        if (fp8run_train_config_find(tail[i]) != n - n_tail + i) printf("\n  option '%s' is not at %d", tail[i], n - n_tail + i);
+        CU_ASSERT_EQUAL(fp8run_train_config_find(tail[i]), n - n_tail + i);
+    }
     /* the opaque pointer has its own type, the size of a pointer */
     int k = fp8run_train_config_find("nccl_comm");
     CU_ASSERT_EQUAL_FATAL(fp8run_train_config_option(k, &e), FP8RUN_OK);
     CU_ASSERT_EQUAL(e.type, FP8RUN_OPTION_POINTER);
     CU_ASSERT_EQUAL(e.size, sizeof(void *));
     CU_ASSERT_PTR_NULL(e.flag);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("lora_dropout"), n - 7);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("attention"), n - 6);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("shard_gradients"), n - 5);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("fuse_attention_io"), n - 4);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("fp8_fast_accum"), n - 3);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("fuse_rmsnorm"), n - 2);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("narrow_activations"), n - 1); /* appended last */
 }
 
 static void test_defaults_and_choices(void)
@@ -254,6 +255,17 @@ static void test_internal_defaults_agree(void)
     CU_ASSERT_EQUAL_FATAL(fr_api_options(NULL, "test", &c, &a), FP8RUN_OK);
     CU_ASSERT_EQUAL(a.o.fp8_fast_accum, 0);
     fr_api_options_free(&a);
+    /* --deterministic: off by default, the flag turns it on, the trainer's option follows */
+    CU_ASSERT_EQUAL(d.deterministic, 0);
+    CU_ASSERT_EQUAL(c.deterministic, 0);
+    CU_ASSERT_EQUAL(fp8run_train_config_set(&c, "--deterministic", NULL), FP8RUN_OK);
+    CU_ASSERT_EQUAL(c.deterministic, 1);
+    CU_ASSERT_EQUAL_FATAL(fr_api_options(NULL, "test", &c, &a), FP8RUN_OK);
+    CU_ASSERT_EQUAL(a.o.deterministic, 1);
+    fr_api_options_free(&a);
+    CU_ASSERT_EQUAL(fp8run_train_config_set(&c, "deterministic", "0"), FP8RUN_OK);
+    CU_ASSERT_EQUAL(c.deterministic, 0);
+    SET_ERR(&c, "deterministic", "2", "'2' is not 0 or 1");
 }
 
 /* Each command's help lists every flag the table gives it; a value out of range is exit 2. */
@@ -303,6 +315,11 @@ static void test_cli_from_table(void)
     };
     for (size_t k = 0; k < sizeof usage / sizeof usage[0]; k++)
         CLI_EXPECT(cli_run("%s", usage[k].args), 2, cli_err, usage[k].needle);
+    /* `info` says what --deterministic does to the GEMMs (no device needed) */
+    CLI_EXPECT(cli_run("info %s/llama_tiny/model.onnx --deterministic", FR_FIXTURES), 0, cli_out,
+               "gemm           cuBLASLt, the heuristic's first algorithm (--deterministic)");
+    CLI_EXPECT(cli_run("info %s/llama_tiny/model.onnx", FR_FIXTURES), 0, cli_out, "timed per shape");
+    CU_ASSERT_PTR_NULL(strstr(cli_out, "--deterministic"));
 }
 
 static CU_TestInfo tests[] = {

@@ -152,9 +152,11 @@ static void test_graphs(void)
     };
     int graphs = 0, graphs_final = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        for (int backward = 0; backward < 2; backward++) {
+        for (int variant = 0; variant < 3; variant++) { /* forward, backward, deterministic backward */
+            const int backward = variant > 0;
             fr_cudnn_sdpa p = problem(cases[i].b, cases[i].hq, cases[i].hk, cases[i].tq, cases[i].tk, cases[i].d,
                                       cases[i].causal, cases[i].half, backward);
+            p.deterministic = variant == 2;
             int finalized = -1, n_ops = 0;
             const fr_status st = fr_cudnn_sdpa_check_graph(&api, version, &p, &finalized, &n_ops);
             if (st != FR_OK) fprintf(stderr, "\n    case %zu backward %d: %s\n", i, backward, fr_last_error());
@@ -164,9 +166,11 @@ static void test_graphs(void)
             graphs_final += finalized == 1;
             /* forward: 2 GEMMs, scale, 2 reductions, SUB, EXP, LOG, ADD, DIV (+4 causal);
                backward: 5 GEMMs, 3 reshapes (P, dS, K), 9 pointwise (dQ's copy included), 1
-               reduction (+4 causal, +6 per padding mask, +2 K/V-head reductions with GQA) */
+               reduction (+4 causal, +6 per padding mask, +2 K/V-head reductions with GQA);
+               deterministic backward: dQ written by its GEMM, no float32 accumulator and copy */
             const int pad = backward && p.tk % 128 != 0 && version <= 91500 ? (version < 91000 ? 2 : 1) : 0;
-            const int want = backward ? 18 + 4 * p.causal + 6 * pad + 2 * (p.hq != p.hk) : 10 + 4 * p.causal;
+            const int want = backward ? 18 + 4 * p.causal + 6 * pad + 2 * (p.hq != p.hk) - p.deterministic
+                                      : 10 + 4 * p.causal;
             CU_ASSERT_EQUAL(n_ops, want);
         }
     printf("    %d graphs built, %d operation graphs finalized without a device\n", graphs, graphs_final);

@@ -66,6 +66,9 @@ static void print_attention(const fp8run_train_config *o)
         printf("attention      fp8run's kernels (--attention auto: %s)\n", dnn);
     else
         printf("attention      --attention cudnn will fail on a GPU: %s\n", dnn);
+    if (o->deterministic && strcmp(a, "fp8run") != 0 && version > 0)
+        printf("               --deterministic: cuDNN's engines without the NONDETERMINISTIC note only (its\n"
+               "               dP-workspace backward); fp8run's kernels for a node none of them takes\n");
 }
 
 /* How the GEMMs will run on a GPU with these options (ops/cuda/cuda_gemm.h). */
@@ -73,8 +76,9 @@ static void print_gemm(const fp8run_train_config *o)
 {
     const char *tune = getenv("FP8RUN_GEMM_TUNE");
     printf("gemm           cuBLASLt, %s; fp8 forward GEMMs %s\n",
-           tune && strcmp(tune, "0") == 0 ? "the heuristic's first algorithm (FP8RUN_GEMM_TUNE=0)"
-                                          : "the fastest of up to 8 candidates timed per shape (FP8RUN_GEMM_TUNE=0: off)",
+           o->deterministic                ? "the heuristic's first algorithm (--deterministic)"
+           : tune && strcmp(tune, "0") == 0 ? "the heuristic's first algorithm (FP8RUN_GEMM_TUNE=0)"
+                                            : "the fastest of up to 8 candidates timed per shape (FP8RUN_GEMM_TUNE=0: off)",
            o->fp8_fast_accum ? "with fast accumulation (--no-fp8-fast-accum: exact)" : "with exact accumulation");
 }
 

@@ -20,7 +20,8 @@ size_t fr_cudnn_sdpa_aux_bytes(const fr_cudnn_sdpa *p)
 {
     if (!p->backward) return 0;
     const size_t rows = (size_t)p->b * (size_t)p->hq * (size_t)p->tq;
-    return align_up(rows * (size_t)p->d * sizeof(float)) + align_up(rows * sizeof(float));
+    const size_t acc = p->deterministic ? 0 : align_up(rows * (size_t)p->d * sizeof(float));
+    return acc + align_up(rows * sizeof(float));
 }
 
 /* ---------------------------------------------------------------- plans ---- */
@@ -78,6 +79,7 @@ static int same_problem(const fr_cudnn_sdpa *a, const fr_cudnn_sdpa *b)
 {
     return a->b == b->b && a->hq == b->hq && a->hk == b->hk && a->tq == b->tq && a->tk == b->tk && a->d == b->d &&
            a->dv == b->dv && a->causal == b->causal && a->half == b->half && a->backward == b->backward &&
+           a->deterministic == b->deterministic &&
            memcmp(a->sq, b->sq, sizeof a->sq) == 0 && memcmp(a->sk, b->sk, sizeof a->sk) == 0 &&
            memcmp(a->sv, b->sv, sizeof a->sv) == 0 && memcmp(a->so, b->so, sizeof a->so) == 0;
 }
@@ -127,7 +129,7 @@ static fr_status build(struct fr_cudnn_state *s, const fr_cudnn_sdpa *p, sdpa_pl
     b->api = s->api;
     fr_cudnn_graph(b, p, version);
     frdnn_desc og = fr_cudnn_op_graph(b, s->h);
-    if (!b->failed && fr_cudnn_find_plan(b, s->h, og, &pl->plan, &pl->plan_ws) == 0) pl->ok = 1;
+    if (!b->failed && fr_cudnn_find_plan(b, s->h, og, p->deterministic, &pl->plan, &pl->plan_ws) == 0) pl->ok = 1;
     if (!pl->ok) {
         snprintf(pl->why, sizeof pl->why, "%s", b->why);
         fr_cudnn_gb_free(b); /* a refused problem keeps only its reason */
@@ -147,9 +149,18 @@ static fr_status build(struct fr_cudnn_state *s, const fr_cudnn_sdpa *p, sdpa_pl
     return FR_OK;
 }
 
-fr_status fr_cudnn_sdpa_prepare(fr_cuda_ctx *c, const fr_cudnn_sdpa *p, size_t *workspace)
+/* p as this context runs it: --deterministic is the context's. */
+static fr_cudnn_sdpa on_ctx(const fr_cuda_ctx *c, const fr_cudnn_sdpa *p)
+{
+    fr_cudnn_sdpa q = *p;
+    q.deterministic = c->deterministic != 0;
+    return q;
+}
+
+fr_status fr_cudnn_sdpa_prepare(fr_cuda_ctx *c, const fr_cudnn_sdpa *problem, size_t *workspace)
 {
     *workspace = 0;
+    const fr_cudnn_sdpa q = on_ctx(c, problem), *p = &q;
     char why[512];
     if (!fr_cudnn_sdpa_supported(p, fr_cudnn_version(), c->cc_major, why, sizeof why))
         return fr_error(FR_ERR_UNSUPPORTED, "cuDNN attention: %s", why);
@@ -218,10 +229,11 @@ static fr_status vpack_of(struct fr_cudnn_state *s, sdpa_plan *pl, const int64_t
 
 static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
-fr_status fr_cudnn_sdpa_run(fr_cuda_ctx *c, const fr_cudnn_sdpa *p, const fr_cudnn_sdpa_io *io)
+fr_status fr_cudnn_sdpa_run(fr_cuda_ctx *c, const fr_cudnn_sdpa *problem, const fr_cudnn_sdpa_io *io)
 {
     size_t need = 0;
-    FR_TRY(fr_cudnn_sdpa_prepare(c, p, &need));
+    FR_TRY(fr_cudnn_sdpa_prepare(c, problem, &need));
+    const fr_cudnn_sdpa q = on_ctx(c, problem), *p = &q;
     struct fr_cudnn_state *s = c->cudnn;
     sdpa_plan *pl = s->plans;
     while (pl && !same_problem(&pl->key, p)) pl = pl->next;
@@ -231,7 +243,8 @@ fr_status fr_cudnn_sdpa_run(fr_cuda_ctx *c, const fr_cudnn_sdpa *p, const fr_cud
     char *ws = (char *)io->workspace;
     const size_t rows = (size_t)p->b * (size_t)p->hq * (size_t)p->tq;
     const size_t acc_bytes = rows * (size_t)p->d * sizeof(float);
-    void *dq_acc = ws, *sum = p->backward ? ws + align_up(acc_bytes) : NULL;
+    void *dq_acc = p->deterministic ? NULL : ws; /* deterministic: no accumulator */
+    void *sum = p->backward ? ws + (p->deterministic ? 0 : align_up(acc_bytes)) : NULL;
     void *plan_ws = ws ? ws + fr_cudnn_sdpa_aux_bytes(p) : NULL;
     int64_t uid[MAX_IO];
     void *ptr[MAX_IO];
@@ -253,7 +266,7 @@ fr_status fr_cudnn_sdpa_run(fr_cuda_ctx *c, const fr_cudnn_sdpa *p, const fr_cud
         ARG(UID_DV, io->dv);
         VAL(UID_ONE, &pl->one);
         ARG(UID_SUM, sum);
-        ARG(UID_DQ_ACC, dq_acc);
+        if (!p->deterministic) ARG(UID_DQ_ACC, dq_acc);
         if (pl->pad) {
             ARG(UID_SEQ_Q, pl->seq);
             ARG(UID_SEQ_KV, pl->seq + pl->seq_kv);
@@ -265,7 +278,7 @@ fr_status fr_cudnn_sdpa_run(fr_cuda_ctx *c, const fr_cudnn_sdpa *p, const fr_cud
         if (!by_value[k] && (!ptr[k] || !aligned16(ptr[k])))
             return fr_error(FR_ERR_INVALID_ARG, "cuDNN attention: tensor %d is %s", (int)uid[k],
                             ptr[k] ? "not 16-byte aligned" : "missing");
-    if (p->backward && fr_cudnn_version() < 90600) /* cudnn-frontend clears the accumulator there */
+    if (p->backward && dq_acc && fr_cudnn_version() < 90600) /* cudnn-frontend clears the accumulator there */
         FR_CUDA_TRY(cudaMemsetAsync(dq_acc, 0, acc_bytes, c->stream));
     frdnn_desc vp = NULL;
     FR_TRY(vpack_of(s, pl, uid, ptr, n, by_value, plan_ws, io->scale, &vp));

@@ -66,6 +66,12 @@ typedef struct fr_cudnn_sdpa {
     int causal;                         /* key j masked for query i when j > i (tq == tk) */
     int half;                           /* I/O dtype: 0 bf16, 1 fp16 (computation in float32) */
     int backward;
+    /* Only engines without CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC, and the backward graph as
+     * cudnn-frontend's set_deterministic_algorithm builds it on Hopper: dQ = dS K written
+     * directly (the engine's "dP workspace" variant) instead of through the float32 dQ
+     * accumulator, which engines fill with atomic adds. fr_cudnn_sdpa_prepare / _run take it
+     * from the context (fr_cuda_ctx.deterministic). */
+    int deterministic;
 } fr_cudnn_sdpa;
 
 /* cuDNN's documented limits for p (no device needed): 1 when p is within them, else 0 with

@@ -313,7 +313,7 @@ static void graph_bwd(gb *b, const fr_cudnn_sdpa *p, int pad, size_t version)
     frdnn_desc scale = scalar(b, UID_SCALE, f32), one = scalar(b, UID_ONE, f32);
     frdnn_desc neg_inf = p->causal || pad ? scalar(b, UID_NEG_INF, f32) : NULL;
     const shp dq_acc_shape = packed(p->b, p->hq, p->tq, p->d);
-    frdnn_desc sum = tensor(b, UID_SUM, f32, &s.rows, 0), dq_acc = tensor(b, UID_DQ_ACC, f32, &dq_acc_shape, 0);
+    frdnn_desc sum = tensor(b, UID_SUM, f32, &s.rows, 0);
     frdnn_desc seq_q = NULL, seq_kv = NULL;
     if (pad) {
         const shp seq = shape(p->b, 1, 1, 1, (const int64_t[4]){1, 1, 1, 1});
@@ -362,9 +362,14 @@ static void graph_bwd(gb *b, const fr_cudnn_sdpa *p, int pad, size_t version)
     op_reshape(b, dS, dST);
     grad_kv(b, p, dST, Q, dK, p->d, seq_q, seq_kv);
 
-    /* dQ = dS K through the float32 accumulator */
+    /* dQ = dS K: through the float32 accumulator, or (deterministic) written directly */
     frdnn_desc K = vt(b, f32, &ks);
     op_reshape(b, KT, K);
+    if (p->deterministic) {
+        op_matmul(b, dS, K, dQ, seq_q, NULL, seq_kv);
+        return;
+    }
+    frdnn_desc dq_acc = tensor(b, UID_DQ_ACC, f32, &dq_acc_shape, 0);
     op_matmul(b, dS, K, dq_acc, seq_q, NULL, seq_kv);
     pw(b, FRDNN_POINTWISE_IDENTITY, dq_acc, NULL, dQ);
 }
@@ -399,10 +404,31 @@ frdnn_desc fr_cudnn_op_graph(gb *b, frdnn_handle h)
     return b->failed ? NULL : og;
 }
 
-int fr_cudnn_find_plan(gb *b, frdnn_handle h, frdnn_desc og, frdnn_desc *plan, int64_t *workspace)
+/* 1 when the engine of configuration cfg carries CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC (or its
+ * notes cannot be read: not known to be deterministic), else 0. */
+static int nondeterministic(const frdnn_api *api, frdnn_desc cfg)
+{
+    frdnn_desc eng = NULL;
+    if (api->BackendCreateDescriptor(FRDNN_ENGINE_DESCRIPTOR, &eng) != FRDNN_STATUS_SUCCESS) return 1;
+    int64_t n = 0;
+    int notes[32] = {0}, bad = 1; /* cudnnBackendNumericalNote_t is int-sized; room beyond 9.x's count */
+    if (api->BackendGetAttribute(cfg, FRDNN_ATTR_ENGINECFG_ENGINE, FRDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng) ==
+            FRDNN_STATUS_SUCCESS &&
+        n == 1 &&
+        api->BackendGetAttribute(eng, FRDNN_ATTR_ENGINE_NUMERICAL_NOTE, FRDNN_TYPE_NUMERICAL_NOTE,
+                                 FRDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes) == FRDNN_STATUS_SUCCESS) {
+        bad = 0;
+        for (int64_t i = 0; i < n && i < 32; i++) bad |= notes[i] == FRDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
+    }
+    api->BackendDestroyDescriptor(eng); /* only read from */
+    return bad;
+}
+
+int fr_cudnn_find_plan(gb *b, frdnn_handle h, frdnn_desc og, int deterministic, frdnn_desc *plan, int64_t *workspace)
 {
     const frdnn_api *api = b->api;
     char last[640] = "no engine configuration";
+    int skipped = 0; /* deterministic: configurations passed over for their engine's note */
     const int modes[2] = {FRDNN_HEUR_MODE_A, FRDNN_HEUR_MODE_FALLBACK};
     for (int m = 0; m < 2 && !b->failed; m++) {
         frdnn_desc heur = gb_new(b, FRDNN_ENGINEHEUR_DESCRIPTOR, "cudnnBackendCreateDescriptor(ENGINEHEUR)");
@@ -431,6 +457,10 @@ int fr_cudnn_find_plan(gb *b, frdnn_handle h, frdnn_desc og, frdnn_desc *plan, i
             continue;
         }
         for (int64_t i = 0; i < got && i < count; i++) {
+            if (deterministic && nondeterministic(api, cfg[i])) {
+                skipped++;
+                continue;
+            }
             frdnn_desc pl = NULL;
             st = api->BackendCreateDescriptor(FRDNN_EXECUTION_PLAN_DESCRIPTOR, &pl);
             if (st != FRDNN_STATUS_SUCCESS) {
@@ -455,6 +485,11 @@ int fr_cudnn_find_plan(gb *b, frdnn_handle h, frdnn_desc og, frdnn_desc *plan, i
             api->BackendDestroyDescriptor(pl); /* this configuration does not run: try the next */
         }
     }
+    if (!b->failed && skipped)
+        snprintf(last, sizeof last,
+                 "no deterministic engine (--deterministic: %d configuration%s with "
+                 "CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC skipped)",
+                 skipped, skipped == 1 ? "" : "s");
     if (!b->failed) gb_fail_text(b, last);
     return -1;
 }

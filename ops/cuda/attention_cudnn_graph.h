@@ -50,8 +50,8 @@ void fr_cudnn_graph(gb *b, const fr_cudnn_sdpa *p, size_t version);
 /* The finalized operation graph of b's operations (h may be NULL), or NULL (b->failed). */
 frdnn_desc fr_cudnn_op_graph(gb *b, frdnn_handle h);
 /* The first engine configuration the heuristics offer (mode A, then the fallback list) that
- * finalizes into an execution plan: 0 with *plan (kept by b) and its workspace bytes, or -1
- * (b->why says why). */
-int fr_cudnn_find_plan(gb *b, frdnn_handle h, frdnn_desc og, frdnn_desc *plan, int64_t *workspace);
+ * finalizes into an execution plan (deterministic: whose engine has no NONDETERMINISTIC
+ * numerical note): 0 with *plan (kept by b) and its workspace bytes, or -1 (b->why says why). */
+int fr_cudnn_find_plan(gb *b, frdnn_handle h, frdnn_desc og, int deterministic, frdnn_desc *plan, int64_t *workspace);
 
 #endif

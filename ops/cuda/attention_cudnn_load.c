@@ -18,6 +18,7 @@
 #define CHECK_ABI(ours, theirs) _Static_assert((int)(ours) == (int)(theirs), #ours " != " #theirs)
 CHECK_ABI(FRDNN_STATUS_SUCCESS, CUDNN_STATUS_SUCCESS);
 CHECK_ABI(FRDNN_POINTWISE_DESCRIPTOR, CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+CHECK_ABI(FRDNN_ENGINE_DESCRIPTOR, CUDNN_BACKEND_ENGINE_DESCRIPTOR);
 CHECK_ABI(FRDNN_ENGINECFG_DESCRIPTOR, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
 CHECK_ABI(FRDNN_ENGINEHEUR_DESCRIPTOR, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
 CHECK_ABI(FRDNN_EXECUTION_PLAN_DESCRIPTOR, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
@@ -36,6 +37,8 @@ CHECK_ABI(FRDNN_ATTR_POINTWISE_AXIS, CUDNN_ATTR_POINTWISE_AXIS);
 CHECK_ABI(FRDNN_ATTR_ENGINEHEUR_MODE, CUDNN_ATTR_ENGINEHEUR_MODE);
 CHECK_ABI(FRDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH);
 CHECK_ABI(FRDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_ATTR_ENGINEHEUR_RESULTS);
+CHECK_ABI(FRDNN_ATTR_ENGINECFG_ENGINE, CUDNN_ATTR_ENGINECFG_ENGINE);
+CHECK_ABI(FRDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE);
 CHECK_ABI(FRDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_ATTR_EXECUTION_PLAN_HANDLE);
 CHECK_ABI(FRDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG);
 CHECK_ABI(FRDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE);
@@ -77,6 +80,8 @@ CHECK_ABI(FRDNN_TYPE_BOOLEAN, CUDNN_TYPE_BOOLEAN);
 CHECK_ABI(FRDNN_TYPE_INT64, CUDNN_TYPE_INT64);
 CHECK_ABI(FRDNN_TYPE_VOID_PTR, CUDNN_TYPE_VOID_PTR);
 CHECK_ABI(FRDNN_TYPE_HEUR_MODE, CUDNN_TYPE_HEUR_MODE);
+CHECK_ABI(FRDNN_TYPE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE);
+CHECK_ABI(FRDNN_NUMERICAL_NOTE_NONDETERMINISTIC, CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC);
 CHECK_ABI(FRDNN_TYPE_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE);
 CHECK_ABI(FRDNN_TYPE_BACKEND_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR);
 CHECK_ABI(FRDNN_TYPE_REDUCTION_OPERATOR_TYPE, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE);
@@ -285,14 +290,15 @@ void fr_cuda_attention_report(const fr_cuda_ctx *c, char *buf, size_t n)
 {
     const long long dn = c->attn_runs_cudnn, own = c->attn_runs_own;
     const char *why = c->attn_note[0] ? c->attn_note : "--attention fp8run";
+    const char *det = c->deterministic ? ", deterministic engines (--deterministic)" : "";
     if (dn == 0 && (own > 0 || c->attention == FR_CUDA_ATTN_FP8RUN))
         snprintf(buf, n, "fp8run kernels (%s)", why);
     else if (dn == 0)
         snprintf(buf, n, "%s fused flash attention (--attention %s; no attention has run yet)", fr_cudnn_describe(),
                  c->attention == FR_CUDA_ATTN_CUDNN ? "cudnn" : "auto");
     else if (own == 0)
-        snprintf(buf, n, "%s fused flash attention (%lld of %lld runs)", fr_cudnn_describe(), dn, dn);
+        snprintf(buf, n, "%s fused flash attention (%lld of %lld runs%s)", fr_cudnn_describe(), dn, dn, det);
     else
-        snprintf(buf, n, "%s fused flash attention for %lld of %lld runs, fp8run kernels for the rest (%s)",
-                 fr_cudnn_describe(), dn, dn + own, why);
+        snprintf(buf, n, "%s fused flash attention for %lld of %lld runs%s, fp8run kernels for the rest (%s)",
+                 fr_cudnn_describe(), dn, dn + own, det, why);
 }

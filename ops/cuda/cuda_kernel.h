@@ -106,6 +106,10 @@ typedef struct fr_cuda_ctx {
     /* 1: executors built on this context keep a frozen weight that only priming kernels read
        as their converted copy alone (see "Frozen weights" above); a LoRA trainer sets it */
     int codes_only;
+    /* --deterministic (the trainer sets it before any executor): the same bits run to run.
+     * cuDNN's attention plans take only engines without the NONDETERMINISTIC numerical note, on
+     * the backward graph without a float32 dQ accumulator (attention_cudnn.h); gemm_tune is 0. */
+    int deterministic;
 } fr_cuda_ctx;
 
 /* *persist_version of a node whose kept copy was primed from a released weight: never stale. */

@@ -152,7 +152,8 @@ void fr_cuda_gemm_report(const fr_cuda_ctx *c, char *buf, size_t n)
         }
     int off = snprintf(buf, n, "cuBLASLt: %d GEMM shape%s", shapes, shapes == 1 ? "" : "s");
     if (c && !c->gemm_tune)
-        off += snprintf(buf + off, off < (int)n ? n - (size_t)off : 0, ", the heuristic's first algorithm (FP8RUN_GEMM_TUNE=0)");
+        off += snprintf(buf + off, off < (int)n ? n - (size_t)off : 0, ", the heuristic's first algorithm (%s)",
+                        c->deterministic ? "--deterministic" : "FP8RUN_GEMM_TUNE=0");
     else
         off += snprintf(buf + off, off < (int)n ? n - (size_t)off : 0,
                         ", %d timed among up to %d candidates, %d took another than the heuristic's first", timed,
