@@ -502,6 +502,10 @@ typedef struct fp8run_train_config {
     int fuse_rmsnorm;            /* 1 (default): each RMSNorm an exporter wrote out (Pow/ReduceMean/
                                     Add/Sqrt/Reciprocal/Mul, Rsqrt, Gemma's 1 + w) becomes one
                                     ai.fp8run::RMSNormalization node; 0 keeps the ops */
+    int fuse_residual_norm;      /* 1 (default): each residual Add and the RMSNorm reading its sum
+                                    become one ai.fp8run::AddRMSNorm node (forward and backward; not
+                                    under recompute, whose regions are found from the Adds); 0 keeps
+                                    them */
 } fp8run_train_config;
 
 /* Fill *cfg with the defaults above and set cfg->struct_size = size. Pass sizeof *cfg. */

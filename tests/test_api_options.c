@@ -51,22 +51,23 @@ static void test_table_covers_struct(void)
     CU_ASSERT_EQUAL(fp8run_train_config_option(n, &e), FP8RUN_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(fp8run_train_config_option(-1, &e), FP8RUN_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(fp8run_train_config_find("no_such_option"), -1);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("recompute"), n - 17); /* appended after 0.1.0 */
-    CU_ASSERT_EQUAL(fp8run_train_config_find("shard_optimizer"), n - 12);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("optimizer_state"), n - 11);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("master_weights"), n - 10);
+    CU_ASSERT_EQUAL(fp8run_train_config_find("recompute"), n - 18); /* appended after 0.1.0 */
+    CU_ASSERT_EQUAL(fp8run_train_config_find("shard_optimizer"), n - 13);
+    CU_ASSERT_EQUAL(fp8run_train_config_find("optimizer_state"), n - 12);
+    CU_ASSERT_EQUAL(fp8run_train_config_find("master_weights"), n - 11);
     /* the opaque pointer has its own type, the size of a pointer */
     int k = fp8run_train_config_find("nccl_comm");
     CU_ASSERT_EQUAL_FATAL(fp8run_train_config_option(k, &e), FP8RUN_OK);
     CU_ASSERT_EQUAL(e.type, FP8RUN_OPTION_POINTER);
     CU_ASSERT_EQUAL(e.size, sizeof(void *));
     CU_ASSERT_PTR_NULL(e.flag);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("lora_dropout"), n - 6);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("attention"), n - 5);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("shard_gradients"), n - 4);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("fuse_attention_io"), n - 3);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("fp8_fast_accum"), n - 2);
-    CU_ASSERT_EQUAL(fp8run_train_config_find("fuse_rmsnorm"), n - 1); /* appended last */
+    CU_ASSERT_EQUAL(fp8run_train_config_find("lora_dropout"), n - 7);
+    CU_ASSERT_EQUAL(fp8run_train_config_find("attention"), n - 6);
+    CU_ASSERT_EQUAL(fp8run_train_config_find("shard_gradients"), n - 5);
+    CU_ASSERT_EQUAL(fp8run_train_config_find("fuse_attention_io"), n - 4);
+    CU_ASSERT_EQUAL(fp8run_train_config_find("fp8_fast_accum"), n - 3);
+    CU_ASSERT_EQUAL(fp8run_train_config_find("fuse_rmsnorm"), n - 2);
+    CU_ASSERT_EQUAL(fp8run_train_config_find("fuse_residual_norm"), n - 1); /* appended last */
 }
 
 static void test_defaults_and_choices(void)
