@@ -639,7 +639,7 @@ fr_status ng_cuda(const fr_cuda_kctx *k)
         return fr_node_error(n, FR_ERR_INTERNAL, "scratch of %zu bytes, %zu needed", k->scratch_bytes,
                              p.stats_bytes + p.part_bytes);
     if (k->out[0] && rms_rows_ok(n, x->dtype, p))
-        return fr_rms_rows_bwd(n, k->cu->stream, (const float *)dy->data, (const float *)x->data,
+        return fr_rms_rows_bwd(n, k->cu->stream, k->cu->sm_count, (const float *)dy->data, (const float *)x->data,
                                (const float *)s->data, nullptr, (float *)k->out[0]->data,
                                (float *)(k->out[1] ? k->out[1]->data : nullptr), k->scratch, k->scratch_bytes, p.c.rows,
                                p.c.len, p.c.eps);

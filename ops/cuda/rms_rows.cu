@@ -8,8 +8,8 @@
  * barrier per row). The backward's two row sums (sum x^2 and sum dy w x) share that reduction:
  * sum(dy w xh) = inv * sum(dy w x).
  *
- * dScale without a second pass over dy and x: the backward runs a fixed grid of at most
- * kBwdGrid blocks, each taking rows blockIdx.x, + gridDim.x, ...; a thread always owns the same
+ * dScale without a second pass over dy and x: the backward runs one wave of resident blocks
+ * (at most kBwdGrid; the grid depends on the device only), each taking rows blockIdx.x, + gridDim.x, ...; a thread always owns the same
  * columns, so it sums dy * xh of its columns over its block's rows in registers (double) and
  * writes them once to a [blocks, len] scratch; a second small kernel adds the blocks in order.
  * No atomics: the bits repeat from run to run.
@@ -71,6 +71,36 @@ __device__ __forceinline__ double inv_rms(double ss, int64_t len, float eps)
 
 /* ---------------------------------------------------------------- forward ---- */
 
+/* vector i of a + b (b NULL: of a): the same float adds wherever it is recomputed */
+template <int V> __device__ __forceinline__ F<V> ld_sum(const float *a, const float *b, int64_t i)
+{
+    F<V> q = ld<V>(a, i);
+    if (b) {
+        const F<V> p = ld<V>(b, i);
+#pragma unroll
+        for (int j = 0; j < V; j++) q.v[j] += p.v[j];
+    }
+    return q;
+}
+
+template <int V> __device__ __forceinline__ double sum_sq(const F<V> &q)
+{
+    double s = 0.0;
+#pragma unroll
+    for (int j = 0; j < V; j++) s += (double)q.v[j] * (double)q.v[j];
+    return s;
+}
+
+/* y's vector i from h's */
+template <int V> __device__ __forceinline__ void fwd_out(float *yr, const float *w, int64_t i, const F<V> &q, double inv)
+{
+    const F<V> wq = ld<V>(w, i);
+    F<V> o;
+#pragma unroll
+    for (int j = 0; j < V; j++) o.v[j] = (float)((double)q.v[j] * inv * (double)wq.v[j]);
+    st<V>(yr, i, o);
+}
+
 template <int V, int VPT>
 __global__ void __launch_bounds__(kThreads) rms_fwd(const float *a, const float *b, const float *w, float *h,
                                                    float *y, int64_t rows, int64_t len, float eps)
@@ -88,57 +118,60 @@ __global__ void __launch_bounds__(kThreads) rms_fwd(const float *a, const float 
             for (int k = 0; k < VPT; k++) {
                 const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
                 if (i >= nv) continue;
-                q[k] = ld<V>(ar, i);
-                if (br) {
-                    const F<V> p = ld<V>(br, i);
-#pragma unroll
-                    for (int j = 0; j < V; j++) q[k].v[j] += p.v[j];
-                }
+                q[k] = ld_sum<V>(ar, br, i);
                 if (hr) st<V>(hr, i, q[k]);
-#pragma unroll
-                for (int j = 0; j < V; j++) ss += (double)q[k].v[j] * (double)q[k].v[j];
+                ss += sum_sq<V>(q[k]);
             }
             const double inv = inv_rms(block_sum2(ss, 0.0, red[par]).x, len, eps);
 #pragma unroll
             for (int k = 0; k < VPT; k++) {
                 const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-                if (i >= nv) continue;
-                const F<V> wq = ld<V>(w, i);
-                F<V> o;
-#pragma unroll
-                for (int j = 0; j < V; j++) o.v[j] = (float)((double)q[k].v[j] * inv * (double)wq.v[j]);
-                st<V>(yr, i, o);
+                if (i < nv) fwd_out<V>(yr, w, i, q[k], inv);
             }
         } else {
             for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
-                F<V> q = ld<V>(ar, i);
-                if (br) {
-                    const F<V> p = ld<V>(br, i);
-#pragma unroll
-                    for (int j = 0; j < V; j++) q.v[j] += p.v[j];
-                }
+                const F<V> q = ld_sum<V>(ar, br, i);
                 if (hr) st<V>(hr, i, q);
-#pragma unroll
-                for (int j = 0; j < V; j++) ss += (double)q.v[j] * (double)q.v[j];
+                ss += sum_sq<V>(q);
             }
             const double inv = inv_rms(block_sum2(ss, 0.0, red[par]).x, len, eps);
-            for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
-                F<V> q = ld<V>(ar, i);
-                if (br) {
-                    const F<V> p = ld<V>(br, i);
-#pragma unroll
-                    for (int j = 0; j < V; j++) q.v[j] += p.v[j]; /* the same float adds: the same h */
-                }
-                const F<V> wq = ld<V>(w, i);
-#pragma unroll
-                for (int j = 0; j < V; j++) q.v[j] = (float)((double)q.v[j] * inv * (double)wq.v[j]);
-                st<V>(yr, i, q);
-            }
+            for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) fwd_out<V>(yr, w, i, ld_sum<V>(ar, br, i), inv);
         }
     }
 }
 
 /* ---------------------------------------------------------------- backward ---- */
+
+/* the row sums' share of vector i: sum x^2 (.x) and sum dy w x (.y) */
+template <int V>
+__device__ __forceinline__ void bwd_sums(const F<V> &gq, const F<V> &xq, const float *w, int64_t i, double &ss, double &sg)
+{
+    const F<V> wq = ld<V>(w, i);
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+        const double xv = (double)xq.v[j];
+        ss += xv * xv;
+        sg += (double)gq.v[j] * (double)wq.v[j] * xv;
+    }
+}
+
+/* dx's vector i (dh + the norm's part, rounded first); gxh[j] = dy xh, dScale's terms */
+template <int V>
+__device__ __forceinline__ void bwd_out(float *dxr, const float *dhr, const float *w, int64_t i, const F<V> &gq,
+                                        const F<V> &xq, double inv, double mgx, double *gxh)
+{
+    const F<V> wq = ld<V>(w, i);
+    F<V> o;
+    if (dhr) o = ld<V>(dhr, i);
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+        const double xh = (double)xq.v[j] * inv, g = (double)gq.v[j];
+        const float d = (float)(inv * (g * (double)wq.v[j] - xh * mgx));
+        o.v[j] = dhr ? o.v[j] + d : d;
+        gxh[j] = g * xh;
+    }
+    st<V>(dxr, i, o);
+}
 
 /* dx = dh + inv (dy w - xh mean(dy w xh)), xh = x inv; part[blockIdx.x][col] = sum of dy xh over
  * the block's rows (part NULL: dScale not wanted) */
@@ -149,9 +182,10 @@ __global__ void __launch_bounds__(kThreads) rms_bwd(const float *dy, const float
     __shared__ double2 red[2][32];
     const int64_t nv = len / V;
     double *pb = part ? part + (int64_t)blockIdx.x * len : nullptr;
-    double acc[VPT > 0 ? VPT : 1][V];
+    constexpr int KA = VPT > 0 ? VPT : 1;
+    double acc[KA][V];
 #pragma unroll
-    for (int k = 0; k < (VPT > 0 ? VPT : 1); k++)
+    for (int k = 0; k < KA; k++)
 #pragma unroll
         for (int j = 0; j < V; j++) acc[k][j] = 0.0;
     if (VPT == 0 && pb)
@@ -162,7 +196,7 @@ __global__ void __launch_bounds__(kThreads) rms_bwd(const float *dy, const float
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x, par ^= 1) {
         const float *dyr = dy + r * len, *xr = x + r * len, *dhr = dh ? dh + r * len : nullptr;
         float *dxr = dx + r * len;
-        double ss = 0.0, sg = 0.0;
+        double ss = 0.0, sg = 0.0, gxh[V];
         if constexpr (VPT > 0) {
             F<V> gq[VPT], xq[VPT];
 #pragma unroll
@@ -171,13 +205,7 @@ __global__ void __launch_bounds__(kThreads) rms_bwd(const float *dy, const float
                 if (i >= nv) continue;
                 gq[k] = ld<V>(dyr, i);
                 xq[k] = ld<V>(xr, i);
-                const F<V> wq = ld<V>(w, i);
-#pragma unroll
-                for (int j = 0; j < V; j++) {
-                    const double xv = (double)xq[k].v[j];
-                    ss += xv * xv;
-                    sg += (double)gq[k].v[j] * (double)wq.v[j] * xv;
-                }
+                bwd_sums<V>(gq[k], xq[k], w, i, ss, sg);
             }
             const double2 s = block_sum2(ss, sg, red[par]);
             const double inv = inv_rms(s.x, len, eps), mgx = s.y * inv / (double)len;
@@ -185,42 +213,20 @@ __global__ void __launch_bounds__(kThreads) rms_bwd(const float *dy, const float
             for (int k = 0; k < VPT; k++) {
                 const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
                 if (i >= nv) continue;
-                const F<V> wq = ld<V>(w, i);
-                F<V> o;
-                if (dhr) o = ld<V>(dhr, i);
+                bwd_out<V>(dxr, dhr, w, i, gq[k], xq[k], inv, mgx, gxh);
 #pragma unroll
-                for (int j = 0; j < V; j++) {
-                    const double xh = (double)xq[k].v[j] * inv, g = (double)gq[k].v[j];
-                    const float d = (float)(inv * (g * (double)wq.v[j] - xh * mgx));
-                    o.v[j] = dhr ? o.v[j] + d : d;
-                    acc[k][j] += g * xh;
-                }
-                st<V>(dxr, i, o);
+                for (int j = 0; j < V; j++) acc[k][j] += gxh[j];
             }
         } else {
-            for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
-                const F<V> gq = ld<V>(dyr, i), xq = ld<V>(xr, i), wq = ld<V>(w, i);
-#pragma unroll
-                for (int j = 0; j < V; j++) {
-                    const double xv = (double)xq.v[j];
-                    ss += xv * xv;
-                    sg += (double)gq.v[j] * (double)wq.v[j] * xv;
-                }
-            }
+            for (int64_t i = threadIdx.x; i < nv; i += blockDim.x)
+                bwd_sums<V>(ld<V>(dyr, i), ld<V>(xr, i), w, i, ss, sg);
             const double2 s = block_sum2(ss, sg, red[par]);
             const double inv = inv_rms(s.x, len, eps), mgx = s.y * inv / (double)len;
             for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
-                const F<V> gq = ld<V>(dyr, i), xq = ld<V>(xr, i), wq = ld<V>(w, i);
-                F<V> o;
-                if (dhr) o = ld<V>(dhr, i);
+                bwd_out<V>(dxr, dhr, w, i, ld<V>(dyr, i), ld<V>(xr, i), inv, mgx, gxh);
+                if (pb)
 #pragma unroll
-                for (int j = 0; j < V; j++) {
-                    const double xh = (double)xq.v[j] * inv, g = (double)gq.v[j];
-                    const float d = (float)(inv * (g * (double)wq.v[j] - xh * mgx));
-                    o.v[j] = dhr ? o.v[j] + d : d;
-                    if (pb) pb[i * V + j] += g * xh; /* this thread's own columns */
-                }
-                st<V>(dxr, i, o);
+                    for (int j = 0; j < V; j++) pb[i * V + j] += gxh[j]; /* this thread's own columns */
             }
         }
     }
@@ -278,11 +284,25 @@ void launch_fwd4(const Shape &s, cudaStream_t st, const float *a, const float *b
     rms_fwd<4, VPT><<<fwd_blocks(rows), s.threads, 0, st>>>(a, b, w, h, y, rows, len, eps);
 }
 
-template <int VPT>
-void launch_bwd4(const Shape &s, cudaStream_t st, const float *dy, const float *x, const float *w, const float *dh,
-                 float *dx, double *part, int64_t rows, int64_t len, float eps)
+/* the backward's grid: one wave of resident blocks (no tail), at most bwd_blocks (the scratch's) */
+template <class K> int64_t bwd_grid(K kernel, int threads, int sm_count, int64_t rows)
 {
-    rms_bwd<4, VPT><<<(unsigned)bwd_blocks(rows), s.threads, 0, st>>>(dy, x, w, dh, dx, part, rows, len, eps);
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) != cudaSuccess || per_sm < 1) {
+        (void)cudaGetLastError();
+        per_sm = 1;
+    }
+    const int64_t wave = (int64_t)per_sm * (sm_count > 0 ? sm_count : 1), cap = bwd_blocks(rows);
+    return wave < cap ? wave : cap;
+}
+
+template <int V, int VPT>
+int64_t launch_bwd(int threads, int sm_count, cudaStream_t st, const float *dy, const float *x, const float *w,
+                   const float *dh, float *dx, double *part, int64_t rows, int64_t len, float eps)
+{
+    const int64_t g = bwd_grid(rms_bwd<V, VPT>, threads, sm_count, rows);
+    rms_bwd<V, VPT><<<(unsigned)g, threads, 0, st>>>(dy, x, w, dh, dx, part, rows, len, eps);
+    return g;
 }
 
 /* ---------------------------------------------------------------- the ops ---- */
@@ -319,7 +339,7 @@ fr_status ang_cuda(const fr_cuda_kctx *k)
     FR_TRY(fr_norm_config(n, k->in[1]->rank, k->in[1]->dims, &c));
     const float *dh = k->n_in > 3 && k->in[3] ? (const float *)k->in[3]->data : nullptr;
     float *dw = k->out[1] ? (float *)k->out[1]->data : nullptr;
-    return fr_rms_rows_bwd(n, k->cu->stream, (const float *)k->in[0]->data, (const float *)k->in[1]->data,
+    return fr_rms_rows_bwd(n, k->cu->stream, k->cu->sm_count, (const float *)k->in[0]->data, (const float *)k->in[1]->data,
                            (const float *)k->in[2]->data, dh, (float *)k->out[0]->data, dw, k->scratch,
                            k->scratch_bytes, c.rows, c.len, c.eps);
 }
@@ -353,27 +373,26 @@ fr_status fr_rms_rows_fwd(const fr_node *n, cudaStream_t st, const float *a, con
     return fr_cuda_check_launch(n, n->op_type);
 }
 
-fr_status fr_rms_rows_bwd(const fr_node *n, cudaStream_t st, const float *dy, const float *x, const float *w,
+fr_status fr_rms_rows_bwd(const fr_node *n, cudaStream_t st, int sm_count, const float *dy, const float *x, const float *w,
                           const float *dh, float *dx, float *dw, void *scratch, size_t scratch_bytes, int64_t rows,
                           int64_t len, float eps)
 {
     if (len <= 0) return FR_OK;
-    const int64_t blocks = bwd_blocks(rows);
     double *part = dw ? (double *)scratch : nullptr;
     if (dw && (!scratch || scratch_bytes < fr_rms_rows_bwd_scratch(rows, len)))
         return fr_node_error(n, FR_ERR_INTERNAL, "scratch of %zu bytes, %zu needed", scratch_bytes,
                              fr_rms_rows_bwd_scratch(rows, len));
-    if (blocks > 0) {
+    int64_t blocks = 0;
+    if (bwd_blocks(rows) > 0) {
         const Shape s = shape_of(len, al16(dy) && al16(x) && al16(w) && al16(dh) && al16(dx));
+        const int t = s.threads;
         switch (s.vec == 4 ? s.vpt : -1) {
-        case 1: launch_bwd4<1>(s, st, dy, x, w, dh, dx, part, rows, len, eps); break;
-        case 2: launch_bwd4<2>(s, st, dy, x, w, dh, dx, part, rows, len, eps); break;
-        case 4: launch_bwd4<4>(s, st, dy, x, w, dh, dx, part, rows, len, eps); break;
-        case 8: launch_bwd4<8>(s, st, dy, x, w, dh, dx, part, rows, len, eps); break;
-        case 0: launch_bwd4<0>(s, st, dy, x, w, dh, dx, part, rows, len, eps); break;
-        default:
-            rms_bwd<1, 0><<<(unsigned)blocks, kThreads, 0, st>>>(dy, x, w, dh, dx, part, rows, len, eps);
-            break;
+        case 1: blocks = launch_bwd<4, 1>(t, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps); break;
+        case 2: blocks = launch_bwd<4, 2>(t, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps); break;
+        case 4: blocks = launch_bwd<4, 4>(t, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps); break;
+        case 8: blocks = launch_bwd<4, 8>(t, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps); break;
+        case 0: blocks = launch_bwd<4, 0>(t, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps); break;
+        default: blocks = launch_bwd<1, 0>(t, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps); break;
         }
         FR_TRY(fr_cuda_check_launch(n, n->op_type));
     }

@@ -16,8 +16,9 @@ size_t fr_rms_rows_bwd_scratch(int64_t rows, int64_t len);
 FR_NODISCARD fr_status fr_rms_rows_fwd(const fr_node *n, cudaStream_t st, const float *a, const float *b,
                                        const float *w, float *h, float *y, int64_t rows, int64_t len, float eps);
 /* dx = dh + RMSNorm's dX (dh may be NULL), dw = sum over rows of dy * x / rms(x) (may be NULL);
- * scratch of fr_rms_rows_bwd_scratch bytes. Deterministic: no atomics. */
-FR_NODISCARD fr_status fr_rms_rows_bwd(const fr_node *n, cudaStream_t st, const float *dy, const float *x,
+ * scratch of fr_rms_rows_bwd_scratch bytes; sm_count sizes the grid (one wave). Deterministic on a
+ * given device: no atomics. */
+FR_NODISCARD fr_status fr_rms_rows_bwd(const fr_node *n, cudaStream_t st, int sm_count, const float *dy, const float *x,
                                        const float *w, const float *dh, float *dx, float *dw, void *scratch,
                                        size_t scratch_bytes, int64_t rows, int64_t len, float eps);
 
