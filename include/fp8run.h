@@ -511,6 +511,10 @@ typedef struct fp8run_train_config {
                                     (its dP-workspace backward; fp8run's kernels for a node no such
                                     engine takes) and the GEMMs use cuBLASLt's heuristic algorithm
                                     (no timing). 0 (default): fastest */
+    int fuse_residual_norm;      /* 1 (default): each residual Add and the RMSNorm reading its sum
+                                    become one ai.fp8run::AddRMSNorm node (forward and backward; not
+                                    under recompute, whose regions are found from the Adds); 0 keeps
+                                    them */
 } fp8run_train_config;
 
 /* Fill *cfg with the defaults above and set cfg->struct_size = size. Pass sizeof *cfg. */

@@ -11,6 +11,7 @@
 #include "passes/rmsnorm_fuse.h"
 #include "passes/pipeline.h"
 #include "passes/recompute.h"
+#include "passes/residual_norm_fuse.h"
 #include "passes/rotary_fuse.h"
 #include "passes/select_params.h"
 #include "passes/swiglu_fuse.h"
@@ -105,6 +106,8 @@ static fr_status run_rotary(fr_pass_ctx *c, fr_pass_result *r) { return run_coun
 static fr_status run_attention_io(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_fuse_attention_io, c, r); }
 
 static fr_status run_rmsnorm(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_fuse_rmsnorm, c, r); }
+
+static fr_status run_residual_norm(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_fuse_residual_norm, c, r); }
 
 static fr_status run_gelu(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_fuse_gelu, c, r); }
 
@@ -228,6 +231,12 @@ static const fr_pass k_passes[] = {
        Linears), before autodiff, which then gives SwiGLUGrad the same bf16 input */
     {"narrow_activations", "a Linear read only by the fused SwiGLU writes bfloat16 (bf16/fp8 precision)",
      FR_STAGE_PREPARED, "narrow_activations", 0, run_narrow},
+    /* after every other fusion (none of them then meets the fused node), on RMSNorm nodes
+       (fuse_rmsnorm's too); the trainer's resolver turns it off under --recompute, whose
+       regions are found from the residual Adds */
+    {"fuse_residual_norm", "each residual Add and the RMSNorm reading its sum become one ai.fp8run::AddRMSNorm "
+     "node (the backward's Add of the sum's two gradients goes too)", FR_STAGE_PREPARED, "fuse_residual_norm", 0,
+     run_residual_norm},
     /* last on the prepared graph, after every fusion: what none of them took */
     {"unfused", "counts the ops the fusions left (Softmax, ReduceMean, Erf, Tanh, Sigmoid) and names the first "
      "of each", FR_STAGE_PREPARED, NULL, 0, run_unfused},

@@ -534,6 +534,10 @@ fr_status tr_pass_option(const void *opts, const char *name, int *on)
         *on = o->recompute && strcmp(o->recompute, "none") != 0;
         return FR_OK;
     }
+    if (strcmp(name, "fuse_residual_norm") == 0) { /* recompute finds its regions from the residual Adds */
+        *on = o->fuse_residual_norm && (!o->recompute || strcmp(o->recompute, "none") == 0);
+        return FR_OK;
+    }
     for (size_t i = 0; i < sizeof k_flags / sizeof k_flags[0]; i++)
         if (strcmp(name, k_flags[i].name) == 0) {
             *on = *(const int *)((const char *)o + k_flags[i].off) != 0;

@@ -196,6 +196,7 @@ const fr_cuda_kernel_def *fr_cuda_kernel_at(int i);
 extern const fr_cuda_kernel_def fr_cuda_kernels_elementwise[]; /* unary, binary, Where, Expand, Cast, Clip, Pow, *Grad of elementwise */
 extern const fr_cuda_kernel_def fr_cuda_kernels_reduce[];      /* Reduce*, ArgMax/Min, ReduceGrad, SumToShape, Dot, CumSum */
 extern const fr_cuda_kernel_def fr_cuda_kernels_softmax[];     /* Softmax, LogSoftmax and grads, SoftmaxCrossEntropy(+Grad) */
+extern const fr_cuda_kernel_def fr_cuda_kernels_add_norm[];    /* AddRMSNorm(Grad): residual Add + RMSNorm (ops/cuda/rms_rows.cu) */
 extern const fr_cuda_kernel_def fr_cuda_kernels_norm[];        /* LayerNormalization, RMSNormalization and grads */
 extern const fr_cuda_kernel_def fr_cuda_kernels_gather[];      /* Gather family and scatter-add grads */
 extern const fr_cuda_kernel_def fr_cuda_kernels_layout[];      /* Transpose, Concat, Split, Slice, Trilu, Tile, grads */

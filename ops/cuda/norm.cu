@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "ops/cuda/cuda_kernel.h"
+#include "ops/cuda/rms_rows.h"
 #include "ops/norm.h"
 
 namespace {
@@ -319,6 +320,9 @@ fr_status norm_cuda(const fr_cuda_kctx *k)
     if (b) FR_TRY(bc_make(n, "B", b->rank, b->dims, x->rank, x->dims, c.axis, &mb));
     FR_TRY(check_numel(n, k->out[0], x->dtype, fr_tensor_numel(x), "Y"));
     for (int o = 1; o < k->n_out; o++) FR_TRY(check_numel(n, k->out[o], FR_F32, c.rows, o == 1 ? "Mean" : "InvStdDev"));
+    if (rms && x->dtype == FR_F32 && ms.ident && ms.shared && fr_tensor_numel(s) == c.len && fr_rms_rows_fast(c.len))
+        return fr_rms_rows_fwd(n, k->cu->stream, (const float *)x->data, nullptr, (const float *)s->data, nullptr,
+                               (float *)k->out[0]->data, c.rows, c.len, c.eps); /* rows in registers */
     return x->dtype == FR_F32 ? norm_fwd_run<float>(k, c, rms, ms, mb) : norm_fwd_run<double>(k, c, rms, ms, mb);
 }
 
@@ -535,6 +539,12 @@ fr_status ng_plan(const fr_node *n, int rx, const int64_t *dx, int rs, const int
     return FR_OK;
 }
 
+/* RMSNormGrad on rows that fit ops/cuda/rms_rows.cu's registers (Scale = the row, shared) */
+int rms_rows_ok(const fr_node *n, fr_dtype dt, const NgPlan &p)
+{
+    return strcmp(n->op_type, "RMSNormGrad") == 0 && dt == FR_F32 && p.cols && fr_rms_rows_fast(p.c.len);
+}
+
 fr_status ng_scratch(const fr_graph *g, const fr_node *n, size_t *bytes)
 {
     if (n->n_inputs < 3 || n->inputs[1] < 0 || n->inputs[2] < 0)
@@ -546,6 +556,10 @@ fr_status ng_scratch(const fr_graph *g, const fr_node *n, size_t *bytes)
     FR_TRY(ng_plan(n, x->rank, x->dims, s->rank, s->dims, b ? b->rank : 0, b ? b->dims : nullptr, b != nullptr, &p, &ms,
                    &mb));
     *bytes = p.stats_bytes + p.part_bytes;
+    if (rms_rows_ok(n, x->dtype, p)) {
+        const size_t fast = fr_rms_rows_bwd_scratch(p.c.rows, p.c.len);
+        if (fast > *bytes) *bytes = fast;
+    }
     return FR_OK;
 }
 
@@ -624,6 +638,11 @@ fr_status ng_cuda(const fr_cuda_kctx *k)
     if (!k->scratch || k->scratch_bytes < p.stats_bytes + p.part_bytes)
         return fr_node_error(n, FR_ERR_INTERNAL, "scratch of %zu bytes, %zu needed", k->scratch_bytes,
                              p.stats_bytes + p.part_bytes);
+    if (k->out[0] && rms_rows_ok(n, x->dtype, p))
+        return fr_rms_rows_bwd(n, k->cu->stream, k->cu->sm_count, (const float *)dy->data, (const float *)x->data,
+                               (const float *)s->data, nullptr, (float *)k->out[0]->data,
+                               (float *)(k->out[1] ? k->out[1]->data : nullptr), k->scratch, k->scratch_bytes, p.c.rows,
+                               p.c.len, p.c.eps);
     return x->dtype == FR_F32 ? ng_run<float>(k, p, rms, ms, mb) : ng_run<double>(k, p, rms, ms, mb);
 }
 

@@ -1,0 +1,207 @@
+/* The residual stream's Add and the RMSNorm that reads it, one node each way (domain ai.fp8run;
+ * made by passes/residual_norm_fuse.c), float32:
+ *   AddRMSNorm(A, B, Scale) -> H, Y         H = A + B (float32 add, as ONNX Add rounds it)
+ *                                           Y = RMSNormalization(H, Scale) (ops/norm.c's maths)
+ *   AddRMSNormGrad(dY, H, Scale[, dH]) -> dX, dScale
+ *       dX = dH + RMSNormGrad's dX          the RMSNorm part rounded to float32 first, then one
+ *                                           float32 add: the bits of the unfused Add of the two
+ *                                           gradients of H (the residual's and the norm's)
+ * A and B have the same shape; Scale has exactly the normalized dims [axis, rank) (leading 1s
+ * allowed), shared by every row. Attributes axis (default -1) and epsilon as RMSNormalization.
+ * dH (the gradient reaching H from its other readers) is optional; dScale may be left empty.
+ * The statistics and every output are computed in double and rounded once, as ops/norm.c does,
+ * so the fused forward is bit-identical to Add + RMSNormalization on the CPU, and the backward
+ * to RMSNormGrad + Add. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/grad.h"
+#include "ops/norm.h"
+#include "ops/op.h"
+
+static int same_dims(const fr_value *a, const fr_value *b)
+{
+    if (a->rank != b->rank) return 0;
+    for (int k = 0; k < a->rank; k++)
+        if (a->dims[k] != b->dims[k]) return 0;
+    return 1;
+}
+
+/* Scale covers exactly the normalized dims of X (right-aligned; leading size-1 dims allowed). */
+static fr_status check_scale(const fr_node *n, const fr_value *x, const fr_value *s, const fr_norm_cfg *c)
+{
+    int ok = s->dtype == FR_F32 && s->rank <= x->rank;
+    int64_t numel = 1;
+    for (int k = 0; ok && k < s->rank; k++) {
+        const int xk = x->rank - s->rank + k;
+        numel *= s->dims[k];
+        if (xk < c->axis)
+            ok = s->dims[k] == 1;
+        else
+            ok = s->dims[k] == x->dims[xk];
+    }
+    if (!ok || numel != c->len) {
+        char s1[128], s2[128];
+        return fr_node_error(n, FR_ERR_SHAPE, "Scale %s %s must be float32 of X %s's normalized dims (axis %d)",
+                             fr_shape_str(s->rank, s->dims, s1, sizeof s1), fr_dtype_name(s->dtype),
+                             fr_shape_str(x->rank, x->dims, s2, sizeof s2), c->axis);
+    }
+    return FR_OK;
+}
+
+static fr_status check_x(const fr_node *n, const fr_value *x, const char *what)
+{
+    if (x->dtype != FR_F32)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "%s is %s (float32 only)", what, fr_dtype_name(x->dtype));
+    return FR_OK;
+}
+
+static fr_status an_infer(fr_graph *g, int node_id)
+{
+    const fr_node *n = &g->nodes[node_id];
+    FR_TRY(fr_infer_require_inputs(g, n, 3, 3));
+    if (n->n_outputs != 2) return fr_node_error(n, FR_ERR_GRAPH, "has %d outputs, expected H and Y", n->n_outputs);
+    const fr_value *a = fr_node_in(g, n, 0), *b = fr_node_in(g, n, 1), *s = fr_node_in(g, n, 2);
+    FR_TRY(check_x(n, a, "A"));
+    FR_TRY(check_x(n, b, "B"));
+    if (!same_dims(a, b)) return fr_node_error(n, FR_ERR_SHAPE, "A and B must have the same shape");
+    fr_norm_cfg c;
+    FR_TRY(fr_norm_config(n, a->rank, a->dims, &c));
+    FR_TRY(check_scale(n, a, s, &c));
+    fr_infer_same(g, n, 0, 0);
+    fr_infer_same(g, n, 1, 0);
+    return FR_OK;
+}
+
+static fr_status an_cpu(const fr_kernel_ctx *ctx)
+{
+    const fr_node *n = ctx->node;
+    if (ctx->n_in != 3 || ctx->n_out != 2 || !ctx->in[0] || !ctx->in[1] || !ctx->in[2] || !ctx->out[0] ||
+        !ctx->out[1])
+        return fr_node_error(n, FR_ERR_GRAPH, "has %d inputs and %d outputs (A, B, Scale -> H, Y)", ctx->n_in,
+                             ctx->n_out);
+    const fr_tensor *at = ctx->in[0];
+    fr_norm_cfg c;
+    FR_TRY(fr_norm_config(n, at->rank, at->dims, &c));
+    const float *a = at->data, *b = ctx->in[1]->data, *s = ctx->in[2]->data;
+    float *h = ctx->out[0]->data, *y = ctx->out[1]->data;
+    for (int64_t r = 0; r < c.rows; r++) {
+        const int64_t base = r * c.len;
+        double ss = 0.0;
+        for (int64_t j = 0; j < c.len; j++) {
+            const float v = a[base + j] + b[base + j];
+            h[base + j] = v;
+            ss += (double)v * (double)v;
+        }
+        const double inv = 1.0 / sqrt(ss / (double)c.len + (double)c.eps);
+        for (int64_t j = 0; j < c.len; j++) y[base + j] = (float)((double)h[base + j] * inv * (double)s[j]);
+    }
+    return FR_OK;
+}
+
+/* ---- backward ---- */
+
+static fr_status ang_infer(fr_graph *g, int node_id)
+{
+    const fr_node *n = &g->nodes[node_id];
+    FR_TRY(fr_infer_require_inputs(g, n, 3, 4));
+    if (n->n_outputs != 2 || n->outputs[0] < 0)
+        return fr_node_error(n, FR_ERR_GRAPH, "needs outputs dX and dScale (dScale may be empty)");
+    const fr_value *dy = fr_node_in(g, n, 0), *x = fr_node_in(g, n, 1), *s = fr_node_in(g, n, 2);
+    const fr_value *dh = fr_node_in(g, n, 3);
+    FR_TRY(check_x(n, dy, "dY"));
+    FR_TRY(check_x(n, x, "H"));
+    if (!same_dims(dy, x) || (dh && (!same_dims(dh, x) || dh->dtype != FR_F32)))
+        return fr_node_error(n, FR_ERR_SHAPE, "dY and dH must be float32 of H's shape");
+    fr_norm_cfg c;
+    FR_TRY(fr_norm_config(n, x->rank, x->dims, &c));
+    FR_TRY(check_scale(n, x, s, &c));
+    fr_infer_same(g, n, 0, 1);
+    if (n->outputs[1] >= 0) fr_infer_same(g, n, 1, 2);
+    return FR_OK;
+}
+
+static fr_status ang_cpu(const fr_kernel_ctx *ctx)
+{
+    const fr_node *n = ctx->node;
+    if (ctx->n_in < 3 || ctx->n_in > 4 || ctx->n_out != 2 || !ctx->in[0] || !ctx->in[1] || !ctx->in[2] ||
+        !ctx->out[0])
+        return fr_node_error(n, FR_ERR_GRAPH, "has %d inputs and %d outputs (dY, H, Scale[, dH] -> dX, dScale)",
+                             ctx->n_in, ctx->n_out);
+    const fr_tensor *xt = ctx->in[1];
+    fr_norm_cfg c;
+    FR_TRY(fr_norm_config(n, xt->rank, xt->dims, &c));
+    const float *dy = ctx->in[0]->data, *x = xt->data, *s = ctx->in[2]->data;
+    const float *dh = ctx->n_in > 3 && ctx->in[3] ? ctx->in[3]->data : NULL;
+    float *dx = ctx->out[0]->data, *ds = ctx->out[1] ? ctx->out[1]->data : NULL;
+    double *acc = NULL;
+    if (ds) {
+        acc = fr_calloc((size_t)(c.len ? c.len : 1), sizeof(double), "AddRMSNormGrad dScale");
+        if (!acc) return FR_ERR_OOM;
+    }
+    const double dlen = (double)c.len;
+    for (int64_t r = 0; r < c.rows; r++) {
+        const int64_t base = r * c.len;
+        double ss = 0.0;
+        for (int64_t j = 0; j < c.len; j++) ss += (double)x[base + j] * (double)x[base + j];
+        const double inv = 1.0 / sqrt(ss / dlen + (double)c.eps);
+        double sgx = 0.0;
+        for (int64_t j = 0; j < c.len; j++) {
+            const double xh = (double)x[base + j] * inv, gy = (double)dy[base + j];
+            sgx += gy * (double)s[j] * xh;
+            if (acc) acc[j] += gy * xh;
+        }
+        const double mgx = sgx / dlen;
+        for (int64_t j = 0; j < c.len; j++) {
+            const double xh = (double)x[base + j] * inv;
+            const float d = (float)(inv * ((double)dy[base + j] * (double)s[j] - xh * mgx));
+            dx[base + j] = dh ? dh[base + j] + d : d;
+        }
+    }
+    if (ds)
+        for (int64_t j = 0; j < c.len; j++) ds[j] = (float)acc[j];
+    free(acc);
+    return FR_OK;
+}
+
+/* One AddRMSNormGrad node: A and B both get dX (H = A + B); H's own gradient from its other
+ * readers (dout[0]) is its dH input, so no Add of the two gradients remains. */
+static fr_status an_grad(fr_grad_ctx *ctx)
+{
+    fr_graph *g = ctx->g;
+    const fr_node *n = &g->nodes[ctx->node_id];
+    const int dh = ctx->dout[0], dy = ctx->dout[1];
+    if (dy < 0) { /* only H is read on the way to the loss */
+        if (dh >= 0)
+            for (int i = 0; i < 2; i++)
+                if (ctx->need_din[i]) ctx->din[i] = dh;
+        return FR_OK;
+    }
+    if (!ctx->need_din[0] && !ctx->need_din[1] && !ctx->need_din[2]) return FR_OK;
+    int64_t axis;
+    float eps;
+    FR_TRY(fr_node_attr_int(n, "axis", -1, &axis));
+    FR_TRY(fr_node_attr_float(n, "epsilon", 1e-5f, &eps));
+    const int h = n->outputs[0], in[4] = {dy, h, n->inputs[2], dh};
+    int out[2], nid;
+    FR_TRY(fr_grad_node(ctx, "AddRMSNormGrad", FR_DOMAIN_FP8RUN, dh >= 0 ? 4 : 3, in, 2, out, &nid));
+    fr_node *gn = &g->nodes[nid];
+    FR_TRY(fr_node_set_attr_int(gn, "axis", axis));
+    FR_TRY(fr_node_set_attr_float(gn, "epsilon", eps));
+    if (!ctx->need_din[2]) {
+        g->values[out[1]].producer = -1;
+        gn->outputs[1] = -1;
+    }
+    FR_TRY(fr_grad_finish(ctx, nid));
+    for (int i = 0; i < 2; i++)
+        if (ctx->need_din[i]) ctx->din[i] = out[0];
+    if (ctx->need_din[2]) ctx->din[2] = out[1];
+    return FR_OK;
+}
+
+const fr_op_def fr_ops_add_norm[] = {
+    {"AddRMSNorm", FR_DOMAIN_FP8RUN, 1, an_infer, an_cpu, an_grad, 0},
+    {"AddRMSNormGrad", FR_DOMAIN_FP8RUN, 1, ang_infer, ang_cpu, NULL, 0},
+    {0},
+};

@@ -1,0 +1,409 @@
+/* RMSNorm rows at memory speed (see rms_rows.h), and the kernels of ai.fp8run::AddRMSNorm /
+ * AddRMSNormGrad (ops/add_norm.c).
+ *
+ * One block per row, 32..256 threads; thread t holds the 16-byte vectors t, t + blockDim, ... of
+ * its row in registers (up to 8), so each tensor is read once and written once: forward a, b
+ * read and h, y written; backward dy, x, dh read and dx written. One block reduction per row
+ * (double, fixed order: each warp sums the warps' partials itself, double-buffered so one
+ * barrier per row). The backward's two row sums (sum x^2 and sum dy w x) share that reduction:
+ * sum(dy w xh) = inv * sum(dy w x).
+ *
+ * dScale without a second pass over dy and x: the backward runs one wave of resident blocks
+ * (at most kBwdGrid; the grid depends on the device only), each taking rows blockIdx.x, + gridDim.x, ...; a thread always owns the same
+ * columns, so it sums dy * xh of its columns over its block's rows in registers (double) and
+ * writes them once to a [blocks, len] scratch; a second small kernel adds the blocks in order.
+ * No atomics: the bits repeat from run to run.
+ *
+ * Rows that do not fit the registers (len % 4 != 0 or len > 8192) take the same kernels
+ * without the register cache: each pass re-reads the row (L1/L2) and the dScale partials
+ * accumulate in the scratch. Arithmetic as on the CPU (ops/norm.c, ops/add_norm.c): statistics
+ * in double, each output computed in double and rounded once; h = a + b and dx = dh + d are
+ * single float32 adds, as the unfused Add rounds them. */
+#include <math.h>
+#include <stdint.h>
+
+#include "ops/cuda/cuda_kernel.h"
+#include "ops/cuda/rms_rows.h"
+#include "ops/norm.h"
+
+namespace {
+
+constexpr int kThreads = 256;  /* most threads per block */
+constexpr int kMaxVpt = 8;     /* most register vectors per thread */
+constexpr int64_t kBwdGrid = 512;
+
+template <int V> struct alignas(4 * V) F {
+    float v[V];
+};
+template <int V> __device__ __forceinline__ F<V> ld(const float *p, int64_t i)
+{
+    return reinterpret_cast<const F<V> *>(p)[i];
+}
+template <int V> __device__ __forceinline__ void st(float *p, int64_t i, const F<V> &q)
+{
+    reinterpret_cast<F<V> *>(p)[i] = q;
+}
+
+/* (a, b) summed over the block; every thread gets the same sums. buf: this row's half of a
+ * double-buffered [2][32] array (the other half is the next row's, so no trailing barrier). */
+__device__ __forceinline__ double2 block_sum2(double a, double b, double2 *buf)
+{
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) {
+        a += __shfl_down_sync(0xffffffffu, a, d);
+        b += __shfl_down_sync(0xffffffffu, b, d);
+    }
+    const int w = threadIdx.x / 32, nw = (blockDim.x + 31) / 32;
+    if (threadIdx.x % 32 == 0) buf[w] = make_double2(a, b);
+    __syncthreads();
+    double2 s = buf[0];
+    for (int i = 1; i < nw; i++) {
+        s.x += buf[i].x;
+        s.y += buf[i].y;
+    }
+    return s;
+}
+
+__device__ __forceinline__ double inv_rms(double ss, int64_t len, float eps)
+{
+    return 1.0 / sqrt(ss / (double)len + (double)eps);
+}
+
+/* ---------------------------------------------------------------- forward ---- */
+
+/* vector i of a + b (b NULL: of a): the same float adds wherever it is recomputed */
+template <int V> __device__ __forceinline__ F<V> ld_sum(const float *a, const float *b, int64_t i)
+{
+    F<V> q = ld<V>(a, i);
+    if (b) {
+        const F<V> p = ld<V>(b, i);
+#pragma unroll
+        for (int j = 0; j < V; j++) q.v[j] += p.v[j];
+    }
+    return q;
+}
+
+template <int V> __device__ __forceinline__ double sum_sq(const F<V> &q)
+{
+    double s = 0.0;
+#pragma unroll
+    for (int j = 0; j < V; j++) s += (double)q.v[j] * (double)q.v[j];
+    return s;
+}
+
+/* y's vector i from h's */
+template <int V> __device__ __forceinline__ void fwd_out(float *yr, const float *w, int64_t i, const F<V> &q, double inv)
+{
+    const F<V> wq = ld<V>(w, i);
+    F<V> o;
+#pragma unroll
+    for (int j = 0; j < V; j++) o.v[j] = (float)((double)q.v[j] * inv * (double)wq.v[j]);
+    st<V>(yr, i, o);
+}
+
+template <int V, int VPT>
+__global__ void __launch_bounds__(kThreads) rms_fwd(const float *a, const float *b, const float *w, float *h,
+                                                   float *y, int64_t rows, int64_t len, float eps)
+{
+    __shared__ double2 red[2][32];
+    const int64_t nv = len / V;
+    int par = 0;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x, par ^= 1) {
+        const float *ar = a + r * len, *br = b ? b + r * len : nullptr;
+        float *hr = h ? h + r * len : nullptr, *yr = y + r * len;
+        double ss = 0.0;
+        if constexpr (VPT > 0) {
+            F<V> q[VPT];
+#pragma unroll
+            for (int k = 0; k < VPT; k++) {
+                const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+                if (i >= nv) continue;
+                q[k] = ld_sum<V>(ar, br, i);
+                if (hr) st<V>(hr, i, q[k]);
+                ss += sum_sq<V>(q[k]);
+            }
+            const double inv = inv_rms(block_sum2(ss, 0.0, red[par]).x, len, eps);
+#pragma unroll
+            for (int k = 0; k < VPT; k++) {
+                const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+                if (i < nv) fwd_out<V>(yr, w, i, q[k], inv);
+            }
+        } else {
+            for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
+                const F<V> q = ld_sum<V>(ar, br, i);
+                if (hr) st<V>(hr, i, q);
+                ss += sum_sq<V>(q);
+            }
+            const double inv = inv_rms(block_sum2(ss, 0.0, red[par]).x, len, eps);
+            for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) fwd_out<V>(yr, w, i, ld_sum<V>(ar, br, i), inv);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- backward ---- */
+
+/* the row sums' share of vector i: sum x^2 (.x) and sum dy w x (.y) */
+template <int V>
+__device__ __forceinline__ void bwd_sums(const F<V> &gq, const F<V> &xq, const float *w, int64_t i, double &ss, double &sg)
+{
+    const F<V> wq = ld<V>(w, i);
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+        const double xv = (double)xq.v[j];
+        ss += xv * xv;
+        sg += (double)gq.v[j] * (double)wq.v[j] * xv;
+    }
+}
+
+/* dx's vector i (dh + the norm's part, rounded first); gxh[j] = dy xh, dScale's terms */
+template <int V>
+__device__ __forceinline__ void bwd_out(float *dxr, const float *dhr, const float *w, int64_t i, const F<V> &gq,
+                                        const F<V> &xq, double inv, double mgx, double *gxh)
+{
+    const F<V> wq = ld<V>(w, i);
+    F<V> o;
+    if (dhr) o = ld<V>(dhr, i);
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+        const double xh = (double)xq.v[j] * inv, g = (double)gq.v[j];
+        const float d = (float)(inv * (g * (double)wq.v[j] - xh * mgx));
+        o.v[j] = dhr ? o.v[j] + d : d;
+        gxh[j] = g * xh;
+    }
+    st<V>(dxr, i, o);
+}
+
+/* dx = dh + inv (dy w - xh mean(dy w xh)), xh = x inv; part[blockIdx.x][col] = sum of dy xh over
+ * the block's rows (part NULL: dScale not wanted) */
+template <int V, int VPT>
+__global__ void __launch_bounds__(kThreads) rms_bwd(const float *dy, const float *x, const float *w, const float *dh,
+                                                   float *dx, double *part, int64_t rows, int64_t len, float eps)
+{
+    __shared__ double2 red[2][32];
+    const int64_t nv = len / V;
+    double *pb = part ? part + (int64_t)blockIdx.x * len : nullptr;
+    constexpr int KA = VPT > 0 ? VPT : 1;
+    double acc[KA][V];
+#pragma unroll
+    for (int k = 0; k < KA; k++)
+#pragma unroll
+        for (int j = 0; j < V; j++) acc[k][j] = 0.0;
+    if (VPT == 0 && pb)
+        for (int64_t i = threadIdx.x; i < nv; i += blockDim.x)
+#pragma unroll
+            for (int j = 0; j < V; j++) pb[i * V + j] = 0.0;
+    int par = 0;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x, par ^= 1) {
+        const float *dyr = dy + r * len, *xr = x + r * len, *dhr = dh ? dh + r * len : nullptr;
+        float *dxr = dx + r * len;
+        double ss = 0.0, sg = 0.0, gxh[V];
+        if constexpr (VPT > 0) {
+            F<V> gq[VPT], xq[VPT];
+#pragma unroll
+            for (int k = 0; k < VPT; k++) {
+                const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+                if (i >= nv) continue;
+                gq[k] = ld<V>(dyr, i);
+                xq[k] = ld<V>(xr, i);
+                bwd_sums<V>(gq[k], xq[k], w, i, ss, sg);
+            }
+            const double2 s = block_sum2(ss, sg, red[par]);
+            const double inv = inv_rms(s.x, len, eps), mgx = s.y * inv / (double)len;
+#pragma unroll
+            for (int k = 0; k < VPT; k++) {
+                const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+                if (i >= nv) continue;
+                bwd_out<V>(dxr, dhr, w, i, gq[k], xq[k], inv, mgx, gxh);
+#pragma unroll
+                for (int j = 0; j < V; j++) acc[k][j] += gxh[j];
+            }
+        } else {
+            for (int64_t i = threadIdx.x; i < nv; i += blockDim.x)
+                bwd_sums<V>(ld<V>(dyr, i), ld<V>(xr, i), w, i, ss, sg);
+            const double2 s = block_sum2(ss, sg, red[par]);
+            const double inv = inv_rms(s.x, len, eps), mgx = s.y * inv / (double)len;
+            for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
+                bwd_out<V>(dxr, dhr, w, i, ld<V>(dyr, i), ld<V>(xr, i), inv, mgx, gxh);
+                if (pb)
+#pragma unroll
+                    for (int j = 0; j < V; j++) pb[i * V + j] += gxh[j]; /* this thread's own columns */
+            }
+        }
+    }
+    if constexpr (VPT > 0) {
+        if (!pb) return;
+#pragma unroll
+        for (int k = 0; k < VPT; k++) {
+            const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+            if (i >= nv) continue;
+#pragma unroll
+            for (int j = 0; j < V; j++) pb[i * V + j] = acc[k][j];
+        }
+    }
+}
+
+/* dw[j] = the blocks' partials of column j added in block order */
+__global__ void __launch_bounds__(256) rms_dw(const double *part, int64_t blocks, int64_t len, float *dw)
+{
+    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < len; j += (int64_t)gridDim.x * blockDim.x) {
+        double s = 0.0;
+        for (int64_t b = 0; b < blocks; b++) s += part[b * len + j];
+        dw[j] = (float)s;
+    }
+}
+
+/* ---------------------------------------------------------------- launch ---- */
+
+/* vectors per thread of the register path (0: none) and the threads per block */
+struct Shape {
+    int vec, vpt, threads;
+};
+
+Shape shape_of(int64_t len, int aligned)
+{
+    Shape s{aligned && len % 4 == 0 ? 4 : 1, 0, kThreads};
+    const int64_t nv = len / s.vec;
+    if (s.vec == 4)
+        for (int v = 1; v <= kMaxVpt; v *= 2)
+            if ((nv + v - 1) / v <= kThreads) {
+                s.vpt = v;
+                s.threads = (int)(((nv + v - 1) / v + 31) / 32 * 32);
+                break;
+            }
+    return s;
+}
+
+int64_t bwd_blocks(int64_t rows) { return rows < kBwdGrid ? rows : kBwdGrid; }
+
+unsigned fwd_blocks(int64_t rows) { return (unsigned)(rows < (1 << 20) ? rows : (1 << 20)); }
+
+template <int VPT>
+void launch_fwd4(const Shape &s, cudaStream_t st, const float *a, const float *b, const float *w, float *h, float *y,
+                 int64_t rows, int64_t len, float eps)
+{
+    rms_fwd<4, VPT><<<fwd_blocks(rows), s.threads, 0, st>>>(a, b, w, h, y, rows, len, eps);
+}
+
+/* the backward's grid: one wave of resident blocks (no tail), at most bwd_blocks (the scratch's) */
+template <class K> int64_t bwd_grid(K kernel, int threads, int sm_count, int64_t rows)
+{
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) != cudaSuccess || per_sm < 1) {
+        (void)cudaGetLastError();
+        per_sm = 1;
+    }
+    const int64_t wave = (int64_t)per_sm * (sm_count > 0 ? sm_count : 1), cap = bwd_blocks(rows);
+    return wave < cap ? wave : cap;
+}
+
+template <int V, int VPT>
+int64_t launch_bwd(int threads, int sm_count, cudaStream_t st, const float *dy, const float *x, const float *w,
+                   const float *dh, float *dx, double *part, int64_t rows, int64_t len, float eps)
+{
+    const int64_t g = bwd_grid(rms_bwd<V, VPT>, threads, sm_count, rows);
+    rms_bwd<V, VPT><<<(unsigned)g, threads, 0, st>>>(dy, x, w, dh, dx, part, rows, len, eps);
+    return g;
+}
+
+/* ---------------------------------------------------------------- the ops ---- */
+
+fr_status an_cuda(const fr_cuda_kctx *k)
+{
+    const fr_node *n = k->node;
+    if (k->n_in != 3 || k->n_out != 2 || !k->in[0] || !k->in[1] || !k->in[2] || !k->out[0] || !k->out[1])
+        return fr_node_error(n, FR_ERR_GRAPH, "has %d inputs and %d outputs (A, B, Scale -> H, Y)", k->n_in, k->n_out);
+    fr_norm_cfg c;
+    FR_TRY(fr_norm_config(n, k->in[0]->rank, k->in[0]->dims, &c));
+    return fr_rms_rows_fwd(n, k->cu->stream, (const float *)k->in[0]->data, (const float *)k->in[1]->data,
+                           (const float *)k->in[2]->data, (float *)k->out[0]->data, (float *)k->out[1]->data, c.rows,
+                           c.len, c.eps);
+}
+
+fr_status ang_scratch(const fr_graph *g, const fr_node *n, size_t *bytes)
+{
+    if (n->n_inputs < 3 || n->inputs[1] < 0) return fr_node_error(n, FR_ERR_GRAPH, "needs dY, H and Scale");
+    const fr_value *x = &g->values[n->inputs[1]];
+    fr_norm_cfg c;
+    FR_TRY(fr_norm_config(n, x->rank, x->dims, &c));
+    *bytes = fr_rms_rows_bwd_scratch(c.rows, c.len);
+    return FR_OK;
+}
+
+fr_status ang_cuda(const fr_cuda_kctx *k)
+{
+    const fr_node *n = k->node;
+    if (k->n_in < 3 || k->n_in > 4 || k->n_out != 2 || !k->in[0] || !k->in[1] || !k->in[2] || !k->out[0])
+        return fr_node_error(n, FR_ERR_GRAPH, "has %d inputs and %d outputs (dY, H, Scale[, dH] -> dX, dScale)",
+                             k->n_in, k->n_out);
+    fr_norm_cfg c;
+    FR_TRY(fr_norm_config(n, k->in[1]->rank, k->in[1]->dims, &c));
+    const float *dh = k->n_in > 3 && k->in[3] ? (const float *)k->in[3]->data : nullptr;
+    float *dw = k->out[1] ? (float *)k->out[1]->data : nullptr;
+    return fr_rms_rows_bwd(n, k->cu->stream, k->cu->sm_count, (const float *)k->in[0]->data, (const float *)k->in[1]->data,
+                           (const float *)k->in[2]->data, dh, (float *)k->out[0]->data, dw, k->scratch,
+                           k->scratch_bytes, c.rows, c.len, c.eps);
+}
+
+/* 16-byte vectors need every row start aligned: the tensors' starts (row lengths % 4 == 0) */
+int al16(const void *p) { return p == nullptr || ((uintptr_t)p & 15u) == 0; }
+
+} /* namespace */
+
+int fr_rms_rows_fast(int64_t len) { return len > 0 && shape_of(len, 1).vpt > 0; }
+
+size_t fr_rms_rows_bwd_scratch(int64_t rows, int64_t len)
+{
+    const int64_t b = bwd_blocks(rows);
+    return (size_t)(b > 0 ? b : 1) * (size_t)(len > 0 ? len : 1) * sizeof(double);
+}
+
+fr_status fr_rms_rows_fwd(const fr_node *n, cudaStream_t st, const float *a, const float *b, const float *w, float *h,
+                          float *y, int64_t rows, int64_t len, float eps)
+{
+    if (rows <= 0 || len <= 0) return FR_OK;
+    const Shape s = shape_of(len, al16(a) && al16(b) && al16(w) && al16(h) && al16(y));
+    switch (s.vec == 4 ? s.vpt : -1) {
+    case 1: launch_fwd4<1>(s, st, a, b, w, h, y, rows, len, eps); break;
+    case 2: launch_fwd4<2>(s, st, a, b, w, h, y, rows, len, eps); break;
+    case 4: launch_fwd4<4>(s, st, a, b, w, h, y, rows, len, eps); break;
+    case 8: launch_fwd4<8>(s, st, a, b, w, h, y, rows, len, eps); break;
+    case 0: launch_fwd4<0>(s, st, a, b, w, h, y, rows, len, eps); break;
+    default: rms_fwd<1, 0><<<fwd_blocks(rows), kThreads, 0, st>>>(a, b, w, h, y, rows, len, eps); break;
+    }
+    return fr_cuda_check_launch(n, n->op_type);
+}
+
+fr_status fr_rms_rows_bwd(const fr_node *n, cudaStream_t st, int sm_count, const float *dy, const float *x, const float *w,
+                          const float *dh, float *dx, float *dw, void *scratch, size_t scratch_bytes, int64_t rows,
+                          int64_t len, float eps)
+{
+    if (len <= 0) return FR_OK;
+    double *part = dw ? (double *)scratch : nullptr;
+    if (dw && (!scratch || scratch_bytes < fr_rms_rows_bwd_scratch(rows, len)))
+        return fr_node_error(n, FR_ERR_INTERNAL, "scratch of %zu bytes, %zu needed", scratch_bytes,
+                             fr_rms_rows_bwd_scratch(rows, len));
+    int64_t blocks = 0;
+    if (bwd_blocks(rows) > 0) {
+        const Shape s = shape_of(len, al16(dy) && al16(x) && al16(w) && al16(dh) && al16(dx));
+        const int t = s.threads;
+        switch (s.vec == 4 ? s.vpt : -1) {
+        case 1: blocks = launch_bwd<4, 1>(t, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps); break;
+        case 2: blocks = launch_bwd<4, 2>(t, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps); break;
+        case 4: blocks = launch_bwd<4, 4>(t, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps); break;
+        case 8: blocks = launch_bwd<4, 8>(t, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps); break;
+        case 0: blocks = launch_bwd<4, 0>(t, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps); break;
+        default: blocks = launch_bwd<1, 0>(t, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps); break;
+        }
+        FR_TRY(fr_cuda_check_launch(n, n->op_type));
+    }
+    if (!dw) return FR_OK;
+    const int64_t g = (len + 255) / 256;
+    rms_dw<<<(unsigned)(g < 4096 ? g : 4096), 256, 0, st>>>(part, blocks, len, dw);
+    return fr_cuda_check_launch(n, n->op_type);
+}
+
+extern "C" const fr_cuda_kernel_def fr_cuda_kernels_add_norm[] = {
+    {"AddRMSNorm", FR_DOMAIN_FP8RUN, an_cuda, NULL},
+    {"AddRMSNormGrad", FR_DOMAIN_FP8RUN, ang_cuda, ang_scratch},
+    {NULL, NULL, NULL, NULL},
+};
