@@ -490,10 +490,10 @@ typedef struct fp8run_train_config {
     int shard_gradients;         /* 1: ZeRO-2, shard_optimizer and each gradient reduced to its
                                     parameter's owner only, which alone accumulates micro-batches
                                     (default 0) */
-    int fuse_attention_io;       /* 1: the Split of the fused Q/K/V projection, the head Transposes
-                                    and the RoPE around each fused attention become part of it (one
-                                    ai.fp8run::AttentionQKV node, passes/attention_io.h); 0 (default:
-                                    measured slower on an H200) keeps them */
+    int fuse_attention_io;       /* 1 (default): the Split of the fused Q/K/V projection, the head
+                                    Transposes and the RoPE around each fused attention become part
+                                    of it (one ai.fp8run::AttentionQKV node, passes/attention_io.h;
+                                    1B fp8 on an H200: 181.7 -> 163.9 ms per step); 0 keeps them */
     int fp8_fast_accum;          /* 1 (default): on a GPU, the per-tensor fp8 forward GEMMs (Linear)
                                     accumulate in the FP8 tensor cores' fast mode (cuBLASLt's
                                     FAST_ACCUM, as Transformer Engine and torchao do for the

@@ -224,8 +224,8 @@ static void test_generated_llama(void)
     FR_ASSERT_OK(fr_llama_generate(&k_llama, &model));
     fr_train_options o;
     fr_ft_train_options(&o);
-    CU_ASSERT_EQUAL(o.fuse_attention_io, 0); /* off by default (slower on an H200: README) */
-    check_trainer_graph("llama, pass off by default", model, &o, (int)k_llama.layers, 0);
+    CU_ASSERT_EQUAL(o.fuse_attention_io, 1); /* on by default (faster on an H200: bench/README) */
+    check_trainer_graph("llama, pass on by default", model, &o, (int)k_llama.layers, 1);
     o.fuse_attention_io = 1;
     check_trainer_graph("llama", model, &o, (int)k_llama.layers, 1);
     o.fuse_attention_io = 0;

@@ -34,7 +34,7 @@ for a in auto fp8run; do
     line="train bf16 --attention $a, loss at steps 1/10/20:"
     for io in on off; do
         f=""
-        [ $io = on ] && f="--fuse-attention-io"
+        [ $io = off ] && f="--no-fuse-attention-io"
         l="$D/train_${a}_${io}.jsonl"
         timeout 40 "$FP8RUN" train "$m" --data /tmp/attnio_tok.bin --batch 4 --seq 256 --steps 20 --lr 1e-3 \
             --precision bf16 --attention $a $f --log "$l" > "$D/train_${a}_${io}.log" 2>&1
@@ -52,7 +52,7 @@ g=/tmp/llama_1b.onnx
 for a in cudnn fp8run; do
     for io in on off; do
         f=""
-        [ $io = on ] && f="--fuse-attention-io"
+        [ $io = off ] && f="--no-fuse-attention-io"
         j="$D/bench_1b_fp8_${a}_io-${io}.json"
         timeout 45 "$FP8RUN" bench "$g" --batch 8 --seq 2048 --precision fp8 --warmup 1 --steps 3 --attention $a $f \
             --json "$j" > "$D/bench_1b_fp8_${a}_io-${io}.log" 2>&1
