@@ -10,10 +10,12 @@
  *  - the first run is never captured: it times cuBLASLt's candidates (gemm_tune.c), builds
  *    cuDNN plans and loads modules, which waits on the device;
  *  - a kernel's weight conversion (cuda_kernel.h, "Persistent memory") is decided on the host
- *    by comparing versions. The graph holds the conversions its capture queued: it is replayed
- *    only when every node whose conversion the host would queue now converted in the capture
- *    (converting again unchanged weights gives the same bytes), else captured again; after a
- *    replay the host's versions and counters move as the captured run moved them;
+ *    by comparing versions. A capture holds the conversions its run queued; up to two captures
+ *    are kept (with gradient accumulation the first micro-batch converts, the others do not).
+ *    A run replays the capture that converts exactly what the host would convert now; else it
+ *    is captured into a free slot; else a capture that converts at least that is replayed
+ *    (converting unchanged weights again gives the same bytes); else one is captured again.
+ *    After a replay the host's versions and counters move as the captured run moved them;
  *  - a capture that fails (a call the stream cannot capture) turns the graph off for the
  *    executor, with the reason in the note, and the run is queued node by node.
  * Data parallel (a hook launches all-reduces between nodes) and profiling (events per node)
