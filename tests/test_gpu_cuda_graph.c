@@ -6,7 +6,7 @@
  * --attention fp8run so that both runs make the same choices: once node by node, once with
  * the graph. Asserted, per configuration (fp8 delayed, bf16, fp8 delayed with 2 micro-batches
  * per step, fp8 delayed with --recompute full, fp8 current scaling, LoRA on fp8 with the frozen
- * base held as codes only):
+ * base held as codes only and dropout 0.1 on the adapters' input):
  *  (a) every step's loss, and an evaluation loss after training, are bit-identical;
  *  (b) every parameter after training is bit-identical (byte compare);
  *  (c) the graph was really used: every run but the first was captured or replayed, with one
@@ -61,6 +61,7 @@ static void run(const fr_graph *g, const cfg *c, uint64_t seed, int graph, resul
         o.lora.rank = 4;
         o.lora.alpha = 8;
         o.lora.targets = "proj";
+        o.lora.dropout = 0.1; /* KeyedDropout: its key {seed, step, micro-batch} is an input */
     }
     fr_trainer *t = NULL;
     fr_status st = fr_trainer_new(g, &o, &t);
@@ -140,7 +141,7 @@ static void test_bf16(void) { check(&(cfg){"bf16", NULL, NULL, 1, 0}, "bf16"); }
 static void test_accum(void) { check(&(cfg){"fp8", "delayed", NULL, 2, 0}, "fp8 delayed, 2 micro-batches"); }
 static void test_recompute(void) { check(&(cfg){"fp8", "delayed", "full", 1, 0}, "fp8 delayed, recompute full"); }
 static void test_current(void) { check(&(cfg){"fp8", "current", NULL, 1, 0}, "fp8 current"); }
-static void test_lora(void) { check(&(cfg){"fp8", "delayed", NULL, 1, 1}, "LoRA fp8 delayed, codes only"); }
+static void test_lora(void) { check(&(cfg){"fp8", "delayed", NULL, 1, 1}, "LoRA fp8 delayed, codes only, dropout"); }
 #endif
 
 static CU_TestInfo tests[] = {
@@ -150,7 +151,7 @@ static CU_TestInfo tests[] = {
     {"fp8 delayed, gradient accumulation 2: the same", test_accum},
     {"fp8 delayed, recompute full: the same", test_recompute},
     {"fp8 current scaling: the same", test_current},
-    {"LoRA fp8 delayed (frozen base as codes): the same", test_lora},
+    {"LoRA fp8 delayed (frozen base as codes), dropout 0.1: the same", test_lora},
 #endif
     CU_TEST_INFO_NULL,
 };
