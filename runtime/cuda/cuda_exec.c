@@ -2,6 +2,7 @@
  * uploaded once, views that alias their input, kernels queued on one stream. */
 #include "runtime/cuda/cuda_exec.h"
 #include "runtime/cuda/cuda_arena.h"
+#include "runtime/cuda/cuda_graph.h"
 #include "ops/cuda/cuda_gemm.h"
 #include "runtime/perf_model.h"
 
@@ -53,6 +54,7 @@ struct fr_cuda_exec {
     char *peak_text;
     fr_cuda_exec_hook hook;      /* called after each node is queued (data parallel: bucket launches) */
     void *hook_ctx;
+    fr_cuda_graph *graph;        /* FP8RUN_CUDA_GRAPH: runs replayed from a capture (cuda_graph.h) */
 };
 
 static size_t align_up(size_t n) { return (n + FR_ARENA_ALIGN - 1) / FR_ARENA_ALIGN * FR_ARENA_ALIGN; }
@@ -75,6 +77,7 @@ void fr_cuda_exec_free(fr_cuda_exec *e)
 {
     if (!e) return;
     if (e->c) cudaStreamSynchronize(e->c->stream);
+    fr_cuda_graph_free(e->graph);
     if (e->arena) cudaFree(e->arena);
     if (e->consts) cudaFree(e->consts);
     if (e->inputs) cudaFree(e->inputs);
@@ -603,6 +606,19 @@ static fr_status prime_coded(fr_cuda_exec *e)
     return st;
 }
 
+static fr_status queue_nodes(void *e) { return run_nodes(e); }
+
+fr_status fr_cuda_exec_use_graph(fr_cuda_exec *e, const char *refusal)
+{
+    const fr_cuda_graph_nodes n = {e->c, e->g->n_nodes, e->persist_version, e->persist_owner, e->persist_bytes,
+                                   queue_nodes, e};
+    fr_cuda_graph_free(e->graph);
+    e->graph = NULL;
+    return fr_cuda_graph_new(&n, e->ev ? "profiling (FP8RUN_PROFILE times every node)" : refusal, &e->graph);
+}
+
+const fr_cuda_graph *fr_cuda_exec_graph(const fr_cuda_exec *e) { return e->graph; }
+
 void fr_cuda_exec_reprime(fr_cuda_exec *e)
 {
     if (e && e->coded_bytes) e->prime_pending = 1;
@@ -621,7 +637,7 @@ fr_status fr_cuda_exec_run(fr_cuda_exec *e)
     e->staging_pending = 1;
     e->gt.used = 0;
     e->c->gemm_timer = e->ev ? &e->gt : NULL; /* this run's GEMMs are timed for this executor */
-    fr_status st = run_nodes(e);
+    fr_status st = e->graph && !e->ev && !e->hook ? fr_cuda_graph_run(e->graph) : run_nodes(e);
     e->c->gemm_timer = NULL;
     FR_TRY(st);
     if (e->ev) { /* profiling only: wait for the run and add each node's time */

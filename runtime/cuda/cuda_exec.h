@@ -53,6 +53,14 @@ int fr_cuda_exec_last_touch(const fr_cuda_exec *e, int vid);
 /* Wait for the stream and turn a recorded device error into a status naming the node. */
 FR_NODISCARD fr_status fr_cuda_exec_sync(fr_cuda_exec *e);
 
+/* Runs replayed from a CUDA graph captured after the first run (cuda_graph.h); refusal: NULL,
+ * else why every run stays node by node (said in the graph's note). Profiling refuses it, and
+ * a run with a hook set goes node by node. */
+struct fr_cuda_graph;
+FR_NODISCARD fr_status fr_cuda_exec_use_graph(fr_cuda_exec *e, const char *refusal);
+/* The executor's graph (NULL: not asked for). */
+const struct fr_cuda_graph *fr_cuda_exec_graph(const fr_cuda_exec *e);
+
 /* The device tensor of value vid (a constant, an input, a graph output, or any computed value
  * whose memory is still its own), or NULL. The header is the executor's. */
 fr_tensor *fr_cuda_exec_value(fr_cuda_exec *e, int vid);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "runtime/cuda/cuda_exec.h"
+#include "runtime/cuda/cuda_graph.h"
 #include "runtime/cuda/cuda_train_kernels.h"
 #include "runtime/cuda/dist_train.h"
 #include "graph/fp8_format.h"
@@ -343,6 +344,9 @@ fr_status fr_cuda_train_new(fr_trainer *t, int device, fr_cuda_train **out)
     if (st == FR_OK && !t->opt.eval_only) st = fr_cuda_exec_new(d->c, t->g, NULL, &d->ex);
     if (st == FR_OK && !t->opt.eval_only) st = build_params(t, d);
     if (st == FR_OK && !t->opt.eval_only) st = build_fp8(t, d);
+    const char *cg = getenv("FP8RUN_CUDA_GRAPH"); /* opt-in until measured (cuda_graph.h) */
+    if (st == FR_OK && d->ex && cg && strcmp(cg, "1") == 0)
+        st = fr_cuda_exec_use_graph(d->ex, d->dist ? "data parallel (all-reduces are launched between nodes)" : NULL);
     if (st == FR_OK) st = dev_alloc(d, (void **)&d->d_loss_sum, sizeof(float));
     if (st == FR_OK) st = dev_alloc(d, (void **)&d->d_amax_bad, sizeof(int));
     if (st == FR_OK) st = dev_alloc(d, (void **)&d->d_opt_steps, sizeof(long long));
@@ -368,6 +372,13 @@ fr_status fr_cuda_train_new(fr_trainer *t, int device, fr_cuda_train **out)
 const char *fr_cuda_train_device_name(const fr_cuda_train *d) { return d->name; }
 const struct fr_cuda_ctx *fr_cuda_train_ctx(const fr_cuda_train *d) { return d->c; }
 long long fr_cuda_train_weight_casts(const fr_cuda_train *d) { return d->c->weight_casts; }
+
+void fr_cuda_train_graph(const fr_cuda_train *d, char *note, size_t n, long long *captures, long long *replays)
+{
+    const fr_cuda_graph *g = d->ex ? fr_cuda_exec_graph(d->ex) : NULL;
+    if (note && n) fr_cuda_graph_note(g, note, n);
+    fr_cuda_graph_counts(g, captures, replays, NULL);
+}
 
 fr_status fr_cuda_train_profile(const fr_cuda_train *d, char **text)
 {

@@ -60,6 +60,9 @@ FR_NODISCARD fr_status fr_cuda_train_profile(const fr_cuda_train *d, char **text
 /* Weight conversions (fp8 casts, bf16 copies of W) the Linear kernels queued so far on this
  * trainer's context (cuda_kernel.h: weight_casts): a counter for tests. */
 long long fr_cuda_train_weight_casts(const fr_cuda_train *d);
+/* The training executor's CUDA graph (FP8RUN_CUDA_GRAPH=1, cuda_graph.h): its note into note
+ * (n bytes; may be NULL) and its runs captured and replayed so far (0 when off). */
+void fr_cuda_train_graph(const fr_cuda_train *d, char *note, size_t n, long long *captures, long long *replays);
 /* "NVIDIA H100 80GB HBM3 (compute capability 9.0)" */
 const char *fr_cuda_train_device_name(const fr_cuda_train *d);
 /* The device context (what ran on it: fr_cuda_attention_report). */
