@@ -708,6 +708,12 @@ static int run_train(train_args *a)
         else
             printf("exported adapter %s\n", a->adapter_dir);
     }
+    if (rc == 0 && !g_quiet) { /* on a GPU: which attention kernels and GEMM algorithms ran */
+        const char *attn = fp8run_session_attention(L.t);
+        if (attn && strncmp(attn, "CPU", 3) != 0) printf("attention: %s\n", attn);
+        const char *gemm = attn && strncmp(attn, "CPU", 3) != 0 ? fp8run_session_gemm(L.t) : NULL;
+        if (gemm) printf("gemm: %s\n", gemm);
+    }
     if (rc == 0 && !g_quiet)
         printf("trained %s: %lld steps (%lld skipped)\n", a->model, (long long)fp8run_session_steps_done(L.t),
                (long long)fp8run_session_steps_skipped(L.t));
