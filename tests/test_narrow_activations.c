@@ -8,7 +8,9 @@
  *    value and its gradient is float32; a Linear with a bias, or read by anything else, stays;
  *  - training: the first two fp8 losses with and without narrowing within 1e-3 / 3e-3 (the
  *    rounding alone), the 20-step run within 5e-2 (the trajectories spread), and both train;
- *  - bad attributes are errors naming the node. */
+ *  - bad attributes are errors naming the node;
+ *  - the dynamo exports of Llama, Qwen2, Mistral, Phi-3 and Gemma (opsets 18, 23) narrow one
+ *    gate/up Linear per layer in fp8; GPT-2 (GELU MLP, no SwiGLU) none. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -277,6 +279,33 @@ static void test_other_reader(void)
     fr_graph_free(model);
 }
 
+/* What users bring: the dynamo exports (opset 18 and 23) of the Llama-family fixtures narrow one
+ * gate/up Linear per layer in fp8 (the fused SwiGLU reads it); GPT-2's GELU MLP none */
+static void test_hf_exports(void)
+{
+    static const struct {
+        const char *dir;
+        int want; /* layers with a SwiGLU: the fixtures have 2 */
+    } fx[] = {{"llama_op18_static", 2}, {"llama_op23_dynamic", 2}, {"qwen2_op18_static", 2}, {"mistral_op23_static", 2},
+              {"phi3_op18_static", 2},  {"gemma_op18_static", 2},  {"gpt2_op18_static", 0}};
+    for (size_t i = 0; i < sizeof fx / sizeof fx[0]; i++) {
+        fr_graph *g = fr_ft_open_hf(fx[i].dir);
+        fr_train_options o;
+        fr_ft_hf_train_options(&o);
+        o.precision = "fp8";
+        fr_trainer *t = NULL;
+        fr_status st = fr_trainer_new(g, &o, &t);
+        if (st != FR_OK) printf("\n  %s: %s", fx[i].dir, fr_last_error());
+        CU_ASSERT_EQUAL_FATAL(st, FR_OK);
+        int sg = -1, n = count_bf16_linears(t->g, &sg);
+        if (n != fx[i].want) printf("\n  %s: %d narrowed, want %d", fx[i].dir, n, fx[i].want);
+        CU_ASSERT_EQUAL(n, fx[i].want);
+        CU_ASSERT_EQUAL(sg, fx[i].want);
+        fr_trainer_free(t);
+        fr_graph_free(g);
+    }
+}
+
 int main(void)
 {
     CU_TestInfo tests[] = {
@@ -286,6 +315,7 @@ int main(void)
         {"trainer: one narrowed gate/up Linear per layer in bf16/fp8, none in fp32 or off", test_trainer_graphs},
         {"fp8 training with and without narrowing", test_losses},
         {"a Linear whose output is also read elsewhere stays float32", test_other_reader},
+        {"dynamo HF exports: one narrowed gate/up Linear per layer (Llama family), none for GPT-2", test_hf_exports},
         CU_TEST_INFO_NULL,
     };
     CU_SuiteInfo suites[] = {{"narrow_activations", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
