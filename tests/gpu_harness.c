@@ -90,6 +90,19 @@ double gpu_rel_err(const fr_tensor *got, const fr_tensor *want)
     return want->dtype == FR_BF16 ? fmax(sqrt(d2 / r2), 1e-300) : sqrt(d2 / r2);
 }
 
+double gpu_rel_l2(const fr_tensor *got, const fr_tensor *want)
+{
+    if (!got || !want || fr_tensor_numel(got) != fr_tensor_numel(want)) return INFINITY;
+    double d2 = 0, r2 = 0;
+    for (int64_t i = 0; i < fr_tensor_numel(want); i++) {
+        const double a = fr_tensor_get_f64(got, i), b = fr_tensor_get_f64(want, i);
+        if (!isfinite(a) || !isfinite(b)) return INFINITY;
+        d2 += (a - b) * (a - b);
+        r2 += b * b;
+    }
+    return r2 > 0 ? sqrt(d2 / r2) : (d2 == 0 ? 0 : INFINITY);
+}
+
 /* ---- comparing with a readable report ---- */
 
 void gpu_print_elem(const fr_tensor *x, int64_t i)

@@ -31,6 +31,9 @@ void gpu_free_outputs(tnode *t, fr_tensor **out);
 /* ||got - want|| / ||want|| over float tensors (NaN must meet NaN, inf the same inf: else
  * +inf); for integer/bool/fp8 tensors 0 when every byte is equal, else +inf. */
 double gpu_rel_err(const fr_tensor *got, const fr_tensor *want);
+/* ||got - want|| / ||want|| between float tensors of any float dtypes (bf16 against float64,
+ * say), by value; INFINITY on a count mismatch or any non-finite element. */
+double gpu_rel_l2(const fr_tensor *got, const fr_tensor *want);
 
 /* ---- comparing with a readable report (on stderr), shared by the GPU test programs ---- */
 

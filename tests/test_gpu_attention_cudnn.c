@@ -70,24 +70,10 @@ static void run_dnn(tnode *t, fr_tensor **out, const char *what)
     CU_ASSERT_EQUAL(g_dnn->attn_runs_own, own);
 }
 
-/* ||got - want|| / ||want|| between float tensors of any float dtypes. */
-static double rel_l2(const fr_tensor *got, const fr_tensor *want)
-{
-    if (!got || !want || fr_tensor_numel(got) != fr_tensor_numel(want)) return INFINITY;
-    double d2 = 0, r2 = 0;
-    for (int64_t i = 0; i < fr_tensor_numel(want); i++) {
-        const double a = fr_tensor_get_f64(got, i), b = fr_tensor_get_f64(want, i);
-        if (!isfinite(a) || !isfinite(b)) return INFINITY;
-        d2 += (a - b) * (a - b);
-        r2 += b * b;
-    }
-    return r2 > 0 ? sqrt(d2 / r2) : (d2 == 0 ? 0 : INFINITY);
-}
-
 static void expect_close(const fr_tensor *got, const fr_tensor *want, double tol, const char *name, const char *against,
                          const char *what)
 {
-    const double e = rel_l2(got, want);
+    const double e = gpu_rel_l2(got, want);
     if (e <= tol) return;
     fprintf(stderr, "\n    %s: %s vs %s: relative L2 %.3g > %.3g\n", what, name, against, e, tol);
     CU_FAIL("cuDNN attention outside its tolerance");

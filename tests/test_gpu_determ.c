@@ -213,19 +213,6 @@ static fr_tensor *bf16_f64(const fr_tensor *x)
     return y;
 }
 
-static double rel_l2(const fr_tensor *got, const fr_tensor *want)
-{
-    if (!got || !want || fr_tensor_numel(got) != fr_tensor_numel(want)) return INFINITY;
-    double d2 = 0, r2 = 0;
-    for (int64_t i = 0; i < fr_tensor_numel(want); i++) {
-        const double a = fr_tensor_get_f64(got, i), b = fr_tensor_get_f64(want, i);
-        if (!isfinite(a) || !isfinite(b)) return INFINITY;
-        d2 += (a - b) * (a - b);
-        r2 += b * b;
-    }
-    return r2 > 0 ? sqrt(d2 / r2) : (d2 == 0 ? 0 : INFINITY);
-}
-
 static int same_bits(const fr_tensor *a, const fr_tensor *b)
 {
     return a && b && fr_tensor_numel(a) == fr_tensor_numel(b) &&
@@ -290,7 +277,7 @@ static void det_case(fr_cuda_ctx *det, fr_cuda_ctx *dflt, fr_rng *r, const acase
     }
     static const char *names[3] = {"dQ", "dK", "dV"};
     for (int o = 0; o < 3; o++) {
-        const double e = rel_l2(g1[o], rb.out[o]);
+        const double e = gpu_rel_l2(g1[o], rb.out[o]);
         if (e > TOL_REF)
             fprintf(stderr, "\n    %s: %s vs float64: relative L2 %.3g > %.3g\n", what, names[o], e, TOL_REF);
         CU_ASSERT(e <= TOL_REF);
