@@ -11,19 +11,9 @@
 #     could not be captured: the note says so).
 #   OUT=/tmp/out tools/gpu_cudagraph_check.sh
 set -uo pipefail
-cd "$(dirname "$0")/.."
-FR=${FR:-/tmp/fr/bin}
-FP8RUN=${FP8RUN:-$FR/fp8run}
-D=${OUT:-/tmp/out}/cudagraph
-mkdir -p "$D"
-export LD_LIBRARY_PATH=/tmp/fr/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
-export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES%%,*} # one GPU
+TOPIC=cudagraph
+source "$(dirname "$0")/gpu_script_env.sh" # FR, FP8RUN, D, one GPU, the fixtures, $D/gpu.txt
 unset FP8RUN_CUDA_GRAPH FP8RUN_PROFILE
-# the test programs find their fixtures at the path they were built at (as tools/gpu_check.sh does)
-SRC=$(grep -ao '/[a-zA-Z0-9_/.-]*tests/fixtures' "$FR/test_gpu_train" 2>/dev/null | head -1 | sed 's|/tests/fixtures||')
-if [ -n "$SRC" ] && [ "$SRC" != "$PWD" ] && [ ! -e "$SRC" ]; then mkdir -p "$(dirname "$SRC")" && ln -sfn "$PWD" "$SRC"; fi
-echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
 
 # 1. the GPU test
 t=test_gpu_cuda_graph

@@ -8,16 +8,8 @@
 # is unpacked (tools/gpu_bundle.sh; the CLI and test programs in $FR, default /tmp/fr/bin).
 # Everything goes to $OUT/normfuse/; stdout is a summary of at most 40 lines.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-FR=${FR:-/tmp/fr/bin}
-FP8RUN=${FP8RUN:-$FR/fp8run}
-D=${OUT:-/tmp/out}/normfuse
-mkdir -p "$D"
-export LD_LIBRARY_PATH=/tmp/fr/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
-export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES%%,*} # one GPU
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1 > "$D/gpu.txt"
-echo "GPU: $(cat "$D/gpu.txt")"
+TOPIC=normfuse
+source "$(dirname "$0")/gpu_script_env.sh" # FR, FP8RUN, D, one GPU, the fixtures, $D/gpu.txt
 
 # 1. tests, side by side (the 1B model is generated meanwhile)
 m1=/tmp/llama_1b.onnx

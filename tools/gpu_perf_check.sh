@@ -7,19 +7,8 @@
 # the CLI and test programs in $FR, default /tmp/fr/bin). Everything goes to $OUT/perf/; stdout is
 # a summary of at most 40 lines.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-FR=${FR:-/tmp/fr/bin}
-FP8RUN=${FP8RUN:-$FR/fp8run}
-D=${OUT:-/tmp/out}/perf
-mkdir -p "$D"
-export LD_LIBRARY_PATH=/tmp/fr/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
-export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES%%,*} # one GPU
-# the test programs find their fixtures at the path they were built at (as tools/gpu_check.sh does)
-SRC=$(grep -ao '/[a-zA-Z0-9_/.-]*tests/fixtures' "$FR/test_gpu_train" 2>/dev/null | head -1 | sed 's|/tests/fixtures||')
-if [ -n "$SRC" ] && [ "$SRC" != "$PWD" ] && [ ! -e "$SRC" ]; then mkdir -p "$(dirname "$SRC")" && ln -sfn "$PWD" "$SRC"; fi
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1 > "$D/gpu.txt"
-echo "GPU: $(cat "$D/gpu.txt")"
+TOPIC=perf
+source "$(dirname "$0")/gpu_script_env.sh" # FR, FP8RUN, D, one GPU, the fixtures, $D/gpu.txt
 
 # 1. tests (side by side; each uses a small part of the GPU). test_gpu_train (its GPU-vs-CPU
 #    runs set the exact path) only with TRAIN_TEST=1: tools/gpu_check.sh runs it with the rest.

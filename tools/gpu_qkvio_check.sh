@@ -10,18 +10,8 @@
 #     AttentionQKV / AttentionQKVGrad lines (on) and the attention-related lines (off).
 #   OUT=/tmp/out tools/gpu_qkvio_check.sh
 set -uo pipefail
-cd "$(dirname "$0")/.."
-FR=${FR:-/tmp/fr/bin}
-FP8RUN=${FP8RUN:-$FR/fp8run}
-D=${OUT:-/tmp/out}/qkvio
-mkdir -p "$D"
-export LD_LIBRARY_PATH=/tmp/fr/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
-export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES%%,*} # one GPU
-# the test programs find their fixtures at the path they were built at (as tools/gpu_check.sh does)
-SRC=$(grep -ao '/[a-zA-Z0-9_/.-]*tests/fixtures' "$FR/test_gpu_train" 2>/dev/null | head -1 | sed 's|/tests/fixtures||')
-if [ -n "$SRC" ] && [ "$SRC" != "$PWD" ] && [ ! -e "$SRC" ]; then mkdir -p "$(dirname "$SRC")" && ln -sfn "$PWD" "$SRC"; fi
-echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
+TOPIC=qkvio
+source "$(dirname "$0")/gpu_script_env.sh" # FR, FP8RUN, D, one GPU, the fixtures, $D/gpu.txt
 
 # 1. the GPU tests, side by side
 TESTS="test_gpu_attention_qkv test_gpu_attention_cudnn"
