@@ -503,7 +503,8 @@ typedef struct fp8run_train_config {
                                     Add/Sqrt/Reciprocal/Mul, Rsqrt, Gemma's 1 + w) becomes one
                                     ai.fp8run::RMSNormalization node; 0 keeps the ops */
     int narrow_activations;      /* 1 (default): in bf16/fp8 precision a Linear read only by the
-                                    fused SwiGLU (the gate/up projection) writes bfloat16, as
+                                    fused SwiGLU (the gate/up projection) or the fused attention
+                                    (the Q/K/V projection) writes bfloat16, as
                                     autocast does (half the bytes written, read and saved);
                                     0 keeps float32 */
     int deterministic;           /* 1: on a GPU, a run repeats bit for bit: cuDNN's attention runs

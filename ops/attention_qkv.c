@@ -2,7 +2,7 @@
  * unpacked into [B, heads, T, D] copies with RoPE applied (each element in double, rounded
  * once, as ops/rotary.c computes it), the Attention / AttentionGrad CPU kernels run on them,
  * and the results are packed back (dQ, dK through RotaryGrad's formulas). The op is thereby
- * the unfused chain it replaces, bit for bit. */
+ * the unfused chain it replaces, bit for bit. A bfloat16 X is widened to float32 first. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -183,15 +183,48 @@ static fr_status scratch_new(const fr_node *n, const fr_attn_qkv_geom *g, fr_dty
     return FR_OK;
 }
 
+fr_dtype fr_attn_qkv_dtype(fr_dtype x) { return x == FR_BF16 ? FR_F32 : x; }
+
+/* X's dtype and the tables' (the computing dtype, fr_attn_qkv_dtype) */
+static fr_status check_dtypes(const fr_node *n, fr_dtype x, const fr_dtype *c, const fr_dtype *s)
+{
+    if (x != FR_F32 && x != FR_F64 && x != FR_BF16)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "X is %s: float32, bfloat16 (or float64) only", fr_dtype_name(x));
+    const fr_dtype want = fr_attn_qkv_dtype(x);
+    if ((c && *c != want) || (s && *s != want))
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "the tables must be %s (X is %s)", fr_dtype_name(want),
+                             fr_dtype_name(x));
+    return FR_OK;
+}
+
 static fr_status read_geo(const fr_node *n, const fr_tensor *x, const fr_tensor *c, const fr_tensor *s,
                           fr_attn_qkv_geom *g)
 {
-    if (x->dtype != FR_F32 && x->dtype != FR_F64)
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "X is %s: float32 (or float64) only", fr_dtype_name(x->dtype));
-    if ((c && c->dtype != x->dtype) || (s && s->dtype != x->dtype))
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "the tables must be %s like X", fr_dtype_name(x->dtype));
+    FR_TRY(check_dtypes(n, x->dtype, c ? &c->dtype : NULL, s ? &s->dtype : NULL));
     return fr_attn_qkv_geometry(n, x->rank, x->dims, c ? c->rank : 0, c ? c->dims : NULL, s ? s->rank : 0,
                                 s ? s->dims : NULL, g);
+}
+
+/* A bfloat16 X widened (exactly) to a float32 copy: the op then runs its float32 path on the
+ * same values, so its results are those of float32 X bit for bit. */
+static fr_status run_widened(const fr_kernel_ctx *ctx, fr_status (*f)(const fr_kernel_ctx *))
+{
+    const fr_tensor *x = ctx->in[0];
+    fr_tensor wx = *x;
+    const int64_t numel = fr_tensor_numel(x);
+    wx.dtype = FR_F32;
+    wx.nbytes = (size_t)numel * sizeof(float);
+    if (!(wx.data = fr_malloc(wx.nbytes ? wx.nbytes : 1, "AttentionQKV widened X")))
+        return fr_node_error(ctx->node, FR_ERR_OOM, "no memory for %zu bytes of widened X", wx.nbytes);
+    for (int64_t i = 0; i < numel; i++) ((float *)wx.data)[i] = fr_bf16_to_f32(((const uint16_t *)x->data)[i]);
+    fr_tensor *in[6];
+    for (int i = 0; i < ctx->n_in && i < 6; i++) in[i] = ctx->in[i];
+    in[0] = &wx;
+    fr_kernel_ctx wc = *ctx;
+    wc.in = in;
+    const fr_status st = f(&wc);
+    free(wx.data);
+    return st;
 }
 
 static fr_status qkv_cpu(const fr_kernel_ctx *ctx)
@@ -199,6 +232,8 @@ static fr_status qkv_cpu(const fr_kernel_ctx *ctx)
     const fr_node *n = ctx->node;
     if (ctx->n_in < 1 || !ctx->in[0] || ctx->n_out < 1 || !ctx->out[0])
         return fr_node_error(n, FR_ERR_GRAPH, "needs input X and output O");
+    if (ctx->n_in > 3) return fr_node_error(n, FR_ERR_GRAPH, "%d inputs: X [, cos, sin]", ctx->n_in);
+    if (ctx->in[0]->dtype == FR_BF16) return run_widened(ctx, qkv_cpu);
     const fr_tensor *x = ctx->in[0], *c = ctx->n_in > 2 ? ctx->in[1] : NULL, *sn = ctx->n_in > 2 ? ctx->in[2] : NULL;
     fr_attn_qkv_geom g;
     FR_TRY(read_geo(n, x, c, sn, &g));
@@ -231,6 +266,8 @@ static fr_status qkvg_cpu(const fr_kernel_ctx *ctx)
         return fr_node_error(n, FR_ERR_GRAPH, "needs inputs X, O, LSE, dO (and cos, sin) and output dX");
     for (int i = 0; i < 4; i++)
         if (!ctx->in[i]) return fr_node_error(n, FR_ERR_GRAPH, "input %d is missing", i);
+    if (ctx->n_in > 6) return fr_node_error(n, FR_ERR_GRAPH, "%d inputs: X, O, LSE, dO [, cos, sin]", ctx->n_in);
+    if (ctx->in[0]->dtype == FR_BF16) return run_widened(ctx, qkvg_cpu);
     const fr_tensor *x = ctx->in[0], *o = ctx->in[1], *lse = ctx->in[2], *dout = ctx->in[3];
     const fr_tensor *c = ctx->n_in > 5 ? ctx->in[4] : NULL, *sn = ctx->n_in > 5 ? ctx->in[5] : NULL;
     fr_attn_qkv_geom g;
@@ -273,10 +310,8 @@ static fr_status qkv_infer(fr_graph *g, int node_id)
     if (n->n_outputs < 1 || n->n_outputs > 2 || n->outputs[0] < 0)
         return fr_node_error(n, FR_ERR_GRAPH, "needs output O (and optionally LSE)");
     const fr_value *x = fr_node_in(g, n, 0), *c = fr_node_in(g, n, 1), *s = fr_node_in(g, n, 2);
-    if (x->dtype != FR_F32 && x->dtype != FR_F64)
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "X is %s: float32 (or float64) only", fr_dtype_name(x->dtype));
-    if ((c && c->dtype != x->dtype) || (s && s->dtype != x->dtype))
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "the tables must be %s like X", fr_dtype_name(x->dtype));
+    FR_TRY(check_dtypes(n, x->dtype, c ? &c->dtype : NULL, s ? &s->dtype : NULL));
+    const fr_dtype dt = fr_attn_qkv_dtype(x->dtype);
     fr_attn_qkv_geom geo;
     FR_TRY(fr_attn_qkv_geometry(n, x->rank, x->dims, c ? c->rank : 0, c ? c->dims : NULL, s ? s->rank : 0,
                                 s ? s->dims : NULL, &geo));
@@ -285,8 +320,8 @@ static fr_status qkv_infer(fr_graph *g, int node_id)
     if (a.causal && geo.T < 1) return fr_node_error(n, FR_ERR_SHAPE, "T must be >= 1");
     int64_t od[3];
     const int orank = fr_attn_qkv_out_dims(&geo, od);
-    fr_infer_set(g, n, 0, x->dtype, orank, od);
-    fr_infer_set(g, n, 1, x->dtype, 3, (int64_t[]){geo.B, geo.Hq, geo.T});
+    fr_infer_set(g, n, 0, dt, orank, od);
+    fr_infer_set(g, n, 1, dt, 3, (int64_t[]){geo.B, geo.Hq, geo.T});
     return FR_OK;
 }
 
@@ -296,6 +331,8 @@ static fr_status qkvg_infer(fr_graph *g, int node_id)
     FR_TRY(fr_infer_require_inputs(g, n, 4, 6));
     if (n->n_outputs != 1) return fr_node_error(n, FR_ERR_GRAPH, "needs one output dX");
     const fr_value *x = fr_node_in(g, n, 0), *c = fr_node_in(g, n, 4), *s = fr_node_in(g, n, 5);
+    FR_TRY(check_dtypes(n, x->dtype, c ? &c->dtype : NULL, s ? &s->dtype : NULL));
+    const fr_dtype dt = fr_attn_qkv_dtype(x->dtype); /* O, LSE, dO and dX */
     fr_attn_qkv_geom geo;
     FR_TRY(fr_attn_qkv_geometry(n, x->rank, x->dims, c ? c->rank : 0, c ? c->dims : NULL, s ? s->rank : 0,
                                 s ? s->dims : NULL, &geo));
@@ -306,16 +343,16 @@ static fr_status qkvg_infer(fr_graph *g, int node_id)
         const fr_value *v = fr_node_in(g, n, i);
         const int64_t *want = i == 2 ? ld : od;
         const int r = i == 2 ? 3 : orank;
-        int same = v->dtype == x->dtype && v->rank == r;
+        int same = v->dtype == dt && v->rank == r;
         for (int d = 0; same && d < r; d++) same = v->dims[d] == want[d];
         if (!same) {
             char s1[128], s2[128];
             return fr_node_error(n, FR_ERR_SHAPE, "input '%s' is %s %s, expected %s %s", v->name,
                                  fr_dtype_name(v->dtype), fr_shape_str(v->rank, v->dims, s1, sizeof s1),
-                                 fr_dtype_name(x->dtype), fr_shape_str(r, want, s2, sizeof s2));
+                                 fr_dtype_name(dt), fr_shape_str(r, want, s2, sizeof s2));
         }
     }
-    fr_infer_same(g, n, 0, 0);
+    fr_infer_set(g, n, 0, dt, x->rank, x->dims);
     return FR_OK;
 }
 

@@ -12,16 +12,18 @@
  * the packed projection output directly.
  *
  * AttentionQKV(X [, cos, sin]) -> (O, LSE)
- *   X:    [B, T, W] float32 (float64 on the CPU, for gradient checks), W = Hq * D + Hk * D +
+ *   X:    [B, T, W] float32, or bfloat16 (a narrowed projection, passes/narrow_activations.h:
+ *         widened exactly, the op is then the float32 op on those values; O, LSE, dX and
+ *         the tables float32), or float64 on the CPU (gradient checks). W = Hq * D + Hk * D +
  *         Hk * Dv: columns [0, Hq D) are Q (head h at h D), then K (Hk heads of D), then V
  *         (Hk heads of Dv).
- *   cos, sin (both or neither): [.., T, D], X's dtype, their leading dims' product L 1 or B:
- *         element (b, t, j) at (L == B ? b T D : 0) + t D + j. RoPE (ops/rotary.h, attribute
- *         interleaved as there) rotates each head of Q and K at token t with row t of the
- *         tables, exactly as ai.fp8run::Rotary would on the heads.
- *   O:    [B, T, Hq * Dv] X's dtype: O[b, t, h Dv + d] = Attention's O for query head h
- *         ([B T, Hq * Dv] with attribute flat_output=1, the rows the output projection reads
- *         when it is a 2-D Gemm).
+ *   cos, sin (both or neither): [.., T, D], X's computing dtype, their leading dims'
+ *         product L 1 or B: element (b, t, j) at (L == B ? b T D : 0) + t D + j. RoPE
+ *         (ops/rotary.h, attribute interleaved as there) rotates each head of Q and K at
+ *         token t with row t of the tables, exactly as ai.fp8run::Rotary would on the heads.
+ *   O:    [B, T, Hq * Dv] X's computing dtype (fr_attn_qkv_dtype): O[b, t, h Dv + d] =
+ *         Attention's O for query head h ([B T, Hq * Dv] with attribute flat_output=1, the
+ *         rows the output projection reads when it is a 2-D Gemm).
  *   LSE:  [B, Hq, T] (float32; float64 for float64 X).
  *   Query head h reads K/V head h / (Hq / Hk) (Hq a multiple of Hk: MHA, GQA, MQA).
  * Attributes: heads (Hq), kv_heads (Hk), head_dim (D), interleaved (0|1), flat_output (0|1),
@@ -53,6 +55,9 @@ typedef struct fr_attn_qkv_geom {
  * and fills *geo; errors name the node. */
 FR_NODISCARD fr_status fr_attn_qkv_geometry(const fr_node *n, int rx, const int64_t *dx, int rc, const int64_t *dc,
                                             int rs, const int64_t *ds, fr_attn_qkv_geom *geo);
+/* The dtype the op computes in and writes (O, LSE, dX; the tables'): float32 for bfloat16 X,
+ * else X's. */
+fr_dtype fr_attn_qkv_dtype(fr_dtype x);
 /* The shapes the inner attention sees: which 0 = Q [B, Hk, G, T, D], 1 = K [B, Hk, 1, T, D],
  * 2 = V [B, Hk, 1, T, Dv], 3 = O [B, Hk, G, T, Dv], 4 = LSE [B, Hk, G, T]; returns the rank. */
 int fr_attn_qkv_inner_dims(const fr_attn_qkv_geom *geo, int which, int64_t *dims);

@@ -7,10 +7,15 @@
  * half and the saved copy holds half (5.9 GB less at 1B, B8 x T2048). The values lose what
  * bf16 rounding loses (8 bits of mantissa), which the FP8/bf16 GEMMs reading the SwiGLU's
  * output then quantize further anyway; float32 (--precision fp32) runs are never narrowed.
+ * Likewise the fused Q/K/V projection read by the fused attention (AttentionQKV,
+ * ops/attention_qkv.h): its [tokens, (Hq + 2 Hk) D] floats (201 MB per layer at 1B) are
+ * rounded to bf16 for cuDNN by AttentionQKV anyway; written in bf16, the GEMM writes half,
+ * both stagings (forward, backward) read half and the saved copy holds half (1.6 GB at 1B).
  *
- * Which Linears: precision bf16 or fp8, no bias, float32 Y that is no graph output, and every
- * reader of Y is a SwiGLU (the backward's SwiGLUGrad, added later by autodiff, reads what the
- * forward read). In SwiGLU's two-input form both gate and up must qualify (one dtype). */
+ * Which Linears: precision bf16 or fp8, no bias, float32 Y that is no graph output, and Y's
+ * only reader is a SwiGLU or AttentionQKV's X (the backward's SwiGLUGrad / AttentionQKVGrad,
+ * added later by autodiff, read what the forward read). In SwiGLU's two-input form both gate
+ * and up must qualify (one dtype). */
 #ifndef FR_NARROW_ACTIVATIONS_H
 #define FR_NARROW_ACTIVATIONS_H
 

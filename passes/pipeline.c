@@ -114,7 +114,7 @@ static fr_status run_gelu(fr_pass_ctx *c, fr_pass_result *r) { return run_count(
 static fr_status run_narrow(fr_pass_ctx *c, fr_pass_result *r)
 {
     FR_TRY(fr_narrow_activations(c->g, &r->changed));
-    snprintf(r->detail, sizeof r->detail, "%d Linear%s write%s bfloat16 for SwiGLU", r->changed,
+    snprintf(r->detail, sizeof r->detail, "%d Linear%s write%s bfloat16 for SwiGLU / AttentionQKV", r->changed,
              r->changed == 1 ? "" : "s", r->changed == 1 ? "s" : "");
     return FR_OK;
 }
@@ -229,7 +229,8 @@ static const fr_pass k_passes[] = {
      FR_STAGE_PREPARED, "fuse_swiglu", 0, run_swiglu},
     /* after fuse_swiglu (its SwiGLU nodes are the bf16 readers) and the FP8 compiler (its
        Linears), before autodiff, which then gives SwiGLUGrad the same bf16 input */
-    {"narrow_activations", "a Linear read only by the fused SwiGLU writes bfloat16 (bf16/fp8 precision)",
+    {"narrow_activations", "a Linear read only by the fused SwiGLU or AttentionQKV writes bfloat16 (bf16/fp8 "
+     "precision)",
      FR_STAGE_PREPARED, "narrow_activations", 0, run_narrow},
     /* after every other fusion (none of them then meets the fused node), on RMSNorm nodes
        (fuse_rmsnorm's too); the trainer's resolver turns it off under --recompute, whose

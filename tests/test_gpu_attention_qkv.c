@@ -11,7 +11,9 @@
  * Cases: GQA, MHA and MQA heads; RoPE half, interleaved and none; [T, D] and [B, 1, T, D]
  * tables; causal and not; T 33, 65, 97, 130, 256 (odd, not multiples of 64, and one); D 64 and
  * 128 (the vectorized staging kernels of attention_qkv_stage.cuh) and D 24 (not a multiple of
- * 16: the general one-element kernels); the 2-D output of GPT-2's rows. */
+ * 16: the general one-element kernels); the 2-D output of GPT-2's rows. Each again with X in
+ * bfloat16 (a narrowed Q/K/V projection, passes/narrow_activations.h; the CPU reference reads
+ * the same bf16 X, which it widens exactly), at the same tolerances. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,11 +76,21 @@ static void expect_close(const fr_tensor *got, const fr_tensor *want, double tol
     CU_FAIL("AttentionQKV on the GPU outside its tolerance");
 }
 
-/* One precision on one context (NULL: the harness's, --attention fp8run). */
-static void run_case(fr_rng *r, const qcase *c, const char *prec, fr_cuda_ctx *ctx)
+/* X's values rounded to bfloat16, in a bfloat16 tensor (X itself is freed) */
+static fr_tensor *to_bf16(fr_tensor *X)
+{
+    fr_tensor *b = tt_new(FR_BF16, X->rank, X->dims);
+    for (int64_t i = 0; i < fr_tensor_numel(X); i++) ((uint16_t *)b->data)[i] = fr_f32_to_bf16(((float *)X->data)[i]);
+    fr_tensor_free(X);
+    return b;
+}
+
+/* One precision on one context (NULL: the harness's, --attention fp8run); xbf: X in bfloat16. */
+static void run_case(fr_rng *r, const qcase *c, const char *prec, fr_cuda_ctx *ctx, int xbf)
 {
     const int64_t W = (c->Hq + 2 * c->Hk) * c->D;
     fr_tensor *X = tt_randn(r, FR_F32, 3, (int64_t[]){c->B, c->T, W}, 0, 1), *cs = NULL, *sn = NULL;
+    if (xbf) X = to_bf16(X);
     if (c->rope) { /* real RoPE tables: cos^2 + sin^2 = 1 */
         const int rank = c->table == 4 ? 4 : 2;
         const int64_t d2[2] = {c->T, c->D}, d4[4] = {c->B, 1, c->T, c->D};
@@ -94,7 +106,7 @@ static void run_case(fr_rng *r, const qcase *c, const char *prec, fr_cuda_ctx *c
             }
     }
     char what[200];
-    snprintf(what, sizeof what, "%s %s B%lld T%lld Hq%lld Hk%lld D%lld rope%d table%d causal%d flat%d", prec,
+    snprintf(what, sizeof what, "%s%s %s B%lld T%lld Hq%lld Hk%lld D%lld rope%d table%d causal%d flat%d", prec, xbf ? " X bf16" : "",
              ctx ? "cuDNN" : "fp8run", (long long)c->B, (long long)c->T, (long long)c->Hq, (long long)c->Hk,
              (long long)c->D, c->rope, c->table, c->causal, c->flat);
     const int bf = strcmp(prec, "bf16") == 0;
@@ -138,32 +150,46 @@ static void run_case(fr_rng *r, const qcase *c, const char *prec, fr_cuda_ctx *c
 }
 #endif
 
-static void test_fp32(void)
+static void fp32_cases(int xbf)
 {
 #ifdef FP8RUN_HAVE_CUDA
-    fr_rng r = fr_test_rng(__func__);
-    for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++) run_case(&r, &k_cases[i], "fp32", NULL);
+    fr_rng r = fr_test_rng(xbf ? "gpu_qkv_fp32_xbf16" : "test_fp32");
+    for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++) run_case(&r, &k_cases[i], "fp32", NULL, xbf);
+#else
+    (void)xbf;
 #endif
 }
 
-static void test_bf16_own(void)
+static void bf16_own_cases(int xbf)
 {
 #ifdef FP8RUN_HAVE_CUDA
-    fr_rng r = fr_test_rng(__func__);
-    for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++) run_case(&r, &k_cases[i], "bf16", NULL);
+    fr_rng r = fr_test_rng(xbf ? "gpu_qkv_bf16_own_xbf16" : "test_bf16_own");
+    for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++) run_case(&r, &k_cases[i], "bf16", NULL, xbf);
+#else
+    (void)xbf;
 #endif
 }
 
-static void test_bf16_cudnn(void)
+static void bf16_cudnn_cases(int xbf)
 {
 #ifdef FP8RUN_HAVE_CUDA
     fr_cuda_ctx *c = dnn_ctx();
     if (!c) return;
-    fr_rng r = fr_test_rng(__func__);
-    for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++) run_case(&r, &k_cases[i], "bf16", c);
+    fr_rng r = fr_test_rng(xbf ? "gpu_qkv_bf16_cudnn_xbf16" : "test_bf16_cudnn");
+    n_dnn_runs = 0;
+    for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++) run_case(&r, &k_cases[i], "bf16", c, xbf);
     printf("\n  %d cases on cuDNN", n_dnn_runs);
+#else
+    (void)xbf;
 #endif
 }
+
+static void test_fp32(void) { fp32_cases(0); }
+static void test_bf16_own(void) { bf16_own_cases(0); }
+static void test_bf16_cudnn(void) { bf16_cudnn_cases(0); }
+static void test_fp32_xbf16(void) { fp32_cases(1); }
+static void test_bf16_own_xbf16(void) { bf16_own_cases(1); }
+static void test_bf16_cudnn_xbf16(void) { bf16_cudnn_cases(1); }
 
 int main(void)
 {
@@ -171,6 +197,9 @@ int main(void)
         {"fp32 (fp8run's float32 kernels) vs CPU: 1e-5", test_fp32},
         {"bf16 on fp8run's kernels vs CPU: 2e-2", test_bf16_own},
         {"bf16 on cuDNN vs CPU: 2e-2 (skipped without cuDNN)", test_bf16_cudnn},
+        {"bfloat16 X, fp32 (fp8run's float32 kernels) vs CPU: 1e-5", test_fp32_xbf16},
+        {"bfloat16 X, bf16 on fp8run's kernels vs CPU: 2e-2", test_bf16_own_xbf16},
+        {"bfloat16 X, bf16 on cuDNN vs CPU: 2e-2 (skipped without cuDNN)", test_bf16_cudnn_xbf16},
         CU_TEST_INFO_NULL,
     };
     CU_SuiteInfo suites[] = {{"gpu_attention_qkv", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};

@@ -3,14 +3,21 @@
  *    Y rounded to bfloat16, bit for bit (one rounding of the same GEMM result);
  *  - SwiGLU / SwiGLUGrad on bfloat16 gate/up equal the float32 ops on the same (widened) values
  *    bit for bit, both forms; outputs float32; a float32 dy next to bf16 gate/up is required;
- *  - the pass on the generated Llama: one gate/up Linear per layer narrowed in bf16 and fp8,
- *    none in fp32 or with --no-narrow-activations; the trainer's SwiGLUGrad reads the bf16
- *    value and its gradient is float32; a Linear with a bias, or read by anything else, stays;
+ *  - AttentionQKV / AttentionQKVGrad on bfloat16 X equal the float32 ops on the same (widened)
+ *    values bit for bit (O, LSE, dX float32; RoPE half, interleaved, none; causal and not);
+ *  - the pass on the generated Llama: two Linears per layer narrowed in bf16 and fp8 (the
+ *    fused Q/K/V read by AttentionQKV, the gate/up read by SwiGLU), none in fp32 or with
+ *    --no-narrow-activations; the trainer's SwiGLUGrad and AttentionQKVGrad read the bf16
+ *    values and their gradients are float32; a Linear with a bias, or read by anything else,
+ *    stays;
  *  - training: the first two fp8 losses with and without narrowing within 1e-3 / 3e-3 (the
  *    rounding alone), the 20-step run within 5e-2 (the trajectories spread), and both train;
  *  - bad attributes are errors naming the node;
  *  - the dynamo exports of Llama, Qwen2, Mistral, Phi-3 and Gemma (opsets 18, 23) narrow one
- *    gate/up Linear per layer in fp8; GPT-2 (GELU MLP, no SwiGLU) none. */
+ *    gate/up Linear per layer in fp8, and the fused Q/K/V Linear where AttentionQKV reads it
+ *    directly and it has no bias (Llama and Mistral static, Gemma; not Qwen2's biased one,
+ *    not Phi-3's, read through a Reshape, nor the dynamic Llama's, which has no
+ *    AttentionQKV); GPT-2 (biased c_attn, GELU MLP) none. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,12 +184,85 @@ static void test_swiglu_bf16(void)
     fr_tensor_free(db);
 }
 
+/* ---- AttentionQKV on bfloat16 X ---- */
+
+typedef struct qkv_case {
+    int64_t B, T, Hq, Hk, D;
+    int rope, causal; /* rope 0 none, 1 half, 2 interleaved */
+} qkv_case;
+
+static void qkv_attrs(tnode *t, const qkv_case *c)
+{
+    TN_ATTR(t, int, "heads", c->Hq);
+    TN_ATTR(t, int, "kv_heads", c->Hk);
+    TN_ATTR(t, int, "head_dim", c->D);
+    if (c->causal) TN_ATTR(t, int, "causal", 1);
+    if (c->rope == 2) TN_ATTR(t, int, "interleaved", 1);
+}
+
+/* One op on X (float32 or its bf16 twin) and the float32 rest: its outputs, owned by the caller */
+static void run_qkv_op(const qkv_case *c, const char *op, int n_in, fr_tensor **ins, int n_out, fr_tensor **outs)
+{
+    tnode t;
+    tn_init_domain(&t, FR_DOMAIN_FP8RUN, op, 1, n_in, ins, 0u, n_out);
+    qkv_attrs(&t, c);
+    FR_ASSERT_OK(tn_run(&t));
+    for (int o = 0; o < n_out; o++) {
+        outs[o] = t.out[o];
+        t.out[o] = NULL;
+    }
+    tn_free(&t);
+}
+
+static void test_attention_qkv_bf16(void)
+{
+    fr_rng r = fr_test_rng("narrow_attention_qkv");
+    static const qkv_case cases[] = {{2, 9, 4, 2, 8, 1, 1}, {1, 12, 2, 2, 6, 2, 0}, {2, 7, 3, 1, 4, 0, 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const qkv_case *c = &cases[i];
+        const int64_t xd[3] = {c->B, c->T, (c->Hq + 2 * c->Hk) * c->D}, td[2] = {c->T, c->D};
+        fr_tensor *xf = tt_randn(&r, FR_F32, 3, xd, 0, 1), *xb;
+        bf16_pair(xf, &xb);
+        fr_tensor *cs = c->rope ? tt_randn(&r, FR_F32, 2, td, 0, 1) : NULL, *sn = c->rope ? tt_randn(&r, FR_F32, 2, td, 0, 1) : NULL;
+        const int nf = c->rope ? 3 : 1, nb = c->rope ? 6 : 4;
+        fr_tensor *of[2], *ob[2];
+        run_qkv_op(c, "AttentionQKV", nf, (fr_tensor *[]){xf, cs, sn}, 2, of);
+        run_qkv_op(c, "AttentionQKV", nf, (fr_tensor *[]){xb, cs, sn}, 2, ob);
+        for (int k = 0; k < 2; k++) CU_ASSERT_EQUAL(count_diff(ob[k], of[k]), 0); /* O, LSE */
+        fr_tensor *dO = tt_randn(&r, FR_F32, of[0]->rank, of[0]->dims, 0, 1), *gf, *gb;
+        run_qkv_op(c, "AttentionQKVGrad", nb, (fr_tensor *[]){xf, of[0], of[1], dO, cs, sn}, 1, &gf);
+        run_qkv_op(c, "AttentionQKVGrad", nb, (fr_tensor *[]){xb, of[0], of[1], dO, cs, sn}, 1, &gb);
+        CU_ASSERT_EQUAL(count_diff(gb, gf), 0); /* dX float32 */
+        for (int k = 0; k < 2; k++) {
+            fr_tensor_free(of[k]);
+            fr_tensor_free(ob[k]);
+        }
+        fr_tensor *all[7] = {xf, xb, cs, sn, dO, gf, gb};
+        for (int k = 0; k < 7; k++) fr_tensor_free(all[k]);
+    }
+    /* bfloat16 tables next to bfloat16 X are refused: the tables are float32 */
+    const int64_t xd[3] = {1, 4, 16}, td[2] = {4, 4};
+    fr_tensor *xf = tt_randn(&r, FR_F32, 3, xd, 0, 1), *cf = tt_randn(&r, FR_F32, 2, td, 0, 1), *xb, *cb;
+    bf16_pair(xf, &xb);
+    bf16_pair(cf, &cb);
+    const qkv_case c = {1, 4, 2, 1, 4, 1, 0};
+    tnode t;
+    tn_init_domain(&t, FR_DOMAIN_FP8RUN, "AttentionQKV", 1, 3, (fr_tensor *[]){xb, cb, cb}, 0u, 2);
+    qkv_attrs(&t, &c);
+    CU_ASSERT_EQUAL(tn_run(&t), FR_ERR_UNSUPPORTED);
+    tn_assert_error("tables must be float32");
+    tn_free(&t);
+    fr_tensor *all[4] = {xf, cf, xb, cb};
+    for (int k = 0; k < 4; k++) fr_tensor_free(all[k]);
+}
+
 /* ---- the pass in the trainer ---- */
 
-static int count_bf16_linears(const fr_graph *g, int *swiglug_bf16)
+/* bf16 Linears; *swiglug_bf16, *qkvg_bf16: the gradients reading a bf16 input */
+static int count_bf16_linears(const fr_graph *g, int *swiglug_bf16, int *qkvg_bf16)
 {
     int n = 0;
-    *swiglug_bf16 = 0;
+    *swiglug_bf16 = 0, *qkvg_bf16 = 0;
     for (int i = 0; i < g->n_nodes; i++) {
         const fr_node *nd = &g->nodes[i];
         if (nd->dead) continue;
@@ -195,6 +275,10 @@ static int count_bf16_linears(const fr_graph *g, int *swiglug_bf16)
         if (strcmp(nd->op_type, "SwiGLUGrad") == 0 && g->values[nd->inputs[0]].dtype == FR_BF16) {
             (*swiglug_bf16)++;
             CU_ASSERT_EQUAL(g->values[nd->outputs[0]].dtype, FR_F32); /* the gradient in float32 */
+        }
+        if (strcmp(nd->op_type, "AttentionQKVGrad") == 0 && g->values[nd->inputs[0]].dtype == FR_BF16) {
+            (*qkvg_bf16)++;
+            CU_ASSERT_EQUAL(g->values[nd->outputs[0]].dtype, FR_F32);
         }
     }
     return n;
@@ -210,10 +294,11 @@ static void check_trainer(const char *prec, int narrow, int want)
     o.narrow_activations = narrow;
     fr_trainer *t = NULL;
     FR_ASSERT_OK(fr_trainer_new(model, &o, &t));
-    int sg = -1, n = count_bf16_linears(t->g, &sg);
-    if (n != want) printf("\n  %s narrow=%d: %d bf16 Linears, want %d", prec, narrow, n, want);
-    CU_ASSERT_EQUAL(n, want);
-    CU_ASSERT_EQUAL(sg, want); /* every layer's SwiGLUGrad reads its bf16 gate_up */
+    int sg = -1, qg = -1, n = count_bf16_linears(t->g, &sg, &qg);
+    if (n != 2 * want) printf("\n  %s narrow=%d: %d bf16 Linears, want %d", prec, narrow, n, 2 * want);
+    CU_ASSERT_EQUAL(n, 2 * want); /* Q/K/V and gate/up */
+    CU_ASSERT_EQUAL(sg, want);    /* every layer's SwiGLUGrad reads its bf16 gate_up */
+    CU_ASSERT_EQUAL(qg, want);    /* and its AttentionQKVGrad its bf16 Q/K/V */
     fr_trainer_free(t);
     fr_graph_free(model);
 }
@@ -257,22 +342,24 @@ static void test_other_reader(void)
     o.eval_only = 1;
     fr_trainer *t = NULL;
     FR_ASSERT_OK(fr_trainer_new(model, &o, &t));
-    int sg, before = count_bf16_linears(t->g, &sg);
-    CU_ASSERT_EQUAL(before, (int)k_llama.layers);
+    int sg, qg, before = count_bf16_linears(t->g, &sg, &qg);
+    CU_ASSERT_EQUAL(before, 2 * (int)k_llama.layers);
     fr_trainer_free(t);
     /* again on a graph where each gate_up Linear's output is also a graph output: none narrowed */
     o.narrow_activations = 0;
     FR_ASSERT_OK(fr_trainer_new(model, &o, &t));
     fr_graph *g = t->g;
     for (int i = 0; i < g->n_nodes; i++)
-        if (!g->nodes[i].dead && strcmp(g->nodes[i].op_type, "SwiGLU") == 0) g->values[g->nodes[i].inputs[0]].flags |= FR_VAL_OUTPUT;
+        if (!g->nodes[i].dead && (strcmp(g->nodes[i].op_type, "SwiGLU") == 0 || strcmp(g->nodes[i].op_type, "AttentionQKV") == 0))
+            g->values[g->nodes[i].inputs[0]].flags |= FR_VAL_OUTPUT;
     int n = -1;
     FR_ASSERT_OK(fr_narrow_activations(g, &n));
     CU_ASSERT_EQUAL(n, 0);
     for (int i = 0; i < g->n_nodes; i++)
-        if (!g->nodes[i].dead && strcmp(g->nodes[i].op_type, "SwiGLU") == 0) g->values[g->nodes[i].inputs[0]].flags &= ~FR_VAL_OUTPUT;
+        if (!g->nodes[i].dead && (strcmp(g->nodes[i].op_type, "SwiGLU") == 0 || strcmp(g->nodes[i].op_type, "AttentionQKV") == 0))
+            g->values[g->nodes[i].inputs[0]].flags &= ~FR_VAL_OUTPUT;
     FR_ASSERT_OK(fr_narrow_activations(g, &n));
-    CU_ASSERT_EQUAL(n, (int)k_llama.layers);
+    CU_ASSERT_EQUAL(n, 2 * (int)k_llama.layers);
     FR_ASSERT_OK(fr_narrow_activations(g, &n)); /* a second run finds nothing left */
     CU_ASSERT_EQUAL(n, 0);
     fr_trainer_free(t);
@@ -280,14 +367,16 @@ static void test_other_reader(void)
 }
 
 /* What users bring: the dynamo exports (opset 18 and 23) of the Llama-family fixtures narrow one
- * gate/up Linear per layer in fp8 (the fused SwiGLU reads it); GPT-2's GELU MLP none */
+ * gate/up Linear per layer in fp8 (the fused SwiGLU reads it) and the unbiased Q/K/V projection
+ * AttentionQKV reads; GPT-2 none */
 static void test_hf_exports(void)
 {
     static const struct {
         const char *dir;
-        int want; /* layers with a SwiGLU: the fixtures have 2 */
-    } fx[] = {{"llama_op18_static", 2}, {"llama_op23_dynamic", 2}, {"qwen2_op18_static", 2}, {"mistral_op23_static", 2},
-              {"phi3_op18_static", 2},  {"gemma_op18_static", 2},  {"gpt2_op18_static", 0}};
+        int swiglu, qkv; /* layers with a narrowed gate/up, Q/K/V: the fixtures have 2 */
+    } fx[] = {{"llama_op18_static", 2, 2},   {"llama_op23_dynamic", 2, 0}, {"qwen2_op18_static", 2, 0},
+              {"mistral_op23_static", 2, 2}, {"phi3_op18_static", 2, 0},   {"gemma_op18_static", 2, 2},
+              {"gpt2_op18_static", 0, 0}};
     for (size_t i = 0; i < sizeof fx / sizeof fx[0]; i++) {
         fr_graph *g = fr_ft_open_hf(fx[i].dir);
         fr_train_options o;
@@ -297,10 +386,13 @@ static void test_hf_exports(void)
         fr_status st = fr_trainer_new(g, &o, &t);
         if (st != FR_OK) printf("\n  %s: %s", fx[i].dir, fr_last_error());
         CU_ASSERT_EQUAL_FATAL(st, FR_OK);
-        int sg = -1, n = count_bf16_linears(t->g, &sg);
-        if (n != fx[i].want) printf("\n  %s: %d narrowed, want %d", fx[i].dir, n, fx[i].want);
-        CU_ASSERT_EQUAL(n, fx[i].want);
-        CU_ASSERT_EQUAL(sg, fx[i].want);
+        int sg = -1, qg = -1, n = count_bf16_linears(t->g, &sg, &qg);
+        if (n != fx[i].swiglu + fx[i].qkv || sg != fx[i].swiglu || qg != fx[i].qkv)
+            printf("\n  %s: %d narrowed (%d SwiGLU, %d AttentionQKV), want %d, %d", fx[i].dir, n, sg, qg, fx[i].swiglu,
+                   fx[i].qkv);
+        CU_ASSERT_EQUAL(n, fx[i].swiglu + fx[i].qkv);
+        CU_ASSERT_EQUAL(sg, fx[i].swiglu);
+        CU_ASSERT_EQUAL(qg, fx[i].qkv);
         fr_trainer_free(t);
         fr_graph_free(g);
     }
@@ -312,10 +404,11 @@ int main(void)
         {"Linear y_dtype bfloat16 == bf16(float32 Y), bf16 and fp8", test_linear_y_bf16},
         {"Linear y_dtype: bad values and combinations are errors", test_linear_bad_attrs},
         {"SwiGLU(Grad) on bfloat16 gate/up == float32 on the same values", test_swiglu_bf16},
-        {"trainer: one narrowed gate/up Linear per layer in bf16/fp8, none in fp32 or off", test_trainer_graphs},
+        {"AttentionQKV(Grad) on bfloat16 X == float32 on the same values", test_attention_qkv_bf16},
+        {"trainer: narrowed Q/K/V and gate/up Linears per layer in bf16/fp8, none in fp32 or off", test_trainer_graphs},
         {"fp8 training with and without narrowing", test_losses},
         {"a Linear whose output is also read elsewhere stays float32", test_other_reader},
-        {"dynamo HF exports: one narrowed gate/up Linear per layer (Llama family), none for GPT-2", test_hf_exports},
+        {"dynamo HF exports: narrowed gate/up and unbiased Q/K/V Linears (Llama family), none for GPT-2", test_hf_exports},
         CU_TEST_INFO_NULL,
     };
     CU_SuiteInfo suites[] = {{"narrow_activations", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};

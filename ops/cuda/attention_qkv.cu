@@ -2,7 +2,7 @@
  *
  * Two paths, chosen per node as the plain Attention chooses (--attention, attention_cudnn.h):
  *  - cuDNN (precision bf16, no window, cuDNN loads and takes the problem): one pass rounds the
- *    packed X to bf16 in its own layout, RoPE applied to the Q and K columns; cuDNN reads Q, K,
+ *    packed X to bf16 in its own layout (X already bf16 when narrowed: a copy then), RoPE applied to the Q and K columns; cuDNN reads Q, K,
  *    V from it by strides ([B, T, heads, D] is its "BSHD" layout) and writes O as
  *    [B, T, Hq, Dv], widened into the output. Backward: X staged the same way, O and dO rounded
  *    to bf16, cuDNN writes dQ, dK, dV into one packed bf16 buffer laid out as X, and one pass
@@ -10,6 +10,8 @@
  *  - fp8run's kernels (ops/cuda/attention.cu, through its kernel table): X is unpacked into
  *    float32 [B, heads, T, D] copies (RoPE applied), the Attention / AttentionGrad kernels run on
  *    them, and O (or dQ, dK, dV) is packed back.
+ * X may be bfloat16 (passes/narrow_activations.h): the staging kernels widen it as they load
+ * it (16-byte loads of 8 elements), everything after is the float32 path's.
  * RoPE here is float32 math (within 1e-6 of the CPU's double). The staging passes run the
  * vectorized kernels of attention_qkv_stage.cuh where the shapes and pointers allow (head dims
  * of the usual sizes), else the one-element-per-thread kernels below (same bits either way). */
@@ -89,9 +91,10 @@ __device__ inline int section(const Geo &g, int64_t c, int64_t *h, int64_t *d)
     return 2;
 }
 
-/* Forward staging: element (b, t, c) of X (RoPE'd on Q and K) into the section's layout. */
-template <typename TO>
-__global__ void stage_kernel(Geo g, const float *__restrict__ X, const float *__restrict__ cs,
+/* Forward staging: element (b, t, c) of X (float32 or bfloat16, TX) (RoPE'd on Q and K) into
+ * the section's layout. */
+template <typename TO, typename TX>
+__global__ void stage_kernel(Geo g, const TX *__restrict__ X, const float *__restrict__ cs,
                              const float *__restrict__ sn, TO *q, TO *k, TO *v, Lay lq, Lay lk, Lay lv)
 {
     const int64_t n = g.B * g.T * g.W;
@@ -99,12 +102,12 @@ __global__ void stage_kernel(Geo g, const float *__restrict__ X, const float *__
         const int64_t c = i % g.W, bt = i / g.W, t = bt % g.T, b = bt / g.T;
         int64_t h, d;
         const int s = section(g, c, &h, &d);
-        float y = X[i];
+        float y = load_f(X + i);
         if (g.rotary && s < 2) {
             float sign;
             const int64_t p = partner(d, g.D, g.interleaved, &sign);
             const float *cr = cs + b * g.cos_b + t * g.D, *sr = sn + b * g.sin_b + t * g.D;
-            y = fmaf(y, cr[d], sign * X[i - d + p] * sr[d]);
+            y = fmaf(y, cr[d], sign * load_f(X + i - d + p) * sr[d]);
         }
         const Lay &l = s == 0 ? lq : s == 1 ? lk : lv;
         TO *o = s == 0 ? q : s == 1 ? k : v;
@@ -344,19 +347,30 @@ fr_status check_launch(const fr_cuda_kctx *k, const char *what) { return fr_cuda
 qkv_fast::Lay8 lay8(const Lay &l) { return qkv_fast::Lay8{l.sb, l.sh, l.st}; }
 
 /* X (RoPE'd) into the sections' layouts, vectorized where it can be. */
-template <typename TO>
-void stage(const Node &p, const float *X, const float *cs, const float *sn, TO *q, TO *k, TO *v, const Lay *l,
-           cudaStream_t stream)
+template <typename TO, typename TX>
+void stage_x(const Node &p, const TX *X, const float *cs, const float *sn, TO *q, TO *k, TO *v, const Lay *l,
+             cudaStream_t stream)
 {
     qkv_fast::Geo8 g8;
     if (fast_geo(p, &g8) && tables_ok(cs, sn) && qkv_fast::aligned16(X) && qkv_fast::aligned16(q) &&
         qkv_fast::aligned16(k) && qkv_fast::aligned16(v)) {
-        qkv_fast::rope8_kernel<false, TO><<<qkv_fast::blocks8(g8.n), 256, 0, stream>>>(
+        qkv_fast::rope8_kernel<false, TO, TX><<<qkv_fast::blocks8(g8.n), 256, 0, stream>>>(
             g8, X, nullptr, q, k, v, lay8(l[0]), lay8(l[1]), lay8(l[2]), cs, sn);
         return;
     }
     const int64_t nx = p.q.B * p.q.T * p.q.W;
-    stage_kernel<TO><<<blocks_for(nx), 256, 0, stream>>>(p.g, X, cs, sn, q, k, v, l[0], l[1], l[2]);
+    stage_kernel<TO, TX><<<blocks_for(nx), 256, 0, stream>>>(p.g, X, cs, sn, q, k, v, l[0], l[1], l[2]);
+}
+
+/* stage_x on X as it is stored: float32, or bfloat16 (a narrowed projection) */
+template <typename TO>
+void stage(const Node &p, const fr_tensor *X, const float *cs, const float *sn, TO *q, TO *k, TO *v, const Lay *l,
+           cudaStream_t stream)
+{
+    if (X->dtype == FR_BF16)
+        stage_x<TO, bf16>(p, (const bf16 *)X->data, cs, sn, q, k, v, l, stream);
+    else
+        stage_x<TO, float>(p, (const float *)X->data, cs, sn, q, k, v, l, stream);
 }
 
 /* O-like tensors between the packed layout and the head layout l (pin -> hout, or hin -> pout),
@@ -385,7 +399,7 @@ void unstage(const Node &p, TI *q, TI *k, TI *v, const Lay *l, const float *cs, 
     qkv_fast::Geo8 g8;
     if (fast_geo(p, &g8) && tables_ok(cs, sn) && qkv_fast::aligned16(dX) && qkv_fast::aligned16(q) &&
         qkv_fast::aligned16(k) && qkv_fast::aligned16(v)) {
-        qkv_fast::rope8_kernel<true, TI><<<qkv_fast::blocks8(g8.n), 256, 0, stream>>>(
+        qkv_fast::rope8_kernel<true, TI, float><<<qkv_fast::blocks8(g8.n), 256, 0, stream>>>(
             g8, nullptr, dX, q, k, v, lay8(l[0]), lay8(l[1]), lay8(l[2]), cs, sn);
         return;
     }
@@ -482,7 +496,7 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
     cudaStream_t stream = c->stream;
     const Lay ls[3] = {packed(p, 0), packed(p, 1), packed(p, 2)}, lo = packed(p, 3);
     bf16 *k16 = x16 + q.k_off, *v16 = x16 + q.v_off;
-    stage<bf16>(p, (const float *)k->in[0]->data, cs, sn, x16, k16, v16, ls, stream);
+    stage<bf16>(p, k->in[0], cs, sn, x16, k16, v16, ls, stream);
     FR_TRY(check_launch(k, "AttentionQKV(cuDNN: stage X)"));
     fr_cudnn_sdpa_io io;
     memset(&io, 0, sizeof io);
@@ -551,7 +565,7 @@ fr_status run_own(const fr_cuda_kctx *k, const Node &p, int backward)
     const float *sn = cs ? (const float *)k->in[ci + 1]->data : nullptr;
     cudaStream_t stream = k->cu->stream;
     const Lay hs[3] = {head_major(p, 0), head_major(p, 1), head_major(p, 2)}, ho = head_major(p, 3);
-    stage<float>(p, (const float *)k->in[0]->data, cs, sn, Q, K, V, hs, stream);
+    stage<float>(p, k->in[0], cs, sn, Q, K, V, hs, stream);
     FR_TRY(check_launch(k, "AttentionQKV(stage X)"));
     fr_tensor tq = view_of(p, 0, Q), tk = view_of(p, 1, K), tv = view_of(p, 2, V), to = view_of(p, 3, O);
     fr_cuda_kctx ik = *k;
@@ -587,12 +601,14 @@ fr_status run_own(const fr_cuda_kctx *k, const Node &p, int backward)
     return check_launch(k, "AttentionQKVGrad(dX)");
 }
 
+/* float32 inputs, X also bfloat16 (a narrowed projection: the staging reads it, the rest is
+ * float32 as ever) */
 fr_status check_f32(const fr_cuda_kctx *k)
 {
     for (int i = 0; i < k->n_in; i++)
-        if (k->in[i] && k->in[i]->dtype != FR_F32)
-            return fr_node_error(k->node, FR_ERR_UNSUPPORTED, "input %d is %s: the CUDA kernels take float32", i,
-                                 fr_dtype_name(k->in[i]->dtype));
+        if (k->in[i] && k->in[i]->dtype != FR_F32 && !(i == 0 && k->in[i]->dtype == FR_BF16))
+            return fr_node_error(k->node, FR_ERR_UNSUPPORTED, "input %d is %s: the CUDA kernels take float32%s", i,
+                                 fr_dtype_name(k->in[i]->dtype), i == 0 ? " or bfloat16" : "");
     return FR_OK;
 }
 
