@@ -146,9 +146,9 @@ static uint16_t ref_round_bf16(float v)
     return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
-int64_t lp_bf16_of(const fr_tensor *bf, const fr_tensor *f, int64_t *ulp1)
+int64_t lp_bf16_of(const fr_tensor *bf, const fr_tensor *f, double abs_tol, int64_t *near)
 {
-    *ulp1 = 0;
+    *near = 0;
     if (!bf || !f || bf->dtype != FR_BF16 || f->dtype != FR_F32 || fr_tensor_numel(bf) != fr_tensor_numel(f))
         return -1;
     int64_t bad = 0;
@@ -158,7 +158,11 @@ int64_t lp_bf16_of(const fr_tensor *bf, const fr_tensor *f, int64_t *ulp1)
         uint16_t want = ref_round_bf16(fv[i]);
         if (b[i] == want) continue;
         bad++;
-        if ((b[i] & 0x8000) == (want & 0x8000) && abs((int)(b[i] & 0x7FFF) - (int)(want & 0x7FFF)) == 1) (*ulp1)++;
+        uint32_t u = (uint32_t)b[i] << 16;
+        float got;
+        memcpy(&got, &u, 4);
+        int ulp1 = (b[i] & 0x8000) == (want & 0x8000) && abs((int)(b[i] & 0x7FFF) - (int)(want & 0x7FFF)) == 1;
+        if (ulp1 || fabs((double)got - fv[i]) <= abs_tol) (*near)++;
     }
     return bad;
 }

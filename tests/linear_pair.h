@@ -47,8 +47,10 @@ const char *const *lp_init(tnode *t, lp_kind kind, const lp_case *c, const lp_da
 int lp_same(const char *label, const char *what, const fr_tensor *a, const fr_tensor *b);
 
 /* A bfloat16 tensor that must be float32 tensor f rounded to nearest even (own rounding, not
- * the library's): returns the number of elements that differ, and in *ulp1 those that are one
- * bfloat16 ulp away (the GPU GEMM may round from a differently ordered sum). */
-int64_t lp_bf16_of(const fr_tensor *bf, const fr_tensor *f, int64_t *ulp1);
+ * the library's): returns the number of elements that differ (-1: not comparable), and in
+ * *near those that are one bfloat16 ulp away or within abs_tol of f (a GPU GEMM writing bf16
+ * may round a differently ordered sum; near zero, where the sum cancels, the order moves the
+ * value by more than an ulp of it). */
+int64_t lp_bf16_of(const fr_tensor *bf, const fr_tensor *f, double abs_tol, int64_t *near);
 
 #endif

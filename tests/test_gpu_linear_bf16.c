@@ -12,8 +12,9 @@
  *     bit for bit, Y / dX / dW within 1e-2 relative L2 (test_gpu_linear's tolerance: the same
  *     products in cuBLASLt's summation order);
  *   - dx_dtype bfloat16 (the GEMM writes bf16): each dX element is the float32 dX of the same
- *     build rounded to nearest even, or one bf16 ulp from it (cuBLASLt may pick another
- *     algorithm for a bf16 result; the count of such elements is printed). */
+ *     build rounded to nearest even, or one bf16 ulp from it, or within 1e-5 x rms(dX) of it
+ *     (cuBLASLt may pick another algorithm for a bf16 result: a cancelling sum near zero then
+ *     moves by more than its own ulp); the count of inexact elements is printed. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,11 +94,14 @@ static int check_case(const lp_case *c, const char *label)
     fr_tensor *gn[TN_MAX];
     const char *const *dnames = lp_init(&dn, LP_DGRAD, c, &d, 0, 1, 1, NULL, NULL);
     if (run_both(&dn, gn, l2) && gd[0]) {
-        int64_t ulp1, bad = lp_bf16_of(gn[0], gd[0], &ulp1);
-        if (bad != ulp1) fprintf(stderr, "\n  %s: %lld dX elements more than 1 ulp from the float32 dX rounded\n", l2,
-                                 (long long)(bad - ulp1));
-        ok &= bad == ulp1;
-        g_ulp1 += ulp1;
+        double rms = 0; /* near zero (a cancelling sum) another order moves dX by more than its ulp */
+        for (int64_t i = 0; i < fr_tensor_numel(gd[0]); i++) rms += (double)((float *)gd[0]->data)[i] * ((float *)gd[0]->data)[i];
+        rms = sqrt(rms / (double)(fr_tensor_numel(gd[0]) > 0 ? fr_tensor_numel(gd[0]) : 1));
+        int64_t near, bad = lp_bf16_of(gn[0], gd[0], 1e-5 * rms, &near);
+        if (bad != near) fprintf(stderr, "\n  %s: %lld dX elements more than 1 ulp (and 1e-5 rms) from the float32 dX "
+                                 "rounded\n", l2, (long long)(bad - near));
+        ok &= bad == near;
+        g_ulp1 += bad;
         g_elems += fr_tensor_numel(gd[0]);
         for (int o = 1; o < dn.n_out; o++) ok &= lp_same(l2, dnames[o], gn[o], gd[o]);
         double err = gpu_rel_err(gn[0], dn.out[0]);
@@ -143,7 +147,7 @@ static void run_prec(const char *prec, const char *recipe)
                      c.fmt ? c.fmt : "hybrid", tb, s);
             CU_ASSERT(check_case(&c, label));
         }
-    printf("\n    %s %s: dx_dtype bfloat16: %lld of %lld dX elements one ulp from the rounded float32 dX\n", prec,
+    printf("\n    %s %s: dx_dtype bfloat16: %lld of %lld dX elements not the rounded float32 dX\n", prec,
            recipe ? recipe : "", (long long)g_ulp1, (long long)g_elems);
     g_ulp1 = g_elems = 0;
 }
