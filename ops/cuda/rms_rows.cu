@@ -22,8 +22,9 @@
  *
  * bfloat16 (issue 12): B and dY may be bfloat16 (widened exactly: the bits of the float32 tensor
  * of the same values), Y may be written in bfloat16 (the float32 Y rounded to nearest even).
- * The dtypes are template parameters; a vector is 4 floats (float4) when every tensor is float32
- * and 8 elements when one is bfloat16 (one 16-byte bfloat16 word, two float4), vec16.cuh. */
+ * The dtypes are template parameters; a vector is 8 elements (two float4, one 16-byte bfloat16
+ * word; vec16.cuh) when len % 8 == 0, else 4, chosen from len alone (shape_of), so that every
+ * dtype sums in the same order. */
 #include <math.h>
 #include <stdint.h>
 
@@ -265,10 +266,14 @@ struct Shape {
     int vec, vpt, threads;
 };
 
-/* vec: the vector the dtypes want (4 or 8), taken when aligned and len % vec == 0 */
-Shape shape_of(int64_t len, int aligned, int vec)
+/* The vector depends on len and the alignment only, never on the dtypes: a thread then sums
+ * the same elements in the same order whatever the dtypes, so bfloat16 inputs give the bits
+ * of float32 ones and a bfloat16 Y is the float32 Y rounded. 8 elements (two float4, one
+ * 16-byte bfloat16 word) when len % 8 == 0, else 4 (float4, 8-byte bfloat16) when
+ * len % 4 == 0; aligned: every tensor's start is 16-byte aligned. */
+Shape shape_of(int64_t len, int aligned)
 {
-    Shape s{aligned && len % vec == 0 ? vec : 1, 0, kThreads};
+    Shape s{!aligned ? 1 : len % 8 == 0 ? 8 : len % 4 == 0 ? 4 : 1, 0, kThreads};
     const int64_t nv = len / s.vec;
     if (s.vec > 1)
         for (int v = 1; v * s.vec <= kMaxRegs; v *= 2)
@@ -287,8 +292,6 @@ unsigned fwd_blocks(int64_t rows) { return (unsigned)(rows < (1 << 20) ? rows : 
 /* 16-byte vectors need every row start aligned: the tensors' starts (row lengths % vec == 0) */
 int al16(const void *p) { return fr_aligned_to(p, 16); }
 
-template <typename T> constexpr int is_bf16() { return sizeof(T) == 2; }
-
 template <int V, int VPT, typename TB, typename TY>
 void launch_fwd(int threads, cudaStream_t st, const float *a, const TB *b, const float *w, float *h, TY *y,
                 int64_t rows, int64_t len, float eps)
@@ -297,20 +300,11 @@ void launch_fwd(int threads, cudaStream_t st, const float *a, const TB *b, const
         rms_fwd<V, VPT, TB, TY><<<fwd_blocks(rows), threads, 0, st>>>(a, b, w, h, y, rows, len, eps);
 }
 
-/* the forward for B's and Y's dtypes: V 4 all float32, 8 with bfloat16 */
-template <typename TB, typename TY>
-void fwd_t(cudaStream_t st, const float *a, const void *bv, const float *w, float *h, void *yv, int64_t rows,
-           int64_t len, float eps)
+template <int V, typename TB, typename TY>
+void fwd_v(const Shape &s, cudaStream_t st, const float *a, const TB *b, const float *w, float *h, TY *y,
+           int64_t rows, int64_t len, float eps)
 {
-    constexpr int V = is_bf16<TB>() || is_bf16<TY>() ? 8 : 4;
-    const TB *b = (const TB *)bv;
-    TY *y = (TY *)yv;
-    const Shape s = shape_of(len, al16(a) && al16(b) && al16(w) && al16(h) && al16(y), V);
     const int t = s.threads;
-    if (s.vec == 1) {
-        launch_fwd<1, 0>(t, st, a, b, w, h, y, rows, len, eps);
-        return;
-    }
     switch (s.vpt) {
     case 1: launch_fwd<V, 1>(t, st, a, b, w, h, y, rows, len, eps); break;
     case 2: launch_fwd<V, 2>(t, st, a, b, w, h, y, rows, len, eps); break;
@@ -320,7 +314,25 @@ void fwd_t(cudaStream_t st, const float *a, const void *bv, const float *w, floa
     }
 }
 
-/* the backward's grid: one wave of resident blocks (no tail), at most bwd_blocks (the scratch's) */
+/* the forward for B's and Y's dtypes */
+template <typename TB, typename TY>
+void fwd_t(cudaStream_t st, const float *a, const void *bv, const float *w, float *h, void *yv, int64_t rows,
+           int64_t len, float eps)
+{
+    const TB *b = (const TB *)bv;
+    TY *y = (TY *)yv;
+    const Shape s = shape_of(len, al16(a) && al16(b) && al16(w) && al16(h) && al16(y));
+    if (s.vec == 8)
+        fwd_v<8>(s, st, a, b, w, h, y, rows, len, eps);
+    else if (s.vec == 4)
+        fwd_v<4>(s, st, a, b, w, h, y, rows, len, eps);
+    else
+        launch_fwd<1, 0>(s.threads, st, a, b, w, h, y, rows, len, eps);
+}
+
+/* the backward's grid: one wave of resident blocks (no tail), at most bwd_blocks (the scratch's).
+ * The kernel passed is the float32 one of the shape whatever dY's dtype, so the grid, and with
+ * it the order of dScale's partial sums, does not depend on the dtype. */
 template <class K> int64_t bwd_grid(K kernel, int threads, int sm_count, int64_t rows)
 {
     int per_sm = 0;
@@ -337,23 +349,18 @@ int64_t launch_bwd(int threads, int sm_count, cudaStream_t st, const TD *dy, con
                    const float *dh, float *dx, double *part, int64_t rows, int64_t len, float eps)
 {
     if constexpr (V * VPT <= kMaxRegs) {
-        const int64_t g = bwd_grid(rms_bwd<V, VPT, TD>, threads, sm_count, rows);
+        const int64_t g = bwd_grid(rms_bwd<V, VPT, float>, threads, sm_count, rows);
         rms_bwd<V, VPT, TD><<<(unsigned)g, threads, 0, st>>>(dy, x, w, dh, dx, part, rows, len, eps);
         return g;
     }
     return 0;
 }
 
-/* the backward for dY's dtype; returns the blocks (the dScale partials) */
-template <typename TD>
-int64_t bwd_t(int sm_count, cudaStream_t st, const void *dyv, const float *x, const float *w, const float *dh,
-              float *dx, double *part, int64_t rows, int64_t len, float eps)
+template <int V, typename TD>
+int64_t bwd_v(const Shape &s, int sm_count, cudaStream_t st, const TD *dy, const float *x, const float *w,
+              const float *dh, float *dx, double *part, int64_t rows, int64_t len, float eps)
 {
-    constexpr int V = is_bf16<TD>() ? 8 : 4;
-    const TD *dy = (const TD *)dyv;
-    const Shape s = shape_of(len, al16(dy) && al16(x) && al16(w) && al16(dh) && al16(dx), V);
     const int t = s.threads;
-    if (s.vec == 1) return launch_bwd<1, 0>(t, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
     switch (s.vpt) {
     case 1: return launch_bwd<V, 1>(t, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
     case 2: return launch_bwd<V, 2>(t, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
@@ -361,6 +368,18 @@ int64_t bwd_t(int sm_count, cudaStream_t st, const void *dyv, const float *x, co
     case 8: return launch_bwd<V, 8>(t, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
     default: return launch_bwd<V, 0>(t, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
     }
+}
+
+/* the backward for dY's dtype; returns the blocks (the dScale partials) */
+template <typename TD>
+int64_t bwd_t(int sm_count, cudaStream_t st, const void *dyv, const float *x, const float *w, const float *dh,
+              float *dx, double *part, int64_t rows, int64_t len, float eps)
+{
+    const TD *dy = (const TD *)dyv;
+    const Shape s = shape_of(len, al16(dy) && al16(x) && al16(w) && al16(dh) && al16(dx));
+    if (s.vec == 8) return bwd_v<8>(s, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
+    if (s.vec == 4) return bwd_v<4>(s, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
+    return launch_bwd<1, 0>(s.threads, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
 }
 
 /* ---------------------------------------------------------------- the ops ---- */
@@ -404,7 +423,7 @@ fr_status ang_cuda(const fr_cuda_kctx *k)
 
 } /* namespace */
 
-int fr_rms_rows_fast(int64_t len) { return len > 0 && shape_of(len, 1, 4).vpt > 0; }
+int fr_rms_rows_fast(int64_t len) { return len > 0 && shape_of(len, 1).vpt > 0; }
 
 size_t fr_rms_rows_bwd_scratch(int64_t rows, int64_t len)
 {
