@@ -12,13 +12,16 @@
  * rounded bit for bit (the same kernel's float32 result), and within one bfloat16 ulp of the
  * CPU's rounded Y; AddRMSNormGrad with a bfloat16 dY: dX and dScale bit for bit those of the
  * float32 dY (GPU and CPU). len % 8 == 0 takes the 8-element vectors, len % 8 == 4 the
- * element-wise kernels for bfloat16 (float4 for float32). */
+ * element-wise kernels for bfloat16 (float4 for float32).
+ * Printed, not asserted: the kernels' times at the 1B step's shape (16384 x 2048, with dH and
+ * dScale) for float32 and the bfloat16 combinations. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tests/bf16_check.h"
 #include "tests/gpu_harness.h"
+#include "tests/gpu_op_time.h"
 
 #define TOL 1e-6
 
@@ -219,11 +222,45 @@ static void test_bwd_bf16(void)
     }
 }
 
+/* ---- timings at the 1B shape ---- */
+
+static void time_case(int grad, fr_dtype bt, fr_dtype yt)
+{
+    const int64_t d[2] = {16384, 2048}, dw[1] = {2048};
+    fr_tensor a = gpu_shape_only(grad ? bt : FR_F32, 2, d), b = gpu_shape_only(grad ? FR_F32 : bt, 2, d);
+    fr_tensor w = gpu_shape_only(FR_F32, 1, dw), dh = gpu_shape_only(FR_F32, 2, d);
+    fr_tensor *ins[4] = {&a, &b, &w, &dh};
+    tnode t;
+    tn_init_domain(&t, FR_DOMAIN_FP8RUN, grad ? "AddRMSNormGrad" : "AddRMSNorm", 1, grad ? 4 : 3, ins, 0, 2);
+    if (!grad && yt == FR_BF16) TN_ATTR(&t, string, "y_dtype", "bfloat16");
+    double bytes = 0;
+    const double ms = gpu_time_node(&t, 20, &bytes);
+    if (grad)
+        printf("\n    AddRMSNormGrad [16384, 2048] dY %-8s (dH, dScale)      %7.3f ms %6.0f GB/s", fr_dtype_name(bt), ms,
+               bytes / (ms * 1e6));
+    else
+        printf("\n    AddRMSNorm     [16384, 2048] B %-8s Y %-8s       %7.3f ms %6.0f GB/s", fr_dtype_name(bt),
+               fr_dtype_name(yt), ms, bytes / (ms * 1e6));
+    tn_free(&t);
+}
+
+static void test_times(void)
+{
+    if (!gpu_available()) return;
+    time_case(0, FR_F32, FR_F32);
+    time_case(0, FR_F32, FR_BF16);
+    time_case(0, FR_BF16, FR_BF16);
+    time_case(1, FR_F32, FR_F32);
+    time_case(1, FR_BF16, FR_F32);
+    printf("\n");
+}
+
 static CU_TestInfo tests[] = {
     {"AddRMSNorm: H bit for bit, Y (1e-6)", test_fwd},
     {"AddRMSNormGrad: dX, dScale (1e-6), repeatable bits", test_bwd},
     {"AddRMSNorm bf16 B / y_dtype bf16: float32 case's bits, Y its rounding", test_fwd_bf16},
     {"AddRMSNormGrad bf16 dY: float32 dY's dX, dScale bits", test_bwd_bf16},
+    {"times at the 1B shape (printed)", test_times},
     CU_TEST_INFO_NULL,
 };
 

@@ -11,13 +11,16 @@
  * on the GPU: float32 outputs bit for bit, bfloat16 outputs the float32 case's output rounded,
  * bit for bit (the same kernels' float32 results), and within one bfloat16 ulp of the CPU's
  * rounded output; the CPU the same bit for bit. F % 8 == 0 takes the 8-element vectors (one
- * 16-byte bfloat16 word), other F the element-wise kernels. */
+ * 16-byte bfloat16 word), other F the element-wise kernels.
+ * Printed, not asserted: the kernels' times at the 1B step's shape (16384 tokens, F 5632, the
+ * one-input form) for float32 and the bfloat16 combinations. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tests/bf16_check.h"
 #include "tests/gpu_harness.h"
+#include "tests/gpu_op_time.h"
 
 typedef struct shp {
     int r;
@@ -221,6 +224,41 @@ static void test_bf16_combos(void)
     bf16_combos(&rng, &shapes[8], 1, 0, 1);
 }
 
+/* ---- timings at the 1B shape ---- */
+
+static void time_case(int grad, fr_dtype in, fr_dtype dy, int o16)
+{
+    const int64_t gu[2] = {16384, 2 * 5632}, yd[2] = {16384, 5632};
+    fr_tensor x = gpu_shape_only(in, 2, gu), d = gpu_shape_only(dy, 2, yd);
+    fr_tensor *ins[2] = {&x, &d};
+    tnode t;
+    tn_init_domain(&t, "ai.fp8run", grad ? "SwiGLUGrad" : "SwiGLU", 1, grad ? 2 : 1, ins, 0u, 1);
+    if (o16) TN_ATTR(&t, string, grad ? "dx_dtype" : "y_dtype", "bfloat16");
+    double bytes = 0;
+    const double ms = gpu_time_node(&t, 20, &bytes);
+    if (grad)
+        printf("\n    SwiGLUGrad [16384, 11264]: gate_up %-8s dy %-8s d_gate_up %-8s %7.3f ms %6.0f GB/s",
+               fr_dtype_name(in), fr_dtype_name(dy), o16 ? "bfloat16" : "float32", ms, bytes / (ms * 1e6));
+    else
+        printf("\n    SwiGLU     [16384, 11264]: gate_up %-8s y %-8s %7.3f ms %6.0f GB/s", fr_dtype_name(in),
+               o16 ? "bfloat16" : "float32", ms, bytes / (ms * 1e6));
+    tn_free(&t);
+}
+
+static void test_times(void)
+{
+    if (!gpu_available()) return;
+    time_case(0, FR_F32, FR_F32, 0);
+    time_case(0, FR_BF16, FR_F32, 0);
+    time_case(0, FR_BF16, FR_F32, 1);
+    time_case(1, FR_F32, FR_F32, 0);
+    time_case(1, FR_BF16, FR_F32, 0);
+    time_case(1, FR_BF16, FR_BF16, 0);
+    time_case(1, FR_BF16, FR_F32, 1);
+    time_case(1, FR_BF16, FR_BF16, 1);
+    printf("\n");
+}
+
 int main(void)
 {
     CU_TestInfo tests[] = {
@@ -230,6 +268,7 @@ int main(void)
         {"GeGLU activations gelu_tanh / gelu == CPU", test_geglu},
         {"bfloat16 gate/up, all activations == CPU (1e-5)", test_bf16_inputs},
         {"bfloat16 gate/up, dy, y_dtype, dx_dtype == float32 case's bits / rounding", test_bf16_combos},
+        {"times at the 1B shape (printed)", test_times},
         CU_TEST_INFO_NULL,
     };
     CU_SuiteInfo suites[] = {{"gpu_swiglu", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
