@@ -2,7 +2,8 @@
  * unpacked into [B, heads, T, D] copies with RoPE applied (each element in double, rounded
  * once, as ops/rotary.c computes it), the Attention / AttentionGrad CPU kernels run on them,
  * and the results are packed back (dQ, dK through RotaryGrad's formulas). The op is thereby
- * the unfused chain it replaces, bit for bit. A bfloat16 X is widened to float32 first. */
+ * the unfused chain it replaces, bit for bit. bfloat16 tensors (X; O and dO of the backward;
+ * O or dX by o_dtype / dx_dtype) go through float32 copies (run_adapted). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -205,35 +206,87 @@ static fr_status read_geo(const fr_node *n, const fr_tensor *x, const fr_tensor 
                                 s ? s->dims : NULL, g);
 }
 
-/* A bfloat16 X widened (exactly) to a float32 copy: the op then runs its float32 path on the
- * same values, so its results are those of float32 X bit for bit. */
-static fr_status run_widened(const fr_kernel_ctx *ctx, fr_status (*f)(const fr_kernel_ctx *))
+/* The dtype written for attribute attr (o_dtype, dx_dtype: "float32", the default, or
+ * "bfloat16") when the op computes in dt: dt itself, or bfloat16 (only from float32). */
+fr_status fr_attn_qkv_out_dtype(const fr_node *n, const char *attr, fr_dtype dt, fr_dtype *out)
 {
-    const fr_tensor *x = ctx->in[0];
-    fr_tensor wx = *x;
-    const int64_t numel = fr_tensor_numel(x);
-    wx.dtype = FR_F32;
-    wx.nbytes = (size_t)numel * sizeof(float);
-    if (!(wx.data = fr_malloc(wx.nbytes ? wx.nbytes : 1, "AttentionQKV widened X")))
-        return fr_node_error(ctx->node, FR_ERR_OOM, "no memory for %zu bytes of widened X", wx.nbytes);
-    for (int64_t i = 0; i < numel; i++) ((float *)wx.data)[i] = fr_bf16_to_f32(((const uint16_t *)x->data)[i]);
-    fr_tensor *in[6];
+    const char *v;
+    FR_TRY(fr_node_attr_string(n, attr, "float32", &v));
+    if (strcmp(v, "float32") == 0) {
+        *out = dt;
+        return FR_OK;
+    }
+    if (strcmp(v, "bfloat16") != 0)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "%s '%s' is not one of float32, bfloat16", attr, v);
+    if (dt != FR_F32)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "%s bfloat16 needs a float32 computation (X float32 or "
+                             "bfloat16; it computes in %s)", attr, fr_dtype_name(dt));
+    *out = FR_BF16;
+    return FR_OK;
+}
+
+int fr_attn_qkv_in_ok(fr_dtype dt, fr_dtype v) { return v == dt || (dt == FR_F32 && v == FR_BF16); }
+
+/* A float32 stand-in for a bfloat16 tensor t (same shape): widened exactly (widen 1) or
+ * uninitialized (an output, rounded back by the caller). */
+static fr_status f32_copy(const fr_node *n, const fr_tensor *t, int widen, fr_tensor *w)
+{
+    *w = *t;
+    const int64_t numel = fr_tensor_numel(t);
+    w->dtype = FR_F32;
+    w->nbytes = (size_t)numel * sizeof(float);
+    if (!(w->data = fr_malloc(w->nbytes ? w->nbytes : 1, "AttentionQKV float32 copy")))
+        return fr_node_error(n, FR_ERR_OOM, "no memory for %zu bytes of a float32 copy of a bfloat16 tensor",
+                             w->nbytes);
+    if (widen)
+        for (int64_t i = 0; i < numel; i++) ((float *)w->data)[i] = fr_bf16_to_f32(((const uint16_t *)t->data)[i]);
+    return FR_OK;
+}
+
+/* The op with its bfloat16 tensors (X; O and dO of the backward; O or dX written as o_dtype /
+ * dx_dtype say) through float32 copies: the inputs widened exactly, so the float32 kernel f
+ * computes what it computes for float32 tensors of the same values, and the output rounded to
+ * nearest even from that kernel's float32 result. */
+static fr_status run_adapted(const fr_kernel_ctx *ctx, int backward, fr_status (*f)(const fr_kernel_ctx *))
+{
+    const fr_node *n = ctx->node;
+    const char *attr = backward ? "dx_dtype" : "o_dtype";
+    fr_dtype want;
+    FR_TRY(fr_attn_qkv_out_dtype(n, attr, fr_attn_qkv_dtype(ctx->in[0]->dtype), &want));
+    fr_tensor *y = ctx->out[0];
+    if (y && y->dtype != want)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "output %s is %s, %s says %s", backward ? "dX" : "O",
+                             fr_dtype_name(y->dtype), attr, fr_dtype_name(want));
+    const int ins[3] = {0, 1, 3};
+    const int n_ins = backward ? 3 : 1;
+    int adapt = y && want == FR_BF16;
+    for (int i = 0; i < n_ins; i++) adapt |= ctx->in[ins[i]]->dtype == FR_BF16;
+    if (!adapt) return f(ctx);
+    fr_tensor w[4], *in[6], *out[2];
+    memset(w, 0, sizeof w);
     for (int i = 0; i < ctx->n_in && i < 6; i++) in[i] = ctx->in[i];
-    in[0] = &wx;
-    fr_kernel_ctx wc = *ctx;
-    wc.in = in;
-    const fr_status st = f(&wc);
-    free(wx.data);
+    for (int i = 0; i < ctx->n_out && i < 2; i++) out[i] = ctx->out[i];
+    fr_status st = FR_OK;
+    for (int i = 0; i < n_ins && st == FR_OK; i++)
+        if (ctx->in[ins[i]]->dtype == FR_BF16 && (st = f32_copy(n, ctx->in[ins[i]], 1, &w[i])) == FR_OK)
+            in[ins[i]] = &w[i];
+    if (st == FR_OK && y && want == FR_BF16 && (st = f32_copy(n, y, 0, &w[3])) == FR_OK) out[0] = &w[3];
+    if (st == FR_OK) {
+        fr_kernel_ctx wc = *ctx;
+        wc.in = in, wc.out = out;
+        st = f(&wc);
+    }
+    if (st == FR_OK && out[0] == &w[3])
+        for (int64_t i = 0, numel = fr_tensor_numel(y); i < numel; i++)
+            ((uint16_t *)y->data)[i] = fr_f32_to_bf16(((const float *)w[3].data)[i]);
+    for (int i = 0; i < 4; i++) free(w[i].data);
     return st;
 }
 
-static fr_status qkv_cpu(const fr_kernel_ctx *ctx)
+/* The op on float32 (or float64) tensors only (run_adapted feeds it). */
+static fr_status qkv_core(const fr_kernel_ctx *ctx)
 {
     const fr_node *n = ctx->node;
-    if (ctx->n_in < 1 || !ctx->in[0] || ctx->n_out < 1 || !ctx->out[0])
-        return fr_node_error(n, FR_ERR_GRAPH, "needs input X and output O");
-    if (ctx->n_in > 3) return fr_node_error(n, FR_ERR_GRAPH, "%d inputs: X [, cos, sin]", ctx->n_in);
-    if (ctx->in[0]->dtype == FR_BF16) return run_widened(ctx, qkv_cpu);
     const fr_tensor *x = ctx->in[0], *c = ctx->n_in > 2 ? ctx->in[1] : NULL, *sn = ctx->n_in > 2 ? ctx->in[2] : NULL;
     fr_attn_qkv_geom g;
     FR_TRY(read_geo(n, x, c, sn, &g));
@@ -259,15 +312,9 @@ static fr_status qkv_cpu(const fr_kernel_ctx *ctx)
     return st;
 }
 
-static fr_status qkvg_cpu(const fr_kernel_ctx *ctx)
+static fr_status qkvg_core(const fr_kernel_ctx *ctx)
 {
     const fr_node *n = ctx->node;
-    if (ctx->n_in < 4 || ctx->n_out != 1)
-        return fr_node_error(n, FR_ERR_GRAPH, "needs inputs X, O, LSE, dO (and cos, sin) and output dX");
-    for (int i = 0; i < 4; i++)
-        if (!ctx->in[i]) return fr_node_error(n, FR_ERR_GRAPH, "input %d is missing", i);
-    if (ctx->n_in > 6) return fr_node_error(n, FR_ERR_GRAPH, "%d inputs: X, O, LSE, dO [, cos, sin]", ctx->n_in);
-    if (ctx->in[0]->dtype == FR_BF16) return run_widened(ctx, qkvg_cpu);
     const fr_tensor *x = ctx->in[0], *o = ctx->in[1], *lse = ctx->in[2], *dout = ctx->in[3];
     const fr_tensor *c = ctx->n_in > 5 ? ctx->in[4] : NULL, *sn = ctx->n_in > 5 ? ctx->in[5] : NULL;
     fr_attn_qkv_geom g;
@@ -301,6 +348,26 @@ static fr_status qkvg_cpu(const fr_kernel_ctx *ctx)
     return st;
 }
 
+static fr_status qkv_cpu(const fr_kernel_ctx *ctx)
+{
+    const fr_node *n = ctx->node;
+    if (ctx->n_in < 1 || !ctx->in[0] || ctx->n_out < 1 || !ctx->out[0])
+        return fr_node_error(n, FR_ERR_GRAPH, "needs input X and output O");
+    if (ctx->n_in > 3) return fr_node_error(n, FR_ERR_GRAPH, "%d inputs: X [, cos, sin]", ctx->n_in);
+    return run_adapted(ctx, 0, qkv_core);
+}
+
+static fr_status qkvg_cpu(const fr_kernel_ctx *ctx)
+{
+    const fr_node *n = ctx->node;
+    if (ctx->n_in < 4 || ctx->n_out != 1)
+        return fr_node_error(n, FR_ERR_GRAPH, "needs inputs X, O, LSE, dO (and cos, sin) and output dX");
+    for (int i = 0; i < 4; i++)
+        if (!ctx->in[i]) return fr_node_error(n, FR_ERR_GRAPH, "input %d is missing", i);
+    if (ctx->n_in > 6) return fr_node_error(n, FR_ERR_GRAPH, "%d inputs: X, O, LSE, dO [, cos, sin]", ctx->n_in);
+    return run_adapted(ctx, 1, qkvg_core);
+}
+
 /* ---- inference and the gradient rule ---- */
 
 static fr_status qkv_infer(fr_graph *g, int node_id)
@@ -318,9 +385,11 @@ static fr_status qkv_infer(fr_graph *g, int node_id)
     fr_attn_attrs a; /* Attention's attributes, checked */
     FR_TRY(fr_attn_read_attrs(n, geo.D, &a));
     if (a.causal && geo.T < 1) return fr_node_error(n, FR_ERR_SHAPE, "T must be >= 1");
+    fr_dtype odt;
+    FR_TRY(fr_attn_qkv_out_dtype(n, "o_dtype", dt, &odt));
     int64_t od[3];
     const int orank = fr_attn_qkv_out_dims(&geo, od);
-    fr_infer_set(g, n, 0, dt, orank, od);
+    fr_infer_set(g, n, 0, odt, orank, od);
     fr_infer_set(g, n, 1, dt, 3, (int64_t[]){geo.B, geo.Hq, geo.T});
     return FR_OK;
 }
@@ -332,7 +401,9 @@ static fr_status qkvg_infer(fr_graph *g, int node_id)
     if (n->n_outputs != 1) return fr_node_error(n, FR_ERR_GRAPH, "needs one output dX");
     const fr_value *x = fr_node_in(g, n, 0), *c = fr_node_in(g, n, 4), *s = fr_node_in(g, n, 5);
     FR_TRY(check_dtypes(n, x->dtype, c ? &c->dtype : NULL, s ? &s->dtype : NULL));
-    const fr_dtype dt = fr_attn_qkv_dtype(x->dtype); /* O, LSE, dO and dX */
+    const fr_dtype dt = fr_attn_qkv_dtype(x->dtype); /* LSE's (O's, dO's: or bfloat16) */
+    fr_dtype dxt;
+    FR_TRY(fr_attn_qkv_out_dtype(n, "dx_dtype", dt, &dxt));
     fr_attn_qkv_geom geo;
     FR_TRY(fr_attn_qkv_geometry(n, x->rank, x->dims, c ? c->rank : 0, c ? c->dims : NULL, s ? s->rank : 0,
                                 s ? s->dims : NULL, &geo));
@@ -343,16 +414,17 @@ static fr_status qkvg_infer(fr_graph *g, int node_id)
         const fr_value *v = fr_node_in(g, n, i);
         const int64_t *want = i == 2 ? ld : od;
         const int r = i == 2 ? 3 : orank;
-        int same = v->dtype == dt && v->rank == r;
+        int same = (i == 2 ? v->dtype == dt : fr_attn_qkv_in_ok(dt, v->dtype)) && v->rank == r;
         for (int d = 0; same && d < r; d++) same = v->dims[d] == want[d];
         if (!same) {
             char s1[128], s2[128];
-            return fr_node_error(n, FR_ERR_SHAPE, "input '%s' is %s %s, expected %s %s", v->name,
+            return fr_node_error(n, FR_ERR_SHAPE, "input '%s' is %s %s, expected %s%s %s", v->name,
                                  fr_dtype_name(v->dtype), fr_shape_str(v->rank, v->dims, s1, sizeof s1),
-                                 fr_dtype_name(dt), fr_shape_str(r, want, s2, sizeof s2));
+                                 fr_dtype_name(dt), i != 2 && dt == FR_F32 ? " (or bfloat16)" : "",
+                                 fr_shape_str(r, want, s2, sizeof s2));
         }
     }
-    fr_infer_set(g, n, 0, dt, x->rank, x->dims);
+    fr_infer_set(g, n, 0, dxt, x->rank, x->dims);
     return FR_OK;
 }
 

@@ -21,20 +21,26 @@
  *         product L 1 or B: element (b, t, j) at (L == B ? b T D : 0) + t D + j. RoPE
  *         (ops/rotary.h, attribute interleaved as there) rotates each head of Q and K at
  *         token t with row t of the tables, exactly as ai.fp8run::Rotary would on the heads.
- *   O:    [B, T, Hq * Dv] X's computing dtype (fr_attn_qkv_dtype): O[b, t, h Dv + d] =
+ *   O:    [B, T, Hq * Dv] X's computing dtype (fr_attn_qkv_dtype), or bfloat16 with attribute
+ *         o_dtype "bfloat16" (default "float32": the computing dtype; bfloat16 needs a float32
+ *         computation): the float32 O rounded to nearest even, LSE unchanged. O[b, t, h Dv + d] =
  *         Attention's O for query head h ([B T, Hq * Dv] with attribute flat_output=1, the
  *         rows the output projection reads when it is a 2-D Gemm).
  *   LSE:  [B, Hq, T] (float32; float64 for float64 X).
  *   Query head h reads K/V head h / (Hq / Hk) (Hq a multiple of Hk: MHA, GQA, MQA).
  * Attributes: heads (Hq), kv_heads (Hk), head_dim (D), interleaved (0|1), flat_output (0|1),
- *   and Attention's
+ *   o_dtype (AttentionQKV), dx_dtype (AttentionQKVGrad; each op ignores the other's), and
+ *   Attention's
  *   scale, causal, window, precision with the meaning of ops/attention.h. The result is, bit
  *   for bit on the CPU, Attention(Q', K', V) with Q' = Rotary(Q), K' = Rotary(K) the heads laid
  *   out [B, Hk, Hq / Hk, T, D] and [B, Hk, 1, T, D], O transposed back.
  *
  * AttentionQKVGrad(X, O, LSE, dO [, cos, sin]) -> dX [B, T, W]: dX's Q and K columns are
  *   RotaryGrad of AttentionGrad's dQ and dK, its V columns dV (same attributes). Q' and K' are
- *   recomputed from X (the forward keeps no rotated copy). O and dO have O's shape. */
+ *   recomputed from X (the forward keeps no rotated copy). O and dO have O's shape, and the
+ *   computing dtype or (float32 computation) bfloat16, each independently: widened exactly, the
+ *   result is the one for the float32 tensor of the same values. dX: the computing dtype, or
+ *   bfloat16 with attribute dx_dtype "bfloat16" (the float32 dX rounded to nearest even). */
 #ifndef FR_OPS_ATTENTION_QKV_H
 #define FR_OPS_ATTENTION_QKV_H
 
@@ -58,6 +64,11 @@ FR_NODISCARD fr_status fr_attn_qkv_geometry(const fr_node *n, int rx, const int6
 /* The dtype the op computes in and writes (O, LSE, dX; the tables'): float32 for bfloat16 X,
  * else X's. */
 fr_dtype fr_attn_qkv_dtype(fr_dtype x);
+/* The dtype of O (attr "o_dtype") or dX ("dx_dtype") for computing dtype dt: dt, or bfloat16
+ * (float32 dt only); errors name the node. */
+FR_NODISCARD fr_status fr_attn_qkv_out_dtype(const fr_node *n, const char *attr, fr_dtype dt, fr_dtype *out);
+/* Whether AttentionQKVGrad takes O or dO of dtype v when computing in dt. */
+int fr_attn_qkv_in_ok(fr_dtype dt, fr_dtype v);
 /* The shapes the inner attention sees: which 0 = Q [B, Hk, G, T, D], 1 = K [B, Hk, 1, T, D],
  * 2 = V [B, Hk, 1, T, Dv], 3 = O [B, Hk, G, T, Dv], 4 = LSE [B, Hk, G, T]; returns the rank. */
 int fr_attn_qkv_inner_dims(const fr_attn_qkv_geom *geo, int which, int64_t *dims);

@@ -52,9 +52,10 @@ typedef fr_lin_attrs lin_cfg;
 fr_status fr_lin_read_attrs(const fr_node *n, fr_lin_attrs *c)
 {
     int64_t tb, margin, pad;
-    const char *prec, *recipe, *fmt, *ydt;
+    const char *prec, *recipe, *fmt, *ydt, *dxdt;
     FR_TRY(fr_node_attr_int(n, "transB", 0, &tb));
     FR_TRY(fr_node_attr_string(n, "y_dtype", "float32", &ydt));
+    FR_TRY(fr_node_attr_string(n, "dx_dtype", "float32", &dxdt));
     FR_TRY(fr_node_attr_string(n, "precision", "fp32", &prec));
     FR_TRY(fr_node_attr_string(n, "recipe", "delayed", &recipe));
     FR_TRY(fr_node_attr_string(n, "fp8_format", "hybrid", &fmt));
@@ -79,6 +80,11 @@ fr_status fr_lin_read_attrs(const fr_node *n, fr_lin_attrs *c)
     c->y_bf16 = strcmp(ydt, "bfloat16") == 0;
     if (c->y_bf16 && c->prec == FR_LIN_FP32)
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "y_dtype bfloat16 needs precision bf16 or fp8 (precision is fp32)");
+    if (strcmp(dxdt, "float32") != 0 && strcmp(dxdt, "bfloat16") != 0)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "dx_dtype '%s' is not one of float32, bfloat16", dxdt);
+    c->dx_bf16 = strcmp(dxdt, "bfloat16") == 0;
+    if (c->dx_bf16 && c->prec == FR_LIN_FP32)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "dx_dtype bfloat16 needs precision bf16 or fp8 (precision is fp32)");
     c->transB = (int)tb;
     c->margin = (int)margin;
     c->pad = pad;
@@ -106,6 +112,27 @@ static fr_status check_float(const fr_node *n, const fr_value *v, const char *ro
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "%s '%s' has dtype %s; Linear computes on "
                              "float32 (or float64 in fp32 precision)", role, v->name,
                              fr_dtype_name(v->dtype));
+    return FR_OK;
+}
+
+/* An activation or output gradient (X, dY): W's dtype, or bfloat16 with a float32 W in bf16 /
+ * fp8 precision (widened exactly by the kernels). */
+static fr_status check_act(const fr_node *n, const fr_value *v, const fr_value *w, const lin_cfg *c,
+                           const char *role)
+{
+    if (v->dtype == FR_BF16) {
+        if (c->prec == FR_LIN_FP32)
+            return fr_node_error(n, FR_ERR_UNSUPPORTED, "%s '%s' is bfloat16, which needs precision bf16 "
+                                 "or fp8 (precision is fp32)", role, v->name);
+        if (w->dtype != FR_F32)
+            return fr_node_error(n, FR_ERR_UNSUPPORTED, "a bfloat16 %s '%s' needs a float32 weight ('%s' "
+                                 "is %s)", role, v->name, w->name, fr_dtype_name(w->dtype));
+        return FR_OK;
+    }
+    FR_TRY(check_float(n, v, role));
+    if (v->dtype != w->dtype)
+        return fr_node_error(n, FR_ERR_SHAPE, "%s '%s' (%s) and weight '%s' (%s) differ in dtype", role,
+                             v->name, fr_dtype_name(v->dtype), w->name, fr_dtype_name(w->dtype));
     return FR_OK;
 }
 
@@ -167,26 +194,26 @@ static fr_status linear_infer(fr_graph *g, int node_id)
         return fr_node_error(n, FR_ERR_GRAPH, "has %d outputs, expected Y and up to 4 optional ones",
                              n->n_outputs);
     const fr_value *x = fr_node_in(g, n, 0), *w = fr_node_in(g, n, 1), *b = fr_node_in(g, n, 2);
-    FR_TRY(check_float(n, x, "input"));
     FR_TRY(check_float(n, w, "weight"));
-    FR_TRY(check_dtype_prec(n, x, &c));
+    FR_TRY(check_act(n, x, w, &c, "input"));
+    FR_TRY(check_dtype_prec(n, w, &c));
     int64_t K, N;
     FR_TRY(weight_dims(n, w, c.transB, &K, &N));
     char sx[128], sw[128];
-    if (x->rank < 1 || x->dims[x->rank - 1] != K || w->dtype != x->dtype)
+    if (x->rank < 1 || x->dims[x->rank - 1] != K)
         return fr_node_error(n, FR_ERR_SHAPE, "input '%s' %s %s does not match weight '%s' %s %s "
                              "(transB=%d: want X [..., %lld])", x->name,
                              fr_shape_str(x->rank, x->dims, sx, sizeof sx), fr_dtype_name(x->dtype),
                              w->name, fr_shape_str(w->rank, w->dims, sw, sizeof sw),
                              fr_dtype_name(w->dtype), c.transB, (long long)K);
     if (b) {
-        int ok = b->dtype == x->dtype && ((b->rank == 1 && b->dims[0] == N) ||
+        int ok = b->dtype == w->dtype && ((b->rank == 1 && b->dims[0] == N) ||
                                           (b->rank == 2 && b->dims[0] == 1 && b->dims[1] == N && x->rank >= 2));
         if (!ok)
             return fr_node_error(n, FR_ERR_SHAPE, "bias '%s' %s %s must be [%lld] (or [1, %lld]) %s",
                                  b->name, fr_shape_str(b->rank, b->dims, sx, sizeof sx),
                                  fr_dtype_name(b->dtype), (long long)N, (long long)N,
-                                 fr_dtype_name(x->dtype));
+                                 fr_dtype_name(w->dtype));
     }
     int dl = delayed_fp8(&c);
     FR_TRY(check_scale_input(g, n, FR_LIN_IN_SCALE_X, dl, "scale_x"));
@@ -199,9 +226,9 @@ static fr_status linear_infer(fr_graph *g, int node_id)
     int64_t dims[FR_MAX_RANK];
     memcpy(dims, x->dims, sizeof dims);
     dims[x->rank - 1] = N;
-    if (c.y_bf16 && (x->dtype != FR_F32 || b))
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "y_dtype bfloat16 needs a float32 input and no bias");
-    fr_infer_set(g, n, FR_LIN_OUT_Y, c.y_bf16 ? FR_BF16 : x->dtype, x->rank, dims);
+    if (c.y_bf16 && (w->dtype != FR_F32 || b))
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "y_dtype bfloat16 needs a float32 weight and no bias");
+    fr_infer_set(g, n, FR_LIN_OUT_Y, c.y_bf16 ? FR_BF16 : w->dtype, x->rank, dims);
     int has_xq = fr_node_out(g, n, FR_LIN_OUT_XQ) != NULL;
     int has_sinv = fr_node_out(g, n, FR_LIN_OUT_XQ_SINV) != NULL;
     int has_amax = fr_node_out(g, n, FR_LIN_OUT_AMAX_X) || fr_node_out(g, n, FR_LIN_OUT_AMAX_W);
@@ -240,13 +267,16 @@ static fr_status grad_data_infer(fr_graph *g, int node_id)
         return fr_node_error(n, FR_ERR_GRAPH, "has %d outputs, expected dX and optionally amax_dy, "
                              "dYq, dYq_scale_inv", n->n_outputs);
     const fr_value *dy = fr_node_in(g, n, 0), *w = fr_node_in(g, n, 1);
-    FR_TRY(check_float(n, dy, "output gradient"));
     FR_TRY(check_float(n, w, "weight"));
-    FR_TRY(check_dtype_prec(n, dy, &c));
+    FR_TRY(check_act(n, dy, w, &c, "output gradient"));
+    FR_TRY(check_dtype_prec(n, w, &c));
+    if (c.dx_bf16 && w->dtype != FR_F32)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "dx_dtype bfloat16 needs a float32 weight");
+    fr_dtype dx_dt = c.dx_bf16 ? FR_BF16 : w->dtype;
     int64_t K, N;
     FR_TRY(weight_dims(n, w, c.transB, &K, &N));
     char s1[128], s2[128];
-    if (dy->rank < 1 || dy->dims[dy->rank - 1] != N || w->dtype != dy->dtype)
+    if (dy->rank < 1 || dy->dims[dy->rank - 1] != N)
         return fr_node_error(n, FR_ERR_SHAPE, "output gradient '%s' %s does not match weight '%s' %s",
                              dy->name, fr_shape_str(dy->rank, dy->dims, s1, sizeof s1), w->name,
                              fr_shape_str(w->rank, w->dims, s2, sizeof s2));
@@ -259,7 +289,7 @@ static fr_status grad_data_infer(fr_graph *g, int node_id)
         int64_t dims[FR_MAX_RANK];
         memcpy(dims, dy->dims, sizeof dims);
         dims[dy->rank - 1] = K;
-        fr_infer_set(g, n, 0, dy->dtype, dy->rank, dims);
+        fr_infer_set(g, n, 0, dx_dt, dy->rank, dims);
         if (has_q) fr_infer_set(g, n, 2, FR_BF16, dy->rank, dy->dims);
         return FR_OK;
     }
@@ -272,7 +302,7 @@ static fr_status grad_data_infer(fr_graph *g, int node_id)
     int64_t dims[FR_MAX_RANK];
     memcpy(dims, dy->dims, sizeof dims);
     dims[dy->rank - 1] = K;
-    fr_infer_set(g, n, 0, dy->dtype, dy->rank, dims);
+    fr_infer_set(g, n, 0, dx_dt, dy->rank, dims);
     set_amax_out(g, n, 1);
     if (has_q) { /* dY^T codes [N, M], as the weight-gradient GEMM consumes them */
         int64_t qd[2] = {N, lead_numel(dy)};
@@ -318,9 +348,9 @@ static fr_status grad_weight_infer_dyq(fr_graph *g, const fr_node *n, const lin_
     if (saved)
         FR_TRY(check_saved_scale(n, c, xs, s));
     else {
-        FR_TRY(check_float(n, xs, "input"));
-        if (xs->dtype != FR_F32)
-            return fr_node_error(n, FR_ERR_UNSUPPORTED, "input '%s' must be float32 in fp8 precision", xs->name);
+        if (xs->dtype != FR_F32 && xs->dtype != FR_BF16)
+            return fr_node_error(n, FR_ERR_UNSUPPORTED, "input '%s' (%s) must be float32 or bfloat16 in fp8 "
+                                 "precision", xs->name, fr_dtype_name(xs->dtype));
         FR_TRY(check_scale_input(g, n, 2, delayed_fp8(c), "scale_x"));
     }
     char s1[128], s2[128];
@@ -358,7 +388,7 @@ static fr_status grad_weight_infer_bf16(fr_graph *g, const fr_node *n, const lin
                                         const fr_value *dy)
 {
     if (c->prec != FR_LIN_BF16)
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "bfloat16 inputs ('%s' %s, '%s' %s) need bf16 precision "
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "bfloat16 inputs ('%s' %s, '%s' %s) need bf16 or fp8 precision "
                              "(precision is %s)", xs->name, fr_dtype_name(xs->dtype), dy->name,
                              fr_dtype_name(dy->dtype), fr_lin_precision_name(c->prec));
     if ((xs->dtype != FR_BF16 && xs->dtype != FR_F32) || (dy->dtype != FR_BF16 && dy->dtype != FR_F32))
@@ -389,22 +419,26 @@ static fr_status grad_weight_infer(fr_graph *g, int node_id)
     const fr_value *xs = fr_node_in(g, n, 0), *dy = fr_node_in(g, n, 1), *s = fr_node_in(g, n, 2);
     if (dy->dtype == FR_F8E4M3 || dy->dtype == FR_F8E5M2)
         return grad_weight_infer_dyq(g, n, &c, xs, dy, s);
-    if (xs->dtype == FR_BF16 || dy->dtype == FR_BF16)
+    /* fp8 quantizes a bfloat16 X / dY as the float32 tensor of the same values */
+    int fp8 = c.prec == FR_LIN_FP8, x_bf = fp8 && xs->dtype == FR_BF16, y_bf = fp8 && dy->dtype == FR_BF16;
+    if ((xs->dtype == FR_BF16 && !x_bf) || (dy->dtype == FR_BF16 && !y_bf))
         return grad_weight_infer_bf16(g, n, &c, xs, dy);
-    FR_TRY(check_float(n, dy, "output gradient"));
+    if (!y_bf) FR_TRY(check_float(n, dy, "output gradient"));
     FR_TRY(check_dtype_prec(n, dy, &c));
     int saved = xs->dtype == FR_F8E4M3;
     if (saved) {
-        if (c.prec != FR_LIN_FP8)
+        if (!fp8)
             return fr_node_error(n, FR_ERR_UNSUPPORTED, "a saved float8e4m3fn input '%s' needs fp8 "
                                  "precision", xs->name);
-        if (dy->dtype != FR_F32)
-            return fr_node_error(n, FR_ERR_UNSUPPORTED, "output gradient must be float32 in fp8 precision");
+        if (dy->dtype != FR_F32 && !y_bf)
+            return fr_node_error(n, FR_ERR_UNSUPPORTED, "output gradient must be float32 or bfloat16 in "
+                                 "fp8 precision");
     } else {
-        FR_TRY(check_float(n, xs, "input"));
-        if (xs->dtype != dy->dtype)
-            return fr_node_error(n, FR_ERR_SHAPE, "input '%s' and output gradient '%s' differ in dtype",
-                                 xs->name, dy->name);
+        if (!x_bf) FR_TRY(check_float(n, xs, "input"));
+        fr_dtype xt = x_bf ? FR_F32 : xs->dtype, yt = y_bf ? FR_F32 : dy->dtype;
+        if (xt != yt)
+            return fr_node_error(n, FR_ERR_SHAPE, "input '%s' (%s) and output gradient '%s' (%s) differ in "
+                                 "dtype", xs->name, fr_dtype_name(xs->dtype), dy->name, fr_dtype_name(dy->dtype));
     }
     int64_t K, N;
     FR_TRY(wgrad_kn(n, xs, dy, &K, &N));
@@ -417,12 +451,11 @@ static fr_status grad_weight_infer(fr_graph *g, int node_id)
     if (c.prec != FR_LIN_FP8 && fr_node_out(g, n, 1))
         return fr_node_error(n, FR_ERR_GRAPH, "output amax_dy exists in fp8 precision only");
     int64_t dw[2] = {c.transB ? N : K, c.transB ? K : N};
-    fr_infer_set(g, n, 0, dy->dtype, 2, dw);
+    fr_infer_set(g, n, 0, y_bf ? FR_F32 : dy->dtype, 2, dw);
     set_amax_out(g, n, 1);
     return FR_OK;
 }
 
-/* dst[i] = bf16(src[i]): the bytes the GPU's bf16 operands hold (Xq, dYq in bf16 precision) */
 /* ---- gradient rule ---- */
 
 /* Add a backward node carrying the forward node's attributes. Output 0 gets an automatic name;
@@ -505,8 +538,9 @@ static fr_status linear_grad(fr_grad_ctx *ctx)
         amax_done = dl;
     }
     if (need_w) {
-        /* the forward's saved Xq: fp8 codes with their scale_inv, or X's bf16 copy */
-        int saved = xq >= 0 && (xq_sinv >= 0 || bf16);
+        /* the forward's saved Xq: fp8 codes with their scale_inv, or X's bf16 copy (a bfloat16
+         * X is that copy already: read it, so the pass that saves Xq may drop the output) */
+        int saved = xq >= 0 && (xq_sinv >= 0 || (bf16 && ctx->g->values[x].dtype != FR_BF16));
         int in[4] = {saved ? xq : x, share_dy ? dyq[0] : dy, saved ? xq_sinv : (dl ? scale_x : -1),
                      share_dy ? dyq[1] : dl ? scale_dy : -1};
         FR_TRY(emit(ctx, "LinearGradWeight", 4, in, dl && !amax_done ? amax_name : NULL,

@@ -11,6 +11,9 @@
  *     known before the step); required in fp8 precision with recipe "delayed" (scale_dy is read
  *     only by the backward nodes the gradient rule emits), absent otherwise.
  *   Y = X @ op(W) + B, float32 (float64 when X/W/B are float64: fp32 precision only).
+ *   X: W's dtype, or bfloat16 with a float32 W in bf16 / fp8 precision (a narrowed activation):
+ *     widened exactly, so every output equals the float32 X of the same values bit for bit (in
+ *     bf16 Xq is X's bytes; in fp8 the codes, scales and amax are the float32 tensor's).
  *   Xq (bf16, fp8): X as the weight-gradient GEMM consumes it, saved for the backward so the
  *     float copy of X need not be kept. fp8: quantized to E4M3, for the per-tensor recipes the
  *     very bytes the forward GEMM used; for "block" X in 128x1 blocks along the token dim.
@@ -28,10 +31,14 @@
  *   pad_multiple int >= 1 (default 1): GEMM dims M, N, K are padded with zeros to multiples of
  *                this, as the GPU does for FP8 GEMMs; on the CPU the kernels really pad, so a
  *                test can show it changes nothing
- *   y_dtype      "float32" (default: X's dtype) | "bfloat16": Y rounded to bfloat16 (nearest even)
+ *   y_dtype      "float32" (default: W's dtype) | "bfloat16": Y rounded to bfloat16 (nearest even)
  *                after the float32 GEMM (and bias), as autocast's Linear outputs are; bf16 and
  *                fp8 precision only. The pass narrow_activations sets it where every reader of
  *                Y takes bfloat16 (the fused SwiGLU): half the bytes written, read and saved.
+ *   dx_dtype     "float32" (default: W's dtype) | "bfloat16" (LinearGradData only; bf16 and fp8
+ *                precision): dX rounded to bfloat16 from the float32 GEMM result (the GPU's GEMM
+ *                writes it in bf16 directly). The gradient rule copies it like every attribute;
+ *                only LinearGradData reads it.
  *   weights      string, bookkeeping: the original weight name(s), comma-separated
  *   state_prefix string, bookkeeping: prefix of this layer's state value names
  *                ("<prefix>/amax_dy" names the backward's amax output)
@@ -42,7 +49,9 @@
  *
  * LinearGradData(dY [..., N], W, scale_w?, scale_dy?) -> (dX [..., K], amax_dy?, dYq?, dYq_scale_inv?)
  *   dX = dY @ op(W)^T with the forward's W quantization (same scale, same bytes) and dY
- *   quantized per tensor or in 1x128 blocks along N.
+ *   quantized per tensor or in 1x128 blocks along N. dY: W's dtype, or bfloat16 with a float32
+ *   W in bf16 / fp8 precision (widened exactly: the float32 dY's results bit for bit). dX: W's
+ *   dtype (float32 for a bfloat16 dY), bfloat16 with dx_dtype "bfloat16".
  *   dYq, dYq_scale_inv (per-tensor fp8 recipes only, together): the codes of dY this GEMM
  *   used, TRANSPOSED to [N, M] (M = tokens: the layout the weight-gradient GEMM reads), in the
  *   dY format, and their scale_inv [1]: dY is quantized once for both backward GEMMs.
@@ -57,11 +66,15 @@
  *   LinearGradData (ys_scale = dYq_scale_inv; per-tensor recipes; then no amax_dy here).
  *   bf16 precision: Xs may be the forward's bf16 Xq and Ys the data gradient's bf16 dYq (each
  *   independently; no scale inputs), dW float32. The result is the same bit for bit either way.
+ *   fp8 precision: Xs (unquantized) and Ys (dY) may each be bfloat16 instead of float32 (a
+ *   narrowed X / dY), quantized exactly as the float32 tensor of the same values.
  * Both backward nodes carry the forward's attributes. The gradient rule of Linear emits them,
  * plus SumToShape(dY) for the bias; amax_dy goes on the data-gradient node (on the weight-
  * gradient node when X needs no gradient), named "<state_prefix>/amax_dy". With both
  * gradients and a per-tensor fp8 recipe the weight gradient reads dYq (dY^T codes), in bf16
- * precision dYq (dY's bf16 copy); with the forward's Xq it reads Xq instead of X. */
+ * precision dYq (dY's bf16 copy); with the forward's Xq it reads Xq instead of X. A bfloat16
+ * X gets a float32 gradient (dX in W's dtype; autodiff carries a bf16 value's gradient in
+ * float32). */
 #ifndef FR_OPS_LINEAR_H
 #define FR_OPS_LINEAR_H
 
@@ -110,6 +123,7 @@ typedef struct fr_lin_attrs {
     int margin;
     int64_t pad;         /* pad_multiple */
     int y_bf16;          /* y_dtype "bfloat16": Linear writes Y in bfloat16 */
+    int dx_bf16;         /* dx_dtype "bfloat16": LinearGradData writes dX in bfloat16 */
 } fr_lin_attrs;
 FR_NODISCARD fr_status fr_lin_read_attrs(const fr_node *n, fr_lin_attrs *a);
 

@@ -32,8 +32,7 @@ static void round_bf16(const float *src, int64_t count, uint16_t *dst)
 /* ---- GEMM emulation ---- */
 
 typedef struct operand {
-    const float *src;      /* float32 storage [rows][cols], row-major (NULL when q / bf is used) */
-    const uint16_t *bf;    /* or: storage already rounded to bf16 (bf16 precision) */
+    const float *src;      /* float32 storage [rows][cols], row-major (NULL when q is used) */
     const uint8_t *q;      /* or: saved fp8 codes [rows][cols] ... */
     const float *q_sinv;   /* ... with their scale_inv grid (blocks br x bc) */
     int64_t rows, cols;
@@ -64,11 +63,6 @@ static fr_status prepare_values(const operand *o, float *buf, int64_t cp)
         for (int64_t r = 0; r < R; r++)
             for (int64_t c = 0; c < C; c++)
                 buf[r * cp + c] = table[o->q[r * C + c]] * o->q_sinv[(r / br) * gc + c / bc];
-        return FR_OK;
-    }
-    if (o->bf) { /* rounded once already: the same values as rounding src here */
-        for (int64_t r = 0; r < R; r++)
-            for (int64_t c = 0; c < C; c++) buf[r * cp + c] = fr_bf16_to_f32(o->bf[r * C + c]);
         return FR_OK;
     }
     switch (o->prec) {
@@ -292,17 +286,35 @@ static const float *scale_in(const fr_kernel_ctx *ctx, int i, const lin_cfg *c)
     return delayed_fp8(c) && i < ctx->n_in && ctx->in[i] ? (const float *)ctx->in[i]->data : NULL;
 }
 
-static void write_amax(const fr_kernel_ctx *ctx, int o, const fr_tensor *t)
+static void write_amax(const fr_kernel_ctx *ctx, int o, const float *data, int64_t count)
 {
-    if (o < ctx->n_out && ctx->out[o])
-        ((float *)ctx->out[o]->data)[0] = fr_amax(t->data, fr_tensor_numel(t));
+    if (o < ctx->n_out && ctx->out[o]) ((float *)ctx->out[o]->data)[0] = fr_amax(data, count);
 }
 
-static operand x_operand(const fr_tensor *x, int64_t M, int64_t K, const lin_cfg *c, int along_tokens)
+/* A float32 view of X / dY / Xs: the tensor's own data, or a bfloat16 tensor widened (exactly)
+ * into *owned (freed by the caller), so everything after computes what it computes for the
+ * float32 tensor of the same values. */
+static fr_status as_f32(const fr_tensor *t, const float **out, float **owned)
+{
+    *owned = NULL;
+    if (t->dtype != FR_BF16) {
+        *out = t->data;
+        return FR_OK;
+    }
+    int64_t n = fr_tensor_numel(t);
+    float *f = fr_malloc((size_t)(n > 0 ? n : 1) * sizeof(float), "Linear bfloat16 input widened");
+    if (!f) return FR_ERR_OOM;
+    const uint16_t *b = t->data;
+    for (int64_t i = 0; i < n; i++) f[i] = fr_bf16_to_f32(b[i]);
+    *out = *owned = f;
+    return FR_OK;
+}
+
+static operand x_operand(const float *x, int64_t M, int64_t K, const lin_cfg *c, int along_tokens)
 {
     operand o;
     memset(&o, 0, sizeof o);
-    o.src = x->data;
+    o.src = x;
     o.rows = M;
     o.cols = K;
     o.prec = c->prec;
@@ -330,11 +342,61 @@ static operand w_operand(const fr_tensor *w, const lin_cfg *c, int trans)
     return o;
 }
 
-static operand dy_operand(const fr_tensor *dy, int64_t M, int64_t N, const lin_cfg *c, int along_tokens)
+static operand dy_operand(const float *dy, int64_t M, int64_t N, const lin_cfg *c, int along_tokens)
 {
     operand o = x_operand(dy, M, N, c, along_tokens);
     o.fmt = c->dy_fmt;
     return o;
+}
+
+/* op(A) op(B) (+ bias) into out: float32, or computed in float32 and rounded once to
+ * bfloat16 (y_dtype / dx_dtype "bfloat16"), as the GPU's GEMM writes a bfloat16 result */
+static fr_status gemm_out(const operand *a, const operand *b, int64_t M, int64_t N, int64_t K, int64_t pad,
+                          const float *bias, fr_tensor *out)
+{
+    if (out->dtype != FR_BF16) return gemm_f32(a, b, M, N, K, pad, bias, out->data);
+    float *f = fr_malloc((size_t)(M * N > 0 ? M * N : 1) * sizeof(float), "Linear float32 result");
+    if (!f) return FR_ERR_OOM;
+    fr_status st = gemm_f32(a, b, M, N, K, pad, bias, f);
+    if (st == FR_OK) round_bf16(f, M * N, out->data);
+    free(f);
+    return st;
+}
+
+/* Linear on float32 values x [M][K] (X itself, or a bfloat16 X widened) */
+static fr_status linear_f32(const fr_kernel_ctx *ctx, const lin_cfg *c, const float *x, int64_t M, int64_t N,
+                            int64_t K)
+{
+    const fr_tensor *w = ctx->in[1], *b = ctx->n_in > 2 ? ctx->in[2] : NULL;
+    char wx[600], ww[600];
+    what_str(wx, sizeof wx, ctx, "input", 0);
+    what_str(ww, sizeof ww, ctx, "weight", 1);
+    fr_tensor *xq = ctx->n_out > FR_LIN_OUT_XQ ? ctx->out[FR_LIN_OUT_XQ] : NULL;
+    fr_tensor *xs = ctx->n_out > FR_LIN_OUT_XQ_SINV ? ctx->out[FR_LIN_OUT_XQ_SINV] : NULL;
+    operand a = x_operand(x, M, K, c, 0), bw = w_operand(w, c, c->transB);
+    a.scale = scale_in(ctx, FR_LIN_IN_SCALE_X, c);
+    a.what = wx;
+    bw.scale = scale_in(ctx, FR_LIN_IN_SCALE_W, c);
+    bw.what = ww;
+    if (c->prec == FR_LIN_FP8 && !a.blockwise && xq) { /* per tensor: the GEMM's own codes */
+        a.q_out = xq->data;
+        a.sinv_out = xs->data;
+    }
+    FR_TRY(gemm_out(&a, &bw, M, N, K, c->pad, b ? b->data : NULL, ctx->out[0]));
+    if (c->prec == FR_LIN_BF16 && xq) round_bf16(x, M * K, xq->data); /* a bfloat16 X: its own bytes */
+    if (c->prec == FR_LIN_FP8 && a.blockwise && xq) /* wgrad wants X in 128x1 blocks */
+        FR_TRY(fr_fp8_quantize_blocks(x, M, K, K, FR_LIN_BLOCK, 1, FR_F8E4M3, c->margin, NULL, wx, xq->data,
+                                      xs->data, NULL, 0));
+    write_amax(ctx, FR_LIN_OUT_AMAX_X, x, M * K);
+    write_amax(ctx, FR_LIN_OUT_AMAX_W, w->data, fr_tensor_numel(w));
+    return FR_OK;
+}
+
+static fr_status check_act_dtype(const fr_node *n, const fr_tensor *t)
+{
+    if (t->dtype != FR_F32 && t->dtype != FR_BF16)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "dtype %s", fr_dtype_name(t->dtype));
+    return FR_OK;
 }
 
 fr_status fr_linear_cpu(const fr_kernel_ctx *ctx)
@@ -343,45 +405,52 @@ fr_status fr_linear_cpu(const fr_kernel_ctx *ctx)
     lin_cfg c;
     FR_TRY(read_cfg(n, &c));
     const fr_tensor *x = ctx->in[0], *w = ctx->in[1], *b = ctx->n_in > 2 ? ctx->in[2] : NULL;
-    fr_tensor *y = ctx->out[0];
     int64_t K = c.transB ? w->dims[1] : w->dims[0], N = c.transB ? w->dims[0] : w->dims[1];
     int64_t M = t_lead(x);
     FR_TRY(check_blas_dims(n, M, N, K, c.pad));
     if (x->dtype == FR_F64)
-        return gemm_f64(x->data, 0, w->data, c.transB, M, N, K, c.pad, b ? b->data : NULL, y->data);
-    if (x->dtype != FR_F32)
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "dtype %s", fr_dtype_name(x->dtype));
-    char wx[600], ww[600];
-    what_str(wx, sizeof wx, ctx, "input", 0);
+        return gemm_f64(x->data, 0, w->data, c.transB, M, N, K, c.pad, b ? b->data : NULL, ctx->out[0]->data);
+    FR_TRY(check_act_dtype(n, x));
+    const float *xv;
+    float *owned;
+    FR_TRY(as_f32(x, &xv, &owned));
+    fr_status st = linear_f32(ctx, &c, xv, M, N, K);
+    free(owned);
+    return st;
+}
+
+/* LinearGradData on float32 values dy [M][N] (dY itself, or a bfloat16 dY widened) */
+static fr_status grad_data_f32(const fr_kernel_ctx *ctx, const lin_cfg *c, const float *dy, int64_t M, int64_t N,
+                               int64_t K)
+{
+    const fr_tensor *w = ctx->in[1];
+    char wd[600], ww[600];
+    what_str(wd, sizeof wd, ctx, "output gradient", 0);
     what_str(ww, sizeof ww, ctx, "weight", 1);
-    fr_tensor *xq = ctx->n_out > FR_LIN_OUT_XQ ? ctx->out[FR_LIN_OUT_XQ] : NULL;
-    fr_tensor *xs = ctx->n_out > FR_LIN_OUT_XQ_SINV ? ctx->out[FR_LIN_OUT_XQ_SINV] : NULL;
-    operand a = x_operand(x, M, K, &c, 0), bw = w_operand(w, &c, c.transB);
-    a.scale = scale_in(ctx, FR_LIN_IN_SCALE_X, &c);
-    a.what = wx;
-    bw.scale = scale_in(ctx, FR_LIN_IN_SCALE_W, &c);
+    operand a = dy_operand(dy, M, N, c, 0), bw = w_operand(w, c, !c->transB);
+    a.scale = scale_in(ctx, 3, c);
+    a.what = wd;
+    bw.scale = scale_in(ctx, 2, c);
     bw.what = ww;
-    if (c.prec == FR_LIN_FP8 && !a.blockwise && xq) { /* per tensor: the GEMM's own codes */
-        a.q_out = xq->data;
-        a.sinv_out = xs->data;
+    fr_tensor *dyq = ctx->n_out > 2 ? ctx->out[2] : NULL, *dyq_sinv = ctx->n_out > 3 ? ctx->out[3] : NULL;
+    if (c->prec == FR_LIN_BF16 && dyq) /* dY's bf16 copy for the weight gradient, dY's layout */
+        round_bf16(dy, M * N, dyq->data);
+    uint8_t *codes = NULL;
+    if (dyq && dyq_sinv) { /* the GEMM's own codes, kept and handed over transposed */
+        codes = fr_malloc((size_t)(M * N > 0 ? M * N : 1), "dY codes");
+        if (!codes) return FR_ERR_OOM;
+        a.q_out = codes;
+        a.sinv_out = dyq_sinv->data;
     }
-    if (c.y_bf16) { /* the float32 result rounded once, as the GPU's GEMM writes bfloat16 */
-        if (y->dtype != FR_BF16) return fr_node_error(n, FR_ERR_INTERNAL, "y_dtype bfloat16 but Y is %s", fr_dtype_name(y->dtype));
-        float *yf = fr_malloc((size_t)(M * N > 0 ? M * N : 1) * sizeof(float), "Linear float32 result");
-        if (!yf) return FR_ERR_OOM;
-        fr_status st = gemm_f32(&a, &bw, M, N, K, c.pad, b ? b->data : NULL, yf);
-        if (st == FR_OK) round_bf16(yf, M * N, y->data);
-        free(yf);
-        FR_TRY(st);
-    } else {
-        FR_TRY(gemm_f32(&a, &bw, M, N, K, c.pad, b ? b->data : NULL, y->data));
+    fr_status st = gemm_out(&a, &bw, M, K, N, c->pad, NULL, ctx->out[0]);
+    if (st == FR_OK && codes) {
+        uint8_t *t = dyq->data;
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t j = 0; j < N; j++) t[j * M + m] = codes[m * N + j];
     }
-    if (c.prec == FR_LIN_BF16 && xq) round_bf16(x->data, M * K, xq->data);
-    if (c.prec == FR_LIN_FP8 && a.blockwise && xq) /* wgrad wants X in 128x1 blocks */
-        FR_TRY(fr_fp8_quantize_blocks(x->data, M, K, K, FR_LIN_BLOCK, 1, FR_F8E4M3, c.margin, NULL,
-                                      wx, xq->data, xs->data, NULL, 0));
-    write_amax(ctx, FR_LIN_OUT_AMAX_X, x);
-    write_amax(ctx, FR_LIN_OUT_AMAX_W, w);
+    free(codes);
+    FR_TRY(st);
+    write_amax(ctx, 1, dy, M * N);
     return FR_OK;
 }
 
@@ -391,73 +460,34 @@ fr_status fr_linear_grad_data_cpu(const fr_kernel_ctx *ctx)
     lin_cfg c;
     FR_TRY(read_cfg(n, &c));
     const fr_tensor *dy = ctx->in[0], *w = ctx->in[1];
-    fr_tensor *dx = ctx->out[0];
     int64_t K = c.transB ? w->dims[1] : w->dims[0], N = c.transB ? w->dims[0] : w->dims[1];
     int64_t M = t_lead(dy);
     FR_TRY(check_blas_dims(n, M, N, K, c.pad));
     /* dX [M,K] = dY [M,N] op(W)^T: W [K,N] is used transposed, W [N,K] as stored */
     if (dy->dtype == FR_F64)
-        return gemm_f64(dy->data, 0, w->data, !c.transB, M, K, N, c.pad, NULL, dx->data);
-    char wd[600], ww[600];
-    what_str(wd, sizeof wd, ctx, "output gradient", 0);
-    what_str(ww, sizeof ww, ctx, "weight", 1);
-    operand a = dy_operand(dy, M, N, &c, 0), bw = w_operand(w, &c, !c.transB);
-    a.scale = scale_in(ctx, 3, &c);
-    a.what = wd;
-    bw.scale = scale_in(ctx, 2, &c);
-    bw.what = ww;
-    fr_tensor *dyq = ctx->n_out > 2 ? ctx->out[2] : NULL, *dyq_sinv = ctx->n_out > 3 ? ctx->out[3] : NULL;
-    if (c.prec == FR_LIN_BF16 && dyq) /* dY's bf16 copy for the weight gradient, dY's layout */
-        round_bf16(dy->data, M * N, dyq->data);
-    uint8_t *codes = NULL;
-    if (dyq && dyq_sinv) { /* the GEMM's own codes, kept and handed over transposed */
-        codes = fr_malloc((size_t)(M * N > 0 ? M * N : 1), "dY codes");
-        if (!codes) return FR_ERR_OOM;
-        a.q_out = codes;
-        a.sinv_out = dyq_sinv->data;
-    }
-    fr_status st = gemm_f32(&a, &bw, M, K, N, c.pad, NULL, dx->data);
-    if (st == FR_OK && codes) {
-        uint8_t *t = dyq->data;
-        for (int64_t m = 0; m < M; m++)
-            for (int64_t j = 0; j < N; j++) t[j * M + m] = codes[m * N + j];
-    }
-    free(codes);
-    FR_TRY(st);
-    write_amax(ctx, 1, dy);
-    return FR_OK;
+        return gemm_f64(dy->data, 0, w->data, !c.transB, M, K, N, c.pad, NULL, ctx->out[0]->data);
+    FR_TRY(check_act_dtype(n, dy));
+    const float *dv;
+    float *owned;
+    FR_TRY(as_f32(dy, &dv, &owned));
+    fr_status st = grad_data_f32(ctx, &c, dv, M, N, K);
+    free(owned);
+    return st;
 }
 
-fr_status fr_linear_grad_weight_cpu(const fr_kernel_ctx *ctx)
+/* LinearGradWeight on float32 views of Xs / dY (a bfloat16 one widened; codes as they are) */
+static fr_status grad_weight_f32(const fr_kernel_ctx *ctx, const lin_cfg *c, const float *xv, const float *dv,
+                                 int64_t M, int64_t N, int64_t K)
 {
-    const fr_node *n = ctx->node;
-    lin_cfg c;
-    FR_TRY(read_cfg(n, &c));
     const fr_tensor *xs = ctx->in[0], *dy = ctx->in[1], *s = ctx->n_in > 2 ? ctx->in[2] : NULL;
-    fr_tensor *dw = ctx->out[0];
     int dyq = dy->dtype == FR_F8E4M3 || dy->dtype == FR_F8E5M2; /* [N, M] codes from LinearGradData */
-    int64_t M = dyq ? dy->dims[1] : t_lead(dy), K = t_last(xs), N = dyq ? dy->dims[0] : t_last(dy);
-    FR_TRY(check_blas_dims(n, M, N, K, c.pad));
-    /* transB=0: dW [K,N] = X^T dY; transB=1: dW [N,K] = dY^T X (contraction over tokens) */
-    if (dy->dtype == FR_F64) {
-        if (c.transB) return gemm_f64(dy->data, 1, xs->data, 0, N, K, M, c.pad, NULL, dw->data);
-        return gemm_f64(xs->data, 1, dy->data, 0, K, N, M, c.pad, NULL, dw->data);
-    }
     char wx[600], wd[600];
     what_str(wx, sizeof wx, ctx, "input", 0);
     what_str(wd, sizeof wd, ctx, "output gradient", 1);
-    operand ox = x_operand(xs, M, K, &c, 1), od = dy_operand(dy, M, N, &c, 1);
+    operand ox = x_operand(xv, M, K, c, 1), od = dy_operand(dv, M, N, c, 1);
     ox.what = wx;
     od.what = wd;
-    od.scale = scale_in(ctx, 3, &c);
-    if (xs->dtype == FR_BF16) { /* the forward's Xq / the data gradient's dYq: rounded already */
-        ox.src = NULL;
-        ox.bf = xs->data;
-    }
-    if (dy->dtype == FR_BF16) {
-        od.src = NULL;
-        od.bf = dy->data;
-    }
+    od.scale = scale_in(ctx, 3, c);
     if (dyq) { /* the same values as quantizing dY here: stored transposed */
         od.src = NULL;
         od.scale = NULL;
@@ -471,13 +501,39 @@ fr_status fr_linear_grad_weight_cpu(const fr_kernel_ctx *ctx)
         ox.q = xs->data;
         ox.q_sinv = s->data;
     } else {
-        ox.scale = scale_in(ctx, 2, &c);
+        ox.scale = scale_in(ctx, 2, c);
     }
-    operand *a = c.transB ? &od : &ox, *b = c.transB ? &ox : &od;
+    operand *a = c->transB ? &od : &ox, *b = c->transB ? &ox : &od;
     a->trans = 1;
     if (dyq) od.trans = !od.trans;
-    FR_TRY(gemm_f32(a, b, c.transB ? N : K, c.transB ? K : N, M, c.pad, NULL, dw->data));
-    if (!dyq) write_amax(ctx, 1, dy);
+    FR_TRY(gemm_f32(a, b, c->transB ? N : K, c->transB ? K : N, M, c->pad, NULL, ctx->out[0]->data));
+    if (!dyq) write_amax(ctx, 1, dv, M * N);
     return FR_OK;
 }
 
+fr_status fr_linear_grad_weight_cpu(const fr_kernel_ctx *ctx)
+{
+    const fr_node *n = ctx->node;
+    lin_cfg c;
+    FR_TRY(read_cfg(n, &c));
+    const fr_tensor *xs = ctx->in[0], *dy = ctx->in[1];
+    fr_tensor *dw = ctx->out[0];
+    int dyq = dy->dtype == FR_F8E4M3 || dy->dtype == FR_F8E5M2; /* [N, M] codes from LinearGradData */
+    int64_t M = dyq ? dy->dims[1] : t_lead(dy), K = t_last(xs), N = dyq ? dy->dims[0] : t_last(dy);
+    FR_TRY(check_blas_dims(n, M, N, K, c.pad));
+    /* transB=0: dW [K,N] = X^T dY; transB=1: dW [N,K] = dY^T X (contraction over tokens) */
+    if (dy->dtype == FR_F64) {
+        if (c.transB) return gemm_f64(dy->data, 1, xs->data, 0, N, K, M, c.pad, NULL, dw->data);
+        return gemm_f64(xs->data, 1, dy->data, 0, K, N, M, c.pad, NULL, dw->data);
+    }
+    /* bf16 precision rounds a widened bfloat16 tensor back to its own bytes: the saved Xq / dYq
+     * multiplied as they are; fp8 quantizes the widened values as float32 */
+    const float *xv = NULL, *dv = NULL;
+    float *xo = NULL, *yo = NULL;
+    fr_status st = xs->dtype == FR_F8E4M3 ? FR_OK : as_f32(xs, &xv, &xo);
+    if (st == FR_OK && !dyq) st = as_f32(dy, &dv, &yo);
+    if (st == FR_OK) st = grad_weight_f32(ctx, &c, xv, dv, M, N, K);
+    free(xo);
+    free(yo);
+    return st;
+}

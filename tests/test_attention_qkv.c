@@ -4,6 +4,9 @@
  *    [T, D] and [B, 1, T, D] tables, MHA / GQA / MQA, causal or not, Dv != D, 2-D output):
  *    1e-12 relative L2 on O and LSE;
  *  - its gradient (AttentionQKVGrad) against central differences, float64: 1e-6;
+ *  - bfloat16 tensors (float32 computation): O, dO (and X) in bfloat16 give the float32 op's dX
+ *    on the same values bit for bit; o_dtype / dx_dtype bfloat16 write the float32 op's O / dX
+ *    rounded to bfloat16 bit for bit (LSE unchanged); bad combinations fail in infer;
  *  - the generated Llama and the HF dynamo fixtures, bf16 training graphs: one AttentionQKV
  *    (and one AttentionQKVGrad) per layer, no Split, Concat, Transpose, Rotary or RotaryGrad
  *    left (Phi-3 splits its QKV with Slices: left as it is); logits of the fixtures with and
@@ -168,6 +171,155 @@ static void test_gradient(void)
     }
 }
 
+/* ---- bfloat16 O, dO, o_dtype, dx_dtype ---- */
+
+/* t's values rounded to bfloat16: *b the bfloat16 tensor, *w the float32 one of the same values */
+static void bf16_pair(const fr_tensor *t, fr_tensor **b, fr_tensor **w)
+{
+    *b = tt_new(FR_BF16, t->rank, t->dims);
+    *w = tt_new(FR_F32, t->rank, t->dims);
+    for (int64_t i = 0; i < fr_tensor_numel(t); i++) {
+        const uint16_t h = fr_f32_to_bf16(((const float *)t->data)[i]);
+        ((uint16_t *)(*b)->data)[i] = h;
+        ((float *)(*w)->data)[i] = fr_bf16_to_f32(h);
+    }
+}
+
+static int same_bits(const fr_tensor *a, const fr_tensor *b)
+{
+    return a->dtype == b->dtype && a->nbytes == b->nbytes && memcmp(a->data, b->data, a->nbytes) == 0;
+}
+
+/* y (bfloat16) is f (float32) rounded to nearest even, element for element */
+static int is_rounding(const fr_tensor *y, const fr_tensor *f)
+{
+    if (y->dtype != FR_BF16 || f->dtype != FR_F32 || fr_tensor_numel(y) != fr_tensor_numel(f)) return 0;
+    for (int64_t i = 0; i < fr_tensor_numel(f); i++)
+        if (((const uint16_t *)y->data)[i] != fr_f32_to_bf16(((const float *)f->data)[i])) return 0;
+    return 1;
+}
+
+/* One forward (o_bf16: o_dtype bfloat16): *o, *lse handed to the caller. */
+static void qkv_fwd(const cfg *c, fr_tensor *x, fr_tensor *cs, fr_tensor *sn, int o_bf16, fr_tensor **o,
+                    fr_tensor **lse)
+{
+    fr_tensor *ins[3] = {x, cs, sn};
+    tnode t;
+    tn_init_domain(&t, "ai.fp8run", "AttentionQKV", 1, c->rope ? 3 : 1, ins, 0, 2);
+    set_attrs(tn_node(&t), c);
+    if (o_bf16) TN_ATTR(&t, string, "o_dtype", "bfloat16");
+    FR_ASSERT_OK(tn_run(&t));
+    *o = t.out[0], *lse = t.out[1];
+    t.out[0] = t.out[1] = NULL;
+    tn_free(&t);
+}
+
+static fr_tensor *qkv_bwd(const cfg *c, fr_tensor *x, fr_tensor *o, fr_tensor *lse, fr_tensor *dout, fr_tensor *cs,
+                          fr_tensor *sn, int dx_bf16)
+{
+    fr_tensor *ins[6] = {x, o, lse, dout, cs, sn};
+    tnode t;
+    tn_init_domain(&t, "ai.fp8run", "AttentionQKVGrad", 1, c->rope ? 6 : 4, ins, 0, 1);
+    set_attrs(tn_node(&t), c);
+    if (dx_bf16) TN_ATTR(&t, string, "dx_dtype", "bfloat16");
+    FR_ASSERT_OK(tn_run(&t));
+    fr_tensor *dx = t.out[0];
+    t.out[0] = NULL;
+    tn_free(&t);
+    return dx;
+}
+
+static void test_bf16_io(void)
+{
+    fr_rng r = fr_test_rng(__func__);
+    for (int ci = 0; ci < N_CFGS; ci++) {
+        const cfg *c = &k_cfgs[ci];
+        fr_tensor *x = tt_randn(&r, FR_F32, 3, (int64_t[]){c->B, c->T, width(c)}, 0, 1), *xb, *xw;
+        bf16_pair(x, &xb, &xw);
+        const int64_t d2[2] = {c->T, c->D}, d4[4] = {c->B, 1, c->T, c->D};
+        fr_tensor *cs = tt_randn(&r, FR_F32, c->table == 4 ? 4 : 2, c->table == 4 ? d4 : d2, 0, 1);
+        fr_tensor *sn = tt_randn(&r, FR_F32, cs->rank, cs->dims, 0, 1);
+        fr_tensor *o32, *l32, *o16, *l16, *o16x, *l16x;
+        qkv_fwd(c, xw, cs, sn, 0, &o32, &l32);
+        qkv_fwd(c, xw, cs, sn, 1, &o16, &l16);
+        qkv_fwd(c, xb, cs, sn, 1, &o16x, &l16x); /* bfloat16 X too */
+        if (!is_rounding(o16, o32)) printf("\n  config %d: o_dtype bfloat16 is not O rounded", ci);
+        CU_ASSERT(is_rounding(o16, o32));
+        CU_ASSERT(same_bits(l16, l32));
+        CU_ASSERT(same_bits(o16x, o16));
+        CU_ASSERT(same_bits(l16x, l32));
+        fr_tensor *ob, *ow, *dob, *dow;
+        bf16_pair(o32, &ob, &ow);
+        fr_tensor *d = tt_randn(&r, FR_F32, o32->rank, o32->dims, 0, 1);
+        bf16_pair(d, &dob, &dow);
+        fr_tensor *ref = qkv_bwd(c, xw, ow, l32, dow, cs, sn, 0);
+        tt_assert_shape(ref, FR_F32, 3, x->dims);
+        for (int m = 0; m < 8; m++) { /* bit 0: O bfloat16, 1: dO, 2: X */
+            fr_tensor *xi = m & 4 ? xb : xw, *oi = m & 1 ? ob : ow, *di = m & 2 ? dob : dow;
+            fr_tensor *g32 = qkv_bwd(c, xi, oi, l32, di, cs, sn, 0), *g16 = qkv_bwd(c, xi, oi, l32, di, cs, sn, 1);
+            const int ok32 = same_bits(g32, ref), ok16 = is_rounding(g16, ref);
+            if (!ok32 || !ok16) printf("\n  config %d, bf16 inputs %d: dX %s, dx_dtype bfloat16 %s", ci, m,
+                                       ok32 ? "ok" : "differs", ok16 ? "ok" : "is not dX rounded");
+            CU_ASSERT(ok32);
+            CU_ASSERT(ok16);
+            fr_tensor_free(g32);
+            fr_tensor_free(g16);
+        }
+        fr_tensor *all[] = {x, xb, xw, cs, sn, o32, l32, o16, l16, o16x, l16x, ob, ow, d, dob, dow, ref};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) fr_tensor_free(all[i]);
+    }
+}
+
+/* The node under test fails in infer with an error containing what. */
+static void expect_infer_error(tnode *t, const char *what)
+{
+    CU_ASSERT_NOT_EQUAL(tn_run(t), FR_OK);
+    tn_assert_error(what);
+    tn_free(t);
+}
+
+static void test_bf16_errors(void)
+{
+    fr_rng r = fr_test_rng(__func__);
+    const cfg *c = &k_cfgs[2]; /* no RoPE */
+    const int64_t xd[3] = {c->B, c->T, width(c)}, od[2] = {c->B * c->T, c->Hq * c->Dv}, ld[3] = {c->B, c->Hq, c->T};
+    fr_tensor *x32 = tt_randn(&r, FR_F32, 3, xd, 0, 1), *x64 = tt_randn(&r, FR_F64, 3, xd, 0, 1);
+    fr_tensor *o16 = tt_new(FR_BF16, 2, od), *o64 = tt_randn(&r, FR_F64, 2, od, 0, 1);
+    fr_tensor *l32 = tt_randn(&r, FR_F32, 3, ld, 0, 1), *l64 = tt_randn(&r, FR_F64, 3, ld, 0, 1);
+    fr_tensor *l16 = tt_new(FR_BF16, 3, ld), *o32 = tt_randn(&r, FR_F32, 2, od, 0, 1);
+    static const char *const fattr[3] = {"o_dtype", "o_dtype", NULL};
+    static const char *const fval[3] = {"float16", "bfloat16", NULL};
+    static const char *const fwant[2] = {"o_dtype 'float16' is not one of float32, bfloat16",
+                                         "o_dtype bfloat16 needs a float32 computation"};
+    for (int i = 0; i < 2; i++) { /* a bad value; bfloat16 O from a float64 computation */
+        tnode t;
+        tn_init_domain(&t, "ai.fp8run", "AttentionQKV", 1, 1, (fr_tensor *[]){i ? x64 : x32}, 0, 2);
+        set_attrs(tn_node(&t), c);
+        TN_ATTR(&t, string, fattr[i], fval[i]);
+        expect_infer_error(&t, fwant[i]);
+    }
+    struct {
+        fr_tensor *x, *o, *l, *d;
+        const char *dx, *want;
+    } bad[] = {
+        {x32, o32, l32, o32, "float16", "dx_dtype 'float16' is not one of float32, bfloat16"},
+        {x64, o64, l64, o64, "bfloat16", "dx_dtype bfloat16 needs a float32 computation"},
+        {x64, o16, l64, o64, NULL, "expected float64"},  /* bfloat16 O for a float64 computation */
+        {x64, o64, l64, o16, NULL, "expected float64"},  /* and dO */
+        {x32, o32, l16, o32, NULL, "expected float32"},  /* LSE stays float32 */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        tnode t;
+        tn_init_domain(&t, "ai.fp8run", "AttentionQKVGrad", 1, 4, (fr_tensor *[]){bad[i].x, bad[i].o, bad[i].l, bad[i].d},
+                       0, 1);
+        set_attrs(tn_node(&t), c);
+        if (bad[i].dx) TN_ATTR(&t, string, "dx_dtype", bad[i].dx);
+        expect_infer_error(&t, bad[i].want);
+    }
+    fr_tensor *all[] = {x32, x64, o16, o64, l32, l64, l16, o32};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) fr_tensor_free(all[i]);
+}
+
 static int count_op(const fr_graph *g, const char *op)
 {
     int n = 0;
@@ -318,6 +470,8 @@ int main(void)
     CU_TestInfo tests[] = {
         {"CPU op vs float64 reference (1e-12)", test_forward},
         {"gradient vs central differences (1e-6)", test_gradient},
+        {"bfloat16 O/dO/X == float32 bit for bit; o_dtype/dx_dtype == rounding", test_bf16_io},
+        {"bfloat16: bad combinations fail in infer", test_bf16_errors},
         {"generated Llama: fused per layer, losses == pass off", test_generated_llama},
         {"HF fixtures: fused (not Phi-3), logits == pass off", test_hf_fixtures},
         {"HF training: losses == pass off", test_hf_training},

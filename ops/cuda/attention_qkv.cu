@@ -11,7 +11,12 @@
  *    float32 [B, heads, T, D] copies (RoPE applied), the Attention / AttentionGrad kernels run on
  *    them, and O (or dQ, dK, dV) is packed back.
  * X may be bfloat16 (passes/narrow_activations.h): the staging kernels widen it as they load
- * it (16-byte loads of 8 elements), everything after is the float32 path's.
+ * it (16-byte loads of 8 elements), everything after is the float32 path's; on cuDNN's path
+ * the sections that need no RoPE (V; all of X without RoPE) are read from X itself.
+ * bfloat16 O (o_dtype), O and dO (backward inputs) and dX (dx_dtype): cuDNN's bf16 O is
+ * written into the output and the bf16 O and dO read where they lie (16-byte aligned); cuDNN
+ * writes dQ, dK, dV straight into a bf16 dX, RoPE's transpose then applied in place on the Q
+ * and K columns only. fp8run's kernels path rounds (or widens) in its existing copies.
  * RoPE here is float32 math (within 1e-6 of the CPU's double). The staging passes run the
  * vectorized kernels of attention_qkv_stage.cuh where the shapes and pointers allow (head dims
  * of the usual sizes), else the one-element-per-thread kernels below (same bits either way). */
@@ -115,11 +120,11 @@ __global__ void stage_kernel(Geo g, const TX *__restrict__ X, const float *__res
     }
 }
 
-/* Backward packing: element (b, t, c) of dX from the sections' gradients (RoPE transposed on Q
- * and K). */
-template <typename TI>
+/* Backward packing: element (b, t, c) of dX (float32 or bfloat16, TD) from the sections'
+ * gradients (RoPE transposed on Q and K). */
+template <typename TI, typename TD>
 __global__ void unstage_kernel(Geo g, const TI *q, const TI *k, const TI *v, Lay lq, Lay lk, Lay lv,
-                               const float *__restrict__ cs, const float *__restrict__ sn, float *__restrict__ dX)
+                               const float *__restrict__ cs, const float *__restrict__ sn, TD *__restrict__ dX)
 {
     const int64_t n = g.B * g.T * g.W;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
@@ -135,7 +140,7 @@ __global__ void unstage_kernel(Geo g, const TI *q, const TI *k, const TI *v, Lay
             const float *cr = cs + b * g.cos_b + t * g.D, *sr = sn + b * g.sin_b + t * g.D;
             y = fmaf(y, cr[d], -sign * load_f(src + p) * sr[p]);
         }
-        dX[i] = y;
+        store_f(dX + i, y);
     }
 }
 
@@ -354,7 +359,7 @@ void stage_x(const Node &p, const TX *X, const float *cs, const float *sn, TO *q
     qkv_fast::Geo8 g8;
     if (fast_geo(p, &g8) && tables_ok(cs, sn) && qkv_fast::aligned16(X) && qkv_fast::aligned16(q) &&
         qkv_fast::aligned16(k) && qkv_fast::aligned16(v)) {
-        qkv_fast::rope8_kernel<false, TO, TX><<<qkv_fast::blocks8(g8.n), 256, 0, stream>>>(
+        qkv_fast::rope8_kernel<false, TO, TX, float><<<qkv_fast::blocks8(g8.n), 256, 0, stream>>>(
             g8, X, nullptr, q, k, v, lay8(l[0]), lay8(l[1]), lay8(l[2]), cs, sn);
         return;
     }
@@ -392,19 +397,95 @@ void o_move(const Node &p, const Lay &l, const TP *pin, TH *hout, const TH *hin,
 }
 
 /* dX from the sections' gradients (RoPE transposed), vectorized where it can be. */
-template <typename TI>
+template <typename TI, typename TD>
 void unstage(const Node &p, TI *q, TI *k, TI *v, const Lay *l, const float *cs, const float *sn,
-             float *dX, cudaStream_t stream)
+             TD *dX, cudaStream_t stream)
 {
     qkv_fast::Geo8 g8;
     if (fast_geo(p, &g8) && tables_ok(cs, sn) && qkv_fast::aligned16(dX) && qkv_fast::aligned16(q) &&
         qkv_fast::aligned16(k) && qkv_fast::aligned16(v)) {
-        qkv_fast::rope8_kernel<true, TI, float><<<qkv_fast::blocks8(g8.n), 256, 0, stream>>>(
+        qkv_fast::rope8_kernel<true, TI, float, TD><<<qkv_fast::blocks8(g8.n), 256, 0, stream>>>(
             g8, nullptr, dX, q, k, v, lay8(l[0]), lay8(l[1]), lay8(l[2]), cs, sn);
         return;
     }
     const int64_t nx = p.q.B * p.q.T * p.q.W;
-    unstage_kernel<TI><<<blocks_for(nx), 256, 0, stream>>>(p.g, q, k, v, l[0], l[1], l[2], cs, sn, dX);
+    unstage_kernel<TI, TD><<<blocks_for(nx), 256, 0, stream>>>(p.g, q, k, v, l[0], l[1], l[2], cs, sn, dX);
+}
+
+/* unstage into dX as it is stored (dx_dtype): float32 or bfloat16 */
+template <typename TI>
+void unstage_to(const Node &p, TI *q, TI *k, TI *v, const Lay *l, const float *cs, const float *sn, fr_tensor *dX,
+                cudaStream_t stream)
+{
+    if (dX->dtype == FR_BF16)
+        unstage<TI, bf16>(p, q, k, v, l, cs, sn, (bf16 *)dX->data, stream);
+    else
+        unstage<TI, float>(p, q, k, v, l, cs, sn, (float *)dX->data, stream);
+}
+
+/* The vectorized geometry restricted to the rotated units (the Q and K columns): false where
+ * the vectorized kernels do not apply or nothing is rotated. */
+bool rot_geo(const Node &p, const float *cs, const float *sn, qkv_fast::Geo8 *g8)
+{
+    if (!p.q.rotary || !fast_geo(p, g8) || !tables_ok(cs, sn)) return false;
+    g8->units = g8->rot_units;
+    g8->n = (unsigned)(p.q.B * p.q.T) * g8->rot_units;
+    return true;
+}
+
+/* Whether the three sections of a packed bf16 tensor laid out as X at base are 16-byte
+ * aligned (what cuDNN requires of its pointers). */
+bool sections_aligned(const Node &p, const void *base)
+{
+    const bf16 *b = (const bf16 *)base;
+    return qkv_fast::aligned16(b) && qkv_fast::aligned16(b + p.q.k_off) && qkv_fast::aligned16(b + p.q.v_off);
+}
+
+/* cuDNN's Q, K, V (qkv[3]): the bf16 X itself where a section needs no RoPE (X bfloat16 and
+ * aligned: all three without RoPE, V with it), else the staged packed copy x16. */
+void stage_for_cudnn(const Node &p, const fr_tensor *X, const float *cs, const float *sn, bf16 *x16, const Lay *ls,
+                     const bf16 **qkv, cudaStream_t stream)
+{
+    const fr_attn_qkv_geom &q = p.q;
+    const int64_t off[3] = {q.q_off, q.k_off, q.v_off};
+    const bf16 *xb = (const bf16 *)X->data;
+    const bool direct = X->dtype == FR_BF16 && sections_aligned(p, xb);
+    qkv_fast::Geo8 g8;
+    if (direct && !q.rotary) {
+        for (int i = 0; i < 3; i++) qkv[i] = xb + off[i];
+        return;
+    }
+    if (direct && rot_geo(p, cs, sn, &g8)) { /* only Q and K staged */
+        qkv_fast::rope8_kernel<false, bf16, bf16, float><<<qkv_fast::blocks8(g8.n), 256, 0, stream>>>(
+            g8, xb, nullptr, x16, x16 + q.k_off, x16 + q.v_off, lay8(ls[0]), lay8(ls[1]), lay8(ls[2]), cs, sn);
+        qkv[0] = x16, qkv[1] = x16 + q.k_off, qkv[2] = xb + q.v_off;
+        return;
+    }
+    stage<bf16>(p, X, cs, sn, x16, x16 + q.k_off, x16 + q.v_off, ls, stream);
+    for (int i = 0; i < 3; i++) qkv[i] = x16 + off[i];
+}
+
+/* An O-like input t (float32 or bfloat16) as cuDNN reads it (*use): t itself when bfloat16
+ * and aligned, else rounded (copied) into dst. */
+fr_status o_for_cudnn(const Node &p, const fr_tensor *t, bf16 *dst, const void **use, cudaStream_t stream)
+{
+    const fr_attn_qkv_geom &q = p.q;
+    const int64_t no = q.B * q.T * q.Hq * q.Dv;
+    const unsigned n8 = units8(no);
+    *use = dst;
+    if (t->dtype == FR_BF16) {
+        if (qkv_fast::aligned16(t->data)) *use = t->data;
+        else FR_CUDA_TRY(cudaMemcpyAsync(dst, t->data, (size_t)no * 2, cudaMemcpyDeviceToDevice, stream));
+        return FR_OK;
+    }
+    const float *src = (const float *)t->data;
+    if (n8 && qkv_fast::aligned16(src))
+        qkv_fast::convert8_kernel<float, bf16><<<qkv_fast::blocks8(n8), 256, 0, stream>>>(n8, src, dst, nullptr,
+                                                                                          nullptr);
+    else
+        o_kernel<float, bf16><<<blocks_for(no), 256, 0, stream>>>(q.B, q.T, q.Hq * q.Dv, q.Dv, packed(p, 3), src, dst,
+                                                                  nullptr, nullptr);
+    return FR_OK;
 }
 
 /* ---- scratch ---- */
@@ -495,40 +576,49 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
     const float *sn = cs ? (const float *)k->in[ci + 1]->data : nullptr;
     cudaStream_t stream = c->stream;
     const Lay ls[3] = {packed(p, 0), packed(p, 1), packed(p, 2)}, lo = packed(p, 3);
-    bf16 *k16 = x16 + q.k_off, *v16 = x16 + q.v_off;
-    stage<bf16>(p, k->in[0], cs, sn, x16, k16, v16, ls, stream);
+    const bf16 *qkv[3];
+    stage_for_cudnn(p, k->in[0], cs, sn, x16, ls, qkv, stream);
     FR_TRY(check_launch(k, "AttentionQKV(cuDNN: stage X)"));
     fr_cudnn_sdpa_io io;
     memset(&io, 0, sizeof io);
-    io.q = x16, io.k = k16, io.v = v16, io.o = o16;
+    io.q = qkv[0], io.k = qkv[1], io.v = qkv[2], io.o = o16;
     io.scale = p.a.scale;
     io.workspace = sc + l.ws;
     io.workspace_bytes = l.ws_bytes;
     float *stats = (float *)(sc + l.stats);
     const size_t stats_bytes = (size_t)(q.B * q.Hq * q.T) * sizeof(float);
     if (!backward) {
-        fr_tensor *lse = k->n_out > 1 ? k->out[1] : NULL;
+        fr_tensor *lse = k->n_out > 1 ? k->out[1] : NULL, *ot = k->out[0];
         const bool direct = lse && ((uintptr_t)lse->data & 15) == 0;
         io.stats = direct ? (float *)lse->data : stats;
+        const bool o_direct = ot->dtype == FR_BF16 && qkv_fast::aligned16(ot->data); /* o_dtype bfloat16 */
+        if (o_direct) io.o = ot->data;
         const fr_status st = fr_cudnn_sdpa_run(c, &s, &io);
         if (st != FR_OK) return fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
-        float *out = (float *)k->out[0]->data;
-        if (n8 && qkv_fast::aligned16(out)) /* O [B, T, Hq, Dv] is the output's layout: a conversion */
-            qkv_fast::convert8_kernel<bf16, float><<<qkv_fast::blocks8(n8), 256, 0, stream>>>(n8, o16, out, nullptr,
-                                                                                              nullptr);
-        else
-            o_kernel<float, bf16><<<blocks_for(no), 256, 0, stream>>>(q.B, q.T, N, q.Dv, lo, nullptr, nullptr, o16, out);
-        FR_TRY(check_launch(k, "AttentionQKV(cuDNN: O to float32)"));
+        if (ot->dtype == FR_BF16) { /* [B, T, Hq, Dv] is the output's layout */
+            if (!o_direct) FR_CUDA_TRY(cudaMemcpyAsync(ot->data, o16, (size_t)no * 2, cudaMemcpyDeviceToDevice, stream));
+        } else if (n8 && qkv_fast::aligned16(ot->data)) {
+            qkv_fast::convert8_kernel<bf16, float><<<qkv_fast::blocks8(n8), 256, 0, stream>>>(n8, o16, (float *)ot->data,
+                                                                                              nullptr, nullptr);
+        } else {
+            o_kernel<float, bf16><<<blocks_for(no), 256, 0, stream>>>(q.B, q.T, N, q.Dv, lo, nullptr, nullptr, o16,
+                                                                      (float *)ot->data);
+        }
+        FR_TRY(check_launch(k, "AttentionQKV(cuDNN: O)"));
         if (lse && !direct) FR_CUDA_TRY(cudaMemcpyAsync(lse->data, stats, stats_bytes, cudaMemcpyDeviceToDevice, stream));
     } else {
         bf16 *do16 = (bf16 *)(sc + l.do16), *dx16 = (bf16 *)(sc + l.dx16);
-        const float *O = (const float *)k->in[1]->data, *dO = (const float *)k->in[3]->data;
-        if (n8 && qkv_fast::aligned16(O) && qkv_fast::aligned16(dO)) { /* both in one launch */
+        const fr_tensor *Ot = k->in[1], *dOt = k->in[3];
+        const float *O = (const float *)Ot->data, *dO = (const float *)dOt->data;
+        if (Ot->dtype == FR_F32 && dOt->dtype == FR_F32 && n8 && qkv_fast::aligned16(O) && qkv_fast::aligned16(dO)) {
             qkv_fast::convert8_kernel<float, bf16><<<dim3(qkv_fast::blocks8(n8), 2), 256, 0, stream>>>(n8, O, o16, dO,
                                                                                                        do16);
-        } else {
-            o_kernel<float, bf16><<<blocks_for(no), 256, 0, stream>>>(q.B, q.T, N, q.Dv, lo, O, o16, nullptr, nullptr);
-            o_kernel<float, bf16><<<blocks_for(no), 256, 0, stream>>>(q.B, q.T, N, q.Dv, lo, dO, do16, nullptr, nullptr);
+            io.o = o16, io.dout = do16; /* both in one launch */
+        } else { /* bfloat16 ones read where they lie */
+            const void *ou = NULL;
+            FR_TRY(o_for_cudnn(p, Ot, o16, &ou, stream));
+            FR_TRY(o_for_cudnn(p, dOt, do16, &io.dout, stream));
+            io.o = (void *)ou; /* read only in the backward */
         }
         FR_TRY(check_launch(k, "AttentionQKVGrad(cuDNN: O, dO to bf16)"));
         const fr_tensor *lse = k->in[2];
@@ -538,15 +628,35 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
             FR_CUDA_TRY(cudaMemcpyAsync(stats, lse->data, stats_bytes, cudaMemcpyDeviceToDevice, stream));
             io.stats = stats;
         }
-        io.dout = do16, io.dq = dx16, io.dk = dx16 + q.k_off, io.dv = dx16 + q.v_off;
+        /* dx_dtype bfloat16: cuDNN writes dQ, dK, dV into dX itself (then RoPE^T in place on
+         * the Q and K columns) where the pointers and the vectorized kernel allow */
+        fr_tensor *dxt = k->out[0];
+        qkv_fast::Geo8 g8;
+        const bool into_dx = dxt->dtype == FR_BF16 && sections_aligned(p, dxt->data) &&
+                             (!q.rotary || rot_geo(p, cs, sn, &g8));
+        bf16 *dst = into_dx ? (bf16 *)dxt->data : dx16;
+        io.dq = dst, io.dk = dst + q.k_off, io.dv = dst + q.v_off;
         const fr_status st = fr_cudnn_sdpa_run(c, &s, &io);
         if (st != FR_OK) return fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
-        unstage<bf16>(p, dx16, dx16 + q.k_off, dx16 + q.v_off, ls, cs, sn, (float *)k->out[0]->data, stream);
+        if (!into_dx)
+            unstage_to<bf16>(p, dx16, dx16 + q.k_off, dx16 + q.v_off, ls, cs, sn, dxt, stream);
+        else if (q.rotary)
+            qkv_fast::rope8_kernel<true, bf16, float, bf16><<<qkv_fast::blocks8(g8.n), 256, 0, stream>>>(
+                g8, nullptr, dst, dst, dst + q.k_off, dst + q.v_off, lay8(ls[0]), lay8(ls[1]), lay8(ls[2]), cs, sn);
         FR_TRY(check_launch(k, "AttentionQKVGrad(cuDNN: dX)"));
     }
     c->attn_runs_cudnn++;
     *ran = 1;
     return FR_OK;
+}
+
+/* An O-like input (float32, or bfloat16 widened) into the head-major float32 copy h. */
+void o_head_major(const Node &p, const Lay &l, const fr_tensor *t, float *h, cudaStream_t stream)
+{
+    if (t->dtype == FR_BF16)
+        o_move<bf16, float>(p, l, (const bf16 *)t->data, h, nullptr, nullptr, stream);
+    else
+        o_move<float, float>(p, l, (const float *)t->data, h, nullptr, nullptr, stream);
 }
 
 /* fp8run's kernels on head-major float32 copies. */
@@ -582,13 +692,16 @@ fr_status run_own(const fr_cuda_kctx *k, const Node &p, int backward)
         st = def->run(&ik);
         c->attention = choice;
         FR_TRY(st);
-        o_move<float, float>(p, ho, nullptr, nullptr, O, (float *)k->out[0]->data, stream);
+        if (k->out[0]->dtype == FR_BF16) /* o_dtype bfloat16: rounded in the same pass */
+            o_move<bf16, float>(p, ho, nullptr, nullptr, O, (bf16 *)k->out[0]->data, stream);
+        else
+            o_move<float, float>(p, ho, nullptr, nullptr, O, (float *)k->out[0]->data, stream);
         return check_launch(k, "AttentionQKV(O)");
     }
     float *dO = (float *)(sc + l.dout), *dQ = (float *)(sc + l.dq), *dK = (float *)(sc + l.dk),
           *dV = (float *)(sc + l.dv);
-    o_move<float, float>(p, ho, (const float *)k->in[1]->data, O, nullptr, nullptr, stream);
-    o_move<float, float>(p, ho, (const float *)k->in[3]->data, dO, nullptr, nullptr, stream);
+    o_head_major(p, ho, k->in[1], O, stream);
+    o_head_major(p, ho, k->in[3], dO, stream);
     FR_TRY(check_launch(k, "AttentionQKVGrad(O, dO)"));
     fr_tensor tl = view_of(p, 4, k->in[2]->data), tdo = view_of(p, 3, dO);
     fr_tensor tdq = view_of(p, 0, dQ), tdk = view_of(p, 1, dK), tdv = view_of(p, 2, dV);
@@ -597,18 +710,20 @@ fr_status run_own(const fr_cuda_kctx *k, const Node &p, int backward)
     st = def->run(&ik);
     c->attention = choice;
     FR_TRY(st);
-    unstage<float>(p, dQ, dK, dV, hs, cs, sn, (float *)k->out[0]->data, stream);
+    unstage_to<float>(p, dQ, dK, dV, hs, cs, sn, k->out[0], stream);
     return check_launch(k, "AttentionQKVGrad(dX)");
 }
 
-/* float32 inputs, X also bfloat16 (a narrowed projection: the staging reads it, the rest is
- * float32 as ever) */
-fr_status check_f32(const fr_cuda_kctx *k)
+/* float32 inputs; X (a narrowed projection) and the backward's O and dO also bfloat16 (the
+ * staging reads them, the computation is float32 as ever) */
+fr_status check_f32(const fr_cuda_kctx *k, int backward)
 {
-    for (int i = 0; i < k->n_in; i++)
-        if (k->in[i] && k->in[i]->dtype != FR_F32 && !(i == 0 && k->in[i]->dtype == FR_BF16))
+    for (int i = 0; i < k->n_in; i++) {
+        const int bf_ok = i == 0 || (backward && (i == 1 || i == 3));
+        if (k->in[i] && k->in[i]->dtype != FR_F32 && !(bf_ok && k->in[i]->dtype == FR_BF16))
             return fr_node_error(k->node, FR_ERR_UNSUPPORTED, "input %d is %s: the CUDA kernels take float32%s", i,
-                                 fr_dtype_name(k->in[i]->dtype), i == 0 ? " or bfloat16" : "");
+                                 fr_dtype_name(k->in[i]->dtype), bf_ok ? " or bfloat16" : "");
+    }
     return FR_OK;
 }
 
@@ -620,7 +735,9 @@ fr_status run(const fr_cuda_kctx *k, int backward)
                                                        : "needs input X and output O");
     for (int i = 0; backward && i < 4; i++)
         if (!k->in[i]) return fr_node_error(n, FR_ERR_GRAPH, "input %d is missing", i);
-    FR_TRY(check_f32(k));
+    FR_TRY(check_f32(k, backward));
+    fr_dtype yt; /* O's (o_dtype) or dX's (dx_dtype) */
+    FR_TRY(fr_attn_qkv_out_dtype(n, backward ? "dx_dtype" : "o_dtype", FR_F32, &yt));
     const int ci = backward ? 4 : 1;
     const fr_tensor *c = k->n_in > ci + 1 ? k->in[ci] : NULL, *s = k->n_in > ci + 1 ? k->in[ci + 1] : NULL;
     Node p;
@@ -635,13 +752,13 @@ fr_status run(const fr_cuda_kctx *k, int backward)
     const int orank = fr_attn_qkv_out_dims(&q, od);
     const int64_t ld[3] = {q.B, q.Hq, q.T};
     if (!backward) {
-        FR_TRY(fr_check_out(n, k->out[0], FR_F32, orank, od));
+        FR_TRY(fr_check_out(n, k->out[0], yt, orank, od));
         if (k->n_out > 1 && k->out[1]) FR_TRY(fr_check_out(n, k->out[1], FR_F32, 3, ld));
     } else {
-        FR_TRY(fr_check_out(n, k->in[1], FR_F32, orank, od));
-        FR_TRY(fr_check_out(n, k->in[3], FR_F32, orank, od));
+        FR_TRY(fr_check_out(n, k->in[1], k->in[1]->dtype, orank, od)); /* dtypes: check_f32 */
+        FR_TRY(fr_check_out(n, k->in[3], k->in[3]->dtype, orank, od));
         FR_TRY(fr_check_out(n, k->in[2], FR_F32, 3, ld));
-        FR_TRY(fr_check_out(n, k->out[0], FR_F32, 3, x->dims));
+        FR_TRY(fr_check_out(n, k->out[0], yt, 3, x->dims));
     }
     if (q.B == 0 || q.T == 0) return FR_OK;
     int ran = 0;

@@ -128,9 +128,12 @@ __device__ __forceinline__ void rotate8(const Unit &u, int hd, const float *cr, 
 
 /* Forward (GRAD 0): packed X (TX float32, or bfloat16 when narrowed: one 16-byte load per
  * unit), RoPE'd on Q and K, into the sections q, k, v (layouts lq, lk, lv). Backward (GRAD 1):
- * the sections' gradients into the packed float32 dX, RoPE transposed (X unused). */
-template <bool GRAD, typename TS, typename TX>
-__global__ void __launch_bounds__(256) rope8_kernel(Geo8 g, const TX *__restrict__ X, float *__restrict__ dX,
+ * the sections' gradients into the packed dX (TD float32, or bfloat16 by dx_dtype), RoPE
+ * transposed (X unused). A thread reads and writes the same elements (a unit and its partner),
+ * so the backward may run in place (sections laid out inside dX itself); g.units == rot_units
+ * then visits only the rotated units. */
+template <bool GRAD, typename TS, typename TX, typename TD>
+__global__ void __launch_bounds__(256) rope8_kernel(Geo8 g, const TX *__restrict__ X, TD *dX,
                                                     TS *q, TS *k, TS *v, Lay8 lq, Lay8 lk, Lay8 lv,
                                                     const float *__restrict__ cs, const float *__restrict__ sn)
 {

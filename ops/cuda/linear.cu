@@ -16,6 +16,8 @@
  *         the FP8 tensor cores' accumulation being the larger part). With ctx->fp8_fast_accum
  *         the per-tensor forward GEMM accumulates in the fast mode (cuda_gemm.h), which the
  *         CPU does not emulate: GPU-vs-CPU comparisons run with it off.
+ * A bfloat16 X / dY (linear.h) is read as it is: the bf16 GEMM's operand, or widened exactly by
+ * the quantization kernels (16-byte loads); y_dtype / dx_dtype bfloat16: the GEMM writes bf16.
  * Hopper's FP8 GEMM wants both operands K-contiguous with dims multiples of 16: the
  * quantization kernels write the operands into scratch in that layout (transposed where the
  * GEMM contracts over the source's rows), zero-padded to multiples of 16; a padded result is
@@ -53,7 +55,8 @@ typedef struct lin_cfg {
     fr_lin_recipe recipe;
     int dy_e5m2;
     int margin;
-    int y_bf16; /* Y written in bfloat16 (attribute y_dtype) */
+    int y_bf16;  /* Y written in bfloat16 (attribute y_dtype) */
+    int dx_bf16; /* dX written in bfloat16 (attribute dx_dtype) */
 } lin_cfg;
 
 static fr_status read_cfg(const fr_node *n, lin_cfg *c)
@@ -66,6 +69,7 @@ static fr_status read_cfg(const fr_node *n, lin_cfg *c)
     c->dy_e5m2 = a.dy_fmt == FR_F8E5M2;
     c->margin = a.margin;
     c->y_bf16 = a.y_bf16;
+    c->dx_bf16 = a.dx_bf16;
     return FR_OK;
 }
 
@@ -156,13 +160,13 @@ static int is_fp8_type(fr_dtype t) { return t == FR_F8E4M3 || t == FR_F8E5M2; }
 static int is_low_type(fr_dtype t) { return is_fp8_type(t) || t == FR_BF16; } /* a converted copy */
 
 /* bf16: which GEMM operands (a, b in the plan's order) are tensors of the node already:
- * the forward's Xq output, the data gradient's dYq output, the weight gradient's bf16 inputs
- * (x_bf16: input 0, y_bf16: input 1). */
+ * the forward's Xq output or bfloat16 X, the data gradient's dYq output or bfloat16 dY, the
+ * weight gradient's bf16 inputs (x_bf16: input 0, y_bf16: input 1). */
 static void bf16_given(lin_op op, const lin_cfg *c, int has_out, int x_bf16, int y_bf16, int *a, int *b)
 {
     *a = *b = 0;
     if (c->prec != FR_LIN_BF16) return;
-    if (op == OP_FWD || op == OP_DGRAD) *a = has_out;
+    if (op == OP_FWD || op == OP_DGRAD) *a = has_out || x_bf16;
     else { /* the plan's a holds X, b holds dY (see grad_weight_run) */
         *a = x_bf16;
         *b = y_bf16;
@@ -326,6 +330,8 @@ static fr_status begin(lin_op op, const fr_cuda_kctx *k, lin_run *r)
         r->stats = (fr_q_stats *)(r->base + r->p.stats);
         FR_CUDA_TRY(cudaMemsetAsync(r->stats, 0, sizeof(fr_q_stats), r->s));
     }
+    if (r->c.prec == FR_LIN_FP32 && (a->dtype == FR_BF16 || b->dtype == FR_BF16))
+        return fr_node_error(r->n, FR_ERR_UNSUPPORTED, "bfloat16 inputs need precision bf16 or fp8");
     fr_dtype dt = !is_low_type(a->dtype) ? a->dtype : !is_low_type(b->dtype) ? b->dtype : k->out[0]->dtype;
     if (dt != FR_F32 && !(dt == FR_F64 && r->c.prec == FR_LIN_FP32))
         return fr_node_error(r->n, FR_ERR_UNSUPPORTED, "dtype %s in %s precision", fr_dtype_name(dt),
@@ -391,13 +397,35 @@ static fr_status fp8_gemm(lin_run *r, int64_t Mg, int64_t Ng, int64_t Kg, const 
     return fr_q_finish(r->s, r->n, Y->dtype, D, Ng, Y->data, rows, cols, bias);
 }
 
+/* A float32 or bfloat16 tensor as the quantization kernels read it (quantize.cuh) */
+static fr_q_src q_src(const fr_tensor *t)
+{
+    fr_q_src s = {t->data, t->dtype == FR_BF16};
+    return s;
+}
+
+/* The bf16 GEMM operand of a float32 or bfloat16 source: a bfloat16 source is its own operand
+ * (copied into `keep` when the node outputs its bf16 copy), a float32 one is rounded into
+ * `keep` or the scratch `tmp`. */
+static fr_status bf16_operand(lin_run *r, const fr_tensor *src, int64_t count, void *keep, void *tmp, const void **op)
+{
+    if (src->dtype == FR_BF16) {
+        if (keep && count) FR_CUDA_TRY(cudaMemcpyAsync(keep, src->data, (size_t)count * 2, cudaMemcpyDeviceToDevice, r->s));
+        *op = src->data;
+        return FR_OK;
+    }
+    void *dst = keep ? keep : tmp;
+    *op = dst;
+    return fr_q_to_bf16(r->s, r->n, (const float *)src->data, count, dst);
+}
+
 /* Per-tensor fp8 quantization of one operand: delayed (given scale, amax in the same pass) or
  * current (amax, scale, then the cast). dst: padded [Rp][Cp] or its transpose. */
 static fr_status quant_tensor(lin_run *r, fr_q_stats *st, int slot, const fr_tensor *src, int64_t R, int64_t C,
                               fr_q_fmt f, const fr_tensor *given, int trans, uint8_t *dst, uint8_t *dense,
                               uint8_t *dense_t, float *amax_out, float *sinv_out)
 {
-    const float *x = (const float *)src->data;
+    fr_q_src x = q_src(src);
     if (given) {
         FR_TRY(fr_q_tensor(r->s, r->n, x, R, C, (const float *)given->data, f, trans, dst, dense, dense_t, st, slot));
         return fr_q_finalize(r->s, r->n, st, slot, (const float *)given->data, 0, f, amax_out, sinv_out);
@@ -505,10 +533,10 @@ static fr_status linear_run(const fr_cuda_kctx *k)
     fr_tensor *y = k->out[0], *xq = opt_out(k, FR_LIN_OUT_XQ), *xs = opt_out(k, FR_LIN_OUT_XQ_SINV);
     fr_tensor *ax = opt_out(k, FR_LIN_OUT_AMAX_X), *aw = opt_out(k, FR_LIN_OUT_AMAX_W);
     int64_t M = r.M, N = r.N, K = r.K;
-    FR_TRY(check_out(&r, y, M, N, c->y_bf16 ? FR_BF16 : x->dtype, "Y"));
-    if (b && (b->dtype != x->dtype || fr_tensor_numel(b) != N))
+    FR_TRY(check_out(&r, y, M, N, c->y_bf16 ? FR_BF16 : w->dtype, "Y")); /* W's dtype: X may be bfloat16 */
+    if (b && (b->dtype != w->dtype || fr_tensor_numel(b) != N))
         return fr_node_error(r.n, FR_ERR_SHAPE, "bias must hold N=%lld %s values", (long long)N,
-                             fr_dtype_name(x->dtype));
+                             fr_dtype_name(w->dtype));
     const void *bias = b ? b->data : NULL;
     if (c->prec == FR_LIN_FP32)
         return float_gemm(&r, x->dtype, x->dtype, M, N, K, x->data, 0, w->data, c->transB, y->data, bias);
@@ -516,8 +544,9 @@ static fr_status linear_run(const fr_cuda_kctx *k)
         if (xs || ax || aw)
             return fr_node_error(r.n, FR_ERR_GRAPH, "outputs Xq_scale_inv, amax_x, amax_w exist in fp8 precision only");
         FR_TRY(check_out(&r, xq, M, K, FR_BF16, "Xq"));
-        void *xb = xq ? xq->data : r.base + r.p.a, *wb = w_codes(&r); /* X rounded once, kept as Xq */
-        FR_TRY(fr_q_to_bf16(r.s, r.n, (const float *)x->data, M * K, xb));
+        const void *xb; /* X rounded once, kept as Xq (a bfloat16 X as it is) */
+        void *wb = w_codes(&r);
+        FR_TRY(bf16_operand(&r, x, M * K, xq ? xq->data : NULL, r.base + r.p.a, &xb));
         int conv;
         FR_TRY(w_begin(&r, &conv));
         if (conv) {
@@ -546,9 +575,9 @@ static fr_status linear_run(const fr_cuda_kctx *k)
             FR_TRY(fr_q_tiles128(r.s, r.n, (const float *)w->data, wr, wc, f, !c->transB, wop, wsv, wst, 1));
             w_end(&r);
         }
-        FR_TRY(fr_q_rows128(r.s, r.n, (const float *)x->data, M, K, f, xop, xsv, r.stats, 0));
+        FR_TRY(fr_q_rows128(r.s, r.n, q_src(x), M, K, f, xop, xsv, r.stats, 0));
         if (xq) /* the weight gradient wants X in 128x1 blocks along the tokens */
-            FR_TRY(fr_q_cols128(r.s, r.n, (const float *)x->data, M, K, f, NULL, NULL, (uint8_t *)xq->data,
+            FR_TRY(fr_q_cols128(r.s, r.n, q_src(x), M, K, f, NULL, NULL, (uint8_t *)xq->data,
                                 (float *)xs->data, r.stats, 0));
         if (ax) FR_TRY(fr_q_finalize(r.s, r.n, r.stats, 0, NULL, 0, f, (float *)ax->data, NULL));
         if (aw) FR_TRY(fr_q_finalize(r.s, r.n, wst, 1, NULL, 0, f, (float *)aw->data, NULL));
@@ -588,7 +617,7 @@ static fr_status grad_data_run(const fr_cuda_kctx *k)
     const fr_tensor *dy = k->in[0], *w = k->in[1];
     fr_tensor *dx = k->out[0], *ady = opt_out(k, 1), *dyq = opt_out(k, 2), *dyq_sinv = opt_out(k, 3);
     int64_t M = r.M, N = r.N, K = r.K;
-    FR_TRY(check_out(&r, dx, M, K, dy->dtype, "dX"));
+    FR_TRY(check_out(&r, dx, M, K, c->dx_bf16 ? FR_BF16 : w->dtype, "dX")); /* the GEMM writes bf16 dX itself */
     if (c->prec == FR_LIN_BF16 ? (dyq_sinv || ady)
                                : ((dyq || dyq_sinv) && (!dyq || !dyq_sinv || c->prec != FR_LIN_FP8 || blockwise(c))))
         return fr_node_error(r.n, FR_ERR_GRAPH, "outputs dYq and dYq_scale_inv come together, with the per-tensor "
@@ -598,15 +627,16 @@ static fr_status grad_data_run(const fr_cuda_kctx *k)
         return float_gemm(&r, dy->dtype, dy->dtype, M, K, N, dy->data, 0, w->data, !c->transB, dx->data, NULL);
     if (c->prec == FR_LIN_BF16) {
         FR_TRY(check_out(&r, dyq, M, N, FR_BF16, "dYq"));
-        void *yb = dyq ? dyq->data : r.base + r.p.a, *wb = w_codes(&r); /* dY rounded once, handed over */
-        FR_TRY(fr_q_to_bf16(r.s, r.n, (const float *)dy->data, M * N, yb));
+        const void *yb; /* dY rounded once, handed over (a bfloat16 dY as it is) */
+        void *wb = w_codes(&r);
+        FR_TRY(bf16_operand(&r, dy, M * N, dyq ? dyq->data : NULL, r.base + r.p.a, &yb));
         int conv;
         FR_TRY(w_begin(&r, &conv));
         if (conv) {
             FR_TRY(fr_q_to_bf16(r.s, r.n, (const float *)w->data, K * N, wb));
             w_end(&r);
         }
-        return float_gemm(&r, FR_BF16, FR_F32, M, K, N, yb, 0, wb, !c->transB, dx->data, NULL);
+        return float_gemm(&r, FR_BF16, dx->dtype, M, K, N, yb, 0, wb, !c->transB, dx->data, NULL);
     }
     FR_TRY(check_out(&r, ady, 1, 1, FR_F32, "amax_dy"));
     int64_t Mp = fr_q_pad16(M), Np = fr_q_pad16(N), Kp = fr_q_pad16(K);
@@ -625,7 +655,7 @@ static fr_status grad_data_run(const fr_cuda_kctx *k)
             FR_TRY(fr_q_tiles128(r.s, r.n, (const float *)w->data, wr, wc, fw, c->transB, wop, wsv, wst, 1));
             w_end(&r);
         }
-        FR_TRY(fr_q_rows128(r.s, r.n, (const float *)dy->data, M, N, fy, yop, ysv, r.stats, 0));
+        FR_TRY(fr_q_rows128(r.s, r.n, q_src(dy), M, N, fy, yop, ysv, r.stats, 0));
         if (amax_out) FR_TRY(fr_q_finalize(r.s, r.n, r.stats, 0, NULL, 0, fy, amax_out, NULL));
         return fp8_gemm(&r, Mp, Kp, Np, yop, c->dy_e5m2, ysv, FR_GEMM_SCALE_VEC128, wop, 0, wsv,
                         FR_GEMM_SCALE_BLK128, dx, M, K, NULL);
@@ -685,8 +715,9 @@ static fr_status grad_weight_run(const fr_cuda_kctx *k)
     int saved = xs->dtype == FR_F8E4M3;
     if (saved && c->prec != FR_LIN_FP8)
         return fr_node_error(r.n, FR_ERR_UNSUPPORTED, "a saved float8e4m3fn input needs fp8 precision");
-    if ((xs->dtype == FR_BF16 || dy->dtype == FR_BF16) && (c->prec != FR_LIN_BF16 || ady))
-        return fr_node_error(r.n, FR_ERR_UNSUPPORTED, "bfloat16 inputs need bf16 precision (and no amax_dy output)");
+    if ((xs->dtype == FR_BF16 || dy->dtype == FR_BF16) && (c->prec == FR_LIN_FP32 || (c->prec == FR_LIN_BF16 && ady)))
+        return fr_node_error(r.n, FR_ERR_UNSUPPORTED, "bfloat16 inputs need bf16 precision (and no amax_dy output) "
+                             "or fp8");
     if (c->prec == FR_LIN_FP32) {
         if (tb) return float_gemm(&r, dy->dtype, dy->dtype, N, K, M, dy->data, 1, xs->data, 0, dw->data, NULL);
         return float_gemm(&r, dy->dtype, dy->dtype, K, N, M, xs->data, 1, dy->data, 0, dw->data, NULL);
@@ -720,8 +751,8 @@ static fr_status grad_weight_run(const fr_cuda_kctx *k)
         if (saved)
             FR_TRY(fr_q_pad_grid(r.s, r.n, (const float *)s2->data, fr_q_cdiv(M, 128), K, Kp, xsv));
         else
-            FR_TRY(fr_q_cols128(r.s, r.n, (const float *)xs->data, M, K, fx, xop, xsv, NULL, NULL, r.stats, 0));
-        FR_TRY(fr_q_cols128(r.s, r.n, (const float *)dy->data, M, N, fy, yop, ysv, NULL, NULL, r.stats, 1));
+            FR_TRY(fr_q_cols128(r.s, r.n, q_src(xs), M, K, fx, xop, xsv, NULL, NULL, r.stats, 0));
+        FR_TRY(fr_q_cols128(r.s, r.n, q_src(dy), M, N, fy, yop, ysv, NULL, NULL, r.stats, 1));
         if (amax_out) FR_TRY(fr_q_finalize(r.s, r.n, r.stats, 1, NULL, 0, fy, amax_out, NULL));
         x_sinv = xsv;
         y_sinv = ysv;

@@ -58,17 +58,67 @@ __device__ __forceinline__ uint8_t quantize(float x, float scale, int e5m2)
     return to_fp8(__fmul_rn(x, scale), e5m2); /* one float32 rounding, then the cvt */
 }
 
-/* the four codes of x * s, packed little-endian (the first column in the low byte) */
-__device__ __forceinline__ uint32_t quantize4(float4 x, float s, int e5m2)
+/* the four codes of x[0..3] * s, packed little-endian (the first column in the low byte) */
+__device__ __forceinline__ uint32_t quantize4(const float *x, float s, int e5m2)
 {
-    return (uint32_t)quantize(x.x, s, e5m2) | (uint32_t)quantize(x.y, s, e5m2) << 8 |
-           (uint32_t)quantize(x.z, s, e5m2) << 16 | (uint32_t)quantize(x.w, s, e5m2) << 24;
+    return (uint32_t)quantize(x[0], s, e5m2) | (uint32_t)quantize(x[1], s, e5m2) << 8 |
+           (uint32_t)quantize(x[2], s, e5m2) << 16 | (uint32_t)quantize(x[3], s, e5m2) << 24;
 }
 
-__device__ __forceinline__ unsigned amax4(unsigned m, float4 x)
+/* ---- float32 and bfloat16 sources (fr_q_src): a bfloat16 is the top half of the float32 of
+ * the same value, so widening is exact and everything after it is the float32 computation ---- */
+
+__device__ __forceinline__ float ld_f(const float *p, int64_t i) { return p[i]; }
+__device__ __forceinline__ float ld_f(const __nv_bfloat16 *p, int64_t i)
 {
-    return max(max(max(m, abs_bits(x.x)), max(abs_bits(x.y), abs_bits(x.z))), abs_bits(x.w));
+    return __uint_as_float((unsigned)((const unsigned short *)p)[i] << 16);
 }
+
+/* 16 loaded bytes of T as floats: 4 float32, or 8 bfloat16 (little-endian: the low half of a
+ * word is the earlier element) */
+template <typename T> struct q_vec;
+template <> struct q_vec<float> {
+    static constexpr int n = 4;
+    __device__ static __forceinline__ void get(uint4 u, float *f)
+    {
+        f[0] = __uint_as_float(u.x);
+        f[1] = __uint_as_float(u.y);
+        f[2] = __uint_as_float(u.z);
+        f[3] = __uint_as_float(u.w);
+    }
+};
+template <> struct q_vec<__nv_bfloat16> {
+    static constexpr int n = 8;
+    __device__ static __forceinline__ void get(uint4 u, float *f)
+    {
+        const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            f[2 * j] = __uint_as_float(w[j] << 16);
+            f[2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
+        }
+    }
+};
+
+template <typename T> __device__ __forceinline__ unsigned amax_vec(unsigned m, uint4 u)
+{
+    float f[q_vec<T>::n];
+    q_vec<T>::get(u, f);
+#pragma unroll
+    for (int j = 0; j < q_vec<T>::n; j++) m = max(m, abs_bits(f[j]));
+    return m;
+}
+
+/* the codes of a 16-byte load's values: W = n / 4 words */
+template <int W> __device__ __forceinline__ void store_codes(uint8_t *p, const uint32_t *q)
+{
+    if constexpr (W == 1)
+        *(uint32_t *)p = q[0];
+    else
+        *(uint2 *)p = make_uint2(q[0], q[1]);
+}
+
+static int aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
 
 /* fr_fp8_scale_from_amax on the amax's bits: *bad for NaN/Inf (the CPU's FR_ERR_NUMERIC) */
 __device__ float scale_from_amax_bits(unsigned bits, fr_q_fmt f, int *bad)
@@ -113,41 +163,48 @@ __device__ __forceinline__ void block_atomic_max(unsigned *dst, unsigned v, unsi
 
 /* ---- per-tensor amax and scale ---- */
 
-__global__ void amax_kernel(const float *x, int64_t n, unsigned *out)
+template <typename T> __global__ void amax_kernel(const T *x, int64_t n, unsigned *out)
 {
     __shared__ unsigned red[32];
     unsigned m = 0;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        m = max(m, abs_bits(x[i]));
+        m = max(m, abs_bits(ld_f(x, i)));
     block_atomic_max(out, m, red);
 }
 
-/* four float4 loads in flight per thread and iteration */
-__global__ void amax4_kernel(const float4 *__restrict__ x, int64_t n4, unsigned *out)
+/* 16-byte loads (4 float32 or 8 bfloat16), four in flight per thread and iteration */
+template <typename T> __global__ void amax16_kernel(const uint4 *__restrict__ x, int64_t nv, unsigned *out)
 {
     __shared__ unsigned red[32];
     unsigned m = 0;
     int64_t step = (int64_t)gridDim.x * blockDim.x, i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    for (; i + 3 * step < n4; i += 4 * step) {
-        float4 v[4];
+    for (; i + 3 * step < nv; i += 4 * step) {
+        uint4 v[4];
 #pragma unroll
         for (int u = 0; u < 4; u++) v[u] = x[i + u * step];
 #pragma unroll
-        for (int u = 0; u < 4; u++) m = amax4(m, v[u]);
+        for (int u = 0; u < 4; u++) m = amax_vec<T>(m, v[u]);
     }
-    for (; i < n4; i += step) m = amax4(m, x[i]);
+    for (; i < nv; i += step) m = amax_vec<T>(m, x[i]);
     block_atomic_max(out, m, red);
 }
 
-fr_status fr_q_amax(cudaStream_t s, const fr_node *n, const float *x, int64_t count, fr_q_stats *st, int slot)
+template <typename T> static fr_status q_amax(cudaStream_t s, const fr_node *n, const T *x, int64_t count, unsigned *out)
 {
-    if (count == 0) return FR_OK;
-    if (count % 4 == 0 && (uintptr_t)x % 16 == 0) {
-        amax4_kernel<<<wave_blocks(count / 4, 256), 256, 0, s>>>((const float4 *)x, count / 4, &st->amax_bits[slot]);
+    const int V = q_vec<T>::n;
+    if (count % V == 0 && aligned16(x)) {
+        amax16_kernel<T><<<wave_blocks(count / V, 256), 256, 0, s>>>((const uint4 *)x, count / V, out);
         return fr_cuda_check_launch(n, "fp8 amax");
     }
-    amax_kernel<<<wave_blocks(count, 256), 256, 0, s>>>(x, count, &st->amax_bits[slot]);
+    amax_kernel<T><<<wave_blocks(count, 256), 256, 0, s>>>(x, count, out);
     return fr_cuda_check_launch(n, "fp8 amax");
+}
+
+fr_status fr_q_amax(cudaStream_t s, const fr_node *n, fr_q_src x, int64_t count, fr_q_stats *st, int slot)
+{
+    if (count == 0) return FR_OK;
+    if (x.bf16) return q_amax(s, n, (const __nv_bfloat16 *)x.p, count, &st->amax_bits[slot]);
+    return q_amax(s, n, (const float *)x.p, count, &st->amax_bits[slot]);
 }
 
 __global__ void finalize_kernel(fr_q_stats *st, int slot, const float *given, int from_amax, fr_q_fmt f,
@@ -183,7 +240,7 @@ fr_status fr_q_finalize(cudaStream_t s, const fr_node *n, fr_q_stats *st, int sl
 
 /* ---- per-tensor quantization (and code transposes) through 32x32 tiles ---- */
 
-/* Src float: quantize with *scale; Src uint8_t: codes copied as they are. */
+/* Src float / __nv_bfloat16: quantize with *scale; Src uint8_t: codes copied as they are. */
 template <typename Src>
 __global__ void tile_kernel(const Src *src, int64_t R, int64_t C, int64_t Rp, int64_t Cp, const float *scale_ptr,
                             int e5m2, int trans, uint8_t *dst, uint8_t *dense, unsigned *amax)
@@ -199,10 +256,10 @@ __global__ void tile_kernel(const Src *src, int64_t R, int64_t C, int64_t Rp, in
             int64_t r = r0 + i, c = c0 + threadIdx.x;
             uint8_t q = 0;
             if (r < R && c < C) {
-                Src x = src[r * C + c];
                 if constexpr (sizeof(Src) == 1) {
-                    q = (uint8_t)x;
+                    q = src[r * C + c];
                 } else {
+                    float x = ld_f(src, r * C + c);
                     m = max(m, abs_bits(x));
                     q = quantize(x, s, e5m2);
                     if (dense) dense[r * C + c] = q;
@@ -264,37 +321,48 @@ __device__ __forceinline__ void store_transposed(const uint32_t (*tile)[CT_TILE 
     }
 }
 
-/* src [R][C] float32 (R, C multiples of 16, 16-byte aligned) quantized with *scale_ptr: the
- * codes row-major into dst and dst2 (each optional, [R][C]) and transposed into dst_t
- * (optional, [C][R]), the amax of src into *amax (optional): one read of src. */
-__global__ void __launch_bounds__(256) cast_transpose_kernel(const float *src, int64_t R, int64_t C,
+/* src [R][C] float32 or bfloat16 (R, C multiples of 16, 16-byte aligned) quantized with
+ * *scale_ptr: the codes row-major into dst and dst2 (each optional, [R][C]) and transposed into
+ * dst_t (optional, [C][R]), the amax of src into *amax (optional): one read of src, 16 bytes a
+ * load (4 float32 columns, 32 threads a tile row; or 8 bfloat16 columns, 16 threads a row). */
+template <typename T>
+__global__ void __launch_bounds__(256) cast_transpose_kernel(const T *src, int64_t R, int64_t C,
                                                              const float *scale_ptr, int e5m2, uint8_t *dst,
                                                              uint8_t *dst2, uint8_t *dst_t, unsigned *amax)
 {
+    constexpr int V = q_vec<T>::n, W = V / 4;                             /* columns a load, code words */
+    constexpr int TPR = CT_TILE / V, RPP = 256 / TPR, NP = CT_TILE / RPP; /* threads a row, rows a pass, passes */
     __shared__ uint32_t tile[CT_TILE][CT_TILE / 4];
     __shared__ unsigned red[32];
     float s = scale_ptr ? *scale_ptr : 1.0f;
     unsigned m = 0;
-    int tid = threadIdx.x, c4 = tid & 31, row = tid >> 5;
+    int tid = threadIdx.x, cv = tid % TPR, row = tid / TPR;
     int64_t tc = (C + CT_TILE - 1) / CT_TILE, ntiles = (R + CT_TILE - 1) / CT_TILE * tc;
     for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x) {
-        int64_t r0 = t / tc * CT_TILE, c0 = t % tc * CT_TILE, c = c0 + c4 * 4;
-        float4 v[16];
+        int64_t r0 = t / tc * CT_TILE, c0 = t % tc * CT_TILE, c = c0 + cv * V;
+        uint4 v[NP];
 #pragma unroll
-        for (int i = 0; i < 16; i++) { /* all loads first: 16 in flight per thread */
-            int64_t r = r0 + row + 8 * i;
-            v[i] = r < R && c < C ? *(const float4 *)(src + r * C + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int i = 0; i < NP; i++) { /* all loads first: NP (16 or 8) in flight per thread */
+            int64_t r = r0 + row + RPP * i;
+            v[i] = r < R && c < C ? *(const uint4 *)(src + r * C + c) : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
-        for (int i = 0; i < 16; i++) {
-            int64_t r = r0 + row + 8 * i;
-            m = amax4(m, v[i]);
-            uint32_t q = quantize4(v[i], s, e5m2);
-            if (r < R && c < C) {
-                if (dst) *(uint32_t *)(dst + r * C + c) = q;
-                if (dst2) *(uint32_t *)(dst2 + r * C + c) = q;
+        for (int i = 0; i < NP; i++) {
+            int64_t r = r0 + row + RPP * i;
+            float f[V];
+            uint32_t q[W];
+            q_vec<T>::get(v[i], f);
+#pragma unroll
+            for (int j = 0; j < V; j++) m = max(m, abs_bits(f[j]));
+#pragma unroll
+            for (int k = 0; k < W; k++) {
+                q[k] = quantize4(f + 4 * k, s, e5m2);
+                tile[row + RPP * i][cv * W + k] = q[k];
             }
-            tile[row + 8 * i][c4] = q;
+            if (r < R && c < C) {
+                if (dst) store_codes<W>(dst + r * C + c, q);
+                if (dst2) store_codes<W>(dst2 + r * C + c, q);
+            }
         }
         if (dst_t) {
             __syncthreads();
@@ -326,72 +394,80 @@ __global__ void __launch_bounds__(256) transpose_codes_kernel(const uint8_t *src
     }
 }
 
-/* The common case of tile_kernel, no padding and no transpose: a float4 in, four codes out
- * (one 32-bit store) per thread and element, so a warp reads 512 and writes 128 contiguous
- * bytes; four float4 loads in flight per thread and iteration; the same bytes and amax as the
- * tile kernel. */
-__global__ void flat_kernel(const float4 *__restrict__ src, int64_t n4, const float *scale_ptr, int e5m2,
-                            uint32_t *__restrict__ dst, uint32_t *__restrict__ dense, unsigned *amax)
+/* The common case of tile_kernel, no padding and no transpose: a 16-byte load in (4 float32 or
+ * 8 bfloat16), its codes out (one 4- or 8-byte store) per thread and element; four loads in
+ * flight per thread and iteration; the same bytes and amax as the tile kernel. */
+template <typename T>
+__global__ void flat_kernel(const uint4 *__restrict__ src, int64_t nv, const float *scale_ptr, int e5m2,
+                            uint8_t *__restrict__ dst, uint8_t *__restrict__ dense, unsigned *amax)
 {
+    constexpr int V = q_vec<T>::n, W = V / 4;
     __shared__ unsigned red[32];
     float s = scale_ptr ? *scale_ptr : 1.0f;
     unsigned m = 0;
     int64_t step = (int64_t)gridDim.x * blockDim.x, i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    for (; i + 3 * step < n4; i += 4 * step) {
-        float4 x[4];
+    auto one = [&](uint4 u, int64_t at) {
+        float f[V];
+        uint32_t q[W];
+        q_vec<T>::get(u, f);
+#pragma unroll
+        for (int j = 0; j < V; j++) m = max(m, abs_bits(f[j]));
+#pragma unroll
+        for (int k = 0; k < W; k++) q[k] = quantize4(f + 4 * k, s, e5m2);
+        store_codes<W>(dst + at * V, q);
+        if (dense) store_codes<W>(dense + at * V, q);
+    };
+    for (; i + 3 * step < nv; i += 4 * step) {
+        uint4 x[4];
 #pragma unroll
         for (int u = 0; u < 4; u++) x[u] = src[i + u * step];
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
-            m = amax4(m, x[u]);
-            uint32_t q = quantize4(x[u], s, e5m2);
-            dst[i + u * step] = q;
-            if (dense) dense[i + u * step] = q;
-        }
+        for (int u = 0; u < 4; u++) one(x[u], i + u * step);
     }
-    for (; i < n4; i += step) {
-        float4 x = src[i];
-        m = amax4(m, x);
-        uint32_t q = quantize4(x, s, e5m2);
-        dst[i] = q;
-        if (dense) dense[i] = q;
-    }
+    for (; i < nv; i += step) one(src[i], i);
     if (amax) block_atomic_max(amax, m, red);
 }
 
-static int aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
-
-fr_status fr_q_tensor(cudaStream_t s, const fr_node *n, const float *src, int64_t R, int64_t C,
-                      const float *scale, fr_q_fmt f, int trans, uint8_t *dst, uint8_t *dense,
-                      uint8_t *dense_t, fr_q_stats *st, int amax_slot)
+template <typename T>
+static fr_status q_tensor(cudaStream_t s, const fr_node *n, const T *src, int64_t R, int64_t C, const float *scale,
+                          fr_q_fmt f, int trans, uint8_t *dst, uint8_t *dense, uint8_t *dense_t, unsigned *amax)
 {
+    const int V = q_vec<T>::n;
     int64_t Rp = fr_q_pad16(R), Cp = fr_q_pad16(C);
-    if (Rp * Cp == 0) return FR_OK;
-    unsigned *amax = amax_slot >= 0 ? &st->amax_bits[amax_slot] : NULL;
     if (Rp == R && Cp == C && aligned16(src) && aligned16(dst) && aligned16(dense) && aligned16(dense_t) &&
         (trans || dense_t)) { /* one pass writes every layout wanted */
         int64_t ntiles = fr_q_cdiv(R, CT_TILE) * fr_q_cdiv(C, CT_TILE);
-        cast_transpose_kernel<<<wave_blocks(ntiles, 1), 256, 0, s>>>(src, R, C, scale, f.e5m2, trans ? dense : dst,
-                                                                   trans ? NULL : dense, trans ? dst : dense_t, amax);
+        cast_transpose_kernel<T><<<wave_blocks(ntiles, 1), 256, 0, s>>>(src, R, C, scale, f.e5m2, trans ? dense : dst,
+                                                                      trans ? NULL : dense, trans ? dst : dense_t,
+                                                                      amax);
         return fr_cuda_check_launch(n, "fp8 quantize (per tensor, cast + transpose)");
     }
     if (dense_t) { /* padded or unaligned: the transposed copy [C][R] by the tile kernel, then the rest */
         int64_t nt = fr_q_cdiv(R, 32) * fr_q_cdiv(C, 32);
-        tile_kernel<float><<<blocks_for(nt, 1), dim3(32, 8), 0, s>>>(src, R, C, R, C, scale, f.e5m2, 1, dense_t,
-                                                                     NULL, NULL);
+        tile_kernel<T><<<blocks_for(nt, 1), dim3(32, 8), 0, s>>>(src, R, C, R, C, scale, f.e5m2, 1, dense_t, NULL,
+                                                                 NULL);
         FR_TRY(fr_cuda_check_launch(n, "fp8 quantize (per tensor, transposed copy)"));
     }
-    if (!trans && Rp == R && Cp == C && (uintptr_t)src % 16 == 0 && (uintptr_t)dst % 4 == 0 &&
-        (uintptr_t)dense % 4 == 0) {
-        int64_t n4 = R * C / 4; /* C is a multiple of 16 here */
-        flat_kernel<<<wave_blocks(n4, 256), 256, 0, s>>>((const float4 *)src, n4, scale, f.e5m2, (uint32_t *)dst,
-                                                             (uint32_t *)dense, amax);
+    if (!trans && Rp == R && Cp == C && aligned16(src) && (uintptr_t)dst % V == 0 && (uintptr_t)dense % V == 0) {
+        int64_t nv = R * C / V; /* C is a multiple of 16 here */
+        flat_kernel<T><<<wave_blocks(nv, 256), 256, 0, s>>>((const uint4 *)src, nv, scale, f.e5m2, dst, dense, amax);
         return fr_cuda_check_launch(n, "fp8 quantize (per tensor, flat)");
     }
     int64_t ntiles = fr_q_cdiv(Rp, 32) * fr_q_cdiv(Cp, 32);
-    tile_kernel<float><<<wave_blocks(ntiles, 1), dim3(32, 8), 0, s>>>(
-        src, R, C, Rp, Cp, scale, f.e5m2, trans, dst, dense, amax);
+    tile_kernel<T><<<wave_blocks(ntiles, 1), dim3(32, 8), 0, s>>>(src, R, C, Rp, Cp, scale, f.e5m2, trans, dst, dense,
+                                                                  amax);
     return fr_cuda_check_launch(n, "fp8 quantize (per tensor)");
+}
+
+fr_status fr_q_tensor(cudaStream_t s, const fr_node *n, fr_q_src src, int64_t R, int64_t C,
+                      const float *scale, fr_q_fmt f, int trans, uint8_t *dst, uint8_t *dense,
+                      uint8_t *dense_t, fr_q_stats *st, int amax_slot)
+{
+    if (fr_q_pad16(R) * fr_q_pad16(C) == 0) return FR_OK;
+    unsigned *amax = amax_slot >= 0 ? &st->amax_bits[amax_slot] : NULL;
+    if (src.bf16)
+        return q_tensor(s, n, (const __nv_bfloat16 *)src.p, R, C, scale, f, trans, dst, dense, dense_t, amax);
+    return q_tensor(s, n, (const float *)src.p, R, C, scale, f, trans, dst, dense, dense_t, amax);
 }
 
 fr_status fr_q_transpose_codes(cudaStream_t s, const fr_node *n, const uint8_t *src, int64_t R, int64_t C,
@@ -422,7 +498,8 @@ fr_status fr_q_pad_codes(cudaStream_t s, const fr_node *n, const uint8_t *src, i
 
 /* ---- 1x128 blocks along the rows: one warp per block ---- */
 
-__global__ void rows128_kernel(const float *src, int64_t R, int64_t C, int64_t Rp, int64_t Cp, fr_q_fmt f,
+template <typename T>
+__global__ void rows128_kernel(const T *src, int64_t R, int64_t C, int64_t Rp, int64_t Cp, fr_q_fmt f,
                                uint8_t *dst, float *sinv, unsigned *amax, unsigned *flags, unsigned flag_bit)
 {
     __shared__ unsigned red[32];
@@ -437,7 +514,7 @@ __global__ void rows128_kernel(const float *src, int64_t R, int64_t C, int64_t R
         unsigned m = 0;
         for (int j = 0; j < 4; j++) {
             int64_t c = kb * 128 + j * 32 + lane;
-            v[j] = (r < R && c < C) ? src[r * C + c] : 0.0f;
+            v[j] = (r < R && c < C) ? ld_f(src, r * C + c) : 0.0f;
             m = max(m, abs_bits(v[j]));
         }
         m = __reduce_max_sync(FULL_MASK, m);
@@ -456,20 +533,26 @@ __global__ void rows128_kernel(const float *src, int64_t R, int64_t C, int64_t R
     if (amax) block_atomic_max(amax, m_all, red);
 }
 
-fr_status fr_q_rows128(cudaStream_t s, const fr_node *n, const float *src, int64_t R, int64_t C, fr_q_fmt f,
+fr_status fr_q_rows128(cudaStream_t s, const fr_node *n, fr_q_src src, int64_t R, int64_t C, fr_q_fmt f,
                        uint8_t *dst, float *sinv, fr_q_stats *st, int slot)
 {
     int64_t Rp = fr_q_pad16(R), Cp = fr_q_pad16(C);
     if (Rp * Cp == 0) return FR_OK;
     int64_t nblocks = Rp * fr_q_cdiv(Cp, 128);
-    rows128_kernel<<<wave_blocks(nblocks, 8), 256, 0, s>>>(src, R, C, Rp, Cp, f, dst, sinv, &st->amax_bits[slot],
-                                                         &st->flags, 1u << slot);
+    unsigned grid = wave_blocks(nblocks, 8);
+    if (src.bf16)
+        rows128_kernel<<<grid, 256, 0, s>>>((const __nv_bfloat16 *)src.p, R, C, Rp, Cp, f, dst, sinv,
+                                            &st->amax_bits[slot], &st->flags, 1u << slot);
+    else
+        rows128_kernel<<<grid, 256, 0, s>>>((const float *)src.p, R, C, Rp, Cp, f, dst, sinv, &st->amax_bits[slot],
+                                            &st->flags, 1u << slot);
     return fr_cuda_check_launch(n, "fp8 quantize (1x128 blocks)");
 }
 
 /* ---- 128x1 blocks along the columns: a CTA per 128 rows x 32 columns ---- */
 
-__global__ void cols128_kernel(const float *src, int64_t R, int64_t C, int64_t Rp, int64_t Cp, fr_q_fmt f,
+template <typename T>
+__global__ void cols128_kernel(const T *src, int64_t R, int64_t C, int64_t Rp, int64_t Cp, fr_q_fmt f,
                                uint8_t *dst_t, float *sinv_t, uint8_t *dense, float *sinv_dense, unsigned *amax,
                                unsigned *flags, unsigned flag_bit)
 {
@@ -485,7 +568,7 @@ __global__ void cols128_kernel(const float *src, int64_t R, int64_t C, int64_t R
         unsigned m = 0;
         for (int i = 0; i < 16; i++) {
             int64_t r = r0 + ty + 8 * i;
-            v[i] = (r < R && c < C) ? src[r * C + c] : 0.0f;
+            v[i] = (r < R && c < C) ? ld_f(src, r * C + c) : 0.0f;
             m = max(m, abs_bits(v[i]));
         }
         red[ty][tx] = m;
@@ -520,16 +603,20 @@ __global__ void cols128_kernel(const float *src, int64_t R, int64_t C, int64_t R
     block_atomic_max(amax, m_all, &red[0][0]); /* red is free: the loop ended on a barrier */
 }
 
-fr_status fr_q_cols128(cudaStream_t s, const fr_node *n, const float *src, int64_t R, int64_t C, fr_q_fmt f,
+fr_status fr_q_cols128(cudaStream_t s, const fr_node *n, fr_q_src src, int64_t R, int64_t C, fr_q_fmt f,
                        uint8_t *dst_t, float *sinv_t, uint8_t *dense, float *sinv_dense, fr_q_stats *st,
                        int slot)
 {
     int64_t Rp = fr_q_pad16(R), Cp = fr_q_pad16(C);
     if (Rp * Cp == 0) return FR_OK;
     int64_t ntiles = fr_q_cdiv(Rp, 128) * fr_q_cdiv(Cp, 32);
-    cols128_kernel<<<wave_blocks(ntiles, 1), dim3(32, 8), 0, s>>>(src, R, C, Rp, Cp, f, dst_t, sinv_t, dense,
-                                                                 sinv_dense, &st->amax_bits[slot], &st->flags,
-                                                                 1u << slot);
+    unsigned grid = wave_blocks(ntiles, 1);
+    if (src.bf16)
+        cols128_kernel<<<grid, dim3(32, 8), 0, s>>>((const __nv_bfloat16 *)src.p, R, C, Rp, Cp, f, dst_t, sinv_t,
+                                                    dense, sinv_dense, &st->amax_bits[slot], &st->flags, 1u << slot);
+    else
+        cols128_kernel<<<grid, dim3(32, 8), 0, s>>>((const float *)src.p, R, C, Rp, Cp, f, dst_t, sinv_t, dense,
+                                                    sinv_dense, &st->amax_bits[slot], &st->flags, 1u << slot);
     return fr_cuda_check_launch(n, "fp8 quantize (128x1 blocks)");
 }
 

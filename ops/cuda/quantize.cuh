@@ -46,11 +46,26 @@ typedef struct fr_q_fmt {
     int margin; /* scale = fp8_max / amax / 2^margin */
 } fr_q_fmt;
 
+/* A source tensor of the quantization kernels: float32, or bfloat16 (a narrowed activation or
+ * gradient), widened exactly on load, so the codes, scales and amax are those of the float32
+ * tensor of the same values bit for bit. The vectorized kernels load 16 bytes at a time either
+ * way (4 float32 or 8 bfloat16 values). */
+typedef struct fr_q_src {
+    const void *p;
+    int bf16; /* 1: p holds bfloat16 */
+} fr_q_src;
+
+static inline fr_q_src fr_q_f32(const float *p)
+{
+    fr_q_src s = {p, 0};
+    return s;
+}
+
 static inline int64_t fr_q_pad16(int64_t v) { return (v + 15) / 16 * 16; }
 static inline int64_t fr_q_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* stats->amax_bits[slot] = max bits of |x[0..n)| */
-FR_NODISCARD fr_status fr_q_amax(cudaStream_t s, const fr_node *n, const float *x, int64_t count, fr_q_stats *st, int slot);
+FR_NODISCARD fr_status fr_q_amax(cudaStream_t s, const fr_node *n, fr_q_src x, int64_t count, fr_q_stats *st, int slot);
 
 /* Per-tensor scale of `slot`: from *given (delayed; checked finite and > 0) or from the amax
  * (current). Writes st->scale/scale_inv[slot] and, when not NULL, amax_out (the canonical amax)
@@ -66,7 +81,7 @@ FR_NODISCARD fr_status fr_q_finalize(cudaStream_t s, const fr_node *n, fr_q_stat
  * of src into st (the delayed recipe's single pass). Unpadded, 16-byte aligned operands with
  * a transposed layout take one read of src through 128x128 tiles (16-byte loads and stores);
  * the rest goes through 32x32 tiles. */
-FR_NODISCARD fr_status fr_q_tensor(cudaStream_t s, const fr_node *n, const float *src, int64_t R, int64_t C,
+FR_NODISCARD fr_status fr_q_tensor(cudaStream_t s, const fr_node *n, fr_q_src src, int64_t R, int64_t C,
                       const float *scale, fr_q_fmt f, int trans, uint8_t *dst, uint8_t *dense,
                       uint8_t *dense_t, fr_q_stats *st, int amax_slot);
 
@@ -80,13 +95,13 @@ FR_NODISCARD fr_status fr_q_pad_codes(cudaStream_t s, const fr_node *n, const ui
 
 /* 1x128 blocks along C (the contraction dim): dst [Rp][Cp], scale_inv in cuBLASLt's VEC128
  * layout sinv[(c / 128) * Rp + r] (padding rows: codes 0, scale_inv 1). */
-FR_NODISCARD fr_status fr_q_rows128(cudaStream_t s, const fr_node *n, const float *src, int64_t R, int64_t C, fr_q_fmt f,
+FR_NODISCARD fr_status fr_q_rows128(cudaStream_t s, const fr_node *n, fr_q_src src, int64_t R, int64_t C, fr_q_fmt f,
                        uint8_t *dst, float *sinv, fr_q_stats *st, int slot);
 
 /* 128x1 blocks along R (the token dim). Any of:
  *   dst_t [Cp][Rp] with sinv_t[(r / 128) * Cp + c] (VEC128 layout of the transposed operand),
  *   dense [R][C] with sinv_dense [ceil(R/128)][C] (the saved Xq and its Xq_scale_inv). */
-FR_NODISCARD fr_status fr_q_cols128(cudaStream_t s, const fr_node *n, const float *src, int64_t R, int64_t C, fr_q_fmt f,
+FR_NODISCARD fr_status fr_q_cols128(cudaStream_t s, const fr_node *n, fr_q_src src, int64_t R, int64_t C, fr_q_fmt f,
                        uint8_t *dst_t, float *sinv_t, uint8_t *dense, float *sinv_dense, fr_q_stats *st,
                        int slot);
 
