@@ -547,9 +547,10 @@ fr_status ce_fwd_run(const fr_cuda_kctx *k, const CeScratch &sc, int64_t rows, i
     const fr_tensor *lb = k->in[1];
     const int lb64 = lb->dtype == FR_I64;
     cudaStream_t st = k->cu->stream;
-    constexpr int VW = 16 / sizeof(In);
+    constexpr int VW = 16 / sizeof(T); /* T's vector width for bf16 logits too: the same
+                                           elements per thread, so the same sums as float32 */
     if (rows > 0) {
-        const bool vec = can_vec<In>(len, x, x, x);
+        const bool vec = can_vec<T>(len, x, x, x);
         if (len <= kSmallRow) {
             const unsigned b = blocks_for(rows, 8);
             if (vec) ce_rows<T, In, VW, 32><<<b, 256, 0, st>>>(x, lb->data, lb64, rows, len, ignore, sc);
@@ -565,8 +566,8 @@ fr_status ce_fwd_run(const fr_cuda_kctx *k, const CeScratch &sc, int64_t rows, i
     return fr_cuda_check_launch(k->node, "SoftmaxCrossEntropy(mean)");
 }
 
-/* In: the logits' storage, Out: dlogits' (T or bfloat16); 16-byte vectors of the narrower one
-   (bf16 with float: 8 elements, 16 bytes of bf16 and two float4s) */
+/* In: the logits' storage, Out: dlogits' (T or bfloat16); T's vector width throughout (bf16
+   as 8-byte vectors), so every element sees the float32 path's arithmetic */
 template <class T, class In = T, class Out = T>
 fr_status ce_grad_run(const fr_cuda_kctx *k, const CeScratch &sc, int64_t rows, int64_t len, long long ignore)
 {
@@ -576,12 +577,11 @@ fr_status ce_grad_run(const fr_cuda_kctx *k, const CeScratch &sc, int64_t rows, 
     const int lb64 = lb->dtype == FR_I64;
     Out *dx = (Out *)k->out[0]->data;
     cudaStream_t st = k->cu->stream;
-    constexpr int VW = 16 / (sizeof(In) < sizeof(Out) ? sizeof(In) : sizeof(Out));
+    constexpr int VW = 16 / sizeof(T);
     ce_count<<<1, 1024, 0, st>>>(lb->data, lb64, rows, len, ignore, sc);
     FR_TRY(fr_cuda_check_launch(k->node, "SoftmaxCrossEntropyGrad(count)"));
     if (len == 0) return FR_OK;
-    /* both row starts aligned to their VW-element vectors */
-    const bool vec = len % VW == 0 && (uintptr_t)x % (VW * sizeof(In)) == 0 && (uintptr_t)dx % (VW * sizeof(Out)) == 0;
+    const bool vec = can_vec<T>(len, x, dx, dx);
     if (len <= kSmallRow) {
         const unsigned b = blocks_for(rows, 8);
         if (vec) ce_grad_rows<T, In, Out, VW, 32><<<b, 256, 0, st>>>(dl, x, lb->data, lb64, rows, len, ignore, sc, dx);
