@@ -6,10 +6,6 @@
 
 #ifdef __cplusplus
 extern "C" { /* C functions, also when ops/cuda/softmax.cu includes this */
-#ifdef __cplusplus
-}
-#endif
-
 #endif
 
 /* The dtype SoftmaxCrossEntropy(+Grad) compute and write in for these logits: float32 for

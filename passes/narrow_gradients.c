@@ -2,6 +2,7 @@
  * nodes and give their outputs that dtype. */
 #include <string.h>
 
+#include "ops/linear.h"
 #include "ops/op.h"
 #include "passes/narrow_activations.h"
 #include "passes/narrow_gradients.h"
@@ -43,6 +44,26 @@ static int outputs_ok(const fr_graph *g, const fr_node *n, fr_narrow_reader_fn o
     return any;
 }
 
+/* A bf16-precision LinearGradData whose dY is bfloat16 now would copy it to dYq (dY's bf16
+ * copy, for the weight gradient): its readers read dY itself and the copy goes. */
+static void bypass_bf16_copy(fr_graph *g)
+{
+    for (int i = 0; i < g->n_nodes; i++) {
+        fr_node *n = &g->nodes[i];
+        fr_lin_attrs a;
+        if (!is_op(n, "LinearGradData") || fr_lin_read_attrs(n, &a) != FR_OK || a.prec != FR_LIN_BF16 ||
+            n->n_outputs < 3 || n->outputs[2] < 0 || (n->n_outputs > 3 && n->outputs[3] >= 0))
+            continue;
+        const int dy = n->inputs[0], q = n->outputs[2];
+        if (g->values[dy].dtype != FR_BF16 || (g->values[q].flags & FR_VAL_OUTPUT)) continue;
+        for (int j = 0; j < g->n_nodes; j++)
+            for (int k = 0; k < g->nodes[j].n_inputs; k++)
+                if (!g->nodes[j].dead && g->nodes[j].inputs[k] == q) g->nodes[j].inputs[k] = dy;
+        n->outputs[2] = -1;
+        g->values[q].producer = -1;
+    }
+}
+
 fr_status fr_narrow_gradients(fr_graph *g, int *count)
 {
     *count = 0;
@@ -71,5 +92,6 @@ fr_status fr_narrow_gradients(fr_graph *g, int *count)
             if (n->outputs[k] >= 0) g->values[n->outputs[k]].dtype = FR_BF16; /* as inference says now */
         (*count)++;
     }
+    bypass_bf16_copy(g);
     return FR_OK;
 }
