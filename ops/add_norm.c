@@ -11,7 +11,15 @@
  * dH (the gradient reaching H from its other readers) is optional; dScale may be left empty.
  * The statistics and every output are computed in double and rounded once, as ops/norm.c does,
  * so the fused forward is bit-identical to Add + RMSNormalization on the CPU, and the backward
- * to RMSNormGrad + Add. */
+ * to RMSNormGrad + Add.
+ *
+ * bfloat16 around the FP8 Linears (issue 12; passes/narrow_activations.c sets them):
+ *   attribute y_dtype "float32" (default) | "bfloat16": Y (read by the next Linears only) is
+ *     the float32 Y rounded to bfloat16 (nearest even); H stays float32.
+ *   B may be bfloat16 (the branch's Linear with y_dtype bfloat16), dY of AddRMSNormGrad too
+ *     (a LinearGradData with dx_dtype bfloat16): widened exactly, so the op computes the bits
+ *     it computes for the float32 tensor of the same values. A, H, dH, Scale, dX, dScale stay
+ *     float32; the gradient of a bfloat16 B is float32 dX. The backward reads H, never Y. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,11 +58,30 @@ static fr_status check_scale(const fr_node *n, const fr_value *x, const fr_value
     return FR_OK;
 }
 
-static fr_status check_x(const fr_node *n, const fr_value *x, const char *what)
+/* bf16_ok: the input may also be bfloat16 (B, dY) */
+static fr_status check_x(const fr_node *n, const fr_value *x, const char *what, int bf16_ok)
 {
-    if (x->dtype != FR_F32)
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "%s is %s (float32 only)", what, fr_dtype_name(x->dtype));
+    if (x->dtype != FR_F32 && !(bf16_ok && x->dtype == FR_BF16))
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "%s is %s (float32%s only)", what, fr_dtype_name(x->dtype),
+                             bf16_ok ? " or bfloat16" : "");
     return FR_OK;
+}
+
+/* Y's dtype from the attribute y_dtype */
+static fr_status y_dtype_of(const fr_node *n, fr_dtype *dt)
+{
+    const char *s;
+    FR_TRY(fr_node_attr_string(n, "y_dtype", "float32", &s));
+    if (strcmp(s, "float32") != 0 && strcmp(s, "bfloat16") != 0)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "y_dtype '%s' is not one of float32, bfloat16", s);
+    *dt = strcmp(s, "bfloat16") == 0 ? FR_BF16 : FR_F32;
+    return FR_OK;
+}
+
+/* element i of a float32 or (bf16 != NULL) bfloat16 tensor, widened exactly */
+static inline float ld_f(const float *f, const uint16_t *bf16, int64_t i)
+{
+    return bf16 ? fr_bf16_to_f32(bf16[i]) : f[i];
 }
 
 static fr_status an_infer(fr_graph *g, int node_id)
@@ -63,14 +90,16 @@ static fr_status an_infer(fr_graph *g, int node_id)
     FR_TRY(fr_infer_require_inputs(g, n, 3, 3));
     if (n->n_outputs != 2) return fr_node_error(n, FR_ERR_GRAPH, "has %d outputs, expected H and Y", n->n_outputs);
     const fr_value *a = fr_node_in(g, n, 0), *b = fr_node_in(g, n, 1), *s = fr_node_in(g, n, 2);
-    FR_TRY(check_x(n, a, "A"));
-    FR_TRY(check_x(n, b, "B"));
+    FR_TRY(check_x(n, a, "A", 0));
+    FR_TRY(check_x(n, b, "B", 1));
     if (!same_dims(a, b)) return fr_node_error(n, FR_ERR_SHAPE, "A and B must have the same shape");
     fr_norm_cfg c;
     FR_TRY(fr_norm_config(n, a->rank, a->dims, &c));
     FR_TRY(check_scale(n, a, s, &c));
+    fr_dtype ydt;
+    FR_TRY(y_dtype_of(n, &ydt));
     fr_infer_same(g, n, 0, 0);
-    fr_infer_same(g, n, 1, 0);
+    fr_infer_set(g, n, 1, ydt, a->rank, a->dims);
     return FR_OK;
 }
 
@@ -84,18 +113,30 @@ static fr_status an_cpu(const fr_kernel_ctx *ctx)
     const fr_tensor *at = ctx->in[0];
     fr_norm_cfg c;
     FR_TRY(fr_norm_config(n, at->rank, at->dims, &c));
-    const float *a = at->data, *b = ctx->in[1]->data, *s = ctx->in[2]->data;
-    float *h = ctx->out[0]->data, *y = ctx->out[1]->data;
+    fr_dtype ydt;
+    FR_TRY(y_dtype_of(n, &ydt));
+    FR_TRY(fr_check_out(n, ctx->out[1], ydt, at->rank, at->dims));
+    const int b16 = ctx->in[1]->dtype == FR_BF16, y16 = ydt == FR_BF16;
+    const float *a = at->data, *b = b16 ? NULL : ctx->in[1]->data, *s = ctx->in[2]->data;
+    const uint16_t *bh = b16 ? ctx->in[1]->data : NULL;
+    float *h = ctx->out[0]->data, *y = y16 ? NULL : ctx->out[1]->data;
+    uint16_t *yh = y16 ? ctx->out[1]->data : NULL;
     for (int64_t r = 0; r < c.rows; r++) {
         const int64_t base = r * c.len;
         double ss = 0.0;
         for (int64_t j = 0; j < c.len; j++) {
-            const float v = a[base + j] + b[base + j];
+            const float v = a[base + j] + ld_f(b, bh, base + j);
             h[base + j] = v;
             ss += (double)v * (double)v;
         }
         const double inv = 1.0 / sqrt(ss / (double)c.len + (double)c.eps);
-        for (int64_t j = 0; j < c.len; j++) y[base + j] = (float)((double)h[base + j] * inv * (double)s[j]);
+        for (int64_t j = 0; j < c.len; j++) {
+            const float v = (float)((double)h[base + j] * inv * (double)s[j]);
+            if (yh)
+                yh[base + j] = fr_f32_to_bf16(v); /* the float32 Y, rounded */
+            else
+                y[base + j] = v;
+        }
     }
     return FR_OK;
 }
@@ -110,10 +151,10 @@ static fr_status ang_infer(fr_graph *g, int node_id)
         return fr_node_error(n, FR_ERR_GRAPH, "needs outputs dX and dScale (dScale may be empty)");
     const fr_value *dy = fr_node_in(g, n, 0), *x = fr_node_in(g, n, 1), *s = fr_node_in(g, n, 2);
     const fr_value *dh = fr_node_in(g, n, 3);
-    FR_TRY(check_x(n, dy, "dY"));
-    FR_TRY(check_x(n, x, "H"));
+    FR_TRY(check_x(n, dy, "dY", 1));
+    FR_TRY(check_x(n, x, "H", 0));
     if (!same_dims(dy, x) || (dh && (!same_dims(dh, x) || dh->dtype != FR_F32)))
-        return fr_node_error(n, FR_ERR_SHAPE, "dY and dH must be float32 of H's shape");
+        return fr_node_error(n, FR_ERR_SHAPE, "dY (float32 or bfloat16) and dH (float32) must have H's shape");
     fr_norm_cfg c;
     FR_TRY(fr_norm_config(n, x->rank, x->dims, &c));
     FR_TRY(check_scale(n, x, s, &c));
@@ -132,7 +173,9 @@ static fr_status ang_cpu(const fr_kernel_ctx *ctx)
     const fr_tensor *xt = ctx->in[1];
     fr_norm_cfg c;
     FR_TRY(fr_norm_config(n, xt->rank, xt->dims, &c));
-    const float *dy = ctx->in[0]->data, *x = xt->data, *s = ctx->in[2]->data;
+    const int g16 = ctx->in[0]->dtype == FR_BF16;
+    const float *dy = g16 ? NULL : ctx->in[0]->data, *x = xt->data, *s = ctx->in[2]->data;
+    const uint16_t *dyh = g16 ? ctx->in[0]->data : NULL;
     const float *dh = ctx->n_in > 3 && ctx->in[3] ? ctx->in[3]->data : NULL;
     float *dx = ctx->out[0]->data, *ds = ctx->out[1] ? ctx->out[1]->data : NULL;
     double *acc = NULL;
@@ -148,14 +191,14 @@ static fr_status ang_cpu(const fr_kernel_ctx *ctx)
         const double inv = 1.0 / sqrt(ss / dlen + (double)c.eps);
         double sgx = 0.0;
         for (int64_t j = 0; j < c.len; j++) {
-            const double xh = (double)x[base + j] * inv, gy = (double)dy[base + j];
+            const double xh = (double)x[base + j] * inv, gy = (double)ld_f(dy, dyh, base + j);
             sgx += gy * (double)s[j] * xh;
             if (acc) acc[j] += gy * xh;
         }
         const double mgx = sgx / dlen;
         for (int64_t j = 0; j < c.len; j++) {
             const double xh = (double)x[base + j] * inv;
-            const float d = (float)(inv * ((double)dy[base + j] * (double)s[j] - xh * mgx));
+            const float d = (float)(inv * ((double)ld_f(dy, dyh, base + j) * (double)s[j] - xh * mgx));
             dx[base + j] = dh ? dh[base + j] + d : d;
         }
     }

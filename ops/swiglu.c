@@ -32,15 +32,29 @@ fr_status fr_swiglu_geometry(const fr_graph *g, const fr_node *n, int grad, fr_s
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "input '%s' is %s: float32, bfloat16 or float64 only", x->name,
                              fr_dtype_name(x->dtype));
     if (x->rank < 1) return fr_node_error(n, FR_ERR_SHAPE, "input '%s' is a scalar: needs rank >= 1", x->name);
-    geo->out_dtype = fr_swiglu_out_dtype(x->dtype);
+    geo->in_dtype = x->dtype;
+    geo->math = fr_swiglu_out_dtype(x->dtype);
     for (int i = 1; i < n->n_inputs; i++) {
         const fr_value *y = &g->values[n->inputs[i]];
-        /* gate and up share the input dtype; dy (the last input of the gradient) is the output's */
-        fr_dtype want = grad && i == n->n_inputs - 1 ? geo->out_dtype : x->dtype;
-        if (y->dtype != want)
-            return fr_node_error(n, FR_ERR_UNSUPPORTED, "input '%s' is %s, expected %s (input '%s' is %s)", y->name,
-                                 fr_dtype_name(y->dtype), fr_dtype_name(want), x->name, fr_dtype_name(x->dtype));
+        /* gate and up share the input dtype; dy (the last input of the gradient) is the math
+         * dtype's or bfloat16 (float32 math only) */
+        const int is_dy = grad && i == n->n_inputs - 1;
+        const fr_dtype want = is_dy ? geo->math : x->dtype;
+        if (y->dtype != want && !(is_dy && y->dtype == FR_BF16 && geo->math == FR_F32))
+            return fr_node_error(n, FR_ERR_UNSUPPORTED, "input '%s' is %s, expected %s%s (input '%s' is %s)", y->name,
+                                 fr_dtype_name(y->dtype), fr_dtype_name(want),
+                                 is_dy && want == FR_F32 ? " or bfloat16" : "", x->name, fr_dtype_name(x->dtype));
+        if (is_dy) geo->dy_dtype = y->dtype;
     }
+    /* y_dtype / dx_dtype: the outputs narrowed to bfloat16 */
+    const char *attr = grad ? "dx_dtype" : "y_dtype", *odt;
+    FR_TRY(fr_node_attr_string(n, attr, "float32", &odt));
+    if (strcmp(odt, "float32") != 0 && strcmp(odt, "bfloat16") != 0)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "%s '%s' is not one of float32, bfloat16", attr, odt);
+    geo->out_dtype = strcmp(odt, "bfloat16") == 0 ? FR_BF16 : geo->math;
+    if (geo->out_dtype == FR_BF16 && geo->math != FR_F32)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "%s bfloat16 needs float32 or bfloat16 inputs ('%s' is %s)", attr,
+                             x->name, fr_dtype_name(x->dtype));
     const char *act;
     FR_TRY(fr_node_attr_string(n, "activation", "silu", &act));
     geo->act = strcmp(act, "silu") == 0 ? FR_GLU_SILU : strcmp(act, "gelu_tanh") == 0 ? FR_GLU_GELU_TANH
@@ -124,28 +138,24 @@ static void act_pair(int act, double g, double *a, double *da)
     *da = act == FR_GLU_GELU_TANH ? s + g * 2.0 * s * oms * k * (1.0 + 3.0 * c * g * g) : s * (1.0 + g * oms);
 }
 
-/* An input element as double: float32 / float64 as they are, bfloat16 widened (exact). */
-#define LD(T, p, i) ld_##T((p), (i))
-static inline double ld_float(const float *p, int64_t i) { return p[i]; }
-static inline double ld_double(const double *p, int64_t i) { return p[i]; }
-static inline double ld_uint16_t(const uint16_t *p, int64_t i) { return fr_bf16_to_f32(p[i]); }
+/* Element i of a float64, float32 or bfloat16 tensor as double (exact). */
+static inline double ld(const void *p, fr_dtype dt, int64_t i)
+{
+    if (dt == FR_F64) return ((const double *)p)[i];
+    if (dt == FR_F32) return ((const float *)p)[i];
+    return fr_bf16_to_f32(((const uint16_t *)p)[i]);
+}
 
-/* TI: the storage of gate/up (float, double or uint16_t = bfloat16), T: of y / dy / gradients */
-#define SWIGLU_FWD(TI, T)                                                              \
-    do {                                                                               \
-        const TI *gp = ctx->in[0]->data;                                               \
-        const TI *up = (const TI *)ctx->in[geo.fused ? 0 : 1]->data + geo.up_off;      \
-        T *yp = ctx->out[0]->data;                                                     \
-        for (int64_t r = 0; r < geo.rows; r++) {                                       \
-            const TI *gr = gp + r * geo.in_stride, *ur = up + r * geo.in_stride;       \
-            T *yr = yp + r * geo.F;                                                    \
-            for (int64_t j = 0; j < geo.F; j++) {                                      \
-                double a, da;                                                          \
-                act_pair(geo.act, LD(TI, gr, j), &a, &da);                             \
-                yr[j] = (T)(a * LD(TI, ur, j));                                        \
-            }                                                                          \
-        }                                                                              \
-    } while (0)
+/* Element i = v rounded once to float64 / float32; bfloat16: the float32 value rounded. */
+static inline void st(void *p, fr_dtype dt, int64_t i, double v)
+{
+    if (dt == FR_F64)
+        ((double *)p)[i] = v;
+    else if (dt == FR_F32)
+        ((float *)p)[i] = (float)v;
+    else
+        ((uint16_t *)p)[i] = fr_f32_to_bf16((float)v);
+}
 
 static fr_status swiglu_cpu(const fr_kernel_ctx *ctx)
 {
@@ -157,12 +167,17 @@ static fr_status swiglu_cpu(const fr_kernel_ctx *ctx)
     memcpy(d, x->dims, sizeof(int64_t) * (size_t)x->rank);
     d[x->rank - 1] = geo.F;
     FR_TRY(fr_check_out(n, ctx->out[0], geo.out_dtype, x->rank, d));
-    if (x->dtype == FR_F32)
-        SWIGLU_FWD(float, float);
-    else if (x->dtype == FR_BF16)
-        SWIGLU_FWD(uint16_t, float);
-    else
-        SWIGLU_FWD(double, double);
+    const fr_dtype it = geo.in_dtype, ot = geo.out_dtype;
+    const void *gp = ctx->in[0]->data, *up = ctx->in[geo.fused ? 0 : 1]->data;
+    void *yp = ctx->out[0]->data;
+    for (int64_t r = 0; r < geo.rows; r++) {
+        const int64_t o = r * geo.in_stride;
+        for (int64_t j = 0; j < geo.F; j++) {
+            double a, da;
+            act_pair(geo.act, ld(gp, it, o + j), &a, &da);
+            st(yp, ot, r * geo.F + j, a * ld(up, it, geo.up_off + o + j));
+        }
+    }
     return FR_OK;
 }
 
@@ -218,25 +233,6 @@ static fr_status swiglug_infer(fr_graph *g, int node_id)
     return FR_OK;
 }
 
-#define SWIGLU_BWD(TI, T)                                                              \
-    do {                                                                               \
-        const TI *gp = ctx->in[0]->data;                                               \
-        const TI *up = (const TI *)ctx->in[geo.fused ? 0 : 1]->data + geo.up_off;      \
-        const T *dyp = ctx->in[ctx->n_in - 1]->data;                                   \
-        T *dgp = dg ? (T *)dg->data : NULL;                                            \
-        T *dup = du ? (T *)du->data + geo.up_off : NULL;                               \
-        for (int64_t r = 0; r < geo.rows; r++) {                                       \
-            const int64_t o = r * geo.in_stride;                                       \
-            const T *dyr = dyp + r * geo.F;                                            \
-            for (int64_t j = 0; j < geo.F; j++) {                                      \
-                double uv = LD(TI, up, o + j), dy = dyr[j], a, da;                     \
-                act_pair(geo.act, LD(TI, gp, o + j), &a, &da);                         \
-                if (dgp) dgp[o + j] = (T)(dy * uv * da);                               \
-                if (dup) dup[o + j] = (T)(dy * a);                                     \
-            }                                                                          \
-        }                                                                              \
-    } while (0)
-
 static fr_status swiglug_cpu(const fr_kernel_ctx *ctx)
 {
     const fr_node *n = ctx->node;
@@ -246,12 +242,20 @@ static fr_status swiglug_cpu(const fr_kernel_ctx *ctx)
     fr_tensor *dg = ctx->out[0], *du = geo.fused ? ctx->out[0] : (ctx->n_out > 1 ? ctx->out[1] : NULL);
     if (dg) FR_TRY(fr_check_out(n, dg, geo.out_dtype, x->rank, x->dims));
     if (du && !geo.fused) FR_TRY(fr_check_out(n, du, geo.out_dtype, x->rank, x->dims));
-    if (x->dtype == FR_F32)
-        SWIGLU_BWD(float, float);
-    else if (x->dtype == FR_BF16)
-        SWIGLU_BWD(uint16_t, float);
-    else
-        SWIGLU_BWD(double, double);
+    const fr_dtype it = geo.in_dtype, ot = geo.out_dtype;
+    const void *gp = ctx->in[0]->data, *up = ctx->in[geo.fused ? 0 : 1]->data;
+    const void *dyp = ctx->in[ctx->n_in - 1]->data;
+    void *dgp = dg ? dg->data : NULL, *dup = du ? du->data : NULL;
+    for (int64_t r = 0; r < geo.rows; r++) {
+        const int64_t o = r * geo.in_stride;
+        for (int64_t j = 0; j < geo.F; j++) {
+            const double uv = ld(up, it, geo.up_off + o + j), dy = ld(dyp, geo.dy_dtype, r * geo.F + j);
+            double a, da;
+            act_pair(geo.act, ld(gp, it, o + j), &a, &da);
+            if (dgp) st(dgp, ot, o + j, dy * uv * da);
+            if (dup) st(dup, ot, geo.up_off + o + j, dy * a);
+        }
+    }
     return FR_OK;
 }
 

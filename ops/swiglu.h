@@ -12,7 +12,15 @@
  *                                fused gate/up Linear's output directly (no Split copies).
  *   y = gate * sigmoid(gate) * up, float32 (float64 allowed for gradient checks), no
  *   broadcasting. gate/up may be bfloat16 (the gate/up Linear's y_dtype, pass
- *   narrow_activations): they are widened exactly, y and every gradient are float32.
+ *   narrow_activations): they are widened exactly, y and every gradient are float32 unless
+ *   the attributes below narrow them.
+ *
+ * bfloat16 around the FP8 Linears (issue 12; values "float32" (default: today's dtype, float64
+ * for float64 inputs) | "bfloat16", an error with float64 inputs):
+ *   SwiGLU attribute y_dtype: y is the float32 y rounded to bfloat16 (nearest even).
+ *   SwiGLUGrad attribute dx_dtype: dgate and dup (d_gate_up) likewise rounded to bfloat16.
+ *   SwiGLUGrad's dy may be bfloat16 with float32 or bfloat16 gate/up (widened exactly).
+ *   Every bfloat16 input computes the bits its float32 tensor of the same values computes.
  *
  * Attribute activation (default "silu"): the gate's act(g) = g * s(g) with
  *   "silu"       s = sigmoid(g)                                       (SwiGLU, Llama)
@@ -26,8 +34,9 @@
  *   dup = dy * act(g);  dgate = dy * up * act'(g), with act' = s (1 + g (1 - s)) for silu,
  *   s + g 2 s (1 - s) k (1 + 3 c g^2) for gelu_tanh, Phi(g) + g phi(g) for gelu.
  *
- * CPU: every element computed in double and rounded once (within an ulp or two of the unfused
- * float32 chain, which rounds after each op). CUDA: float32 math, within 1e-5 relative.
+ * CPU: every element computed in double and rounded once to float32 (within an ulp or two of
+ * the unfused float32 chain, which rounds after each op), then to bfloat16 where asked. CUDA:
+ * float32 math, within 1e-5 relative; its bfloat16 outputs are its float32 ones rounded.
  * The gradient rule of SwiGLU emits one SwiGLUGrad node reading the forward's inputs. */
 #ifndef FR_OPS_SWIGLU_H
 #define FR_OPS_SWIGLU_H
@@ -47,15 +56,18 @@ typedef struct fr_swiglu_geom {
     int64_t rows, F;
     int64_t in_stride;  /* 2F fused, F otherwise */
     int64_t up_off;     /* F fused (into input 0), 0 otherwise (into input 1) */
-    fr_dtype out_dtype; /* of y, dy and the gradients: fr_swiglu_out_dtype(gate's dtype) */
+    fr_dtype in_dtype;  /* of gate/up */
+    fr_dtype math;      /* the computing dtype: fr_swiglu_out_dtype(in_dtype) */
+    fr_dtype out_dtype; /* of the node's outputs: y (y_dtype) or the gradients (dx_dtype) */
+    fr_dtype dy_dtype;  /* SwiGLUGrad's dy: math or bfloat16 (0 for SwiGLU) */
 } fr_swiglu_geom;
 
-/* bfloat16 gate/up (a Linear with y_dtype bfloat16) compute and write float32; float32 and
- * float64 stay as they are. */
+/* bfloat16 gate/up (a Linear with y_dtype bfloat16) compute in float32; float32 and float64
+ * stay as they are. */
 static inline fr_dtype fr_swiglu_out_dtype(fr_dtype in) { return in == FR_BF16 ? FR_F32 : in; }
 
 /* Checks dtypes and shapes of a SwiGLU (grad = 0) or SwiGLUGrad (grad = 1) node's inputs and
- * fills *geo; errors name the node. */
+ * its y_dtype / dx_dtype attribute, and fills *geo; errors name the node. */
 FR_NODISCARD fr_status fr_swiglu_geometry(const fr_graph *g, const fr_node *n, int grad, fr_swiglu_geom *geo);
 
 #endif

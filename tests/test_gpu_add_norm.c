@@ -6,12 +6,22 @@
  * Tolerances: H (one float32 add, as the CPU) bit for bit; Y, dX, dScale within 1e-6 relative L2
  * (both sides compute in double and round once; only the order of the double sums differs).
  * The backward run twice gives the same bits (no atomics). The RMSNormalization / RMSNormGrad
- * fast path these kernels also serve is tested by tests/test_gpu_norm.c. */
+ * fast path these kernels also serve is tested by tests/test_gpu_norm.c.
+ * bfloat16 (issue 12), every shape: B bfloat16 and/or y_dtype bfloat16 against the float32 case
+ * of the same values, on the GPU: H and a float32 Y bit for bit, a bfloat16 Y the float32 Y
+ * rounded bit for bit (the same kernel's float32 result), and within one bfloat16 ulp of the
+ * CPU's rounded Y; AddRMSNormGrad with a bfloat16 dY: dX and dScale bit for bit those of the
+ * float32 dY (GPU and CPU). len % 8 == 0 takes the 8-element vectors, len % 8 == 4 the
+ * element-wise kernels for bfloat16 (float4 for float32).
+ * Printed, not asserted: the kernels' times at the 1B step's shape (16384 x 2048, with dH and
+ * dScale) for float32 and the bfloat16 combinations. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/bf16_check.h"
 #include "tests/gpu_harness.h"
+#include "tests/gpu_op_time.h"
 
 #define TOL 1e-6
 
@@ -25,6 +35,7 @@ static const shp shapes[] = {
     {2, -1, {5, 2048}},   {2, -1, {7, 4096}},  {2, -1, {3, 8192}},    {2, -1, {6, 12288}},   {2, -1, {3, 30000}},
     {2, -1, {1, 8192}},   {2, -1, {1000, 32}}, {2, -1, {16384, 768}}, {2, -1, {2048, 2048}}, {2, -1, {256, 8192}},
     {2, -1, {600, 1024}}, /* more rows than the backward's blocks */
+    {2, -1, {10, 20}},    {2, -1, {3, 8200}}, /* bfloat16: element-wise; 8-element vectors re-reading the row */
 };
 
 /* Scale: the normalized dims */
@@ -112,9 +123,144 @@ static void test_bwd(void)
     }
 }
 
+/* ---- bfloat16 ---- */
+
+/* AddRMSNorm with B bfloat16 (b16) and / or y_dtype bfloat16 (y16), against the float32 case
+ * (ref: its CPU outputs, g0: its GPU outputs) */
+static void fwd_bf16_case(const shp *s, fr_tensor *a, fr_tensor *bf, fr_tensor *bb, fr_tensor *w, int b16, int y16,
+                          tnode *ref, fr_tensor **g0)
+{
+    fr_tensor *ins[3] = {a, b16 ? bb : bf, w};
+    tnode t;
+    tn_init_domain(&t, FR_DOMAIN_FP8RUN, "AddRMSNorm", 1, 3, ins, 0, 2);
+    TN_ATTR(&t, int, "axis", s->axis);
+    if (y16) TN_ATTR(&t, string, "y_dtype", "bfloat16");
+    FR_ASSERT_OK(tn_run(&t));
+    char what[200], extra[64], lab[320];
+    snprintf(extra, sizeof extra, "B %s Y %s", b16 ? "bf16" : "f32", y16 ? "bf16" : "f32");
+    describe(what, sizeof what, "AddRMSNorm", s, extra);
+    fr_tensor *g[TN_MAX];
+    FR_ASSERT_OK(tn_run_gpu(&t, g));
+    for (int o = 0; o < 2; o++) {
+        snprintf(lab, sizeof lab, "%s: GPU %s vs the float32 case's", what, o ? "Y" : "H");
+        bc_expect(lab, g[o], g0[o]);
+        snprintf(lab, sizeof lab, "%s: CPU %s vs the float32 case's", what, o ? "Y" : "H");
+        bc_expect(lab, t.out[o], ref->out[o]);
+    }
+    if (y16) { /* and the CPU's rounded Y, from a float32 Y within 1e-6 */
+        int64_t far = 0;
+        snprintf(lab, sizeof lab, "%s: GPU Y vs the CPU's float32 Y rounded (one ulp allowed)", what);
+        (void)bc_round_diff(lab, g[1], ref->out[1], &far);
+        CU_ASSERT_EQUAL(far, 0);
+    }
+    gpu_free_outputs(&t, g);
+    tn_free(&t);
+}
+
+static void test_fwd_bf16(void)
+{
+    fr_rng r = fr_test_rng("gpu_add_norm_fwd_bf16");
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const shp *s = &shapes[i];
+        fr_tensor *a = tt_randn(&r, FR_F32, s->r, s->d, 0.3, 1.0), *bf = tt_randn(&r, FR_F32, s->r, s->d, -0.1, 0.7);
+        fr_tensor *bb = bc_bf16_pair(bf), *w = scale_of(&r, s);
+        fr_tensor *ins[3] = {a, bf, w}, *g0[TN_MAX];
+        tnode ref;
+        tn_init_domain(&ref, FR_DOMAIN_FP8RUN, "AddRMSNorm", 1, 3, ins, 0, 2);
+        TN_ATTR(&ref, int, "axis", s->axis);
+        FR_ASSERT_OK(tn_run(&ref));
+        FR_ASSERT_OK(tn_run_gpu(&ref, g0));
+        for (int c = 1; c < 4; c++) fwd_bf16_case(s, a, bf, bb, w, c & 1, c >> 1, &ref, g0);
+        gpu_free_outputs(&ref, g0);
+        tn_free(&ref);
+        fr_tensor_free(a);
+        fr_tensor_free(bf);
+        fr_tensor_free(bb);
+        fr_tensor_free(w);
+    }
+}
+
+/* AddRMSNormGrad with dY float32 and bfloat16 of the same values: the same dX and dScale bits */
+static void test_bwd_bf16(void)
+{
+    fr_rng r = fr_test_rng("gpu_add_norm_bwd_bf16");
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const shp *s = &shapes[i];
+        const int with_dh = i % 2 == 0, with_dw = i % 3 != 2;
+        fr_tensor *dyf = tt_randn(&r, FR_F32, s->r, s->d, 0.0, 1.0), *x = tt_randn(&r, FR_F32, s->r, s->d, 0.2, 1.5);
+        fr_tensor *dyb = bc_bf16_pair(dyf), *w = scale_of(&r, s), *dh = tt_randn(&r, FR_F32, s->r, s->d, 0.0, 0.5);
+        tnode t[2];
+        fr_tensor *g[2][TN_MAX];
+        char what[200], extra[64], lab[320];
+        snprintf(extra, sizeof extra, "dH %s, dScale %s", with_dh ? "yes" : "no", with_dw ? "yes" : "no");
+        describe(what, sizeof what, "AddRMSNormGrad bf16 dY", s, extra);
+        for (int k = 0; k < 2; k++) {
+            fr_tensor *ins[4] = {k ? dyb : dyf, x, w, dh};
+            tn_init_domain(&t[k], FR_DOMAIN_FP8RUN, "AddRMSNormGrad", 1, with_dh ? 4 : 3, ins, 0, 2);
+            TN_ATTR(&t[k], int, "axis", s->axis);
+            TN_ATTR(&t[k], float, "epsilon", 1e-6f);
+            if (!with_dw) tn_omit_output(&t[k], 1);
+            FR_ASSERT_OK(tn_run(&t[k]));
+            FR_ASSERT_OK(tn_run_gpu(&t[k], g[k]));
+        }
+        gpu_check(&t[1], TOL, what);
+        for (int o = 0; o < (with_dw ? 2 : 1); o++) {
+            snprintf(lab, sizeof lab, "%s: GPU %s vs float32 dY's", what, o ? "dScale" : "dX");
+            CU_ASSERT_EQUAL(bc_bits_diff(lab, g[1][o], g[0][o]), 0);
+            snprintf(lab, sizeof lab, "%s: CPU %s vs float32 dY's", what, o ? "dScale" : "dX");
+            CU_ASSERT_EQUAL(bc_bits_diff(lab, t[1].out[o], t[0].out[o]), 0);
+        }
+        for (int k = 0; k < 2; k++) {
+            gpu_free_outputs(&t[k], g[k]);
+            tn_free(&t[k]);
+        }
+        fr_tensor_free(dyf);
+        fr_tensor_free(dyb);
+        fr_tensor_free(x);
+        fr_tensor_free(w);
+        fr_tensor_free(dh);
+    }
+}
+
+/* ---- timings at the 1B shape ---- */
+
+static void time_case(int grad, fr_dtype bt, fr_dtype yt)
+{
+    const int64_t d[2] = {16384, 2048}, dw[1] = {2048};
+    fr_tensor a = gpu_shape_only(grad ? bt : FR_F32, 2, d), b = gpu_shape_only(grad ? FR_F32 : bt, 2, d);
+    fr_tensor w = gpu_shape_only(FR_F32, 1, dw), dh = gpu_shape_only(FR_F32, 2, d);
+    fr_tensor *ins[4] = {&a, &b, &w, &dh};
+    tnode t;
+    tn_init_domain(&t, FR_DOMAIN_FP8RUN, grad ? "AddRMSNormGrad" : "AddRMSNorm", 1, grad ? 4 : 3, ins, 0, 2);
+    if (!grad && yt == FR_BF16) TN_ATTR(&t, string, "y_dtype", "bfloat16");
+    double bytes = 0;
+    const double ms = gpu_time_node(&t, 20, &bytes);
+    if (grad)
+        printf("\n    AddRMSNormGrad [16384, 2048] dY %-8s (dH, dScale)      %7.3f ms %6.0f GB/s", fr_dtype_name(bt), ms,
+               bytes / (ms * 1e6));
+    else
+        printf("\n    AddRMSNorm     [16384, 2048] B %-8s Y %-8s       %7.3f ms %6.0f GB/s", fr_dtype_name(bt),
+               fr_dtype_name(yt), ms, bytes / (ms * 1e6));
+    tn_free(&t);
+}
+
+static void test_times(void)
+{
+    if (!gpu_available()) return;
+    time_case(0, FR_F32, FR_F32);
+    time_case(0, FR_F32, FR_BF16);
+    time_case(0, FR_BF16, FR_BF16);
+    time_case(1, FR_F32, FR_F32);
+    time_case(1, FR_BF16, FR_F32);
+    printf("\n");
+}
+
 static CU_TestInfo tests[] = {
     {"AddRMSNorm: H bit for bit, Y (1e-6)", test_fwd},
     {"AddRMSNormGrad: dX, dScale (1e-6), repeatable bits", test_bwd},
+    {"AddRMSNorm bf16 B / y_dtype bf16: float32 case's bits, Y its rounding", test_fwd_bf16},
+    {"AddRMSNormGrad bf16 dY: float32 dY's dX, dScale bits", test_bwd_bf16},
+    {"times at the 1B shape (printed)", test_times},
     CU_TEST_INFO_NULL,
 };
 

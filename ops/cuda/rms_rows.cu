@@ -1,8 +1,8 @@
 /* RMSNorm rows at memory speed (see rms_rows.h), and the kernels of ai.fp8run::AddRMSNorm /
  * AddRMSNormGrad (ops/add_norm.c).
  *
- * One block per row, 32..256 threads; thread t holds the 16-byte vectors t, t + blockDim, ... of
- * its row in registers (up to 8), so each tensor is read once and written once: forward a, b
+ * One block per row, 32..256 threads; thread t holds the vectors t, t + blockDim, ... of its
+ * row in registers (up to 32 floats), so each tensor is read once and written once: forward a, b
  * read and h, y written; backward dy, x, dh read and dx written. One block reduction per row
  * (double, fixed order: each warp sums the warps' partials itself, double-buffered so one
  * barrier per row). The backward's two row sums (sum x^2 and sum dy w x) share that reduction:
@@ -18,31 +18,33 @@
  * without the register cache: each pass re-reads the row (L1/L2) and the dScale partials
  * accumulate in the scratch. Arithmetic as on the CPU (ops/norm.c, ops/add_norm.c): statistics
  * in double, each output computed in double and rounded once; h = a + b and dx = dh + d are
- * single float32 adds, as the unfused Add rounds them. */
+ * single float32 adds, as the unfused Add rounds them.
+ *
+ * bfloat16 (issue 12): B and dY may be bfloat16 (widened exactly: the bits of the float32 tensor
+ * of the same values), Y may be written in bfloat16 (the float32 Y rounded to nearest even).
+ * The dtypes are template parameters; a vector is 8 elements (two float4, one 16-byte bfloat16
+ * word; vec16.cuh) when len % 8 == 0, else 4, chosen from len alone (shape_of), so that every
+ * dtype sums in the same order. */
 #include <math.h>
 #include <stdint.h>
 
 #include "ops/cuda/cuda_kernel.h"
 #include "ops/cuda/rms_rows.h"
+#include "ops/cuda/vec16.cuh"
 #include "ops/norm.h"
 
 namespace {
 
 constexpr int kThreads = 256;  /* most threads per block */
-constexpr int kMaxVpt = 8;     /* most register vectors per thread */
+constexpr int kMaxRegs = 32;   /* most floats per thread held in registers (vectors x V) */
 constexpr int64_t kBwdGrid = 512;
 
-template <int V> struct alignas(4 * V) F {
-    float v[V];
-};
-template <int V> __device__ __forceinline__ F<V> ld(const float *p, int64_t i)
-{
-    return reinterpret_cast<const F<V> *>(p)[i];
-}
-template <int V> __device__ __forceinline__ void st(float *p, int64_t i, const F<V> &q)
-{
-    reinterpret_cast<F<V> *>(p)[i] = q;
-}
+typedef __nv_bfloat16 bf16;
+
+/* vector i of a float32 or bfloat16 row as V floats, and back (vec16.cuh) */
+template <int V> using F = fr_vf<V>;
+template <int V, typename T> __device__ __forceinline__ F<V> ld(const T *p, int64_t i) { return fr_vld<V>(p, i); }
+template <int V, typename T> __device__ __forceinline__ void st(T *p, int64_t i, const F<V> &q) { fr_vst<V>(p, i, q); }
 
 /* (a, b) summed over the block; every thread gets the same sums. buf: this row's half of a
  * double-buffered [2][32] array (the other half is the next row's, so no trailing barrier). */
@@ -72,7 +74,7 @@ __device__ __forceinline__ double inv_rms(double ss, int64_t len, float eps)
 /* ---------------------------------------------------------------- forward ---- */
 
 /* vector i of a + b (b NULL: of a): the same float adds wherever it is recomputed */
-template <int V> __device__ __forceinline__ F<V> ld_sum(const float *a, const float *b, int64_t i)
+template <int V, typename TB> __device__ __forceinline__ F<V> ld_sum(const float *a, const TB *b, int64_t i)
 {
     F<V> q = ld<V>(a, i);
     if (b) {
@@ -92,7 +94,8 @@ template <int V> __device__ __forceinline__ double sum_sq(const F<V> &q)
 }
 
 /* y's vector i from h's */
-template <int V> __device__ __forceinline__ void fwd_out(float *yr, const float *w, int64_t i, const F<V> &q, double inv)
+template <int V, typename TY>
+__device__ __forceinline__ void fwd_out(TY *yr, const float *w, int64_t i, const F<V> &q, double inv)
 {
     const F<V> wq = ld<V>(w, i);
     F<V> o;
@@ -101,16 +104,18 @@ template <int V> __device__ __forceinline__ void fwd_out(float *yr, const float 
     st<V>(yr, i, o);
 }
 
-template <int V, int VPT>
-__global__ void __launch_bounds__(kThreads) rms_fwd(const float *a, const float *b, const float *w, float *h,
-                                                   float *y, int64_t rows, int64_t len, float eps)
+template <int V, int VPT, typename TB, typename TY>
+__global__ void __launch_bounds__(kThreads) rms_fwd(const float *a, const TB *b, const float *w, float *h, TY *y,
+                                                   int64_t rows, int64_t len, float eps)
 {
     __shared__ double2 red[2][32];
     const int64_t nv = len / V;
     int par = 0;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x, par ^= 1) {
-        const float *ar = a + r * len, *br = b ? b + r * len : nullptr;
-        float *hr = h ? h + r * len : nullptr, *yr = y + r * len;
+        const float *ar = a + r * len;
+        const TB *br = b ? b + r * len : nullptr;
+        float *hr = h ? h + r * len : nullptr;
+        TY *yr = y + r * len;
         double ss = 0.0;
         if constexpr (VPT > 0) {
             F<V> q[VPT];
@@ -175,8 +180,8 @@ __device__ __forceinline__ void bwd_out(float *dxr, const float *dhr, const floa
 
 /* dx = dh + inv (dy w - xh mean(dy w xh)), xh = x inv; part[blockIdx.x][col] = sum of dy xh over
  * the block's rows (part NULL: dScale not wanted) */
-template <int V, int VPT>
-__global__ void __launch_bounds__(kThreads) rms_bwd(const float *dy, const float *x, const float *w, const float *dh,
+template <int V, int VPT, typename TD>
+__global__ void __launch_bounds__(kThreads) rms_bwd(const TD *dy, const float *x, const float *w, const float *dh,
                                                    float *dx, double *part, int64_t rows, int64_t len, float eps)
 {
     __shared__ double2 red[2][32];
@@ -194,7 +199,8 @@ __global__ void __launch_bounds__(kThreads) rms_bwd(const float *dy, const float
             for (int j = 0; j < V; j++) pb[i * V + j] = 0.0;
     int par = 0;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x, par ^= 1) {
-        const float *dyr = dy + r * len, *xr = x + r * len, *dhr = dh ? dh + r * len : nullptr;
+        const TD *dyr = dy + r * len;
+        const float *xr = x + r * len, *dhr = dh ? dh + r * len : nullptr;
         float *dxr = dx + r * len;
         double ss = 0.0, sg = 0.0, gxh[V];
         if constexpr (VPT > 0) {
@@ -254,17 +260,23 @@ __global__ void __launch_bounds__(256) rms_dw(const double *part, int64_t blocks
 
 /* ---------------------------------------------------------------- launch ---- */
 
-/* vectors per thread of the register path (0: none) and the threads per block */
+/* the vector's elements (1: none), vectors per thread of the register path (0: none), threads
+ * per block */
 struct Shape {
     int vec, vpt, threads;
 };
 
+/* The vector depends on len and the alignment only, never on the dtypes: a thread then sums
+ * the same elements in the same order whatever the dtypes, so bfloat16 inputs give the bits
+ * of float32 ones and a bfloat16 Y is the float32 Y rounded. 8 elements (two float4, one
+ * 16-byte bfloat16 word) when len % 8 == 0, else 4 (float4, 8-byte bfloat16) when
+ * len % 4 == 0; aligned: every tensor's start is 16-byte aligned. */
 Shape shape_of(int64_t len, int aligned)
 {
-    Shape s{aligned && len % 4 == 0 ? 4 : 1, 0, kThreads};
+    Shape s{!aligned ? 1 : len % 8 == 0 ? 8 : len % 4 == 0 ? 4 : 1, 0, kThreads};
     const int64_t nv = len / s.vec;
-    if (s.vec == 4)
-        for (int v = 1; v <= kMaxVpt; v *= 2)
+    if (s.vec > 1)
+        for (int v = 1; v * s.vec <= kMaxRegs; v *= 2)
             if ((nv + v - 1) / v <= kThreads) {
                 s.vpt = v;
                 s.threads = (int)(((nv + v - 1) / v + 31) / 32 * 32);
@@ -277,14 +289,50 @@ int64_t bwd_blocks(int64_t rows) { return rows < kBwdGrid ? rows : kBwdGrid; }
 
 unsigned fwd_blocks(int64_t rows) { return (unsigned)(rows < (1 << 20) ? rows : (1 << 20)); }
 
-template <int VPT>
-void launch_fwd4(const Shape &s, cudaStream_t st, const float *a, const float *b, const float *w, float *h, float *y,
-                 int64_t rows, int64_t len, float eps)
+/* 16-byte vectors need every row start aligned: the tensors' starts (row lengths % vec == 0) */
+int al16(const void *p) { return fr_aligned_to(p, 16); }
+
+template <int V, int VPT, typename TB, typename TY>
+void launch_fwd(int threads, cudaStream_t st, const float *a, const TB *b, const float *w, float *h, TY *y,
+                int64_t rows, int64_t len, float eps)
 {
-    rms_fwd<4, VPT><<<fwd_blocks(rows), s.threads, 0, st>>>(a, b, w, h, y, rows, len, eps);
+    if constexpr (V * VPT <= kMaxRegs)
+        rms_fwd<V, VPT, TB, TY><<<fwd_blocks(rows), threads, 0, st>>>(a, b, w, h, y, rows, len, eps);
 }
 
-/* the backward's grid: one wave of resident blocks (no tail), at most bwd_blocks (the scratch's) */
+template <int V, typename TB, typename TY>
+void fwd_v(const Shape &s, cudaStream_t st, const float *a, const TB *b, const float *w, float *h, TY *y,
+           int64_t rows, int64_t len, float eps)
+{
+    const int t = s.threads;
+    switch (s.vpt) {
+    case 1: launch_fwd<V, 1>(t, st, a, b, w, h, y, rows, len, eps); break;
+    case 2: launch_fwd<V, 2>(t, st, a, b, w, h, y, rows, len, eps); break;
+    case 4: launch_fwd<V, 4>(t, st, a, b, w, h, y, rows, len, eps); break;
+    case 8: launch_fwd<V, 8>(t, st, a, b, w, h, y, rows, len, eps); break;
+    default: launch_fwd<V, 0>(t, st, a, b, w, h, y, rows, len, eps); break;
+    }
+}
+
+/* the forward for B's and Y's dtypes */
+template <typename TB, typename TY>
+void fwd_t(cudaStream_t st, const float *a, const void *bv, const float *w, float *h, void *yv, int64_t rows,
+           int64_t len, float eps)
+{
+    const TB *b = (const TB *)bv;
+    TY *y = (TY *)yv;
+    const Shape s = shape_of(len, al16(a) && al16(b) && al16(w) && al16(h) && al16(y));
+    if (s.vec == 8)
+        fwd_v<8>(s, st, a, b, w, h, y, rows, len, eps);
+    else if (s.vec == 4)
+        fwd_v<4>(s, st, a, b, w, h, y, rows, len, eps);
+    else
+        launch_fwd<1, 0>(s.threads, st, a, b, w, h, y, rows, len, eps);
+}
+
+/* the backward's grid: one wave of resident blocks (no tail), at most bwd_blocks (the scratch's).
+ * The kernel passed is the float32 one of the shape whatever dY's dtype, so the grid, and with
+ * it the order of dScale's partial sums, does not depend on the dtype. */
 template <class K> int64_t bwd_grid(K kernel, int threads, int sm_count, int64_t rows)
 {
     int per_sm = 0;
@@ -296,13 +344,42 @@ template <class K> int64_t bwd_grid(K kernel, int threads, int sm_count, int64_t
     return wave < cap ? wave : cap;
 }
 
-template <int V, int VPT>
-int64_t launch_bwd(int threads, int sm_count, cudaStream_t st, const float *dy, const float *x, const float *w,
+template <int V, int VPT, typename TD>
+int64_t launch_bwd(int threads, int sm_count, cudaStream_t st, const TD *dy, const float *x, const float *w,
                    const float *dh, float *dx, double *part, int64_t rows, int64_t len, float eps)
 {
-    const int64_t g = bwd_grid(rms_bwd<V, VPT>, threads, sm_count, rows);
-    rms_bwd<V, VPT><<<(unsigned)g, threads, 0, st>>>(dy, x, w, dh, dx, part, rows, len, eps);
-    return g;
+    if constexpr (V * VPT <= kMaxRegs) {
+        const int64_t g = bwd_grid(rms_bwd<V, VPT, float>, threads, sm_count, rows);
+        rms_bwd<V, VPT, TD><<<(unsigned)g, threads, 0, st>>>(dy, x, w, dh, dx, part, rows, len, eps);
+        return g;
+    }
+    return 0;
+}
+
+template <int V, typename TD>
+int64_t bwd_v(const Shape &s, int sm_count, cudaStream_t st, const TD *dy, const float *x, const float *w,
+              const float *dh, float *dx, double *part, int64_t rows, int64_t len, float eps)
+{
+    const int t = s.threads;
+    switch (s.vpt) {
+    case 1: return launch_bwd<V, 1>(t, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
+    case 2: return launch_bwd<V, 2>(t, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
+    case 4: return launch_bwd<V, 4>(t, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
+    case 8: return launch_bwd<V, 8>(t, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
+    default: return launch_bwd<V, 0>(t, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
+    }
+}
+
+/* the backward for dY's dtype; returns the blocks (the dScale partials) */
+template <typename TD>
+int64_t bwd_t(int sm_count, cudaStream_t st, const void *dyv, const float *x, const float *w, const float *dh,
+              float *dx, double *part, int64_t rows, int64_t len, float eps)
+{
+    const TD *dy = (const TD *)dyv;
+    const Shape s = shape_of(len, al16(dy) && al16(x) && al16(w) && al16(dh) && al16(dx));
+    if (s.vec == 8) return bwd_v<8>(s, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
+    if (s.vec == 4) return bwd_v<4>(s, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
+    return launch_bwd<1, 0>(s.threads, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
 }
 
 /* ---------------------------------------------------------------- the ops ---- */
@@ -314,9 +391,9 @@ fr_status an_cuda(const fr_cuda_kctx *k)
         return fr_node_error(n, FR_ERR_GRAPH, "has %d inputs and %d outputs (A, B, Scale -> H, Y)", k->n_in, k->n_out);
     fr_norm_cfg c;
     FR_TRY(fr_norm_config(n, k->in[0]->rank, k->in[0]->dims, &c));
-    return fr_rms_rows_fwd(n, k->cu->stream, (const float *)k->in[0]->data, (const float *)k->in[1]->data,
-                           (const float *)k->in[2]->data, (float *)k->out[0]->data, (float *)k->out[1]->data, c.rows,
-                           c.len, c.eps);
+    return fr_rms_rows_fwd_dt(n, k->cu->stream, (const float *)k->in[0]->data, k->in[1]->data, k->in[1]->dtype,
+                              (const float *)k->in[2]->data, (float *)k->out[0]->data, k->out[1]->data,
+                              k->out[1]->dtype, c.rows, c.len, c.eps);
 }
 
 fr_status ang_scratch(const fr_graph *g, const fr_node *n, size_t *bytes)
@@ -339,13 +416,10 @@ fr_status ang_cuda(const fr_cuda_kctx *k)
     FR_TRY(fr_norm_config(n, k->in[1]->rank, k->in[1]->dims, &c));
     const float *dh = k->n_in > 3 && k->in[3] ? (const float *)k->in[3]->data : nullptr;
     float *dw = k->out[1] ? (float *)k->out[1]->data : nullptr;
-    return fr_rms_rows_bwd(n, k->cu->stream, k->cu->sm_count, (const float *)k->in[0]->data, (const float *)k->in[1]->data,
-                           (const float *)k->in[2]->data, dh, (float *)k->out[0]->data, dw, k->scratch,
-                           k->scratch_bytes, c.rows, c.len, c.eps);
+    return fr_rms_rows_bwd_dt(n, k->cu->stream, k->cu->sm_count, k->in[0]->data, k->in[0]->dtype,
+                              (const float *)k->in[1]->data, (const float *)k->in[2]->data, dh,
+                              (float *)k->out[0]->data, dw, k->scratch, k->scratch_bytes, c.rows, c.len, c.eps);
 }
-
-/* 16-byte vectors need every row start aligned: the tensors' starts (row lengths % 4 == 0) */
-int al16(const void *p) { return p == nullptr || ((uintptr_t)p & 15u) == 0; }
 
 } /* namespace */
 
@@ -357,26 +431,41 @@ size_t fr_rms_rows_bwd_scratch(int64_t rows, int64_t len)
     return (size_t)(b > 0 ? b : 1) * (size_t)(len > 0 ? len : 1) * sizeof(double);
 }
 
-fr_status fr_rms_rows_fwd(const fr_node *n, cudaStream_t st, const float *a, const float *b, const float *w, float *h,
-                          float *y, int64_t rows, int64_t len, float eps)
+/* float32 or bfloat16 only, named in the error */
+static fr_status f32_or_bf16(const fr_node *n, fr_dtype dt, const char *what)
 {
+    if (dt == FR_F32 || dt == FR_BF16) return FR_OK;
+    return fr_node_error(n, FR_ERR_UNSUPPORTED, "%s is %s (float32 or bfloat16 only)", what, fr_dtype_name(dt));
+}
+
+fr_status fr_rms_rows_fwd_dt(const fr_node *n, cudaStream_t st, const float *a, const void *b, fr_dtype b_dt,
+                             const float *w, float *h, void *y, fr_dtype y_dt, int64_t rows, int64_t len, float eps)
+{
+    FR_TRY(f32_or_bf16(n, b_dt, "B"));
+    FR_TRY(f32_or_bf16(n, y_dt, "Y"));
     if (rows <= 0 || len <= 0) return FR_OK;
-    const Shape s = shape_of(len, al16(a) && al16(b) && al16(w) && al16(h) && al16(y));
-    switch (s.vec == 4 ? s.vpt : -1) {
-    case 1: launch_fwd4<1>(s, st, a, b, w, h, y, rows, len, eps); break;
-    case 2: launch_fwd4<2>(s, st, a, b, w, h, y, rows, len, eps); break;
-    case 4: launch_fwd4<4>(s, st, a, b, w, h, y, rows, len, eps); break;
-    case 8: launch_fwd4<8>(s, st, a, b, w, h, y, rows, len, eps); break;
-    case 0: launch_fwd4<0>(s, st, a, b, w, h, y, rows, len, eps); break;
-    default: rms_fwd<1, 0><<<fwd_blocks(rows), kThreads, 0, st>>>(a, b, w, h, y, rows, len, eps); break;
-    }
+    if (b_dt == FR_BF16 && y_dt == FR_BF16)
+        fwd_t<bf16, bf16>(st, a, b, w, h, y, rows, len, eps);
+    else if (b_dt == FR_BF16)
+        fwd_t<bf16, float>(st, a, b, w, h, y, rows, len, eps);
+    else if (y_dt == FR_BF16)
+        fwd_t<float, bf16>(st, a, b, w, h, y, rows, len, eps);
+    else
+        fwd_t<float, float>(st, a, b, w, h, y, rows, len, eps);
     return fr_cuda_check_launch(n, n->op_type);
 }
 
-fr_status fr_rms_rows_bwd(const fr_node *n, cudaStream_t st, int sm_count, const float *dy, const float *x, const float *w,
-                          const float *dh, float *dx, float *dw, void *scratch, size_t scratch_bytes, int64_t rows,
-                          int64_t len, float eps)
+fr_status fr_rms_rows_fwd(const fr_node *n, cudaStream_t st, const float *a, const float *b, const float *w, float *h,
+                          float *y, int64_t rows, int64_t len, float eps)
 {
+    return fr_rms_rows_fwd_dt(n, st, a, b, FR_F32, w, h, y, FR_F32, rows, len, eps);
+}
+
+fr_status fr_rms_rows_bwd_dt(const fr_node *n, cudaStream_t st, int sm_count, const void *dy, fr_dtype dy_dt,
+                             const float *x, const float *w, const float *dh, float *dx, float *dw, void *scratch,
+                             size_t scratch_bytes, int64_t rows, int64_t len, float eps)
+{
+    FR_TRY(f32_or_bf16(n, dy_dt, "dY"));
     if (len <= 0) return FR_OK;
     double *part = dw ? (double *)scratch : nullptr;
     if (dw && (!scratch || scratch_bytes < fr_rms_rows_bwd_scratch(rows, len)))
@@ -384,22 +473,23 @@ fr_status fr_rms_rows_bwd(const fr_node *n, cudaStream_t st, int sm_count, const
                              fr_rms_rows_bwd_scratch(rows, len));
     int64_t blocks = 0;
     if (bwd_blocks(rows) > 0) {
-        const Shape s = shape_of(len, al16(dy) && al16(x) && al16(w) && al16(dh) && al16(dx));
-        const int t = s.threads;
-        switch (s.vec == 4 ? s.vpt : -1) {
-        case 1: blocks = launch_bwd<4, 1>(t, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps); break;
-        case 2: blocks = launch_bwd<4, 2>(t, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps); break;
-        case 4: blocks = launch_bwd<4, 4>(t, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps); break;
-        case 8: blocks = launch_bwd<4, 8>(t, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps); break;
-        case 0: blocks = launch_bwd<4, 0>(t, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps); break;
-        default: blocks = launch_bwd<1, 0>(t, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps); break;
-        }
+        if (dy_dt == FR_BF16)
+            blocks = bwd_t<bf16>(sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
+        else
+            blocks = bwd_t<float>(sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
         FR_TRY(fr_cuda_check_launch(n, n->op_type));
     }
     if (!dw) return FR_OK;
     const int64_t g = (len + 255) / 256;
     rms_dw<<<(unsigned)(g < 4096 ? g : 4096), 256, 0, st>>>(part, blocks, len, dw);
     return fr_cuda_check_launch(n, n->op_type);
+}
+
+fr_status fr_rms_rows_bwd(const fr_node *n, cudaStream_t st, int sm_count, const float *dy, const float *x, const float *w,
+                          const float *dh, float *dx, float *dw, void *scratch, size_t scratch_bytes, int64_t rows,
+                          int64_t len, float eps)
+{
+    return fr_rms_rows_bwd_dt(n, st, sm_count, dy, FR_F32, x, w, dh, dx, dw, scratch, scratch_bytes, rows, len, eps);
 }
 
 extern "C" const fr_cuda_kernel_def fr_cuda_kernels_add_norm[] = {

@@ -1,6 +1,7 @@
-/* RMSNorm rows at memory speed (ops/cuda/rms_rows.cu), float32, Scale of exactly the row length
- * shared by every row: the kernels of ai.fp8run::AddRMSNorm / AddRMSNormGrad (ops/add_norm.c) and
- * the fast path of RMSNormalization / RMSNormGrad (ops/cuda/norm.cu). C++ linkage: CUDA files only. */
+/* RMSNorm rows at memory speed (ops/cuda/rms_rows.cu), float32 (B, dY and Y may be bfloat16),
+ * Scale of exactly the row length shared by every row: the kernels of ai.fp8run::AddRMSNorm /
+ * AddRMSNormGrad (ops/add_norm.c) and the fast path of RMSNormalization / RMSNormGrad
+ * (ops/cuda/norm.cu). C++ linkage: CUDA files only. */
 #ifndef FR_CUDA_RMS_ROWS_H
 #define FR_CUDA_RMS_ROWS_H
 
@@ -15,11 +16,20 @@ size_t fr_rms_rows_bwd_scratch(int64_t rows, int64_t len);
 /* h = a + b (b may be NULL: h = a; h may be NULL: not stored), y = h / rms(h) * w, per row. */
 FR_NODISCARD fr_status fr_rms_rows_fwd(const fr_node *n, cudaStream_t st, const float *a, const float *b,
                                        const float *w, float *h, float *y, int64_t rows, int64_t len, float eps);
+/* The same with B (NULL or float32 / bfloat16: widened exactly) and Y (float32 / bfloat16: the
+ * float32 Y rounded) of dtypes b_dt, y_dt; an error names any other dtype. */
+FR_NODISCARD fr_status fr_rms_rows_fwd_dt(const fr_node *n, cudaStream_t st, const float *a, const void *b, fr_dtype b_dt,
+                                          const float *w, float *h, void *y, fr_dtype y_dt, int64_t rows, int64_t len,
+                                          float eps);
 /* dx = dh + RMSNorm's dX (dh may be NULL), dw = sum over rows of dy * x / rms(x) (may be NULL);
  * scratch of fr_rms_rows_bwd_scratch bytes; sm_count sizes the grid (one wave). Deterministic on a
  * given device: no atomics. */
 FR_NODISCARD fr_status fr_rms_rows_bwd(const fr_node *n, cudaStream_t st, int sm_count, const float *dy, const float *x,
                                        const float *w, const float *dh, float *dx, float *dw, void *scratch,
                                        size_t scratch_bytes, int64_t rows, int64_t len, float eps);
+/* The same with dy of dtype dy_dt (float32 or bfloat16: widened exactly). */
+FR_NODISCARD fr_status fr_rms_rows_bwd_dt(const fr_node *n, cudaStream_t st, int sm_count, const void *dy, fr_dtype dy_dt,
+                                          const float *x, const float *w, const float *dh, float *dx, float *dw,
+                                          void *scratch, size_t scratch_bytes, int64_t rows, int64_t len, float eps);
 
 #endif

@@ -1,11 +1,16 @@
 /* CUDA kernels of ops/swiglu.c: SwiGLU and SwiGLUGrad (ops/swiglu.h), both forms.
  *
- * One thread handles 4 consecutive elements of a row with 16-byte loads and stores (float32,
- * F a multiple of 4, every pointer 16-byte aligned: each group of 4 then stays inside one row
- * and one half of gate_up; bfloat16 gate/up: 8-byte loads); otherwise one element per thread. The activation (silu, or
- * GeGLU's gelu_tanh / gelu) is a template parameter. The sigmoid is float32 expf
- * (float64 inputs: double), written so that neither s nor 1 - s cancels or overflows; results
- * are within a few ulp of the CPU's once-rounded double. */
+ * Vector path: a thread handles V consecutive elements of a row, moved 16 bytes at a time
+ * (vec16.cuh): V = 4 when every tensor is float32 (float4), V = 8 when any is bfloat16 (gate/up,
+ * y, dy or the gradients: one 16-byte word of bfloat16, two float4 of float32), F a multiple
+ * of V and every pointer 16-byte aligned (each vector then stays inside one row and one half
+ * of gate_up). Otherwise one element per thread. The dtypes are template parameters of the
+ * vector kernels and run-time flags of the element-wise ones (not hot). The activation (silu,
+ * or GeGLU's gelu_tanh / gelu) is a template parameter. The sigmoid is float32 expf (float64
+ * inputs: double), written so that neither s nor 1 - s cancels or overflows; results are
+ * within a few ulp of the CPU's once-rounded double. Every bfloat16 output is the float32
+ * result the same kernel computes, rounded to nearest even; bfloat16 inputs widen exactly,
+ * so they give the bits of the float32 tensor of the same values. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -14,6 +19,7 @@
 
 #include "ops/cuda/cuda_kernel.h"
 #include "ops/cuda/cuda_util.cuh"
+#include "ops/cuda/vec16.cuh"
 extern "C" {
 #include "ops/swiglu.h"
 }
@@ -74,112 +80,157 @@ template <int ACT, typename T> __device__ __forceinline__ void bwd1(T g, T u, T 
     dg = dy * u * da;
 }
 
+typedef __nv_bfloat16 bf16;
+
 /* The problem: rows of F elements; gate (r, j) at gate[r * stride + j], up at up[r * stride + j],
- * y / dy at [r * F + j]; gradients at the gate's and up's offsets of dgate / dup. TI: gate/up's
- * storage (T, or __nv_bfloat16 widened to float), T: the math, y, dy and the gradients. */
-template <typename TI, typename T> struct Args {
-    const TI *gate, *up;
-    const T *dy;
-    T *y, *dgate, *dup;
+ * y / dy at [r * F + j]; gradients at the gate's and up's offsets of dgate / dup. The element
+ * pointers' dtypes: in (gate, up), dy and out (y or the gradients). */
+struct Args {
+    const void *gate, *up, *dy;
+    void *y, *dgate, *dup;
     int64_t rows, F, stride;
+    fr_dtype in, dyt, out;
 };
 
-__device__ __forceinline__ float wide(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float wide(float v) { return v; }
-__device__ __forceinline__ double wide(double v) { return v; }
+/* ---- element-wise kernels: any F, any alignment; T the math (float or double) ---- */
 
-/* 4 consecutive inputs (16-byte float4 or 8-byte bf16 x 4 loads) as a float4 */
-__device__ __forceinline__ float4 load4(const float *p, int64_t i4) { return ((const float4 *)p)[i4]; }
-__device__ __forceinline__ float4 load4(const __nv_bfloat16 *p, int64_t i4)
+template <typename T> __device__ __forceinline__ T ld1(const void *p, fr_dtype dt, int64_t i)
 {
-    const uint2 v = ((const uint2 *)p)[i4];
-    const __nv_bfloat162 a = *(const __nv_bfloat162 *)&v.x, b = *(const __nv_bfloat162 *)&v.y;
-    const float2 fa = __bfloat1622float2(a), fb = __bfloat1622float2(b);
-    return make_float4(fa.x, fa.y, fb.x, fb.y);
+    if constexpr (sizeof(T) == 8) {
+        return ((const double *)p)[i];
+    } else {
+        return dt == FR_BF16 ? __bfloat162float(((const bf16 *)p)[i]) : ((const float *)p)[i];
+    }
 }
 
-template <int ACT, typename TI, typename T> __global__ void swiglu_fwd(Args<TI, T> a)
+template <typename T> __device__ __forceinline__ void st1(void *p, fr_dtype dt, int64_t i, T v)
+{
+    if constexpr (sizeof(T) == 8) {
+        ((double *)p)[i] = v;
+    } else {
+        if (dt == FR_BF16)
+            ((bf16 *)p)[i] = __float2bfloat16_rn(v);
+        else
+            ((float *)p)[i] = v;
+    }
+}
+
+template <int ACT, typename T> __global__ void swiglu_fwd(Args a)
 {
     const int64_t n = a.rows * a.F;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = e / a.F, o = r * a.stride + (e - r * a.F);
-        a.y[e] = fwd1<ACT>((T)wide(a.gate[o]), (T)wide(a.up[o]));
+        st1<T>(a.y, a.out, e, fwd1<ACT>(ld1<T>(a.gate, a.in, o), ld1<T>(a.up, a.in, o)));
     }
 }
 
-template <int ACT, typename TI> __global__ void swiglu_fwd4(Args<TI, float> a)
-{
-    const int64_t n4 = a.rows * a.F / 4, F4 = a.F / 4, s4 = a.stride / 4;
-    float4 *y4 = (float4 *)a.y;
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n4; e += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t r = e / F4, o = r * s4 + (e - r * F4);
-        const float4 g = load4(a.gate, o), u = load4(a.up, o);
-        y4[e] = make_float4(fwd1<ACT>(g.x, u.x), fwd1<ACT>(g.y, u.y), fwd1<ACT>(g.z, u.z), fwd1<ACT>(g.w, u.w));
-    }
-}
-
-template <int ACT, typename TI, typename T> __global__ void swiglu_bwd(Args<TI, T> a)
+template <int ACT, typename T> __global__ void swiglu_bwd(Args a)
 {
     const int64_t n = a.rows * a.F;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = e / a.F, o = r * a.stride + (e - r * a.F);
         T dg, du;
-        bwd1<ACT>((T)wide(a.gate[o]), (T)wide(a.up[o]), a.dy[e], dg, du);
-        if (a.dgate) a.dgate[o] = dg;
-        if (a.dup) a.dup[o] = du;
+        bwd1<ACT>(ld1<T>(a.gate, a.in, o), ld1<T>(a.up, a.in, o), ld1<T>(a.dy, a.dyt, e), dg, du);
+        if (a.dgate) st1<T>(a.dgate, a.out, o, dg);
+        if (a.dup) st1<T>(a.dup, a.out, o, du);
     }
 }
 
-template <int ACT, typename TI> __global__ void swiglu_bwd4(Args<TI, float> a)
+/* ---- vector kernels (float math): TI gate/up, TD dy, TO y or the gradients ---- */
+
+template <int ACT, int V, typename TI, typename TO> __global__ void swiglu_fwdv(Args a)
 {
-    const int64_t n4 = a.rows * a.F / 4, F4 = a.F / 4, s4 = a.stride / 4;
-    const float4 *dy4 = (const float4 *)a.dy;
-    float4 *dg4 = (float4 *)a.dgate, *du4 = (float4 *)a.dup;
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n4; e += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t r = e / F4, o = r * s4 + (e - r * F4);
-        const float4 g = load4(a.gate, o), u = load4(a.up, o), d = dy4[e];
-        float4 dg, du;
-        bwd1<ACT>(g.x, u.x, d.x, dg.x, du.x);
-        bwd1<ACT>(g.y, u.y, d.y, dg.y, du.y);
-        bwd1<ACT>(g.z, u.z, d.z, dg.z, du.z);
-        bwd1<ACT>(g.w, u.w, d.w, dg.w, du.w);
-        if (dg4) dg4[o] = dg;
-        if (du4) du4[o] = du;
+    const int64_t nv = a.rows * a.F / V, Fv = a.F / V, sv = a.stride / V;
+    const TI *gate = (const TI *)a.gate, *up = (const TI *)a.up;
+    TO *y = (TO *)a.y;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < nv; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = e / Fv, o = r * sv + (e - r * Fv);
+        const fr_vf<V> g = fr_vld<V>(gate, o), u = fr_vld<V>(up, o);
+        fr_vf<V> q;
+#pragma unroll
+        for (int j = 0; j < V; j++) q.v[j] = fwd1<ACT>(g.v[j], u.v[j]);
+        fr_vst<V>(y, e, q);
     }
 }
 
-int aligned(const void *p, unsigned bytes) { return p == NULL || ((uintptr_t)p & (bytes - 1u)) == 0; }
-
-/* The vectorized kernels exist for float math only (float32 or bfloat16 inputs). */
-template <int ACT, typename TI, typename T> struct Vec {
-    static void fwd(const Args<TI, T> &, unsigned, cudaStream_t) {}
-    static void bwd(const Args<TI, T> &, unsigned, cudaStream_t) {}
-};
-template <int ACT, typename TI> struct Vec<ACT, TI, float> {
-    static void fwd(const Args<TI, float> &a, unsigned b, cudaStream_t s) { swiglu_fwd4<ACT, TI><<<b, kThreads, 0, s>>>(a); }
-    static void bwd(const Args<TI, float> &a, unsigned b, cudaStream_t s) { swiglu_bwd4<ACT, TI><<<b, kThreads, 0, s>>>(a); }
-};
-
-/* The four kernels of activation ACT. */
-template <int ACT, typename TI, typename T> void go(const Args<TI, T> &a, int vec, int grad, unsigned blocks, cudaStream_t s)
+template <int ACT, int V, typename TI, typename TD, typename TO> __global__ void swiglu_bwdv(Args a)
 {
-    if (vec && grad)
-        Vec<ACT, TI, T>::bwd(a, blocks, s);
-    else if (vec)
-        Vec<ACT, TI, T>::fwd(a, blocks, s);
-    else if (grad)
-        swiglu_bwd<ACT, TI, T><<<blocks, kThreads, 0, s>>>(a);
+    const int64_t nv = a.rows * a.F / V, Fv = a.F / V, sv = a.stride / V;
+    const TI *gate = (const TI *)a.gate, *up = (const TI *)a.up;
+    const TD *dy = (const TD *)a.dy;
+    TO *dgate = (TO *)a.dgate, *dup = (TO *)a.dup;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < nv; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = e / Fv, o = r * sv + (e - r * Fv);
+        const fr_vf<V> g = fr_vld<V>(gate, o), u = fr_vld<V>(up, o), d = fr_vld<V>(dy, e);
+        fr_vf<V> dg, du;
+#pragma unroll
+        for (int j = 0; j < V; j++) bwd1<ACT>(g.v[j], u.v[j], d.v[j], dg.v[j], du.v[j]);
+        if (dgate) fr_vst<V>(dgate, o, dg);
+        if (dup) fr_vst<V>(dup, o, du);
+    }
+}
+
+/* ---- launch ---- */
+
+template <typename T> constexpr int is_bf16() { return sizeof(T) == 2; }
+
+/* The vector kernels of one dtype combination: V 4 all float32, 8 with any bfloat16. Returns 0
+ * when a.F or the pointers do not allow them. */
+template <int ACT, typename TI, typename TD, typename TO> int go_vec(const Args &a, int grad, cudaStream_t s)
+{
+    constexpr int V = is_bf16<TI>() || is_bf16<TD>() || is_bf16<TO>() ? 8 : 4;
+    const int ok = a.F % V == 0 && fr_aligned_to(a.gate, 16) && fr_aligned_to(a.up, 16) && fr_aligned_to(a.dy, 16) &&
+                   fr_aligned_to(a.y, 16) && fr_aligned_to(a.dgate, 16) && fr_aligned_to(a.dup, 16);
+    if (!ok) return 0;
+    const unsigned blocks = fr_grid_for(a.rows * a.F / V, kThreads);
+    if (grad)
+        swiglu_bwdv<ACT, V, TI, TD, TO><<<blocks, kThreads, 0, s>>>(a);
     else
-        swiglu_fwd<ACT, TI, T><<<blocks, kThreads, 0, s>>>(a);
+        swiglu_fwdv<ACT, V, TI, TO><<<blocks, kThreads, 0, s>>>(a);
+    return 1;
 }
 
-template <typename TI, typename T>
+/* the vector kernels for a's dtypes (float math only; the forward's dy counts as float32) */
+template <int ACT> int vec_for(const Args &a, int grad, cudaStream_t s)
+{
+    const int i16 = a.in == FR_BF16, d16 = grad && a.dyt == FR_BF16, o16 = a.out == FR_BF16;
+    switch (i16 * 4 + d16 * 2 + o16) {
+    case 0: return go_vec<ACT, float, float, float>(a, grad, s);
+    case 1: return go_vec<ACT, float, float, bf16>(a, grad, s);
+    case 2: return go_vec<ACT, float, bf16, float>(a, grad, s);
+    case 3: return go_vec<ACT, float, bf16, bf16>(a, grad, s);
+    case 4: return go_vec<ACT, bf16, float, float>(a, grad, s);
+    case 5: return go_vec<ACT, bf16, float, bf16>(a, grad, s);
+    case 6: return go_vec<ACT, bf16, bf16, float>(a, grad, s);
+    default: return go_vec<ACT, bf16, bf16, bf16>(a, grad, s);
+    }
+}
+
+template <int ACT> void go(const Args &a, int grad, cudaStream_t s)
+{
+    const int f64 = a.in == FR_F64;
+    if (!f64 && vec_for<ACT>(a, grad, s)) return;
+    const unsigned blocks = fr_grid_for(a.rows * a.F, kThreads);
+    if (f64 && grad)
+        swiglu_bwd<ACT, double><<<blocks, kThreads, 0, s>>>(a);
+    else if (f64)
+        swiglu_fwd<ACT, double><<<blocks, kThreads, 0, s>>>(a);
+    else if (grad)
+        swiglu_bwd<ACT, float><<<blocks, kThreads, 0, s>>>(a);
+    else
+        swiglu_fwd<ACT, float><<<blocks, kThreads, 0, s>>>(a);
+}
+
 fr_status launch(const fr_cuda_kctx *k, const fr_swiglu_geom &geo, int grad, fr_tensor *dg, fr_tensor *du)
 {
-    Args<TI, T> a;
+    Args a;
     memset(&a, 0, sizeof a);
-    a.gate = (const TI *)k->in[0]->data;
-    a.up = (const TI *)k->in[geo.fused ? 0 : 1]->data + geo.up_off;
+    const size_t isz = fr_dtype_size(geo.in_dtype), osz = fr_dtype_size(geo.out_dtype);
+    a.in = geo.in_dtype;
+    a.out = geo.out_dtype;
+    a.dyt = grad ? geo.dy_dtype : geo.math;
+    a.gate = k->in[0]->data;
+    a.up = (const char *)k->in[geo.fused ? 0 : 1]->data + geo.up_off * isz;
     a.rows = geo.rows;
     a.F = geo.F;
     a.stride = geo.in_stride;
@@ -189,35 +240,21 @@ fr_status launch(const fr_cuda_kctx *k, const fr_swiglu_geom &geo, int grad, fr_
         a.rows = a.F ? 1 : 0;
     }
     if (grad) {
-        a.dy = (const T *)k->in[k->n_in - 1]->data;
-        a.dgate = dg ? (T *)dg->data : NULL;
-        a.dup = du ? (T *)du->data + geo.up_off : NULL;
+        a.dy = k->in[k->n_in - 1]->data;
+        a.dgate = dg ? dg->data : NULL;
+        a.dup = du ? (char *)du->data + geo.up_off * osz : NULL;
     } else {
-        a.y = (T *)k->out[0]->data;
+        a.y = k->out[0]->data;
     }
-    const int64_t n = a.rows * a.F;
-    if (n == 0) return FR_OK;
-    const unsigned in_align = 4 * sizeof(TI); /* 4 inputs per load */
-    const int vec = sizeof(T) == 4 && a.F % 4 == 0 && aligned(a.gate, in_align) && aligned(a.up, in_align) &&
-                    aligned(a.dy, 16) && aligned(a.y, 16) && aligned(a.dgate, 16) && aligned(a.dup, 16);
-    const unsigned blocks = fr_grid_for(vec ? n / 4 : n, kThreads);
+    if (a.rows * a.F == 0) return FR_OK;
     cudaStream_t s = k->cu->stream;
     if (geo.act == FR_GLU_GELU_TANH)
-        go<FR_GLU_GELU_TANH, TI, T>(a, vec, grad, blocks, s);
+        go<FR_GLU_GELU_TANH>(a, grad, s);
     else if (geo.act == FR_GLU_GELU)
-        go<FR_GLU_GELU, TI, T>(a, vec, grad, blocks, s);
+        go<FR_GLU_GELU>(a, grad, s);
     else
-        go<FR_GLU_SILU, TI, T>(a, vec, grad, blocks, s);
+        go<FR_GLU_SILU>(a, grad, s);
     return fr_cuda_check_launch(k->node, grad ? "swiglu_bwd" : "swiglu_fwd");
-}
-
-/* gate/up's dtype picks the kernels: float32, bfloat16 (float math) or float64 */
-fr_status launch_for(const fr_cuda_kctx *k, const fr_swiglu_geom &geo, int grad, fr_tensor *dg, fr_tensor *du)
-{
-    fr_dtype dt = k->in[0]->dtype;
-    if (dt == FR_F32) return launch<float, float>(k, geo, grad, dg, du);
-    if (dt == FR_BF16) return launch<__nv_bfloat16, float>(k, geo, grad, dg, du);
-    return launch<double, double>(k, geo, grad, dg, du);
 }
 
 fr_status out_shape(const fr_cuda_kctx *k, const fr_tensor *t, fr_dtype dt, int rank, const int64_t *dims, int64_t last)
@@ -234,7 +271,7 @@ fr_status swiglu_cuda(const fr_cuda_kctx *k)
     FR_TRY(fr_swiglu_geometry(k->g, k->node, 0, &geo));
     const fr_tensor *x = k->in[0];
     FR_TRY(out_shape(k, k->out[0], geo.out_dtype, x->rank, x->dims, geo.F));
-    return launch_for(k, geo, 0, NULL, NULL);
+    return launch(k, geo, 0, NULL, NULL);
 }
 
 fr_status swiglug_cuda(const fr_cuda_kctx *k)
@@ -246,7 +283,7 @@ fr_status swiglug_cuda(const fr_cuda_kctx *k)
     if (dg) FR_TRY(out_shape(k, dg, geo.out_dtype, x->rank, x->dims, x->dims[x->rank - 1]));
     if (du && !geo.fused) FR_TRY(out_shape(k, du, geo.out_dtype, x->rank, x->dims, x->dims[x->rank - 1]));
     if (!dg && !du) return FR_OK;
-    return launch_for(k, geo, 1, dg, du);
+    return launch(k, geo, 1, dg, du);
 }
 
 } // namespace
