@@ -3,20 +3,27 @@
  *     mean over the positions whose label != ignore_index of logsumexp(row) - row[label],
  *     as PyTorch's F.cross_entropy(reduction="mean"). With every position ignored the loss
  *     is 0 (PyTorch gives NaN) so a padded-out batch does not count as a bad step.
- *   SoftmaxCrossEntropyGrad(dloss [], logits, labels) {ignore_index} -> dlogits
+ *   SoftmaxCrossEntropyGrad(dloss [], logits, labels) {ignore_index, dx_dtype} -> dlogits
  *     dloss * (softmax(row) - onehot(label)) / count, zero rows where ignored.
- * Statistics are computed in double; a label outside [0, V) is FR_ERR_RANGE. */
+ * Statistics are computed in double; a label outside [0, V) is FR_ERR_RANGE.
+ * logits may be bfloat16 (the LM head's y_dtype, passes/narrow_gradients.h): widened exactly,
+ * the ops are then the float32 ops on those values (loss, dloss and dlogits float32).
+ * dx_dtype "bfloat16" (default "float32"; float32/bf16 logits only) rounds dlogits to bf16
+ * (nearest even) from the float32 value, for a bf16/fp8 LM head's backward, which rounds or
+ * quantizes it anyway. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ops/grad.h"
+#include "ops/loss.h"
 #include "ops/op.h"
 
 static fr_status ce_check(fr_graph *g, const fr_node *n, int logits_idx, int labels_idx)
 {
     const fr_value *lg = fr_node_in(g, n, logits_idx), *lb = fr_node_in(g, n, labels_idx);
-    if (lg->dtype != FR_F32 && lg->dtype != FR_F64)
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "logits must be float32/float64, got %s",
+    if (lg->dtype != FR_F32 && lg->dtype != FR_F64 && lg->dtype != FR_BF16)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "logits must be float32/float64/bfloat16, got %s",
                              fr_dtype_name(lg->dtype));
     if (lb->dtype != FR_I64 && lb->dtype != FR_I32)
         return fr_node_error(n, FR_ERR_SHAPE, "labels must be int64 or int32, got %s",
@@ -37,7 +44,7 @@ static fr_status ce_infer(fr_graph *g, int node_id)
     const fr_node *n = &g->nodes[node_id];
     FR_TRY(fr_infer_require_inputs(g, n, 2, 2));
     FR_TRY(ce_check(g, n, 0, 1));
-    fr_infer_set(g, n, 0, fr_node_in(g, n, 0)->dtype, 0, NULL);
+    fr_infer_set(g, n, 0, fr_ce_dtype(fr_node_in(g, n, 0)->dtype), 0, NULL);
     return FR_OK;
 }
 
@@ -46,19 +53,44 @@ static fr_status ce_grad_infer(fr_graph *g, int node_id)
     const fr_node *n = &g->nodes[node_id];
     FR_TRY(fr_infer_require_inputs(g, n, 3, 3));
     FR_TRY(ce_check(g, n, 1, 2));
-    fr_infer_same(g, n, 0, 1);
+    const fr_value *lg = fr_node_in(g, n, 1), *dl = fr_node_in(g, n, 0);
+    const fr_dtype ct = fr_ce_dtype(lg->dtype);
+    if (dl->dtype != ct)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "dloss '%s' is %s, expected %s for %s logits", dl->name,
+                             fr_dtype_name(dl->dtype), fr_dtype_name(ct), fr_dtype_name(lg->dtype));
+    int dx16;
+    FR_TRY(fr_ce_dx_bf16(n, lg->dtype, &dx16));
+    fr_infer_set(g, n, 0, dx16 ? FR_BF16 : ct, lg->rank, lg->dims);
+    return FR_OK;
+}
+
+fr_dtype fr_ce_dtype(fr_dtype logits) { return logits == FR_BF16 ? FR_F32 : logits; }
+
+fr_status fr_ce_dx_bf16(const fr_node *n, fr_dtype logits, int *bf16)
+{
+    const char *s;
+    FR_TRY(fr_node_attr_string(n, "dx_dtype", "float32", &s));
+    *bf16 = strcmp(s, "bfloat16") == 0;
+    if (!*bf16 && strcmp(s, "float32") != 0)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "dx_dtype '%s' is not float32 or bfloat16", s);
+    if (*bf16 && logits == FR_F64)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "dx_dtype bfloat16 needs float32 or bfloat16 logits (float64)");
     return FR_OK;
 }
 
 static double get(const fr_tensor *t, int64_t i)
 {
+    if (t->dtype == FR_BF16) return fr_bf16_to_f32(((const uint16_t *)t->data)[i]);
     return t->dtype == FR_F64 ? ((const double *)t->data)[i] : ((const float *)t->data)[i];
 }
 
+/* bfloat16 outputs: the float32 value rounded once more (nearest even) */
 static void set(fr_tensor *t, int64_t i, double v)
 {
     if (t->dtype == FR_F64)
         ((double *)t->data)[i] = v;
+    else if (t->dtype == FR_BF16)
+        ((uint16_t *)t->data)[i] = fr_f32_to_bf16((float)v);
     else
         ((float *)t->data)[i] = (float)v;
 }

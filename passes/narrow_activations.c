@@ -1,12 +1,40 @@
-/* Narrow activations (see narrow_activations.h): mark the qualifying Linears y_dtype bfloat16
- * and give their outputs that dtype. */
+/* Narrow activations (see narrow_activations.h): mark the qualifying producers' output dtype
+ * bfloat16 and give their outputs that dtype. */
 #include <string.h>
 
 #include "ops/linear.h"
 #include "passes/narrow_activations.h"
 #include "passes/pattern.h"
 
-/* The Linear producing v when it may write bfloat16 for reader, v's only reader; else NULL. */
+static int is_op(const fr_node *n, const char *op)
+{
+    return !n->dead && strcmp(n->op_type, op) == 0 && strcmp(n->domain, FR_DOMAIN_FP8RUN) == 0;
+}
+
+/* A Linear (or its gradient node) in bf16 or fp8 precision: the ones that read bfloat16. */
+int fr_narrow_lowp_linear(const fr_node *n, const char *op)
+{
+    fr_lin_attrs a;
+    return is_op(n, op) && fr_lin_read_attrs(n, &a) == FR_OK && a.prec != FR_LIN_FP32;
+}
+
+int fr_narrow_readers_all(const fr_graph *g, int v, fr_narrow_reader_fn ok)
+{
+    if (v < 0 || g->values[v].dtype != FR_F32 || (g->values[v].flags & FR_VAL_OUTPUT)) return 0;
+    int seen = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const fr_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        for (int k = 0; k < n->n_inputs; k++) {
+            if (n->inputs[k] != v) continue;
+            if (!ok(n, k)) return 0;
+            seen = 1;
+        }
+    }
+    return seen;
+}
+
+/* The Linear producing v when it may write bfloat16 for swiglu, v's only reader; else NULL. */
 static fr_node *narrowable(const fr_readers *r, int v, const fr_node *reader)
 {
     fr_graph *g = r->g;
@@ -22,28 +50,75 @@ static fr_node *narrowable(const fr_readers *r, int v, const fr_node *reader)
     return (fr_node *)p;
 }
 
-static int is_op(const fr_node *n, const char *op)
+static fr_status mark(fr_graph *g, fr_node *n, const char *attr, int out, int *count)
 {
-    return !n->dead && strcmp(n->op_type, op) == 0 && strcmp(n->domain, FR_DOMAIN_FP8RUN) == 0;
+    FR_TRY(fr_node_set_attr_string(n, attr, "bfloat16"));
+    g->values[n->outputs[out]].dtype = FR_BF16; /* as the op's inference says now */
+    (*count)++;
+    return FR_OK;
 }
 
-/* The Linears node n reads that may be narrowed, into lin (all or none): SwiGLU's gate/up (both
- * in its two-input form: one dtype), AttentionQKV's X when read there alone. */
-static int readers_linears(const fr_readers *r, const fr_node *n, fr_node **lin)
+/* The Linears read by the fused SwiGLU (both of its inputs, one dtype) or AttentionQKV's X. */
+static fr_status narrow_linear_outputs(fr_readers *r, int *count)
 {
-    if (is_op(n, "SwiGLU")) {
-        if (n->n_inputs < 1 || n->n_inputs > 2 || (n->n_inputs == 2 && n->inputs[0] == n->inputs[1])) return 0;
-        for (int k = 0; k < n->n_inputs; k++)
-            if (!(lin[k] = n->inputs[k] >= 0 ? narrowable(r, n->inputs[k], n) : NULL)) return 0;
-        return n->n_inputs;
+    fr_graph *g = r->g;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const fr_node *n = &g->nodes[i];
+        if (is_op(n, "AttentionQKV") && n->n_inputs >= 1 && n->inputs[0] >= 0) {
+            fr_node *lin = narrowable(r, n->inputs[0], n);
+            if (lin) FR_TRY(mark(g, lin, "y_dtype", FR_LIN_OUT_Y, count));
+            continue;
+        }
+        if (!is_op(n, "SwiGLU") || n->n_inputs < 1 || n->n_inputs > 2 ||
+            (n->n_inputs == 2 && n->inputs[0] == n->inputs[1]))
+            continue;
+        fr_node *lin[2] = {NULL, NULL};
+        int ok = 1;
+        for (int k = 0; k < n->n_inputs; k++) {
+            lin[k] = n->inputs[k] >= 0 ? narrowable(r, n->inputs[k], n) : NULL;
+            ok = ok && lin[k] != NULL;
+        }
+        for (int k = 0; ok && k < n->n_inputs; k++) FR_TRY(mark(g, lin[k], "y_dtype", FR_LIN_OUT_Y, count));
     }
-    if (is_op(n, "AttentionQKV")) {
-        if (n->n_inputs < 1 || n->inputs[0] < 0) return 0;
-        for (int k = 1; k < n->n_inputs; k++)
-            if (n->inputs[k] == n->inputs[0]) return 0; /* X is no table too */
-        return (lin[0] = narrowable(r, n->inputs[0], n)) != NULL;
+    return FR_OK;
+}
+
+/* X of a bf16/fp8 Linear: what reads the norms', SwiGLU's and the attention's outputs. */
+static int lowp_linear_x(const fr_node *n, int slot)
+{
+    return slot == FR_LIN_IN_X && fr_narrow_lowp_linear(n, "Linear");
+}
+
+/* B of AddRMSNorm (the branch added to the float32 residual A; the sum H stays float32). */
+static int add_norm_branch(const fr_node *n, int slot)
+{
+    return slot == 1 && is_op(n, "AddRMSNorm") && n->inputs[0] != n->inputs[1];
+}
+
+/* The fused producers whose output only bf16/fp8 Linears read: AddRMSNorm's Y, SwiGLU's y,
+ * AttentionQKV's O; then the Linears whose Y is only AddRMSNorm's branch input. */
+static fr_status narrow_producers(fr_graph *g, int *count)
+{
+    for (int i = 0; i < g->n_nodes; i++) {
+        fr_node *n = &g->nodes[i];
+        if (is_op(n, "AddRMSNorm") && n->n_outputs >= 2 && fr_narrow_readers_all(g, n->outputs[1], lowp_linear_x))
+            FR_TRY(mark(g, n, "y_dtype", 1, count));
+        else if (is_op(n, "SwiGLU") && n->n_outputs >= 1 && fr_narrow_readers_all(g, n->outputs[0], lowp_linear_x))
+            FR_TRY(mark(g, n, "y_dtype", 0, count));
+        else if (is_op(n, "AttentionQKV") && n->n_outputs >= 1 &&
+                 fr_narrow_readers_all(g, n->outputs[0], lowp_linear_x))
+            FR_TRY(mark(g, n, "o_dtype", 0, count));
     }
-    return 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        fr_node *n = &g->nodes[i];
+        fr_lin_attrs a;
+        if (!is_op(n, "Linear") || (n->n_inputs > FR_LIN_IN_B && n->inputs[FR_LIN_IN_B] >= 0) ||
+            fr_lin_read_attrs(n, &a) != FR_OK || a.prec == FR_LIN_FP32 || a.y_bf16)
+            continue;
+        if (fr_narrow_readers_all(g, n->outputs[FR_LIN_OUT_Y], add_norm_branch))
+            FR_TRY(mark(g, n, "y_dtype", FR_LIN_OUT_Y, count));
+    }
+    return FR_OK;
 }
 
 fr_status fr_narrow_activations(fr_graph *g, int *count)
@@ -51,16 +126,8 @@ fr_status fr_narrow_activations(fr_graph *g, int *count)
     *count = 0;
     fr_readers r = {g, NULL};
     FR_TRY(fr_readers_refresh(&r, "narrow_activations"));
-    fr_status st = FR_OK;
-    for (int i = 0; i < g->n_nodes && st == FR_OK; i++) {
-        fr_node *lin[2] = {NULL, NULL};
-        const int nl = readers_linears(&r, &g->nodes[i], lin);
-        for (int k = 0; k < nl && st == FR_OK; k++) {
-            st = fr_node_set_attr_string(lin[k], "y_dtype", "bfloat16");
-            g->values[lin[k]->outputs[FR_LIN_OUT_Y]].dtype = FR_BF16; /* as Linear's inference says now */
-            (*count)++;
-        }
-    }
+    fr_status st = narrow_linear_outputs(&r, count);
     fr_readers_free(&r);
+    if (st == FR_OK) st = narrow_producers(g, count);
     return st;
 }

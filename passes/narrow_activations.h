@@ -15,13 +15,29 @@
  * Which Linears: precision bf16 or fp8, no bias, float32 Y that is no graph output, and Y's
  * only reader is a SwiGLU or AttentionQKV's X (the backward's SwiGLUGrad / AttentionQKVGrad,
  * added later by autodiff, read what the forward read). In SwiGLU's two-input form both gate
- * and up must qualify (one dtype). */
+ * and up must qualify (one dtype).
+ *
+ * The fused producers of the FP8 Linears' inputs likewise (their y_dtype / o_dtype): AddRMSNorm's
+ * normalized Y, SwiGLU's y and AttentionQKV's O when every reader is the X of a bf16/fp8 Linear
+ * (which quantizes or rounds it to bf16 anyway: the Linear reads 2 bytes instead of 4, the
+ * producer writes 2). AddRMSNormGrad reads H, SwiGLUGrad gate/up, not these; AttentionQKVGrad
+ * reads O in bf16. And a bias-free bf16/fp8 Linear whose Y only AddRMSNorm's branch input B
+ * reads (the attention and MLP outputs added to the float32 residual, as autocast adds them).
+ * The backward's counterpart is passes/narrow_gradients.h. */
 #ifndef FR_NARROW_ACTIVATIONS_H
 #define FR_NARROW_ACTIVATIONS_H
 
 #include "graph/ir.h"
 
-/* *count receives the number of Linears narrowed. */
+/* *count receives the number of outputs narrowed. */
 FR_NODISCARD fr_status fr_narrow_activations(fr_graph *g, int *count);
+
+/* Shared with passes/narrow_gradients.c: n is a live ai.fp8run `op` node (Linear,
+ * LinearGradData, LinearGradWeight) in bf16 or fp8 precision. */
+int fr_narrow_lowp_linear(const fr_node *n, const char *op);
+/* reader(n, slot): may input `slot` of node n read the value in bfloat16? */
+typedef int (*fr_narrow_reader_fn)(const fr_node *n, int slot);
+/* v is float32, no graph output, has at least one reader and every live reader's slot passes ok. */
+int fr_narrow_readers_all(const fr_graph *g, int v, fr_narrow_reader_fn ok);
 
 #endif

@@ -8,6 +8,7 @@
 #include "passes/dropout.h"
 #include "passes/gelu_fuse.h"
 #include "passes/narrow_activations.h"
+#include "passes/narrow_gradients.h"
 #include "passes/rmsnorm_fuse.h"
 #include "passes/pipeline.h"
 #include "passes/recompute.h"
@@ -114,7 +115,15 @@ static fr_status run_gelu(fr_pass_ctx *c, fr_pass_result *r) { return run_count(
 static fr_status run_narrow(fr_pass_ctx *c, fr_pass_result *r)
 {
     FR_TRY(fr_narrow_activations(c->g, &r->changed));
-    snprintf(r->detail, sizeof r->detail, "%d Linear%s write%s bfloat16 for SwiGLU / AttentionQKV", r->changed,
+    snprintf(r->detail, sizeof r->detail, "%d output%s written in bfloat16", r->changed,
+             r->changed == 1 ? "" : "s");
+    return FR_OK;
+}
+
+static fr_status run_narrow_grad(fr_pass_ctx *c, fr_pass_result *r)
+{
+    FR_TRY(fr_narrow_gradients(c->g, &r->changed));
+    snprintf(r->detail, sizeof r->detail, "%d gradient node%s write%s bfloat16", r->changed,
              r->changed == 1 ? "" : "s", r->changed == 1 ? "s" : "");
     return FR_OK;
 }
@@ -227,20 +236,25 @@ static const fr_pass k_passes[] = {
     {"fuse_swiglu", "Mul(Mul(gate, Sigmoid(gate)), up) (and GeGLU's Mul(Gelu(gate), up)) becomes one "
      "ai.fp8run::SwiGLU node",
      FR_STAGE_PREPARED, "fuse_swiglu", 0, run_swiglu},
-    /* after fuse_swiglu (its SwiGLU nodes are the bf16 readers) and the FP8 compiler (its
-       Linears), before autodiff, which then gives SwiGLUGrad the same bf16 input */
-    {"narrow_activations", "a Linear read only by the fused SwiGLU or AttentionQKV writes bfloat16 (bf16/fp8 "
-     "precision)",
-     FR_STAGE_PREPARED, "narrow_activations", 0, run_narrow},
     /* after every other fusion (none of them then meets the fused node), on RMSNorm nodes
        (fuse_rmsnorm's too); the trainer's resolver turns it off under --recompute, whose
        regions are found from the residual Adds */
     {"fuse_residual_norm", "each residual Add and the RMSNorm reading its sum become one ai.fp8run::AddRMSNorm "
      "node (the backward's Add of the sum's two gradients goes too)", FR_STAGE_PREPARED, "fuse_residual_norm", 0,
      run_residual_norm},
+    /* after the fusions whose nodes it narrows (SwiGLU, AttentionQKV, AddRMSNorm) and the FP8
+       compiler (its Linears), before autodiff, which then gives the backward the same bf16
+       inputs */
+    {"narrow_activations", "the bf16/fp8 Linears' inputs written in bfloat16 by their producers (AddRMSNorm, "
+     "SwiGLU, AttentionQKV), and a Linear read only by SwiGLU, AttentionQKV or the residual add",
+     FR_STAGE_PREPARED, "narrow_activations", 0, run_narrow},
     /* last on the prepared graph, after every fusion: what none of them took */
     {"unfused", "counts the ops the fusions left (Softmax, ReduceMean, Erf, Tanh, Sigmoid) and names the first "
      "of each", FR_STAGE_PREPARED, NULL, 0, run_unfused},
+    /* on the backward autodiff built, before recompute (whose copies are of the forward) */
+    {"narrow_gradients", "the gradients only the bf16/fp8 Linears' backward or the fused ops' backward read "
+     "written in bfloat16 (SwiGLUGrad, AttentionQKVGrad, LinearGradData)", FR_STAGE_DIFFERENTIATED,
+     "narrow_activations", 0, run_narrow_grad},
     /* on the backward autodiff built (it redirects the backward's reads), before dead-node
        elimination and the executors' liveness plans, which then free the originals early */
     {"recompute", "the backward reads a copy of each chosen block region's forward (--recompute), "

@@ -6,7 +6,8 @@
  * (-inf) entries, all -inf, +inf and NaN rows; SoftmaxGrad / LogSoftmaxGrad (axis, flatten);
  * SoftmaxCrossEntropy(+Grad) with int64/int32 labels, ignore_index (default and custom, some
  * or all positions ignored), zero positions, V up to 131072, and out-of-range labels (the CPU
- * fails; the GPU records FR_ERR_RANGE in the device error word, reported after the run).
+ * fails; the GPU records FR_ERR_RANGE in the device error word, reported after the run); bf16
+ * logits and bf16 dlogits (dx_dtype) against the float32 GPU run on the same values.
  * Tolerances: float32 within 2e-6 relative L2 of the CPU (exp in float against the CPU's
  * double; the contract is 1e-5), float64 within 1e-12; non-finite values exact. */
 #include <math.h>
@@ -261,6 +262,65 @@ static void test_cross_entropy(void)
     }
 }
 
+/* bfloat16 logits (a narrowed LM head) and dx_dtype bfloat16: the loss and float32 dlogits
+ * equal the float32 run on the same values bit for bit (same per-thread arithmetic), and bf16
+ * dlogits are exactly that run's dlogits rounded to nearest even; the float32 run is the one
+ * test_cross_entropy checks against the CPU. */
+static void test_cross_entropy_bf16(void)
+{
+    fr_rng r = fr_test_rng("gpu_cross_entropy_bf16");
+    static const shp shapes[] = {{2, {7, 1000}}, {3, {4, 75, 2048}}, {2, {33, 2049}}, {2, {300, 32768}}, {2, {5000, 64}}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int rank = shapes[s].r;
+        const int64_t *d = shapes[s].d, V = d[rank - 1];
+        fr_tensor *lf = tt_randn(&r, FR_F32, rank, d, 0.0, 3.0), *lb = tt_new(FR_BF16, rank, d);
+        for (int64_t i = 0; i < fr_tensor_numel(lf); i++) {
+            const uint16_t h = fr_f32_to_bf16(((float *)lf->data)[i]);
+            ((uint16_t *)lb->data)[i] = h;
+            ((float *)lf->data)[i] = fr_bf16_to_f32(h);
+        }
+        fr_tensor *lab = tt_new(FR_I64, rank - 1, d), *dl = tt_scalar(FR_F32, 0.5 + fr_rng_uniform(&r));
+        for (int64_t i = 0; i < fr_tensor_numel(lab); i++)
+            tt_set(lab, i, fr_rng_uniform(&r) < 0.1 ? -100.0 : (double)tt_rand_int(&r, 0, V - 1));
+        fr_tensor *out[6][TN_MAX];
+        tnode t[6];
+        for (int k = 0; k < 6; k++) { /* 0, 1: forward f32 / bf16; 2..5: grad (f32|bf16 logits) x (f32|bf16 dx) */
+            fr_tensor *lg = k % 2 ? lb : lf, *ins[2] = {lg, lab}, *gins[3] = {dl, lg, lab};
+            if (k < 2) tn_init_domain(&t[k], FR_DOMAIN_FP8RUN, "SoftmaxCrossEntropy", 1, 2, ins, 0, 1);
+            else tn_init_domain(&t[k], FR_DOMAIN_FP8RUN, "SoftmaxCrossEntropyGrad", 1, 3, gins, 0, 1);
+            if (k >= 4) TN_ATTR(&t[k], string, "dx_dtype", "bfloat16");
+            FR_ASSERT_OK(tn_run(&t[k]));
+            FR_ASSERT_OK(tn_run_gpu(&t[k], out[k]));
+        }
+        char sh[96];
+        fr_shape_str(rank, d, sh, sizeof sh);
+        const int64_t n = fr_tensor_numel(lf);
+        CU_ASSERT_EQUAL(out[1][0]->dtype, FR_F32);
+        int same_loss = memcmp(out[0][0]->data, out[1][0]->data, 4) == 0;
+        int same_dx = out[3][0]->dtype == FR_F32 && memcmp(out[2][0]->data, out[3][0]->data, (size_t)n * 4) == 0;
+        int64_t off = 0;
+        for (int k = 4; k < 6; k++) {
+            CU_ASSERT_EQUAL_FATAL(out[k][0]->dtype, FR_BF16);
+            for (int64_t i = 0; i < n; i++)
+                off += ((const uint16_t *)out[k][0]->data)[i] != fr_f32_to_bf16(((const float *)out[2][0]->data)[i]);
+        }
+        if (!same_loss || !same_dx || off)
+            printf("\n  logits %s: bf16 loss %s, bf16-logit dlogits %s, %lld bf16 dlogits differ from the rounding", sh,
+                   same_loss ? "same" : "DIFFERS", same_dx ? "same" : "DIFFER", (long long)off);
+        CU_ASSERT(same_loss);
+        CU_ASSERT(same_dx);
+        CU_ASSERT_EQUAL(off, 0);
+        for (int k = 0; k < 6; k++) {
+            gpu_free_outputs(&t[k], out[k]);
+            tn_free(&t[k]);
+        }
+        fr_tensor_free(lf);
+        fr_tensor_free(lb);
+        fr_tensor_free(lab);
+        fr_tensor_free(dl);
+    }
+}
+
 /* A label outside [0, V): FR_ERR_RANGE on the CPU; the kernels record it in the device error
  * word (and go on with NaN), which fr_cuda_run_node reads after synchronizing: the same status,
  * naming the node. The word is cleared, so the next run is fine. */
@@ -310,6 +370,7 @@ static CU_TestInfo tests[] = {
     {"SoftmaxGrad/LogSoftmaxGrad", test_softmax_grad},
     {"SoftmaxCrossEntropy(+Grad)", test_cross_entropy},
     {"SoftmaxCrossEntropy(+Grad) label out of range", test_cross_entropy_bad_label},
+    {"SoftmaxCrossEntropy(+Grad) on bf16 logits, dx_dtype bf16 == the float32 run", test_cross_entropy_bf16},
     CU_TEST_INFO_NULL,
 };
 

@@ -80,6 +80,10 @@ static void run_case(const model_case *m, const char *precision, const char *rec
         o.precision = precision;
         o.fp8.recipe = recipe;
         o.recompute = k_modes[k];
+        /* --recompute turns the residual-norm fusion off (its regions start at the residual
+           Adds); mode none too, so that all modes narrow the same activations (its AddRMSNorm
+           would write bf16 for the Linears) and the comparison is recompute's alone */
+        o.fuse_residual_norm = 0;
         if (m->unfused) {
             o.fuse_attention = o.fuse_swiglu = o.fp8.fuse = 0;
             o.grad_accum = 2;

@@ -1,0 +1,97 @@
+/* Narrow gradients (see narrow_gradients.h): set dx_dtype bfloat16 on the qualifying backward
+ * nodes and give their outputs that dtype. */
+#include <string.h>
+
+#include "ops/linear.h"
+#include "ops/op.h"
+#include "passes/narrow_activations.h"
+#include "passes/narrow_gradients.h"
+
+static int is_op(const fr_node *n, const char *op)
+{
+    return !n->dead && strcmp(n->op_type, op) == 0 && strcmp(n->domain, FR_DOMAIN_FP8RUN) == 0;
+}
+
+/* dY of a bf16/fp8 LinearGradData, Ys of a bf16/fp8 LinearGradWeight */
+static int linear_dy(const fr_node *n, int slot)
+{
+    return (slot == 0 && fr_narrow_lowp_linear(n, "LinearGradData")) ||
+           (slot == 1 && fr_narrow_lowp_linear(n, "LinearGradWeight"));
+}
+
+/* dy of SwiGLUGrad (its last input), dO of AttentionQKVGrad(X, O, LSE, dO [, cos, sin]) */
+static int fused_grad_dy(const fr_node *n, int slot)
+{
+    if (is_op(n, "SwiGLUGrad")) return slot == n->n_inputs - 1 && slot >= 1;
+    return is_op(n, "AttentionQKVGrad") && slot == 3;
+}
+
+/* logits of the loss head, forward and backward */
+static int loss_logits(const fr_node *n, int slot)
+{
+    return (slot == 0 && is_op(n, "SoftmaxCrossEntropy")) || (slot == 1 && is_op(n, "SoftmaxCrossEntropyGrad"));
+}
+
+/* every present output of n qualifies (SwiGLUGrad's two-input form has two, one attribute) */
+static int outputs_ok(const fr_graph *g, const fr_node *n, fr_narrow_reader_fn ok)
+{
+    int any = 0;
+    for (int k = 0; k < n->n_outputs; k++) {
+        if (n->outputs[k] < 0) continue;
+        if (!fr_narrow_readers_all(g, n->outputs[k], ok)) return 0;
+        any = 1;
+    }
+    return any;
+}
+
+/* A bf16-precision LinearGradData whose dY is bfloat16 now would copy it to dYq (dY's bf16
+ * copy, for the weight gradient): its readers read dY itself and the copy goes. */
+static void bypass_bf16_copy(fr_graph *g)
+{
+    for (int i = 0; i < g->n_nodes; i++) {
+        fr_node *n = &g->nodes[i];
+        fr_lin_attrs a;
+        if (!is_op(n, "LinearGradData") || fr_lin_read_attrs(n, &a) != FR_OK || a.prec != FR_LIN_BF16 ||
+            n->n_outputs < 3 || n->outputs[2] < 0 || (n->n_outputs > 3 && n->outputs[3] >= 0))
+            continue;
+        const int dy = n->inputs[0], q = n->outputs[2];
+        if (g->values[dy].dtype != FR_BF16 || (g->values[q].flags & FR_VAL_OUTPUT)) continue;
+        for (int j = 0; j < g->n_nodes; j++)
+            for (int k = 0; k < g->nodes[j].n_inputs; k++)
+                if (!g->nodes[j].dead && g->nodes[j].inputs[k] == q) g->nodes[j].inputs[k] = dy;
+        n->outputs[2] = -1;
+        g->values[q].producer = -1;
+    }
+}
+
+fr_status fr_narrow_gradients(fr_graph *g, int *count)
+{
+    *count = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        fr_node *n = &g->nodes[i];
+        int ok = 0;
+        if (fr_narrow_lowp_linear(n, "Linear") && !(n->n_inputs > 2 && n->inputs[2] >= 0)) {
+            /* the LM head: logits only the loss head reads (its gradient too, below) */
+            const char *ydt = NULL;
+            FR_TRY(fr_node_attr_string(n, "y_dtype", "float32", &ydt));
+            if (strcmp(ydt, "float32") == 0 && fr_narrow_readers_all(g, n->outputs[0], loss_logits)) {
+                FR_TRY(fr_node_set_attr_string(n, "y_dtype", "bfloat16"));
+                g->values[n->outputs[0]].dtype = FR_BF16;
+                (*count)++;
+            }
+            continue;
+        }
+        if (is_op(n, "SwiGLUGrad") || is_op(n, "AttentionQKVGrad") || is_op(n, "SoftmaxCrossEntropyGrad"))
+            ok = outputs_ok(g, n, linear_dy);
+        else if (fr_narrow_lowp_linear(n, "LinearGradData"))
+            ok = n->n_outputs >= 1 && fr_narrow_readers_all(g, n->outputs[0], fused_grad_dy);
+        if (!ok) continue;
+        FR_TRY(fr_node_set_attr_string(n, "dx_dtype", "bfloat16"));
+        int nout = strcmp(n->op_type, "LinearGradData") == 0 ? 1 : n->n_outputs; /* dX only, not dYq */
+        for (int k = 0; k < nout; k++)
+            if (n->outputs[k] >= 0) g->values[n->outputs[k]].dtype = FR_BF16; /* as inference says now */
+        (*count)++;
+    }
+    bypass_bf16_copy(g);
+    return FR_OK;
+}
