@@ -32,7 +32,6 @@ namespace {
 
 constexpr int kBig = 512;        /* threads per long row */
 constexpr int kSmallRow = 2048;  /* rows up to this length take one warp */
-constexpr int kU = 4;            /* vectors loaded ahead in the loss head's row loops */
 constexpr size_t kAlign = 256;
 
 size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
@@ -430,19 +429,7 @@ __device__ __forceinline__ void narrow_to(double &d, double v) { d = v; }
 template <class T, class In, int V, int G> __device__ __forceinline__ double row_lse(const In *xr, int64_t nv, int lane)
 {
     MS<T> st = ms_init<T>();
-    int64_t i = lane;
-    /* kU loads in flight before the first is used (one at a time left a vocabulary row's
-       pass at a quarter of the memory bandwidth); the elements meet ms_add in the same order */
-    for (; i + (kU - 1) * G < nv; i += kU * G) {
-        Vec<T, V> q[kU];
-#pragma unroll
-        for (int u = 0; u < kU; u++) q[u] = ld_as<T, In, V>(xr, i + u * G);
-#pragma unroll
-        for (int u = 0; u < kU; u++)
-#pragma unroll
-            for (int j = 0; j < V; j++) ms_add(st, q[u].v[j]);
-    }
-    for (; i < nv; i += G) {
+    for (int64_t i = lane; i < nv; i += G) {
         const Vec<T, V> q = ld_as<T, In, V>(xr, i);
 #pragma unroll
         for (int j = 0; j < V; j++) ms_add(st, q.v[j]);
@@ -521,29 +508,21 @@ __global__ void __launch_bounds__(G == 32 ? 256 : G) ce_grad_rows(const T *dl, c
         const int64_t off = (valid ? rb : 0) * len;
         const int64_t nv = valid ? len / V : 0;
         const double lse = row_lse<T, In, V, G>(x + off, work ? nv : 0, lane);
-        for (int64_t i0 = lane; i0 < nv; i0 += kU * G) {
-            Vec<T, V> q[kU]; /* kU loads in flight, as in row_lse */
+        for (int64_t i = lane; i < nv; i += G) {
+            Vec<Out, V> o;
+            if (work) {
+                const Vec<T, V> q = ld_as<T, In, V>(x + off, i);
 #pragma unroll
-            for (int u = 0; u < kU; u++)
-                if (work && i0 + u * G < nv) q[u] = ld_as<T, In, V>(x + off, i0 + u * G);
-#pragma unroll
-            for (int u = 0; u < kU; u++) {
-                const int64_t i = i0 + u * G;
-                if (i >= nv) break;
-                Vec<Out, V> o;
-                if (work) {
-#pragma unroll
-                    for (int j = 0; j < V; j++) {
-                        /* exp(x - lse) in T, x - lse rounded once; the T result rounded to Out */
-                        const double p = (double)exp_t((T)((double)q[u].v[j] - lse));
-                        narrow_to(o.v[j], (T)(scale * (p - (i * V + j == label ? 1.0 : 0.0))));
-                    }
-                } else {
-#pragma unroll
-                    for (int j = 0; j < V; j++) narrow_to(o.v[j], bad ? (T)NAN : (T)0);
+                for (int j = 0; j < V; j++) {
+                    /* exp(x - lse) in T, x - lse rounded once; the T result rounded to Out */
+                    const double p = (double)exp_t((T)((double)q.v[j] - lse));
+                    narrow_to(o.v[j], (T)(scale * (p - (i * V + j == label ? 1.0 : 0.0))));
                 }
-                st_vec<Out, V>(dx + off, i, o);
+            } else {
+#pragma unroll
+                for (int j = 0; j < V; j++) narrow_to(o.v[j], bad ? (T)NAN : (T)0);
             }
+            st_vec<Out, V>(dx + off, i, o);
         }
     }
 }
