@@ -3,7 +3,8 @@
  * float64, bf16, fp8), every fp8 recipe (delayed, current, block) and format (hybrid, e4m3),
  * transB 0/1, with and without bias, with and without the saved Xq, for shapes whose M, N, K
  * are not multiples of 16 or 128 (the GPU pads them for cuBLASLt's FP8 GEMM), aligned shapes
- * (no padding: the saved Xq is the GEMM's own operand), rank-1 inputs, empty dims and
+ * (no padding: the saved per-tensor Xq, X's codes transposed [K, M], is the weight-gradient
+ * GEMM's operand as it is), rank-1 inputs, empty dims and
  * pad_multiple (a CPU emulation of the padding: changes nothing). Half the bf16/fp8 cases make
  * W (and scale_w) constants, so the kernels convert W into persistent memory (the weight cache).
  * What must hold:

@@ -293,6 +293,13 @@ __device__ __forceinline__ uint32_t column_word(uint32_t a, uint32_t b, uint32_t
 }
 
 #define CT_TILE 128 /* rows and columns of a tile; 256 threads */
+/* cast_transpose_kernel: loads in flight per thread (a group), and the blocks a multiprocessor
+ * must hold (register cap 64): with all 16 loads of a float32 tile in flight at once it took
+ * 128 registers, so only 2 blocks (512 threads) ran on a multiprocessor and a block's
+ * quantize / transpose phases left the memory idle; 4 groups of 4 keep 4 x 256 x 64 bytes in
+ * flight per multiprocessor (ptxas: 64 registers float32, 56 bfloat16, no spills). */
+#define CT_GROUP 4
+#define CT_MIN_BLOCKS 4
 
 /* One 128 x 128 tile's codes, tile[row][column / 4] (4 codes a word), written transposed to
  * dst_t [C][R] (R a multiple of 16): thread (rg = tid / 32, cg = tid % 32) takes rows
@@ -326,12 +333,13 @@ __device__ __forceinline__ void store_transposed(const uint32_t (*tile)[CT_TILE 
  * dst_t (optional, [C][R]), the amax of src into *amax (optional): one read of src, 16 bytes a
  * load (4 float32 columns, 32 threads a tile row; or 8 bfloat16 columns, 16 threads a row). */
 template <typename T>
-__global__ void __launch_bounds__(256) cast_transpose_kernel(const T *src, int64_t R, int64_t C,
+__global__ void __launch_bounds__(256, CT_MIN_BLOCKS) cast_transpose_kernel(const T *src, int64_t R, int64_t C,
                                                              const float *scale_ptr, int e5m2, uint8_t *dst,
                                                              uint8_t *dst2, uint8_t *dst_t, unsigned *amax)
 {
     constexpr int V = q_vec<T>::n, W = V / 4;                             /* columns a load, code words */
     constexpr int TPR = CT_TILE / V, RPP = 256 / TPR, NP = CT_TILE / RPP; /* threads a row, rows a pass, passes */
+    constexpr int G = NP < CT_GROUP ? NP : CT_GROUP;                      /* passes a group of loads */
     __shared__ uint32_t tile[CT_TILE][CT_TILE / 4];
     __shared__ unsigned red[32];
     float s = scale_ptr ? *scale_ptr : 1.0f;
@@ -340,28 +348,31 @@ __global__ void __launch_bounds__(256) cast_transpose_kernel(const T *src, int64
     int64_t tc = (C + CT_TILE - 1) / CT_TILE, ntiles = (R + CT_TILE - 1) / CT_TILE * tc;
     for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x) {
         int64_t r0 = t / tc * CT_TILE, c0 = t % tc * CT_TILE, c = c0 + cv * V;
-        uint4 v[NP];
 #pragma unroll
-        for (int i = 0; i < NP; i++) { /* all loads first: NP (16 or 8) in flight per thread */
-            int64_t r = r0 + row + RPP * i;
-            v[i] = r < R && c < C ? *(const uint4 *)(src + r * C + c) : make_uint4(0, 0, 0, 0);
-        }
+        for (int i0 = 0; i0 < NP; i0 += G) {
+            uint4 v[G];
 #pragma unroll
-        for (int i = 0; i < NP; i++) {
-            int64_t r = r0 + row + RPP * i;
-            float f[V];
-            uint32_t q[W];
-            q_vec<T>::get(v[i], f);
-#pragma unroll
-            for (int j = 0; j < V; j++) m = max(m, abs_bits(f[j]));
-#pragma unroll
-            for (int k = 0; k < W; k++) {
-                q[k] = quantize4(f + 4 * k, s, e5m2);
-                tile[row + RPP * i][cv * W + k] = q[k];
+            for (int i = 0; i < G; i++) { /* a group's loads first: G in flight per thread */
+                int64_t r = r0 + row + RPP * (i0 + i);
+                v[i] = r < R && c < C ? *(const uint4 *)(src + r * C + c) : make_uint4(0, 0, 0, 0);
             }
-            if (r < R && c < C) {
-                if (dst) store_codes<W>(dst + r * C + c, q);
-                if (dst2) store_codes<W>(dst2 + r * C + c, q);
+#pragma unroll
+            for (int i = 0; i < G; i++) {
+                int64_t r = r0 + row + RPP * (i0 + i);
+                float f[V];
+                uint32_t q[W];
+                q_vec<T>::get(v[i], f);
+#pragma unroll
+                for (int j = 0; j < V; j++) m = max(m, abs_bits(f[j]));
+#pragma unroll
+                for (int k = 0; k < W; k++) {
+                    q[k] = quantize4(f + 4 * k, s, e5m2);
+                    tile[row + RPP * (i0 + i)][cv * W + k] = q[k];
+                }
+                if (r < R && c < C) {
+                    if (dst) store_codes<W>(dst + r * C + c, q);
+                    if (dst2) store_codes<W>(dst2 + r * C + c, q);
+                }
             }
         }
         if (dst_t) {
