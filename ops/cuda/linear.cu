@@ -10,10 +10,10 @@
  *         cuBLASLt's FP8 GEMM with the scale_inv of each operand: per tensor (delayed, current)
  *         or in blocks (block: 1x128 of X / dY along the contraction dim, 128x128 of W, 128x1
  *         along the tokens for the weight gradient: cuBLASLt's VEC128 / BLK128x128 modes).
- *         Forward E4M3 x E4M3, dX = dY (E5M2 in hybrid) x W (E4M3), dW = X^T (E4M3) x dY^T.
-         Per tensor, X and dY are each read once: the forward's pass writes X's codes for its
-         GEMM (scratch) and, transposed, the saved Xq [K][M]; the data gradient's writes dY's
-         and dYq [N][M]: the weight gradient multiplies both as they are (copied only to pad).
+ * *         Forward E4M3 x E4M3, dX = dY (E5M2 in hybrid) x W (E4M3), dW = X^T (E4M3) x dY^T.
+ *         Per tensor, one pass over X writes its GEMM's codes (scratch) and the saved Xq^T
+ *         [K][M], one over dY its codes and dYq [N][M]: the weight gradient multiplies both as
+ *         they are (a padded copy where M, N or K is not a multiple of 16).
  *         BF16/FP8 results are within 1e-2 of the CPU (same products, cuBLASLt's summation
  *         order instead of the CPU's fixed one; measured on an H100: bf16 ~3e-7, fp8 ~2e-4,
  *         the FP8 tensor cores' accumulation being the larger part). With ctx->fp8_fast_accum
@@ -50,32 +50,12 @@ extern "C" {
 #include "ops/linear.h"
 }
 
-/* ---- attributes (the CPU's read_cfg) ---- */
+/* ---- attributes: read as the CPU kernels read them (fr_lin_read_attrs, ops/linear.c) ---- */
 
-typedef struct lin_cfg {
-    int transB;
-    fr_lin_precision prec;
-    fr_lin_recipe recipe;
-    int dy_e5m2;
-    int margin;
-    int y_bf16;  /* Y written in bfloat16 (attribute y_dtype) */
-    int dx_bf16; /* dX written in bfloat16 (attribute dx_dtype) */
-} lin_cfg;
+typedef fr_lin_attrs lin_cfg;
 
-static fr_status read_cfg(const fr_node *n, lin_cfg *c)
-{
-    fr_lin_attrs a;
-    FR_TRY(fr_lin_read_attrs(n, &a)); /* ops/linear.c: the CPU kernels read the node the same way */
-    c->transB = a.transB;
-    c->prec = a.prec;
-    c->recipe = a.recipe;
-    c->dy_e5m2 = a.dy_fmt == FR_F8E5M2;
-    c->margin = a.margin;
-    c->y_bf16 = a.y_bf16;
-    c->dx_bf16 = a.dx_bf16;
-    return FR_OK;
-}
-
+static fr_status read_cfg(const fr_node *n, lin_cfg *c) { return fr_lin_read_attrs(n, c); }
+static int dy_e5m2(const lin_cfg *c) { return c->dy_fmt == FR_F8E5M2; }
 static int delayed(const lin_cfg *c) { return c->prec == FR_LIN_FP8 && c->recipe == FR_LIN_DELAYED; }
 static int blockwise(const lin_cfg *c) { return c->prec == FR_LIN_FP8 && c->recipe == FR_LIN_BLOCKWISE; }
 
@@ -113,9 +93,8 @@ static void plan_fp8(int64_t Mg, int64_t Ng, int64_t Kg, fr_gemm_scale ma, fr_ge
 
 typedef enum { OP_FWD, OP_DGRAD, OP_WGRAD } lin_op;
 
-/* The plan of op `op` with tokens M, input features K, output features N; dyq / xqt: the
- * weight gradient reads the data gradient's dY^T codes / the forward's saved X^T codes (per
- * tensor: no scratch for them unless padded).
+/* The plan of op `op` with tokens M, input features K, output features N; dyq / xqt: the weight
+ * gradient reads the handed-over dY^T / saved X^T codes (no scratch for them unless padded).
  * bf16: a_given / b_given: that operand's bf16 copy is a tensor of the node (an output it
  * rounds into, or a bf16 input), so it needs no scratch. w_kept: W's converted copy (the
  * operand b of the forward and the data gradient) lives in persistent memory (w_plan). */
@@ -185,8 +164,8 @@ static fr_status node_dims(lin_op op, const fr_node *n, const lin_cfg *c, int r0
 {
     if (r0 < 1 || r1 < 1) return fr_node_error(n, FR_ERR_SHAPE, "inputs must have rank >= 1");
     if (op == OP_WGRAD) { /* (Xs [..., K] or Xq [K][M], dY [..., N]) or (Xs, dYq [N][M]) */
-        if (dyq && r1 != 2) return fr_node_error(n, FR_ERR_SHAPE, "the quantized output gradient must be 2-D");
-        if (xqt && r0 != 2) return fr_node_error(n, FR_ERR_SHAPE, "the saved input codes must be 2-D [K, tokens]");
+        if ((dyq && r1 != 2) || (xqt && r0 != 2))
+            return fr_node_error(n, FR_ERR_SHAPE, "the quantized output gradient / saved input codes must be 2-D");
         *M = dyq ? d1[1] : lead(r1, d1);
         *N = dyq ? d1[0] : last(r1, d1);
         *K = xqt ? d0[0] : last(r0, d0);
@@ -647,7 +626,7 @@ static fr_status grad_data_run(const fr_cuda_kctx *k)
     FR_TRY(check_out(&r, ady, 1, 1, FR_F32, "amax_dy"));
     int64_t Mp = fr_q_pad16(M), Np = fr_q_pad16(N), Kp = fr_q_pad16(K);
     int64_t wr = w->dims[0], wc = w->dims[1];
-    fr_q_fmt fy = {c->dy_e5m2, c->margin}, fw = {0, c->margin};
+    fr_q_fmt fy = {dy_e5m2(c), c->margin}, fw = {0, c->margin};
     uint8_t *yop = (uint8_t *)(r.base + r.p.a), *wop = (uint8_t *)w_codes(&r);
     float *ysv = (float *)(r.base + r.p.sa), *wsv = w_sinv(&r);
     fr_q_stats *wst = w_stats(&r);
@@ -663,14 +642,14 @@ static fr_status grad_data_run(const fr_cuda_kctx *k)
         }
         FR_TRY(fr_q_rows128(r.s, r.n, q_src(dy), M, N, fy, yop, ysv, r.stats, 0));
         if (amax_out) FR_TRY(fr_q_finalize(r.s, r.n, r.stats, 0, NULL, 0, fy, amax_out, NULL));
-        return fp8_gemm(&r, Mp, Kp, Np, yop, c->dy_e5m2, ysv, FR_GEMM_SCALE_VEC128, wop, 0, wsv,
+        return fp8_gemm(&r, Mp, Kp, Np, yop, dy_e5m2(c), ysv, FR_GEMM_SCALE_VEC128, wop, 0, wsv,
                         FR_GEMM_SCALE_BLK128, dx, M, K, NULL);
     }
     const fr_tensor *sw = delayed(c) ? opt_in(k, 2) : NULL, *sdy = delayed(c) ? opt_in(k, 3) : NULL;
     FR_TRY(need_scale(&r, sw, "scale_w"));
     FR_TRY(need_scale(&r, sdy, "scale_dy"));
     if (dyq) {
-        FR_TRY(check_out(&r, dyq, N, M, c->dy_e5m2 ? FR_F8E5M2 : FR_F8E4M3, "dYq"));
+        FR_TRY(check_out(&r, dyq, N, M, dy_e5m2(c) ? FR_F8E5M2 : FR_F8E4M3, "dYq"));
         FR_TRY(check_out(&r, dyq_sinv, 1, 1, FR_F32, "dYq_scale_inv"));
     }
     /* one read of dY: the codes for this GEMM and, transposed, for the weight gradient's */
@@ -681,7 +660,7 @@ static fr_status grad_data_run(const fr_cuda_kctx *k)
         FR_TRY(quant_tensor(&r, wst, 1, w, wr, wc, fw, sw, c->transB, wop, NULL, NULL, NULL, NULL));
         w_end(&r);
     }
-    return fp8_gemm(&r, Mp, Kp, Np, yop, c->dy_e5m2, &r.stats->scale_inv[0][0], FR_GEMM_SCALE_TENSOR, wop, 0,
+    return fp8_gemm(&r, Mp, Kp, Np, yop, dy_e5m2(c), &r.stats->scale_inv[0][0], FR_GEMM_SCALE_TENSOR, wop, 0,
                     &wst->scale_inv[1][0], FR_GEMM_SCALE_TENSOR, dx, M, K, NULL);
 }
 
@@ -715,9 +694,9 @@ static fr_status grad_weight_run(const fr_cuda_kctx *k)
     if (dyq && (c->prec != FR_LIN_FP8 || blockwise(c) || ady))
         return fr_node_error(r.n, FR_ERR_UNSUPPORTED, "a quantized output gradient needs a per-tensor fp8 recipe "
                              "(and no amax_dy output)");
-    if (dyq && dy->dtype != (c->dy_e5m2 ? FR_F8E5M2 : FR_F8E4M3)) /* the GEMM reads the codes in that format */
+    if (dyq && dy->dtype != (dy_e5m2(c) ? FR_F8E5M2 : FR_F8E4M3)) /* the GEMM reads the codes in that format */
         return fr_node_error(r.n, FR_ERR_UNSUPPORTED, "the quantized output gradient (input 1) is %s, the node's dY "
-                             "format %s", fr_dtype_name(dy->dtype), fr_dtype_name(c->dy_e5m2 ? FR_F8E5M2 : FR_F8E4M3));
+                             "format %s", fr_dtype_name(dy->dtype), fr_dtype_name(dy_e5m2(c) ? FR_F8E5M2 : FR_F8E4M3));
     int saved = xs->dtype == FR_F8E4M3;
     if (saved && c->prec != FR_LIN_FP8)
         return fr_node_error(r.n, FR_ERR_UNSUPPORTED, "a saved float8e4m3fn input needs fp8 precision");
@@ -739,7 +718,7 @@ static fr_status grad_weight_run(const fr_cuda_kctx *k)
     }
     FR_TRY(check_out(&r, ady, 1, 1, FR_F32, "amax_dy"));
     int64_t Mp = fr_q_pad16(M), Np = fr_q_pad16(N), Kp = fr_q_pad16(K);
-    fr_q_fmt fx = {0, c->margin}, fy = {c->dy_e5m2, c->margin};
+    fr_q_fmt fx = {0, c->margin}, fy = {dy_e5m2(c), c->margin};
     /* operand buffers: X^T [Kp][Mp], dY^T [Np][Mp] (the plan's a/b follow the GEMM's order) */
     uint8_t *xop = (uint8_t *)(r.base + (tb ? r.p.b : r.p.a)), *yop = (uint8_t *)(r.base + (tb ? r.p.a : r.p.b));
     float *xsv = (float *)(r.base + (tb ? r.p.sb : r.p.sa)), *ysv = (float *)(r.base + (tb ? r.p.sa : r.p.sb));
@@ -794,8 +773,8 @@ static fr_status grad_weight_run(const fr_cuda_kctx *k)
         }
     }
     if (tb)
-        return fp8_gemm(&r, Np, Kp, Mp, yop, c->dy_e5m2, y_sinv, mode, xop, 0, x_sinv, mode, dw, N, K, NULL);
-    return fp8_gemm(&r, Kp, Np, Mp, xop, 0, x_sinv, mode, yop, c->dy_e5m2, y_sinv, mode, dw, K, N, NULL);
+        return fp8_gemm(&r, Np, Kp, Mp, yop, dy_e5m2(c), y_sinv, mode, xop, 0, x_sinv, mode, dw, N, K, NULL);
+    return fp8_gemm(&r, Kp, Np, Mp, xop, 0, x_sinv, mode, yop, dy_e5m2(c), y_sinv, mode, dw, K, N, NULL);
 }
 
 extern "C" const fr_cuda_kernel_def fr_cuda_kernels_linear[] = {
