@@ -558,6 +558,19 @@ static void test_gradient_nodes(void)
     /* dY is quantized once: the data gradient hands its codes over, transposed [N, M] */
     CU_ASSERT_EQUAL(gw->inputs[1], gd->outputs[2]);
     CU_ASSERT_EQUAL(gw->inputs[3], gd->outputs[3]);
+    /* the saved X codes are transposed likewise, [K, M]; the weight gradient refuses others */
+    fr_value *xq = &g->values[L.xq];
+    int64_t M = g->values[gd->outputs[2]].dims[1], kt[2] = {c.K, M}, bad1[2] = {c.K, M + 1};
+    CU_ASSERT(xq->rank == 2 && xq->dims[0] == c.K && xq->dims[1] == M);
+    int gw_id = g->values[din[1]].producer;
+    const fr_value *xv = &g->values[L.x];
+    fr_value_set_shape(xq, FR_F8E4M3, xv->rank, xv->dims); /* X's shape: the block recipe's layout */
+    CU_ASSERT_EQUAL(fr_node_infer(g, gw_id), FR_ERR_SHAPE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "[K, tokens]"));
+    fr_value_set_shape(xq, FR_F8E4M3, 2, bad1);
+    CU_ASSERT_EQUAL(fr_node_infer(g, gw_id), FR_ERR_SHAPE);
+    fr_value_set_shape(xq, FR_F8E4M3, 2, kt);
+    FR_ASSERT_OK(fr_node_infer(g, gw_id));
     CU_ASSERT_EQUAL(g->values[gd->outputs[2]].dtype, FR_F8E5M2);
     CU_ASSERT_EQUAL(g->values[gd->outputs[2]].rank, 2);
     CU_ASSERT_EQUAL(g->values[gd->outputs[2]].dims[0], c.N);
