@@ -301,19 +301,25 @@ __device__ __forceinline__ uint32_t column_word(uint32_t a, uint32_t b, uint32_t
 #define CT_GROUP 4
 #define CT_MIN_BLOCKS 4
 
-/* One 128 x 128 tile's codes, tile[row][column / 4] (4 codes a word), written transposed to
- * dst_t [C][R] (R a multiple of 16): thread (rg = tid / 32, cg = tid % 32) takes rows
- * 16 rg .. 16 rg + 15 of columns 4 cg .. 4 cg + 3 and writes 4 x 16 bytes. The 32 threads of a
- * warp read 32 consecutive words of one tile row: no bank conflicts. */
+/* The word of a tile row holding columns 4 cw .. 4 cw + 3 sits at tile[row][cw ^ ct_swz(row)]
+ * (XOR on bits 2..4 of the word index by the row's chunk of 16): store_transposed's warp reads 8
+ * chunks x 4 words at once, which fall on 32 different banks only so. Writers use the same
+ * map (a 16-byte group of 4 words stays together). */
+__device__ __forceinline__ int ct_swz(int row) { return ((row >> 4) & 7) << 2; }
+
+/* One 128 x 128 tile's codes, tile[row][(column / 4) ^ ct_swz(row)] (4 codes a word), written
+ * transposed to dst_t [C][R] (R a multiple of 16): thread (rg = tid % 8, cg = tid / 8) takes
+ * rows 16 rg .. 16 rg + 15 of columns 4 cg .. 4 cg + 3 and writes 4 x 16 bytes; the 8 threads of
+ * one cg write 128 consecutive bytes of a dst_t row (a warp: 4 whole lines a store). */
 __device__ __forceinline__ void store_transposed(const uint32_t (*tile)[CT_TILE / 4], int64_t r0, int64_t c0,
                                                  int64_t R, int64_t C, uint8_t *dst_t)
 {
-    int tid = threadIdx.x, cg = tid & 31, rg = tid >> 5;
+    int tid = threadIdx.x, rg = tid & 7, cg = tid >> 3;
     int64_t rb = r0 + rg * 16;
     if (rb >= R) return; /* R % 16 == 0: a chunk of 16 rows is all in or all out */
     uint32_t w[16];
 #pragma unroll
-    for (int i = 0; i < 16; i++) w[i] = tile[rg * 16 + i][cg];
+    for (int i = 0; i < 16; i++) w[i] = tile[rg * 16 + i][cg ^ (rg << 2)]; /* ct_swz(16 rg + i) */
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         int64_t c = c0 + cg * 4 + j;
@@ -367,7 +373,8 @@ __global__ void __launch_bounds__(256, CT_MIN_BLOCKS) cast_transpose_kernel(cons
 #pragma unroll
                 for (int k = 0; k < W; k++) {
                     q[k] = quantize4(f + 4 * k, s, e5m2);
-                    tile[row + RPP * (i0 + i)][cv * W + k] = q[k];
+                    const int tr = row + RPP * (i0 + i);
+                    tile[tr][(cv * W + k) ^ ct_swz(tr)] = q[k];
                 }
                 if (r < R && c < C) {
                     if (dst) store_codes<W>(dst + r * C + c, q);
@@ -397,7 +404,8 @@ __global__ void __launch_bounds__(256) transpose_codes_kernel(const uint8_t *src
         for (int i = 0; i < 4; i++) {
             int64_t r = r0 + row + 32 * i;
             uint4 q = r < R && c < C ? *(const uint4 *)(src + r * C + c) : make_uint4(0, 0, 0, 0);
-            *(uint4 *)(tile[row + 32 * i] + c16 * 4) = q; /* a quarter warp fills one tile row */
+            const int tr = row + 32 * i; /* a quarter warp fills one tile row */
+            *(uint4 *)(tile[tr] + ((c16 * 4) ^ ct_swz(tr))) = q;
         }
         __syncthreads();
         store_transposed(tile, r0, c0, R, C, dst_t);
