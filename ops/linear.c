@@ -244,12 +244,15 @@ static fr_status linear_infer(fr_graph *g, int node_id)
         return fr_node_error(n, FR_ERR_GRAPH, "outputs Xq and Xq_scale_inv come together (the "
                              "backward needs the scale of the saved codes)");
     if (has_xq) {
-        fr_infer_set(g, n, FR_LIN_OUT_XQ, FR_F8E4M3, x->rank, x->dims);
         int64_t sd[2] = {ceil_div(lead_numel(x), FR_LIN_BLOCK), K}, one = 1;
-        if (c.recipe == FR_LIN_BLOCKWISE)
+        int64_t xt[2] = {K, lead_numel(x)}; /* per tensor: the codes transposed, [K, tokens] */
+        if (c.recipe == FR_LIN_BLOCKWISE) {
+            fr_infer_set(g, n, FR_LIN_OUT_XQ, FR_F8E4M3, x->rank, x->dims);
             fr_infer_set(g, n, FR_LIN_OUT_XQ_SINV, FR_F32, 2, sd);
-        else
+        } else {
+            fr_infer_set(g, n, FR_LIN_OUT_XQ, FR_F8E4M3, 2, xt);
             fr_infer_set(g, n, FR_LIN_OUT_XQ_SINV, FR_F32, 1, &one);
+        }
     }
     set_amax_out(g, n, FR_LIN_OUT_AMAX_X);
     set_amax_out(g, n, FR_LIN_OUT_AMAX_W);
@@ -312,9 +315,30 @@ static fr_status grad_data_infer(fr_graph *g, int node_id)
     return FR_OK;
 }
 
-/* The saved input's scale_inv (input 2): [1], or [ceil(tokens/128), K] for "block". */
+/* A saved Xq of a per-tensor recipe: the codes transposed, [K, tokens] */
+static int saved_t(const lin_cfg *c, const fr_value *xs)
+{
+    return xs->dtype == FR_F8E4M3 && c->recipe != FR_LIN_BLOCKWISE;
+}
+
+/* K and the token count of Xs: [K, tokens] (saved_t) or [..., K] */
+static void xs_km(const lin_cfg *c, const fr_value *xs, int64_t *K, int64_t *M)
+{
+    int t = saved_t(c, xs) && xs->rank == 2;
+    *K = t ? xs->dims[0] : xs->dims[xs->rank - 1];
+    *M = t ? xs->dims[1] : lead_numel(xs);
+}
+
+/* The saved input's scale_inv (input 2): [1], or [ceil(tokens/128), K] for "block"; the
+ * per-tensor codes must be 2-D ([K, tokens]). */
 static fr_status check_saved_scale(const fr_node *n, const lin_cfg *c, const fr_value *xs, const fr_value *s)
 {
+    if (saved_t(c, xs) && xs->rank != 2) {
+        char s1[128];
+        return fr_node_error(n, FR_ERR_SHAPE, "the saved input '%s' %s must be the transposed codes [K, tokens] "
+                             "(recipe %s)", xs->name, fr_shape_str(xs->rank, xs->dims, s1, sizeof s1),
+                             fr_lin_recipe_name(c->recipe));
+    }
     int64_t K = xs->dims[xs->rank - 1];
     int64_t want0 = c->recipe == FR_LIN_BLOCKWISE ? ceil_div(lead_numel(xs), FR_LIN_BLOCK) : 1;
     int want_rank = c->recipe == FR_LIN_BLOCKWISE ? 2 : 1;
@@ -354,22 +378,33 @@ static fr_status grad_weight_infer_dyq(fr_graph *g, const fr_node *n, const lin_
         FR_TRY(check_scale_input(g, n, 2, delayed_fp8(c), "scale_x"));
     }
     char s1[128], s2[128];
-    if (xs->rank < 1 || dyq->rank != 2 || dyq->dims[1] != lead_numel(xs))
+    int64_t K = 0, M = 0;
+    if (xs->rank >= 1) xs_km(c, xs, &K, &M);
+    if (xs->rank < 1 || dyq->rank != 2 || dyq->dims[1] != M)
         return fr_node_error(n, FR_ERR_SHAPE, "input '%s' %s and quantized output gradient '%s' %s "
                              "([N, tokens]) differ in tokens", xs->name,
                              fr_shape_str(xs->rank, xs->dims, s1, sizeof s1), dyq->name,
                              fr_shape_str(dyq->rank, dyq->dims, s2, sizeof s2));
-    int64_t K = xs->dims[xs->rank - 1], N = dyq->dims[0];
+    int64_t N = dyq->dims[0];
     int64_t dw[2] = {c->transB ? N : K, c->transB ? K : N};
     fr_infer_set(g, n, 0, FR_F32, 2, dw);
     return FR_OK;
 }
 
 /* X (or its saved copy) and dY of a weight gradient agree in all but the last dim; K and N are
- * their last dims. */
-static fr_status wgrad_kn(const fr_node *n, const fr_value *xs, const fr_value *dy, int64_t *K, int64_t *N)
+ * their last dims. xt: Xs is the per-tensor saved codes [K, tokens] (saved_t). */
+static fr_status wgrad_kn(const fr_node *n, const fr_value *xs, const fr_value *dy, int xt, int64_t *K, int64_t *N)
 {
     char s1[128], s2[128];
+    if (xt) {
+        if (xs->rank != 2 || dy->rank < 1 || xs->dims[1] != lead_numel(dy))
+            return fr_node_error(n, FR_ERR_SHAPE, "saved input '%s' %s ([K, tokens]) and output gradient '%s' %s "
+                                 "differ in tokens", xs->name, fr_shape_str(xs->rank, xs->dims, s1, sizeof s1),
+                                 dy->name, fr_shape_str(dy->rank, dy->dims, s2, sizeof s2));
+        *K = xs->dims[0];
+        *N = dy->dims[dy->rank - 1];
+        return FR_OK;
+    }
     int ok = xs->rank >= 1 && xs->rank == dy->rank;
     for (int d = 0; ok && d + 1 < xs->rank; d++) ok = xs->dims[d] == dy->dims[d];
     if (!ok)
@@ -400,7 +435,7 @@ static fr_status grad_weight_infer_bf16(fr_graph *g, const fr_node *n, const lin
     if (fr_node_out(g, n, 1))
         return fr_node_error(n, FR_ERR_GRAPH, "output amax_dy exists in fp8 precision only");
     int64_t K, N;
-    FR_TRY(wgrad_kn(n, xs, dy, &K, &N));
+    FR_TRY(wgrad_kn(n, xs, dy, 0, &K, &N));
     int64_t dw[2] = {c->transB ? N : K, c->transB ? K : N};
     fr_infer_set(g, n, 0, FR_F32, 2, dw);
     return FR_OK;
@@ -441,7 +476,7 @@ static fr_status grad_weight_infer(fr_graph *g, int node_id)
                                  "dtype", xs->name, fr_dtype_name(xs->dtype), dy->name, fr_dtype_name(dy->dtype));
     }
     int64_t K, N;
-    FR_TRY(wgrad_kn(n, xs, dy, &K, &N));
+    FR_TRY(wgrad_kn(n, xs, dy, saved && saved_t(&c, xs), &K, &N));
     if (saved) {
         FR_TRY(check_saved_scale(n, &c, xs, s));
     } else {

@@ -15,8 +15,12 @@
  *     widened exactly, so every output equals the float32 X of the same values bit for bit (in
  *     bf16 Xq is X's bytes; in fp8 the codes, scales and amax are the float32 tensor's).
  *   Xq (bf16, fp8): X as the weight-gradient GEMM consumes it, saved for the backward so the
- *     float copy of X need not be kept. fp8: quantized to E4M3, for the per-tensor recipes the
- *     very bytes the forward GEMM used; for "block" X in 128x1 blocks along the token dim.
+ *     float copy of X need not be kept. fp8, quantized to E4M3:
+ *       delayed, current: the very codes the forward GEMM used, TRANSPOSED to [K, M] (M =
+ *         numel(X) / K tokens: token-contiguous, the layout the weight-gradient GEMM reads, as
+ *         LinearGradData's dYq); the GPU writes them in the pass that quantizes X for the
+ *         forward GEMM (whose row-major codes are scratch), so the backward transposes nothing;
+ *       block: X's shape [..., K], X in 128x1 blocks along the token dim.
  *     bf16: bfloat16, X's shape, X rounded to nearest even (the forward GEMM's operand).
  *   Xq_scale_inv (fp8 only, present iff Xq is): [1] (per-tensor) or [ceil(M/128), K] (block),
  *     where M = numel(X) / K is the token count.
@@ -59,7 +63,8 @@
  *   layout (the bf16 GEMM reads any transpose), the operand this GEMM used: dY is rounded once.
  * LinearGradWeight(Xs, Ys, xs_scale?, ys_scale?) -> (dW, amax_dy?)
  *   dW (W's shape and layout, float32) = X^T dY (transB = 0) or dY^T X (transB = 1).
- *   Xs is either the saved Xq (float8e4m3fn; xs_scale = the Xq_scale_inv output) or X itself
+ *   Xs is either the saved Xq (float8e4m3fn [K, M] for the per-tensor recipes, X's shape for
+ *   "block"; xs_scale = the Xq_scale_inv output) or X itself
  *   (float; xs_scale = scale_x for the delayed recipe, absent otherwise), quantized along the
  *   token dim; Ys is either dY [..., N] (float; ys_scale = scale_dy for the delayed recipe,
  *   absent otherwise), quantized likewise (128x1 blocks for "block"), or the dYq output of

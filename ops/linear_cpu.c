@@ -349,6 +349,13 @@ static operand dy_operand(const float *dy, int64_t M, int64_t N, const lin_cfg *
     return o;
 }
 
+/* codes [R][C] -> t [C][R]: the saved Xq, dYq (the layout the weight-gradient GEMM reads) */
+static void transpose_codes(const uint8_t *codes, int64_t R, int64_t C, uint8_t *t)
+{
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t j = 0; j < C; j++) t[j * R + r] = codes[r * C + j];
+}
+
 /* op(A) op(B) (+ bias) into out: float32, or computed in float32 and rounded once to
  * bfloat16 (y_dtype / dx_dtype "bfloat16"), as the GPU's GEMM writes a bfloat16 result */
 static fr_status gemm_out(const operand *a, const operand *b, int64_t M, int64_t N, int64_t K, int64_t pad,
@@ -378,11 +385,17 @@ static fr_status linear_f32(const fr_kernel_ctx *ctx, const lin_cfg *c, const fl
     a.what = wx;
     bw.scale = scale_in(ctx, FR_LIN_IN_SCALE_W, c);
     bw.what = ww;
-    if (c->prec == FR_LIN_FP8 && !a.blockwise && xq) { /* per tensor: the GEMM's own codes */
-        a.q_out = xq->data;
+    uint8_t *codes = NULL;
+    if (c->prec == FR_LIN_FP8 && !a.blockwise && xq) { /* per tensor: the GEMM's own codes, saved transposed */
+        codes = fr_malloc((size_t)(M * K > 0 ? M * K : 1), "X codes");
+        if (!codes) return FR_ERR_OOM;
+        a.q_out = codes;
         a.sinv_out = xs->data;
     }
-    FR_TRY(gemm_out(&a, &bw, M, N, K, c->pad, b ? b->data : NULL, ctx->out[0]));
+    fr_status st = gemm_out(&a, &bw, M, N, K, c->pad, b ? b->data : NULL, ctx->out[0]);
+    if (st == FR_OK && codes) transpose_codes(codes, M, K, xq->data);
+    free(codes);
+    FR_TRY(st);
     if (c->prec == FR_LIN_BF16 && xq) round_bf16(x, M * K, xq->data); /* a bfloat16 X: its own bytes */
     if (c->prec == FR_LIN_FP8 && a.blockwise && xq) /* wgrad wants X in 128x1 blocks */
         FR_TRY(fr_fp8_quantize_blocks(x, M, K, K, FR_LIN_BLOCK, 1, FR_F8E4M3, c->margin, NULL, wx, xq->data,
@@ -443,11 +456,7 @@ static fr_status grad_data_f32(const fr_kernel_ctx *ctx, const lin_cfg *c, const
         a.sinv_out = dyq_sinv->data;
     }
     fr_status st = gemm_out(&a, &bw, M, K, N, c->pad, NULL, ctx->out[0]);
-    if (st == FR_OK && codes) {
-        uint8_t *t = dyq->data;
-        for (int64_t m = 0; m < M; m++)
-            for (int64_t j = 0; j < N; j++) t[j * M + m] = codes[m * N + j];
-    }
+    if (st == FR_OK && codes) transpose_codes(codes, M, N, dyq->data);
     free(codes);
     FR_TRY(st);
     write_amax(ctx, 1, dy, M * N);
@@ -496,16 +505,22 @@ static fr_status grad_weight_f32(const fr_kernel_ctx *ctx, const lin_cfg *c, con
         od.rows = N;
         od.cols = M;
     }
+    int xt = xs->dtype == FR_F8E4M3 && !ox.blockwise; /* saved per tensor: [K, M] codes */
     if (xs->dtype == FR_F8E4M3) {
         ox.src = NULL;
         ox.q = xs->data;
         ox.q_sinv = s->data;
+        if (xt) {
+            ox.rows = K;
+            ox.cols = M;
+        }
     } else {
         ox.scale = scale_in(ctx, 2, c);
     }
     operand *a = c->transB ? &od : &ox, *b = c->transB ? &ox : &od;
     a->trans = 1;
     if (dyq) od.trans = !od.trans;
+    if (xt) ox.trans = !ox.trans;
     FR_TRY(gemm_f32(a, b, c->transB ? N : K, c->transB ? K : N, M, c->pad, NULL, ctx->out[0]->data));
     if (!dyq) write_amax(ctx, 1, dv, M * N);
     return FR_OK;
@@ -519,7 +534,9 @@ fr_status fr_linear_grad_weight_cpu(const fr_kernel_ctx *ctx)
     const fr_tensor *xs = ctx->in[0], *dy = ctx->in[1];
     fr_tensor *dw = ctx->out[0];
     int dyq = dy->dtype == FR_F8E4M3 || dy->dtype == FR_F8E5M2; /* [N, M] codes from LinearGradData */
-    int64_t M = dyq ? dy->dims[1] : t_lead(dy), K = t_last(xs), N = dyq ? dy->dims[0] : t_last(dy);
+    int xt = xs->dtype == FR_F8E4M3 && c.recipe != FR_LIN_BLOCKWISE; /* the saved Xq: [K, M] codes */
+    if (xt && xs->rank != 2) return fr_node_error(n, FR_ERR_SHAPE, "the saved input must be 2-D [K, tokens]");
+    int64_t M = dyq ? dy->dims[1] : t_lead(dy), K = xt ? xs->dims[0] : t_last(xs), N = dyq ? dy->dims[0] : t_last(dy);
     FR_TRY(check_blas_dims(n, M, N, K, c.pad));
     /* transB=0: dW [K,N] = X^T dY; transB=1: dW [N,K] = dY^T X (contraction over tokens) */
     if (dy->dtype == FR_F64) {

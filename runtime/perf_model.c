@@ -108,9 +108,13 @@ void fr_node_cost_of(const fr_graph *g, const fr_node *n, fr_node_cost *c)
         c->flops = 2 * numel(out0) * dim_from_end(in0, 1);
     } else if (ours && strcmp(op, "LinearGradData") == 0) { /* dX [M][K] from dY [M][N] */
         c->flops = 2 * numel(out0) * dim_from_end(in0, 1);
-    } else if (ours && strcmp(op, "LinearGradWeight") == 0) { /* dW [N x K] over M = numel(X) / K tokens */
-        double k = dim_from_end(in0, 1);
-        c->flops = k > 0 ? 2 * numel(out0) * (numel(in0) / k) : 0;
+    } else if (ours && strcmp(op, "LinearGradWeight") == 0) {
+        /* dW [N x K] over M tokens, read off the output gradient: dY [..., N] (M = numel / N), or
+         * the data gradient's dYq [N, M] (Xs may be the saved codes [K, M] or X [..., K]) */
+        const fr_value *in1 = val(g, n, 1, 0);
+        int q = in1 && (in1->dtype == FR_F8E4M3 || in1->dtype == FR_F8E5M2);
+        double nl = dim_from_end(in1, 1), m = q ? nl : nl > 0 ? numel(in1) / nl : 0;
+        c->flops = 2 * numel(out0) * m;
     } else if (strcmp(op, "MatMul") == 0) {
         c->flops = 2 * numel(out0) * dim_from_end(in0, 1);
     } else if (!n->domain[0] && strcmp(op, "Gemm") == 0) {

@@ -3,7 +3,8 @@
  * float64, bf16, fp8), every fp8 recipe (delayed, current, block) and format (hybrid, e4m3),
  * transB 0/1, with and without bias, with and without the saved Xq, for shapes whose M, N, K
  * are not multiples of 16 or 128 (the GPU pads them for cuBLASLt's FP8 GEMM), aligned shapes
- * (no padding: the saved Xq is the GEMM's own operand), rank-1 inputs, empty dims and
+ * (no padding: the saved per-tensor Xq, X's codes transposed [K, M], is the weight-gradient
+ * GEMM's operand as it is), rank-1 inputs, empty dims and
  * pad_multiple (a CPU emulation of the padding: changes nothing). Half the bf16/fp8 cases make
  * W (and scale_w) constants, so the kernels convert W into persistent memory (the weight cache).
  * What must hold:
@@ -506,38 +507,44 @@ static void test_non_finite(void)
 }
 
 /* The weight gradient from the data gradient's unpadded dY^T codes multiplies them as they are:
- * its scratch holds no copy of them (M * N bytes less than from float dY). Plan only: no GPU
+ * its scratch holds no copy of them (M * N bytes less than from float dY); likewise the
+ * forward's saved X^T codes [K, M] (M * K bytes less than from float X). Plan only: no GPU
  * work. */
 static void test_dyq_scratch(void)
 {
 #ifndef FP8RUN_HAVE_CUDA
     return; /* no CUDA backend in this build: nothing to plan (the other cases say SKIP) */
 #else
-    const int64_t M = 256, K = 256, N = 128, xd[2] = {M, K}, yd[2] = {M, N}, qd[2] = {N, M};
+    const int64_t M = 256, K = 192, N = 128, xd[2] = {M, K}, yd[2] = {M, N}, qd[2] = {N, M}, xtd[2] = {K, M};
     const fr_cuda_kernel_def *kd = fr_cuda_kernel_find(FR_DOMAIN_FP8RUN, "LinearGradWeight");
     CU_ASSERT_PTR_NOT_NULL_FATAL(kd);
     CU_ASSERT_PTR_NOT_NULL_FATAL(kd->scratch);
     fr_tensor *x = tt_new(FR_F32, 2, xd), *dy = tt_new(FR_F32, 2, yd), *dyq = tt_new(FR_F8E4M3, 2, qd);
-    fr_tensor *sx = scalar1(1), *sinv = scalar1(1);
+    fr_tensor *sx = scalar1(1), *sinv = scalar1(1), *xqt = tt_new(FR_F8E4M3, 2, xtd);
     for (int tb = 0; tb < 2; tb++) {
         lcase c = base("fp8", "current");
         c.transB = tb;
         c.fmt = "e4m3";
-        fr_tensor *qin[4] = {x, dyq, sx, sinv}, *fin[3] = {x, dy, sx};
-        tnode wq, wf;
+        fr_tensor *qin[4] = {x, dyq, sx, sinv}, *fin[3] = {x, dy, sx}, *tin[4] = {xqt, dyq, sinv, sinv};
+        tnode wq, wf, wt;
         tn_init_domain(&wq, FR_DOMAIN_FP8RUN, "LinearGradWeight", 1, 4, qin, 0, 1);
         tn_init_domain(&wf, FR_DOMAIN_FP8RUN, "LinearGradWeight", 1, 3, fin, 0, 1);
+        tn_init_domain(&wt, FR_DOMAIN_FP8RUN, "LinearGradWeight", 1, 4, tin, 0, 1);
         set_attrs(&wq, &c);
         set_attrs(&wf, &c);
-        size_t bq = 0, bf = 0;
+        set_attrs(&wt, &c);
+        size_t bq = 0, bf = 0, bt = 0;
         FR_ASSERT_OK(kd->scratch(wq.g, tn_node(&wq), &bq));
         FR_ASSERT_OK(kd->scratch(wf.g, tn_node(&wf), &bf));
+        FR_ASSERT_OK(kd->scratch(wt.g, tn_node(&wt), &bt));
         CU_ASSERT(bq + (size_t)(M * N) <= bf);
+        CU_ASSERT(bt + (size_t)(M * K) <= bq);
         tn_free(&wq);
         tn_free(&wf);
+        tn_free(&wt);
     }
-    fr_tensor *all[] = {x, dy, dyq, sx, sinv};
-    for (size_t i = 0; i < 5; i++) fr_tensor_free(all[i]);
+    fr_tensor *all[] = {x, dy, dyq, sx, sinv, xqt};
+    for (size_t i = 0; i < 6; i++) fr_tensor_free(all[i]);
 #endif
 }
 
@@ -550,7 +557,7 @@ static CU_TestInfo tests[] = {
     {"y_dtype bfloat16: bf16 and fp8 recipes", test_y_bf16},
     {"empty dims and pad_multiple", test_empty_and_pad},
     {"NaN / Inf and refused scales", test_non_finite},
-    {"fp8 weight gradient from unpadded dYq: no scratch copy of the codes", test_dyq_scratch},
+    {"fp8 weight gradient from unpadded dYq, Xq^T: no scratch copy of the codes", test_dyq_scratch},
     CU_TEST_INFO_NULL,
 };
 

@@ -1,10 +1,11 @@
 /* The fp8 quantization kernels of the Linear family (ops/cuda/quantize.cu) byte for byte
  * against the CPU emulation (ops/linear.c), through the nodes that use them:
- *   - Linear with the saved Xq: X's codes (row-major, or in 128x1 blocks), their scale_inv,
- *     amax_x and amax_w;
+ *   - Linear with the saved Xq: X's codes (per tensor transposed, [K][M], written by the
+ *     pass that quantizes X for the forward GEMM; or in 128x1 blocks), their scale_inv, amax_x
+ *     and amax_w;
  *   - LinearGradData with dYq: dY's codes for its GEMM and, transposed [N][M], for the weight
  *     gradient (one read of dY), dYq_scale_inv, amax_dy;
- *   - LinearGradWeight from the saved Xq (its codes transposed) and dYq;
+ *   - LinearGradWeight from the saved Xq (per tensor as it is, padded where needed) and dYq;
  * for the per-tensor recipes (delayed: the amax reduced in the cast's pass; current: the amax
  * pass, then the cast) and the block recipe, on shapes with no dim a multiple of 16 (the
  * padded path), aligned shapes whose dims are not multiples of the 128x128 tiles, aligned
@@ -144,6 +145,11 @@ static int check(const qcase *c, const char *label)
     const double ftols[5] = {gt, 0, 0, 0, 0};
     snprintf(l2, sizeof l2, "%s Linear", label);
     ok &= run_cmp(&f, l2, fnames, ftols, NULL);
+    if (!blk && f.out[1]) { /* per tensor: the saved codes are X^T, [K, M] */
+        int shaped = f.out[1]->rank == 2 && f.out[1]->dims[0] == c->K && f.out[1]->dims[1] == c->M;
+        if (!shaped) fprintf(stderr, "\n  %s: saved Xq is not [K, M]\n", label);
+        ok &= shaped;
+    }
     if (!c->nonfinite && f.out[3]) { /* the reference itself: amax = max |x| */
         float got = ((const float *)f.out[3]->data)[0];
         if (got != ax) fprintf(stderr, "\n  %s: CPU amax_x %g, max |x| %g\n", label, (double)got, (double)ax);
@@ -165,7 +171,7 @@ static int check(const qcase *c, const char *label)
         snprintf(l2, sizeof l2, "%s LinearGradData(dYq)", label);
         ok &= run_cmp(&d, l2, dnames, dtols, NULL);
         if (!c->nonfinite && d.out[1]) ok &= ((const float *)d.out[1]->data)[0] == ay;
-        /* weight gradient from the saved Xq (transposed on the GPU) and dYq (as they are) */
+        /* weight gradient from the saved Xq^T and dYq (as they are) */
         if (f.out[1] && f.out[2] && d.out[2] && d.out[3] && !c->nonfinite) {
             fr_tensor *win[4] = {f.out[1], d.out[2], f.out[2], d.out[3]};
             tnode wg;

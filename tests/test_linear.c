@@ -287,14 +287,19 @@ static int check_case(const lcase *c, const char *label)
             ok = 0;
         }
     }
-    /* saved activation: per tensor = the forward's codes; block = 128x1 blocks along tokens */
+    /* saved activation: per tensor = the forward's codes transposed, [K, M]; block = 128x1
+     * blocks along tokens, X's shape */
     if (p == RP_FP8 && c->save_xq) {
         if (block)
             ref_operand(x, M, K, p, FR_F8E4M3, 128, 1, c->margin, NULL, xd2, xcodes, xsinv);
         const uint8_t *q = (const uint8_t *)T(g, t, L.xq);
         const float *s = T(g, t, L.xs);
+        const fr_value *qv = &g->values[L.xq];
         int64_t ns = block ? ((M + 127) / 128) * K : 1;
-        if ((M * K > 0 && memcmp(q, xcodes, (size_t)(M * K)) != 0) || (ns && memcmp(s, xsinv, (size_t)ns * 4) != 0)) {
+        int same = block ? qv->rank == c->rank : qv->rank == 2 && qv->dims[0] == K && qv->dims[1] == M;
+        for (int64_t m = 0; same && m < M; m++)
+            for (int64_t k = 0; same && k < K; k++) same = q[block ? m * K + k : k * M + m] == xcodes[m * K + k];
+        if (!same || (ns && memcmp(s, xsinv, (size_t)ns * 4) != 0)) {
             fprintf(stderr, "\n  %s: saved Xq / scale_inv differ from the reference\n", label);
             ok = 0;
         }
@@ -553,6 +558,19 @@ static void test_gradient_nodes(void)
     /* dY is quantized once: the data gradient hands its codes over, transposed [N, M] */
     CU_ASSERT_EQUAL(gw->inputs[1], gd->outputs[2]);
     CU_ASSERT_EQUAL(gw->inputs[3], gd->outputs[3]);
+    /* the saved X codes are transposed likewise, [K, M]; the weight gradient refuses others */
+    fr_value *xq = &g->values[L.xq];
+    int64_t M = g->values[gd->outputs[2]].dims[1], kt[2] = {c.K, M}, bad1[2] = {c.K, M + 1};
+    CU_ASSERT(xq->rank == 2 && xq->dims[0] == c.K && xq->dims[1] == M);
+    int gw_id = g->values[din[1]].producer;
+    const fr_value *xv = &g->values[L.x];
+    fr_value_set_shape(xq, FR_F8E4M3, xv->rank, xv->dims); /* X's shape: the block recipe's layout */
+    CU_ASSERT_EQUAL(fr_node_infer(g, gw_id), FR_ERR_SHAPE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "[K, tokens]"));
+    fr_value_set_shape(xq, FR_F8E4M3, 2, bad1);
+    CU_ASSERT_EQUAL(fr_node_infer(g, gw_id), FR_ERR_SHAPE);
+    fr_value_set_shape(xq, FR_F8E4M3, 2, kt);
+    FR_ASSERT_OK(fr_node_infer(g, gw_id));
     CU_ASSERT_EQUAL(g->values[gd->outputs[2]].dtype, FR_F8E5M2);
     CU_ASSERT_EQUAL(g->values[gd->outputs[2]].rank, 2);
     CU_ASSERT_EQUAL(g->values[gd->outputs[2]].dims[0], c.N);
@@ -600,7 +618,9 @@ static void test_errors(void)
     t = calloc((size_t)L.g->n_values, sizeof *t);
     FR_ASSERT_OK(fr_gc_run(L.g, t));
     CU_ASSERT(isnan(((float *)t[L.ax]->data)[0]));
-    CU_ASSERT_EQUAL(((uint8_t *)t[L.xq]->data)[5], FR_E4M3_NAN_CODE);
+    /* X[0][5] is the saved codes' [5][0] ([K, M]: transposed) */
+    CU_ASSERT_EQUAL(L.g->values[L.xq].rank, 2);
+    CU_ASSERT_EQUAL(((uint8_t *)t[L.xq]->data)[5 * L.g->values[L.xq].dims[1]], FR_E4M3_NAN_CODE);
     fr_gc_free_tensors(L.g, t);
     free(t);
     /* delayed without its scale inputs */

@@ -28,7 +28,7 @@ static int node(fr_graph *g, const char *op, const char *domain, const char *nam
 /* the graph of the tests: ids of its nodes */
 typedef struct tgraph {
     fr_graph *g;
-    int lin, view, add, wgrad, attn, attn_grad, attn_win, matmul, gemm;
+    int lin, view, add, wgrad, wgrad_t, attn, attn_grad, attn_win, matmul, gemm;
 } tgraph;
 
 static void build(tgraph *t)
@@ -53,6 +53,10 @@ static void build(tgraph *t)
     int dw = value(g, "dw", FR_F32, 2, (int64_t[]){64, 96});
     t->wgrad = node(g, "LinearGradWeight", "ai.fp8run", "wgrad", 3, (int[]){xq, s, xs}, 1, (int[]){dw});
     FR_ASSERT_OK(fr_node_set_attr_string(&g->nodes[t->wgrad], "precision", "fp8"));
+    /* the same from saved codes of K = 32 ([K, M] = [32][64]): dW [32][96] over 64 tokens */
+    int xq2 = value(g, "xq2", FR_F8E4M3, 2, (int64_t[]){32, 64}), dw2 = value(g, "dw2", FR_F32, 2, (int64_t[]){32, 96});
+    t->wgrad_t = node(g, "LinearGradWeight", "ai.fp8run", "wgrad_t", 3, (int[]){xq2, s, xs}, 1, (int[]){dw2});
+    FR_ASSERT_OK(fr_node_set_attr_string(&g->nodes[t->wgrad_t], "precision", "fp8"));
     /* causal attention: Q, K [2,3,8,16], V [2,3,8,32]: 6 heads, T = 8, D = 16, Dv = 32 */
     int q = value(g, "q", FR_BF16, 4, (int64_t[]){2, 3, 8, 16});
     int k = value(g, "k", FR_BF16, 4, (int64_t[]){2, 3, 8, 16});
@@ -105,6 +109,8 @@ static void test_costs(void)
     c = cost(&t, t.wgrad);
     CU_ASSERT_DOUBLE_EQUAL(c.flops, 2.0 * 64 * 96 * 64, 0);
     CU_ASSERT_DOUBLE_EQUAL(c.bytes, 4096 + 24576 + 4 + 24576, 0);
+    c = cost(&t, t.wgrad_t); /* tokens from dY, not from the codes' layout */
+    CU_ASSERT_DOUBLE_EQUAL(c.flops, 2.0 * 32 * 96 * 64, 0);
     /* causal T = 8: 36 pairs per head, 6 heads; forward 2 (D + Dv), backward 2 (3 D + 2 Dv) per pair */
     c = cost(&t, t.attn);
     CU_ASSERT_DOUBLE_EQUAL(c.flops, 2.0 * 6 * 36 * (16 + 32), 0);

@@ -10,7 +10,10 @@
  *         cuBLASLt's FP8 GEMM with the scale_inv of each operand: per tensor (delayed, current)
  *         or in blocks (block: 1x128 of X / dY along the contraction dim, 128x128 of W, 128x1
  *         along the tokens for the weight gradient: cuBLASLt's VEC128 / BLK128x128 modes).
- *         Forward E4M3 x E4M3, dX = dY (E5M2 in hybrid) x W (E4M3), dW = X^T (E4M3) x dY^T.
+ * *         Forward E4M3 x E4M3, dX = dY (E5M2 in hybrid) x W (E4M3), dW = X^T (E4M3) x dY^T.
+ *         Per tensor, one pass over X writes its GEMM's codes (scratch) and the saved Xq^T
+ *         [K][M], one over dY its codes and dYq [N][M]: the weight gradient multiplies both as
+ *         they are (a padded copy where M, N or K is not a multiple of 16).
  *         BF16/FP8 results are within 1e-2 of the CPU (same products, cuBLASLt's summation
  *         order instead of the CPU's fixed one; measured on an H100: bf16 ~3e-7, fp8 ~2e-4,
  *         the FP8 tensor cores' accumulation being the larger part). With ctx->fp8_fast_accum
@@ -47,32 +50,12 @@ extern "C" {
 #include "ops/linear.h"
 }
 
-/* ---- attributes (the CPU's read_cfg) ---- */
+/* ---- attributes: read as the CPU kernels read them (fr_lin_read_attrs, ops/linear.c) ---- */
 
-typedef struct lin_cfg {
-    int transB;
-    fr_lin_precision prec;
-    fr_lin_recipe recipe;
-    int dy_e5m2;
-    int margin;
-    int y_bf16;  /* Y written in bfloat16 (attribute y_dtype) */
-    int dx_bf16; /* dX written in bfloat16 (attribute dx_dtype) */
-} lin_cfg;
+typedef fr_lin_attrs lin_cfg;
 
-static fr_status read_cfg(const fr_node *n, lin_cfg *c)
-{
-    fr_lin_attrs a;
-    FR_TRY(fr_lin_read_attrs(n, &a)); /* ops/linear.c: the CPU kernels read the node the same way */
-    c->transB = a.transB;
-    c->prec = a.prec;
-    c->recipe = a.recipe;
-    c->dy_e5m2 = a.dy_fmt == FR_F8E5M2;
-    c->margin = a.margin;
-    c->y_bf16 = a.y_bf16;
-    c->dx_bf16 = a.dx_bf16;
-    return FR_OK;
-}
-
+static fr_status read_cfg(const fr_node *n, lin_cfg *c) { return fr_lin_read_attrs(n, c); }
+static int dy_e5m2(const lin_cfg *c) { return c->dy_fmt == FR_F8E5M2; }
 static int delayed(const lin_cfg *c) { return c->prec == FR_LIN_FP8 && c->recipe == FR_LIN_DELAYED; }
 static int blockwise(const lin_cfg *c) { return c->prec == FR_LIN_FP8 && c->recipe == FR_LIN_BLOCKWISE; }
 
@@ -110,12 +93,12 @@ static void plan_fp8(int64_t Mg, int64_t Ng, int64_t Kg, fr_gemm_scale ma, fr_ge
 
 typedef enum { OP_FWD, OP_DGRAD, OP_WGRAD } lin_op;
 
-/* The plan of op `op` with tokens M, input features K, output features N; dyq: the weight
- * gradient reads the data gradient's dY^T codes (no scratch for them unless padded).
+/* The plan of op `op` with tokens M, input features K, output features N; dyq / xqt: the weight
+ * gradient reads the handed-over dY^T / saved X^T codes (no scratch for them unless padded).
  * bf16: a_given / b_given: that operand's bf16 copy is a tensor of the node (an output it
  * rounds into, or a bf16 input), so it needs no scratch. w_kept: W's converted copy (the
  * operand b of the forward and the data gradient) lives in persistent memory (w_plan). */
-static void make_plan(lin_op op, const lin_cfg *c, int64_t M, int64_t N, int64_t K, int dyq, int a_given,
+static void make_plan(lin_op op, const lin_cfg *c, int64_t M, int64_t N, int64_t K, int dyq, int xqt, int a_given,
                       int b_given, int w_kept, lin_plan *p)
 {
     if (op == OP_WGRAD) w_kept = 0;
@@ -132,16 +115,17 @@ static void make_plan(lin_op op, const lin_cfg *c, int64_t M, int64_t N, int64_t
         p->a = take(&cur, a_given ? 0 : na * 2);
         p->b = take(&cur, b_given ? 0 : nb * 2);
     } else if (c->prec == FR_LIN_FP8) {
-        /* the weight gradient's handed-over dY^T codes are its operand as they are when unpadded */
+        /* the weight gradient's handed-over dY^T / X^T codes are its operands as they are when unpadded */
         const int dy_given = op == OP_WGRAD && dyq && Mp == M && Np == N;
+        const int x_given = op == OP_WGRAD && xqt && Mp == M && Kp == K;
         if (op == OP_FWD) /* Y [M][N] = X [M][K] . W [N][K]^T */
             plan_fp8(Mp, Np, Kp, vec, wmode, M, N, 0, w_kept, p, &cur);
         else if (op == OP_DGRAD) /* dX [M][K] = dY [M][N] . W [K][N]^T */
             plan_fp8(Mp, Kp, Np, vec, wmode, M, K, 0, w_kept, p, &cur);
         else if (!c->transB) /* dW [K][N] = X^T [K][M] . dY^T [N][M]^T */
-            plan_fp8(Kp, Np, Mp, vec, vec, K, N, 0, dy_given, p, &cur);
+            plan_fp8(Kp, Np, Mp, vec, vec, K, N, x_given, dy_given, p, &cur);
         else /* dW [N][K] = dY^T [N][M] . X^T [K][M]^T */
-            plan_fp8(Np, Kp, Mp, vec, vec, N, K, dy_given, 0, p, &cur);
+            plan_fp8(Np, Kp, Mp, vec, vec, N, K, dy_given, x_given, p, &cur);
     }
     p->total = cur;
 }
@@ -158,6 +142,8 @@ static int64_t last(int rank, const int64_t *dims) { return rank ? dims[rank - 1
 /* M, N, K of a node from the shapes of its inputs (graph values or tensors). */
 static int is_fp8_type(fr_dtype t) { return t == FR_F8E4M3 || t == FR_F8E5M2; }
 static int is_low_type(fr_dtype t) { return is_fp8_type(t) || t == FR_BF16; } /* a converted copy */
+/* a weight gradient's input 0 is the forward's saved per-tensor codes, X^T [K][M] */
+static int saved_t(const lin_cfg *c, fr_dtype x) { return x == FR_F8E4M3 && c->prec == FR_LIN_FP8 && !blockwise(c); }
 
 /* bf16: which GEMM operands (a, b in the plan's order) are tensors of the node already:
  * the forward's Xq output or bfloat16 X, the data gradient's dYq output or bfloat16 dY, the
@@ -174,14 +160,15 @@ static void bf16_given(lin_op op, const lin_cfg *c, int has_out, int x_bf16, int
 }
 
 static fr_status node_dims(lin_op op, const fr_node *n, const lin_cfg *c, int r0, const int64_t *d0, int r1,
-                           const int64_t *d1, int dyq, int64_t *M, int64_t *N, int64_t *K)
+                           const int64_t *d1, int dyq, int xqt, int64_t *M, int64_t *N, int64_t *K)
 {
     if (r0 < 1 || r1 < 1) return fr_node_error(n, FR_ERR_SHAPE, "inputs must have rank >= 1");
-    if (op == OP_WGRAD) { /* (Xs, dY [..., N]) or (Xs, dYq [N][M]) */
-        if (dyq && r1 != 2) return fr_node_error(n, FR_ERR_SHAPE, "the quantized output gradient must be 2-D");
+    if (op == OP_WGRAD) { /* (Xs [..., K] or Xq [K][M], dY [..., N]) or (Xs, dYq [N][M]) */
+        if ((dyq && r1 != 2) || (xqt && r0 != 2))
+            return fr_node_error(n, FR_ERR_SHAPE, "the quantized output gradient / saved input codes must be 2-D");
         *M = dyq ? d1[1] : lead(r1, d1);
         *N = dyq ? d1[0] : last(r1, d1);
-        *K = last(r0, d0);
+        *K = xqt ? d0[0] : last(r0, d0);
         return FR_OK;
     }
     if (r1 != 2) return fr_node_error(n, FR_ERR_SHAPE, "the weight must be 2-D");
@@ -244,7 +231,7 @@ static fr_status persist_of(lin_op op, const fr_graph *g, const fr_node *n, size
     if (!w_kept(op, g, n, &c)) return FR_OK;
     const fr_value *v0 = &g->values[n->inputs[0]], *v1 = &g->values[n->inputs[1]];
     int64_t M, N, K;
-    FR_TRY(node_dims(op, n, &c, v0->rank, v0->dims, v1->rank, v1->dims, 0, &M, &N, &K));
+    FR_TRY(node_dims(op, n, &c, v0->rank, v0->dims, v1->rank, v1->dims, 0, 0, &M, &N, &K));
     w_plan p;
     make_w_plan(op, &c, N, K, &p);
     *bytes = p.total;
@@ -262,13 +249,13 @@ static fr_status scratch_of(lin_op op, const fr_graph *g, const fr_node *n, size
         return fr_node_error(n, FR_ERR_GRAPH, "needs two inputs");
     const fr_value *v0 = &g->values[n->inputs[0]], *v1 = &g->values[n->inputs[1]];
     int64_t M, N, K;
-    int dyq = op == OP_WGRAD && is_fp8_type(v1->dtype);
-    FR_TRY(node_dims(op, n, &c, v0->rank, v0->dims, v1->rank, v1->dims, dyq, &M, &N, &K));
+    int dyq = op == OP_WGRAD && is_fp8_type(v1->dtype), xqt = op == OP_WGRAD && saved_t(&c, v0->dtype);
+    FR_TRY(node_dims(op, n, &c, v0->rank, v0->dims, v1->rank, v1->dims, dyq, xqt, &M, &N, &K));
     int out_slot = op == OP_FWD ? FR_LIN_OUT_XQ : 2, ga, gb;
     int has_out = op != OP_WGRAD && out_slot < n->n_outputs && n->outputs[out_slot] >= 0;
     bf16_given(op, &c, has_out, v0->dtype == FR_BF16, v1->dtype == FR_BF16, &ga, &gb);
     lin_plan p;
-    make_plan(op, &c, M, N, K, dyq, ga, gb, w_kept(op, g, n, &c), &p);
+    make_plan(op, &c, M, N, K, dyq, xqt, ga, gb, w_kept(op, g, n, &c), &p);
     *bytes = p.total;
     return FR_OK;
 }
@@ -308,13 +295,13 @@ static fr_status begin(lin_op op, const fr_cuda_kctx *k, lin_run *r)
     if (k->n_in < 2 || !k->in[0] || !k->in[1] || k->n_out < 1 || !k->out[0])
         return fr_node_error(r->n, FR_ERR_GRAPH, "needs its two inputs and its first output");
     const fr_tensor *a = k->in[0], *b = k->in[1];
-    int dyq = op == OP_WGRAD && is_fp8_type(b->dtype);
-    FR_TRY(node_dims(op, r->n, &r->c, a->rank, a->dims, b->rank, b->dims, dyq, &r->M, &r->N, &r->K));
+    int dyq = op == OP_WGRAD && is_fp8_type(b->dtype), xqt = op == OP_WGRAD && saved_t(&r->c, a->dtype);
+    FR_TRY(node_dims(op, r->n, &r->c, a->rank, a->dims, b->rank, b->dims, dyq, xqt, &r->M, &r->N, &r->K));
     int out_slot = op == OP_FWD ? FR_LIN_OUT_XQ : 2, ga, gb;
     int has_out = op != OP_WGRAD && out_slot < k->n_out && k->out[out_slot];
     bf16_given(op, &r->c, has_out, a->dtype == FR_BF16, b->dtype == FR_BF16, &ga, &gb);
     r->kept = w_kept(op, k->g, r->n, &r->c);
-    make_plan(op, &r->c, r->M, r->N, r->K, dyq, ga, gb, r->kept, &r->p);
+    make_plan(op, &r->c, r->M, r->N, r->K, dyq, xqt, ga, gb, r->kept, &r->p);
     if (r->p.total > k->scratch_bytes)
         return fr_node_error(r->n, FR_ERR_INTERNAL, "scratch of %zu bytes is smaller than the %zu planned",
                              k->scratch_bytes, r->p.total);
@@ -483,7 +470,7 @@ static fr_status w_prime(lin_op op, const fr_cuda_kctx *k)
     FR_TRY(read_cfg(r.n, &r.c));
     const fr_tensor *a = k->n_in > 0 ? k->in[0] : NULL, *w = k->n_in > 1 ? k->in[1] : NULL;
     if (!a || !w || !w->data) return fr_node_error(r.n, FR_ERR_GRAPH, "priming needs the node's weight");
-    FR_TRY(node_dims(op, r.n, &r.c, a->rank, a->dims, w->rank, w->dims, 0, &r.M, &r.N, &r.K));
+    FR_TRY(node_dims(op, r.n, &r.c, a->rank, a->dims, w->rank, w->dims, 0, 0, &r.M, &r.N, &r.K));
     if (!w_kept(op, k->g, r.n, &r.c) || w->dtype != FR_F32)
         return fr_node_error(r.n, FR_ERR_INTERNAL, "priming a node that keeps no float32 weight's copy");
     r.kept = 1;
@@ -589,10 +576,8 @@ static fr_status linear_run(const fr_cuda_kctx *k)
     const fr_tensor *sw = delayed(c) ? opt_in(k, FR_LIN_IN_SCALE_W) : NULL;
     FR_TRY(need_scale(&r, sx, "scale_x"));
     FR_TRY(need_scale(&r, sw, "scale_w"));
-    /* the saved Xq is the GEMM's own operand when no padding is needed */
-    int direct = xq && M == Mp && K == Kp && (uintptr_t)xq->data % 16 == 0;
-    if (direct) xop = (uint8_t *)xq->data;
-    FR_TRY(quant_tensor(&r, r.stats, 0, x, M, K, f, sx, 0, xop, xq && !direct ? (uint8_t *)xq->data : NULL, NULL,
+    /* one read of X: the GEMM's row-major codes (scratch) and, transposed, the saved Xq [K][M] */
+    FR_TRY(quant_tensor(&r, r.stats, 0, x, M, K, f, sx, 0, xop, NULL, xq ? (uint8_t *)xq->data : NULL,
                         ax ? (float *)ax->data : NULL, xs ? (float *)xs->data : NULL));
     FR_TRY(w_begin(&r, &conv));
     if (conv) {
@@ -641,7 +626,7 @@ static fr_status grad_data_run(const fr_cuda_kctx *k)
     FR_TRY(check_out(&r, ady, 1, 1, FR_F32, "amax_dy"));
     int64_t Mp = fr_q_pad16(M), Np = fr_q_pad16(N), Kp = fr_q_pad16(K);
     int64_t wr = w->dims[0], wc = w->dims[1];
-    fr_q_fmt fy = {c->dy_e5m2, c->margin}, fw = {0, c->margin};
+    fr_q_fmt fy = {dy_e5m2(c), c->margin}, fw = {0, c->margin};
     uint8_t *yop = (uint8_t *)(r.base + r.p.a), *wop = (uint8_t *)w_codes(&r);
     float *ysv = (float *)(r.base + r.p.sa), *wsv = w_sinv(&r);
     fr_q_stats *wst = w_stats(&r);
@@ -657,14 +642,14 @@ static fr_status grad_data_run(const fr_cuda_kctx *k)
         }
         FR_TRY(fr_q_rows128(r.s, r.n, q_src(dy), M, N, fy, yop, ysv, r.stats, 0));
         if (amax_out) FR_TRY(fr_q_finalize(r.s, r.n, r.stats, 0, NULL, 0, fy, amax_out, NULL));
-        return fp8_gemm(&r, Mp, Kp, Np, yop, c->dy_e5m2, ysv, FR_GEMM_SCALE_VEC128, wop, 0, wsv,
+        return fp8_gemm(&r, Mp, Kp, Np, yop, dy_e5m2(c), ysv, FR_GEMM_SCALE_VEC128, wop, 0, wsv,
                         FR_GEMM_SCALE_BLK128, dx, M, K, NULL);
     }
     const fr_tensor *sw = delayed(c) ? opt_in(k, 2) : NULL, *sdy = delayed(c) ? opt_in(k, 3) : NULL;
     FR_TRY(need_scale(&r, sw, "scale_w"));
     FR_TRY(need_scale(&r, sdy, "scale_dy"));
     if (dyq) {
-        FR_TRY(check_out(&r, dyq, N, M, c->dy_e5m2 ? FR_F8E5M2 : FR_F8E4M3, "dYq"));
+        FR_TRY(check_out(&r, dyq, N, M, dy_e5m2(c) ? FR_F8E5M2 : FR_F8E4M3, "dYq"));
         FR_TRY(check_out(&r, dyq_sinv, 1, 1, FR_F32, "dYq_scale_inv"));
     }
     /* one read of dY: the codes for this GEMM and, transposed, for the weight gradient's */
@@ -675,7 +660,7 @@ static fr_status grad_data_run(const fr_cuda_kctx *k)
         FR_TRY(quant_tensor(&r, wst, 1, w, wr, wc, fw, sw, c->transB, wop, NULL, NULL, NULL, NULL));
         w_end(&r);
     }
-    return fp8_gemm(&r, Mp, Kp, Np, yop, c->dy_e5m2, &r.stats->scale_inv[0][0], FR_GEMM_SCALE_TENSOR, wop, 0,
+    return fp8_gemm(&r, Mp, Kp, Np, yop, dy_e5m2(c), &r.stats->scale_inv[0][0], FR_GEMM_SCALE_TENSOR, wop, 0,
                     &wst->scale_inv[1][0], FR_GEMM_SCALE_TENSOR, dx, M, K, NULL);
 }
 
@@ -709,9 +694,9 @@ static fr_status grad_weight_run(const fr_cuda_kctx *k)
     if (dyq && (c->prec != FR_LIN_FP8 || blockwise(c) || ady))
         return fr_node_error(r.n, FR_ERR_UNSUPPORTED, "a quantized output gradient needs a per-tensor fp8 recipe "
                              "(and no amax_dy output)");
-    if (dyq && dy->dtype != (c->dy_e5m2 ? FR_F8E5M2 : FR_F8E4M3)) /* the GEMM reads the codes in that format */
+    if (dyq && dy->dtype != (dy_e5m2(c) ? FR_F8E5M2 : FR_F8E4M3)) /* the GEMM reads the codes in that format */
         return fr_node_error(r.n, FR_ERR_UNSUPPORTED, "the quantized output gradient (input 1) is %s, the node's dY "
-                             "format %s", fr_dtype_name(dy->dtype), fr_dtype_name(c->dy_e5m2 ? FR_F8E5M2 : FR_F8E4M3));
+                             "format %s", fr_dtype_name(dy->dtype), fr_dtype_name(dy_e5m2(c) ? FR_F8E5M2 : FR_F8E4M3));
     int saved = xs->dtype == FR_F8E4M3;
     if (saved && c->prec != FR_LIN_FP8)
         return fr_node_error(r.n, FR_ERR_UNSUPPORTED, "a saved float8e4m3fn input needs fp8 precision");
@@ -733,7 +718,7 @@ static fr_status grad_weight_run(const fr_cuda_kctx *k)
     }
     FR_TRY(check_out(&r, ady, 1, 1, FR_F32, "amax_dy"));
     int64_t Mp = fr_q_pad16(M), Np = fr_q_pad16(N), Kp = fr_q_pad16(K);
-    fr_q_fmt fx = {0, c->margin}, fy = {c->dy_e5m2, c->margin};
+    fr_q_fmt fx = {0, c->margin}, fy = {dy_e5m2(c), c->margin};
     /* operand buffers: X^T [Kp][Mp], dY^T [Np][Mp] (the plan's a/b follow the GEMM's order) */
     uint8_t *xop = (uint8_t *)(r.base + (tb ? r.p.b : r.p.a)), *yop = (uint8_t *)(r.base + (tb ? r.p.a : r.p.b));
     float *xsv = (float *)(r.base + (tb ? r.p.sb : r.p.sa)), *ysv = (float *)(r.base + (tb ? r.p.sa : r.p.sb));
@@ -744,7 +729,12 @@ static fr_status grad_weight_run(const fr_cuda_kctx *k)
         int64_t want = blockwise(c) ? fr_q_cdiv(M, 128) * K : 1;
         if (!s2 || s2->dtype != FR_F32 || fr_tensor_numel(s2) != want)
             return fr_node_error(r.n, FR_ERR_SHAPE, "the saved input needs its scale_inv as input 2");
-        FR_TRY(fr_q_transpose_codes(r.s, r.n, (const uint8_t *)xs->data, M, K, xop));
+        if (blockwise(c)) /* X's shape [M][K]: transposed here */
+            FR_TRY(fr_q_transpose_codes(r.s, r.n, (const uint8_t *)xs->data, M, K, xop));
+        else if (Mp == M && Kp == K) /* X^T [K][M] as the forward saved it: the operand itself (no scratch planned) */
+            xop = (uint8_t *)xs->data;
+        else
+            FR_TRY(fr_q_pad_codes(r.s, r.n, (const uint8_t *)xs->data, K, M, xop));
     }
     if (blockwise(c)) {
         mode = FR_GEMM_SCALE_VEC128;
@@ -783,8 +773,8 @@ static fr_status grad_weight_run(const fr_cuda_kctx *k)
         }
     }
     if (tb)
-        return fp8_gemm(&r, Np, Kp, Mp, yop, c->dy_e5m2, y_sinv, mode, xop, 0, x_sinv, mode, dw, N, K, NULL);
-    return fp8_gemm(&r, Kp, Np, Mp, xop, 0, x_sinv, mode, yop, c->dy_e5m2, y_sinv, mode, dw, K, N, NULL);
+        return fp8_gemm(&r, Np, Kp, Mp, yop, dy_e5m2(c), y_sinv, mode, xop, 0, x_sinv, mode, dw, N, K, NULL);
+    return fp8_gemm(&r, Kp, Np, Mp, xop, 0, x_sinv, mode, yop, dy_e5m2(c), y_sinv, mode, dw, K, N, NULL);
 }
 
 extern "C" const fr_cuda_kernel_def fr_cuda_kernels_linear[] = {

@@ -76,8 +76,8 @@ FR_NODISCARD fr_status fr_q_finalize(cudaStream_t s, const fr_node *n, fr_q_stat
 
 /* Per-tensor quantization of src [R][C] (row-major) with *scale into the padded dst:
  * [Rp][Cp], or its transpose [Cp][Rp] when trans. dense (optional): the codes again as
- * [R][C]; dense_t (optional, with trans = 0): the codes transposed, unpadded [C][R] (dY for
- * the weight gradient, made by the data gradient). amax_slot >= 0: also accumulates the amax
+ * [R][C]; dense_t (optional, with trans = 0): the codes transposed, unpadded [C][R] (the
+ * weight gradient's operands: the forward's saved Xq, the data gradient's dYq). amax_slot >= 0: also accumulates the amax
  * of src into st (the delayed recipe's single pass). Unpadded, 16-byte aligned operands with
  * a transposed layout take one read of src through 128x128 tiles (16-byte loads and stores);
  * the rest goes through 32x32 tiles. */
@@ -85,8 +85,8 @@ FR_NODISCARD fr_status fr_q_tensor(cudaStream_t s, const fr_node *n, fr_q_src sr
                       const float *scale, fr_q_fmt f, int trans, uint8_t *dst, uint8_t *dense,
                       uint8_t *dense_t, fr_q_stats *st, int amax_slot);
 
-/* Already-quantized codes [R][C] -> padded transpose [Cp][Rp] (the saved Xq for the weight
- * gradient). */
+/* Already-quantized codes [R][C] -> padded transpose [Cp][Rp] (the block recipe's saved Xq for
+ * the weight gradient). */
 FR_NODISCARD fr_status fr_q_transpose_codes(cudaStream_t s, const fr_node *n, const uint8_t *src, int64_t R, int64_t C,
                                uint8_t *dst);
 
