@@ -502,11 +502,12 @@ typedef struct fp8run_train_config {
     int fuse_rmsnorm;            /* 1 (default): each RMSNorm an exporter wrote out (Pow/ReduceMean/
                                     Add/Sqrt/Reciprocal/Mul, Rsqrt, Gemma's 1 + w) becomes one
                                     ai.fp8run::RMSNormalization node; 0 keeps the ops */
-    int narrow_activations;      /* 1 (default): in bf16/fp8 precision a Linear read only by the
-                                    fused SwiGLU (the gate/up projection) or the fused attention
-                                    (the Q/K/V projection) writes bfloat16, as
-                                    autocast does (half the bytes written, read and saved);
-                                    0 keeps float32 */
+    int narrow_activations;      /* 1 (default): in bf16/fp8 precision the activations and
+                                    gradients only the bf16/fp8 Linears and the fused ops read
+                                    (norm outputs, projections, SwiGLU, attention O, logits and
+                                    their gradients) are written in bfloat16, as autocast does
+                                    (half the bytes written, read and saved); the residual
+                                    stream stays float32; 0 keeps everything float32 */
     int deterministic;           /* 1: on a GPU, a run repeats bit for bit: cuDNN's attention runs
                                     only through engines without CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC
                                     (its dP-workspace backward; fp8run's kernels for a node no such
