@@ -8,7 +8,9 @@
  *  - nothing of it in fp32 precision or with --no-narrow-activations;
  *  - a producer output also read by something else than a bf16/fp8 Linear stays float32;
  *  - training: fp8 and bf16 losses with and without narrowing agree within what bf16 rounding
- *    of the activations explains (the first step) and both runs train. */
+ *    of the activations explains (the first step) and both runs train;
+ *  - the dynamo exports of Llama, Gemma and GPT-2: what is narrowed, and fp8 training with and
+ *    without it. */
 #include <math.h>
 #include <string.h>
 
@@ -223,6 +225,40 @@ static void test_losses(void)
     losses("bf16");
 }
 
+/* What users bring: the dynamo exports narrow the same producers (Llama, Gemma: 8 per layer;
+ * GPT-2, LayerNorm and biased projections: only AttentionQKV's O) and train in fp8 with and
+ * without narrowing to the same losses within what the rounding explains */
+static void test_hf_exports(void)
+{
+    static const struct {
+        const char *dir;
+        int narrowed; /* the forward pass's count over the fixtures' 2 layers */
+    } fx[] = {{"llama_op18_static", 16}, {"gemma_op18_static", 16}, {"gpt2_op18_static", 2}};
+    for (size_t i = 0; i < sizeof fx / sizeof fx[0]; i++) {
+        fr_graph *g = fr_ft_open_hf(fx[i].dir);
+        fr_train_options o;
+        fr_ft_hf_train_options(&o);
+        o.precision = "fp8";
+        fr_trainer *t = NULL;
+        FR_ASSERT_OK(fr_trainer_new(g, &o, &t));
+        int n = -1;
+        for (int k = 0; k < t->passes.n; k++)
+            if (strcmp(t->passes.pass[k].name, "narrow_activations") == 0) n = t->passes.pass[k].changed;
+        if (n != fx[i].narrowed) printf("\n  %s: %d narrowed, want %d", fx[i].dir, n, fx[i].narrowed);
+        CU_ASSERT_EQUAL(n, fx[i].narrowed);
+        fr_trainer_free(t);
+        double on[FR_FT_STEPS], off[FR_FT_STEPS];
+        fr_ft_train_losses(g, &o, on, NULL);
+        o.narrow_activations = 0;
+        fr_ft_train_losses(g, &o, off, NULL);
+        printf("\n  %s fp8: loss 0 %.6f vs %.6f, loss %d %.6f vs %.6f", fx[i].dir, on[0], off[0], FR_FT_STEPS - 1,
+               on[FR_FT_STEPS - 1], off[FR_FT_STEPS - 1]);
+        CU_ASSERT(fabs(on[0] - off[0]) <= 2e-3 * fabs(off[0]));
+        fr_ft_expect_same_losses(fx[i].dir, on, off, 5e-2);
+        fr_graph_free(g);
+    }
+}
+
 int main(void)
 {
     CU_TestInfo tests[] = {
@@ -230,6 +266,7 @@ int main(void)
         {"a producer output read by a graph output stays float32", test_other_reader},
         {"SoftmaxCrossEntropy(Grad) on bf16 logits == float32; dx_dtype == rounding", test_loss_head_bf16},
         {"fp8 and bf16 training with and without narrowing", test_losses},
+        {"dynamo HF exports: the producers narrowed, fp8 losses with and without", test_hf_exports},
         CU_TEST_INFO_NULL,
     };
     CU_SuiteInfo suites[] = {{"narrow_gradients", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
