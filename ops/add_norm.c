@@ -70,11 +70,9 @@ static fr_status check_x(const fr_node *n, const fr_value *x, const char *what, 
 /* Y's dtype from the attribute y_dtype */
 static fr_status y_dtype_of(const fr_node *n, fr_dtype *dt)
 {
-    const char *s;
-    FR_TRY(fr_node_attr_string(n, "y_dtype", "float32", &s));
-    if (strcmp(s, "float32") != 0 && strcmp(s, "bfloat16") != 0)
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "y_dtype '%s' is not one of float32, bfloat16", s);
-    *dt = strcmp(s, "bfloat16") == 0 ? FR_BF16 : FR_F32;
+    int bf16;
+    FR_TRY(fr_attr_bf16(n, "y_dtype", &bf16));
+    *dt = bf16 ? FR_BF16 : FR_F32;
     return FR_OK;
 }
 

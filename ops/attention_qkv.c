@@ -210,14 +210,12 @@ static fr_status read_geo(const fr_node *n, const fr_tensor *x, const fr_tensor 
  * "bfloat16") when the op computes in dt: dt itself, or bfloat16 (only from float32). */
 fr_status fr_attn_qkv_out_dtype(const fr_node *n, const char *attr, fr_dtype dt, fr_dtype *out)
 {
-    const char *v;
-    FR_TRY(fr_node_attr_string(n, attr, "float32", &v));
-    if (strcmp(v, "float32") == 0) {
+    int bf16;
+    FR_TRY(fr_attr_bf16(n, attr, &bf16));
+    if (!bf16) {
         *out = dt;
         return FR_OK;
     }
-    if (strcmp(v, "bfloat16") != 0)
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "%s '%s' is not one of float32, bfloat16", attr, v);
     if (dt != FR_F32)
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "%s bfloat16 needs a float32 computation (X float32 or "
                              "bfloat16; it computes in %s)", attr, fr_dtype_name(dt));

@@ -52,10 +52,10 @@ typedef fr_lin_attrs lin_cfg;
 fr_status fr_lin_read_attrs(const fr_node *n, fr_lin_attrs *c)
 {
     int64_t tb, margin, pad;
-    const char *prec, *recipe, *fmt, *ydt, *dxdt;
+    const char *prec, *recipe, *fmt;
     FR_TRY(fr_node_attr_int(n, "transB", 0, &tb));
-    FR_TRY(fr_node_attr_string(n, "y_dtype", "float32", &ydt));
-    FR_TRY(fr_node_attr_string(n, "dx_dtype", "float32", &dxdt));
+    FR_TRY(fr_attr_bf16(n, "y_dtype", &c->y_bf16));
+    FR_TRY(fr_attr_bf16(n, "dx_dtype", &c->dx_bf16));
     FR_TRY(fr_node_attr_string(n, "precision", "fp32", &prec));
     FR_TRY(fr_node_attr_string(n, "recipe", "delayed", &recipe));
     FR_TRY(fr_node_attr_string(n, "fp8_format", "hybrid", &fmt));
@@ -75,14 +75,8 @@ fr_status fr_lin_read_attrs(const fr_node *n, fr_lin_attrs *c)
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "margin %lld is outside [-64, 64]", (long long)margin);
     if (pad < 1 || pad > 4096)
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "pad_multiple %lld is outside [1, 4096]", (long long)pad);
-    if (strcmp(ydt, "float32") != 0 && strcmp(ydt, "bfloat16") != 0)
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "y_dtype '%s' is not one of float32, bfloat16", ydt);
-    c->y_bf16 = strcmp(ydt, "bfloat16") == 0;
     if (c->y_bf16 && c->prec == FR_LIN_FP32)
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "y_dtype bfloat16 needs precision bf16 or fp8 (precision is fp32)");
-    if (strcmp(dxdt, "float32") != 0 && strcmp(dxdt, "bfloat16") != 0)
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "dx_dtype '%s' is not one of float32, bfloat16", dxdt);
-    c->dx_bf16 = strcmp(dxdt, "bfloat16") == 0;
     if (c->dx_bf16 && c->prec == FR_LIN_FP32)
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "dx_dtype bfloat16 needs precision bf16 or fp8 (precision is fp32)");
     c->transB = (int)tb;

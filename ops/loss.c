@@ -68,11 +68,7 @@ fr_dtype fr_ce_dtype(fr_dtype logits) { return logits == FR_BF16 ? FR_F32 : logi
 
 fr_status fr_ce_dx_bf16(const fr_node *n, fr_dtype logits, int *bf16)
 {
-    const char *s;
-    FR_TRY(fr_node_attr_string(n, "dx_dtype", "float32", &s));
-    *bf16 = strcmp(s, "bfloat16") == 0;
-    if (!*bf16 && strcmp(s, "float32") != 0)
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "dx_dtype '%s' is not float32 or bfloat16", s);
+    FR_TRY(fr_attr_bf16(n, "dx_dtype", bf16));
     if (*bf16 && logits == FR_F64)
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "dx_dtype bfloat16 needs float32 or bfloat16 logits (float64)");
     return FR_OK;

@@ -131,6 +131,10 @@ void fr_store_acc(fr_tensor *y, const double *acc, int64_t n);
 
 /* Infer-time check that a value's dtype can be held in a tensor (`what` names it). */
 FR_NODISCARD fr_status fr_holdable(const fr_node *n, const char *what, fr_dtype dt);
+/* An output-dtype attribute (y_dtype, o_dtype, dx_dtype: "float32", the default, or
+ * "bfloat16", passes/narrow_activations.h): *bf16 = 1 for "bfloat16"; another value is an
+ * error naming the node and the attribute. What bfloat16 needs of the op is the op's check. */
+FR_NODISCARD fr_status fr_attr_bf16(const fr_node *n, const char *attr, int *bf16);
 /* Kernel-side check that the executor handed an output of the dtype and shape that infer()
  * gave (y may be NULL: missing). Shared by the CPU kernels and the CUDA launchers. */
 FR_NODISCARD fr_status fr_check_out(const fr_node *n, const fr_tensor *y, fr_dtype dt, int rank,

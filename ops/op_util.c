@@ -172,6 +172,16 @@ fr_status fr_holdable(const fr_node *n, const char *what, fr_dtype dt)
     return FR_OK;
 }
 
+fr_status fr_attr_bf16(const fr_node *n, const char *attr, int *bf16)
+{
+    const char *s;
+    FR_TRY(fr_node_attr_string(n, attr, "float32", &s));
+    *bf16 = strcmp(s, "bfloat16") == 0;
+    if (!*bf16 && strcmp(s, "float32") != 0)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "%s '%s' is not one of float32, bfloat16", attr, s);
+    return FR_OK;
+}
+
 fr_status fr_check_out(const fr_node *n, const fr_tensor *y, fr_dtype dt, int rank,
                        const int64_t *dims)
 {

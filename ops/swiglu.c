@@ -47,11 +47,10 @@ fr_status fr_swiglu_geometry(const fr_graph *g, const fr_node *n, int grad, fr_s
         if (is_dy) geo->dy_dtype = y->dtype;
     }
     /* y_dtype / dx_dtype: the outputs narrowed to bfloat16 */
-    const char *attr = grad ? "dx_dtype" : "y_dtype", *odt;
-    FR_TRY(fr_node_attr_string(n, attr, "float32", &odt));
-    if (strcmp(odt, "float32") != 0 && strcmp(odt, "bfloat16") != 0)
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "%s '%s' is not one of float32, bfloat16", attr, odt);
-    geo->out_dtype = strcmp(odt, "bfloat16") == 0 ? FR_BF16 : geo->math;
+    const char *attr = grad ? "dx_dtype" : "y_dtype";
+    int bf16;
+    FR_TRY(fr_attr_bf16(n, attr, &bf16));
+    geo->out_dtype = bf16 ? FR_BF16 : geo->math;
     if (geo->out_dtype == FR_BF16 && geo->math != FR_F32)
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "%s bfloat16 needs float32 or bfloat16 inputs ('%s' is %s)", attr,
                              x->name, fr_dtype_name(x->dtype));

@@ -34,20 +34,21 @@ int fr_narrow_readers_all(const fr_graph *g, int v, fr_narrow_reader_fn ok)
     return seen;
 }
 
-/* The Linear producing v when it may write bfloat16 for swiglu, v's only reader; else NULL. */
+int fr_narrow_linear_y(const fr_node *n)
+{
+    fr_lin_attrs a;
+    return is_op(n, "Linear") && !(n->n_inputs > FR_LIN_IN_B && n->inputs[FR_LIN_IN_B] >= 0) &&
+           fr_lin_read_attrs(n, &a) == FR_OK && a.prec != FR_LIN_FP32 && !a.y_bf16;
+}
+
+/* The Linear producing v when it may write bfloat16 for reader, v's only reader; else NULL. */
 static fr_node *narrowable(const fr_readers *r, int v, const fr_node *reader)
 {
     fr_graph *g = r->g;
     const fr_value *val = &g->values[v];
     if (val->dtype != FR_F32 || (val->flags & FR_VAL_OUTPUT) || fr_sole_reader(r, v) != reader) return NULL;
     const fr_node *p = fr_live_producer(g, v);
-    if (!p || strcmp(p->op_type, "Linear") != 0 || strcmp(p->domain, FR_DOMAIN_FP8RUN) != 0 ||
-        p->outputs[FR_LIN_OUT_Y] != v)
-        return NULL;
-    if (p->n_inputs > FR_LIN_IN_B && p->inputs[FR_LIN_IN_B] >= 0) return NULL; /* a bias: Y stays float32 */
-    fr_lin_attrs a;
-    if (fr_lin_read_attrs(p, &a) != FR_OK || a.prec == FR_LIN_FP32 || a.y_bf16) return NULL;
-    return (fr_node *)p;
+    return p && p->outputs[FR_LIN_OUT_Y] == v && fr_narrow_linear_y(p) ? (fr_node *)p : NULL;
 }
 
 static fr_status mark(fr_graph *g, fr_node *n, const char *attr, int out, int *count)
@@ -111,11 +112,7 @@ static fr_status narrow_producers(fr_graph *g, int *count)
     }
     for (int i = 0; i < g->n_nodes; i++) {
         fr_node *n = &g->nodes[i];
-        fr_lin_attrs a;
-        if (!is_op(n, "Linear") || (n->n_inputs > FR_LIN_IN_B && n->inputs[FR_LIN_IN_B] >= 0) ||
-            fr_lin_read_attrs(n, &a) != FR_OK || a.prec == FR_LIN_FP32 || a.y_bf16)
-            continue;
-        if (fr_narrow_readers_all(g, n->outputs[FR_LIN_OUT_Y], add_norm_branch))
+        if (fr_narrow_linear_y(n) && fr_narrow_readers_all(g, n->outputs[FR_LIN_OUT_Y], add_norm_branch))
             FR_TRY(mark(g, n, "y_dtype", FR_LIN_OUT_Y, count));
     }
     return FR_OK;

@@ -35,6 +35,8 @@ FR_NODISCARD fr_status fr_narrow_activations(fr_graph *g, int *count);
 /* Shared with passes/narrow_gradients.c: n is a live ai.fp8run `op` node (Linear,
  * LinearGradData, LinearGradWeight) in bf16 or fp8 precision. */
 int fr_narrow_lowp_linear(const fr_node *n, const char *op);
+/* n is a live bias-free bf16/fp8 Linear whose Y is still float32 (a bias keeps Y float32). */
+int fr_narrow_linear_y(const fr_node *n);
 /* reader(n, slot): may input `slot` of node n read the value in bfloat16? */
 typedef int (*fr_narrow_reader_fn)(const fr_node *n, int slot);
 /* v is float32, no graph output, has at least one reader and every live reader's slot passes ok. */

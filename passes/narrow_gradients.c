@@ -70,11 +70,9 @@ fr_status fr_narrow_gradients(fr_graph *g, int *count)
     for (int i = 0; i < g->n_nodes; i++) {
         fr_node *n = &g->nodes[i];
         int ok = 0;
-        if (fr_narrow_lowp_linear(n, "Linear") && !(n->n_inputs > 2 && n->inputs[2] >= 0)) {
+        if (is_op(n, "Linear")) {
             /* the LM head: logits only the loss head reads (its gradient too, below) */
-            const char *ydt = NULL;
-            FR_TRY(fr_node_attr_string(n, "y_dtype", "float32", &ydt));
-            if (strcmp(ydt, "float32") == 0 && fr_narrow_readers_all(g, n->outputs[0], loss_logits)) {
+            if (fr_narrow_linear_y(n) && fr_narrow_readers_all(g, n->outputs[0], loss_logits)) {
                 FR_TRY(fr_node_set_attr_string(n, "y_dtype", "bfloat16"));
                 g->values[n->outputs[0]].dtype = FR_BF16;
                 (*count)++;

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/bf16_check.h"
 #include "tests/gpu_harness.h"
 
 #define TOL_F32 2e-6
@@ -273,12 +274,7 @@ static void test_cross_entropy_bf16(void)
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int rank = shapes[s].r;
         const int64_t *d = shapes[s].d, V = d[rank - 1];
-        fr_tensor *lf = tt_randn(&r, FR_F32, rank, d, 0.0, 3.0), *lb = tt_new(FR_BF16, rank, d);
-        for (int64_t i = 0; i < fr_tensor_numel(lf); i++) {
-            const uint16_t h = fr_f32_to_bf16(((float *)lf->data)[i]);
-            ((uint16_t *)lb->data)[i] = h;
-            ((float *)lf->data)[i] = fr_bf16_to_f32(h);
-        }
+        fr_tensor *lf = tt_randn(&r, FR_F32, rank, d, 0.0, 3.0), *lb = bc_bf16_pair(lf); /* lf: lb's twin */
         fr_tensor *lab = tt_new(FR_I64, rank - 1, d), *dl = tt_scalar(FR_F32, 0.5 + fr_rng_uniform(&r));
         for (int64_t i = 0; i < fr_tensor_numel(lab); i++)
             tt_set(lab, i, fr_rng_uniform(&r) < 0.1 ? -100.0 : (double)tt_rand_int(&r, 0, V - 1));
@@ -301,8 +297,7 @@ static void test_cross_entropy_bf16(void)
         int64_t off = 0;
         for (int k = 4; k < 6; k++) {
             CU_ASSERT_EQUAL_FATAL(out[k][0]->dtype, FR_BF16);
-            for (int64_t i = 0; i < n; i++)
-                off += ((const uint16_t *)out[k][0]->data)[i] != fr_f32_to_bf16(((const float *)out[2][0]->data)[i]);
+            off += bc_round_diff("bf16 dlogits", out[k][0], out[2][0], NULL);
         }
         if (!same_loss || !same_dx || off)
             printf("\n  logits %s: bf16 loss %s, bf16-logit dlogits %s, %lld bf16 dlogits differ from the rounding", sh,
