@@ -1,0 +1,171 @@
+"""fp8run prepare --sft (python/fp8run/sft.py through prepare.py): chat data rendered and masked
+exactly as transformers' apply_chat_template(..., return_assistant_tokens_mask=True) does, on
+the tiny real tokenizer of tests/fixtures/sft (expected ids written by tools/gen_sft_fixture.py
+with transformers); prompt/completion lines; bad lines, long examples, the split; the byte-level
+form. Tests that need `tokenizers` and jinja2 skip, saying so, without them. With FP8RUN_CLI
+set, `fp8run prepare --sft --tokenizer bytes` (C, no Python) must write the same bytes."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIX = os.path.normpath(os.path.join(HERE, "..", "..", "tests", "fixtures", "sft"))
+
+
+def _load(name, file):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, "..", "fp8run", file))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+prep = _load("fp8run_prepare", "prepare.py")
+sft = _load("fp8run_sft", "sft.py")
+CLI = os.environ.get("FP8RUN_CLI")
+try:
+    import tokenizers  # noqa: F401
+    import jinja2  # noqa: F401
+    HAVE_HF = True
+except ImportError:
+    HAVE_HF = False
+TOK = os.path.join(FIX, "tokenizer.json")
+
+
+class Base(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.d = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def p(self, name):
+        return os.path.join(self.d, name)
+
+    def jsonl(self, name, records, raw_lines=()):
+        path = self.p(name)
+        with open(path, "w", encoding="utf-8") as f:
+            for r in records:
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+            for line in raw_lines:
+                f.write(line + "\n")
+        return path
+
+
+@unittest.skipUnless(HAVE_HF, "needs the Python packages tokenizers and jinja2 (pip install tokenizers jinja2)")
+class TestChatTemplate(Base):
+    def expected(self):
+        with open(os.path.join(FIX, "expected.json")) as f:
+            return json.load(f)["examples"]
+
+    def check(self, chat_template):
+        r = prep.prepare(os.path.join(FIX, "chat.jsonl"), self.p("s.bin"), TOK, sft=True, chat_template=chat_template)
+        got = sft.read_sft(self.p("s.bin"))["examples"]
+        want = self.expected()
+        self.assertEqual(len(got), len(want))
+        for i, ((ids, tgt), e) in enumerate(zip(got, want)):
+            self.assertEqual(ids, e["input_ids"], "example %d" % i)
+            self.assertEqual(e["assistant_masks"][0], 0)  # a BOS: nothing to predict it from
+            self.assertEqual(tgt, e["assistant_masks"], "example %d" % i)
+        self.assertEqual(r["target_tokens"], sum(sum(e["assistant_masks"]) for e in want))
+        self.assertEqual(r["tokens"], sum(len(e["input_ids"]) for e in want))
+
+    def test_generation_blocks_match_transformers(self):
+        self.check(None)  # tokenizer_config.json's template, with {% generation %} blocks
+
+    def test_prefix_spans_match_transformers(self):
+        self.check(os.path.join(FIX, "plain_template.jinja"))  # no blocks: spans from prefixes
+
+    def test_train_on_prompt_and_prompt_completion(self):
+        prep.prepare(os.path.join(FIX, "chat.jsonl"), self.p("a.bin"), TOK, sft=True, train_on_prompt=True)
+        for ids, tgt in sft.read_sft(self.p("a.bin"))["examples"]:
+            self.assertEqual(tgt, [0] + [1] * (len(ids) - 1))
+        tk = tokenizers.Tokenizer.from_file(TOK)
+        path = self.jsonl("pc.jsonl", [{"prompt": "What is the capital of France?", "completion": " Paris."}])
+        r = prep.prepare(path, self.p("pc.bin"), TOK, sft=True)
+        (ids, tgt), = sft.read_sft(self.p("pc.bin"))["examples"]
+        p = tk.encode("What is the capital of France?").ids
+        c = tk.encode(" Paris.", add_special_tokens=False).ids
+        eos = tk.token_to_id("<|endoftext|>")
+        self.assertEqual(ids, p + c + [eos])
+        self.assertEqual(tgt, [0] * len(p) + [1] * (len(c) + 1))
+        self.assertEqual(r["eos"], eos)
+
+    def test_template_errors_name_the_line(self):
+        bad = self.p("raise.jinja")
+        with open(bad, "w") as f:
+            f.write("{% if messages[0]['role'] == 'system' %}{{ raise_exception('no system role') }}{% endif %}x")
+        path = self.jsonl("c.jsonl", [{"messages": [{"role": "user", "content": "a"}]},
+                                      {"messages": [{"role": "system", "content": "a"}]}])
+        with self.assertRaisesRegex(prep.PrepareError, r"c\.jsonl:2: the chat template failed: no system role"):
+            prep.prepare(path, self.p("o.bin"), TOK, sft=True, chat_template=bad, train_on_prompt=True)
+
+
+class TestBytes(Base):
+    def test_prompt_completion_and_messages(self):
+        path = self.jsonl("d.jsonl", [{"prompt": "Q: 2+2?\n", "completion": "A: 4"},
+                                      {"messages": [{"role": "user", "content": "hé"},
+                                                    {"role": "assistant", "content": "ok"}]},
+                                      {"messages": [{"role": "assistant", "content": "x"},
+                                                    {"role": "user", "content": "y"}]}])
+        r = prep.prepare(path, self.p("b.bin"), "bytes", sft=True)
+        f = sft.read_sft(self.p("b.bin"))
+        self.assertEqual((f["vocab_size"], f["eos"], f["width"]), (256, 0, 2))
+        (i0, t0), (i1, t1), (i2, t2) = f["examples"]
+        self.assertEqual(bytes(i0), b"Q: 2+2?\nA: 4\0")
+        self.assertEqual(t0, [0] * 8 + [1] * 5)
+        self.assertEqual(bytes(i1), "user: hé\nassistant: ok\n\0".encode())
+        self.assertEqual(t1, [0] * 21 + [1] * 4)
+        self.assertEqual(bytes(i2), b"assistant: x\nuser: y\n\0")
+        self.assertEqual(t2, [0] * 11 + [1] * 2 + [0] * 9)
+        self.assertEqual(r["target_tokens"], 5 + 4 + 2)
+        self.cli_same(["--sft", "--tokenizer", "bytes", path, "-o", self.p("b.bin")], [self.p("b.bin")])
+
+    def test_bad_lines_long_examples_split(self):
+        good = [{"prompt": "p" * k, "completion": "c" * k} for k in range(1, 9)]
+        raw = ["{not json", json.dumps({"prompt": 1, "completion": "x"}), json.dumps({"messages": []}), ""]
+        path = self.jsonl("d.jsonl", good, raw)
+        with self.assertRaisesRegex(prep.PrepareError, r"d\.jsonl:9: not JSON"):
+            prep.prepare(path, self.p("o.bin"), "bytes", sft=True)
+        # k + k + 1 tokens: seq 8 holds 9: k <= 4 fit, 5..8 are truncated (or dropped)
+        r = prep.prepare(path, self.p("o.bin"), "bytes", sft=True, skip_bad_lines=True, seq=8, val_fraction=0.25)
+        self.assertEqual((r["bad_lines"], r["truncated"], r["dropped"], r["examples"]), (3, 4, 0, 8))
+        self.assertEqual((r["train_examples"], r["val_examples"]), (6, 2))
+        ex = sft.read_sft(self.p("o.bin"))["examples"] + sft.read_sft(self.p("o_val.bin"))["examples"]
+        self.assertTrue(all(len(i) <= 9 for i, _ in ex))
+        self.assertEqual(bytes(ex[7][0]), b"pppppppp\x63")  # truncated to 9 tokens: prompt and one target
+        lengths = [len(i) for i, _ in ex]
+        self.assertEqual(r["windows_packed"], sft.pack_count(lengths, 8))
+        self.assertAlmostEqual(r["padding_efficiency"], sum(lengths) / (8 * 9))
+        r = prep.prepare(path, self.p("o.bin"), "bytes", sft=True, skip_bad_lines=True, seq=8, long="drop")
+        self.assertEqual((r["dropped"], r["examples"]), (4, 4))
+        self.cli_same(["--sft", "--tokenizer", "bytes", path, "-o", self.p("o.bin"), "--skip-bad-lines", "--seq", "8",
+                       "--long", "drop"], [self.p("o.bin")])
+        # a prompt longer than the window leaves no target: dropped, and counted
+        path = self.jsonl("e.jsonl", [{"prompt": "p" * 20, "completion": "c"}, {"prompt": "a", "completion": "b"}])
+        r = prep.prepare(path, self.p("o.bin"), "bytes", sft=True, seq=8)
+        self.assertEqual((r["no_target"], r["truncated"], r["examples"]), (1, 1, 1))
+
+    def test_packing_count(self):
+        self.assertEqual(sft.pack_count([5, 5, 5], 9), 2)   # windows of 10: [5 5] [5]
+        self.assertEqual(sft.pack_count([10, 1, 9], 9), 2)  # [10] [1 9]
+        self.assertEqual(sft.pack_count([], 9), 0)
+
+    def cli_same(self, args, outputs):
+        if not CLI:
+            return
+        kept = {o: open(o, "rb").read() for o in outputs}
+        for o in outputs:
+            os.remove(o)
+        r = subprocess.run([CLI, "prepare"] + args, capture_output=True, text=True, env=dict(os.environ, FP8RUN_PYTHON="/nonexistent"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for o, data in kept.items():
+            self.assertEqual(open(o, "rb").read(), data, o)
+
+
+if __name__ == "__main__":
+    unittest.main()
