@@ -276,14 +276,14 @@ class HFEncoder:
 def read_examples(path, encoder, train_on_prompt=False, skip_bad_lines=False, stats=None):
     """Yield (ids, targets) for each line; a bad line raises BadLine("file:line: ...") or, with
     skip_bad_lines, is counted in stats["bad_lines"]."""
-    with open(path, encoding="utf-8", errors="strict") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            if not raw.strip():
                 continue
             try:
                 try:
-                    rec = json.loads(line)
-                except ValueError as e:
+                    rec = json.loads(raw.decode("utf-8"))
+                except ValueError as e:  # UnicodeDecodeError is one
                     raise BadLine("not JSON (%s)" % e)
                 ids, tgt = encoder.example(rec, train_on_prompt)
             except BadLine as e:
