@@ -517,6 +517,13 @@ typedef struct fp8run_train_config {
                                     become one ai.fp8run::AddRMSNorm node (forward and backward; not
                                     under recompute, whose regions are found from the Adds); 0 keeps
                                     them */
+    const char *packing;         /* SFT data: "on" (default; NULL too) several examples per window,
+                                    attention kept within each; "off" one per window, padded. Read
+                                    by fp8run train/eval and Python when they open an SFT file */
+    int sft;                     /* 1: the session trains on SFT batches (fp8run_session_*_sft):
+                                    only target tokens count, token-weighted over the micro-batches
+                                    of a step, and every fused attention node gets the batch's
+                                    segment ids (examples do not see each other). 0 (default) */
 } fp8run_train_config;
 
 /* Fill *cfg with the defaults above and set cfg->struct_size = size. Pass sizeof *cfg. */
@@ -781,6 +788,26 @@ FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_poll_stats(fp8run_sessi
 /* Steps queued whose statistics were not polled yet. */
 FP8RUN_API int fp8run_session_steps_queued(const fp8run_session *s);
 
+/* ---- SFT steps (a session created with config.sft = 1) ----
+ * As train_step / train_step_async / eval with int64 windows, and beside them each token's
+ * segment id and target flag (fp8run_data_next_sft's). The loss is next-token cross-entropy over
+ * the labels whose token is a target of the same example: the mean over a step's target tokens,
+ * weighted by token across its grad_accum micro-batches (gradients too), TRL's labels -100
+ * convention; each example attends only to itself (the segment ids reach every fused attention
+ * node; a model without one takes one example per window), and a position_ids input restarts
+ * at each example. eval_sft: *n_targets (may be NULL) gets the labels that counted, the weight of
+ * this batch's loss in a mean over several. A batch whose segment ids break their layout is
+ * FP8RUN_ERR_INVALID_ARG and changes nothing. */
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_train_step_sft(fp8run_session *s, const int64_t *windows,
+                                                                     const int32_t *segments, const uint8_t *targets,
+                                                                     size_t count, fp8run_step_stats *stats);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_train_step_sft_async(fp8run_session *s, const int64_t *windows,
+                                                                           const int32_t *segments,
+                                                                           const uint8_t *targets, size_t count,
+                                                                           int64_t *step);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_eval_sft(fp8run_session *s, const int64_t *windows,
+                                                               const int32_t *segments, const uint8_t *targets,
+                                                               size_t count, double *loss, int64_t *n_targets);
 /* Loss of one micro-batch (B x (T+1) ids, count = B * (T+1)) without updating anything. */
 FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_eval(fp8run_session *s, const void *windows, fp8run_dtype dtype,
                                              size_t count, double *loss);
@@ -1006,6 +1033,8 @@ typedef struct fp8run_data_config {
     int no_mmap;                 /* 1: read the file instead of mapping it */
     int64_t vocab_size;          /* > 0: every id of a batch must be below it (default 0) */
     int64_t max_batches;         /* sequential, > 0: wrap after this many batches (default 0) */
+    int no_packing;              /* SFT files: 0 (default) several examples per window, 1 one
+                                    example per window, padded */
 } fp8run_data_config;
 
 FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_data_config_init(fp8run_data_config *cfg, size_t size);
@@ -1043,6 +1072,62 @@ FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_data_get_state(const fp8run_dat
 /* Restore a state saved by a loader with the same file, batch shape and order (else
  * FP8RUN_ERR_INVALID_ARG; the loader is unchanged on error). */
 FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_data_set_state(fp8run_data_loader *d, const void *buf, size_t len);
+
+/* ---- Supervised fine-tuning data (SFT token files) ----
+ * `fp8run prepare --sft` (python/fp8run/sft.py, or fp8run_sft_prepare_bytes for byte-level
+ * models) writes an SFT token file: examples of token ids, each token flagged a target (a label
+ * the loss counts) or not; the layout is in python/fp8run/sft.py. fp8run_data_open recognizes it
+ * by its header. Its batches are B windows of T + 1 tokens filled with examples: several per
+ * window in file order (packing, the default), or one each (config.no_packing = 1), padded at
+ * the end with the file's EOS id; an example longer than T + 1 tokens is cut. With them come,
+ * per token, a segment id (int32: 1, 2, ... for the examples of the window, 0 on padding) and
+ * a target flag (uint8). fp8run_data_next refuses an SFT file (the flags would be lost). */
+FP8RUN_API int fp8run_data_is_sft(const fp8run_data_loader *d);
+/* 1 when the file at path starts with an SFT token file's header (0 also when unreadable). */
+FP8RUN_API int fp8run_file_is_sft(const char *path);
+typedef struct fp8run_sft_info {
+    size_t struct_size;
+    int64_t examples;      /* in the file */
+    int64_t windows;       /* the windows they fill at this loader's T and packing */
+    int64_t truncated;     /* examples cut to T + 1 tokens */
+    int64_t tokens;        /* example tokens in the windows (the rest is padding) */
+    int64_t target_labels; /* labels that count, over all windows */
+    int64_t eos;           /* the padding id */
+    int64_t vocab;         /* the vocabulary the file was made for */
+} fp8run_sft_info;
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_data_sft_info(const fp8run_data_loader *d, fp8run_sft_info *info);
+/* The next count / (B x (T+1)) batches: token ids, segment ids and target flags (count each);
+ * *n_labels (may be NULL) gets how many of their labels count. On error nothing is taken. */
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_data_next_sft(fp8run_data_loader *d, int64_t *windows, int32_t *segments,
+                                                            uint8_t *targets, size_t count, int64_t *n_labels);
+
+/* JSONL examples into an SFT token file of byte tokens (vocabulary 256, EOS 0), for byte-level
+ * models, without Python: {"prompt","completion"} lines (targets: the completion and EOS) and
+ * {"messages":[{"role","content"},..]} lines, each message "ROLE: CONTENT\n" (targets: the
+ * assistant's "CONTENT\n", and the final EOS after an assistant's last message). Examples over
+ * max_tokens (> 0) are cut or dropped; one left without a target is dropped; a bad line is an
+ * error naming file:line, or skipped and counted. The last val_fraction of the examples go to
+ * val_out. python/fp8run/sft.py writes the same bytes. */
+typedef struct fp8run_sft_prepare_config {
+    size_t struct_size;
+    const char *const *files;
+    int n_files;
+    const char *out, *val_out;
+    double val_fraction;
+    int64_t max_tokens;   /* 0: no limit */
+    int drop_long;        /* 1: drop examples over max_tokens (0: cut them) */
+    int train_on_prompt;  /* 1: every token a target */
+    int skip_bad_lines;
+} fp8run_sft_prepare_config;
+typedef struct fp8run_sft_summary {
+    size_t struct_size;
+    int64_t examples, train_examples, val_examples, tokens, target_tokens;
+    int64_t bad_lines, truncated, dropped, no_target;
+    int64_t windows_packed; /* with max_tokens: windows of max_tokens that packing fills */
+} fp8run_sft_summary;
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_sft_prepare_config_init(fp8run_sft_prepare_config *cfg, size_t size);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_sft_prepare_bytes(const fp8run_sft_prepare_config *cfg,
+                                                                fp8run_sft_summary *summary);
 
 /* ============================================================================================
  * Safetensors checkpoints (Hugging Face weights in and out)

@@ -157,7 +157,7 @@ int64_t fr_sft_labels(const int64_t *tokens, const int32_t *segments, const uint
     int64_t n = 0;
     for (int64_t j = 0; j < T; j++) {
         int counts = targets[j + 1] && segments[j + 1] != 0 && segments[j + 1] == segments[j];
-        labels[j] = counts ? tokens[j + 1] : ignore_index;
+        if (labels) labels[j] = counts ? tokens[j + 1] : ignore_index;
         n += counts;
     }
     return n;

@@ -75,7 +75,8 @@ void fr_sft_window(const fr_sft_view *v, const fr_sft_plan *p, int64_t w, int64_
                    int32_t *segments, uint8_t *targets);
 
 /* Labels of one window (T of them) from its T + 1 tokens, segments and targets: the next
- * token where it counts, else ignore_index. Returns how many count. */
+ * token where it counts, else ignore_index (labels may be NULL: only count). Returns how many
+ * count. */
 int64_t fr_sft_labels(const int64_t *tokens, const int32_t *segments, const uint8_t *targets, int64_t T,
                       int64_t ignore_index, int64_t *labels);
 /* Position ids of one window (T): restarting at 0 at each example, 0 on padding. */

@@ -166,6 +166,20 @@ int fr_trainer_queued(const fr_trainer *t);
  * unusable); FR_ERR_NUMERIC of a step is kept for its poll. */
 FR_NODISCARD fr_status fr_trainer_retire_all(fr_trainer *t);
 
+/* ---- SFT batches (a trainer built with opt.sft; runtime/train/train_sft.c) ----
+ * As fr_trainer_step / _async / fr_trainer_eval, with per window token a segment id (int32:
+ * 1, 2, ... for the examples in the window, in runs from its start, 0 on the padding after
+ * them) and a target flag (1: the token is a label the loss counts). Position j's label is
+ * token j + 1 when that is a target of the same example, else ignore_index. The loss is the
+ * mean over the step's target tokens (token-weighted across its k micro-batches), and each
+ * example attends only to itself. Eval: *n_targets (may be NULL) gets the labels that counted. */
+FR_NODISCARD fr_status fr_trainer_step_sft(fr_trainer *t, const int64_t *windows, const int32_t *segments,
+                                           const uint8_t *targets, int k, fr_train_stats *stats);
+FR_NODISCARD fr_status fr_trainer_step_sft_async(fr_trainer *t, const int64_t *windows, const int32_t *segments,
+                                                 const uint8_t *targets, int k, int64_t *step);
+FR_NODISCARD fr_status fr_trainer_eval_sft(fr_trainer *t, const int64_t *windows, const int32_t *segments,
+                                           const uint8_t *targets, double *loss, int64_t *n_targets);
+
 /* Loss of one micro-batch (B windows of T+1 ids) without updating anything. Afterwards the
  * model's own outputs of that run are available through fr_trainer_eval_output. */
 FR_NODISCARD fr_status fr_trainer_eval(fr_trainer *t, const int64_t *windows, double *loss);
