@@ -1,5 +1,5 @@
 """The README's TorchScript-exporter call on today's torch (run by hand or by
-tools/gpu_user_check.sh; CI has no torch):
+tools/gpu.sh user; CI has no torch):
 
     PYTHONPATH=python FP8RUN_LIBRARY=build/libfp8run.so python3 python/tests/check_torchscript_export.py
 
