@@ -294,7 +294,7 @@ m_user() {
     grep -E "^(tokenizer|prepared|logits|held-out|onnxruntime|PASS)|Error|assert" "$D/from_torch.log" | grep -v Warning | head -16
     cp "$D/from_torch/run.jsonl" "$D/from_torch/run.svg" "$D/" 2> /dev/null && rm -rf "$D/from_torch"
     # with torch 2.11 + transformers 5 the TorchScript exporter fails inside torch on a Llama
-    # (README, exporting from PyTorch); a PASS here means the installed versions export again
+    # (docs/cli.md, exporting from PyTorch); a PASS here means the installed versions export again
     timeout -k 5 60 python3 python/tests/check_torchscript_export.py /tmp/user_ts > "$D/torchscript.log" 2>&1
     echo "check_torchscript_export: rc=$? $(grep -E '^PASS|Error' "$D/torchscript.log" | head -1)"
     return $rc
