@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 13's Hugging Face round trip, end to end through the `fp8run` CLI (run on a GPU machine
+"""The Hugging Face fine-tuning round trip, end to end through the `fp8run` CLI (run on a GPU machine
 with torch, transformers, onnxscript and peft; tools/gpu.sh finetune calls it):
 
   1. transformers' LlamaForCausalLM at the 125M reference configuration (tools/export_hf_llama.py's
