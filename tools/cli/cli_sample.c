@@ -34,13 +34,15 @@ void cli_sample_help(FILE *f)
             "                          add up to P (default 1: all)\n"
             "  --seed S                the sampler's seed (default 0)\n"
             "  --model MODEL           the ONNX model a checkpoint belongs to (default: its record)\n"
+            "  --init-from DIR|FILE    Hugging Face safetensors weights into the model first (a\n"
+            "                          checkpoint's weights, when given, go on top)\n"
             "  --device auto|cuda|cpu  (default auto: the GPU when one is usable)\n"
             "  --dim NAME=VALUE        fix another symbolic dimension (repeatable)\n"
             "  -h, --help              show this help\n");
 }
 
 typedef struct sample_args {
-    const char *model, *model_opt, *prompt, *chat, *tokenizer, *chat_template, *device;
+    const char *model, *model_opt, *prompt, *chat, *tokenizer, *chat_template, *device, *init_from;
     int64_t max_new, seed;
     double temperature, top_p;
     cli_dims dims;
@@ -235,6 +237,7 @@ int cli_sample(int argc, char **argv)
             (m = cli_option(argc, argv, &i, "sample", "--tokenizer", &a.tokenizer)) ||
             (m = cli_option(argc, argv, &i, "sample", "--chat-template", &a.chat_template)) ||
             (m = cli_option(argc, argv, &i, "sample", "--model", &a.model_opt)) ||
+            (m = cli_option(argc, argv, &i, "sample", "--init-from", &a.init_from)) ||
             (m = cli_option(argc, argv, &i, "sample", "--device", &a.device))) {
             if (m < 0) rc = CLI_EXIT_USAGE;
         } else if ((m = cli_option(argc, argv, &i, "sample", "--max-new-tokens", &v))) {
@@ -264,7 +267,15 @@ int cli_sample(int argc, char **argv)
     if (rc == 0 && a.chat_template && strcmp(a.tokenizer, "bytes") == 0)
         rc = cli_usage("sample", "--chat-template needs a tokenizer.json (bytes chat is \"user: TEXT\\nassistant: \")");
     fp8run_model *m = NULL;
-    if (rc == 0) rc = cli_load_model_or_ckpt(a.model, a.model_opt, &m);
+    if (rc == 0 && a.init_from && fp8run_is_checkpoint(a.model)) { /* the base first, the checkpoint on top */
+        if (!a.model_opt) rc = cli_usage("sample", "--init-from with a checkpoint: give its --model MODEL");
+        if (rc == 0 && fp8run_model_load(a.model_opt, &m) != FP8RUN_OK) rc = cli_fail_status();
+        if (rc == 0) rc = cli_init_from(NULL, m, a.init_from);
+        if (rc == 0 && fp8run_model_apply_checkpoint(m, a.model, NULL) != FP8RUN_OK) rc = cli_fail_status();
+    } else if (rc == 0) {
+        rc = cli_load_model_or_ckpt(a.model, a.model_opt, &m);
+        if (rc == 0 && a.init_from) rc = cli_init_from(NULL, m, a.init_from);
+    }
     if (rc == 0) rc = generate(&a, m);
     fp8run_model_destroy(m);
     cli_dims_free(&a.dims);
