@@ -32,6 +32,7 @@ def train(model, data, *, steps, batch, seq, lr, val=None, val_every=0, val_batc
     sft = is_sft_file(data)
     if sft:
         config["sft"] = 1
+        config["packing"] = "on" if packing else "off"  # the attention's promise (seg_form)
     sess = Session(model, batch, seq, backend=backend, lr=lr, seed=seed, **config)
     k = sess.grad_accum
     dl = DataLoader(data, batch, seq, seed=seed, token_dtype=token_dtype, vocab_size=sess.vocab, packing=packing)

@@ -35,6 +35,11 @@ except ImportError:
 TOK = os.path.join(FIX, "tokenizer.json")
 
 
+def _read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
 class Base(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
@@ -158,13 +163,47 @@ class TestBytes(Base):
     def cli_same(self, args, outputs):
         if not CLI:
             return
-        kept = {o: open(o, "rb").read() for o in outputs}
+        kept = {o: _read(o) for o in outputs}
         for o in outputs:
             os.remove(o)
         r = subprocess.run([CLI, "prepare"] + args, capture_output=True, text=True, env=dict(os.environ, FP8RUN_PYTHON="/nonexistent"))
         self.assertEqual(r.returncode, 0, r.stderr)
         for o, data in kept.items():
-            self.assertEqual(open(o, "rb").read(), data, o)
+            self.assertEqual(_read(o), data, o)
+
+
+@unittest.skipUnless(os.environ.get("FP8RUN_LIBRARY"), "needs the library (FP8RUN_LIBRARY) and numpy")
+class TestSession(Base):
+    """fp8run.prepare(sft=True) -> fp8run.train on it -> fp8run.sample, on the bundled llama_tiny."""
+
+    def test_prepare_train_sample(self):
+        sys.path.insert(0, os.path.join(HERE, ".."))
+        import numpy as np
+        import fp8run
+        model = os.path.join(FIX, "..", "llama_tiny", "model.onnx")
+        ex = [{"prompt": "echo %d%d: " % (i % 10, i // 10), "completion": "%d%d" % (i % 10, i // 10)}
+              for i in range(100)]
+        path = self.jsonl("d.jsonl", ex)
+        r = fp8run.prepare(path, self.p("s.bin"), "bytes", sft=True, seq=15)
+        self.assertTrue(fp8run.is_sft_file(self.p("s.bin")))
+        self.assertEqual(r["examples"], 100)
+        dl = fp8run.DataLoader(self.p("s.bin"), 4, 15, order="sequential", vocab_size=128)
+        self.assertTrue(dl.is_sft)
+        self.assertEqual(dl.sft_info["examples"], 100)
+        w, seg, tgt, n = dl.next_sft()
+        self.assertEqual((w.shape, seg.dtype, tgt.dtype), ((4, 16), np.int32, np.uint8))
+        self.assertEqual(n, 4 * 3)  # two digits and EOS per example
+        dl.close()
+        sess = fp8run.train(model, self.p("s.bin"), steps=120, batch=4, seq=15, lr=3e-3, backend="cpu",
+                            progress=False, save=self.p("c.ckpt"))
+        hist = sess.history
+        self.assertTrue(all("target_tokens" in h for h in hist if "loss" in h))
+        self.assertLess(hist[-1]["loss"], hist[0]["loss"] / 3)
+        loss, n = sess.eval_sft(*fp8run.DataLoader(self.p("s.bin"), 4, 15, order="sequential").next_sft()[:3])
+        self.assertGreater(n, 0)
+        sess.close()
+        self.assertEqual(fp8run.sample(model, "echo 36: ", max_new_tokens=3, checkpoint=self.p("c.ckpt"),
+                                       backend="cpu"), "36")
 
 
 if __name__ == "__main__":

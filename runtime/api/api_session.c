@@ -235,22 +235,31 @@ static fp8run_status settle(fp8run_session *s, const char *fn)
     return ps;
 }
 
-FP8RUN_API fp8run_status fp8run_session_train_step(fp8run_session *s, const void *windows, fp8run_dtype dtype,
-                                                   size_t count, fp8run_step_stats *stats)
+/* A synchronous step's checks: the session usable, stats large enough (*use: the bytes of it
+ * to fill), no queued step waiting for its statistics. */
+static fp8run_status sync_step_args(fp8run_session *s, const char *fn, fp8run_step_stats *stats, size_t *use)
 {
-    const char *fn = __func__;
     fp8run_status ps = usable(s, fn);
     if (ps != FP8RUN_OK) return ps;
-    size_t use = 0;
-    if (stats && (ps = fr_api_check_out(&s->err, fn, "stats", stats, STATS_V1_SIZE, sizeof *stats, &use)) != FP8RUN_OK)
+    if (stats && (ps = fr_api_check_out(&s->err, fn, "stats", stats, STATS_V1_SIZE, sizeof *stats, use)) != FP8RUN_OK)
         return ps;
-    const int64_t *w;
-    if ((ps = step_args(s, fn, windows, dtype, count, &w)) != FP8RUN_OK) return ps;
     if (fr_trainer_queued(s->t))
         return fr_api_error(&s->err, FP8RUN_ERR_STATE,
                             "%s: %d queued steps wait for fp8run_session_poll_stats; poll them before a synchronous "
                             "step",
                             fn, fr_trainer_queued(s->t));
+    return FP8RUN_OK;
+}
+
+FP8RUN_API fp8run_status fp8run_session_train_step(fp8run_session *s, const void *windows, fp8run_dtype dtype,
+                                                   size_t count, fp8run_step_stats *stats)
+{
+    const char *fn = __func__;
+    size_t use = 0;
+    fp8run_status ps = sync_step_args(s, fn, stats, &use);
+    if (ps != FP8RUN_OK) return ps;
+    const int64_t *w;
+    if ((ps = step_args(s, fn, windows, dtype, count, &w)) != FP8RUN_OK) return ps;
     fr_train_stats ts;
     fr_status st = fr_trainer_step(s->t, w, s->t->opt.grad_accum, &ts);
     if (stats) put_stats(s, &ts, 1, stats, use);
@@ -319,14 +328,9 @@ FP8RUN_API fp8run_status fp8run_session_train_step_sft(fp8run_session *s, const 
                                                        fp8run_step_stats *stats)
 {
     const char *fn = __func__;
-    fp8run_status ps = usable(s, fn);
-    if (ps != FP8RUN_OK) return ps;
     size_t use = 0;
-    if (stats && (ps = fr_api_check_out(&s->err, fn, "stats", stats, STATS_V1_SIZE, sizeof *stats, &use)) != FP8RUN_OK)
-        return ps;
-    if (fr_trainer_queued(s->t))
-        return fr_api_error(&s->err, FP8RUN_ERR_STATE, "%s: %d queued steps wait for fp8run_session_poll_stats", fn,
-                            fr_trainer_queued(s->t));
+    fp8run_status ps = sync_step_args(s, fn, stats, &use);
+    if (ps != FP8RUN_OK) return ps;
     if ((ps = fp8run_session_train_step_sft_async(s, windows, segments, targets, count, NULL)) != FP8RUN_OK) return ps;
     fr_train_stats ts;
     memset(&ts, 0, sizeof ts);

@@ -4,8 +4,9 @@
  * Graph. Two inputs the trainer feeds itself:
  *  - SFT_SEGMENTS int32 [B, T]: each position's segment id (its example's number in the window
  *    from 1, 0 on padding), wired as Sk and Sq (ops/attention.h) into every fused attention
- *    node (Attention, AttentionQKV) with seg_form "packed": a query sees only the keys of its
- *    own example, and padding nothing;
+ *    node (Attention, AttentionQKV) with seg_form "packed" (or "padded" when the batches hold
+ *    one example per window, opt.sft_padded: the GPU then takes per-row key lengths): a query
+ *    sees only the keys of its own example, and padding nothing;
  *  - SFT_WEIGHT float32 []: the loss head's mean is multiplied by it. A step of K micro-batches
  *    with n_m counted labels each (N in all) feeds K n_m / N to micro-batch m: the trainer's
  *    average of the K losses (and of the K gradients) is then the mean over the step's N
@@ -61,7 +62,7 @@ fr_status tr_sft_wire(fr_trainer *t, fr_graph *g)
         }
         /* a key-padding Sk read from attention_mask (fed all ones here) gives way to the segments */
         n->inputs[at] = n->inputs[at + 1] = seg;
-        FR_TRY(fr_node_set_attr_string(n, "seg_form", "packed"));
+        FR_TRY(fr_node_set_attr_string(n, "seg_form", t->opt.sft_padded ? "padded" : "packed"));
     }
     return FR_OK;
 }
@@ -136,7 +137,10 @@ static fr_status take_batch(fr_trainer *t, const int64_t *windows, const int32_t
                             "target flag %u breaks the layout (ids 1, 2, ... in runs from the window's start, then "
                             "0 padding; flags 0/1)", (long long)(i / W), (long long)j, (int)seg[i],
                             j > 0 ? (int)seg[i - 1] : 0, (unsigned)tgt[i]);
-        if (t->sft_attention == 0 && seg[i] > 1)
+        if (seg[i] > 1 && t->opt.sft_padded)
+            return fr_error(FR_ERR_INVALID_ARG, "SFT batch: window %lld holds more than one example, but this "
+                            "trainer was built for one per window (packing off)", (long long)(i / W));
+        if (seg[i] > 1 && t->sft_attention == 0)
             return fr_error(FR_ERR_INVALID_ARG, "SFT batch: window %lld holds more than one example, but the model "
                             "has no fused attention node to keep them apart: use --packing off (one example per "
                             "window)", (long long)(i / W));

@@ -99,6 +99,9 @@ typedef struct fr_train_options {
                                   (fr_train_predict_memory, runtime/train/train_memory.h) */
     const char *attention;     /* the fused attention's GPU kernels: NULL or "auto" (default),
                                   "cudnn", "fp8run" (ops/cuda/attention_cudnn.h; --attention) */
+    int sft_padded;            /* with sft: the batches hold one example per window (--packing
+                                  off), so the attention nodes are promised seg_form "padded"
+                                  (per-row key lengths) rather than "packed" */
     /* the plain switches, one int each, named, defaulted and documented by their FR_OPT_PLAIN
        line of runtime/train/train_config.def: fuse_attention (passes/attention_fuse.h and
        rotary_fuse.h), fuse_swiglu (passes/swiglu_fuse.h), shard_gradients (ZeRO-2,

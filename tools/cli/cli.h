@@ -131,6 +131,14 @@ int cli_export_safetensors(const char *ckpt, const char *dir, const char *dtype,
 /* tools/cli/cli_prepare.c */
 int cli_prepare(int argc, char **argv);
 void cli_prepare_help(FILE *f);
+/* tools/cli/cli_sample.c */
+int cli_sample(int argc, char **argv);
+void cli_sample_help(FILE *f);
+/* tools/cli/cli_python.c: run `script` of the fp8run Python package (prepare.py, tokens.py)
+ * with python3 ($FP8RUN_PYTHON) and args; input (may be NULL) is its standard input, and with
+ * output non-NULL its standard output is captured there (malloc'ed). Exit 2 of the script is
+ * CLI_EXIT_USAGE, another failure CLI_EXIT_FAIL (its messages went to stderr). */
+int cli_python(const char *script, int argc, char **argv, const char *input, char **output);
 /* tools/cli/cli_plot.c */
 int cli_plot(int argc, char **argv);
 void cli_plot_help(FILE *f);

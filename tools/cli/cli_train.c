@@ -12,6 +12,7 @@
 
 #include "cli.h"
 #include "cli_ckpt_dir.h"
+#include "cli_sft.h"
 #include "cli_train_args.h"
 
 #define CLI_EXIT_INTERRUPTED 130
@@ -274,6 +275,7 @@ typedef struct loop {
     double win_s;      /* train_s when statistics were last read back */
     int64_t win_done;  /* steps read back by then */
     int64_t tokens_per_step;
+    int64_t targets[FP8RUN_MAX_QUEUED_STEPS]; /* SFT: the target tokens of step s at s % the size */
     int64_t last_ckpt; /* step of the last checkpoint written (-1: none) */
     cli_ckpt_set mine; /* checkpoints of this run (and of the run it resumes): --ckpt-keep prunes these */
 } loop;
@@ -321,6 +323,7 @@ static void log_step(loop *L, int64_t done, const fp8run_step_stats *s, double t
     log_json_num(L->log, "lr", s->lr);
     log_json_num(L->log, "grad_norm", s->grad_norm);
     log_json_num(L->log, "tokens_per_s", tps);
+    if (L->a->o.sft) fprintf(L->log, ", \"target_tokens\": %lld", (long long)L->targets[s->step % FP8RUN_MAX_QUEUED_STEPS]);
     fprintf(L->log, ", \"skipped\": %s}\n", s->skipped ? "true" : "false");
     fflush(L->log);
 }
@@ -400,13 +403,18 @@ static int validate(loop *L, int64_t done)
 {
     const int64_t B = L->a->batch, T = L->a->seq;
     const size_t per = (size_t)(B * (T + 1));
-    int64_t *w = malloc(per * sizeof *w);
-    if (!w) return cli_fail("out of memory");
-    fp8run_data_reset(L->vl);
-    int64_t n = fp8run_data_batches_per_epoch(L->vl);
+    int64_t n = fp8run_data_batches_per_epoch(L->vl), targets = 0;
     double sum = 0;
     int rc = 0;
-    for (int64_t b = 0; b < n && rc == 0; b++) {
+    int64_t *w = L->a->o.sft ? NULL : malloc(per * sizeof *w);
+    if (L->a->o.sft) { /* the mean over every target token */
+        rc = cli_sft_eval(L->t, L->vl, &sum, &targets);
+        n = 1;
+    } else if (!w) {
+        return cli_fail("out of memory");
+    }
+    fp8run_data_reset(L->vl);
+    for (int64_t b = 0; b < n && rc == 0 && !L->a->o.sft; b++) {
         double l;
         if (fp8run_data_next(L->vl, FP8RUN_DTYPE_INT64, w, per) != FP8RUN_OK ||
             fp8run_session_eval(L->t, w, FP8RUN_DTYPE_INT64, per, &l) != FP8RUN_OK)
@@ -418,8 +426,12 @@ static int validate(loop *L, int64_t done)
     if (rc) return rc;
     double vl = sum / (double)n;
     end_line(L);
-    if (!g_quiet) fprintf(stderr, "step %lld: val loss %.4f (perplexity %.2f, %lld batches)\n", (long long)done, vl, exp(vl),
-            (long long)n);
+    if (!g_quiet && L->a->o.sft)
+        fprintf(stderr, "step %lld: val loss %.4f (perplexity %.2f, %lld target tokens)\n", (long long)done, vl,
+                exp(vl), (long long)targets);
+    else if (!g_quiet)
+        fprintf(stderr, "step %lld: val loss %.4f (perplexity %.2f, %lld batches)\n", (long long)done, vl, exp(vl),
+                (long long)n);
     if (L->log) {
         fprintf(L->log, "{\"step\": %lld", (long long)done);
         log_json_num(L->log, "val_loss", vl);
@@ -520,8 +532,17 @@ static int train_loop(loop *L)
         return cli_fail("--grad-accum %d x %d process(es) x --batch %lld x (--seq %lld + 1) token ids overflow the "
                         "address space", K, W, (long long)a->batch, (long long)a->seq);
     int64_t *w = malloc(n_w * sizeof *w), *gw = W > 1 ? malloc(n_gw * sizeof *w) : w;
-    if (!w || !gw) {
+    /* SFT: each token's segment id and target flag beside it (cli_sft.h) */
+    const int sft = a->o.sft;
+    int32_t *seg = sft ? malloc(n_w * sizeof *seg) : NULL, *gseg = sft && W > 1 ? malloc(n_gw * sizeof *seg) : seg;
+    uint8_t *tgt = sft ? malloc(n_w) : NULL, *gtgt = sft && W > 1 ? malloc(n_gw) : tgt;
+    if (!w || !gw || (sft && (!seg || !gseg || !tgt || !gtgt))) {
+        if (gw != w) free(gw);
+        if (gseg != seg) free(gseg);
+        if (gtgt != tgt) free(gtgt);
         free(w);
+        free(seg);
+        free(tgt);
         return cli_fail("out of memory for the step's token windows (%zu ids)", n_gw);
     }
     int rc = 0, numeric = 0;
@@ -531,20 +552,33 @@ static int train_loop(loop *L)
     L->t0 = now_s();
     while (done < a->steps && rc == 0) {
         /* micro-batch by micro-batch, as the checkpoint's loader position counts them */
-        for (int k = 0; k < K && rc == 0; k++)
-            if (fp8run_data_next(L->dl, FP8RUN_DTYPE_INT64, gw + (size_t)k * (size_t)W * per, (size_t)W * per) != FP8RUN_OK) {
+        int64_t step_targets = 0;
+        for (int k = 0; k < K && rc == 0; k++) {
+            const size_t at = (size_t)k * (size_t)W * per;
+            int64_t nt = 0;
+            fp8run_status ds = sft ? fp8run_data_next_sft(L->dl, gw + at, gseg + at, gtgt + at, (size_t)W * per, &nt)
+                                   : fp8run_data_next(L->dl, FP8RUN_DTYPE_INT64, gw + at, (size_t)W * per);
+            step_targets += nt;
+            if (ds != FP8RUN_OK) {
                 char why[16];
                 snprintf(msg, sizeof msg, "%s", cli_last_error());
                 if (drain(L, &numeric, why, sizeof why) == 0) save_ckpt(L, done); /* what was trained so far is kept */
                 end_line(L);
                 rc = cli_fail("%s", msg);
             }
+        }
         if (rc) break;
-        for (int k = 0; k < K && W > 1; k++) /* this rank's windows of each micro-batch */
-            memcpy(w + (size_t)k * per, gw + ((size_t)k * (size_t)W + (size_t)R) * per, per * sizeof *w);
+        for (int k = 0; k < K && W > 1; k++) { /* this rank's windows of each micro-batch */
+            const size_t to = (size_t)k * per, from = ((size_t)k * (size_t)W + (size_t)R) * per;
+            memcpy(w + to, gw + from, per * sizeof *w);
+            if (sft) memcpy(seg + to, gseg + from, per * sizeof *seg);
+            if (sft) memcpy(tgt + to, gtgt + from, per);
+        }
+        L->targets[done % FP8RUN_MAX_QUEUED_STEPS] = step_targets; /* all ranks' */
         /* queued without waiting for the GPU: the statistics are read back by drain() */
         double t1 = now_s();
-        fp8run_status st = fp8run_session_train_step_async(L->t, w, FP8RUN_DTYPE_INT64, (size_t)K * per, NULL);
+        fp8run_status st = sft ? fp8run_session_train_step_sft_async(L->t, w, seg, tgt, (size_t)K * per, NULL)
+                               : fp8run_session_train_step_async(L->t, w, FP8RUN_DTYPE_INT64, (size_t)K * per, NULL);
         L->train_s += now_s() - t1;
         if (st != FP8RUN_OK) {
             rc = cli_fail("step %lld: %s", (long long)done + 1, cli_last_error());
@@ -577,7 +611,11 @@ static int train_loop(loop *L)
         }
     }
     if (gw != w) free(gw);
+    if (gseg != seg) free(gseg);
+    if (gtgt != tgt) free(gtgt);
     free(w);
+    free(seg);
+    free(tgt);
     end_line(L);
     if (rc == 0 && L->vl) rc = validate(L, done);
     if (rc == 0) rc = save_ckpt(L, done);
@@ -653,10 +691,12 @@ static int run_train(train_args *a)
     /* LoRA freezes the base, which checkpoints do not hold: its weights go into the model */
     const int lora = a->o.lora_rank > 0;
     if (rc == 0 && a->init_from && lora) rc = cli_init_from(NULL, L.m, a->init_from);
+    if (rc == 0) rc = cli_sft_setup("train", a);
     if (rc == 0 && fp8run_session_create(L.m, a->device, &a->o, &L.t) != FP8RUN_OK) rc = cli_fail_status();
     if (rc == 0 && a->init_from && !resume && !lora) rc = cli_init_from(L.t, NULL, a->init_from);
     if (rc == 0 && a->init_from && resume && !lora) fprintf(stderr, "fp8run: --init-from not used: resuming from %s\n", resume);
     if (rc == 0) rc = open_loaders(&L);
+    if (rc == 0 && a->o.sft && !g_quiet) cli_sft_describe("--data", L.dl, a->seq);
     if (rc == 0 && resume) rc = resume_session(&L, resume, ck);
     if (g_quiet) a->log = NULL; /* rank 0 logs */
     if (rc == 0 && a->log && resume) rc = trim_log(a->log, fp8run_session_steps_done(L.t));
