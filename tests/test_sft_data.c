@@ -201,11 +201,50 @@ static void test_windows(void)
     free(b);
 }
 
+/* First fit over the open windows: examples may go back to an earlier window with room. */
+static void test_first_fit(void)
+{
+    int64_t win[70];
+    CU_ASSERT_EQUAL(fr_sft_pack((int64_t[]){6, 6, 4, 4}, 4, 10, win), 2);
+    CU_ASSERT(win[0] == 0 && win[1] == 1 && win[2] == 0 && win[3] == 1);
+    /* only the last FR_SFT_OPEN_WINDOWS windows take examples */
+    int64_t len[66];
+    len[0] = 9;
+    for (int i = 1; i < 65; i++) len[i] = 10;
+    len[65] = 1;
+    CU_ASSERT_EQUAL(fr_sft_pack(len, 66, 10, win), 66);
+    CU_ASSERT_EQUAL(win[65], 65);
+    len[64] = 1; /* with fewer windows opened, the last one fits the first window's room */
+    CU_ASSERT_EQUAL(fr_sft_pack(len, 65, 10, win), 64);
+    CU_ASSERT_EQUAL(win[64], 0);
+    /* a file: examples of 6, 6, 4, 4 tokens in windows of 10 come as [0 2] [1 3] */
+    write_text("f.jsonl", "{\"prompt\": \"abc\", \"completion\": \"de\"}\n{\"prompt\": \"fgh\", \"completion\": \"ij\"}\n"
+                          "{\"prompt\": \"k\", \"completion\": \"lm\"}\n{\"prompt\": \"n\", \"completion\": \"op\"}\n");
+    fr_sft_summary s;
+    FR_ASSERT_OK(prepare("f.jsonl", "f.bin", 10, 0, 0, &s));
+    CU_ASSERT_EQUAL(s.windows_packed, 2);
+    size_t flen;
+    unsigned char *b = slurp("f.bin", &flen);
+    fr_sft_view v;
+    FR_ASSERT_OK(fr_sft_parse(b, flen, "f.bin", &v));
+    fr_sft_plan p;
+    FR_ASSERT_OK(fr_sft_plan_windows(&v, 9, 1, &p));
+    int64_t tok[10];
+    int32_t seg[10];
+    fr_sft_window(&v, &p, 0, 9, tok, seg, NULL);
+    const int64_t want[10] = {'a', 'b', 'c', 'd', 'e', 0, 'k', 'l', 'm', 0};
+    CU_ASSERT_EQUAL(memcmp(tok, want, sizeof want), 0);
+    CU_ASSERT(seg[5] == 1 && seg[6] == 2 && seg[9] == 2);
+    fr_sft_plan_free(&p);
+    free(b);
+}
+
 static CU_TestInfo tests[] = {
     {"byte-level writer", test_bytes_writer},
     {"bad lines, long examples", test_bad_lines_and_long},
     {"damaged files", test_damaged_files},
     {"windows: packed and padded", test_windows},
+    {"first fit over the open windows", test_first_fit},
     CU_TEST_INFO_NULL};
 
 static CU_SuiteInfo suites[] = {{"sft data", setup, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};

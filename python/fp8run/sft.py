@@ -299,17 +299,33 @@ def read_examples(path, encoder, train_on_prompt=False, skip_bad_lines=False, st
             yield ids, tgt
 
 
-def pack_count(lengths, seq):
-    """Windows of seq + 1 tokens that lengths (each <= seq + 1) fill, in order, a new window whenever the next example does not fit: what
-    the trainer's packing does (runtime/io/sft_data.c)."""
-    cap = seq + 1
-    windows, fill = 0, cap
+OPEN_WINDOWS = 64  # runtime/io/sft_data.h FR_SFT_OPEN_WINDOWS
+
+
+def pack(lengths, cap):
+    """The window of each example (lengths each <= cap) as the trainer packs them
+    (runtime/io/sft_data.c fr_sft_pack): first fit over the last OPEN_WINDOWS windows opened,
+    in file order; a new window when none has room (the oldest open one then closes)."""
+    out, open_ = [], []  # open_: [window, fill], oldest first
+    windows = 0
     for n in lengths:
-        if fill + n > cap:
+        for w in open_:
+            if w[1] + n <= cap:
+                break
+        else:
+            if len(open_) == OPEN_WINDOWS:
+                open_.pop(0)
+            w = [windows, 0]
             windows += 1
-            fill = 0
-        fill += n
-    return windows
+            open_.append(w)
+        w[1] += n
+        out.append(w[0])
+    return out
+
+
+def pack_count(lengths, seq):
+    """Windows of seq + 1 tokens that lengths (each <= seq + 1) fill when packed (pack)."""
+    return len(set(pack(lengths, seq + 1)))
 
 
 def write_sft(path, examples, width, vocab, eos):

@@ -149,27 +149,45 @@ class TestBytes(Base):
         r = prep.prepare(path, self.p("o.bin"), "bytes", sft=True, skip_bad_lines=True, seq=8, long="drop")
         self.assertEqual((r["dropped"], r["examples"]), (4, 4))
         self.cli_same(["--sft", "--tokenizer", "bytes", path, "-o", self.p("o.bin"), "--skip-bad-lines", "--seq", "8",
-                       "--long", "drop"], [self.p("o.bin")])
+                       "--long", "drop"], [self.p("o.bin")], "--seq 8: packed %d windows" % r["windows_packed"])
         # a prompt longer than the window leaves no target: dropped, and counted
         path = self.jsonl("e.jsonl", [{"prompt": "p" * 20, "completion": "c"}, {"prompt": "a", "completion": "b"}])
         r = prep.prepare(path, self.p("o.bin"), "bytes", sft=True, seq=8)
         self.assertEqual((r["no_target"], r["truncated"], r["examples"]), (1, 1, 1))
 
-    def test_packing_count(self):
-        self.assertEqual(sft.pack_count([5, 5, 5], 9), 2)   # windows of 10: [5 5] [5]
+    def test_packing(self):
+        self.assertEqual(sft.pack([5, 5, 5], 10), [0, 0, 1])  # windows of 10: [5 5] [5]
+        self.assertEqual(sft.pack([6, 6, 4, 4], 10), [0, 1, 0, 1])  # first fit: [6 4] [6 4]
         self.assertEqual(sft.pack_count([10, 1, 9], 9), 2)  # [10] [1 9]
         self.assertEqual(sft.pack_count([], 9), 0)
+        # only the last 64 windows take examples: an early window's room stays unused
+        self.assertEqual(sft.pack([9] + [10] * 64 + [1], 10), [0] + list(range(1, 65)) + [65])
 
-    def cli_same(self, args, outputs):
+    def cli_same(self, args, outputs, stdout_has=""):
+        """`fp8run prepare ARGS` (C, no Python) writes the same bytes, and prints stdout_has."""
         if not CLI:
             return
         kept = {o: _read(o) for o in outputs}
         for o in outputs:
             os.remove(o)
-        r = subprocess.run([CLI, "prepare"] + args, capture_output=True, text=True, env=dict(os.environ, FP8RUN_PYTHON="/nonexistent"))
+        # no Python: the bytes are done in C
+        r = subprocess.run([CLI, "prepare"] + args, capture_output=True, text=True,
+                           env=dict(os.environ, FP8RUN_PYTHON="/nonexistent"))
         self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(stdout_has, r.stdout)
         for o, data in kept.items():
             self.assertEqual(_read(o), data, o)
+
+    def test_packing_matches_c(self):
+        """The summary's packed windows: Python's pack and the C one (fp8run prepare) agree."""
+        import random
+        rng = random.Random()
+        ex = [{"prompt": "p" * rng.randint(0, 20), "completion": "c" * rng.randint(1, 20)} for _ in range(300)]
+        path = self.jsonl("r.jsonl", ex)
+        r = prep.prepare(path, self.p("r.bin"), "bytes", sft=True, seq=63)
+        self.assertGreater(r["packing_efficiency"], 0.9)
+        self.cli_same(["--sft", "--tokenizer", "bytes", path, "-o", self.p("r.bin"), "--seq", "63"], [self.p("r.bin")],
+                      "--seq 63: packed %d windows" % r["windows_packed"])
 
 
 @unittest.skipUnless(os.environ.get("FP8RUN_LIBRARY"), "needs the library (FP8RUN_LIBRARY) and numpy")

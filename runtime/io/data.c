@@ -233,8 +233,8 @@ static fr_status open_common(const char *path, const fr_data_opts *opts, fr_data
         return st;
     }
     /* A sequential pass holds every batch start p = k*B*T with p + B*T + 1 <= n (SFT: every
-     * whole batch of B windows). */
-    dl->per_pass = dl->sft ? dl->n / dl->bt : (dl->n - 1) / dl->bt;
+     * window, the last batch filled up with empty ones: an evaluation sees every example). */
+    dl->per_pass = dl->sft ? (dl->n + dl->bt - 1) / dl->bt : (dl->n - 1) / dl->bt;
     if (dl->opts.max_batches > 0 && dl->opts.max_batches < dl->per_pass) dl->per_pass = dl->opts.max_batches;
     fr_data_reset(dl);
     *out = dl;
@@ -348,7 +348,13 @@ fr_status fr_data_next_sft(fr_data_loader *dl, int64_t *windows, int32_t *segmen
     int64_t labels = 0;
     for (int64_t b = 0; b < B; b++) {
         int64_t w = dl->opts.order == FR_DATA_RANDOM ? (int64_t)fr_prng_below(&dl->rng, (uint64_t)dl->n) : dl->pos + b;
-        fr_sft_window(&dl->sv, &dl->plan, w, T, windows + b * W, segments + b * W, targets + b * W);
+        if (w < dl->n) {
+            fr_sft_window(&dl->sv, &dl->plan, w, T, windows + b * W, segments + b * W, targets + b * W);
+        } else { /* past the last window: all padding, nothing counts */
+            for (int64_t j = 0; j < W; j++) windows[b * W + j] = dl->sv.eos;
+            memset(segments + b * W, 0, (size_t)W * sizeof *segments);
+            memset(targets + b * W, 0, (size_t)W);
+        }
         for (int64_t j = 0; j < W; j++) {
             if (V > 0 && windows[b * W + j] >= V) {
                 dl->rng = saved;

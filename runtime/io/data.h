@@ -33,9 +33,9 @@
  *
  * SFT token files (runtime/io/sft_data.h, prepare --sft) are recognized by their header (format
  * auto). Their unit is the window, not the token: the examples fill windows of T + 1 tokens
- * (opts.packing 1: several per window, in file order; 0: one each, padded), a random batch draws
- * each of its B windows uniformly, a sequential one takes the next B windows (epochs count
- * windows). fr_data_next refuses them; fr_data_next_sft gives the windows' tokens with their
+ * (opts.packing 1: several per window; 0: one each, padded), a random batch draws each of its B
+ * windows uniformly, a sequential one takes the next B windows (epochs count windows; the last
+ * batch of a pass is filled up with empty windows, all padding, so that every example is seen). fr_data_next refuses them; fr_data_next_sft gives the windows' tokens with their
  * segment ids and target flags.
  *
  * The loader's state (generator state, position, epoch, batches produced) can be saved as

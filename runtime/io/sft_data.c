@@ -93,39 +93,72 @@ static int64_t tok_at(const fr_sft_view *v, int64_t i)
     return v->width == 2 ? (int64_t)(p[0] | p[1] << 8) : (int64_t)rd32(p);
 }
 
+int64_t fr_sft_pack(const int64_t *len, int64_t n, int64_t cap, int64_t *window_of)
+{
+    int64_t open_id[FR_SFT_OPEN_WINDOWS], open_fill[FR_SFT_OPEN_WINDOWS], n_open = 0, windows = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t k = 0;
+        while (k < n_open && open_fill[k] + len[i] > cap) k++;
+        if (k == n_open) { /* a new window; the oldest one closes when too many are open */
+            if (n_open == FR_SFT_OPEN_WINDOWS) {
+                memmove(open_id, open_id + 1, (size_t)(n_open - 1) * sizeof *open_id);
+                memmove(open_fill, open_fill + 1, (size_t)(n_open - 1) * sizeof *open_fill);
+                k = --n_open;
+            }
+            open_id[k] = windows++;
+            open_fill[k] = 0;
+            n_open++;
+        }
+        open_fill[k] += len[i];
+        window_of[i] = open_id[k];
+    }
+    return windows;
+}
+
 fr_status fr_sft_plan_windows(const fr_sft_view *v, int64_t T, int packing, fr_sft_plan *out)
 {
     memset(out, 0, sizeof *out);
     if (T < 1) return fr_error(FR_ERR_INVALID_ARG, "SFT windows of %lld tokens", (long long)T);
-    const int64_t cap = T + 1;
-    out->first = fr_malloc((size_t)(v->examples + 1) * sizeof *out->first, "SFT windows");
-    if (!out->first) return FR_ERR_OOM;
-    int64_t fill = cap, w = 0;
-    for (int64_t i = 0; i < v->examples; i++) {
+    const int64_t cap = T + 1, E = v->examples;
+    int64_t *len = fr_malloc((size_t)(E ? E : 1) * sizeof *len, "SFT windows");
+    int64_t *win = fr_malloc((size_t)(E ? E : 1) * sizeof *win, "SFT windows");
+    out->order = fr_malloc((size_t)(E ? E : 1) * sizeof *out->order, "SFT windows");
+    out->first = fr_calloc((size_t)E + 2, sizeof *out->first, "SFT windows");
+    if (!len || !win || !out->order || !out->first) {
+        free(len);
+        free(win);
+        fr_sft_plan_free(out);
+        return FR_ERR_OOM;
+    }
+    for (int64_t i = 0; i < E; i++) {
         int64_t s, e;
         fr_sft_example(v, i, &s, &e);
-        int64_t n = e - s;
-        if (n > cap) {
-            n = cap;
+        len[i] = e - s;
+        if (len[i] > cap) {
+            len[i] = cap;
             out->truncated++;
         }
-        if (!packing || fill + n > cap) {
-            out->first[w++] = i;
-            fill = 0;
-        }
-        fill += n;
-        out->slots_used += n;
-        for (int64_t j = s + 1; j < s + n; j++) out->target_labels += v->targets[j];
+        out->slots_used += len[i];
+        for (int64_t j = s + 1; j < s + len[i]; j++) out->target_labels += v->targets[j];
+        win[i] = i;
     }
-    out->first[w] = v->examples;
-    out->windows = w;
+    out->windows = packing ? fr_sft_pack(len, E, cap, win) : E;
+    /* examples grouped by window, file order within each (a counting sort) */
+    for (int64_t i = 0; i < E; i++) out->first[win[i] + 1]++;
+    for (int64_t w = 0; w < out->windows; w++) out->first[w + 1] += out->first[w];
+    for (int64_t i = 0; i < E; i++) out->order[out->first[win[i]]++] = i;
+    for (int64_t w = out->windows; w > 0; w--) out->first[w] = out->first[w - 1];
+    out->first[0] = 0;
+    free(len);
+    free(win);
     return FR_OK;
 }
 
 void fr_sft_plan_free(fr_sft_plan *p)
 {
     free(p->first);
-    p->first = NULL;
+    free(p->order);
+    p->first = p->order = NULL;
 }
 
 void fr_sft_window(const fr_sft_view *v, const fr_sft_plan *p, int64_t w, int64_t T, int64_t *tokens,
@@ -133,9 +166,9 @@ void fr_sft_window(const fr_sft_view *v, const fr_sft_plan *p, int64_t w, int64_
 {
     int64_t slot = 0;
     int32_t seg = 0;
-    for (int64_t i = p->first[w]; i < p->first[w + 1]; i++) {
+    for (int64_t k = p->first[w]; k < p->first[w + 1]; k++) {
         int64_t s, e;
-        fr_sft_example(v, i, &s, &e);
+        fr_sft_example(v, p->order[k], &s, &e);
         if (e - s > T + 1) e = s + T + 1;
         seg++;
         for (int64_t j = s; j < e; j++, slot++) {
@@ -374,15 +407,12 @@ fr_status fr_sft_prepare_bytes(const fr_sft_prepare *p, fr_sft_summary *s)
         s->tokens = (int64_t)all.n;
         for (size_t i = 0; i < all.n; i++) s->target_tokens += all.tgt[i];
         if (p->max_tokens > 0) {
-            int64_t fill = p->max_tokens;
-            for (int64_t e = 0; e < E; e++) {
-                int64_t n = (int64_t)(ends[e] - (e ? ends[e - 1] : 0));
-                if (fill + n > p->max_tokens) {
-                    s->windows_packed++;
-                    fill = 0;
-                }
-                fill += n;
-            }
+            int64_t *len = malloc((size_t)E * sizeof *len), *win = malloc((size_t)E * sizeof *win);
+            for (int64_t e = 0; len && win && e < E; e++) len[e] = (int64_t)(ends[e] - (e ? ends[e - 1] : 0));
+            if (len && win) s->windows_packed = fr_sft_pack(len, E, p->max_tokens, win);
+            else st = fr_error(FR_ERR_OOM, "out of memory counting the packed windows");
+            free(len);
+            free(win);
         }
     }
     free(all.tok);

@@ -21,9 +21,13 @@
  * the token at j + 1 is the label of position j), and here also a segment id and a target flag
  * per token. An example of n tokens takes n consecutive slots of one window; an example longer
  * than T + 1 is cut to its first T + 1 tokens (counted: fr_sft_plan.truncated).
- *  - packing on: examples in file order fill windows; when the next one does not fit in what is
- *    left of a window, the rest is padding and it starts the next window. Segment ids are
- *    1, 2, 3, ... per example within a window, 0 on padding.
+ *  - packing on: first fit over the last FR_SFT_OPEN_WINDOWS windows opened: each example, in
+ *    file order, goes into the oldest of them with room for it, else into a new window (the
+ *    oldest one is then closed when more are open). Windows come in the order they were
+ *    opened, each holding its examples in file order; segment ids are 1, 2, 3, ... per example
+ *    within a window, 0 on the padding after them. (Filling windows strictly in file order
+ *    leaves a quarter of them padding for lengths spread evenly up to T + 1; this leaves a few
+ *    percent, and examples stay close to their place in the file.)
  *  - packing off: one example per window, then padding (segment 1, then 0).
  * Padding slots hold token id pad (the file's EOS) and are never targets. The first token of
  * each example is never a target (nothing before it in its example predicts it). Position j's
@@ -39,6 +43,7 @@
 
 #define FR_SFT_MAGIC "FP8RSFT1"
 #define FR_SFT_HEADER 64
+#define FR_SFT_OPEN_WINDOWS 64 /* packing: windows an example may still go into */
 
 /* A parsed SFT token file over memory the caller keeps (a mapping). */
 typedef struct fr_sft_view {
@@ -58,10 +63,16 @@ FR_NODISCARD fr_status fr_sft_parse(const void *buf, size_t len, const char *pat
 /* Example i's [start, end) token range. */
 void fr_sft_example(const fr_sft_view *v, int64_t i, int64_t *start, int64_t *end);
 
+/* The window of each of n examples of lengths len (each <= cap) packed as above, into
+ * window_of (n entries); returns the number of windows. python/fp8run/sft.py's pack_count does
+ * the same. */
+int64_t fr_sft_pack(const int64_t *len, int64_t n, int64_t cap, int64_t *window_of);
+
 /* How the examples go into windows of T + 1 tokens. */
 typedef struct fr_sft_plan {
     int64_t windows;
-    int64_t *first;      /* windows + 1 entries: window w holds examples first[w] .. first[w+1]-1 */
+    int64_t *order;      /* the examples, window by window (file order within a window) */
+    int64_t *first;      /* windows + 1 entries: window w holds order[first[w] .. first[w+1]-1] */
     int64_t truncated;   /* examples cut to T + 1 tokens */
     int64_t slots_used;  /* example tokens placed (after cutting) */
     int64_t target_labels; /* labels that count, over all windows */
