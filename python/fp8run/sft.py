@@ -124,9 +124,11 @@ class ChatTemplate:
 
     @staticmethod
     def load(tokenizer_path, override=None):
-        """The template of tokenizer_config.json beside tokenizer_path (override: a file with
+        """The template transformers would use for the folder of tokenizer_path: its
+        chat_template.jinja, else tokenizer_config.json's "chat_template" (override: a file with
         the template text, or a tokenizer_config.json / chat_template.json)."""
-        cfg_path = os.path.join(os.path.dirname(os.path.abspath(tokenizer_path)), "tokenizer_config.json")
+        folder = os.path.dirname(os.path.abspath(tokenizer_path))
+        cfg_path = os.path.join(folder, "tokenizer_config.json")
         cfg = {}
         if os.path.exists(cfg_path):
             with open(cfg_path, encoding="utf-8") as f:
@@ -137,6 +139,10 @@ class ChatTemplate:
             if v is not None:
                 special[k] = v
         source = cfg.get("chat_template")
+        jinja = os.path.join(folder, "chat_template.jinja")  # what save_pretrained writes now; it wins
+        if os.path.exists(jinja):
+            with open(jinja, encoding="utf-8") as f:
+                source = f.read()
         if override:
             with open(override, encoding="utf-8") as f:
                 text = f.read()
@@ -147,7 +153,8 @@ class ChatTemplate:
             named = {t.get("name"): t.get("template") for t in source}
             source = named.get("default")
         if not source:
-            raise SFTError("no chat template: %s has none; give --chat-template FILE" % cfg_path)
+            raise SFTError("no chat template: neither %s nor chat_template.jinja beside it has one; give "
+                           "--chat-template FILE" % cfg_path)
         return ChatTemplate(source, special)
 
     def render(self, messages, add_generation_prompt=False, track=False):

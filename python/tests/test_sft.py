@@ -100,6 +100,22 @@ class TestChatTemplate(Base):
         self.assertEqual(tgt, [0] * len(p) + [1] * (len(c) + 1))
         self.assertEqual(r["eos"], eos)
 
+    def test_chat_template_jinja_file_wins(self):
+        """A folder as save_pretrained writes it now: chat_template.jinja beside the config."""
+        import shutil
+        d = self.p("tok")
+        os.mkdir(d)
+        shutil.copy(TOK, d)
+        with open(os.path.join(FIX, "tokenizer_config.json")) as f:
+            cfg = json.load(f)
+        cfg["chat_template"] = "{{ raise_exception('the config template is not the one') }}"
+        with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+            json.dump(cfg, f)
+        shutil.copy(os.path.join(FIX, "plain_template.jinja"), os.path.join(d, "chat_template.jinja"))
+        prep.prepare(os.path.join(FIX, "chat.jsonl"), self.p("j.bin"), os.path.join(d, "tokenizer.json"), sft=True)
+        got = sft.read_sft(self.p("j.bin"))["examples"]
+        self.assertEqual([t for _, t in got], [e["assistant_masks"] for e in self.expected()])
+
     def test_template_errors_name_the_line(self):
         bad = self.p("raise.jinja")
         with open(bad, "w") as f:
