@@ -1,6 +1,7 @@
 /* Supervised fine-tuning from the command line, with the byte-level tokenizer (no Python):
  * prepare --sft, train on the SFT file (target-token loss, logged with the target count),
- * eval packed and unpacked (the same loss), sample from the result; usage errors. */
+ * eval packed and unpacked (the same loss), sample from the result; a Hugging Face Llama on chat
+ * data of a real tokenizer against transformers; usage errors. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +74,36 @@ static void test_prepare_train_eval_sample(void)
                        "--seed 3 --device cpu"), 0, cli_out, "echo 9");
 }
 
+/* A Hugging Face Llama (the hf/llama_op18_dynamic export, attention_mask input and all) on chat
+ * data prepared with a real tokenizer and chat template: 20 fp32 steps follow transformers'
+ * LlamaForCausalLM trained with labels -100 off the assistant turns (tools/gen_sft_reference.py
+ * hf), within 1e-4. */
+static void test_hf_chat_follows_transformers(void)
+{
+    char hf[600], data[600], ref[600], line[256];
+    fr_fixture(hf, sizeof hf, "hf/llama_op18_dynamic/model.onnx");
+    fr_fixture(data, sizeof data, "sft/hf_chat.bin");
+    double want[20], got[20];
+    int n = 0, vals;
+    FILE *f = fopen(fr_fixture(ref, sizeof ref, "sft/hf_chat_losses.txt"), "r");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    while (n < 20 && fgets(line, sizeof line, f))
+        if (line[0] != '#') want[n++] = strtod(line, NULL);
+    fclose(f);
+    CU_ASSERT_EQUAL_FATAL(n, 20);
+    CLI_EXPECT(cli_run("train '%s' --data '%s' --steps 20 --batch 2 --seq 31 --lr 1e-3 --data-order sequential "
+                       "--packing off --device cpu --log hf.jsonl", hf, data),
+               0, cli_out, "trained");
+    CU_ASSERT_EQUAL_FATAL(cli_read_log(cli_path("hf.jsonl"), got, 20, &vals, NULL), 20);
+    double worst = 0;
+    for (int i = 0; i < 20; i++) {
+        double r = fabs(got[i] - want[i]) / fabs(want[i]);
+        if (!(r <= worst)) worst = r;
+    }
+    printf(" (loss %.4f -> %.4f, transformers %.4f -> %.4f, worst rel %.2e) ", got[0], got[19], want[0], want[19], worst);
+    CU_ASSERT(worst <= 1e-4);
+}
+
 static void test_errors(void)
 {
     char model[600];
@@ -97,6 +128,7 @@ static void test_errors(void)
 
 static CU_TestInfo tests[] = {
     {"prepare --sft, train, eval packed and unpacked, sample", test_prepare_train_eval_sample},
+    {"a Hugging Face Llama on real chat data follows transformers", test_hf_chat_follows_transformers},
     {"usage errors", test_errors},
     CU_TEST_INFO_NULL,
 };

@@ -5,7 +5,8 @@ prompt/completion examples for llama_tiny, and PyTorch's losses of fine-tuning o
 
 Needs torch and onnx (pip install; no hub downloads):
 
-    python3 tools/gen_sft_reference.py
+    python3 tools/gen_sft_reference.py        # llama_tiny
+    python3 tools/gen_sft_reference.py hf     # the Hugging Face Llama with a real tokenizer
 
 It writes tests/fixtures/sft/:
     llama_sft.bin     an SFT token file (python/fp8run/sft.py): 40 examples of 3..16 tokens
@@ -23,6 +24,18 @@ It writes tests/fixtures/sft/:
                       both over their target count (token-weighted, not the mean of the two
                       micro-batch means); so is its gradient.
 AdamW and clipping as tools/gen_train_reference.py (fp8run's defaults with lr 1e-3, clip 1).
+
+And the Hugging Face case, with transformers too:
+    hf_chat.bin       chat.jsonl (tools/gen_sft_fixture.py) prepared with the fixture's real
+                      tokenizer and chat template (prepare(..., sft=True)): targets are the
+                      assistant turns
+    hf_chat_losses.txt
+                      20 steps of transformers' LlamaForCausalLM, the weights of
+                      tests/fixtures/hf/llama_safetensors (the hf/llama_op18_dynamic export's), on
+                      hf_chat.bin with packing off at B=2 T=31 (the last batch of a pass filled
+                      up with an empty window, as fp8run's sequential loader does), labels -100
+                      off the targets; AdamW as tools/gen_hf_exports.py (lr 1e-3, betas (0.9,
+                      0.999), weight decay 0.01 on matrices), clip 1
 """
 import importlib.util
 import os
@@ -103,7 +116,49 @@ def train(model, toks, labs, k):
     return losses
 
 
+def hf_reference():
+    from transformers import LlamaForCausalLM
+    spec = importlib.util.spec_from_file_location("prep", os.path.join(HERE, "..", "python", "fp8run", "prepare.py"))
+    prep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prep)
+    out = os.path.join(OUT, "hf_chat.bin")
+    prep.prepare(os.path.join(OUT, "chat.jsonl"), out, os.path.join(OUT, "tokenizer.json"), sft=True)
+    f = sft.read_sft(out)
+    global EOS, T
+    EOS, T = f["eos"], 31
+    toks, labs = windows(f["examples"])
+    if toks.shape[0] % B:  # the last batch: an empty window (all padding, nothing counts)
+        toks = torch.cat([toks, torch.full((1, T + 1), EOS)])
+        labs = torch.cat([labs, torch.full((1, T), -100)])
+    model = LlamaForCausalLM.from_pretrained(os.path.join(ref.ROOT, "hf", "llama_safetensors"), dtype=torch.float32)
+    model.config.use_cache = False
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=1e-3, betas=(0.9, 0.999), eps=1e-8, foreach=False)
+    model.train()
+    per_pass, losses = toks.shape[0] // B, []
+    for step in range(STEPS):
+        s = (step % per_pass) * B
+        x, y = toks[s:s + B, :T], labs[s:s + B]
+        opt.zero_grad(set_to_none=True)
+        logits = model(input_ids=x, attention_mask=torch.ones_like(x), use_cache=False).logits
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=-100)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(float(loss.item()))
+    with open(os.path.join(OUT, "hf_chat_losses.txt"), "w") as fo:
+        fo.write("# tools/gen_sft_reference.py with torch %s: LlamaForCausalLM (hf/llama_safetensors) on hf_chat.bin, "
+                 "B=%d T=%d packing off, labels -100 off the assistant turns\n" % (torch.__version__, B, T))
+        for x in losses:
+            fo.write("%.9e\n" % x)
+    print("HF chat:", " ".join("%.4f" % x for x in losses))
+
+
 def main():
+    if sys.argv[1:] == ["hf"]:
+        return hf_reference()
     os.makedirs(OUT, exist_ok=True)
     exs = examples(7070, 40)
     sft.write_sft(os.path.join(OUT, "llama_sft.bin"), exs, 2, VOCAB, EOS)
