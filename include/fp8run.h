@@ -830,6 +830,11 @@ FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_train_step_sft_async(fp
 FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_eval_sft(fp8run_session *s, const int64_t *windows,
                                                                const int32_t *segments, const uint8_t *targets,
                                                                size_t count, double *loss, int64_t *n_targets);
+/* 1 when packed examples see the positions they would see alone: the model takes position_ids
+ * (restarted at each example) or a rotary embedding fp8run fused (only distances count); 0
+ * when it computes absolute positions inside the graph (GPT-2's learned table), which then run
+ * on across a packed window (packing off avoids that). */
+FP8RUN_API int fp8run_session_sft_positions(const fp8run_session *s);
 /* Loss of one micro-batch (B x (T+1) ids, count = B * (T+1)) without updating anything. */
 FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_eval(fp8run_session *s, const void *windows, fp8run_dtype dtype,
                                              size_t count, double *loss);

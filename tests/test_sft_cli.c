@@ -102,6 +102,16 @@ static void test_hf_chat_follows_transformers(void)
     }
     printf(" (loss %.4f -> %.4f, transformers %.4f -> %.4f, worst rel %.2e) ", got[0], got[19], want[0], want[19], worst);
     CU_ASSERT(worst <= 1e-4);
+    /* packed, its RoPE sees only distances: no warning; GPT-2's learned positions run on across
+       a packed window, which it says */
+    CLI_EXPECT(cli_run("eval '%s' --data '%s' --batch 2 --seq 63 --device cpu", hf, data), 0, cli_out, "loss ");
+    CU_ASSERT_PTR_NULL(strstr(cli_err, "warning"));
+    fr_fixture(hf, sizeof hf, "hf/gpt2_op18_dynamic/model.onnx");
+    CLI_EXPECT(cli_run("eval '%s' --data '%s' --batch 2 --seq 63 --device cpu", hf, data), 0, cli_err,
+               "computes absolute positions inside its graph");
+    CLI_EXPECT(cli_run("eval '%s' --data '%s' --batch 2 --seq 63 --device cpu --packing off", hf, data), 0, cli_out,
+               "loss ");
+    CU_ASSERT_PTR_NULL(strstr(cli_err, "warning"));
 }
 
 static void test_errors(void)

@@ -354,6 +354,11 @@ FP8RUN_API fp8run_status fp8run_session_eval_sft(fp8run_session *s, const int64_
     return fr_api_fail(&s->err, fn, fr_trainer_eval_sft(s->t, w, segments, targets, loss, n_targets));
 }
 
+FP8RUN_API int fp8run_session_sft_positions(const fp8run_session *s)
+{
+    return s && s->t ? fr_trainer_sft_positions(s->t) : 0;
+}
+
 FP8RUN_API fp8run_status fp8run_session_poll_stats(fp8run_session *s, int wait, fp8run_step_stats *stats)
 {
     const char *fn = __func__;

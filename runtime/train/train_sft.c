@@ -162,6 +162,19 @@ static void drop_batch(fr_trainer *t)
     t->sft_k = 0;
 }
 
+int fr_trainer_sft_positions(const fr_trainer *t)
+{
+    for (int i = 0; i < t->n_inputs; i++)
+        if (t->inputs[i].feed == TR_FEED_ARANGE) return 1; /* position_ids: restarted per example */
+    for (int i = 0; i < t->g->n_nodes; i++) { /* rotary embedding: only distances count */
+        const fr_node *n = &t->g->nodes[i];
+        if (n->dead || strcmp(n->domain, FR_DOMAIN_FP8RUN) != 0) continue;
+        if (strcmp(n->op_type, "Rotary") == 0) return 1;
+        if (strcmp(n->op_type, "AttentionQKV") == 0 && n->n_inputs > 1 && n->inputs[1] >= 0) return 1;
+    }
+    return 0;
+}
+
 fr_status fr_trainer_step_sft_async(fr_trainer *t, const int64_t *windows, const int32_t *segments,
                                     const uint8_t *targets, int k, int64_t *step)
 {

@@ -182,6 +182,11 @@ FR_NODISCARD fr_status fr_trainer_step_sft_async(fr_trainer *t, const int64_t *w
                                                  const uint8_t *targets, int k, int64_t *step);
 FR_NODISCARD fr_status fr_trainer_eval_sft(fr_trainer *t, const int64_t *windows, const int32_t *segments,
                                            const uint8_t *targets, double *loss, int64_t *n_targets);
+/* 1 when a packed example sees the positions it would see alone: the graph takes position_ids
+ * (fed per example) or embeds positions by rotation (fused Rotary / AttentionQKV tables: only
+ * distances count); 0 when it computes absolute positions itself (GPT-2's learned table from an
+ * in-graph arange), which then run on across a window. */
+int fr_trainer_sft_positions(const fr_trainer *t);
 
 /* Loss of one micro-batch (B windows of T+1 ids) without updating anything. Afterwards the
  * model's own outputs of that run are available through fr_trainer_eval_output. */

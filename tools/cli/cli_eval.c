@@ -82,6 +82,7 @@ int cli_eval(int argc, char **argv)
         double loss;
         int64_t targets;
         cli_sft_describe("--data", dl, a.seq);
+        cli_sft_warn_positions(&a, t);
         rc = cli_sft_eval(t, dl, &loss, &targets);
         if (rc == 0)
             printf("loss %.6f perplexity %.4f (%lld target tokens in %lld batches of %lld x %lld tokens)\n", loss,

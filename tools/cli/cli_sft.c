@@ -15,6 +15,14 @@ int cli_sft_setup(const char *cmd, train_args *a)
     return 0;
 }
 
+void cli_sft_warn_positions(const train_args *a, fp8run_session *t)
+{
+    if (a->o.sft && !(a->o.packing && strcmp(a->o.packing, "off") == 0) && !fp8run_session_sft_positions(t))
+        fprintf(stderr, "fp8run: warning: --packing on: this model computes absolute positions inside its graph "
+                        "(no position_ids input, no rotary embedding), so a packed example sees positions offset "
+                        "by the examples before it in its window; --packing off gives each example its own\n");
+}
+
 void cli_sft_describe(const char *what, fp8run_data_loader *d, int64_t seq)
 {
     fp8run_sft_info s = {.struct_size = sizeof s};

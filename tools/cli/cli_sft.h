@@ -8,6 +8,8 @@
 /* Before the session: config.sft set when --data is an SFT token file (1 returned), and
  * --packing checked to be used only with one. */
 int cli_sft_setup(const char *cmd, train_args *a);
+/* After the session: a warning when packing would shift a model's absolute positions. */
+void cli_sft_warn_positions(const train_args *a, fp8run_session *t);
 /* A one-line description of an SFT loader (examples, windows, truncated, target tokens,
  * how full the windows are) to stderr. */
 void cli_sft_describe(const char *what, fp8run_data_loader *d, int64_t seq);

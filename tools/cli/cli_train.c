@@ -697,6 +697,7 @@ static int run_train(train_args *a)
     if (rc == 0 && a->init_from && resume && !lora) fprintf(stderr, "fp8run: --init-from not used: resuming from %s\n", resume);
     if (rc == 0) rc = open_loaders(&L);
     if (rc == 0 && a->o.sft && !g_quiet) cli_sft_describe("--data", L.dl, a->seq);
+    if (rc == 0 && !g_quiet) cli_sft_warn_positions(a, L.t);
     if (rc == 0 && resume) rc = resume_session(&L, resume, ck);
     if (g_quiet) a->log = NULL; /* rank 0 logs */
     if (rc == 0 && a->log && resume) rc = trim_log(a->log, fp8run_session_steps_done(L.t));
