@@ -195,6 +195,48 @@ static void test_packed_examples_do_not_see_each_other(void)
     fr_graph_free(g);
 }
 
+/* The loader's state (checkpoints, --resume) restores an SFT file's position exactly, random
+ * and sequential; the last sequential batch of a pass is filled up with an empty window. */
+static void test_loader_state(void)
+{
+    for (int order = 0; order < 2; order++) {
+        char p[600];
+        fr_data_opts d = fr_data_opts_default();
+        d.batch = 3;
+        d.seq_len = T;
+        d.order = order ? FR_DATA_SEQUENTIAL : FR_DATA_RANDOM;
+        d.seed = 11;
+        fr_data_loader *dl = NULL;
+        FR_ASSERT_OK(fr_data_open(fr_fixture(p, sizeof p, "sft/llama_sft.bin"), &d, &dl));
+        int64_t w[3 * W], w2[3 * W], n1, n2;
+        int32_t seg[3 * W], seg2[3 * W];
+        uint8_t tgt[3 * W], tgt2[3 * W];
+        for (int i = 0; i < 4; i++) FR_ASSERT_OK(fr_data_next_sft(dl, w, seg, tgt, NULL));
+        uint8_t state[FR_DATA_STATE_BYTES];
+        fr_data_get_state(dl, state);
+        FR_ASSERT_OK(fr_data_next_sft(dl, w, seg, tgt, &n1));
+        FR_ASSERT_OK(fr_data_set_state(dl, state, sizeof state));
+        FR_ASSERT_OK(fr_data_next_sft(dl, w2, seg2, tgt2, &n2));
+        CU_ASSERT_EQUAL(n1, n2);
+        CU_ASSERT(memcmp(w, w2, sizeof w) == 0 && memcmp(seg, seg2, sizeof seg) == 0 && memcmp(tgt, tgt2, sizeof tgt) == 0);
+        if (order) { /* 40 windows (packing on: fewer) in batches of 3: the last batch's tail is empty */
+            fr_data_sft_stats st;
+            fr_data_sft_info(dl, &st);
+            int64_t per = fr_data_batches_per_epoch(dl), labels = 0, last_empty = 0;
+            CU_ASSERT_EQUAL(per, (st.windows + 2) / 3);
+            fr_data_reset(dl);
+            for (int64_t b = 0; b < per; b++) {
+                FR_ASSERT_OK(fr_data_next_sft(dl, w, seg, tgt, &n1));
+                labels += n1;
+                last_empty = seg[2 * W] == 0 && st.windows % 3 != 0;
+            }
+            CU_ASSERT_EQUAL(labels, st.target_labels); /* every example once */
+            CU_ASSERT(st.windows % 3 == 0 || last_empty);
+        }
+        fr_data_close(dl);
+    }
+}
+
 static void test_refusals(void)
 {
     fr_graph *g = load_llama();
@@ -230,6 +272,7 @@ static CU_TestInfo tests[] = {
     {"the same with 2 micro-batches, token-weighted", test_follows_pytorch_accum},
     {"packed and unpacked eval agree", test_packed_equals_unpacked},
     {"packed examples do not see each other", test_packed_examples_do_not_see_each_other},
+    {"loader state and the last batch of a pass", test_loader_state},
     {"bad segment ids, SFT calls on a plain trainer", test_refusals},
     CU_TEST_INFO_NULL};
 
