@@ -470,7 +470,7 @@ static int64_t floor_div(int64_t a, int64_t b)
 int fr_attn_mask_symbolic(const fr_graph *g, int x, int boolean, const fr_value *sv, fr_attn_mask_info *info)
 {
     memset(info, 0, sizeof *info);
-    info->seg = -1;
+    info->seg = info->ones = -1;
     actx cx = {g, -1, 0, info->why, sizeof info->why};
     sym s;
     if (sv->rank < 2 || !eval(&cx, x, &s)) return info->kind = FR_ATTN_MASK_BAD;
@@ -499,7 +499,7 @@ int fr_attn_mask_symbolic(const fr_graph *g, int x, int boolean, const fr_value 
                 return info->kind = FR_ATTN_MASK_BAD;
             }
             if (in->flags & FR_VAL_ONES)
-                info->ones = 1;
+                info->ones = cx.pad_input;
             else
                 info->seg = cx.pad_input;
             continue;
@@ -551,14 +551,15 @@ void fr_attn_mask_describe(const fr_attn_mask_info *m, const fr_graph *g, char *
 {
     size_t o = 0;
     if (m->kind == FR_ATTN_MASK_BAD) {
-        snprintf(buf, n, "dense additive mask: %s", m->why[0] ? m->why : "not recognized");
+        snprintf(buf, n, "dense additive mask (%s)", m->why[0] ? m->why : "not recognized");
         return;
     }
     o += (size_t)snprintf(buf, n, "%s", m->kind == FR_ATTN_MASK_CAUSAL ? "causal" : "no causal mask");
     if (o < n && m->window) o += (size_t)snprintf(buf + o, n - o, ", window %lld", (long long)m->window);
     if (o < n && m->seg >= 0)
         o += (size_t)snprintf(buf + o, n - o, ", key padding '%s' -> Sk", g->values[m->seg].name);
-    if (o < n && m->ones) snprintf(buf + o, n - o, ", padding input fed all ones: dropped");
+    if (o < n && m->ones >= 0)
+        snprintf(buf + o, n - o, ", key padding '%s' dropped (fed all ones)", g->values[m->ones].name);
 }
 
 fr_status fr_attn_mask_note(fr_graph *g, const char *name, const fr_attn_mask_info *m)
@@ -577,5 +578,62 @@ fr_status fr_attn_mask_note(fr_graph *g, const char *name, const fr_attn_mask_in
         n->doc_string = d;
         return FR_OK;
     }
+    return FR_OK;
+}
+
+/* How fused node n masks, as text: its note when it had a run-time mask, else its attributes. */
+static void node_mask_text(const fr_graph *g, const fr_node *n, char *buf, size_t size)
+{
+    const size_t np = sizeof FR_ATTN_MASK_NOTE - 1;
+    if (n->doc_string && strncmp(n->doc_string, FR_ATTN_MASK_NOTE, np) == 0) {
+        snprintf(buf, size, "%s", n->doc_string + np);
+        return;
+    }
+    int64_t causal = 0, window = 0;
+    if (fr_node_attr_int(n, "causal", 0, &causal) != FR_OK || fr_node_attr_int(n, "window", 0, &window) != FR_OK)
+        fr_clear_error();
+    const int m = n->n_inputs > 3 ? n->inputs[3] : -1, sk = n->n_inputs > 4 ? n->inputs[4] : -1;
+    size_t o = (size_t)snprintf(buf, size, "%s", m >= 0 ? "dense additive mask" : causal ? "causal" : "no mask");
+    if (o < size && window) o += (size_t)snprintf(buf + o, size - o, ", window %lld", (long long)window);
+    if (o < size && m >= 0 && causal) o += (size_t)snprintf(buf + o, size - o, ", causal");
+    if (o < size && sk >= 0) snprintf(buf + o, size - o, ", key padding '%s' -> Sk", g->values[sk].name);
+}
+
+fr_status fr_attn_mask_report(const fr_graph *g, int *dense, char *detail, size_t size)
+{
+    enum { KINDS = 8 };
+    char text[KINDS][256];
+    int count[KINDS] = {0}, kinds = 0, total = 0, other = 0;
+    *dense = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const fr_node *n = &g->nodes[i];
+        if (n->dead || strcmp(n->domain, FR_DOMAIN_FP8RUN) != 0 ||
+            (strcmp(n->op_type, "Attention") != 0 && strcmp(n->op_type, "AttentionQKV") != 0))
+            continue;
+        char t[256];
+        node_mask_text(g, n, t, sizeof t);
+        total++;
+        if (strncmp(t, "dense", 5) == 0) { /* named: each such node is worth a look */
+            char named[256];
+            snprintf(named, sizeof named, "'%.80s': %.160s", n->name, t);
+            memcpy(t, named, sizeof t);
+            (*dense)++;
+        }
+        int k = 0;
+        while (k < kinds && strcmp(text[k], t) != 0) k++;
+        if (k == kinds && kinds < KINDS) snprintf(text[kinds++], sizeof text[0], "%s", t);
+        if (k < kinds)
+            count[k]++;
+        else
+            other++;
+    }
+    if (!total) {
+        snprintf(detail, size, "no fused attention");
+        return FR_OK;
+    }
+    size_t o = (size_t)snprintf(detail, size, "%d attention%s", total, total == 1 ? "" : "s");
+    for (int k = 0; k < kinds && o < size; k++)
+        o += (size_t)snprintf(detail + o, size - o, "%s %d %s", k ? ";" : ":", count[k], text[k]);
+    if (other && o < size) snprintf(detail + o, size - o, "; %d of other kinds", other);
     return FR_OK;
 }

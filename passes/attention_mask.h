@@ -31,7 +31,7 @@ typedef struct fr_attn_mask_info {
     int kind;       /* FR_ATTN_MASK_BAD / _NONE / _CAUSAL (passes/attention_fuse.h) */
     int64_t window; /* with _CAUSAL: 0, or W: keys q - W < k <= q */
     int seg;        /* the input read as key padding (the fused op's Sk), or -1 */
-    int ones;       /* key padding from an input marked all ones, dropped */
+    int ones;       /* the input marked all ones whose key padding was dropped, or -1 */
     char why[192];  /* _BAD: why it is no causal / window / padding mask */
 } fr_attn_mask_info;
 
@@ -48,5 +48,10 @@ void fr_attn_mask_describe(const fr_attn_mask_info *m, const fr_graph *g, char *
  * read it). */
 #define FR_ATTN_MASK_NOTE "mask: "
 FR_NODISCARD fr_status fr_attn_mask_note(fr_graph *g, const char *name, const fr_attn_mask_info *m);
+
+/* Every fused attention of g (Attention, AttentionQKV) by how it masks, grouped, into detail:
+ * "2 attentions: 2 causal, key padding 'attention_mask' -> Sk"; *dense receives the number left
+ * with a dense additive mask (the slow kernels). */
+FR_NODISCARD fr_status fr_attn_mask_report(const fr_graph *g, int *dense, char *detail, size_t size);
 
 #endif
