@@ -24,9 +24,9 @@
 #include "passes/attention_fuse.h"
 #include "passes/attention_mask.h"
 #include "passes/passes.h"
-#include "runtime/npy.h"
-#include "runtime/train_internal.h"
-#include "runtime/trainer.h"
+#include "runtime/io/npy.h"
+#include "runtime/train/train_internal.h"
+#include "runtime/train/trainer.h"
 
 static const char *const DYN[] = {"llama_op18_dynamic", "llama_op23_dynamic", "gpt2_op18_dynamic",
                                   "gpt2_op23_dynamic",  "mistral_op18_dynamic", "mistral_op23_dynamic"};
@@ -97,13 +97,15 @@ static void test_fixture_size(void)
 }
 
 /* Sizes past every fold cap: [8, 2048] is a [8, 1, 2048, 2048] mask (32M elements); the reading
- * builds nothing of it. GPT-2's learned positions stop at 64: its inputs are not run here. */
+ * builds nothing of it. GPT-2's learned positions stop at 64 (preparation folds their Gather):
+ * it takes the sizes up to that. */
 static void test_any_size(void)
 {
     static const int64_t shapes[][2] = {{8, 2048}, {1, 4096}, {3, 64}, {1, 1}};
     for (int i = 0; i < N_DYN; i++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-            if (shapes[s][1] > 1) check_fused(DYN[i], s & 1, shapes[s][0], shapes[s][1]);
+            if (shapes[s][1] > 1 && (shapes[s][1] <= 64 || !strstr(DYN[i], "gpt2")))
+                check_fused(DYN[i], s & 1, shapes[s][0], shapes[s][1]);
     /* one token: causal keeps everything, nothing to mask but the padding */
     fr_graph *g = fused("llama_op18_dynamic", 0, 1, 1);
     CU_ASSERT_EQUAL(count_op(g, "Attention", FR_DOMAIN_FP8RUN), 2);
