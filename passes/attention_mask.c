@@ -108,7 +108,8 @@ static atom cmp_atom(const lin *x, const lin *y, const char *op)
     return t;
 }
 
-static fr_status tensor_ok(const fr_tensor *t) { return t && fr_tensor_numel(t) <= RAMP_MAX ? FR_OK : FR_ERR_SHAPE; }
+/* A constant small enough to check element by element. */
+static int checkable(const fr_tensor *t) { return t && fr_tensor_numel(t) <= RAMP_MAX; }
 
 /* Component j of nj (the last axis; nj = 0: no tuple axis) of constant t as an affine form of
  * the leading `rank` coordinates. */
@@ -120,7 +121,7 @@ static int const_ramp(const fr_tensor *t, int rank, const int64_t *dims, int j, 
         stride[a] = n;
         n *= dims[a];
     }
-    if (tensor_ok(t) != FR_OK || n * step != fr_tensor_numel(t)) return 0;
+    if (!checkable(t) || n == 0 || n * step != fr_tensor_numel(t)) return 0;
     memset(l, 0, sizeof *l);
     const double c0 = fr_tensor_get_f64(t, j);
     if (c0 != floor(c0) || fabs(c0) > 1e15) return 0;
@@ -149,10 +150,10 @@ static int eval_const(actx *cx, const fr_value *v, sym *s)
     s->kind = S_BOOL;
     int64_t w = 0;
     const int r = v->rank;
-    int all = tensor_ok(t) == FR_OK;
+    int all = checkable(t);
     for (int64_t e = 0; all && e < fr_tensor_numel(t); e++) all = fr_tensor_get_f64(t, e) != 0;
     if (all) return 1;
-    const int kind = r >= 2 && tensor_ok(t) == FR_OK ? fr_attn_classify_mask(t, 1, v->dims[r - 2], v->dims[r - 1], &w)
+    const int kind = r >= 2 && checkable(t) ? fr_attn_classify_mask(t, 1, v->dims[r - 2], v->dims[r - 1], &w)
                                                       : FR_ATTN_MASK_BAD;
     if (kind == FR_ATTN_MASK_BAD) return fail(cx, "the constant mask '%s' is neither causal nor a sliding window", v->name);
     if (kind == FR_ATTN_MASK_NONE) return 1;
@@ -400,7 +401,7 @@ static int eval_node(actx *cx, const fr_node *n, const fr_value *y, sym *s)
         double zero;
         const fr_tensor *ft = g->values[n->inputs[2]].constant;
         int fill = ft && fr_dtype_is_float(ft->dtype) && fr_tensor_numel(ft) >= 1 &&
-                   !(g->values[n->inputs[2]].flags & FR_VAL_PARAM) && tensor_ok(ft) == FR_OK;
+                   !(g->values[n->inputs[2]].flags & FR_VAL_PARAM) && checkable(ft);
         for (int64_t e = 0; fill && e < fr_tensor_numel(ft); e++) fill = fr_tensor_get_f64(ft, e) <= MASKED_MAX;
         if (!fill || !fr_const_scalar(g, n->inputs[1], &zero) || zero != 0)
             return fail(cx, "'%s' is a Where other than (mask, 0, lowest)", n->name);
