@@ -10,6 +10,9 @@
  *    Attention (AttentionQKV) and Rotary nodes, and the report says how they mask;
  *  - chains that are no causal / window / padding mask stay dense masks and say why: k < q (the
  *    diagonal masked too), attention_mask read at (key, batch);
+ *  - hand-built chains (not folded) of the other ops the reading takes: Not, Equal, Sub, Mul,
+ *    Unsqueeze of the input, Cast, Where, Less, and what it refuses (a window without causal,
+ *    the input read at (batch, query), a mask over the heads), the reason named;
  *  - fused with Sk against the unfused graph on the CPU (exact semantics: 1e-5), attention_mask
  *    padded on the right and on the left, over the rows of queries that see a key (the fully
  *    masked ones give 0 fused and a uniform average unfused: no token's output). */
@@ -19,8 +22,10 @@
 #include <string.h>
 
 #include "tests/fuse_test_util.h"
+#include "tests/gradcheck.h"
 #include "tests/harness.h"
 #include "graph/onnx_io.h"
+#include "ops/grad.h"
 #include "passes/attention_fuse.h"
 #include "passes/attention_mask.h"
 #include "passes/passes.h"
@@ -213,6 +218,120 @@ static void test_not_taken(void)
     expect_dense(g, "is read at other than (batch, key)");
 }
 
+/* ---- hand-built chains against scores [2, 3, 16, 16] ---- */
+
+enum { HB = 2, HH = 3, HT = 16 };
+
+typedef struct hand {
+    fr_graph *g;
+    int am, q, k, h; /* the input [2, 16]; positions q [16, 1], k [1, 16]; head index [3, 1, 1] */
+} hand;
+
+static int i64s(fr_graph *g, const char *name, int n, const int64_t *v)
+{
+    return fr_gc_add_input(g, NULL, name, FR_I64, 1, (int64_t[]){n}, v);
+}
+
+static int scalar(fr_graph *g, const char *name, fr_dtype dt, double x)
+{
+    if (dt == FR_F32) return fr_gc_add_values(g, name, dt, 0, NULL, &x);
+    return fr_gc_add_input(g, NULL, name, dt, 0, NULL, (int64_t[]){(int64_t)x});
+}
+
+static int unsq(fr_graph *g, int x, int n, const int64_t *axes)
+{
+    char nm[32];
+    snprintf(nm, sizeof nm, "axes%d", g->n_values);
+    return fr_gc_op1(g, "Unsqueeze", 2, (int[]){x, i64s(g, nm, n, axes)});
+}
+
+static int cast(fr_graph *g, int x, fr_dtype to)
+{
+    int out, nid = fr_gc_node(g, "Cast", "", 1, &x, 1, &out);
+    FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "to", to));
+    FR_ASSERT_OK(fr_node_infer(g, nid));
+    return out;
+}
+
+static hand hand_new(void)
+{
+    hand h;
+    h.g = fr_gc_new_graph(18);
+    CU_ASSERT_FATAL(h.g != NULL);
+    FR_ASSERT_OK(fr_graph_add_value(h.g, "attention_mask", &h.am));
+    fr_value_set_shape(&h.g->values[h.am], FR_I64, 2, (int64_t[]){HB, HT});
+    FR_ASSERT_OK(fr_graph_mark_input(h.g, h.am));
+    const int r = fr_gc_op1(h.g, "Range", 3,
+                            (int[]){scalar(h.g, "r0", FR_I64, 0), scalar(h.g, "rT", FR_I64, HT), scalar(h.g, "r1", FR_I64, 1)});
+    h.q = unsq(h.g, r, 1, (int64_t[]){1});
+    h.k = unsq(h.g, r, 1, (int64_t[]){0});
+    const int rh = fr_gc_op1(h.g, "Range", 3,
+                             (int[]){scalar(h.g, "h0", FR_I64, 0), scalar(h.g, "hH", FR_I64, HH), scalar(h.g, "h1", FR_I64, 1)});
+    h.h = unsq(h.g, rh, 2, (int64_t[]){1, 2});
+    return h;
+}
+
+/* attention_mask[:, None, None, :] != 0 */
+static int padding(hand *h) { return cast(h->g, unsq(h->g, h->am, 2, (int64_t[]){1, 2}), FR_BOOL); }
+
+static int and2(hand *h, int a, int b) { return fr_gc_op1(h->g, "And", 2, (int[]){a, b}); }
+
+/* Reads x (boolean, or additive when `additive`: Where(x, 0, lowest) first); frees h. */
+static void expect_read(hand *h, int x, int additive, int kind, int64_t window, int seg, const char *why)
+{
+    if (additive)
+        x = fr_gc_op1(h->g, "Where", 3,
+                      (int[]){x, scalar(h->g, "zero", FR_F32, 0), scalar(h->g, "lowest", FR_F32, -3.4028234663852886e38)});
+    const fr_value s = {.rank = 4, .dims = {HB, HH, HT, HT}};
+    fr_attn_mask_info mi;
+    const int got = fr_attn_mask_symbolic(h->g, x, !additive, &s, &mi);
+    char d[300];
+    fr_attn_mask_describe(&mi, h->g, d, sizeof d);
+    if (got != kind || (kind == FR_ATTN_MASK_BAD && !strstr(mi.why, why)) ||
+        (kind != FR_ATTN_MASK_BAD && (mi.window != window || mi.seg != (seg ? h->am : -1))))
+        printf("\n  read as '%s' (want kind %d, window %lld, seg %d, why '%s')", d, kind, (long long)window, seg, why);
+    CU_ASSERT_EQUAL(got, kind);
+    if (kind == FR_ATTN_MASK_BAD) {
+        CU_ASSERT_PTR_NOT_NULL(strstr(mi.why, why));
+    } else {
+        CU_ASSERT_EQUAL(mi.window, window);
+        CU_ASSERT_EQUAL(mi.seg, seg ? h->am : -1);
+    }
+    fr_graph_free(h->g);
+}
+
+static void test_hand_built(void)
+{
+    hand h = hand_new(); /* Not(k > q) and padding, additive: causal + Sk */
+    int c = fr_gc_op1(h.g, "Not", 1, (int[]){fr_gc_op1(h.g, "Greater", 2, (int[]){h.k, h.q})});
+    expect_read(&h, and2(&h, c, padding(&h)), 1, FR_ATTN_MASK_CAUSAL, 0, 1, NULL);
+    h = hand_new(); /* (q - k) < 5 and k <= q: window 5 */
+    int w = fr_gc_op1(h.g, "Less", 2, (int[]){fr_gc_op1(h.g, "Sub", 2, (int[]){h.q, h.k}), scalar(h.g, "w", FR_I64, 5)});
+    expect_read(&h, and2(&h, w, fr_gc_op1(h.g, "LessOrEqual", 2, (int[]){h.k, h.q})), 0, FR_ATTN_MASK_CAUSAL, 5, 0, NULL);
+    h = hand_new(); /* k == q: the diagonal, a window of 1 */
+    expect_read(&h, fr_gc_op1(h.g, "Equal", 2, (int[]){h.k, h.q}), 0, FR_ATTN_MASK_CAUSAL, 1, 0, NULL);
+    h = hand_new(); /* 2k <= 2q: causal; and k < 16 + q: true everywhere, dropped */
+    const int two = scalar(h.g, "two", FR_I64, 2);
+    c = fr_gc_op1(h.g, "LessOrEqual", 2,
+                  (int[]){fr_gc_op1(h.g, "Mul", 2, (int[]){h.k, two}), fr_gc_op1(h.g, "Mul", 2, (int[]){two, h.q})});
+    const int t = fr_gc_op1(h.g, "Less", 2, (int[]){h.k, fr_gc_op1(h.g, "Add", 2, (int[]){h.q, scalar(h.g, "T", FR_I64, HT)})});
+    expect_read(&h, and2(&h, c, t), 0, FR_ATTN_MASK_CAUSAL, 0, 0, NULL);
+    h = hand_new(); /* padding alone: no causal mask, Sk */
+    expect_read(&h, padding(&h), 1, FR_ATTN_MASK_NONE, 0, 1, NULL);
+    h = hand_new(); /* a window without causal */
+    w = fr_gc_op1(h.g, "Less", 2, (int[]){fr_gc_op1(h.g, "Sub", 2, (int[]){h.q, h.k}), scalar(h.g, "w", FR_I64, 5)});
+    expect_read(&h, w, 0, FR_ATTN_MASK_BAD, 0, 0, "a sliding window without the causal mask");
+    h = hand_new(); /* attention_mask[:, None, :, None]: read at (batch, query) */
+    expect_read(&h, cast(h.g, unsq(h.g, h.am, 2, (int64_t[]){1, 3}), FR_BOOL), 0, FR_ATTN_MASK_BAD, 0, 0,
+                "read at other than (batch, key)");
+    h = hand_new(); /* k <= q + head: a mask that differs per head */
+    c = fr_gc_op1(h.g, "LessOrEqual", 2, (int[]){h.k, fr_gc_op1(h.g, "Add", 2, (int[]){h.q, h.h})});
+    expect_read(&h, c, 0, FR_ATTN_MASK_BAD, 0, 0, "along a batch or head axis");
+    h = hand_new(); /* a float mask cast to bool: an op outside the list */
+    c = fr_gc_op1(h.g, "Sqrt", 1, (int[]){cast(h.g, h.am, FR_F32)});
+    expect_read(&h, cast(h.g, c, FR_BOOL), 0, FR_ATTN_MASK_BAD, 0, 0, "an op the symbolic reading does not take");
+}
+
 /* Logits of dir at [2, 11] with attention_mask = mask, fused (Sk) or not. */
 static fr_tensor *logits(const char *dir, int fuse, const fr_tensor *mask)
 {
@@ -275,6 +394,7 @@ int main(void)
         {"dynamic exports at [8, 2048], [1, 4096], [3, 64], [1, 1]: the same, nothing folded", test_any_size},
         {"the training pipeline fuses the dynamic exports as their static twins", test_like_static},
         {"chains that are no causal/window/padding mask stay dense, saying why", test_not_taken},
+        {"hand-built chains: the other ops read, what is refused and why", test_hand_built},
         {"padded attention_mask (right, left): fused with Sk == unfused (1e-5)", test_padded_exact},
         CU_TEST_INFO_NULL,
     };
