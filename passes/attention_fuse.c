@@ -101,25 +101,28 @@ struct match {
 };
 
 /* The mask node n (Add(S, M): additive; Where(C, S, lowest): boolean) with its mask computed at
- * run time, read symbolically (attention_mask.h): causal / window / key padding into m, 1; else
- * 0 with the reason in m->mi. The first operand of an Add is tried too (either may be the
- * scores). The chain's nodes go with dead-node elimination once nothing reads them. */
+ * run time, read symbolically (attention_mask.h): causal / window / key padding into m, and
+ * the mask's input slot returned; else -1 with the reason in m->mi. An Add's first operand is
+ * tried too (either may be the scores). The chain's nodes go with dead-node elimination once
+ * nothing reads them. */
 static int runtime_symbolic(const fr_graph *g, const fr_node *n, int boolean, const fr_value *sv, match *m)
 {
     m->mask_runtime = 1;
-    int kind = fr_attn_mask_symbolic(g, n->inputs[boolean ? 0 : 1], boolean, sv, &m->mi);
-    if (kind == FR_ATTN_MASK_BAD && !boolean && !g->values[n->inputs[0]].constant) {
+    int slot = boolean ? 0 : 1;
+    int kind = fr_attn_mask_symbolic(g, n->inputs[slot], boolean, sv, &m->mi);
+    if (kind == FR_ATTN_MASK_BAD && !boolean) {
         fr_attn_mask_info other;
         if (fr_attn_mask_symbolic(g, n->inputs[0], 0, sv, &other) != FR_ATTN_MASK_BAD) {
             m->mi = other;
             kind = other.kind;
+            slot = 0;
         }
     }
-    if (kind == FR_ATTN_MASK_BAD) return 0;
+    if (kind == FR_ATTN_MASK_BAD) return -1;
     m->causal = kind == FR_ATTN_MASK_CAUSAL;
     m->window = m->mi.window;
     m->seg = m->mi.seg;
-    return 1;
+    return slot;
 }
 
 static void add_dead(match *m, const fr_graph *g, const fr_node *n) { m->dead[m->n_dead++] = (int)(n - g->nodes); }
@@ -161,13 +164,18 @@ static int match_scores(const fr_readers *c, int x, match *m)
         }
         if (!mask_seen && !scale_seen && fr_is_onnx_op(n, "Add") && n->n_inputs == 2) {
             int k = g->values[n->inputs[0]].constant ? 0 : 1; /* the constant side, else the second */
-            const fr_value *mv = &g->values[n->inputs[k]], *other = &g->values[n->inputs[1 - k]];
+            const fr_value *mv = &g->values[n->inputs[k]];
+            const int sym = mv->constant ? -1 : runtime_symbolic(g, n, 0, sv, m);
+            if (sym >= 0) k = sym; /* the side read as the mask */
+            const fr_value *other = &g->values[n->inputs[1 - k]];
             if (other->constant || !fr_same_dims(other, &g->values[n->outputs[0]])) return 0;
-            if (mv->constant) {
+            if (sym >= 0) {
+                /* read symbolically: attributes and Sk, no mask input */
+            } else if (mv->constant) {
                 int kind = fr_attn_classify_mask(mv->constant, 0, Tq, Tk, &m->window);
                 if (kind == FR_ATTN_MASK_BAD) return 0;
                 m->causal = kind == FR_ATTN_MASK_CAUSAL;
-            } else if (!runtime_symbolic(g, n, 0, sv, m)) {
+            } else {
                 /* computed at run time, not read symbolically: the fused op reads it, adding it
                    as this Add did */
                 if (!m->guarded || !runtime_mask_ok(g, n->inputs[k], sv)) return 0;
@@ -186,7 +194,7 @@ static int match_scores(const fr_readers *c, int x, match *m)
             if (cond->dtype != FR_BOOL || a->constant || !fill_ok || !fr_same_dims(a, &g->values[n->outputs[0]]))
                 return 0;
             if (!cond->constant) {
-                if (!runtime_symbolic(g, n, 1, sv, m)) return 0;
+                if (runtime_symbolic(g, n, 1, sv, m) < 0) return 0;
             } else {
                 int kind = fr_attn_classify_mask(cond->constant, 1, Tq, Tk, &m->window);
                 if (kind == FR_ATTN_MASK_BAD) return 0;

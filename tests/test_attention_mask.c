@@ -99,6 +99,32 @@ static void test_fixture_size(void)
 {
     for (int i = 0; i < N_DYN; i++)
         for (int ones = 0; ones < 2; ones++) check_fused(DYN[i], ones, 2, 11);
+    /* the mask as the Add's first operand, the scores second: read all the same */
+    fr_graph *g = fr_ft_open_hf("gpt2_op18_dynamic");
+    fr_ft_freeze_constants(g);
+    int swapped = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        fr_node *n = &g->nodes[i];
+        const int p = strcmp(n->op_type, "Softmax") == 0 ? g->values[n->inputs[0]].producer : -1;
+        if (p < 0 || strcmp(g->nodes[p].op_type, "Add") != 0) continue;
+        const int x = g->nodes[p].inputs[0];
+        g->nodes[p].inputs[0] = g->nodes[p].inputs[1];
+        g->nodes[p].inputs[1] = x;
+        swapped++;
+    }
+    CU_ASSERT_EQUAL(swapped, 2);
+    FR_ASSERT_OK(fr_ft_prepare(g, 2, 11));
+    int n = 0;
+    FR_ASSERT_OK(fr_fuse_attention(g, &n));
+    CU_ASSERT_EQUAL(n, 2);
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!g->nodes[i].dead && strcmp(g->nodes[i].op_type, "Attention") == 0) {
+            int64_t causal = 0;
+            FR_ASSERT_OK(fr_node_attr_int(&g->nodes[i], "causal", 0, &causal));
+            CU_ASSERT_EQUAL(causal, 1);
+            CU_ASSERT(g->nodes[i].n_inputs == 5 && g->nodes[i].inputs[3] < 0);
+        }
+    fr_graph_free(g);
 }
 
 /* Sizes past every fold cap: [8, 2048] is a [8, 1, 2048, 2048] mask (32M elements); the reading
