@@ -499,10 +499,14 @@ int fr_attn_mask_symbolic(const fr_graph *g, int x, int boolean, const fr_value 
                 fail(&cx, "the input '%s' is read at other than (batch, key)", in->name);
                 return info->kind = FR_ATTN_MASK_BAD;
             }
-            if (in->flags & FR_VAL_ONES)
+            if (in->flags & FR_VAL_ONES) {
                 info->ones = cx.pad_input;
-            else
+            } else if (in->dtype != FR_I64 && in->dtype != FR_I32) { /* the segment ids' types */
+                fail(&cx, "the padding input '%s' is neither int64 nor int32", in->name);
+                return info->kind = FR_ATTN_MASK_BAD;
+            } else {
                 info->seg = cx.pad_input;
+            }
             continue;
         }
         const lin *l = &t->l;
