@@ -11,7 +11,8 @@
  *    the kernels exp(s - running max)); LSE 1e-5, 2e-3 with softcap (tanh.approx, 2^-11);
  *    float32 precision 1e-5 everywhere;
  *  - two runs give the same bytes (no atomics);
- *  - rows that see no key: O = 0, LSE = -inf, no gradient.
+ *  - rows that see no key: O = 0, LSE = -inf, no gradient;
+ *  - AttentionQKV(Grad) hands softcap and Sk, Sq to these kernels (padded and packed, D 96).
  * Without a GPU every test says SKIP and passes.
  *
  * FR_FLASH_BENCH=1 adds TFLOP/s (useful, unmasked work: forward 4 x pairs x D per head,
@@ -197,6 +198,54 @@ static void test_fp32_kinds(void)
     run_case(&r, &wide);
 }
 
+/* AttentionQKV with softcap and segment ids (fp8run's kernels on its head-major copies), GQA,
+ * D 96, bf16: O, LSE and dX against the CPU. */
+static void test_qkv_segments(void)
+{
+    if (!gpu_available()) return;
+    fr_rng r = fr_test_rng(__func__);
+    const int64_t B = 2, T = 150, Hq = 4, Hk = 2, D = 96, W = (Hq + Hk) * D + Hk * D;
+    for (int packed = 0; packed < 2; packed++) {
+        const fcase c = {packed ? K_PACKED : K_PAD, T, T, D, D, "bf16"};
+        fr_tensor *X = tt_randn(&r, FR_F32, 3, (int64_t[]){B, T, W}, 0, 1);
+        fr_tensor *Sk = seg_tensor(&c, 0, B, T), *Sq = packed ? seg_tensor(&c, 1, B, T) : NULL;
+        fr_tensor *ins[5] = {X, NULL, NULL, Sk, Sq};
+        tnode f;
+        tn_init_domain(&f, "ai.fp8run", "AttentionQKV", 1, Sq ? 5 : 4, ins, 0u, 2);
+        TN_ATTR(&f, int, "heads", Hq);
+        TN_ATTR(&f, int, "kv_heads", Hk);
+        TN_ATTR(&f, int, "head_dim", D);
+        set_attrs(&f, &c);
+        TN_ATTR(&f, float, "softcap", 2.0f);
+        FR_ASSERT_OK(tn_run(&f));
+        fr_tensor *g[TN_MAX];
+        FR_ASSERT_OK(tn_run_gpu(&f, g));
+        compare(&f, g[0], 0, "O", 1e-2, "AttentionQKV segments");
+        compare(&f, g[1], 1, "LSE", 2e-3, "AttentionQKV segments");
+        gpu_free_outputs(&f, g);
+        fr_tensor *dO = tt_randn(&r, FR_F32, f.out[0]->rank, f.out[0]->dims, 0, 1);
+        fr_tensor *bins[8] = {X, f.out[0], f.out[1], dO, NULL, NULL, Sk, Sq};
+        tnode b;
+        tn_init_domain(&b, "ai.fp8run", "AttentionQKVGrad", 1, Sq ? 8 : 7, bins, 0u, 1);
+        TN_ATTR(&b, int, "heads", Hq);
+        TN_ATTR(&b, int, "kv_heads", Hk);
+        TN_ATTR(&b, int, "head_dim", D);
+        set_attrs(&b, &c);
+        TN_ATTR(&b, float, "softcap", 2.0f);
+        FR_ASSERT_OK(tn_run(&b));
+        FR_ASSERT_OK(tn_run_gpu(&b, g));
+        compare(&b, g[0], 0, "dX", 1e-2, "AttentionQKVGrad segments");
+        gpu_free_outputs(&b, g);
+        n_cases++;
+        tn_free(&b);
+        tn_free(&f);
+        fr_tensor_free(dO);
+        fr_tensor_free(X);
+        fr_tensor_free(Sk);
+        fr_tensor_free(Sq);
+    }
+}
+
 /* ---- FR_FLASH_BENCH=1 ---- */
 
 #ifdef FP8RUN_HAVE_CUDA
@@ -364,12 +413,13 @@ static void test_report(void)
 {
     if (!gpu_available()) return;
     printf("\n    %d flash attention cases (forward + backward, each run twice) matched the CPU\n", n_cases);
-    CU_ASSERT(n_cases == 5 * N_KINDS + 1 + N_KINDS + 1);
+    CU_ASSERT(n_cases == 5 * N_KINDS + 1 + N_KINDS + 1 + 2);
 }
 
 static CU_TestInfo tests[] = {
     {"bf16 tensor cores: every mask kind x D 64, 128, 256, 80, 128/64; deterministic", test_bf16_kinds_dims},
     {"float32 exact path: every mask kind", test_fp32_kinds},
+    {"AttentionQKV with softcap and segment ids (padded, packed), bf16", test_qkv_segments},
     {"FR_FLASH_BENCH=1: TFLOP/s vs cuDNN at B8 H8 T2048", test_bench},
     {"case count", test_report},
     CU_TEST_INFO_NULL,

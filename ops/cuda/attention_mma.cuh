@@ -200,12 +200,12 @@ __device__ __forceinline__ int64_t mask_off(const Prob &p, const Masks &mk, int6
 }
 
 /* The log2-domain score of raw product s (= q.k) for query i, key j with the extras (X):
- * softcap, additive mask (at moff), segments (query id qid); -inf where masked. dcap (backward)
- * receives d softcap / d s_scaled = 1 - tanh^2. Causal, window and bounds are checked by the
- * caller. */
+ * softcap, additive mask (at moff), segments (key id kid, query id qid); -inf where masked.
+ * dcap (backward) receives d softcap / d s_scaled = 1 - tanh^2. Causal, window and bounds are
+ * checked by the caller. */
 template <bool X>
 __device__ __forceinline__ float score2(const Prob &p, const Masks &mk, float s, int i, int j, int64_t moff,
-                                        int64_t seg_base_k, int64_t qid, float *dcap)
+                                        int64_t kid, int64_t qid, float *dcap)
 {
     if (!X) return s * (p.scale * kLog2e);
     float v = s * p.scale;
@@ -215,8 +215,17 @@ __device__ __forceinline__ float score2(const Prob &p, const Masks &mk, float s,
         if (dcap) *dcap = 1.f - t * t;
     }
     if (mk.m) v += __ldg(mk.m + moff + (int64_t)i * mk.mrow + (int64_t)j * mk.mcol);
-    if (mk.sk && seg_at(mk.sk, mk.seg64, seg_base_k + j) != qid) v = -INFINITY;
+    if (mk.sk && kid != qid) v = -INFINITY;
     return v * kLog2e;
+}
+
+/* The segment ids of keys j0 .. j0 + n - 1 of segment row r into shared ids[] (-1 past Tk),
+ * by ordinary loads and stores: the tile's barrier publishes them. */
+template <int NT>
+__device__ __forceinline__ void load_key_ids(const Prob &p, const Masks &mk, int64_t r, int j0, int n, int64_t *ids,
+                                             int tid)
+{
+    for (int i = tid; i < n; i += NT) ids[i] = j0 + i < p.Tk ? seg_at(mk.sk, mk.seg64, r * p.Tk + j0 + i) : -1;
 }
 
 /* Whether causal / window / bounds mask key j for query i. */

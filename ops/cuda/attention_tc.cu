@@ -35,7 +35,10 @@ __global__ void to_bf16_kernel(const float4 *__restrict__ x, uint2 *__restrict__
 
 constexpr int kFwdBM = 128, kFwdBN = 64, kFwdThreads = 256;
 
-template <int DP> constexpr size_t fwd_smem() { return (size_t)(kFwdBM + 4 * kFwdBN) * (DP + 8) * sizeof(bf16); }
+template <int DP> constexpr size_t fwd_smem()
+{
+    return (size_t)(kFwdBM + 4 * kFwdBN) * (DP + 8) * sizeof(bf16) + 2 * kFwdBN * sizeof(int64_t);
+}
 /* blocks per SM: two at DP 64 (their shared memory fits twice), else one */
 template <int DP> constexpr int fwd_minb() { return DP <= 64 ? 2 : 1; }
 
@@ -47,6 +50,7 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_minb<DP>())
     constexpr int BM = kFwdBM, BN = kFwdBN, LD = DP + 8, NT = kFwdThreads;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *sQ = reinterpret_cast<bf16 *>(smem_raw), *sK = sQ + BM * LD, *sV = sK + 2 * BN * LD;
+    int64_t *sKid = reinterpret_cast<int64_t *>(sV + 2 * BN * LD); /* the key tiles' segment ids */
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
     const auto [b, q0, kvb] = q_tile_of(p, BM);
     const float *Qb = Q + b * p.Tq * p.D;
@@ -67,6 +71,7 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_minb<DP>())
         load_rows<BN, DP, NT>(sK + buf * BN * LD, Kb, p.D, 0, j * BN, p.Tk, tid);
         load_rows<BN, DP, NT>(sV + buf * BN * LD, Vb, p.Dv, 0, j * BN, p.Tk, tid);
         cp_async_commit();
+        if (X && mk.sk) load_key_ids<NT>(p, mk, srow, j * BN, BN, sKid + buf * BN, tid);
     };
     if (j0 < j1) load_kv(j0, j0 & 1);
     for (int i = tid; i < BM * DP / 4; i += NT) { /* Q: float32 -> bf16 into shared memory */
@@ -97,7 +102,8 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_minb<DP>())
         zero<BN / 8>(s);
         mma_abt<DP / 16, BN / 8>(s, qw, LD, kt, LD, lane);
 
-        const bool edge = X || k0 + BN > p.Tk || wq0 + 16 > p.Tq || (p.causal && k0 + BN - 1 > wq0) ||
+        const int64_t *kid = sKid + (j & 1) * BN;
+        const bool edge = k0 + BN > p.Tk || wq0 + 16 > p.Tq || (p.causal && k0 + BN - 1 > wq0) ||
                           (mk.window > 0 && (int64_t)wq0 + 15 - k0 >= mk.window);
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -107,7 +113,7 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_minb<DP>())
                 const int key = k0 + t * 8 + 2 * c + (e & 1), i = row[e >> 1];
                 float v = -INFINITY;
                 if (!edge || !outside(p, mk, i, key))
-                    v = score2<X>(p, mk, s[t][e], i, key, moff, srow * p.Tk, qid[e >> 1], nullptr);
+                    v = score2<X>(p, mk, s[t][e], i, key, moff, X && mk.sk ? kid[key - k0] : 0, qid[e >> 1], nullptr);
                 s[t][e] = v;
                 mx[e >> 1] = fmaxf(mx[e >> 1], v);
             }

@@ -1,12 +1,12 @@
 /* Flash attention backward on bf16 tensor cores (the forward's conditions and masks, see
  * attention_tc.cu), FlashAttention-2 style with no atomics, so runs are bit-identical:
- *  - dK, dV: one block of 4 warps per (64 keys, K/V batch index), 16 keys per warp (the keys are
- *    the MMA rows: S^T = K Q^T, dP^T = V dO^T), walking the query tiles of every Q batch index
- *    that reads this K/V in increasing order: dV += P^T dO, dK += dS^T Q, dK *= scale at the end.
+ *  - dK, dV: one block per (16 keys per warp, 4 or 8 warps; K/V batch index) (the keys are the
+ *    MMA rows: S^T = K Q^T, dP^T = V dO^T), walking the query tiles of every Q batch index that
+ *    reads this K/V in increasing order: dV += P^T dO, dK += dS^T Q, dK *= scale at the end.
  *    Past a padded head dim of 128 the dK and dV accumulators do not fit one thread's registers
  *    together: two passes then, one for dV and one for dK, each recomputing S^T.
- *  - dQ: one block of 4 warps per (64 query rows, Q batch index), walking the key tiles:
- *    dQ = scale dS K with S and dP recomputed.
+ *  - dQ: one block per (16 query rows per warp, 4 or 8 warps; Q batch index), walking the key
+ *    tiles: dQ = scale dS K with S and dP recomputed.
  * P = exp2(s log2e - LSE log2e) (0 where masked and on rows that saw no key: LSE = -inf);
  * dS = P (dP - Delta), times 1 - tanh^2 under softcap; P and dS rounded to bf16 as GEMM
  * operands. Tiles outside the causal / window / segment bounds are skipped as in the forward. */
@@ -22,29 +22,37 @@ namespace {
 
 using namespace mma;
 
-constexpr int kBwdThreads = 128;
 
 /* LSE in the log2 domain; a row that saw no key (-inf) gives +inf, so every P of it is 0 */
 __device__ __forceinline__ float lse2_of(float lse) { return lse == -INFINITY ? INFINITY : lse * kLog2e; }
 
 /* ---------------------------------------------------------------- dQ ---- */
 
-constexpr int kDqBM = 64, kDqBN = 64;
-template <int DP> constexpr size_t dq_smem() { return (size_t)(2 * kDqBM + 4 * kDqBN) * (DP + 8) * sizeof(bf16); }
+/* dQ tiles: 64 query rows (4 warps) by 64 keys; at DP 256, 128 rows (8 warps) by 32 keys, so
+ * eight warps share an SM rather than four (shared memory holds one block either way) */
+template <int DP> __host__ __device__ constexpr int dq_warps() { return DP >= 256 ? 8 : 4; }
+template <int DP> __host__ __device__ constexpr int dq_bn() { return DP >= 256 ? 32 : 64; }
+template <int DP> constexpr size_t dq_smem()
+{
+    return (size_t)(2 * 16 * dq_warps<DP>() + 4 * dq_bn<DP>()) * (DP + 8) * sizeof(bf16) +
+           2 * dq_bn<DP>() * sizeof(int64_t);
+}
 /* blocks per SM: 4 at DP 64 (H100, 125M shape: 2 -> 68, 3 -> 80, 4 -> 86 TFLOP/s), 2 at 128;
- * dK, dV at DP 64 three (four spilled a few hundred bytes once the masks were in) */
+ * dK, dV at DP 64 three (four spilled a few hundred bytes once the masks were in), else one
+ * block of eight warps */
 template <int DP> constexpr int bwd_minb() { return DP <= 64 ? 4 : DP <= 128 ? 2 : 1; }
-template <int DP> constexpr int dkdv_minb() { return DP <= 64 ? 3 : bwd_minb<DP>(); }
+template <int DP> constexpr int dkdv_minb() { return DP <= 64 ? 3 : 1; }
 
 template <int DP, bool X>
-__global__ void __launch_bounds__(kBwdThreads, bwd_minb<DP>())
+__global__ void __launch_bounds__(32 * dq_warps<DP>(), bwd_minb<DP>())
     dq_tc(const bf16 *__restrict__ Q, const bf16 *__restrict__ K, const bf16 *__restrict__ V,
           const bf16 *__restrict__ dO, const float *__restrict__ LSE, const float *__restrict__ Delta,
           float *__restrict__ dQ, Prob p, Masks mk)
 {
-    constexpr int BM = kDqBM, BN = kDqBN, LD = DP + 8, NT = kBwdThreads;
+    constexpr int BM = 16 * dq_warps<DP>(), BN = dq_bn<DP>(), LD = DP + 8, NT = 32 * dq_warps<DP>();
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *sQ = reinterpret_cast<bf16 *>(smem_raw), *sdO = sQ + BM * LD, *sK = sdO + BM * LD, *sV = sK + 2 * BN * LD;
+    int64_t *sKid = reinterpret_cast<int64_t *>(sV + 2 * BN * LD); /* the key tiles' segment ids */
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
     const auto [b, q0, kvb] = q_tile_of(p, BM);
     const bf16 *Kb = K + kvb * p.Tk * p.D, *Vb = V + kvb * p.Tk * p.Dv;
@@ -65,6 +73,7 @@ __global__ void __launch_bounds__(kBwdThreads, bwd_minb<DP>())
         load_rows<BN, DP, NT>(sK + buf * BN * LD, Kb, p.D, 0, j * BN, p.Tk, tid);
         load_rows<BN, DP, NT>(sV + buf * BN * LD, Vb, p.Dv, 0, j * BN, p.Tk, tid);
         cp_async_commit();
+        if (X && mk.sk) load_key_ids<NT>(p, mk, srow, j * BN, BN, sKid + buf * BN, tid);
     };
     if (j0 < j1)
         load_kv(j0, j0 & 1);
@@ -98,7 +107,8 @@ __global__ void __launch_bounds__(kBwdThreads, bwd_minb<DP>())
         zero<BN / 8>(dp);
         mma_abt<DP / 16, BN / 8>(s, qw, LD, kt, LD, lane);
         mma_abt<DP / 16, BN / 8>(dp, dow, LD, vt, LD, lane);
-        const bool edge = X || k0 + BN > p.Tk || (p.causal && k0 + BN - 1 > wq0) ||
+        const int64_t *kid = sKid + (j & 1) * BN;
+        const bool edge = k0 + BN > p.Tk || wq0 + 16 > p.Tq || (p.causal && k0 + BN - 1 > wq0) ||
                           (mk.window > 0 && (int64_t)wq0 + 15 - k0 >= mk.window);
 #pragma unroll
         for (int t = 0; t < BN / 8; t++)
@@ -107,7 +117,9 @@ __global__ void __launch_bounds__(kBwdThreads, bwd_minb<DP>())
                 const int h = e >> 1, key = k0 + t * 8 + 2 * c + (e & 1);
                 float pv = 0.f, dcap = 1.f;
                 if (!edge || !outside(p, mk, row[h], key))
-                    pv = ex2(score2<X>(p, mk, s[t][e], row[h], key, moff, srow * p.Tk, qid[h], &dcap) - lse2[h]);
+                    pv = ex2(score2<X>(p, mk, s[t][e], row[h], key, moff, X && mk.sk ? kid[key - k0] : 0, qid[h],
+                                       &dcap) -
+                             lse2[h]);
                 s[t][e] = pv * (dp[t][e] - dl[h]) * dcap; /* dS (through the softcap) */
             }
         uint32_t da[BN / 16][4];
@@ -129,20 +141,23 @@ __global__ void __launch_bounds__(kBwdThreads, bwd_minb<DP>())
 
 /* ---------------------------------------------------------------- dK, dV ---- */
 
-constexpr int kKvBN = 64, kKvBM = 32; /* keys per block, query rows per tile */
+/* keys per block (16 per warp): 64 (4 warps) at DP 64, else 128 (8 warps: one block per SM by
+ * registers or shared memory, eight warps rather than four at DP 256); query rows per tile 32 */
+template <int DP> __host__ __device__ constexpr int kv_warps() { return DP <= 64 ? 4 : 8; }
+constexpr int kKvBM = 32;
 template <int DP> constexpr size_t dkdv_smem()
 {
-    return (size_t)(2 * kKvBN + 4 * kKvBM) * (DP + 8) * sizeof(bf16) + 4 * kKvBM * sizeof(float);
+    return (size_t)(2 * 16 * kv_warps<DP>() + 4 * kKvBM) * (DP + 8) * sizeof(bf16) + 4 * kKvBM * sizeof(float);
 }
 
 /* WANT: 1 dV, 2 dK, 3 both. */
 template <int DP, bool X, int WANT>
-__global__ void __launch_bounds__(kBwdThreads, dkdv_minb<DP>())
+__global__ void __launch_bounds__(32 * kv_warps<DP>(), dkdv_minb<DP>())
     dkdv_tc(const bf16 *__restrict__ Q, const bf16 *__restrict__ K, const bf16 *__restrict__ V,
             const bf16 *__restrict__ dO, const float *__restrict__ LSE, const float *__restrict__ Delta,
             float *__restrict__ dK, float *__restrict__ dV, Prob p, Masks mk)
 {
-    constexpr int BN = kKvBN, BM = kKvBM, LD = DP + 8, NT = kBwdThreads;
+    constexpr int BN = 16 * kv_warps<DP>(), BM = kKvBM, LD = DP + 8, NT = 32 * kv_warps<DP>();
     constexpr bool WK = (WANT & 2) != 0, WV = (WANT & 1) != 0;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *sK = reinterpret_cast<bf16 *>(smem_raw), *sV = sK + BN * LD, *sQ = sV + BN * LD, *sdO = sQ + 2 * BM * LD;
@@ -217,7 +232,7 @@ __global__ void __launch_bounds__(kBwdThreads, dkdv_minb<DP>())
         load_q(cb, ci, 0);
     else
         cp_async_commit(); /* (K, V) */
-    int64_t mb = -1, moff = 0;
+    int64_t mb = -1, moff = 0, kid[2] = {0, 0};
     while (cb < p.batch) {
         int64_t nb;
         int ni;
@@ -225,9 +240,12 @@ __global__ void __launch_bounds__(kBwdThreads, dkdv_minb<DP>())
         cp_async_wait_all();
         __syncthreads(); /* this tile landed; every warp is done with the other buffer */
         if (nb < p.batch) load_q(nb, ni, buf ^ 1);
-        if (X && mk.m && cb != mb) { /* this Q batch index's mask offset */
+        if (X && cb != mb) { /* this Q batch index's mask offset and its keys' segment ids */
             mb = cb;
-            moff = mask_off(p, mk, cb);
+            if (mk.m) moff = mask_off(p, mk, cb);
+            if (mk.sk)
+                for (int h = 0; h < 2; h++)
+                    kid[h] = key[h] < p.Tk ? seg_at(mk.sk, mk.seg64, (cb / mk.seg_per_row) * p.Tk + key[h]) : -1;
         }
         const int qt0 = ci * BM;
         const bool skip = (p.causal && qt0 + BM - 1 < wk0) || /* every query before this warp's keys */
@@ -242,7 +260,7 @@ __global__ void __launch_bounds__(kBwdThreads, dkdv_minb<DP>())
                 zero<BM / 8>(dp);
                 mma_abt<DP / 16, BM / 8>(dp, vw, LD, dot, LD, lane);
             }
-            const bool edge = X || wk0 + 16 > p.Tk || qt0 + BM > p.Tq || (p.causal && qt0 < wk0 + 15) ||
+            const bool edge = wk0 + 16 > p.Tk || qt0 + BM > p.Tq || (p.causal && qt0 < wk0 + 15) ||
                               (mk.window > 0 && (int64_t)qt0 + BM - 1 - wk0 >= mk.window);
             const int64_t srow = X && mk.sk ? cb / mk.seg_per_row : 0;
 #pragma unroll
@@ -253,7 +271,7 @@ __global__ void __launch_bounds__(kBwdThreads, dkdv_minb<DP>())
                     float pv = 0.f, dcap = 1.f;
                     if (!edge || !outside(p, mk, q, k)) {
                         const int64_t qid = X && mk.sq ? seg_at(mk.sq, mk.seg64, srow * p.Tq + q) : 1;
-                        pv = ex2(score2<X>(p, mk, s[t][e], q, k, moff, srow * p.Tk, qid, &dcap) - lse2_of(lt[qi]));
+                        pv = ex2(score2<X>(p, mk, s[t][e], q, k, moff, kid[e >> 1], qid, &dcap) - lse2_of(lt[qi]));
                     }
                     s[t][e] = pv;
                     if (WK) dp[t][e] = pv * (dp[t][e] - dlt[qi]) * dcap; /* dS^T */
@@ -296,8 +314,9 @@ fr_status dkdv_launch(const fr_cuda_kctx *k, const Prob &p, const Masks &mk, con
 {
     const size_t smem = dkdv_smem<DP>();
     FR_TRY(set_smem(k->node, dkdv_tc<DP, X, WANT>, smem));
-    const int64_t blocks = (int64_t)((p.Tk + kKvBN - 1) / kKvBN) * p.kv_batch;
-    dkdv_tc<DP, X, WANT><<<grid_of(blocks), kBwdThreads, smem, k->cu->stream>>>(s.q16, s.k16, s.v16, s.do16, LSE,
+    constexpr int BN = 16 * kv_warps<DP>();
+    const int64_t blocks = (int64_t)((p.Tk + BN - 1) / BN) * p.kv_batch;
+    dkdv_tc<DP, X, WANT><<<grid_of(blocks), 32 * kv_warps<DP>(), smem, k->cu->stream>>>(s.q16, s.k16, s.v16, s.do16, LSE,
                                                                                s.delta, dK, dV, p, mk);
     return fr_cuda_check_launch(k->node, "AttentionGrad(dK, dV, tensor cores)");
 }
@@ -315,8 +334,9 @@ fr_status bwd_launch(const fr_cuda_kctx *k, const Prob &p, const Masks &mk, cons
     if (dQ) {
         const size_t smem = dq_smem<DP>();
         FR_TRY(set_smem(k->node, dq_tc<DP, X>, smem));
-        const int64_t blocks = (int64_t)((p.Tq + kDqBM - 1) / kDqBM) * p.batch;
-        dq_tc<DP, X><<<grid_of(blocks), kBwdThreads, smem, k->cu->stream>>>(s.q16, s.k16, s.v16, s.do16, LSE, s.delta,
+        constexpr int BM = 16 * dq_warps<DP>();
+        const int64_t blocks = (int64_t)((p.Tq + BM - 1) / BM) * p.batch;
+        dq_tc<DP, X><<<grid_of(blocks), 32 * dq_warps<DP>(), smem, k->cu->stream>>>(s.q16, s.k16, s.v16, s.do16, LSE, s.delta,
                                                                            dQ, p, mk);
         FR_TRY(fr_cuda_check_launch(k->node, "AttentionGrad(dQ, tensor cores)"));
     }
