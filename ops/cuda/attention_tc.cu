@@ -6,8 +6,8 @@
  * cp.async (double buffered, rows padded by 16 bytes: conflict-free ldmatrix). The kernels are
  * templated on DP, the head dim padded to 64, 128 or 256 (columns past D or Dv load as zeros and
  * add nothing), so D 80 runs the 128 kernel and D 192 the 256 one.
- * A block of 8 warps per (128 query rows, Q batch index), 16 rows per warp, key tiles of 64;
- * the heaviest (last) query blocks first. Masks (attention_mma.cuh): key tiles past the causal
+ * A block per (128 query rows, Q batch index): 4 warps of 32 rows or 8 warps of 16 (fwd_rm), key
+ * tiles of 32 or 64; the heaviest (last) query blocks first. Masks (attention_mma.cuh): key tiles past the causal
  * diagonal, before the sliding window, or (seg_form padded/packed) outside the block's segments
  * are never loaded; tiles that cross a bound are masked per element; softcap, segment ids and an
  * additive mask tensor run in a second instantiation (X) so plain causal attention pays for none
@@ -33,21 +33,74 @@ __global__ void to_bf16_kernel(const float4 *__restrict__ x, uint2 *__restrict__
     }
 }
 
-constexpr int kFwdBM = 128, kFwdBN = 64, kFwdThreads = 256;
+constexpr int kFwdBM = 128;
 
-template <int DP> constexpr size_t fwd_smem()
+/* Query row tiles of 16 per warp: two (4 warps; the K and V fragments each ldmatrix brings
+ * serve both, halving the shared-memory reads per MMA, as FlashAttention-2 does) at a padded
+ * head dim of 64, and at 128 without the extras (X); else one (8 warps: two tiles' accumulators
+ * would spill). */
+template <int DP, bool X> __host__ __device__ constexpr int fwd_rm() { return DP <= 64 || (DP <= 128 && !X) ? 2 : 1; }
+template <int DP, bool X> __host__ __device__ constexpr int fwd_threads() { return 32 * kFwdBM / (16 * fwd_rm<DP, X>()); }
+/* keys per tile: 32 at a padded head dim of 128 with two row tiles (their scores and O fit the
+ * registers then), else 64 */
+template <int DP, bool X> __host__ __device__ constexpr int fwd_bn() { return DP == 128 && fwd_rm<DP, X>() == 2 ? 32 : 64; }
+template <int DP, bool X> constexpr size_t fwd_smem()
 {
-    return (size_t)(kFwdBM + 4 * kFwdBN) * (DP + 8) * sizeof(bf16) + 2 * kFwdBN * sizeof(int64_t);
+    return (size_t)(kFwdBM + 4 * fwd_bn<DP, X>()) * (DP + 8) * sizeof(bf16) + 2 * fwd_bn<DP, X>() * sizeof(int64_t);
 }
-/* blocks per SM: two at DP 64 (their shared memory fits twice), else one */
-template <int DP> constexpr int fwd_minb() { return DP <= 64 ? 2 : 1; }
+/* blocks per SM: two of 4 warps, or of 8 at DP 64; one of 8 warps past that */
+template <int DP, bool X> constexpr int fwd_minb() { return fwd_rm<DP, X>() == 2 || DP <= 64 ? 2 : 1; }
+
+/* acc[r][16 x 8*NT] += A_r (rows r*16.., 16 x 16*KT from shared) . X^T for RM row tiles r,
+ * each B fragment loaded once for all of them */
+template <int KT, int NT, int RM>
+__device__ __forceinline__ void mma_abt_rm(float (*acc)[NT][4], const bf16 *A, int lda, const bf16 *X, int ldx,
+                                           int lane)
+{
+#pragma unroll
+    for (int kk = 0; kk < KT; kk++) {
+        uint32_t a[RM][4];
+#pragma unroll
+        for (int r = 0; r < RM; r++) ldsm_x4(a[r], A + (r * 16 + a_row(lane)) * lda + kk * 16 + a_col(lane));
+#pragma unroll
+        for (int np = 0; np < NT / 2; np++) {
+            uint32_t b[4];
+            ldsm_x4(b, X + (np * 16 + bn_row(lane)) * ldx + kk * 16 + bn_col(lane));
+#pragma unroll
+            for (int r = 0; r < RM; r++) {
+                mma_bf16(acc[r][2 * np], a[r], b[0], b[1]);
+                mma_bf16(acc[r][2 * np + 1], a[r], b[2], b[3]);
+            }
+        }
+    }
+}
+
+/* acc[r][16 x 8*NT] += P_r (register fragments) . X, X rows k, for RM row tiles */
+template <int KT, int NT, int RM>
+__device__ __forceinline__ void mma_pb_rm(float (*acc)[NT][4], const uint32_t (*pa)[KT][4], const bf16 *X, int ldx,
+                                          int lane)
+{
+#pragma unroll
+    for (int kk = 0; kk < KT; kk++)
+#pragma unroll
+        for (int np = 0; np < NT / 2; np++) {
+            uint32_t b[4];
+            ldsm_x4_t(b, X + (kk * 16 + a_row(lane)) * ldx + np * 16 + a_col(lane));
+#pragma unroll
+            for (int r = 0; r < RM; r++) {
+                mma_bf16(acc[r][2 * np], pa[r][kk], b[0], b[1]);
+                mma_bf16(acc[r][2 * np + 1], pa[r][kk], b[2], b[3]);
+            }
+        }
+}
 
 template <int DP, bool X>
-__global__ void __launch_bounds__(kFwdThreads, fwd_minb<DP>())
+__global__ void __launch_bounds__(fwd_threads<DP, X>(), fwd_minb<DP, X>())
     fwd_tc(const float *__restrict__ Q, const bf16 *__restrict__ K, const bf16 *__restrict__ V, float *__restrict__ O,
            float *__restrict__ LSE, Prob p, Masks mk)
 {
-    constexpr int BM = kFwdBM, BN = kFwdBN, LD = DP + 8, NT = kFwdThreads;
+    constexpr int BM = kFwdBM, BN = fwd_bn<DP, X>(), LD = DP + 8, NT = fwd_threads<DP, X>(), RM = fwd_rm<DP, X>();
+    constexpr int WR = 16 * RM; /* rows per warp */
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *sQ = reinterpret_cast<bf16 *>(smem_raw), *sK = sQ + BM * LD, *sV = sK + 2 * BN * LD;
     int64_t *sKid = reinterpret_cast<int64_t *>(sV + 2 * BN * LD); /* the key tiles' segment ids */
@@ -81,45 +134,56 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_minb<DP>())
         *reinterpret_cast<uint2 *>(sQ + r * LD + c4 * 4) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
     }
 
-    float o[DP / 8][4];
-    zero<DP / 8>(o);
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-    const int wq0 = q0 + warp * 16; /* this warp's first query row */
-    const int row[2] = {wq0 + g, wq0 + g + 8};
-    int64_t qid[2] = {1, 1}, moff = 0;
-    if (X && mk.sq)
-        for (int h = 0; h < 2; h++) qid[h] = row[h] < p.Tq ? seg_at(mk.sq, mk.seg64, srow * p.Tq + row[h]) : 1;
-    if (X && mk.m) moff = mask_off(p, mk, b);
-    const bf16 *qw = sQ + warp * 16 * LD;
+    /* this thread's rows: h = 2 r + (0 | 1) is row wq0 + 16 r + g (+ 8) */
+    float o[RM][DP / 8][4];
+#pragma unroll
+    for (int r = 0; r < RM; r++) zero<DP / 8>(o[r]);
+    float m[2 * RM], l[2 * RM];
+    int row[2 * RM];
+    int64_t qid[2 * RM];
+    const int wq0 = q0 + warp * WR; /* this warp's first query row */
+#pragma unroll
+    for (int h = 0; h < 2 * RM; h++) {
+        m[h] = -INFINITY, l[h] = 0.f;
+        row[h] = wq0 + (h >> 1) * 16 + g + (h & 1) * 8;
+        qid[h] = X && mk.sq && row[h] < p.Tq ? seg_at(mk.sq, mk.seg64, srow * p.Tq + row[h]) : 1;
+    }
+    const int64_t moff = X && mk.m ? mask_off(p, mk, b) : 0;
+    const bf16 *qw = sQ + warp * WR * LD;
 
     for (int j = j0; j < j1; j++) {
         next_tile(j, j1, load_kv);
         const int k0 = j * BN;
-        if (p.causal && k0 > wq0 + 15) continue; /* the whole tile is above this warp's diagonal */
+        if (p.causal && k0 > wq0 + WR - 1) continue; /* the whole tile is above this warp's diagonal */
         if (mk.window > 0 && (int64_t)wq0 - (k0 + BN - 1) >= mk.window) continue; /* before its window */
         const bf16 *kt = sK + (j & 1) * BN * LD, *vt = sV + (j & 1) * BN * LD;
-        float s[BN / 8][4];
-        zero<BN / 8>(s);
-        mma_abt<DP / 16, BN / 8>(s, qw, LD, kt, LD, lane);
+        float s[RM][BN / 8][4];
+#pragma unroll
+        for (int r = 0; r < RM; r++) zero<BN / 8>(s[r]);
+        mma_abt_rm<DP / 16, BN / 8, RM>(s, qw, LD, kt, LD, lane);
 
         const int64_t *kid = sKid + (j & 1) * BN;
-        const bool edge = k0 + BN > p.Tk || wq0 + 16 > p.Tq || (p.causal && k0 + BN - 1 > wq0) ||
-                          (mk.window > 0 && (int64_t)wq0 + 15 - k0 >= mk.window);
-        float mx[2] = {-INFINITY, -INFINITY};
+        const bool edge = k0 + BN > p.Tk || wq0 + WR > p.Tq || (p.causal && k0 + BN - 1 > wq0) ||
+                          (mk.window > 0 && (int64_t)wq0 + WR - 1 - k0 >= mk.window);
+        float mx[2 * RM];
 #pragma unroll
-        for (int t = 0; t < BN / 8; t++)
+        for (int h = 0; h < 2 * RM; h++) mx[h] = -INFINITY;
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int key = k0 + t * 8 + 2 * c + (e & 1), i = row[e >> 1];
-                float v = -INFINITY;
-                if (!edge || !outside(p, mk, i, key))
-                    v = score2<X>(p, mk, s[t][e], i, key, moff, X && mk.sk ? kid[key - k0] : 0, qid[e >> 1], nullptr);
-                s[t][e] = v;
-                mx[e >> 1] = fmaxf(mx[e >> 1], v);
-            }
-        float alpha[2];
+        for (int r = 0; r < RM; r++)
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
+            for (int t = 0; t < BN / 8; t++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int h = 2 * r + (e >> 1), key = k0 + t * 8 + 2 * c + (e & 1), i = row[h];
+                    float v = -INFINITY;
+                    if (!edge || !outside(p, mk, i, key))
+                        v = score2<X>(p, mk, s[r][t][e], i, key, moff, X && mk.sk ? kid[key - k0] : 0, qid[h], nullptr);
+                    s[r][t][e] = v;
+                    mx[h] = fmaxf(mx[h], v);
+                }
+        float alpha[2 * RM];
+#pragma unroll
+        for (int h = 0; h < 2 * RM; h++) {
             mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
             mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
             const float mn = fmaxf(m[h], mx[h]);
@@ -129,29 +193,33 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_minb<DP>())
             mx[h] = base;
             l[h] *= alpha[h];
         }
+        uint32_t pa[RM][BN / 16][4];
 #pragma unroll
-        for (int t = 0; t < BN / 8; t++) {
-            s[t][0] = ex2(s[t][0] - mx[0]);
-            s[t][1] = ex2(s[t][1] - mx[0]);
-            s[t][2] = ex2(s[t][2] - mx[1]);
-            s[t][3] = ex2(s[t][3] - mx[1]);
-            l[0] += s[t][0] + s[t][1];
-            l[1] += s[t][2] + s[t][3];
-        }
+        for (int r = 0; r < RM; r++) {
 #pragma unroll
-        for (int t = 0; t < DP / 8; t++) {
-            o[t][0] *= alpha[0];
-            o[t][1] *= alpha[0];
-            o[t][2] *= alpha[1];
-            o[t][3] *= alpha[1];
+            for (int t = 0; t < BN / 8; t++) {
+                s[r][t][0] = ex2(s[r][t][0] - mx[2 * r]);
+                s[r][t][1] = ex2(s[r][t][1] - mx[2 * r]);
+                s[r][t][2] = ex2(s[r][t][2] - mx[2 * r + 1]);
+                s[r][t][3] = ex2(s[r][t][3] - mx[2 * r + 1]);
+                l[2 * r] += s[r][t][0] + s[r][t][1];
+                l[2 * r + 1] += s[r][t][2] + s[r][t][3];
+            }
+#pragma unroll
+            for (int t = 0; t < DP / 8; t++) {
+                o[r][t][0] *= alpha[2 * r];
+                o[r][t][1] *= alpha[2 * r];
+                o[r][t][2] *= alpha[2 * r + 1];
+                o[r][t][3] *= alpha[2 * r + 1];
+            }
+            acc_to_a<BN / 8>(s[r], pa[r]);
         }
-        uint32_t pa[BN / 16][4];
-        acc_to_a<BN / 8>(s, pa);
-        mma_pb<BN / 16, DP / 8>(o, pa, vt, LD, lane);
+        mma_pb_rm<BN / 16, DP / 8, RM>(o, pa, vt, LD, lane);
     }
     cp_async_wait_all();
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
+    for (int h = 0; h < 2 * RM; h++) {
+        const int r = h >> 1, e0 = 2 * (h & 1);
         l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
         l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
         if (row[h] >= p.Tq) continue;
@@ -161,7 +229,8 @@ __global__ void __launch_bounds__(kFwdThreads, fwd_minb<DP>())
 #pragma unroll
         for (int t = 0; t < DP / 8; t++)
             if (t * 8 < p.Dv)
-                *reinterpret_cast<float2 *>(orow + t * 8 + 2 * c) = make_float2(o[t][2 * h] * inv, o[t][2 * h + 1] * inv);
+                *reinterpret_cast<float2 *>(orow + t * 8 + 2 * c) =
+                    make_float2(o[r][t][e0] * inv, o[r][t][e0 + 1] * inv);
         if (LSE && c == 0) LSE[b * p.Tq + row[h]] = none ? -INFINITY : m[h] * kLn2 + logf(l[h]);
     }
 }
@@ -170,10 +239,10 @@ template <int DP, bool X>
 fr_status fwd_launch(const fr_cuda_kctx *k, const Prob &p, const Masks &mk, const float *Q, const bf16 *K,
                      const bf16 *V, float *O, float *L)
 {
-    const size_t smem = fwd_smem<DP>();
+    const size_t smem = fwd_smem<DP, X>();
     FR_TRY(set_smem(k->node, fwd_tc<DP, X>, smem));
     const int64_t blocks = (int64_t)((p.Tq + kFwdBM - 1) / kFwdBM) * p.batch;
-    fwd_tc<DP, X><<<grid_of(blocks), kFwdThreads, smem, k->cu->stream>>>(Q, K, V, O, L, p, mk);
+    fwd_tc<DP, X><<<grid_of(blocks), fwd_threads<DP, X>(), smem, k->cu->stream>>>(Q, K, V, O, L, p, mk);
     return fr_cuda_check_launch(k->node, "Attention(tensor cores)");
 }
 
