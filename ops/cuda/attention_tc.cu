@@ -37,9 +37,10 @@ constexpr int kFwdBM = 128;
 
 /* Query row tiles of 16 per warp: two (4 warps; the K and V fragments each ldmatrix brings
  * serve both, halving the shared-memory reads per MMA, as FlashAttention-2 does) at a padded
- * head dim of 64, and at 128 without the extras (X); else one (8 warps: two tiles' accumulators
- * would spill). */
-template <int DP, bool X> __host__ __device__ constexpr int fwd_rm() { return DP <= 64 || (DP <= 128 && !X) ? 2 : 1; }
+ * head dim of 128 without the extras (H200, B8 H8 T2048 causal: 136 -> 154 TFLOP/s); else one
+ * (8 warps): with the extras two tiles' accumulators spill, at 256 they do not fit, and at 64
+ * two tiles measured slower (140 -> 111 TFLOP/s). */
+template <int DP, bool X> __host__ __device__ constexpr int fwd_rm() { return DP == 128 && !X ? 2 : 1; }
 template <int DP, bool X> __host__ __device__ constexpr int fwd_threads() { return 32 * kFwdBM / (16 * fwd_rm<DP, X>()); }
 /* keys per tile: 32 at a padded head dim of 128 with two row tiles (their scores and O fit the
  * registers then), else 64 */
