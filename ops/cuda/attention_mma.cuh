@@ -69,27 +69,34 @@ __device__ __forceinline__ int a_col(int l) { return (l >> 4) * 8; }
 __device__ __forceinline__ int bn_row(int l) { return (l & 7) + (l >> 4) * 8; }
 __device__ __forceinline__ int bn_col(int l) { return ((l >> 3) & 1) * 8; }
 
-/* acc[16 x 8*NT] += A (16 x 16*KT, fragments from shared rows) . X^T, X rows n (B[k][n] = X[n][k]) */
-template <int KT, int NT>
-__device__ __forceinline__ void mma_abt(float (*acc)[4], const bf16 *A, int lda, const bf16 *X, int ldx, int lane)
+/* acc[r][16 x 8*NT] += A_r (rows r*16.., 16 x 16*KT, fragments from shared rows) . X^T, X rows n
+ * (B[k][n] = X[n][k]), for RM row tiles r: each B fragment is loaded once for all of them */
+template <int KT, int NT, int RM>
+__device__ __forceinline__ void mma_abt(float (*acc)[NT][4], const bf16 *A, int lda, const bf16 *X, int ldx, int lane)
 {
 #pragma unroll
     for (int kk = 0; kk < KT; kk++) {
-        uint32_t a[4];
-        ldsm_x4(a, A + a_row(lane) * lda + kk * 16 + a_col(lane));
+        uint32_t a[RM][4];
+#pragma unroll
+        for (int r = 0; r < RM; r++) ldsm_x4(a[r], A + (r * 16 + a_row(lane)) * lda + kk * 16 + a_col(lane));
 #pragma unroll
         for (int np = 0; np < NT / 2; np++) {
             uint32_t b[4];
             ldsm_x4(b, X + (np * 16 + bn_row(lane)) * ldx + kk * 16 + bn_col(lane));
-            mma_bf16(acc[2 * np], a, b[0], b[1]);
-            mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
+#pragma unroll
+            for (int r = 0; r < RM; r++) {
+                mma_bf16(acc[r][2 * np], a[r], b[0], b[1]);
+                mma_bf16(acc[r][2 * np + 1], a[r], b[2], b[3]);
+            }
         }
     }
 }
 
-/* acc[16 x 8*NT] += P (register fragments, 16 x 16*KT) . X, X rows k (B[k][n] = X[k][n]) */
-template <int KT, int NT>
-__device__ __forceinline__ void mma_pb(float (*acc)[4], const uint32_t (*pa)[4], const bf16 *X, int ldx, int lane)
+/* acc[r][16 x 8*NT] += P_r (register fragments, 16 x 16*KT) . X, X rows k (B[k][n] = X[k][n]),
+ * for RM row tiles r */
+template <int KT, int NT, int RM>
+__device__ __forceinline__ void mma_pb(float (*acc)[NT][4], const uint32_t (*pa)[KT][4], const bf16 *X, int ldx,
+                                       int lane)
 {
 #pragma unroll
     for (int kk = 0; kk < KT; kk++)
@@ -97,8 +104,11 @@ __device__ __forceinline__ void mma_pb(float (*acc)[4], const uint32_t (*pa)[4],
         for (int np = 0; np < NT / 2; np++) {
             uint32_t b[4];
             ldsm_x4_t(b, X + (kk * 16 + a_row(lane)) * ldx + np * 16 + a_col(lane));
-            mma_bf16(acc[2 * np], pa[kk], b[0], b[1]);
-            mma_bf16(acc[2 * np + 1], pa[kk], b[2], b[3]);
+#pragma unroll
+            for (int r = 0; r < RM; r++) {
+                mma_bf16(acc[r][2 * np], pa[r][kk], b[0], b[1]);
+                mma_bf16(acc[r][2 * np + 1], pa[r][kk], b[2], b[3]);
+            }
         }
 }
 
@@ -186,6 +196,24 @@ __device__ __forceinline__ void seg_query_range(const Masks &mk, int64_t r, int 
     const uint64_t z = seg_order(seg_at(mk.sk, mk.seg64, r * Tk + k1 - 1));
     *q0 = seg_bound(mk.sq, mk.seg64, r * Tq, Tq, a, false);
     *q1 = seg_bound(mk.sq, mk.seg64, r * Tq, Tq, z, true);
+}
+
+/* The key tiles of BN that query rows [q0, q1) of Q batch index b read: [*j0, *j1), past the
+ * causal diagonal, from the window's start and (seg_form padded/packed) within the rows'
+ * segments; *srow: b's row of the segment ids. */
+template <bool X>
+__device__ __forceinline__ void key_tile_range(const Prob &p, const Masks &mk, int64_t b, int q0, int q1, int BM,
+                                               int BN, int *j0, int *j1, int64_t *srow)
+{
+    *j1 = key_tiles(p, q0, BM, BN), *j0 = 0;
+    if (mk.window > 0) *j0 = (int)max((int64_t)0, (int64_t)q0 - mk.window + 1) / BN;
+    *srow = X && mk.sk ? b / mk.seg_per_row : 0;
+    if (X && mk.sk && mk.seg_ranges) {
+        int k0, k1;
+        seg_key_range(mk, *srow, p.Tq, p.Tk, q0, q1, &k0, &k1);
+        *j0 = max(*j0, k0 / BN);
+        *j1 = k1 > k0 ? min(*j1, (k1 + BN - 1) / BN) : *j0;
+    }
 }
 
 /* Offset of Q batch index b's additive mask (strides per Q batch dim). */

@@ -52,49 +52,6 @@ template <int DP, bool X> constexpr size_t fwd_smem()
 /* blocks per SM: two of 4 warps, or of 8 at DP 64; one of 8 warps past that */
 template <int DP, bool X> constexpr int fwd_minb() { return fwd_rm<DP, X>() == 2 || DP <= 64 ? 2 : 1; }
 
-/* acc[r][16 x 8*NT] += A_r (rows r*16.., 16 x 16*KT from shared) . X^T for RM row tiles r,
- * each B fragment loaded once for all of them */
-template <int KT, int NT, int RM>
-__device__ __forceinline__ void mma_abt_rm(float (*acc)[NT][4], const bf16 *A, int lda, const bf16 *X, int ldx,
-                                           int lane)
-{
-#pragma unroll
-    for (int kk = 0; kk < KT; kk++) {
-        uint32_t a[RM][4];
-#pragma unroll
-        for (int r = 0; r < RM; r++) ldsm_x4(a[r], A + (r * 16 + a_row(lane)) * lda + kk * 16 + a_col(lane));
-#pragma unroll
-        for (int np = 0; np < NT / 2; np++) {
-            uint32_t b[4];
-            ldsm_x4(b, X + (np * 16 + bn_row(lane)) * ldx + kk * 16 + bn_col(lane));
-#pragma unroll
-            for (int r = 0; r < RM; r++) {
-                mma_bf16(acc[r][2 * np], a[r], b[0], b[1]);
-                mma_bf16(acc[r][2 * np + 1], a[r], b[2], b[3]);
-            }
-        }
-    }
-}
-
-/* acc[r][16 x 8*NT] += P_r (register fragments) . X, X rows k, for RM row tiles */
-template <int KT, int NT, int RM>
-__device__ __forceinline__ void mma_pb_rm(float (*acc)[NT][4], const uint32_t (*pa)[KT][4], const bf16 *X, int ldx,
-                                          int lane)
-{
-#pragma unroll
-    for (int kk = 0; kk < KT; kk++)
-#pragma unroll
-        for (int np = 0; np < NT / 2; np++) {
-            uint32_t b[4];
-            ldsm_x4_t(b, X + (kk * 16 + a_row(lane)) * ldx + np * 16 + a_col(lane));
-#pragma unroll
-            for (int r = 0; r < RM; r++) {
-                mma_bf16(acc[r][2 * np], pa[r][kk], b[0], b[1]);
-                mma_bf16(acc[r][2 * np + 1], pa[r][kk], b[2], b[3]);
-            }
-        }
-}
-
 template <int DP, bool X>
 __global__ void __launch_bounds__(fwd_threads<DP, X>(), fwd_minb<DP, X>())
     fwd_tc(const float *__restrict__ Q, const bf16 *__restrict__ K, const bf16 *__restrict__ V, float *__restrict__ O,
@@ -109,17 +66,9 @@ __global__ void __launch_bounds__(fwd_threads<DP, X>(), fwd_minb<DP, X>())
     const auto [b, q0, kvb] = q_tile_of(p, BM);
     const float *Qb = Q + b * p.Tq * p.D;
     const bf16 *Kb = K + kvb * p.Tk * p.D, *Vb = V + kvb * p.Tk * p.Dv;
-    const int q1 = min(q0 + BM, p.Tq);
-    /* the key tiles this block reads: [j0, j1) */
-    int j1 = key_tiles(p, q0, BM, BN), j0 = 0;
-    if (mk.window > 0) j0 = (int)max((int64_t)0, (int64_t)q0 - mk.window + 1) / BN;
-    const int64_t srow = X && mk.sk ? b / mk.seg_per_row : 0;
-    if (X && mk.sk && mk.seg_ranges) {
-        int k0, k1;
-        seg_key_range(mk, srow, p.Tq, p.Tk, q0, q1, &k0, &k1);
-        j0 = max(j0, k0 / BN);
-        j1 = k1 > k0 ? min(j1, (k1 + BN - 1) / BN) : j0;
-    }
+    int j0, j1; /* the key tiles this block reads */
+    int64_t srow;
+    key_tile_range<X>(p, mk, b, q0, min(q0 + BM, p.Tq), BM, BN, &j0, &j1, &srow);
 
     auto load_kv = [&](int j, int buf) {
         load_rows<BN, DP, NT>(sK + buf * BN * LD, Kb, p.D, 0, j * BN, p.Tk, tid);
@@ -161,7 +110,7 @@ __global__ void __launch_bounds__(fwd_threads<DP, X>(), fwd_minb<DP, X>())
         float s[RM][BN / 8][4];
 #pragma unroll
         for (int r = 0; r < RM; r++) zero<BN / 8>(s[r]);
-        mma_abt_rm<DP / 16, BN / 8, RM>(s, qw, LD, kt, LD, lane);
+        mma_abt<DP / 16, BN / 8, RM>(s, qw, LD, kt, LD, lane);
 
         const int64_t *kid = sKid + (j & 1) * BN;
         const bool edge = k0 + BN > p.Tk || wq0 + WR > p.Tq || (p.causal && k0 + BN - 1 > wq0) ||
@@ -215,7 +164,7 @@ __global__ void __launch_bounds__(fwd_threads<DP, X>(), fwd_minb<DP, X>())
             }
             acc_to_a<BN / 8>(s[r], pa[r]);
         }
-        mma_pb_rm<BN / 16, DP / 8, RM>(o, pa, vt, LD, lane);
+        mma_pb<BN / 16, DP / 8, RM>(o, pa, vt, LD, lane);
     }
     cp_async_wait_all();
 #pragma unroll

@@ -55,16 +55,9 @@ __global__ void __launch_bounds__(32 * dq_warps<DP>(), bwd_minb<DP>())
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
     const auto [b, q0, kvb] = q_tile_of(p, BM);
     const bf16 *Kb = K + kvb * p.Tk * p.D, *Vb = V + kvb * p.Tk * p.Dv;
-    const int q1 = min(q0 + BM, p.Tq);
-    int j1 = key_tiles(p, q0, BM, BN), j0 = 0;
-    if (mk.window > 0) j0 = (int)max((int64_t)0, (int64_t)q0 - mk.window + 1) / BN;
-    const int64_t srow = X && mk.sk ? b / mk.seg_per_row : 0;
-    if (X && mk.sk && mk.seg_ranges) {
-        int k0, k1;
-        seg_key_range(mk, srow, p.Tq, p.Tk, q0, q1, &k0, &k1);
-        j0 = max(j0, k0 / BN);
-        j1 = k1 > k0 ? min(j1, (k1 + BN - 1) / BN) : j0;
-    }
+    int j0, j1; /* the key tiles this block reads */
+    int64_t srow;
+    key_tile_range<X>(p, mk, b, q0, min(q0 + BM, p.Tq), BM, BN, &j0, &j1, &srow);
 
     load_rows<BM, DP, NT>(sQ, Q, p.D, b * p.Tq, q0, p.Tq, tid);
     load_rows<BM, DP, NT>(sdO, dO, p.Dv, b * p.Tq, q0, p.Tq, tid);
@@ -104,8 +97,8 @@ __global__ void __launch_bounds__(32 * dq_warps<DP>(), bwd_minb<DP>())
         float s[BN / 8][4], dp[BN / 8][4];
         zero<BN / 8>(s);
         zero<BN / 8>(dp);
-        mma_abt<DP / 16, BN / 8>(s, qw, LD, kt, LD, lane);
-        mma_abt<DP / 16, BN / 8>(dp, dow, LD, vt, LD, lane);
+        mma_abt<DP / 16, BN / 8, 1>(&s, qw, LD, kt, LD, lane);
+        mma_abt<DP / 16, BN / 8, 1>(&dp, dow, LD, vt, LD, lane);
         const int64_t *kid = sKid + (j & 1) * BN;
         const bool edge = k0 + BN > p.Tk || wq0 + 16 > p.Tq || (p.causal && k0 + BN - 1 > wq0) ||
                           (mk.window > 0 && (int64_t)wq0 + 15 - k0 >= mk.window);
@@ -123,7 +116,7 @@ __global__ void __launch_bounds__(32 * dq_warps<DP>(), bwd_minb<DP>())
             }
         uint32_t da[BN / 16][4];
         acc_to_a<BN / 8>(s, da);
-        mma_pb<BN / 16, DP / 8>(dq, da, kt, LD, lane);
+        mma_pb<BN / 16, DP / 8, 1>(&dq, &da, kt, LD, lane);
     }
     cp_async_wait_all();
 #pragma unroll
@@ -256,10 +249,10 @@ __global__ void __launch_bounds__(32 * kv_warps<DP>(), dkdv_minb<DP>())
             const float *lt = sL + buf * BM, *dlt = sDl + buf * BM;
             float s[BM / 8][4], dp[BM / 8][4];
             zero<BM / 8>(s);
-            mma_abt<DP / 16, BM / 8>(s, kw, LD, qt, LD, lane);
+            mma_abt<DP / 16, BM / 8, 1>(&s, kw, LD, qt, LD, lane);
             if (WK) {
                 zero<BM / 8>(dp);
-                mma_abt<DP / 16, BM / 8>(dp, vw, LD, dot, LD, lane);
+                mma_abt<DP / 16, BM / 8, 1>(&dp, vw, LD, dot, LD, lane);
             }
             const bool edge = wk0 + 16 > p.Tk || qt0 + BM > p.Tq || (p.causal && qt0 < wk0 + 15) ||
                               (mk.window > 0 && (int64_t)qt0 + BM - 1 - wk0 >= mk.window);
@@ -278,13 +271,13 @@ __global__ void __launch_bounds__(32 * kv_warps<DP>(), dkdv_minb<DP>())
                     if (WK) dp[t][e] = pv * (dp[t][e] - dlt[qi]) * dcap; /* dS^T */
                 }
             uint32_t pa[BM / 16][4];
-            if (WV) {
+            if constexpr (WV) {
                 acc_to_a<BM / 8>(s, pa);
-                mma_pb<BM / 16, DP / 8>(dv, pa, dot, LD, lane);
+                mma_pb<BM / 16, DP / 8, 1>(&dv, &pa, dot, LD, lane);
             }
-            if (WK) {
+            if constexpr (WK) {
                 acc_to_a<BM / 8>(dp, pa);
-                mma_pb<BM / 16, DP / 8>(dk, pa, qt, LD, lane);
+                mma_pb<BM / 16, DP / 8, 1>(&dk, &pa, qt, LD, lane);
             }
         }
         cb = nb;
