@@ -595,6 +595,10 @@ class Session(_Handle):
         self.last_stats = _stats(st)
         return st.loss
 
+    sft_positions = property(lambda self: bool(_L.fp8run_session_sft_positions(self._handle())),
+                             doc="False when packed SFT examples would see positions offset by the examples "
+                                 "before them (the model computes absolute positions inside its graph)")
+
     def eval_sft(self, windows, segments, targets):
         """(loss, target tokens) of one SFT micro-batch without updating anything."""
         w, s, t = self._sft("eval_sft", windows, segments, targets, 1)

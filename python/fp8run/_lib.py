@@ -345,6 +345,7 @@ _PROTOTYPES = {
     "fp8run_session_train_step_sft": (c_int, [P, c_void_p, c_void_p, c_void_p, c_size_t, ctypes.POINTER(StepStats)]),
     "fp8run_session_eval_sft": (c_int, [P, c_void_p, c_void_p, c_void_p, c_size_t, ctypes.POINTER(c_double),
                                         ctypes.POINTER(c_int64)]),
+    "fp8run_session_sft_positions": (c_int, [P]),
     "fp8run_session_eval_output": (c_int, [P, c_char_p, ctypes.POINTER(ValueInfo), c_void_p, c_size_t]),
     "fp8run_session_batch": (c_int64, [P]),
     "fp8run_session_seq_len": (c_int64, [P]),

@@ -34,6 +34,11 @@ def train(model, data, *, steps, batch, seq, lr, val=None, val_every=0, val_batc
         config["sft"] = 1
         config["packing"] = "on" if packing else "off"  # the attention's promise (seg_form)
     sess = Session(model, batch, seq, backend=backend, lr=lr, seed=seed, **config)
+    if sft and packing and not sess.sft_positions:
+        import warnings
+        warnings.warn("packing: this model computes absolute positions inside its graph (no position_ids input, no "
+                      "rotary embedding), so a packed example sees positions offset by the examples before it; "
+                      "packing=False gives each example its own", stacklevel=2)
     k = sess.grad_accum
     dl = DataLoader(data, batch, seq, seed=seed, token_dtype=token_dtype, vocab_size=sess.vocab, packing=packing)
     vl = DataLoader(val, batch, seq, token_dtype=token_dtype, vocab_size=sess.vocab,
