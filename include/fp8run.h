@@ -823,10 +823,12 @@ FP8RUN_API int fp8run_session_steps_queued(const fp8run_session *s);
 FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_train_step_sft(fp8run_session *s, const int64_t *windows,
                                                                      const int32_t *segments, const uint8_t *targets,
                                                                      size_t count, fp8run_step_stats *stats);
+/* all_targets > 0 (data parallel): the labels that count in the step's batches of every rank,
+ * so that the mean is over all of them (each rank weighs its share); 0: this session's own. */
 FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_train_step_sft_async(fp8run_session *s, const int64_t *windows,
                                                                            const int32_t *segments,
                                                                            const uint8_t *targets, size_t count,
-                                                                           int64_t *step);
+                                                                           int64_t all_targets, int64_t *step);
 FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_eval_sft(fp8run_session *s, const int64_t *windows,
                                                                const int32_t *segments, const uint8_t *targets,
                                                                size_t count, double *loss, int64_t *n_targets);

@@ -106,6 +106,36 @@ static void follows_pytorch(int k, const char *ref_file)
     fr_graph_free(g);
 }
 
+/* all_targets: a rank's micro-batches weighed by their share of every rank's labels. Alone (world
+ * size 1) with twice its own count given, the step's loss is half its own mean. */
+static void test_all_ranks_weight(void)
+{
+    fr_graph *g = load_llama();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    fr_train_options o = options(B, 1);
+    fr_trainer *t1, *t2;
+    FR_ASSERT_OK(fr_trainer_new(g, &o, &t1));
+    FR_ASSERT_OK(fr_trainer_new(g, &o, &t2));
+    fr_data_loader *dl = open_sft(B, 1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(dl);
+    int64_t w[B * W], n;
+    int32_t seg[B * W];
+    uint8_t tgt[B * W];
+    FR_ASSERT_OK(fr_data_next_sft(dl, w, seg, tgt, &n));
+    fr_train_stats a, b;
+    FR_ASSERT_OK(fr_trainer_step_sft(t1, w, seg, tgt, 1, &a));
+    FR_ASSERT_OK(fr_trainer_step_sft_async(t2, w, seg, tgt, 1, 2 * n, NULL));
+    int got;
+    FR_ASSERT_OK(fr_trainer_poll(t2, 1, &b, &got));
+    CU_ASSERT(fabs(b.loss - a.loss / 2) <= 1e-6 * a.loss);
+    CU_ASSERT_EQUAL(fr_trainer_step_sft_async(t2, w, seg, tgt, 1, n - 1, NULL), FR_ERR_INVALID_ARG);
+    fr_clear_error();
+    fr_data_close(dl);
+    fr_trainer_free(t1);
+    fr_trainer_free(t2);
+    fr_graph_free(g);
+}
+
 static void test_follows_pytorch(void) { follows_pytorch(1, "sft/llama_sft_losses_k1.txt"); }
 static void test_follows_pytorch_accum(void) { follows_pytorch(2, "sft/llama_sft_losses_k2.txt"); }
 
@@ -270,6 +300,7 @@ static void test_refusals(void)
 static CU_TestInfo tests[] = {
     {"20 fp32 steps follow PyTorch (labels -100, packing off)", test_follows_pytorch},
     {"the same with 2 micro-batches, token-weighted", test_follows_pytorch_accum},
+    {"weights over all ranks' target tokens", test_all_ranks_weight},
     {"packed and unpacked eval agree", test_packed_equals_unpacked},
     {"packed examples do not see each other", test_packed_examples_do_not_see_each_other},
     {"loader state and the last batch of a pass", test_loader_state},

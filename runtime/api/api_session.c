@@ -304,7 +304,7 @@ static fp8run_status sft_args(fp8run_session *s, const char *fn, const int64_t *
 
 FP8RUN_API fp8run_status fp8run_session_train_step_sft_async(fp8run_session *s, const int64_t *windows,
                                                              const int32_t *segments, const uint8_t *targets,
-                                                             size_t count, int64_t *step)
+                                                             size_t count, int64_t all_targets, int64_t *step)
 {
     const char *fn = __func__;
     if (step) *step = -1;
@@ -316,7 +316,7 @@ FP8RUN_API fp8run_status fp8run_session_train_step_sft_async(fp8run_session *s, 
     if (fr_trainer_queued(s->t) >= FP8RUN_MAX_QUEUED_STEPS)
         return fr_api_error(&s->err, FP8RUN_ERR_STATE, "%s: %d queued steps wait for fp8run_session_poll_stats", fn,
                             fr_trainer_queued(s->t));
-    fr_status st = fr_trainer_step_sft_async(s->t, w, segments, targets, s->t->opt.grad_accum, step);
+    fr_status st = fr_trainer_step_sft_async(s->t, w, segments, targets, s->t->opt.grad_accum, all_targets, step);
     if (st == FR_OK) return FP8RUN_OK;
     ps = fr_api_fail(&s->err, fn, st);
     if (st != FR_ERR_INVALID_ARG && st != FR_ERR_RANGE) mark_broken(s, "training step"); /* bad batches change nothing */
@@ -331,7 +331,7 @@ FP8RUN_API fp8run_status fp8run_session_train_step_sft(fp8run_session *s, const 
     size_t use = 0;
     fp8run_status ps = sync_step_args(s, fn, stats, &use);
     if (ps != FP8RUN_OK) return ps;
-    if ((ps = fp8run_session_train_step_sft_async(s, windows, segments, targets, count, NULL)) != FP8RUN_OK) return ps;
+    if ((ps = fp8run_session_train_step_sft_async(s, windows, segments, targets, count, 0, NULL)) != FP8RUN_OK) return ps;
     fr_train_stats ts;
     memset(&ts, 0, sizeof ts);
     int got = 0;

@@ -138,7 +138,8 @@ struct fr_trainer {
     const int32_t *sft_seg;
     const uint8_t *sft_tgt;
     int sft_k;
-    int64_t sft_total;
+    int64_t sft_total;         /* the labels the weights divide by (all ranks' when given) */
+    int sft_ranks;             /* ranks that average the weighted losses: 1, or the world size */
     int64_t *sft_labels, *sft_pos; /* B x T */
     int sft_attention;         /* fused attention nodes given the segment ids */
     const struct fr_train_backend_ops *be; /* where the graphs run (runtime/train/train_backend.h) */

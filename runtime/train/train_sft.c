@@ -117,12 +117,15 @@ fr_status tr_sft_micro(fr_trainer *t, const int64_t *windows, float *weight)
     const int64_t m = (windows - t->sft_windows) / per;
     const int64_t n = micro_labels(t, m, t->sft_labels);
     for (int64_t b = 0; b < B; b++) fr_sft_positions(t->sft_seg + m * per + b * W, T, t->sft_pos + b * T);
-    *weight = t->sft_total > 0 ? (float)((double)t->sft_k * (double)n / (double)t->sft_total) : 0.0f;
+    /* the trainer averages the k micro-batches (and data parallel the ranks): k n / N each makes
+       that average the mean over the N labels */
+    *weight = t->sft_total > 0 ? (float)((double)t->sft_k * t->sft_ranks * (double)n / (double)t->sft_total) : 0.0f;
     return FR_OK;
 }
 
 /* Check and keep a step's (or an eval's) batch; the total of counted labels. */
-static fr_status take_batch(fr_trainer *t, const int64_t *windows, const int32_t *seg, const uint8_t *tgt, int k)
+static fr_status take_batch(fr_trainer *t, const int64_t *windows, const int32_t *seg, const uint8_t *tgt, int k,
+                            int64_t all_targets)
 {
     if (!t->opt.sft)
         return fr_error(FR_ERR_INVALID_ARG, "SFT batches need a trainer built for them (the sft option)");
@@ -151,6 +154,14 @@ static fr_status take_batch(fr_trainer *t, const int64_t *windows, const int32_t
     t->sft_k = k;
     t->sft_total = 0;
     for (int64_t m = 0; m < k; m++) t->sft_total += micro_labels(t, m, NULL);
+    t->sft_ranks = 1;
+    if (all_targets > 0) {
+        if (all_targets < t->sft_total)
+            return fr_error(FR_ERR_INVALID_ARG, "SFT batch: %lld labels count in all ranks' batches, fewer than the "
+                            "%lld of this rank's", (long long)all_targets, (long long)t->sft_total);
+        t->sft_total = all_targets;
+        t->sft_ranks = t->opt.world_size > 0 ? t->opt.world_size : 1;
+    }
     return FR_OK;
 }
 
@@ -176,11 +187,11 @@ int fr_trainer_sft_positions(const fr_trainer *t)
 }
 
 fr_status fr_trainer_step_sft_async(fr_trainer *t, const int64_t *windows, const int32_t *segments,
-                                    const uint8_t *targets, int k, int64_t *step)
+                                    const uint8_t *targets, int k, int64_t all_targets, int64_t *step)
 {
     if (step) *step = -1;
     if (!t) return fr_error(FR_ERR_INVALID_ARG, "fr_trainer_step_sft: no trainer");
-    FR_TRY(take_batch(t, windows, segments, targets, k));
+    FR_TRY(take_batch(t, windows, segments, targets, k, all_targets));
     /* the backends fill every micro-batch's inputs before this returns (they copy the windows) */
     fr_status st = fr_trainer_step_async(t, windows, k, step);
     drop_batch(t);
@@ -191,7 +202,7 @@ fr_status fr_trainer_step_sft(fr_trainer *t, const int64_t *windows, const int32
                               int k, fr_train_stats *stats)
 {
     if (!t) return fr_error(FR_ERR_INVALID_ARG, "fr_trainer_step_sft: no trainer");
-    FR_TRY(take_batch(t, windows, segments, targets, k));
+    FR_TRY(take_batch(t, windows, segments, targets, k, 0));
     fr_status st = fr_trainer_step(t, windows, k, stats);
     drop_batch(t);
     return st;
@@ -201,7 +212,7 @@ fr_status fr_trainer_eval_sft(fr_trainer *t, const int64_t *windows, const int32
                               double *loss, int64_t *n_targets)
 {
     if (!t) return fr_error(FR_ERR_INVALID_ARG, "fr_trainer_eval_sft: no trainer");
-    FR_TRY(take_batch(t, windows, segments, targets, 1));
+    FR_TRY(take_batch(t, windows, segments, targets, 1, 0));
     if (n_targets) *n_targets = t->sft_total;
     fr_status st = fr_trainer_eval(t, windows, loss);
     drop_batch(t);

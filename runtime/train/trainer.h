@@ -178,8 +178,12 @@ FR_NODISCARD fr_status fr_trainer_retire_all(fr_trainer *t);
  * example attends only to itself. Eval: *n_targets (may be NULL) gets the labels that counted. */
 FR_NODISCARD fr_status fr_trainer_step_sft(fr_trainer *t, const int64_t *windows, const int32_t *segments,
                                            const uint8_t *targets, int k, fr_train_stats *stats);
+/* all_targets > 0: the labels that count in the step's batches of every data-parallel rank
+ * (what one global batch holds): each rank then weighs its micro-batches by their share of
+ * them, so that the ranks' averaged loss and gradients are the mean over all of them. 0: this
+ * rank's own. */
 FR_NODISCARD fr_status fr_trainer_step_sft_async(fr_trainer *t, const int64_t *windows, const int32_t *segments,
-                                                 const uint8_t *targets, int k, int64_t *step);
+                                                 const uint8_t *targets, int k, int64_t all_targets, int64_t *step);
 FR_NODISCARD fr_status fr_trainer_eval_sft(fr_trainer *t, const int64_t *windows, const int32_t *segments,
                                            const uint8_t *targets, double *loss, int64_t *n_targets);
 /* 1 when a packed example sees the positions it would see alone: the graph takes position_ids

@@ -536,16 +536,9 @@ static int train_loop(loop *L)
     const int sft = a->o.sft;
     int32_t *seg = sft ? malloc(n_w * sizeof *seg) : NULL, *gseg = sft && W > 1 ? malloc(n_gw * sizeof *seg) : seg;
     uint8_t *tgt = sft ? malloc(n_w) : NULL, *gtgt = sft && W > 1 ? malloc(n_gw) : tgt;
-    if (!w || !gw || (sft && (!seg || !gseg || !tgt || !gtgt))) {
-        if (gw != w) free(gw);
-        if (gseg != seg) free(gseg);
-        if (gtgt != tgt) free(gtgt);
-        free(w);
-        free(seg);
-        free(tgt);
-        return cli_fail("out of memory for the step's token windows (%zu ids)", n_gw);
-    }
-    int rc = 0, numeric = 0;
+    int rc = 0, numeric = 0; /* out of memory: straight to the frees below */
+    if (!w || !gw || (sft && (!seg || !gseg || !tgt || !gtgt)))
+        rc = cli_fail("out of memory for the step's token windows (%zu ids)", n_gw);
     char msg[2048];
     int64_t done = fp8run_session_steps_done(L->t);
     L->first = L->win_done = done;
@@ -574,10 +567,12 @@ static int train_loop(loop *L)
             if (sft) memcpy(seg + to, gseg + from, per * sizeof *seg);
             if (sft) memcpy(tgt + to, gtgt + from, per);
         }
-        L->targets[done % FP8RUN_MAX_QUEUED_STEPS] = step_targets; /* all ranks' */
+        /* all ranks' labels (each read the global batch): the log's count and the SFT weights' */
+        L->targets[done % FP8RUN_MAX_QUEUED_STEPS] = step_targets;
         /* queued without waiting for the GPU: the statistics are read back by drain() */
         double t1 = now_s();
-        fp8run_status st = sft ? fp8run_session_train_step_sft_async(L->t, w, seg, tgt, (size_t)K * per, NULL)
+        fp8run_status st = sft ? fp8run_session_train_step_sft_async(L->t, w, seg, tgt, (size_t)K * per,
+                                                                     W > 1 ? step_targets : 0, NULL)
                                : fp8run_session_train_step_async(L->t, w, FP8RUN_DTYPE_INT64, (size_t)K * per, NULL);
         L->train_s += now_s() - t1;
         if (st != FP8RUN_OK) {
