@@ -8,9 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <fp8run.h>
+
 #include "graph/onnx_io.h"
 #include "runtime/dist/shard_plan.h"
 #include "runtime/io/checkpoint.h"
+#include "runtime/train/train_memory.h"
 #include "runtime/train/trainer.h"
 #include "tests/cli_runner.h"
 #include "tests/harness.h"
@@ -138,18 +141,18 @@ static void test_units_schedule(void)
     const int64_t d[2] = {64, 64};
     const char *names[] = {"model.embed_tokens.weight", "model.layers.0.q.weight", "model.layers.0.norm.weight",
                            "model.layers.1.q.weight",   "model.layers.10.q.weight", "model.norm.weight",
-                           "lm_head.weight",            "model.layers.1.k.weight"};
-    fr_shard_spec s[8];
-    for (int i = 0; i < 8; i++) s[i] = (fr_shard_spec){names[i], 2, d, 0, 1, 0};
+                           "lm_head.weight",            "model.layers.1.k.weight",  "onnx::MatMul_576"};
+    fr_shard_spec s[9];
+    for (int i = 0; i < 9; i++) s[i] = (fr_shard_spec){names[i], 2, d, 0, 1, 0};
     fr_shard_plan *p = NULL;
-    FR_ASSERT_OK(fr_shard_plan_new(s, 8, 4, &p));
+    FR_ASSERT_OK(fr_shard_plan_new(s, 9, 4, &p));
     CU_ASSERT_EQUAL_FATAL(p->n_units, 5);
     const char *want[] = {"(before the layers)", "model.layers.0", "model.layers.1", "model.layers.10",
                           "(after the layers)"};
     for (int u = 0; u < 5; u++) CU_ASSERT_STRING_EQUAL(p->units[u].name, want[u]);
-    const int unit_of[] = {0, 1, 1, 2, 3, 4, 4, 2};
-    for (int i = 0; i < 8; i++) CU_ASSERT_EQUAL(p->params[i].unit, unit_of[i]);
-    CU_ASSERT_EQUAL(p->units[2].n_params, 2);
+    const int unit_of[] = {0, 1, 1, 2, 3, 4, 4, 2, 2}; /* the nameless one with the one before it */
+    for (int i = 0; i < 9; i++) CU_ASSERT_EQUAL(p->params[i].unit, unit_of[i]);
+    CU_ASSERT_EQUAL(p->units[2].n_params, 3);
 
     fr_rng r = fr_test_rng("shard schedule");
     for (int trial = 0; trial < 20; trial++) {
@@ -331,11 +334,147 @@ static void test_checkpoint_any_count(void)
     fr_ckpt_close(c);
 }
 
+
+/* ---- memory: masters, optimizer state and gradients fall as 1/N ---- */
+static void test_memory_one_over_n(void)
+{
+    char model[600];
+    fr_graph *g = NULL;
+    FR_ASSERT_OK(fr_onnx_load_file(fr_fixture(model, sizeof model, "llama_tiny/model.onnx"), &g));
+    fr_train_options o;
+    fr_train_options_default(&o);
+    o.batch = 2;
+    o.seq_len = 16;
+    o.shard_parameters = 1;
+    fr_train_memory one, m;
+    o.world_size = 0;
+    FR_ASSERT_OK(fr_train_predict_memory(g, &o, 0, &one));
+    CU_ASSERT_EQUAL(one.gathered, 0); /* alone: nothing sharded */
+    for (int N = 2; N <= 8; N *= 2) {
+        o.world_size = N;
+        FR_ASSERT_OK(fr_train_predict_memory(g, &o, 0, &m));
+        const size_t parts[3][2] = {{one.params, m.params}, {one.optimizer_state, m.optimizer_state},
+                                    {one.grads, m.grads}};
+        for (int k = 0; k < 3; k++) {
+            const double ratio = (double)parts[k][1] * N / (double)parts[k][0];
+            if (ratio < 1.0 || ratio > 1.02) printf("\n  part %d with %d ranks: %.4f x 1/N", k, N, ratio);
+            CU_ASSERT(ratio >= 1.0 && ratio <= 1.02); /* 1/N, padding within 2% on this small model */
+        }
+        CU_ASSERT_EQUAL(m.activations, one.activations); /* the executor's plan is the same */
+        CU_ASSERT(m.gathered > 0 && m.gathered < one.params);
+        CU_ASSERT_EQUAL(m.total, m.params + m.grads + m.optimizer_state + m.fp8_weights + m.activations +
+                                     m.eval_activations + m.inputs + m.workspace + m.gathered);
+    }
+    /* a session with it is refused, saying why */
+    o.world_size = 0;
+    fr_trainer *t = NULL;
+    CU_ASSERT_EQUAL(fr_trainer_new(g, &o, &t), FR_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "needs a multi-GPU run that has not been made"));
+    CU_ASSERT_PTR_NULL(t);
+    fr_graph_free(g);
+
+    /* the CLI: per-rank memory and the plan */
+    CLI_EXPECT(cli_run("info %s --memory=cpu --batch 2 --seq 16 --gpus 4 --shard-parameters", model), 0, cli_out,
+               "one of 4 ranks (sharded parameters, ZeRO-3)");
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "gathered weights"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "over 4 ranks: each rank allocates"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "units, gathered one ahead"));
+    FILE *f = fopen(cli_path("tok.bin"), "wb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    for (int i = 0; i < 2000; i++) fputc(i % 100, f), fputc(0, f); /* uint16 ids below the vocabulary */
+    fclose(f);
+    CLI_EXPECT(cli_run("train %s --data tok.bin --batch 2 --seq 8 --steps 1 --lr 0.01 --device cpu --shard-parameters",
+                       model), 1, cli_err, "needs a multi-GPU run");
+}
+
+/* ---- the C API: env, plans from a checkpoint's parameters, scatter and gather ---- */
+static void test_api(void)
+{
+    char model[600], ck[700];
+    fr_fixture(model, sizeof model, "llama_tiny/model.onnx");
+    snprintf(ck, sizeof ck, "%s/api.ckpt", cli_tmp);
+    make_checkpoint(ck);
+    fp8run_checkpoint *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(fp8run_checkpoint_open(ck, &c), FP8RUN_OK);
+    const int n = fp8run_checkpoint_param_count(c);
+    fp8run_value_info *vi = calloc((size_t)n, sizeof *vi);
+    for (int i = 0; i < n; i++) {
+        vi[i].struct_size = sizeof vi[i];
+        CU_ASSERT_EQUAL(fp8run_checkpoint_param(c, i, &vi[i]), FP8RUN_OK);
+    }
+    fp8run_model *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(fp8run_model_load(model, &m), FP8RUN_OK);
+    fr_rng r = fr_test_rng("shard api");
+    for (int world = 1; world <= 5; world++) {
+        fp8run_shard_plan *p = NULL;
+        CU_ASSERT_EQUAL_FATAL(fp8run_shard_plan_create(vi, n, world, &p), FP8RUN_OK);
+        CU_ASSERT_EQUAL(fp8run_shard_plan_param_count(p), n);
+        CU_ASSERT_PTR_NOT_NULL(strstr(fp8run_shard_plan_text(p), "ranks"));
+        for (int i = 0; i < n; i++) {
+            fp8run_shard_info info = {.struct_size = sizeof info};
+            CU_ASSERT_EQUAL_FATAL(fp8run_shard_plan_param(p, i, &info), FP8RUN_OK);
+            CU_ASSERT_STRING_EQUAL(info.name, vi[i].name);
+            float *full = malloc((size_t)info.numel * sizeof *full), *back = calloc((size_t)info.numel, sizeof *back);
+            float *sh[5];
+            for (int64_t k = 0; k < info.numel; k++) full[k] = (float)fr_rng_uniform(&r);
+            int64_t covered = 0;
+            for (int rk = 0; rk < world; rk++) {
+                int64_t first, count;
+                CU_ASSERT_EQUAL(fp8run_shard_plan_slice(p, info.name, rk, &first, &count), FP8RUN_OK);
+                covered += count;
+                sh[rk] = malloc((size_t)info.shard_numel * sizeof *sh[rk]);
+                CU_ASSERT_EQUAL(fp8run_shard_scatter(p, info.name, rk, full, (size_t)info.numel, sh[rk],
+                                                     (size_t)info.shard_numel), FP8RUN_OK);
+            }
+            CU_ASSERT_EQUAL(covered, info.extent);
+            CU_ASSERT_EQUAL(fp8run_shard_gather(p, info.name, (const float *const *)sh, (size_t)info.shard_numel, back,
+                                                (size_t)info.numel), FP8RUN_OK);
+            CU_ASSERT_EQUAL(memcmp(full, back, (size_t)info.numel * sizeof *full), 0);
+            /* sizes are checked */
+            CU_ASSERT_EQUAL(fp8run_shard_scatter(p, info.name, 0, full, (size_t)info.numel + 1, sh[0],
+                                                 (size_t)info.shard_numel), FP8RUN_ERR_INVALID_ARG);
+            for (int rk = 0; rk < world; rk++) free(sh[rk]);
+            free(full);
+            free(back);
+        }
+        int64_t a, b;
+        CU_ASSERT_EQUAL(fp8run_shard_plan_slice(p, "no.such.weight", 0, &a, &b), FP8RUN_ERR_INVALID_ARG);
+        CU_ASSERT_PTR_NOT_NULL(strstr(fp8run_last_error(), "no.such.weight"));
+        CU_ASSERT_EQUAL(fp8run_shard_plan_slice(p, vi[0].name, world, &a, &b), FP8RUN_ERR_INVALID_ARG);
+        fp8run_shard_plan_destroy(p);
+        /* the trainer's plan of the model (the FP8 compiler's cuts), and its memory report */
+        fp8run_train_config cfg;
+        CU_ASSERT_EQUAL(fp8run_train_config_init(&cfg, sizeof cfg), FP8RUN_OK);
+        cfg.batch = 2;
+        cfg.seq_len = 16;
+        cfg.precision = "fp8";
+        CU_ASSERT_EQUAL_FATAL(fp8run_model_shard_plan(m, &cfg, world, &p), FP8RUN_OK);
+        int fp8 = 0;
+        for (int i = 0; i < fp8run_shard_plan_param_count(p); i++) {
+            fp8run_shard_info info = {.struct_size = sizeof info};
+            CU_ASSERT_EQUAL(fp8run_shard_plan_param(p, i, &info), FP8RUN_OK);
+            fp8 += info.gather_bytes == 1;
+        }
+        CU_ASSERT(fp8 > 0); /* the FP8 Linears' weights travel as codes */
+        fp8run_shard_plan_destroy(p);
+        cfg.world_size = world;
+        cfg.shard_parameters = 1;
+        fp8run_memory_report rep = {.struct_size = sizeof rep};
+        CU_ASSERT_EQUAL(fp8run_model_predict_memory(m, &cfg, "cpu", &rep), FP8RUN_OK);
+        CU_ASSERT(world == 1 ? rep.gathered_weights == 0 : rep.gathered_weights > 0);
+    }
+    fp8run_model_destroy(m);
+    free(vi);
+    fp8run_checkpoint_close(c);
+}
+
 static CU_TestInfo tests[] = {
     {"coverage, balance, alignment", test_coverage_balance_alignment},
     {"scatter and gather", test_scatter_gather},
     {"units and the gather/free schedule", test_units_schedule},
     {"checkpoint split over 1..5 ranks, resumed on 1..5", test_checkpoint_any_count},
+    {"memory: masters, state, gradients as 1/N; training refused", test_memory_one_over_n},
+    {"C API: plans, slices, scatter and gather", test_api},
     CU_TEST_INFO_NULL};
 static CU_SuiteInfo suites[] = {{"shard plan", cli_suite_init, cli_suite_clean, NULL, NULL, tests},
                                 CU_SUITE_INFO_NULL};

@@ -57,7 +57,8 @@ static fr_status add_unit(fr_shard_plan *p, const char *name, size_t len)
 }
 
 /* units in order of first appearance; the parameters outside the layers go to one unit before
- * them (those met before any layer) and one after */
+ * them (those met before any layer) and one after, except a name with no module path, which
+ * follows the parameter before it */
 static fr_status assign_units(fr_shard_plan *p)
 {
     int before = -1, after = -1, seen_layer = 0;
@@ -73,6 +74,10 @@ static fr_status assign_units(fr_shard_plan *p)
                 FR_TRY(add_unit(p, q->name, len));
                 u = p->n_units - 1;
             }
+        } else if (seen_layer && i > 0 && !strchr(q->name, '.')) {
+            /* no module path at all (a TorchScript export's onnx::MatMul_576, a fused group): it
+               belongs with the parameter before it, in the model's order */
+            u = p->params[i - 1].unit;
         } else if (!seen_layer) {
             if (before < 0) {
                 FR_TRY(add_unit(p, OUTSIDE_BEFORE, strlen(OUTSIDE_BEFORE)));

@@ -21,7 +21,9 @@
  *
  * Units: parameters are gathered a layer at a time. A parameter's unit is its layer (the name
  * up to the first ".<number>.", as exporters name blocks: model.layers.3.mlp...); parameters
- * outside the layers form one unit before them (embeddings) and one after (final norm, head).
+ * outside the layers form one unit before them (embeddings) and one after (final norm, head);
+ * a name with no module path at all (TorchScript's onnx::MatMul_576) joins the unit of the
+ * parameter before it.
  * The schedule is the order a step issues its collectives in (the same on every rank): the
  * forward gathers unit u+1 while unit u computes (prefetch one ahead) and frees unit u after
  * it (the last unit stays for the backward); the backward walks the units in reverse,
