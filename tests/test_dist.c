@@ -345,7 +345,7 @@ static void test_cli_launch(void)
     /* under a launcher: the variables must fit, and --gpus agree with them */
     setenv("WORLD_SIZE", "2", 1);
     setenv("RANK", "5", 1);
-    CLI_EXPECT(cli_run("train %s %s", model, args), 1, cli_err, "do not fit WORLD_SIZE=2");
+    CLI_EXPECT(cli_run("train %s %s", model, args), 1, cli_err, "RANK=5 is not below WORLD_SIZE=2");
     setenv("RANK", "1", 1);
     CLI_EXPECT(cli_run("train %s %s --gpus 3", model, args), 1, cli_err, "launched as one of WORLD_SIZE=2");
     CLI_EXPECT(cli_run("train %s %s", model, args), 1, cli_err, "rank 1 of 2");

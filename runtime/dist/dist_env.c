@@ -78,6 +78,7 @@ fr_status fr_dist_env_parse(fr_getenv_fn get, fr_dist_env *out)
                         out->nnodes, out->local_world, W);
     if (!g_lws) out->local_world = g_nodes ? W / out->nnodes : (!g_local || out->local_rank == out->rank) && !g_node ? W : 0;
     if (!g_nodes && out->local_world > 0) out->nnodes = W / out->local_world;
+    if (!g_local && out->local_world > 0) out->local_rank = out->rank % out->local_world; /* node by node */
     if (out->local_world > 0 && out->local_rank >= out->local_world)
         return fr_error(FR_ERR_INVALID_ARG, "environment: LOCAL_RANK=%d is not below the %d ranks of a node%s",
                         out->local_rank, out->local_world, g_lws ? " (LOCAL_WORLD_SIZE)" : " (WORLD_SIZE / NNODES)");
