@@ -89,7 +89,7 @@ static void test_env_nodes(void)
 }
 
 /* ---- ranks as processes ---- */
-static int port_base(void) { return 40000 + (int)(getpid() % 10000) * 2; }
+static int port_base(void) { return 40000 + (int)(getpid() % 2000) * 10; } /* 10 ports per test program */
 
 static double now_s(void)
 {
@@ -179,7 +179,7 @@ static void test_rank_dies(void)
     pid_t p0 = start_rank(env_of(0, 4, 2, port), id, "d0", 30.0);
     pid_t p1 = start_rank(env_of(1, 4, 2, port), id, "d1", 30.0);
     pid_t p2 = start_rank(env_of(2, 4, 2, port), id, "d2", 30.0);
-    usleep(600 * 1000); /* rank 2 has met rank 0 and waits */
+    usleep(1500 * 1000); /* rank 2 has met rank 0 and waits (a loaded machine starts processes slowly) */
     kill(p2, SIGKILL);
     finish(p2);
     CU_ASSERT_EQUAL(finish(p0), 1);
@@ -200,7 +200,7 @@ static void test_rank_dies(void)
     const double t1 = now_s();
     p0 = start_rank(env_of(0, 3, 1, port2), id, "z0", 30.0);
     p1 = start_rank(env_of(1, 3, 1, port2), id, "z1", 30.0);
-    usleep(600 * 1000);
+    usleep(1500 * 1000);
     kill(p0, SIGKILL);
     finish(p0);
     CU_ASSERT_EQUAL(finish(p1), 1);
@@ -313,12 +313,75 @@ static void test_cli_two_launchers(void)
     unsetenv("MASTER_PORT");
 }
 
+
+/* start `fp8run rendezvous ARGS` in the background (the shell replaced by it: the pid is the
+ * launcher's), output to NAME.out / NAME.err */
+static pid_t start_cli(const char *args, const char *name)
+{
+    char cmd[1600];
+    snprintf(cmd, sizeof cmd, "cd '%s' && exec '%s' rendezvous %s >%s.out 2>%s.err", cli_tmp, FR_CLI, args, name, name);
+    pid_t p = fork();
+    if (p == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    return p;
+}
+
+/* two launchers of a three-node job (node 2 never comes, so the meeting waits); one of node 1's
+ * ranks is killed (SIGKILL) while it waits: both launchers stop at once, not at the 60 s limit,
+ * and node 0's ranks name the rank that died */
+static void test_cli_rank_killed(void)
+{
+    char port[16], path[64];
+    snprintf(port, sizeof port, "%d", port_base() + 7);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", port, 1);
+    setenv("FP8RUN_RENDEZVOUS_TIMEOUT", "60", 1);
+    const double t0 = now_s();
+    pid_t n0 = start_cli("--gpus 2 --nnodes 3 --node-rank 0", "k0");
+    pid_t n1 = start_cli("--gpus 2 --nnodes 3 --node-rank 1", "k1");
+    unsetenv("FP8RUN_RENDEZVOUS_TIMEOUT");
+    unsetenv("MASTER_ADDR");
+    unsetenv("MASTER_PORT");
+    /* node 1's ranks, once both are started and have met rank 0 */
+    pid_t kids[2] = {0, 0};
+    for (int tries = 0; tries < 100 && !kids[1]; tries++) {
+        usleep(100 * 1000);
+        snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)n1, (int)n1);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        int a = 0, b = 0;
+        if (fscanf(f, "%d %d", &a, &b) == 2) kids[0] = a, kids[1] = b;
+        fclose(f);
+    }
+    CU_ASSERT_FATAL(kids[1] > 0);
+    usleep(2000 * 1000); /* node 1's ranks have met rank 0 and wait for node 2 */
+    kill(kids[1], SIGKILL); /* local rank 1 of node 1: rank 3 */
+    const int rc0 = finish(n0), rc1 = finish(n1);
+    const double took = now_s() - t0;
+    char *e0 = cli_slurp_tmp("k0.err", NULL), *e1 = cli_slurp_tmp("k1.err", NULL);
+    const int named = strstr(e0, "rank 3 (node 1, local rank 1, on host") && strstr(e0, "left before all 6 ranks had come");
+    if (rc0 != 1 || rc1 == 0 || !named || took > 20.0)
+        printf("\n  %.1f s, node 0 -> %d: %s\n  node 1 -> %d: %s\n", took, rc0, e0, rc1, e1);
+    CU_ASSERT_EQUAL(rc0, 1);
+    CU_ASSERT(rc1 != 0);
+    CU_ASSERT(named);
+    /* node 1: its launcher names whichever of its ranks it reaps first, rank 3 killed or rank 2
+       stopped by rank 0, which names rank 3 itself */
+    CU_ASSERT(strstr(e1, "rank 3 was killed by signal 9") || strstr(e1, "rank 0 stopped the job: rank 3 (node 1"));
+    CU_ASSERT(took < 20.0); /* the death, not the 60 s limit, ended it */
+    free(e0);
+    free(e1);
+}
+
 static CU_TestInfo tests[] = {
     {"node variables and their checks", test_env_nodes},
     {"two nodes' ranks meet as one job", test_two_nodes_meet},
     {"a rank that dies is named, in bounded time", test_rank_dies},
     {"launched differently: named to every rank", test_launched_differently},
     {"CLI: two launchers, --nnodes / --node-rank", test_cli_two_launchers},
+    {"CLI: a rank killed while the job meets", test_cli_rank_killed},
     CU_TEST_INFO_NULL};
 static CU_SuiteInfo suites[] = {{"rendezvous", cli_suite_init, cli_suite_clean, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
 
