@@ -141,17 +141,19 @@ static void test_units_schedule(void)
     const int64_t d[2] = {64, 64};
     const char *names[] = {"model.embed_tokens.weight", "model.layers.0.q.weight", "model.layers.0.norm.weight",
                            "model.layers.1.q.weight",   "model.layers.10.q.weight", "model.norm.weight",
-                           "lm_head.weight",            "model.layers.1.k.weight",  "onnx::MatMul_576"};
-    fr_shard_spec s[9];
-    for (int i = 0; i < 9; i++) s[i] = (fr_shard_spec){names[i], 2, d, 0, 1, 0};
+                           "lm_head.weight",            "model.layers.1.k.weight",  "onnx::MatMul_576",
+                           "fused(model.layers.10.mlp.gate.weight,model.layers.10.mlp.up.weight)"};
+    fr_shard_spec s[10];
+    for (int i = 0; i < 10; i++) s[i] = (fr_shard_spec){names[i], 2, d, 0, 1, 0};
     fr_shard_plan *p = NULL;
-    FR_ASSERT_OK(fr_shard_plan_new(s, 9, 4, &p));
+    FR_ASSERT_OK(fr_shard_plan_new(s, 10, 4, &p));
     CU_ASSERT_EQUAL_FATAL(p->n_units, 5);
     const char *want[] = {"(before the layers)", "model.layers.0", "model.layers.1", "model.layers.10",
                           "(after the layers)"};
     for (int u = 0; u < 5; u++) CU_ASSERT_STRING_EQUAL(p->units[u].name, want[u]);
-    const int unit_of[] = {0, 1, 1, 2, 3, 4, 4, 2, 2}; /* the nameless one with the one before it */
-    for (int i = 0; i < 9; i++) CU_ASSERT_EQUAL(p->params[i].unit, unit_of[i]);
+    /* the nameless one with the one before it; a fused group with its first member's layer */
+    const int unit_of[] = {0, 1, 1, 2, 3, 4, 4, 2, 2, 3};
+    for (int i = 0; i < 10; i++) CU_ASSERT_EQUAL(p->params[i].unit, unit_of[i]);
     CU_ASSERT_EQUAL(p->units[2].n_params, 3);
 
     fr_rng r = fr_test_rng("shard schedule");

@@ -33,11 +33,18 @@ static int64_t granule(const fr_shard_param *q)
     return g;
 }
 
+/* where the module path of a name starts: a fused group "fused(a,b,c)" is its first member's */
+static const char *module_path(const char *name)
+{
+    const char *open = strchr(name, '(');
+    return open && strncmp(name, "fused(", 6) == 0 ? open + 1 : name;
+}
+
 /* the layer a name belongs to: up to and including the first ".<digits>" followed by "." or
- * the end; 0 when none */
+ * the end (of module_path(name)); 0 when none */
 static size_t layer_prefix(const char *name)
 {
-    for (const char *p = strchr(name, '.'); p; p = strchr(p + 1, '.')) {
+    for (const char *p = strchr(name, '.'); p && !strchr(",)", *p); p = strchr(p + 1, '.')) {
         const char *d = p + 1;
         while (*d >= '0' && *d <= '9') d++;
         if (d > p + 1 && (*d == '.' || *d == '\0')) return (size_t)(d - name);
@@ -64,17 +71,18 @@ static fr_status assign_units(fr_shard_plan *p)
     int before = -1, after = -1, seen_layer = 0;
     for (int i = 0; i < p->n_params; i++) {
         fr_shard_param *q = &p->params[i];
-        size_t len = layer_prefix(q->name);
+        const char *path = module_path(q->name);
+        size_t len = layer_prefix(path);
         int u = -1;
         if (len) {
             seen_layer = 1;
             for (int k = 0; k < p->n_units && u < 0; k++)
-                if (strlen(p->units[k].name) == len && strncmp(p->units[k].name, q->name, len) == 0) u = k;
+                if (strlen(p->units[k].name) == len && strncmp(p->units[k].name, path, len) == 0) u = k;
             if (u < 0) {
-                FR_TRY(add_unit(p, q->name, len));
+                FR_TRY(add_unit(p, path, len));
                 u = p->n_units - 1;
             }
-        } else if (seen_layer && i > 0 && !strchr(q->name, '.')) {
+        } else if (seen_layer && i > 0 && !strchr(path, '.')) {
             /* no module path at all (a TorchScript export's onnx::MatMul_576, a fused group): it
                belongs with the parameter before it, in the model's order */
             u = p->params[i - 1].unit;
