@@ -282,9 +282,9 @@ static fr_status serve(const struct sockaddr_in *sa, const fr_dist_env *e, const
         }
         for (int i = 1; i < np && st == FR_OK; i++) {
             if (!pf[i].revents) continue;
-            char c;
-            const ssize_t n = recv(pf[i].fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-            if (n > 0) continue; /* stray bytes: not a close */
+            char junk[64];
+            const ssize_t n = recv(pf[i].fd, junk, sizeof junk, MSG_DONTWAIT);
+            if (n > 0) continue; /* stray bytes (dropped, so poll does not wake for them again): not a close */
             if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
             const int r = pr[i];
             char a[160];
