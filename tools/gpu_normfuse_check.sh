@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The residual stream + RMSNorm work of issue 12 on one GPU (about 3 minutes): the GPU tests of
 # the norm kernels (test_gpu_add_norm: AddRMSNorm(Grad); test_gpu_norm: RMSNormalization /
-# RMSNormGrad, whose float32 rows now take ops/cuda/rms_rows.cu), then `fp8run bench` of the
+# RMSNormGrad, whose float32 rows now take ops/cuda/add_norm.cu), then `fp8run bench` of the
 # generated Llama 1B (B8 x T2048, fp8, --attention cudnn) with the residual fusion on and off
 # (--no-fuse-residual-norm), and one profile with it on (FP8RUN_PROFILE=2: each op's ceiling),
 # printing the norm / Add lines. Run from the repository root on the device after the CUDA bundle
