@@ -43,7 +43,7 @@ int fr_attn_expand_source(const fr_graph *g, int x, int reshaped, int *src, int6
 fr_status fr_attn_emit_node(fr_graph *g, const fr_attn_emit *e)
 {
     char nm[512];
-    int in[4] = {e->q, e->k, e->v, e->mask}, out[2] = {e->y, -1}, nid;
+    int in[5] = {e->q, e->k, e->v, e->mask, e->seg_k}, out[2] = {e->y, -1}, nid;
     if (e->groups > 1) {
         FR_TRY(fr_attn_split_heads(g, e->q, e->kv_heads, e->groups, e->base, "Q", &in[0]));
         if (e->mask >= 0 && g->values[e->mask].rank >= 3)
@@ -53,7 +53,8 @@ fr_status fr_attn_emit_node(fr_graph *g, const fr_attn_emit *e)
     }
     snprintf(nm, sizeof nm, "%s/LSE", e->base);
     FR_TRY(fr_graph_add_unique_value(g, nm, &out[1]));
-    FR_TRY(fr_graph_add_node(g, "Attention", FR_DOMAIN_FP8RUN, e->base, in[3] >= 0 ? 4 : 3, in, 2, out, &nid));
+    const int n_in = in[4] >= 0 ? 5 : in[3] >= 0 ? 4 : 3;
+    FR_TRY(fr_graph_add_node(g, "Attention", FR_DOMAIN_FP8RUN, e->base, n_in, in, 2, out, &nid));
     fr_node *n = &g->nodes[nid];
     FR_TRY(fr_node_set_attr_float(n, "scale", e->scale));
     FR_TRY(fr_node_set_attr_int(n, "causal", e->causal));

@@ -8,6 +8,7 @@
 #include "passes/attention_emit.h"
 #include "passes/attention_fuse.h"
 #include "passes/attention_import.h"
+#include "passes/attention_mask.h"
 #include "passes/autodiff.h"
 #include "passes/passes.h"
 #include "passes/pattern.h"
@@ -73,19 +74,35 @@ static fr_status lower_one(fr_graph *g, int id)
             window = w;
         }
     }
-    fr_attn_emit e = {q, k, v, -1, y, Hkv, G, scale, (int)causal, window, base};
+    int seg = -1, note = 0;
+    fr_attn_mask_info mi;
+    if (mask >= 0 && !g->values[mask].constant) { /* computed at run time: read symbolically */
+        const fr_value sv = {.rank = 4, .dims = {qv->dims[0], Hq, Tq, Tk}};
+        const int kind = fr_attn_mask_symbolic(g, mask, g->values[mask].dtype == FR_BOOL, &sv, &mi);
+        note = 1;
+        if (kind != FR_ATTN_MASK_BAD) {
+            mask = -1;
+            seg = mi.seg;
+            if (kind == FR_ATTN_MASK_CAUSAL) { /* is_causal on top of a causal mask: the same */
+                window = mi.window;
+                causal = 1;
+            }
+        }
+    }
+    fr_attn_emit e = {q, k, v, -1, y, Hkv, G, scale, (int)causal, window, base, seg};
     if (mask >= 0) FR_TRY(runtime_mask(g, mask, base, &e.mask));
     int k5, v5;
     int64_t kv1, g1, kv2, g2;
     if (G == 1 && fr_attn_expand_source(g, k, 1, &k5, &kv1, &g1) && fr_attn_expand_source(g, v, 1, &v5, &kv2, &g2) &&
         kv1 == kv2 && g1 == g2) { /* K, V expanded over the query heads by the exporter: their sources */
-        e = (fr_attn_emit){q, k5, v5, e.mask, y, kv1, g1, scale, (int)causal, window, base};
+        e = (fr_attn_emit){q, k5, v5, e.mask, y, kv1, g1, scale, (int)causal, window, base, e.seg_k};
     } else if (G > 1) { /* K, V [B, Hkv, 1, Tk, D] */
         FR_TRY(fr_attn_split_heads(g, k, Hkv, 1, base, "K", &e.k));
         FR_TRY(fr_attn_split_heads(g, v, Hkv, 1, base, "V", &e.v));
     }
     g->nodes[id].dead = 1; /* y gets its new producer */
-    return fr_attn_emit_node(g, &e);
+    FR_TRY(fr_attn_emit_node(g, &e));
+    return note ? fr_attn_mask_note(g, base, &mi) : FR_OK;
 }
 
 fr_status fr_lower_onnx_attention(fr_graph *g, int *count)

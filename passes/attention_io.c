@@ -127,6 +127,7 @@ typedef struct chain {
 
 typedef struct match {
     int attn, split, x, z, cos, sin, interleaved, flat_output;
+    int seg_k, seg_q; /* the Attention's segment ids Sk, Sq (-1: absent), handed on */
     int64_t B, T, W, Hq, Hk, D, Dv;
     chain c[3];
     int n_out, out_nodes[MAX_CHAIN];
@@ -241,6 +242,28 @@ static int rotary_ok(const fr_graph *g, const match *m, const fr_node *r, const 
     return 1;
 }
 
+/* The RoPE tables of q and k are one: the same value, equal constants, or the same op on the
+ * same inputs (the opset-23 RotaryEmbedding import stages each call's tables itself). */
+static int same_table(const fr_graph *g, int a, int b)
+{
+    if (a == b) return 1;
+    if (a < 0 || b < 0) return 0;
+    const fr_value *va = &g->values[a], *vb = &g->values[b];
+    if (va->dtype != vb->dtype || !fr_same_dims(va, vb)) return 0;
+    if (va->constant && vb->constant) {
+        const fr_tensor *ta = va->constant, *tb = vb->constant;
+        return ta->nbytes == tb->nbytes && memcmp(ta->data, tb->data, ta->nbytes) == 0;
+    }
+    const fr_node *pa = fr_live_producer(g, a), *pb = fr_live_producer(g, b);
+    if (!pa || !pb || strcmp(pa->op_type, pb->op_type) != 0 || strcmp(pa->domain, pb->domain) != 0 ||
+        pa->n_inputs != pb->n_inputs || pa->n_outputs != 1 || pb->n_outputs != 1 ||
+        strcmp(pa->op_type, "Unsqueeze") != 0 || fr_node_attr(pa, "axes") || fr_node_attr(pb, "axes"))
+        return 0;
+    for (int i = 0; i < pa->n_inputs; i++)
+        if (!same_table(g, pa->inputs[i], pb->inputs[i])) return 0;
+    return 1;
+}
+
 static int64_t attr_int(const fr_node *n, const char *name, int64_t dflt)
 {
     int64_t v = dflt;
@@ -298,6 +321,8 @@ static int match_at(void *cv, int ai, void *mv)
     memset(m, 0, sizeof *m);
     if (a->dead || strcmp(a->domain, FR_DOMAIN_FP8RUN) != 0 || strcmp(a->op_type, "Attention") != 0) return 0;
     if (a->n_inputs < 3 || (a->n_inputs > 3 && a->inputs[3] >= 0) || a->n_outputs < 1) return 0;
+    m->seg_k = a->n_inputs > 4 ? a->inputs[4] : -1;
+    m->seg_q = a->n_inputs > 5 ? a->inputs[5] : -1;
     if (a->n_outputs > 1 && a->outputs[1] >= 0 && cx->rd.count[a->outputs[1]] != 0) return 0;
     int sv[3], split = -1;
     for (int i = 0; i < 3; i++) {
@@ -348,7 +373,7 @@ static int match_at(void *cv, int ai, void *mv)
     m->cos = m->sin = -1;
     if (rq >= 0) {
         const fr_node *nq = &g->nodes[rq], *nk = &g->nodes[rk];
-        if (nq->inputs[1] != nk->inputs[1] || nq->inputs[2] != nk->inputs[2]) return 0;
+        if (!same_table(g, nq->inputs[1], nk->inputs[1]) || !same_table(g, nq->inputs[2], nk->inputs[2])) return 0;
         m->interleaved = (int)attr_int(nq, "interleaved", 0);
         if (m->interleaved != attr_int(nk, "interleaved", 0) || m->interleaved < 0 || m->D % 2) return 0;
         if (!rotary_ok(g, m, nq, &m->c[0].at_rotary) || !rotary_ok(g, m, nk, &m->c[1].at_rotary)) return 0;
@@ -372,11 +397,12 @@ static fr_status fuse_one(void *cv, const void *mv)
     snprintf(nm, sizeof nm, "%s/lse", base);
     int lse;
     FR_TRY(fr_graph_add_unique_value(g, nm, &lse));
-    int in[3] = {m->x, m->cos, m->sin}, out[2] = {m->z, lse}, nid;
-    FR_TRY(fr_graph_add_node(g, "AttentionQKV", FR_DOMAIN_FP8RUN, base, m->cos >= 0 ? 3 : 1, in, 2, out, &nid));
+    int in[5] = {m->x, m->cos, m->sin, m->seg_k, m->seg_q}, out[2] = {m->z, lse}, nid;
+    const int n_in = m->seg_q >= 0 ? 5 : m->seg_k >= 0 ? 4 : m->cos >= 0 ? 3 : 1;
+    FR_TRY(fr_graph_add_node(g, "AttentionQKV", FR_DOMAIN_FP8RUN, base, n_in, in, 2, out, &nid));
     const fr_node *a = &g->nodes[m->attn];
     fr_node *n = &g->nodes[nid];
-    for (int i = 0; i < a->n_attrs; i++) { /* scale, causal, window, precision */
+    for (int i = 0; i < a->n_attrs; i++) { /* scale, causal, window, precision, softcap, seg_form */
         const fr_attr *at = &a->attrs[i];
         if (at->type == FR_ATTR_FLOAT)
             FR_TRY(fr_node_set_attr_float(n, at->name, at->f));

@@ -179,6 +179,9 @@ function strong(v,    i, n, w, a, members, k) {
 #     CUDA backend calls the build helpers of the trainer (inputs, LoRA codes, memory checks),
 #     one of which (LoRA) syncs through the trainer; the next step moves the helpers the
 #     backends call below the trainer.
+#   passes/attention_fuse passes/attention_mask: the symbolic mask reader classifies constant
+#     masks with the classifier of the fusion pass, which calls the reader; the next step moves
+#     fr_attn_classify_mask into attention_mask.c.
 function known_circle(members,    n, m, i, j, key) {
     n = split(members, m, " ")
     # insertion sort: the members in one order
@@ -188,7 +191,8 @@ function known_circle(members,    n, m, i, j, key) {
     return key == "ops/cuda/attention_cudnn ops/cuda/attention_cudnn_graph" ||
         key == "ops/cuda/cuda_gemm ops/cuda/gemm_tune" ||
         key == "ops/cuda/elementwise ops/cuda/elementwise_binary ops/cuda/elementwise_grad ops/cuda/elementwise_unary" ||
-        key == "runtime/cuda/cuda_train runtime/cuda/cuda_train_backend runtime/train/train_build runtime/train/train_lora runtime/train/train_memory runtime/train/trainer"
+        key == "runtime/cuda/cuda_train runtime/cuda/cuda_train_backend runtime/train/train_build runtime/train/train_lora runtime/train/train_memory runtime/train/trainer" ||
+        key == "passes/attention_fuse passes/attention_mask"
 }
 # the circles of one kind of arrow (strongly connected components)
 function circles(kind, inc,    k, ab, v, c) {
