@@ -213,6 +213,30 @@ FP8RUN_API void fp8run_npy_free(fp8run_tensor *t);
  * the shape's byte size. A dtype without a NumPy code is FP8RUN_ERR_UNSUPPORTED. */
 FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_npy_save(const char *path, const fp8run_tensor *t);
 
+/* The files a command reads and writes, under the rules fp8run's own commands follow (the
+ * README's "Files"): a file read by name must be a regular file (a FIFO, device or folder is
+ * refused before anything blocks) of at most a stated size; a file written goes to a temporary
+ * file in its folder, is fsync'ed and renamed into place, so the previous file stays whole
+ * until the new one is, and a symbolic link at the name is replaced, never written through.
+ * A command declares its inputs, then its outputs: an output that is one of the inputs (by
+ * device and inode: any spelling, hard or symbolic link), two outputs naming one file, and an
+ * output that is a folder, FIFO or device are refused with FP8RUN_ERR_INVALID_ARG (IO for a
+ * missing folder), naming both files. `what` says what the file is in messages
+ * ("training log"). */
+typedef struct fp8run_files fp8run_files;
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_files_create(fp8run_files **out);
+FP8RUN_API void fp8run_files_destroy(fp8run_files *f);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_files_input(fp8run_files *f, const char *path, const char *what);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_files_output(fp8run_files *f, const char *path, const char *what);
+/* Read all of a regular file of at most max_bytes into *data (malloc'ed, NUL-terminated after
+ * *len bytes; free it with fp8run_file_free). */
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_file_read(const char *path, const char *what, uint64_t max_bytes,
+                                                           char **data, size_t *len);
+FP8RUN_API void fp8run_file_free(void *data);
+/* Replace path's contents with the n_parts buffers, one after the other, under the write rule. */
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_file_write(const char *path, const void *const *parts,
+                                                            const size_t *sizes, int n_parts);
+
 /* ============================================================================================
  * Models
  * ========================================================================================== */

@@ -1,0 +1,72 @@
+/* Public API: the read and write rules of graph/safe_io.h, for the CLI and host programs. */
+#include <stdlib.h>
+
+#include "graph/safe_io.h"
+#include "runtime/api_internal.h"
+
+struct fp8run_files {
+    fr_file_set set;
+};
+
+FP8RUN_API fp8run_status fp8run_files_create(fp8run_files **out)
+{
+    if (!out) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: out is NULL", __func__);
+    *out = calloc(1, sizeof **out);
+    if (!*out) return fr_api_error(NULL, FP8RUN_ERR_OOM, "%s: out of memory", __func__);
+    return FP8RUN_OK;
+}
+
+FP8RUN_API void fp8run_files_destroy(fp8run_files *f)
+{
+    if (!f) return;
+    fr_file_set_free(&f->set);
+    free(f);
+}
+
+static fp8run_status declare(const char *fn, fp8run_files *f, const char *path, const char *what, int output)
+{
+    if (!f || !path) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: files or path is NULL", fn);
+    if (!what || !what[0]) what = "file";
+    fr_status st = output ? fr_file_set_output(&f->set, path, what) : fr_file_set_input(&f->set, path, what);
+    return st == FR_OK ? FP8RUN_OK : fr_api_fail(NULL, fn, st);
+}
+
+FP8RUN_API fp8run_status fp8run_files_input(fp8run_files *f, const char *path, const char *what)
+{
+    return declare(__func__, f, path, what, 0);
+}
+
+FP8RUN_API fp8run_status fp8run_files_output(fp8run_files *f, const char *path, const char *what)
+{
+    return declare(__func__, f, path, what, 1);
+}
+
+FP8RUN_API fp8run_status fp8run_file_read(const char *path, const char *what, uint64_t max_bytes, char **data,
+                                          size_t *len)
+{
+    if (!path || !path[0] || !data || !len)
+        return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: path, data or len is NULL or empty", __func__);
+    fr_status st = fr_read_regular(path, what && what[0] ? what : "file", 0, max_bytes, data, len);
+    return st == FR_OK ? FP8RUN_OK : fr_api_fail(NULL, __func__, st);
+}
+
+FP8RUN_API void fp8run_file_free(void *data)
+{
+    free(data);
+}
+
+FP8RUN_API fp8run_status fp8run_file_write(const char *path, const void *const *parts, const size_t *sizes, int n_parts)
+{
+    const char *fn = __func__;
+    if (!path || !path[0] || n_parts < 0 || (n_parts > 0 && (!parts || !sizes)))
+        return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: no path, or parts/sizes NULL", fn);
+    fr_atomic_file af;
+    fr_status st = fr_atomic_open(path, &af);
+    if (st != FR_OK) return fr_api_fail(NULL, fn, st);
+    for (int i = 0; i < n_parts && st == FR_OK; i++)
+        if (sizes[i]) st = parts[i] ? fr_atomic_write(&af, parts[i], sizes[i]) : FR_ERR_INVALID_ARG;
+    if (st == FR_OK) st = fr_atomic_finish(&af);
+    if (st == FR_OK) st = fr_atomic_commit(&af);
+    else fr_atomic_abort(&af);
+    return st == FR_OK ? FP8RUN_OK : fr_api_fail(NULL, fn, st);
+}
