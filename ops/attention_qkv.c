@@ -260,9 +260,9 @@ static fr_status run_adapted(const fr_kernel_ctx *ctx, int backward, fr_status (
     int adapt = y && want == FR_BF16;
     for (int i = 0; i < n_ins; i++) adapt |= ctx->in[ins[i]]->dtype == FR_BF16;
     if (!adapt) return f(ctx);
-    fr_tensor w[4], *in[6], *out[2];
+    fr_tensor w[4], *in[8], *out[2];
     memset(w, 0, sizeof w);
-    for (int i = 0; i < ctx->n_in && i < 6; i++) in[i] = ctx->in[i];
+    for (int i = 0; i < ctx->n_in && i < 8; i++) in[i] = ctx->in[i];
     for (int i = 0; i < ctx->n_out && i < 2; i++) out[i] = ctx->out[i];
     fr_status st = FR_OK;
     for (int i = 0; i < n_ins && st == FR_OK; i++)
@@ -286,6 +286,7 @@ static fr_status qkv_core(const fr_kernel_ctx *ctx)
 {
     const fr_node *n = ctx->node;
     const fr_tensor *x = ctx->in[0], *c = ctx->n_in > 2 ? ctx->in[1] : NULL, *sn = ctx->n_in > 2 ? ctx->in[2] : NULL;
+    if ((c != NULL) != (sn != NULL)) return fr_node_error(n, FR_ERR_GRAPH, "cos and sin come together or not at all");
     fr_attn_qkv_geom g;
     FR_TRY(read_geo(n, x, c, sn, &g));
     const fr_dtype dt = x->dtype;
@@ -299,8 +300,11 @@ static fr_status qkv_core(const fr_kernel_ctx *ctx)
     FR_TRY(scratch_new(n, &g, dt, 0, &s, &unused[0], &unused[1], &unused[2]));
     for (int sec = 0; sec < 3; sec++)
         move(&g, dt, sec, 1, x->data, s.t[sec].data, c ? c->data : NULL, sn ? sn->data : NULL);
-    fr_tensor *in[3] = {&s.t[0], &s.t[1], &s.t[2]}, *out[2] = {&s.t[3], &s.t[4]};
-    fr_kernel_ctx ic = {ctx->g, n, 1, 3, 2, in, out};
+    /* the segment ids (inputs 3, 4) go to the inner Attention's Sk, Sq (its inputs 4, 5) */
+    fr_tensor *in[6] = {&s.t[0], &s.t[1], &s.t[2], NULL, ctx->n_in > 3 ? ctx->in[3] : NULL,
+                        ctx->n_in > 4 ? ctx->in[4] : NULL};
+    fr_tensor *out[2] = {&s.t[3], &s.t[4]};
+    fr_kernel_ctx ic = {ctx->g, n, 1, in[5] ? 6 : in[4] ? 5 : 3, 2, in, out};
     fr_status st = fr_ops_attention[0].cpu(&ic); /* Attention: the same attributes */
     if (st == FR_OK) {
         move_o(&g, fr_dtype_size(dt), 0, ctx->out[0]->data, s.t[3].data);
@@ -315,6 +319,7 @@ static fr_status qkvg_core(const fr_kernel_ctx *ctx)
     const fr_node *n = ctx->node;
     const fr_tensor *x = ctx->in[0], *o = ctx->in[1], *lse = ctx->in[2], *dout = ctx->in[3];
     const fr_tensor *c = ctx->n_in > 5 ? ctx->in[4] : NULL, *sn = ctx->n_in > 5 ? ctx->in[5] : NULL;
+    if ((c != NULL) != (sn != NULL)) return fr_node_error(n, FR_ERR_GRAPH, "cos and sin come together or not at all");
     fr_attn_qkv_geom g;
     FR_TRY(read_geo(n, x, c, sn, &g));
     const fr_dtype dt = x->dtype;
@@ -335,8 +340,11 @@ static fr_status qkvg_core(const fr_kernel_ctx *ctx)
     move_o(&g, es, 1, o->data, s.t[3].data);
     move_o(&g, es, 1, dout->data, s.t[5].data);
     if (lse->nbytes) memcpy(s.t[4].data, lse->data, lse->nbytes);
-    fr_tensor *in[6] = {&s.t[0], &s.t[1], &s.t[2], &s.t[3], &s.t[4], &s.t[5]}, *out[3] = {&dq, &dk, &dv};
-    fr_kernel_ctx ic = {ctx->g, n, 1, 6, 3, in, out};
+    /* the segment ids (inputs 6, 7) go to the inner AttentionGrad's Sk, Sq (its inputs 7, 8) */
+    fr_tensor *in[9] = {&s.t[0], &s.t[1], &s.t[2], &s.t[3], &s.t[4], &s.t[5], NULL,
+                        ctx->n_in > 6 ? ctx->in[6] : NULL, ctx->n_in > 7 ? ctx->in[7] : NULL};
+    fr_tensor *out[3] = {&dq, &dk, &dv};
+    fr_kernel_ctx ic = {ctx->g, n, 1, in[8] ? 9 : in[7] ? 8 : 6, 3, in, out};
     fr_status st = fr_ops_attention[1].cpu(&ic); /* AttentionGrad */
     if (st == FR_OK) {
         void *hs[3] = {dq.data, dk.data, dv.data};
@@ -351,7 +359,7 @@ static fr_status qkv_cpu(const fr_kernel_ctx *ctx)
     const fr_node *n = ctx->node;
     if (ctx->n_in < 1 || !ctx->in[0] || ctx->n_out < 1 || !ctx->out[0])
         return fr_node_error(n, FR_ERR_GRAPH, "needs input X and output O");
-    if (ctx->n_in > 3) return fr_node_error(n, FR_ERR_GRAPH, "%d inputs: X [, cos, sin]", ctx->n_in);
+    if (ctx->n_in > 5) return fr_node_error(n, FR_ERR_GRAPH, "%d inputs: X [, cos, sin [, Sk [, Sq]]]", ctx->n_in);
     return run_adapted(ctx, 0, qkv_core);
 }
 
@@ -362,16 +370,34 @@ static fr_status qkvg_cpu(const fr_kernel_ctx *ctx)
         return fr_node_error(n, FR_ERR_GRAPH, "needs inputs X, O, LSE, dO (and cos, sin) and output dX");
     for (int i = 0; i < 4; i++)
         if (!ctx->in[i]) return fr_node_error(n, FR_ERR_GRAPH, "input %d is missing", i);
-    if (ctx->n_in > 6) return fr_node_error(n, FR_ERR_GRAPH, "%d inputs: X, O, LSE, dO [, cos, sin]", ctx->n_in);
+    if (ctx->n_in > 8)
+        return fr_node_error(n, FR_ERR_GRAPH, "%d inputs: X, O, LSE, dO [, cos, sin [, Sk [, Sq]]]", ctx->n_in);
     return run_adapted(ctx, 1, qkvg_core);
 }
 
 /* ---- inference and the gradient rule ---- */
 
+/* The segment ids Sk (input idx) and Sq (idx + 1), checked as the inner Attention takes them
+ * (Q [B, Hk, G, T, D]: rows B * Hq, B or 1). */
+static fr_status infer_segs(fr_graph *g, const fr_node *n, int idx, const fr_attn_qkv_geom *q)
+{
+    const fr_value *sk = fr_node_in(g, n, idx), *sq = fr_node_in(g, n, idx + 1);
+    int64_t dq[5], dk[5], dv[5];
+    const int rq = fr_attn_qkv_inner_dims(q, 0, dq), rk = fr_attn_qkv_inner_dims(q, 1, dk);
+    fr_attn_qkv_inner_dims(q, 2, dv);
+    fr_attn_attrs a;
+    fr_attn_geom geo;
+    fr_attn_seg sg;
+    FR_TRY(fr_attn_read_attrs(n, q->D, &a));
+    FR_TRY(fr_attn_geometry(n, rq, dq, rk, dk, rk, dv, a.causal, &geo));
+    return fr_attn_seg_geometry(n, &geo, sk ? sk->dtype : FR_I64, sk ? sk->rank : 0, sk ? sk->dims : NULL,
+                                sq ? sq->dtype : FR_I64, sq ? sq->rank : 0, sq ? sq->dims : NULL, &sg);
+}
+
 static fr_status qkv_infer(fr_graph *g, int node_id)
 {
     const fr_node *n = &g->nodes[node_id];
-    FR_TRY(fr_infer_require_inputs(g, n, 1, 3));
+    FR_TRY(fr_infer_require_inputs(g, n, 1, 5));
     if (n->n_outputs < 1 || n->n_outputs > 2 || n->outputs[0] < 0)
         return fr_node_error(n, FR_ERR_GRAPH, "needs output O (and optionally LSE)");
     const fr_value *x = fr_node_in(g, n, 0), *c = fr_node_in(g, n, 1), *s = fr_node_in(g, n, 2);
@@ -383,6 +409,7 @@ static fr_status qkv_infer(fr_graph *g, int node_id)
     fr_attn_attrs a; /* Attention's attributes, checked */
     FR_TRY(fr_attn_read_attrs(n, geo.D, &a));
     if (a.causal && geo.T < 1) return fr_node_error(n, FR_ERR_SHAPE, "T must be >= 1");
+    FR_TRY(infer_segs(g, n, 3, &geo));
     fr_dtype odt;
     FR_TRY(fr_attn_qkv_out_dtype(n, "o_dtype", dt, &odt));
     int64_t od[3];
@@ -395,7 +422,7 @@ static fr_status qkv_infer(fr_graph *g, int node_id)
 static fr_status qkvg_infer(fr_graph *g, int node_id)
 {
     const fr_node *n = &g->nodes[node_id];
-    FR_TRY(fr_infer_require_inputs(g, n, 4, 6));
+    FR_TRY(fr_infer_require_inputs(g, n, 4, 8));
     if (n->n_outputs != 1) return fr_node_error(n, FR_ERR_GRAPH, "needs one output dX");
     const fr_value *x = fr_node_in(g, n, 0), *c = fr_node_in(g, n, 4), *s = fr_node_in(g, n, 5);
     FR_TRY(check_dtypes(n, x->dtype, c ? &c->dtype : NULL, s ? &s->dtype : NULL));
@@ -422,6 +449,7 @@ static fr_status qkvg_infer(fr_graph *g, int node_id)
                                  fr_shape_str(r, want, s2, sizeof s2));
         }
     }
+    FR_TRY(infer_segs(g, n, 6, &geo));
     fr_infer_set(g, n, 0, dxt, x->rank, x->dims);
     return FR_OK;
 }
@@ -431,7 +459,7 @@ static fr_status qkv_grad(fr_grad_ctx *ctx)
 {
     fr_graph *g = ctx->g;
     const fr_node *n = &g->nodes[ctx->node_id];
-    for (int i = 1; i < n->n_inputs; i++)
+    for (int i = 1; i < n->n_inputs && i < 3; i++) /* (the segment ids, 3 and 4, are integers: no gradient) */
         if (ctx->need_din[i] && n->inputs[i] >= 0)
             return fr_node_error(n, FR_ERR_UNSUPPORTED, "no gradient with respect to the rotary table '%s': RoPE "
                                  "treats cos and sin as constants", g->values[n->inputs[i]].name);
@@ -439,10 +467,16 @@ static fr_status qkv_grad(fr_grad_ctx *ctx)
     if (n->n_outputs < 2 || n->outputs[1] < 0)
         return fr_node_error(n, FR_ERR_GRAPH, "the gradient needs the LSE output (output 1)");
     const int rope = n->n_inputs > 2 && n->inputs[1] >= 0;
-    int in[6] = {n->inputs[0], n->outputs[0], n->outputs[1], ctx->dout[0], rope ? n->inputs[1] : -1,
-                 rope ? n->inputs[2] : -1};
+    int in[8] = {n->inputs[0], n->outputs[0], n->outputs[1], ctx->dout[0], rope ? n->inputs[1] : -1,
+                 rope ? n->inputs[2] : -1, -1, -1};
+    int n_in = rope ? 6 : 4;
+    for (int i = 3; i < 5; i++) /* Sk, Sq pass through at 6, 7 */
+        if (n->n_inputs > i && n->inputs[i] >= 0) {
+            in[i + 3] = n->inputs[i];
+            n_in = i + 4;
+        }
     int out, nid;
-    FR_TRY(fr_grad_node(ctx, "AttentionQKVGrad", FR_DOMAIN_FP8RUN, rope ? 6 : 4, in, 1, &out, &nid));
+    FR_TRY(fr_grad_node(ctx, "AttentionQKVGrad", FR_DOMAIN_FP8RUN, n_in, in, 1, &out, &nid));
     n = &g->nodes[ctx->node_id];
     fr_node *gn = &g->nodes[nid];
     FR_TRY(fr_node_copy_attrs(gn, n)); /* the gradient node reads the forward's attributes */

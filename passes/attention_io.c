@@ -127,6 +127,7 @@ typedef struct chain {
 
 typedef struct match {
     int attn, split, x, z, cos, sin, interleaved, flat_output;
+    int seg_k, seg_q; /* the Attention's segment ids Sk, Sq (-1: absent), handed on */
     int64_t B, T, W, Hq, Hk, D, Dv;
     chain c[3];
     int n_out, out_nodes[MAX_CHAIN];
@@ -298,6 +299,8 @@ static int match_at(void *cv, int ai, void *mv)
     memset(m, 0, sizeof *m);
     if (a->dead || strcmp(a->domain, FR_DOMAIN_FP8RUN) != 0 || strcmp(a->op_type, "Attention") != 0) return 0;
     if (a->n_inputs < 3 || (a->n_inputs > 3 && a->inputs[3] >= 0) || a->n_outputs < 1) return 0;
+    m->seg_k = a->n_inputs > 4 ? a->inputs[4] : -1;
+    m->seg_q = a->n_inputs > 5 ? a->inputs[5] : -1;
     if (a->n_outputs > 1 && a->outputs[1] >= 0 && cx->rd.count[a->outputs[1]] != 0) return 0;
     int sv[3], split = -1;
     for (int i = 0; i < 3; i++) {
@@ -372,11 +375,12 @@ static fr_status fuse_one(void *cv, const void *mv)
     snprintf(nm, sizeof nm, "%s/lse", base);
     int lse;
     FR_TRY(fr_graph_add_unique_value(g, nm, &lse));
-    int in[3] = {m->x, m->cos, m->sin}, out[2] = {m->z, lse}, nid;
-    FR_TRY(fr_graph_add_node(g, "AttentionQKV", FR_DOMAIN_FP8RUN, base, m->cos >= 0 ? 3 : 1, in, 2, out, &nid));
+    int in[5] = {m->x, m->cos, m->sin, m->seg_k, m->seg_q}, out[2] = {m->z, lse}, nid;
+    const int n_in = m->seg_q >= 0 ? 5 : m->seg_k >= 0 ? 4 : m->cos >= 0 ? 3 : 1;
+    FR_TRY(fr_graph_add_node(g, "AttentionQKV", FR_DOMAIN_FP8RUN, base, n_in, in, 2, out, &nid));
     const fr_node *a = &g->nodes[m->attn];
     fr_node *n = &g->nodes[nid];
-    for (int i = 0; i < a->n_attrs; i++) { /* scale, causal, window, precision */
+    for (int i = 0; i < a->n_attrs; i++) { /* scale, causal, window, precision, softcap, seg_form */
         const fr_attr *at = &a->attrs[i];
         if (at->type == FR_ATTR_FLOAT)
             FR_TRY(fr_node_set_attr_float(n, at->name, at->f));

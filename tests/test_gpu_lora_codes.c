@@ -25,11 +25,11 @@
 
 #include "tests/gpu_harness.h"
 #include "graph/onnx_io.h"
-#include "runtime/llama_gen.h"
-#include "runtime/trainer.h"
+#include "runtime/train/llama_gen.h"
+#include "runtime/train/trainer.h"
 #ifdef FP8RUN_HAVE_CUDA
-#include "runtime/train_internal.h"
-#include "runtime/train_memory.h"
+#include "runtime/train/train_internal.h"
+#include "runtime/train/train_memory.h"
 #endif
 
 #define STEPS 6

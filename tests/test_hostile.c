@@ -19,12 +19,12 @@
 #include <fp8run.h>
 
 #include "tests/cli_runner.h"
-#include "runtime/api_internal.h"
+#include "runtime/api/api_internal.h"
 #include "graph/base64.h"
 #include "graph/onnx_io.h"
 #include "tests/onnx_test_util.h"
-#include "runtime/checkpoint.h"
-#include "runtime/fbs.h"
+#include "runtime/io/checkpoint.h"
+#include "runtime/io/fbs.h"
 
 #define P cli_path
 #define TRAIN "train m.onnx --data tok.bin --batch 1 --seq 8 --lr 1e-3 --data-order sequential "

@@ -20,8 +20,8 @@
 
 #include "graph/limits.h"
 #include "graph/onnx_io.h"
-#include "runtime/checkpoint.h"
-#include "runtime/host_memory.h"
+#include "runtime/io/checkpoint.h"
+#include "runtime/exec/host_memory.h"
 #include "tests/cli_runner.h"
 #include "tests/onnx_test_util.h"
 

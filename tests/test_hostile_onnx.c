@@ -17,7 +17,7 @@
 #include "graph/onnx_io.h"
 #include "tests/harness.h"
 #include "tests/onnx_test_util.h"
-#include "runtime/npy.h"
+#include "runtime/io/npy.h"
 
 static char tmp[400];
 

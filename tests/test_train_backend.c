@@ -1,4 +1,4 @@
-/* The trainer's backend interface (runtime/train_backend.h), used directly: a fake backend that
+/* The trainer's backend interface (runtime/train/train_backend.h), used directly: a fake backend that
  * wraps the CPU one but queues like the GPU (its steps are counted when read back, not when
  * queued), can hold steps "running", and injects a device error at a chosen step, on the
  * llama_tiny fixture (B 2, T 8):
@@ -20,7 +20,7 @@
 
 #include "graph/onnx_io.h"
 #include "tests/harness.h"
-#include "runtime/train_backend.h"
+#include "runtime/train/train_backend.h"
 
 enum { B = 2, T = 8, W = B * (T + 1) };
 

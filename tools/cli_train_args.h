@@ -1,5 +1,5 @@
 /* The arguments `fp8run train` and `fp8run eval` share: the training options of the command
- * (fp8run_train_config through runtime/train_config.def), data, device and shape, and how a
+ * (fp8run_train_config through runtime/train/train_config.def), data, device and shape, and how a
  * model or a checkpoint is opened. */
 #ifndef FP8RUN_TOOLS_CLI_TRAIN_ARGS_H
 #define FP8RUN_TOOLS_CLI_TRAIN_ARGS_H

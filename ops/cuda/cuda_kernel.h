@@ -209,7 +209,7 @@ extern const fr_cuda_kernel_def fr_cuda_kernels_swiglu[];      /* SwiGLU, SwiGLU
 extern const fr_cuda_kernel_def fr_cuda_kernels_rotary[];      /* Rotary, RotaryGrad (fused x * cos + rotate_half(x) * sin) */
 extern const fr_cuda_kernel_def fr_cuda_kernels_dropout[];     /* KeyedDropout (training-mode dropout, ops/dropout.h) */
 
-/* ---- error checking (runtime/cuda/cuda_ctx.c) ---- */
+/* ---- error checking (ops/cuda/cuda_ctx.c) ---- */
 FR_NODISCARD fr_status fr_cuda_status(cudaError_t e, const char *what, const char *file, int line);
 FR_NODISCARD fr_status fr_cublas_status(cublasStatus_t s, const char *what, const char *file, int line);
 /* After a kernel launch: the launch error, if any, as a status naming the node. */
@@ -243,7 +243,7 @@ FR_NODISCARD fr_status fr_cuda_check_error(fr_cuda_ctx *c, const fr_graph *g);
 /* The same for a copy of the word taken earlier (the trainer keeps one per queued step). */
 FR_NODISCARD fr_status fr_cuda_error_of_word(const int word[4], const fr_graph *g);
 
-/* ---- the context (runtime/cuda/cuda_ctx.c) ---- */
+/* ---- the context (ops/cuda/cuda_ctx.c) ---- */
 /* Open device `device` (-1: the current one): stream, cuBLASLt handle, workspace. */
 FR_NODISCARD fr_status fr_cuda_ctx_create(int device, fr_cuda_ctx **out);
 void fr_cuda_ctx_free(fr_cuda_ctx *c);

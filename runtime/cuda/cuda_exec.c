@@ -4,7 +4,7 @@
 #include "runtime/cuda/cuda_arena.h"
 #include "runtime/cuda/cuda_graph.h"
 #include "ops/cuda/cuda_gemm.h"
-#include "runtime/perf_model.h"
+#include "runtime/exec/perf_model.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -668,7 +668,7 @@ fr_status fr_cuda_exec_profile(const fr_cuda_exec *e, char **text)
     if (!e->ev || e->runs == 0) return FR_OK;
     const fr_profile_input in = {e->g, e->node_ms, e->gemm_ms, e->runs, e->c ? e->c->name : NULL, e->peak_text,
                                  e->prof_nodes};
-    return fr_profile_text(&in, text); /* runtime/perf_model.c: with each op's ceiling */
+    return fr_profile_text(&in, text); /* runtime/exec/perf_model.c: with each op's ceiling */
 }
 
 fr_status fr_cuda_exec_sync(fr_cuda_exec *e) { return fr_cuda_check_error(e->c, e->g); }

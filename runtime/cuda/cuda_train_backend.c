@@ -1,9 +1,9 @@
-/* The CUDA backend of the trainer (runtime/train_backend.h): the table over the device trainer
+/* The CUDA backend of the trainer (runtime/train/train_backend.h): the table over the device trainer
  * of cuda_train.h, whose steps are queued on a stream and retired from a pinned ring. */
 #include "ops/cuda/cuda_gemm.h"
 #include "ops/cuda/cuda_kernel.h"
 #include "runtime/cuda/cuda_train.h"
-#include "runtime/train_backend.h"
+#include "runtime/train/train_backend.h"
 
 #include <stdio.h>
 #include <stdlib.h>

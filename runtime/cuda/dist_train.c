@@ -6,7 +6,7 @@
 
 #include "runtime/cuda/cuda_exec.h"
 #include "runtime/cuda/nccl_comm.h"
-#include "runtime/dist.h"
+#include "runtime/dist/dist.h"
 
 struct fr_dist_train {
     fr_nccl *comm;

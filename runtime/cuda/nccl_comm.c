@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime/dist.h"
+#include "runtime/dist/dist.h"
 
 #if defined(__has_include)
 #if __has_include(<nccl.h>)
