@@ -2,7 +2,7 @@
 #include <stdlib.h>
 
 #include "graph/safe_io.h"
-#include "runtime/api_internal.h"
+#include "runtime/api/api_internal.h"
 
 struct fp8run_files {
     fr_file_set set;
