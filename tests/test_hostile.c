@@ -166,6 +166,27 @@ static void test_missing_parameter(void)
     refused(cli_run("eval noparam.ckpt --model m.onnx --data tok.bin --batch 1 --seq 8"), "noparam.ckpt", name);
 }
 
+/* A CRC-valid checkpoint whose format entry names another format is refused by every reader
+ * (resume, export, eval), naming the format found and the ones this build reads. */
+static void test_other_format(void)
+{
+    const char *formats[] = {"fp8run-trainer-9", "some-other-tool-1", ""};
+    for (int i = 0; i < 3; i++) {
+        ck_edit e = {.key = "format", .value = formats[i], .vlen = formats[i][0] ? 0 : 1};
+        if (!formats[i][0]) e.value = "\xff"; /* not even text */
+        char dir[64];
+        snprintf(dir, sizeof dir, "fmt%d", i);
+        mkdir(P(dir), 0755);
+        char path[96];
+        snprintf(path, sizeof path, "%s/step_00000002.ckpt", dir);
+        craft(path, &e);
+        const char *want = formats[i][0] ? formats[i] : "format";
+        refused(cli_run(TRAIN "--steps 3 --ckpt-dir %s --resume", dir), want, "fp8run-trainer-1");
+        refused(cli_run("export %s --model m.onnx -o x.onnx", path), want, "fp8run-trainer-1");
+        refused(cli_run("eval %s --model m.onnx --data tok.bin --batch 1 --seq 8", path), want, "fp8run-trainer-1");
+    }
+}
+
 /* CRC-valid checkpoints with counters no run reaches are refused on --resume. */
 static void test_impossible_counters(void)
 {
@@ -528,6 +549,7 @@ static CU_TestInfo tests[] = {
     {"export CKPT: a recorded model path outside the folder or cut short", test_recorded_model_path},
     {"export CKPT: a parameter missing is an error naming it", test_missing_parameter},
     {"resume: impossible counters in a CRC-valid checkpoint", test_impossible_counters},
+    {"resume, export, eval: a checkpoint of another format", test_other_format},
     {"resume: only corrupt checkpoints is a failure", test_resume_corrupt_only},
     {"FIFOs and folders as files are refused without hanging", test_fifos},
     {"token ids at the vocabulary size, absurd values", test_tokens_and_values},

@@ -399,6 +399,10 @@ FP8RUN_API fp8run_status fp8run_checkpoint_save_safetensors(const char *ckpt_pat
     ckpt_params cp = {0};
     fr_status s = fr_ckpt_open(ckpt_path, &cp.c);
     if (s != FR_OK) return fr_api_fail(NULL, fn, s);
+    if ((s = fr_ckpt_check_format(cp.c, fr_trainer_ckpt_formats)) != FR_OK) {
+        fr_ckpt_close(cp.c);
+        return fr_api_fail(NULL, fn, s);
+    }
     int n = 0, total = fr_ckpt_tensor_count(cp.c);
     cp.p = calloc((size_t)total + 1, sizeof *cp.p);
     fp8run_status ps = cp.p ? FP8RUN_OK : fr_api_error(NULL, FP8RUN_ERR_OOM, "%s: out of memory", fn);
