@@ -488,6 +488,18 @@ static void test_crafted_fbs(void)
         {"fp8run.layer.2.state_prefix", NULL, "its node another"}, /* NULL: layer 1's value */
         {"fp8run.layer.2.name", NULL, "does not match the record"},
         {"fp8run.layer.1.sources", "a,b,c,d,e,f,g", "lists 7 sources"},
+        /* recorded options go through the option table, as flags do */
+        {"fp8run.option.margin", "65", "fp8_margin: '65' is not an integer in -64..64"},
+        {"fp8run.option.margin", "-1x", "is not an integer"},
+        {"fp8run.option.fuse", "2", "'2' is not 0 or 1"},
+        {"fp8run.option.fuse", "0", "0 (no fusion), but the file holds"},
+        {"fp8run.option.amax_history", "0", "is not an integer in 1.."},
+        {"fp8run.option.interval", "", "an empty value"},
+        {"fp8run.option.recipe", "sometimes", "is not one of"},
+        {"fp8run.option.precision", "fp4", "fp8run.option.precision"},
+        /* per-layer records, informative or not, match the graph */
+        {"fp8run.layer.1.weights", "nothing_like_it", "'nothing_like_it' is no weight of the model"},
+        {"fp8run.layer.1.why", "", "fp8run.layer.1.why"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         fr_graph *g;

@@ -16,6 +16,7 @@
 #include "runtime/io/fbs.h"
 #include "runtime/io/fbs_meta.h"
 #include "graph/option_choices.h"
+#include "runtime/api/api_internal.h"
 
 /* ---- format, shape, options ---- */
 
@@ -37,8 +38,39 @@ fr_status fr_fbs_shape(const fr_graph *g, int64_t *batch, int64_t *seq)
     return st;
 }
 
+/* The recorded options are user input once more: each value goes through the option table's
+ * own parser (fp8run_train_config_set: runtime/train/train_config.def), with the ranges and
+ * choices the command line has, and a string option may not be empty, as no flag may. The
+ * readers below then take the values; their own ranges are the same or wider. */
+static fr_status check_recorded_options(const fr_fbs_meta *m)
+{
+    static const char *const recorded[][2] = {
+        {"precision", "precision"},     {"recipe", "recipe"},          {"fp8_format", "fp8_format"},
+        {"bf16_boundary", "bf16_boundary"}, {"fp8_exclude", "fp8_exclude"}, {"fuse", "fuse"},
+        {"pad_multiple", "pad_multiple"}, {"margin", "fp8_margin"},    {"amax_history", "amax_history_len"},
+        {"amax_algo", "amax_algo"},     {"interval", "fp8_interval"},  {"logits_output", "logits_output"},
+        {"loss_output", "loss_output"}, {"train", "train_regex"},      {"freeze", "freeze_regex"},
+    };
+    fp8run_train_config c;
+    fr_api_config_defaults(&c);
+    for (size_t i = 0; i < sizeof recorded / sizeof *recorded; i++) {
+        const char *v;
+        char key[64];
+        snprintf(key, sizeof key, "fp8run.option.%s", recorded[i][0]);
+        FR_TRY(fr_fbs_get_str(m, 0, &v, "%s", key));
+        if (!v) continue; /* required ones are asked for by read_spec */
+        if (!v[0]) return fr_fbs_bad(m, key, "an empty value (the option needs one)");
+        if (fp8run_train_config_set(&c, recorded[i][1], v) != FP8RUN_OK) {
+            const char *why = fp8run_last_error(), *colon = strstr(why, ": ");
+            return fr_fbs_bad(m, key, "%s", colon ? colon + 2 : why);
+        }
+    }
+    return FR_OK;
+}
+
 static fr_status read_spec(const fr_fbs_meta *m, fr_fbs_spec *s)
 {
+    FR_TRY(check_recorded_options(m));
     const char *v;
     int k;
     int64_t x;
@@ -434,6 +466,38 @@ static fr_status decode(const fr_fbs_meta *m, const fr_graph *file, fr_fbs *out)
     return st;
 }
 
+/* The per-layer records that only inform (weights, why: info and the --log-fp8 records show
+ * them; training does not read them) are still checked against the graph: each weight a value
+ * of the original model, a reason given, and no fused group when the options say no fusion. */
+static fr_status check_layer_records(const fr_fbs_meta *m, const fr_graph *orig, const fr_fp8_report *r)
+{
+    if (!r->fuse && r->n_fused > 0)
+        return fr_fbs_bad(m, "fp8run.option.fuse", "0 (no fusion), but the file holds %d fused parameters",
+                          r->n_fused);
+    for (int i = 0; i < r->n_layers; i++) {
+        const fr_fp8_layer *L = &r->layers[i];
+        char key[64];
+        snprintf(key, sizeof key, "fp8run.layer.%d.why", i);
+        if (!L->why || !L->why[0]) return fr_fbs_bad(m, key, "empty (every layer records why it has its precision)");
+        if (!r->fuse && L->n_fused > 1)
+            return fr_fbs_bad(m, "fp8run.option.fuse", "0 (no fusion), but layer '%s' fuses %d Linears", L->name,
+                              L->n_fused);
+        snprintf(key, sizeof key, "fp8run.layer.%d.weights", i);
+        for (const char *p = L->weights; p && *p;) {
+            size_t n = strcspn(p, ",");
+            char name[1024];
+            if (n == 0 || n >= sizeof name) return fr_fbs_bad(m, key, "an empty or over-long weight name");
+            memcpy(name, p, n);
+            name[n] = '\0';
+            int v = fr_graph_find_value(orig, name);
+            if (v < 0 || !orig->values[v].constant)
+                return fr_fbs_bad(m, key, "'%s' is no weight of the model", name);
+            p += n + (p[n] == ',');
+        }
+    }
+    return FR_OK;
+}
+
 static fr_status decode_graph(const fr_fbs_meta *m, const fr_graph *file, fr_fbs *out, const char **tie_names)
 {
     fr_fbs_spec *s = &out->spec;
@@ -444,6 +508,7 @@ static fr_status decode_graph(const fr_fbs_meta *m, const fr_graph *file, fr_fbs
     FR_TRY(fr_graph_toposort(g));
     FR_TRY(fr_graph_resolve_ops(g));
     FR_TRY(read_layers(m, g, r));
+    FR_TRY(check_layer_records(m, out->original ? out->original : file, r));
     FR_TRY(read_skipped(m, r));
     FR_TRY(read_states(m, g, r, s, &out->states, &out->n_states));
     for (int i = 0; i < r->n_fused; i++)
