@@ -1101,10 +1101,18 @@ typedef struct fp8run_load_report {
     const char *const *matched;
     const char *const *missing;
     const char *const *unexpected;
+    /* appended after 0.1.0: the loaded tensors that hold NaN or Inf values (each also logged as
+       a warning naming it and its count), and how many values each */
+    int n_nonfinite;
+    const char *const *nonfinite;
+    const int64_t *nonfinite_counts;
 } fp8run_load_report;
 
 /* Flags of the load calls: missing or unexpected names are an error (nothing loaded). */
 #define FP8RUN_LOAD_STRICT 1
+/* A tensor holding NaN or Inf values is an error naming it and the count (nothing loaded);
+ * without it such tensors load as they are, with a warning (`fp8run train --strict-weights`). */
+#define FP8RUN_LOAD_STRICT_WEIGHTS 2
 
 /* Load the checkpoint's tensors into the session's trained parameters by name (the names of
  * fp8run_session_param; the optimizer state is left as it is: load before the first step).
