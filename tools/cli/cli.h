@@ -74,7 +74,7 @@ int cli_make_dirs(const char *dir);
  * "a path through the symbolic link 'X'" (a static buffer). */
 const char *cli_path_escape(const char *p);
 
-/* tools/cli_options.c: the training options (the library's table of fp8run_train_config). */
+/* tools/cli/cli_options.c: the training options (the library's table of fp8run_train_config). */
 /* Which entries a command was given, by table index. */
 typedef struct cli_given {
     unsigned char set[128];
@@ -96,13 +96,13 @@ extern const char *const cli_shape_options[];
 /* Parse a choice: *out = its index, or a usage error "OPT: 'TEXT' is not one of ..." (returned). */
 int cli_choice(const char *cmd, const char *opt, const char *text, const char *const *choices, int *out);
 
-/* tools/cli_dist.c: data-parallel training. Reads the torchrun-style environment into o
+/* tools/cli/cli_dist.c: data-parallel training. Reads the torchrun-style environment into o
  * (world_size, rank, local_rank); *launcher = 1 when this process should start `gpus` ranks
  * instead (cli_dist_launch: exit code of the first rank that failed, else 0). */
 int cli_dist_env(int gpus, fp8run_train_config *o, int *launcher);
 int cli_dist_launch(int gpus);
 
-/* tools/cli_compile.c */
+/* tools/cli/cli_compile.c */
 int cli_compile(int argc, char **argv);
 void cli_compile_help(FILE *f);
 /* compile's and info's defaults: the library's, with precision fp8. */
@@ -116,26 +116,26 @@ int cli_info(int argc, char **argv);
 void cli_info_help(FILE *f);
 int cli_run(int argc, char **argv);
 void cli_run_help(FILE *f);
-/* tools/cli_bench.c */
+/* tools/cli/cli_bench.c */
 int cli_bench(int argc, char **argv);
 void cli_bench_help(FILE *f);
-/* tools/cli_generate.c */
+/* tools/cli/cli_generate.c */
 int cli_generate(int argc, char **argv);
 void cli_generate_help(FILE *f);
-/* tools/cli_safetensors.c */
+/* tools/cli/cli_safetensors.c */
 /* --init-from: load a safetensors checkpoint into the session's parameters and report. */
 int cli_init_from(fp8run_session *s, fp8run_model *m, const char *path); /* into s, else into m */
 /* export CKPT --safetensors DIR [--dtype fp32|bf16] [--max-shard-mb N]: the checkpoint's weights */
 int cli_export_safetensors(const char *ckpt, const char *dir, const char *dtype, int64_t max_shard_mb);
 
-/* tools/cli_prepare.c */
+/* tools/cli/cli_prepare.c */
 int cli_prepare(int argc, char **argv);
 void cli_prepare_help(FILE *f);
-/* tools/cli_plot.c */
+/* tools/cli/cli_plot.c */
 int cli_plot(int argc, char **argv);
 void cli_plot_help(FILE *f);
 
-/* tools/cli_train.c */
+/* tools/cli/cli_train.c */
 int cli_train(int argc, char **argv);
 void cli_train_help(FILE *f);
 int cli_eval(int argc, char **argv);
