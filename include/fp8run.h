@@ -236,6 +236,17 @@ FP8RUN_API void fp8run_file_free(void *data);
 /* Replace path's contents with the n_parts buffers, one after the other, under the write rule. */
 FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_file_write(const char *path, const void *const *parts,
                                                             const size_t *sizes, int n_parts);
+/* The same in steps, for files that must replace their previous versions together: open
+ * creates the temporary file, write appends, finish fsyncs it (the data is safe, not yet in
+ * place), commit renames it over path (finishing first if needed) and frees the writer, whether
+ * it succeeds or not; abort (NULL allowed) removes the temporary file and frees it. After a
+ * failed write or finish, abort. */
+typedef struct fp8run_file_writer fp8run_file_writer;
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_file_writer_open(const char *path, fp8run_file_writer **out);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_file_writer_write(fp8run_file_writer *w, const void *data, size_t n);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_file_writer_finish(fp8run_file_writer *w);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_file_writer_commit(fp8run_file_writer *w);
+FP8RUN_API void fp8run_file_writer_abort(fp8run_file_writer *w);
 
 /* ============================================================================================
  * Models

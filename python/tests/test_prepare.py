@@ -204,10 +204,10 @@ class TestSafety(Base):
             self.refused(["--tokenizer", "bytes", a, b, "-o", out], "would destroy the input")
         # --val-out, and the derived _val name, as an input
         self.refused(["--tokenizer", "bytes", a, b, "-o", self.p("t.bin"), "--val-fraction", "0.5",
-                      "--val-out", b], "validation token file is the same file as the input file")
+                      "--val-out", b], "validation token file.* is the same file as the input file")
         c = self.write("t_val.bin", "an input that happens to have the derived name")
         self.refused(["--tokenizer", "bytes", c, "-o", self.p("t.bin"), "--val-fraction", "0.5"],
-                     "t_val.bin: the validation token file is the same file as the input")
+                     "t_val.bin.* the same file as the input")
         # the two outputs as one file, by two spellings
         self.refused(["--tokenizer", "bytes", a, "-o", self.p("t.bin"), "--val-fraction", "0.5",
                       "--val-out", os.path.join(self.d, ".", "t.bin")], "are the same file")

@@ -70,3 +70,76 @@ FP8RUN_API fp8run_status fp8run_file_write(const char *path, const void *const *
     else fr_atomic_abort(&af);
     return st == FR_OK ? FP8RUN_OK : fr_api_fail(NULL, fn, st);
 }
+
+struct fp8run_file_writer {
+    fr_atomic_file af;
+    int finished, failed;
+};
+
+FP8RUN_API fp8run_status fp8run_file_writer_open(const char *path, fp8run_file_writer **out)
+{
+    if (!out || !path || !path[0])
+        return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: no path, or out is NULL", __func__);
+    *out = NULL;
+    fp8run_file_writer *w = calloc(1, sizeof *w);
+    if (!w) return fr_api_error(NULL, FP8RUN_ERR_OOM, "%s: out of memory", __func__);
+    fr_status st = fr_atomic_open(path, &w->af);
+    if (st != FR_OK) {
+        free(w);
+        return fr_api_fail(NULL, __func__, st);
+    }
+    *out = w;
+    return FP8RUN_OK;
+}
+
+/* a writer that failed or finished takes no more writes */
+static fp8run_status usable(const char *fn, fp8run_file_writer *w)
+{
+    if (!w) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: writer is NULL", fn);
+    if (w->failed || w->finished)
+        return fr_api_error(NULL, FP8RUN_ERR_STATE, "%s: the writer of '%s' %s", fn, w->af.path,
+                            w->failed ? "failed before: abort it" : "is finished");
+    return FP8RUN_OK;
+}
+
+FP8RUN_API fp8run_status fp8run_file_writer_write(fp8run_file_writer *w, const void *data, size_t n)
+{
+    fp8run_status ps = usable(__func__, w);
+    if (ps != FP8RUN_OK) return ps;
+    if (n && !data) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: data is NULL", __func__);
+    fr_status st = n ? fr_atomic_write(&w->af, data, n) : FR_OK;
+    w->failed = st != FR_OK;
+    return st == FR_OK ? FP8RUN_OK : fr_api_fail(NULL, __func__, st);
+}
+
+FP8RUN_API fp8run_status fp8run_file_writer_finish(fp8run_file_writer *w)
+{
+    fp8run_status ps = usable(__func__, w);
+    if (ps != FP8RUN_OK) return ps;
+    fr_status st = fr_atomic_finish(&w->af);
+    w->failed = st != FR_OK;
+    w->finished = st == FR_OK;
+    return st == FR_OK ? FP8RUN_OK : fr_api_fail(NULL, __func__, st);
+}
+
+FP8RUN_API fp8run_status fp8run_file_writer_commit(fp8run_file_writer *w)
+{
+    if (!w) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: writer is NULL", __func__);
+    if (!w->finished) {
+        fp8run_status ps = fp8run_file_writer_finish(w);
+        if (ps != FP8RUN_OK) {
+            fp8run_file_writer_abort(w);
+            return ps;
+        }
+    }
+    fr_status st = fr_atomic_commit(&w->af); /* removes the temporary file when it fails */
+    free(w);
+    return st == FR_OK ? FP8RUN_OK : fr_api_fail(NULL, __func__, st);
+}
+
+FP8RUN_API void fp8run_file_writer_abort(fp8run_file_writer *w)
+{
+    if (!w) return;
+    fr_atomic_abort(&w->af);
+    free(w);
+}

@@ -40,7 +40,7 @@ int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(print
 
 /* Option matching for "--name VALUE" and "--name=VALUE". When argv[*i] is option `name`,
  * sets *value (advancing *i past a separate value) and returns 1; returns -1 (after printing
- * a usage error) when the value is missing; 0 when argv[*i] is another argument. */
+ * a usage error) when the value is missing or empty; 0 when argv[*i] is another argument. */
 int cli_option(int argc, char **argv, int *i, const char *cmd, const char *name, const char **value);
 int cli_is_help(const char *arg);
 /* An integer option's value >= min into *out; a usage error (returned) otherwise. */

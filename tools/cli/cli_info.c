@@ -347,6 +347,7 @@ int cli_info(int argc, char **argv)
         }
         if (strcmp(argv[i], "--memory") == 0 || strncmp(argv[i], "--memory=", 9) == 0) {
             memory = argv[i][8] ? argv[i] + 9 : "auto";
+            if (!memory[0]) rc = cli_usage("info", "--memory=: an empty value");
             continue;
         }
         if (strcmp(argv[i], "--gpus") == 0) { /* the memory plan of one of N data-parallel ranks */

@@ -72,14 +72,19 @@ int cli_option(int argc, char **argv, int *i, const char *cmd, const char *name,
     if (strncmp(a, name, n) != 0) return 0;
     if (a[n] == '=') {
         *value = a + n + 1;
-        return 1;
-    }
-    if (a[n] != '\0') return 0;
-    if (*i + 1 >= argc) {
+    } else if (a[n] != '\0') {
+        return 0;
+    } else if (*i + 1 >= argc) {
         cli_usage(cmd, "%s needs a value", name);
         return -1;
+    } else {
+        *value = argv[++*i];
     }
-    *value = argv[++*i];
+    /* no option takes an empty value: '' is a mistake (an unset shell variable), never 0 */
+    if (!(*value)[0]) {
+        cli_usage(cmd, "%s: an empty value", name);
+        return -1;
+    }
     return 1;
 }
 
