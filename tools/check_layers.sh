@@ -19,7 +19,7 @@ allowed() {
     ops) echo "graph ops schema" ;;
     passes) echo "graph ops passes schema" ;;
     runtime) echo "graph ops passes runtime schema fp8run.h" ;;
-    tests) echo "graph ops passes runtime schema tests fp8run.h" ;;
+    tests) echo "graph ops passes runtime schema tests tools fp8run.h" ;;
     esac
 }
 

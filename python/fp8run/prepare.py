@@ -206,6 +206,11 @@ class _Pending:
             self.tmp = None
 
 
+def _no_constant(name):
+    """NaN and Infinity are not JSON (the C reader refuses them too)."""
+    raise ValueError("%s is not JSON" % name)
+
+
 def _documents(path):
     if path.endswith(".jsonl"):
         with open_regular(path, ".jsonl file") as f:
@@ -224,7 +229,7 @@ def _documents(path):
                 if not text.strip():
                     continue
                 try:
-                    rec = json.loads(text)
+                    rec = json.loads(text, parse_constant=_no_constant)
                 except RecursionError:
                     raise PrepareError("%s:%d: JSON nested too deeply" % (path, i))
                 except ValueError as e:

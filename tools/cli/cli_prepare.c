@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "prepare_jsonl.h"
 
 #define BYTES_EOS 0 /* NUL: never in text, and the vocabulary stays 256 (prepare.py's BYTES_EOS) */
 #define LLMC_MAGIC_U16 20240520
@@ -43,6 +44,8 @@ void cli_prepare_help(FILE *f)
 typedef struct toks {
     uint16_t *v;
     size_t n, cap;
+    int eos;
+    int docs;
 } toks;
 
 static int push(toks *t, uint16_t x)
@@ -60,22 +63,33 @@ static int push(toks *t, uint16_t x)
 /* One plain-text document is read whole (prepare.py's MAX_TEXT_BYTES). */
 #define MAX_TEXT_BYTES ((uint64_t)4 << 30)
 
-/* Append a file's bytes, as one document (or one per .jsonl line's "text", which is left to
- * the Python side: JSON strings need a JSON reader). Read under the library's read rule: a
- * FIFO, a device or a folder is refused before anything blocks. */
-static int read_doc(toks *t, const char *path, int eos)
+static int push_doc(void *user, const char *text, size_t n)
+{
+    toks *t = user;
+    for (size_t i = 0; i < n; i++)
+        if (push(t, (unsigned char)text[i])) return -1;
+    t->docs++;
+    return push(t, (uint16_t)t->eos);
+}
+
+/* Append a file's bytes as one document, or a .jsonl file's records (prepare_jsonl.c), each
+ * followed by the EOS id. Read under the library's read rule: a FIFO, a device or a folder is
+ * refused before anything blocks. */
+static int read_doc(toks *t, const char *path)
 {
     size_t len = strlen(path);
-    if (len > 6 && strcmp(path + len - 6, ".jsonl") == 0)
-        return cli_fail("%s: .jsonl documents need the Python side (a tokenizer.json); with bytes give text files",
-                        path);
-    char *data;
-    if (fp8run_file_read(path, "text file", MAX_TEXT_BYTES, &data, &len) != FP8RUN_OK) return cli_fail_status();
+    int jsonl = len > 6 && strcmp(path + len - 6, ".jsonl") == 0;
+    char *data, err[600];
+    if (fp8run_file_read(path, jsonl ? ".jsonl file" : "text file", MAX_TEXT_BYTES, &data, &len) != FP8RUN_OK)
+        return cli_fail_status();
     int rc = 0;
-    for (size_t i = 0; rc == 0 && i < len; i++) rc = push(t, (unsigned char)data[i]);
-    if (rc == 0) rc = push(t, (uint16_t)eos);
+    if (jsonl) {
+        if (prepare_jsonl_docs(data, len, path, push_doc, t, err, sizeof err)) rc = cli_fail("%s", err);
+    } else if (push_doc(t, data, len)) {
+        rc = cli_fail("out of memory");
+    }
     fp8run_file_free(data);
-    return rc ? cli_fail("out of memory") : 0;
+    return rc;
 }
 
 /* The tokens written and fsync'ed beside path (*w), not yet in place. */
@@ -122,9 +136,9 @@ static int prepare_bytes(char **files, int n_files, const char *out, const char 
 {
     if (eos < 0) eos = BYTES_EOS;
     if (eos > 65535) return cli_fail("--eos %lld: bytes here are uint16 tokens", (long long)eos);
-    toks t = {0};
+    toks t = {.eos = (int)eos};
     int rc = 0;
-    for (int i = 0; i < n_files && rc == 0; i++) rc = read_doc(&t, files[i], (int)eos);
+    for (int i = 0; i < n_files && rc == 0; i++) rc = read_doc(&t, files[i]);
     size_t n_val = (size_t)((double)t.n * val_fraction + 0.5);
     if (rc == 0 && val_fraction > 0 && (n_val == 0 || n_val == t.n))
         rc = cli_fail("%zu tokens are too few to split %g of them off for validation", t.n, val_fraction);
@@ -144,7 +158,7 @@ static int prepare_bytes(char **files, int n_files, const char *out, const char 
     }
     if (rc == 0) {
         long long vocab = eos >= 256 ? eos + 1 : 256;
-        printf("%d documents, %zu tokens (vocab %lld, eos %lld, uint16)\n", n_files, t.n, vocab, (long long)eos);
+        printf("%d documents, %zu tokens (vocab %lld, eos %lld, uint16)\n", t.docs, t.n, vocab, (long long)eos);
         printf("wrote %s (%zu tokens)\n", out, t.n - n_val);
         if (n_val) printf("wrote %s (%zu tokens)\n", val_out, n_val);
     }
