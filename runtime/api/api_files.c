@@ -60,11 +60,14 @@ FP8RUN_API fp8run_status fp8run_file_write(const char *path, const void *const *
     const char *fn = __func__;
     if (!path || !path[0] || n_parts < 0 || (n_parts > 0 && (!parts || !sizes)))
         return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: no path, or parts/sizes NULL", fn);
+    for (int i = 0; i < n_parts; i++)
+        if (sizes[i] && !parts[i])
+            return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: part %d of '%s' is NULL", fn, i, path);
     fr_atomic_file af;
     fr_status st = fr_atomic_open(path, &af);
     if (st != FR_OK) return fr_api_fail(NULL, fn, st);
     for (int i = 0; i < n_parts && st == FR_OK; i++)
-        if (sizes[i]) st = parts[i] ? fr_atomic_write(&af, parts[i], sizes[i]) : FR_ERR_INVALID_ARG;
+        if (sizes[i]) st = fr_atomic_write(&af, parts[i], sizes[i]);
     if (st == FR_OK) st = fr_atomic_finish(&af);
     if (st == FR_OK) st = fr_atomic_commit(&af);
     else fr_atomic_abort(&af);

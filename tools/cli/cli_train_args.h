@@ -24,6 +24,7 @@ typedef struct train_args {
     const char *init_from;  /* --init-from DIR|FILE (safetensors) */
     int gpus;               /* --gpus N (0: not given) */
     const char *adapter_dir; /* --export-adapter DIR (a LoRA run) */
+    int strict_weights;      /* --strict-weights: --init-from refuses NaN/Inf weights */
 } train_args;
 
 /* The command's defaults (FP8RUN_OPTION_TRAIN or FP8RUN_OPTION_EVAL). */
