@@ -250,7 +250,7 @@ static void test_tokens_and_values(void)
     refused(cli_run(TRAIN "--steps 1 --val tok128.bin"), "tok128.bin", "token id 128");
     refused(cli_run(TRAIN "--steps 1 --eps 0"), "eps 0", "> 0");
     refused(cli_run(TRAIN "--steps 1 --eps 1e-60"), "eps", "> 0");
-    refused(cli_run(TRAIN "--steps 1 --ckpt-dir ''"), "empty folder name", NULL);
+    refused(cli_run(TRAIN "--steps 1 --ckpt-dir ''"), "--ckpt-dir: an empty value", NULL);
     refused(cli_run("generate llama --layers 1000000000 -o g.onnx"), "1000000000 layers", NULL);
     refused(cli_run("generate llama --dim 2147483648 --heads 1 --kv-heads 1 -o g.onnx"), "parameters", NULL);
     /* 2^31 x 64 x 2 = 2.7e11 parameters: under the absolute bound, over any test machine's memory */
