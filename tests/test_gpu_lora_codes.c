@@ -1,5 +1,5 @@
-/* LoRA on the GPU with the frozen base held only as its Linears' converted copies (issue 13;
- * runtime/cuda/cuda_exec.h: a frozen float32 weight that only bf16/fp8 Linear and
+/* LoRA on the GPU with the frozen base held only as its Linears' converted copies
+ * (runtime/cuda/cuda_exec.h: a frozen float32 weight that only bf16/fp8 Linear and
  * LinearGradData nodes read gets no device block; its codes are made from the host's values).
  * Label gpu: skips without a device.
  *

@@ -1,4 +1,4 @@
-/* Hostile input and long-run hygiene through the CLI (issue 14): external data through a
+/* Hostile input and long-run hygiene through the CLI: external data through a
  * symbolic link, checkpoints crafted with valid CRCs over bad contents (a recorded model path
  * outside the working folder, through a symbolic link or cut short, a missing parameter,
  * impossible counters), --resume over only corrupt checkpoints, FIFOs given as files, token

@@ -1,4 +1,4 @@
-/* Fault injection into checkpoint saving (issue 14): the writer's write(2) and fsync(2) are
+/* Fault injection into checkpoint saving: the writer's write(2) and fsync(2) are
  * replaced (runtime/io/checkpoint.h) to fail with ENOSPC or EIO after k bytes, or to write short.
  * A failed save must return FR_ERR_IO naming the file and the cause, leave the checkpoint that
  * was there intact and loadable, and leave no temporary file; short writes must still produce

@@ -9,7 +9,7 @@
  *    weights bit for bit, and nothing counted before the read-back;
  *  - more than max_bad_steps skipped steps in a row with steps queued ahead: every step's error
  *    names that step as the CLI numbers it (stats.step + 1) with its own count in a row, on the
- *    fake and on the CPU alike (issue 14: it named the step before);
+ *    fake and on the CPU alike (the step as numbered, not the one before it);
  *  - a device error injected when step N is read back while steps are queued after it: the poll
  *    (and a read-back forced by eval) names step N, the steps queued after it, and the node;
  *  - the backend is not changed under queued steps. */

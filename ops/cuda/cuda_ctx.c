@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph/env.h"
 #include "ops/cuda/cuda_kernel.h"
 
 
@@ -40,10 +41,10 @@ fr_status fr_cuda_ctx_create(int device, fr_cuda_ctx **out)
     if (!c) return FR_ERR_OOM;
     c->device = device;
     c->weights_version = 1; /* persistent memory starts at 0: the first run fills it */
-    const char *wc = getenv("FP8RUN_WEIGHT_CACHE");
-    c->weight_cache_off = wc && strcmp(wc, "0") == 0;
-    const char *tune = getenv("FP8RUN_GEMM_TUNE");
-    c->gemm_tune = !(tune && strcmp(tune, "0") == 0);
+    c->weight_cache_off = fr_env_is(FR_ENV_WEIGHT_CACHE, "0");
+    c->gemm_tune = !fr_env_is(FR_ENV_GEMM_TUNE, "0");
+    const char *qb = fr_env_get(FR_ENV_QUANT_BLOCKS);
+    fr_q_set_wave_blocks(qb ? atoll(qb) : 0);
     fr_status st = FR_OK;
     struct cudaDeviceProp prop;
     FR_CUDA_KEEP(st, cudaSetDevice(device));

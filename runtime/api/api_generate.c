@@ -14,7 +14,7 @@ static const struct {
     {"tiny", 64, 2, 4, 2, 176, 128, 256},
     {"125m", 768, 12, 12, 4, 2048, 32768, 2048},
     {"1b", 2048, 16, 16, 8, 5632, 32768, 2048},
-    {"8b", 4096, 32, 32, 8, 14336, 128256, 8192}, /* Llama-3-8B's shape (issue 13's LoRA target) */
+    {"8b", 4096, 32, 32, 8, 14336, 128256, 8192}, /* Llama-3-8B's shape: LoRA on a large FP8 base */
 };
 #define N_PRESETS (int)(sizeof k_presets / sizeof k_presets[0])
 

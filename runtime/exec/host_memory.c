@@ -7,11 +7,12 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "graph/env.h"
 #include "graph/limits.h"
 
 int fr_host_memory_check_off(void)
 {
-    const char *mc = getenv("FP8RUN_MEMORY_CHECK");
+    const char *mc = fr_env_get(FR_ENV_MEMORY_CHECK);
     return mc && strcmp(mc, "0") == 0;
 }
 

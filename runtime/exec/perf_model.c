@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph/env.h"
 #include "graph/tensor.h"
 
 /* ---- cost of a node ---- */
@@ -180,7 +181,7 @@ fr_status fr_device_peaks_for(const char *device, fr_device_peaks *p)
         snprintf(p->source, sizeof p->source, "table: %s%s%s", r->match, r->also ? " " : "", r->also ? r->also : "");
         break;
     }
-    const char *env = getenv("FP8RUN_DEVICE_PEAKS");
+    const char *env = fr_env_get(FR_ENV_DEVICE_PEAKS);
     if (!env || !env[0]) return FR_OK;
     const char *s = env;
     while (*s) {

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "graph/env.h"
 #include "passes/pattern.h"
 #include "runtime/io/checkpoint.h"
 #include "runtime/train/optimizer.h"
@@ -186,7 +187,7 @@ fr_status fr_trainer_export_adapter(fr_trainer *t, const char *dir)
 
 int tr_lora_codes_only(const fr_trainer *t)
 {
-    const char *keep = getenv("FP8RUN_LORA_KEEP_BASE");
+    const char *keep = fr_env_get(FR_ENV_LORA_KEEP_BASE);
     return t->lora.n > 0 && !(keep && strcmp(keep, "1") == 0);
 }
 
@@ -196,7 +197,7 @@ int tr_lora_codes_only(const fr_trainer *t)
 static int64_t coded_bytes(const fr_trainer *t)
 {
     const fr_graph *g = t->g;
-    const char *wc = getenv("FP8RUN_WEIGHT_CACHE");
+    const char *wc = fr_env_get(FR_ENV_WEIGHT_CACHE);
     if (!tr_lora_codes_only(t) || (wc && strcmp(wc, "0") == 0)) return 0;
     unsigned char *ok = calloc((size_t)g->n_values + 1, 1); /* 1: read as a weight so far, 2: not */
     if (!ok) return 0; /* a report: without the memory, the float32 bytes are counted */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph/env.h"
 #include "graph/limits.h"
 #include "runtime/dist/dist.h"
 #include "runtime/exec/host_memory.h"
@@ -72,7 +73,7 @@ fr_status tr_memory_of(fr_trainer *t, int gpu, fr_train_memory *out)
         const int attn = fr_cuda_attention_parse(o->attention); /* cuDNN's attention has its own scratch */
         /* a LoRA run's frozen base: its Linears' codes only (tr_lora_codes_only), unless the
            weight cache is off (FP8RUN_WEIGHT_CACHE=0, read when the context is made) */
-        const char *wc = getenv("FP8RUN_WEIGHT_CACHE");
+        const char *wc = fr_env_get(FR_ENV_WEIGHT_CACHE);
         const int codes = tr_lora_codes_only(t) && !(wc && strcmp(wc, "0") == 0);
         st = fr_cuda_exec_plan_codes(t->g, attn < 0 ? FR_CUDA_ATTN_FP8RUN : attn, codes, &s);
         if (st == FR_OK) st = fr_cuda_exec_plan_codes(t->eval_g, attn < 0 ? FR_CUDA_ATTN_FP8RUN : attn, codes, &se);

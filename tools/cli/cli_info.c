@@ -19,6 +19,7 @@ void cli_info_help(FILE *f)
     info_defaults(&o);
     fprintf(f,
             "usage: fp8run info MODEL|COMPILED.fbs [--dim NAME=VALUE ...] [recipe options]\n"
+            "       fp8run info --env\n"
             "\n"
             "Describe an ONNX model: producer, IR version, opsets, graph inputs and outputs with\n"
             "their dtypes and shapes (symbolic dims by name), the parameter count (elements of\n"
@@ -45,9 +46,25 @@ void cli_info_help(FILE *f)
             "                          when fp8run is built with it)\n"
             "  --gpus N                with --memory: the rank of N data-parallel ranks holding\n"
             "                          the most (--shard-optimizer, --shard-gradients)\n"
+            "  --env                   instead: every environment variable fp8run reads, its type,\n"
+            "                          default, reader and value now (no MODEL)\n"
             "  -h, --help              show this help\n"
             "training options (--batch/--seq: the shape the Linear analysis prepares for):\n");
     cli_config_help(f, FP8RUN_OPTION_INFO, &o, NULL);
+}
+
+/* `--env`: the table of environment variables (fp8run_env_knob) with the values set now. */
+static int print_env(void)
+{
+    printf("%-24s %-7s %-8s %-28s %s\n", "variable", "type", "reader", "default", "value now / what it does");
+    for (int i = 0; i < fp8run_env_count(); i++) {
+        fp8run_env_info v = {.struct_size = sizeof v};
+        if (fp8run_env_knob(i, &v) != FP8RUN_OK) return cli_fail_status();
+        printf("%-24s %-7s %-8s %-28s %s%s%s\n", v.name, v.type, v.reader, v.dflt, v.value ? "'" : "(unset)",
+               v.value ? v.value : "", v.value ? "'" : "");
+        printf("%-24s %s\n", "", v.help);
+    }
+    return 0;
 }
 
 /* Which kernels the fused attention nodes will run on a GPU with these options. */
@@ -74,7 +91,7 @@ static void print_attention(const fp8run_train_config *o)
 /* How the GEMMs will run on a GPU with these options (ops/cuda/cuda_gemm.h). */
 static void print_gemm(const fp8run_train_config *o)
 {
-    const char *tune = getenv("FP8RUN_GEMM_TUNE");
+    const char *tune = fp8run_env_get("FP8RUN_GEMM_TUNE");
     printf("gemm           cuBLASLt, %s; fp8 forward GEMMs %s\n",
            o->deterministic                ? "the heuristic's first algorithm (--deterministic)"
            : tune && strcmp(tune, "0") == 0 ? "the heuristic's first algorithm (FP8RUN_GEMM_TUNE=0)"
@@ -345,6 +362,10 @@ int cli_info(int argc, char **argv)
             cli_info_help(stdout);
             cli_dims_free(&dims);
             return 0;
+        }
+        if (strcmp(argv[i], "--env") == 0) {
+            cli_dims_free(&dims);
+            return print_env();
         }
         if (strcmp(argv[i], "--memory") == 0 || strncmp(argv[i], "--memory=", 9) == 0) {
             memory = argv[i][8] ? argv[i] + 9 : "auto";

@@ -186,7 +186,7 @@ static const char PY_RUNNER[] =
 
 static int prepare_python(int argc, char **argv)
 {
-    const char *py = getenv("FP8RUN_PYTHON");
+    const char *py = fp8run_env_get("FP8RUN_PYTHON");
     if (!py || !*py) py = "python3";
     /* fallbacks: this build's source tree, and the site folder when the CLI is inside the
      * installed package (site-packages/fp8run/bin/fp8run) */
