@@ -1,6 +1,8 @@
 /* The read rule and the write rule (see safe_io.h). */
 #include "graph/safe_io.h"
 
+#include "graph/env.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -236,7 +238,7 @@ fr_status fr_read_regular(const char *path, const char *what, int flags, uint64_
 
 int fr_write_fault(const char *stage)
 {
-    const char *f = getenv("FP8RUN_TEST_WRITE_FAULT");
+    const char *f = fr_env_get(FR_ENV_TEST_WRITE_FAULT);
     if (!f || !*f) return 0;
     if (strcmp(stage, "write") == 0) {
         if (strcmp(f, "ENOSPC") == 0) return ENOSPC;
