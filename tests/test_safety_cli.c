@@ -6,7 +6,8 @@
  *  - a symbolic link planted at any name a command writes (the names it derives too:
  *    *_val.bin, adapter_config.json, model.safetensors) is replaced, its target untouched;
  *  - a write that fails (FP8RUN_TEST_WRITE_FAULT: ENOSPC, EIO, fsync, rename) leaves every
- *    previous file as it was and no temporary behind;
+ *    previous file as it was and no temporary behind (prepare, plot, --export-adapter,
+ *    export --safetensors, checkpoints);
  *  - plot: 10^5 FP8 layers in seconds, labels cut on character boundaries and XML-escaped,
  *    absurd coordinates dropped with a note;
  *  - every option refuses an empty value. */
@@ -60,7 +61,8 @@ static int unchanged(const char *name, const char *before, size_t n)
     return same;
 }
 
-/* Temporary files (".NAME.tmp.*") left in the folder `dir` of the working folder. */
+/* Temporary files (".NAME.tmp.*", checkpoints' "NAME.tmp.*") left in the folder `dir` of the
+ * working folder. */
 static int temporaries(const char *dir)
 {
     DIR *d = opendir(cli_path(dir));
@@ -68,7 +70,7 @@ static int temporaries(const char *dir)
     int n = 0;
     struct dirent *e;
     while ((e = readdir(d)))
-        if (e->d_name[0] == '.' && strstr(e->d_name, ".tmp")) {
+        if (strstr(e->d_name, ".tmp.")) {
             printf("\n  a temporary was left: %s/%s", dir, e->d_name);
             n++;
         }
@@ -279,6 +281,12 @@ static void test_write_faults(void)
                        hf_model, hf_tokens),
                0, cli_out, "trained");
     CU_ASSERT_EQUAL_FATAL(mkdir(cli_path("fad"), 0755) | mkdir(cli_path("fst"), 0755), 0);
+    /* a checkpoint to keep: the same run again writes the same name */
+    const char *ck_run = "train m.onnx --data t.bin --steps 1 --batch 1 --seq 8 --lr 1e-3 --ckpt-dir pck";
+    CLI_EXPECT(cli_run("%s", ck_run), 0, cli_out, "trained");
+    size_t ck_len = 0;
+    char *ck_before = bytes_of("pck/step_00000001.ckpt", &ck_len);
+    CU_ASSERT(ck_len > 1000);
     const char *names[] = {"p.bin", "p_val.bin", "run.svg", "fad/adapter_config.json",
                            "fad/adapter_model.safetensors", "fst/model.safetensors"};
     for (int i = 0; i < 6; i++) previous(names[i]);
@@ -292,10 +300,13 @@ static void test_write_faults(void)
                            hf_model, hf_tokens),
                    1, cli_err, "fad/adapter_");
         CLI_EXPECT(cli_run("export fck/step_00000001.ckpt --safetensors fst"), 1, cli_err, "fst/");
+        CLI_EXPECT(cli_run("%s", ck_run), 1, cli_err, "the previous file, if any, is kept");
         unsetenv("FP8RUN_TEST_WRITE_FAULT");
         for (int i = 0; i < 6; i++) still_previous(names[i]);
-        CU_ASSERT_EQUAL(temporaries(".") + temporaries("fad") + temporaries("fst"), 0);
+        CU_ASSERT(unchanged("pck/step_00000001.ckpt", ck_before, ck_len));
+        CU_ASSERT_EQUAL(temporaries(".") + temporaries("fad") + temporaries("fst") + temporaries("pck"), 0);
     }
+    free(ck_before);
 }
 
 /* ---- plot: scale, Unicode, absurd numbers ---- */

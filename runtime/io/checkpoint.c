@@ -44,6 +44,10 @@ static fr_status write_all(fr_ckpt_writer *w, const void *data, size_t n)
 {
     const unsigned char *p = data;
     w->crc = fr_crc32c(w->crc, data, n);
+    int fault = fr_write_fault("write"); /* FP8RUN_TEST_WRITE_FAULT, as every write under the rule */
+    if (fault && n)
+        return fr_error(FR_ERR_IO, "writing checkpoint '%s' failed: %s (the previous file, if any, is kept)", w->path,
+                        strerror(fault));
     while (n) {
         ssize_t k = fr_ckpt_io_write(w->fd, p, n > (1u << 30) ? (1u << 30) : n);
         if (k < 0 && errno == EINTR) continue;
@@ -243,14 +247,15 @@ fr_status fr_ckpt_writer_commit(fr_ckpt_writer *w)
         memcpy(tr + 24, CKPT_END, 8);
         st = write_all(w, tr, sizeof tr);
     }
-    if (st == FR_OK && fr_ckpt_io_fsync(w->fd) != 0)
+    if (st == FR_OK && (fr_write_fault("fsync") || fr_ckpt_io_fsync(w->fd) != 0))
         st = fr_error(FR_ERR_IO, "fsync of checkpoint '%s' failed: %s (the previous file, if any, is kept)", w->path,
-                      strerror(errno));
+                      strerror(fr_write_fault("fsync") ? EIO : errno));
     if (close(w->fd) != 0 && st == FR_OK)
         st = fr_error(FR_ERR_IO, "closing checkpoint '%s' failed: %s", w->tmp_path, strerror(errno));
     w->fd = -1;
-    if (st == FR_OK && rename(w->tmp_path, w->path) != 0)
-        st = fr_error(FR_ERR_IO, "cannot move checkpoint into place at '%s': %s", w->path, strerror(errno));
+    if (st == FR_OK && (fr_write_fault("rename") || rename(w->tmp_path, w->path) != 0))
+        st = fr_error(FR_ERR_IO, "cannot move checkpoint into place at '%s': %s (the previous file, if any, is kept)",
+                      w->path, strerror(fr_write_fault("rename") ? EIO : errno));
     if (st != FR_OK) {
         unlink(w->tmp_path);
     } else {
