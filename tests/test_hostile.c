@@ -489,13 +489,13 @@ static void test_crafted_fbs(void)
         {"fp8run.layer.2.name", NULL, "does not match the record"},
         {"fp8run.layer.1.sources", "a,b,c,d,e,f,g", "lists 7 sources"},
         /* recorded options go through the option table, as flags do */
-        {"fp8run.option.margin", "65", "fp8_margin: '65' is not an integer in -64..64"},
-        {"fp8run.option.margin", "-1x", "is not an integer"},
-        {"fp8run.option.fuse", "2", "'2' is not 0 or 1"},
+        {"fp8run.option.margin", "65", "fp8run.option.margin"},
+        {"fp8run.option.margin", "-1x", "fp8run.option.margin"},
+        {"fp8run.option.fuse", "2", "fp8run.option.fuse"},
         {"fp8run.option.fuse", "0", "0 (no fusion), but the file holds"},
-        {"fp8run.option.amax_history", "0", "is not an integer in 1.."},
-        {"fp8run.option.interval", "", "an empty value"},
-        {"fp8run.option.recipe", "sometimes", "is not one of"},
+        {"fp8run.option.amax_history", "0", "fp8run.option.amax_history"},
+        {"fp8run.option.interval", "", "fp8run.option.interval"},
+        {"fp8run.option.recipe", "sometimes", "fp8run.option.recipe"},
         {"fp8run.option.precision", "fp4", "fp8run.option.precision"},
         /* per-layer records, informative or not, match the graph */
         {"fp8run.layer.1.weights", "nothing_like_it", "'nothing_like_it' is no weight of the model"},
@@ -526,6 +526,39 @@ static void test_crafted_fbs(void)
         CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), cases[i].needle));
         refused(cli_run("info crafted.fbs"), "crafted.fbs", cases[i].needle);
         refused(cli_run("train crafted.fbs --data tok.bin --steps 1 --lr 1e-3"), "crafted.fbs", cases[i].needle);
+    }
+    /* the recorded options through the option table when the API loads the file: the flags'
+     * own messages, ranges and choices (the reader's bounds above are the same or wider) */
+    const struct {
+        const char *key, *value, *needle;
+    } table[] = {
+        {"fp8run.option.margin", "65", "fp8_margin: '65' is not an integer in -64..64"},
+        {"fp8run.option.fuse", "2", "fuse: '2' is not 0 or 1"},
+        {"fp8run.option.amax_history", "0", "amax_history_len: '0' is not an integer in 1.."},
+        {"fp8run.option.interval", "", "fp8run.option.interval': an empty value"},
+        {"fp8run.option.recipe", "sometimes", "recipe: 'sometimes' is not one of"},
+        {"fp8run.option.fp8_exclude", "", "fp8run.option.fp8_exclude': an empty value"},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof *table; i++) {
+        fr_graph *g;
+        FR_ASSERT_OK(fr_onnx_load_file(P("c.fbs"), &g));
+        int at = -1;
+        for (int k = 0; k < g->n_metadata; k++)
+            if (strcmp(g->metadata[k].key, table[i].key) == 0) at = k;
+        if (at < 0) { /* an optional one the compile did not record */
+            fr_kv *kv = realloc(g->metadata, (size_t)(g->n_metadata + 1) * sizeof *kv);
+            CU_ASSERT_PTR_NOT_NULL_FATAL(kv);
+            g->metadata = kv;
+            at = g->n_metadata++;
+            kv[at].key = strdup(table[i].key);
+            kv[at].value = NULL;
+        }
+        free(g->metadata[at].value);
+        g->metadata[at].value = strdup(table[i].value);
+        FR_ASSERT_OK(fr_onnx_save_file(g, P("crafted.fbs"), NULL));
+        fr_graph_free(g);
+        refused(cli_run("info crafted.fbs"), "crafted.fbs", table[i].needle);
+        refused(cli_run("train crafted.fbs --data tok.bin --steps 1 --lr 1e-3"), "crafted.fbs", table[i].needle);
     }
     for (int k = 0; k < 3; k++) free(orig[k]);
 }

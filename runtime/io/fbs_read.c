@@ -16,7 +16,6 @@
 #include "runtime/io/fbs.h"
 #include "runtime/io/fbs_meta.h"
 #include "graph/option_choices.h"
-#include "runtime/api/api_internal.h"
 
 /* ---- format, shape, options ---- */
 
@@ -38,39 +37,8 @@ fr_status fr_fbs_shape(const fr_graph *g, int64_t *batch, int64_t *seq)
     return st;
 }
 
-/* The recorded options are user input once more: each value goes through the option table's
- * own parser (fp8run_train_config_set: runtime/train/train_config.def), with the ranges and
- * choices the command line has, and a string option may not be empty, as no flag may. The
- * readers below then take the values; their own ranges are the same or wider. */
-static fr_status check_recorded_options(const fr_fbs_meta *m)
-{
-    static const char *const recorded[][2] = {
-        {"precision", "precision"},     {"recipe", "recipe"},          {"fp8_format", "fp8_format"},
-        {"bf16_boundary", "bf16_boundary"}, {"fp8_exclude", "fp8_exclude"}, {"fuse", "fuse"},
-        {"pad_multiple", "pad_multiple"}, {"margin", "fp8_margin"},    {"amax_history", "amax_history_len"},
-        {"amax_algo", "amax_algo"},     {"interval", "fp8_interval"},  {"logits_output", "logits_output"},
-        {"loss_output", "loss_output"}, {"train", "train_regex"},      {"freeze", "freeze_regex"},
-    };
-    fp8run_train_config c;
-    fr_api_config_defaults(&c);
-    for (size_t i = 0; i < sizeof recorded / sizeof *recorded; i++) {
-        const char *v;
-        char key[64];
-        snprintf(key, sizeof key, "fp8run.option.%s", recorded[i][0]);
-        FR_TRY(fr_fbs_get_str(m, 0, &v, "%s", key));
-        if (!v) continue; /* required ones are asked for by read_spec */
-        if (!v[0]) return fr_fbs_bad(m, key, "an empty value (the option needs one)");
-        if (fp8run_train_config_set(&c, recorded[i][1], v) != FP8RUN_OK) {
-            const char *why = fp8run_last_error(), *colon = strstr(why, ": ");
-            return fr_fbs_bad(m, key, "%s", colon ? colon + 2 : why);
-        }
-    }
-    return FR_OK;
-}
-
 static fr_status read_spec(const fr_fbs_meta *m, fr_fbs_spec *s)
 {
-    FR_TRY(check_recorded_options(m));
     const char *v;
     int k;
     int64_t x;

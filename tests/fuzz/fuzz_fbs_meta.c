@@ -1,8 +1,8 @@
 /* libFuzzer: the fp8run.* metadata of a compiled graph (.fbs), fuzzed as text with the graph
  * held fixed. The input is lines "KEY=VALUE" (VALUE may be empty) that replace or add metadata
  * entries of a real compiled graph (the fbs seed llama_min_fp8.fbs, loaded once), and "-KEY"
- * that removes one; then the whole decode runs: recorded options through the option table,
- * the layer table against the graph, scaling state, fused parameters, ties and the embedded
+ * that removes one; then the recorded options go through the option table (as the API's load
+ * does) and the whole decode runs: the layer table against the graph, scaling state, fused parameters, ties and the embedded
  * original model. fuzz_fbs mutates the protobuf bytes, which mostly exercises the ONNX
  * decoder; this target reaches the metadata readers with well-formed files. */
 #include <stdint.h>
@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "graph/onnx_io.h"
+#include "runtime/api/api_internal.h"
 #include "runtime/io/fbs.h"
 #include "tests/fuzz/fuzz_util.h"
 
@@ -57,6 +58,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     base->metadata = kv;
     base->n_metadata = n;
     fr_fbs f;
+    fr_ignore_status(fr_api_check_recorded_options(base, "fuzz.fbs")); /* the API's check on load */
     if (fr_fbs_decode(base, "fuzz.fbs", &f) == FR_OK) fr_fbs_free(&f);
     int64_t b, s;
     fr_ignore_status(fr_fbs_shape(base, &b, &s)); /* refused or not: only no crash counts */

@@ -6,7 +6,9 @@
 #include <string.h>
 
 #include "tests/fuzz/fuzz_util.h"
-#include "tools/cli/prepare_jsonl.h"
+/* the CLI's reader, compiled into this target from tools/cli/ (CMakeLists.txt), its header found
+   through that folder: tests/ do not include tools/ otherwise */
+#include <prepare_jsonl.h>
 
 static int utf8(const unsigned char *s, size_t n)
 {

@@ -8,7 +8,9 @@
 #include <string.h>
 
 #include "tests/fuzz/fuzz_util.h"
-#include "tools/cli/plot_log.h"
+/* the CLI's reader, compiled into this target from tools/cli/ (CMakeLists.txt), its header found
+   through that folder: tests/ do not include tools/ otherwise */
+#include <plot_log.h>
 
 /* Valid UTF-8 and no "nan"/"inf" number anywhere in the page. */
 static int page_ok(const char *s, size_t n)
