@@ -64,6 +64,12 @@ typedef struct fr_cudnn_sdpa {
     int64_t b, hq, hk, tq, tk, d, dv;
     int64_t sq[4], sk[4], sv[4], so[4]; /* element strides, (batch, head, token, feature) */
     int causal;                         /* key j masked for query i when j > i (tq == tk) */
+    int64_t window;                     /* with causal, > 0: key j also masked when i - j >= window */
+    float softcap;                      /* > 0: scores s become softcap tanh(s / softcap) before the masks */
+    /* Per-batch lengths (fr_cudnn_sdpa_io.seq_q, seq_kv): query i >= seq_q[b] and key j >=
+     * seq_kv[b] masked (cuDNN's padding mask; the GEMMs stop there too). Rows past seq_q[b] get
+     * O = 0 and no gradient; their Stats are cuDNN's (not read by anything that matters). */
+    int padded;
     int half;                           /* I/O dtype: 0 bf16, 1 fp16 (computation in float32) */
     int backward;
     /* Only engines without CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC, and the backward graph as
@@ -77,6 +83,9 @@ typedef struct fr_cudnn_sdpa {
 /* cuDNN's documented limits for p (no device needed): 1 when p is within them, else 0 with
  * why. cc_major: the GPU's compute capability (0: not known yet). */
 int fr_cudnn_sdpa_supported(const fr_cudnn_sdpa *p, size_t version, int cc_major, char *why, size_t n);
+/* What fp8run routes to cuDNN with this version on a GPU of compute capability cc_major (0: not
+ * known), in words ("head dims multiples of 8 up to 256, causal, sliding window, ..."), into buf. */
+void fr_cudnn_sdpa_describe_support(size_t version, int cc_major, char *buf, size_t n);
 /* Workspace bytes an execution needs besides the plan's own: the backward's float32 dQ
  * accumulator and dO . O row sums (cudnn-frontend's share of the workspace). */
 size_t fr_cudnn_sdpa_aux_bytes(const fr_cudnn_sdpa *p);
@@ -91,6 +100,7 @@ typedef struct fr_cudnn_sdpa_io {
     float *stats;    /* forward: written; backward: read */
     const void *dout; /* backward */
     void *dq, *dk, *dv;
+    const int32_t *seq_q, *seq_kv; /* padded: [b] int32 on the device, 16-byte aligned */
     float scale;
     void *workspace; /* 16-byte aligned, fr_cudnn_sdpa_prepare's bytes */
     size_t workspace_bytes;
