@@ -31,6 +31,7 @@ static void test_missing_library(void)
     const char *info = fp8run_cudnn_info(&version);
     CU_ASSERT_EQUAL(version, 0);
     CU_ASSERT_PTR_NOT_NULL_FATAL(info);
+    CU_ASSERT_STRING_EQUAL(fp8run_cudnn_attention_support(), ""); /* nothing is handed to a missing cuDNN */
 #ifdef FP8RUN_HAVE_CUDA
     CU_ASSERT_PTR_NOT_NULL(strstr(info, "cuDNN unavailable: FP8RUN_CUDNN_LIBRARY='" MISSING "' does not load"));
     const char *why = NULL;

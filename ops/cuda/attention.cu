@@ -174,8 +174,6 @@ fr_status attn_cuda(const fr_cuda_kctx *k)
     fr_tensor *o = k->out[0], *lse = k->n_out > 1 ? k->out[1] : NULL;
     Plan pl;
     FR_TRY(make_plan(n, q->rank, q->dims, kk->rank, kk->dims, v->rank, v->dims, &pl));
-    /* before cuDNN's path too: neither may drop a softcap or the segments silently */
-    FR_TRY(fr_attn_refuse_new(n, &pl.a, 4, "the CUDA attention kernels"));
     FR_TRY(check_f32(n, k->in, mask ? 4 : 3));
     const Prob &p = pl.p;
     FR_TRY(fr_check_out(n, o, FR_F32, q->rank, pl.od));
@@ -186,6 +184,8 @@ fr_status attn_cuda(const fr_cuda_kctx *k)
     int ran = 0; /* cuDNN's flash attention when --attention asks for it and takes the node */
     FR_TRY(fr_attn_cudnn_run(k, 0, &ran));
     if (ran) return FR_OK;
+    /* cuDNN's path runs softcap and padded segments where it takes them; these kernels not yet */
+    FR_TRY(fr_attn_refuse_new(n, &pl.a, 4, "the CUDA attention kernels"));
     const float *Q = (const float *)q->data, *K = (const float *)kk->data, *V = (const float *)v->data;
     float *O = (float *)o->data, *L = lse ? (float *)lse->data : nullptr;
     if (mask || pl.a.window > 0) /* the flash kernels know only the causal bound */
@@ -217,7 +217,6 @@ fr_status attng_cuda(const fr_cuda_kctx *k)
     fr_tensor *dq = k->out[0], *dk = k->out[1], *dv = k->out[2];
     Plan pl;
     FR_TRY(make_plan(n, q->rank, q->dims, kk->rank, kk->dims, v->rank, v->dims, &pl));
-    FR_TRY(fr_attn_refuse_new(n, &pl.a, 7, "the CUDA attention kernels"));
     FR_TRY(check_f32(n, k->in, mask ? 7 : 6));
     const Prob &p = pl.p;
     FR_TRY(fr_check_out(n, k->in[3], FR_F32, q->rank, pl.od));
@@ -240,6 +239,7 @@ fr_status attng_cuda(const fr_cuda_kctx *k)
     int ran = 0; /* cuDNN's flash attention when --attention asks for it and takes the node */
     FR_TRY(fr_attn_cudnn_run(k, 1, &ran));
     if (ran) return FR_OK;
+    FR_TRY(fr_attn_refuse_new(n, &pl.a, 7, "the CUDA attention kernels"));
     const float *in[6];
     for (int i = 0; i < 6; i++) in[i] = (const float *)k->in[i]->data;
     bool tc = pl.tc;

@@ -48,6 +48,9 @@ const frdnn_api *fr_cudnn(const char **why);
 size_t fr_cudnn_version(void);
 /* "cuDNN 9.14.0 (libcudnn.so.9)", or "cuDNN unavailable: <why>" (static text). */
 const char *fr_cudnn_describe(void);
+/* fr_cudnn_sdpa_describe_support for the process's cuDNN and the first GPU's compute
+ * capability (none: 0, the version's best), made once; "" when cuDNN does not load. */
+const char *fr_cudnn_support_text(void);
 /* "<what>: CUDNN_STATUS_... (cuDNN's last error message)" into buf. */
 void fr_cudnn_status_text(const frdnn_api *api, int status, const char *what, char *buf, size_t n);
 

@@ -1,6 +1,7 @@
 /* cuDNN loaded at run time (dlopen), --attention, and the report of which attention ran (see
  * attention_cudnn.h). Nothing links against cuDNN: where it is missing, too old or broken, the
  * choice "auto" keeps fp8run's kernels and says why, and "cudnn" fails saying why. */
+#include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -242,6 +243,27 @@ const char *fr_cudnn_describe(void)
 {
     pthread_once(&g_once, load_once);
     return G.text;
+}
+
+static char g_support[256];
+static pthread_once_t g_support_once = PTHREAD_ONCE_INIT;
+
+static void support_once(void)
+{
+    const size_t version = fr_cudnn_version();
+    if (!version) return;
+    int count = 0, cc = 0;
+    if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0 &&
+        cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess)
+        cc = 0; /* not known: the version's best */
+    (void)cudaGetLastError(); /* no GPU is not an error here */
+    fr_cudnn_sdpa_describe_support(version, cc, g_support, sizeof g_support);
+}
+
+const char *fr_cudnn_support_text(void)
+{
+    pthread_once(&g_support_once, support_once);
+    return g_support;
 }
 
 void fr_cudnn_status_text(const frdnn_api *api, int status, const char *what, char *buf, size_t n)

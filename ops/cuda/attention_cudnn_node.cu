@@ -3,11 +3,19 @@
  *
  * A node goes to cuDNN when --attention is cudnn or auto and: precision bf16 (cuDNN computes in
  * bf16 with float32 accumulation, as the op's bf16 contract says; fp32 precision stays exact on
- * fp8run's kernels), no mask input, no sliding window, K/V batch dims that map onto cuDNN's
- * (batch, query heads, K/V heads) with query head h reading K/V head h / group (MHA, GQA and
- * MQA as the Llama graphs have them), and head dims cuDNN takes (attention_cudnn.c). Under auto
+ * fp8run's kernels), no additive mask input M, segment ids (Sk, Sq) only with seg_form padded,
+ * K/V batch dims that map onto cuDNN's (batch, query heads, K/V heads) with query head h
+ * reading K/V head h / group (MHA, GQA and MQA as the Llama graphs have them), and what this
+ * cuDNN takes (fr_cudnn_sdpa_supported: head dims, causal, sliding window, softcap). Under auto
  * any other node runs fp8run's kernels (the context notes why); under cudnn it is an error
  * naming the node.
+ *
+ * Key padding (seg_form padded, the promise that each row of Sk is 1..1 0..0, checked by the
+ * CPU reference): a small kernel counts each row's ones into cuDNN's per-batch lengths on the
+ * stream (no host sync). Sq absent: every query sees the real keys (HF's attention_mask rule;
+ * exact). Sq = Sk (padded sequences): queries past the length are padding, which cuDNN skips:
+ * their O, LSE and gradients are 0 where the contract would let them attend to the padding
+ * keys - outputs no loss reads (a padding row's result reaches a real row through nothing).
  *
  * The op's tensors are float32: Q, K, V (and O, dO in the backward) are rounded to bf16
  * (round-to-nearest-even, as the op's bf16 precision rounds them) into the scratch, and cuDNN's
@@ -90,29 +98,50 @@ int heads_of(const fr_attn_geom *g, int64_t *B, int64_t *Hq, int64_t *Hk)
     return 0;
 }
 
-/* The cuDNN problem of node n with these input dims: *ok = 1 and p, scale; or *ok = 0 and
+/* Shapes (and segment dtypes) of a node's inputs, from the graph (planning) or the tensors. */
+struct Ins {
+    int rq, rk, rv;
+    const int64_t *dq, *dk, *dv;
+    int has_mask;
+    int rsk, rsq;
+    const int64_t *dsk, *dsq; /* NULL: absent */
+    fr_dtype tsk, tsq;
+};
+
+/* How the segment ids become cuDNN's per-batch lengths: batch b reads row b * hq / per_row. */
+struct Seg {
+    int on, has_q;
+    int64_t per_row, hq, tk, tq;
+};
+
+/* The cuDNN problem of node n: *ok = 1 and p, scale (and seg for key padding); or *ok = 0 and
  * why ("" for an empty problem, which no kernel runs). A node whose shapes are invalid is an
  * error (the op's own checks). */
-fr_status problem_of(const fr_node *n, int n_in, int backward, int cc_major, int rq, const int64_t *dq, int rk,
-                     const int64_t *dk, int rv, const int64_t *dv, fr_cudnn_sdpa *p, float *scale, int *ok, char *why,
-                     size_t wn)
+fr_status problem_of(const fr_node *n, const Ins &in, int backward, int cc_major, fr_cudnn_sdpa *p, float *scale,
+                     Seg *seg, int *ok, char *why, size_t wn)
 {
     *ok = 0;
+    memset(seg, 0, sizeof *seg);
     fr_attn_attrs a;
-    FR_TRY(fr_attn_read_attrs(n, rq >= 1 ? dq[rq - 1] : 0, &a));
+    FR_TRY(fr_attn_read_attrs(n, in.rq >= 1 ? in.dq[in.rq - 1] : 0, &a));
     fr_attn_geom g;
-    FR_TRY(fr_attn_geometry(n, rq, dq, rk, dk, rv, dv, a.causal, &g));
+    FR_TRY(fr_attn_geometry(n, in.rq, in.dq, in.rk, in.dk, in.rv, in.dv, a.causal, &g));
+    fr_attn_seg sg;
+    FR_TRY(fr_attn_seg_geometry(n, &g, in.tsk, in.rsk, in.dsk, in.tsq, in.rsq, in.dsq, &sg));
     int64_t B = 0, Hq = 0, Hk = 0;
     if (!a.bf16)
         snprintf(why, wn, "precision fp32 (cuDNN's attention computes in bf16)");
-    else if (n_in > (backward ? 6 : 3))
-        snprintf(why, wn, "a mask input");
-    else if (a.window > 0)
-        snprintf(why, wn, "a sliding window");
+    else if (in.has_mask)
+        snprintf(why, wn, "an additive mask input M");
+    else if (sg.has_k && a.seg_form != FR_ATTN_SEG_PADDED)
+        snprintf(why, wn, "segment ids with seg_form %s (cuDNN takes seg_form padded: per-sequence key lengths)",
+                 a.seg_form == FR_ATTN_SEG_PACKED ? "packed" : "general");
     else if (g.batch < 1 || g.Tq < 1 || g.Tk < 1 || g.D < 1 || g.Dv < 1)
         why[0] = 0;
     else if (!heads_of(&g, &B, &Hq, &Hk))
         snprintf(why, wn, "K/V batch dims that are not heads shared by groups of query heads");
+    else if (sg.has_k && sg.per_row % Hq != 0)
+        snprintf(why, wn, "segment ids that differ between the heads of a sequence (cuDNN's lengths are per batch)");
     else {
         memset(p, 0, sizeof *p);
         p->b = B, p->hq = Hq, p->hk = Hk, p->tq = g.Tq, p->tk = g.Tk, p->d = g.D, p->dv = g.Dv;
@@ -122,16 +151,57 @@ fr_status problem_of(const fr_node *n, int n_in, int backward, int cc_major, int
         memcpy(p->sq, sq, sizeof sq), memcpy(p->sk, sk, sizeof sk), memcpy(p->sv, sv, sizeof sv);
         memcpy(p->so, so, sizeof so);
         p->causal = a.causal;
+        p->window = a.window;
+        p->softcap = a.softcap;
+        p->padded = sg.has_k;
         p->backward = backward;
         *scale = a.scale;
+        if (sg.has_k) seg->on = 1, seg->has_q = sg.has_q, seg->per_row = sg.per_row, seg->hq = Hq, seg->tk = g.Tk,
+                      seg->tq = g.Tq;
         *ok = fr_cudnn_sdpa_supported(p, fr_cudnn_version(), cc_major, why, wn);
     }
     return FR_OK;
 }
 
+/* seq_kv[b] = the keys of batch b's segment row that are not padding (id != 0: seg_form padded
+ * promises 1..1 0..0); seq_q[b] the same with Sq (equal to Sk, promised), else Tq (HF's rule:
+ * every query sees the real keys). One block per batch, on the stream: no host sync, so a CUDA
+ * graph can capture it. */
+template <typename T>
+__global__ void seq_lengths_kernel(const T *__restrict__ sk, int64_t tk, int64_t hq, int64_t per_row, int has_q,
+                                   int32_t tq, int32_t *__restrict__ seq_q, int32_t *__restrict__ seq_kv)
+{
+    __shared__ int warp_sum[32];
+    const int64_t b = blockIdx.x, row = b * hq / per_row;
+    int count = 0;
+    for (int64_t j = threadIdx.x; j < tk; j += blockDim.x) count += sk[row * tk + j] != 0;
+    for (int o = 16; o > 0; o >>= 1) count += __shfl_down_sync(0xffffffffu, count, o);
+    if ((threadIdx.x & 31) == 0) warp_sum[threadIdx.x >> 5] = count;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int total = 0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++) total += warp_sum[w];
+        seq_kv[b] = total;
+        seq_q[b] = has_q ? total : tq;
+    }
+}
+
+fr_status seq_lengths(const fr_cuda_kctx *k, const Seg &s, const fr_tensor *sk, int64_t batches, int32_t *seq_q,
+                      int32_t *seq_kv)
+{
+    cudaStream_t st = k->cu->stream;
+    if (sk->dtype == FR_I64)
+        seq_lengths_kernel<int64_t><<<(unsigned)batches, 256, 0, st>>>((const int64_t *)sk->data, s.tk, s.hq, s.per_row,
+                                                                       s.has_q, (int32_t)s.tq, seq_q, seq_kv);
+    else
+        seq_lengths_kernel<int32_t><<<(unsigned)batches, 256, 0, st>>>((const int32_t *)sk->data, s.tk, s.hq, s.per_row,
+                                                                       s.has_q, (int32_t)s.tq, seq_q, seq_kv);
+    return fr_cuda_check_launch(k->node, "Attention(cuDNN: key lengths from Sk)");
+}
+
 /* Where the node's buffers live in its scratch. */
 struct Layout {
-    size_t q, k, v, o, dout, dq, dk, dv, stats, ws, ws_bytes, total;
+    size_t q, k, v, o, dout, dq, dk, dv, stats, seq_q, seq_kv, ws, ws_bytes, total;
 };
 
 Layout layout_of(const fr_cudnn_sdpa &p, size_t ws_bytes)
@@ -148,6 +218,7 @@ Layout layout_of(const fr_cudnn_sdpa &p, size_t ws_bytes)
     l.q = take(nq * 2), l.k = take(nk * 2), l.v = take(nv * 2), l.o = take(no * 2);
     if (p.backward) l.dout = take(no * 2), l.dq = take(nq * 2), l.dk = take(nk * 2), l.dv = take(nv * 2);
     l.stats = take((size_t)(p.b * p.hq * p.tq) * sizeof(float));
+    if (p.padded) l.seq_q = take((size_t)p.b * sizeof(int32_t)), l.seq_kv = take((size_t)p.b * sizeof(int32_t));
     l.ws = take(ws_bytes);
     l.ws_bytes = ws_bytes;
     l.total = off;
@@ -196,14 +267,18 @@ extern "C" fr_status fr_attn_cudnn_scratch(const fr_cuda_plan_env *env, const fr
         if (n->inputs[i] < 0) return fr_node_error(n, FR_ERR_GRAPH, "input %d is missing", i);
         v[i] = &g->values[n->inputs[i]];
     }
-    int n_in = 0; /* inputs present (an omitted optional mask does not count) */
-    for (int i = 0; i < n->n_inputs; i++) n_in = n->inputs[i] >= 0 ? i + 1 : n_in;
+    const int m_in = backward ? 6 : 3; /* M, then Sk, Sq */
+    const fr_value *sk = fr_attn_has_input(n, m_in + 1) ? &g->values[n->inputs[m_in + 1]] : NULL;
+    const fr_value *sq = fr_attn_has_input(n, m_in + 2) ? &g->values[n->inputs[m_in + 2]] : NULL;
+    const Ins in = {v[0]->rank, v[1]->rank, v[2]->rank, v[0]->dims, v[1]->dims, v[2]->dims,
+                    fr_attn_has_input(n, m_in), sk ? sk->rank : 0, sq ? sq->rank : 0, sk ? sk->dims : NULL,
+                    sq ? sq->dims : NULL, sk ? sk->dtype : FR_I32, sq ? sq->dtype : FR_I32};
     fr_cudnn_sdpa p;
     float scale = 0;
     int ok = 0;
     char why[512];
-    FR_TRY(problem_of(n, n_in, backward, env->cu ? env->cu->cc_major : 0, v[0]->rank, v[0]->dims, v[1]->rank,
-                      v[1]->dims, v[2]->rank, v[2]->dims, &p, &scale, &ok, why, sizeof why));
+    Seg seg;
+    FR_TRY(problem_of(n, in, backward, env->cu ? env->cu->cc_major : 0, &p, &scale, &seg, &ok, why, sizeof why));
     const char *lib_why = NULL;
     if (ok && !fr_cudnn(&lib_why)) snprintf(why, sizeof why, "%s", lib_why), ok = 0;
     if (!ok) return why[0] ? decline(env->cu, env->attention, n, why) : FR_OK;
@@ -227,14 +302,18 @@ extern "C" fr_status fr_attn_cudnn_run(const fr_cuda_kctx *k, int backward, int 
         return FR_OK;
     }
     const fr_tensor *q = k->in[0], *kk = k->in[1], *v = k->in[2];
-    int n_in = 0;
-    for (int i = 0; i < k->n_in; i++) n_in = k->in[i] ? i + 1 : n_in;
+    const int m_in = backward ? 6 : 3; /* M, then Sk, Sq */
+    const fr_tensor *mt = k->n_in > m_in ? k->in[m_in] : NULL, *sk = k->n_in > m_in + 1 ? k->in[m_in + 1] : NULL,
+                    *sq = k->n_in > m_in + 2 ? k->in[m_in + 2] : NULL;
+    const Ins in = {q->rank, kk->rank, v->rank, q->dims, kk->dims, v->dims, mt != NULL, sk ? sk->rank : 0,
+                    sq ? sq->rank : 0, sk ? sk->dims : NULL, sq ? sq->dims : NULL, sk ? sk->dtype : FR_I32,
+                    sq ? sq->dtype : FR_I32};
     fr_cudnn_sdpa p;
     float scale = 0;
     int ok = 0;
     char why[512];
-    FR_TRY(problem_of(n, n_in, backward, c->cc_major, q->rank, q->dims, kk->rank, kk->dims, v->rank, v->dims, &p, &scale,
-                      &ok, why, sizeof why));
+    Seg seg;
+    FR_TRY(problem_of(n, in, backward, c->cc_major, &p, &scale, &seg, &ok, why, sizeof why));
     size_t ws = 0;
     if (ok) {
         const fr_status st = fr_cudnn_sdpa_prepare(c, &p, &ws);
@@ -264,11 +343,20 @@ extern "C" fr_status fr_attn_cudnn_run(const fr_cuda_kctx *k, int backward, int 
     io.scale = scale;
     io.workspace = s + l.ws;
     io.workspace_bytes = l.ws_bytes;
+    if (p.padded) {
+        int32_t *seq_q = (int32_t *)(s + l.seq_q), *seq_kv = (int32_t *)(s + l.seq_kv);
+        FR_TRY(seq_lengths(k, seg, sk, p.b, seq_q, seq_kv));
+        io.seq_q = seq_q, io.seq_kv = seq_kv;
+    }
     float *stats = (float *)(s + l.stats);
     if (!backward) {
         fr_tensor *lse = k->n_out > 1 ? k->out[1] : NULL;
         const bool direct = lse && ((uintptr_t)lse->data & 15) == 0; /* else through the scratch */
         io.stats = direct ? (float *)lse->data : stats;
+        if (p.padded && seg.has_q) { /* rows past a length are skipped: 0 there, not stale scratch */
+            FR_CUDA_TRY(cudaMemsetAsync(o16, 0, (size_t)no * sizeof(bf16), st));
+            FR_CUDA_TRY(cudaMemsetAsync(io.stats, 0, (size_t)rows * sizeof(float), st));
+        }
         FR_TRY(run_named(c, &p, &io, n));
         FR_TRY(to_f32(k, o16, (float *)k->out[0]->data, no));
         if (lse && !direct)
@@ -286,6 +374,11 @@ extern "C" fr_status fr_attn_cudnn_run(const fr_cuda_kctx *k, int backward, int 
             io.stats = stats;
         }
         io.dout = do16, io.dq = dq16, io.dk = dk16, io.dv = dv16;
+        if (p.padded) { /* keys (and queries) past a length get no gradient: 0, not stale scratch */
+            FR_CUDA_TRY(cudaMemsetAsync(dq16, 0, (size_t)nq * sizeof(bf16), st));
+            FR_CUDA_TRY(cudaMemsetAsync(dk16, 0, (size_t)nk * sizeof(bf16), st));
+            FR_CUDA_TRY(cudaMemsetAsync(dv16, 0, (size_t)nv * sizeof(bf16), st));
+        }
         FR_TRY(run_named(c, &p, &io, n));
         if (k->out[0]) FR_TRY(to_f32(k, dq16, (float *)k->out[0]->data, nq));
         if (k->out[1]) FR_TRY(to_f32(k, dk16, (float *)k->out[1]->data, nk));

@@ -1,7 +1,8 @@
 /* CUDA kernels of AttentionQKV / AttentionQKVGrad (ops/attention_qkv.h).
  *
  * Two paths, chosen per node as the plain Attention chooses (--attention, attention_cudnn.h):
- *  - cuDNN (precision bf16, no window, cuDNN loads and takes the problem): one pass rounds the
+ *  - cuDNN (precision bf16, no segment ids, cuDNN loads and takes the problem: head dims, causal,
+ *    sliding window, softcap as fr_cudnn_sdpa_supported says): one pass rounds the
  *    packed X to bf16 in its own layout (X already bf16 when narrowed: a copy then), RoPE applied to the Q and K columns; cuDNN reads Q, K,
  *    V from it by strides ([B, T, heads, D] is its "BSHD" layout) and writes O as
  *    [B, T, Hq, Dv], widened into the output. Backward: X staged the same way, O and dO rounded
@@ -173,6 +174,7 @@ struct Node {
     fr_attn_qkv_geom q;
     fr_attn_attrs a;
     Geo g;
+    int seg; /* segment ids Sk / Sq given */
 };
 
 fr_status node_of(const fr_node *n, int rx, const int64_t *dx, const fr_value *c, const fr_value *s, Node *p)
@@ -180,6 +182,8 @@ fr_status node_of(const fr_node *n, int rx, const int64_t *dx, const fr_value *c
     FR_TRY(fr_attn_qkv_geometry(n, rx, dx, c ? c->rank : 0, c ? c->dims : NULL, s ? s->rank : 0, s ? s->dims : NULL,
                                 &p->q));
     FR_TRY(fr_attn_read_attrs(n, p->q.D, &p->a));
+    const int seg_in = strcmp(n->op_type, "AttentionQKVGrad") == 0 ? 6 : 3;
+    p->seg = fr_attn_has_input(n, seg_in) || fr_attn_has_input(n, seg_in + 1);
     const fr_attn_qkv_geom &q = p->q;
     p->g = Geo{q.B, q.T, q.W, q.Hq, q.Hk, q.D, q.Dv, q.rotary, q.interleaved, q.cos_b, q.sin_b};
     return FR_OK;
@@ -228,6 +232,8 @@ fr_cudnn_sdpa sdpa_of(const Node &p, int backward)
     const int64_t sq[4] = {q.T * q.W, q.D, q.W, 1}, sv[4] = {q.T * q.W, q.Dv, q.W, 1}, so[4] = {q.T * N, q.Dv, N, 1};
     memcpy(s.sq, sq, sizeof sq), memcpy(s.sk, sq, sizeof sq), memcpy(s.sv, sv, sizeof sv), memcpy(s.so, so, sizeof so);
     s.causal = p.a.causal;
+    s.window = p.a.window;
+    s.softcap = p.a.softcap;
     s.backward = backward;
     return s;
 }
@@ -237,7 +243,7 @@ int cudnn_eligible(const Node &p, const fr_cudnn_sdpa &s, int cc_major, char *wh
 {
     const char *lib_why = NULL;
     if (!p.a.bf16) return snprintf(why, wn, "precision fp32 (cuDNN's attention computes in bf16)"), 0;
-    if (p.a.window > 0) return snprintf(why, wn, "a sliding window"), 0;
+    if (p.seg) return snprintf(why, wn, "segment ids (AttentionQKV's cuDNN path does not take Sk, Sq)"), 0;
     if (!fr_cudnn_sdpa_supported(&s, fr_cudnn_version(), cc_major, why, wn)) return 0;
     if (!fr_cudnn(&lib_why)) return snprintf(why, wn, "%s", lib_why), 0;
     return 1;
@@ -737,7 +743,6 @@ fr_status run(const fr_cuda_kctx *k, int backward)
         if (!k->in[i]) return fr_node_error(n, FR_ERR_GRAPH, "input %d is missing", i);
     fr_attn_attrs a0; /* (only softcap is read: the head dim of the default scale does not matter) */
     FR_TRY(fr_attn_read_attrs(n, 1, &a0));
-    FR_TRY(fr_attn_refuse_new(n, &a0, backward ? 6 : 3, "the CUDA AttentionQKV kernels"));
     FR_TRY(check_f32(k, backward));
     fr_dtype yt; /* O's (o_dtype) or dX's (dx_dtype) */
     FR_TRY(fr_attn_qkv_out_dtype(n, backward ? "dx_dtype" : "o_dtype", FR_F32, &yt));
@@ -767,6 +772,8 @@ fr_status run(const fr_cuda_kctx *k, int backward)
     int ran = 0;
     FR_TRY(try_cudnn(k, p, backward, &ran));
     if (ran) return FR_OK;
+    /* cuDNN's path runs softcap where it takes it; fp8run's kernels not yet */
+    FR_TRY(fr_attn_refuse_new(n, &a0, backward ? 6 : 3, "the CUDA AttentionQKV kernels"));
     return run_own(k, p, backward);
 }
 
