@@ -8,6 +8,7 @@
  *    (the CPU rounds the normalized probabilities, flash kernels the unnormalized ones, and
  *    cuDNN's outputs are bf16), LSE within 1e-4. The backward reads each path's own forward
  *    outputs, on the CPU and the GPU alike.
+ * On cuDNN also head dim 256, a sliding window, softcap and all three (Gemma2's attention).
  * Cases: GQA, MHA and MQA heads; RoPE half, interleaved and none; [T, D] and [B, 1, T, D]
  * tables; causal and not; T 33, 65, 97, 130, 256 (odd, not multiples of 64, and one); D 64 and
  * 128 (the vectorized staging kernels of attention_qkv_stage.cuh) and D 24 (not a multiple of
@@ -44,12 +45,14 @@
 typedef struct qcase {
     int64_t B, T, Hq, Hk, D;
     int rope, table, causal, flat; /* rope 0 none, 1 half, 2 interleaved; table 2 [T, D], 4 [B, 1, T, D] */
+    int64_t window;
+    float softcap;
 } qcase;
 
 static const qcase k_cases[] = {
-    {2, 130, 4, 2, 64, 1, 2, 1, 0},  {2, 256, 4, 4, 128, 2, 4, 1, 0}, {2, 65, 6, 2, 64, 0, 2, 1, 1},
-    {1, 130, 8, 1, 128, 1, 4, 0, 0}, {2, 256, 4, 2, 128, 1, 2, 1, 0}, {3, 33, 6, 3, 24, 1, 4, 1, 0},
-    {2, 97, 8, 2, 64, 2, 2, 1, 1},
+    {2, 130, 4, 2, 64, 1, 2, 1, 0, 0, 0},  {2, 256, 4, 4, 128, 2, 4, 1, 0, 0, 0}, {2, 65, 6, 2, 64, 0, 2, 1, 1, 0, 0},
+    {1, 130, 8, 1, 128, 1, 4, 0, 0, 0, 0}, {2, 256, 4, 2, 128, 1, 2, 1, 0, 0, 0}, {3, 33, 6, 3, 24, 1, 4, 1, 0, 0, 0},
+    {2, 97, 8, 2, 64, 2, 2, 1, 1, 0, 0},
 };
 
 static fr_cuda_ctx *g_dnn; /* --attention cudnn, NULL when cuDNN does not load */
@@ -78,6 +81,8 @@ static void set_attrs(tnode *t, const qcase *c, const char *prec)
     if (c->causal) TN_ATTR(t, int, "causal", 1);
     if (c->rope == 2) TN_ATTR(t, int, "interleaved", 1);
     if (c->flat) TN_ATTR(t, int, "flat_output", 1);
+    if (c->window) TN_ATTR(t, int, "window", c->window);
+    if (c->softcap > 0) TN_ATTR(t, float, "softcap", c->softcap);
 }
 
 static void expect_close(const fr_tensor *got, const fr_tensor *want, double tol, const char *name, const char *what)
@@ -123,9 +128,10 @@ static void run_case(fr_rng *r, const qcase *c, const char *prec, fr_cuda_ctx *c
     if (xbf) X = to_bf16(X);
     if (c->rope) make_tables(c, &cs, &sn);
     char what[200];
-    snprintf(what, sizeof what, "%s%s %s B%lld T%lld Hq%lld Hk%lld D%lld rope%d table%d causal%d flat%d", prec, xbf ? " X bf16" : "",
-             ctx ? "cuDNN" : "fp8run", (long long)c->B, (long long)c->T, (long long)c->Hq, (long long)c->Hk,
-             (long long)c->D, c->rope, c->table, c->causal, c->flat);
+    snprintf(what, sizeof what, "%s%s %s B%lld T%lld Hq%lld Hk%lld D%lld rope%d table%d causal%d flat%d window%lld softcap%g",
+             prec, xbf ? " X bf16" : "", ctx ? "cuDNN" : "fp8run", (long long)c->B, (long long)c->T, (long long)c->Hq,
+             (long long)c->Hk, (long long)c->D, c->rope, c->table, c->causal, c->flat, (long long)c->window,
+             (double)c->softcap);
     const int bf = strcmp(prec, "bf16") == 0;
     const double tol = bf ? TOL_BF16 : TOL_F32;
     fr_tensor *ins[3] = {X, cs, sn};
@@ -364,6 +370,24 @@ static void bf16_cudnn_cases(int xbf)
 #endif
 }
 
+/* What cuDNN takes beyond the Llama shapes: head dim 256, sliding window, softcap (Gemma2's). */
+static void test_bf16_cudnn_masks(void)
+{
+#ifdef FP8RUN_HAVE_CUDA
+    fr_cuda_ctx *c = dnn_ctx();
+    if (!c) return;
+    static const qcase more[] = {
+        {2, 130, 4, 2, 256, 1, 2, 1, 0, 0, 0},   {2, 256, 4, 2, 128, 1, 2, 1, 0, 64, 0},
+        {2, 200, 4, 4, 64, 2, 2, 1, 1, 0, 5.0f}, {2, 130, 2, 2, 256, 1, 4, 1, 0, 64, 3.0f},
+    };
+    fr_rng r = fr_test_rng("gpu_qkv_bf16_cudnn_masks");
+    n_dnn_runs = 0;
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) run_case(&r, &more[i], "bf16", c, 0);
+    printf("\n  %d cases on cuDNN", n_dnn_runs);
+    CU_ASSERT_EQUAL(n_dnn_runs, (int)(sizeof more / sizeof more[0]));
+#endif
+}
+
 static void test_fp32(void) { fp32_cases(0); }
 static void test_bf16_own(void) { bf16_own_cases(0); }
 static void test_bf16_cudnn(void) { bf16_cudnn_cases(0); }
@@ -377,6 +401,8 @@ int main(void)
         {"fp32 (fp8run's float32 kernels) vs CPU: 1e-5", test_fp32},
         {"bf16 on fp8run's kernels vs CPU: 2e-2", test_bf16_own},
         {"bf16 on cuDNN vs CPU: 2e-2 (skipped without cuDNN)", test_bf16_cudnn},
+        {"bf16 on cuDNN, head dim 256, sliding window, softcap vs CPU: 2e-2 (skipped without cuDNN)",
+         test_bf16_cudnn_masks},
         {"bfloat16 X, fp32 (fp8run's float32 kernels) vs CPU: 1e-5", test_fp32_xbf16},
         {"bfloat16 X, bf16 on fp8run's kernels vs CPU: 2e-2", test_bf16_own_xbf16},
         {"bfloat16 X, bf16 on cuDNN vs CPU: 2e-2 (skipped without cuDNN)", test_bf16_cudnn_xbf16},
