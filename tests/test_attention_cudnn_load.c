@@ -148,7 +148,7 @@ static void test_graphs(void)
         int causal, half;
         int64_t window;
         float softcap;
-        int padded;
+        int padded; /* 2: segment ids (document mask) instead */
     } cases[] = {
         {2, 3, 3, 64, 64, 64, 64, 1, 0, 0, 0, 0},       {2, 3, 3, 65, 65, 128, 128, 0, 0, 0, 0, 0},
         {2, 4, 2, 256, 256, 128, 128, 1, 0, 0, 0, 0},   {1, 4, 1, 7, 7, 64, 64, 1, 1, 0, 0, 0},
@@ -158,6 +158,7 @@ static void test_graphs(void)
         {2, 4, 2, 256, 256, 256, 256, 1, 0, 0, 0, 0},   {2, 2, 2, 130, 130, 192, 128, 1, 0, 0, 0, 0},
         {2, 4, 2, 256, 256, 128, 128, 1, 0, 64, 0, 0},  {2, 4, 4, 200, 200, 64, 64, 0, 0, 0, 30.0f, 0},
         {2, 4, 2, 256, 256, 128, 128, 0, 0, 0, 0, 1},   {2, 8, 4, 384, 384, 256, 256, 1, 0, 100, 50.0f, 1},
+        {2, 4, 2, 200, 200, 64, 64, 1, 0, 0, 0, 2},     {2, 8, 4, 384, 384, 256, 256, 1, 0, 100, 50.0f, 2},
     };
     int graphs = 0, graphs_final = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
@@ -168,7 +169,8 @@ static void test_graphs(void)
             p.dv = cases[i].dv;
             packed(p.hk, p.tk, p.dv, p.sv);
             packed(p.hq, p.tq, p.dv, p.so);
-            p.window = cases[i].window, p.softcap = cases[i].softcap, p.padded = cases[i].padded;
+            p.window = cases[i].window, p.softcap = cases[i].softcap;
+            p.padded = cases[i].padded == 1, p.segments = cases[i].padded == 2;
             p.deterministic = variant == 2;
             int finalized = -1, n_ops = 0;
             const fr_status st = fr_cudnn_sdpa_check_graph(&api, version, &p, &finalized, &n_ops);
@@ -178,14 +180,14 @@ static void test_graphs(void)
             graphs++;
             graphs_final += finalized == 1;
             /* forward: 2 GEMMs, scale, 2 reductions, SUB, EXP, LOG, ADD, DIV (+4 causal, +5
-               window, +3 softcap, +6 padding mask);
+               window, +3 softcap, +6 padding mask, +6 segment mask: both graphs);
                backward: 5 GEMMs, 3 reshapes (P, dS, K), 9 pointwise (dQ's copy included), 1
                reduction (+4 causal, +5 window, +6 softcap and its derivative, +6 per padding
                mask, +2 K/V-head reductions with GQA);
                deterministic backward: dQ written by its GEMM, no float32 accumulator and copy */
             const int pad_bwd = p.padded || (p.tk % 128 != 0 && version <= 91500);
             const int pad = backward && pad_bwd ? (version < 91000 ? 2 : 1) : 0;
-            const int extra = 4 * p.causal + 5 * (p.window > 0);
+            const int extra = 4 * p.causal + 5 * (p.window > 0) + 6 * p.segments;
             const int want = backward ? 18 + extra + 6 * (p.softcap > 0) + 6 * pad + 2 * (p.hq != p.hk) -
                                             p.deterministic
                                       : 10 + extra + 3 * (p.softcap > 0) + 6 * p.padded;

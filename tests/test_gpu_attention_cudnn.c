@@ -15,8 +15,8 @@
  * Beyond those (cuDNN only, against the float64 reference at the same tolerances): head dims
  * 160 and 256, D != Dv (192/128, 128/64, 64/256), sliding windows (2, 8, 64, longer than T),
  * softcap (causal or not, GQA), key padding (Sk = HF's attention_mask, Sq absent: exact; Sk =
- * Sq padded sequences: rows past a length, which cuDNN skips, compared as 0 with dO 0 there)
- * and their mixes (Gemma2's D256 + window + softcap, with padding). Backwards cuDNN is not
+ * Sq padded sequences: rows past a length, which cuDNN skips, compared as 0 with dO 0 there),
+ * packed sequences (Sk = Sq example ids: a document mask, exact) and their mixes (Gemma2's D256 + window + softcap, with padding). Backwards cuDNN is not
  * trusted with (a window of one key; a window with cuDNN <= 9.15's padding workaround) are
  * refused under --attention cudnn and run by fp8run's kernels under auto, checked within 2e-2.
  * Also: --attention cudnn refuses, naming the node, what cuDNN does not take (fp32 precision,
@@ -28,7 +28,8 @@
  * causal bf16, in TFLOP/s of useful work (forward 4 B H T^2 D / 2, backward 2.5 x), the float32
  * <-> bf16 conversions around cuDNN included; then cuDNN's SDPA itself (bf16 I/O) at B8 T2048,
  * H x D = 2048, D 64, 128, 256, for causal, causal + window 512, causal + padded sequences of
- * lengths 1024..2048, causal + softcap 50: TFLOP/s of the (query, key) pairs the mask keeps.
+ * lengths 1024..2048, causal + softcap 50, causal packed sequences (4 examples of 512 per row):
+ * TFLOP/s of the (query, key) pairs the mask keeps.
  * FR_ATTN_PROBE=1 prints which problems this cuDNN plans (head dims, D != Dv, masks, softcap;
  * forward, backward, deterministic backward). */
 #include <math.h>
@@ -211,7 +212,8 @@ typedef struct ncase {
     int causal;
     int64_t window;
     float softcap;
-    int pad;       /* 0: none; 1: Sk = key mask, Sq absent (HF padding); 2: Sk = Sq (padded sequences) */
+    int pad; /* 0: none; 1: Sk = key mask, Sq absent (HF padding); 2: Sk = Sq (padded sequences);
+              * 3: Sk = Sq packed sequences (ids 1, 1, 2, 2, 2, .., then 0 padding) */
     const char *name;
 } ncase;
 
@@ -225,7 +227,7 @@ static void set_new_attrs(tnode *t, const ncase *c, const char *prec)
     set_attrs(t, c->causal, prec);
     if (c->window) TN_ATTR(t, int, "window", c->window);
     if (c->softcap > 0) TN_ATTR(t, float, "softcap", c->softcap);
-    if (c->pad) TN_ATTR(t, string, "seg_form", "padded");
+    if (c->pad) TN_ATTR(t, string, "seg_form", c->pad == 3 ? "packed" : "padded");
 }
 
 /* Rows (of [rows, w] seen flat over the batch dims, t rows per problem) past the length of
@@ -274,15 +276,20 @@ static void run_new(fr_rng *r, const ncase *c, int must)
         FR_ASSERT_OK(fr_tensor_new(FR_I32, 2, sd, "Sk", &Sk));
         for (int64_t b = 0; b < c->b; b++) {
             len[b] = b == 0 ? c->t : 1 + (int64_t)(fr_rng_uniform(r) * (double)(c->t - 1)); /* 1 .. t */
-            for (int64_t j = 0; j < c->t; j++) ((int32_t *)Sk->data)[b * c->t + j] = j < len[b];
+            int32_t id = 1;
+            for (int64_t j = 0; j < c->t; j++) {
+                if (c->pad == 3 && j > 0 && j < len[b] && fr_rng_uniform(r) < 4.0 / (double)c->t) id++;
+                ((int32_t *)Sk->data)[b * c->t + j] = j < len[b] ? (c->pad == 3 ? id : 1) : 0;
+            }
         }
     }
     char what[256];
     snprintf(what, sizeof what, "%s (B%lld H%lld KV%lld T%lld D%lld Dv%lld causal=%d window=%lld softcap=%g pad=%d)",
              c->name, (long long)c->b, (long long)c->h, (long long)c->kv, (long long)c->t, (long long)c->d,
              (long long)c->dv, c->causal, (long long)c->window, (double)c->softcap, c->pad);
-    fr_tensor *ins[6] = {Q, K, V, NULL, Sk, c->pad == 2 ? Sk : NULL};
-    const int n_in = c->pad == 2 ? 6 : c->pad ? 5 : 3;
+    const int with_sq = c->pad >= 2;
+    fr_tensor *ins[6] = {Q, K, V, NULL, Sk, with_sq ? Sk : NULL};
+    const int n_in = with_sq ? 6 : c->pad ? 5 : 3;
     tnode f;
     tn_init_domain(&f, "ai.fp8run", "Attention", 1, n_in, ins, 0u, 2);
     set_new_attrs(&f, c, "bf16");
@@ -290,7 +297,7 @@ static void run_new(fr_rng *r, const ncase *c, int must)
     fr_tensor *dn[TN_MAX];
     const int ran = try_dnn(&f, dn, what, must);
     fr_tensor *Q64 = bf16_f64(Q), *K64 = bf16_f64(K), *V64 = bf16_f64(V);
-    fr_tensor *r_ins[6] = {Q64, K64, V64, NULL, Sk, c->pad == 2 ? Sk : NULL};
+    fr_tensor *r_ins[6] = {Q64, K64, V64, NULL, Sk, with_sq ? Sk : NULL};
     tnode rf;
     tn_init_domain(&rf, "ai.fp8run", "Attention", 1, n_in, r_ins, 0u, 2);
     set_new_attrs(&rf, c, "fp32");
@@ -307,14 +314,14 @@ static void run_new(fr_rng *r, const ncase *c, int must)
         expect_close(dn[0], rf.out[0], TOL_REF, "O", "float64", what);
         expect_close(dn[1], rf.out[1], TOL_LSE, "LSE", "float64", what);
         /* backward from cuDNN's O and LSE (the reference from its own) */
-        fr_tensor *bins[9] = {Q, K, V, dn[0], dn[1], dO, NULL, Sk, c->pad == 2 ? Sk : NULL};
+        fr_tensor *bins[9] = {Q, K, V, dn[0], dn[1], dO, NULL, Sk, with_sq ? Sk : NULL};
         tnode b;
         tn_init_domain(&b, "ai.fp8run", "AttentionGrad", 1, n_in + 3, bins, 0u, 3);
         set_new_attrs(&b, c, "bf16");
         FR_ASSERT_OK(tn_run(&b));
         fr_tensor *gdn[TN_MAX];
         const int bran = try_dnn(&b, gdn, what, must);
-        fr_tensor *rb_ins[9] = {Q64, K64, V64, rf.out[0], rf.out[1], dO64, NULL, Sk, c->pad == 2 ? Sk : NULL};
+        fr_tensor *rb_ins[9] = {Q64, K64, V64, rf.out[0], rf.out[1], dO64, NULL, Sk, with_sq ? Sk : NULL};
         tnode rb;
         tn_init_domain(&rb, "ai.fp8run", "AttentionGrad", 1, n_in + 3, rb_ins, 0u, 3);
         set_new_attrs(&rb, c, "fp32");
@@ -323,7 +330,7 @@ static void run_new(fr_rng *r, const ncase *c, int must)
         if (bran) {
             for (int o = 0; o < 3; o++) expect_close(gdn[o], rb.out[o], TOL_REF, names[o], "float64", what);
             n_new++;
-        } else { /* refused: --attention auto runs it on fp8run's kernels, from cuDNN's forward */
+        } else if (!c->pad) { /* refused: --attention auto runs it on fp8run's kernels, from cuDNN's forward */
             gpu_free_outputs(&b, gdn);
             const long long own = g_auto->attn_runs_own;
             FR_ASSERT_OK(tn_run_gpu_on(g_auto, &b, gdn));
@@ -372,6 +379,10 @@ static void test_new_cases(void)
         /* refused in the backward (fr_cudnn_sdpa_supported says why): fp8run's kernels run it */
         {2, 2, 2, 200, 64, 64, 1, 1, 0, 0, "sliding window 1 (the diagonal only)"},
         {2, 2, 2, 200, 64, 64, 1, 8, 0, 0, "sliding window 8, T 200"},
+        /* packed sequences: a document mask in the score graph (cuDNN 9.9+) */
+        {3, 2, 2, 200, 64, 64, 1, 0, 0, 3, "packed sequences, causal"},
+        {2, 4, 2, 256, 128, 128, 0, 0, 0, 3, "packed sequences, GQA, not causal"},
+        {2, 2, 2, 256, 256, 256, 1, 100, 4.0f, 3, "D256, window, softcap, packed sequences"},
     };
     for (size_t i = 0; i < sizeof must / sizeof must[0]; i++) run_new(&r, &must[i], 1);
     const int before = n_new;
@@ -596,10 +607,17 @@ static void bench_masks(int64_t D)
     int32_t hseq[32] = {0};
     memcpy(hseq, hlen, 8 * 4), memcpy(hseq + 16, hlen + 8, 8 * 4); /* seq_q at 0, seq_kv at 64 bytes */
     CU_ASSERT_EQUAL_FATAL(cudaMemcpy(seq, hseq, sizeof hseq, cudaMemcpyHostToDevice), cudaSuccess);
+    int32_t *seg = NULL, *hseg = malloc((size_t)(B * T) * 4); /* packed: 4 examples of T/4 per row */
+    CU_ASSERT_PTR_NOT_NULL_FATAL(hseg);
+    for (int64_t i = 0; i < B * T; i++) hseg[i] = (int32_t)(1 + (i % T) / (T / 4));
+    CU_ASSERT_EQUAL_FATAL(cudaMalloc((void **)&seg, (size_t)(B * T) * 4), cudaSuccess);
+    CU_ASSERT_EQUAL_FATAL(cudaMemcpy(seg, hseg, (size_t)(B * T) * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    free(hseg);
+    const double packed_pairs = 4.0 * (double)(T / 4) * (double)(T / 4 + 1) / 2;
     const double causal_pairs = (double)T * (double)(T + 1) / 2;
     const double window_pairs = (double)W * (double)(W + 1) / 2 + (double)(T - W) * (double)W;
-    static const char *kinds[4] = {"causal", "window 512", "padding", "softcap 50"};
-    for (int kind = 0; kind < 4; kind++) {
+    static const char *kinds[5] = {"causal", "window 512", "padding", "softcap 50", "packed 4"};
+    for (int kind = 0; kind < 5; kind++) {
         fr_cudnn_sdpa p;
         memset(&p, 0, sizeof p);
         p.b = B, p.hq = H, p.hk = H, p.tq = T, p.tk = T, p.d = D, p.dv = D;
@@ -609,12 +627,16 @@ static void bench_masks(int64_t D)
         p.window = kind == 1 ? W : 0;
         p.padded = kind == 2;
         p.softcap = kind == 3 ? 50.0f : 0;
-        const double pairs = (kind == 1 ? window_pairs : kind == 2 ? pad_pairs / B : causal_pairs) * (double)(B * H);
+        p.segments = kind == 4;
+        const double pairs =
+            (kind == 1 ? window_pairs : kind == 2 ? pad_pairs / B : kind == 4 ? packed_pairs : causal_pairs) *
+            (double)(B * H);
         const double flops = 4.0 * (double)D * pairs;
         fr_cudnn_sdpa_io io;
         memset(&io, 0, sizeof io);
         io.q = q, io.k = k, io.v = v, io.o = o, io.stats = stats, io.dout = dout, io.dq = dq, io.dk = dk, io.dv = dv;
         io.seq_q = seq, io.seq_kv = seq + 16;
+        io.seg_q = seg, io.seg_kv = seg;
         io.scale = 1.0f / sqrtf((float)D);
         const double fms = time_sdpa(&p, &io, 10);
         p.backward = 1;
@@ -624,7 +646,7 @@ static void bench_masks(int64_t D)
                bms > 0 ? 2.5 * flops / (bms * 1e9) : 0);
         fflush(stdout);
     }
-    void *bufs[] = {q, k, v, o, dout, dq, dk, dv, stats, seq};
+    void *bufs[] = {q, k, v, o, dout, dq, dk, dv, stats, seq, seg};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
 }
 

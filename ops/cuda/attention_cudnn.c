@@ -10,7 +10,7 @@
 
 #include "ops/cuda/attention_cudnn_graph.h"
 
-#define MAX_IO 24      /* non-virtual tensors of a graph (18 at most today) */
+#define MAX_IO 24      /* non-virtual tensors of a graph (20 at most today) */
 #define VPACK_CACHE 64 /* variant packs kept per plan (one per node and executor at the shapes trained) */
 #define ALIGN 256
 
@@ -79,7 +79,7 @@ static int same_problem(const fr_cudnn_sdpa *a, const fr_cudnn_sdpa *b)
 {
     return a->b == b->b && a->hq == b->hq && a->hk == b->hk && a->tq == b->tq && a->tk == b->tk && a->d == b->d &&
            a->dv == b->dv && a->causal == b->causal && a->window == b->window && a->softcap == b->softcap &&
-           a->padded == b->padded && a->half == b->half && a->backward == b->backward &&
+           a->padded == b->padded && a->segments == b->segments && a->half == b->half && a->backward == b->backward &&
            a->deterministic == b->deterministic &&
            memcmp(a->sq, b->sq, sizeof a->sq) == 0 && memcmp(a->sk, b->sk, sizeof a->sk) == 0 &&
            memcmp(a->sv, b->sv, sizeof a->sv) == 0 && memcmp(a->so, b->so, sizeof a->so) == 0;
@@ -261,7 +261,11 @@ fr_status fr_cudnn_sdpa_run(fr_cuda_ctx *c, const fr_cudnn_sdpa *problem, const 
     ARG(UID_O, io->o);
     ARG(UID_STATS, io->stats);
     VAL(UID_SCALE, NULL); /* the variant pack's own copy of the scale */
-    if (p->causal || pl->pad || p->padded) VAL(UID_NEG_INF, &pl->neg_inf);
+    if (p->causal || pl->pad || p->padded || p->segments) VAL(UID_NEG_INF, &pl->neg_inf);
+    if (p->segments) {
+        ARG(UID_SEG_Q, io->seg_q);
+        ARG(UID_SEG_KV, io->seg_kv);
+    }
     if (p->softcap > 0) VAL(UID_SOFTCAP, &pl->softcap);
     if (p->window > 0) VAL(UID_WINDOW, &pl->window);
     if (p->padded) {

@@ -73,6 +73,10 @@ typedef struct fr_cudnn_sdpa {
      * seq_kv[b] masked (cuDNN's padding mask; the GEMMs stop there too). Rows past seq_q[b] get
      * O = 0 and no gradient; their Stats are cuDNN's (not read by anything that matters). */
     int padded;
+    /* Segment ids per batch (fr_cudnn_sdpa_io.seg_q [b, tq], seg_kv [b, tk] int32): key j is
+     * visible to query i only when seg_q[b, i] == seg_kv[b, j] (a document mask in the score
+     * graph; no work is skipped). Not with padded. */
+    int segments;
     int half;                           /* I/O dtype: 0 bf16, 1 fp16 (computation in float32) */
     int backward;
     /* Only engines without CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC, and the backward graph as
@@ -104,6 +108,7 @@ typedef struct fr_cudnn_sdpa_io {
     const void *dout; /* backward */
     void *dq, *dk, *dv;
     const int32_t *seq_q, *seq_kv; /* padded: [b] int32 on the device, 16-byte aligned */
+    const int32_t *seg_q, *seg_kv; /* segments: [b, tq], [b, tk] int32 on the device, likewise */
     float scale;
     void *workspace; /* 16-byte aligned, fr_cudnn_sdpa_prepare's bytes */
     size_t workspace_bytes;
@@ -119,6 +124,22 @@ FR_NODISCARD fr_status fr_cudnn_sdpa_check_graph(const frdnn_api *api, size_t ve
                                                  int *graph_finalized, int *n_ops);
 
 /* ---- the nodes (attention_cudnn_node.cu) ---- */
+
+/* Segment ids (Sk, Sq) of a node, as cuDNN takes them. */
+typedef struct fr_cudnn_segs {
+    const fr_tensor *sk, *sq; /* on the device, int32 or int64 [rows, T]; sq NULL: absent */
+    int64_t per_row;          /* Q batch indices (b * hq + h) per row of Sk (fr_attn_seg) */
+} fr_cudnn_segs;
+/* p->padded (seg_form padded: per-sequence lengths) or p->segments (packed with Sq: the ids in
+ * a document mask) for segment ids of seg_form `form` (FR_ATTN_SEG_*): 1, or 0 and why
+ * (general ids, packed without Sq, ids that differ between a sequence's heads). */
+int fr_cudnn_seg_problem(fr_cudnn_sdpa *p, int form, int has_q, int64_t per_row, char *why, size_t n);
+/* Device bytes fr_cudnn_seg_stage needs for p (0 without segment ids). */
+size_t fr_cudnn_seg_bytes(const fr_cudnn_sdpa *p);
+/* The lengths (padded) or per-batch int32 ids (segments) from s into mem (256-byte aligned,
+ * fr_cudnn_seg_bytes), io pointed at them: small kernels on k's stream, no host sync. */
+FR_NODISCARD fr_status fr_cudnn_seg_stage(const fr_cuda_kctx *k, const fr_cudnn_sdpa *p, const fr_cudnn_segs *s,
+                                          void *mem, fr_cudnn_sdpa_io *io);
 
 /* Scratch for cuDNN to run node n of g (0 when it will not: choice fp8run, or a node or shape
  * cuDNN does not take under choice auto). With a device (env->cu) the plan is built here;

@@ -268,6 +268,35 @@ static frdnn_desc window_mask(gb *b, frdnn_desc x, const shp *s, frdnn_desc wind
     return y;
 }
 
+/* Scores x with key j masked for query i unless their segment ids agree (a document mask as
+ * cudnn-frontend's flexible-graph tests write it): the column index compared with itself gives
+ * ones of the scores' shape, which times seg_q [b, 1, tq, 1] and seg_kv [b, 1, 1, tk] broadcast
+ * the ids over rows and columns; CMP_EQ of the two selects. */
+static frdnn_desc segment_mask(gb *b, frdnn_desc x, const shp *s, frdnn_desc seg_q, frdnn_desc seg_kv,
+                               frdnn_desc neg_inf)
+{
+    frdnn_desc col = vt(b, FRDNN_DATA_INT32, s), ones = vt(b, FRDNN_DATA_INT32, s);
+    op_pw(b, FRDNN_POINTWISE_GEN_INDEX, FRDNN_DATA_INT32, x, NULL, NULL, col, 3);
+    op_pw(b, FRDNN_POINTWISE_CMP_LE, FRDNN_DATA_FLOAT, col, col, NULL, ones, 0);
+    frdnn_desc rows = vt(b, FRDNN_DATA_INT32, s), cols = vt(b, FRDNN_DATA_INT32, s);
+    op_pw(b, FRDNN_POINTWISE_MUL, FRDNN_DATA_FLOAT, ones, seg_q, NULL, rows, 0);
+    op_pw(b, FRDNN_POINTWISE_MUL, FRDNN_DATA_FLOAT, ones, seg_kv, NULL, cols, 0);
+    frdnn_desc keep = vt(b, FRDNN_DATA_INT32, s);
+    op_pw(b, FRDNN_POINTWISE_CMP_EQ, FRDNN_DATA_FLOAT, rows, cols, NULL, keep, 0);
+    frdnn_desc y = vt(b, FRDNN_DATA_FLOAT, s);
+    op_pw(b, FRDNN_POINTWISE_BINARY_SELECT, FRDNN_DATA_FLOAT, x, neg_inf, keep, y, 0);
+    return y;
+}
+
+/* The segment id tensors of p. */
+static void seg_tensors(gb *b, const fr_cudnn_sdpa *p, frdnn_desc *seg_q, frdnn_desc *seg_kv)
+{
+    const shp q = shape(p->b, 1, p->tq, 1, (const int64_t[4]){p->tq, p->tq, 1, 1});
+    const shp k = shape(p->b, 1, 1, p->tk, (const int64_t[4]){p->tk, p->tk, p->tk, 1});
+    *seg_q = tensor(b, UID_SEG_Q, FRDNN_DATA_INT32, &q, 0);
+    *seg_kv = tensor(b, UID_SEG_KV, FRDNN_DATA_INT32, &k, 0);
+}
+
 /* c tanh(x / c) (Gemma2's logit softcapping) as cudnn-frontend's Softcap score modifier writes
  * it: DIV, TANH_FWD, MUL; *inner gets x / c, which the backward's derivative reads. */
 static frdnn_desc softcap_fwd(gb *b, frdnn_desc x, const shp *s, frdnn_desc cap, frdnn_desc *inner)
@@ -339,13 +368,16 @@ static void graph_fwd(gb *b, const fr_cudnn_sdpa *p)
     frdnn_desc stats = tensor(b, UID_STATS, f32, &s.rows, 0), scale = scalar(b, UID_SCALE, f32);
     frdnn_desc seq_q = NULL, seq_kv = NULL;
     if (p->padded) seq_tensors(b, p, &seq_q, &seq_kv);
-    frdnn_desc neg_inf = p->causal || p->padded ? scalar(b, UID_NEG_INF, f32) : NULL;
+    frdnn_desc neg_inf = p->causal || p->padded || p->segments ? scalar(b, UID_NEG_INF, f32) : NULL;
+    frdnn_desc seg_q = NULL, seg_kv = NULL;
+    if (p->segments) seg_tensors(b, p, &seg_q, &seg_kv);
 
     frdnn_desc qk = vt(b, f32, &s.scores), x = vt(b, f32, &s.scores), inner = NULL;
     op_matmul(b, Q, KT, qk, seq_q, seq_kv, NULL);
     pw(b, FRDNN_POINTWISE_MUL, qk, scale, x);
     if (p->softcap > 0) x = softcap_fwd(b, x, &s.scores, scalar(b, UID_SOFTCAP, f32), &inner);
     if (p->padded) x = padding_mask(b, x, &s.scores, seq_q, seq_kv, neg_inf);
+    if (p->segments) x = segment_mask(b, x, &s.scores, seg_q, seg_kv, neg_inf);
     x = causal_window(b, p, x, &s.scores, neg_inf);
     /* softmax with its statistics: Stats = max + log(sum exp(x - max)) */
     frdnn_desc mx = vt(b, f32, &s.rows), xm = vt(b, f32, &s.scores), e = vt(b, f32, &s.scores);
@@ -389,7 +421,9 @@ static void graph_bwd(gb *b, const fr_cudnn_sdpa *p, int pad, size_t version)
     frdnn_desc dQ = tensor(b, UID_DQ, io, &s.q, 0), dK = tensor(b, UID_DK, io, &ks, 0);
     frdnn_desc dV = tensor(b, UID_DV, io, &s.v, 0);
     frdnn_desc scale = scalar(b, UID_SCALE, f32), one = scalar(b, UID_ONE, f32);
-    frdnn_desc neg_inf = p->causal || pad ? scalar(b, UID_NEG_INF, f32) : NULL;
+    frdnn_desc neg_inf = p->causal || pad || p->segments ? scalar(b, UID_NEG_INF, f32) : NULL;
+    frdnn_desc seg_q = NULL, seg_kv = NULL;
+    if (p->segments) seg_tensors(b, p, &seg_q, &seg_kv);
     const shp dq_acc_shape = packed(p->b, p->hq, p->tq, p->d);
     frdnn_desc sum = tensor(b, UID_SUM, f32, &s.rows, 0);
     frdnn_desc seq_q = NULL, seq_kv = NULL, cap = NULL, inner = NULL;
@@ -410,6 +444,7 @@ static void graph_bwd(gb *b, const fr_cudnn_sdpa *p, int pad, size_t version)
     pw(b, FRDNN_POINTWISE_MUL, qk, scale, x);
     if (cap) x = softcap_fwd(b, x, &s.scores, cap, &inner);
     if (pad) x = padding_mask(b, x, &s.scores, seq_q, seq_kv, neg_inf);
+    if (p->segments) x = segment_mask(b, x, &s.scores, seg_q, seg_kv, neg_inf);
     frdnn_desc xs = vt(b, f32, &s.scores);
     pw(b, FRDNN_POINTWISE_SUB, x, stats, xs);
     if (pad && version >= 90000 && version < 91000) /* cudnn-frontend masks again there */
@@ -590,13 +625,14 @@ static int64_t max_head_dim(size_t version, int cc_major)
 #define V_WINDOW 90200
 #define V_WINDOW_PADDED 91002
 #define V_SOFTCAP 90400
+#define V_SEGMENTS 90900 /* the document mask of cudnn-frontend's flexible-graph tests */
 
 void fr_cudnn_sdpa_describe_support(size_t version, int cc_major, char *buf, size_t n)
 {
     const int softcap = version >= V_SOFTCAP && (cc_major == 0 || cc_major >= 9);
-    snprintf(buf, n, "head dims multiples of 8 up to %lld (D != Dv allowed), causal%s, key padding (seg_form padded)%s",
+    snprintf(buf, n, "head dims multiples of 8 up to %lld (D != Dv allowed), causal%s, key padding (seg_form padded)%s%s",
              (long long)max_head_dim(version, cc_major), version >= V_WINDOW ? ", sliding window" : "",
-             softcap ? ", softcap" : "");
+             version >= V_SEGMENTS ? ", packed sequences (seg_form packed, Sq given)" : "", softcap ? ", softcap" : "");
 }
 
 int fr_cudnn_sdpa_supported(const fr_cudnn_sdpa *p, size_t version, int cc_major, char *why, size_t n)
@@ -631,6 +667,8 @@ int fr_cudnn_sdpa_supported(const fr_cudnn_sdpa *p, size_t version, int cc_major
     if (p->backward && p->window > 0 && p->window < p->tk && fr_cudnn_needs_padding(p, version))
         NO("a sliding window with Tk %lld not a multiple of 128 in the backward (cuDNN <= 9.15's padding workaround)",
            (long long)p->tk);
+    if (p->segments && (p->padded || version < V_SEGMENTS))
+        NO("segment ids (a document mask: cuDNN 9.9 or newer, not with key lengths)");
     if (p->softcap < 0) NO("a negative softcap");
     if (p->softcap > 0 && (version < V_SOFTCAP || (cc_major && cc_major < 9)))
         NO("softcap (a score modifier: cuDNN 9.4 or newer on compute capability 9.0 or newer)");

@@ -26,6 +26,8 @@ enum {
     UID_SEQ_KV, /* [b] int32 key lengths, likewise */
     UID_SOFTCAP, /* float by value: the cap c of c tanh(s / c) */
     UID_WINDOW,  /* float by value: the sliding window's length */
+    UID_SEG_Q,   /* [b, 1, tq, 1] int32 segment ids of the queries */
+    UID_SEG_KV,  /* [b, 1, 1, tk] int32 segment ids of the keys */
     UID_VIRTUAL = 100, /* virtual tensors from here */
 };
 

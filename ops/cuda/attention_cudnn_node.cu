@@ -3,7 +3,8 @@
  *
  * A node goes to cuDNN when --attention is cudnn or auto and: precision bf16 (cuDNN computes in
  * bf16 with float32 accumulation, as the op's bf16 contract says; fp32 precision stays exact on
- * fp8run's kernels), no additive mask input M, segment ids (Sk, Sq) only with seg_form padded,
+ * fp8run's kernels), no additive mask input M, segment ids (Sk, Sq) only with seg_form padded
+ * or packed (with Sq),
  * K/V batch dims that map onto cuDNN's (batch, query heads, K/V heads) with query head h
  * reading K/V head h / group (MHA, GQA and MQA as the Llama graphs have them), and what this
  * cuDNN takes (fr_cudnn_sdpa_supported: head dims, causal, sliding window, softcap). Under auto
@@ -16,6 +17,10 @@
  * exact). Sq = Sk (padded sequences): queries past the length are padding, which cuDNN skips:
  * their O, LSE and gradients are 0 where the contract would let them attend to the padding
  * keys - outputs no loss reads (a padding row's result reaches a real row through nothing).
+ * Packed sequences (seg_form packed, Sq = Sk): the ids themselves, copied per batch as int32 by
+ * another small kernel, feed a document mask in cuDNN's score graph (exact; every query sees
+ * at least itself, so no row is fully masked - why general ids and packed without Sq, which
+ * may leave rows with no key, stay on fp8run's kernels).
  *
  * The op's tensors are float32: Q, K, V (and O, dO in the backward) are rounded to bf16
  * (round-to-nearest-even, as the op's bf16 precision rounds them) into the scratch, and cuDNN's
@@ -108,20 +113,14 @@ struct Ins {
     fr_dtype tsk, tsq;
 };
 
-/* How the segment ids become cuDNN's per-batch lengths: batch b reads row b * hq / per_row. */
-struct Seg {
-    int on, has_q;
-    int64_t per_row, hq, tk, tq;
-};
-
-/* The cuDNN problem of node n: *ok = 1 and p, scale (and seg for key padding); or *ok = 0 and
+/* The cuDNN problem of node n: *ok = 1 and p, scale (and *per_row for segment ids); or *ok = 0 and
  * why ("" for an empty problem, which no kernel runs). A node whose shapes are invalid is an
  * error (the op's own checks). */
 fr_status problem_of(const fr_node *n, const Ins &in, int backward, int cc_major, fr_cudnn_sdpa *p, float *scale,
-                     Seg *seg, int *ok, char *why, size_t wn)
+                     int64_t *per_row, int *ok, char *why, size_t wn)
 {
     *ok = 0;
-    memset(seg, 0, sizeof *seg);
+    *per_row = 1;
     fr_attn_attrs a;
     FR_TRY(fr_attn_read_attrs(n, in.rq >= 1 ? in.dq[in.rq - 1] : 0, &a));
     fr_attn_geom g;
@@ -133,15 +132,10 @@ fr_status problem_of(const fr_node *n, const Ins &in, int backward, int cc_major
         snprintf(why, wn, "precision fp32 (cuDNN's attention computes in bf16)");
     else if (in.has_mask)
         snprintf(why, wn, "an additive mask input M");
-    else if (sg.has_k && a.seg_form != FR_ATTN_SEG_PADDED)
-        snprintf(why, wn, "segment ids with seg_form %s (cuDNN takes seg_form padded: per-sequence key lengths)",
-                 a.seg_form == FR_ATTN_SEG_PACKED ? "packed" : "general");
     else if (g.batch < 1 || g.Tq < 1 || g.Tk < 1 || g.D < 1 || g.Dv < 1)
         why[0] = 0;
     else if (!heads_of(&g, &B, &Hq, &Hk))
         snprintf(why, wn, "K/V batch dims that are not heads shared by groups of query heads");
-    else if (sg.has_k && sg.per_row % Hq != 0)
-        snprintf(why, wn, "segment ids that differ between the heads of a sequence (cuDNN's lengths are per batch)");
     else {
         memset(p, 0, sizeof *p);
         p->b = B, p->hq = Hq, p->hk = Hk, p->tq = g.Tq, p->tk = g.Tk, p->d = g.D, p->dv = g.Dv;
@@ -153,55 +147,18 @@ fr_status problem_of(const fr_node *n, const Ins &in, int backward, int cc_major
         p->causal = a.causal;
         p->window = a.window;
         p->softcap = a.softcap;
-        p->padded = sg.has_k;
         p->backward = backward;
         *scale = a.scale;
-        if (sg.has_k) seg->on = 1, seg->has_q = sg.has_q, seg->per_row = sg.per_row, seg->hq = Hq, seg->tk = g.Tk,
-                      seg->tq = g.Tq;
-        *ok = fr_cudnn_sdpa_supported(p, fr_cudnn_version(), cc_major, why, wn);
+        *per_row = sg.per_row;
+        *ok = (!sg.has_k || fr_cudnn_seg_problem(p, a.seg_form, sg.has_q, sg.per_row, why, wn)) &&
+              fr_cudnn_sdpa_supported(p, fr_cudnn_version(), cc_major, why, wn);
     }
     return FR_OK;
 }
 
-/* seq_kv[b] = the keys of batch b's segment row that are not padding (id != 0: seg_form padded
- * promises 1..1 0..0); seq_q[b] the same with Sq (equal to Sk, promised), else Tq (HF's rule:
- * every query sees the real keys). One block per batch, on the stream: no host sync, so a CUDA
- * graph can capture it. */
-template <typename T>
-__global__ void seq_lengths_kernel(const T *__restrict__ sk, int64_t tk, int64_t hq, int64_t per_row, int has_q,
-                                   int32_t tq, int32_t *__restrict__ seq_q, int32_t *__restrict__ seq_kv)
-{
-    __shared__ int warp_sum[32];
-    const int64_t b = blockIdx.x, row = b * hq / per_row;
-    int count = 0;
-    for (int64_t j = threadIdx.x; j < tk; j += blockDim.x) count += sk[row * tk + j] != 0;
-    for (int o = 16; o > 0; o >>= 1) count += __shfl_down_sync(0xffffffffu, count, o);
-    if ((threadIdx.x & 31) == 0) warp_sum[threadIdx.x >> 5] = count;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int total = 0;
-        for (int w = 0; w < (int)(blockDim.x >> 5); w++) total += warp_sum[w];
-        seq_kv[b] = total;
-        seq_q[b] = has_q ? total : tq;
-    }
-}
-
-fr_status seq_lengths(const fr_cuda_kctx *k, const Seg &s, const fr_tensor *sk, int64_t batches, int32_t *seq_q,
-                      int32_t *seq_kv)
-{
-    cudaStream_t st = k->cu->stream;
-    if (sk->dtype == FR_I64)
-        seq_lengths_kernel<int64_t><<<(unsigned)batches, 256, 0, st>>>((const int64_t *)sk->data, s.tk, s.hq, s.per_row,
-                                                                       s.has_q, (int32_t)s.tq, seq_q, seq_kv);
-    else
-        seq_lengths_kernel<int32_t><<<(unsigned)batches, 256, 0, st>>>((const int32_t *)sk->data, s.tk, s.hq, s.per_row,
-                                                                       s.has_q, (int32_t)s.tq, seq_q, seq_kv);
-    return fr_cuda_check_launch(k->node, "Attention(cuDNN: key lengths from Sk)");
-}
-
 /* Where the node's buffers live in its scratch. */
 struct Layout {
-    size_t q, k, v, o, dout, dq, dk, dv, stats, seq_q, seq_kv, ws, ws_bytes, total;
+    size_t q, k, v, o, dout, dq, dk, dv, stats, segs, ws, ws_bytes, total;
 };
 
 Layout layout_of(const fr_cudnn_sdpa &p, size_t ws_bytes)
@@ -218,7 +175,7 @@ Layout layout_of(const fr_cudnn_sdpa &p, size_t ws_bytes)
     l.q = take(nq * 2), l.k = take(nk * 2), l.v = take(nv * 2), l.o = take(no * 2);
     if (p.backward) l.dout = take(no * 2), l.dq = take(nq * 2), l.dk = take(nk * 2), l.dv = take(nv * 2);
     l.stats = take((size_t)(p.b * p.hq * p.tq) * sizeof(float));
-    if (p.padded) l.seq_q = take((size_t)p.b * sizeof(int32_t)), l.seq_kv = take((size_t)p.b * sizeof(int32_t));
+    l.segs = take(fr_cudnn_seg_bytes(&p));
     l.ws = take(ws_bytes);
     l.ws_bytes = ws_bytes;
     l.total = off;
@@ -253,7 +210,93 @@ fr_status run_named(fr_cuda_ctx *c, const fr_cudnn_sdpa *p, const fr_cudnn_sdpa_
     return st == FR_OK ? FR_OK : fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
 }
 
+/* seq_kv[b] = the keys of batch b's segment row that are not padding (id != 0: seg_form padded
+ * promises 1..1 0..0); seq_q[b] the same with Sq (equal to Sk, promised), else Tq (HF's rule:
+ * every query sees the real keys). One block per batch, on the stream: no host sync, so a CUDA
+ * graph can capture it. */
+template <typename T>
+__global__ void seq_lengths_kernel(const T *__restrict__ sk, int64_t tk, int64_t hq, int64_t per_row, int has_q,
+                                   int32_t tq, int32_t *__restrict__ seq_q, int32_t *__restrict__ seq_kv)
+{
+    __shared__ int warp_sum[32];
+    const int64_t b = blockIdx.x, row = b * hq / per_row;
+    int count = 0;
+    for (int64_t j = threadIdx.x; j < tk; j += blockDim.x) count += sk[row * tk + j] != 0;
+    for (int o = 16; o > 0; o >>= 1) count += __shfl_down_sync(0xffffffffu, count, o);
+    if ((threadIdx.x & 31) == 0) warp_sum[threadIdx.x >> 5] = count;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int total = 0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++) total += warp_sum[w];
+        seq_kv[b] = total;
+        seq_q[b] = has_q ? total : tq;
+    }
+}
+
+/* seg_q[b, i] = Sq[row, i], seg_kv[b, j] = Sk[row, j] (row = b * hq / per_row) as int32: the
+ * document mask's ids per cuDNN batch. */
+template <typename T>
+__global__ void seg_ids_kernel(const T *__restrict__ sk, const T *__restrict__ sq, int64_t tk, int64_t tq, int64_t hq,
+                               int64_t per_row, int32_t *__restrict__ seg_q, int32_t *__restrict__ seg_kv)
+{
+    const int64_t b = blockIdx.x, row = b * hq / per_row;
+    for (int64_t j = threadIdx.x; j < tk; j += blockDim.x) seg_kv[b * tk + j] = (int32_t)sk[row * tk + j];
+    for (int64_t i = threadIdx.x; i < tq; i += blockDim.x) seg_q[b * tq + i] = (int32_t)sq[row * tq + i];
+}
+
+template <typename T>
+void launch_segs(const fr_cudnn_sdpa *p, const fr_cudnn_segs *s, cudaStream_t st, int32_t *a, int32_t *b)
+{
+    const unsigned grid = (unsigned)p->b;
+    if (p->padded)
+        seq_lengths_kernel<T><<<grid, 256, 0, st>>>((const T *)s->sk->data, p->tk, p->hq, s->per_row, s->sq != NULL,
+                                                    (int32_t)p->tq, a, b);
+    else
+        seg_ids_kernel<T><<<grid, 256, 0, st>>>((const T *)s->sk->data, (const T *)s->sq->data, p->tk, p->tq, p->hq,
+                                                s->per_row, a, b);
+}
+
 } /* namespace */
+
+extern "C" int fr_cudnn_seg_problem(fr_cudnn_sdpa *p, int form, int has_q, int64_t per_row, char *why, size_t n)
+{
+    if (form == FR_ATTN_SEG_GENERAL)
+        return snprintf(why, n, "segment ids with seg_form general (cuDNN takes padded and packed, where no row is "
+                                "fully masked)"), 0;
+    if (form == FR_ATTN_SEG_PACKED && !has_q)
+        return snprintf(why, n, "seg_form packed without Sq (cuDNN takes packed sequences with Sq = Sk)"), 0;
+    if (per_row < 1 || per_row % p->hq != 0)
+        return snprintf(why, n, "segment ids that differ between the heads of a sequence (cuDNN's are per batch)"), 0;
+    p->padded = form == FR_ATTN_SEG_PADDED;
+    p->segments = form == FR_ATTN_SEG_PACKED;
+    return 1;
+}
+
+extern "C" size_t fr_cudnn_seg_bytes(const fr_cudnn_sdpa *p)
+{
+    if (p->padded) return 2 * align_up((size_t)p->b * sizeof(int32_t));
+    if (p->segments) return align_up((size_t)(p->b * p->tq) * sizeof(int32_t)) + align_up((size_t)(p->b * p->tk) * 4);
+    return 0;
+}
+
+extern "C" fr_status fr_cudnn_seg_stage(const fr_cuda_kctx *k, const fr_cudnn_sdpa *p, const fr_cudnn_segs *s, void *mem,
+                                        fr_cudnn_sdpa_io *io)
+{
+    if (!p->padded && !p->segments) return FR_OK;
+    if (!s->sk || (p->segments && !s->sq))
+        return fr_node_error(k->node, FR_ERR_INTERNAL, "cuDNN attention: segment ids missing at run time");
+    if (s->sq && s->sq->dtype != s->sk->dtype)
+        return fr_node_error(k->node, FR_ERR_UNSUPPORTED, "Sk is %s and Sq %s: cuDNN's path takes one dtype for both",
+                             fr_dtype_name(s->sk->dtype), fr_dtype_name(s->sq->dtype));
+    int32_t *a = (int32_t *)mem;
+    int32_t *b = (int32_t *)((char *)mem + align_up((size_t)(p->padded ? p->b : p->b * p->tq) * sizeof(int32_t)));
+    if (s->sk->dtype == FR_I64) launch_segs<int64_t>(p, s, k->cu->stream, a, b);
+    else launch_segs<int32_t>(p, s, k->cu->stream, a, b);
+    if (p->padded) io->seq_q = a, io->seq_kv = b;
+    else io->seg_q = a, io->seg_kv = b;
+    return fr_cuda_check_launch(k->node, p->padded ? "Attention(cuDNN: key lengths from Sk)"
+                                                   : "Attention(cuDNN: segment ids from Sk, Sq)");
+}
 
 extern "C" fr_status fr_attn_cudnn_scratch(const fr_cuda_plan_env *env, const fr_graph *g, const fr_node *n,
                                            int backward, size_t *bytes)
@@ -277,8 +320,8 @@ extern "C" fr_status fr_attn_cudnn_scratch(const fr_cuda_plan_env *env, const fr
     float scale = 0;
     int ok = 0;
     char why[512];
-    Seg seg;
-    FR_TRY(problem_of(n, in, backward, env->cu ? env->cu->cc_major : 0, &p, &scale, &seg, &ok, why, sizeof why));
+    int64_t per_row = 1;
+    FR_TRY(problem_of(n, in, backward, env->cu ? env->cu->cc_major : 0, &p, &scale, &per_row, &ok, why, sizeof why));
     const char *lib_why = NULL;
     if (ok && !fr_cudnn(&lib_why)) snprintf(why, sizeof why, "%s", lib_why), ok = 0;
     if (!ok) return why[0] ? decline(env->cu, env->attention, n, why) : FR_OK;
@@ -312,8 +355,8 @@ extern "C" fr_status fr_attn_cudnn_run(const fr_cuda_kctx *k, int backward, int 
     float scale = 0;
     int ok = 0;
     char why[512];
-    Seg seg;
-    FR_TRY(problem_of(n, in, backward, c->cc_major, &p, &scale, &seg, &ok, why, sizeof why));
+    int64_t per_row = 1;
+    FR_TRY(problem_of(n, in, backward, c->cc_major, &p, &scale, &per_row, &ok, why, sizeof why));
     size_t ws = 0;
     if (ok) {
         const fr_status st = fr_cudnn_sdpa_prepare(c, &p, &ws);
@@ -343,17 +386,14 @@ extern "C" fr_status fr_attn_cudnn_run(const fr_cuda_kctx *k, int backward, int 
     io.scale = scale;
     io.workspace = s + l.ws;
     io.workspace_bytes = l.ws_bytes;
-    if (p.padded) {
-        int32_t *seq_q = (int32_t *)(s + l.seq_q), *seq_kv = (int32_t *)(s + l.seq_kv);
-        FR_TRY(seq_lengths(k, seg, sk, p.b, seq_q, seq_kv));
-        io.seq_q = seq_q, io.seq_kv = seq_kv;
-    }
+    const fr_cudnn_segs segs = {sk, sq, per_row};
+    FR_TRY(fr_cudnn_seg_stage(k, &p, &segs, s + l.segs, &io));
     float *stats = (float *)(s + l.stats);
     if (!backward) {
         fr_tensor *lse = k->n_out > 1 ? k->out[1] : NULL;
         const bool direct = lse && ((uintptr_t)lse->data & 15) == 0; /* else through the scratch */
         io.stats = direct ? (float *)lse->data : stats;
-        if (p.padded && seg.has_q) { /* rows past a length are skipped: 0 there, not stale scratch */
+        if (p.padded && sq) { /* rows past a length are skipped: 0 there, not stale scratch */
             FR_CUDA_TRY(cudaMemsetAsync(o16, 0, (size_t)no * sizeof(bf16), st));
             FR_CUDA_TRY(cudaMemsetAsync(io.stats, 0, (size_t)rows * sizeof(float), st));
         }

@@ -1,8 +1,9 @@
 /* CUDA kernels of AttentionQKV / AttentionQKVGrad (ops/attention_qkv.h).
  *
  * Two paths, chosen per node as the plain Attention chooses (--attention, attention_cudnn.h):
- *  - cuDNN (precision bf16, no segment ids, cuDNN loads and takes the problem: head dims, causal,
- *    sliding window, softcap as fr_cudnn_sdpa_supported says): one pass rounds the
+ *  - cuDNN (precision bf16, cuDNN loads and takes the problem: head dims, causal, sliding
+ *    window, softcap, segment ids of seg_form padded or packed as attention_cudnn.h says): one
+ *    pass rounds the
  *    packed X to bf16 in its own layout (X already bf16 when narrowed: a copy then), RoPE applied to the Q and K columns; cuDNN reads Q, K,
  *    V from it by strides ([B, T, heads, D] is its "BSHD" layout) and writes O as
  *    [B, T, Hq, Dv], widened into the output. Backward: X staged the same way, O and dO rounded
@@ -174,16 +175,24 @@ struct Node {
     fr_attn_qkv_geom q;
     fr_attn_attrs a;
     Geo g;
-    int seg; /* segment ids Sk / Sq given */
+    int seg, seg_q;      /* segment ids Sk (and Sq) given */
+    int64_t seg_per_row; /* Q batch indices (b * Hq + h) per row of Sk; 0: rows that fit no rule */
 };
+
+/* The segment inputs' shape: Sk [R, T] (rk, dk; rk = 0: absent), Sq given or not. */
+void seg_of(Node *p, int rk, const int64_t *dk, int has_q)
+{
+    const int64_t batch = p->q.B * p->q.Hq, rows = rk == 2 ? dk[0] : 0;
+    p->seg = rk > 0, p->seg_q = has_q;
+    p->seg_per_row = rows == batch ? 1 : rows == p->q.B ? p->q.Hq : rows == 1 ? batch : 0;
+}
 
 fr_status node_of(const fr_node *n, int rx, const int64_t *dx, const fr_value *c, const fr_value *s, Node *p)
 {
     FR_TRY(fr_attn_qkv_geometry(n, rx, dx, c ? c->rank : 0, c ? c->dims : NULL, s ? s->rank : 0, s ? s->dims : NULL,
                                 &p->q));
     FR_TRY(fr_attn_read_attrs(n, p->q.D, &p->a));
-    const int seg_in = strcmp(n->op_type, "AttentionQKVGrad") == 0 ? 6 : 3;
-    p->seg = fr_attn_has_input(n, seg_in) || fr_attn_has_input(n, seg_in + 1);
+    p->seg = p->seg_q = 0, p->seg_per_row = 1;
     const fr_attn_qkv_geom &q = p->q;
     p->g = Geo{q.B, q.T, q.W, q.Hq, q.Hk, q.D, q.Dv, q.rotary, q.interleaved, q.cos_b, q.sin_b};
     return FR_OK;
@@ -218,7 +227,11 @@ fr_status node_of_graph(const fr_graph *g, const fr_node *n, int backward, Node 
     const fr_value *x = &g->values[n->inputs[0]];
     const fr_value *c = n->n_inputs > ci + 1 && n->inputs[ci] >= 0 ? &g->values[n->inputs[ci]] : NULL;
     const fr_value *s = c && n->inputs[ci + 1] >= 0 ? &g->values[n->inputs[ci + 1]] : NULL;
-    return node_of(n, x->rank, x->dims, c, s, p);
+    FR_TRY(node_of(n, x->rank, x->dims, c, s, p));
+    const int si = backward ? 6 : 3; /* Sk, Sq after cos, sin */
+    const fr_value *sk = fr_attn_has_input(n, si) ? &g->values[n->inputs[si]] : NULL;
+    seg_of(p, sk ? sk->rank : 0, sk ? sk->dims : NULL, fr_attn_has_input(n, si + 1));
+    return FR_OK;
 }
 
 /* cuDNN's problem: Q, K, V read from the packed bf16 copy of X, O [B, T, Hq, Dv]. */
@@ -238,22 +251,23 @@ fr_cudnn_sdpa sdpa_of(const Node &p, int backward)
     return s;
 }
 
-/* Whether cuDNN may run the node (before planning): why not into why. */
-int cudnn_eligible(const Node &p, const fr_cudnn_sdpa &s, int cc_major, char *why, size_t wn)
+/* Whether cuDNN may run the node (before planning): why not into why. The segment ids' form
+ * goes into s. */
+int cudnn_eligible(const Node &p, fr_cudnn_sdpa &s, int cc_major, char *why, size_t wn)
 {
     const char *lib_why = NULL;
     if (!p.a.bf16) return snprintf(why, wn, "precision fp32 (cuDNN's attention computes in bf16)"), 0;
-    if (p.seg) return snprintf(why, wn, "segment ids (AttentionQKV's cuDNN path does not take Sk, Sq)"), 0;
+    if (p.seg && !fr_cudnn_seg_problem(&s, p.a.seg_form, p.seg_q, p.seg_per_row, why, wn)) return 0;
     if (!fr_cudnn_sdpa_supported(&s, fr_cudnn_version(), cc_major, why, wn)) return 0;
     if (!fr_cudnn(&lib_why)) return snprintf(why, wn, "%s", lib_why), 0;
     return 1;
 }
 
 struct CudnnLayout {
-    size_t x16, o16, do16, dx16, stats, ws, ws_bytes, total;
+    size_t x16, o16, do16, dx16, stats, segs, ws, ws_bytes, total;
 };
 
-CudnnLayout cudnn_layout(const Node &p, int backward, size_t ws)
+CudnnLayout cudnn_layout(const Node &p, const fr_cudnn_sdpa &s, int backward, size_t ws)
 {
     CudnnLayout l = {};
     Bump bump;
@@ -263,6 +277,7 @@ CudnnLayout cudnn_layout(const Node &p, int backward, size_t ws)
     l.x16 = take(nx * 2), l.o16 = take(no * 2);
     if (backward) l.do16 = take(no * 2), l.dx16 = take(nx * 2);
     l.stats = take((size_t)(q.B * q.Hq * q.T) * sizeof(float));
+    l.segs = take(fr_cudnn_seg_bytes(&s));
     l.ws = take(ws);
     l.ws_bytes = ws;
     l.total = bump.off;
@@ -505,7 +520,7 @@ fr_status qkv_scratch_env(const fr_cuda_plan_env *env, const fr_graph *g, const 
     FR_TRY(inner_scratch(n, p, backward, &inner));
     *bytes = own_layout(p, backward, inner).total;
     if (env->attention == FR_CUDA_ATTN_FP8RUN) return FR_OK;
-    const fr_cudnn_sdpa s = sdpa_of(p, backward);
+    fr_cudnn_sdpa s = sdpa_of(p, backward);
     char why[512];
     if (!cudnn_eligible(p, s, env->cu ? env->cu->cc_major : 0, why, sizeof why)) {
         if (env->attention == FR_CUDA_ATTN_CUDNN)
@@ -526,7 +541,7 @@ fr_status qkv_scratch_env(const fr_cuda_plan_env *env, const fr_graph *g, const 
         }
         if (st != FR_OK) return fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
     }
-    const size_t dn = cudnn_layout(p, backward, ws).total;
+    const size_t dn = cudnn_layout(p, s, backward, ws).total;
     if (dn > *bytes) *bytes = dn;
     return FR_OK;
 }
@@ -546,7 +561,7 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
     fr_cuda_ctx *c = k->cu;
     const fr_node *n = k->node;
     if (c->attention == FR_CUDA_ATTN_FP8RUN) return FR_OK;
-    const fr_cudnn_sdpa s = sdpa_of(p, backward);
+    fr_cudnn_sdpa s = sdpa_of(p, backward);
     char why[512];
     int ok = cudnn_eligible(p, s, c->cc_major, why, sizeof why);
     size_t ws = 0;
@@ -560,7 +575,7 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
             return fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
         }
     }
-    const CudnnLayout l = ok ? cudnn_layout(p, backward, ws) : CudnnLayout{};
+    const CudnnLayout l = ok ? cudnn_layout(p, s, backward, ws) : CudnnLayout{};
     if (ok && (!k->scratch || k->scratch_bytes < l.total))
         snprintf(why, sizeof why, "its scratch (%zu bytes) was planned without cuDNN (%zu needed)", k->scratch_bytes,
                  l.total), ok = 0;
@@ -591,6 +606,10 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
     io.scale = p.a.scale;
     io.workspace = sc + l.ws;
     io.workspace_bytes = l.ws_bytes;
+    const int si = backward ? 6 : 3; /* Sk, Sq after cos, sin */
+    const fr_cudnn_segs segs = {k->n_in > si ? k->in[si] : NULL, k->n_in > si + 1 ? k->in[si + 1] : NULL,
+                                p.seg_per_row};
+    FR_TRY(fr_cudnn_seg_stage(k, &s, &segs, sc + l.segs, &io));
     float *stats = (float *)(sc + l.stats);
     const size_t stats_bytes = (size_t)(q.B * q.Hq * q.T) * sizeof(float);
     if (!backward) {
@@ -599,6 +618,10 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
         io.stats = direct ? (float *)lse->data : stats;
         const bool o_direct = ot->dtype == FR_BF16 && qkv_fast::aligned16(ot->data); /* o_dtype bfloat16 */
         if (o_direct) io.o = ot->data;
+        if (s.padded && segs.sq) { /* rows past a length are skipped (attention_cudnn_node.cu): 0 there */
+            FR_CUDA_TRY(cudaMemsetAsync(io.o, 0, (size_t)no * 2, stream));
+            FR_CUDA_TRY(cudaMemsetAsync(io.stats, 0, stats_bytes, stream));
+        }
         const fr_status st = fr_cudnn_sdpa_run(c, &s, &io);
         if (st != FR_OK) return fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
         if (ot->dtype == FR_BF16) { /* [B, T, Hq, Dv] is the output's layout */
@@ -642,6 +665,8 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
                              (!q.rotary || rot_geo(p, cs, sn, &g8));
         bf16 *dst = into_dx ? (bf16 *)dxt->data : dx16;
         io.dq = dst, io.dk = dst + q.k_off, io.dv = dst + q.v_off;
+        if (s.padded) /* queries and keys past a length get no gradient: 0, not stale memory */
+            FR_CUDA_TRY(cudaMemsetAsync(dst, 0, (size_t)(q.B * q.T * q.W) * 2, stream));
         const fr_status st = fr_cudnn_sdpa_run(c, &s, &io);
         if (st != FR_OK) return fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
         if (!into_dx)
@@ -724,7 +749,8 @@ fr_status run_own(const fr_cuda_kctx *k, const Node &p, int backward)
  * staging reads them, the computation is float32 as ever) */
 fr_status check_f32(const fr_cuda_kctx *k, int backward)
 {
-    for (int i = 0; i < k->n_in; i++) {
+    const int n_float = k->n_in < (backward ? 6 : 3) ? k->n_in : backward ? 6 : 3; /* then Sk, Sq: integers */
+    for (int i = 0; i < n_float; i++) {
         const int bf_ok = i == 0 || (backward && (i == 1 || i == 3));
         if (k->in[i] && k->in[i]->dtype != FR_F32 && !(bf_ok && k->in[i]->dtype == FR_BF16))
             return fr_node_error(k->node, FR_ERR_UNSUPPORTED, "input %d is %s: the CUDA kernels take float32%s", i,
@@ -755,6 +781,11 @@ fr_status run(const fr_cuda_kctx *k, int backward)
     if (c) cv.rank = c->rank, memcpy(cv.dims, c->dims, sizeof c->dims);
     if (s) sv.rank = s->rank, memcpy(sv.dims, s->dims, sizeof s->dims);
     FR_TRY(node_of(n, x->rank, x->dims, c ? &cv : NULL, s ? &sv : NULL, &p));
+    {
+        const int si = backward ? 6 : 3;
+        const fr_tensor *skt = k->n_in > si ? k->in[si] : NULL, *sqt = k->n_in > si + 1 ? k->in[si + 1] : NULL;
+        seg_of(&p, skt ? skt->rank : 0, skt ? skt->dims : NULL, sqt != NULL);
+    }
     const fr_attn_qkv_geom &q = p.q;
     int64_t od[3];
     const int orank = fr_attn_qkv_out_dims(&q, od);
