@@ -659,14 +659,9 @@ int fr_cudnn_sdpa_supported(const fr_cudnn_sdpa *p, size_t version, int cc_major
     if (p->window > 0 && p->padded && version < V_WINDOW_PADDED)
         NO("a sliding window with key padding (cuDNN 9.10.2 or newer)");
     /* Seen on an H200 with cuDNN 9.14: the backward with a window of one key (the diagonal
-     * only) gives inf in dQ and dK where its forward is right. Until a version is known to fix
-     * it, fp8run's kernels run that backward; a shorter window than Tk together with the
-     * padding-mask workaround (Tk not a multiple of 128 on <= 9.15) likewise, the other case
-     * that was not seen right. */
+     * only) gives inf in dQ and dK where its forward is right (windows of 2, 8, 64 and longer
+     * ones were right). Until a version is known to fix it, fp8run's kernels run that backward. */
     if (p->backward && p->window == 1) NO("a sliding window of one key in the backward (cuDNN 9.14 gives inf there)");
-    if (p->backward && p->window > 0 && p->window < p->tk && fr_cudnn_needs_padding(p, version))
-        NO("a sliding window with Tk %lld not a multiple of 128 in the backward (cuDNN <= 9.15's padding workaround)",
-           (long long)p->tk);
     if (p->segments && (p->padded || version < V_SEGMENTS))
         NO("segment ids (a document mask: cuDNN 9.9 or newer, not with key lengths)");
     if (p->softcap < 0) NO("a negative softcap");
