@@ -20,7 +20,7 @@
 #include "tests/harness.h"
 #include "ops/op.h"
 
-#define TN_MAX 10 /* inputs / outputs a test node can have (AttentionGrad with M, Sk, Sq: 9) */
+#define TN_MAX 10 /* inputs / outputs a test node can have */
 
 typedef struct tnode {
     fr_graph *g;

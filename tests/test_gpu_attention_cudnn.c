@@ -351,8 +351,7 @@ static void run_new(fr_rng *r, const ncase *c, int must)
         } else if (bran) {
             for (int o = 0; o < 3; o++) expect_close(gdn[o], rb.out[o], TOL_REF, names[o], "float64", what);
             n_new++;
-        } else if (!c->pad && !(c->softcap > 0)) { /* refused: --attention auto runs it on fp8run's kernels
-                                                     * (which take no segments or softcap yet) from cuDNN's forward */
+        } else { /* refused: --attention auto runs it on fp8run's kernels, from cuDNN's forward */
             gpu_free_outputs(&b, gdn);
             if (!g_auto_new) { /* its own context: the refusal test reads g_auto's first note */
                 FR_ASSERT_OK(fr_cuda_ctx_create(-1, &g_auto_new));

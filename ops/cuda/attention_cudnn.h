@@ -128,12 +128,12 @@ FR_NODISCARD fr_status fr_cudnn_sdpa_check_graph(const frdnn_api *api, size_t ve
 /* Segment ids (Sk, Sq) of a node, as cuDNN takes them. */
 typedef struct fr_cudnn_segs {
     const fr_tensor *sk, *sq; /* on the device, int32 or int64 [rows, T]; sq NULL: absent */
-    int64_t per_row;          /* Q batch indices (b * hq + h) per row of Sk (fr_attn_seg) */
 } fr_cudnn_segs;
 /* p->padded (seg_form padded: per-sequence lengths) or p->segments (packed with Sq: the ids in
- * a document mask) for segment ids of seg_form `form` (FR_ATTN_SEG_*): 1, or 0 and why
+ * a document mask) for segment ids of seg_form `form` (FR_ATTN_SEG_*) whose Sk has `rows` rows
+ * (b * hq: one per problem; b: one per sequence, heads broadcast; or 1): 1, or 0 and why
  * (general ids, packed without Sq, ids that differ between a sequence's heads). */
-int fr_cudnn_seg_problem(fr_cudnn_sdpa *p, int form, int has_q, int64_t per_row, char *why, size_t n);
+int fr_cudnn_seg_problem(fr_cudnn_sdpa *p, int form, int has_q, int64_t rows, char *why, size_t n);
 /* Device bytes fr_cudnn_seg_stage needs for p (0 without segment ids). */
 size_t fr_cudnn_seg_bytes(const fr_cudnn_sdpa *p);
 /* The lengths (padded) or per-batch int32 ids (segments) from s into mem (256-byte aligned,

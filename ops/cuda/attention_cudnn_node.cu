@@ -113,14 +113,13 @@ struct Ins {
     fr_dtype tsk, tsq;
 };
 
-/* The cuDNN problem of node n: *ok = 1 and p, scale (and *per_row for segment ids); or *ok = 0 and
+/* The cuDNN problem of node n: *ok = 1 and p, scale; or *ok = 0 and
  * why ("" for an empty problem, which no kernel runs). A node whose shapes are invalid is an
  * error (the op's own checks). */
 fr_status problem_of(const fr_node *n, const Ins &in, int backward, int cc_major, fr_cudnn_sdpa *p, float *scale,
-                     int64_t *per_row, int *ok, char *why, size_t wn)
+                     int *ok, char *why, size_t wn)
 {
     *ok = 0;
-    *per_row = 1;
     fr_attn_attrs a;
     FR_TRY(fr_attn_read_attrs(n, in.rq >= 1 ? in.dq[in.rq - 1] : 0, &a));
     fr_attn_geom g;
@@ -149,8 +148,7 @@ fr_status problem_of(const fr_node *n, const Ins &in, int backward, int cc_major
         p->softcap = a.softcap;
         p->backward = backward;
         *scale = a.scale;
-        *per_row = sg.per_row;
-        *ok = (!sg.has_k || fr_cudnn_seg_problem(p, a.seg_form, sg.has_q, sg.per_row, why, wn)) &&
+        *ok = (!sg.has_k || fr_cudnn_seg_problem(p, a.seg_form, sg.has_q, sg.rows, why, wn)) &&
               fr_cudnn_sdpa_supported(p, fr_cudnn_version(), cc_major, why, wn);
     }
     return FR_OK;
@@ -245,21 +243,31 @@ __global__ void seg_ids_kernel(const T *__restrict__ sk, const T *__restrict__ s
 }
 
 template <typename T>
-void launch_segs(const fr_cudnn_sdpa *p, const fr_cudnn_segs *s, cudaStream_t st, int32_t *a, int32_t *b)
+void launch_segs(const fr_cudnn_sdpa *p, const fr_cudnn_segs *s, int64_t per_row, cudaStream_t st, int32_t *a,
+                 int32_t *b)
 {
     const unsigned grid = (unsigned)p->b;
     if (p->padded)
-        seq_lengths_kernel<T><<<grid, 256, 0, st>>>((const T *)s->sk->data, p->tk, p->hq, s->per_row, s->sq != NULL,
+        seq_lengths_kernel<T><<<grid, 256, 0, st>>>((const T *)s->sk->data, p->tk, p->hq, per_row, s->sq != NULL,
                                                     (int32_t)p->tq, a, b);
     else
         seg_ids_kernel<T><<<grid, 256, 0, st>>>((const T *)s->sk->data, (const T *)s->sq->data, p->tk, p->tq, p->hq,
-                                                s->per_row, a, b);
+                                                per_row, a, b);
 }
 
 } /* namespace */
 
-extern "C" int fr_cudnn_seg_problem(fr_cudnn_sdpa *p, int form, int has_q, int64_t per_row, char *why, size_t n)
+/* Q batch indices (b * hq + h) per row of Sk with `rows` rows: one per problem, per sequence
+ * (heads broadcast) or one for all; 0 when none fits. */
+static int64_t per_row_of(const fr_cudnn_sdpa *p, int64_t rows)
 {
+    const int64_t batch = p->b * p->hq;
+    return rows == batch ? 1 : rows == p->b ? p->hq : rows == 1 ? batch : 0;
+}
+
+extern "C" int fr_cudnn_seg_problem(fr_cudnn_sdpa *p, int form, int has_q, int64_t rows, char *why, size_t n)
+{
+    const int64_t per_row = per_row_of(p, rows);
     if (form == FR_ATTN_SEG_GENERAL)
         return snprintf(why, n, "segment ids with seg_form general (cuDNN takes padded and packed, where no row is "
                                 "fully masked)"), 0;
@@ -290,8 +298,11 @@ extern "C" fr_status fr_cudnn_seg_stage(const fr_cuda_kctx *k, const fr_cudnn_sd
                              fr_dtype_name(s->sk->dtype), fr_dtype_name(s->sq->dtype));
     int32_t *a = (int32_t *)mem;
     int32_t *b = (int32_t *)((char *)mem + align_up((size_t)(p->padded ? p->b : p->b * p->tq) * sizeof(int32_t)));
-    if (s->sk->dtype == FR_I64) launch_segs<int64_t>(p, s, k->cu->stream, a, b);
-    else launch_segs<int32_t>(p, s, k->cu->stream, a, b);
+    const int64_t per_row = per_row_of(p, s->sk->rank == 2 ? s->sk->dims[0] : 0);
+    if (per_row < 1 || per_row % p->hq)
+        return fr_node_error(k->node, FR_ERR_INTERNAL, "cuDNN attention: segment ids of another shape at run time");
+    if (s->sk->dtype == FR_I64) launch_segs<int64_t>(p, s, per_row, k->cu->stream, a, b);
+    else launch_segs<int32_t>(p, s, per_row, k->cu->stream, a, b);
     if (p->padded) io->seq_q = a, io->seq_kv = b;
     else io->seg_q = a, io->seg_kv = b;
     return fr_cuda_check_launch(k->node, p->padded ? "Attention(cuDNN: key lengths from Sk)"
@@ -320,8 +331,7 @@ extern "C" fr_status fr_attn_cudnn_scratch(const fr_cuda_plan_env *env, const fr
     float scale = 0;
     int ok = 0;
     char why[512];
-    int64_t per_row = 1;
-    FR_TRY(problem_of(n, in, backward, env->cu ? env->cu->cc_major : 0, &p, &scale, &per_row, &ok, why, sizeof why));
+    FR_TRY(problem_of(n, in, backward, env->cu ? env->cu->cc_major : 0, &p, &scale, &ok, why, sizeof why));
     const char *lib_why = NULL;
     if (ok && !fr_cudnn(&lib_why)) snprintf(why, sizeof why, "%s", lib_why), ok = 0;
     if (!ok) return why[0] ? decline(env->cu, env->attention, n, why) : FR_OK;
@@ -355,8 +365,7 @@ extern "C" fr_status fr_attn_cudnn_run(const fr_cuda_kctx *k, int backward, int 
     float scale = 0;
     int ok = 0;
     char why[512];
-    int64_t per_row = 1;
-    FR_TRY(problem_of(n, in, backward, c->cc_major, &p, &scale, &per_row, &ok, why, sizeof why));
+    FR_TRY(problem_of(n, in, backward, c->cc_major, &p, &scale, &ok, why, sizeof why));
     size_t ws = 0;
     if (ok) {
         const fr_status st = fr_cudnn_sdpa_prepare(c, &p, &ws);
@@ -386,7 +395,7 @@ extern "C" fr_status fr_attn_cudnn_run(const fr_cuda_kctx *k, int backward, int 
     io.scale = scale;
     io.workspace = s + l.ws;
     io.workspace_bytes = l.ws_bytes;
-    const fr_cudnn_segs segs = {sk, sq, per_row};
+    const fr_cudnn_segs segs = {sk, sq};
     FR_TRY(fr_cudnn_seg_stage(k, &p, &segs, s + l.segs, &io));
     float *stats = (float *)(s + l.stats);
     if (!backward) {

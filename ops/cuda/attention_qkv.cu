@@ -1,17 +1,15 @@
 /* CUDA kernels of AttentionQKV / AttentionQKVGrad (ops/attention_qkv.h).
  *
  * Two paths, chosen per node as the plain Attention chooses (--attention, attention_cudnn.h):
- *  - cuDNN (precision bf16, cuDNN loads and takes the problem: head dims, causal, sliding
- *    window, softcap, segment ids of seg_form padded or packed as attention_cudnn.h says): one
- *    pass rounds the
- *    packed X to bf16 in its own layout (X already bf16 when narrowed: a copy then), RoPE applied to the Q and K columns; cuDNN reads Q, K,
+ *  - cuDNN (precision bf16, cuDNN loads and takes the problem: head dims, masks, softcap,
+ *    segment ids as attention_cudnn.h says): one pass rounds the packed X to bf16 in its own layout (X already bf16 when narrowed: a copy then), RoPE applied to the Q and K columns; cuDNN reads Q, K,
  *    V from it by strides ([B, T, heads, D] is its "BSHD" layout) and writes O as
  *    [B, T, Hq, Dv], widened into the output. Backward: X staged the same way, O and dO rounded
  *    to bf16, cuDNN writes dQ, dK, dV into one packed bf16 buffer laid out as X, and one pass
  *    applies RoPE's transpose to the dQ and dK columns while it widens that into dX.
  *  - fp8run's kernels (ops/cuda/attention.cu, through its kernel table): X is unpacked into
  *    float32 [B, heads, T, D] copies (RoPE applied), the Attention / AttentionGrad kernels run on
- *    them, and O (or dQ, dK, dV) is packed back.
+ *    them (with the node's softcap and segment ids Sk, Sq), and O (or dQ, dK, dV) is packed back.
  * X may be bfloat16 (passes/narrow_activations.h): the staging kernels widen it as they load
  * it (16-byte loads of 8 elements), everything after is the float32 path's; on cuDNN's path
  * the sections that need no RoPE (V; all of X without RoPE) are read from X itself.
@@ -175,24 +173,15 @@ struct Node {
     fr_attn_qkv_geom q;
     fr_attn_attrs a;
     Geo g;
-    int seg, seg_q;      /* segment ids Sk (and Sq) given */
-    int64_t seg_per_row; /* Q batch indices (b * Hq + h) per row of Sk; 0: rows that fit no rule */
+    int64_t seg_rows, seg_q; /* Sk's rows (0: no segment ids), Sq given */
 };
-
-/* The segment inputs' shape: Sk [R, T] (rk, dk; rk = 0: absent), Sq given or not. */
-void seg_of(Node *p, int rk, const int64_t *dk, int has_q)
-{
-    const int64_t batch = p->q.B * p->q.Hq, rows = rk == 2 ? dk[0] : 0;
-    p->seg = rk > 0, p->seg_q = has_q;
-    p->seg_per_row = rows == batch ? 1 : rows == p->q.B ? p->q.Hq : rows == 1 ? batch : 0;
-}
 
 fr_status node_of(const fr_node *n, int rx, const int64_t *dx, const fr_value *c, const fr_value *s, Node *p)
 {
     FR_TRY(fr_attn_qkv_geometry(n, rx, dx, c ? c->rank : 0, c ? c->dims : NULL, s ? s->rank : 0, s ? s->dims : NULL,
                                 &p->q));
     FR_TRY(fr_attn_read_attrs(n, p->q.D, &p->a));
-    p->seg = p->seg_q = 0, p->seg_per_row = 1;
+    p->seg_rows = 0, p->seg_q = 0;
     const fr_attn_qkv_geom &q = p->q;
     p->g = Geo{q.B, q.T, q.W, q.Hq, q.Hk, q.D, q.Dv, q.rotary, q.interleaved, q.cos_b, q.sin_b};
     return FR_OK;
@@ -229,8 +218,8 @@ fr_status node_of_graph(const fr_graph *g, const fr_node *n, int backward, Node 
     const fr_value *s = c && n->inputs[ci + 1] >= 0 ? &g->values[n->inputs[ci + 1]] : NULL;
     FR_TRY(node_of(n, x->rank, x->dims, c, s, p));
     const int si = backward ? 6 : 3; /* Sk, Sq after cos, sin */
-    const fr_value *sk = fr_attn_has_input(n, si) ? &g->values[n->inputs[si]] : NULL;
-    seg_of(p, sk ? sk->rank : 0, sk ? sk->dims : NULL, fr_attn_has_input(n, si + 1));
+    p->seg_rows = fr_attn_has_input(n, si) ? g->values[n->inputs[si]].dims[0] : 0;
+    p->seg_q = fr_attn_has_input(n, si + 1);
     return FR_OK;
 }
 
@@ -245,19 +234,17 @@ fr_cudnn_sdpa sdpa_of(const Node &p, int backward)
     const int64_t sq[4] = {q.T * q.W, q.D, q.W, 1}, sv[4] = {q.T * q.W, q.Dv, q.W, 1}, so[4] = {q.T * N, q.Dv, N, 1};
     memcpy(s.sq, sq, sizeof sq), memcpy(s.sk, sq, sizeof sq), memcpy(s.sv, sv, sizeof sv), memcpy(s.so, so, sizeof so);
     s.causal = p.a.causal;
-    s.window = p.a.window;
-    s.softcap = p.a.softcap;
+    s.window = p.a.window, s.softcap = p.a.softcap;
     s.backward = backward;
     return s;
 }
 
-/* Whether cuDNN may run the node (before planning): why not into why. The segment ids' form
- * goes into s. */
+/* Whether cuDNN may run the node (before planning): why not into why; segment ids' form into s. */
 int cudnn_eligible(const Node &p, fr_cudnn_sdpa &s, int cc_major, char *why, size_t wn)
 {
     const char *lib_why = NULL;
     if (!p.a.bf16) return snprintf(why, wn, "precision fp32 (cuDNN's attention computes in bf16)"), 0;
-    if (p.seg && !fr_cudnn_seg_problem(&s, p.a.seg_form, p.seg_q, p.seg_per_row, why, wn)) return 0;
+    if (p.seg_rows && !fr_cudnn_seg_problem(&s, p.a.seg_form, p.seg_q, p.seg_rows, why, wn)) return 0;
     if (!fr_cudnn_sdpa_supported(&s, fr_cudnn_version(), cc_major, why, wn)) return 0;
     if (!fr_cudnn(&lib_why)) return snprintf(why, wn, "%s", lib_why), 0;
     return 1;
@@ -607,8 +594,7 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
     io.workspace = sc + l.ws;
     io.workspace_bytes = l.ws_bytes;
     const int si = backward ? 6 : 3; /* Sk, Sq after cos, sin */
-    const fr_cudnn_segs segs = {k->n_in > si ? k->in[si] : NULL, k->n_in > si + 1 ? k->in[si + 1] : NULL,
-                                p.seg_per_row};
+    const fr_cudnn_segs segs = {k->n_in > si ? k->in[si] : NULL, k->n_in > si + 1 ? k->in[si + 1] : NULL};
     FR_TRY(fr_cudnn_seg_stage(k, &s, &segs, sc + l.segs, &io));
     float *stats = (float *)(sc + l.stats);
     const size_t stats_bytes = (size_t)(q.B * q.Hq * q.T) * sizeof(float);
@@ -618,10 +604,9 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
         io.stats = direct ? (float *)lse->data : stats;
         const bool o_direct = ot->dtype == FR_BF16 && qkv_fast::aligned16(ot->data); /* o_dtype bfloat16 */
         if (o_direct) io.o = ot->data;
-        if (s.padded && segs.sq) { /* rows past a length are skipped (attention_cudnn_node.cu): 0 there */
-            FR_CUDA_TRY(cudaMemsetAsync(io.o, 0, (size_t)no * 2, stream));
-            FR_CUDA_TRY(cudaMemsetAsync(io.stats, 0, stats_bytes, stream));
-        }
+        const bool skipped = s.padded && segs.sq; /* rows past a length, skipped (attention_cudnn_node.cu): 0 */
+        if (skipped) FR_CUDA_TRY(cudaMemsetAsync(io.o, 0, (size_t)no * 2, stream));
+        if (skipped) FR_CUDA_TRY(cudaMemsetAsync(io.stats, 0, stats_bytes, stream));
         const fr_status st = fr_cudnn_sdpa_run(c, &s, &io);
         if (st != FR_OK) return fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
         if (ot->dtype == FR_BF16) { /* [B, T, Hq, Dv] is the output's layout */
@@ -718,8 +703,10 @@ fr_status run_own(const fr_cuda_kctx *k, const Node &p, int backward)
     fr_status st;
     if (!backward) {
         fr_tensor tl = view_of(p, 4, k->n_out > 1 && k->out[1] ? k->out[1]->data : nullptr);
-        fr_tensor *in[3] = {&tq, &tk, &tv}, *out[2] = {&to, tl.data ? &tl : nullptr};
-        ik.in = in, ik.n_in = 3, ik.out = out, ik.n_out = 2;
+        /* the segment ids (inputs 3, 4) are the inner node's Sk, Sq (its inputs 4, 5) */
+        fr_tensor *sk = k->n_in > 3 ? k->in[3] : nullptr, *sq = k->n_in > 4 ? k->in[4] : nullptr;
+        fr_tensor *in[6] = {&tq, &tk, &tv, nullptr, sk, sq}, *out[2] = {&to, tl.data ? &tl : nullptr};
+        ik.in = in, ik.n_in = sq ? 6 : sk ? 5 : 3, ik.out = out, ik.n_out = 2;
         st = def->run(&ik);
         c->attention = choice;
         FR_TRY(st);
@@ -736,8 +723,9 @@ fr_status run_own(const fr_cuda_kctx *k, const Node &p, int backward)
     FR_TRY(check_launch(k, "AttentionQKVGrad(O, dO)"));
     fr_tensor tl = view_of(p, 4, k->in[2]->data), tdo = view_of(p, 3, dO);
     fr_tensor tdq = view_of(p, 0, dQ), tdk = view_of(p, 1, dK), tdv = view_of(p, 2, dV);
-    fr_tensor *in[6] = {&tq, &tk, &tv, &to, &tl, &tdo}, *out[3] = {&tdq, &tdk, &tdv};
-    ik.in = in, ik.n_in = 6, ik.out = out, ik.n_out = 3;
+    fr_tensor *sk = k->n_in > 6 ? k->in[6] : nullptr, *sq = k->n_in > 7 ? k->in[7] : nullptr;
+    fr_tensor *in[9] = {&tq, &tk, &tv, &to, &tl, &tdo, nullptr, sk, sq}, *out[3] = {&tdq, &tdk, &tdv};
+    ik.in = in, ik.n_in = sq ? 9 : sk ? 8 : 6, ik.out = out, ik.n_out = 3;
     st = def->run(&ik);
     c->attention = choice;
     FR_TRY(st);
@@ -749,8 +737,7 @@ fr_status run_own(const fr_cuda_kctx *k, const Node &p, int backward)
  * staging reads them, the computation is float32 as ever) */
 fr_status check_f32(const fr_cuda_kctx *k, int backward)
 {
-    const int n_float = k->n_in < (backward ? 6 : 3) ? k->n_in : backward ? 6 : 3; /* then Sk, Sq: integers */
-    for (int i = 0; i < n_float; i++) {
+    for (int i = 0; i < k->n_in && i < (backward ? 6 : 3); i++) { /* (then the segment ids: integers) */
         const int bf_ok = i == 0 || (backward && (i == 1 || i == 3));
         if (k->in[i] && k->in[i]->dtype != FR_F32 && !(bf_ok && k->in[i]->dtype == FR_BF16))
             return fr_node_error(k->node, FR_ERR_UNSUPPORTED, "input %d is %s: the CUDA kernels take float32%s", i,
@@ -767,8 +754,6 @@ fr_status run(const fr_cuda_kctx *k, int backward)
                                                        : "needs input X and output O");
     for (int i = 0; backward && i < 4; i++)
         if (!k->in[i]) return fr_node_error(n, FR_ERR_GRAPH, "input %d is missing", i);
-    fr_attn_attrs a0; /* (only softcap is read: the head dim of the default scale does not matter) */
-    FR_TRY(fr_attn_read_attrs(n, 1, &a0));
     FR_TRY(check_f32(k, backward));
     fr_dtype yt; /* O's (o_dtype) or dX's (dx_dtype) */
     FR_TRY(fr_attn_qkv_out_dtype(n, backward ? "dx_dtype" : "o_dtype", FR_F32, &yt));
@@ -781,11 +766,8 @@ fr_status run(const fr_cuda_kctx *k, int backward)
     if (c) cv.rank = c->rank, memcpy(cv.dims, c->dims, sizeof c->dims);
     if (s) sv.rank = s->rank, memcpy(sv.dims, s->dims, sizeof s->dims);
     FR_TRY(node_of(n, x->rank, x->dims, c ? &cv : NULL, s ? &sv : NULL, &p));
-    {
-        const int si = backward ? 6 : 3;
-        const fr_tensor *skt = k->n_in > si ? k->in[si] : NULL, *sqt = k->n_in > si + 1 ? k->in[si + 1] : NULL;
-        seg_of(&p, skt ? skt->rank : 0, skt ? skt->dims : NULL, sqt != NULL);
-    }
+    const int si = backward ? 6 : 3; /* Sk, Sq after cos, sin */
+    p.seg_rows = k->n_in > si && k->in[si] ? k->in[si]->dims[0] : 0, p.seg_q = k->n_in > si + 1 && k->in[si + 1];
     const fr_attn_qkv_geom &q = p.q;
     int64_t od[3];
     const int orank = fr_attn_qkv_out_dims(&q, od);
@@ -803,8 +785,6 @@ fr_status run(const fr_cuda_kctx *k, int backward)
     int ran = 0;
     FR_TRY(try_cudnn(k, p, backward, &ran));
     if (ran) return FR_OK;
-    /* cuDNN's path runs softcap where it takes it; fp8run's kernels not yet */
-    FR_TRY(fr_attn_refuse_new(n, &a0, backward ? 6 : 3, "the CUDA AttentionQKV kernels"));
     return run_own(k, p, backward);
 }
 
