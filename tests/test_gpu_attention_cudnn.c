@@ -16,7 +16,7 @@
  * 160 and 256, D != Dv (192/128, 128/64, 64/256), sliding windows (2, 8, 64, longer than T),
  * softcap (causal or not, GQA), key padding (Sk = HF's attention_mask, Sq absent: exact; Sk =
  * Sq padded sequences: rows past a length, which cuDNN skips, compared as 0 with dO 0 there),
- * packed sequences (Sk = Sq example ids: a document mask, exact) and their mixes (Gemma2's D256 + window + softcap, with padding). Backwards cuDNN is not
+ * and their mixes (Gemma2's D256 + window + softcap, with padding). Backwards cuDNN is not
  * trusted with (a window of one key; a window with cuDNN <= 9.15's padding workaround) are
  * refused under --attention cudnn and run by fp8run's kernels under auto, checked within 2e-2.
  * Also: --attention cudnn refuses, naming the node, what cuDNN does not take (fp32 precision,
@@ -404,8 +404,7 @@ static void test_new_cases(void)
         {2, 2, 2, 130, 64, 256, 1, 0, 0, 0, "D 64 != Dv 256"},
         /* with cuDNN <= 9.15's padding workaround (T not a multiple of 128) */
         {2, 2, 2, 200, 64, 64, 1, 8, 0, 0, "sliding window 8, T 200"},
-        /* packed sequences: a document mask in the score graph (cuDNN 9.9+); the backward is
-         * refused (fr_cudnn_sdpa_supported says why) */
+        /* packed sequences: refused (fr_cudnn_seg_problem says why), fp8run's kernels run them */
         {3, 2, 2, 200, 64, 64, 1, 0, 0, 3, "packed sequences, causal"},
         {2, 4, 2, 256, 128, 128, 0, 0, 0, 3, "packed sequences, GQA, not causal"},
         {2, 2, 2, 256, 256, 256, 1, 100, 4.0f, 3, "D256, window, softcap, packed sequences"},

@@ -75,7 +75,8 @@ typedef struct fr_cudnn_sdpa {
     int padded;
     /* Segment ids per batch (fr_cudnn_sdpa_io.seg_q [b, tq], seg_kv [b, tk] int32): key j is
      * visible to query i only when seg_q[b, i] == seg_kv[b, j] (a document mask in the score
-     * graph; no work is skipped). Not with padded. */
+     * graph; no work is skipped). Not with padded; forward only (the backward was seen wrong
+     * on cuDNN 9.14). The nodes do not route packed sequences here (fr_cudnn_seg_problem). */
     int segments;
     int half;                           /* I/O dtype: 0 bf16, 1 fp16 (computation in float32) */
     int backward;
@@ -129,10 +130,10 @@ FR_NODISCARD fr_status fr_cudnn_sdpa_check_graph(const frdnn_api *api, size_t ve
 typedef struct fr_cudnn_segs {
     const fr_tensor *sk, *sq; /* on the device, int32 or int64 [rows, T]; sq NULL: absent */
 } fr_cudnn_segs;
-/* p->padded (seg_form padded: per-sequence lengths) or p->segments (packed with Sq: the ids in
- * a document mask) for segment ids of seg_form `form` (FR_ATTN_SEG_*) whose Sk has `rows` rows
- * (b * hq: one per problem; b: one per sequence, heads broadcast; or 1): 1, or 0 and why
- * (general ids, packed without Sq, ids that differ between a sequence's heads). */
+/* p->padded (seg_form padded: per-sequence lengths) for segment ids of seg_form `form`
+ * (FR_ATTN_SEG_*) whose Sk has `rows` rows (b * hq: one per problem; b: one per sequence, heads
+ * broadcast; or 1): 1, or 0 and why (general ids, packed sequences, ids that differ between a
+ * sequence's heads). */
 int fr_cudnn_seg_problem(fr_cudnn_sdpa *p, int form, int has_q, int64_t rows, char *why, size_t n);
 /* Device bytes fr_cudnn_seg_stage needs for p (0 without segment ids). */
 size_t fr_cudnn_seg_bytes(const fr_cudnn_sdpa *p);

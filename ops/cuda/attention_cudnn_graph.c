@@ -630,9 +630,8 @@ static int64_t max_head_dim(size_t version, int cc_major)
 void fr_cudnn_sdpa_describe_support(size_t version, int cc_major, char *buf, size_t n)
 {
     const int softcap = version >= V_SOFTCAP && (cc_major == 0 || cc_major >= 9);
-    snprintf(buf, n, "head dims multiples of 8 up to %lld (D != Dv allowed), causal%s, key padding (seg_form padded)%s%s",
+    snprintf(buf, n, "head dims multiples of 8 up to %lld (D != Dv allowed), causal%s, key padding (seg_form padded)%s",
              (long long)max_head_dim(version, cc_major), version >= V_WINDOW ? ", sliding window" : "",
-             version >= V_SEGMENTS ? ", packed sequences (seg_form packed with Sq; forward only)" : "",
              softcap ? ", softcap" : "");
 }
 

@@ -3,8 +3,7 @@
  *
  * A node goes to cuDNN when --attention is cudnn or auto and: precision bf16 (cuDNN computes in
  * bf16 with float32 accumulation, as the op's bf16 contract says; fp32 precision stays exact on
- * fp8run's kernels), no additive mask input M, segment ids (Sk, Sq) only with seg_form padded
- * or packed (with Sq),
+ * fp8run's kernels), no additive mask input M, segment ids (Sk, Sq) only with seg_form padded,
  * K/V batch dims that map onto cuDNN's (batch, query heads, K/V heads) with query head h
  * reading K/V head h / group (MHA, GQA and MQA as the Llama graphs have them), and what this
  * cuDNN takes (fr_cudnn_sdpa_supported: head dims, causal, sliding window, softcap). Under auto
@@ -17,10 +16,9 @@
  * exact). Sq = Sk (padded sequences): queries past the length are padding, which cuDNN skips:
  * their O, LSE and gradients are 0 where the contract would let them attend to the padding
  * keys - outputs no loss reads (a padding row's result reaches a real row through nothing).
- * Packed sequences (seg_form packed, Sq = Sk): the ids themselves, copied per batch as int32 by
- * another small kernel, feed a document mask in cuDNN's score graph (exact; every query sees
- * at least itself, so no row is fully masked - why general ids and packed without Sq, which
- * may leave rows with no key, stay on fp8run's kernels).
+ * Packed sequences (seg_form packed) and general ids stay on fp8run's kernels: cuDNN's document
+ * mask (fr_cudnn_sdpa.segments, fr_cudnn_seg_stage's copy of the ids) plans, but computes
+ * every tile and was seen wrong in the backward (fr_cudnn_seg_problem says why).
  *
  * The op's tensors are float32: Q, K, V (and O, dO in the backward) are rounded to bf16
  * (round-to-nearest-even, as the op's bf16 precision rounds them) into the scratch, and cuDNN's
@@ -271,8 +269,14 @@ extern "C" int fr_cudnn_seg_problem(fr_cudnn_sdpa *p, int form, int has_q, int64
     if (form == FR_ATTN_SEG_GENERAL)
         return snprintf(why, n, "segment ids with seg_form general (cuDNN takes padded and packed, where no row is "
                                 "fully masked)"), 0;
-    if (form == FR_ATTN_SEG_PACKED && !has_q)
-        return snprintf(why, n, "seg_form packed without Sq (cuDNN takes packed sequences with Sq = Sk)"), 0;
+    /* Packed sequences plan on cuDNN 9.9+ as a document mask (fr_cudnn_sdpa.segments), but that
+     * mask is evaluated on every tile: on an H200 with cuDNN 9.14 its forward ran 31 to 78
+     * TFLOP/s of kept pairs (slower than the plain causal problem), where fp8run's kernels skip
+     * the tiles across examples, and its backward was wrong. fp8run's kernels run them. */
+    if (form == FR_ATTN_SEG_PACKED)
+        return snprintf(why, n, "packed sequences (fp8run's kernels skip the tiles between examples; cuDNN's "
+                                "document mask computes them all, and its backward was seen wrong on 9.14)"), 0;
+    (void)has_q;
     if (per_row < 1 || per_row % p->hq != 0)
         return snprintf(why, n, "segment ids that differ between the heads of a sequence (cuDNN's are per batch)"), 0;
     p->padded = form == FR_ATTN_SEG_PADDED;
