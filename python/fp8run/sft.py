@@ -280,10 +280,11 @@ class HFEncoder:
         return list(enc.ids), spans_to_mask(enc.offsets, spans)
 
 
-def read_examples(path, encoder, train_on_prompt=False, skip_bad_lines=False, stats=None):
+def read_examples(path, encoder, train_on_prompt=False, skip_bad_lines=False, stats=None, opener=None):
     """Yield (ids, targets) for each line; a bad line raises BadLine("file:line: ...") or, with
-    skip_bad_lines, is counted in stats["bad_lines"]."""
-    with open(path, "rb") as f:
+    skip_bad_lines, is counted in stats["bad_lines"]. opener(path): the binary file object to read
+    (prepare.py's open_regular: regular files only), default open."""
+    with (opener(path) if opener else open(path, "rb")) as f:
         for n, raw in enumerate(f, 1):
             if not raw.strip():
                 continue
@@ -337,6 +338,13 @@ def pack_count(lengths, seq):
 
 def write_sft(path, examples, width, vocab, eos):
     """Write [(ids, targets)] as an SFT token file."""
+    with open(path, "wb") as f:
+        for data in sft_bytes(examples, width, vocab, eos):
+            f.write(data)
+
+
+def sft_bytes(examples, width, vocab, eos):
+    """The SFT token file of [(ids, targets)], as a few bytes-like blocks in file order."""
     offs = array.array("Q", [0])
     toks = array.array("H" if width == 2 else "I")
     tgts = bytearray()
@@ -348,11 +356,10 @@ def write_sft(path, examples, width, vocab, eos):
     if sys.byteorder != "little":
         offs.byteswap()
         toks.byteswap()
-    with open(path, "wb") as f:
-        f.write(MAGIC + struct.pack("<IIQQQQQQ", VERSION, width, len(examples), len(toks), vocab, eos, n_tgt, 0))
-        f.write(offs.tobytes())
-        f.write(toks.tobytes())
-        f.write(bytes(tgts))
+    yield MAGIC + struct.pack("<IIQQQQQQ", VERSION, width, len(examples), len(toks), vocab, eos, n_tgt, 0)
+    yield offs.tobytes()
+    yield toks.tobytes()
+    yield bytes(tgts)
 
 
 def read_sft(path):

@@ -1,5 +1,6 @@
 /* SFT token files and their windows (see sft_data.h). */
 #include "runtime/io/sft_data.h"
+#include "graph/safe_io.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -280,41 +281,55 @@ static int line_example(json_t *rec, int train_on_prompt, ex_buf *all, const cha
     return 0;
 }
 
-static fr_status write_file(const char *path, const ex_buf *b, const size_t *ends, int64_t e0, int64_t e1)
+/* Examples e0 .. e1-1 of b as an SFT token file in memory (*buf malloc'ed, *len bytes). */
+static fr_status build_file(const ex_buf *b, const size_t *ends, int64_t e0, int64_t e1, unsigned char **buf,
+                            size_t *len)
 {
-    FILE *f = fopen(path, "wb");
-    if (!f) return fr_error(FR_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
     size_t base = e0 ? ends[e0 - 1] : 0, n = ends[e1 - 1] - base;
+    *len = FR_SFT_HEADER + 8 * (size_t)(e1 - e0 + 1) + 3 * n;
+    unsigned char *p = *buf = fr_calloc(1, *len, "SFT token file");
+    if (!p) return FR_ERR_OOM;
     uint64_t ntgt = 0;
     for (size_t i = 0; i < n; i++) ntgt += b->tgt[base + i];
-    unsigned char h[FR_SFT_HEADER] = {0};
-    memcpy(h, FR_SFT_MAGIC, 8);
+    memcpy(p, FR_SFT_MAGIC, 8);
     uint64_t fields[6] = {(uint64_t)(e1 - e0), n, 256, 0, ntgt, 0};
-    h[8] = 1;  /* version */
-    h[12] = 2; /* uint16 tokens */
+    p[8] = 1;  /* version */
+    p[12] = 2; /* uint16 tokens */
     for (int k = 0; k < 6; k++)
-        for (int i = 0; i < 8; i++) h[16 + 8 * k + i] = (unsigned char)(fields[k] >> (8 * i));
-    fwrite(h, 1, sizeof h, f);
-    for (int64_t e = e0 - 1; e < e1; e++) {
-        uint64_t o = (e < e0 ? base : ends[e]) - base;
-        unsigned char le[8];
-        for (int i = 0; i < 8; i++) le[i] = (unsigned char)(o >> (8 * i));
-        fwrite(le, 1, 8, f);
+        for (int i = 0; i < 8; i++) p[16 + 8 * k + i] = (unsigned char)(fields[k] >> (8 * i));
+    unsigned char *o = p + FR_SFT_HEADER;
+    for (int64_t e = e0 - 1; e < e1; e++, o += 8) {
+        uint64_t off = (e < e0 ? base : ends[e]) - base;
+        for (int i = 0; i < 8; i++) o[i] = (unsigned char)(off >> (8 * i));
     }
-    for (size_t i = 0; i < n; i++) {
-        unsigned char le[2] = {b->tok[base + i], 0};
-        fwrite(le, 1, 2, f);
-    }
-    fwrite(b->tgt + base, 1, n, f);
-    if (ferror(f) | fclose(f)) return fr_error(FR_ERR_IO, "writing '%s' failed", path);
+    for (size_t i = 0; i < n; i++, o += 2) o[0] = b->tok[base + i]; /* o[1] stays 0: bytes < 256 */
+    memcpy(o, b->tgt + base, n);
     return FR_OK;
+}
+
+/* The training and validation files written in full before either replaces its previous
+ * version (graph/safe_io.h's write rule). */
+static fr_status write_files(const char *const *paths, unsigned char *const *bufs, const size_t *lens, int n)
+{
+    fr_atomic_file f[2];
+    memset(f, 0, sizeof f);
+    for (int k = 0; k < n; k++) f[k].fd = -1;
+    fr_status st = FR_OK;
+    for (int k = 0; k < n && st == FR_OK; k++) {
+        st = fr_atomic_open(paths[k], &f[k]);
+        if (st == FR_OK) st = fr_atomic_write(&f[k], bufs[k], lens[k]);
+        if (st == FR_OK) st = fr_atomic_finish(&f[k]);
+    }
+    for (int k = 0; k < n && st == FR_OK; k++) st = fr_atomic_commit(&f[k]);
+    for (int k = 0; k < n; k++) fr_atomic_abort(&f[k]);
+    return st;
 }
 
 static fr_status read_lines(const fr_sft_prepare *p, const char *path, ex_buf *all, size_t **ends, size_t *n_ends,
                             size_t *cap_ends, fr_sft_summary *s)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return fr_error(FR_ERR_IO, "no input file '%s' (%s)", path, strerror(errno));
+    FILE *f = NULL;
+    FR_TRY(fr_fopen_regular(path, ".jsonl file", 0, &f, NULL)); /* a FIFO or a device is refused */
     char *line = NULL;
     size_t lcap = 0;
     ssize_t len;
@@ -398,8 +413,14 @@ fr_status fr_sft_prepare_bytes(const fr_sft_prepare *p, fr_sft_summary *s)
     if (st == FR_OK && p->val_fraction > 0 && (n_val == 0 || n_val == E))
         st = fr_error(FR_ERR_INVALID_ARG, "%lld examples are too few to split %g of them off for validation",
                       (long long)E, p->val_fraction);
-    if (st == FR_OK) st = write_file(p->out, &all, ends, 0, E - n_val);
-    if (st == FR_OK && n_val) st = write_file(p->val_out, &all, ends, E - n_val, E);
+    unsigned char *bufs[2] = {NULL, NULL};
+    size_t lens[2] = {0, 0};
+    const char *paths[2] = {p->out, p->val_out};
+    if (st == FR_OK) st = build_file(&all, ends, 0, E - n_val, &bufs[0], &lens[0]);
+    if (st == FR_OK && n_val) st = build_file(&all, ends, E - n_val, E, &bufs[1], &lens[1]);
+    if (st == FR_OK) st = write_files(paths, bufs, lens, n_val ? 2 : 1);
+    free(bufs[0]);
+    free(bufs[1]);
     if (st == FR_OK) {
         s->examples = E;
         s->train_examples = E - n_val;

@@ -77,9 +77,10 @@ static void print_attention(const fp8run_train_config *o)
     if (strcmp(a, "fp8run") == 0)
         printf("attention      fp8run's kernels (--attention fp8run); %s\n", dnn);
     else if (version > 0)
-        printf("attention      %s: cuDNN's fused flash attention for the nodes it takes (bf16/fp8 training, no mask\n"
-               "               or sliding window, head dims multiples of 8 up to 128), %s for the others\n",
-               dnn, strcmp(a, "auto") == 0 ? "fp8run's kernels" : "an error");
+        printf("attention      %s: cuDNN's fused flash attention for the nodes it takes, %s for the\n"
+               "               others; it takes bf16/fp8 training's attention without an additive mask:\n"
+               "               %s\n",
+               dnn, strcmp(a, "auto") == 0 ? "fp8run's kernels" : "an error", fp8run_cudnn_attention_support());
     else if (strcmp(a, "auto") == 0)
         printf("attention      fp8run's kernels (--attention auto: %s)\n", dnn);
     else
@@ -299,7 +300,8 @@ static int print_compiled(const fp8run_report *r)
     for (int i = 0; i < c.n_ties; i++)
         printf("  re-tied: '%s' follows '%s'%s\n", c.tie_copies[i], c.tie_sources[i],
                c.tie_transposed[i] ? " (transposed)" : "");
-    printf("Linear layers (recorded)\n");
+    printf("Linear layers (recorded at compile time and checked against the graph; the weights and reasons\n"
+           "  are informative: training reads the graph itself)\n");
     fputs(fp8run_report_text(r), stdout);
     int n = fp8run_report_state_count(r);
     if (n == 0) return 0;
@@ -378,6 +380,7 @@ int cli_info(int argc, char **argv)
         }
         if (strcmp(argv[i], "--memory") == 0 || strncmp(argv[i], "--memory=", 9) == 0) {
             memory = argv[i][8] ? argv[i] + 9 : "auto";
+            if (!memory[0]) rc = cli_usage("info", "--memory=: an empty value");
             continue;
         }
         if (strcmp(argv[i], "--gpus") == 0) { /* the memory plan of one of N data-parallel ranks */

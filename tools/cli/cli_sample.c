@@ -270,11 +270,11 @@ int cli_sample(int argc, char **argv)
     if (rc == 0 && a.init_from && fp8run_is_checkpoint(a.model)) { /* the base first, the checkpoint on top */
         if (!a.model_opt) rc = cli_usage("sample", "--init-from with a checkpoint: give its --model MODEL");
         if (rc == 0 && fp8run_model_load(a.model_opt, &m) != FP8RUN_OK) rc = cli_fail_status();
-        if (rc == 0) rc = cli_init_from(NULL, m, a.init_from);
+        if (rc == 0) rc = cli_init_from(NULL, m, a.init_from, 0);
         if (rc == 0 && fp8run_model_apply_checkpoint(m, a.model, NULL) != FP8RUN_OK) rc = cli_fail_status();
     } else if (rc == 0) {
         rc = cli_load_model_or_ckpt(a.model, a.model_opt, &m);
-        if (rc == 0 && a.init_from) rc = cli_init_from(NULL, m, a.init_from);
+        if (rc == 0 && a.init_from) rc = cli_init_from(NULL, m, a.init_from, 0);
     }
     if (rc == 0) rc = generate(&a, m);
     fp8run_model_destroy(m);
