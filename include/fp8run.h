@@ -213,6 +213,41 @@ FP8RUN_API void fp8run_npy_free(fp8run_tensor *t);
  * the shape's byte size. A dtype without a NumPy code is FP8RUN_ERR_UNSUPPORTED. */
 FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_npy_save(const char *path, const fp8run_tensor *t);
 
+/* The files a command reads and writes, under the rules fp8run's own commands follow (the
+ * README's "Files"): a file read by name must be a regular file (a FIFO, device or folder is
+ * refused before anything blocks) of at most a stated size; a file written goes to a temporary
+ * file in its folder, is fsync'ed and renamed into place, so the previous file stays whole
+ * until the new one is, and a symbolic link at the name is replaced, never written through.
+ * A command declares its inputs, then its outputs: an output that is one of the inputs (by
+ * device and inode: any spelling, hard or symbolic link), two outputs naming one file, and an
+ * output that is a folder, FIFO or device are refused with FP8RUN_ERR_INVALID_ARG (IO for a
+ * missing folder), naming both files. `what` says what the file is in messages
+ * ("training log"). */
+typedef struct fp8run_files fp8run_files;
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_files_create(fp8run_files **out);
+FP8RUN_API void fp8run_files_destroy(fp8run_files *f);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_files_input(fp8run_files *f, const char *path, const char *what);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_files_output(fp8run_files *f, const char *path, const char *what);
+/* Read all of a regular file of at most max_bytes into *data (malloc'ed, NUL-terminated after
+ * *len bytes; free it with fp8run_file_free). */
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_file_read(const char *path, const char *what, uint64_t max_bytes,
+                                                           char **data, size_t *len);
+FP8RUN_API void fp8run_file_free(void *data);
+/* Replace path's contents with the n_parts buffers, one after the other, under the write rule. */
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_file_write(const char *path, const void *const *parts,
+                                                            const size_t *sizes, int n_parts);
+/* The same in steps, for files that must replace their previous versions together: open
+ * creates the temporary file, write appends, finish fsyncs it (the data is safe, not yet in
+ * place), commit renames it over path (finishing first if needed) and frees the writer, whether
+ * it succeeds or not; abort (NULL allowed) removes the temporary file and frees it. After a
+ * failed write or finish, abort. */
+typedef struct fp8run_file_writer fp8run_file_writer;
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_file_writer_open(const char *path, fp8run_file_writer **out);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_file_writer_write(fp8run_file_writer *w, const void *data, size_t n);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_file_writer_finish(fp8run_file_writer *w);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_file_writer_commit(fp8run_file_writer *w);
+FP8RUN_API void fp8run_file_writer_abort(fp8run_file_writer *w);
+
 /* ============================================================================================
  * Models
  * ========================================================================================== */
@@ -1113,10 +1148,18 @@ typedef struct fp8run_load_report {
     const char *const *matched;
     const char *const *missing;
     const char *const *unexpected;
+    /* appended after 0.1.0: the loaded tensors that hold NaN or Inf values (each also logged as
+       a warning naming it and its count), and how many values each */
+    int n_nonfinite;
+    const char *const *nonfinite;
+    const int64_t *nonfinite_counts;
 } fp8run_load_report;
 
 /* Flags of the load calls: missing or unexpected names are an error (nothing loaded). */
 #define FP8RUN_LOAD_STRICT 1
+/* A tensor holding NaN or Inf values is an error naming it and the count (nothing loaded);
+ * without it such tensors load as they are, with a warning (`fp8run train --strict-weights`). */
+#define FP8RUN_LOAD_STRICT_WEIGHTS 2
 
 /* Load the checkpoint's tensors into the session's trained parameters by name (the names of
  * fp8run_session_param; the optimizer state is left as it is: load before the first step).

@@ -271,6 +271,9 @@ FR_NODISCARD fr_status fr_trainer_save(fr_trainer *t, const char *path, const vo
  * trainer restores the weights (and counters) only. On error the trainer may be partly
  * restored: discard it. */
 FR_NODISCARD fr_status fr_trainer_load(fr_trainer *t, const char *path, void **data_state, size_t *data_len);
+/* The "format" entries of the checkpoints the trainer writes (NULL-terminated): every reader of
+ * a checkpoint checks it (fr_ckpt_check_format). */
+extern const char *const fr_trainer_ckpt_formats[];
 
 /* Write the "param" tensors of a checkpoint into the float initializers of the same names of
  * `g` (an imported model, before fr_trainer_new or export). A tensor whose initializer is

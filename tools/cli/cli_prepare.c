@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "prepare_jsonl.h"
 
 #define BYTES_EOS 0 /* NUL: never in text, and the vocabulary stays 256 (prepare.py's BYTES_EOS) */
 #define LLMC_MAGIC_U16 20240520
@@ -43,6 +44,8 @@ void cli_prepare_help(FILE *f)
 typedef struct toks {
     uint16_t *v;
     size_t n, cap;
+    int eos;
+    int docs;
 } toks;
 
 static int push(toks *t, uint16_t x)
@@ -57,34 +60,75 @@ static int push(toks *t, uint16_t x)
     return 0;
 }
 
-/* Append a file's bytes, as one document (or one per .jsonl line's "text", which is left to
- * the Python side: JSON strings need a JSON reader). */
-static int read_doc(toks *t, const char *path, int eos)
+/* One plain-text document is read whole (prepare.py's MAX_TEXT_BYTES). */
+#define MAX_TEXT_BYTES ((uint64_t)4 << 30)
+
+static int push_doc(void *user, const char *text, size_t n)
 {
-    size_t len = strlen(path);
-    if (len > 6 && strcmp(path + len - 6, ".jsonl") == 0)
-        return cli_fail("%s: .jsonl documents need the Python side (a tokenizer.json); with bytes give text files",
-                        path);
-    FILE *f = fopen(path, "rb");
-    if (!f) return cli_fail("cannot open %s: %s", path, strerror(errno));
-    int c, rc = 0;
-    while (rc == 0 && (c = getc(f)) != EOF) rc = push(t, (uint16_t)c);
-    if (rc == 0) rc = push(t, (uint16_t)eos);
-    fclose(f);
-    return rc ? cli_fail("out of memory") : 0;
+    toks *t = user;
+    for (size_t i = 0; i < n; i++)
+        if (push(t, (unsigned char)text[i])) return -1;
+    t->docs++;
+    return push(t, (uint16_t)t->eos);
 }
 
-static int write_tokens(const char *path, const uint16_t *v, size_t n, const char *format)
+/* Append a file's bytes as one document, or a .jsonl file's records (prepare_jsonl.c), each
+ * followed by the EOS id. Read under the library's read rule: a FIFO, a device or a folder is
+ * refused before anything blocks. */
+static int read_doc(toks *t, const char *path)
 {
-    FILE *f = fopen(path, "wb");
-    if (!f) return cli_fail("cannot write %s: %s", path, strerror(errno));
+    size_t len = strlen(path);
+    int jsonl = len > 6 && strcmp(path + len - 6, ".jsonl") == 0;
+    char *data, err[600];
+    if (fp8run_file_read(path, jsonl ? ".jsonl file" : "text file", MAX_TEXT_BYTES, &data, &len) != FP8RUN_OK)
+        return cli_fail_status();
+    int rc = 0;
+    if (jsonl) {
+        if (prepare_jsonl_docs(data, len, path, push_doc, t, err, sizeof err)) rc = cli_fail("%s", err);
+    } else if (push_doc(t, data, len)) {
+        rc = cli_fail("out of memory");
+    }
+    fp8run_file_free(data);
+    return rc;
+}
+
+/* The tokens written and fsync'ed beside path (*w), not yet in place. */
+static int write_tokens(const char *path, const uint16_t *v, size_t n, const char *format, fp8run_file_writer **w)
+{
+    if (fp8run_file_writer_open(path, w) != FP8RUN_OK) return cli_fail_status();
+    fp8run_status ps = FP8RUN_OK;
     if (strcmp(format, "llmc") == 0) {
         int32_t header[256] = {LLMC_MAGIC_U16, 1, (int32_t)n};
-        fwrite(header, sizeof header, 1, f); /* little-endian hosts only, like the loader */
+        ps = fp8run_file_writer_write(*w, header, sizeof header); /* little-endian hosts only, like the loader */
     }
-    fwrite(v, sizeof *v, n, f);
-    if (ferror(f) | fclose(f)) return cli_fail("writing %s failed", path);
-    return 0;
+    if (ps == FP8RUN_OK) ps = fp8run_file_writer_write(*w, v, n * sizeof *v);
+    if (ps == FP8RUN_OK) ps = fp8run_file_writer_finish(*w);
+    return ps == FP8RUN_OK ? 0 : cli_fail_status();
+}
+
+/* tokens.bin -> tokens_val.bin (prepare.py's val_path), malloc'ed */
+static char *val_path(const char *out)
+{
+    const char *slash = strrchr(out, '/'), *dot = strrchr(out, '.');
+    size_t stem = dot && (!slash || dot > slash + 1) ? (size_t)(dot - out) : strlen(out);
+    char *p = malloc(strlen(out) + 9);
+    if (p) sprintf(p, "%.*s_val%s", (int)stem, out, stem < strlen(out) ? out + stem : ".bin");
+    return p;
+}
+
+/* The write rule's refusals before any work: an output that is an input (the text files, the
+ * tokenizer.json), or both outputs one file. */
+static int check_files(char **files, int n_files, const char *tokenizer, const char *out, const char *val_out)
+{
+    fp8run_files *f;
+    if (fp8run_files_create(&f) != FP8RUN_OK) return cli_fail_status();
+    fp8run_status ps = FP8RUN_OK;
+    for (int i = 0; i < n_files && ps == FP8RUN_OK; i++) ps = fp8run_files_input(f, files[i], "input file");
+    if (ps == FP8RUN_OK && strcmp(tokenizer, "bytes") != 0) ps = fp8run_files_input(f, tokenizer, "tokenizer file");
+    if (ps == FP8RUN_OK) ps = fp8run_files_output(f, out, "training token file");
+    if (ps == FP8RUN_OK && val_out) ps = fp8run_files_output(f, val_out, "validation token file");
+    fp8run_files_destroy(f);
+    return ps == FP8RUN_OK ? 0 : cli_fail_status();
 }
 
 static int prepare_bytes(char **files, int n_files, const char *out, const char *val_out, double val_fraction,
@@ -92,25 +136,29 @@ static int prepare_bytes(char **files, int n_files, const char *out, const char 
 {
     if (eos < 0) eos = BYTES_EOS;
     if (eos > 65535) return cli_fail("--eos %lld: bytes here are uint16 tokens", (long long)eos);
-    toks t = {0};
+    toks t = {.eos = (int)eos};
     int rc = 0;
-    for (int i = 0; i < n_files && rc == 0; i++) rc = read_doc(&t, files[i], (int)eos);
+    for (int i = 0; i < n_files && rc == 0; i++) rc = read_doc(&t, files[i]);
     size_t n_val = (size_t)((double)t.n * val_fraction + 0.5);
     if (rc == 0 && val_fraction > 0 && (n_val == 0 || n_val == t.n))
         rc = cli_fail("%zu tokens are too few to split %g of them off for validation", t.n, val_fraction);
     char *vpath = NULL;
-    if (rc == 0 && n_val && !val_out) { /* tokens.bin -> tokens_val.bin (prepare.py's val_path) */
-        const char *slash = strrchr(out, '/'), *dot = strrchr(out, '.');
-        size_t stem = dot && (!slash || dot > slash + 1) ? (size_t)(dot - out) : strlen(out);
-        if (!(vpath = malloc(strlen(out) + 9))) return cli_fail("out of memory");
-        sprintf(vpath, "%.*s_val%s", (int)stem, out, stem < strlen(out) ? out + stem : ".bin");
+    if (rc == 0 && n_val && !val_out) {
+        if (!(vpath = val_path(out))) return cli_fail("out of memory");
         val_out = vpath;
     }
-    if (rc == 0) rc = write_tokens(out, t.v, t.n - n_val, format);
-    if (rc == 0 && n_val) rc = write_tokens(val_out, t.v + t.n - n_val, n_val, format);
+    /* both files written in full before either replaces its previous version */
+    fp8run_file_writer *w[2] = {NULL, NULL};
+    if (rc == 0) rc = write_tokens(out, t.v, t.n - n_val, format, &w[0]);
+    if (rc == 0 && n_val) rc = write_tokens(val_out, t.v + t.n - n_val, n_val, format, &w[1]);
+    for (int k = 0; k < 2; k++) {
+        if (rc == 0 && w[k] && fp8run_file_writer_commit(w[k]) != FP8RUN_OK) rc = cli_fail_status();
+        else if (rc != 0) fp8run_file_writer_abort(w[k]);
+        w[k] = NULL;
+    }
     if (rc == 0) {
         long long vocab = eos >= 256 ? eos + 1 : 256;
-        printf("%d documents, %zu tokens (vocab %lld, eos %lld, uint16)\n", n_files, t.n, vocab, (long long)eos);
+        printf("%d documents, %zu tokens (vocab %lld, eos %lld, uint16)\n", t.docs, t.n, vocab, (long long)eos);
         printf("wrote %s (%zu tokens)\n", out, t.n - n_val);
         if (n_val) printf("wrote %s (%zu tokens)\n", val_out, n_val);
     }
@@ -210,6 +258,9 @@ int cli_prepare(int argc, char **argv)
     if (rc == 0 && n_files == 0) rc = cli_usage("prepare", "give at least one text file");
     if (rc == 0 && strcmp(format, "fp8run") && strcmp(format, "nanogpt") && strcmp(format, "llmc"))
         rc = cli_usage("prepare", "--format %s: use fp8run, nanogpt or llmc", format);
+    char *derived = rc == 0 && val_fraction > 0 && !val_out ? val_path(out) : NULL;
+    if (rc == 0) rc = check_files(files, n_files, tokenizer, out, val_fraction > 0 ? (val_out ? val_out : derived) : NULL);
+    free(derived);
     if (rc == 0)
         rc = strcmp(tokenizer, "bytes") == 0 ? prepare_bytes(files, n_files, out, val_out, val_fraction, format, eos)
                                              : prepare_python(argc, argv);

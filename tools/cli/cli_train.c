@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -63,6 +64,8 @@ void cli_train_help(FILE *f)
             "                          parameter name; lists missing and unexpected names; a shape\n"
             "                          mismatch is an error (not used when --resume finds a checkpoint;\n"
             "                          trained parameters only: --freeze'd ones keep the model's values)\n"
+            "  --strict-weights        refuse --init-from weights holding NaN or Inf (default: load them\n"
+            "                          with a warning naming each tensor and its count)\n"
             "  --device auto|cuda|cpu  where to train (default auto: the GPU when one is usable)\n"
             "  --dim NAME=VALUE        fix another symbolic dimension (repeatable)\n"
             "data parallel (NCCL, loaded at run time):\n"
@@ -131,6 +134,7 @@ static int train_option(int argc, char **argv, int *i, train_args *a, int *rc)
     else if (OPT("--export-adapter")) a->adapter_dir = v;
     else if (OPT("--export")) a->export_path = v;
     else if (OPT("--init-from")) a->init_from = v;
+    else if (strcmp(argv[*i], "--strict-weights") == 0) { a->strict_weights = 1; m = 1; }
     else
         return 0;
 #undef VAL
@@ -200,8 +204,17 @@ static int parse_train(int argc, char **argv, train_args *a, int *help)
  * run that was interrupted) are dropped so every step appears once. */
 static int trim_log(const char *path, int64_t step)
 {
-    FILE *in = fopen(path, "r");
-    if (!in) return errno == ENOENT ? 0 : cli_fail("cannot read log '%s': %s", path, strerror(errno));
+    struct stat sb;
+    if (lstat(path, &sb) != 0 && errno == ENOENT) return 0;
+    /* the read rule: a FIFO or a device named as the log is refused, not waited on */
+    char *data;
+    size_t dlen;
+    if (fp8run_file_read(path, "training log", (uint64_t)4 << 30, &data, &dlen) != FP8RUN_OK) return cli_fail_status();
+    FILE *in = dlen ? fmemopen(data, dlen, "r") : NULL;
+    if (!in) { /* an empty log has nothing to drop */
+        fp8run_file_free(data);
+        return dlen ? cli_fail("out of memory") : 0;
+    }
     size_t n = strlen(path) + 16;
     char *tmp = malloc(n);
     if (!tmp) {
@@ -224,6 +237,7 @@ static int trim_log(const char *path, int64_t step)
     }
     free(line);
     fclose(in);
+    fp8run_file_free(data);
     if (out && fclose(out) != 0 && rc == 0) rc = cli_fail("writing '%s': %s", tmp, strerror(errno));
     if (rc == 0 && rename(tmp, path) != 0) rc = cli_fail("replacing log '%s': %s", path, strerror(errno));
     if (rc != 0 && fd >= 0) remove(tmp);
@@ -630,6 +644,32 @@ static int resume_session(loop *L, const char *resume, const fp8run_checkpoint *
     return 0;
 }
 
+/* The write rule's refusals before any work: no output (the log, the exports) is one of the
+ * inputs (the model, the token files, the safetensors start) by any name, nor another output.
+ * (Checkpoints are named by the run in their own folder.) */
+static int check_train_files(const train_args *a)
+{
+    fp8run_files *f;
+    if (fp8run_files_create(&f) != FP8RUN_OK) return cli_fail_status();
+    fp8run_status ps = fp8run_files_input(f, a->model, "model");
+    if (ps == FP8RUN_OK) ps = fp8run_files_input(f, a->data, "token file (--data)");
+    if (ps == FP8RUN_OK && a->val) ps = fp8run_files_input(f, a->val, "token file (--val)");
+    if (ps == FP8RUN_OK && a->init_from) ps = fp8run_files_input(f, a->init_from, "safetensors (--init-from)");
+    if (ps == FP8RUN_OK && a->log) ps = fp8run_files_output(f, a->log, "training log (--log)");
+    if (ps == FP8RUN_OK && a->export_path) ps = fp8run_files_output(f, a->export_path, "export (--export)");
+    struct stat sb;
+    if (a->adapter_dir && stat(a->adapter_dir, &sb) == 0) { /* else the export creates it: nothing to overwrite */
+        static const char *const names[] = {"adapter_model.safetensors", "adapter_config.json"};
+        for (int k = 0; k < 2 && ps == FP8RUN_OK; k++) {
+            char p[4200];
+            snprintf(p, sizeof p, "%s/%s", a->adapter_dir, names[k]);
+            ps = fp8run_files_output(f, p, "adapter file (--export-adapter)");
+        }
+    }
+    fp8run_files_destroy(f);
+    return ps == FP8RUN_OK ? 0 : cli_fail_status();
+}
+
 static int run_train(train_args *a)
 {
     loop L;
@@ -639,8 +679,8 @@ static int run_train(train_args *a)
     L.tty = isatty(STDERR_FILENO);
     char *resume = NULL;
     fp8run_checkpoint *ck = NULL;
-    int rc = 0;
-    if (fp8run_model_load(a->model, &L.m) != FP8RUN_OK) rc = cli_fail_status();
+    int rc = check_train_files(a);
+    if (rc == 0 && fp8run_model_load(a->model, &L.m) != FP8RUN_OK) rc = cli_fail_status();
     if (rc == 0) rc = train_args_shape_from_model("train", a, L.m);
     L.tokens_per_step = a->batch * a->seq * a->o.grad_accum;
     if (rc == 0 && a->ckpt_dir) rc = cli_make_dirs(a->ckpt_dir);
@@ -657,17 +697,18 @@ static int run_train(train_args *a)
         rc = cli_fail_status();
     /* LoRA freezes the base, which checkpoints do not hold: its weights go into the model */
     const int lora = a->o.lora_rank > 0;
-    if (rc == 0 && a->init_from && lora) rc = cli_init_from(NULL, L.m, a->init_from);
+    const int wflags = a->strict_weights ? FP8RUN_LOAD_STRICT_WEIGHTS : 0;
+    if (rc == 0 && a->init_from && lora) rc = cli_init_from(NULL, L.m, a->init_from, wflags);
     if (rc == 0 && fp8run_session_create(L.m, a->device, &a->o, &L.t) != FP8RUN_OK) rc = cli_fail_status();
-    if (rc == 0 && a->init_from && !resume && !lora) rc = cli_init_from(L.t, NULL, a->init_from);
+    if (rc == 0 && a->init_from && !resume && !lora) rc = cli_init_from(L.t, NULL, a->init_from, wflags);
     if (rc == 0 && a->init_from && resume && !lora) fprintf(stderr, "fp8run: --init-from not used: resuming from %s\n", resume);
     if (rc == 0) rc = open_loaders(&L);
     if (rc == 0 && resume) rc = resume_session(&L, resume, ck);
     if (g_quiet) a->log = NULL; /* rank 0 logs */
     if (rc == 0 && a->log && resume) rc = trim_log(a->log, fp8run_session_steps_done(L.t));
     if (rc == 0 && a->log) {
-        L.log = fopen(a->log, resume ? "a" : "w");
-        if (!L.log) rc = cli_fail("cannot open log '%s': %s", a->log, strerror(errno));
+        L.log = cli_open_log(a->log, resume != NULL);
+        if (!L.log) rc = CLI_EXIT_FAIL;
     }
     int n_fp8 = 0;
     if (rc == 0 && a->log_fp8 && fp8run_session_fp8_stats(L.t, &n_fp8) == FP8RUN_OK && n_fp8 == 0)
