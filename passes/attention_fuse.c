@@ -39,37 +39,6 @@ static int const_scalar(const fr_graph *g, int v, double *x)
 }
 
 
-/* keep(i, j): element e keeps the score (1), drops it (0), or is neither (-1). Additive: 0 keeps,
- * <= MASKED_MAX drops. Boolean (Where's condition): nonzero keeps. */
-static int mask_keep(const fr_tensor *t, int boolean, int64_t e)
-{
-    double x = fr_tensor_get_f64(t, e);
-    if (boolean) return x != 0;
-    return x == 0 ? 1 : x <= MASKED_MAX ? 0 : -1;
-}
-
-/* (attention_fuse.h) The window is read off the last row, then checked on every element. */
-int fr_attn_classify_mask(const fr_tensor *t, int boolean, int64_t Tq, int64_t Tk, int64_t *window)
-{
-    *window = 0;
-    if (!t || t->rank < 2 || t->dims[t->rank - 2] != Tq || t->dims[t->rank - 1] != Tk) return FR_ATTN_MASK_BAD;
-    int64_t n = fr_tensor_numel(t), w = 0;
-    for (int64_t j = 0; Tq == Tk && j < Tk; j++) w += mask_keep(t, boolean, (Tq - 1) * Tk + j) == 1;
-    if (w >= Tq) w = 0;
-    int all_keep = 1, causal = Tq == Tk;
-    for (int64_t e = 0; e < n; e++) {
-        int64_t j = e % Tk, i = (e / Tk) % Tq;
-        int keep = mask_keep(t, boolean, e);
-        if (keep < 0) return FR_ATTN_MASK_BAD;
-        all_keep = all_keep && keep;
-        causal = causal && keep == (j <= i && (w == 0 || i - j < w));
-        if (!all_keep && !causal) return FR_ATTN_MASK_BAD;
-    }
-    if (all_keep) return FR_ATTN_MASK_NONE;
-    *window = w;
-    return FR_ATTN_MASK_CAUSAL;
-}
-
 /* A run-time mask x for scores sv: float32, broadcastable to them (Tq or 1, Tk or 1, batch dims
  * equal or 1). Fully masked rows (-inf) then give 0, as the exporter's guard (required) does. */
 static int runtime_mask_ok(const fr_graph *g, int x, const fr_value *sv)

@@ -29,13 +29,6 @@
 
 #include "graph/ir.h"
 
-/* A constant mask of the scores [.., Tq, Tk] (each [Tq, Tk] slice the same; boolean: nonzero
- * keeps a score; additive: 0 keeps it, -inf or <= -1e30 drops it): FR_ATTN_MASK_NONE (keeps all),
- * FR_ATTN_MASK_CAUSAL with *window (0: plain causal; W > 0: keys i - W < j <= i), or
- * FR_ATTN_MASK_BAD (any other mask). */
-enum { FR_ATTN_MASK_BAD, FR_ATTN_MASK_NONE, FR_ATTN_MASK_CAUSAL };
-int fr_attn_classify_mask(const fr_tensor *t, int boolean, int64_t Tq, int64_t Tk, int64_t *window);
-
 /* *count receives the number of attention blocks fused. */
 FR_NODISCARD fr_status fr_fuse_attention(fr_graph *g, int *count);
 

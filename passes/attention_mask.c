@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "ops/op.h"
-#include "passes/attention_fuse.h"
 #include "passes/attention_mask.h"
 #include "passes/pattern.h"
 
@@ -13,6 +12,37 @@
 #define MAX_ATOMS 8
 #define MAX_DEPTH 48
 #define RAMP_MAX ((int64_t)1 << 26) /* constants checked element by element up to this size */
+
+/* keep(i, j): element e keeps the score (1), drops it (0), or is neither (-1). Additive: 0 keeps,
+ * <= MASKED_MAX drops. Boolean (Where's condition): nonzero keeps. */
+static int mask_keep(const fr_tensor *t, int boolean, int64_t e)
+{
+    double x = fr_tensor_get_f64(t, e);
+    if (boolean) return x != 0;
+    return x == 0 ? 1 : x <= MASKED_MAX ? 0 : -1;
+}
+
+/* (attention_mask.h) The window is read off the last row, then checked on every element. */
+int fr_attn_classify_mask(const fr_tensor *t, int boolean, int64_t Tq, int64_t Tk, int64_t *window)
+{
+    *window = 0;
+    if (!t || t->rank < 2 || t->dims[t->rank - 2] != Tq || t->dims[t->rank - 1] != Tk) return FR_ATTN_MASK_BAD;
+    int64_t n = fr_tensor_numel(t), w = 0;
+    for (int64_t j = 0; Tq == Tk && j < Tk; j++) w += mask_keep(t, boolean, (Tq - 1) * Tk + j) == 1;
+    if (w >= Tq) w = 0;
+    int all_keep = 1, causal = Tq == Tk;
+    for (int64_t e = 0; e < n; e++) {
+        int64_t j = e % Tk, i = (e / Tk) % Tq;
+        int keep = mask_keep(t, boolean, e);
+        if (keep < 0) return FR_ATTN_MASK_BAD;
+        all_keep = all_keep && keep;
+        causal = causal && keep == (j <= i && (w == 0 || i - j < w));
+        if (!all_keep && !causal) return FR_ATTN_MASK_BAD;
+    }
+    if (all_keep) return FR_ATTN_MASK_NONE;
+    *window = w;
+    return FR_ATTN_MASK_CAUSAL;
+}
 
 /* c0 + sum_a c[a] * coord[a] over a value's coordinates; c[a] is 0 on unit dims. */
 typedef struct lin {

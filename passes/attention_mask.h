@@ -27,8 +27,15 @@
 
 #include "graph/ir.h"
 
+/* A constant mask of the scores [.., Tq, Tk] (each [Tq, Tk] slice the same; boolean: nonzero
+ * keeps a score; additive: 0 keeps it, -inf or <= -1e30 drops it): FR_ATTN_MASK_NONE (keeps all),
+ * FR_ATTN_MASK_CAUSAL with *window (0: plain causal; W > 0: keys i - W < j <= i), or
+ * FR_ATTN_MASK_BAD (any other mask). */
+enum { FR_ATTN_MASK_BAD, FR_ATTN_MASK_NONE, FR_ATTN_MASK_CAUSAL };
+int fr_attn_classify_mask(const fr_tensor *t, int boolean, int64_t Tq, int64_t Tk, int64_t *window);
+
 typedef struct fr_attn_mask_info {
-    int kind;       /* FR_ATTN_MASK_BAD / _NONE / _CAUSAL (passes/attention_fuse.h) */
+    int kind;       /* FR_ATTN_MASK_BAD / _NONE / _CAUSAL (above) */
     int64_t window; /* with _CAUSAL: 0, or W: keys q - W < k <= q */
     int seg;        /* the input read as key padding (the fused op's Sk), or -1 */
     int ones;       /* the input marked all ones whose key padding was dropped, or -1 */

@@ -179,9 +179,6 @@ function strong(v,    i, n, w, a, members, k) {
 #     CUDA backend calls the build helpers of the trainer (inputs, LoRA codes, memory checks),
 #     one of which (LoRA) syncs through the trainer; the next step moves the helpers the
 #     backends call below the trainer.
-#   passes/attention_fuse passes/attention_mask: the symbolic mask reader classifies constant
-#     masks with the classifier of the fusion pass, which calls the reader; the next step moves
-#     fr_attn_classify_mask into attention_mask.c.
 #   ops/cuda/cuda_ctx ops/cuda/quantize (CUDA builds): the context sets the block count of the
 #     amax kernels (FP8RUN_QUANT_BLOCKS) through quantize.cu, whose launches report through the
 #     context; the next step keeps the count in the context and lets quantize.cu read it there.
@@ -199,7 +196,6 @@ function known_circle(members,    n, m, i, j, key) {
         key == "ops/cuda/cuda_gemm ops/cuda/gemm_tune" ||
         key == "ops/cuda/elementwise ops/cuda/elementwise_binary ops/cuda/elementwise_grad ops/cuda/elementwise_unary" ||
         key == "runtime/cuda/cuda_train runtime/cuda/cuda_train_backend runtime/train/train_build runtime/train/train_lora runtime/train/train_memory runtime/train/trainer" ||
-        key == "passes/attention_fuse passes/attention_mask" ||
         key == "ops/cuda/cuda_ctx ops/cuda/quantize" ||
         key == "ops/cuda/attention_cudnn_graph ops/cuda/attention_cudnn_load"
 }
