@@ -179,9 +179,6 @@ function strong(v,    i, n, w, a, members, k) {
 #     CUDA backend calls the build helpers of the trainer (inputs, LoRA codes, memory checks),
 #     one of which (LoRA) syncs through the trainer; the next step moves the helpers the
 #     backends call below the trainer.
-#   ops/cuda/cuda_ctx ops/cuda/quantize (CUDA builds): the context sets the block count of the
-#     amax kernels (FP8RUN_QUANT_BLOCKS) through quantize.cu, whose launches report through the
-#     context; the next step keeps the count in the context and lets quantize.cu read it there.
 #   ops/cuda/attention_cudnn_graph ops/cuda/attention_cudnn_load (CUDA builds): the loader
 #     describes what the loaded cuDNN supports with the support check of the graph builder,
 #     which words its errors with the status text of the loader; the next step moves the
@@ -196,7 +193,6 @@ function known_circle(members,    n, m, i, j, key) {
         key == "ops/cuda/cuda_gemm ops/cuda/gemm_tune" ||
         key == "ops/cuda/elementwise ops/cuda/elementwise_binary ops/cuda/elementwise_grad ops/cuda/elementwise_unary" ||
         key == "runtime/cuda/cuda_train runtime/cuda/cuda_train_backend runtime/train/train_build runtime/train/train_lora runtime/train/train_memory runtime/train/trainer" ||
-        key == "ops/cuda/cuda_ctx ops/cuda/quantize" ||
         key == "ops/cuda/attention_cudnn_graph ops/cuda/attention_cudnn_load"
 }
 # the circles of one kind of arrow (strongly connected components)

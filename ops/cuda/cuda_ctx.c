@@ -6,6 +6,11 @@
 #include "graph/env.h"
 #include "ops/cuda/cuda_kernel.h"
 
+/* The amax kernels' block cap (see cuda_kernel.h), kept here with the other switches the
+ * context reads from the environment; quantize.cu asks for it at each launch. 0: one wave. */
+static int64_t g_quant_blocks;
+
+int64_t fr_cuda_quant_blocks(void) { return g_quant_blocks; }
 
 fr_status fr_cuda_status(cudaError_t e, const char *what, const char *file, int line)
 {
@@ -44,7 +49,8 @@ fr_status fr_cuda_ctx_create(int device, fr_cuda_ctx **out)
     c->weight_cache_off = fr_env_is(FR_ENV_WEIGHT_CACHE, "0");
     c->gemm_tune = !fr_env_is(FR_ENV_GEMM_TUNE, "0");
     const char *qb = fr_env_get(FR_ENV_QUANT_BLOCKS);
-    fr_q_set_wave_blocks(qb ? atoll(qb) : 0);
+    const int64_t qbn = qb ? atoll(qb) : 0;
+    g_quant_blocks = qbn > 0 ? qbn : 0;
     fr_status st = FR_OK;
     struct cudaDeviceProp prop;
     FR_CUDA_KEEP(st, cudaSetDevice(device));

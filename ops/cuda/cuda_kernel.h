@@ -253,8 +253,8 @@ FR_NODISCARD fr_status fr_cuda_ctx_create(int device, fr_cuda_ctx **out);
 void fr_cuda_ctx_free(fr_cuda_ctx *c);
 /* The most blocks the amax-reducing quantize kernels launch (ops/cuda/quantize.cu); 0 (the
  * default) is one wave of the device, 8 blocks a multiprocessor. A few blocks make each loop
- * over many tiles (tests: FP8RUN_QUANT_BLOCKS, set by the context). Process-wide. */
-void fr_q_set_wave_blocks(int64_t blocks);
+ * over many tiles (tests: FP8RUN_QUANT_BLOCKS, read by the last context created). Process-wide. */
+int64_t fr_cuda_quant_blocks(void);
 
 /* Run one node on the device with host inputs and host outputs (the outputs already allocated
  * with infer()'s shapes): uploads, plans scratch, runs the kernel, downloads, synchronizes.
