@@ -179,10 +179,6 @@ function strong(v,    i, n, w, a, members, k) {
 #     CUDA backend calls the build helpers of the trainer (inputs, LoRA codes, memory checks),
 #     one of which (LoRA) syncs through the trainer; the next step moves the helpers the
 #     backends call below the trainer.
-#   ops/cuda/attention_cudnn_graph ops/cuda/attention_cudnn_load (CUDA builds): the loader
-#     describes what the loaded cuDNN supports with the support check of the graph builder,
-#     which words its errors with the status text of the loader; the next step moves the
-#     status text below both.
 function known_circle(members,    n, m, i, j, key) {
     n = split(members, m, " ")
     # insertion sort: the members in one order
@@ -192,8 +188,7 @@ function known_circle(members,    n, m, i, j, key) {
     return key == "ops/cuda/attention_cudnn ops/cuda/attention_cudnn_graph" ||
         key == "ops/cuda/cuda_gemm ops/cuda/gemm_tune" ||
         key == "ops/cuda/elementwise ops/cuda/elementwise_binary ops/cuda/elementwise_grad ops/cuda/elementwise_unary" ||
-        key == "runtime/cuda/cuda_train runtime/cuda/cuda_train_backend runtime/train/train_build runtime/train/train_lora runtime/train/train_memory runtime/train/trainer" ||
-        key == "ops/cuda/attention_cudnn_graph ops/cuda/attention_cudnn_load"
+        key == "runtime/cuda/cuda_train runtime/cuda/cuda_train_backend runtime/train/train_build runtime/train/train_lora runtime/train/train_memory runtime/train/trainer"
 }
 # the circles of one kind of arrow (strongly connected components)
 function circles(kind, inc,    k, ab, v, c) {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ops/cuda/attention_cudnn_graph.h"
+#include "ops/cuda/attention_cudnn_status.h"
 
 #define MAX_IO 24      /* non-virtual tensors of a graph (20 at most today) */
 #define VPACK_CACHE 64 /* variant packs kept per plan (one per node and executor at the shapes trained) */

@@ -51,8 +51,7 @@ const char *fr_cudnn_describe(void);
 /* fr_cudnn_sdpa_describe_support for the process's cuDNN and the first GPU's compute
  * capability (none: 0, the version's best), made once; "" when cuDNN does not load. */
 const char *fr_cudnn_support_text(void);
-/* "<what>: CUDNN_STATUS_... (cuDNN's last error message)" into buf. */
-void fr_cudnn_status_text(const frdnn_api *api, int status, const char *what, char *buf, size_t n);
+/* (fr_cudnn_status_text: attention_cudnn_status.h) */
 
 /* Record why fp8run's kernels ran a node where cuDNN was asked for (the first reason is kept). */
 void fr_cuda_attention_note(fr_cuda_ctx *c, const char *why);

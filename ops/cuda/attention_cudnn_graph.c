@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ops/cuda/attention_cudnn_graph.h"
+#include "ops/cuda/attention_cudnn_status.h"
 
 /* ---------------------------------------------------------------- graph builder ---- */
 

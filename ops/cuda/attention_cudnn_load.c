@@ -269,15 +269,6 @@ const char *fr_cudnn_support_text(void)
     return g_support;
 }
 
-void fr_cudnn_status_text(const frdnn_api *api, int status, const char *what, char *buf, size_t n)
-{
-    char last[512] = "";
-    if (api->GetLastErrorString) api->GetLastErrorString(last, sizeof last);
-    const char *name = api->GetErrorString ? api->GetErrorString(status) : NULL;
-    snprintf(buf, n, "%s: %s (%d)%s%s%s", what, name ? name : "cuDNN error", status, last[0] ? " (" : "", last,
-             last[0] ? ")" : "");
-}
-
 /* ---- --attention ---- */
 
 int fr_cuda_attention_parse(const char *choice)
