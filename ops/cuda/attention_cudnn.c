@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/cuda/attention_cudnn.h"
 #include "ops/cuda/attention_cudnn_graph.h"
 #include "ops/cuda/attention_cudnn_status.h"
 

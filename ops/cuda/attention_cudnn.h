@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "ops/cuda/attention_cudnn_abi.h"
+#include "ops/cuda/attention_cudnn_sdpa.h"
 #include "ops/cuda/cuda_kernel.h"
 
 #ifdef __cplusplus
@@ -59,40 +60,8 @@ void fr_cuda_attention_note(fr_cuda_ctx *c, const char *why);
 
 /* ---- fused SDPA (attention_cudnn.c) ---- */
 
-/* One problem: Q [b, hq, tq, d], K [b, hk, tk, d], V [b, hk, tk, dv], O [b, hq, tq, dv] (query
- * head h reads K/V head h / (hq / hk)), Stats [b, hq, tq] float32 contiguous. The backward's dO
- * has O's strides, dQ Q's, dK K's and dV V's. */
-typedef struct fr_cudnn_sdpa {
-    int64_t b, hq, hk, tq, tk, d, dv;
-    int64_t sq[4], sk[4], sv[4], so[4]; /* element strides, (batch, head, token, feature) */
-    int causal;                         /* key j masked for query i when j > i (tq == tk) */
-    int64_t window;                     /* with causal, > 0: key j also masked when i - j >= window */
-    float softcap;                      /* > 0: scores s become softcap tanh(s / softcap) before the masks */
-    /* Per-batch lengths (fr_cudnn_sdpa_io.seq_q, seq_kv): query i >= seq_q[b] and key j >=
-     * seq_kv[b] masked (cuDNN's padding mask; the GEMMs stop there too). Rows past seq_q[b] get
-     * O = 0 and no gradient; their Stats are cuDNN's (not read by anything that matters). */
-    int padded;
-    /* Segment ids per batch (fr_cudnn_sdpa_io.seg_q [b, tq], seg_kv [b, tk] int32): key j is
-     * visible to query i only when seg_q[b, i] == seg_kv[b, j] (a document mask in the score
-     * graph; no work is skipped). Not with padded; forward only (the backward was seen wrong
-     * on cuDNN 9.14). The nodes do not route packed sequences here (fr_cudnn_seg_problem). */
-    int segments;
-    int half;                           /* I/O dtype: 0 bf16, 1 fp16 (computation in float32) */
-    int backward;
-    /* Only engines without CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC, and the backward graph as
-     * cudnn-frontend's set_deterministic_algorithm builds it on Hopper: dQ = dS K written
-     * directly (the engine's "dP workspace" variant) instead of through the float32 dQ
-     * accumulator, which engines fill with atomic adds. fr_cudnn_sdpa_prepare / _run take it
-     * from the context (fr_cuda_ctx.deterministic). */
-    int deterministic;
-} fr_cudnn_sdpa;
+/* (the problem, fr_cudnn_sdpa, and what cuDNN takes of it: attention_cudnn_sdpa.h) */
 
-/* cuDNN's documented limits for p (no device needed): 1 when p is within them, else 0 with
- * why. cc_major: the GPU's compute capability (0: not known yet). */
-int fr_cudnn_sdpa_supported(const fr_cudnn_sdpa *p, size_t version, int cc_major, char *why, size_t n);
-/* What fp8run routes to cuDNN with this version on a GPU of compute capability cc_major (0: not
- * known), in words ("head dims multiples of 8 up to 256, causal, sliding window, ..."), into buf. */
-void fr_cudnn_sdpa_describe_support(size_t version, int cc_major, char *buf, size_t n);
 /* Workspace bytes an execution needs besides the plan's own: the backward's float32 dQ
  * accumulator and dO . O row sums (cudnn-frontend's share of the workspace). */
 size_t fr_cudnn_sdpa_aux_bytes(const fr_cudnn_sdpa *p);
@@ -115,13 +84,6 @@ typedef struct fr_cudnn_sdpa_io {
 } fr_cudnn_sdpa_io;
 /* Queue p on c's stream (preparing it first if needed). Every pointer 16-byte aligned. */
 FR_NODISCARD fr_status fr_cudnn_sdpa_run(fr_cuda_ctx *c, const fr_cudnn_sdpa *p, const fr_cudnn_sdpa_io *io);
-
-/* The graph of p for the cuDNN `api` of `version` (fr_cudnn_open), built and finalized without
- * a device: every tensor and operation descriptor, and the operation graph where cuDNN allows
- * that without a handle (*graph_finalized; then *n_ops operations). FR_OK, or the first cuDNN
- * refusal. For tests of the graphs on machines with cuDNN but no GPU. */
-FR_NODISCARD fr_status fr_cudnn_sdpa_check_graph(const frdnn_api *api, size_t version, const fr_cudnn_sdpa *p,
-                                                 int *graph_finalized, int *n_ops);
 
 /* ---- the nodes (attention_cudnn_node.cu) ---- */
 

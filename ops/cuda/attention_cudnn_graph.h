@@ -3,7 +3,7 @@
 #ifndef FR_ATTENTION_CUDNN_GRAPH_H
 #define FR_ATTENTION_CUDNN_GRAPH_H
 
-#include "ops/cuda/attention_cudnn.h"
+#include "ops/cuda/attention_cudnn_sdpa.h"
 
 /* Unique ids of the graphs' non-virtual tensors (the variant pack names them by these). */
 enum {
