@@ -163,9 +163,6 @@ function strong(v,    i, n, w, a, members, k) {
 }
 # The circles that stay for now, each with the reason (remove a line when its circle goes; a
 # circle not listed here, or one that grows, fails):
-#   ops/cuda/cuda_gemm ops/cuda/gemm_tune: the timing of cuBLASLt candidates is the GEMM
-#     wrapper split in two files; they share the algorithm cache through gemm_tune.h (private
-#     to them, over cuda_gemm.h) and gemm_tune.c writes the wrapper report cuda_gemm.h declares.
 #   ops/cuda/elementwise and elementwise_binary, _grad, _unary (CUDA builds): the family table
 #     in elementwise.cu names the launchers of the three others, which call the geometry and
 #     flag helpers defined next to the table; the next step moves those helpers into a file of
@@ -181,8 +178,7 @@ function known_circle(members,    n, m, i, j, key) {
     for (i = 2; i <= n; i++) { key = m[i]; for (j = i - 1; j >= 1 && m[j] > key; j--) m[j + 1] = m[j]; m[j + 1] = key }
     key = ""
     for (i = 1; i <= n; i++) key = key (i > 1 ? " " : "") m[i]
-    return key == "ops/cuda/cuda_gemm ops/cuda/gemm_tune" ||
-        key == "ops/cuda/elementwise ops/cuda/elementwise_binary ops/cuda/elementwise_grad ops/cuda/elementwise_unary" ||
+    return key == "ops/cuda/elementwise ops/cuda/elementwise_binary ops/cuda/elementwise_grad ops/cuda/elementwise_unary" ||
         key == "runtime/cuda/cuda_train runtime/cuda/cuda_train_backend runtime/train/train_build runtime/train/train_lora runtime/train/train_memory runtime/train/trainer"
 }
 # the circles of one kind of arrow (strongly connected components)

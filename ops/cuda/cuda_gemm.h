@@ -44,8 +44,8 @@
  * The algorithm is chosen once per (types, M, N, K, batch, layouts, strides, scale modes,
  * fast_accum, beta != 0, pointer alignments) and cached in ctx->gemm_cache. With ctx->gemm_tune
  * (the default; FP8RUN_GEMM_TUNE=0 turns it off) the first call of a shape asks the heuristic
- * for up to FR_GEMM_CANDIDATES algorithms and times each on the call's own buffers (one
- * warm-up and FR_GEMM_TUNE_REPS timed runs; D is written, which beta = 0 makes harmless), and
+ * for up to FR_GEMM_CANDIDATES (gemm_tune.h) algorithms and times each on the call's own
+ * buffers (one warm-up and FR_GEMM_TUNE_REPS timed runs; D is written, which beta = 0 makes harmless), and
  * keeps the fastest (another than the heuristic's first only when at least 1% faster). That
  * first call waits for the GPU; it is skipped (the heuristic's first taken) while the stream
  * is being captured and for accumulating GEMMs (beta != 0: the timed runs would add into D).
@@ -88,8 +88,7 @@ typedef struct fr_gemm {
                                              ignored for other GEMMs */
 } fr_gemm;
 
-#define FR_GEMM_CANDIDATES 8
-#define FR_GEMM_TUNE_REPS 3
+/* (FR_GEMM_CANDIDATES, FR_GEMM_TUNE_REPS: the timing's bounds, gemm_tune.h) */
 
 /* Events around each cuBLASLt call while a profiling executor runs (runtime/cuda/cuda_exec.c):
  * slot i's events are ev[2i], ev[2i+1], its node node[i]; calls past cap are not timed. */

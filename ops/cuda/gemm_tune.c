@@ -1,5 +1,5 @@
-/* Timing cuBLASLt's candidate algorithms per GEMM shape, the process-wide table of choices, and
- * the report of what was chosen (see cuda_gemm.h). */
+/* Timing cuBLASLt's candidate algorithms per GEMM shape and the process-wide table of choices
+ * (see gemm_tune.h, and cuda_gemm.h for what is chosen and when). */
 #include "ops/cuda/gemm_tune.h"
 
 #include <math.h>
@@ -126,44 +126,4 @@ fr_status fr_gemm_tune(fr_cuda_ctx *cu, const gemm_lt *l, const cublasLtMatmulHe
     }
     pthread_mutex_unlock(&g_tuned_mu);
     return FR_OK;
-}
-
-/* ---- the report ---- */
-
-void fr_cuda_gemm_report(const fr_cuda_ctx *c, char *buf, size_t n)
-{
-    if (!n) return;
-    int shapes = 0, timed = 0, changed = 0;
-    double saved = 0, best_gain = 0;
-    const gemm_entry *best = NULL;
-    for (int b = 0; c && c->gemm_cache && b < GEMM_BUCKETS; b++)
-        for (const gemm_entry *e = c->gemm_cache->bucket[b]; e; e = e->next) {
-            shapes++;
-            if (!e->timed) continue;
-            timed++;
-            if (e->chosen == 0) continue;
-            changed++;
-            double gain = isfinite(e->ms_first) ? 1.0 - e->ms_best / e->ms_first : 1.0;
-            if (isfinite(e->ms_first)) saved += e->ms_first - e->ms_best;
-            if (!best || gain > best_gain) {
-                best = e;
-                best_gain = gain;
-            }
-        }
-    int off = snprintf(buf, n, "cuBLASLt: %d GEMM shape%s", shapes, shapes == 1 ? "" : "s");
-    if (c && !c->gemm_tune)
-        off += snprintf(buf + off, off < (int)n ? n - (size_t)off : 0, ", the heuristic's first algorithm (%s)",
-                        c->deterministic ? "--deterministic" : "FP8RUN_GEMM_TUNE=0");
-    else
-        off += snprintf(buf + off, off < (int)n ? n - (size_t)off : 0,
-                        ", %d timed among up to %d candidates, %d took another than the heuristic's first", timed,
-                        FR_GEMM_CANDIDATES, changed);
-    if (best && off < (int)n)
-        off += snprintf(buf + off, n - (size_t)off,
-                        " (one call of each: %.3f ms saved; best %.0f%% faster: %s M=%lld N=%lld K=%lld)", saved,
-                        100 * best_gain, fr_dtype_name((fr_dtype)best->key.a_type), (long long)best->key.M,
-                        (long long)best->key.N, (long long)best->key.K);
-    if (c && off < (int)n)
-        snprintf(buf + off, n - (size_t)off, "; fp8 forward GEMMs %s",
-                 c->fp8_fast_accum ? "with fast accumulation" : "with exact (promoted) accumulation");
 }

@@ -1,10 +1,14 @@
 /* The GEMM wrapper's algorithm cache (ops/cuda/cuda_gemm.c) and the timing of cuBLASLt's
  * candidates (ops/cuda/gemm_tune.c); see cuda_gemm.h for what is chosen and when. Private to
- * those two files. */
+ * those two files. Below the wrapper: the timing needs only the context, and the wrapper
+ * (which owns the cache) makes the report of the choices. */
 #ifndef FR_OPS_CUDA_GEMM_TUNE_H
 #define FR_OPS_CUDA_GEMM_TUNE_H
 
-#include "ops/cuda/cuda_gemm.h"
+#include "ops/cuda/cuda_kernel.h"
+
+#define FR_GEMM_CANDIDATES 8 /* algorithms asked of the heuristic and timed, at most */
+#define FR_GEMM_TUNE_REPS 3  /* timed runs of each candidate (after one warm-up) */
 
 /* Everything the algorithm depends on; compared with memcmp, so always zeroed first. */
 typedef struct gemm_key {
