@@ -163,10 +163,6 @@ function strong(v,    i, n, w, a, members, k) {
 }
 # The circles that stay for now, each with the reason (remove a line when its circle goes; a
 # circle not listed here, or one that grows, fails):
-#   ops/cuda/elementwise and elementwise_binary, _grad, _unary (CUDA builds): the family table
-#     in elementwise.cu names the launchers of the three others, which call the geometry and
-#     flag helpers defined next to the table; the next step moves those helpers into a file of
-#     their own below the launchers.
 #   runtime/train trainer, train_build, train_lora, train_memory and runtime/cuda cuda_train,
 #     cuda_train_backend (CUDA builds): the trainer picks its backend (tr_backend_cuda), and the
 #     CUDA backend calls the build helpers of the trainer (inputs, LoRA codes, memory checks),
@@ -178,8 +174,7 @@ function known_circle(members,    n, m, i, j, key) {
     for (i = 2; i <= n; i++) { key = m[i]; for (j = i - 1; j >= 1 && m[j] > key; j--) m[j + 1] = m[j]; m[j + 1] = key }
     key = ""
     for (i = 1; i <= n; i++) key = key (i > 1 ? " " : "") m[i]
-    return key == "ops/cuda/elementwise ops/cuda/elementwise_binary ops/cuda/elementwise_grad ops/cuda/elementwise_unary" ||
-        key == "runtime/cuda/cuda_train runtime/cuda/cuda_train_backend runtime/train/train_build runtime/train/train_lora runtime/train/train_memory runtime/train/trainer"
+    return key == "runtime/cuda/cuda_train runtime/cuda/cuda_train_backend runtime/train/train_build runtime/train/train_lora runtime/train/train_memory runtime/train/trainer"
 }
 # the circles of one kind of arrow (strongly connected components)
 function circles(kind, inc,    k, ab, v, c) {
