@@ -161,21 +161,6 @@ function strong(v,    i, n, w, a, members, k) {
         csize[ncomp] = k; cmembers[ncomp] = members; ncomp++
     }
 }
-# The circles that stay for now, each with the reason (remove a line when its circle goes; a
-# circle not listed here, or one that grows, fails):
-#   runtime/train trainer, train_build, train_lora, train_memory and runtime/cuda cuda_train,
-#     cuda_train_backend (CUDA builds): the trainer picks its backend (tr_backend_cuda), and the
-#     CUDA backend calls the build helpers of the trainer (inputs, LoRA codes, memory checks),
-#     one of which (LoRA) syncs through the trainer; the next step moves the helpers the
-#     backends call below the trainer.
-function known_circle(members,    n, m, i, j, key) {
-    n = split(members, m, " ")
-    # insertion sort: the members in one order
-    for (i = 2; i <= n; i++) { key = m[i]; for (j = i - 1; j >= 1 && m[j] > key; j--) m[j + 1] = m[j]; m[j + 1] = key }
-    key = ""
-    for (i = 1; i <= n; i++) key = key (i > 1 ? " " : "") m[i]
-    return key == "runtime/cuda/cuda_train runtime/cuda/cuda_train_backend runtime/train/train_build runtime/train/train_lora runtime/train/train_memory runtime/train/trainer"
-}
 # the circles of one kind of arrow (strongly connected components)
 function circles(kind, inc,    k, ab, v, c) {
     split("", adj); split("", node); split("", idx); split("", low); split("", on); split("", comp)
@@ -191,7 +176,6 @@ function circles(kind, inc,    k, ab, v, c) {
     for (v in node) if (!(v in idx)) strong(v)
     for (c = 0; c < ncomp; c++) {
         if (csize[c] < 2) continue
-        if (known_circle(cmembers[c])) continue
         bad("circle of " kind " among " csize[c] " files:" cmembers[c])
         for (k in arrows) {
             split(k, ab, SUBSEP)

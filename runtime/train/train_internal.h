@@ -163,7 +163,7 @@ FR_NODISCARD fr_status tr_adopt_spec(fr_trainer *t, const struct fr_fbs_spec *s,
 FR_NODISCARD fr_status tr_narrow_params(fr_trainer *t, fr_graph *g);
 /* Bring the host copies of parameters, optimizer and scaling state up to date from the device
  * (before save, export, get_param), and the device from the host (after load, set_param).
- * No-ops on the CPU. */
+ * No-ops on the CPU. In train_step.c, after the queued steps. */
 FR_NODISCARD fr_status tr_sync_host(fr_trainer *t);
 FR_NODISCARD fr_status tr_sync_device(fr_trainer *t);
 /* train_sft.c: the segment ids wired into every fused attention node (sets t->sft_attention),
@@ -186,7 +186,7 @@ void tr_slice_copy(const fr_fp8_fused *f, const fr_fp8_slice *s, float *fused_bu
 int tr_lora_is_adapter(const fr_trainer *t, const char *name);
 /* 1 when the GPU holds this LoRA run's frozen base only as its Linears' converted copies (the
  * float32 values stay on the host): LoRA, and not FP8RUN_LORA_KEEP_BASE=1 (which keeps the
- * float32 base on the device too, for comparison). */
+ * float32 base on the device too, for comparison). In train_memory.c. */
 int tr_lora_codes_only(const fr_trainer *t);
 FR_NODISCARD fr_status tr_lora_merge(fr_trainer *t, fr_graph *pg, fr_tensor ***base);
 /* A checkpoint's adapters (by their PEFT names) merged into the model g's weights, with the

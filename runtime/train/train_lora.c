@@ -185,12 +185,6 @@ fr_status fr_trainer_export_adapter(fr_trainer *t, const char *dir)
     return st;
 }
 
-int tr_lora_codes_only(const fr_trainer *t)
-{
-    const char *keep = fr_env_get(FR_ENV_LORA_KEEP_BASE);
-    return t->lora.n > 0 && !(keep && strcmp(keep, "1") == 0);
-}
-
 /* The float32 bytes of the frozen weights the GPU holds only as the converted copies of their
  * readers (the CUDA executor's rule, runtime/cuda/cuda_exec.h): codes_only, the weight cache
  * on, and every reader a bf16/fp8 Linear or LinearGradData taking it as its weight (input 1). */

@@ -75,6 +75,14 @@ static fr_status shard_params(const fr_trainer *t, fr_train_memory *out)
     return FR_OK;
 }
 
+/* (train_internal.h) Here, with the memory it decides, below the LoRA code and the backends
+ * that ask. */
+int tr_lora_codes_only(const fr_trainer *t)
+{
+    const char *keep = fr_env_get(FR_ENV_LORA_KEEP_BASE);
+    return t->lora.n > 0 && !(keep && strcmp(keep, "1") == 0);
+}
+
 fr_status tr_memory_of(fr_trainer *t, int gpu, fr_train_memory *out)
 {
     memset(out, 0, sizeof *out);

@@ -1,6 +1,7 @@
 /* The trainer's steps (see trainer.h): the queue of steps and its counters (skipped steps in a
- * row), and eval. The graphs run on the trainer's backend (runtime/train/train_backend.h). Messages
- * number steps from 1 (step N is the one with fr_train_stats.step N - 1), as the CLI does. */
+ * row), the host and device copies brought up to date after it, and eval. The graphs run on
+ * the trainer's backend (runtime/train/train_backend.h). Messages number steps from 1 (step N
+ * is the one with fr_train_stats.step N - 1), as the CLI does. */
 #include <stdio.h>
 #include <string.h>
 
@@ -129,6 +130,23 @@ fr_status fr_trainer_retire_all(fr_trainer *t)
 {
     for (int i = 0; i < t->q_len; i++) FR_TRY(retire(t, (t->q_head + i) % FR_TRAIN_MAX_QUEUED));
     return FR_OK;
+}
+
+/* The host and device copies (train_internal.h): queued steps retire first, so the counters
+ * they carry are read back in step order; here, below everything that syncs (LoRA, checkpoints,
+ * exports), with the queue they wait on. */
+fr_status tr_sync_host(fr_trainer *t)
+{
+    if (!t) return FR_OK;
+    FR_TRY(fr_trainer_retire_all(t)); /* the counters first, in step order */
+    return t->be->pull(t);
+}
+
+fr_status tr_sync_device(fr_trainer *t)
+{
+    if (!t) return FR_OK;
+    FR_TRY(fr_trainer_retire_all(t));
+    return t->be->push(t);
 }
 
 fr_status fr_trainer_step(fr_trainer *t, const int64_t *windows, int k, fr_train_stats *stats)

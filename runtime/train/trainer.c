@@ -147,20 +147,6 @@ fr_status tr_backend_use(fr_trainer *t, const fr_train_backend_ops *be)
     return be->init(t, &t->be_state);
 }
 
-fr_status tr_sync_host(fr_trainer *t)
-{
-    if (!t) return FR_OK;
-    FR_TRY(fr_trainer_retire_all(t)); /* the counters first, in step order */
-    return t->be->pull(t);
-}
-
-fr_status tr_sync_device(fr_trainer *t)
-{
-    if (!t) return FR_OK;
-    FR_TRY(fr_trainer_retire_all(t));
-    return t->be->push(t);
-}
-
 char *fr_trainer_profile(const fr_trainer *t)
 {
     char *s = NULL;
