@@ -123,10 +123,14 @@ typedef struct chain {
     int n, nodes[MAX_CHAIN]; /* producer order: nodes[0] reads the Split output */
     int rotary;              /* the Rotary node, -1: none */
     view at_rotary;          /* its input as a view of X */
+    int norm;                /* the q/k RMSNormalization node (before the Rotary), -1: none */
+    view at_norm;            /* its input as a view of X */
 } chain;
 
 typedef struct match {
     int attn, split, x, z, cos, sin, interleaved, flat_output;
+    int wq, wk; /* the q/k norm weights (-1: no norm) */
+    float eps;
     int64_t B, T, W, Hq, Hk, D, Dv;
     chain c[3];
     int n_out, out_nodes[MAX_CHAIN];
@@ -145,6 +149,13 @@ static int is_layout(const fr_node *n)
     return 0;
 }
 
+/* RMSNormalization (ONNX's or fp8run's: passes/rmsnorm_fuse.h) with its Scale, one output */
+static int is_norm(const fr_node *n)
+{
+    return n && !n->dead && (n->domain[0] == 0 || strcmp(n->domain, FR_DOMAIN_FP8RUN) == 0) &&
+           strcmp(n->op_type, "RMSNormalization") == 0 && n->n_inputs == 2 && n->inputs[1] >= 0 && n->n_outputs == 1;
+}
+
 static int is_rotary(const fr_node *n)
 {
     return n && !n->dead && strcmp(n->domain, FR_DOMAIN_FP8RUN) == 0 && strcmp(n->op_type, "Rotary") == 0 &&
@@ -156,17 +167,21 @@ static int walk_back(const ctx *cx, int v, chain *c)
 {
     const fr_graph *g = cx->rd.g;
     c->n = 0;
-    c->rotary = -1;
+    c->rotary = c->norm = -1;
     int nodes[MAX_CHAIN];
     for (;;) {
         if (v < 0 || cx->rd.count[v] != 1) return -1;
         const fr_node *p = fr_live_producer(g, v);
         if (!p) return -1;
         if (fr_is_onnx_op(p, "Split")) break;
-        if (c->n == MAX_CHAIN || !(is_layout(p) || is_rotary(p))) return -1;
+        if (c->n == MAX_CHAIN || !(is_layout(p) || is_rotary(p) || is_norm(p))) return -1;
         if (is_rotary(p)) {
             if (c->rotary >= 0) return -1;
             c->rotary = (int)(p - g->nodes);
+        }
+        if (is_norm(p)) { /* met walking back: it must come before the Rotary (RoPE of normalized heads) */
+            if (c->norm >= 0) return -1;
+            c->norm = (int)(p - g->nodes);
         }
         nodes[c->n++] = (int)(p - g->nodes);
         v = p->inputs[0];
@@ -184,11 +199,18 @@ static int walk_views(const fr_graph *g, const match *m, int sv, chain *c, view 
     v->rank = 3;
     v->dims[0] = s->dims[0], v->dims[1] = s->dims[1], v->dims[2] = s->dims[2];
     v->strides[0] = m->T * m->W, v->strides[1] = m->W, v->strides[2] = 1;
+    int seen_rotary = 0;
     for (int i = 0; i < c->n; i++) {
         const fr_node *n = &g->nodes[c->nodes[i]];
         const fr_value *y = &g->values[n->outputs[0]];
         if (is_rotary(n)) {
             c->at_rotary = *v;
+            seen_rotary = 1;
+            continue;
+        }
+        if (is_norm(n)) {
+            if (seen_rotary) return 0; /* RoPE, then the norm: not what the op computes */
+            c->at_norm = *v;
             continue;
         }
         if (strcmp(n->op_type, "Transpose") == 0) {
@@ -239,6 +261,36 @@ static int rotary_ok(const fr_graph *g, const match *m, const fr_node *r, const 
         }
     }
     return 1;
+}
+
+/* The q/k RMSNormalization r of a section of `heads` heads, its input at view v of X: its rows
+ * (the last axis only) are each head's D features (per head) or, on [B, T, heads D], each
+ * token's section (full width), and its Scale a float32 vector of that length. Returns the
+ * row length, 0 when it is neither; *eps its epsilon. */
+static int64_t norm_ok(const fr_graph *g, const match *m, const fr_node *r, const view *v, int64_t heads, float *eps)
+{
+    const fr_value *x = &g->values[r->inputs[0]], *w = &g->values[r->inputs[1]];
+    int64_t axis = -2;
+    if (fr_node_attr_int(r, "axis", -1, &axis) != FR_OK || fr_node_attr_float(r, "epsilon", 1e-5f, eps) != FR_OK) {
+        fr_clear_error();
+        return 0;
+    }
+    if (x->dtype != FR_F32 || w->dtype != FR_F32 || x->rank != v->rank || v->rank < 1) return 0;
+    if (axis != -1 && axis != v->rank - 1) return 0;
+    const int last = v->rank - 1;
+    const int64_t len = v->dims[last];
+    if ((len != m->D && len != heads * m->D) || (len > 1 && v->strides[last] != 1)) return 0;
+    int64_t numel = 1;
+    for (int k = 0; k < w->rank; k++) numel *= w->dims[k];
+    if (w->rank < 1 || numel != len || w->dims[w->rank - 1] != len) return 0;
+    for (int k = 0; k < last; k++) { /* every other dim steps whole rows: token, batch or head */
+        if (v->dims[k] == 1) continue;
+        const int64_t st = v->strides[k];
+        const int ok = (st == m->W && v->dims[k] == m->T) || (st == m->T * m->W && v->dims[k] == m->B) ||
+                       (len == m->D && st % m->D == 0 && st < m->W);
+        if (!ok) return 0;
+    }
+    return len;
 }
 
 static int64_t attr_int(const fr_node *n, const char *name, int64_t dflt)
@@ -354,6 +406,18 @@ static int match_at(void *cv, int ai, void *mv)
         if (!rotary_ok(g, m, nq, &m->c[0].at_rotary) || !rotary_ok(g, m, nk, &m->c[1].at_rotary)) return 0;
         m->cos = nq->inputs[1], m->sin = nq->inputs[2];
     }
+    /* q/k RMSNorm: on q and k alike (the same epsilon), or on neither; never on v */
+    const int nq_ = m->c[0].norm, nk_ = m->c[1].norm;
+    m->wq = m->wk = -1;
+    if (m->c[2].norm >= 0 || (nq_ < 0) != (nk_ < 0)) return 0;
+    if (nq_ >= 0) {
+        float eq, ek;
+        const fr_node *q_ = &g->nodes[nq_], *k_ = &g->nodes[nk_];
+        if (!norm_ok(g, m, q_, &m->c[0].at_norm, m->Hq, &eq) || !norm_ok(g, m, k_, &m->c[1].at_norm, m->Hk, &ek) ||
+            eq != ek)
+            return 0;
+        m->wq = q_->inputs[1], m->wk = k_->inputs[1], m->eps = eq;
+    }
     return walk_out(cx, m, a);
 }
 
@@ -372,8 +436,10 @@ static fr_status fuse_one(void *cv, const void *mv)
     snprintf(nm, sizeof nm, "%s/lse", base);
     int lse;
     FR_TRY(fr_graph_add_unique_value(g, nm, &lse));
-    int in[3] = {m->x, m->cos, m->sin}, out[2] = {m->z, lse}, nid;
-    FR_TRY(fr_graph_add_node(g, "AttentionQKV", FR_DOMAIN_FP8RUN, base, m->cos >= 0 ? 3 : 1, in, 2, out, &nid));
+    /* (inputs 3 and 4, the segment ids of ops/attention.h, absent) */
+    int in[7] = {m->x, m->cos, m->sin, -1, -1, m->wq, m->wk}, out[2] = {m->z, lse}, nid;
+    const int n_in = m->wq >= 0 ? 7 : m->cos >= 0 ? 3 : 1;
+    FR_TRY(fr_graph_add_node(g, "AttentionQKV", FR_DOMAIN_FP8RUN, base, n_in, in, 2, out, &nid));
     const fr_node *a = &g->nodes[m->attn];
     fr_node *n = &g->nodes[nid];
     for (int i = 0; i < a->n_attrs; i++) { /* scale, causal, window, precision */
@@ -390,6 +456,7 @@ static fr_status fuse_one(void *cv, const void *mv)
     FR_TRY(fr_node_set_attr_int(n, "head_dim", m->D));
     if (m->interleaved) FR_TRY(fr_node_set_attr_int(n, "interleaved", 1));
     if (m->flat_output) FR_TRY(fr_node_set_attr_int(n, "flat_output", 1));
+    if (m->wq >= 0) FR_TRY(fr_node_set_attr_float(n, "qk_norm_eps", m->eps));
     return fr_node_infer(g, nid);
 }
 

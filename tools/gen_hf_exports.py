@@ -40,7 +40,8 @@ import transformers
 from transformers import (BertConfig, BertForMaskedLM, GemmaConfig, GemmaForCausalLM, GPT2Config,
                           GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig,
                           MistralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config,
-                          Qwen2ForCausalLM)
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, GPTNeoXConfig,
+                          GPTNeoXForCausalLM)
 
 warnings.filterwarnings("ignore")
 OUT = sys.argv[1]
@@ -71,6 +72,17 @@ def configs():
         "gemma": (GemmaForCausalLM, GemmaConfig(hidden_size=48, intermediate_size=104, num_hidden_layers=2,
                                                 num_attention_heads=4, num_key_value_heads=1, head_dim=16,
                                                 hidden_activation="gelu_pytorch_tanh", **common)),
+        # per-head q/k RMSNorm before RoPE, head_dim not hidden / heads
+        "qwen3": (Qwen3ForCausalLM, Qwen3Config(hidden_size=64, intermediate_size=136, num_hidden_layers=2,
+                                                num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                                tie_word_embeddings=True, **common)),
+        # LayerNorm, GELU, biases, partial rotary (rotary_pct 0.25), parallel attention + MLP
+        "gpt_neox": (GPTNeoXForCausalLM, GPTNeoXConfig(vocab_size=V, hidden_size=64, intermediate_size=136,
+                                                      num_hidden_layers=2, num_attention_heads=4,
+                                                      rotary_pct=0.25, max_position_embeddings=64,
+                                                      use_parallel_residual=True, hidden_dropout=0.0,
+                                                      attention_dropout=0.0, bos_token_id=1,
+                                                      eos_token_id=2)),
         "bert": (BertForMaskedLM, BertConfig(vocab_size=V, hidden_size=40, intermediate_size=100,
                                              num_hidden_layers=2, num_attention_heads=4,
                                              max_position_embeddings=64, hidden_dropout_prob=0.0,
