@@ -512,7 +512,7 @@ qkv_norm::Geo norm_geo(const Node &p)
 }
 
 constexpr size_t kNormSmem = 48 * 1024; /* shared memory without opting in */
-constexpr int64_t kNormWarps = 2048;   /* the backward's grid: warps, each one partial sum */
+constexpr int64_t kNormPart = 16 << 20; /* the backward's partial sums: at most this many bytes */
 
 /* Warps per block for rows of per_warp floats of shared memory each (0: too long a row). */
 int norm_wpb(int64_t per_warp)
@@ -537,7 +537,10 @@ NormGrid norm_grid(const Node &p, int backward)
     r.per_warp = backward ? 3 * most + r.acc_n : most;
     r.wpb = norm_wpb(r.per_warp);
     if (!r.wpb) return r;
-    int64_t warps = backward ? (rows < kNormWarps ? rows : kNormWarps) : rows;
+    /* the backward's grid: enough warps to fill the GPU (a partial sum each), at least 1024 */
+    int64_t cap = kNormPart / (r.acc_n * 4);
+    if (cap < 1024) cap = 1024;
+    int64_t warps = backward ? (rows < cap ? rows : cap) : rows;
     if (warps < 1) warps = 1;
     int64_t blocks = (warps + r.wpb - 1) / r.wpb;
     if (blocks > 65535 * 16) blocks = 65535 * 16;

@@ -137,6 +137,7 @@ __global__ void grad_kernel(Geo g, const TX *__restrict__ X, const float *__rest
     const int64_t most = g.len[0] > g.len[1] ? g.len[0] : g.len[1], acc_n = g.len[0] + g.len[1];
     float *gr = smem + (int64_t)warp * (3 * most + acc_n), *xr = gr + most, *yr = xr + most, *acc = yr + most;
     for (int64_t j = lane; j < acc_n; j += 32) acc[j] = 0.f;
+    __syncwarp(); /* (K's accumulators start at len[0]: other lanes' elements) */
     const int64_t n = g.rows[0] + g.rows[1];
     for (int64_t r = (int64_t)blockIdx.x * wpb + warp; r < n; r += (int64_t)gridDim.x * wpb) {
         const Row w = row_of(g, r);
