@@ -170,6 +170,15 @@ def main():
                 os.makedirs(d, exist_ok=True)
                 torch.manual_seed(0)
                 m = cls(cfg)
+                if arch == "gpt_neox":
+                    # distinct norm weights: with the fresh init's equal ones the exporter merges the
+                    # two LayerNorms of a parallel block (same input, equal weights) into one node,
+                    # and the export trains one where PyTorch trains two
+                    gn = torch.Generator().manual_seed(3)
+                    with torch.no_grad():
+                        for k, p in m.named_parameters():
+                            if "layernorm" in k or "layer_norm" in k:
+                                p.add_(0.1 * torch.randn(p.shape, generator=gn))
                 if hasattr(m.config, "use_cache"):
                     m.config.use_cache = False
                 w = logits_only(m, arch == "bert").eval()
