@@ -20,7 +20,7 @@
 #include "tests/harness.h"
 #include "ops/op.h"
 
-#define TN_MAX 8 /* inputs / outputs a test node can have */
+#define TN_MAX 10 /* inputs / outputs a test node can have */
 
 typedef struct tnode {
     fr_graph *g;

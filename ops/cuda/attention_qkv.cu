@@ -512,7 +512,8 @@ qkv_norm::Geo norm_geo(const Node &p)
 }
 
 constexpr size_t kNormSmem = 48 * 1024; /* shared memory without opting in */
-constexpr int64_t kNormPart = 16 << 20; /* the backward's partial sums: at most this many bytes */
+constexpr int64_t kNormPart = 4 << 20; /* the backward's partial sums: at most this many bytes */
+constexpr int64_t kNormWarps = 4224;   /* and at most this many warps (32 per SM of an H200) */
 
 /* Warps per block for rows of per_warp floats of shared memory each (0: too long a row). */
 int norm_wpb(int64_t per_warp)
@@ -537,8 +538,10 @@ NormGrid norm_grid(const Node &p, int backward)
     r.per_warp = backward ? 3 * most + r.acc_n : most;
     r.wpb = norm_wpb(r.per_warp);
     if (!r.wpb) return r;
-    /* the backward's grid: enough warps to fill the GPU (a partial sum each), at least 1024 */
+    /* the backward's grid: enough warps to fill the GPU (a partial sum each, added up by
+       reduce_kernel: fewer partials, less to add), at least 1024 */
     int64_t cap = kNormPart / (r.acc_n * 4);
+    if (cap > kNormWarps) cap = kNormWarps;
     if (cap < 1024) cap = 1024;
     int64_t warps = backward ? (rows < cap ? rows : cap) : rows;
     if (warps < 1) warps = 1;
@@ -630,8 +633,9 @@ fr_status norm_grad(const fr_cuda_kctx *k, const Node &p, const float *cs, const
         fr_tensor *dw = k->n_out > 1 + s ? k->out[1 + s] : NULL;
         if (!dw) continue;
         const int64_t len = g.len[s];
-        qkv_norm::reduce_kernel<<<(unsigned)((len + 255) / 256), 256, 0, stream>>>(part, nw, r.acc_n, s ? g.len[0] : 0,
-                                                                                   len, (float *)dw->data);
+        qkv_norm::reduce_kernel<<<(unsigned)((len + 31) / 32), dim3(32, 32), 0, stream>>>(part, nw, r.acc_n,
+                                                                                          s ? g.len[0] : 0, len,
+                                                                                          (float *)dw->data);
     }
     return check_launch(k, "AttentionQKVGrad(q/k norm weights)");
 }

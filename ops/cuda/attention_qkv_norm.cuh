@@ -179,15 +179,24 @@ __global__ void grad_kernel(Geo g, const TX *__restrict__ X, const float *__rest
     for (int64_t j = lane; j < acc_n; j += 32) part[gw * acc_n + j] = acc[j];
 }
 
-/* dW[j] = sum over the nw partial rows (fixed order); section s of the partials at col0. */
-__global__ void reduce_kernel(const float *__restrict__ part, int64_t nw, int64_t acc_n, int64_t col0, int64_t len,
-                              float *__restrict__ dw)
+/* dW[j] = sum over the nw partial rows; section s of the partials at col0. Block (32, 32):
+ * threadIdx.x a column of 32, threadIdx.y the partial rows y, y + 32, ..., summed in that
+ * order and then over y in a fixed tree (deterministic); coalesced 128-byte row reads. */
+__global__ void __launch_bounds__(1024) reduce_kernel(const float *__restrict__ part, int64_t nw, int64_t acc_n,
+                                                      int64_t col0, int64_t len, float *__restrict__ dw)
 {
-    const int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= len) return;
+    __shared__ float red[32][33];
+    const int64_t j = (int64_t)blockIdx.x * 32 + threadIdx.x;
     float s = 0.f;
-    for (int64_t w = 0; w < nw; w++) s += part[w * acc_n + col0 + j];
-    dw[j] = s;
+    if (j < len)
+        for (int64_t w = threadIdx.y; w < nw; w += 32) s += part[w * acc_n + col0 + j];
+    red[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    for (int h = 16; h > 0; h >>= 1) {
+        if (threadIdx.y < h) red[threadIdx.y][threadIdx.x] += red[threadIdx.y + h][threadIdx.x];
+        __syncthreads();
+    }
+    if (threadIdx.y == 0 && j < len) dw[j] = red[0][threadIdx.x];
 }
 
 } /* namespace qkv_norm */
