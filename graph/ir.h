@@ -118,6 +118,10 @@ typedef struct fr_graph {
 
 FR_NODISCARD fr_status fr_graph_new(fr_graph **out);
 void fr_graph_free(fr_graph *g);
+/* A deep copy of g (graph/graph_clone.c). share_constants != 0: every value->constant of the
+ * copy is a header that borrows the source's data (owns_data = 0), so the source must outlive
+ * the copy. */
+FR_NODISCARD fr_status fr_train_clone_graph(const fr_graph *g, int share_constants, fr_graph **out);
 
 /* Add a value named `name` (must be unique; a duplicate is FR_ERR_GRAPH). Returns its id in
  * *id. Shape starts unknown (rank -1), dtype FR_UNDEFINED. */

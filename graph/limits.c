@@ -4,19 +4,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "graph/env.h"
+
 static const struct {
-    const char *env;
+    fr_env env;
     uint64_t dflt; /* 0: none, or one that depends on the input */
 } k_limits[FR_LIMIT_COUNT] = {
-    [FR_LIMIT_TENSOR_BYTES] = {"FP8RUN_MAX_TENSOR_BYTES", (uint64_t)256 << 30},
-    [FR_LIMIT_DECODE_BYTES] = {"FP8RUN_MAX_DECODE_BYTES", 0},
-    [FR_LIMIT_HEADER_BYTES] = {"FP8RUN_MAX_HEADER_BYTES", FR_LIMIT_HEADER_DEFAULT},
-    [FR_LIMIT_HOST_MEMORY] = {"FP8RUN_MEMORY_LIMIT", 0},
+    [FR_LIMIT_TENSOR_BYTES] = {FR_ENV_MAX_TENSOR_BYTES, (uint64_t)256 << 30},
+    [FR_LIMIT_DECODE_BYTES] = {FR_ENV_MAX_DECODE_BYTES, 0},
+    [FR_LIMIT_HEADER_BYTES] = {FR_ENV_MAX_HEADER_BYTES, FR_LIMIT_HEADER_DEFAULT},
+    [FR_LIMIT_HOST_MEMORY] = {FR_ENV_MEMORY_LIMIT, 0},
 };
 
 const char *fr_limit_env(fr_limit which)
 {
-    return (unsigned)which < FR_LIMIT_COUNT ? k_limits[which].env : "(unknown limit)";
+    return (unsigned)which < FR_LIMIT_COUNT ? fr_env_name(k_limits[which].env) : "(unknown limit)";
 }
 
 /* "123", "64K", "1.5G": a positive size; 0 when it is not one. */
@@ -44,13 +46,13 @@ fr_status fr_limit_get(fr_limit which, uint64_t *value, int *is_set)
     if ((unsigned)which >= FR_LIMIT_COUNT) return fr_error(FR_ERR_INTERNAL, "unknown limit %d", (int)which);
     if (is_set) *is_set = 0;
     *value = k_limits[which].dflt;
-    const char *s = getenv(k_limits[which].env);
+    const char *s = fr_env_get(k_limits[which].env);
     if (!s || !s[0]) return FR_OK;
     uint64_t v = parse_size(s);
     if (!v)
         return fr_error(FR_ERR_INVALID_ARG,
                         "environment variable %s='%.40s' is not a size (a positive number of bytes, or with K, M, G or "
-                        "T)", k_limits[which].env, s);
+                        "T)", fr_env_name(k_limits[which].env), s);
     *value = v;
     if (is_set) *is_set = 1;
     return FR_OK;

@@ -26,7 +26,7 @@ typedef enum fr_limit {
      * default 100 MB, the reference implementation's */
     FR_LIMIT_HEADER_BYTES,
     /* FP8RUN_MEMORY_LIMIT: host memory a CPU run may plan to use, when less than what the
-     * system reports available (runtime/host_memory.h); default: no such cap */
+     * system reports available (runtime/exec/host_memory.h); default: no such cap */
     FR_LIMIT_HOST_MEMORY,
     FR_LIMIT_COUNT
 } fr_limit;

@@ -559,3 +559,28 @@ fr_status fr_onnx_save_file(const fr_graph *g, const char *path, const fr_onnx_s
     if (st != FR_OK) return fr_error_context(st, "saving model '%s'", path);
     return FR_OK;
 }
+
+/* Above this much initializer data the weights go to an external data file (protobuf's 2 GiB
+ * message limit must never be reached, and ONNX tools handle external data well). */
+#define TR_EXTERNAL_ABOVE ((uint64_t)1 << 30)
+#define TR_EXTERNAL_MIN_TENSOR 1024 /* smaller tensors stay inline, as onnx.save does */
+
+fr_status fr_train_save_model(const fr_graph *g, const char *path)
+{
+    uint64_t total = 0;
+    for (int i = 0; i < g->n_initializers; i++) {
+        const fr_tensor *c = g->values[g->initializers[i]].constant;
+        if (c) total += c->nbytes;
+    }
+    if (total <= TR_EXTERNAL_ABOVE) return fr_onnx_save_file(g, path, NULL);
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    size_t n = strlen(base) + 6;
+    char *name = fr_malloc(n, "external data name");
+    if (!name) return FR_ERR_OOM;
+    snprintf(name, n, "%s.data", base);
+    fr_onnx_save_options o = {name, TR_EXTERNAL_MIN_TENSOR};
+    fr_status st = fr_onnx_save_file(g, path, &o);
+    free(name);
+    return st;
+}

@@ -31,6 +31,9 @@ typedef struct fr_onnx_save_options {
 /* Write the graph as an ONNX model. The file is written atomically (temporary file in the
  * same folder, fsync, rename) and never through a symlink. opt may be NULL. */
 FR_NODISCARD fr_status fr_onnx_save_file(const fr_graph *g, const char *path, const fr_onnx_save_options *opt);
+/* fr_onnx_save_file choosing external data by size: when the initializers add up to more than
+ * 1 GiB, those of at least 1 KiB go to "<file>.data" next to it; else everything inline. */
+FR_NODISCARD fr_status fr_train_save_model(const fr_graph *g, const char *path);
 /* Serialize into a malloc'ed buffer (caller frees); all data inline. */
 FR_NODISCARD fr_status fr_onnx_save_buffer(const fr_graph *g, void **data, size_t *len);
 

@@ -579,6 +579,28 @@ FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_train_config_get(const fp8run_t
  * ("recipe", "precision", ...) or "device" (fp8run_session_create's); NULL for another name. */
 FP8RUN_API const char *const *fp8run_choices(const char *name);
 
+/* ---- environment variables ---- */
+/* Every environment variable fp8run reads (the library's, the CLI's, the Python package's and
+ * the scripts'), from one table (graph/env_knobs.def; `fp8run info --env` prints it). */
+typedef struct fp8run_env_info {
+    size_t struct_size;
+    const char *name;   /* "FP8RUN_PROFILE" */
+    const char *type;   /* "BOOL", "INT", "NUMBER", "SIZE", "PATH" or "TEXT" */
+    const char *dflt;   /* what an unset or empty variable means, as text */
+    const char *reader; /* "LIBRARY", "CLI", "PYTHON", "SCRIPTS", "TESTS" or "CI" */
+    const char *help;   /* one line */
+    const char *value;  /* its value now; NULL when unset */
+} fp8run_env_info;
+
+/* Entries of the table. */
+FP8RUN_API int fp8run_env_count(void);
+/* Entry i, 0 <= i < count; FP8RUN_ERR_INVALID_ARG otherwise. */
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_env_knob(int i, fp8run_env_info *info);
+/* The value of the table's variable `name` ("FP8RUN_PYTHON"); NULL when it is unset or the table
+ * has no such variable: a host reads fp8run's variables through the table, so none goes
+ * unlisted. */
+FP8RUN_API const char *fp8run_env_get(const char *name);
+
 /* ============================================================================================
  * The FP8 compiler's report
  * ========================================================================================== */

@@ -13,7 +13,8 @@
  * so the fused forward is bit-identical to Add + RMSNormalization on the CPU, and the backward
  * to RMSNormGrad + Add.
  *
- * bfloat16 around the FP8 Linears (issue 12; passes/narrow_activations.c sets them):
+ * bfloat16 around the FP8 Linears, half the bytes between them (passes/narrow_activations.c
+ * sets them):
  *   attribute y_dtype "float32" (default) | "bfloat16": Y (read by the next Linears only) is
  *     the float32 Y rounded to bfloat16 (nearest even); H stays float32.
  *   B may be bfloat16 (the branch's Linear with y_dtype bfloat16), dY of AddRMSNormGrad too

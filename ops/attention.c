@@ -32,6 +32,19 @@ fr_status fr_attn_read_attrs(const fr_node *n, int64_t head_dim, fr_attn_attrs *
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "precision '%s' must be fp32 or bf16", prec);
     if (!isfinite(a->scale))
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "scale %g must be finite", (double)a->scale);
+    const char *form;
+    FR_TRY(fr_node_attr_float(n, "softcap", 0.0f, &a->softcap));
+    FR_TRY(fr_node_attr_string(n, "seg_form", "general", &form));
+    if (!(a->softcap >= 0.0f) || !isfinite(a->softcap))
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "softcap %g must be finite and >= 0 (0: none)", (double)a->softcap);
+    if (strcmp(form, "general") == 0)
+        a->seg_form = FR_ATTN_SEG_GENERAL;
+    else if (strcmp(form, "padded") == 0)
+        a->seg_form = FR_ATTN_SEG_PADDED;
+    else if (strcmp(form, "packed") == 0)
+        a->seg_form = FR_ATTN_SEG_PACKED;
+    else
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "seg_form '%s' must be general, padded or packed", form);
     a->causal = (int)causal;
     a->window = window;
     a->bf16 = prec[0] == 'b';
@@ -130,6 +143,81 @@ int64_t fr_attn_mask_offset(const fr_attn_geom *g, const fr_attn_mask *m, int64_
         b /= g->qdims[k];
     }
     return off;
+}
+
+fr_status fr_attn_seg_geometry(const fr_node *n, const fr_attn_geom *g, fr_dtype tk, int rk, const int64_t *dk,
+                               fr_dtype tq, int rq, const int64_t *dq, fr_attn_seg *s)
+{
+    memset(s, 0, sizeof *s);
+    s->per_row = 1;
+    if (!dk) {
+        if (dq) return fr_node_error(n, FR_ERR_GRAPH, "input Sq (query segment ids) needs Sk (key segment ids)");
+        return FR_OK;
+    }
+    char s1[128], s2[128];
+    for (int w = 0; w < 2; w++) {
+        const fr_dtype t = w ? tq : tk;
+        if ((w == 0 || dq) && t != FR_I32 && t != FR_I64)
+            return fr_node_error(n, FR_ERR_UNSUPPORTED, "segment ids %s are %s: int32 or int64", w ? "Sq" : "Sk",
+                                 fr_dtype_name(t));
+    }
+    const int64_t q0 = g->brank > 0 ? g->qdims[0] : 1;
+    const int64_t rows = rk == 2 ? dk[0] : -1;
+    if (rk != 2 || dk[1] != g->Tk || (rows != g->batch && rows != q0 && rows != 1))
+        return fr_node_error(n, FR_ERR_SHAPE, "Sk %s must be [R, Tk=%lld] with R = %lld (one row per problem), %lld "
+                             "(Q's first dim) or 1", fr_shape_str(rk, dk, s1, sizeof s1), (long long)g->Tk,
+                             (long long)g->batch, (long long)q0);
+    if (dq && (rq != 2 || dq[0] != rows || dq[1] != g->Tq))
+        return fr_node_error(n, FR_ERR_SHAPE, "Sq %s must be [R, Tq] = [%lld, %lld] (Sk is %s)",
+                             fr_shape_str(rq, dq, s1, sizeof s1), (long long)rows, (long long)g->Tq,
+                             fr_shape_str(rk, dk, s2, sizeof s2));
+    s->has_k = 1;
+    s->has_q = dq != NULL;
+    s->rows = rows;
+    /* rows == batch first: with one problem per first-dim index both rules agree */
+    s->per_row = rows == g->batch || g->batch == 0 ? 1 : rows == q0 ? g->batch / q0 : g->batch;
+    return FR_OK;
+}
+
+fr_status fr_attn_seg_check_form(const fr_node *n, int seg_form, const void *sk, fr_dtype tk, const void *sq,
+                                 fr_dtype tq, int64_t rows, int64_t Tk, int64_t Tq)
+{
+    if (seg_form == FR_ATTN_SEG_GENERAL || !sk) return FR_OK;
+    const char *form = seg_form == FR_ATTN_SEG_PADDED ? "padded" : "packed";
+    if (sq && Tq != Tk)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "seg_form %s: Sq must be absent or equal to Sk (Tq %lld != Tk %lld)",
+                             form, (long long)Tq, (long long)Tk);
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t prev = 1;
+        for (int64_t j = 0; j < Tk; j++) {
+            const int64_t id = fr_attn_seg_at(sk, tk, r * Tk + j);
+            if (sq && fr_attn_seg_at(sq, tq, r * Tq + j) != id)
+                return fr_node_error(n, FR_ERR_UNSUPPORTED, "seg_form %s: Sq differs from Sk at row %lld, position %lld",
+                                     form, (long long)r, (long long)j);
+            /* padded: 1 then 0 only; packed: positive non-decreasing, then 0 to the end */
+            const int ok = seg_form == FR_ATTN_SEG_PADDED ? (id == 1 && prev == 1) || id == 0
+                                                          : (id >= prev && prev > 0) || id == 0;
+            if (!ok)
+                return fr_node_error(n, FR_ERR_UNSUPPORTED, "seg_form %s: Sk row %lld has id %lld at position %lld "
+                                     "after %lld (%s)", form, (long long)r, (long long)id, (long long)j,
+                                     (long long)prev, seg_form == FR_ATTN_SEG_PADDED
+                                         ? "ones, then zeros"
+                                         : "positive non-decreasing ids, then zeros");
+            prev = id;
+        }
+    }
+    return FR_OK;
+}
+
+fr_status fr_attn_refuse_new(const fr_node *n, const fr_attn_attrs *a, int seg_in, const char *who)
+{
+    if (a->softcap > 0.0f)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "%s does not run softcap=%g yet (the CPU reference does)", who,
+                             (double)a->softcap);
+    if (fr_attn_has_input(n, seg_in) || fr_attn_has_input(n, seg_in + 1))
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "%s does not run segment ids (inputs Sk, Sq) yet (the CPU "
+                             "reference does)", who);
+    return FR_OK;
 }
 
 /* ---- shared checks ---- */
@@ -234,10 +322,19 @@ static fr_status infer_mask(fr_graph *g, const fr_node *n, int idx, const fr_att
     return fr_attn_mask_geometry(n, geo, m->rank, m->dims, &mg);
 }
 
+/* The optional segment inputs Sk (index idx) and Sq (idx + 1) of a node being inferred. */
+static fr_status infer_segs(fr_graph *g, const fr_node *n, int idx, const fr_attn_geom *geo)
+{
+    const fr_value *sk = fr_node_in(g, n, idx), *sq = fr_node_in(g, n, idx + 1);
+    fr_attn_seg sg;
+    return fr_attn_seg_geometry(n, geo, sk ? sk->dtype : FR_I64, sk ? sk->rank : 0, sk ? sk->dims : NULL,
+                                sq ? sq->dtype : FR_I64, sq ? sq->rank : 0, sq ? sq->dims : NULL, &sg);
+}
+
 static fr_status attn_infer(fr_graph *g, int node_id)
 {
     const fr_node *n = &g->nodes[node_id];
-    FR_TRY(fr_infer_require_inputs(g, n, 3, 4));
+    FR_TRY(fr_infer_require_inputs(g, n, 3, 6));
     if (n->n_outputs < 1 || n->n_outputs > 2 || n->outputs[0] < 0)
         return fr_node_error(n, FR_ERR_GRAPH, "needs output O (and optionally LSE)");
     const fr_value *q = fr_node_in(g, n, 0), *k = fr_node_in(g, n, 1), *v = fr_node_in(g, n, 2);
@@ -247,6 +344,7 @@ static fr_status attn_infer(fr_graph *g, int node_id)
     FR_TRY(ATTN_SETUP(n, q, k, v, &a, &geo, od, ld));
     const fr_dtype dt = q->dtype;
     FR_TRY(infer_mask(g, n, 3, &geo, dt));
+    FR_TRY(infer_segs(g, n, 4, &geo));
     fr_infer_set(g, n, 0, dt, q->rank, od);
     fr_infer_set(g, n, 1, dt, q->rank - 1, ld);
     return FR_OK;
@@ -294,14 +392,24 @@ typedef struct {
     fr_attn_attrs a;
     fr_attn_geom geo;
     fr_attn_mask mg;
+    fr_attn_seg sg;
+    const fr_tensor *sk, *sq; /* the segment ids (NULL: absent) */
     int64_t od[FR_MAX_RANK], ld[FR_MAX_RANK]; /* the shapes of O and of LSE */
 } attn_node;
 
 static fr_status kernel_setup(const fr_node *n, const fr_tensor *q, const fr_tensor *k, const fr_tensor *v,
-                              const fr_tensor *mt, const fr_tensor *o, attn_node *su)
+                              const fr_tensor *mt, const fr_tensor *sk, const fr_tensor *sq, const fr_tensor *o,
+                              attn_node *su)
 {
     FR_TRY(ATTN_SETUP(n, q, k, v, &su->a, &su->geo, su->od, su->ld));
     FR_TRY(read_mask(n, mt, &su->geo, q->dtype, &su->mg));
+    FR_TRY(fr_attn_seg_geometry(n, &su->geo, sk ? sk->dtype : FR_I64, sk ? sk->rank : 0, sk ? sk->dims : NULL,
+                                sq ? sq->dtype : FR_I64, sq ? sq->rank : 0, sq ? sq->dims : NULL, &su->sg));
+    su->sk = sk;
+    su->sq = sq;
+    if (sk)
+        FR_TRY(fr_attn_seg_check_form(n, su->a.seg_form, sk->data, sk->dtype, sq ? sq->data : NULL,
+                                      sq ? sq->dtype : FR_I64, su->sg.rows, su->geo.Tk, su->geo.Tq));
     return fr_check_out(n, o, q->dtype, q->rank, su->od);
 }
 
@@ -317,26 +425,59 @@ static void add_mask_row(fr_dtype dt, void *row, const fr_tensor *mt, const fr_a
         for (int64_t j = 0; j < Tk; j++) ((double *)row)[j] += ((const double *)mt->data)[base + j * mg->col];
 }
 
-/* S = scale Q K^T + mask: the [Tq, Tk] scores of problem b (Qb, Kb: its Q and its K). */
-static void scores(fr_dtype dt, const fr_attn_attrs *a, const fr_attn_geom *geo, const fr_tensor *mt,
-                   const fr_attn_mask *mg, int64_t b, const void *Qb, const void *Kb, void *S)
+/* Element x of a float32 or float64 buffer. */
+static double get_f(fr_dtype dt, const void *p, int64_t x)
 {
+    return dt == FR_F32 ? (double)((const float *)p)[x] : ((const double *)p)[x];
+}
+static void set_f(fr_dtype dt, void *p, int64_t x, double v)
+{
+    if (dt == FR_F32)
+        ((float *)p)[x] = (float)v;
+    else
+        ((double *)p)[x] = v;
+}
+
+/* S = softcap(scale Q K^T) + mask, -inf where the segments differ: the [Tq, Tk] scores of
+ * problem b (Qb, Kb: its Q and its K). dcap (NULL: not wanted; softcap only) receives
+ * d softcap(s) / ds = 1 - tanh^2(s / c) per score. */
+static void scores(fr_dtype dt, const attn_node *su, const fr_tensor *mt, int64_t b, const void *Qb, const void *Kb,
+                   void *S, void *dcap)
+{
+    const fr_attn_attrs *a = &su->a;
+    const fr_attn_geom *geo = &su->geo;
     const int64_t Tq = geo->Tq, Tk = geo->Tk;
     gemm(dt, 0, 1, Tq, Tk, geo->D, a->scale, Qb, Kb, 0.0, S);
-    const int64_t moff = fr_attn_mask_offset(geo, mg, b);
+    if (a->softcap > 0.0f) {
+        const double c = a->softcap;
+        for (int64_t x = 0; x < Tq * Tk; x++) {
+            const double t = tanh(get_f(dt, S, x) / c);
+            set_f(dt, S, x, c * t);
+            if (dcap) set_f(dt, dcap, x, 1.0 - t * t);
+        }
+    }
+    const int64_t moff = fr_attn_mask_offset(geo, &su->mg, b);
     for (int64_t i = 0; i < Tq; i++)
-        add_mask_row(dt, (char *)S + (size_t)(i * Tk) * fr_dtype_size(dt), mt, mg, moff, i, Tk);
+        add_mask_row(dt, (char *)S + (size_t)(i * Tk) * fr_dtype_size(dt), mt, &su->mg, moff, i, Tk);
+    if (!su->sk) return;
+    const int64_t r = fr_attn_seg_row(&su->sg, b);
+    for (int64_t i = 0; i < Tq; i++) {
+        const int64_t qid = su->sq ? fr_attn_seg_at(su->sq->data, su->sq->dtype, r * Tq + i) : 1;
+        for (int64_t j = 0; j < Tk; j++)
+            if (fr_attn_seg_at(su->sk->data, su->sk->dtype, r * Tk + j) != qid) set_f(dt, S, i * Tk + j, -INFINITY);
+    }
 }
 
 static fr_status attn_cpu(const fr_kernel_ctx *ctx)
 {
     const fr_node *n = ctx->node;
-    if (ctx->n_in < 3 || ctx->n_in > 4 || !ctx->in[0] || !ctx->in[1] || !ctx->in[2] || ctx->n_out < 1 || !ctx->out[0])
-        return fr_node_error(n, FR_ERR_GRAPH, "needs inputs Q, K, V (and optionally a mask) and output O");
+    if (ctx->n_in < 3 || ctx->n_in > 6 || !ctx->in[0] || !ctx->in[1] || !ctx->in[2] || ctx->n_out < 1 || !ctx->out[0])
+        return fr_node_error(n, FR_ERR_GRAPH, "needs inputs Q, K, V (and optionally M, Sk, Sq) and output O");
     const fr_tensor *q = ctx->in[0], *k = ctx->in[1], *v = ctx->in[2], *mt = ctx->n_in > 3 ? ctx->in[3] : NULL;
+    const fr_tensor *sk = ctx->n_in > 4 ? ctx->in[4] : NULL, *sq = ctx->n_in > 5 ? ctx->in[5] : NULL;
     fr_tensor *o = ctx->out[0], *lse = ctx->n_out > 1 ? ctx->out[1] : NULL;
     attn_node su;
-    FR_TRY(kernel_setup(n, q, k, v, mt, o, &su));
+    FR_TRY(kernel_setup(n, q, k, v, mt, sk, sq, o, &su));
     const fr_dtype dt = q->dtype;
     if (lse) FR_TRY(fr_check_out(n, lse, dt, q->rank - 1, su.ld));
     FR_TRY(check_blas(n, &su.geo));
@@ -363,7 +504,7 @@ static fr_status attn_cpu(const fr_kernel_ctx *ctx)
         const int64_t kv = fr_attn_kv_index(&su.geo, b);
         const char *Qb = Q + (size_t)(b * Tq * D) * es, *Kb = K + (size_t)(kv * Tk * D) * es,
                    *Vb = V + (size_t)(kv * Tk * Dv) * es;
-        scores(dt, &su.a, &su.geo, mt, &su.mg, b, Qb, Kb, S);
+        scores(dt, &su, mt, b, Qb, Kb, S, NULL);
         for (int64_t i = 0; i < Tq; i++) {
             int64_t lo, hi;
             fr_attn_row_range(&su.a, Tk, i, &lo, &hi);
@@ -405,14 +546,21 @@ static fr_status attn_grad(fr_grad_ctx *ctx)
     if (ctx->dout[0] < 0 || !(ctx->need_din[0] || ctx->need_din[1] || ctx->need_din[2])) return FR_OK;
     if (n->n_outputs < 2 || n->outputs[1] < 0)
         return fr_node_error(n, FR_ERR_GRAPH, "the gradient needs the LSE output (output 1)");
-    const int masked = n->n_inputs > 3 && n->inputs[3] >= 0;
+    const int masked = fr_attn_has_input(n, 3);
     if (masked && ctx->need_din[3])
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "the mask input '%s' gets no gradient (it must not depend on a "
                              "trained parameter)", g->values[n->inputs[3]].name);
-    int in[7] = {n->inputs[0], n->inputs[1], n->inputs[2], n->outputs[0], n->outputs[1], ctx->dout[0],
-                 masked ? n->inputs[3] : -1};
+    /* M, Sk, Sq pass through at 6, 7, 8 (omitted ones stay empty; trailing ones are dropped);
+     * the integer segment ids get no gradient */
+    int in[9] = {n->inputs[0], n->inputs[1], n->inputs[2], n->outputs[0], n->outputs[1], ctx->dout[0], -1, -1, -1};
+    int n_in = 6;
+    for (int i = 3; i < 6; i++)
+        if (fr_attn_has_input(n, i)) {
+            in[i + 3] = n->inputs[i];
+            n_in = i + 4;
+        }
     int out[3], nid;
-    FR_TRY(fr_grad_node(ctx, "AttentionGrad", FR_DOMAIN_FP8RUN, masked ? 7 : 6, in, 3, out, &nid));
+    FR_TRY(fr_grad_node(ctx, "AttentionGrad", FR_DOMAIN_FP8RUN, n_in, in, 3, out, &nid));
     n = &g->nodes[ctx->node_id];
     fr_node *gn = &g->nodes[nid];
     FR_TRY(fr_node_copy_attrs(gn, n)); /* the gradient node reads the forward's attributes */
@@ -425,7 +573,7 @@ static fr_status attn_grad(fr_grad_ctx *ctx)
 static fr_status attng_infer(fr_graph *g, int node_id)
 {
     const fr_node *n = &g->nodes[node_id];
-    FR_TRY(fr_infer_require_inputs(g, n, 6, 7));
+    FR_TRY(fr_infer_require_inputs(g, n, 6, 9));
     if (n->n_outputs != 3) return fr_node_error(n, FR_ERR_GRAPH, "needs 3 outputs dQ, dK, dV (empty when not needed)");
     const fr_value *q = fr_node_in(g, n, 0), *k = fr_node_in(g, n, 1), *v = fr_node_in(g, n, 2),
                    *o = fr_node_in(g, n, 3), *lse = fr_node_in(g, n, 4), *dout = fr_node_in(g, n, 5);
@@ -448,6 +596,7 @@ static fr_status attng_infer(fr_graph *g, int node_id)
         }
     }
     FR_TRY(infer_mask(g, n, 6, &geo, q->dtype));
+    FR_TRY(infer_segs(g, n, 7, &geo));
     for (int i = 0; i < 3; i++) fr_infer_same(g, n, i, i);
     return FR_OK;
 }
@@ -455,15 +604,16 @@ static fr_status attng_infer(fr_graph *g, int node_id)
 static fr_status attng_cpu(const fr_kernel_ctx *ctx)
 {
     const fr_node *n = ctx->node;
-    if (ctx->n_in < 6 || ctx->n_in > 7 || ctx->n_out != 3)
-        return fr_node_error(n, FR_ERR_GRAPH, "needs inputs Q, K, V, O, LSE, dO (and the mask) and outputs dQ, dK, dV");
-    for (int i = 0; i < ctx->n_in; i++)
+    if (ctx->n_in < 6 || ctx->n_in > 9 || ctx->n_out != 3)
+        return fr_node_error(n, FR_ERR_GRAPH, "needs inputs Q, K, V, O, LSE, dO (and M, Sk, Sq) and outputs dQ, dK, dV");
+    for (int i = 0; i < 6; i++)
         if (!ctx->in[i]) return fr_node_error(n, FR_ERR_GRAPH, "input %d is missing", i);
     const fr_tensor *q = ctx->in[0], *k = ctx->in[1], *v = ctx->in[2], *o = ctx->in[3], *lse = ctx->in[4],
                     *dout = ctx->in[5], *mt = ctx->n_in > 6 ? ctx->in[6] : NULL;
+    const fr_tensor *sk = ctx->n_in > 7 ? ctx->in[7] : NULL, *sq = ctx->n_in > 8 ? ctx->in[8] : NULL;
     fr_tensor *dq = ctx->out[0], *dk = ctx->out[1], *dv = ctx->out[2];
     attn_node su;
-    FR_TRY(kernel_setup(n, q, k, v, mt, o, &su));
+    FR_TRY(kernel_setup(n, q, k, v, mt, sk, sq, o, &su));
     const fr_dtype dt = q->dtype;
     FR_TRY(fr_check_out(n, dout, dt, q->rank, su.od));
     FR_TRY(fr_check_out(n, lse, dt, q->rank - 1, su.ld));
@@ -481,7 +631,7 @@ static fr_status attng_cpu(const fr_kernel_ctx *ctx)
     const size_t es = fr_dtype_size(dt);
     fr_status st = FR_OK;
     float *rq = NULL, *rk = NULL, *rv = NULL, *rdo = NULL;
-    void *P = NULL, *dP = NULL;
+    void *P = NULL, *dP = NULL, *dcap = NULL;
     double *delta = NULL;
     if (su.a.bf16) {
         rq = bf16_copy(q, &st);
@@ -491,7 +641,9 @@ static fr_status attng_cpu(const fr_kernel_ctx *ctx)
     }
     if (st == FR_OK && (!(P = fr_malloc((size_t)(Tq * Tk) * es, "attention probabilities")) ||
                         !(dP = fr_malloc((size_t)(Tq * Tk) * es, "attention probability gradient")) ||
-                        !(delta = fr_malloc((size_t)Tq * sizeof(double), "attention row terms"))))
+                        !(delta = fr_malloc((size_t)Tq * sizeof(double), "attention row terms")) ||
+                        (su.a.softcap > 0.0f &&
+                         !(dcap = fr_malloc((size_t)(Tq * Tk) * es, "attention softcap derivative")))))
         st = FR_ERR_OOM;
     if (st != FR_OK) goto done;
     const char *Q = rq ? (const char *)rq : q->data, *K = rk ? (const char *)rk : k->data,
@@ -501,7 +653,7 @@ static fr_status attng_cpu(const fr_kernel_ctx *ctx)
         const char *Qb = Q + (size_t)(b * Tq * D) * es, *Kb = K + (size_t)(kv * Tk * D) * es,
                    *Vb = V + (size_t)(kv * Tk * Dv) * es, *dOb = dO + (size_t)(b * Tq * Dv) * es;
         /* P = exp(scale Q K^T - LSE), 0 where masked */
-        scores(dt, &su.a, &su.geo, mt, &su.mg, b, Qb, Kb, P);
+        scores(dt, &su, mt, b, Qb, Kb, P, dcap);
         for (int64_t i = 0; i < Tq; i++) {
             int64_t lo, hi;
             fr_attn_row_range(&su.a, Tk, i, &lo, &hi);
@@ -533,12 +685,16 @@ static fr_status attng_cpu(const fr_kernel_ctx *ctx)
                     const float *pr = (const float *)P + i * Tk;
                     float *dr = (float *)dP + i * Tk;
                     for (int64_t j = 0; j < Tk; j++) dr[j] = (float)((double)pr[j] * ((double)dr[j] - delta[i]));
+                    if (dcap) /* through the softcap: dS_raw = dS (1 - tanh^2) */
+                        for (int64_t j = 0; j < Tk; j++) dr[j] = (float)((double)dr[j] * ((const float *)dcap)[i * Tk + j]);
                     if (su.a.bf16)
                         for (int64_t j = 0; j < Tk; j++) dr[j] = bf16_round(dr[j]);
                 } else {
                     const double *pr = (const double *)P + i * Tk;
                     double *dr = (double *)dP + i * Tk;
                     for (int64_t j = 0; j < Tk; j++) dr[j] = pr[j] * (dr[j] - delta[i]);
+                    if (dcap)
+                        for (int64_t j = 0; j < Tk; j++) dr[j] *= ((const double *)dcap)[i * Tk + j];
                 }
             }
         }
@@ -557,6 +713,7 @@ done:
     free(rdo);
     free(P);
     free(dP);
+    free(dcap);
     free(delta);
     return st;
 }

@@ -7,7 +7,7 @@
  * step's time and memory. The fused op keeps only O and one float per query row (LSE) for the
  * backward, which recomputes the probabilities (flash attention).
  *
- * Attention(Q, K, V [, M]) -> (O, LSE)
+ * Attention(Q, K, V [, M [, Sk [, Sq]]]) -> (O, LSE)   (optional inputs: an empty name is absent)
  *   Q:   [..., Tq, D]  float32 (float64 allowed on the CPU for gradient checks; precision fp32)
  *   K:   [..., Tk, D]  same dtype; its batch dims (all but the last two) broadcast to Q's
  *                      numpy-style (right-aligned, size 1 or equal): grouped-query attention is
@@ -19,6 +19,14 @@
  *        still apply on top. A row whose scores are all -inf (fully masked) gives O_i = 0 and
  *        LSE_i = -inf, and no gradient: the rule of the exporter's Where(IsNaN(P), 0, P) guard
  *        (and of PyTorch's SDPA). M gets no gradient.
+ *   Sk:  optional int32/int64 [R, Tk]: the segment id of each key. R is Q's batch count (one
+ *        row per problem), Q's first batch dim (heads and groups broadcast: what producers
+ *        emit, [B, T] for Q [B, H, T, D]) or 1. Key j is visible to query i only when
+ *        Sk[r, j] == Sq[r, i] (on top of M, causal and window). Sk and Sq get no gradient.
+ *   Sq:  optional (only with Sk), int32/int64 [R, Tq] with Sk's R: the segment id of each
+ *        query; absent, every query has id 1. So Sk = HF's attention_mask (1 keep, 0 pad)
+ *        with Sq absent is its padding rule; Sk = Sq = example id per token (0 on padding) is
+ *        packed sequences; Sk = Sq = 1 on real tokens, 0 on padding is padded sequences.
  *   O:   [..., Tq, Dv] Q's batch dims, Q's dtype.
  *   LSE: [..., Tq]     float32 (Q's dtype when float64): for each query row, the natural log of
  *                      sum_j exp(s_ij - ...) written as m + log(l): log-sum-exp of the scaled,
@@ -31,6 +39,14 @@
  *   window     int >= 0 (default 0: none); with causal=1 only: key j is also masked for query i
  *              when i - j >= window (a sliding window of `window` keys ending at the query,
  *              Mistral's sliding_window). Row i keeps keys max(0, i - window + 1) .. i.
+ *   softcap    float >= 0 (default 0: none). With c > 0 the scaled score s = scale * q.k
+ *              becomes c * tanh(s / c) BEFORE M and the causal/window/segment masks apply
+ *              (Gemma2's attn_logit_softcapping). Backward: dS_raw = dS * (1 - tanh^2(s / c)).
+ *   seg_form   "general" (default) | "padded" | "packed": a promise about Sk/Sq that lets the
+ *              GPU pick a kernel (checked by the CPU reference, which errors when it is false):
+ *              padded: Sq absent or equal to Sk, each row of Sk 1..1 0..0 (right padding: a
+ *              key length per row); packed: Sq absent or equal to Sk, each row of Sk positive
+ *              non-decreasing ids (contiguous examples), then zeros (padding) to its end.
  *   precision  "fp32" (default) | "bf16". bf16 rounds Q, K, V to bf16 (round-to-nearest-even)
  *              before the products, sums every product in float32 (or wider), computes the
  *              softmax in float32, and rounds the probabilities to bf16 before P V, as the
@@ -39,12 +55,13 @@
  *              exp(s - running max) instead: the two agree to bf16 rounding (tests: 1e-2
  *              relative L2). fp32 is exact float32 math (GPU within 1e-5 of the CPU).
  *
- * AttentionGrad(Q, K, V, O, LSE, dO [, M]) -> (dQ, dK, dV)
- *   Same attributes and mask as the forward node. dQ, dK, dV have Q's, K's, V's shapes (dK and dV summed
+ * AttentionGrad(Q, K, V, O, LSE, dO [, M [, Sk [, Sq]]]) -> (dQ, dK, dV)
+ *   Same attributes, mask and segments as the forward node. dQ, dK, dV have Q's, K's, V's shapes (dK and dV summed
  *   over the batch dims K/V broadcast over). With P_ij = exp(s_ij - LSE_i) (0 where masked),
  *   Delta_i = sum_d dO_id O_id:
  *     dV = P^T dO;  dP = dO V^T;  dS_ij = P_ij (dP_ij - Delta_i);
  *     dQ = scale * dS K;  dK = scale * dS^T Q.
+ *   With softcap c > 0, dS is first multiplied by 1 - tanh^2(s_raw / c) (s_raw = scale q.k).
  *   bf16: Q, K, V, dO rounded to bf16 as operands of the products; P and dS rounded to bf16
  *   where they are GEMM operands (P in dV, dS in dQ and dK); Delta and the softmax in float32.
  *   Outputs that no gradient is needed for may be omitted (empty output names).
@@ -64,11 +81,14 @@ FR_NODISCARD fr_status fr_onnx_attention_check(const fr_graph *g, const fr_node 
 
 /* A node's attributes, parsed and checked (shared by the CPU kernels and the CUDA launchers).
  * `head_dim` is D, used for the default scale. Errors name the node. */
+enum { FR_ATTN_SEG_GENERAL = 0, FR_ATTN_SEG_PADDED = 1, FR_ATTN_SEG_PACKED = 2 };
 typedef struct fr_attn_attrs {
     float scale;
     int causal;
     int64_t window; /* 0: none */
     int bf16;
+    float softcap;  /* 0: none */
+    int seg_form;   /* FR_ATTN_SEG_* */
 } fr_attn_attrs;
 FR_NODISCARD fr_status fr_attn_read_attrs(const fr_node *n, int64_t head_dim, fr_attn_attrs *a);
 
@@ -96,6 +116,35 @@ typedef struct fr_attn_mask {
 /* Checks M's shape (rank rm, dims dm) against the geometry; rm = 0 and dm = NULL: no mask. */
 FR_NODISCARD fr_status fr_attn_mask_geometry(const fr_node *n, const fr_attn_geom *g, int rm, const int64_t *dm, fr_attn_mask *m);
 int64_t fr_attn_mask_offset(const fr_attn_geom *g, const fr_attn_mask *m, int64_t b);
+/* The segment inputs Sk, Sq of a problem (absent: has_k = 0). Row r of Sk/Sq serves Q batch
+ * index b = r * per_row .. (r + 1) * per_row - 1. */
+typedef struct fr_attn_seg {
+    int has_k, has_q;
+    int64_t rows;    /* Sk's (and Sq's) first dim */
+    int64_t per_row; /* Q batch indices per row */
+} fr_attn_seg;
+/* Checks the dtypes (int32 or int64) and shapes of Sk (rk = 0, dk = NULL: absent) and Sq
+ * (likewise) against the geometry; errors name the node. */
+FR_NODISCARD fr_status fr_attn_seg_geometry(const fr_node *n, const fr_attn_geom *g, fr_dtype tk, int rk,
+                                            const int64_t *dk, fr_dtype tq, int rq, const int64_t *dq,
+                                            fr_attn_seg *s);
+/* Row of Sk/Sq that Q batch index b reads. */
+static inline int64_t fr_attn_seg_row(const fr_attn_seg *s, int64_t b) { return b / s->per_row; }
+/* Element i of an int32 or int64 segment tensor. */
+static inline int64_t fr_attn_seg_at(const void *data, fr_dtype dt, int64_t i)
+{
+    return dt == FR_I32 ? (int64_t)((const int32_t *)data)[i] : ((const int64_t *)data)[i];
+}
+/* Checks the seg_form promise of attrs a on the values of Sk and Sq (NULL: absent; rows of
+ * Tk and Tq ids, `rows` of them); errors name the node and the row at fault. */
+FR_NODISCARD fr_status fr_attn_seg_check_form(const fr_node *n, int seg_form, const void *sk, fr_dtype tk,
+                                              const void *sq, fr_dtype tq, int64_t rows, int64_t Tk, int64_t Tq);
+/* Whether a node has input i (present and not an omitted optional input). */
+static inline int fr_attn_has_input(const fr_node *n, int i) { return n->n_inputs > i && n->inputs[i] >= 0; }
+/* The error every launcher gives for what its kernels do not run yet: softcap, Sk, Sq (seg_in:
+ * the index of Sk among the node's inputs). FR_OK when the node uses none of them. */
+FR_NODISCARD fr_status fr_attn_refuse_new(const fr_node *n, const fr_attn_attrs *a, int seg_in, const char *who);
+
 /* K/V batch index of Q batch index b. */
 int64_t fr_attn_kv_index(const fr_attn_geom *g, int64_t b);
 /* The keys row i keeps: [*lo, *hi) (causal and window applied). */

@@ -306,23 +306,15 @@ static fr_status normalized_x(const fr_node *n, const fr_attn_qkv_geom *g, const
     return FR_OK;
 }
 
-/* Segment ids (inputs 3, 4 of the forward) are not taken by this build's inner Attention. */
-static fr_status refuse_segments(const fr_node *n, const fr_kernel_ctx *ctx, int i)
-{
-    if (in_at(ctx, i) || in_at(ctx, i + 1))
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "segment ids (inputs %d, %d) are not supported", i, i + 1);
-    return FR_OK;
-}
-
 /* The op on float32 (or float64) tensors only (run_adapted feeds it). */
 static fr_status qkv_core(const fr_kernel_ctx *ctx)
 {
     const fr_node *n = ctx->node;
     const fr_tensor *x = ctx->in[0], *c = ctx->n_in > 2 ? ctx->in[1] : NULL, *sn = ctx->n_in > 2 ? ctx->in[2] : NULL;
+    if ((c != NULL) != (sn != NULL)) return fr_node_error(n, FR_ERR_GRAPH, "cos and sin come together or not at all");
     fr_attn_qkv_geom g;
     FR_TRY(read_geo(n, x, c, sn, &g));
     const fr_dtype dt = x->dtype;
-    FR_TRY(refuse_segments(n, ctx, 3));
     FR_TRY(read_norm(n, ctx, FR_ATTN_QKV_QNORM, dt, &g));
     int64_t od[3];
     const int orank = fr_attn_qkv_out_dims(&g, od);
@@ -344,8 +336,11 @@ static fr_status qkv_core(const fr_kernel_ctx *ctx)
     for (int sec = 0; sec < 3; sec++)
         move(&g, dt, sec, 1, x->data, s.t[sec].data, c ? c->data : NULL, sn ? sn->data : NULL);
     if (g.qk_norm) free(xn.data);
-    fr_tensor *in[3] = {&s.t[0], &s.t[1], &s.t[2]}, *out[2] = {&s.t[3], &s.t[4]};
-    fr_kernel_ctx ic = {ctx->g, n, 1, 3, 2, in, out};
+    /* the segment ids (inputs 3, 4) go to the inner Attention's Sk, Sq (its inputs 4, 5) */
+    fr_tensor *in[6] = {&s.t[0], &s.t[1], &s.t[2], NULL, ctx->n_in > 3 ? ctx->in[3] : NULL,
+                        ctx->n_in > 4 ? ctx->in[4] : NULL};
+    fr_tensor *out[2] = {&s.t[3], &s.t[4]};
+    fr_kernel_ctx ic = {ctx->g, n, 1, in[5] ? 6 : in[4] ? 5 : 3, 2, in, out};
     fr_status st = fr_ops_attention[0].cpu(&ic); /* Attention: the same attributes */
     if (st == FR_OK) {
         move_o(&g, fr_dtype_size(dt), 0, ctx->out[0]->data, s.t[3].data);
@@ -360,10 +355,10 @@ static fr_status qkvg_core(const fr_kernel_ctx *ctx)
     const fr_node *n = ctx->node;
     const fr_tensor *x = ctx->in[0], *o = ctx->in[1], *lse = ctx->in[2], *dout = ctx->in[3];
     const fr_tensor *c = ctx->n_in > 5 ? ctx->in[4] : NULL, *sn = ctx->n_in > 5 ? ctx->in[5] : NULL;
+    if ((c != NULL) != (sn != NULL)) return fr_node_error(n, FR_ERR_GRAPH, "cos and sin come together or not at all");
     fr_attn_qkv_geom g;
     FR_TRY(read_geo(n, x, c, sn, &g));
     const fr_dtype dt = x->dtype;
-    FR_TRY(refuse_segments(n, ctx, 6));
     FR_TRY(read_norm(n, ctx, FR_ATTN_QKV_GRAD_QNORM, dt, &g));
     const fr_tensor *wq = in_at(ctx, FR_ATTN_QKV_GRAD_QNORM), *wk = in_at(ctx, FR_ATTN_QKV_GRAD_QNORM + 1);
     fr_tensor *dw[2] = {ctx->n_out > 1 ? ctx->out[1] : NULL, ctx->n_out > 2 ? ctx->out[2] : NULL};
@@ -399,8 +394,11 @@ static fr_status qkvg_core(const fr_kernel_ctx *ctx)
     move_o(&g, es, 1, o->data, s.t[3].data);
     move_o(&g, es, 1, dout->data, s.t[5].data);
     if (lse->nbytes) memcpy(s.t[4].data, lse->data, lse->nbytes);
-    fr_tensor *in[6] = {&s.t[0], &s.t[1], &s.t[2], &s.t[3], &s.t[4], &s.t[5]}, *out[3] = {&dq, &dk, &dv};
-    fr_kernel_ctx ic = {ctx->g, n, 1, 6, 3, in, out};
+    /* the segment ids (inputs 6, 7) go to the inner AttentionGrad's Sk, Sq (its inputs 7, 8) */
+    fr_tensor *in[9] = {&s.t[0], &s.t[1], &s.t[2], &s.t[3], &s.t[4], &s.t[5], NULL,
+                        ctx->n_in > 6 ? ctx->in[6] : NULL, ctx->n_in > 7 ? ctx->in[7] : NULL};
+    fr_tensor *out[3] = {&dq, &dk, &dv};
+    fr_kernel_ctx ic = {ctx->g, n, 1, in[8] ? 9 : in[7] ? 8 : 6, 3, in, out};
     fr_status st = fr_ops_attention[1].cpu(&ic); /* AttentionGrad */
     if (st == FR_OK) {
         void *hs[3] = {dq.data, dk.data, dv.data};
@@ -448,6 +446,23 @@ static fr_status infer_norm(fr_graph *g, const fr_node *n, int i, fr_dtype dt, f
                                      wk ? wk->dims : NULL, geo);
 }
 
+/* The segment ids Sk (input idx) and Sq (idx + 1), checked as the inner Attention takes them
+ * (Q [B, Hk, G, T, D]: rows B * Hq, B or 1). */
+static fr_status infer_segs(fr_graph *g, const fr_node *n, int idx, const fr_attn_qkv_geom *q)
+{
+    const fr_value *sk = fr_node_in(g, n, idx), *sq = fr_node_in(g, n, idx + 1);
+    int64_t dq[5], dk[5], dv[5];
+    const int rq = fr_attn_qkv_inner_dims(q, 0, dq), rk = fr_attn_qkv_inner_dims(q, 1, dk);
+    fr_attn_qkv_inner_dims(q, 2, dv);
+    fr_attn_attrs a;
+    fr_attn_geom geo;
+    fr_attn_seg sg;
+    FR_TRY(fr_attn_read_attrs(n, q->D, &a));
+    FR_TRY(fr_attn_geometry(n, rq, dq, rk, dk, rk, dv, a.causal, &geo));
+    return fr_attn_seg_geometry(n, &geo, sk ? sk->dtype : FR_I64, sk ? sk->rank : 0, sk ? sk->dims : NULL,
+                                sq ? sq->dtype : FR_I64, sq ? sq->rank : 0, sq ? sq->dims : NULL, &sg);
+}
+
 static fr_status qkv_infer(fr_graph *g, int node_id)
 {
     const fr_node *n = &g->nodes[node_id];
@@ -463,6 +478,7 @@ static fr_status qkv_infer(fr_graph *g, int node_id)
     fr_attn_attrs a; /* Attention's attributes, checked */
     FR_TRY(fr_attn_read_attrs(n, geo.D, &a));
     if (a.causal && geo.T < 1) return fr_node_error(n, FR_ERR_SHAPE, "T must be >= 1");
+    FR_TRY(infer_segs(g, n, 3, &geo));
     FR_TRY(infer_norm(g, n, FR_ATTN_QKV_QNORM, dt, &geo));
     fr_dtype odt;
     FR_TRY(fr_attn_qkv_out_dtype(n, "o_dtype", dt, &odt));
@@ -504,6 +520,7 @@ static fr_status qkvg_infer(fr_graph *g, int node_id)
                                  fr_shape_str(r, want, s2, sizeof s2));
         }
     }
+    FR_TRY(infer_segs(g, n, 6, &geo));
     FR_TRY(infer_norm(g, n, FR_ATTN_QKV_GRAD_QNORM, dt, &geo));
     if (n->n_outputs > 1 && !geo.qk_norm)
         return fr_node_error(n, FR_ERR_GRAPH, "outputs dq_norm, dk_norm need inputs q_norm, k_norm");
@@ -532,9 +549,14 @@ static fr_status qkv_grad(fr_grad_ctx *ctx)
     const int rope = n->n_inputs > 2 && n->inputs[1] >= 0;
     int in[10] = {n->inputs[0], n->outputs[0], n->outputs[1], ctx->dout[0], rope ? n->inputs[1] : -1,
                   rope ? n->inputs[2] : -1, -1, -1, norm ? n->inputs[qn] : -1, norm ? n->inputs[qn + 1] : -1};
+    int n_in = norm ? 10 : rope ? 6 : 4;
+    for (int i = 3; i < 5; i++) /* Sk, Sq pass through at 6, 7 */
+        if (n->n_inputs > i && n->inputs[i] >= 0) {
+            in[i + 3] = n->inputs[i];
+            if (n_in < i + 4) n_in = i + 4;
+        }
     int out[3], nid;
-    FR_TRY(fr_grad_node(ctx, "AttentionQKVGrad", FR_DOMAIN_FP8RUN, norm ? 10 : rope ? 6 : 4, in, want_w ? 3 : 1, out,
-                        &nid));
+    FR_TRY(fr_grad_node(ctx, "AttentionQKVGrad", FR_DOMAIN_FP8RUN, n_in, in, want_w ? 3 : 1, out, &nid));
     n = &g->nodes[ctx->node_id];
     fr_node *gn = &g->nodes[nid];
     FR_TRY(fr_node_copy_attrs(gn, n)); /* the gradient node reads the forward's attributes */

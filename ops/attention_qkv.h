@@ -11,7 +11,8 @@
  * and writes O in the layout the output projection reads; its backward writes the gradient of
  * the packed projection output directly.
  *
- * AttentionQKV(X [, cos, sin]) -> (O, LSE)
+ * AttentionQKV(X [, cos, sin [, Sk [, Sq [, q_norm, k_norm]]]]) -> (O, LSE)   (optional inputs: an empty
+ *   name is absent)
  *   X:    [B, T, W] float32, or bfloat16 (a narrowed projection, passes/narrow_activations.h:
  *         widened exactly, the op is then the float32 op on those values; O, LSE, dX and
  *         the tables float32), or float64 on the CPU (gradient checks). W = Hq * D + Hk * D +
@@ -21,6 +22,8 @@
  *         product L 1 or B: element (b, t, j) at (L == B ? b T D : 0) + t D + j. RoPE
  *         (ops/rotary.h, attribute interleaved as there) rotates each head of Q and K at
  *         token t with row t of the tables, exactly as ai.fp8run::Rotary would on the heads.
+ *   Sk, Sq: the segment ids of ops/attention.h (int32/int64 [B, T] or [B * Hq, T] or [1, T]),
+ *         handed to the inner Attention as they are.
  *   O:    [B, T, Hq * Dv] X's computing dtype (fr_attn_qkv_dtype), or bfloat16 with attribute
  *         o_dtype "bfloat16" (default "float32": the computing dtype; bfloat16 needs a float32
  *         computation): the float32 O rounded to nearest even, LSE unchanged. O[b, t, h Dv + d] =
@@ -31,7 +34,7 @@
  * Attributes: heads (Hq), kv_heads (Hk), head_dim (D), interleaved (0|1), flat_output (0|1),
  *   o_dtype (AttentionQKV), dx_dtype (AttentionQKVGrad; each op ignores the other's), and
  *   Attention's
- *   scale, causal, window, precision with the meaning of ops/attention.h. The result is, bit
+ *   scale, causal, window, precision, softcap, seg_form with the meaning of ops/attention.h. The result is, bit
  *   for bit on the CPU, Attention(Q', K', V) with Q' = Rotary(Q), K' = Rotary(K) the heads laid
  *   out [B, Hk, Hq / Hk, T, D] and [B, Hk, 1, T, D], O transposed back.
  *

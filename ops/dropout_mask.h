@@ -4,7 +4,7 @@
  * No generator state: whether element i of a node is kept is a counter-based hash of
  *     (seed, step, micro-batch, the node's stream, i)
  * built from splitmix64's finalizer (a bijective 64-bit mix; the same construction as the
- * stochastic rounding of --master-weights bf16, runtime/optim_lowp.h). The seed (--seed) and
+ * stochastic rounding of --master-weights bf16, runtime/train/optim_lowp.h). The seed (--seed) and
  * the step count are checkpointed, so a resumed run draws the masks the uninterrupted run
  * would have, and the backward recomputes the forward's mask instead of storing it.
  *

@@ -15,7 +15,7 @@
  *   narrow_activations): they are widened exactly, y and every gradient are float32 unless
  *   the attributes below narrow them.
  *
- * bfloat16 around the FP8 Linears (issue 12; values "float32" (default: today's dtype, float64
+ * bfloat16 around the FP8 Linears, half the bytes between them (values "float32" (default: today's dtype, float64
  * for float64 inputs) | "bfloat16", an error with float64 inputs):
  *   SwiGLU attribute y_dtype: y is the float32 y rounded to bfloat16 (nearest even).
  *   SwiGLUGrad attribute dx_dtype: dgate and dup (d_gate_up) likewise rounded to bfloat16.

@@ -132,6 +132,7 @@ typedef struct match {
     int attn, split, x, z, cos, sin, interleaved, flat_output;
     int wq, wk; /* the q/k norm weights (-1: no norm) */
     float eps;
+    int seg_k, seg_q; /* the Attention's segment ids Sk, Sq (-1: absent), handed on */
     int64_t B, T, W, Hq, Hk, D, Dv;
     chain c[3];
     int n_out, out_nodes[MAX_CHAIN];
@@ -378,6 +379,8 @@ static int match_at(void *cv, int ai, void *mv)
     if (a->n_inputs < 3 || a->n_outputs < 1) return 0;
     if (a->n_inputs > 3 && a->inputs[3] >= 0)
         return WHY(0, "it reads an additive mask tensor (the staging takes causal and window masks only)");
+    m->seg_k = a->n_inputs > 4 ? a->inputs[4] : -1;
+    m->seg_q = a->n_inputs > 5 ? a->inputs[5] : -1;
     if (a->n_outputs > 1 && a->outputs[1] >= 0 && cx->rd.count[a->outputs[1]] != 0 && !cx->shape_only)
         return WHY(0, "its LSE output is read by the graph");
     int sv[3], split = -1;
@@ -471,13 +474,12 @@ static fr_status fuse_one(void *cv, const void *mv)
     snprintf(nm, sizeof nm, "%s/lse", base);
     int lse;
     FR_TRY(fr_graph_add_unique_value(g, nm, &lse));
-    /* (inputs 3 and 4, the segment ids of ops/attention.h, absent) */
-    int in[7] = {m->x, m->cos, m->sin, -1, -1, m->wq, m->wk}, out[2] = {m->z, lse}, nid;
-    const int n_in = m->wq >= 0 ? 7 : m->cos >= 0 ? 3 : 1;
+    int in[7] = {m->x, m->cos, m->sin, m->seg_k, m->seg_q, m->wq, m->wk}, out[2] = {m->z, lse}, nid;
+    const int n_in = m->wq >= 0 ? 7 : m->seg_q >= 0 ? 5 : m->seg_k >= 0 ? 4 : m->cos >= 0 ? 3 : 1;
     FR_TRY(fr_graph_add_node(g, "AttentionQKV", FR_DOMAIN_FP8RUN, base, n_in, in, 2, out, &nid));
     const fr_node *a = &g->nodes[m->attn];
     fr_node *n = &g->nodes[nid];
-    for (int i = 0; i < a->n_attrs; i++) { /* scale, causal, window, precision */
+    for (int i = 0; i < a->n_attrs; i++) { /* scale, causal, window, precision, softcap, seg_form */
         const fr_attr *at = &a->attrs[i];
         if (at->type == FR_ATTR_FLOAT)
             FR_TRY(fr_node_set_attr_float(n, at->name, at->f));

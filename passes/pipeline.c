@@ -180,7 +180,7 @@ static fr_status run_recompute(fr_pass_ctx *c, fr_pass_result *r)
  * graph (symbolic shapes), after it the prepared one; before `fp8_compile` MatMul/Gemm, after
  * it ai.fp8run::Linear; in the differentiated stage the forward plus the backward autodiff
  * appended (only training builds reach it: compiles and evaluation-only trainers stop before). A new option it needs is a field of fr_train_options that the runtime's
- * resolver (tr_pass_option, runtime/train_build.c) names. */
+ * resolver (tr_pass_option, runtime/train/train_build.c) names. */
 
 static const fr_pass k_passes[] = {
     /* first, on the model itself: export and checkpoints then name the separated parameters */

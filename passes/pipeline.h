@@ -1,7 +1,7 @@
 /* The training pipeline: the ordered list of graph passes that turn an imported model into the
  * forward graph the trainer differentiates (and `fp8run compile` writes, `fp8run info`
  * reports). The list in pipeline.c is the one statement of their order; the runtime
- * (runtime/train_build.c) runs it stage by stage and does its own steps between the stages
+ * (runtime/train/train_build.c) runs it stage by stage and does its own steps between the stages
  * (making the training copy, marking the outputs it needs, checking the loss).
  *
  * Adding a pass: its own code, plus one entry in the list at the place its comment justifies.

@@ -1,4 +1,4 @@
-/* Checks of the bfloat16 contract (issue 12) shared by the AddRMSNorm and SwiGLU tests (CPU:
+/* Checks of the bfloat16 contract shared by the AddRMSNorm and SwiGLU tests (CPU:
  * tests/test_add_norm_bf16.c, tests/test_swiglu_bf16.c; GPU: tests/test_gpu_add_norm.c,
  * tests/test_gpu_swiglu.c): a bfloat16 input gives the bits of the float32 input of the same
  * values, and a bfloat16 output is the float32 output rounded to nearest even.

@@ -9,7 +9,7 @@
 #include "tests/gradcheck.h"
 #include "graph/onnx_io.h"
 #include "passes/passes.h"
-#include "runtime/npy.h"
+#include "runtime/io/npy.h"
 
 fr_status fr_ft_prepare(fr_graph *g, int64_t batch, int64_t seq)
 {

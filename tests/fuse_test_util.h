@@ -5,7 +5,7 @@
 #define FR_FUSE_TEST_UTIL_H
 
 #include "graph/ir.h"
-#include "runtime/trainer.h"
+#include "runtime/train/trainer.h"
 
 /* Steps of the fused-vs-unfused training comparisons. */
 #define FR_FT_STEPS 20

@@ -14,7 +14,7 @@
 #define FR_GPU_HARNESS_H
 
 #include "tests/op_harness.h"
-#include "runtime/trainer.h"
+#include "runtime/train/trainer.h"
 
 /* 1 when the CUDA backend is built and a device answers (the first call prints why not). */
 int gpu_available(void);

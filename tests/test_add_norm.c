@@ -24,9 +24,9 @@
 #include "ops/grad.h"
 #include "ops/op.h"
 #include "passes/residual_norm_fuse.h"
-#include "runtime/llama_gen.h"
-#include "runtime/train_internal.h"
-#include "runtime/trainer.h"
+#include "runtime/train/llama_gen.h"
+#include "runtime/train/train_internal.h"
+#include "runtime/train/trainer.h"
 
 static int count_op(const fr_graph *g, const char *op)
 {

@@ -1,4 +1,4 @@
-/* AddRMSNorm / AddRMSNormGrad around the FP8 Linears in bfloat16 (ops/add_norm.c, issue 12),
+/* AddRMSNorm / AddRMSNormGrad around the FP8 Linears in bfloat16 (ops/add_norm.c),
  * on the CPU, fresh random inputs (FR_TEST_SEED):
  *  - B bfloat16 and / or y_dtype bfloat16 against the float32 case of the same values, several
  *    shapes (one and two normalized dims): H and a float32 Y bit for bit, a bfloat16 Y the

@@ -1,4 +1,4 @@
-/* The options' table of fp8run_train_config (runtime/train_config.def through the API):
+/* The options' table of fp8run_train_config (runtime/train/train_config.def through the API):
  *  - it covers the struct: every field once, in order, with its offset and size, and nothing
  *    but alignment padding between them (a field added to the header without its line fails);
  *  - defaults as fp8run_train_config_init gives them; choices with their default among them;
@@ -16,7 +16,7 @@
 
 #include "tests/cli_runner.h"
 #include "fp8run.h"
-#include "runtime/api_internal.h"
+#include "runtime/api/api_internal.h"
 
 #define SET_ERR(cfg, name, value, needle)                                                          \
     do {                                                                                           \

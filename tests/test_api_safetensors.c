@@ -19,7 +19,7 @@
 #include "fp8run.h"
 #include "tests/harness.h"
 #include "tests/hf_llama_util.h"
-#include "runtime/safetensors.h"
+#include "runtime/io/safetensors.h"
 
 #define MODEL HF_MODEL
 #define WEIGHTS "hf/llama_safetensors"

@@ -16,8 +16,8 @@
 #include "passes/attention_fuse.h"
 #include "passes/autodiff.h"
 #include "passes/passes.h"
-#include "runtime/llama_gen.h"
-#include "runtime/trainer.h"
+#include "runtime/train/llama_gen.h"
+#include "runtime/train/trainer.h"
 
 static int count_op(const fr_graph *g, const char *op)
 {

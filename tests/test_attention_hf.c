@@ -19,8 +19,8 @@
 #include "graph/onnx_io.h"
 #include "passes/attention_fuse.h"
 #include "passes/passes.h"
-#include "runtime/npy.h"
-#include "runtime/trainer.h"
+#include "runtime/io/npy.h"
+#include "runtime/train/trainer.h"
 
 #define HF_B 2
 #define HF_T 11

@@ -24,9 +24,9 @@
 #include "passes/rotary_fuse.h"
 #include "graph/onnx_io.h"
 #include "ops/grad.h"
-#include "runtime/llama_gen.h"
-#include "runtime/npy.h"
-#include "runtime/train_internal.h"
+#include "runtime/train/llama_gen.h"
+#include "runtime/io/npy.h"
+#include "runtime/train/train_internal.h"
 #include "tests/fuse_test_util.h"
 #include "tests/gradcheck.h"
 #include "tests/op_harness.h"
@@ -36,15 +36,44 @@ typedef struct cfg {
     int rope;  /* 0 none, 1 half, 2 interleaved */
     int table; /* 2: [T, D]; 4: [B, 1, T, D] */
     int causal, flat;
+    double softcap; /* the softcap attribute (0: none) */
+    int seg;        /* segment ids: 0 none; 1 Sk = padding (batch b drops its last b keys), Sq absent;
+                     * 2 Sk = Sq = packed example ids, int32 */
 } cfg;
 
 static const cfg k_cfgs[] = {
-    {2, 5, 4, 2, 4, 4, 1, 2, 1, 0}, {2, 6, 4, 4, 6, 6, 2, 4, 1, 0}, {1, 4, 3, 1, 4, 6, 0, 2, 0, 1},
-    {2, 3, 2, 1, 8, 8, 1, 4, 0, 1}, {2, 7, 6, 3, 2, 2, 2, 2, 1, 0},
+    {2, 5, 4, 2, 4, 4, 1, 2, 1, 0, 0.0, 0}, {2, 6, 4, 4, 6, 6, 2, 4, 1, 0, 0.0, 0},
+    {1, 4, 3, 1, 4, 6, 0, 2, 0, 1, 0.0, 0}, {2, 3, 2, 1, 8, 8, 1, 4, 0, 1, 0.0, 0},
+    {2, 7, 6, 3, 2, 2, 2, 2, 1, 0, 0.0, 0},
+    {2, 6, 4, 2, 4, 4, 1, 2, 1, 0, 1.25, 1}, {2, 7, 2, 1, 6, 4, 0, 2, 0, 1, 0.0, 2},
+    {2, 6, 4, 4, 4, 4, 2, 4, 1, 0, 0.5, 2},
 };
 #define N_CFGS ((int)(sizeof k_cfgs / sizeof k_cfgs[0]))
 
 static int64_t width(const cfg *c) { return (c->Hq + c->Hk) * c->D + c->Hk * c->Dv; }
+
+/* Segment id of token t of batch b (seg 1: the key's; 2: key's and query's). */
+static int64_t seg_id(const cfg *c, int64_t b, int64_t t)
+{
+    if (c->seg == 1) return t < c->T - b ? 1 : 0;
+    return t < 2 ? 1 : t < c->T - b ? 2 + b : 0; /* examples 1, 2 (+ b), then padding */
+}
+
+/* The Sk (which 0) or Sq (1) tensor of a config with segments, NULL where absent. */
+static fr_tensor *seg_tensor(const cfg *c, int which)
+{
+    if (!c->seg || (which == 1 && c->seg == 1)) return NULL;
+    fr_tensor *t;
+    FR_ASSERT_OK(fr_tensor_new(c->seg == 2 ? FR_I32 : FR_I64, 2, (int64_t[]){c->B, c->T}, which ? "Sq" : "Sk", &t));
+    for (int64_t b = 0; b < c->B; b++)
+        for (int64_t i = 0; i < c->T; i++) {
+            if (c->seg == 2)
+                ((int32_t *)t->data)[b * c->T + i] = (int32_t)seg_id(c, b, i);
+            else
+                ((int64_t *)t->data)[b * c->T + i] = seg_id(c, b, i);
+        }
+    return t;
+}
 
 static void set_attrs(fr_node *n, const cfg *c)
 {
@@ -54,6 +83,8 @@ static void set_attrs(fr_node *n, const cfg *c)
     FR_ASSERT_OK(fr_node_set_attr_int(n, "causal", c->causal));
     if (c->rope == 2) FR_ASSERT_OK(fr_node_set_attr_int(n, "interleaved", 1));
     if (c->flat) FR_ASSERT_OK(fr_node_set_attr_int(n, "flat_output", 1));
+    if (c->softcap > 0) FR_ASSERT_OK(fr_node_set_attr_float(n, "softcap", (float)c->softcap));
+    if (c->seg) FR_ASSERT_OK(fr_node_set_attr_string(n, "seg_form", c->seg == 1 ? "padded" : "packed"));
 }
 
 /* RoPE of head row x (D) at token t of batch b, in double. */
@@ -89,6 +120,9 @@ static void attn_ref(const cfg *c, const fr_tensor *X, const fr_tensor *cs, cons
                     double d = 0;
                     for (int64_t e = 0; e < D; e++) d += q[e] * k[e];
                     s[j] = d * scale;
+                    if (c->softcap > 0) s[j] = (float)c->softcap * tanh(s[j] / (float)c->softcap);
+                    const int64_t qid = c->seg == 2 ? seg_id(c, b, i) : 1;
+                    if (c->seg && seg_id(c, b, j) != qid) s[j] = -INFINITY;
                     m = fmax(m, s[j]);
                 }
                 for (int64_t j = 0; j < n; j++) sum += exp(s[j] - m);
@@ -118,9 +152,10 @@ static void test_forward(void)
         const cfg *c = &k_cfgs[ci];
         fr_tensor *x = tt_randn(&r, FR_F64, 3, (int64_t[]){c->B, c->T, width(c)}, 0, 1), *cs = NULL, *sn = NULL;
         tables(&r, c, &cs, &sn);
-        fr_tensor *ins[3] = {x, cs, sn};
+        fr_tensor *sk = seg_tensor(c, 0), *sq = seg_tensor(c, 1);
+        fr_tensor *ins[5] = {x, c->rope ? cs : NULL, c->rope ? sn : NULL, sk, sq};
         tnode t;
-        tn_init_domain(&t, "ai.fp8run", "AttentionQKV", 1, c->rope ? 3 : 1, ins, 0, 2);
+        tn_init_domain(&t, "ai.fp8run", "AttentionQKV", 1, sq ? 5 : sk ? 4 : c->rope ? 3 : 1, ins, 0, 2);
         set_attrs(tn_node(&t), c);
         FR_ASSERT_OK(tn_run(&t));
         const int64_t no = c->B * c->T * c->Hq * c->Dv, nl = c->B * c->Hq * c->T;
@@ -140,6 +175,8 @@ static void test_forward(void)
         fr_tensor_free(x);
         fr_tensor_free(cs);
         fr_tensor_free(sn);
+        fr_tensor_free(sk);
+        fr_tensor_free(sq);
     }
 }
 
@@ -160,13 +197,32 @@ static void test_gradient(void)
         fr_tensor_free(sn);
         g->values[cv].flags &= ~FR_VAL_PARAM; /* constants: no gradient */
         g->values[sv].flags &= ~FR_VAL_PARAM;
-        int outs[2];
-        const int nid = fr_gc_node(g, "AttentionQKV", "ai.fp8run", c->rope ? 3 : 1, (int[]){x, cv, sv}, 2, outs);
+        int outs[2], segs[2] = {-1, -1};
+        for (int w = 0; w < 2; w++) {
+            fr_tensor *st = seg_tensor(c, w);
+            if (!st) continue;
+            int64_t ids[64];
+            for (int64_t e = 0; e < c->B * c->T; e++) ids[e] = fr_tensor_get_i64(st, e);
+            segs[w] = fr_gc_add_input(g, &r, w ? "Sq" : "Sk", st->dtype, 2, st->dims, ids);
+            fr_tensor_free(st);
+        }
+        const int n_in = segs[1] >= 0 ? 5 : segs[0] >= 0 ? 4 : c->rope ? 3 : 1;
+        const int nid = fr_gc_node(g, "AttentionQKV", "ai.fp8run", n_in,
+                                   (int[]){x, c->rope ? cv : -1, c->rope ? sv : -1, segs[0], segs[1]}, 2, outs);
         set_attrs(&g->nodes[nid], c);
         FR_ASSERT_OK(fr_node_infer(g, nid));
         char what[64];
         snprintf(what, sizeof what, "AttentionQKV config %d", ci);
         fr_gc_check(g, &r, outs[0], 1, &x, what, 1e-6);
+        if (c->seg) { /* the gradient node reads the segment ids where the forward had them */
+            int found = 0;
+            for (int i = 0; i < g->n_nodes; i++)
+                if (strcmp(g->nodes[i].op_type, "AttentionQKVGrad") == 0) {
+                    found = 1;
+                    CU_ASSERT(g->nodes[i].n_inputs == (segs[1] >= 0 ? 8 : 7) && g->nodes[i].inputs[6] == segs[0]);
+                }
+            CU_ASSERT(found);
+        }
         fr_graph_free(g);
     }
 }

@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include "tests/harness.h"
-#include "runtime/checkpoint.h"
-#include "runtime/crc32c.h"
+#include "runtime/io/checkpoint.h"
+#include "runtime/io/crc32c.h"
 
 static char dir[512];
 

@@ -12,7 +12,7 @@
 
 #include "tests/cli_runner.h"
 #include "graph/onnx_io.h"
-#include "runtime/npy.h"
+#include "runtime/io/npy.h"
 
 static void test_help_and_version(void)
 {

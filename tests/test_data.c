@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "tests/harness.h"
-#include "runtime/data.h"
+#include "runtime/io/data.h"
 #include "graph/rng.h"
 
 static char dir[512];

@@ -1,4 +1,4 @@
-/* Data-parallel planning without a GPU (runtime/dist.h): the launch environment, the gradient
+/* Data-parallel planning without a GPU (runtime/dist/dist.h): the launch environment, the gradient
  * buckets, the optimizer-state owners, the data split and the TCP rendezvous (forked ranks on
  * loopback), and the CLI's launcher (--gpus, the torchrun-style variables) as far as a CPU goes.
  * Sizes are random per run; the checks are the invariants each function promises. */
@@ -11,8 +11,8 @@
 #include "tests/cli_runner.h"
 #include "graph/onnx_io.h"
 #include "tests/harness.h"
-#include "runtime/dist.h"
-#include "runtime/trainer.h"
+#include "runtime/dist/dist.h"
+#include "runtime/train/trainer.h"
 
 /* ---- a fake environment ---- */
 static const char *fake_env[16][2];

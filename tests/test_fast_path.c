@@ -15,7 +15,7 @@
 
 #include "fp8run.h"
 #include "passes/fast_path.h"
-#include "runtime/train_internal.h"
+#include "runtime/train/train_internal.h"
 #include "tests/fuse_test_util.h"
 #include "tests/harness.h"
 

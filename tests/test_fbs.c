@@ -1,4 +1,4 @@
-/* Compiled graph files (.fbs, runtime/fbs.h) on llama_tiny (batch 2, seq 13) and a small model
+/* Compiled graph files (.fbs, runtime/io/fbs.h) on llama_tiny (batch 2, seq 13) and a small model
  * built here (q/k fused, a middle layer, an LM head, biases):
  *  - base64 codec: round trips of every length mod 3, strict refusal of bad text;
  *  - the loaded graph's forward equals the on-the-fly compiled one bit for bit;
@@ -20,9 +20,9 @@
 #include "graph/base64.h"
 #include "graph/onnx_io.h"
 #include "tests/harness.h"
-#include "runtime/executor.h"
-#include "runtime/fbs.h"
-#include "runtime/trainer.h"
+#include "runtime/exec/executor.h"
+#include "runtime/io/fbs.h"
+#include "runtime/train/trainer.h"
 
 /* ---- models ---- */
 

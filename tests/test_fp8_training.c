@@ -16,7 +16,7 @@
 
 #include "graph/onnx_io.h"
 #include "tests/harness.h"
-#include "runtime/trainer.h"
+#include "runtime/train/trainer.h"
 
 #define V 128
 #define B 8

@@ -7,7 +7,7 @@
  * (both sides compute in double and round once; only the order of the double sums differs).
  * The backward run twice gives the same bits (no atomics). The RMSNormalization / RMSNormGrad
  * fast path these kernels also serve is tested by tests/test_gpu_norm.c.
- * bfloat16 (issue 12), every shape: B bfloat16 and/or y_dtype bfloat16 against the float32 case
+ * bfloat16, every shape: B bfloat16 and/or y_dtype bfloat16 against the float32 case
  * of the same values, on the GPU: H and a float32 Y bit for bit, a bfloat16 Y the float32 Y
  * rounded bit for bit (the same kernel's float32 result), and within one bfloat16 ulp of the
  * CPU's rounded Y; AddRMSNormGrad with a bfloat16 dY: dX and dScale bit for bit those of the

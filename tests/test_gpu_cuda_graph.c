@@ -17,11 +17,11 @@
 #include <string.h>
 
 #include "tests/gpu_harness.h"
-#include "runtime/llama_gen.h"
-#include "runtime/trainer.h"
+#include "runtime/train/llama_gen.h"
+#include "runtime/train/trainer.h"
 #ifdef FP8RUN_HAVE_CUDA
 #include "runtime/cuda/cuda_train.h"
-#include "runtime/train_internal.h"
+#include "runtime/train/train_internal.h"
 #endif
 
 #define STEPS 12

@@ -32,8 +32,8 @@
 #include "tests/cli_runner.h"
 #include "tests/gpu_harness.h"
 #include "graph/onnx_io.h"
-#include "runtime/train_memory.h"
-#include "runtime/trainer.h"
+#include "runtime/train/train_memory.h"
+#include "runtime/train/trainer.h"
 #ifdef FP8RUN_HAVE_CUDA
 #include "runtime/cuda/cuda_probe.h"
 #include "runtime/cuda/nccl_comm.h"

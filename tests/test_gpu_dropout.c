@@ -16,7 +16,7 @@
 
 #include "graph/onnx_io.h"
 #include "ops/dropout_mask.h"
-#include "runtime/trainer.h"
+#include "runtime/train/trainer.h"
 #include "tests/gpu_harness.h"
 
 static uint64_t fresh_u64(fr_rng *r)

@@ -167,7 +167,7 @@ static CU_TestInfo tests[] = {
 
 int main(void)
 {
-    setenv("FP8RUN_QUANT_BLOCKS", "3", 0); /* read once, at the first quantization */
+    setenv("FP8RUN_QUANT_BLOCKS", "3", 0); /* read when the CUDA context is made */
     CU_SuiteInfo suites[] = {{"gpu_linear_bf16", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
     return gpu_test_main(suites);
 }

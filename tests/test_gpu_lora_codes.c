@@ -1,5 +1,5 @@
-/* LoRA on the GPU with the frozen base held only as its Linears' converted copies (issue 13;
- * runtime/cuda/cuda_exec.h: a frozen float32 weight that only bf16/fp8 Linear and
+/* LoRA on the GPU with the frozen base held only as its Linears' converted copies
+ * (runtime/cuda/cuda_exec.h: a frozen float32 weight that only bf16/fp8 Linear and
  * LinearGradData nodes read gets no device block; its codes are made from the host's values).
  * Label gpu: skips without a device.
  *
@@ -25,11 +25,11 @@
 
 #include "tests/gpu_harness.h"
 #include "graph/onnx_io.h"
-#include "runtime/llama_gen.h"
-#include "runtime/trainer.h"
+#include "runtime/train/llama_gen.h"
+#include "runtime/train/trainer.h"
 #ifdef FP8RUN_HAVE_CUDA
-#include "runtime/train_internal.h"
-#include "runtime/train_memory.h"
+#include "runtime/train/train_internal.h"
+#include "runtime/train/train_memory.h"
 #endif
 
 #define STEPS 6

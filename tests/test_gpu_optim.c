@@ -1,10 +1,10 @@
 /* The device AdamW with bf16 / fp8 moments and bf16 master weights
- * (runtime/cuda/cuda_optim_lowp.cu) against the CPU optimizer (runtime/optim_lowp.c), bit for
+ * (runtime/cuda/cuda_optim_lowp.cu) against the CPU optimizer (runtime/train/optim_lowp.c), bit for
  * bit: the same parameters and gradients, 4 steps; after each, the parameters, the stored
  * moments and the fp8 block scales must be byte-identical. Parameters cover a partial fp8
  * block, one element, and one spanning two multi-tensor chunks (FR_MT_CHUNK) with a partial
  * tail; the matrices decay, the vectors do not.
- * Also the memory prediction (runtime/train_memory.h) of a GPU llama_tiny fp8 session with fp8
+ * Also the memory prediction (runtime/train/train_memory.h) of a GPU llama_tiny fp8 session with fp8
  * moments against the device bytes the session allocated (fr_trainer_memory, before any
  * evaluation): within 1 MiB + 2% (the session's small buffers, FP8 scaling state, are not
  * predicted), and a session whose prediction exceeds the free memory (a batch far too large)
@@ -16,14 +16,14 @@
 #include <string.h>
 
 #include "tests/gpu_harness.h"
-#include "runtime/optimizer.h"
+#include "runtime/train/optimizer.h"
 #ifdef FP8RUN_HAVE_CUDA
 #include <cuda_runtime.h>
 
 #include "graph/onnx_io.h"
 #include "runtime/cuda/cuda_train_kernels.h"
-#include "runtime/train_memory.h"
-#include "runtime/train_internal.h"
+#include "runtime/train/train_memory.h"
+#include "runtime/train/train_internal.h"
 
 #define NP 4
 static const int64_t k_numel[NP] = {300, 1, FR_MT_CHUNK + 200, 128};

@@ -6,7 +6,7 @@
  * bfloat16 gate/up (a narrowed Linear's output; y, dy and the gradients float32).
  * Tolerance: 1e-5 relative L2 (the contract; float32 math against the CPU's once-rounded
  * double), float64 1e-12.
- * bfloat16 combinations (issue 12), every shape, form and activation: gate/up bfloat16, dy
+ * bfloat16 combinations, every shape, form and activation: gate/up bfloat16, dy
  * bfloat16, y_dtype / dx_dtype bfloat16, each against the all-float32 case of the same values
  * on the GPU: float32 outputs bit for bit, bfloat16 outputs the float32 case's output rounded,
  * bit for bit (the same kernels' float32 results), and within one bfloat16 ulp of the CPU's

@@ -32,11 +32,11 @@
 
 #include "tests/gpu_harness.h"
 #include "graph/onnx_io.h"
-#include "runtime/trainer.h"
+#include "runtime/train/trainer.h"
 #ifdef FP8RUN_HAVE_CUDA
 #include "runtime/cuda/cuda_train.h" /* the weight-cast counter */
-#include "runtime/train_internal.h"
-#include "runtime/train_memory.h"
+#include "runtime/train/train_internal.h"
+#include "runtime/train/train_memory.h"
 #endif
 
 static fr_graph *load(const char *name)

@@ -19,7 +19,7 @@
 
 #include "tests/cli_runner.h"
 #include "fp8run.h"
-#include "runtime/npy.h"
+#include "runtime/io/npy.h"
 
 #define REL_TOL 1e-4
 #define STEPS 20

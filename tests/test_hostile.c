@@ -1,4 +1,4 @@
-/* Hostile input and long-run hygiene through the CLI (issue 14): external data through a
+/* Hostile input and long-run hygiene through the CLI: external data through a
  * symbolic link, checkpoints crafted with valid CRCs over bad contents (a recorded model path
  * outside the working folder, through a symbolic link or cut short, a missing parameter,
  * impossible counters), --resume over only corrupt checkpoints, FIFOs given as files, token
@@ -19,12 +19,12 @@
 #include <fp8run.h>
 
 #include "tests/cli_runner.h"
-#include "runtime/api_internal.h"
+#include "runtime/api/api_internal.h"
 #include "graph/base64.h"
 #include "graph/onnx_io.h"
 #include "tests/onnx_test_util.h"
-#include "runtime/checkpoint.h"
-#include "runtime/fbs.h"
+#include "runtime/io/checkpoint.h"
+#include "runtime/io/fbs.h"
 
 #define P cli_path
 #define TRAIN "train m.onnx --data tok.bin --batch 1 --seq 8 --lr 1e-3 --data-order sequential "

@@ -1,5 +1,5 @@
-/* Fault injection into checkpoint saving (issue 14): the writer's write(2) and fsync(2) are
- * replaced (runtime/checkpoint.h) to fail with ENOSPC or EIO after k bytes, or to write short.
+/* Fault injection into checkpoint saving: the writer's write(2) and fsync(2) are
+ * replaced (runtime/io/checkpoint.h) to fail with ENOSPC or EIO after k bytes, or to write short.
  * A failed save must return FR_ERR_IO naming the file and the cause, leave the checkpoint that
  * was there intact and loadable, and leave no temporary file; short writes must still produce
  * a correct checkpoint. */
@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "tests/harness.h"
-#include "runtime/checkpoint.h"
+#include "runtime/io/checkpoint.h"
 
 static char dir[400], path[600];
 

@@ -1,4 +1,4 @@
-/* Memory bounds before work (issue 14): requests no memory holds are refused before anything
+/* Memory bounds before work: requests no memory holds are refused before anything
  * is allocated, naming the file, node or option at fault and what would fit.
  *  - the budgets (graph/limits.h): sizes parsed from the environment, tensor shapes checked
  *    for overflow and FP8RUN_MAX_TENSOR_BYTES, protobuf decoding under FP8RUN_MAX_DECODE_BYTES,
@@ -20,8 +20,8 @@
 
 #include "graph/limits.h"
 #include "graph/onnx_io.h"
-#include "runtime/checkpoint.h"
-#include "runtime/host_memory.h"
+#include "runtime/io/checkpoint.h"
+#include "runtime/exec/host_memory.h"
 #include "tests/cli_runner.h"
 #include "tests/onnx_test_util.h"
 

@@ -1,4 +1,4 @@
-/* Hostile ONNX and .npy files at the library level (issue 14), beyond test_onnx_bad_input:
+/* Hostile ONNX and .npy files at the library level, beyond test_onnx_bad_input:
  * opsets no release has (99, 2^40, 0), NUL bytes inside names and external-data locations
  * (protobuf-c would cut the string there), external data that is a hard or symbolic link or a FIFO, and
  * files whose size bombs were quadratic in the importer (2x10^5 attributes, opset imports and
@@ -17,7 +17,7 @@
 #include "graph/onnx_io.h"
 #include "tests/harness.h"
 #include "tests/onnx_test_util.h"
-#include "runtime/npy.h"
+#include "runtime/io/npy.h"
 
 static char tmp[400];
 

@@ -1,4 +1,4 @@
-/* LoRA (passes/lora.h, runtime/train_lora.c):
+/* LoRA (passes/lora.h, runtime/train/train_lora.c):
  *  - gradients of the adapted Linear (x, A, B) against central differences, on fresh random
  *    values with B non-zero (B = 0 would make A's gradient zero);
  *  - the pass on the transformers Llama fixture: q_proj|v_proj gives 4 adapters, every base
@@ -32,10 +32,10 @@
 #include "ops/dropout_mask.h"
 #include "passes/autodiff.h"
 #include "passes/lora.h"
-#include "runtime/api_internal.h"
-#include "runtime/train_internal.h"
-#include "runtime/npy.h"
-#include "runtime/safetensors.h"
+#include "runtime/api/api_internal.h"
+#include "runtime/train/train_internal.h"
+#include "runtime/io/npy.h"
+#include "runtime/io/safetensors.h"
 
 #define MODEL HF_MODEL
 #define B HF_B

@@ -14,7 +14,7 @@
 #include "graph/onnx_io.h"
 #include "tests/op_harness.h"
 #include "passes/autodiff.h"
-#include "runtime/trainer.h"
+#include "runtime/train/trainer.h"
 
 static fr_graph *new_graph(void)
 {

@@ -22,8 +22,8 @@
 #include "passes/autodiff.h"
 #include "passes/gelu_fuse.h"
 #include "passes/swiglu_fuse.h"
-#include "runtime/train_internal.h"
-#include "runtime/trainer.h"
+#include "runtime/train/train_internal.h"
+#include "runtime/train/trainer.h"
 
 static int count_op(const fr_graph *g, const char *op)
 {

@@ -16,8 +16,8 @@
 
 #include "graph/onnx_io.h"
 #include "tests/harness.h"
-#include "runtime/npy.h"
-#include "runtime/trainer.h"
+#include "runtime/io/npy.h"
+#include "runtime/train/trainer.h"
 
 #define GRAD_TOL 1e-4
 #define LOSS_TOL 1e-5

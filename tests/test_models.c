@@ -14,8 +14,8 @@
 #include "tests/harness.h"
 #include "ops/op.h"
 #include "passes/passes.h"
-#include "runtime/executor.h"
-#include "runtime/npy.h"
+#include "runtime/exec/executor.h"
+#include "runtime/io/npy.h"
 
 /* The fixtures the generator writes; a missing one is a failure (a fixture dir found beyond
  * these is tested too). */

@@ -27,9 +27,9 @@
 #include "tests/op_harness.h"
 #include "ops/linear.h"
 #include "passes/narrow_activations.h"
-#include "runtime/llama_gen.h"
-#include "runtime/train_internal.h"
-#include "runtime/trainer.h"
+#include "runtime/train/llama_gen.h"
+#include "runtime/train/train_internal.h"
+#include "runtime/train/trainer.h"
 
 static const fr_llama_config k_llama = {.d = 64, .layers = 3, .heads = 4, .kv_heads = 2, .ffn = 96, .vocab = 64, .max_seq = 32, .seed = 11};
 

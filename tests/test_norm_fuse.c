@@ -20,8 +20,8 @@
 #include "passes/autodiff.h"
 #include "passes/passes.h"
 #include "passes/rmsnorm_fuse.h"
-#include "runtime/train_internal.h"
-#include "runtime/trainer.h"
+#include "runtime/train/train_internal.h"
+#include "runtime/train/trainer.h"
 
 static int count_op(const fr_graph *g, const char *op)
 {

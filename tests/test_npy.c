@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "tests/harness.h"
-#include "runtime/npy.h"
+#include "runtime/io/npy.h"
 
 static const fr_dtype all_dtypes[] = {FR_F32, FR_F64, FR_F16, FR_I64, FR_I32, FR_I16,
                                       FR_I8,  FR_U64, FR_U32, FR_U16, FR_U8,  FR_BOOL};

@@ -1,4 +1,4 @@
-/* Low-precision AdamW state and bf16 master weights (runtime/optim_lowp.h):
+/* Low-precision AdamW state and bf16 master weights (runtime/train/optim_lowp.h):
  *  - fp8 block quantization against a float64 reference of E4M3 rounding (codes equal), and
  *    its round-trip error bound: 2^-4 relative (half a 3-bit mantissa step) for elements
  *    above the block's normal range, 2^-10 of the scale below it, plus float32 slack;
@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "tests/harness.h"
-#include "runtime/optimizer.h"
+#include "runtime/train/optimizer.h"
 
 /* E4M3 round to nearest even in float64 (saturating at 448): the reference encoder. */
 static double e4m3_ref(double y)

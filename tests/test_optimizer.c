@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "tests/harness.h"
-#include "runtime/lr_schedule.h"
-#include "runtime/optimizer.h"
+#include "runtime/train/lr_schedule.h"
+#include "runtime/train/optimizer.h"
 
 #define STEPS 5
 #define TOL 1e-6

@@ -10,7 +10,7 @@
 #include "tests/gradcheck.h"
 #include "ops/op.h"
 #include "passes/passes.h"
-#include "runtime/executor.h"
+#include "runtime/exec/executor.h"
 
 /* ---- graph building helpers ---- */
 

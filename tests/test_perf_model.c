@@ -1,4 +1,4 @@
-/* runtime/perf_model.c on the CPU: FLOPs and bytes of hand-built nodes against values worked
+/* runtime/exec/perf_model.c on the CPU: FLOPs and bytes of hand-built nodes against values worked
  * out by hand, the device peak table and its FP8RUN_DEVICE_PEAKS override, the ceiling, and the
  * profile table's columns for given times. */
 #include <math.h>
@@ -7,7 +7,7 @@
 
 #include "tests/harness.h"
 #include "graph/ir.h"
-#include "runtime/perf_model.h"
+#include "runtime/exec/perf_model.h"
 
 static int value(fr_graph *g, const char *name, fr_dtype dt, int rank, const int64_t *dims)
 {

@@ -19,9 +19,9 @@
 #include "tests/fuse_test_util.h"
 #include "tests/harness.h"
 #include "passes/pipeline.h"
-#include "runtime/llama_gen.h"
-#include "runtime/train_internal.h"
-#include "runtime/trainer.h"
+#include "runtime/train/llama_gen.h"
+#include "runtime/train/train_internal.h"
+#include "runtime/train/trainer.h"
 
 static const fr_llama_config k_llama = {.d = 64, .layers = 2, .heads = 4, .kv_heads = 2, .ffn = 96, .vocab = 64, .max_seq = 32, .seed = 5};
 

@@ -20,9 +20,9 @@
 #include "passes/autodiff.h"
 #include "passes/passes.h"
 #include "passes/rotary_fuse.h"
-#include "runtime/llama_gen.h"
-#include "runtime/train_internal.h"
-#include "runtime/trainer.h"
+#include "runtime/train/llama_gen.h"
+#include "runtime/train/train_internal.h"
+#include "runtime/train/trainer.h"
 
 static int count_op(const fr_graph *g, const char *op)
 {

@@ -1,4 +1,4 @@
-/* Safetensors files (runtime/safetensors.c, safetensors_ckpt.c): the transformers fixture read
+/* Safetensors files (runtime/io/safetensors.c, safetensors_ckpt.c): the transformers fixture read
  * and written back byte for byte; BF16/F16/F64/FP8 and FP8 128x128 block-scaled reads against
  * a float64 reference decoded here independently; hostile headers and indexes refused with
  * messages naming the file and tensor; zero-size fp8 weights with huge dims; sharded writing
@@ -11,7 +11,7 @@
 
 #include "graph/limits.h"
 #include "tests/harness.h"
-#include "runtime/safetensors.h"
+#include "runtime/io/safetensors.h"
 
 /* ---- helpers ---- */
 

@@ -1,4 +1,4 @@
-/* SwiGLU / SwiGLUGrad around the FP8 Linears in bfloat16 (ops/swiglu.c, issue 12), on the CPU,
+/* SwiGLU / SwiGLUGrad around the FP8 Linears in bfloat16 (ops/swiglu.c), on the CPU,
  * fresh random inputs (FR_TEST_SEED):
  *  - every combination of gate/up bfloat16, dy bfloat16 and y_dtype / dx_dtype bfloat16, both
  *    forms, the three activations, several shapes, against the all-float32 case of the same

@@ -15,9 +15,9 @@
 #include "tests/gradcheck.h"
 #include "passes/autodiff.h"
 #include "passes/swiglu_fuse.h"
-#include "runtime/llama_gen.h"
-#include "runtime/train_internal.h"
-#include "runtime/trainer.h"
+#include "runtime/train/llama_gen.h"
+#include "runtime/train/train_internal.h"
+#include "runtime/train/trainer.h"
 
 static int count_op(const fr_graph *g, const char *op, int n_inputs)
 {

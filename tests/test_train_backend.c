@@ -1,4 +1,4 @@
-/* The trainer's backend interface (runtime/train_backend.h), used directly: a fake backend that
+/* The trainer's backend interface (runtime/train/train_backend.h), used directly: a fake backend that
  * wraps the CPU one but queues like the GPU (its steps are counted when read back, not when
  * queued), can hold steps "running", and injects a device error at a chosen step, on the
  * llama_tiny fixture (B 2, T 8):
@@ -9,7 +9,7 @@
  *    weights bit for bit, and nothing counted before the read-back;
  *  - more than max_bad_steps skipped steps in a row with steps queued ahead: every step's error
  *    names that step as the CLI numbers it (stats.step + 1) with its own count in a row, on the
- *    fake and on the CPU alike (issue 14: it named the step before);
+ *    fake and on the CPU alike (the step as numbered, not the one before it);
  *  - a device error injected when step N is read back while steps are queued after it: the poll
  *    (and a read-back forced by eval) names step N, the steps queued after it, and the node;
  *  - the backend is not changed under queued steps. */
@@ -20,7 +20,7 @@
 
 #include "graph/onnx_io.h"
 #include "tests/harness.h"
-#include "runtime/train_backend.h"
+#include "runtime/train/train_backend.h"
 
 enum { B = 2, T = 8, W = B * (T + 1) };
 

@@ -1,4 +1,4 @@
-/* Memory prediction (runtime/train_memory.h, fp8run_model_predict_memory) against what a real
+/* Memory prediction (runtime/train/train_memory.h, fp8run_model_predict_memory) against what a real
  * CPU trainer of the same configuration allocates: the executor's pool (the same planner, run
  * without allocating), the optimizer's state arena, the gradient buffers and the parameters,
  * each equal to the byte. Configurations: llama_tiny FP32 AdamW, fp8 with fp8 moments (fused
@@ -10,8 +10,8 @@
 #include "fp8run.h"
 #include "graph/onnx_io.h"
 #include "tests/harness.h"
-#include "runtime/train_backend.h"
-#include "runtime/train_memory.h"
+#include "runtime/train/train_backend.h"
+#include "runtime/train/train_memory.h"
 
 static fr_graph *load_llama(void)
 {

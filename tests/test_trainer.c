@@ -1,4 +1,4 @@
-/* The trainer (runtime/trainer.h) on small graphs built here and on the llama_tiny fixture:
+/* The trainer (runtime/train/trainer.h) on small graphs built here and on the llama_tiny fixture:
  *  - tiny fp32 model: gradients equal a double-precision reference written here;
  *  - llama_tiny FP32 training follows PyTorch's losses (tests/fixtures/train, written by
  *    tools/gen_train_reference.py) within 1e-4 relative at each of 20 steps;
@@ -22,11 +22,11 @@
 #include "passes/rotary_fuse.h"
 #include "passes/swiglu_fuse.h"
 #include "passes/passes.h"
-#include "runtime/checkpoint.h"
-#include "runtime/data.h"
-#include "runtime/executor.h"
-#include "runtime/npy.h"
-#include "runtime/trainer.h"
+#include "runtime/io/checkpoint.h"
+#include "runtime/io/data.h"
+#include "runtime/exec/executor.h"
+#include "runtime/io/npy.h"
+#include "runtime/train/trainer.h"
 
 /* ---- tiny models ---- */
 
@@ -1238,7 +1238,7 @@ static void test_fixture_models_eval(void)
     }
 }
 
-/* ---- low-precision optimizer state and bf16 master weights (runtime/optim_lowp.h) ---- */
+/* ---- low-precision optimizer state and bf16 master weights (runtime/train/optim_lowp.h) ---- */
 
 static const struct {
     fr_opt_state_dtype sd;

@@ -12,9 +12,9 @@
 #include "tests/harness.h"
 #include "graph/onnx_io.h"
 #include "passes/unfused_check.h"
-#include "runtime/llama_gen.h"
-#include "runtime/train_internal.h"
-#include "runtime/trainer.h"
+#include "runtime/train/llama_gen.h"
+#include "runtime/train/train_internal.h"
+#include "runtime/train/trainer.h"
 
 static const fr_llama_config k_llama = {.d = 64, .layers = 3, .heads = 4, .kv_heads = 2, .ffn = 96, .vocab = 64, .max_seq = 32, .seed = 7};
 

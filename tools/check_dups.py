@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""No block of six or more lines is written twice in the library (issue 16; registered with
+"""No block of six or more lines is written twice in the library (registered with
 ctest as check_dups, label cpu). Reads graph/ ops/ passes/ runtime/ include/ (.c .h .cu .cuh
 .def), folds each line (comments, blank lines, lone punctuation and #include lines dropped,
 white space collapsed) and fails on any run of MIN folded lines that stands in two places,

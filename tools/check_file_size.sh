@@ -1,6 +1,6 @@
 #!/bin/sh
-# Library files stay at most 800 lines (issue 16; include/fp8run.h, the one public header, is
-# exempt). Registered with ctest as check_file_size, label cpu.
+# Library files stay at most 800 lines, so each holds one concept a reader can take in
+# (include/fp8run.h, the one public header, is exempt). Registered with ctest as check_file_size, label cpu.
 #   check_file_size.sh [SOURCE_DIR]    exit 0 when every file fits; else one line per file
 set -eu
 cd "${1:-$(dirname "$0")/..}"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Issue 13's Hugging Face round trip, end to end through the `fp8run` CLI (run on a GPU machine
-with torch, transformers, onnxscript and peft; tools/gpu_finetune_check.sh calls it):
+"""The Hugging Face fine-tuning round trip, end to end through the `fp8run` CLI (run on a GPU machine
+with torch, transformers, onnxscript and peft; tools/gpu.sh finetune calls it):
 
   1. transformers' LlamaForCausalLM at the 125M reference configuration (tools/export_hf_llama.py's
      preset), random init (seed 1), save_pretrained -> DIR/hf (safetensors, config.json);

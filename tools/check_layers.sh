@@ -45,15 +45,16 @@ for top in graph ops passes runtime tests; do
     done
 done
 
-# tools/: the public header and tools/ own headers only
+# tools/ (the CLI in tools/cli/, the example host): the public header and headers of the
+# program's own folder only
 for f in $(find tools -type f \( -name '*.c' -o -name '*.h' \) | sort); do
-    awk -v f="$f" '
+    awk -v f="$f" -v dir="${f%/*}" '
         /^[ \t]*#[ \t]*include[ \t]*"/ {
             name = $0; sub(/^[^"]*"/, "", name); sub(/".*$/, "", name)
             if (name ~ /\// || name == "fp8run.h") {
                 printf "%s:%d: \"%s\": tools/ include <fp8run.h> and their own headers only\n", f, NR, name; bad = 1
-            } else if ((getline line < ("tools/" name)) < 0) {
-                printf "%s:%d: \"%s\": not a header in tools/\n", f, NR, name; bad = 1
+            } else if ((getline line < (dir "/" name)) < 0) {
+                printf "%s:%d: \"%s\": not a header in %s/\n", f, NR, name, dir; bad = 1
             }
         }
         /^[ \t]*#[ \t]*include[ \t]*</ {

@@ -44,7 +44,7 @@ demo)
     # 128) learns to write C from fp8run's own sources, on the CPU; the loss falls from ~4.9.
     d=$BUILD_DIR/demo
     mkdir -p "$d"
-    cat graph/*.c passes/*.c ops/*.c runtime/*.c | LC_ALL=C tr -cd '\11\12\40-\176' > "$d/corpus.txt"
+    cat graph/*.c passes/*.c ops/*.c runtime/*/*.c | LC_ALL=C tr -cd '\11\12\40-\176' > "$d/corpus.txt"
     n=$(wc -c < "$d/corpus.txt")
     head -c $((n * 9 / 10)) "$d/corpus.txt" > "$d/train.txt"
     tail -c $((n - n * 9 / 10)) "$d/corpus.txt" > "$d/val.txt"

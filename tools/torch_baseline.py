@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch baseline for bench/: the same Llama configurations as `fp8run generate llama`
-(runtime/llama_gen.c), trained the way a PyTorch user would: Hugging Face LlamaForCausalLM,
+(runtime/train/llama_gen.c), trained the way a PyTorch user would: Hugging Face LlamaForCausalLM,
 float32 master weights, bf16 autocast, SDPA attention, fused AdamW, random tokens.
 
     python3 tools/torch_baseline.py --preset 1b --batch 8 --seq 2048 [--compile] [--json F]
@@ -16,7 +16,7 @@ import time
 import torch
 
 PRESETS = {
-    # d, layers, heads, kv_heads, ffn, vocab (runtime/llama_gen.c)
+    # d, layers, heads, kv_heads, ffn, vocab (runtime/train/llama_gen.c)
     "tiny": (64, 2, 4, 2, 176, 128),
     "125m": (768, 12, 12, 4, 2048, 32768),
     "1b": (2048, 16, 16, 8, 5632, 32768),

@@ -168,13 +168,15 @@ fr_status check_f32(const fr_node *n, const fr_tensor *const *t, int count)
 fr_status attn_cuda(const fr_cuda_kctx *k)
 {
     const fr_node *n = k->node;
-    if (k->n_in < 3 || k->n_in > 4 || !k->in[0] || !k->in[1] || !k->in[2] || k->n_out < 1 || !k->out[0])
-        return fr_node_error(n, FR_ERR_GRAPH, "needs inputs Q, K, V (and optionally a mask) and output O");
+    if (k->n_in < 3 || k->n_in > 6 || !k->in[0] || !k->in[1] || !k->in[2] || k->n_out < 1 || !k->out[0])
+        return fr_node_error(n, FR_ERR_GRAPH, "needs inputs Q, K, V (and optionally M, Sk, Sq) and output O");
     const fr_tensor *q = k->in[0], *kk = k->in[1], *v = k->in[2], *mask = k->n_in > 3 ? k->in[3] : NULL;
     fr_tensor *o = k->out[0], *lse = k->n_out > 1 ? k->out[1] : NULL;
-    FR_TRY(check_f32(n, k->in, mask ? 4 : 3));
     Plan pl;
     FR_TRY(make_plan(n, q->rank, q->dims, kk->rank, kk->dims, v->rank, v->dims, &pl));
+    /* before cuDNN's path too: neither may drop a softcap or the segments silently */
+    FR_TRY(fr_attn_refuse_new(n, &pl.a, 4, "the CUDA attention kernels"));
+    FR_TRY(check_f32(n, k->in, mask ? 4 : 3));
     const Prob &p = pl.p;
     FR_TRY(fr_check_out(n, o, FR_F32, q->rank, pl.od));
     if (lse) FR_TRY(fr_check_out(n, lse, FR_F32, q->rank - 1, q->dims));
@@ -206,16 +208,17 @@ fr_status attn_cuda(const fr_cuda_kctx *k)
 fr_status attng_cuda(const fr_cuda_kctx *k)
 {
     const fr_node *n = k->node;
-    if (k->n_in < 6 || k->n_in > 7 || k->n_out != 3)
-        return fr_node_error(n, FR_ERR_GRAPH, "needs inputs Q, K, V, O, LSE, dO (and the mask) and outputs dQ, dK, dV");
-    for (int i = 0; i < k->n_in; i++)
+    if (k->n_in < 6 || k->n_in > 9 || k->n_out != 3)
+        return fr_node_error(n, FR_ERR_GRAPH, "needs inputs Q, K, V, O, LSE, dO (and M, Sk, Sq) and outputs dQ, dK, dV");
+    for (int i = 0; i < 6; i++)
         if (!k->in[i]) return fr_node_error(n, FR_ERR_GRAPH, "input %d is missing", i);
-    FR_TRY(check_f32(n, k->in, k->n_in));
     const fr_tensor *mask = k->n_in > 6 ? k->in[6] : NULL;
     const fr_tensor *q = k->in[0], *kk = k->in[1], *v = k->in[2];
     fr_tensor *dq = k->out[0], *dk = k->out[1], *dv = k->out[2];
     Plan pl;
     FR_TRY(make_plan(n, q->rank, q->dims, kk->rank, kk->dims, v->rank, v->dims, &pl));
+    FR_TRY(fr_attn_refuse_new(n, &pl.a, 7, "the CUDA attention kernels"));
+    FR_TRY(check_f32(n, k->in, mask ? 7 : 6));
     const Prob &p = pl.p;
     FR_TRY(fr_check_out(n, k->in[3], FR_F32, q->rank, pl.od));
     FR_TRY(fr_check_out(n, k->in[5], FR_F32, q->rank, pl.od));

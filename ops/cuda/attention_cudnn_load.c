@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph/env.h"
 #include "graph/option_choices.h"
 #include "ops/cuda/attention_cudnn.h"
 
@@ -197,7 +198,7 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static void load_once(void)
 {
     char why[512] = "";
-    const char *env = getenv("FP8RUN_CUDNN_LIBRARY");
+    const char *env = fr_env_get(FR_ENV_CUDNN_LIBRARY);
     if (env && *env) {
         if (open_lib(env, &G.api, &G.lib, &G.version, why, sizeof why) != 0)
             snprintf(G.why, sizeof G.why, "FP8RUN_CUDNN_LIBRARY='%s' does not load: %s", env, why);

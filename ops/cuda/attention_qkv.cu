@@ -909,6 +909,9 @@ fr_status run(const fr_cuda_kctx *k, int backward)
                                                        : "needs input X and output O");
     for (int i = 0; backward && i < 4; i++)
         if (!k->in[i]) return fr_node_error(n, FR_ERR_GRAPH, "input %d is missing", i);
+    fr_attn_attrs a0; /* (only softcap is read: the head dim of the default scale does not matter) */
+    FR_TRY(fr_attn_read_attrs(n, 1, &a0));
+    FR_TRY(fr_attn_refuse_new(n, &a0, backward ? 6 : 3, "the CUDA AttentionQKV kernels"));
     FR_TRY(check_f32(k, backward));
     fr_dtype yt; /* O's (o_dtype) or dX's (dx_dtype) */
     FR_TRY(fr_attn_qkv_out_dtype(n, backward ? "dx_dtype" : "o_dtype", FR_F32, &yt));

@@ -209,7 +209,7 @@ extern const fr_cuda_kernel_def fr_cuda_kernels_swiglu[];      /* SwiGLU, SwiGLU
 extern const fr_cuda_kernel_def fr_cuda_kernels_rotary[];      /* Rotary, RotaryGrad (fused x * cos + rotate_half(x) * sin) */
 extern const fr_cuda_kernel_def fr_cuda_kernels_dropout[];     /* KeyedDropout (training-mode dropout, ops/dropout.h) */
 
-/* ---- error checking (runtime/cuda/cuda_ctx.c) ---- */
+/* ---- error checking (ops/cuda/cuda_ctx.c) ---- */
 FR_NODISCARD fr_status fr_cuda_status(cudaError_t e, const char *what, const char *file, int line);
 FR_NODISCARD fr_status fr_cublas_status(cublasStatus_t s, const char *what, const char *file, int line);
 /* After a kernel launch: the launch error, if any, as a status naming the node. */
@@ -243,10 +243,16 @@ FR_NODISCARD fr_status fr_cuda_check_error(fr_cuda_ctx *c, const fr_graph *g);
 /* The same for a copy of the word taken earlier (the trainer keeps one per queued step). */
 FR_NODISCARD fr_status fr_cuda_error_of_word(const int word[4], const fr_graph *g);
 
-/* ---- the context (runtime/cuda/cuda_ctx.c) ---- */
-/* Open device `device` (-1: the current one): stream, cuBLASLt handle, workspace. */
+/* ---- the context (ops/cuda/cuda_ctx.c) ---- */
+/* Open device `device` (-1: the current one): stream, cuBLASLt handle, workspace. The
+ * environment's switches are read here (weight cache, GEMM tuning, the quantizers' block
+ * count) and handed to the code that uses them: kernels never read the environment. */
 FR_NODISCARD fr_status fr_cuda_ctx_create(int device, fr_cuda_ctx **out);
 void fr_cuda_ctx_free(fr_cuda_ctx *c);
+/* The most blocks the amax-reducing quantize kernels launch (ops/cuda/quantize.cu); 0 (the
+ * default) is one wave of the device, 8 blocks a multiprocessor. A few blocks make each loop
+ * over many tiles (tests: FP8RUN_QUANT_BLOCKS, set by the context). Process-wide. */
+void fr_q_set_wave_blocks(int64_t blocks);
 
 /* Run one node on the device with host inputs and host outputs (the outputs already allocated
  * with infer()'s shapes): uploads, plans scratch, runs the kernel, downloads, synchronizes.

@@ -21,19 +21,21 @@ static unsigned blocks_for(int64_t work, int64_t per_block)
  * kernels that reduce an amax take at most this many and loop over the rest: every block ends
  * with one atomicMax on the same word, and those serialize in L2 (a warp-level atomic per 4 KB
  * of float32 made the 1B model's forward quantization ~3x slower than its bytes). The count is
- * read once per process (all devices of a run are alike); FP8RUN_QUANT_BLOCKS overrides it. */
+ * read once per process (all devices of a run are alike); fr_q_set_wave_blocks overrides it. */
+static int64_t g_wave_blocks; /* 0: one wave */
+
+void fr_q_set_wave_blocks(int64_t blocks) { g_wave_blocks = blocks > 0 ? blocks : 0; }
+
 static int64_t one_wave(void)
 {
     static int64_t wave; /* a benign race: every thread writes the same value */
+    if (g_wave_blocks) return g_wave_blocks;
     if (!wave) {
         int dev = 0, v = 0;
         if (cudaGetDevice(&dev) != cudaSuccess ||
             cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v < 1)
             v = 132;
-        int64_t w = (int64_t)v * 8;
-        const char *e = getenv("FP8RUN_QUANT_BLOCKS"); /* tests: a few blocks, each looping over many tiles */
-        if (e && atoll(e) > 0) w = atoll(e);
-        wave = w;
+        wave = (int64_t)v * 8;
     }
     return wave;
 }

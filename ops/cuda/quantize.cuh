@@ -21,7 +21,7 @@
  * (atomicMax on unsigned): a NaN anywhere gives NaN bits (canonicalized to 0x7FC00000 as
  * fr_amax returns), else +Inf if any Inf, else the exact maximum. Each block reduces its part
  * and makes one atomicMax; the reducing kernels take at most one wave of blocks (8 a
- * multiprocessor; FP8RUN_QUANT_BLOCKS overrides, for tests) and loop over the rest, since
+ * multiprocessor; fr_q_set_wave_blocks overrides, for tests) and loop over the rest, since
  * atomics on one word serialize. */
 #ifndef FR_OPS_CUDA_QUANTIZE_CUH
 #define FR_OPS_CUDA_QUANTIZE_CUH

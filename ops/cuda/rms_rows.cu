@@ -24,8 +24,9 @@
  * in double, each output computed in double and rounded once; h = a + b and dx = dh + d are
  * single float32 adds, as the unfused Add rounds them.
  *
- * bfloat16 (issue 12): B and dY may be bfloat16 (widened exactly: the bits of the float32 tensor
- * of the same values), Y may be written in bfloat16 (the float32 Y rounded to nearest even).
+ * bfloat16 (half the bytes around the FP8 Linears): B and dY may be bfloat16 (widened
+ * exactly: the bits of the float32 tensor of the same values), Y may be written in bfloat16
+ * (the float32 Y rounded to nearest even).
  * The dtypes are template parameters; a vector is 8 elements (two float4, one 16-byte bfloat16
  * word; vec16.cuh) when len % 8 == 0, else 4, chosen from len alone (shape_of), so that every
  * dtype sums in the same order. */

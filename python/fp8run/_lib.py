@@ -40,7 +40,7 @@ class ValueInfo(ctypes.Structure):
 class TrainConfig(ctypes.Structure):
     """fp8run_train_config. Its fields are not written here: load() lays them out from the
     library's own table (fp8run_train_config_option: name, type, offset and size of every field,
-    runtime/train_config.def), so the struct always matches the library that is loaded, and
+    runtime/train/train_config.def), so the struct always matches the library that is loaded, and
     checks every offset against the one the library reports."""
 
 

@@ -1,10 +1,10 @@
-"""The README's TorchScript-exporter call on today's torch (run by hand or by
-tools/gpu_user_check.sh; CI has no torch):
+"""docs/cli.md's TorchScript-exporter call on today's torch (run by hand or by
+tools/gpu.sh user; CI has no torch):
 
     PYTHONPATH=python FP8RUN_LIBRARY=build/libfp8run.so python3 python/tests/check_torchscript_export.py
 
 A tiny Hugging Face Llama (random init, GQA) exported with `torch.onnx.export(...,
-dynamo=False, opset_version=17, dynamic_axes=...)` exactly as README "Exporting from PyTorch"
+dynamo=False, opset_version=17, dynamic_axes=...)` exactly as docs/cli.md "Exporting from PyTorch"
 writes it, then on fp8run's CPU backend:
   - the forward at two shapes (the dynamic axes) matches the module's logits (relative L2 <= 1e-4);
   - 10 fp32 AdamW steps train with no skipped step and the loss falls;
@@ -55,7 +55,7 @@ elif variant == "torchscript":
     model.config.torchscript = True
 exported = LogitsOnly(model) if variant == "wrapper" else model
 print("TorchScript export variant: %s" % variant)
-# ---- README "Exporting from PyTorch", the TorchScript exporter ----
+# ---- docs/cli.md "Exporting from PyTorch", the TorchScript exporter ----
 torch.onnx.export(exported, (ids,), path, dynamo=False, opset_version=17,
                   input_names=["input_ids"], output_names=["logits"],
                   dynamic_axes={"input_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}})

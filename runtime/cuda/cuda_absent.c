@@ -1,7 +1,7 @@
 /* Built when fp8run is compiled without the CUDA backend: the device queries answer
  * "no CUDA" so callers can give a clear message, and the trainer has no CUDA backend. */
 #include "runtime/cuda/cuda_probe.h"
-#include "runtime/train_backend.h"
+#include "runtime/train/train_backend.h"
 
 int fr_cuda_compiled(void) { return 0; }
 

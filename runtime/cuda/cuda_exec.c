@@ -1,10 +1,11 @@
 /* The CUDA executor (see cuda_exec.h): a liveness plan over one device arena, constants
  * uploaded once, views that alias their input, kernels queued on one stream. */
 #include "runtime/cuda/cuda_exec.h"
+#include "graph/env.h"
 #include "runtime/cuda/cuda_arena.h"
 #include "runtime/cuda/cuda_graph.h"
 #include "ops/cuda/cuda_gemm.h"
-#include "runtime/perf_model.h"
+#include "runtime/exec/perf_model.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -455,7 +456,7 @@ static fr_status build(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *sh
         FR_CUDA_KEEP(st, cudaMallocHost(&e->staging, e->input_bytes));
     }
     FR_CUDA_KEEP(st, cudaEventCreateWithFlags(&e->staging_done, cudaEventDisableTiming));
-    const char *prof = getenv("FP8RUN_PROFILE");
+    const char *prof = fr_env_get(FR_ENV_PROFILE);
     if (st == FR_OK && prof && (prof[0] == '1' || prof[0] == '2')) {
         e->prof_nodes = prof[0] == '2';
         e->ev = fr_calloc((size_t)g->n_nodes + 1, sizeof *e->ev, "profile events");
@@ -668,7 +669,7 @@ fr_status fr_cuda_exec_profile(const fr_cuda_exec *e, char **text)
     if (!e->ev || e->runs == 0) return FR_OK;
     const fr_profile_input in = {e->g, e->node_ms, e->gemm_ms, e->runs, e->c ? e->c->name : NULL, e->peak_text,
                                  e->prof_nodes};
-    return fr_profile_text(&in, text); /* runtime/perf_model.c: with each op's ceiling */
+    return fr_profile_text(&in, text); /* runtime/exec/perf_model.c: with each op's ceiling */
 }
 
 fr_status fr_cuda_exec_sync(fr_cuda_exec *e) { return fr_cuda_check_error(e->c, e->g); }

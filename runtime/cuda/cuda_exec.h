@@ -75,7 +75,7 @@ FR_NODISCARD fr_status fr_cuda_exec_download_constant(fr_cuda_exec *e, int vid);
 
 /* With FP8RUN_PROFILE=1 in the environment when the executor was built, every run waits for
  * the GPU and times each node and each cuBLASLt call in it; this is the per-op summary with
- * each op's ceiling (runtime/perf_model.h; FP8RUN_PROFILE=2 adds the slowest nodes), malloc'ed;
+ * each op's ceiling (runtime/exec/perf_model.h; FP8RUN_PROFILE=2 adds the slowest nodes), malloc'ed;
  * NULL when not profiling. */
 FR_NODISCARD fr_status fr_cuda_exec_profile(const fr_cuda_exec *e, char **text);
 

@@ -1,4 +1,4 @@
-/* A CUDA graph of an executor's run (FP8RUN_CUDA_GRAPH=1, issue 12): the nodes' kernels of one
+/* A CUDA graph of an executor's run (FP8RUN_CUDA_GRAPH=1): the nodes' kernels of one
  * run captured once from the stream and replayed with one cudaGraphLaunch, so the step's
  * thousands of short kernels go without the host's launch gaps.
  *

@@ -1,6 +1,6 @@
 /* AdamW with bf16 / block-scaled fp8 moments and bf16 master weights on the device: the
  * multi-tensor layout of cuda_train_kernels.cu (one CUDA block per chunk), the element formats
- * and float32 arithmetic of runtime/optim_lowp.h, shared with the CPU optimizer, so on the same
+ * and float32 arithmetic of runtime/train/optim_lowp.h, shared with the CPU optimizer, so on the same
  * gradients both write the same bytes. A CUDA block of FR_LOWP_BLOCK threads walks its chunk
  * one fp8 block at a time: each thread one element, then a shared-memory absmax for the
  * block's scale (max is exact and order-free, so the scale equals the CPU's). */
@@ -8,7 +8,7 @@
 #include <math.h>
 
 #include "runtime/cuda/cuda_train_kernels.h"
-#include "runtime/optim_lowp.h"
+#include "runtime/train/optim_lowp.h"
 
 static_assert(FR_MT_CHUNK % FR_LOWP_BLOCK == 0, "an fp8 block must not straddle two chunks");
 

@@ -7,12 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph/env.h"
 #include "runtime/cuda/cuda_exec.h"
 #include "runtime/cuda/cuda_graph.h"
 #include "runtime/cuda/cuda_train_kernels.h"
 #include "runtime/cuda/dist_train.h"
 #include "graph/fp8_format.h"
-#include "runtime/optim_lowp.h"
+#include "runtime/train/optim_lowp.h"
 
 struct fr_cuda_train {
     fr_cuda_ctx *c;
@@ -170,7 +171,7 @@ static fr_status build_params(fr_trainer *t, fr_cuda_train *d)
     if (!d->entries) return FR_ERR_OOM;
     int n_chunks = 0;
     for (int i = 0; i < t->n_params; i++) n_chunks += (int)((t->params[i].numel + FR_MT_CHUNK - 1) / FR_MT_CHUNK);
-    /* the optimizer's slots in its state dtype (runtime/optim_lowp.h), for the parameters whose
+    /* the optimizer's slots in its state dtype (runtime/train/optim_lowp.h), for the parameters whose
        state lives here (all unless sharded): per parameter, slot 0 then slot 1, each 4-byte
        aligned; fp8 block scales in a second arena. FR_MT_CHUNK is a multiple of FR_LOWP_BLOCK,
        so no fp8 block straddles two chunks. */
@@ -332,10 +333,10 @@ fr_status fr_cuda_train_new(fr_trainer *t, int device, fr_cuda_train **out)
                           cublasLtGetVersion());
     }
     if (st == FR_OK && !t->opt.eval_only && t->opt.world_size > 0) st = fr_dist_train_new(t, &d->dist);
-    /* the prediction (runtime/train_memory.h) against the free memory, before any executor
+    /* the prediction (runtime/train/train_memory.h) against the free memory, before any executor
        allocates: too large fails here with the sizes and what would fit. The context's
        workspace is allocated already and counted in the prediction. FP8RUN_MEMORY_CHECK=0 skips. */
-    const char *mc = getenv("FP8RUN_MEMORY_CHECK");
+    const char *mc = fr_env_get(FR_ENV_MEMORY_CHECK);
     if (st == FR_OK && !t->opt.eval_only && !(mc && strcmp(mc, "0") == 0)) {
         size_t fr = 0, tot = 0;
         CU(cudaMemGetInfo(&fr, &tot));
@@ -344,7 +345,7 @@ fr_status fr_cuda_train_new(fr_trainer *t, int device, fr_cuda_train **out)
     if (st == FR_OK && !t->opt.eval_only) st = fr_cuda_exec_new(d->c, t->g, NULL, &d->ex);
     if (st == FR_OK && !t->opt.eval_only) st = build_params(t, d);
     if (st == FR_OK && !t->opt.eval_only) st = build_fp8(t, d);
-    const char *cg = getenv("FP8RUN_CUDA_GRAPH"); /* opt-in until measured (cuda_graph.h) */
+    const char *cg = fr_env_get(FR_ENV_CUDA_GRAPH); /* opt-in until measured (cuda_graph.h) */
     if (st == FR_OK && d->ex && cg && strcmp(cg, "1") == 0)
         st = fr_cuda_exec_use_graph(d->ex, d->dist ? "data parallel (all-reduces are launched between nodes)" : NULL);
     if (st == FR_OK) st = dev_alloc(d, (void **)&d->d_loss_sum, sizeof(float));

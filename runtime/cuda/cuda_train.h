@@ -1,5 +1,5 @@
-/* The trainer on a CUDA device (runtime/trainer.h with device "cuda"), the state of the trainer's
- * CUDA backend (runtime/train_backend.h; its table is in cuda_train_backend.c): every function
+/* The trainer on a CUDA device (runtime/train/trainer.h with device "cuda"), the state of the trainer's
+ * CUDA backend (runtime/train/train_backend.h; its table is in cuda_train_backend.c): every function
  * taking the trainer finds it in t->be_state.
  *
  * The training graph runs in a CUDA executor (cuda_exec.h); parameters, gradients, the
@@ -25,7 +25,7 @@
 #ifndef FR_CUDA_TRAIN_H
 #define FR_CUDA_TRAIN_H
 
-#include "runtime/train_internal.h"
+#include "runtime/train/train_internal.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,9 +1,10 @@
-/* The CUDA backend of the trainer (runtime/train_backend.h): the table over the device trainer
+/* The CUDA backend of the trainer (runtime/train/train_backend.h): the table over the device trainer
  * of cuda_train.h, whose steps are queued on a stream and retired from a pinned ring. */
+#include "graph/env.h"
 #include "ops/cuda/cuda_gemm.h"
 #include "ops/cuda/cuda_kernel.h"
 #include "runtime/cuda/cuda_train.h"
-#include "runtime/train_backend.h"
+#include "runtime/train/train_backend.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,7 +49,7 @@ static void cuda_attention(const fr_trainer *t, char *buf, size_t n)
 static void cuda_gemm(const fr_trainer *t, char *buf, size_t n)
 {
     fr_cuda_gemm_report(fr_cuda_train_ctx(dev_of(t)), buf, n);
-    const char *cg = getenv("FP8RUN_CUDA_GRAPH"); /* asked for: say what became of it (bench's gemm line) */
+    const char *cg = fr_env_get(FR_ENV_CUDA_GRAPH); /* asked for: say what became of it (bench's gemm line) */
     const size_t used = strlen(buf);
     if (cg && cg[0] && used + 3 < n) {
         snprintf(buf + used, n - used, "; ");

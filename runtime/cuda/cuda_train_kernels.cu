@@ -4,7 +4,7 @@
  *
  * Every parameter is split into chunks of FR_MT_CHUNK elements; one block takes one chunk, so
  * a single launch covers all parameters ("multi-tensor"). The arithmetic of the optimizers is
- * runtime/optimizer.c's, operation for operation, with rounding intrinsics (__fmul_rn, ...)
+ * runtime/train/optimizer.c's, operation for operation, with rounding intrinsics (__fmul_rn, ...)
  * so that nvcc cannot contract or reorder anything: on the same gradients the GPU update
  * equals the CPU one bit for bit. */
 #include <cuda_runtime.h>
@@ -71,7 +71,7 @@ __global__ void k_check(const double *partial, int n_chunks, const float *loss_s
     if (ok) *opt_steps = out->tstep;
 }
 
-/* ---- optimizers (runtime/optimizer.c, same operations in the same order) ---- */
+/* ---- optimizers (runtime/train/optimizer.c, same operations in the same order) ---- */
 
 __device__ inline float clipped(float g, const fr_step_scalars *s) { return s->clip ? __fmul_rn(g, s->coef) : g; }
 

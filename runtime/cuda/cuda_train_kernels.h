@@ -16,7 +16,7 @@ typedef struct fr_mt_entry {
     const float *g;    /* this micro-batch's gradient (an executor output) */
     float *acc;        /* accumulated gradient (micro-batches > 1), else NULL */
     float *s0, *s1;    /* optimizer state: AdamW exp_avg, exp_avg_sq; SGD momentum_buffer
-                          (AdamW bf16/fp8 state: uint16 / uint8 storage, runtime/optim_lowp.h) */
+                          (AdamW bf16/fp8 state: uint16 / uint8 storage, runtime/train/optim_lowp.h) */
     long long n;
     int decay;
     float *sc0, *sc1;  /* fp8 state: block scales of s0 / s1, else NULL */
@@ -51,7 +51,7 @@ typedef struct fr_adamw_args {
     int decay_on;
     long long base;
     /* for the update that is step base + 1 + i: -(lr / (1 - beta1^t)) and sqrt(1 - beta2^t),
-       computed by the host in double exactly as runtime/optimizer.c does */
+       computed by the host in double exactly as runtime/train/optimizer.c does */
     float neg_step[FR_OPT_WINDOW], bc2_sqrt[FR_OPT_WINDOW];
 } fr_adamw_args;
 
@@ -87,7 +87,7 @@ cudaError_t fr_cuda_mt_check_partials(const double *partial, int n_chunks, const
 cudaError_t fr_cuda_mt_adamw(const fr_mt_chunk *chunks, int n_chunks, const fr_mt_entry *e, int use_acc,
                              const fr_step_scalars *sc, fr_adamw_args a, cudaStream_t s);
 /* AdamW with bf16/fp8 state and/or bf16 master weights (runtime/cuda/cuda_optim_lowp.cu):
- * runtime/optim_lowp.c's arithmetic; state_dtype is an fr_opt_state_dtype. */
+ * runtime/train/optim_lowp.c's arithmetic; state_dtype is an fr_opt_state_dtype. */
 cudaError_t fr_cuda_mt_adamw_lowp(const fr_mt_chunk *chunks, int n_chunks, const fr_mt_entry *e, int use_acc,
                                   const fr_step_scalars *sc, fr_adamw_args a, int state_dtype, int master_bf16,
                                   unsigned long long seed, cudaStream_t s);

@@ -4,9 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph/env.h"
 #include "runtime/cuda/cuda_exec.h"
 #include "runtime/cuda/nccl_comm.h"
-#include "runtime/dist.h"
+#include "runtime/dist/dist.h"
 
 struct fr_dist_train {
     fr_nccl *comm;
@@ -32,7 +33,7 @@ struct fr_dist_train {
 
 static size_t bucket_bytes(void)
 {
-    const char *e = getenv("FP8RUN_DIST_BUCKET_MB");
+    const char *e = fr_env_get(FR_ENV_DIST_BUCKET_MB);
     double mb = e && atof(e) > 0 ? atof(e) : 64.0;
     return (size_t)(mb * 1048576.0);
 }
@@ -106,7 +107,7 @@ static fr_status hook(void *ctx, int node);
 fr_status fr_dist_train_attach(fr_dist_train *dt, const fr_trainer *t, const fr_dist_tables *tb)
 {
     dt->tb = *tb;
-    const char *e = getenv("FP8RUN_DIST_OVERLAP");
+    const char *e = fr_env_get(FR_ENV_DIST_OVERLAP);
     dt->overlap = !(e && strcmp(e, "0") == 0);
     const int n = t->n_params, nb = dt->n_buckets;
     int *touch = fr_calloc((size_t)(n ? n : 1), sizeof *touch, "gradient buckets");

@@ -30,7 +30,7 @@
 #include <cuda_runtime.h>
 
 #include "runtime/cuda/cuda_train_kernels.h"
-#include "runtime/train_internal.h"
+#include "runtime/train/train_internal.h"
 
 typedef struct fr_dist_train fr_dist_train;
 

@@ -9,7 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime/dist.h"
+#include "graph/env.h"
+#include "runtime/dist/dist.h"
 
 #if defined(__has_include)
 #if __has_include(<nccl.h>)
@@ -95,7 +96,7 @@ static const char *const nccl_paths[] = {
 
 static void load_lib(void)
 {
-    const char *env = getenv("FP8RUN_NCCL_LIBRARY");
+    const char *env = fr_env_get(FR_ENV_NCCL_LIBRARY);
     char first[512] = "";
     if (env && *env) {
         L.h = dlopen(env, RTLD_NOW | RTLD_LOCAL);
@@ -209,7 +210,7 @@ fr_status fr_nccl_new(int rank, int world, const char *addr, int port, void *ext
     if (!c) return FR_ERR_OOM;
     c->rank = rank;
     c->world = world;
-    const char *to = getenv("FP8RUN_NCCL_TIMEOUT");
+    const char *to = fr_env_get(FR_ENV_NCCL_TIMEOUT);
     c->timeout_s = to && atof(to) > 0 ? atof(to) : 600.0;
     if (external) {
         c->comm = (ncclComm_t)external;

@@ -28,7 +28,7 @@ FR_NODISCARD fr_status fr_nccl_load(int *version);
 
 /* A communicator of `world` ranks on the current CUDA device. external (an ncclComm_t the
  * caller made, not owned) or NULL: one is made, the unique id coming from rank 0 over TCP on
- * addr:port (runtime/dist.h; no socket for world 1). */
+ * addr:port (runtime/dist/dist.h; no socket for world 1). */
 FR_NODISCARD fr_status fr_nccl_new(int rank, int world, const char *addr, int port, void *external, fr_nccl **out);
 /* Destroy (or abort, after an error) an owned communicator. */
 void fr_nccl_free(fr_nccl *c);

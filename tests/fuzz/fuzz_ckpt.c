@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "tests/fuzz/fuzz_util.h"
-#include "runtime/checkpoint.h"
-#include "runtime/crc32c.h"
+#include "runtime/io/checkpoint.h"
+#include "runtime/io/crc32c.h"
 
 /* Rewrite the trailer's CRC (the last 32 bytes: moff, mlen, crc, 0, "FP8R-END") to match. */
 static void fix_crc(uint8_t *d, size_t n)

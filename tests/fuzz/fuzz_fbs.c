@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 #include "graph/onnx_io.h"
-#include "runtime/fbs.h"
+#include "runtime/io/fbs.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

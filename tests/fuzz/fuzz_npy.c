@@ -3,7 +3,7 @@
 #include <stdint.h>
 
 #include "tests/fuzz/fuzz_util.h"
-#include "runtime/npy.h"
+#include "runtime/io/npy.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "tests/fuzz/fuzz_util.h"
-#include "runtime/safetensors.h"
+#include "runtime/io/safetensors.h"
 
 #define SEP "\n#shard#\n"
 #define MAX_SHARDS 4

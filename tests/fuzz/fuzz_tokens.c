@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "tests/fuzz/fuzz_util.h"
-#include "runtime/data.h"
+#include "runtime/io/data.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -1,0 +1,184 @@
+/* Public API: the token-file data loader (runtime/io/data.h) behind an opaque handle. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/api/api_internal.h"
+
+#define DATA_V1_SIZE sizeof(fp8run_data_config)
+
+static void data_defaults(fp8run_data_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->batch = 1;
+    c->seq_len = 1;
+    c->order = FP8RUN_DATA_RANDOM;
+    c->format = FP8RUN_DATA_AUTO;
+    c->token_dtype = FP8RUN_DTYPE_UINT16;
+}
+
+FP8RUN_API fp8run_status fp8run_data_config_init(fp8run_data_config *cfg, size_t size)
+{
+    fp8run_data_config d;
+    data_defaults(&d);
+    return fr_api_struct_init(__func__, "fp8run_data_config", cfg, size, DATA_V1_SIZE, &d, sizeof d);
+}
+
+static fp8run_status to_opts(const char *fn, const fp8run_data_config *cfg, fr_data_opts *o)
+{
+    fp8run_data_config c;
+    data_defaults(&c);
+    if (cfg) {
+        fp8run_status ps = fr_api_read_in(NULL, fn, "config", cfg, DATA_V1_SIZE, &c, sizeof c);
+        if (ps != FP8RUN_OK) return ps;
+    }
+    if (c.batch < 1 || c.seq_len < 1)
+        return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: config.batch (%lld) and seq_len (%lld) must be >= 1", fn,
+                            (long long)c.batch, (long long)c.seq_len);
+    if (c.order != FP8RUN_DATA_RANDOM && c.order != FP8RUN_DATA_SEQUENTIAL)
+        return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: config.order %d is neither random (0) nor sequential (1)",
+                            fn, (int)c.order);
+    if (c.format != FP8RUN_DATA_AUTO && c.format != FP8RUN_DATA_RAW)
+        return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: config.format %d is neither auto (0) nor raw (1)", fn,
+                            (int)c.format);
+    if (c.token_dtype != FP8RUN_DTYPE_UINT16 && c.token_dtype != FP8RUN_DTYPE_UINT32 &&
+        c.token_dtype != FP8RUN_DTYPE_UINT8)
+        return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: config.token_dtype must be uint16 or uint32 (or uint8: a text file's bytes), not %s", fn,
+                            fp8run_dtype_name(c.token_dtype));
+    if (c.vocab_size < 0 || c.max_batches < 0)
+        return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: config.vocab_size and max_batches must be >= 0", fn);
+    *o = fr_data_opts_default();
+    o->batch = c.batch;
+    o->seq_len = c.seq_len;
+    o->order = c.order == FP8RUN_DATA_SEQUENTIAL ? FR_DATA_SEQUENTIAL : FR_DATA_RANDOM;
+    o->seed = c.seed;
+    o->token_dtype = (fr_dtype)c.token_dtype;
+    o->format = c.format == FP8RUN_DATA_RAW ? FR_DATA_RAW : FR_DATA_AUTO;
+    o->vocab_size = c.vocab_size;
+    o->no_mmap = c.no_mmap != 0;
+    o->max_batches = c.max_batches;
+    return FP8RUN_OK;
+}
+
+static fp8run_status open_common(const char *fn, const char *path, const fp8run_data_config *cfg, int val,
+                                 int64_t num_batches, fp8run_data_loader **out)
+{
+    if (!out) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: out is NULL", fn);
+    *out = NULL;
+    if (!path || !path[0]) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: no path given", fn);
+    if (num_batches < 0)
+        return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: num_batches must be >= 0, got %lld", fn,
+                            (long long)num_batches);
+    fr_data_opts o;
+    fp8run_status ps = to_opts(fn, cfg, &o);
+    if (ps != FP8RUN_OK) return ps;
+    fp8run_data_loader *d = calloc(1, sizeof *d);
+    if (!d) return fr_api_error(NULL, FP8RUN_ERR_OOM, "%s: out of memory", fn);
+    fr_status st = val ? fr_data_open_val(path, &o, num_batches, &d->dl) : fr_data_open(path, &o, &d->dl);
+    if (st != FR_OK) {
+        free(d);
+        return fr_api_fail(NULL, NULL, st);
+    }
+    d->per_batch = o.batch * (o.seq_len + 1);
+    *out = d;
+    return FP8RUN_OK;
+}
+
+FP8RUN_API fp8run_status fp8run_data_open(const char *path, const fp8run_data_config *cfg, fp8run_data_loader **out)
+{
+    return open_common(__func__, path, cfg, 0, 0, out);
+}
+
+FP8RUN_API fp8run_status fp8run_data_open_val(const char *path, const fp8run_data_config *cfg, int64_t num_batches,
+                                              fp8run_data_loader **out)
+{
+    return open_common(__func__, path, cfg, 1, num_batches, out);
+}
+
+FP8RUN_API void fp8run_data_close(fp8run_data_loader *d)
+{
+    if (!d) return;
+    fr_data_close(d->dl);
+    free(d);
+}
+
+FP8RUN_API const char *fp8run_data_error(const fp8run_data_loader *d) { return d ? d->err.msg : "no data loader (NULL)"; }
+
+FP8RUN_API fp8run_status fp8run_data_next(fp8run_data_loader *d, fp8run_dtype dtype, void *windows, size_t count)
+{
+    const char *fn = __func__;
+    if (!d) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: data loader is NULL", fn);
+    if (!windows) return fr_api_error(&d->err, FP8RUN_ERR_INVALID_ARG, "%s: windows is NULL", fn);
+    if (dtype != FP8RUN_DTYPE_INT64 && dtype != FP8RUN_DTYPE_INT32)
+        return fr_api_error(&d->err, FP8RUN_ERR_INVALID_ARG, "%s: windows must be int64 or int32, not %s", fn,
+                            fp8run_dtype_name(dtype));
+    const uint64_t per = (uint64_t)d->per_batch;
+    if (count == 0 || (uint64_t)count % per != 0)
+        return fr_api_error(&d->err, FP8RUN_ERR_SHAPE,
+                            "%s: %zu token ids is not a positive multiple of one batch (B x (T+1) = %llu)", fn, count,
+                            (unsigned long long)per);
+    uint8_t saved[FR_DATA_STATE_BYTES];
+    fr_data_get_state(d->dl, saved);
+    size_t esize = dtype == FP8RUN_DTYPE_INT64 ? 8 : 4;
+    for (uint64_t b = 0; b < (uint64_t)count / per; b++) {
+        fr_status st = fr_data_next(d->dl, (fr_dtype)dtype, (char *)windows + b * per * esize);
+        if (st != FR_OK) {
+            /* the batches already taken are given back: the state is as before the call */
+            fp8run_status ps = fr_api_fail(&d->err, fn, st);
+            /* the state was taken from this loader a moment ago, so it cannot be refused; the
+             * error being returned is the one that counts */
+            fr_ignore_status(fr_data_set_state(d->dl, saved, sizeof saved));
+            return ps;
+        }
+    }
+    return FP8RUN_OK;
+}
+
+FP8RUN_API void fp8run_data_reset(fp8run_data_loader *d)
+{
+    if (d) fr_data_reset(d->dl);
+}
+
+FP8RUN_API int64_t fp8run_data_num_tokens(const fp8run_data_loader *d) { return d ? fr_data_num_tokens(d->dl) : 0; }
+FP8RUN_API fp8run_dtype fp8run_data_token_dtype(const fp8run_data_loader *d)
+{
+    return d ? (fp8run_dtype)fr_data_token_dtype(d->dl) : FP8RUN_DTYPE_UNDEFINED;
+}
+FP8RUN_API int64_t fp8run_data_batches_done(const fp8run_data_loader *d) { return d ? fr_data_batches(d->dl) : 0; }
+FP8RUN_API int64_t fp8run_data_epoch(const fp8run_data_loader *d) { return d ? fr_data_epoch(d->dl) : 0; }
+FP8RUN_API int64_t fp8run_data_batches_per_epoch(const fp8run_data_loader *d)
+{
+    return d ? fr_data_batches_per_epoch(d->dl) : 0;
+}
+
+FP8RUN_API fp8run_status fp8run_data_check_tokens(fp8run_data_loader *d, int64_t vocab_size)
+{
+    const char *fn = __func__;
+    if (!d) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: data loader is NULL", fn);
+    if (vocab_size < 1)
+        return fr_api_error(&d->err, FP8RUN_ERR_INVALID_ARG, "%s: vocab_size must be >= 1, got %lld", fn,
+                            (long long)vocab_size);
+    return fr_api_fail(&d->err, fn, fr_data_check_tokens(d->dl, vocab_size));
+}
+
+FP8RUN_API size_t fp8run_data_state_size(void) { return FR_DATA_STATE_BYTES; }
+
+FP8RUN_API fp8run_status fp8run_data_get_state(const fp8run_data_loader *d, void *buf, size_t len)
+{
+    const char *fn = __func__;
+    if (!d) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: data loader is NULL", fn);
+    api_err *slot = (api_err *)&d->err;
+    if (!buf) return fr_api_error(slot, FP8RUN_ERR_INVALID_ARG, "%s: buf is NULL", fn);
+    if (len != FR_DATA_STATE_BYTES)
+        return fr_api_error(slot, FP8RUN_ERR_INVALID_ARG, "%s: the state is %d bytes (fp8run_data_state_size()), got a %zu-byte buffer",
+                            fn, FR_DATA_STATE_BYTES, len);
+    fr_data_get_state(d->dl, buf);
+    return FP8RUN_OK;
+}
+
+FP8RUN_API fp8run_status fp8run_data_set_state(fp8run_data_loader *d, const void *buf, size_t len)
+{
+    const char *fn = __func__;
+    if (!d) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: data loader is NULL", fn);
+    if (!buf) return fr_api_error(&d->err, FP8RUN_ERR_INVALID_ARG, "%s: buf is NULL", fn);
+    return fr_api_fail(&d->err, fn, fr_data_set_state(d->dl, buf, len));
+}
