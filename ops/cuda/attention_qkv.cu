@@ -216,11 +216,7 @@ fr_status node_of_graph(const fr_graph *g, const fr_node *n, int backward, Node 
     const fr_value *c = n->n_inputs > ci + 1 && n->inputs[ci] >= 0 ? &g->values[n->inputs[ci]] : NULL;
     const fr_value *s = c && n->inputs[ci + 1] >= 0 ? &g->values[n->inputs[ci + 1]] : NULL;
     FR_TRY(node_of(n, x->rank, x->dims, c, s, p));
-    const int wi = backward ? FR_ATTN_QKV_GRAD_QNORM : FR_ATTN_QKV_QNORM;
-    const fr_value *wq = n->n_inputs > wi + 1 && n->inputs[wi] >= 0 ? &g->values[n->inputs[wi]] : NULL;
-    const fr_value *wk = wq && n->inputs[wi + 1] >= 0 ? &g->values[n->inputs[wi + 1]] : NULL;
-    return fr_attn_qkv_norm_geometry(n, wq ? wq->rank : 0, wq ? wq->dims : NULL, wk ? wk->rank : 0,
-                                     wk ? wk->dims : NULL, &p->q);
+    return qkv_norm::read_graph(g, n, backward, &p->q);
 }
 
 /* cuDNN's problem: Q, K, V read from the packed bf16 copy of X, O [B, T, Hq, Dv]. */
@@ -494,159 +490,17 @@ fr_status o_for_cudnn(const Node &p, const fr_tensor *t, bf16 *dst, const void *
     return FR_OK;
 }
 
-/* ---- the q/k norm (attention_qkv_norm.cuh) ---- */
-
-qkv_norm::Geo norm_geo(const Node &p)
-{
-    const fr_attn_qkv_geom &q = p.q;
-    qkv_norm::Geo g;
-    g.T = q.T, g.W = q.W, g.D = q.D;
-    g.off[0] = q.q_off, g.off[1] = q.k_off;
-    g.len[0] = q.qn_len, g.len[1] = q.kn_len;
-    g.heads[0] = q.Hq, g.heads[1] = q.Hk;
-    for (int s = 0; s < 2; s++) g.rows[s] = q.qn_len ? q.B * q.T * g.heads[s] * q.D / g.len[s] : 0;
-    g.eps = q.qk_norm_eps;
-    g.rotary = q.rotary, g.interleaved = q.interleaved;
-    g.cos_b = q.cos_b, g.sin_b = q.sin_b;
-    return g;
-}
-
-constexpr size_t kNormSmem = 48 * 1024; /* shared memory without opting in */
-constexpr int64_t kNormPart = 4 << 20; /* the backward's partial sums: at most this many bytes */
-constexpr int64_t kNormWarps = 4224;   /* and at most this many warps (32 per SM of an H200) */
-
-/* Warps per block for rows of per_warp floats of shared memory each (0: too long a row). */
-int norm_wpb(int64_t per_warp)
-{
-    const int64_t w = (int64_t)kNormSmem / (per_warp * 4);
-    return w < 1 ? 0 : w > 8 ? 8 : (int)w;
-}
-
-struct NormGrid {
-    int wpb;
-    unsigned blocks;
-    int64_t acc_n, per_warp;
-    size_t part_bytes; /* the backward's partial sums */
-};
-
-NormGrid norm_grid(const Node &p, int backward)
-{
-    const qkv_norm::Geo g = norm_geo(p);
-    NormGrid r = {};
-    const int64_t most = g.len[0] > g.len[1] ? g.len[0] : g.len[1], rows = g.rows[0] + g.rows[1];
-    r.acc_n = g.len[0] + g.len[1];
-    r.per_warp = backward ? 3 * most + r.acc_n : most;
-    r.wpb = norm_wpb(r.per_warp);
-    if (!r.wpb) return r;
-    /* the backward's grid: enough warps to fill the GPU (a partial sum each, added up by
-       reduce_kernel: fewer partials, less to add), at least 1024 */
-    int64_t cap = kNormPart / (r.acc_n * 4);
-    if (cap > kNormWarps) cap = kNormWarps;
-    if (cap < 1024) cap = 1024;
-    int64_t warps = backward ? (rows < cap ? rows : cap) : rows;
-    if (warps < 1) warps = 1;
-    int64_t blocks = (warps + r.wpb - 1) / r.wpb;
-    if (blocks > 65535 * 16) blocks = 65535 * 16;
-    r.blocks = (unsigned)blocks;
-    r.part_bytes = backward ? (size_t)(blocks * r.wpb * r.acc_n) * sizeof(float) : 0;
-    return r;
-}
-
-/* The scratch the norm's backward adds at the end of the node's scratch. */
-size_t norm_reserve(const Node &p, int backward)
-{
-    return p.q.qk_norm && backward ? align_up(norm_grid(p, 1).part_bytes) + kAlign : 0;
-}
-
-fr_status norm_check(const fr_node *n, const Node &p, int backward)
-{
-    if (!p.q.qk_norm || norm_grid(p, backward).wpb) return FR_OK;
-    return fr_node_error(n, FR_ERR_UNSUPPORTED, "q/k norm rows of %lld features are too long for the CUDA kernels",
-                         (long long)(p.q.qn_len > p.q.kn_len ? p.q.qn_len : p.q.kn_len));
-}
-
-const float *in_f32(const fr_cuda_kctx *k, int i)
-{
-    return k->n_in > i && k->in[i] ? (const float *)k->in[i]->data : nullptr;
-}
-
-/* Q and K rewritten, normalized then RoPE'd, into q, k (layouts lq, lk), from X as stored. */
-template <typename TO>
-void norm_stage(const fr_cuda_kctx *k, const Node &p, int backward, const float *cs, const float *sn, TO *q, TO *kk,
-                const Lay &lq, const Lay &lk, cudaStream_t stream)
-{
-    const NormGrid r = norm_grid(p, 0);
-    const qkv_norm::Geo g = norm_geo(p);
-    const int wi = backward ? FR_ATTN_QKV_GRAD_QNORM : FR_ATTN_QKV_QNORM;
-    const float *wq = in_f32(k, wi), *wk = in_f32(k, wi + 1);
-    const qkv_norm::Lay a{lq.sb, lq.sh, lq.st}, b{lk.sb, lk.sh, lk.st};
-    const size_t smem = (size_t)(r.wpb * r.per_warp) * sizeof(float);
-    const fr_tensor *X = k->in[0];
-    if (X->dtype == FR_BF16)
-        qkv_norm::stage_kernel<TO, bf16><<<r.blocks, 32 * r.wpb, smem, stream>>>(g, (const bf16 *)X->data, wq, wk, cs, sn,
-                                                                              q, kk, a, b);
-    else
-        qkv_norm::stage_kernel<TO, float><<<r.blocks, 32 * r.wpb, smem, stream>>>(g, (const float *)X->data, wq, wk, cs,
-                                                                               sn, q, kk, a, b);
-}
-
-template <typename TS, typename TX>
-void norm_grad_x(const NormGrid &r, const qkv_norm::Geo &g, const fr_tensor *X, const float *wq, const float *wk,
-                 const float *cs, const float *sn, const TS *gq, const TS *gk, const qkv_norm::Lay &a,
-                 const qkv_norm::Lay &b, fr_tensor *dX, float *part, cudaStream_t stream)
-{
-    const size_t smem = (size_t)(r.wpb * r.per_warp) * sizeof(float);
-    const TX *x = (const TX *)X->data;
-    if (dX->dtype == FR_BF16)
-        qkv_norm::grad_kernel<TS, TX, bf16><<<r.blocks, 32 * r.wpb, smem, stream>>>(g, x, wq, wk, cs, sn, gq, gk, a, b,
-                                                                                 (bf16 *)dX->data, part);
-    else
-        qkv_norm::grad_kernel<TS, TX, float><<<r.blocks, 32 * r.wpb, smem, stream>>>(g, x, wq, wk, cs, sn, gq, gk, a, b,
-                                                                                  (float *)dX->data, part);
-}
-
-/* The norm's backward: dX's Q and K columns from the gradients for the staged Q and K (gq, gk
- * in layouts lq, lk; they may lie inside dX itself), and the weights' gradients (outputs 1, 2). */
-template <typename TS>
-fr_status norm_grad(const fr_cuda_kctx *k, const Node &p, const float *cs, const float *sn, const TS *gq, const TS *gk,
-                    const Lay &lq, const Lay &lk)
-{
-    const NormGrid r = norm_grid(p, 1);
-    const qkv_norm::Geo g = norm_geo(p);
-    const size_t reserve = norm_reserve(p, 1);
-    if (!k->scratch || k->scratch_bytes < reserve)
-        return fr_node_error(k->node, FR_ERR_INTERNAL, "scratch of %zu bytes, the q/k norm needs %zu", k->scratch_bytes,
-                             reserve);
-    /* the last `reserve` bytes of the scratch, aligned */
-    const uintptr_t at = ((uintptr_t)k->scratch + k->scratch_bytes - reserve + kAlign - 1) / kAlign * kAlign;
-    float *part = (float *)at;
-    const float *wq = in_f32(k, FR_ATTN_QKV_GRAD_QNORM), *wk = in_f32(k, FR_ATTN_QKV_GRAD_QNORM + 1);
-    const qkv_norm::Lay a{lq.sb, lq.sh, lq.st}, b{lk.sb, lk.sh, lk.st};
-    cudaStream_t stream = k->cu->stream;
-    if (k->in[0]->dtype == FR_BF16)
-        norm_grad_x<TS, bf16>(r, g, k->in[0], wq, wk, cs, sn, gq, gk, a, b, k->out[0], part, stream);
-    else
-        norm_grad_x<TS, float>(r, g, k->in[0], wq, wk, cs, sn, gq, gk, a, b, k->out[0], part, stream);
-    FR_TRY(check_launch(k, "AttentionQKVGrad(q/k norm)"));
-    const int64_t nw = (int64_t)r.blocks * r.wpb;
-    for (int s = 0; s < 2; s++) {
-        fr_tensor *dw = k->n_out > 1 + s ? k->out[1 + s] : NULL;
-        if (!dw) continue;
-        const int64_t len = g.len[s];
-        qkv_norm::reduce_kernel<<<(unsigned)((len + 31) / 32), dim3(32, 32), 0, stream>>>(part, nw, r.acc_n,
-                                                                                          s ? g.len[0] : 0, len,
-                                                                                          (float *)dw->data);
-    }
-    return check_launch(k, "AttentionQKVGrad(q/k norm weights)");
-}
-
 /* ---- scratch ---- */
 
-fr_status attn_scratch_env(const fr_cuda_plan_env *env, const fr_node *n, const Node &p, int backward, size_t *bytes)
+fr_status qkv_scratch_env(const fr_cuda_plan_env *env, const fr_graph *g, const fr_node *n, size_t *bytes)
 {
+    const int backward = strcmp(n->op_type, "AttentionQKVGrad") == 0;
+    Node p;
+    FR_TRY(node_of_graph(g, n, backward, &p));
     size_t inner = 0;
     FR_TRY(inner_scratch(n, p, backward, &inner));
-    *bytes = own_layout(p, backward, inner).total;
+    const size_t norm = qkv_norm::reserve(p.q, backward); /* the q/k norm's, after either path's layout */
+    *bytes = own_layout(p, backward, inner).total + norm;
     if (env->attention == FR_CUDA_ATTN_FP8RUN) return FR_OK;
     const fr_cudnn_sdpa s = sdpa_of(p, backward);
     char why[512];
@@ -669,19 +523,8 @@ fr_status attn_scratch_env(const fr_cuda_plan_env *env, const fr_node *n, const 
         }
         if (st != FR_OK) return fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
     }
-    const size_t dn = cudnn_layout(p, backward, ws).total;
+    const size_t dn = cudnn_layout(p, backward, ws).total + norm;
     if (dn > *bytes) *bytes = dn;
-    return FR_OK;
-}
-
-fr_status qkv_scratch_env(const fr_cuda_plan_env *env, const fr_graph *g, const fr_node *n, size_t *bytes)
-{
-    const int backward = strcmp(n->op_type, "AttentionQKVGrad") == 0;
-    Node p;
-    FR_TRY(node_of_graph(g, n, backward, &p));
-    FR_TRY(norm_check(n, p, backward));
-    FR_TRY(attn_scratch_env(env, n, p, backward, bytes));
-    *bytes += norm_reserve(p, backward); /* at the end, after either path's layout */
     return FR_OK;
 }
 
@@ -715,7 +558,7 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
         }
     }
     const CudnnLayout l = ok ? cudnn_layout(p, backward, ws) : CudnnLayout{};
-    if (ok && (!k->scratch || k->scratch_bytes < l.total + norm_reserve(p, backward)))
+    if (ok && (!k->scratch || k->scratch_bytes < l.total + qkv_norm::reserve(p.q, backward)))
         snprintf(why, sizeof why, "its scratch (%zu bytes) was planned without cuDNN (%zu needed)", k->scratch_bytes,
                  l.total), ok = 0;
     if (!ok) {
@@ -739,7 +582,7 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
     const bf16 *qkv[3];
     stage_for_cudnn(p, k->in[0], cs, sn, x16, ls, qkv, stream);
     if (q.qk_norm) { /* Q and K normalized into the staged copy (whatever was read from X before) */
-        norm_stage<bf16>(k, p, backward, cs, sn, x16, x16 + q.k_off, ls[0], ls[1], stream);
+        qkv_norm::stage<bf16>(k, p.q, backward, cs, sn, x16, x16 + q.k_off, ls[0], ls[1], stream);
         qkv[0] = x16, qkv[1] = x16 + q.k_off;
     }
     FR_TRY(check_launch(k, "AttentionQKV(cuDNN: stage X)"));
@@ -804,11 +647,10 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
         if (st != FR_OK) return fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
         if (!into_dx)
             unstage_to<bf16>(p, dx16, dx16 + q.k_off, dx16 + q.v_off, ls, cs, sn, dxt, stream);
-        if (q.qk_norm) { /* Q and K columns again, RoPE transposed and the norm's backward */
-            FR_TRY(check_launch(k, "AttentionQKVGrad(cuDNN: dX)"));
-            const bf16 *src = into_dx ? dst : dx16;
-            FR_TRY(norm_grad<bf16>(k, p, cs, sn, src, src + q.k_off, ls[0], ls[1]));
-        } else if (into_dx && q.rotary)
+        if (q.qk_norm) /* Q and K columns again, RoPE transposed and the norm's backward (in place in dX) */
+            FR_TRY(qkv_norm::grad<bf16>(k, p.q, cs, sn, into_dx ? dst : dx16, (into_dx ? dst : dx16) + q.k_off, ls[0],
+                                        ls[1]));
+        else if (into_dx && q.rotary)
             qkv_fast::rope8_kernel<true, bf16, float, bf16><<<qkv_fast::blocks8(g8.n), 256, 0, stream>>>(
                 g8, nullptr, dst, dst, dst + q.k_off, dst + q.v_off, lay8(ls[0]), lay8(ls[1]), lay8(ls[2]), cs, sn);
         FR_TRY(check_launch(k, "AttentionQKVGrad(cuDNN: dX)"));
@@ -834,9 +676,9 @@ fr_status run_own(const fr_cuda_kctx *k, const Node &p, int backward)
     /* the inner node's scratch is what the plan left after the copies (qkv_scratch sized it), so
      * no graph is built here per run */
     const OwnLayout l = own_layout(p, backward, 0);
-    if (!def || !k->scratch || k->scratch_bytes < l.total + norm_reserve(p, backward))
-        return fr_node_error(k->node, FR_ERR_INTERNAL, "scratch of %zu bytes, %zu needed", k->scratch_bytes,
-                             l.total + norm_reserve(p, backward));
+    const size_t need = l.total + qkv_norm::reserve(p.q, backward);
+    if (!def || !k->scratch || k->scratch_bytes < need)
+        return fr_node_error(k->node, FR_ERR_INTERNAL, "scratch of %zu bytes, %zu needed", k->scratch_bytes, need);
     char *sc = (char *)k->scratch;
     float *Q = (float *)(sc + l.q), *K = (float *)(sc + l.k), *V = (float *)(sc + l.v), *O = (float *)(sc + l.o);
     const int ci = backward ? 4 : 1;
@@ -845,12 +687,12 @@ fr_status run_own(const fr_cuda_kctx *k, const Node &p, int backward)
     cudaStream_t stream = k->cu->stream;
     const Lay hs[3] = {head_major(p, 0), head_major(p, 1), head_major(p, 2)}, ho = head_major(p, 3);
     stage<float>(p, k->in[0], cs, sn, Q, K, V, hs, stream);
-    if (p.q.qk_norm) norm_stage<float>(k, p, backward, cs, sn, Q, K, hs[0], hs[1], stream);
+    if (p.q.qk_norm) qkv_norm::stage<float>(k, p.q, backward, cs, sn, Q, K, hs[0], hs[1], stream);
     FR_TRY(check_launch(k, "AttentionQKV(stage X)"));
     fr_tensor tq = view_of(p, 0, Q), tk = view_of(p, 1, K), tv = view_of(p, 2, V), to = view_of(p, 3, O);
     fr_cuda_kctx ik = *k;
     ik.scratch = sc + l.inner;
-    ik.scratch_bytes = k->scratch_bytes - l.inner - norm_reserve(p, backward);
+    ik.scratch_bytes = k->scratch_bytes - l.inner - qkv_norm::reserve(p.q, backward);
     fr_cuda_ctx *c = k->cu;
     const int choice = c->attention;
     c->attention = FR_CUDA_ATTN_FP8RUN; /* the inner node runs fp8run's kernels */
@@ -881,10 +723,7 @@ fr_status run_own(const fr_cuda_kctx *k, const Node &p, int backward)
     c->attention = choice;
     FR_TRY(st);
     unstage_to<float>(p, dQ, dK, dV, hs, cs, sn, k->out[0], stream);
-    if (p.q.qk_norm) {
-        FR_TRY(check_launch(k, "AttentionQKVGrad(dX)"));
-        return norm_grad<float>(k, p, cs, sn, dQ, dK, hs[0], hs[1]);
-    }
+    if (p.q.qk_norm) return qkv_norm::grad<float>(k, p.q, cs, sn, dQ, dK, hs[0], hs[1]); /* (checks the launches) */
     return check_launch(k, "AttentionQKVGrad(dX)");
 }
 
@@ -924,11 +763,7 @@ fr_status run(const fr_cuda_kctx *k, int backward)
     if (c) cv.rank = c->rank, memcpy(cv.dims, c->dims, sizeof c->dims);
     if (s) sv.rank = s->rank, memcpy(sv.dims, s->dims, sizeof s->dims);
     FR_TRY(node_of(n, x->rank, x->dims, c ? &cv : NULL, s ? &sv : NULL, &p));
-    const int wi = backward ? FR_ATTN_QKV_GRAD_QNORM : FR_ATTN_QKV_QNORM;
-    const fr_tensor *wq = k->n_in > wi + 1 ? k->in[wi] : NULL, *wk = k->n_in > wi + 1 ? k->in[wi + 1] : NULL;
-    FR_TRY(fr_attn_qkv_norm_geometry(n, wq ? wq->rank : 0, wq ? wq->dims : NULL, wk ? wk->rank : 0,
-                                     wk ? wk->dims : NULL, &p.q));
-    FR_TRY(norm_check(n, p, backward));
+    FR_TRY(qkv_norm::read_run(k, backward, &p.q)); /* the weights, and the gradients' outputs */
     const fr_attn_qkv_geom &q = p.q;
     int64_t od[3];
     const int orank = fr_attn_qkv_out_dims(&q, od);
@@ -941,19 +776,8 @@ fr_status run(const fr_cuda_kctx *k, int backward)
         FR_TRY(fr_check_out(n, k->in[3], k->in[3]->dtype, orank, od));
         FR_TRY(fr_check_out(n, k->in[2], FR_F32, 3, ld));
         FR_TRY(fr_check_out(n, k->out[0], yt, 3, x->dims));
-        for (int o = 1; o < k->n_out; o++) {
-            if (!k->out[o]) continue;
-            if (!q.qk_norm)
-                return fr_node_error(n, FR_ERR_GRAPH, "outputs dq_norm, dk_norm need inputs q_norm, k_norm");
-            const fr_tensor *w = o == 1 ? wq : wk;
-            FR_TRY(fr_check_out(n, k->out[o], FR_F32, w->rank, w->dims));
-        }
     }
-    if (q.B == 0 || q.T == 0) {
-        for (int o = 1; backward && o < k->n_out; o++)
-            if (k->out[o]) FR_CUDA_TRY(cudaMemsetAsync(k->out[o]->data, 0, k->out[o]->nbytes, k->cu->stream));
-        return FR_OK;
-    }
+    if (q.B == 0 || q.T == 0) return backward ? qkv_norm::zero_grads(k) : FR_OK;
     int ran = 0;
     FR_TRY(try_cudnn(k, p, backward, &ran));
     if (ran) return FR_OK;

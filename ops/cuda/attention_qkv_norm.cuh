@@ -15,12 +15,19 @@
  * g xh for the weights' gradient over the rows it visits in shared memory and writes that
  * partial sum; a second kernel adds the partial sums in a fixed order (deterministic).
  *
- * float32 arithmetic (the CPU's statistics are double): within 1e-6 of the CPU. */
+ * float32 arithmetic (the CPU's statistics are double): within 1e-6 of the CPU. The host
+ * launchers at the end size the grid, the shared memory and the backward's partial sums (kept
+ * at the end of the node's scratch: reserve) from the node's geometry. */
 #ifndef FR_OPS_CUDA_ATTENTION_QKV_NORM_CUH
 #define FR_OPS_CUDA_ATTENTION_QKV_NORM_CUH
 
 #include <cuda_bf16.h>
 #include <stdint.h>
+
+#include "ops/cuda/cuda_kernel.h"
+extern "C" {
+#include "ops/attention_qkv.h"
+}
 
 namespace qkv_norm {
 
@@ -197,6 +204,190 @@ __global__ void __launch_bounds__(1024) reduce_kernel(const float *__restrict__ 
         __syncthreads();
     }
     if (threadIdx.y == 0 && j < len) dw[j] = red[0][threadIdx.x];
+}
+
+inline Geo geo_of(const fr_attn_qkv_geom &q)
+{
+    Geo g;
+    g.T = q.T, g.W = q.W, g.D = q.D;
+    g.off[0] = q.q_off, g.off[1] = q.k_off;
+    g.len[0] = q.qn_len, g.len[1] = q.kn_len;
+    g.heads[0] = q.Hq, g.heads[1] = q.Hk;
+    for (int s = 0; s < 2; s++) g.rows[s] = q.qn_len ? q.B * q.T * g.heads[s] * q.D / g.len[s] : 0;
+    g.eps = q.qk_norm_eps;
+    g.rotary = q.rotary, g.interleaved = q.interleaved;
+    g.cos_b = q.cos_b, g.sin_b = q.sin_b;
+    return g;
+}
+
+/* ---- launchers (attention_qkv.cu calls them with the node's geometry) ---- */
+
+constexpr size_t kAlign = 256;
+constexpr size_t kNormSmem = 48 * 1024; /* shared memory without opting in */
+constexpr int64_t kNormPart = 4 << 20; /* the backward's partial sums: at most this many bytes */
+constexpr int64_t kNormWarps = 4224;   /* and at most this many warps (32 per SM of an H200) */
+
+/* Warps per block for rows of per_warp floats of shared memory each (0: too long a row). */
+inline int warps_per_block(int64_t per_warp)
+{
+    const int64_t w = (int64_t)kNormSmem / (per_warp * 4);
+    return w < 1 ? 0 : w > 8 ? 8 : (int)w;
+}
+
+struct Grid {
+    int wpb;
+    unsigned blocks;
+    int64_t acc_n, per_warp;
+    size_t part_bytes; /* the backward's partial sums */
+};
+
+inline Grid grid_of(const fr_attn_qkv_geom &q, int backward)
+{
+    const Geo g = geo_of(q);
+    Grid r = {};
+    const int64_t most = g.len[0] > g.len[1] ? g.len[0] : g.len[1], rows = g.rows[0] + g.rows[1];
+    r.acc_n = g.len[0] + g.len[1];
+    r.per_warp = backward ? 3 * most + r.acc_n : most;
+    r.wpb = warps_per_block(r.per_warp);
+    if (!r.wpb) return r;
+    /* the backward's grid: enough warps to fill the GPU (a partial sum each, added up by
+       reduce_kernel: fewer partials, less to add), at least 1024 */
+    int64_t cap = kNormPart / (r.acc_n * 4);
+    if (cap > kNormWarps) cap = kNormWarps;
+    if (cap < 1024) cap = 1024;
+    int64_t warps = backward ? (rows < cap ? rows : cap) : rows;
+    if (warps < 1) warps = 1;
+    int64_t blocks = (warps + r.wpb - 1) / r.wpb;
+    if (blocks > 65535 * 16) blocks = 65535 * 16;
+    r.blocks = (unsigned)blocks;
+    r.part_bytes = backward ? (size_t)(blocks * r.wpb * r.acc_n) * sizeof(float) : 0;
+    return r;
+}
+
+/* The scratch the norm's backward adds at the end of the node's scratch. */
+inline size_t reserve(const fr_attn_qkv_geom &q, int backward)
+{
+    return q.qk_norm && backward ? (grid_of(q, 1).part_bytes + kAlign - 1) / kAlign * kAlign + kAlign : 0;
+}
+
+inline fr_status check(const fr_node *n, const fr_attn_qkv_geom &q, int backward)
+{
+    if (!q.qk_norm || grid_of(q, backward).wpb) return FR_OK;
+    return fr_node_error(n, FR_ERR_UNSUPPORTED, "q/k norm rows of %lld features are too long for the CUDA kernels",
+                         (long long)(q.qn_len > q.kn_len ? q.qn_len : q.kn_len));
+}
+
+/* The norm's geometry of node n (weights at inputs 5, 6; the gradient's at 8, 9) into q. */
+inline fr_status read_graph(const fr_graph *g, const fr_node *n, int backward, fr_attn_qkv_geom *q)
+{
+    const int wi = backward ? FR_ATTN_QKV_GRAD_QNORM : FR_ATTN_QKV_QNORM;
+    const fr_value *wq = n->n_inputs > wi + 1 && n->inputs[wi] >= 0 ? &g->values[n->inputs[wi]] : NULL;
+    const fr_value *wk = wq && n->inputs[wi + 1] >= 0 ? &g->values[n->inputs[wi + 1]] : NULL;
+    FR_TRY(fr_attn_qkv_norm_geometry(n, wq ? wq->rank : 0, wq ? wq->dims : NULL, wk ? wk->rank : 0,
+                                     wk ? wk->dims : NULL, q));
+    return check(n, *q, backward);
+}
+
+/* The same from a run's tensors, checked for the kernels; the gradient's outputs dq_norm,
+ * dk_norm (1, 2) checked against the weights. */
+inline fr_status read_run(const fr_cuda_kctx *k, int backward, fr_attn_qkv_geom *q)
+{
+    const fr_node *n = k->node;
+    const int wi = backward ? FR_ATTN_QKV_GRAD_QNORM : FR_ATTN_QKV_QNORM;
+    const fr_tensor *wq = k->n_in > wi + 1 ? k->in[wi] : NULL, *wk = k->n_in > wi + 1 ? k->in[wi + 1] : NULL;
+    FR_TRY(fr_attn_qkv_norm_geometry(n, wq ? wq->rank : 0, wq ? wq->dims : NULL, wk ? wk->rank : 0,
+                                     wk ? wk->dims : NULL, q));
+    FR_TRY(check(n, *q, backward));
+    for (int o = 1; backward && o < k->n_out; o++) {
+        if (!k->out[o]) continue;
+        if (!q->qk_norm) return fr_node_error(n, FR_ERR_GRAPH, "outputs dq_norm, dk_norm need inputs q_norm, k_norm");
+        const fr_tensor *w = o == 1 ? wq : wk;
+        FR_TRY(fr_check_out(n, k->out[o], FR_F32, w->rank, w->dims));
+    }
+    return FR_OK;
+}
+
+/* An empty X: the weights' gradients are 0. */
+inline fr_status zero_grads(const fr_cuda_kctx *k)
+{
+    for (int o = 1; o < k->n_out; o++)
+        if (k->out[o]) FR_CUDA_TRY(cudaMemsetAsync(k->out[o]->data, 0, k->out[o]->nbytes, k->cu->stream));
+    return FR_OK;
+}
+
+inline const float *in_f32(const fr_cuda_kctx *k, int i)
+{
+    return k->n_in > i && k->in[i] ? (const float *)k->in[i]->data : nullptr;
+}
+
+/* Q and K rewritten, normalized then RoPE'd, into q, k (layouts lq, lk), from X as stored. */
+template <typename TO, class L>
+void stage(const fr_cuda_kctx *k, const fr_attn_qkv_geom &q, int backward, const float *cs, const float *sn, TO *oq,
+           TO *ok, const L &lq_, const L &lk_, cudaStream_t stream)
+{
+    const Grid r = grid_of(q, 0);
+    const Geo g = geo_of(q);
+    const int wi = backward ? FR_ATTN_QKV_GRAD_QNORM : FR_ATTN_QKV_QNORM;
+    const float *wq = in_f32(k, wi), *wk = in_f32(k, wi + 1);
+    const size_t smem = (size_t)(r.wpb * r.per_warp) * sizeof(float);
+    const Lay lq{lq_.sb, lq_.sh, lq_.st}, lk{lk_.sb, lk_.sh, lk_.st}; /* (the caller's layout type) */
+    const fr_tensor *X = k->in[0];
+    if (X->dtype == FR_BF16)
+        stage_kernel<TO, bf16><<<r.blocks, 32 * r.wpb, smem, stream>>>(g, (const bf16 *)X->data, wq, wk, cs, sn,
+                                                                             oq, ok, lq, lk);
+    else
+        stage_kernel<TO, float><<<r.blocks, 32 * r.wpb, smem, stream>>>(g, (const float *)X->data, wq, wk, cs, sn,
+                                                                              oq, ok, lq, lk);
+}
+
+template <typename TS, typename TX>
+void grad_x(const Grid &r, const Geo &g, const fr_tensor *X, const float *wq, const float *wk,
+                 const float *cs, const float *sn, const TS *gq, const TS *gk, const Lay &a,
+                 const Lay &b, fr_tensor *dX, float *part, cudaStream_t stream)
+{
+    const size_t smem = (size_t)(r.wpb * r.per_warp) * sizeof(float);
+    const TX *x = (const TX *)X->data;
+    if (dX->dtype == FR_BF16)
+        grad_kernel<TS, TX, bf16><<<r.blocks, 32 * r.wpb, smem, stream>>>(g, x, wq, wk, cs, sn, gq, gk, a, b,
+                                                                                 (bf16 *)dX->data, part);
+    else
+        grad_kernel<TS, TX, float><<<r.blocks, 32 * r.wpb, smem, stream>>>(g, x, wq, wk, cs, sn, gq, gk, a, b,
+                                                                                  (float *)dX->data, part);
+}
+
+/* The norm's backward: dX's Q and K columns from the gradients for the staged Q and K (gq, gk
+ * in layouts lq, lk; they may lie inside dX itself), and the weights' gradients (outputs 1, 2). */
+template <typename TS, class L>
+fr_status grad(const fr_cuda_kctx *k, const fr_attn_qkv_geom &q, const float *cs, const float *sn, const TS *gq,
+               const TS *gk, const L &a_, const L &b_)
+{
+    const Grid r = grid_of(q, 1);
+    const Geo g = geo_of(q);
+    const size_t res = reserve(q, 1);
+    if (!k->scratch || k->scratch_bytes < res)
+        return fr_node_error(k->node, FR_ERR_INTERNAL, "scratch of %zu bytes, the q/k norm needs %zu", k->scratch_bytes,
+                             res);
+    /* the last `res` bytes of the scratch, aligned */
+    const uintptr_t at = ((uintptr_t)k->scratch + k->scratch_bytes - res + kAlign - 1) / kAlign * kAlign;
+    float *part = (float *)at;
+    const float *wq = in_f32(k, FR_ATTN_QKV_GRAD_QNORM), *wk = in_f32(k, FR_ATTN_QKV_GRAD_QNORM + 1);
+    cudaStream_t stream = k->cu->stream;
+    const Lay a{a_.sb, a_.sh, a_.st}, b{b_.sb, b_.sh, b_.st}; /* (the caller's layout type) */
+    if (k->in[0]->dtype == FR_BF16)
+        grad_x<TS, bf16>(r, g, k->in[0], wq, wk, cs, sn, gq, gk, a, b, k->out[0], part, stream);
+    else
+        grad_x<TS, float>(r, g, k->in[0], wq, wk, cs, sn, gq, gk, a, b, k->out[0], part, stream);
+    FR_TRY(fr_cuda_check_launch(k->node, "AttentionQKVGrad(q/k norm)"));
+    const int64_t nw = (int64_t)r.blocks * r.wpb;
+    for (int s = 0; s < 2; s++) {
+        fr_tensor *dw = k->n_out > 1 + s ? k->out[1 + s] : NULL;
+        if (!dw) continue;
+        const int64_t len = g.len[s];
+        reduce_kernel<<<(unsigned)((len + 31) / 32), dim3(32, 32), 0, stream>>>(part, nw, r.acc_n,
+                                                                                          s ? g.len[0] : 0, len,
+                                                                                          (float *)dw->data);
+    }
+    return fr_cuda_check_launch(k->node, "AttentionQKVGrad(q/k norm weights)");
 }
 
 } /* namespace qkv_norm */
