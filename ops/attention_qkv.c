@@ -404,8 +404,8 @@ static fr_status qkvg_core(const fr_kernel_ctx *ctx)
         void *hs[3] = {dq.data, dk.data, dv.data};
         for (int sec = 0; sec < 3; sec++) move(&g, dt, sec, 0, dx->data, hs[sec], cd, sd);
         if (g.qk_norm) /* dX holds the gradient for the normalized columns */
-            st = fr_attn_qkv_norm_grad_cpu(n, &g, dt, x0->data, wq->data, wk->data, dx->data, dw[0] ? dw[0]->data : NULL,
-                                           dw[1] ? dw[1]->data : NULL);
+            st = fr_attn_qkv_norm_grad_cpu(n, &g, dt, x0->data, wq->data, wk->data, dx->data,
+                                           dw[0] ? dw[0]->data : NULL, dw[1] ? dw[1]->data : NULL);
     }
     free(s.mem);
     return st;

@@ -187,7 +187,8 @@ static int walk_back(const ctx *cx, int v, chain *c)
         if (fr_is_onnx_op(p, "Split")) break;
         if (c->n == MAX_CHAIN) return WHY(-1, "more than %d layout nodes between the projection and it", MAX_CHAIN);
         if (!(is_layout(p) || is_rotary(p) || is_norm(p))) {
-            if (strcmp(p->op_type, "Linear") == 0 || strcmp(p->op_type, "MatMul") == 0 || strcmp(p->op_type, "Gemm") == 0)
+            if (strcmp(p->op_type, "Linear") == 0 || strcmp(p->op_type, "MatMul") == 0 ||
+                strcmp(p->op_type, "Gemm") == 0)
                 return WHY(-1, "Q, K and V come from separate projections, not one fused Q/K/V Linear and its Split");
             /* (no node name: the reason is the same for every layer) */
             return WHY(-1, "Q, K or V passes through a %s (the staging reads one Split of the fused projection through "
@@ -510,7 +511,8 @@ int fr_attention_io_why(const fr_graph *g, int node, char *why, size_t n)
     int ok = m ? match_at(&c, node, m) : 0;
     free(m);
     fr_readers_free(&c.rd);
-    if (!ok && n && (!why[0] || strcmp(why, "?") == 0)) snprintf(why, n, "its Q, K, V or O are not laid out as the staging reads them");
+    if (!ok && n && (!why[0] || strcmp(why, "?") == 0))
+        snprintf(why, n, "its Q, K, V or O are not laid out as the staging reads them");
     return ok;
 }
 

@@ -50,8 +50,8 @@ static int is_norm(const fr_node *n) { return is(n, "RMSNormalization") || is(n,
 /* The nodes between an attention and its projections that the staging would do in place. */
 static int is_glue(const fr_node *n)
 {
-    static const char *const ops[] = {"Reshape", "Transpose", "Unsqueeze", "Squeeze", "Flatten", "Rotary",
-                                      "RotaryGrad", "Split", "Concat", "Slice", "RMSNormalization", "Expand"};
+    static const char *const ops[] = {"Reshape",    "Transpose", "Unsqueeze", "Squeeze", "Flatten",          "Rotary",
+                                      "RotaryGrad", "Split",     "Concat",    "Slice",   "RMSNormalization", "Expand"};
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
         if (is(n, ops[i])) return 1;
     return 0;
@@ -101,8 +101,9 @@ static void norm_why(const fr_graph *g, const readers *rd, int i, char *why, siz
     if (rms && near_attention(g, rd, i, 1, NEAR_DEPTH))
         snprintf(why, n, "a q/k norm of an attention that is not fused (AttentionQKV would apply it)");
     else if (p && fr_is_onnx_op(p, "Add"))
-        snprintf(why, n, rms ? "after a residual Add that fuse_residual_norm did not take (AddRMSNorm)"
-                             : "after a residual Add: residual + LayerNorm is not fused (there is no AddLayerNorm)");
+        snprintf(why, n,
+                 rms ? "after a residual Add that fuse_residual_norm did not take (AddRMSNorm)"
+                     : "after a residual Add: residual + LayerNorm is not fused (there is no AddLayerNorm)");
 }
 
 /* The kind of (op, why), added when new; past FR_SLOW_MAX_KINDS the last kind takes the rest. */
@@ -147,7 +148,8 @@ fr_status fr_fast_path_check(const fr_graph *g, fr_slow_report *r)
             if (!fr_attention_io_why(g, i, w, sizeof w))
                 snprintf(why, sizeof why, "not fused with its Q/K/V staging (AttentionQKV): %s", w);
             else
-                snprintf(why, sizeof why, "not fused with its Q/K/V staging (AttentionQKV), which would take it: "
+                snprintf(why, sizeof why,
+                         "not fused with its Q/K/V staging (AttentionQKV), which would take it: "
                          "fuse_attention_io is off (--no-fuse-attention-io) or did not run");
         } else if (is(n, "AttentionGrad")) {
             snprintf(why, sizeof why, "the backward of an Attention not fused with its staging (above)");
@@ -167,7 +169,8 @@ fr_status fr_fast_path_check(const fr_graph *g, fr_slow_report *r)
         } else if (!n->domain[0]) {
             for (size_t k = 0; k < sizeof left / sizeof left[0]; k++)
                 if (is(n, left[k]))
-                    snprintf(why, sizeof why, "left by the fusions (no attention, norm, GELU or SwiGLU pattern "
+                    snprintf(why, sizeof why,
+                             "left by the fusions (no attention, norm, GELU or SwiGLU pattern "
                              "took it)");
         }
         if (!why[0]) continue;
@@ -236,7 +239,9 @@ fr_status fr_slow_report_text(const fr_slow_report *r, const fr_graph *g, const 
     } else {
         const double share = fr_slow_share(r, g, node_ms, total_ms);
         put(&b, "off the fast path: %d of %d nodes", r->n_slow, r->n_nodes);
-        if (node_ms && total_ms > 0) put(&b, ", %.1f%% of the GPU time%s", 100 * share, estimated ? " (estimated from each node's ceiling)" : "");
+        if (node_ms && total_ms > 0)
+            put(&b, ", %.1f%% of the GPU time%s", 100 * share,
+                estimated ? " (estimated from each node's ceiling)" : "");
         put(&b, "\n");
         for (int k = 0; k < r->n_kinds; k++) {
             const fr_slow_kind *kd = &r->kinds[k];

@@ -29,9 +29,9 @@ typedef struct fr_slow_kind {
 } fr_slow_kind;
 
 typedef struct fr_slow_report {
-    int n_kinds, n_slow, n_nodes; /* kinds, nodes off the fast path, live nodes */
+    int n_kinds, n_slow, n_nodes;          /* kinds, nodes off the fast path, live nodes */
     fr_slow_kind kinds[FR_SLOW_MAX_KINDS]; /* (kinds past the last one go into it) */
-    int *kind_of;                 /* per node id: its kind, -1 on the fast path (g->n_nodes) */
+    int *kind_of;                          /* per node id: its kind, -1 on the fast path (g->n_nodes) */
 } fr_slow_report;
 
 /* Classifies every live node of g. */

@@ -4,9 +4,10 @@
  *    reference written out here (per head and full width, RoPE half / none, GQA): 1e-12;
  *  - its gradient with respect to X and both weights against central differences (float64):
  *    1e-6;
- *  - the Qwen3 fixture (per-head q/k norm before RoPE): one AttentionQKV per layer taking the
- *    norm weights, no RMSNormalization left on Q or K, logits equal to the pass off within
- *    1e-6; the bf16 trainer's graph has no RMSNormGrad of the q/k norms, and 20 bf16 steps
+ *  - the Qwen3 fixture (per-head q/k norm before RoPE) and the OLMo2 one (full width, before
+ *    the head split): one AttentionQKV per layer taking the norm weights, no RMSNormalization
+ *    left on Q or K, logits equal to the pass off within 1e-6; Qwen3's bf16 trainer's graph
+ *    has no RMSNormGrad of the q/k norms, and 20 bf16 steps
  *    give the losses of the pass off within 1e-6 relative. */
 #include <math.h>
 #include <stdio.h>
@@ -33,7 +34,10 @@ typedef struct cfg {
 } cfg;
 
 static const cfg k_cfgs[] = {
-    {2, 5, 4, 2, 4, 4, 1, 0}, {1, 4, 3, 1, 6, 4, 0, 0}, {2, 3, 2, 2, 4, 4, 1, 1}, {1, 6, 4, 1, 2, 6, 1, 1},
+    {2, 5, 4, 2, 4, 4, 1, 0},
+    {1, 4, 3, 1, 6, 4, 0, 0},
+    {2, 3, 2, 2, 4, 4, 1, 1},
+    {1, 6, 4, 1, 2, 6, 1, 1},
 };
 #define N_CFGS ((int)(sizeof k_cfgs / sizeof k_cfgs[0]))
 #define EPS 1e-3f
@@ -170,11 +174,13 @@ static fr_graph *hf_compiled(const char *dir, int io, int *fused)
     return g;
 }
 
-static void test_qwen3_fixture(void)
+/* Qwen3 (per head: weights [D]) and OLMo2 (full width: [heads D]), both opsets. */
+static void test_fixtures(void)
 {
-    for (int opset = 18; opset <= 23; opset += 5) {
+    for (int f = 0; f < 4; f++) {
         char dir[64];
-        snprintf(dir, sizeof dir, "qwen3_op%d_static", opset);
+        const int opset = f % 2 ? 23 : 18, olmo = f >= 2;
+        snprintf(dir, sizeof dir, "%s_op%d_static", olmo ? "olmo2" : "qwen3", opset);
         int fused = -1, none = -1;
         fr_graph *g1 = hf_compiled(dir, 1, &fused), *g0 = hf_compiled(dir, 0, &none);
         CU_ASSERT_EQUAL(fused, 2);
@@ -182,7 +188,10 @@ static void test_qwen3_fixture(void)
         for (int i = 0; i < g1->n_nodes; i++) {
             const fr_node *n = &g1->nodes[i];
             if (n->dead || strcmp(n->op_type, "AttentionQKV") != 0) continue;
-            CU_ASSERT(n->n_inputs == 7 && n->inputs[5] >= 0 && n->inputs[6] >= 0);
+            CU_ASSERT_FATAL(n->n_inputs == 7 && n->inputs[5] >= 0 && n->inputs[6] >= 0);
+            /* Qwen3's tiny config: 4 query heads of 16; OLMo2's: 4 of 16, 2 kv heads */
+            CU_ASSERT_EQUAL(g1->values[n->inputs[5]].dims[g1->values[n->inputs[5]].rank - 1], olmo ? 64 : 16);
+            CU_ASSERT_EQUAL(g1->values[n->inputs[6]].dims[g1->values[n->inputs[6]].rank - 1], olmo ? 32 : 16);
         }
         /* 2 layers x (2 block norms + q + k) + the final norm, less the 4 q/k norms */
         CU_ASSERT_EQUAL(count_op(g0, "RMSNormalization"), 9);
@@ -248,7 +257,7 @@ int main(void)
     CU_TestInfo tests[] = {
         {"CPU op with q/k norms == op on normalized X (1e-12)", test_forward},
         {"gradient wrt X and the norm weights vs central differences (1e-6)", test_gradient},
-        {"Qwen3 fixtures: q/k norms fused, logits == pass off", test_qwen3_fixture},
+        {"Qwen3 and OLMo2 fixtures: q/k norms fused, logits == pass off", test_fixtures},
         {"Qwen3 training: no q/k norm gradients left, losses == pass off", test_qwen3_training},
         CU_TEST_INFO_NULL,
     };

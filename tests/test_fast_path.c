@@ -1,6 +1,6 @@
 /* What runs off the fast path (passes/fast_path.h), on the trainers' bf16 graphs (forward and
  * backward) of the HF fixtures:
- *  - Llama and Qwen3 (q/k norm fused into AttentionQKV): nothing;
+ *  - Llama, Qwen3 and OLMo2 (q/k norms fused into AttentionQKV): nothing;
  *  - Llama with fuse_attention_io off: each Attention and AttentionGrad named with the reason
  *    ("staging"), the head Transposes and RoPE around them;
  *  - GPT-NeoX (partial rotary: Concat into Q and K) and Phi-3 (Slices of the packed QKV): each
@@ -53,13 +53,14 @@ static int count_kind(const fr_slow_report *r, const char *op, const char *why_p
 
 static void test_fast(void)
 {
-    static const char *const dirs[] = {"llama_op18_static", "qwen3_op18_static", "qwen3_op23_static"};
+    static const char *const dirs[] = {"llama_op18_static", "qwen3_op18_static", "qwen3_op23_static",
+                                       "olmo2_op18_static"};
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
         fr_slow_report r;
         fr_trainer *t = NULL;
         const int n = check(dirs[i], 1, &r, &t);
-        if (n) printf("\n  %s: %d nodes off the fast path, first kind %s: %s", dirs[i], n, r.kinds[0].op,
-                      r.kinds[0].why);
+        if (n)
+            printf("\n  %s: %d nodes off the fast path, first kind %s: %s", dirs[i], n, r.kinds[0].op, r.kinds[0].why);
         CU_ASSERT_EQUAL(n, 0);
         CU_ASSERT(r.n_nodes > 40); /* forward and backward */
         fr_slow_report_free(&r);
@@ -161,7 +162,7 @@ static void test_api(void)
 int main(void)
 {
     CU_TestInfo tests[] = {
-        {"Llama, Qwen3: nothing off the fast path", test_fast},
+        {"Llama, Qwen3, OLMo2: nothing off the fast path", test_fast},
         {"Llama without the staging fusion: attention, Transposes, RoPE named", test_llama_io_off},
         {"GPT-NeoX, Phi-3: why the staging does not fuse; LayerNorm after residual Adds", test_neox_phi3},
         {"text: a line per kind, the warning past 5% only", test_text},

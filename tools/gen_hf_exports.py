@@ -41,7 +41,7 @@ from transformers import (BertConfig, BertForMaskedLM, GemmaConfig, GemmaForCaus
                           GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig,
                           MistralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config,
                           Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, GPTNeoXConfig,
-                          GPTNeoXForCausalLM)
+                          GPTNeoXForCausalLM, Olmo2Config, Olmo2ForCausalLM)
 
 warnings.filterwarnings("ignore")
 OUT = sys.argv[1]
@@ -76,6 +76,9 @@ def configs():
         "qwen3": (Qwen3ForCausalLM, Qwen3Config(hidden_size=64, intermediate_size=136, num_hidden_layers=2,
                                                 num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                                                 tie_word_embeddings=True, **common)),
+        # full-width q/k RMSNorm (over all heads of q, of k) before the head split and RoPE
+        "olmo2": (Olmo2ForCausalLM, Olmo2Config(hidden_size=64, intermediate_size=136, num_hidden_layers=2,
+                                                num_attention_heads=4, num_key_value_heads=2, **common)),
         # LayerNorm, GELU, biases, partial rotary (rotary_pct 0.25), parallel attention + MLP
         "gpt_neox": (GPTNeoXForCausalLM, GPTNeoXConfig(vocab_size=V, hidden_size=64, intermediate_size=136,
                                                       num_hidden_layers=2, num_attention_heads=4,
@@ -170,14 +173,15 @@ def main():
                 os.makedirs(d, exist_ok=True)
                 torch.manual_seed(0)
                 m = cls(cfg)
-                if arch == "gpt_neox":
-                    # distinct norm weights: with the fresh init's equal ones the exporter merges the
-                    # two LayerNorms of a parallel block (same input, equal weights) into one node,
-                    # and the export trains one where PyTorch trains two
+                if arch in ("gpt_neox", "olmo2"):
+                    # distinct norm weights, as a pretrained model's are: with the fresh init's equal
+                    # ones the exporter merges GPT-NeoX's two LayerNorms of a parallel block (same
+                    # input, equal weights) into one node, and the export trains one where PyTorch
+                    # trains two
                     gn = torch.Generator().manual_seed(3)
                     with torch.no_grad():
                         for k, p in m.named_parameters():
-                            if "layernorm" in k or "layer_norm" in k:
+                            if "norm" in k:
                                 p.add_(0.1 * torch.randn(p.shape, generator=gn))
                 if hasattr(m.config, "use_cache"):
                     m.config.use_cache = False

@@ -68,18 +68,9 @@ struct Lay {
     int64_t sb, sh, st;
 };
 
-/* Partner column of feature d in a rotated head, and the sign its term takes: forward
- * y_d = x_d c_d + sign x_p s_d; transposed y_d = x_d c_d - sign x_p s_p (ops/rotary.h). */
-__device__ inline int64_t partner(int64_t d, int64_t D, int il, float *sign)
-{
-    if (il) {
-        *sign = (d & 1) ? 1.f : -1.f;
-        return d ^ 1;
-    }
-    const int64_t h = D / 2;
-    *sign = d < h ? -1.f : 1.f;
-    return d < h ? d + h : d - h;
-}
+/* Partner column of feature d in a rotated head and its sign: qkv_norm::partner
+ * (attention_qkv_norm.cuh), shared with the q/k norm's kernels. */
+using qkv_norm::partner;
 
 /* Section of packed column c: 0 Q, 1 K, 2 V; head and feature. */
 __device__ inline int section(const Geo &g, int64_t c, int64_t *h, int64_t *d)

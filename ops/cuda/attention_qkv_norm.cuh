@@ -70,7 +70,8 @@ __device__ __forceinline__ Row row_of(const Geo &g, int64_t r)
 }
 
 /* Partner of feature d in a rotated head and its sign (ops/rotary.h): forward
- * y_d = x_d c_d + sign x_p s_d, transposed y_d = x_d c_d - sign x_p s_p. */
+ * y_d = x_d c_d + sign x_p s_d, transposed y_d = x_d c_d - sign x_p s_p (attention_qkv.cu's
+ * general staging kernels use it too). */
 __device__ __forceinline__ int64_t partner(int64_t d, int64_t D, int il, float *sign)
 {
     if (il) {
@@ -135,9 +136,9 @@ __global__ void stage_kernel(Geo g, const TX *__restrict__ X, const float *__res
  * partial sums of the weights' gradients. Shared memory per warp: three rows (the gradient
  * as read, X, the gradient with RoPE transposed) and the two accumulators. */
 template <typename TS, typename TX, typename TD>
-__global__ void grad_kernel(Geo g, const TX *__restrict__ X, const float *__restrict__ wq,
-                            const float *__restrict__ wk, const float *__restrict__ cs, const float *__restrict__ sn,
-                            const TS *gq, const TS *gk, Lay lq, Lay lk, TD *dX, float *__restrict__ part)
+__global__ void grad_kernel(Geo g, const TX *__restrict__ X, const float *__restrict__ wq, const float *__restrict__ wk,
+                            const float *__restrict__ cs, const float *__restrict__ sn, const TS *gq, const TS *gk,
+                            Lay lq, Lay lk, TD *dX, float *__restrict__ part)
 {
     extern __shared__ float smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wpb = blockDim.x >> 5;
@@ -224,8 +225,8 @@ inline Geo geo_of(const fr_attn_qkv_geom &q)
 
 constexpr size_t kAlign = 256;
 constexpr size_t kNormSmem = 48 * 1024; /* shared memory without opting in */
-constexpr int64_t kNormPart = 4 << 20; /* the backward's partial sums: at most this many bytes */
-constexpr int64_t kNormWarps = 4224;   /* and at most this many warps (32 per SM of an H200) */
+constexpr int64_t kNormPart = 4 << 20;  /* the backward's partial sums: at most this many bytes */
+constexpr int64_t kNormWarps = 4224;    /* and at most this many warps (32 per SM of an H200) */
 
 /* Warps per block for rows of per_warp floats of shared memory each (0: too long a row). */
 inline int warps_per_block(int64_t per_warp)
@@ -270,7 +271,7 @@ inline size_t reserve(const fr_attn_qkv_geom &q, int backward)
     return q.qk_norm && backward ? (grid_of(q, 1).part_bytes + kAlign - 1) / kAlign * kAlign + kAlign : 0;
 }
 
-inline fr_status check(const fr_node *n, const fr_attn_qkv_geom &q, int backward)
+inline FR_NODISCARD fr_status check(const fr_node *n, const fr_attn_qkv_geom &q, int backward)
 {
     if (!q.qk_norm || grid_of(q, backward).wpb) return FR_OK;
     return fr_node_error(n, FR_ERR_UNSUPPORTED, "q/k norm rows of %lld features are too long for the CUDA kernels",
@@ -278,7 +279,7 @@ inline fr_status check(const fr_node *n, const fr_attn_qkv_geom &q, int backward
 }
 
 /* The norm's geometry of node n (weights at inputs 5, 6; the gradient's at 8, 9) into q. */
-inline fr_status read_graph(const fr_graph *g, const fr_node *n, int backward, fr_attn_qkv_geom *q)
+inline FR_NODISCARD fr_status read_graph(const fr_graph *g, const fr_node *n, int backward, fr_attn_qkv_geom *q)
 {
     const int wi = backward ? FR_ATTN_QKV_GRAD_QNORM : FR_ATTN_QKV_QNORM;
     const fr_value *wq = n->n_inputs > wi + 1 && n->inputs[wi] >= 0 ? &g->values[n->inputs[wi]] : NULL;
@@ -290,7 +291,7 @@ inline fr_status read_graph(const fr_graph *g, const fr_node *n, int backward, f
 
 /* The same from a run's tensors, checked for the kernels; the gradient's outputs dq_norm,
  * dk_norm (1, 2) checked against the weights. */
-inline fr_status read_run(const fr_cuda_kctx *k, int backward, fr_attn_qkv_geom *q)
+inline FR_NODISCARD fr_status read_run(const fr_cuda_kctx *k, int backward, fr_attn_qkv_geom *q)
 {
     const fr_node *n = k->node;
     const int wi = backward ? FR_ATTN_QKV_GRAD_QNORM : FR_ATTN_QKV_QNORM;
@@ -308,7 +309,7 @@ inline fr_status read_run(const fr_cuda_kctx *k, int backward, fr_attn_qkv_geom 
 }
 
 /* An empty X: the weights' gradients are 0. */
-inline fr_status zero_grads(const fr_cuda_kctx *k)
+inline FR_NODISCARD fr_status zero_grads(const fr_cuda_kctx *k)
 {
     for (int o = 1; o < k->n_out; o++)
         if (k->out[o]) FR_CUDA_TRY(cudaMemsetAsync(k->out[o]->data, 0, k->out[o]->nbytes, k->cu->stream));
@@ -321,9 +322,9 @@ inline const float *in_f32(const fr_cuda_kctx *k, int i)
 }
 
 /* Q and K rewritten, normalized then RoPE'd, into q, k (layouts lq, lk), from X as stored. */
-template <typename TO, class L>
-void stage(const fr_cuda_kctx *k, const fr_attn_qkv_geom &q, int backward, const float *cs, const float *sn, TO *oq,
-           TO *ok, const L &lq_, const L &lk_, cudaStream_t stream)
+template <typename TO, class L> void stage(const fr_cuda_kctx *k, const fr_attn_qkv_geom &q, int backward,
+                                           const float *cs, const float *sn, TO *oq, TO *ok, const L &lq_, const L &lk_,
+                                           cudaStream_t stream)
 {
     const Grid r = grid_of(q, 0);
     const Geo g = geo_of(q);
@@ -333,33 +334,33 @@ void stage(const fr_cuda_kctx *k, const fr_attn_qkv_geom &q, int backward, const
     const Lay lq{lq_.sb, lq_.sh, lq_.st}, lk{lk_.sb, lk_.sh, lk_.st}; /* (the caller's layout type) */
     const fr_tensor *X = k->in[0];
     if (X->dtype == FR_BF16)
-        stage_kernel<TO, bf16><<<r.blocks, 32 * r.wpb, smem, stream>>>(g, (const bf16 *)X->data, wq, wk, cs, sn,
-                                                                             oq, ok, lq, lk);
+        stage_kernel<TO, bf16>
+            <<<r.blocks, 32 * r.wpb, smem, stream>>>(g, (const bf16 *)X->data, wq, wk, cs, sn, oq, ok, lq, lk);
     else
-        stage_kernel<TO, float><<<r.blocks, 32 * r.wpb, smem, stream>>>(g, (const float *)X->data, wq, wk, cs, sn,
-                                                                              oq, ok, lq, lk);
+        stage_kernel<TO, float>
+            <<<r.blocks, 32 * r.wpb, smem, stream>>>(g, (const float *)X->data, wq, wk, cs, sn, oq, ok, lq, lk);
 }
 
-template <typename TS, typename TX>
-void grad_x(const Grid &r, const Geo &g, const fr_tensor *X, const float *wq, const float *wk,
-                 const float *cs, const float *sn, const TS *gq, const TS *gk, const Lay &a,
-                 const Lay &b, fr_tensor *dX, float *part, cudaStream_t stream)
+template <typename TS, typename TX> void grad_x(const Grid &r, const Geo &g, const fr_tensor *X, const float *wq,
+                                                const float *wk, const float *cs, const float *sn, const TS *gq,
+                                                const TS *gk, const Lay &a, const Lay &b, fr_tensor *dX, float *part,
+                                                cudaStream_t stream)
 {
     const size_t smem = (size_t)(r.wpb * r.per_warp) * sizeof(float);
     const TX *x = (const TX *)X->data;
     if (dX->dtype == FR_BF16)
-        grad_kernel<TS, TX, bf16><<<r.blocks, 32 * r.wpb, smem, stream>>>(g, x, wq, wk, cs, sn, gq, gk, a, b,
-                                                                                 (bf16 *)dX->data, part);
+        grad_kernel<TS, TX, bf16>
+            <<<r.blocks, 32 * r.wpb, smem, stream>>>(g, x, wq, wk, cs, sn, gq, gk, a, b, (bf16 *)dX->data, part);
     else
-        grad_kernel<TS, TX, float><<<r.blocks, 32 * r.wpb, smem, stream>>>(g, x, wq, wk, cs, sn, gq, gk, a, b,
-                                                                                  (float *)dX->data, part);
+        grad_kernel<TS, TX, float>
+            <<<r.blocks, 32 * r.wpb, smem, stream>>>(g, x, wq, wk, cs, sn, gq, gk, a, b, (float *)dX->data, part);
 }
 
 /* The norm's backward: dX's Q and K columns from the gradients for the staged Q and K (gq, gk
  * in layouts lq, lk; they may lie inside dX itself), and the weights' gradients (outputs 1, 2). */
-template <typename TS, class L>
-fr_status grad(const fr_cuda_kctx *k, const fr_attn_qkv_geom &q, const float *cs, const float *sn, const TS *gq,
-               const TS *gk, const L &a_, const L &b_)
+template <typename TS, class L> FR_NODISCARD fr_status grad(const fr_cuda_kctx *k, const fr_attn_qkv_geom &q,
+                                                            const float *cs, const float *sn, const TS *gq,
+                                                            const TS *gk, const L &a_, const L &b_)
 {
     const Grid r = grid_of(q, 1);
     const Geo g = geo_of(q);
@@ -383,9 +384,8 @@ fr_status grad(const fr_cuda_kctx *k, const fr_attn_qkv_geom &q, const float *cs
         fr_tensor *dw = k->n_out > 1 + s ? k->out[1 + s] : NULL;
         if (!dw) continue;
         const int64_t len = g.len[s];
-        reduce_kernel<<<(unsigned)((len + 31) / 32), dim3(32, 32), 0, stream>>>(part, nw, r.acc_n,
-                                                                                          s ? g.len[0] : 0, len,
-                                                                                          (float *)dw->data);
+        reduce_kernel<<<(unsigned)((len + 31) / 32), dim3(32, 32), 0, stream>>>(part, nw, r.acc_n, s ? g.len[0] : 0,
+                                                                                len, (float *)dw->data);
     }
     return fr_cuda_check_launch(k->node, "AttentionQKVGrad(q/k norm weights)");
 }
