@@ -184,6 +184,24 @@ fr_status fr_fast_path_check(const fr_graph *g, fr_slow_report *r)
     return FR_OK;
 }
 
+void fr_fast_path_generic_attention(fr_slow_report *r, const fr_graph *g, const char *why)
+{
+    static const char *const ops[] = {"Attention", "AttentionGrad", "AttentionQKV", "AttentionQKVGrad"};
+    char w[400];
+    snprintf(w, sizeof w, "ran on fp8run's own attention kernels, not cuDNN's flash attention: %s", why);
+    for (int i = 0; i < g->n_nodes; i++) {
+        const fr_node *n = &g->nodes[i];
+        if (n->dead || r->kind_of[i] >= 0 || strcmp(n->domain, FR_DOMAIN_FP8RUN) != 0) continue;
+        for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
+            if (is(n, ops[k])) {
+                const int kd = kind_of(r, n->op_type, w, i);
+                r->kinds[kd].count++;
+                r->kind_of[i] = kd;
+                r->n_slow++;
+            }
+    }
+}
+
 void fr_slow_report_free(fr_slow_report *r)
 {
     free(r->kind_of);

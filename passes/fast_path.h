@@ -36,6 +36,10 @@ typedef struct fr_slow_report {
 
 /* Classifies every live node of g. */
 FR_NODISCARD fr_status fr_fast_path_check(const fr_graph *g, fr_slow_report *r);
+/* Marks the attention nodes (Attention, AttentionQKV and their gradients) not marked yet as
+ * off the fast path: they ran on fp8run's own kernels, not cuDNN's flash attention, for `why`
+ * (the executor knows; the graph does not). */
+void fr_fast_path_generic_attention(fr_slow_report *r, const fr_graph *g, const char *why);
 void fr_slow_report_free(fr_slow_report *r);
 
 /* The report as text (malloc'ed): one line per kind, "  17 RMSNormGrad  why (first 'name')",

@@ -6,6 +6,7 @@
  *  - GPT-NeoX (partial rotary: Concat into Q and K) and Phi-3 (Slices of the packed QKV): each
  *    Attention with the node kind that stops the staging, GPT-NeoX's LayerNorms after residual
  *    Adds;
+ *  - attention the executor ran on fp8run's own kernels: each node marked with the reason;
  *  - the text: one line per kind, a warning line exactly when the share of the time passes 5%;
  *  - fp8run_model_compile's report carries the text (the C API `fp8run info` prints). */
 #include <math.h>
@@ -97,6 +98,23 @@ static void test_neox_phi3(void)
     fr_trainer_free(t);
 }
 
+/* Attention that ran on fp8run's own kernels (what the executor reports) is marked, once. */
+static void test_generic_attention(void)
+{
+    fr_slow_report r;
+    fr_trainer *t = NULL;
+    CU_ASSERT_EQUAL(check("llama_op18_static", 1, &r, &t), 0);
+    fr_fast_path_generic_attention(&r, t->g, "head dim 256 over cuDNN's limit");
+    CU_ASSERT_EQUAL(count_kind(&r, "AttentionQKV", "own attention kernels, not cuDNN's flash attention: head dim 256"),
+                    2);
+    CU_ASSERT_EQUAL(count_kind(&r, "AttentionQKVGrad", "own attention kernels"), 2);
+    CU_ASSERT_EQUAL(r.n_slow, 4);
+    fr_fast_path_generic_attention(&r, t->g, "again");
+    CU_ASSERT_EQUAL(r.n_slow, 4);
+    fr_slow_report_free(&r);
+    fr_trainer_free(t);
+}
+
 /* The text with times: a line per kind, the warning line only past 5%. */
 static void test_text(void)
 {
@@ -165,6 +183,7 @@ int main(void)
         {"Llama, Qwen3, OLMo2: nothing off the fast path", test_fast},
         {"Llama without the staging fusion: attention, Transposes, RoPE named", test_llama_io_off},
         {"GPT-NeoX, Phi-3: why the staging does not fuse; LayerNorm after residual Adds", test_neox_phi3},
+        {"attention on fp8run's own kernels: marked with the reason", test_generic_attention},
         {"text: a line per kind, the warning past 5% only", test_text},
         {"C API: the compile report's text", test_api},
         CU_TEST_INFO_NULL,

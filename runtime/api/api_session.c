@@ -457,6 +457,13 @@ FP8RUN_API const char *fp8run_session_slow_path(fp8run_session *s)
         fr_clear_error();
         return NULL;
     }
+    /* attention that never ran on cuDNN (the context's counts, in its summary) */
+    char attn[512];
+    fr_trainer_attention(s->t, attn, sizeof attn);
+    if (strncmp(attn, "fp8run kernels (", 16) == 0) {
+        attn[strlen(attn) - 1] = 0; /* "fp8run kernels (why)" -> why */
+        fr_fast_path_generic_attention(&sr, g, attn + 16);
+    }
     for (int i = 0; i < g->n_nodes; i++) {
         if (g->nodes[i].dead) continue;
         fr_node_cost c;

@@ -377,6 +377,7 @@ fr_status fr_profile_text(const fr_profile_input *in, char **text)
     fr_slow_report sr;
     if (fr_fast_path_check(g, &sr) == FR_OK) {
         char *st = NULL;
+        if (in->generic_attention) fr_fast_path_generic_attention(&sr, g, in->generic_attention);
         if (fr_slow_report_text(&sr, g, in->node_ms, all.ms * runs, 0, &st) == FR_OK) put(&b, "%s", st);
         free(st);
         fr_slow_report_free(&sr);
