@@ -1,6 +1,6 @@
 /* What runs off the fast path (passes/fast_path.h), on the trainers' bf16 graphs (forward and
  * backward) of the HF fixtures:
- *  - Llama, Qwen3 and OLMo2 (q/k norms fused into AttentionQKV): nothing;
+ *  - Llama, Qwen3, OLMo2 and Gemma3 (q/k norms fused into AttentionQKV): nothing;
  *  - Llama with fuse_attention_io off: each Attention and AttentionGrad named with the reason
  *    ("staging"), the head Transposes and RoPE around them;
  *  - GPT-NeoX (partial rotary: Concat into Q and K) and Phi-3 (Slices of the packed QKV): each
@@ -55,7 +55,7 @@ static int count_kind(const fr_slow_report *r, const char *op, const char *why_p
 static void test_fast(void)
 {
     static const char *const dirs[] = {"llama_op18_static", "qwen3_op18_static", "qwen3_op23_static",
-                                       "olmo2_op18_static"};
+                                       "olmo2_op18_static", "gemma3_op18_static"};
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
         fr_slow_report r;
         fr_trainer *t = NULL;
@@ -180,7 +180,7 @@ static void test_api(void)
 int main(void)
 {
     CU_TestInfo tests[] = {
-        {"Llama, Qwen3, OLMo2: nothing off the fast path", test_fast},
+        {"Llama, Qwen3, OLMo2, Gemma3: nothing off the fast path", test_fast},
         {"Llama without the staging fusion: attention, Transposes, RoPE named", test_llama_io_off},
         {"GPT-NeoX, Phi-3: why the staging does not fuse; LayerNorm after residual Adds", test_neox_phi3},
         {"attention on fp8run's own kernels: marked with the reason", test_generic_attention},

@@ -41,7 +41,8 @@ from transformers import (BertConfig, BertForMaskedLM, GemmaConfig, GemmaForCaus
                           GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig,
                           MistralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config,
                           Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, GPTNeoXConfig,
-                          GPTNeoXForCausalLM, Olmo2Config, Olmo2ForCausalLM)
+                          GPTNeoXForCausalLM, Olmo2Config, Olmo2ForCausalLM, Gemma3TextConfig,
+                          Gemma3ForCausalLM)
 
 warnings.filterwarnings("ignore")
 OUT = sys.argv[1]
@@ -79,6 +80,12 @@ def configs():
         # full-width q/k RMSNorm (over all heads of q, of k) before the head split and RoPE
         "olmo2": (Olmo2ForCausalLM, Olmo2Config(hidden_size=64, intermediate_size=136, num_hidden_layers=2,
                                                 num_attention_heads=4, num_key_value_heads=2, **common)),
+        # per-head q/k RMSNorm with (1 + w) weights, sliding-window layers between global ones
+        "gemma3": (Gemma3ForCausalLM, Gemma3TextConfig(hidden_size=48, intermediate_size=104, num_hidden_layers=2,
+                                                       num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                                       sliding_window=6, layer_types=["sliding_attention",
+                                                                                      "full_attention"],
+                                                       **common)),
         # LayerNorm, GELU, biases, partial rotary (rotary_pct 0.25), parallel attention + MLP
         "gpt_neox": (GPTNeoXForCausalLM, GPTNeoXConfig(vocab_size=V, hidden_size=64, intermediate_size=136,
                                                       num_hidden_layers=2, num_attention_heads=4,
@@ -173,7 +180,7 @@ def main():
                 os.makedirs(d, exist_ok=True)
                 torch.manual_seed(0)
                 m = cls(cfg)
-                if arch in ("gpt_neox", "olmo2"):
+                if arch in ("gpt_neox", "olmo2", "gemma3"):
                     # distinct norm weights, as a pretrained model's are: with the fresh init's equal
                     # ones the exporter merges GPT-NeoX's two LayerNorms of a parallel block (same
                     # input, equal weights) into one node, and the export trains one where PyTorch
