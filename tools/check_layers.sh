@@ -1,5 +1,6 @@
 #!/bin/sh
-# The layering check (issue 16; registered with ctest as check_layers, label cpu). The library's
+# The layering check (registered with ctest as check_layers, label cpu): a reader finds each thing
+# below what uses it, and a change cannot ripple upward through a circle. The library's
 # folders form one order with no circle:  graph < ops < passes < runtime  (ops/cuda and
 # runtime/cuda belong to their parent). A folder may include its own headers and those of the
 # folders below it, never above. graph/ is the base: status, dtypes, tensors, FP8 formats.
