@@ -12,7 +12,7 @@ GQA where the architecture has it, tied embeddings where it ties them, dropout 0
 OPSET in 18 and 23 it writes OUT_DIR/ARCH_opOPSET_STYLE/, STYLE being
   static   input_ids [2, 11] only: masks and rotary tables are folded for that shape
   dynamic  input_ids and attention_mask with dynamic batch and seq (torch.export
-           dynamic_shapes): the masks are computed in the graph (llama and gpt2 only)
+           dynamic_shapes): the masks are computed in the graph (llama, gpt2, qwen3, gpt_neox)
 holding
   model.onnx            the export (dynamo=True, the exporter's default optimizer); llama's
                         dynamic export keeps its weights in model.onnx.data (external data)
@@ -173,7 +173,7 @@ def main():
             continue
         for opset in (18, 23):
             for style in ("static", "dynamic"):
-                if style == "dynamic" and arch not in ("llama", "gpt2"):
+                if style == "dynamic" and arch not in ("llama", "gpt2", "qwen3", "gpt_neox"):
                     continue
                 name = "%s_op%d_%s" % (arch, opset, style)
                 d = os.path.join(OUT, name)

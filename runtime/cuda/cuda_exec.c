@@ -667,13 +667,8 @@ fr_status fr_cuda_exec_profile(const fr_cuda_exec *e, char **text)
 {
     *text = NULL;
     if (!e->ev || e->runs == 0) return FR_OK;
-    /* attention that never ran on cuDNN counts as off the fast path (passes/fast_path.h) */
-    const fr_cuda_ctx *c = e->c;
-    const char *generic = c && c->attn_runs_cudnn == 0 && c->attn_runs_own > 0
-                              ? (c->attn_note[0] ? c->attn_note : "--attention fp8run")
-                              : NULL;
-    const fr_profile_input in = {e->g, e->node_ms, e->gemm_ms, e->runs, c ? c->name : NULL, e->peak_text,
-                                 e->prof_nodes, generic};
+    const fr_profile_input in = {e->g, e->node_ms, e->gemm_ms, e->runs, e->c ? e->c->name : NULL, e->peak_text,
+                                 e->prof_nodes, fr_cuda_attention_generic(e->c)}; /* (passes/fast_path.h) */
     return fr_profile_text(&in, text); /* runtime/exec/perf_model.c: with each op's ceiling */
 }
 
