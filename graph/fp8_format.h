@@ -27,7 +27,7 @@
 extern "C" { /* C functions (here and in the graph headers), also when a CUDA file includes this */
 #endif
 
-#include "graph/tensor.h"
+#include "graph/dtype.h"
 #include "graph/status.h"
 
 #define FR_E4M3_MAX 448.0f

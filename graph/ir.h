@@ -17,6 +17,8 @@
 #define FR_VAL_FOLDED 0x10u     /* constant computed by constant folding */
 #define FR_VAL_STATE 0x20u      /* runtime state (FP8 scale/amax of the delayed recipe): bound and
                                    updated by the trainer; never trained, folded or exported */
+#define FR_VAL_ONES 0x40u       /* graph input the runtime feeds all ones (the trainer's attention_mask):
+                                   a padding mask read from it keeps every key */
 
 typedef struct fr_value {
     char *name;

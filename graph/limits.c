@@ -73,39 +73,3 @@ const char *fr_bytes_text(uint64_t n, char *buf, size_t len)
         snprintf(buf, len, "%.1f %s", v, unit[u]);
     return buf;
 }
-
-fr_status fr_shape_bytes(fr_dtype dt, int rank, const int64_t *dims, const char *what, size_t *bytes)
-{
-    char shp[200];
-    if (rank < 0 || rank > FR_MAX_RANK)
-        return fr_error(FR_ERR_SHAPE, "%s: rank %d is outside 0..%d", what, rank, FR_MAX_RANK);
-    size_t es = fr_dtype_size(dt);
-    uint64_t n = 1;
-    int over = 0, empty = 0;
-    for (int i = 0; i < rank; i++)
-        if (dims[i] < 0)
-            return fr_error(FR_ERR_SHAPE, "%s: dimension %d of %s is negative", what, i,
-                            fr_shape_str(rank, dims, shp, sizeof shp));
-    for (int i = 0; i < rank; i++) {
-        if (dims[i] == 0) empty = 1;
-        else if (n > (uint64_t)INT64_MAX / (uint64_t)dims[i]) over = 1;
-        else n *= (uint64_t)dims[i];
-    }
-    if (empty) {
-        *bytes = 0; /* whatever the other dims */
-        return FR_OK;
-    }
-    if (over || n > SIZE_MAX / (es ? es : 1))
-        return fr_error(FR_ERR_OOM, "%s: %s %s has more elements than memory can address", what, fr_dtype_name(dt),
-                        fr_shape_str(rank, dims, shp, sizeof shp));
-    uint64_t b = n * es, cap;
-    FR_TRY(fr_limit_get(FR_LIMIT_TENSOR_BYTES, &cap, NULL));
-    if (b > cap) {
-        char t1[32], t2[32];
-        return fr_error(FR_ERR_OOM, "%s: %s %s is %s, more than the %s of one tensor (%s=%llu raises it)", what,
-                        fr_dtype_name(dt), fr_shape_str(rank, dims, shp, sizeof shp), fr_bytes_text(b, t1, sizeof t1),
-                        fr_bytes_text(cap, t2, sizeof t2), fr_limit_env(FR_LIMIT_TENSOR_BYTES), (unsigned long long)b);
-    }
-    *bytes = (size_t)b;
-    return FR_OK;
-}

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "graph/tensor.h"
+#include "graph/status.h"
 
 #define FR_LIMIT_HEADER_DEFAULT ((uint64_t)100 * 1000 * 1000) /* safetensors' reference reader */
 
@@ -37,11 +37,6 @@ typedef enum fr_limit {
 FR_NODISCARD fr_status fr_limit_get(fr_limit which, uint64_t *value, int *is_set);
 /* The environment variable's name. */
 const char *fr_limit_env(fr_limit which);
-
-/* Bytes of a dtype x dims tensor, checked: a negative dim, an element count or byte size that
- * overflows, or more than FR_LIMIT_TENSOR_BYTES is an error naming `what` and the shape
- * (FR_ERR_SHAPE for a negative dim, FR_ERR_OOM otherwise). */
-FR_NODISCARD fr_status fr_shape_bytes(fr_dtype dt, int rank, const int64_t *dims, const char *what, size_t *bytes);
 
 /* "1.5 GiB" style text of n bytes into buf. */
 const char *fr_bytes_text(uint64_t n, char *buf, size_t len);

@@ -1,12 +1,12 @@
 /* Which initializers are trained (see params.h). */
 #include "graph/params.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "graph/name_map.h"
+#include "graph/params_edit.h"
 #include "graph/params_unfold.h"
 
 static char *dupn(const char *p, size_t n)
@@ -16,18 +16,6 @@ static char *dupn(const char *p, size_t n)
     memcpy(d, p, n);
     d[n] = '\0';
     return d;
-}
-
-fr_status fr_params_note(fr_value *v, const char *fmt, ...)
-{
-    char buf[600];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    free(v->param_note);
-    v->param_note = fr_strdup(buf, "parameter note");
-    return v->param_note ? FR_OK : FR_ERR_OOM;
 }
 
 
@@ -222,18 +210,6 @@ static fr_status rename_value(fr_graph *g, int vid, const char *name)
     g->values[vid].name = nn;
     for (int i = 0; i < g->n_values; i++) FR_TRY(fr_name_map_put(g->names, g->values[i].name, i));
     return FR_OK;
-}
-
-fr_status fr_params_add(fr_graph *g, const char *name, fr_tensor *t, int *vid)
-{
-    fr_status st = fr_graph_add_value(g, name, vid);
-    if (st != FR_OK) {
-        fr_tensor_free(t);
-        return st;
-    }
-    FR_TRY(fr_graph_set_initializer(g, *vid, t));
-    g->values[*vid].torch_kind = fr_strdup("PARAMETER", "parameter record");
-    return g->values[*vid].torch_kind ? FR_OK : FR_ERR_OOM;
 }
 
 /* Copies of an all-equal initializer for each parameter its readers name (they were merged by

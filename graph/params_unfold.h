@@ -1,5 +1,5 @@
 /* Un-folding a parameter the exporter folded with a scalar through one elementwise op
- * (internal to graph/params.c).
+ * (internal to graph/params.c), and the rows of a position table a static export folded.
  *
  * Gemma's RMSNorm reads 1 + w; onnxscript folds it into one initializer ("add_4", folded_from
  * ['model.layers.0.input_layernorm.weight', 'val_3']), and merges the five equal norms' copies
@@ -27,12 +27,5 @@ FR_NODISCARD fr_status fr_params_unfold_scalar(fr_graph *g, int fid, fr_param_pr
  * named "<table>[0:T]" [T, D] (the table's row layout; Reshape gives the value back); a
  * lookup without that evidence trains as stored. *done = 1 for either. */
 FR_NODISCARD fr_status fr_params_unfold_rows(fr_graph *g, int fid, const char *table, int *done);
-
-/* Shared with params.c: an initializer of parameter `name` holding t (taken), recorded as a
- * PARAMETER; a note on v. */
-FR_NODISCARD fr_status fr_params_add(fr_graph *g, const char *name, fr_tensor *t, int *vid);
-/* f no longer an initializer (a node computes it again). */
-void fr_params_uninit(fr_value *f);
-FR_NODISCARD fr_status fr_params_note(fr_value *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

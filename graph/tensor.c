@@ -1,4 +1,4 @@
-/* Host tensors, dtype table and half/bfloat16 conversions. */
+/* Host tensors and half/bfloat16 conversions. */
 #include "graph/tensor.h"
 
 #include "graph/fp8_format.h"
@@ -8,56 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-size_t fr_dtype_size(fr_dtype dt)
-{
-    switch (dt) {
-    case FR_F32: case FR_I32: case FR_U32: return 4;
-    case FR_U8: case FR_I8: case FR_BOOL:
-    case FR_F8E4M3: case FR_F8E4M3FNUZ: case FR_F8E5M2: case FR_F8E5M2FNUZ: return 1;
-    case FR_U16: case FR_I16: case FR_F16: case FR_BF16: return 2;
-    case FR_I64: case FR_U64: case FR_F64: return 8;
-    default: return 0;
-    }
-}
-
-const char *fr_dtype_name(fr_dtype dt)
-{
-    switch (dt) {
-    case FR_UNDEFINED: return "undefined";
-    case FR_F32: return "float32";
-    case FR_U8: return "uint8";
-    case FR_I8: return "int8";
-    case FR_U16: return "uint16";
-    case FR_I16: return "int16";
-    case FR_I32: return "int32";
-    case FR_I64: return "int64";
-    case FR_STRING: return "string";
-    case FR_BOOL: return "bool";
-    case FR_F16: return "float16";
-    case FR_F64: return "float64";
-    case FR_U32: return "uint32";
-    case FR_U64: return "uint64";
-    case FR_BF16: return "bfloat16";
-    case FR_F8E4M3: return "float8e4m3fn";
-    case FR_F8E4M3FNUZ: return "float8e4m3fnuz";
-    case FR_F8E5M2: return "float8e5m2";
-    case FR_F8E5M2FNUZ: return "float8e5m2fnuz";
-    }
-    return "unknown-dtype";
-}
-
-int fr_dtype_is_float(fr_dtype dt)
-{
-    return dt == FR_F32 || dt == FR_F64 || dt == FR_F16 || dt == FR_BF16 || dt == FR_F8E4M3 ||
-           dt == FR_F8E5M2 || dt == FR_F8E4M3FNUZ || dt == FR_F8E5M2FNUZ;
-}
-
-int fr_dtype_is_int(fr_dtype dt)
-{
-    return dt == FR_U8 || dt == FR_I8 || dt == FR_U16 || dt == FR_I16 || dt == FR_I32 ||
-           dt == FR_I64 || dt == FR_U32 || dt == FR_U64;
-}
 
 fr_status fr_shape_numel(int rank, const int64_t *dims, const char *what, int64_t *numel)
 {
@@ -81,6 +31,42 @@ int64_t fr_tensor_numel(const fr_tensor *t)
     int64_t n = 1;
     for (int i = 0; i < t->rank; i++) n *= t->dims[i];
     return n;
+}
+
+fr_status fr_shape_bytes(fr_dtype dt, int rank, const int64_t *dims, const char *what, size_t *bytes)
+{
+    char shp[200];
+    if (rank < 0 || rank > FR_MAX_RANK)
+        return fr_error(FR_ERR_SHAPE, "%s: rank %d is outside 0..%d", what, rank, FR_MAX_RANK);
+    size_t es = fr_dtype_size(dt);
+    uint64_t n = 1;
+    int over = 0, empty = 0;
+    for (int i = 0; i < rank; i++)
+        if (dims[i] < 0)
+            return fr_error(FR_ERR_SHAPE, "%s: dimension %d of %s is negative", what, i,
+                            fr_shape_str(rank, dims, shp, sizeof shp));
+    for (int i = 0; i < rank; i++) {
+        if (dims[i] == 0) empty = 1;
+        else if (n > (uint64_t)INT64_MAX / (uint64_t)dims[i]) over = 1;
+        else n *= (uint64_t)dims[i];
+    }
+    if (empty) {
+        *bytes = 0; /* whatever the other dims */
+        return FR_OK;
+    }
+    if (over || n > SIZE_MAX / (es ? es : 1))
+        return fr_error(FR_ERR_OOM, "%s: %s %s has more elements than memory can address", what, fr_dtype_name(dt),
+                        fr_shape_str(rank, dims, shp, sizeof shp));
+    uint64_t b = n * es, cap;
+    FR_TRY(fr_limit_get(FR_LIMIT_TENSOR_BYTES, &cap, NULL));
+    if (b > cap) {
+        char t1[32], t2[32];
+        return fr_error(FR_ERR_OOM, "%s: %s %s is %s, more than the %s of one tensor (%s=%llu raises it)", what,
+                        fr_dtype_name(dt), fr_shape_str(rank, dims, shp, sizeof shp), fr_bytes_text(b, t1, sizeof t1),
+                        fr_bytes_text(cap, t2, sizeof t2), fr_limit_env(FR_LIMIT_TENSOR_BYTES), (unsigned long long)b);
+    }
+    *bytes = (size_t)b;
+    return FR_OK;
 }
 
 fr_status fr_tensor_new(fr_dtype dt, int rank, const int64_t *dims, const char *what,

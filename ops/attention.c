@@ -209,17 +209,6 @@ fr_status fr_attn_seg_check_form(const fr_node *n, int seg_form, const void *sk,
     return FR_OK;
 }
 
-fr_status fr_attn_refuse_new(const fr_node *n, const fr_attn_attrs *a, int seg_in, const char *who)
-{
-    if (a->softcap > 0.0f)
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "%s does not run softcap=%g yet (the CPU reference does)", who,
-                             (double)a->softcap);
-    if (fr_attn_has_input(n, seg_in) || fr_attn_has_input(n, seg_in + 1))
-        return fr_node_error(n, FR_ERR_UNSUPPORTED, "%s does not run segment ids (inputs Sk, Sq) yet (the CPU "
-                             "reference does)", who);
-    return FR_OK;
-}
-
 /* ---- shared checks ---- */
 
 static int float_dtype(fr_dtype dt) { return dt == FR_F32 || dt == FR_F64; }

@@ -141,9 +141,6 @@ FR_NODISCARD fr_status fr_attn_seg_check_form(const fr_node *n, int seg_form, co
                                               const void *sq, fr_dtype tq, int64_t rows, int64_t Tk, int64_t Tq);
 /* Whether a node has input i (present and not an omitted optional input). */
 static inline int fr_attn_has_input(const fr_node *n, int i) { return n->n_inputs > i && n->inputs[i] >= 0; }
-/* The error every launcher gives for what its kernels do not run yet: softcap, Sk, Sq (seg_in:
- * the index of Sk among the node's inputs). FR_OK when the node uses none of them. */
-FR_NODISCARD fr_status fr_attn_refuse_new(const fr_node *n, const fr_attn_attrs *a, int seg_in, const char *who);
 
 /* K/V batch index of Q batch index b. */
 int64_t fr_attn_kv_index(const fr_attn_geom *g, int64_t b);

@@ -306,12 +306,23 @@ static fr_status normalized_x(const fr_node *n, const fr_attn_qkv_geom *g, const
     return FR_OK;
 }
 
+/* The tables cos, sin at inputs i, i + 1 (both NULL: none; omitted inputs may stand before the
+ * segment ids). */
+static fr_status tables_at(const fr_kernel_ctx *ctx, int i, const fr_tensor **c, const fr_tensor **sn)
+{
+    *c = ctx->n_in > i + 1 ? ctx->in[i] : NULL;
+    *sn = ctx->n_in > i + 1 ? ctx->in[i + 1] : NULL;
+    if ((*c != NULL) != (*sn != NULL))
+        return fr_node_error(ctx->node, FR_ERR_GRAPH, "cos and sin come together or not at all");
+    return FR_OK;
+}
+
 /* The op on float32 (or float64) tensors only (run_adapted feeds it). */
 static fr_status qkv_core(const fr_kernel_ctx *ctx)
 {
     const fr_node *n = ctx->node;
-    const fr_tensor *x = ctx->in[0], *c = ctx->n_in > 2 ? ctx->in[1] : NULL, *sn = ctx->n_in > 2 ? ctx->in[2] : NULL;
-    if ((c != NULL) != (sn != NULL)) return fr_node_error(n, FR_ERR_GRAPH, "cos and sin come together or not at all");
+    const fr_tensor *x = ctx->in[0], *c, *sn;
+    FR_TRY(tables_at(ctx, 1, &c, &sn));
     fr_attn_qkv_geom g;
     FR_TRY(read_geo(n, x, c, sn, &g));
     const fr_dtype dt = x->dtype;
@@ -353,9 +364,8 @@ static fr_status qkv_core(const fr_kernel_ctx *ctx)
 static fr_status qkvg_core(const fr_kernel_ctx *ctx)
 {
     const fr_node *n = ctx->node;
-    const fr_tensor *x = ctx->in[0], *o = ctx->in[1], *lse = ctx->in[2], *dout = ctx->in[3];
-    const fr_tensor *c = ctx->n_in > 5 ? ctx->in[4] : NULL, *sn = ctx->n_in > 5 ? ctx->in[5] : NULL;
-    if ((c != NULL) != (sn != NULL)) return fr_node_error(n, FR_ERR_GRAPH, "cos and sin come together or not at all");
+    const fr_tensor *x = ctx->in[0], *o = ctx->in[1], *lse = ctx->in[2], *dout = ctx->in[3], *c, *sn;
+    FR_TRY(tables_at(ctx, 4, &c, &sn));
     fr_attn_qkv_geom g;
     FR_TRY(read_geo(n, x, c, sn, &g));
     const fr_dtype dt = x->dtype;

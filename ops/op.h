@@ -85,6 +85,9 @@ extern const fr_op_def fr_ops_slice_tile[];  /* ops/slice_tile.c: Slice, Trilu, 
 extern const fr_op_def fr_ops_attention[];   /* ops/attention.c: Attention, AttentionGrad (ai.fp8run): fused attention, ops/attention.h */
 extern const fr_op_def fr_ops_swiglu[];      /* ops/swiglu.c: SwiGLU, SwiGLUGrad (ai.fp8run): fused gate * sigmoid(gate) * up, ops/swiglu.h */
 extern const fr_op_def fr_ops_rotary[];      /* ops/rotary.c: Rotary, RotaryGrad (ai.fp8run): fused x * cos + rotate_half(x) * sin, ops/rotary.h */
+extern const fr_op_def fr_ops_attention_onnx[]; /* ops/attention_onnx.c: ONNX Attention (opset 23), inference only */
+extern const fr_op_def fr_ops_attention_qkv[]; /* ops/attention_qkv.c: AttentionQKV, AttentionQKVGrad (ai.fp8run), ops/attention_qkv.h */
+extern const fr_op_def fr_ops_dropout[];     /* ops/dropout.c: Dropout, KeyedDropout, ops/dropout.h */
 
 /* ---- helpers for op implementations (ops/op_util.c) ---- */
 

@@ -72,6 +72,15 @@ fr_status fr_reduce_bool_attr(const fr_node *n, const char *name, int64_t dflt, 
     return FR_OK;
 }
 
+int fr_reduce_grad_inputs(red_kind k)
+{
+    switch (k) {
+    case R_SUM: case R_MEAN: return 1;
+    case R_SUMSQ: case R_L1: case R_PROD: return 2;
+    default: return 3;
+    }
+}
+
 /* Attributes and where the axes come from, by opset. */
 typedef struct red_cfg {
     int keepdims, noop;

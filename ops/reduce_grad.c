@@ -31,15 +31,6 @@ static const char *const rg_names[] = {"Sum",  "Mean",      "Max", "Min", "Prod"
 static const red_kind rg_kinds[] = {R_SUM,  R_MEAN, R_MAX, R_MIN,
                                     R_PROD, R_SUMSQ, R_L1, R_L2, R_LSE};
 
-int fr_reduce_grad_inputs(red_kind k)
-{
-    switch (k) {
-    case R_SUM: case R_MEAN: return 1;
-    case R_SUMSQ: case R_L1: case R_PROD: return 2;
-    default: return 3;
-    }
-}
-
 typedef struct rg_cfg {
     red_kind kind;
     int rank;

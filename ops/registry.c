@@ -1,9 +1,6 @@
 /* The op registry: all family tables, searched by (domain, op_type). */
 #include <string.h>
 
-#include "ops/attention.h"
-#include "ops/attention_qkv.h"
-#include "ops/dropout.h"
 #include "ops/op.h"
 
 static const fr_op_def *const families[] = {

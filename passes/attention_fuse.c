@@ -9,6 +9,7 @@
 #include "ops/op.h"
 #include "passes/attention_fuse.h"
 #include "passes/attention_import.h"
+#include "passes/attention_mask.h"
 #include "passes/autodiff.h"
 #include "passes/passes.h"
 #include "passes/pattern.h"
@@ -83,15 +84,46 @@ static int runtime_mask_ok(const fr_graph *g, int x, const fr_value *sv)
 }
 
 /* What one match found. */
-typedef struct match {
+typedef struct match match;
+static int runtime_symbolic(const fr_graph *g, const fr_node *n, int boolean, const fr_value *sv, match *m);
+
+struct match {
     int q, kt, v, o;
     double scale;
     int causal, guarded; /* guarded: the IsNaN/Where guard was there */
     int mask;            /* a run-time additive mask input, or -1 */
+    int seg;             /* the key padding input read symbolically (the fused op's Sk), or -1 */
     int64_t window;
+    fr_attn_mask_info mi; /* a run-time mask read symbolically: what it is, or why not */
+    int mask_runtime;     /* 1: the mask was computed at run time (mi says how it was taken) */
     int dead[24]; /* nodes replaced */
     int n_dead;
-} match;
+};
+
+/* The mask node n (Add(S, M): additive; Where(C, S, lowest): boolean) with its mask computed at
+ * run time, read symbolically (attention_mask.h): causal / window / key padding into m, and
+ * the mask's input slot returned; else -1 with the reason in m->mi. An Add's first operand is
+ * tried too (either may be the scores). The chain's nodes go with dead-node elimination once
+ * nothing reads them. */
+static int runtime_symbolic(const fr_graph *g, const fr_node *n, int boolean, const fr_value *sv, match *m)
+{
+    m->mask_runtime = 1;
+    int slot = boolean ? 0 : 1;
+    int kind = fr_attn_mask_symbolic(g, n->inputs[slot], boolean, sv, &m->mi);
+    if (kind == FR_ATTN_MASK_BAD && !boolean) {
+        fr_attn_mask_info other;
+        if (fr_attn_mask_symbolic(g, n->inputs[0], 0, sv, &other) != FR_ATTN_MASK_BAD) {
+            m->mi = other;
+            kind = other.kind;
+            slot = 0;
+        }
+    }
+    if (kind == FR_ATTN_MASK_BAD) return -1;
+    m->causal = kind == FR_ATTN_MASK_CAUSAL;
+    m->window = m->mi.window;
+    m->seg = m->mi.seg;
+    return slot;
+}
 
 static void add_dead(match *m, const fr_graph *g, const fr_node *n) { m->dead[m->n_dead++] = (int)(n - g->nodes); }
 
@@ -132,13 +164,20 @@ static int match_scores(const fr_readers *c, int x, match *m)
         }
         if (!mask_seen && !scale_seen && fr_is_onnx_op(n, "Add") && n->n_inputs == 2) {
             int k = g->values[n->inputs[0]].constant ? 0 : 1; /* the constant side, else the second */
-            const fr_value *mv = &g->values[n->inputs[k]], *other = &g->values[n->inputs[1 - k]];
+            const fr_value *mv = &g->values[n->inputs[k]];
+            const int sym = mv->constant ? -1 : runtime_symbolic(g, n, 0, sv, m);
+            if (sym >= 0) k = sym; /* the side read as the mask */
+            const fr_value *other = &g->values[n->inputs[1 - k]];
             if (other->constant || !fr_same_dims(other, &g->values[n->outputs[0]])) return 0;
-            if (mv->constant) {
+            if (sym >= 0) {
+                /* read symbolically: attributes and Sk, no mask input */
+            } else if (mv->constant) {
                 int kind = fr_attn_classify_mask(mv->constant, 0, Tq, Tk, &m->window);
                 if (kind == FR_ATTN_MASK_BAD) return 0;
                 m->causal = kind == FR_ATTN_MASK_CAUSAL;
-            } else { /* computed at run time: the fused op reads it, adding it as this Add did */
+            } else {
+                /* computed at run time, not read symbolically: the fused op reads it, adding it
+                   as this Add did */
                 if (!m->guarded || !runtime_mask_ok(g, n->inputs[k], sv)) return 0;
                 m->mask = n->inputs[k];
             }
@@ -152,12 +191,15 @@ static int match_scores(const fr_readers *c, int x, match *m)
             const fr_tensor *ft = g->values[n->inputs[2]].constant;
             int fill_ok = ft && fr_dtype_is_float(ft->dtype) && fr_tensor_numel(ft) >= 1;
             for (int64_t e = 0; fill_ok && e < fr_tensor_numel(ft); e++) fill_ok = fr_tensor_get_f64(ft, e) <= MASKED_MAX;
-            if (!cond->constant || cond->dtype != FR_BOOL || a->constant || !fill_ok ||
-                !fr_same_dims(a, &g->values[n->outputs[0]]))
+            if (cond->dtype != FR_BOOL || a->constant || !fill_ok || !fr_same_dims(a, &g->values[n->outputs[0]]))
                 return 0;
-            int kind = fr_attn_classify_mask(cond->constant, 1, Tq, Tk, &m->window);
-            if (kind == FR_ATTN_MASK_BAD) return 0;
-            m->causal = kind == FR_ATTN_MASK_CAUSAL;
+            if (!cond->constant) {
+                if (runtime_symbolic(g, n, 1, sv, m) < 0) return 0;
+            } else {
+                int kind = fr_attn_classify_mask(cond->constant, 1, Tq, Tk, &m->window);
+                if (kind == FR_ATTN_MASK_BAD) return 0;
+                m->causal = kind == FR_ATTN_MASK_CAUSAL;
+            }
             mask_seen = 1;
             add_dead(m, g, n);
             x = n->inputs[1];
@@ -253,6 +295,7 @@ static int match_at(const fr_readers *c, int s, match *m)
     memset(m, 0, sizeof *m);
     m->scale = 1.0;
     m->mask = -1;
+    m->seg = -1;
     if (!softmax_last_axis(g, sm) || !is_f32(g, sm->inputs[0])) return 0;
     add_dead(m, g, sm);
     /* forward: the exporter's guard Where(IsNaN(P), 0, P), casts, then MatMul(P, V) */
@@ -322,7 +365,8 @@ static int reshaped_kt(const fr_readers *c, match *m, int kt)
     return r1->inputs[0];
 }
 
-/* GQA as the exporter writes it: K's source x is Expand([B, KV, 1, Tk, D]) to [B, KV, G, Tk, D],
+/* GQA as the exporter writes it: K's source x is Expand([B, KV, 1, Tk, D]) to [B, KV, G, Tk, D]
+ * (static shapes) or its Reshape to [B, KV * G, Tk, D] (dynamic: the exporter's _unsafe_view),
  * V is Reshape(Expand(..)) likewise, for Q [B, KV * G, Tq, D]. The fused op then reads the
  * Expands' inputs (K/V broadcast over G): the copies and their gradients' sums go away. Sets
  * *k5, *v5 and e's kv_heads and groups; 0 when the form is not there. */
@@ -330,7 +374,7 @@ static int gqa_sources(const fr_graph *g, const match *m, int x, int *k5, int *v
 {
     const fr_value *q = &g->values[m->q];
     int64_t kv, grp, kv2, grp2;
-    if (q->rank != 4 || !fr_attn_expand_source(g, x, 0, k5, &kv, &grp) ||
+    if (q->rank != 4 || !(fr_attn_expand_source(g, x, 0, k5, &kv, &grp) || fr_attn_expand_source(g, x, 1, k5, &kv, &grp)) ||
         !fr_attn_expand_source(g, m->v, 1, v5, &kv2, &grp2) || kv != kv2 || grp != grp2 || kv * grp != q->dims[1] ||
         g->values[*k5].dims[0] != q->dims[0] || g->values[*v5].dims[0] != q->dims[0])
         return 0;
@@ -393,10 +437,11 @@ static fr_status fuse_one(fr_readers *c, match *m, const char *softmax_name)
     fr_graph *g = c->g;
     char base[480];
     snprintf(base, sizeof base, "%s/fused_attention", softmax_name);
-    fr_attn_emit e = {m->q, -1, m->v, m->mask, m->o, 1, 1, (float)m->scale, m->causal, m->window, base};
+    fr_attn_emit e = {m->q, -1, m->v, m->mask, m->o, 1, 1, (float)m->scale, m->causal, m->window, base, m->seg};
     FR_TRY(make_k(c, m, base, &e.k, &e));
     for (int i = 0; i < m->n_dead; i++) g->nodes[m->dead[i]].dead = 1;
-    return fr_attn_emit_node(g, &e);
+    FR_TRY(fr_attn_emit_node(g, &e));
+    return m->mask_runtime ? fr_attn_mask_note(g, base, &m->mi) : FR_OK;
 }
 
 /* Fold the masks preparation left unfolded for their size: walk back from each Softmax through

@@ -7,6 +7,7 @@
 #include "ops/attention.h"
 #include "passes/attention_fuse.h"
 #include "passes/attention_import.h"
+#include "passes/attention_mask.h"
 #include "passes/autodiff.h"
 #include "passes/passes.h"
 #include "passes/pattern.h"
@@ -84,7 +85,7 @@ int fr_attn_expand_source(const fr_graph *g, int x, int reshaped, int *src, int6
 fr_status fr_attn_emit_node(fr_graph *g, const fr_attn_emit *e)
 {
     char nm[512];
-    int in[4] = {e->q, e->k, e->v, e->mask}, out[2] = {e->y, -1}, nid;
+    int in[5] = {e->q, e->k, e->v, e->mask, e->seg_k}, out[2] = {e->y, -1}, nid;
     if (e->groups > 1) {
         FR_TRY(split_heads(g, e->q, e->kv_heads, e->groups, e->base, "Q", &in[0]));
         if (e->mask >= 0 && g->values[e->mask].rank >= 3)
@@ -94,7 +95,8 @@ fr_status fr_attn_emit_node(fr_graph *g, const fr_attn_emit *e)
     }
     snprintf(nm, sizeof nm, "%s/LSE", e->base);
     FR_TRY(fr_graph_add_unique_value(g, nm, &out[1]));
-    FR_TRY(fr_graph_add_node(g, "Attention", FR_DOMAIN_FP8RUN, e->base, in[3] >= 0 ? 4 : 3, in, 2, out, &nid));
+    const int n_in = in[4] >= 0 ? 5 : in[3] >= 0 ? 4 : 3;
+    FR_TRY(fr_graph_add_node(g, "Attention", FR_DOMAIN_FP8RUN, e->base, n_in, in, 2, out, &nid));
     fr_node *n = &g->nodes[nid];
     FR_TRY(fr_node_set_attr_float(n, "scale", e->scale));
     FR_TRY(fr_node_set_attr_int(n, "causal", e->causal));
@@ -136,19 +138,35 @@ static fr_status lower_one(fr_graph *g, int id)
             window = w;
         }
     }
-    fr_attn_emit e = {q, k, v, -1, y, Hkv, G, scale, (int)causal, window, base};
+    int seg = -1, note = 0;
+    fr_attn_mask_info mi;
+    if (mask >= 0 && !g->values[mask].constant) { /* computed at run time: read symbolically */
+        const fr_value sv = {.rank = 4, .dims = {qv->dims[0], Hq, Tq, Tk}};
+        const int kind = fr_attn_mask_symbolic(g, mask, g->values[mask].dtype == FR_BOOL, &sv, &mi);
+        note = 1;
+        if (kind != FR_ATTN_MASK_BAD) {
+            mask = -1;
+            seg = mi.seg;
+            if (kind == FR_ATTN_MASK_CAUSAL) { /* is_causal on top of a causal mask: the same */
+                window = mi.window;
+                causal = 1;
+            }
+        }
+    }
+    fr_attn_emit e = {q, k, v, -1, y, Hkv, G, scale, (int)causal, window, base, seg};
     if (mask >= 0) FR_TRY(runtime_mask(g, mask, base, &e.mask));
     int k5, v5;
     int64_t kv1, g1, kv2, g2;
     if (G == 1 && fr_attn_expand_source(g, k, 1, &k5, &kv1, &g1) && fr_attn_expand_source(g, v, 1, &v5, &kv2, &g2) &&
         kv1 == kv2 && g1 == g2) { /* K, V expanded over the query heads by the exporter: their sources */
-        e = (fr_attn_emit){q, k5, v5, e.mask, y, kv1, g1, scale, (int)causal, window, base};
+        e = (fr_attn_emit){q, k5, v5, e.mask, y, kv1, g1, scale, (int)causal, window, base, e.seg_k};
     } else if (G > 1) { /* K, V [B, Hkv, 1, Tk, D] */
         FR_TRY(split_heads(g, k, Hkv, 1, base, "K", &e.k));
         FR_TRY(split_heads(g, v, Hkv, 1, base, "V", &e.v));
     }
     g->nodes[id].dead = 1; /* y gets its new producer */
-    return fr_attn_emit_node(g, &e);
+    FR_TRY(fr_attn_emit_node(g, &e));
+    return note ? fr_attn_mask_note(g, base, &mi) : FR_OK;
 }
 
 fr_status fr_lower_onnx_attention(fr_graph *g, int *count)

@@ -317,6 +317,28 @@ static int64_t norm_ok(const fr_graph *g, const match *m, const fr_node *r, cons
     return len;
 }
 
+/* The RoPE tables of q and k are one: the same value, equal constants, or the same op on the
+ * same inputs (the opset-23 RotaryEmbedding import stages each call's tables itself). */
+static int same_table(const fr_graph *g, int a, int b)
+{
+    if (a == b) return 1;
+    if (a < 0 || b < 0) return 0;
+    const fr_value *va = &g->values[a], *vb = &g->values[b];
+    if (va->dtype != vb->dtype || !fr_same_dims(va, vb)) return 0;
+    if (va->constant && vb->constant) {
+        const fr_tensor *ta = va->constant, *tb = vb->constant;
+        return ta->nbytes == tb->nbytes && memcmp(ta->data, tb->data, ta->nbytes) == 0;
+    }
+    const fr_node *pa = fr_live_producer(g, a), *pb = fr_live_producer(g, b);
+    if (!pa || !pb || strcmp(pa->op_type, pb->op_type) != 0 || strcmp(pa->domain, pb->domain) != 0 ||
+        pa->n_inputs != pb->n_inputs || pa->n_outputs != 1 || pb->n_outputs != 1 ||
+        strcmp(pa->op_type, "Unsqueeze") != 0 || fr_node_attr(pa, "axes") || fr_node_attr(pb, "axes"))
+        return 0;
+    for (int i = 0; i < pa->n_inputs; i++)
+        if (!same_table(g, pa->inputs[i], pb->inputs[i])) return 0;
+    return 1;
+}
+
 static int64_t attr_int(const fr_node *n, const char *name, int64_t dflt)
 {
     int64_t v = dflt;
@@ -436,7 +458,8 @@ static int match_at(void *cv, int ai, void *mv)
     m->cos = m->sin = -1;
     if (rq >= 0) {
         const fr_node *nq = &g->nodes[rq], *nk = &g->nodes[rk];
-        if (nq->inputs[1] != nk->inputs[1] || nq->inputs[2] != nk->inputs[2]) return 0;
+        if (!same_table(g, nq->inputs[1], nk->inputs[1]) || !same_table(g, nq->inputs[2], nk->inputs[2]))
+            return WHY(0, "q and k read different RoPE tables");
         m->interleaved = (int)attr_int(nq, "interleaved", 0);
         if (m->interleaved != attr_int(nk, "interleaved", 0) || m->interleaved < 0 || m->D % 2) return 0;
         if (!rotary_ok(g, m, nq, &m->c[0].at_rotary) || !rotary_ok(g, m, nk, &m->c[1].at_rotary))

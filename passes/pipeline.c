@@ -5,6 +5,7 @@
 
 #include "passes/attention_fuse.h"
 #include "passes/attention_io.h"
+#include "passes/attention_mask.h"
 #include "passes/dropout.h"
 #include "passes/gelu_fuse.h"
 #include "passes/narrow_activations.h"
@@ -134,6 +135,12 @@ static fr_status run_unfused(fr_pass_ctx *c, fr_pass_result *r)
     return fr_unfused_check(c->g, &left, r->detail, sizeof r->detail);
 }
 
+static fr_status run_attention_masks(fr_pass_ctx *c, fr_pass_result *r)
+{
+    int dense; /* a report: the graph is unchanged (r->changed stays 0) */
+    return fr_attn_mask_report(c->g, &dense, r->detail, sizeof r->detail);
+}
+
 static fr_status run_fp8_compile(fr_pass_ctx *c, fr_pass_result *r)
 {
     if (!c->report || !c->compiled)
@@ -223,6 +230,11 @@ static const fr_pass k_passes[] = {
        after it, as the trainer always ran them, so compiled graphs stay the same */
     {"fuse_rotary", "each RoPE (rotate-half, cos/sin tables) becomes one ai.fp8run::Rotary node",
      FR_STAGE_PREPARED, "fuse_attention", 0, run_rotary},
+    /* a report, right after the attention fusions (the opset-23 import's included), whose
+       notes on the fused nodes it reads: AttentionQKV keeps the masks but not the notes */
+    {"attention_masks", "how each fused attention masks: causal / window attributes, key padding as its "
+     "segment input Sk, or a dense additive mask (the slow kernels) and why", FR_STAGE_PREPARED, NULL, 0,
+     run_attention_masks},
     /* after the fusions that take MatMuls out of its way, before the passes that read its
        Linears */
     {"fp8_compile", "MatMul/Gemm with a trained weight become ai.fp8run::Linear in fp8/bf16 (sibling "

@@ -42,7 +42,7 @@ typedef struct fr_pass_result {
     const char *name;   /* the entry's name (static) */
     int ran;            /* 0: turned off by its option */
     int changed;        /* nodes (or values) it fused, removed, rewrote: its headline count */
-    char detail[120];   /* the rest, as text: "2 fused", "off (fuse_attention = 0)" */
+    char detail[512];   /* the rest, as text: "2 fused", "off (fuse_attention = 0)" */
 } fr_pass_result;
 
 #define FR_PIPELINE_MAX_PASSES 32

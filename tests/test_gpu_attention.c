@@ -2,12 +2,13 @@
  * on fresh random inputs: Attention (O, LSE) and AttentionGrad (dQ, dK, dV, some omitted),
  * causal and not, grouped-query broadcasting ([B, KV, G, T, D] with K/V [B, KV, 1, T, D]) and
  * K/V shared by every batch ([T, D]), ragged lengths (1, 7, 65, 200; Tq != Tk), head dims 8,
- * 16, 64, 128 and 96 (generic path), Dv != D; both paths: bf16 tensor cores (D = Dv in
- * {64, 128}) and the generic float32 kernels (fp32 precision, bf16 precision with other dims).
+ * 16, 64, 128 and 96, Dv != D; both paths: bf16 tensor cores (any D, Dv that are multiples
+ * of 8 up to 256: attention_tc.cu) and the float32 kernels (fp32 precision; generic past 64/128).
  * Tolerances per output (relative L2): fp32 1e-5; bf16 1e-2 (O, dQ, dK, dV: the CPU rounds the
  * normalized P, the kernels exp(s - running max)) and 1e-5 for LSE. The kernels use no atomics:
  * two runs are compared byte for byte. float64 is refused (FR_ERR_UNSUPPORTED naming the node).
- * The sliding window and the mask input (attention_masked.cu) are checked the same way.
+ * The sliding window and the mask input (tensor cores in bf16, attention_masked.cu in fp32) are
+ * checked the same way; tests/test_gpu_flash.c covers every mask kind and head dim.
  *
  * FR_ATTN_BENCH=1 adds timings (CUDA events, bf16 and fp32, causal) of the two reference shapes, Llama
  * 1B (B 8, H 16, KV 8, T 2048, D 128) and 125M (B 16, H 12, KV 4, T 1024, D 64), forward and
@@ -217,7 +218,7 @@ static void test_generic(void)
                 acase a = (ti + causal) % 2 ? gqa(Ts[ti], Ds[di], causal) : plain(Ts[ti], Ds[di], causal);
                 run_case(&r, &a, "fp32", 0u);
             }
-    /* bf16 precision on the generic path (D not 64/128, or Dv != D) */
+    /* bf16 precision with D not 64/128, or Dv != D (the tensor cores' padded head dims) */
     acase b1 = gqa(65, 96, 1);
     run_case(&r, &b1, "bf16", 0u);
     acase b2 = plain(40, 16, 0);

@@ -1,7 +1,9 @@
 /* Models as users bring them: tiny Hugging Face architectures exported by torch 2.11's dynamo
  * exporter at opsets 18 and 23 (tests/fixtures/hf, written by tools/gen_hf_exports.py), run and
  * trained through the fp8run CLI exactly as a user would, against PyTorch:
- *   - `fp8run run` reproduces PyTorch's logits (relative L2 <= 1e-4);
+ *   - `fp8run run` reproduces PyTorch's logits (relative L2 <= 1e-4); on the dynamic exports
+ *     also with a padded attention_mask (one row padded on the right, then on the left: the
+ *     rows of fully masked queries, whose outputs are no token's, are left out);
  *   - 20 AdamW steps in fp32 (`--data-order sequential`) follow PyTorch's losses (each step's
  *     loss within 1e-4 relative) with no step skipped;
  *   - the model those 20 steps trained, exported back (`--export`): its trained parameters are
@@ -29,10 +31,10 @@ static const char *const FIXTURES[] = {
     "qwen2_op18_static", "qwen2_op23_static", "mistral_op18_static", "mistral_op23_static",
     "gpt2_op18_static", "gpt2_op18_dynamic", "gpt2_op23_static", "gpt2_op23_dynamic",
     "phi3_op18_static", "phi3_op23_static", "gemma_op18_static", "gemma_op23_static",
-    "bert_op18_static", "bert_op23_static", "qwen3_op18_static", "qwen3_op23_static",
-    "gpt_neox_op18_static", "gpt_neox_op23_static", "olmo2_op18_static", "olmo2_op23_static",
-    "gemma3_op18_static", "gemma3_op23_static", "qwen3_op18_dynamic", "qwen3_op23_dynamic",
-    "gpt_neox_op18_dynamic", "gpt_neox_op23_dynamic",
+    "bert_op18_static", "bert_op23_static", "mistral_op18_dynamic", "mistral_op23_dynamic",
+    "qwen3_op18_static", "qwen3_op23_static", "gpt_neox_op18_static", "gpt_neox_op23_static",
+    "olmo2_op18_static", "olmo2_op23_static", "gemma3_op18_static", "gemma3_op23_static",
+    "qwen3_op18_dynamic", "qwen3_op23_dynamic", "gpt_neox_op18_dynamic", "gpt_neox_op23_dynamic",
 };
 #define N_FIXTURES ((int)(sizeof FIXTURES / sizeof FIXTURES[0]))
 
@@ -45,6 +47,51 @@ static int file_exists(const char *p)
     return f != NULL;
 }
 
+
+/* `fp8run run` with the padded attention_mask input_attention_mask_SIDE.npy against PyTorch's
+ * output_logits_SIDE.npy, over the rows of queries that see a key (causal: mask[b, j] = 1 for
+ * some j <= i). Fixtures without that reference are skipped. */
+static void check_padded(const char *name, const char *side)
+{
+    char mp[1024], p[1100], out[1100];
+    snprintf(mp, sizeof mp, "%s/%s/input_attention_mask_%s.npy", hf_dir, name, side);
+    if (!file_exists(mp)) return;
+    int rc = cli_run("run '%s/%s/model.onnx' --input input_ids='%s/%s/input_input_ids.npy' --input attention_mask='%s' "
+                     "--output-dir outp_%s_%s", hf_dir, name, hf_dir, name, mp, side, name);
+    if (rc) cli_show(rc);
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    fr_tensor *got = NULL, *want = NULL, *mask = NULL;
+    snprintf(out, sizeof out, "%s/outp_%s_%s/logits.npy", cli_tmp, side, name);
+    snprintf(p, sizeof p, "%s/%s/output_logits_%s.npy", hf_dir, name, side);
+    FR_ASSERT_OK(fr_npy_load(out, &got));
+    FR_ASSERT_OK(fr_npy_load(p, &want));
+    FR_ASSERT_OK(fr_npy_load(mp, &mask));
+    CU_ASSERT_EQUAL_FATAL(fr_tensor_numel(got), fr_tensor_numel(want));
+    CU_ASSERT_FATAL(want->rank == 3 && mask->rank == 2 && mask->dtype == FR_I64 && mask->dims[0] == want->dims[0] &&
+                    mask->dims[1] == want->dims[1]);
+    const int64_t B = want->dims[0], T = want->dims[1], V = want->dims[2];
+    const float *g = got->data, *w = want->data;
+    double num = 0, den = 0;
+    int rows = 0;
+    for (int64_t b = 0; b < B; b++) {
+        int seen = 0;
+        for (int64_t i = 0; i < T; i++) {
+            seen |= ((const int64_t *)mask->data)[b * T + i] != 0;
+            if (!seen) continue;
+            rows++;
+            for (int64_t e = (b * T + i) * V; e < (b * T + i + 1) * V; e++) {
+                num += ((double)g[e] - w[e]) * ((double)g[e] - w[e]);
+                den += (double)w[e] * w[e];
+            }
+        }
+    }
+    const double rel = sqrt(num / den);
+    printf(" | %s-padded %.2e (%d rows)", side, rel, rows);
+    CU_ASSERT(rel <= REL_TOL);
+    fr_tensor_free(got);
+    fr_tensor_free(want);
+    fr_tensor_free(mask);
+}
 
 /* The forward: `fp8run run` with the fixture's inputs against PyTorch's logits. */
 static void check_logits(const char *name)
@@ -67,6 +114,8 @@ static void check_logits(const char *name)
     CU_ASSERT(rel <= REL_TOL);
     fr_tensor_free(got);
     fr_tensor_free(want);
+    check_padded(name, "right");
+    check_padded(name, "left");
 }
 
 /* `fp8run train` for `steps` steps; returns the number of step records read into losses. */
@@ -283,6 +332,7 @@ FIXTURE_TEST(6) FIXTURE_TEST(7) FIXTURE_TEST(8) FIXTURE_TEST(9) FIXTURE_TEST(10)
 FIXTURE_TEST(12) FIXTURE_TEST(13) FIXTURE_TEST(14) FIXTURE_TEST(15) FIXTURE_TEST(16) FIXTURE_TEST(17)
 FIXTURE_TEST(18) FIXTURE_TEST(19) FIXTURE_TEST(20) FIXTURE_TEST(21) FIXTURE_TEST(22) FIXTURE_TEST(23)
 FIXTURE_TEST(24) FIXTURE_TEST(25) FIXTURE_TEST(26) FIXTURE_TEST(27) FIXTURE_TEST(28) FIXTURE_TEST(29)
+FIXTURE_TEST(30) FIXTURE_TEST(31)
 
 /* FP8 tracks fp32 on the Llama export over 300 steps (the mean of the last 20 losses) */
 static void test_llama_fp8_tracks_fp32(void)
@@ -313,7 +363,8 @@ static int suite_init(void)
 #define T(i) {"fixture " #i, test_fixture_##i}
 static CU_TestInfo tests[] = {
     T(0), T(1), T(2), T(3), T(4), T(5), T(6), T(7), T(8), T(9), T(10), T(11), T(12), T(13), T(14), T(15),
-    T(16), T(17), T(18), T(19), T(20), T(21), T(22), T(23), T(24), T(25), T(26), T(27), T(28), T(29), {"llama fp8 tracks fp32", test_llama_fp8_tracks_fp32}, CU_TEST_INFO_NULL,
+    T(16), T(17), T(18), T(19), T(20), T(21), T(22), T(23), T(24), T(25), T(26), T(27), T(28), T(29), T(30),
+    T(31), {"llama fp8 tracks fp32", test_llama_fp8_tracks_fp32}, CU_TEST_INFO_NULL,
 };
 static CU_SuiteInfo suites[] = {{"hf_exports", suite_init, cli_suite_clean, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
 

@@ -374,13 +374,13 @@ static void test_other_reader(void)
 
 /* What users bring: the dynamo exports (opset 18 and 23) of the Llama-family fixtures narrow one
  * gate/up Linear per layer in fp8 (the fused SwiGLU reads it) and the unbiased Q/K/V projection
- * AttentionQKV reads; GPT-2 none */
+ * AttentionQKV reads (the dynamic export too: its mask is read as causal); GPT-2 none */
 static void test_hf_exports(void)
 {
     static const struct {
         const char *dir;
         int swiglu, qkv; /* layers with a narrowed gate/up, Q/K/V: the fixtures have 2 */
-    } fx[] = {{"llama_op18_static", 2, 2},   {"llama_op23_dynamic", 2, 0}, {"qwen2_op18_static", 2, 0},
+    } fx[] = {{"llama_op18_static", 2, 2},   {"llama_op23_dynamic", 2, 2}, {"qwen2_op18_static", 2, 0},
               {"mistral_op23_static", 2, 2}, {"phi3_op18_static", 2, 0},   {"gemma_op18_static", 2, 2},
               {"gpt2_op18_static", 0, 0}};
     for (size_t i = 0; i < sizeof fx / sizeof fx[0]; i++) {

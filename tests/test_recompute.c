@@ -14,6 +14,7 @@
 #include "passes/recompute.h"
 #include "runtime/train/llama_gen.h"
 #include "runtime/train/train_backend.h"
+#include "runtime/train/train_internal.h"
 
 static const fr_llama_config k_llama = {.d = 64, .layers = 2, .heads = 4, .kv_heads = 2, .ffn = 96, .vocab = 64,
                                         .max_seq = 32, .seed = 11};

@@ -21,6 +21,7 @@
 #include "graph/onnx_io.h"
 #include "tests/harness.h"
 #include "runtime/train/train_backend.h"
+#include "runtime/train/train_internal.h"
 
 enum { B = 2, T = 8, W = B * (T + 1) };
 

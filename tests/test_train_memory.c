@@ -11,6 +11,7 @@
 #include "graph/onnx_io.h"
 #include "tests/harness.h"
 #include "runtime/train/train_backend.h"
+#include "runtime/train/train_internal.h"
 #include "runtime/train/train_memory.h"
 
 static fr_graph *load_llama(void)

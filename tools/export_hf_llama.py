@@ -2,12 +2,14 @@
 """Export Hugging Face LlamaForCausalLM at fp8run's reference configurations with today's
 torch.onnx exporter (dynamo=True, opset 18), as a user would, for `fp8run bench` / `train`.
 
-    python3 tools/export_hf_llama.py --preset 125m|1b -o DIR [--opset 18] [--dynamic]
+    python3 tools/export_hf_llama.py --preset 125m|1b -o DIR [--opset 18] [--dynamic [--attention-mask]]
 
 Random init (seed 0). The configuration equals `fp8run generate llama --preset P` (and
 ../shared/baselines/torch_llama.py): vocab 32768, 125m: d 768, 12 layers, 12 heads, 4 KV heads,
 ffn 2048; 1b: d 2048, 16 layers, 16 heads, 8 KV heads, ffn 5632; untied LM head. The export is
-static at the bench shape (125m: 16 x 1024, 1b: 8 x 2048) unless --dynamic; weights go to
+static at the bench shape (125m: 16 x 1024, 1b: 8 x 2048) unless --dynamic (batch and seq
+dynamic; with --attention-mask also an `attention_mask` input, from which the graph computes
+the causal and padding mask, as transformers' users export it); weights go to
 DIR/model.onnx.data (external data: the 1b model is over 2 GB). Needs torch >= 2.9,
 transformers, onnxscript (the lent GPU machines have them)."""
 import argparse
@@ -28,6 +30,7 @@ def main():
     ap.add_argument("-o", "--out", required=True)
     ap.add_argument("--opset", type=int, default=18)
     ap.add_argument("--dynamic", action="store_true")
+    ap.add_argument("--attention-mask", action="store_true")
     a = ap.parse_args()
     p = PRESETS[a.preset]
     cfg = LlamaConfig(vocab_size=p["V"], hidden_size=p["d"], intermediate_size=p["ff"],
@@ -39,11 +42,15 @@ def main():
     ids = torch.randint(0, p["V"], (p["B"], p["T"]))
     os.makedirs(a.out, exist_ok=True)
     t0 = time.time()
-    kw = {}
+    kw, names = {}, ["input_ids"]
     if a.dynamic:
         bt = {0: torch.export.Dim("batch", max=1024), 1: torch.export.Dim("seq", max=p["T"])}
         kw = dict(dynamic_shapes={"input_ids": bt})
-    prog = torch.onnx.export(m, (ids,), dynamo=True, opset_version=a.opset, input_names=["input_ids"],
+        if a.attention_mask:
+            kw = dict(kwargs={"attention_mask": torch.ones_like(ids)},
+                      dynamic_shapes={"input_ids": bt, "attention_mask": bt})
+            names.append("attention_mask")
+    prog = torch.onnx.export(m, (ids,), dynamo=True, opset_version=a.opset, input_names=names,
                              output_names=["logits"], **kw)
     prog.save(os.path.join(a.out, "model.onnx"), external_data=True)
     n = sum(x.numel() for x in m.parameters())

@@ -12,12 +12,17 @@ GQA where the architecture has it, tied embeddings where it ties them, dropout 0
 OPSET in 18 and 23 it writes OUT_DIR/ARCH_opOPSET_STYLE/, STYLE being
   static   input_ids [2, 11] only: masks and rotary tables are folded for that shape
   dynamic  input_ids and attention_mask with dynamic batch and seq (torch.export
-           dynamic_shapes): the masks are computed in the graph (llama, gpt2, qwen3, gpt_neox)
+           dynamic_shapes): the masks are computed in the graph (llama, gpt2, qwen3,
+           gpt_neox, and mistral: its sliding window)
 holding
   model.onnx            the export (dynamo=True, the exporter's default optimizer); llama's
                         dynamic export keeps its weights in model.onnx.data (external data)
   input_input_ids.npy   int64 [2, 11] (and input_attention_mask.npy, ones, for dynamic)
   output_logits.npy     PyTorch's float32 logits for them (eval mode)
+  input_attention_mask_right.npy, output_logits_right.npy (dynamic): row 1's last 4 tokens
+                        padding (mask 0), and PyTorch's logits for that mask; _left likewise
+                        with row 1's first 4 tokens padding (their logits are PyTorch's for
+                        fully masked queries: compare the real tokens' rows)
   losses.txt            20 AdamW steps of PyTorch in float32, one loss a line, with the protocol
                         of `fp8run train --data ../tokens.bin --batch 2 --seq 11 --steps 20
                         --lr 1e-3 --data-order sequential` (AdamW betas 0.9/0.999, eps 1e-8,
@@ -26,6 +31,11 @@ holding
   meta.json             architecture, opset, style, config, versions, parameter names
 Also OUT_DIR/tokens.bin (uint16 Markov chain, 4096 tokens) and OUT_DIR/llama_safetensors/
 (save_pretrained of the llama model before training: config.json + model.safetensors).
+
+    python3 tools/gen_hf_exports.py --padded-only FIXTURE_DIR [ARCH ...]
+
+adds only the padded references to the dynamic fixtures already in FIXTURE_DIR (the same
+seeds rebuild the models; their logits must reproduce the stored output_logits.npy).
 """
 import functools
 import json
@@ -45,8 +55,11 @@ from transformers import (BertConfig, BertForMaskedLM, GemmaConfig, GemmaForCaus
                           Gemma3ForCausalLM)
 
 warnings.filterwarnings("ignore")
-OUT = sys.argv[1]
-ONLY = sys.argv[2:]
+PADDED_ONLY = sys.argv[1] == "--padded-only"
+OUT = sys.argv[2] if PADDED_ONLY else sys.argv[1]
+ONLY = sys.argv[3:] if PADDED_ONLY else sys.argv[2:]
+DYNAMIC = ("llama", "gpt2", "mistral", "qwen3", "gpt_neox")
+PAD = 4
 V, B, T, STEPS, LR = 211, 2, 11, 20, 1e-3
 torch.set_num_threads(4)
 
@@ -144,6 +157,65 @@ def torch_losses(w, toks):
     return losses
 
 
+def padded_masks():
+    """Row 1 padded on the right (its last PAD tokens) and on the left (its first PAD)."""
+    right = np.ones((B, T), np.int64)
+    right[1, T - PAD:] = 0
+    left = np.ones((B, T), np.int64)
+    left[1, :PAD] = 0
+    return {"right": right, "left": left}
+
+
+def save_padded(w, ids, d):
+    for side, mask in padded_masks().items():
+        with torch.no_grad():
+            logits = w(input_ids=ids, attention_mask=torch.tensor(mask))[0]
+        np.save(os.path.join(d, "input_attention_mask_%s.npy" % side), mask)
+        np.save(os.path.join(d, "output_logits_%s.npy" % side), logits.float().numpy())
+
+
+def perturb_norms(arch, m):
+    """Distinct norm weights, as a pretrained model's are: with the fresh init's equal ones the
+    exporter merges GPT-NeoX's two LayerNorms of a parallel block (same input, equal weights)
+    into one node, and the export trains one where PyTorch trains two."""
+    if arch not in ("gpt_neox", "olmo2", "gemma3"):
+        return
+    gn = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for k, p in m.named_parameters():
+            if "norm" in k:
+                p.add_(0.1 * torch.randn(p.shape, generator=gn))
+
+
+def padded_only():
+    """The padded references for the dynamic fixtures in OUT, their models rebuilt from the seeds."""
+    ok = True
+    for arch, (cls, cfg) in configs().items():
+        if arch not in DYNAMIC or (ONLY and arch not in ONLY):
+            continue
+        for opset in (18, 23):
+            d = os.path.join(OUT, "%s_op%d_dynamic" % (arch, opset))
+            if not os.path.isdir(d):
+                continue
+            torch.manual_seed(0)
+            m = cls(cfg)
+            perturb_norms(arch, m)
+            if hasattr(m.config, "use_cache"):
+                m.config.use_cache = False
+            w = logits_only(m, False).eval()
+            ids = torch.tensor(np.load(os.path.join(d, "input_input_ids.npy")))
+            with torch.no_grad():
+                logits = w(input_ids=ids, attention_mask=torch.ones_like(ids))[0].float().numpy()
+            off = float(np.abs(logits - np.load(os.path.join(d, "output_logits.npy"))).max())
+            if off > 1e-5:
+                print("%s: the rebuilt model's logits are off by %g: not its model" % (d, off))
+                ok = False
+                continue
+            save_padded(w, ids, d)
+            print("%s: padded references written (rebuilt logits within %g)" % (d, off))
+    return 0 if ok else 1
+
+
 def export(w, ids, path, opset, dynamic, external):
     if dynamic:
         mask = torch.ones_like(ids)
@@ -173,23 +245,14 @@ def main():
             continue
         for opset in (18, 23):
             for style in ("static", "dynamic"):
-                if style == "dynamic" and arch not in ("llama", "gpt2", "qwen3", "gpt_neox"):
+                if style == "dynamic" and arch not in DYNAMIC:
                     continue
                 name = "%s_op%d_%s" % (arch, opset, style)
                 d = os.path.join(OUT, name)
                 os.makedirs(d, exist_ok=True)
                 torch.manual_seed(0)
                 m = cls(cfg)
-                if arch in ("gpt_neox", "olmo2", "gemma3"):
-                    # distinct norm weights, as a pretrained model's are: with the fresh init's equal
-                    # ones the exporter merges GPT-NeoX's two LayerNorms of a parallel block (same
-                    # input, equal weights) into one node, and the export trains one where PyTorch
-                    # trains two
-                    gn = torch.Generator().manual_seed(3)
-                    with torch.no_grad():
-                        for k, p in m.named_parameters():
-                            if "norm" in k:
-                                p.add_(0.1 * torch.randn(p.shape, generator=gn))
+                perturb_norms(arch, m)
                 if hasattr(m.config, "use_cache"):
                     m.config.use_cache = False
                 w = logits_only(m, arch == "bert").eval()
@@ -209,6 +272,7 @@ def main():
                 np.save(os.path.join(d, "input_input_ids.npy"), ids.numpy().astype(np.int64))
                 if style == "dynamic":
                     np.save(os.path.join(d, "input_attention_mask.npy"), np.ones((B, T), np.int64))
+                    save_padded(w, ids, d)
                 np.save(os.path.join(d, "output_logits.npy"), logits.float().numpy())
                 losses = torch_losses(w, toks)  # after the export: it must see the initial weights
                 with open(os.path.join(d, "losses.txt"), "w") as f:
@@ -224,4 +288,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(padded_only() if PADDED_ONLY else main())

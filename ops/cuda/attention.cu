@@ -1,22 +1,28 @@
 /* CUDA kernels of the fused attention op (ops/attention.h): Attention (O, LSE) and
  * AttentionGrad (dQ, dK, dV), flash style: no [T, T] matrix is ever stored.
  *
- * Three kernel families, chosen per node, each in its own file (what they share is in
+ * Four kernel families, chosen per node, each in its own file (what they share is in
  * attention_flash.cuh); this file holds the checks, the plan, the scratch and the dispatch:
- *  - tensor cores (attention_tc.cu): precision bf16, D == Dv in {64, 128}, 16-byte aligned
- *    operands; mma.sync m16n8k16 bf16 with float32 accumulation on bf16 copies of the operands.
+ *  - tensor cores (attention_tc.cu, attention_tc_bwd.cu): precision bf16, D and Dv multiples
+ *    of 8 up to 256, 16-byte aligned operands, every mask kind (causal, sliding window,
+ *    softcap, segment ids Sk/Sq, an additive mask input); mma.sync m16n8k16 bf16 with float32
+ *    accumulation on bf16 copies of the operands, FlashAttention-2 style.
  *  - float32 tiled (attention_f32.cu): precision fp32, D == Dv in {64, 128}, 16-byte aligned;
- *    SIMT float32, no TF32, 64 x 64 register-tiled blocks.
+ *    SIMT float32, no TF32, 64 x 64 register-tiled blocks; causal only.
  *  - generic (attention_generic.cu): float32 precision with other head dims up to 256, or the
  *    cases above that miss a condition; SIMT float32, 32 x 32 tiles, exact float32 math (bf16
- *    precision rounds the operands, P and dS as the spec says).
- * Backward (all three): Delta_i = dO_i . O_i (double sum, float32 result, in scratch); one
+ *    precision rounds the operands, P and dS as the spec says); causal only.
+ *  - masked (attention_masked.cu): the exact float32 path for every other mask kind (window,
+ *    softcap, segment ids, mask input), and for bf16 precision where the tensor cores do not
+ *    apply; simple rather than fast.
+ * Backward (all): Delta_i = dO_i . O_i (double sum, float32 result, in scratch); one
  * kernel per (64-key block, K/V batch index) walks every query tile of every Q batch index
  * that reads this K/V (the GQA group, in increasing order) and keeps dK, dV in registers; one
  * kernel per (query block, Q batch index) walks the key tiles for dQ. No atomics: the results
- * are bit-identical run to run. Causal: key tiles above the diagonal are skipped, only tiles
- * crossing it are masked element by element. float64 is CPU-only (FR_ERR_UNSUPPORTED).
- * A sliding window or a mask input goes to the simple kernels of attention_masked.cu. */
+ * are bit-identical run to run (so --deterministic needs nothing more here). Tiles outside
+ * the causal / window / segment bounds are skipped, only tiles crossing one are masked element
+ * by element. float64 is CPU-only (FR_ERR_UNSUPPORTED). cuDNN's path (--attention cudnn|auto)
+ * runs first where it takes the node; it is not asked for softcap or segment ids. */
 #include <cuda_bf16.h>
 #include <limits.h>
 #include <math.h>
@@ -93,11 +99,55 @@ fr_status make_plan(const fr_node *n, int rq, const int64_t *dq, int rk, const i
         p.map.qdims[k] = g.qdims[k];
         p.map.kv_stride[k] = g.kv_stride[k];
     }
-    pl->tc = pl->a.bf16 && g.D == g.Dv && (g.D == 64 || g.D == 128);
+    pl->tc = pl->a.bf16 && tc_takes(g.D, g.Dv);
     pl->f32 = !pl->a.bf16 && g.D == g.Dv && (g.D == 64 || g.D == 128);
     memcpy(pl->od, dq, sizeof(int64_t) * (size_t)rq);
     pl->od[rq - 1] = g.Dv;
     return FR_OK;
+}
+
+/* The masks of a node beyond causal for the tensor-core kernels: window, softcap, the segment
+ * ids sk, sq and the additive mask m (NULL: absent), their shapes checked against the plan. */
+fr_status masks_of(const fr_node *n, const Plan &pl, const fr_tensor *m, const fr_tensor *sk, const fr_tensor *sq,
+                   Masks *mk)
+{
+    memset(mk, 0, sizeof *mk);
+    mk->window = pl.a.window;
+    mk->softcap = pl.a.softcap;
+    mk->softcap_inv = pl.a.softcap > 0.f ? 1.f / pl.a.softcap : 0.f;
+    fr_attn_seg sg;
+    FR_TRY(fr_attn_seg_geometry(n, &pl.geo, sk ? sk->dtype : FR_I64, sk ? sk->rank : 0, sk ? sk->dims : NULL,
+                                sq ? sq->dtype : FR_I64, sq ? sq->rank : 0, sq ? sq->dims : NULL, &sg));
+    if (sk && sq && sk->dtype != sq->dtype)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "Sk is %s and Sq %s: the CUDA kernels take one id dtype",
+                             fr_dtype_name(sk->dtype), fr_dtype_name(sq->dtype));
+    mk->sk = sk ? sk->data : nullptr;
+    mk->sq = sq ? sq->data : nullptr;
+    mk->seg64 = sk && sk->dtype == FR_I64;
+    mk->seg_per_row = sg.per_row;
+    mk->seg_ranges = sk && pl.a.seg_form != FR_ATTN_SEG_GENERAL;
+    fr_attn_mask mg;
+    FR_TRY(fr_attn_mask_geometry(n, &pl.geo, m ? m->rank : 0, m ? m->dims : NULL, &mg));
+    mk->m = m ? (const float *)m->data : nullptr;
+    mk->mrow = mg.row;
+    mk->mcol = mg.col;
+    for (int i = 0; i < pl.geo.brank; i++) mk->mstride[i] = mg.bstride[i];
+    return FR_OK;
+}
+
+/* cuDNN's path when the node allows it (it knows no softcap or segment ids here): *ran = 1 when
+ * it ran the node; --attention cudnn on a node it cannot take is an error naming the node. */
+fr_status try_cudnn(const fr_cuda_kctx *k, const Plan &pl, int backward, int has_seg, int *ran)
+{
+    *ran = 0;
+    if (pl.a.softcap > 0.f || has_seg) {
+        if (k->cu->attention == FR_CUDA_ATTN_CUDNN)
+            return fr_node_error(k->node, FR_ERR_UNSUPPORTED, "--attention cudnn: cuDNN cannot run this node here: "
+                                 "%s (fp8run's kernels can: --attention auto or fp8run)",
+                                 has_seg ? "segment ids (Sk, Sq)" : "softcap");
+        return FR_OK;
+    }
+    return fr_attn_cudnn_run(k, backward, ran);
 }
 
 fr_status plan_of_node(const fr_graph *g, const fr_node *n, Plan *pl)
@@ -172,11 +222,13 @@ fr_status attn_cuda(const fr_cuda_kctx *k)
         return fr_node_error(n, FR_ERR_GRAPH, "needs inputs Q, K, V (and optionally M, Sk, Sq) and output O");
     const fr_tensor *q = k->in[0], *kk = k->in[1], *v = k->in[2], *mask = k->n_in > 3 ? k->in[3] : NULL;
     fr_tensor *o = k->out[0], *lse = k->n_out > 1 ? k->out[1] : NULL;
+    const fr_tensor *sk = k->n_in > 4 ? k->in[4] : NULL, *sq = k->n_in > 5 ? k->in[5] : NULL;
     Plan pl;
     FR_TRY(make_plan(n, q->rank, q->dims, kk->rank, kk->dims, v->rank, v->dims, &pl));
-    /* before cuDNN's path too: neither may drop a softcap or the segments silently */
-    FR_TRY(fr_attn_refuse_new(n, &pl.a, 4, "the CUDA attention kernels"));
-    FR_TRY(check_f32(n, k->in, mask ? 4 : 3));
+    FR_TRY(check_f32(n, k->in, 3));
+    if (mask) FR_TRY(check_f32(n, &mask, 1));
+    Masks mk;
+    FR_TRY(masks_of(n, pl, mask, sk, sq, &mk));
     const Prob &p = pl.p;
     FR_TRY(fr_check_out(n, o, FR_F32, q->rank, pl.od));
     if (lse) FR_TRY(fr_check_out(n, lse, FR_F32, q->rank - 1, q->dims));
@@ -184,12 +236,10 @@ fr_status attn_cuda(const fr_cuda_kctx *k)
     if (p.Tk == 0 || p.D == 0)
         return fr_node_error(n, FR_ERR_SHAPE, "Tk and D must be >= 1 (a row with no key has no softmax)");
     int ran = 0; /* cuDNN's flash attention when --attention asks for it and takes the node */
-    FR_TRY(fr_attn_cudnn_run(k, 0, &ran));
+    FR_TRY(try_cudnn(k, pl, 0, sk != NULL, &ran));
     if (ran) return FR_OK;
     const float *Q = (const float *)q->data, *K = (const float *)kk->data, *V = (const float *)v->data;
     float *O = (float *)o->data, *L = lse ? (float *)lse->data : nullptr;
-    if (mask || pl.a.window > 0) /* the flash kernels know only the causal bound */
-        return fr_attn_masked_fwd(k, &pl.a, &pl.geo, Q, K, V, mask, O, L);
     if (pl.tc && aligned16(Q) && aligned16(K) && aligned16(V) && aligned16(O)) { /* O: float2 stores */
         Scratch s;
         const size_t need = scratch_layout(pl, false, k->scratch, &s);
@@ -197,8 +247,10 @@ fr_status attn_cuda(const fr_cuda_kctx *k)
             return fr_node_error(n, FR_ERR_INTERNAL, "scratch of %zu bytes, %zu needed", k->scratch_bytes, need);
         FR_TRY(tc_to_bf16(k, K, s.k16, p.kv_batch * p.Tk * p.D));
         FR_TRY(tc_to_bf16(k, V, s.v16, p.kv_batch * p.Tk * p.Dv));
-        return tc_fwd(k, p, Q, s.k16, s.v16, O, L);
+        return tc_fwd(k, p, mk, Q, s.k16, s.v16, O, L);
     }
+    if (mask || sk || pl.a.window > 0 || pl.a.softcap > 0.f) /* the float32 flash kernels know only causal */
+        return fr_attn_masked_fwd(k, &pl.a, &pl.geo, Q, K, V, mask, sk, sq, O, L);
     if (pl.f32 && aligned16(Q) && aligned16(K) && aligned16(V) && aligned16(O))
         return f32_fwd(k, p, Q, K, V, O, L);
     return generic_fwd(k, p, Q, K, V, O, L);
@@ -215,10 +267,13 @@ fr_status attng_cuda(const fr_cuda_kctx *k)
     const fr_tensor *mask = k->n_in > 6 ? k->in[6] : NULL;
     const fr_tensor *q = k->in[0], *kk = k->in[1], *v = k->in[2];
     fr_tensor *dq = k->out[0], *dk = k->out[1], *dv = k->out[2];
+    const fr_tensor *sk = k->n_in > 7 ? k->in[7] : NULL, *sq = k->n_in > 8 ? k->in[8] : NULL;
     Plan pl;
     FR_TRY(make_plan(n, q->rank, q->dims, kk->rank, kk->dims, v->rank, v->dims, &pl));
-    FR_TRY(fr_attn_refuse_new(n, &pl.a, 7, "the CUDA attention kernels"));
-    FR_TRY(check_f32(n, k->in, mask ? 7 : 6));
+    FR_TRY(check_f32(n, k->in, 6));
+    if (mask) FR_TRY(check_f32(n, &mask, 1));
+    Masks mk;
+    FR_TRY(masks_of(n, pl, mask, sk, sq, &mk));
     const Prob &p = pl.p;
     FR_TRY(fr_check_out(n, k->in[3], FR_F32, q->rank, pl.od));
     FR_TRY(fr_check_out(n, k->in[5], FR_F32, q->rank, pl.od));
@@ -238,7 +293,7 @@ fr_status attng_cuda(const fr_cuda_kctx *k)
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "head dims D = %d, Dv = %d: the CUDA kernels need both >= 1", p.D,
                              p.Dv);
     int ran = 0; /* cuDNN's flash attention when --attention asks for it and takes the node */
-    FR_TRY(fr_attn_cudnn_run(k, 1, &ran));
+    FR_TRY(try_cudnn(k, pl, 1, sk != NULL, &ran));
     if (ran) return FR_OK;
     const float *in[6];
     for (int i = 0; i < 6; i++) in[i] = (const float *)k->in[i]->data;
@@ -253,7 +308,8 @@ fr_status attng_cuda(const fr_cuda_kctx *k)
         return fr_node_error(n, FR_ERR_INTERNAL, "scratch of %zu bytes, %zu needed", k->scratch_bytes, need);
     float *dQ = dq ? (float *)dq->data : nullptr, *dK = dk ? (float *)dk->data : nullptr,
           *dV = dv ? (float *)dv->data : nullptr;
-    if (mask || pl.a.window > 0) return fr_attn_masked_bwd(k, &pl.a, &pl.geo, in, mask, s.delta, dQ, dK, dV);
+    if (!tc && (mask || sk || pl.a.window > 0 || pl.a.softcap > 0.f)) /* the exact float32 kernels */
+        return fr_attn_masked_bwd(k, &pl.a, &pl.geo, in, mask, sk, sq, s.delta, dQ, dK, dV);
     const int64_t rows = p.batch * p.Tq;
     const int64_t dblocks = (rows + 7) / 8;
     delta_kernel<<<grid_of(dblocks > 65536 ? 65536 : dblocks), 256, 0, st>>>(in[3], in[5], s.delta,
@@ -263,7 +319,7 @@ fr_status attng_cuda(const fr_cuda_kctx *k)
         FR_TRY(tc_to_bf16(k, in[0], s.q16, rows * p.D));
         FR_TRY(tc_to_bf16(k, in[1], s.k16, p.kv_batch * p.Tk * p.D));
         FR_TRY(tc_to_bf16(k, in[2], s.v16, p.kv_batch * p.Tk * p.Dv));
-        return tc_bwd(k, p, s, dQ, dK, dV, in[4]);
+        return tc_bwd(k, p, mk, s, dQ, dK, dV, in[4]);
     }
     bool f32 = pl.f32;
     for (int i = 0; i < 6; i++) f32 = f32 && aligned16(in[i]);

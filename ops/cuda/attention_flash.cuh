@@ -1,7 +1,8 @@
 /* What the three flash-attention kernel families share (attention.cu dispatches; the families are
- * attention_tc.cu: bf16 tensor cores, attention_f32.cu: register-tiled float32,
- * attention_generic.cu: any head dim up to 256): the problem description, the Q -> K/V batch
- * index map, cp.async helpers and the launchers each family exports. */
+ * attention_tc.cu + attention_tc_bwd.cu: bf16 tensor cores with every mask kind,
+ * attention_f32.cu: register-tiled float32, attention_generic.cu: any head dim up to 256): the
+ * problem description, the Q -> K/V batch index map, cp.async helpers and the launchers each
+ * family exports. */
 #ifndef FR_ATTENTION_FLASH_CUH
 #define FR_ATTENTION_FLASH_CUH
 
@@ -49,6 +50,21 @@ struct Prob {
     float scale;
     int causal, bf16;
     KvMap map;
+};
+
+/* The masks beyond causal (and the device pointers they read), for the tensor-core kernels:
+ * every one is a predicate or a term evaluated per element on the tiles that need it. */
+struct Masks {
+    int64_t window;       /* 0: none */
+    float softcap;        /* 0: none */
+    float softcap_inv;    /* 1 / softcap */
+    const void *sk, *sq;  /* segment ids (sk NULL: none; sq NULL: every query has id 1) */
+    int seg64;            /* ids are int64 (else int32) */
+    int seg_ranges;       /* seg_form padded or packed: key/query tiles outside the segments skipped */
+    int64_t seg_per_row;  /* Q batch indices per row of Sk, Sq */
+    const float *m;       /* additive mask (NULL: none) */
+    int64_t mrow, mcol, mstride[FR_MAX_RANK];
+    __host__ __device__ bool extra() const { return softcap > 0.f || sk != nullptr || m != nullptr; }
 };
 
 /* The query tile of this block (grid = query tiles of BM x Q batch, the heaviest, i.e. last,
@@ -112,13 +128,15 @@ template <class F> FR_NODISCARD fr_status set_smem(const fr_node *n, F *kernel, 
     return FR_OK;
 }
 
-/* attention_tc.cu: precision bf16, D == Dv in {64, 128}, 16-byte aligned operands. K, V (and
- * Q, dO in the backward) already rounded to bf16 (tc_to_bf16, into the scratch). */
+/* attention_tc.cu, attention_tc_bwd.cu: precision bf16, D and Dv multiples of 8 up to 256
+ * (tc_takes), 16-byte aligned operands, every mask kind (mk). K, V (and Q, dO in the backward)
+ * already rounded to bf16 (tc_to_bf16, into the scratch). */
+inline bool tc_takes(int64_t D, int64_t Dv) { return D >= 8 && Dv >= 8 && D % 8 == 0 && Dv % 8 == 0 && D <= 256 && Dv <= 256; }
 FR_NODISCARD fr_status tc_to_bf16(const fr_cuda_kctx *k, const float *x, bf16 *y, int64_t n);
-FR_NODISCARD fr_status tc_fwd(const fr_cuda_kctx *k, const Prob &p, const float *Q, const bf16 *K, const bf16 *V, float *O,
-                 float *L);
-FR_NODISCARD fr_status tc_bwd(const fr_cuda_kctx *k, const Prob &p, const Scratch &s, float *dQ, float *dK, float *dV,
-                 const float *LSE);
+FR_NODISCARD fr_status tc_fwd(const fr_cuda_kctx *k, const Prob &p, const Masks &mk, const float *Q, const bf16 *K,
+                              const bf16 *V, float *O, float *L);
+FR_NODISCARD fr_status tc_bwd(const fr_cuda_kctx *k, const Prob &p, const Masks &mk, const Scratch &s, float *dQ,
+                              float *dK, float *dV, const float *LSE);
 
 /* attention_f32.cu: precision fp32, D == Dv in {64, 128}, 16-byte aligned operands.
  * in: Q, K, V, O, LSE, dO; delta: Delta_i = dO_i . O_i */

@@ -1,10 +1,11 @@
-/* Attention / AttentionGrad on the GPU with a sliding window or a mask input (see
- * attention_masked.cuh): simple and exact rather than fast. One block of 128 threads per query
+/* Attention / AttentionGrad on the GPU with a sliding window, a mask input, softcap or segment
+ * ids, where the tensor-core kernels do not run (see attention_masked.cuh): simple and exact
+ * rather than fast. One block of 128 threads per query
  * row (forward, dQ) or per key (dK, dV: every query of every Q batch index reading that K/V,
  * in increasing order, so no atomics and bit-identical runs); the row's scores live in shared
  * memory (Tk floats), the softmax and all sums in float32 with fixed-order tree reductions.
- * Semantics as the CPU reference (ops/attention.c): s_ij = scale q_i.k_j + M_ij over the keys
- * the causal bound and the window keep; a fully masked row gives O = 0, LSE = -inf and no
+ * Semantics as the CPU reference (ops/attention.c): s_ij = softcap(scale q_i.k_j) + M_ij over
+ * the keys the causal bound, the window and the segment ids keep; a fully masked row gives O = 0, LSE = -inf and no
  * gradient; bf16 precision rounds Q, K, V, dO, P and dS where the CPU does. */
 #include <cuda_bf16.h>
 #include <math.h>
@@ -27,6 +28,10 @@ struct MProb {
     int64_t qdims[FR_MAX_RANK], kv_stride[FR_MAX_RANK], mstride[FR_MAX_RANK];
     int64_t mrow, mcol;
     const float *mask; /* NULL: none */
+    float softcap;     /* 0: none */
+    const void *sk, *sq; /* segment ids (NULL: none; sq NULL: every query 1) */
+    int seg64;
+    int64_t seg_per_row;
 };
 
 /* offset of Q batch index b under per-dim strides (K/V batch index: kv_stride; mask: mstride) */
@@ -82,11 +87,28 @@ __device__ float dot(const MProb &p, const float *a, const float *b, int64_t n)
     return s;
 }
 
-/* s_ij of Q batch b (query row q, key row k) */
-__device__ float score(const MProb &p, const float *q, const float *k, int64_t moff, int64_t i, int64_t j)
+__device__ int64_t seg_id(const void *ids, int is64, int64_t i)
 {
-    const float s = p.scale * dot(p, q, k, p.D);
-    return p.mask ? s + p.mask[moff + i * p.mrow + j * p.mcol] : s;
+    return is64 ? ((const int64_t *)ids)[i] : (int64_t)((const int *)ids)[i];
+}
+
+/* s_ij of Q batch b (query row q, key row k); dcap (NULL: not wanted) receives the softcap's
+ * derivative 1 - tanh^2 */
+__device__ float score(const MProb &p, const float *q, const float *k, int64_t b, int64_t moff, int64_t i, int64_t j,
+                       float *dcap = nullptr)
+{
+    float s = p.scale * dot(p, q, k, p.D);
+    if (p.softcap > 0.f) {
+        const float t = tanhf(s / p.softcap);
+        s = p.softcap * t;
+        if (dcap) *dcap = 1.f - t * t;
+    }
+    if (p.mask) s += p.mask[moff + i * p.mrow + j * p.mcol];
+    if (p.sk) {
+        const int64_t r = b / p.seg_per_row, qid = p.sq ? seg_id(p.sq, p.seg64, r * p.Tq + i) : 1;
+        if (seg_id(p.sk, p.seg64, r * p.Tk + j) != qid) s = -INFINITY;
+    }
+    return s;
 }
 
 __global__ void __launch_bounds__(kT) mfwd(const float *Q, const float *K, const float *V, float *O, float *L, MProb p)
@@ -100,7 +122,7 @@ __global__ void __launch_bounds__(kT) mfwd(const float *Q, const float *K, const
         keys_of(p, i, &lo, &hi);
         float m = -INFINITY;
         for (int64_t j = lo + threadIdx.x; j < hi; j += kT) {
-            sm[j] = score(p, q, kb + j * p.D, moff, i, j);
+            sm[j] = score(p, q, kb + j * p.D, b, moff, i, j);
             m = fmaxf(m, sm[j]);
         }
         m = block_reduce<true>(m, red);
@@ -146,8 +168,9 @@ __global__ void __launch_bounds__(kT) mdq(const float *Q, const float *K, const 
         keys_of(p, i, &lo, &hi);
         if (l == -INFINITY) hi = lo; /* fully masked: no gradient */
         for (int64_t j = lo + threadIdx.x; j < hi; j += kT) {
-            const float P = expf(score(p, q, kb + j * p.D, moff, i, j) - l);
-            sm[j] = rnd(p, P * (dot(p, g, vb + j * p.Dv, p.Dv) - dl));
+            float dcap = 1.f;
+            const float P = expf(score(p, q, kb + j * p.D, b, moff, i, j, &dcap) - l);
+            sm[j] = rnd(p, P * (dot(p, g, vb + j * p.Dv, p.Dv) - dl) * dcap);
         }
         __syncthreads();
         for (int64_t d = threadIdx.x; dQ && d < p.D; d += kT) {
@@ -179,8 +202,9 @@ __global__ void __launch_bounds__(kT) mdkdv(const float *Q, const float *K, cons
                 const int64_t i = c + threadIdx.x, row = b * p.Tq + i;
                 float P = 0.f, dS = 0.f;
                 if (i < ihi && LSE[row] != -INFINITY) {
-                    P = expf(score(p, Q + row * p.D, kj, moff, i, j) - LSE[row]);
-                    dS = rnd(p, P * (dot(p, dO + row * p.Dv, vj, p.Dv) - delta[row]));
+                    float dcap = 1.f;
+                    P = expf(score(p, Q + row * p.D, kj, b, moff, i, j, &dcap) - LSE[row]);
+                    dS = rnd(p, P * (dot(p, dO + row * p.Dv, vj, p.Dv) - delta[row]) * dcap);
                 }
                 pc[threadIdx.x] = rnd(p, P);
                 dsc[threadIdx.x] = dS;
@@ -219,7 +243,8 @@ template <class F> fr_status smem_for(const fr_node *n, F *kernel, size_t bytes)
     return FR_OK;
 }
 
-fr_status make_prob(const fr_node *n, const fr_attn_attrs *a, const fr_attn_geom *g, const fr_tensor *mask, MProb *p)
+fr_status make_prob(const fr_node *n, const fr_attn_attrs *a, const fr_attn_geom *g, const fr_tensor *mask,
+                    const fr_tensor *sk, const fr_tensor *sq, MProb *p)
 {
     memset(p, 0, sizeof *p);
     if (g->D > kMaxD || g->Dv > kMaxD)
@@ -245,16 +270,28 @@ fr_status make_prob(const fr_node *n, const fr_attn_attrs *a, const fr_attn_geom
     p->mrow = mg.row;
     p->mcol = mg.col;
     p->mask = mask ? (const float *)mask->data : nullptr;
+    fr_attn_seg sg;
+    FR_TRY(fr_attn_seg_geometry(n, g, sk ? sk->dtype : FR_I64, sk ? sk->rank : 0, sk ? sk->dims : NULL,
+                                sq ? sq->dtype : FR_I64, sq ? sq->rank : 0, sq ? sq->dims : NULL, &sg));
+    if (sk && sq && sk->dtype != sq->dtype)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "Sk is %s and Sq %s: the CUDA kernels take one id dtype",
+                             fr_dtype_name(sk->dtype), fr_dtype_name(sq->dtype));
+    p->softcap = a->softcap;
+    p->sk = sk ? sk->data : nullptr;
+    p->sq = sq ? sq->data : nullptr;
+    p->seg64 = sk && sk->dtype == FR_I64;
+    p->seg_per_row = sg.per_row;
     return FR_OK;
 }
 
 } /* namespace */
 
 fr_status fr_attn_masked_fwd(const fr_cuda_kctx *k, const fr_attn_attrs *a, const fr_attn_geom *g, const float *Q,
-                             const float *K, const float *V, const fr_tensor *mask, float *O, float *LSE)
+                             const float *K, const float *V, const fr_tensor *mask, const fr_tensor *sk,
+                             const fr_tensor *sq, float *O, float *LSE)
 {
     MProb p;
-    FR_TRY(make_prob(k->node, a, g, mask, &p));
+    FR_TRY(make_prob(k->node, a, g, mask, sk, sq, &p));
     const size_t smem = (size_t)g->Tk * sizeof(float);
     FR_TRY(smem_for(k->node, mfwd, smem));
     mfwd<<<grid_for(g->batch * g->Tq), kT, smem, k->cu->stream>>>(Q, K, V, O, LSE, p);
@@ -262,11 +299,11 @@ fr_status fr_attn_masked_fwd(const fr_cuda_kctx *k, const fr_attn_attrs *a, cons
 }
 
 fr_status fr_attn_masked_bwd(const fr_cuda_kctx *k, const fr_attn_attrs *a, const fr_attn_geom *g,
-                             const float *const *in, const fr_tensor *mask, float *delta, float *dQ, float *dK,
-                             float *dV)
+                             const float *const *in, const fr_tensor *mask, const fr_tensor *sk,
+                             const fr_tensor *sq, float *delta, float *dQ, float *dK, float *dV)
 {
     MProb p;
-    FR_TRY(make_prob(k->node, a, g, mask, &p));
+    FR_TRY(make_prob(k->node, a, g, mask, sk, sq, &p));
     const size_t smem = (size_t)g->Tk * sizeof(float);
     FR_TRY(smem_for(k->node, mdq, smem));
     cudaStream_t st = k->cu->stream;

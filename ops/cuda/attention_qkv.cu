@@ -9,7 +9,8 @@
  *    applies RoPE's transpose to the dQ and dK columns while it widens that into dX.
  *  - fp8run's kernels (ops/cuda/attention.cu, through its kernel table): X is unpacked into
  *    float32 [B, heads, T, D] copies (RoPE applied), the Attention / AttentionGrad kernels run on
- *    them, and O (or dQ, dK, dV) is packed back.
+ *    them (with the node's softcap and segment ids Sk, Sq, which cuDNN's path here does not
+ *    take), and O (or dQ, dK, dV) is packed back.
  * X may be bfloat16 (passes/narrow_activations.h): the staging kernels widen it as they load
  * it (16-byte loads of 8 elements), everything after is the float32 path's; on cuDNN's path
  * the sections that need no RoPE (V; all of X without RoPE) are read from X itself.
@@ -534,6 +535,15 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
     fr_cuda_ctx *c = k->cu;
     const fr_node *n = k->node;
     if (c->attention == FR_CUDA_ATTN_FP8RUN) return FR_OK;
+    const int si = backward ? 6 : 3; /* Sk, Sq: cuDNN's path here knows no segment ids (nor softcap) */
+    const bool seg = (k->n_in > si && k->in[si]) || (k->n_in > si + 1 && k->in[si + 1]);
+    if (seg || p.a.softcap > 0.f) {
+        if (c->attention == FR_CUDA_ATTN_CUDNN)
+            return fr_node_error(n, FR_ERR_UNSUPPORTED, "--attention cudnn: cuDNN cannot run this node here: %s "
+                                 "(fp8run's kernels can: --attention auto or fp8run)",
+                                 seg ? "segment ids (Sk, Sq)" : "softcap");
+        return FR_OK;
+    }
     const fr_cudnn_sdpa s = sdpa_of(p, backward);
     char why[512];
     int ok = cudnn_eligible(p, s, c->cc_major, why, sizeof why);
@@ -690,8 +700,10 @@ fr_status run_own(const fr_cuda_kctx *k, const Node &p, int backward)
     fr_status st;
     if (!backward) {
         fr_tensor tl = view_of(p, 4, k->n_out > 1 && k->out[1] ? k->out[1]->data : nullptr);
-        fr_tensor *in[3] = {&tq, &tk, &tv}, *out[2] = {&to, tl.data ? &tl : nullptr};
-        ik.in = in, ik.n_in = 3, ik.out = out, ik.n_out = 2;
+        /* the segment ids (inputs 3, 4) are the inner node's Sk, Sq (its inputs 4, 5) */
+        fr_tensor *sk = k->n_in > 3 ? k->in[3] : nullptr, *sq = k->n_in > 4 ? k->in[4] : nullptr;
+        fr_tensor *in[6] = {&tq, &tk, &tv, nullptr, sk, sq}, *out[2] = {&to, tl.data ? &tl : nullptr};
+        ik.in = in, ik.n_in = sq ? 6 : sk ? 5 : 3, ik.out = out, ik.n_out = 2;
         st = def->run(&ik);
         c->attention = choice;
         FR_TRY(st);
@@ -708,8 +720,9 @@ fr_status run_own(const fr_cuda_kctx *k, const Node &p, int backward)
     FR_TRY(check_launch(k, "AttentionQKVGrad(O, dO)"));
     fr_tensor tl = view_of(p, 4, k->in[2]->data), tdo = view_of(p, 3, dO);
     fr_tensor tdq = view_of(p, 0, dQ), tdk = view_of(p, 1, dK), tdv = view_of(p, 2, dV);
-    fr_tensor *in[6] = {&tq, &tk, &tv, &to, &tl, &tdo}, *out[3] = {&tdq, &tdk, &tdv};
-    ik.in = in, ik.n_in = 6, ik.out = out, ik.n_out = 3;
+    fr_tensor *sk = k->n_in > 6 ? k->in[6] : nullptr, *sq = k->n_in > 7 ? k->in[7] : nullptr;
+    fr_tensor *in[9] = {&tq, &tk, &tv, &to, &tl, &tdo, nullptr, sk, sq}, *out[3] = {&tdq, &tdk, &tdv};
+    ik.in = in, ik.n_in = sq ? 9 : sk ? 8 : 6, ik.out = out, ik.n_out = 3;
     st = def->run(&ik);
     c->attention = choice;
     FR_TRY(st);
@@ -722,7 +735,7 @@ fr_status run_own(const fr_cuda_kctx *k, const Node &p, int backward)
  * staging reads them, the computation is float32 as ever) */
 fr_status check_f32(const fr_cuda_kctx *k, int backward)
 {
-    for (int i = 0; i < k->n_in; i++) {
+    for (int i = 0; i < k->n_in && i < (backward ? 6 : 3); i++) { /* (then the segment ids: integers) */
         const int bf_ok = i == 0 || (backward && (i == 1 || i == 3));
         if (k->in[i] && k->in[i]->dtype != FR_F32 && !(bf_ok && k->in[i]->dtype == FR_BF16))
             return fr_node_error(k->node, FR_ERR_UNSUPPORTED, "input %d is %s: the CUDA kernels take float32%s", i,
@@ -739,9 +752,6 @@ fr_status run(const fr_cuda_kctx *k, int backward)
                                                        : "needs input X and output O");
     for (int i = 0; backward && i < 4; i++)
         if (!k->in[i]) return fr_node_error(n, FR_ERR_GRAPH, "input %d is missing", i);
-    fr_attn_attrs a0; /* (only softcap is read: the head dim of the default scale does not matter) */
-    FR_TRY(fr_attn_read_attrs(n, 1, &a0));
-    FR_TRY(fr_attn_refuse_new(n, &a0, backward ? 6 : 3, "the CUDA AttentionQKV kernels"));
     FR_TRY(check_f32(k, backward));
     fr_dtype yt; /* O's (o_dtype) or dX's (dx_dtype) */
     FR_TRY(fr_attn_qkv_out_dtype(n, backward ? "dx_dtype" : "o_dtype", FR_F32, &yt));

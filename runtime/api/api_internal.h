@@ -143,7 +143,7 @@ void fr_api_options_free(api_options *o);
 /* ---- report (runtime/api/api_report.c) ---- */
 /* A report that copies r (NULL: an fp32 report with no layers); its scaling states are fresh. */
 FR_NODISCARD fr_status fr_api_report_new(const fr_fp8_report *r, const char *precision, fp8run_report **out);
-/* The report of a trainer, with its current scaling state (runtime/api/api_session.c). */
+/* The report of a trainer, with its current scaling state. */
 FR_NODISCARD fr_status fr_api_report_from_trainer(const fr_trainer *t, fp8run_report **out);
 /* Scaling state i (report order) as it is in sc. */
 void fr_api_report_set_state(fp8run_report *r, int i, const fr_fp8_scaling *sc);

@@ -5,6 +5,7 @@
 
 #include "passes/fast_path.h"
 #include "runtime/api/api_internal.h"
+#include "runtime/train/train_internal.h"
 
 #define LAYER_V1_SIZE sizeof(fp8run_layer_info)
 #define SKIPPED_V1_SIZE sizeof(fp8run_skipped_info)
@@ -356,6 +357,29 @@ static report_fbs *fbs_copy(const fr_fbs *f)
     in->original_nodes = f->original ? f->original->n_nodes : 0;
     in->original_initializers = f->original ? f->original->n_initializers : 0;
     return c;
+}
+
+fr_status fr_api_report_from_trainer(const fr_trainer *t, fp8run_report **out)
+{
+    FR_TRY(fr_api_report_new(fr_trainer_fp8_report(t), t->opt.precision, out));
+    fr_api_report_set_passes(*out, &t->passes);
+    fr_status sst = fr_api_report_set_slow_path(*out, t->g);
+    if (sst != FR_OK) {
+        fp8run_report_destroy(*out);
+        *out = NULL;
+        return sst;
+    }
+    if (t->n_states == 0) return FR_OK;
+    /* the scaling state as the session has it (the device's, on a GPU) */
+    fr_status st = tr_sync_host((fr_trainer *)t);
+    if (st != FR_OK) {
+        fp8run_report_destroy(*out);
+        *out = NULL;
+        return st;
+    }
+    for (int i = 0; i < t->n_states; i++)
+        fr_api_report_set_state(*out, (int)(t->states[i].st - t->report.states), &t->states[i].sc);
+    return FR_OK;
 }
 
 fr_status fr_api_report_from_fbs(const fr_fbs *f, fp8run_report **out)

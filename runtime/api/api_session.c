@@ -376,29 +376,6 @@ FP8RUN_API const char *fp8run_session_config_json(fp8run_session *s)
     return j;
 }
 
-fr_status fr_api_report_from_trainer(const fr_trainer *t, fp8run_report **out)
-{
-    FR_TRY(fr_api_report_new(fr_trainer_fp8_report(t), t->opt.precision, out));
-    fr_api_report_set_passes(*out, &t->passes);
-    fr_status sst = fr_api_report_set_slow_path(*out, t->g);
-    if (sst != FR_OK) {
-        fp8run_report_destroy(*out);
-        *out = NULL;
-        return sst;
-    }
-    if (t->n_states == 0) return FR_OK;
-    /* the scaling state as the session has it (the device's, on a GPU) */
-    fr_status st = tr_sync_host((fr_trainer *)t);
-    if (st != FR_OK) {
-        fp8run_report_destroy(*out);
-        *out = NULL;
-        return st;
-    }
-    for (int i = 0; i < t->n_states; i++)
-        fr_api_report_set_state(*out, (int)(t->states[i].st - t->report.states), &t->states[i].sc);
-    return FR_OK;
-}
-
 FP8RUN_API fp8run_status fp8run_session_report(const fp8run_session *s, fp8run_report **out)
 {
     const char *fn = __func__;

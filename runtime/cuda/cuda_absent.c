@@ -2,6 +2,7 @@
  * "no CUDA" so callers can give a clear message, and the trainer has no CUDA backend. */
 #include "runtime/cuda/cuda_probe.h"
 #include "runtime/train/train_backend.h"
+#include "runtime/train/train_internal.h"
 
 int fr_cuda_compiled(void) { return 0; }
 

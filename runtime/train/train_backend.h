@@ -16,7 +16,16 @@
 #ifndef FR_TRAIN_BACKEND_H
 #define FR_TRAIN_BACKEND_H
 
-#include "runtime/train/train_internal.h"
+#include <stddef.h>
+#include <stdint.h>
+
+#include "graph/tensor.h"
+#include "runtime/exec/executor.h"
+
+/* Only pointers to the trainer and its step statistics cross the table, so the interface stays
+ * below the trainer that calls it (runtime/train/trainer.h, train_internal.h define them). */
+typedef struct fr_trainer fr_trainer;
+typedef struct fr_train_stats fr_train_stats;
 
 typedef struct fr_train_backend_ops {
     const char *name; /* "cpu", "cuda" */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "runtime/train/train_backend.h"
+#include "runtime/train/train_internal.h"
 
 typedef struct cpu_state {
     fr_exec *ex;      /* the training graph; NULL for evaluation-only and plan-only trainers */

@@ -588,6 +588,9 @@ fr_status tr_build_forward(fr_trainer *t, const fr_graph *model, int *tok_out, i
         const fr_value *v = &g->values[g->inputs[i]];
         tr_feed feed;
         if (g->inputs[i] != tok) st = classify_input(t, v, g->values[tok].name, &feed);
+        /* the masks read from an input fed all ones keep every key: the attention fusion then
+           drops their padding part (plain causal attention, no segment input) */
+        if (st == FR_OK && g->inputs[i] != tok && feed == TR_FEED_ONES) g->values[g->inputs[i]].flags |= FR_VAL_ONES;
         if (st == FR_OK) feed_shape(t, v, &shapes[n_shapes++]);
     }
     /* the tokens first: its symbolic dims fix the others' */

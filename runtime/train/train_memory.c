@@ -92,21 +92,6 @@ fr_status tr_memory_of(fr_trainer *t, int gpu, fr_train_memory *out)
     return st;
 }
 
-fr_status fr_train_predict_memory(const fr_graph *model, const fr_train_options *opt, int gpu, fr_train_memory *out)
-{
-    memset(out, 0, sizeof *out);
-    fr_train_options o = *opt;
-    o.plan_only = 1;
-    o.device = "cpu"; /* the graphs do not depend on the device; no device is touched */
-    o.world_size = 0;  /* nor on the rank count: the shares are applied to the plan */
-    fr_trainer *t;
-    FR_TRY(fr_trainer_new(model, &o, &t));
-    t->opt.world_size = opt->world_size;
-    fr_status st = tr_memory_of(t, gpu, out);
-    fr_trainer_free(t);
-    return st;
-}
-
 void fr_train_memory_text(const fr_train_memory *m, char *buf, size_t n)
 {
     const double M = 1024.0 * 1024.0;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "runtime/train/train_backend.h"
+#include "runtime/train/train_internal.h"
 
 /* ---- steps ---- */
 

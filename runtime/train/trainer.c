@@ -11,6 +11,7 @@
 #include "graph/option_choices.h"
 #include "runtime/cuda/cuda_probe.h"
 #include "runtime/train/train_backend.h"
+#include "runtime/train/train_internal.h"
 
 void fr_train_options_default(fr_train_options *o)
 {

@@ -1,0 +1,23 @@
+/* Memory prediction of a training configuration before anything is allocated (see
+ * train_memory.h): a plan-only trainer of it, measured and freed. Apart from train_memory.c,
+ * whose accounting the trainer's build calls for its own checks, so that the accounting stays
+ * below the trainer and the prediction above it. */
+#include <string.h>
+
+#include "runtime/train/train_internal.h"
+#include "runtime/train/train_memory.h"
+
+fr_status fr_train_predict_memory(const fr_graph *model, const fr_train_options *opt, int gpu, fr_train_memory *out)
+{
+    memset(out, 0, sizeof *out);
+    fr_train_options o = *opt;
+    o.plan_only = 1;
+    o.device = "cpu"; /* the graphs do not depend on the device; no device is touched */
+    o.world_size = 0;  /* nor on the rank count: the shares are applied to the plan */
+    fr_trainer *t;
+    FR_TRY(fr_trainer_new(model, &o, &t));
+    t->opt.world_size = opt->world_size;
+    fr_status st = tr_memory_of(t, gpu, out);
+    fr_trainer_free(t);
+    return st;
+}
