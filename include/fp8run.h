@@ -517,6 +517,12 @@ typedef struct fp8run_train_config {
                                     become one ai.fp8run::AddRMSNorm node (forward and backward; not
                                     under recompute, whose regions are found from the Adds); 0 keeps
                                     them */
+    int shard_parameters;        /* 1: ZeRO-3 / FSDP-style, each of world_size ranks keeps its slices of
+                                    the masters, optimizer state and gradients (fp8run_shard_plan), the
+                                    layers' weights all-gathered as FP8 codes one layer ahead. Planned
+                                    (fp8run_model_predict_memory) and checkpointed in the per-name
+                                    format; a session with it is refused (FP8RUN_ERR_UNSUPPORTED)
+                                    until it has run on several GPUs (default 0) */
 } fp8run_train_config;
 
 /* Fill *cfg with the defaults above and set cfg->struct_size = size. Pass sizeof *cfg. */
@@ -984,6 +990,9 @@ typedef struct fp8run_memory_report {
     uint64_t inputs;             /* token / label buffers */
     uint64_t workspace;          /* GPU: cuBLASLt workspace */
     uint64_t total;              /* the sum */
+    /* ---- appended: a caller whose struct_size ends before them does not get them ---- */
+    uint64_t gathered_weights;   /* shard_parameters: the layers' weights gathered at once (the one
+                                    computing and the one prefetched), in their gathered element */
 } fp8run_memory_report;
 FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_predict_memory(const fp8run_model *m, const fp8run_train_config *cfg,
                                                      const char *backend, fp8run_memory_report *report);
@@ -1142,6 +1151,85 @@ FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_save_safetensors(fp8run
  * train (--freeze) are not in a checkpoint and so not written. */
 FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_checkpoint_save_safetensors(const char *ckpt_path, const char *dir, fp8run_dtype dtype,
                                                             uint64_t max_shard_bytes);
+
+/* ============================================================================================
+ * Several GPUs and nodes: the launch environment, the rendezvous, sharded parameters
+ * ========================================================================================== */
+
+/* Where this process sits in a job, from the variables a launcher sets: WORLD_SIZE, RANK,
+ * LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun, `fp8run train --gpus`), and
+ * the node: NNODES / NODE_RANK, or torchrun's GROUP_WORLD_SIZE / GROUP_RANK. Ranks are numbered
+ * node by node (rank = node_rank * local_world_size + local_rank). */
+typedef struct fp8run_dist_env {
+    size_t struct_size;
+    int present;                 /* 1: WORLD_SIZE is set (launched); 0: alone (world_size 1) */
+    int world_size, rank, local_rank;
+    int local_world_size;        /* ranks per node; 0: unknown (LOCAL_RANK differs from RANK and
+                                    neither LOCAL_WORLD_SIZE nor NNODES says) */
+    int nnodes;                  /* 0: unknown */
+    int node_rank;               /* -1: unknown */
+    char master_addr[256];       /* default 127.0.0.1 */
+    int master_port;             /* default 29500 */
+} fp8run_dist_env;
+/* Read and check this process's environment: FP8RUN_ERR_INVALID_ARG naming the variables when
+ * they do not fit together (a rank past its count, RANK not NODE_RANK x LOCAL_WORLD_SIZE +
+ * LOCAL_RANK, NNODES not dividing WORLD_SIZE, several nodes without MASTER_ADDR/MASTER_PORT). */
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_dist_env_read(fp8run_dist_env *env);
+/* Meet the job's other ranks at env's MASTER_ADDR:MASTER_PORT over TCP: rank 0 waits for every
+ * rank once, checks that they were launched alike (world size, node count), and hands its len
+ * bytes of id to all (what the NCCL communicator is made from; any bytes of the caller's).
+ * Returns when the whole job has met; else every rank fails with the reason naming the rank at
+ * fault: one that dies (its connection closes) or never comes, one claimed twice. Waits at most
+ * timeout_s seconds (<= 0: $FP8RUN_RENDEZVOUS_TIMEOUT, else $FP8RUN_NCCL_TIMEOUT, else 600;
+ * FP8RUN_RENDEZVOUS_TIMEOUT, when set, always takes its place). FP8RUN_ERR_DEVICE on failure. */
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_dist_rendezvous(const fp8run_dist_env *env, void *id, size_t len,
+                                                                 double timeout_s);
+
+/* Sharded parameters (train_config.shard_parameters): each parameter cut along one dimension
+ * into world_size equal slices (the last ones padded), rank r owning indices [r*shard,
+ * (r+1)*shard) of it; slices aligned to 16 bytes as float32 and as the gathered element (FP8
+ * codes, bf16 or float32), whole 128-blocks under the block recipe. Parameters are gathered a
+ * layer at a time (a unit: the name up to its first ".<number>."). Checkpoints stay whole tensors
+ * by name: fp8run_shard_scatter cuts one for a rank, fp8run_shard_gather puts it back, for any
+ * rank count. */
+typedef struct fp8run_shard_plan fp8run_shard_plan;
+/* The plan of the parameters a session of m under cfg trains, over world_size ranks (the FP8
+ * compiler's decisions choose each weight's cut and gathered element). */
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_shard_plan(const fp8run_model *m, const fp8run_train_config *cfg,
+                                                                  int world_size, fp8run_shard_plan **out);
+/* A plan of n float32 tensors (a checkpoint's, say: fp8run_checkpoint_param), each cut along
+ * dim 0 and gathered as float32. */
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_shard_plan_create(const fp8run_value_info *params, int n, int world_size,
+                                                                   fp8run_shard_plan **out);
+FP8RUN_API void fp8run_shard_plan_destroy(fp8run_shard_plan *p);
+/* Totals, balance, the units and their gathered bytes, as text (owned by the plan). */
+FP8RUN_API const char *fp8run_shard_plan_text(const fp8run_shard_plan *p);
+FP8RUN_API int fp8run_shard_plan_param_count(const fp8run_shard_plan *p);
+typedef struct fp8run_shard_info {
+    size_t struct_size;
+    const char *name;            /* owned by the plan */
+    int unit;                    /* its gather unit, in the order the forward pass needs them */
+    int dim;                     /* the dimension cut */
+    int gather_bytes;            /* 1: FP8 codes, 2: bf16, 4: float32 */
+    int64_t extent;              /* the cut dimension's size */
+    int64_t shard;               /* indices of it per rank (padded) */
+    int64_t numel;               /* the whole tensor's elements */
+    int64_t shard_numel;         /* elements each rank allocates for it */
+} fp8run_shard_info;
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_shard_plan_param(const fp8run_shard_plan *p, int i, fp8run_shard_info *info);
+/* Rank's part of parameter `name`: indices [*first, *first + *count) of its cut dimension. */
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_shard_plan_slice(const fp8run_shard_plan *p, const char *name, int rank,
+                                                                  int64_t *first, int64_t *count);
+/* Rank's shard of `name` from the whole tensor (full_count = its numel floats) into shard
+ * (shard_count = shard_numel floats; padding zeroed). */
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_shard_scatter(const fp8run_shard_plan *p, const char *name, int rank,
+                                                               const float *full, size_t full_count, float *shard,
+                                                               size_t shard_count);
+/* The whole tensor `name` from every rank's shard (shards[0 .. world_size-1], shard_numel floats
+ * each), bit for bit what was cut. */
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_shard_gather(const fp8run_shard_plan *p, const char *name,
+                                                              const float *const *shards, size_t shard_count, float *full,
+                                                              size_t full_count);
 
 #ifdef __cplusplus
 }

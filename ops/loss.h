@@ -1,11 +1,11 @@
-/* The loss head's dtype rules (ops/loss.c), shared with its CUDA kernels (ops/cuda/softmax.cu). */
+/* The loss head's dtype rules (ops/loss.c), shared with its CUDA kernels (ops/cuda/loss.cu). */
 #ifndef FR_OPS_LOSS_H
 #define FR_OPS_LOSS_H
 
 #include "ops/op.h"
 
 #ifdef __cplusplus
-extern "C" { /* C functions, also when ops/cuda/softmax.cu includes this */
+extern "C" { /* C functions, also when ops/cuda/loss.cu includes this */
 #endif
 
 /* The dtype SoftmaxCrossEntropy(+Grad) compute and write in for these logits: float32 for

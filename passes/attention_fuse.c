@@ -8,7 +8,7 @@
 
 #include "ops/op.h"
 #include "passes/attention_fuse.h"
-#include "passes/attention_import.h"
+#include "passes/attention_emit.h"
 #include "passes/attention_mask.h"
 #include "passes/autodiff.h"
 #include "passes/passes.h"

@@ -1,4 +1,4 @@
-/* GPU kernels of ai.fp8run::AddRMSNorm / AddRMSNormGrad (ops/cuda/rms_rows.cu) against the CPU
+/* GPU kernels of ai.fp8run::AddRMSNorm / AddRMSNormGrad (ops/cuda/add_norm.cu) against the CPU
  * (ops/add_norm.c), fresh random inputs: rows in registers (len % 4 == 0, len <= 8192: 1, 2, 4
  * and 8 vectors per thread), the re-reading path (len 12288, 30000; len 7, 1001 without
  * vectors), two normalized dims (axis 1), real sizes (16384 x 768, 2048 x 2048, 256 x 8192),

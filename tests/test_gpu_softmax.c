@@ -1,4 +1,4 @@
-/* GPU kernels of the softmax family (ops/cuda/softmax.cu) against the CPU kernels, on fresh
+/* GPU kernels of the softmax family (ops/cuda/softmax.cu, loss.cu) against the CPU kernels, on fresh
  * random inputs: Softmax / LogSoftmax on every axis under both opset conventions (opset < 13
  * flattens the trailing dims, >= 13 one axis; default axes), size-1 and empty dims, float32 and
  * float64, and shapes that take every kernel path (warp rows, 512-thread rows, vector and

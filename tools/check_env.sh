@@ -38,7 +38,7 @@ for v in $(cat "$tmp/table"); do
 done
 # shellcheck disable=SC2086
 grep -rnE '\bgetenv\(' $C graph ops passes runtime tools | grep -v '^graph/env\.c:' |
-    grep -vE 'getenv\("[A-Z][A-Z0-9_]*"\)' | grep -vE '^[^:]*/(dist_train|cli_dist)\.c:' > "$tmp/getenv" || true
+    grep -vE 'getenv\("[A-Z][A-Z0-9_]*"\)' | grep -vE '^[^:]*/(dist_train|cli_dist|api_dist)\.c:' > "$tmp/getenv" || true
 # shellcheck disable=SC2086
 grep -rnE '\bgetenv\("FP8RUN_' $C graph ops passes runtime tools | grep -v '^graph/env\.c:' >> "$tmp/getenv" || true
 if [ -s "$tmp/getenv" ]; then

@@ -170,8 +170,18 @@ function strong(v,    i, n, w, a, members, k) {
 #   ops/cuda/cuda_gemm ops/cuda/gemm_tune: the timing of cuBLASLt candidates is the GEMM
 #     wrapper split in two files; they share the algorithm cache through gemm_tune.h (private
 #     to them, over cuda_gemm.h) and gemm_tune.c writes the wrapper report cuda_gemm.h declares.
-#   passes/attention_fuse passes/attention_import: the attention fusion and the import of
-#     attention blocks as exporters write them share the mask classifier and the node emitter both ways.
+#   ops/cuda/elementwise and elementwise_binary, _grad, _unary (CUDA builds): the family table
+#     in elementwise.cu names the launchers of the three others, which call the geometry and
+#     flag helpers defined next to the table; the next step moves those helpers into a file of
+#     their own below the launchers.
+#   runtime/train trainer, train_build, train_lora, train_memory and runtime/cuda cuda_train,
+#     cuda_train_backend (CUDA builds): the trainer picks its backend (tr_backend_cuda), and the
+#     CUDA backend calls the build helpers of the trainer (inputs, LoRA codes, memory checks),
+#     one of which (LoRA) syncs through the trainer; the next step moves the helpers the
+#     backends call below the trainer.
+#   passes/attention_fuse passes/attention_mask: the symbolic mask reader classifies constant
+#     masks with the classifier of the fusion pass, which calls the reader; the next step moves
+#     fr_attn_classify_mask into attention_mask.c.
 function known_circle(members,    n, m, i, j, key) {
     n = split(members, m, " ")
     # insertion sort: the members in one order
@@ -180,7 +190,9 @@ function known_circle(members,    n, m, i, j, key) {
     for (i = 1; i <= n; i++) key = key (i > 1 ? " " : "") m[i]
     return key == "ops/cuda/attention_cudnn ops/cuda/attention_cudnn_graph" ||
         key == "ops/cuda/cuda_gemm ops/cuda/gemm_tune" ||
-        key == "passes/attention_fuse passes/attention_import"
+        key == "ops/cuda/elementwise ops/cuda/elementwise_binary ops/cuda/elementwise_grad ops/cuda/elementwise_unary" ||
+        key == "runtime/cuda/cuda_train runtime/cuda/cuda_train_backend runtime/train/train_build runtime/train/train_lora runtime/train/train_memory runtime/train/trainer" ||
+        key == "passes/attention_fuse passes/attention_mask"
 }
 # the circles of one kind of arrow (strongly connected components)
 function circles(kind, inc,    k, ab, v, c) {

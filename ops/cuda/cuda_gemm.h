@@ -112,7 +112,7 @@ void fr_gemm_init(fr_gemm *g);
  * NULL) and the GEMM's shape and types. */
 FR_NODISCARD fr_status fr_cuda_gemm(fr_cuda_ctx *cu, const fr_node *n, const fr_gemm *g);
 
-/* D = beta * D over the [rows][cols] matrix with leading dim ld (ops/cuda/matmul.cu): the
+/* D = beta * D over the [rows][cols] matrix with leading dim ld (ops/cuda/gemm_scale.cu): the
  * K == 0 case of fr_cuda_gemm. dtype FR_F32, FR_F64 or FR_BF16. */
 FR_NODISCARD fr_status fr_cuda_scale_matrix(fr_cuda_ctx *cu, const fr_node *n, fr_dtype dt, void *D, int64_t rows,
                                int64_t cols, int64_t ld, int64_t batch, int64_t stride, double beta);

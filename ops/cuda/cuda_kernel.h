@@ -198,13 +198,15 @@ const fr_cuda_kernel_def *fr_cuda_kernel_at(int i);
 /* The family tables (ops/cuda/<family>.cu). */
 extern const fr_cuda_kernel_def fr_cuda_kernels_elementwise[]; /* unary, binary, Where, Expand, Cast, Clip, Pow, *Grad of elementwise */
 extern const fr_cuda_kernel_def fr_cuda_kernels_reduce[];      /* Reduce*, ArgMax/Min, ReduceGrad, SumToShape, Dot, CumSum */
-extern const fr_cuda_kernel_def fr_cuda_kernels_softmax[];     /* Softmax, LogSoftmax and grads, SoftmaxCrossEntropy(+Grad) */
-extern const fr_cuda_kernel_def fr_cuda_kernels_add_norm[];    /* AddRMSNorm(Grad): residual Add + RMSNorm (ops/cuda/rms_rows.cu) */
+extern const fr_cuda_kernel_def fr_cuda_kernels_softmax[];     /* Softmax, LogSoftmax and grads */
+extern const fr_cuda_kernel_def fr_cuda_kernels_loss[];        /* SoftmaxCrossEntropy(+Grad) (ops/cuda/loss.cu) */
+extern const fr_cuda_kernel_def fr_cuda_kernels_add_norm[];    /* AddRMSNorm(Grad): residual Add + RMSNorm (ops/cuda/add_norm.cu) */
 extern const fr_cuda_kernel_def fr_cuda_kernels_norm[];        /* LayerNormalization, RMSNormalization and grads */
 extern const fr_cuda_kernel_def fr_cuda_kernels_gather[];      /* Gather family and scatter-add grads */
 extern const fr_cuda_kernel_def fr_cuda_kernels_layout[];      /* Transpose, Concat, Split, Slice, Trilu, Tile, grads */
 extern const fr_cuda_kernel_def fr_cuda_kernels_shape[];       /* reshapes, shape ops (ops/cuda/shape.cu) */
-extern const fr_cuda_kernel_def fr_cuda_kernels_matmul[];      /* MatMul, Gemm, Einsum */
+extern const fr_cuda_kernel_def fr_cuda_kernels_matmul[];      /* MatMul, Gemm */
+extern const fr_cuda_kernel_def fr_cuda_kernels_einsum[];      /* Einsum (ops/cuda/einsum.cu) */
 extern const fr_cuda_kernel_def fr_cuda_kernels_linear[];      /* Linear, LinearGradData, LinearGradWeight */
 extern const fr_cuda_kernel_def fr_cuda_kernels_attention[];   /* Attention, AttentionGrad (fused, flash style) */
 extern const fr_cuda_kernel_def fr_cuda_kernels_attention_qkv[]; /* AttentionQKV(Grad): attention on the packed QKV projection */

@@ -17,7 +17,7 @@ __device__ inline void fr_dev_error(int *word, int code, int node_index, long lo
 }
 
 /* __shfl_down_sync of a value of any type made of whole 32-bit words (a double, a struct of
- * partial sums), word by word: the tree reductions of softmax.cu and reduce_engine.cuh. */
+ * partial sums), word by word: the tree reductions of softmax_rows.cuh and reduce_engine.cuh. */
 template <class A> __device__ __forceinline__ A fr_shfl_down(A v, int d)
 {
     static_assert(sizeof(A) % 4 == 0, "whole 32-bit words");

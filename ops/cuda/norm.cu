@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "ops/cuda/cuda_kernel.h"
-#include "ops/cuda/rms_rows.h"
+#include "ops/cuda/add_norm.h"
 #include "ops/norm.h"
 
 namespace {
@@ -539,7 +539,7 @@ fr_status ng_plan(const fr_node *n, int rx, const int64_t *dx, int rs, const int
     return FR_OK;
 }
 
-/* RMSNormGrad on rows that fit ops/cuda/rms_rows.cu's registers (Scale = the row, shared) */
+/* RMSNormGrad on rows that fit ops/cuda/add_norm.cu's registers (Scale = the row, shared) */
 int rms_rows_ok(const fr_node *n, fr_dtype dt, const NgPlan &p)
 {
     return strcmp(n->op_type, "RMSNormGrad") == 0 && dt == FR_F32 && p.cols && fr_rms_rows_fast(p.c.len);

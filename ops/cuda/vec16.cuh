@@ -1,5 +1,5 @@
 /* V consecutive float32 or bfloat16 elements as V floats, moved 16 bytes at a time: the vector
- * loads and stores of the row kernels that read or write either dtype (rms_rows.cu, swiglu.cu).
+ * loads and stores of the row kernels that read or write either dtype (add_norm.cu, swiglu.cu).
  * Vector i holds elements [i V, i V + V). float32: V / 4 float4 (V % 4 == 0); bfloat16: V / 8
  * 16-byte words (V % 8 == 0; V == 4: one 8-byte word); other V element by element. The pointer
  * must be aligned to the access (16 bytes; 8 for bfloat16 V == 4). bfloat16 widens exactly

@@ -1,11 +1,12 @@
 /* Public API: memory prediction of a training configuration (runtime/train/train_memory.h). */
+#include <stddef.h>
 #include <string.h>
 
 #include "runtime/api/api_internal.h"
 #include "runtime/cuda/cuda_probe.h"
 #include "runtime/train/train_memory.h"
 
-#define REPORT_V1_SIZE sizeof(fp8run_memory_report)
+#define REPORT_V1_SIZE offsetof(fp8run_memory_report, gathered_weights)
 
 FP8RUN_API fp8run_status fp8run_model_predict_memory(const fp8run_model *m, const fp8run_train_config *cfg,
                                                      const char *backend, fp8run_memory_report *report)
@@ -43,6 +44,7 @@ FP8RUN_API fp8run_status fp8run_model_predict_memory(const fp8run_model *m, cons
     r.inputs = mm.inputs;
     r.workspace = mm.workspace;
     r.total = mm.total;
+    r.gathered_weights = mm.gathered;
     memcpy(report, &r, use);
     return FP8RUN_OK;
 }

@@ -24,23 +24,46 @@
 #include "graph/status.h"
 
 /* ---- launch environment ---- */
+/* A rank's place in the job, as a launcher sets it: WORLD_SIZE, RANK, LOCAL_RANK,
+ * LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun and `fp8run train --gpus N`), and the
+ * node: NNODES / NODE_RANK (launch scripts, `fp8run train --nnodes N --node-rank R`) or
+ * GROUP_WORLD_SIZE / GROUP_RANK (torchrun's names for the same). Ranks are numbered node by
+ * node: rank = node_rank * local_world + local_rank, every node running local_world ranks. */
 typedef struct fr_dist_env {
     int rank, world, local_rank;
+    int local_world;      /* ranks per node: LOCAL_WORLD_SIZE, else WORLD_SIZE / NNODES, else
+                             WORLD_SIZE when LOCAL_RANK = RANK (one node); 0: unknown */
+    int nnodes;           /* NNODES (GROUP_WORLD_SIZE), else WORLD_SIZE / local_world; 0: unknown */
+    int node_rank;        /* NODE_RANK (GROUP_RANK), else rank / local_world; -1: unknown */
     char addr[256];       /* MASTER_ADDR (default 127.0.0.1) */
     int port;             /* MASTER_PORT (default 29500) */
     int present;          /* 1: WORLD_SIZE was set (launched by fp8run --gpus or a launcher) */
 } fr_dist_env;
 typedef const char *(*fr_getenv_fn)(const char *name);
 /* Parse the variables through get (getenv in production). Absent WORLD_SIZE: world 1, rank 0,
- * present 0. Malformed or inconsistent values are FR_ERR_INVALID_ARG naming the variable. */
+ * present 0. Malformed or inconsistent values (a rank or node past its count, a rank that is
+ * not node_rank * local_world + local_rank, NNODES that does not divide WORLD_SIZE, NODE_RANK
+ * and GROUP_RANK that disagree, several nodes without MASTER_ADDR and MASTER_PORT) are
+ * FR_ERR_INVALID_ARG naming the variables and their values. */
 FR_NODISCARD fr_status fr_dist_env_parse(fr_getenv_fn get, fr_dist_env *out);
+/* "rank 5 (node 1, local rank 1)", or "rank 5" when the node is unknown. */
+const char *fr_dist_rank_text(const fr_dist_env *e, int rank, char *buf, size_t n);
 
 /* ---- rendezvous ---- */
-/* Rank 0 listens on addr:port and sends `len` bytes of blob to world-1 ranks; the others
- * connect (retrying until timeout_s) and receive them into blob. Every wait is bounded by
- * timeout_s: a rank that never comes is FR_ERR_DEVICE naming the address. */
+/* Every rank of the job meets rank 0 on addr:port over TCP: each sends who it is (rank, world
+ * size, node, blob length); rank 0 waits until every rank 1..world-1 has come exactly once,
+ * then sends each the `len` bytes of blob (the NCCL unique id). All ranks leave together or
+ * fail together with the reason: a rank claimed twice, a rank whose WORLD_SIZE / NNODES /
+ * blob length differ from rank 0's, a rank whose connection closes before the end (it died:
+ * named), ranks missing at the deadline (named). Rank 0 sends that reason to the ranks that
+ * came, so each fails with it; a rank that loses rank 0 says so. Every wait ends by
+ * timeout_s (FP8RUN_RENDEZVOUS_TIMEOUT, when set, takes its place). Errors are FR_ERR_DEVICE. */
+FR_NODISCARD fr_status fr_dist_rendezvous(const fr_dist_env *e, void *blob, size_t len, double timeout_s);
+/* The rendezvous of rank of world on addr:port, the node unknown (the NCCL communicator's). */
 FR_NODISCARD fr_status fr_dist_exchange(const char *addr, int port, int rank, int world, void *blob, size_t len,
                            double timeout_s);
+/* The rendezvous' time limit: FP8RUN_RENDEZVOUS_TIMEOUT, else FP8RUN_NCCL_TIMEOUT, else 600 s. */
+double fr_dist_rendezvous_timeout(void);
 
 /* ---- gradient buckets ---- */
 typedef struct fr_dist_bucket {

@@ -1,45 +1,9 @@
-/* Data-parallel planning (dist.h): gradient buckets, optimizer-state owners, the data split,
- * and the launch environment. Pure functions: every rank computes the same answers. */
-#include <errno.h>
+/* Data-parallel planning (dist.h): gradient buckets, optimizer-state owners and the data split.
+ * Pure functions: every rank computes the same answers. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/dist/dist.h"
-
-static fr_status env_int(fr_getenv_fn get, const char *name, int def, int lo, int *out)
-{
-    const char *v = get(name);
-    if (!v || !*v) {
-        *out = def;
-        return FR_OK;
-    }
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || *end || x < lo || x > 1 << 20)
-        return fr_error(FR_ERR_INVALID_ARG, "environment variable %s='%s': expected an integer >= %d", name, v, lo);
-    *out = (int)x;
-    return FR_OK;
-}
-
-fr_status fr_dist_env_parse(fr_getenv_fn get, fr_dist_env *out)
-{
-    memset(out, 0, sizeof *out);
-    const char *ws = get("WORLD_SIZE");
-    out->present = ws && *ws;
-    FR_TRY(env_int(get, "WORLD_SIZE", 1, 1, &out->world));
-    FR_TRY(env_int(get, "RANK", 0, 0, &out->rank));
-    FR_TRY(env_int(get, "LOCAL_RANK", out->rank, 0, &out->local_rank));
-    FR_TRY(env_int(get, "MASTER_PORT", 29500, 1, &out->port));
-    if (out->port > 65535) return fr_error(FR_ERR_INVALID_ARG, "environment variable MASTER_PORT=%d is not a TCP port", out->port);
-    if (out->rank >= out->world)
-        return fr_error(FR_ERR_INVALID_ARG, "environment: RANK=%d is not below WORLD_SIZE=%d", out->rank, out->world);
-    const char *a = get("MASTER_ADDR");
-    if (!a || !*a) a = "127.0.0.1";
-    if (strlen(a) >= sizeof out->addr) return fr_error(FR_ERR_INVALID_ARG, "environment variable MASTER_ADDR is too long");
-    strcpy(out->addr, a);
-    return FR_OK;
-}
 
 fr_status fr_dist_plan_buckets(const int64_t *numel, int n, size_t elem_size, size_t bucket_bytes,
                                fr_dist_bucket **out, int *n_out)

@@ -48,6 +48,33 @@ static fr_status shard(const fr_trainer *t, fr_train_memory *out)
     return st;
 }
 
+/* Sharded parameters (ZeRO-3, shard_plan.h), on either backend's plan: the masters, the
+ * optimizer state and the gradient buffers are each rank's padded slices (the same on every
+ * rank); the weights are held whole only for the units being gathered, in their gathered
+ * element (FP8 codes for the FP8 Linears: they replace the persistent codes of every weight).
+ * The step's gradients inside the activations stay as the executor plans them today. */
+static fr_status shard_params(const fr_trainer *t, fr_train_memory *out)
+{
+    const fr_train_options *o = &t->opt;
+    if (!o->shard_parameters || o->world_size < 2 || o->eval_only) return FR_OK;
+    fr_shard_plan *p = NULL;
+    FR_TRY(tr_shard_plan(t, o->world_size, &p));
+    size_t whole = 0, mine = 0, state = 0;
+    for (int i = 0; i < p->n_params; i++) {
+        const int64_t a = fr_shard_alloc_numel(p, i);
+        whole += (size_t)p->params[i].numel * sizeof(float);
+        mine += (size_t)a * sizeof(float);
+        state += fr_opt_state_bytes(&o->opt, a);
+    }
+    out->params = out->params >= whole ? out->params - whole + mine : mine; /* GPU: other constants stay */
+    out->optimizer_state = state;
+    if (out->grads) out->grads = mine;
+    out->fp8_weights = 0;
+    out->gathered = p->peak_gathered;
+    fr_shard_plan_free(p);
+    return FR_OK;
+}
+
 fr_status tr_memory_of(fr_trainer *t, int gpu, fr_train_memory *out)
 {
     memset(out, 0, sizeof *out);
@@ -86,9 +113,10 @@ fr_status tr_memory_of(fr_trainer *t, int gpu, fr_train_memory *out)
         out->workspace = FR_CUDA_WORKSPACE_BYTES;
     }
 #endif
-    if (st == FR_OK && gpu) st = shard(t, out);
+    if (st == FR_OK && gpu && !o->shard_parameters) st = shard(t, out);
+    if (st == FR_OK) st = shard_params(t, out);
     out->total = out->params + out->grads + out->optimizer_state + out->fp8_weights + out->activations +
-                 out->eval_activations + out->inputs + out->workspace;
+                 out->eval_activations + out->inputs + out->workspace + out->gathered;
     return st;
 }
 
@@ -97,10 +125,10 @@ void fr_train_memory_text(const fr_train_memory *m, char *buf, size_t n)
     const double M = 1024.0 * 1024.0;
     snprintf(buf, n,
              "%.1f MiB (parameters %.1f, gradient buffers %.1f, optimizer state %.1f, FP8 weight codes %.1f, "
-             "activations %.1f, evaluation %.1f, inputs %.1f, workspace %.1f)",
+             "activations %.1f, evaluation %.1f, inputs %.1f, workspace %.1f, gathered weights %.1f)",
              (double)m->total / M, (double)m->params / M, (double)m->grads / M, (double)m->optimizer_state / M,
              (double)m->fp8_weights / M, (double)m->activations / M, (double)m->eval_activations / M,
-             (double)m->inputs / M, (double)m->workspace / M);
+             (double)m->inputs / M, (double)m->workspace / M, (double)m->gathered / M);
 }
 
 /* Refuse a configuration of m that does not fit `budget` bytes, with what would fit. `where`

@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 
+#include "runtime/dist/shard_plan.h"
 #include "runtime/train/trainer.h"
 
 typedef struct fr_train_memory {
@@ -21,6 +22,8 @@ typedef struct fr_train_memory {
     size_t eval_activations; /* GPU: the evaluation graph's arena (built at the first validation) */
     size_t inputs;           /* token and label buffers */
     size_t workspace;        /* GPU: cuBLASLt workspace */
+    size_t gathered;         /* --shard-parameters: the layers' gathered weights held at once (the
+                                unit computing and the one prefetched; shard_plan.h) */
     size_t total;            /* the sum: the peak the run holds */
 } fr_train_memory;
 
@@ -35,6 +38,10 @@ FR_NODISCARD fr_status fr_train_predict_memory(const fr_graph *model, const fr_t
  * FR_OK on the GPU (runtime/cuda/cuda_train.c checks the device), in plan-only builds and with
  * FP8RUN_MEMORY_CHECK=0. */
 FR_NODISCARD fr_status fr_train_host_memory_check(fr_trainer *t);
+
+/* The sharding plan of t's parameters over world ranks (runtime/train/train_shard.c), in the
+ * order the step first reads them (not t->params' order: find them by name). */
+FR_NODISCARD fr_status tr_shard_plan(const fr_trainer *t, int world, fr_shard_plan **out);
 
 /* The text "params 1.2 GiB, ..." of m (for errors and `fp8run info --memory`). */
 void fr_train_memory_text(const fr_train_memory *m, char *buf, size_t n);

@@ -108,6 +108,10 @@ static fr_status copy_options(fr_trainer *t, const fr_train_options *o)
     if (o->world_size > 0 && o->shard_optimizer && (o->opt.state_dtype != FR_OPT_STATE_F32 || o->opt.master_bf16))
         return fr_error(FR_ERR_UNSUPPORTED, "--shard-optimizer keeps fp32 optimizer state and master weights only: "
                                             "drop --optimizer-state / --master-weights, or the sharding");
+    if (o->shard_parameters && !o->plan_only)
+        return fr_error(FR_ERR_UNSUPPORTED, "--shard-parameters: its plan, memory prediction (fp8run info --memory "
+                        "--gpus N --shard-parameters) and checkpoint layout exist, but training with it needs a "
+                        "multi-GPU run that has not been made; --shard-gradients (ZeRO-2) trains sharded today");
     FR_TRY(copy_str(o->fp8.recipe, &t->s_recipe, &c->fp8.recipe));
     FR_TRY(copy_str(o->fp8.fp8_format, &t->s_format, &c->fp8.fp8_format));
     FR_TRY(copy_str(o->fp8.fp8_exclude, &t->s_exclude, &c->fp8.fp8_exclude));

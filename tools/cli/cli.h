@@ -97,10 +97,19 @@ extern const char *const cli_shape_options[];
 int cli_choice(const char *cmd, const char *opt, const char *text, const char *const *choices, int *out);
 
 /* tools/cli/cli_dist.c: data-parallel training. Reads the torchrun-style environment into o
- * (world_size, rank, local_rank); *launcher = 1 when this process should start `gpus` ranks
- * instead (cli_dist_launch: exit code of the first rank that failed, else 0). */
-int cli_dist_env(int gpus, fp8run_train_config *o, int *launcher);
-int cli_dist_launch(int gpus);
+ * (world_size, rank, local_rank; checked by fp8run_dist_env_read); *launcher = 1 when this
+ * process should start `gpus` ranks instead: node node_rank of nnodes (0 and -1: one node)
+ * (cli_dist_launch: exit code of the first rank that failed, else 0). A rank started by the
+ * launcher runs the same command line: its --gpus/--nnodes/--node-rank must agree with its
+ * environment. */
+int cli_dist_env(int gpus, int nnodes, int node_rank, fp8run_train_config *o, int *launcher);
+int cli_dist_launch(int gpus, int nnodes, int node_rank);
+/* --nnodes N / --node-rank R of train and rendezvous: 1 when argv[*i] was one (*rc set). */
+int cli_dist_option(const char *cmd, int argc, char **argv, int *i, int *nnodes, int *node_rank, int *rc);
+
+/* tools/cli/cli_rendezvous.c */
+int cli_rendezvous(int argc, char **argv);
+void cli_rendezvous_help(FILE *f);
 
 /* tools/cli/cli_compile.c */
 int cli_compile(int argc, char **argv);

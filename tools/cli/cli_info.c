@@ -45,7 +45,8 @@ void cli_info_help(FILE *f)
             "                          will hold, by part, planned without running (default: cuda\n"
             "                          when fp8run is built with it)\n"
             "  --gpus N                with --memory: the rank of N data-parallel ranks holding\n"
-            "                          the most (--shard-optimizer, --shard-gradients)\n"
+            "                          the most (--shard-optimizer, --shard-gradients); with\n"
+            "                          --shard-parameters each rank's share and the sharding plan\n"
             "  --env                   instead: every environment variable fp8run reads, its type,\n"
             "                          default, reader and value now (no MODEL)\n"
             "  -h, --help              show this help\n"
@@ -333,7 +334,9 @@ static int print_memory(const fp8run_model *m, fp8run_train_config *o, const cli
     const double M = 1024.0 * 1024.0;
     printf("memory         predicted peak of `fp8run train` on the %s, batch %lld x seq %lld, optimizer state %s",
            r.gpu ? "GPU" : "CPU", (long long)o->batch, (long long)o->seq_len, o->optimizer_state);
-    if (o->world_size > 1 && r.gpu) /* data parallel runs on GPUs only */
+    if (o->world_size > 1 && o->shard_parameters) /* the shares do not depend on the backend */
+        printf(", one of %d ranks (sharded parameters, ZeRO-3)", o->world_size);
+    else if (o->world_size > 1 && r.gpu) /* data parallel runs on GPUs only */
         printf(", one of %d ranks%s", o->world_size,
                o->shard_gradients ? " (ZeRO-2)" : o->shard_optimizer ? " (ZeRO-1)" : "");
     printf(":\n");
@@ -346,7 +349,14 @@ static int print_memory(const fp8run_model *m, fp8run_train_config *o, const cli
                 {"inputs", r.inputs},               {"workspace", r.workspace}};
     for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++)
         printf("  %-20s %12.1f MiB\n", rows[k].name, (double)rows[k].v / M);
+    if (o->shard_parameters) printf("  %-20s %12.1f MiB\n", "gathered weights", (double)r.gathered_weights / M);
     printf("  %-20s %12.1f MiB (%.2f GiB)\n", "total", (double)r.total / M, (double)r.total / M / 1024.0);
+    if (!o->shard_parameters || o->world_size < 2) return 0;
+    /* which rank holds what: the plan the figures come from */
+    fp8run_shard_plan *p = NULL;
+    if (fp8run_model_shard_plan(m, o, o->world_size, &p) != FP8RUN_OK) return cli_fail_status();
+    printf("sharding       %s", fp8run_shard_plan_text(p));
+    fp8run_shard_plan_destroy(p);
     return 0;
 }
 

@@ -68,6 +68,10 @@ void cli_train_help(FILE *f)
             "data parallel (NCCL, loaded at run time):\n"
             "  --gpus N                one process per GPU, each B windows of a global batch of N*B; also\n"
             "                          runs under a launcher setting RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT\n"
+            "  --nnodes N              with --gpus G on each of N nodes: G*N ranks; start one `fp8run train`\n"
+            "                          per node with the same MASTER_ADDR (node 0's address) and MASTER_PORT\n"
+            "  --node-rank R           this node's place, 0 to N-1 (node 0 holds rank 0); `fp8run rendezvous`\n"
+            "                          with the same options checks the launch without training\n"
             "output:\n"
             "  --log FILE.jsonl        one JSON record per step and per validation\n"
             "  --log-every N           read the loss back and print progress every N steps\n"
@@ -117,6 +121,7 @@ static int train_option(int argc, char **argv, int *i, train_args *a, int *rc)
             *rc = cli_usage(cmd, "--gpus: %s is too large", v);
         if (VAL && *rc == 0) a->gpus = (int)n;
     }
+    else if (cli_dist_option(cmd, argc, argv, i, &a->nnodes, &a->node_rank, rc)) m = 1;
     else if (OPT("--log")) a->log = v;
     else if (OPT("--log-every")) { if (VAL) *rc = cli_int64(cmd, "--log-every", v, 1, &a->log_every); }
     else if (OPT("--ckpt-dir")) a->ckpt_dir = v;
@@ -738,9 +743,9 @@ int cli_train(int argc, char **argv)
         rc = 0;
     } else if (rc == 0) {
         int launcher = 0;
-        rc = cli_dist_env(a.gpus, &a.o, &launcher);
+        rc = cli_dist_env(a.gpus, a.nnodes, a.node_rank, &a.o, &launcher);
         g_quiet = a.o.rank > 0;
-        if (rc == 0) rc = launcher ? cli_dist_launch(a.gpus) : run_train(&a);
+        if (rc == 0) rc = launcher ? cli_dist_launch(a.gpus, a.nnodes, a.node_rank) : run_train(&a);
     }
     cli_dims_free(&a.dims);
     return rc;

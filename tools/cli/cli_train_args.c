@@ -19,6 +19,7 @@ void train_args_init(train_args *a, unsigned command)
     a->ckpt_keep = 3;
     a->order = FP8RUN_DATA_RANDOM;
     a->token_dtype = FP8RUN_DTYPE_UINT16;
+    a->node_rank = -1;
 }
 
 /* --help, then the training options of the command with its defaults. */

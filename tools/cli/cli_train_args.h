@@ -23,6 +23,7 @@ typedef struct train_args {
     const char *recipe_opt; /* the first precision/recipe option given (refused with a .fbs) */
     const char *init_from;  /* --init-from DIR|FILE (safetensors) */
     int gpus;               /* --gpus N (0: not given) */
+    int nnodes, node_rank;  /* --nnodes N (0: not given), --node-rank R (-1: not given) */
     const char *adapter_dir; /* --export-adapter DIR (a LoRA run) */
 } train_args;
 

@@ -28,6 +28,8 @@ static const cli_command commands[] = {
     {"prepare", "tokenize text files into token files (train/val split; fp8run, nanoGPT, llm.c)", cli_prepare,
      cli_prepare_help},
     {"plot", "draw training logs (--log, --log-fp8) as an SVG page of charts", cli_plot, cli_plot_help},
+    {"rendezvous", "check a multi-GPU / multi-node launch: start or join the ranks, meet, stop", cli_rendezvous,
+     cli_rendezvous_help},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
 
@@ -41,7 +43,7 @@ static void usage(FILE *f)
             "fp8run runs ONNX models (and, as it grows, trains them in FP8 on Hopper GPUs).\n"
             "\n"
             "commands:\n");
-    for (int i = 0; i < N_COMMANDS; i++) fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    for (int i = 0; i < N_COMMANDS; i++) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\nExit status: 0 on success, 1 when the work fails, 2 for a wrong command line.\n");
 }
 

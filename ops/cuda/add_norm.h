@@ -1,9 +1,9 @@
-/* RMSNorm rows at memory speed (ops/cuda/rms_rows.cu), float32 (B, dY and Y may be bfloat16),
+/* RMSNorm rows at memory speed (ops/cuda/add_norm.cu), float32 (B, dY and Y may be bfloat16),
  * Scale of exactly the row length shared by every row: the kernels of ai.fp8run::AddRMSNorm /
  * AddRMSNormGrad (ops/add_norm.c) and the fast path of RMSNormalization / RMSNormGrad
  * (ops/cuda/norm.cu). C++ linkage: CUDA files only. */
-#ifndef FR_CUDA_RMS_ROWS_H
-#define FR_CUDA_RMS_ROWS_H
+#ifndef FR_CUDA_ADD_NORM_H
+#define FR_CUDA_ADD_NORM_H
 
 #include "ops/cuda/cuda_kernel.h"
 

@@ -1,4 +1,4 @@
-/* RMSNorm rows at memory speed (see rms_rows.h), and the kernels of ai.fp8run::AddRMSNorm /
+/* RMSNorm rows at memory speed (see add_norm.h), and the kernels of ai.fp8run::AddRMSNorm /
  * AddRMSNormGrad (ops/add_norm.c).
  *
  * One block per row, 32..256 threads; thread t holds the vectors t, t + blockDim, ... of its
@@ -34,7 +34,7 @@
 #include <stdint.h>
 
 #include "ops/cuda/cuda_kernel.h"
-#include "ops/cuda/rms_rows.h"
+#include "ops/cuda/add_norm.h"
 #include "ops/cuda/vec16.cuh"
 #include "ops/norm.h"
 

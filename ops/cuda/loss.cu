@@ -1,0 +1,302 @@
+/* CUDA kernels of the loss head SoftmaxCrossEntropy(+Grad) (ops/loss.c; see
+ * ops/cuda/cuda_kernel.h for the contract), on the rows of the softmax family (one warp or one
+ * block per row, the online max and sum in double, softmax_rows.cuh).
+ *
+ * Per-row losses (double) go to scratch and one block sums them in a
+ * fixed order, with the count of non-ignored positions; mean over those, 0 when all are
+ * ignored. A label outside [0, V) (FR_ERR_RANGE on the CPU) cannot stop a kernel: it is
+ * recorded in the context's device error word (fr_dev_error: FR_ERR_RANGE, the node, the
+ * label, V), which the next synchronizing caller turns into an error naming the node; the
+ * kernels go on with a NaN loss for that row (so the mean is NaN) and a NaN gradient row. */
+#include <cuda_bf16.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "ops/cuda/cuda_kernel.h"
+#include "ops/cuda/cuda_util.cuh"
+#include "ops/cuda/softmax_rows.cuh"
+#include "ops/loss.h"
+
+namespace {
+
+constexpr size_t kAlign = 256;
+
+size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+/* ---------------------------------------------------------------- cross-entropy ---- */
+
+/* scratch: [count int64 (Grad)][per-row loss doubles][per-row counted ints]; err: the
+ * context's device error word */
+struct CeScratch {
+    int *err;
+    int node;
+    long long *count;
+    double *loss;
+    int *counted;
+};
+
+size_t ce_scratch_size(int64_t rows, CeScratch *s, void *base)
+{
+    size_t off = 0;
+    char *b = (char *)base;
+    if (s) s->count = (long long *)(b + off);
+    off += kAlign;
+    if (s) s->loss = (double *)(b + off);
+    off += align_up((size_t)(rows ? rows : 1) * sizeof(double));
+    if (s) s->counted = (int *)(b + off);
+    off += align_up((size_t)(rows ? rows : 1) * sizeof(int));
+    return off;
+}
+
+fr_status ce_scratch(const fr_graph *g, const fr_node *n, size_t *bytes)
+{
+    const int li = strcmp(n->op_type, "SoftmaxCrossEntropyGrad") == 0 ? 2 : 1;
+    if (n->n_inputs <= li || n->inputs[li] < 0) return fr_node_error(n, FR_ERR_GRAPH, "labels input is missing");
+    const fr_value *lb = &g->values[n->inputs[li]];
+    int64_t rows = 1;
+    for (int d = 0; d < lb->rank; d++) rows *= lb->dims[d];
+    *bytes = ce_scratch_size(rows, nullptr, nullptr);
+    return FR_OK;
+}
+
+__device__ __forceinline__ long long ld_label(const void *lb, int is64, int64_t r)
+{
+    return is64 ? ((const long long *)lb)[r] : (long long)((const int *)lb)[r];
+}
+
+/* V elements of a row stored as In, widened to T (exact: In is T or bfloat16 for float T) */
+__device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float widen(float v) { return v; }
+__device__ __forceinline__ double widen(double v) { return v; }
+template <class T, class In, int V> __device__ __forceinline__ Vec<T, V> ld_as(const In *p, int64_t i)
+{
+    const Vec<In, V> q = ld_vec<In, V>(p, i);
+    Vec<T, V> r;
+#pragma unroll
+    for (int j = 0; j < V; j++) r.v[j] = (T)widen(q.v[j]);
+    return r;
+}
+__device__ __forceinline__ void narrow_to(__nv_bfloat16 &d, float v) { d = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void narrow_to(float &d, float v) { d = v; }
+__device__ __forceinline__ void narrow_to(double &d, double v) { d = v; }
+
+/* log-sum-exp of one row (G threads); every thread of the group gets it. */
+template <class T, class In, int V, int G> __device__ __forceinline__ double row_lse(const In *xr, int64_t nv, int lane)
+{
+    MS<T> st = ms_init<T>();
+    for (int64_t i = lane; i < nv; i += G) {
+        const Vec<T, V> q = ld_as<T, In, V>(xr, i);
+#pragma unroll
+        for (int j = 0; j < V; j++) ms_add(st, q.v[j]);
+    }
+    st = group_allreduce<G>(st, MSComb<T>{});
+    return (double)st.m + log(ms_sum(st));
+}
+
+/* per-row loss: lse(row) - row[label]; ignored rows 0 and not counted */
+template <class T, class In, int V, int G>
+__global__ void __launch_bounds__(G == 32 ? 256 : G) ce_rows(const In *x, const void *lb, int lb64, int64_t rows,
+                                                            int64_t len, long long ignore, CeScratch sc)
+{
+    constexpr int RPB = G == 32 ? 256 / 32 : 1;
+    const int64_t row0 = (int64_t)blockIdx.x * RPB + threadIdx.x / G;
+    const int lane = threadIdx.x % G;
+    for (int64_t rb = row0; rb - (threadIdx.x / G) < rows; rb += (int64_t)gridDim.x * RPB) {
+        const bool valid = rb < rows;
+        const long long label = valid ? ld_label(lb, lb64, rb) : ignore;
+        const bool bad = label != ignore && (label < 0 || label >= len);
+        const bool work = valid && label != ignore && !bad;
+        const In *xr = x + (work ? rb : 0) * len;
+        const double lse = row_lse<T, In, V, G>(xr, work ? len / V : 0, lane);
+        if (valid && lane == 0) {
+            if (bad) fr_dev_error(sc.err, FR_ERR_RANGE, sc.node, label, len);
+            sc.loss[rb] = work ? lse - (double)widen(xr[label]) : bad ? (double)NAN : 0.0;
+            sc.counted[rb] = label != ignore;
+        }
+    }
+}
+
+/* one block: the mean over the counted rows, summed in a fixed order */
+template <class T> __global__ void __launch_bounds__(1024) ce_mean(CeScratch sc, int64_t rows, T *out)
+{
+    double s = 0.0, c = 0.0;
+    for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+        s += sc.loss[r];
+        c += (double)sc.counted[r];
+    }
+    s = group_allreduce<1024>(s, AddD{});
+    c = group_allreduce<1024>(c, AddD{});
+    if (threadIdx.x == 0) *out = (T)(c > 0 ? s / c : 0.0);
+}
+
+/* one block: the count of non-ignored rows (for the gradient's scale), and the label check */
+__global__ void __launch_bounds__(1024) ce_count(const void *lb, int lb64, int64_t rows, int64_t len, long long ignore,
+                                                CeScratch sc)
+{
+    double c = 0.0;
+    for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+        const long long y = ld_label(lb, lb64, r);
+        if (y == ignore) continue;
+        c += 1.0;
+        if (y < 0 || y >= len) fr_dev_error(sc.err, FR_ERR_RANGE, sc.node, y, len);
+    }
+    c = group_allreduce<1024>(c, AddD{});
+    if (threadIdx.x == 0) *sc.count = (long long)c;
+}
+
+/* dx = dloss / count * (softmax(row) - onehot(label)); ignored rows 0, bad labels NaN */
+template <class T, class In, class Out, int V, int G>
+__global__ void __launch_bounds__(G == 32 ? 256 : G) ce_grad_rows(const T *dl, const In *x, const void *lb, int lb64,
+                                                                 int64_t rows, int64_t len, long long ignore,
+                                                                 CeScratch sc, Out *dx)
+{
+    constexpr int RPB = G == 32 ? 256 / 32 : 1;
+    const int64_t row0 = (int64_t)blockIdx.x * RPB + threadIdx.x / G;
+    const int lane = threadIdx.x % G;
+    const long long cnt = *sc.count;
+    const double scale = cnt ? (double)dl[0] / (double)cnt : 0.0;
+    for (int64_t rb = row0; rb - (threadIdx.x / G) < rows; rb += (int64_t)gridDim.x * RPB) {
+        const bool valid = rb < rows;
+        const long long label = valid ? ld_label(lb, lb64, rb) : ignore;
+        const bool bad = label != ignore && (label < 0 || label >= len);
+        const bool work = valid && label != ignore && !bad;
+        const int64_t off = (valid ? rb : 0) * len;
+        const int64_t nv = valid ? len / V : 0;
+        const double lse = row_lse<T, In, V, G>(x + off, work ? nv : 0, lane);
+        for (int64_t i = lane; i < nv; i += G) {
+            Vec<Out, V> o;
+            if (work) {
+                const Vec<T, V> q = ld_as<T, In, V>(x + off, i);
+#pragma unroll
+                for (int j = 0; j < V; j++) {
+                    /* exp(x - lse) in T, x - lse rounded once; the T result rounded to Out */
+                    const double p = (double)exp_t((T)((double)q.v[j] - lse));
+                    narrow_to(o.v[j], (T)(scale * (p - (i * V + j == label ? 1.0 : 0.0))));
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < V; j++) narrow_to(o.v[j], bad ? (T)NAN : (T)0);
+            }
+            st_vec<Out, V>(dx + off, i, o);
+        }
+    }
+}
+
+fr_status ce_check(const fr_node *n, const fr_tensor *lg, const fr_tensor *lb)
+{
+    if (lg->dtype != FR_F32 && lg->dtype != FR_F64 && lg->dtype != FR_BF16)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "logits must be float32/float64/bfloat16, got %s",
+                             fr_dtype_name(lg->dtype));
+    if (lb->dtype != FR_I64 && lb->dtype != FR_I32)
+        return fr_node_error(n, FR_ERR_SHAPE, "labels must be int64 or int32, got %s", fr_dtype_name(lb->dtype));
+    int ok = lg->rank >= 1 && lb->rank == lg->rank - 1;
+    for (int d = 0; ok && d < lb->rank; d++) ok = lb->dims[d] == lg->dims[d];
+    if (!ok) return fr_node_error(n, FR_ERR_SHAPE, "labels do not match logits (want logits' shape without the last dim)");
+    return FR_OK;
+}
+
+template <class T, class In = T>
+fr_status ce_fwd_run(const fr_cuda_kctx *k, const CeScratch &sc, int64_t rows, int64_t len, long long ignore)
+{
+    const In *x = (const In *)k->in[0]->data;
+    const fr_tensor *lb = k->in[1];
+    const int lb64 = lb->dtype == FR_I64;
+    cudaStream_t st = k->cu->stream;
+    constexpr int VW = 16 / sizeof(T); /* T's vector width for bf16 logits too: the same
+                                           elements per thread, so the same sums as float32 */
+    if (rows > 0) {
+        const bool vec = can_vec<T>(len, x, x, x);
+        if (len <= kSmallRow) {
+            const unsigned b = blocks_for(rows, 8);
+            if (vec) ce_rows<T, In, VW, 32><<<b, 256, 0, st>>>(x, lb->data, lb64, rows, len, ignore, sc);
+            else ce_rows<T, In, 1, 32><<<b, 256, 0, st>>>(x, lb->data, lb64, rows, len, ignore, sc);
+        } else {
+            const unsigned b = blocks_for(rows, 1);
+            if (vec) ce_rows<T, In, VW, kBig><<<b, kBig, 0, st>>>(x, lb->data, lb64, rows, len, ignore, sc);
+            else ce_rows<T, In, 1, kBig><<<b, kBig, 0, st>>>(x, lb->data, lb64, rows, len, ignore, sc);
+        }
+        FR_TRY(fr_cuda_check_launch(k->node, "SoftmaxCrossEntropy(rows)"));
+    }
+    ce_mean<T><<<1, 1024, 0, st>>>(sc, rows, (T *)k->out[0]->data);
+    return fr_cuda_check_launch(k->node, "SoftmaxCrossEntropy(mean)");
+}
+
+/* In: the logits' storage, Out: dlogits' (T or bfloat16); T's vector width throughout (bf16
+   as 8-byte vectors), so every element sees the float32 path's arithmetic */
+template <class T, class In = T, class Out = T>
+fr_status ce_grad_run(const fr_cuda_kctx *k, const CeScratch &sc, int64_t rows, int64_t len, long long ignore)
+{
+    const T *dl = (const T *)k->in[0]->data;
+    const In *x = (const In *)k->in[1]->data;
+    const fr_tensor *lb = k->in[2];
+    const int lb64 = lb->dtype == FR_I64;
+    Out *dx = (Out *)k->out[0]->data;
+    cudaStream_t st = k->cu->stream;
+    constexpr int VW = 16 / sizeof(T);
+    ce_count<<<1, 1024, 0, st>>>(lb->data, lb64, rows, len, ignore, sc);
+    FR_TRY(fr_cuda_check_launch(k->node, "SoftmaxCrossEntropyGrad(count)"));
+    if (len == 0) return FR_OK;
+    const bool vec = can_vec<T>(len, x, dx, dx);
+    if (len <= kSmallRow) {
+        const unsigned b = blocks_for(rows, 8);
+        if (vec) ce_grad_rows<T, In, Out, VW, 32><<<b, 256, 0, st>>>(dl, x, lb->data, lb64, rows, len, ignore, sc, dx);
+        else ce_grad_rows<T, In, Out, 1, 32><<<b, 256, 0, st>>>(dl, x, lb->data, lb64, rows, len, ignore, sc, dx);
+    } else {
+        const unsigned b = blocks_for(rows, 1);
+        if (vec) ce_grad_rows<T, In, Out, VW, kBig><<<b, kBig, 0, st>>>(dl, x, lb->data, lb64, rows, len, ignore, sc, dx);
+        else ce_grad_rows<T, In, Out, 1, kBig><<<b, kBig, 0, st>>>(dl, x, lb->data, lb64, rows, len, ignore, sc, dx);
+    }
+    return fr_cuda_check_launch(k->node, "SoftmaxCrossEntropyGrad");
+}
+
+fr_status ce_cuda(const fr_cuda_kctx *k)
+{
+    const fr_node *n = k->node;
+    const int grad = strcmp(n->op_type, "SoftmaxCrossEntropyGrad") == 0;
+    const int nin = grad ? 3 : 2;
+    if (k->n_in != nin || k->n_out < 1 || !k->out[0])
+        return fr_node_error(n, FR_ERR_GRAPH, "needs %d inputs and one output", nin);
+    for (int i = 0; i < nin; i++)
+        if (!k->in[i]) return fr_node_error(n, FR_ERR_GRAPH, "input %d is missing", i);
+    const fr_tensor *lg = k->in[grad ? 1 : 0], *lb = k->in[grad ? 2 : 1];
+    FR_TRY(ce_check(n, lg, lb));
+    const fr_dtype ct = fr_ce_dtype(lg->dtype); /* float32 for bf16 logits */
+    if (grad && (k->in[0]->dtype != ct || fr_tensor_numel(k->in[0]) != 1))
+        return fr_node_error(n, FR_ERR_SHAPE, "dloss must be a %s scalar", fr_dtype_name(ct));
+    int dx16 = 0;
+    if (grad) FR_TRY(fr_ce_dx_bf16(n, lg->dtype, &dx16));
+    const fr_tensor *out = k->out[0];
+    const fr_dtype want = dx16 ? FR_BF16 : ct;
+    if (out->dtype != want || (grad ? fr_tensor_numel(out) != fr_tensor_numel(lg) : fr_tensor_numel(out) != 1))
+        return fr_node_error(n, FR_ERR_SHAPE, "output has the wrong dtype or shape (re-run shape inference)");
+    int64_t ignore;
+    FR_TRY(fr_node_attr_int(n, "ignore_index", -100, &ignore));
+    const int64_t rows = fr_tensor_numel(lb), len = lg->dims[lg->rank - 1];
+    CeScratch sc;
+    const size_t need = ce_scratch_size(rows, &sc, k->scratch);
+    if (!k->scratch || k->scratch_bytes < need)
+        return fr_node_error(n, FR_ERR_INTERNAL, "scratch of %zu bytes, %zu needed", k->scratch_bytes, need);
+    sc.err = k->cu->dev_error;
+    sc.node = fr_node_index(k);
+    if (!grad) {
+        if (lg->dtype == FR_BF16) return ce_fwd_run<float, __nv_bfloat16>(k, sc, rows, len, ignore);
+        return lg->dtype == FR_F32 ? ce_fwd_run<float>(k, sc, rows, len, ignore)
+                                   : ce_fwd_run<double>(k, sc, rows, len, ignore);
+    }
+    if (rows == 0) return FR_OK;
+    if (lg->dtype == FR_F64) return ce_grad_run<double>(k, sc, rows, len, ignore);
+    if (lg->dtype == FR_BF16)
+        return dx16 ? ce_grad_run<float, __nv_bfloat16, __nv_bfloat16>(k, sc, rows, len, ignore)
+                    : ce_grad_run<float, __nv_bfloat16, float>(k, sc, rows, len, ignore);
+    return dx16 ? ce_grad_run<float, float, __nv_bfloat16>(k, sc, rows, len, ignore)
+                : ce_grad_run<float>(k, sc, rows, len, ignore);
+}
+
+} /* namespace */
+
+extern "C" const fr_cuda_kernel_def fr_cuda_kernels_loss[] = {
+    {"SoftmaxCrossEntropy", FR_DOMAIN_FP8RUN, ce_cuda, ce_scratch},
+    {"SoftmaxCrossEntropyGrad", FR_DOMAIN_FP8RUN, ce_cuda, ce_scratch},
+    {NULL, NULL, NULL, NULL},
+};
