@@ -878,6 +878,11 @@ FP8RUN_API const char *fp8run_session_gemm(fp8run_session *s);
  * (libcudnn.so.9)", "cuDNN unavailable: <why>", or that the build has no CUDA backend; *version
  * (may be NULL) gets cudnnGetVersion() (91900 for 9.19.0), 0 when it is not usable. */
 FP8RUN_API const char *fp8run_cudnn_info(int *version);
+/* What fused attention fp8run hands to that cuDNN on this machine's first GPU (its compute
+ * capability; where there is none, the version's best on Hopper): "head dims multiples of 8 up
+ * to 256 (D != Dv allowed), causal, key padding (seg_form padded), sliding window, softcap";
+ * "" when cuDNN is not usable or the build has no CUDA backend. */
+FP8RUN_API const char *fp8run_cudnn_attention_support(void);
 
 /* One FP8 operand (x, w or dy) of an fp8 Linear as of the last step. A number the recipe does
  * not have is NaN, with has_amax / has_scale 0 and `note` saying why (never estimated). */

@@ -31,6 +31,7 @@ static void test_missing_library(void)
     const char *info = fp8run_cudnn_info(&version);
     CU_ASSERT_EQUAL(version, 0);
     CU_ASSERT_PTR_NOT_NULL_FATAL(info);
+    CU_ASSERT_STRING_EQUAL(fp8run_cudnn_attention_support(), ""); /* nothing is handed to a missing cuDNN */
 #ifdef FP8RUN_HAVE_CUDA
     CU_ASSERT_PTR_NOT_NULL(strstr(info, "cuDNN unavailable: FP8RUN_CUDNN_LIBRARY='" MISSING "' does not load"));
     const char *why = NULL;
@@ -143,12 +144,21 @@ static void test_graphs(void)
     printf("\n    cuDNN %zu from %s\n", version, where);
     CU_ASSERT(version >= 90000 && version < 100000);
     static const struct {
-        int64_t b, hq, hk, tq, tk, d;
+        int64_t b, hq, hk, tq, tk, d, dv;
         int causal, half;
+        int64_t window;
+        float softcap;
+        int padded; /* 2: segment ids (document mask) instead */
     } cases[] = {
-        {2, 3, 3, 64, 64, 64, 1, 0},     {2, 3, 3, 65, 65, 128, 0, 0}, {2, 4, 2, 256, 256, 128, 1, 0},
-        {1, 4, 1, 7, 7, 64, 1, 1},       {2, 3, 3, 33, 70, 64, 0, 0},  {8, 16, 8, 2048, 2048, 128, 1, 0},
-        {16, 12, 4, 1024, 1024, 64, 1, 0},
+        {2, 3, 3, 64, 64, 64, 64, 1, 0, 0, 0, 0},       {2, 3, 3, 65, 65, 128, 128, 0, 0, 0, 0, 0},
+        {2, 4, 2, 256, 256, 128, 128, 1, 0, 0, 0, 0},   {1, 4, 1, 7, 7, 64, 64, 1, 1, 0, 0, 0},
+        {2, 3, 3, 33, 70, 64, 64, 0, 0, 0, 0, 0},       {8, 16, 8, 2048, 2048, 128, 128, 1, 0, 0, 0, 0},
+        {16, 12, 4, 1024, 1024, 64, 64, 1, 0, 0, 0, 0},
+        /* head dim 256 (and D != Dv), sliding window, softcap, key padding, and all at once */
+        {2, 4, 2, 256, 256, 256, 256, 1, 0, 0, 0, 0},   {2, 2, 2, 130, 130, 192, 128, 1, 0, 0, 0, 0},
+        {2, 4, 2, 256, 256, 128, 128, 1, 0, 64, 0, 0},  {2, 4, 4, 200, 200, 64, 64, 0, 0, 0, 30.0f, 0},
+        {2, 4, 2, 256, 256, 128, 128, 0, 0, 0, 0, 1},   {2, 8, 4, 384, 384, 256, 256, 1, 0, 100, 50.0f, 1},
+        {2, 4, 2, 200, 200, 64, 64, 1, 0, 0, 0, 2},     {2, 8, 4, 384, 384, 256, 256, 1, 0, 100, 50.0f, 2},
     };
     int graphs = 0, graphs_final = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
@@ -156,7 +166,13 @@ static void test_graphs(void)
             const int backward = variant > 0;
             fr_cudnn_sdpa p = problem(cases[i].b, cases[i].hq, cases[i].hk, cases[i].tq, cases[i].tk, cases[i].d,
                                       cases[i].causal, cases[i].half, backward);
+            p.dv = cases[i].dv;
+            packed(p.hk, p.tk, p.dv, p.sv);
+            packed(p.hq, p.tq, p.dv, p.so);
+            p.window = cases[i].window, p.softcap = cases[i].softcap;
+            p.padded = cases[i].padded == 1, p.segments = cases[i].padded == 2;
             p.deterministic = variant == 2;
+            if (p.segments && backward) p.segments = 0; /* the document mask's backward is refused */
             int finalized = -1, n_ops = 0;
             const fr_status st = fr_cudnn_sdpa_check_graph(&api, version, &p, &finalized, &n_ops);
             if (st != FR_OK) fprintf(stderr, "\n    case %zu backward %d: %s\n", i, backward, fr_last_error());
@@ -164,21 +180,39 @@ static void test_graphs(void)
             CU_ASSERT(finalized == 0 || finalized == 1);
             graphs++;
             graphs_final += finalized == 1;
-            /* forward: 2 GEMMs, scale, 2 reductions, SUB, EXP, LOG, ADD, DIV (+4 causal);
+            /* forward: 2 GEMMs, scale, 2 reductions, SUB, EXP, LOG, ADD, DIV (+4 causal, +5
+               window, +3 softcap, +6 padding mask, +6 segment mask: both graphs);
                backward: 5 GEMMs, 3 reshapes (P, dS, K), 9 pointwise (dQ's copy included), 1
-               reduction (+4 causal, +6 per padding mask, +2 K/V-head reductions with GQA);
+               reduction (+4 causal, +5 window, +6 softcap and its derivative, +6 per padding
+               mask, +2 K/V-head reductions with GQA);
                deterministic backward: dQ written by its GEMM, no float32 accumulator and copy */
-            const int pad = backward && p.tk % 128 != 0 && version <= 91500 ? (version < 91000 ? 2 : 1) : 0;
-            const int want = backward ? 18 + 4 * p.causal + 6 * pad + 2 * (p.hq != p.hk) - p.deterministic
-                                      : 10 + 4 * p.causal;
+            const int pad_bwd = p.padded || (p.tk % 128 != 0 && version <= 91500);
+            const int pad = backward && pad_bwd ? (version < 91000 ? 2 : 1) : 0;
+            const int extra = 4 * p.causal + 5 * (p.window > 0) + 6 * p.segments;
+            const int want = backward ? 18 + extra + 6 * (p.softcap > 0) + 6 * pad + 2 * (p.hq != p.hk) -
+                                            p.deterministic
+                                      : 10 + extra + 3 * (p.softcap > 0) + 6 * p.padded;
             CU_ASSERT_EQUAL(n_ops, want);
         }
     printf("    %d graphs built, %d operation graphs finalized without a device\n", graphs, graphs_final);
     /* what cuDNN's flash attention does not take is refused before any descriptor */
-    fr_cudnn_sdpa big = problem(1, 2, 2, 16, 16, 256, 0, 0, 0);
+    fr_cudnn_sdpa big = problem(1, 2, 2, 16, 16, 264, 0, 0, 0);
     int finalized = 0, n_ops = 0;
     CU_ASSERT_EQUAL(fr_cudnn_sdpa_check_graph(&api, version, &big, &finalized, &n_ops), FR_ERR_UNSUPPORTED);
-    CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "head dims 256, 256"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "head dims 264, 264"));
+    fr_cudnn_sdpa odd = problem(1, 2, 2, 16, 16, 100, 1, 0, 0);
+    CU_ASSERT_EQUAL(fr_cudnn_sdpa_check_graph(&api, version, &odd, &finalized, &n_ops), FR_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "multiples of 8 up to 256"));
+    fr_cudnn_sdpa win = problem(1, 2, 2, 16, 16, 64, 0, 0, 0);
+    win.window = 4; /* the contract's window comes with the causal mask only */
+    CU_ASSERT_EQUAL(fr_cudnn_sdpa_check_graph(&api, version, &win, &finalized, &n_ops), FR_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "without the causal mask"));
+    char text[256];
+    fr_cudnn_sdpa_describe_support(version, 9, text, sizeof text);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "up to 256"));
+    CU_ASSERT(version < 90400 || strstr(text, "softcap") != NULL);
+    fr_cudnn_sdpa_describe_support(version, 8, text, sizeof text);
+    CU_ASSERT_PTR_NULL(strstr(text, "softcap"));
     fr_cudnn_sdpa one = problem(1, 2, 2, 1, 1, 64, 0, 0, 1);
     CU_ASSERT_EQUAL(fr_cudnn_sdpa_check_graph(&api, version, &one, &finalized, &n_ops), FR_ERR_UNSUPPORTED);
     CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "s_q = s_kv = 1"));

@@ -8,6 +8,8 @@
  *    (the CPU rounds the normalized probabilities, flash kernels the unnormalized ones, and
  *    cuDNN's outputs are bf16), LSE within 1e-4. The backward reads each path's own forward
  *    outputs, on the CPU and the GPU alike.
+ * On cuDNN also head dim 256, a sliding window, softcap and all three (Gemma2's attention),
+ * HF's key padding (Sk, no Sq), alone and with a window and softcap.
  * Cases: GQA, MHA and MQA heads; RoPE half, interleaved and none; [T, D] and [B, 1, T, D]
  * tables; causal and not; T 33, 65, 97, 130, 256 (odd, not multiples of 64, and one); D 64 and
  * 128 (the vectorized staging kernels of attention_qkv_stage.cuh) and D 24 (not a multiple of
@@ -44,12 +46,16 @@
 typedef struct qcase {
     int64_t B, T, Hq, Hk, D;
     int rope, table, causal, flat; /* rope 0 none, 1 half, 2 interleaved; table 2 [T, D], 4 [B, 1, T, D] */
+    int64_t window;
+    float softcap;
+    int seg; /* 0: none; 1: Sk = HF's attention_mask (right padding), Sq absent; 2: packed Sk = Sq */
 } qcase;
 
 static const qcase k_cases[] = {
-    {2, 130, 4, 2, 64, 1, 2, 1, 0},  {2, 256, 4, 4, 128, 2, 4, 1, 0}, {2, 65, 6, 2, 64, 0, 2, 1, 1},
-    {1, 130, 8, 1, 128, 1, 4, 0, 0}, {2, 256, 4, 2, 128, 1, 2, 1, 0}, {3, 33, 6, 3, 24, 1, 4, 1, 0},
-    {2, 97, 8, 2, 64, 2, 2, 1, 1},
+    {2, 130, 4, 2, 64, 1, 2, 1, 0, 0, 0, 0},  {2, 256, 4, 4, 128, 2, 4, 1, 0, 0, 0, 0},
+    {2, 65, 6, 2, 64, 0, 2, 1, 1, 0, 0, 0},   {1, 130, 8, 1, 128, 1, 4, 0, 0, 0, 0, 0},
+    {2, 256, 4, 2, 128, 1, 2, 1, 0, 0, 0, 0}, {3, 33, 6, 3, 24, 1, 4, 1, 0, 0, 0, 0},
+    {2, 97, 8, 2, 64, 2, 2, 1, 1, 0, 0, 0},
 };
 
 static fr_cuda_ctx *g_dnn; /* --attention cudnn, NULL when cuDNN does not load */
@@ -78,6 +84,25 @@ static void set_attrs(tnode *t, const qcase *c, const char *prec)
     if (c->causal) TN_ATTR(t, int, "causal", 1);
     if (c->rope == 2) TN_ATTR(t, int, "interleaved", 1);
     if (c->flat) TN_ATTR(t, int, "flat_output", 1);
+    if (c->window) TN_ATTR(t, int, "window", c->window);
+    if (c->softcap > 0) TN_ATTR(t, float, "softcap", c->softcap);
+    if (c->seg) TN_ATTR(t, string, "seg_form", c->seg == 2 ? "packed" : "padded");
+}
+
+/* Sk [B, T] int32 for c->seg: right padding of random length (row 0 full), examples 1, 2, .. */
+static fr_tensor *make_sk(fr_rng *r, const qcase *c)
+{
+    if (!c->seg) return NULL;
+    fr_tensor *sk = tt_new(FR_I32, 2, (int64_t[]){c->B, c->T});
+    for (int64_t b = 0; b < c->B; b++) {
+        const int64_t len = b == 0 ? c->T : 1 + (int64_t)(fr_rng_uniform(r) * (double)(c->T - 1));
+        int32_t id = 1;
+        for (int64_t j = 0; j < c->T; j++) {
+            if (c->seg == 2 && j > 0 && j < len && fr_rng_uniform(r) < 4.0 / (double)c->T) id++;
+            ((int32_t *)sk->data)[b * c->T + j] = j < len ? (c->seg == 2 ? id : 1) : 0;
+        }
+    }
+    return sk;
 }
 
 static void expect_close(const fr_tensor *got, const fr_tensor *want, double tol, const char *name, const char *what)
@@ -123,14 +148,17 @@ static void run_case(fr_rng *r, const qcase *c, const char *prec, fr_cuda_ctx *c
     if (xbf) X = to_bf16(X);
     if (c->rope) make_tables(c, &cs, &sn);
     char what[200];
-    snprintf(what, sizeof what, "%s%s %s B%lld T%lld Hq%lld Hk%lld D%lld rope%d table%d causal%d flat%d", prec, xbf ? " X bf16" : "",
-             ctx ? "cuDNN" : "fp8run", (long long)c->B, (long long)c->T, (long long)c->Hq, (long long)c->Hk,
-             (long long)c->D, c->rope, c->table, c->causal, c->flat);
+    snprintf(what, sizeof what, "%s%s %s B%lld T%lld Hq%lld Hk%lld D%lld rope%d table%d causal%d flat%d window%lld softcap%g",
+             prec, xbf ? " X bf16" : "", ctx ? "cuDNN" : "fp8run", (long long)c->B, (long long)c->T, (long long)c->Hq,
+             (long long)c->Hk, (long long)c->D, c->rope, c->table, c->causal, c->flat, (long long)c->window,
+             (double)c->softcap);
     const int bf = strcmp(prec, "bf16") == 0;
     const double tol = bf ? TOL_BF16 : TOL_F32;
-    fr_tensor *ins[3] = {X, cs, sn};
+    fr_tensor *Sk = make_sk(r, c);
+    fr_tensor *ins[5] = {X, cs, sn, Sk, c->seg == 2 ? Sk : NULL};
+    const int n_in = c->seg == 2 ? 5 : c->seg ? 4 : c->rope ? 3 : 1;
     tnode f;
-    tn_init_domain(&f, "ai.fp8run", "AttentionQKV", 1, c->rope ? 3 : 1, ins, 0u, 2);
+    tn_init_domain(&f, "ai.fp8run", "AttentionQKV", 1, n_in, ins, 0u, 2);
     set_attrs(&f, c, prec);
     FR_ASSERT_OK(tn_run(&f));
     fr_tensor *go[TN_MAX];
@@ -143,9 +171,9 @@ static void run_case(fr_rng *r, const qcase *c, const char *prec, fr_cuda_ctx *c
     expect_close(go[1], f.out[1], bf ? TOL_LSE : TOL_F32, "LSE", what);
     /* backward from the GPU's forward outputs */
     fr_tensor *dO = tt_randn(r, FR_F32, go[0]->rank, go[0]->dims, 0, 1);
-    fr_tensor *bins[6] = {X, go[0], go[1], dO, cs, sn};
+    fr_tensor *bins[8] = {X, go[0], go[1], dO, cs, sn, Sk, c->seg == 2 ? Sk : NULL};
     tnode b;
-    tn_init_domain(&b, "ai.fp8run", "AttentionQKVGrad", 1, c->rope ? 6 : 4, bins, 0u, 1);
+    tn_init_domain(&b, "ai.fp8run", "AttentionQKVGrad", 1, c->seg ? n_in + 3 : c->rope ? 6 : 4, bins, 0u, 1);
     set_attrs(&b, c, prec);
     FR_ASSERT_OK(tn_run(&b));
     fr_tensor *gb[TN_MAX];
@@ -164,6 +192,7 @@ static void run_case(fr_rng *r, const qcase *c, const char *prec, fr_cuda_ctx *c
     fr_tensor_free(X);
     fr_tensor_free(cs);
     fr_tensor_free(sn);
+    fr_tensor_free(Sk);
 }
 
 /* ---- bfloat16 I/O ---- */
@@ -364,6 +393,26 @@ static void bf16_cudnn_cases(int xbf)
 #endif
 }
 
+/* What cuDNN takes beyond the Llama shapes: head dim 256, sliding window, softcap (Gemma2's),
+ * HF's key padding (segment ids, exact on cuDNN). */
+static void test_bf16_cudnn_masks(void)
+{
+#ifdef FP8RUN_HAVE_CUDA
+    fr_cuda_ctx *c = dnn_ctx();
+    if (!c) return;
+    static const qcase more[] = {
+        {2, 130, 4, 2, 256, 1, 2, 1, 0, 0, 0, 0},   {2, 256, 4, 2, 128, 1, 2, 1, 0, 64, 0, 0},
+        {2, 200, 4, 4, 64, 2, 2, 1, 1, 0, 5.0f, 0}, {2, 130, 2, 2, 256, 1, 4, 1, 0, 64, 3.0f, 0},
+        {3, 130, 4, 2, 64, 1, 2, 1, 0, 0, 0, 1},  {2, 256, 4, 2, 128, 0, 2, 1, 0, 64, 3.0f, 1},
+    };
+    fr_rng r = fr_test_rng("gpu_qkv_bf16_cudnn_masks");
+    n_dnn_runs = 0;
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) run_case(&r, &more[i], "bf16", c, 0);
+    printf("\n  %d cases on cuDNN", n_dnn_runs);
+    CU_ASSERT_EQUAL(n_dnn_runs, (int)(sizeof more / sizeof more[0]));
+#endif
+}
+
 static void test_fp32(void) { fp32_cases(0); }
 static void test_bf16_own(void) { bf16_own_cases(0); }
 static void test_bf16_cudnn(void) { bf16_cudnn_cases(0); }
@@ -377,6 +426,8 @@ int main(void)
         {"fp32 (fp8run's float32 kernels) vs CPU: 1e-5", test_fp32},
         {"bf16 on fp8run's kernels vs CPU: 2e-2", test_bf16_own},
         {"bf16 on cuDNN vs CPU: 2e-2 (skipped without cuDNN)", test_bf16_cudnn},
+        {"bf16 on cuDNN, head dim 256, sliding window, softcap, segments vs CPU: 2e-2 (skipped without cuDNN)",
+         test_bf16_cudnn_masks},
         {"bfloat16 X, fp32 (fp8run's float32 kernels) vs CPU: 1e-5", test_fp32_xbf16},
         {"bfloat16 X, bf16 on fp8run's kernels vs CPU: 2e-2", test_bf16_own_xbf16},
         {"bfloat16 X, bf16 on cuDNN vs CPU: 2e-2 (skipped without cuDNN)", test_bf16_cudnn_xbf16},

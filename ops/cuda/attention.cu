@@ -135,18 +135,12 @@ fr_status masks_of(const fr_node *n, const Plan &pl, const fr_tensor *m, const f
     return FR_OK;
 }
 
-/* cuDNN's path when the node allows it (it knows no softcap or segment ids here): *ran = 1 when
- * it ran the node; --attention cudnn on a node it cannot take is an error naming the node. */
+/* cuDNN's path when the node allows it (attention_cudnn_node.cu decides: softcap, windows and
+ * padded or packed segment ids where this cuDNN takes them): *ran = 1 when it ran the node;
+ * --attention cudnn on a node it cannot take is an error naming the node. */
 fr_status try_cudnn(const fr_cuda_kctx *k, const Plan &pl, int backward, int has_seg, int *ran)
 {
-    *ran = 0;
-    if (pl.a.softcap > 0.f || has_seg) {
-        if (k->cu->attention == FR_CUDA_ATTN_CUDNN)
-            return fr_node_error(k->node, FR_ERR_UNSUPPORTED, "--attention cudnn: cuDNN cannot run this node here: "
-                                 "%s (fp8run's kernels can: --attention auto or fp8run)",
-                                 has_seg ? "segment ids (Sk, Sq)" : "softcap");
-        return FR_OK;
-    }
+    (void)pl, (void)has_seg;
     return fr_attn_cudnn_run(k, backward, ran);
 }
 

@@ -10,7 +10,7 @@
 
 #include "ops/cuda/attention_cudnn_graph.h"
 
-#define MAX_IO 16      /* non-virtual tensors of a graph */
+#define MAX_IO 24      /* non-virtual tensors of a graph (20 at most today) */
 #define VPACK_CACHE 64 /* variant packs kept per plan (one per node and executor at the shapes trained) */
 #define ALIGN 256
 
@@ -43,7 +43,7 @@ typedef struct sdpa_plan {
     int pad;
     char *seq;         /* device: [b] int32 tq, then at seq_kv [b] int32 tk (the padding workaround) */
     size_t seq_kv;
-    float neg_inf, one;
+    float neg_inf, one, softcap, window; /* by-value scalars the variant packs point to */
     vpack vp[VPACK_CACHE];
     int n_vp, next_vp;
     struct sdpa_plan *next;
@@ -78,7 +78,8 @@ static void state_free(struct fr_cudnn_state *s)
 static int same_problem(const fr_cudnn_sdpa *a, const fr_cudnn_sdpa *b)
 {
     return a->b == b->b && a->hq == b->hq && a->hk == b->hk && a->tq == b->tq && a->tk == b->tk && a->d == b->d &&
-           a->dv == b->dv && a->causal == b->causal && a->half == b->half && a->backward == b->backward &&
+           a->dv == b->dv && a->causal == b->causal && a->window == b->window && a->softcap == b->softcap &&
+           a->padded == b->padded && a->segments == b->segments && a->half == b->half && a->backward == b->backward &&
            a->deterministic == b->deterministic &&
            memcmp(a->sq, b->sq, sizeof a->sq) == 0 && memcmp(a->sk, b->sk, sizeof a->sk) == 0 &&
            memcmp(a->sv, b->sv, sizeof a->sv) == 0 && memcmp(a->so, b->so, sizeof a->so) == 0;
@@ -124,6 +125,8 @@ static fr_status build(struct fr_cudnn_state *s, const fr_cudnn_sdpa *p, sdpa_pl
     pl->key = *p;
     pl->neg_inf = version < 91000 ? -FLT_MAX : -INFINITY; /* older cuDNN wants the lowest finite float */
     pl->one = 1.0f;
+    pl->softcap = p->softcap;
+    pl->window = (float)p->window; /* cudnn-frontend's left bound is a float */
     pl->pad = fr_cudnn_needs_padding(p, version);
     gb *b = &pl->b;
     b->api = s->api;
@@ -258,7 +261,17 @@ fr_status fr_cudnn_sdpa_run(fr_cuda_ctx *c, const fr_cudnn_sdpa *problem, const 
     ARG(UID_O, io->o);
     ARG(UID_STATS, io->stats);
     VAL(UID_SCALE, NULL); /* the variant pack's own copy of the scale */
-    if (p->causal || pl->pad) VAL(UID_NEG_INF, &pl->neg_inf);
+    if (p->causal || pl->pad || p->padded || p->segments) VAL(UID_NEG_INF, &pl->neg_inf);
+    if (p->segments) {
+        ARG(UID_SEG_Q, io->seg_q);
+        ARG(UID_SEG_KV, io->seg_kv);
+    }
+    if (p->softcap > 0) VAL(UID_SOFTCAP, &pl->softcap);
+    if (p->window > 0) VAL(UID_WINDOW, &pl->window);
+    if (p->padded) {
+        ARG(UID_SEQ_Q, io->seq_q);
+        ARG(UID_SEQ_KV, io->seq_kv);
+    }
     if (p->backward) {
         ARG(UID_DO, io->dout);
         ARG(UID_DQ, io->dq);

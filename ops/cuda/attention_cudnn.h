@@ -48,6 +48,9 @@ const frdnn_api *fr_cudnn(const char **why);
 size_t fr_cudnn_version(void);
 /* "cuDNN 9.14.0 (libcudnn.so.9)", or "cuDNN unavailable: <why>" (static text). */
 const char *fr_cudnn_describe(void);
+/* fr_cudnn_sdpa_describe_support for the process's cuDNN and the first GPU's compute
+ * capability (none: 0, the version's best), made once; "" when cuDNN does not load. */
+const char *fr_cudnn_support_text(void);
 /* "<what>: CUDNN_STATUS_... (cuDNN's last error message)" into buf. */
 void fr_cudnn_status_text(const frdnn_api *api, int status, const char *what, char *buf, size_t n);
 
@@ -64,6 +67,17 @@ typedef struct fr_cudnn_sdpa {
     int64_t b, hq, hk, tq, tk, d, dv;
     int64_t sq[4], sk[4], sv[4], so[4]; /* element strides, (batch, head, token, feature) */
     int causal;                         /* key j masked for query i when j > i (tq == tk) */
+    int64_t window;                     /* with causal, > 0: key j also masked when i - j >= window */
+    float softcap;                      /* > 0: scores s become softcap tanh(s / softcap) before the masks */
+    /* Per-batch lengths (fr_cudnn_sdpa_io.seq_q, seq_kv): query i >= seq_q[b] and key j >=
+     * seq_kv[b] masked (cuDNN's padding mask; the GEMMs stop there too). Rows past seq_q[b] get
+     * O = 0 and no gradient; their Stats are cuDNN's (not read by anything that matters). */
+    int padded;
+    /* Segment ids per batch (fr_cudnn_sdpa_io.seg_q [b, tq], seg_kv [b, tk] int32): key j is
+     * visible to query i only when seg_q[b, i] == seg_kv[b, j] (a document mask in the score
+     * graph; no work is skipped). Not with padded; forward only (the backward was seen wrong
+     * on cuDNN 9.14). The nodes do not route packed sequences here (fr_cudnn_seg_problem). */
+    int segments;
     int half;                           /* I/O dtype: 0 bf16, 1 fp16 (computation in float32) */
     int backward;
     /* Only engines without CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC, and the backward graph as
@@ -77,6 +91,9 @@ typedef struct fr_cudnn_sdpa {
 /* cuDNN's documented limits for p (no device needed): 1 when p is within them, else 0 with
  * why. cc_major: the GPU's compute capability (0: not known yet). */
 int fr_cudnn_sdpa_supported(const fr_cudnn_sdpa *p, size_t version, int cc_major, char *why, size_t n);
+/* What fp8run routes to cuDNN with this version on a GPU of compute capability cc_major (0: not
+ * known), in words ("head dims multiples of 8 up to 256, causal, sliding window, ..."), into buf. */
+void fr_cudnn_sdpa_describe_support(size_t version, int cc_major, char *buf, size_t n);
 /* Workspace bytes an execution needs besides the plan's own: the backward's float32 dQ
  * accumulator and dO . O row sums (cudnn-frontend's share of the workspace). */
 size_t fr_cudnn_sdpa_aux_bytes(const fr_cudnn_sdpa *p);
@@ -91,6 +108,8 @@ typedef struct fr_cudnn_sdpa_io {
     float *stats;    /* forward: written; backward: read */
     const void *dout; /* backward */
     void *dq, *dk, *dv;
+    const int32_t *seq_q, *seq_kv; /* padded: [b] int32 on the device, 16-byte aligned */
+    const int32_t *seg_q, *seg_kv; /* segments: [b, tq], [b, tk] int32 on the device, likewise */
     float scale;
     void *workspace; /* 16-byte aligned, fr_cudnn_sdpa_prepare's bytes */
     size_t workspace_bytes;
@@ -106,6 +125,22 @@ FR_NODISCARD fr_status fr_cudnn_sdpa_check_graph(const frdnn_api *api, size_t ve
                                                  int *graph_finalized, int *n_ops);
 
 /* ---- the nodes (attention_cudnn_node.cu) ---- */
+
+/* Segment ids (Sk, Sq) of a node, as cuDNN takes them. */
+typedef struct fr_cudnn_segs {
+    const fr_tensor *sk, *sq; /* on the device, int32 or int64 [rows, T]; sq NULL: absent */
+} fr_cudnn_segs;
+/* p->padded (seg_form padded: per-sequence lengths) for segment ids of seg_form `form`
+ * (FR_ATTN_SEG_*) whose Sk has `rows` rows (b * hq: one per problem; b: one per sequence, heads
+ * broadcast; or 1): 1, or 0 and why (general ids, packed sequences, ids that differ between a
+ * sequence's heads). */
+int fr_cudnn_seg_problem(fr_cudnn_sdpa *p, int form, int has_q, int64_t rows, char *why, size_t n);
+/* Device bytes fr_cudnn_seg_stage needs for p (0 without segment ids). */
+size_t fr_cudnn_seg_bytes(const fr_cudnn_sdpa *p);
+/* The lengths (padded) or per-batch int32 ids (segments) from s into mem (256-byte aligned,
+ * fr_cudnn_seg_bytes), io pointed at them: small kernels on k's stream, no host sync. */
+FR_NODISCARD fr_status fr_cudnn_seg_stage(const fr_cuda_kctx *k, const fr_cudnn_sdpa *p, const fr_cudnn_segs *s,
+                                          void *mem, fr_cudnn_sdpa_io *io);
 
 /* Scratch for cuDNN to run node n of g (0 when it will not: choice fp8run, or a node or shape
  * cuDNN does not take under choice auto). With a device (env->cu) the plan is built here;

@@ -21,8 +21,13 @@ enum {
     UID_ONE,
     UID_SUM,    /* backward: sum_d dO * O per row (workspace) */
     UID_DQ_ACC, /* backward: float32 dQ accumulator (workspace) */
-    UID_SEQ_Q,  /* backward, padding workaround: [b] int32 of tq (plan's device memory) */
-    UID_SEQ_KV,
+    UID_SEQ_Q,  /* [b] int32 query lengths: the caller's (padded), or tq (the backward's padding
+                 * workaround, plan's device memory) */
+    UID_SEQ_KV, /* [b] int32 key lengths, likewise */
+    UID_SOFTCAP, /* float by value: the cap c of c tanh(s / c) */
+    UID_WINDOW,  /* float by value: the sliding window's length */
+    UID_SEG_Q,   /* [b, 1, tq, 1] int32 segment ids of the queries */
+    UID_SEG_KV,  /* [b, 1, 1, tk] int32 segment ids of the keys */
     UID_VIRTUAL = 100, /* virtual tensors from here */
 };
 
@@ -43,7 +48,8 @@ typedef struct gb {
 void fr_cudnn_gb_free(gb *b);
 /* Keep d (made outside the builder) to be destroyed with the rest: 0, or -1 (d destroyed). */
 int fr_cudnn_gb_keep(gb *b, frdnn_desc d);
-/* 1 when the backward of p needs cudnn-frontend's padding-mask workaround on this version. */
+/* 1 when the backward of p needs cudnn-frontend's padding-mask workaround on this version
+ * (full lengths from the plan's own memory; never with p->padded, whose mask covers it). */
 int fr_cudnn_needs_padding(const fr_cudnn_sdpa *p, size_t version);
 /* The operations of p's graph into b (b->failed and b->why on the first refusal). */
 void fr_cudnn_graph(gb *b, const fr_cudnn_sdpa *p, size_t version);

@@ -1,6 +1,7 @@
 /* cuDNN loaded at run time (dlopen), --attention, and the report of which attention ran (see
  * attention_cudnn.h). Nothing links against cuDNN: where it is missing, too old or broken, the
  * choice "auto" keeps fp8run's kernels and says why, and "cudnn" fails saying why. */
+#include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -48,6 +49,8 @@ CHECK_ABI(FRDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_ATTR_OPERATION_POINTWISE_X
 CHECK_ABI(FRDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_ATTR_OPERATION_POINTWISE_BDESC);
 CHECK_ABI(FRDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_ATTR_OPERATION_POINTWISE_YDESC);
 CHECK_ABI(FRDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_ATTR_OPERATION_POINTWISE_TDESC);
+CHECK_ABI(FRDNN_ATTR_OPERATION_POINTWISE_DXDESC, CUDNN_ATTR_OPERATION_POINTWISE_DXDESC);
+CHECK_ABI(FRDNN_ATTR_OPERATION_POINTWISE_DYDESC, CUDNN_ATTR_OPERATION_POINTWISE_DYDESC);
 CHECK_ABI(FRDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_ATTR_OPERATIONGRAPH_HANDLE);
 CHECK_ABI(FRDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_ATTR_OPERATIONGRAPH_OPS);
 CHECK_ABI(FRDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT);
@@ -98,6 +101,11 @@ CHECK_ABI(FRDNN_POINTWISE_SUB, CUDNN_POINTWISE_SUB);
 CHECK_ABI(FRDNN_POINTWISE_EXP, CUDNN_POINTWISE_EXP);
 CHECK_ABI(FRDNN_POINTWISE_LOG, CUDNN_POINTWISE_LOG);
 CHECK_ABI(FRDNN_POINTWISE_IDENTITY, CUDNN_POINTWISE_IDENTITY);
+CHECK_ABI(FRDNN_POINTWISE_TANH_FWD, CUDNN_POINTWISE_TANH_FWD);
+CHECK_ABI(FRDNN_POINTWISE_TANH_BWD, CUDNN_POINTWISE_TANH_BWD);
+CHECK_ABI(FRDNN_POINTWISE_CMP_EQ, CUDNN_POINTWISE_CMP_EQ);
+CHECK_ABI(FRDNN_POINTWISE_CMP_GT, CUDNN_POINTWISE_CMP_GT);
+CHECK_ABI(FRDNN_POINTWISE_CMP_LE, CUDNN_POINTWISE_CMP_LE);
 CHECK_ABI(FRDNN_POINTWISE_CMP_GE, CUDNN_POINTWISE_CMP_GE);
 CHECK_ABI(FRDNN_POINTWISE_CMP_LT, CUDNN_POINTWISE_CMP_LT);
 CHECK_ABI(FRDNN_POINTWISE_LOGICAL_AND, CUDNN_POINTWISE_LOGICAL_AND);
@@ -238,6 +246,27 @@ const char *fr_cudnn_describe(void)
 {
     pthread_once(&g_once, load_once);
     return G.text;
+}
+
+static char g_support[256];
+static pthread_once_t g_support_once = PTHREAD_ONCE_INIT;
+
+static void support_once(void)
+{
+    const size_t version = fr_cudnn_version();
+    if (!version) return;
+    int count = 0, cc = 0;
+    if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0 &&
+        cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess)
+        cc = 0; /* not known: the version's best */
+    (void)cudaGetLastError(); /* no GPU is not an error here */
+    fr_cudnn_sdpa_describe_support(version, cc, g_support, sizeof g_support);
+}
+
+const char *fr_cudnn_support_text(void)
+{
+    pthread_once(&g_support_once, support_once);
+    return g_support;
 }
 
 void fr_cudnn_status_text(const frdnn_api *api, int status, const char *what, char *buf, size_t n)

@@ -3,11 +3,22 @@
  *
  * A node goes to cuDNN when --attention is cudnn or auto and: precision bf16 (cuDNN computes in
  * bf16 with float32 accumulation, as the op's bf16 contract says; fp32 precision stays exact on
- * fp8run's kernels), no mask input, no sliding window, K/V batch dims that map onto cuDNN's
- * (batch, query heads, K/V heads) with query head h reading K/V head h / group (MHA, GQA and
- * MQA as the Llama graphs have them), and head dims cuDNN takes (attention_cudnn.c). Under auto
+ * fp8run's kernels), no additive mask input M, segment ids (Sk, Sq) only with seg_form padded,
+ * K/V batch dims that map onto cuDNN's (batch, query heads, K/V heads) with query head h
+ * reading K/V head h / group (MHA, GQA and MQA as the Llama graphs have them), and what this
+ * cuDNN takes (fr_cudnn_sdpa_supported: head dims, causal, sliding window, softcap). Under auto
  * any other node runs fp8run's kernels (the context notes why); under cudnn it is an error
  * naming the node.
+ *
+ * Key padding (seg_form padded, the promise that each row of Sk is 1..1 0..0, checked by the
+ * CPU reference): a small kernel counts each row's ones into cuDNN's per-batch lengths on the
+ * stream (no host sync). Sq absent: every query sees the real keys (HF's attention_mask rule;
+ * exact). Sq = Sk (padded sequences): queries past the length are padding, which cuDNN skips:
+ * their O, LSE and gradients are 0 where the contract would let them attend to the padding
+ * keys - outputs no loss reads (a padding row's result reaches a real row through nothing).
+ * Packed sequences (seg_form packed) and general ids stay on fp8run's kernels: cuDNN's document
+ * mask (fr_cudnn_sdpa.segments, fr_cudnn_seg_stage's copy of the ids) plans, but computes
+ * every tile and was seen wrong in the backward (fr_cudnn_seg_problem says why).
  *
  * The op's tensors are float32: Q, K, V (and O, dO in the backward) are rounded to bf16
  * (round-to-nearest-even, as the op's bf16 precision rounds them) into the scratch, and cuDNN's
@@ -90,25 +101,34 @@ int heads_of(const fr_attn_geom *g, int64_t *B, int64_t *Hq, int64_t *Hk)
     return 0;
 }
 
-/* The cuDNN problem of node n with these input dims: *ok = 1 and p, scale; or *ok = 0 and
+/* Shapes (and segment dtypes) of a node's inputs, from the graph (planning) or the tensors. */
+struct Ins {
+    int rq, rk, rv;
+    const int64_t *dq, *dk, *dv;
+    int has_mask;
+    int rsk, rsq;
+    const int64_t *dsk, *dsq; /* NULL: absent */
+    fr_dtype tsk, tsq;
+};
+
+/* The cuDNN problem of node n: *ok = 1 and p, scale; or *ok = 0 and
  * why ("" for an empty problem, which no kernel runs). A node whose shapes are invalid is an
  * error (the op's own checks). */
-fr_status problem_of(const fr_node *n, int n_in, int backward, int cc_major, int rq, const int64_t *dq, int rk,
-                     const int64_t *dk, int rv, const int64_t *dv, fr_cudnn_sdpa *p, float *scale, int *ok, char *why,
-                     size_t wn)
+fr_status problem_of(const fr_node *n, const Ins &in, int backward, int cc_major, fr_cudnn_sdpa *p, float *scale,
+                     int *ok, char *why, size_t wn)
 {
     *ok = 0;
     fr_attn_attrs a;
-    FR_TRY(fr_attn_read_attrs(n, rq >= 1 ? dq[rq - 1] : 0, &a));
+    FR_TRY(fr_attn_read_attrs(n, in.rq >= 1 ? in.dq[in.rq - 1] : 0, &a));
     fr_attn_geom g;
-    FR_TRY(fr_attn_geometry(n, rq, dq, rk, dk, rv, dv, a.causal, &g));
+    FR_TRY(fr_attn_geometry(n, in.rq, in.dq, in.rk, in.dk, in.rv, in.dv, a.causal, &g));
+    fr_attn_seg sg;
+    FR_TRY(fr_attn_seg_geometry(n, &g, in.tsk, in.rsk, in.dsk, in.tsq, in.rsq, in.dsq, &sg));
     int64_t B = 0, Hq = 0, Hk = 0;
     if (!a.bf16)
         snprintf(why, wn, "precision fp32 (cuDNN's attention computes in bf16)");
-    else if (n_in > (backward ? 6 : 3))
-        snprintf(why, wn, "a mask input");
-    else if (a.window > 0)
-        snprintf(why, wn, "a sliding window");
+    else if (in.has_mask)
+        snprintf(why, wn, "an additive mask input M");
     else if (g.batch < 1 || g.Tq < 1 || g.Tk < 1 || g.D < 1 || g.Dv < 1)
         why[0] = 0;
     else if (!heads_of(&g, &B, &Hq, &Hk))
@@ -122,16 +142,19 @@ fr_status problem_of(const fr_node *n, int n_in, int backward, int cc_major, int
         memcpy(p->sq, sq, sizeof sq), memcpy(p->sk, sk, sizeof sk), memcpy(p->sv, sv, sizeof sv);
         memcpy(p->so, so, sizeof so);
         p->causal = a.causal;
+        p->window = a.window;
+        p->softcap = a.softcap;
         p->backward = backward;
         *scale = a.scale;
-        *ok = fr_cudnn_sdpa_supported(p, fr_cudnn_version(), cc_major, why, wn);
+        *ok = (!sg.has_k || fr_cudnn_seg_problem(p, a.seg_form, sg.has_q, sg.rows, why, wn)) &&
+              fr_cudnn_sdpa_supported(p, fr_cudnn_version(), cc_major, why, wn);
     }
     return FR_OK;
 }
 
 /* Where the node's buffers live in its scratch. */
 struct Layout {
-    size_t q, k, v, o, dout, dq, dk, dv, stats, ws, ws_bytes, total;
+    size_t q, k, v, o, dout, dq, dk, dv, stats, segs, ws, ws_bytes, total;
 };
 
 Layout layout_of(const fr_cudnn_sdpa &p, size_t ws_bytes)
@@ -148,6 +171,7 @@ Layout layout_of(const fr_cudnn_sdpa &p, size_t ws_bytes)
     l.q = take(nq * 2), l.k = take(nk * 2), l.v = take(nv * 2), l.o = take(no * 2);
     if (p.backward) l.dout = take(no * 2), l.dq = take(nq * 2), l.dk = take(nk * 2), l.dv = take(nv * 2);
     l.stats = take((size_t)(p.b * p.hq * p.tq) * sizeof(float));
+    l.segs = take(fr_cudnn_seg_bytes(&p));
     l.ws = take(ws_bytes);
     l.ws_bytes = ws_bytes;
     l.total = off;
@@ -182,7 +206,112 @@ fr_status run_named(fr_cuda_ctx *c, const fr_cudnn_sdpa *p, const fr_cudnn_sdpa_
     return st == FR_OK ? FR_OK : fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
 }
 
+/* seq_kv[b] = the keys of batch b's segment row that are not padding (id != 0: seg_form padded
+ * promises 1..1 0..0); seq_q[b] the same with Sq (equal to Sk, promised), else Tq (HF's rule:
+ * every query sees the real keys). One block per batch, on the stream: no host sync, so a CUDA
+ * graph can capture it. */
+template <typename T>
+__global__ void seq_lengths_kernel(const T *__restrict__ sk, int64_t tk, int64_t hq, int64_t per_row, int has_q,
+                                   int32_t tq, int32_t *__restrict__ seq_q, int32_t *__restrict__ seq_kv)
+{
+    __shared__ int warp_sum[32];
+    const int64_t b = blockIdx.x, row = b * hq / per_row;
+    int count = 0;
+    for (int64_t j = threadIdx.x; j < tk; j += blockDim.x) count += sk[row * tk + j] != 0;
+    for (int o = 16; o > 0; o >>= 1) count += __shfl_down_sync(0xffffffffu, count, o);
+    if ((threadIdx.x & 31) == 0) warp_sum[threadIdx.x >> 5] = count;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int total = 0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++) total += warp_sum[w];
+        seq_kv[b] = total;
+        seq_q[b] = has_q ? total : tq;
+    }
+}
+
+/* seg_q[b, i] = Sq[row, i], seg_kv[b, j] = Sk[row, j] (row = b * hq / per_row) as int32: the
+ * document mask's ids per cuDNN batch. */
+template <typename T>
+__global__ void seg_ids_kernel(const T *__restrict__ sk, const T *__restrict__ sq, int64_t tk, int64_t tq, int64_t hq,
+                               int64_t per_row, int32_t *__restrict__ seg_q, int32_t *__restrict__ seg_kv)
+{
+    const int64_t b = blockIdx.x, row = b * hq / per_row;
+    for (int64_t j = threadIdx.x; j < tk; j += blockDim.x) seg_kv[b * tk + j] = (int32_t)sk[row * tk + j];
+    for (int64_t i = threadIdx.x; i < tq; i += blockDim.x) seg_q[b * tq + i] = (int32_t)sq[row * tq + i];
+}
+
+template <typename T>
+void launch_segs(const fr_cudnn_sdpa *p, const fr_cudnn_segs *s, int64_t per_row, cudaStream_t st, int32_t *a,
+                 int32_t *b)
+{
+    const unsigned grid = (unsigned)p->b;
+    if (p->padded)
+        seq_lengths_kernel<T><<<grid, 256, 0, st>>>((const T *)s->sk->data, p->tk, p->hq, per_row, s->sq != NULL,
+                                                    (int32_t)p->tq, a, b);
+    else
+        seg_ids_kernel<T><<<grid, 256, 0, st>>>((const T *)s->sk->data, (const T *)s->sq->data, p->tk, p->tq, p->hq,
+                                                per_row, a, b);
+}
+
 } /* namespace */
+
+/* Q batch indices (b * hq + h) per row of Sk with `rows` rows: one per problem, per sequence
+ * (heads broadcast) or one for all; 0 when none fits. */
+static int64_t per_row_of(const fr_cudnn_sdpa *p, int64_t rows)
+{
+    const int64_t batch = p->b * p->hq;
+    return rows == batch ? 1 : rows == p->b ? p->hq : rows == 1 ? batch : 0;
+}
+
+extern "C" int fr_cudnn_seg_problem(fr_cudnn_sdpa *p, int form, int has_q, int64_t rows, char *why, size_t n)
+{
+    const int64_t per_row = per_row_of(p, rows);
+    if (form == FR_ATTN_SEG_GENERAL)
+        return snprintf(why, n, "segment ids with seg_form general (cuDNN takes padded and packed, where no row is "
+                                "fully masked)"), 0;
+    /* Packed sequences plan on cuDNN 9.9+ as a document mask (fr_cudnn_sdpa.segments), but that
+     * mask is evaluated on every tile: on an H200 with cuDNN 9.14 its forward ran 31 to 78
+     * TFLOP/s of kept pairs (slower than the plain causal problem), where fp8run's kernels skip
+     * the tiles across examples, and its backward was wrong. fp8run's kernels run them. */
+    if (form == FR_ATTN_SEG_PACKED)
+        return snprintf(why, n, "packed sequences (fp8run's kernels skip the tiles between examples; cuDNN's "
+                                "document mask computes them all, and its backward was seen wrong on 9.14)"), 0;
+    (void)has_q;
+    if (per_row < 1 || per_row % p->hq != 0)
+        return snprintf(why, n, "segment ids that differ between the heads of a sequence (cuDNN's are per batch)"), 0;
+    p->padded = form == FR_ATTN_SEG_PADDED;
+    p->segments = form == FR_ATTN_SEG_PACKED;
+    return 1;
+}
+
+extern "C" size_t fr_cudnn_seg_bytes(const fr_cudnn_sdpa *p)
+{
+    if (p->padded) return 2 * align_up((size_t)p->b * sizeof(int32_t));
+    if (p->segments) return align_up((size_t)(p->b * p->tq) * sizeof(int32_t)) + align_up((size_t)(p->b * p->tk) * 4);
+    return 0;
+}
+
+extern "C" fr_status fr_cudnn_seg_stage(const fr_cuda_kctx *k, const fr_cudnn_sdpa *p, const fr_cudnn_segs *s, void *mem,
+                                        fr_cudnn_sdpa_io *io)
+{
+    if (!p->padded && !p->segments) return FR_OK;
+    if (!s->sk || (p->segments && !s->sq))
+        return fr_node_error(k->node, FR_ERR_INTERNAL, "cuDNN attention: segment ids missing at run time");
+    if (s->sq && s->sq->dtype != s->sk->dtype)
+        return fr_node_error(k->node, FR_ERR_UNSUPPORTED, "Sk is %s and Sq %s: cuDNN's path takes one dtype for both",
+                             fr_dtype_name(s->sk->dtype), fr_dtype_name(s->sq->dtype));
+    int32_t *a = (int32_t *)mem;
+    int32_t *b = (int32_t *)((char *)mem + align_up((size_t)(p->padded ? p->b : p->b * p->tq) * sizeof(int32_t)));
+    const int64_t per_row = per_row_of(p, s->sk->rank == 2 ? s->sk->dims[0] : 0);
+    if (per_row < 1 || per_row % p->hq)
+        return fr_node_error(k->node, FR_ERR_INTERNAL, "cuDNN attention: segment ids of another shape at run time");
+    if (s->sk->dtype == FR_I64) launch_segs<int64_t>(p, s, per_row, k->cu->stream, a, b);
+    else launch_segs<int32_t>(p, s, per_row, k->cu->stream, a, b);
+    if (p->padded) io->seq_q = a, io->seq_kv = b;
+    else io->seg_q = a, io->seg_kv = b;
+    return fr_cuda_check_launch(k->node, p->padded ? "Attention(cuDNN: key lengths from Sk)"
+                                                   : "Attention(cuDNN: segment ids from Sk, Sq)");
+}
 
 extern "C" fr_status fr_attn_cudnn_scratch(const fr_cuda_plan_env *env, const fr_graph *g, const fr_node *n,
                                            int backward, size_t *bytes)
@@ -196,14 +325,17 @@ extern "C" fr_status fr_attn_cudnn_scratch(const fr_cuda_plan_env *env, const fr
         if (n->inputs[i] < 0) return fr_node_error(n, FR_ERR_GRAPH, "input %d is missing", i);
         v[i] = &g->values[n->inputs[i]];
     }
-    int n_in = 0; /* inputs present (an omitted optional mask does not count) */
-    for (int i = 0; i < n->n_inputs; i++) n_in = n->inputs[i] >= 0 ? i + 1 : n_in;
+    const int m_in = backward ? 6 : 3; /* M, then Sk, Sq */
+    const fr_value *sk = fr_attn_has_input(n, m_in + 1) ? &g->values[n->inputs[m_in + 1]] : NULL;
+    const fr_value *sq = fr_attn_has_input(n, m_in + 2) ? &g->values[n->inputs[m_in + 2]] : NULL;
+    const Ins in = {v[0]->rank, v[1]->rank, v[2]->rank, v[0]->dims, v[1]->dims, v[2]->dims,
+                    fr_attn_has_input(n, m_in), sk ? sk->rank : 0, sq ? sq->rank : 0, sk ? sk->dims : NULL,
+                    sq ? sq->dims : NULL, sk ? sk->dtype : FR_I32, sq ? sq->dtype : FR_I32};
     fr_cudnn_sdpa p;
     float scale = 0;
     int ok = 0;
     char why[512];
-    FR_TRY(problem_of(n, n_in, backward, env->cu ? env->cu->cc_major : 0, v[0]->rank, v[0]->dims, v[1]->rank,
-                      v[1]->dims, v[2]->rank, v[2]->dims, &p, &scale, &ok, why, sizeof why));
+    FR_TRY(problem_of(n, in, backward, env->cu ? env->cu->cc_major : 0, &p, &scale, &ok, why, sizeof why));
     const char *lib_why = NULL;
     if (ok && !fr_cudnn(&lib_why)) snprintf(why, sizeof why, "%s", lib_why), ok = 0;
     if (!ok) return why[0] ? decline(env->cu, env->attention, n, why) : FR_OK;
@@ -227,14 +359,17 @@ extern "C" fr_status fr_attn_cudnn_run(const fr_cuda_kctx *k, int backward, int 
         return FR_OK;
     }
     const fr_tensor *q = k->in[0], *kk = k->in[1], *v = k->in[2];
-    int n_in = 0;
-    for (int i = 0; i < k->n_in; i++) n_in = k->in[i] ? i + 1 : n_in;
+    const int m_in = backward ? 6 : 3; /* M, then Sk, Sq */
+    const fr_tensor *mt = k->n_in > m_in ? k->in[m_in] : NULL, *sk = k->n_in > m_in + 1 ? k->in[m_in + 1] : NULL,
+                    *sq = k->n_in > m_in + 2 ? k->in[m_in + 2] : NULL;
+    const Ins in = {q->rank, kk->rank, v->rank, q->dims, kk->dims, v->dims, mt != NULL, sk ? sk->rank : 0,
+                    sq ? sq->rank : 0, sk ? sk->dims : NULL, sq ? sq->dims : NULL, sk ? sk->dtype : FR_I32,
+                    sq ? sq->dtype : FR_I32};
     fr_cudnn_sdpa p;
     float scale = 0;
     int ok = 0;
     char why[512];
-    FR_TRY(problem_of(n, n_in, backward, c->cc_major, q->rank, q->dims, kk->rank, kk->dims, v->rank, v->dims, &p, &scale,
-                      &ok, why, sizeof why));
+    FR_TRY(problem_of(n, in, backward, c->cc_major, &p, &scale, &ok, why, sizeof why));
     size_t ws = 0;
     if (ok) {
         const fr_status st = fr_cudnn_sdpa_prepare(c, &p, &ws);
@@ -264,11 +399,17 @@ extern "C" fr_status fr_attn_cudnn_run(const fr_cuda_kctx *k, int backward, int 
     io.scale = scale;
     io.workspace = s + l.ws;
     io.workspace_bytes = l.ws_bytes;
+    const fr_cudnn_segs segs = {sk, sq};
+    FR_TRY(fr_cudnn_seg_stage(k, &p, &segs, s + l.segs, &io));
     float *stats = (float *)(s + l.stats);
     if (!backward) {
         fr_tensor *lse = k->n_out > 1 ? k->out[1] : NULL;
         const bool direct = lse && ((uintptr_t)lse->data & 15) == 0; /* else through the scratch */
         io.stats = direct ? (float *)lse->data : stats;
+        if (p.padded && sq) { /* rows past a length are skipped: 0 there, not stale scratch */
+            FR_CUDA_TRY(cudaMemsetAsync(o16, 0, (size_t)no * sizeof(bf16), st));
+            FR_CUDA_TRY(cudaMemsetAsync(io.stats, 0, (size_t)rows * sizeof(float), st));
+        }
         FR_TRY(run_named(c, &p, &io, n));
         FR_TRY(to_f32(k, o16, (float *)k->out[0]->data, no));
         if (lse && !direct)
@@ -286,6 +427,11 @@ extern "C" fr_status fr_attn_cudnn_run(const fr_cuda_kctx *k, int backward, int 
             io.stats = stats;
         }
         io.dout = do16, io.dq = dq16, io.dk = dk16, io.dv = dv16;
+        if (p.padded) { /* keys (and queries) past a length get no gradient: 0, not stale scratch */
+            FR_CUDA_TRY(cudaMemsetAsync(dq16, 0, (size_t)nq * sizeof(bf16), st));
+            FR_CUDA_TRY(cudaMemsetAsync(dk16, 0, (size_t)nk * sizeof(bf16), st));
+            FR_CUDA_TRY(cudaMemsetAsync(dv16, 0, (size_t)nv * sizeof(bf16), st));
+        }
         FR_TRY(run_named(c, &p, &io, n));
         if (k->out[0]) FR_TRY(to_f32(k, dq16, (float *)k->out[0]->data, nq));
         if (k->out[1]) FR_TRY(to_f32(k, dk16, (float *)k->out[1]->data, nk));

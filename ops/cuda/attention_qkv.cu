@@ -1,16 +1,15 @@
 /* CUDA kernels of AttentionQKV / AttentionQKVGrad (ops/attention_qkv.h).
  *
  * Two paths, chosen per node as the plain Attention chooses (--attention, attention_cudnn.h):
- *  - cuDNN (precision bf16, no window, cuDNN loads and takes the problem): one pass rounds the
- *    packed X to bf16 in its own layout (X already bf16 when narrowed: a copy then), RoPE applied to the Q and K columns; cuDNN reads Q, K,
+ *  - cuDNN (precision bf16, cuDNN loads and takes the problem: head dims, masks, softcap,
+ *    segment ids as attention_cudnn.h says): one pass rounds the packed X to bf16 in its own layout (X already bf16 when narrowed: a copy then), RoPE applied to the Q and K columns; cuDNN reads Q, K,
  *    V from it by strides ([B, T, heads, D] is its "BSHD" layout) and writes O as
  *    [B, T, Hq, Dv], widened into the output. Backward: X staged the same way, O and dO rounded
  *    to bf16, cuDNN writes dQ, dK, dV into one packed bf16 buffer laid out as X, and one pass
  *    applies RoPE's transpose to the dQ and dK columns while it widens that into dX.
  *  - fp8run's kernels (ops/cuda/attention.cu, through its kernel table): X is unpacked into
  *    float32 [B, heads, T, D] copies (RoPE applied), the Attention / AttentionGrad kernels run on
- *    them (with the node's softcap and segment ids Sk, Sq, which cuDNN's path here does not
- *    take), and O (or dQ, dK, dV) is packed back.
+ *    them (with the node's softcap and segment ids Sk, Sq), and O (or dQ, dK, dV) is packed back.
  * X may be bfloat16 (passes/narrow_activations.h): the staging kernels widen it as they load
  * it (16-byte loads of 8 elements), everything after is the float32 path's; on cuDNN's path
  * the sections that need no RoPE (V; all of X without RoPE) are read from X itself.
@@ -69,9 +68,7 @@ struct Lay {
     int64_t sb, sh, st;
 };
 
-/* Partner column of feature d in a rotated head and its sign: qkv_norm::partner
- * (attention_qkv_norm.cuh), shared with the q/k norm's kernels. */
-using qkv_norm::partner;
+using qkv_norm::partner; /* a rotated feature's partner and sign (attention_qkv_norm.cuh) */
 
 /* Section of packed column c: 0 Q, 1 K, 2 V; head and feature. */
 __device__ inline int section(const Geo &g, int64_t c, int64_t *h, int64_t *d)
@@ -166,6 +163,7 @@ struct Node {
     fr_attn_qkv_geom q;
     fr_attn_attrs a;
     Geo g;
+    int64_t seg_rows, seg_q; /* Sk's rows (0: no segment ids), Sq given */
 };
 
 fr_status node_of(const fr_node *n, int rx, const int64_t *dx, const fr_value *c, const fr_value *s, Node *p)
@@ -173,6 +171,7 @@ fr_status node_of(const fr_node *n, int rx, const int64_t *dx, const fr_value *c
     FR_TRY(fr_attn_qkv_geometry(n, rx, dx, c ? c->rank : 0, c ? c->dims : NULL, s ? s->rank : 0, s ? s->dims : NULL,
                                 &p->q));
     FR_TRY(fr_attn_read_attrs(n, p->q.D, &p->a));
+    p->seg_rows = 0, p->seg_q = 0;
     const fr_attn_qkv_geom &q = p->q;
     p->g = Geo{q.B, q.T, q.W, q.Hq, q.Hk, q.D, q.Dv, q.rotary, q.interleaved, q.cos_b, q.sin_b};
     return FR_OK;
@@ -208,7 +207,10 @@ fr_status node_of_graph(const fr_graph *g, const fr_node *n, int backward, Node 
     const fr_value *c = n->n_inputs > ci + 1 && n->inputs[ci] >= 0 ? &g->values[n->inputs[ci]] : NULL;
     const fr_value *s = c && n->inputs[ci + 1] >= 0 ? &g->values[n->inputs[ci + 1]] : NULL;
     FR_TRY(node_of(n, x->rank, x->dims, c, s, p));
-    return qkv_norm::read_graph(g, n, backward, &p->q);
+    const int si = backward ? 6 : 3; /* Sk, Sq after cos, sin */
+    p->seg_rows = fr_attn_has_input(n, si) ? g->values[n->inputs[si]].dims[0] : 0;
+    p->seg_q = fr_attn_has_input(n, si + 1);
+    return qkv_norm::read_graph(g, n, backward, &p->q); /* the q/k norm's weights after them */
 }
 
 /* cuDNN's problem: Q, K, V read from the packed bf16 copy of X, O [B, T, Hq, Dv]. */
@@ -222,26 +224,27 @@ fr_cudnn_sdpa sdpa_of(const Node &p, int backward)
     const int64_t sq[4] = {q.T * q.W, q.D, q.W, 1}, sv[4] = {q.T * q.W, q.Dv, q.W, 1}, so[4] = {q.T * N, q.Dv, N, 1};
     memcpy(s.sq, sq, sizeof sq), memcpy(s.sk, sq, sizeof sq), memcpy(s.sv, sv, sizeof sv), memcpy(s.so, so, sizeof so);
     s.causal = p.a.causal;
+    s.window = p.a.window, s.softcap = p.a.softcap;
     s.backward = backward;
     return s;
 }
 
-/* Whether cuDNN may run the node (before planning): why not into why. */
-int cudnn_eligible(const Node &p, const fr_cudnn_sdpa &s, int cc_major, char *why, size_t wn)
+/* Whether cuDNN may run the node (before planning): why not into why; segment ids' form into s. */
+int cudnn_eligible(const Node &p, fr_cudnn_sdpa &s, int cc_major, char *why, size_t wn)
 {
     const char *lib_why = NULL;
     if (!p.a.bf16) return snprintf(why, wn, "precision fp32 (cuDNN's attention computes in bf16)"), 0;
-    if (p.a.window > 0) return snprintf(why, wn, "a sliding window"), 0;
+    if (p.seg_rows && !fr_cudnn_seg_problem(&s, p.a.seg_form, p.seg_q, p.seg_rows, why, wn)) return 0;
     if (!fr_cudnn_sdpa_supported(&s, fr_cudnn_version(), cc_major, why, wn)) return 0;
     if (!fr_cudnn(&lib_why)) return snprintf(why, wn, "%s", lib_why), 0;
     return 1;
 }
 
 struct CudnnLayout {
-    size_t x16, o16, do16, dx16, stats, ws, ws_bytes, total;
+    size_t x16, o16, do16, dx16, stats, segs, ws, ws_bytes, total;
 };
 
-CudnnLayout cudnn_layout(const Node &p, int backward, size_t ws)
+CudnnLayout cudnn_layout(const Node &p, const fr_cudnn_sdpa &s, int backward, size_t ws)
 {
     CudnnLayout l = {};
     Bump bump;
@@ -251,6 +254,7 @@ CudnnLayout cudnn_layout(const Node &p, int backward, size_t ws)
     l.x16 = take(nx * 2), l.o16 = take(no * 2);
     if (backward) l.do16 = take(no * 2), l.dx16 = take(nx * 2);
     l.stats = take((size_t)(q.B * q.Hq * q.T) * sizeof(float));
+    l.segs = take(fr_cudnn_seg_bytes(&s));
     l.ws = take(ws);
     l.ws_bytes = ws;
     l.total = bump.off;
@@ -494,7 +498,7 @@ fr_status qkv_scratch_env(const fr_cuda_plan_env *env, const fr_graph *g, const 
     const size_t norm = qkv_norm::reserve(p.q, backward); /* the q/k norm's, after either path's layout */
     *bytes = own_layout(p, backward, inner).total + norm;
     if (env->attention == FR_CUDA_ATTN_FP8RUN) return FR_OK;
-    const fr_cudnn_sdpa s = sdpa_of(p, backward);
+    fr_cudnn_sdpa s = sdpa_of(p, backward);
     char why[512];
     if (!cudnn_eligible(p, s, env->cu ? env->cu->cc_major : 0, why, sizeof why)) {
         if (env->attention == FR_CUDA_ATTN_CUDNN)
@@ -515,7 +519,7 @@ fr_status qkv_scratch_env(const fr_cuda_plan_env *env, const fr_graph *g, const 
         }
         if (st != FR_OK) return fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
     }
-    const size_t dn = cudnn_layout(p, backward, ws).total + norm;
+    const size_t dn = cudnn_layout(p, s, backward, ws).total + norm;
     if (dn > *bytes) *bytes = dn;
     return FR_OK;
 }
@@ -535,16 +539,7 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
     fr_cuda_ctx *c = k->cu;
     const fr_node *n = k->node;
     if (c->attention == FR_CUDA_ATTN_FP8RUN) return FR_OK;
-    const int si = backward ? 6 : 3; /* Sk, Sq: cuDNN's path here knows no segment ids (nor softcap) */
-    const bool seg = (k->n_in > si && k->in[si]) || (k->n_in > si + 1 && k->in[si + 1]);
-    if (seg || p.a.softcap > 0.f) {
-        if (c->attention == FR_CUDA_ATTN_CUDNN)
-            return fr_node_error(n, FR_ERR_UNSUPPORTED, "--attention cudnn: cuDNN cannot run this node here: %s "
-                                 "(fp8run's kernels can: --attention auto or fp8run)",
-                                 seg ? "segment ids (Sk, Sq)" : "softcap");
-        return FR_OK;
-    }
-    const fr_cudnn_sdpa s = sdpa_of(p, backward);
+    fr_cudnn_sdpa s = sdpa_of(p, backward);
     char why[512];
     int ok = cudnn_eligible(p, s, c->cc_major, why, sizeof why);
     size_t ws = 0;
@@ -558,7 +553,7 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
             return fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
         }
     }
-    const CudnnLayout l = ok ? cudnn_layout(p, backward, ws) : CudnnLayout{};
+    const CudnnLayout l = ok ? cudnn_layout(p, s, backward, ws) : CudnnLayout{};
     if (ok && (!k->scratch || k->scratch_bytes < l.total + qkv_norm::reserve(p.q, backward)))
         snprintf(why, sizeof why, "its scratch (%zu bytes) was planned without cuDNN (%zu needed)", k->scratch_bytes,
                  l.total), ok = 0;
@@ -582,10 +577,8 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
     const Lay ls[3] = {packed(p, 0), packed(p, 1), packed(p, 2)}, lo = packed(p, 3);
     const bf16 *qkv[3];
     stage_for_cudnn(p, k->in[0], cs, sn, x16, ls, qkv, stream);
-    if (q.qk_norm) { /* Q and K normalized into the staged copy (whatever was read from X before) */
-        qkv_norm::stage<bf16>(k, p.q, backward, cs, sn, x16, x16 + q.k_off, ls[0], ls[1], stream);
-        qkv[0] = x16, qkv[1] = x16 + q.k_off;
-    }
+    if (q.qk_norm) /* Q and K normalized into the staged copy (whatever was read from X before) */
+        qkv_norm::stage_copy(k, p.q, backward, cs, sn, x16, ls, qkv, stream);
     FR_TRY(check_launch(k, "AttentionQKV(cuDNN: stage X)"));
     fr_cudnn_sdpa_io io;
     memset(&io, 0, sizeof io);
@@ -593,6 +586,9 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
     io.scale = p.a.scale;
     io.workspace = sc + l.ws;
     io.workspace_bytes = l.ws_bytes;
+    const int si = backward ? 6 : 3; /* Sk, Sq after cos, sin */
+    const fr_cudnn_segs segs = {k->n_in > si ? k->in[si] : NULL, k->n_in > si + 1 ? k->in[si + 1] : NULL};
+    FR_TRY(fr_cudnn_seg_stage(k, &s, &segs, sc + l.segs, &io));
     float *stats = (float *)(sc + l.stats);
     const size_t stats_bytes = (size_t)(q.B * q.Hq * q.T) * sizeof(float);
     if (!backward) {
@@ -601,6 +597,9 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
         io.stats = direct ? (float *)lse->data : stats;
         const bool o_direct = ot->dtype == FR_BF16 && qkv_fast::aligned16(ot->data); /* o_dtype bfloat16 */
         if (o_direct) io.o = ot->data;
+        const bool skipped = s.padded && segs.sq; /* rows past a length, skipped (attention_cudnn_node.cu): 0 */
+        if (skipped) FR_CUDA_TRY(cudaMemsetAsync(io.o, 0, (size_t)no * 2, stream));
+        if (skipped) FR_CUDA_TRY(cudaMemsetAsync(io.stats, 0, stats_bytes, stream));
         const fr_status st = fr_cudnn_sdpa_run(c, &s, &io);
         if (st != FR_OK) return fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
         if (ot->dtype == FR_BF16) { /* [B, T, Hq, Dv] is the output's layout */
@@ -644,6 +643,8 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
                              (!q.rotary || rot_geo(p, cs, sn, &g8));
         bf16 *dst = into_dx ? (bf16 *)dxt->data : dx16;
         io.dq = dst, io.dk = dst + q.k_off, io.dv = dst + q.v_off;
+        if (s.padded) /* queries and keys past a length get no gradient: 0, not stale memory */
+            FR_CUDA_TRY(cudaMemsetAsync(dst, 0, (size_t)(q.B * q.T * q.W) * 2, stream));
         const fr_status st = fr_cudnn_sdpa_run(c, &s, &io);
         if (st != FR_OK) return fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
         if (!into_dx)
@@ -764,7 +765,9 @@ fr_status run(const fr_cuda_kctx *k, int backward)
     if (c) cv.rank = c->rank, memcpy(cv.dims, c->dims, sizeof c->dims);
     if (s) sv.rank = s->rank, memcpy(sv.dims, s->dims, sizeof s->dims);
     FR_TRY(node_of(n, x->rank, x->dims, c ? &cv : NULL, s ? &sv : NULL, &p));
-    FR_TRY(qkv_norm::read_run(k, backward, &p.q)); /* the weights, and the gradients' outputs */
+    const int si = backward ? 6 : 3; /* Sk, Sq after cos, sin */
+    p.seg_rows = k->n_in > si && k->in[si] ? k->in[si]->dims[0] : 0, p.seg_q = k->n_in > si + 1 && k->in[si + 1];
+    FR_TRY(qkv_norm::read_run(k, backward, &p.q)); /* the q/k norm's weights, and the gradients' outputs */
     const fr_attn_qkv_geom &q = p.q;
     int64_t od[3];
     const int orank = fr_attn_qkv_out_dims(&q, od);

@@ -341,6 +341,16 @@ template <typename TO, class L> void stage(const fr_cuda_kctx *k, const fr_attn_
             <<<r.blocks, 32 * r.wpb, smem, stream>>>(g, (const float *)X->data, wq, wk, cs, sn, oq, ok, lq, lk);
 }
 
+/* stage into the Q and K sections of a packed bf16 copy x16 (layouts ls[0], ls[1]), which
+ * cuDNN then reads for Q and K (qkv[0], qkv[1]) */
+template <class L>
+void stage_copy(const fr_cuda_kctx *k, const fr_attn_qkv_geom &q, int backward, const float *cs, const float *sn,
+                bf16 *x16, const L *ls, const bf16 **qkv, cudaStream_t stream)
+{
+    stage<bf16>(k, q, backward, cs, sn, x16, x16 + q.k_off, ls[0], ls[1], stream);
+    qkv[0] = x16, qkv[1] = x16 + q.k_off;
+}
+
 template <typename TS, typename TX> void grad_x(const Grid &r, const Geo &g, const fr_tensor *X, const float *wq,
                                                 const float *wk, const float *cs, const float *sn, const TS *gq,
                                                 const TS *gk, const Lay &a, const Lay &b, fr_tensor *dX, float *part,

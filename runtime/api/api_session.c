@@ -480,6 +480,15 @@ FP8RUN_API const char *fp8run_cudnn_info(int *version)
 #endif
 }
 
+FP8RUN_API const char *fp8run_cudnn_attention_support(void)
+{
+#ifdef FP8RUN_HAVE_CUDA
+    return fr_cudnn_support_text();
+#else
+    return "";
+#endif
+}
+
 FP8RUN_API fp8run_status fp8run_session_fp8_stats(fp8run_session *s, int *count)
 {
     const char *fn = __func__;

@@ -77,9 +77,10 @@ static void print_attention(const fp8run_train_config *o)
     if (strcmp(a, "fp8run") == 0)
         printf("attention      fp8run's kernels (--attention fp8run); %s\n", dnn);
     else if (version > 0)
-        printf("attention      %s: cuDNN's fused flash attention for the nodes it takes (bf16/fp8 training, no mask\n"
-               "               or sliding window, head dims multiples of 8 up to 128), %s for the others\n",
-               dnn, strcmp(a, "auto") == 0 ? "fp8run's kernels" : "an error");
+        printf("attention      %s: cuDNN's fused flash attention for the nodes it takes, %s for the\n"
+               "               others; it takes bf16/fp8 training's attention without an additive mask:\n"
+               "               %s\n",
+               dnn, strcmp(a, "auto") == 0 ? "fp8run's kernels" : "an error", fp8run_cudnn_attention_support());
     else if (strcmp(a, "auto") == 0)
         printf("attention      fp8run's kernels (--attention auto: %s)\n", dnn);
     else
