@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "graph/safe_io.h" /* fr_atomic_file: the write rule */
 #include "graph/status.h"
 
 /* Protobuf cannot encode or decode a message of 2 GiB or more. */
@@ -35,22 +36,5 @@ FR_NODISCARD fr_status fr_onnx_open_external(const char *model_dir, const char *
                                 int *fd, uint64_t *size);
 /* pread exactly n bytes at offset; a short file is FR_ERR_PARSE naming `what`. */
 FR_NODISCARD fr_status fr_onnx_pread_all(int fd, void *buf, size_t n, uint64_t offset, const char *what);
-
-/* A file being written atomically: data goes to `tmp`, commit renames it over `path`. */
-typedef struct fr_atomic_file {
-    char *path;
-    char *tmp;
-    int fd;
-} fr_atomic_file;
-
-/* Create the temporary file next to `path` (never following a symlink). */
-FR_NODISCARD fr_status fr_atomic_open(const char *path, fr_atomic_file *f);
-FR_NODISCARD fr_status fr_atomic_write(fr_atomic_file *f, const void *data, size_t n);
-/* fsync and close the temporary file (the data is durable, not yet visible). */
-FR_NODISCARD fr_status fr_atomic_finish(fr_atomic_file *f);
-/* Rename the finished temporary file over `path` and fsync the folder; frees f's strings. */
-FR_NODISCARD fr_status fr_atomic_commit(fr_atomic_file *f);
-/* Remove the temporary file and free f's strings; safe to call twice. */
-void fr_atomic_abort(fr_atomic_file *f);
 
 #endif

@@ -16,6 +16,7 @@
 #define FR_CHOICES_OPT_STATE "fp32", "bf16", "fp8", /* fr_opt_state_dtype */
 #define FR_CHOICES_MASTER "fp32", "bf16",
 #define FR_CHOICES_ATTENTION "fp8run", "cudnn", "auto", /* FR_CUDA_ATTN_* (ops/cuda/cuda_kernel.h) */
+#define FR_CHOICES_PACKING "on", "off",
 /* an option that is not a choice */
 #define FR_CHOICES_NONE
 

@@ -213,6 +213,41 @@ FP8RUN_API void fp8run_npy_free(fp8run_tensor *t);
  * the shape's byte size. A dtype without a NumPy code is FP8RUN_ERR_UNSUPPORTED. */
 FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_npy_save(const char *path, const fp8run_tensor *t);
 
+/* The files a command reads and writes, under the rules fp8run's own commands follow (the
+ * README's "Files"): a file read by name must be a regular file (a FIFO, device or folder is
+ * refused before anything blocks) of at most a stated size; a file written goes to a temporary
+ * file in its folder, is fsync'ed and renamed into place, so the previous file stays whole
+ * until the new one is, and a symbolic link at the name is replaced, never written through.
+ * A command declares its inputs, then its outputs: an output that is one of the inputs (by
+ * device and inode: any spelling, hard or symbolic link), two outputs naming one file, and an
+ * output that is a folder, FIFO or device are refused with FP8RUN_ERR_INVALID_ARG (IO for a
+ * missing folder), naming both files. `what` says what the file is in messages
+ * ("training log"). */
+typedef struct fp8run_files fp8run_files;
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_files_create(fp8run_files **out);
+FP8RUN_API void fp8run_files_destroy(fp8run_files *f);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_files_input(fp8run_files *f, const char *path, const char *what);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_files_output(fp8run_files *f, const char *path, const char *what);
+/* Read all of a regular file of at most max_bytes into *data (malloc'ed, NUL-terminated after
+ * *len bytes; free it with fp8run_file_free). */
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_file_read(const char *path, const char *what, uint64_t max_bytes,
+                                                           char **data, size_t *len);
+FP8RUN_API void fp8run_file_free(void *data);
+/* Replace path's contents with the n_parts buffers, one after the other, under the write rule. */
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_file_write(const char *path, const void *const *parts,
+                                                            const size_t *sizes, int n_parts);
+/* The same in steps, for files that must replace their previous versions together: open
+ * creates the temporary file, write appends, finish fsyncs it (the data is safe, not yet in
+ * place), commit renames it over path (finishing first if needed) and frees the writer, whether
+ * it succeeds or not; abort (NULL allowed) removes the temporary file and frees it. After a
+ * failed write or finish, abort. */
+typedef struct fp8run_file_writer fp8run_file_writer;
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_file_writer_open(const char *path, fp8run_file_writer **out);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_file_writer_write(fp8run_file_writer *w, const void *data, size_t n);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_file_writer_finish(fp8run_file_writer *w);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_file_writer_commit(fp8run_file_writer *w);
+FP8RUN_API void fp8run_file_writer_abort(fp8run_file_writer *w);
+
 /* ============================================================================================
  * Models
  * ========================================================================================== */
@@ -523,6 +558,13 @@ typedef struct fp8run_train_config {
                                     (fp8run_model_predict_memory) and checkpointed in the per-name
                                     format; a session with it is refused (FP8RUN_ERR_UNSUPPORTED)
                                     until it has run on several GPUs (default 0) */
+    const char *packing;         /* SFT data: "on" (default; NULL too) several examples per window,
+                                    attention kept within each; "off" one per window, padded. Read
+                                    by fp8run train/eval and Python when they open an SFT file */
+    int sft;                     /* 1: the session trains on SFT batches (fp8run_session_*_sft):
+                                    only target tokens count, token-weighted over the micro-batches
+                                    of a step, and every fused attention node gets the batch's
+                                    segment ids (examples do not see each other). 0 (default) */
 } fp8run_train_config;
 
 /* Fill *cfg with the defaults above and set cfg->struct_size = size. Pass sizeof *cfg. */
@@ -813,6 +855,33 @@ FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_poll_stats(fp8run_sessi
 /* Steps queued whose statistics were not polled yet. */
 FP8RUN_API int fp8run_session_steps_queued(const fp8run_session *s);
 
+/* ---- SFT steps (a session created with config.sft = 1) ----
+ * As train_step / train_step_async / eval with int64 windows, and beside them each token's
+ * segment id and target flag (fp8run_data_next_sft's). The loss is next-token cross-entropy over
+ * the labels whose token is a target of the same example: the mean over a step's target tokens,
+ * weighted by token across its grad_accum micro-batches (gradients too), TRL's labels -100
+ * convention; each example attends only to itself (the segment ids reach every fused attention
+ * node; a model without one takes one example per window), and a position_ids input restarts
+ * at each example. eval_sft: *n_targets (may be NULL) gets the labels that counted, the weight of
+ * this batch's loss in a mean over several. A batch whose segment ids break their layout is
+ * FP8RUN_ERR_INVALID_ARG and changes nothing. */
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_train_step_sft(fp8run_session *s, const int64_t *windows,
+                                                                     const int32_t *segments, const uint8_t *targets,
+                                                                     size_t count, fp8run_step_stats *stats);
+/* all_targets > 0 (data parallel): the labels that count in the step's batches of every rank,
+ * so that the mean is over all of them (each rank weighs its share); 0: this session's own. */
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_train_step_sft_async(fp8run_session *s, const int64_t *windows,
+                                                                           const int32_t *segments,
+                                                                           const uint8_t *targets, size_t count,
+                                                                           int64_t all_targets, int64_t *step);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_eval_sft(fp8run_session *s, const int64_t *windows,
+                                                               const int32_t *segments, const uint8_t *targets,
+                                                               size_t count, double *loss, int64_t *n_targets);
+/* 1 when packed examples see the positions they would see alone: the model takes position_ids
+ * (restarted at each example) or a rotary embedding fp8run fused (only distances count); 0
+ * when it computes absolute positions inside the graph (GPT-2's learned table), which then run
+ * on across a packed window (packing off avoids that). */
+FP8RUN_API int fp8run_session_sft_positions(const fp8run_session *s);
 /* Loss of one micro-batch (B x (T+1) ids, count = B * (T+1)) without updating anything. */
 FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_eval(fp8run_session *s, const void *windows, fp8run_dtype dtype,
                                              size_t count, double *loss);
@@ -1054,6 +1123,8 @@ typedef struct fp8run_data_config {
     int no_mmap;                 /* 1: read the file instead of mapping it */
     int64_t vocab_size;          /* > 0: every id of a batch must be below it (default 0) */
     int64_t max_batches;         /* sequential, > 0: wrap after this many batches (default 0) */
+    int no_packing;              /* SFT files: 0 (default) several examples per window, 1 one
+                                    example per window, padded */
 } fp8run_data_config;
 
 FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_data_config_init(fp8run_data_config *cfg, size_t size);
@@ -1092,6 +1163,62 @@ FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_data_get_state(const fp8run_dat
  * FP8RUN_ERR_INVALID_ARG; the loader is unchanged on error). */
 FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_data_set_state(fp8run_data_loader *d, const void *buf, size_t len);
 
+/* ---- Supervised fine-tuning data (SFT token files) ----
+ * `fp8run prepare --sft` (python/fp8run/sft.py, or fp8run_sft_prepare_bytes for byte-level
+ * models) writes an SFT token file: examples of token ids, each token flagged a target (a label
+ * the loss counts) or not; the layout is in python/fp8run/sft.py. fp8run_data_open recognizes it
+ * by its header. Its batches are B windows of T + 1 tokens filled with examples: several per
+ * window in file order (packing, the default), or one each (config.no_packing = 1), padded at
+ * the end with the file's EOS id; an example longer than T + 1 tokens is cut. With them come,
+ * per token, a segment id (int32: 1, 2, ... for the examples of the window, 0 on padding) and
+ * a target flag (uint8). fp8run_data_next refuses an SFT file (the flags would be lost). */
+FP8RUN_API int fp8run_data_is_sft(const fp8run_data_loader *d);
+/* 1 when the file at path starts with an SFT token file's header (0 also when unreadable). */
+FP8RUN_API int fp8run_file_is_sft(const char *path);
+typedef struct fp8run_sft_info {
+    size_t struct_size;
+    int64_t examples;      /* in the file */
+    int64_t windows;       /* the windows they fill at this loader's T and packing */
+    int64_t truncated;     /* examples cut to T + 1 tokens */
+    int64_t tokens;        /* example tokens in the windows (the rest is padding) */
+    int64_t target_labels; /* labels that count, over all windows */
+    int64_t eos;           /* the padding id */
+    int64_t vocab;         /* the vocabulary the file was made for */
+} fp8run_sft_info;
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_data_sft_info(const fp8run_data_loader *d, fp8run_sft_info *info);
+/* The next count / (B x (T+1)) batches: token ids, segment ids and target flags (count each);
+ * *n_labels (may be NULL) gets how many of their labels count. On error nothing is taken. */
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_data_next_sft(fp8run_data_loader *d, int64_t *windows, int32_t *segments,
+                                                            uint8_t *targets, size_t count, int64_t *n_labels);
+
+/* JSONL examples into an SFT token file of byte tokens (vocabulary 256, EOS 0), for byte-level
+ * models, without Python: {"prompt","completion"} lines (targets: the completion and EOS) and
+ * {"messages":[{"role","content"},..]} lines, each message "ROLE: CONTENT\n" (targets: the
+ * assistant's "CONTENT\n", and the final EOS after an assistant's last message). Examples over
+ * max_tokens (> 0) are cut or dropped; one left without a target is dropped; a bad line is an
+ * error naming file:line, or skipped and counted. The last val_fraction of the examples go to
+ * val_out. python/fp8run/sft.py writes the same bytes. */
+typedef struct fp8run_sft_prepare_config {
+    size_t struct_size;
+    const char *const *files;
+    int n_files;
+    const char *out, *val_out;
+    double val_fraction;
+    int64_t max_tokens;   /* 0: no limit */
+    int drop_long;        /* 1: drop examples over max_tokens (0: cut them) */
+    int train_on_prompt;  /* 1: every token a target */
+    int skip_bad_lines;
+} fp8run_sft_prepare_config;
+typedef struct fp8run_sft_summary {
+    size_t struct_size;
+    int64_t examples, train_examples, val_examples, tokens, target_tokens;
+    int64_t bad_lines, truncated, dropped, no_target;
+    int64_t windows_packed; /* with max_tokens: windows of max_tokens that packing fills */
+} fp8run_sft_summary;
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_sft_prepare_config_init(fp8run_sft_prepare_config *cfg, size_t size);
+FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_sft_prepare_bytes(const fp8run_sft_prepare_config *cfg,
+                                                                fp8run_sft_summary *summary);
+
 /* ============================================================================================
  * Safetensors checkpoints (Hugging Face weights in and out)
  * ========================================================================================== */
@@ -1125,10 +1252,18 @@ typedef struct fp8run_load_report {
     const char *const *matched;
     const char *const *missing;
     const char *const *unexpected;
+    /* appended after 0.1.0: the loaded tensors that hold NaN or Inf values (each also logged as
+       a warning naming it and its count), and how many values each */
+    int n_nonfinite;
+    const char *const *nonfinite;
+    const int64_t *nonfinite_counts;
 } fp8run_load_report;
 
 /* Flags of the load calls: missing or unexpected names are an error (nothing loaded). */
 #define FP8RUN_LOAD_STRICT 1
+/* A tensor holding NaN or Inf values is an error naming it and the count (nothing loaded);
+ * without it such tensors load as they are, with a warning (`fp8run train --strict-weights`). */
+#define FP8RUN_LOAD_STRICT_WEIGHTS 2
 
 /* Load the checkpoint's tensors into the session's trained parameters by name (the names of
  * fp8run_session_param; the optimizer state is left as it is: load before the first step).

@@ -18,11 +18,21 @@ fr_status fr_node_infer(fr_graph *g, int node_id)
     }
     FR_TRY(n->op->infer(g, node_id));
     n = &g->nodes[node_id];
+    /* how many outputs the op gave: one past the last that infer() typed. A node declaring
+     * more (a Relu with 1000 outputs) is a malformed model, not an infer() that forgot one */
+    int given = 0;
+    for (int o = 0; o < n->n_outputs; o++)
+        if (n->outputs[o] >= 0 && g->values[n->outputs[o]].dtype != FR_UNDEFINED) given = o + 1;
     for (int o = 0; o < n->n_outputs; o++) {
         if (n->outputs[o] < 0) continue;
         const fr_value *v = &g->values[n->outputs[o]];
         int ok = v->dtype != FR_UNDEFINED && v->rank >= 0;
         for (int d = 0; ok && d < v->rank; d++) ok = v->dims[d] >= 0;
+        if (!ok && given > 0 && o >= given)
+            return fr_error(FR_ERR_GRAPH,
+                            "node '%s' (%s) declares %d outputs, but %s gives %d here (refused: the model is "
+                            "malformed; output '%s' has nothing to hold)",
+                            n->name, n->op_type, n->n_outputs, n->op_type, given, v->name);
         if (!ok)
             return fr_error(FR_ERR_INTERNAL,
                             "node '%s' (%s): shape inference left output '%s' without a static "

@@ -166,6 +166,27 @@ static void test_missing_parameter(void)
     refused(cli_run("eval noparam.ckpt --model m.onnx --data tok.bin --batch 1 --seq 8"), "noparam.ckpt", name);
 }
 
+/* A CRC-valid checkpoint whose format entry names another format is refused by every reader
+ * (resume, export, eval), naming the format found and the ones this build reads. */
+static void test_other_format(void)
+{
+    const char *formats[] = {"fp8run-trainer-9", "some-other-tool-1", ""};
+    for (int i = 0; i < 3; i++) {
+        ck_edit e = {.key = "format", .value = formats[i], .vlen = formats[i][0] ? 0 : 1};
+        if (!formats[i][0]) e.value = "\xff"; /* not even text */
+        char dir[64];
+        snprintf(dir, sizeof dir, "fmt%d", i);
+        mkdir(P(dir), 0755);
+        char path[96];
+        snprintf(path, sizeof path, "%s/step_00000002.ckpt", dir);
+        craft(path, &e);
+        const char *want = formats[i][0] ? formats[i] : "format";
+        refused(cli_run(TRAIN "--steps 3 --ckpt-dir %s --resume", dir), want, "fp8run-trainer-1");
+        refused(cli_run("export %s --model m.onnx -o x.onnx", path), want, "fp8run-trainer-1");
+        refused(cli_run("eval %s --model m.onnx --data tok.bin --batch 1 --seq 8", path), want, "fp8run-trainer-1");
+    }
+}
+
 /* CRC-valid checkpoints with counters no run reaches are refused on --resume. */
 static void test_impossible_counters(void)
 {
@@ -229,7 +250,7 @@ static void test_tokens_and_values(void)
     refused(cli_run(TRAIN "--steps 1 --val tok128.bin"), "tok128.bin", "token id 128");
     refused(cli_run(TRAIN "--steps 1 --eps 0"), "eps 0", "> 0");
     refused(cli_run(TRAIN "--steps 1 --eps 1e-60"), "eps", "> 0");
-    refused(cli_run(TRAIN "--steps 1 --ckpt-dir ''"), "empty folder name", NULL);
+    refused(cli_run(TRAIN "--steps 1 --ckpt-dir ''"), "--ckpt-dir: an empty value", NULL);
     refused(cli_run("generate llama --layers 1000000000 -o g.onnx"), "1000000000 layers", NULL);
     refused(cli_run("generate llama --dim 2147483648 --heads 1 --kv-heads 1 -o g.onnx"), "parameters", NULL);
     /* 2^31 x 64 x 2 = 2.7e11 parameters: under the absolute bound, over any test machine's memory */
@@ -467,6 +488,18 @@ static void test_crafted_fbs(void)
         {"fp8run.layer.2.state_prefix", NULL, "its node another"}, /* NULL: layer 1's value */
         {"fp8run.layer.2.name", NULL, "does not match the record"},
         {"fp8run.layer.1.sources", "a,b,c,d,e,f,g", "lists 7 sources"},
+        /* recorded options go through the option table, as flags do */
+        {"fp8run.option.margin", "65", "fp8run.option.margin"},
+        {"fp8run.option.margin", "-1x", "fp8run.option.margin"},
+        {"fp8run.option.fuse", "2", "fp8run.option.fuse"},
+        {"fp8run.option.fuse", "0", "0 (no fusion), but the file holds"},
+        {"fp8run.option.amax_history", "0", "fp8run.option.amax_history"},
+        {"fp8run.option.interval", "", "fp8run.option.interval"},
+        {"fp8run.option.recipe", "sometimes", "fp8run.option.recipe"},
+        {"fp8run.option.precision", "fp4", "fp8run.option.precision"},
+        /* per-layer records, informative or not, match the graph */
+        {"fp8run.layer.1.weights", "nothing_like_it", "'nothing_like_it' is no weight of the model"},
+        {"fp8run.layer.1.why", "", "fp8run.layer.1.why"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         fr_graph *g;
@@ -493,6 +526,39 @@ static void test_crafted_fbs(void)
         CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), cases[i].needle));
         refused(cli_run("info crafted.fbs"), "crafted.fbs", cases[i].needle);
         refused(cli_run("train crafted.fbs --data tok.bin --steps 1 --lr 1e-3"), "crafted.fbs", cases[i].needle);
+    }
+    /* the recorded options through the option table when the API loads the file: the flags'
+     * own messages, ranges and choices (the reader's bounds above are the same or wider) */
+    const struct {
+        const char *key, *value, *needle;
+    } table[] = {
+        {"fp8run.option.margin", "65", "fp8_margin: '65' is not an integer in -64..64"},
+        {"fp8run.option.fuse", "2", "fuse: '2' is not 0 or 1"},
+        {"fp8run.option.amax_history", "0", "amax_history_len: '0' is not an integer in 1.."},
+        {"fp8run.option.interval", "", "fp8run.option.interval': an empty value"},
+        {"fp8run.option.recipe", "sometimes", "recipe: 'sometimes' is not one of"},
+        {"fp8run.option.fp8_exclude", "", "fp8run.option.fp8_exclude': an empty value"},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof *table; i++) {
+        fr_graph *g;
+        FR_ASSERT_OK(fr_onnx_load_file(P("c.fbs"), &g));
+        int at = -1;
+        for (int k = 0; k < g->n_metadata; k++)
+            if (strcmp(g->metadata[k].key, table[i].key) == 0) at = k;
+        if (at < 0) { /* an optional one the compile did not record */
+            fr_kv *kv = realloc(g->metadata, (size_t)(g->n_metadata + 1) * sizeof *kv);
+            CU_ASSERT_PTR_NOT_NULL_FATAL(kv);
+            g->metadata = kv;
+            at = g->n_metadata++;
+            kv[at].key = strdup(table[i].key);
+            kv[at].value = NULL;
+        }
+        free(g->metadata[at].value);
+        g->metadata[at].value = strdup(table[i].value);
+        FR_ASSERT_OK(fr_onnx_save_file(g, P("crafted.fbs"), NULL));
+        fr_graph_free(g);
+        refused(cli_run("info crafted.fbs"), "crafted.fbs", table[i].needle);
+        refused(cli_run("train crafted.fbs --data tok.bin --steps 1 --lr 1e-3"), "crafted.fbs", table[i].needle);
     }
     for (int k = 0; k < 3; k++) free(orig[k]);
 }
@@ -528,6 +594,7 @@ static CU_TestInfo tests[] = {
     {"export CKPT: a recorded model path outside the folder or cut short", test_recorded_model_path},
     {"export CKPT: a parameter missing is an error naming it", test_missing_parameter},
     {"resume: impossible counters in a CRC-valid checkpoint", test_impossible_counters},
+    {"resume, export, eval: a checkpoint of another format", test_other_format},
     {"resume: only corrupt checkpoints is a failure", test_resume_corrupt_only},
     {"FIFOs and folders as files are refused without hanging", test_fifos},
     {"token ids at the vocabulary size, absurd values", test_tokens_and_values},

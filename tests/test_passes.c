@@ -451,6 +451,30 @@ static void test_infer_checks(void)
     CU_ASSERT_EQUAL(fr_prepare_forward(g, NULL, NULL), FR_ERR_GRAPH);
     CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "orphan"));
     fr_graph_free(g);
+
+    /* a node declaring more outputs than its op has: the model is at fault, and the message
+     * names the node and how many the op gives */
+    for (int n_out = 2; n_out <= 1000; n_out += 998) {
+        g = fr_gc_new_graph(17);
+        x = input(g, "x", FR_F32, 1, d, NULL);
+        int *outs = calloc((size_t)n_out, sizeof *outs);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(outs);
+        for (int o = 0; o < n_out; o++) {
+            char nm[16];
+            snprintf(nm, sizeof nm, "o%d", o);
+            outs[o] = val(g, nm);
+        }
+        FR_ASSERT_OK(fr_graph_add_node(g, "Relu", "", "many_out", 1, &x, n_out, outs, NULL));
+        FR_ASSERT_OK(fr_graph_mark_output(g, outs[n_out - 1]));
+        CU_ASSERT_EQUAL(fr_prepare_forward(g, NULL, NULL), FR_ERR_GRAPH);
+        char want[64];
+        snprintf(want, sizeof want, "declares %d outputs, but Relu gives 1", n_out);
+        CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "'many_out'"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), want));
+        if (!strstr(fr_last_error(), want)) printf("\n  %s", fr_last_error());
+        free(outs);
+        fr_graph_free(g);
+    }
 }
 
 /* ---- executor ---- */

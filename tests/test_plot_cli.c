@@ -148,7 +148,7 @@ static void test_plot_errors(void)
     cli_write("empty.jsonl", "\n");
     CLI_EXPECT(cli_run("plot bad.jsonl -o x.svg"), 1, cli_err, "bad.jsonl:2: not a JSON record");
     CLI_EXPECT(cli_run("plot empty.jsonl -o x.svg"), 1, cli_err, "has no records");
-    CLI_EXPECT(cli_run("plot missing.jsonl -o x.svg"), 1, cli_err, "cannot open missing.jsonl");
+    CLI_EXPECT(cli_run("plot missing.jsonl -o x.svg"), 1, cli_err, "cannot open training log 'missing.jsonl'");
     CLI_EXPECT(cli_run("plot bad.jsonl"), 2, cli_err, "-o OUT.svg is required");
     CLI_EXPECT(cli_run("plot -o x.svg"), 2, cli_err, "at least one log");
     CLI_EXPECT(cli_run("plot a.jsonl --width 3 -o x.svg"), 2, cli_err, "unknown option '--width'");

@@ -361,7 +361,10 @@ static void test_cli_rank_killed(void)
     const int rc0 = finish(n0), rc1 = finish(n1);
     const double took = now_s() - t0;
     char *e0 = cli_slurp_tmp("k0.err", NULL), *e1 = cli_slurp_tmp("k1.err", NULL);
-    const int named = strstr(e0, "rank 3 (node 1, local rank 1, on host") && strstr(e0, "left before all 6 ranks had come");
+    /* rank 0 sees sockets only: it names the first of node 1's ranks whose connection closed,
+       rank 3 itself or rank 2 when node 1's launcher stopped it first (seen on a loaded machine) */
+    const int named = (strstr(e0, "rank 3 (node 1, local rank 1, on host") || strstr(e0, "rank 2 (node 1, local rank 0, on host")) &&
+                      strstr(e0, "left before all 6 ranks had come");
     if (rc0 != 1 || rc1 == 0 || !named || took > 20.0)
         printf("\n  %.1f s, node 0 -> %d: %s\n  node 1 -> %d: %s\n", took, rc0, e0, rc1, e1);
     CU_ASSERT_EQUAL(rc0, 1);

@@ -10,8 +10,9 @@ exits 1 when its criterion (if one is given) fails.
       two benches' first and last losses must be equal (repeatable runs)
   compare_runs.py losses A.jsonl B.jsonl [--from STEP] [--max-rel X]
       the largest relative loss difference over the steps both logs have
-  compare_runs.py tps REF.jsonl OTHER.jsonl ...
-      tokens/s (per GPU) of each log, the median of its steps 3 on, against the first
+  compare_runs.py tps REF.jsonl OTHER.jsonl ... [--min-ratio R]
+      tokens/s (per GPU) of each log, the median of its steps 3 on, against the first; with R:
+      each other log's must be >= R times the first's
   compare_runs.py val --ref 'BF16_GLOB' --new 'FP8_GLOB' [--within X]
       the last validation loss, averaged over the logs of each glob (one per data order):
       the new mean must be within X (relative) of the reference's
@@ -100,6 +101,7 @@ def tps(a):
         m = statistics.median(v)
         ref = ref or m
         print("%s: %.0f tokens/s per GPU (%.1f%% of the first)" % (p.rsplit("/", 1)[-1], m, 100 * m / ref))
+        ok = ok and (a.min_ratio is None or m >= a.min_ratio * ref)
     return ok
 
 
@@ -144,6 +146,7 @@ def main():
     p.set_defaults(fn=losses)
     p = sub.add_parser("tps")
     p.add_argument("logs", nargs="+")
+    p.add_argument("--min-ratio", type=float)
     p.set_defaults(fn=tps)
     p = sub.add_parser("val")
     p.add_argument("--ref", required=True)

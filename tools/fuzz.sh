@@ -29,9 +29,12 @@ fi
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 FUZZ_JOBS=${FUZZ_JOBS:-1}
 BUILD_DIR=${BUILD_DIR:-build-fuzz}
-# ci: inputs per target (the seed corpus counts): 22-34 s of CPU each on the 2-core dev machine
-declare -A RUNS=([fuzz_onnx]=300000 [fuzz_onnx_ext]=500000 [fuzz_fbs]=25000 [fuzz_ckpt]=100000
-    [fuzz_npy]=500000 [fuzz_tokens]=400000 [fuzz_safetensors]=200000)
+# ci: inputs per target (the seed corpus counts): 19-29 s of CPU each for the binary readers,
+# 6-8 s for the text readers (plot's logs, prepare's .jsonl, the .fbs metadata as text) on the
+# 2-core dev machine: ~2.5 min in all
+declare -A RUNS=([fuzz_onnx]=255000 [fuzz_onnx_ext]=425000 [fuzz_fbs]=21000 [fuzz_ckpt]=85000
+    [fuzz_npy]=425000 [fuzz_tokens]=340000 [fuzz_safetensors]=170000 [fuzz_fbs_meta]=4000
+    [fuzz_plot_log]=30000 [fuzz_jsonl]=1000000)
 DEFAULT_RUNS=50000
 if ! command -v clang >/dev/null; then
     echo "fuzz: clang is needed (apt-get install -y clang)" >&2

@@ -54,6 +54,8 @@ demo)
         --ckpt-dir "$d/ckpt" --log "$d/train.jsonl" --export "$d/llama_tiny_trained.onnx"
     "$BUILD_DIR/fp8run" eval "$d/llama_tiny_trained.onnx" --data "$d/val.txt" --data-dtype uint8 \
         --batch 16 --seq 64
+    # what it writes now: C-like text after a C-like prompt (greedy)
+    "$BUILD_DIR/fp8run" sample "$d/llama_tiny_trained.onnx" --prompt "static fr_status " --max-new-tokens 100
     ;;
 test)
     deps

@@ -21,7 +21,7 @@ from . import _lib
 
 __all__ = ["Error", "Model", "Session", "DataLoader", "Checkpoint", "Safetensors", "LoadReport", "Report", "TensorInfo", "StepStats",
            "version", "abi_version", "is_checkpoint", "checkpoint_to_safetensors", "set_log_callback", "library_path",
-           "plot", "prepare", "train", "from_torch", "Progress", "log_to_python"]
+           "plot", "prepare", "train", "from_torch", "Progress", "log_to_python", "sample", "is_sft_file"]
 
 _L = _lib.load()
 
@@ -574,6 +574,39 @@ class Session(_Handle):
         _check(_L.fp8run_session_eval(h, a.ctypes.data, dt, a.size, ctypes.byref(loss)))
         return loss.value
 
+    def _sft(self, what, windows, segments, targets, k):
+        n = k * self.batch * (self.seq_len + 1)
+        arrays = []
+        for a, dt in ((windows, np.int64), (segments, np.int32), (targets, np.uint8)):
+            a = np.ascontiguousarray(a, dtype=dt)
+            if a.size != n:
+                raise Error(ERR_SHAPE, "%s: %d values; this session takes %d x %d x %d" % (what, a.size, k, self.batch,
+                                                                                           self.seq_len + 1))
+            arrays.append(a)
+        return arrays
+
+    def train_step_sft(self, windows, segments, targets):
+        """One step on SFT batches (DataLoader.next_sft's arrays; a session made with sft=1):
+        the loss is the mean over the step's target tokens. Returns it."""
+        w, s, t = self._sft("train_step_sft", windows, segments, targets, self.grad_accum)
+        st = _lib.sized(_lib.StepStats)
+        _check(_L.fp8run_session_train_step_sft(self._handle(), w.ctypes.data, s.ctypes.data, t.ctypes.data, w.size,
+                                                ctypes.byref(st)))
+        self.last_stats = _stats(st)
+        return st.loss
+
+    sft_positions = property(lambda self: bool(_L.fp8run_session_sft_positions(self._handle())),
+                             doc="False when packed SFT examples would see positions offset by the examples "
+                                 "before them (the model computes absolute positions inside its graph)")
+
+    def eval_sft(self, windows, segments, targets):
+        """(loss, target tokens) of one SFT micro-batch without updating anything."""
+        w, s, t = self._sft("eval_sft", windows, segments, targets, 1)
+        loss, n = ctypes.c_double(), ctypes.c_int64()
+        _check(_L.fp8run_session_eval_sft(self._handle(), w.ctypes.data, s.ctypes.data, t.ctypes.data, w.size,
+                                          ctypes.byref(loss), ctypes.byref(n)))
+        return loss.value, n.value
+
     def output(self, name=None):
         """A model output of the last eval (default: the logits) as a float32 array."""
         h = self._handle()
@@ -671,11 +704,13 @@ class DataLoader(_Handle):
 
     DataLoader(path, batch, seq, order="random"|"sequential", seed=0, token_dtype="uint16",
     vocab_size=0, validation_batches=None (a validation loader: sequential, that many batches
-    per pass; 0 = the whole file), no_mmap=False, max_batches=0, format="auto"|"raw")."""
+    per pass; 0 = the whole file), no_mmap=False, max_batches=0, format="auto"|"raw",
+    packing=True (SFT token files: several examples per window; False: one, padded)).
+    An SFT token file (prepare(..., sft=True)) gives its batches with next_sft()."""
     _destroy = "fp8run_data_close"
 
     def __init__(self, path, batch, seq, order="random", seed=0, token_dtype="uint16", vocab_size=0,
-                 validation_batches=None, no_mmap=False, max_batches=0, format="auto"):
+                 validation_batches=None, no_mmap=False, max_batches=0, format="auto", packing=True):
         super().__init__()
         c = _lib.DataConfig()
         _check(_L.fp8run_data_config_init(ctypes.byref(c), ctypes.sizeof(c)))
@@ -689,6 +724,7 @@ class DataLoader(_Handle):
                 raise Error(ERR_INVALID_ARG, "%s %r: use one of %s" % (what, value, ", ".join(table)))
         c.order, c.format, c.token_dtype = orders[order], formats[format], dtypes[token_dtype]
         c.seed, c.vocab_size, c.no_mmap, c.max_batches = seed, vocab_size, int(bool(no_mmap)), max_batches
+        c.no_packing = 0 if packing else 1
         h = ctypes.c_void_p()
         if validation_batches is None:
             _check(_L.fp8run_data_open(_path(path), ctypes.byref(c), ctypes.byref(h)))
@@ -706,6 +742,25 @@ class DataLoader(_Handle):
         dt = _INT64 if out.dtype == np.int64 else _INT32
         _check(_L.fp8run_data_next(self._handle(), dt, out.ctypes.data, out.size))
         return out
+
+    def next_sft(self, k=None):
+        """An SFT file's next batch as (windows int64, segments int32, targets uint8, labels
+        that count): arrays [B, T+1], or [k, B, T+1] for k micro-batches."""
+        shape = (self.batch, self.seq_len + 1) if k is None else (k, self.batch, self.seq_len + 1)
+        w, seg, tgt = np.empty(shape, np.int64), np.empty(shape, np.int32), np.empty(shape, np.uint8)
+        n = ctypes.c_int64()
+        _check(_L.fp8run_data_next_sft(self._handle(), w.ctypes.data, seg.ctypes.data, tgt.ctypes.data, w.size,
+                                       ctypes.byref(n)))
+        return w, seg, tgt, n.value
+
+    is_sft = property(lambda self: bool(_L.fp8run_data_is_sft(self._handle())))
+
+    @property
+    def sft_info(self):
+        """An SFT file's examples, windows, truncated, tokens, target_labels, eos, vocab (dict)."""
+        info = _lib.sized(_lib.SftInfo)
+        _check(_L.fp8run_data_sft_info(self._handle(), ctypes.byref(info)))
+        return {f: getattr(info, f) for f, _ in _lib.SftInfo._fields_[1:]}
 
     def reset(self):
         _L.fp8run_data_reset(self._handle())
@@ -730,6 +785,11 @@ class DataLoader(_Handle):
 
     def check_tokens(self, vocab_size):
         _check(_L.fp8run_data_check_tokens(self._handle(), vocab_size))
+
+
+def is_sft_file(path):
+    """True when path is an SFT token file (prepare(..., sft=True))."""
+    return bool(_L.fp8run_file_is_sft(_path(path)))
 
 
 def is_checkpoint(path):
@@ -812,4 +872,4 @@ def _load_safetensors(fn, handle, path, strict):
             st.close()
 
 
-from ._user import plot, prepare, Progress, log_to_python, train, from_torch, _state_dict  # noqa: E402,F401
+from ._user import plot, prepare, Progress, log_to_python, train, from_torch, sample, _state_dict  # noqa: E402,F401

@@ -153,6 +153,20 @@ class DataConfig(ctypes.Structure):
         ("no_mmap", c_int),
         ("vocab_size", c_int64),
         ("max_batches", c_int64),
+        ("no_packing", c_int),  # appended after 0.1.0
+    ]
+
+
+class SftInfo(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("examples", c_int64),
+        ("windows", c_int64),
+        ("truncated", c_int64),
+        ("tokens", c_int64),
+        ("target_labels", c_int64),
+        ("eos", c_int64),
+        ("vocab", c_int64),
     ]
 
 
@@ -328,6 +342,10 @@ _PROTOTYPES = {
     "fp8run_session_poll_stats": (c_int, [P, c_int, ctypes.POINTER(StepStats)]),
     "fp8run_session_steps_queued": (c_int, [P]),
     "fp8run_session_eval": (c_int, [P, c_void_p, c_int, c_size_t, ctypes.POINTER(c_double)]),
+    "fp8run_session_train_step_sft": (c_int, [P, c_void_p, c_void_p, c_void_p, c_size_t, ctypes.POINTER(StepStats)]),
+    "fp8run_session_eval_sft": (c_int, [P, c_void_p, c_void_p, c_void_p, c_size_t, ctypes.POINTER(c_double),
+                                        ctypes.POINTER(c_int64)]),
+    "fp8run_session_sft_positions": (c_int, [P]),
     "fp8run_session_eval_output": (c_int, [P, c_char_p, ctypes.POINTER(ValueInfo), c_void_p, c_size_t]),
     "fp8run_session_batch": (c_int64, [P]),
     "fp8run_session_seq_len": (c_int64, [P]),
@@ -380,6 +398,10 @@ _PROTOTYPES = {
     "fp8run_data_close": (None, [P]),
     "fp8run_data_error": (c_char_p, [P]),
     "fp8run_data_next": (c_int, [P, c_int, c_void_p, c_size_t]),
+    "fp8run_data_is_sft": (c_int, [P]),
+    "fp8run_file_is_sft": (c_int, [c_char_p]),
+    "fp8run_data_sft_info": (c_int, [P, ctypes.POINTER(SftInfo)]),
+    "fp8run_data_next_sft": (c_int, [P, c_void_p, c_void_p, c_void_p, c_size_t, ctypes.POINTER(c_int64)]),
     "fp8run_data_reset": (None, [P]),
     "fp8run_data_num_tokens": (c_int64, [P]),
     "fp8run_data_token_dtype": (c_int, [P]),

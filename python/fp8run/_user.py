@@ -5,6 +5,7 @@ from .logs import log_to_python  # noqa: F401
 from .plot import plot  # noqa: F401
 from .prepare import prepare  # noqa: F401
 from .progress import Progress  # noqa: F401
+from .sample import sample  # noqa: F401
 from .torch_export import from_torch  # noqa: F401
 from .torch_export import state_dict as _state_dict  # noqa: F401
 from .train import train  # noqa: F401

@@ -1,10 +1,15 @@
 /* Public API: the token-file data loader (runtime/io/data.h) behind an opaque handle. */
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/api/api_internal.h"
+#include "graph/safe_io.h"
+#include "runtime/io/sft_data.h"
 
-#define DATA_V1_SIZE sizeof(fp8run_data_config)
+/* the first struct: fields appended later (no_packing) are zero, their default, in an older one */
+#define DATA_V1_SIZE offsetof(fp8run_data_config, no_packing)
 
 static void data_defaults(fp8run_data_config *c)
 {
@@ -56,6 +61,7 @@ static fp8run_status to_opts(const char *fn, const fp8run_data_config *cfg, fr_d
     o->vocab_size = c.vocab_size;
     o->no_mmap = c.no_mmap != 0;
     o->max_batches = c.max_batches;
+    o->packing = !c.no_packing;
     return FP8RUN_OK;
 }
 
@@ -181,4 +187,93 @@ FP8RUN_API fp8run_status fp8run_data_set_state(fp8run_data_loader *d, const void
     if (!d) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: data loader is NULL", fn);
     if (!buf) return fr_api_error(&d->err, FP8RUN_ERR_INVALID_ARG, "%s: buf is NULL", fn);
     return fr_api_fail(&d->err, fn, fr_data_set_state(d->dl, buf, len));
+}
+
+/* ---- SFT token files ---- */
+
+FP8RUN_API int fp8run_data_is_sft(const fp8run_data_loader *d) { return d ? fr_data_is_sft(d->dl) : 0; }
+
+FP8RUN_API int fp8run_file_is_sft(const char *path)
+{
+    char head[8];
+    FILE *f = NULL;
+    /* only a regular file is read: a FIFO given as a path would block the open */
+    if (!path || fr_fopen_regular(path, "token file", 0, &f, NULL) != FR_OK) {
+        fr_clear_error();
+        return 0;
+    }
+    size_t n = fread(head, 1, sizeof head, f);
+    fclose(f);
+    return fr_sft_is_sft(head, n);
+}
+
+FP8RUN_API fp8run_status fp8run_data_sft_info(const fp8run_data_loader *d, fp8run_sft_info *info)
+{
+    const char *fn = __func__;
+    if (!d || !info) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: data loader or info is NULL", fn);
+    size_t use = 0;
+    fp8run_status ps = fr_api_check_out((api_err *)&d->err, fn, "info", info, sizeof *info, sizeof *info, &use);
+    if (ps != FP8RUN_OK) return ps;
+    fr_data_sft_stats s;
+    fr_data_sft_info(d->dl, &s);
+    fp8run_sft_info o = {info->struct_size, s.examples, s.windows, s.truncated, s.tokens, s.target_labels, s.eos,
+                         s.vocab};
+    memcpy(info, &o, use);
+    return FP8RUN_OK;
+}
+
+FP8RUN_API fp8run_status fp8run_data_next_sft(fp8run_data_loader *d, int64_t *windows, int32_t *segments,
+                                              uint8_t *targets, size_t count, int64_t *n_labels)
+{
+    const char *fn = __func__;
+    if (!d) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: data loader is NULL", fn);
+    if (!windows || !segments || !targets)
+        return fr_api_error(&d->err, FP8RUN_ERR_INVALID_ARG, "%s: windows, segments or targets is NULL", fn);
+    const uint64_t per = (uint64_t)d->per_batch;
+    if (count == 0 || (uint64_t)count % per != 0)
+        return fr_api_error(&d->err, FP8RUN_ERR_SHAPE, "%s: %zu ids is not a positive multiple of one batch (B x "
+                            "(T+1) = %llu)", fn, count, (unsigned long long)per);
+    uint8_t saved[FR_DATA_STATE_BYTES];
+    fr_data_get_state(d->dl, saved);
+    int64_t total = 0;
+    for (uint64_t b = 0; b < (uint64_t)count / per; b++) {
+        int64_t n = 0;
+        fr_status st = fr_data_next_sft(d->dl, windows + b * per, segments + b * per, targets + b * per, &n);
+        if (st != FR_OK) {
+            fp8run_status ps = fr_api_fail(&d->err, fn, st);
+            fr_ignore_status(fr_data_set_state(d->dl, saved, sizeof saved)); /* as fp8run_data_next */
+            return ps;
+        }
+        total += n;
+    }
+    if (n_labels) *n_labels = total;
+    return FP8RUN_OK;
+}
+
+#define SFTP_V1_SIZE sizeof(fp8run_sft_prepare_config)
+
+FP8RUN_API fp8run_status fp8run_sft_prepare_config_init(fp8run_sft_prepare_config *cfg, size_t size)
+{
+    fp8run_sft_prepare_config d;
+    memset(&d, 0, sizeof d);
+    return fr_api_struct_init(__func__, "fp8run_sft_prepare_config", cfg, size, SFTP_V1_SIZE, &d, sizeof d);
+}
+
+FP8RUN_API fp8run_status fp8run_sft_prepare_bytes(const fp8run_sft_prepare_config *cfg, fp8run_sft_summary *summary)
+{
+    const char *fn = __func__;
+    fp8run_sft_prepare_config c;
+    memset(&c, 0, sizeof c);
+    fp8run_status ps = fr_api_read_in(NULL, fn, "config", cfg, SFTP_V1_SIZE, &c, sizeof c);
+    if (ps != FP8RUN_OK) return ps;
+    if (!summary || summary->struct_size < sizeof *summary)
+        return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: summary is NULL or smaller than fp8run_sft_summary", fn);
+    fr_sft_prepare p = {c.files, c.n_files, c.out, c.val_out, c.val_fraction, c.max_tokens, c.drop_long != 0,
+                        c.train_on_prompt != 0, c.skip_bad_lines != 0};
+    fr_sft_summary s;
+    fr_status st = fr_sft_prepare_bytes(&p, &s);
+    fp8run_sft_summary o = {summary->struct_size, s.examples, s.train_examples, s.val_examples, s.tokens,
+                            s.target_tokens, s.bad_lines, s.truncated, s.dropped, s.no_target, s.windows_packed};
+    *summary = o;
+    return fr_api_fail(NULL, fn, st);
 }

@@ -123,6 +123,9 @@ fp8run_status fr_api_dims(api_err *slot, const char *fn, const char *const *name
 
 /* The defaults of every fp8run_train_config field. */
 void fr_api_config_defaults(fp8run_train_config *c);
+/* A compiled graph's recorded options through the option table (runtime/api/api_fbs_options.c);
+ * FR_OK for an ONNX model. what: the file, for messages (NULL: the graph's source path). */
+FR_NODISCARD fr_status fr_api_check_recorded_options(const fr_graph *g, const char *what);
 /* Every option's range and choices; the error names fn and the field ("config.pad_multiple"). */
 fp8run_status fr_api_config_check(api_err *slot, const char *fn, const fp8run_train_config *c);
 /* The library's static string for choice `value` of setting `name` (an option or "device"),

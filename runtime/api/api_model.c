@@ -124,6 +124,10 @@ FP8RUN_API fp8run_status fp8run_model_load(const char *path, fp8run_model **out)
     fr_graph *g;
     fr_status st = fr_onnx_load_file(path, &g);
     if (st != FR_OK) return fr_api_fail(NULL, NULL, st);
+    if ((st = fr_api_check_recorded_options(g, NULL)) != FR_OK) { /* a .fbs's options, as flags are */
+        fr_graph_free(g);
+        return fr_api_fail(NULL, NULL, st);
+    }
     fp8run_status ps = fr_api_model_wrap(g, out);
     if (ps == FP8RUN_OK)
         fr_api_log(FP8RUN_LOG_DEBUG, "loaded model '%s': %d nodes, %d inputs, %d outputs", path, g->n_nodes,
@@ -141,6 +145,10 @@ FP8RUN_API fp8run_status fp8run_model_load_buffer(const void *data, size_t len, 
     fr_graph *g;
     fr_status st = fr_onnx_load_buffer(data, len, NULL, name ? name : "<memory>", &g);
     if (st != FR_OK) return fr_api_fail(NULL, NULL, st);
+    if ((st = fr_api_check_recorded_options(g, NULL)) != FR_OK) {
+        fr_graph_free(g);
+        return fr_api_fail(NULL, NULL, st);
+    }
     return fr_api_model_wrap(g, out);
 }
 

@@ -2,6 +2,8 @@
  * tensors as float32, load it by name into a session's trained parameters or a model's
  * parameters (with a report of matched, missing and unexpected names), and write a model's or a
  * session's parameters as a Hugging Face checkpoint. */
+#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,11 +16,13 @@
 struct fp8run_safetensors {
     api_err err;
     fr_st_ckpt *c;
-    char **names;        /* the last load report's names (owned), matched then missing then unexpected */
+    char **names;        /* the last load report's names (owned), matched then missing then unexpected,
+                            then those holding NaN/Inf */
     int n_names;
+    int64_t *nonfinite;  /* the last load's count of NaN/Inf values per checkpoint entry */
 };
 
-#define REPORT_V1_SIZE sizeof(fp8run_load_report)
+#define REPORT_V1_SIZE offsetof(fp8run_load_report, n_nonfinite)
 #define DEFAULT_SHARD_BYTES ((uint64_t)5 * 1000 * 1000 * 1000) /* transformers' default 5GB */
 
 static void free_names(fp8run_safetensors *st)
@@ -27,6 +31,8 @@ static void free_names(fp8run_safetensors *st)
     free(st->names);
     st->names = NULL;
     st->n_names = 0;
+    free(st->nonfinite);
+    st->nonfinite = NULL;
 }
 
 FP8RUN_API fp8run_status fp8run_safetensors_open(const char *path, fp8run_safetensors **out)
@@ -106,6 +112,7 @@ typedef struct target {
 typedef struct fill_ctx {
     const fr_st_ckpt *c;
     const int *entry, *rows;
+    int64_t *nonfinite; /* per checkpoint entry */
 } fill_ctx;
 
 static fr_status read_rows(const fr_st_ckpt *c, int k, int rows, float *dst)
@@ -120,10 +127,22 @@ static fr_status read_rows(const fr_st_ckpt *c, int k, int rows, float *dst)
     return s;
 }
 
+/* read_rows, counting the NaN and Inf values read into nonfinite[k] */
+static fr_status read_counted(const fr_st_ckpt *c, int k, int rows, float *dst, int64_t *nonfinite)
+{
+    FR_TRY(read_rows(c, k, rows, dst));
+    const fr_st_tensor *t = c->e[k].t;
+    size_t count = rows > 0 ? (size_t)rows * (size_t)t->dims[1] : (size_t)t->numel;
+    int64_t bad = 0;
+    for (size_t j = 0; j < count; j++) bad += !isfinite(dst[j]);
+    nonfinite[k] = bad;
+    return FR_OK;
+}
+
 static fr_status fill_one(void *ctx, int i, float *dst)
 {
     const fill_ctx *f = ctx;
-    return read_rows(f->c, f->entry[i], f->rows[i], dst);
+    return read_counted(f->c, f->entry[i], f->rows[i], dst, f->nonfinite);
 }
 
 /* A parameter named "<table>[0:T]" [T, D] (graph/params_unfold.h: the rows of a position
@@ -181,6 +200,32 @@ static fp8run_status push_name(fp8run_safetensors *st, const char *name)
     return FP8RUN_OK;
 }
 
+/* FP8RUN_LOAD_STRICT_WEIGHTS: every matched tensor read once before anything is written; one
+ * holding NaN or Inf refuses the load, naming the first few and their counts. */
+static fp8run_status scan_nonfinite(fp8run_safetensors *st, const char *fn, const target *tg, const int *param_of,
+                                    const int *rows_of, size_t max_numel)
+{
+    const fr_st_ckpt *c = st->c;
+    float *buf = malloc(max_numel * sizeof *buf);
+    if (!buf) return fr_api_error(tg->slot, FP8RUN_ERR_OOM, "%s: out of memory", fn);
+    char list[600] = "";
+    int n_bad = 0;
+    fp8run_status ps = FP8RUN_OK;
+    for (int i = 0; i < tg->n && ps == FP8RUN_OK; i++) {
+        if (param_of[i] < 0) continue;
+        fr_status s = read_counted(c, param_of[i], rows_of[i], buf, st->nonfinite);
+        if (s != FR_OK) ps = fr_api_fail(tg->slot, fn, s);
+        else if (st->nonfinite[param_of[i]] > 0 && n_bad++ < 4)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s'%s' (%lld)", n_bad > 1 ? ", " : "",
+                     c->e[param_of[i]].name, (long long)st->nonfinite[param_of[i]]);
+    }
+    free(buf);
+    if (ps == FP8RUN_OK && n_bad)
+        ps = fr_api_error(tg->slot, FP8RUN_ERR_NUMERIC, "%s: '%s' has %d tensors holding NaN/Inf values: %s%s; nothing "
+                          "was loaded (strict weights)", fn, c->path, n_bad, list, n_bad > 4 ? " and more" : "");
+    return ps;
+}
+
 /* Match every parameter against the checkpoint; nothing is written when a shape differs (or,
  * strict, when a name is missing or unexpected). */
 static fp8run_status load_into(fp8run_safetensors *st, const char *fn, const target *tg, int flags,
@@ -190,15 +235,16 @@ static fp8run_status load_into(fp8run_safetensors *st, const char *fn, const tar
     fp8run_status ps = FP8RUN_OK;
     if (report) ps = fr_api_check_out(tg->slot, fn, "report", report, REPORT_V1_SIZE, sizeof *report, &use);
     if (ps != FP8RUN_OK) return ps;
-    if (flags & ~FP8RUN_LOAD_STRICT)
+    if (flags & ~(FP8RUN_LOAD_STRICT | FP8RUN_LOAD_STRICT_WEIGHTS))
         return fr_api_error(tg->slot, FP8RUN_ERR_INVALID_ARG, "%s: unknown flags 0x%x", fn, (unsigned)flags);
     const fr_st_ckpt *c = st->c;
     free_names(st);
-    st->names = calloc((size_t)tg->n + (size_t)c->n + 1, sizeof *st->names);
+    st->names = calloc((size_t)tg->n + 2 * (size_t)c->n + 1, sizeof *st->names);
+    st->nonfinite = calloc((size_t)c->n + 1, sizeof *st->nonfinite);
     int *param_of = malloc(((size_t)tg->n + 1) * sizeof *param_of);  /* checkpoint entry of parameter i */
     int *rows_of = calloc((size_t)tg->n + 1, sizeof *rows_of);        /* > 0: its first rows only */
     char *used = calloc((size_t)c->n + 1, 1);
-    if (!st->names || !param_of || !rows_of || !used) ps = fr_api_error(tg->slot, FP8RUN_ERR_OOM, "%s: out of memory", fn);
+    if (!st->names || !st->nonfinite || !param_of || !rows_of || !used) ps = fr_api_error(tg->slot, FP8RUN_ERR_OOM, "%s: out of memory", fn);
     int n_match = 0, n_miss = 0, n_unexp = 0;
     size_t max_numel = 1;
     for (int pass = 0; pass < 2 && ps == FP8RUN_OK; pass++) /* matched names first, then missing */
@@ -235,6 +281,8 @@ static fp8run_status load_into(fp8run_safetensors *st, const char *fn, const tar
                           "%d unexpected%s%s; nothing was loaded", fn, c->path, n_miss, n_miss ? " " : "", m, n_unexp,
                           n_unexp ? " " : "", u);
     }
+    if (ps == FP8RUN_OK && (flags & FP8RUN_LOAD_STRICT_WEIGHTS))
+        ps = scan_nonfinite(st, fn, tg, param_of, rows_of, max_numel);
     if (ps == FP8RUN_OK && tg->trainer) {
         /* the matched entries in parameter order (param_of is compacted in place) */
         int k = 0;
@@ -243,7 +291,7 @@ static fp8run_status load_into(fp8run_safetensors *st, const char *fn, const tar
                 rows_of[k] = rows_of[i];
                 param_of[k++] = param_of[i];
             }
-        fill_ctx fc = {c, param_of, rows_of};
+        fill_ctx fc = {c, param_of, rows_of, st->nonfinite};
         ps = fr_api_fail(tg->slot, fn, fr_trainer_fill_params(tg->trainer, n_match, (const char *const *)st->names,
                                                               fill_one, &fc));
         max_numel = 0; /* done: no per-parameter copies below */
@@ -253,7 +301,7 @@ static fp8run_status load_into(fp8run_safetensors *st, const char *fn, const tar
     for (int i = 0, j = 0; i < tg->n && ps == FP8RUN_OK && buf; i++) {
         if (param_of[i] < 0) continue;
         const fr_st_tensor *t = c->e[param_of[i]].t;
-        fr_status s = read_rows(c, param_of[i], rows_of[i], buf);
+        fr_status s = read_counted(c, param_of[i], rows_of[i], buf, st->nonfinite);
         size_t count = rows_of[i] ? (size_t)rows_of[i] * (size_t)t->dims[1] : (size_t)t->numel;
         if (s != FR_OK) ps = fr_api_fail(tg->slot, fn, s);
         else ps = tg->set(tg->h, st->names[j++], buf, count);
@@ -262,6 +310,14 @@ static fp8run_status load_into(fp8run_safetensors *st, const char *fn, const tar
     free(rows_of);
     free(param_of);
     free(used);
+    int n_bad = 0;
+    for (int k = 0; k < c->n && ps == FP8RUN_OK; k++)
+        if (st->nonfinite[k] > 0) {
+            fr_api_log(FP8RUN_LOG_WARN, "'%s': tensor '%s' holds %lld NaN/Inf values (loaded as they are)", c->path,
+                       c->e[k].name, (long long)st->nonfinite[k]);
+            st->nonfinite[n_bad] = st->nonfinite[k]; /* compacted, as the names are listed */
+            if ((ps = push_name(st, c->e[k].name)) == FP8RUN_OK) n_bad++;
+        }
     if (report && ps == FP8RUN_OK) {
         fp8run_load_report r;
         memset(&r, 0, sizeof r);
@@ -272,6 +328,9 @@ static fp8run_status load_into(fp8run_safetensors *st, const char *fn, const tar
         r.matched = (const char *const *)st->names;
         r.missing = (const char *const *)st->names + n_match;
         r.unexpected = (const char *const *)st->names + n_match + n_miss;
+        r.n_nonfinite = n_bad;
+        r.nonfinite = (const char *const *)st->names + n_match + n_miss + n_unexp;
+        r.nonfinite_counts = st->nonfinite;
         memcpy(report, &r, use);
     }
     if (ps == FP8RUN_OK)
@@ -399,6 +458,10 @@ FP8RUN_API fp8run_status fp8run_checkpoint_save_safetensors(const char *ckpt_pat
     ckpt_params cp = {0};
     fr_status s = fr_ckpt_open(ckpt_path, &cp.c);
     if (s != FR_OK) return fr_api_fail(NULL, fn, s);
+    if ((s = fr_ckpt_check_format(cp.c, fr_trainer_ckpt_formats)) != FR_OK) {
+        fr_ckpt_close(cp.c);
+        return fr_api_fail(NULL, fn, s);
+    }
     int n = 0, total = fr_ckpt_tensor_count(cp.c);
     cp.p = calloc((size_t)total + 1, sizeof *cp.p);
     fp8run_status ps = cp.p ? FP8RUN_OK : fr_api_error(NULL, FP8RUN_ERR_OOM, "%s: out of memory", fn);

@@ -238,22 +238,31 @@ static fp8run_status settle(fp8run_session *s, const char *fn)
     return ps;
 }
 
-FP8RUN_API fp8run_status fp8run_session_train_step(fp8run_session *s, const void *windows, fp8run_dtype dtype,
-                                                   size_t count, fp8run_step_stats *stats)
+/* A synchronous step's checks: the session usable, stats large enough (*use: the bytes of it
+ * to fill), no queued step waiting for its statistics. */
+static fp8run_status sync_step_args(fp8run_session *s, const char *fn, fp8run_step_stats *stats, size_t *use)
 {
-    const char *fn = __func__;
     fp8run_status ps = usable(s, fn);
     if (ps != FP8RUN_OK) return ps;
-    size_t use = 0;
-    if (stats && (ps = fr_api_check_out(&s->err, fn, "stats", stats, STATS_V1_SIZE, sizeof *stats, &use)) != FP8RUN_OK)
+    if (stats && (ps = fr_api_check_out(&s->err, fn, "stats", stats, STATS_V1_SIZE, sizeof *stats, use)) != FP8RUN_OK)
         return ps;
-    const int64_t *w;
-    if ((ps = step_args(s, fn, windows, dtype, count, &w)) != FP8RUN_OK) return ps;
     if (fr_trainer_queued(s->t))
         return fr_api_error(&s->err, FP8RUN_ERR_STATE,
                             "%s: %d queued steps wait for fp8run_session_poll_stats; poll them before a synchronous "
                             "step",
                             fn, fr_trainer_queued(s->t));
+    return FP8RUN_OK;
+}
+
+FP8RUN_API fp8run_status fp8run_session_train_step(fp8run_session *s, const void *windows, fp8run_dtype dtype,
+                                                   size_t count, fp8run_step_stats *stats)
+{
+    const char *fn = __func__;
+    size_t use = 0;
+    fp8run_status ps = sync_step_args(s, fn, stats, &use);
+    if (ps != FP8RUN_OK) return ps;
+    const int64_t *w;
+    if ((ps = step_args(s, fn, windows, dtype, count, &w)) != FP8RUN_OK) return ps;
     fr_train_stats ts;
     fr_status st = fr_trainer_step(s->t, w, s->t->opt.grad_accum, &ts);
     if (stats) put_stats(s, &ts, 1, stats, use);
@@ -278,6 +287,79 @@ FP8RUN_API fp8run_status fp8run_session_train_step_async(fp8run_session *s, cons
     ps = fr_api_fail(&s->err, fn, st);
     mark_broken(s, "training step");
     return ps;
+}
+
+/* ---- SFT batches ---- */
+
+/* The SFT step's or eval's arguments: windows (int64) as windows_i64 checks them, and the
+ * segment ids and target flags beside them. */
+static fp8run_status sft_args(fp8run_session *s, const char *fn, const int64_t *w, const int32_t *seg,
+                              const uint8_t *tgt, size_t count, int k, const int64_t **out)
+{
+    fp8run_status ps = usable(s, fn);
+    if (ps != FP8RUN_OK) return ps;
+    if (!s->t->opt.sft)
+        return fr_api_error(&s->err, FP8RUN_ERR_STATE, "%s: this session was not created for SFT batches "
+                            "(config.sft = 1)", fn);
+    if (!seg || !tgt) return fr_api_error(&s->err, FP8RUN_ERR_INVALID_ARG, "%s: segments or targets is NULL", fn);
+    return windows_i64(s, fn, w, FP8RUN_DTYPE_INT64, count, k, out);
+}
+
+FP8RUN_API fp8run_status fp8run_session_train_step_sft_async(fp8run_session *s, const int64_t *windows,
+                                                             const int32_t *segments, const uint8_t *targets,
+                                                             size_t count, int64_t all_targets, int64_t *step)
+{
+    const char *fn = __func__;
+    if (step) *step = -1;
+    const int64_t *w;
+    fp8run_status ps = sft_args(s, fn, windows, segments, targets, count, s ? s->t->opt.grad_accum : 1, &w);
+    if (ps != FP8RUN_OK) return ps;
+    if (s->t->opt.eval_only)
+        return fr_api_error(&s->err, FP8RUN_ERR_STATE, "%s: this session was created for evaluation only", fn);
+    if (fr_trainer_queued(s->t) >= FP8RUN_MAX_QUEUED_STEPS)
+        return fr_api_error(&s->err, FP8RUN_ERR_STATE, "%s: %d queued steps wait for fp8run_session_poll_stats", fn,
+                            fr_trainer_queued(s->t));
+    fr_status st = fr_trainer_step_sft_async(s->t, w, segments, targets, s->t->opt.grad_accum, all_targets, step);
+    if (st == FR_OK) return FP8RUN_OK;
+    ps = fr_api_fail(&s->err, fn, st);
+    if (st != FR_ERR_INVALID_ARG && st != FR_ERR_RANGE) mark_broken(s, "training step"); /* bad batches change nothing */
+    return ps;
+}
+
+FP8RUN_API fp8run_status fp8run_session_train_step_sft(fp8run_session *s, const int64_t *windows,
+                                                       const int32_t *segments, const uint8_t *targets, size_t count,
+                                                       fp8run_step_stats *stats)
+{
+    const char *fn = __func__;
+    size_t use = 0;
+    fp8run_status ps = sync_step_args(s, fn, stats, &use);
+    if (ps != FP8RUN_OK) return ps;
+    if ((ps = fp8run_session_train_step_sft_async(s, windows, segments, targets, count, 0, NULL)) != FP8RUN_OK) return ps;
+    fr_train_stats ts;
+    memset(&ts, 0, sizeof ts);
+    int got = 0;
+    fr_status st = fr_trainer_poll(s->t, 1, &ts, &got);
+    if (stats) put_stats(s, &ts, 1, stats, use);
+    else snprintf(s->reason, sizeof s->reason, "%s", ts.reason);
+    return step_result(s, fn, st, &ts);
+}
+
+FP8RUN_API fp8run_status fp8run_session_eval_sft(fp8run_session *s, const int64_t *windows, const int32_t *segments,
+                                                 const uint8_t *targets, size_t count, double *loss,
+                                                 int64_t *n_targets)
+{
+    const char *fn = __func__;
+    const int64_t *w;
+    fp8run_status ps = sft_args(s, fn, windows, segments, targets, count, 1, &w);
+    if (ps != FP8RUN_OK) return ps;
+    if (!loss) return fr_api_error(&s->err, FP8RUN_ERR_INVALID_ARG, "%s: loss is NULL", fn);
+    if ((ps = settle(s, fn)) != FP8RUN_OK) return ps;
+    return fr_api_fail(&s->err, fn, fr_trainer_eval_sft(s->t, w, segments, targets, loss, n_targets));
+}
+
+FP8RUN_API int fp8run_session_sft_positions(const fp8run_session *s)
+{
+    return s && s->t ? fr_trainer_sft_positions(s->t) : 0;
 }
 
 FP8RUN_API fp8run_status fp8run_session_poll_stats(fp8run_session *s, int wait, fp8run_step_stats *stats)

@@ -44,6 +44,10 @@ static fr_status write_all(fr_ckpt_writer *w, const void *data, size_t n)
 {
     const unsigned char *p = data;
     w->crc = fr_crc32c(w->crc, data, n);
+    int fault = fr_write_fault("write"); /* FP8RUN_TEST_WRITE_FAULT, as every write under the rule */
+    if (fault && n)
+        return fr_error(FR_ERR_IO, "writing checkpoint '%s' failed: %s (the previous file, if any, is kept)", w->path,
+                        strerror(fault));
     while (n) {
         ssize_t k = fr_ckpt_io_write(w->fd, p, n > (1u << 30) ? (1u << 30) : n);
         if (k < 0 && errno == EINTR) continue;
@@ -243,14 +247,15 @@ fr_status fr_ckpt_writer_commit(fr_ckpt_writer *w)
         memcpy(tr + 24, CKPT_END, 8);
         st = write_all(w, tr, sizeof tr);
     }
-    if (st == FR_OK && fr_ckpt_io_fsync(w->fd) != 0)
+    if (st == FR_OK && (fr_write_fault("fsync") || fr_ckpt_io_fsync(w->fd) != 0))
         st = fr_error(FR_ERR_IO, "fsync of checkpoint '%s' failed: %s (the previous file, if any, is kept)", w->path,
-                      strerror(errno));
+                      strerror(fr_write_fault("fsync") ? EIO : errno));
     if (close(w->fd) != 0 && st == FR_OK)
         st = fr_error(FR_ERR_IO, "closing checkpoint '%s' failed: %s", w->tmp_path, strerror(errno));
     w->fd = -1;
-    if (st == FR_OK && rename(w->tmp_path, w->path) != 0)
-        st = fr_error(FR_ERR_IO, "cannot move checkpoint into place at '%s': %s", w->path, strerror(errno));
+    if (st == FR_OK && (fr_write_fault("rename") || rename(w->tmp_path, w->path) != 0))
+        st = fr_error(FR_ERR_IO, "cannot move checkpoint into place at '%s': %s (the previous file, if any, is kept)",
+                      w->path, strerror(fr_write_fault("rename") ? EIO : errno));
     if (st != FR_OK) {
         unlink(w->tmp_path);
     } else {
@@ -363,7 +368,12 @@ fr_status fr_ckpt_open(const char *path, fr_ckpt **out)
     }
     c->map = m;
     if (memcmp(c->map, CKPT_MAGIC, 8) != 0) return bad(c, "wrong magic (not an fp8run checkpoint)");
-    if (get_u32(c->map + 8) != CKPT_VERSION) return bad(c, "unknown format version");
+    if (get_u32(c->map + 8) != CKPT_VERSION) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "its container is version %u; this build reads version %u", get_u32(c->map + 8),
+                 CKPT_VERSION);
+        return bad(c, msg);
+    }
     const unsigned char *tr = c->map + c->size - TRAILER_BYTES;
     if (memcmp(tr + 24, CKPT_END, 8) != 0)
         return bad(c, "the end marker is missing (the file is truncated or was not completely written)");
@@ -386,6 +396,12 @@ fr_status fr_ckpt_open(const char *path, fr_ckpt **out)
         return bad(c, msg);
     }
     if (!c->meta) return bad(c, "the metadata does not decode");
+    if (c->meta->has_format_version && c->meta->format_version != CKPT_VERSION) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "its index is format version %u; this build reads version %u",
+                 (unsigned)c->meta->format_version, CKPT_VERSION);
+        return bad(c, msg);
+    }
     c->tensors = fr_calloc(c->meta->n_tensors + 1, sizeof *c->tensors, "checkpoint index");
     if (!c->tensors) {
         fr_ckpt_close(c);
@@ -457,3 +473,27 @@ fr_status fr_ckpt_entry(const fr_ckpt *c, const char *key, const void **value, s
 }
 
 const char *fr_ckpt_path(const fr_ckpt *c) { return c->path; }
+
+fr_status fr_ckpt_check_format(const fr_ckpt *c, const char *const *known)
+{
+    const void *v = NULL;
+    size_t len = 0;
+    if (fr_ckpt_entry(c, "format", &v, &len) != FR_OK) len = 0;
+    fr_clear_error();
+    for (int i = 0; known[i]; i++)
+        if (len == strlen(known[i]) && memcmp(v, known[i], len) == 0) return FR_OK;
+    char found[80], list[200] = "";
+    int printable = len > 0 && len < sizeof found;
+    for (size_t i = 0; printable && i < len; i++) printable = ((const unsigned char *)v)[i] >= 0x20 &&
+                                                             ((const unsigned char *)v)[i] < 0x7f;
+    if (printable)
+        snprintf(found, sizeof found, "'%.*s'", (int)len, (const char *)v);
+    else
+        snprintf(found, sizeof found, len ? "a format entry that is not text" : "no format entry");
+    for (int i = 0; known[i]; i++) {
+        size_t o = strlen(list);
+        snprintf(list + o, sizeof list - o, "%s'%s'", i ? (known[i + 1] ? ", " : " or ") : "", known[i]);
+    }
+    return fr_error(FR_ERR_PARSE, "checkpoint '%s' has format %s; this build reads %s (refused: it was not written "
+                    "by the fp8run trainer, or by a newer one)", c->path, found, list);
+}

@@ -51,6 +51,9 @@ const fr_ckpt_tensor *fr_ckpt_tensor_at(const fr_ckpt *c, int i);
 const fr_ckpt_tensor *fr_ckpt_find(const fr_ckpt *c, const char *name, const char *kind);
 /* FR_OK with value and len pointing into the checkpoint, or FR_ERR_PARSE naming the key. */
 FR_NODISCARD fr_status fr_ckpt_entry(const fr_ckpt *c, const char *key, const void **value, size_t *len);
+/* The "format" entry is one of `known` (NULL-terminated): FR_ERR_PARSE otherwise, naming the
+ * file, the format it holds and those this build reads. */
+FR_NODISCARD fr_status fr_ckpt_check_format(const fr_ckpt *c, const char *const *known);
 const char *fr_ckpt_path(const fr_ckpt *c);
 
 #endif

@@ -1,6 +1,7 @@
 /* Token files (raw uint16/uint32, llm.c) and the batch loader (see data.h). */
 #include "runtime/io/data.h"
 #include "graph/safe_io.h"
+#include "runtime/io/sft_data.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -26,6 +27,11 @@ struct fr_data_loader {
     int64_t per_pass;     /* sequential: batches before wrapping */
     fr_prng rng;
     int64_t pos, epoch, batches;
+    /* an SFT token file (runtime/io/sft_data.h): n counts windows, not tokens, and a batch is
+       B of them (bt = B) */
+    int sft;
+    fr_sft_view sv;
+    fr_sft_plan plan;
 };
 
 fr_data_opts fr_data_opts_default(void)
@@ -37,6 +43,7 @@ fr_data_opts fr_data_opts_default(void)
     o.order = FR_DATA_RANDOM;
     o.token_dtype = FR_U16;
     o.format = FR_DATA_AUTO;
+    o.packing = 1;
     return o;
 }
 
@@ -132,6 +139,15 @@ static fr_status parse_layout(fr_data_loader *dl)
     const unsigned char *b = dl->buf;
     size_t len = dl->buf_len;
     uint32_t magic = len >= 4 ? le32(b) : 0;
+    if (dl->opts.format == FR_DATA_AUTO && fr_sft_is_sft(b, len)) {
+        FR_TRY(fr_sft_parse(b, len, dl->path, &dl->sv));
+        FR_TRY(fr_sft_plan_windows(&dl->sv, dl->opts.seq_len, dl->opts.packing, &dl->plan));
+        dl->sft = 1;
+        dl->tok_bytes = dl->sv.width;
+        dl->tokens = dl->sv.tokens;
+        dl->n = dl->plan.windows;
+        return FR_OK;
+    }
     if (dl->opts.format == FR_DATA_AUTO && (magic == FR_LLMC_MAGIC_U16 || magic == FR_LLMC_MAGIC_U32)) {
         const size_t hdr = FR_LLMC_HEADER_INTS * 4;
         if (len < hdr)
@@ -174,6 +190,7 @@ void fr_data_close(fr_data_loader *dl)
         munmap(dl->buf, dl->buf_len);
     else
         free(dl->buf);
+    fr_sft_plan_free(&dl->plan);
     free(dl->path);
     free(dl);
 }
@@ -198,7 +215,13 @@ static fr_status open_common(const char *path, const fr_data_opts *opts, fr_data
     dl->path = fr_strdup(path, "data loader path");
     fr_status st = dl->path ? load_file(dl) : FR_ERR_OOM;
     if (st == FR_OK) st = parse_layout(dl);
-    if (st == FR_OK) {
+    if (st == FR_OK && dl->sft) {
+        if (dl->n < opts->batch)
+            st = fr_error(FR_ERR_SHAPE, "SFT file '%s' fills %lld windows of %lld tokens (%lld examples); one batch "
+                          "needs %lld", path, (long long)dl->n, (long long)opts->seq_len + 1,
+                          (long long)dl->sv.examples, (long long)opts->batch);
+        dl->bt = opts->batch;
+    } else if (st == FR_OK) {
         int64_t B = opts->batch, T = opts->seq_len;
         if (dl->n < B * (T + 1))
             st = fr_error(FR_ERR_SHAPE, "'%s' holds %lld tokens; one batch of %lld x (%lld+1) needs %lld", path,
@@ -209,8 +232,9 @@ static fr_status open_common(const char *path, const fr_data_opts *opts, fr_data
         fr_data_close(dl);
         return st;
     }
-    /* A sequential pass holds every batch start p = k*B*T with p + B*T + 1 <= n. */
-    dl->per_pass = (dl->n - 1) / dl->bt;
+    /* A sequential pass holds every batch start p = k*B*T with p + B*T + 1 <= n (SFT: every
+     * window, the last batch filled up with empty ones: an evaluation sees every example). */
+    dl->per_pass = dl->sft ? (dl->n + dl->bt - 1) / dl->bt : (dl->n - 1) / dl->bt;
     if (dl->opts.max_batches > 0 && dl->opts.max_batches < dl->per_pass) dl->per_pass = dl->opts.max_batches;
     fr_data_reset(dl);
     *out = dl;
@@ -267,12 +291,32 @@ static fr_status copy_window(const fr_data_loader *dl, int64_t start, int64_t b,
     return FR_OK;
 }
 
+/* After a batch: the epoch count (random: windows drawn / windows, as tokens for token files). */
+static void count_batch(fr_data_loader *dl)
+{
+    dl->batches++;
+    if (dl->opts.order == FR_DATA_RANDOM) { /* epochs = units drawn / n, without overflowing batches * bt */
+        int64_t q = dl->batches / dl->n, r = dl->batches % dl->n;
+        dl->epoch = q * dl->bt + (r <= INT64_MAX / dl->bt ? r * dl->bt / dl->n
+                                                           : (int64_t)((double)r * (double)dl->bt / (double)dl->n));
+        return;
+    }
+    dl->pos += dl->bt;
+    if (dl->pos / dl->bt >= dl->per_pass) {
+        dl->pos = 0;
+        dl->epoch++;
+    }
+}
+
 fr_status fr_data_next(fr_data_loader *dl, fr_dtype out_dtype, void *windows)
 {
     if (!dl || !windows) return fr_error(FR_ERR_INVALID_ARG, "fr_data_next: NULL argument");
     if (out_dtype != FR_I32 && out_dtype != FR_I64)
         return fr_error(FR_ERR_UNSUPPORTED, "data loader for '%s': batches of %s are not supported (int32 or int64)",
                         dl->path, fr_dtype_name(out_dtype));
+    if (dl->sft)
+        return fr_error(FR_ERR_INVALID_ARG, "'%s' is an SFT token file: its batches come with segment ids and "
+                        "target flags (fr_data_next_sft)", dl->path);
     const int64_t B = dl->opts.batch, T = dl->opts.seq_len;
     if (dl->opts.order == FR_DATA_RANDOM) {
         fr_prng saved = dl->rng;
@@ -284,21 +328,61 @@ fr_status fr_data_next(fr_data_loader *dl, fr_dtype out_dtype, void *windows)
                 return st;
             }
         }
-        dl->batches++;
-        /* epochs = tokens drawn / n, without overflowing batches * B*T */
-        int64_t q = dl->batches / dl->n, r = dl->batches % dl->n;
-        dl->epoch = q * dl->bt + (r <= INT64_MAX / dl->bt ? r * dl->bt / dl->n
-                                                           : (int64_t)((double)r * (double)dl->bt / (double)dl->n));
+        count_batch(dl);
         return FR_OK;
     }
     for (int64_t b = 0; b < B; b++) FR_TRY(copy_window(dl, dl->pos + b * T, b, out_dtype, windows));
-    dl->batches++;
-    dl->pos += dl->bt;
-    if (dl->pos / dl->bt >= dl->per_pass) {
-        dl->pos = 0;
-        dl->epoch++;
-    }
+    count_batch(dl);
     return FR_OK;
+}
+
+fr_status fr_data_next_sft(fr_data_loader *dl, int64_t *windows, int32_t *segments, uint8_t *targets,
+                           int64_t *n_labels)
+{
+    if (!dl || !windows || !segments || !targets)
+        return fr_error(FR_ERR_INVALID_ARG, "fr_data_next_sft: NULL argument");
+    if (!dl->sft)
+        return fr_error(FR_ERR_INVALID_ARG, "'%s' is a token file, not an SFT token file (prepare --sft)", dl->path);
+    const int64_t B = dl->opts.batch, T = dl->opts.seq_len, W = T + 1, V = dl->opts.vocab_size;
+    fr_prng saved = dl->rng;
+    int64_t labels = 0;
+    for (int64_t b = 0; b < B; b++) {
+        int64_t w = dl->opts.order == FR_DATA_RANDOM ? (int64_t)fr_prng_below(&dl->rng, (uint64_t)dl->n) : dl->pos + b;
+        if (w < dl->n) {
+            fr_sft_window(&dl->sv, &dl->plan, w, T, windows + b * W, segments + b * W, targets + b * W);
+        } else { /* past the last window: all padding, nothing counts */
+            for (int64_t j = 0; j < W; j++) windows[b * W + j] = dl->sv.eos;
+            memset(segments + b * W, 0, (size_t)W * sizeof *segments);
+            memset(targets + b * W, 0, (size_t)W);
+        }
+        for (int64_t j = 0; j < W; j++) {
+            if (V > 0 && windows[b * W + j] >= V) {
+                dl->rng = saved;
+                return fr_error(FR_ERR_RANGE, "SFT file '%s': token id %lld in window %lld (of %lld) is >= the "
+                                "vocabulary size %lld", dl->path, (long long)windows[b * W + j], (long long)w,
+                                (long long)dl->n, (long long)V);
+            }
+            if (j > 0) labels += targets[b * W + j] && segments[b * W + j] && segments[b * W + j] == segments[b * W + j - 1];
+        }
+    }
+    if (n_labels) *n_labels = labels;
+    count_batch(dl);
+    return FR_OK;
+}
+
+int fr_data_is_sft(const fr_data_loader *dl) { return dl && dl->sft; }
+
+void fr_data_sft_info(const fr_data_loader *dl, fr_data_sft_stats *s)
+{
+    memset(s, 0, sizeof *s);
+    if (!dl || !dl->sft) return;
+    s->examples = dl->sv.examples;
+    s->windows = dl->plan.windows;
+    s->truncated = dl->plan.truncated;
+    s->tokens = dl->plan.slots_used;
+    s->target_labels = dl->plan.target_labels;
+    s->eos = dl->sv.eos;
+    s->vocab = dl->sv.vocab;
 }
 
 fr_status fr_data_split(const void *windows, fr_dtype dtype, int64_t batch, int64_t seq_len, void *inputs,
@@ -322,7 +406,11 @@ fr_status fr_data_split(const void *windows, fr_dtype dtype, int64_t batch, int6
 fr_status fr_data_check_tokens(const fr_data_loader *dl, int64_t vocab_size)
 {
     if (!dl || vocab_size < 1) return fr_error(FR_ERR_INVALID_ARG, "fr_data_check_tokens: bad arguments");
-    for (int64_t i = 0; i < dl->n; i++) {
+    if (dl->sft && dl->sv.eos >= vocab_size)
+        return fr_error(FR_ERR_RANGE, "SFT file '%s': its EOS id %lld (padding) is >= the vocabulary size %lld",
+                        dl->path, (long long)dl->sv.eos, (long long)vocab_size);
+    const int64_t n = dl->sft ? dl->sv.tokens_n : dl->n;
+    for (int64_t i = 0; i < n; i++) {
         uint32_t id = tok_at(dl, i);
         if ((int64_t)id >= vocab_size)
             return fr_error(FR_ERR_RANGE, "token file '%s': token id %u at position %lld is >= the vocabulary "

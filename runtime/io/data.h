@@ -31,6 +31,13 @@
  * loader's state is left as it was before the call. fr_data_check_tokens() scans a whole file
  * on demand.
  *
+ * SFT token files (runtime/io/sft_data.h, prepare --sft) are recognized by their header (format
+ * auto). Their unit is the window, not the token: the examples fill windows of T + 1 tokens
+ * (opts.packing 1: several per window; 0: one each, padded), a random batch draws each of its B
+ * windows uniformly, a sequential one takes the next B windows (epochs count windows; the last
+ * batch of a pass is filled up with empty windows, all padding, so that every example is seen). fr_data_next refuses them; fr_data_next_sft gives the windows' tokens with their
+ * segment ids and target flags.
+ *
  * The loader's state (generator state, position, epoch, batches produced) can be saved as
  * FR_DATA_STATE_BYTES bytes and restored exactly; the bytes also record B, T, the order and the
  * file's token count, and restoring into a loader with a different setup is an error. */
@@ -65,6 +72,7 @@ typedef struct fr_data_opts {
     int no_mmap;           /* 1: read the file into memory instead of mapping it */
     int64_t max_batches;   /* sequential only, > 0: wrap to the start after this many batches
                               (a validation pass); 0: wrap only at the end of the file */
+    int packing;           /* SFT files: 1 (default) several examples per window, 0 one */
 } fr_data_opts;
 
 /* Defaults: B = 1, T = 1, random, seed 0, uint16 raw tokens, format auto, no vocab check. */
@@ -85,6 +93,20 @@ void fr_data_close(fr_data_loader *dl);
  * FR_I64. uint32 ids above INT32_MAX do not fit FR_I32: FR_ERR_RANGE. On any error the
  * loader's state is unchanged. */
 FR_NODISCARD fr_status fr_data_next(fr_data_loader *dl, fr_dtype out_dtype, void *windows);
+/* SFT files: the next batch's B x (T+1) token ids, segment ids (0 on padding) and target flags
+ * (runtime/io/sft_data.h); *n_labels (may be NULL) gets how many of its B x T labels count. */
+FR_NODISCARD fr_status fr_data_next_sft(fr_data_loader *dl, int64_t *windows, int32_t *segments, uint8_t *targets,
+                                        int64_t *n_labels);
+int fr_data_is_sft(const fr_data_loader *dl);
+typedef struct fr_data_sft_stats {
+    int64_t examples, windows, truncated; /* truncated: cut to T + 1 tokens */
+    int64_t tokens;        /* example tokens in the windows (after cutting) */
+    int64_t target_labels; /* labels that count, over all windows */
+    int64_t eos, vocab;    /* the file's EOS (the padding id) and vocabulary size */
+} fr_data_sft_stats;
+/* All zero for a token file. */
+void fr_data_sft_info(const fr_data_loader *dl, fr_data_sft_stats *s);
+
 /* Split B x (T+1) windows into inputs (first T of each) and labels (last T), each B x T,
  * all of element type dtype (FR_I32 or FR_I64; others are FR_ERR_UNSUPPORTED). */
 FR_NODISCARD fr_status fr_data_split(const void *windows, fr_dtype dtype, int64_t batch, int64_t seq_len,

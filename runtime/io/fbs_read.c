@@ -434,6 +434,38 @@ static fr_status decode(const fr_fbs_meta *m, const fr_graph *file, fr_fbs *out)
     return st;
 }
 
+/* The per-layer records that only inform (weights, why: info and the --log-fp8 records show
+ * them; training does not read them) are still checked against the graph: each weight a value
+ * of the original model, a reason given, and no fused group when the options say no fusion. */
+static fr_status check_layer_records(const fr_fbs_meta *m, const fr_graph *orig, const fr_fp8_report *r)
+{
+    if (!r->fuse && r->n_fused > 0)
+        return fr_fbs_bad(m, "fp8run.option.fuse", "0 (no fusion), but the file holds %d fused parameters",
+                          r->n_fused);
+    for (int i = 0; i < r->n_layers; i++) {
+        const fr_fp8_layer *L = &r->layers[i];
+        char key[64];
+        snprintf(key, sizeof key, "fp8run.layer.%d.why", i);
+        if (!L->why || !L->why[0]) return fr_fbs_bad(m, key, "empty (every layer records why it has its precision)");
+        if (!r->fuse && L->n_fused > 1)
+            return fr_fbs_bad(m, "fp8run.option.fuse", "0 (no fusion), but layer '%s' fuses %d Linears", L->name,
+                              L->n_fused);
+        snprintf(key, sizeof key, "fp8run.layer.%d.weights", i);
+        for (const char *p = L->weights; p && *p;) {
+            size_t n = strcspn(p, ",");
+            char name[1024];
+            if (n == 0 || n >= sizeof name) return fr_fbs_bad(m, key, "an empty or over-long weight name");
+            memcpy(name, p, n);
+            name[n] = '\0';
+            int v = fr_graph_find_value(orig, name);
+            if (v < 0 || !orig->values[v].constant)
+                return fr_fbs_bad(m, key, "'%s' is no weight of the model", name);
+            p += n + (p[n] == ',');
+        }
+    }
+    return FR_OK;
+}
+
 static fr_status decode_graph(const fr_fbs_meta *m, const fr_graph *file, fr_fbs *out, const char **tie_names)
 {
     fr_fbs_spec *s = &out->spec;
@@ -444,6 +476,7 @@ static fr_status decode_graph(const fr_fbs_meta *m, const fr_graph *file, fr_fbs
     FR_TRY(fr_graph_toposort(g));
     FR_TRY(fr_graph_resolve_ops(g));
     FR_TRY(read_layers(m, g, r));
+    FR_TRY(check_layer_records(m, out->original ? out->original : file, r));
     FR_TRY(read_skipped(m, r));
     FR_TRY(read_states(m, g, r, s, &out->states, &out->n_states));
     for (int i = 0; i < r->n_fused; i++)

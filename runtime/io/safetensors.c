@@ -376,8 +376,11 @@ static fr_status header_json(const char *path, const fr_st_out *t, int n, const 
                                   "that is not UTF-8)", path);
 }
 
-fr_status fr_st_write(const char *path, const fr_st_out *t, int n, const char *const *meta, int n_meta)
+fr_status fr_st_write_pending(const char *path, const fr_st_out *t, int n, const char *const *meta, int n_meta,
+                              fr_atomic_file *af)
 {
+    af->fd = -1;
+    af->tmp = af->path = NULL;
     char *js;
     FR_TRY(header_json(path, t, n, meta, n_meta, &js));
     size_t len = strlen(js), padded = (len + 7) / 8 * 8;
@@ -390,17 +393,22 @@ fr_status fr_st_write(const char *path, const fr_st_out *t, int n, const char *c
     memcpy(hdr + 8, js, len);
     memset(hdr + 8 + len, ' ', padded - len);
     free(js);
-    fr_atomic_file af;
-    fr_status st = fr_atomic_open(path, &af);
-    if (st == FR_OK) st = fr_atomic_write(&af, hdr, 8 + padded);
+    fr_status st = fr_atomic_open(path, af);
+    if (st == FR_OK) st = fr_atomic_write(af, hdr, 8 + padded);
     for (int i = 0; st == FR_OK && i < n; i++) {
         int ok;
         uint64_t nb = fr_st_out_bytes(&t[i], &ok);
-        if (nb) st = fr_atomic_write(&af, t[i].data, (size_t)nb);
+        if (nb) st = fr_atomic_write(af, t[i].data, (size_t)nb);
     }
     free(hdr);
-    if (st == FR_OK) st = fr_atomic_finish(&af);
-    if (st == FR_OK) return fr_atomic_commit(&af);
-    fr_atomic_abort(&af);
+    if (st == FR_OK) st = fr_atomic_finish(af);
+    if (st != FR_OK) fr_atomic_abort(af);
     return st;
+}
+
+fr_status fr_st_write(const char *path, const fr_st_out *t, int n, const char *const *meta, int n_meta)
+{
+    fr_atomic_file af;
+    FR_TRY(fr_st_write_pending(path, t, n, meta, n_meta, &af));
+    return fr_atomic_commit(&af);
 }

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "graph/safe_io.h"
 #include "graph/tensor.h"
 #include "graph/status.h"
 
@@ -79,6 +80,11 @@ typedef struct fr_st_out {
  * `meta` (key, value pairs, n_meta pairs; may be NULL). The header is padded with spaces to a
  * multiple of 8 bytes, as the reference writer does, so the data stays aligned. */
 FR_NODISCARD fr_status fr_st_write(const char *path, const fr_st_out *t, int n, const char *const *meta, int n_meta);
+/* The same, written and fsync'ed but not yet in place: fr_atomic_commit(af) puts it there
+ * (fr_atomic_abort drops it), so that files written together replace their previous versions
+ * only when all of them were written. */
+FR_NODISCARD fr_status fr_st_write_pending(const char *path, const fr_st_out *t, int n, const char *const *meta,
+                                          int n_meta, fr_atomic_file *af);
 /* Bytes a tensor takes (numel * size); 0 with *ok = 0 on overflow or an unwritable dtype. */
 uint64_t fr_st_out_bytes(const fr_st_out *t, int *ok);
 

@@ -52,6 +52,8 @@ static fr_status find_tokens_input(fr_trainer *t, const fr_graph *g, int *vid)
 /* How the trainer feeds an input that is not the tokens: by its (Hugging Face) name. */
 static fr_status classify_input(fr_trainer *t, const fr_value *v, const char *tokens, tr_feed *feed)
 {
+    if (t->opt.sft && tr_sft_feed(v->name, feed))
+        return FR_OK;
     if (strcmp(v->name, "attention_mask") == 0)
         *feed = TR_FEED_ONES;
     else if (strcmp(v->name, "position_ids") == 0)
@@ -275,6 +277,8 @@ static void put(fr_tensor *t, int64_t i, int64_t v)
 fr_status tr_fill_inputs(fr_trainer *t, tr_input *ins, int n, const int64_t *windows)
 {
     const int64_t B = t->opt.batch, T = t->opt.seq_len, V = t->vocab;
+    float weight = 1.0f;
+    if (t->opt.sft) FR_TRY(tr_sft_micro(t, windows, &weight));
     for (int64_t b = 0; b < B; b++)
         for (int64_t j = 0; j <= T; j++) {
             int64_t id = windows[b * (T + 1) + j];
@@ -297,15 +301,21 @@ fr_status tr_fill_inputs(fr_trainer *t, tr_input *ins, int n, const int64_t *win
             k[1] = t->step;
             continue;
         }
+        if (ins[i].feed == TR_FEED_LOSS_WEIGHT) {
+            ((float *)x->data)[0] = weight;
+            continue;
+        }
         int64_t numel = fr_tensor_numel(x), last = x->rank > 0 ? x->dims[x->rank - 1] : 1;
+        const int sft = t->opt.sft && numel == B * T; /* [B, T]: per example (train_sft.c) */
         for (int64_t e = 0; e < numel; e++) {
             int64_t b = e / T, j = e % T, v = 0;
             switch (ins[i].feed) {
             case TR_FEED_TOKENS: v = windows[b * (T + 1) + j]; break;
-            case TR_FEED_LABELS: v = windows[b * (T + 1) + j + 1]; break;
+            case TR_FEED_LABELS: v = sft ? t->sft_labels[e] : windows[b * (T + 1) + j + 1]; break;
             case TR_FEED_ONES: v = 1; break;
-            case TR_FEED_ARANGE: v = last > 0 ? e % last : 0; break;
-            case TR_FEED_ZEROS: case TR_FEED_DROPOUT_KEY: v = 0; break;
+            case TR_FEED_ARANGE: v = sft ? t->sft_pos[e] : last > 0 ? e % last : 0; break;
+            case TR_FEED_SEGMENTS: v = t->sft_seg[(windows - t->sft_windows) + b * (T + 1) + j]; break;
+            case TR_FEED_ZEROS: case TR_FEED_DROPOUT_KEY: case TR_FEED_LOSS_WEIGHT: v = 0; break;
             }
             put(x, e, v);
         }
@@ -737,7 +747,10 @@ static fr_status build_rest(fr_trainer *t, int tok, int loss, int logits)
     fr_graph *g = t->g;
     FR_TRY(expose_amaxes(t));
     int labels = -1;
+    if (t->opt.sft) FR_TRY(tr_sft_wire(t, g));
     if (!t->opt.loss_output) FR_TRY(add_loss_head(t, g, logits, &loss, &labels));
+    if (t->opt.sft) FR_TRY(tr_sft_weight(t, g, &loss));
+    if (t->opt.sft) FR_TRY(tr_sft_alloc(t));
     t->loss_name = fr_strdup(g->values[loss].name, "trainer");
     if (!t->loss_name) return FR_ERR_OOM;
 

@@ -25,6 +25,7 @@
 
 #define TR_CKPT_FORMAT "fp8run-trainer-1"
 #define TR_CKPT_FORMAT_LOWP "fp8run-trainer-2"
+const char *const fr_trainer_ckpt_formats[] = {TR_CKPT_FORMAT, TR_CKPT_FORMAT_LOWP, NULL};
 /* Counters past these are no run's: a CRC-valid file holding them was crafted, and taking them
  * would overflow the counters as training goes on (2^48 steps of one token each is 9 years
  * at a billion steps per second). */
@@ -298,11 +299,7 @@ fr_status fr_trainer_load(fr_trainer *t, const char *path, void **data_state, si
     fr_status st = FR_OK;
     const char *kind = !t->optim ? NULL : fr_optimizer_config(t->optim)->kind == FR_OPT_SGD ? "sgd" : "adamw";
     int64_t step = 0, skipped = 0, bad = 0, ostep = 0;
-    if (!entry_equals(c, "format", TR_CKPT_FORMAT) && !entry_equals(c, "format", TR_CKPT_FORMAT_LOWP)) {
-        st = fr_error(FR_ERR_PARSE, "checkpoint '%s' was not written by the fp8run trainer (no '%s' format entry)",
-                      path, TR_CKPT_FORMAT);
-        goto done;
-    }
+    if ((st = fr_ckpt_check_format(c, fr_trainer_ckpt_formats)) != FR_OK) goto done;
     if (kind && !entry_equals(c, "optim.kind", kind)) {
         st = fr_error(FR_ERR_INVALID_ARG, "checkpoint '%s' holds the state of another optimizer than %s", path, kind);
         goto done;
@@ -404,7 +401,8 @@ fr_status fr_train_apply_weights(fr_graph *g, const char *ckpt_path, int *n_appl
         fr_fbs_fused_free(fs, nf);
         return st;
     }
-    st = check_params_present(c);
+    st = fr_ckpt_check_format(c, fr_trainer_ckpt_formats);
+    if (st == FR_OK) st = check_params_present(c);
     for (int i = 0; st == FR_OK && i < fr_ckpt_tensor_count(c); i++) {
         const fr_ckpt_tensor *ct = fr_ckpt_tensor_at(c, i);
         if (strcmp(ct->kind, "param") != 0) continue;
@@ -452,6 +450,11 @@ fr_status fr_train_ckpt_config(const char *ckpt_path, char **json)
     fr_ckpt *c;
     *json = NULL;
     FR_TRY(fr_ckpt_open(ckpt_path, &c));
+    fr_status fst = fr_ckpt_check_format(c, fr_trainer_ckpt_formats);
+    if (fst != FR_OK) {
+        fr_ckpt_close(c);
+        return fst;
+    }
     const void *v;
     size_t len;
     if (fr_ckpt_entry(c, "config", &v, &len) == FR_OK) {

@@ -66,7 +66,8 @@ typedef struct tr_queued {
 /* A graph input the trainer feeds itself. */
 typedef enum tr_feed {
     TR_FEED_TOKENS, TR_FEED_LABELS, TR_FEED_ONES, TR_FEED_ARANGE, TR_FEED_ZEROS,
-    TR_FEED_DROPOUT_KEY /* {seed, step, micro-batch} (passes/dropout.h) */
+    TR_FEED_DROPOUT_KEY, /* {seed, step, micro-batch} (passes/dropout.h) */
+    TR_FEED_SEGMENTS, TR_FEED_LOSS_WEIGHT /* SFT batches (runtime/train/train_sft.c) */
 } tr_feed;
 typedef struct tr_input {
     char *name;
@@ -130,6 +131,17 @@ struct fr_trainer {
     fr_lora_result lora;       /* the adapters the lora pass added (passes/lora.h); n 0 without */
     int use_cuda;              /* the device resolved from opt.device (the backend fr_trainer_new
                                   picks; a plan_only trainer plans for it on the CPU one) */
+    /* SFT batches (runtime/train/train_sft.c): the batch of the step or eval being fed (its k
+       micro-batches' windows, segment ids and target flags; NULL outside those calls), the
+       labels that count in it, and the scratch rows of one micro-batch */
+    const int64_t *sft_windows;
+    const int32_t *sft_seg;
+    const uint8_t *sft_tgt;
+    int sft_k;
+    int64_t sft_total;         /* the labels the weights divide by (all ranks' when given) */
+    int sft_ranks;             /* ranks that average the weighted losses: 1, or the world size */
+    int64_t *sft_labels, *sft_pos; /* B x T */
+    int sft_attention;         /* fused attention nodes given the segment ids */
     const struct fr_train_backend_ops *be; /* where the graphs run (runtime/train/train_backend.h) */
     void *be_state;            /* be's own state (be->init), NULL before it */
 };
@@ -154,6 +166,15 @@ FR_NODISCARD fr_status tr_narrow_params(fr_trainer *t, fr_graph *g);
  * No-ops on the CPU. */
 FR_NODISCARD fr_status tr_sync_host(fr_trainer *t);
 FR_NODISCARD fr_status tr_sync_device(fr_trainer *t);
+/* train_sft.c: the segment ids wired into every fused attention node (sets t->sft_attention),
+ * the loss multiplied by the feed's weight (*loss becomes the product), the names of the two
+ * inputs (1 and *feed set when `name` is one), the scratch rows, and micro-batch `windows`'s
+ * labels and positions into them with its loss weight. */
+FR_NODISCARD fr_status tr_sft_wire(fr_trainer *t, fr_graph *g);
+FR_NODISCARD fr_status tr_sft_weight(fr_trainer *t, fr_graph *g, int *loss);
+int tr_sft_feed(const char *name, tr_feed *feed);
+FR_NODISCARD fr_status tr_sft_alloc(fr_trainer *t);
+FR_NODISCARD fr_status tr_sft_micro(fr_trainer *t, const int64_t *windows, float *weight);
 /* Fill the inputs of one micro-batch (windows: B x (T+1)) into `ins`. */
 FR_NODISCARD fr_status tr_fill_inputs(fr_trainer *t, tr_input *ins, int n, const int64_t *windows);
 /* Copy between a fused parameter-shaped buffer and one slice in its original layout. */

@@ -97,11 +97,14 @@ void tr_lora_unmerge(fr_trainer *t, fr_graph *pg, fr_tensor **base)
     free(base);
 }
 
-/* adapter_config.json as PEFT writes it (the keys peft's LoraConfig reads). */
-static fr_status write_config(const fr_trainer *t, const char *path)
+/* adapter_config.json as PEFT writes it (the keys peft's LoraConfig reads), written and
+ * fsync'ed beside its final name (af), to be put in place with the weights. */
+static fr_status write_config(const fr_trainer *t, const char *path, fr_atomic_file *af)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) return fr_error(FR_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return fr_error(FR_ERR_OOM, "out of memory for '%s'", path);
     fprintf(f, "{\n  \"peft_type\": \"LORA\",\n  \"task_type\": \"CAUSAL_LM\",\n  \"base_model_name_or_path\": null,\n");
     fprintf(f, "  \"r\": %d,\n  \"lora_alpha\": %.17g,\n  \"lora_dropout\": %.17g,\n  \"bias\": \"none\",\n",
             t->opt.lora.rank, t->opt.lora.alpha, t->opt.lora.dropout);
@@ -117,8 +120,17 @@ static fr_status write_config(const fr_trainer *t, const char *path)
     }
     fprintf(f, "]\n}\n");
     int bad = ferror(f);
-    if (fclose(f) != 0 || bad) return fr_error(FR_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
-    return FR_OK;
+    if (fclose(f) != 0 || bad) {
+        free(text);
+        return fr_error(FR_ERR_OOM, "out of memory for '%s'", path);
+    }
+    /* the write rule (graph/safe_io.h): a link planted at the name is replaced, not followed */
+    fr_status st = fr_atomic_open(path, af);
+    if (st == FR_OK) st = fr_atomic_write(af, text, len);
+    if (st == FR_OK) st = fr_atomic_finish(af);
+    if (st != FR_OK) fr_atomic_abort(af);
+    free(text);
+    return st;
 }
 
 static int by_name(const void *x, const void *y)
@@ -149,16 +161,22 @@ fr_status fr_trainer_export_adapter(fr_trainer *t, const char *dir)
     size_t len = strlen(dir) + 40;
     char *path = st == FR_OK ? fr_malloc(len, "adapter export") : NULL;
     if (st == FR_OK && !path) st = FR_ERR_OOM;
+    /* both files are written in full before either replaces its previous version */
+    fr_atomic_file weights = {NULL, NULL, -1}, config = {NULL, NULL, -1};
     if (st == FR_OK) {
         qsort(out, (size_t)n, sizeof *out, by_name);
         const char *meta[] = {"format", "pt"};
         snprintf(path, len, "%s/adapter_model.safetensors", dir);
-        st = fr_st_write(path, out, n, meta, 1);
+        st = fr_st_write_pending(path, out, n, meta, 1, &weights);
     }
     if (st == FR_OK) {
         snprintf(path, len, "%s/adapter_config.json", dir);
-        st = write_config(t, path);
+        st = write_config(t, path, &config);
     }
+    if (st == FR_OK) st = fr_atomic_commit(&weights);
+    if (st == FR_OK) st = fr_atomic_commit(&config);
+    fr_atomic_abort(&weights);
+    fr_atomic_abort(&config);
     free(path);
     for (int i = 0; data && i < n; i++) free(data[i]);
     free(data);

@@ -245,6 +245,8 @@ void fr_trainer_free(fr_trainer *t)
     fr_graph_free(t->eval_g); /* borrows g's constants: free it first */
     fr_graph_free(t->g);
     fr_graph_free(t->pristine);
+    free(t->sft_labels);
+    free(t->sft_pos);
     free(t->s_tokens);
     free(t->s_logits);
     free(t->s_loss);

@@ -99,6 +99,9 @@ typedef struct fr_train_options {
                                   (fr_train_predict_memory, runtime/train/train_memory.h) */
     const char *attention;     /* the fused attention's GPU kernels: NULL or "auto" (default),
                                   "cudnn", "fp8run" (ops/cuda/attention_cudnn.h; --attention) */
+    int sft_padded;            /* with sft: the batches hold one example per window (--packing
+                                  off), so the attention nodes are promised seg_form "padded"
+                                  (per-row key lengths) rather than "packed" */
     /* the plain switches, one int each, named, defaulted and documented by their FR_OPT_PLAIN
        line of runtime/train/train_config.def: fuse_attention (passes/attention_fuse.h and
        rotary_fuse.h), fuse_swiglu (passes/swiglu_fuse.h), shard_gradients (ZeRO-2,
@@ -165,6 +168,29 @@ int fr_trainer_queued(const fr_trainer *t);
  * parameter access do first. Returns the first data error found (the trainer is then
  * unusable); FR_ERR_NUMERIC of a step is kept for its poll. */
 FR_NODISCARD fr_status fr_trainer_retire_all(fr_trainer *t);
+
+/* ---- SFT batches (a trainer built with opt.sft; runtime/train/train_sft.c) ----
+ * As fr_trainer_step / _async / fr_trainer_eval, with per window token a segment id (int32:
+ * 1, 2, ... for the examples in the window, in runs from its start, 0 on the padding after
+ * them) and a target flag (1: the token is a label the loss counts). Position j's label is
+ * token j + 1 when that is a target of the same example, else ignore_index. The loss is the
+ * mean over the step's target tokens (token-weighted across its k micro-batches), and each
+ * example attends only to itself. Eval: *n_targets (may be NULL) gets the labels that counted. */
+FR_NODISCARD fr_status fr_trainer_step_sft(fr_trainer *t, const int64_t *windows, const int32_t *segments,
+                                           const uint8_t *targets, int k, fr_train_stats *stats);
+/* all_targets > 0: the labels that count in the step's batches of every data-parallel rank
+ * (what one global batch holds): each rank then weighs its micro-batches by their share of
+ * them, so that the ranks' averaged loss and gradients are the mean over all of them. 0: this
+ * rank's own. */
+FR_NODISCARD fr_status fr_trainer_step_sft_async(fr_trainer *t, const int64_t *windows, const int32_t *segments,
+                                                 const uint8_t *targets, int k, int64_t all_targets, int64_t *step);
+FR_NODISCARD fr_status fr_trainer_eval_sft(fr_trainer *t, const int64_t *windows, const int32_t *segments,
+                                           const uint8_t *targets, double *loss, int64_t *n_targets);
+/* 1 when a packed example sees the positions it would see alone: the graph takes position_ids
+ * (fed per example) or embeds positions by rotation (fused Rotary / AttentionQKV tables: only
+ * distances count); 0 when it computes absolute positions itself (GPT-2's learned table from an
+ * in-graph arange), which then run on across a window. */
+int fr_trainer_sft_positions(const fr_trainer *t);
 
 /* Loss of one micro-batch (B windows of T+1 ids) without updating anything. Afterwards the
  * model's own outputs of that run are available through fr_trainer_eval_output. */
@@ -271,6 +297,9 @@ FR_NODISCARD fr_status fr_trainer_save(fr_trainer *t, const char *path, const vo
  * trainer restores the weights (and counters) only. On error the trainer may be partly
  * restored: discard it. */
 FR_NODISCARD fr_status fr_trainer_load(fr_trainer *t, const char *path, void **data_state, size_t *data_len);
+/* The "format" entries of the checkpoints the trainer writes (NULL-terminated): every reader of
+ * a checkpoint checks it (fr_ckpt_check_format). */
+extern const char *const fr_trainer_ckpt_formats[];
 
 /* Write the "param" tensors of a checkpoint into the float initializers of the same names of
  * `g` (an imported model, before fr_trainer_new or export). A tensor whose initializer is

@@ -40,7 +40,7 @@ int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(print
 
 /* Option matching for "--name VALUE" and "--name=VALUE". When argv[*i] is option `name`,
  * sets *value (advancing *i past a separate value) and returns 1; returns -1 (after printing
- * a usage error) when the value is missing; 0 when argv[*i] is another argument. */
+ * a usage error) when the value is missing or empty; 0 when argv[*i] is another argument. */
 int cli_option(int argc, char **argv, int *i, const char *cmd, const char *name, const char **value);
 int cli_is_help(const char *arg);
 /* An integer option's value >= min into *out; a usage error (returned) otherwise. */
@@ -133,13 +133,33 @@ int cli_generate(int argc, char **argv);
 void cli_generate_help(FILE *f);
 /* tools/cli/cli_safetensors.c */
 /* --init-from: load a safetensors checkpoint into the session's parameters and report. */
-int cli_init_from(fp8run_session *s, fp8run_model *m, const char *path); /* into s, else into m */
+/* A file of a command, for cli_check_files. */
+typedef struct cli_file {
+    const char *path, *what;
+} cli_file;
+/* The write rule's refusals before any work (fp8run_files): no output is one of the inputs by
+ * any name or link, no two outputs one file, no output a folder, FIFO or device. NULL paths are
+ * skipped. 0, or CLI_EXIT_FAIL after the message. */
+int cli_check_files(const cli_file *inputs, int n_in, const cli_file *outputs, int n_out);
+/* into s, else into m; flags: FP8RUN_LOAD_STRICT_WEIGHTS or 0 (NaN/Inf tensors warned) */
+int cli_init_from(fp8run_session *s, fp8run_model *m, const char *path, int flags);
+/* The training log for appending (append) or anew: a regular file opened without following a
+ * link (a FIFO or a link there is refused with a message); NULL after printing the failure. */
+FILE *cli_open_log(const char *path, int append);
 /* export CKPT --safetensors DIR [--dtype fp32|bf16] [--max-shard-mb N]: the checkpoint's weights */
 int cli_export_safetensors(const char *ckpt, const char *dir, const char *dtype, int64_t max_shard_mb);
 
 /* tools/cli/cli_prepare.c */
 int cli_prepare(int argc, char **argv);
 void cli_prepare_help(FILE *f);
+/* tools/cli/cli_sample.c */
+int cli_sample(int argc, char **argv);
+void cli_sample_help(FILE *f);
+/* tools/cli/cli_python.c: run `script` of the fp8run Python package (prepare.py, tokens.py)
+ * with python3 ($FP8RUN_PYTHON) and args; input (may be NULL) is its standard input, and with
+ * output non-NULL its standard output is captured there (malloc'ed). Exit 2 of the script is
+ * CLI_EXIT_USAGE, another failure CLI_EXIT_FAIL (its messages went to stderr). */
+int cli_python(const char *script, int argc, char **argv, const char *input, char **output);
 /* tools/cli/cli_plot.c */
 int cli_plot(int argc, char **argv);
 void cli_plot_help(FILE *f);

@@ -187,6 +187,10 @@ int cli_bench(int argc, char **argv)
     if (rc == 0 && !model) rc = cli_usage("bench", "no MODEL given");
     if (rc == 0 && (!cli_config_given(&given, "batch") || !cli_config_given(&given, "seq_len")))
         rc = cli_usage("bench", "--batch B and --seq T are required");
+    if (rc == 0) {
+        cli_file in = {model, "model"}, outf = {json, "JSON report (--json)"};
+        rc = cli_check_files(&in, 1, &outf, 1);
+    }
     if (rc) {
         cli_dims_free(&dims);
         return rc;
@@ -327,9 +331,12 @@ int cli_bench(int argc, char **argv)
         if (json) {
             char mfu_text[32] = "null";
             if (peak > 0) snprintf(mfu_text, sizeof mfu_text, "%.4f", mfu);
-            FILE *f = fopen(json, "w");
+            /* written in memory, then under the write rule (a temporary renamed into place) */
+            char *jtext = NULL;
+            size_t jlen = 0;
+            FILE *f = open_memstream(&jtext, &jlen);
             if (!f) {
-                rc = cli_fail("cannot write '%s': %s", json, strerror(errno));
+                rc = cli_fail("out of memory");
             } else {
                 char attn_json[1100], gemm_json[1100];
                 json_text(attn, attn_json, sizeof attn_json);
@@ -348,7 +355,13 @@ int cli_bench(int argc, char **argv)
                         times[steps - 1] * 1e3, (long long)steps, (long long)warmup, tokens / med, flops,
                         flops / med / 1e12, mfu_text, peak / 1e12, planned, (size_t)peak_used, (size_t)dev_total,
                         loss0, loss1, skipped, sync ? "true" : "false", attn_json, gemm_json, o.fp8_fast_accum);
-                fclose(f);
+                if (fclose(f) != 0) { /* the buffer is jtext only from here */
+                    rc = cli_fail("out of memory");
+                } else {
+                    const void *parts[1] = {jtext};
+                    if (fp8run_file_write(json, parts, &jlen, 1) != FP8RUN_OK) rc = cli_fail_status();
+                }
+                free(jtext);
             }
         }
     }

@@ -89,6 +89,10 @@ int cli_compile(int argc, char **argv)
     if (rc == 0 && strcmp(o.precision, "fp32") == 0)
         rc = cli_usage("compile", "--precision fp32 leaves the model as it is: compile for fp8 or bf16, or "
                        "train the ONNX model");
+    if (rc == 0) {
+        cli_file in = {model, "model"}, outf = {out, "compiled graph (-o)"};
+        rc = cli_check_files(&in, 1, &outf, 1);
+    }
     if (rc != 0) {
         cli_dims_free(&dims);
         return rc;

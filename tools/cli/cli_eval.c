@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_sft.h"
 #include "cli_train_args.h"
 
 void cli_eval_help(FILE *f)
@@ -12,10 +13,11 @@ void cli_eval_help(FILE *f)
             "\n"
             "Mean next-token cross-entropy and perplexity of a model (ONNX) or of a training\n"
             "checkpoint's weights (the model comes from --model or the checkpoint's record) over\n"
-            "sequential batches of B windows of T+1 tokens. Prints 'loss L perplexity P'.\n"
+            "sequential batches of B windows of T+1 tokens. Prints 'loss L perplexity P'. On an\n"
+            "SFT token file (prepare --sft) the loss is the mean over its target tokens only.\n"
             "\n"
             "options:\n"
-            "  --data FILE             tokens (raw uint16/uint32 or llm.c token file)\n"
+            "  --data FILE             tokens (raw uint16/uint32 or llm.c token file, or an SFT token file)\n"
             "  --data-dtype uint8|uint16|uint32\n"
             "  --batches N             batches to evaluate (default 0: the whole file)\n"
             "  --model MODEL           the ONNX model (or compiled graph) a checkpoint belongs to\n"
@@ -52,6 +54,7 @@ int cli_eval(int argc, char **argv)
     train_args_given_shape(&a);
     if (rc == 0 && !a.model) rc = cli_usage("eval", "no MODEL or CKPT given");
     if (rc == 0 && !a.data) rc = cli_usage("eval", "--data FILE is required");
+    if (rc == 0) rc = cli_sft_setup("eval", &a);
     fp8run_model *mdl = NULL;
     fp8run_session *t = NULL;
     fp8run_data_loader *dl = NULL;
@@ -75,7 +78,17 @@ int cli_eval(int argc, char **argv)
     const size_t per = (size_t)(a.batch * (a.seq + 1));
     w = malloc((per ? per : 1) * sizeof *w);
     if (rc == 0 && !w) rc = cli_fail("out of memory");
-    if (rc == 0) {
+    if (rc == 0 && a.o.sft) {
+        double loss;
+        int64_t targets;
+        cli_sft_describe("--data", dl, a.seq);
+        cli_sft_warn_positions(&a, t);
+        rc = cli_sft_eval(t, dl, &loss, &targets);
+        if (rc == 0)
+            printf("loss %.6f perplexity %.4f (%lld target tokens in %lld batches of %lld x %lld tokens)\n", loss,
+                   exp(loss), (long long)targets, (long long)fp8run_data_batches_per_epoch(dl), (long long)a.batch,
+                   (long long)a.seq);
+    } else if (rc == 0) {
         int64_t n = fp8run_data_batches_per_epoch(dl);
         double sum = 0;
         for (int64_t b = 0; b < n && rc == 0; b++) {

@@ -63,6 +63,8 @@ int cli_export(int argc, char **argv)
     if (!out && !st_dir) return cli_usage("export", "-o OUT.onnx is required (or --safetensors DIR)");
     if (out && st_dir) return cli_usage("export", "give -o OUT.onnx or --safetensors DIR, not both");
     if (!st_dir && (st_dtype || max_mb)) return cli_usage("export", "--dtype and --max-shard-mb need --safetensors DIR");
+    cli_file in[2] = {{ckpt, "checkpoint"}, {model, "model (--model)"}}, outf = {out, "export (-o)"};
+    if (cli_check_files(in, 2, &outf, 1)) return CLI_EXIT_FAIL;
     if (!fp8run_is_checkpoint(ckpt)) return cli_fail("'%s' is not an fp8run checkpoint", ckpt);
     if (st_dir) return cli_export_safetensors(ckpt, st_dir, st_dtype, max_mb); /* names as trained */
     fp8run_model *m = NULL;

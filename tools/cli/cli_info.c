@@ -302,7 +302,8 @@ static int print_compiled(const fp8run_report *r)
     for (int i = 0; i < c.n_ties; i++)
         printf("  re-tied: '%s' follows '%s'%s\n", c.tie_copies[i], c.tie_sources[i],
                c.tie_transposed[i] ? " (transposed)" : "");
-    printf("Linear layers (recorded)\n");
+    printf("Linear layers (recorded at compile time and checked against the graph; the weights and reasons\n"
+           "  are informative: training reads the graph itself)\n");
     fputs(fp8run_report_text(r), stdout);
     int n = fp8run_report_state_count(r);
     if (n == 0) return 0;
@@ -381,6 +382,7 @@ int cli_info(int argc, char **argv)
         }
         if (strcmp(argv[i], "--memory") == 0 || strncmp(argv[i], "--memory=", 9) == 0) {
             memory = argv[i][8] ? argv[i] + 9 : "auto";
+            if (!memory[0]) rc = cli_usage("info", "--memory=: an empty value");
             continue;
         }
         if (strcmp(argv[i], "--gpus") == 0) { /* the memory plan of one of N data-parallel ranks */

@@ -156,6 +156,40 @@ static int write_output(const fp8run_tensor *t, const char *path)
     return rc;
 }
 
+/* The .npy files the outputs go to: refused when one is an input (the model or an --input
+ * file, by any name) or two are one file, before any is written. */
+static int check_outputs(const fp8run_forward *f, const char *dir, const run_args *a)
+{
+    int n = fp8run_forward_output_count(f), rc = 0;
+    cli_file *in = calloc((size_t)a->n_inputs + 1, sizeof *in), *out = calloc((size_t)(n ? n : 1), sizeof *out);
+    char **paths = calloc((size_t)(n ? n : 1), sizeof *paths), **used = calloc((size_t)(n ? n : 1), sizeof *used);
+    if (!in || !out || !paths || !used) rc = cli_fail("out of memory");
+    for (int i = 0; rc == 0 && i < a->n_inputs; i++) in[i] = (cli_file){a->inputs[i].file, "input .npy (--input)"};
+    if (rc == 0) in[a->n_inputs] = (cli_file){a->model, "model"};
+    for (int i = 0; rc == 0 && i < n; i++) {
+        fp8run_tensor t = {.struct_size = sizeof t};
+        if (fp8run_forward_output(f, i, &t) != FP8RUN_OK) {
+            rc = cli_fail_status();
+            break;
+        }
+        char fname[256];
+        safe_name(t.name, used, i, fname, sizeof fname);
+        size_t plen = strlen(dir) + strlen(fname) + 8;
+        used[i] = strdup(fname);
+        paths[i] = malloc(plen);
+        if (!used[i] || !paths[i]) {
+            rc = cli_fail("out of memory");
+            break;
+        }
+        snprintf(paths[i], plen, "%s/%s.npy", dir, fname);
+        out[i] = (cli_file){paths[i], "output .npy"};
+    }
+    if (rc == 0) rc = cli_check_files(in, a->n_inputs + 1, out, n);
+    for (int i = 0; paths && used && i < n; i++) free(paths[i]), free(used[i]);
+    free(paths), free(used), free(in), free(out);
+    return rc;
+}
+
 static int write_outputs(const fp8run_forward *f, const char *dir)
 {
     int n = fp8run_forward_output_count(f), rc = 0;
@@ -249,6 +283,7 @@ int cli_run(int argc, char **argv)
             rc = cli_fail("%s (from '%s')", cli_last_error(), a.inputs[i].file);
     if (rc == 0 && fp8run_forward_run(f) != FP8RUN_OK) rc = cli_fail_status();
     if (rc == 0) rc = cli_make_dirs(a.out_dir);
+    if (rc == 0) rc = check_outputs(f, a.out_dir, &a);
     if (rc == 0) rc = write_outputs(f, a.out_dir);
     fp8run_forward_destroy(f);
     free(names);

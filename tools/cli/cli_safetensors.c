@@ -15,19 +15,23 @@ static void print_names(const char *what, const char *const *names, int n)
     fputc('\n', stderr);
 }
 
-int cli_init_from(fp8run_session *s, fp8run_model *m, const char *path)
+int cli_init_from(fp8run_session *s, fp8run_model *m, const char *path, int flags)
 {
     fp8run_safetensors *st = NULL;
     if (fp8run_safetensors_open(path, &st) != FP8RUN_OK) return cli_fail("--init-from: %s", cli_last_error());
     fp8run_load_report r = {.struct_size = sizeof r};
     int rc = 0;
-    if ((s ? fp8run_session_load_safetensors(s, st, 0, &r) : fp8run_model_load_safetensors(m, st, 0, &r)) != FP8RUN_OK) {
+    if ((s ? fp8run_session_load_safetensors(s, st, flags, &r) : fp8run_model_load_safetensors(m, st, flags, &r)) !=
+        FP8RUN_OK) {
         rc = cli_fail("--init-from: %s", cli_last_error());
     } else {
         fprintf(stderr, "init from %s: %d parameters loaded, %d missing (kept from the model), %d unexpected (ignored)\n",
                 path, r.n_matched, r.n_missing, r.n_unexpected);
         print_names("missing", r.missing, r.n_missing);
         print_names("unexpected", r.unexpected, r.n_unexpected);
+        for (int i = 0; i < r.n_nonfinite; i++)
+            fprintf(stderr, "fp8run: warning: --init-from: tensor '%s' holds %lld NaN/Inf values (loaded as they are; "
+                    "--strict-weights refuses them)\n", r.nonfinite[i], (long long)r.nonfinite_counts[i]);
         if (r.n_matched == 0) rc = cli_fail("--init-from: no parameter of the model is in '%s'", path);
     }
     fp8run_safetensors_close(st);

@@ -7,11 +7,13 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "cli_ckpt_dir.h"
+#include "cli_sft.h"
 #include "cli_train_args.h"
 
 #define CLI_EXIT_INTERRUPTED 130
@@ -63,6 +65,8 @@ void cli_train_help(FILE *f)
             "                          parameter name; lists missing and unexpected names; a shape\n"
             "                          mismatch is an error (not used when --resume finds a checkpoint;\n"
             "                          trained parameters only: --freeze'd ones keep the model's values)\n"
+            "  --strict-weights        refuse --init-from weights holding NaN or Inf (default: load them\n"
+            "                          with a warning naming each tensor and its count)\n"
             "  --device auto|cuda|cpu  where to train (default auto: the GPU when one is usable)\n"
             "  --dim NAME=VALUE        fix another symbolic dimension (repeatable)\n"
             "data parallel (NCCL, loaded at run time):\n"
@@ -131,6 +135,7 @@ static int train_option(int argc, char **argv, int *i, train_args *a, int *rc)
     else if (OPT("--export-adapter")) a->adapter_dir = v;
     else if (OPT("--export")) a->export_path = v;
     else if (OPT("--init-from")) a->init_from = v;
+    else if (strcmp(argv[*i], "--strict-weights") == 0) { a->strict_weights = 1; m = 1; }
     else
         return 0;
 #undef VAL
@@ -200,8 +205,17 @@ static int parse_train(int argc, char **argv, train_args *a, int *help)
  * run that was interrupted) are dropped so every step appears once. */
 static int trim_log(const char *path, int64_t step)
 {
-    FILE *in = fopen(path, "r");
-    if (!in) return errno == ENOENT ? 0 : cli_fail("cannot read log '%s': %s", path, strerror(errno));
+    struct stat sb;
+    if (lstat(path, &sb) != 0 && errno == ENOENT) return 0;
+    /* the read rule: a FIFO or a device named as the log is refused, not waited on */
+    char *data;
+    size_t dlen;
+    if (fp8run_file_read(path, "training log", (uint64_t)4 << 30, &data, &dlen) != FP8RUN_OK) return cli_fail_status();
+    FILE *in = dlen ? fmemopen(data, dlen, "r") : NULL;
+    if (!in) { /* an empty log has nothing to drop */
+        fp8run_file_free(data);
+        return dlen ? cli_fail("out of memory") : 0;
+    }
     size_t n = strlen(path) + 16;
     char *tmp = malloc(n);
     if (!tmp) {
@@ -224,6 +238,7 @@ static int trim_log(const char *path, int64_t step)
     }
     free(line);
     fclose(in);
+    fp8run_file_free(data);
     if (out && fclose(out) != 0 && rc == 0) rc = cli_fail("writing '%s': %s", tmp, strerror(errno));
     if (rc == 0 && rename(tmp, path) != 0) rc = cli_fail("replacing log '%s': %s", path, strerror(errno));
     if (rc != 0 && fd >= 0) remove(tmp);
@@ -279,6 +294,7 @@ typedef struct loop {
     double win_s;      /* train_s when statistics were last read back */
     int64_t win_done;  /* steps read back by then */
     int64_t tokens_per_step;
+    int64_t targets[FP8RUN_MAX_QUEUED_STEPS]; /* SFT: the target tokens of step s at s % the size */
     int64_t last_ckpt; /* step of the last checkpoint written (-1: none) */
     cli_ckpt_set mine; /* checkpoints of this run (and of the run it resumes): --ckpt-keep prunes these */
 } loop;
@@ -326,6 +342,7 @@ static void log_step(loop *L, int64_t done, const fp8run_step_stats *s, double t
     log_json_num(L->log, "lr", s->lr);
     log_json_num(L->log, "grad_norm", s->grad_norm);
     log_json_num(L->log, "tokens_per_s", tps);
+    if (L->a->o.sft) fprintf(L->log, ", \"target_tokens\": %lld", (long long)L->targets[s->step % FP8RUN_MAX_QUEUED_STEPS]);
     fprintf(L->log, ", \"skipped\": %s}\n", s->skipped ? "true" : "false");
     fflush(L->log);
 }
@@ -405,13 +422,18 @@ static int validate(loop *L, int64_t done)
 {
     const int64_t B = L->a->batch, T = L->a->seq;
     const size_t per = (size_t)(B * (T + 1));
-    int64_t *w = malloc(per * sizeof *w);
-    if (!w) return cli_fail("out of memory");
-    fp8run_data_reset(L->vl);
-    int64_t n = fp8run_data_batches_per_epoch(L->vl);
+    int64_t n = fp8run_data_batches_per_epoch(L->vl), targets = 0;
     double sum = 0;
     int rc = 0;
-    for (int64_t b = 0; b < n && rc == 0; b++) {
+    int64_t *w = L->a->o.sft ? NULL : malloc(per * sizeof *w);
+    if (L->a->o.sft) { /* the mean over every target token */
+        rc = cli_sft_eval(L->t, L->vl, &sum, &targets);
+        n = 1;
+    } else if (!w) {
+        return cli_fail("out of memory");
+    }
+    fp8run_data_reset(L->vl);
+    for (int64_t b = 0; b < n && rc == 0 && !L->a->o.sft; b++) {
         double l;
         if (fp8run_data_next(L->vl, FP8RUN_DTYPE_INT64, w, per) != FP8RUN_OK ||
             fp8run_session_eval(L->t, w, FP8RUN_DTYPE_INT64, per, &l) != FP8RUN_OK)
@@ -423,8 +445,12 @@ static int validate(loop *L, int64_t done)
     if (rc) return rc;
     double vl = sum / (double)n;
     end_line(L);
-    if (!g_quiet) fprintf(stderr, "step %lld: val loss %.4f (perplexity %.2f, %lld batches)\n", (long long)done, vl, exp(vl),
-            (long long)n);
+    if (!g_quiet && L->a->o.sft)
+        fprintf(stderr, "step %lld: val loss %.4f (perplexity %.2f, %lld target tokens)\n", (long long)done, vl,
+                exp(vl), (long long)targets);
+    else if (!g_quiet)
+        fprintf(stderr, "step %lld: val loss %.4f (perplexity %.2f, %lld batches)\n", (long long)done, vl, exp(vl),
+                (long long)n);
     if (L->log) {
         fprintf(L->log, "{\"step\": %lld", (long long)done);
         log_json_num(L->log, "val_loss", vl);
@@ -525,31 +551,48 @@ static int train_loop(loop *L)
         return cli_fail("--grad-accum %d x %d process(es) x --batch %lld x (--seq %lld + 1) token ids overflow the "
                         "address space", K, W, (long long)a->batch, (long long)a->seq);
     int64_t *w = malloc(n_w * sizeof *w), *gw = W > 1 ? malloc(n_gw * sizeof *w) : w;
-    if (!w || !gw) {
-        free(w);
-        return cli_fail("out of memory for the step's token windows (%zu ids)", n_gw);
-    }
-    int rc = 0, numeric = 0;
+    /* SFT: each token's segment id and target flag beside it (cli_sft.h) */
+    const int sft = a->o.sft;
+    int32_t *seg = sft ? malloc(n_w * sizeof *seg) : NULL, *gseg = sft && W > 1 ? malloc(n_gw * sizeof *seg) : seg;
+    uint8_t *tgt = sft ? malloc(n_w) : NULL, *gtgt = sft && W > 1 ? malloc(n_gw) : tgt;
+    int rc = 0, numeric = 0; /* out of memory: straight to the frees below */
+    if (!w || !gw || (sft && (!seg || !gseg || !tgt || !gtgt)))
+        rc = cli_fail("out of memory for the step's token windows (%zu ids)", n_gw);
     char msg[2048];
     int64_t done = fp8run_session_steps_done(L->t);
     L->first = L->win_done = done;
     L->t0 = now_s();
     while (done < a->steps && rc == 0) {
         /* micro-batch by micro-batch, as the checkpoint's loader position counts them */
-        for (int k = 0; k < K && rc == 0; k++)
-            if (fp8run_data_next(L->dl, FP8RUN_DTYPE_INT64, gw + (size_t)k * (size_t)W * per, (size_t)W * per) != FP8RUN_OK) {
+        int64_t step_targets = 0;
+        for (int k = 0; k < K && rc == 0; k++) {
+            const size_t at = (size_t)k * (size_t)W * per;
+            int64_t nt = 0;
+            fp8run_status ds = sft ? fp8run_data_next_sft(L->dl, gw + at, gseg + at, gtgt + at, (size_t)W * per, &nt)
+                                   : fp8run_data_next(L->dl, FP8RUN_DTYPE_INT64, gw + at, (size_t)W * per);
+            step_targets += nt;
+            if (ds != FP8RUN_OK) {
                 char why[16];
                 snprintf(msg, sizeof msg, "%s", cli_last_error());
                 if (drain(L, &numeric, why, sizeof why) == 0) save_ckpt(L, done); /* what was trained so far is kept */
                 end_line(L);
                 rc = cli_fail("%s", msg);
             }
+        }
         if (rc) break;
-        for (int k = 0; k < K && W > 1; k++) /* this rank's windows of each micro-batch */
-            memcpy(w + (size_t)k * per, gw + ((size_t)k * (size_t)W + (size_t)R) * per, per * sizeof *w);
+        for (int k = 0; k < K && W > 1; k++) { /* this rank's windows of each micro-batch */
+            const size_t to = (size_t)k * per, from = ((size_t)k * (size_t)W + (size_t)R) * per;
+            memcpy(w + to, gw + from, per * sizeof *w);
+            if (sft) memcpy(seg + to, gseg + from, per * sizeof *seg);
+            if (sft) memcpy(tgt + to, gtgt + from, per);
+        }
+        /* all ranks' labels (each read the global batch): the log's count and the SFT weights' */
+        L->targets[done % FP8RUN_MAX_QUEUED_STEPS] = step_targets;
         /* queued without waiting for the GPU: the statistics are read back by drain() */
         double t1 = now_s();
-        fp8run_status st = fp8run_session_train_step_async(L->t, w, FP8RUN_DTYPE_INT64, (size_t)K * per, NULL);
+        fp8run_status st = sft ? fp8run_session_train_step_sft_async(L->t, w, seg, tgt, (size_t)K * per,
+                                                                     W > 1 ? step_targets : 0, NULL)
+                               : fp8run_session_train_step_async(L->t, w, FP8RUN_DTYPE_INT64, (size_t)K * per, NULL);
         L->train_s += now_s() - t1;
         if (st != FP8RUN_OK) {
             rc = cli_fail("step %lld: %s", (long long)done + 1, cli_last_error());
@@ -582,7 +625,11 @@ static int train_loop(loop *L)
         }
     }
     if (gw != w) free(gw);
+    if (gseg != seg) free(gseg);
+    if (gtgt != tgt) free(gtgt);
     free(w);
+    free(seg);
+    free(tgt);
     end_line(L);
     if (rc == 0 && L->vl) rc = validate(L, done);
     if (rc == 0) rc = save_ckpt(L, done);
@@ -630,6 +677,32 @@ static int resume_session(loop *L, const char *resume, const fp8run_checkpoint *
     return 0;
 }
 
+/* The write rule's refusals before any work: no output (the log, the exports) is one of the
+ * inputs (the model, the token files, the safetensors start) by any name, nor another output.
+ * (Checkpoints are named by the run in their own folder.) */
+static int check_train_files(const train_args *a)
+{
+    fp8run_files *f;
+    if (fp8run_files_create(&f) != FP8RUN_OK) return cli_fail_status();
+    fp8run_status ps = fp8run_files_input(f, a->model, "model");
+    if (ps == FP8RUN_OK) ps = fp8run_files_input(f, a->data, "token file (--data)");
+    if (ps == FP8RUN_OK && a->val) ps = fp8run_files_input(f, a->val, "token file (--val)");
+    if (ps == FP8RUN_OK && a->init_from) ps = fp8run_files_input(f, a->init_from, "safetensors (--init-from)");
+    if (ps == FP8RUN_OK && a->log) ps = fp8run_files_output(f, a->log, "training log (--log)");
+    if (ps == FP8RUN_OK && a->export_path) ps = fp8run_files_output(f, a->export_path, "export (--export)");
+    struct stat sb;
+    if (a->adapter_dir && stat(a->adapter_dir, &sb) == 0) { /* else the export creates it: nothing to overwrite */
+        static const char *const names[] = {"adapter_model.safetensors", "adapter_config.json"};
+        for (int k = 0; k < 2 && ps == FP8RUN_OK; k++) {
+            char p[4200];
+            snprintf(p, sizeof p, "%s/%s", a->adapter_dir, names[k]);
+            ps = fp8run_files_output(f, p, "adapter file (--export-adapter)");
+        }
+    }
+    fp8run_files_destroy(f);
+    return ps == FP8RUN_OK ? 0 : cli_fail_status();
+}
+
 static int run_train(train_args *a)
 {
     loop L;
@@ -639,8 +712,8 @@ static int run_train(train_args *a)
     L.tty = isatty(STDERR_FILENO);
     char *resume = NULL;
     fp8run_checkpoint *ck = NULL;
-    int rc = 0;
-    if (fp8run_model_load(a->model, &L.m) != FP8RUN_OK) rc = cli_fail_status();
+    int rc = check_train_files(a);
+    if (rc == 0 && fp8run_model_load(a->model, &L.m) != FP8RUN_OK) rc = cli_fail_status();
     if (rc == 0) rc = train_args_shape_from_model("train", a, L.m);
     L.tokens_per_step = a->batch * a->seq * a->o.grad_accum;
     if (rc == 0 && a->ckpt_dir) rc = cli_make_dirs(a->ckpt_dir);
@@ -657,17 +730,21 @@ static int run_train(train_args *a)
         rc = cli_fail_status();
     /* LoRA freezes the base, which checkpoints do not hold: its weights go into the model */
     const int lora = a->o.lora_rank > 0;
-    if (rc == 0 && a->init_from && lora) rc = cli_init_from(NULL, L.m, a->init_from);
+    const int wflags = a->strict_weights ? FP8RUN_LOAD_STRICT_WEIGHTS : 0;
+    if (rc == 0 && a->init_from && lora) rc = cli_init_from(NULL, L.m, a->init_from, wflags);
+    if (rc == 0) rc = cli_sft_setup("train", a);
     if (rc == 0 && fp8run_session_create(L.m, a->device, &a->o, &L.t) != FP8RUN_OK) rc = cli_fail_status();
-    if (rc == 0 && a->init_from && !resume && !lora) rc = cli_init_from(L.t, NULL, a->init_from);
+    if (rc == 0 && a->init_from && !resume && !lora) rc = cli_init_from(L.t, NULL, a->init_from, wflags);
     if (rc == 0 && a->init_from && resume && !lora) fprintf(stderr, "fp8run: --init-from not used: resuming from %s\n", resume);
     if (rc == 0) rc = open_loaders(&L);
+    if (rc == 0 && a->o.sft && !g_quiet) cli_sft_describe("--data", L.dl, a->seq);
+    if (rc == 0 && !g_quiet) cli_sft_warn_positions(a, L.t);
     if (rc == 0 && resume) rc = resume_session(&L, resume, ck);
     if (g_quiet) a->log = NULL; /* rank 0 logs */
     if (rc == 0 && a->log && resume) rc = trim_log(a->log, fp8run_session_steps_done(L.t));
     if (rc == 0 && a->log) {
-        L.log = fopen(a->log, resume ? "a" : "w");
-        if (!L.log) rc = cli_fail("cannot open log '%s': %s", a->log, strerror(errno));
+        L.log = cli_open_log(a->log, resume != NULL);
+        if (!L.log) rc = CLI_EXIT_FAIL;
     }
     int n_fp8 = 0;
     if (rc == 0 && a->log_fp8 && fp8run_session_fp8_stats(L.t, &n_fp8) == FP8RUN_OK && n_fp8 == 0)

@@ -135,5 +135,6 @@ fp8run_data_config train_args_data_config(const train_args *a, int64_t vocab)
     d.seed = a->o.seed;
     d.token_dtype = a->token_dtype;
     d.vocab_size = vocab;
+    d.no_packing = a->o.packing && strcmp(a->o.packing, "off") == 0; /* SFT token files */
     return d;
 }

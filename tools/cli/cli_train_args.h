@@ -25,6 +25,7 @@ typedef struct train_args {
     int gpus;               /* --gpus N (0: not given) */
     int nnodes, node_rank;  /* --nnodes N (0: not given), --node-rank R (-1: not given) */
     const char *adapter_dir; /* --export-adapter DIR (a LoRA run) */
+    int strict_weights;      /* --strict-weights: --init-from refuses NaN/Inf weights */
 } train_args;
 
 /* The command's defaults (FP8RUN_OPTION_TRAIN or FP8RUN_OPTION_EVAL). */

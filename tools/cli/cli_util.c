@@ -1,11 +1,13 @@
 /* CLI helpers: error output, option parsing, --dim lists, human-readable numbers and shapes,
  * folders. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -72,14 +74,19 @@ int cli_option(int argc, char **argv, int *i, const char *cmd, const char *name,
     if (strncmp(a, name, n) != 0) return 0;
     if (a[n] == '=') {
         *value = a + n + 1;
-        return 1;
-    }
-    if (a[n] != '\0') return 0;
-    if (*i + 1 >= argc) {
+    } else if (a[n] != '\0') {
+        return 0;
+    } else if (*i + 1 >= argc) {
         cli_usage(cmd, "%s needs a value", name);
         return -1;
+    } else {
+        *value = argv[++*i];
     }
-    *value = argv[++*i];
+    /* no option takes an empty value: '' is a mistake (an unset shell variable), never 0 */
+    if (!(*value)[0]) {
+        cli_usage(cmd, "%s: an empty value", name);
+        return -1;
+    }
     return 1;
 }
 
@@ -244,4 +251,47 @@ int cli_int64(const char *cmd, const char *opt, const char *text, int64_t min, i
         return cli_usage(cmd, "%s: '%s' is not an integer >= %lld", opt, text, (long long)min);
     *out = v;
     return 0;
+}
+
+FILE *cli_open_log(const char *path, int append)
+{
+    /* O_NOFOLLOW: a link planted at the name is refused, never written through; O_NONBLOCK so
+       that a FIFO there cannot block the open; the kind is checked on the descriptor */
+    int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | (append ? O_APPEND : 0), 0644);
+    if (fd < 0) {
+        cli_fail("cannot open log '%s': %s", path,
+                 errno == ELOOP ? "it is a symbolic link (refused: a link may point anywhere)" : strerror(errno));
+        return NULL;
+    }
+    struct stat sb;
+    int fl;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        cli_fail("log '%s' is not a regular file (refused)", path);
+        close(fd);
+        return NULL;
+    }
+    if (!append && ftruncate(fd, 0) != 0) { /* only now: a FIFO or device is never truncated */
+        cli_fail("cannot truncate log '%s': %s", path, strerror(errno));
+        close(fd);
+        return NULL;
+    }
+    FILE *f = (fl = fcntl(fd, F_GETFL)) >= 0 && fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) == 0 ? fdopen(fd, "a") : NULL;
+    if (!f) {
+        cli_fail("cannot open log '%s': %s", path, strerror(errno));
+        close(fd);
+    }
+    return f;
+}
+
+int cli_check_files(const cli_file *inputs, int n_in, const cli_file *outputs, int n_out)
+{
+    fp8run_files *f;
+    if (fp8run_files_create(&f) != FP8RUN_OK) return cli_fail_status();
+    fp8run_status ps = FP8RUN_OK;
+    for (int i = 0; i < n_in && ps == FP8RUN_OK; i++)
+        if (inputs[i].path) ps = fp8run_files_input(f, inputs[i].path, inputs[i].what);
+    for (int i = 0; i < n_out && ps == FP8RUN_OK; i++)
+        if (outputs[i].path) ps = fp8run_files_output(f, outputs[i].path, outputs[i].what);
+    fp8run_files_destroy(f);
+    return ps == FP8RUN_OK ? 0 : cli_fail_status();
 }

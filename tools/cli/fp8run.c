@@ -27,6 +27,8 @@ static const cli_command commands[] = {
      cli_bench_help},
     {"prepare", "tokenize text files into token files (train/val split; fp8run, nanoGPT, llm.c)", cli_prepare,
      cli_prepare_help},
+    {"sample", "generate text from a model or checkpoint (greedy, temperature, top-p)", cli_sample,
+     cli_sample_help},
     {"plot", "draw training logs (--log, --log-fp8) as an SVG page of charts", cli_plot, cli_plot_help},
     {"rendezvous", "check a multi-GPU / multi-node launch: start or join the ranks, meet, stop", cli_rendezvous,
      cli_rendezvous_help},

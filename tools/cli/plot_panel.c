@@ -10,6 +10,52 @@
 #define LEGEND_W 215.0
 #define LEGEND_MAX 14 /* entries shown; the rest are counted */
 
+/* FNV-1a: the keys are layer and series names, not chosen against us beyond slowing a plot */
+static size_t hash_of(const char *k)
+{
+    size_t h = (size_t)1469598103934665603ULL;
+    for (const unsigned char *p = (const unsigned char *)k; *p; p++) h = (h ^ *p) * (size_t)1099511628211ULL;
+    return h;
+}
+
+int plot_index_get(const plot_index *ix, const char *key)
+{
+    if (!ix->cap) return -1;
+    for (size_t i = hash_of(key) & (ix->cap - 1);; i = (i + 1) & (ix->cap - 1)) {
+        if (!ix->key[i]) return -1;
+        if (strcmp(ix->key[i], key) == 0) return ix->val[i];
+    }
+}
+
+int plot_index_put(plot_index *ix, const char *key, int val)
+{
+    if (2 * (ix->n + 1) > ix->cap) { /* at most half full: short probes */
+        size_t cap = ix->cap ? 2 * ix->cap : 64;
+        plot_index big = {calloc(cap, sizeof *big.key), calloc(cap, sizeof *big.val), cap, 0};
+        if (!big.key || !big.val) {
+            free(big.key), free(big.val);
+            return -1;
+        }
+        for (size_t i = 0; i < ix->cap; i++)
+            if (ix->key[i]) plot_index_put(&big, ix->key[i], ix->val[i]);
+        plot_index_free(ix);
+        *ix = big;
+    }
+    size_t i = hash_of(key) & (ix->cap - 1);
+    while (ix->key[i]) i = (i + 1) & (ix->cap - 1);
+    ix->key[i] = key;
+    ix->val[i] = val;
+    ix->n++;
+    return 0;
+}
+
+void plot_index_free(plot_index *ix)
+{
+    free(ix->key);
+    free(ix->val);
+    memset(ix, 0, sizeof *ix);
+}
+
 void plot_panel_init(plot_panel *p, const char *title, int scale)
 {
     memset(p, 0, sizeof *p);
@@ -21,8 +67,8 @@ void plot_panel_init(plot_panel *p, const char *title, int scale)
 plot_series *plot_panel_series(plot_panel *p, const char *name, const char *label, const char *color,
                                const char *dash, int style)
 {
-    for (int i = 0; i < p->n; i++)
-        if (strcmp(p->s[i].name, name) == 0) return &p->s[i];
+    int at = plot_index_get(&p->by_name, name);
+    if (at >= 0) return &p->s[at];
     if (p->n == p->cap) {
         int cap = p->cap ? 2 * p->cap : 8;
         plot_series *s = realloc(p->s, (size_t)cap * sizeof *s);
@@ -31,8 +77,9 @@ plot_series *plot_panel_series(plot_panel *p, const char *name, const char *labe
     }
     plot_series *s = &p->s[p->n];
     memset(s, 0, sizeof *s);
-    if (!(s->name = strdup(name)) || !(s->label = strdup(label ? label : name))) {
-        free(s->name);
+    if (!(s->name = strdup(name)) || !(s->label = strdup(label ? label : name)) ||
+        plot_index_put(&p->by_name, s->name, p->n)) {
+        free(s->name), free(s->label);
         return NULL;
     }
     s->color = color, s->dash = dash, s->style = style;
@@ -130,36 +177,52 @@ static void draw_series(svg *g, const plot_series *s, const plot_axis *xa, const
     free(px), free(py);
 }
 
-static int label_seen(const plot_panel *p, int i)
+/* Keep the end of a long label (the part that tells layers apart): its last `keep` bytes,
+ * moved forward to the start of a UTF-8 character, after "...". */
+static void label_tail(const char *label, char *buf, size_t n, size_t keep)
 {
-    for (int j = 0; j < i; j++)
-        if (strcmp(p->s[j].label, p->s[i].label) == 0) return 1;
-    return 0;
+    size_t len = strlen(label);
+    if (len <= keep + 3) {
+        snprintf(buf, n, "%s", label);
+        return;
+    }
+    const char *t = label + len - keep;
+    while (*t && ((unsigned char)*t & 0xc0) == 0x80) t++;
+    snprintf(buf, n, "...%s", t);
 }
 
 static void draw_legend(const plot_panel *p, svg *g, double x, double y)
 {
     int shown = 0, entries = 0;
-    char buf[48];
-    for (int i = 0; i < p->n; i++) entries += !label_seen(p, i);
+    char buf[64];
+    /* one entry per label, first come first shown: a hash of the labels seen, not a scan */
+    plot_index seen = {0};
+    char *first = calloc((size_t)(p->n ? p->n : 1), 1);
+    if (!first) return;
+    for (int i = 0; i < p->n; i++)
+        if (plot_index_get(&seen, p->s[i].label) < 0) {
+            if (plot_index_put(&seen, p->s[i].label, i)) break;
+            first[i] = 1;
+            entries++;
+        }
+    plot_index_free(&seen);
     for (int i = 0; i < p->n; i++) {
-        if (label_seen(p, i)) continue;
+        if (!first[i]) continue;
         if (shown == LEGEND_MAX) {
             snprintf(buf, sizeof buf, "+ %d more", entries - shown);
             svg_text(g, x + 26, y + 14 * shown + 4, 10.5, "start", "#555555", 0, buf);
-            return;
+            break;
         }
         const plot_series *s = &p->s[i];
         double ly = y + 14 * shown;
         if (s->style == PLOT_LINE) svg_line(g, x, ly, x + 20, ly, s->color, 2, s->dash);
         if (s->style == PLOT_POINTS) svg_circle(g, x + 10, ly, 3, s->color);
         if (s->style == PLOT_EVENTS) svg_triangle(g, x + 10, ly - 4, 8, s->color);
-        /* long labels keep their end: the part that tells layers apart */
-        size_t len = strlen(s->label);
-        snprintf(buf, sizeof buf, "%s%s", len > 30 ? "..." : "", len > 30 ? s->label + len - 27 : s->label);
+        label_tail(s->label, buf, sizeof buf, 27);
         svg_text(g, x + 26, ly + 4, 10.5, "start", "#222222", 0, buf);
         shown++;
     }
+    free(first);
 }
 
 void plot_panel_draw(const plot_panel *p, svg *g, double x, double y, double w, double h, double xlo, double xhi)
@@ -189,5 +252,6 @@ void plot_panel_free(plot_panel *p)
 {
     for (int i = 0; i < p->n; i++) free(p->s[i].name), free(p->s[i].label), free(p->s[i].x), free(p->s[i].y);
     free(p->s);
+    plot_index_free(&p->by_name);
     memset(p, 0, sizeof *p);
 }

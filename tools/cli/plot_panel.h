@@ -8,6 +8,18 @@
 enum plot_style { PLOT_LINE, PLOT_POINTS, PLOT_EVENTS /* x only: marks on the panel's bottom edge */ };
 enum plot_scale { PLOT_AUTO, PLOT_LINEAR, PLOT_LOG };
 
+/* A hash index of strings (borrowed: they must outlive it) to ints. */
+typedef struct plot_index {
+    const char **key;
+    int *val;
+    size_t cap, n;
+} plot_index;
+/* The value of key, -1 when absent. */
+int plot_index_get(const plot_index *ix, const char *key);
+/* Add key (not present yet); 0, or -1 when out of memory. */
+int plot_index_put(plot_index *ix, const char *key, int val);
+void plot_index_free(plot_index *ix);
+
 typedef struct plot_series {
     char *name;  /* the key */
     char *label; /* the legend's text; series with the same label share one legend entry */
@@ -25,6 +37,7 @@ typedef struct plot_panel {
     const char *ref_label;
     plot_series *s;
     int n, cap;
+    plot_index by_name; /* series name -> index in s */
 } plot_panel;
 
 void plot_panel_init(plot_panel *p, const char *title, int scale);

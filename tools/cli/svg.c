@@ -72,17 +72,48 @@ void svg_triangle(svg *s, double x, double y, double size, const char *fill)
             y + size, x + size / 2, y + size, fill);
 }
 
+/* The length of the valid UTF-8 character at p (1-4), or 0 when p starts none: a stray or
+ * missing continuation byte, an overlong form, a surrogate, beyond U+10FFFF, or U+FFFE/U+FFFF
+ * (which XML does not allow either). */
+static int utf8_char(const unsigned char *p)
+{
+    unsigned c = p[0];
+    if (c < 0x80) return 1;
+    int n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    for (int i = 1; i < n; i++)
+        if ((p[i] & 0xc0) != 0x80) return 0; /* also stops at the NUL of a cut string */
+    if (n == 3) {
+        unsigned cp = (c & 0x0fu) << 12 | (p[1] & 0x3fu) << 6 | (p[2] & 0x3fu);
+        if (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff) || cp == 0xfffe || cp == 0xffff) return 0;
+    }
+    if (n == 4) {
+        unsigned cp = (c & 0x07u) << 18 | (p[1] & 0x3fu) << 12;
+        if (cp < 0x10000 || cp > 0x10ffff) return 0;
+    }
+    return n;
+}
+
 void svg_escaped(svg *s, const char *text)
 {
-    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+    /* the document must stay well-formed XML whatever the text: markup escaped, controls XML
+     * forbids left out, and bytes that are no UTF-8 character (a label cut in the middle of one,
+     * a log in another encoding) shown as U+FFFD */
+    for (const unsigned char *p = (const unsigned char *)text; *p;) {
+        int n = utf8_char(p);
+        if (n == 0) {
+            fputs("\xef\xbf\xbd", s->f);
+            p++;
+            continue;
+        }
         switch (*p) {
         case '<': fputs("&lt;", s->f); break;
         case '>': fputs("&gt;", s->f); break;
         case '&': fputs("&amp;", s->f); break;
         case '"': fputs("&quot;", s->f); break;
         default:
-            if (*p >= 0x20 || *p == '\t') fputc(*p, s->f); /* XML 1.0 forbids other controls */
+            if (n > 1 || *p >= 0x20 || *p == '\t') fwrite(p, 1, (size_t)n, s->f);
         }
+        p += n;
     }
 }
 

@@ -24,7 +24,8 @@ void svg_triangle(svg *s, double x, double y, double size, const char *fill);
 /* anchor: "start", "middle" or "end"; rotate: degrees about (x, y) (0: none). */
 void svg_text(svg *s, double x, double y, double size, const char *anchor, const char *color, double rotate,
               const char *text);
-/* Text with XML's special characters escaped. */
+/* Text with XML's special characters escaped, forbidden controls left out and bytes that are
+ * no UTF-8 character written as U+FFFD: the document stays well-formed whatever the text. */
 void svg_escaped(svg *s, const char *text);
 
 #endif
