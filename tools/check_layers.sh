@@ -182,6 +182,13 @@ function strong(v,    i, n, w, a, members, k) {
 #   passes/attention_fuse passes/attention_mask: the symbolic mask reader classifies constant
 #     masks with the classifier of the fusion pass, which calls the reader; the next step moves
 #     fr_attn_classify_mask into attention_mask.c.
+#   ops/cuda/cuda_ctx ops/cuda/quantize (CUDA builds): the context sets the block count of the
+#     amax kernels (FP8RUN_QUANT_BLOCKS) through quantize.cu, whose launches report through the
+#     context; the next step keeps the count in the context and lets quantize.cu read it there.
+#   ops/cuda/attention_cudnn_graph ops/cuda/attention_cudnn_load (CUDA builds): the loader
+#     describes what the loaded cuDNN supports with the support check of the graph builder,
+#     which words its errors with the status text of the loader; the next step moves the
+#     status text below both.
 function known_circle(members,    n, m, i, j, key) {
     n = split(members, m, " ")
     # insertion sort: the members in one order
@@ -192,7 +199,9 @@ function known_circle(members,    n, m, i, j, key) {
         key == "ops/cuda/cuda_gemm ops/cuda/gemm_tune" ||
         key == "ops/cuda/elementwise ops/cuda/elementwise_binary ops/cuda/elementwise_grad ops/cuda/elementwise_unary" ||
         key == "runtime/cuda/cuda_train runtime/cuda/cuda_train_backend runtime/train/train_build runtime/train/train_lora runtime/train/train_memory runtime/train/trainer" ||
-        key == "passes/attention_fuse passes/attention_mask"
+        key == "passes/attention_fuse passes/attention_mask" ||
+        key == "ops/cuda/cuda_ctx ops/cuda/quantize" ||
+        key == "ops/cuda/attention_cudnn_graph ops/cuda/attention_cudnn_load"
 }
 # the circles of one kind of arrow (strongly connected components)
 function circles(kind, inc,    k, ab, v, c) {
