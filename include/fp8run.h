@@ -704,6 +704,10 @@ typedef struct fp8run_pass_info {
     int changed;                 /* what it fused, removed or rewrote (nodes, parameters, Linears) */
     const char *detail;          /* "2 fused", "off (fuse_attention)" */
 } fp8run_pass_info;
+/* For a report of a model compiled for training (fp8run_model_compile, fp8run_session_report):
+ * the nodes of the training graph off the fast path, one line per kind with the reason and the
+ * first node's name (fp8run_session_slow_path, without times); NULL for a compiled graph's. */
+FP8RUN_API const char *fp8run_report_slow_path(const fp8run_report *r);
 FP8RUN_API int fp8run_report_pass_count(const fp8run_report *r);
 FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_report_pass(const fp8run_report *r, int i, fp8run_pass_info *info);
 
@@ -921,6 +925,14 @@ FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_session_memory(const fp8run_ses
  * of the training graph over the steps so far, as a text table; NULL otherwise. Valid until
  * the next call on s. */
 FP8RUN_API const char *fp8run_session_profile(fp8run_session *s);
+/* The nodes of the session's training graph (forward and backward) that run off the fast path
+ * (an attention not fused with its Q/K/V staging, the head Transposes, Split, Concat and RoPE
+ * around it, a norm after a residual Add that no fusion took, an unfused q/k norm, ops the
+ * fusions left), one line per kind with the reason, each kind's share of the step estimated
+ * from every node's ceiling on this device, and a last line "warning: ..." when they take more
+ * than 5% of it. (With FP8RUN_PROFILE=1, fp8run_session_profile ends with the same report on
+ * the measured times.) NULL when it cannot be made. Valid until the next call on s. */
+FP8RUN_API const char *fp8run_session_slow_path(fp8run_session *s);
 /* Which kernels ran the fused attention (fp8run_train_config.attention) and why, counted over
  * the node runs so far: "cuDNN 9.14.0 (libcudnn.so.9) fused flash attention (64 of 64 runs)",
  * "fp8run kernels (--attention fp8run)", "fp8run kernels (<why cuDNN was not used>)", a mix,

@@ -260,10 +260,10 @@ static fr_status run_adapted(const fr_kernel_ctx *ctx, int backward, fr_status (
     int adapt = y && want == FR_BF16;
     for (int i = 0; i < n_ins; i++) adapt |= ctx->in[ins[i]]->dtype == FR_BF16;
     if (!adapt) return f(ctx);
-    fr_tensor w[4], *in[8], *out[2];
+    fr_tensor w[4], *in[10], *out[3];
     memset(w, 0, sizeof w);
-    for (int i = 0; i < ctx->n_in && i < 8; i++) in[i] = ctx->in[i];
-    for (int i = 0; i < ctx->n_out && i < 2; i++) out[i] = ctx->out[i];
+    for (int i = 0; i < ctx->n_in && i < 10; i++) in[i] = ctx->in[i];
+    for (int i = 0; i < ctx->n_out && i < 3; i++) out[i] = ctx->out[i];
     fr_status st = FR_OK;
     for (int i = 0; i < n_ins && st == FR_OK; i++)
         if (ctx->in[ins[i]]->dtype == FR_BF16 && (st = f32_copy(n, ctx->in[ins[i]], 1, &w[i])) == FR_OK)
@@ -279,6 +279,31 @@ static fr_status run_adapted(const fr_kernel_ctx *ctx, int backward, fr_status (
             ((uint16_t *)y->data)[i] = fr_f32_to_bf16(((const float *)w[3].data)[i]);
     for (int i = 0; i < 4; i++) free(w[i].data);
     return st;
+}
+
+/* Input i of the kernel context, NULL when absent. */
+static const fr_tensor *in_at(const fr_kernel_ctx *ctx, int i) { return ctx->n_in > i ? ctx->in[i] : NULL; }
+
+/* The q/k norm weights at inputs i, i + 1 (absent: no norm) into g, checked against the
+ * computing dtype dt. */
+static fr_status read_norm(const fr_node *n, const fr_kernel_ctx *ctx, int i, fr_dtype dt, fr_attn_qkv_geom *g)
+{
+    const fr_tensor *wq = in_at(ctx, i), *wk = in_at(ctx, i + 1);
+    if ((wq && wq->dtype != dt) || (wk && wk->dtype != dt))
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "the q/k norm weights must be %s", fr_dtype_name(dt));
+    return fr_attn_qkv_norm_geometry(n, wq ? wq->rank : 0, wq ? wq->dims : NULL, wk ? wk->rank : 0,
+                                     wk ? wk->dims : NULL, g);
+}
+
+/* A copy of x with its Q and K columns normalized (*xn; free xn->data). */
+static fr_status normalized_x(const fr_node *n, const fr_attn_qkv_geom *g, const fr_tensor *x, const fr_tensor *wq,
+                              const fr_tensor *wk, fr_tensor *xn)
+{
+    *xn = *x;
+    if (!(xn->data = fr_malloc(x->nbytes ? x->nbytes : 1, "AttentionQKV normalized X")))
+        return fr_node_error(n, FR_ERR_OOM, "no memory for %zu bytes of the q/k-normalized X", x->nbytes);
+    fr_attn_qkv_norm_cpu(g, x->dtype, x->data, wq->data, wk->data, xn->data);
+    return FR_OK;
 }
 
 /* The tables cos, sin at inputs i, i + 1 (both NULL: none; omitted inputs may stand before the
@@ -301,16 +326,27 @@ static fr_status qkv_core(const fr_kernel_ctx *ctx)
     fr_attn_qkv_geom g;
     FR_TRY(read_geo(n, x, c, sn, &g));
     const fr_dtype dt = x->dtype;
+    FR_TRY(read_norm(n, ctx, FR_ATTN_QKV_QNORM, dt, &g));
     int64_t od[3];
     const int orank = fr_attn_qkv_out_dims(&g, od);
     FR_TRY(fr_check_out(n, ctx->out[0], dt, orank, od));
     fr_tensor *lse = ctx->n_out > 1 ? ctx->out[1] : NULL;
     if (lse) FR_TRY(fr_check_out(n, lse, dt, 3, (int64_t[]){g.B, g.Hq, g.T}));
+    fr_tensor xn;
+    if (g.qk_norm) {
+        FR_TRY(normalized_x(n, &g, x, ctx->in[FR_ATTN_QKV_QNORM], ctx->in[FR_ATTN_QKV_QNORM + 1], &xn));
+        x = &xn;
+    }
     scratch s;
     fr_tensor unused[3];
-    FR_TRY(scratch_new(n, &g, dt, 0, &s, &unused[0], &unused[1], &unused[2]));
+    const fr_status sst = scratch_new(n, &g, dt, 0, &s, &unused[0], &unused[1], &unused[2]);
+    if (sst != FR_OK) {
+        if (g.qk_norm) free(xn.data);
+        return sst;
+    }
     for (int sec = 0; sec < 3; sec++)
         move(&g, dt, sec, 1, x->data, s.t[sec].data, c ? c->data : NULL, sn ? sn->data : NULL);
+    if (g.qk_norm) free(xn.data);
     /* the segment ids (inputs 3, 4) go to the inner Attention's Sk, Sq (its inputs 4, 5) */
     fr_tensor *in[6] = {&s.t[0], &s.t[1], &s.t[2], NULL, ctx->n_in > 3 ? ctx->in[3] : NULL,
                         ctx->n_in > 4 ? ctx->in[4] : NULL};
@@ -333,6 +369,13 @@ static fr_status qkvg_core(const fr_kernel_ctx *ctx)
     fr_attn_qkv_geom g;
     FR_TRY(read_geo(n, x, c, sn, &g));
     const fr_dtype dt = x->dtype;
+    FR_TRY(read_norm(n, ctx, FR_ATTN_QKV_GRAD_QNORM, dt, &g));
+    const fr_tensor *wq = in_at(ctx, FR_ATTN_QKV_GRAD_QNORM), *wk = in_at(ctx, FR_ATTN_QKV_GRAD_QNORM + 1);
+    fr_tensor *dw[2] = {ctx->n_out > 1 ? ctx->out[1] : NULL, ctx->n_out > 2 ? ctx->out[2] : NULL};
+    if ((dw[0] || dw[1]) && !g.qk_norm)
+        return fr_node_error(n, FR_ERR_GRAPH, "outputs dq_norm, dk_norm need inputs q_norm, k_norm");
+    if (dw[0]) FR_TRY(fr_check_out(n, dw[0], dt, wq->rank, wq->dims));
+    if (dw[1]) FR_TRY(fr_check_out(n, dw[1], dt, wk->rank, wk->dims));
     int64_t od[3];
     const int orank = fr_attn_qkv_out_dims(&g, od);
     FR_TRY(fr_check_out(n, o, dt, orank, od));
@@ -341,11 +384,22 @@ static fr_status qkvg_core(const fr_kernel_ctx *ctx)
     fr_tensor *dx = ctx->out[0];
     if (!dx) return FR_OK;
     FR_TRY(fr_check_out(n, dx, dt, 3, x->dims));
+    const fr_tensor *x0 = x; /* the unnormalized X, for the norm's backward */
+    fr_tensor xn;
+    if (g.qk_norm) {
+        FR_TRY(normalized_x(n, &g, x, wq, wk, &xn));
+        x = &xn;
+    }
     scratch s;
     fr_tensor dq, dk, dv;
-    FR_TRY(scratch_new(n, &g, dt, 1, &s, &dq, &dk, &dv));
+    const fr_status sst = scratch_new(n, &g, dt, 1, &s, &dq, &dk, &dv);
+    if (sst != FR_OK) {
+        if (g.qk_norm) free(xn.data);
+        return sst;
+    }
     const void *cd = c ? c->data : NULL, *sd = sn ? sn->data : NULL;
     for (int sec = 0; sec < 3; sec++) move(&g, dt, sec, 1, x->data, s.t[sec].data, cd, sd);
+    if (g.qk_norm) free(xn.data);
     const size_t es = fr_dtype_size(dt);
     move_o(&g, es, 1, o->data, s.t[3].data);
     move_o(&g, es, 1, dout->data, s.t[5].data);
@@ -359,6 +413,9 @@ static fr_status qkvg_core(const fr_kernel_ctx *ctx)
     if (st == FR_OK) {
         void *hs[3] = {dq.data, dk.data, dv.data};
         for (int sec = 0; sec < 3; sec++) move(&g, dt, sec, 0, dx->data, hs[sec], cd, sd);
+        if (g.qk_norm) /* dX holds the gradient for the normalized columns */
+            st = fr_attn_qkv_norm_grad_cpu(n, &g, dt, x0->data, wq->data, wk->data, dx->data,
+                                           dw[0] ? dw[0]->data : NULL, dw[1] ? dw[1]->data : NULL);
     }
     free(s.mem);
     return st;
@@ -369,23 +426,35 @@ static fr_status qkv_cpu(const fr_kernel_ctx *ctx)
     const fr_node *n = ctx->node;
     if (ctx->n_in < 1 || !ctx->in[0] || ctx->n_out < 1 || !ctx->out[0])
         return fr_node_error(n, FR_ERR_GRAPH, "needs input X and output O");
-    if (ctx->n_in > 5) return fr_node_error(n, FR_ERR_GRAPH, "%d inputs: X [, cos, sin [, Sk [, Sq]]]", ctx->n_in);
+    if (ctx->n_in > 7)
+        return fr_node_error(n, FR_ERR_GRAPH, "%d inputs: X [, cos, sin [, Sk [, Sq [, q_norm, k_norm]]]]", ctx->n_in);
     return run_adapted(ctx, 0, qkv_core);
 }
 
 static fr_status qkvg_cpu(const fr_kernel_ctx *ctx)
 {
     const fr_node *n = ctx->node;
-    if (ctx->n_in < 4 || ctx->n_out != 1)
+    if (ctx->n_in < 4 || ctx->n_out < 1 || ctx->n_out > 3 || !ctx->out[0])
         return fr_node_error(n, FR_ERR_GRAPH, "needs inputs X, O, LSE, dO (and cos, sin) and output dX");
     for (int i = 0; i < 4; i++)
         if (!ctx->in[i]) return fr_node_error(n, FR_ERR_GRAPH, "input %d is missing", i);
-    if (ctx->n_in > 8)
-        return fr_node_error(n, FR_ERR_GRAPH, "%d inputs: X, O, LSE, dO [, cos, sin [, Sk [, Sq]]]", ctx->n_in);
+    if (ctx->n_in > 10)
+        return fr_node_error(n, FR_ERR_GRAPH, "%d inputs: X, O, LSE, dO [, cos, sin [, Sk [, Sq [, q_norm, k_norm]]]]",
+                             ctx->n_in);
     return run_adapted(ctx, 1, qkvg_core);
 }
 
 /* ---- inference and the gradient rule ---- */
+
+/* The q/k norm weights at inputs i, i + 1 (absent: none), of the computing dtype dt. */
+static fr_status infer_norm(fr_graph *g, const fr_node *n, int i, fr_dtype dt, fr_attn_qkv_geom *geo)
+{
+    const fr_value *wq = fr_node_in(g, n, i), *wk = fr_node_in(g, n, i + 1);
+    if ((wq && wq->dtype != dt) || (wk && wk->dtype != dt))
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "the q/k norm weights must be %s", fr_dtype_name(dt));
+    return fr_attn_qkv_norm_geometry(n, wq ? wq->rank : 0, wq ? wq->dims : NULL, wk ? wk->rank : 0,
+                                     wk ? wk->dims : NULL, geo);
+}
 
 /* The segment ids Sk (input idx) and Sq (idx + 1), checked as the inner Attention takes them
  * (Q [B, Hk, G, T, D]: rows B * Hq, B or 1). */
@@ -407,7 +476,7 @@ static fr_status infer_segs(fr_graph *g, const fr_node *n, int idx, const fr_att
 static fr_status qkv_infer(fr_graph *g, int node_id)
 {
     const fr_node *n = &g->nodes[node_id];
-    FR_TRY(fr_infer_require_inputs(g, n, 1, 5));
+    FR_TRY(fr_infer_require_inputs(g, n, 1, 7));
     if (n->n_outputs < 1 || n->n_outputs > 2 || n->outputs[0] < 0)
         return fr_node_error(n, FR_ERR_GRAPH, "needs output O (and optionally LSE)");
     const fr_value *x = fr_node_in(g, n, 0), *c = fr_node_in(g, n, 1), *s = fr_node_in(g, n, 2);
@@ -420,6 +489,7 @@ static fr_status qkv_infer(fr_graph *g, int node_id)
     FR_TRY(fr_attn_read_attrs(n, geo.D, &a));
     if (a.causal && geo.T < 1) return fr_node_error(n, FR_ERR_SHAPE, "T must be >= 1");
     FR_TRY(infer_segs(g, n, 3, &geo));
+    FR_TRY(infer_norm(g, n, FR_ATTN_QKV_QNORM, dt, &geo));
     fr_dtype odt;
     FR_TRY(fr_attn_qkv_out_dtype(n, "o_dtype", dt, &odt));
     int64_t od[3];
@@ -432,8 +502,9 @@ static fr_status qkv_infer(fr_graph *g, int node_id)
 static fr_status qkvg_infer(fr_graph *g, int node_id)
 {
     const fr_node *n = &g->nodes[node_id];
-    FR_TRY(fr_infer_require_inputs(g, n, 4, 8));
-    if (n->n_outputs != 1) return fr_node_error(n, FR_ERR_GRAPH, "needs one output dX");
+    FR_TRY(fr_infer_require_inputs(g, n, 4, 10));
+    if (n->n_outputs < 1 || n->n_outputs > 3)
+        return fr_node_error(n, FR_ERR_GRAPH, "needs output dX (and dq_norm, dk_norm)");
     const fr_value *x = fr_node_in(g, n, 0), *c = fr_node_in(g, n, 4), *s = fr_node_in(g, n, 5);
     FR_TRY(check_dtypes(n, x->dtype, c ? &c->dtype : NULL, s ? &s->dtype : NULL));
     const fr_dtype dt = fr_attn_qkv_dtype(x->dtype); /* LSE's (O's, dO's: or bfloat16) */
@@ -460,7 +531,14 @@ static fr_status qkvg_infer(fr_graph *g, int node_id)
         }
     }
     FR_TRY(infer_segs(g, n, 6, &geo));
+    FR_TRY(infer_norm(g, n, FR_ATTN_QKV_GRAD_QNORM, dt, &geo));
+    if (n->n_outputs > 1 && !geo.qk_norm)
+        return fr_node_error(n, FR_ERR_GRAPH, "outputs dq_norm, dk_norm need inputs q_norm, k_norm");
     fr_infer_set(g, n, 0, dxt, x->rank, x->dims);
+    for (int o = 1; o < n->n_outputs; o++) {
+        const fr_value *w = fr_node_in(g, n, FR_ATTN_QKV_GRAD_QNORM + o - 1);
+        fr_infer_set(g, n, o, dt, w->rank, w->dims);
+    }
     return FR_OK;
 }
 
@@ -473,24 +551,29 @@ static fr_status qkv_grad(fr_grad_ctx *ctx)
         if (ctx->need_din[i] && n->inputs[i] >= 0)
             return fr_node_error(n, FR_ERR_UNSUPPORTED, "no gradient with respect to the rotary table '%s': RoPE "
                                  "treats cos and sin as constants", g->values[n->inputs[i]].name);
-    if (ctx->dout[0] < 0 || !ctx->need_din[0]) return FR_OK;
+    const int qn = FR_ATTN_QKV_QNORM, norm = n->n_inputs > qn + 1 && n->inputs[qn] >= 0;
+    const int want_w = norm && (ctx->need_din[qn] || ctx->need_din[qn + 1]);
+    if (ctx->dout[0] < 0 || (!ctx->need_din[0] && !want_w)) return FR_OK;
     if (n->n_outputs < 2 || n->outputs[1] < 0)
         return fr_node_error(n, FR_ERR_GRAPH, "the gradient needs the LSE output (output 1)");
     const int rope = n->n_inputs > 2 && n->inputs[1] >= 0;
-    int in[8] = {n->inputs[0], n->outputs[0], n->outputs[1], ctx->dout[0], rope ? n->inputs[1] : -1,
-                 rope ? n->inputs[2] : -1, -1, -1};
-    int n_in = rope ? 6 : 4;
+    int in[10] = {n->inputs[0], n->outputs[0], n->outputs[1], ctx->dout[0], rope ? n->inputs[1] : -1,
+                  rope ? n->inputs[2] : -1, -1, -1, norm ? n->inputs[qn] : -1, norm ? n->inputs[qn + 1] : -1};
+    int n_in = norm ? 10 : rope ? 6 : 4;
     for (int i = 3; i < 5; i++) /* Sk, Sq pass through at 6, 7 */
         if (n->n_inputs > i && n->inputs[i] >= 0) {
             in[i + 3] = n->inputs[i];
-            n_in = i + 4;
+            if (n_in < i + 4) n_in = i + 4;
         }
-    int out, nid;
-    FR_TRY(fr_grad_node(ctx, "AttentionQKVGrad", FR_DOMAIN_FP8RUN, n_in, in, 1, &out, &nid));
+    int out[3], nid;
+    FR_TRY(fr_grad_node(ctx, "AttentionQKVGrad", FR_DOMAIN_FP8RUN, n_in, in, want_w ? 3 : 1, out, &nid));
     n = &g->nodes[ctx->node_id];
     fr_node *gn = &g->nodes[nid];
     FR_TRY(fr_node_copy_attrs(gn, n)); /* the gradient node reads the forward's attributes */
-    ctx->din[0] = out;
+    /* (dX is always written: the norm weights' gradients come from it) */
+    if (ctx->need_din[0]) ctx->din[0] = out[0];
+    if (want_w && ctx->need_din[qn]) ctx->din[qn] = out[1];
+    if (want_w && ctx->need_din[qn + 1]) ctx->din[qn + 1] = out[2];
     return fr_grad_finish(ctx, nid);
 }
 

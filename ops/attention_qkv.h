@@ -11,7 +11,8 @@
  * and writes O in the layout the output projection reads; its backward writes the gradient of
  * the packed projection output directly.
  *
- * AttentionQKV(X [, cos, sin [, Sk [, Sq]]]) -> (O, LSE)   (optional inputs: an empty name is absent)
+ * AttentionQKV(X [, cos, sin [, Sk [, Sq [, q_norm, k_norm]]]]) -> (O, LSE)   (optional inputs: an empty
+ *   name is absent)
  *   X:    [B, T, W] float32, or bfloat16 (a narrowed projection, passes/narrow_activations.h:
  *         widened exactly, the op is then the float32 op on those values; O, LSE, dX and
  *         the tables float32), or float64 on the CPU (gradient checks). W = Hq * D + Hk * D +
@@ -37,7 +38,16 @@
  *   for bit on the CPU, Attention(Q', K', V) with Q' = Rotary(Q), K' = Rotary(K) the heads laid
  *   out [B, Hk, Hq / Hk, T, D] and [B, Hk, 1, T, D], O transposed back.
  *
- * AttentionQKVGrad(X, O, LSE, dO [, cos, sin [, Sk [, Sq]]]) -> dX [B, T, W]: dX's Q and K columns are
+ * q/k RMSNorm (Qwen3, Gemma3: per head; OLMo2: full width), inputs q_norm and k_norm after the
+ *   segment ids of ops/attention.h (input 5 and 6 of AttentionQKV, both or neither; an absent
+ *   input in between has an empty name): weights in the computing dtype, [D] (each head's D
+ *   features normalized alone) or [heads * D] (each token's Q, or K, columns together).
+ *   Applied to the Q and K columns before RoPE, exactly as RMSNormalization (ops/norm.h, the
+ *   last axis) with attribute qk_norm_eps (default 1e-6) as its epsilon would on them.
+ *
+ * AttentionQKVGrad(X, O, LSE, dO [, cos, sin [, Sk [, Sq [, q_norm, k_norm]]]]) -> dX [, dq_norm,
+ *   dk_norm] (the norm weights at inputs 8 and 9; their gradients, the sums over tokens and
+ *   heads of RMSNormGrad's dScale, as outputs 1 and 2). dX's Q and K columns are
  *   RotaryGrad of AttentionGrad's dQ and dK, its V columns dV (same attributes). Q' and K' are
  *   recomputed from X (the forward keeps no rotated copy). O and dO have O's shape, and the
  *   computing dtype or (float32 computation) bfloat16, each independently: widened exactly, the
@@ -56,6 +66,9 @@ typedef struct fr_attn_qkv_geom {
     int rotary, interleaved;
     int flat_output;             /* O is [B T, Hq Dv] */
     int64_t cos_b, sin_b;        /* table strides per batch index (0: one table for all) */
+    int qk_norm;                 /* q/k RMSNorm before RoPE (fr_attn_qkv_norm_geometry) */
+    int64_t qn_len, kn_len;      /* the normalized row of Q and of K: D, or heads * D */
+    float qk_norm_eps;
     /* the row of token t is at t * D */
 } fr_attn_qkv_geom;
 
@@ -63,6 +76,23 @@ typedef struct fr_attn_qkv_geom {
  * and fills *geo; errors name the node. */
 FR_NODISCARD fr_status fr_attn_qkv_geometry(const fr_node *n, int rx, const int64_t *dx, int rc, const int64_t *dc,
                                             int rs, const int64_t *ds, fr_attn_qkv_geom *geo);
+/* Where the q/k norm weights are: inputs of AttentionQKV and of AttentionQKVGrad. */
+#define FR_ATTN_QKV_QNORM 5
+#define FR_ATTN_QKV_GRAD_QNORM 8
+
+/* The q/k norm weights' shapes (both NULL: no norm) and attribute qk_norm_eps, into geo (its
+ * heads and head dim already read by fr_attn_qkv_geometry); errors name the node. */
+FR_NODISCARD fr_status fr_attn_qkv_norm_geometry(const fr_node *n, int rq, const int64_t *dq, int rk,
+                                                 const int64_t *dk, fr_attn_qkv_geom *geo);
+/* CPU (ops/attention_qkv_norm.c), dt float32 or float64: xn = X with its Q and K columns
+ * normalized; and the backward, in place on dX (holding the gradient for xn's values on entry),
+ * with the weights' gradients into dwq, dwk (NULL: not wanted). */
+void fr_attn_qkv_norm_cpu(const fr_attn_qkv_geom *g, fr_dtype dt, const void *x, const void *wq, const void *wk,
+                          void *xn);
+FR_NODISCARD fr_status fr_attn_qkv_norm_grad_cpu(const fr_node *n, const fr_attn_qkv_geom *g, fr_dtype dt,
+                                                 const void *x, const void *wq, const void *wk, void *dx, void *dwq,
+                                                 void *dwk);
+
 /* The dtype the op computes in and writes (O, LSE, dX; the tables'): float32 for bfloat16 X,
  * else X's. */
 fr_dtype fr_attn_qkv_dtype(fr_dtype x);

@@ -3,6 +3,7 @@
  * projection reads, following each Reshape and Transpose as a strided view; when the views
  * are the packed layout AttentionQKV reads and writes, replace the whole region by it. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops/attention.h"
@@ -123,10 +124,14 @@ typedef struct chain {
     int n, nodes[MAX_CHAIN]; /* producer order: nodes[0] reads the Split output */
     int rotary;              /* the Rotary node, -1: none */
     view at_rotary;          /* its input as a view of X */
+    int norm;                /* the q/k RMSNormalization node (before the Rotary), -1: none */
+    view at_norm;            /* its input as a view of X */
 } chain;
 
 typedef struct match {
     int attn, split, x, z, cos, sin, interleaved, flat_output;
+    int wq, wk; /* the q/k norm weights (-1: no norm) */
+    float eps;
     int seg_k, seg_q; /* the Attention's segment ids Sk, Sq (-1: absent), handed on */
     int64_t B, T, W, Hq, Hk, D, Dv;
     chain c[3];
@@ -135,7 +140,14 @@ typedef struct match {
 
 typedef struct ctx {
     fr_readers rd;
+    char *why; /* fr_attention_io_why: the first reason a match fails (NULL: not asked) */
+    size_t wn;
+    int shape_only; /* (fr_attention_io_why) the layout alone: values may have more readers, as a
+                       differentiated graph's have (its backward reads them) */
 } ctx;
+
+/* Records why a match failed (the first reason only) and yields `fail`. */
+#define WHY(fail, ...) (cx->why && !cx->why[0] ? (snprintf(cx->why, cx->wn, __VA_ARGS__), (fail)) : (fail))
 
 static int is_layout(const fr_node *n)
 {
@@ -144,6 +156,13 @@ static int is_layout(const fr_node *n)
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
         if (strcmp(n->op_type, ops[i]) == 0) return 1;
     return 0;
+}
+
+/* RMSNormalization (ONNX's or fp8run's: passes/rmsnorm_fuse.h) with its Scale, one output */
+static int is_norm(const fr_node *n)
+{
+    return n && !n->dead && (n->domain[0] == 0 || strcmp(n->domain, FR_DOMAIN_FP8RUN) == 0) &&
+           strcmp(n->op_type, "RMSNormalization") == 0 && n->n_inputs == 2 && n->inputs[1] >= 0 && n->n_outputs == 1;
 }
 
 static int is_rotary(const fr_node *n)
@@ -157,17 +176,36 @@ static int walk_back(const ctx *cx, int v, chain *c)
 {
     const fr_graph *g = cx->rd.g;
     c->n = 0;
-    c->rotary = -1;
+    c->rotary = c->norm = -1;
     int nodes[MAX_CHAIN];
     for (;;) {
-        if (v < 0 || cx->rd.count[v] != 1) return -1;
+        if (v < 0) return -1;
+        if (cx->rd.count[v] != 1 && !cx->shape_only)
+            return WHY(-1, "a value between the projection and it has another reader");
         const fr_node *p = fr_live_producer(g, v);
-        if (!p) return -1;
+        if (!p) return WHY(-1, "Q, K or V is no projection's output");
         if (fr_is_onnx_op(p, "Split")) break;
-        if (c->n == MAX_CHAIN || !(is_layout(p) || is_rotary(p))) return -1;
+        if (c->n == MAX_CHAIN) return WHY(-1, "more than %d layout nodes between the projection and it", MAX_CHAIN);
+        if (!(is_layout(p) || is_rotary(p) || is_norm(p))) {
+            if (strcmp(p->op_type, "Linear") == 0 || strcmp(p->op_type, "MatMul") == 0 ||
+                strcmp(p->op_type, "Gemm") == 0)
+                return WHY(-1, "Q, K and V come from separate projections, not one fused Q/K/V Linear and its Split");
+            /* (no node name: the reason is the same for every layer) */
+            return WHY(-1, "Q, K or V passes through a %s (the staging reads one Split of the fused projection through "
+                       "Reshape, Transpose, Rotary and RMSNormalization only%s)", p->op_type,
+                       strcmp(p->op_type, "Slice") == 0
+                           ? "; Slices of a packed projection or of a partial rotary are not read through"
+                       : strcmp(p->op_type, "Concat") == 0
+                           ? "; a partial rotary's halves or a per-head Q/K/V interleave are joined so"
+                           : "");
+        }
         if (is_rotary(p)) {
-            if (c->rotary >= 0) return -1;
+            if (c->rotary >= 0) return WHY(-1, "two Rotary nodes on one input");
             c->rotary = (int)(p - g->nodes);
+        }
+        if (is_norm(p)) { /* met walking back: it must come before the Rotary (RoPE of normalized heads) */
+            if (c->norm >= 0) return WHY(-1, "two RMSNormalization nodes on one input");
+            c->norm = (int)(p - g->nodes);
         }
         nodes[c->n++] = (int)(p - g->nodes);
         v = p->inputs[0];
@@ -185,11 +223,18 @@ static int walk_views(const fr_graph *g, const match *m, int sv, chain *c, view 
     v->rank = 3;
     v->dims[0] = s->dims[0], v->dims[1] = s->dims[1], v->dims[2] = s->dims[2];
     v->strides[0] = m->T * m->W, v->strides[1] = m->W, v->strides[2] = 1;
+    int seen_rotary = 0;
     for (int i = 0; i < c->n; i++) {
         const fr_node *n = &g->nodes[c->nodes[i]];
         const fr_value *y = &g->values[n->outputs[0]];
         if (is_rotary(n)) {
             c->at_rotary = *v;
+            seen_rotary = 1;
+            continue;
+        }
+        if (is_norm(n)) {
+            if (seen_rotary) return 0; /* RoPE, then the norm: not what the op computes */
+            c->at_norm = *v;
             continue;
         }
         if (strcmp(n->op_type, "Transpose") == 0) {
@@ -242,6 +287,36 @@ static int rotary_ok(const fr_graph *g, const match *m, const fr_node *r, const 
     return 1;
 }
 
+/* The q/k RMSNormalization r of a section of `heads` heads, its input at view v of X: its rows
+ * (the last axis only) are each head's D features (per head) or, on [B, T, heads D], each
+ * token's section (full width), and its Scale a float32 vector of that length. Returns the
+ * row length, 0 when it is neither; *eps its epsilon. */
+static int64_t norm_ok(const fr_graph *g, const match *m, const fr_node *r, const view *v, int64_t heads, float *eps)
+{
+    const fr_value *x = &g->values[r->inputs[0]], *w = &g->values[r->inputs[1]];
+    int64_t axis = -2;
+    if (fr_node_attr_int(r, "axis", -1, &axis) != FR_OK || fr_node_attr_float(r, "epsilon", 1e-5f, eps) != FR_OK) {
+        fr_clear_error();
+        return 0;
+    }
+    if (x->dtype != FR_F32 || w->dtype != FR_F32 || x->rank != v->rank || v->rank < 1) return 0;
+    if (axis != -1 && axis != v->rank - 1) return 0;
+    const int last = v->rank - 1;
+    const int64_t len = v->dims[last];
+    if ((len != m->D && len != heads * m->D) || (len > 1 && v->strides[last] != 1)) return 0;
+    int64_t numel = 1;
+    for (int k = 0; k < w->rank; k++) numel *= w->dims[k];
+    if (w->rank < 1 || numel != len || w->dims[w->rank - 1] != len) return 0;
+    for (int k = 0; k < last; k++) { /* every other dim steps whole rows: token, batch or head */
+        if (v->dims[k] == 1) continue;
+        const int64_t st = v->strides[k];
+        const int ok = (st == m->W && v->dims[k] == m->T) || (st == m->T * m->W && v->dims[k] == m->B) ||
+                       (len == m->D && st % m->D == 0 && st < m->W);
+        if (!ok) return 0;
+    }
+    return len;
+}
+
 /* The RoPE tables of q and k are one: the same value, equal constants, or the same op on the
  * same inputs (the opset-23 RotaryEmbedding import stages each call's tables itself). */
 static int same_table(const fr_graph *g, int a, int b)
@@ -279,6 +354,10 @@ static int walk_out(const ctx *cx, match *m, const fr_node *a)
     vals[0] = v;
     for (;;) {
         const fr_node *r = fr_sole_reader(&cx->rd, v);
+        if (!r && cx->shape_only) /* (a backward reads O too: follow its layout reader) */
+            for (int k = 0; !r && k < 5; k++)
+                r = fr_reader_op(&cx->rd, v, (const char *const[]){"Reshape", "Transpose", "Unsqueeze", "Squeeze",
+                                                                   "Flatten"}[k]);
         if (!is_layout(r) || r->inputs[0] != v || n == MAX_CHAIN) break;
         nodes[n++] = (int)(r - g->nodes);
         v = r->outputs[0];
@@ -320,26 +399,31 @@ static int match_at(void *cv, int ai, void *mv)
     const fr_node *a = &g->nodes[ai];
     memset(m, 0, sizeof *m);
     if (a->dead || strcmp(a->domain, FR_DOMAIN_FP8RUN) != 0 || strcmp(a->op_type, "Attention") != 0) return 0;
-    if (a->n_inputs < 3 || (a->n_inputs > 3 && a->inputs[3] >= 0) || a->n_outputs < 1) return 0;
+    if (a->n_inputs < 3 || a->n_outputs < 1) return 0;
+    if (a->n_inputs > 3 && a->inputs[3] >= 0)
+        return WHY(0, "it reads an additive mask tensor (the staging takes causal and window masks only)");
     m->seg_k = a->n_inputs > 4 ? a->inputs[4] : -1;
     m->seg_q = a->n_inputs > 5 ? a->inputs[5] : -1;
-    if (a->n_outputs > 1 && a->outputs[1] >= 0 && cx->rd.count[a->outputs[1]] != 0) return 0;
+    if (a->n_outputs > 1 && a->outputs[1] >= 0 && cx->rd.count[a->outputs[1]] != 0 && !cx->shape_only)
+        return WHY(0, "its LSE output is read by the graph");
     int sv[3], split = -1;
     for (int i = 0; i < 3; i++) {
         if (a->inputs[i] < 0 || (i > 0 && a->inputs[i] == a->inputs[0])) return 0;
         sv[i] = walk_back(cx, a->inputs[i], &m->c[i]);
-        if (sv[i] < 0) return 0;
+        if (sv[i] < 0) return WHY(0, "?");
         const fr_node *sp = fr_live_producer(g, sv[i]);
         const int s = (int)(sp - g->nodes);
-        if (split >= 0 && s != split) return 0;
+        if (split >= 0 && s != split) return WHY(0, "Q, K and V come from different Splits");
         split = s;
     }
     const fr_node *sp = &g->nodes[split];
-    if (sp->n_outputs != 3 || sp->outputs[0] != sv[0] || sp->outputs[1] != sv[1] || sp->outputs[2] != sv[2]) return 0;
+    if (sp->n_outputs != 3 || sp->outputs[0] != sv[0] || sp->outputs[1] != sv[1] || sp->outputs[2] != sv[2])
+        return WHY(0, "the projection's Split is not Q, K, V in that order");
     m->attn = ai, m->split = split, m->x = sp->inputs[0];
     const fr_value *x = &g->values[m->x];
     const int64_t axis = attr_int(sp, "axis", 0);
-    if (x->dtype != FR_F32 || x->rank != 3 || (axis != 2 && axis != -1)) return 0;
+    if (x->dtype != FR_F32 || x->rank != 3 || (axis != 2 && axis != -1))
+        return WHY(0, "the projection output is not a float32 [B, T, W] split on its last axis");
     m->B = x->dims[0], m->T = x->dims[1], m->W = x->dims[2];
     const fr_value *q = &g->values[a->inputs[0]], *k = &g->values[a->inputs[1]], *v = &g->values[a->inputs[2]];
     m->D = q->dims[q->rank - 1];
@@ -353,8 +437,9 @@ static int match_at(void *cv, int ai, void *mv)
     const int64_t heads[3] = {m->Hq, m->Hk, m->Hk}, width[3] = {m->D, m->D, m->Dv};
     for (int i = 0; i < 3; i++) {
         view w;
-        if (!walk_views(g, m, sv[i], &m->c[i], &w)) return 0;
-        if (!view_packed(&w, m->B, m->T, m->W, heads[i], width[i])) return 0;
+        if (!walk_views(g, m, sv[i], &m->c[i], &w) || !view_packed(&w, m->B, m->T, m->W, heads[i], width[i]))
+            return WHY(0, "its %s heads are not read from the projection as [B, heads, T, D] of [Q | K | V] columns",
+                       i == 0 ? "Q" : i == 1 ? "K" : "V");
     }
     /* query head h reads K/V head h / G, the op's grouping */
     fr_attn_attrs at;
@@ -369,17 +454,33 @@ static int match_at(void *cv, int ai, void *mv)
         if (fr_attn_kv_index(&geo, i) != (i / m->Hq) * m->Hk + (i % m->Hq) / (m->Hq / m->Hk)) return 0;
     /* RoPE: on q and k alike, or on neither; never on v */
     const int rq = m->c[0].rotary, rk = m->c[1].rotary;
-    if (m->c[2].rotary >= 0 || (rq < 0) != (rk < 0)) return 0;
+    if (m->c[2].rotary >= 0 || (rq < 0) != (rk < 0)) return WHY(0, "RoPE is not on Q and K alike");
     m->cos = m->sin = -1;
     if (rq >= 0) {
         const fr_node *nq = &g->nodes[rq], *nk = &g->nodes[rk];
-        if (!same_table(g, nq->inputs[1], nk->inputs[1]) || !same_table(g, nq->inputs[2], nk->inputs[2])) return 0;
+        if (!same_table(g, nq->inputs[1], nk->inputs[1]) || !same_table(g, nq->inputs[2], nk->inputs[2]))
+            return WHY(0, "q and k read different RoPE tables");
         m->interleaved = (int)attr_int(nq, "interleaved", 0);
         if (m->interleaved != attr_int(nk, "interleaved", 0) || m->interleaved < 0 || m->D % 2) return 0;
-        if (!rotary_ok(g, m, nq, &m->c[0].at_rotary) || !rotary_ok(g, m, nk, &m->c[1].at_rotary)) return 0;
+        if (!rotary_ok(g, m, nq, &m->c[0].at_rotary) || !rotary_ok(g, m, nk, &m->c[1].at_rotary))
+            return WHY(0, "its RoPE tables are not [.., T, D] per token");
         m->cos = nq->inputs[1], m->sin = nq->inputs[2];
     }
-    return walk_out(cx, m, a);
+    /* q/k RMSNorm: on q and k alike (the same epsilon), or on neither; never on v */
+    const int nq_ = m->c[0].norm, nk_ = m->c[1].norm;
+    m->wq = m->wk = -1;
+    if (m->c[2].norm >= 0 || (nq_ < 0) != (nk_ < 0)) return WHY(0, "an RMSNorm on one of Q and K only (or on V)");
+    if (nq_ >= 0) {
+        float eq, ek;
+        const fr_node *q_ = &g->nodes[nq_], *k_ = &g->nodes[nk_];
+        if (!norm_ok(g, m, q_, &m->c[0].at_norm, m->Hq, &eq) || !norm_ok(g, m, k_, &m->c[1].at_norm, m->Hk, &ek) ||
+            eq != ek)
+            return WHY(0, "its q/k RMSNorm is neither per head nor full width (or q and k differ in epsilon)");
+        m->wq = q_->inputs[1], m->wk = k_->inputs[1], m->eps = eq;
+    }
+    if (!walk_out(cx, m, a))
+        return WHY(0, "its O does not reach a [B, T, heads * Dv] tensor through Reshape and Transpose only");
+    return 1;
 }
 
 static fr_status fuse_one(void *cv, const void *mv)
@@ -397,8 +498,8 @@ static fr_status fuse_one(void *cv, const void *mv)
     snprintf(nm, sizeof nm, "%s/lse", base);
     int lse;
     FR_TRY(fr_graph_add_unique_value(g, nm, &lse));
-    int in[5] = {m->x, m->cos, m->sin, m->seg_k, m->seg_q}, out[2] = {m->z, lse}, nid;
-    const int n_in = m->seg_q >= 0 ? 5 : m->seg_k >= 0 ? 4 : m->cos >= 0 ? 3 : 1;
+    int in[7] = {m->x, m->cos, m->sin, m->seg_k, m->seg_q, m->wq, m->wk}, out[2] = {m->z, lse}, nid;
+    const int n_in = m->wq >= 0 ? 7 : m->seg_q >= 0 ? 5 : m->seg_k >= 0 ? 4 : m->cos >= 0 ? 3 : 1;
     FR_TRY(fr_graph_add_node(g, "AttentionQKV", FR_DOMAIN_FP8RUN, base, n_in, in, 2, out, &nid));
     const fr_node *a = &g->nodes[m->attn];
     fr_node *n = &g->nodes[nid];
@@ -416,12 +517,31 @@ static fr_status fuse_one(void *cv, const void *mv)
     FR_TRY(fr_node_set_attr_int(n, "head_dim", m->D));
     if (m->interleaved) FR_TRY(fr_node_set_attr_int(n, "interleaved", 1));
     if (m->flat_output) FR_TRY(fr_node_set_attr_int(n, "flat_output", 1));
+    if (m->wq >= 0) FR_TRY(fr_node_set_attr_float(n, "qk_norm_eps", m->eps));
     return fr_node_infer(g, nid);
+}
+
+int fr_attention_io_why(const fr_graph *g, int node, char *why, size_t n)
+{
+    if (n) why[0] = 0;
+    ctx c = {{(fr_graph *)g, NULL}, why, n, 1};
+    if (fr_readers_refresh(&c.rd, "attention I/O check") != FR_OK) {
+        fr_clear_error();
+        snprintf(why, n, "out of memory");
+        return 0;
+    }
+    match *m = malloc(sizeof *m);
+    int ok = m ? match_at(&c, node, m) : 0;
+    free(m);
+    fr_readers_free(&c.rd);
+    if (!ok && n && (!why[0] || strcmp(why, "?") == 0))
+        snprintf(why, n, "its Q, K, V or O are not laid out as the staging reads them");
+    return ok;
 }
 
 fr_status fr_fuse_attention_io(fr_graph *g, int *count)
 {
-    ctx c = {{g, NULL}};
+    ctx c = {{g, NULL}, NULL, 0, 0};
     match m;
     fr_status st = fr_fuse_loop(&c.rd, "attention I/O fusion", match_at, fuse_one, &c, &m, count);
     fr_readers_free(&c.rd);

@@ -13,6 +13,8 @@
  * the section), K and V the second and third likewise; query head h must read K/V head
  * h / (Hq / Hk); Rotary (same tables and interleaving on q and k, none on v) anywhere in the q
  * and k chains where its tables follow the token (and the batch, or not) but not the head;
+ * an RMSNormalization over the last axis before it on q and k alike (per head: rows of D; or
+ * full width: [B, T, heads D]), its weight and epsilon becoming AttentionQKV's q/k norm;
  * every intermediate value read only by the next node of its chain (not a graph output); no
  * mask input; Attention's LSE unread. The Attention node's attributes carry over. Other graphs
  * are left as they are. */
@@ -23,5 +25,10 @@
 
 /* *count receives the number of AttentionQKV nodes made. */
 FR_NODISCARD fr_status fr_fuse_attention_io(fr_graph *g, int *count);
+
+/* Whether the layout of ai.fp8run::Attention node `node` of g is one the pass fuses (1), else 0
+ * with the first reason it is not in why[0..n) ("it reads an additive mask tensor ..."). Other
+ * readers of the values on the way (a backward's) are not held against it. g is not changed. */
+int fr_attention_io_why(const fr_graph *g, int node, char *why, size_t n);
 
 #endif

@@ -42,7 +42,7 @@ void fr_ft_check_pattern(fr_ft_build_fn build, int kind, int64_t opset, fr_ft_pa
 
 /* What `--train` must say for them until the exporter's parameter record is read: their
  * parameters' names (the exporter's constants, tables and masks stay untrained). */
-#define FR_FT_HF_TRAIN "^(model|lm_head|transformer|bert|cls)\\."
+#define FR_FT_HF_TRAIN "^(model|lm_head|transformer|bert|cls|gpt_neox|embed_out)\\."
 /* Untrains the float initializers whose name does not match FR_FT_HF_TRAIN. */
 void fr_ft_freeze_constants(fr_graph *g);
 /* tests/fixtures/hf/DIR/model.onnx as imported (what the trainer takes). */

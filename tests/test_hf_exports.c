@@ -32,6 +32,9 @@ static const char *const FIXTURES[] = {
     "gpt2_op18_static", "gpt2_op18_dynamic", "gpt2_op23_static", "gpt2_op23_dynamic",
     "phi3_op18_static", "phi3_op23_static", "gemma_op18_static", "gemma_op23_static",
     "bert_op18_static", "bert_op23_static", "mistral_op18_dynamic", "mistral_op23_dynamic",
+    "qwen3_op18_static", "qwen3_op23_static", "gpt_neox_op18_static", "gpt_neox_op23_static",
+    "olmo2_op18_static", "olmo2_op23_static", "gemma3_op18_static", "gemma3_op23_static",
+    "qwen3_op18_dynamic", "qwen3_op23_dynamic", "gpt_neox_op18_dynamic", "gpt_neox_op23_dynamic",
 };
 #define N_FIXTURES ((int)(sizeof FIXTURES / sizeof FIXTURES[0]))
 
@@ -327,7 +330,9 @@ static void check_fixture(int i)
 FIXTURE_TEST(0) FIXTURE_TEST(1) FIXTURE_TEST(2) FIXTURE_TEST(3) FIXTURE_TEST(4) FIXTURE_TEST(5)
 FIXTURE_TEST(6) FIXTURE_TEST(7) FIXTURE_TEST(8) FIXTURE_TEST(9) FIXTURE_TEST(10) FIXTURE_TEST(11)
 FIXTURE_TEST(12) FIXTURE_TEST(13) FIXTURE_TEST(14) FIXTURE_TEST(15) FIXTURE_TEST(16) FIXTURE_TEST(17)
-FIXTURE_TEST(18) FIXTURE_TEST(19)
+FIXTURE_TEST(18) FIXTURE_TEST(19) FIXTURE_TEST(20) FIXTURE_TEST(21) FIXTURE_TEST(22) FIXTURE_TEST(23)
+FIXTURE_TEST(24) FIXTURE_TEST(25) FIXTURE_TEST(26) FIXTURE_TEST(27) FIXTURE_TEST(28) FIXTURE_TEST(29)
+FIXTURE_TEST(30) FIXTURE_TEST(31)
 
 /* FP8 tracks fp32 on the Llama export over 300 steps (the mean of the last 20 losses) */
 static void test_llama_fp8_tracks_fp32(void)
@@ -358,7 +363,8 @@ static int suite_init(void)
 #define T(i) {"fixture " #i, test_fixture_##i}
 static CU_TestInfo tests[] = {
     T(0), T(1), T(2), T(3), T(4), T(5), T(6), T(7), T(8), T(9), T(10), T(11), T(12), T(13), T(14), T(15),
-    T(16), T(17), T(18), T(19), {"llama fp8 tracks fp32", test_llama_fp8_tracks_fp32}, CU_TEST_INFO_NULL,
+    T(16), T(17), T(18), T(19), T(20), T(21), T(22), T(23), T(24), T(25), T(26), T(27), T(28), T(29), T(30),
+    T(31), {"llama fp8 tracks fp32", test_llama_fp8_tracks_fp32}, CU_TEST_INFO_NULL,
 };
 static CU_SuiteInfo suites[] = {{"hf_exports", suite_init, cli_suite_clean, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
 

@@ -12,8 +12,8 @@ GQA where the architecture has it, tied embeddings where it ties them, dropout 0
 OPSET in 18 and 23 it writes OUT_DIR/ARCH_opOPSET_STYLE/, STYLE being
   static   input_ids [2, 11] only: masks and rotary tables are folded for that shape
   dynamic  input_ids and attention_mask with dynamic batch and seq (torch.export
-           dynamic_shapes): the masks are computed in the graph (llama, gpt2, and mistral:
-           its sliding window)
+           dynamic_shapes): the masks are computed in the graph (llama, gpt2, qwen3,
+           gpt_neox, and mistral: its sliding window)
 holding
   model.onnx            the export (dynamo=True, the exporter's default optimizer); llama's
                         dynamic export keeps its weights in model.onnx.data (external data)
@@ -50,13 +50,15 @@ import transformers
 from transformers import (BertConfig, BertForMaskedLM, GemmaConfig, GemmaForCausalLM, GPT2Config,
                           GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig,
                           MistralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config,
-                          Qwen2ForCausalLM)
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, GPTNeoXConfig,
+                          GPTNeoXForCausalLM, Olmo2Config, Olmo2ForCausalLM, Gemma3TextConfig,
+                          Gemma3ForCausalLM)
 
 warnings.filterwarnings("ignore")
 PADDED_ONLY = sys.argv[1] == "--padded-only"
 OUT = sys.argv[2] if PADDED_ONLY else sys.argv[1]
 ONLY = sys.argv[3:] if PADDED_ONLY else sys.argv[2:]
-DYNAMIC = ("llama", "gpt2", "mistral")
+DYNAMIC = ("llama", "gpt2", "mistral", "qwen3", "gpt_neox")
 PAD = 4
 V, B, T, STEPS, LR = 211, 2, 11, 20, 1e-3
 torch.set_num_threads(4)
@@ -84,6 +86,26 @@ def configs():
         "gemma": (GemmaForCausalLM, GemmaConfig(hidden_size=48, intermediate_size=104, num_hidden_layers=2,
                                                 num_attention_heads=4, num_key_value_heads=1, head_dim=16,
                                                 hidden_activation="gelu_pytorch_tanh", **common)),
+        # per-head q/k RMSNorm before RoPE, head_dim not hidden / heads
+        "qwen3": (Qwen3ForCausalLM, Qwen3Config(hidden_size=64, intermediate_size=136, num_hidden_layers=2,
+                                                num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                                tie_word_embeddings=True, **common)),
+        # full-width q/k RMSNorm (over all heads of q, of k) before the head split and RoPE
+        "olmo2": (Olmo2ForCausalLM, Olmo2Config(hidden_size=64, intermediate_size=136, num_hidden_layers=2,
+                                                num_attention_heads=4, num_key_value_heads=2, **common)),
+        # per-head q/k RMSNorm with (1 + w) weights, sliding-window layers between global ones
+        "gemma3": (Gemma3ForCausalLM, Gemma3TextConfig(hidden_size=48, intermediate_size=104, num_hidden_layers=2,
+                                                       num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                                       sliding_window=6, layer_types=["sliding_attention",
+                                                                                      "full_attention"],
+                                                       **common)),
+        # LayerNorm, GELU, biases, partial rotary (rotary_pct 0.25), parallel attention + MLP
+        "gpt_neox": (GPTNeoXForCausalLM, GPTNeoXConfig(vocab_size=V, hidden_size=64, intermediate_size=136,
+                                                      num_hidden_layers=2, num_attention_heads=4,
+                                                      rotary_pct=0.25, max_position_embeddings=64,
+                                                      use_parallel_residual=True, hidden_dropout=0.0,
+                                                      attention_dropout=0.0, bos_token_id=1,
+                                                      eos_token_id=2)),
         "bert": (BertForMaskedLM, BertConfig(vocab_size=V, hidden_size=40, intermediate_size=100,
                                              num_hidden_layers=2, num_attention_heads=4,
                                              max_position_embeddings=64, hidden_dropout_prob=0.0,
@@ -152,6 +174,19 @@ def save_padded(w, ids, d):
         np.save(os.path.join(d, "output_logits_%s.npy" % side), logits.float().numpy())
 
 
+def perturb_norms(arch, m):
+    """Distinct norm weights, as a pretrained model's are: with the fresh init's equal ones the
+    exporter merges GPT-NeoX's two LayerNorms of a parallel block (same input, equal weights)
+    into one node, and the export trains one where PyTorch trains two."""
+    if arch not in ("gpt_neox", "olmo2", "gemma3"):
+        return
+    gn = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for k, p in m.named_parameters():
+            if "norm" in k:
+                p.add_(0.1 * torch.randn(p.shape, generator=gn))
+
+
 def padded_only():
     """The padded references for the dynamic fixtures in OUT, their models rebuilt from the seeds."""
     ok = True
@@ -164,6 +199,7 @@ def padded_only():
                 continue
             torch.manual_seed(0)
             m = cls(cfg)
+            perturb_norms(arch, m)
             if hasattr(m.config, "use_cache"):
                 m.config.use_cache = False
             w = logits_only(m, False).eval()
@@ -216,6 +252,7 @@ def main():
                 os.makedirs(d, exist_ok=True)
                 torch.manual_seed(0)
                 m = cls(cfg)
+                perturb_norms(arch, m)
                 if hasattr(m.config, "use_cache"):
                     m.config.use_cache = False
                 w = logits_only(m, arch == "bert").eval()

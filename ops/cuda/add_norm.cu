@@ -9,9 +9,13 @@
  * sum(dy w xh) = inv * sum(dy w x).
  *
  * dScale without a second pass over dy and x: the backward runs one wave of resident blocks
- * (at most kBwdGrid; the grid depends on the device only), each taking rows blockIdx.x, + gridDim.x, ...; a thread always owns the same
+ * (at most bwd_blocks: 512, more for short rows; the grid depends on the device and the row
+ * length only), each taking rows blockIdx.x, + gridDim.x, ...; a thread always owns the same
  * columns, so it sums dy * xh of its columns over its block's rows in registers (double) and
- * writes them once to a [blocks, len] scratch; a second small kernel adds the blocks in order.
+ * writes them once to a [blocks, len] scratch; a second small kernel adds the blocks in a fixed
+ * order (32 columns x 32 lanes of blocks per thread block, then a tree over the lanes).
+ * Short rows (a per-head q/k norm: 128 features, one warp a block) need many blocks in flight
+ * to reach the memory's speed: the grid cap grows as the rows shorten (partials up to 4 MiB).
  * No atomics: the bits repeat from run to run.
  *
  * Rows that do not fit the registers (len % 4 != 0 or len > 8192) take the same kernels
@@ -38,7 +42,9 @@ namespace {
 
 constexpr int kThreads = 256;  /* most threads per block */
 constexpr int kMaxRegs = 32;   /* most floats per thread held in registers (vectors x V) */
-constexpr int64_t kBwdGrid = 512;
+constexpr int64_t kBwdGrid = 512;        /* the backward's grid cap for long rows */
+constexpr int64_t kBwdGridMax = 8192;    /* and for short ones */
+constexpr int64_t kBwdPartBytes = 4 << 20; /* the dScale partials' bytes that lift the cap past kBwdGrid */
 
 typedef __nv_bfloat16 bf16;
 
@@ -249,14 +255,22 @@ __global__ void __launch_bounds__(kThreads) rms_bwd(const TD *dy, const float *x
     }
 }
 
-/* dw[j] = the blocks' partials of column j added in block order */
-__global__ void __launch_bounds__(256) rms_dw(const double *part, int64_t blocks, int64_t len, float *dw)
+/* dw[j] = the blocks' partials of column j: block (32, 32), thread (x, y) adds blocks y, y + 32,
+ * ... of column 32 blockIdx.x + x in order, then the 32 lanes in a fixed tree */
+__global__ void __launch_bounds__(1024) rms_dw(const double *part, int64_t blocks, int64_t len, float *dw)
 {
-    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < len; j += (int64_t)gridDim.x * blockDim.x) {
-        double s = 0.0;
-        for (int64_t b = 0; b < blocks; b++) s += part[b * len + j];
-        dw[j] = (float)s;
+    __shared__ double red[32][33];
+    const int64_t j = (int64_t)blockIdx.x * 32 + threadIdx.x;
+    double s = 0.0;
+    if (j < len)
+        for (int64_t b = threadIdx.y; b < blocks; b += 32) s += part[b * len + j];
+    red[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    for (int h = 16; h > 0; h >>= 1) {
+        if (threadIdx.y < h) red[threadIdx.y][threadIdx.x] += red[threadIdx.y + h][threadIdx.x];
+        __syncthreads();
     }
+    if (threadIdx.y == 0 && j < len) dw[j] = (float)red[0][threadIdx.x];
 }
 
 /* ---------------------------------------------------------------- launch ---- */
@@ -286,7 +300,12 @@ Shape shape_of(int64_t len, int aligned)
     return s;
 }
 
-int64_t bwd_blocks(int64_t rows) { return rows < kBwdGrid ? rows : kBwdGrid; }
+int64_t bwd_blocks(int64_t rows, int64_t len)
+{
+    int64_t cap = kBwdPartBytes / ((len > 0 ? len : 1) * (int64_t)sizeof(double));
+    cap = cap < kBwdGrid ? kBwdGrid : cap > kBwdGridMax ? kBwdGridMax : cap;
+    return rows < cap ? rows : cap;
+}
 
 unsigned fwd_blocks(int64_t rows) { return (unsigned)(rows < (1 << 20) ? rows : (1 << 20)); }
 
@@ -334,14 +353,14 @@ void fwd_t(cudaStream_t st, const float *a, const void *bv, const float *w, floa
 /* the backward's grid: one wave of resident blocks (no tail), at most bwd_blocks (the scratch's).
  * The kernel passed is the float32 one of the shape whatever dY's dtype, so the grid, and with
  * it the order of dScale's partial sums, does not depend on the dtype. */
-template <class K> int64_t bwd_grid(K kernel, int threads, int sm_count, int64_t rows)
+template <class K> int64_t bwd_grid(K kernel, int threads, int sm_count, int64_t rows, int64_t len)
 {
     int per_sm = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) != cudaSuccess || per_sm < 1) {
         (void)cudaGetLastError();
         per_sm = 1;
     }
-    const int64_t wave = (int64_t)per_sm * (sm_count > 0 ? sm_count : 1), cap = bwd_blocks(rows);
+    const int64_t wave = (int64_t)per_sm * (sm_count > 0 ? sm_count : 1), cap = bwd_blocks(rows, len);
     return wave < cap ? wave : cap;
 }
 
@@ -350,7 +369,7 @@ int64_t launch_bwd(int threads, int sm_count, cudaStream_t st, const TD *dy, con
                    const float *dh, float *dx, double *part, int64_t rows, int64_t len, float eps)
 {
     if constexpr (V * VPT <= kMaxRegs) {
-        const int64_t g = bwd_grid(rms_bwd<V, VPT, float>, threads, sm_count, rows);
+        const int64_t g = bwd_grid(rms_bwd<V, VPT, float>, threads, sm_count, rows, len);
         rms_bwd<V, VPT, TD><<<(unsigned)g, threads, 0, st>>>(dy, x, w, dh, dx, part, rows, len, eps);
         return g;
     }
@@ -428,7 +447,7 @@ int fr_rms_rows_fast(int64_t len) { return len > 0 && shape_of(len, 1).vpt > 0; 
 
 size_t fr_rms_rows_bwd_scratch(int64_t rows, int64_t len)
 {
-    const int64_t b = bwd_blocks(rows);
+    const int64_t b = bwd_blocks(rows, len);
     return (size_t)(b > 0 ? b : 1) * (size_t)(len > 0 ? len : 1) * sizeof(double);
 }
 
@@ -473,7 +492,7 @@ fr_status fr_rms_rows_bwd_dt(const fr_node *n, cudaStream_t st, int sm_count, co
         return fr_node_error(n, FR_ERR_INTERNAL, "scratch of %zu bytes, %zu needed", scratch_bytes,
                              fr_rms_rows_bwd_scratch(rows, len));
     int64_t blocks = 0;
-    if (bwd_blocks(rows) > 0) {
+    if (bwd_blocks(rows, len) > 0) {
         if (dy_dt == FR_BF16)
             blocks = bwd_t<bf16>(sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
         else
@@ -481,8 +500,7 @@ fr_status fr_rms_rows_bwd_dt(const fr_node *n, cudaStream_t st, int sm_count, co
         FR_TRY(fr_cuda_check_launch(n, n->op_type));
     }
     if (!dw) return FR_OK;
-    const int64_t g = (len + 255) / 256;
-    rms_dw<<<(unsigned)(g < 4096 ? g : 4096), 256, 0, st>>>(part, blocks, len, dw);
+    rms_dw<<<(unsigned)((len + 31) / 32), dim3(32, 32), 0, st>>>(part, blocks, len, dw);
     return fr_cuda_check_launch(n, n->op_type);
 }
 

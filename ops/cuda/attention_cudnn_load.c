@@ -307,6 +307,12 @@ fr_status fr_cuda_ctx_set_attention(fr_cuda_ctx *c, const char *choice)
     return FR_OK;
 }
 
+const char *fr_cuda_attention_generic(const fr_cuda_ctx *c)
+{
+    if (!c || c->attn_runs_cudnn > 0 || c->attn_runs_own == 0) return NULL;
+    return c->attn_note[0] ? c->attn_note : "--attention fp8run";
+}
+
 void fr_cuda_attention_report(const fr_cuda_ctx *c, char *buf, size_t n)
 {
     const long long dn = c->attn_runs_cudnn, own = c->attn_runs_own;

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "ops/cuda/attention_cudnn.h"
+#include "ops/cuda/attention_qkv_norm.cuh"
 #include "ops/cuda/attention_qkv_stage.cuh"
 #include "ops/cuda/cuda_util.cuh"
 extern "C" {
@@ -67,18 +68,7 @@ struct Lay {
     int64_t sb, sh, st;
 };
 
-/* Partner column of feature d in a rotated head, and the sign its term takes: forward
- * y_d = x_d c_d + sign x_p s_d; transposed y_d = x_d c_d - sign x_p s_p (ops/rotary.h). */
-__device__ inline int64_t partner(int64_t d, int64_t D, int il, float *sign)
-{
-    if (il) {
-        *sign = (d & 1) ? 1.f : -1.f;
-        return d ^ 1;
-    }
-    const int64_t h = D / 2;
-    *sign = d < h ? -1.f : 1.f;
-    return d < h ? d + h : d - h;
-}
+using qkv_norm::partner; /* a rotated feature's partner and sign (attention_qkv_norm.cuh) */
 
 /* Section of packed column c: 0 Q, 1 K, 2 V; head and feature. */
 __device__ inline int section(const Geo &g, int64_t c, int64_t *h, int64_t *d)
@@ -220,7 +210,7 @@ fr_status node_of_graph(const fr_graph *g, const fr_node *n, int backward, Node 
     const int si = backward ? 6 : 3; /* Sk, Sq after cos, sin */
     p->seg_rows = fr_attn_has_input(n, si) ? g->values[n->inputs[si]].dims[0] : 0;
     p->seg_q = fr_attn_has_input(n, si + 1);
-    return FR_OK;
+    return qkv_norm::read_graph(g, n, backward, &p->q); /* the q/k norm's weights after them */
 }
 
 /* cuDNN's problem: Q, K, V read from the packed bf16 copy of X, O [B, T, Hq, Dv]. */
@@ -505,7 +495,8 @@ fr_status qkv_scratch_env(const fr_cuda_plan_env *env, const fr_graph *g, const 
     FR_TRY(node_of_graph(g, n, backward, &p));
     size_t inner = 0;
     FR_TRY(inner_scratch(n, p, backward, &inner));
-    *bytes = own_layout(p, backward, inner).total;
+    const size_t norm = qkv_norm::reserve(p.q, backward); /* the q/k norm's, after either path's layout */
+    *bytes = own_layout(p, backward, inner).total + norm;
     if (env->attention == FR_CUDA_ATTN_FP8RUN) return FR_OK;
     fr_cudnn_sdpa s = sdpa_of(p, backward);
     char why[512];
@@ -528,7 +519,7 @@ fr_status qkv_scratch_env(const fr_cuda_plan_env *env, const fr_graph *g, const 
         }
         if (st != FR_OK) return fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
     }
-    const size_t dn = cudnn_layout(p, s, backward, ws).total;
+    const size_t dn = cudnn_layout(p, s, backward, ws).total + norm;
     if (dn > *bytes) *bytes = dn;
     return FR_OK;
 }
@@ -563,7 +554,7 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
         }
     }
     const CudnnLayout l = ok ? cudnn_layout(p, s, backward, ws) : CudnnLayout{};
-    if (ok && (!k->scratch || k->scratch_bytes < l.total))
+    if (ok && (!k->scratch || k->scratch_bytes < l.total + qkv_norm::reserve(p.q, backward)))
         snprintf(why, sizeof why, "its scratch (%zu bytes) was planned without cuDNN (%zu needed)", k->scratch_bytes,
                  l.total), ok = 0;
     if (!ok) {
@@ -586,6 +577,8 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
     const Lay ls[3] = {packed(p, 0), packed(p, 1), packed(p, 2)}, lo = packed(p, 3);
     const bf16 *qkv[3];
     stage_for_cudnn(p, k->in[0], cs, sn, x16, ls, qkv, stream);
+    if (q.qk_norm) /* Q and K normalized into the staged copy (whatever was read from X before) */
+        qkv_norm::stage_copy(k, p.q, backward, cs, sn, x16, ls, qkv, stream);
     FR_TRY(check_launch(k, "AttentionQKV(cuDNN: stage X)"));
     fr_cudnn_sdpa_io io;
     memset(&io, 0, sizeof io);
@@ -656,7 +649,10 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
         if (st != FR_OK) return fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
         if (!into_dx)
             unstage_to<bf16>(p, dx16, dx16 + q.k_off, dx16 + q.v_off, ls, cs, sn, dxt, stream);
-        else if (q.rotary)
+        if (q.qk_norm) /* Q and K columns again, RoPE transposed and the norm's backward (in place in dX) */
+            FR_TRY(qkv_norm::grad<bf16>(k, p.q, cs, sn, into_dx ? dst : dx16, (into_dx ? dst : dx16) + q.k_off, ls[0],
+                                        ls[1]));
+        else if (into_dx && q.rotary)
             qkv_fast::rope8_kernel<true, bf16, float, bf16><<<qkv_fast::blocks8(g8.n), 256, 0, stream>>>(
                 g8, nullptr, dst, dst, dst + q.k_off, dst + q.v_off, lay8(ls[0]), lay8(ls[1]), lay8(ls[2]), cs, sn);
         FR_TRY(check_launch(k, "AttentionQKVGrad(cuDNN: dX)"));
@@ -682,8 +678,9 @@ fr_status run_own(const fr_cuda_kctx *k, const Node &p, int backward)
     /* the inner node's scratch is what the plan left after the copies (qkv_scratch sized it), so
      * no graph is built here per run */
     const OwnLayout l = own_layout(p, backward, 0);
-    if (!def || !k->scratch || k->scratch_bytes < l.total)
-        return fr_node_error(k->node, FR_ERR_INTERNAL, "scratch of %zu bytes, %zu needed", k->scratch_bytes, l.total);
+    const size_t need = l.total + qkv_norm::reserve(p.q, backward);
+    if (!def || !k->scratch || k->scratch_bytes < need)
+        return fr_node_error(k->node, FR_ERR_INTERNAL, "scratch of %zu bytes, %zu needed", k->scratch_bytes, need);
     char *sc = (char *)k->scratch;
     float *Q = (float *)(sc + l.q), *K = (float *)(sc + l.k), *V = (float *)(sc + l.v), *O = (float *)(sc + l.o);
     const int ci = backward ? 4 : 1;
@@ -692,11 +689,12 @@ fr_status run_own(const fr_cuda_kctx *k, const Node &p, int backward)
     cudaStream_t stream = k->cu->stream;
     const Lay hs[3] = {head_major(p, 0), head_major(p, 1), head_major(p, 2)}, ho = head_major(p, 3);
     stage<float>(p, k->in[0], cs, sn, Q, K, V, hs, stream);
+    if (p.q.qk_norm) qkv_norm::stage<float>(k, p.q, backward, cs, sn, Q, K, hs[0], hs[1], stream);
     FR_TRY(check_launch(k, "AttentionQKV(stage X)"));
     fr_tensor tq = view_of(p, 0, Q), tk = view_of(p, 1, K), tv = view_of(p, 2, V), to = view_of(p, 3, O);
     fr_cuda_kctx ik = *k;
     ik.scratch = sc + l.inner;
-    ik.scratch_bytes = k->scratch_bytes - l.inner;
+    ik.scratch_bytes = k->scratch_bytes - l.inner - qkv_norm::reserve(p.q, backward);
     fr_cuda_ctx *c = k->cu;
     const int choice = c->attention;
     c->attention = FR_CUDA_ATTN_FP8RUN; /* the inner node runs fp8run's kernels */
@@ -730,6 +728,7 @@ fr_status run_own(const fr_cuda_kctx *k, const Node &p, int backward)
     c->attention = choice;
     FR_TRY(st);
     unstage_to<float>(p, dQ, dK, dV, hs, cs, sn, k->out[0], stream);
+    if (p.q.qk_norm) return qkv_norm::grad<float>(k, p.q, cs, sn, dQ, dK, hs[0], hs[1]); /* (checks the launches) */
     return check_launch(k, "AttentionQKVGrad(dX)");
 }
 
@@ -768,6 +767,7 @@ fr_status run(const fr_cuda_kctx *k, int backward)
     FR_TRY(node_of(n, x->rank, x->dims, c ? &cv : NULL, s ? &sv : NULL, &p));
     const int si = backward ? 6 : 3; /* Sk, Sq after cos, sin */
     p.seg_rows = k->n_in > si && k->in[si] ? k->in[si]->dims[0] : 0, p.seg_q = k->n_in > si + 1 && k->in[si + 1];
+    FR_TRY(qkv_norm::read_run(k, backward, &p.q)); /* the q/k norm's weights, and the gradients' outputs */
     const fr_attn_qkv_geom &q = p.q;
     int64_t od[3];
     const int orank = fr_attn_qkv_out_dims(&q, od);
@@ -781,7 +781,7 @@ fr_status run(const fr_cuda_kctx *k, int backward)
         FR_TRY(fr_check_out(n, k->in[2], FR_F32, 3, ld));
         FR_TRY(fr_check_out(n, k->out[0], yt, 3, x->dims));
     }
-    if (q.B == 0 || q.T == 0) return FR_OK;
+    if (q.B == 0 || q.T == 0) return backward ? qkv_norm::zero_grads(k) : FR_OK;
     int ran = 0;
     FR_TRY(try_cudnn(k, p, backward, &ran));
     if (ran) return FR_OK;

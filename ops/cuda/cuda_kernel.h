@@ -130,6 +130,9 @@ int fr_cuda_attention_parse(const char *choice);
  * 64 runs)", "fp8run kernels (--attention fp8run)", or the mix with the first reason cuDNN was
  * not used. */
 void fr_cuda_attention_report(const struct fr_cuda_ctx *c, char *buf, size_t n);
+/* Why every attention run on c so far was fp8run's own kernels (cuDNN's reason, or "--attention
+ * fp8run"); NULL when cuDNN ran any, none ran, or c is NULL. */
+const char *fr_cuda_attention_generic(const struct fr_cuda_ctx *c);
 
 /* What a kernel's scratch may depend on besides the node: the context (NULL when the executor
  * only plans sizes, fr_cuda_exec_plan_with) and the attention choice planned for. */

@@ -44,6 +44,7 @@ struct fp8run_session {
     char *config_json;
     char *out_name;           /* fp8run_value_info.name of eval outputs */
     char *profile;            /* fp8run_session_profile's text */
+    char *slow_path;          /* fp8run_session_slow_path's text */
     char attention[512];      /* fp8run_session_attention's text */
     char gemm[512];           /* fp8run_session_gemm's text */
     fr_fp8_stat *stats;       /* the fp8run_session_fp8_stats snapshot */
@@ -151,6 +152,8 @@ FR_NODISCARD fr_status fr_api_report_from_trainer(const fr_trainer *t, fp8run_re
 void fr_api_report_set_state(fp8run_report *r, int i, const fr_fp8_scaling *sc);
 /* What each pass of the training pipeline did (copied). */
 void fr_api_report_set_passes(fp8run_report *r, const fr_pipeline_report *p);
+/* The nodes of g off the fast path (passes/fast_path.h), as fp8run_report_slow_path's text. */
+FR_NODISCARD fr_status fr_api_report_set_slow_path(fp8run_report *r, const fr_graph *g);
 /* A report of a decoded compiled graph: layers, recorded scaling state and what the file
  * records besides (fp8run_report_compiled). */
 FR_NODISCARD fr_status fr_api_report_from_fbs(const fr_fbs *f, fp8run_report **out);

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "passes/fast_path.h"
 #include "runtime/api/api_internal.h"
 #include "runtime/train/train_internal.h"
 
@@ -36,6 +37,7 @@ struct fp8run_report {
     int n_states;
     report_fbs *fbs;             /* NULL unless it comes from a compiled graph */
     fr_pipeline_report passes;   /* names are the pipeline's (static) */
+    char *slow_path;             /* fp8run_report_slow_path: NULL unless from a trainer */
 };
 
 static void fbs_free(report_fbs *f)
@@ -67,6 +69,7 @@ FP8RUN_API void fp8run_report_destroy(fp8run_report *r)
     free(r->precision);
     free(r->text);
     free(r->states);
+    free(r->slow_path);
     fbs_free(r->fbs);
     free(r);
 }
@@ -217,6 +220,7 @@ FP8RUN_API fp8run_status fp8run_model_compile(const fp8run_model *m, const fp8ru
         st = fr_train_compile_graph_passes(m->g, &ao.o, &cg, &rep, &passes);
         if (st == FR_OK) st = fr_api_report_new(&rep, ao.o.precision, out);
         if (st == FR_OK) fr_api_report_set_passes(*out, &passes);
+        if (st == FR_OK) st = fr_api_report_set_slow_path(*out, cg); /* the forward graph the passes made */
         fr_fp8_report_free(&rep);
         fr_graph_free(cg);
     } else {
@@ -238,6 +242,19 @@ void fr_api_report_set_passes(fp8run_report *r, const fr_pipeline_report *p)
 {
     if (r && p) r->passes = *p;
 }
+
+fr_status fr_api_report_set_slow_path(fp8run_report *r, const fr_graph *g)
+{
+    fr_slow_report sr;
+    FR_TRY(fr_fast_path_check(g, &sr));
+    free(r->slow_path);
+    r->slow_path = NULL;
+    const fr_status st = fr_slow_report_text(&sr, g, NULL, 0, 0, &r->slow_path);
+    fr_slow_report_free(&sr);
+    return st;
+}
+
+FP8RUN_API const char *fp8run_report_slow_path(const fp8run_report *r) { return r ? r->slow_path : NULL; }
 
 FP8RUN_API int fp8run_report_pass_count(const fp8run_report *r) { return r ? r->passes.n : 0; }
 
@@ -346,6 +363,12 @@ fr_status fr_api_report_from_trainer(const fr_trainer *t, fp8run_report **out)
 {
     FR_TRY(fr_api_report_new(fr_trainer_fp8_report(t), t->opt.precision, out));
     fr_api_report_set_passes(*out, &t->passes);
+    fr_status sst = fr_api_report_set_slow_path(*out, t->g);
+    if (sst != FR_OK) {
+        fp8run_report_destroy(*out);
+        *out = NULL;
+        return sst;
+    }
     if (t->n_states == 0) return FR_OK;
     /* the scaling state as the session has it (the device's, on a GPU) */
     fr_status st = tr_sync_host((fr_trainer *)t);

@@ -7,8 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "passes/fast_path.h"
 #include "runtime/api/api_internal.h"
 #include "runtime/cuda/cuda_probe.h"
+#include "runtime/exec/perf_model.h"
 #include "graph/safe_io.h"
 #include "runtime/train/train_internal.h"
 #ifdef FP8RUN_HAVE_CUDA
@@ -122,6 +124,7 @@ FP8RUN_API void fp8run_session_destroy(fp8run_session *s)
     free(s->config_json);
     free(s->out_name);
     free(s->profile);
+    free(s->slow_path);
     free(s->stats);
     free(s);
 }
@@ -496,6 +499,41 @@ FP8RUN_API const char *fp8run_session_profile(fp8run_session *s)
     free(s->profile);
     s->profile = fr_trainer_profile(s->t);
     return s->profile;
+}
+
+FP8RUN_API const char *fp8run_session_slow_path(fp8run_session *s)
+{
+    if (!s) return NULL;
+    free(s->slow_path);
+    s->slow_path = NULL;
+    const fr_graph *g = s->t->g;
+    /* each node's time estimated by its ceiling on this device (no profile needed) */
+    double *ms = calloc((size_t)g->n_nodes + 1, sizeof(double)), total = 0;
+    fr_device_peaks pk;
+    fr_slow_report sr;
+    if (!ms || fr_device_peaks_for(fr_trainer_device(s->t), &pk) != FR_OK || fr_fast_path_check(g, &sr) != FR_OK) {
+        free(ms);
+        fr_clear_error();
+        return NULL;
+    }
+    /* attention that never ran on cuDNN (the context's counts, in its summary) */
+    char attn[512];
+    fr_trainer_attention(s->t, attn, sizeof attn);
+    if (strncmp(attn, "fp8run kernels (", 16) == 0) {
+        attn[strlen(attn) - 1] = 0; /* "fp8run kernels (why)" -> why */
+        fr_fast_path_generic_attention(&sr, g, attn + 16);
+    }
+    for (int i = 0; i < g->n_nodes; i++) {
+        if (g->nodes[i].dead) continue;
+        fr_node_cost c;
+        fr_node_cost_of(g, &g->nodes[i], &c);
+        ms[i] = fr_ceiling_ms(&c, &pk, NULL);
+        total += ms[i];
+    }
+    if (fr_slow_report_text(&sr, g, total > 0 ? ms : NULL, total, 1, &s->slow_path) != FR_OK) fr_clear_error();
+    fr_slow_report_free(&sr);
+    free(ms);
+    return s->slow_path;
 }
 
 FP8RUN_API const char *fp8run_session_attention(fp8run_session *s)

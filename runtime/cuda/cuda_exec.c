@@ -668,7 +668,7 @@ fr_status fr_cuda_exec_profile(const fr_cuda_exec *e, char **text)
     *text = NULL;
     if (!e->ev || e->runs == 0) return FR_OK;
     const fr_profile_input in = {e->g, e->node_ms, e->gemm_ms, e->runs, e->c ? e->c->name : NULL, e->peak_text,
-                                 e->prof_nodes};
+                                 e->prof_nodes, fr_cuda_attention_generic(e->c)}; /* (passes/fast_path.h) */
     return fr_profile_text(&in, text); /* runtime/exec/perf_model.c: with each op's ceiling */
 }
 

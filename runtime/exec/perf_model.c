@@ -9,6 +9,7 @@
 
 #include "graph/env.h"
 #include "graph/tensor.h"
+#include "passes/fast_path.h"
 
 /* ---- cost of a node ---- */
 
@@ -372,6 +373,16 @@ fr_status fr_profile_text(const fr_profile_input *in, char **text)
                     nodes[k].ceil_ms, (int)bound);
         }
     }
+    /* the nodes off the fast path (passes/fast_path.h) with their measured share */
+    fr_slow_report sr;
+    if (fr_fast_path_check(g, &sr) == FR_OK) {
+        char *st = NULL;
+        if (in->generic_attention) fr_fast_path_generic_attention(&sr, g, in->generic_attention);
+        if (fr_slow_report_text(&sr, g, in->node_ms, all.ms * runs, 0, &st) == FR_OK) put(&b, "%s", st);
+        free(st);
+        fr_slow_report_free(&sr);
+    }
+    fr_clear_error(); /* (a report that could not be made leaves the profile as it was) */
     if (in->memory) put(&b, "Memory: %s\n", in->memory);
     free(rows);
     free(nodes);

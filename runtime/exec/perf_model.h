@@ -63,6 +63,7 @@ typedef struct fr_profile_input {
     const char *device;     /* the GPU's name, for its peaks */
     const char *memory;     /* "peak at node ...", or NULL */
     int per_node;           /* also the slowest nodes one by one (FP8RUN_PROFILE=2) */
+    const char *generic_attention; /* why every attention ran on fp8run's own kernels, or NULL */
 } fr_profile_input;
 
 /* The profile table (malloc'ed text): per op type (Linear by precision) its nodes, time per run

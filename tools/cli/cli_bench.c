@@ -322,7 +322,12 @@ int cli_bench(int argc, char **argv)
                    (double)pb.trained_bytes / (double)pb.trained, cli_human_count(pb.trained, b1, sizeof b1),
                    (double)pb.frozen_bytes / (double)pb.frozen, cli_human_count(pb.frozen, b2, sizeof b2));
         const char *prof = fp8run_session_profile(t); /* FP8RUN_PROFILE=1 */
-        if (prof) fputs(prof, stdout);
+        if (prof) {
+            fputs(prof, stdout); /* ends with the nodes off the fast path, on the measured times */
+        } else {
+            const char *slow = fp8run_session_slow_path(t); /* the same on each node's ceiling */
+            if (slow) fputs(slow, stdout);
+        }
         if (json) {
             char mfu_text[32] = "null";
             if (peak > 0) snprintf(mfu_text, sizeof mfu_text, "%.4f", mfu);

@@ -279,6 +279,8 @@ static int print_linears_onnx(const fp8run_model *m, fp8run_train_config *o, int
     fputs(fp8run_report_text(r), stdout);
     if (fp8run_report_layer_count(r) == 0) printf("  (no MatMul/Gemm with a trainable 2-D weight)\n");
     int rc = print_passes(r);
+    const char *slow = fp8run_report_slow_path(r);
+    if (rc == 0 && slow) fputs(slow, stdout); /* the training graph's nodes off the fast path, with the reason */
     fp8run_report_destroy(r);
     return rc;
 }
