@@ -212,7 +212,7 @@ static void test_profile_table(void)
     ms[t.lin] = 2 * 69.636e-6 * 4; /* 4x its ceiling per run: 25% */
     gm[t.lin] = 2 * 0.1e-3;
     char *text = NULL;
-    const fr_profile_input in = {t.g, ms, gm, 2, "Test GPU", "peak at node 3: 1 KiB", 1};
+    const fr_profile_input in = {t.g, ms, gm, 2, "Test GPU", "peak at node 3: 1 KiB", 1, NULL};
     FR_ASSERT_OK(fr_profile_text(&in, &text));
     CU_ASSERT_PTR_NOT_NULL_FATAL(text);
     if (getenv("PERF_MODEL_SHOW")) fputs(text, stdout);
