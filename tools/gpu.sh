@@ -21,6 +21,11 @@ Here (no GPU needed):
   bundle              build with CUDA (sm_90) and pack the CLI, the GPU test programs, the shared
                       library and the Debian libraries they link into .devpkg/$BUNDLE.tar.xz
                       (BUILD_DIR, JOBS, CPU_TESTS="test_trainer test_linear" also packed)
+  debs                download the Debian packages the build needs (protobuf-c, jansson, CUnit,
+                      OpenBLAS, pkg-config; about 15 MB) into .devpkg/debs, to build there instead
+On the GPU machine, building there (16 cores: about 70 s for everything; carry .devpkg/debs):
+  build [TARGET...]   unpack .devpkg/debs into /tmp/deps and build with CUDA (sm_90) into
+                      BUILD_DIR (default /tmp/fr-build); then run other modes with BIN=that folder
 On the GPU machine (the bundle is unpacked into /tmp/fr when $BIN has no fp8run; BIN=build-cuda
 uses a build folder instead):
   tests [REGEX]       the test programs in $BIN (those matching REGEX), side by side; rc 1 if any fails
@@ -125,6 +130,37 @@ m_bundle() {
     # about 18 MB, under the device tool's 64 MiB with the tree
     strip "$st"/bin/* "$st/lib/libfp8run.so" && tar -C "$st" -cf - . | xz -T2 -9 > ".devpkg/$BUNDLE.tar.xz"
     rm -rf "$st" && ls -la ".devpkg/$BUNDLE.tar.xz"
+}
+# The packages of tools/setup.sh's build, with what their libraries and protoc-c need, for a
+# machine that has CUDA and CMake but none of them (and no network).
+DEBS="libprotobuf-c-dev libprotobuf-c1 protobuf-c-compiler libprotoc32 libprotobuf32 libjansson-dev libjansson4
+ libcunit1-dev libcunit1 libopenblas-dev libopenblas0 libopenblas0-pthread libopenblas-pthread-dev libgfortran5
+ libquadmath0 pkgconf pkgconf-bin libpkgconf3 pkg-config"
+m_debs() {
+    mkdir -p .devpkg/debs && (cd .devpkg/debs && apt-get download $DEBS) && du -sh .devpkg/debs
+}
+m_build() { # [TARGET...]
+    local d=/tmp/deps/usr b=${BUILD_DIR:-/tmp/fr-build} t0=$SECONDS rc
+    mkdir -p "$OUT"
+    local a=$d/lib/x86_64-linux-gnu
+    if [ ! -d "$d" ]; then
+        ls .devpkg/debs/*.deb > /dev/null || { echo "gpu.sh build: no .devpkg/debs (tools/gpu.sh debs, then carry it)" >&2; return 1; }
+        mkdir -p /tmp/deps && for f in .devpkg/debs/*.deb; do dpkg -x "$f" /tmp/deps; done
+    fi
+    # Debian keeps OpenBLAS behind an alternatives folder
+    for l in libopenblas.so.0 libopenblas.so libblas.so.3 libblas.so; do ln -sf "$a/openblas-pthread/$l" "$a/$l"; done
+    export PATH=$d/bin:$PATH PKG_CONFIG_PATH=$a/pkgconfig:$d/share/pkgconfig
+    export LD_LIBRARY_PATH=$a:$a/openblas-pthread:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+    export CPATH=$d/include:$d/include/x86_64-linux-gnu:$d/include/x86_64-linux-gnu/openblas-pthread
+    export LIBRARY_PATH=$a:$a/openblas-pthread
+    cmake -S . -B "$b" -G Ninja -DFP8RUN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$d" \
+        -DCMAKE_LIBRARY_PATH="$a;$a/openblas-pthread" -DCMAKE_INCLUDE_PATH="$d/include;$d/include/x86_64-linux-gnu/openblas-pthread" \
+        > "$OUT/build-cmake.log" 2>&1 || { tail -20 "$OUT/build-cmake.log"; return 1; }
+    cmake --build "$b" -j "$(nproc)" ${1:+--target "$@"} > "$OUT/build.log" 2>&1
+    rc=$?
+    echo "gpu.sh build: rc=$rc in $((SECONDS - t0)) s into $b (export BIN=$b LD_LIBRARY_PATH=$LD_LIBRARY_PATH)"
+    [ $rc = 0 ] || grep -m 20 -E "error" "$OUT/build.log"
+    return $rc
 }
 m_tests() { # [REGEX]
     gpu_env tests
@@ -341,7 +377,7 @@ mode=${1:-help}
 [ $# -gt 0 ] && shift
 case $mode in
     help | -h | --help) help ;;
-    bundle | tests | bench | versus | profile | compare | e2e | sft | determinism | dist | finetune | hf | python | user)
+    debs | build | bundle | tests | bench | versus | profile | compare | e2e | sft | determinism | dist | finetune | hf | python | user)
         "m_$mode" "$@"
         rc=$?
         [ -n "${PACK:-}" ] && [ -d "$OUT/$mode" ] && tar -C "$OUT" -czf "$OUT/$mode.tgz" "$mode"
