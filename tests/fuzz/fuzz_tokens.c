@@ -1,5 +1,7 @@
-/* libFuzzer: token files (raw uint16 or llm.c-style with a header), opened with options taken
- * from the first bytes, then a few batches, the state round trip and the whole-file id check. */
+/* libFuzzer: token files (raw uint16, llm.c-style with a header, or SFT token files with their
+ * examples and target flags), opened with options taken from the first bytes, then a few batches
+ * (packed or one example a window for SFT files), the state round trip and the whole-file id
+ * check. */
 #include <stdint.h>
 #include <string.h>
 
@@ -17,11 +19,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     o.order = (data[2] & 1) ? FR_DATA_RANDOM : FR_DATA_SEQUENTIAL;
     o.vocab_size = (data[2] & 2) ? 1 + data[3] * 64 : 0;
     o.token_dtype = (data[2] & 4) ? FR_U8 : (data[2] & 8) ? FR_U32 : FR_UNDEFINED;
+    o.packing = (data[2] & 16) ? 0 : 1; /* SFT files: one example a window, or packed */
     fr_data_loader *dl;
     if (fr_data_open(p, &o, &dl) != FR_OK) return 0;
     int64_t w[4 * 17];
-    for (int k = 0; k < 3; k++)
-        if (fr_data_next(dl, FR_I64, w) != FR_OK) break;
+    if (fr_data_is_sft(dl)) {
+        int32_t seg[4 * 17];
+        uint8_t tgt[4 * 17];
+        int64_t n = 0;
+        for (int k = 0; k < 3; k++)
+            if (fr_data_next_sft(dl, w, seg, tgt, &n) != FR_OK) break;
+    } else {
+        for (int k = 0; k < 3; k++)
+            if (fr_data_next(dl, FR_I64, w) != FR_OK) break;
+    }
     uint8_t st[FR_DATA_STATE_BYTES];
     fr_data_get_state(dl, st);
     fr_ignore_status(fr_data_set_state(dl, st, sizeof st)); /* the fuzzer wants no crash, not a verdict */
