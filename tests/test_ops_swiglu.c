@@ -183,7 +183,10 @@ static void check_grad_vs_unfused(fr_dtype dt, double tol)
 }
 
 static void test_grad_f64(void) { check_grad_vs_unfused(FR_F64, 1e-12); }
-static void test_grad_f32(void) { check_grad_vs_unfused(FR_F32, 1e-6); }
+/* float32: the chain rounds silu'(g) = s (1 + g (1 - s)) in several steps, and near g = -1.28 the
+ * bracket cancels, so a draw with elements there moves the relative L2 by a few 1e-6 (4.9e-6 and
+ * 2.6e-6 seen over random seeds); the formula itself is held to 1e-12 in float64 above */
+static void test_grad_f32(void) { check_grad_vs_unfused(FR_F32, 2e-5); }
 
 /* Only dup is needed (gate is a constant that is not differentiated): dgate's slot is empty. */
 static void test_one_gradient(void)
@@ -227,7 +230,7 @@ int main(void)
         {"SwiGLU float32 == unfused chain (1e-6), both forms", test_forward_f32},
         {"gradcheck float64, both forms", test_gradcheck},
         {"SwiGLUGrad float64 == autodiff of the chain (1e-12)", test_grad_f64},
-        {"SwiGLUGrad float32 == autodiff of the chain (1e-6)", test_grad_f32},
+        {"SwiGLUGrad float32 == autodiff of the chain (2e-5)", test_grad_f32},
         {"only the needed gradient", test_one_gradient},
         {"bad shapes are errors", test_bad_shapes},
         CU_TEST_INFO_NULL,
