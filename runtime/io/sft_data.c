@@ -215,6 +215,9 @@ typedef struct ex_buf {
 
 static int ex_put(ex_buf *b, const char *s, size_t len, int target)
 {
+    /* An empty prompt or answer comes with s == NULL (an empty JSON string); memcpy must not
+     * see it even for zero bytes. */
+    if (len == 0) return 0;
     if (b->n + len > b->cap) {
         size_t cap = b->cap ? b->cap : 4096;
         while (cap < b->n + len) cap *= 2;
@@ -303,7 +306,7 @@ static fr_status build_file(const ex_buf *b, const size_t *ends, int64_t e0, int
         for (int i = 0; i < 8; i++) o[i] = (unsigned char)(off >> (8 * i));
     }
     for (size_t i = 0; i < n; i++, o += 2) o[0] = b->tok[base + i]; /* o[1] stays 0: bytes < 256 */
-    memcpy(o, b->tgt + base, n);
+    if (n) memcpy(o, b->tgt + base, n);
     return FR_OK;
 }
 
