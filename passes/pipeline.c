@@ -8,6 +8,7 @@
 #include "passes/attention_mask.h"
 #include "passes/dropout.h"
 #include "passes/gelu_fuse.h"
+#include "passes/softcap_fuse.h"
 #include "passes/narrow_activations.h"
 #include "passes/narrow_gradients.h"
 #include "passes/rmsnorm_fuse.h"
@@ -112,6 +113,7 @@ static fr_status run_rmsnorm(fr_pass_ctx *c, fr_pass_result *r) { return run_cou
 static fr_status run_residual_norm(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_fuse_residual_norm, c, r); }
 
 static fr_status run_gelu(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_fuse_gelu, c, r); }
+static fr_status run_softcap(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_fuse_softcap, c, r); }
 
 static fr_status run_narrow(fr_pass_ctx *c, fr_pass_result *r)
 {
@@ -226,6 +228,9 @@ static const fr_pass k_passes[] = {
        MatMuls of two activations that the pattern reads */
     {"fuse_attention", "the unfused attention of each layer becomes one ai.fp8run::Attention node",
      FR_STAGE_PREPARED, "fuse_attention", 0, run_attention},
+    /* after fuse_attention, which takes the softcap of attention scores into the fused node */
+    {"fuse_softcap", "each Mul(Tanh(Div(x, c)), c) left (Gemma 2's final logits) becomes one "
+     "ai.fp8run::Softcap node", FR_STAGE_PREPARED, NULL, 0, run_softcap},
     /* the RoPE feeding Q and K, under attention's switch (--no-fuse-attention keeps both);
        after it, as the trainer always ran them, so compiled graphs stay the same */
     {"fuse_rotary", "each RoPE (rotate-half, cos/sin tables) becomes one ai.fp8run::Rotary node",
