@@ -14,6 +14,7 @@
 typedef struct fuse_ctx {
     fr_readers rd;
     char *needs_grad; /* per value: a trainable parameter is upstream */
+    int widened;      /* partial rotaries made around a Rotary this pass did not make (imported) */
 } fuse_ctx;
 
 /* needs_grad: FR_VAL_PARAM values and everything computed from them (to a fixed point, so the
@@ -37,43 +38,14 @@ static fr_status mark_needs_grad(fuse_ctx *c)
     return FR_OK;
 }
 
-/* A constant integer list input of a Slice (at most FR_MAX_RANK entries); *cnt = -1 when the
- * input is absent; 0 returned when present but not a constant integer list. */
-static int const_list(const fr_graph *g, const fr_node *n, int i, int *cnt, int64_t *vals)
-{
-    *cnt = -1;
-    if (i >= n->n_inputs || n->inputs[i] < 0) return 1;
-    const fr_tensor *t = g->values[n->inputs[i]].constant;
-    if (!t || !fr_dtype_is_int(t->dtype) || t->rank > 1 || fr_tensor_numel(t) > FR_MAX_RANK) return 0;
-    *cnt = (int)fr_tensor_numel(t);
-    for (int k = 0; k < *cnt; k++) vals[k] = fr_tensor_get_i64(t, k);
-    return 1;
-}
-
 /* A Slice of x on the last axis only (constant inputs): 1 with its start, length and step on
  * that axis; 0 when the node is no such Slice. */
 static int last_axis_slice(const fr_graph *g, const fr_node *n, int x, int64_t *start, int64_t *len, int64_t *step)
 {
-    if (!fr_is_onnx_op(n, "Slice") || n->n_outputs != 1 || n->inputs[0] != x) return 0;
-    const fr_value *X = &g->values[x];
-    int cnt, n_ends, n_axes, n_steps;
-    int64_t st[FR_MAX_RANK], en[FR_MAX_RANK], ax[FR_MAX_RANK], sp[FR_MAX_RANK];
-    if (fr_graph_opset(g, "") < 10 || n->n_inputs == 1) {
-        if (fr_slice_attr(n, "starts", 1, &cnt, st) != FR_OK || fr_slice_attr(n, "ends", 1, &n_ends, en) != FR_OK ||
-            fr_slice_attr(n, "axes", 0, &n_axes, ax) != FR_OK) {
-            fr_clear_error();
-            return 0;
-        }
-        n_steps = -1;
-    } else if (!const_list(g, n, 1, &cnt, st) || !const_list(g, n, 2, &n_ends, en) || !const_list(g, n, 3, &n_axes, ax) ||
-               !const_list(g, n, 4, &n_steps, sp) || cnt < 0 || n_ends < 0) {
-        return 0;
-    }
     fr_slice_plan p;
-    if (X->rank < 1 || fr_slice_resolve(n, X->rank, X->dims, cnt, st, n_ends, en, n_axes, ax, n_steps, sp, &p) != FR_OK) {
-        fr_clear_error();
+    if (!fr_is_onnx_op(n, "Slice") || n->n_outputs != 1 || n->inputs[0] != x || !fr_pattern_slice_plan(g, n, &p))
         return 0;
-    }
+    const fr_value *X = &g->values[x];
     const int r = X->rank;
     for (int k = 0; k < r - 1; k++)
         if (p.start[k] != 0 || p.step[k] != 1 || p.len[k] != X->dims[k]) return 0;
@@ -169,7 +141,7 @@ static int unsqueezed_last(const fuse_ctx *c, int v, match *m)
     int64_t ax[FR_MAX_RANK];
     const int64_t *av;
     if (n->n_inputs >= 2) {
-        if (!const_list(g, n, 1, &cnt, ax) || cnt != 1) return -1;
+        if (!fr_pattern_const_ints(g, n, 1, &cnt, ax) || cnt != 1) return -1;
     } else {
         if (fr_node_attr_ints(n, "axes", &cnt, &av) != FR_OK || cnt != 1) return -1;
         ax[0] = av[0];
@@ -282,6 +254,7 @@ static int match_partial(void *ctx, int ci, void *mv)
         strcmp(rot->domain, FR_DOMAIN_FP8RUN) != 0 || rot->n_inputs != 3 || fr_node_attr(rot, "rotary_dim"))
         return 0;
     const int xr = rot->inputs[0];
+    if (c->needs_grad[rot->inputs[1]] || c->needs_grad[rot->inputs[2]]) return 0; /* (as the whole one's) */
     const fr_node *rs = fr_live_producer(g, xr);
     if (!rs || c->rd.count[xr] != 1 || rs->n_inputs < 1) return 0;
     const int x = rs->inputs[0];
@@ -306,6 +279,8 @@ static fr_status fuse_partial(void *ctx, const void *mv)
     int in[3] = {m->x, rot->inputs[1], rot->inputs[2]}, y = m->y, nid;
     int64_t il;
     FR_TRY(fr_node_attr_int(rot, "interleaved", 0, &il));
+    const size_t nl = strlen(rot->name), sl = strlen("/fused_rotary");
+    if (nl < sl || strcmp(rot->name + nl - sl, "/fused_rotary") != 0) ((fuse_ctx *)ctx)->widened++;
     char base[600];
     fr_fuse_kill(g, m->dead, m->n_dead, "partial_rotary", base, sizeof base);
     FR_TRY(fr_graph_add_node(g, "Rotary", FR_DOMAIN_FP8RUN, base, 3, in, 1, &y, &nid));
@@ -316,15 +291,17 @@ static fr_status fuse_partial(void *ctx, const void *mv)
 
 fr_status fr_fuse_rotary(fr_graph *g, int *count)
 {
-    fuse_ctx c = {{g, NULL}, NULL};
+    fuse_ctx c = {{g, NULL}, NULL, 0};
     match m;
     partial pm;
     int partials = 0;
     *count = 0;
     fr_status st = mark_needs_grad(&c);
     if (st == FR_OK) st = fr_fuse_loop(&c.rd, "rotary fusion", match_at, fuse_one, &c, &m, count);
-    /* then the partial rotaries around the Rotary nodes just made (they count once, above) */
-    if (st == FR_OK && *count) st = fr_fuse_loop(&c.rd, "rotary fusion", match_partial, fuse_partial, &c, &pm, &partials);
+    /* then the partial rotaries around Rotary nodes: those made just now (counted once, above)
+       and those an import made (opset 23's RotaryEmbedding: counted here) */
+    if (st == FR_OK) st = fr_fuse_loop(&c.rd, "rotary fusion", match_partial, fuse_partial, &c, &pm, &partials);
+    *count += c.widened;
     fr_readers_free(&c.rd);
     free(c.needs_grad);
     return st;

@@ -26,7 +26,8 @@
 
 #include "graph/ir.h"
 
-/* *count receives the number of Rotary nodes made. */
+/* *count receives the number of RoPEs fused: Rotary nodes made, and partial rotaries around a
+ * Rotary the import made (a partial rotary around one made here counts once). */
 FR_NODISCARD fr_status fr_fuse_rotary(fr_graph *g, int *count);
 
 #endif

@@ -74,8 +74,10 @@ fr_cudnn_sdpa sdpa_of(const Node &p, int backward)
     memset(&s, 0, sizeof s);
     s.b = q.B, s.hq = q.Hq, s.hk = q.Hk, s.tq = q.T, s.tk = q.T, s.d = q.D, s.dv = q.Dv;
     const int64_t N = q.Hq * q.Dv;
-    const int64_t sq[4] = {q.T * q.W, q.D, q.W, 1}, sv[4] = {q.T * q.W, q.Dv, q.W, 1}, so[4] = {q.T * N, q.Dv, N, 1};
-    memcpy(s.sq, sq, sizeof sq), memcpy(s.sk, sq, sizeof sq), memcpy(s.sv, sv, sizeof sv), memcpy(s.so, so, sizeof so);
+    /* head to head: q_hs, k_hs, v_hs columns (the packing's); dQ, dK, dV are written so too */
+    const int64_t sq[4] = {q.T * q.W, q.q_hs, q.W, 1}, sk[4] = {q.T * q.W, q.k_hs, q.W, 1};
+    const int64_t sv[4] = {q.T * q.W, q.v_hs, q.W, 1}, so[4] = {q.T * N, q.Dv, N, 1};
+    memcpy(s.sq, sq, sizeof sq), memcpy(s.sk, sk, sizeof sk), memcpy(s.sv, sv, sizeof sv), memcpy(s.so, so, sizeof so);
     s.causal = p.a.causal;
     s.window = p.a.window, s.softcap = p.a.softcap;
     s.backward = backward;
@@ -195,7 +197,7 @@ Lay packed(const Node &p, int sec)
 {
     const fr_attn_qkv_geom &q = p.q;
     if (sec == 3) return Lay{q.T * q.Hq * q.Dv, q.Dv, q.Hq * q.Dv};
-    return Lay{q.T * q.W, sec == 2 ? q.Dv : q.D, q.W};
+    return Lay{q.T * q.W, sec == 0 ? q.q_hs : sec == 1 ? q.k_hs : q.v_hs, q.W};
 }
 
 fr_status check_launch(const fr_cuda_kctx *k, const char *what) { return fr_cuda_check_launch(k->node, what); }
@@ -222,7 +224,7 @@ void stage_for_cudnn(const Node &p, const fr_tensor *X, const float *cs, const f
         for (int i = 0; i < 3; i++) qkv[i] = xb + off[i];
         return;
     }
-    if (direct && rot_geo(p, cs, sn, &g8)) { /* only Q and K staged */
+    if (direct && qk_geo(p, cs, sn, &g8)) { /* only Q and K staged */
         qkv_fast::rope8_kernel<false, bf16, bf16, float><<<qkv_fast::blocks8(g8.n), 256, 0, stream>>>(
             g8, xb, nullptr, x16, x16 + q.k_off, x16 + q.v_off, lay8(ls[0]), lay8(ls[1]), lay8(ls[2]), cs, sn);
         qkv[0] = x16, qkv[1] = x16 + q.k_off, qkv[2] = xb + q.v_off;

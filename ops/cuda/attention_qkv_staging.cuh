@@ -32,6 +32,8 @@ struct Geo {
     int64_t B, T, W, Hq, Hk, D, Dv;
     int rotary, interleaved;
     int64_t cos_b, sin_b;
+    int64_t rd;        /* the first rd features of a Q or K head are rotated (rotary_dim) */
+    int heads_packing; /* packing "heads": head h's q, k, v at h (2 D + Dv) + 0, D, 2 D */
 };
 
 /* A section's other layout: element (b, h, t, d) at b sb + h sh + t st + d. */
@@ -44,6 +46,12 @@ using qkv_norm::partner; /* a rotated feature's partner and sign (attention_qkv_
 /* Section of packed column c: 0 Q, 1 K, 2 V; head and feature. */
 __device__ inline int section(const Geo &g, int64_t c, int64_t *h, int64_t *d)
 {
+    if (g.heads_packing) {
+        const int64_t per = 2 * g.D + g.Dv, r = c % per;
+        *h = c / per;
+        *d = r < g.D ? r : r < 2 * g.D ? r - g.D : r - 2 * g.D;
+        return r < g.D ? 0 : r < 2 * g.D ? 1 : 2;
+    }
     const int64_t kq = g.Hq * g.D, kk = kq + g.Hk * g.D;
     if (c < kq) {
         *h = c / g.D, *d = c % g.D;
@@ -69,10 +77,10 @@ __global__ void stage_kernel(Geo g, const TX *__restrict__ X, const float *__res
         int64_t h, d;
         const int s = section(g, c, &h, &d);
         float y = load_f(X + i);
-        if (g.rotary && s < 2) {
+        if (g.rotary && s < 2 && d < g.rd) {
             float sign;
-            const int64_t p = partner(d, g.D, g.interleaved, &sign);
-            const float *cr = cs + b * g.cos_b + t * g.D, *sr = sn + b * g.sin_b + t * g.D;
+            const int64_t p = partner(d, g.rd, g.interleaved, &sign);
+            const float *cr = cs + b * g.cos_b + t * g.rd, *sr = sn + b * g.sin_b + t * g.rd;
             y = fmaf(y, cr[d], sign * load_f(X + i - d + p) * sr[d]);
         }
         const Lay &l = s == 0 ? lq : s == 1 ? lk : lv;
@@ -95,10 +103,10 @@ __global__ void unstage_kernel(Geo g, const TI *q, const TI *k, const TI *v, Lay
         const Lay &l = s == 0 ? lq : s == 1 ? lk : lv;
         const TI *src = (s == 0 ? q : s == 1 ? k : v) + b * l.sb + h * l.sh + t * l.st;
         float y = load_f(src + d);
-        if (g.rotary && s < 2) {
+        if (g.rotary && s < 2 && d < g.rd) {
             float sign;
-            const int64_t p = partner(d, g.D, g.interleaved, &sign);
-            const float *cr = cs + b * g.cos_b + t * g.D, *sr = sn + b * g.sin_b + t * g.D;
+            const int64_t p = partner(d, g.rd, g.interleaved, &sign);
+            const float *cr = cs + b * g.cos_b + t * g.rd, *sr = sn + b * g.sin_b + t * g.rd;
             y = fmaf(y, cr[d], -sign * load_f(src + p) * sr[p]);
         }
         store_f(dX + i, y);
@@ -144,7 +152,7 @@ fr_status node_of(const fr_node *n, int rx, const int64_t *dx, const fr_value *c
     FR_TRY(fr_attn_read_attrs(n, p->q.D, &p->a));
     p->seg_rows = 0, p->seg_q = 0;
     const fr_attn_qkv_geom &q = p->q;
-    p->g = Geo{q.B, q.T, q.W, q.Hq, q.Hk, q.D, q.Dv, q.rotary, q.interleaved, q.cos_b, q.sin_b};
+    p->g = Geo{q.B, q.T, q.W, q.Hq, q.Hk, q.D, q.Dv, q.rotary, q.interleaved, q.cos_b, q.sin_b, q.rd, q.heads_packing};
     return FR_OK;
 }
 
@@ -153,11 +161,15 @@ bool fast_geo(const Node &p, qkv_fast::Geo8 *g8)
 {
     const fr_attn_qkv_geom &q = p.q;
     if (q.D % 16 || q.Dv % 8) return false;
-    const int64_t rot_cols = q.rotary ? (q.Hq + q.Hk) * q.D : 0;
-    const int64_t rot_units = rot_cols / (q.interleaved ? 8 : 16), units = rot_units + (q.W - rot_cols) / 8;
+    const int64_t rd = q.rotary ? q.rd : 0; /* rotated features per Q or K head */
+    if (rd % (q.interleaved ? 8 : 16)) return false;
+    const int64_t ru = rd / (q.interleaved ? 8 : 16), pu = (q.D - rd) / 8; /* units per Q or K head */
+    const int64_t rot_units = (q.Hq + q.Hk) * ru, units = rot_units + (q.Hq + q.Hk) * pu + q.Hk * (q.Dv / 8);
     if (q.W > INT32_MAX || q.T > INT32_MAX || q.B * q.T * units >= ((int64_t)1 << 31)) return false;
     *g8 = qkv_fast::Geo8{(unsigned)units, (unsigned)rot_units, (unsigned)(q.B * q.T * units), (int)q.T, (int)q.W,
-                         (int)q.D, (int)q.Dv, (int)q.Hq, (int)q.Hk, q.rotary, q.interleaved, q.cos_b, q.sin_b};
+                         (int)q.D, (int)q.Dv, (int)q.Hq, (int)q.Hk, q.rotary, q.interleaved, q.cos_b, q.sin_b,
+                         (int)rd, (int)ru, (int)pu, {(int)q.q_off, (int)q.k_off, (int)q.v_off},
+                         {(int)q.q_hs, (int)q.k_hs, (int)q.v_hs}};
     return true;
 }
 
@@ -251,6 +263,16 @@ bool rot_geo(const Node &p, const float *cs, const float *sn, qkv_fast::Geo8 *g8
     if (!p.q.rotary || !fast_geo(p, g8) || !tables_ok(cs, sn)) return false;
     g8->units = g8->rot_units;
     g8->n = (unsigned)(p.q.B * p.q.T) * g8->rot_units;
+    return true;
+}
+
+/* rot_geo for all of Q and K (the rotated units, then the rest of the Q and K heads: with a
+ * partial rotary they are more than the rotated ones). */
+bool qk_geo(const Node &p, const float *cs, const float *sn, qkv_fast::Geo8 *g8)
+{
+    if (!rot_geo(p, cs, sn, g8)) return false;
+    g8->units = g8->rot_units + (unsigned)((p.q.Hq + p.q.Hk) * g8->pu);
+    g8->n = (unsigned)(p.q.B * p.q.T) * g8->units;
     return true;
 }
 
