@@ -127,7 +127,7 @@ template <typename T> fr_status launch(const fr_cuda_kctx *k, const fr_rotary_ge
     a.off = geo.interleaved ? 1 : a.h;
     if (a.rows * a.h == 0) return FR_OK;
     cudaStream_t s = k->cu->stream;
-    if (geo.rd < geo.hd) { /* the columns past rotary_dim pass through */
+    if (geo.rd < geo.hd && (const void *)a.y != (const void *)a.x) { /* the columns past rotary_dim pass through */
         const size_t es = sizeof(T), pitch = (size_t)geo.hd * es;
         FR_CUDA_TRY(cudaMemcpy2DAsync(a.y + geo.rd, pitch, a.x + geo.rd, pitch, (size_t)(geo.hd - geo.rd) * es,
                                       (size_t)geo.rows, cudaMemcpyDeviceToDevice, s));
