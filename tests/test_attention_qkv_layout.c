@@ -14,7 +14,10 @@
  *    of 16 features) and Phi-3 (Slices of qkv_proj) fuse one AttentionQKV per layer with those
  *    attributes, no Slice, Concat, Transpose or Rotary left (nor Split in GPT-NeoX: Phi-3's
  *    are its MLP's gate/up, SwiGLU is not fused here), logits equal to the pass
- *    off within 1e-6. */
+ *    off within 1e-6;
+ *  - what `fp8run info` reports off the fast path for the trainers' bf16 graphs (forward and
+ *    backward): nothing for Phi-3, nothing around attention for GPT-NeoX (its LayerNorms after
+ *    residual Adds are another fusion's). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,9 +27,11 @@
 #include "ops/grad.h"
 #include "passes/attention_fuse.h"
 #include "passes/attention_io.h"
+#include "passes/fast_path.h"
 #include "passes/fp8_compile.h"
 #include "passes/rotary_fuse.h"
 #include "runtime/io/npy.h"
+#include "runtime/train/train_internal.h"
 #include "tests/fuse_test_util.h"
 #include "tests/gradcheck.h"
 #include "tests/op_harness.h"
@@ -379,6 +384,45 @@ static void test_fixtures(void)
     }
 }
 
+/* The trainer's bf16 graph, classified (passes/fast_path.h): GPT-NeoX (every export) keeps no
+ * attention-related node off the fast path, Phi-3 none at all. */
+static void test_fast_path_reports(void)
+{
+    static const char *const dirs[] = {"gpt_neox_op18_static", "gpt_neox_op23_static", "gpt_neox_op18_dynamic",
+                                       "gpt_neox_op23_dynamic", "phi3_op18_static",     "phi3_op23_static"};
+    static const char *const around[] = {"Attention", "AttentionGrad", "Transpose", "Split", "Concat",
+                                         "Slice",     "Rotary",        "RotaryGrad"};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        fr_graph *model = fr_ft_open_hf(dirs[i]);
+        fr_train_options o;
+        fr_ft_hf_train_options(&o);
+        o.precision = "bf16";
+        o.fp8.precision = "bf16";
+        o.freeze_regex = "rotary_emb\\.inv_freq$"; /* a buffer in HF (FR_FT_HF_TRAIN would train GPT-NeoX's) */
+        fr_trainer *t = NULL;
+        fr_status st = fr_trainer_new(model, &o, &t);
+        if (st != FR_OK) printf("\n  %s: %s", dirs[i], fr_last_error());
+        CU_ASSERT_EQUAL_FATAL(st, FR_OK);
+        fr_slow_report r;
+        FR_ASSERT_OK(fr_fast_path_check(t->g, &r));
+        int n_around = 0;
+        for (int k = 0; k < r.n_kinds; k++)
+            for (size_t a = 0; a < sizeof around / sizeof around[0]; a++)
+                if (strcmp(r.kinds[k].op, around[a]) == 0) {
+                    printf("\n  %s: %d %s off the fast path: %s", dirs[i], r.kinds[k].count, r.kinds[k].op,
+                           r.kinds[k].why);
+                    n_around += r.kinds[k].count;
+                }
+        CU_ASSERT_EQUAL(n_around, 0);
+        if (strncmp(dirs[i], "phi3", 4) == 0) CU_ASSERT_EQUAL(r.n_slow, 0);
+        CU_ASSERT(count_op(t->g, "AttentionQKV") == 2 && count_op(t->g, "AttentionQKVGrad") == 2);
+        CU_ASSERT(r.n_nodes > 40); /* forward and backward */
+        fr_slow_report_free(&r);
+        fr_trainer_free(t);
+        fr_graph_free(model);
+    }
+}
+
 int main(void)
 {
     CU_TestInfo tests[] = {
@@ -386,6 +430,7 @@ int main(void)
         {"float64: == chain bit for bit; gradient vs central differences (1e-6)", test_float64_gradient},
         {"bad packing / rotary_dim / tables / norm: errors in infer", test_errors},
         {"GPT-NeoX and Phi-3 fixtures: fused with their packing, logits == pass off", test_fixtures},
+        {"GPT-NeoX and Phi-3 trainers: nothing around attention off the fast path", test_fast_path_reports},
         CU_TEST_INFO_NULL,
     };
     CU_SuiteInfo suites[] = {{"attention_qkv_layout", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};

@@ -145,7 +145,7 @@ struct Node {
     int64_t seg_rows, seg_q; /* Sk's rows (0: no segment ids), Sq given */
 };
 
-fr_status node_of(const fr_node *n, int rx, const int64_t *dx, const fr_value *c, const fr_value *s, Node *p)
+FR_NODISCARD fr_status node_of(const fr_node *n, int rx, const int64_t *dx, const fr_value *c, const fr_value *s, Node *p)
 {
     FR_TRY(fr_attn_qkv_geometry(n, rx, dx, c ? c->rank : 0, c ? c->dims : NULL, s ? s->rank : 0, s ? s->dims : NULL,
                                 &p->q));
