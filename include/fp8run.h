@@ -565,6 +565,10 @@ typedef struct fp8run_train_config {
                                     only target tokens count, token-weighted over the micro-batches
                                     of a step, and every fused attention node gets the batch's
                                     segment ids (examples do not see each other). 0 (default) */
+    const char *chunked_lm_head; /* "on": the LM head Linear and the cross-entropy run as one op
+                                    over chunks of tokens, so the [tokens, vocab] logits and
+                                    their gradient are never whole in memory (fp32/bf16 heads
+                                    without bias); "off" (default; NULL too) */
 } fp8run_train_config;
 
 /* Fill *cfg with the defaults above and set cfg->struct_size = size. Pass sizeof *cfg. */
