@@ -235,8 +235,12 @@ static fr_status fuse_one(fr_graph *g, const head *h, int64_t *rows, int64_t *vo
     if (st == FR_OK) st = fr_node_set_attr_int(&g->nodes[nid], "ignore_index", ig);
     if (st == FR_OK) st = fr_node_set_attr_int(&g->nodes[nid], "chunk_rows", *chunk);
     const int dead[5] = {h->lin, h->ce, h->ceg, h->gd, h->gw};
-    for (int i = 0; st == FR_OK && i < 5; i++)
-        if (dead[i] >= 0) g->nodes[dead[i]].dead = 1;
+    for (int i = 0; st == FR_OK && i < 5; i++) {
+        if (dead[i] < 0) continue;
+        fr_node *d = &g->nodes[dead[i]];
+        d->dead = 1;
+        for (int o = 0; o < d->n_outputs; o++) d->outputs[o] = -1; /* their values are the fused node's now */
+    }
     if (st == FR_OK) st = reorder(g, h->lin, nid, hoist);
     free(hoist);
     if (st == FR_OK) {
@@ -270,6 +274,7 @@ fr_status fr_fuse_lm_head(fr_graph *g, int *count, char *detail, size_t n)
         (*count)++;
         i = -1; /* the node order changed: look again from the start (fused heads are dead) */
     }
+    if (*count) FR_TRY(fr_graph_compact(g)); /* the executors refuse dead nodes */
     if (detail && n) {
         if (*count)
             snprintf(detail, n, "%d fused: %s", *count, done);
