@@ -38,6 +38,10 @@
 
 #include "ops/op.h"
 
+#ifdef __cplusplus
+extern "C" { /* C functions, also when ops/cuda/linear_ce.cu includes this */
+#endif
+
 extern const fr_op_def fr_ops_linear_ce[]; /* LinearCrossEntropy */
 
 enum { FR_LCE_IN_X = 0, FR_LCE_IN_W = 1, FR_LCE_IN_LABELS = 2, FR_LCE_IN_DLOSS = 3, FR_LCE_N_IN = 4 };
@@ -58,5 +62,9 @@ FR_NODISCARD fr_status fr_lce_read(const fr_node *n, int64_t M, int64_t K, int64
 /* Rows per chunk for a vocabulary of V: FR_LCE_CHUNK_BYTES of float32 logits, a multiple of 128
  * (at least 128), at most M (at least 1). */
 int64_t fr_lce_chunk_rows(int64_t M, int64_t V);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
