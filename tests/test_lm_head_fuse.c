@@ -18,6 +18,7 @@
 #include "runtime/io/data.h"
 #include "runtime/train/llama_gen.h"
 #include "runtime/train/train_internal.h"
+#include "runtime/train/train_memory.h"
 #include "runtime/train/trainer.h"
 #include "tests/fuse_test_util.h"
 #include "tests/harness.h"
@@ -184,7 +185,39 @@ static void test_sft(void)
     fr_graph_free(g);
 }
 
+/* info --memory's plan (fr_train_predict_memory, CPU): the head counted as fused, and the logits
+ * and dlogits gone from the activations (a micro-batch of 512 tokens and a 4096 vocabulary:
+ * 2 x 4 MiB of bf16 logits and dlogits, the op's chunk being the kernel's own buffer) */
+static void test_memory_plan(void)
+{
+    fr_llama_config lc = k_llama;
+    lc.vocab = 4096;
+    lc.max_seq = 128;
+    fr_graph *model = NULL;
+    FR_ASSERT_OK(fr_llama_generate(&lc, &model));
+    fr_train_memory m[2];
+    for (int on = 0; on < 2; on++) {
+        fr_train_options o;
+        fr_ft_train_options(&o);
+        o.precision = "bf16";
+        o.batch = 4;
+        o.seq_len = 128;
+        o.chunked_lm_head = on;
+        FR_ASSERT_OK(fr_train_predict_memory(model, &o, 0, &m[on]));
+    }
+    const double MiB = 1024.0 * 1024.0;
+    printf("\n  activations off %.2f MiB, on %.2f MiB; %d fused, %.2f MiB saved", m[0].activations / MiB,
+           m[1].activations / MiB, m[1].lm_heads_fused, m[1].lm_head_saved / MiB);
+    CU_ASSERT_EQUAL(m[0].lm_heads_fused, 0);
+    CU_ASSERT_EQUAL(m[1].lm_heads_fused, 1);
+    CU_ASSERT_EQUAL(m[0].lm_head_saved, 0);
+    CU_ASSERT_EQUAL(m[1].lm_head_saved, 0); /* 512 rows: one chunk holds them all */
+    CU_ASSERT(m[1].activations + (size_t)4 * 1024 * 1024 <= m[0].activations);
+    fr_graph_free(model);
+}
+
 static CU_TestInfo tests[] = {
+    {"info --memory's plan", test_memory_plan},
     {"training graph fused, evaluation graph keeps its logits", test_graphs},
     {"on and off: the same losses, bit for bit", test_same_losses},
     {"SFT: the same losses, bit for bit", test_sft},
