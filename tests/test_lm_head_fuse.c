@@ -5,7 +5,8 @@
  *    changes nothing;
  *  - 20 steps with it on and off give the same losses and gradient norms BIT FOR BIT (the op
  *    equals the unfused chain bit for bit: test_linear_ce), also with two micro-batches a step,
- *    and evaluation gives the same loss;
+ *    under --recompute full and with float32 logits (narrowing off), and evaluation gives the
+ *    same loss;
  *  - SFT (target tokens only, token-weighted micro-batches: dloss is the loss weight, moved
  *    before the head) on llama_tiny: the same losses bit for bit with one and two micro-batches;
  *  - the plan without the logits: info --memory's figure (fr_lm_head_saved_bytes). */
@@ -84,7 +85,7 @@ static void test_graphs(void)
 }
 
 /* 20 steps (FR_FT_STEPS) with grad_accum k; losses and norms of on and off, bit for bit */
-static void same_training(const char *prec, int k)
+static void same_training(const char *prec, int k, const char *recompute, int narrow)
 {
     fr_graph *model = NULL;
     FR_ASSERT_OK(fr_llama_generate(&k_llama, &model));
@@ -99,8 +100,11 @@ static void same_training(const char *prec, int k)
         o.seq_len = T;
         o.grad_accum = k;
         o.chunked_lm_head = on;
+        o.recompute = recompute;
+        o.narrow_activations = narrow;
         fr_trainer *t = NULL;
         FR_ASSERT_OK(fr_trainer_new(model, &o, &t));
+        CU_ASSERT_EQUAL(count_op(t->g, "LinearCrossEntropy"), on);
         uint64_t s = 99;
         for (int step = 0; step < FR_FT_STEPS; step++) {
             for (int64_t i = 0; i < B * row; i++) {
@@ -118,8 +122,8 @@ static void same_training(const char *prec, int k)
     int same = bits_equal(ev[0], ev[1]);
     for (int step = 0; step < FR_FT_STEPS; step++)
         same &= bits_equal(loss[0][step], loss[1][step]) && bits_equal(norm[0][step], norm[1][step]);
-    printf("\n  %s K=%d: loss 0 %.9g / %.9g, loss %d %.9g / %.9g, eval %.9g / %.9g", prec, k, loss[0][0], loss[1][0],
-           FR_FT_STEPS - 1, loss[0][FR_FT_STEPS - 1], loss[1][FR_FT_STEPS - 1], ev[0], ev[1]);
+    printf("\n  %s K=%d recompute %s narrow %d: loss 0 %.9g / %.9g, loss %d %.9g / %.9g, eval %.9g / %.9g", prec, k,
+           recompute, narrow, loss[0][0], loss[1][0], FR_FT_STEPS - 1, loss[0][FR_FT_STEPS - 1], loss[1][FR_FT_STEPS - 1], ev[0], ev[1]);
     CU_ASSERT(same);
     CU_ASSERT(loss[1][FR_FT_STEPS - 1] < 0.9 * loss[1][0]); /* it trains */
     fr_graph_free(model);
@@ -127,9 +131,11 @@ static void same_training(const char *prec, int k)
 
 static void test_same_losses(void)
 {
-    same_training("bf16", 1);
-    same_training("fp8", 1);
-    same_training("bf16", 2);
+    same_training("bf16", 1, "none", 1);
+    same_training("fp8", 1, "none", 1);
+    same_training("bf16", 2, "none", 1);
+    same_training("fp8", 1, "full", 1); /* the head's input recomputed in the backward */
+    same_training("bf16", 1, "none", 0); /* float32 logits and dlogits */
 }
 
 /* SFT on llama_tiny's SFT fixture: packing off, k micro-batches a step */
