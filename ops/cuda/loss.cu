@@ -146,51 +146,56 @@ __global__ void __launch_bounds__(1024) ce_count(const void *lb, int lb64, int64
     if (threadIdx.x == 0) *sc.count = (long long)c;
 }
 
-/* dx = dloss / count * (softmax(row) - onehot(label)); ignored rows 0, bad labels NaN */
-template <class T, class In, class Out, int V, int G>
-__global__ void __launch_bounds__(G == 32 ? 256 : G) ce_grad_rows(const T *dl, const In *x, const void *lb, int lb64,
-                                                                 int64_t rows, int64_t len, long long ignore,
-                                                                 CeScratch sc, Out *dx)
+/* Row rb of a grid-stride loop over rows of length len: its label and what to do with it */
+struct CeRow {
+    bool valid, bad, work; /* a row at all; a label outside [0, len); counted and good */
+    long long label;
+    int64_t off, nv;       /* its first element (0 past the end), its V-vectors (0 past the end) */
+};
+template <int V>
+__device__ __forceinline__ CeRow ce_row(const void *lb, int lb64, int64_t rb, int64_t rows, int64_t len, long long ignore)
 {
-    constexpr int RPB = G == 32 ? 256 / 32 : 1;
-    const int64_t row0 = (int64_t)blockIdx.x * RPB + threadIdx.x / G;
-    const int lane = threadIdx.x % G;
-    const long long cnt = *sc.count;
-    const double scale = cnt ? (double)dl[0] / (double)cnt : 0.0;
-    for (int64_t rb = row0; rb - (threadIdx.x / G) < rows; rb += (int64_t)gridDim.x * RPB) {
-        const bool valid = rb < rows;
-        const long long label = valid ? ld_label(lb, lb64, rb) : ignore;
-        const bool bad = label != ignore && (label < 0 || label >= len);
-        const bool work = valid && label != ignore && !bad;
-        const int64_t off = (valid ? rb : 0) * len;
-        const int64_t nv = valid ? len / V : 0;
-        const double lse = row_lse<T, In, V, G>(x + off, work ? nv : 0, lane);
-        for (int64_t i = lane; i < nv; i += G) {
-            Vec<Out, V> o;
-            if (work) {
-                const Vec<T, V> q = ld_as<T, In, V>(x + off, i);
+    CeRow r;
+    r.valid = rb < rows;
+    r.label = r.valid ? ld_label(lb, lb64, rb) : ignore;
+    r.bad = r.label != ignore && (r.label < 0 || r.label >= len);
+    r.work = r.valid && r.label != ignore && !r.bad;
+    r.off = (r.valid ? rb : 0) * len;
+    r.nv = r.valid ? len / V : 0;
+    return r;
+}
+
+/* One row's dlogits (G threads, the row's nv vectors): scale * (softmax - onehot(label)) where the
+ * row counts, 0 where it is ignored, NaN for a bad label */
+template <class T, class In, class Out, int V, int G>
+__device__ __forceinline__ void grad_row(const In *xr, int64_t nv, int lane, bool work, bool bad, double lse,
+                                         double scale, long long label, Out *dr)
+{
+    for (int64_t i = lane; i < nv; i += G) {
+        Vec<Out, V> o;
+        if (work) {
+            const Vec<T, V> q = ld_as<T, In, V>(xr, i);
 #pragma unroll
-                for (int j = 0; j < V; j++) {
-                    /* exp(x - lse) in T, x - lse rounded once; the T result rounded to Out */
-                    const double p = (double)exp_t((T)((double)q.v[j] - lse));
-                    narrow_to(o.v[j], (T)(scale * (p - (i * V + j == label ? 1.0 : 0.0))));
-                }
-            } else {
-#pragma unroll
-                for (int j = 0; j < V; j++) narrow_to(o.v[j], bad ? (T)NAN : (T)0);
+            for (int j = 0; j < V; j++) {
+                /* exp(x - lse) in T, x - lse rounded once; the T result rounded to Out */
+                const double p = (double)exp_t((T)((double)q.v[j] - lse));
+                narrow_to(o.v[j], (T)(scale * (p - (i * V + j == label ? 1.0 : 0.0))));
             }
-            st_vec<Out, V>(dx + off, i, o);
+        } else {
+#pragma unroll
+            for (int j = 0; j < V; j++) narrow_to(o.v[j], bad ? (T)NAN : (T)0);
         }
+        st_vec<Out, V>(dr, i, o);
     }
 }
 
-/* A chunk's rows (LinearCrossEntropy, loss_chunk.h): the loss of each row (ce_rows) and, with
- * dl, its dlogits (ce_grad_rows) from one read of the row for the lse and one for the
- * gradient. The label's logit is read before any thread of the group writes (in place: dx == x). */
-template <class T, class In, class Out, int V, int G>
-__global__ void __launch_bounds__(G == 32 ? 256 : G) ce_loss_grad_rows(const T *dl, const In *x, const void *lb, int lb64,
-                                                                      int64_t rows, int64_t len, long long ignore,
-                                                                      CeScratch sc, Out *dx)
+/* The rows' dlogits dx = dloss / count * (softmax(row) - onehot(label)) (ignored rows 0, bad
+ * labels NaN), and with LOSS each row's loss too (ce_rows' entries), from the same read of the
+ * row for its lse; dx may then be NULL (the loss alone). With LOSS the label's logit is read
+ * before any thread of the group writes, so dx may be x (in place). */
+template <bool LOSS, class T, class In, class Out, int V, int G>
+__device__ __forceinline__ void ce_grad_body(const T *dl, const In *x, const void *lb, int lb64, int64_t rows,
+                                             int64_t len, long long ignore, const CeScratch &sc, Out *dx)
 {
     constexpr int RPB = G == 32 ? 256 / 32 : 1;
     const int64_t row0 = (int64_t)blockIdx.x * RPB + threadIdx.x / G;
@@ -198,36 +203,34 @@ __global__ void __launch_bounds__(G == 32 ? 256 : G) ce_loss_grad_rows(const T *
     const long long cnt = dl ? *sc.count : 0;
     const double scale = cnt ? (double)dl[0] / (double)cnt : 0.0;
     for (int64_t rb = row0; rb - (threadIdx.x / G) < rows; rb += (int64_t)gridDim.x * RPB) {
-        const bool valid = rb < rows;
-        const long long label = valid ? ld_label(lb, lb64, rb) : ignore;
-        const bool bad = label != ignore && (label < 0 || label >= len);
-        const bool work = valid && label != ignore && !bad;
-        const int64_t off = (valid ? rb : 0) * len;
-        const int64_t nv = valid ? len / V : 0;
-        const double xl = work && lane == 0 ? (double)widen(x[off + label]) : 0.0;
-        const double lse = row_lse<T, In, V, G>(x + off, work ? nv : 0, lane);
-        if (valid && lane == 0) {
-            if (bad) fr_dev_error(sc.err, FR_ERR_RANGE, sc.node, label, len);
-            sc.loss[rb] = work ? lse - xl : bad ? (double)NAN : 0.0;
-            sc.counted[rb] = label != ignore;
+        const CeRow w = ce_row<V>(lb, lb64, rb, rows, len, ignore);
+        const double xl = LOSS && w.work && lane == 0 ? (double)widen(x[w.off + w.label]) : 0.0;
+        const double lse = row_lse<T, In, V, G>(x + w.off, w.work ? w.nv : 0, lane);
+        if (LOSS && w.valid && lane == 0) {
+            if (w.bad) fr_dev_error(sc.err, FR_ERR_RANGE, sc.node, w.label, len);
+            sc.loss[rb] = w.work ? lse - xl : w.bad ? (double)NAN : 0.0;
+            sc.counted[rb] = w.label != ignore;
         }
-        if (!dx) continue;
-        for (int64_t i = lane; i < nv; i += G) {
-            Vec<Out, V> o;
-            if (work) {
-                const Vec<T, V> q = ld_as<T, In, V>(x + off, i);
-#pragma unroll
-                for (int j = 0; j < V; j++) {
-                    const double p = (double)exp_t((T)((double)q.v[j] - lse));
-                    narrow_to(o.v[j], (T)(scale * (p - (i * V + j == label ? 1.0 : 0.0))));
-                }
-            } else {
-#pragma unroll
-                for (int j = 0; j < V; j++) narrow_to(o.v[j], bad ? (T)NAN : (T)0);
-            }
-            st_vec<Out, V>(dx + off, i, o);
-        }
+        if (dx) grad_row<T, In, Out, V, G>(x + w.off, w.nv, lane, w.work, w.bad, lse, scale, w.label, dx + w.off);
     }
+}
+
+template <class T, class In, class Out, int V, int G>
+__global__ void __launch_bounds__(G == 32 ? 256 : G) ce_grad_rows(const T *dl, const In *x, const void *lb, int lb64,
+                                                                 int64_t rows, int64_t len, long long ignore,
+                                                                 CeScratch sc, Out *dx)
+{
+    ce_grad_body<false, T, In, Out, V, G>(dl, x, lb, lb64, rows, len, ignore, sc, dx);
+}
+
+/* A chunk's rows (LinearCrossEntropy, loss_chunk.h): each row's loss (as ce_rows) and, with dl,
+ * its dlogits (as ce_grad_rows), one read of the row for the lse and one for the gradient. */
+template <class T, class In, class Out, int V, int G>
+__global__ void __launch_bounds__(G == 32 ? 256 : G) ce_loss_grad_rows(const T *dl, const In *x, const void *lb, int lb64,
+                                                                      int64_t rows, int64_t len, long long ignore,
+                                                                      CeScratch sc, Out *dx)
+{
+    ce_grad_body<true, T, In, Out, V, G>(dl, x, lb, lb64, rows, len, ignore, sc, dx);
 }
 
 template <class In, class Out>
