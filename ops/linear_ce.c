@@ -98,6 +98,26 @@ static fr_status lce_infer(fr_graph *g, int node_id)
 
 /* ---- the CPU kernel ---- */
 
+/* y[i] += a * x[i]: every GEMM below is a run of these, each y element adding its products in
+ * the contraction's order. 8 lanes (AVX where the CPU has it, target_clones picks at run time,
+ * as linear_cpu.c's gemm_kseq); the lanes are independent elements, so the width changes no
+ * result, and ISO C mode never fuses the multiply and the add. */
+typedef float lce_v8f __attribute__((vector_size(32)));
+
+__attribute__((target_clones("avx2", "default")))
+static void axpy(float *y, float a, const float *x, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        lce_v8f xv, yv;
+        memcpy(&xv, x + i, sizeof xv);
+        memcpy(&yv, y + i, sizeof yv);
+        yv += a * xv;
+        memcpy(y + i, &yv, sizeof yv);
+    }
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
 /* a GEMM operand value as the unfused Linear's CPU kernel prepares it */
 static float operand(float v, int bf16) { return bf16 ? fr_bf16_to_f32(fr_f32_to_bf16(v)) : v; }
 
@@ -111,7 +131,8 @@ typedef struct lce_run {
     const fr_kernel_ctx *ctx;
     fr_lce_dims d;
     const fr_tensor *x, *lb;
-    float *wv;      /* op(W)^T as the GEMM multiplies it: [V][K] */
+    float *wv;      /* op(W)^T as the GEMMs multiply it: [V][K] (dX's rows) */
+    float *wt;      /* and op(W): [K][V] (the logits: V sums side by side, each in k order) */
     float *xc;      /* a chunk of X's operand rows [chunk][K] */
     float *lc;      /* the chunk's logits, then its dlogits, [chunk][V] */
     double total;   /* the loss sum over the rows so far, in row order */
@@ -146,12 +167,12 @@ static void chunk_rows(lce_run *r, int64_t r0, int64_t R, int grads)
             memset(row, 0, (size_t)V * sizeof *row);
             continue;
         }
-        for (int64_t v = 0; v < V; v++) {
-            const float *wr = r->wv + v * K;
-            float s = 0.0f;
-            for (int64_t k = 0; k < K; k++) s += xr[k] * wr[k];
-            row[v] = r->d.y_bf16 ? fr_bf16_to_f32(fr_f32_to_bf16(s)) : s;
-        }
+        /* row[v] = sum over k in order of x[k] op(W)[k][v]: each of the V sums starts at +0 and
+           adds its products one by one, as gemm_kseq's; the loop over v vectorizes */
+        for (int64_t v = 0; v < V; v++) row[v] = 0.0f;
+        for (int64_t k = 0; k < K; k++) axpy(row, xr[k], r->wt + k * V, V);
+        if (r->d.y_bf16)
+            for (int64_t v = 0; v < V; v++) row[v] = fr_bf16_to_f32(fr_f32_to_bf16(row[v]));
         const double lse = row_lse(row, V);
         r->total += lse - (double)row[y];
         if (!grads) continue;
@@ -170,11 +191,8 @@ static void chunk_dx(lce_run *r, int64_t r0, int64_t R)
         float *acc = r->dx ? r->dx + (r0 + i) * K : r->dxr;
         for (int64_t k = 0; k < K; k++) acc[k] = 0.0f;
         const float *dl = r->lc + i * V;
-        for (int64_t v = 0; v < V; v++) {
-            const float g = dl[v], *wr = r->wv + v * K;
-            if (g == 0.0f) continue; /* +-0 products leave a sum that started at +0 as it is */
-            for (int64_t k = 0; k < K; k++) acc[k] += g * wr[k];
-        }
+        for (int64_t v = 0; v < V; v++)
+            if (dl[v] != 0.0f) axpy(acc, dl[v], r->wv + v * K, K); /* +-0 products leave a sum that started at +0 as it is */
         if (!r->dx)
             for (int64_t k = 0; k < K; k++) r->dx16[(r0 + i) * K + k] = fr_f32_to_bf16(acc[k]);
     }
@@ -186,15 +204,12 @@ static void chunk_dw(lce_run *r, int64_t R)
     const int64_t K = r->d.K, V = r->d.V;
     for (int64_t i = 0; i < R; i++) {
         const float *dl = r->lc + i * V, *xr = r->xc + i * K;
-        for (int64_t v = 0; v < V; v++) {
-            const float g = dl[v];
-            if (g == 0.0f) continue;
-            if (r->d.transB) {
-                float *dwr = r->dw + v * K;
-                for (int64_t k = 0; k < K; k++) dwr[k] += g * xr[k];
-            } else {
-                for (int64_t k = 0; k < K; k++) r->dw[k * V + v] += xr[k] * g;
-            }
+        if (r->d.transB) {
+            for (int64_t v = 0; v < V; v++)
+                if (dl[v] != 0.0f) axpy(r->dw + v * K, dl[v], xr, K);
+        } else {
+            for (int64_t k = 0; k < K; k++)
+                if (xr[k] != 0.0f) axpy(r->dw + k * V, xr[k], dl, V);
         }
     }
 }
@@ -237,14 +252,18 @@ static fr_status lce_cpu(const fr_kernel_ctx *ctx)
     if (grads) r.scale = count ? (double)((const float *)dl->data)[0] / (double)count : 0.0;
     const int64_t C = r.d.chunk;
     r.wv = fr_malloc((size_t)(V * K > 0 ? V * K : 1) * sizeof(float), "LinearCrossEntropy weight operand");
+    r.wt = fr_malloc((size_t)(V * K > 0 ? V * K : 1) * sizeof(float), "LinearCrossEntropy weight operand");
     r.xc = fr_malloc((size_t)(C * K > 0 ? C * K : 1) * sizeof(float), "LinearCrossEntropy input chunk");
     r.lc = fr_malloc((size_t)(C * V > 0 ? C * V : 1) * sizeof(float), "LinearCrossEntropy logits chunk");
     r.dxr = fr_malloc((size_t)(K > 0 ? K : 1) * sizeof(float), "LinearCrossEntropy dX row");
-    fr_status st = r.wv && r.xc && r.lc && r.dxr ? FR_OK : FR_ERR_OOM;
+    fr_status st = r.wv && r.wt && r.xc && r.lc && r.dxr ? FR_OK : FR_ERR_OOM;
     if (st == FR_OK) {
         const float *wd = w->data;
         for (int64_t v = 0; v < V; v++)
-            for (int64_t k = 0; k < K; k++) r.wv[v * K + k] = operand(tb ? wd[v * K + k] : wd[k * V + v], r.d.bf16);
+            for (int64_t k = 0; k < K; k++) {
+                r.wv[v * K + k] = operand(tb ? wd[v * K + k] : wd[k * V + v], r.d.bf16);
+                r.wt[k * V + v] = r.wv[v * K + k];
+            }
         if (dx && dx->dtype == FR_BF16)
             r.dx16 = dx->data;
         else if (dx)
@@ -262,6 +281,7 @@ static fr_status lce_cpu(const fr_kernel_ctx *ctx)
         ((float *)ctx->out[0]->data)[0] = (float)(count ? r.total / (double)count : 0.0);
     }
     free(r.wv);
+    free(r.wt);
     free(r.xc);
     free(r.lc);
     free(r.dxr);

@@ -31,7 +31,10 @@
  * loss, dX and dW equal Linear + SoftmaxCrossEntropy (+ Grad, LinearGradData, LinearGradWeight)
  * bit for bit for any chunk size: a logit or a dX element sums over K or V within one row, and
  * a dW element adds its rows' products in row order across the chunks into one float32 sum,
- * as the unfused weight-gradient GEMM adds them. fp8 precision, float64 and a bias are not
+ * as the unfused weight-gradient GEMM adds them. (That holds for finite X and W. The kernel
+ * skips the zero dlogits of ignored rows and zero products, which the unfused GEMMs multiply:
+ * with an Inf or NaN in X or W, where the loss is NaN either way, the two may put NaN in
+ * different gradient elements.) fp8 precision, float64 and a bias are not
  * supported (the pass that makes the op leaves those heads unfused). */
 #ifndef FR_OPS_LINEAR_CE_H
 #define FR_OPS_LINEAR_CE_H
