@@ -71,6 +71,12 @@ static void test_graphs(void)
             /* evaluation keeps its logits */
             CU_ASSERT_EQUAL(count_op(t->eval_g, "SoftmaxCrossEntropy"), 1);
             CU_ASSERT_EQUAL(count_op(t->eval_g, "LinearCrossEntropy"), 0);
+            /* the model's logits stay an output of the evaluation graph, [batch, seq, vocab] */
+            CU_ASSERT_EQUAL_FATAL(t->n_model_outputs, 1);
+            const int lv = fr_graph_find_value(t->eval_g, t->model_outputs[0]);
+            CU_ASSERT_FATAL(lv >= 0);
+            CU_ASSERT(t->eval_g->values[lv].flags & FR_VAL_OUTPUT);
+            CU_ASSERT(t->eval_g->values[lv].rank == 3 && t->eval_g->values[lv].dims[2] == k_llama.vocab);
             /* what info --memory says is saved: logits and dlogits (bf16: narrowed) less one float32
                chunk; a chunk of every row (these few tokens) saves nothing */
             CU_ASSERT_EQUAL(fr_lm_head_saved_bytes(t->g), 0);
