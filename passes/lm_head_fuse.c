@@ -77,7 +77,8 @@ static int match(const fr_graph *g, int ce, head *h, char *why, size_t nw)
     h->loss = out_at(c, 0);
     const int lin = logits >= 0 ? g->values[logits].producer : -1;
     if (lin < 0 || !is_op(&g->nodes[lin], "Linear") || out_at(&g->nodes[lin], 0) != logits) {
-        snprintf(why, nw, "the logits of '%s' come from no Linear", c->name);
+        snprintf(why, nw, "the logits of '%s' come from %s%s, not a Linear (precision fp32 keeps MatMul)", c->name,
+                 lin >= 0 ? "a " : "no node", lin >= 0 ? g->nodes[lin].op_type : "");
         return 0;
     }
     const fr_node *L = &g->nodes[lin];
