@@ -68,10 +68,12 @@ static void attrs(tnode *t, const gcase *c)
     TN_ATTR(t, string, "precision", c->bf16 ? "bf16" : "fp32");
 }
 
+/* transB = 1 cases give W as a constant (a parameter: its bf16 copy kept in the node's persistent
+   memory), transB = 0 ones as a graph input (converted into scratch every run) */
 static void fused_node(tnode *t, const gcase *c, const gdata *d)
 {
     fr_tensor *ins[4] = {d->x, d->w, d->lb, d->dl};
-    tn_init_domain(t, FR_DOMAIN_FP8RUN, "LinearCrossEntropy", 1, 4, ins, 0u, 3);
+    tn_init_domain(t, FR_DOMAIN_FP8RUN, "LinearCrossEntropy", 1, 4, ins, c->transB ? 2u : 0u, 3);
     attrs(t, c);
     if (c->y_bf16) TN_ATTR(t, string, "y_dtype", "bfloat16");
     if (c->dx_bf16) TN_ATTR(t, string, "dx_dtype", "bfloat16");

@@ -10,8 +10,9 @@
  *   - before the loop the count of counted rows, after it the mean (loss.cu's kernels).
  * The results differ from the unfused GPU chain only by cuBLASLt's summation order for the
  * chunk's shapes, and dW by the float32 sum of its chunks' partial products (relative ~1e-6).
- * Scratch: the loss rows, X's bf16 copy (float32 X in bf16 precision), the chunk's logits
- * and, when their dtype differs from the logits', its dlogits. */
+ * Scratch: the loss rows, X's bf16 copy (float32 X in bf16 precision), W's bf16 copy when W
+ * is not a constant (a tied head's transposed table), the chunk's logits and, when their dtype
+ * differs from the logits', its dlogits. */
 #include <cuda_runtime.h>
 #include <string.h>
 
@@ -35,14 +36,24 @@ struct Plan {
     int lg_bf16;      /* the chunk's logits dtype (y_dtype) */
     int dl_bf16;      /* dlogits: bf16 in bf16 precision (the GEMMs' operand), else float32 */
     int grads;
+    int w_kept;       /* bf16: W's copy kept across runs (W a constant), else made in scratch */
     /* scratch offsets */
-    size_t ce, xb, lg, dl, total;
+    size_t ce, xb, wb, lg, dl, total;
 };
 
-fr_status make_plan(const fr_node *n, int64_t M, int64_t K, int64_t V, int x_bf16, int grads, Plan *p)
+/* W (input 1) is a graph constant (a parameter), whose bf16 copy the node may keep: another W
+   (a tied head's transposed table, say) is converted on every run, as Linear does */
+int w_constant(const fr_graph *g, const fr_node *n)
+{
+    return n->n_inputs > 1 && n->inputs[1] >= 0 && g->values[n->inputs[1]].constant != NULL &&
+           fr_tensor_numel(g->values[n->inputs[1]].constant) > 0;
+}
+
+fr_status make_plan(const fr_graph *g, const fr_node *n, int64_t M, int64_t K, int64_t V, int x_bf16, int grads, Plan *p)
 {
     memset(p, 0, sizeof *p);
     FR_TRY(fr_lce_read(n, M, K, V, &p->d));
+    p->w_kept = p->d.bf16 && w_constant(g, n);
     p->x_bf16 = x_bf16;
     p->lg_bf16 = p->d.y_bf16;
     p->dl_bf16 = p->d.bf16;
@@ -53,6 +64,8 @@ fr_status make_plan(const fr_node *n, int64_t M, int64_t K, int64_t V, int x_bf1
     off += align_up(fr_cuda_ce_scratch_bytes(M));
     p->xb = off;
     if (p->d.bf16 && !x_bf16) off += align_up((size_t)(M * K) * 2);
+    p->wb = off;
+    if (p->d.bf16 && !p->w_kept) off += align_up((size_t)(K * V) * 2);
     p->lg = off;
     off += align_up((size_t)(C * V) * (p->lg_bf16 ? 2 : 4));
     p->dl = p->lg;
@@ -88,7 +101,7 @@ fr_status lce_scratch(const fr_graph *g, const fr_node *n, size_t *bytes)
     int xb, grads;
     FR_TRY(graph_dims(g, n, &M, &K, &V, &xb, &grads));
     Plan p;
-    FR_TRY(make_plan(n, M, K, V, xb, grads, &p));
+    FR_TRY(make_plan(g, n, M, K, V, xb, grads, &p));
     *bytes = p.total;
     return FR_OK;
 }
@@ -99,7 +112,7 @@ fr_status lce_persist(const fr_graph *g, const fr_node *n, size_t *bytes)
     const char *prec;
     FR_TRY(fr_node_attr_string(n, "precision", "fp32", &prec));
     *bytes = 0;
-    if (strcmp(prec, "bf16") != 0 || n->n_inputs < 2 || n->inputs[1] < 0) return FR_OK;
+    if (strcmp(prec, "bf16") != 0 || !w_constant(g, n)) return FR_OK;
     const fr_value *w = &g->values[n->inputs[1]];
     int64_t numel = 1;
     for (int d = 0; d < w->rank; d++) numel *= w->dims[d];
@@ -145,7 +158,7 @@ fr_status lce_run(const fr_cuda_kctx *k)
     if (fr_tensor_numel(x) != M * K || (x->dtype != FR_F32 && x->dtype != FR_BF16))
         return fr_node_error(n, FR_ERR_SHAPE, "X does not match the labels and the weight (re-run shape inference)");
     Plan p;
-    FR_TRY(make_plan(n, M, K, V, x->dtype == FR_BF16, grads, &p));
+    FR_TRY(make_plan(k->g, n, M, K, V, x->dtype == FR_BF16, grads, &p));
     FR_TRY(fr_check_out(n, k->out[0], FR_F32, 0, NULL));
     if (dx) FR_TRY(fr_check_out(n, dx, p.d.dx_bf16 ? FR_BF16 : FR_F32, x->rank, x->dims));
     if (dw) FR_TRY(fr_check_out(n, dw, FR_F32, 2, w->dims));
@@ -160,8 +173,8 @@ fr_status lce_run(const fr_cuda_kctx *k)
     /* the GEMM operands */
     const fr_dtype gt = p.d.bf16 ? FR_BF16 : FR_F32;
     const void *wop = w->data, *xop = x->data;
-    if (p.d.bf16) {
-        if (!k->persist || k->persist_bytes < (size_t)(K * V) * 2)
+    if (p.d.bf16 && p.w_kept) {
+        if (!k->persist || !k->persist_version || k->persist_bytes < (size_t)(K * V) * 2)
             return fr_node_error(n, FR_ERR_INTERNAL, "no persistent memory for the weight's bf16 copy");
         fr_cuda_ctx *cu = k->cu;
         if (cu->weight_cache_off || *k->persist_version != cu->weights_version) {
@@ -170,10 +183,13 @@ fr_status lce_run(const fr_cuda_kctx *k)
             *k->persist_version = cu->weights_version;
         }
         wop = k->persist;
-        if (!p.x_bf16) {
-            FR_TRY(fr_q_to_bf16(s, n, (const float *)x->data, M * K, base + p.xb));
-            xop = base + p.xb;
-        }
+    } else if (p.d.bf16) {
+        FR_TRY(fr_q_to_bf16(s, n, (const float *)w->data, K * V, base + p.wb));
+        wop = base + p.wb;
+    }
+    if (p.d.bf16 && !p.x_bf16) {
+        FR_TRY(fr_q_to_bf16(s, n, (const float *)x->data, M * K, base + p.xb));
+        xop = base + p.xb;
     }
     const size_t ge = p.d.bf16 ? 2 : 4;
     void *lg = base + p.lg, *dl = grads ? base + p.dl : NULL;
