@@ -14,12 +14,16 @@
  *    the CPU with it on (losses within 1e-3 relative: test_gpu_train's tolerance) and against
  *    the GPU with it off (1e-3), and with a 131072 vocabulary and 1024 tokens a micro-batch
  *    (chunks of 512 rows: two chunks a step, the weight gradient accumulated across them) on
- *    against off on the GPU (1e-3); no step skipped. */
+ *    against off on the GPU (1e-3); no step skipped;
+ *  - SFT on llama_tiny (packing off, two micro-batches a step: dloss is each micro-batch's loss
+ *    weight): the GPU against the CPU with it on, 6 steps within 1e-3. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph/onnx_io.h"
 #include "ops/linear_ce.h"
+#include "runtime/io/data.h"
 #include "runtime/train/llama_gen.h"
 #include "runtime/train/train_internal.h"
 #include "runtime/train/trainer.h"
@@ -225,7 +229,62 @@ static void test_training(void)
     CU_ASSERT(e_big <= 1e-3);
 }
 
+/* SFT (the loss weight as dloss, moved before the head) on llama_tiny's SFT fixture, two
+ * micro-batches a step: the GPU with the option on against the CPU with it on, 6 steps */
+static void sft_losses(const char *device, double *loss)
+{
+    enum { B = 2, T = 13, W = T + 1, K = 2, STEPS = 6 };
+    char p[600];
+    fr_graph *g = NULL;
+    FR_ASSERT_OK(fr_onnx_load_file(fr_fixture(p, sizeof p, "llama_tiny/model.onnx"), &g));
+    fr_train_options o;
+    fr_train_options_default(&o);
+    o.batch = B;
+    o.seq_len = T;
+    o.grad_accum = K;
+    o.precision = "bf16";
+    o.device = device;
+    o.lr.max_lr = 1e-3;
+    o.sft = 1;
+    o.sft_padded = 1;
+    o.chunked_lm_head = 1;
+    fr_trainer *t = NULL;
+    FR_ASSERT_OK(fr_trainer_new(g, &o, &t));
+    fr_data_opts d = fr_data_opts_default();
+    d.batch = B;
+    d.seq_len = T;
+    d.order = FR_DATA_SEQUENTIAL;
+    d.vocab_size = 128;
+    d.packing = 0;
+    fr_data_loader *dl = NULL;
+    FR_ASSERT_OK(fr_data_open(fr_fixture(p, sizeof p, "sft/llama_sft.bin"), &d, &dl));
+    int64_t w[K * B * W];
+    int32_t seg[K * B * W];
+    uint8_t tgt[K * B * W];
+    for (int s = 0; s < STEPS; s++) {
+        for (int m = 0; m < K; m++)
+            FR_ASSERT_OK(fr_data_next_sft(dl, w + m * B * W, seg + m * B * W, tgt + m * B * W, NULL));
+        fr_train_stats st;
+        FR_ASSERT_OK(fr_trainer_step_sft(t, w, seg, tgt, K, &st));
+        loss[s] = st.loss;
+    }
+    fr_data_close(dl);
+    fr_trainer_free(t);
+    fr_graph_free(g);
+}
+
+static void test_sft(void)
+{
+    double cpu[6], gpu[6];
+    sft_losses("cpu", cpu);
+    sft_losses("cuda", gpu);
+    const double e = worst_rel(gpu, cpu, 6);
+    printf("\n  SFT, 2 micro-batches: GPU vs CPU %.2e (loss 5: %.6f / %.6f)", e, gpu[5], cpu[5]);
+    CU_ASSERT(e <= 1e-3);
+}
+
 static CU_TestInfo tests[] = {
+    {"SFT with --chunked-lm-head on vs the CPU", test_sft},
     {"LinearCrossEntropy vs the CPU op and the unfused GPU chain", test_op},
     {"training with --chunked-lm-head on vs the CPU and vs off", test_training},
     CU_TEST_INFO_NULL,
