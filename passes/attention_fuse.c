@@ -68,6 +68,8 @@ struct match {
     int mask_runtime;     /* 1: the mask was computed at run time (mi says how it was taken) */
     int dead[32]; /* nodes replaced */
     int n_dead;
+    int rewire_node, rewire_from; /* a scale taken from below Q's layout: that node's input is */
+    int rewire_to;                /* rewire_from, and becomes rewire_to (-1: none) */
 };
 
 /* The mask node n (Add(S, M): additive; Where(C, S, lowest): boolean) with its mask computed at
@@ -114,6 +116,36 @@ static int peel_scale(const fr_readers *c, int x, match *m)
     m->scale *= div ? 1.0 / s : s;
     add_dead(m, g, n);
     return n->inputs[1 - k];
+}
+
+/* x = Transpose/Reshape(..(Mul(y, s))..) (OPT scales q_proj's output before the head split),
+ * every value read once and float32, s as peel_scale takes it: folds s into m->scale, marks the
+ * Mul replaced and records that the first layout node is to read y (scaling commutes with the
+ * layout exactly); returns x (whose data then is unscaled), or x unchanged with nothing done. */
+static int peel_scale_below_layout(const fr_readers *c, int x, match *m)
+{
+    const fr_graph *g = c->g;
+    int v = x;
+    const fr_node *lay = NULL;
+    for (int steps = 0; steps < 4; steps++) {
+        const fr_node *n = fr_live_producer(g, v);
+        if (!n || c->count[v] != 1 || !is_f32(g, v)) return x;
+        if ((fr_is_onnx_op(n, "Reshape") || fr_is_onnx_op(n, "Transpose")) && n->n_inputs >= 1) {
+            lay = n;
+            v = n->inputs[0];
+            continue;
+        }
+        break;
+    }
+    if (!lay || m->n_dead >= 20) return x;
+    match probe = *m;
+    const int y = peel_scale(c, v, &probe);
+    if (y == v) return x;
+    *m = probe;
+    m->rewire_node = (int)(lay - g->nodes);
+    m->rewire_from = v;
+    m->rewire_to = y;
+    return x;
 }
 
 /* x = Mul(Tanh(Div(y, c)), c) (either operand order of the Mul; Mul(y, 1/c) for the Div when
@@ -232,6 +264,7 @@ static int match_scores(const fr_readers *c, int x, match *m)
             add_dead(m, g, n);
             /* the exporter splits the scale over both operands (sqrt(scale) on q and on k^T) */
             m->q = peel_scale(c, n->inputs[0], m);
+            if (m->q == n->inputs[0]) m->q = peel_scale_below_layout(c, m->q, m);
             m->kt = peel_scale(c, n->inputs[1], m);
             return 1;
         }
@@ -306,6 +339,7 @@ static int match_at(const fr_readers *c, int s, match *m)
     m->scale = 1.0;
     m->mask = -1;
     m->seg = -1;
+    m->rewire_node = -1;
     if (!softmax_last_axis(g, sm) || !is_f32(g, sm->inputs[0])) return 0;
     add_dead(m, g, sm);
     /* forward: the exporter's guard Where(IsNaN(P), 0, P), casts, then MatMul(P, V) */
@@ -452,6 +486,8 @@ static fr_status fuse_one(fr_readers *c, match *m, const char *softmax_name)
                       (float)m->softcap};
     FR_TRY(make_k(c, m, base, &e.k, &e));
     for (int i = 0; i < m->n_dead; i++) g->nodes[m->dead[i]].dead = 1;
+    if (m->rewire_node >= 0 && g->nodes[m->rewire_node].inputs[0] == m->rewire_from)
+        g->nodes[m->rewire_node].inputs[0] = m->rewire_to;
     FR_TRY(fr_attn_emit_node(g, &e));
     return m->mask_runtime ? fr_attn_mask_note(g, base, &m->mi) : FR_OK;
 }

@@ -127,6 +127,24 @@ static void test_gemma2_softcap(void)
     }
 }
 
+/* OPT scales q_proj's output before the head split: the scale moves into the attention, which
+ * then stages Q/K/V from the fused projection like any other. */
+static void test_opt_scaled_q(void)
+{
+    fr_slow_report r;
+    fr_trainer *t = NULL;
+    check("opt_op18_static", 1, &r, &t);
+    int staged = 0;
+    for (int n = 0; n < t->g->n_nodes; n++)
+        staged += !t->g->nodes[n].dead && strcmp(t->g->nodes[n].op_type, "AttentionQKV") == 0;
+    CU_ASSERT_EQUAL(staged, 2);
+    CU_ASSERT_EQUAL(count_kind(&r, "Attention", ""), 0);
+    CU_ASSERT_EQUAL(count_kind(&r, "Transpose", ""), 0);
+    CU_ASSERT_EQUAL(count_kind(&r, "Mul", ""), 0);
+    fr_slow_report_free(&r);
+    fr_trainer_free(t);
+}
+
 /* Attention that ran on fp8run's own kernels (what the executor reports) is marked, once. */
 static void test_generic_attention(void)
 {
@@ -213,6 +231,7 @@ int main(void)
         {"Llama without the staging fusion: attention, Transposes, RoPE named", test_llama_io_off},
         {"GPT-NeoX, Phi-3: why the staging does not fuse; LayerNorm after residual Adds", test_neox_phi3},
         {"Gemma 2: softcapped attention and eager GQA fused; the logits' softcap named", test_gemma2_softcap},
+        {"OPT: the query scaled before the head split, fused and staged", test_opt_scaled_q},
         {"attention on fp8run's own kernels: marked with the reason", test_generic_attention},
         {"text: a line per kind, the warning past 5% only", test_text},
         {"C API: the compile report's text", test_api},
