@@ -9,6 +9,7 @@
 #include "passes/dropout.h"
 #include "passes/gelu_fuse.h"
 #include "passes/softcap_fuse.h"
+#include "passes/lm_head_fuse.h"
 #include "passes/narrow_activations.h"
 #include "passes/narrow_gradients.h"
 #include "passes/rmsnorm_fuse.h"
@@ -129,6 +130,11 @@ static fr_status run_narrow_grad(fr_pass_ctx *c, fr_pass_result *r)
     snprintf(r->detail, sizeof r->detail, "%d gradient node%s write%s bfloat16", r->changed,
              r->changed == 1 ? "" : "s", r->changed == 1 ? "s" : "");
     return FR_OK;
+}
+
+static fr_status run_lm_head(fr_pass_ctx *c, fr_pass_result *r)
+{
+    return fr_fuse_lm_head(c->g, &r->changed, r->detail, sizeof r->detail);
 }
 
 static fr_status run_unfused(fr_pass_ctx *c, fr_pass_result *r)
@@ -276,6 +282,11 @@ static const fr_pass k_passes[] = {
        elimination and the executors' liveness plans, which then free the originals early */
     {"recompute", "the backward reads a copy of each chosen block region's forward (--recompute), "
      "recomputed right before it", FR_STAGE_DIFFERENTIATED, "recompute", 0, run_recompute},
+    /* last: it reorders the nodes (the forward/backward split recompute reads is gone after it),
+       and it reads the narrowed head (y_dtype, dx_dtype) narrow_gradients decided */
+    {"chunked_lm_head", "the LM head Linear, the loss head and their backward become one "
+     "ai.fp8run::LinearCrossEntropy working in chunks of tokens (--chunked-lm-head on)", FR_STAGE_DIFFERENTIATED,
+     "chunked_lm_head", 0, run_lm_head},
 };
 
 #define N_PASSES ((int)(sizeof k_passes / sizeof k_passes[0]))
