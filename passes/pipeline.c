@@ -10,6 +10,7 @@
 #include "passes/gelu_fuse.h"
 #include "passes/softcap_fuse.h"
 #include "passes/gather_slice.h"
+#include "passes/qkv_split_regroup.h"
 #include "passes/lm_head_fuse.h"
 #include "passes/narrow_activations.h"
 #include "passes/narrow_gradients.h"
@@ -117,6 +118,7 @@ static fr_status run_residual_norm(fr_pass_ctx *c, fr_pass_result *r) { return r
 static fr_status run_gelu(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_fuse_gelu, c, r); }
 static fr_status run_softcap(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_fuse_softcap, c, r); }
 static fr_status run_gather_slice(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_gather_to_slice, c, r); }
+static fr_status run_qkv_regroup(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_regroup_qkv_splits, c, r); }
 
 static fr_status run_narrow(fr_pass_ctx *c, fr_pass_result *r)
 {
@@ -256,6 +258,11 @@ static const fr_pass k_passes[] = {
        Linears */
     {"fp8_compile", "MatMul/Gemm with a trained weight become ai.fp8run::Linear in fp8/bf16 (sibling "
      "Linears fused)", FR_STAGE_PREPARED, "precision", 0, run_fp8_compile},
+    /* after the FP8 compiler, whose sibling fusion makes the wider Split, before the staging,
+       which reads a Split into Q, K and V alone; under the staging's switch */
+    {"regroup_qkv_split", "a fused Split [q | k | v | other] whose q, k, v feed one attention becomes "
+     "Split [qkv | other] and Split(qkv) (parallel attention + MLP blocks)", FR_STAGE_PREPARED, "fuse_attention_io", 0,
+     run_qkv_regroup},
     /* after the FP8 compiler, whose fused Q/K/V Linear and Split it reads, and after the
        attention and RoPE fusions, whose nodes it absorbs */
     {"fuse_attention_io", "each fused attention reads the fused Q/K/V projection (RoPE applied while "

@@ -27,6 +27,7 @@
 #include "ops/grad.h"
 #include "passes/attention_fuse.h"
 #include "passes/attention_io.h"
+#include "passes/qkv_split_regroup.h"
 #include "passes/fast_path.h"
 #include "passes/fp8_compile.h"
 #include "passes/rotary_fuse.h"
@@ -328,6 +329,7 @@ static fr_graph *compiled(const char *dir, int io, int *fused)
     FR_ASSERT_OK(fr_fp8_compile(g, &fo, &rep));
     fr_fp8_report_free(&rep);
     *fused = 0;
+    if (io) FR_ASSERT_OK(fr_regroup_qkv_splits(g, &n)); /* (parallel blocks: the pipeline's order) */
     if (io) FR_ASSERT_OK(fr_fuse_attention_io(g, fused));
     FR_ASSERT_OK(fr_graph_resolve_ops(g));
     return g;
@@ -342,6 +344,8 @@ static void test_fixtures(void)
     } fx[] = {
         {"gpt_neox_op18_static", 1, 4},  {"gpt_neox_op23_static", 1, 4}, {"gpt_neox_op18_dynamic", 1, 4},
         {"gpt_neox_op23_dynamic", 1, 4}, {"phi3_op18_static", 0, 0},     {"phi3_op23_static", 0, 0},
+        /* Phi: a parallel block, its q/k/v/fc1 Linears one Split (regrouped), partial rotary */
+        {"phi_op18_static", 0, 8},       {"phi_op23_static", 0, 8},
     };
     for (size_t i = 0; i < sizeof fx / sizeof fx[0]; i++) {
         int fused = -1, none = -1;
