@@ -1,11 +1,12 @@
 /* What runs off the fast path (passes/fast_path.h), on the trainers' bf16 graphs (forward and
  * backward) of the HF fixtures:
- *  - Llama, Qwen3, OLMo2 and Gemma3 (q/k norms fused into AttentionQKV): nothing;
+ *  - Llama, Qwen3, OLMo2 and Gemma3 (q/k norms fused into AttentionQKV), GPT-2 and BERT (the
+ *    residual sums' LayerNorms fused: AddLayerNorm): nothing;
  *  - Llama with fuse_attention_io off: each Attention and AttentionGrad named with the reason
  *    ("staging"), the head Transposes and RoPE around them;
  *  - GPT-NeoX (partial rotary: Concat into Q and K) and Phi-3 (Slices of the packed QKV): each
- *    Attention with the node kind that stops the staging, GPT-NeoX's LayerNorms after residual
- *    Adds;
+ *    Attention with the node kind that stops the staging; GPT-NeoX's norms after residual Adds
+ *    fused but the parallel block's second norm of the sum (it reads AddLayerNorm's H);
  *  - attention the executor ran on fp8run's own kernels: each node marked with the reason;
  *  - the text: one line per kind, a warning line exactly when the share of the time passes 5%;
  *  - fp8run_model_compile's report carries the text (the C API `fp8run info` prints). */
@@ -54,8 +55,9 @@ static int count_kind(const fr_slow_report *r, const char *op, const char *why_p
 
 static void test_fast(void)
 {
-    static const char *const dirs[] = {"llama_op18_static", "qwen3_op18_static", "qwen3_op23_static",
-                                       "olmo2_op18_static", "gemma3_op18_static"};
+    static const char *const dirs[] = {"llama_op18_static",  "qwen3_op18_static", "qwen3_op23_static",
+                                       "olmo2_op18_static",  "gemma3_op18_static", "gpt2_op18_static",
+                                       "gpt2_op23_static",   "bert_op18_static",   "bert_op23_static"};
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
         fr_slow_report r;
         fr_trainer *t = NULL;
@@ -88,8 +90,10 @@ static void test_neox_phi3(void)
     fr_trainer *t = NULL;
     check("gpt_neox_op18_static", 1, &r, &t);
     CU_ASSERT_EQUAL(count_kind(&r, "Attention", "passes through a Concat"), 2);
-    CU_ASSERT(count_kind(&r, "LayerNormalization", "no AddLayerNorm") >= 2);
-    CU_ASSERT(count_kind(&r, "LayerNormGrad", "no AddLayerNorm") >= 2);
+    /* the residual sums' norms fused (AddLayerNorm) but the parallel block's second norm of a sum */
+    CU_ASSERT_EQUAL(count_kind(&r, "LayerNormalization", "after a residual Add"), 0);
+    CU_ASSERT_EQUAL(count_kind(&r, "LayerNormalization", "the second norm of a fused residual sum"), 1);
+    CU_ASSERT_EQUAL(count_kind(&r, "LayerNormGrad", "the second norm of a fused residual sum"), 1);
     fr_slow_report_free(&r);
     fr_trainer_free(t);
     check("phi3_op18_static", 1, &r, &t);
@@ -180,9 +184,9 @@ static void test_api(void)
 int main(void)
 {
     CU_TestInfo tests[] = {
-        {"Llama, Qwen3, OLMo2, Gemma3: nothing off the fast path", test_fast},
+        {"Llama, Qwen3, OLMo2, Gemma3, GPT-2, BERT: nothing off the fast path", test_fast},
         {"Llama without the staging fusion: attention, Transposes, RoPE named", test_llama_io_off},
-        {"GPT-NeoX, Phi-3: why the staging does not fuse; LayerNorm after residual Adds", test_neox_phi3},
+        {"GPT-NeoX, Phi-3: why the staging does not fuse; the parallel block's second LayerNorm", test_neox_phi3},
         {"attention on fp8run's own kernels: marked with the reason", test_generic_attention},
         {"text: a line per kind, the warning past 5% only", test_text},
         {"C API: the compile report's text", test_api},
