@@ -112,8 +112,8 @@ static void norm_why(const fr_graph *g, const readers *rd, int i, char *why, siz
         snprintf(why, n, "after a residual Add that fuse_residual_norm does not take (%s): %s", fused, w);
     else if (p && strcmp(p->domain, FR_DOMAIN_FP8RUN) == 0 && (is(p, "AddLayerNorm") || is(p, "AddRMSNorm")))
         snprintf(why, n,
-                 "the second norm of a fused residual sum (a parallel attention + MLP block): %s takes one "
-                 "norm, so this one reads the sum again and its gradient costs one more Add",
+                 "reads the sum of a fused %s that did not take it (AddRMSNorm takes one norm, AddLayerNorm two "
+                 "of one axis and epsilon): it reads the sum again and its gradient costs one more Add",
                  p->op_type);
 }
 

@@ -12,7 +12,7 @@
  *   RMSNormalization, LayerNormalization (and their Grad)
  *                              after a residual Add that no Add+norm fusion took (AddRMSNorm,
  *                              AddLayerNorm; why not, from passes/residual_norm_fuse.h), the
- *                              second norm reading a fused node's sum (a parallel block), or a
+ *                              norm reading a fused node's sum that it did not take, or a
  *                              q/k norm feeding an unfused attention
  *   Softmax, ReduceMean, Erf, Tanh, Sigmoid
  *                              left by the fusions (passes/unfused_check.h)

@@ -13,6 +13,7 @@
 
 typedef struct match {
     int norm, add, layer, swap; /* layer: LayerNorm (else RMSNorm); swap: the Add's B is its input 0 */
+    int norm2;                  /* a second LayerNorm of the sum (a parallel block), or -1 */
     int64_t axis;
     float eps;
 } match;
@@ -38,28 +39,60 @@ static int scale_ok(const fr_value *w, const fr_value *x, int axis, int64_t len)
 
 #define WHY(...) (why ? (void)snprintf(why, why_n, __VA_ARGS__) : (void)0, 0)
 
-/* Whether norm node ni and the Add before it fuse (m filled); else 0 with the reason in why. */
-static int check(const fr_graph *g, int ni, match *m, char *why, size_t why_n)
+/* Norm node nn's own part (its outputs, Scale and Bias against the sum H, its attributes): 1 with
+ * *cfg, else 0 with the reason in why. */
+static int norm_ok(const fr_graph *g, const fr_node *nn, int layer, const fr_value *H, fr_norm_cfg *cfg, char *why,
+                   size_t why_n)
 {
-    const fr_node *nn = &g->nodes[ni];
-    const int layer = !nn->dead && fr_is_onnx_op(nn, "LayerNormalization");
-    if (!layer && !is_rmsnorm(nn)) return WHY("not a norm");
     const int n_w = layer && nn->n_inputs > 2 && nn->inputs[2] >= 0 ? 3 : 2;
     if (nn->n_inputs < 2 || nn->n_inputs > n_w || nn->inputs[0] < 0 || nn->inputs[1] < 0 || nn->n_outputs < 1 ||
         nn->outputs[0] < 0)
         return WHY("an unusual norm node (inputs or outputs missing)");
     for (int o = 1; o < nn->n_outputs; o++)
         if (nn->outputs[o] >= 0) return WHY("its Mean / InvStdDev outputs are used");
+    if (g->values[nn->outputs[0]].dtype != FR_F32) return WHY("not float32");
+    if (fr_norm_config(nn, H->rank, H->dims, cfg) != FR_OK) return WHY("its attributes are not supported");
+    const fr_value *w = &g->values[nn->inputs[1]];
+    if (!scale_ok(w, H, cfg->axis, cfg->len))
+        return WHY("its Scale is not float32 of exactly the normalized dims (leading 1s allowed)");
+    if (n_w == 3) {
+        const fr_value *b = &g->values[nn->inputs[2]];
+        if (!scale_ok(b, H, cfg->axis, cfg->len) || !fr_same_dims(b, w))
+            return WHY("its bias is not float32 of the Scale's shape");
+    }
+    return 1;
+}
+
+/* Another LayerNormalization of the sum h than node ni that AddLayerNorm takes as its second norm
+ * (same axis and epsilon as cfg), or -1: the first in node order. */
+static int second_norm(const fr_graph *g, int ni, int h, const fr_norm_cfg *cfg)
+{
+    for (int j = 0; j < g->n_nodes; j++) {
+        const fr_node *nj = &g->nodes[j];
+        if (j == ni || nj->dead || !fr_is_onnx_op(nj, "LayerNormalization") || nj->n_inputs < 1 || nj->inputs[0] != h)
+            continue;
+        fr_norm_cfg c2;
+        if (norm_ok(g, nj, 1, &g->values[h], &c2, NULL, 0) && c2.axis == cfg->axis && c2.eps == cfg->eps) return j;
+    }
+    return -1;
+}
+
+/* Whether norm node ni and the Add before it fuse (m filled); else 0 with the reason in why. */
+static int check(const fr_graph *g, int ni, match *m, char *why, size_t why_n)
+{
+    const fr_node *nn = &g->nodes[ni];
+    const int layer = !nn->dead && fr_is_onnx_op(nn, "LayerNormalization");
+    if (!layer && !is_rmsnorm(nn)) return WHY("not a norm");
+    if (nn->n_inputs < 1 || nn->inputs[0] < 0) return WHY("an unusual norm node (inputs or outputs missing)");
     const int h = nn->inputs[0];
     const fr_node *add = fr_live_producer(g, h);
     if (!add || !fr_is_onnx_op(add, "Add")) return WHY("its input is not an Add");
     if (add->n_inputs != 2 || add->n_outputs != 1 || add->inputs[0] < 0 || add->inputs[1] < 0)
         return WHY("an unusual Add");
     const fr_value *H = &g->values[h], *A = &g->values[add->inputs[0]], *B = &g->values[add->inputs[1]];
-    if (H->dtype != FR_F32 || A->dtype != FR_F32 || B->dtype != FR_F32 || g->values[nn->outputs[0]].dtype != FR_F32)
-        return WHY("not float32");
+    if (H->dtype != FR_F32 || A->dtype != FR_F32 || B->dtype != FR_F32) return WHY("not float32");
     fr_norm_cfg cfg;
-    if (fr_norm_config(nn, H->rank, H->dims, &cfg) != FR_OK) return WHY("its attributes are not supported");
+    if (!norm_ok(g, nn, layer, H, &cfg, why, why_n)) return 0;
     int swap = 0;
     if (!fr_same_dims(A, H) || !fr_same_dims(B, H)) {
         /* LayerNorm: one addend may repeat over the leading dims (a position embedding) */
@@ -68,15 +101,8 @@ static int check(const fr_graph *g, int ni, match *m, char *why, size_t why_n)
             return WHY(layer ? "the Add broadcasts otherwise than over the leading dims of the sum"
                              : "the Add broadcasts (AddRMSNorm takes two addends of one shape)");
     }
-    const fr_value *w = &g->values[nn->inputs[1]];
-    if (!scale_ok(w, H, cfg.axis, cfg.len))
-        return WHY("its Scale is not float32 of exactly the normalized dims (leading 1s allowed)");
-    if (n_w == 3) {
-        const fr_value *b = &g->values[nn->inputs[2]];
-        if (!scale_ok(b, H, cfg.axis, cfg.len) || !fr_same_dims(b, w))
-            return WHY("its bias is not float32 of the Scale's shape");
-    }
     m->norm = ni;
+    m->norm2 = layer ? second_norm(g, ni, h, &cfg) : -1;
     m->add = (int)(add - g->nodes);
     m->layer = layer;
     m->swap = swap;
@@ -102,14 +128,18 @@ static fr_status fuse_one(void *ctx, const void *mv)
     const match *m = mv;
     fr_graph *g = ((fr_readers *)ctx)->g;
     const fr_node *add = &g->nodes[m->add], *nn = &g->nodes[m->norm];
+    const fr_node *n2 = m->norm2 >= 0 ? &g->nodes[m->norm2] : NULL;
     const char *op = m->layer ? "AddLayerNorm" : "AddRMSNorm";
-    const int n_in = 1 + nn->n_inputs; /* A, B, Scale[, Bias] */
-    int in[4] = {add->inputs[m->swap], add->inputs[!m->swap], nn->inputs[1], n_in > 3 ? nn->inputs[2] : -1};
-    int out[2] = {add->outputs[0], nn->outputs[0]}, nid;
-    const int dead[2] = {m->add, m->norm};
+    /* A, B, Scale[, Bias[, Scale2[, Bias2]]] -> H, Y[, Y2] */
+    int in[6] = {add->inputs[m->swap], add->inputs[!m->swap], nn->inputs[1], nn->n_inputs > 2 ? nn->inputs[2] : -1,
+                 n2 ? n2->inputs[1] : -1, n2 && n2->n_inputs > 2 ? n2->inputs[2] : -1};
+    int n_in = 6;
+    while (n_in > 3 && in[n_in - 1] < 0) n_in--;
+    int out[3] = {add->outputs[0], nn->outputs[0], n2 ? n2->outputs[0] : -1}, nid;
+    const int dead[3] = {m->add, m->norm, m->norm2};
     char base[600];
-    fr_fuse_kill(g, dead, 2, op, base, sizeof base);
-    FR_TRY(fr_graph_add_node(g, op, FR_DOMAIN_FP8RUN, base, n_in, in, 2, out, &nid));
+    fr_fuse_kill(g, dead, n2 ? 3 : 2, op, base, sizeof base);
+    FR_TRY(fr_graph_add_node(g, op, FR_DOMAIN_FP8RUN, base, n_in, in, n2 ? 3 : 2, out, &nid));
     FR_TRY(fr_node_set_attr_int(&g->nodes[nid], "axis", m->axis));
     FR_TRY(fr_node_set_attr_float(&g->nodes[nid], "epsilon", m->eps));
     return fr_node_infer(g, nid);

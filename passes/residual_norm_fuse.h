@@ -13,8 +13,9 @@
  *                                        shape) float32 of exactly h's normalized dims (leading
  *                                        1s allowed)
  * h may have any other readers and be a graph output; h and y keep their value ids, so the rest
- * of the graph is unchanged. A parallel attention + MLP block (GPT-NeoX, Phi, Falcon) reads its
- * sum with two norms: the first becomes the fused node, the second reads its H. */
+ * of the graph is unchanged. A parallel attention + MLP block (GPT-NeoX, Falcon) reads its sum
+ * with two LayerNorms: AddLayerNorm takes the second too (same axis and epsilon; its Y2), as the
+ * statistics are the same. */
 #ifndef FR_RESIDUAL_NORM_FUSE_H
 #define FR_RESIDUAL_NORM_FUSE_H
 

@@ -6,13 +6,15 @@
  *    addend, a bias-like [D] addend: y and the gradients of a, b, Scale, Bias bit for bit (relative
  *    L2 0: the ops round as the unfused ones do); an Add broadcasting over a middle dim, a
  *    broadcast Scale, a Bias of another shape than Scale's and a used Mean output stay unfused;
+ *  - a parallel block's second LayerNorm of the sum (with and without Bias): in the same node
+ *    (Y2), y and the gradients of a, b and both norms' parameters bit for bit; of another
+ *    epsilon: left as a LayerNormalization reading H, which the fast-path check names;
  *  - the gradient rule against central differences (1e-3 relative L2, the float32
- *    finite-difference noise), with and without a gradient into H, with a repeated B, and with
- *    only A differentiated (dScale and dBias empty);
+ *    finite-difference noise), with and without a gradient into H, with a repeated B, with only A
+ *    differentiated (dScale and dBias empty), and with the second norm (both Ys read, or one);
  *  - the trainer on the dynamo exports of GPT-2, BERT (post-LN: the sum is read by the norm only)
- *    and GPT-NeoX (parallel attention + MLP: the sum read by two norms, the second stays a
- *    LayerNormalization reading H): the fused node counts, one AddLayerNormGrad each, no norm
- *    after an Add left, and 20 AdamW steps' losses equal to the unfused ones within 1e-6
+ *    and GPT-NeoX (parallel attention + MLP: the sum read by two norms, both in one AddLayerNorm):
+ *    the fused node counts, one AddLayerNormGrad each, no norm after an Add left, and 20 AdamW steps' losses equal to the unfused ones within 1e-6
  *    (--no-fuse-residual-norm). */
 #include <math.h>
 #include <stdlib.h>
@@ -49,7 +51,10 @@ enum {
     K_MID_BCAST,    /* b [B, 1, D]: not fused */
     K_BCAST_SCALE,  /* Scale [1]: not fused */
     K_BIAS_SHAPE,   /* Scale [D], Bias [1, D]: not fused */
-    K_MEAN_OUT      /* the Mean output read: not fused */
+    K_MEAN_OUT,     /* the Mean output read: not fused */
+    K_PARALLEL,     /* y2 = LayerNormalization(h, W2, Bias2) too: both norms fused (Y2) */
+    K_PAR_NO_BIAS,  /* the same, the first norm without Bias, y2 = LayerNormalization(h, W2) */
+    K_PAR_EPS       /* the second norm of another epsilon: only the first fused */
 };
 
 #define PB 2
@@ -76,22 +81,65 @@ static void build(fr_graph *g, uint64_t seed, int kind)
     const int c = fr_gc_add_input(g, &r, "C", FR_F32, 3, dx, NULL);
     const int h = fr_gc_op1(g, "Add", 2, (int[]){a, b});
     int y[2];
-    const int nid = fr_gc_node(g, "LayerNormalization", "", kind == K_NO_BIAS ? 2 : 3, (int[]){h, w, c0},
+    const int nid = fr_gc_node(g, "LayerNormalization", "", kind == K_NO_BIAS || kind == K_PAR_NO_BIAS ? 2 : 3,
+                               (int[]){h, w, c0},
                                kind == K_MEAN_OUT ? 2 : 1, y);
     if (kind == K_TWO_DIMS) FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "axis", 1));
     if (kind == K_EPS) FR_ASSERT_OK(fr_node_set_attr_float(&g->nodes[nid], "epsilon", 1e-3f));
     FR_ASSERT_OK(fr_node_infer(g, nid));
     if (kind == K_H_OUTPUT) FR_ASSERT_OK(fr_graph_mark_output(g, h));
     if (kind == K_MEAN_OUT) FR_ASSERT_OK(fr_graph_mark_output(g, y[1]));
-    const int out =
+    int out =
         kind == K_NORM_ONLY ? y[0] : fr_gc_op1(g, "Add", 2, (int[]){fr_gc_op1(g, "Mul", 2, (int[]){h, c}), y[0]});
+    if (kind >= K_PARALLEL) { /* the parallel block's second norm, read after the first */
+        const int w2 = fr_gc_add_input(g, &r, "W2", FR_F32, 1, dd, NULL);
+        const int b2 = fr_gc_add_input(g, &r, "Bias2", FR_F32, 1, dd, NULL);
+        int y2;
+        const int n2 = fr_gc_node(g, "LayerNormalization", "", kind == K_PAR_NO_BIAS ? 2 : 3, (int[]){h, w2, b2}, 1, &y2);
+        if (kind == K_PAR_EPS) FR_ASSERT_OK(fr_node_set_attr_float(&g->nodes[n2], "epsilon", 1e-3f));
+        FR_ASSERT_OK(fr_node_infer(g, n2));
+        out = fr_gc_op1(g, "Add", 2, (int[]){out, fr_gc_op1(g, "Mul", 2, (int[]){y2, c})});
+    }
     FR_ASSERT_OK(fr_graph_mark_output(g, out));
 }
 
 static void check_kind(int kind, int want)
 {
-    static const char *const wrt[4] = {"A", "B", "W", "Bias"};
-    fr_ft_check_pattern(build, kind, 18, fr_fuse_residual_norm, want, kind == K_NO_BIAS ? 3 : 4, wrt, 0.0);
+    static const char *const wrt[6] = {"A", "B", "W", "Bias", "W2", "Bias2"}, *const wrt_nb[5] = {"A", "B", "W", "W2",
+                                                                                                  "Bias2"};
+    if (kind == K_NO_BIAS || kind == K_PAR_NO_BIAS)
+        fr_ft_check_pattern(build, kind, 18, fr_fuse_residual_norm, want, kind == K_NO_BIAS ? 3 : 4, wrt_nb, 0.0);
+    else
+        fr_ft_check_pattern(build, kind, 18, fr_fuse_residual_norm, want, kind >= K_PARALLEL ? 6 : 4, wrt, 0.0);
+}
+
+/* the parallel patterns: both norms in one AddLayerNorm (Y2) and one AddLayerNormGrad, or not */
+static void check_parallel(int kind, int want_y2)
+{
+    check_kind(kind, 1);
+    fr_graph *g = fr_gc_new_graph(18);
+    build(g, 7, kind);
+    int n = -1;
+    FR_ASSERT_OK(fr_fuse_residual_norm(g, &n));
+    CU_ASSERT_EQUAL(n, 1);
+    CU_ASSERT_EQUAL(count_op(g, "LayerNormalization"), !want_y2);
+    for (int i = 0; i < g->n_nodes; i++)
+        if (strcmp(g->nodes[i].op_type, "AddLayerNorm") == 0) CU_ASSERT_EQUAL(g->nodes[i].n_outputs, 2 + want_y2);
+    if (!want_y2) { /* the fast path names the norm left */
+        fr_slow_report r;
+        FR_ASSERT_OK(fr_fast_path_check(g, &r));
+        CU_ASSERT_EQUAL(r.n_slow, 1);
+        CU_ASSERT(r.n_kinds == 1 && strstr(r.kinds[0].why, "did not take it") != NULL);
+        fr_slow_report_free(&r);
+    }
+    fr_graph_free(g);
+}
+
+static void test_parallel(void)
+{
+    check_parallel(K_PARALLEL, 1);
+    check_parallel(K_PAR_NO_BIAS, 1);
+    check_parallel(K_PAR_EPS, 0);
 }
 
 static void test_fused(void)
@@ -122,8 +170,9 @@ static void test_unfused(void)
 
 /* ---- the gradient rule against central differences ---- */
 
-/* h_read: H read again; bcast: B [T, D] repeated over the rows of A [R, T, D] */
-static void gradcheck_case(int h_read, int bcast, int n_wrt, const char *what)
+/* h_read: H read again; bcast: B [T, D] repeated over the rows of A [R, T, D]; two: the second
+ * norm (Scale2, Bias2: Y2 read too); only: which Ys the output reads (bit 0 Y, bit 1 Y2) */
+static void gradcheck_case(int h_read, int bcast, int two, int only, int n_wrt, const char *what)
 {
     fr_rng r = fr_test_rng("add_layer_norm_grad");
     fr_graph *g = fr_gc_new_graph(18);
@@ -133,12 +182,18 @@ static void gradcheck_case(int h_read, int bcast, int n_wrt, const char *what)
     const int b = bcast ? fr_gc_add_input(g, &r, "B", FR_F32, 2, dbt, NULL) : fr_gc_add_input(g, &r, "B", FR_F32, 3, dx, NULL);
     const int w = fr_gc_add_input(g, &r, "W", FR_F32, 1, dw, NULL);
     const int bias = fr_gc_add_input(g, &r, "Bias", FR_F32, 1, dw, NULL);
+    const int w2 = fr_gc_add_input(g, &r, "W2", FR_F32, 1, dw, NULL);
+    const int bias2 = fr_gc_add_input(g, &r, "Bias2", FR_F32, 1, dw, NULL);
     const int c = fr_gc_add_input(g, &r, "C", FR_F32, 3, dx, NULL);
-    int in[4] = {a, b, w, bias}, outs[2];
-    const int nid = fr_gc_node(g, "AddLayerNorm", FR_DOMAIN_FP8RUN, 4, in, 2, outs);
+    int in[6] = {a, b, w, bias, w2, bias2}, outs[3];
+    const int nid = fr_gc_node(g, "AddLayerNorm", FR_DOMAIN_FP8RUN, two ? 6 : 4, in, two ? 3 : 2, outs);
     FR_ASSERT_OK(fr_node_infer(g, nid));
-    const int out = h_read ? fr_gc_op1(g, "Add", 2, (int[]){fr_gc_op1(g, "Mul", 2, (int[]){outs[0], c}), outs[1]})
-                           : outs[1];
+    int out = only & 1 ? outs[1] : -1;
+    if (two && (only & 2)) {
+        const int y2 = fr_gc_op1(g, "Mul", 2, (int[]){outs[2], c});
+        out = out < 0 ? y2 : fr_gc_op1(g, "Add", 2, (int[]){out, y2});
+    }
+    if (h_read) out = fr_gc_op1(g, "Add", 2, (int[]){fr_gc_op1(g, "Mul", 2, (int[]){outs[0], c}), out});
     fr_gc_check(g, &r, out, n_wrt, in, what, 1e-3);
     CU_ASSERT_EQUAL(fr_gc_count_nodes(g, "AddLayerNormGrad"), 1);
     CU_ASSERT_EQUAL(fr_gc_count_nodes(g, "LayerNormGrad"), 0);
@@ -147,10 +202,14 @@ static void gradcheck_case(int h_read, int bcast, int n_wrt, const char *what)
 
 static void test_gradcheck(void)
 {
-    gradcheck_case(1, 0, 4, "AddLayerNorm, H read again");
-    gradcheck_case(0, 0, 4, "AddLayerNorm, Y only");
-    gradcheck_case(1, 1, 4, "AddLayerNorm, B repeated over the rows");
-    gradcheck_case(1, 0, 1, "AddLayerNorm, dA only (no dScale, dBias)");
+    gradcheck_case(1, 0, 0, 1, 4, "AddLayerNorm, H read again");
+    gradcheck_case(0, 0, 0, 1, 4, "AddLayerNorm, Y only");
+    gradcheck_case(1, 1, 0, 1, 4, "AddLayerNorm, B repeated over the rows");
+    gradcheck_case(1, 0, 0, 1, 1, "AddLayerNorm, dA only (no dScale, dBias)");
+    gradcheck_case(1, 0, 1, 3, 6, "AddLayerNorm with Y2, H read again");
+    gradcheck_case(0, 1, 1, 3, 6, "AddLayerNorm with Y2, B repeated");
+    gradcheck_case(1, 0, 1, 2, 6, "AddLayerNorm with Y2, only Y2 read");
+    gradcheck_case(0, 0, 1, 1, 4, "AddLayerNorm with Y2, only Y read");
 }
 
 /* ---- the trainer on the dynamo exports ---- */
@@ -205,9 +264,9 @@ static void test_hf_counts(void)
     expect_hf("bert_op18_static", 5, 1);
     expect_hf("bert_op23_static", 5, 1);
     /* GPT-NeoX (2 layers, parallel residual): layer 0's two norms read the embedding, layer 1's
-       read the first sum (one fused, one reading H), the final norm the second sum */
-    expect_hf("gpt_neox_op18_static", 2, 3);
-    expect_hf("gpt_neox_op23_static", 2, 3);
+       both read the first sum (one AddLayerNorm with Y2), the final norm the second sum */
+    expect_hf("gpt_neox_op18_static", 2, 2);
+    expect_hf("gpt_neox_op23_static", 2, 2);
 }
 
 static void test_hf_losses(void)
@@ -232,6 +291,7 @@ int main(void)
     CU_TestInfo tests[] = {
         {"Add + LayerNorm fused: y, da, db, dScale, dBias bit for bit (9 patterns)", test_fused},
         {"middle-dim broadcast, broadcast Scale, Bias shape, Mean output: not fused", test_unfused},
+        {"parallel block: the sum's second LayerNorm fused too (Y2), bit for bit; other epsilon not", test_parallel},
         {"AddLayerNorm's gradient rule vs central differences", test_gradcheck},
         {"trainer, GPT-2 / BERT / GPT-NeoX exports: fused nodes, no norm after an Add", test_hf_counts},
         {"trainer, GPT-2 / BERT / GPT-NeoX: 20 steps' losses fused == unfused (1e-6)", test_hf_losses},

@@ -4,8 +4,9 @@
  *    shapes (one and two normalized dims, B repeated over the rows, with and without Bias): H and
  *    a float32 Y bit for bit, a bfloat16 Y the float32 Y rounded to nearest even bit for bit
  *    (rounding written out in tests/bf16_check.c);
- *  - AddLayerNormGrad with a bfloat16 dY (with and without dH, dScale / dBias omitted): dX,
- *    dScale and dBias bit for bit those of the float32 dY of the same values;
+ *  - AddLayerNormGrad with a bfloat16 dY (with and without dH, dScale / dBias omitted; with the
+ *    second norm's bfloat16 dY2): dX and the parameter gradients bit for bit those of the
+ *    float32 dY (dY2) of the same values; the forward's Y2 likewise;
  *  - the gradient rule through autodiff with a bfloat16 B and Y: dA, dB (float32), dScale,
  *    dBias bit for bit those of the float32 graph that rounds Y with two Casts; the backward
  *    reads H;
@@ -38,10 +39,12 @@ static fr_tensor *param_of(fr_rng *r, const shp *s, double mean)
 
 /* ---- forward ---- */
 
-static void run_fwd(tnode *t, const shp *s, fr_tensor *a, fr_tensor *b, fr_tensor *w, fr_tensor *bias, int y16)
+/* w2 (may be NULL): the second norm (Scale2 w2, Bias2 w: Y2) */
+static void run_fwd(tnode *t, const shp *s, fr_tensor *a, fr_tensor *b, fr_tensor *w, fr_tensor *bias, fr_tensor *w2,
+                    int y16)
 {
-    fr_tensor *ins[4] = {a, b, w, bias};
-    tn_init_domain(t, FR_DOMAIN_FP8RUN, "AddLayerNorm", 1, bias ? 4 : 3, ins, 0, 2);
+    fr_tensor *ins[6] = {a, b, w, bias, w2, w};
+    tn_init_domain(t, FR_DOMAIN_FP8RUN, "AddLayerNorm", 1, w2 ? 6 : bias ? 4 : 3, ins, 0, w2 ? 3 : 2);
     TN_ATTR(t, int, "axis", s->axis);
     if (y16) TN_ATTR(t, string, "y_dtype", "bfloat16");
     FR_ASSERT_OK(tn_run(t));
@@ -55,19 +58,21 @@ static void test_fwd(void)
         fr_tensor *a = tt_randn(&r, FR_F32, s->r, s->d, 0.3, 1.0);
         fr_tensor *bf = tt_randn(&r, FR_F32, s->r - s->b_lead, s->d + s->b_lead, 0.0, 0.8);
         fr_tensor *bb = bc_bf16_pair(bf), *w = param_of(&r, s, 1.0), *bias = i % 2 ? param_of(&r, s, 0.0) : NULL;
+        fr_tensor *w2 = i % 3 == 1 ? param_of(&r, s, 1.0) : NULL;
         tnode ref;
-        run_fwd(&ref, s, a, bf, w, bias, 0);
+        run_fwd(&ref, s, a, bf, w, bias, w2, 0);
         for (int c = 1; c < 4; c++) {
             const int b16 = c & 1, y16 = c >> 1;
             tnode t;
-            run_fwd(&t, s, a, b16 ? bb : bf, w, bias, y16);
+            run_fwd(&t, s, a, b16 ? bb : bf, w, bias, w2, y16);
             tt_assert_shape(t.out[0], FR_F32, s->r, s->d);
-            tt_assert_shape(t.out[1], y16 ? FR_BF16 : FR_F32, s->r, s->d);
-            char lab[96];
-            snprintf(lab, sizeof lab, "shape %d B %s Y %s: H", i, b16 ? "bf16" : "f32", y16 ? "bf16" : "f32");
-            bc_expect(lab, t.out[0], ref.out[0]);
-            snprintf(lab, sizeof lab, "shape %d B %s Y %s: Y", i, b16 ? "bf16" : "f32", y16 ? "bf16" : "f32");
-            bc_expect(lab, t.out[1], ref.out[1]);
+            for (int o = 0; o < (w2 ? 3 : 2); o++) {
+                if (o) tt_assert_shape(t.out[o], y16 ? FR_BF16 : FR_F32, s->r, s->d);
+                char lab[96];
+                snprintf(lab, sizeof lab, "shape %d B %s Y %s: %s", i, b16 ? "bf16" : "f32", y16 ? "bf16" : "f32",
+                         o == 0 ? "H" : o == 1 ? "Y" : "Y2");
+                bc_expect(lab, t.out[o], ref.out[o]);
+            }
             tn_free(&t);
         }
         tn_free(&ref);
@@ -76,6 +81,7 @@ static void test_fwd(void)
         fr_tensor_free(bb);
         fr_tensor_free(w);
         fr_tensor_free(bias);
+        fr_tensor_free(w2);
     }
 }
 
@@ -84,23 +90,25 @@ static void test_fwd(void)
 static void test_bwd(void)
 {
     fr_rng r = fr_test_rng("add_layer_norm_bf16_bwd");
-    static const char *const names[3] = {"dX", "dScale", "dBias"};
+    static const char *const names[5] = {"dX", "dScale", "dBias", "dScale2", "dBias2"};
     for (int i = 0; i < N_SHAPES; i++)
-        for (int v = 0; v < 4; v++) { /* 0: dH and all, 1: no dH, 2: no dScale, 3: no dBias */
+        for (int v = 0; v < 5; v++) { /* 0: dH and all, 1: no dH, 2: no dScale, 3: no dBias, 4: dY2 too */
             const shp *s = &shapes[i];
             fr_tensor *dyf = tt_randn(&r, FR_F32, s->r, s->d, 0.0, 1.0), *x = tt_randn(&r, FR_F32, s->r, s->d, 0.2, 1.5);
             fr_tensor *dyb = bc_bf16_pair(dyf), *w = param_of(&r, s, 1.0), *dh = tt_randn(&r, FR_F32, s->r, s->d, 0.0, 0.5);
+            fr_tensor *dy2f = tt_randn(&r, FR_F32, s->r, s->d, 0.0, 1.0), *dy2b = bc_bf16_pair(dy2f), *w2 = param_of(&r, s, 1.0);
             tnode t[2];
             for (int k = 0; k < 2; k++) {
-                fr_tensor *ins[4] = {k ? dyb : dyf, x, w, dh};
-                tn_init_domain(&t[k], FR_DOMAIN_FP8RUN, "AddLayerNormGrad", 1, v == 1 ? 3 : 4, ins, 0, 3);
+                fr_tensor *ins[6] = {k ? dyb : dyf, x, w, dh, k ? dy2b : dy2f, w2};
+                tn_init_domain(&t[k], FR_DOMAIN_FP8RUN, "AddLayerNormGrad", 1, v == 4 ? 6 : v == 1 ? 3 : 4, ins, 0,
+                               v == 4 ? 5 : 3);
                 TN_ATTR(&t[k], int, "axis", s->axis);
-                if (v >= 2) tn_omit_output(&t[k], v - 1);
+                if (v == 2 || v == 3) tn_omit_output(&t[k], v - 1);
                 FR_ASSERT_OK(tn_run(&t[k]));
             }
             tt_assert_shape(t[1].out[0], FR_F32, s->r, s->d);
-            for (int o = 0; o < 3; o++) {
-                if (o && v == o + 1) {
+            for (int o = 0; o < (v == 4 ? 5 : 3); o++) {
+                if (o && o < 3 && v == o + 1) {
                     CU_ASSERT_PTR_NULL(t[1].out[o]);
                     continue;
                 }
@@ -114,6 +122,9 @@ static void test_bwd(void)
             fr_tensor_free(x);
             fr_tensor_free(w);
             fr_tensor_free(dh);
+            fr_tensor_free(dy2f);
+            fr_tensor_free(dy2b);
+            fr_tensor_free(w2);
         }
 }
 
