@@ -37,6 +37,8 @@
 
 namespace {
 
+typedef __nv_bfloat16 bf16;
+
 constexpr int kThreads = 256;              /* most threads per block */
 constexpr int kFwdRegs = 32;               /* most floats per thread held in registers, forward */
 constexpr int kBwdRegs = 16;               /* and backward (plus 2 doubles each for dScale, dBias) */
@@ -44,8 +46,6 @@ constexpr int kBwdRegs2 = 8;               /* and backward with the second norm 
 constexpr int64_t kBwdGrid = 512;          /* the backward's grid cap for long rows */
 constexpr int64_t kBwdGridMax = 8192;      /* and for short ones */
 constexpr int64_t kBwdPartBytes = 4 << 20; /* the partials' bytes that lift the cap past kBwdGrid */
-
-typedef __nv_bfloat16 bf16;
 
 template <int V> using F = fr_vf<V>;
 template <int V, typename T> __device__ __forceinline__ F<V> ld(const T *p, int64_t i) { return fr_vld<V>(p, i); }
@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
             for (int k = 0; k < VPT; k++) {
                 const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-                if (i >= nv) continue;
+                if (i >= nv) break; /* (i grows with k) */
                 q[k] = ld_sum<V>(ar, br, i);
                 st<V>(hr, i, q[k]);
                 s += vsum<V>(q[k]);
@@ -264,6 +264,22 @@ __device__ __forceinline__ void bwd_out(float *dxr, const float *dhr, const floa
     st<V>(dxr, i, o);
 }
 
+/* The row's second reduction s2 (over buf) and what the outputs need from both: returns 1 / std;
+ * mg[n] = mean(g_n), mgx[n] = mean(g_n xh) */
+template <int NN>
+__device__ __forceinline__ double finish_row(const DK<1 + NN> &s1, DK<1 + NN> s2, DK<1 + NN> *buf, double dlen,
+                                             float eps, double *mg, double *mgx)
+{
+    s2 = block_sum<1 + NN>(s2, buf);
+    const double inv = 1.0 / sqrt(s2.v[0] / dlen + (double)eps);
+#pragma unroll
+    for (int n = 0; n < NN; n++) {
+        mg[n] = s1.v[1 + n] / dlen;
+        mgx[n] = s2.v[1 + n] * inv / dlen;
+    }
+    return inv;
+}
+
 /* dx = dh + inv (g - mean(g) - xh mean(g xh)) per norm; part[blockIdx.x][(2 n + 0) len + col] = sum
  * of dy_n xh over the block's rows, [(2 n + 1) len + col] = sum of dy_n (part NULL: none wanted) */
 template <int V, int VPT, int NN, typename TD>
@@ -320,14 +336,8 @@ __global__ void __launch_bounds__(kThreads)
                 const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
                 if (i < nv) bwd_sums2<V, NN>(gq[k], xq[k], w, i, mean, s2);
             }
-            s2 = block_sum<1 + NN>(s2, red[par]);
+            const double inv = finish_row<NN>(s1, s2, red[par], dlen, eps, mg, mgx);
             par ^= 1;
-            const double inv = 1.0 / sqrt(s2.v[0] / dlen + (double)eps);
-#pragma unroll
-            for (int n = 0; n < NN; n++) {
-                mg[n] = s1.v[1 + n] / dlen;
-                mgx[n] = s2.v[1 + n] * inv / dlen;
-            }
 #pragma unroll
             for (int k = 0; k < VPT; k++) {
                 const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
@@ -357,14 +367,8 @@ __global__ void __launch_bounds__(kThreads)
                 if constexpr (NN > 1) g.gq[1] = ld_dy2<V>(dy2r, dy2_bf16, i);
                 bwd_sums2<V, NN>(g, ld<V>(xr, i), w, i, mean, s2);
             }
-            s2 = block_sum<1 + NN>(s2, red[par]);
+            const double inv = finish_row<NN>(s1, s2, red[par], dlen, eps, mg, mgx);
             par ^= 1;
-            const double inv = 1.0 / sqrt(s2.v[0] / dlen + (double)eps);
-#pragma unroll
-            for (int n = 0; n < NN; n++) {
-                mg[n] = s1.v[1 + n] / dlen;
-                mgx[n] = s2.v[1 + n] * inv / dlen;
-            }
             for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
                 Vg<V, NN> g;
                 g.gq[0] = ld<V>(dyr, i);
@@ -386,7 +390,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int k = 0; k < VPT; k++) {
             const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-            if (i >= nv) continue;
+            if (i >= nv) break;
 #pragma unroll
             for (int n = 0; n < NN; n++)
 #pragma unroll
