@@ -279,6 +279,11 @@ FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_output(const fp8run_model
 FP8RUN_API int fp8run_model_param_count(const fp8run_model *m);
 /* Elements in all of them. */
 FP8RUN_API int64_t fp8run_model_param_elements(const fp8run_model *m);
+/* How many of them held NaN or Inf values when the model was loaded (each also logged as a
+ * warning naming it), and the i-th one's name (owned by the model) with its count of such
+ * values; NULL past the end. `fp8run train --strict-weights` refuses such a model. */
+FP8RUN_API int fp8run_model_nonfinite_params(const fp8run_model *m);
+FP8RUN_API const char *fp8run_model_nonfinite_param(const fp8run_model *m, int i, int64_t *count);
 FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_param(const fp8run_model *m, int i, fp8run_value_info *info);
 /* Every float initializer in model order, trained or not. *trained (may be NULL): 1 for a
  * parameter. *why (may be NULL; a string owned by the model): where a parameter came from

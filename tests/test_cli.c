@@ -131,6 +131,12 @@ static void test_info(void)
     /* a dim left open, and a dim the model does not have: exit 1 naming them */
     CLI_EXPECT(cli_run("info '%s' --dim batch=2", model), 1, cli_err, "--dim seq=VALUE");
     CLI_EXPECT(cli_run("info '%s' --dim batch=2 --dim sequence=5", model), 1, cli_err, "'sequence'");
+    /* an export at fixed shapes: its tokens input's dims are the batch and seq the Linear report
+     * and the fast-path report compile at, with no --batch/--seq given */
+    char hf[600];
+    fr_fixture(hf, sizeof hf, "hf/llama_op18_static/model.onnx");
+    CLI_EXPECT(cli_run("info '%s'", hf), 0, cli_out, "off the fast path: nothing");
+    CU_ASSERT_PTR_NULL(strstr(cli_out, "not available"));
 }
 
 static void test_run(void)

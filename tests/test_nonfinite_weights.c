@@ -137,7 +137,56 @@ static void test_cli(void)
     CU_ASSERT(ok);
 }
 
+/* An ONNX model whose own parameter holds NaN/Inf: the load warns naming it, the model counts
+ * it, `train --strict-weights` refuses it, and without the flag training goes on. */
+static void test_model(void)
+{
+    rng = fr_test_rng(__func__);
+    fp8run_model *m;
+    CU_ASSERT_EQUAL_FATAL(fp8run_model_load(model, &m), FP8RUN_OK);
+    CU_ASSERT_EQUAL(fp8run_model_nonfinite_params(m), 0);
+    const int k = (int)rnd((unsigned)fp8run_model_param_count(m));
+    fp8run_value_info vi = {.struct_size = sizeof vi};
+    CU_ASSERT_EQUAL_FATAL(fp8run_model_param(m, k, &vi), FP8RUN_OK);
+    char name[256];
+    snprintf(name, sizeof name, "%s", vi.name);
+    const size_t numel = (size_t)vi.numel;
+    float *v = malloc(numel * sizeof *v);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+    CU_ASSERT_EQUAL_FATAL(fp8run_model_get_param(m, name, v, numel), FP8RUN_OK);
+    v[rnd((unsigned)numel)] = NAN;
+    CU_ASSERT_EQUAL_FATAL(fp8run_model_set_param(m, name, v, numel), FP8RUN_OK);
+    CU_ASSERT_EQUAL_FATAL(fp8run_model_save(m, cli_path("nan.onnx")), FP8RUN_OK);
+    fp8run_model_destroy(m);
+    free(v);
+
+    warnings[0] = '\0';
+    fp8run_set_log_callback(on_log, NULL, FP8RUN_LOG_WARN);
+    CU_ASSERT_EQUAL_FATAL(fp8run_model_load(cli_path("nan.onnx"), &m), FP8RUN_OK);
+    fp8run_set_log_callback(NULL, NULL, FP8RUN_LOG_WARN);
+    CU_ASSERT_EQUAL(fp8run_model_nonfinite_params(m), 1);
+    int64_t count = 0;
+    const char *got = fp8run_model_nonfinite_param(m, 0, &count);
+    CU_ASSERT(got && strcmp(got, name) == 0 && count == 1);
+    CU_ASSERT_PTR_NULL(fp8run_model_nonfinite_param(m, 1, &count));
+    char want[320];
+    snprintf(want, sizeof want, "parameter '%s' holds 1 NaN/Inf values", name);
+    CU_ASSERT_PTR_NOT_NULL(strstr(warnings, want));
+    fp8run_model_destroy(m);
+    CU_ASSERT_EQUAL(fp8run_model_nonfinite_params(NULL), 0);
+
+    const char *train = "train '%s' --data '%s' --steps 1 --batch 1 --seq 8 --lr 1e-3";
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, train, cli_path("nan.onnx"), tokens);
+    CLI_EXPECT(cli_run("%s --strict-weights", cmd), 1, cli_err, "--strict-weights refuses them");
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_err, want));
+    int rc = cli_run("%s", cmd);
+    if (!strstr(cli_err, want)) cli_show(rc);
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_err, want));
+}
+
 static CU_TestInfo tests[] = {
+    {"NaN/Inf in the ONNX model's own parameters: warned, counted, refused by --strict-weights", test_model},
     {"NaN/Inf weights: reported, warned, refused when strict (C API)", test_api},
     {"NaN/Inf weights: train --init-from warns, --strict-weights refuses", test_cli},
     CU_TEST_INFO_NULL,

@@ -254,6 +254,15 @@ class Model(_Handle):
         """Elements in all parameters."""
         return _L.fp8run_model_param_elements(self._handle())
 
+    @property
+    def nonfinite(self):
+        """{name: count} of the parameters that held NaN or Inf values when loaded."""
+        h, out, c = self._handle(), {}, ctypes.c_int64()
+        for i in range(_L.fp8run_model_nonfinite_params(h)):
+            name = _str(_L.fp8run_model_nonfinite_param(h, i, ctypes.byref(c)))
+            out[name] = c.value
+        return out
+
     def _param_info(self, name):
         for p in self.parameters:
             if p.name == name:
@@ -271,10 +280,12 @@ class Model(_Handle):
         a = _f32_buffer(value, int(np.prod(p.shape, dtype=np.int64)), "parameter '%s'" % name)
         _check(_L.fp8run_model_set_param(self._handle(), _bytes(name), a.ctypes.data, a.size))
 
-    def load_safetensors(self, path, strict=False):
+    def load_safetensors(self, path, strict=False, strict_weights=False):
         """Put a safetensors checkpoint's tensors (a path or a Safetensors) into the parameters
-        of the same names; returns a LoadReport (matched, missing, unexpected names)."""
-        return _load_safetensors(_L.fp8run_model_load_safetensors, self._handle(), path, strict)
+        of the same names; returns a LoadReport (matched, missing, unexpected names, and
+        nonfinite: {name: NaN/Inf count}). strict: a missing or unexpected name raises;
+        strict_weights: a tensor with NaN/Inf raises (nothing loaded either way)."""
+        return _load_safetensors(_L.fp8run_model_load_safetensors, self._handle(), path, strict, strict_weights)
 
     def save_safetensors(self, folder, dtype="float32", max_shard_bytes=0):
         """Write the parameters as a Hugging Face checkpoint (folder/model.safetensors, or
@@ -661,10 +672,11 @@ class Session(_Handle):
         _check(_L.fp8run_session_param_bytes(self._handle(), ctypes.byref(pb)))
         return {k: getattr(pb, k) for k in ("trained", "trained_bytes", "frozen", "frozen_bytes")}
 
-    def load_safetensors(self, path, strict=False):
+    def load_safetensors(self, path, strict=False, strict_weights=False):
         """Load a safetensors checkpoint (a path or a Safetensors) into the trained parameters
-        by name; returns a LoadReport. A shape mismatch raises and loads nothing."""
-        return _load_safetensors(_L.fp8run_session_load_safetensors, self._handle(), path, strict)
+        by name; returns a LoadReport (see Model.load_safetensors). A shape mismatch raises and
+        loads nothing."""
+        return _load_safetensors(_L.fp8run_session_load_safetensors, self._handle(), path, strict, strict_weights)
 
     def save_safetensors(self, folder, dtype="float32", max_shard_bytes=0):
         """Write the trained parameters as a Hugging Face checkpoint (see Model.save_safetensors)."""
@@ -818,7 +830,8 @@ class Checkpoint(_Handle):
 # safetensors checkpoints
 # ---------------------------------------------------------------------------------------------
 
-LoadReport = namedtuple("LoadReport", "matched missing unexpected")
+# nonfinite: {name: count of NaN/Inf values} for each loaded tensor that holds any
+LoadReport = namedtuple("LoadReport", "matched missing unexpected nonfinite", defaults=({},))
 _ST_DTYPES = {"float32": 1, "fp32": 1, "bfloat16": 16, "bf16": 16, "float16": 10, "fp16": 10}
 
 
@@ -859,14 +872,19 @@ def checkpoint_to_safetensors(ckpt, folder, dtype="float32", max_shard_bytes=0):
     _check(_L.fp8run_checkpoint_save_safetensors(_path(ckpt), _path(folder), _st_dtype(dtype), max_shard_bytes))
 
 
-def _load_safetensors(fn, handle, path, strict):
+_LOAD_STRICT, _LOAD_STRICT_WEIGHTS = 1, 2  # FP8RUN_LOAD_STRICT, FP8RUN_LOAD_STRICT_WEIGHTS
+
+
+def _load_safetensors(fn, handle, path, strict, strict_weights=False):
     st = path if isinstance(path, Safetensors) else Safetensors(path)
     try:
         r = _lib.sized(_lib.LoadReport)
-        _check(fn(handle, st._handle(), 1 if strict else 0, ctypes.byref(r)))
+        flags = (_LOAD_STRICT if strict else 0) | (_LOAD_STRICT_WEIGHTS if strict_weights else 0)
+        _check(fn(handle, st._handle(), flags, ctypes.byref(r)))
         names = lambda arr, n: [_str(arr[i]) for i in range(n)]
+        bad = {_str(r.nonfinite[i]): int(r.nonfinite_counts[i]) for i in range(r.n_nonfinite)}
         return LoadReport(names(r.matched, r.n_matched), names(r.missing, r.n_missing),
-                          names(r.unexpected, r.n_unexpected))
+                          names(r.unexpected, r.n_unexpected), bad)
     finally:
         if st is not path:
             st.close()

@@ -267,6 +267,9 @@ class LoadReport(ctypes.Structure):
         ("matched", ctypes.POINTER(c_char_p)),
         ("missing", ctypes.POINTER(c_char_p)),
         ("unexpected", ctypes.POINTER(c_char_p)),
+        ("n_nonfinite", c_int),
+        ("nonfinite", ctypes.POINTER(c_char_p)),
+        ("nonfinite_counts", ctypes.POINTER(ctypes.c_int64)),
     ]
 
 
@@ -294,6 +297,8 @@ _PROTOTYPES = {
     "fp8run_model_output": (c_int, [P, c_int, ctypes.POINTER(ValueInfo)]),
     "fp8run_model_param_count": (c_int, [P]),
     "fp8run_model_param_elements": (c_int64, [P]),
+    "fp8run_model_nonfinite_params": (c_int, [P]),
+    "fp8run_model_nonfinite_param": (c_char_p, [P, c_int, ctypes.POINTER(ctypes.c_int64)]),
     "fp8run_model_param": (c_int, [P, c_int, ctypes.POINTER(ValueInfo)]),
     "fp8run_model_get_param": (c_int, [P, c_char_p, c_void_p, c_size_t]),
     "fp8run_model_set_param": (c_int, [P, c_char_p, c_void_p, c_size_t]),

@@ -370,6 +370,7 @@ class FP8RunTest(unittest.TestCase):
         self.assertEqual(sorted(t.name for t in st.tensors), sorted(header))
         emb = "model.embed_tokens.weight"
         np.testing.assert_array_equal(st.read(emb), np.frombuffer(raw[emb], "<f4").reshape(header[emb]["shape"]))
+        raw0, shape0 = raw, header[emb]["shape"]
         m = fp8run.Model(os.path.join(hf, "llama_op18_static", "model.onnx"))
         s = fp8run.Session(m, batch=2, seq=11)
         win = (np.arange(2 * 12, dtype=np.int64).reshape(2, 12) * 37 + 11) % 211
@@ -400,6 +401,27 @@ class FP8RunTest(unittest.TestCase):
         for p in s.parameters:
             header, raw = parse(os.path.join(out, index[p.name]))
             np.testing.assert_array_equal(np.frombuffer(raw[p.name], "<f4").reshape(p.shape), s.get_param(p.name))
+        # NaN/Inf in a loaded tensor: counted in the report; strict_weights refuses, loads nothing
+        bad_emb = np.frombuffer(raw0[emb], "<f4").copy()
+        bad_emb[[3, 50, 51]] = np.nan
+        bad_emb[7] = -np.inf
+        hdr = json.dumps({emb: {"dtype": "F32", "shape": shape0, "data_offsets": [0, bad_emb.nbytes]}}).encode()
+        bad_path = self.path("nan.safetensors")
+        with open(bad_path, "wb") as f:
+            f.write(struct.pack("<Q", len(hdr)) + hdr + bad_emb.tobytes())
+        before = s.get_param(emb)
+        self.assertError(fp8run.ERR_NUMERIC, "NaN/Inf", s.load_safetensors, bad_path, strict_weights=True)
+        np.testing.assert_array_equal(s.get_param(emb), before)
+        r = s.load_safetensors(bad_path)
+        self.assertEqual(r.nonfinite, {emb: 4})
+        self.assertEqual(r.matched, [emb])
+        self.assertEqual(np.isnan(s.get_param(emb)).sum(), 3)
+        self.assertEqual(s.load_safetensors(weights).nonfinite, {})
+        # the model's own parameters: counted at load
+        self.assertEqual(m.nonfinite, {})
+        m.set_param(emb, bad_emb.reshape(shape0))
+        m.save(self.path("nan.onnx"))
+        self.assertEqual(fp8run.Model(self.path("nan.onnx")).nonfinite, {emb: 4})
         self.assertError(fp8run.ERR_IO, "/nonexistent", fp8run.Safetensors, "/nonexistent")
         self.assertError(fp8run.ERR_INVALID_ARG, "'int8'", m.save_safetensors, out, dtype="int8")
 

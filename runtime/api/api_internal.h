@@ -30,6 +30,9 @@ struct fp8run_model {
     int n_params;
     fp8run_op_info *ops;      /* the op histogram (op_type strings owned), most frequent first */
     int n_ops;
+    int n_nonfinite;          /* parameters holding NaN/Inf values at load: */
+    int *nonfinite;           /*   their indices into params */
+    int64_t *nonfinite_counts;/*   and how many such values each */
 };
 
 struct fp8run_session {

@@ -1,5 +1,6 @@
 /* Public API: models (load from a file or memory, inspect, read and write parameters, apply a
  * checkpoint's weights, save). A model is an imported graph; sessions copy it. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +90,53 @@ static int histogram(fp8run_model *m)
     return 1;
 }
 
+/* NaN and Inf values in a float tensor (float32, bfloat16, float16, float64); 0 for others. */
+static int64_t count_nonfinite(const fr_tensor *t)
+{
+    const int64_t n = fr_tensor_numel(t);
+    int64_t bad = 0;
+    if (t->dtype == FR_F32)
+        for (int64_t i = 0; i < n; i++) bad += !isfinite(((const float *)t->data)[i]);
+    else if (t->dtype == FR_F64)
+        for (int64_t i = 0; i < n; i++) bad += !isfinite(((const double *)t->data)[i]);
+    else if (t->dtype == FR_BF16 || t->dtype == FR_F16) /* exponent all ones: Inf or NaN */
+        for (int64_t i = 0; i < n; i++) {
+            const uint16_t u = ((const uint16_t *)t->data)[i];
+            bad += t->dtype == FR_BF16 ? (u & 0x7F80) == 0x7F80 : (u & 0x7C00) == 0x7C00;
+        }
+    return bad;
+}
+
+/* A parameter holding NaN or Inf would poison the first step: each one is listed (indices
+ * into params, with counts) for fp8run_model_nonfinite_param and logged as a warning. */
+static int scan_nonfinite(fp8run_model *m)
+{
+    for (int i = 0; i < m->n_params; i++) {
+        const fr_value *v = &m->g->values[m->params[i]];
+        const int64_t bad = v->constant ? count_nonfinite(v->constant) : 0;
+        if (!bad) continue;
+        if (!m->nonfinite) {
+            m->nonfinite = malloc((size_t)m->n_params * sizeof *m->nonfinite);
+            m->nonfinite_counts = malloc((size_t)m->n_params * sizeof *m->nonfinite_counts);
+            if (!m->nonfinite || !m->nonfinite_counts) return 0;
+        }
+        m->nonfinite[m->n_nonfinite] = i;
+        m->nonfinite_counts[m->n_nonfinite++] = bad;
+        fr_api_log(FP8RUN_LOG_WARN, "'%s': parameter '%s' holds %lld NaN/Inf values", m->g->source_path, v->name,
+                   (long long)bad);
+    }
+    return 1;
+}
+
+FP8RUN_API int fp8run_model_nonfinite_params(const fp8run_model *m) { return m ? m->n_nonfinite : 0; }
+
+FP8RUN_API const char *fp8run_model_nonfinite_param(const fp8run_model *m, int i, int64_t *count)
+{
+    if (!m || i < 0 || i >= m->n_nonfinite) return NULL;
+    if (count) *count = m->nonfinite_counts[i];
+    return m->g->values[m->params[m->nonfinite[i]]].name;
+}
+
 fp8run_status fr_api_model_wrap(fr_graph *g, fp8run_model **out)
 {
     fp8run_model *m = calloc(1, sizeof *m);
@@ -111,6 +159,10 @@ fp8run_status fr_api_model_wrap(fr_graph *g, fp8run_model **out)
         }
     }
     m->n_params = n;
+    if (!scan_nonfinite(m)) {
+        fp8run_model_destroy(m);
+        return fr_api_error(NULL, FP8RUN_ERR_OOM, "out of memory for a model handle");
+    }
     *out = m;
     return FP8RUN_OK;
 }
@@ -157,6 +209,8 @@ FP8RUN_API void fp8run_model_destroy(fp8run_model *m)
     if (!m) return;
     fr_graph_free(m->g);
     free(m->params);
+    free(m->nonfinite);
+    free(m->nonfinite_counts);
     for (int i = 0; i < m->n_ops; i++) free((char *)m->ops[i].op_type);
     free(m->ops);
     free(m);

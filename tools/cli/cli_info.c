@@ -257,11 +257,14 @@ static int print_linears_onnx(const fp8run_model *m, fp8run_train_config *o, int
         printf("  precision fp32: no Linear is rewritten\n");
         return 0;
     }
-    /* without --batch/--seq, a --dim that names the tokens input's dims gives them */
+    /* without --batch/--seq, the tokens input's static dims give them (an export at fixed
+     * shapes can only be compiled at those), else a --dim that names its symbolic dims */
     for (int i = 0; i < fp8run_model_input_count(m); i++) {
         fp8run_value_info v = {.struct_size = sizeof v};
         if (fp8run_model_input(m, i, &v) != FP8RUN_OK) return cli_fail_status();
         if ((v.dtype != FP8RUN_DTYPE_INT64 && v.dtype != FP8RUN_DTYPE_INT32) || v.rank != 2) continue;
+        if (!batch && v.dims[0] > 0) batch = v.dims[0];
+        if (!seq && v.dims[1] > 0) seq = v.dims[1];
         for (int k = 0; k < o->n_dims; k++) {
             if (!batch && v.dim_names[0] && strcmp(o->dim_names[k], v.dim_names[0]) == 0) batch = o->dim_values[k];
             if (!seq && v.dim_names[1] && strcmp(o->dim_names[k], v.dim_names[1]) == 0) seq = o->dim_values[k];

@@ -65,8 +65,9 @@ void cli_train_help(FILE *f)
             "                          parameter name; lists missing and unexpected names; a shape\n"
             "                          mismatch is an error (not used when --resume finds a checkpoint;\n"
             "                          trained parameters only: --freeze'd ones keep the model's values)\n"
-            "  --strict-weights        refuse --init-from weights holding NaN or Inf (default: load them\n"
-            "                          with a warning naming each tensor and its count)\n"
+            "  --strict-weights        refuse weights holding NaN or Inf, the model's or --init-from's\n"
+            "                          (default: load them with a warning naming each tensor and\n"
+            "                          its count)\n"
             "  --device auto|cuda|cpu  where to train (default auto: the GPU when one is usable)\n"
             "  --dim NAME=VALUE        fix another symbolic dimension (repeatable)\n"
             "data parallel (NCCL, loaded at run time):\n"
@@ -715,6 +716,20 @@ static int run_train(train_args *a)
     int rc = check_train_files(a);
     if (rc == 0 && fp8run_model_load(a->model, &L.m) != FP8RUN_OK) rc = cli_fail_status();
     if (rc == 0) rc = train_args_shape_from_model("train", a, L.m);
+    /* the model's own weights are what trains when nothing replaces them */
+    const int n_bad = rc == 0 && !a->init_from && !a->resume ? fp8run_model_nonfinite_params(L.m) : 0;
+    const int refuse = n_bad > 0 && a->strict_weights;
+    for (int i = 0; i < n_bad && i < 8; i++) {
+        int64_t count = 0;
+        const char *name = fp8run_model_nonfinite_param(L.m, i, &count);
+        fprintf(stderr, "fp8run: %s: '%s': parameter '%s' holds %lld NaN/Inf values\n", refuse ? "error" : "warning",
+                a->model, name, (long long)count);
+    }
+    if (n_bad > 8) fprintf(stderr, "fp8run: ... %d parameters in all hold NaN/Inf values\n", n_bad);
+    if (refuse) {
+        fprintf(stderr, "fp8run: error: --strict-weights refuses them\n");
+        rc = 1;
+    }
     L.tokens_per_step = a->batch * a->seq * a->o.grad_accum;
     if (rc == 0 && a->ckpt_dir) rc = cli_make_dirs(a->ckpt_dir);
     if (rc == 0 && a->ckpt_dir && !g_quiet) {
