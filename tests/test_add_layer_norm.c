@@ -12,8 +12,8 @@
  *  - the gradient rule against central differences (1e-3 relative L2, the float32
  *    finite-difference noise), with and without a gradient into H, with a repeated B, with only A
  *    differentiated (dScale and dBias empty), and with the second norm (both Ys read, or one);
- *  - the trainer on the dynamo exports of GPT-2, BERT (post-LN: the sum is read by the norm only)
- *    and GPT-NeoX (parallel attention + MLP: the sum read by two norms, both in one AddLayerNorm):
+ *  - the trainer on the dynamo exports (opsets 18 and 23, static and dynamic shapes) of GPT-2,
+ *    BERT (post-LN: the sum is read by the norm only) and GPT-NeoX (parallel attention + MLP: the sum read by two norms, both in one AddLayerNorm):
  *    the fused node counts, one AddLayerNormGrad each, no norm after an Add left, and 20 AdamW steps' losses equal to the unfused ones within 1e-6
  *    (--no-fuse-residual-norm). */
 #include <math.h>
@@ -259,6 +259,8 @@ static void test_hf_counts(void)
        residual sums of each layer but the last's second, which the final norm reads: 5 */
     expect_hf("gpt2_op18_static", 5, 0);
     expect_hf("gpt2_op23_static", 5, 0);
+    expect_hf("gpt2_op18_dynamic", 5, 0);
+    expect_hf("gpt2_op23_dynamic", 5, 0);
     /* BERT (2 layers, post-LN): the embedding sum and the 2 per layer; the MLM head's norm reads a
        GELU */
     expect_hf("bert_op18_static", 5, 1);
@@ -267,6 +269,7 @@ static void test_hf_counts(void)
        both read the first sum (one AddLayerNorm with Y2), the final norm the second sum */
     expect_hf("gpt_neox_op18_static", 2, 2);
     expect_hf("gpt_neox_op23_static", 2, 2);
+    expect_hf("gpt_neox_op18_dynamic", 2, 2); /* (op23 dynamic: FR_FT_HF_TRAIN would train its RoPE table) */
 }
 
 static void test_hf_losses(void)

@@ -57,7 +57,8 @@ static void test_fast(void)
 {
     static const char *const dirs[] = {"llama_op18_static",  "qwen3_op18_static", "qwen3_op23_static",
                                        "olmo2_op18_static",  "gemma3_op18_static", "gpt2_op18_static",
-                                       "gpt2_op23_static",   "bert_op18_static",   "bert_op23_static"};
+                                       "gpt2_op23_static",   "bert_op18_static",   "bert_op23_static",
+                                       "gpt2_op18_dynamic",  "gpt2_op23_dynamic"};
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
         fr_slow_report r;
         fr_trainer *t = NULL;
