@@ -303,15 +303,19 @@ static fr_status name_ties(fr_graph *g, const sig *s, const int *alias)
     return FR_OK;
 }
 
-/* addmm(b, x, W) (GPT-2's Conv1D) with b all zeros: the exporter's optimizer drops C from the
- * Gemm, and the parameter b with it. It trains away from zero all the same: C is restored. */
+/* addmm(b, x, W) (GPT-2's Conv1D) or linear(x, W, b) (nn.Linear, e.g. OPT's fc1) with b all
+ * zeros: the exporter's optimizer drops C from the Gemm, and the parameter b with it. It trains
+ * away from zero all the same: C is restored. */
 static fr_status restore_gemm_bias(fr_graph *g, const sig *s, int nid)
 {
     fr_node *nd = &g->nodes[nid];
     if (strcmp(nd->op_type, "Gemm") != 0 || nd->domain[0] || nd->n_inputs != 2 || !nd->torch_fx) return FR_OK;
     const char *a = strstr(nd->torch_fx, "aten.addmm");
+    const int linear = !a;
+    if (linear) a = strstr(nd->torch_fx, "aten.linear");
     char tok[256];
     if (!a || !(a = strstr(a, "args = (")) || !next_token(&a, tok, sizeof tok)) return FR_OK;
+    if (linear && (!next_token(&a, tok, sizeof tok) || !next_token(&a, tok, sizeof tok))) return FR_OK;
     int i = fr_name_map_get(s->by_ph, tok), b = nd->inputs[1], vid;
     float beta;
     int64_t tb;

@@ -272,14 +272,62 @@ static int from_first_rows(const char *folded)
     return strstr(folded, "'arange'") || strstr(folded, "position_ids'");
 }
 
+/* The B slices of a [B, ...] float32 tensor hold the same bits. */
+static int same_slices(const fr_tensor *t)
+{
+    if (t->dtype != FR_F32 || t->rank < 1 || t->dims[0] < 2) return 0;
+    const size_t slice = (size_t)(fr_tensor_numel(t) / t->dims[0]) * sizeof(float);
+    const unsigned char *d = t->data;
+    for (int64_t b = 1; b < t->dims[0]; b++)
+        if (memcmp(d, d + (size_t)b * slice, slice) != 0) return 0;
+    return 1;
+}
+
+/* A lookup folded at the same positions for every row of the batch (OPT's positions come
+ * from the attention mask, so the fold is [B, T, D]): PyTorch trains those table rows once,
+ * with the gradient summed over the batch. So one [1, T, D] copy is the parameter, and an
+ * Expand gives the B rows (whose backward sums them), not B copies trained apart. */
+static fr_status shared_rows(fr_graph *g, int fid, const char *table)
+{
+    const fr_value *f = &g->values[fid];
+    const int r = f->rank;
+    int64_t dims[FR_MAX_RANK];
+    memcpy(dims, f->dims, (size_t)r * sizeof *dims);
+    char name[400], fname[300];
+    snprintf(fname, sizeof fname, "%s", f->name);
+    snprintf(name, sizeof name, "%s[0]", fname);
+    fr_tensor *one, *shape;
+    int pid, sid, nid;
+    int64_t one_dims[FR_MAX_RANK];
+    memcpy(one_dims, dims, sizeof one_dims);
+    one_dims[0] = 1;
+    FR_TRY(fr_tensor_new(FR_F32, r, one_dims, name, &one));
+    memcpy(one->data, f->constant->data, (size_t)fr_tensor_numel(one) * sizeof(float));
+    FR_TRY(fr_params_add(g, name, one, &pid));
+    FR_TRY(fr_params_note(&g->values[pid], "batch row 0 of '%s', the rows of parameter '%s' the exporter folded at "
+                          "fixed positions, equal in all %lld rows: trained once and broadcast", fname, table,
+                          (long long)dims[0]));
+    snprintf(name, sizeof name, "%s_shape", fname);
+    FR_TRY(fr_graph_add_unique_value(g, name, &sid));
+    FR_TRY(fr_tensor_new(FR_I64, 1, (const int64_t[]){r}, name, &shape));
+    memcpy(shape->data, dims, (size_t)r * sizeof *dims);
+    FR_TRY(fr_graph_set_initializer(g, sid, shape));
+    fr_params_uninit(&g->values[fid]);
+    snprintf(name, sizeof name, "unfold_%s", fname);
+    int in[2] = {pid, sid};
+    return fr_graph_add_node(g, "Expand", "", name, 2, in, 1, &fid, &nid);
+}
+
 fr_status fr_params_unfold_rows(fr_graph *g, int fid, const char *table, int *done)
 {
     fr_value *f = &g->values[fid];
     *done = 0;
     if (!is_lookup(f->name) || fr_graph_find_value(g, table) >= 0) return FR_OK;
     *done = 1;
-    /* [1, T, D] or [T, D]: rows 0..T-1 of the [positions, D] table; else trained as stored */
+    /* [1, T, D] or [T, D]: rows 0..T-1 of the [positions, D] table; [B, T, D] of B equal
+     * slices: one [1, T, D] trained and broadcast; else trained as stored */
     int r = f->rank;
+    if (r == 3 && f->dims[0] > 1 && same_slices(f->constant)) return shared_rows(g, fid, table);
     if (!from_first_rows(f->folded_from) || !(r == 2 || (r == 3 && f->dims[0] == 1))) {
         f->torch_kind = fr_strdup("PARAMETER", "parameter record");
         if (!f->torch_kind) return FR_ERR_OOM;

@@ -59,6 +59,7 @@ fr_status fr_attn_emit_node(fr_graph *g, const fr_attn_emit *e)
     FR_TRY(fr_node_set_attr_float(n, "scale", e->scale));
     FR_TRY(fr_node_set_attr_int(n, "causal", e->causal));
     if (e->window > 0) FR_TRY(fr_node_set_attr_int(n, "window", e->window));
+    if (e->softcap > 0.0f) FR_TRY(fr_node_set_attr_float(n, "softcap", e->softcap));
     FR_TRY(fr_node_set_attr_string(n, "precision", "fp32"));
     FR_TRY(fr_node_infer(g, nid));
     if (e->groups == 1) return FR_OK;

@@ -19,6 +19,7 @@ typedef struct fr_attn_emit {
     int64_t window;
     const char *base; /* the node's name; new values are named after it */
     int seg_k;        /* the key segment ids Sk [B, Tk] (an int input: key padding), or -1 */
+    float softcap;    /* scores c * tanh(s / c) before the mask (Gemma 2); 0: none */
 } fr_attn_emit;
 FR_NODISCARD fr_status fr_attn_emit_node(fr_graph *g, const fr_attn_emit *e);
 

@@ -63,10 +63,13 @@ struct match {
     int mask;            /* a run-time additive mask input, or -1 */
     int seg;             /* the key padding input read symbolically (the fused op's Sk), or -1 */
     int64_t window;
+    double softcap;       /* c of c * tanh(s / c) on the scores (Gemma 2), 0: none */
     fr_attn_mask_info mi; /* a run-time mask read symbolically: what it is, or why not */
     int mask_runtime;     /* 1: the mask was computed at run time (mi says how it was taken) */
-    int dead[24]; /* nodes replaced */
+    int dead[32]; /* nodes replaced */
     int n_dead;
+    int rewire_node, rewire_from; /* a scale taken from below Q's layout: that node's input is */
+    int rewire_to;                /* rewire_from, and becomes rewire_to (-1: none) */
 };
 
 /* The mask node n (Add(S, M): additive; Where(C, S, lowest): boolean) with its mask computed at
@@ -115,12 +118,72 @@ static int peel_scale(const fr_readers *c, int x, match *m)
     return n->inputs[1 - k];
 }
 
-/* Walk back from the softmax input through casts, the mask and the scale to the scores'
- * MatMul; fills m. Every value passed must have the node after it as only reader. */
+/* x = Transpose/Reshape(..(Mul(y, s))..) (OPT scales q_proj's output before the head split),
+ * every value read once and float32, s as peel_scale takes it: folds s into m->scale, marks the
+ * Mul replaced and records that the first layout node is to read y (scaling commutes with the
+ * layout exactly); returns x (whose data then is unscaled), or x unchanged with nothing done. */
+static int peel_scale_below_layout(const fr_readers *c, int x, match *m)
+{
+    const fr_graph *g = c->g;
+    int v = x;
+    const fr_node *lay = NULL;
+    for (int steps = 0; steps < 4; steps++) {
+        const fr_node *n = fr_live_producer(g, v);
+        if (!n || c->count[v] != 1 || !is_f32(g, v)) return x;
+        if ((fr_is_onnx_op(n, "Reshape") || fr_is_onnx_op(n, "Transpose")) && n->n_inputs >= 1) {
+            lay = n;
+            v = n->inputs[0];
+            continue;
+        }
+        break;
+    }
+    if (!lay || m->n_dead >= 20) return x;
+    match probe = *m;
+    const int y = peel_scale(c, v, &probe);
+    if (y == v) return x;
+    *m = probe;
+    m->rewire_node = (int)(lay - g->nodes);
+    m->rewire_from = v;
+    m->rewire_to = y;
+    return x;
+}
+
+/* x = Mul(Tanh(Div(y, c)), c) (either operand order of the Mul; Mul(y, 1/c) for the Div when
+ * 1/c rounds to the same float32), c a positive finite constant scalar, each value read once:
+ * the scores' softcap (Gemma 2). Sets m->softcap, marks the three nodes replaced and returns y;
+ * else returns x. */
+static int peel_softcap(const fr_readers *c, int x, match *m)
+{
+    const fr_graph *g = c->g;
+    const fr_node *mul = fr_live_producer(g, x);
+    if (!mul || !fr_is_onnx_op(mul, "Mul") || mul->n_inputs != 2 || c->count[x] != 1 || m->n_dead >= 11) return x;
+    double cap, inner;
+    const int k = const_scalar(g, mul->inputs[1], &cap) ? 1 : const_scalar(g, mul->inputs[0], &cap) ? 0 : -1;
+    if (k < 0 || !(cap > 0) || !isfinite(cap)) return x;
+    const int t = mul->inputs[1 - k];
+    const fr_node *th = fr_live_producer(g, t);
+    if (!th || !fr_is_onnx_op(th, "Tanh") || th->n_inputs != 1 || c->count[t] != 1 || !is_f32(g, t)) return x;
+    const int d = th->inputs[0];
+    const fr_node *dv = fr_live_producer(g, d);
+    if (!dv || c->count[d] != 1 || dv->n_inputs != 2 || !const_scalar(g, dv->inputs[1], &inner) ||
+        g->values[dv->inputs[0]].constant)
+        return x;
+    if (fr_is_onnx_op(dv, "Div") ? (float)inner != (float)cap
+                                 : !fr_is_onnx_op(dv, "Mul") || (float)inner != (float)(1.0 / cap))
+        return x;
+    m->softcap = (float)cap;
+    add_dead(m, g, mul);
+    add_dead(m, g, th);
+    add_dead(m, g, dv);
+    return dv->inputs[0];
+}
+
+/* Walk back from the softmax input through casts, the mask, the softcap and the scale to the
+ * scores' MatMul; fills m. Every value passed must have the node after it as only reader. */
 static int match_scores(const fr_readers *c, int x, match *m)
 {
     const fr_graph *g = c->g;
-    int mask_seen = 0, scale_seen = 0;
+    int mask_seen = 0, scale_seen = 0, cap_seen = 0;
     const fr_value *sv = &g->values[x];
     const int64_t Tq = sv->rank >= 2 ? sv->dims[sv->rank - 2] : -1, Tk = sv->rank >= 2 ? sv->dims[sv->rank - 1] : -1;
     for (int steps = 0; steps < 8; steps++) {
@@ -131,7 +194,7 @@ static int match_scores(const fr_readers *c, int x, match *m)
             x = n->inputs[0];
             continue;
         }
-        if (!mask_seen && !scale_seen && fr_is_onnx_op(n, "Add") && n->n_inputs == 2) {
+        if (!mask_seen && !scale_seen && !cap_seen && fr_is_onnx_op(n, "Add") && n->n_inputs == 2) {
             int k = g->values[n->inputs[0]].constant ? 0 : 1; /* the constant side, else the second */
             const fr_value *mv = &g->values[n->inputs[k]];
             const int sym = mv->constant ? -1 : runtime_symbolic(g, n, 0, sv, m);
@@ -155,7 +218,7 @@ static int match_scores(const fr_readers *c, int x, match *m)
             x = n->inputs[1 - k];
             continue;
         }
-        if (!mask_seen && !scale_seen && fr_is_onnx_op(n, "Where") && n->n_inputs == 3) {
+        if (!mask_seen && !scale_seen && !cap_seen && fr_is_onnx_op(n, "Where") && n->n_inputs == 3) {
             const fr_value *cond = &g->values[n->inputs[0]], *a = &g->values[n->inputs[1]];
             const fr_tensor *ft = g->values[n->inputs[2]].constant;
             int fill_ok = ft && fr_dtype_is_float(ft->dtype) && fr_tensor_numel(ft) >= 1;
@@ -174,6 +237,16 @@ static int match_scores(const fr_readers *c, int x, match *m)
             x = n->inputs[1];
             continue;
         }
+        if (!cap_seen && !scale_seen) {
+            const int z = peel_softcap(c, x, m);
+            if (z != x) {
+                /* a mask added before the softcap would be capped too: not the op's order */
+                cap_seen = 1;
+                mask_seen = 1;
+                x = z;
+                continue;
+            }
+        }
         const int y = scale_seen ? x : peel_scale(c, x, m);
         if (y != x) {
             scale_seen = 1;
@@ -191,6 +264,7 @@ static int match_scores(const fr_readers *c, int x, match *m)
             add_dead(m, g, n);
             /* the exporter splits the scale over both operands (sqrt(scale) on q and on k^T) */
             m->q = peel_scale(c, n->inputs[0], m);
+            if (m->q == n->inputs[0]) m->q = peel_scale_below_layout(c, m->q, m);
             m->kt = peel_scale(c, n->inputs[1], m);
             return 1;
         }
@@ -265,6 +339,7 @@ static int match_at(const fr_readers *c, int s, match *m)
     m->scale = 1.0;
     m->mask = -1;
     m->seg = -1;
+    m->rewire_node = -1;
     if (!softmax_last_axis(g, sm) || !is_f32(g, sm->inputs[0])) return 0;
     add_dead(m, g, sm);
     /* forward: the exporter's guard Where(IsNaN(P), 0, P), casts, then MatMul(P, V) */
@@ -389,6 +464,7 @@ static fr_status make_k(fr_readers *c, match *m, const char *base, int *k, fr_at
         for (int d = 0; d < r; d++) identity = identity && perm[d] == d;
         const int x = t->inputs[0];
         add_dead(m, g, t);
+        if (identity && gqa_sources(g, m, x, k, &e->v, e)) return FR_OK; /* HF's eager repeat_kv */
         if (identity) {
             *k = x;
             return FR_OK;
@@ -406,9 +482,12 @@ static fr_status fuse_one(fr_readers *c, match *m, const char *softmax_name)
     fr_graph *g = c->g;
     char base[480];
     snprintf(base, sizeof base, "%s/fused_attention", softmax_name);
-    fr_attn_emit e = {m->q, -1, m->v, m->mask, m->o, 1, 1, (float)m->scale, m->causal, m->window, base, m->seg};
+    fr_attn_emit e = {m->q, -1, m->v, m->mask, m->o, 1, 1, (float)m->scale, m->causal, m->window, base, m->seg,
+                      (float)m->softcap};
     FR_TRY(make_k(c, m, base, &e.k, &e));
     for (int i = 0; i < m->n_dead; i++) g->nodes[m->dead[i]].dead = 1;
+    if (m->rewire_node >= 0 && g->nodes[m->rewire_node].inputs[0] == m->rewire_from)
+        g->nodes[m->rewire_node].inputs[0] = m->rewire_to;
     FR_TRY(fr_attn_emit_node(g, &e));
     return m->mask_runtime ? fr_attn_mask_note(g, base, &m->mi) : FR_OK;
 }

@@ -89,13 +89,13 @@ static fr_status lower_one(fr_graph *g, int id)
             }
         }
     }
-    fr_attn_emit e = {q, k, v, -1, y, Hkv, G, scale, (int)causal, window, base, seg};
+    fr_attn_emit e = {q, k, v, -1, y, Hkv, G, scale, (int)causal, window, base, seg, 0.0f};
     if (mask >= 0) FR_TRY(runtime_mask(g, mask, base, &e.mask));
     int k5, v5;
     int64_t kv1, g1, kv2, g2;
     if (G == 1 && fr_attn_expand_source(g, k, 1, &k5, &kv1, &g1) && fr_attn_expand_source(g, v, 1, &v5, &kv2, &g2) &&
         kv1 == kv2 && g1 == g2) { /* K, V expanded over the query heads by the exporter: their sources */
-        e = (fr_attn_emit){q, k5, v5, e.mask, y, kv1, g1, scale, (int)causal, window, base, e.seg_k};
+        e = (fr_attn_emit){q, k5, v5, e.mask, y, kv1, g1, scale, (int)causal, window, base, e.seg_k, 0.0f};
     } else if (G > 1) { /* K, V [B, Hkv, 1, Tk, D] */
         FR_TRY(fr_attn_split_heads(g, k, Hkv, 1, base, "K", &e.k));
         FR_TRY(fr_attn_split_heads(g, v, Hkv, 1, base, "V", &e.v));

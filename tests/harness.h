@@ -30,6 +30,11 @@ const char *fr_fixture(char *buf, size_t n, const char *rel);
 /* A fresh temporary directory (mkdtemp under $TMPDIR or /tmp); returns its path in buf. */
 const char *fr_test_tmpdir(char *buf, size_t n);
 
+/* A TCP port on 127.0.0.1 that nothing listens on now, picked by the kernel (bind to port 0),
+ * for tests that start ranks meeting there: a port made from the pid can fall in the range
+ * the kernel hands out to client sockets, and be taken. 0 when no socket could be made. */
+int fr_test_free_port(void);
+
 /* CU_ASSERT that reports the library's last error when a status is not FR_OK. */
 #define FR_ASSERT_OK(expr)                                                                  \
     do {                                                                                    \

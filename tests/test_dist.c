@@ -272,7 +272,7 @@ static void test_resume_other_count(void)
 }
 
 /* ---- rendezvous over loopback ---- */
-static int free_port(void) { return 20000 + (int)(getpid() % 20000); }
+static int free_port(void) { return fr_test_free_port(); }
 
 static void test_rendezvous(void)
 {

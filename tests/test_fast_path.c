@@ -106,6 +106,53 @@ static void test_neox_phi3(void)
     fr_trainer_free(t);
 }
 
+/* Gemma 2: the scores' softcap c * tanh(s / c) and HF's eager repeat_kv fuse into the staged
+ * attention (softcap 5 on each); what stays off the fast path is only the final logits'
+ * softcap (Tanh and its gradient's nodes). */
+static void test_gemma2_softcap(void)
+{
+    static const char *const dirs[] = {"gemma2_op18_static", "gemma2_op23_static"};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        fr_slow_report r;
+        fr_trainer *t = NULL;
+        check(dirs[i], 1, &r, &t);
+        int capped = 0;
+        for (int n = 0; n < t->g->n_nodes; n++) {
+            const fr_node *nd = &t->g->nodes[n];
+            float cap = 0;
+            if (!nd->dead && strcmp(nd->op_type, "AttentionQKV") == 0 &&
+                fr_node_attr_float(nd, "softcap", 0.0f, &cap) == FR_OK && cap == 5.0f)
+                capped++;
+        }
+        CU_ASSERT_EQUAL(capped, 2);
+        CU_ASSERT_EQUAL(count_kind(&r, "Attention", ""), 0);
+        CU_ASSERT_EQUAL(count_kind(&r, "Softmax", ""), 0);
+        CU_ASSERT_EQUAL(count_kind(&r, "Tanh", ""), 1);
+        if (count_kind(&r, "Tanh", "") != 1 || capped != 2) printf("\n  %s: %d capped, first kind %s", dirs[i], capped,
+                                                               r.n_kinds ? r.kinds[0].op : "-");
+        fr_slow_report_free(&r);
+        fr_trainer_free(t);
+    }
+}
+
+/* OPT scales q_proj's output before the head split: the scale moves into the attention, which
+ * then stages Q/K/V from the fused projection like any other. */
+static void test_opt_scaled_q(void)
+{
+    fr_slow_report r;
+    fr_trainer *t = NULL;
+    check("opt_op18_static", 1, &r, &t);
+    int staged = 0;
+    for (int n = 0; n < t->g->n_nodes; n++)
+        staged += !t->g->nodes[n].dead && strcmp(t->g->nodes[n].op_type, "AttentionQKV") == 0;
+    CU_ASSERT_EQUAL(staged, 2);
+    CU_ASSERT_EQUAL(count_kind(&r, "Attention", ""), 0);
+    CU_ASSERT_EQUAL(count_kind(&r, "Transpose", ""), 0);
+    CU_ASSERT_EQUAL(count_kind(&r, "Mul", ""), 0);
+    fr_slow_report_free(&r);
+    fr_trainer_free(t);
+}
+
 /* Attention that ran on fp8run's own kernels (what the executor reports) is marked, once. */
 static void test_generic_attention(void)
 {
@@ -191,6 +238,8 @@ int main(void)
         {"Llama, Qwen3, OLMo2, Gemma3, GPT-2, BERT: nothing off the fast path", test_fast},
         {"Llama without the staging fusion: attention, Transposes, RoPE named", test_llama_io_off},
         {"GPT-NeoX, Phi-3: why the staging does not fuse; GPT-NeoX's LayerNorms fused", test_neox_phi3},
+        {"Gemma 2: softcapped attention and eager GQA fused; the logits' softcap named", test_gemma2_softcap},
+        {"OPT: the query scaled before the head split, fused and staged", test_opt_scaled_q},
         {"attention on fp8run's own kernels: marked with the reason", test_generic_attention},
         {"text: a line per kind, the warning past 5% only", test_text},
         {"C API: the compile report's text", test_api},

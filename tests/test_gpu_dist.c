@@ -400,7 +400,7 @@ static void test_rank_dies(void)
              "exec %s train %s --data tok.bin --seq 16 --batch 2 --steps 1000000 --lr 1e-3 --precision fp8 --device "
              "cuda --ckpt-dir dead --ckpt-every 20",
              FR_CLI, model);
-    const int port = 20000 + (int)(getpid() % 20000);
+    const int port = fr_test_free_port();
     pid_t r0 = spawn_rank(0, port, cmd), r1 = spawn_rank(1, port, cmd);
     snprintf(ck, sizeof ck, "%s/dead/step_00000040.ckpt", cli_tmp);
     int waited = 0;

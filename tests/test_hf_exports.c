@@ -35,6 +35,9 @@ static const char *const FIXTURES[] = {
     "qwen3_op18_static", "qwen3_op23_static", "gpt_neox_op18_static", "gpt_neox_op23_static",
     "olmo2_op18_static", "olmo2_op23_static", "gemma3_op18_static", "gemma3_op23_static",
     "qwen3_op18_dynamic", "qwen3_op23_dynamic", "gpt_neox_op18_dynamic", "gpt_neox_op23_dynamic",
+    "gemma2_op18_static", "gemma2_op23_static", "gemma2_op18_dynamic", "gemma2_op23_dynamic",
+    "starcoder2_op18_static", "starcoder2_op23_static", "starcoder2_op18_dynamic", "starcoder2_op23_dynamic",
+    "phi_op18_static", "phi_op23_static", "opt_op18_static", "opt_op23_static", "falcon_op18_static",
 };
 #define N_FIXTURES ((int)(sizeof FIXTURES / sizeof FIXTURES[0]))
 
@@ -121,7 +124,7 @@ static void check_logits(const char *name)
 /* `fp8run train` for `steps` steps; returns the number of step records read into losses. */
 static int train(const char *name, const char *precision, int steps, double *losses, int *skipped, const char *extra)
 {
-    int rc = cli_run("train '%s/%s/model.onnx' --data '%s/tokens.bin' --steps %d --batch 2 --seq 11 --lr 1e-3 "
+    int rc = cli_run("train '%s/%s/model.onnx' --data '%s/tokens.bin' --steps %d --batch 2 --seq 11 --lr 1e-3 --grad-clip 1 "
                      "--data-order sequential --precision %s --log %s_%s.jsonl %s",
                      hf_dir, name, hf_dir, steps, precision, name, precision, extra);
     if (rc) cli_show(rc);
@@ -155,7 +158,13 @@ static void check_training(const char *name)
     }
     printf(" | 20 steps: loss %.4f -> %.4f (PyTorch %.4f -> %.4f), worst rel %.2e, %d skipped", got[0],
            got[STEPS - 1], want[0], want[STEPS - 1], worst, skipped);
-    CU_ASSERT(worst <= REL_TOL);
+    /* OPT's fixture has a nearly dead ReLU unit: the first step's gradient of fc2.weight[20, 2]
+     * cancels to -7.19e-9 (float64) from terms ~1e5 times larger, which float32 gets 9% off
+     * (PyTorch) and 33% off (fp8run), and AdamW's eps 1e-8 turns that into a 6.9e-5 weight
+     * difference and 2.8e-4 in the losses by step 19. With layers.0.fc2.weight frozen on both
+     * sides the 20 losses agree within 1e-7; a real fault here (a bias left untrained, the
+     * position rows trained per batch row) showed as 9e-4 and more. */
+    CU_ASSERT(worst <= (strncmp(name, "opt_", 4) == 0 ? 5e-4 : REL_TOL));
     CU_ASSERT_EQUAL(skipped, 0);
 }
 
@@ -332,7 +341,15 @@ FIXTURE_TEST(6) FIXTURE_TEST(7) FIXTURE_TEST(8) FIXTURE_TEST(9) FIXTURE_TEST(10)
 FIXTURE_TEST(12) FIXTURE_TEST(13) FIXTURE_TEST(14) FIXTURE_TEST(15) FIXTURE_TEST(16) FIXTURE_TEST(17)
 FIXTURE_TEST(18) FIXTURE_TEST(19) FIXTURE_TEST(20) FIXTURE_TEST(21) FIXTURE_TEST(22) FIXTURE_TEST(23)
 FIXTURE_TEST(24) FIXTURE_TEST(25) FIXTURE_TEST(26) FIXTURE_TEST(27) FIXTURE_TEST(28) FIXTURE_TEST(29)
-FIXTURE_TEST(30) FIXTURE_TEST(31)
+FIXTURE_TEST(30) FIXTURE_TEST(31) FIXTURE_TEST(32) FIXTURE_TEST(33) FIXTURE_TEST(34) FIXTURE_TEST(35)
+FIXTURE_TEST(36) FIXTURE_TEST(37) FIXTURE_TEST(38) FIXTURE_TEST(39) FIXTURE_TEST(40) FIXTURE_TEST(41)
+FIXTURE_TEST(42) FIXTURE_TEST(43) FIXTURE_TEST(44) FIXTURE_TEST(45) FIXTURE_TEST(46) FIXTURE_TEST(47)
+FIXTURE_TEST(48) FIXTURE_TEST(49) FIXTURE_TEST(50) FIXTURE_TEST(51) FIXTURE_TEST(52) FIXTURE_TEST(53)
+FIXTURE_TEST(54) FIXTURE_TEST(55) FIXTURE_TEST(56) FIXTURE_TEST(57) FIXTURE_TEST(58) FIXTURE_TEST(59)
+FIXTURE_TEST(60) FIXTURE_TEST(61) FIXTURE_TEST(62) FIXTURE_TEST(63)
+/* one CUnit test per fixture, so that a failure names it: room for MAX_FIXTURES */
+#define MAX_FIXTURES 64
+_Static_assert(N_FIXTURES <= MAX_FIXTURES, "more fixtures than FIXTURE_TEST functions: add some");
 
 /* FP8 tracks fp32 on the Llama export over 300 steps (the mean of the last 20 losses) */
 static void test_llama_fp8_tracks_fp32(void)
@@ -363,8 +380,10 @@ static int suite_init(void)
 #define T(i) {"fixture " #i, test_fixture_##i}
 static CU_TestInfo tests[] = {
     T(0), T(1), T(2), T(3), T(4), T(5), T(6), T(7), T(8), T(9), T(10), T(11), T(12), T(13), T(14), T(15),
-    T(16), T(17), T(18), T(19), T(20), T(21), T(22), T(23), T(24), T(25), T(26), T(27), T(28), T(29), T(30),
-    T(31), {"llama fp8 tracks fp32", test_llama_fp8_tracks_fp32}, CU_TEST_INFO_NULL,
+    T(16), T(17), T(18), T(19), T(20), T(21), T(22), T(23), T(24), T(25), T(26), T(27), T(28), T(29), T(30), T(31),
+    T(32), T(33), T(34), T(35), T(36), T(37), T(38), T(39), T(40), T(41), T(42), T(43), T(44), T(45), T(46), T(47),
+    T(48), T(49), T(50), T(51), T(52), T(53), T(54), T(55), T(56), T(57), T(58), T(59), T(60), T(61), T(62), T(63),
+    {"llama fp8 tracks fp32", test_llama_fp8_tracks_fp32}, CU_TEST_INFO_NULL,
 };
 static CU_SuiteInfo suites[] = {{"hf_exports", suite_init, cli_suite_clean, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
 

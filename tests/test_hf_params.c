@@ -83,6 +83,11 @@ static int compare_params(const fr_graph *g, const pinfo *meta, int n_meta, cons
                 while (m < n_meta && strcmp(meta[m].name, absent[j]) != 0) m++;
                 standin |= strcmp(v->name, want) == 0 && m < n_meta && meta[m].rank == 2 &&
                            v->dims[0] <= meta[m].dims[0] && v->dims[1] == meta[m].dims[1];
+                /* or the [1, T, D] rows a batch shares (OPT: positions from the mask), trained once */
+                snprintf(want, sizeof want, "the rows of parameter '%s' ", absent[j]);
+                standin |= v->param_note && strstr(v->param_note, want) && m < n_meta && meta[m].rank == 2 &&
+                           v->rank == 3 && v->dims[0] == 1 && v->dims[1] <= meta[m].dims[0] &&
+                           v->dims[2] == meta[m].dims[1];
             }
             if (!standin) {
                 printf("\n  trained but not a module parameter: %s (%s)", v->name, v->param_note ? v->param_note : "");
@@ -156,6 +161,20 @@ static void test_llama_family(void)
         "gpt2_op18_dynamic", "llama_op23_static", "llama_op23_dynamic", "mistral_op23_static", "phi3_op23_static",
         "qwen2_op23_static", "gpt2_op23_dynamic"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) check_fixture(names[i], NULL, 0);
+}
+
+/* The LayerNorm/GELU, softcapping and parallel-block families; OPT's positions come from the
+ * attention mask, so the fold is [B, T, D] with B equal rows: one [1, T, D] trains in the
+ * table's place (absent here), broadcast, and its dropped fc biases (zeros) are restored. */
+static void test_more_families(void)
+{
+    static const char *const opt[] = {"model.decoder.embed_positions.weight", NULL};
+    static const char *const names[] = {"gemma2_op18_static", "gemma2_op23_dynamic", "starcoder2_op18_static",
+                                        "starcoder2_op23_dynamic", "phi_op18_static", "phi_op23_static",
+                                        "falcon_op18_static"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) check_fixture(names[i], NULL, 0);
+    check_fixture("opt_op18_static", opt, 0);
+    check_fixture("opt_op23_static", opt, 0);
 }
 
 /* Gemma's norm gains: the file holds one initializer, 1 + w, all five merged into it; each
@@ -606,6 +625,7 @@ static void test_train_export(void)
 static CU_TestInfo tests[] = {
     {"llama/mistral/phi3/qwen2/gpt2 (opsets 18, 23): trained set == the module's parameters", test_llama_family},
     {"gemma 1 + w un-folded per module; gpt2/bert static position rows named after the table", test_folded},
+    {"gemma2/starcoder2/phi/falcon/opt: trained set == the module's; OPT's batch-shared rows", test_more_families},
     {"llama constants not trained, with reasons; q_proj un-folded", test_reasons},
     {"parameter folded with a scalar: exact inverse only, literal from the source, split per module",
      test_scalar_unfold},

@@ -89,7 +89,6 @@ static void test_env_nodes(void)
 }
 
 /* ---- ranks as processes ---- */
-static int port_base(void) { return 40000 + (int)(getpid() % 2000) * 10; } /* 10 ports per test program */
 
 static double now_s(void)
 {
@@ -154,7 +153,7 @@ static void test_two_nodes_meet(void)
     unsigned char id[32];
     fr_rng r = fr_test_rng("rendezvous nodes");
     for (int i = 0; i < 32; i++) id[i] = (unsigned char)(fr_rng_uniform(&r) * 256);
-    const int port = port_base();
+    const int port = fr_test_free_port();
     pid_t p[4];
     char tag[4][8];
     for (int rk = 3; rk >= 0; rk--) { /* rank 0 last: the others wait for it */
@@ -174,7 +173,7 @@ static void test_two_nodes_meet(void)
 static void test_rank_dies(void)
 {
     unsigned char id[32] = {7};
-    const int port = port_base() + 1;
+    const int port = fr_test_free_port();
     const double t0 = now_s();
     pid_t p0 = start_rank(env_of(0, 4, 2, port), id, "d0", 30.0);
     pid_t p1 = start_rank(env_of(1, 4, 2, port), id, "d1", 30.0);
@@ -196,7 +195,7 @@ static void test_rank_dies(void)
     free(s1);
 
     /* rank 0 dies: the others say so at once */
-    const int port2 = port_base() + 2;
+    const int port2 = fr_test_free_port();
     const double t1 = now_s();
     p0 = start_rank(env_of(0, 3, 1, port2), id, "z0", 30.0);
     p1 = start_rank(env_of(1, 3, 1, port2), id, "z1", 30.0);
@@ -215,7 +214,7 @@ static void test_rank_dies(void)
 static void test_launched_differently(void)
 {
     unsigned char id[32] = {1};
-    const int port = port_base() + 3;
+    const int port = fr_test_free_port();
     pid_t a = start_rank(env_of(1, 3, 1, port), id, "t1", 20.0);
     usleep(100 * 1000);
     pid_t b = start_rank(env_of(1, 3, 1, port), id, "t2", 20.0);
@@ -232,7 +231,7 @@ static void test_launched_differently(void)
     free(s1);
     free(s2);
 
-    const int port2 = port_base() + 4;
+    const int port2 = fr_test_free_port();
     fr_dist_env odd = env_of(1, 4, 1, port2);
     pid_t c = start_rank(odd, id, "w1", 20.0);
     usleep(200 * 1000);
@@ -248,7 +247,7 @@ static void test_launched_differently(void)
 static void test_cli_two_launchers(void)
 {
     char port[16], cmd[1600];
-    snprintf(port, sizeof port, "%d", port_base() + 5);
+    snprintf(port, sizeof port, "%d", fr_test_free_port());
     setenv("MASTER_ADDR", "127.0.0.1", 1);
     setenv("MASTER_PORT", port, 1);
     /* node 1's launcher, started first, in the background */
@@ -279,7 +278,7 @@ static void test_cli_two_launchers(void)
     free(out1);
 
     /* node 1 never starts: node 0's ranks fail within the limit, naming the missing ranks */
-    snprintf(port, sizeof port, "%d", port_base() + 6);
+    snprintf(port, sizeof port, "%d", fr_test_free_port());
     setenv("MASTER_PORT", port, 1);
     setenv("FP8RUN_RENDEZVOUS_TIMEOUT", "1", 1);
     const double t0 = now_s();
@@ -334,7 +333,7 @@ static pid_t start_cli(const char *args, const char *name)
 static void test_cli_rank_killed(void)
 {
     char port[16], path[64];
-    snprintf(port, sizeof port, "%d", port_base() + 7);
+    snprintf(port, sizeof port, "%d", fr_test_free_port());
     setenv("MASTER_ADDR", "127.0.0.1", 1);
     setenv("MASTER_PORT", port, 1);
     setenv("FP8RUN_RENDEZVOUS_TIMEOUT", "60", 1);

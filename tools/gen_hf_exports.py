@@ -13,7 +13,8 @@ OPSET in 18 and 23 it writes OUT_DIR/ARCH_opOPSET_STYLE/, STYLE being
   static   input_ids [2, 11] only: masks and rotary tables are folded for that shape
   dynamic  input_ids and attention_mask with dynamic batch and seq (torch.export
            dynamic_shapes): the masks are computed in the graph (llama, gpt2, qwen3,
-           gpt_neox, and mistral: its sliding window)
+           gpt_neox, and with sliding windows mistral, gemma2, starcoder2)
+falcon's opset-23 export fails in the exporter (torch 2.15, onnxscript 0.7.2): it is left out.
 holding
   model.onnx            the export (dynamo=True, the exporter's default optimizer); llama's
                         dynamic export keeps its weights in model.onnx.data (external data)
@@ -52,13 +53,15 @@ from transformers import (BertConfig, BertForMaskedLM, GemmaConfig, GemmaForCaus
                           MistralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config,
                           Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, GPTNeoXConfig,
                           GPTNeoXForCausalLM, Olmo2Config, Olmo2ForCausalLM, Gemma3TextConfig,
-                          Gemma3ForCausalLM)
+                          Gemma3ForCausalLM, Gemma2Config, Gemma2ForCausalLM, Starcoder2Config,
+                          Starcoder2ForCausalLM, PhiConfig, PhiForCausalLM, OPTConfig, OPTForCausalLM,
+                          FalconConfig, FalconForCausalLM)
 
 warnings.filterwarnings("ignore")
 PADDED_ONLY = sys.argv[1] == "--padded-only"
 OUT = sys.argv[2] if PADDED_ONLY else sys.argv[1]
 ONLY = sys.argv[3:] if PADDED_ONLY else sys.argv[2:]
-DYNAMIC = ("llama", "gpt2", "mistral", "qwen3", "gpt_neox")
+DYNAMIC = ("llama", "gpt2", "mistral", "qwen3", "gpt_neox", "gemma2", "starcoder2")
 PAD = 4
 V, B, T, STEPS, LR = 211, 2, 11, 20, 1e-3
 torch.set_num_threads(4)
@@ -106,6 +109,35 @@ def configs():
                                                       use_parallel_residual=True, hidden_dropout=0.0,
                                                       attention_dropout=0.0, bos_token_id=1,
                                                       eos_token_id=2)),
+        # attention and final-logit softcapping, sliding window on every other layer, head dim
+        # not hidden / heads, four norms a block
+        "gemma2": (Gemma2ForCausalLM, Gemma2Config(hidden_size=48, intermediate_size=104, num_hidden_layers=2,
+                                                   num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                                   sliding_window=6, attn_logit_softcapping=5.0,
+                                                   final_logit_softcapping=3.0, query_pre_attn_scalar=16,
+                                                   layer_types=["sliding_attention", "full_attention"],
+                                                   **common)),
+        # LayerNorm with biases, GELU (tanh), biased projections, sliding window, GQA
+        "starcoder2": (Starcoder2ForCausalLM, Starcoder2Config(hidden_size=48, intermediate_size=104,
+                                                               num_hidden_layers=2, num_attention_heads=4,
+                                                               num_key_value_heads=2, sliding_window=6,
+                                                               residual_dropout=0.0, embedding_dropout=0.0,
+                                                               attention_dropout=0.0, **common)),
+        # parallel attention + MLP off one LayerNorm, partial rotary (0.5), biased dense, gelu_new
+        "phi": (PhiForCausalLM, PhiConfig(hidden_size=64, intermediate_size=136, num_hidden_layers=2,
+                                          num_attention_heads=4, partial_rotary_factor=0.5, resid_pdrop=0.0,
+                                          embd_pdrop=0.0, attention_dropout=0.0, **common)),
+        # learned positions (offset 2), pre-LayerNorm, ReLU, biased projections
+        "opt": (OPTForCausalLM, OPTConfig(vocab_size=V, hidden_size=48, ffn_dim=104, num_hidden_layers=2,
+                                          num_attention_heads=4, max_position_embeddings=64, dropout=0.0,
+                                          attention_dropout=0.0, word_embed_proj_dim=48, pad_token_id=0,
+                                          bos_token_id=1, eos_token_id=2)),
+        # parallel attention + MLP off one LayerNorm, multi-query attention, fused query_key_value
+        "falcon": (FalconForCausalLM, FalconConfig(vocab_size=V, hidden_size=64, num_hidden_layers=2,
+                                                   num_attention_heads=4, multi_query=True, parallel_attn=True,
+                                                   new_decoder_architecture=False, bias=False, alibi=False,
+                                                   hidden_dropout=0.0, attention_dropout=0.0,
+                                                   max_position_embeddings=64, bos_token_id=1, eos_token_id=2)),
         "bert": (BertForMaskedLM, BertConfig(vocab_size=V, hidden_size=40, intermediate_size=100,
                                              num_hidden_layers=2, num_attention_heads=4,
                                              max_position_embeddings=64, hidden_dropout_prob=0.0,
@@ -178,7 +210,7 @@ def perturb_norms(arch, m):
     """Distinct norm weights, as a pretrained model's are: with the fresh init's equal ones the
     exporter merges GPT-NeoX's two LayerNorms of a parallel block (same input, equal weights)
     into one node, and the export trains one where PyTorch trains two."""
-    if arch not in ("gpt_neox", "olmo2", "gemma3"):
+    if arch not in ("gpt_neox", "olmo2", "gemma3", "gemma2", "starcoder2", "phi", "opt", "falcon"):
         return
     gn = torch.Generator().manual_seed(3)
     with torch.no_grad():
