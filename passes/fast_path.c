@@ -92,6 +92,14 @@ static int forward_norm(const fr_graph *g, const readers *rd, const fr_node *gra
     return -1;
 }
 
+/* p (a norm's input's producer, may be NULL) is a residual Add, or a Reshape of one (OPT
+ * flattens the residual stream before each norm) */
+static int after_add(const fr_graph *g, const fr_node *p)
+{
+    if (p && fr_is_onnx_op(p, "Reshape") && p->n_inputs >= 1 && p->inputs[0] >= 0) p = fr_live_producer(g, p->inputs[0]);
+    return p && fr_is_onnx_op(p, "Add");
+}
+
 /* Why norm node i is off the fast path (why[0] = 0: it is on it). */
 static void norm_why(const fr_graph *g, const readers *rd, int i, char *why, size_t n)
 {
@@ -103,12 +111,12 @@ static void norm_why(const fr_graph *g, const readers *rd, int i, char *why, siz
     why[0] = 0;
     if (rms && near_attention(g, rd, i, 1, NEAR_DEPTH))
         snprintf(why, n, "a q/k norm of an attention that is not fused (AttentionQKV would apply it)");
-    else if (p && fr_is_onnx_op(p, "Add") && fr_residual_norm_why(g, i, w, sizeof w))
+    else if (after_add(g, p) && fr_residual_norm_why(g, i, w, sizeof w))
         snprintf(why, n,
                  "after a residual Add that fuse_residual_norm would take (%s): it is off "
                  "(--no-fuse-residual-norm, or --recompute) or did not run",
                  fused);
-    else if (p && fr_is_onnx_op(p, "Add"))
+    else if (after_add(g, p))
         snprintf(why, n, "after a residual Add that fuse_residual_norm does not take (%s): %s", fused, w);
     else if (p && strcmp(p->domain, FR_DOMAIN_FP8RUN) == 0 && (is(p, "AddLayerNorm") || is(p, "AddRMSNorm")))
         snprintf(why, n,

@@ -14,6 +14,7 @@
 typedef struct match {
     int norm, add, layer, swap; /* layer: LayerNorm (else RMSNorm); swap: the Add's B is its input 0 */
     int norm2;                  /* a second LayerNorm of the sum (a parallel block), or -1 */
+    int reshape;                /* the Reshape between the Add and the LayerNorm, or -1 */
     int64_t axis;
     float eps;
 } match;
@@ -77,6 +78,22 @@ static int second_norm(const fr_graph *g, int ni, int h, const fr_norm_cfg *cfg)
     return -1;
 }
 
+/* Reshape node p (OPT flattens the residual stream to [N T, D] before each norm): its index when
+ * it reads an Add's sum that nothing else reads (the Add then goes with it), else -1 */
+static int reshape_of_sum(const fr_graph *g, const fr_node *p)
+{
+    const int s = p->n_inputs >= 1 ? p->inputs[0] : -1;
+    if (s < 0 || (g->values[s].flags & FR_VAL_OUTPUT) || p->n_outputs != 1) return -1;
+    const fr_node *add = fr_live_producer(g, s);
+    if (!add || !fr_is_onnx_op(add, "Add")) return -1;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const fr_node *n = &g->nodes[i];
+        for (int k = 0; !n->dead && n != p && k < n->n_inputs; k++)
+            if (n->inputs[k] == s) return -1;
+    }
+    return (int)(p - g->nodes);
+}
+
 /* Whether norm node ni and the Add before it fuse (m filled); else 0 with the reason in why. */
 static int check(const fr_graph *g, int ni, match *m, char *why, size_t why_n)
 {
@@ -86,7 +103,10 @@ static int check(const fr_graph *g, int ni, match *m, char *why, size_t why_n)
     if (nn->n_inputs < 1 || nn->inputs[0] < 0) return WHY("an unusual norm node (inputs or outputs missing)");
     const int h = nn->inputs[0];
     const fr_node *add = fr_live_producer(g, h);
-    if (!add || !fr_is_onnx_op(add, "Add")) return WHY("its input is not an Add");
+    const int reshape = layer && add && fr_is_onnx_op(add, "Reshape") ? reshape_of_sum(g, add) : -1;
+    if (reshape >= 0) add = fr_live_producer(g, add->inputs[0]);
+    if (!add || !fr_is_onnx_op(add, "Add"))
+        return WHY("its input is not an Add (nor a Reshape of one that only the Reshape reads)");
     if (add->n_inputs != 2 || add->n_outputs != 1 || add->inputs[0] < 0 || add->inputs[1] < 0)
         return WHY("an unusual Add");
     const fr_value *H = &g->values[h], *A = &g->values[add->inputs[0]], *B = &g->values[add->inputs[1]];
@@ -94,7 +114,12 @@ static int check(const fr_graph *g, int ni, match *m, char *why, size_t why_n)
     fr_norm_cfg cfg;
     if (!norm_ok(g, nn, layer, H, &cfg, why, why_n)) return 0;
     int swap = 0;
-    if (!fr_same_dims(A, H) || !fr_same_dims(B, H)) {
+    if (reshape >= 0) {
+        /* the fused node reads A and B reshaped as the sum was (their Reshapes are views) */
+        const fr_value *S = &g->values[add->outputs[0]];
+        if (!fr_same_dims(A, S) || !fr_same_dims(B, S))
+            return WHY("the Add before the Reshape broadcasts (a reshaped sum is fused from two addends of one shape)");
+    } else if (!fr_same_dims(A, H) || !fr_same_dims(B, H)) {
         /* LayerNorm: one addend may repeat over the leading dims (a position embedding) */
         swap = fr_same_dims(B, H);
         if (!layer || !fr_same_dims(swap ? B : A, H) || fr_add_layer_norm_b_rows(H, swap ? A : B, cfg.axis, cfg.len) <= 0)
@@ -103,6 +128,7 @@ static int check(const fr_graph *g, int ni, match *m, char *why, size_t why_n)
     }
     m->norm = ni;
     m->norm2 = layer ? second_norm(g, ni, h, &cfg) : -1;
+    m->reshape = reshape;
     m->add = (int)(add - g->nodes);
     m->layer = layer;
     m->swap = swap;
@@ -135,10 +161,21 @@ static fr_status fuse_one(void *ctx, const void *mv)
                  n2 ? n2->inputs[1] : -1, n2 && n2->n_inputs > 2 ? n2->inputs[2] : -1};
     int n_in = 6;
     while (n_in > 3 && in[n_in - 1] < 0) n_in--;
-    int out[3] = {add->outputs[0], nn->outputs[0], n2 ? n2->outputs[0] : -1}, nid;
-    const int dead[3] = {m->add, m->norm, m->norm2};
+    /* H: the sum, or (through a Reshape) the reshaped sum, which the norm read */
+    int out[3] = {m->reshape >= 0 ? nn->inputs[0] : add->outputs[0], nn->outputs[0], n2 ? n2->outputs[0] : -1}, nid;
+    const int n_dead = 2 + (n2 != NULL) + (m->reshape >= 0);
+    const int dead[4] = {m->add, m->norm, n2 ? m->norm2 : m->reshape, m->reshape};
     char base[600];
-    fr_fuse_kill(g, dead, n2 ? 3 : 2, op, base, sizeof base);
+    fr_fuse_kill(g, dead, n_dead, op, base, sizeof base);
+    for (int k = 0; m->reshape >= 0 && k < 2; k++) { /* A and B as the sum was reshaped */
+        const fr_value *h = &g->values[out[0]];
+        int64_t dims[FR_MAX_RANK];
+        const int rank = h->rank;
+        memcpy(dims, h->dims, sizeof(int64_t) * (size_t)rank);
+        int r = -1;
+        FR_TRY(fr_pattern_reshape(g, in[k], rank, dims, base, &r));
+        in[k] = r;
+    }
     FR_TRY(fr_graph_add_node(g, op, FR_DOMAIN_FP8RUN, base, n_in, in, n2 ? 3 : 2, out, &nid));
     FR_TRY(fr_node_set_attr_int(&g->nodes[nid], "axis", m->axis));
     FR_TRY(fr_node_set_attr_float(&g->nodes[nid], "epsilon", m->eps));

@@ -3,9 +3,10 @@
  *  - hand-built graphs, fused vs unfused (fr_ft_check_pattern): h read again after the norm (the
  *    backward's dH input), h read by the norm only, no Bias, two normalized dims (axis 1, Scale
  *    [T, D]), h a graph output, epsilon, a position embedding [1, T, D] or [T, D] as either
- *    addend, a bias-like [D] addend: y and the gradients of a, b, Scale, Bias bit for bit (relative
+ *    addend, a bias-like [D] addend, h flattened to [B T, D] by a Reshape before the norm (OPT): y and the gradients of a, b, Scale, Bias bit for bit (relative
  *    L2 0: the ops round as the unfused ones do); an Add broadcasting over a middle dim, a
- *    broadcast Scale, a Bias of another shape than Scale's and a used Mean output stay unfused;
+ *    broadcast Scale, a Bias of another shape than Scale's, a Reshape whose input is read again
+ *    and a used Mean output stay unfused;
  *  - a parallel block's second LayerNorm of the sum (with and without Bias): in the same node
  *    (Y2), y and the gradients of a, b and both norms' parameters bit for bit; of another
  *    epsilon: left as a LayerNormalization reading H, which the fast-path check names;
@@ -13,7 +14,8 @@
  *    finite-difference noise), with and without a gradient into H, with a repeated B, with only A
  *    differentiated (dScale and dBias empty), and with the second norm (both Ys read, or one);
  *  - the trainer on the dynamo exports (opsets 18 and 23, static and dynamic shapes) of GPT-2,
- *    BERT (post-LN: the sum is read by the norm only) and GPT-NeoX (parallel attention + MLP: the sum read by two norms, both in one AddLayerNorm):
+ *    BERT (post-LN: the sum is read by the norm only), OPT (the sum reshaped before the norm),
+ *    Falcon, Phi, Starcoder2 and GPT-NeoX (parallel attention + MLP: the sum read by two norms, both in one AddLayerNorm):
  *    the fused node counts, one AddLayerNormGrad each, no norm after an Add left, and 20 AdamW steps' losses equal to the unfused ones within 1e-6
  *    (--no-fuse-residual-norm). */
 #include <math.h>
@@ -54,7 +56,9 @@ enum {
     K_MEAN_OUT,     /* the Mean output read: not fused */
     K_PARALLEL,     /* y2 = LayerNormalization(h, W2, Bias2) too: both norms fused (Y2) */
     K_PAR_NO_BIAS,  /* the same, the first norm without Bias, y2 = LayerNormalization(h, W2) */
-    K_PAR_EPS       /* the second norm of another epsilon: only the first fused */
+    K_PAR_EPS,      /* the second norm of another epsilon: only the first fused */
+    K_RESHAPE,      /* v = Reshape(h) to [B T, D] before the norm (OPT), h read by it only: fused */
+    K_RESHAPE_READ  /* the same with h read again: not fused */
 };
 
 #define PB 2
@@ -78,8 +82,13 @@ static void build(fr_graph *g, uint64_t seed, int kind)
     const int c0 = kind == K_TWO_DIMS     ? fr_gc_add_input(g, &r, "Bias", FR_F32, 2, dtd, NULL)
                    : kind == K_BIAS_SHAPE ? fr_gc_add_input(g, &r, "Bias", FR_F32, 2, d1d, NULL)
                                           : fr_gc_add_input(g, &r, "Bias", FR_F32, 1, dd, NULL);
-    const int c = fr_gc_add_input(g, &r, "C", FR_F32, 3, dx, NULL);
-    const int h = fr_gc_op1(g, "Add", 2, (int[]){a, b});
+    int c = fr_gc_add_input(g, &r, "C", FR_F32, 3, dx, NULL);
+    const int h0 = fr_gc_op1(g, "Add", 2, (int[]){a, b});
+    int h = h0;
+    if (kind == K_RESHAPE || kind == K_RESHAPE_READ) {
+        const int64_t two = 2, flat[2] = {PB * PT, PD};
+        h = fr_gc_op1(g, "Reshape", 2, (int[]){h0, fr_gc_add_input(g, NULL, "flat", FR_I64, 1, &two, flat)});
+    }
     int y[2];
     const int nid = fr_gc_node(g, "LayerNormalization", "", kind == K_NO_BIAS || kind == K_PAR_NO_BIAS ? 2 : 3,
                                (int[]){h, w, c0},
@@ -89,8 +98,13 @@ static void build(fr_graph *g, uint64_t seed, int kind)
     FR_ASSERT_OK(fr_node_infer(g, nid));
     if (kind == K_H_OUTPUT) FR_ASSERT_OK(fr_graph_mark_output(g, h));
     if (kind == K_MEAN_OUT) FR_ASSERT_OK(fr_graph_mark_output(g, y[1]));
+    if (h != h0) { /* C as the flattened sum */
+        const int64_t two = 2, flat[2] = {PB * PT, PD};
+        c = fr_gc_op1(g, "Reshape", 2, (int[]){c, fr_gc_add_input(g, NULL, "flat_c", FR_I64, 1, &two, flat)});
+    }
     int out =
         kind == K_NORM_ONLY ? y[0] : fr_gc_op1(g, "Add", 2, (int[]){fr_gc_op1(g, "Mul", 2, (int[]){h, c}), y[0]});
+    if (kind == K_RESHAPE_READ) FR_ASSERT_OK(fr_graph_mark_output(g, h0));
     if (kind >= K_PARALLEL) { /* the parallel block's second norm, read after the first */
         const int w2 = fr_gc_add_input(g, &r, "W2", FR_F32, 1, dd, NULL);
         const int b2 = fr_gc_add_input(g, &r, "Bias2", FR_F32, 1, dd, NULL);
@@ -145,13 +159,13 @@ static void test_parallel(void)
 static void test_fused(void)
 {
     static const int kinds[] = {K_RESID, K_NORM_ONLY, K_NO_BIAS, K_TWO_DIMS, K_H_OUTPUT,
-                                K_EPS,   K_POS_B,     K_POS_A,   K_ROW_B};
+                                K_EPS,   K_POS_B,     K_POS_A,   K_ROW_B,    K_RESHAPE};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) check_kind(kinds[i], 1);
 }
 
 static void test_unfused(void)
 {
-    static const int kinds[] = {K_MID_BCAST, K_BCAST_SCALE, K_BIAS_SHAPE};
+    static const int kinds[] = {K_MID_BCAST, K_BCAST_SCALE, K_BIAS_SHAPE, K_RESHAPE_READ};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) check_kind(kinds[i], 0);
     /* (the Mean output has no gradient rule: the forward only) */
     fr_graph *g = fr_gc_new_graph(18);
@@ -229,6 +243,11 @@ static fr_trainer *hf_trainer(const char *dir, int fuse)
     return t;
 }
 
+static const fr_node *producer(const fr_graph *g, int v)
+{
+    return v >= 0 && g->values[v].producer >= 0 ? &g->nodes[g->values[v].producer] : NULL;
+}
+
 /* fused: AddLayerNorm nodes; plain: LayerNormalization nodes left fused; no norm after an Add */
 static void expect_hf(const char *dir, int fused, int plain)
 {
@@ -239,12 +258,11 @@ static void expect_hf(const char *dir, int fused, int plain)
     CU_ASSERT_EQUAL(count_op(t->g, "AddLayerNorm"), fused);
     CU_ASSERT_EQUAL(count_op(t->g, "AddLayerNormGrad"), fused);
     CU_ASSERT_EQUAL(count_op(t->g, "LayerNormalization"), plain);
-    for (int i = 0; i < t->g->n_nodes; i++) {
+    for (int i = 0; i < t->g->n_nodes; i++) { /* and no norm reads an Add's sum (past a Reshape) */
         const fr_node *n = &t->g->nodes[i];
         if (n->dead || strcmp(n->op_type, "LayerNormalization") != 0) continue;
-        const fr_node *p = n->inputs[0] >= 0 && t->g->values[n->inputs[0]].producer >= 0
-                               ? &t->g->nodes[t->g->values[n->inputs[0]].producer]
-                               : NULL;
+        const fr_node *p = producer(t->g, n->inputs[0]);
+        if (p && strcmp(p->op_type, "Reshape") == 0) p = producer(t->g, p->inputs[0]);
         CU_ASSERT(!p || strcmp(p->op_type, "Add") != 0);
     }
     fr_trainer_free(t);
@@ -270,11 +288,25 @@ static void test_hf_counts(void)
     expect_hf("gpt_neox_op18_static", 2, 2);
     expect_hf("gpt_neox_op23_static", 2, 2);
     expect_hf("gpt_neox_op18_dynamic", 2, 2); /* (op23 dynamic: FR_FT_HF_TRAIN would train its RoPE table) */
+    /* OPT (2 layers): the embedding sum, then the residual stream flattened to [N T, D] before each
+       norm (a Reshape between the Add and the norm): all 5 */
+    expect_hf("opt_op18_static", 5, 0);
+    expect_hf("opt_op23_static", 5, 0);
+    /* Falcon, Phi (parallel blocks, one norm each): layer 0's reads the embedding */
+    expect_hf("falcon_op18_static", 2, 1);
+    expect_hf("phi_op18_static", 2, 1);
+    expect_hf("phi_op23_static", 2, 1);
+    /* Starcoder2 (2 layers, pre-LN): the first reads the embedding */
+    expect_hf("starcoder2_op18_static", 4, 1);
+    expect_hf("starcoder2_op23_static", 4, 1);
+    expect_hf("starcoder2_op18_dynamic", 4, 1);
 }
 
 static void test_hf_losses(void)
 {
-    static const char *const dirs[] = {"gpt2_op18_static", "bert_op18_static", "gpt_neox_op18_static"};
+    static const char *const dirs[] = {"gpt2_op18_static",   "bert_op18_static", "gpt_neox_op18_static",
+                                       "opt_op18_static",    "phi_op18_static",  "falcon_op18_static",
+                                       "starcoder2_op18_static"};
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
         fr_graph *model = fr_ft_open_hf(dirs[i]);
         fr_train_options o;
@@ -292,12 +324,13 @@ static void test_hf_losses(void)
 int main(void)
 {
     CU_TestInfo tests[] = {
-        {"Add + LayerNorm fused: y, da, db, dScale, dBias bit for bit (9 patterns)", test_fused},
-        {"middle-dim broadcast, broadcast Scale, Bias shape, Mean output: not fused", test_unfused},
+        {"Add + LayerNorm fused: y, da, db, dScale, dBias bit for bit (10 patterns)", test_fused},
+        {"middle-dim broadcast, broadcast Scale, Bias shape, sum read past its Reshape, Mean output: not fused",
+         test_unfused},
         {"parallel block: the sum's second LayerNorm fused too (Y2), bit for bit; other epsilon not", test_parallel},
         {"AddLayerNorm's gradient rule vs central differences", test_gradcheck},
-        {"trainer, GPT-2 / BERT / GPT-NeoX exports: fused nodes, no norm after an Add", test_hf_counts},
-        {"trainer, GPT-2 / BERT / GPT-NeoX: 20 steps' losses fused == unfused (1e-6)", test_hf_losses},
+        {"trainer, GPT-2 / BERT / GPT-NeoX / OPT / Falcon / Phi / Starcoder2: fused, no norm after an Add", test_hf_counts},
+        {"trainer, 7 LayerNorm exports: 20 steps' losses fused == unfused (1e-6)", test_hf_losses},
         CU_TEST_INFO_NULL,
     };
     CU_SuiteInfo suites[] = {{"add_layer_norm", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};

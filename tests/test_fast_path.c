@@ -1,7 +1,7 @@
 /* What runs off the fast path (passes/fast_path.h), on the trainers' bf16 graphs (forward and
  * backward) of the HF fixtures:
- *  - Llama, Qwen3, OLMo2 and Gemma3 (q/k norms fused into AttentionQKV), GPT-2 and BERT (the
- *    residual sums' LayerNorms fused: AddLayerNorm): nothing;
+ *  - Llama, Qwen3, OLMo2 and Gemma3 (q/k norms fused into AttentionQKV), GPT-2, BERT, OPT and
+ *    Starcoder2 (the residual sums' LayerNorms fused: AddLayerNorm): nothing;
  *  - Llama with fuse_attention_io off: each Attention and AttentionGrad named with the reason
  *    ("staging"), the head Transposes and RoPE around them;
  *  - GPT-NeoX (partial rotary: Concat into Q and K) and Phi-3 (Slices of the packed QKV): each
@@ -58,7 +58,8 @@ static void test_fast(void)
     static const char *const dirs[] = {"llama_op18_static",  "qwen3_op18_static", "qwen3_op23_static",
                                        "olmo2_op18_static",  "gemma3_op18_static", "gpt2_op18_static",
                                        "gpt2_op23_static",   "bert_op18_static",   "bert_op23_static",
-                                       "gpt2_op18_dynamic",  "gpt2_op23_dynamic"};
+                                       "gpt2_op18_dynamic",  "gpt2_op23_dynamic",  "opt_op18_static",
+                                       "starcoder2_op18_static"};
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
         fr_slow_report r;
         fr_trainer *t = NULL;
@@ -235,7 +236,7 @@ static void test_api(void)
 int main(void)
 {
     CU_TestInfo tests[] = {
-        {"Llama, Qwen3, OLMo2, Gemma3, GPT-2, BERT: nothing off the fast path", test_fast},
+        {"Llama, Qwen3, OLMo2, Gemma3, GPT-2, BERT, OPT, Starcoder2: nothing off the fast path", test_fast},
         {"Llama without the staging fusion: attention, Transposes, RoPE named", test_llama_io_off},
         {"GPT-NeoX, Phi-3: why the staging does not fuse; GPT-NeoX's LayerNorms fused", test_neox_phi3},
         {"Gemma 2: softcapped attention and eager GQA fused; the logits' softcap named", test_gemma2_softcap},
