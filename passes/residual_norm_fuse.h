@@ -12,6 +12,9 @@
  *     y = LayerNormalization(h, w[, c])  one output (no Mean / InvStdDev); w (and c, of w's
  *                                        shape) float32 of exactly h's normalized dims (leading
  *                                        1s allowed)
+ * For LayerNorm the norm may read v = Reshape(h) instead, when only that Reshape reads h (OPT
+ * flattens the residual stream to [N T, D] before each norm): a and b are reshaped as h was
+ * (Reshapes are views) and v becomes the fused node's H.
  * h may have any other readers and be a graph output; h and y keep their value ids, so the rest
  * of the graph is unchanged. A parallel attention + MLP block (GPT-NeoX, Falcon) reads its sum
  * with two LayerNorms: AddLayerNorm takes the second too (same axis and epsilon; its Y2), as the
