@@ -570,6 +570,10 @@ typedef struct fp8run_train_config {
                                     only target tokens count, token-weighted over the micro-batches
                                     of a step, and every fused attention node gets the batch's
                                     segment ids (examples do not see each other). 0 (default) */
+    const char *chunked_lm_head; /* "on": the LM head Linear and the cross-entropy run as one op
+                                    over chunks of tokens, so the [tokens, vocab] logits and
+                                    their gradient are never whole in memory (fp32/bf16 heads
+                                    without bias); "off" (default; NULL too) */
 } fp8run_train_config;
 
 /* Fill *cfg with the defaults above and set cfg->struct_size = size. Pass sizeof *cfg. */
@@ -1072,6 +1076,11 @@ typedef struct fp8run_memory_report {
     /* ---- appended: a caller whose struct_size ends before them does not get them ---- */
     uint64_t gathered_weights;   /* shard_parameters: the layers' weights gathered at once (the one
                                     computing and the one prefetched), in their gathered element */
+    uint64_t lm_head_saved;      /* chunked_lm_head "on": the bytes of logits and their gradient the
+                                    training graph no longer holds whole (less its chunk buffer);
+                                    already left out of activations */
+    uint64_t lm_heads_fused;     /* chunked_lm_head "on": LM heads made LinearCrossEntropy (0: the head
+                                    did not qualify, e.g. fp32 precision's MatMul head or an fp8 head) */
 } fp8run_memory_report;
 FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_predict_memory(const fp8run_model *m, const fp8run_train_config *cfg,
                                                      const char *backend, fp8run_memory_report *report);

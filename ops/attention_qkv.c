@@ -19,11 +19,11 @@ static fr_status table_stride(const fr_node *n, const char *what, int r, const i
     char s1[128];
     int64_t lead = 1;
     for (int k = 0; k + 2 < r; k++) lead *= d[k];
-    if (r < 2 || d[r - 1] != g->D || d[r - 2] != g->T || (lead != 1 && lead != g->B))
-        return fr_node_error(n, FR_ERR_SHAPE, "%s table %s must be [.., T=%lld, D=%lld] with leading dims of product 1 "
-                             "or B=%lld", what, fr_shape_str(r, d, s1, sizeof s1), (long long)g->T, (long long)g->D,
-                             (long long)g->B);
-    *bstride = lead == g->B && g->B > 1 ? g->T * g->D : 0;
+    if (r < 2 || d[r - 1] != g->rd || d[r - 2] != g->T || (lead != 1 && lead != g->B))
+        return fr_node_error(n, FR_ERR_SHAPE, "%s table %s must be [.., T=%lld, rotary_dim=%lld] with leading dims of "
+                             "product 1 or B=%lld", what, fr_shape_str(r, d, s1, sizeof s1), (long long)g->T,
+                             (long long)g->rd, (long long)g->B);
+    *bstride = lead == g->B && g->B > 1 ? g->T * g->rd : 0;
     return FR_OK;
 }
 
@@ -42,19 +42,46 @@ fr_status fr_attn_qkv_geometry(const fr_node *n, int rx, const int64_t *dx, int 
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "heads=%lld, kv_heads=%lld, head_dim=%lld, interleaved=%lld: heads "
                              "must be a multiple of kv_heads >= 1, head_dim >= 1, interleaved 0 or 1",
                              (long long)hq, (long long)hk, (long long)d, (long long)il);
+    const char *packing;
+    FR_TRY(fr_node_attr_string(n, "packing", "sections", &packing));
+    const int by_head = strcmp(packing, "heads") == 0;
+    if (!by_head && strcmp(packing, "sections") != 0)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "packing '%s' (\"sections\" or \"heads\")", packing);
     char s1[128];
-    if (rx != 3 || dx[2] <= (hq + hk) * d || (dx[2] - (hq + hk) * d) % hk)
+    if (by_head) { /* [B, T, H, (q | k | v)] */
+        if (hq != hk)
+            return fr_node_error(n, FR_ERR_UNSUPPORTED, "packing \"heads\" needs heads == kv_heads (%lld, %lld)",
+                                 (long long)hq, (long long)hk);
+        if (rx != 3 || dx[2] % hq || dx[2] / hq <= 2 * d)
+            return fr_node_error(n, FR_ERR_SHAPE, "X %s must be [B, T, %lld * (2 * %lld + Dv)] (packing \"heads\")",
+                                 fr_shape_str(rx, dx, s1, sizeof s1), (long long)hq, (long long)d);
+    } else if (rx != 3 || dx[2] <= (hq + hk) * d || (dx[2] - (hq + hk) * d) % hk) {
         return fr_node_error(n, FR_ERR_SHAPE, "X %s must be [B, T, %lld * %lld + %lld * (%lld + Dv)]",
                              fr_shape_str(rx, dx, s1, sizeof s1), (long long)hq, (long long)d, (long long)hk,
                              (long long)d);
+    }
     geo->B = dx[0], geo->T = dx[1], geo->W = dx[2];
-    geo->Hq = hq, geo->Hk = hk, geo->D = d, geo->Dv = (dx[2] - (hq + hk) * d) / hk;
-    geo->q_off = 0, geo->k_off = hq * d, geo->v_off = (hq + hk) * d;
+    geo->Hq = hq, geo->Hk = hk, geo->D = d;
+    geo->heads_packing = by_head;
+    if (by_head) {
+        const int64_t per = dx[2] / hq; /* one head's q, k and v */
+        geo->Dv = per - 2 * d;
+        geo->q_off = 0, geo->k_off = d, geo->v_off = 2 * d;
+        geo->q_hs = geo->k_hs = geo->v_hs = per;
+    } else {
+        geo->Dv = (dx[2] - (hq + hk) * d) / hk;
+        geo->q_off = 0, geo->k_off = hq * d, geo->v_off = (hq + hk) * d;
+        geo->q_hs = geo->k_hs = d, geo->v_hs = geo->Dv;
+    }
     geo->interleaved = (int)il;
     geo->flat_output = (int)flat;
+    geo->rd = d;
     if ((dc != NULL) != (ds != NULL)) return fr_node_error(n, FR_ERR_GRAPH, "cos and sin come together or not at all");
     if (!dc) return FR_OK;
-    if (d % 2) return fr_node_error(n, FR_ERR_SHAPE, "RoPE needs an even head_dim (got %lld)", (long long)d);
+    FR_TRY(fr_node_attr_int(n, "rotary_dim", d, &geo->rd));
+    if (geo->rd < 2 || geo->rd > d || geo->rd % 2)
+        return fr_node_error(n, FR_ERR_SHAPE, "RoPE rotates an even number of features, from 2 to head_dim=%lld "
+                             "(rotary_dim=%lld)", (long long)d, (long long)geo->rd);
     geo->rotary = 1;
     FR_TRY(table_stride(n, "cos", rc, dc, geo, &geo->cos_b));
     return table_stride(n, "sin", rs, ds, geo, &geo->sin_b);
@@ -99,7 +126,8 @@ int fr_attn_qkv_out_dims(const fr_attn_qkv_geom *geo, int64_t *dims)
     } while (0)
 
 /* Between the packed rows (X or dX, [B, T, W]) and the head-major copies [B, heads, T, D]:
- * to_heads 1 unpacks (RoPE forward on Q, K), 0 packs (RoPE transposed on dQ, dK). sec 0, 1, 2:
+ * to_heads 1 unpacks (RoPE forward on the first rd features of Q, K), 0 packs (RoPE transposed
+ * on dQ, dK). sec 0, 1, 2:
  * Q, K, V; p: the packed tensor, h: the head-major one. */
 #define MOVE(TY)                                                                                             \
     do {                                                                                                    \
@@ -109,19 +137,21 @@ int fr_attn_qkv_out_dims(const fr_attn_qkv_geom *geo, int64_t *dims)
         for (int64_t b = 0; b < g->B; b++)                                                                  \
             for (int64_t t = 0; t < g->T; t++)                                                              \
                 for (int64_t hd = 0; hd < heads; hd++) {                                                    \
-                    TY *pr = P + (b * g->T + t) * g->W + off + hd * width;                                   \
+                    TY *pr = P + (b * g->T + t) * g->W + off + hd * hs;                                      \
                     TY *hr = Hh + ((b * heads + hd) * g->T + t) * width;                                     \
+                    int64_t done = 0; /* features rotated: the first rd */                                  \
                     if (rope) {                                                                             \
-                        const TY *cr = C + b * g->cos_b + t * g->D, *sr = S + b * g->sin_b + t * g->D;       \
+                        const TY *cr = C + b * g->cos_b + t * g->rd, *sr = S + b * g->sin_b + t * g->rd;     \
                         if (to_heads)                                                                       \
-                            ROPE_ROW(TY, pr, cr, sr, hr, width, g->interleaved, 0);                          \
+                            ROPE_ROW(TY, pr, cr, sr, hr, g->rd, g->interleaved, 0);                          \
                         else                                                                                \
-                            ROPE_ROW(TY, hr, cr, sr, pr, width, g->interleaved, 1);                          \
-                    } else if (to_heads) {                                                                  \
-                        memcpy(hr, pr, (size_t)width * sizeof(TY));                                          \
-                    } else {                                                                                \
-                        memcpy(pr, hr, (size_t)width * sizeof(TY));                                          \
+                            ROPE_ROW(TY, hr, cr, sr, pr, g->rd, g->interleaved, 1);                          \
+                        done = g->rd;                                                                       \
                     }                                                                                       \
+                    if (to_heads)                                                                           \
+                        memcpy(hr + done, pr + done, (size_t)(width - done) * sizeof(TY));                   \
+                    else                                                                                    \
+                        memcpy(pr + done, hr + done, (size_t)(width - done) * sizeof(TY));                   \
                 }                                                                                           \
     } while (0)
 
@@ -130,6 +160,7 @@ static void move(const fr_attn_qkv_geom *g, fr_dtype dt, int sec, int to_heads, 
 {
     const int64_t heads = sec == 0 ? g->Hq : g->Hk, width = sec == 2 ? g->Dv : g->D;
     const int64_t off = sec == 0 ? g->q_off : sec == 1 ? g->k_off : g->v_off;
+    const int64_t hs = sec == 0 ? g->q_hs : sec == 1 ? g->k_hs : g->v_hs; /* head to head */
     const int rope = g->rotary && sec < 2;
     if (dt == FR_F32)
         MOVE(float);

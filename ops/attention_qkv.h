@@ -15,13 +15,23 @@
  *   name is absent)
  *   X:    [B, T, W] float32, or bfloat16 (a narrowed projection, passes/narrow_activations.h:
  *         widened exactly, the op is then the float32 op on those values; O, LSE, dX and
- *         the tables float32), or float64 on the CPU (gradient checks). W = Hq * D + Hk * D +
- *         Hk * Dv: columns [0, Hq D) are Q (head h at h D), then K (Hk heads of D), then V
- *         (Hk heads of Dv).
- *   cos, sin (both or neither): [.., T, D], X's computing dtype, their leading dims'
- *         product L 1 or B: element (b, t, j) at (L == B ? b T D : 0) + t D + j. RoPE
- *         (ops/rotary.h, attribute interleaved as there) rotates each head of Q and K at
- *         token t with row t of the tables, exactly as ai.fp8run::Rotary would on the heads.
+ *         the tables float32), or float64 on the CPU (gradient checks). Its columns, by
+ *         attribute packing:
+ *         "sections" (default; Llama's fused Q/K/V Linear and its Split, Phi-3's qkv_proj and
+ *           its Slices): W = Hq * D + Hk * D + Hk * Dv: columns [0, Hq D) are Q (head h at
+ *           h D), then K (Hk heads of D), then V (Hk heads of Dv);
+ *         "heads" (GPT-NeoX / Pythia's query_key_value viewed [B, T, H, 3 D] and split per
+ *           head): Hq = Hk = H, W = H * (2 D + Dv), head h's q, k and v at h (2 D + Dv) + 0,
+ *           + D and + 2 D.
+ *         A section's head h starts at q_off + h q_hs (and k_off, k_hs; v_off, v_hs) in the
+ *         geometry below; nothing else differs between the two.
+ *   cos, sin (both or neither): [.., T, R], X's computing dtype, their leading dims'
+ *         product L 1 or B: element (b, t, j) at (L == B ? b T R : 0) + t R + j, R the
+ *         attribute rotary_dim (default D; even, 2 <= R <= D). RoPE (ops/rotary.h,
+ *         attributes interleaved and rotary_dim as there) rotates the first R features of
+ *         each head of Q and K at token t with row t of the tables (the other D - R pass
+ *         through: the partial rotary of GPT-NeoX and Phi), exactly as ai.fp8run::Rotary
+ *         would on the heads.
  *   Sk, Sq: the segment ids of ops/attention.h (int32/int64 [B, T] or [B * Hq, T] or [1, T]),
  *         handed to the inner Attention as they are.
  *   O:    [B, T, Hq * Dv] X's computing dtype (fr_attn_qkv_dtype), or bfloat16 with attribute
@@ -31,7 +41,7 @@
  *         rows the output projection reads when it is a 2-D Gemm).
  *   LSE:  [B, Hq, T] (float32; float64 for float64 X).
  *   Query head h reads K/V head h / (Hq / Hk) (Hq a multiple of Hk: MHA, GQA, MQA).
- * Attributes: heads (Hq), kv_heads (Hk), head_dim (D), interleaved (0|1), flat_output (0|1),
+ * Attributes: heads (Hq), kv_heads (Hk), head_dim (D), packing, rotary_dim, interleaved (0|1), flat_output (0|1),
  *   o_dtype (AttentionQKV), dx_dtype (AttentionQKVGrad; each op ignores the other's), and
  *   Attention's
  *   scale, causal, window, precision, softcap, seg_form with the meaning of ops/attention.h. The result is, bit
@@ -43,7 +53,8 @@
  *   input in between has an empty name): weights in the computing dtype, [D] (each head's D
  *   features normalized alone) or [heads * D] (each token's Q, or K, columns together).
  *   Applied to the Q and K columns before RoPE, exactly as RMSNormalization (ops/norm.h, the
- *   last axis) with attribute qk_norm_eps (default 1e-6) as its epsilon would on them.
+ *   last axis) with attribute qk_norm_eps (default 1e-6) as its epsilon would on them. Packing
+ *   "sections" and a whole rotary only (no architecture pairs the norm with the others).
  *
  * AttentionQKVGrad(X, O, LSE, dO [, cos, sin [, Sk [, Sq [, q_norm, k_norm]]]]) -> dX [, dq_norm,
  *   dk_norm] (the norm weights at inputs 8 and 9; their gradients, the sums over tokens and
@@ -63,13 +74,16 @@ extern const fr_op_def fr_ops_attention_qkv[]; /* AttentionQKV, AttentionQKVGrad
 typedef struct fr_attn_qkv_geom {
     int64_t B, T, W, Hq, Hk, D, Dv;
     int64_t q_off, k_off, v_off; /* first column of each section */
+    int64_t q_hs, k_hs, v_hs;    /* columns from one head of a section to the next */
+    int heads_packing;           /* packing "heads" (else "sections") */
     int rotary, interleaved;
+    int64_t rd;                  /* features of a Q or K head rotated (rotary_dim): D when whole */
     int flat_output;             /* O is [B T, Hq Dv] */
     int64_t cos_b, sin_b;        /* table strides per batch index (0: one table for all) */
     int qk_norm;                 /* q/k RMSNorm before RoPE (fr_attn_qkv_norm_geometry) */
     int64_t qn_len, kn_len;      /* the normalized row of Q and of K: D, or heads * D */
     float qk_norm_eps;
-    /* the row of token t is at t * D */
+    /* the table row of token t is at t * rd */
 } fr_attn_qkv_geom;
 
 /* Checks a node's attributes and the shapes of X and the tables (rc = 0, dc = NULL: no tables)

@@ -21,6 +21,10 @@ fr_status fr_attn_qkv_norm_geometry(const fr_node *n, int rq, const int64_t *dq,
     geo->qn_len = geo->kn_len = 0;
     if (!dq && !dk) return FR_OK;
     if (!dq || !dk) return fr_node_error(n, FR_ERR_GRAPH, "q_norm and k_norm come together or not at all");
+    if (geo->heads_packing || (geo->rotary && geo->rd < geo->D))
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "the q/k norm takes packing \"sections\" and a whole rotary only "
+                             "(here %s%s)", geo->heads_packing ? "packing \"heads\"" : "",
+                             geo->rotary && geo->rd < geo->D ? " a partial rotary" : "");
     FR_TRY(fr_node_attr_float(n, "qk_norm_eps", 1e-6f, &geo->qk_norm_eps));
     if (!(geo->qk_norm_eps >= 0.f))
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "qk_norm_eps=%g must be >= 0", (double)geo->qk_norm_eps);

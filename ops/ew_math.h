@@ -205,6 +205,14 @@ EW_FN ew_gelu_tanh(EW_T x)
     return x / (EW_C(1) + EW_M(exp)(EW_C(-2.0) * u));
 }
 
+/* c tanh(x / c): logits or scores capped smoothly at +-c (Gemma 2), and its derivative */
+EW_FN ew_softcap(EW_T x, EW_T c) { return c * EW_M(tanh)(x / c); }
+EW_FN ew_softcap_deriv(EW_T x, EW_T c)
+{
+    const EW_T t = EW_M(tanh)(x / c);
+    return EW_C(1) - t * t;
+}
+
 EW_FN ew_sign(EW_T x) { return x > EW_C(0) ? EW_C(1) : x < EW_C(0) ? EW_C(-1) : x; /* keeps 0, -0, NaN */ }
 
 EW_FN ew_sgn0(EW_T x) { return x > EW_C(0) ? EW_C(1) : x < EW_C(0) ? EW_C(-1) : EW_C(0); /* 0 for 0, NaN */ }

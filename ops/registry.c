@@ -1,6 +1,7 @@
 /* The op registry: all family tables, searched by (domain, op_type). */
 #include <string.h>
 
+#include "ops/linear_ce.h"
 #include "ops/op.h"
 
 static const fr_op_def *const families[] = {
@@ -9,6 +10,7 @@ static const fr_op_def *const families[] = {
     fr_ops_attention, fr_ops_attention_onnx, fr_ops_swiglu, fr_ops_rotary, fr_ops_dropout, fr_ops_attention_qkv,
     fr_ops_add_norm,
     fr_ops_add_layer_norm,
+    fr_ops_linear_ce,
 };
 
 const fr_op_def *fr_op_at(int i)

@@ -7,8 +7,9 @@
 
 /* ---- geometry (shared with the CUDA launchers) ---- */
 
-/* cos or sin: one dtype with X, broadcasting to X's shape without enlarging it. */
-static fr_status check_table(const fr_node *n, const fr_value *x, const fr_value *t)
+/* cos or sin: one dtype with X, broadcasting to X's rotated columns (xd: X's shape, its last
+ * dim rotary_dim) without enlarging them. */
+static fr_status check_table(const fr_node *n, const fr_value *x, const int64_t *xd, const fr_value *t)
 {
     char s1[128], s2[128];
     if (t->dtype != x->dtype)
@@ -16,13 +17,14 @@ static fr_status check_table(const fr_node *n, const fr_value *x, const fr_value
                              fr_dtype_name(x->dtype), t->name, fr_dtype_name(t->dtype));
     int ok = t->rank <= x->rank;
     for (int k = 0; ok && k < t->rank; k++) {
-        int64_t td = t->dims[t->rank - 1 - k], xd = x->dims[x->rank - 1 - k];
-        ok = td == xd || td == 1;
+        int64_t td = t->dims[t->rank - 1 - k], d = xd[x->rank - 1 - k];
+        ok = td == d || td == 1;
     }
     if (!ok)
-        return fr_node_error(n, FR_ERR_SHAPE, "table '%s' %s does not broadcast to '%s' %s (it may not enlarge it)",
+        return fr_node_error(n, FR_ERR_SHAPE, "table '%s' %s does not broadcast to '%s' %s%s (it may not enlarge it)",
                              t->name, fr_shape_str(t->rank, t->dims, s1, sizeof s1), x->name,
-                             fr_shape_str(x->rank, x->dims, s2, sizeof s2));
+                             fr_shape_str(x->rank, xd, s2, sizeof s2),
+                             xd[x->rank - 1] != x->dims[x->rank - 1] ? " (its rotated columns)" : "");
     return FR_OK;
 }
 
@@ -38,20 +40,31 @@ fr_status fr_rotary_geometry(const fr_graph *g, const fr_node *n, fr_rotary_geom
     if (x->dtype != FR_F32 && x->dtype != FR_F64)
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "input '%s' is %s: float32 (or float64) only", x->name,
                              fr_dtype_name(x->dtype));
-    if (x->rank < 1 || x->dims[x->rank - 1] % 2 != 0)
+    if (x->rank < 1) return fr_node_error(n, FR_ERR_SHAPE, "input '%s' is a scalar", x->name);
+    const int64_t hd = x->dims[x->rank - 1];
+    int64_t rd;
+    FR_TRY(fr_node_attr_int(n, "rotary_dim", hd, &rd));
+    if (!fr_node_attr(n, "rotary_dim") && hd % 2)
         return fr_node_error(n, FR_ERR_SHAPE, "input '%s' %s: its last dim (the head size) must be even", x->name,
                              fr_shape_str(x->rank, x->dims, s1, sizeof s1));
-    FR_TRY(check_table(n, x, c));
-    FR_TRY(check_table(n, x, s));
+    if (rd < 2 || rd > hd || rd % 2)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "attribute rotary_dim=%lld: even, from 2 to the head size %lld",
+                             (long long)rd, (long long)hd);
+    int64_t xr[FR_MAX_RANK]; /* the rotated columns' shape, what the tables broadcast to */
+    memcpy(xr, x->dims, sizeof(int64_t) * (size_t)x->rank);
+    xr[x->rank - 1] = rd;
+    FR_TRY(check_table(n, x, xr, c));
+    FR_TRY(check_table(n, x, xr, s));
     int64_t cst[FR_MAX_RANK], sst[FR_MAX_RANK];
-    fr_broadcast_strides(c->rank, c->dims, x->rank, x->dims, cst);
-    fr_broadcast_strides(s->rank, s->dims, x->rank, x->dims, sst);
+    fr_broadcast_strides(c->rank, c->dims, x->rank, xr, cst);
+    fr_broadcast_strides(s->rank, s->dims, x->rank, xr, sst);
     int64_t il;
     FR_TRY(fr_node_attr_int(n, "interleaved", 0, &il));
     if (il != 0 && il != 1) return fr_node_error(n, FR_ERR_UNSUPPORTED, "attribute interleaved=%lld (0 or 1)", (long long)il);
     geo->interleaved = (int)il;
     const int r = x->rank;
-    geo->hd = x->dims[r - 1];
+    geo->hd = hd;
+    geo->rd = rd;
     geo->cos_last = cst[r - 1];
     geo->sin_last = sst[r - 1];
     geo->rows = 1;
@@ -100,7 +113,7 @@ static void row_offsets(const fr_rotary_geom *geo, int64_t r, int64_t *co, int64
     do {                                                                                \
         const T *xp = ctx->in[0]->data, *cp = ctx->in[1]->data, *sp = ctx->in[2]->data; \
         T *yp = ctx->out[0]->data;                                                      \
-        const int64_t h = geo.hd / 2, cl = geo.cos_last, sl = geo.sin_last;             \
+        const int64_t h = geo.rd / 2, cl = geo.cos_last, sl = geo.sin_last;             \
         const int64_t step = geo.interleaved ? 2 : 1, off = geo.interleaved ? 1 : h;    \
         for (int64_t r = 0; r < geo.rows; r++) {                                        \
             int64_t co, so;                                                             \
@@ -120,6 +133,7 @@ static void row_offsets(const fr_rotary_geom *geo, int64_t r, int64_t *co, int64
                     yr[k] = (T)(b * c1 + a * s1);                                       \
                 }                                                                       \
             }                                                                           \
+            for (int64_t j = geo.rd; j < geo.hd; j++) yr[j] = xr[j]; /* not rotated */ \
         }                                                                               \
     } while (0)
 
@@ -165,10 +179,12 @@ static fr_status rotary_grad(fr_grad_ctx *ctx)
                                  g->values[n->inputs[i]].name, i);
     if (ctx->dout[0] < 0 || !ctx->need_din[0]) return FR_OK;
     int in[3] = {ctx->dout[0], n->inputs[1], n->inputs[2]}, out, nid;
-    int64_t il;
+    int64_t il, rd;
     FR_TRY(fr_node_attr_int(n, "interleaved", 0, &il));
+    FR_TRY(fr_node_attr_int(n, "rotary_dim", 0, &rd));
     FR_TRY(fr_grad_node(ctx, "RotaryGrad", FR_DOMAIN_FP8RUN, 3, in, 1, &out, &nid));
     if (il) FR_TRY(fr_node_set_attr_int(&g->nodes[nid], "interleaved", il));
+    if (rd) FR_TRY(fr_node_set_attr_int(&g->nodes[nid], "rotary_dim", rd));
     ctx->din[0] = out;
     return fr_grad_finish(ctx, nid);
 }

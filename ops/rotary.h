@@ -15,6 +15,13 @@
  *       Y[j]     = X[j] * cos[j]         - X[j + h] * sin[j]
  *       Y[j + h] = X[j + h] * cos[j + h] + X[j] * sin[j + h]
  *
+ * Attribute rotary_dim R (default hd: all of it): the partial rotary of GPT-NeoX / Pythia, Phi
+ *   and StableLM. Only the first R columns (R even, 2 <= R <= hd) are rotated, as the formulas
+ *   below say with hd read as R (h = R / 2, the tables' last dim R, or 1); columns R.. hd - 1
+ *   pass through (Y[j] = X[j], and dX[j] = dY[j] in RotaryGrad). Exactly what HF's
+ *   Concat(Rotary(x[..., :R]), x[..., R:]) computes (passes/rotary_fuse.c folds that into it).
+ *   RotaryGrad carries it too.
+ *
  * Attribute interleaved (default 0): 1 pairs columns (2p, 2p + 1) instead of (p, p + h), the
  *   GPT-J layout: the formulas below with j = 2p and j + h read as 2p + 1 (cos and sin indexed
  *   by the column as always, so a table for it repeats each frequency twice: [c0, c0, c1, ..]).
@@ -37,13 +44,14 @@
 
 extern const fr_op_def fr_ops_rotary[]; /* Rotary, RotaryGrad */
 
-/* The problem as rows of hd elements. Row r of X (at r * hd) has index (i_0, .., i_{nd-1}) over
+/* The problem as rows of hd elements, the first rd of them rotated (rotary_dim; rd == hd when
+ * the rotary is whole). Row r of X (at r * hd) has index (i_0, .., i_{nd-1}) over
  * the collapsed row dims (outermost first); its cos row starts at sum_k i_k * cos_stride[k] and
  * element j of it is at that + j * cos_last (cos_last 0 when cos is broadcast along the last
  * axis); the same for sin. Adjacent row dims that both tables walk contiguously (or both
  * broadcast) are merged, so a [B, H, T, hd] X with a [T, hd] table has nd = 2. */
 typedef struct fr_rotary_geom {
-    int64_t rows, hd;
+    int64_t rows, hd, rd;
     int nd;
     int64_t dims[FR_MAX_RANK];
     int64_t cos_stride[FR_MAX_RANK], sin_stride[FR_MAX_RANK];

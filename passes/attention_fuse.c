@@ -169,7 +169,7 @@ static int peel_softcap(const fr_readers *c, int x, match *m)
         g->values[dv->inputs[0]].constant)
         return x;
     if (fr_is_onnx_op(dv, "Div") ? (float)inner != (float)cap
-                                 : !fr_is_onnx_op(dv, "Mul") || (float)inner != (float)(1.0 / cap))
+                                 : !fr_is_onnx_op(dv, "Mul") || fabs(inner * cap - 1.0) > 1e-6)
         return x;
     m->softcap = (float)cap;
     add_dead(m, g, mul);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ops/attention.h"
+#include "ops/layout_plan.h"
 #include "ops/grad.h"
 #include "ops/op.h"
 #include "passes/attention_io.h"
@@ -14,19 +15,21 @@
 #include "passes/pattern.h"
 
 #define MAX_CHAIN 8 /* layout nodes per chain */
-#define MAX_DEAD (3 * MAX_CHAIN + 2 + MAX_CHAIN)
+#define MAX_DEAD (3 * MAX_CHAIN + 2 + MAX_CHAIN + MAX_CHAIN + 3)
 
-/* A tensor as a strided view of another (element strides; size-1 dims carry any stride).
- * Transpose permutes a view; Reshape, Unsqueeze, Squeeze and Flatten reshape it to their
- * output's (inferred) dims. */
+/* A tensor as a strided view of another (element strides from element off; size-1 dims carry
+ * any stride). Transpose permutes a view; Reshape, Unsqueeze, Squeeze and Flatten reshape it to
+ * their output's (inferred) dims; a Split output or a Slice narrows it. */
 typedef struct view {
     int rank;
     int64_t dims[FR_MAX_RANK], strides[FR_MAX_RANK];
+    int64_t off;
 } view;
 
 static void view_contiguous(view *v, int rank, const int64_t *dims)
 {
     v->rank = rank;
+    v->off = 0;
     int64_t s = 1;
     for (int k = rank - 1; k >= 0; k--) {
         v->dims[k] = dims[k];
@@ -104,20 +107,37 @@ static int view_transpose(view *v, const fr_node *t, int forward)
     return 1;
 }
 
-/* v is [B, heads.., T, width] of a [B, T, W] packed tensor: B at T W, T at W, the heads
- * row-major at width each (product `heads`), the feature at 1. */
-static int view_packed(const view *v, int64_t B, int64_t T, int64_t W, int64_t heads, int64_t width)
+/* v is [B, heads.., T, width] of a [B, T, W] packed tensor: B at T W, T at W, the feature at 1,
+ * the heads (product `heads`) row-major at *hs columns each (*hs -1: one head), from column
+ * *off of each row. */
+static int view_heads(const view *v, int64_t B, int64_t T, int64_t W, int64_t heads, int64_t width, int64_t *off,
+                      int64_t *hs)
 {
     const int r = v->rank;
     if (r < 3 || v->dims[0] != B || v->dims[r - 2] != T || v->dims[r - 1] != width) return 0;
     if ((B > 1 && v->strides[0] != T * W) || (T > 1 && v->strides[r - 2] != W) || (width > 1 && v->strides[r - 1] != 1))
         return 0;
-    int64_t s = width;
+    int64_t s = -1, n = 1;
     for (int k = r - 3; k >= 1; k--) {
-        if (v->dims[k] > 1 && v->strides[k] != s) return 0;
-        s *= v->dims[k];
+        if (v->dims[k] == 1) continue;
+        if (s < 0) s = v->strides[k];
+        if (v->strides[k] != s * n) return 0;
+        n *= v->dims[k];
     }
-    return s == heads * width;
+    if (n != heads || (n > 1 && s < width) || v->off < 0) return 0;
+    *hs = n > 1 ? s : -1;
+    *off = v->off;
+    return 1;
+}
+
+/* v narrowed as Slice plan p takes it (steps multiply the strides). */
+static void view_slice(view *v, const fr_slice_plan *p)
+{
+    for (int k = 0; k < v->rank; k++) {
+        v->off += p->start[k] * v->strides[k];
+        v->strides[k] *= p->step[k];
+        v->dims[k] = p->len[k];
+    }
 }
 
 typedef struct chain {
@@ -129,7 +149,11 @@ typedef struct chain {
 } chain;
 
 typedef struct match {
-    int attn, split, x, z, cos, sin, interleaved, flat_output;
+    int attn, x, z, cos, sin, interleaved, flat_output;
+    int split[3], n_split;      /* the Split, or the three Slices, that make Q, K and V */
+    int pre[MAX_CHAIN], n_pre;  /* layout nodes from X to what they split */
+    int by_head;                /* packing "heads" (GPT-NeoX's per-head q, k, v) */
+    int64_t rd;                 /* rotary_dim: features of a head rotated */
     int wq, wk; /* the q/k norm weights (-1: no norm) */
     float eps;
     int seg_k, seg_q; /* the Attention's segment ids Sk, Sq (-1: absent), handed on */
@@ -184,20 +208,15 @@ static int walk_back(const ctx *cx, int v, chain *c)
             return WHY(-1, "a value between the projection and it has another reader");
         const fr_node *p = fr_live_producer(g, v);
         if (!p) return WHY(-1, "Q, K or V is no projection's output");
-        if (fr_is_onnx_op(p, "Split")) break;
+        if (fr_is_onnx_op(p, "Split") || fr_is_onnx_op(p, "Slice")) break; /* (of the projection: find_source) */
         if (c->n == MAX_CHAIN) return WHY(-1, "more than %d layout nodes between the projection and it", MAX_CHAIN);
         if (!(is_layout(p) || is_rotary(p) || is_norm(p))) {
             if (strcmp(p->op_type, "Linear") == 0 || strcmp(p->op_type, "MatMul") == 0 ||
                 strcmp(p->op_type, "Gemm") == 0)
                 return WHY(-1, "Q, K and V come from separate projections, not one fused Q/K/V Linear and its Split");
             /* (no node name: the reason is the same for every layer) */
-            return WHY(-1, "Q, K or V passes through a %s (the staging reads one Split of the fused projection through "
-                       "Reshape, Transpose, Rotary and RMSNormalization only%s)", p->op_type,
-                       strcmp(p->op_type, "Slice") == 0
-                           ? "; Slices of a packed projection or of a partial rotary are not read through"
-                       : strcmp(p->op_type, "Concat") == 0
-                           ? "; a partial rotary's halves or a per-head Q/K/V interleave are joined so"
-                           : "");
+            return WHY(-1, "Q, K or V passes through a %s (the staging reads one Split, or three Slices, of the fused "
+                       "projection through Reshape, Transpose, Rotary and RMSNormalization only)", p->op_type);
         }
         if (is_rotary(p)) {
             if (c->rotary >= 0) return WHY(-1, "two Rotary nodes on one input");
@@ -214,15 +233,32 @@ static int walk_back(const ctx *cx, int v, chain *c)
     return v;
 }
 
-/* The view of chain c's end, from its Split output sv (its section's columns of X [B, T, W]);
- * the Rotary's input view recorded. */
-static int walk_views(const fr_graph *g, const match *m, int sv, chain *c, view *v)
+/* Elements of a value (its dims' product). */
+static int64_t value_numel(const fr_value *v)
 {
-    const fr_value *s = &g->values[sv];
-    if (s->rank != 3) return 0;
-    v->rank = 3;
-    v->dims[0] = s->dims[0], v->dims[1] = s->dims[1], v->dims[2] = s->dims[2];
-    v->strides[0] = m->T * m->W, v->strides[1] = m->W, v->strides[2] = 1;
+    int64_t n = 1;
+    for (int k = 0; k < v->rank; k++) n *= v->dims[k];
+    return n;
+}
+
+/* One layout node n (output y) applied to view v, checked against y's dims. */
+static int view_step(const fr_node *n, const fr_value *y, view *v)
+{
+    if (strcmp(n->op_type, "Transpose") == 0) {
+        if (!view_transpose(v, n, 1)) return 0;
+    } else if (!view_reshape(v, y->rank, y->dims)) {
+        return 0;
+    }
+    if (v->rank != y->rank) return 0;
+    for (int k = 0; k < v->rank; k++)
+        if (v->dims[k] != y->dims[k]) return 0;
+    return 1;
+}
+
+/* The view of chain c's end, from its start *v (the Split or Slice output it reads, as a view
+ * of X [B, T, W]; updated in place); the Rotary's input view recorded. */
+static int walk_views(const fr_graph *g, chain *c, view *v)
+{
     int seen_rotary = 0;
     for (int i = 0; i < c->n; i++) {
         const fr_node *n = &g->nodes[c->nodes[i]];
@@ -237,17 +273,11 @@ static int walk_views(const fr_graph *g, const match *m, int sv, chain *c, view 
             c->at_norm = *v;
             continue;
         }
-        if (strcmp(n->op_type, "Transpose") == 0) {
-            if (!view_transpose(v, n, 1)) return 0;
-        } else if (!view_reshape(v, y->rank, y->dims)) {
-            return 0;
-        }
-        if (v->rank != y->rank) return 0;
-        for (int k = 0; k < v->rank; k++)
-            if (v->dims[k] != y->dims[k]) return 0;
+        if (!view_step(n, y, v)) return 0;
     }
     return 1;
 }
+
 
 /* The tables of Rotary r at input view v: they follow the token (row t at t D), the batch or
  * not (the op's leading dims), never the head; X's last dim the feature. */
@@ -255,18 +285,21 @@ static int rotary_ok(const fr_graph *g, const match *m, const fr_node *r, const 
 {
     const fr_value *x = &g->values[r->inputs[0]];
     if (x->rank != v->rank || x->dtype != FR_F32) return 0;
+    int64_t xr[FR_MAX_RANK]; /* X's rotated columns: its first rd features */
+    memcpy(xr, x->dims, sizeof(int64_t) * (size_t)x->rank);
+    xr[x->rank - 1] = m->rd;
     for (int t = 1; t < 3; t++) {
         const fr_value *tb = &g->values[r->inputs[t]];
         if (tb->dtype != FR_F32 || tb->rank < 2 || tb->rank > x->rank) return 0;
-        if (tb->dims[tb->rank - 1] != m->D || tb->dims[tb->rank - 2] != m->T) return 0;
+        if (tb->dims[tb->rank - 1] != m->rd || tb->dims[tb->rank - 2] != m->T) return 0;
         for (int k = 0; k < tb->rank; k++) /* broadcasting that never enlarges X */
-            if (tb->dims[k] != 1 && tb->dims[k] != x->dims[x->rank - tb->rank + k]) return 0;
+            if (tb->dims[k] != 1 && tb->dims[k] != xr[x->rank - tb->rank + k]) return 0;
         int64_t lead = 1;
         for (int k = 0; k + 2 < tb->rank; k++) lead *= tb->dims[k];
         if (lead != 1 && lead != m->B) return 0;
-        const int64_t bst = lead == m->B && m->B > 1 ? m->T * m->D : 0;
+        const int64_t bst = lead == m->B && m->B > 1 ? m->T * m->rd : 0;
         int64_t cst[FR_MAX_RANK];
-        fr_broadcast_strides(tb->rank, tb->dims, x->rank, x->dims, cst);
+        fr_broadcast_strides(tb->rank, tb->dims, x->rank, xr, cst);
         for (int k = 0; k < x->rank; k++) {
             if (v->dims[k] == 1) continue;
             const int64_t s = v->strides[k];
@@ -274,10 +307,10 @@ static int rotary_ok(const fr_graph *g, const match *m, const fr_node *r, const 
             if (s == 1 && k == x->rank - 1)
                 want = 1;
             else if (s == m->W && v->dims[k] == m->T)
-                want = m->D;
+                want = m->rd;
             else if (s == m->T * m->W && v->dims[k] == m->B)
                 want = bst;
-            else if (s % m->D == 0 && s < m->W)
+            else if (s >= m->D && s < m->W)
                 want = 0; /* a head */
             else
                 return 0;
@@ -346,6 +379,84 @@ static int64_t attr_int(const fr_node *n, const char *name, int64_t dflt)
     return v;
 }
 
+/* What Q, K and V were split from (sv[i]: the Split or Slice outputs their chains start at):
+ * one Split into three, or three Slices of one tensor (Phi-3's qkv_proj), reading X, the
+ * projection's [B, T, W] output (B and T Q's), through layout nodes only (GPT-NeoX views it
+ * [B, H, T, 3 D] first). Fills m->split, m->pre, m->x and start[i]: sv[i] as a view of X. */
+static int find_source(const ctx *cx, match *m, const int *sv, int64_t B, int64_t T, view *start)
+{
+    const fr_graph *g = cx->rd.g;
+    const fr_node *p[3];
+    for (int i = 0; i < 3; i++) p[i] = fr_live_producer(g, sv[i]);
+    if (sv[0] == sv[1] || sv[0] == sv[2] || sv[1] == sv[2])
+        return WHY(0, "Q, K and V are not three parts of one projection");
+    m->n_split = 0;
+    if (p[0] == p[1] && p[1] == p[2] && fr_is_onnx_op(p[0], "Split")) {
+        if (p[0]->n_outputs != 3) return WHY(0, "the projection's Split is not into Q, K and V alone");
+        m->split[m->n_split++] = (int)(p[0] - g->nodes);
+    } else if (fr_is_onnx_op(p[0], "Slice") && fr_is_onnx_op(p[1], "Slice") && fr_is_onnx_op(p[2], "Slice") &&
+               p[0] != p[1] && p[1] != p[2] && p[0] != p[2] && p[0]->inputs[0] == p[1]->inputs[0] &&
+               p[0]->inputs[0] == p[2]->inputs[0]) {
+        for (int i = 0; i < 3; i++) m->split[m->n_split++] = (int)(p[i] - g->nodes);
+    } else {
+        return WHY(0, "Q, K and V come from different Splits (or Slices of different tensors)");
+    }
+    const int src = p[0]->inputs[0];
+    if (src < 0) return 0;
+    if (!cx->shape_only && cx->rd.count[src] != m->n_split)
+        return WHY(0, "a value between the projection and it has another reader");
+    /* back through layout nodes; X is the furthest [B, T, W] value on the way */
+    int vals[MAX_CHAIN + 1], nodes[MAX_CHAIN], nv = 1, xi = -1;
+    vals[0] = src;
+    for (;;) {
+        const fr_value *v = &g->values[vals[nv - 1]];
+        if (v->rank == 3 && v->dims[0] == B && v->dims[1] == T) xi = nv - 1;
+        const fr_node *l = fr_live_producer(g, vals[nv - 1]);
+        if (!is_layout(l) || nv > MAX_CHAIN || l->inputs[0] < 0) break;
+        if (nv > 1 && !cx->shape_only && cx->rd.count[vals[nv - 1]] != 1) break;
+        nodes[nv - 1] = (int)(l - g->nodes);
+        vals[nv++] = l->inputs[0];
+    }
+    if (xi < 0 || g->values[vals[xi]].dtype != FR_F32)
+        return WHY(0, "the projection output is not a float32 [B, T, W] tensor");
+    m->x = vals[xi];
+    m->n_pre = xi;
+    view w;
+    view_contiguous(&w, 3, g->values[m->x].dims);
+    for (int i = xi - 1; i >= 0; i--) { /* forward from X to src */
+        m->pre[xi - 1 - i] = nodes[i];
+        if (!view_step(&g->nodes[nodes[i]], &g->values[vals[i]], &w)) return 0;
+    }
+    if (m->n_split == 1) { /* the Split's outputs one after another along its axis */
+        const fr_node *sp = p[0];
+        int64_t a = attr_int(sp, "axis", 0), at = 0;
+        if (a < 0) a += w.rank;
+        if (a < 0 || a >= w.rank) return 0;
+        for (int o = 0; o < 3; o++) {
+            const fr_value *y = &g->values[sp->outputs[o]];
+            int i = 0;
+            while (i < 3 && sv[i] != sp->outputs[o]) i++;
+            if (i == 3 || y->rank != w.rank) return WHY(0, "the projection's Split is not into Q, K and V alone");
+            start[i] = w;
+            start[i].dims[a] = y->dims[a];
+            start[i].off += at * w.strides[a];
+            at += y->dims[a];
+        }
+        return at == w.dims[a];
+    }
+    for (int i = 0; i < 3; i++) {
+        fr_slice_plan pl;
+        const fr_value *y = &g->values[sv[i]];
+        if (!fr_pattern_slice_plan(g, p[i], &pl) || y->rank != w.rank)
+            return WHY(0, "a Slice of the projection is not constant");
+        start[i] = w;
+        view_slice(&start[i], &pl);
+        for (int k = 0; k < w.rank; k++)
+            if (start[i].dims[k] != y->dims[k]) return 0;
+    }
+    return 1;
+}
+
 /* Attention's O forward through layout nodes to [B, T, Hq Dv]. */
 static int walk_out(const ctx *cx, match *m, const fr_node *a)
 {
@@ -384,7 +495,9 @@ static int walk_out(const ctx *cx, match *m, const fr_node *a)
             return 0;
         }
     }
-    if (!view_packed(&w, m->B, m->T, m->Hq * m->Dv, m->Hq, m->Dv)) return 0;
+    int64_t off, hs;
+    if (!view_heads(&w, m->B, m->T, m->Hq * m->Dv, m->Hq, m->Dv, &off, &hs) || off != 0 || (hs >= 0 && hs != m->Dv))
+        return 0;
     m->z = vals[n];
     m->n_out = n;
     memcpy(m->out_nodes, nodes, sizeof(int) * (size_t)n);
@@ -406,41 +519,45 @@ static int match_at(void *cv, int ai, void *mv)
     m->seg_q = a->n_inputs > 5 ? a->inputs[5] : -1;
     if (a->n_outputs > 1 && a->outputs[1] >= 0 && cx->rd.count[a->outputs[1]] != 0 && !cx->shape_only)
         return WHY(0, "its LSE output is read by the graph");
-    int sv[3], split = -1;
+    int sv[3];
     for (int i = 0; i < 3; i++) {
         if (a->inputs[i] < 0 || (i > 0 && a->inputs[i] == a->inputs[0])) return 0;
         sv[i] = walk_back(cx, a->inputs[i], &m->c[i]);
         if (sv[i] < 0) return WHY(0, "?");
-        const fr_node *sp = fr_live_producer(g, sv[i]);
-        const int s = (int)(sp - g->nodes);
-        if (split >= 0 && s != split) return WHY(0, "Q, K and V come from different Splits");
-        split = s;
     }
-    const fr_node *sp = &g->nodes[split];
-    if (sp->n_outputs != 3 || sp->outputs[0] != sv[0] || sp->outputs[1] != sv[1] || sp->outputs[2] != sv[2])
-        return WHY(0, "the projection's Split is not Q, K, V in that order");
-    m->attn = ai, m->split = split, m->x = sp->inputs[0];
-    const fr_value *x = &g->values[m->x];
-    const int64_t axis = attr_int(sp, "axis", 0);
-    if (x->dtype != FR_F32 || x->rank != 3 || (axis != 2 && axis != -1))
-        return WHY(0, "the projection output is not a float32 [B, T, W] split on its last axis");
-    m->B = x->dims[0], m->T = x->dims[1], m->W = x->dims[2];
+    m->attn = ai;
     const fr_value *q = &g->values[a->inputs[0]], *k = &g->values[a->inputs[1]], *v = &g->values[a->inputs[2]];
+    if (q->rank < 3 || k->rank < 3 || v->rank < 3) return 0;
+    m->B = q->dims[0], m->T = q->dims[q->rank - 2];
     m->D = q->dims[q->rank - 1];
     m->Dv = v->dims[v->rank - 1];
-    const fr_value *s0 = &g->values[sv[0]], *s1 = &g->values[sv[1]], *s2 = &g->values[sv[2]];
-    if (s0->rank != 3 || s1->rank != 3 || s2->rank != 3 || m->D < 1 || m->Dv < 1) return 0;
-    if (s0->dims[2] % m->D || s1->dims[2] % m->D || s2->dims[2] % m->Dv) return 0;
-    m->Hq = s0->dims[2] / m->D, m->Hk = s1->dims[2] / m->D;
-    if (m->Hk < 1 || s2->dims[2] / m->Dv != m->Hk || m->Hq % m->Hk) return 0;
-    /* the three chains as views of X */
+    if (m->B < 1 || m->T < 1 || m->D < 1 || m->Dv < 1) return 0;
+    view start[3];
+    if (!find_source(cx, m, sv, m->B, m->T, start)) return WHY(0, "?");
+    m->W = g->values[m->x].dims[2];
+    const int64_t bt = m->B * m->T, nq = value_numel(q), nk = value_numel(k);
+    if (nq % (bt * m->D) || nk % (bt * m->D)) return 0;
+    m->Hq = nq / (bt * m->D), m->Hk = nk / (bt * m->D);
+    if (m->Hk < 1 || m->Hq % m->Hk || value_numel(v) != bt * m->Hk * m->Dv) return 0;
+    /* the three chains as views of X: [B, heads, T, width] from a column, heads hs apart */
     const int64_t heads[3] = {m->Hq, m->Hk, m->Hk}, width[3] = {m->D, m->D, m->Dv};
-    for (int i = 0; i < 3; i++) {
-        view w;
-        if (!walk_views(g, m, sv[i], &m->c[i], &w) || !view_packed(&w, m->B, m->T, m->W, heads[i], width[i]))
-            return WHY(0, "its %s heads are not read from the projection as [B, heads, T, D] of [Q | K | V] columns",
+    int64_t off[3], hs[3];
+    for (int i = 0; i < 3; i++)
+        if (!walk_views(g, &m->c[i], &start[i]) ||
+            !view_heads(&start[i], m->B, m->T, m->W, heads[i], width[i], &off[i], &hs[i]))
+            return WHY(0, "its %s heads are not read from the projection as [B, heads, T, D] of its columns",
                        i == 0 ? "Q" : i == 1 ? "K" : "V");
-    }
+    /* the packing: [Q | K | V] sections, or per-head [q k v] groups (hs -1: one head, any) */
+    const int64_t G3 = 2 * m->D + m->Dv;
+    const int sections = off[0] == 0 && off[1] == m->Hq * m->D && off[2] == (m->Hq + m->Hk) * m->D &&
+                         (hs[0] < 0 || hs[0] == m->D) && (hs[1] < 0 || hs[1] == m->D) &&
+                         (hs[2] < 0 || hs[2] == m->Dv) && m->W == (m->Hq + m->Hk) * m->D + m->Hk * m->Dv;
+    const int by_head = m->Hq == m->Hk && off[0] == 0 && off[1] == m->D && off[2] == 2 * m->D &&
+                        (hs[0] < 0 || hs[0] == G3) && (hs[1] < 0 || hs[1] == G3) && (hs[2] < 0 || hs[2] == G3) &&
+                        m->W == m->Hq * G3;
+    if (!sections && !by_head)
+        return WHY(0, "its Q, K and V are neither [Q | K | V] sections of the projection nor per-head [q k v] groups");
+    m->by_head = !sections;
     /* query head h reads K/V head h / G, the op's grouping */
     fr_attn_attrs at;
     fr_attn_geom geo;
@@ -461,7 +578,10 @@ static int match_at(void *cv, int ai, void *mv)
         if (!same_table(g, nq->inputs[1], nk->inputs[1]) || !same_table(g, nq->inputs[2], nk->inputs[2]))
             return WHY(0, "q and k read different RoPE tables");
         m->interleaved = (int)attr_int(nq, "interleaved", 0);
-        if (m->interleaved != attr_int(nk, "interleaved", 0) || m->interleaved < 0 || m->D % 2) return 0;
+        if (m->interleaved != attr_int(nk, "interleaved", 0) || m->interleaved < 0) return 0;
+        m->rd = attr_int(nq, "rotary_dim", m->D); /* a partial rotary: the first rd features */
+        if (m->rd != attr_int(nk, "rotary_dim", m->D) || m->rd < 2 || m->rd > m->D || m->rd % 2)
+            return WHY(0, "q and k rotate different numbers of features");
         if (!rotary_ok(g, m, nq, &m->c[0].at_rotary) || !rotary_ok(g, m, nk, &m->c[1].at_rotary))
             return WHY(0, "its RoPE tables are not [.., T, D] per token");
         m->cos = nq->inputs[1], m->sin = nq->inputs[2];
@@ -470,6 +590,9 @@ static int match_at(void *cv, int ai, void *mv)
     const int nq_ = m->c[0].norm, nk_ = m->c[1].norm;
     m->wq = m->wk = -1;
     if (m->c[2].norm >= 0 || (nq_ < 0) != (nk_ < 0)) return WHY(0, "an RMSNorm on one of Q and K only (or on V)");
+    if (nq_ >= 0 && (m->by_head || (m->cos >= 0 && m->rd < m->D)))
+        return WHY(0, "its q/k RMSNorm comes with a per-head Q/K/V packing or a partial rotary (the staging takes "
+                   "neither with the norm)");
     if (nq_ >= 0) {
         float eq, ek;
         const fr_node *q_ = &g->nodes[nq_], *k_ = &g->nodes[nk_];
@@ -488,7 +611,8 @@ static fr_status fuse_one(void *cv, const void *mv)
     const match *m = mv;
     fr_graph *g = ((ctx *)cv)->rd.g;
     int dead[MAX_DEAD], nd = 0;
-    dead[nd++] = m->split;
+    for (int i = 0; i < m->n_pre; i++) dead[nd++] = m->pre[i];
+    for (int i = 0; i < m->n_split; i++) dead[nd++] = m->split[i];
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < m->c[i].n; j++) dead[nd++] = m->c[i].nodes[j];
     for (int j = 0; j < m->n_out; j++) dead[nd++] = m->out_nodes[j];
@@ -516,6 +640,8 @@ static fr_status fuse_one(void *cv, const void *mv)
     FR_TRY(fr_node_set_attr_int(n, "kv_heads", m->Hk));
     FR_TRY(fr_node_set_attr_int(n, "head_dim", m->D));
     if (m->interleaved) FR_TRY(fr_node_set_attr_int(n, "interleaved", 1));
+    if (m->by_head) FR_TRY(fr_node_set_attr_string(n, "packing", "heads"));
+    if (m->cos >= 0 && m->rd < m->D) FR_TRY(fr_node_set_attr_int(n, "rotary_dim", m->rd));
     if (m->flat_output) FR_TRY(fr_node_set_attr_int(n, "flat_output", 1));
     if (m->wq >= 0) FR_TRY(fr_node_set_attr_float(n, "qk_norm_eps", m->eps));
     return fr_node_infer(g, nid);

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/layout_plan.h"
 #include "ops/op.h"
 #include "passes/autodiff.h"
 #include "passes/pattern.h"
@@ -136,4 +137,40 @@ const fr_node *fr_reader_op(const fr_readers *r, int v, const char *op)
             if (n->inputs[k] == v) return n;
     }
     return NULL;
+}
+
+int fr_pattern_const_ints(const fr_graph *g, const fr_node *n, int i, int *cnt, int64_t *vals)
+{
+    *cnt = -1;
+    if (i >= n->n_inputs || n->inputs[i] < 0) return 1;
+    const fr_tensor *t = g->values[n->inputs[i]].constant;
+    if (!t || !fr_dtype_is_int(t->dtype) || t->rank > 1 || fr_tensor_numel(t) > FR_MAX_RANK) return 0;
+    *cnt = (int)fr_tensor_numel(t);
+    for (int k = 0; k < *cnt; k++) vals[k] = fr_tensor_get_i64(t, k);
+    return 1;
+}
+
+int fr_pattern_slice_plan(const fr_graph *g, const fr_node *n, fr_slice_plan *p)
+{
+    if (!fr_is_onnx_op(n, "Slice") || n->n_inputs < 1 || n->inputs[0] < 0) return 0;
+    const fr_value *X = &g->values[n->inputs[0]];
+    int cnt, n_ends, n_axes, n_steps;
+    int64_t st[FR_MAX_RANK], en[FR_MAX_RANK], ax[FR_MAX_RANK], sp[FR_MAX_RANK];
+    if (fr_graph_opset(g, "") < 10 || n->n_inputs == 1) {
+        if (fr_slice_attr(n, "starts", 1, &cnt, st) != FR_OK || fr_slice_attr(n, "ends", 1, &n_ends, en) != FR_OK ||
+            fr_slice_attr(n, "axes", 0, &n_axes, ax) != FR_OK) {
+            fr_clear_error();
+            return 0;
+        }
+        n_steps = -1;
+    } else if (!fr_pattern_const_ints(g, n, 1, &cnt, st) || !fr_pattern_const_ints(g, n, 2, &n_ends, en) ||
+               !fr_pattern_const_ints(g, n, 3, &n_axes, ax) || !fr_pattern_const_ints(g, n, 4, &n_steps, sp) ||
+               cnt < 0 || n_ends < 0) {
+        return 0;
+    }
+    if (X->rank < 1 || fr_slice_resolve(n, X->rank, X->dims, cnt, st, n_ends, en, n_axes, ax, n_steps, sp, p) != FR_OK) {
+        fr_clear_error();
+        return 0;
+    }
+    return 1;
 }

@@ -6,6 +6,8 @@
 
 #include "graph/ir.h"
 
+struct fr_slice_plan; /* ops/layout_plan.h */
+
 typedef struct fr_readers {
     fr_graph *g;
     int *count; /* per value: input slots of live nodes reading it, plus 1 if a graph output */
@@ -48,6 +50,12 @@ FR_NODISCARD fr_status fr_fuse_on_readers(fr_graph *g, const char *who, fr_match
 /* Marks the matched nodes dead[0..n) dead and writes "<name of the last>/<suffix>" into
  * base[size] (the fused node's name). */
 void fr_fuse_kill(fr_graph *g, const int *dead, int n, const char *suffix, char *base, size_t size);
+/* Input i of node n as a constant integer list (at most FR_MAX_RANK entries): 1 with *cnt
+ * entries in vals (*cnt = -1 when the input is absent); 0 when present but no such list. */
+int fr_pattern_const_ints(const fr_graph *g, const fr_node *n, int i, int *cnt, int64_t *vals);
+/* A live Slice n whose starts, ends, axes and steps are constants (inputs, or attributes before
+ * opset 10) resolved against its input's dims into *p (ops/layout_plan.h): 1, else 0. */
+int fr_pattern_slice_plan(const fr_graph *g, const fr_node *n, struct fr_slice_plan *p);
 /* v is a one-element numeric constant that is not trained (no FR_VAL_PARAM): 1 with its value
  * in *out; 0 otherwise. */
 int fr_const_scalar(const fr_graph *g, int v, double *out);

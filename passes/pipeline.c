@@ -8,6 +8,8 @@
 #include "passes/attention_mask.h"
 #include "passes/dropout.h"
 #include "passes/gelu_fuse.h"
+#include "passes/softcap_fuse.h"
+#include "passes/lm_head_fuse.h"
 #include "passes/narrow_activations.h"
 #include "passes/narrow_gradients.h"
 #include "passes/rmsnorm_fuse.h"
@@ -112,6 +114,7 @@ static fr_status run_rmsnorm(fr_pass_ctx *c, fr_pass_result *r) { return run_cou
 static fr_status run_residual_norm(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_fuse_residual_norm, c, r); }
 
 static fr_status run_gelu(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_fuse_gelu, c, r); }
+static fr_status run_softcap(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_fuse_softcap, c, r); }
 
 static fr_status run_narrow(fr_pass_ctx *c, fr_pass_result *r)
 {
@@ -127,6 +130,11 @@ static fr_status run_narrow_grad(fr_pass_ctx *c, fr_pass_result *r)
     snprintf(r->detail, sizeof r->detail, "%d gradient node%s write%s bfloat16", r->changed,
              r->changed == 1 ? "" : "s", r->changed == 1 ? "s" : "");
     return FR_OK;
+}
+
+static fr_status run_lm_head(fr_pass_ctx *c, fr_pass_result *r)
+{
+    return fr_fuse_lm_head(c->g, &r->changed, r->detail, sizeof r->detail);
 }
 
 static fr_status run_unfused(fr_pass_ctx *c, fr_pass_result *r)
@@ -226,6 +234,9 @@ static const fr_pass k_passes[] = {
        MatMuls of two activations that the pattern reads */
     {"fuse_attention", "the unfused attention of each layer becomes one ai.fp8run::Attention node",
      FR_STAGE_PREPARED, "fuse_attention", 0, run_attention},
+    /* after fuse_attention, which takes the softcap of attention scores into the fused node */
+    {"fuse_softcap", "each Mul(Tanh(Div(x, c)), c) left (Gemma 2's final logits) becomes one "
+     "ai.fp8run::Softcap node", FR_STAGE_PREPARED, NULL, 0, run_softcap},
     /* the RoPE feeding Q and K, under attention's switch (--no-fuse-attention keeps both);
        after it, as the trainer always ran them, so compiled graphs stay the same */
     {"fuse_rotary", "each RoPE (rotate-half, cos/sin tables) becomes one ai.fp8run::Rotary node",
@@ -271,6 +282,11 @@ static const fr_pass k_passes[] = {
        elimination and the executors' liveness plans, which then free the originals early */
     {"recompute", "the backward reads a copy of each chosen block region's forward (--recompute), "
      "recomputed right before it", FR_STAGE_DIFFERENTIATED, "recompute", 0, run_recompute},
+    /* last: it reorders the nodes (the forward/backward split recompute reads is gone after it),
+       and it reads the narrowed head (y_dtype, dx_dtype) narrow_gradients decided */
+    {"chunked_lm_head", "the LM head Linear, the loss head and their backward become one "
+     "ai.fp8run::LinearCrossEntropy working in chunks of tokens (--chunked-lm-head on)", FR_STAGE_DIFFERENTIATED,
+     "chunked_lm_head", 0, run_lm_head},
 };
 
 #define N_PASSES ((int)(sizeof k_passes / sizeof k_passes[0]))

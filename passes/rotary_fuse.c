@@ -14,6 +14,7 @@
 typedef struct fuse_ctx {
     fr_readers rd;
     char *needs_grad; /* per value: a trainable parameter is upstream */
+    int widened;      /* partial rotaries made around a Rotary this pass did not make (imported) */
 } fuse_ctx;
 
 /* needs_grad: FR_VAL_PARAM values and everything computed from them (to a fixed point, so the
@@ -37,16 +38,18 @@ static fr_status mark_needs_grad(fuse_ctx *c)
     return FR_OK;
 }
 
-/* A constant integer list input of a Slice (at most FR_MAX_RANK entries); *cnt = -1 when the
- * input is absent; 0 returned when present but not a constant integer list. */
-static int const_list(const fr_graph *g, const fr_node *n, int i, int *cnt, int64_t *vals)
+/* A Slice of x on the last axis only (constant inputs): 1 with its start, length and step on
+ * that axis; 0 when the node is no such Slice. */
+static int last_axis_slice(const fr_graph *g, const fr_node *n, int x, int64_t *start, int64_t *len, int64_t *step)
 {
-    *cnt = -1;
-    if (i >= n->n_inputs || n->inputs[i] < 0) return 1;
-    const fr_tensor *t = g->values[n->inputs[i]].constant;
-    if (!t || !fr_dtype_is_int(t->dtype) || t->rank > 1 || fr_tensor_numel(t) > FR_MAX_RANK) return 0;
-    *cnt = (int)fr_tensor_numel(t);
-    for (int k = 0; k < *cnt; k++) vals[k] = fr_tensor_get_i64(t, k);
+    fr_slice_plan p;
+    if (!fr_is_onnx_op(n, "Slice") || n->n_outputs != 1 || n->inputs[0] != x || !fr_pattern_slice_plan(g, n, &p))
+        return 0;
+    const fr_value *X = &g->values[x];
+    const int r = X->rank;
+    for (int k = 0; k < r - 1; k++)
+        if (p.start[k] != 0 || p.step[k] != 1 || p.len[k] != X->dims[k]) return 0;
+    *start = p.start[r - 1], *len = p.len[r - 1], *step = p.step[r - 1];
     return 1;
 }
 
@@ -54,27 +57,9 @@ static int const_list(const fr_graph *g, const fr_node *n, int i, int *cnt, int6
  * (constant inputs): its start; -1 when the node is no such Slice. */
 static int64_t last_axis_slice_start(const fr_graph *g, const fr_node *n, int x, int64_t step)
 {
-    if (!fr_is_onnx_op(n, "Slice") || n->n_outputs != 1 || n->inputs[0] != x) return -1;
-    const fr_value *X = &g->values[x];
-    int cnt, n_ends, n_axes, n_steps;
-    int64_t st[FR_MAX_RANK], en[FR_MAX_RANK], ax[FR_MAX_RANK], sp[FR_MAX_RANK];
-    if (fr_graph_opset(g, "") < 10 || n->n_inputs == 1) {
-        if (fr_slice_attr(n, "starts", 1, &cnt, st) != FR_OK || fr_slice_attr(n, "ends", 1, &n_ends, en) != FR_OK ||
-            fr_slice_attr(n, "axes", 0, &n_axes, ax) != FR_OK)
-            return -1;
-        n_steps = -1;
-    } else if (!const_list(g, n, 1, &cnt, st) || !const_list(g, n, 2, &n_ends, en) || !const_list(g, n, 3, &n_axes, ax) ||
-               !const_list(g, n, 4, &n_steps, sp) || cnt < 0 || n_ends < 0) {
-        return -1;
-    }
-    fr_slice_plan p;
-    if (fr_slice_resolve(n, X->rank, X->dims, cnt, st, n_ends, en, n_axes, ax, n_steps, sp, &p) != FR_OK) return -1;
-    const int r = X->rank;
-    const int64_t h = X->dims[r - 1] / 2;
-    for (int k = 0; k < r - 1; k++)
-        if (p.start[k] != 0 || p.step[k] != 1 || p.len[k] != X->dims[k]) return -1;
-    if (p.step[r - 1] != step || p.len[r - 1] != h) return -1;
-    return p.start[r - 1];
+    int64_t st, len, sp;
+    if (!last_axis_slice(g, n, x, &st, &len, &sp)) return -1;
+    return sp == step && len == g->values[x].dims[g->values[x].rank - 1] / 2 ? st : -1;
 }
 
 /* Axis attribute of a node, normalized against rank (-1 when bad). */
@@ -156,7 +141,7 @@ static int unsqueezed_last(const fuse_ctx *c, int v, match *m)
     int64_t ax[FR_MAX_RANK];
     const int64_t *av;
     if (n->n_inputs >= 2) {
-        if (!const_list(g, n, 1, &cnt, ax) || cnt != 1) return -1;
+        if (!fr_pattern_const_ints(g, n, 1, &cnt, ax) || cnt != 1) return -1;
     } else {
         if (fr_node_attr_ints(n, "axes", &cnt, &av) != FR_OK || cnt != 1) return -1;
         ax[0] = av[0];
@@ -245,13 +230,78 @@ static fr_status fuse_one(void *ctx, const void *mv)
     return fr_node_infer(g, nid);
 }
 
+/* ---- the partial rotary: Concat(Rotary(x[..., :R]), x[..., R:]) -> Rotary(x, rotary_dim R) ---- */
+
+typedef struct partial {
+    int x, rot, y;   /* x, the Rotary node, the Concat's output */
+    int64_t rd;
+    int dead[4], n_dead;
+} partial;
+
+static int match_partial(void *ctx, int ci, void *mv)
+{
+    const fuse_ctx *c = ctx;
+    partial *m = mv;
+    const fr_graph *g = c->rd.g;
+    const fr_node *cat = &g->nodes[ci];
+    memset(m, 0, sizeof *m);
+    if (!fr_is_onnx_op(cat, "Concat") || cat->n_inputs != 2 || cat->n_outputs != 1) return 0;
+    const fr_value *Y = &g->values[cat->outputs[0]];
+    if (Y->rank < 1 || norm_axis(cat, Y->rank) != Y->rank - 1 || Y->dtype != FR_F32) return 0;
+    const int ry = cat->inputs[0], xp = cat->inputs[1];
+    const fr_node *rot = fr_live_producer(g, ry), *ps = fr_live_producer(g, xp);
+    if (!rot || !ps || c->rd.count[ry] != 1 || c->rd.count[xp] != 1 || strcmp(rot->op_type, "Rotary") != 0 ||
+        strcmp(rot->domain, FR_DOMAIN_FP8RUN) != 0 || rot->n_inputs != 3 || fr_node_attr(rot, "rotary_dim"))
+        return 0;
+    const int xr = rot->inputs[0];
+    if (c->needs_grad[rot->inputs[1]] || c->needs_grad[rot->inputs[2]]) return 0; /* (as the whole one's) */
+    const fr_node *rs = fr_live_producer(g, xr);
+    if (!rs || c->rd.count[xr] != 1 || rs->n_inputs < 1) return 0;
+    const int x = rs->inputs[0];
+    if (x < 0 || !fr_same_dims(&g->values[x], Y) || g->values[x].dtype != FR_F32) return 0;
+    const int64_t hd = Y->dims[Y->rank - 1];
+    int64_t s0, l0, p0, s1, l1, p1;
+    if (!last_axis_slice(g, rs, x, &s0, &l0, &p0) || !last_axis_slice(g, ps, x, &s1, &l1, &p1)) return 0;
+    if (s0 != 0 || p0 != 1 || s1 != l0 || p1 != 1 || l0 + l1 != hd || l0 < 2 || l1 < 1) return 0;
+    m->x = x, m->rot = (int)(rot - g->nodes), m->y = cat->outputs[0], m->rd = l0;
+    m->dead[m->n_dead++] = (int)(rs - g->nodes);
+    m->dead[m->n_dead++] = (int)(ps - g->nodes);
+    m->dead[m->n_dead++] = m->rot;
+    m->dead[m->n_dead++] = ci;
+    return 1;
+}
+
+static fr_status fuse_partial(void *ctx, const void *mv)
+{
+    const partial *m = mv;
+    fr_graph *g = ((fuse_ctx *)ctx)->rd.g;
+    const fr_node *rot = &g->nodes[m->rot];
+    int in[3] = {m->x, rot->inputs[1], rot->inputs[2]}, y = m->y, nid;
+    int64_t il;
+    FR_TRY(fr_node_attr_int(rot, "interleaved", 0, &il));
+    const size_t nl = strlen(rot->name), sl = strlen("/fused_rotary");
+    if (nl < sl || strcmp(rot->name + nl - sl, "/fused_rotary") != 0) ((fuse_ctx *)ctx)->widened++;
+    char base[600];
+    fr_fuse_kill(g, m->dead, m->n_dead, "partial_rotary", base, sizeof base);
+    FR_TRY(fr_graph_add_node(g, "Rotary", FR_DOMAIN_FP8RUN, base, 3, in, 1, &y, &nid));
+    if (il) FR_TRY(fr_node_set_attr_int(&g->nodes[nid], "interleaved", 1));
+    FR_TRY(fr_node_set_attr_int(&g->nodes[nid], "rotary_dim", m->rd));
+    return fr_node_infer(g, nid);
+}
+
 fr_status fr_fuse_rotary(fr_graph *g, int *count)
 {
-    fuse_ctx c = {{g, NULL}, NULL};
+    fuse_ctx c = {{g, NULL}, NULL, 0};
     match m;
+    partial pm;
+    int partials = 0;
     *count = 0;
     fr_status st = mark_needs_grad(&c);
     if (st == FR_OK) st = fr_fuse_loop(&c.rd, "rotary fusion", match_at, fuse_one, &c, &m, count);
+    /* then the partial rotaries around Rotary nodes: those made just now (counted once, above)
+       and those an import made (opset 23's RotaryEmbedding: counted here) */
+    if (st == FR_OK) st = fr_fuse_loop(&c.rd, "rotary fusion", match_partial, fuse_partial, &c, &pm, &partials);
+    *count += c.widened;
     fr_readers_free(&c.rd);
     free(c.needs_grad);
     return st;

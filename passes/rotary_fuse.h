@@ -15,13 +15,19 @@
  * The interleaved (GPT-J, rotate_every_two) form too, as torch.stack and flatten export it:
  *     rot = Reshape(Concat(Unsqueeze(Neg(x2), -1), Unsqueeze(x1, -1), axis -1)) to x's shape,
  *     x1 = Slice(x, 0::2), x2 = Slice(x, 1::2) on the last axis
- * becomes Rotary with interleaved=1 (its tables repeat each frequency twice, as the model's). */
+ * becomes Rotary with interleaved=1 (its tables repeat each frequency twice, as the model's).
+ * Then the partial rotary (GPT-NeoX / Pythia, Phi, StableLM rotate the first R features of a
+ * head only), once its rotated part is a Rotary:
+ *     Y = Concat(Rotary(Slice(x, 0:R)), Slice(x, R:hd)) on the last axis
+ * (constant Slices of the last axis only, step 1, each read once; the Rotary whole on its
+ * input) becomes one Rotary(x, cos, sin) with attribute rotary_dim = R, the tables unchanged. */
 #ifndef FR_ROTARY_FUSE_H
 #define FR_ROTARY_FUSE_H
 
 #include "graph/ir.h"
 
-/* *count receives the number of Rotary nodes made. */
+/* *count receives the number of RoPEs fused: Rotary nodes made, and partial rotaries around a
+ * Rotary the import made (a partial rotary around one made here counts once). */
 FR_NODISCARD fr_status fr_fuse_rotary(fr_graph *g, int *count);
 
 #endif

@@ -226,6 +226,20 @@ static void test_unary_int_and_attrs(void)
             }
         }
     }
+    /* ai.fp8run::Softcap: alpha the cap, x well past it both ways */
+    for (int di = 0; di < 2; di++) {
+        fr_dtype dt = di ? FR_F64 : FR_F32;
+        int64_t d[2] = {129, 77};
+        float cap = (float)(1.0 + 30.0 * fr_rng_uniform(&r));
+        fr_tensor *x = tt_rand_uniform(&r, dt, 2, d, -8.0 * cap, 8.0 * cap);
+        sprinkle(x, &r);
+        tnode t;
+        tn_init_domain(&t, FR_DOMAIN_FP8RUN, "Softcap", 1, 1, &x, 0, 1);
+        TN_ATTR(&t, float, "alpha", cap);
+        check_case(&t, tol_of(dt), "Softcap alpha=%g %s", cap, fr_dtype_name(dt));
+        tn_free(&t);
+        fr_tensor_free(x);
+    }
     /* LeakyRelu with an alpha attribute */
     for (int di = 0; di < 2; di++) {
         fr_dtype dt = di ? FR_F64 : FR_F32;
@@ -803,7 +817,7 @@ static void test_activation_grad(void)
         {"Reciprocal", NULL, 0}, {"Tanh", NULL, 2},   {"Sigmoid", NULL, 3}, {"Relu", NULL, 0},
         {"LeakyRelu", NULL, 0},  {"Erf", NULL, 0},    {"Gelu", NULL, 0},    {"Gelu", "none", 0},
         {"Gelu", "tanh", 0},     {"Softplus", NULL, 0}, {"Sin", NULL, 0},   {"Cos", NULL, 0},
-        {"Softsign", NULL, 0},
+        {"Softsign", NULL, 0},   {"Softcap", NULL, 0},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         for (int di = 0; di < 2; di++) {
@@ -823,7 +837,8 @@ static void test_activation_grad(void)
                     set_f(v, 4, -0.0);
                 }
                 fr_tensor *ins[2] = {dy, v};
-                for (int alpha = 0; alpha < (strcmp(cases[c].op, "LeakyRelu") == 0 ? 2 : 1); alpha++) {
+                const int has_alpha = strcmp(cases[c].op, "LeakyRelu") == 0 || strcmp(cases[c].op, "Softcap") == 0;
+                for (int alpha = 0; alpha < (has_alpha ? 2 : 1); alpha++) {
                     tnode t;
                     tn_init_domain(&t, FR_DOMAIN_FP8RUN, "ActivationGrad", 1, 2, ins, 0, 1);
                     TN_ATTR(&t, string, "op", cases[c].op);

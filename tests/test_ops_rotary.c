@@ -6,7 +6,9 @@
  *    the chain after every op);
  *  - gradcheck in float64 (central differences, 1e-6) with respect to X;
  *  - RotaryGrad (through the gradient rule) vs autodiff of the chain: float64 1e-12, float32 1e-6;
- *  - a gradient asked for cos or sin is an error naming the node; bad shapes are errors. */
+ *  - a gradient asked for cos or sin is an error naming the node; bad shapes are errors;
+ *  - the partial rotary (rotary_dim R < hd, cases with rd set; an odd hd too) against
+ *    Concat(chain(x[..., :R]), x[..., R:]), all of the above. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,17 +20,23 @@
 typedef struct shape_case {
     int rx, rc, rs;
     int64_t x[5], c[5], s[5];
+    int64_t rd; /* rotary_dim (0: the whole head); the tables then broadcast to [.., rd] */
 } shape_case;
 
 static const shape_case cases[] = {
-    {2, 2, 2, {3, 4}, {3, 4}, {3, 4}},
-    {4, 2, 2, {2, 3, 5, 8}, {5, 8}, {5, 8}},
-    {4, 4, 4, {2, 3, 7, 16}, {1, 1, 7, 16}, {1, 1, 7, 16}},
-    {5, 2, 2, {2, 2, 3, 6, 10}, {6, 10}, {6, 10}},
-    {4, 4, 4, {2, 3, 4, 6}, {2, 1, 4, 6}, {2, 1, 4, 6}},
-    {3, 2, 2, {2, 5, 6}, {5, 1}, {5, 1}},
-    {3, 2, 1, {3, 4, 8}, {4, 8}, {8}},
-    {1, 1, 1, {2}, {2}, {2}},
+    {2, 2, 2, {3, 4}, {3, 4}, {3, 4}, 0},
+    {4, 2, 2, {2, 3, 5, 8}, {5, 8}, {5, 8}, 0},
+    {4, 4, 4, {2, 3, 7, 16}, {1, 1, 7, 16}, {1, 1, 7, 16}, 0},
+    {5, 2, 2, {2, 2, 3, 6, 10}, {6, 10}, {6, 10}, 0},
+    {4, 4, 4, {2, 3, 4, 6}, {2, 1, 4, 6}, {2, 1, 4, 6}, 0},
+    {3, 2, 2, {2, 5, 6}, {5, 1}, {5, 1}, 0},
+    {3, 2, 1, {3, 4, 8}, {4, 8}, {8}, 0},
+    {1, 1, 1, {2}, {2}, {2}, 0},
+    {4, 2, 2, {2, 3, 5, 16}, {5, 4}, {5, 4}, 4},
+    {4, 4, 4, {2, 3, 7, 12}, {1, 1, 7, 8}, {1, 1, 7, 8}, 8},
+    {3, 2, 2, {3, 4, 10}, {4, 6}, {4, 6}, 6},
+    {3, 2, 2, {2, 3, 5}, {3, 2}, {3, 2}, 2},
+    {4, 4, 4, {2, 3, 4, 24}, {2, 1, 4, 16}, {2, 1, 4, 16}, 16},
 };
 #define N_CASES (int)(sizeof cases / sizeof cases[0])
 
@@ -68,8 +76,23 @@ static int i64(fr_graph *g, const char *name, int64_t v)
     return fr_gc_add_input(g, NULL, name, FR_I64, 1, &one, &v);
 }
 
-/* The unfused chain as exporters write it. */
-static int chain(fr_graph *g, int X, int C, int S)
+static int chain_whole(fr_graph *g, int X, int C, int S);
+
+/* The unfused chain as exporters write it; with rd (a partial rotary) on x[..., :rd], joined
+ * with x[..., rd:] as HF's apply_rotary_pos_emb does. */
+static int chain(fr_graph *g, int X, int C, int S, int64_t rd)
+{
+    if (!rd) return chain_whole(g, X, C, S);
+    int ax = i64(g, "axis_part", -1);
+    int xr = fr_gc_op1(g, "Slice", 4, (int[]){X, i64(g, "r0", 0), i64(g, "r1", rd), ax});
+    int xp = fr_gc_op1(g, "Slice", 4, (int[]){X, i64(g, "p0", rd), i64(g, "p1", INT64_MAX), ax}), y;
+    int nid = fr_gc_node(g, "Concat", "", 2, (int[]){chain_whole(g, xr, C, S), xp}, 1, &y);
+    FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "axis", -1));
+    FR_ASSERT_OK(fr_node_infer(g, nid));
+    return y;
+}
+
+static int chain_whole(fr_graph *g, int X, int C, int S)
 {
     const fr_value *x = &g->values[X];
     const int64_t hd = x->dims[x->rank - 1];
@@ -83,9 +106,10 @@ static int chain(fr_graph *g, int X, int C, int S)
     return fr_gc_op1(g, "Add", 2, (int[]){fr_gc_op1(g, "Mul", 2, (int[]){X, C}), fr_gc_op1(g, "Mul", 2, (int[]){rot, S})});
 }
 
-static int rotary(fr_graph *g, int X, int C, int S)
+static int rotary(fr_graph *g, int X, int C, int S, int64_t rd)
 {
     int y, nid = fr_gc_node(g, "Rotary", FR_DOMAIN_FP8RUN, 3, (int[]){X, C, S}, 1, &y);
+    if (rd) FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "rotary_dim", rd));
     FR_ASSERT_OK(fr_node_infer(g, nid));
     return y;
 }
@@ -96,7 +120,7 @@ static void check_forward(fr_dtype dt, double tol)
     for (int ci = 0; ci < N_CASES; ci++) {
         int X, C, S;
         fr_graph *g = new_graph(&r, &cases[ci], dt, &X, &C, &S);
-        int ref = chain(g, X, C, S), y = rotary(g, X, C, S);
+        int ref = chain(g, X, C, S, cases[ci].rd), y = rotary(g, X, C, S, cases[ci].rd);
         fr_tensor **t = calloc((size_t)g->n_values, sizeof *t);
         CU_ASSERT_FATAL(t != NULL);
         FR_ASSERT_OK(fr_gc_run(g, t));
@@ -120,7 +144,7 @@ static void test_gradcheck(void)
         fr_graph *g = new_graph(&r, &cases[ci], FR_F64, &X, &C, &S);
         char what[64];
         snprintf(what, sizeof what, "Rotary case %d", ci);
-        fr_gc_check(g, &r, rotary(g, X, C, S), 1, &X, what, 1e-6);
+        fr_gc_check(g, &r, rotary(g, X, C, S, cases[ci].rd), 1, &X, what, 1e-6);
         CU_ASSERT(fr_gc_count_nodes(g, "RotaryGrad") == 1);
         fr_graph_free(g);
     }
@@ -136,7 +160,7 @@ static fr_tensor *grad_x(const shape_case *c, fr_dtype dt, const char *seed, int
     double *dy = malloc(sizeof(double) * (size_t)n);
     CU_ASSERT_FATAL(dy != NULL);
     for (int64_t i = 0; i < n; i++) dy[i] = dt == FR_F32 ? (float)fr_rng_normal(&r) : fr_rng_normal(&r);
-    int y = fused ? rotary(g, X, C, S) : chain(g, X, C, S), gv = -1;
+    int y = fused ? rotary(g, X, C, S, c->rd) : chain(g, X, C, S, c->rd), gv = -1;
     fr_tensor **t = fr_gc_backprop(g, y, dy, 1, &X, &gv), *out = NULL;
     CU_ASSERT_FATAL(t != NULL && gv >= 0);
     FR_ASSERT_OK(fr_tensor_clone(fr_gc_value(g, t, gv), "dX", &out));
@@ -170,7 +194,7 @@ static void test_no_table_gradient(void)
     fr_rng r = fr_test_rng("rotary_table_grad");
     int X, C, S;
     fr_graph *g = new_graph(&r, &cases[1], FR_F64, &X, &C, &S);
-    int y = rotary(g, X, C, S);
+    int y = rotary(g, X, C, S, 0);
     int loss = fr_gc_op1(g, "ReduceSum", 1, &y), gr[2] = {-1, -1};
     fr_status st = fr_autodiff(g, loss, 2, (int[]){X, S}, gr);
     CU_ASSERT_EQUAL(st, FR_ERR_UNSUPPORTED);
@@ -199,6 +223,20 @@ static void test_bad_shapes(void)
     CU_ASSERT_EQUAL(fr_node_infer(g, nid), FR_ERR_SHAPE); /* cos would enlarge X */
     nid = fr_gc_node(g, "RotaryGrad", FR_DOMAIN_FP8RUN, 3, (int[]){X, T, T64}, 1, &y);
     CU_ASSERT_EQUAL(fr_node_infer(g, nid), FR_ERR_UNSUPPORTED); /* dtypes differ */
+    static const int64_t bad_rd[3] = {3, 6, 0}; /* odd; past the head; none */
+    for (int i = 0; i < 3; i++) {
+        nid = fr_gc_node(g, "Rotary", FR_DOMAIN_FP8RUN, 3, (int[]){X, T, T}, 1, &y);
+        FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "rotary_dim", bad_rd[i]));
+        CU_ASSERT_EQUAL(fr_node_infer(g, nid), FR_ERR_UNSUPPORTED);
+    }
+    int64_t t2[2] = {3, 2};
+    int T2 = add_random(g, &r, "T2", FR_F32, 2, t2);
+    nid = fr_gc_node(g, "Rotary", FR_DOMAIN_FP8RUN, 3, (int[]){X, T, T2}, 1, &y);
+    FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "rotary_dim", 2));
+    CU_ASSERT_EQUAL(fr_node_infer(g, nid), FR_ERR_SHAPE); /* cos [3, 4] is wider than the 2 rotated columns */
+    nid = fr_gc_node(g, "Rotary", FR_DOMAIN_FP8RUN, 3, (int[]){X, T2, T2}, 1, &y);
+    FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "rotary_dim", 2));
+    FR_ASSERT_OK(fr_node_infer(g, nid)); /* and [3, 2] tables fit them */
     fr_graph_free(g);
 }
 

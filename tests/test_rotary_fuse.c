@@ -8,6 +8,8 @@
  *    (x [B, H, T, hd]) compute the same y (1e-6); the Neg read elsewhere, halves swapped (the inverse rotation),
  *    a trainable table and a table enlarging x stay unfused; the interleaved (GPT-J) stack form
  *    fuses to Rotary interleaved=1 (same y), its halves swapped does not;
+ *  - the partial rotary: Concat(Rotary(x[..., :R]), x[..., R:]) fuses to Rotary rotary_dim=R
+ *    (same y, 1e-6), other joins stay; the GPT-NeoX exports keep no Concat;
  *  - CPU training, 20 steps, fp32: RoPE fused vs unfused losses within 1e-5 relative (the
  *    attention unfused on both sides). */
 #include <math.h>
@@ -229,6 +231,82 @@ static void test_enlarge(void) { check_kind(P_ENLARGE, 0); }
 static void test_stack(void) { check_kind(P_STACK, 1); }
 static void test_stack_swap(void) { check_kind(P_STACK_SWAP, 0); }
 
+/* ---- the partial rotary ---- */
+
+/* x [H, T, hd]: Concat(RoPE(x[..., :rd]), x[..., pass_from:]) with rd = 8 of hd = 12 (tables
+ * [T, 8]); pass_from 8 is HF's partial rotary, anything else is not. */
+static int build_partial(fr_graph *g, fr_rng *r, int64_t pass_from, int *x)
+{
+    const int64_t hd = 12, rd = 8, dx[3] = {HH, HT, hd}, dt[2] = {HT, rd};
+    FR_ASSERT_OK(fr_graph_add_value(g, "X", x));
+    fr_value_set_shape(&g->values[*x], FR_F32, 3, dx);
+    FR_ASSERT_OK(fr_graph_mark_input(g, *x));
+    int C = fr_gc_add_input(g, r, "cos", FR_F32, 2, dt, NULL), S = fr_gc_add_input(g, r, "sin", FR_F32, 2, dt, NULL);
+    int ax = i64(g, "ax", -1), e = i64(g, "end", INT64_MAX);
+    int xr = fr_gc_op1(g, "Slice", 4, (int[]){*x, i64(g, "r0", 0), i64(g, "r1", rd), ax});
+    int xp = fr_gc_op1(g, "Slice", 4, (int[]){*x, i64(g, "p0", pass_from), e, ax});
+    int x1 = fr_gc_op1(g, "Slice", 4, (int[]){xr, i64(g, "s0", 0), i64(g, "e0", rd / 2), ax});
+    int x2 = fr_gc_op1(g, "Slice", 4, (int[]){xr, i64(g, "s1", rd / 2), e, ax});
+    int rot, y, nid = fr_gc_node(g, "Concat", "", 2, (int[]){fr_gc_op1(g, "Neg", 1, &x2), x1}, 1, &rot);
+    FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "axis", -1));
+    FR_ASSERT_OK(fr_node_infer(g, nid));
+    int ry = fr_gc_op1(g, "Add", 2, (int[]){fr_gc_op1(g, "Mul", 2, (int[]){xr, C}), fr_gc_op1(g, "Mul", 2, (int[]){rot, S})});
+    nid = fr_gc_node(g, "Concat", "", 2, (int[]){ry, xp}, 1, &y);
+    FR_ASSERT_OK(fr_node_set_attr_int(&g->nodes[nid], "axis", -1));
+    FR_ASSERT_OK(fr_node_infer(g, nid));
+    FR_ASSERT_OK(fr_graph_mark_output(g, y));
+    return y;
+}
+
+/* HF's partial rotary becomes one Rotary with rotary_dim 8 (same y); a pass-through part that
+ * is not the rest of the head (x[..., 6:]: y is 14 wide) stays a Concat around a whole Rotary. */
+static void test_partial(void)
+{
+    for (int k = 0; k < 2; k++) {
+        fr_rng r = fr_test_rng("rotary_fuse_partial");
+        fr_graph *g = fr_gc_new_graph(18);
+        CU_ASSERT_FATAL(g != NULL);
+        int x, y = build_partial(g, &r, k ? 6 : 8, &x);
+        FR_ASSERT_OK(fr_graph_resolve_ops(g));
+        fr_tensor *xin;
+        FR_ASSERT_OK(fr_tensor_new(FR_F32, g->values[x].rank, g->values[x].dims, "X", &xin));
+        fr_rng_fill_normal(&r, xin->data, fr_tensor_numel(xin), 1.0f);
+        fr_tensor *before = fr_ft_run(g, 1, &x, (const fr_tensor *const *)&xin, y);
+        int n = -1;
+        FR_ASSERT_OK(fr_fuse_rotary(g, &n));
+        CU_ASSERT_EQUAL(n, 1);
+        CU_ASSERT_EQUAL(count_op(g, "Rotary"), 1);
+        CU_ASSERT_EQUAL(count_op(g, "Concat"), k);
+        CU_ASSERT_EQUAL(count_op(g, "Slice"), 2 * k);
+        for (int i = 0; i < g->n_nodes; i++)
+            if (!g->nodes[i].dead && strcmp(g->nodes[i].op_type, "Rotary") == 0) {
+                int64_t rd = -1;
+                FR_ASSERT_OK(fr_node_attr_int(&g->nodes[i], "rotary_dim", 0, &rd));
+                CU_ASSERT_EQUAL(rd, k ? 0 : 8);
+            }
+        y = fr_graph_find_value(g, g->values[y].name);
+        fr_tensor *after = fr_ft_run(g, 1, &x, (const fr_tensor *const *)&xin, y);
+        const double e = fr_rel_l2(after->data, before->data, fr_tensor_numel(before));
+        if (e > 1e-6) printf("\n  partial %d: fused y differs by %g", k, e);
+        CU_ASSERT(e <= 1e-6);
+        fr_tensor_free(after);
+        fr_tensor_free(xin);
+        fr_tensor_free(before);
+        fr_graph_free(g);
+    }
+    /* the GPT-NeoX exports (rotary on a quarter of each head): 2 layers x q, k; no Concat left */
+    static const char *const dirs[] = {"gpt_neox_op18_static", "gpt_neox_op23_static"};
+    for (int i = 0; i < 2; i++) {
+        fr_graph *g = fr_ft_load_hf(dirs[i]);
+        int n = -1;
+        FR_ASSERT_OK(fr_fuse_rotary(g, &n));
+        CU_ASSERT_EQUAL(n, 4);
+        CU_ASSERT_EQUAL(count_op(g, "Rotary"), 4);
+        CU_ASSERT_EQUAL(count_op(g, "Concat"), 0);
+        fr_graph_free(g);
+    }
+}
+
 /* ---- training: RoPE fused vs unfused, attention unfused on both sides ---- */
 
 static void test_train_fp32(void)
@@ -269,6 +347,7 @@ int main(void)
         {"table enlarging x: not fused", test_enlarge},
         {"interleaved (stack of x[1::2], x[0::2]): fused interleaved, same y", test_stack},
         {"interleaved halves swapped: not fused", test_stack_swap},
+        {"partial rotary (Concat of a Rotary and the rest): one Rotary with rotary_dim, same y", test_partial},
         {"training fp32: RoPE fused == unfused (1e-5)", test_train_fp32},
         CU_TEST_INFO_NULL,
     };

@@ -19,14 +19,15 @@
  * and K columns only. fp8run's kernels path rounds (or widens) in its existing copies.
  * RoPE here is float32 math (within 1e-6 of the CPU's double). The staging passes run the
  * vectorized kernels of attention_qkv_stage.cuh where the shapes and pointers allow (head dims
- * of the usual sizes), else the one-element-per-thread kernels below (same bits either way). */
+ * of the usual sizes), else the one-element-per-thread kernels (both: attention_qkv_staging.cuh;
+ * same bits either way). */
 #include <cuda_bf16.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "ops/cuda/attention_cudnn.h"
 #include "ops/cuda/attention_qkv_norm.cuh"
-#include "ops/cuda/attention_qkv_stage.cuh"
+#include "ops/cuda/attention_qkv_staging.cuh"
 #include "ops/cuda/cuda_util.cuh"
 extern "C" {
 #include "ops/attention.h"
@@ -51,154 +52,6 @@ struct Bump {
     }
 };
 
-__device__ inline float load_f(const float *p) { return *p; }
-__device__ inline float load_f(const bf16 *p) { return __bfloat162float(*p); }
-__device__ inline void store_f(float *p, float v) { *p = v; }
-__device__ inline void store_f(bf16 *p, float v) { *p = __float2bfloat16_rn(v); }
-
-/* Where column c of a packed [B, T, W] row goes in a section: head and feature. */
-struct Geo {
-    int64_t B, T, W, Hq, Hk, D, Dv;
-    int rotary, interleaved;
-    int64_t cos_b, sin_b;
-};
-
-/* A section's other layout: element (b, h, t, d) at b sb + h sh + t st + d. */
-struct Lay {
-    int64_t sb, sh, st;
-};
-
-using qkv_norm::partner; /* a rotated feature's partner and sign (attention_qkv_norm.cuh) */
-
-/* Section of packed column c: 0 Q, 1 K, 2 V; head and feature. */
-__device__ inline int section(const Geo &g, int64_t c, int64_t *h, int64_t *d)
-{
-    const int64_t kq = g.Hq * g.D, kk = kq + g.Hk * g.D;
-    if (c < kq) {
-        *h = c / g.D, *d = c % g.D;
-        return 0;
-    }
-    if (c < kk) {
-        *h = (c - kq) / g.D, *d = (c - kq) % g.D;
-        return 1;
-    }
-    *h = (c - kk) / g.Dv, *d = (c - kk) % g.Dv;
-    return 2;
-}
-
-/* Forward staging: element (b, t, c) of X (float32 or bfloat16, TX) (RoPE'd on Q and K) into
- * the section's layout. */
-template <typename TO, typename TX>
-__global__ void stage_kernel(Geo g, const TX *__restrict__ X, const float *__restrict__ cs,
-                             const float *__restrict__ sn, TO *q, TO *k, TO *v, Lay lq, Lay lk, Lay lv)
-{
-    const int64_t n = g.B * g.T * g.W;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t c = i % g.W, bt = i / g.W, t = bt % g.T, b = bt / g.T;
-        int64_t h, d;
-        const int s = section(g, c, &h, &d);
-        float y = load_f(X + i);
-        if (g.rotary && s < 2) {
-            float sign;
-            const int64_t p = partner(d, g.D, g.interleaved, &sign);
-            const float *cr = cs + b * g.cos_b + t * g.D, *sr = sn + b * g.sin_b + t * g.D;
-            y = fmaf(y, cr[d], sign * load_f(X + i - d + p) * sr[d]);
-        }
-        const Lay &l = s == 0 ? lq : s == 1 ? lk : lv;
-        TO *o = s == 0 ? q : s == 1 ? k : v;
-        store_f(o + b * l.sb + h * l.sh + t * l.st + d, y);
-    }
-}
-
-/* Backward packing: element (b, t, c) of dX (float32 or bfloat16, TD) from the sections'
- * gradients (RoPE transposed on Q and K). */
-template <typename TI, typename TD>
-__global__ void unstage_kernel(Geo g, const TI *q, const TI *k, const TI *v, Lay lq, Lay lk, Lay lv,
-                               const float *__restrict__ cs, const float *__restrict__ sn, TD *__restrict__ dX)
-{
-    const int64_t n = g.B * g.T * g.W;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t c = i % g.W, bt = i / g.W, t = bt % g.T, b = bt / g.T;
-        int64_t h, d;
-        const int s = section(g, c, &h, &d);
-        const Lay &l = s == 0 ? lq : s == 1 ? lk : lv;
-        const TI *src = (s == 0 ? q : s == 1 ? k : v) + b * l.sb + h * l.sh + t * l.st;
-        float y = load_f(src + d);
-        if (g.rotary && s < 2) {
-            float sign;
-            const int64_t p = partner(d, g.D, g.interleaved, &sign);
-            const float *cr = cs + b * g.cos_b + t * g.D, *sr = sn + b * g.sin_b + t * g.D;
-            y = fmaf(y, cr[d], -sign * load_f(src + p) * sr[p]);
-        }
-        store_f(dX + i, y);
-    }
-}
-
-/* O-like tensors: element (b, t, c) of the packed [B, T, Hq Dv] p and (b, c / Dv, t, c % Dv)
- * of the other layout h; to_heads: p -> h, else h -> p. */
-template <typename TP, typename TH>
-__global__ void o_kernel(int64_t B, int64_t T, int64_t N, int64_t Dv, Lay l, const TP *pin, TH *hout, const TH *hin,
-                         TP *pout)
-{
-    const int64_t n = B * T * N;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t c = i % N, bt = i / N, t = bt % T, b = bt / T;
-        const int64_t j = b * l.sb + (c / Dv) * l.sh + t * l.st + c % Dv;
-        if (pin)
-            store_f(hout + j, load_f(pin + i));
-        else
-            store_f(pout + i, load_f(hin + j));
-    }
-}
-
-unsigned blocks_for(int64_t n)
-{
-    const int64_t b = (n + 255) / 256;
-    return (unsigned)(b < 1 ? 1 : b > 65536 ? 65536 : b);
-}
-
-/* ---- the node's problem ---- */
-
-struct Node {
-    fr_attn_qkv_geom q;
-    fr_attn_attrs a;
-    Geo g;
-    int64_t seg_rows, seg_q; /* Sk's rows (0: no segment ids), Sq given */
-};
-
-fr_status node_of(const fr_node *n, int rx, const int64_t *dx, const fr_value *c, const fr_value *s, Node *p)
-{
-    FR_TRY(fr_attn_qkv_geometry(n, rx, dx, c ? c->rank : 0, c ? c->dims : NULL, s ? s->rank : 0, s ? s->dims : NULL,
-                                &p->q));
-    FR_TRY(fr_attn_read_attrs(n, p->q.D, &p->a));
-    p->seg_rows = 0, p->seg_q = 0;
-    const fr_attn_qkv_geom &q = p->q;
-    p->g = Geo{q.B, q.T, q.W, q.Hq, q.Hk, q.D, q.Dv, q.rotary, q.interleaved, q.cos_b, q.sin_b};
-    return FR_OK;
-}
-
-/* The vectorized kernels' geometry, or false where they do not apply (qkv_fast). */
-bool fast_geo(const Node &p, qkv_fast::Geo8 *g8)
-{
-    const fr_attn_qkv_geom &q = p.q;
-    if (q.D % 16 || q.Dv % 8) return false;
-    const int64_t rot_cols = q.rotary ? (q.Hq + q.Hk) * q.D : 0;
-    const int64_t rot_units = rot_cols / (q.interleaved ? 8 : 16), units = rot_units + (q.W - rot_cols) / 8;
-    if (q.W > INT32_MAX || q.T > INT32_MAX || q.B * q.T * units >= ((int64_t)1 << 31)) return false;
-    *g8 = qkv_fast::Geo8{(unsigned)units, (unsigned)rot_units, (unsigned)(q.B * q.T * units), (int)q.T, (int)q.W,
-                         (int)q.D, (int)q.Dv, (int)q.Hq, (int)q.Hk, q.rotary, q.interleaved, q.cos_b, q.sin_b};
-    return true;
-}
-
-/* Whether the tables (NULL: none) suit the vectorized kernels. */
-bool tables_ok(const float *cs, const float *sn)
-{
-    return !cs || (qkv_fast::aligned16(cs) && qkv_fast::aligned16(sn));
-}
-
-/* n elements of O-like tensors in units of 8: the count of units, 0 when it does not apply. */
-unsigned units8(int64_t n) { return n % 8 == 0 && n / 8 < ((int64_t)1 << 31) ? (unsigned)(n / 8) : 0; }
-
 fr_status node_of_graph(const fr_graph *g, const fr_node *n, int backward, Node *p)
 {
     if (n->n_inputs < 1 || n->inputs[0] < 0) return fr_node_error(n, FR_ERR_GRAPH, "needs input X");
@@ -221,8 +74,10 @@ fr_cudnn_sdpa sdpa_of(const Node &p, int backward)
     memset(&s, 0, sizeof s);
     s.b = q.B, s.hq = q.Hq, s.hk = q.Hk, s.tq = q.T, s.tk = q.T, s.d = q.D, s.dv = q.Dv;
     const int64_t N = q.Hq * q.Dv;
-    const int64_t sq[4] = {q.T * q.W, q.D, q.W, 1}, sv[4] = {q.T * q.W, q.Dv, q.W, 1}, so[4] = {q.T * N, q.Dv, N, 1};
-    memcpy(s.sq, sq, sizeof sq), memcpy(s.sk, sq, sizeof sq), memcpy(s.sv, sv, sizeof sv), memcpy(s.so, so, sizeof so);
+    /* head to head: q_hs, k_hs, v_hs columns (the packing's); dQ, dK, dV are written so too */
+    const int64_t sq[4] = {q.T * q.W, q.q_hs, q.W, 1}, sk[4] = {q.T * q.W, q.k_hs, q.W, 1};
+    const int64_t sv[4] = {q.T * q.W, q.v_hs, q.W, 1}, so[4] = {q.T * N, q.Dv, N, 1};
+    memcpy(s.sq, sq, sizeof sq), memcpy(s.sk, sk, sizeof sk), memcpy(s.sv, sv, sizeof sv), memcpy(s.so, so, sizeof so);
     s.causal = p.a.causal;
     s.window = p.a.window, s.softcap = p.a.softcap;
     s.backward = backward;
@@ -342,94 +197,10 @@ Lay packed(const Node &p, int sec)
 {
     const fr_attn_qkv_geom &q = p.q;
     if (sec == 3) return Lay{q.T * q.Hq * q.Dv, q.Dv, q.Hq * q.Dv};
-    return Lay{q.T * q.W, sec == 2 ? q.Dv : q.D, q.W};
+    return Lay{q.T * q.W, sec == 0 ? q.q_hs : sec == 1 ? q.k_hs : q.v_hs, q.W};
 }
 
 fr_status check_launch(const fr_cuda_kctx *k, const char *what) { return fr_cuda_check_launch(k->node, what); }
-
-qkv_fast::Lay8 lay8(const Lay &l) { return qkv_fast::Lay8{l.sb, l.sh, l.st}; }
-
-/* X (RoPE'd) into the sections' layouts, vectorized where it can be. */
-template <typename TO, typename TX>
-void stage_x(const Node &p, const TX *X, const float *cs, const float *sn, TO *q, TO *k, TO *v, const Lay *l,
-             cudaStream_t stream)
-{
-    qkv_fast::Geo8 g8;
-    if (fast_geo(p, &g8) && tables_ok(cs, sn) && qkv_fast::aligned16(X) && qkv_fast::aligned16(q) &&
-        qkv_fast::aligned16(k) && qkv_fast::aligned16(v)) {
-        qkv_fast::rope8_kernel<false, TO, TX, float><<<qkv_fast::blocks8(g8.n), 256, 0, stream>>>(
-            g8, X, nullptr, q, k, v, lay8(l[0]), lay8(l[1]), lay8(l[2]), cs, sn);
-        return;
-    }
-    const int64_t nx = p.q.B * p.q.T * p.q.W;
-    stage_kernel<TO, TX><<<blocks_for(nx), 256, 0, stream>>>(p.g, X, cs, sn, q, k, v, l[0], l[1], l[2]);
-}
-
-/* stage_x on X as it is stored: float32, or bfloat16 (a narrowed projection) */
-template <typename TO>
-void stage(const Node &p, const fr_tensor *X, const float *cs, const float *sn, TO *q, TO *k, TO *v, const Lay *l,
-           cudaStream_t stream)
-{
-    if (X->dtype == FR_BF16)
-        stage_x<TO, bf16>(p, (const bf16 *)X->data, cs, sn, q, k, v, l, stream);
-    else
-        stage_x<TO, float>(p, (const float *)X->data, cs, sn, q, k, v, l, stream);
-}
-
-/* O-like tensors between the packed layout and the head layout l (pin -> hout, or hin -> pout),
- * vectorized where it can be. */
-template <typename TP, typename TH>
-void o_move(const Node &p, const Lay &l, const TP *pin, TH *hout, const TH *hin, TP *pout, cudaStream_t stream)
-{
-    const fr_attn_qkv_geom &q = p.q;
-    const int64_t N = q.Hq * q.Dv, no = q.B * q.T * N;
-    const unsigned n8 = units8(no);
-    const void *a = pin ? (const void *)pin : (const void *)hin, *b = pin ? (const void *)hout : (const void *)pout;
-    if (n8 && q.Dv % 8 == 0 && q.T <= INT32_MAX && q.Dv <= INT32_MAX && qkv_fast::aligned16(a) &&
-        qkv_fast::aligned16(b)) {
-        qkv_fast::o8_kernel<TP, TH><<<qkv_fast::blocks8(n8), 256, 0, stream>>>(n8, (unsigned)(N / 8), (int)q.T, (int)q.Dv,
-                                                                               lay8(l), pin, hout, hin, pout);
-        return;
-    }
-    o_kernel<TP, TH><<<blocks_for(no), 256, 0, stream>>>(q.B, q.T, N, q.Dv, l, pin, hout, hin, pout);
-}
-
-/* dX from the sections' gradients (RoPE transposed), vectorized where it can be. */
-template <typename TI, typename TD>
-void unstage(const Node &p, TI *q, TI *k, TI *v, const Lay *l, const float *cs, const float *sn,
-             TD *dX, cudaStream_t stream)
-{
-    qkv_fast::Geo8 g8;
-    if (fast_geo(p, &g8) && tables_ok(cs, sn) && qkv_fast::aligned16(dX) && qkv_fast::aligned16(q) &&
-        qkv_fast::aligned16(k) && qkv_fast::aligned16(v)) {
-        qkv_fast::rope8_kernel<true, TI, float, TD><<<qkv_fast::blocks8(g8.n), 256, 0, stream>>>(
-            g8, nullptr, dX, q, k, v, lay8(l[0]), lay8(l[1]), lay8(l[2]), cs, sn);
-        return;
-    }
-    const int64_t nx = p.q.B * p.q.T * p.q.W;
-    unstage_kernel<TI, TD><<<blocks_for(nx), 256, 0, stream>>>(p.g, q, k, v, l[0], l[1], l[2], cs, sn, dX);
-}
-
-/* unstage into dX as it is stored (dx_dtype): float32 or bfloat16 */
-template <typename TI>
-void unstage_to(const Node &p, TI *q, TI *k, TI *v, const Lay *l, const float *cs, const float *sn, fr_tensor *dX,
-                cudaStream_t stream)
-{
-    if (dX->dtype == FR_BF16)
-        unstage<TI, bf16>(p, q, k, v, l, cs, sn, (bf16 *)dX->data, stream);
-    else
-        unstage<TI, float>(p, q, k, v, l, cs, sn, (float *)dX->data, stream);
-}
-
-/* The vectorized geometry restricted to the rotated units (the Q and K columns): false where
- * the vectorized kernels do not apply or nothing is rotated. */
-bool rot_geo(const Node &p, const float *cs, const float *sn, qkv_fast::Geo8 *g8)
-{
-    if (!p.q.rotary || !fast_geo(p, g8) || !tables_ok(cs, sn)) return false;
-    g8->units = g8->rot_units;
-    g8->n = (unsigned)(p.q.B * p.q.T) * g8->rot_units;
-    return true;
-}
 
 /* Whether the three sections of a packed bf16 tensor laid out as X at base are 16-byte
  * aligned (what cuDNN requires of its pointers). */
@@ -453,7 +224,7 @@ void stage_for_cudnn(const Node &p, const fr_tensor *X, const float *cs, const f
         for (int i = 0; i < 3; i++) qkv[i] = xb + off[i];
         return;
     }
-    if (direct && rot_geo(p, cs, sn, &g8)) { /* only Q and K staged */
+    if (direct && qk_geo(p, cs, sn, &g8)) { /* only Q and K staged */
         qkv_fast::rope8_kernel<false, bf16, bf16, float><<<qkv_fast::blocks8(g8.n), 256, 0, stream>>>(
             g8, xb, nullptr, x16, x16 + q.k_off, x16 + q.v_off, lay8(ls[0]), lay8(ls[1]), lay8(ls[2]), cs, sn);
         qkv[0] = x16, qkv[1] = x16 + q.k_off, qkv[2] = xb + q.v_off;

@@ -3,10 +3,11 @@
  * Why: one thread per element with 64-bit index arithmetic (the general kernels there) is
  * bound by integer divisions, about 8% of the memory ceiling on an H200. Here a thread owns a
  * unit of 8 consecutive features of one head of one token (with a half-split RoPE, also the 8
- * partners D / 2 further on, so both elements of every pair are in one thread): 16-byte loads
+ * partners rd / 2 further on, so both elements of every pair are in one thread): 16-byte loads
  * and stores, consecutive threads on consecutive units of a row, 32-bit index math once per
- * unit. Taken when D % 16 == 0, Dv % 8 == 0, every pointer 16-byte aligned and the units fit in
- * 31 bits (fast_ok); the general kernels remain for the rest.
+ * unit. Taken when D % 16 == 0, Dv % 8 == 0, the rotated rd a multiple of 16 (8 interleaved),
+ * every pointer 16-byte aligned and the units fit in 31 bits (fast_geo); the general kernels
+ * remain for the rest.
  *
  * The arithmetic per element is the general kernels' own expression (fmaf(x, c, (sign x_p) s)),
  * so both paths give the same bits. */
@@ -31,6 +32,9 @@ struct Geo8 {
     int T, W, D, Dv, Hq, Hk;
     int rotary, interleaved;
     int64_t cos_b, sin_b;
+    int rd;                    /* rotated features per Q or K head (0: no RoPE; rotary_dim) */
+    int ru, pu;                /* per Q or K head: rotated units (of 8, or 8 pairs), the others */
+    int off[3], hs[3];         /* per section: first column, columns from head to head */
 };
 
 __device__ __forceinline__ void ld8(const float *p, float *v)
@@ -68,7 +72,10 @@ __device__ __forceinline__ void st8(bf16 *p, const float *v)
 }
 
 /* Unit u of a row: section s (0 Q, 1 K, 2 V), head h, first feature d; pair: the half-split
- * RoPE unit (features d.. and d + D / 2..). */
+ * RoPE unit (features d.. and d + rd / 2..). A row's units: the rotated ones (every Q, then K,
+ * head's first rd features: ru each), then the rest of the Q and K heads (pu each, from
+ * feature rd on), then V's (Dv / 8 per head); the column is the section's off + h hs + d,
+ * whatever the packing. */
 struct Unit {
     int s, h, d, col;
     bool pair, rot;
@@ -77,31 +84,33 @@ struct Unit {
 __device__ __forceinline__ Unit unit_of(const Geo8 &g, unsigned u)
 {
     Unit r;
+    int hh; /* Q and K heads counted together */
     if (u < g.rot_units) {
-        const unsigned per = g.interleaved ? g.D / 8 : g.D / 16;
-        const int hh = (int)(u / per);
-        r.d = (int)(u % per) * 8;
-        r.s = hh < g.Hq ? 0 : 1;
-        r.h = hh < g.Hq ? hh : hh - g.Hq;
-        r.col = hh * g.D + r.d;
+        hh = (int)(u / g.ru);
+        r.d = (int)(u % g.ru) * 8;
         r.pair = !g.interleaved, r.rot = true;
-        return r;
-    }
-    const int c = (g.rotary ? (g.Hq + g.Hk) * g.D : 0) + (int)(u - g.rot_units) * 8;
-    const int kq = g.Hq * g.D, kk = kq + g.Hk * g.D;
-    if (c < kk) {
-        r.s = c < kq ? 0 : 1;
-        const int cc = c < kq ? c : c - kq;
-        r.h = cc / g.D, r.d = cc % g.D;
     } else {
-        r.s = 2, r.h = (c - kk) / g.Dv, r.d = (c - kk) % g.Dv;
+        u -= g.rot_units;
+        const unsigned qk = (unsigned)((g.Hq + g.Hk) * g.pu);
+        r.pair = false, r.rot = false;
+        if (u < qk) {
+            hh = (int)(u / g.pu);
+            r.d = g.rd + (int)(u % g.pu) * 8;
+        } else {
+            u -= qk;
+            const unsigned per = (unsigned)g.Dv / 8;
+            r.s = 2, r.h = (int)(u / per), r.d = (int)(u % per) * 8;
+            r.col = g.off[2] + r.h * g.hs[2] + r.d;
+            return r;
+        }
     }
-    r.col = c;
-    r.pair = false, r.rot = false;
+    r.s = hh < g.Hq ? 0 : 1;
+    r.h = hh < g.Hq ? hh : hh - g.Hq;
+    r.col = g.off[r.s] + r.h * g.hs[r.s] + r.d;
     return r;
 }
 
-/* RoPE on a unit in place (a: its 8 features; p: their partners D / 2 on, pair units only):
+/* RoPE on a unit in place (a: its 8 features; p: their partners rd / 2 on, pair units only):
  * forward y_d = x_d c_d + sign x_p s_d, transposed (GRAD) y_d = x_d c_d - sign x_p s_p, with
  * sign -1 on the first of a pair (d < D / 2, or d even when interleaved), +1 on the second. */
 template <bool GRAD>
@@ -144,7 +153,7 @@ __global__ void __launch_bounds__(256) rope8_kernel(Geo8 g, const TX *__restrict
     const size_t x = (size_t)row * g.W + u.col;
     const Lay8 &l = u.s == 0 ? lq : u.s == 1 ? lk : lv;
     TS *sec = (u.s == 0 ? q : u.s == 1 ? k : v) + b * l.sb + u.h * l.sh + t * l.st + u.d;
-    const int hd = g.D / 2;
+    const int hd = g.rd / 2; /* a pair unit's partner features */
     float a[8], p[8];
     if (GRAD) {
         ld8(sec, a);
@@ -154,7 +163,7 @@ __global__ void __launch_bounds__(256) rope8_kernel(Geo8 g, const TX *__restrict
         if (u.pair) ld8(X + x + hd, p);
     }
     if (u.rot) {
-        const int64_t r = (int64_t)t * g.D + u.d;
+        const int64_t r = (int64_t)t * g.rd + u.d;
         rotate8<GRAD>(u, hd, cs + b * g.cos_b + r, sn + b * g.sin_b + r, a, p);
     }
     if (GRAD) {

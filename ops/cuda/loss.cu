@@ -16,6 +16,7 @@
 #include "ops/cuda/cuda_kernel.h"
 #include "ops/cuda/cuda_util.cuh"
 #include "ops/cuda/softmax_rows.cuh"
+#include "ops/cuda/loss_chunk.h"
 #include "ops/loss.h"
 
 namespace {
@@ -145,43 +146,160 @@ __global__ void __launch_bounds__(1024) ce_count(const void *lb, int lb64, int64
     if (threadIdx.x == 0) *sc.count = (long long)c;
 }
 
-/* dx = dloss / count * (softmax(row) - onehot(label)); ignored rows 0, bad labels NaN */
+/* Row rb of a grid-stride loop over rows of length len: its label and what to do with it */
+struct CeRow {
+    bool valid, bad, work; /* a row at all; a label outside [0, len); counted and good */
+    long long label;
+    int64_t off, nv;       /* its first element (0 past the end), its V-vectors (0 past the end) */
+};
+template <int V>
+__device__ __forceinline__ CeRow ce_row(const void *lb, int lb64, int64_t rb, int64_t rows, int64_t len, long long ignore)
+{
+    CeRow r;
+    r.valid = rb < rows;
+    r.label = r.valid ? ld_label(lb, lb64, rb) : ignore;
+    r.bad = r.label != ignore && (r.label < 0 || r.label >= len);
+    r.work = r.valid && r.label != ignore && !r.bad;
+    r.off = (r.valid ? rb : 0) * len;
+    r.nv = r.valid ? len / V : 0;
+    return r;
+}
+
+/* One row's dlogits (G threads, the row's nv vectors): scale * (softmax - onehot(label)) where the
+ * row counts, 0 where it is ignored, NaN for a bad label */
+template <class T, class In, class Out, int V, int G>
+__device__ __forceinline__ void grad_row(const In *xr, int64_t nv, int lane, bool work, bool bad, double lse,
+                                         double scale, long long label, Out *dr)
+{
+    for (int64_t i = lane; i < nv; i += G) {
+        Vec<Out, V> o;
+        if (work) {
+            const Vec<T, V> q = ld_as<T, In, V>(xr, i);
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                /* exp(x - lse) in T, x - lse rounded once; the T result rounded to Out */
+                const double p = (double)exp_t((T)((double)q.v[j] - lse));
+                narrow_to(o.v[j], (T)(scale * (p - (i * V + j == label ? 1.0 : 0.0))));
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < V; j++) narrow_to(o.v[j], bad ? (T)NAN : (T)0);
+        }
+        st_vec<Out, V>(dr, i, o);
+    }
+}
+
+/* The rows' dlogits dx = dloss / count * (softmax(row) - onehot(label)) (ignored rows 0, bad
+ * labels NaN), and with LOSS each row's loss too (ce_rows' entries), from the same read of the
+ * row for its lse; dx may then be NULL (the loss alone). With LOSS the label's logit is read
+ * before any thread of the group writes, so dx may be x (in place). */
+template <bool LOSS, class T, class In, class Out, int V, int G>
+__device__ __forceinline__ void ce_grad_body(const T *dl, const In *x, const void *lb, int lb64, int64_t rows,
+                                             int64_t len, long long ignore, const CeScratch &sc, Out *dx)
+{
+    constexpr int RPB = G == 32 ? 256 / 32 : 1;
+    const int64_t row0 = (int64_t)blockIdx.x * RPB + threadIdx.x / G;
+    const int lane = threadIdx.x % G;
+    const long long cnt = dl ? *sc.count : 0;
+    const double scale = cnt ? (double)dl[0] / (double)cnt : 0.0;
+    for (int64_t rb = row0; rb - (threadIdx.x / G) < rows; rb += (int64_t)gridDim.x * RPB) {
+        const CeRow w = ce_row<V>(lb, lb64, rb, rows, len, ignore);
+        const double xl = LOSS && w.work && lane == 0 ? (double)widen(x[w.off + w.label]) : 0.0;
+        const double lse = row_lse<T, In, V, G>(x + w.off, w.work ? w.nv : 0, lane);
+        if (LOSS && w.valid && lane == 0) {
+            if (w.bad) fr_dev_error(sc.err, FR_ERR_RANGE, sc.node, w.label, len);
+            sc.loss[rb] = w.work ? lse - xl : w.bad ? (double)NAN : 0.0;
+            sc.counted[rb] = w.label != ignore;
+        }
+        if (dx) grad_row<T, In, Out, V, G>(x + w.off, w.nv, lane, w.work, w.bad, lse, scale, w.label, dx + w.off);
+    }
+}
+
 template <class T, class In, class Out, int V, int G>
 __global__ void __launch_bounds__(G == 32 ? 256 : G) ce_grad_rows(const T *dl, const In *x, const void *lb, int lb64,
                                                                  int64_t rows, int64_t len, long long ignore,
                                                                  CeScratch sc, Out *dx)
 {
-    constexpr int RPB = G == 32 ? 256 / 32 : 1;
-    const int64_t row0 = (int64_t)blockIdx.x * RPB + threadIdx.x / G;
-    const int lane = threadIdx.x % G;
-    const long long cnt = *sc.count;
-    const double scale = cnt ? (double)dl[0] / (double)cnt : 0.0;
-    for (int64_t rb = row0; rb - (threadIdx.x / G) < rows; rb += (int64_t)gridDim.x * RPB) {
-        const bool valid = rb < rows;
-        const long long label = valid ? ld_label(lb, lb64, rb) : ignore;
-        const bool bad = label != ignore && (label < 0 || label >= len);
-        const bool work = valid && label != ignore && !bad;
-        const int64_t off = (valid ? rb : 0) * len;
-        const int64_t nv = valid ? len / V : 0;
-        const double lse = row_lse<T, In, V, G>(x + off, work ? nv : 0, lane);
-        for (int64_t i = lane; i < nv; i += G) {
-            Vec<Out, V> o;
-            if (work) {
-                const Vec<T, V> q = ld_as<T, In, V>(x + off, i);
-#pragma unroll
-                for (int j = 0; j < V; j++) {
-                    /* exp(x - lse) in T, x - lse rounded once; the T result rounded to Out */
-                    const double p = (double)exp_t((T)((double)q.v[j] - lse));
-                    narrow_to(o.v[j], (T)(scale * (p - (i * V + j == label ? 1.0 : 0.0))));
-                }
-            } else {
-#pragma unroll
-                for (int j = 0; j < V; j++) narrow_to(o.v[j], bad ? (T)NAN : (T)0);
-            }
-            st_vec<Out, V>(dx + off, i, o);
-        }
-    }
+    ce_grad_body<false, T, In, Out, V, G>(dl, x, lb, lb64, rows, len, ignore, sc, dx);
 }
+
+/* A chunk's rows (LinearCrossEntropy, loss_chunk.h): each row's loss (as ce_rows) and, with dl,
+ * its dlogits (as ce_grad_rows), one read of the row for the lse and one for the gradient. */
+template <class T, class In, class Out, int V, int G>
+__global__ void __launch_bounds__(G == 32 ? 256 : G) ce_loss_grad_rows(const T *dl, const In *x, const void *lb, int lb64,
+                                                                      int64_t rows, int64_t len, long long ignore,
+                                                                      CeScratch sc, Out *dx)
+{
+    ce_grad_body<true, T, In, Out, V, G>(dl, x, lb, lb64, rows, len, ignore, sc, dx);
+}
+
+template <class In, class Out>
+fr_status ce_chunk_run(const fr_ce_chunk_ctx *c, const CeScratch &sc, int64_t R, const void *xv, const float *dl,
+                       void *dxv)
+{
+    const In *x = (const In *)xv;
+    Out *dx = (Out *)dxv;
+    constexpr int VW = 16 / sizeof(float);
+    const int64_t len = c->len;
+    const bool vec = can_vec<float>(len, x, dx ? (const void *)dx : (const void *)x, x);
+    const void *lb = c->labels;
+    if (len <= kSmallRow) {
+        const unsigned b = blocks_for(R, 8);
+        if (vec) ce_loss_grad_rows<float, In, Out, VW, 32><<<b, 256, 0, c->s>>>(dl, x, lb, c->lb64, R, len, c->ignore, sc, dx);
+        else ce_loss_grad_rows<float, In, Out, 1, 32><<<b, 256, 0, c->s>>>(dl, x, lb, c->lb64, R, len, c->ignore, sc, dx);
+    } else {
+        const unsigned b = blocks_for(R, 1);
+        if (vec) ce_loss_grad_rows<float, In, Out, VW, kBig><<<b, kBig, 0, c->s>>>(dl, x, lb, c->lb64, R, len, c->ignore, sc, dx);
+        else ce_loss_grad_rows<float, In, Out, 1, kBig><<<b, kBig, 0, c->s>>>(dl, x, lb, c->lb64, R, len, c->ignore, sc, dx);
+    }
+    return fr_cuda_check_launch(c->n, "LinearCrossEntropy(loss rows)");
+}
+
+CeScratch chunk_scratch(const fr_ce_chunk_ctx *c)
+{
+    CeScratch sc;
+    ce_scratch_size(c->rows, &sc, c->scratch);
+    sc.err = c->err;
+    sc.node = c->node;
+    return sc;
+}
+
+} /* namespace */
+
+extern "C" size_t fr_cuda_ce_scratch_bytes(int64_t rows) { return ce_scratch_size(rows, nullptr, nullptr); }
+
+extern "C" fr_status fr_cuda_ce_count(const fr_ce_chunk_ctx *c)
+{
+    ce_count<<<1, 1024, 0, c->s>>>(c->labels, c->lb64, c->rows, c->len, c->ignore, chunk_scratch(c));
+    return fr_cuda_check_launch(c->n, "LinearCrossEntropy(count)");
+}
+
+extern "C" fr_status fr_cuda_ce_chunk(const fr_ce_chunk_ctx *c, int64_t r0, int64_t R, const void *x, int x_bf16,
+                                      const float *dloss, void *dx, int dx_bf16)
+{
+    if (R <= 0 || r0 < 0 || r0 + R > c->rows)
+        return fr_node_error(c->n, FR_ERR_INTERNAL, "chunk rows %lld..%lld outside [0, %lld)", (long long)r0,
+                             (long long)(r0 + R), (long long)c->rows);
+    CeScratch sc = chunk_scratch(c);
+    sc.loss += r0;
+    sc.counted += r0;
+    fr_ce_chunk_ctx cc = *c;
+    cc.labels = c->lb64 ? (const void *)((const long long *)c->labels + r0) : (const void *)((const int *)c->labels + r0);
+    if (!dx) dx_bf16 = x_bf16; /* no output: the type only names the template */
+    if (x_bf16)
+        return dx_bf16 ? ce_chunk_run<__nv_bfloat16, __nv_bfloat16>(&cc, sc, R, x, dloss, dx)
+                       : ce_chunk_run<__nv_bfloat16, float>(&cc, sc, R, x, dloss, dx);
+    return dx_bf16 ? ce_chunk_run<float, __nv_bfloat16>(&cc, sc, R, x, dloss, dx)
+                   : ce_chunk_run<float, float>(&cc, sc, R, x, dloss, dx);
+}
+
+extern "C" fr_status fr_cuda_ce_mean(const fr_ce_chunk_ctx *c, float *out)
+{
+    ce_mean<float><<<1, 1024, 0, c->s>>>(chunk_scratch(c), c->rows, out);
+    return fr_cuda_check_launch(c->n, "LinearCrossEntropy(mean)");
+}
+
+namespace {
 
 fr_status ce_check(const fr_node *n, const fr_tensor *lg, const fr_tensor *lb)
 {

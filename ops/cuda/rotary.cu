@@ -5,7 +5,9 @@
  * along the last axis, every row start 16-byte aligned: 4 columns per thread with 16-byte loads
  * and stores; otherwise (and interleaved: pairs 2p, 2p + 1) one column pair per thread. The tables' row offsets come from the
  * collapsed row dims and their strides (fr_rotary_geom: broadcasting costs no copy); indices
- * are 32-bit when the problem fits. Float math: within an ulp or two of the CPU's double. */
+ * are 32-bit when the problem fits. Float math: within an ulp or two of the CPU's double.
+ * A partial rotary (rotary_dim R < hd) runs the same kernels on the first R columns of each row
+ * (h = R / 2, rows still hd apart) and copies the other columns with one strided memcpy. */
 #include <stdint.h>
 #include <string.h>
 
@@ -112,7 +114,7 @@ template <typename T> fr_status launch(const fr_cuda_kctx *k, const fr_rotary_ge
     a.y = (T *)k->out[0]->data;
     a.rows = geo.rows;
     a.hd = geo.hd;
-    a.h = geo.hd / 2;
+    a.h = geo.rd / 2; /* the rotated columns: the first rd of each row */
     a.nd = geo.nd;
     for (int d = 0; d < geo.nd; d++) {
         a.dims[d] = geo.dims[d];
@@ -124,7 +126,13 @@ template <typename T> fr_status launch(const fr_cuda_kctx *k, const fr_rotary_ge
     a.step = geo.interleaved ? 2 : 1;
     a.off = geo.interleaved ? 1 : a.h;
     if (a.rows * a.h == 0) return FR_OK;
-    int vec = !geo.interleaved && sizeof(T) == 4 && a.h % 4 == 0 && a.cl == 1 && a.sl == 1 && aligned16(a.x) && aligned16(a.y) &&
+    cudaStream_t s = k->cu->stream;
+    if (geo.rd < geo.hd && (const void *)a.y != (const void *)a.x) { /* the columns past rotary_dim pass through */
+        const size_t es = sizeof(T), pitch = (size_t)geo.hd * es;
+        FR_CUDA_TRY(cudaMemcpy2DAsync(a.y + geo.rd, pitch, a.x + geo.rd, pitch, (size_t)(geo.hd - geo.rd) * es,
+                                      (size_t)geo.rows, cudaMemcpyDeviceToDevice, s));
+    }
+    int vec = !geo.interleaved && sizeof(T) == 4 && a.h % 4 == 0 && a.hd % 4 == 0 && a.cl == 1 && a.sl == 1 && aligned16(a.x) && aligned16(a.y) &&
               aligned16(a.cos) && aligned16(a.sin);
     for (int d = 0; vec && d < geo.nd; d++) vec = a.cs[d] % 4 == 0 && a.ss[d] % 4 == 0;
     a.n = vec ? a.rows * a.h / 4 : a.rows * a.h;
@@ -133,7 +141,6 @@ template <typename T> fr_status launch(const fr_cuda_kctx *k, const fr_rotary_ge
     for (int i = 1; i < 3; i++) tab = tab > (int64_t)fr_tensor_numel(k->in[i]) ? tab : (int64_t)fr_tensor_numel(k->in[i]);
     const int small = a.rows * a.hd < ((int64_t)1 << 31) && tab < ((int64_t)1 << 31);
     const unsigned blocks = fr_grid_for(a.n, kThreads);
-    cudaStream_t s = k->cu->stream;
     if (vec) {
         Args<float> f = *(Args<float> *)&a;
         if (grad && small)

@@ -45,6 +45,8 @@ FP8RUN_API fp8run_status fp8run_model_predict_memory(const fp8run_model *m, cons
     r.workspace = mm.workspace;
     r.total = mm.total;
     r.gathered_weights = mm.gathered;
+    r.lm_head_saved = mm.lm_head_saved;
+    r.lm_heads_fused = (uint64_t)mm.lm_heads_fused;
     memcpy(report, &r, use);
     return FP8RUN_OK;
 }

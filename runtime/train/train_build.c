@@ -540,6 +540,10 @@ fr_status tr_pass_option(const void *opts, const char *name, int *on)
         *on = strcmp(o->precision, "fp32") != 0;
         return FR_OK;
     }
+    if (strcmp(name, "chunked_lm_head") == 0) {
+        *on = o->chunked_lm_head;
+        return FR_OK;
+    }
     if (strcmp(name, "recompute") == 0) {
         *on = o->recompute && strcmp(o->recompute, "none") != 0;
         return FR_OK;

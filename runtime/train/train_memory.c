@@ -7,6 +7,7 @@
 
 #include "graph/env.h"
 #include "graph/limits.h"
+#include "passes/lm_head_fuse.h"
 #include "runtime/dist/dist.h"
 #include "runtime/exec/host_memory.h"
 #include "runtime/train/train_internal.h"
@@ -121,6 +122,10 @@ fr_status tr_memory_of(fr_trainer *t, int gpu, fr_train_memory *out)
         out->workspace = FR_CUDA_WORKSPACE_BYTES;
     }
 #endif
+    if (!o->eval_only) {
+        out->lm_head_saved = fr_lm_head_saved_bytes(t->g);
+        for (int i = 0; i < t->g->n_nodes; i++) out->lm_heads_fused += strcmp(t->g->nodes[i].op_type, "LinearCrossEntropy") == 0;
+    }
     if (st == FR_OK && gpu && !o->shard_parameters) st = shard(t, out);
     if (st == FR_OK) st = shard_params(t, out);
     out->total = out->params + out->grads + out->optimizer_state + out->fp8_weights + out->activations +

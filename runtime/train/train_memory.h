@@ -25,6 +25,9 @@ typedef struct fr_train_memory {
     size_t gathered;         /* --shard-parameters: the layers' gathered weights held at once (the
                                 unit computing and the one prefetched; shard_plan.h) */
     size_t total;            /* the sum: the peak the run holds */
+    size_t lm_head_saved;    /* --chunked-lm-head on: logits and dlogits not held whole (not in
+                                total: the plan has left them out already) */
+    int lm_heads_fused;      /* the LinearCrossEntropy nodes of the training graph */
 } fr_train_memory;
 
 /* Predict for `model` under `opt` on the GPU (gpu = 1; needs the CUDA backend built, not a
