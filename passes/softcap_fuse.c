@@ -21,11 +21,11 @@ static int private_value(const fr_readers *c, int v) { return c->count[v] == 1 &
 static int match_at(void *ctx, int ti, void *mv)
 {
     const fr_readers *c = ctx;
-    match *m = mv;
     const fr_graph *g = c->g;
     const fr_node *t = &g->nodes[ti];
-    memset(m, 0, sizeof *m);
     if (!fr_is_onnx_op(t, "Tanh") || t->n_inputs != 1 || t->n_outputs != 1) return 0;
+    match *m = mv;
+    memset(m, 0, sizeof *m);
     const int d = t->inputs[0], tv = t->outputs[0];
     const fr_node *dv = fr_live_producer(g, d);
     double inner, cap;

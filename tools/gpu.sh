@@ -54,6 +54,12 @@ uses a build folder instead):
   finetune            Hugging Face round trip and LoRA -> peft (tools/check_hf_finetune.py); the
                       1B full fine-tune default against LOWMEM_OPTS (peak <= 0.6x); LoRA rank 16
                       on an FP8 base of the Llama-3-8B shape (SKIP_8B=1 leaves it out)
+  archs               HF architectures at 1B: for each of ARCHS ("llama1b:dynamic qwen3_06b neox1b
+                      gemma2_1b"; ":dynamic" = symbolic batch/seq + attention_mask) the shared
+                      baseline (TORCH_HF: path of torch_hf.py) compiled in bf16, its ONNX export
+                      benched by fp8run in fp8 (what ran off the fast path in info_ARCH.txt), the
+                      generated Llama 1B beside them; architectures.json by tools/arch_table.py
+                      (COMMIT, default .devpkg/COMMIT). About 2-3 min an arch: split ARCHS over calls
   hf                  HF LlamaForCausalLM exported by torch.onnx (tools/export_hf_llama.py) against
                       the generated Llama: what info fused, bench, a short fp8 training (SIZES)
   python              python/tests checks against torch and peft (from_torch, the adapter export)
@@ -138,6 +144,8 @@ DEBS="libprotobuf-c-dev libprotobuf-c1 protobuf-c-compiler libprotoc32 libprotob
  libquadmath0 pkgconf pkgconf-bin libpkgconf3 pkg-config"
 m_debs() {
     mkdir -p .devpkg/debs && (cd .devpkg/debs && apt-get download $DEBS) && du -sh .devpkg/debs
+    # the commit the tree there is (a device run carries files, not .git), for the result files
+    git rev-parse --short HEAD > .devpkg/COMMIT 2> /dev/null || true
 }
 m_build() { # [TARGET...]
     local d=/tmp/deps/usr b=${BUILD_DIR:-/tmp/fr-build} t0=$SECONDS rc
@@ -344,6 +352,27 @@ m_hf() {
             --steps "${TRAIN_STEPS:-30}" --lr 3e-4 --precision fp8 && grep -E "skipped|trained" "$D/hf_llama${size}_train.log" | tail -2
     done
 }
+m_archs() {
+    gpu_env archs
+    local th=${TORCH_HF:?TORCH_HF must name the shared baseline script (torch_hf.py)} a name dyn tag rc=0
+    local commit=${COMMIT:-$(cat .devpkg/COMMIT 2> /dev/null || echo unknown)}
+    [ -f "$D/gen_llama1b.json" ] || bench_as gen_llama1b 1b
+    for a in ${ARCHS:-llama1b:dynamic qwen3_06b neox1b gemma2_1b}; do
+        name=${a%%:*} dyn="" tag=${a%%:*}
+        [ "$a" != "$name" ] && dyn=--export-dynamic && tag=${name}_dynamic
+        # shellcheck disable=SC2086
+        timeout "${TORCH_TIMEOUT:-420}" python3 "$th" --arch "$name" $dyn --export "/tmp/$tag.onnx" \
+            --json "$D/torch_$tag.json" > "$D/torch_$tag.log" 2>&1 ||
+            { echo "torch $tag: rc=$? $(tail -1 "$D/torch_$tag.log" | cut -c1-200)"; rc=1; }
+        [ -f "/tmp/$tag.onnx" ] || continue
+        # shellcheck disable=SC2046
+        "$FP8RUN" info "/tmp/$tag.onnx" $(shape 1b) --precision fp8 2>&1 | sed -n '/fast path/,/^prepared/p' > "$D/info_$tag.txt"
+        head -3 "$D/info_$tag.txt"
+        MODEL=/tmp/$tag.onnx bench_as "fp8run_$tag" 1b || rc=1
+    done
+    python3 tools/arch_table.py "$D" "$commit" > "$D/architectures.json" || rc=1
+    return $rc
+}
 py_env() {
     local lib=/tmp/fr/lib/libfp8run.so
     [ -f "$BIN/libfp8run.so" ] && lib=$BIN/libfp8run.so
@@ -377,7 +406,7 @@ mode=${1:-help}
 [ $# -gt 0 ] && shift
 case $mode in
     help | -h | --help) help ;;
-    debs | build | bundle | tests | bench | versus | profile | compare | e2e | sft | determinism | dist | finetune | hf | python | user)
+    debs | build | bundle | tests | bench | versus | profile | compare | e2e | sft | determinism | dist | finetune | archs | hf | python | user)
         "m_$mode" "$@"
         rc=$?
         [ -n "${PACK:-}" ] && [ -d "$OUT/$mode" ] && tar -C "$OUT" -czf "$OUT/$mode.tgz" "$mode"
