@@ -9,6 +9,7 @@
 #include "passes/dropout.h"
 #include "passes/gelu_fuse.h"
 #include "passes/softcap_fuse.h"
+#include "passes/gather_slice.h"
 #include "passes/lm_head_fuse.h"
 #include "passes/narrow_activations.h"
 #include "passes/narrow_gradients.h"
@@ -115,6 +116,7 @@ static fr_status run_residual_norm(fr_pass_ctx *c, fr_pass_result *r) { return r
 
 static fr_status run_gelu(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_fuse_gelu, c, r); }
 static fr_status run_softcap(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_fuse_softcap, c, r); }
+static fr_status run_gather_slice(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_gather_to_slice, c, r); }
 
 static fr_status run_narrow(fr_pass_ctx *c, fr_pass_result *r)
 {
@@ -222,6 +224,10 @@ static const fr_pass k_passes[] = {
        constants. A compiled file keeps its result but not the resolved ops and shapes. */
     {"prepare", "Identity removal, shape inference with constant folding, dead-node elimination",
      FR_STAGE_IMPORTED, NULL, 1, run_prepare},
+    /* right after prepare (the indices are constants then), before the attention passes, which
+       read Slices of a fused projection but not gathers */
+    {"gather_to_slice", "a gather of one constant index (GatherND [[i]], Gather [i]) becomes the Slice it is",
+     FR_STAGE_PREPARED, NULL, 0, run_gather_slice},
     /* an exporter's RMSNorm written out (Pow/ReduceMean/Add/Sqrt/Reciprocal/Mul/Mul), on the
        prepared graph (constants folded); --no-fuse-rmsnorm keeps the ops (to compare) */
     {"fuse_rmsnorm", "each RMSNorm written out becomes one ai.fp8run::RMSNormalization node", FR_STAGE_PREPARED,
