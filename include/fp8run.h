@@ -553,10 +553,10 @@ typedef struct fp8run_train_config {
                                     (its dP-workspace backward; fp8run's kernels for a node no such
                                     engine takes) and the GEMMs use cuBLASLt's heuristic algorithm
                                     (no timing). 0 (default): fastest */
-    int fuse_residual_norm;      /* 1 (default): each residual Add and the RMSNorm reading its sum
-                                    become one ai.fp8run::AddRMSNorm node (forward and backward; not
-                                    under recompute, whose regions are found from the Adds); 0 keeps
-                                    them */
+    int fuse_residual_norm;      /* 1 (default): each residual Add and the RMSNorm (LayerNorm) reading
+                                    its sum become one ai.fp8run::AddRMSNorm (AddLayerNorm) node
+                                    (forward and backward; not under recompute, whose regions are
+                                    found from the Adds); 0 keeps them */
     int shard_parameters;        /* 1: ZeRO-3 / FSDP-style, each of world_size ranks keeps its slices of
                                     the masters, optimizer state and gradients (fp8run_shard_plan), the
                                     layers' weights all-gathered as FP8 codes one layer ahead. Planned

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/add_norm.h"
 #include "ops/grad.h"
 #include "ops/norm.h"
 #include "ops/op.h"
@@ -37,8 +38,8 @@ static int same_dims(const fr_value *a, const fr_value *b)
     return 1;
 }
 
-/* Scale covers exactly the normalized dims of X (right-aligned; leading size-1 dims allowed). */
-static fr_status check_scale(const fr_node *n, const fr_value *x, const fr_value *s, const fr_norm_cfg *c)
+fr_status fr_add_norm_check_param(const fr_node *n, const fr_value *x, const fr_value *s, const fr_norm_cfg *c,
+                                  const char *what)
 {
     int ok = s->dtype == FR_F32 && s->rank <= x->rank;
     int64_t numel = 1;
@@ -52,15 +53,19 @@ static fr_status check_scale(const fr_node *n, const fr_value *x, const fr_value
     }
     if (!ok || numel != c->len) {
         char s1[128], s2[128];
-        return fr_node_error(n, FR_ERR_SHAPE, "Scale %s %s must be float32 of X %s's normalized dims (axis %d)",
+        return fr_node_error(n, FR_ERR_SHAPE, "%s %s %s must be float32 of X %s's normalized dims (axis %d)", what,
                              fr_shape_str(s->rank, s->dims, s1, sizeof s1), fr_dtype_name(s->dtype),
                              fr_shape_str(x->rank, x->dims, s2, sizeof s2), c->axis);
     }
     return FR_OK;
 }
 
-/* bf16_ok: the input may also be bfloat16 (B, dY) */
-static fr_status check_x(const fr_node *n, const fr_value *x, const char *what, int bf16_ok)
+fr_status fr_add_norm_check_scale(const fr_node *n, const fr_value *x, const fr_value *s, const fr_norm_cfg *c)
+{
+    return fr_add_norm_check_param(n, x, s, c, "Scale");
+}
+
+fr_status fr_add_norm_check_x(const fr_node *n, const fr_value *x, const char *what, int bf16_ok)
 {
     if (x->dtype != FR_F32 && !(bf16_ok && x->dtype == FR_BF16))
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "%s is %s (float32%s only)", what, fr_dtype_name(x->dtype),
@@ -68,8 +73,7 @@ static fr_status check_x(const fr_node *n, const fr_value *x, const char *what, 
     return FR_OK;
 }
 
-/* Y's dtype from the attribute y_dtype */
-static fr_status y_dtype_of(const fr_node *n, fr_dtype *dt)
+fr_status fr_add_norm_y_dtype(const fr_node *n, fr_dtype *dt)
 {
     int bf16;
     FR_TRY(fr_attr_bf16(n, "y_dtype", &bf16));
@@ -89,14 +93,14 @@ static fr_status an_infer(fr_graph *g, int node_id)
     FR_TRY(fr_infer_require_inputs(g, n, 3, 3));
     if (n->n_outputs != 2) return fr_node_error(n, FR_ERR_GRAPH, "has %d outputs, expected H and Y", n->n_outputs);
     const fr_value *a = fr_node_in(g, n, 0), *b = fr_node_in(g, n, 1), *s = fr_node_in(g, n, 2);
-    FR_TRY(check_x(n, a, "A", 0));
-    FR_TRY(check_x(n, b, "B", 1));
+    FR_TRY(fr_add_norm_check_x(n, a, "A", 0));
+    FR_TRY(fr_add_norm_check_x(n, b, "B", 1));
     if (!same_dims(a, b)) return fr_node_error(n, FR_ERR_SHAPE, "A and B must have the same shape");
     fr_norm_cfg c;
     FR_TRY(fr_norm_config(n, a->rank, a->dims, &c));
-    FR_TRY(check_scale(n, a, s, &c));
+    FR_TRY(fr_add_norm_check_scale(n, a, s, &c));
     fr_dtype ydt;
-    FR_TRY(y_dtype_of(n, &ydt));
+    FR_TRY(fr_add_norm_y_dtype(n, &ydt));
     fr_infer_same(g, n, 0, 0);
     fr_infer_set(g, n, 1, ydt, a->rank, a->dims);
     return FR_OK;
@@ -113,7 +117,7 @@ static fr_status an_cpu(const fr_kernel_ctx *ctx)
     fr_norm_cfg c;
     FR_TRY(fr_norm_config(n, at->rank, at->dims, &c));
     fr_dtype ydt;
-    FR_TRY(y_dtype_of(n, &ydt));
+    FR_TRY(fr_add_norm_y_dtype(n, &ydt));
     FR_TRY(fr_check_out(n, ctx->out[1], ydt, at->rank, at->dims));
     const int b16 = ctx->in[1]->dtype == FR_BF16, y16 = ydt == FR_BF16;
     const float *a = at->data, *b = b16 ? NULL : ctx->in[1]->data, *s = ctx->in[2]->data;
@@ -150,13 +154,13 @@ static fr_status ang_infer(fr_graph *g, int node_id)
         return fr_node_error(n, FR_ERR_GRAPH, "needs outputs dX and dScale (dScale may be empty)");
     const fr_value *dy = fr_node_in(g, n, 0), *x = fr_node_in(g, n, 1), *s = fr_node_in(g, n, 2);
     const fr_value *dh = fr_node_in(g, n, 3);
-    FR_TRY(check_x(n, dy, "dY", 1));
-    FR_TRY(check_x(n, x, "H", 0));
+    FR_TRY(fr_add_norm_check_x(n, dy, "dY", 1));
+    FR_TRY(fr_add_norm_check_x(n, x, "H", 0));
     if (!same_dims(dy, x) || (dh && (!same_dims(dh, x) || dh->dtype != FR_F32)))
         return fr_node_error(n, FR_ERR_SHAPE, "dY (float32 or bfloat16) and dH (float32) must have H's shape");
     fr_norm_cfg c;
     FR_TRY(fr_norm_config(n, x->rank, x->dims, &c));
-    FR_TRY(check_scale(n, x, s, &c));
+    FR_TRY(fr_add_norm_check_scale(n, x, s, &c));
     fr_infer_same(g, n, 0, 1);
     if (n->outputs[1] >= 0) fr_infer_same(g, n, 1, 2);
     return FR_OK;

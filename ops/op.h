@@ -71,6 +71,7 @@ extern const fr_op_def fr_ops_reduce_grad[]; /* ops/reduce_grad.c: ReduceGrad (a
 extern const fr_op_def fr_ops_matmul[];      /* ops/matmul.c: MatMul, Gemm */
 extern const fr_op_def fr_ops_softmax[];     /* ops/softmax.c: Softmax, LogSoftmax, SoftmaxGrad/LogSoftmaxGrad (ai.fp8run) */
 extern const fr_op_def fr_ops_add_norm[];    /* ops/add_norm.c: AddRMSNorm, AddRMSNormGrad (ai.fp8run): residual Add + RMSNorm fused */
+extern const fr_op_def fr_ops_add_layer_norm[]; /* ops/add_layer_norm.c: AddLayerNorm, AddLayerNormGrad (ai.fp8run): residual Add + LayerNorm fused */
 extern const fr_op_def fr_ops_norm[];        /* ops/norm.c: LayerNormalization, RMSNormalization, LayerNormGrad/RMSNormGrad (ai.fp8run) */
 extern const fr_op_def fr_ops_gather[];      /* ops/gather.c: Gather, GatherElements, GatherND and their scatter-add Grad ops (ai.fp8run) */
 extern const fr_op_def fr_ops_shape[];       /* ops/shape.c: Shape, Size, Reshape, Squeeze, Unsqueeze, Flatten, ConstantOfShape, Range, Constant */

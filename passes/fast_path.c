@@ -8,6 +8,7 @@
 #include "passes/attention_io.h"
 #include "passes/fast_path.h"
 #include "passes/pattern.h"
+#include "passes/residual_norm_fuse.h"
 
 #define NEAR_DEPTH 6 /* glue nodes walked from a node to an attention */
 
@@ -91,19 +92,37 @@ static int forward_norm(const fr_graph *g, const readers *rd, const fr_node *gra
     return -1;
 }
 
+/* p (a norm's input's producer, may be NULL) is a residual Add, or a Reshape of one (OPT
+ * flattens the residual stream before each norm) */
+static int after_add(const fr_graph *g, const fr_node *p)
+{
+    if (p && fr_is_onnx_op(p, "Reshape") && p->n_inputs >= 1 && p->inputs[0] >= 0) p = fr_live_producer(g, p->inputs[0]);
+    return p && fr_is_onnx_op(p, "Add");
+}
+
 /* Why norm node i is off the fast path (why[0] = 0: it is on it). */
 static void norm_why(const fr_graph *g, const readers *rd, int i, char *why, size_t n)
 {
     const fr_node *nd = &g->nodes[i];
     const fr_node *p = nd->inputs[0] >= 0 ? fr_live_producer(g, nd->inputs[0]) : NULL;
     const int rms = is(nd, "RMSNormalization");
+    const char *fused = rms ? "AddRMSNorm" : "AddLayerNorm";
+    char w[300];
     why[0] = 0;
     if (rms && near_attention(g, rd, i, 1, NEAR_DEPTH))
         snprintf(why, n, "a q/k norm of an attention that is not fused (AttentionQKV would apply it)");
-    else if (p && fr_is_onnx_op(p, "Add"))
+    else if (after_add(g, p) && fr_residual_norm_why(g, i, w, sizeof w))
         snprintf(why, n,
-                 rms ? "after a residual Add that fuse_residual_norm did not take (AddRMSNorm)"
-                     : "after a residual Add: residual + LayerNorm is not fused (there is no AddLayerNorm)");
+                 "after a residual Add that fuse_residual_norm would take (%s): it is off "
+                 "(--no-fuse-residual-norm, or --recompute) or did not run",
+                 fused);
+    else if (after_add(g, p))
+        snprintf(why, n, "after a residual Add that fuse_residual_norm does not take (%s): %s", fused, w);
+    else if (p && strcmp(p->domain, FR_DOMAIN_FP8RUN) == 0 && (is(p, "AddLayerNorm") || is(p, "AddRMSNorm")))
+        snprintf(why, n,
+                 "reads the sum of a fused %s that did not take it (AddRMSNorm takes one norm, AddLayerNorm two "
+                 "of one axis and epsilon): it reads the sum again and its gradient costs one more Add",
+                 p->op_type);
 }
 
 /* The kind of (op, why), added when new; past FR_SLOW_MAX_KINDS the last kind takes the rest. */

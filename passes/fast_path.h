@@ -10,8 +10,10 @@
  *                              next to an unfused attention (through layout nodes): the head
  *                              layout and RoPE the staging would do in place
  *   RMSNormalization, LayerNormalization (and their Grad)
- *                              after a residual Add (no Add+norm fusion took it: AddRMSNorm;
- *                              LayerNorm has none), or a q/k norm feeding an unfused attention
+ *                              after a residual Add that no Add+norm fusion took (AddRMSNorm,
+ *                              AddLayerNorm; why not, from passes/residual_norm_fuse.h), the
+ *                              norm reading a fused node's sum that it did not take, or a
+ *                              q/k norm feeding an unfused attention
  *   Softmax, ReduceMean, Erf, Tanh, Sigmoid
  *                              left by the fusions (passes/unfused_check.h)
  * Everything else (including a model's lone first or final norm) counts as on it. */

@@ -90,20 +90,29 @@ static int lowp_linear_x(const fr_node *n, int slot)
     return slot == FR_LIN_IN_X && fr_narrow_lowp_linear(n, "Linear");
 }
 
-/* B of AddRMSNorm (the branch added to the float32 residual A; the sum H stays float32). */
+static int is_add_norm(const fr_node *n) { return is_op(n, "AddRMSNorm") || is_op(n, "AddLayerNorm"); }
+
+/* B of AddRMSNorm / AddLayerNorm (the branch added to the float32 residual A; the sum H stays
+ * float32). */
 static int add_norm_branch(const fr_node *n, int slot)
 {
-    return slot == 1 && is_op(n, "AddRMSNorm") && n->inputs[0] != n->inputs[1];
+    return slot == 1 && is_add_norm(n) && n->inputs[0] != n->inputs[1];
 }
 
-/* The fused producers whose output only bf16/fp8 Linears read: AddRMSNorm's Y, SwiGLU's y,
- * AttentionQKV's O; then the Linears whose Y is only AddRMSNorm's branch input. */
+/* The fused producers whose output only bf16/fp8 Linears read: AddRMSNorm's and AddLayerNorm's
+ * Y (and Y2), SwiGLU's y, AttentionQKV's O; then the Linears whose Y is only their branch input. */
 static fr_status narrow_producers(fr_graph *g, int *count)
 {
     for (int i = 0; i < g->n_nodes; i++) {
         fr_node *n = &g->nodes[i];
-        if (is_op(n, "AddRMSNorm") && n->n_outputs >= 2 && fr_narrow_readers_all(g, n->outputs[1], lowp_linear_x))
+        if (is_add_norm(n) && n->n_outputs >= 2 && fr_narrow_readers_all(g, n->outputs[1], lowp_linear_x) &&
+            (n->n_outputs < 3 || fr_narrow_readers_all(g, n->outputs[2], lowp_linear_x))) {
             FR_TRY(mark(g, n, "y_dtype", 1, count));
+            if (n->n_outputs > 2) { /* AddLayerNorm's second norm: one y_dtype for both */
+                g->values[n->outputs[2]].dtype = FR_BF16;
+                (*count)++;
+            }
+        }
         else if (is_op(n, "SwiGLU") && n->n_outputs >= 1 && fr_narrow_readers_all(g, n->outputs[0], lowp_linear_x))
             FR_TRY(mark(g, n, "y_dtype", 0, count));
         else if (is_op(n, "AttentionQKV") && n->n_outputs >= 1 &&

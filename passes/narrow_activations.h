@@ -18,11 +18,11 @@
  * and up must qualify (one dtype).
  *
  * The fused producers of the FP8 Linears' inputs likewise (their y_dtype / o_dtype): AddRMSNorm's
- * normalized Y, SwiGLU's y and AttentionQKV's O when every reader is the X of a bf16/fp8 Linear
+ * and AddLayerNorm's normalized Y, SwiGLU's y and AttentionQKV's O when every reader is the X of a bf16/fp8 Linear
  * (which quantizes or rounds it to bf16 anyway: the Linear reads 2 bytes instead of 4, the
- * producer writes 2). AddRMSNormGrad reads H, SwiGLUGrad gate/up, not these; AttentionQKVGrad
- * reads O in bf16. And a bias-free bf16/fp8 Linear whose Y only AddRMSNorm's branch input B
- * reads (the attention and MLP outputs added to the float32 residual, as autocast adds them).
+ * producer writes 2). AddRMSNormGrad / AddLayerNormGrad read H, SwiGLUGrad gate/up, not these; AttentionQKVGrad
+ * reads O in bf16. And a bias-free bf16/fp8 Linear whose Y only AddRMSNorm's (AddLayerNorm's) branch
+ * input B reads (the attention and MLP outputs added to the float32 residual, as autocast adds them).
  * The backward's counterpart is passes/narrow_gradients.h. */
 #ifndef FR_NARROW_ACTIVATIONS_H
 #define FR_NARROW_ACTIVATIONS_H

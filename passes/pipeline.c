@@ -273,16 +273,16 @@ static const fr_pass k_passes[] = {
      "ai.fp8run::SwiGLU node",
      FR_STAGE_PREPARED, "fuse_swiglu", 0, run_swiglu},
     /* after every other fusion (none of them then meets the fused node), on RMSNorm nodes
-       (fuse_rmsnorm's too); the trainer's resolver turns it off under --recompute, whose
+       (fuse_rmsnorm's too) and LayerNorm nodes; the trainer's resolver turns it off under --recompute, whose
        regions are found from the residual Adds */
-    {"fuse_residual_norm", "each residual Add and the RMSNorm reading its sum become one ai.fp8run::AddRMSNorm "
-     "node (the backward's Add of the sum's two gradients goes too)", FR_STAGE_PREPARED, "fuse_residual_norm", 0,
+    {"fuse_residual_norm", "each residual Add and the RMSNorm (LayerNorm) reading its sum become one "
+     "ai.fp8run::AddRMSNorm (AddLayerNorm) node (the backward's Add of the sum's two gradients goes too)", FR_STAGE_PREPARED, "fuse_residual_norm", 0,
      run_residual_norm},
-    /* after the fusions whose nodes it narrows (SwiGLU, AttentionQKV, AddRMSNorm) and the FP8
+    /* after the fusions whose nodes it narrows (SwiGLU, AttentionQKV, AddRMSNorm, AddLayerNorm) and the FP8
        compiler (its Linears), before autodiff, which then gives the backward the same bf16
        inputs */
     {"narrow_activations", "the bf16/fp8 Linears' inputs written in bfloat16 by their producers (AddRMSNorm, "
-     "SwiGLU, AttentionQKV), and a Linear read only by SwiGLU, AttentionQKV or the residual add",
+     "AddLayerNorm, SwiGLU, AttentionQKV), and a Linear read only by SwiGLU, AttentionQKV or the residual add",
      FR_STAGE_PREPARED, "narrow_activations", 0, run_narrow},
     /* last on the prepared graph, after every fusion: what none of them took */
     {"unfused", "counts the ops the fusions left (Softmax, ReduceMean, Erf, Tanh, Sigmoid) and names the first "

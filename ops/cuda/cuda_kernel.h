@@ -201,6 +201,7 @@ extern const fr_cuda_kernel_def fr_cuda_kernels_reduce[];      /* Reduce*, ArgMa
 extern const fr_cuda_kernel_def fr_cuda_kernels_softmax[];     /* Softmax, LogSoftmax and grads */
 extern const fr_cuda_kernel_def fr_cuda_kernels_loss[];        /* SoftmaxCrossEntropy(+Grad) (ops/cuda/loss.cu) */
 extern const fr_cuda_kernel_def fr_cuda_kernels_add_norm[];    /* AddRMSNorm(Grad): residual Add + RMSNorm (ops/cuda/add_norm.cu) */
+extern const fr_cuda_kernel_def fr_cuda_kernels_add_layer_norm[]; /* AddLayerNorm(Grad): residual Add + LayerNorm (ops/cuda/add_layer_norm.cu) */
 extern const fr_cuda_kernel_def fr_cuda_kernels_norm[];        /* LayerNormalization, RMSNormalization and grads */
 extern const fr_cuda_kernel_def fr_cuda_kernels_gather[];      /* Gather family and scatter-add grads */
 extern const fr_cuda_kernel_def fr_cuda_kernels_layout[];      /* Transpose, Concat, Split, Slice, Trilu, Tile, grads */

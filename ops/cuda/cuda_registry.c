@@ -10,6 +10,7 @@ static const fr_cuda_kernel_def *const families[] = {
     fr_cuda_kernels_gather,      fr_cuda_kernels_layout, fr_cuda_kernels_shape, fr_cuda_kernels_matmul,  fr_cuda_kernels_einsum, fr_cuda_kernels_linear,
     fr_cuda_kernels_attention,   fr_cuda_kernels_swiglu, fr_cuda_kernels_rotary, fr_cuda_kernels_dropout,
     fr_cuda_kernels_attention_qkv, fr_cuda_kernels_add_norm,
+    fr_cuda_kernels_add_layer_norm,
     fr_cuda_kernels_linear_ce,
 };
 #define N_FAMILIES (int)(sizeof families / sizeof families[0])
