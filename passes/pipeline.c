@@ -10,6 +10,7 @@
 #include "passes/gelu_fuse.h"
 #include "passes/softcap_fuse.h"
 #include "passes/gather_slice.h"
+#include "passes/slice_hoist.h"
 #include "passes/qkv_split_regroup.h"
 #include "passes/lm_head_fuse.h"
 #include "passes/narrow_activations.h"
@@ -118,6 +119,7 @@ static fr_status run_residual_norm(fr_pass_ctx *c, fr_pass_result *r) { return r
 static fr_status run_gelu(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_fuse_gelu, c, r); }
 static fr_status run_softcap(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_fuse_softcap, c, r); }
 static fr_status run_gather_slice(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_gather_to_slice, c, r); }
+static fr_status run_slice_hoist(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_hoist_slices, c, r); }
 static fr_status run_qkv_regroup(fr_pass_ctx *c, fr_pass_result *r) { return run_count(fr_regroup_qkv_splits, c, r); }
 
 static fr_status run_narrow(fr_pass_ctx *c, fr_pass_result *r)
@@ -230,6 +232,9 @@ static const fr_pass k_passes[] = {
        read Slices of a fused projection but not gathers */
     {"gather_to_slice", "a gather of one constant index (GatherND [[i]], Gather [i]) becomes the Slice it is",
      FR_STAGE_PREPARED, NULL, 0, run_gather_slice},
+    /* after gather_to_slice, whose Slices it moves, before the attention passes */
+    {"hoist_slices", "Slice(Transpose(x)) becomes Transpose(Slice(x)) where a Transpose is read by Slices only",
+     FR_STAGE_PREPARED, NULL, 0, run_slice_hoist},
     /* an exporter's RMSNorm written out (Pow/ReduceMean/Add/Sqrt/Reciprocal/Mul/Mul), on the
        prepared graph (constants folded); --no-fuse-rmsnorm keeps the ops (to compare) */
     {"fuse_rmsnorm", "each RMSNorm written out becomes one ai.fp8run::RMSNormalization node", FR_STAGE_PREPARED,

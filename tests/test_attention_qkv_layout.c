@@ -28,6 +28,8 @@
 #include "passes/attention_fuse.h"
 #include "passes/attention_io.h"
 #include "passes/qkv_split_regroup.h"
+#include "passes/gather_slice.h"
+#include "passes/slice_hoist.h"
 #include "passes/fast_path.h"
 #include "passes/fp8_compile.h"
 #include "passes/rotary_fuse.h"
@@ -319,6 +321,8 @@ static fr_graph *compiled(const char *dir, int io, int *fused)
 {
     fr_graph *g = fr_ft_load_hf(dir);
     int n = 0;
+    FR_ASSERT_OK(fr_gather_to_slice(g, &n)); /* the pipeline's canonical Slices first */
+    FR_ASSERT_OK(fr_hoist_slices(g, &n));
     FR_ASSERT_OK(fr_fuse_attention(g, &n));
     FR_ASSERT_OK(fr_fuse_rotary(g, &n));
     fr_fp8_options fo;
@@ -346,6 +350,9 @@ static void test_fixtures(void)
         {"gpt_neox_op23_dynamic", 1, 4}, {"phi3_op18_static", 0, 0},     {"phi3_op23_static", 0, 0},
         /* Phi: a parallel block, its q/k/v/fc1 Linears one Split (regrouped), partial rotary */
         {"phi_op18_static", 0, 8},       {"phi_op23_static", 0, 8},
+        /* Falcon: multi-query K/V gathered from a head-major transpose (gather_to_slice,
+           hoist_slices), a parallel block */
+        {"falcon_op18_static", 0, 0},
     };
     for (size_t i = 0; i < sizeof fx / sizeof fx[0]; i++) {
         int fused = -1, none = -1;

@@ -59,7 +59,10 @@ static void test_fast(void)
                                        "olmo2_op18_static",  "gemma3_op18_static", "gpt2_op18_static",
                                        "gpt2_op23_static",   "bert_op18_static",   "bert_op23_static",
                                        "gpt2_op18_dynamic",  "gpt2_op23_dynamic",  "opt_op18_static",
-                                       "starcoder2_op18_static"};
+                                       "starcoder2_op18_static", "starcoder2_op23_static", "opt_op23_static",
+                                       "phi_op18_static",    "phi_op23_static",    "falcon_op18_static",
+                                       "gemma2_op18_static", "gemma2_op23_static", "gpt_neox_op18_static",
+                                       "phi3_op18_static",   "mistral_op18_static", "qwen2_op18_static"};
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
         fr_slow_report r;
         fr_trainer *t = NULL;

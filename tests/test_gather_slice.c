@@ -1,10 +1,15 @@
-/* One-index gathers as Slices (passes/gather_slice.c): GatherND [[i]] and Gather [i] (negative
- * i too) become Slices with y and the input's gradient the gather's exactly (they move the
- * same elements); other gathers stay; Falcon's export keeps PyTorch's logits. */
+/* The canonical Slices the attention staging reads:
+ *  - one-index gathers as Slices (passes/gather_slice.c): GatherND [[i]] and Gather [i]
+ *    (negative i too) become Slices, y and the input's gradient the gather's exactly; other
+ *    gathers stay;
+ *  - Slices above a Transpose (passes/slice_hoist.c) along axes it moves, y and dX exact; not
+ *    along an axis it keeps, nor when the Transpose has another reader;
+ *  - Falcon's export: its K/V gathers become Slices, logits as PyTorch's. */
 #include <string.h>
 
 #include "ops/grad.h"
 #include "passes/gather_slice.h"
+#include "passes/slice_hoist.h"
 #include "tests/fuse_test_util.h"
 #include "tests/gradcheck.h"
 #include "tests/harness.h"
@@ -44,6 +49,68 @@ static void test_patterns(void)
     fr_ft_check_pattern(build, 4, 18, fr_gather_to_slice, 0, 1, wrt, 0.0);
 }
 
+/* x [2, 3, 4, 5], Transpose perm [2, 0, 1, 3] -> [4, 2, 3, 5], read by Slices. kind 0: two
+ * Slices of axis 0 ([0:3], [3:4]; hoisted); 1: a Slice of axis 3 ([1:4], kept in place: stays);
+ * 2: a Slice of axis 0 and a Relu of the Transpose (stays); 3: axis -4 with a step 2 (hoisted) */
+static int add_i64(fr_graph *g, const char *name, int64_t v)
+{
+    fr_tensor *t;
+    const int64_t one = 1;
+    int id;
+    FR_ASSERT_OK(fr_tensor_new(FR_I64, 1, &one, name, &t));
+    *(int64_t *)t->data = v;
+    FR_ASSERT_OK(fr_graph_add_unique_value(g, name, &id));
+    fr_value_set_shape(&g->values[id], FR_I64, 1, &one);
+    FR_ASSERT_OK(fr_graph_set_initializer(g, id, t));
+    return id;
+}
+
+static void add_slice(fr_graph *g, int x, int64_t s0, int64_t e0, int64_t ax, int64_t step, int *out)
+{
+    const int64_t vals[4] = {s0, e0, ax, step};
+    int in[5];
+    for (int i = 0; i < 4; i++) in[i + 1] = add_i64(g, "slice_arg", vals[i]);
+    in[0] = x;
+    *out = fr_gc_op1(g, "Slice", step == 1 ? 4 : 5, in);
+}
+
+static void build_hoist(fr_graph *g, uint64_t seed, int kind)
+{
+    fr_rng r = {seed};
+    const int64_t d[4] = {2, 3, 4, 5};
+    const int x = fr_gc_add_input(g, &r, "X", FR_F32, 4, d, NULL);
+    int t;
+    const int nid = fr_gc_node(g, "Transpose", "", 1, &x, 1, &t);
+    FR_ASSERT_OK(fr_node_set_attr_ints(&g->nodes[nid], "perm", 4, (const int64_t[]){2, 0, 1, 3}));
+    FR_ASSERT_OK(fr_node_infer(g, nid));
+    int a, b;
+    if (kind == 0) {
+        add_slice(g, t, 0, 3, 0, 1, &a);
+        add_slice(g, t, 3, 4, 0, 1, &b);
+        FR_ASSERT_OK(fr_graph_mark_output(g, fr_gc_op1(g, "Mul", 2, (int[]){a, a})));
+        FR_ASSERT_OK(fr_graph_mark_output(g, fr_gc_op1(g, "Mul", 2, (int[]){b, b})));
+    } else if (kind == 1) {
+        add_slice(g, t, 1, 4, 3, 1, &a);
+        FR_ASSERT_OK(fr_graph_mark_output(g, fr_gc_op1(g, "Mul", 2, (int[]){a, a})));
+    } else if (kind == 2) {
+        add_slice(g, t, 0, 2, 0, 1, &a);
+        FR_ASSERT_OK(fr_graph_mark_output(g, fr_gc_op1(g, "Mul", 2, (int[]){a, a})));
+        FR_ASSERT_OK(fr_graph_mark_output(g, fr_gc_op1(g, "Relu", 1, &t)));
+    } else {
+        add_slice(g, t, 0, 4, -4, 2, &a);
+        FR_ASSERT_OK(fr_graph_mark_output(g, fr_gc_op1(g, "Mul", 2, (int[]){a, a})));
+    }
+}
+
+static void test_hoist(void)
+{
+    static const char *const wrt[] = {"X"};
+    fr_ft_check_pattern(build_hoist, 0, 18, fr_hoist_slices, 2, 1, wrt, 0.0);
+    fr_ft_check_pattern(build_hoist, 1, 18, fr_hoist_slices, 0, 1, wrt, 0.0);
+    fr_ft_check_pattern(build_hoist, 2, 18, fr_hoist_slices, 0, 1, wrt, 0.0);
+    fr_ft_check_pattern(build_hoist, 3, 18, fr_hoist_slices, 1, 1, wrt, 0.0);
+}
+
 static void test_falcon(void)
 {
     fr_graph *g = fr_ft_load_hf("falcon_op18_static");
@@ -59,6 +126,7 @@ int main(void)
 {
     CU_TestInfo tests[] = {
         {"one-index gathers become Slices (y, dX exact); others stay", test_patterns},
+        {"Slices above a Transpose along the axes it moves (y, dX exact); others stay", test_hoist},
         {"Falcon's multi-query K/V gathers: Slices, logits as PyTorch's", test_falcon},
         CU_TEST_INFO_NULL,
     };
