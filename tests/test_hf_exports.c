@@ -12,6 +12,8 @@
  *     checkpoint applied (C API, relative L2 <= 1e-5, logits that moved from PyTorch's initial
  *     ones), and onnxruntime, where installed, reproduces those logits on it (max rel <= 1e-4;
  *     skipped, saying why, where onnxruntime refuses the fixture PyTorch exported as well);
+ *   - `fp8run info` finds nothing off the fast path (every attention, norm, RoPE and activation
+ *     fused);
  *   - on the Llama fixture, 300 FP8 steps track 300 fp32 steps (final loss within 1%).
  * Each fixture is its own CUnit test, so a failure names the architecture, opset and style. */
 #include <math.h>
@@ -327,9 +329,24 @@ static void check_export(const char *name)
     free(msg);
 }
 
+/* `fp8run info` as a user runs it (a dynamic export given its batch and seq): every attention,
+ * norm, RoPE and activation fused, nothing off the fast path. */
+static void check_fast_path(const char *name)
+{
+    const int dyn = strstr(name, "_dynamic") != NULL;
+    int rc = cli_run("info '%s/%s/model.onnx' %s", hf_dir, name, dyn ? "--dim batch=2 --dim seq=11" : "");
+    const char *line = strstr(cli_out, "off the fast path:");
+    char got[200] = "(none)";
+    if (line) snprintf(got, sizeof got, "%.*s", (int)strcspn(line, "\n"), line);
+    printf(" | %s", got);
+    CU_ASSERT_EQUAL(rc, 0);
+    CU_ASSERT(line && strncmp(line, "off the fast path: nothing", 26) == 0);
+}
+
 static void check_fixture(int i)
 {
     check_logits(FIXTURES[i]);
+    check_fast_path(FIXTURES[i]);
     check_training(FIXTURES[i]);
     check_export(FIXTURES[i]);
 }
