@@ -40,6 +40,9 @@ static const char *const FIXTURES[] = {
     "gemma2_op18_static", "gemma2_op23_static", "gemma2_op18_dynamic", "gemma2_op23_dynamic",
     "starcoder2_op18_static", "starcoder2_op23_static", "starcoder2_op18_dynamic", "starcoder2_op23_dynamic",
     "phi_op18_static", "phi_op23_static", "opt_op18_static", "opt_op23_static", "falcon_op18_static",
+    "opt_op18_dynamic", "opt_op23_dynamic", "phi_op18_dynamic", "phi_op23_dynamic", "falcon_op18_dynamic",
+    "gemma3_op18_dynamic", "gemma3_op23_dynamic", "qwen2_op18_dynamic", "qwen2_op23_dynamic", "phi3_op18_dynamic",
+    "phi3_op23_dynamic", "olmo2_op18_dynamic", "olmo2_op23_dynamic",
 };
 #define N_FIXTURES ((int)(sizeof FIXTURES / sizeof FIXTURES[0]))
 

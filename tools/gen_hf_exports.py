@@ -61,7 +61,8 @@ warnings.filterwarnings("ignore")
 PADDED_ONLY = sys.argv[1] == "--padded-only"
 OUT = sys.argv[2] if PADDED_ONLY else sys.argv[1]
 ONLY = sys.argv[3:] if PADDED_ONLY else sys.argv[2:]
-DYNAMIC = ("llama", "gpt2", "mistral", "qwen3", "gpt_neox", "gemma2", "starcoder2")
+DYNAMIC = ("llama", "gpt2", "mistral", "qwen3", "gpt_neox", "gemma2", "starcoder2", "opt", "phi", "falcon", "gemma3",
+           "qwen2", "phi3", "olmo2")
 PAD = 4
 V, B, T, STEPS, LR = 211, 2, 11, 20, 1e-3
 torch.set_num_threads(4)
