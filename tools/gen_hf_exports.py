@@ -12,9 +12,9 @@ GQA where the architecture has it, tied embeddings where it ties them, dropout 0
 OPSET in 18 and 23 it writes OUT_DIR/ARCH_opOPSET_STYLE/, STYLE being
   static   input_ids [2, 11] only: masks and rotary tables are folded for that shape
   dynamic  input_ids and attention_mask with dynamic batch and seq (torch.export
-           dynamic_shapes): the masks are computed in the graph (llama, gpt2, qwen3,
-           gpt_neox, and with sliding windows mistral, gemma2, starcoder2)
-falcon's opset-23 export fails in the exporter (torch 2.15, onnxscript 0.7.2): it is left out.
+           dynamic_shapes): the masks are computed in the graph (every architecture but
+           BERT; with sliding windows mistral, gemma2, gemma3, starcoder2)
+falcon's opset-23 exports fail in the exporter (torch 2.15, onnxscript 0.7.2): they are left out.
 holding
   model.onnx            the export (dynamo=True, the exporter's default optimizer); llama's
                         dynamic export keeps its weights in model.onnx.data (external data)
