@@ -321,6 +321,7 @@ static fr_status aln_grad(fr_grad_ctx *ctx)
         int out[5], nid;
         FR_TRY(fr_grad_node(ctx, "AddLayerNormGrad", FR_DOMAIN_FP8RUN, nk > 1 ? 6 : dh >= 0 ? 4 : 3, in, 3 + 2 * (nk - 1),
                             out, &nid));
+        n = &g->nodes[ctx->node_id]; /* adding the node may have moved the node array */
         fr_node *gn = &g->nodes[nid];
         FR_TRY(fr_node_set_attr_int(gn, "axis", axis));
         FR_TRY(fr_node_set_attr_float(gn, "epsilon", eps));
@@ -334,6 +335,7 @@ static fr_status aln_grad(fr_grad_ctx *ctx)
             }
         }
         FR_TRY(fr_grad_finish(ctx, nid));
+        n = &g->nodes[ctx->node_id];
         dx = out[0];
     }
     if (dx < 0) return FR_OK; /* nothing reaches H */
