@@ -394,7 +394,9 @@ static void test_plot_scale(void)
     double secs = (double)(r1.ru_utime.tv_sec - r0.ru_utime.tv_sec + r1.ru_stime.tv_sec - r0.ru_stime.tv_sec) +
                   1e-6 * (double)(r1.ru_utime.tv_usec - r0.ru_utime.tv_usec + r1.ru_stime.tv_usec - r0.ru_stime.tv_usec);
     printf("\n  plot of %d layers: %.2f s of CPU", L, secs);
-    if (!getenv("FR_TEST_SANITIZE")) CU_ASSERT(secs < 2.0);
+    /* not a speed target: a scan of every layer per record is ~1e10 steps here (minutes), the
+       hashed lookup ~1 s; the bound sits far from both, so a loaded machine does not fail it */
+    if (!getenv("FR_TEST_SANITIZE")) CU_ASSERT(secs < 15.0);
 }
 
 /* ---- empty values ---- */
