@@ -99,83 +99,47 @@ static int runtime_symbolic(const fr_graph *g, const fr_node *n, int boolean, co
 
 static void add_dead(match *m, const fr_graph *g, const fr_node *n) { m->dead[m->n_dead++] = (int)(n - g->nodes); }
 
-/* x = Mul(y, s), Mul(s, y) or Div(y, s), s a finite nonzero constant scalar, x float32 and
- * read once: folds s into m->scale, marks the node replaced and returns y; else returns x. */
+/* x scaled by a constant scalar (fr_match_scalar_scale): folds it into m->scale, marks the
+ * node replaced and returns the unscaled value; else returns x. */
 static int peel_scale(const fr_readers *c, int x, match *m)
 {
-    const fr_graph *g = c->g;
-    const fr_node *n = fr_live_producer(g, x);
-    if (!n || c->count[x] != 1 || !is_f32(g, x) || n->n_inputs != 2 || m->n_dead >= 20) return x;
-    const int div = fr_is_onnx_op(n, "Div");
-    if (!div && !fr_is_onnx_op(n, "Mul")) return x;
-    double s;
-    int k = div ? 1 : const_scalar(g, n->inputs[1], &s) ? 1 : 0; /* the constant side */
-    if (!const_scalar(g, n->inputs[k], &s) || g->values[n->inputs[1 - k]].constant || s == 0 || !isfinite(s) ||
-        !fr_same_dims(&g->values[n->inputs[1 - k]], &g->values[x]))
-        return x;
-    m->scale *= div ? 1.0 / s : s;
-    add_dead(m, g, n);
-    return n->inputs[1 - k];
+    double f;
+    int nd;
+    const int y = m->n_dead >= 20 ? -1 : fr_match_scalar_scale(c, x, &f, &nd);
+    if (y < 0) return x;
+    m->scale *= f;
+    m->dead[m->n_dead++] = nd;
+    return y;
 }
 
-/* x = Transpose/Reshape(..(Mul(y, s))..) (OPT scales q_proj's output before the head split),
- * every value read once and float32, s as peel_scale takes it: folds s into m->scale, marks the
- * Mul replaced and records that the first layout node is to read y (scaling commutes with the
- * layout exactly); returns x (whose data then is unscaled), or x unchanged with nothing done. */
+/* x scaled below a head split (fr_match_scale_below_layout): folds the scale into m->scale,
+ * marks the Mul replaced and records that the layout node is to read the unscaled value;
+ * returns x (whose data then is unscaled), or x unchanged with nothing done. */
 static int peel_scale_below_layout(const fr_readers *c, int x, match *m)
 {
-    const fr_graph *g = c->g;
-    int v = x;
-    const fr_node *lay = NULL;
-    for (int steps = 0; steps < 4; steps++) {
-        const fr_node *n = fr_live_producer(g, v);
-        if (!n || c->count[v] != 1 || !is_f32(g, v)) return x;
-        if ((fr_is_onnx_op(n, "Reshape") || fr_is_onnx_op(n, "Transpose")) && n->n_inputs >= 1) {
-            lay = n;
-            v = n->inputs[0];
-            continue;
-        }
-        break;
-    }
-    if (!lay || m->n_dead >= 20) return x;
-    match probe = *m;
-    const int y = peel_scale(c, v, &probe);
-    if (y == v) return x;
-    *m = probe;
-    m->rewire_node = (int)(lay - g->nodes);
-    m->rewire_from = v;
+    double f;
+    int nd, lay;
+    const int y = m->n_dead >= 20 ? -1 : fr_match_scale_below_layout(c, x, &f, &nd, &lay);
+    if (y < 0) return x;
+    m->scale *= f;
+    m->dead[m->n_dead++] = nd;
+    m->rewire_node = lay;
+    m->rewire_from = c->g->nodes[lay].inputs[0];
     m->rewire_to = y;
     return x;
 }
 
-/* x = Mul(Tanh(Div(y, c)), c) (either operand order of the Mul; Mul(y, 1/c) for the Div when
- * 1/c rounds to the same float32), c a positive finite constant scalar, each value read once:
- * the scores' softcap (Gemma 2). Sets m->softcap, marks the three nodes replaced and returns y;
- * else returns x. */
+/* The scores' softcap (fr_match_softcap; the scores read once): sets m->softcap, marks the
+ * three nodes replaced and returns the uncapped scores; else returns x. */
 static int peel_softcap(const fr_readers *c, int x, match *m)
 {
-    const fr_graph *g = c->g;
-    const fr_node *mul = fr_live_producer(g, x);
-    if (!mul || !fr_is_onnx_op(mul, "Mul") || mul->n_inputs != 2 || c->count[x] != 1 || m->n_dead >= 11) return x;
-    double cap, inner;
-    const int k = const_scalar(g, mul->inputs[1], &cap) ? 1 : const_scalar(g, mul->inputs[0], &cap) ? 0 : -1;
-    if (k < 0 || !(cap > 0) || !isfinite(cap)) return x;
-    const int t = mul->inputs[1 - k];
-    const fr_node *th = fr_live_producer(g, t);
-    if (!th || !fr_is_onnx_op(th, "Tanh") || th->n_inputs != 1 || c->count[t] != 1 || !is_f32(g, t)) return x;
-    const int d = th->inputs[0];
-    const fr_node *dv = fr_live_producer(g, d);
-    if (!dv || c->count[d] != 1 || dv->n_inputs != 2 || !const_scalar(g, dv->inputs[1], &inner) ||
-        g->values[dv->inputs[0]].constant)
-        return x;
-    if (fr_is_onnx_op(dv, "Div") ? (float)inner != (float)cap
-                                 : !fr_is_onnx_op(dv, "Mul") || fabs(inner * cap - 1.0) > 1e-6)
-        return x;
-    m->softcap = (float)cap;
-    add_dead(m, g, mul);
-    add_dead(m, g, th);
-    add_dead(m, g, dv);
-    return dv->inputs[0];
+    double cap;
+    int nodes[3];
+    const int y = c->count[x] != 1 || m->n_dead >= 11 ? -1 : fr_match_softcap(c, x, &cap, nodes);
+    if (y < 0) return x;
+    m->softcap = cap;
+    for (int i = 0; i < 3; i++) m->dead[m->n_dead++] = nodes[i];
+    return y;
 }
 
 /* Walk back from the softmax input through casts, the mask, the softcap and the scale to the

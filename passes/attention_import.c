@@ -48,42 +48,23 @@ static fr_status runtime_mask(fr_graph *g, int mask, const char *base, int *out)
     return fr_node_infer(g, nid);
 }
 
-/* Live input slots reading v, plus 1 when it is a graph output. */
-static int readers_of(const fr_graph *g, int v)
+/* Q scaled before the head split (fr_match_scale_below_layout: OPT scales q_proj's output,
+ * then splits the heads, then runs sdpa with scale 1): the factor goes into *scale, the layout
+ * node reads the unscaled value, the Mul goes. Scaling commutes with the layout exactly; the
+ * fused op then scales Q K^T once. */
+static fr_status peel_q_scale(fr_graph *g, int q, float *scale)
 {
-    int n = (g->values[v].flags & FR_VAL_OUTPUT) ? 1 : 0;
-    for (int i = 0; i < g->n_nodes; i++)
-        if (!g->nodes[i].dead)
-            for (int k = 0; k < g->nodes[i].n_inputs; k++) n += g->nodes[i].inputs[k] == v;
-    return n;
-}
-
-/* Q = Transpose/Reshape(..(Mul(y, c) or Div(y, c))..), c a constant scalar, every value read
- * once (OPT scales q_proj's output, then the head split, then sdpa with scale 1): c goes into
- * *scale, the first layout node reads y, the Mul goes. Scaling commutes with the layout
- * exactly; the fused op then scales Q K^T once. */
-static void peel_q_scale(fr_graph *g, int q, float *scale)
-{
-    int v = q, lay = -1;
-    for (int steps = 0; steps < 4; steps++) {
-        const fr_node *n = fr_live_producer(g, v);
-        if (!n || readers_of(g, v) != 1 || g->values[v].dtype != FR_F32 || n->n_inputs < 1) return;
-        if (!fr_is_onnx_op(n, "Reshape") && !fr_is_onnx_op(n, "Transpose")) break;
-        lay = (int)(n - g->nodes);
-        v = n->inputs[0];
-    }
-    const fr_node *m = fr_live_producer(g, v);
-    double c;
-    if (lay < 0 || !m || readers_of(g, v) != 1 || m->n_inputs != 2 || g->values[v].dtype != FR_F32) return;
-    const int div = fr_is_onnx_op(m, "Div");
-    if (!div && !fr_is_onnx_op(m, "Mul")) return;
-    const int k = div ? 1 : fr_const_scalar(g, m->inputs[1], &c) ? 1 : 0; /* the constant's side */
-    if (!fr_const_scalar(g, m->inputs[k], &c) || c == 0 || !isfinite(c) || g->values[m->inputs[1 - k]].constant ||
-        !fr_same_dims(&g->values[m->inputs[1 - k]], &g->values[v]))
-        return;
-    *scale = (float)((double)*scale * (div ? 1.0 / c : c));
-    g->nodes[lay].inputs[0] = m->inputs[1 - k];
-    g->nodes[m - g->nodes].dead = 1;
+    fr_readers rd = {g, NULL};
+    FR_TRY(fr_readers_refresh(&rd, "ONNX Attention lowering"));
+    double f;
+    int nd, lay;
+    const int y = fr_match_scale_below_layout(&rd, q, &f, &nd, &lay);
+    fr_readers_free(&rd);
+    if (y < 0) return FR_OK;
+    *scale = (float)((double)*scale * f);
+    g->nodes[lay].inputs[0] = y;
+    g->nodes[nd].dead = 1;
+    return FR_OK;
 }
 
 static fr_status lower_one(fr_graph *g, int id)
@@ -98,7 +79,7 @@ static fr_status lower_one(fr_graph *g, int id)
     int64_t causal, window = 0;
     FR_TRY(fr_node_attr_float(n, "scale", (float)(1.0 / sqrt((double)qv->dims[3])), &scale));
     FR_TRY(fr_node_attr_int(n, "is_causal", 0, &causal));
-    peel_q_scale(g, q, &scale);
+    FR_TRY(peel_q_scale(g, q, &scale));
     n = &g->nodes[id];
     char base[480];
     snprintf(base, sizeof base, "%s/fused_attention", n->name);

@@ -1,4 +1,5 @@
 /* Graph pattern matching helpers (see pattern.h). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,4 +174,62 @@ int fr_pattern_slice_plan(const fr_graph *g, const fr_node *n, fr_slice_plan *p)
         return 0;
     }
     return 1;
+}
+
+int fr_match_scalar_scale(const fr_readers *r, int x, double *factor, int *node)
+{
+    const fr_graph *g = r->g;
+    const fr_node *n = fr_live_producer(g, x);
+    if (!n || r->count[x] != 1 || g->values[x].dtype != FR_F32 || n->n_inputs != 2) return -1;
+    const int div = fr_is_onnx_op(n, "Div");
+    if (!div && !fr_is_onnx_op(n, "Mul")) return -1;
+    double s;
+    const int k = div ? 1 : fr_const_scalar(g, n->inputs[1], &s) ? 1 : 0; /* the constant side */
+    if (!fr_const_scalar(g, n->inputs[k], &s) || s == 0 || !isfinite(s) || n->inputs[1 - k] < 0 ||
+        g->values[n->inputs[1 - k]].constant || !fr_same_dims(&g->values[n->inputs[1 - k]], &g->values[x]))
+        return -1;
+    *factor = div ? 1.0 / s : s;
+    *node = (int)(n - g->nodes);
+    return n->inputs[1 - k];
+}
+
+int fr_match_scale_below_layout(const fr_readers *r, int x, double *factor, int *node, int *layout)
+{
+    const fr_graph *g = r->g;
+    int v = x;
+    *layout = -1;
+    for (int steps = 0; steps < 4; steps++) {
+        const fr_node *n = fr_live_producer(g, v);
+        if (!n || r->count[v] != 1 || g->values[v].dtype != FR_F32) return -1;
+        if (!(fr_is_onnx_op(n, "Reshape") || fr_is_onnx_op(n, "Transpose")) || n->n_inputs < 1) break;
+        *layout = (int)(n - g->nodes);
+        v = n->inputs[0];
+    }
+    return *layout < 0 ? -1 : fr_match_scalar_scale(r, v, factor, node);
+}
+
+int fr_match_softcap(const fr_readers *r, int x, double *cap, int nodes[3])
+{
+    const fr_graph *g = r->g;
+    const fr_node *mul = fr_live_producer(g, x);
+    double c, inner;
+    if (!mul || !fr_is_onnx_op(mul, "Mul") || mul->n_inputs != 2) return -1;
+    const int k = fr_const_scalar(g, mul->inputs[1], &c) ? 1 : fr_const_scalar(g, mul->inputs[0], &c) ? 0 : -1;
+    if (k < 0 || !(c > 0) || !isfinite(c)) return -1;
+    const int t = mul->inputs[1 - k];
+    const fr_node *th = fr_live_producer(g, t);
+    if (!th || !fr_is_onnx_op(th, "Tanh") || th->n_inputs != 1 || r->count[t] != 1 || g->values[t].dtype != FR_F32)
+        return -1;
+    const int d = th->inputs[0];
+    const fr_node *dv = fr_live_producer(g, d);
+    if (!dv || r->count[d] != 1 || g->values[d].dtype != FR_F32 || dv->n_inputs != 2 ||
+        !fr_const_scalar(g, dv->inputs[1], &inner))
+        return -1;
+    if (fr_is_onnx_op(dv, "Div") ? (float)inner != (float)c : !fr_is_onnx_op(dv, "Mul") || fabs(inner * c - 1.0) > 1e-6)
+        return -1;
+    *cap = c;
+    nodes[0] = (int)(dv - g->nodes);
+    nodes[1] = (int)(th - g->nodes);
+    nodes[2] = (int)(mul - g->nodes);
+    return dv->inputs[0];
 }

@@ -60,4 +60,22 @@ int fr_pattern_slice_plan(const fr_graph *g, const fr_node *n, struct fr_slice_p
  * in *out; 0 otherwise. */
 int fr_const_scalar(const fr_graph *g, int v, double *out);
 
+/* ---- scalings several fusions take apart ---- */
+
+/* x = Mul(y, s), Mul(s, y) or Div(y, s), s a finite nonzero untrained constant scalar, y no
+ * constant and of x's dims, x float32 and read once: y, with *factor s (or 1/s) and *node the
+ * Mul/Div; else -1. */
+int fr_match_scalar_scale(const fr_readers *r, int x, double *factor, int *node);
+/* x = Reshape/Transpose(..(Mul(y, s))..) (up to 4 layout nodes; OPT scales q_proj's output
+ * before the head split), every value float32 and read once, the scaling as
+ * fr_match_scalar_scale takes it: y, with *factor, *node (the Mul/Div) and *layout (the layout
+ * node that reads the scaled value: reading y instead, the chain yields x / factor exactly);
+ * else -1. */
+int fr_match_scale_below_layout(const fr_readers *r, int x, double *factor, int *node, int *layout);
+/* x = Mul(Tanh(Div(y, c)), c) (either operand order of the Mul; Mul(y, 1/c) for the Div when
+ * 1/c is c's reciprocal within 1e-6), c a positive finite untrained constant scalar, the Tanh's
+ * input and output float32 and read once (x's readers are the caller's to check): y, with *cap c
+ * and nodes[3] the Div, Tanh and Mul; else -1. Gemma 2's softcap, of scores and of logits. */
+int fr_match_softcap(const fr_readers *r, int x, double *cap, int nodes[3]);
+
 #endif
