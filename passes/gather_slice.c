@@ -7,16 +7,6 @@
 #include "passes/gather_slice.h"
 #include "passes/pattern.h"
 
-/* A one-element int64 initializer named after base holding v. */
-static fr_status add_i64(fr_graph *g, const char *base, int64_t v, int *out)
-{
-    fr_tensor *t;
-    FR_TRY(fr_graph_add_unique_value(g, base, out));
-    FR_TRY(fr_tensor_new(FR_I64, 1, (const int64_t[]){1}, base, &t));
-    *(int64_t *)t->data = v;
-    return fr_graph_set_initializer(g, *out, t);
-}
-
 /* The axis and index node n gathers, when it is a one-index gather of a constant index: 1. */
 static int one_index(const fr_graph *g, const fr_node *n, int64_t *axis, int64_t *index)
 {
@@ -52,11 +42,11 @@ fr_status fr_gather_to_slice(fr_graph *g, int *count)
         int s, e, a, nid;
         const int x = g->nodes[i].inputs[0], y = g->nodes[i].outputs[0];
         snprintf(nm, sizeof nm, "%s/slice_start", g->nodes[i].name);
-        FR_TRY(add_i64(g, nm, index, &s));
+        FR_TRY(fr_pattern_const_i64(g, nm, 1, &index, &s));
         snprintf(nm, sizeof nm, "%s/slice_end", g->nodes[i].name);
-        FR_TRY(add_i64(g, nm, index + 1, &e));
+        FR_TRY(fr_pattern_const_i64(g, nm, 1, (const int64_t[]){index + 1}, &e));
         snprintf(nm, sizeof nm, "%s/slice_axis", g->nodes[i].name);
-        FR_TRY(add_i64(g, nm, axis, &a));
+        FR_TRY(fr_pattern_const_i64(g, nm, 1, &axis, &a));
         snprintf(nm, sizeof nm, "%s/as_slice", g->nodes[i].name);
         g->nodes[i].dead = 1; /* y gets its new producer */
         FR_TRY(fr_graph_add_node(g, "Slice", FR_DOMAIN_ONNX, nm, 4, (const int[]){x, s, e, a}, 1, &y, &nid));

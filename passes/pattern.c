@@ -111,17 +111,22 @@ void fr_fuse_kill(fr_graph *g, const int *dead, int n, const char *suffix, char 
     for (int i = 0; i < n; i++) g->nodes[dead[i]].dead = 1;
 }
 
+fr_status fr_pattern_const_i64(fr_graph *g, const char *base, int n, const int64_t *vals, int *out)
+{
+    fr_tensor *t = NULL;
+    const int64_t cnt = n;
+    FR_TRY(fr_graph_add_unique_value(g, base, out));
+    FR_TRY(fr_tensor_new(FR_I64, 1, &cnt, base, &t));
+    memcpy(t->data, vals, sizeof(int64_t) * (size_t)n);
+    return fr_graph_set_initializer(g, *out, t); /* owns t from here, even on failure */
+}
+
 fr_status fr_pattern_reshape(fr_graph *g, int x, int rank, const int64_t *dims, const char *base, int *out)
 {
     char nm[512];
-    fr_tensor *t = NULL;
-    int64_t n = rank;
     int shape, nid;
     snprintf(nm, sizeof nm, "%s/shape", base);
-    FR_TRY(fr_graph_add_unique_value(g, nm, &shape));
-    FR_TRY(fr_tensor_new(FR_I64, 1, &n, "reshape target", &t));
-    memcpy(t->data, dims, sizeof(int64_t) * (size_t)rank);
-    FR_TRY(fr_graph_set_initializer(g, shape, t)); /* owns t from here, even on failure */
+    FR_TRY(fr_pattern_const_i64(g, nm, rank, dims, &shape));
     if (*out < 0) FR_TRY(fr_graph_add_unique_value(g, base, out));
     snprintf(nm, sizeof nm, "%s/Reshape", base);
     FR_TRY(fr_graph_add_node(g, "Reshape", FR_DOMAIN_ONNX, nm, 2, (int[]){x, shape}, 1, out, &nid));

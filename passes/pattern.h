@@ -56,6 +56,8 @@ int fr_pattern_const_ints(const fr_graph *g, const fr_node *n, int i, int *cnt, 
 /* A live Slice n whose starts, ends, axes and steps are constants (inputs, or attributes before
  * opset 10) resolved against its input's dims into *p (ops/layout_plan.h): 1, else 0. */
 int fr_pattern_slice_plan(const fr_graph *g, const fr_node *n, struct fr_slice_plan *p);
+/* A 1-D int64 initializer (n values) named after base into *out: a shape, sizes, axes, bounds. */
+FR_NODISCARD fr_status fr_pattern_const_i64(fr_graph *g, const char *base, int n, const int64_t *vals, int *out);
 /* v is a one-element numeric constant that is not trained (no FR_VAL_PARAM): 1 with its value
  * in *out; 0 otherwise. */
 int fr_const_scalar(const fr_graph *g, int v, double *out);

@@ -49,16 +49,6 @@ static int split_sizes(const fr_graph *g, const fr_node *n, int64_t *sizes)
     return 1;
 }
 
-static fr_status add_sizes(fr_graph *g, const char *base, int n, const int64_t *sizes, int *out)
-{
-    fr_tensor *t;
-    const int64_t cnt = n;
-    FR_TRY(fr_graph_add_unique_value(g, base, out));
-    FR_TRY(fr_tensor_new(FR_I64, 1, &cnt, base, &t));
-    memcpy(t->data, sizes, (size_t)n * sizeof *sizes);
-    return fr_graph_set_initializer(g, *out, t);
-}
-
 /* Split s (n outputs, sizes) as an outer Split with outputs i..i+2 joined into one value and an
  * inner Split of that value into them. */
 static fr_status regroup(fr_graph *g, int s, int i, const int64_t *sizes)
@@ -87,9 +77,9 @@ static fr_status regroup(fr_graph *g, int s, int i, const int64_t *sizes)
     fr_status st = fr_graph_add_unique_value(g, nm, &qkv);
     outer[i] = qkv;
     snprintf(nm, sizeof nm, "%s/outer_sizes", base);
-    if (st == FR_OK) st = add_sizes(g, nm, m, osz, &so);
+    if (st == FR_OK) st = fr_pattern_const_i64(g, nm, m, osz, &so);
     snprintf(nm, sizeof nm, "%s/qkv_sizes", base);
-    if (st == FR_OK) st = add_sizes(g, nm, 3, sizes + i, &si);
+    if (st == FR_OK) st = fr_pattern_const_i64(g, nm, 3, sizes + i, &si);
     g->nodes[s].dead = 1;
     snprintf(nm, sizeof nm, "%s/outer", base);
     if (st == FR_OK) st = fr_graph_add_node(g, "Split", FR_DOMAIN_ONNX, nm, 2, (const int[]){x, so}, m, outer, &nid);

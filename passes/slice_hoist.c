@@ -38,13 +38,10 @@ static fr_status hoist_one(fr_graph *g, int t, int s, int *count)
     if (!slice_axes(g, &g->nodes[s], r, ax, &n_ax)) return FR_OK;
     char nm[600];
     int axv, sl, nid;
-    fr_tensor *at;
-    const int64_t m = n_ax;
+    int64_t moved[FR_MAX_RANK];
+    for (int i = 0; i < n_ax; i++) moved[i] = perm[ax[i]];
     snprintf(nm, sizeof nm, "%s/hoisted_axes", g->nodes[s].name);
-    FR_TRY(fr_graph_add_unique_value(g, nm, &axv));
-    FR_TRY(fr_tensor_new(FR_I64, 1, &m, nm, &at));
-    for (int i = 0; i < n_ax; i++) ((int64_t *)at->data)[i] = perm[ax[i]];
-    FR_TRY(fr_graph_set_initializer(g, axv, at));
+    FR_TRY(fr_pattern_const_i64(g, nm, n_ax, moved, &axv));
     const fr_node *sn = &g->nodes[s];
     int in[5] = {x, sn->inputs[1], sn->inputs[2], axv, sn->n_inputs > 4 ? sn->inputs[4] : -1};
     const int y = sn->outputs[0];
