@@ -205,7 +205,15 @@ static void test_memory_prediction(void)
     fr_trainer_free(pt);
     /* a batch far beyond any device: refused before the executors allocate; activations are
        what does not fit, so it names a smaller batch and recomputation */
-    o.batch = 1 << 18; /* x 64 tokens: some 300 GB of activations */
+    o.batch = 1 << 14;
+    fr_train_memory mb;
+    do { /* doubled until the prediction is twice the card, whatever its size */
+        o.batch *= 2;
+        FR_ASSERT_OK(fr_train_predict_memory(g, &o, 1, &mb));
+    } while ((double)mb.total < 2.0 * (double)total && o.batch < (1 << 26));
+    printf(" (batch %d: %.1f GiB predicted on a %.1f GiB card) ", o.batch, (double)mb.total / 1073741824.0,
+           (double)total / 1073741824.0);
+    CU_ASSERT((double)mb.total >= 2.0 * (double)total);
     fr_trainer *big = NULL;
     CU_ASSERT_EQUAL(fr_trainer_new(g, &o, &big), FR_ERR_DEVICE);
     CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "nothing was allocated"));

@@ -306,24 +306,25 @@ static void test_host_memory(void)
     struct stat sb;
     CU_ASSERT_NOT_EQUAL(stat(P("o128/y.npy"), &sb), 0);
 
-    /* training: the prediction, the memory and the options that fit */
+    /* training on the CPU, whose memory the limit caps: the prediction, the memory and the options
+       that fit */
     setenv("FP8RUN_MEMORY_LIMIT", "100M", 1);
-    refused(cli_run("train m.onnx --data tok.bin --batch 64 --seq 256 --lr 1e-3 --steps 1"), "m.onnx",
+    refused(cli_run("train m.onnx --device cpu --data tok.bin --batch 64 --seq 256 --lr 1e-3 --steps 1"), "m.onnx",
             "this configuration needs 193.");
     CU_ASSERT_PTR_NOT_NULL(strstr(cli_err, "may take 100.0 MiB more (FP8RUN_MEMORY_LIMIT)"));
     CU_ASSERT_PTR_NOT_NULL(strstr(cli_err, "nothing was allocated"));
     CU_ASSERT_PTR_NOT_NULL(strstr(cli_err, "--batch 32 (with --grad-accum"));
     CU_ASSERT_PTR_NOT_NULL(strstr(cli_err, "--recompute"));
     /* the suggested batch fits */
-    CLI_EXPECT(cli_run("train m.onnx --data tok.bin --batch 32 --seq 256 --lr 1e-3 --steps 1"), 0, cli_err, "step 1");
+    CLI_EXPECT(cli_run("train m.onnx --device cpu --data tok.bin --batch 32 --seq 256 --lr 1e-3 --steps 1"), 0, cli_err, "step 1");
     /* 10^8 micro-batches of token windows (7 GB) under 1 GiB */
     setenv("FP8RUN_MEMORY_LIMIT", "1G", 1);
-    refused(cli_run("train m.onnx --data tok.bin --batch 1 --seq 8 --lr 1e-3 --steps 1 --grad-accum 100000000"),
+    refused(cli_run("train m.onnx --device cpu --data tok.bin --batch 1 --seq 8 --lr 1e-3 --steps 1 --grad-accum 100000000"),
             "m.onnx", "--grad-accum ");
     CU_ASSERT_PTR_NOT_NULL(strstr(cli_err, "keeps fewer token windows"));
     /* evaluation: its forward plan */
     setenv("FP8RUN_MEMORY_LIMIT", "100M", 1);
-    refused(cli_run("eval m.onnx --data tok.bin --batch 128 --seq 512"), "the CPU plan of 'm.onnx' needs",
+    refused(cli_run("eval m.onnx --device cpu --data tok.bin --batch 128 --seq 512"), "the CPU plan of 'm.onnx' needs",
             "nothing was allocated");
     /* a generated model's weights */
     setenv("FP8RUN_MEMORY_LIMIT", "10M", 1);
@@ -333,7 +334,7 @@ static void test_host_memory(void)
     /* FP8RUN_MEMORY_CHECK=0 turns the check off: the same training runs */
     setenv("FP8RUN_MEMORY_LIMIT", "100M", 1);
     setenv("FP8RUN_MEMORY_CHECK", "0", 1);
-    CLI_EXPECT(cli_run("train m.onnx --data tok.bin --batch 64 --seq 256 --lr 1e-3 --steps 1"), 0, cli_err, "step 1");
+    CLI_EXPECT(cli_run("train m.onnx --device cpu --data tok.bin --batch 64 --seq 256 --lr 1e-3 --steps 1"), 0, cli_err, "step 1");
     unsetenv("FP8RUN_MEMORY_CHECK");
     unsetenv("FP8RUN_MEMORY_LIMIT");
 }
