@@ -70,7 +70,16 @@ static void test_bench(void)
     CU_ASSERT(fabs(json_num(j, "flops_per_step") - want) <= 1e-5 * want);
     CU_ASSERT_PTR_NOT_NULL(strstr(j, "\"precision\": \"fp32\""));
     double fused_loss = json_num(j, "loss_first");
+    /* the file names the build it was measured with, as --version does */
+    char commit[64] = "";
+    const char *c = strstr(j, "\"commit\": \"");
+    CU_ASSERT_PTR_NOT_NULL(c);
+    if (c) sscanf(c + 11, "%63[^\"]", commit);
+    CU_ASSERT(strlen(commit) > 0);
     free(j);
+    char want_version[96];
+    snprintf(want_version, sizeof want_version, "(commit %s)", commit);
+    CLI_EXPECT(cli_run("--version"), 0, cli_out, want_version);
     /* the unfused graph (attention, RoPE, SwiGLU) gives the same first loss */
     CLI_EXPECT(cli_run("bench t.onnx --batch 2 --seq 32 --warmup 1 --steps 3 --device cpu --no-fuse-attention "
                        "--no-fuse-swiglu --json u.json"),

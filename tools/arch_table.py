@@ -7,7 +7,8 @@ generated Llama 1B in the same call) as the MFU reference.
     python3 tools/arch_table.py DIR COMMIT > architectures.json
 
 Each row: arch, fp8run_tokens_per_s, torch_bf16_compiled_tokens_per_s, speedup, fp8run_mfu,
-mfu_vs_generated_llama (fp8run_mfu over the generated Llama 1B's), device, commit. A row whose
+mfu_vs_generated_llama (fp8run_mfu over the generated Llama 1B's), device, commit (the one
+fp8run's JSON names, else COMMIT). A row whose
 run failed says so in "error" (its figures null). Prints the table to stderr as well."""
 import glob
 import json
@@ -33,7 +34,7 @@ def main():
         t, f = load(tp), load(os.path.join(d, "fp8run_%s.json" % arch))
         row = {"arch": arch, "fp8run_tokens_per_s": f.get("tokens_per_s"),
                "torch_bf16_compiled_tokens_per_s": t.get("tokens_per_s"), "fp8run_mfu": f.get("mfu_bf16_peak"),
-               "device": f.get("device") or t.get("device"), "commit": commit}
+               "device": f.get("device") or t.get("device"), "commit": f.get("commit") or commit}
         a, b = row["fp8run_tokens_per_s"], row["torch_bf16_compiled_tokens_per_s"]
         row["speedup"] = round(a / b, 3) if a and b else None
         row["mfu_vs_generated_llama"] = round(row["fp8run_mfu"] / ref_mfu, 3) if row["fp8run_mfu"] and ref_mfu else None

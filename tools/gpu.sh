@@ -23,6 +23,8 @@ Here (no GPU needed):
                       (BUILD_DIR, JOBS, CPU_TESTS="test_trainer test_linear" also packed)
   debs                download the Debian packages the build needs (protobuf-c, jansson, CUnit,
                       OpenBLAS, pkg-config; about 15 MB) into .devpkg/debs, to build there instead
+  stamp               write the tree's commit (git describe --dirty) to .devpkg/COMMIT, which the
+                      build there compiles in (--version, bench JSON): run it before every call
 On the GPU machine, building there (16 cores: about 70 s for everything; carry .devpkg/debs):
   build [TARGET...]   unpack .devpkg/debs into /tmp/deps and build with CUDA (sm_90) into
                       BUILD_DIR (default /tmp/fr-build); then run other modes with BIN=that folder
@@ -144,8 +146,10 @@ DEBS="libprotobuf-c-dev libprotobuf-c1 protobuf-c-compiler libprotoc32 libprotob
  libquadmath0 pkgconf pkgconf-bin libpkgconf3 pkg-config"
 m_debs() {
     mkdir -p .devpkg/debs && (cd .devpkg/debs && apt-get download $DEBS) && du -sh .devpkg/debs
-    # the commit the tree there is (a device run carries files, not .git), for the result files
-    git rev-parse --short HEAD > .devpkg/COMMIT 2> /dev/null || true
+    m_stamp
+}
+m_stamp() { # the commit the tree there is (a device run carries files, not .git): --version, bench JSON
+    mkdir -p .devpkg && git describe --always --dirty --abbrev=7 > .devpkg/COMMIT && echo "stamped $(cat .devpkg/COMMIT)"
 }
 m_build() { # [TARGET...]
     local d=/tmp/deps/usr b=${BUILD_DIR:-/tmp/fr-build} t0=$SECONDS rc
@@ -161,7 +165,11 @@ m_build() { # [TARGET...]
     export LD_LIBRARY_PATH=$a:$a/openblas-pthread:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
     export CPATH=$d/include:$d/include/x86_64-linux-gnu:$d/include/x86_64-linux-gnu/openblas-pthread
     export LIBRARY_PATH=$a:$a/openblas-pthread
+    # the tree here came without .git: the commit it is of was written there (debs, stamp)
+    local commit=""
+    [ -d .git ] || commit=$(cat .devpkg/COMMIT 2> /dev/null || echo unknown)
     cmake -S . -B "$b" -G Ninja -DFP8RUN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$d" \
+        ${commit:+-DFP8RUN_COMMIT="$commit"} \
         -DCMAKE_LIBRARY_PATH="$a;$a/openblas-pthread" -DCMAKE_INCLUDE_PATH="$d/include;$d/include/x86_64-linux-gnu/openblas-pthread" \
         > "$OUT/build-cmake.log" 2>&1 || { tail -20 "$OUT/build-cmake.log"; return 1; }
     cmake --build "$b" -j "$(nproc)" ${1:+--target "$@"} > "$OUT/build.log" 2>&1
@@ -406,7 +414,7 @@ mode=${1:-help}
 [ $# -gt 0 ] && shift
 case $mode in
     help | -h | --help) help ;;
-    debs | build | bundle | tests | bench | versus | profile | compare | e2e | sft | determinism | dist | finetune | archs | hf | python | user)
+    debs | stamp | build | bundle | tests | bench | versus | profile | compare | e2e | sft | determinism | dist | finetune | archs | hf | python | user)
         "m_$mode" "$@"
         rc=$?
         [ -n "${PACK:-}" ] && [ -d "$OUT/$mode" ] && tar -C "$OUT" -czf "$OUT/$mode.tgz" "$mode"

@@ -28,6 +28,9 @@ int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * the API function that reports it ("fp8run_session_create: "), which says nothing to a user of
  * the command line. */
 const char *cli_last_error(void);
+
+/* The commit this CLI was built from: "05e756c", "05e756c-dirty" or "unknown" (cli_commit.c). */
+const char *cli_commit(void);
 /* cli_last_error() as a failure. */
 int cli_fail_status(void);
 /* For fp8run_*_config_init(&c, sizeof c), which fails only for a NULL struct or one smaller than

@@ -342,7 +342,7 @@ int cli_bench(int argc, char **argv)
                 json_text(attn, attn_json, sizeof attn_json);
                 json_text(gemm, gemm_json, sizeof gemm_json);
                 fprintf(f,
-                        "{\"model\": \"%s\", \"device\": \"%s\", \"precision\": \"%s\", \"recipe\": %s%s%s, "
+                        "{\"model\": \"%s\", \"commit\": \"%s\", \"device\": \"%s\", \"precision\": \"%s\", \"recipe\": %s%s%s, "
                         "\"batch\": %lld, \"seq\": %lld, \"parameters\": %lld, \"matmul_parameters\": %lld, "
                         "\"step_ms_median\": %.4f, \"step_ms_min\": %.4f, \"step_ms_max\": %.4f, \"steps\": %lld, "
                         "\"warmup\": %lld, \"tokens_per_s\": %.1f, \"flops_per_step\": %.6g, \"model_tflops\": %.3f, "
@@ -350,7 +350,7 @@ int cli_bench(int argc, char **argv)
                         "\"device_memory_used_bytes\": %zu, \"device_memory_total_bytes\": %zu, \"loss_first\": %.6f, "
                         "\"loss_last\": %.6f, \"skipped\": %d, \"steps_waited_for\": %s, \"attention\": \"%s\", "
                         "\"gemm\": \"%s\", \"fp8_fast_accum\": %d}\n",
-                        model, dev, precision, recipe ? "\"" : "", recipe ? recipe : "null", recipe ? "\"" : "",
+                        model, cli_commit(), dev, precision, recipe ? "\"" : "", recipe ? recipe : "null", recipe ? "\"" : "",
                         (long long)batch, (long long)seq, (long long)np, (long long)n_mm, med * 1e3, times[0] * 1e3,
                         times[steps - 1] * 1e3, (long long)steps, (long long)warmup, tokens / med, flops,
                         flops / med / 1e12, mfu_text, peak / 1e12, planned, (size_t)peak_used, (size_t)dev_total,

@@ -68,7 +68,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (strcmp(first, "--version") == 0) {
-        printf("fp8run %s\n", FP8RUN_VERSION);
+        printf("fp8run %s (commit %s)\n", FP8RUN_VERSION, cli_commit());
         return 0;
     }
     if (strcmp(first, "help") == 0) {
