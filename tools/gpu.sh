@@ -57,11 +57,13 @@ uses a build folder instead):
                       1B full fine-tune default against LOWMEM_OPTS (peak <= 0.6x); LoRA rank 16
                       on an FP8 base of the Llama-3-8B shape (SKIP_8B=1 leaves it out)
   archs               HF architectures at 1B: for each of ARCHS ("llama1b:dynamic qwen3_06b neox1b
-                      gemma2_1b"; ":dynamic" = symbolic batch/seq + attention_mask) the shared
-                      baseline (TORCH_HF: path of torch_hf.py) compiled in bf16, its ONNX export
-                      benched by fp8run in fp8 (what ran off the fast path in info_ARCH.txt), the
-                      generated Llama 1B beside them; architectures.json by tools/arch_table.py
-                      (COMMIT, default .devpkg/COMMIT). About 2-3 min an arch: split ARCHS over calls
+                      gemma2_1b"; ":dynamic" = symbolic batch/seq + attention_mask) its ONNX export
+                      benched by fp8run in fp8 (what ran off the fast path in info_ARCH.txt), then
+                      the shared baseline (TORCH_HF: path of torch_hf.py) compiled in bf16, the
+                      generated Llama 1B beside them; architectures.json by tools/arch_table.py.
+                      About 1.5 min an arch once exported
+  exports             the exports archs needs, side by side on the CPU (50-80 s each), to overlap
+                      the build: (tools/gpu.sh exports &); tools/gpu.sh build; wait; ... archs
   hf                  HF LlamaForCausalLM exported by torch.onnx (tools/export_hf_llama.py) against
                       the generated Llama: what info fused, bench, a short fp8 training (SIZES)
   python              python/tests checks against torch and peft (from_torch, the adapter export)
@@ -88,7 +90,10 @@ gpu_env() { # MODE: the bundle unpacked, its libraries found, the fixtures linke
     if [ ! -x "$FP8RUN" ] && [ -f ".devpkg/$BUNDLE.tar.xz" ]; then
         mkdir -p /tmp/fr && tar -C /tmp/fr -xJf ".devpkg/$BUNDLE.tar.xz"
     fi
-    export LD_LIBRARY_PATH=/tmp/fr/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+    # the bundle's libraries, or those `build` unpacked from .devpkg/debs (a mode runs in its own
+    # process, so what `build` exported is gone)
+    local a=/tmp/deps/usr/lib/x86_64-linux-gnu
+    export LD_LIBRARY_PATH=/tmp/fr/lib:$a:$a/openblas-pthread:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
     # the test programs read tests/fixtures at the absolute path of the tree they were built in
     SRC=$(grep -ao '/[a-zA-Z0-9_/.-]*tests/fixtures' "$BIN/test_gpu_train" 2>/dev/null | head -1 | sed 's|/tests/fixtures||')
     if [ -n "$SRC" ] && [ "$SRC" != "$PWD" ] && [ ! -e "$SRC" ]; then mkdir -p "$(dirname "$SRC")" && ln -sfn "$PWD" "$SRC"; fi
@@ -360,23 +365,43 @@ m_hf() {
             --steps "${TRAIN_STEPS:-30}" --lr 3e-4 --precision fp8 && grep -E "skipped|trained" "$D/hf_llama${size}_train.log" | tail -2
     done
 }
+arch_tag() { case $1 in *:dynamic) echo "${1%%:*}_dynamic" ;; *) echo "$1" ;; esac; }
+export_arch() { # ARCH[:dynamic]: the baseline's module exported (CPU only, 50-80 s) to /tmp/TAG.onnx, once
+    local name=${1%%:*} tag th=${TORCH_HF:?TORCH_HF must name the shared baseline script (torch_hf.py)}
+    tag=$(arch_tag "$1")
+    [ -f "/tmp/$tag.done" ] && return 0 # not the .onnx alone: an export cut short leaves one
+    mkdir -p "$OUT/archs"
+    (cd "$(dirname "$th")" && CUDA_VISIBLE_DEVICES="" timeout "${EXPORT_TIMEOUT:-300}" python3 -c "
+import sys, time, $(basename "$th" .py) as h
+t = time.time(); m = h.ARCHS[sys.argv[1]]()
+h.export(m.eval(), sys.argv[2], 8, 2048, sys.argv[3] == '1')
+print('exported %s in %.0f s' % (sys.argv[2], time.time() - t))" "$name" "/tmp/$tag.onnx" "$([ "$tag" != "$name" ] && echo 1 || echo 0)") \
+        > "$OUT/archs/export_$tag.log" 2>&1 || { echo "export $tag: failed, $(tail -1 "$OUT/archs/export_$tag.log" | cut -c1-200)"; return 1; }
+    touch "/tmp/$tag.done"
+}
+m_exports() { # all of ARCHS exported side by side (CPU): run it in the background during `build`
+    local a pids=()
+    for a in ${ARCHS:-llama1b:dynamic qwen3_06b neox1b gemma2_1b}; do export_arch "$a" & pids+=($!); done
+    local rc=0 p
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    cat "$OUT"/archs/export_*.log 2> /dev/null | grep -h '^exported'
+    return $rc
+}
 m_archs() {
     gpu_env archs
-    local th=${TORCH_HF:?TORCH_HF must name the shared baseline script (torch_hf.py)} a name dyn tag rc=0
+    local th=${TORCH_HF:?TORCH_HF must name the shared baseline script (torch_hf.py)} a name tag rc=0
     local commit=${COMMIT:-$(cat .devpkg/COMMIT 2> /dev/null || echo unknown)}
     [ -f "$D/gen_llama1b.json" ] || bench_as gen_llama1b 1b
     for a in ${ARCHS:-llama1b:dynamic qwen3_06b neox1b gemma2_1b}; do
-        name=${a%%:*} dyn="" tag=${a%%:*}
-        [ "$a" != "$name" ] && dyn=--export-dynamic && tag=${name}_dynamic
-        # shellcheck disable=SC2086
-        timeout "${TORCH_TIMEOUT:-420}" python3 "$th" --arch "$name" $dyn --export "/tmp/$tag.onnx" \
-            --json "$D/torch_$tag.json" > "$D/torch_$tag.log" 2>&1 ||
-            { echo "torch $tag: rc=$? $(tail -1 "$D/torch_$tag.log" | cut -c1-200)"; rc=1; }
-        [ -f "/tmp/$tag.onnx" ] || continue
+        name=${a%%:*} tag=$(arch_tag "$a")
+        export_arch "$a" || { rc=1; continue; }
         # shellcheck disable=SC2046
         "$FP8RUN" info "/tmp/$tag.onnx" $(shape 1b) --precision fp8 2>&1 | sed -n '/fast path/,/^prepared/p' > "$D/info_$tag.txt"
         head -3 "$D/info_$tag.txt"
+        # fp8run first: a call that runs short still has its figure
         MODEL=/tmp/$tag.onnx bench_as "fp8run_$tag" 1b || rc=1
+        timeout "${TORCH_TIMEOUT:-420}" python3 "$th" --arch "$name" --json "$D/torch_$tag.json" > "$D/torch_$tag.log" 2>&1 ||
+            { echo "torch $tag: rc=$? $(tail -1 "$D/torch_$tag.log" | cut -c1-200)"; rc=1; }
     done
     python3 tools/arch_table.py "$D" "$commit" > "$D/architectures.json" || rc=1
     return $rc
@@ -414,7 +439,7 @@ mode=${1:-help}
 [ $# -gt 0 ] && shift
 case $mode in
     help | -h | --help) help ;;
-    debs | stamp | build | bundle | tests | bench | versus | profile | compare | e2e | sft | determinism | dist | finetune | archs | hf | python | user)
+    debs | stamp | build | bundle | exports | tests | bench | versus | profile | compare | e2e | sft | determinism | dist | finetune | archs | hf | python | user)
         "m_$mode" "$@"
         rc=$?
         [ -n "${PACK:-}" ] && [ -d "$OUT/$mode" ] && tar -C "$OUT" -czf "$OUT/$mode.tgz" "$mode"
