@@ -124,6 +124,10 @@ void fr_graph_free(fr_graph *g);
  * copy is a header that borrows the source's data (owns_data = 0), so the source must outlive
  * the copy. */
 FR_NODISCARD fr_status fr_train_clone_graph(const fr_graph *g, int share_constants, fr_graph **out);
+/* Makes g own every constant it borrows from `from` (a copy made with share_constants): the
+ * storage changes hands, `from` borrows it now and must go first or not outlive g's use of
+ * it. Storage borrowed from elsewhere is copied. */
+FR_NODISCARD fr_status fr_graph_take_constants(fr_graph *g, fr_graph *from);
 
 /* Add a value named `name` (must be unique; a duplicate is FR_ERR_GRAPH). Returns its id in
  * *id. Shape starts unknown (rank -1), dtype FR_UNDEFINED. */

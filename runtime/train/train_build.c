@@ -354,7 +354,7 @@ fr_status tr_orig_values(fr_trainer *t, const tr_orig *o, float *dst)
     float *src = t->g->values[t->params[o->param].value].constant->data;
     if (o->fused)
         tr_slice_copy(o->fused, o->slice, src, dst, 1);
-    else
+    else if (dst != src) /* the pristine copy's own storage, which the training copy shares */
         memcpy(dst, src, (size_t)o->numel * sizeof(float));
     return FR_OK;
 }
@@ -583,7 +583,12 @@ fr_status tr_build_forward(fr_trainer *t, const fr_graph *model, int *tok_out, i
     FR_TRY(fr_train_clone_graph(model, 0, &t->pristine));
     pc.g = t->pristine;
     FR_TRY(fr_pipeline_run(&pc, FR_STAGE_MODEL));
-    FR_TRY(fr_train_clone_graph(t->pristine, 0, &t->g));
+    /* The training copy borrows the pristine copy's initializers: the passes put what they
+       change (folds, fused parameters) in tensors of their own, so the two share every weight
+       the training leaves alone and every trained one (export writes the trained values into
+       the pristine copy: for these they are already there). A copy of its own cost the model's
+       size again in host memory, for the whole run (32 GB at 8B in float32). */
+    FR_TRY(fr_train_clone_graph(t->pristine, 1, &t->g));
     pc.g = g = t->g;
     if (model->source_path) {
         t->model_path = fr_strdup(model->source_path, "trainer");

@@ -229,7 +229,7 @@ void fr_trainer_free(fr_trainer *t)
     free(t->loss_name);
     free(t->logits_name);
     fr_graph_free(t->eval_g); /* borrows g's constants: free it first */
-    fr_graph_free(t->g);
+    fr_graph_free(t->g); /* borrows the pristine copy's constants: before it */
     fr_graph_free(t->pristine);
     free(t->sft_labels);
     free(t->sft_pos);
@@ -350,6 +350,12 @@ fr_status fr_train_compile_graph_passes(const fr_graph *model, const fr_train_op
     *compiled = NULL;
     memset(report, 0, sizeof *report);
     FR_TRY(compile_forward(model, opt, &t, &tok));
+    /* the compiled graph outlives the trainer and its pristine copy, whose storage it borrows */
+    fr_status st = fr_graph_take_constants(t->g, t->pristine);
+    if (st != FR_OK) {
+        fr_trainer_free(t);
+        return st;
+    }
     *compiled = t->g;
     *report = t->report;
     if (passes) *passes = t->passes;

@@ -29,7 +29,8 @@ int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * the command line. */
 const char *cli_last_error(void);
 
-/* The commit this CLI was built from: "05e756c", "05e756c-dirty" or "unknown" (cli_commit.c). */
+/* The commit this CLI was built from: "05e756c", "05e756c-dirty" or "unknown" (generated at
+ * build time by tools/commit_stamp.cmake). */
 const char *cli_commit(void);
 /* cli_last_error() as a failure. */
 int cli_fail_status(void);

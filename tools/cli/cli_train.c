@@ -749,6 +749,9 @@ static int run_train(train_args *a)
     if (rc == 0 && a->init_from && lora) rc = cli_init_from(NULL, L.m, a->init_from, wflags);
     if (rc == 0) rc = cli_sft_setup("train", a);
     if (rc == 0 && fp8run_session_create(L.m, a->device, &a->o, &L.t) != FP8RUN_OK) rc = cli_fail_status();
+    /* the session has its own copy: the loaded weights (the model's size in host memory) go now */
+    fp8run_model_destroy(L.m);
+    L.m = NULL;
     if (rc == 0 && a->init_from && !resume && !lora) rc = cli_init_from(L.t, NULL, a->init_from, wflags);
     if (rc == 0 && a->init_from && resume && !lora) fprintf(stderr, "fp8run: --init-from not used: resuming from %s\n", resume);
     if (rc == 0) rc = open_loaders(&L);
