@@ -370,6 +370,21 @@ export_arch() { # ARCH[:dynamic]: the baseline's module exported (CPU only, 50-8
     local name=${1%%:*} tag th=${TORCH_HF:?TORCH_HF must name the shared baseline script (torch_hf.py)}
     tag=$(arch_tag "$1")
     [ -f "/tmp/$tag.done" ] && return 0 # not the .onnx alone: an export cut short leaves one
+    # one export of an arch at a time: `archs` waits for the one `exports` started in the background
+    local waited=0
+    until mkdir "/tmp/$tag.lock" 2> /dev/null; do
+        sleep 2
+        [ -f "/tmp/$tag.done" ] && return 0
+        waited=$((waited + 2))
+        [ $waited -gt "${EXPORT_TIMEOUT:-300}" ] && { echo "export $tag: another export holds /tmp/$tag.lock"; return 1; }
+    done
+    local rc=0
+    [ -f "/tmp/$tag.done" ] || export_arch_locked "$name" "$tag" "$th" || rc=1
+    rmdir "/tmp/$tag.lock"
+    return $rc
+}
+export_arch_locked() { # NAME TAG TORCH_HF
+    local name=$1 tag=$2 th=$3
     mkdir -p "$OUT/archs"
     (cd "$(dirname "$th")" && CUDA_VISIBLE_DEVICES="" timeout "${EXPORT_TIMEOUT:-300}" python3 -c "
 import sys, time, $(basename "$th" .py) as h
