@@ -1,4 +1,4 @@
-/* IR basics: values, nodes, attributes, toposort, cycle detection. */
+/* IR basics: values, nodes, attributes, toposort, cycle detection, copies that share storage. */
 #include <string.h>
 
 #include "graph/ir.h"
@@ -123,7 +123,42 @@ static void test_half_bf16(void)
     CU_ASSERT_EQUAL(fr_f32_to_f16(2.9802322e-08f), 0x0000);         /* half of it: tie to even 0 */
 }
 
+/* A copy made with shared constants borrows the source's storage; take_constants hands it
+ * over (no copy), so the copy outlives the source with the same bytes, and storage the copy
+ * borrows from elsewhere is copied. */
+static void test_shared_copy_take(void)
+{
+    fr_graph *g, *c;
+    FR_ASSERT_OK(fr_graph_new(&g));
+    int a, b;
+    FR_ASSERT_OK(fr_graph_add_value(g, "a", &a));
+    FR_ASSERT_OK(fr_graph_add_value(g, "b", &b));
+    const int64_t d[1] = {5};
+    FR_ASSERT_OK(fr_tensor_new(FR_F32, 1, d, "a", &g->values[a].constant));
+    FR_ASSERT_OK(fr_tensor_new(FR_F32, 1, d, "b", &g->values[b].constant));
+    for (int i = 0; i < 5; i++) ((float *)g->values[a].constant->data)[i] = (float)i + 0.5f;
+    FR_ASSERT_OK(fr_train_clone_graph(g, 1, &c));
+    CU_ASSERT_PTR_EQUAL(c->values[a].constant->data, g->values[a].constant->data);
+    CU_ASSERT_FALSE(c->values[a].constant->owns_data);
+    /* b in the copy borrows storage g does not own: it must be copied */
+    float outside[5] = {9, 8, 7, 6, 5};
+    c->values[b].constant->data = outside;
+    FR_ASSERT_OK(fr_graph_take_constants(c, g));
+    CU_ASSERT_TRUE(c->values[a].constant->owns_data);
+    CU_ASSERT_FALSE(g->values[a].constant->owns_data);
+    CU_ASSERT_TRUE(c->values[b].constant->owns_data);
+    CU_ASSERT_PTR_NOT_EQUAL(c->values[b].constant->data, outside);
+    fr_graph_free(g); /* frees only what it still owns: b's own storage */
+    const float *x = c->values[a].constant->data, *y = c->values[b].constant->data;
+    for (int i = 0; i < 5; i++) {
+        CU_ASSERT_EQUAL(x[i], (float)i + 0.5f);
+        CU_ASSERT_EQUAL(y[i], outside[i]);
+    }
+    fr_graph_free(c);
+}
+
 static CU_TestInfo ir_tests[] = {
+    {"shared_copy_take", test_shared_copy_take},
     {"add_lookup", test_add_lookup},
     {"toposort_and_cycle", test_toposort_and_cycle},
     {"attrs", test_attrs},
