@@ -41,6 +41,11 @@ uses a build folder instead):
                       against its ceiling
   compare             compiled PyTorch (TORCH_LLAMA: path of the torch_llama.py baseline) then
                       `bench` (1B and 125M, bf16 and fp8) then `profile`, on the same GPU
+  peers               bench/peers.json: for each of PEER_SIZES ("1b 125m"; one size per call keeps a
+                      call under 10 min) compiled PyTorch bf16 and fp8 (TORCH_LLAMA: torch_llama.py),
+                      torchao float8 tensorwise and rowwise (TORCHAO_LLAMA, default beside it; the
+                      torchao wheel carried in .whl and on PYTHONPATH), fp8run bf16 and fp8;
+                      tools/peers_table.py writes the rows
   e2e                 the 125M trained 300 steps byte-level on fp8run's sources in bf16 and fp8,
                       once per data order in SEEDS (0 1 2); rc 1 unless fp8's mean last
                       validation loss is within 1% of bf16's
@@ -233,6 +238,27 @@ m_compare() {
     done
     SIZES="1b 125m" PRECISIONS="bf16 fp8" m_bench
     m_profile 1b fp8
+}
+m_peers() { # each of PEER_SIZES (1b 125m): compiled PyTorch bf16/fp8, torchao tensorwise/rowwise, fp8run bf16/fp8
+    gpu_env peers
+    local P=$D tl=${TORCH_LLAMA:?TORCH_LLAMA must name the PyTorch baseline script (torch_llama.py)} ta s p rows=""
+    local commit=${COMMIT:-$(cat .devpkg/COMMIT 2> /dev/null || echo unknown)}
+    ta=${TORCHAO_LLAMA:-$(dirname "$tl")/torchao_llama.py}
+    for s in ${PEER_SIZES:-1b 125m}; do
+        for p in fp8 bf16; do
+            timeout "${TORCH_TIMEOUT:-200}" python3 "$tl" --preset "$s" --precision "$p" --compile \
+                --json "$P/torch_llama_${s}_${p}_compile.json" > "$P/torch_${s}_$p.log" 2>&1
+            echo "torch $s $p: rc=$? $(tail -1 "$P/torch_${s}_$p.log" | cut -c1-160)"
+        done
+        rows="$rows $s-tensorwise $s-rowwise"
+    done
+    # torchao is not installed there: its wheel travels in .whl (docs/gpu.md) and is on PYTHONPATH
+    # shellcheck disable=SC2086
+    timeout "${TORCHAO_TIMEOUT:-400}" python3 "$ta" --json "$P/torchao.json" $rows > "$P/torchao.log" 2>&1
+    echo "torchao:$rows rc=$? $(tail -1 "$P/torchao.log" | cut -c1-160)"
+    SIZES=${PEER_SIZES:-1b 125m} PRECISIONS="fp8 bf16" m_bench
+    cp "$OUT"/bench/*_llama*.json "$P/"
+    python3 tools/peers_table.py "$P" "$commit" > "$P/peers.json"
 }
 m_e2e() {
     gpu_env e2e
@@ -454,7 +480,7 @@ mode=${1:-help}
 [ $# -gt 0 ] && shift
 case $mode in
     help | -h | --help) help ;;
-    debs | stamp | build | bundle | exports | tests | bench | versus | profile | compare | e2e | sft | determinism | dist | finetune | archs | hf | python | user)
+    debs | stamp | build | bundle | exports | peers | tests | bench | versus | profile | compare | e2e | sft | determinism | dist | finetune | archs | hf | python | user)
         "m_$mode" "$@"
         rc=$?
         [ -n "${PACK:-}" ] && [ -d "$OUT/$mode" ] && tar -C "$OUT" -czf "$OUT/$mode.tgz" "$mode"
