@@ -144,33 +144,19 @@ fr_status fr_train_clone_graph(const fr_graph *g, int share_constants, fr_graph 
     return FR_OK;
 }
 
-/* The owner, in `from`, of the storage that borrowed tensor t reads: the value at the same id
- * first (a copy keeps ids), else any value holding the same bytes. */
-static fr_tensor *owner_of(const fr_tensor *t, int id, fr_graph *from)
-{
-    if (id < from->n_values) {
-        fr_tensor *o = from->values[id].constant;
-        if (o && o->owns_data && o->data == t->data) return o;
-    }
-    for (int i = 0; i < from->n_values; i++) {
-        fr_tensor *o = from->values[i].constant;
-        if (o && o->owns_data && o->data == t->data) return o;
-    }
-    return NULL;
-}
-
 fr_status fr_graph_take_constants(fr_graph *g, fr_graph *from)
 {
     for (int i = 0; i < g->n_values; i++) {
         fr_tensor *t = g->values[i].constant;
         if (!t || t->owns_data || !t->nbytes) continue;
-        fr_tensor *o = owner_of(t, i, from);
-        if (o) { /* the storage changes hands: no copy */
+        /* a copy keeps value ids: the owner is the value at the same id */
+        fr_tensor *o = i < from->n_values ? from->values[i].constant : NULL;
+        if (o && o->owns_data && o->data == t->data) { /* the storage changes hands: no copy */
             o->owns_data = 0;
             t->owns_data = 1;
             continue;
         }
-        /* borrowed from elsewhere (not expected): copied, so that g stands alone */
+        /* borrowed from elsewhere (a pass moved it): copied, so that g stands alone */
         void *d = fr_malloc(t->nbytes, "graph constants");
         if (!d) return FR_ERR_OOM;
         memcpy(d, t->data, t->nbytes);

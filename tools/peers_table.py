@@ -19,15 +19,9 @@ import json
 import os
 import sys
 
+from arch_table import load  # a JSON file, or {"error": ...} naming it
+
 SIZES = ("1b", "125m")
-
-
-def load(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError) as e:
-        return {"error": "%s: %s" % (os.path.basename(path), e)}
 
 
 def fp8run_file(d, size, prec):

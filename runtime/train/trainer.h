@@ -4,8 +4,9 @@
  * Building (fr_trainer_new):
  *   - a pristine deep copy of the model is kept for export (original names and layouts);
  *   - a training copy that borrows the pristine copy's initializers (graph_clone's shared
- *     mode: the model's weights are held once, not twice) goes through the graph passes of passes/pipeline.c, in the order listed
- *     there (fr_trainer's `passes` records what each did); in short, it is prepared
+ *     mode: the model's weights are held once, not twice) goes through the graph passes of
+ *     passes/pipeline.c, in the order listed there (fr_trainer's `passes` records what each
+ *     did); in short, it is prepared
  *     (fr_prepare_forward) with the batch and sequence dims fixed
  *     from the tokens input's symbolic dims, the trained parameters chosen (float32
  *     initializers, filtered by the train/freeze regexes), compiled for the precision
