@@ -217,6 +217,12 @@ static void test_first_fit(void)
     len[64] = 1; /* with fewer windows opened, the last one fits the first window's room */
     CU_ASSERT_EQUAL(fr_sft_pack(len, 65, 10, win), 64);
     CU_ASSERT_EQUAL(win[64], 0);
+    /* at most FR_SFT_MAX_EXAMPLES examples a window, however short they are */
+    int64_t one[200], w200[200];
+    for (int i = 0; i < 200; i++) one[i] = 1;
+    CU_ASSERT_EQUAL(fr_sft_pack(one, 200, 2049, w200), (200 + FR_SFT_MAX_EXAMPLES - 1) / FR_SFT_MAX_EXAMPLES);
+    CU_ASSERT_EQUAL(w200[FR_SFT_MAX_EXAMPLES - 1], 0);
+    CU_ASSERT_EQUAL(w200[FR_SFT_MAX_EXAMPLES], 1);
     /* a file: examples of 6, 6, 4, 4 tokens in windows of 10 come as [0 2] [1 3] */
     write_text("f.jsonl", "{\"prompt\": \"abc\", \"completion\": \"de\"}\n{\"prompt\": \"fgh\", \"completion\": \"ij\"}\n"
                           "{\"prompt\": \"k\", \"completion\": \"lm\"}\n{\"prompt\": \"n\", \"completion\": \"op\"}\n");

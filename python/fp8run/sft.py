@@ -308,25 +308,28 @@ def read_examples(path, encoder, train_on_prompt=False, skip_bad_lines=False, st
 
 
 OPEN_WINDOWS = 64  # runtime/io/sft_data.h FR_SFT_OPEN_WINDOWS
+MAX_EXAMPLES = 63  # runtime/io/sft_data.h FR_SFT_MAX_EXAMPLES
 
 
 def pack(lengths, cap):
     """The window of each example (lengths each <= cap) as the trainer packs them
     (runtime/io/sft_data.c fr_sft_pack): first fit over the last OPEN_WINDOWS windows opened,
-    in file order; a new window when none has room (the oldest open one then closes)."""
-    out, open_ = [], []  # open_: [window, fill], oldest first
+    in file order; a new window when none has room, in tokens or in examples (MAX_EXAMPLES a
+    window; the oldest open one then closes)."""
+    out, open_ = [], []  # open_: [window, fill, examples], oldest first
     windows = 0
     for n in lengths:
         for w in open_:
-            if w[1] + n <= cap:
+            if w[1] + n <= cap and w[2] < MAX_EXAMPLES:
                 break
         else:
             if len(open_) == OPEN_WINDOWS:
                 open_.pop(0)
-            w = [windows, 0]
+            w = [windows, 0, 0]
             windows += 1
             open_.append(w)
         w[1] += n
+        w[2] += 1
         out.append(w[0])
     return out
 

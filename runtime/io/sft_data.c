@@ -96,21 +96,25 @@ static int64_t tok_at(const fr_sft_view *v, int64_t i)
 
 int64_t fr_sft_pack(const int64_t *len, int64_t n, int64_t cap, int64_t *window_of)
 {
-    int64_t open_id[FR_SFT_OPEN_WINDOWS], open_fill[FR_SFT_OPEN_WINDOWS], n_open = 0, windows = 0;
+    int64_t open_id[FR_SFT_OPEN_WINDOWS], open_fill[FR_SFT_OPEN_WINDOWS], open_count[FR_SFT_OPEN_WINDOWS];
+    int64_t n_open = 0, windows = 0;
     for (int64_t i = 0; i < n; i++) {
         int64_t k = 0;
-        while (k < n_open && open_fill[k] + len[i] > cap) k++;
+        while (k < n_open && (open_fill[k] + len[i] > cap || open_count[k] == FR_SFT_MAX_EXAMPLES)) k++;
         if (k == n_open) { /* a new window; the oldest one closes when too many are open */
             if (n_open == FR_SFT_OPEN_WINDOWS) {
                 memmove(open_id, open_id + 1, (size_t)(n_open - 1) * sizeof *open_id);
                 memmove(open_fill, open_fill + 1, (size_t)(n_open - 1) * sizeof *open_fill);
+                memmove(open_count, open_count + 1, (size_t)(n_open - 1) * sizeof *open_count);
                 k = --n_open;
             }
             open_id[k] = windows++;
             open_fill[k] = 0;
+            open_count[k] = 0;
             n_open++;
         }
         open_fill[k] += len[i];
+        open_count[k]++;
         window_of[i] = open_id[k];
     }
     return windows;

@@ -22,7 +22,8 @@
  * per token. An example of n tokens takes n consecutive slots of one window; an example longer
  * than T + 1 is cut to its first T + 1 tokens (counted: fr_sft_plan.truncated).
  *  - packing on: first fit over the last FR_SFT_OPEN_WINDOWS windows opened: each example, in
- *    file order, goes into the oldest of them with room for it, else into a new window (the
+ *    file order, goes into the oldest of them with room for it (tokens, and fewer than
+ *    FR_SFT_MAX_EXAMPLES examples so far), else into a new window (the
  *    oldest one is then closed when more are open). Windows come in the order they were
  *    opened, each holding its examples in file order; segment ids are 1, 2, 3, ... per example
  *    within a window, 0 on the padding after them. (Filling windows strictly in file order
@@ -44,6 +45,12 @@
 #define FR_SFT_MAGIC "FP8RSFT1"
 #define FR_SFT_HEADER 64
 #define FR_SFT_OPEN_WINDOWS 64 /* packing: windows an example may still go into */
+/* packing: examples one window holds at most. A window's segments (its examples and the padding
+ * after them) are the variable-length sequences of cuDNN's attention, which plans a fixed number
+ * of sequence slots per window (64, ops/cuda/attention_cudnn_ragged.h); 63 examples and the
+ * padding fit that, so no packed window ever needs more slots than the plan has. Full windows of
+ * examples shorter than 33 tokens leave some padding for it. */
+#define FR_SFT_MAX_EXAMPLES 63
 
 /* A parsed SFT token file over memory the caller keeps (a mapping). */
 typedef struct fr_sft_view {
