@@ -6,9 +6,14 @@
  *  - fr_cudnn_open on a missing file and on a library that is not cuDNN;
  *  - where a cuDNN 9 is installed (fr_cudnn_default_paths; skipped, saying so, where none is):
  *    its version, and the forward and backward operation graphs (bf16 and fp16, causal or not,
- *    MHA, GQA and MQA, T with and without the backward's padding workaround, Tq != Tk) build:
- *    every tensor and operation descriptor finalizes, as does the operation graph where cuDNN
- *    allows that without a device, with the number of operations the pattern has.
+ *    MHA, GQA and MQA, T with and without the backward's padding workaround, Tq != Tk, packed
+ *    sequences as variable-length sequences with ragged offsets, head dims 64, 128, 256, plain
+ *    and deterministic backward) build: every tensor and operation descriptor finalizes, as does
+ *    the operation graph where cuDNN allows that without a device, with the number of
+ *    operations the pattern has;
+ *  - the host reference of packed ids into cuDNN's sequences (fr_cudnn_ragged_reference): runs
+ *    of equal ids per window (length-1 examples, a window that is one example, the padding
+ *    run), int32 and int64 ids, ids shared by all windows, more sequences than slots.
  * Without the CUDA backend fp8run_cudnn_info says so, and --attention is accepted (a CPU run
  * has no fused attention kernels to choose). */
 #include <stdio.h>
@@ -21,6 +26,7 @@
 #include <dlfcn.h>
 
 #include "ops/cuda/attention_cudnn.h"
+#include "ops/cuda/attention_cudnn_ragged.h"
 #endif
 
 #define MISSING "/nonexistent/libcudnn.so.9"
@@ -148,7 +154,7 @@ static void test_graphs(void)
         int causal, half;
         int64_t window;
         float softcap;
-        int padded; /* 2: segment ids (document mask) instead */
+        int padded; /* 2: segment ids (document mask) instead; 3: packed sequences (ragged) */
     } cases[] = {
         {2, 3, 3, 64, 64, 64, 64, 1, 0, 0, 0, 0},       {2, 3, 3, 65, 65, 128, 128, 0, 0, 0, 0, 0},
         {2, 4, 2, 256, 256, 128, 128, 1, 0, 0, 0, 0},   {1, 4, 1, 7, 7, 64, 64, 1, 1, 0, 0, 0},
@@ -159,6 +165,11 @@ static void test_graphs(void)
         {2, 4, 2, 256, 256, 128, 128, 1, 0, 64, 0, 0},  {2, 4, 4, 200, 200, 64, 64, 0, 0, 0, 30.0f, 0},
         {2, 4, 2, 256, 256, 128, 128, 0, 0, 0, 0, 1},   {2, 8, 4, 384, 384, 256, 256, 1, 0, 100, 50.0f, 1},
         {2, 4, 2, 200, 200, 64, 64, 1, 0, 0, 0, 2},     {2, 8, 4, 384, 384, 256, 256, 1, 0, 100, 50.0f, 2},
+        /* packed sequences (b: windows here, made slots below): D 64, 128, 256, GQA, MQA, T not
+           a multiple of 128, the Llama 1B shape */
+        {2, 4, 4, 200, 200, 64, 64, 1, 0, 0, 0, 3},     {3, 8, 2, 256, 256, 128, 128, 1, 0, 0, 0, 3},
+        {2, 4, 1, 130, 130, 256, 256, 1, 0, 0, 0, 3},   {8, 32, 8, 2048, 2048, 64, 64, 1, 0, 0, 0, 3},
+        {2, 4, 2, 256, 256, 128, 128, 1, 0, 64, 0, 3},
     };
     int graphs = 0, graphs_final = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
@@ -170,8 +181,18 @@ static void test_graphs(void)
             packed(p.hk, p.tk, p.dv, p.sv);
             packed(p.hq, p.tq, p.dv, p.so);
             p.window = cases[i].window, p.softcap = cases[i].softcap;
-            p.padded = cases[i].padded == 1, p.segments = cases[i].padded == 2;
+            p.padded = cases[i].padded == 1 || cases[i].padded == 3, p.segments = cases[i].padded == 2;
             p.deterministic = variant == 2;
+            if (cases[i].padded == 3) { /* token-major [windows, T, heads, D], one sequence a slot */
+                p.ragged = p.b * p.tq;
+                p.b = fr_cudnn_ragged_slots(p.b, p.tq);
+                const int64_t sq[4] = {p.tq * p.hq * p.d, p.d, p.hq * p.d, 1}, sk[4] = {p.tk * p.hk * p.d, p.d, p.hk * p.d, 1};
+                const int64_t sv[4] = {p.tk * p.hk * p.dv, p.dv, p.hk * p.dv, 1};
+                const int64_t so[4] = {p.tq * p.hq * p.dv, p.dv, p.hq * p.dv, 1};
+                memcpy(p.sq, sq, sizeof sq), memcpy(p.sk, sk, sizeof sk), memcpy(p.sv, sv, sizeof sv);
+                memcpy(p.so, so, sizeof so);
+                if (version < 90600) continue; /* refused there (checked below) */
+            }
             if (p.segments && backward) p.segments = 0; /* the document mask's backward is refused */
             int finalized = -1, n_ops = 0;
             const fr_status st = fr_cudnn_sdpa_check_graph(&api, version, &p, &finalized, &n_ops);
@@ -218,7 +239,65 @@ static void test_graphs(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "s_q = s_kv = 1"));
     fr_cudnn_sdpa groups = problem(1, 3, 2, 8, 8, 64, 0, 0, 0);
     CU_ASSERT_EQUAL(fr_cudnn_sdpa_check_graph(&api, version, &groups, &finalized, &n_ops), FR_ERR_UNSUPPORTED);
+    /* packed sequences: head dims multiples of 16, lengths required, said by describe_support */
+    fr_cudnn_sdpa rag = problem(4, 2, 2, 64, 64, 72, 1, 0, 1);
+    rag.ragged = 2 * 64, rag.padded = 1;
+    CU_ASSERT_EQUAL(fr_cudnn_sdpa_check_graph(&api, version, &rag, &finalized, &n_ops), FR_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), version < 90600 ? "cuDNN 9.6 or newer" : "multiples of 16"));
+    rag.d = rag.dv = 64, rag.padded = 0;
+    CU_ASSERT_EQUAL(fr_cudnn_sdpa_check_graph(&api, version, &rag, &finalized, &n_ops), FR_ERR_UNSUPPORTED);
+    fr_cudnn_sdpa_describe_support(version, 9, text, sizeof text);
+    CU_ASSERT((version >= 90600) == (strstr(text, "packed sequences") != NULL));
+    fr_cudnn_sdpa_describe_support(version, 8, text, sizeof text);
+    CU_ASSERT_PTR_NULL(strstr(text, "packed sequences"));
     dlclose(lib);
+}
+
+/* Packed ids of `windows` rows of T into sequences: the host reference of the device kernel. */
+static void test_ragged_reference(void)
+{
+    enum { W = 3, T = 10 };
+    /* window 0: examples of 3, 1 (length 1), 4, then 2 padding; window 1: one example filling
+       it; window 2: ten examples of length 1 */
+    const int32_t ids[W * T] = {1, 1, 1, 2, 3, 3, 3, 3, 0, 0, /**/ 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+                                1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    int64_t ids64[W * T];
+    for (int i = 0; i < W * T; i++) ids64[i] = ids[i];
+    const int32_t want_start[15] = {0, 3, 4, 8, 10, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29};
+    const int32_t want_len[15] = {3, 1, 4, 2, 10, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    CU_ASSERT_EQUAL(fr_cudnn_ragged_slots(W, T), W * T); /* T below the bound: a slot per token */
+    CU_ASSERT_EQUAL(fr_cudnn_ragged_slots(8, 2048), 8 * FR_CUDNN_RAGGED_PER_WINDOW);
+    int32_t start[W * T], len[W * T];
+    for (int wide = 0; wide < 2; wide++) {
+        const int64_t n = fr_cudnn_ragged_reference(wide ? (const void *)ids64 : (const void *)ids, wide, W, T, 4, 4,
+                                                    W * T, start, len);
+        CU_ASSERT_EQUAL(n, 15);
+        int64_t covered = 0;
+        for (int k = 0; k < W * T; k++) {
+            CU_ASSERT_EQUAL(start[k], k < 15 ? want_start[k] : W * T);
+            CU_ASSERT_EQUAL(len[k], k < 15 ? want_len[k] : 0);
+            covered += len[k];
+        }
+        CU_ASSERT_EQUAL(covered, W * T); /* every token in exactly one sequence */
+    }
+    /* one row of ids for all windows (Sk [1, T]): each window has window 0's runs */
+    const int64_t n1 = fr_cudnn_ragged_reference(ids, 0, 2, T, 4, 8, 2 * T, start, len);
+    CU_ASSERT_EQUAL(n1, 8);
+    CU_ASSERT_EQUAL(start[4], 10);
+    CU_ASSERT_EQUAL(len[4], 3);
+    CU_ASSERT_EQUAL(len[7], 2);
+    /* rows per problem (Sk [W * heads, T], heads broadcast as the nodes require): row r * hq */
+    int32_t per_head[2 * 2 * T];
+    for (int r = 0; r < 2; r++)
+        for (int h = 0; h < 2; h++) memcpy(per_head + (r * 2 + h) * T, ids + (r == 0 ? 2 : 0) * T, T * sizeof(int32_t));
+    CU_ASSERT_EQUAL(fr_cudnn_ragged_reference(per_head, 0, 2, T, 2, 1, 2 * T, start, len), 14);
+    CU_ASSERT_EQUAL(start[10], 10);
+    CU_ASSERT_EQUAL(len[10], 3);
+    /* more sequences than slots: the count says so, the slots written stay within the batch */
+    const int64_t over = fr_cudnn_ragged_reference(ids, 0, W, T, 1, 1, 4, start, len);
+    CU_ASSERT_EQUAL(over, 15);
+    CU_ASSERT_EQUAL(start[3], 8);
+    for (int k = 0; k < 4; k++) CU_ASSERT(start[k] + len[k] <= W * T);
 }
 #endif
 
@@ -227,6 +306,7 @@ static CU_TestInfo tests[] = {
 #ifdef FP8RUN_HAVE_CUDA
     {"fr_cudnn_open: a missing file, a library that is not cuDNN", test_open},
     {"cuDNN SDPA graphs build and finalize without a device (where cuDNN is installed)", test_graphs},
+    {"packed ids into cuDNN's variable-length sequences (host reference)", test_ragged_reference},
 #endif
     CU_TEST_INFO_NULL,
 };

@@ -16,7 +16,10 @@
  * 160 and 256, D != Dv (192/128, 128/64, 64/256), sliding windows (2, 8, 64, longer than T),
  * softcap (causal or not, GQA), key padding (Sk = HF's attention_mask, Sq absent: exact; Sk =
  * Sq padded sequences: rows past a length, which cuDNN skips, compared as 0 with dO 0 there),
- * and their mixes (Gemma2's D256 + window + softcap, with padding). Backwards cuDNN is not
+ * and their mixes (Gemma2's D256 + window + softcap, with padding); packed sequences (Sk = Sq,
+ * seg_form packed) as cuDNN's variable-length sequences: windows of several examples of random
+ * lengths (length 1 among them), a window that is one example, a padding tail, D 64, 128, 256,
+ * GQA and MQA, a window, the deterministic backward; every row compared. Backwards cuDNN is not
  * trusted with (a window of one key; a window with cuDNN <= 9.15's padding workaround) are
  * refused under --attention cudnn and run by fp8run's kernels under auto, checked within 2e-2.
  * Also: --attention cudnn refuses, naming the node, what cuDNN does not take (fp32 precision,
@@ -213,7 +216,9 @@ typedef struct ncase {
     int64_t window;
     float softcap;
     int pad; /* 0: none; 1: Sk = key mask, Sq absent (HF padding); 2: Sk = Sq (padded sequences);
-              * 3: Sk = Sq packed sequences (ids 1, 1, 2, 2, 2, .., then 0 padding) */
+              * 3: Sk = Sq packed sequences (ids 1, 1, 2, 2, 2, .., then 0 padding); 4: packed as SFT
+              * windows are (window 0 one example; the others examples of random lengths 1 .. t/3, a
+              * third of them of length 1, then a padding tail) */
     const char *name;
 } ncase;
 
@@ -228,7 +233,7 @@ static void set_new_attrs(tnode *t, const ncase *c, const char *prec)
     set_attrs(t, c->causal, prec);
     if (c->window) TN_ATTR(t, int, "window", c->window);
     if (c->softcap > 0) TN_ATTR(t, float, "softcap", c->softcap);
-    if (c->pad) TN_ATTR(t, string, "seg_form", c->pad == 3 ? "packed" : "padded");
+    if (c->pad) TN_ATTR(t, string, "seg_form", c->pad >= 3 ? "packed" : "padded");
 }
 
 /* Rows (of [rows, w] seen flat over the batch dims, t rows per problem) past the length of
@@ -283,7 +288,19 @@ static void run_new(fr_rng *r, const ncase *c, int must)
     if (c->pad) {
         const int64_t sd[2] = {c->b, c->t};
         FR_ASSERT_OK(fr_tensor_new(FR_I32, 2, sd, "Sk", &Sk));
-        for (int64_t b = 0; b < c->b; b++) {
+        for (int64_t b = 0; c->pad == 4 && b < c->b; b++) {
+            int32_t *row = (int32_t *)Sk->data + b * c->t, id = 0;
+            int64_t j = 0;
+            const int64_t used = b == 0 ? c->t : c->t - (int64_t)(fr_rng_uniform(r) * (double)(c->t / 4));
+            while (j < used) {
+                int64_t n = b == 0 ? c->t : fr_rng_uniform(r) < 0.33 ? 1 : 1 + (int64_t)(fr_rng_uniform(r) * (double)(c->t / 3));
+                if (n > used - j) n = used - j;
+                id++;
+                for (int64_t e = 0; e < n; e++) row[j++] = id;
+            }
+            for (; j < c->t; j++) row[j] = 0;
+        }
+        for (int64_t b = 0; c->pad != 4 && b < c->b; b++) {
             len[b] = b == 0 ? c->t : 1 + (int64_t)(fr_rng_uniform(r) * (double)(c->t - 1)); /* 1 .. t */
             int32_t id = 1;
             for (int64_t j = 0; j < c->t; j++) {
@@ -375,6 +392,38 @@ static void run_new(fr_rng *r, const ncase *c, int must)
 }
 #endif
 
+/* Packed sequences (seg_form packed, Sk = Sq) as cuDNN's variable-length sequences, forward
+ * and backward against the float64 reference (O, dQ, dK, dV 1e-2, LSE 1e-4, every row: the
+ * padding tail is a sequence too): head dims 64, 128, 256, MHA, GQA, MQA, T a multiple of 128
+ * and not, a window; the deterministic backward on one. Every run cuDNN's. */
+static void test_packed_sequences(void)
+{
+#ifdef FP8RUN_HAVE_CUDA
+    if (!dnn_available()) return;
+    if (fr_cudnn_version() < 90600 || g_dnn->cc_major < 9) {
+        printf("\n    SKIP: cuDNN %zu on compute capability %d: packed sequences need cuDNN 9.6 and Hopper",
+               fr_cudnn_version(), g_dnn->cc_major);
+        return;
+    }
+    fr_rng r = fr_test_rng("gpu_attention_cudnn_packed");
+    static const ncase cases[] = {
+        {3, 4, 4, 256, 64, 64, 1, 0, 0, 4, "packed, D64"},
+        {3, 4, 2, 200, 128, 128, 1, 0, 0, 4, "packed, D128, GQA"},
+        {2, 4, 1, 130, 256, 256, 1, 0, 0, 4, "packed, D256, MQA"},
+        {4, 8, 2, 384, 128, 128, 1, 0, 0, 4, "packed, GQA, 4 windows"},
+        {2, 4, 2, 256, 128, 128, 1, 64, 0, 4, "packed, window 64"},
+        {3, 2, 2, 200, 64, 64, 1, 0, 0, 3, "packed, random ids"},
+    };
+    const int before = n_new;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_new(&r, &cases[i], 1);
+    g_dnn->deterministic = 1; /* its own plans (the problem key carries it) */
+    run_new(&r, &cases[1], 1);
+    g_dnn->deterministic = 0;
+    printf("\n    %d packed cases (forward + backward) on cuDNN matched the float64 reference", n_new - before);
+    CU_ASSERT_EQUAL(n_new - before, (int)(sizeof cases / sizeof cases[0]) + 1);
+#endif
+}
+
 static void test_new_cases(void)
 {
 #ifdef FP8RUN_HAVE_CUDA
@@ -404,7 +453,7 @@ static void test_new_cases(void)
         {2, 2, 2, 130, 64, 256, 1, 0, 0, 0, "D 64 != Dv 256"},
         /* with cuDNN <= 9.15's padding workaround (T not a multiple of 128) */
         {2, 2, 2, 200, 64, 64, 1, 8, 0, 0, "sliding window 8, T 200"},
-        /* packed sequences: refused (fr_cudnn_seg_problem says why), fp8run's kernels run them */
+        /* packed sequences as variable-length sequences (cuDNN 9.6+ on Hopper) */
         {3, 2, 2, 200, 64, 64, 1, 0, 0, 3, "packed sequences, causal"},
         {2, 4, 2, 256, 128, 128, 0, 0, 0, 3, "packed sequences, GQA, not causal"},
         {2, 2, 2, 256, 256, 256, 1, 100, 4.0f, 3, "D256, window, softcap, packed sequences"},
@@ -735,6 +784,8 @@ static CU_TestInfo tests[] = {
     {"cuDNN forward and backward vs float64 and fp8run's kernels (MHA, GQA, MQA, causal, ragged T)",
      test_against_reference},
     {"cuDNN: head dims to 256, D != Dv, sliding window, softcap, key padding vs float64", test_new_cases},
+    {"cuDNN: packed sequences as variable-length sequences vs float64 (D 64, 128, 256, GQA, deterministic)",
+     test_packed_sequences},
     {"--attention cudnn refuses what cuDNN does not take; auto falls back, saying why", test_refusals_and_fallback},
     {"FR_ATTN_BENCH=1: cuDNN vs fp8run at the reference shapes, cuDNN by head dim and mask; FR_ATTN_PROBE=1",
      test_bench},

@@ -9,7 +9,9 @@
  *    cuDNN's outputs are bf16), LSE within 1e-4. The backward reads each path's own forward
  *    outputs, on the CPU and the GPU alike.
  * On cuDNN also head dim 256, a sliding window, softcap and all three (Gemma2's attention),
- * HF's key padding (Sk, no Sq), alone and with a window and softcap.
+ * HF's key padding (Sk, no Sq), alone and with a window and softcap; packed SFT windows (Sk = Sq,
+ * seg_form packed: one example filling a window, examples of length 1, a padding tail) as
+ * cuDNN's variable-length sequences, head dims 64, 128 and 256, GQA and MQA, with a window.
  * Cases: GQA, MHA and MQA heads; RoPE half, interleaved and none; [T, D] and [B, 1, T, D]
  * tables; causal and not; T 33, 65, 97, 130, 256 (odd, not multiples of 64, and one); D 64 and
  * 128 (the vectorized staging kernels of attention_qkv_stage.cuh) and D 24 (not a multiple of
@@ -48,7 +50,9 @@ typedef struct qcase {
     int rope, table, causal, flat; /* rope 0 none, 1 half, 2 interleaved; table 2 [T, D], 4 [B, 1, T, D] */
     int64_t window;
     float softcap;
-    int seg; /* 0: none; 1: Sk = HF's attention_mask (right padding), Sq absent; 2: packed Sk = Sq */
+    int seg; /* 0: none; 1: Sk = HF's attention_mask (right padding), Sq absent; 2: packed Sk = Sq;
+              * 3: packed as SFT windows are (window 0 one example; the others examples of random
+              * lengths 1 .. T/3, a third of them of length 1, then padding) */
 } qcase;
 
 static const qcase k_cases[] = {
@@ -86,7 +90,7 @@ static void set_attrs(tnode *t, const qcase *c, const char *prec)
     if (c->flat) TN_ATTR(t, int, "flat_output", 1);
     if (c->window) TN_ATTR(t, int, "window", c->window);
     if (c->softcap > 0) TN_ATTR(t, float, "softcap", c->softcap);
-    if (c->seg) TN_ATTR(t, string, "seg_form", c->seg == 2 ? "packed" : "padded");
+    if (c->seg) TN_ATTR(t, string, "seg_form", c->seg >= 2 ? "packed" : "padded");
 }
 
 /* Sk [B, T] int32 for c->seg: right padding of random length (row 0 full), examples 1, 2, .. */
@@ -94,7 +98,19 @@ static fr_tensor *make_sk(fr_rng *r, const qcase *c)
 {
     if (!c->seg) return NULL;
     fr_tensor *sk = tt_new(FR_I32, 2, (int64_t[]){c->B, c->T});
-    for (int64_t b = 0; b < c->B; b++) {
+    for (int64_t b = 0; c->seg == 3 && b < c->B; b++) {
+        int32_t *row = (int32_t *)sk->data + b * c->T, id = 0;
+        int64_t j = 0;
+        const int64_t used = b == 0 ? c->T : c->T - (int64_t)(fr_rng_uniform(r) * (double)(c->T / 4));
+        while (j < used) {
+            int64_t len = b == 0 ? c->T : fr_rng_uniform(r) < 0.33 ? 1 : 1 + (int64_t)(fr_rng_uniform(r) * (double)(c->T / 3));
+            if (len > used - j) len = used - j;
+            id++;
+            for (int64_t e = 0; e < len; e++) row[j++] = id;
+        }
+        for (; j < c->T; j++) row[j] = 0;
+    }
+    for (int64_t b = 0; c->seg != 3 && b < c->B; b++) {
         const int64_t len = b == 0 ? c->T : 1 + (int64_t)(fr_rng_uniform(r) * (double)(c->T - 1));
         int32_t id = 1;
         for (int64_t j = 0; j < c->T; j++) {
@@ -155,8 +171,8 @@ static void run_case(fr_rng *r, const qcase *c, const char *prec, fr_cuda_ctx *c
     const int bf = strcmp(prec, "bf16") == 0;
     const double tol = bf ? TOL_BF16 : TOL_F32;
     fr_tensor *Sk = make_sk(r, c);
-    fr_tensor *ins[5] = {X, cs, sn, Sk, c->seg == 2 ? Sk : NULL};
-    const int n_in = c->seg == 2 ? 5 : c->seg ? 4 : c->rope ? 3 : 1;
+    fr_tensor *ins[5] = {X, cs, sn, Sk, c->seg >= 2 ? Sk : NULL};
+    const int n_in = c->seg >= 2 ? 5 : c->seg ? 4 : c->rope ? 3 : 1;
     tnode f;
     tn_init_domain(&f, "ai.fp8run", "AttentionQKV", 1, n_in, ins, 0u, 2);
     set_attrs(&f, c, prec);
@@ -171,7 +187,7 @@ static void run_case(fr_rng *r, const qcase *c, const char *prec, fr_cuda_ctx *c
     expect_close(go[1], f.out[1], bf ? TOL_LSE : TOL_F32, "LSE", what);
     /* backward from the GPU's forward outputs */
     fr_tensor *dO = tt_randn(r, FR_F32, go[0]->rank, go[0]->dims, 0, 1);
-    fr_tensor *bins[8] = {X, go[0], go[1], dO, cs, sn, Sk, c->seg == 2 ? Sk : NULL};
+    fr_tensor *bins[8] = {X, go[0], go[1], dO, cs, sn, Sk, c->seg >= 2 ? Sk : NULL};
     tnode b;
     tn_init_domain(&b, "ai.fp8run", "AttentionQKVGrad", 1, c->seg ? n_in + 3 : c->rope ? 6 : 4, bins, 0u, 1);
     set_attrs(&b, c, prec);
@@ -413,6 +429,27 @@ static void test_bf16_cudnn_masks(void)
 #endif
 }
 
+/* Packed SFT windows (seg_form packed, Sk = Sq) on cuDNN as variable-length sequences: head
+ * dims 64, 128, 256, GQA, MHA and MQA, RoPE, X float32 and bfloat16; every run cuDNN's. */
+static void test_bf16_cudnn_packed(void)
+{
+#ifdef FP8RUN_HAVE_CUDA
+    fr_cuda_ctx *c = dnn_ctx();
+    if (!c) return;
+    static const qcase packed[] = {
+        {3, 256, 4, 2, 64, 1, 2, 1, 0, 0, 0, 3},  {2, 200, 4, 4, 128, 1, 2, 1, 0, 0, 0, 3},
+        {2, 130, 4, 1, 256, 2, 2, 1, 0, 0, 0, 3}, {4, 97, 8, 2, 64, 1, 2, 1, 1, 0, 0, 3},
+        {2, 256, 4, 2, 128, 0, 2, 1, 0, 64, 0, 3},
+    };
+    fr_rng r = fr_test_rng("gpu_qkv_bf16_cudnn_packed");
+    n_dnn_runs = 0;
+    for (int xbf = 0; xbf < 2; xbf++)
+        for (size_t i = 0; i < sizeof packed / sizeof packed[0]; i++) run_case(&r, &packed[i], "bf16", c, xbf);
+    printf("\n  %d packed cases on cuDNN", n_dnn_runs);
+    CU_ASSERT_EQUAL(n_dnn_runs, 2 * (int)(sizeof packed / sizeof packed[0]));
+#endif
+}
+
 static void test_fp32(void) { fp32_cases(0); }
 static void test_bf16_own(void) { bf16_own_cases(0); }
 static void test_bf16_cudnn(void) { bf16_cudnn_cases(0); }
@@ -428,6 +465,8 @@ int main(void)
         {"bf16 on cuDNN vs CPU: 2e-2 (skipped without cuDNN)", test_bf16_cudnn},
         {"bf16 on cuDNN, head dim 256, sliding window, softcap, segments vs CPU: 2e-2 (skipped without cuDNN)",
          test_bf16_cudnn_masks},
+        {"packed SFT windows, bf16 on cuDNN's variable-length sequences vs CPU: 2e-2 (skipped without cuDNN)",
+         test_bf16_cudnn_packed},
         {"bfloat16 X, fp32 (fp8run's float32 kernels) vs CPU: 1e-5", test_fp32_xbf16},
         {"bfloat16 X, bf16 on fp8run's kernels vs CPU: 2e-2", test_bf16_own_xbf16},
         {"bfloat16 X, bf16 on cuDNN vs CPU: 2e-2 (skipped without cuDNN)", test_bf16_cudnn_xbf16},

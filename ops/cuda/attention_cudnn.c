@@ -12,7 +12,7 @@
 #include "ops/cuda/attention_cudnn_graph.h"
 #include "ops/cuda/attention_cudnn_status.h"
 
-#define MAX_IO 24      /* non-virtual tensors of a graph (20 at most today) */
+#define MAX_IO 32      /* non-virtual tensors of a graph (26 at most today: ragged backward) */
 #define VPACK_CACHE 64 /* variant packs kept per plan (one per node and executor at the shapes trained) */
 #define ALIGN 256
 
@@ -21,7 +21,8 @@ static size_t align_up(size_t v) { return (v + ALIGN - 1) / ALIGN * ALIGN; }
 size_t fr_cudnn_sdpa_aux_bytes(const fr_cudnn_sdpa *p)
 {
     if (!p->backward) return 0;
-    const size_t rows = (size_t)p->b * (size_t)p->hq * (size_t)p->tq;
+    /* ragged: token-major over the tokens the sequences lie in, not slots x longest */
+    const size_t rows = (size_t)(p->ragged ? p->ragged : p->b * p->tq) * (size_t)p->hq;
     const size_t acc = p->deterministic ? 0 : align_up(rows * (size_t)p->d * sizeof(float));
     return acc + align_up(rows * sizeof(float));
 }
@@ -81,7 +82,8 @@ static int same_problem(const fr_cudnn_sdpa *a, const fr_cudnn_sdpa *b)
 {
     return a->b == b->b && a->hq == b->hq && a->hk == b->hk && a->tq == b->tq && a->tk == b->tk && a->d == b->d &&
            a->dv == b->dv && a->causal == b->causal && a->window == b->window && a->softcap == b->softcap &&
-           a->padded == b->padded && a->segments == b->segments && a->half == b->half && a->backward == b->backward &&
+           a->padded == b->padded && a->segments == b->segments && a->ragged == b->ragged && a->half == b->half &&
+           a->backward == b->backward &&
            a->deterministic == b->deterministic &&
            memcmp(a->sq, b->sq, sizeof a->sq) == 0 && memcmp(a->sk, b->sk, sizeof a->sk) == 0 &&
            memcmp(a->sv, b->sv, sizeof a->sv) == 0 && memcmp(a->so, b->so, sizeof a->so) == 0;
@@ -246,7 +248,7 @@ fr_status fr_cudnn_sdpa_run(fr_cuda_ctx *c, const fr_cudnn_sdpa *problem, const 
     if (io->workspace_bytes < need || (need && !io->workspace))
         return fr_error(FR_ERR_INTERNAL, "cuDNN attention: workspace of %zu bytes, %zu needed", io->workspace_bytes, need);
     char *ws = (char *)io->workspace;
-    const size_t rows = (size_t)p->b * (size_t)p->hq * (size_t)p->tq;
+    const size_t rows = (size_t)(p->ragged ? p->ragged : p->b * p->tq) * (size_t)p->hq;
     const size_t acc_bytes = rows * (size_t)p->d * sizeof(float);
     void *dq_acc = p->deterministic ? NULL : ws; /* deterministic: no accumulator */
     void *sum = p->backward ? ws + (p->deterministic ? 0 : align_up(acc_bytes)) : NULL;
@@ -273,6 +275,14 @@ fr_status fr_cudnn_sdpa_run(fr_cuda_ctx *c, const fr_cudnn_sdpa *problem, const 
     if (p->padded) {
         ARG(UID_SEQ_Q, io->seq_q);
         ARG(UID_SEQ_KV, io->seq_kv);
+    }
+    if (p->ragged) {
+        ARG(UID_OFF_Q, io->off_q);
+        ARG(UID_OFF_K, io->off_k);
+        ARG(UID_OFF_V, io->off_v);
+        ARG(UID_OFF_O, io->off_o);
+        ARG(UID_OFF_STATS, io->off_stats);
+        if (p->backward && !p->deterministic) ARG(UID_OFF_ACC, io->off_acc);
     }
     if (p->backward) {
         ARG(UID_DO, io->dout);

@@ -78,6 +78,9 @@ typedef struct fr_cudnn_sdpa_io {
     void *dq, *dk, *dv;
     const int32_t *seq_q, *seq_kv; /* padded: [b] int32 on the device, 16-byte aligned */
     const int32_t *seg_q, *seg_kv; /* segments: [b, tq], [b, tk] int32 on the device, likewise */
+    /* ragged: [b + 1] int64 element offsets of each sequence's first token in Q (and dQ), K (dK),
+     * V (dV), O (dO), Stats (and the row sums), the dQ accumulator; 16-byte aligned */
+    const int64_t *off_q, *off_k, *off_v, *off_o, *off_stats, *off_acc;
     float scale;
     void *workspace; /* 16-byte aligned, fr_cudnn_sdpa_prepare's bytes */
     size_t workspace_bytes;
@@ -93,8 +96,9 @@ typedef struct fr_cudnn_segs {
 } fr_cudnn_segs;
 /* p->padded (seg_form padded: per-sequence lengths) for segment ids of seg_form `form`
  * (FR_ATTN_SEG_*) whose Sk has `rows` rows (b * hq: one per problem; b: one per sequence, heads
- * broadcast; or 1): 1, or 0 and why (general ids, packed sequences, ids that differ between a
- * sequence's heads). */
+ * broadcast; or 1): 1, or 0 and why (general ids, packed ids without Sq, ids that differ between
+ * a sequence's heads). Packed ids make p ragged (b becomes the slots, fr_cudnn_sdpa.ragged the
+ * tokens); the caller then lays Q, K, V, O out token-major. */
 int fr_cudnn_seg_problem(fr_cudnn_sdpa *p, int form, int has_q, int64_t rows, char *why, size_t n);
 /* Device bytes fr_cudnn_seg_stage needs for p (0 without segment ids). */
 size_t fr_cudnn_seg_bytes(const fr_cudnn_sdpa *p);
@@ -102,6 +106,11 @@ size_t fr_cudnn_seg_bytes(const fr_cudnn_sdpa *p);
  * fr_cudnn_seg_bytes), io pointed at them: small kernels on k's stream, no host sync. */
 FR_NODISCARD fr_status fr_cudnn_seg_stage(const fr_cuda_kctx *k, const fr_cudnn_sdpa *p, const fr_cudnn_segs *s,
                                           void *mem, fr_cudnn_sdpa_io *io);
+
+/* Statistics between the op's LSE [b, h, t] and cuDNN's token-major ragged Stats [b, t, h]
+ * (float32; to_token_major 1: LSE into Stats, 0: back), on k's stream. */
+FR_NODISCARD fr_status fr_cudnn_stats_transpose(const fr_cuda_kctx *k, const float *x, float *y, int64_t b, int64_t h,
+                                                int64_t t, int to_token_major);
 
 /* Scratch for cuDNN to run node n of g (0 when it will not: choice fp8run, or a node or shape
  * cuDNN does not take under choice auto). With a device (env->cu) the plan is built here;

@@ -3,7 +3,7 @@
  * (attention_cudnn_load.c, dlopen). The numbers are cuDNN's ABI, unchanged across 9.x (NVIDIA
  * keeps the backend enums stable within a major version); attention_cudnn_load.c checks every
  * one against cudnn_graph.h at compile time when that header is present. Everything here exists
- * in cuDNN 9.0, so the 9.14 of the GPU machines has it. Enum-typed arguments are passed as int
+ * in cuDNN 9.0, so the 9.14 of the GPU machines has it (ragged offsets are used from 9.6 only). Enum-typed arguments are passed as int
  * (cuDNN's enums are int-sized). */
 #ifndef FR_ATTENTION_CUDNN_ABI_H
 #define FR_ATTENTION_CUDNN_ABI_H
@@ -63,6 +63,7 @@ enum {
     FRDNN_ATTR_TENSOR_UNIQUE_ID = 906,
     FRDNN_ATTR_TENSOR_IS_VIRTUAL = 907,
     FRDNN_ATTR_TENSOR_IS_BY_VALUE = 908,
+    FRDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC = 913, /* per-batch start offsets (variable-length sequences) */
     FRDNN_ATTR_VARIANT_PACK_UNIQUE_IDS = 1000,
     FRDNN_ATTR_VARIANT_PACK_DATA_POINTERS = 1001,
     FRDNN_ATTR_VARIANT_PACK_WORKSPACE = 1003,
@@ -104,6 +105,7 @@ enum {
     FRDNN_DATA_HALF = 2,
     FRDNN_DATA_INT32 = 4,
     FRDNN_DATA_BFLOAT16 = 9,
+    FRDNN_DATA_INT64 = 10,
     FRDNN_DATA_BOOLEAN = 11,
 };
 

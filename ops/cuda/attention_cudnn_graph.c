@@ -110,7 +110,8 @@ static shp packed(int64_t d0, int64_t d1, int64_t d2, int64_t d3)
 
 enum { T_VIRTUAL = 1, T_BY_VALUE = 2 };
 
-static frdnn_desc tensor(gb *b, int64_t uid, int dtype, const shp *s, int flags)
+/* A tensor; rg (NULL: none): its ragged offsets, which replace the batch stride. */
+static frdnn_desc tensor_rg(gb *b, int64_t uid, int dtype, const shp *s, int flags, frdnn_desc rg)
 {
     frdnn_desc t = gb_new(b, FRDNN_TENSOR_DESCRIPTOR, "cudnnBackendCreateDescriptor(TENSOR)");
     const int64_t align = 16;
@@ -122,12 +123,40 @@ static frdnn_desc tensor(gb *b, int64_t uid, int dtype, const shp *s, int flags)
     SET(t, TENSOR_BYTE_ALIGNMENT, INT64, 1, &align);
     if (flags & T_VIRTUAL) SET(t, TENSOR_IS_VIRTUAL, BOOLEAN, 1, &yes);
     if (flags & T_BY_VALUE) SET(t, TENSOR_IS_BY_VALUE, BOOLEAN, 1, &yes);
+    if (rg) SETD(t, TENSOR_RAGGED_OFFSET_DESC, rg);
     gb_fin(b, t, "cudnnBackendFinalize(TENSOR)");
     return b->failed ? NULL : t;
 }
 
+static frdnn_desc tensor(gb *b, int64_t uid, int dtype, const shp *s, int flags)
+{
+    return tensor_rg(b, uid, dtype, s, flags, NULL);
+}
+
+/* The ragged offsets of a tensor: int64 [slots + 1, 1, 1, 1], in elements. */
+static frdnn_desc offsets(gb *b, int64_t uid, int64_t slots)
+{
+    const shp s = shape(slots + 1, 1, 1, 1, (const int64_t[4]){1, 1, 1, 1});
+    return tensor(b, uid, FRDNN_DATA_INT64, &s, 0);
+}
+
 /* A virtual (intermediate) tensor. */
 static frdnn_desc vt(gb *b, int dtype, const shp *s) { return tensor(b, b->next_uid++, dtype, s, T_VIRTUAL); }
+
+/* The ragged offsets of a problem's tensors (all NULL when it is not ragged). */
+typedef struct ragged {
+    frdnn_desc q, k, v, o, stats, acc;
+} ragged;
+
+static ragged ragged_of(gb *b, const fr_cudnn_sdpa *p)
+{
+    ragged r = {0};
+    if (!p->ragged) return r;
+    r.q = offsets(b, UID_OFF_Q, p->b), r.k = offsets(b, UID_OFF_K, p->b), r.v = offsets(b, UID_OFF_V, p->b);
+    r.o = offsets(b, UID_OFF_O, p->b), r.stats = offsets(b, UID_OFF_STATS, p->b);
+    if (p->backward && !p->deterministic) r.acc = offsets(b, UID_OFF_ACC, p->b);
+    return r;
+}
 
 /* A scalar passed by value (host pointer in the variant pack): dims and strides all 1. */
 static frdnn_desc scalar(gb *b, int64_t uid, int dtype)
@@ -326,6 +355,7 @@ static int io_type(const fr_cudnn_sdpa *p) { return p->half ? FRDNN_DATA_HALF : 
 /* The shapes both graphs use. */
 typedef struct shapes {
     shp q, kt, v, o, scores, rows, one;
+    shp stats, acc; /* Stats (and the row sums) and the dQ accumulator, non-virtual */
 } shapes;
 
 static shapes shapes_of(const fr_cudnn_sdpa *p)
@@ -339,6 +369,12 @@ static shapes shapes_of(const fr_cudnn_sdpa *p)
     s.scores = packed(p->b, p->hq, p->tq, p->tk);
     s.rows = packed(p->b, p->hq, p->tq, 1); /* Stats: [b, hq, tq] float32, contiguous */
     s.one = packed(1, 1, 1, 1);
+    s.stats = s.rows;
+    s.acc = packed(p->b, p->hq, p->tq, p->d);
+    if (p->ragged) { /* token-major, as each sequence's offsets address them */
+        s.stats = shape(p->b, p->hq, p->tq, 1, (const int64_t[4]){p->hq * p->tq, 1, p->hq, 1});
+        s.acc = shape(p->b, p->hq, p->tq, p->d, (const int64_t[4]){p->hq * p->tq * p->d, p->d, p->hq * p->d, 1});
+    }
     return s;
 }
 
@@ -364,9 +400,10 @@ static void graph_fwd(gb *b, const fr_cudnn_sdpa *p)
 {
     const shapes s = shapes_of(p);
     const int io = io_type(p), f32 = FRDNN_DATA_FLOAT;
-    frdnn_desc Q = tensor(b, UID_Q, io, &s.q, 0), KT = tensor(b, UID_K, io, &s.kt, 0);
-    frdnn_desc V = tensor(b, UID_V, io, &s.v, 0), O = tensor(b, UID_O, io, &s.o, 0);
-    frdnn_desc stats = tensor(b, UID_STATS, f32, &s.rows, 0), scale = scalar(b, UID_SCALE, f32);
+    const ragged rg = ragged_of(b, p);
+    frdnn_desc Q = tensor_rg(b, UID_Q, io, &s.q, 0, rg.q), KT = tensor_rg(b, UID_K, io, &s.kt, 0, rg.k);
+    frdnn_desc V = tensor_rg(b, UID_V, io, &s.v, 0, rg.v), O = tensor_rg(b, UID_O, io, &s.o, 0, rg.o);
+    frdnn_desc stats = tensor_rg(b, UID_STATS, f32, &s.stats, 0, rg.stats), scale = scalar(b, UID_SCALE, f32);
     frdnn_desc seq_q = NULL, seq_kv = NULL;
     if (p->padded) seq_tensors(b, p, &seq_q, &seq_kv);
     frdnn_desc neg_inf = p->causal || p->padded || p->segments ? scalar(b, UID_NEG_INF, f32) : NULL;
@@ -416,17 +453,18 @@ static void graph_bwd(gb *b, const fr_cudnn_sdpa *p, int pad, size_t version)
     const int io = io_type(p), f32 = FRDNN_DATA_FLOAT;
     const int64_t vt_st[4] = {p->sv[0], p->sv[1], p->sv[3], p->sv[2]};
     const shp vts = shape(p->b, p->hk, p->dv, p->tk, vt_st), ks = shape(p->b, p->hk, p->tk, p->d, p->sk);
-    frdnn_desc Q = tensor(b, UID_Q, io, &s.q, 0), KT = tensor(b, UID_K, io, &s.kt, 0);
-    frdnn_desc VT = tensor(b, UID_V, io, &vts, 0), O = tensor(b, UID_O, io, &s.o, 0);
-    frdnn_desc stats = tensor(b, UID_STATS, f32, &s.rows, 0), dO = tensor(b, UID_DO, io, &s.o, 0);
-    frdnn_desc dQ = tensor(b, UID_DQ, io, &s.q, 0), dK = tensor(b, UID_DK, io, &ks, 0);
-    frdnn_desc dV = tensor(b, UID_DV, io, &s.v, 0);
+    const ragged rg = ragged_of(b, p);
+    frdnn_desc Q = tensor_rg(b, UID_Q, io, &s.q, 0, rg.q), KT = tensor_rg(b, UID_K, io, &s.kt, 0, rg.k);
+    frdnn_desc VT = tensor_rg(b, UID_V, io, &vts, 0, rg.v), O = tensor_rg(b, UID_O, io, &s.o, 0, rg.o);
+    frdnn_desc stats = tensor_rg(b, UID_STATS, f32, &s.stats, 0, rg.stats);
+    frdnn_desc dO = tensor_rg(b, UID_DO, io, &s.o, 0, rg.o);
+    frdnn_desc dQ = tensor_rg(b, UID_DQ, io, &s.q, 0, rg.q), dK = tensor_rg(b, UID_DK, io, &ks, 0, rg.k);
+    frdnn_desc dV = tensor_rg(b, UID_DV, io, &s.v, 0, rg.v);
     frdnn_desc scale = scalar(b, UID_SCALE, f32), one = scalar(b, UID_ONE, f32);
     frdnn_desc neg_inf = p->causal || pad || p->segments ? scalar(b, UID_NEG_INF, f32) : NULL;
     frdnn_desc seg_q = NULL, seg_kv = NULL;
     if (p->segments) seg_tensors(b, p, &seg_q, &seg_kv);
-    const shp dq_acc_shape = packed(p->b, p->hq, p->tq, p->d);
-    frdnn_desc sum = tensor(b, UID_SUM, f32, &s.rows, 0);
+    frdnn_desc sum = tensor_rg(b, UID_SUM, f32, &s.stats, 0, rg.stats);
     frdnn_desc seq_q = NULL, seq_kv = NULL, cap = NULL, inner = NULL;
     if (pad) seq_tensors(b, p, &seq_q, &seq_kv);
     if (p->softcap > 0) cap = scalar(b, UID_SOFTCAP, f32);
@@ -476,13 +514,13 @@ static void graph_bwd(gb *b, const fr_cudnn_sdpa *p, int pad, size_t version)
     grad_kv(b, p, dST, Q, dK, p->d, seq_q, seq_kv);
 
     /* dQ = dS K: through the float32 accumulator, or (deterministic) written directly */
-    frdnn_desc K = vt(b, f32, &ks);
+    frdnn_desc K = tensor_rg(b, b->next_uid++, f32, &ks, T_VIRTUAL, rg.k); /* K's offsets, as K's view */
     op_reshape(b, KT, K);
     if (p->deterministic) {
         op_matmul(b, dS, K, dQ, seq_q, NULL, seq_kv);
         return;
     }
-    frdnn_desc dq_acc = tensor(b, UID_DQ_ACC, f32, &dq_acc_shape, 0);
+    frdnn_desc dq_acc = tensor_rg(b, UID_DQ_ACC, f32, &s.acc, 0, rg.acc);
     op_matmul(b, dS, K, dq_acc, seq_q, NULL, seq_kv);
     pw(b, FRDNN_POINTWISE_IDENTITY, dq_acc, NULL, dQ);
 }
@@ -627,13 +665,24 @@ static int64_t max_head_dim(size_t version, int cc_major)
 #define V_WINDOW_PADDED 91002
 #define V_SOFTCAP 90400
 #define V_SEGMENTS 90900 /* the document mask of cudnn-frontend's flexible-graph tests */
+/* Ragged offsets on Stats (token-major statistics), with grouped K/V heads, and on the
+ * backward's row sums and dQ accumulator (cudnn-frontend's max_total_seq_len sizing): 9.6,
+ * on Hopper or newer (older architectures only from 9.18.1). */
+#define V_RAGGED 90600
+
+/* Whether this version and GPU take variable-length (ragged) sequences. */
+static int ragged_ok(size_t version, int cc_major) { return version >= V_RAGGED && (cc_major == 0 || cc_major >= 9); }
 
 void fr_cudnn_sdpa_describe_support(size_t version, int cc_major, char *buf, size_t n)
 {
     const int softcap = version >= V_SOFTCAP && (cc_major == 0 || cc_major >= 9);
-    snprintf(buf, n, "head dims multiples of 8 up to %lld (D != Dv allowed), causal%s, key padding (seg_form padded)%s",
+    snprintf(buf, n,
+             "head dims multiples of 8 up to %lld (D != Dv allowed), causal%s, key padding (seg_form padded)%s%s",
              (long long)max_head_dim(version, cc_major), version >= V_WINDOW ? ", sliding window" : "",
-             softcap ? ", softcap" : "");
+             softcap ? ", softcap" : "",
+             ragged_ok(version, cc_major) ? ", packed sequences (seg_form packed: each example a variable-length "
+                                            "sequence, head dims multiples of 16)"
+                                          : "");
 }
 
 int fr_cudnn_sdpa_supported(const fr_cudnn_sdpa *p, size_t version, int cc_major, char *why, size_t n)
@@ -667,6 +716,16 @@ int fr_cudnn_sdpa_supported(const fr_cudnn_sdpa *p, size_t version, int cc_major
         NO("packed sequences in the backward (cuDNN 9.14's document-mask backward was seen wrong; the forward is right)");
     if (p->segments && (p->padded || version < V_SEGMENTS))
         NO("segment ids (a document mask: cuDNN 9.9 or newer, not with key lengths)");
+    if (p->ragged) {
+        if (!ragged_ok(version, cc_major))
+            NO("packed sequences as variable-length sequences (ragged offsets: cuDNN 9.6 or newer on compute "
+               "capability 9.0 or newer)");
+        if (!p->padded || p->segments || p->tq != p->tk)
+            NO("variable-length sequences without their lengths, with a document mask, or with Tq != Tk");
+        if (p->d % 16 || p->dv % 16)
+            NO("head dims %lld, %lld with packed sequences (cuDNN's variable-length sequences: multiples of 16)",
+               (long long)p->d, (long long)p->dv);
+    }
     if (p->softcap < 0) NO("a negative softcap");
     if (p->softcap > 0 && (version < V_SOFTCAP || (cc_major && cc_major < 9)))
         NO("softcap (a score modifier: cuDNN 9.4 or newer on compute capability 9.0 or newer)");

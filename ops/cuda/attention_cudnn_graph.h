@@ -28,6 +28,12 @@ enum {
     UID_WINDOW,  /* float by value: the sliding window's length */
     UID_SEG_Q,   /* [b, 1, tq, 1] int32 segment ids of the queries */
     UID_SEG_KV,  /* [b, 1, 1, tk] int32 segment ids of the keys */
+    UID_OFF_Q,   /* ragged: [b + 1] int64 offsets of Q and dQ */
+    UID_OFF_K,   /* of K and dK (and the backward's view of K) */
+    UID_OFF_V,   /* of V and dV */
+    UID_OFF_O,   /* of O and dO */
+    UID_OFF_STATS, /* of Stats and the row sums */
+    UID_OFF_ACC, /* of the float32 dQ accumulator */
     UID_VIRTUAL = 100, /* virtual tensors from here */
 };
 

@@ -16,9 +16,13 @@
  * exact). Sq = Sk (padded sequences): queries past the length are padding, which cuDNN skips:
  * their O, LSE and gradients are 0 where the contract would let them attend to the padding
  * keys - outputs no loss reads (a padding row's result reaches a real row through nothing).
- * Packed sequences (seg_form packed) and general ids stay on fp8run's kernels: cuDNN's document
- * mask (fr_cudnn_sdpa.segments, fr_cudnn_seg_stage's copy of the ids) plans, but computes
- * every tile and was seen wrong in the backward (fr_cudnn_seg_problem says why).
+ * Packed sequences (seg_form packed, Sq = Sk) go to cuDNN as variable-length sequences
+ * (fr_cudnn_sdpa.ragged, attention_cudnn_ragged.h): each run of equal ids in a window is its
+ * own causal sequence, addressed by ragged offsets into token-major bf16 copies ([B, T, heads,
+ * D]: the staging transposes), a small kernel turning the ids into offsets and lengths on the
+ * stream; cuDNN's token-major Stats are transposed into (and, for the backward, out of) the
+ * op's [B, heads, T] LSE. General ids stay on fp8run's kernels (cuDNN's document mask,
+ * fr_cudnn_sdpa.segments, computes every tile and was seen wrong in the backward).
  *
  * The op's tensors are float32: Q, K, V (and O, dO in the backward) are rounded to bf16
  * (round-to-nearest-even, as the op's bf16 precision rounds them) into the scratch, and cuDNN's
@@ -30,6 +34,7 @@
 #include <string.h>
 
 #include "ops/cuda/attention_cudnn.h"
+#include "ops/cuda/attention_cudnn_ragged.h"
 #include "ops/cuda/cuda_util.cuh"
 extern "C" {
 #include "ops/attention.h"
@@ -54,6 +59,27 @@ __global__ void to_f32_kernel(const bf16 *__restrict__ x, float *__restrict__ y,
         y[i] = __bfloat162float(x[i]);
 }
 
+/* [b, h, t, d] (head-major) <-> [b, t, h, d] (token-major), converting the element type:
+ * element i of y in y's order. */
+template <typename X, typename Y>
+__global__ void transpose_kernel(const X *__restrict__ x, Y *__restrict__ y, int64_t b, int64_t h, int64_t t, int64_t d,
+                                 int to_token_major)
+{
+    const int64_t n = b * h * t * d;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t e = i % d, r = i / d;
+        int64_t src;
+        if (to_token_major) { /* i = ((bi t + ti) h + hi) d + e */
+            const int64_t hi = r % h, bt = r / h, ti = bt % t, bi = bt / t;
+            src = ((bi * h + hi) * t + ti) * d + e;
+        } else { /* i = ((bi h + hi) t + ti) d + e */
+            const int64_t ti = r % t, bh = r / t, hi = bh % h, bi = bh / h;
+            src = ((bi * t + ti) * h + hi) * d + e;
+        }
+        y[i] = (Y)x[src];
+    }
+}
+
 unsigned blocks_for(int64_t n)
 {
     const int64_t b = (n + 255) / 256;
@@ -72,6 +98,24 @@ fr_status to_f32(const fr_cuda_kctx *k, const bf16 *x, float *y, int64_t n)
     if (n == 0) return FR_OK;
     to_f32_kernel<<<blocks_for(n), 256, 0, k->cu->stream>>>(x, y, n);
     return fr_cuda_check_launch(k->node, "Attention(cuDNN: to float32)");
+}
+
+/* float32 [b, h, t, d] rounded into bf16 [b, t, h, d] (ragged problems read token-major). */
+fr_status to_bf16_tokens(const fr_cuda_kctx *k, const float *x, bf16 *y, int64_t b, int64_t h, int64_t t, int64_t d)
+{
+    const int64_t n = b * h * t * d;
+    if (n == 0) return FR_OK;
+    transpose_kernel<float, bf16><<<blocks_for(n), 256, 0, k->cu->stream>>>(x, y, b, h, t, d, 1);
+    return fr_cuda_check_launch(k->node, "Attention(cuDNN: to bf16, token-major)");
+}
+
+/* bf16 [b, t, h, d] widened into float32 [b, h, t, d]. */
+fr_status to_f32_heads(const fr_cuda_kctx *k, const bf16 *x, float *y, int64_t b, int64_t h, int64_t t, int64_t d)
+{
+    const int64_t n = b * h * t * d;
+    if (n == 0) return FR_OK;
+    transpose_kernel<bf16, float><<<blocks_for(n), 256, 0, k->cu->stream>>>(x, y, b, h, t, d, 0);
+    return fr_cuda_check_launch(k->node, "Attention(cuDNN: to float32, head-major)");
 }
 
 /* (batch, query heads, K/V heads) of the geometry: query batch index i = b * hq + h reads K/V
@@ -146,8 +190,15 @@ fr_status problem_of(const fr_node *n, const Ins &in, int backward, int cc_major
         p->softcap = a.softcap;
         p->backward = backward;
         *scale = a.scale;
-        *ok = (!sg.has_k || fr_cudnn_seg_problem(p, a.seg_form, sg.has_q, sg.rows, why, wn)) &&
-              fr_cudnn_sdpa_supported(p, fr_cudnn_version(), cc_major, why, wn);
+        *ok = !sg.has_k || fr_cudnn_seg_problem(p, a.seg_form, sg.has_q, sg.rows, why, wn);
+        if (*ok && p->ragged) { /* the staging copies are token-major [B, T, heads, D] */
+            const int64_t tq[4] = {g.Tq * Hq * g.D, g.D, Hq * g.D, 1}, tk[4] = {g.Tk * Hk * g.D, g.D, Hk * g.D, 1};
+            const int64_t tv[4] = {g.Tk * Hk * g.Dv, g.Dv, Hk * g.Dv, 1};
+            const int64_t to[4] = {g.Tq * Hq * g.Dv, g.Dv, Hq * g.Dv, 1};
+            memcpy(p->sq, tq, sizeof tq), memcpy(p->sk, tk, sizeof tk), memcpy(p->sv, tv, sizeof tv);
+            memcpy(p->so, to, sizeof to);
+        }
+        *ok = *ok && fr_cudnn_sdpa_supported(p, fr_cudnn_version(), cc_major, why, wn);
     }
     return FR_OK;
 }
@@ -166,11 +217,12 @@ Layout layout_of(const fr_cudnn_sdpa &p, size_t ws_bytes)
         off += align_up(bytes);
         return at;
     };
-    const size_t nq = (size_t)(p.b * p.hq * p.tq * p.d), nk = (size_t)(p.b * p.hk * p.tk * p.d);
-    const size_t nv = (size_t)(p.b * p.hk * p.tk * p.dv), no = (size_t)(p.b * p.hq * p.tq * p.dv);
+    const int64_t tq = p.ragged ? p.ragged : p.b * p.tq, tk = p.ragged ? p.ragged : p.b * p.tk; /* tokens */
+    const size_t nq = (size_t)(tq * p.hq * p.d), nk = (size_t)(tk * p.hk * p.d);
+    const size_t nv = (size_t)(tk * p.hk * p.dv), no = (size_t)(tq * p.hq * p.dv);
     l.q = take(nq * 2), l.k = take(nk * 2), l.v = take(nv * 2), l.o = take(no * 2);
     if (p.backward) l.dout = take(no * 2), l.dq = take(nq * 2), l.dk = take(nk * 2), l.dv = take(nv * 2);
-    l.stats = take((size_t)(p.b * p.hq * p.tq) * sizeof(float));
+    l.stats = take((size_t)(tq * p.hq) * sizeof(float));
     l.segs = take(fr_cudnn_seg_bytes(&p));
     l.ws = take(ws_bytes);
     l.ws_bytes = ws_bytes;
@@ -240,6 +292,97 @@ __global__ void seg_ids_kernel(const T *__restrict__ sk, const T *__restrict__ s
     for (int64_t i = threadIdx.x; i < tq; i += blockDim.x) seg_q[b * tq + i] = (int32_t)sq[row * tq + i];
 }
 
+/* Where the ragged kernel writes: the sequences' first tokens (scratch), their lengths, and the
+ * element offsets of each tensor (a token's offset is its index times the tensor's token
+ * stride; NULL: not needed). */
+struct RaggedOut {
+    int32_t *start, *seq_q, *seq_kv;
+    int64_t *off[6];
+    int64_t stride[6];
+};
+
+constexpr int kRaggedThreads = 1024;
+
+/* Packed ids into cuDNN's variable-length sequences (attention_cudnn_ragged.h; the host
+ * reference fr_cudnn_ragged_reference is the same rule): one block over the whole batch, each
+ * thread a contiguous chunk of tokens; a block-wide scan of the chunks' run starts numbers the
+ * sequences in token order. More sequences than slots: the device error word (the node, the
+ * count, the bound), and only the first slots are written. No host sync. */
+template <typename T>
+__global__ void ragged_kernel(const T *__restrict__ sk, int64_t windows, int64_t tlen, int64_t hq, int64_t per_row,
+                              int64_t slots, RaggedOut o, int *err, int node)
+{
+    __shared__ long long part[kRaggedThreads];
+    const int64_t n = windows * tlen, chunk = (n + blockDim.x - 1) / blockDim.x;
+    const int64_t lo = threadIdx.x * chunk, hi = lo + chunk < n ? lo + chunk : n;
+    auto first = [&](int64_t i) {
+        const int64_t r = i / tlen, j = i % tlen, row = r * hq / per_row;
+        return j == 0 || sk[row * tlen + j] != sk[row * tlen + j - 1];
+    };
+    long long c = 0;
+    for (int64_t i = lo; i < hi; i++) c += first(i);
+    part[threadIdx.x] = c;
+    __syncthreads();
+    for (unsigned step = 1; step < blockDim.x; step <<= 1) { /* inclusive scan (Hillis-Steele) */
+        const long long add = threadIdx.x >= step ? part[threadIdx.x - step] : 0;
+        __syncthreads();
+        part[threadIdx.x] += add;
+        __syncthreads();
+    }
+    const long long total = part[blockDim.x - 1];
+    long long k = part[threadIdx.x] - c;
+    for (int64_t i = lo; i < hi; i++)
+        if (first(i)) {
+            if (k < slots) o.start[k] = (int32_t)i;
+            k++;
+        }
+    __syncthreads(); /* every start written (global memory, one block) */
+    if (threadIdx.x == 0 && total > slots) fr_dev_error(err, FR_ERR_UNSUPPORTED, node, total, slots);
+    const int64_t used = total < slots ? total : slots;
+    for (int64_t q = threadIdx.x; q <= slots; q += blockDim.x) {
+        int64_t st = n, len = 0;
+        if (q < used) {
+            st = o.start[q];
+            const int64_t next = q + 1 < used ? o.start[q + 1] : total > used ? st + 1 : n;
+            const int64_t end = (st / tlen + 1) * tlen;
+            len = (next < end ? next : end) - st;
+        }
+        if (q < slots) o.seq_q[q] = (int32_t)len, o.seq_kv[q] = (int32_t)len;
+        for (int t = 0; t < 6; t++)
+            if (o.off[t]) o.off[t][q] = st * o.stride[t];
+    }
+}
+
+/* The ragged problem's scratch: starts [slots + 1] int32, lengths [slots] int32 twice, then the
+ * six offset arrays [slots + 1] int64. */
+size_t ragged_bytes(int64_t slots)
+{
+    return align_up((size_t)(slots + 1) * 4) + 2 * align_up((size_t)slots * 4) + 6 * align_up((size_t)(slots + 1) * 8);
+}
+
+template <typename T>
+void launch_ragged(const fr_cuda_kctx *k, const fr_cudnn_sdpa *p, const fr_cudnn_segs *s, int64_t per_row, void *mem,
+                   fr_cudnn_sdpa_io *io)
+{
+    char *m = (char *)mem;
+    const int64_t slots = p->b;
+    RaggedOut o;
+    memset(&o, 0, sizeof o);
+    o.start = (int32_t *)m, m += align_up((size_t)(slots + 1) * 4);
+    o.seq_q = (int32_t *)m, m += align_up((size_t)slots * 4);
+    o.seq_kv = (int32_t *)m, m += align_up((size_t)slots * 4);
+    const int64_t stride[6] = {p->sq[2], p->sk[2], p->sv[2], p->so[2], p->hq, p->hq * p->d};
+    for (int t = 0; t < 6; t++) {
+        o.off[t] = (int64_t *)m, m += align_up((size_t)(slots + 1) * 8);
+        o.stride[t] = stride[t];
+    }
+    ragged_kernel<T><<<1, kRaggedThreads, 0, k->cu->stream>>>((const T *)s->sk->data, p->ragged / p->tq, p->tq, p->hq,
+                                                             per_row, slots, o, k->cu->dev_error, fr_node_index(k));
+    io->seq_q = o.seq_q, io->seq_kv = o.seq_kv;
+    io->off_q = o.off[0], io->off_k = o.off[1], io->off_v = o.off[2], io->off_o = o.off[3];
+    io->off_stats = o.off[4], io->off_acc = o.off[5];
+}
+
 template <typename T>
 void launch_segs(const fr_cudnn_sdpa *p, const fr_cudnn_segs *s, int64_t per_row, cudaStream_t st, int32_t *a,
                  int32_t *b)
@@ -269,26 +412,43 @@ extern "C" int fr_cudnn_seg_problem(fr_cudnn_sdpa *p, int form, int has_q, int64
     if (form == FR_ATTN_SEG_GENERAL)
         return snprintf(why, n, "segment ids with seg_form general (cuDNN takes padded and packed, where no row is "
                                 "fully masked)"), 0;
-    /* Packed sequences plan on cuDNN 9.9+ as a document mask (fr_cudnn_sdpa.segments), but that
-     * mask is evaluated on every tile: on an H200 with cuDNN 9.14 its forward ran 31 to 78
-     * TFLOP/s of kept pairs (slower than the plain causal problem), where fp8run's kernels skip
-     * the tiles across examples, and its backward was wrong. fp8run's kernels run them. */
-    if (form == FR_ATTN_SEG_PACKED)
-        return snprintf(why, n, "packed sequences (fp8run's kernels skip the tiles between examples; cuDNN's "
-                                "document mask computes them all, and its backward was seen wrong on 9.14)"), 0;
-    (void)has_q;
     if (per_row < 1 || per_row % p->hq != 0)
         return snprintf(why, n, "segment ids that differ between the heads of a sequence (cuDNN's are per batch)"), 0;
+    /* Packed sequences: each example its own variable-length sequence (fr_cudnn_sdpa.ragged),
+     * not cuDNN's document mask (fr_cudnn_sdpa.segments), which is evaluated on every tile (on
+     * an H200 with cuDNN 9.14 its forward ran 31 to 78 TFLOP/s of kept pairs) and whose
+     * backward was seen wrong. The caller lays the tensors out token-major. */
+    if (form == FR_ATTN_SEG_PACKED) {
+        if (!has_q)
+            return snprintf(why, n, "packed segment ids without Sq (every query is then in example 1; cuDNN takes "
+                                    "Sq = Sk)"), 0;
+        if (p->tq != p->tk)
+            return snprintf(why, n, "packed sequences with Tq != Tk"), 0;
+        p->ragged = p->b * p->tq;
+        p->b = fr_cudnn_ragged_slots(p->b, p->tq);
+        p->padded = 1;
+        return 1;
+    }
     p->padded = form == FR_ATTN_SEG_PADDED;
-    p->segments = form == FR_ATTN_SEG_PACKED;
     return 1;
 }
 
 extern "C" size_t fr_cudnn_seg_bytes(const fr_cudnn_sdpa *p)
 {
+    if (p->ragged) return ragged_bytes(p->b);
     if (p->padded) return 2 * align_up((size_t)p->b * sizeof(int32_t));
     if (p->segments) return align_up((size_t)(p->b * p->tq) * sizeof(int32_t)) + align_up((size_t)(p->b * p->tk) * 4);
     return 0;
+}
+
+extern "C" fr_status fr_cudnn_stats_transpose(const fr_cuda_kctx *k, const float *x, float *y, int64_t b, int64_t h,
+                                              int64_t t, int to_token_major)
+{
+    const int64_t n = b * h * t;
+    if (n == 0) return FR_OK;
+    transpose_kernel<float, float><<<blocks_for(n), 256, 0, k->cu->stream>>>(x, y, b, h, t, 1, to_token_major);
+    return fr_cuda_check_launch(k->node, to_token_major ? "Attention(cuDNN: LSE to token-major Stats)"
+                                                        : "Attention(cuDNN: token-major Stats to LSE)");
 }
 
 extern "C" fr_status fr_cudnn_seg_stage(const fr_cuda_kctx *k, const fr_cudnn_sdpa *p, const fr_cudnn_segs *s, void *mem,
@@ -302,6 +462,15 @@ extern "C" fr_status fr_cudnn_seg_stage(const fr_cuda_kctx *k, const fr_cudnn_sd
                              fr_dtype_name(s->sk->dtype), fr_dtype_name(s->sq->dtype));
     int32_t *a = (int32_t *)mem;
     int32_t *b = (int32_t *)((char *)mem + align_up((size_t)(p->padded ? p->b : p->b * p->tq) * sizeof(int32_t)));
+    if (p->ragged) { /* per_row counts Q batch indices of the windows, not of the slots */
+        const int64_t rows = s->sk->rank == 2 ? s->sk->dims[0] : 0, windows = p->ragged / p->tq;
+        const int64_t batch = windows * p->hq, per_row = rows == batch ? 1 : rows == windows ? p->hq : rows == 1 ? batch : 0;
+        if (per_row < 1 || per_row % p->hq || s->sk->dims[1] != p->tq)
+            return fr_node_error(k->node, FR_ERR_INTERNAL, "cuDNN attention: segment ids of another shape at run time");
+        if (s->sk->dtype == FR_I64) launch_ragged<int64_t>(k, p, s, per_row, mem, io);
+        else launch_ragged<int32_t>(k, p, s, per_row, mem, io);
+        return fr_cuda_check_launch(k->node, "Attention(cuDNN: sequences of the packed ids)");
+    }
     const int64_t per_row = per_row_of(p, s->sk->rank == 2 ? s->sk->dims[0] : 0);
     if (per_row < 1 || per_row % p->hq)
         return fr_node_error(k->node, FR_ERR_INTERNAL, "cuDNN attention: segment ids of another shape at run time");
@@ -387,12 +556,20 @@ extern "C" fr_status fr_attn_cudnn_run(const fr_cuda_kctx *k, int backward, int 
     }
     char *s = (char *)k->scratch;
     bf16 *q16 = (bf16 *)(s + l.q), *k16 = (bf16 *)(s + l.k), *v16 = (bf16 *)(s + l.v), *o16 = (bf16 *)(s + l.o);
-    const int64_t nq = p.b * p.hq * p.tq * p.d, nk = p.b * p.hk * p.tk * p.d, nv = p.b * p.hk * p.tk * p.dv;
-    const int64_t no = p.b * p.hq * p.tq * p.dv, rows = p.b * p.hq * p.tq;
+    const int64_t W = p.ragged ? p.ragged / p.tq : p.b; /* windows (batch of the op's tensors) */
+    const int64_t nq = W * p.hq * p.tq * p.d, nk = W * p.hk * p.tk * p.d, nv = W * p.hk * p.tk * p.dv;
+    const int64_t no = W * p.hq * p.tq * p.dv, rows = W * p.hq * p.tq;
     cudaStream_t st = c->stream;
-    FR_TRY(to_bf16(k, (const float *)q->data, q16, nq));
-    FR_TRY(to_bf16(k, (const float *)kk->data, k16, nk));
-    FR_TRY(to_bf16(k, (const float *)v->data, v16, nv));
+    /* float32 into bf16: as laid out, or (ragged) token-major */
+    auto in16 = [&](const float *x, bf16 *y, int64_t h, int64_t t, int64_t d) {
+        return p.ragged ? to_bf16_tokens(k, x, y, W, h, t, d) : to_bf16(k, x, y, W * h * t * d);
+    };
+    auto out32 = [&](const bf16 *x, float *y, int64_t h, int64_t t, int64_t d) {
+        return p.ragged ? to_f32_heads(k, x, y, W, h, t, d) : to_f32(k, x, y, W * h * t * d);
+    };
+    FR_TRY(in16((const float *)q->data, q16, p.hq, p.tq, p.d));
+    FR_TRY(in16((const float *)kk->data, k16, p.hk, p.tk, p.d));
+    FR_TRY(in16((const float *)v->data, v16, p.hk, p.tk, p.dv));
     fr_cudnn_sdpa_io io;
     memset(&io, 0, sizeof io);
     io.q = q16, io.k = k16, io.v = v16, io.o = o16;
@@ -404,38 +581,44 @@ extern "C" fr_status fr_attn_cudnn_run(const fr_cuda_kctx *k, int backward, int 
     float *stats = (float *)(s + l.stats);
     if (!backward) {
         fr_tensor *lse = k->n_out > 1 ? k->out[1] : NULL;
-        const bool direct = lse && ((uintptr_t)lse->data & 15) == 0; /* else through the scratch */
+        /* else through the scratch (ragged: token-major there, transposed into LSE) */
+        const bool direct = lse && ((uintptr_t)lse->data & 15) == 0 && !p.ragged;
         io.stats = direct ? (float *)lse->data : stats;
-        if (p.padded && sq) { /* rows past a length are skipped: 0 there, not stale scratch */
+        if (p.padded && sq && !p.ragged) { /* rows past a length are skipped: 0 there, not stale scratch */
             FR_CUDA_TRY(cudaMemsetAsync(o16, 0, (size_t)no * sizeof(bf16), st));
             FR_CUDA_TRY(cudaMemsetAsync(io.stats, 0, (size_t)rows * sizeof(float), st));
         }
         FR_TRY(run_named(c, &p, &io, n));
-        FR_TRY(to_f32(k, o16, (float *)k->out[0]->data, no));
-        if (lse && !direct)
+        FR_TRY(out32(o16, (float *)k->out[0]->data, p.hq, p.tq, p.dv));
+        if (lse && p.ragged)
+            FR_TRY(fr_cudnn_stats_transpose(k, stats, (float *)lse->data, W, p.hq, p.tq, 0));
+        else if (lse && !direct)
             FR_CUDA_TRY(cudaMemcpyAsync(lse->data, stats, (size_t)rows * sizeof(float), cudaMemcpyDeviceToDevice, st));
     } else {
         bf16 *do16 = (bf16 *)(s + l.dout), *dq16 = (bf16 *)(s + l.dq), *dk16 = (bf16 *)(s + l.dk);
         bf16 *dv16 = (bf16 *)(s + l.dv);
-        FR_TRY(to_bf16(k, (const float *)k->in[3]->data, o16, no));
-        FR_TRY(to_bf16(k, (const float *)k->in[5]->data, do16, no));
+        FR_TRY(in16((const float *)k->in[3]->data, o16, p.hq, p.tq, p.dv));
+        FR_TRY(in16((const float *)k->in[5]->data, do16, p.hq, p.tq, p.dv));
         const fr_tensor *lse = k->in[4];
-        if (((uintptr_t)lse->data & 15) == 0)
+        if (p.ragged) { /* cuDNN reads token-major statistics */
+            FR_TRY(fr_cudnn_stats_transpose(k, (const float *)lse->data, stats, W, p.hq, p.tq, 1));
+            io.stats = stats;
+        } else if (((uintptr_t)lse->data & 15) == 0)
             io.stats = (float *)lse->data; /* read only */
         else {
             FR_CUDA_TRY(cudaMemcpyAsync(stats, lse->data, (size_t)rows * sizeof(float), cudaMemcpyDeviceToDevice, st));
             io.stats = stats;
         }
         io.dout = do16, io.dq = dq16, io.dk = dk16, io.dv = dv16;
-        if (p.padded) { /* keys (and queries) past a length get no gradient: 0, not stale scratch */
+        if (p.padded && !p.ragged) { /* keys (and queries) past a length get no gradient: 0, not stale scratch */
             FR_CUDA_TRY(cudaMemsetAsync(dq16, 0, (size_t)nq * sizeof(bf16), st));
             FR_CUDA_TRY(cudaMemsetAsync(dk16, 0, (size_t)nk * sizeof(bf16), st));
             FR_CUDA_TRY(cudaMemsetAsync(dv16, 0, (size_t)nv * sizeof(bf16), st));
         }
         FR_TRY(run_named(c, &p, &io, n));
-        if (k->out[0]) FR_TRY(to_f32(k, dq16, (float *)k->out[0]->data, nq));
-        if (k->out[1]) FR_TRY(to_f32(k, dk16, (float *)k->out[1]->data, nk));
-        if (k->out[2]) FR_TRY(to_f32(k, dv16, (float *)k->out[2]->data, nv));
+        if (k->out[0]) FR_TRY(out32(dq16, (float *)k->out[0]->data, p.hq, p.tq, p.d));
+        if (k->out[1]) FR_TRY(out32(dk16, (float *)k->out[1]->data, p.hk, p.tk, p.d));
+        if (k->out[2]) FR_TRY(out32(dv16, (float *)k->out[2]->data, p.hk, p.tk, p.dv));
     }
     c->attn_runs_cudnn++;
     *ran = 1;

@@ -34,6 +34,14 @@ typedef struct fr_cudnn_sdpa {
      * graph; no work is skipped). Not with padded; forward only (the backward was seen wrong
      * on cuDNN 9.14). The nodes do not route packed sequences here (fr_cudnn_seg_problem). */
     int segments;
+    /* Variable-length sequences (packed examples, each its own sequence): > 0, the tokens
+     * [ragged, ...] that b sequence slots of at most tq (== tk) tokens lie in, each slot
+     * addressed by an int64 ragged offset (fr_cudnn_sdpa_io.off_*, [b + 1] elements from the
+     * base pointer) instead of the batch stride (sq[0] .. so[0] unused), its length from
+     * seq_q = seq_kv (padded is set too; unused slots have length 0). Stats and the backward's
+     * row sums are token-major float32 [ragged, hq] (offsets off_stats), the float32 dQ
+     * accumulator [ragged, hq, d] (off_acc): cuDNN 9.6 or newer, Hopper or newer. */
+    int64_t ragged;
     int half;                           /* I/O dtype: 0 bf16, 1 fp16 (computation in float32) */
     int backward;
     /* Only engines without CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC, and the backward graph as

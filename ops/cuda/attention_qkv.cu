@@ -2,7 +2,9 @@
  *
  * Two paths, chosen per node as the plain Attention chooses (--attention, attention_cudnn.h):
  *  - cuDNN (precision bf16, cuDNN loads and takes the problem: head dims, masks, softcap,
- *    segment ids as attention_cudnn.h says): one pass rounds the packed X to bf16 in its own layout (X already bf16 when narrowed: a copy then), RoPE applied to the Q and K columns; cuDNN reads Q, K,
+ *    segment ids as attention_cudnn.h says; packed ids as variable-length sequences addressed
+ *    by ragged offsets into the same token-major copy, statistics transposed between cuDNN's
+ *    token-major Stats and the op's [B, Hq, T] LSE): one pass rounds the packed X to bf16 in its own layout (X already bf16 when narrowed: a copy then), RoPE applied to the Q and K columns; cuDNN reads Q, K,
  *    V from it by strides ([B, T, heads, D] is its "BSHD" layout) and writes O as
  *    [B, T, Hq, Dv], widened into the output. Backward: X staged the same way, O and dO rounded
  *    to bf16, cuDNN writes dQ, dK, dV into one packed bf16 buffer laid out as X, and one pass
@@ -364,11 +366,13 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
     const size_t stats_bytes = (size_t)(q.B * q.Hq * q.T) * sizeof(float);
     if (!backward) {
         fr_tensor *lse = k->n_out > 1 ? k->out[1] : NULL, *ot = k->out[0];
-        const bool direct = lse && ((uintptr_t)lse->data & 15) == 0;
+        /* ragged (packed sequences): token-major Stats in the scratch, transposed into LSE */
+        const bool direct = lse && ((uintptr_t)lse->data & 15) == 0 && !s.ragged;
         io.stats = direct ? (float *)lse->data : stats;
         const bool o_direct = ot->dtype == FR_BF16 && qkv_fast::aligned16(ot->data); /* o_dtype bfloat16 */
         if (o_direct) io.o = ot->data;
-        const bool skipped = s.padded && segs.sq; /* rows past a length, skipped (attention_cudnn_node.cu): 0 */
+        /* rows past a length, skipped (attention_cudnn_node.cu): 0; ragged sequences cover every row */
+        const bool skipped = s.padded && segs.sq && !s.ragged;
         if (skipped) FR_CUDA_TRY(cudaMemsetAsync(io.o, 0, (size_t)no * 2, stream));
         if (skipped) FR_CUDA_TRY(cudaMemsetAsync(io.stats, 0, stats_bytes, stream));
         const fr_status st = fr_cudnn_sdpa_run(c, &s, &io);
@@ -383,7 +387,9 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
                                                                       (float *)ot->data);
         }
         FR_TRY(check_launch(k, "AttentionQKV(cuDNN: O)"));
-        if (lse && !direct) FR_CUDA_TRY(cudaMemcpyAsync(lse->data, stats, stats_bytes, cudaMemcpyDeviceToDevice, stream));
+        if (lse && s.ragged) FR_TRY(fr_cudnn_stats_transpose(k, stats, (float *)lse->data, q.B, q.Hq, q.T, 0));
+        else if (lse && !direct)
+            FR_CUDA_TRY(cudaMemcpyAsync(lse->data, stats, stats_bytes, cudaMemcpyDeviceToDevice, stream));
     } else {
         bf16 *do16 = (bf16 *)(sc + l.do16), *dx16 = (bf16 *)(sc + l.dx16);
         const fr_tensor *Ot = k->in[1], *dOt = k->in[3];
@@ -400,7 +406,10 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
         }
         FR_TRY(check_launch(k, "AttentionQKVGrad(cuDNN: O, dO to bf16)"));
         const fr_tensor *lse = k->in[2];
-        if (((uintptr_t)lse->data & 15) == 0) {
+        if (s.ragged) { /* cuDNN reads token-major statistics */
+            FR_TRY(fr_cudnn_stats_transpose(k, (const float *)lse->data, stats, q.B, q.Hq, q.T, 1));
+            io.stats = stats;
+        } else if (((uintptr_t)lse->data & 15) == 0) {
             io.stats = (float *)lse->data;
         } else {
             FR_CUDA_TRY(cudaMemcpyAsync(stats, lse->data, stats_bytes, cudaMemcpyDeviceToDevice, stream));
@@ -414,7 +423,7 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
                              (!q.rotary || rot_geo(p, cs, sn, &g8));
         bf16 *dst = into_dx ? (bf16 *)dxt->data : dx16;
         io.dq = dst, io.dk = dst + q.k_off, io.dv = dst + q.v_off;
-        if (s.padded) /* queries and keys past a length get no gradient: 0, not stale memory */
+        if (s.padded && !s.ragged) /* queries and keys past a length get no gradient: 0, not stale memory */
             FR_CUDA_TRY(cudaMemsetAsync(dst, 0, (size_t)(q.B * q.T * q.W) * 2, stream));
         const fr_status st = fr_cudnn_sdpa_run(c, &s, &io);
         if (st != FR_OK) return fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
