@@ -20,8 +20,10 @@ extern "C" {
  * windows plans windows x this many slots. Why a bound: a plan is built per problem and cuDNN's
  * kernels launch work for every slot (an empty one costs a few thread blocks that exit at
  * once), so the slots are fixed per node, not per step; 64 examples a window is an average of 32
- * tokens per example at T = 2048. A step whose windows hold more sequences in all fails on the
- * device error word, naming the node (the count and the bound), never silently. */
+ * tokens per example at T = 2048. fp8run's own SFT packing puts at most 63 examples in a window
+ * (runtime/io/sft_data.h, FR_SFT_MAX_EXAMPLES), so with the padding run its windows always fit.
+ * Segment ids from elsewhere that hold more sequences in all fail the step on the device error
+ * word, naming the node (the count and the bound), never silently. */
 #define FR_CUDNN_RAGGED_PER_WINDOW 64
 
 /* The slots of a batch of `windows` windows of T tokens. */
