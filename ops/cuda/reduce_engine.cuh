@@ -14,7 +14,9 @@
  * partial accumulators go to scratch; a second kernel combines them in split order. The launch
  * shape depends on the shapes only, so results are deterministic (no atomics).
  * Float inputs accumulate sums and products in double as the CPU does, integers in uint64
- * (wrapping like the CPU), Max/Min/ArgMax/ArgMin compare in the input type. */
+ * (wrapping like the CPU), Max/Min/ArgMax/ArgMin compare in the input type. Column sums of a
+ * float32 [rows, cols] (SumToShape's bias gradients, ReduceSum/Mean over leading axes) take
+ * their own two kernels (colsum_part / colsum_fin below), equally deterministic. */
 #ifndef FR_REDUCE_ENGINE_CUH
 #define FR_REDUCE_ENGINE_CUH
 
