@@ -349,7 +349,7 @@ __global__ void __launch_bounds__(kThreads)
  *  - 64-bit conversions run at 16 a clock per multiprocessor on Hopper (a quarter of the double
  *    rate): converting x, dy and Scale at each of their three uses cost ~18 conversions an
  *    element, about as long as the row's bytes take to stream. Here x and dy are converted once
- *    a row, Scale once a block (held in double while it fits: NN VPT V <= 16), so ~5 an element;
+ *    a row, Scale once a block (held in double; the launch caps NN VPT V at 16), so ~5 an element;
  *  - the next row's dY, dY2, H and dH are loaded while the current row is reduced and written
  *    (while they fit: VPT V <= 8), so one block a multiprocessor (what the registers allow)
  *    still keeps the memory busy; dH is loaded with the rest, not after the reductions. */
@@ -382,40 +382,25 @@ __global__ void __launch_bounds__(kThreads)
     aln_bwd_reg(const TD *dy, const void *dy2, int dy2_bf16, const float *x, const float *w1, const float *w2,
                 const float *dh, float *dx, double *part, int64_t rows, int64_t len, float eps)
 {
-    static_assert(VPT > 0, "the register path");
-    constexpr bool kWd = NN * VPT * V <= 16, kPre = VPT * V <= 8;
+    static_assert(VPT > 0 && NN * VPT * V <= 16, "the register path, Scale held in double");
+    constexpr bool kPre = VPT * V <= 8;
     __shared__ DK<1 + NN> red[2][32];
     const int64_t nv = len / V, pl = 2 * NN * len;
     const float *const w[2] = {w1, w2};
     double *pb = part ? part + (int64_t)blockIdx.x * pl : nullptr;
     double acc_s[NN][VPT][V], acc_b[NN][VPT][V];
-    double wd[NN][kWd ? VPT : 1][kWd ? V : 1];
+    double wd[NN][VPT][V];
 #pragma unroll
     for (int n = 0; n < NN; n++)
 #pragma unroll
         for (int k = 0; k < VPT; k++) {
 #pragma unroll
             for (int j = 0; j < V; j++) acc_s[n][k][j] = acc_b[n][k][j] = 0.0;
-            if constexpr (kWd) {
-                const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-                if (i < nv) {
-                    const F<V> q = ld<V>(w[n], i);
+            const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+            const F<V> q = i < nv ? ld<V>(w[n], i) : F<V>{};
 #pragma unroll
-                    for (int j = 0; j < V; j++) wd[n][k][j] = (double)q.v[j];
-                }
-            }
+            for (int j = 0; j < V; j++) wd[n][k][j] = (double)q.v[j];
         }
-    /* Scale's vector k of norm n as doubles: the kept copy, or loaded (L1) and converted */
-    auto wvec = [&](int n, int k, int64_t i, double (&o)[V]) {
-        if constexpr (kWd) {
-#pragma unroll
-            for (int j = 0; j < V; j++) o[j] = wd[n][k][j];
-        } else {
-            const F<V> q = ld<V>(w[n], i);
-#pragma unroll
-            for (int j = 0; j < V; j++) o[j] = (double)q.v[j];
-        }
-    };
     int par = 0;
     const double dlen = (double)len;
     RowIn<V, VPT, NN> cur;
@@ -435,23 +420,19 @@ __global__ void __launch_bounds__(kThreads)
         /* s1 = (sum x, sum g w per norm) */
 #pragma unroll
         for (int k = 0; k < VPT; k++) {
-            const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-            if (i >= nv) break;
-#pragma unroll
-            for (int n = 0; n < NN; n++) {
-                double wq[V];
-                wvec(n, k, i, wq);
-#pragma unroll
-                for (int j = 0; j < V; j++) {
-                    gd[k][n][j] = (double)cur.g[k][n].v[j];
-                    s1.v[1 + n] += gd[k][n][j] * wq[j];
-                }
-            }
+            if (threadIdx.x + (int64_t)k * blockDim.x >= nv) break;
 #pragma unroll
             for (int j = 0; j < V; j++) {
                 xd[k][j] = (double)cur.x[k].v[j];
                 s1.v[0] += xd[k][j];
             }
+#pragma unroll
+            for (int n = 0; n < NN; n++)
+#pragma unroll
+                for (int j = 0; j < V; j++) {
+                    gd[k][n][j] = (double)cur.g[k][n].v[j];
+                    s1.v[1 + n] += gd[k][n][j] * wd[n][k][j];
+                }
         }
         s1 = block_sum<1 + NN>(s1, red[par]);
         par ^= 1;
@@ -459,15 +440,11 @@ __global__ void __launch_bounds__(kThreads)
         /* s2 = (sum (x - mean)^2, sum g w (x - mean) per norm) */
 #pragma unroll
         for (int k = 0; k < VPT; k++) {
-            const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-            if (i >= nv) break;
+            if (threadIdx.x + (int64_t)k * blockDim.x >= nv) break;
 #pragma unroll
-            for (int n = 0; n < NN; n++) {
-                double wq[V];
-                wvec(n, k, i, wq);
+            for (int n = 0; n < NN; n++)
 #pragma unroll
-                for (int j = 0; j < V; j++) s2.v[1 + n] += gd[k][n][j] * wq[j] * (xd[k][j] - mean);
-            }
+                for (int j = 0; j < V; j++) s2.v[1 + n] += gd[k][n][j] * wd[n][k][j] * (xd[k][j] - mean);
 #pragma unroll
             for (int j = 0; j < V; j++) {
                 const double d = xd[k][j] - mean;
@@ -482,9 +459,6 @@ __global__ void __launch_bounds__(kThreads)
         for (int k = 0; k < VPT; k++) {
             const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
             if (i >= nv) break;
-            double wq[NN][V];
-#pragma unroll
-            for (int n = 0; n < NN; n++) wvec(n, k, i, wq[n]);
             F<V> o;
 #pragma unroll
             for (int j = 0; j < V; j++) {
@@ -493,7 +467,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
                 for (int n = 0; n < NN; n++) {
                     const double gv = gd[k][n][j];
-                    d[n] = (float)(inv * (gv * wq[n][j] - mg[n] - xh * mgx[n]));
+                    d[n] = (float)(inv * (gv * wd[n][k][j] - mg[n] - xh * mgx[n]));
                     acc_s[n][k][j] += gv * xh;
                     acc_b[n][k][j] += gv;
                 }
