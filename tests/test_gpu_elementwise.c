@@ -1035,6 +1035,40 @@ static void test_coverage(void)
     CU_ASSERT_EQUAL(missing, 0);
 }
 
+/* float32 unary ops and ActivationGrad take 16-byte accesses with two vectors in flight per
+ * thread: sizes past one grid stride of vectors (the unrolled loop), with and without a tail
+ * of n % 4 elements; the element functions are the scalar kernels', so the tolerances are
+ * the float32 ones above (the exact ops exact). */
+static void test_vec4_large(void)
+{
+    fr_rng r = fr_test_rng("gpu_vec4_large");
+    static const shape big[] = {{2, {2048, 1024}}, {2, {1031, 2053}}};
+    static const struct {
+        const char *op, *approx;
+        int exact;
+    } ops[] = {{"Gelu", "none", 0}, {"Gelu", "tanh", 0}, {"Relu", NULL, 1}, {"Sigmoid", NULL, 0}};
+    for (int s = 0; s < 2; s++)
+        for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
+            fr_tensor *x = tt_randn(&r, FR_F32, big[s].rank, big[s].d, 0, 3);
+            fr_tensor *dy = tt_randn(&r, FR_F32, big[s].rank, big[s].d, 0, 1);
+            tnode t;
+            tn_init(&t, ops[o].op, 20, 1, &x, 0, 1);
+            if (ops[o].approx) TN_ATTR(&t, string, "approximate", ops[o].approx);
+            check_case(&t, ops[o].exact ? 0 : tol_of(FR_F32), "%s approximate=%s float32 [%lld, %lld]", ops[o].op,
+                       ops[o].approx ? ops[o].approx : "-", (long long)big[s].d[0], (long long)big[s].d[1]);
+            tn_free(&t);
+            fr_tensor *ins[2] = {dy, x};
+            tn_init_domain(&t, FR_DOMAIN_FP8RUN, "ActivationGrad", 1, 2, ins, 0, 1);
+            TN_ATTR(&t, string, "op", ops[o].op);
+            if (ops[o].approx) TN_ATTR(&t, string, "approximate", ops[o].approx);
+            check_case(&t, tol_of(FR_F32), "ActivationGrad op=%s approximate=%s float32 [%lld, %lld]", ops[o].op,
+                       ops[o].approx ? ops[o].approx : "-", (long long)big[s].d[0], (long long)big[s].d[1]);
+            tn_free(&t);
+            fr_tensor_free(x);
+            fr_tensor_free(dy);
+        }
+}
+
 static CU_TestInfo tests[] = {
     {"unary_float", test_unary_float},
     {"gelu_fp8run", test_gelu_fp8run},
@@ -1050,6 +1084,7 @@ static CU_TestInfo tests[] = {
     {"div_zero_no_crash", test_div_zero_no_crash},
     {"where_expand", test_where_expand},
     {"activation_grad", test_activation_grad},
+    {"vec4_large: unary and ActivationGrad past one grid stride, with tails", test_vec4_large},
     {"pow_grad", test_pow_grad},
     {"fmod_grad", test_fmod_grad},
     {"extremum_grad", test_extremum_grad},

@@ -394,6 +394,39 @@ static void test_fp8_delayed(void) { fp8_recipe("delayed"); }
 static void test_fp8_current(void) { fp8_recipe("current"); }
 static void test_fp8_block(void) { fp8_recipe("block"); }
 
+/* The bias path at the 1B model's widths (a slice of its 16384 tokens): fp8 Y with bias, N a
+ * multiple of 16 (the bias added in place to the GEMM's result, 16-byte vectors) for the QKV
+ * and MLP up widths, and fp32 (the float GEMM's in-place bias) */
+static void test_bias_wide(void)
+{
+    static const int64_t ns[2] = {6144, 8192};
+    for (int i = 0; i < 2; i++) {
+        lcase c = base("fp8", "current");
+        c.rank = 2;
+        c.lead[0] = 256;
+        c.lead[1] = c.lead[2] = 0;
+        c.K = 2048;
+        c.N = ns[i];
+        c.transB = i;
+        c.bias = 1;
+        c.save_xq = 1;
+        c.const_w = i;
+        char label[128];
+        snprintf(label, sizeof label, "fp8 current [256, 2048] x [2048 -> %lld] + bias, transB=%d", (long long)c.N, i);
+        CU_ASSERT(check_case(&c, label));
+        c = base("fp32", NULL);
+        c.rank = 2;
+        c.lead[0] = 64;
+        c.lead[1] = c.lead[2] = 0;
+        c.K = 512;
+        c.N = ns[i];
+        c.bias = 1;
+        snprintf(label, sizeof label, "fp32 [64, 512] x [512 -> %lld] + bias", (long long)c.N);
+        CU_ASSERT(check_case(&c, label));
+    }
+    report_worst("bias at the 1B widths");
+}
+
 static void test_empty_and_pad(void)
 {
     const char *precs[5] = {"fp32", "bf16", "fp8", "fp8", "fp8"};
@@ -555,6 +588,7 @@ static CU_TestInfo tests[] = {
     {"fp8 current", test_fp8_current},
     {"fp8 block", test_fp8_block},
     {"y_dtype bfloat16: bf16 and fp8 recipes", test_y_bf16},
+    {"bias at the 1B widths (fp8 and fp32, in place)", test_bias_wide},
     {"empty dims and pad_multiple", test_empty_and_pad},
     {"NaN / Inf and refused scales", test_non_finite},
     {"fp8 weight gradient from unpadded dYq, Xq^T: no scratch copy of the codes", test_dyq_scratch},

@@ -447,10 +447,49 @@ static void test_sum_to_shape(void)
         {3, {4, 1, 5}, 2, {1, 5}},        {2, {3, 4}, 2, {3, 4}},         {3, {2, 0, 4}, 1, {4}},
         {3, {8, 2048, 768}, 1, {768}},    {3, {64, 1024, 8}, 2, {1024, 1}}, {2, {16384, 768}, 2, {1, 768}},
         {4, {4, 12, 128, 128}, 4, {1, 12, 1, 1}}, {2, {100000, 3}, 1, {3}}, {2, {3, 100000}, 2, {3, 1}},
+        /* the float32 column-sum path (cols % 4 == 0): a partial last column tile and row block,
+           fewer rows than one row step, a single column group, rows over many row blocks */
+        {2, {1000, 260}, 1, {260}},       {3, {3, 4, 8}, 1, {8}},         {2, {70001, 4}, 2, {1, 4}},
+        {3, {5, 13, 1028}, 3, {1, 1, 1028}}, {2, {64, 128}, 1, {128}},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         run_sum_to(&r, FR_F32, cases[c].rx, cases[c].dx, cases[c].ry, cases[c].dy);
         if (c % 3 == 0) run_sum_to(&r, FR_F64, cases[c].rx, cases[c].dx, cases[c].ry, cases[c].dy);
+    }
+}
+
+/* The bias gradients of a GPT-NeoX (Pythia-1B) layer at batch 8 x seq 2048: dY [16384, N] summed
+ * to [N] for N = 6144 (QKV), 2048 (dense, down), 8192 (up), on zero-mean data like gradients
+ * (sums that cancel); within the float32 tolerance of the CPU's double sum, and the same bits
+ * on a second run (fixed summation order, no atomics). */
+static void test_sum_to_shape_bias_grads(void)
+{
+    if (!gpu_available()) return;
+    fr_rng r = fr_test_rng("gpu_sum_to_shape_bias_grads");
+    static const struct {
+        int rx;
+        int64_t dx[3];
+        int64_t n;
+    } cases[] = {{2, {16384, 6144, 0}, 6144}, {3, {8, 2048, 2048}, 2048}, {2, {16384, 8192, 0}, 8192}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        fr_tensor *x = tt_randn(&r, FR_F32, cases[c].rx, cases[c].dx, 0.0, 1.0);
+        fr_tensor *ins[1] = {x};
+        tnode t;
+        tn_init_domain(&t, FR_DOMAIN_FP8RUN, "SumToShape", 1, 1, ins, 0, 1);
+        TN_ATTR(&t, ints, "shape", 1, &cases[c].n);
+        FR_ASSERT_OK(tn_run(&t));
+        char what[160], s1[96];
+        snprintf(what, sizeof what, "SumToShape float32 %s -> [%lld] (bias gradient)",
+                 shape_s(cases[c].rx, cases[c].dx, s1, sizeof s1), (long long)cases[c].n);
+        gpu_check(&t, TOL_F32, what);
+        fr_tensor *g1[TN_MAX], *g2[TN_MAX];
+        FR_ASSERT_OK(tn_run_gpu(&t, g1));
+        FR_ASSERT_OK(tn_run_gpu(&t, g2));
+        CU_ASSERT(g1[0]->nbytes == g2[0]->nbytes && memcmp(g1[0]->data, g2[0]->data, g1[0]->nbytes) == 0);
+        gpu_free_outputs(&t, g1);
+        gpu_free_outputs(&t, g2);
+        tn_free(&t);
+        fr_tensor_free(x);
     }
 }
 
@@ -569,6 +608,7 @@ static CU_TestInfo tests[] = {
     {"ArgMax/ArgMin: ties, NaN, select_last_index", test_arg},
     {"ReduceGrad every kind", test_reduce_grad},
     {"SumToShape", test_sum_to_shape},
+    {"SumToShape at the 1B bias-gradient shapes: tolerance, repeatable bits", test_sum_to_shape_bias_grads},
     {"Dot", test_dot},
     {"CumSum", test_cumsum},
     {"CumSum axis out of range on the device", test_cumsum_bad_axis},

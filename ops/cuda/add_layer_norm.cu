@@ -281,8 +281,10 @@ __device__ __forceinline__ double finish_row(const DK<1 + NN> &s1, DK<1 + NN> s2
 }
 
 /* dx = dh + inv (g - mean(g) - xh mean(g xh)) per norm; part[blockIdx.x][(2 n + 0) len + col] = sum
- * of dy_n xh over the block's rows, [(2 n + 1) len + col] = sum of dy_n (part NULL: none wanted) */
-template <int V, int VPT, int NN, typename TD>
+ * of dy_n xh over the block's rows, [(2 n + 1) len + col] = sum of dy_n (part NULL: none wanted).
+ * This kernel re-reads the row in each pass (rows that do not fit the registers; aln_bwd_reg
+ * below is the register path) and accumulates the partials in the scratch. */
+template <int V, int NN, typename TD>
 __global__ void __launch_bounds__(kThreads)
     aln_bwd(const TD *dy, const void *dy2, int dy2_bf16, const float *x, const float *w1, const float *w2,
             const float *dh, float *dx, double *part, int64_t rows, int64_t len, float eps)
@@ -291,15 +293,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t nv = len / V, pl = 2 * NN * len;
     const float *const w[2] = {w1, w2};
     double *pb = part ? part + (int64_t)blockIdx.x * pl : nullptr;
-    constexpr int KA = VPT > 0 ? VPT : 1;
-    double acc_s[NN][KA][V], acc_b[NN][KA][V];
-#pragma unroll
-    for (int n = 0; n < NN; n++)
-#pragma unroll
-        for (int k = 0; k < KA; k++)
-#pragma unroll
-            for (int j = 0; j < V; j++) acc_s[n][k][j] = acc_b[n][k][j] = 0.0;
-    if (VPT == 0 && pb)
+    if (pb)
         for (int64_t c = threadIdx.x; c < nv; c += blockDim.x)
 #pragma unroll
             for (int n = 0; n < 2 * NN; n++)
@@ -316,89 +310,187 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int n = 0; n <= NN; n++) s1.v[n] = s2.v[n] = 0.0;
         double gxh[NN][V], gy[NN][V], mg[NN], mgx[NN];
-        if constexpr (VPT > 0) {
-            Vg<V, NN> gq[VPT];
-            F<V> xq[VPT];
-#pragma unroll
-            for (int k = 0; k < VPT; k++) {
-                const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-                if (i >= nv) continue;
-                gq[k].gq[0] = ld<V>(dyr, i);
-                if constexpr (NN > 1) gq[k].gq[1] = ld_dy2<V>(dy2r, dy2_bf16, i);
-                xq[k] = ld<V>(xr, i);
-                bwd_sums1<V, NN>(gq[k], xq[k], w, i, s1);
-            }
-            s1 = block_sum<1 + NN>(s1, red[par]);
-            par ^= 1;
-            const double mean = s1.v[0] / dlen;
-#pragma unroll
-            for (int k = 0; k < VPT; k++) {
-                const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-                if (i < nv) bwd_sums2<V, NN>(gq[k], xq[k], w, i, mean, s2);
-            }
-            const double inv = finish_row<NN>(s1, s2, red[par], dlen, eps, mg, mgx);
-            par ^= 1;
-#pragma unroll
-            for (int k = 0; k < VPT; k++) {
-                const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-                if (i >= nv) continue;
-                bwd_out<V, NN>(dxr, dhr, w, i, gq[k], xq[k], mean, inv, mg, mgx, gxh, gy);
+        for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
+            Vg<V, NN> g;
+            g.gq[0] = ld<V>(dyr, i);
+            if constexpr (NN > 1) g.gq[1] = ld_dy2<V>(dy2r, dy2_bf16, i);
+            bwd_sums1<V, NN>(g, ld<V>(xr, i), w, i, s1);
+        }
+        s1 = block_sum<1 + NN>(s1, red[par]);
+        par ^= 1;
+        const double mean = s1.v[0] / dlen;
+        for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
+            Vg<V, NN> g;
+            g.gq[0] = ld<V>(dyr, i);
+            if constexpr (NN > 1) g.gq[1] = ld_dy2<V>(dy2r, dy2_bf16, i);
+            bwd_sums2<V, NN>(g, ld<V>(xr, i), w, i, mean, s2);
+        }
+        const double inv = finish_row<NN>(s1, s2, red[par], dlen, eps, mg, mgx);
+        par ^= 1;
+        for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
+            Vg<V, NN> g;
+            g.gq[0] = ld<V>(dyr, i);
+            if constexpr (NN > 1) g.gq[1] = ld_dy2<V>(dy2r, dy2_bf16, i);
+            bwd_out<V, NN>(dxr, dhr, w, i, g, ld<V>(xr, i), mean, inv, mg, mgx, gxh, gy);
+            if (pb)
 #pragma unroll
                 for (int n = 0; n < NN; n++)
 #pragma unroll
-                    for (int j = 0; j < V; j++) {
-                        acc_s[n][k][j] += gxh[n][j];
-                        acc_b[n][k][j] += gy[n][j];
+                    for (int j = 0; j < V; j++) { /* this thread's own columns */
+                        pb[2 * n * len + i * V + j] += gxh[n][j];
+                        pb[(2 * n + 1) * len + i * V + j] += gy[n][j];
                     }
-            }
-        } else {
-            for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
-                Vg<V, NN> g;
-                g.gq[0] = ld<V>(dyr, i);
-                if constexpr (NN > 1) g.gq[1] = ld_dy2<V>(dy2r, dy2_bf16, i);
-                bwd_sums1<V, NN>(g, ld<V>(xr, i), w, i, s1);
-            }
-            s1 = block_sum<1 + NN>(s1, red[par]);
-            par ^= 1;
-            const double mean = s1.v[0] / dlen;
-            for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
-                Vg<V, NN> g;
-                g.gq[0] = ld<V>(dyr, i);
-                if constexpr (NN > 1) g.gq[1] = ld_dy2<V>(dy2r, dy2_bf16, i);
-                bwd_sums2<V, NN>(g, ld<V>(xr, i), w, i, mean, s2);
-            }
-            const double inv = finish_row<NN>(s1, s2, red[par], dlen, eps, mg, mgx);
-            par ^= 1;
-            for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
-                Vg<V, NN> g;
-                g.gq[0] = ld<V>(dyr, i);
-                if constexpr (NN > 1) g.gq[1] = ld_dy2<V>(dy2r, dy2_bf16, i);
-                bwd_out<V, NN>(dxr, dhr, w, i, g, ld<V>(xr, i), mean, inv, mg, mgx, gxh, gy);
-                if (pb)
-#pragma unroll
-                    for (int n = 0; n < NN; n++)
-#pragma unroll
-                        for (int j = 0; j < V; j++) { /* this thread's own columns */
-                            pb[2 * n * len + i * V + j] += gxh[n][j];
-                            pb[(2 * n + 1) * len + i * V + j] += gy[n][j];
-                        }
-            }
         }
     }
-    if constexpr (VPT > 0) {
-        if (!pb) return;
+}
+
+/* The register path of the backward (each thread's VPT vectors of the row in registers), built
+ * for throughput; the same double arithmetic as aln_bwd, value for value:
+ *  - 64-bit conversions run at 16 a clock per multiprocessor on Hopper (a quarter of the double
+ *    rate): converting x, dy and Scale at each of their three uses cost ~18 conversions an
+ *    element, about as long as the row's bytes take to stream. Here x and dy are converted once
+ *    a row, Scale once a block (held in double; the launch caps NN VPT V at 16), so ~5 an element;
+ *  - the next row's dY, dY2, H and dH are loaded while the current row is reduced and written
+ *    (while they fit: VPT V <= 8), so one block a multiprocessor (what the registers allow)
+ *    still keeps the memory busy; dH is loaded with the rest, not after the reductions. */
+template <int V, int VPT, int NN> struct RowIn {
+    F<V> g[VPT][NN]; /* each norm's dY */
+    F<V> x[VPT];
+    F<V> dh[VPT];
+};
+
+template <int V, int VPT, int NN, typename TD>
+__device__ __forceinline__ void bwd_load(RowIn<V, VPT, NN> &in, const TD *dy, const void *dy2, int dy2_bf16,
+                                         const float *x, const float *dh, int64_t r, int64_t len, int64_t nv)
+{
+    const TD *dyr = dy + r * len;
+    const void *dy2r = NN > 1 ? (const char *)dy2 + r * len * (dy2_bf16 ? 2 : 4) : nullptr;
+    const float *xr = x + r * len, *dhr = dh ? dh + r * len : nullptr;
+#pragma unroll
+    for (int k = 0; k < VPT; k++) {
+        const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+        if (i >= nv) break;
+        in.g[k][0] = ld<V>(dyr, i);
+        if constexpr (NN > 1) in.g[k][1] = ld_dy2<V>(dy2r, dy2_bf16, i);
+        in.x[k] = ld<V>(xr, i);
+        if (dhr) in.dh[k] = ld<V>(dhr, i);
+    }
+}
+
+template <int V, int VPT, int NN, typename TD>
+__global__ void __launch_bounds__(kThreads)
+    aln_bwd_reg(const TD *dy, const void *dy2, int dy2_bf16, const float *x, const float *w1, const float *w2,
+                const float *dh, float *dx, double *part, int64_t rows, int64_t len, float eps)
+{
+    static_assert(VPT > 0 && NN * VPT * V <= 16, "the register path, Scale held in double");
+    constexpr bool kPre = VPT * V <= 8;
+    __shared__ DK<1 + NN> red[2][32];
+    const int64_t nv = len / V, pl = 2 * NN * len;
+    const float *const w[2] = {w1, w2};
+    double *pb = part ? part + (int64_t)blockIdx.x * pl : nullptr;
+    double acc_s[NN][VPT][V], acc_b[NN][VPT][V];
+    double wd[NN][VPT][V];
+#pragma unroll
+    for (int n = 0; n < NN; n++)
 #pragma unroll
         for (int k = 0; k < VPT; k++) {
+#pragma unroll
+            for (int j = 0; j < V; j++) acc_s[n][k][j] = acc_b[n][k][j] = 0.0;
             const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-            if (i >= nv) break;
+            const F<V> q = i < nv ? ld<V>(w[n], i) : F<V>{};
+#pragma unroll
+            for (int j = 0; j < V; j++) wd[n][k][j] = (double)q.v[j];
+        }
+    int par = 0;
+    const double dlen = (double)len;
+    RowIn<V, VPT, NN> cur;
+    if (kPre && blockIdx.x < rows) bwd_load<V, VPT, NN>(cur, dy, dy2, dy2_bf16, x, dh, blockIdx.x, len, nv);
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        RowIn<V, VPT, NN> nxt;
+        if constexpr (kPre) {
+            if (r + gridDim.x < rows) bwd_load<V, VPT, NN>(nxt, dy, dy2, dy2_bf16, x, dh, r + gridDim.x, len, nv);
+        } else {
+            bwd_load<V, VPT, NN>(cur, dy, dy2, dy2_bf16, x, dh, r, len, nv);
+        }
+        float *dxr = dx + r * len;
+        DK<1 + NN> s1, s2;
+#pragma unroll
+        for (int n = 0; n <= NN; n++) s1.v[n] = s2.v[n] = 0.0;
+        double xd[VPT][V], gd[VPT][NN][V];
+        /* s1 = (sum x, sum g w per norm) */
+#pragma unroll
+        for (int k = 0; k < VPT; k++) {
+            if (threadIdx.x + (int64_t)k * blockDim.x >= nv) break;
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                xd[k][j] = (double)cur.x[k].v[j];
+                s1.v[0] += xd[k][j];
+            }
 #pragma unroll
             for (int n = 0; n < NN; n++)
 #pragma unroll
                 for (int j = 0; j < V; j++) {
-                    pb[2 * n * len + i * V + j] = acc_s[n][k][j];
-                    pb[(2 * n + 1) * len + i * V + j] = acc_b[n][k][j];
+                    gd[k][n][j] = (double)cur.g[k][n].v[j];
+                    s1.v[1 + n] += gd[k][n][j] * wd[n][k][j];
                 }
         }
+        s1 = block_sum<1 + NN>(s1, red[par]);
+        par ^= 1;
+        const double mean = s1.v[0] / dlen;
+        /* s2 = (sum (x - mean)^2, sum g w (x - mean) per norm) */
+#pragma unroll
+        for (int k = 0; k < VPT; k++) {
+            if (threadIdx.x + (int64_t)k * blockDim.x >= nv) break;
+#pragma unroll
+            for (int n = 0; n < NN; n++)
+#pragma unroll
+                for (int j = 0; j < V; j++) s2.v[1 + n] += gd[k][n][j] * wd[n][k][j] * (xd[k][j] - mean);
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                const double d = xd[k][j] - mean;
+                s2.v[0] += d * d;
+            }
+        }
+        double mg[NN], mgx[NN];
+        const double inv = finish_row<NN>(s1, s2, red[par], dlen, eps, mg, mgx);
+        par ^= 1;
+        /* dx = dh + d1, or (dh + d2) + d1; the parameter gradients' terms into the accumulators */
+#pragma unroll
+        for (int k = 0; k < VPT; k++) {
+            const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+            if (i >= nv) break;
+            F<V> o;
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                const double xh = (xd[k][j] - mean) * inv;
+                float d[NN];
+#pragma unroll
+                for (int n = 0; n < NN; n++) {
+                    const double gv = gd[k][n][j];
+                    d[n] = (float)(inv * (gv * wd[n][k][j] - mg[n] - xh * mgx[n]));
+                    acc_s[n][k][j] += gv * xh;
+                    acc_b[n][k][j] += gv;
+                }
+                float v = d[NN - 1]; /* NN 2: d2 first, as on the CPU */
+                if (dh) v = NN > 1 ? cur.dh[k].v[j] + v : cur.dh[k].v[j];
+                o.v[j] = dh || NN > 1 ? v + d[0] : d[0];
+            }
+            st<V>(dxr, i, o);
+        }
+        if constexpr (kPre) cur = nxt;
+    }
+    if (!pb) return;
+#pragma unroll
+    for (int k = 0; k < VPT; k++) {
+        const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+        if (i >= nv) break;
+#pragma unroll
+        for (int n = 0; n < NN; n++)
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                pb[2 * n * len + i * V + j] = acc_s[n][k][j];
+                pb[(2 * n + 1) * len + i * V + j] = acc_b[n][k][j];
+            }
     }
 }
 
@@ -533,10 +625,15 @@ template <class K> int64_t bwd_grid(K kernel, int threads, int sm_count, int64_t
 template <int V, int VPT, int NN, typename TD>
 int64_t launch_bwd(int threads, int sm_count, cudaStream_t st, const BwdArgs &p)
 {
-    if constexpr (V * VPT <= (NN > 1 ? kBwdRegs2 : kBwdRegs)) {
-        const int64_t g = bwd_grid(aln_bwd<V, VPT, NN, float>, threads, sm_count, p.rows, p.len, NN);
-        aln_bwd<V, VPT, NN, TD><<<(unsigned)g, threads, 0, st>>>((const TD *)p.dy, p.dy2, p.dy2_bf16, p.x, p.w, p.w2,
-                                                                 p.dh, p.dx, p.part, p.rows, p.len, p.eps);
+    if constexpr (VPT == 0) {
+        const int64_t g = bwd_grid(aln_bwd<V, NN, float>, threads, sm_count, p.rows, p.len, NN);
+        aln_bwd<V, NN, TD><<<(unsigned)g, threads, 0, st>>>((const TD *)p.dy, p.dy2, p.dy2_bf16, p.x, p.w, p.w2, p.dh,
+                                                            p.dx, p.part, p.rows, p.len, p.eps);
+        return g;
+    } else if constexpr (V * VPT <= (NN > 1 ? kBwdRegs2 : kBwdRegs)) {
+        const int64_t g = bwd_grid(aln_bwd_reg<V, VPT, NN, float>, threads, sm_count, p.rows, p.len, NN);
+        aln_bwd_reg<V, VPT, NN, TD><<<(unsigned)g, threads, 0, st>>>((const TD *)p.dy, p.dy2, p.dy2_bf16, p.x, p.w,
+                                                                     p.w2, p.dh, p.dx, p.part, p.rows, p.len, p.eps);
         return g;
     }
     return 0;

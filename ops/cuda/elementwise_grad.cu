@@ -68,11 +68,28 @@ struct AgF {
     }
 };
 
+/* float32 element function of the vector kernel (a[0] = dy, a[1] = v): AgF's */
+template <int OP, int GT> struct AgV {
+    double alpha;
+    __device__ float operator()(const float *a) const
+    {
+        if constexpr (ag_in_double[OP] != 0)
+            return (float)ag_dx<OP, GT, double>((double)a[0], (double)a[1], alpha);
+        else
+            return ag_dx<OP, GT, float>(a[0], a[1], alpha);
+    }
+};
+
 template <int OP, int GT>
 fr_status ag_launch_t(const fr_cuda_kctx *k, fr_dtype dt, int64_t n, double alpha)
 {
     const void *dy = k->in[0]->data, *v = k->in[1]->data;
     void *dx = k->out[0]->data;
+    if (dt == FR_F32) {
+        const EwVecIn<2> in{{(const float *)dy, (const float *)v}};
+        if (ew_vec4_ok(in, (const float *)dx))
+            return ew_launch_vec4(k, n, in, (float *)dx, AgV<OP, GT>{alpha}, "ActivationGrad");
+    }
     if (dt == FR_F32)
         return ew_launch_flat(k, n, AgF<OP, GT, float>{(const float *)dy, (const float *)v, (float *)dx, alpha},
                               "ActivationGrad");

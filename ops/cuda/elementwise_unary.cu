@@ -80,9 +80,20 @@ struct UnF {
     }
 };
 
+/* float32 element function of the vector kernel: the scalar kernel's un_float */
+template <int OP, int GT> struct UnV {
+    float alpha;
+    __device__ float operator()(const float *a) const { return un_float<OP, GT, float>(a[0], alpha); }
+};
+
 template <int OP, int GT, typename T>
 fr_status un_launch(const fr_cuda_kctx *k, int64_t n, float alpha)
 {
+    if constexpr (std::is_same<T, float>::value) {
+        const EwVecIn<1> in{{(const float *)k->in[0]->data}};
+        float *y = (float *)k->out[0]->data;
+        if (ew_vec4_ok(in, y)) return ew_launch_vec4(k, n, in, y, UnV<OP, GT>{alpha}, "elementwise unary");
+    }
     UnF<OP, GT, T> f{(const T *)k->in[0]->data, (T *)k->out[0]->data, alpha};
     return ew_launch_flat(k, n, f, "elementwise unary");
 }

@@ -742,31 +742,3 @@ fr_status fr_q_to_bf16(cudaStream_t s, const fr_node *n, const float *src, int64
     to_bf16_kernel<<<blocks_for(count, 256 * 4), 256, 0, s>>>(src, count, (__nv_bfloat16 *)dst);
     return fr_cuda_check_launch(n, "bf16 rounding");
 }
-
-template <typename T>
-__global__ void finish_kernel(const T *D, int64_t ldd, T *Y, int64_t rows, int64_t cols, const T *bias)
-{
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < rows * cols;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t r = i / cols, c = i % cols;
-        T v = D[r * ldd + c];
-        Y[i] = bias ? v + bias[c] : v;
-    }
-}
-
-fr_status fr_q_finish(cudaStream_t s, const fr_node *n, fr_dtype dt, const void *D, int64_t ldd, void *Y,
-                      int64_t rows, int64_t cols, const void *bias)
-{
-    if (rows * cols == 0) return FR_OK;
-    if (D == Y && ldd == cols && !bias) return FR_OK;
-    unsigned grid = blocks_for(rows * cols, 256 * 4);
-    if (dt == FR_BF16) { /* y_dtype bfloat16: no bias (ops/linear.c refuses one) */
-        if (bias) return fr_node_error(n, FR_ERR_INTERNAL, "a bfloat16 GEMM result with a bias (a bug in fp8run)");
-        finish_kernel<__nv_bfloat16><<<grid, 256, 0, s>>>((const __nv_bfloat16 *)D, ldd, (__nv_bfloat16 *)Y, rows, cols, NULL);
-    } else if (dt == FR_F64)
-        finish_kernel<double><<<grid, 256, 0, s>>>((const double *)D, ldd, (double *)Y, rows, cols,
-                                                   (const double *)bias);
-    else
-        finish_kernel<float><<<grid, 256, 0, s>>>((const float *)D, ldd, (float *)Y, rows, cols, (const float *)bias);
-    return fr_cuda_check_launch(n, "GEMM output copy / bias");
-}

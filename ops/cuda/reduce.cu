@@ -174,6 +174,10 @@ fr_status red_scratch(const fr_graph *g, const fr_node *n, size_t *bytes)
     RPlan p;
     FR_TRY(red_plan_node(g, n, fr_graph_opset(g, n->domain), &d, &p));
     *bytes = plan_part_bytes(p) + (d->kind == R_LSE ? align_up((size_t)p.n_out * sizeof(double)) : 0);
+    if (d->kind == R_SUM || d->kind == R_MEAN) {
+        const size_t cb = colsum_part_bytes(colsum_plan(p));
+        if (cb > *bytes) *bytes = cb;
+    }
     return FR_OK;
 }
 
@@ -194,6 +198,11 @@ template <class T> fr_status red_run_float(const fr_cuda_kctx *k, const RedDef *
         return red_launch(k, p, AddD{}, LoadF<T>{x, R_LSE, shift}, FinF<T>{y, R_LSE, p.count, shift}, part, d->op);
     }
     default:
+        if (sizeof(T) == 4 && (d->kind == R_SUM || d->kind == R_MEAN)) {
+            const ColPlan c = colsum_plan(p);
+            if (colsum_usable(c, x, k->scratch) && k->scratch_bytes >= colsum_part_bytes(c))
+                return colsum_launch(k, c, (const float *)x, FinF<T>{y, d->kind, p.count, nullptr}, k->scratch, d->op);
+        }
         return red_launch(k, p, AddD{}, LoadF<T>{x, d->kind, nullptr}, FinF<T>{y, d->kind, p.count, nullptr}, part,
                           d->op);
     }
@@ -344,11 +353,21 @@ fr_status sum_to_scratch(const fr_graph *g, const fr_node *n, size_t *bytes)
     RPlan p;
     FR_TRY(sum_to_plan(n, x->rank, x->dims, &p));
     *bytes = plan_part_bytes(p);
+    if (x->dtype == FR_F32) {
+        const size_t cb = colsum_part_bytes(colsum_plan(p));
+        if (cb > *bytes) *bytes = cb;
+    }
     return FR_OK;
 }
 
 template <class T> fr_status sum_to_run(const fr_cuda_kctx *k, const RPlan &p)
 {
+    if (sizeof(T) == 4) {
+        const ColPlan c = colsum_plan(p);
+        if (colsum_usable(c, k->in[0]->data, k->scratch) && k->scratch_bytes >= colsum_part_bytes(c))
+            return colsum_launch(k, c, (const float *)k->in[0]->data, FinF<T>{(T *)k->out[0]->data, R_SUM, p.count, nullptr},
+                                 k->scratch, "SumToShape");
+    }
     void *part = plan_part_bytes(p) ? k->scratch : nullptr;
     return red_launch(k, p, AddD{}, LoadF<T>{(const T *)k->in[0]->data, R_SUM, nullptr},
                       FinF<T>{(T *)k->out[0]->data, R_SUM, p.count, nullptr}, part, "SumToShape");

@@ -1,0 +1,113 @@
+/* The GEMM results' copy-out and bias (fr_q_finish, declared in quantize.cuh): the Linear
+ * family's last pass over a padded result, or over the result in place to add the bias. */
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#include "ops/cuda/quantize.cuh"
+
+static int aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
+
+/* The copy-out / bias pass runs over every GEMM result with a bias ([16384, 8192] float32 for a
+ * 1B model's MLP up projection: 1 GB of traffic, as long as half the GEMM), so it must run at
+ * the memory's speed. Each thread owns a fixed group of columns, keeps their bias in registers
+ * and walks the rows (no index division per element); blockIdx.y strides over the rows, four
+ * rows in flight per thread. Without a bias nothing is added (v + 0 would turn -0 into +0). */
+constexpr int kFinThreads = 256;
+
+__host__ __device__ constexpr int64_t fin_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* float32, 4 columns a thread (cols, ldd multiples of 4; D, Y, bias 16-byte aligned): D and Y
+ * may be the same buffer (the bias added in place), so no __restrict__ on them */
+template <bool HasBias>
+__global__ void __launch_bounds__(kFinThreads)
+    finish_vec4_kernel(const float4 *D, int64_t ldd4, float4 *Y, int64_t rows, int64_t cols4, const float4 *bias)
+{
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols4) return;
+    float4 b = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (HasBias) b = __ldg(bias + c);
+    const int64_t step = gridDim.y;
+    int64_t r = blockIdx.y;
+    for (; r + 3 * step < rows; r += 4 * step) {
+        float4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) v[u] = D[(r + u * step) * ldd4 + c];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            if (HasBias) {
+                v[u].x += b.x;
+                v[u].y += b.y;
+                v[u].z += b.z;
+                v[u].w += b.w;
+            }
+            Y[(r + u * step) * cols4 + c] = v[u];
+        }
+    }
+    for (; r < rows; r += step) {
+        float4 v = D[r * ldd4 + c];
+        if (HasBias) {
+            v.x += b.x;
+            v.y += b.y;
+            v.z += b.z;
+            v.w += b.w;
+        }
+        Y[r * cols4 + c] = v;
+    }
+}
+
+/* any T and layout: one column a thread */
+template <typename T>
+__global__ void __launch_bounds__(kFinThreads)
+    finish_kernel(const T *D, int64_t ldd, T *Y, int64_t rows, int64_t cols, const T *bias)
+{
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    const int64_t step = gridDim.y;
+    if (bias) {
+        const T b = bias[c];
+        for (int64_t r = blockIdx.y; r < rows; r += step) Y[r * cols + c] = D[r * ldd + c] + b;
+    } else {
+        for (int64_t r = blockIdx.y; r < rows; r += step) Y[r * cols + c] = D[r * ldd + c];
+    }
+}
+
+/* gx blocks across the columns, gy row strides: about 2048 blocks in all (two waves of 8
+ * blocks a multiprocessor on an H100 / H200), each thread then taking rows / gy rows */
+static dim3 finish_grid(int64_t rows, int64_t col_units)
+{
+    const int64_t gx = fin_cdiv(col_units, kFinThreads);
+    int64_t gy = fin_cdiv(2048, gx);
+    if (gy > rows) gy = rows;
+    if (gy > 65535) gy = 65535;
+    if (gy < 1) gy = 1;
+    return dim3((unsigned)gx, (unsigned)gy);
+}
+
+fr_status fr_q_finish(cudaStream_t s, const fr_node *n, fr_dtype dt, const void *D, int64_t ldd, void *Y,
+                      int64_t rows, int64_t cols, const void *bias)
+{
+    if (rows * cols == 0) return FR_OK;
+    if (D == Y && ldd == cols && !bias) return FR_OK;
+    if (fin_cdiv(cols, kFinThreads) > 0x7fffffff)
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "GEMM result of %lld columns", (long long)cols);
+    if (dt == FR_BF16) { /* y_dtype bfloat16: no bias (ops/linear.c refuses one) */
+        if (bias) return fr_node_error(n, FR_ERR_INTERNAL, "a bfloat16 GEMM result with a bias (a bug in fp8run)");
+        finish_kernel<__nv_bfloat16><<<finish_grid(rows, cols), kFinThreads, 0, s>>>(
+            (const __nv_bfloat16 *)D, ldd, (__nv_bfloat16 *)Y, rows, cols, NULL);
+    } else if (dt == FR_F64) {
+        finish_kernel<double><<<finish_grid(rows, cols), kFinThreads, 0, s>>>((const double *)D, ldd, (double *)Y,
+                                                                              rows, cols, (const double *)bias);
+    } else if (cols % 4 == 0 && ldd % 4 == 0 && aligned16(D) && aligned16(Y) && aligned16(bias)) {
+        const dim3 g = finish_grid(rows, cols / 4);
+        if (bias)
+            finish_vec4_kernel<true><<<g, kFinThreads, 0, s>>>((const float4 *)D, ldd / 4, (float4 *)Y, rows, cols / 4,
+                                                               (const float4 *)bias);
+        else
+            finish_vec4_kernel<false><<<g, kFinThreads, 0, s>>>((const float4 *)D, ldd / 4, (float4 *)Y, rows,
+                                                                cols / 4, NULL);
+    } else {
+        finish_kernel<float><<<finish_grid(rows, cols), kFinThreads, 0, s>>>((const float *)D, ldd, (float *)Y, rows,
+                                                                             cols, (const float *)bias);
+    }
+    return fr_cuda_check_launch(n, "GEMM output copy / bias");
+}
