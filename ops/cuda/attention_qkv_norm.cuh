@@ -228,13 +228,13 @@ __global__ void __launch_bounds__(1024) reduce_kernel(const float *__restrict__ 
 /* The fused kernels' geometry (fast_of: every value fits an int). */
 struct Fast {
     int T, W, D, Hq, Hk;
-    int uh;       /* units per head: D / 16 (a unit: features d..d+7 and d+D/2..d+D/2+7) */
-    int nq, upt;  /* Q's units per token (Hq uh), and Q's and K's ((Hq + Hk) uh) */
-    int len[2];   /* the normalized rows: D, or heads D (full width) */
+    int uh;      /* units per head: D / 16 (a unit: features d..d+7 and d+D/2..d+D/2+7) */
+    int nq, upt; /* Q's units per token (Hq uh), and Q's and K's ((Hq + Hk) uh) */
+    int len[2];  /* the normalized rows: D, or heads D (full width) */
     int off[2], hs[2];
     int rotary, interleaved;
     int64_t cos_b, sin_b;
-    unsigned BT;  /* tokens (B T) */
+    unsigned BT; /* tokens (B T) */
     float eps;
 };
 
@@ -431,8 +431,8 @@ __global__ void __launch_bounds__(FULL ? 512 : 256, FULL ? 1 : 3)
 
 /* ---- the fused kernels' shapes ---- */
 
-constexpr int64_t kFastRows = 2048;       /* the fused backward's partial rows: at most this many */
-constexpr int64_t kFastPart = 8 << 20;    /* and this many bytes */
+constexpr int64_t kFastRows = 2048;    /* the fused backward's partial rows: at most this many */
+constexpr int64_t kFastPart = 8 << 20; /* and this many bytes */
 
 /* The fused kernels' geometry and block shape: x a chunk of a token's units (whole warps: for
  * a per-head norm at most 8 of them, the token's units split evenly into chunks; for a full
@@ -871,10 +871,11 @@ FR_NODISCARD fr_status grad_fast(const fr_cuda_kctx *k, const fr_attn_qkv_geom &
     }
     const qkv_fast::Lay8 lq = lay8_of(l[0]), lk = lay8_of(l[1]);
     int64_t rows = 0;
+    const void *x = X->data;
     const fr_status st =
         X->dtype == FR_BF16
-            ? bwd8_x<TS, bf16>(k, f, rows_cap, (const bf16 *)X->data, wq, wk, cs, sn, gq, gk, lq, lk, dX, part, &rows)
-            : bwd8_x<TS, float>(k, f, rows_cap, (const float *)X->data, wq, wk, cs, sn, gq, gk, lq, lk, dX, part, &rows);
+            ? bwd8_x<TS, bf16>(k, f, rows_cap, (const bf16 *)x, wq, wk, cs, sn, gq, gk, lq, lk, dX, part, &rows)
+            : bwd8_x<TS, float>(k, f, rows_cap, (const float *)x, wq, wk, cs, sn, gq, gk, lq, lk, dX, part, &rows);
     FR_TRY(st);
     FR_TRY(fr_cuda_check_launch(k->node, "AttentionQKVGrad(q/k norm, fused)"));
     const int64_t len[2] = {q.qn_len, q.kn_len};
