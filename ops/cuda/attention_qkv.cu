@@ -349,9 +349,12 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
     cudaStream_t stream = c->stream;
     const Lay ls[3] = {packed(p, 0), packed(p, 1), packed(p, 2)}, lo = packed(p, 3);
     const bf16 *qkv[3];
-    stage_for_cudnn(p, k->in[0], cs, sn, x16, ls, qkv, stream);
-    if (q.qk_norm) /* Q and K normalized into the staged copy (whatever was read from X before) */
-        qkv_norm::stage_copy(k, p.q, backward, cs, sn, x16, ls, qkv, stream);
+    /* with the q/k norm: the norm fused into the staging of Q and K where it can be, else Q and K
+     * normalized into the staged copy (whatever was read from X before) */
+    if (!q.qk_norm || !qkv_norm::stage_cudnn(k, p.q, backward, cs, sn, x16, ls, qkv, stream)) {
+        stage_for_cudnn(p, k->in[0], cs, sn, x16, ls, qkv, stream);
+        if (q.qk_norm) qkv_norm::stage_copy(k, p.q, backward, cs, sn, x16, ls, qkv, stream);
+    }
     FR_TRY(check_launch(k, "AttentionQKV(cuDNN: stage X)"));
     fr_cudnn_sdpa_io io;
     memset(&io, 0, sizeof io);
@@ -427,12 +430,16 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
             FR_CUDA_TRY(cudaMemsetAsync(dst, 0, (size_t)(q.B * q.T * q.W) * 2, stream));
         const fr_status st = fr_cudnn_sdpa_run(c, &s, &io);
         if (st != FR_OK) return fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
-        if (!into_dx)
+        int fused = 0; /* the q/k norm's backward fused with RoPE's transpose (and V's move when !into_dx) */
+        if (q.qk_norm)
+            FR_TRY(qkv_norm::grad_fast<bf16>(k, p.q, cs, sn, dst, dst + q.k_off, into_dx ? nullptr : dst + q.v_off, ls,
+                                             &fused));
+        if (!into_dx && !fused)
             unstage_to<bf16>(p, dx16, dx16 + q.k_off, dx16 + q.v_off, ls, cs, sn, dxt, stream);
-        if (q.qk_norm) /* Q and K columns again, RoPE transposed and the norm's backward (in place in dX) */
+        if (q.qk_norm && !fused) /* Q and K columns again, RoPE transposed and the norm's backward (in place in dX) */
             FR_TRY(qkv_norm::grad<bf16>(k, p.q, cs, sn, into_dx ? dst : dx16, (into_dx ? dst : dx16) + q.k_off, ls[0],
                                         ls[1]));
-        else if (into_dx && q.rotary)
+        else if (!q.qk_norm && into_dx && q.rotary)
             qkv_fast::rope8_kernel<true, bf16, float, bf16><<<qkv_fast::blocks8(g8.n), 256, 0, stream>>>(
                 g8, nullptr, dst, dst, dst + q.k_off, dst + q.v_off, lay8(ls[0]), lay8(ls[1]), lay8(ls[2]), cs, sn);
         FR_TRY(check_launch(k, "AttentionQKVGrad(cuDNN: dX)"));
@@ -468,8 +475,10 @@ fr_status run_own(const fr_cuda_kctx *k, const Node &p, int backward)
     const float *sn = cs ? (const float *)k->in[ci + 1]->data : nullptr;
     cudaStream_t stream = k->cu->stream;
     const Lay hs[3] = {head_major(p, 0), head_major(p, 1), head_major(p, 2)}, ho = head_major(p, 3);
-    stage<float>(p, k->in[0], cs, sn, Q, K, V, hs, stream);
-    if (p.q.qk_norm) qkv_norm::stage<float>(k, p.q, backward, cs, sn, Q, K, hs[0], hs[1], stream);
+    if (!p.q.qk_norm || !qkv_norm::stage_fast<float>(k, p.q, backward, cs, sn, Q, K, V, hs, stream)) {
+        stage<float>(p, k->in[0], cs, sn, Q, K, V, hs, stream);
+        if (p.q.qk_norm) qkv_norm::stage<float>(k, p.q, backward, cs, sn, Q, K, hs[0], hs[1], stream);
+    }
     FR_TRY(check_launch(k, "AttentionQKV(stage X)"));
     fr_tensor tq = view_of(p, 0, Q), tk = view_of(p, 1, K), tv = view_of(p, 2, V), to = view_of(p, 3, O);
     fr_cuda_kctx ik = *k;
@@ -507,6 +516,9 @@ fr_status run_own(const fr_cuda_kctx *k, const Node &p, int backward)
     st = def->run(&ik);
     c->attention = choice;
     FR_TRY(st);
+    int fused = 0; /* the q/k norm's backward fused with the unstaging of Q and K */
+    if (p.q.qk_norm) FR_TRY(qkv_norm::grad_fast<float>(k, p.q, cs, sn, dQ, dK, dV, hs, &fused));
+    if (fused) return FR_OK; /* (launches checked) */
     unstage_to<float>(p, dQ, dK, dV, hs, cs, sn, k->out[0], stream);
     if (p.q.qk_norm) return qkv_norm::grad<float>(k, p.q, cs, sn, dQ, dK, hs[0], hs[1]); /* (checks the launches) */
     return check_launch(k, "AttentionQKVGrad(dX)");

@@ -1,29 +1,32 @@
 /* The q/k RMSNorm of AttentionQKV on the GPU (included by attention_qkv.cu only; the contract:
  * ops/attention_qkv.h).
  *
- * One warp per normalized row (a head's D features, or a token's whole Q or K section): the
- * row is read once into shared memory, its mean square reduced across the warp, normalized
- * and scaled, and RoPE (which pairs features of one head, both in the warp's row) applied
- * before the warp writes the row into the section layout the attention kernels read. The
- * staging pass before it has written Q and K without the norm; these rows overwrite them
- * (Q and K staged twice: the simple way to keep the vectorized staging as it is).
+ * Two ways, the same arithmetic per element (float32; the CPU's statistics are double: within
+ * 1e-6 of the CPU, the sums' order aside):
  *
- * Backward, per row: the gradient for the normalized and rotated values (the attention's dQ or
- * dK, in its layout) gets RoPE's transpose, then RMSNorm's backward with the row's statistics
- * recomputed from X: dx = inv (g w - xh mean(g w xh)), xh = x inv. dX's Q and K columns are
- * written (in place is safe: the warp holds its row before it writes). Each warp sums
+ * Fused into the vectorized staging where the shapes and pointers allow (the kernels and their
+ * shapes: attention_qkv_norm8.cuh; their launchers at the end of this file).
+ *
+ * The general kernels (any shape or alignment): one warp per normalized row, the row staged in
+ * shared memory, its mean square reduced across the warp, normalized and scaled, and RoPE
+ * applied before the warp writes the row into the section layout the attention kernels read;
+ * the staging pass before it has written Q and K without the norm and these rows overwrite
+ * them. Backward, per row: the gradient for the normalized and rotated values (the attention's
+ * dQ or dK, in its layout) gets RoPE's transpose, then RMSNorm's backward with the row's
+ * statistics recomputed from X: dx = inv (g w - xh mean(g w xh)), xh = x inv. Each warp sums
  * g xh for the weights' gradient over the rows it visits in shared memory and writes that
- * partial sum; a second kernel adds the partial sums in a fixed order (deterministic).
+ * partial sum; reduce_kernel adds the partial sums in a fixed order (deterministic).
  *
- * float32 arithmetic (the CPU's statistics are double): within 1e-6 of the CPU. The host
- * launchers at the end size the grid, the shared memory and the backward's partial sums (kept
- * at the end of the node's scratch: reserve) from the node's geometry. */
+ * The host launchers at the end size the grids, the shared memory and the backward's partial
+ * sums (kept at the end of the node's scratch: reserve) from the node's geometry. */
 #ifndef FR_OPS_CUDA_ATTENTION_QKV_NORM_CUH
 #define FR_OPS_CUDA_ATTENTION_QKV_NORM_CUH
 
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include "ops/cuda/attention_qkv_norm8.cuh"
+#include "ops/cuda/attention_qkv_stage.cuh"
 #include "ops/cuda/cuda_kernel.h"
 extern "C" {
 #include "ops/attention_qkv.h"
@@ -81,12 +84,6 @@ __device__ __forceinline__ int64_t partner(int64_t d, int64_t D, int il, float *
     const int64_t h = D / 2;
     *sign = d < h ? -1.f : 1.f;
     return d < h ? d + h : d - h;
-}
-
-__device__ __forceinline__ float warp_sum(float v)
-{
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
 }
 
 /* Forward: rows of X (TX) normalized, scaled, RoPE'd into q, k (TO, layouts lq, lk). Shared
@@ -265,10 +262,18 @@ inline Grid grid_of(const fr_attn_qkv_geom &q, int backward)
     return r;
 }
 
-/* The scratch the norm's backward adds at the end of the node's scratch. */
+/* The scratch the norm's backward adds at the end of the node's scratch: the partial sums of
+ * the general kernels or of the fused ones (which runs is known at the launch only). */
 inline size_t reserve(const fr_attn_qkv_geom &q, int backward)
 {
-    return q.qk_norm && backward ? (grid_of(q, 1).part_bytes + kAlign - 1) / kAlign * kAlign + kAlign : 0;
+    if (!q.qk_norm || !backward) return 0;
+    size_t bytes = grid_of(q, 1).part_bytes;
+    FastShape f;
+    if (fast_of(q, &f)) {
+        const size_t fb = (size_t)(fast_rows_cap(q) * (q.qn_len + q.kn_len)) * sizeof(float);
+        if (fb > bytes) bytes = fb;
+    }
+    return (bytes + kAlign - 1) / kAlign * kAlign + kAlign;
 }
 
 inline FR_NODISCARD fr_status check(const fr_node *n, const fr_attn_qkv_geom &q, int backward)
@@ -351,6 +356,30 @@ void stage_copy(const fr_cuda_kctx *k, const fr_attn_qkv_geom &q, int backward, 
     qkv[0] = x16, qkv[1] = x16 + q.k_off;
 }
 
+/* The backward's partial sums: the last reserve(q, 1) bytes of the node's scratch, aligned. */
+inline FR_NODISCARD fr_status part_of(const fr_cuda_kctx *k, const fr_attn_qkv_geom &q, float **part)
+{
+    const size_t res = reserve(q, 1);
+    if (!k->scratch || k->scratch_bytes < res)
+        return fr_node_error(k->node, FR_ERR_INTERNAL, "scratch of %zu bytes, the q/k norm needs %zu", k->scratch_bytes,
+                             res);
+    *part = (float *)(((uintptr_t)k->scratch + k->scratch_bytes - res + kAlign - 1) / kAlign * kAlign);
+    return FR_OK;
+}
+
+/* The weights' gradients (outputs 1, 2) from rows of acc_n partial sums (Q's len[0] first). */
+inline FR_NODISCARD fr_status reduce_weights(const fr_cuda_kctx *k, const float *part, int64_t rows, int64_t acc_n,
+                                             const int64_t *len)
+{
+    for (int s = 0; s < 2; s++) {
+        fr_tensor *dw = k->n_out > 1 + s ? k->out[1 + s] : NULL;
+        if (!dw) continue;
+        reduce_kernel<<<(unsigned)((len[s] + 31) / 32), dim3(32, 32), 0, k->cu->stream>>>(
+            part, rows, acc_n, s ? len[0] : 0, len[s], (float *)dw->data);
+    }
+    return fr_cuda_check_launch(k->node, "AttentionQKVGrad(q/k norm weights)");
+}
+
 template <typename TS, typename TX> void grad_x(const Grid &r, const Geo &g, const fr_tensor *X, const float *wq,
                                                 const float *wk, const float *cs, const float *sn, const TS *gq,
                                                 const TS *gk, const Lay &a, const Lay &b, fr_tensor *dX, float *part,
@@ -374,13 +403,8 @@ template <typename TS, class L> FR_NODISCARD fr_status grad(const fr_cuda_kctx *
 {
     const Grid r = grid_of(q, 1);
     const Geo g = geo_of(q);
-    const size_t res = reserve(q, 1);
-    if (!k->scratch || k->scratch_bytes < res)
-        return fr_node_error(k->node, FR_ERR_INTERNAL, "scratch of %zu bytes, the q/k norm needs %zu", k->scratch_bytes,
-                             res);
-    /* the last `res` bytes of the scratch, aligned */
-    const uintptr_t at = ((uintptr_t)k->scratch + k->scratch_bytes - res + kAlign - 1) / kAlign * kAlign;
-    float *part = (float *)at;
+    float *part = NULL;
+    FR_TRY(part_of(k, q, &part));
     const float *wq = in_f32(k, FR_ATTN_QKV_GRAD_QNORM), *wk = in_f32(k, FR_ATTN_QKV_GRAD_QNORM + 1);
     cudaStream_t stream = k->cu->stream;
     const Lay a{a_.sb, a_.sh, a_.st}, b{b_.sb, b_.sh, b_.st}; /* (the caller's layout type) */
@@ -389,15 +413,180 @@ template <typename TS, class L> FR_NODISCARD fr_status grad(const fr_cuda_kctx *
     else
         grad_x<TS, float>(r, g, k->in[0], wq, wk, cs, sn, gq, gk, a, b, k->out[0], part, stream);
     FR_TRY(fr_cuda_check_launch(k->node, "AttentionQKVGrad(q/k norm)"));
-    const int64_t nw = (int64_t)r.blocks * r.wpb;
-    for (int s = 0; s < 2; s++) {
-        fr_tensor *dw = k->n_out > 1 + s ? k->out[1 + s] : NULL;
-        if (!dw) continue;
-        const int64_t len = g.len[s];
-        reduce_kernel<<<(unsigned)((len + 31) / 32), dim3(32, 32), 0, stream>>>(part, nw, r.acc_n, s ? g.len[0] : 0,
-                                                                                len, (float *)dw->data);
+    return reduce_weights(k, part, (int64_t)r.blocks * r.wpb, r.acc_n, g.len);
+}
+
+/* ---- the fused kernels' launchers ---- */
+
+inline bool a16(const void *p) { return qkv_fast::aligned16(p); }
+
+template <class L> inline bool lay_ok(const L &l) { return l.sb % 8 == 0 && l.sh % 8 == 0 && l.st % 8 == 0; }
+
+template <class L> inline qkv_fast::Lay8 lay8_of(const L &l) { return qkv_fast::Lay8{l.sb, l.sh, l.st}; }
+
+/* Shared memory of the fused kernels: the backward's per-thread sums, then row_sum's (full width). */
+inline size_t fast_smem(const FastShape &f, int backward)
+{
+    const size_t red = f.full ? (size_t)(f.by * (f.bx / 32) * 2) : 0;
+    return (red + (backward ? (size_t)(f.bx * f.by * 17) : 0)) * sizeof(float);
+}
+
+template <bool FULL, typename TX, typename TO>
+void fwd8(const FastShape &f, const TX *X, const float *wq, const float *wk, const float *cs, const float *sn, TO *oq,
+          TO *ok, qkv_fast::Lay8 lq, qkv_fast::Lay8 lk, cudaStream_t stream)
+{
+    fwd8_kernel<FULL, TX, TO><<<dim3(f.tok_blocks, (unsigned)f.chunks), dim3((unsigned)f.bx, (unsigned)f.by),
+                                fast_smem(f, 0), stream>>>(f.g, X, wq, wk, cs, sn, oq, ok, lq, lk);
+}
+
+template <typename TX, typename TO>
+void fwd8_x(const FastShape &f, const TX *X, const float *wq, const float *wk, const float *cs, const float *sn, TO *oq,
+            TO *ok, qkv_fast::Lay8 lq, qkv_fast::Lay8 lk, cudaStream_t stream)
+{
+    if (f.full)
+        fwd8<true, TX, TO>(f, X, wq, wk, cs, sn, oq, ok, lq, lk, stream);
+    else
+        fwd8<false, TX, TO>(f, X, wq, wk, cs, sn, oq, ok, lq, lk, stream);
+}
+
+/* The fused forward, where it applies (else false, nothing launched): Q and K of X normalized
+ * and RoPE'd into oq, ok (layouts l[0], l[1]); V staged into ov (layout l[2]) unless ov is
+ * NULL. The caller checks the launches. */
+template <typename TO, class L>
+bool stage_fast(const fr_cuda_kctx *k, const fr_attn_qkv_geom &q, int backward, const float *cs, const float *sn,
+                TO *oq, TO *ok, TO *ov, const L *l, cudaStream_t stream)
+{
+    FastShape f;
+    qkv_fast::Geo8 v8;
+    if (!fast_of(q, &f) || (ov && !v8_of(q, &v8))) return false;
+    const int wi = backward ? FR_ATTN_QKV_GRAD_QNORM : FR_ATTN_QKV_QNORM;
+    const float *wq = in_f32(k, wi), *wk = in_f32(k, wi + 1);
+    const fr_tensor *X = k->in[0];
+    if (!wq || !wk || !a16(wq) || !a16(wk) || !a16(X->data) || !a16(oq) || !a16(ok) || (ov && !a16(ov))) return false;
+    if (q.rotary && (!cs || !sn || !a16(cs) || !a16(sn))) return false;
+    if (!lay_ok(l[0]) || !lay_ok(l[1]) || (ov && !lay_ok(l[2]))) return false;
+    const qkv_fast::Lay8 lq = lay8_of(l[0]), lk = lay8_of(l[1]);
+    if (X->dtype == FR_BF16) {
+        const bf16 *x = (const bf16 *)X->data;
+        if (ov)
+            qkv_fast::rope8_kernel<false, TO, bf16, float><<<qkv_fast::blocks8(v8.n), 256, 0, stream>>>(
+                v8, x, nullptr, ov, ov, ov, lay8_of(l[2]), lay8_of(l[2]), lay8_of(l[2]), nullptr, nullptr);
+        fwd8_x<bf16, TO>(f, x, wq, wk, cs, sn, oq, ok, lq, lk, stream);
+    } else {
+        const float *x = (const float *)X->data;
+        if (ov)
+            qkv_fast::rope8_kernel<false, TO, float, float><<<qkv_fast::blocks8(v8.n), 256, 0, stream>>>(
+                v8, x, nullptr, ov, ov, ov, lay8_of(l[2]), lay8_of(l[2]), lay8_of(l[2]), nullptr, nullptr);
+        fwd8_x<float, TO>(f, x, wq, wk, cs, sn, oq, ok, lq, lk, stream);
     }
-    return fr_cuda_check_launch(k->node, "AttentionQKVGrad(q/k norm weights)");
+    return true;
+}
+
+/* stage_fast for cuDNN: Q and K into the packed bf16 copy x16 (layouts ls, X's), V read from X
+ * where it is bfloat16 and aligned, else staged into x16 too; qkv: what cuDNN reads. */
+template <class L>
+bool stage_cudnn(const fr_cuda_kctx *k, const fr_attn_qkv_geom &q, int backward, const float *cs, const float *sn,
+                 bf16 *x16, const L *ls, const bf16 **qkv, cudaStream_t stream)
+{
+    const fr_tensor *X = k->in[0];
+    const bool v_direct = X->dtype == FR_BF16 && a16(X->data) && q.v_off % 8 == 0;
+    if (!stage_fast<bf16>(k, q, backward, cs, sn, x16, x16 + q.k_off, v_direct ? nullptr : x16 + q.v_off, ls, stream))
+        return false;
+    qkv[0] = x16, qkv[1] = x16 + q.k_off, qkv[2] = v_direct ? (const bf16 *)X->data + q.v_off : x16 + q.v_off;
+    return true;
+}
+
+/* The fused backward's kernel on a grid of at most one wave (the blocks the device holds at
+ * once, a function of the device: the same grid, the same sums, run to run) and at most
+ * rows_cap rows of partial sums; *rows: the rows written. */
+template <bool FULL, typename TS, typename TX, typename TD>
+FR_NODISCARD fr_status bwd8(const fr_cuda_kctx *k, const FastShape &f, int64_t rows_cap, const TX *X, const float *wq,
+                            const float *wk, const float *cs, const float *sn, const TS *gq, const TS *gk,
+                            qkv_fast::Lay8 lq, qkv_fast::Lay8 lk, TD *dX, float *part, int64_t *rows)
+{
+    const size_t smem = fast_smem(f, 1);
+    int occ = 0;
+    void (*kern)(Fast, const TX *, const float *, const float *, const float *, const float *, const TS *, const TS *,
+                 qkv_fast::Lay8, qkv_fast::Lay8, TD *, float *) = bwd8_kernel<FULL, TS, TX, TD>;
+    FR_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, f.bx * f.by, smem));
+    int64_t gx = (int64_t)occ * (k->cu->sm_count > 0 ? k->cu->sm_count : 1) / f.chunks;
+    if (gx > rows_cap / f.chunks) gx = rows_cap / f.chunks;
+    if (gx > (int64_t)f.tok_blocks) gx = f.tok_blocks;
+    if (gx < 1) gx = 1;
+    kern<<<dim3((unsigned)gx, (unsigned)f.chunks), dim3((unsigned)f.bx, (unsigned)f.by), smem, k->cu->stream>>>(
+        f.g, X, wq, wk, cs, sn, gq, gk, lq, lk, dX, part);
+    *rows = gx * f.chunks;
+    return FR_OK;
+}
+
+template <typename TS, typename TX, typename TD>
+FR_NODISCARD fr_status bwd8_full(const fr_cuda_kctx *k, const FastShape &f, int64_t rows_cap, const TX *X,
+                                 const float *wq, const float *wk, const float *cs, const float *sn, const TS *gq,
+                                 const TS *gk, qkv_fast::Lay8 lq, qkv_fast::Lay8 lk, TD *dX, float *part, int64_t *rows)
+{
+    if (f.full) return bwd8<true, TS, TX, TD>(k, f, rows_cap, X, wq, wk, cs, sn, gq, gk, lq, lk, dX, part, rows);
+    return bwd8<false, TS, TX, TD>(k, f, rows_cap, X, wq, wk, cs, sn, gq, gk, lq, lk, dX, part, rows);
+}
+
+template <typename TS, typename TX>
+FR_NODISCARD fr_status bwd8_x(const fr_cuda_kctx *k, const FastShape &f, int64_t rows_cap, const TX *X,
+                              const float *wq, const float *wk, const float *cs, const float *sn, const TS *gq,
+                              const TS *gk, qkv_fast::Lay8 lq, qkv_fast::Lay8 lk, fr_tensor *dX, float *part,
+                              int64_t *rows)
+{
+    if (dX->dtype == FR_BF16)
+        return bwd8_full<TS, TX, bf16>(k, f, rows_cap, X, wq, wk, cs, sn, gq, gk, lq, lk, (bf16 *)dX->data, part,
+                                       rows);
+    return bwd8_full<TS, TX, float>(k, f, rows_cap, X, wq, wk, cs, sn, gq, gk, lq, lk, (float *)dX->data, part, rows);
+}
+
+/* The fused backward, where it applies (*done = 1; else nothing launched): dX's Q and K columns
+ * from the gradients for the staged Q and K (gq, gk, layouts l[0], l[1]; they may lie in dX
+ * itself), V's columns from gv (layout l[2]) unless gv is NULL (already in dX), and the
+ * weights' gradients (outputs 1, 2). */
+template <typename TS, class L>
+FR_NODISCARD fr_status grad_fast(const fr_cuda_kctx *k, const fr_attn_qkv_geom &q, const float *cs, const float *sn,
+                                 const TS *gq, const TS *gk, const TS *gv, const L *l, int *done)
+{
+    *done = 0;
+    FastShape f;
+    qkv_fast::Geo8 v8;
+    const int64_t rows_cap = fast_rows_cap(q);
+    if (!fast_of(q, &f) || rows_cap < f.chunks || (gv && !v8_of(q, &v8))) return FR_OK;
+    const float *wq = in_f32(k, FR_ATTN_QKV_GRAD_QNORM), *wk = in_f32(k, FR_ATTN_QKV_GRAD_QNORM + 1);
+    const fr_tensor *X = k->in[0];
+    fr_tensor *dX = k->out[0];
+    if (!wq || !wk || !a16(wq) || !a16(wk) || !a16(X->data) || !a16(dX->data) || !a16(gq) || !a16(gk) ||
+        (gv && !a16(gv)))
+        return FR_OK;
+    if (q.rotary && (!cs || !sn || !a16(cs) || !a16(sn))) return FR_OK;
+    if (!lay_ok(l[0]) || !lay_ok(l[1]) || (gv && !lay_ok(l[2]))) return FR_OK;
+    float *part = NULL;
+    FR_TRY(part_of(k, q, &part));
+    cudaStream_t stream = k->cu->stream;
+    if (gv) { /* V's gradient as it is (the kernel reads only, whatever its pointer's constness) */
+        TS *v = const_cast<TS *>(gv);
+        const qkv_fast::Lay8 lv = lay8_of(l[2]);
+        if (dX->dtype == FR_BF16)
+            qkv_fast::rope8_kernel<true, TS, float, bf16><<<qkv_fast::blocks8(v8.n), 256, 0, stream>>>(
+                v8, nullptr, (bf16 *)dX->data, v, v, v, lv, lv, lv, nullptr, nullptr);
+        else
+            qkv_fast::rope8_kernel<true, TS, float, float><<<qkv_fast::blocks8(v8.n), 256, 0, stream>>>(
+                v8, nullptr, (float *)dX->data, v, v, v, lv, lv, lv, nullptr, nullptr);
+    }
+    const qkv_fast::Lay8 lq = lay8_of(l[0]), lk = lay8_of(l[1]);
+    int64_t rows = 0;
+    const void *x = X->data;
+    const fr_status st =
+        X->dtype == FR_BF16
+            ? bwd8_x<TS, bf16>(k, f, rows_cap, (const bf16 *)x, wq, wk, cs, sn, gq, gk, lq, lk, dX, part, &rows)
+            : bwd8_x<TS, float>(k, f, rows_cap, (const float *)x, wq, wk, cs, sn, gq, gk, lq, lk, dX, part, &rows);
+    FR_TRY(st);
+    FR_TRY(fr_cuda_check_launch(k->node, "AttentionQKVGrad(q/k norm, fused)"));
+    const int64_t len[2] = {q.qn_len, q.kn_len};
+    FR_TRY(reduce_weights(k, part, rows, q.qn_len + q.kn_len, len));
+    *done = 1;
+    return FR_OK;
 }
 
 } /* namespace qkv_norm */
