@@ -409,7 +409,6 @@ static void test_packed_sequences(void)
     static const ncase cases[] = {
         {3, 4, 4, 256, 64, 64, 1, 0, 0, 4, "packed, D64"},
         {3, 4, 2, 200, 128, 128, 1, 0, 0, 4, "packed, D128, GQA"},
-        {2, 4, 1, 130, 256, 256, 1, 0, 0, 4, "packed, D256, MQA"},
         {4, 8, 2, 384, 128, 128, 1, 0, 0, 4, "packed, GQA, 4 windows"},
         {2, 4, 2, 256, 128, 128, 1, 64, 0, 4, "packed, window 64"},
         {3, 2, 2, 200, 64, 64, 1, 0, 0, 3, "packed, random ids"},
@@ -421,6 +420,10 @@ static void test_packed_sequences(void)
     g_dnn->deterministic = 0;
     printf("\n    %d packed cases (forward + backward) on cuDNN matched the float64 reference", n_new - before);
     CU_ASSERT_EQUAL(n_new - before, (int)(sizeof cases / sizeof cases[0]) + 1);
+    /* head dim 256: cuDNN 9.14's variable-length backward was seen wrong there, so it is refused
+     * and runs on fp8run's kernels (optional: a later cuDNN may be taken again) */
+    static const ncase d256 = {2, 4, 1, 130, 256, 256, 1, 0, 0, 4, "packed, D256, MQA"};
+    run_new(&r, &d256, 0);
 #endif
 }
 

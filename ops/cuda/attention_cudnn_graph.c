@@ -725,6 +725,18 @@ int fr_cudnn_sdpa_supported(const fr_cudnn_sdpa *p, size_t version, int cc_major
         if (p->d % 16 || p->dv % 16)
             NO("head dims %lld, %lld with packed sequences (cuDNN's variable-length sequences: multiples of 16)",
                (long long)p->d, (long long)p->dv);
+        /* Seen on an H200 with cuDNN 9.14.0: the variable-length forward right in every case
+         * tried; the backward right at head dims 64 and 128 with Q, K, V (so dQ, dK, dV) each
+         * in its own token-major [tokens, heads, dim] buffer, but wrong at head dim 256
+         * (relative L2 0.6-0.7) and, on AttentionQKV's Q, K, V interleaved in one row of the
+         * projection, non-finite dX and then an illegal instruction. Those backwards run on
+         * fp8run's kernels, which read the forward's LSE as it is. */
+        if (p->backward && (p->d > 128 || p->dv > 128))
+            NO("packed sequences in the backward at head dims over 128 (cuDNN 9.14's variable-length backward "
+               "was seen wrong there; the forward is right)");
+        if (p->backward && (p->sq[2] != p->hq * p->d || p->sk[2] != p->hk * p->d || p->sv[2] != p->hk * p->dv))
+            NO("packed sequences in the backward with Q, K, V interleaved in one row (cuDNN 9.14's "
+               "variable-length backward was seen wrong there; the forward is right)");
     }
     if (p->softcap < 0) NO("a negative softcap");
     if (p->softcap > 0 && (version < V_SOFTCAP || (cc_major && cc_major < 9)))
