@@ -37,6 +37,7 @@
 
 #include "tests/gpu_harness.h"
 #ifdef FP8RUN_HAVE_CUDA
+#include "ops/cuda/attention_cudnn.h"
 #include "ops/cuda/cuda_kernel.h"
 #endif
 
