@@ -175,9 +175,11 @@ m_build() { # [TARGET...]
     export LD_LIBRARY_PATH=$a:$a/openblas-pthread:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
     export CPATH=$d/include:$d/include/x86_64-linux-gnu:$d/include/x86_64-linux-gnu/openblas-pthread
     export LIBRARY_PATH=$a:$a/openblas-pthread
-    # the tree here came without .git: the commit it is of was written there (debs, stamp)
+    # the commit the tree is of, as `stamp` wrote it here before the call: it wins over a .git
+    # that came along, which may be of an older commit than the working tree copied over it
     local commit=""
-    [ -d .git ] || commit=$(cat .devpkg/COMMIT 2> /dev/null || echo unknown)
+    commit=$(cat .devpkg/COMMIT 2> /dev/null)
+    [ -n "$commit" ] || [ -d .git ] || commit=unknown
     cmake -S . -B "$b" -G Ninja -DFP8RUN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$d" \
         ${commit:+-DFP8RUN_COMMIT="$commit"} \
         -DCMAKE_LIBRARY_PATH="$a;$a/openblas-pthread" -DCMAKE_INCLUDE_PATH="$d/include;$d/include/x86_64-linux-gnu/openblas-pthread" \
