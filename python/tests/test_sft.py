@@ -178,6 +178,8 @@ class TestBytes(Base):
         self.assertEqual(sft.pack_count([], 9), 0)
         # only the last 64 windows take examples: an early window's room stays unused
         self.assertEqual(sft.pack([9] + [10] * 64 + [1], 10), [0] + list(range(1, 65)) + [65])
+        # at most 63 examples a window, however short: the 64th starts the next one
+        self.assertEqual(sft.pack([1] * 130, 2049), [0] * 63 + [1] * 63 + [2] * 4)
 
     def cli_same(self, args, outputs, stdout_has=""):
         """`fp8run prepare ARGS` (C, no Python) writes the same bytes, and prints stdout_has."""
