@@ -11,6 +11,9 @@ BIN=${BIN:-/tmp/fr/bin} # the CLI and the test programs: the unpacked bundle, or
 FP8RUN=${FP8RUN:-$BIN/fp8run}
 BUNDLE=${BUNDLE:-bundle}
 CMP="python3 tools/compare_runs.py"
+# the shared baselines, where the documented `cp ../shared/baselines/*.py .devpkg/` put them
+[ -z "${TORCH_HF:-}" ] && [ -f .devpkg/torch_hf.py ] && export TORCH_HF=.devpkg/torch_hf.py
+[ -z "${TORCH_LLAMA:-}" ] && [ -f .devpkg/torch_llama.py ] && export TORCH_LLAMA=.devpkg/torch_llama.py
 LORA8="--lora-rank 16 --lora-alpha 32 --lora-targets proj" # rank 16 on every projection
 
 help() {
@@ -64,9 +67,10 @@ uses a build folder instead):
   archs               HF architectures at 1B: for each of ARCHS ("llama1b:dynamic qwen3_06b neox1b
                       gemma2_1b"; ":dynamic" = symbolic batch/seq + attention_mask) its ONNX export
                       benched by fp8run in fp8 (what ran off the fast path in info_ARCH.txt), then
-                      the shared baseline (TORCH_HF: path of torch_hf.py) compiled in bf16, the
-                      generated Llama 1B beside them; architectures.json by tools/arch_table.py.
-                      About 1.5 min an arch once exported
+                      each one's shared baseline (TORCH_HF: path of torch_hf.py, default
+                      .devpkg/torch_hf.py; TORCH_ARGS for it) compiled in bf16, the generated
+                      Llama 1B beside them; architectures.json by tools/arch_table.py. About
+                      25 s an arch for fp8run once exported, 90 s for the baseline
   exports             the exports archs needs, side by side on the CPU (50-80 s each), to overlap
                       the build: (tools/gpu.sh exports &); tools/gpu.sh build; wait; ... archs
   hf                  HF LlamaForCausalLM exported by torch.onnx (tools/export_hf_llama.py) against
@@ -435,16 +439,24 @@ m_archs() {
     local th=${TORCH_HF:?TORCH_HF must name the shared baseline script (torch_hf.py)} a name tag rc=0
     local commit=${COMMIT:-$(cat .devpkg/COMMIT 2> /dev/null || echo unknown)}
     [ -f "$D/gen_llama1b.json" ] || bench_as gen_llama1b 1b
+    # fp8run on every architecture first (about 25 s each once exported), then the compiled
+    # baselines (about 90 s each, most of it torch.compile): a call that runs short keeps every
+    # fp8run figure. TORCH_ARGS go to torch_hf.py (e.g. "--warmup 2 --steps 4" to fit four
+    # architectures and the build in one 600 s call).
     for a in ${ARCHS:-llama1b:dynamic qwen3_06b neox1b gemma2_1b}; do
-        name=${a%%:*} tag=$(arch_tag "$a")
+        tag=$(arch_tag "$a")
         export_arch "$a" || { rc=1; continue; }
         # shellcheck disable=SC2046
         "$FP8RUN" info "/tmp/$tag.onnx" $(shape 1b) --precision fp8 2>&1 | sed -n '/fast path/,/^prepared/p' > "$D/info_$tag.txt"
         head -3 "$D/info_$tag.txt"
-        # fp8run first: a call that runs short still has its figure
         MODEL=/tmp/$tag.onnx bench_as "fp8run_$tag" 1b || rc=1
-        timeout "${TORCH_TIMEOUT:-420}" python3 "$th" --arch "$name" --json "$D/torch_$tag.json" > "$D/torch_$tag.log" 2>&1 ||
-            { echo "torch $tag: rc=$? $(tail -1 "$D/torch_$tag.log" | cut -c1-200)"; rc=1; }
+    done
+    for a in ${ARCHS:-llama1b:dynamic qwen3_06b neox1b gemma2_1b}; do
+        name=${a%%:*} tag=$(arch_tag "$a")
+        [ -f "/tmp/$tag.onnx" ] || continue
+        # shellcheck disable=SC2086
+        timeout "${TORCH_TIMEOUT:-420}" python3 "$th" --arch "$name" ${TORCH_ARGS:-} --json "$D/torch_$tag.json" \
+            > "$D/torch_$tag.log" 2>&1 || { echo "torch $tag: rc=$? $(tail -1 "$D/torch_$tag.log" | cut -c1-200)"; rc=1; }
     done
     python3 tools/arch_table.py "$D" "$commit" > "$D/architectures.json" || rc=1
     return $rc
