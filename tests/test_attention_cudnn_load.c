@@ -234,7 +234,7 @@ static void test_graphs(void)
     win.window = 4; /* the contract's window comes with the causal mask only */
     CU_ASSERT_EQUAL(fr_cudnn_sdpa_check_graph(&api, version, &win, &finalized, &n_ops), FR_ERR_UNSUPPORTED);
     CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "without the causal mask"));
-    char text[256];
+    char text[512];
     fr_cudnn_sdpa_describe_support(version, 9, text, sizeof text);
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "up to 256"));
     CU_ASSERT(version < 90400 || strstr(text, "softcap") != NULL);
@@ -254,6 +254,7 @@ static void test_graphs(void)
     CU_ASSERT_EQUAL(fr_cudnn_sdpa_check_graph(&api, version, &rag, &finalized, &n_ops), FR_ERR_UNSUPPORTED);
     fr_cudnn_sdpa_describe_support(version, 9, text, sizeof text);
     CU_ASSERT((version >= 90600) == (strstr(text, "packed sequences") != NULL));
+    CU_ASSERT(version < 90600 || strstr(text, "not on the fused Q/K/V projection)") != NULL); /* whole */
     fr_cudnn_sdpa_describe_support(version, 8, text, sizeof text);
     CU_ASSERT_PTR_NULL(strstr(text, "packed sequences"));
     dlclose(lib);

@@ -681,7 +681,8 @@ void fr_cudnn_sdpa_describe_support(size_t version, int cc_major, char *buf, siz
              (long long)max_head_dim(version, cc_major), version >= V_WINDOW ? ", sliding window" : "",
              softcap ? ", softcap" : "",
              ragged_ok(version, cc_major) ? ", packed sequences (seg_form packed: each example a variable-length "
-                                            "sequence, head dims multiples of 16)"
+                                            "sequence, head dims multiples of 16; the backward at head dims up to "
+                                            "128 with Q, K, V apart, not on the fused Q/K/V projection)"
                                           : "");
 }
 

@@ -250,7 +250,7 @@ const char *fr_cudnn_describe(void)
     return G.text;
 }
 
-static char g_support[256];
+static char g_support[512];
 static pthread_once_t g_support_once = PTHREAD_ONCE_INIT;
 
 static void support_once(void)
