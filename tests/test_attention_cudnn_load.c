@@ -27,6 +27,7 @@
 
 #include "ops/cuda/attention_cudnn.h"
 #include "ops/cuda/attention_cudnn_ragged.h"
+#include "runtime/io/sft_data.h"
 #endif
 
 #define MISSING "/nonexistent/libcudnn.so.9"
@@ -274,6 +275,8 @@ static void test_ragged_reference(void)
     const int32_t want_len[15] = {3, 1, 4, 2, 10, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     CU_ASSERT_EQUAL(fr_cudnn_ragged_slots(W, T), W * T); /* T below the bound: a slot per token */
     CU_ASSERT_EQUAL(fr_cudnn_ragged_slots(8, 2048), 8 * FR_CUDNN_RAGGED_PER_WINDOW);
+    /* fp8run's packer: a window's examples and its padding run fit its slots */
+    CU_ASSERT(FR_SFT_MAX_EXAMPLES + 1 <= FR_CUDNN_RAGGED_PER_WINDOW);
     int32_t start[W * T], len[W * T];
     for (int wide = 0; wide < 2; wide++) {
         const int64_t n = fr_cudnn_ragged_reference(wide ? (const void *)ids64 : (const void *)ids, wide, W, T, 4, 4,
