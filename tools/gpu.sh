@@ -23,7 +23,9 @@ usage: tools/gpu.sh MODE [ARGS]           (files under $OUT/MODE, default /tmp/o
 Here (no GPU needed):
   bundle              build with CUDA (sm_90) and pack the CLI, the GPU test programs, the shared
                       library and the Debian libraries they link into .devpkg/$BUNDLE.tar.xz
-                      (BUILD_DIR, JOBS, CPU_TESTS="test_trainer test_linear" also packed)
+                      (BUILD_DIR, JOBS, CPU_TESTS="test_trainer test_linear" also packed).
+                      BUNDLE_CLI=1: the CLI and its libraries only, small enough to carry beside
+                      the tree, so that a call that only benches and trains skips the build there
   debs                download the Debian packages the build needs (protobuf-c, jansson, CUnit,
                       OpenBLAS, pkg-config; about 15 MB) into .devpkg/debs, to build there instead
   stamp               write the tree's commit (git describe --dirty) to .devpkg/COMMIT, which the
@@ -141,16 +143,20 @@ train_as() { # NAME GPUS ARGS...: one `fp8run train` on the GPUs listed, its JSO
 # ---- modes ----
 m_bundle() {
     local b=${BUILD_DIR:-build-cuda} st=.devpkg/stage-$BUNDLE t L=/usr/lib/x86_64-linux-gnu
+    local shared="fp8run_shared" so="$b/libfp8run.so" cunit="$L/libcunit.so.1"
     t="$(cd tests && ls test_gpu_*.c | sed 's/\.c$//') ${CPU_TESTS-test_trainer test_linear}"
+    # the CLI alone: no test programs, no shared library, no CUnit
+    [ "${BUNDLE_CLI:-0}" = 1 ] && t="" shared="" so="" cunit=""
     cmake -S . -B "$b" -DFP8RUN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 > /dev/null &&
-        cmake --build "$b" -j "${JOBS:-2}" --target fp8run fp8run_shared $t || return 1
+        cmake --build "$b" -j "${JOBS:-2}" --target fp8run $shared $t || return 1
     rm -rf "$st" && mkdir -p "$st/lib" "$st/bin" && echo "$b" > "$st/build_dir"
     for x in fp8run $t; do cp "$b/$x" "$st/bin/"; done
-    cp -L $L/libprotobuf-c.so.1 $L/libcunit.so.1 $L/libgfortran.so.5 $L/libquadmath.so.0 $L/libopenblas.so.0 \
-        $L/libjansson.so.4 "$b/libfp8run.so" "$st/lib/"
+    # shellcheck disable=SC2086
+    cp -L $L/libprotobuf-c.so.1 $cunit $L/libgfortran.so.5 $L/libquadmath.so.0 $L/libopenblas.so.0 \
+        $L/libjansson.so.4 $so "$st/lib/"
     # no symbols (a third of each program) and xz -9 (its window sees the programs' shared bytes):
     # about 18 MB, under the device tool's 64 MiB with the tree
-    strip "$st"/bin/* "$st/lib/libfp8run.so" && tar -C "$st" -cf - . | xz -T2 -9 > ".devpkg/$BUNDLE.tar.xz"
+    strip "$st"/bin/* ${so:+"$st/lib/libfp8run.so"} && tar -C "$st" -cf - . | xz -T2 -9 > ".devpkg/$BUNDLE.tar.xz"
     rm -rf "$st" && ls -la ".devpkg/$BUNDLE.tar.xz"
 }
 # The packages of tools/setup.sh's build, with what their libraries and protoc-c need, for a
