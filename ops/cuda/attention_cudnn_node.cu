@@ -398,17 +398,17 @@ void launch_segs(const fr_cudnn_sdpa *p, const fr_cudnn_segs *s, int64_t per_row
 
 } /* namespace */
 
-/* Q batch indices (b * hq + h) per row of Sk with `rows` rows: one per problem, per sequence
- * (heads broadcast) or one for all; 0 when none fits. */
-static int64_t per_row_of(const fr_cudnn_sdpa *p, int64_t rows)
+/* Q batch indices (b * hq + h) per row of Sk with `rows` rows, for b sequences of hq heads: one
+ * per problem, per sequence (heads broadcast) or one for all; 0 when none fits. */
+static int64_t per_row_of(int64_t b, int64_t hq, int64_t rows)
 {
-    const int64_t batch = p->b * p->hq;
-    return rows == batch ? 1 : rows == p->b ? p->hq : rows == 1 ? batch : 0;
+    const int64_t batch = b * hq;
+    return rows == batch ? 1 : rows == b ? hq : rows == 1 ? batch : 0;
 }
 
 extern "C" int fr_cudnn_seg_problem(fr_cudnn_sdpa *p, int form, int has_q, int64_t rows, char *why, size_t n)
 {
-    const int64_t per_row = per_row_of(p, rows);
+    const int64_t per_row = per_row_of(p->b, p->hq, rows);
     if (form == FR_ATTN_SEG_GENERAL)
         return snprintf(why, n, "segment ids with seg_form general (cuDNN takes padded and packed, where no row is "
                                 "fully masked)"), 0;
@@ -460,20 +460,18 @@ extern "C" fr_status fr_cudnn_seg_stage(const fr_cuda_kctx *k, const fr_cudnn_sd
     if (s->sq && s->sq->dtype != s->sk->dtype)
         return fr_node_error(k->node, FR_ERR_UNSUPPORTED, "Sk is %s and Sq %s: cuDNN's path takes one dtype for both",
                              fr_dtype_name(s->sk->dtype), fr_dtype_name(s->sq->dtype));
-    int32_t *a = (int32_t *)mem;
-    int32_t *b = (int32_t *)((char *)mem + align_up((size_t)(p->padded ? p->b : p->b * p->tq) * sizeof(int32_t)));
-    if (p->ragged) { /* per_row counts Q batch indices of the windows, not of the slots */
-        const int64_t rows = s->sk->rank == 2 ? s->sk->dims[0] : 0, windows = p->ragged / p->tq;
-        const int64_t batch = windows * p->hq, per_row = rows == batch ? 1 : rows == windows ? p->hq : rows == 1 ? batch : 0;
-        if (per_row < 1 || per_row % p->hq || s->sk->dims[1] != p->tq)
-            return fr_node_error(k->node, FR_ERR_INTERNAL, "cuDNN attention: segment ids of another shape at run time");
+    /* ragged: per_row counts the Q batch indices of the windows, not of the slots */
+    const int64_t seqs = p->ragged ? p->ragged / p->tq : p->b;
+    const int64_t per_row = per_row_of(seqs, p->hq, s->sk->rank == 2 ? s->sk->dims[0] : 0);
+    if (per_row < 1 || per_row % p->hq || (p->ragged && s->sk->dims[1] != p->tq))
+        return fr_node_error(k->node, FR_ERR_INTERNAL, "cuDNN attention: segment ids of another shape at run time");
+    if (p->ragged) {
         if (s->sk->dtype == FR_I64) launch_ragged<int64_t>(k, p, s, per_row, mem, io);
         else launch_ragged<int32_t>(k, p, s, per_row, mem, io);
         return fr_cuda_check_launch(k->node, "Attention(cuDNN: sequences of the packed ids)");
     }
-    const int64_t per_row = per_row_of(p, s->sk->rank == 2 ? s->sk->dims[0] : 0);
-    if (per_row < 1 || per_row % p->hq)
-        return fr_node_error(k->node, FR_ERR_INTERNAL, "cuDNN attention: segment ids of another shape at run time");
+    int32_t *a = (int32_t *)mem;
+    int32_t *b = (int32_t *)((char *)mem + align_up((size_t)(p->padded ? p->b : p->b * p->tq) * sizeof(int32_t)));
     if (s->sk->dtype == FR_I64) launch_segs<int64_t>(p, s, per_row, k->cu->stream, a, b);
     else launch_segs<int32_t>(p, s, per_row, k->cu->stream, a, b);
     if (p->padded) io->seq_q = a, io->seq_kv = b;
