@@ -126,19 +126,32 @@ const fr_cuda_kernel_def *inner_def(int backward)
 }
 
 /* The inner node's scratch, from a graph of its shapes (the plain op's own planning). */
-fr_status inner_scratch(const fr_node *n, const Node &p, int backward, size_t *bytes)
+/* Whether the inner AttentionGrad of node p may run on cuDNN: packed sequences, whose
+ * variable-length backward cuDNN is refused on this op's interleaved projection but runs right
+ * on the inner node's separate token-major copies (attention_cudnn_graph.c says what was seen). */
+bool inner_cudnn_backward(const Node &p, int backward)
+{
+    return backward && p.seg_rows && p.seg_q && p.a.seg_form == FR_ATTN_SEG_PACKED;
+}
+
+/* The inner node's scratch, from a graph of its shapes (the plain op's own planning): under env
+ * (cuDNN's room too) where inner_cudnn_backward, else fp8run's kernels'. og: n's graph (the
+ * segment ids' shapes). */
+fr_status inner_scratch(const fr_cuda_plan_env *env, const fr_graph *og, const fr_node *n, const Node &p, int backward,
+                        size_t *bytes)
 {
     const fr_cuda_kernel_def *def = inner_def(backward);
     if (!def) return fr_node_error(n, FR_ERR_INTERNAL, "no CUDA kernel of the fused Attention");
     *bytes = 0;
-    if (!def->scratch) return FR_OK;
+    const bool dnn = env->attention != FR_CUDA_ATTN_FP8RUN && inner_cudnn_backward(p, backward);
+    if (!def->scratch && !dnn) return FR_OK;
     fr_graph *g = NULL;
     FR_TRY(fr_graph_new(&g));
     static const char *const names[6] = {"q", "k", "v", "o", "lse", "do"};
     static const int which[6] = {0, 1, 2, 3, 4, 3};
-    int ids[6], nid = -1;
+    int ids[9] = {-1, -1, -1, -1, -1, -1, -1, -1, -1}, nid = -1;
     fr_status st = FR_OK;
-    const int nin = backward ? 6 : 3;
+    int nin = backward ? 6 : 3;
     for (int i = 0; i < nin && st == FR_OK; i++) {
         st = fr_graph_add_value(g, names[i], &ids[i]);
         if (st != FR_OK) break;
@@ -146,10 +159,18 @@ fr_status inner_scratch(const fr_node *n, const Node &p, int backward, size_t *b
         const int r = fr_attn_qkv_inner_dims(&p.q, which[i], d);
         fr_value_set_shape(&g->values[ids[i]], FR_F32, r, d);
     }
+    if (dnn) { /* no mask (input 6); Sk, Sq (7, 8) as n has them (its inputs 6, 7) */
+        for (int i = 0; i < 2 && st == FR_OK; i++) {
+            const fr_value *sv = &og->values[n->inputs[6 + i]];
+            st = fr_graph_add_value(g, i ? "sq" : "sk", &ids[7 + i]);
+            if (st == FR_OK) fr_value_set_shape(&g->values[ids[7 + i]], sv->dtype, sv->rank, sv->dims);
+        }
+        nin = 9;
+    }
     if (st == FR_OK) st = fr_graph_add_node(g, backward ? "AttentionGrad" : "Attention", FR_DOMAIN_FP8RUN, n->name, nin,
                                             ids, 0, NULL, &nid);
     if (st == FR_OK) st = fr_node_copy_attrs(&g->nodes[nid], n); /* the inner node plans with n's attributes */
-    if (st == FR_OK) st = def->scratch(g, &g->nodes[nid], bytes);
+    if (st == FR_OK) st = dnn ? fr_cuda_kernel_scratch(def, env, g, &g->nodes[nid], bytes) : def->scratch(g, &g->nodes[nid], bytes);
     fr_graph_free(g);
     return st;
 }
@@ -267,7 +288,7 @@ fr_status qkv_scratch_env(const fr_cuda_plan_env *env, const fr_graph *g, const 
     Node p;
     FR_TRY(node_of_graph(g, n, backward, &p));
     size_t inner = 0;
-    FR_TRY(inner_scratch(n, p, backward, &inner));
+    FR_TRY(inner_scratch(env, g, n, p, backward, &inner));
     const size_t norm = qkv_norm::reserve(p.q, backward); /* the q/k norm's, after either path's layout */
     *bytes = own_layout(p, backward, inner).total + norm;
     if (env->attention == FR_CUDA_ATTN_FP8RUN) return FR_OK;
@@ -486,7 +507,9 @@ fr_status run_own(const fr_cuda_kctx *k, const Node &p, int backward)
     ik.scratch_bytes = k->scratch_bytes - l.inner - qkv_norm::reserve(p.q, backward);
     fr_cuda_ctx *c = k->cu;
     const int choice = c->attention;
-    c->attention = FR_CUDA_ATTN_FP8RUN; /* the inner node runs fp8run's kernels */
+    /* the inner node runs fp8run's kernels; packed sequences' backward may take cuDNN there (it
+     * declines to fp8run's kernels itself when its plan or scratch is not there) */
+    if (!inner_cudnn_backward(p, backward)) c->attention = FR_CUDA_ATTN_FP8RUN;
     fr_status st;
     if (!backward) {
         fr_tensor tl = view_of(p, 4, k->n_out > 1 && k->out[1] ? k->out[1]->data : nullptr);
