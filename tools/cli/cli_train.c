@@ -813,6 +813,8 @@ static int run_train(train_args *a)
         if (attn && strncmp(attn, "CPU", 3) != 0) printf("attention: %s\n", attn);
         const char *gemm = attn && strncmp(attn, "CPU", 3) != 0 ? fp8run_session_gemm(L.t) : NULL;
         if (gemm) printf("gemm: %s\n", gemm);
+        const char *prof = fp8run_session_profile(L.t); /* FP8RUN_PROFILE=1: GPU time per op over the run */
+        if (prof) fputs(prof, stdout);
     }
     if (rc == 0 && !g_quiet)
         printf("trained %s: %lld steps (%lld skipped)\n", a->model, (long long)fp8run_session_steps_done(L.t),
