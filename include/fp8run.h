@@ -574,6 +574,12 @@ typedef struct fp8run_train_config {
                                     over chunks of tokens, so the [tokens, vocab] logits and
                                     their gradient are never whole in memory (fp32/bf16 heads
                                     without bias); "off" (default; NULL too) */
+    int sft_max_examples;        /* SFT batches: the most examples one window holds (fp8run_sft_info's
+                                    max_examples of the files the session will see; fp8run train/eval
+                                    and Python set it). On a GPU it sizes cuDNN's variable-length
+                                    attention: a plan has a sequence slot per possible example, and
+                                    every empty one costs work in each attention call. A batch with
+                                    more is refused. 0 (default): 63, what fp8run's packer allows */
 } fp8run_train_config;
 
 /* Fill *cfg with the defaults above and set cfg->struct_size = size. Pass sizeof *cfg. */
@@ -1198,6 +1204,7 @@ typedef struct fp8run_sft_info {
     int64_t target_labels; /* labels that count, over all windows */
     int64_t eos;           /* the padding id */
     int64_t vocab;         /* the vocabulary the file was made for */
+    int64_t max_examples;  /* the most examples one window holds (fp8run_train_config.sft_max_examples) */
 } fp8run_sft_info;
 FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_data_sft_info(const fp8run_data_loader *d, fp8run_sft_info *info);
 /* The next count / (B x (T+1)) batches: token ids, segment ids and target flags (count each);

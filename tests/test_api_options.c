@@ -58,7 +58,7 @@ static void test_table_covers_struct(void)
                                        "lora_alpha", "lora_targets", "lora_dropout", "attention", "shard_gradients",
                                        "fuse_attention_io", "fp8_fast_accum", "fuse_rmsnorm", "narrow_activations",
                                        "deterministic", "fuse_residual_norm", "shard_parameters", "packing",
-                                       "sft", "chunked_lm_head"};
+                                       "sft", "chunked_lm_head", "sft_max_examples"};
     const int n_tail = (int)(sizeof tail / sizeof tail[0]);
     for (int i = 0; i < n_tail; i++) {
         if (fp8run_train_config_find(tail[i]) != n - n_tail + i) printf("\n  option '%s' is not at %d", tail[i], n - n_tail + i);

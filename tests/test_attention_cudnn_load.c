@@ -186,7 +186,7 @@ static void test_graphs(void)
             p.deterministic = variant == 2;
             if (cases[i].padded == 3) { /* token-major [windows, T, heads, D], one sequence a slot */
                 p.ragged = p.b * p.tq;
-                p.b = fr_cudnn_ragged_slots(p.b, p.tq);
+                p.b = fr_cudnn_ragged_slots(p.b, p.tq, 0);
                 const int64_t sq[4] = {p.tq * p.hq * p.d, p.d, p.hq * p.d, 1}, sk[4] = {p.tk * p.hk * p.d, p.d, p.hk * p.d, 1};
                 const int64_t sv[4] = {p.tk * p.hk * p.dv, p.dv, p.hk * p.dv, 1};
                 const int64_t so[4] = {p.tq * p.hq * p.dv, p.dv, p.hq * p.dv, 1};
@@ -273,8 +273,10 @@ static void test_ragged_reference(void)
     for (int i = 0; i < W * T; i++) ids64[i] = ids[i];
     const int32_t want_start[15] = {0, 3, 4, 8, 10, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29};
     const int32_t want_len[15] = {3, 1, 4, 2, 10, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
-    CU_ASSERT_EQUAL(fr_cudnn_ragged_slots(W, T), W * T); /* T below the bound: a slot per token */
-    CU_ASSERT_EQUAL(fr_cudnn_ragged_slots(8, 2048), 8 * FR_CUDNN_RAGGED_PER_WINDOW);
+    CU_ASSERT_EQUAL(fr_cudnn_ragged_slots(W, T, 0), W * T); /* T below the bound: a slot per token */
+    CU_ASSERT_EQUAL(fr_cudnn_ragged_slots(8, 2048, 0), 8 * FR_CUDNN_RAGGED_PER_WINDOW);
+    CU_ASSERT_EQUAL(fr_cudnn_ragged_slots(8, 2048, 5), 8 * 5); /* sized to the data */
+    CU_ASSERT_EQUAL(fr_cudnn_ragged_slots(2, 3, 5), 2 * 3);
     /* fp8run's packer: a window's examples and its padding run fit its slots */
     CU_ASSERT(FR_SFT_MAX_EXAMPLES + 1 <= FR_CUDNN_RAGGED_PER_WINDOW);
     int32_t start[W * T], len[W * T];

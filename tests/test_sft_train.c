@@ -297,7 +297,51 @@ static void test_refusals(void)
     fr_graph_free(g);
 }
 
+/* The loader's max_examples is the most examples any window holds (the largest segment id of
+ * its windows); a trainer sized below what a batch holds refuses it, naming the window. */
+static void test_max_examples(void)
+{
+    for (int packing = 0; packing < 2; packing++) {
+        fr_data_loader *dl = open_sft(1, packing);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(dl);
+        fr_data_sft_stats st;
+        fr_data_sft_info(dl, &st);
+        int64_t w[W], most = 0, at = -1;
+        int32_t seg[W];
+        uint8_t tgt[W];
+        for (int64_t b = 0; b < st.windows; b++) {
+            FR_ASSERT_OK(fr_data_next_sft(dl, w, seg, tgt, NULL));
+            for (int j = 0; j < W; j++)
+                if (seg[j] > most) most = seg[j], at = b;
+        }
+        CU_ASSERT_EQUAL(st.max_examples, most);
+        CU_ASSERT(packing ? most > 1 : most == 1);
+        if (packing && most > 1) { /* the fullest window again, to a trainer made for one fewer */
+            fr_data_reset(dl);
+            for (int64_t b = 0; b <= at; b++) FR_ASSERT_OK(fr_data_next_sft(dl, w, seg, tgt, NULL));
+            fr_graph *g = load_llama();
+            CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+            fr_train_options o = options(1, 1);
+            o.sft_max_examples = (int)most - 1;
+            fr_trainer *t;
+            FR_ASSERT_OK(fr_trainer_new(g, &o, &t));
+            fr_train_stats ts;
+            CU_ASSERT_EQUAL(fr_trainer_step_sft(t, w, seg, tgt, 1, &ts), FR_ERR_INVALID_ARG);
+            CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "more than the"));
+            CU_ASSERT_EQUAL(fr_trainer_steps_done(t), 0);
+            fr_trainer_free(t);
+            o.sft_max_examples = (int)most; /* exactly enough */
+            FR_ASSERT_OK(fr_trainer_new(g, &o, &t));
+            FR_ASSERT_OK(fr_trainer_step_sft(t, w, seg, tgt, 1, &ts));
+            fr_trainer_free(t);
+            fr_graph_free(g);
+        }
+        fr_data_close(dl);
+    }
+}
+
 static CU_TestInfo tests[] = {
+    {"max_examples of a file; a trainer sized below a batch refuses it", test_max_examples},
     {"20 fp32 steps follow PyTorch (labels -100, packing off)", test_follows_pytorch},
     {"the same with 2 micro-batches, token-weighted", test_follows_pytorch_accum},
     {"weights over all ranks' target tokens", test_all_ranks_weight},

@@ -97,9 +97,10 @@ typedef struct fr_cudnn_segs {
 /* p->padded (seg_form padded: per-sequence lengths) for segment ids of seg_form `form`
  * (FR_ATTN_SEG_*) whose Sk has `rows` rows (b * hq: one per problem; b: one per sequence, heads
  * broadcast; or 1): 1, or 0 and why (general ids, packed ids without Sq, ids that differ between
- * a sequence's heads). Packed ids make p ragged (b becomes the slots, fr_cudnn_sdpa.ragged the
- * tokens); the caller then lays Q, K, V, O out token-major. */
-int fr_cudnn_seg_problem(fr_cudnn_sdpa *p, int form, int has_q, int64_t rows, char *why, size_t n);
+ * a sequence's heads). Packed ids make p ragged (b becomes the slots, per_window a window or 0
+ * for the default: fr_cudnn_ragged_slots; fr_cudnn_sdpa.ragged the tokens); the caller then lays
+ * Q, K, V, O out token-major. */
+int fr_cudnn_seg_problem(fr_cudnn_sdpa *p, int form, int has_q, int64_t rows, int64_t per_window, char *why, size_t n);
 /* Device bytes fr_cudnn_seg_stage needs for p (0 without segment ids). */
 size_t fr_cudnn_seg_bytes(const fr_cudnn_sdpa *p);
 /* The lengths (padded) or per-batch int32 ids (segments) from s into mem (256-byte aligned,

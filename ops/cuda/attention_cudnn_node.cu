@@ -158,8 +158,8 @@ struct Ins {
 /* The cuDNN problem of node n: *ok = 1 and p, scale; or *ok = 0 and
  * why ("" for an empty problem, which no kernel runs). A node whose shapes are invalid is an
  * error (the op's own checks). */
-fr_status problem_of(const fr_node *n, const Ins &in, int backward, int cc_major, fr_cudnn_sdpa *p, float *scale,
-                     int *ok, char *why, size_t wn)
+fr_status problem_of(const fr_node *n, const Ins &in, int backward, int64_t per_window, fr_cudnn_sdpa *p,
+                     float *scale, int *ok, char *why, size_t wn)
 {
     *ok = 0;
     fr_attn_attrs a;
@@ -190,7 +190,7 @@ fr_status problem_of(const fr_node *n, const Ins &in, int backward, int cc_major
         p->softcap = a.softcap;
         p->backward = backward;
         *scale = a.scale;
-        *ok = !sg.has_k || fr_cudnn_seg_problem(p, a.seg_form, sg.has_q, sg.rows, why, wn);
+        *ok = !sg.has_k || fr_cudnn_seg_problem(p, a.seg_form, sg.has_q, sg.rows, per_window, why, wn);
         if (*ok && p->ragged) { /* the staging copies are token-major [B, T, heads, D] */
             const int64_t tq[4] = {g.Tq * Hq * g.D, g.D, Hq * g.D, 1}, tk[4] = {g.Tk * Hk * g.D, g.D, Hk * g.D, 1};
             const int64_t tv[4] = {g.Tk * Hk * g.Dv, g.Dv, Hk * g.Dv, 1};
@@ -406,7 +406,8 @@ static int64_t per_row_of(int64_t b, int64_t hq, int64_t rows)
     return rows == batch ? 1 : rows == b ? hq : rows == 1 ? batch : 0;
 }
 
-extern "C" int fr_cudnn_seg_problem(fr_cudnn_sdpa *p, int form, int has_q, int64_t rows, char *why, size_t n)
+extern "C" int fr_cudnn_seg_problem(fr_cudnn_sdpa *p, int form, int has_q, int64_t rows, int64_t per_window, char *why,
+                                    size_t n)
 {
     const int64_t per_row = per_row_of(p->b, p->hq, rows);
     if (form == FR_ATTN_SEG_GENERAL)
@@ -425,7 +426,7 @@ extern "C" int fr_cudnn_seg_problem(fr_cudnn_sdpa *p, int form, int has_q, int64
         if (p->tq != p->tk)
             return snprintf(why, n, "packed sequences with Tq != Tk"), 0;
         p->ragged = p->b * p->tq;
-        p->b = fr_cudnn_ragged_slots(p->b, p->tq);
+        p->b = fr_cudnn_ragged_slots(p->b, p->tq, per_window);
         p->padded = 1;
         return 1;
     }
@@ -502,7 +503,7 @@ extern "C" fr_status fr_attn_cudnn_scratch(const fr_cuda_plan_env *env, const fr
     float scale = 0;
     int ok = 0;
     char why[512];
-    FR_TRY(problem_of(n, in, backward, env->cu ? env->cu->cc_major : 0, &p, &scale, &ok, why, sizeof why));
+    FR_TRY(problem_of(n, in, backward, env->cu ? env->cu->ragged_per_window : 0, &p, &scale, &ok, why, sizeof why));
     const char *lib_why = NULL;
     if (ok && !fr_cudnn(&lib_why)) snprintf(why, sizeof why, "%s", lib_why), ok = 0;
     if (!ok) return why[0] ? decline(env->cu, env->attention, n, why) : FR_OK;
@@ -536,7 +537,7 @@ extern "C" fr_status fr_attn_cudnn_run(const fr_cuda_kctx *k, int backward, int 
     float scale = 0;
     int ok = 0;
     char why[512];
-    FR_TRY(problem_of(n, in, backward, c->cc_major, &p, &scale, &ok, why, sizeof why));
+    FR_TRY(problem_of(n, in, backward, c->ragged_per_window, &p, &scale, &ok, why, sizeof why));
     size_t ws = 0;
     if (ok) {
         const fr_status st = fr_cudnn_sdpa_prepare(c, &p, &ws);

@@ -1,9 +1,10 @@
 /* Packed sequences as cuDNN's variable-length sequences: the host reference (attention_cudnn_ragged.h). */
 #include "ops/cuda/attention_cudnn_ragged.h"
 
-int64_t fr_cudnn_ragged_slots(int64_t windows, int64_t T)
+int64_t fr_cudnn_ragged_slots(int64_t windows, int64_t T, int64_t per_window)
 {
-    const int64_t per = T < FR_CUDNN_RAGGED_PER_WINDOW ? T : FR_CUDNN_RAGGED_PER_WINDOW;
+    const int64_t want = per_window > 0 ? per_window : FR_CUDNN_RAGGED_PER_WINDOW;
+    const int64_t per = T < want ? T : want;
     return windows * (per > 0 ? per : 1);
 }
 

@@ -26,8 +26,11 @@ extern "C" {
  * word, naming the node (the count and the bound), never silently. */
 #define FR_CUDNN_RAGGED_PER_WINDOW 64
 
-/* The slots of a batch of `windows` windows of T tokens. */
-int64_t fr_cudnn_ragged_slots(int64_t windows, int64_t T);
+/* The slots of a batch of `windows` windows of T tokens, per_window a window (the context's
+ * fr_cuda_ctx.ragged_per_window: the most sequences the data puts in one; 0 or less:
+ * FR_CUDNN_RAGGED_PER_WINDOW), never more than T a window. On an H200 the empty slots of the
+ * default made the 1B's packed backward 2.3x the plain causal one: size them to the data. */
+int64_t fr_cudnn_ragged_slots(int64_t windows, int64_t T, int64_t per_window);
 
 /* The sequences of segment ids `sk` (int32, or int64 when sk64; [rows, T], window r reading row
  * r * hq / per_row: per_row Q batch indices per row, hq query heads per window): for sequence

@@ -87,11 +87,11 @@ fr_cudnn_sdpa sdpa_of(const Node &p, int backward)
 }
 
 /* Whether cuDNN may run the node (before planning): why not into why; segment ids' form into s. */
-int cudnn_eligible(const Node &p, fr_cudnn_sdpa &s, int cc_major, char *why, size_t wn)
+int cudnn_eligible(const Node &p, fr_cudnn_sdpa &s, int cc_major, int64_t per_window, char *why, size_t wn)
 {
     const char *lib_why = NULL;
     if (!p.a.bf16) return snprintf(why, wn, "precision fp32 (cuDNN's attention computes in bf16)"), 0;
-    if (p.seg_rows && !fr_cudnn_seg_problem(&s, p.a.seg_form, p.seg_q, p.seg_rows, why, wn)) return 0;
+    if (p.seg_rows && !fr_cudnn_seg_problem(&s, p.a.seg_form, p.seg_q, p.seg_rows, per_window, why, wn)) return 0;
     if (!fr_cudnn_sdpa_supported(&s, fr_cudnn_version(), cc_major, why, wn)) return 0;
     if (!fr_cudnn(&lib_why)) return snprintf(why, wn, "%s", lib_why), 0;
     return 1;
@@ -294,7 +294,7 @@ fr_status qkv_scratch_env(const fr_cuda_plan_env *env, const fr_graph *g, const 
     if (env->attention == FR_CUDA_ATTN_FP8RUN) return FR_OK;
     fr_cudnn_sdpa s = sdpa_of(p, backward);
     char why[512];
-    if (!cudnn_eligible(p, s, env->cu ? env->cu->cc_major : 0, why, sizeof why)) {
+    if (!cudnn_eligible(p, s, env->cu ? env->cu->cc_major : 0, env->cu ? env->cu->ragged_per_window : 0, why, sizeof why)) {
         if (env->attention == FR_CUDA_ATTN_CUDNN)
             return fr_node_error(n, FR_ERR_UNSUPPORTED, "--attention cudnn: cuDNN cannot run this node: %s", why);
         if (env->cu) {
@@ -335,7 +335,7 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
     if (c->attention == FR_CUDA_ATTN_FP8RUN) return FR_OK;
     fr_cudnn_sdpa s = sdpa_of(p, backward);
     char why[512];
-    int ok = cudnn_eligible(p, s, c->cc_major, why, sizeof why);
+    int ok = cudnn_eligible(p, s, c->cc_major, c->ragged_per_window, why, sizeof why);
     size_t ws = 0;
     if (ok) {
         const fr_status st = fr_cudnn_sdpa_prepare(c, &s, &ws);

@@ -110,6 +110,10 @@ typedef struct fr_cuda_ctx {
      * cuDNN's attention plans take only engines without the NONDETERMINISTIC numerical note, on
      * the backward graph without a float32 dQ accumulator (attention_cudnn.h); gemm_tune is 0. */
     int deterministic;
+    /* The most sequences one window of packed segment ids holds (the trainer sets it from
+     * sft_max_examples before any executor; 0: FR_CUDNN_RAGGED_PER_WINDOW): cuDNN's
+     * variable-length plans have that many sequence slots a window (attention_cudnn_ragged.h). */
+    int64_t ragged_per_window;
 } fr_cuda_ctx;
 
 /* *persist_version of a node whose kept copy was primed from a released weight: never stale. */

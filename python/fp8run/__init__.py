@@ -769,7 +769,9 @@ class DataLoader(_Handle):
 
     @property
     def sft_info(self):
-        """An SFT file's examples, windows, truncated, tokens, target_labels, eos, vocab (dict)."""
+        """An SFT file's examples, windows, truncated, tokens, target_labels, eos, vocab and
+        max_examples (the most examples a window holds: give it to a packed session as
+        sft_max_examples, so that its GPU attention plans that many sequences a window) (dict)."""
         info = _lib.sized(_lib.SftInfo)
         _check(_L.fp8run_data_sft_info(self._handle(), ctypes.byref(info)))
         return {f: getattr(info, f) for f, _ in _lib.SftInfo._fields_[1:]}

@@ -167,6 +167,7 @@ class SftInfo(ctypes.Structure):
         ("target_labels", c_int64),
         ("eos", c_int64),
         ("vocab", c_int64),
+        ("max_examples", c_int64),
     ]
 
 

@@ -33,6 +33,13 @@ def train(model, data, *, steps, batch, seq, lr, val=None, val_every=0, val_batc
     if sft:
         config["sft"] = 1
         config["packing"] = "on" if packing else "off"  # the attention's promise (seg_form)
+        if packing and "sft_max_examples" not in config:  # the GPU attention's slots, sized to the data
+            most = 0
+            for f in [data] + ([val] if val else []):
+                d = DataLoader(f, 1, seq, order="sequential", packing=True)
+                most = max(most, d.sft_info["max_examples"])
+                d.close()
+            config["sft_max_examples"] = most
     sess = Session(model, batch, seq, backend=backend, lr=lr, seed=seed, **config)
     if sft and packing and not sess.sft_positions:
         import warnings

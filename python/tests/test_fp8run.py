@@ -77,14 +77,14 @@ class FP8RunTest(unittest.TestCase):
         names = [f for f, _ in _lib.TrainConfig._fields_]
         self.assertEqual(names[0], "struct_size")
         self.assertEqual(names[1:], [o["name"] for o in _lib.TRAIN_CONFIG_OPTIONS])
-        self.assertEqual(names[-26:], ["fuse_attention", "fuse_swiglu", "recompute", "world_size", "rank",
+        self.assertEqual(names[-27:], ["fuse_attention", "fuse_swiglu", "recompute", "world_size", "rank",
                                        "local_rank", "nccl_comm", "shard_optimizer", "optimizer_state",
                                        "master_weights", "lora_rank", "lora_alpha", "lora_targets",
                                        "lora_dropout", "attention", "shard_gradients",
                                        "fuse_attention_io", "fp8_fast_accum", "fuse_rmsnorm",
                                        "narrow_activations", "deterministic",
                                        "fuse_residual_norm", "shard_parameters", "packing", "sft",
-                                       "chunked_lm_head"])  # appended after 0.1.0
+                                       "chunked_lm_head", "sft_max_examples"])  # appended after 0.1.0
         self.assertIs(dict(_lib.TrainConfig._fields_)["nccl_comm"], ctypes.c_void_p)  # an opaque pointer
         by_name = {o["name"]: o for o in _lib.TRAIN_CONFIG_OPTIONS}
         self.assertEqual(by_name["recipe"]["choices"], ["delayed", "current", "block"])

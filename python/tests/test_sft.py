@@ -228,6 +228,7 @@ class TestSession(Base):
         dl = fp8run.DataLoader(self.p("s.bin"), 4, 15, order="sequential", vocab_size=128)
         self.assertTrue(dl.is_sft)
         self.assertEqual(dl.sft_info["examples"], 100)
+        self.assertEqual(dl.sft_info["max_examples"], 1)  # 12 tokens an example, windows of 16
         w, seg, tgt, n = dl.next_sft()
         self.assertEqual((w.shape, seg.dtype, tgt.dtype), ((4, 16), np.int32, np.uint8))
         self.assertEqual(n, 4 * 3)  # two digits and EOS per example

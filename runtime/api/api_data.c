@@ -212,12 +212,14 @@ FP8RUN_API fp8run_status fp8run_data_sft_info(const fp8run_data_loader *d, fp8ru
     const char *fn = __func__;
     if (!d || !info) return fr_api_error(NULL, FP8RUN_ERR_INVALID_ARG, "%s: data loader or info is NULL", fn);
     size_t use = 0;
-    fp8run_status ps = fr_api_check_out((api_err *)&d->err, fn, "info", info, sizeof *info, sizeof *info, &use);
+    /* max_examples came later: an older caller's struct ends before it */
+    fp8run_status ps = fr_api_check_out((api_err *)&d->err, fn, "info", info, offsetof(fp8run_sft_info, max_examples),
+                                        sizeof *info, &use);
     if (ps != FP8RUN_OK) return ps;
     fr_data_sft_stats s;
     fr_data_sft_info(d->dl, &s);
     fp8run_sft_info o = {info->struct_size, s.examples, s.windows, s.truncated, s.tokens, s.target_labels, s.eos,
-                         s.vocab};
+                         s.vocab, s.max_examples};
     memcpy(info, &o, use);
     return FP8RUN_OK;
 }

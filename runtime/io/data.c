@@ -383,6 +383,10 @@ void fr_data_sft_info(const fr_data_loader *dl, fr_data_sft_stats *s)
     s->target_labels = dl->plan.target_labels;
     s->eos = dl->sv.eos;
     s->vocab = dl->sv.vocab;
+    for (int64_t w = 0; w < dl->plan.windows; w++) {
+        const int64_t k = dl->plan.first[w + 1] - dl->plan.first[w];
+        if (k > s->max_examples) s->max_examples = k;
+    }
 }
 
 fr_status fr_data_split(const void *windows, fr_dtype dtype, int64_t batch, int64_t seq_len, void *inputs,

@@ -103,6 +103,7 @@ typedef struct fr_data_sft_stats {
     int64_t tokens;        /* example tokens in the windows (after cutting) */
     int64_t target_labels; /* labels that count, over all windows */
     int64_t eos, vocab;    /* the file's EOS (the padding id) and vocabulary size */
+    int64_t max_examples;  /* the most examples one window holds */
 } fr_data_sft_stats;
 /* All zero for a token file. */
 void fr_data_sft_info(const fr_data_loader *dl, fr_data_sft_stats *s);

@@ -105,6 +105,8 @@ typedef struct fr_train_options {
                                   off), so the attention nodes are promised seg_form "padded"
                                   (per-row key lengths) rather than "packed" */
     int chunked_lm_head;       /* --chunked-lm-head on (passes/lm_head_fuse.h) */
+    int sft_max_examples;      /* with sft: the most examples a window holds (0: FR_SFT_MAX_EXAMPLES);
+                                  sizes cuDNN's variable-length attention slots on the GPU */
     /* the plain switches, one int each, named, defaulted and documented by their FR_OPT_PLAIN
        line of runtime/train/train_config.def: fuse_attention (passes/attention_fuse.h and
        rotary_fuse.h), fuse_swiglu (passes/swiglu_fuse.h), shard_gradients (ZeRO-2,

@@ -68,6 +68,7 @@ int cli_eval(int argc, char **argv)
         a.o.dim_values = a.dims.values;
         a.o.n_dims = a.dims.n;
         a.o.eval_only = 1;
+        cli_sft_size(&a, &a.o);
         if (fp8run_session_create(mdl, a.device, &a.o, &t) != FP8RUN_OK) rc = cli_fail_status();
     }
     if (rc == 0) {

@@ -15,6 +15,27 @@ int cli_sft_setup(const char *cmd, train_args *a)
     return 0;
 }
 
+/* the most examples a window of the SFT file at path holds (0 when it cannot be opened: the
+   loader opened after the session reports why) */
+static int64_t max_examples(const char *path, const fp8run_data_config *d)
+{
+    fp8run_data_loader *dl = NULL;
+    fp8run_sft_info s = {.struct_size = sizeof s};
+    if (!path || fp8run_data_open_val(path, d, 0, &dl) != FP8RUN_OK) return 0;
+    int64_t m = fp8run_data_sft_info(dl, &s) == FP8RUN_OK ? s.max_examples : 0;
+    fp8run_data_close(dl);
+    return m;
+}
+
+void cli_sft_size(const train_args *a, fp8run_train_config *o)
+{
+    if (!o->sft || (o->packing && strcmp(o->packing, "off") == 0)) return;
+    fp8run_data_config d = train_args_data_config(a, 0);
+    d.batch = 1; /* the windows are the same for any batch; a small file still opens */
+    const int64_t m = max_examples(a->data, &d), v = max_examples(a->val, &d);
+    o->sft_max_examples = (int)(m > v ? m : v);
+}
+
 void cli_sft_warn_positions(const train_args *a, fp8run_session *t)
 {
     if (a->o.sft && !(a->o.packing && strcmp(a->o.packing, "off") == 0) && !fp8run_session_sft_positions(t))

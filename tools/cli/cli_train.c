@@ -748,6 +748,7 @@ static int run_train(train_args *a)
     const int wflags = a->strict_weights ? FP8RUN_LOAD_STRICT_WEIGHTS : 0;
     if (rc == 0 && a->init_from && lora) rc = cli_init_from(NULL, L.m, a->init_from, wflags);
     if (rc == 0) rc = cli_sft_setup("train", a);
+    if (rc == 0) cli_sft_size(a, &a->o);
     if (rc == 0 && fp8run_session_create(L.m, a->device, &a->o, &L.t) != FP8RUN_OK) rc = cli_fail_status();
     /* the session has its own copy: the loaded weights (the model's size in host memory) go now */
     fp8run_model_destroy(L.m);
