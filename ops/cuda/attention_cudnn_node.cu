@@ -158,8 +158,8 @@ struct Ins {
 /* The cuDNN problem of node n: *ok = 1 and p, scale; or *ok = 0 and
  * why ("" for an empty problem, which no kernel runs). A node whose shapes are invalid is an
  * error (the op's own checks). */
-fr_status problem_of(const fr_node *n, const Ins &in, int backward, int64_t per_window, fr_cudnn_sdpa *p,
-                     float *scale, int *ok, char *why, size_t wn)
+fr_status problem_of(const fr_node *n, const Ins &in, int backward, int cc_major, int64_t per_window,
+                     fr_cudnn_sdpa *p, float *scale, int *ok, char *why, size_t wn)
 {
     *ok = 0;
     fr_attn_attrs a;
@@ -503,7 +503,7 @@ extern "C" fr_status fr_attn_cudnn_scratch(const fr_cuda_plan_env *env, const fr
     float scale = 0;
     int ok = 0;
     char why[512];
-    FR_TRY(problem_of(n, in, backward, env->cu ? env->cu->ragged_per_window : 0, &p, &scale, &ok, why, sizeof why));
+    FR_TRY(problem_of(n, in, backward, env->cu ? env->cu->cc_major : 0, env->cu ? env->cu->ragged_per_window : 0, &p, &scale, &ok, why, sizeof why));
     const char *lib_why = NULL;
     if (ok && !fr_cudnn(&lib_why)) snprintf(why, sizeof why, "%s", lib_why), ok = 0;
     if (!ok) return why[0] ? decline(env->cu, env->attention, n, why) : FR_OK;
@@ -537,7 +537,7 @@ extern "C" fr_status fr_attn_cudnn_run(const fr_cuda_kctx *k, int backward, int 
     float scale = 0;
     int ok = 0;
     char why[512];
-    FR_TRY(problem_of(n, in, backward, c->ragged_per_window, &p, &scale, &ok, why, sizeof why));
+    FR_TRY(problem_of(n, in, backward, c->cc_major, c->ragged_per_window, &p, &scale, &ok, why, sizeof why));
     size_t ws = 0;
     if (ok) {
         const fr_status st = fr_cudnn_sdpa_prepare(c, &p, &ws);
