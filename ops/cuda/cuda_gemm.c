@@ -419,12 +419,14 @@ fr_status fr_cuda_gemm_bias(fr_cuda_ctx *cu, const fr_node *n, const fr_gemm *g,
 void fr_cuda_gemm_report(const fr_cuda_ctx *c, char *buf, size_t n)
 {
     if (!n) return;
-    int shapes = 0, timed = 0, changed = 0;
+    int shapes = 0, timed = 0, changed = 0, bias_fused = 0, bias_refused = 0;
     double saved = 0, best_gain = 0;
     const gemm_entry *best = NULL;
     for (int b = 0; c && c->gemm_cache && b < GEMM_BUCKETS; b++)
         for (const gemm_entry *e = c->gemm_cache->bucket[b]; e; e = e->next) {
             shapes++;
+            bias_fused += e->key.bias_type && !e->refused;
+            bias_refused += e->refused;
             if (!e->timed) continue;
             timed++;
             if (e->chosen == 0) continue;
@@ -449,6 +451,9 @@ void fr_cuda_gemm_report(const fr_cuda_ctx *c, char *buf, size_t n)
                         " (one call of each: %.3f ms saved; best %.0f%% faster: %s M=%lld N=%lld K=%lld)", saved,
                         100 * best_gain, fr_dtype_name((fr_dtype)best->key.a_type), (long long)best->key.M,
                         (long long)best->key.N, (long long)best->key.K);
+    if ((bias_fused || bias_refused) && off < (int)n)
+        off += snprintf(buf + off, n - (size_t)off, "; bias epilogue: %d shape%s, refused for %d (a finishing pass)",
+                        bias_fused, bias_fused == 1 ? "" : "s", bias_refused);
     if (c && off < (int)n)
         snprintf(buf + off, n - (size_t)off, "; fp8 forward GEMMs %s",
                  c->fp8_fast_accum ? "with fast accumulation" : "with exact (promoted) accumulation");

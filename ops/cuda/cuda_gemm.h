@@ -104,7 +104,8 @@ typedef struct fr_cuda_gemm_timer {
 
 /* What the GEMMs of context c chose, one line: "cuBLASLt: 12 GEMM shapes, 9 timed among up to 8
  * candidates, 3 took another than the heuristic's first (best: 7% faster, fp8 M=16384 N=11264
- * K=2048); fp8 forward with fast accumulation". */
+ * K=2048); fp8 forward with fast accumulation"; with biased GEMMs also how many took the bias
+ * epilogue and for how many cuBLASLt refused it (a finishing pass adds the bias). */
 void fr_cuda_gemm_report(const fr_cuda_ctx *c, char *buf, size_t n);
 
 /* Zero-initialized descriptor with alpha = 1, beta = 0, batch = 1. */
