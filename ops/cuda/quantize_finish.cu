@@ -17,6 +17,14 @@ constexpr int kFinThreads = 256;
 
 __host__ __device__ constexpr int64_t fin_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+__device__ __forceinline__ void add4(float4 &v, const float4 b)
+{
+    v.x += b.x;
+    v.y += b.y;
+    v.z += b.z;
+    v.w += b.w;
+}
+
 /* float32, 4 columns a thread (cols, ldd multiples of 4; D, Y, bias 16-byte aligned): D and Y
  * may be the same buffer (the bias added in place), so no __restrict__ on them */
 template <bool HasBias>
@@ -35,23 +43,13 @@ __global__ void __launch_bounds__(kFinThreads)
         for (int u = 0; u < 4; u++) v[u] = D[(r + u * step) * ldd4 + c];
 #pragma unroll
         for (int u = 0; u < 4; u++) {
-            if (HasBias) {
-                v[u].x += b.x;
-                v[u].y += b.y;
-                v[u].z += b.z;
-                v[u].w += b.w;
-            }
+            if (HasBias) add4(v[u], b);
             Y[(r + u * step) * cols4 + c] = v[u];
         }
     }
     for (; r < rows; r += step) {
         float4 v = D[r * ldd4 + c];
-        if (HasBias) {
-            v.x += b.x;
-            v.y += b.y;
-            v.z += b.z;
-            v.w += b.w;
-        }
+        if (HasBias) add4(v, b);
         Y[r * cols4 + c] = v;
     }
 }
@@ -85,12 +83,7 @@ __global__ void __launch_bounds__(kFinThreads)
     if (HasBias) b = __ldg(bias + c);
     for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
         float4 v = D[r * ldd4 + c];
-        if (HasBias) {
-            v.x += b.x;
-            v.y += b.y;
-            v.z += b.z;
-            v.w += b.w;
-        }
+        if (HasBias) add4(v, b);
         __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
         Y[r * cols4 + c] = make_uint2(*(const unsigned *)&lo, *(const unsigned *)&hi);
     }
