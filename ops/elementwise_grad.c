@@ -137,6 +137,14 @@ static fr_status ag_read(const fr_node *n, const ag_kind **kind, ew_un_params *p
     return FR_OK;
 }
 
+/* Gelu's gradient on the narrowed activations: dy and x each float32 or bfloat16 (at least one
+ * bfloat16), dx float32, computed as the float32 kernel on the widened values */
+static int ag_lowp(const ag_kind *k, fr_dtype dy, fr_dtype v)
+{
+    return strcmp(k->op, "Gelu") == 0 && (dy == FR_BF16 || v == FR_BF16) && (dy == FR_F32 || dy == FR_BF16) &&
+           (v == FR_F32 || v == FR_BF16);
+}
+
 static fr_status ag_infer(fr_graph *g, int node_id)
 {
     const fr_node *n = &g->nodes[node_id];
@@ -145,6 +153,15 @@ static fr_status ag_infer(fr_graph *g, int node_id)
     ew_un_params p;
     FR_TRY(ag_read(n, &k, &p));
     const fr_value *dy = fr_node_in(g, n, 0), *v = fr_node_in(g, n, 1);
+    if (ag_lowp(k, dy->dtype, v->dtype)) {
+        char a[128], b[128];
+        if (!same_dims(v, dy))
+            return fr_node_error(n, FR_ERR_SHAPE, "'%s' %s must match the gradient '%s' %s", v->name,
+                                 fr_shape_str(v->rank, v->dims, a, sizeof a), dy->name,
+                                 fr_shape_str(dy->rank, dy->dims, b, sizeof b));
+        fr_infer_set(g, n, 0, FR_F32, dy->rank, dy->dims);
+        return FR_OK;
+    }
     if (!is_f(dy->dtype)) return float_error(n, "gradient", dy);
     if (v->dtype != dy->dtype || !same_dims(v, dy)) {
         char a[128], b[128];
@@ -167,6 +184,27 @@ static fr_status ag_cpu(const fr_kernel_ctx *ctx)
     fr_tensor *dx = ctx->out[0];
     if (!dy || !v || !dx) return fr_node_error(n, FR_ERR_GRAPH, "needs 2 inputs and 1 output");
     int64_t cnt = fr_tensor_numel(dy);
+    if (ag_lowp(k, dy->dtype, v->dtype) && dx->dtype == FR_F32) {
+        if (fr_tensor_numel(v) != cnt || fr_tensor_numel(dx) != cnt)
+            return fr_node_error(n, FR_ERR_SHAPE, "element counts differ (re-run shape inference)");
+        float *w[2] = {NULL, NULL};
+        const fr_tensor *src[2] = {dy, v};
+        const void *in[2] = {dy->data, v->data};
+        for (int i = 0; i < 2; i++) {
+            if (src[i]->dtype != FR_BF16) continue;
+            w[i] = fr_malloc((size_t)(cnt > 0 ? cnt : 1) * sizeof(float), "ActivationGrad bfloat16 input widened");
+            if (!w[i]) {
+                free(w[0]);
+                return FR_ERR_OOM;
+            }
+            for (int64_t e = 0; e < cnt; e++) w[i][e] = fr_bf16_to_f32(((const uint16_t *)src[i]->data)[e]);
+            in[i] = w[i];
+        }
+        k->f32(cnt, in[0], in[1], dx->data, &p);
+        free(w[0]);
+        free(w[1]);
+        return FR_OK;
+    }
     if (!is_f(dy->dtype) || v->dtype != dy->dtype || dx->dtype != dy->dtype)
         return fr_node_error(n, FR_ERR_UNSUPPORTED,
                              "dtypes %s, %s -> %s (float32 or float64, all the same)",

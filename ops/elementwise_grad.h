@@ -11,7 +11,9 @@
  *     Relu        y   y <= 0 ? 0 : dy       (selected, not multiplied: PyTorch threshold_backward)
  *     LeakyRelu   x   x > 0 ? dy : alpha dy (attribute alpha, default 0.01)
  *     Gelu        x   dy * d/dx gelu(x), approximate = "none" (erf) or "tanh"
- *   dy, v and dx share one shape and dtype.
+ *   dy, v and dx share one shape and dtype; for Gelu dy and x may each be bfloat16 instead (the
+ *   narrowed activations' and gradients'), dx then float32: the float32 result on the widened
+ *   values.
  *
  * PowGrad(dy, x, e) {input = 0 | 1} -> d(loss)/dx (input 0) or d(loss)/de (input 1), with dy's
  *   (the broadcast) shape and the dtype of that input; the rule sums it to the input's shape.

@@ -9,6 +9,7 @@
  * Gradient rules follow PyTorch's autograd conventions; the fused ActivationGrad kernel they
  * emit is in ops/elementwise_grad.c. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops/elementwise_grad.h"
@@ -128,6 +129,28 @@ static fr_status un_read_params(const fr_node *n, const un_kind *k, ew_un_params
     return FR_OK;
 }
 
+/* ai.fp8run::Gelu, the narrowed activations' Gelu (passes/narrow_activations.c): X float32 or
+ * bfloat16, Y as its y_dtype says (default float32), computed from X's float32 value as the
+ * float32 op and rounded once to bfloat16 for a bfloat16 Y. The ONNX Gelu keeps Y = X's type. */
+static int lowp_gelu(const fr_node *n) { return strcmp(n->op_type, "Gelu") == 0 && strcmp(n->domain, FR_DOMAIN_FP8RUN) == 0; }
+
+/* Y's dtype: y_dtype (ai.fp8run::Gelu on float32 / bfloat16), else X's */
+static fr_status un_y_dtype(const fr_node *n, const un_kind *k, fr_dtype x, fr_dtype *y)
+{
+    *y = x;
+    if (x == FR_BF16 && !lowp_gelu(n)) return un_dtype_error(n, k, x);
+    if (!lowp_gelu(n) || (x != FR_F32 && x != FR_BF16)) {
+        if (lowp_gelu(n) && fr_node_attr(n, "y_dtype"))
+            return fr_node_error(n, FR_ERR_UNSUPPORTED, "y_dtype needs a float32 or bfloat16 input (input is %s)",
+                                 fr_dtype_name(x));
+        return FR_OK;
+    }
+    int bf;
+    FR_TRY(fr_attr_bf16(n, "y_dtype", &bf));
+    *y = bf ? FR_BF16 : FR_F32;
+    return FR_OK;
+}
+
 static fr_status un_infer(fr_graph *g, int node_id)
 {
     const fr_node *n = &g->nodes[node_id];
@@ -135,10 +158,38 @@ static fr_status un_infer(fr_graph *g, int node_id)
     if (!k) return fr_node_error(n, FR_ERR_INTERNAL, "not a unary math op");
     FR_TRY(fr_infer_require_inputs(g, n, 1, 1));
     const fr_value *x = fr_node_in(g, n, 0);
-    if (!un_fn_of(k, x->dtype)) return un_dtype_error(n, k, x->dtype);
+    if (x->dtype != FR_BF16 && !un_fn_of(k, x->dtype)) return un_dtype_error(n, k, x->dtype);
     ew_un_params p;
     FR_TRY(un_read_params(n, k, &p));
-    fr_infer_same(g, n, 0, 0);
+    fr_dtype yt;
+    FR_TRY(un_y_dtype(n, k, x->dtype, &yt));
+    fr_infer_set(g, n, 0, yt, x->rank, x->dims);
+    return FR_OK;
+}
+
+/* ai.fp8run::Gelu with a bfloat16 X or Y: the float32 kernel on X widened (exactly), its float32
+ * result rounded once */
+static fr_status un_cpu_bf16(const fr_kernel_ctx *ctx, const un_kind *k, const ew_un_params *p)
+{
+    const fr_tensor *x = ctx->in[0];
+    fr_tensor *y = ctx->out[0];
+    const int64_t cnt = fr_tensor_numel(x);
+    const size_t bytes = (size_t)(cnt > 0 ? cnt : 1) * sizeof(float);
+    float *xw = x->dtype == FR_BF16 ? fr_malloc(bytes, "Gelu bfloat16 input widened") : NULL;
+    float *yw = y->dtype == FR_BF16 ? fr_malloc(bytes, "Gelu float32 result") : NULL;
+    if ((x->dtype == FR_BF16 && !xw) || (y->dtype == FR_BF16 && !yw)) {
+        free(xw);
+        free(yw);
+        return FR_ERR_OOM;
+    }
+    if (xw)
+        for (int64_t i = 0; i < cnt; i++) xw[i] = fr_bf16_to_f32(((const uint16_t *)x->data)[i]);
+    float *yf = yw ? yw : y->data;
+    un_fn_of(k, FR_F32)(cnt, xw ? xw : x->data, yf, p);
+    if (yw)
+        for (int64_t i = 0; i < cnt; i++) ((uint16_t *)y->data)[i] = fr_f32_to_bf16(yw[i]);
+    free(xw);
+    free(yw);
     return FR_OK;
 }
 
@@ -151,12 +202,15 @@ static fr_status un_cpu(const fr_kernel_ctx *ctx)
     fr_tensor *y = ctx->out[0];
     FR_TRY(fr_ew_same_numel(ctx, x, y));
     un_fn fn = un_fn_of(k, x->dtype);
-    if (!fn) return un_dtype_error(n, k, x->dtype);
-    if (y->dtype != x->dtype)
-        return fr_node_error(n, FR_ERR_SHAPE, "output dtype %s differs from input dtype %s",
-                             fr_dtype_name(y->dtype), fr_dtype_name(x->dtype));
+    if (!fn && x->dtype != FR_BF16) return un_dtype_error(n, k, x->dtype);
+    fr_dtype yt;
+    FR_TRY(un_y_dtype(n, k, x->dtype, &yt));
+    if (y->dtype != yt)
+        return fr_node_error(n, FR_ERR_SHAPE, "output dtype %s, expected %s (input dtype %s)",
+                             fr_dtype_name(y->dtype), fr_dtype_name(yt), fr_dtype_name(x->dtype));
     ew_un_params p;
     FR_TRY(un_read_params(n, k, &p));
+    if (x->dtype == FR_BF16 || y->dtype == FR_BF16) return un_cpu_bf16(ctx, k, &p);
     fn(fr_tensor_numel(x), x->data, y->data, &p);
     return FR_OK;
 }

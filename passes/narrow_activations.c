@@ -1,8 +1,10 @@
 /* Narrow activations (see narrow_activations.h): mark the qualifying producers' output dtype
  * bfloat16 and give their outputs that dtype. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops/linear.h"
+#include "ops/op.h"
 #include "passes/narrow_activations.h"
 #include "passes/pattern.h"
 
@@ -37,8 +39,29 @@ int fr_narrow_readers_all(const fr_graph *g, int v, fr_narrow_reader_fn ok)
 int fr_narrow_linear_y(const fr_node *n)
 {
     fr_lin_attrs a;
-    return is_op(n, "Linear") && !(n->n_inputs > FR_LIN_IN_B && n->inputs[FR_LIN_IN_B] >= 0) &&
-           fr_lin_read_attrs(n, &a) == FR_OK && a.prec != FR_LIN_FP32 && !a.y_bf16;
+    return is_op(n, "Linear") && fr_lin_read_attrs(n, &a) == FR_OK && a.prec != FR_LIN_FP32 && !a.y_bf16;
+}
+
+/* Gelu of either domain (ONNX's, or passes/gelu_fuse.c's ai.fp8run one) on a float32 X */
+static int is_gelu(const fr_graph *g, const fr_node *n)
+{
+    return !n->dead && strcmp(n->op_type, "Gelu") == 0 && (!n->domain[0] || strcmp(n->domain, FR_DOMAIN_FP8RUN) == 0) &&
+           n->n_inputs == 1 && n->inputs[0] >= 0 && n->n_outputs == 1 && n->outputs[0] >= 0 &&
+           (g->values[n->inputs[0]].dtype == FR_F32 || g->values[n->inputs[0]].dtype == FR_BF16);
+}
+
+/* A Gelu about to read or write bfloat16 becomes ai.fp8run::Gelu (ONNX's Gelu keeps Y in X's
+ * type; ours has y_dtype, default float32: ops/unary_math.c). */
+static fr_status gelu_to_fp8run(fr_node *n)
+{
+    if (strcmp(n->domain, FR_DOMAIN_FP8RUN) == 0) return FR_OK;
+    char *d = fr_strdup(FR_DOMAIN_FP8RUN, "narrow_activations");
+    if (!d) return FR_ERR_OOM;
+    free(n->domain);
+    n->domain = d;
+    const fr_op_def *op = fr_op_find(FR_DOMAIN_FP8RUN, "Gelu");
+    if (op) n->op = op;
+    return FR_OK;
 }
 
 /* The Linear producing v when it may write bfloat16 for reader, v's only reader; else NULL. */
@@ -59,12 +82,21 @@ static fr_status mark(fr_graph *g, fr_node *n, const char *attr, int out, int *c
     return FR_OK;
 }
 
-/* The Linears read by the fused SwiGLU (both of its inputs, one dtype) or AttentionQKV's X. */
+/* The Linears read by the fused SwiGLU (both of its inputs, one dtype), AttentionQKV's X or a
+ * Gelu (GPT-2's and GPT-NeoX's MLP up projection). */
 static fr_status narrow_linear_outputs(fr_readers *r, int *count)
 {
     fr_graph *g = r->g;
     for (int i = 0; i < g->n_nodes; i++) {
-        const fr_node *n = &g->nodes[i];
+        fr_node *n = &g->nodes[i];
+        if (is_gelu(g, n)) {
+            fr_node *lin = narrowable(r, n->inputs[0], n);
+            if (lin) {
+                FR_TRY(gelu_to_fp8run(n));
+                FR_TRY(mark(g, lin, "y_dtype", FR_LIN_OUT_Y, count));
+            }
+            continue;
+        }
         if (is_op(n, "AttentionQKV") && n->n_inputs >= 1 && n->inputs[0] >= 0) {
             fr_node *lin = narrowable(r, n->inputs[0], n);
             if (lin) FR_TRY(mark(g, lin, "y_dtype", FR_LIN_OUT_Y, count));
@@ -100,7 +132,8 @@ static int add_norm_branch(const fr_node *n, int slot)
 }
 
 /* The fused producers whose output only bf16/fp8 Linears read: AddRMSNorm's and AddLayerNorm's
- * Y (and Y2), SwiGLU's y, AttentionQKV's O; then the Linears whose Y is only their branch input. */
+ * Y (and Y2), SwiGLU's y, AttentionQKV's O, Gelu's Y; then the Linears whose Y is only their
+ * branch input. */
 static fr_status narrow_producers(fr_graph *g, int *count)
 {
     for (int i = 0; i < g->n_nodes; i++) {
@@ -118,6 +151,10 @@ static fr_status narrow_producers(fr_graph *g, int *count)
         else if (is_op(n, "AttentionQKV") && n->n_outputs >= 1 &&
                  fr_narrow_readers_all(g, n->outputs[0], lowp_linear_x))
             FR_TRY(mark(g, n, "o_dtype", 0, count));
+        else if (is_gelu(g, n) && fr_narrow_readers_all(g, n->outputs[0], lowp_linear_x)) {
+            FR_TRY(gelu_to_fp8run(n));
+            FR_TRY(mark(g, n, "y_dtype", 0, count));
+        }
     }
     for (int i = 0; i < g->n_nodes; i++) {
         fr_node *n = &g->nodes[i];

@@ -12,16 +12,19 @@
  * rounded to bf16 for cuDNN by AttentionQKV anyway; written in bf16, the GEMM writes half,
  * both stagings (forward, backward) read half and the saved copy holds half (1.6 GB at 1B).
  *
- * Which Linears: precision bf16 or fp8, no bias, float32 Y that is no graph output, and Y's
- * only reader is a SwiGLU or AttentionQKV's X (the backward's SwiGLUGrad / AttentionQKVGrad,
- * added later by autodiff, read what the forward read). In SwiGLU's two-input form both gate
- * and up must qualify (one dtype).
+ * Which Linears: precision bf16 or fp8, float32 Y that is no graph output, and Y's only reader
+ * is a SwiGLU, AttentionQKV's X or a Gelu (the backward's SwiGLUGrad / AttentionQKVGrad /
+ * ActivationGrad, added later by autodiff, read what the forward read). A bias is added to the
+ * float32 sum before the one rounding (ops/linear.h). In SwiGLU's two-input form both gate and
+ * up must qualify (one dtype). A Gelu reading or writing bfloat16 becomes ai.fp8run::Gelu, whose
+ * y_dtype gives Y's dtype (ONNX's Gelu keeps X's type).
  *
  * The fused producers of the FP8 Linears' inputs likewise (their y_dtype / o_dtype): AddRMSNorm's
- * and AddLayerNorm's normalized Y, SwiGLU's y and AttentionQKV's O when every reader is the X of a bf16/fp8 Linear
+ * and AddLayerNorm's normalized Y, SwiGLU's y, AttentionQKV's O and Gelu's Y (GPT-2's and
+ * GPT-NeoX's MLP, read by the down projection) when every reader is the X of a bf16/fp8 Linear
  * (which quantizes or rounds it to bf16 anyway: the Linear reads 2 bytes instead of 4, the
  * producer writes 2). AddRMSNormGrad / AddLayerNormGrad read H, SwiGLUGrad gate/up, not these; AttentionQKVGrad
- * reads O in bf16. And a bias-free bf16/fp8 Linear whose Y only AddRMSNorm's (AddLayerNorm's) branch
+ * reads O in bf16, ActivationGrad reads Gelu's X, not its Y. And a bf16/fp8 Linear whose Y only AddRMSNorm's (AddLayerNorm's) branch
  * input B reads (the attention and MLP outputs added to the float32 residual, as autocast adds them).
  * The backward's counterpart is passes/narrow_gradients.h. */
 #ifndef FR_NARROW_ACTIVATIONS_H
@@ -35,7 +38,7 @@ FR_NODISCARD fr_status fr_narrow_activations(fr_graph *g, int *count);
 /* Shared with passes/narrow_gradients.c: n is a live ai.fp8run `op` node (Linear,
  * LinearGradData, LinearGradWeight) in bf16 or fp8 precision. */
 int fr_narrow_lowp_linear(const fr_node *n, const char *op);
-/* n is a live bias-free bf16/fp8 Linear whose Y is still float32 (a bias keeps Y float32). */
+/* n is a live bf16/fp8 Linear whose Y is still float32. */
 int fr_narrow_linear_y(const fr_node *n);
 /* reader(n, slot): may input `slot` of node n read the value in bfloat16? */
 typedef int (*fr_narrow_reader_fn)(const fr_node *n, int slot);

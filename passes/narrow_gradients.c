@@ -19,10 +19,16 @@ static int linear_dy(const fr_node *n, int slot)
            (slot == 1 && fr_narrow_lowp_linear(n, "LinearGradWeight"));
 }
 
-/* dy of SwiGLUGrad (its last input), dO of AttentionQKVGrad(X, O, LSE, dO [, cos, sin]) */
+/* dy of SwiGLUGrad (its last input), dO of AttentionQKVGrad(X, O, LSE, dO [, cos, sin]), dy of
+ * Gelu's ActivationGrad (GPT-2's and GPT-NeoX's MLP: the down projection's dX; its dx, which the
+ * bias gradient also reads, stays float32) */
 static int fused_grad_dy(const fr_node *n, int slot)
 {
     if (is_op(n, "SwiGLUGrad")) return slot == n->n_inputs - 1 && slot >= 1;
+    if (is_op(n, "ActivationGrad")) {
+        const char *op;
+        return slot == 0 && fr_node_attr_string(n, "op", "", &op) == FR_OK && strcmp(op, "Gelu") == 0;
+    }
     return is_op(n, "AttentionQKVGrad") && slot == 3;
 }
 

@@ -5,9 +5,11 @@
  *   - SwiGLUGrad's d_gate_up (dgate, dup) and AttentionQKVGrad's dX when every reader is the dY
  *     of a bf16/fp8 LinearGradData or the Ys of a LinearGradWeight (the gate/up and Q/K/V
  *     projections' backward), which quantize it to E5M2 (or round it to bf16) anyway;
- *   - LinearGradData's dX when every reader is SwiGLUGrad's dy or AttentionQKVGrad's dO (the
- *     down and O projections' backward feeding the fused ops' backward);
- *   - the LM head: a bias-free bf16/fp8 Linear whose logits only the loss head reads
+ *   - LinearGradData's dX when every reader is SwiGLUGrad's dy, AttentionQKVGrad's dO or the dy
+ *     of Gelu's ActivationGrad (the down and O projections' backward feeding the fused ops' and
+ *     the GELU's backward; ActivationGrad's dx stays float32: a biased up projection's bias
+ *     gradient sums it);
+ *   - the LM head: a bf16/fp8 Linear whose logits only the loss head reads
  *     (SoftmaxCrossEntropy and its gradient, which widen them) writes them in bfloat16 (y_dtype;
  *     the loss head is added by the trainer after the forward's passes, hence here), and
  *     SoftmaxCrossEntropyGrad's dlogits, read by that Linear's backward, are bfloat16 too

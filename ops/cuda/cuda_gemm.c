@@ -141,6 +141,12 @@ static fr_status validate(const fr_node *n, const fr_gemm *g, const char *what)
         if (g->a_scale != FR_GEMM_SCALE_NONE || g->b_scale != FR_GEMM_SCALE_NONE)
             return GERR(FR_ERR_INTERNAL, "%s: scales are for fp8 operands only", what);
     }
+    if (g->bias) {
+        if (g->bias_type != FR_F32 && g->bias_type != FR_BF16)
+            return GERR(FR_ERR_UNSUPPORTED, "%s: a %s bias (float32 or bfloat16)", what, type_name(g->bias_type));
+        if ((g->batch > 1) || g->beta != 0.0)
+            return GERR(FR_ERR_INTERNAL, "%s: a bias epilogue needs batch 1 and beta 0 (a bug in fp8run)", what);
+    }
     int64_t ac = g->trans_a ? g->M : g->K, bc = g->trans_b ? g->K : g->N; /* row lengths */
     if (g->lda < ac || g->ldb < bc || g->ldd < g->N)
         return GERR(FR_ERR_INTERNAL, "%s: a leading dimension is smaller than its row", what);
@@ -179,9 +185,11 @@ static cublasLtMatmulMatrixScale_t lt_scale_mode(fr_gemm_scale s)
     }
 }
 
-fr_status fr_cuda_gemm(fr_cuda_ctx *cu, const fr_node *n, const fr_gemm *gin)
+/* fused: NULL for fr_cuda_gemm (a refused bias epilogue is an error), else fr_cuda_gemm_bias's */
+static fr_status gemm_run(fr_cuda_ctx *cu, const fr_node *n, const fr_gemm *gin, int *fused)
 {
     fr_gemm g = *gin;
+    if (fused) *fused = 1;
     if (g.batch == 0) g.batch = 1;
     if (g.lda == 0) g.lda = g.trans_a ? g.M : g.K;
     if (g.ldb == 0) g.ldb = g.trans_b ? g.K : g.N;
@@ -190,6 +198,11 @@ fr_status fr_cuda_gemm(fr_cuda_ctx *cu, const fr_node *n, const fr_gemm *gin)
     describe(&g, what, sizeof what);
     FR_TRY(validate(n, &g, what));
     if (g.M == 0 || g.N == 0) return FR_OK;
+    if (g.K == 0 && g.bias) { /* D = bias: the caller's own pass, after the empty sum below */
+        if (!fused) return GERR(FR_ERR_UNSUPPORTED, "%s: a bias epilogue with K = 0", what);
+        *fused = 0;
+        return FR_OK;
+    }
     if (g.K == 0) /* the empty sum: D = beta * D */
         return fr_cuda_scale_matrix(cu, n, g.d_type, g.D, g.M, g.N, g.ldd, g.batch, g.stride_d, g.beta);
     if (g.M > INT32_MAX || g.N > INT32_MAX || g.K > INT32_MAX || g.batch > INT32_MAX)
@@ -232,6 +245,10 @@ fr_status fr_cuda_gemm(fr_cuda_ctx *cu, const fr_node *n, const fr_gemm *gin)
     key.stride_a = g.stride_a;
     key.stride_b = g.stride_b;
     key.stride_d = g.stride_d;
+    if (g.bias) {
+        key.bias_type = (int32_t)g.bias_type + 1;
+        key.align_bias = alignment(g.bias, 0, 1);
+    }
 
     fr_status st = FR_OK;
     cublasLtMatmulDesc_t op = NULL;
@@ -261,6 +278,18 @@ fr_status fr_cuda_gemm(fr_cuda_ctx *cu, const fr_node *n, const fr_gemm *gin)
             int8_t fa = 1;
             LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fa, sizeof fa));
         }
+    }
+    if (g.bias) { /* D's rows in cuBLASLt's column-major terms are our N: one bias value each */
+        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        cudaDataType_t bt;
+        if (!lt_type(g.bias_type, &bt)) {
+            st = GERR(FR_ERR_UNSUPPORTED, "%s: unsupported bias type", what);
+            goto done;
+        }
+        int32_t bt32 = (int32_t)bt;
+        LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+        LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
+        LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt32, sizeof bt32));
     }
     LT(cublasLtMatrixLayoutCreate(&la, tb, la_rows, la_cols, g.ldb));
     LT(cublasLtMatrixLayoutCreate(&lb, ta, lb_rows, lb_cols, g.lda));
@@ -305,8 +334,21 @@ fr_status fr_cuda_gemm(fr_cuda_ctx *cu, const fr_node *n, const fr_gemm *gin)
         int found = 0;
         memset(res, 0, sizeof res);
         int want = cu->gemm_tune ? FR_GEMM_CANDIDATES : 1;
-        LT(cublasLtMatmulAlgoGetHeuristic(cu->lt, op, la, lb, ld, ld, pref, want, res, &found));
-        if (found < 1 || res[0].state != CUBLAS_STATUS_SUCCESS) {
+        cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(cu->lt, op, la, lb, ld, ld, pref, want, res, &found);
+        /* a bias epilogue cuBLASLt does not take with these types: NOT_SUPPORTED or no algorithm */
+        int refused = g.bias && (hs == CUBLAS_STATUS_NOT_SUPPORTED ||
+                                 (hs == CUBLAS_STATUS_SUCCESS && (found < 1 || res[0].state != CUBLAS_STATUS_SUCCESS)));
+        if (!refused && hs != CUBLAS_STATUS_SUCCESS) {
+            st = GERR(FR_ERR_DEVICE, "%s: cublasLtMatmulAlgoGetHeuristic failed: %s (%d)", what,
+                      cublasLtGetStatusName(hs), (int)hs);
+            goto done;
+        }
+        if (refused && !fused) {
+            st = GERR(FR_ERR_UNSUPPORTED, "%s: cuBLASLt has no algorithm with a %s bias epilogue on %s (sm_%d%d)",
+                      what, type_name(g.bias_type), cu->name, cu->cc_major, cu->cc_minor);
+            goto done;
+        }
+        if (!refused && (found < 1 || res[0].state != CUBLAS_STATUS_SUCCESS)) {
             st = GERR(FR_ERR_UNSUPPORTED, "%s: cuBLASLt has no algorithm for this GEMM on %s (sm_%d%d)", what,
                       cu->name, cu->cc_major, cu->cc_minor);
             goto done;
@@ -317,6 +359,14 @@ fr_status fr_cuda_gemm(fr_cuda_ctx *cu, const fr_node *n, const fr_gemm *gin)
             goto done;
         }
         e->key = key;
+        if (refused) { /* remembered, so the heuristic is asked once per shape */
+            e->refused = 1;
+            unsigned h = key_hash(&key);
+            e->next = cu->gemm_cache->bucket[h];
+            cu->gemm_cache->bucket[h] = e;
+            *fused = 0;
+            goto done;
+        }
         e->algo = res[0].algo;
         e->n_cand = found;
         const gemm_lt lt = {op, la, lb, ld, alpha, beta, g.A, g.B, g.D};
@@ -328,6 +378,14 @@ fr_status fr_cuda_gemm(fr_cuda_ctx *cu, const fr_node *n, const fr_gemm *gin)
         unsigned h = key_hash(&key);
         e->next = cu->gemm_cache->bucket[h];
         cu->gemm_cache->bucket[h] = e;
+    }
+    if (e->refused) {
+        if (fused)
+            *fused = 0;
+        else
+            st = GERR(FR_ERR_UNSUPPORTED, "%s: cuBLASLt has no algorithm with a %s bias epilogue on %s (sm_%d%d)",
+                      what, type_name(g.bias_type), cu->name, cu->cc_major, cu->cc_minor);
+        goto done;
     }
     {
         fr_cuda_gemm_timer *tm = cu->gemm_timer; /* profiling: this call's time, for its node */
@@ -349,17 +407,26 @@ done:
     return st;
 }
 
+fr_status fr_cuda_gemm(fr_cuda_ctx *cu, const fr_node *n, const fr_gemm *g) { return gemm_run(cu, n, g, NULL); }
+
+fr_status fr_cuda_gemm_bias(fr_cuda_ctx *cu, const fr_node *n, const fr_gemm *g, int *fused)
+{
+    return gemm_run(cu, n, g, fused);
+}
+
 /* ---- the report ---- */
 
 void fr_cuda_gemm_report(const fr_cuda_ctx *c, char *buf, size_t n)
 {
     if (!n) return;
-    int shapes = 0, timed = 0, changed = 0;
+    int shapes = 0, timed = 0, changed = 0, bias_fused = 0, bias_refused = 0;
     double saved = 0, best_gain = 0;
     const gemm_entry *best = NULL;
     for (int b = 0; c && c->gemm_cache && b < GEMM_BUCKETS; b++)
         for (const gemm_entry *e = c->gemm_cache->bucket[b]; e; e = e->next) {
             shapes++;
+            bias_fused += e->key.bias_type && !e->refused;
+            bias_refused += e->refused;
             if (!e->timed) continue;
             timed++;
             if (e->chosen == 0) continue;
@@ -384,6 +451,9 @@ void fr_cuda_gemm_report(const fr_cuda_ctx *c, char *buf, size_t n)
                         " (one call of each: %.3f ms saved; best %.0f%% faster: %s M=%lld N=%lld K=%lld)", saved,
                         100 * best_gain, fr_dtype_name((fr_dtype)best->key.a_type), (long long)best->key.M,
                         (long long)best->key.N, (long long)best->key.K);
+    if ((bias_fused || bias_refused) && off < (int)n)
+        off += snprintf(buf + off, n - (size_t)off, "; bias epilogue: %d shape%s, refused for %d (a finishing pass)",
+                        bias_fused, bias_fused == 1 ? "" : "s", bias_refused);
     if (c && off < (int)n)
         snprintf(buf + off, n - (size_t)off, "; fp8 forward GEMMs %s",
                  c->fp8_fast_accum ? "with fast accumulation" : "with exact (promoted) accumulation");

@@ -86,6 +86,10 @@ typedef struct fr_gemm {
                                              cores, float32 sums (CUBLAS_COMPUTE_32F_FAST_16BF) */
     int fast_accum;                       /* fp8, per-tensor scales: fast accumulation (above);
                                              ignored for other GEMMs */
+    const void *bias;                     /* optional device vector [N] of bias_type, added by
+                                             cuBLASLt's BIAS epilogue to the float32 sum before D's
+                                             conversion (one rounding); batch 1, beta 0 only */
+    fr_dtype bias_type;
 } fr_gemm;
 
 /* (FR_GEMM_CANDIDATES, FR_GEMM_TUNE_REPS: the timing's bounds, gemm_tune.h) */
@@ -100,7 +104,8 @@ typedef struct fr_cuda_gemm_timer {
 
 /* What the GEMMs of context c chose, one line: "cuBLASLt: 12 GEMM shapes, 9 timed among up to 8
  * candidates, 3 took another than the heuristic's first (best: 7% faster, fp8 M=16384 N=11264
- * K=2048); fp8 forward with fast accumulation". */
+ * K=2048); fp8 forward with fast accumulation"; with biased GEMMs also how many took the bias
+ * epilogue and for how many cuBLASLt refused it (a finishing pass adds the bias). */
 void fr_cuda_gemm_report(const fr_cuda_ctx *c, char *buf, size_t n);
 
 /* Zero-initialized descriptor with alpha = 1, beta = 0, batch = 1. */
@@ -110,6 +115,12 @@ void fr_gemm_init(fr_gemm *g);
  * empty sum), done with a scale kernel rather than cuBLASLt. Errors name node `n` (may be
  * NULL) and the GEMM's shape and types. */
 FR_NODISCARD fr_status fr_cuda_gemm(fr_cuda_ctx *cu, const fr_node *n, const fr_gemm *g);
+
+/* fr_cuda_gemm with g->bias: *fused = 1 when cuBLASLt ran it with the BIAS epilogue; *fused = 0
+ * when cuBLASLt has no algorithm for that epilogue with these types (nothing ran; the refusal is
+ * kept per shape like an algorithm): the caller then adds the bias itself. Other failures are
+ * errors as for fr_cuda_gemm (which treats a refused epilogue as FR_ERR_UNSUPPORTED). */
+FR_NODISCARD fr_status fr_cuda_gemm_bias(fr_cuda_ctx *cu, const fr_node *n, const fr_gemm *g, int *fused);
 
 /* D = beta * D over the [rows][cols] matrix with leading dim ld (ops/cuda/gemm_scale.cu): the
  * K == 0 case of fr_cuda_gemm. dtype FR_F32, FR_F64 or FR_BF16. */

@@ -7,6 +7,7 @@
  * those marked NATIVE (the transcendental ones) with CUDA's float functions (a few ulp).
  * ClipGrad's bound gradients are sums: a fixed two-pass tree in double (deterministic; equal
  * to the CPU's sequential double sum up to double rounding). */
+#include <cuda_bf16.h>
 #include <type_traits>
 
 #include "ops/cuda/elementwise_util.cuh"
@@ -111,6 +112,33 @@ fr_status ag_launch(const fr_cuda_kctx *k, fr_dtype dt, int64_t n, double alpha,
 
 int is_f(fr_dtype dt) { return dt == FR_F32 || dt == FR_F64; }
 
+/* Gelu's gradient with a bfloat16 dy and/or x (ops/elementwise_grad.h): the float32 kernel's
+ * dx on the widened values */
+__device__ __forceinline__ float ag_widen(float v) { return v; }
+__device__ __forceinline__ float ag_widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <int GT, typename TD, typename TV>
+struct GeluGradLowp {
+    const TD *dy;
+    const TV *v;
+    float *dx;
+    __device__ void operator()(int64_t i) const { dx[i] = ag_dx<FR_UN_GELU, GT, float>(ag_widen(dy[i]), ag_widen(v[i]), 0.0); }
+};
+
+template <int GT>
+fr_status gelu_grad_lowp(const fr_cuda_kctx *k, int64_t n)
+{
+    const void *dy = k->in[0]->data, *v = k->in[1]->data;
+    float *dx = (float *)k->out[0]->data;
+    const bool db = k->in[0]->dtype == FR_BF16, vb = k->in[1]->dtype == FR_BF16;
+    typedef __nv_bfloat16 bf;
+    if (db && vb) return ew_launch_flat(k, n, GeluGradLowp<GT, bf, bf>{(const bf *)dy, (const bf *)v, dx}, "ActivationGrad");
+    if (db) return ew_launch_flat(k, n, GeluGradLowp<GT, bf, float>{(const bf *)dy, (const float *)v, dx}, "ActivationGrad");
+    return ew_launch_flat(k, n, GeluGradLowp<GT, float, bf>{(const float *)dy, (const bf *)v, dx}, "ActivationGrad");
+}
+
+int lowp_f(fr_dtype dt) { return dt == FR_F32 || dt == FR_BF16; }
+
 } // namespace
 
 fr_status ew_activation_grad_run(const fr_cuda_kctx *k)
@@ -132,6 +160,12 @@ fr_status ew_activation_grad_run(const fr_cuda_kctx *k)
     const fr_tensor *dx = k->n_out > 0 ? k->out[0] : NULL;
     if (!dy || !v || !dx) return fr_node_error(n, FR_ERR_GRAPH, "needs 2 inputs and 1 output");
     const int64_t cnt = fr_tensor_numel(dy);
+    if (code == FR_UN_GELU && (dy->dtype == FR_BF16 || v->dtype == FR_BF16) && lowp_f(dy->dtype) && lowp_f(v->dtype) &&
+        dx->dtype == FR_F32) {
+        if (fr_tensor_numel(v) != cnt || fr_tensor_numel(dx) != cnt)
+            return fr_node_error(n, FR_ERR_SHAPE, "element counts differ (re-run shape inference)");
+        return gelu_tanh ? gelu_grad_lowp<1>(k, cnt) : gelu_grad_lowp<0>(k, cnt);
+    }
     if (!is_f(dy->dtype) || v->dtype != dy->dtype || dx->dtype != dy->dtype)
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "dtypes %s, %s -> %s (float32 or float64, all the same)",
                              fr_dtype_name(dy->dtype), fr_dtype_name(v->dtype), fr_dtype_name(dx->dtype));

@@ -8,6 +8,7 @@
  * bits. Integer ops wrap as the CPU does. Cast is a port of the CPU's carrier scheme, bit for
  * bit (round-to-odd before float16/bfloat16/fp8 rounding, saturating float->int, NaN -> 0,
  * NaN payloads kept as x86 keeps them). */
+#include <cuda_bf16.h>
 #include <type_traits>
 
 #include "ops/cuda/elementwise_util.cuh"
@@ -118,6 +119,34 @@ fr_status un_dispatch(const fr_cuda_kctx *k, fr_dtype dt, int64_t n, float alpha
     return un_dispatch_t<OP, 0>(k, dt, n, alpha);
 }
 
+/* ai.fp8run::Gelu with a bfloat16 X or Y (ops/unary_math.c): the float32 Gelu of X's value,
+ * rounded once for a bfloat16 Y */
+__device__ __forceinline__ float lowp_in(float v) { return v; }
+__device__ __forceinline__ float lowp_in(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T> __device__ __forceinline__ T lowp_out(float v);
+template <> __device__ __forceinline__ float lowp_out<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 lowp_out<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+template <int GT, typename TX, typename TY>
+struct GeluLowp {
+    const TX *x;
+    TY *y;
+    __device__ void operator()(int64_t i) const { y[i] = lowp_out<TY>(un_float<FR_UN_GELU, GT, float>(lowp_in(x[i]), 0.f)); }
+};
+
+template <int GT>
+fr_status gelu_lowp_t(const fr_cuda_kctx *k, int64_t n)
+{
+    const void *x = k->in[0]->data;
+    void *y = k->out[0]->data;
+    const bool xb = k->in[0]->dtype == FR_BF16, yb = k->out[0]->dtype == FR_BF16;
+    if (xb && yb)
+        return ew_launch_flat(k, n, GeluLowp<GT, __nv_bfloat16, __nv_bfloat16>{(const __nv_bfloat16 *)x, (__nv_bfloat16 *)y},
+                              "Gelu");
+    if (xb) return ew_launch_flat(k, n, GeluLowp<GT, __nv_bfloat16, float>{(const __nv_bfloat16 *)x, (float *)y}, "Gelu");
+    return ew_launch_flat(k, n, GeluLowp<GT, float, __nv_bfloat16>{(const float *)x, (__nv_bfloat16 *)y}, "Gelu");
+}
+
 fr_status same_numel(const fr_cuda_kctx *k, const fr_tensor *x, const fr_tensor *y)
 {
     if (!x || !y || fr_tensor_numel(x) != fr_tensor_numel(y))
@@ -139,10 +168,18 @@ fr_status ew_unary_run(const fr_cuda_kctx *k)
     const fr_tensor *x = k->in[0], *y = k->out[0];
     FR_TRY(same_numel(k, x, y));
     const fr_dtype dt = x->dtype;
-    if (y->dtype != dt)
-        return fr_node_error(n, FR_ERR_SHAPE, "output dtype %s differs from input dtype %s", fr_dtype_name(y->dtype),
-                             fr_dtype_name(dt));
-    if (!(dt == FR_F32 || dt == FR_F64 || (kind->ints && (dt == FR_I32 || dt == FR_I64))))
+    /* ai.fp8run::Gelu: Y as its y_dtype says on a float32 / bfloat16 X (ops/unary_math.c) */
+    const int lowp = kind->code == FR_UN_GELU && strcmp(n->domain, FR_DOMAIN_FP8RUN) == 0 && (dt == FR_F32 || dt == FR_BF16);
+    fr_dtype yt = dt;
+    if (lowp) {
+        int bf;
+        FR_TRY(fr_attr_bf16(n, "y_dtype", &bf));
+        yt = bf ? FR_BF16 : FR_F32;
+    }
+    if (y->dtype != yt)
+        return fr_node_error(n, FR_ERR_SHAPE, "output dtype %s, expected %s (input dtype %s)", fr_dtype_name(y->dtype),
+                             fr_dtype_name(yt), fr_dtype_name(dt));
+    if (!(dt == FR_F32 || (lowp && dt == FR_BF16) || dt == FR_F64 || (kind->ints && (dt == FR_I32 || dt == FR_I64))))
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "input dtype %s is not supported (supported: float32, float64%s)",
                              fr_dtype_name(dt), kind->ints ? ", int32, int64" : "");
     float alpha = kind->alpha_default;
@@ -158,6 +195,7 @@ fr_status ew_unary_run(const fr_cuda_kctx *k)
                                  s);
     }
     const int64_t cnt = fr_tensor_numel(x);
+    if (dt == FR_BF16 || yt == FR_BF16) return gelu_tanh ? gelu_lowp_t<1>(k, cnt) : gelu_lowp_t<0>(k, cnt);
     switch (kind->code) {
 #define FR_UNARY(ID, NAME, DOMAIN, OPSET, ATTRS, Y, YINT, GRAD)                              \
     case FR_UN_##ID: return un_dispatch<FR_UN_##ID>(k, dt, cnt, alpha, gelu_tanh);

@@ -15,6 +15,7 @@ typedef struct gemm_key {
     int32_t a_type, b_type, d_type, compute;
     int32_t trans_a, trans_b, a_scale, b_scale, accumulate;
     int32_t align_a, align_b, align_d, fast_accum;
+    int32_t bias_type, align_bias; /* bias_type: the fr_dtype + 1, 0 without a bias */
     int64_t M, N, K, lda, ldb, ldd, batch, stride_a, stride_b, stride_d;
 } gemm_key;
 
@@ -24,6 +25,7 @@ typedef struct gemm_key {
 typedef struct gemm_entry {
     gemm_key key;
     cublasLtMatmulAlgo_t algo;
+    int refused; /* a bias epilogue cuBLASLt has no algorithm for: no algo, the caller's fallback */
     int n_cand, timed, chosen;
     float ms_first, ms_best;
     struct gemm_entry *next;

@@ -24,7 +24,9 @@
  * Hopper's FP8 GEMM wants both operands K-contiguous with dims multiples of 16: the
  * quantization kernels write the operands into scratch in that layout (transposed where the
  * GEMM contracts over the source's rows), zero-padded to multiples of 16; a padded result is
- * copied out (the bias added on the way). Zero padding adds exact zeros, so the result equals
+ * copied out (the bias added on the way). A bias with an unpadded result: cuBLASLt's BIAS
+ * epilogue where it takes a float32 bias for the GEMM's types, else the same finishing pass
+ * (a bfloat16 Y: the float32 result plus the bias, rounded once; fr_q_gemm_out). Zero padding adds exact zeros, so the result equals
  * the unpadded one; pad_multiple (the CPU's emulation of this) changes nothing here.
  *
  * Scratch (sized at plan time from the static shapes): fr_q_stats, the quantized operands,
@@ -69,7 +71,8 @@ static size_t take(size_t *cur, int64_t bytes)
 }
 
 /* Offsets in the node's scratch. a, b: the GEMM's operands (bf16 copies or fp8 codes); sa, sb:
- * their block scales; d: the padded fp8 result. */
+ * their block scales; d: the padded fp8 result, or the float32 result a bias is added to before
+ * the rounding to a bfloat16 Y when cuBLASLt refuses the bias epilogue. */
 typedef struct lin_plan {
     size_t stats, a, b, sa, sb, d, total;
     int padded;
@@ -79,7 +82,7 @@ typedef struct lin_plan {
  * out_rows x out_cols: the unpadded result. a_given / b_kept: that operand's codes are
  * elsewhere (a tensor of the node, W's persistent memory): no scratch for them. */
 static void plan_fp8(int64_t Mg, int64_t Ng, int64_t Kg, fr_gemm_scale ma, fr_gemm_scale mb, int64_t out_rows,
-                     int64_t out_cols, int a_given, int b_kept, lin_plan *p, size_t *cur)
+                     int64_t out_cols, int a_given, int b_kept, int f32_out, lin_plan *p, size_t *cur)
 {
     p->stats = take(cur, sizeof(fr_q_stats));
     if (!a_given) p->a = take(cur, Mg * Kg);
@@ -88,7 +91,7 @@ static void plan_fp8(int64_t Mg, int64_t Ng, int64_t Kg, fr_gemm_scale ma, fr_ge
     if (mb == FR_GEMM_SCALE_VEC128) p->sb = take(cur, fr_q_cdiv(Kg, 128) * Ng * 4);
     if (mb == FR_GEMM_SCALE_BLK128 && !b_kept) p->sb = take(cur, fr_q_blk_count(Ng, Kg) * 4);
     p->padded = Mg != out_rows || Ng != out_cols;
-    if (p->padded) p->d = take(cur, Mg * Ng * 4);
+    if (p->padded || f32_out) p->d = take(cur, Mg * Ng * 4);
 }
 
 typedef enum { OP_FWD, OP_DGRAD, OP_WGRAD } lin_op;
@@ -97,10 +100,12 @@ typedef enum { OP_FWD, OP_DGRAD, OP_WGRAD } lin_op;
  * gradient reads the handed-over dY^T / saved X^T codes (no scratch for them unless padded).
  * bf16: a_given / b_given: that operand's bf16 copy is a tensor of the node (an output it
  * rounds into, or a bf16 input), so it needs no scratch. w_kept: W's converted copy (the
- * operand b of the forward and the data gradient) lives in persistent memory (w_plan). */
+ * operand b of the forward and the data gradient) lives in persistent memory (w_plan).
+ * bias_bf16: a forward with a bias and a bfloat16 Y, whose fallback needs the float32 result. */
 static void make_plan(lin_op op, const lin_cfg *c, int64_t M, int64_t N, int64_t K, int dyq, int xqt, int a_given,
-                      int b_given, int w_kept, lin_plan *p)
+                      int b_given, int w_kept, int bias_bf16, lin_plan *p)
 {
+    if (op != OP_FWD) bias_bf16 = 0;
     if (op == OP_WGRAD) w_kept = 0;
     if (w_kept) b_given = 1;
     memset(p, 0, sizeof *p);
@@ -114,18 +119,19 @@ static void make_plan(lin_op op, const lin_cfg *c, int64_t M, int64_t N, int64_t
         int64_t na = op == OP_DGRAD ? M * N : M * K, nb = op == OP_WGRAD ? M * N : K * N;
         p->a = take(&cur, a_given ? 0 : na * 2);
         p->b = take(&cur, b_given ? 0 : nb * 2);
+        if (bias_bf16) p->d = take(&cur, M * N * 4);
     } else if (c->prec == FR_LIN_FP8) {
         /* the weight gradient's handed-over dY^T / X^T codes are its operands as they are when unpadded */
         const int dy_given = op == OP_WGRAD && dyq && Mp == M && Np == N;
         const int x_given = op == OP_WGRAD && xqt && Mp == M && Kp == K;
         if (op == OP_FWD) /* Y [M][N] = X [M][K] . W [N][K]^T */
-            plan_fp8(Mp, Np, Kp, vec, wmode, M, N, 0, w_kept, p, &cur);
+            plan_fp8(Mp, Np, Kp, vec, wmode, M, N, 0, w_kept, bias_bf16, p, &cur);
         else if (op == OP_DGRAD) /* dX [M][K] = dY [M][N] . W [K][N]^T */
-            plan_fp8(Mp, Kp, Np, vec, wmode, M, K, 0, w_kept, p, &cur);
+            plan_fp8(Mp, Kp, Np, vec, wmode, M, K, 0, w_kept, 0, p, &cur);
         else if (!c->transB) /* dW [K][N] = X^T [K][M] . dY^T [N][M]^T */
-            plan_fp8(Kp, Np, Mp, vec, vec, K, N, x_given, dy_given, p, &cur);
+            plan_fp8(Kp, Np, Mp, vec, vec, K, N, x_given, dy_given, 0, p, &cur);
         else /* dW [N][K] = dY^T [N][M] . X^T [K][M]^T */
-            plan_fp8(Np, Kp, Mp, vec, vec, N, K, dy_given, x_given, p, &cur);
+            plan_fp8(Np, Kp, Mp, vec, vec, N, K, dy_given, x_given, 0, p, &cur);
     }
     p->total = cur;
 }
@@ -254,8 +260,9 @@ static fr_status scratch_of(lin_op op, const fr_graph *g, const fr_node *n, size
     int out_slot = op == OP_FWD ? FR_LIN_OUT_XQ : 2, ga, gb;
     int has_out = op != OP_WGRAD && out_slot < n->n_outputs && n->outputs[out_slot] >= 0;
     bf16_given(op, &c, has_out, v0->dtype == FR_BF16, v1->dtype == FR_BF16, &ga, &gb);
+    int has_bias = n->n_inputs > FR_LIN_IN_B && n->inputs[FR_LIN_IN_B] >= 0;
     lin_plan p;
-    make_plan(op, &c, M, N, K, dyq, xqt, ga, gb, w_kept(op, g, n, &c), &p);
+    make_plan(op, &c, M, N, K, dyq, xqt, ga, gb, w_kept(op, g, n, &c), has_bias && c.y_bf16, &p);
     *bytes = p.total;
     return FR_OK;
 }
@@ -301,7 +308,8 @@ static fr_status begin(lin_op op, const fr_cuda_kctx *k, lin_run *r)
     int has_out = op != OP_WGRAD && out_slot < k->n_out && k->out[out_slot];
     bf16_given(op, &r->c, has_out, a->dtype == FR_BF16, b->dtype == FR_BF16, &ga, &gb);
     r->kept = w_kept(op, k->g, r->n, &r->c);
-    make_plan(op, &r->c, r->M, r->N, r->K, dyq, xqt, ga, gb, r->kept, &r->p);
+    const int has_bias = k->n_in > FR_LIN_IN_B && k->in[FR_LIN_IN_B];
+    make_plan(op, &r->c, r->M, r->N, r->K, dyq, xqt, ga, gb, r->kept, has_bias && r->c.y_bf16, &r->p);
     if (r->p.total > k->scratch_bytes)
         return fr_node_error(r->n, FR_ERR_INTERNAL, "scratch of %zu bytes is smaller than the %zu planned",
                              k->scratch_bytes, r->p.total);
@@ -336,7 +344,8 @@ static fr_status check_out(const lin_run *r, const fr_tensor *t, int64_t rows, i
     return FR_OK;
 }
 
-/* float GEMM (fp32 / f64 / bf16 copies) C [Mg][Ng] = op(A) op(B), then bias */
+/* float GEMM (fp32 / f64 / bf16 copies) C [Mg][Ng] = op(A) op(B) (+ bias) into D of out_type
+ * (fr_q_gemm_out: the bias epilogue, or the plan's float32 result for a bfloat16 D) */
 static fr_status float_gemm(lin_run *r, fr_dtype in_type, fr_dtype out_type, int64_t Mg, int64_t Ng, int64_t Kg,
                             const void *A, int ta, const void *B, int tb, void *D, const void *bias)
 {
@@ -348,21 +357,18 @@ static fr_status float_gemm(lin_run *r, fr_dtype in_type, fr_dtype out_type, int
     g.trans_a = ta;
     g.trans_b = tb;
     g.a_type = g.b_type = in_type;
-    g.d_type = out_type;
     g.A = A;
     g.B = B;
-    g.D = D;
-    FR_TRY(fr_cuda_gemm(r->k->cu, r->n, &g));
-    return bias ? fr_q_finish(r->s, r->n, out_type, D, Ng, D, Mg, Ng, bias) : FR_OK;
+    return fr_q_gemm_out(r->k->cu, r->n, &g, out_type, D, Mg, Ng, bias, r->base + r->p.d);
 }
 
-/* fp8 GEMM C [Mg][Ng] = A [Mg][Kg] . B [Ng][Kg]^T (padded dims) into the plan's padded buffer
- * or straight into Y, then the copy-out / bias. */
+/* fp8 GEMM C [Mg][Ng] = A [Mg][Kg] . B [Ng][Kg]^T (padded dims) into Y [rows][cols] (float32 or
+ * bfloat16), through the plan's padded buffer when padded, then the copy-out / bias
+ * (fr_q_gemm_out). */
 static fr_status fp8_gemm(lin_run *r, int64_t Mg, int64_t Ng, int64_t Kg, const uint8_t *A, int a_e5m2,
                           const float *sa, fr_gemm_scale ma, const uint8_t *B, int b_e5m2, const float *sb,
                           fr_gemm_scale mb, fr_tensor *Y, int64_t rows, int64_t cols, const void *bias)
 {
-    void *D = r->p.padded ? (void *)(r->base + r->p.d) : Y->data; /* float32 or bfloat16 (y_dtype) */
     fr_gemm g;
     fr_gemm_init(&g);
     g.M = Mg;
@@ -371,17 +377,14 @@ static fr_status fp8_gemm(lin_run *r, int64_t Mg, int64_t Ng, int64_t Kg, const 
     g.trans_b = 1;
     g.a_type = a_e5m2 ? FR_F8E5M2 : FR_F8E4M3;
     g.b_type = b_e5m2 ? FR_F8E5M2 : FR_F8E4M3;
-    g.d_type = Y->dtype;
     g.A = A;
     g.B = B;
-    g.D = D;
     g.a_scale_inv = sa;
     g.b_scale_inv = sb;
     g.a_scale = ma;
     g.b_scale = mb;
     g.fast_accum = r->fast_accum;
-    FR_TRY(fr_cuda_gemm(r->k->cu, r->n, &g));
-    return fr_q_finish(r->s, r->n, Y->dtype, D, Ng, Y->data, rows, cols, bias);
+    return fr_q_gemm_out(r->k->cu, r->n, &g, Y->dtype, Y->data, rows, cols, bias, r->base + r->p.d);
 }
 
 /* A float32 or bfloat16 tensor as the quantization kernels read it (quantize.cuh) */

@@ -26,6 +26,7 @@
 #ifndef FR_OPS_CUDA_QUANTIZE_CUH
 #define FR_OPS_CUDA_QUANTIZE_CUH
 
+#include "ops/cuda/cuda_gemm.h"
 #include "ops/cuda/cuda_kernel.h"
 
 #define FR_Q_SLOTS 2 /* fp8 operands per GEMM */
@@ -128,5 +129,20 @@ FR_NODISCARD fr_status fr_q_to_bf16(cudaStream_t s, const fr_node *n, const floa
  * the bias in place. T = float or double (dtype FR_F32 / FR_F64). */
 FR_NODISCARD fr_status fr_q_finish(cudaStream_t s, const fr_node *n, fr_dtype dt, const void *D, int64_t ldd, void *Y,
                       int64_t rows, int64_t cols, const void *bias);
+
+/* A Linear-family GEMM g (D, d_type, bias unset) into Y [rows][cols] of y_type (float32,
+ * float64, bfloat16), plus the bias: g's dims padded past rows x cols put D in `buf` (float32-
+ * sized), then the copy-out. A bias is added to the float32 sum before Y's one rounding: by
+ * cuBLASLt's BIAS epilogue (a float32 bias) when D is Y and cuBLASLt takes it for these types,
+ * else by the finishing pass (a bfloat16 Y: the GEMM writes float32 into buf first, so buf must
+ * hold g->M x g->N floats when Y is bfloat16 with a bias). */
+FR_NODISCARD fr_status fr_q_gemm_out(fr_cuda_ctx *cu, const fr_node *n, const fr_gemm *g, fr_dtype y_type, void *Y,
+                                     int64_t rows, int64_t cols, const void *bias, void *buf);
+
+/* Y[m][c] = bf16(D[m * ldd + c] + bias[c]) (bias optional) for m < rows, c < cols: a float32
+ * GEMM result (padded, or the fallback of a bias epilogue cuBLASLt refused) rounded once to
+ * nearest even into a bfloat16 Y (NaN -> 0x7FFF, as fr_f32_to_bf16). */
+FR_NODISCARD fr_status fr_q_finish_bf16(cudaStream_t s, const fr_node *n, const float *D, int64_t ldd, void *Y,
+                                        int64_t rows, int64_t cols, const float *bias);
 
 #endif

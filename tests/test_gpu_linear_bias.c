@@ -1,0 +1,191 @@
+/* The CUDA Linear with a bias (ops/cuda/linear.cu, fr_q_gemm_out in ops/cuda/quantize_finish.cu:
+ * cuBLASLt's BIAS epilogue where it takes a float32 bias, else the finishing pass) and the
+ * bfloat16 Gelu / ActivationGrad of the narrowed GELU MLP (ops/cuda/elementwise_unary.cu,
+ * elementwise_grad.cu), against the CPU:
+ *   - Linear with a bias, y_dtype bfloat16 and float32, in bf16 and fp8 (current, block)
+ *     precision, on an aligned shape (the epilogue, or its fallback through a float32 result)
+ *     and padded ones (N or K not a multiple of 16: the copy-out adds the bias): Y within 1e-2
+ *     relative L2 of the CPU (test_gpu_linear's tolerance: the same products in cuBLASLt's
+ *     summation order), and for a bfloat16 Y every element within 2 bf16 ulps of the CPU's or
+ *     within 1e-3 x rms(Y) (a cancelling sum near zero moves by more than its ulp); the bias
+ *     epilogue's choice (taken or refused) is printed from the GEMM report;
+ *   - ai.fp8run::Gelu with a bfloat16 X and/or Y and ActivationGrad (op Gelu) with a bfloat16
+ *     dy and/or x: within 1 bf16 ulp of the CPU for a bfloat16 Y (CUDA's float functions vs the
+ *     CPU's double, then one rounding each), within 1e-5 relative L2 for float32 outputs.
+ * Without a GPU the program says so and passes. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/gpu_harness.h"
+#ifdef FP8RUN_HAVE_CUDA
+#include "ops/cuda/cuda_gemm.h"
+#endif
+
+static int ulp_dist(uint16_t a, uint16_t b)
+{
+    int ia = a & 0x8000u ? -(int)(a & 0x7fffu) : (int)a, ib = b & 0x8000u ? -(int)(b & 0x7fffu) : (int)b;
+    return abs(ia - ib);
+}
+
+/* elements of bf16 tensors further than max_ulp bf16 ulps apart and further than abs_tol */
+static int64_t bf16_far(const fr_tensor *got, const fr_tensor *want, int max_ulp, double abs_tol)
+{
+    int64_t far = 0, n = fr_tensor_numel(want);
+    const uint16_t *g = got->data, *w = want->data;
+    for (int64_t i = 0; i < n; i++)
+        far += ulp_dist(g[i], w[i]) > max_ulp &&
+               fabs((double)fr_bf16_to_f32(g[i]) - (double)fr_bf16_to_f32(w[i])) > abs_tol;
+    return far;
+}
+
+static double bf16_rms(const fr_tensor *t)
+{
+    double s = 0;
+    int64_t n = fr_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) {
+        double v = fr_bf16_to_f32(((const uint16_t *)t->data)[i]);
+        s += v * v;
+    }
+    return n ? sqrt(s / (double)n) : 0;
+}
+
+static int check_linear(fr_rng *r, int64_t M, int64_t K, int64_t N, const char *prec, const char *recipe, int y_bf16)
+{
+    int64_t xd[2] = {M, K}, wd[2] = {N, K}, bd[1] = {N};
+    fr_tensor *x = tt_randn(r, FR_F32, 2, xd, 0.0, 1.0), *w = tt_randn(r, FR_F32, 2, wd, 0.0, 0.5);
+    fr_tensor *b = tt_randn(r, FR_F32, 1, bd, 0.0, 2.0);
+    fr_tensor *ins[3] = {x, w, b}, *g[TN_MAX];
+    tnode t;
+    tn_init_domain(&t, FR_DOMAIN_FP8RUN, "Linear", 1, 3, ins, 0u, 1);
+    TN_ATTR(&t, int, "transB", 1);
+    TN_ATTR(&t, string, "precision", prec);
+    if (recipe) TN_ATTR(&t, string, "recipe", recipe);
+    if (y_bf16) TN_ATTR(&t, string, "y_dtype", "bfloat16");
+    char label[200];
+    snprintf(label, sizeof label, "Linear %s %s M=%lld K=%lld N=%lld bias, Y %s", prec, recipe ? recipe : "",
+             (long long)M, (long long)K, (long long)N, y_bf16 ? "bfloat16" : "float32");
+    int ok = tn_run(&t) == FR_OK;
+    if (!ok) fprintf(stderr, "\n  %s: CPU failed: %s", label, fr_last_error());
+    ok = ok && tn_run_gpu(&t, g) == FR_OK;
+    if (!ok) {
+        fprintf(stderr, "\n  %s: failed: %s", label, fr_last_error());
+    } else {
+        double err = gpu_rel_err(g[0], t.out[0]);
+        ok = g[0]->dtype == t.out[0]->dtype && err <= 1e-2;
+        if (!ok) gpu_print_mismatch("Y", g[0], t.out[0], err, 1e-2);
+        if (ok && y_bf16) {
+            int64_t far = bf16_far(g[0], t.out[0], 2, 1e-3 * bf16_rms(t.out[0]));
+            if (far) fprintf(stderr, "\n  %s: %lld elements more than 2 bf16 ulps off", label, (long long)far);
+            ok = far == 0;
+        }
+        gpu_free_outputs(&t, g);
+    }
+    tn_free(&t);
+    fr_tensor_free(x);
+    fr_tensor_free(w);
+    fr_tensor_free(b);
+    return ok;
+}
+
+static void run_prec(const char *prec, const char *recipe)
+{
+    if (!gpu_available()) return;
+    fr_rng r = fr_test_rng("gpu_linear_bias");
+    /* aligned (the epilogue or its fallback), N and K padded, M odd and K padded */
+    static const int64_t shapes[][3] = {{256, 256, 128}, {135, 141, 29}, {77, 100, 96}, {512, 1024, 384}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int yb = 0; yb < 2; yb++)
+            CU_ASSERT(check_linear(&r, shapes[s][0], shapes[s][1], shapes[s][2], prec, recipe, yb));
+#ifdef FP8RUN_HAVE_CUDA
+    char rep[600];
+    fr_cuda_gemm_report((const fr_cuda_ctx *)gpu_ctx(), rep, sizeof rep);
+    printf("\n    %s %s: %s", prec, recipe ? recipe : "", rep);
+#endif
+}
+
+static void test_bf16(void) { run_prec("bf16", NULL); }
+static void test_current(void) { run_prec("fp8", "current"); }
+static void test_block(void) { run_prec("fp8", "block"); }
+
+/* ---- Gelu / ActivationGrad on bfloat16 ---- */
+
+static fr_tensor *to_bf16(const fr_tensor *t)
+{
+    fr_tensor *b = tt_new(FR_BF16, t->rank, t->dims);
+    for (int64_t i = 0; i < fr_tensor_numel(t); i++)
+        ((uint16_t *)b->data)[i] = fr_f32_to_bf16(((const float *)t->data)[i]);
+    return b;
+}
+
+static int check_node(tnode *t, const char *label)
+{
+    fr_tensor *g[TN_MAX];
+    int ok = tn_run(t) == FR_OK && tn_run_gpu(t, g) == FR_OK;
+    if (!ok) {
+        fprintf(stderr, "\n  %s: failed: %s", label, fr_last_error());
+        return 0;
+    }
+    if (t->out[0]->dtype == FR_BF16) {
+        int64_t far = bf16_far(g[0], t->out[0], 1, 0.0);
+        if (far) fprintf(stderr, "\n  %s: %lld elements more than 1 bf16 ulp off", label, (long long)far);
+        ok = g[0]->dtype == FR_BF16 && far == 0;
+    } else {
+        double err = gpu_rel_err(g[0], t->out[0]);
+        ok = err <= 1e-5;
+        if (!ok) gpu_print_mismatch(label, g[0], t->out[0], err, 1e-5);
+    }
+    gpu_free_outputs(t, g);
+    return ok;
+}
+
+static void test_gelu(void)
+{
+    if (!gpu_available()) return;
+    fr_rng r = fr_test_rng("gpu_gelu_bf16");
+    static const char *const approx[2] = {"none", "tanh"};
+    int64_t d[2] = {67, 301};
+    for (int a = 0; a < 2; a++) {
+        fr_tensor *xf = tt_randn(&r, FR_F32, 2, d, 0, 3), *dyf = tt_randn(&r, FR_F32, 2, d, 0, 1);
+        fr_tensor *xb = to_bf16(xf), *dyb = to_bf16(dyf);
+        for (int mix = 1; mix < 4; mix++) { /* bit 0: X bfloat16, bit 1: Y bfloat16 */
+            fr_tensor *in = mix & 1 ? xb : xf;
+            tnode t;
+            tn_init_domain(&t, FR_DOMAIN_FP8RUN, "Gelu", 1, 1, &in, 0u, 1);
+            TN_ATTR(&t, string, "approximate", approx[a]);
+            TN_ATTR(&t, string, "y_dtype", mix & 2 ? "bfloat16" : "float32");
+            char label[120];
+            snprintf(label, sizeof label, "Gelu %s X %s Y %s", approx[a], mix & 1 ? "bf16" : "f32", mix & 2 ? "bf16" : "f32");
+            CU_ASSERT(check_node(&t, label));
+            tn_free(&t);
+        }
+        for (int mix = 1; mix < 4; mix++) { /* bit 0: dy bfloat16, bit 1: x bfloat16 */
+            fr_tensor *ins[2] = {mix & 1 ? dyb : dyf, mix & 2 ? xb : xf};
+            tnode t;
+            tn_init_domain(&t, FR_DOMAIN_FP8RUN, "ActivationGrad", 1, 2, ins, 0u, 1);
+            TN_ATTR(&t, string, "op", "Gelu");
+            TN_ATTR(&t, string, "approximate", approx[a]);
+            char label[120];
+            snprintf(label, sizeof label, "ActivationGrad(Gelu %s) dy %s x %s", approx[a], mix & 1 ? "bf16" : "f32",
+                     mix & 2 ? "bf16" : "f32");
+            CU_ASSERT(check_node(&t, label));
+            tn_free(&t);
+        }
+        fr_tensor *all[4] = {xf, dyf, xb, dyb};
+        for (int k = 0; k < 4; k++) fr_tensor_free(all[k]);
+    }
+}
+
+static CU_TestInfo tests[] = {
+    {"bf16 precision: Linear with a bias, Y bfloat16 / float32 == CPU", test_bf16},
+    {"fp8 current: Linear with a bias, Y bfloat16 / float32 == CPU", test_current},
+    {"fp8 block: Linear with a bias, Y bfloat16 / float32 == CPU", test_block},
+    {"Gelu / ActivationGrad on bfloat16 == CPU", test_gelu},
+    CU_TEST_INFO_NULL,
+};
+
+int main(void)
+{
+    CU_SuiteInfo suites[] = {{"gpu_linear_bias", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
+    return gpu_test_main(suites);
+}
