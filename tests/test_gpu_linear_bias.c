@@ -75,7 +75,10 @@ static int check_linear(fr_rng *r, int64_t M, int64_t K, int64_t N, const char *
         ok = g[0]->dtype == t.out[0]->dtype && err <= 1e-2;
         if (!ok) gpu_print_mismatch("Y", g[0], t.out[0], err, 1e-2);
         if (ok && y_bf16) {
-            int64_t far = bf16_far(g[0], t.out[0], 2, 1e-3 * bf16_rms(t.out[0]));
+            /* fp8: the GPU's scale from amax may flip an input's code where the CPU's rounds the
+               other way, moving a row's outputs by up to about 1% of Y's rms */
+            const double abs_tol = (strcmp(prec, "fp8") == 0 ? 1e-2 : 1e-3) * bf16_rms(t.out[0]);
+            int64_t far = bf16_far(g[0], t.out[0], 2, abs_tol);
             if (far) fprintf(stderr, "\n  %s: %lld elements more than 2 bf16 ulps off", label, (long long)far);
             ok = far == 0;
         }
@@ -127,8 +130,10 @@ static int check_node(tnode *t, const char *label)
         return 0;
     }
     if (t->out[0]->dtype == FR_BF16) {
-        int64_t far = bf16_far(g[0], t->out[0], 1, 0.0);
-        if (far) fprintf(stderr, "\n  %s: %lld elements more than 1 bf16 ulp off", label, (long long)far);
+        /* 1 ulp, or 1e-6 absolute: tanh's form cancels (1 + tanh near -1) where Gelu is tiny, and
+           the GPU's float32 tanhf and the CPU's differ there by a few float32 ulps of 1 */
+        int64_t far = bf16_far(g[0], t->out[0], 1, 1e-6);
+        if (far) fprintf(stderr, "\n  %s: %lld elements more than 1 bf16 ulp (and 1e-6) off", label, (long long)far);
         ok = g[0]->dtype == FR_BF16 && far == 0;
     } else {
         double err = gpu_rel_err(g[0], t->out[0]);

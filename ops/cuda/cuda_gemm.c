@@ -335,8 +335,9 @@ static fr_status gemm_run(fr_cuda_ctx *cu, const fr_node *n, const fr_gemm *gin,
         memset(res, 0, sizeof res);
         int want = cu->gemm_tune ? FR_GEMM_CANDIDATES : 1;
         cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(cu->lt, op, la, lb, ld, ld, pref, want, res, &found);
-        /* a bias epilogue cuBLASLt does not take with these types: NOT_SUPPORTED or no algorithm */
-        int refused = g.bias && (hs == CUBLAS_STATUS_NOT_SUPPORTED ||
+        /* a bias epilogue cuBLASLt does not take with these types: NOT_SUPPORTED, no algorithm, or
+           (a float32 bias beside a bf16 D of bf16 inputs, on cuBLASLt 12.9) INVALID_VALUE */
+        int refused = g.bias && (hs == CUBLAS_STATUS_NOT_SUPPORTED || hs == CUBLAS_STATUS_INVALID_VALUE ||
                                  (hs == CUBLAS_STATUS_SUCCESS && (found < 1 || res[0].state != CUBLAS_STATUS_SUCCESS)));
         if (!refused && hs != CUBLAS_STATUS_SUCCESS) {
             st = GERR(FR_ERR_DEVICE, "%s: cublasLtMatmulAlgoGetHeuristic failed: %s (%d)", what,
