@@ -6,25 +6,27 @@
  *
  * One block per row, 32..256 threads; thread t holds the vectors t, t + blockDim, ... of its row
  * in registers (up to 32 floats forward; backward 16, or 8 with the second norm, whose parameter
- * sums take registers too), so each tensor is read once and written once. Statistics in double as on the CPU (ops/
- * norm.c): the mean, then the mean of the squared deviations (two block reductions; no
- * cancellation), each output computed in double and rounded once. h = a + b and dx = dh + d are
- * single float32 adds, as the unfused Adds round them (two norms: (dh + d2) + d1, as on the CPU).
- * The backward's row sums share those two reductions: (sum x, sum g) then (sum (x - mean)^2,
- * sum g (x - mean)), g = dy w (each norm's), and sum(g xh) = inv sum(g (x - mean)).
+ * sums take registers too), so each tensor is read once and written once. The forward's
+ * statistics in double as on the CPU (ops/norm.c): the mean, then the mean of the squared
+ * deviations (two block reductions; no cancellation), each output computed in double and
+ * rounded once. h = a + b and dx = dh + d are single float32 adds, as the unfused Adds round them
+ * (two norms: (dh + d2) + d1, as on the CPU). The backward's row sums share those two
+ * reductions: (sum x, sum g) then (sum (x - mean)^2, sum g (x - mean)), g = dy w (each norm's),
+ * and sum(g xh) = inv sum(g (x - mean)); its register path computes each element in float32 and
+ * only the sums over the warps in double (aln_bwd_reg says why and how close that stays).
  * Block reductions: each warp sums the warps' partials itself in a fixed order, over a
  * double-buffered [2][32] array that alternates from one reduction to the next (one barrier each).
  *
  * dScale and dBias without a second pass: the backward runs one wave of resident blocks, each
  * taking rows blockIdx.x, + gridDim.x, ...; a thread always owns the same columns, so it sums
- * dy xh and dy of its columns over its block's rows in registers (double) and writes them once to
- * a [blocks, 2 len] scratch ([blocks, 4 len] with the second norm); a second small kernel adds
- * the blocks in a fixed order. No atomics:
- * the bits repeat from run to run.
+ * dy xh and dy of its columns over its block's rows in registers and adds them to a
+ * [blocks, 2 len] double scratch ([blocks, 4 len] with the second norm); a second small kernel
+ * adds the blocks in a fixed order. No atomics: the bits repeat from run to run.
  *
- * Rows that do not fit the registers (len % 4 != 0, or longer rows) take the same kernels without
- * the register cache: each pass re-reads the row (L1/L2) and the partials accumulate in the
- * scratch. B may repeat over the leading rows (its row r % b_rows: a position embedding).
+ * Rows that do not fit the registers (len % 4 != 0, or longer rows) take a kernel without the
+ * register cache, in double as on the CPU: each pass re-reads the row (L1/L2) and the partials
+ * accumulate in the scratch. B may repeat over the leading rows (its row r % b_rows: a position
+ * embedding).
  * bfloat16: B, dY and dY2 may be bfloat16 (widened exactly), Y and Y2 may be written in bfloat16
  * (the float32 Y rounded to nearest even); the vector width depends on len only, so every dtype sums in the
  * same order. */
@@ -32,6 +34,7 @@
 #include <stdint.h>
 
 #include "ops/cuda/cuda_kernel.h"
+#include "ops/cuda/add_layer_norm.h"
 #include "ops/cuda/vec16.cuh"
 #include "ops/norm.h"
 
@@ -41,8 +44,8 @@ typedef __nv_bfloat16 bf16;
 
 constexpr int kThreads = 256;              /* most threads per block */
 constexpr int kFwdRegs = 32;               /* most floats per thread held in registers, forward */
-constexpr int kBwdRegs = 16;               /* and backward (plus 2 doubles each for dScale, dBias) */
-constexpr int kBwdRegs2 = 8;               /* and backward with the second norm (4 doubles each) */
+constexpr int kBwdRegs = 16;               /* and backward (plus 2 floats each for dScale, dBias) */
+constexpr int kBwdRegs2 = 8;               /* and backward with the second norm (4 floats each) */
 constexpr int64_t kBwdGrid = 512;          /* the backward's grid cap for long rows */
 constexpr int64_t kBwdGridMax = 8192;      /* and for short ones */
 constexpr int64_t kBwdPartBytes = 4 << 20; /* the partials' bytes that lift the cap past kBwdGrid */
@@ -345,116 +348,175 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 /* The register path of the backward (each thread's VPT vectors of the row in registers), built
- * for throughput; the same double arithmetic as aln_bwd, value for value:
- *  - 64-bit conversions run at 16 a clock per multiprocessor on Hopper (a quarter of the double
- *    rate): converting x, dy and Scale at each of their three uses cost ~18 conversions an
- *    element, about as long as the row's bytes take to stream. Here x and dy are converted once
- *    a row, Scale once a block (held in double; the launch caps NN VPT V at 16), so ~5 an element;
- *  - the next row's dY, dY2, H and dH are loaded while the current row is reduced and written
- *    (while they fit: VPT V <= 8), so one block a multiprocessor (what the registers allow)
- *    still keeps the memory busy; dH is loaded with the rest, not after the reductions. */
-template <int V, int VPT, int NN> struct RowIn {
-    F<V> g[VPT][NN]; /* each norm's dY */
-    F<V> x[VPT];
-    F<V> dh[VPT];
-};
+ * for memory speed. The row's arithmetic is float32, the row sums double past the warp:
+ *  - double costs: Hopper runs 64-bit conversions at 16 a clock per multiprocessor and double
+ *    at a half of float's rate, and double registers halve the blocks that fit; at ~25 double
+ *    operations and 5 conversions an element the old double kernel ran at a third of the
+ *    memory's speed. Here each element takes float operations only;
+ *  - the mean as on the CPU: sum x in double (one conversion an element), so that a mean far
+ *    from 0 loses nothing; then the deviations x - mean as (x - mh) - ml in float, with
+ *    mean = mh + ml split into two floats (exact to a rounding of the deviation);
+ *  - the other sums (sum g w; sum (x - mean)^2, sum g w (x - mean)): each thread sums its own
+ *    elements in float and each warp its threads in float (shuffles), then the warps' sums are
+ *    added in double in a fixed order: the rounding errors stay relative to a few hundred terms
+ *    of one sign or random signs, ~1e-7 of the sums;
+ *  - dScale / dBias: float sums of kFlush rows at most, then added in double to the block's
+ *    partials in the scratch (its own region: written on the first flush, added to after);
+ *  - no register prefetch of the next row: the registers it would take are spent on a second
+ *    (and third) resident block, whose loads fill the gaps of this one's reductions.
+ * Results differ from the CPU's double arithmetic by a few float32 roundings (~1e-7 relative);
+ * the order of every sum depends on len (and the device's grid) only, so a bfloat16 dY gives the
+ * bits of the float32 dY of the same values, and the bits repeat from run to run. */
+constexpr int kFlush = 32; /* rows a thread sums in float before adding them to the block's doubles */
 
-template <int V, int VPT, int NN, typename TD>
-__device__ __forceinline__ void bwd_load(RowIn<V, VPT, NN> &in, const TD *dy, const void *dy2, int dy2_bf16,
-                                         const float *x, const float *dh, int64_t r, int64_t len, int64_t nv)
+/* KD double and KF float partials summed over the block (each warp in the partials' type, the
+ * warps in double in a fixed order); every thread gets the same sums, the doubles first. buf: one
+ * half of a double-buffered [2][32] array, the other half than the previous reduction's (one
+ * barrier each). */
+template <int KD, int KF>
+__device__ __forceinline__ DK<KD + KF> block_sum_df(const double (&a)[KD > 0 ? KD : 1], const float (&v)[KF],
+                                                    DK<KD + KF> *buf)
 {
-    const TD *dyr = dy + r * len;
-    const void *dy2r = NN > 1 ? (const char *)dy2 + r * len * (dy2_bf16 ? 2 : 4) : nullptr;
-    const float *xr = x + r * len, *dhr = dh ? dh + r * len : nullptr;
+    double sd[KD > 0 ? KD : 1];
+    float s[KF];
+#pragma unroll
+    for (int k = 0; k < KD; k++) sd[k] = a[k];
+#pragma unroll
+    for (int k = 0; k < KF; k++) s[k] = v[k];
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) {
+#pragma unroll
+        for (int k = 0; k < KD; k++) sd[k] += __shfl_down_sync(0xffffffffu, sd[k], d);
+#pragma unroll
+        for (int k = 0; k < KF; k++) s[k] += __shfl_down_sync(0xffffffffu, s[k], d);
+    }
+    const int w = threadIdx.x / 32, nw = (blockDim.x + 31) / 32;
+    if (threadIdx.x % 32 == 0) {
+#pragma unroll
+        for (int k = 0; k < KD; k++) buf[w].v[k] = sd[k];
+#pragma unroll
+        for (int k = 0; k < KF; k++) buf[w].v[KD + k] = (double)s[k];
+    }
+    __syncthreads();
+    DK<KD + KF> t = buf[0];
+    for (int i = 1; i < nw; i++)
+#pragma unroll
+        for (int k = 0; k < KD + KF; k++) t.v[k] += buf[i].v[k];
+    return t;
+}
+
+/* this thread's float sums of dScale (as) and dBias (ab) added to the block's partials pb
+ * (add 0: written, the first flush), then cleared */
+template <int V, int VPT, int NN>
+__device__ __forceinline__ void flush_part(double *pb, int64_t len, int64_t nv, bool add, float (&as)[NN][VPT][V],
+                                           float (&ab)[NN][VPT][V])
+{
 #pragma unroll
     for (int k = 0; k < VPT; k++) {
         const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
         if (i >= nv) break;
-        in.g[k][0] = ld<V>(dyr, i);
-        if constexpr (NN > 1) in.g[k][1] = ld_dy2<V>(dy2r, dy2_bf16, i);
-        in.x[k] = ld<V>(xr, i);
-        if (dhr) in.dh[k] = ld<V>(dhr, i);
+#pragma unroll
+        for (int n = 0; n < NN; n++) {
+            double *ps = pb + 2 * n * len + i * V, *pbb = ps + len;
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                ps[j] = add ? ps[j] + (double)as[n][k][j] : (double)as[n][k][j];
+                pbb[j] = add ? pbb[j] + (double)ab[n][k][j] : (double)ab[n][k][j];
+                as[n][k][j] = ab[n][k][j] = 0.0f;
+            }
+        }
     }
 }
 
+/* resident blocks of 256 threads the register path is built for: 3 (80 registers) with one norm
+ * and up to 8 elements a thread, else 2 (128; the second norm's sums spill at 80) */
+template <int V, int VPT, int NN> constexpr int kRegBlocks = NN == 1 && VPT * V <= 8 ? 3 : 2;
+
 template <int V, int VPT, int NN, typename TD>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, (kRegBlocks<V, VPT, NN>))
     aln_bwd_reg(const TD *dy, const void *dy2, int dy2_bf16, const float *x, const float *w1, const float *w2,
                 const float *dh, float *dx, double *part, int64_t rows, int64_t len, float eps)
 {
-    static_assert(VPT > 0 && NN * VPT * V <= 16, "the register path, Scale held in double");
-    constexpr bool kPre = VPT * V <= 8;
+    static_assert(VPT > 0 && NN * VPT * V <= 16, "the register path");
     __shared__ DK<1 + NN> red[2][32];
     const int64_t nv = len / V, pl = 2 * NN * len;
     const float *const w[2] = {w1, w2};
     double *pb = part ? part + (int64_t)blockIdx.x * pl : nullptr;
-    double acc_s[NN][VPT][V], acc_b[NN][VPT][V];
-    double wd[NN][VPT][V];
+    float acc_s[NN][VPT][V], acc_b[NN][VPT][V];
+    F<V> wq[NN][VPT]; /* this thread's columns of Scale (Scale2), the same every row */
 #pragma unroll
     for (int n = 0; n < NN; n++)
 #pragma unroll
         for (int k = 0; k < VPT; k++) {
 #pragma unroll
-            for (int j = 0; j < V; j++) acc_s[n][k][j] = acc_b[n][k][j] = 0.0;
+            for (int j = 0; j < V; j++) acc_s[n][k][j] = acc_b[n][k][j] = 0.0f;
             const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-            const F<V> q = i < nv ? ld<V>(w[n], i) : F<V>{};
-#pragma unroll
-            for (int j = 0; j < V; j++) wd[n][k][j] = (double)q.v[j];
+            wq[n][k] = i < nv ? ld<V>(w[n], i) : F<V>{};
         }
-    int par = 0;
+    int par = 0, pending = 0;
+    bool flushed = false;
     const double dlen = (double)len;
-    RowIn<V, VPT, NN> cur;
-    if (kPre && blockIdx.x < rows) bwd_load<V, VPT, NN>(cur, dy, dy2, dy2_bf16, x, dh, blockIdx.x, len, nv);
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-        RowIn<V, VPT, NN> nxt;
-        if constexpr (kPre) {
-            if (r + gridDim.x < rows) bwd_load<V, VPT, NN>(nxt, dy, dy2, dy2_bf16, x, dh, r + gridDim.x, len, nv);
-        } else {
-            bwd_load<V, VPT, NN>(cur, dy, dy2, dy2_bf16, x, dh, r, len, nv);
-        }
+        const TD *dyr = dy + r * len;
+        const void *dy2r = NN > 1 ? (const char *)dy2 + r * len * (dy2_bf16 ? 2 : 4) : nullptr;
+        const float *xr = x + r * len, *dhr = dh ? dh + r * len : nullptr;
         float *dxr = dx + r * len;
-        DK<1 + NN> s1, s2;
+        F<V> xq[VPT], gq[VPT][NN], hq[VPT];
 #pragma unroll
-        for (int n = 0; n <= NN; n++) s1.v[n] = s2.v[n] = 0.0;
-        double xd[VPT][V], gd[VPT][NN][V];
-        /* s1 = (sum x, sum g w per norm) */
+        for (int k = 0; k < VPT; k++) {
+            const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+            if (i >= nv) break;
+            xq[k] = ld<V>(xr, i);
+            gq[k][0] = ld<V>(dyr, i);
+            if constexpr (NN > 1) gq[k][1] = ld_dy2<V>(dy2r, dy2_bf16, i);
+            if (dhr) hq[k] = ld<V>(dhr, i);
+        }
+        /* s1 = (sum x; sum g w per norm) */
+        double sx[1] = {0.0};
+        float s1[NN];
+#pragma unroll
+        for (int n = 0; n < NN; n++) s1[n] = 0.0f;
 #pragma unroll
         for (int k = 0; k < VPT; k++) {
             if (threadIdx.x + (int64_t)k * blockDim.x >= nv) break;
 #pragma unroll
             for (int j = 0; j < V; j++) {
-                xd[k][j] = (double)cur.x[k].v[j];
-                s1.v[0] += xd[k][j];
+                sx[0] += (double)xq[k].v[j];
+#pragma unroll
+                for (int n = 0; n < NN; n++) s1[n] = fmaf(gq[k][n].v[j], wq[n][k].v[j], s1[n]);
             }
-#pragma unroll
-            for (int n = 0; n < NN; n++)
-#pragma unroll
-                for (int j = 0; j < V; j++) {
-                    gd[k][n][j] = (double)cur.g[k][n].v[j];
-                    s1.v[1 + n] += gd[k][n][j] * wd[n][k][j];
-                }
         }
-        s1 = block_sum<1 + NN>(s1, red[par]);
+        const DK<1 + NN> t1 = block_sum_df<1, NN>(sx, s1, red[par]);
         par ^= 1;
-        const double mean = s1.v[0] / dlen;
+        const double mean = t1.v[0] / dlen;
+        const float mh = (float)mean, ml = (float)(mean - (double)mh);
         /* s2 = (sum (x - mean)^2, sum g w (x - mean) per norm) */
+        float s2[1 + NN];
+#pragma unroll
+        for (int n = 0; n <= NN; n++) s2[n] = 0.0f;
 #pragma unroll
         for (int k = 0; k < VPT; k++) {
             if (threadIdx.x + (int64_t)k * blockDim.x >= nv) break;
 #pragma unroll
-            for (int n = 0; n < NN; n++)
-#pragma unroll
-                for (int j = 0; j < V; j++) s2.v[1 + n] += gd[k][n][j] * wd[n][k][j] * (xd[k][j] - mean);
-#pragma unroll
             for (int j = 0; j < V; j++) {
-                const double d = xd[k][j] - mean;
-                s2.v[0] += d * d;
+                const float d = (xq[k].v[j] - mh) - ml;
+                s2[0] = fmaf(d, d, s2[0]);
+#pragma unroll
+                for (int n = 0; n < NN; n++) s2[1 + n] = fmaf(gq[k][n].v[j] * wq[n][k].v[j], d, s2[1 + n]);
             }
         }
-        double mg[NN], mgx[NN];
-        const double inv = finish_row<NN>(s1, s2, red[par], dlen, eps, mg, mgx);
+        const double none[1] = {0.0};
+        const DK<1 + NN> t2 = block_sum_df<0, 1 + NN>(none, s2, red[par]);
         par ^= 1;
-        /* dx = dh + d1, or (dh + d2) + d1; the parameter gradients' terms into the accumulators */
+        const double inv = 1.0 / sqrt(t2.v[0] / dlen + (double)eps);
+        const float invf = (float)inv;
+        float mg[NN], mgx[NN];
+#pragma unroll
+        for (int n = 0; n < NN; n++) {
+            mg[n] = (float)(t1.v[1 + n] / dlen);
+            mgx[n] = (float)(t2.v[1 + n] * inv / dlen);
+        }
+        /* dx = dh + d1, or (dh + d2) + d1; the parameter gradients' terms into the float sums */
 #pragma unroll
         for (int k = 0; k < VPT; k++) {
             const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
@@ -462,36 +524,29 @@ __global__ void __launch_bounds__(kThreads)
             F<V> o;
 #pragma unroll
             for (int j = 0; j < V; j++) {
-                const double xh = (xd[k][j] - mean) * inv;
+                const float xh = ((xq[k].v[j] - mh) - ml) * invf;
                 float d[NN];
 #pragma unroll
                 for (int n = 0; n < NN; n++) {
-                    const double gv = gd[k][n][j];
-                    d[n] = (float)(inv * (gv * wd[n][k][j] - mg[n] - xh * mgx[n]));
-                    acc_s[n][k][j] += gv * xh;
+                    const float gv = gq[k][n].v[j];
+                    d[n] = invf * fmaf(-xh, mgx[n], gv * wq[n][k].v[j] - mg[n]);
+                    acc_s[n][k][j] = fmaf(gv, xh, acc_s[n][k][j]);
                     acc_b[n][k][j] += gv;
                 }
                 float v = d[NN - 1]; /* NN 2: d2 first, as on the CPU */
-                if (dh) v = NN > 1 ? cur.dh[k].v[j] + v : cur.dh[k].v[j];
-                o.v[j] = dh || NN > 1 ? v + d[0] : d[0];
+                if (dhr) v = NN > 1 ? hq[k].v[j] + v : hq[k].v[j];
+                o.v[j] = dhr || NN > 1 ? v + d[0] : d[0];
             }
             st<V>(dxr, i, o);
         }
-        if constexpr (kPre) cur = nxt;
+        if (pb && ++pending == kFlush) {
+            flush_part<V, VPT, NN>(pb, len, nv, flushed, acc_s, acc_b);
+            flushed = true;
+            pending = 0;
+        }
     }
-    if (!pb) return;
-#pragma unroll
-    for (int k = 0; k < VPT; k++) {
-        const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-        if (i >= nv) break;
-#pragma unroll
-        for (int n = 0; n < NN; n++)
-#pragma unroll
-            for (int j = 0; j < V; j++) {
-                pb[2 * n * len + i * V + j] = acc_s[n][k][j];
-                pb[(2 * n + 1) * len + i * V + j] = acc_b[n][k][j];
-            }
-    }
+    /* the rest; a block without rows writes zeros */
+    if (pb && (pending > 0 || !flushed)) flush_part<V, VPT, NN>(pb, len, nv, flushed, acc_s, acc_b);
 }
 
 /* The parameter gradients' outputs: out[q] takes columns [q len, (q + 1) len) of the partials
@@ -733,6 +788,21 @@ fr_status alng_scratch(const fr_graph *g, const fr_node *n, size_t *bytes)
     return FR_OK;
 }
 
+/* the backward's kernels: dX, then the parameter gradients (o; nq of them: 2 per norm) from the
+ * blocks' partials; dy_bf16: dY is bfloat16 */
+fr_status bwd_run(const fr_node *n, int sm_count, cudaStream_t st, int dy_bf16, const BwdArgs &p, const DwOut &o, int nq)
+{
+    int64_t blocks = 0;
+    if (bwd_blocks(p.rows, p.len, nq / 2) > 0) {
+        blocks = dy_bf16 ? bwd_t<bf16>(sm_count, st, p) : bwd_t<float>(sm_count, st, p);
+        FR_TRY(fr_cuda_check_launch(n, n->op_type));
+    }
+    if (!p.part) return FR_OK;
+    /* no rows: the partials are no blocks' and the sums 0 */
+    aln_dw<<<(unsigned)((nq * p.len + 31) / 32), dim3(32, 32), 0, st>>>(p.part, blocks, p.len, nq, o);
+    return fr_cuda_check_launch(n, n->op_type);
+}
+
 fr_status alng_cuda(const fr_cuda_kctx *k)
 {
     const fr_node *n = k->node;
@@ -769,19 +839,28 @@ fr_status alng_cuda(const fr_cuda_kctx *k)
                        c.rows,
                        c.len,
                        c.eps};
-    cudaStream_t st = k->cu->stream;
-    int64_t blocks = 0;
-    if (bwd_blocks(c.rows, c.len, nn) > 0) {
-        blocks = k->in[0]->dtype == FR_BF16 ? bwd_t<bf16>(k->cu->sm_count, st, p) : bwd_t<float>(k->cu->sm_count, st, p);
-        FR_TRY(fr_cuda_check_launch(n, n->op_type));
-    }
-    if (!want_p) return FR_OK;
-    /* no rows: the partials are no blocks' and the sums 0 */
-    aln_dw<<<(unsigned)((nq * c.len + 31) / 32), dim3(32, 32), 0, st>>>(p.part, blocks, c.len, nq, o);
-    return fr_cuda_check_launch(n, n->op_type);
+    return bwd_run(n, k->cu->sm_count, k->cu->stream, k->in[0]->dtype == FR_BF16, p, o, nq);
 }
 
 } /* namespace */
+
+int fr_ln_rows_fast(int64_t len) { return len > 0 && shape_of(len, 1, kBwdRegs).vpt > 0; }
+
+size_t fr_ln_rows_bwd_scratch(int64_t rows, int64_t len) { return bwd_scratch(rows, len, 1); }
+
+fr_status fr_ln_rows_bwd(const fr_node *n, cudaStream_t st, int sm_count, const float *dy, const float *x,
+                         const float *w, float *dx, float *dw, float *db, void *scratch, size_t scratch_bytes,
+                         int64_t rows, int64_t len, float eps)
+{
+    if (len <= 0) return FR_OK;
+    const int want_p = dw || db;
+    const size_t need = bwd_scratch(rows, len, 1);
+    if (want_p && (!scratch || scratch_bytes < need))
+        return fr_node_error(n, FR_ERR_INTERNAL, "scratch of %zu bytes, %zu needed", scratch_bytes, need);
+    const BwdArgs p = {dy, nullptr, 0, x, w, nullptr, nullptr, dx, want_p ? (double *)scratch : nullptr, rows, len, eps};
+    const DwOut o = {{dw, db, nullptr, nullptr}};
+    return bwd_run(n, sm_count, st, 0, p, o, 2);
+}
 
 extern "C" const fr_cuda_kernel_def fr_cuda_kernels_add_layer_norm[] = {
     {"AddLayerNorm", FR_DOMAIN_FP8RUN, aln_cuda, NULL},
