@@ -57,8 +57,9 @@ __device__ __forceinline__ BwdRow<TD> bwd_row(const TD *dy, const void *dy2, int
  * for memory speed. The row's arithmetic is float32, the row sums double past the warp:
  *  - double costs: Hopper runs 64-bit conversions at 16 a clock per multiprocessor and double
  *    at a half of float's rate, and double registers halve the blocks that fit; at ~25 double
- *    operations and 5 conversions an element the old double kernel ran at a third of the
- *    memory's speed. Here each element takes float operations only;
+ *    operations and 5 conversions an element, a kernel in double runs at a third of the
+ *    memory's speed. Here an element takes one conversion and one double add (the mean's sum),
+ *    float operations otherwise;
  *  - the mean as on the CPU: sum x in double (one conversion an element), so that a mean far
  *    from 0 loses nothing; then the deviations x - mean as (x - mh) - ml in float, with
  *    mean = mh + ml split into two floats (exact to a rounding of the deviation);
