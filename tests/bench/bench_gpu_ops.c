@@ -4,6 +4,7 @@
  *
  *     build-cuda/bench_gpu_ops                 # all
  *     BENCH_TBPS=3.35 build-cuda/bench_gpu_ops # an H100 SXM's ceiling
+ *     FR_TEST_ONLY=LayerNormGrad build-cuda/bench_gpu_ops # the LayerNorm backwards only
  *
  * Inputs are device buffers of the bytes 0x3c (tests/gpu_op_time.h); the numbers are timings,
  * never asserted (the GPU test programs check the results). Not a ctest: it takes ~10 s on a
