@@ -8,8 +8,10 @@
  * dScale2, dBias2 backward, some omitted; the register path takes up to 8 floats a thread there). Inputs with a mean far from 0 (the variance's
  * cancellation, which two passes avoid).
  * Tolerances: H (one float32 add, as the CPU) bit for bit; Y, dX, dScale, dBias within 1e-6
- * relative L2 (both sides compute in double and round once; only the order of the double sums
- * differs). The backward run twice gives the same bits (no atomics).
+ * relative L2 (the forward and the backward's re-reading path compute in double and round once,
+ * as the CPU; the backward's register path computes each element in float32, ~1e-7 off). The
+ * backward run twice gives the same bits (no atomics). The training shapes (16384 rows of 768,
+ * 1024, 2048; 1020, 1001) once more with fresh inputs, one and two norms, float32 and bfloat16 dY.
  * bfloat16: B bfloat16 and/or y_dtype bfloat16 against the float32 case of the same values on
  * the GPU: H and a float32 Y bit for bit, a bfloat16 Y the float32 Y rounded bit for bit, and
  * within one bfloat16 ulp of the CPU's rounded Y (Y2 likewise); a bfloat16 dY (and dY2): dX and
@@ -212,48 +214,77 @@ static void test_fwd_bf16(void)
     }
 }
 
+/* a bfloat16 dY (and dY2 with two) against the float32 dY of the same values: dX and the
+ * parameter gradients bit for bit (GPU and CPU), the GPU within TOL of the CPU */
+static void run_bwd_bf16(fr_rng *r, const shp *s, int with_dh, int two, int with_dp)
+{
+    fr_tensor *dyf = tt_randn(r, FR_F32, s->r, s->d, 0.0, 1.0), *x = tt_randn(r, FR_F32, s->r, s->d, 0.2, 1.5);
+    fr_tensor *dyb = bc_bf16_pair(dyf), *w = param_of(r, s, 1.0);
+    fr_tensor *dh = with_dh ? tt_randn(r, FR_F32, s->r, s->d, 0.0, 0.5) : NULL;
+    fr_tensor *dy2f = two ? tt_randn(r, FR_F32, s->r, s->d, 0.0, 1.0) : NULL, *dy2b = two ? bc_bf16_pair(dy2f) : NULL;
+    fr_tensor *w2 = two ? param_of(r, s, 1.0) : NULL;
+    tnode t[2];
+    fr_tensor *g[2][TN_MAX];
+    char what[320], extra[64], lab[448];
+    snprintf(extra, sizeof extra, "dH %s, dScale/dBias %s%s", with_dh ? "yes" : "no", with_dp ? "yes" : "no",
+             two ? ", two norms" : "");
+    describe(what, sizeof what, "AddLayerNormGrad bf16 dY", s, extra);
+    for (int k = 0; k < 2; k++) {
+        bwd_node(&t[k], s, k ? dyb : dyf, x, w, dh, k ? dy2b : dy2f, w2, with_dp ? 15 : 0);
+        FR_ASSERT_OK(tn_run(&t[k]));
+        FR_ASSERT_OK(tn_run_gpu(&t[k], g[k]));
+    }
+    gpu_check(&t[1], TOL, what);
+    static const char *const names[5] = {"dX", "dScale", "dBias", "dScale2", "dBias2"};
+    for (int o = 0; o < (with_dp ? (two ? 5 : 3) : 1); o++) {
+        snprintf(lab, sizeof lab, "%s: GPU %s vs float32 dY's", what, names[o]);
+        CU_ASSERT_EQUAL(bc_bits_diff(lab, g[1][o], g[0][o]), 0);
+        snprintf(lab, sizeof lab, "%s: CPU %s vs float32 dY's", what, names[o]);
+        CU_ASSERT_EQUAL(bc_bits_diff(lab, t[1].out[o], t[0].out[o]), 0);
+    }
+    for (int k = 0; k < 2; k++) {
+        gpu_free_outputs(&t[k], g[k]);
+        tn_free(&t[k]);
+    }
+    fr_tensor_free(dyf);
+    fr_tensor_free(dyb);
+    fr_tensor_free(x);
+    fr_tensor_free(w);
+    fr_tensor_free(dh);
+    fr_tensor_free(dy2f);
+    fr_tensor_free(dy2b);
+    fr_tensor_free(w2);
+}
+
 static void test_bwd_bf16(void)
 {
     fr_rng r = fr_test_rng("gpu_add_layer_norm_bwd_bf16");
-    for (size_t i = 0; i < N_SHAPES; i++) {
-        const shp *s = &shapes[i];
-        const int with_dh = i % 2 == 0, with_dp = i % 3 == 2 ? 0 : 3;
-        fr_tensor *dyf = tt_randn(&r, FR_F32, s->r, s->d, 0.0, 1.0), *x = tt_randn(&r, FR_F32, s->r, s->d, 0.2, 1.5);
-        fr_tensor *dyb = bc_bf16_pair(dyf), *w = param_of(&r, s, 1.0);
-        fr_tensor *dh = with_dh ? tt_randn(&r, FR_F32, s->r, s->d, 0.0, 0.5) : NULL;
-        const int two = i % 2; /* odd shapes: the second norm, dY2 bfloat16 too */
-        fr_tensor *dy2f = two ? tt_randn(&r, FR_F32, s->r, s->d, 0.0, 1.0) : NULL, *dy2b = two ? bc_bf16_pair(dy2f) : NULL;
-        fr_tensor *w2 = two ? param_of(&r, s, 1.0) : NULL;
-        tnode t[2];
-        fr_tensor *g[2][TN_MAX];
-        char what[320], extra[64], lab[448];
-        snprintf(extra, sizeof extra, "dH %s, dScale/dBias %s", with_dh ? "yes" : "no", with_dp ? "yes" : "no");
-        describe(what, sizeof what, "AddLayerNormGrad bf16 dY", s, extra);
-        for (int k = 0; k < 2; k++) {
-            bwd_node(&t[k], s, k ? dyb : dyf, x, w, dh, k ? dy2b : dy2f, w2, with_dp ? 15 : 0);
-            FR_ASSERT_OK(tn_run(&t[k]));
-            FR_ASSERT_OK(tn_run_gpu(&t[k], g[k]));
-        }
-        gpu_check(&t[1], TOL, what);
-        static const char *const names[5] = {"dX", "dScale", "dBias", "dScale2", "dBias2"};
-        for (int o = 0; o < (with_dp ? (two ? 5 : 3) : 1); o++) {
-            snprintf(lab, sizeof lab, "%s: GPU %s vs float32 dY's", what, names[o]);
-            CU_ASSERT_EQUAL(bc_bits_diff(lab, g[1][o], g[0][o]), 0);
-            snprintf(lab, sizeof lab, "%s: CPU %s vs float32 dY's", what, names[o]);
-            CU_ASSERT_EQUAL(bc_bits_diff(lab, t[1].out[o], t[0].out[o]), 0);
-        }
-        for (int k = 0; k < 2; k++) {
-            gpu_free_outputs(&t[k], g[k]);
-            tn_free(&t[k]);
-        }
-        fr_tensor_free(dyf);
-        fr_tensor_free(dyb);
-        fr_tensor_free(x);
-        fr_tensor_free(w);
-        fr_tensor_free(dh);
-        fr_tensor_free(dy2f);
-        fr_tensor_free(dy2b);
-        fr_tensor_free(w2);
+    for (size_t i = 0; i < N_SHAPES; i++) /* odd shapes: the second norm, dY2 bfloat16 too */
+        run_bwd_bf16(&r, &shapes[i], i % 2 == 0, i % 2, i % 3 == 2 ? 0 : 3);
+}
+
+/* ---- the backward at the training shapes (the register path's float32 arithmetic) ---- */
+
+/* rows of 768, 1024, 2048 (vectors of 8), 1020 (of 4) and 1001 (no vectors: the double kernel
+ * that re-reads the row); 16384 rows: more than a wave of blocks, each flushing its float
+ * sums of dScale / dBias more than once */
+static const shp real_shapes[] = {
+    {2, -1, {16384, 768}}, {2, -1, {16384, 1024}}, {2, -1, {16384, 2048}}, {2, -1, {4096, 1020}}, {2, -1, {2048, 1001}},
+};
+#define N_REAL (sizeof real_shapes / sizeof real_shapes[0])
+
+static void test_bwd_real(void)
+{
+    if (!gpu_available()) return;
+    fr_rng r = fr_test_rng("gpu_add_layer_norm_bwd_real");
+    for (size_t i = 0; i < N_REAL; i++) {
+        const shp *s = &real_shapes[i];
+        run_bwd(&r, s, 1, 0, 3);  /* one norm, dH */
+        run_bwd(&r, s, 0, 0, 3);  /* no dH */
+        run_bwd(&r, s, 1, 1, 15); /* two norms, dH */
+        run_bwd(&r, s, 0, 1, 5);  /* two norms, dScale and dScale2 only */
+        run_bwd_bf16(&r, s, 1, 0, 1);
+        run_bwd_bf16(&r, s, i % 2, 1, 1);
     }
 }
 
@@ -313,6 +344,7 @@ static CU_TestInfo tests[] = {
     {"AddLayerNormGrad: dX, dScale, dBias (1e-6), repeatable bits", test_bwd},
     {"AddLayerNorm bf16 B / y_dtype bf16: float32 case's bits, Y its rounding", test_fwd_bf16},
     {"AddLayerNormGrad bf16 dY: float32 dY's dX, dScale, dBias bits", test_bwd_bf16},
+    {"AddLayerNormGrad at 768, 1024, 2048, 1020, 1001 features x 16384 rows, f32 and bf16 dY", test_bwd_real},
     {"times at the 1B shape (printed)", test_times},
     CU_TEST_INFO_NULL,
 };

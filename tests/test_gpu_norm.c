@@ -5,10 +5,12 @@
  * without the optional Mean / InvStdDev outputs, epsilon, size-1 and empty dims, float32 and
  * float64; real sizes (d = 768..30000, up to 100000 rows) that take the shared-memory row
  * cache (default and opted-in sizes) and the uncached path; LayerNormGrad / RMSNormGrad
- * (dX, dScale, dB) with the column path (sliced rows, two-stage sums) and the generic
- * parameter-broadcast path; RMSNormalization in the ai.fp8run domain too (the fused node).
+ * (dX, dScale, dB) with the column path (sliced rows, two-stage sums), the generic
+ * parameter-broadcast path and (float32 LayerNormGrad, rows of up to 4096) AddLayerNormGrad's
+ * register kernels; RMSNormalization in the ai.fp8run domain too (the fused node).
  * Tolerances: float32 within 1e-6 relative L2 of the CPU (both compute in double and round
- * once; the contract is 1e-5), float64 within 1e-11; NaN statistics of empty rows exact. */
+ * once, or the register kernels in float32, ~1e-7 off; the contract is 1e-5), float64 within
+ * 1e-11; NaN statistics of empty rows exact. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,6 +190,17 @@ static void test_norm_grad_large(void)
             run_ng(&r, FR_F32, rms, &big_shapes[xi], -1, TT_P_EXACT, 1, TT_P_EXACT, 1, 1e-5f);
             if (xi == 0 || xi == 4) run_ng(&r, FR_F64, rms, &big_shapes[xi], -1, TT_P_LEAD1, 1, TT_P_EXACT, 1, 1e-5f);
         }
+    /* float32 LayerNormGrad with Scale and B the row takes AddLayerNormGrad's register kernels
+     * (float32 arithmetic per element): vectors of 8 and 4, 1 to 4 of them a thread */
+    static const shp ln_rows[] = {
+        {2, {16384, 2048}}, {2, {16384, 1024}}, {2, {4096, 1020}}, {2, {512, 4096}}, {2, {300, 2044}}, {2, {64, 4092}},
+    };
+    if (gpu_available()) { /* (their CPU references take seconds) */
+        for (size_t xi = 0; xi < sizeof ln_rows / sizeof ln_rows[0]; xi++)
+            run_ng(&r, FR_F32, 0, &ln_rows[xi], -1, TT_P_EXACT, 1, TT_P_EXACT, 1, 1e-5f);
+        run_ng(&r, FR_F32, 0, &ln_rows[1], -1, TT_P_LEAD1, 0, TT_P_EXACT, 0, 1e-2f); /* no B: dScale only */
+        run_ng(&r, FR_F32, 0, &ln_rows[0], -1, TT_P_EXACT, 1, TT_P_EXACT, 0, 1e-5f); /* B given, no dB */
+    }
     /* the generic parameter path at a real size, and normalizing two dims */
     const shp s3 = {3, {16, 256, 768}};
     run_ng(&r, FR_F32, 0, &s3, -1, TT_P_FULL, 1, TT_P_EXACT, 1, 1e-5f);

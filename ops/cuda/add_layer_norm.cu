@@ -6,25 +6,28 @@
  *
  * One block per row, 32..256 threads; thread t holds the vectors t, t + blockDim, ... of its row
  * in registers (up to 32 floats forward; backward 16, or 8 with the second norm, whose parameter
- * sums take registers too), so each tensor is read once and written once. Statistics in double as on the CPU (ops/
- * norm.c): the mean, then the mean of the squared deviations (two block reductions; no
- * cancellation), each output computed in double and rounded once. h = a + b and dx = dh + d are
- * single float32 adds, as the unfused Adds round them (two norms: (dh + d2) + d1, as on the CPU).
- * The backward's row sums share those two reductions: (sum x, sum g) then (sum (x - mean)^2,
- * sum g (x - mean)), g = dy w (each norm's), and sum(g xh) = inv sum(g (x - mean)).
+ * sums take registers too), so each tensor is read once and written once. The forward's
+ * statistics in double as on the CPU (ops/norm.c): the mean, then the mean of the squared
+ * deviations (two block reductions; no cancellation), each output computed in double and
+ * rounded once. h = a + b and dx = dh + d are single float32 adds, as the unfused Adds round them
+ * (two norms: (dh + d2) + d1, as on the CPU). The backward's row sums share those two
+ * reductions: (sum x, sum g) then (sum (x - mean)^2, sum g (x - mean)), g = dy w (each norm's),
+ * and sum(g xh) = inv sum(g (x - mean)); its register path computes each element in float32 and
+ * only the sums over the warps in double (add_layer_norm_reg.cuh says why and how close that
+ * stays).
  * Block reductions: each warp sums the warps' partials itself in a fixed order, over a
  * double-buffered [2][32] array that alternates from one reduction to the next (one barrier each).
  *
  * dScale and dBias without a second pass: the backward runs one wave of resident blocks, each
  * taking rows blockIdx.x, + gridDim.x, ...; a thread always owns the same columns, so it sums
- * dy xh and dy of its columns over its block's rows in registers (double) and writes them once to
- * a [blocks, 2 len] scratch ([blocks, 4 len] with the second norm); a second small kernel adds
- * the blocks in a fixed order. No atomics:
- * the bits repeat from run to run.
+ * dy xh and dy of its columns over its block's rows in registers and adds them to a
+ * [blocks, 2 len] double scratch ([blocks, 4 len] with the second norm); a second small kernel
+ * adds the blocks in a fixed order. No atomics: the bits repeat from run to run.
  *
- * Rows that do not fit the registers (len % 4 != 0, or longer rows) take the same kernels without
- * the register cache: each pass re-reads the row (L1/L2) and the partials accumulate in the
- * scratch. B may repeat over the leading rows (its row r % b_rows: a position embedding).
+ * Rows that do not fit the registers (len % 4 != 0, or longer rows) take a kernel without the
+ * register cache, in double as on the CPU: each pass re-reads the row (L1/L2) and the partials
+ * accumulate in the scratch. B may repeat over the leading rows (its row r % b_rows: a position
+ * embedding).
  * bfloat16: B, dY and dY2 may be bfloat16 (widened exactly), Y and Y2 may be written in bfloat16
  * (the float32 Y rounded to nearest even); the vector width depends on len only, so every dtype sums in the
  * same order. */
@@ -32,29 +35,21 @@
 #include <stdint.h>
 
 #include "ops/cuda/cuda_kernel.h"
+#include "ops/cuda/add_layer_norm.h"
+#include "ops/cuda/add_layer_norm_reg.cuh"
 #include "ops/cuda/vec16.cuh"
 #include "ops/norm.h"
 
 namespace {
 
-typedef __nv_bfloat16 bf16;
-
-constexpr int kThreads = 256;              /* most threads per block */
 constexpr int kFwdRegs = 32;               /* most floats per thread held in registers, forward */
-constexpr int kBwdRegs = 16;               /* and backward (plus 2 doubles each for dScale, dBias) */
-constexpr int kBwdRegs2 = 8;               /* and backward with the second norm (4 doubles each) */
+constexpr int kBwdRegs = 16;               /* and backward (plus 2 floats each for dScale, dBias) */
+constexpr int kBwdRegs2 = 8;               /* and backward with the second norm (4 floats each) */
 constexpr int64_t kBwdGrid = 512;          /* the backward's grid cap for long rows */
 constexpr int64_t kBwdGridMax = 8192;      /* and for short ones */
-constexpr int64_t kBwdPartBytes = 4 << 20; /* the partials' bytes that lift the cap past kBwdGrid */
-
-template <int V> using F = fr_vf<V>;
-template <int V, typename T> __device__ __forceinline__ F<V> ld(const T *p, int64_t i) { return fr_vld<V>(p, i); }
-template <int V, typename T> __device__ __forceinline__ void st(T *p, int64_t i, const F<V> &q) { fr_vst<V>(p, i, q); }
-
-/* K doubles, summed over the block together */
-template <int K> struct DK {
-    double v[K];
-};
+/* the partials' bytes that lift the cap past kBwdGrid: rows of 768 or 1024 (blocks of 3 or 4
+ * warps) fill the multiprocessors with 6 to 8 blocks each, ~13 MiB of partials (in L2 mostly) */
+constexpr int64_t kBwdPartBytes = 16 << 20;
 
 /* v summed over the block; every thread gets the same sums. buf: one half of a double-buffered
  * [2][32] array, the other half than the previous reduction's (so one barrier each). */
@@ -191,12 +186,6 @@ __global__ void __launch_bounds__(kThreads)
 
 /* ---------------------------------------------------------------- backward ---- */
 
-/* vector i of dY2, float32 or (bf) bfloat16 */
-template <int V> __device__ __forceinline__ F<V> ld_dy2(const void *p, int bf, int64_t i)
-{
-    return bf ? ld<V>((const bf16 *)p, i) : ld<V>((const float *)p, i);
-}
-
 /* The norms' dY (gq[k]) and Scales (w[k]) of a vector, NN norms: g = dy w */
 template <int V, int NN> struct Vg {
     F<V> gq[NN];
@@ -283,7 +272,7 @@ __device__ __forceinline__ double finish_row(const DK<1 + NN> &s1, DK<1 + NN> s2
 /* dx = dh + inv (g - mean(g) - xh mean(g xh)) per norm; part[blockIdx.x][(2 n + 0) len + col] = sum
  * of dy_n xh over the block's rows, [(2 n + 1) len + col] = sum of dy_n (part NULL: none wanted).
  * This kernel re-reads the row in each pass (rows that do not fit the registers; aln_bwd_reg
- * below is the register path) and accumulates the partials in the scratch. */
+ * in add_layer_norm_reg.cuh is the register path) and accumulates the partials in the scratch. */
 template <int V, int NN, typename TD>
 __global__ void __launch_bounds__(kThreads)
     aln_bwd(const TD *dy, const void *dy2, int dy2_bf16, const float *x, const float *w1, const float *w2,
@@ -303,7 +292,7 @@ __global__ void __launch_bounds__(kThreads)
     const double dlen = (double)len;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const TD *dyr = dy + r * len;
-        const void *dy2r = NN > 1 ? (const char *)dy2 + r * len * (dy2_bf16 ? 2 : 4) : nullptr;
+        const void *dy2r = dy2_row<NN>(dy2, dy2_bf16, r, len);
         const float *xr = x + r * len, *dhr = dh ? dh + r * len : nullptr;
         float *dxr = dx + r * len;
         DK<1 + NN> s1, s2;
@@ -341,156 +330,6 @@ __global__ void __launch_bounds__(kThreads)
                         pb[(2 * n + 1) * len + i * V + j] += gy[n][j];
                     }
         }
-    }
-}
-
-/* The register path of the backward (each thread's VPT vectors of the row in registers), built
- * for throughput; the same double arithmetic as aln_bwd, value for value:
- *  - 64-bit conversions run at 16 a clock per multiprocessor on Hopper (a quarter of the double
- *    rate): converting x, dy and Scale at each of their three uses cost ~18 conversions an
- *    element, about as long as the row's bytes take to stream. Here x and dy are converted once
- *    a row, Scale once a block (held in double; the launch caps NN VPT V at 16), so ~5 an element;
- *  - the next row's dY, dY2, H and dH are loaded while the current row is reduced and written
- *    (while they fit: VPT V <= 8), so one block a multiprocessor (what the registers allow)
- *    still keeps the memory busy; dH is loaded with the rest, not after the reductions. */
-template <int V, int VPT, int NN> struct RowIn {
-    F<V> g[VPT][NN]; /* each norm's dY */
-    F<V> x[VPT];
-    F<V> dh[VPT];
-};
-
-template <int V, int VPT, int NN, typename TD>
-__device__ __forceinline__ void bwd_load(RowIn<V, VPT, NN> &in, const TD *dy, const void *dy2, int dy2_bf16,
-                                         const float *x, const float *dh, int64_t r, int64_t len, int64_t nv)
-{
-    const TD *dyr = dy + r * len;
-    const void *dy2r = NN > 1 ? (const char *)dy2 + r * len * (dy2_bf16 ? 2 : 4) : nullptr;
-    const float *xr = x + r * len, *dhr = dh ? dh + r * len : nullptr;
-#pragma unroll
-    for (int k = 0; k < VPT; k++) {
-        const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-        if (i >= nv) break;
-        in.g[k][0] = ld<V>(dyr, i);
-        if constexpr (NN > 1) in.g[k][1] = ld_dy2<V>(dy2r, dy2_bf16, i);
-        in.x[k] = ld<V>(xr, i);
-        if (dhr) in.dh[k] = ld<V>(dhr, i);
-    }
-}
-
-template <int V, int VPT, int NN, typename TD>
-__global__ void __launch_bounds__(kThreads)
-    aln_bwd_reg(const TD *dy, const void *dy2, int dy2_bf16, const float *x, const float *w1, const float *w2,
-                const float *dh, float *dx, double *part, int64_t rows, int64_t len, float eps)
-{
-    static_assert(VPT > 0 && NN * VPT * V <= 16, "the register path, Scale held in double");
-    constexpr bool kPre = VPT * V <= 8;
-    __shared__ DK<1 + NN> red[2][32];
-    const int64_t nv = len / V, pl = 2 * NN * len;
-    const float *const w[2] = {w1, w2};
-    double *pb = part ? part + (int64_t)blockIdx.x * pl : nullptr;
-    double acc_s[NN][VPT][V], acc_b[NN][VPT][V];
-    double wd[NN][VPT][V];
-#pragma unroll
-    for (int n = 0; n < NN; n++)
-#pragma unroll
-        for (int k = 0; k < VPT; k++) {
-#pragma unroll
-            for (int j = 0; j < V; j++) acc_s[n][k][j] = acc_b[n][k][j] = 0.0;
-            const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-            const F<V> q = i < nv ? ld<V>(w[n], i) : F<V>{};
-#pragma unroll
-            for (int j = 0; j < V; j++) wd[n][k][j] = (double)q.v[j];
-        }
-    int par = 0;
-    const double dlen = (double)len;
-    RowIn<V, VPT, NN> cur;
-    if (kPre && blockIdx.x < rows) bwd_load<V, VPT, NN>(cur, dy, dy2, dy2_bf16, x, dh, blockIdx.x, len, nv);
-    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-        RowIn<V, VPT, NN> nxt;
-        if constexpr (kPre) {
-            if (r + gridDim.x < rows) bwd_load<V, VPT, NN>(nxt, dy, dy2, dy2_bf16, x, dh, r + gridDim.x, len, nv);
-        } else {
-            bwd_load<V, VPT, NN>(cur, dy, dy2, dy2_bf16, x, dh, r, len, nv);
-        }
-        float *dxr = dx + r * len;
-        DK<1 + NN> s1, s2;
-#pragma unroll
-        for (int n = 0; n <= NN; n++) s1.v[n] = s2.v[n] = 0.0;
-        double xd[VPT][V], gd[VPT][NN][V];
-        /* s1 = (sum x, sum g w per norm) */
-#pragma unroll
-        for (int k = 0; k < VPT; k++) {
-            if (threadIdx.x + (int64_t)k * blockDim.x >= nv) break;
-#pragma unroll
-            for (int j = 0; j < V; j++) {
-                xd[k][j] = (double)cur.x[k].v[j];
-                s1.v[0] += xd[k][j];
-            }
-#pragma unroll
-            for (int n = 0; n < NN; n++)
-#pragma unroll
-                for (int j = 0; j < V; j++) {
-                    gd[k][n][j] = (double)cur.g[k][n].v[j];
-                    s1.v[1 + n] += gd[k][n][j] * wd[n][k][j];
-                }
-        }
-        s1 = block_sum<1 + NN>(s1, red[par]);
-        par ^= 1;
-        const double mean = s1.v[0] / dlen;
-        /* s2 = (sum (x - mean)^2, sum g w (x - mean) per norm) */
-#pragma unroll
-        for (int k = 0; k < VPT; k++) {
-            if (threadIdx.x + (int64_t)k * blockDim.x >= nv) break;
-#pragma unroll
-            for (int n = 0; n < NN; n++)
-#pragma unroll
-                for (int j = 0; j < V; j++) s2.v[1 + n] += gd[k][n][j] * wd[n][k][j] * (xd[k][j] - mean);
-#pragma unroll
-            for (int j = 0; j < V; j++) {
-                const double d = xd[k][j] - mean;
-                s2.v[0] += d * d;
-            }
-        }
-        double mg[NN], mgx[NN];
-        const double inv = finish_row<NN>(s1, s2, red[par], dlen, eps, mg, mgx);
-        par ^= 1;
-        /* dx = dh + d1, or (dh + d2) + d1; the parameter gradients' terms into the accumulators */
-#pragma unroll
-        for (int k = 0; k < VPT; k++) {
-            const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-            if (i >= nv) break;
-            F<V> o;
-#pragma unroll
-            for (int j = 0; j < V; j++) {
-                const double xh = (xd[k][j] - mean) * inv;
-                float d[NN];
-#pragma unroll
-                for (int n = 0; n < NN; n++) {
-                    const double gv = gd[k][n][j];
-                    d[n] = (float)(inv * (gv * wd[n][k][j] - mg[n] - xh * mgx[n]));
-                    acc_s[n][k][j] += gv * xh;
-                    acc_b[n][k][j] += gv;
-                }
-                float v = d[NN - 1]; /* NN 2: d2 first, as on the CPU */
-                if (dh) v = NN > 1 ? cur.dh[k].v[j] + v : cur.dh[k].v[j];
-                o.v[j] = dh || NN > 1 ? v + d[0] : d[0];
-            }
-            st<V>(dxr, i, o);
-        }
-        if constexpr (kPre) cur = nxt;
-    }
-    if (!pb) return;
-#pragma unroll
-    for (int k = 0; k < VPT; k++) {
-        const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-        if (i >= nv) break;
-#pragma unroll
-        for (int n = 0; n < NN; n++)
-#pragma unroll
-            for (int j = 0; j < V; j++) {
-                pb[2 * n * len + i * V + j] = acc_s[n][k][j];
-                pb[(2 * n + 1) * len + i * V + j] = acc_b[n][k][j];
-            }
     }
 }
 
@@ -733,6 +572,21 @@ fr_status alng_scratch(const fr_graph *g, const fr_node *n, size_t *bytes)
     return FR_OK;
 }
 
+/* the backward's kernels: dX, then the parameter gradients (o; nq of them: 2 per norm) from the
+ * blocks' partials; dy_bf16: dY is bfloat16 */
+fr_status bwd_run(const fr_node *n, int sm_count, cudaStream_t st, int dy_bf16, const BwdArgs &p, const DwOut &o, int nq)
+{
+    int64_t blocks = 0;
+    if (bwd_blocks(p.rows, p.len, nq / 2) > 0) {
+        blocks = dy_bf16 ? bwd_t<bf16>(sm_count, st, p) : bwd_t<float>(sm_count, st, p);
+        FR_TRY(fr_cuda_check_launch(n, n->op_type));
+    }
+    if (!p.part) return FR_OK;
+    /* no rows: the partials are no blocks' and the sums 0 */
+    aln_dw<<<(unsigned)((nq * p.len + 31) / 32), dim3(32, 32), 0, st>>>(p.part, blocks, p.len, nq, o);
+    return fr_cuda_check_launch(n, n->op_type);
+}
+
 fr_status alng_cuda(const fr_cuda_kctx *k)
 {
     const fr_node *n = k->node;
@@ -769,19 +623,28 @@ fr_status alng_cuda(const fr_cuda_kctx *k)
                        c.rows,
                        c.len,
                        c.eps};
-    cudaStream_t st = k->cu->stream;
-    int64_t blocks = 0;
-    if (bwd_blocks(c.rows, c.len, nn) > 0) {
-        blocks = k->in[0]->dtype == FR_BF16 ? bwd_t<bf16>(k->cu->sm_count, st, p) : bwd_t<float>(k->cu->sm_count, st, p);
-        FR_TRY(fr_cuda_check_launch(n, n->op_type));
-    }
-    if (!want_p) return FR_OK;
-    /* no rows: the partials are no blocks' and the sums 0 */
-    aln_dw<<<(unsigned)((nq * c.len + 31) / 32), dim3(32, 32), 0, st>>>(p.part, blocks, c.len, nq, o);
-    return fr_cuda_check_launch(n, n->op_type);
+    return bwd_run(n, k->cu->sm_count, k->cu->stream, k->in[0]->dtype == FR_BF16, p, o, nq);
 }
 
 } /* namespace */
+
+int fr_ln_rows_fast(int64_t len) { return len > 0 && shape_of(len, 1, kBwdRegs).vpt > 0; }
+
+size_t fr_ln_rows_bwd_scratch(int64_t rows, int64_t len) { return bwd_scratch(rows, len, 1); }
+
+fr_status fr_ln_rows_bwd(const fr_node *n, cudaStream_t st, int sm_count, const float *dy, const float *x,
+                         const float *w, float *dx, float *dw, float *db, void *scratch, size_t scratch_bytes,
+                         int64_t rows, int64_t len, float eps)
+{
+    if (len <= 0) return FR_OK;
+    const int want_p = dw || db;
+    const size_t need = bwd_scratch(rows, len, 1);
+    if (want_p && (!scratch || scratch_bytes < need))
+        return fr_node_error(n, FR_ERR_INTERNAL, "scratch of %zu bytes, %zu needed", scratch_bytes, need);
+    const BwdArgs p = {dy, nullptr, 0, x, w, nullptr, nullptr, dx, want_p ? (double *)scratch : nullptr, rows, len, eps};
+    const DwOut o = {{dw, db, nullptr, nullptr}};
+    return bwd_run(n, sm_count, st, 0, p, o, 2);
+}
 
 extern "C" const fr_cuda_kernel_def fr_cuda_kernels_add_layer_norm[] = {
     {"AddLayerNorm", FR_DOMAIN_FP8RUN, aln_cuda, NULL},

@@ -14,12 +14,18 @@
  * block into per-slice partials, and a second kernel adds the slices in order: a two-stage,
  * deterministic reduction without atomics. Any other broadcast of Scale / B (rows-dependent
  * or broadcast inside the normalized dims) takes a generic kernel: one block per parameter
- * element, summing every X position mapped to it. */
+ * element, summing every X position mapped to it.
+ *
+ * Float32 LayerNormGrad whose Scale and B are the row takes AddLayerNormGrad's register kernels
+ * when the row fits them (ops/cuda/add_layer_norm.h): dX and the parameter sums in one pass,
+ * float32 arithmetic per element (~1e-7 of the double results), as RMSNormGrad takes
+ * ops/cuda/add_norm.cu's. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "ops/cuda/cuda_kernel.h"
+#include "ops/cuda/add_layer_norm.h"
 #include "ops/cuda/add_norm.h"
 #include "ops/norm.h"
 
@@ -545,6 +551,13 @@ int rms_rows_ok(const fr_node *n, fr_dtype dt, const NgPlan &p)
     return strcmp(n->op_type, "RMSNormGrad") == 0 && dt == FR_F32 && p.cols && fr_rms_rows_fast(p.c.len);
 }
 
+/* LayerNormGrad on rows that fit ops/cuda/add_layer_norm.cu's registers (Scale and B = the row,
+ * shared) */
+int ln_rows_ok(const fr_node *n, fr_dtype dt, const NgPlan &p)
+{
+    return strcmp(n->op_type, "LayerNormGrad") == 0 && dt == FR_F32 && p.cols && fr_ln_rows_fast(p.c.len);
+}
+
 fr_status ng_scratch(const fr_graph *g, const fr_node *n, size_t *bytes)
 {
     if (n->n_inputs < 3 || n->inputs[1] < 0 || n->inputs[2] < 0)
@@ -558,6 +571,10 @@ fr_status ng_scratch(const fr_graph *g, const fr_node *n, size_t *bytes)
     *bytes = p.stats_bytes + p.part_bytes;
     if (rms_rows_ok(n, x->dtype, p)) {
         const size_t fast = fr_rms_rows_bwd_scratch(p.c.rows, p.c.len);
+        if (fast > *bytes) *bytes = fast;
+    }
+    if (ln_rows_ok(n, x->dtype, p)) {
+        const size_t fast = fr_ln_rows_bwd_scratch(p.c.rows, p.c.len);
         if (fast > *bytes) *bytes = fast;
     }
     return FR_OK;
@@ -643,6 +660,12 @@ fr_status ng_cuda(const fr_cuda_kctx *k)
                                (const float *)s->data, nullptr, (float *)k->out[0]->data,
                                (float *)(k->out[1] ? k->out[1]->data : nullptr), k->scratch, k->scratch_bytes, p.c.rows,
                                p.c.len, p.c.eps);
+    if (k->out[0] && ln_rows_ok(n, x->dtype, p))
+        return fr_ln_rows_bwd(n, k->cu->stream, k->cu->sm_count, (const float *)dy->data, (const float *)x->data,
+                              (const float *)s->data, (float *)k->out[0]->data,
+                              (float *)(k->out[1] ? k->out[1]->data : nullptr),
+                              (float *)(db ? db->data : nullptr), k->scratch, k->scratch_bytes, p.c.rows, p.c.len,
+                              p.c.eps);
     return x->dtype == FR_F32 ? ng_run<float>(k, p, rms, ms, mb) : ng_run<double>(k, p, rms, ms, mb);
 }
 

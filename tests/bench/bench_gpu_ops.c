@@ -4,6 +4,7 @@
  *
  *     build-cuda/bench_gpu_ops                 # all
  *     BENCH_TBPS=3.35 build-cuda/bench_gpu_ops # an H100 SXM's ceiling
+ *     FR_TEST_ONLY=LayerNormGrad build-cuda/bench_gpu_ops # the LayerNorm backwards only
  *
  * Inputs are device buffers of the bytes 0x3c (tests/gpu_op_time.h); the numbers are timings,
  * never asserted (the GPU test programs check the results). Not a ctest: it takes ~10 s on a
@@ -115,6 +116,42 @@ static void bench_add_layer_norm(void)
     printf("\n");
 }
 
+/* ---- the LayerNorm backwards at 16384 rows of 2048 (Pythia-1B), 1024 and 768 features ---- */
+
+static void bench_norm_grads(void)
+{
+    if (!gpu_available()) return;
+    static const int64_t lens[3] = {2048, 1024, 768};
+    for (int li = 0; li < 3; li++) {
+        const int64_t d[2] = {TOKENS, lens[li]}, dw[1] = {lens[li]};
+        fr_tensor x = gpu_shape_only(FR_F32, 2, d), xb = gpu_shape_only(FR_BF16, 2, d), p = gpu_shape_only(FR_F32, 1, dw);
+        /* AddLayerNormGrad: one norm with dH (float32 and bfloat16 dY), two norms with dH */
+        for (int c = 0; c < 3; c++) {
+            fr_tensor *ins[6] = {c == 1 ? &xb : &x, &x, &p, &x, &x, &p};
+            tnode t;
+            tn_init_domain(&t, FR_DOMAIN_FP8RUN, "AddLayerNormGrad", 1, c == 2 ? 6 : 4, ins, 0, c == 2 ? 5 : 3);
+            double bytes = 0;
+            const double ms = gpu_time_node(&t, REPS, &bytes);
+            char name[96];
+            snprintf(name, sizeof name, "AddLayerNormGrad [16384, %lld] %s", (long long)lens[li],
+                     c == 0 ? "dY f32, dH" : c == 1 ? "dY bf16, dH" : "two norms f32, dH");
+            report(name, ms, bytes);
+            tn_free(&t);
+        }
+        /* LayerNormGrad(dY, X, Scale, B) -> dX, dScale, dB */
+        fr_tensor *ins[4] = {&x, &x, &p, &p};
+        tnode t;
+        tn_init_domain(&t, FR_DOMAIN_FP8RUN, "LayerNormGrad", 1, 4, ins, 0, 3);
+        double bytes = 0;
+        const double ms = gpu_time_node(&t, REPS, &bytes);
+        char name[96];
+        snprintf(name, sizeof name, "LayerNormGrad [16384, %lld] f32 (dX, dScale, dB)", (long long)lens[li]);
+        report(name, ms, bytes);
+        tn_free(&t);
+    }
+    printf("\n");
+}
+
 /* ---- Gelu and its gradient, [16384, 8192] float32 ---- */
 
 static void bench_gelu(void)
@@ -149,6 +186,7 @@ static CU_TestInfo benches[] = {
     {"SumToShape (bias gradients)", bench_sum_to_shape},
     {"Linear fp8 bias pass", bench_linear_bias},
     {"AddLayerNorm / AddLayerNormGrad", bench_add_layer_norm},
+    {"AddLayerNormGrad / LayerNormGrad at 2048, 1024, 768 features", bench_norm_grads},
     {"Gelu / ActivationGrad", bench_gelu},
     CU_TEST_INFO_NULL,
 };
