@@ -10,6 +10,7 @@
 #include <cuda_bf16.h>
 #include <type_traits>
 
+#include "ops/cuda/elementwise_lowp.cuh"
 #include "ops/cuda/elementwise_util.cuh"
 
 /* ---- ActivationGrad ---- */
@@ -125,6 +126,11 @@ struct GeluGradLowp {
     __device__ void operator()(int64_t i) const { dx[i] = ag_dx<FR_UN_GELU, GT, float>(ag_widen(dy[i]), ag_widen(v[i]), 0.0); }
 };
 
+/* the same element function for the 16-byte kernel (elementwise_lowp.cuh): a = {dy, x} */
+template <int GT> struct GeluGradV {
+    __device__ float operator()(const float *a) const { return ag_dx<FR_UN_GELU, GT, float>(a[0], a[1], 0.0); }
+};
+
 template <int GT>
 fr_status gelu_grad_lowp(const fr_cuda_kctx *k, int64_t n)
 {
@@ -132,6 +138,12 @@ fr_status gelu_grad_lowp(const fr_cuda_kctx *k, int64_t n)
     float *dx = (float *)k->out[0]->data;
     const bool db = k->in[0]->dtype == FR_BF16, vb = k->in[1]->dtype == FR_BF16;
     typedef __nv_bfloat16 bf;
+    if (ew_lowp_ok(dy, v, dx)) {
+        const GeluGradV<GT> f{};
+        if (db && vb) return ew_launch_lowp<2>(k, n, (const bf *)dy, (const bf *)v, dx, f, "ActivationGrad");
+        if (db) return ew_launch_lowp<2>(k, n, (const bf *)dy, (const float *)v, dx, f, "ActivationGrad");
+        return ew_launch_lowp<2>(k, n, (const float *)dy, (const bf *)v, dx, f, "ActivationGrad");
+    }
     if (db && vb) return ew_launch_flat(k, n, GeluGradLowp<GT, bf, bf>{(const bf *)dy, (const bf *)v, dx}, "ActivationGrad");
     if (db) return ew_launch_flat(k, n, GeluGradLowp<GT, bf, float>{(const bf *)dy, (const float *)v, dx}, "ActivationGrad");
     return ew_launch_flat(k, n, GeluGradLowp<GT, float, bf>{(const float *)dy, (const bf *)v, dx}, "ActivationGrad");

@@ -11,6 +11,7 @@
 #include <cuda_bf16.h>
 #include <type_traits>
 
+#include "ops/cuda/elementwise_lowp.cuh"
 #include "ops/cuda/elementwise_util.cuh"
 
 namespace {
@@ -134,12 +135,23 @@ struct GeluLowp {
     __device__ void operator()(int64_t i) const { y[i] = lowp_out<TY>(un_float<FR_UN_GELU, GT, float>(lowp_in(x[i]), 0.f)); }
 };
 
+/* the same element function for the 16-byte kernel (elementwise_lowp.cuh) */
+template <int GT> struct GeluV {
+    __device__ float operator()(const float *a) const { return un_float<FR_UN_GELU, GT, float>(a[0], 0.f); }
+};
+
 template <int GT>
 fr_status gelu_lowp_t(const fr_cuda_kctx *k, int64_t n)
 {
     const void *x = k->in[0]->data;
     void *y = k->out[0]->data;
     const bool xb = k->in[0]->dtype == FR_BF16, yb = k->out[0]->dtype == FR_BF16;
+    typedef __nv_bfloat16 bf;
+    if (ew_lowp_ok(x, NULL, y)) {
+        if (xb && yb) return ew_launch_lowp<1>(k, n, (const bf *)x, (const bf *)NULL, (bf *)y, GeluV<GT>{}, "Gelu");
+        if (xb) return ew_launch_lowp<1>(k, n, (const bf *)x, (const bf *)NULL, (float *)y, GeluV<GT>{}, "Gelu");
+        return ew_launch_lowp<1>(k, n, (const float *)x, (const bf *)NULL, (bf *)y, GeluV<GT>{}, "Gelu");
+    }
     if (xb && yb)
         return ew_launch_flat(k, n, GeluLowp<GT, __nv_bfloat16, __nv_bfloat16>{(const __nv_bfloat16 *)x, (__nv_bfloat16 *)y},
                               "Gelu");
