@@ -63,6 +63,13 @@ uses a build folder instead):
   dist                data parallel over NCCL on 4 GPUs: tokens/s per GPU for 1, 2, 4 GPUs,
                       overlap off, --shard-gradients; 200 steps 4 GPUs against 1 GPU
                       --grad-accum 4; resume of a 2-GPU checkpoint on 4 and 1 GPUs; memory plans
+  big                 full-parameter training of the Llama-3-8B shape on one GPU (generate 8b, then
+                      `fp8run bench`): BIG_SHAPE ("--batch 1 --seq 4096 --grad-accum 4"), WARMUP (2)
+                      + STEPS (20) steps in fp8 with BIG_OPTS (--optimizer-state fp8 --chunked-lm-head
+                      on), then in BIG_REF (bf16; "" skips it) with the same options and tokens for
+                      the loss; rc 1 if a step was skipped, fp8 ran below MIN_TFLOPS (750) model
+                      TFLOP/s or its last loss is not within 1% of the reference's. big.txt: the
+                      figures; peers_8b.json: the rows of tools/peers_table.py
   finetune            Hugging Face round trip and LoRA -> peft (tools/check_hf_finetune.py); the
                       1B full fine-tune default against LOWMEM_OPTS (peak <= 0.6x); LoRA rank 16
                       on an FP8 base of the Llama-3-8B shape (SKIP_8B=1 leaves it out)
@@ -117,7 +124,7 @@ model() { # SIZE: the generated Llama of that preset, made once
     [ -f "$m" ] || "$FP8RUN" generate llama --preset "$1" -o "$m" > /dev/null || return 1
     echo "$m"
 }
-shape() { case $1 in 125m) echo "--batch 16 --seq 1024" ;; 1b) echo "--batch 8 --seq 2048" ;; *) echo "--batch 1 --seq 2048" ;; esac; }
+shape() { [ -n "${SHAPE:-}" ] && echo "$SHAPE" && return; case $1 in 125m) echo "--batch 16 --seq 1024" ;; 1b) echo "--batch 8 --seq 2048" ;; *) echo "--batch 1 --seq 2048" ;; esac; }
 tokens() { # COUNT: random token ids below 32768 (uint16), made once
     local f=/tmp/tokens_$1.bin
     [ -f "$f" ] || python3 -c "import numpy as np; np.random.default_rng(0).integers(0, 32768, $1).astype('<u2').tofile('$f')"
@@ -388,6 +395,31 @@ m_finetune() {
     fi
     return $rc
 }
+BIG_OPTS_DEFAULT="--optimizer-state fp8 --chunked-lm-head on"
+m_big() {
+    gpu_env big
+    local m rc=0 t0=$SECONDS p f ref=${BIG_REF-bf16} files=() commit
+    commit=${COMMIT:-$(cat .devpkg/COMMIT 2> /dev/null || echo unknown)}
+    export SHAPE=${BIG_SHAPE:---batch 1 --seq 4096 --grad-accum 4} WARMUP=${WARMUP:-2} STEPS=${STEPS:-20}
+    export BENCH_TIMEOUT=${BIG_TIMEOUT:-300}
+    m=$(model 8b) || return 1
+    echo "generated $m in $((SECONDS - t0)) s" | tee "$D/big.txt"
+    for p in fp8 $ref; do
+        f=h200_llama8b_$(echo "$SHAPE" | awk '{for (i = 1; i < NF; i += 2) printf "%s%s", (i > 1 ? "_" : ""), substr($i, 3, 1) $(i + 1)}')_$p
+        t0=$SECONDS
+        # bench's pre-flight check counts the evaluation executor, which bench never builds
+        # shellcheck disable=SC2086
+        PRECISION=$p bench_as "$f" 8b FP8RUN_MEMORY_CHECK=0 ${BIG_OPTS:-$BIG_OPTS_DEFAULT} || rc=1
+        echo "$p: $((SECONDS - t0)) s" | tee -a "$D/big.txt"
+        grep -E "^(step time|tokens/s|model TFLOP|memory|loss|build)" "$D/$f.log" | tee -a "$D/big.txt"
+        files+=("$D/$f.json")
+    done
+    $CMP run "${files[@]}" --min-steps 20 --min-tflops "${MIN_TFLOPS:-750}" --within 0.01 | tee -a "$D/big.txt"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+    python3 tools/peers_table.py "$D" "$commit" > "$D/peers_8b.json" 2> "$D/peers_8b.txt"
+    rm -f /tmp/llama_8b.onnx /tmp/llama_8b.onnx.data
+    return $rc
+}
 m_hf() {
     gpu_env hf
     local size d
@@ -500,7 +532,7 @@ mode=${1:-help}
 [ $# -gt 0 ] && shift
 case $mode in
     help | -h | --help) help ;;
-    debs | stamp | build | bundle | exports | peers | tests | bench | versus | profile | compare | e2e | sft | determinism | dist | finetune | archs | hf | python | user)
+    debs | stamp | build | bundle | exports | peers | tests | bench | versus | profile | compare | e2e | sft | determinism | dist | big | finetune | archs | hf | python | user)
         "m_$mode" "$@"
         rc=$?
         [ -n "${PACK:-}" ] && [ -d "$OUT/$mode" ] && tar -C "$OUT" -czf "$OUT/$mode.tgz" "$mode"
