@@ -208,8 +208,9 @@ int cli_bench(int argc, char **argv)
     o.dim_values = dims.values;
     o.n_dims = dims.n;
     o.max_bad_steps = (int)(warmup + steps); /* timing, not training: a skipped step still counts */
-    fprintf(stderr, "bench: building %s (%s, batch %lld x seq %lld x %lld micro-batches)...\n", model, precision,
-            (long long)batch, (long long)seq, (long long)accum);
+    fprintf(stderr, "bench: building %s (%s, batch %lld x seq %lld", model, precision, (long long)batch, (long long)seq);
+    if (accum > 1) fprintf(stderr, " x %lld micro-batches", (long long)accum);
+    fprintf(stderr, ")...\n");
     double t0 = now_s();
     if (fp8run_session_create(mdl, device, &o, &t) != FP8RUN_OK) {
         fp8run_model_destroy(mdl);
