@@ -90,6 +90,14 @@ static void test_bench(void)
     j = cli_slurp(p, NULL);
     CU_ASSERT(fabs(json_num(j, "loss_first") - fused_loss) <= 1e-5 * fabs(fused_loss));
     free(j);
+    /* llama:tiny is generate's tiny model, made in memory: the same first loss */
+    CLI_EXPECT(cli_run("bench llama:tiny --batch 2 --seq 32 --warmup 1 --steps 3 --device cpu --json l.json"), 0, cli_out,
+               "tokens/s");
+    snprintf(p, sizeof p, "%s/l.json", cli_tmp);
+    j = cli_slurp(p, NULL);
+    CU_ASSERT_EQUAL(json_num(j, "loss_first"), fused_loss);
+    free(j);
+    CLI_EXPECT(cli_run("bench llama:huge --batch 2 --seq 16"), 2, cli_err, "'huge' is not one of");
     CLI_EXPECT(cli_run("bench t.onnx --batch 2 --seq 16 --steps 2 --warmup 0 --precision fp8 --device cpu"), 0, cli_out,
                "fp8");
     /* --grad-accum: a step is K micro-batches, its tokens and FLOPs K times one's */

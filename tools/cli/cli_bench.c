@@ -40,6 +40,8 @@ void cli_bench_help(FILE *f)
             "\n"
             "Time training steps of MODEL (ONNX or .fbs) on random token ids and report the step\n"
             "time, tokens/s, model FLOP utilization (vs the GPU's dense BF16 peak) and memory.\n"
+            "MODEL llama:PRESET (tiny, 125m, 1b, 8b) is `generate llama --preset PRESET`'s model,\n"
+            "made in memory (the 8B shape's 32 GB are neither written nor read back).\n"
             "A step is --grad-accum K micro-batches of B x T tokens (default K 1).\n"
             "\n"
             "options:\n"
@@ -61,6 +63,22 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* MODEL: a file, or llama:PRESET generated here with generate's weights (seed 1). */
+static int load_model(const char *model, fp8run_model **out)
+{
+    if (strncmp(model, "llama:", 6) != 0) return fp8run_model_load(model, out) == FP8RUN_OK ? 0 : cli_fail_status();
+    fp8run_llama_config c;
+    cli_must(fp8run_llama_config_init(&c, sizeof c));
+    if (fp8run_llama_config_preset(&c, model + 6) != FP8RUN_OK)
+        return cli_usage("bench", "%s: '%s' is not one of tiny, 125m, 1b, 8b", model, model + 6);
+    c.seed = 1;
+    fprintf(stderr, "bench: generating %s...\n", model);
+    double t0 = now_s();
+    if (fp8run_model_generate_llama(&c, out) != FP8RUN_OK) return cli_fail_status();
+    fprintf(stderr, "bench: generated %s in %.1f s\n", model, now_s() - t0);
+    return 0;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -189,7 +207,8 @@ int cli_bench(int argc, char **argv)
     if (rc == 0 && (!cli_config_given(&given, "batch") || !cli_config_given(&given, "seq_len")))
         rc = cli_usage("bench", "--batch B and --seq T are required");
     if (rc == 0) {
-        cli_file in = {model, "model"}, outf = {json, "JSON report (--json)"};
+        const int generated = strncmp(model, "llama:", 6) == 0;
+        cli_file in = {generated ? NULL : model, "model"}, outf = {json, "JSON report (--json)"};
         rc = cli_check_files(&in, 1, &outf, 1);
     }
     if (rc) {
@@ -198,9 +217,9 @@ int cli_bench(int argc, char **argv)
     }
     fp8run_model *mdl = NULL;
     fp8run_session *t = NULL;
-    if (fp8run_model_load(model, &mdl) != FP8RUN_OK) {
+    if ((rc = load_model(model, &mdl)) != 0) {
         cli_dims_free(&dims);
-        return cli_fail_status();
+        return rc;
     }
     const int64_t batch = o.batch, seq = o.seq_len, accum = o.grad_accum;
     const char *precision = o.precision, *recipe = cli_config_given(&given, "recipe") ? o.recipe : NULL;
