@@ -63,17 +63,17 @@ uses a build folder instead):
   dist                data parallel over NCCL on 4 GPUs: tokens/s per GPU for 1, 2, 4 GPUs,
                       overlap off, --shard-gradients; 200 steps 4 GPUs against 1 GPU
                       --grad-accum 4; resume of a 2-GPU checkpoint on 4 and 1 GPUs; memory plans
-  big                 full-parameter training of the Llama-3-8B shape on one GPU (generate 8b, then
-                      `fp8run bench`): BIG_SHAPE ("--batch 1 --seq 4096 --grad-accum 4"), WARMUP (2)
-                      + STEPS (20) steps in fp8 with BIG_OPTS ("--optimizer-state fp8"; when that
-                      fails, once more with BIG_FALLBACK added: "--batch 4 --grad-accum 1 --recompute
-                      mlp --chunked-lm-head on"), then in BIG_REF (bf16; "" skips it) with BIG_REF_OPTS added (B4 x K1,
-                      --recompute full, chunked head: the same windows, and it fits) for the loss;
-                      rc 1 if a step was skipped, fp8 ran below MIN_TFLOPS (750) model TFLOP/s or its
-                      last loss is not within 1% of the reference's. BIG_INFO=1 first prints `info
-                      --memory` of the fp8 run (about a minute). bench makes the model in memory
-                      (llama:8b); BIG_MODEL=file writes /tmp/llama_8b.onnx first and benches that.
-                      big.txt: the figures; peers_8b.json: tools/peers_table.py's rows
+  big                 full-parameter training of the Llama-3-8B shape on one GPU (`fp8run bench
+                      llama:8b`, the model made in memory): BIG_SHAPE ("--batch 1 --seq 4096
+                      --grad-accum 4"), WARMUP (2) + STEPS (20) steps in fp8 with BIG_OPTS
+                      ("--optimizer-state fp8"; when that fails, once more with BIG_FALLBACK added:
+                      "--batch 4 --grad-accum 1 --recompute mlp --chunked-lm-head on"), then in
+                      BIG_REF (bf16; "" skips it) with BIG_REF_OPTS added (B4 x K1, --recompute full,
+                      chunked head: the same windows, and it fits) for the loss; rc 1 if a step was
+                      skipped, fp8 ran below MIN_TFLOPS (750) model TFLOP/s or its last loss is not
+                      within 1% of the reference's. BIG_INFO=1 first prints `info --memory` of the
+                      fp8 run (writes /tmp/llama_8b.onnx, 32 GB; about a minute more), BIG_MODEL=file
+                      benches that file. big.txt: the figures; peers_8b.json: peers_table.py's rows
   finetune            Hugging Face round trip and LoRA -> peft (tools/check_hf_finetune.py); the
                       1B full fine-tune default against LOWMEM_OPTS (peak <= 0.6x); LoRA rank 16
                       on an FP8 base of the Llama-3-8B shape (SKIP_8B=1 leaves it out)
