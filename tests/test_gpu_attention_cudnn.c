@@ -638,9 +638,12 @@ static void bench_shape(const char *name, int64_t B, int64_t H, int64_t KV, int6
     g_dnn->ragged_per_window = 5;
     const double pflops = flops / 4, pfms = time_node(g_dnn, &pf, pfin, 6, fout, 2, 10);
     const double pbms = time_node(g_dnn, &pb, pbin, 9, bout, 3, 10);
+    g_dnn->deterministic = 1; /* the backward without the float32 dQ accumulator (its own plan) */
+    const double dbms = time_node(g_dnn, &pb, pbin, 9, bout, 3, 10);
+    g_dnn->deterministic = 0;
     g_dnn->ragged_per_window = keep;
-    printf("    %s cuDNN   packed 4 x T/4: forward %8.3f ms %6.1f TFLOP/s, backward %8.3f ms %6.1f TFLOP/s\n", name,
-           pfms, pflops / (pfms * 1e9), pbms, 2.5 * pflops / (pbms * 1e9));
+    printf("    %s cuDNN   packed 4 x T/4: forward %8.3f ms %6.1f TFLOP/s, backward %8.3f ms %6.1f TFLOP/s "
+           "(deterministic %8.3f ms)\n", name, pfms, pflops / (pfms * 1e9), pbms, 2.5 * pflops / (pbms * 1e9), dbms);
     tn_free(&pb);
     tn_free(&pf);
     cudaFree(seg);
