@@ -120,7 +120,15 @@ static fr_status fuse_params(pass *p, const int *members, int nm, int bias, int 
         s->rank = sv->rank;
         s->dims[0] = sv->dims[0];
         s->dims[1] = sv->rank > 1 ? sv->dims[1] : 0;
-        for (int64_t j = 0; j < c->N; j++) {
+        if (!bias && c->transB == transB) {
+            /* the same layout: whole rows (the loop below strides across rows, a cache miss per
+               element: tens of seconds for an 8B model's Q/K/V and gate/up weights) */
+            if (transB)
+                memcpy(dst + off * K, src, (size_t)(c->N * K) * sizeof *dst);
+            else
+                for (int64_t k = 0; k < K; k++) memcpy(dst + k * Nt + off, src + k * c->N, (size_t)c->N * sizeof *dst);
+        }
+        for (int64_t j = 0; j < c->N && (bias || c->transB != transB); j++) {
             if (bias) {
                 dst[off + j] = src[j];
                 continue;

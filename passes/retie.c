@@ -1,6 +1,6 @@
-/* Re-tying weights that an exporter untied (see retie.h). Candidates are matched by a hash of
- * their bytes (in the copy's element order), then compared in full, so a large model costs one
- * pass over its 2-D parameters. */
+/* Re-tying weights that an exporter untied (see retie.h). Candidates are compared at a few
+ * sampled elements first, then in full, so untied weights cost no pass over them (hashing an
+ * 8B model's embedding table column by column took seconds of every session's build). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,19 +24,17 @@ static int all_equal(const fr_tensor *t)
     return 1;
 }
 
-/* FNV-1a over the 32-bit words, in row-major order of the tensor or of its transpose. */
-static uint64_t hash_words(const fr_tensor *t, int transposed)
+/* 64 elements of copy against src at spread-out places (through the transpose when transposed):
+ * 0 rules a tie out; 1 leaves it to equal_words. */
+static int probe_equal(const fr_tensor *copy, const fr_tensor *src, int transposed)
 {
-    const uint32_t *u = t->data;
-    int64_t R = t->dims[0], C = t->dims[1];
-    uint64_t h = 1469598103934665603ull;
-    if (!transposed) {
-        for (int64_t i = 0; i < R * C; i++) h = (h ^ u[i]) * 1099511628211ull;
-    } else {
-        for (int64_t j = 0; j < C; j++)
-            for (int64_t i = 0; i < R; i++) h = (h ^ u[i * C + j]) * 1099511628211ull;
+    const uint32_t *c = copy->data, *s = src->data;
+    const int64_t R = src->dims[0], C = src->dims[1], n = R * C;
+    for (int64_t p = 0; p < 64; p++) {
+        const int64_t x = n * p / 64, i = x / C, j = x % C;
+        if ((transposed ? c[j * R + i] : c[x]) != s[x]) return 0;
     }
-    return h;
+    return 1;
 }
 
 static int equal_words(const fr_tensor *copy, const fr_tensor *src, int transposed)
@@ -96,36 +94,30 @@ fr_status fr_retie_params(fr_graph *g, fr_tie **ties, int *n_ties)
     *n_ties = 0;
     int n_src = 0, n_vals = g->n_values;
     int *src = fr_malloc((size_t)(n_vals ? n_vals : 1) * sizeof(int), "retie");
-    uint64_t *h_same = fr_malloc((size_t)(n_vals ? n_vals : 1) * sizeof(uint64_t), "retie");
-    uint64_t *h_tr = fr_malloc((size_t)(n_vals ? n_vals : 1) * sizeof(uint64_t), "retie");
-    fr_status st = (!src || !h_same || !h_tr) ? FR_ERR_OOM : FR_OK;
+    fr_status st = !src ? FR_ERR_OOM : FR_OK;
     for (int v = 0; st == FR_OK && v < n_vals; v++) {
         const fr_value *sv = &g->values[v];
         if (!is_candidate(sv) || all_equal(sv->constant) || !is_gather_table(g, v)) continue;
-        h_same[n_src] = hash_words(sv->constant, 0);
-        h_tr[n_src] = hash_words(sv->constant, 1);
         src[n_src++] = v;
     }
     for (int c = 0; st == FR_OK && n_src > 0 && c < n_vals; c++) {
         const fr_value *cv = &g->values[c];
         if (!is_candidate(cv)) continue;
-        uint64_t hc = 0;
-        int hashed = 0;
+        int checked = 0;
         for (int k = 0; k < n_src; k++) {
             const fr_value *sv = &g->values[src[k]];
             if (src[k] == c) continue;
             int same = cv->dims[0] == sv->dims[0] && cv->dims[1] == sv->dims[1];
             int tr = cv->dims[0] == sv->dims[1] && cv->dims[1] == sv->dims[0];
             if (!same && !tr) continue;
-            if (!hashed) {
+            if (!checked) {
                 if (all_equal(cv->constant)) break;
-                hc = hash_words(cv->constant, 0);
-                hashed = 1;
+                checked = 1;
             }
             int transposed = -1;
-            if (tr && hc == h_tr[k] && equal_words(cv->constant, sv->constant, 1))
+            if (tr && probe_equal(cv->constant, sv->constant, 1) && equal_words(cv->constant, sv->constant, 1))
                 transposed = 1;
-            else if (same && hc == h_same[k] && equal_words(cv->constant, sv->constant, 0))
+            else if (same && probe_equal(cv->constant, sv->constant, 0) && equal_words(cv->constant, sv->constant, 0))
                 transposed = 0;
             if (transposed < 0) continue;
             fr_tie *nt = fr_realloc_array(*ties, (size_t)*n_ties + 1, sizeof *nt, "retie");
@@ -148,8 +140,6 @@ fr_status fr_retie_params(fr_graph *g, fr_tie **ties, int *n_ties)
         }
     }
     free(src);
-    free(h_same);
-    free(h_tr);
     if (st == FR_OK && *n_ties) st = fr_graph_toposort(g);
     if (st != FR_OK) {
         free(*ties);

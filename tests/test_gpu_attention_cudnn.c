@@ -29,7 +29,8 @@
  * FR_ATTN_BENCH=1 adds timings (CUDA events) of cuDNN and fp8run's kernels at the reference
  * shapes, Llama 1B (B 8, H 16, KV 8, T 2048, D 128) and 125M (B 16, H 12, KV 4, T 1024, D 64),
  * causal bf16, in TFLOP/s of useful work (forward 4 B H T^2 D / 2, backward 2.5 x), the float32
- * <-> bf16 conversions around cuDNN included; then cuDNN's SDPA itself (bf16 I/O) at B8 T2048,
+ * <-> bf16 conversions around cuDNN included, and the same nodes on packed rows (4 examples of
+ * T/4: cuDNN's variable-length form with its token-major copies); then cuDNN's SDPA itself (bf16 I/O) at B8 T2048,
  * H x D = 2048, D 64, 128, 256, for causal, causal + window 512, causal + padded sequences of
  * lengths 1024..2048, causal + softcap 50, causal packed sequences (4 examples of 512 per row):
  * TFLOP/s of the (query, key) pairs the mask keeps.
@@ -614,6 +615,38 @@ static void bench_shape(const char *name, int64_t B, int64_t H, int64_t KV, int6
         printf("    %s %-7s forward %8.3f ms %6.1f TFLOP/s, backward %8.3f ms %6.1f TFLOP/s\n", name,
                i ? "cuDNN" : "fp8run", fms, flops / (fms * 1e9), bms, 2.5 * flops / (bms * 1e9));
     }
+    /* packed: 4 examples of T/4 a row as the nodes run them in SFT (variable-length sequences, 5
+       slots a window as sft_max_examples 4 sizes them; the token-major copies included) */
+    int32_t *hs = malloc((size_t)(B * T) * 4), *seg = NULL;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(hs);
+    for (int64_t i = 0; i < B * T; i++) hs[i] = (int32_t)(1 + (i % T) / (T / 4));
+    CU_ASSERT_EQUAL_FATAL(cudaMalloc((void **)&seg, (size_t)(B * T) * 4), cudaSuccess);
+    CU_ASSERT_EQUAL_FATAL(cudaMemcpy(seg, hs, (size_t)(B * T) * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    free(hs);
+    int64_t sd[2] = {B, T};
+    fr_tensor ts = dev_tensor(2, sd, seg);
+    ts.dtype = FR_I32;
+    fr_tensor *pfin[6] = {&tq, &tk, &tv, NULL, &ts, &ts}, *pbin[9] = {&tq, &tk, &tv, &to, &tl, &tdo, NULL, &ts, &ts};
+    tnode pf, pb;
+    tn_init_domain(&pf, "ai.fp8run", "Attention", 1, 6, pfin, 0u, 2);
+    set_attrs(&pf, 1, "bf16");
+    TN_ATTR(&pf, string, "seg_form", "packed");
+    tn_init_domain(&pb, "ai.fp8run", "AttentionGrad", 1, 9, pbin, 0u, 3);
+    set_attrs(&pb, 1, "bf16");
+    TN_ATTR(&pb, string, "seg_form", "packed");
+    const int64_t keep = g_dnn->ragged_per_window;
+    g_dnn->ragged_per_window = 5;
+    const double pflops = flops / 4, pfms = time_node(g_dnn, &pf, pfin, 6, fout, 2, 10);
+    const double pbms = time_node(g_dnn, &pb, pbin, 9, bout, 3, 10);
+    g_dnn->deterministic = 1; /* the backward without the float32 dQ accumulator (its own plan) */
+    const double dbms = time_node(g_dnn, &pb, pbin, 9, bout, 3, 10);
+    g_dnn->deterministic = 0;
+    g_dnn->ragged_per_window = keep;
+    printf("    %s cuDNN   packed 4 x T/4: forward %8.3f ms %6.1f TFLOP/s, backward %8.3f ms %6.1f TFLOP/s "
+           "(deterministic %8.3f ms)\n", name, pfms, pflops / (pfms * 1e9), pbms, 2.5 * pflops / (pbms * 1e9), dbms);
+    tn_free(&pb);
+    tn_free(&pf);
+    cudaFree(seg);
     fflush(stdout);
     fr_cuda_ctx_free(own);
     tn_free(&b);

@@ -7,6 +7,8 @@
 
 #include "tests/cli_runner.h"
 #include "graph/onnx_io.h"
+#include "graph/rng.h"
+#include "runtime/train/llama_gen.h"
 
 static double json_num(const char *json, const char *key)
 {
@@ -88,16 +90,69 @@ static void test_bench(void)
     j = cli_slurp(p, NULL);
     CU_ASSERT(fabs(json_num(j, "loss_first") - fused_loss) <= 1e-5 * fabs(fused_loss));
     free(j);
+    /* llama:tiny is generate's tiny model, made in memory: the same first loss */
+    CLI_EXPECT(cli_run("bench llama:tiny --batch 2 --seq 32 --warmup 1 --steps 3 --device cpu --json l.json"), 0, cli_out,
+               "tokens/s");
+    snprintf(p, sizeof p, "%s/l.json", cli_tmp);
+    j = cli_slurp(p, NULL);
+    CU_ASSERT_EQUAL(json_num(j, "loss_first"), fused_loss);
+    free(j);
+    CLI_EXPECT(cli_run("bench llama:huge --batch 2 --seq 16"), 2, cli_err, "'huge' is not one of");
     CLI_EXPECT(cli_run("bench t.onnx --batch 2 --seq 16 --steps 2 --warmup 0 --precision fp8 --device cpu"), 0, cli_out,
                "fp8");
+    /* --grad-accum: a step is K micro-batches, its tokens and FLOPs K times one's */
+    CLI_EXPECT(cli_run("bench t.onnx --batch 2 --seq 32 --grad-accum 3 --warmup 0 --steps 2 --device cpu --json a.json"), 0,
+               cli_out, "2 x 32 x 3 micro-batches (192 tokens per step)");
+    snprintf(p, sizeof p, "%s/a.json", cli_tmp);
+    j = cli_slurp(p, NULL);
+    CU_ASSERT_EQUAL(json_num(j, "grad_accum"), 3);
+    CU_ASSERT(fabs(json_num(j, "flops_per_step") - 3 * want) <= 1e-5 * 3 * want);
+    CU_ASSERT_EQUAL(json_num(j, "skipped"), 0);
+    free(j);
     CLI_EXPECT(cli_run("bench t.onnx --seq 16"), 2, cli_err, "--batch");
     CLI_EXPECT(cli_run("bench t.onnx --batch 2 --seq 16 --precision fp16"), 2, cli_err, "--precision");
     CLI_EXPECT(cli_run("bench missing.onnx --batch 2 --seq 16"), 1, cli_err, "missing.onnx");
 }
 
+/* Large weights are made by threads (runtime/train/llama_gen.c): the same values as one loop of
+ * Box-Muller pairs over the seeded stream, across chunk boundaries and for the weights after. */
+static void serial_normal(fr_prng *r, float *x, int64_t n, float std)
+{
+    for (int64_t i = 0; i < n; i += 2) {
+        double u1 = fr_prng_double(r), u2 = fr_prng_double(r);
+        double rr = sqrt(-2.0 * log(u1 > 0 ? u1 : 1e-300)), a = 2 * M_PI * u2;
+        if (x) x[i] = (float)(std * rr * cos(a));
+        if (x && i + 1 < n) x[i + 1] = (float)(std * rr * sin(a));
+    }
+}
+
+static void test_generate_threads_same_values(void)
+{
+    /* embedding 70001 x 64 = 4480064 values: above the threaded size, two chunks, the second partial */
+    fr_llama_config c = {.d = 64, .layers = 1, .heads = 4, .kv_heads = 2, .ffn = 96, .vocab = 70001, .max_seq = 16,
+                         .seed = 5};
+    fr_graph *g = NULL;
+    FR_ASSERT_OK(fr_llama_generate(&c, &g));
+    int e = fr_graph_find_value(g, "embed_tokens.weight"), q = fr_graph_find_value(g, "layers.0.self_attn.q_proj.weight");
+    CU_ASSERT_FATAL(e >= 0 && q >= 0);
+    const int64_t ne = c.vocab * c.d, nq = c.d * c.d;
+    float *we = malloc((size_t)ne * sizeof *we), *wq = malloc((size_t)nq * sizeof *wq);
+    fr_prng r;
+    fr_prng_seed(&r, c.seed);
+    serial_normal(&r, we, ne, 0.02f);
+    serial_normal(&r, NULL, c.d, 0); /* the input norm's gains (ones) draw too */
+    serial_normal(&r, wq, nq, 0.02f);
+    CU_ASSERT_EQUAL(memcmp(g->values[e].constant->data, we, (size_t)ne * sizeof *we), 0);
+    CU_ASSERT_EQUAL(memcmp(g->values[q].constant->data, wq, (size_t)nq * sizeof *wq), 0);
+    free(we);
+    free(wq);
+    fr_graph_free(g);
+}
+
 static CU_TestInfo tests[] = {
     {"generate llama: shapes, parameter count, trains, exports; usage errors", test_generate},
     {"bench: table, JSON, FLOP formula; usage errors", test_bench},
+    {"generate: threaded weights equal the serial stream", test_generate_threads_same_values},
     CU_TEST_INFO_NULL,
 };
 

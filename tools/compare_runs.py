@@ -6,6 +6,10 @@ exits 1 when its criterion (if one is given) fails.
   compare_runs.py bench A.json B.json ... [--max-mem-ratio R]
       one line per bench (step, tokens/s, peak seen, planned, losses); with R: the last file's
       peak seen over the first's must be <= R
+  compare_runs.py run RUN.json [REF.json] [--min-steps N] [--min-tflops F] [--within X]
+      one bench as a training run: tokens/s, model TFLOP/s, peak seen; it fails when fewer than N
+      steps ran (warmup and timed), any was skipped, it ran below F model TFLOP/s, or its last
+      loss is not within X (relative) of REF's (a bench of the same model, tokens and steps)
   compare_runs.py same-loss A.json B.json
       two benches' first and last losses must be equal (repeatable runs)
   compare_runs.py losses A.jsonl B.jsonl [--from STEP] [--max-rel X]
@@ -63,6 +67,42 @@ def bench(a):
     print("peak seen, last / first: %.3f (at most %.2f: %s); speed %.2fx" % (
         q, a.max_mem_ratio, "ok" if q <= a.max_mem_ratio else "FAIL", rs[-1]["tokens_per_s"] / rs[0]["tokens_per_s"]))
     return q <= a.max_mem_ratio
+
+
+def run(a):
+    try:
+        r = json.load(open(a.run))
+    except (OSError, ValueError) as e:
+        print("run: no result (%s)" % e)
+        return False
+    n = r["warmup"] + r["steps"]
+    ok = n >= a.min_steps and r["skipped"] == 0
+    print("%s: %s, %s x %s x %s micro-batches, %d steps (%d skipped): %.0f tokens/s, %.1f model TFLOP/s, "
+          "%.2f s per step, %.2f GiB peak seen (%.2f planned), loss %.4f -> %.4f" % (
+              a.run.rsplit("/", 1)[-1], r["precision"], r["batch"], r["seq"], r.get("grad_accum", 1), n, r["skipped"],
+              r["tokens_per_s"], r["model_tflops"], r["step_ms_median"] / 1e3, r["device_memory_used_bytes"] / GIB,
+              r["memory_planned_bytes"] / GIB, r["loss_first"], r["loss_last"]))
+    if n < a.min_steps:
+        print("FAIL: %d steps, at least %d asked" % (n, a.min_steps))
+    if r["skipped"]:
+        print("FAIL: %d steps skipped" % r["skipped"])
+    if a.min_tflops is not None:
+        good = r["model_tflops"] >= a.min_tflops
+        print("model TFLOP/s %.1f, target %.0f: %s" % (r["model_tflops"], a.min_tflops, "ok" if good else "FAIL"))
+        ok = ok and good
+    if a.ref:
+        try:
+            f = json.load(open(a.ref))
+        except (OSError, ValueError) as e:
+            print("reference: no result (%s)" % e)
+            return False
+        rel = (r["loss_last"] - f["loss_last"]) / f["loss_last"]
+        good = f["skipped"] == 0 and (a.within is None or abs(rel) <= a.within)
+        print("last loss %.4f against %.4f (%s, %d steps, %d skipped): %+.3f%%%s" % (
+            r["loss_last"], f["loss_last"], f["precision"], f["warmup"] + f["steps"], f["skipped"], 100 * rel,
+            "" if a.within is None else " (within %.1f%%: %s)" % (100 * a.within, "ok" if good else "FAIL")))
+        ok = ok and good
+    return ok
 
 
 def same_loss(a):
@@ -134,6 +174,13 @@ def main():
     p.add_argument("--max-mem-ratio", type=float)
     p.add_argument("--notes", action="store_true", help="also the attention and GEMM notes")
     p.set_defaults(fn=bench)
+    p = sub.add_parser("run")
+    p.add_argument("run")
+    p.add_argument("ref", nargs="?")
+    p.add_argument("--min-steps", type=int, default=1)
+    p.add_argument("--min-tflops", type=float)
+    p.add_argument("--within", type=float)
+    p.set_defaults(fn=run)
     p = sub.add_parser("same-loss")
     p.add_argument("a")
     p.add_argument("b")

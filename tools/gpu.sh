@@ -63,6 +63,17 @@ uses a build folder instead):
   dist                data parallel over NCCL on 4 GPUs: tokens/s per GPU for 1, 2, 4 GPUs,
                       overlap off, --shard-gradients; 200 steps 4 GPUs against 1 GPU
                       --grad-accum 4; resume of a 2-GPU checkpoint on 4 and 1 GPUs; memory plans
+  big                 full-parameter training of the Llama-3-8B shape on one GPU (`fp8run bench
+                      llama:8b`, the model made in memory): BIG_SHAPE ("--batch 1 --seq 4096
+                      --grad-accum 4"), WARMUP (2) + STEPS (20) steps in fp8 with BIG_OPTS
+                      ("--optimizer-state fp8"; when that fails, once more with BIG_FALLBACK added:
+                      "--batch 4 --grad-accum 1 --recompute mlp --chunked-lm-head on"), then in
+                      BIG_REF (bf16; "" skips it) with BIG_REF_OPTS added (B4 x K1, --recompute full,
+                      chunked head: the same windows, and it fits) for the loss; rc 1 if a step was
+                      skipped, fp8 ran below MIN_TFLOPS (750) model TFLOP/s or its last loss is not
+                      within 1% of the reference's. BIG_INFO=1 first prints `info --memory` of the
+                      fp8 run (writes /tmp/llama_8b.onnx, 32 GB; about a minute more), BIG_MODEL=file
+                      benches that file. big.txt: the figures; peers_8b.json: peers_table.py's rows
   finetune            Hugging Face round trip and LoRA -> peft (tools/check_hf_finetune.py); the
                       1B full fine-tune default against LOWMEM_OPTS (peak <= 0.6x); LoRA rank 16
                       on an FP8 base of the Llama-3-8B shape (SKIP_8B=1 leaves it out)
@@ -117,7 +128,7 @@ model() { # SIZE: the generated Llama of that preset, made once
     [ -f "$m" ] || "$FP8RUN" generate llama --preset "$1" -o "$m" > /dev/null || return 1
     echo "$m"
 }
-shape() { case $1 in 125m) echo "--batch 16 --seq 1024" ;; 1b) echo "--batch 8 --seq 2048" ;; *) echo "--batch 1 --seq 2048" ;; esac; }
+shape() { [ -n "${SHAPE:-}" ] && echo "$SHAPE" && return; case $1 in 125m) echo "--batch 16 --seq 1024" ;; 1b) echo "--batch 8 --seq 2048" ;; *) echo "--batch 1 --seq 2048" ;; esac; }
 tokens() { # COUNT: random token ids below 32768 (uint16), made once
     local f=/tmp/tokens_$1.bin
     [ -f "$f" ] || python3 -c "import numpy as np; np.random.default_rng(0).integers(0, 32768, $1).astype('<u2').tofile('$f')"
@@ -388,6 +399,60 @@ m_finetune() {
     fi
     return $rc
 }
+m_big() {
+    gpu_env big
+    local m rc=0 t0=$SECONDS p f opts stem ref=${BIG_REF-bf16} files=() commit
+    commit=${COMMIT:-$(cat .devpkg/COMMIT 2> /dev/null || echo unknown)}
+    # planned (extrapolated from 1-6 layers): about 126 GiB; the fallback (no accumulation buffer,
+    # the MLP recomputed) about 106 GiB, slower
+    local main=${BIG_OPTS---optimizer-state fp8} fallback=${BIG_FALLBACK---batch 4 --grad-accum 1 --recompute mlp --chunked-lm-head on}
+    # the reference: the same windows per step as B4 x K1 (no accumulation buffer) and recomputed
+    # blocks (the same bits), so that bf16 fits beside fp8's figure
+    local ref_opts=${BIG_REF_OPTS---batch 4 --grad-accum 1 --recompute full --chunked-lm-head on}
+    export SHAPE=${BIG_SHAPE:---batch 1 --seq 4096 --grad-accum 4} WARMUP=${WARMUP:-2} STEPS=${STEPS:-20}
+    export BENCH_TIMEOUT=${BIG_TIMEOUT:-300}
+    stem=h200_llama8b_$(echo "$SHAPE" | sed 's/--batch /b/; s/ *--seq /_t/; s/ *--grad-accum /_k/; s/ /_/g')
+    # bench makes the model in memory (32 GB neither written nor read back); info needs the file
+    m=llama:8b
+    : > "$D/big.txt"
+    if [ "${BIG_INFO:-0}" = 1 ] || [ "${BIG_MODEL:-}" = file ]; then
+        m=$(model 8b) || return 1
+        echo "generated $m in $((SECONDS - t0)) s" | tee -a "$D/big.txt"
+    fi
+    export MODEL=$m
+    if [ "${BIG_INFO:-0}" = 1 ]; then # the plan by part (about a minute of host time at this size)
+        t0=$SECONDS
+        # shellcheck disable=SC2086
+        "$FP8RUN" info "$m" --memory $SHAPE --precision fp8 $main | sed -n '/^memory/,$p' | tee -a "$D/big.txt"
+        echo "info: $((SECONDS - t0)) s" | tee -a "$D/big.txt"
+    fi
+    for p in fp8 $ref; do
+        f=${stem}_$p opts=$main
+        [ "$p" = fp8 ] || opts="$main $ref_opts"
+        t0=$SECONDS
+        rm -f "$D/$f.json"
+        # bench's pre-flight check counts the evaluation executor, which bench never builds
+        # shellcheck disable=SC2086
+        PRECISION=$p bench_as "$f" 8b FP8RUN_MEMORY_CHECK=0 $opts
+        if [ ! -f "$D/$f.json" ] && [ "$p" = fp8 ] && [ -n "$fallback" ]; then
+            echo "fp8 with '$opts' failed ($(grep -m1 -i error "$D/$f.log" | cut -c1-160)); again with $fallback" | tee -a "$D/big.txt"
+            mv "$D/$f.log" "$D/${f}_first.log"
+            opts="$opts $fallback"
+            # shellcheck disable=SC2086
+            PRECISION=$p bench_as "$f" 8b FP8RUN_MEMORY_CHECK=0 $opts
+        fi
+        echo "$p ($opts): $((SECONDS - t0)) s" | tee -a "$D/big.txt"
+        grep -E "^bench: generat" "$D/$f.log"
+        grep -E "^(step time|tokens/s|model TFLOP|memory|loss|build)" "$D/$f.log" | tee -a "$D/big.txt"
+        [ -f "$D/$f.json" ] || rc=1
+        files+=("$D/$f.json")
+    done
+    $CMP run "${files[@]}" --min-steps 20 --min-tflops "${MIN_TFLOPS:-750}" --within 0.01 | tee -a "$D/big.txt"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+    python3 tools/peers_table.py "$D" "$commit" > "$D/peers_8b.json" 2> "$D/peers_8b.txt"
+    rm -f /tmp/llama_8b.onnx /tmp/llama_8b.onnx.data
+    return $rc
+}
 m_hf() {
     gpu_env hf
     local size d
@@ -500,7 +565,7 @@ mode=${1:-help}
 [ $# -gt 0 ] && shift
 case $mode in
     help | -h | --help) help ;;
-    debs | stamp | build | bundle | exports | peers | tests | bench | versus | profile | compare | e2e | sft | determinism | dist | finetune | archs | hf | python | user)
+    debs | stamp | build | bundle | exports | peers | tests | bench | versus | profile | compare | e2e | sft | determinism | dist | big | finetune | archs | hf | python | user)
         "m_$mode" "$@"
         rc=$?
         [ -n "${PACK:-}" ] && [ -d "$OUT/$mode" ] && tar -C "$OUT" -czf "$OUT/$mode.tgz" "$mode"

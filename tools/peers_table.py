@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """bench/peers.json rows from one `tools/gpu.sh peers` call's folder: fp8run's `bench --json`
-files of the generated Llama (*_llama{125m,1b}_*_{bf16,fp8}.json), the shared PyTorch baseline
+files of the generated Llama (*_llama{8b,1b,125m}_*_{bf16,fp8}.json), the shared PyTorch baseline
 compiled (torch_llama_{SIZE}_{bf16,fp8}_compile.json, ../shared/baselines/torch_llama.py) and
 torchao float8 on the same model (torchao.json, torchao_llama.py: a list of rows).
 
     python3 tools/peers_table.py DIR [COMMIT] > peers.json
 
 Each row: system (fp8run-fp8, fp8run-bf16, torch-fp8-compiled, torch-bf16-compiled,
-torchao-tensorwise, torchao-rowwise), model (125m, 1b), tokens_per_s, peak_gib (fp8run: the
+torchao-tensorwise, torchao-rowwise), model (8b, 1b, 125m), tokens_per_s, peak_gib (fp8run: the
 device's peak seen, and fp8run_planned_gib its own allocation; PyTorch:
 torch.cuda.max_memory_allocated), model_tflops (the same model FLOPs for every system of a
 size: fp8run's flops_per_step over each one's step time), device and commit (fp8run's JSON's,
@@ -21,7 +21,7 @@ import sys
 
 from arch_table import load  # a JSON file, or {"error": ...} naming it
 
-SIZES = ("1b", "125m")
+SIZES = ("8b", "1b", "125m")
 
 
 def fp8run_file(d, size, prec):

@@ -1,9 +1,11 @@
 /* A Llama-style decoder built as an ONNX graph (see runtime/train/llama_gen.h). Moved here from the
  * CLI so that tools build models through the public API (fp8run_model_generate_llama). */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/exec/host_memory.h"
 #include "runtime/train/llama_gen.h"
@@ -80,6 +82,88 @@ static int const_f32_scalar(gb *b, float v)
     return constant(b, t);
 }
 
+/* ---- N(0, std) weights ----
+ * One Box-Muller pair from two uniforms: x[0] and, when `both`, x[1]. The only place the
+ * transform is written, so the serial and the threaded paths give the same bits. */
+static void box_muller(double u1, double u2, float std, float *x, int both)
+{
+    double r = sqrt(-2.0 * log(u1 > 0 ? u1 : 1e-300)), a = 2 * M_PI * u2;
+    x[0] = (float)(std * r * cos(a));
+    if (both) x[1] = (float)(std * r * sin(a));
+}
+
+/* The generator's stream is sequential and cheap; the transform costs ~50x a draw. Large
+ * weights (an 8B model's 8e9 values: minutes on one core) draw a chunk's uniforms in order on
+ * the calling thread while worker threads transform the previous chunk: the same values as the
+ * serial loop, in a fraction of the time on a many-core host. */
+#define GEN_PAR_MIN ((int64_t)1 << 22) /* smaller tensors: the serial loop */
+#define GEN_CHUNK ((int64_t)1 << 22)   /* values per chunk (even) */
+#define GEN_MAX_THREADS 32
+
+typedef struct gen_job {
+    const double *u; /* 2 uniforms per pair */
+    float *x;
+    int64_t n;       /* values of this job (the last may be odd) */
+    float std;
+} gen_job;
+
+static void *gen_run(void *arg)
+{
+    const gen_job *j = arg;
+    for (int64_t i = 0; i < j->n; i += 2) box_muller(j->u[i], j->u[i + 1], j->std, j->x + i, i + 1 < j->n);
+    return NULL;
+}
+
+static int64_t gen_draw(fr_prng *r, double *u, int64_t n)
+{
+    const int64_t pairs = (n + 1) / 2;
+    for (int64_t k = 0; k < 2 * pairs; k++) u[k] = fr_prng_double(r);
+    return pairs;
+}
+
+static fr_status normal_parallel(fr_prng *r, float *x, int64_t n, float std)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int workers = cpus > 1 ? (int)(cpus - 1 < GEN_MAX_THREADS ? cpus - 1 : GEN_MAX_THREADS) : 0;
+    double *u[2] = {fr_malloc((size_t)GEN_CHUNK * sizeof(double), "weights"),
+                    fr_malloc((size_t)GEN_CHUNK * sizeof(double), "weights")};
+    if (!u[0] || !u[1]) {
+        free(u[0]);
+        free(u[1]);
+        return FR_ERR_OOM;
+    }
+    pthread_t th[GEN_MAX_THREADS];
+    gen_job jobs[GEN_MAX_THREADS];
+    int64_t c0 = 0, cn = n < GEN_CHUNK ? n : GEN_CHUNK;
+    gen_draw(r, u[0], cn);
+    for (int cur = 0; c0 < n; cur ^= 1) {
+        /* the chunk at c0 (uniforms in u[cur]) split over the workers, pairs kept whole */
+        const int64_t pairs = (cn + 1) / 2;
+        int started = 0;
+        for (int w = 0; w < workers; w++) {
+            int64_t p0 = pairs * w / workers, p1 = pairs * (w + 1) / workers;
+            if (p1 == p0) continue;
+            int64_t e0 = 2 * p0, e1 = 2 * p1 < cn ? 2 * p1 : cn;
+            jobs[started] = (gen_job){u[cur] + e0, x + c0 + e0, e1 - e0, std};
+            if (pthread_create(&th[started], NULL, gen_run, &jobs[started]) != 0) gen_run(&jobs[started]);
+            else started++;
+        }
+        /* the next chunk's uniforms meanwhile (same order as the serial loop's draws) */
+        const int64_t n0 = c0 + cn, nn = n - n0 < GEN_CHUNK ? n - n0 : GEN_CHUNK;
+        if (nn > 0) gen_draw(r, u[cur ^ 1], nn);
+        if (workers == 0) {
+            gen_job one = {u[cur], x + c0, cn, std};
+            gen_run(&one);
+        }
+        for (int w = 0; w < started; w++) pthread_join(th[w], NULL);
+        c0 = n0;
+        cn = nn;
+    }
+    free(u[0]);
+    free(u[1]);
+    return FR_OK;
+}
+
 /* A trainable weight initializer N(0, std) (std 0: ones). */
 static int weight(gb *b, const char *name, int rank, const int64_t *dims, float std)
 {
@@ -93,11 +177,22 @@ static int weight(gb *b, const char *name, int rank, const int64_t *dims, float 
     }
     float *x = t->data;
     int64_t n = fr_tensor_numel(t);
-    for (int64_t i = 0; i < n; i += 2) { /* Box-Muller pairs */
-        double u1 = fr_prng_double(&b->rng), u2 = fr_prng_double(&b->rng);
-        double r = sqrt(-2.0 * log(u1 > 0 ? u1 : 1e-300)), a = 2 * M_PI * u2;
-        x[i] = std == 0 ? 1.0f : (float)(std * r * cos(a));
-        if (i + 1 < n) x[i + 1] = std == 0 ? 1.0f : (float)(std * r * sin(a));
+    if (std != 0 && n >= GEN_PAR_MIN) {
+        b->st = normal_parallel(&b->rng, x, n, std);
+    } else {
+        for (int64_t i = 0; i < n; i += 2) { /* Box-Muller pairs */
+            double u1 = fr_prng_double(&b->rng), u2 = fr_prng_double(&b->rng);
+            if (std == 0) {
+                x[i] = 1.0f;
+                if (i + 1 < n) x[i + 1] = 1.0f;
+            } else {
+                box_muller(u1, u2, std, x + i, i + 1 < n);
+            }
+        }
+    }
+    if (b->st != FR_OK) {
+        fr_tensor_free(t);
+        return -1;
     }
     b->st = fr_graph_set_initializer(b->g, v, t);
     return v;

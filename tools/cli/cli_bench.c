@@ -1,6 +1,6 @@
-/* `fp8run bench MODEL --batch B --seq T [--precision ...]`: times training steps on random
- * tokens and reports step time, tokens/s, model FLOP utilization and memory, as a table on
- * stdout and optionally as JSON.
+/* `fp8run bench MODEL --batch B --seq T [--grad-accum K] [--precision ...]`: times training steps
+ * on random tokens and reports step time, tokens/s, model FLOP utilization and memory, as a table
+ * on stdout and optionally as JSON. A step is K micro-batches of B x T tokens.
  *
  * FLOPs per step follow the usual accounting for decoder transformers (PaLM, appendix B):
  * 6 * N * tokens for the parameters' matrix products (forward 2, backward 4), N counting every
@@ -40,6 +40,9 @@ void cli_bench_help(FILE *f)
             "\n"
             "Time training steps of MODEL (ONNX or .fbs) on random token ids and report the step\n"
             "time, tokens/s, model FLOP utilization (vs the GPU's dense BF16 peak) and memory.\n"
+            "MODEL llama:PRESET (tiny, 125m, 1b, 8b) is `generate llama --preset PRESET`'s model,\n"
+            "made in memory (the 8B shape's 32 GB are neither written nor read back).\n"
+            "A step is --grad-accum K micro-batches of B x T tokens (default K 1).\n"
             "\n"
             "options:\n"
             "  --device auto|cuda|cpu  (default auto)\n"
@@ -60,6 +63,22 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* MODEL: a file, or llama:PRESET generated here with generate's weights (seed 1). */
+static int load_model(const char *model, fp8run_model **out)
+{
+    if (strncmp(model, "llama:", 6) != 0) return fp8run_model_load(model, out) == FP8RUN_OK ? 0 : cli_fail_status();
+    fp8run_llama_config c;
+    cli_must(fp8run_llama_config_init(&c, sizeof c));
+    if (fp8run_llama_config_preset(&c, model + 6) != FP8RUN_OK)
+        return cli_usage("bench", "%s: '%s' is not one of tiny, 125m, 1b, 8b", model, model + 6);
+    c.seed = 1;
+    fprintf(stderr, "bench: generating %s...\n", model);
+    double t0 = now_s();
+    if (fp8run_model_generate_llama(&c, out) != FP8RUN_OK) return cli_fail_status();
+    fprintf(stderr, "bench: generated %s in %.1f s\n", model, now_s() - t0);
+    return 0;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -188,7 +207,8 @@ int cli_bench(int argc, char **argv)
     if (rc == 0 && (!cli_config_given(&given, "batch") || !cli_config_given(&given, "seq_len")))
         rc = cli_usage("bench", "--batch B and --seq T are required");
     if (rc == 0) {
-        cli_file in = {model, "model"}, outf = {json, "JSON report (--json)"};
+        const int generated = strncmp(model, "llama:", 6) == 0;
+        cli_file in = {generated ? NULL : model, "model"}, outf = {json, "JSON report (--json)"};
         rc = cli_check_files(&in, 1, &outf, 1);
     }
     if (rc) {
@@ -197,18 +217,19 @@ int cli_bench(int argc, char **argv)
     }
     fp8run_model *mdl = NULL;
     fp8run_session *t = NULL;
-    if (fp8run_model_load(model, &mdl) != FP8RUN_OK) {
+    if ((rc = load_model(model, &mdl)) != 0) {
         cli_dims_free(&dims);
-        return cli_fail_status();
+        return rc;
     }
-    const int64_t batch = o.batch, seq = o.seq_len;
+    const int64_t batch = o.batch, seq = o.seq_len, accum = o.grad_accum;
     const char *precision = o.precision, *recipe = cli_config_given(&given, "recipe") ? o.recipe : NULL;
     o.dim_names = dims.names;
     o.dim_values = dims.values;
     o.n_dims = dims.n;
     o.max_bad_steps = (int)(warmup + steps); /* timing, not training: a skipped step still counts */
-    fprintf(stderr, "bench: building %s (%s, batch %lld x seq %lld)...\n", model, precision, (long long)batch,
-            (long long)seq);
+    fprintf(stderr, "bench: building %s (%s, batch %lld x seq %lld", model, precision, (long long)batch, (long long)seq);
+    if (accum > 1) fprintf(stderr, " x %lld micro-batches", (long long)accum);
+    fprintf(stderr, ")...\n");
     double t0 = now_s();
     if (fp8run_session_create(mdl, device, &o, &t) != FP8RUN_OK) {
         fp8run_model_destroy(mdl);
@@ -217,7 +238,7 @@ int cli_bench(int argc, char **argv)
     }
     double build_s = now_s() - t0;
     int64_t vocab = fp8run_session_vocab(t);
-    int64_t per = batch * (seq + 1);
+    int64_t per = accum * batch * (seq + 1); /* a step's windows: every micro-batch's */
     int64_t *w = malloc((size_t)per * sizeof *w);
     double *times = malloc((size_t)steps * sizeof *times);
     if (!w || !times) rc = cli_fail("out of memory");
@@ -267,7 +288,7 @@ int cli_bench(int argc, char **argv)
     for (int64_t s = 0; !sync && rc == 0 && s < steps; s++) times[s] = timed_s / (double)steps;
     if (rc == 0) {
         qsort(times, (size_t)steps, sizeof *times, cmp_double);
-        double med = times[steps / 2], tokens = (double)batch * (double)seq;
+        double med = times[steps / 2], tokens = (double)accum * (double)batch * (double)seq;
         /* the model as loaded, prepared for B x T so the attention shapes are known (FLOPs
          * without attention, rather than no figures, when that fails) */
         fp8run_flops_info fl = {.struct_size = sizeof fl};
@@ -299,7 +320,11 @@ int cli_bench(int argc, char **argv)
         printf("gemm             %s\n", gemm);
         printf("parameters       %s (%s in matrix products)\n", cli_human_count(np, n1, sizeof n1),
                cli_human_count(n_mm, b1, sizeof b1));
-        printf("batch x seq      %lld x %lld (%.0f tokens per step)\n", (long long)batch, (long long)seq, tokens);
+        if (accum > 1)
+            printf("batch x seq      %lld x %lld x %lld micro-batches (%.0f tokens per step)\n", (long long)batch,
+                   (long long)seq, (long long)accum, tokens);
+        else
+            printf("batch x seq      %lld x %lld (%.0f tokens per step)\n", (long long)batch, (long long)seq, tokens);
         if (sync)
             printf("step time        %.2f ms (median of %lld, each waited for; min %.2f, max %.2f)\n", med * 1e3,
                    (long long)steps, times[0] * 1e3, times[steps - 1] * 1e3);
@@ -343,7 +368,7 @@ int cli_bench(int argc, char **argv)
                 json_text(gemm, gemm_json, sizeof gemm_json);
                 fprintf(f,
                         "{\"model\": \"%s\", \"commit\": \"%s\", \"device\": \"%s\", \"precision\": \"%s\", \"recipe\": %s%s%s, "
-                        "\"batch\": %lld, \"seq\": %lld, \"parameters\": %lld, \"matmul_parameters\": %lld, "
+                        "\"batch\": %lld, \"seq\": %lld, \"grad_accum\": %lld, \"parameters\": %lld, \"matmul_parameters\": %lld, "
                         "\"step_ms_median\": %.4f, \"step_ms_min\": %.4f, \"step_ms_max\": %.4f, \"steps\": %lld, "
                         "\"warmup\": %lld, \"tokens_per_s\": %.1f, \"flops_per_step\": %.6g, \"model_tflops\": %.3f, "
                         "\"mfu_bf16_peak\": %s, \"peak_bf16_tflops\": %.0f, \"memory_planned_bytes\": %zu, "
@@ -351,7 +376,7 @@ int cli_bench(int argc, char **argv)
                         "\"loss_last\": %.6f, \"skipped\": %d, \"steps_waited_for\": %s, \"attention\": \"%s\", "
                         "\"gemm\": \"%s\", \"fp8_fast_accum\": %d}\n",
                         model, cli_commit(), dev, precision, recipe ? "\"" : "", recipe ? recipe : "null", recipe ? "\"" : "",
-                        (long long)batch, (long long)seq, (long long)np, (long long)n_mm, med * 1e3, times[0] * 1e3,
+                        (long long)batch, (long long)seq, (long long)accum, (long long)np, (long long)n_mm, med * 1e3, times[0] * 1e3,
                         times[steps - 1] * 1e3, (long long)steps, (long long)warmup, tokens / med, flops,
                         flops / med / 1e12, mfu_text, peak / 1e12, planned, (size_t)peak_used, (size_t)dev_total,
                         loss0, loss1, skipped, sync ? "true" : "false", attn_json, gemm_json, o.fp8_fast_accum);
