@@ -115,15 +115,13 @@ int is_f(fr_dtype dt) { return dt == FR_F32 || dt == FR_F64; }
 
 /* Gelu's gradient with a bfloat16 dy and/or x (ops/elementwise_grad.h): the float32 kernel's
  * dx on the widened values */
-__device__ __forceinline__ float ag_widen(float v) { return v; }
-__device__ __forceinline__ float ag_widen(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 template <int GT, typename TD, typename TV>
 struct GeluGradLowp {
     const TD *dy;
     const TV *v;
     float *dx;
-    __device__ void operator()(int64_t i) const { dx[i] = ag_dx<FR_UN_GELU, GT, float>(ag_widen(dy[i]), ag_widen(v[i]), 0.0); }
+    __device__ void operator()(int64_t i) const { dx[i] = ag_dx<FR_UN_GELU, GT, float>(ew_lowp_widen(dy[i]), ew_lowp_widen(v[i]), 0.0); }
 };
 
 /* the same element function for the 16-byte kernel (elementwise_lowp.cuh): a = {dy, x} */

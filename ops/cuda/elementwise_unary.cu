@@ -121,18 +121,12 @@ fr_status un_dispatch(const fr_cuda_kctx *k, fr_dtype dt, int64_t n, float alpha
 }
 
 /* ai.fp8run::Gelu with a bfloat16 X or Y (ops/unary_math.c): the float32 Gelu of X's value,
- * rounded once for a bfloat16 Y */
-__device__ __forceinline__ float lowp_in(float v) { return v; }
-__device__ __forceinline__ float lowp_in(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T> __device__ __forceinline__ T lowp_out(float v);
-template <> __device__ __forceinline__ float lowp_out<float>(float v) { return v; }
-template <> __device__ __forceinline__ __nv_bfloat16 lowp_out<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-
+ * rounded once for a bfloat16 Y (the one-element kernel, for pointers the 16-byte one cannot take) */
 template <int GT, typename TX, typename TY>
 struct GeluLowp {
     const TX *x;
     TY *y;
-    __device__ void operator()(int64_t i) const { y[i] = lowp_out<TY>(un_float<FR_UN_GELU, GT, float>(lowp_in(x[i]), 0.f)); }
+    __device__ void operator()(int64_t i) const { ew_lowp_put(y + i, un_float<FR_UN_GELU, GT, float>(ew_lowp_widen(x[i]), 0.f)); }
 };
 
 /* the same element function for the 16-byte kernel (elementwise_lowp.cuh) */

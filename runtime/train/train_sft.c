@@ -123,14 +123,6 @@ fr_status tr_sft_micro(fr_trainer *t, const int64_t *windows, float *weight)
     return FR_OK;
 }
 
-/* The largest segment id of a window's n ids: its examples (ids run 1, 2, ... then 0). */
-static int max_id(const int32_t *seg, int64_t n)
-{
-    int m = 0;
-    for (int64_t j = 0; j < n; j++) m = seg[j] > m ? seg[j] : m;
-    return m;
-}
-
 /* Check and keep a step's (or an eval's) batch; the total of counted labels. */
 static fr_status take_batch(fr_trainer *t, const int64_t *windows, const int32_t *seg, const uint8_t *tgt, int k,
                             int64_t all_targets)
@@ -140,6 +132,10 @@ static fr_status take_batch(fr_trainer *t, const int64_t *windows, const int32_t
     if (!windows || !seg || !tgt || k < 1)
         return fr_error(FR_ERR_INVALID_ARG, "SFT batch: no windows, segment ids or target flags, or k < 1");
     const int64_t T = t->opt.seq_len, W = T + 1, n = (int64_t)k * t->opt.batch * W;
+    /* more examples in a window than the session was sized for would overflow the GPU
+       attention's sequence slots (the device would stop the step): said here. The ids run 1, 2,
+       ... within a window, so an id past the bound is the example too many. */
+    const int64_t cap = t->opt.sft_padded ? 0 : t->opt.sft_max_examples;
     for (int64_t i = 0; i < n; i++) {
         const int64_t j = i % W;
         if (seg[i] < 0 || tgt[i] > 1 || (j > 0 && seg[i] != seg[i - 1] && seg[i] != 0 && seg[i] != seg[i - 1] + 1) ||
@@ -151,20 +147,14 @@ static fr_status take_batch(fr_trainer *t, const int64_t *windows, const int32_t
         if (seg[i] > 1 && t->opt.sft_padded)
             return fr_error(FR_ERR_INVALID_ARG, "SFT batch: window %lld holds more than one example, but this "
                             "trainer was built for one per window (packing off)", (long long)(i / W));
+        if (cap > 0 && seg[i] > cap)
+            return fr_error(FR_ERR_INVALID_ARG, "SFT batch: window %lld holds more than the %lld examples this "
+                            "session was made for (sft_max_examples: the most any window of its data holds)",
+                            (long long)(i / W), (long long)cap);
         if (seg[i] > 1 && t->sft_attention == 0)
             return fr_error(FR_ERR_INVALID_ARG, "SFT batch: window %lld holds more than one example, but the model "
                             "has no fused attention node to keep them apart: use --packing off (one example per "
                             "window)", (long long)(i / W));
-    }
-    /* more examples in a window than the session was sized for would overflow the GPU
-       attention's sequence slots (the device would stop the step): say so here */
-    const int64_t cap = t->opt.sft_padded ? 0 : t->opt.sft_max_examples;
-    for (int64_t w = 0; cap > 0 && w < n / W; w++) {
-        const int m = max_id(seg + w * W, W);
-        if (m > cap)
-            return fr_error(FR_ERR_INVALID_ARG, "SFT batch: window %lld holds %d examples, more than the %lld this "
-                            "session was made for (sft_max_examples: the most any window of its data holds)",
-                            (long long)w, m, (long long)cap);
     }
     t->sft_windows = windows;
     t->sft_seg = seg;
