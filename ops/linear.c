@@ -152,7 +152,7 @@ static fr_status linear_infer(fr_graph *g, int node_id)
     int64_t dims[FR_MAX_RANK];
     memcpy(dims, x->dims, sizeof dims);
     dims[x->rank - 1] = N;
-    /* a bias (float32, as W) is added to the float32 sum before the one rounding to bf16 */
+    /* y_dtype bfloat16: Y = bf16(float32 sum + bf16(bias)); a bias is float32, as W */
     if (c.y_bf16 && w->dtype != FR_F32)
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "y_dtype bfloat16 needs a float32 weight (and bias)");
     fr_infer_set(g, n, FR_LIN_OUT_Y, c.y_bf16 ? FR_BF16 : w->dtype, x->rank, dims);

@@ -35,9 +35,10 @@
  *   pad_multiple int >= 1 (default 1): GEMM dims M, N, K are padded with zeros to multiples of
  *                this, as the GPU does for FP8 GEMMs; on the CPU the kernels really pad, so a
  *                test can show it changes nothing
- *   y_dtype      "float32" (default: W's dtype) | "bfloat16": Y = bf16(float32 GEMM sum + float32
- *                bias), one rounding to nearest even, as autocast's Linear outputs are; bf16 and
- *                fp8 precision with a float32 W only. The pass narrow_activations sets it where
+ *   y_dtype      "float32" (default: W's dtype) | "bfloat16": Y = bf16(float32 GEMM sum +
+ *                bf16(bias)), the float32 bias rounded to bfloat16 first (as autocast casts it,
+ *                and as cuBLASLt's bf16-output BIAS epilogue takes it), then one rounding of the
+ *                sum, both to nearest even; bf16 and fp8 precision with a float32 W only. The pass narrow_activations sets it where
  *                every reader of Y takes bfloat16 (SwiGLU, Gelu, AttentionQKV, the norms' branch
  *                input): half the bytes written, read and saved.
  *   dx_dtype     "float32" (default: W's dtype) | "bfloat16" (LinearGradData only; bf16 and fp8

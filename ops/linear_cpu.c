@@ -357,16 +357,25 @@ static void transpose_codes(const uint8_t *codes, int64_t R, int64_t C, uint8_t 
 }
 
 /* op(A) op(B) (+ bias) into out: float32, or computed in float32 and rounded once to
- * bfloat16 (y_dtype / dx_dtype "bfloat16"), as the GPU's GEMM writes a bfloat16 result */
+ * bfloat16 (y_dtype / dx_dtype "bfloat16"), as the GPU's GEMM writes a bfloat16 result. A
+ * bfloat16 out adds the bias rounded to bfloat16 first, as autocast does and as cuBLASLt's
+ * bf16-output BIAS epilogue takes it (a bfloat16 bias vector). */
 static fr_status gemm_out(const operand *a, const operand *b, int64_t M, int64_t N, int64_t K, int64_t pad,
                           const float *bias, fr_tensor *out)
 {
     if (out->dtype != FR_BF16) return gemm_f32(a, b, M, N, K, pad, bias, out->data);
     float *f = fr_malloc((size_t)(M * N > 0 ? M * N : 1) * sizeof(float), "Linear float32 result");
-    if (!f) return FR_ERR_OOM;
-    fr_status st = gemm_f32(a, b, M, N, K, pad, bias, f);
+    float *bb = bias ? fr_malloc((size_t)(N > 0 ? N : 1) * sizeof(float), "Linear bias rounded to bfloat16") : NULL;
+    if (!f || (bias && !bb)) {
+        free(f);
+        free(bb);
+        return FR_ERR_OOM;
+    }
+    for (int64_t n = 0; bb && n < N; n++) bb[n] = fr_bf16_to_f32(fr_f32_to_bf16(bias[n]));
+    fr_status st = gemm_f32(a, b, M, N, K, pad, bb, f);
     if (st == FR_OK) round_bf16(f, M * N, out->data);
     free(f);
+    free(bb);
     return st;
 }
 

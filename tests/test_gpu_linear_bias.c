@@ -1,14 +1,19 @@
 /* The CUDA Linear with a bias (ops/cuda/linear.cu, fr_q_gemm_out in ops/cuda/quantize_finish.cu:
- * cuBLASLt's BIAS epilogue where it takes a float32 bias, else the finishing pass) and the
- * bfloat16 Gelu / ActivationGrad of the narrowed GELU MLP (ops/cuda/elementwise_unary.cu,
+ * cuBLASLt's BIAS epilogue where it takes the bias, else the finishing pass) and the bfloat16
+ * Gelu / ActivationGrad of the narrowed GELU MLP (ops/cuda/elementwise_unary.cu,
  * elementwise_grad.cu), against the CPU:
  *   - Linear with a bias, y_dtype bfloat16 and float32, in bf16 and fp8 (current, block)
- *     precision, on an aligned shape (the epilogue, or its fallback through a float32 result)
- *     and padded ones (N or K not a multiple of 16: the copy-out adds the bias): Y within 1e-2
- *     relative L2 of the CPU (test_gpu_linear's tolerance: the same products in cuBLASLt's
- *     summation order), and for a bfloat16 Y every element within 2 bf16 ulps of the CPU's or
- *     within 1e-3 x rms(Y) (a cancelling sum near zero moves by more than its ulp); the bias
- *     epilogue's choice (taken or refused) is printed from the GEMM report;
+ *     precision, on aligned shapes (the epilogue, or its fallback through a float32 result)
+ *     and padded ones (N or K not a multiple of 16: the copy-out adds the bias), with W and
+ *     the bias as inputs (a bfloat16 Y rounds the bias into scratch) and as constants (its bf16
+ *     copy kept with W's): Y within 1e-2 relative L2 of the CPU (test_gpu_linear's tolerance:
+ *     the same products in cuBLASLt's summation order), and for a bfloat16 Y every element
+ *     within 2 bf16 ulps of the CPU's or within 1e-3 x rms(Y) (a cancelling sum near zero
+ *     moves by more than its ulp). Both add the bias rounded to bf16 for a bfloat16 Y (ops/
+ *     linear.h), so only the summation order differs;
+ *   - a bfloat16 Y on an aligned shape in bf16 and per-tensor fp8 takes cuBLASLt's BIAS
+ *     epilogue with the bf16 bias (the GEMM report's refusals do not grow); the block recipe's
+ *     choice and the whole report are printed;
  *   - ai.fp8run::Gelu with a bfloat16 X and/or Y and ActivationGrad (op Gelu) with a bfloat16
  *     dy and/or x: within 1 bf16 ulp of the CPU for a bfloat16 Y (CUDA's float functions vs the
  *     CPU's double, then one rounding each), within 1e-5 relative L2 for float32 outputs.
@@ -50,24 +55,46 @@ static double bf16_rms(const fr_tensor *t)
     return n ? sqrt(s / (double)n) : 0;
 }
 
-static int check_linear(fr_rng *r, int64_t M, int64_t K, int64_t N, const char *prec, const char *recipe, int y_bf16)
+/* The GEMM report's counts of bias-epilogue shapes taken and refused (0 and 0 without a GPU
+ * or before any biased GEMM). */
+static void bias_counts(int *taken, int *refused)
+{
+    *taken = *refused = 0;
+#ifdef FP8RUN_HAVE_CUDA
+    char rep[600];
+    fr_cuda_gemm_report((const fr_cuda_ctx *)gpu_ctx(), rep, sizeof rep);
+    const char *p = strstr(rep, "bias epilogue: "), *q = p ? strstr(p, "refused for ") : NULL;
+    if (p) *taken = atoi(p + strlen("bias epilogue: "));
+    if (q) *refused = atoi(q + strlen("refused for "));
+#endif
+}
+
+/* consts: W and the bias are constants (the bf16 bias kept in persistent memory); want_epi:
+ * the bias epilogue must be taken (no new refusal in the GEMM report) */
+static int check_linear(fr_rng *r, int64_t M, int64_t K, int64_t N, const char *prec, const char *recipe, int y_bf16,
+                        int consts, int want_epi)
 {
     int64_t xd[2] = {M, K}, wd[2] = {N, K}, bd[1] = {N};
     fr_tensor *x = tt_randn(r, FR_F32, 2, xd, 0.0, 1.0), *w = tt_randn(r, FR_F32, 2, wd, 0.0, 0.5);
     fr_tensor *b = tt_randn(r, FR_F32, 1, bd, 0.0, 2.0);
     fr_tensor *ins[3] = {x, w, b}, *g[TN_MAX];
     tnode t;
-    tn_init_domain(&t, FR_DOMAIN_FP8RUN, "Linear", 1, 3, ins, 0u, 1);
+    tn_init_domain(&t, FR_DOMAIN_FP8RUN, "Linear", 1, 3, ins, consts ? 6u : 0u, 1);
     TN_ATTR(&t, int, "transB", 1);
     TN_ATTR(&t, string, "precision", prec);
     if (recipe) TN_ATTR(&t, string, "recipe", recipe);
     if (y_bf16) TN_ATTR(&t, string, "y_dtype", "bfloat16");
     char label[200];
-    snprintf(label, sizeof label, "Linear %s %s M=%lld K=%lld N=%lld bias, Y %s", prec, recipe ? recipe : "",
-             (long long)M, (long long)K, (long long)N, y_bf16 ? "bfloat16" : "float32");
+    snprintf(label, sizeof label, "Linear %s %s M=%lld K=%lld N=%lld bias, Y %s%s", prec, recipe ? recipe : "",
+             (long long)M, (long long)K, (long long)N, y_bf16 ? "bfloat16" : "float32",
+             consts ? ", W and b constant" : "");
     int ok = tn_run(&t) == FR_OK;
     if (!ok) fprintf(stderr, "\n  %s: CPU failed: %s", label, fr_last_error());
+    int taken0, refused0, taken1, refused1;
+    bias_counts(&taken0, &refused0);
     ok = ok && tn_run_gpu(&t, g) == FR_OK;
+    bias_counts(&taken1, &refused1);
+    const int epi_ok = !want_epi || (refused1 == refused0 && taken1 >= 1);
     if (!ok) {
         fprintf(stderr, "\n  %s: failed: %s", label, fr_last_error());
     } else {
@@ -82,6 +109,10 @@ static int check_linear(fr_rng *r, int64_t M, int64_t K, int64_t N, const char *
             if (far) fprintf(stderr, "\n  %s: %lld elements more than 2 bf16 ulps off", label, (long long)far);
             ok = far == 0;
         }
+        if (!epi_ok)
+            fprintf(stderr, "\n  %s: cuBLASLt refused the BIAS epilogue (report: %d taken, %d refused; before: %d, %d)",
+                    label, taken1, refused1, taken0, refused0);
+        ok = ok && epi_ok;
         gpu_free_outputs(&t, g);
     }
     tn_free(&t);
@@ -97,9 +128,15 @@ static void run_prec(const char *prec, const char *recipe)
     fr_rng r = fr_test_rng("gpu_linear_bias");
     /* aligned (the epilogue or its fallback), N and K padded, M odd and K padded */
     static const int64_t shapes[][3] = {{256, 256, 128}, {135, 141, 29}, {77, 100, 96}, {512, 1024, 384}};
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+    /* cuBLASLt documents a bf16 bias with a bf16 D for bf16 and per-tensor fp8 GEMMs */
+    const int per_tensor = strcmp(prec, "bf16") == 0 || (recipe && strcmp(recipe, "current") == 0);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int aligned = shapes[s][0] % 16 == 0 && shapes[s][1] % 16 == 0 && shapes[s][2] % 16 == 0;
         for (int yb = 0; yb < 2; yb++)
-            CU_ASSERT(check_linear(&r, shapes[s][0], shapes[s][1], shapes[s][2], prec, recipe, yb));
+            for (int consts = 0; consts < 2; consts++)
+                CU_ASSERT(check_linear(&r, shapes[s][0], shapes[s][1], shapes[s][2], prec, recipe, yb, consts,
+                                       yb && aligned && per_tensor));
+    }
 #ifdef FP8RUN_HAVE_CUDA
     char rep[600];
     fr_cuda_gemm_report((const fr_cuda_ctx *)gpu_ctx(), rep, sizeof rep);

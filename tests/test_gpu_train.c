@@ -19,7 +19,9 @@
  *    batches per step, an evaluation and a set_param between steps give losses, evaluation
  *    losses and weights bit-identical to the same run with the cache off (FP8RUN_WEIGHT_CACHE=0),
  *    for bf16 and the three fp8 recipes; with it on, each Linear and LinearGradData node converts
- *    its weight once per step for k = 1 and k = 4 (k times with it off).
+ *    its weight once per step for k = 1 and k = 4 (k times with it off). On GPT-NeoX (biased
+ *    Linears with a bfloat16 Y, whose bf16 bias copies are kept with W's) the same, with a
+ *    set_param on a bias, in bf16 and fp8 current.
  *  - Recomputation (--recompute attention|mlp|full) converts the weights as often as none (the
  *    recomputed Linears share their forward's codes) and gives the losses and weights of --recompute
  *    none bit for bit on the GPU, in fp32, bf16 and fp8 (delayed, current, block).
@@ -30,8 +32,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tests/fuse_test_util.h"
 #include "tests/gpu_harness.h"
 #include "graph/onnx_io.h"
+#include "ops/linear.h"
 #include "runtime/train/trainer.h"
 #ifdef FP8RUN_HAVE_CUDA
 #include "runtime/cuda/cuda_train.h" /* the weight-cast counter */
@@ -491,6 +495,71 @@ static void test_cache_delayed(void) { check_cache_exact("fp8", "delayed"); }
 static void test_cache_current(void) { check_cache_exact("fp8", "current"); }
 static void test_cache_block(void) { check_cache_exact("fp8", "block"); }
 
+/* GPT-NeoX (biased Linears whose Y is bfloat16: the bias's bf16 copy kept with W's): k=2 with
+ * the cache on == off bit for bit, also after the host halves a bias (set_param); the optimizer
+ * changes every bias each step, so a kept copy that missed a change would show. */
+static void check_cache_bias(const char *precision, const char *recipe)
+{
+    enum { STEPS = 4, K = 2 };
+    fr_graph *g = fr_ft_open_hf("gpt_neox_op18_static");
+    fr_train_options o;
+    fr_ft_hf_train_options(&o);
+    o.precision = precision;
+    o.device = "cuda";
+    if (recipe) o.fp8.recipe = recipe;
+    fr_trainer *t[2] = {gpu_trainer(g, &o, 1), gpu_trainer(g, &o, 0)};
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t[0]);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t[1]);
+    int biased = 0;
+    for (int i = 0; i < t[0]->g->n_nodes; i++) {
+        const fr_node *nd = &t[0]->g->nodes[i];
+        biased += !nd->dead && strcmp(nd->op_type, "Linear") == 0 && is_const_input(t[0]->g, nd, FR_LIN_IN_B) &&
+                  t[0]->g->values[nd->outputs[0]].dtype == FR_BF16;
+    }
+    CU_ASSERT(biased > 0);
+    const int64_t row = o.seq_len + 1, n = (int64_t)K * o.batch * row, V = fr_trainer_vocab(t[0]);
+    int64_t *w = malloc(sizeof(int64_t) * (size_t)n);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+    double loss[2][STEPS];
+    for (int c = 0; c < 2; c++) {
+        uint64_t r = 91;
+        for (int i = 0; i < STEPS; i++) {
+            windows(&r, w, n, V);
+            fr_train_stats st;
+            FR_ASSERT_OK(fr_trainer_step(t[c], w, K, &st));
+            CU_ASSERT_FALSE(st.skipped);
+            loss[c][i] = st.loss;
+            if (i == 1) { /* the host halves an up projection's bias (its Y is bfloat16) */
+                int found = 0;
+                for (int p = 0; p < fr_trainer_param_count(t[c]) && !found; p++) {
+                    const char *name = fr_trainer_param_name(t[c], p);
+                    if (!strstr(name, "dense_h_to_4h.bias")) continue;
+                    found = 1;
+                    int64_t m = fr_trainer_param_numel(t[c], p);
+                    float *x = malloc((size_t)m * sizeof *x);
+                    FR_ASSERT_OK(fr_trainer_get_param(t[c], name, x));
+                    for (int64_t e = 0; e < m; e++) x[e] *= 0.5f;
+                    FR_ASSERT_OK(fr_trainer_set_param(t[c], name, x));
+                    free(x);
+                }
+                CU_ASSERT(found);
+            }
+        }
+    }
+    const int ldiff = memcmp(loss[0], loss[1], sizeof loss[0]) != 0;
+    CU_ASSERT_EQUAL(ldiff, 0);
+    for (int i = 0; ldiff && i < STEPS; i++) printf("\n  step %d: cached %.9g, uncached %.9g", i, loss[0][i], loss[1][i]);
+    printf(" (%s%s%s NeoX, %d biased bf16-output Linears: cached == uncached %s)", precision, recipe ? "/" : "",
+           recipe ? recipe : "", biased, ldiff ? "NO" : "yes");
+    free(w);
+    fr_trainer_free(t[0]);
+    fr_trainer_free(t[1]);
+    fr_graph_free(g);
+}
+
+static void test_cache_bias_bf16(void) { check_cache_bias("bf16", NULL); }
+static void test_cache_bias_current(void) { check_cache_bias("fp8", "current"); }
+
 /* weight conversions per step: once per kept node with the cache, k times without */
 static void test_cache_count(void)
 {
@@ -553,6 +622,8 @@ static CU_TestInfo tests[] = {
     {"weight cache fp8 current: == cache off bit for bit", test_cache_current},
     {"weight cache fp8 block: == cache off bit for bit", test_cache_block},
     {"weight cache: one cast per kept node per step at k=1 and k=4 (k without)", test_cache_count},
+    {"weight cache bf16 GPT-NeoX: kept bf16 biases, set_param on a bias: == cache off", test_cache_bias_bf16},
+    {"weight cache fp8 current GPT-NeoX: kept bf16 biases == cache off", test_cache_bias_current},
 #endif
     CU_TEST_INFO_NULL,
 };

@@ -4,7 +4,10 @@
  * BIT: Y (float32 and y_dtype bfloat16), Xq, Xq_scale_inv, amax_x / amax_w, dX, amax_dy, dYq,
  * dYq_scale_inv, dW (from X or the saved Xq, from dY bf16 or float32 in every mix). dx_dtype
  * "bfloat16" writes the float32 dX rounded to nearest even (checked with a rounding written
- * here). The float32 path itself is checked against an independent reference by test_linear.
+ * here). With a bias, y_dtype "bfloat16" gives bf16(S + bf16(bias)) for the float32 sum S of the
+ * bias-free Linear, bit for bit, and a float32 Y keeps S + bias (every precision, transB, a
+ * padded fp8 GEMM). The float32 path itself is checked against an independent reference by
+ * test_linear.
  * Also: the gradient rule of a bfloat16 X gives a float32 dX, and the infer errors. */
 #include <stdlib.h>
 #include <string.h>
@@ -176,8 +179,80 @@ static void test_errors(void)
     lp_free(&d);
 }
 
+/* ---- y_dtype bfloat16 with a bias ---- */
+
+static fr_tensor *run_biased(fr_tensor *x, fr_tensor *w, fr_tensor *b, const char *prec, const char *recipe, int pad,
+                             int transB, int y_bf16)
+{
+    tnode t;
+    fr_tensor *ins[3] = {x, w, b};
+    tn_init_domain(&t, FR_DOMAIN_FP8RUN, "Linear", 1, b ? 3 : 2, ins, 0u, 1);
+    TN_ATTR(&t, int, "transB", transB);
+    TN_ATTR(&t, string, "precision", prec);
+    if (recipe) TN_ATTR(&t, string, "recipe", recipe);
+    if (pad > 1) TN_ATTR(&t, int, "pad_multiple", pad);
+    if (y_bf16) TN_ATTR(&t, string, "y_dtype", "bfloat16");
+    FR_ASSERT_OK(tn_run(&t));
+    fr_tensor *y = t.out[0];
+    t.out[0] = NULL;
+    tn_free(&t);
+    return y;
+}
+
+/* Y = bf16(S + bf16(bias)) bit for bit, S the float32 sum (the bias-free float32 Linear of the same
+ * operands), the sum in float32 and both roundings to nearest even (autocast's Linear, cuBLASLt's
+ * bf16-output BIAS epilogue); a float32 Y keeps the float32 bias: S + bias exactly. Also counts
+ * where the old rounding of S + bias differs, so the test shows it tells the two apart. */
+static void test_bias_y_bf16(void)
+{
+    fr_rng r = fr_test_rng("linear_bias_y_bf16");
+    static const int64_t shapes[][3] = {{5, 7, 3}, {33, 20, 17}, {64, 96, 80}}; /* M, K, N */
+    static const struct {
+        const char *prec, *recipe;
+        int pad;
+    } precs[] = {{"bf16", NULL, 1}, {"fp8", "current", 1}, {"fp8", "block", 1}, {"fp8", "current", 16}};
+    int64_t old_differs = 0, total = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (size_t p = 0; p < sizeof precs / sizeof precs[0]; p++)
+            for (int tb = 0; tb < 2; tb++) {
+                const int64_t M = shapes[s][0], K = shapes[s][1], N = shapes[s][2];
+                int64_t xd[2] = {M, K}, wd[2] = {tb ? N : K, tb ? K : N}, bd[1] = {N};
+                fr_tensor *x = tt_randn(&r, FR_F32, 2, xd, 0.0, 1.0), *w = tt_randn(&r, FR_F32, 2, wd, 0.0, 0.5);
+                fr_tensor *b = tt_randn(&r, FR_F32, 1, bd, 0.0, 2.0);
+                const char *pr = precs[p].prec, *rc = precs[p].recipe;
+                fr_tensor *sum = run_biased(x, w, NULL, pr, rc, precs[p].pad, tb, 0);
+                fr_tensor *yf = run_biased(x, w, b, pr, rc, precs[p].pad, tb, 0);
+                fr_tensor *yb = run_biased(x, w, b, pr, rc, precs[p].pad, tb, 1);
+                CU_ASSERT_EQUAL_FATAL(yb->dtype, FR_BF16);
+                const float *sv = sum->data, *fv = yf->data, *bv = b->data;
+                const uint16_t *yh = yb->data;
+                int64_t bad = 0, bad_f = 0;
+                for (int64_t m = 0; m < M; m++)
+                    for (int64_t j = 0; j < N; j++) {
+                        const float bb = fr_bf16_to_f32(fr_f32_to_bf16(bv[j]));
+                        const float acc = sv[m * N + j];
+                        bad += yh[m * N + j] != fr_f32_to_bf16(acc + bb);
+                        bad_f += memcmp(&fv[m * N + j], &(float){acc + bv[j]}, sizeof(float)) != 0;
+                        old_differs += yh[m * N + j] != fr_f32_to_bf16(acc + bv[j]);
+                    }
+                total += M * N;
+                if (bad || bad_f)
+                    printf("\n  %s/%s pad %d transB %d case %zu: %lld of %lld bf16 Y not bf16(S + bf16(b)), %lld "
+                           "float32 Y not S + b", pr, rc ? rc : "", precs[p].pad, tb, s, (long long)bad,
+                           (long long)(M * N), (long long)bad_f);
+                CU_ASSERT_EQUAL(bad, 0);
+                CU_ASSERT_EQUAL(bad_f, 0);
+                fr_tensor *all[6] = {x, w, b, sum, yf, yb};
+                for (int k = 0; k < 6; k++) fr_tensor_free(all[k]);
+            }
+    printf(" (%lld of %lld elements differ from bf16(S + b), the float32 bias's single rounding)",
+           (long long)old_differs, (long long)total);
+    CU_ASSERT(old_differs * 100 > total); /* the bias's rounding is visible at these sizes */
+}
+
 static CU_TestInfo tests[] = {
     {"bfloat16 X / dY == float32 of the same values, bit for bit", test_bit_for_bit},
+    {"y_dtype bfloat16 with a bias: bf16(float32 sum + bf16(bias)), bit for bit", test_bias_y_bf16},
     {"gradient rule of a bfloat16 X", test_gradient_rule},
     {"errors", test_errors},
     CU_TEST_INFO_NULL,

@@ -1,11 +1,12 @@
 /* Narrowed activations of the GPT-2 / GPT-NeoX family (biased Linears, GELU MLP):
- *  - Linear with a bias and y_dtype bfloat16 (CPU): Y equals the float32 Linear's Y (same
- *    bias) rounded once to bfloat16, bit for bit, in bf16 and fp8 (current, block, padded);
- *    in bf16 precision it also matches a float64 reference (the bf16-rounded operands' exact
- *    products summed in double, plus the bias, rounded once to bfloat16): every element within
- *    one bf16 ulp and at most 1% of them off by that ulp (the float32 sum's own rounding moving
- *    a value across a bf16 rounding boundary); adding the bias after a first rounding would
- *    put about a quarter of them off;
+ *  - Linear with a bias and y_dtype bfloat16 (CPU): the bias is rounded to bfloat16 first (as
+ *    autocast and cuBLASLt's bf16-output epilogue take it), so Y equals the float32 Linear's Y
+ *    with that bf16-rounded bias, rounded once to bfloat16, bit for bit, in bf16 and fp8
+ *    (current, block, padded); in bf16 precision it also matches a float64 reference (the
+ *    bf16-rounded operands' exact products summed in double, plus the bf16-rounded bias,
+ *    rounded once to bfloat16): every element within one bf16 ulp and at most 1% of them off
+ *    by that ulp (the float32 sum's own rounding moving a value across a bf16 rounding
+ *    boundary); adding the bias after a first rounding would put about a quarter of them off;
  *  - ai.fp8run::Gelu on a bfloat16 X and/or with y_dtype bfloat16 equals the float32 Gelu on the
  *    same (widened) values, its result rounded once, bit for bit (approximate none and tanh);
  *    ONNX's Gelu refuses a bfloat16 X and y_dtype (its Y keeps X's type);
@@ -87,8 +88,10 @@ static void test_linear_bias_bf16(void)
             const int64_t M = shapes[s][0], K = shapes[s][1], N = shapes[s][2];
             int64_t xd[2] = {M, K}, wd[2] = {N, K}, bd[1] = {N};
             fr_tensor *x = tt_randn(&r, FR_F32, 2, xd, 0.0, 1.0), *w = tt_randn(&r, FR_F32, 2, wd, 0.0, 0.5);
-            fr_tensor *b = tt_randn(&r, FR_F32, 1, bd, 0.0, 2.0);
-            fr_tensor *yf = run_linear(x, w, b, precs[p].prec, precs[p].recipe, precs[p].pad, 0);
+            fr_tensor *b = tt_randn(&r, FR_F32, 1, bd, 0.0, 2.0), *br = tt_new(FR_F32, 1, bd);
+            for (int64_t j = 0; j < N; j++) /* the bias as a bfloat16 Y adds it */
+                ((float *)br->data)[j] = fr_bf16_to_f32(fr_f32_to_bf16(((const float *)b->data)[j]));
+            fr_tensor *yf = run_linear(x, w, br, precs[p].prec, precs[p].recipe, precs[p].pad, 0);
             fr_tensor *yb = run_linear(x, w, b, precs[p].prec, precs[p].recipe, precs[p].pad, 1);
             CU_ASSERT_EQUAL_FATAL(yb->dtype, FR_BF16);
             CU_ASSERT_EQUAL_FATAL(yf->dtype, FR_F32);
@@ -100,7 +103,7 @@ static void test_linear_bias_bf16(void)
                        precs[p].recipe, precs[p].pad, s, (long long)bad, (long long)n);
             CU_ASSERT_EQUAL(bad, 0);
             if (strcmp(precs[p].prec, "bf16") == 0) { /* the float64 reference, rounded once */
-                const float *xv = x->data, *wv = w->data, *bv = b->data;
+                const float *xv = x->data, *wv = w->data, *bv = br->data;
                 int64_t off = 0, far = 0, twice = 0;
                 for (int64_t m = 0; m < M; m++)
                     for (int64_t j = 0; j < N; j++) {
@@ -121,8 +124,8 @@ static void test_linear_bias_bf16(void)
                 CU_ASSERT(off * 100 <= n);
                 if (n >= 1000) CU_ASSERT(twice * 20 > n); /* the test sees a second rounding */
             }
-            fr_tensor *all[5] = {x, w, b, yf, yb};
-            for (int k = 0; k < 5; k++) fr_tensor_free(all[k]);
+            fr_tensor *all[6] = {x, w, b, br, yf, yb};
+            for (int k = 0; k < 6; k++) fr_tensor_free(all[k]);
         }
 }
 

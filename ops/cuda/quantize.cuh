@@ -132,17 +132,19 @@ FR_NODISCARD fr_status fr_q_finish(cudaStream_t s, const fr_node *n, fr_dtype dt
 
 /* A Linear-family GEMM g (D, d_type, bias unset) into Y [rows][cols] of y_type (float32,
  * float64, bfloat16), plus the bias: g's dims padded past rows x cols put D in `buf` (float32-
- * sized), then the copy-out. A bias is added to the float32 sum before Y's one rounding: by
- * cuBLASLt's BIAS epilogue (a float32 bias) when D is Y and cuBLASLt takes it for these types,
- * else by the finishing pass (a bfloat16 Y: the GEMM writes float32 into buf first, so buf must
- * hold g->M x g->N floats when Y is bfloat16 with a bias). */
+ * sized), then the copy-out. The bias has Y's type for float32 / float64 and is bfloat16 (the
+ * float32 bias rounded, ops/linear.h) for a bfloat16 Y. It is added to the float32 sum before
+ * Y's one rounding: by cuBLASLt's BIAS epilogue when D is Y and cuBLASLt takes it for these
+ * types, else by the finishing pass (a bfloat16 Y: the GEMM writes float32 into buf first, so
+ * buf must hold g->M x g->N floats when Y is bfloat16 with a bias). */
 FR_NODISCARD fr_status fr_q_gemm_out(fr_cuda_ctx *cu, const fr_node *n, const fr_gemm *g, fr_dtype y_type, void *Y,
                                      int64_t rows, int64_t cols, const void *bias, void *buf);
 
-/* Y[m][c] = bf16(D[m * ldd + c] + bias[c]) (bias optional) for m < rows, c < cols: a float32
- * GEMM result (padded, or the fallback of a bias epilogue cuBLASLt refused) rounded once to
- * nearest even into a bfloat16 Y (NaN -> 0x7FFF, as fr_f32_to_bf16). */
+/* Y[m][c] = bf16(D[m * ldd + c] + bias[c]) (bias optional: bfloat16 [cols], widened) for
+ * m < rows, c < cols: a float32 GEMM result (padded, or the fallback of a bias epilogue
+ * cuBLASLt refused) rounded once to nearest even into a bfloat16 Y (NaN -> 0x7FFF, as
+ * fr_f32_to_bf16). */
 FR_NODISCARD fr_status fr_q_finish_bf16(cudaStream_t s, const fr_node *n, const float *D, int64_t ldd, void *Y,
-                                        int64_t rows, int64_t cols, const float *bias);
+                                        int64_t rows, int64_t cols, const void *bias);
 
 #endif

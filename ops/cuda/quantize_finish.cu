@@ -1,6 +1,6 @@
 /* The GEMM results' copy-out and bias (fr_q_finish, fr_q_finish_bf16, declared in quantize.cuh):
  * the Linear family's last pass over a padded result, over the result in place to add the bias,
- * or over a float32 result adding the bias and rounding once into a bfloat16 Y. */
+ * or over a float32 result adding the (bfloat16) bias and rounding once into a bfloat16 Y. */
 #include <cuda_bf16.h>
 #include <stdint.h>
 
@@ -70,17 +70,24 @@ __global__ void __launch_bounds__(kFinThreads)
     }
 }
 
-/* float32 D (+ float32 bias) -> bfloat16 Y, 4 columns a thread (cols, ldd multiples of 4; D,
- * bias 16-byte and Y 8-byte aligned): the sum in float32, then one rounding */
+/* four bfloat16 (8 bytes, the lowest address in the low half) widened exactly */
+__device__ __forceinline__ float4 bf16x4_to_float4(const uint2 u)
+{
+    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                       __uint_as_float(u.y & 0xffff0000u));
+}
+
+/* float32 D (+ bfloat16 bias, widened) -> bfloat16 Y, 4 columns a thread (cols, ldd multiples of
+ * 4; D 16-byte, Y and bias 8-byte aligned): the sum in float32, then one rounding */
 template <bool HasBias>
 __global__ void __launch_bounds__(kFinThreads)
     finish_bf16_vec4_kernel(const float4 *__restrict__ D, int64_t ldd4, uint2 *__restrict__ Y, int64_t rows,
-                            int64_t cols4, const float4 *__restrict__ bias)
+                            int64_t cols4, const uint2 *__restrict__ bias)
 {
     const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= cols4) return;
     float4 b = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (HasBias) b = __ldg(bias + c);
+    if (HasBias) b = bf16x4_to_float4(__ldg(bias + c));
     for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
         float4 v = D[r * ldd4 + c];
         if (HasBias) add4(v, b);
@@ -91,11 +98,11 @@ __global__ void __launch_bounds__(kFinThreads)
 
 __global__ void __launch_bounds__(kFinThreads)
     finish_bf16_kernel(const float *__restrict__ D, int64_t ldd, __nv_bfloat16 *__restrict__ Y, int64_t rows,
-                       int64_t cols, const float *__restrict__ bias)
+                       int64_t cols, const uint16_t *__restrict__ bias)
 {
     const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= cols) return;
-    const float b = bias ? bias[c] : 0.f;
+    const float b = bias ? __uint_as_float((unsigned)bias[c] << 16) : 0.f;
     for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
         Y[r * cols + c] = __float2bfloat16_rn(bias ? D[r * ldd + c] + b : D[r * ldd + c]);
 }
@@ -119,7 +126,7 @@ fr_status fr_q_finish(cudaStream_t s, const fr_node *n, fr_dtype dt, const void 
     if (D == Y && ldd == cols && !bias) return FR_OK;
     if (fin_cdiv(cols, kFinThreads) > 0x7fffffff)
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "GEMM result of %lld columns", (long long)cols);
-    if (dt == FR_BF16) { /* y_dtype bfloat16: no bias (ops/linear.c refuses one) */
+    if (dt == FR_BF16) { /* a bfloat16 Y with a bias goes through fr_q_finish_bf16 */
         if (bias) return fr_node_error(n, FR_ERR_INTERNAL, "a bfloat16 GEMM result with a bias (a bug in fp8run)");
         finish_kernel<__nv_bfloat16><<<finish_grid(rows, cols), kFinThreads, 0, s>>>(
             (const __nv_bfloat16 *)D, ldd, (__nv_bfloat16 *)Y, rows, cols, NULL);
@@ -142,23 +149,23 @@ fr_status fr_q_finish(cudaStream_t s, const fr_node *n, fr_dtype dt, const void 
 }
 
 fr_status fr_q_finish_bf16(cudaStream_t s, const fr_node *n, const float *D, int64_t ldd, void *Y, int64_t rows,
-                           int64_t cols, const float *bias)
+                           int64_t cols, const void *bias)
 {
     if (rows * cols == 0) return FR_OK;
     if ((const void *)D == Y) return fr_node_error(n, FR_ERR_INTERNAL, "bf16 GEMM finish in place (a bug in fp8run)");
     if (fin_cdiv(cols, kFinThreads) > 0x7fffffff)
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "GEMM result of %lld columns", (long long)cols);
-    if (cols % 4 == 0 && ldd % 4 == 0 && aligned16(D) && (uintptr_t)Y % 8 == 0 && aligned16(bias)) {
+    if (cols % 4 == 0 && ldd % 4 == 0 && aligned16(D) && (uintptr_t)Y % 8 == 0 && (uintptr_t)bias % 8 == 0) {
         const dim3 g = finish_grid(rows, cols / 4);
         if (bias)
             finish_bf16_vec4_kernel<true><<<g, kFinThreads, 0, s>>>((const float4 *)D, ldd / 4, (uint2 *)Y, rows,
-                                                                    cols / 4, (const float4 *)bias);
+                                                                    cols / 4, (const uint2 *)bias);
         else
             finish_bf16_vec4_kernel<false><<<g, kFinThreads, 0, s>>>((const float4 *)D, ldd / 4, (uint2 *)Y, rows,
                                                                      cols / 4, NULL);
     } else {
         finish_bf16_kernel<<<finish_grid(rows, cols), kFinThreads, 0, s>>>(D, ldd, (__nv_bfloat16 *)Y, rows, cols,
-                                                                           bias);
+                                                                           (const uint16_t *)bias);
     }
     return fr_cuda_check_launch(n, "GEMM output bf16 rounding / bias");
 }
@@ -173,7 +180,7 @@ fr_status fr_q_gemm_out(fr_cuda_ctx *cu, const fr_node *n, const fr_gemm *g, fr_
         int done;
         d.D = Y;
         d.bias = bias;
-        d.bias_type = FR_F32;
+        d.bias_type = bias_bf16 ? FR_BF16 : FR_F32; /* a bfloat16 Y: the bias's bf16 copy (D's type) */
         FR_TRY(fr_cuda_gemm_bias(cu, n, &d, &done));
         if (done) return FR_OK;
         d.bias = NULL;
@@ -181,6 +188,6 @@ fr_status fr_q_gemm_out(fr_cuda_ctx *cu, const fr_node *n, const fr_gemm *g, fr_
     d.D = padded || bias_bf16 ? buf : Y;
     if (bias_bf16) d.d_type = FR_F32;
     FR_TRY(fr_cuda_gemm(cu, n, &d));
-    if (bias_bf16) return fr_q_finish_bf16(cu->stream, n, (const float *)buf, g->N, Y, rows, cols, (const float *)bias);
+    if (bias_bf16) return fr_q_finish_bf16(cu->stream, n, (const float *)buf, g->N, Y, rows, cols, bias);
     return fr_q_finish(cu->stream, n, y_type, d.D, g->N, Y, rows, cols, bias);
 }
