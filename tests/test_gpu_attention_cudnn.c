@@ -644,6 +644,10 @@ static void bench_shape(const char *name, int64_t B, int64_t H, int64_t KV, int6
     g_dnn->ragged_per_window = keep;
     printf("    %s cuDNN   packed 4 x T/4: forward %8.3f ms %6.1f TFLOP/s, backward %8.3f ms %6.1f TFLOP/s "
            "(deterministic %8.3f ms)\n", name, pfms, pflops / (pfms * 1e9), pbms, 2.5 * pflops / (pbms * 1e9), dbms);
+    /* fp8run's kernels on the same packed rows: they skip the key tiles outside a block's segments */
+    const double ofms = time_node(own, &pf, pfin, 6, fout, 2, 10), obms = time_node(own, &pb, pbin, 9, bout, 3, 10);
+    printf("    %s fp8run  packed 4 x T/4: forward %8.3f ms %6.1f TFLOP/s, backward %8.3f ms %6.1f TFLOP/s\n", name,
+           ofms, pflops / (ofms * 1e9), obms, 2.5 * pflops / (obms * 1e9));
     tn_free(&pb);
     tn_free(&pf);
     cudaFree(seg);

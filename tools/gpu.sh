@@ -317,7 +317,9 @@ with open(d + "/sft.jsonl", "w") as f:  # examples of 64..2048 bytes: a quarter 
 PY
     "$FP8RUN" prepare --sft --tokenizer bytes "$D/sft.jsonl" -o "$D/sft.bin" --seq 2048 | tee "$D/prepare.txt"
     local name args
-    for x in "pretrain --data $D/src.txt --data-dtype uint8" "packed --data $D/sft.bin" "padded --data $D/sft.bin --packing off"; do
+    # SFT_MORE: one more run, "NAME OPTIONS..." (e.g. "packed_own --data $D/sft.bin --attention fp8run")
+    for x in "pretrain --data $D/src.txt --data-dtype uint8" "packed --data $D/sft.bin" "padded --data $D/sft.bin --packing off" \
+        ${SFT_MORE:+"$(eval echo "$SFT_MORE")"}; do
         read -r name args <<< "$x"
         # shellcheck disable=SC2086,SC2046
         train_as "$name" "${CUDA_VISIBLE_DEVICES:-0}" "$m" $args $(shape 1b) --steps "${STEPS:-30}" --lr 1e-4 --warmup 5 \
