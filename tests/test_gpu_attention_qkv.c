@@ -65,9 +65,10 @@ static const qcase k_cases[] = {
 
 static fr_cuda_ctx *g_dnn; /* --attention cudnn, NULL when cuDNN does not load */
 static int g_dnn_tried, n_dnn_runs;
-/* 1: the backward is expected to be refused on the interleaved projection (packed sequences,
- * attention_cudnn_graph.c) and to run on cuDNN through the inner Attention node's separate
- * copies at head dims up to 128 (fp8run's kernels past that); ctx is an --attention auto one */
+/* 1: packed sequences, whose backward runs on cuDNN (Q, K, V copied from the projection into
+ * separate token-major buffers: on the interleaved row cuDNN's variable-length backward was seen
+ * wrong, attention_cudnn_graph.c) at head dims up to 128, and on fp8run's kernels past that;
+ * ctx is an --attention auto one */
 static int g_bwd_own;
 
 static fr_cuda_ctx *dnn_ctx(void)
@@ -436,9 +437,9 @@ static void test_bf16_cudnn_masks(void)
 
 /* Packed SFT windows (seg_form packed, Sk = Sq) on cuDNN as variable-length sequences: head
  * dims 64, 128, 256, GQA, MHA and MQA, RoPE, X float32 and bfloat16. The forward is cuDNN's on
- * the projection; the backward cuDNN's on the inner node's separate token-major copies (cuDNN
- * 9.14's variable-length backward on the interleaved projection was seen wrong), fp8run's at
- * head dim 256 (--attention auto). */
+ * the projection; the backward cuDNN's on separate token-major copies of Q, K, V (cuDNN 9.14's
+ * variable-length backward on the interleaved projection was seen wrong), fp8run's at head dim
+ * 256 (--attention auto). */
 static void test_bf16_cudnn_packed(void)
 {
 #ifdef FP8RUN_HAVE_CUDA

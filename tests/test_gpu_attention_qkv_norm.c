@@ -26,6 +26,7 @@
 
 #include "tests/gpu_harness.h"
 #ifdef FP8RUN_HAVE_CUDA
+#include "ops/cuda/attention_cudnn.h"
 #include "ops/cuda/cuda_kernel.h"
 #endif
 
@@ -37,18 +38,19 @@
 typedef struct ncase {
     int64_t B, T, Hq, Hk, D;
     int rope, full; /* rope 0 none, 1 half, 2 interleaved; full-width norm */
+    int packed;     /* packed SFT windows: segment ids Sk = Sq, seg_form packed */
 } ncase;
 
 static const ncase k_cases[] = {
-    {2, 256, 4, 2, 128, 1, 0},
-    {2, 130, 4, 4, 64, 1, 1},
-    {3, 33, 6, 3, 24, 2, 0},
-    {1, 97, 8, 2, 64, 0, 0},
-    {2, 96, 16, 8, 128, 1, 0}, /* Qwen3 0.6B's heads */
-    {1, 80, 8, 8, 128, 1, 1},  /* OLMo2's full width at D 128 */
-    {2, 45, 4, 2, 64, 2, 0},   /* interleaved RoPE on the fused kernels */
-    {1, 40, 40, 8, 128, 1, 0}, /* 48 heads: two chunks of a token's units, one across Q and K */
-    {1, 50, 4, 1, 256, 1, 0},  /* D 256 (16 lanes a head), MQA */
+    {2, 256, 4, 2, 128, 1, 0, 0},
+    {2, 130, 4, 4, 64, 1, 1, 0},
+    {3, 33, 6, 3, 24, 2, 0, 0},
+    {1, 97, 8, 2, 64, 0, 0, 0},
+    {2, 96, 16, 8, 128, 1, 0, 0}, /* Qwen3 0.6B's heads */
+    {1, 80, 8, 8, 128, 1, 1, 0},  /* OLMo2's full width at D 128 */
+    {2, 45, 4, 2, 64, 2, 0, 0},   /* interleaved RoPE on the fused kernels */
+    {1, 40, 40, 8, 128, 1, 0, 0}, /* 48 heads: two chunks of a token's units, one across Q and K */
+    {1, 50, 4, 1, 256, 1, 0, 0},  /* D 256 (16 lanes a head), MQA */
 };
 
 static fr_cuda_ctx *g_dnn;
@@ -77,6 +79,22 @@ static void set_attrs(tnode *t, const ncase *c, const char *prec)
     TN_ATTR(t, int, "causal", 1);
     TN_ATTR(t, float, "qk_norm_eps", 1e-6f);
     if (c->rope == 2) TN_ATTR(t, int, "interleaved", 1);
+    if (c->packed) TN_ATTR(t, string, "seg_form", "packed");
+}
+
+/* Packed windows' segment ids [B, T] int32: examples 1, 2, ... of random lengths (1 to T / 2, the
+ * last one cut at the window's end) */
+static fr_tensor *make_ids(fr_rng *r, const ncase *c)
+{
+    fr_tensor *s = tt_new(FR_I32, 2, (int64_t[]){c->B, c->T});
+    for (int64_t b = 0; b < c->B; b++) {
+        int32_t id = 1;
+        for (int64_t t = 0; t < c->T; id++) {
+            const int64_t len = 1 + (int64_t)(fr_rng_uniform(r) * (double)(c->T / 2));
+            for (int64_t j = 0; j < len && t < c->T; j++, t++) ((int32_t *)s->data)[b * c->T + t] = id;
+        }
+    }
+    return s;
 }
 
 static void expect_close(const fr_tensor *got, const fr_tensor *want, double tol, const char *name, const char *what)
@@ -123,7 +141,8 @@ static void run_case(fr_rng *r, const ncase *c, const char *prec, fr_cuda_ctx *c
              (long long)c->Hk, (long long)c->D, c->rope, c->full);
     const int bf = strcmp(prec, "bf16") == 0;
     const double tol = bf ? TOL_BF16 : TOL_F32;
-    fr_tensor *ins[7] = {X, cs, sn, NULL, NULL, wq, wk};
+    fr_tensor *ids = c->packed ? make_ids(r, c) : NULL;
+    fr_tensor *ins[7] = {X, cs, sn, ids, ids, wq, wk};
     tnode f;
     tn_init_domain(&f, "ai.fp8run", "AttentionQKV", 1, 7, ins, 0u, 2);
     set_attrs(&f, c, prec);
@@ -137,7 +156,7 @@ static void run_case(fr_rng *r, const ncase *c, const char *prec, fr_cuda_ctx *c
     expect_close(go[0], f.out[0], tol, "O", what);
     expect_close(go[1], f.out[1], bf ? TOL_LSE : TOL_F32, "LSE", what);
     fr_tensor *dO = tt_randn(r, FR_F32, go[0]->rank, go[0]->dims, 0, 1);
-    fr_tensor *bins[10] = {X, go[0], go[1], dO, cs, sn, NULL, NULL, wq, wk};
+    fr_tensor *bins[10] = {X, go[0], go[1], dO, cs, sn, ids, ids, wq, wk};
     tnode b;
     tn_init_domain(&b, "ai.fp8run", "AttentionQKVGrad", 1, 10, bins, 0u, 3);
     set_attrs(&b, c, prec);
@@ -166,7 +185,7 @@ static void run_case(fr_rng *r, const ncase *c, const char *prec, fr_cuda_ctx *c
     gpu_free_outputs(&f, go);
     tn_free(&b);
     tn_free(&f);
-    fr_tensor *all[] = {dO, X, cs, sn, wq, wk};
+    fr_tensor *all[] = {dO, X, cs, sn, wq, wk, ids};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) fr_tensor_free(all[i]);
 }
 #endif
@@ -189,6 +208,35 @@ static void test_bf16_own(void)
     for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++) {
         run_case(&r, &k_cases[i], "bf16", NULL, 0, 0);
         run_case(&r, &k_cases[i], "bf16", NULL, 1, 1);
+    }
+#endif
+}
+
+/* Packed SFT windows with the q/k norm on cuDNN: the forward on the projection, the backward on
+ * cuDNN's variable-length form with Q, K, V and their gradients in separate token-major copies
+ * (the norm's backward reading them there); Qwen3 0.6B's heads among them. Skipped where cuDNN
+ * does not take packed sequences (9.6 and Hopper). */
+static void test_bf16_cudnn_packed(void)
+{
+#ifdef FP8RUN_HAVE_CUDA
+    fr_cuda_ctx *c = dnn_ctx();
+    if (!c) return;
+    if (fr_cudnn_version() < 90600 || c->cc_major < 9) {
+        printf("\n  SKIP: cuDNN %zu on compute capability %d: packed sequences need cuDNN 9.6 and Hopper",
+               fr_cudnn_version(), c->cc_major);
+        return;
+    }
+    static const ncase packed[] = {
+        {2, 256, 4, 2, 128, 1, 0, 1},
+        {3, 96, 16, 8, 128, 1, 0, 1}, /* Qwen3 0.6B's heads */
+        {2, 130, 4, 4, 64, 1, 1, 1},  /* full width */
+        {2, 45, 4, 2, 64, 2, 0, 1},   /* interleaved RoPE */
+        {1, 97, 8, 2, 64, 0, 0, 1},   /* no RoPE */
+    };
+    fr_rng r = fr_test_rng(__func__);
+    for (size_t i = 0; i < sizeof packed / sizeof packed[0]; i++) {
+        run_case(&r, &packed[i], "bf16", c, 0, 0);
+        run_case(&r, &packed[i], "bf16", c, 1, 1);
     }
 #endif
 }
@@ -408,7 +456,7 @@ static void kernel_table(bnode *b, double e_qk, double xs, double ds, double bw)
  * bfloat16 (a narrowed fp8 step), else float32. */
 static void bench_qwen3(fr_cuda_ctx *c, int bf_io, double bw)
 {
-    const ncase nc = {8, 2048, 16, 8, 128, 1, 0};
+    const ncase nc = {8, 2048, 16, 8, 128, 1, 0, 0};
     const int64_t W = (nc.Hq + 2 * nc.Hk) * nc.D, N = nc.Hq * nc.D;
     const fr_dtype io = bf_io ? FR_BF16 : FR_F32;
     fr_rng r = fr_test_rng("qknorm_bench");
@@ -485,6 +533,7 @@ int main(void)
         {"q/k norm, fp32 (fp8run's float32 kernels) vs CPU: 1e-5", test_fp32},
         {"q/k norm, bf16 on fp8run's kernels vs CPU: 2e-2", test_bf16_own},
         {"q/k norm, bf16 on cuDNN vs CPU: 2e-2 (skipped without cuDNN)", test_bf16_cudnn},
+        {"q/k norm, packed SFT windows, bf16 on cuDNN's variable-length form vs CPU: 2e-2", test_bf16_cudnn_packed},
         {"FR_QKNORM_BENCH=1: Qwen3 0.6B's attention with and without the norm, per kernel (not a check)", test_bench},
         CU_TEST_INFO_NULL,
     };

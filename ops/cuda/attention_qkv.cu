@@ -8,7 +8,9 @@
  *    V from it by strides ([B, T, heads, D] is its "BSHD" layout) and writes O as
  *    [B, T, Hq, Dv], widened into the output. Backward: X staged the same way, O and dO rounded
  *    to bf16, cuDNN writes dQ, dK, dV into one packed bf16 buffer laid out as X, and one pass
- *    applies RoPE's transpose to the dQ and dK columns while it widens that into dX.
+ *    applies RoPE's transpose to the dQ and dK columns while it widens that into dX. Packed
+ *    sequences' backward stages Q, K, V (and takes dQ, dK, dV) in three separate token-major
+ *    buffers instead: cuDNN's variable-length backward was seen wrong on the interleaved row.
  *  - fp8run's kernels (ops/cuda/attention.cu, through its kernel table): X is unpacked into
  *    float32 [B, heads, T, D] copies (RoPE applied), the Attention / AttentionGrad kernels run on
  *    them (with the node's softcap and segment ids Sk, Sq), and O (or dQ, dK, dV) is packed back.
@@ -86,12 +88,27 @@ fr_cudnn_sdpa sdpa_of(const Node &p, int backward)
     return s;
 }
 
+/* Q, K, V each in its own token-major buffer ([B, T, heads, D], as split_lay says), and so dQ,
+ * dK, dV: cuDNN's variable-length backward takes them so (attention_cudnn_graph.c: on the
+ * projection's interleaved row it was seen wrong). O and dO are token-major already. */
+void split_strides_of(const fr_attn_qkv_geom &q, int sec, int64_t st[4])
+{
+    const int64_t heads = sec == 0 ? q.Hq : q.Hk, w = sec == 2 ? q.Dv : q.D;
+    st[0] = q.T * heads * w, st[1] = w, st[2] = heads * w, st[3] = 1;
+}
+
+void split_strides(const Node &p, fr_cudnn_sdpa &s)
+{
+    split_strides_of(p.q, 0, s.sq), split_strides_of(p.q, 1, s.sk), split_strides_of(p.q, 2, s.sv);
+}
+
 /* Whether cuDNN may run the node (before planning): why not into why; segment ids' form into s. */
 int cudnn_eligible(const Node &p, fr_cudnn_sdpa &s, int cc_major, int64_t per_window, char *why, size_t wn)
 {
     const char *lib_why = NULL;
     if (!p.a.bf16) return snprintf(why, wn, "precision fp32 (cuDNN's attention computes in bf16)"), 0;
     if (p.seg_rows && !fr_cudnn_seg_problem(&s, p.a.seg_form, p.seg_q, p.seg_rows, per_window, why, wn)) return 0;
+    if (s.backward && s.ragged) split_strides(p, s);
     if (!fr_cudnn_sdpa_supported(&s, fr_cudnn_version(), cc_major, why, wn)) return 0;
     if (!fr_cudnn(&lib_why)) return snprintf(why, wn, "%s", lib_why), 0;
     return 1;
@@ -107,7 +124,9 @@ CudnnLayout cudnn_layout(const Node &p, const fr_cudnn_sdpa &s, int backward, si
     Bump bump;
     auto take = [&](size_t bytes) { return bump.take(bytes); };
     const fr_attn_qkv_geom &q = p.q;
-    const size_t nx = (size_t)(q.B * q.T * q.W), no = (size_t)(q.B * q.T * q.Hq * q.Dv);
+    const size_t split = (size_t)(q.B * q.T * ((q.Hq + q.Hk) * q.D + q.Hk * q.Dv)); /* (s.ragged backward) */
+    const size_t nx = backward && s.ragged && split > (size_t)(q.B * q.T * q.W) ? split : (size_t)(q.B * q.T * q.W);
+    const size_t no = (size_t)(q.B * q.T * q.Hq * q.Dv);
     l.x16 = take(nx * 2), l.o16 = take(no * 2);
     if (backward) l.do16 = take(no * 2), l.dx16 = take(nx * 2);
     l.stats = take((size_t)(q.B * q.Hq * q.T) * sizeof(float));
@@ -125,10 +144,9 @@ const fr_cuda_kernel_def *inner_def(int backward)
     return fr_cuda_kernel_find(FR_DOMAIN_FP8RUN, backward ? "AttentionGrad" : "Attention");
 }
 
-/* The inner node's scratch, from a graph of its shapes (the plain op's own planning). */
-/* Whether the inner AttentionGrad of node p may run on cuDNN: packed sequences, whose
- * variable-length backward cuDNN is refused on this op's interleaved projection but runs right
- * on the inner node's separate token-major copies (attention_cudnn_graph.c says what was seen). */
+/* Whether the inner AttentionGrad of node p may run on cuDNN: packed sequences, where this op's
+ * own cuDNN path declined them (its plan or scratch missing) and the inner node's float32 copies
+ * may still take cuDNN's variable-length backward. */
 bool inner_cudnn_backward(const Node &p, int backward)
 {
     return backward && p.seg_rows && p.seg_q && p.a.seg_form == FR_ATTN_SEG_PACKED;
@@ -235,13 +253,13 @@ bool sections_aligned(const Node &p, const void *base)
 
 /* cuDNN's Q, K, V (qkv[3]): the bf16 X itself where a section needs no RoPE (X bfloat16 and
  * aligned: all three without RoPE, V with it), else the staged packed copy x16. */
-void stage_for_cudnn(const Node &p, const fr_tensor *X, const float *cs, const float *sn, bf16 *x16, const Lay *ls,
-                     const bf16 **qkv, cudaStream_t stream)
+void stage_for_cudnn(const Node &p, const fr_tensor *X, const float *cs, const float *sn, bf16 *const *dst,
+                     const Lay *ls, bool split, const bf16 **qkv, cudaStream_t stream)
 {
     const fr_attn_qkv_geom &q = p.q;
     const int64_t off[3] = {q.q_off, q.k_off, q.v_off};
     const bf16 *xb = (const bf16 *)X->data;
-    const bool direct = X->dtype == FR_BF16 && sections_aligned(p, xb);
+    const bool direct = !split && X->dtype == FR_BF16 && sections_aligned(p, xb);
     qkv_fast::Geo8 g8;
     if (direct && !q.rotary) {
         for (int i = 0; i < 3; i++) qkv[i] = xb + off[i];
@@ -249,12 +267,31 @@ void stage_for_cudnn(const Node &p, const fr_tensor *X, const float *cs, const f
     }
     if (direct && qk_geo(p, cs, sn, &g8)) { /* only Q and K staged */
         qkv_fast::rope8_kernel<false, bf16, bf16, float><<<qkv_fast::blocks8(g8.n), 256, 0, stream>>>(
-            g8, xb, nullptr, x16, x16 + q.k_off, x16 + q.v_off, lay8(ls[0]), lay8(ls[1]), lay8(ls[2]), cs, sn);
-        qkv[0] = x16, qkv[1] = x16 + q.k_off, qkv[2] = xb + q.v_off;
+            g8, xb, nullptr, dst[0], dst[1], dst[2], lay8(ls[0]), lay8(ls[1]), lay8(ls[2]), cs, sn);
+        qkv[0] = dst[0], qkv[1] = dst[1], qkv[2] = xb + q.v_off;
         return;
     }
-    stage<bf16>(p, X, cs, sn, x16, x16 + q.k_off, x16 + q.v_off, ls, stream);
-    for (int i = 0; i < 3; i++) qkv[i] = x16 + off[i];
+    stage<bf16>(p, X, cs, sn, dst[0], dst[1], dst[2], ls, stream);
+    for (int i = 0; i < 3; i++) qkv[i] = dst[i];
+}
+
+/* The three sections' places in a bf16 copy at base: X's own columns, or (split) the token-major
+ * buffers one after another, with their layouts. */
+void sections_of(const Node &p, bool split, bf16 *base, bf16 **sec, Lay *ls)
+{
+    const fr_attn_qkv_geom &q = p.q;
+    if (!split) {
+        sec[0] = base, sec[1] = base + q.k_off, sec[2] = base + q.v_off; /* (as X's staged copy always was) */
+        for (int i = 0; i < 3; i++) ls[i] = packed(p, i);
+        return;
+    }
+    const int64_t nq = q.B * q.T * q.Hq * q.D, nk = q.B * q.T * q.Hk * q.D;
+    sec[0] = base, sec[1] = base + nq, sec[2] = base + nq + nk;
+    for (int i = 0; i < 3; i++) {
+        int64_t st[4];
+        split_strides_of(q, i, st);
+        ls[i] = Lay{st[0], st[1], st[2]};
+    }
 }
 
 /* An O-like input t (float32 or bfloat16) as cuDNN reads it (*use): t itself when bfloat16
@@ -368,13 +405,18 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
     const float *cs = k->n_in > ci + 1 && k->in[ci] ? (const float *)k->in[ci]->data : nullptr;
     const float *sn = cs ? (const float *)k->in[ci + 1]->data : nullptr;
     cudaStream_t stream = c->stream;
-    const Lay ls[3] = {packed(p, 0), packed(p, 1), packed(p, 2)}, lo = packed(p, 3);
+    /* the variable-length backward: Q, K, V and dQ, dK, dV in separate token-major buffers */
+    const bool split = backward && s.ragged;
+    Lay ls[3];
+    bf16 *sec[3];
+    sections_of(p, split, x16, sec, ls);
+    const Lay lo = packed(p, 3);
     const bf16 *qkv[3];
     /* with the q/k norm: the norm fused into the staging of Q and K where it can be, else Q and K
      * normalized into the staged copy (whatever was read from X before) */
-    if (!q.qk_norm || !qkv_norm::stage_cudnn(k, p.q, backward, cs, sn, x16, ls, qkv, stream)) {
-        stage_for_cudnn(p, k->in[0], cs, sn, x16, ls, qkv, stream);
-        if (q.qk_norm) qkv_norm::stage_copy(k, p.q, backward, cs, sn, x16, ls, qkv, stream);
+    if (!q.qk_norm || !qkv_norm::stage_cudnn(k, p.q, backward, cs, sn, sec, ls, !split, qkv, stream)) {
+        stage_for_cudnn(p, k->in[0], cs, sn, sec, ls, split, qkv, stream);
+        if (q.qk_norm) qkv_norm::stage_copy(k, p.q, backward, cs, sn, sec, ls, qkv, stream);
     }
     FR_TRY(check_launch(k, "AttentionQKV(cuDNN: stage X)"));
     fr_cudnn_sdpa_io io;
@@ -443,26 +485,26 @@ fr_status try_cudnn(const fr_cuda_kctx *k, const Node &p, int backward, int *ran
          * the Q and K columns) where the pointers and the vectorized kernel allow */
         fr_tensor *dxt = k->out[0];
         qkv_fast::Geo8 g8;
-        const bool into_dx = dxt->dtype == FR_BF16 && sections_aligned(p, dxt->data) &&
+        const bool into_dx = !split && dxt->dtype == FR_BF16 && sections_aligned(p, dxt->data) &&
                              (!q.rotary || rot_geo(p, cs, sn, &g8));
-        bf16 *dst = into_dx ? (bf16 *)dxt->data : dx16;
-        io.dq = dst, io.dk = dst + q.k_off, io.dv = dst + q.v_off;
+        bf16 *dst = into_dx ? (bf16 *)dxt->data : dx16, *dsec[3];
+        Lay dls[3]; /* (ls again: the gradients are laid out as Q, K, V were staged) */
+        sections_of(p, split, dst, dsec, dls);
+        io.dq = dsec[0], io.dk = dsec[1], io.dv = dsec[2];
         if (s.padded && !s.ragged) /* queries and keys past a length get no gradient: 0, not stale memory */
             FR_CUDA_TRY(cudaMemsetAsync(dst, 0, (size_t)(q.B * q.T * q.W) * 2, stream));
         const fr_status st = fr_cudnn_sdpa_run(c, &s, &io);
         if (st != FR_OK) return fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
         int fused = 0; /* the q/k norm's backward fused with RoPE's transpose (and V's move when !into_dx) */
         if (q.qk_norm)
-            FR_TRY(qkv_norm::grad_fast<bf16>(k, p.q, cs, sn, dst, dst + q.k_off, into_dx ? nullptr : dst + q.v_off, ls,
+            FR_TRY(qkv_norm::grad_fast<bf16>(k, p.q, cs, sn, dsec[0], dsec[1], into_dx ? nullptr : dsec[2], dls,
                                              &fused));
-        if (!into_dx && !fused)
-            unstage_to<bf16>(p, dx16, dx16 + q.k_off, dx16 + q.v_off, ls, cs, sn, dxt, stream);
+        if (!into_dx && !fused) unstage_to<bf16>(p, dsec[0], dsec[1], dsec[2], dls, cs, sn, dxt, stream);
         if (q.qk_norm && !fused) /* Q and K columns again, RoPE transposed and the norm's backward (in place in dX) */
-            FR_TRY(qkv_norm::grad<bf16>(k, p.q, cs, sn, into_dx ? dst : dx16, (into_dx ? dst : dx16) + q.k_off, ls[0],
-                                        ls[1]));
+            FR_TRY(qkv_norm::grad<bf16>(k, p.q, cs, sn, dsec[0], dsec[1], dls[0], dls[1]));
         else if (!q.qk_norm && into_dx && q.rotary)
             qkv_fast::rope8_kernel<true, bf16, float, bf16><<<qkv_fast::blocks8(g8.n), 256, 0, stream>>>(
-                g8, nullptr, dst, dst, dst + q.k_off, dst + q.v_off, lay8(ls[0]), lay8(ls[1]), lay8(ls[2]), cs, sn);
+                g8, nullptr, dst, dsec[0], dsec[1], dsec[2], lay8(dls[0]), lay8(dls[1]), lay8(dls[2]), cs, sn);
         FR_TRY(check_launch(k, "AttentionQKVGrad(cuDNN: dX)"));
     }
     c->attn_runs_cudnn++;

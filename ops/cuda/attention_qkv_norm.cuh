@@ -346,14 +346,14 @@ template <typename TO, class L> void stage(const fr_cuda_kctx *k, const fr_attn_
             <<<r.blocks, 32 * r.wpb, smem, stream>>>(g, (const float *)X->data, wq, wk, cs, sn, oq, ok, lq, lk);
 }
 
-/* stage into the Q and K sections of a packed bf16 copy x16 (layouts ls[0], ls[1]), which
+/* stage into the Q and K sections of a bf16 copy (dst[0], dst[1]; layouts ls[0], ls[1]), which
  * cuDNN then reads for Q and K (qkv[0], qkv[1]) */
 template <class L>
 void stage_copy(const fr_cuda_kctx *k, const fr_attn_qkv_geom &q, int backward, const float *cs, const float *sn,
-                bf16 *x16, const L *ls, const bf16 **qkv, cudaStream_t stream)
+                bf16 *const *dst, const L *ls, const bf16 **qkv, cudaStream_t stream)
 {
-    stage<bf16>(k, q, backward, cs, sn, x16, x16 + q.k_off, ls[0], ls[1], stream);
-    qkv[0] = x16, qkv[1] = x16 + q.k_off;
+    stage<bf16>(k, q, backward, cs, sn, dst[0], dst[1], ls[0], ls[1], stream);
+    qkv[0] = dst[0], qkv[1] = dst[1];
 }
 
 /* The backward's partial sums: the last reserve(q, 1) bytes of the node's scratch, aligned. */
@@ -482,17 +482,18 @@ bool stage_fast(const fr_cuda_kctx *k, const fr_attn_qkv_geom &q, int backward, 
     return true;
 }
 
-/* stage_fast for cuDNN: Q and K into the packed bf16 copy x16 (layouts ls, X's), V read from X
- * where it is bfloat16 and aligned, else staged into x16 too; qkv: what cuDNN reads. */
+/* stage_fast for cuDNN: Q and K into a bf16 copy (dst[0], dst[1]; layouts ls), V read from X
+ * where it is bfloat16 and aligned and X's layout will do (v_from_x), else staged into dst[2]
+ * too; qkv: what cuDNN reads. */
 template <class L>
 bool stage_cudnn(const fr_cuda_kctx *k, const fr_attn_qkv_geom &q, int backward, const float *cs, const float *sn,
-                 bf16 *x16, const L *ls, const bf16 **qkv, cudaStream_t stream)
+                 bf16 *const *dst, const L *ls, bool v_from_x, const bf16 **qkv, cudaStream_t stream)
 {
     const fr_tensor *X = k->in[0];
-    const bool v_direct = X->dtype == FR_BF16 && a16(X->data) && q.v_off % 8 == 0;
-    if (!stage_fast<bf16>(k, q, backward, cs, sn, x16, x16 + q.k_off, v_direct ? nullptr : x16 + q.v_off, ls, stream))
+    const bool v_direct = v_from_x && X->dtype == FR_BF16 && a16(X->data) && q.v_off % 8 == 0;
+    if (!stage_fast<bf16>(k, q, backward, cs, sn, dst[0], dst[1], v_direct ? nullptr : dst[2], ls, stream))
         return false;
-    qkv[0] = x16, qkv[1] = x16 + q.k_off, qkv[2] = v_direct ? (const bf16 *)X->data + q.v_off : x16 + q.v_off;
+    qkv[0] = dst[0], qkv[1] = dst[1], qkv[2] = v_direct ? (const bf16 *)X->data + q.v_off : dst[2];
     return true;
 }
 
