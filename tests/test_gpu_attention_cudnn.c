@@ -700,8 +700,64 @@ static double time_sdpa(const fr_cudnn_sdpa *p, fr_cudnn_sdpa_io *io, int reps)
     return ms / reps;
 }
 
+/* fp8run's kernels on one mask kind of bench_masks (0 causal, 1 window W, 2 padding with the
+ * lengths hlen, 3 softcap 50, 4 packed ids seg): the Attention and AttentionGrad nodes on
+ * float32 [B, H, T, D] tensors (their bf16 roundings of K and V included), ms into *fms, *bms. */
+static void own_masks(int kind, int64_t B, int64_t H, int64_t T, int64_t D, int64_t W, const int32_t *hlen,
+                      const int32_t *dseg, double *fms, double *bms)
+{
+    fr_rng r = fr_test_rng("own_masks");
+    const int64_t n = B * H * T * D, qd[5] = {B, H, 1, T, D}, ld[4] = {B, H, 1, T}, sd[2] = {B, T};
+    float *q = dev_random(&r, n), *k = dev_random(&r, n), *v = dev_random(&r, n), *dout = dev_random(&r, n);
+    float *o = NULL, *lse = NULL, *dq = NULL, *dk = NULL, *dv = NULL;
+    CU_ASSERT_EQUAL_FATAL(cudaMalloc((void **)&o, (size_t)n * 4), cudaSuccess);
+    CU_ASSERT_EQUAL_FATAL(cudaMalloc((void **)&lse, (size_t)(B * H * T) * 4), cudaSuccess);
+    CU_ASSERT_EQUAL_FATAL(cudaMalloc((void **)&dq, (size_t)n * 4), cudaSuccess);
+    CU_ASSERT_EQUAL_FATAL(cudaMalloc((void **)&dk, (size_t)n * 4), cudaSuccess);
+    CU_ASSERT_EQUAL_FATAL(cudaMalloc((void **)&dv, (size_t)n * 4), cudaSuccess);
+    int32_t *ids = NULL; /* padding: 1 on the first hlen[b] tokens of row b, 0 after; packed: dseg */
+    if (kind == 2) {
+        int32_t *h = malloc((size_t)(B * T) * 4);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(h);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t t = 0; t < T; t++) h[b * T + t] = t < hlen[b] ? 1 : 0;
+        CU_ASSERT_EQUAL_FATAL(cudaMalloc((void **)&ids, (size_t)(B * T) * 4), cudaSuccess);
+        CU_ASSERT_EQUAL_FATAL(cudaMemcpy(ids, h, (size_t)(B * T) * 4, cudaMemcpyHostToDevice), cudaSuccess);
+        free(h);
+    }
+    fr_tensor tq = dev_tensor(5, qd, q), tk = dev_tensor(5, qd, k), tv = dev_tensor(5, qd, v), to = dev_tensor(5, qd, o),
+              tl = dev_tensor(4, ld, lse), tdo = dev_tensor(5, qd, dout), tdq = dev_tensor(5, qd, dq),
+              tdk = dev_tensor(5, qd, dk), tdv = dev_tensor(5, qd, dv);
+    fr_tensor ts = dev_tensor(2, sd, kind == 2 ? (void *)ids : (void *)dseg);
+    ts.dtype = FR_I32;
+    const int segs = kind == 2 || kind == 4;
+    fr_tensor *fin[6] = {&tq, &tk, &tv, NULL, &ts, &ts}, *fout[2] = {&to, &tl};
+    fr_tensor *bin[9] = {&tq, &tk, &tv, &to, &tl, &tdo, NULL, &ts, &ts}, *bout[3] = {&tdq, &tdk, &tdv};
+    tnode f, b;
+    tn_init_domain(&f, "ai.fp8run", "Attention", 1, segs ? 6 : 3, fin, 0u, 2);
+    tn_init_domain(&b, "ai.fp8run", "AttentionGrad", 1, segs ? 9 : 6, bin, 0u, 3);
+    tnode *both[2] = {&f, &b};
+    for (int i = 0; i < 2; i++) {
+        set_attrs(both[i], 1, "bf16");
+        if (kind == 1) TN_ATTR(both[i], int, "window", W);
+        if (kind == 3) TN_ATTR(both[i], float, "softcap", 50.0f);
+        if (segs) TN_ATTR(both[i], string, "seg_form", kind == 2 ? "padded" : "packed");
+    }
+    fr_cuda_ctx *own = NULL;
+    FR_ASSERT_OK(fr_cuda_ctx_create(-1, &own));
+    *fms = time_node(own, &f, fin, segs ? 6 : 3, fout, 2, 5);
+    *bms = time_node(own, &b, bin, segs ? 9 : 6, bout, 3, 5);
+    fr_cuda_ctx_free(own);
+    tn_free(&b);
+    tn_free(&f);
+    float *bufs[] = {q, k, v, dout, o, lse, dq, dk, dv};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
+    if (ids) cudaFree(ids);
+}
+
 /* cuDNN's SDPA itself (bf16 in and out, no conversions) at B8 T2048, H x D = 2048: TFLOP/s of
- * the work the mask leaves (4 D per kept (query, key) pair forward, 2.5 x that backward). */
+ * the work the mask leaves (4 D per kept (query, key) pair forward, 2.5 x that backward); then
+ * fp8run's kernels on the same problem (own_masks: node level, float32 in and out). */
 static void bench_masks(int64_t D)
 {
     const int64_t B = 8, T = 2048, H = 2048 / D, W = 512;
@@ -759,6 +815,11 @@ static void bench_masks(int64_t D)
         printf("    cuDNN B8 T2048 H%-2lld D%-3lld %-10s forward %7.3f ms %6.1f TFLOP/s, backward %7.3f ms %6.1f "
                "TFLOP/s\n", (long long)H, (long long)D, kinds[kind], fms, fms > 0 ? flops / (fms * 1e9) : 0, bms,
                bms > 0 ? 2.5 * flops / (bms * 1e9) : 0);
+        double ofms = 0, obms = 0;
+        own_masks(kind, B, H, T, D, W, hlen, seg, &ofms, &obms);
+        printf("    fp8run B8 T2048 H%-2lld D%-3lld %-10s forward %7.3f ms %6.1f TFLOP/s, backward %7.3f ms %6.1f "
+               "TFLOP/s\n", (long long)H, (long long)D, kinds[kind], ofms, flops / (ofms * 1e9), obms,
+               2.5 * flops / (obms * 1e9));
         fflush(stdout);
     }
     void *bufs[] = {q, k, v, o, dout, dq, dk, dv, stats, seq, seg};
