@@ -542,6 +542,14 @@ static float *dev_random(fr_rng *r, int64_t n)
     return d;
 }
 
+/* n floats of device memory, left unset (outputs) */
+static float *dev_empty(int64_t n)
+{
+    float *d = NULL;
+    CU_ASSERT_EQUAL_FATAL(cudaMalloc((void **)&d, (size_t)n * sizeof(float)), cudaSuccess);
+    return d;
+}
+
 static fr_tensor dev_tensor(int rank, const int64_t *dims, void *data)
 {
     fr_tensor t;
@@ -590,12 +598,7 @@ static void bench_shape(const char *name, int64_t B, int64_t H, int64_t KV, int6
     int64_t qd[5] = {B, KV, G, T, D}, kd[5] = {B, KV, 1, T, D}, ld[4] = {B, KV, G, T};
     const int64_t nq = B * H * T * D, nk = B * KV * T * D;
     float *q = dev_random(&r, nq), *k = dev_random(&r, nk), *v = dev_random(&r, nk), *dout = dev_random(&r, nq);
-    float *o = NULL, *lse = NULL, *dq = NULL, *dk = NULL, *dv = NULL;
-    CU_ASSERT_EQUAL_FATAL(cudaMalloc((void **)&o, (size_t)nq * 4), cudaSuccess);
-    CU_ASSERT_EQUAL_FATAL(cudaMalloc((void **)&lse, (size_t)(B * H * T) * 4), cudaSuccess);
-    CU_ASSERT_EQUAL_FATAL(cudaMalloc((void **)&dq, (size_t)nq * 4), cudaSuccess);
-    CU_ASSERT_EQUAL_FATAL(cudaMalloc((void **)&dk, (size_t)nk * 4), cudaSuccess);
-    CU_ASSERT_EQUAL_FATAL(cudaMalloc((void **)&dv, (size_t)nk * 4), cudaSuccess);
+    float *o = dev_empty(nq), *lse = dev_empty(B * H * T), *dq = dev_empty(nq), *dk = dev_empty(nk), *dv = dev_empty(nk);
     fr_tensor tq = dev_tensor(5, qd, q), tk = dev_tensor(5, kd, k), tv = dev_tensor(5, kd, v),
               to = dev_tensor(5, qd, o), tl = dev_tensor(4, ld, lse), tdo = dev_tensor(5, qd, dout),
               tdq = dev_tensor(5, qd, dq), tdk = dev_tensor(5, kd, dk), tdv = dev_tensor(5, kd, dv);
@@ -709,12 +712,7 @@ static void own_masks(int kind, int64_t B, int64_t H, int64_t T, int64_t D, int6
     fr_rng r = fr_test_rng("own_masks");
     const int64_t n = B * H * T * D, qd[5] = {B, H, 1, T, D}, ld[4] = {B, H, 1, T}, sd[2] = {B, T};
     float *q = dev_random(&r, n), *k = dev_random(&r, n), *v = dev_random(&r, n), *dout = dev_random(&r, n);
-    float *o = NULL, *lse = NULL, *dq = NULL, *dk = NULL, *dv = NULL;
-    CU_ASSERT_EQUAL_FATAL(cudaMalloc((void **)&o, (size_t)n * 4), cudaSuccess);
-    CU_ASSERT_EQUAL_FATAL(cudaMalloc((void **)&lse, (size_t)(B * H * T) * 4), cudaSuccess);
-    CU_ASSERT_EQUAL_FATAL(cudaMalloc((void **)&dq, (size_t)n * 4), cudaSuccess);
-    CU_ASSERT_EQUAL_FATAL(cudaMalloc((void **)&dk, (size_t)n * 4), cudaSuccess);
-    CU_ASSERT_EQUAL_FATAL(cudaMalloc((void **)&dv, (size_t)n * 4), cudaSuccess);
+    float *o = dev_empty(n), *lse = dev_empty(B * H * T), *dq = dev_empty(n), *dk = dev_empty(n), *dv = dev_empty(n);
     int32_t *ids = NULL; /* padding: 1 on the first hlen[b] tokens of row b, 0 after; packed: dseg */
     if (kind == 2) {
         int32_t *h = malloc((size_t)(B * T) * 4);

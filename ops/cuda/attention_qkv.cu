@@ -88,9 +88,10 @@ fr_cudnn_sdpa sdpa_of(const Node &p, int backward)
     return s;
 }
 
-/* Q, K, V each in its own token-major buffer ([B, T, heads, D], as split_lay says), and so dQ,
- * dK, dV: cuDNN's variable-length backward takes them so (attention_cudnn_graph.c: on the
- * projection's interleaved row it was seen wrong). O and dO are token-major already. */
+/* Strides of section sec (0 Q, 1 K, 2 V) in its own token-major buffer [B, T, heads, D], where
+ * sections_of places Q, K, V and so dQ, dK, dV for cuDNN's variable-length backward (on the
+ * projection's interleaved row it was seen wrong: attention_cudnn_graph.c). O and dO are
+ * token-major already. */
 void split_strides_of(const fr_attn_qkv_geom &q, int sec, int64_t st[4])
 {
     const int64_t heads = sec == 0 ? q.Hq : q.Hk, w = sec == 2 ? q.Dv : q.D;
