@@ -270,7 +270,8 @@ static void test_cross_entropy(void)
 static void test_cross_entropy_bf16(void)
 {
     fr_rng r = fr_test_rng("gpu_cross_entropy_bf16");
-    static const shp shapes[] = {{2, {7, 1000}}, {3, {4, 75, 2048}}, {2, {33, 2049}}, {2, {300, 32768}}, {2, {5000, 64}}};
+    static const shp shapes[] = {{2, {7, 1000}},  {3, {4, 75, 2048}}, {2, {33, 2049}}, {2, {300, 32768}},
+                                 {2, {5000, 64}}, {2, {3, 128256}},   {2, {9, 2056}}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int rank = shapes[s].r;
         const int64_t *d = shapes[s].d, V = d[rank - 1];
@@ -313,6 +314,57 @@ static void test_cross_entropy_bf16(void)
         fr_tensor_free(lb);
         fr_tensor_free(lab);
         fr_tensor_free(dl);
+    }
+}
+
+/* Non-finite logits on the long rows (float statistics) and the generic ones: all -inf, masked
+ * entries (the label's among them), +inf, NaN, one finite entry; loss and dlogits as the CPU's,
+ * non-finite values exactly. */
+static void test_cross_entropy_nonfinite(void)
+{
+    fr_rng r = fr_test_rng("gpu_cross_entropy_nonfinite");
+    const int64_t lens[3] = {3000, 4096, 2049}; /* long rows of 8-element units, and not */
+    for (int li = 0; li < 3; li++) {
+        const int64_t L = lens[li];
+        int64_t d[2] = {9, L};
+        fr_tensor *x = tt_randn(&r, FR_F32, 2, d, 0.0, 2.0), *lb = tt_new(FR_I64, 1, d);
+        float *xv = x->data;
+        for (int64_t j = 0; j < L; j++) xv[0 * L + j] = -INFINITY;      /* all -inf */
+        for (int64_t j = 1; j < L; j += 2) xv[1 * L + j] = -INFINITY;   /* masked half, label masked */
+        xv[2 * L + L / 2] = INFINITY;                                   /* +inf */
+        xv[3 * L + 1] = NAN;                                            /* NaN */
+        for (int64_t j = 1; j < L; j++) xv[4 * L + j] = -INFINITY;      /* one finite, the label */
+        for (int64_t j = 0; j < L - 40; j++) xv[5 * L + j] = -INFINITY; /* finite only in the last trip */
+        for (int64_t j = L / 2; j < L; j++) xv[6 * L + j] = -INFINITY;  /* causal-like */
+        xv[7 * L + 5] = 80.f;                                           /* a large logit (exp overflows float) */
+        const int64_t labels[9] = {3, 1, 7, 0, 0, L - 1, 2, 5, 6};
+        for (int i = 0; i < 9; i++) tt_set(lb, i, (double)labels[i]);
+        /* rows 4.. have finite losses: their mean is a real check of the forward's statistics
+         * (the mean over all rows is NaN) */
+        int64_t d4[2] = {5, L};
+        fr_tensor *x4 = tt_new(FR_F32, 2, d4), *lb4 = tt_new(FR_I64, 1, d4);
+        memcpy(x4->data, xv + 4 * L, (size_t)(5 * L) * sizeof(float));
+        for (int i = 0; i < 5; i++) tt_set(lb4, i, (double)labels[4 + i]);
+        fr_tensor *dl = tt_scalar(FR_F32, 0.75);
+        for (int k = 0; k < 4; k++) {
+            const int grad = k % 2;
+            fr_tensor *xs = k < 2 ? x : x4, *ls = k < 2 ? lb : lb4;
+            fr_tensor *ins[2] = {xs, ls}, *gins[3] = {dl, xs, ls};
+            tnode t;
+            const char *op = grad ? "SoftmaxCrossEntropyGrad" : "SoftmaxCrossEntropy";
+            tn_init_domain(&t, FR_DOMAIN_FP8RUN, op, 1, grad ? 3 : 2, grad ? gins : ins, 0, 1);
+            FR_ASSERT_OK(tn_run(&t));
+            if (k == 2) CU_ASSERT(isfinite(((const float *)t.out[0]->data)[0]));
+            char what[128];
+            snprintf(what, sizeof what, "%s %s rows of %lld", op, k < 2 ? "non-finite" : "finite-loss", (long long)L);
+            gpu_check(&t, TOL_F32, what);
+            tn_free(&t);
+        }
+        fr_tensor_free(x4);
+        fr_tensor_free(lb4);
+        fr_tensor_free(dl);
+        fr_tensor_free(x);
+        fr_tensor_free(lb);
     }
 }
 
@@ -365,6 +417,7 @@ static CU_TestInfo tests[] = {
     {"SoftmaxGrad/LogSoftmaxGrad", test_softmax_grad},
     {"SoftmaxCrossEntropy(+Grad)", test_cross_entropy},
     {"SoftmaxCrossEntropy(+Grad) label out of range", test_cross_entropy_bad_label},
+    {"SoftmaxCrossEntropy(+Grad) non-finite logits", test_cross_entropy_nonfinite},
     {"SoftmaxCrossEntropy(+Grad) on bf16 logits, dx_dtype bf16 == the float32 run", test_cross_entropy_bf16},
     CU_TEST_INFO_NULL,
 };

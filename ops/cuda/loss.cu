@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <type_traits>
+
 #include "ops/cuda/cuda_kernel.h"
 #include "ops/cuda/cuda_util.cuh"
 #include "ops/cuda/softmax_rows.cuh"
@@ -233,6 +235,163 @@ __global__ void __launch_bounds__(G == 32 ? 256 : G) ce_loss_grad_rows(const T *
     ce_grad_body<true, T, In, Out, V, G>(dl, x, lb, lb64, rows, len, ignore, sc, dx);
 }
 
+/* ---------------------------------------------------------------- long rows, float statistics ----
+ * Rows longer than kSmallRow of float32 or bfloat16 logits (an LM head's vocabulary). The generic
+ * rows above keep the sum of exp in double element by element: a float -> double conversion and
+ * a double add per element in the statistics, several more per element in the gradient, which
+ * left the loss head compute-bound at about a quarter of its memory bandwidth. Here a thread
+ * takes units of 8 consecutive elements (one 16-byte load of bfloat16, two of float32: the same
+ * elements per thread for both, so bfloat16 logits see float32's arithmetic exactly) and kU
+ * units per trip, their loads issued together; a trip's max and its sum of exp(x - max) (at most
+ * 8 kU terms) are in float, folded into the row's (max, double sum) pair in a fixed order, and
+ * the gradient is exp(x - lse) * scale in float (within the 1e-5 contract: the lse rounded to
+ * float moves a row's probabilities by at most about 1e-6 relative). */
+constexpr int kU = 4;
+
+/* a unit as loaded (bfloat16 stays packed until used: half the registers of its floats) */
+template <class In> struct Unit;
+template <> struct Unit<float> {
+    float4 a, b;
+};
+template <> struct Unit<__nv_bfloat16> {
+    uint4 q;
+};
+__device__ __forceinline__ Unit<float> ld_unit(const float *p, int64_t u)
+{
+    return Unit<float>{reinterpret_cast<const float4 *>(p)[2 * u], reinterpret_cast<const float4 *>(p)[2 * u + 1]};
+}
+__device__ __forceinline__ Unit<__nv_bfloat16> ld_unit(const __nv_bfloat16 *p, int64_t u)
+{
+    return Unit<__nv_bfloat16>{reinterpret_cast<const uint4 *>(p)[u]};
+}
+template <class In> __device__ __forceinline__ Unit<In> unit_fill(float v);
+template <> __device__ __forceinline__ Unit<float> unit_fill<float>(float v)
+{
+    return Unit<float>{make_float4(v, v, v, v), make_float4(v, v, v, v)};
+}
+template <> __device__ __forceinline__ Unit<__nv_bfloat16> unit_fill<__nv_bfloat16>(float v)
+{
+    const uint32_t h = __float_as_uint(v) >> 16, w = h | h << 16; /* v exact in bf16 (-inf) */
+    return Unit<__nv_bfloat16>{make_uint4(w, w, w, w)};
+}
+/* element j of a unit, widened exactly */
+__device__ __forceinline__ float el(const Unit<float> &u, int j)
+{
+    const float4 &h = j < 4 ? u.a : u.b;
+    const int k = j & 3;
+    return k == 0 ? h.x : k == 1 ? h.y : k == 2 ? h.z : h.w;
+}
+__device__ __forceinline__ float el(const Unit<__nv_bfloat16> &u, int j)
+{
+    const uint32_t w = (j >> 1) == 0 ? u.q.x : (j >> 1) == 1 ? u.q.y : (j >> 1) == 2 ? u.q.z : u.q.w;
+    return __uint_as_float(j & 1 ? w & 0xffff0000u : w << 16); /* the low half is the even element */
+}
+__device__ __forceinline__ void st8(float *p, int64_t u, const float (&v)[8])
+{
+    reinterpret_cast<float4 *>(p)[2 * u] = make_float4(v[0], v[1], v[2], v[3]);
+    reinterpret_cast<float4 *>(p)[2 * u + 1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+__device__ __forceinline__ void st8(__nv_bfloat16 *p, int64_t u, const float (&v)[8])
+{
+    uint32_t w[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]); /* .x = low half */
+        memcpy(&w[j], &h, 4);
+    }
+    reinterpret_cast<uint4 *>(p)[u] = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+/* log-sum-exp of a row of nu units (the block's G threads); every thread gets it */
+template <class In, int G> __device__ __forceinline__ double row_lse_fast(const In *xr, int64_t nu, int lane)
+{
+    MS<float> st = ms_init<float>();
+    for (int64_t i0 = lane; i0 < nu; i0 += (int64_t)G * kU) {
+        Unit<In> v[kU];
+#pragma unroll
+        for (int u = 0; u < kU; u++) {
+            const int64_t i = i0 + (int64_t)u * G;
+            v[u] = i < nu ? ld_unit(xr, i) : unit_fill<In>(-INFINITY);
+        }
+        float cm = -INFINITY; /* fmaxf skips NaN: the NaN reaches the sum below */
+#pragma unroll
+        for (int u = 0; u < kU; u++)
+#pragma unroll
+            for (int j = 0; j < 8; j++) cm = fmaxf(cm, el(v[u], j));
+        float cs = 0.f; /* -inf terms (masked) add 0, also when the whole trip is -inf */
+#pragma unroll
+        for (int u = 0; u < kU; u++)
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const float e = el(v[u], j);
+                cs += e == -INFINITY ? 0.f : expf(e - cm);
+            }
+        st = MSComb<float>{}(st, MS<float>{cm, (double)cs});
+    }
+    st = group_allreduce<G>(st, MSComb<float>{});
+    return (double)st.m + log(ms_sum(st));
+}
+
+/* one row's dlogits: scale * (softmax - onehot(label)); 0 where ignored, NaN for a bad label */
+template <class In, class Out, int G> __device__ __forceinline__ void
+grad_row_fast(const In *xr, int64_t nu, int lane, bool work, bool bad, float lse, float scale, long long label, Out *dr)
+{
+    for (int64_t i0 = lane; i0 < nu; i0 += (int64_t)G * kU) {
+        Unit<In> v[kU];
+#pragma unroll
+        for (int u = 0; u < kU; u++) {
+            const int64_t i = i0 + (int64_t)u * G;
+            if (work && i < nu) v[u] = ld_unit(xr, i);
+        }
+#pragma unroll
+        for (int u = 0; u < kU; u++) {
+            const int64_t i = i0 + (int64_t)u * G;
+            if (i >= nu) break;
+            float o[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                if (work) {
+                    const float p = expf(el(v[u], j) - lse);
+                    o[j] = scale * (i * 8 + j == label ? p - 1.f : p);
+                } else {
+                    o[j] = bad ? NAN : 0.f;
+                }
+            }
+            st8(dr, i, o);
+        }
+    }
+}
+
+/* One block of kBig threads per row: with LOSS each row's loss (ce_rows' entries), with dx its
+ * dlogits (ce_grad_rows'; dl, the loss's gradient, needs the count ce_count wrote). The label's
+ * logit is read before the block's first barrier, so dx may be x (in place). */
+template <bool LOSS, class In, class Out> __global__ void __launch_bounds__(kBig, 2)
+    ce_fast_rows(const float *dl, const In *x, const void *lb, int lb64, int64_t rows, int64_t len, long long ignore,
+                 CeScratch sc, Out *dx)
+{
+    const int lane = threadIdx.x;
+    const long long cnt = dl ? *sc.count : 0;
+    const float scale = cnt ? (float)((double)dl[0] / (double)cnt) : 0.f;
+    for (int64_t rb = blockIdx.x; rb < rows; rb += gridDim.x) {
+        const CeRow w = ce_row<8>(lb, lb64, rb, rows, len, ignore);
+        const double xl = LOSS && w.work && lane == 0 ? (double)widen(x[w.off + w.label]) : 0.0;
+        const double lse = row_lse_fast<In, kBig>(x + w.off, w.work ? w.nv : 0, lane);
+        if (LOSS && lane == 0) {
+            if (w.bad) fr_dev_error(sc.err, FR_ERR_RANGE, sc.node, w.label, len);
+            sc.loss[rb] = w.work ? lse - xl : w.bad ? (double)NAN : 0.0;
+            sc.counted[rb] = w.label != ignore;
+        }
+        if (dx)
+            grad_row_fast<In, Out, kBig>(x + w.off, w.nv, lane, w.work, w.bad, (float)lse, scale, w.label, dx + w.off);
+    }
+}
+
+/* the long-row path takes rows past kSmallRow of whole 16-byte units, 16-byte aligned */
+bool fast_rows(int64_t len, const void *x, const void *dx)
+{
+    return len > kSmallRow && len % 8 == 0 && ((uintptr_t)x % 16) == 0 && ((uintptr_t)dx % 16) == 0;
+}
+
 template <class In, class Out>
 fr_status ce_chunk_run(const fr_ce_chunk_ctx *c, const CeScratch &sc, int64_t R, const void *xv, const float *dl,
                        void *dxv)
@@ -243,7 +402,9 @@ fr_status ce_chunk_run(const fr_ce_chunk_ctx *c, const CeScratch &sc, int64_t R,
     const int64_t len = c->len;
     const bool vec = can_vec<float>(len, x, dx ? (const void *)dx : (const void *)x, x);
     const void *lb = c->labels;
-    if (len <= kSmallRow) {
+    if (fast_rows(len, x, dx ? (const void *)dx : (const void *)x)) {
+        ce_fast_rows<true, In, Out><<<blocks_for(R, 1), kBig, 0, c->s>>>(dl, x, lb, c->lb64, R, len, c->ignore, sc, dx);
+    } else if (len <= kSmallRow) {
         const unsigned b = blocks_for(R, 8);
         if (vec) ce_loss_grad_rows<float, In, Out, VW, 32><<<b, 256, 0, c->s>>>(dl, x, lb, c->lb64, R, len, c->ignore, sc, dx);
         else ce_loss_grad_rows<float, In, Out, 1, 32><<<b, 256, 0, c->s>>>(dl, x, lb, c->lb64, R, len, c->ignore, sc, dx);
@@ -325,11 +486,18 @@ fr_status ce_fwd_run(const fr_cuda_kctx *k, const CeScratch &sc, int64_t rows, i
                                            elements per thread, so the same sums as float32 */
     if (rows > 0) {
         const bool vec = can_vec<T>(len, x, x, x);
-        if (len <= kSmallRow) {
+        bool fast = false;
+        if constexpr (std::is_same<T, float>::value) {
+            fast = fast_rows(len, x, x);
+            if (fast)
+                ce_fast_rows<true, In, In><<<blocks_for(rows, 1), kBig, 0, st>>>(nullptr, x, lb->data, lb64, rows, len,
+                                                                               ignore, sc, nullptr);
+        }
+        if (!fast && len <= kSmallRow) {
             const unsigned b = blocks_for(rows, 8);
             if (vec) ce_rows<T, In, VW, 32><<<b, 256, 0, st>>>(x, lb->data, lb64, rows, len, ignore, sc);
             else ce_rows<T, In, 1, 32><<<b, 256, 0, st>>>(x, lb->data, lb64, rows, len, ignore, sc);
-        } else {
+        } else if (!fast) {
             const unsigned b = blocks_for(rows, 1);
             if (vec) ce_rows<T, In, VW, kBig><<<b, kBig, 0, st>>>(x, lb->data, lb64, rows, len, ignore, sc);
             else ce_rows<T, In, 1, kBig><<<b, kBig, 0, st>>>(x, lb->data, lb64, rows, len, ignore, sc);
@@ -356,6 +524,13 @@ fr_status ce_grad_run(const fr_cuda_kctx *k, const CeScratch &sc, int64_t rows, 
     FR_TRY(fr_cuda_check_launch(k->node, "SoftmaxCrossEntropyGrad(count)"));
     if (len == 0) return FR_OK;
     const bool vec = can_vec<T>(len, x, dx, dx);
+    if constexpr (std::is_same<T, float>::value) {
+        if (fast_rows(len, x, dx)) {
+            ce_fast_rows<false, In, Out>
+                <<<blocks_for(rows, 1), kBig, 0, st>>>(dl, x, lb->data, lb64, rows, len, ignore, sc, dx);
+            return fr_cuda_check_launch(k->node, "SoftmaxCrossEntropyGrad");
+        }
+    }
     if (len <= kSmallRow) {
         const unsigned b = blocks_for(rows, 8);
         if (vec) ce_grad_rows<T, In, Out, VW, 32><<<b, 256, 0, st>>>(dl, x, lb->data, lb64, rows, len, ignore, sc, dx);
