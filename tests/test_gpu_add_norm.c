@@ -13,6 +13,11 @@
  * CPU's rounded Y; AddRMSNormGrad with a bfloat16 dY: dX and dScale bit for bit those of the
  * float32 dY (GPU and CPU). len % 8 == 0 takes the 8-element vectors, len % 8 == 4 the
  * element-wise kernels for bfloat16 (float4 for float32).
+ * The backward's team kernel (rows of 768..2048 by 256, 2560..4096 by 512; the default there)
+ * on 1500 rows of 768, 1024, 2048, 3072, 4096 (and 1000, 2304: not its rows), dY float32,
+ * float32 of bfloat16 values and bfloat16, with and without dH and dScale: the CPU within 1e-6,
+ * two runs bit for bit, FP8RUN_RMS_BWD_TEAMS=0 (the one-row-per-block kernel) within 1e-6 (dX
+ * printed when not bit for bit: the same row sums), a bfloat16 dY the float32 dY's bits.
  * Printed, not asserted: the kernels' times at the 1B step's shape (16384 x 2048, with dH and
  * dScale) for float32 and the bfloat16 combinations. */
 #include <math.h>
@@ -222,6 +227,97 @@ static void test_bwd_bf16(void)
     }
 }
 
+/* ---- the team kernel (rows of 768..4096) against the one-row-per-block kernel ---- */
+
+/* the GPU outputs with FP8RUN_RMS_BWD_TEAMS=teams ("1": the team kernel where the row fits) */
+static void run_gpu_teams(tnode *t, const char *teams, fr_tensor **g)
+{
+    setenv("FP8RUN_RMS_BWD_TEAMS", teams, 1);
+    FR_ASSERT_OK(tn_run_gpu(t, g));
+}
+
+/* one case: the CPU within TOL, two team runs bit for bit, the old kernel within TOL (dX is
+ * expected bit for bit too: the same row sums in the same order; printed when not). bf16: dY
+ * bfloat16 against f32g, the team kernel's outputs for the float32 dY of the same values. */
+static void teams_case(const shp *s, fr_tensor *dy, fr_tensor *x, fr_tensor *w, fr_tensor *dh, int with_dh, int with_dw,
+                       fr_tensor **f32g, fr_tensor **keep)
+{
+    fr_tensor *ins[4] = {dy, x, w, dh};
+    tnode t;
+    tn_init_domain(&t, FR_DOMAIN_FP8RUN, "AddRMSNormGrad", 1, with_dh ? 4 : 3, ins, 0, 2);
+    TN_ATTR(&t, int, "axis", s->axis);
+    TN_ATTR(&t, float, "epsilon", 1e-6f);
+    if (!with_dw) tn_omit_output(&t, 1);
+    FR_ASSERT_OK(tn_run(&t));
+    char what[320], extra[64], lab[400];
+    snprintf(extra, sizeof extra, "dY %s, dH %s, dScale %s (teams)", fr_dtype_name(dy->dtype), with_dh ? "yes" : "no",
+             with_dw ? "yes" : "no");
+    describe(what, sizeof what, "AddRMSNormGrad", s, extra);
+    setenv("FP8RUN_RMS_BWD_TEAMS", "1", 1);
+    gpu_check(&t, TOL, what);
+    fr_tensor *g1[TN_MAX], *g2[TN_MAX], *g0[TN_MAX];
+    run_gpu_teams(&t, "1", g1);
+    run_gpu_teams(&t, "1", g2);
+    run_gpu_teams(&t, "0", g0);
+    for (int o = 0; o < (with_dw ? 2 : 1); o++) {
+        const char *name = o ? "dScale" : "dX";
+        snprintf(lab, sizeof lab, "%s: %s, two runs", what, name);
+        CU_ASSERT_EQUAL(bc_bits_diff(lab, g1[o], g2[o]), 0);
+        const double e = gpu_rel_err(g1[o], g0[o]);
+        if (e > TOL) printf("\n  %s: %s differs from FP8RUN_RMS_BWD_TEAMS=0's by %g", what, name, e);
+        CU_ASSERT(e <= TOL);
+        if (o == 0 && e != 0) printf("\n  %s: dX not bit for bit FP8RUN_RMS_BWD_TEAMS=0's (%g)", what, e);
+        if (f32g) {
+            snprintf(lab, sizeof lab, "%s: %s vs float32 dY's", what, name);
+            CU_ASSERT_EQUAL(bc_bits_diff(lab, g1[o], f32g[o]), 0);
+        }
+    }
+    if (!with_dw) CU_ASSERT_PTR_NULL(g1[1]);
+    if (!with_dw) CU_ASSERT_PTR_NULL(g0[1]);
+    if (keep)
+        for (int o = 0; o < 2; o++) keep[o] = g1[o], g1[o] = NULL;
+    gpu_free_outputs(&t, g0);
+    gpu_free_outputs(&t, g1);
+    gpu_free_outputs(&t, g2);
+    tn_free(&t);
+}
+
+static void test_bwd_teams(void)
+{
+    if (!gpu_available()) return;
+    /* team kernel: 768..2048 (one vector a thread, 2 teams a block at 768, 1024), 3072, 4096 (two);
+     * 1000, 2304: the old kernel whatever the variable says */
+    static const int64_t lens[] = {768, 1024, 2048, 4096, 3072, 1000, 2304};
+    const char *prev = getenv("FP8RUN_RMS_BWD_TEAMS");
+    char saved[32] = "";
+    if (prev) snprintf(saved, sizeof saved, "%s", prev);
+    fr_rng r = fr_test_rng("gpu_add_norm_bwd_teams");
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        const shp s = {2, -1, {1500, lens[li]}}; /* more rows than a wave has teams */
+        fr_tensor *dyf = tt_randn(&r, FR_F32, s.r, s.d, 0.0, 1.0), *x = tt_randn(&r, FR_F32, s.r, s.d, 0.2, 1.5);
+        fr_tensor *dyr = tt_randn(&r, FR_F32, s.r, s.d, 0.0, 1.0), *dyb = bc_bf16_pair(dyr);
+        fr_tensor *w = scale_of(&r, &s), *dh = tt_randn(&r, FR_F32, s.r, s.d, 0.0, 0.5);
+        for (int c = 0; c < 4; c++) {
+            const int with_dh = c & 1, with_dw = c >> 1;
+            teams_case(&s, dyf, x, w, dh, with_dh, with_dw, NULL, NULL);
+            fr_tensor *f32g[2] = {NULL, NULL};
+            teams_case(&s, dyr, x, w, dh, with_dh, with_dw, NULL, f32g);
+            teams_case(&s, dyb, x, w, dh, with_dh, with_dw, f32g, NULL);
+            for (int o = 0; o < 2; o++) fr_tensor_free(f32g[o]);
+        }
+        fr_tensor_free(dyf);
+        fr_tensor_free(dyr);
+        fr_tensor_free(dyb);
+        fr_tensor_free(x);
+        fr_tensor_free(w);
+        fr_tensor_free(dh);
+    }
+    if (prev)
+        setenv("FP8RUN_RMS_BWD_TEAMS", saved, 1);
+    else
+        unsetenv("FP8RUN_RMS_BWD_TEAMS");
+}
+
 /* ---- timings at the 1B shape ---- */
 
 static void time_case(int grad, fr_dtype bt, fr_dtype yt)
@@ -260,6 +356,7 @@ static CU_TestInfo tests[] = {
     {"AddRMSNormGrad: dX, dScale (1e-6), repeatable bits", test_bwd},
     {"AddRMSNorm bf16 B / y_dtype bf16: float32 case's bits, Y its rounding", test_fwd_bf16},
     {"AddRMSNormGrad bf16 dY: float32 dY's dX, dScale bits", test_bwd_bf16},
+    {"AddRMSNormGrad teams of warps (768..4096): CPU, FP8RUN_RMS_BWD_TEAMS=0, repeatable bits", test_bwd_teams},
     {"times at the 1B shape (printed)", test_times},
     CU_TEST_INFO_NULL,
 };

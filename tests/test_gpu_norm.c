@@ -7,7 +7,8 @@
  * cache (default and opted-in sizes) and the uncached path; LayerNormGrad / RMSNormGrad
  * (dX, dScale, dB) with the column path (sliced rows, two-stage sums), the generic
  * parameter-broadcast path and (float32 LayerNormGrad, rows of up to 4096) AddLayerNormGrad's
- * register kernels; RMSNormalization in the ai.fp8run domain too (the fused node).
+ * register kernels; RMSNormalization in the ai.fp8run domain too (the fused node); RMSNormGrad
+ * on rows of 768..4096 with AddRMSNormGrad's team kernel and with FP8RUN_RMS_BWD_TEAMS=0.
  * Tolerances: float32 within 1e-6 relative L2 of the CPU (both compute in double and round
  * once, or the register kernels in float32, ~1e-7 off; the contract is 1e-5), float64 within
  * 1e-11; NaN statistics of empty rows exact. */
@@ -209,6 +210,58 @@ static void test_norm_grad_large(void)
     run_ng(&r, FR_F32, 0, &s3, 1, TT_P_EXACT, 1, TT_P_EXACT, 0, 1e-5f); /* B given, dB not asked for */
 }
 
+/* RMSNormGrad on float32 rows of 768..4096 (and 1000, 2304: the one-row-per-block kernel
+ * whatever the variable), Scale the row: AddRMSNormGrad's team kernel (ops/cuda/add_norm.cu)
+ * against the CPU, against FP8RUN_RMS_BWD_TEAMS=0 (within the tolerance; dX expected bit for
+ * bit, printed when not) and against itself (bit for bit) */
+static void test_rms_grad_teams(void)
+{
+    if (!gpu_available()) return;
+    static const int64_t lens[] = {768, 1024, 2048, 4096, 3072, 1000, 2304};
+    const char *prev = getenv("FP8RUN_RMS_BWD_TEAMS");
+    char saved[32] = "";
+    if (prev) snprintf(saved, sizeof saved, "%s", prev);
+    fr_rng r = fr_test_rng("gpu_norm_rms_grad_teams");
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        const shp xs = {2, {1200, lens[li]}};
+        fr_tensor *x = NULL, *sc = NULL, *b = NULL;
+        CU_ASSERT_FATAL(make_inputs(&r, FR_F32, 1, &xs, -1, TT_P_EXACT, 0, TT_P_EXACT, &x, &sc, &b));
+        fr_tensor *dy = tt_randn(&r, FR_F32, xs.r, xs.d, 0.0, 1.0);
+        fr_tensor *ins[3] = {dy, x, sc};
+        tnode t;
+        tn_init_domain(&t, FR_DOMAIN_FP8RUN, "RMSNormGrad", 1, 3, ins, 0, 2);
+        TN_ATTR(&t, int, "axis", -1);
+        FR_ASSERT_OK(tn_run(&t));
+        char what[320];
+        describe(what, sizeof what, "RMSNormGrad", FR_F32, &xs, -1, sc, TT_P_EXACT, NULL, TT_P_EXACT, "(teams)");
+        setenv("FP8RUN_RMS_BWD_TEAMS", "1", 1);
+        gpu_check(&t, TOL_F32, what);
+        fr_tensor *g1[TN_MAX], *g2[TN_MAX], *g0[TN_MAX];
+        FR_ASSERT_OK(tn_run_gpu(&t, g1));
+        FR_ASSERT_OK(tn_run_gpu(&t, g2));
+        setenv("FP8RUN_RMS_BWD_TEAMS", "0", 1);
+        FR_ASSERT_OK(tn_run_gpu(&t, g0));
+        for (int o = 0; o < 2; o++) {
+            CU_ASSERT_EQUAL(gpu_rel_err(g1[o], g2[o]), 0);
+            const double e = gpu_rel_err(g1[o], g0[o]);
+            if (e > TOL_F32 || (o == 0 && e != 0))
+                printf("\n  %s: %s differs from FP8RUN_RMS_BWD_TEAMS=0's by %g", what, o ? "dScale" : "dX", e);
+            CU_ASSERT(e <= TOL_F32);
+        }
+        gpu_free_outputs(&t, g0);
+        gpu_free_outputs(&t, g1);
+        gpu_free_outputs(&t, g2);
+        tn_free(&t);
+        fr_tensor_free(dy);
+        fr_tensor_free(x);
+        fr_tensor_free(sc);
+    }
+    if (prev)
+        setenv("FP8RUN_RMS_BWD_TEAMS", saved, 1);
+    else
+        unsetenv("FP8RUN_RMS_BWD_TEAMS");
+}
+
 static void test_rms_fp8run(void)
 {
     fr_rng r = fr_test_rng("gpu_norm_fp8run");
@@ -225,6 +278,7 @@ static CU_TestInfo tests[] = {
     {"ai.fp8run::RMSNormalization (below opset 23)", test_rms_fp8run},
     {"LayerNormGrad/RMSNormGrad small shapes", test_norm_grad_small},
     {"LayerNormGrad/RMSNormGrad real sizes", test_norm_grad_large},
+    {"RMSNormGrad rows of 768..4096: teams of warps vs FP8RUN_RMS_BWD_TEAMS=0, repeatable bits", test_rms_grad_teams},
     CU_TEST_INFO_NULL,
 };
 

@@ -17,6 +17,9 @@
  * Short rows (a per-head q/k norm: 128 features, one warp a block) need many blocks in flight
  * to reach the memory's speed: the grid cap grows as the rows shorten (partials up to 4 MiB).
  * No atomics: the bits repeat from run to run.
+ * The backward of rows of 768..4096 (multiples of 256 up to 2048, of 512 above) takes
+ * rms_bwd_team instead (teams of warps a row, several teams a block, no block barrier a row;
+ * see there) unless FP8RUN_RMS_BWD_TEAMS=0, read at every launch.
  *
  * Rows that do not fit the registers (len % 4 != 0 or len > 8192) take the same kernels
  * without the register cache: each pass re-reads the row (L1/L2) and the dScale partials
@@ -37,6 +40,10 @@
 #include "ops/cuda/add_norm.h"
 #include "ops/cuda/vec16.cuh"
 #include "ops/norm.h"
+
+extern "C" {
+#include "graph/env.h"
+}
 
 namespace {
 
@@ -262,8 +269,10 @@ __global__ void __launch_bounds__(1024) rms_dw(const double *part, int64_t block
     __shared__ double red[32][33];
     const int64_t j = (int64_t)blockIdx.x * 32 + threadIdx.x;
     double s = 0.0;
-    if (j < len)
+    if (j < len) {
+#pragma unroll 8 /* the loads of several blocks in flight; the adds stay in order */
         for (int64_t b = threadIdx.y; b < blocks; b += 32) s += part[b * len + j];
+    }
     red[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
     for (int h = 16; h > 0; h >>= 1) {
@@ -271,6 +280,138 @@ __global__ void __launch_bounds__(1024) rms_dw(const double *part, int64_t block
         __syncthreads();
     }
     if (threadIdx.y == 0 && j < len) dw[j] = (float)red[0][threadIdx.x];
+}
+
+/* ---------------------------------------------------------------- backward, teams of warps ---- */
+
+/* Rows of 768..2048 elements (len % 256 == 0) and of 2560..4096 (len % 512 == 0), every tensor
+ * 16-byte aligned (the common hidden sizes): a team of warps owns a row at a time, each thread
+ * VPT 8-element vectors of it (one 16-byte word of a bfloat16 dY, two float4 of a float32 one):
+ * VPT = 1 up to 2048 (teams of len / 256 warps: 3..8), 2 above (len / 512 warps: 5..8; vectors
+ * t and t + threads, as rms_bwd). A block holds as many teams as fit 8 warps (2 of 3 or 4
+ * warps, else 1) and its teams take rows team, team + teams in the grid, ... without waiting for
+ * each other: a row's two sums go through warp shuffles and one named barrier of the team's
+ * warps (bar.sync 1 + team), never a block barrier, so while one team reduces, the others'
+ * loads are in flight. dy, x and dh are all loaded before the reduction (one memory latency a
+ * row, not two). The dScale sums of a thread's columns (double) sit in shared memory, not
+ * registers, which keeps the kernel at <= 80 (VPT 1) / 128 (VPT 2) registers without spills:
+ * 3 (2) blocks of 8 warps a multiprocessor. The block adds its teams' sums in team order once at
+ * the end (one block barrier) into one row of part: the grid is one wave of the float32
+ * kernel's blocks, whatever dY's dtype.
+ * The row sums are rms_bwd's: a thread holds the same vectors (rms_bwd's block is one team),
+ * sums its elements in the same order, and the warps' partials are added in warp order, so dX
+ * is expected to have rms_bwd's bits; dScale's sums are grouped by team and block, not by
+ * block, so it matches rms_bwd's within rounding. */
+constexpr int kTeamV = 8;     /* elements per vector */
+constexpr int kTeamWarps = 8; /* most warps per block */
+constexpr int kTeamMinLen = 768;
+constexpr int kTeamMaxLen = 4096;
+
+/* vectors per thread for rows of len (0: not a team kernel's row) */
+int team_vpt(int64_t len)
+{
+    if (len >= kTeamMinLen && len <= 2048 && len % 256 == 0) return 1;
+    if (len > 2048 && len <= kTeamMaxLen && len % 512 == 0) return 2;
+    return 0;
+}
+
+/* v, the compiler not knowing so: the output pass converts x and dy to double again rather than
+ * keep the sums' doubles alive across the reduction (twice the registers) */
+__device__ __forceinline__ float opaque(float v)
+{
+    float r;
+    asm volatile("mov.b32 %0, %1;" : "=f"(r) : "f"(v));
+    return r;
+}
+
+/* the team's warps meet: barrier 1 + team (0 is __syncthreads'); at most 2 teams a block (teams
+ * of >= 3 warps in blocks of <= 8), and constant ids leave the block 3 barriers, not all 16 */
+__device__ __forceinline__ void team_sync(int team, int threads)
+{
+    if (team == 0)
+        asm volatile("bar.sync 1, %0;" ::"r"(threads) : "memory");
+    else
+        asm volatile("bar.sync 2, %0;" ::"r"(threads) : "memory");
+}
+
+template <int VPT, typename TD> __global__ void __launch_bounds__(kTeamWarps * 32, VPT == 1 ? 3 : 2)
+    rms_bwd_team(const TD *dy, const float *x, const float *w, const float *dh, float *dx, double *part, int rows,
+                 int len, int teams, float eps)
+{
+    constexpr int V = kTeamV, B = kTeamWarps * 32;
+    __shared__ double2 red[2][kTeamWarps];        /* per warp, double-buffered by row parity */
+    __shared__ double acc[VPT * V][B];            /* thread i's dScale sums: acc[k V + j][i] */
+    const int nt = len / (V * VPT), nw = nt / 32; /* threads, warps of a team */
+    const int team = (int)threadIdx.x / nt, t = (int)threadIdx.x % nt;
+    if (part)
+#pragma unroll
+        for (int j = 0; j < VPT * V; j++) acc[j][threadIdx.x] = 0.0;
+    const int step = (int)gridDim.x * teams;
+    int par = 0;
+    for (int r = (int)blockIdx.x * teams + team; r < rows; r += step, par ^= 1) {
+        const int64_t o = (int64_t)r * len;
+        F<V> gq[VPT], xq[VPT], hq[VPT];
+#pragma unroll
+        for (int k = 0; k < VPT; k++) {
+            gq[k] = ld<V>(dy + o, t + k * nt);
+            xq[k] = ld<V>(x + o, t + k * nt);
+            if (dh) hq[k] = ld<V>(dh + o, t + k * nt);
+        }
+        double ss = 0.0, sg = 0.0;
+#pragma unroll
+        for (int k = 0; k < VPT; k++) {
+            const F<V> wq = ld<V>(w, t + k * nt);
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                const double xv = (double)xq[k].v[j];
+                ss += xv * xv;
+                sg += (double)gq[k].v[j] * (double)wq.v[j] * xv;
+            }
+        }
+#pragma unroll
+        for (int d = 16; d > 0; d >>= 1) {
+            ss += __shfl_down_sync(0xffffffffu, ss, d);
+            sg += __shfl_down_sync(0xffffffffu, sg, d);
+        }
+        if (threadIdx.x % 32 == 0) red[par][threadIdx.x / 32] = make_double2(ss, sg);
+        team_sync(team, nt);
+        const double2 *rp = red[par] + team * nw;
+        double2 s = rp[0];
+        for (int i = 1; i < nw; i++) {
+            s.x += rp[i].x;
+            s.y += rp[i].y;
+        }
+        const double inv = inv_rms(s.x, len, eps), mgx = s.y * inv / (double)len;
+#pragma unroll
+        for (int k = 0; k < VPT; k++) {
+            const F<V> wq = ld<V>(w, t + k * nt);
+            F<V> ov;
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                const double xh = (double)opaque(xq[k].v[j]) * inv, g = (double)opaque(gq[k].v[j]);
+                const float d = (float)(inv * (g * (double)wq.v[j] - xh * mgx));
+                ov.v[j] = dh ? hq[k].v[j] + d : d;
+                if (part) acc[k * V + j][threadIdx.x] += g * xh;
+            }
+            st<V>(dx + o, t + k * nt, ov);
+        }
+    }
+    if (!part) return; /* the same for the whole block */
+    __syncthreads();
+    if (team > 0) return;
+#pragma unroll
+    for (int k = 0; k < VPT; k++) {
+        double2 *pb = reinterpret_cast<double2 *>(part + (int64_t)blockIdx.x * len + (int64_t)(t + k * nt) * V);
+#pragma unroll
+        for (int j = 0; j < V; j += 2) {
+            double2 q = make_double2(acc[k * V + j][t], acc[k * V + j + 1][t]);
+            for (int m = 1; m < teams; m++) { /* in team order */
+                q.x += acc[k * V + j][m * nt + t];
+                q.y += acc[k * V + j + 1][m * nt + t];
+            }
+            pb[j / 2] = q;
+        }
+    }
 }
 
 /* ---------------------------------------------------------------- launch ---- */
@@ -376,6 +517,20 @@ int64_t launch_bwd(int threads, int sm_count, cudaStream_t st, const TD *dy, con
     return 0;
 }
 
+/* the team kernel for dY's dtype; grid: one wave of the float32 kernel's blocks (bwd_grid), no
+ * more blocks than the rows need, so part has at most the scratch's rows */
+template <int VPT, typename TD> int64_t launch_team(int sm_count, cudaStream_t st, const TD *dy, const float *x,
+                                                    const float *w, const float *dh, float *dx, double *part,
+                                                    int64_t rows, int64_t len, float eps)
+{
+    const int nt = (int)(len / (kTeamV * VPT)), teams = kTeamWarps * 32 / nt, threads = teams * nt;
+    const int64_t need = (rows + teams - 1) / teams;
+    int64_t g = bwd_grid(rms_bwd_team<VPT, float>, threads, sm_count, rows, len);
+    g = g < need ? g : need;
+    rms_bwd_team<VPT, TD><<<(unsigned)g, threads, 0, st>>>(dy, x, w, dh, dx, part, (int)rows, (int)len, teams, eps);
+    return g;
+}
+
 template <int V, typename TD>
 int64_t bwd_v(const Shape &s, int sm_count, cudaStream_t st, const TD *dy, const float *x, const float *w,
               const float *dh, float *dx, double *part, int64_t rows, int64_t len, float eps)
@@ -390,13 +545,21 @@ int64_t bwd_v(const Shape &s, int sm_count, cudaStream_t st, const TD *dy, const
     }
 }
 
-/* the backward for dY's dtype; returns the blocks (the dScale partials) */
-template <typename TD>
-int64_t bwd_t(int sm_count, cudaStream_t st, const void *dyv, const float *x, const float *w, const float *dh,
-              float *dx, double *part, int64_t rows, int64_t len, float eps)
+/* the backward for dY's dtype; returns the blocks (the dScale partials). teams: 0 takes rms_bwd
+ * for every shape (FP8RUN_RMS_BWD_TEAMS=0), else rms_bwd_team where it fits. */
+template <typename TD> int64_t bwd_t(int teams, int sm_count, cudaStream_t st, const void *dyv, const float *x,
+                                     const float *w, const float *dh, float *dx, double *part, int64_t rows,
+                                     int64_t len, float eps)
 {
     const TD *dy = (const TD *)dyv;
-    const Shape s = shape_of(len, al16(dy) && al16(x) && al16(w) && al16(dh) && al16(dx));
+    const int aligned = al16(dy) && al16(x) && al16(w) && al16(dh) && al16(dx);
+    /* (rows: an int in the kernel, with its row steps; part: written as double2) */
+    if (teams && aligned && al16(part) && rows <= INT32_MAX / 2) {
+        const int vpt = team_vpt(len);
+        if (vpt == 1) return launch_team<1>(sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
+        if (vpt == 2) return launch_team<2>(sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
+    }
+    const Shape s = shape_of(len, aligned);
     if (s.vec == 8) return bwd_v<8>(s, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
     if (s.vec == 4) return bwd_v<4>(s, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
     return launch_bwd<1, 0>(s.threads, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
@@ -493,10 +656,11 @@ fr_status fr_rms_rows_bwd_dt(const fr_node *n, cudaStream_t st, int sm_count, co
                              fr_rms_rows_bwd_scratch(rows, len));
     int64_t blocks = 0;
     if (bwd_blocks(rows, len) > 0) {
+        const int teams = !fr_env_is(FR_ENV_RMS_BWD_TEAMS, "0"); /* at every launch: tests switch it */
         if (dy_dt == FR_BF16)
-            blocks = bwd_t<bf16>(sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
+            blocks = bwd_t<bf16>(teams, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
         else
-            blocks = bwd_t<float>(sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
+            blocks = bwd_t<float>(teams, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
         FR_TRY(fr_cuda_check_launch(n, n->op_type));
     }
     if (!dw) return FR_OK;

@@ -5,6 +5,7 @@
  *     build-cuda/bench_gpu_ops                 # all
  *     BENCH_TBPS=3.35 build-cuda/bench_gpu_ops # an H100 SXM's ceiling
  *     FR_TEST_ONLY=LayerNormGrad build-cuda/bench_gpu_ops # the LayerNorm backwards only
+ *     FR_TEST_ONLY=RMSNormGrad build-cuda/bench_gpu_ops   # the RMSNorm backwards only
  *
  * Inputs are device buffers of the bytes 0x3c (tests/gpu_op_time.h); the numbers are timings,
  * never asserted (the GPU test programs check the results). Not a ctest: it takes ~10 s on a
@@ -152,6 +153,58 @@ static void bench_norm_grads(void)
     printf("\n");
 }
 
+/* ---- the RMSNorm backwards at 16384 rows of 4096, 2048, 1024, 768 features: the team kernel
+ * (default) and FP8RUN_RMS_BWD_TEAMS=0 (one row per block) ---- */
+
+static void bench_rms_norm_grads(void)
+{
+    if (!gpu_available()) return;
+    static const int64_t lens[4] = {4096, 2048, 1024, 768};
+    const char *prev = getenv("FP8RUN_RMS_BWD_TEAMS");
+    char saved[32] = "";
+    if (prev) snprintf(saved, sizeof saved, "%s", prev);
+    for (int li = 0; li < 4; li++) {
+        const int64_t d[2] = {TOKENS, lens[li]}, dw[1] = {lens[li]};
+        fr_tensor x = gpu_shape_only(FR_F32, 2, d), xb = gpu_shape_only(FR_BF16, 2, d),
+                  p = gpu_shape_only(FR_F32, 1, dw);
+        for (int teams = 1; teams >= 0; teams--) {
+            setenv("FP8RUN_RMS_BWD_TEAMS", teams ? "1" : "0", 1);
+            /* AddRMSNormGrad(dY, H, Scale[, dH]) -> dX, dScale: dY f32 with dH, dY bf16 with dH, f32 without */
+            for (int c = 0; c < 3; c++) {
+                fr_tensor *ins[4] = {c == 1 ? &xb : &x, &x, &p, &x};
+                tnode t;
+                tn_init_domain(&t, FR_DOMAIN_FP8RUN, "AddRMSNormGrad", 1, c == 2 ? 3 : 4, ins, 0, 2);
+                double bytes = 0;
+                const double ms = gpu_time_node(&t, REPS, &bytes);
+                char name[96];
+                snprintf(name, sizeof name, "AddRMSNormGrad [16384, %lld] %s%s", (long long)lens[li],
+                         c == 0   ? "dY f32, dH"
+                         : c == 1 ? "dY bf16, dH"
+                                  : "dY f32",
+                         teams ? "" : " (TEAMS=0)");
+                report(name, ms, bytes);
+                tn_free(&t);
+            }
+            /* RMSNormGrad(dY, X, Scale) -> dX, dScale: the same kernels */
+            fr_tensor *ins[3] = {&x, &x, &p};
+            tnode t;
+            tn_init_domain(&t, FR_DOMAIN_FP8RUN, "RMSNormGrad", 1, 3, ins, 0, 2);
+            double bytes = 0;
+            const double ms = gpu_time_node(&t, REPS, &bytes);
+            char name[96];
+            snprintf(name, sizeof name, "RMSNormGrad [16384, %lld] f32 (dX, dScale)%s", (long long)lens[li],
+                     teams ? "" : " (TEAMS=0)");
+            report(name, ms, bytes);
+            tn_free(&t);
+        }
+    }
+    if (prev)
+        setenv("FP8RUN_RMS_BWD_TEAMS", saved, 1);
+    else
+        unsetenv("FP8RUN_RMS_BWD_TEAMS");
+    printf("\n");
+}
+
 /* ---- Gelu and its gradient, [16384, 8192] float32 ---- */
 
 static void bench_gelu(void)
@@ -187,6 +240,7 @@ static CU_TestInfo benches[] = {
     {"Linear fp8 bias pass", bench_linear_bias},
     {"AddLayerNorm / AddLayerNormGrad", bench_add_layer_norm},
     {"AddLayerNormGrad / LayerNormGrad at 2048, 1024, 768 features", bench_norm_grads},
+    {"AddRMSNormGrad / RMSNormGrad at 4096, 2048, 1024, 768 features, teams and TEAMS=0", bench_rms_norm_grads},
     {"Gelu / ActivationGrad", bench_gelu},
     CU_TEST_INFO_NULL,
 };
