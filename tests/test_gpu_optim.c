@@ -1,6 +1,7 @@
 /* The device AdamW with bf16 / fp8 moments and bf16 master weights
  * (runtime/cuda/cuda_optim_lowp.cu) against the CPU optimizer (runtime/train/optim_lowp.c), bit for
- * bit: the same parameters and gradients, 4 steps; after each, the parameters, the stored
+ * bit: the same parameters and gradients, 4 steps (two of them reading a sum of 3 micro-batches that
+ * the device divides itself, use_acc 3); after each, the parameters, the stored
  * moments and the fp8 block scales must be byte-identical. Parameters cover a partial fp8
  * block, one element, and one spanning two multi-tensor chunks (FR_MT_CHUNK) with a partial
  * tail; the matrices decay, the vectors do not.
@@ -75,6 +76,7 @@ static void check(fr_opt_state_dtype dt, int master)
         const int64_t n = k_numel[i], nb = (n + FR_LOWP_BLOCK - 1) / FR_LOWP_BLOCK;
         CUOK(cudaMalloc((void **)&e[i].p, (size_t)n * 4));
         CUOK(cudaMalloc((void **)&e[i].g, (size_t)n * 4));
+        CUOK(cudaMalloc((void **)&e[i].acc, (size_t)n * 4));
         CUOK(cudaMalloc((void **)&e[i].s0, (size_t)slot_bytes(dt, n)));
         CUOK(cudaMalloc((void **)&e[i].s1, (size_t)slot_bytes(dt, n)));
         CUOK(cudaMemset(e[i].s0, 0, (size_t)slot_bytes(dt, n)));
@@ -98,10 +100,19 @@ static void check(fr_opt_state_dtype dt, int master)
     const double lr = 3e-3;
     int bad = 0;
     for (int t = 1; t <= 4; t++) {
+        /* even steps: the device reads the sum of 3 micro-batches from acc and divides it itself
+           (use_acc 3); the CPU gets the quotient, rounded once as __fdiv_rn rounds */
+        const int use_acc = t % 2 ? 0 : 3;
         for (int i = 0; i < NP; i++) {
-            for (int64_t k = 0; k < k_numel[i]; k++)
-                g[i][k] = (float)(fr_rng_normal(&r) * exp2(floor(fr_rng_uniform(&r) * 24) - 12));
-            CUOK(cudaMemcpy((void *)e[i].g, g[i], (size_t)k_numel[i] * 4, cudaMemcpyHostToDevice));
+            float *sum = malloc((size_t)k_numel[i] * 4);
+            for (int64_t k = 0; k < k_numel[i]; k++) {
+                const float v = (float)(fr_rng_normal(&r) * exp2(floor(fr_rng_uniform(&r) * 24) - 12));
+                sum[k] = use_acc ? v * 3.0f : v;
+                g[i][k] = use_acc ? sum[k] / 3.0f : v;
+            }
+            CUOK(cudaMemcpy(use_acc ? (void *)e[i].acc : (void *)e[i].g, sum, (size_t)k_numel[i] * 4,
+                            cudaMemcpyHostToDevice));
+            free(sum);
         }
         FR_ASSERT_OK(fr_optimizer_step(o, lr));
         fr_step_scalars sc;
@@ -121,7 +132,7 @@ static void check(fr_opt_state_dtype dt, int master)
         a.base = t - 1;
         a.neg_step[0] = (float)(-(lr / (1.0 - pow(cfg.beta1, (double)t))));
         a.bc2_sqrt[0] = (float)sqrt(1.0 - pow(cfg.beta2, (double)t));
-        CUOK(fr_cuda_mt_adamw_lowp(dc, n_chunks, de, 0, dsc, a, (int)dt, master, cfg.sr_seed, 0));
+        CUOK(fr_cuda_mt_adamw_lowp(dc, n_chunks, de, use_acc, dsc, a, (int)dt, master, cfg.sr_seed, 0));
         CUOK(cudaDeviceSynchronize());
         for (int i = 0; i < NP; i++) {
             const int64_t n = k_numel[i], nb = (n + FR_LOWP_BLOCK - 1) / FR_LOWP_BLOCK;
@@ -147,6 +158,7 @@ static void check(fr_opt_state_dtype dt, int master)
     for (int i = 0; i < NP; i++) {
         cudaFree(e[i].p);
         cudaFree((void *)e[i].g);
+        cudaFree(e[i].acc);
         cudaFree(e[i].s0);
         cudaFree(e[i].s1);
         cudaFree(e[i].sc0);

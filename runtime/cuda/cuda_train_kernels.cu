@@ -33,6 +33,15 @@ __global__ void k_divide(const fr_mt_chunk *chunks, const fr_mt_entry *e, float 
     for (long long i = c.start + threadIdx.x; i < c.start + c.len; i += blockDim.x) g[i] = __fdiv_rn(g[i], k);
 }
 
+/* The gradient the norm and the optimizers read: use_acc 0 the run's g; 1 the accumulation
+ * buffer as it is (divided already: data parallel); k > 1 the sum of k micro-batches, divided
+ * here as k_divide would (__fdiv_rn: the same bits) rather than in a pass of its own over every
+ * gradient (at 8B, 64 GB of traffic a step). */
+__device__ __forceinline__ float grad_at(const float *g, long long i, int use_acc)
+{
+    return use_acc > 1 ? __fdiv_rn(g[i], (float)use_acc) : g[i];
+}
+
 /* sum of squares per chunk, in double; reduced in chunk order by k_check (deterministic) */
 __global__ void k_sumsq(const fr_mt_chunk *chunks, const fr_mt_entry *e, int use_acc, double *partial)
 {
@@ -40,7 +49,10 @@ __global__ void k_sumsq(const fr_mt_chunk *chunks, const fr_mt_entry *e, int use
     const fr_mt_chunk c = chunks[blockIdx.x];
     const float *g = use_acc ? e[c.entry].acc : e[c.entry].g;
     double a = 0;
-    for (long long i = c.start + threadIdx.x; i < c.start + c.len; i += blockDim.x) a += (double)g[i] * (double)g[i];
+    for (long long i = c.start + threadIdx.x; i < c.start + c.len; i += blockDim.x) {
+        const float v = grad_at(g, i, use_acc);
+        a += (double)v * (double)v;
+    }
     s[threadIdx.x] = a;
     __syncthreads();
     for (int w = blockDim.x / 2; w > 0; w /= 2) {
@@ -87,7 +99,7 @@ __global__ void k_adamw(const fr_mt_chunk *chunks, const fr_mt_entry *e, int use
     for (long long i = c.start + threadIdx.x; i < c.start + c.len; i += blockDim.x) {
         float p = en.p[i];
         if (en.decay && a.decay_on) p = __fmul_rn(p, a.keep);
-        const float gk = clipped(g[i], s);
+        const float gk = clipped(grad_at(g, i, use_acc), s);
         const float m = __fmaf_rn(gk, a.one_b1, __fmul_rn(en.s0[i], a.b1));
         const float v = __fmaf_rn(__fmul_rn(gk, a.one_b2), gk, __fmul_rn(en.s1[i], a.b2));
         const float d = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), bc2_sqrt), a.eps);
@@ -105,7 +117,7 @@ __global__ void k_sgd(const fr_mt_chunk *chunks, const fr_mt_entry *e, int use_a
     const fr_mt_entry en = e[c.entry];
     const float *g = use_acc ? en.acc : en.g;
     for (long long i = c.start + threadIdx.x; i < c.start + c.len; i += blockDim.x) {
-        const float gk = clipped(g[i], s);
+        const float gk = clipped(grad_at(g, i, use_acc), s);
         float d = en.decay && a.decay_on ? __fmaf_rn(en.p[i], a.wd, gk) : gk;
         if (a.momentum_on) {
             float b = s->tstep == 1 ? d : __fmaf_rn(d, a.one_damp, __fmul_rn(en.s0[i], a.mom));

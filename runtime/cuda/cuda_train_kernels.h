@@ -74,6 +74,9 @@ typedef struct fr_scaling_dev {
 cudaError_t fr_cuda_mt_accumulate(const fr_mt_chunk *chunks, int n_chunks, const fr_mt_entry *e, int first,
                                   cudaStream_t s);
 cudaError_t fr_cuda_mt_divide(const fr_mt_chunk *chunks, int n_chunks, const fr_mt_entry *e, float k, cudaStream_t s);
+/* use_acc, here and in the norm and optimizer launches below: 0 reads each entry's g; 1 its acc
+ * as it is (divided by fr_cuda_mt_divide); k > 1 its acc, the sum of k micro-batches, divided by
+ * k on the fly (the same bits as fr_cuda_mt_divide, without its pass). */
 cudaError_t fr_cuda_mt_check(const fr_mt_chunk *chunks, int n_chunks, const fr_mt_entry *e, int use_acc,
                              double *partial, const float *loss_sum, int k, const int *dev_error, const int *amax_bad,
                              double max_norm, long long *opt_steps, fr_step_scalars *out, cudaStream_t s);
