@@ -1071,7 +1071,10 @@ typedef struct fp8run_memory_report {
     int gpu;                     /* 1: the CUDA plan */
     uint64_t params;             /* FP32 parameters (GPU: every constant of the training graph) */
     uint64_t grads;              /* gradient accumulation buffers (CPU; GPU when grad_accum > 1);
-                                    a step's gradients are graph outputs, inside activations */
+                                    a step's gradients are graph outputs, inside activations,
+                                    except on the GPU those accumulated in place by their
+                                    weight-gradient GEMMs (FP8RUN_GRAD_ACCUM_INPLACE), counted
+                                    here and not in activations */
     uint64_t optimizer_state;    /* in cfg's optimizer_state dtype (fp8: codes + block scales) */
     uint64_t fp8_weights;        /* GPU: FP8 codes of the weights the kernels keep */
     uint64_t activations;        /* the training graph's planned pool / arena (values, scratch) */

@@ -114,6 +114,13 @@ typedef struct fr_cuda_ctx {
      * sft_max_examples before any executor; 0: FR_CUDNN_RAGGED_PER_WINDOW): cuDNN's
      * variable-length plans have that many sequence slots a window (attention_cudnn_ragged.h). */
     int64_t ragged_per_window;
+    /* accumulate_out: set by the executor around one node's run only (0 otherwise): 1 = add the
+     * result into output 0 instead of writing it, for a LinearGradWeight whose dW is the
+     * trainer's in-place gradient accumulator (fr_cuda_wgrad_accumulable; the runs after a
+     * step's first micro-batch); wgrad_accumulated: such GEMMs queued so far (a host counter
+     * tests read). */
+    int accumulate_out;
+    long long wgrad_accumulated;
 } fr_cuda_ctx;
 
 /* *persist_version of a node whose kept copy was primed from a released weight: never stale. */
@@ -218,6 +225,13 @@ extern const fr_cuda_kernel_def fr_cuda_kernels_attention_qkv[]; /* AttentionQKV
 extern const fr_cuda_kernel_def fr_cuda_kernels_swiglu[];      /* SwiGLU, SwiGLUGrad (fused gate * sigmoid(gate) * up) */
 extern const fr_cuda_kernel_def fr_cuda_kernels_rotary[];      /* Rotary, RotaryGrad (fused x * cos + rotate_half(x) * sin) */
 extern const fr_cuda_kernel_def fr_cuda_kernels_dropout[];     /* KeyedDropout (training-mode dropout, ops/dropout.h) */
+
+/* Whether LinearGradWeight node n can add its dW into output 0 in place (ctx accumulate_out):
+ * the GEMM writes that float32 [rows][cols] buffer whole and directly, i.e. fp32 precision on
+ * float32 operands, bf16, or a per-tensor fp8 recipe whose result dims are multiples of 16 (no
+ * padded copy-out). Not the block fp8 recipe: its block-scaled GEMMs are left as they are
+ * (beta = 0). From the graph alone, so a plan without a device agrees (ops/cuda/linear.cu). */
+int fr_cuda_wgrad_accumulable(const fr_graph *g, const fr_node *n);
 
 /* ---- error checking (ops/cuda/cuda_ctx.c) ---- */
 FR_NODISCARD fr_status fr_cuda_status(cudaError_t e, const char *what, const char *file, int line);

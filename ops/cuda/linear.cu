@@ -61,6 +61,7 @@ typedef struct lin_run {
     w_plan wp;
     char *wbase;
     int fast_accum; /* the forward's per-tensor fp8 GEMM: fast accumulation (cuda_gemm.h) */
+    double beta;    /* 1: the GEMM adds into its (unpadded float32) output (fr_cuda_ctx.accumulate_out) */
 } lin_run;
 
 static const fr_tensor *opt_in(const fr_cuda_kctx *k, int i) { return i < k->n_in ? k->in[i] : NULL; }
@@ -134,6 +135,7 @@ static fr_status float_gemm(lin_run *r, fr_dtype in_type, fr_dtype out_type, int
     g.a_type = g.b_type = in_type;
     g.A = A;
     g.B = B;
+    g.beta = r->beta;
     return fr_q_gemm_out(r->k->cu, r->n, &g, out_type, D, Mg, Ng, bias, r->base + r->p.d);
 }
 
@@ -158,6 +160,7 @@ static fr_status fp8_gemm(lin_run *r, int64_t Mg, int64_t Ng, int64_t Kg, const 
     g.a_scale = ma;
     g.b_scale = mb;
     g.fast_accum = r->fast_accum;
+    g.beta = r->beta;
     return fr_q_gemm_out(r->k->cu, r->n, &g, Y->dtype, Y->data, rows, cols, bias, r->base + r->p.d);
 }
 
@@ -482,6 +485,16 @@ static fr_status grad_weight_run(const fr_cuda_kctx *k)
     int tb = c->transB;
     int dyq = is_fp8_type(dy->dtype); /* dY^T codes [N][M] from the data gradient */
     if (fr_tensor_numel(xs) != M * K) return fr_node_error(r.n, FR_ERR_SHAPE, "input and output gradient differ in tokens");
+    if (k->cu->accumulate_out) {
+        /* the caller planned dW as an accumulator only for nodes whose GEMM writes it whole and
+           directly (a padded result or a float64 one would add the copy-out, not the GEMM) */
+        if (!fr_cuda_wgrad_accumulable(k->g, r.n) || dw->dtype != FR_F32)
+            return fr_node_error(r.n, FR_ERR_INTERNAL,
+                                 "asked to accumulate into dW, which this node cannot do in "
+                                 "its GEMM (a bug in fp8run)");
+        r.beta = 1.0;
+        k->cu->wgrad_accumulated++;
+    }
     FR_TRY(check_out(&r, dw, tb ? N : K, tb ? K : N, is_low_type(dy->dtype) ? FR_F32 : dy->dtype, "dW"));
     if (dyq && (c->prec != FR_LIN_FP8 || blockwise(c) || ady))
         return fr_node_error(r.n, FR_ERR_UNSUPPORTED, "a quantized output gradient needs a per-tensor fp8 recipe "
@@ -567,6 +580,25 @@ static fr_status grad_weight_run(const fr_cuda_kctx *k)
     if (tb)
         return fp8_gemm(&r, Np, Kp, Mp, yop, dy_e5m2(c), y_sinv, mode, xop, 0, x_sinv, mode, dw, N, K, NULL);
     return fp8_gemm(&r, Kp, Np, Mp, xop, 0, x_sinv, mode, yop, dy_e5m2(c), y_sinv, mode, dw, K, N, NULL);
+}
+
+extern "C" int fr_cuda_wgrad_accumulable(const fr_graph *g, const fr_node *n)
+{
+    if (!g || !n || n->dead || strcmp(n->op_type, "LinearGradWeight") != 0 || strcmp(n->domain, FR_DOMAIN_FP8RUN) != 0)
+        return 0;
+    if (n->n_inputs < 2 || n->inputs[0] < 0 || n->inputs[1] < 0 || n->n_outputs < 1 || n->outputs[0] < 0) return 0;
+    lin_cfg c;
+    if (read_cfg(n, &c) != FR_OK) return 0;
+    const fr_value *x = &g->values[n->inputs[0]], *dy = &g->values[n->inputs[1]], *dw = &g->values[n->outputs[0]];
+    if (dw->dtype != FR_F32) return 0;
+    if (c.prec == FR_LIN_FP32) return x->dtype == FR_F32 && dy->dtype == FR_F32;
+    if (c.prec == FR_LIN_BF16) return 1;
+    if (blockwise(&c)) return 0;
+    int64_t M, N, K;
+    const int dyq = is_fp8_type(dy->dtype), xqt = saved_t(&c, x->dtype);
+    if (node_dims(OP_WGRAD, n, &c, x->rank, x->dims, dy->rank, dy->dims, dyq, xqt, &M, &N, &K) != FR_OK) return 0;
+    /* the result [K][N] or [N][K] unpadded: the GEMM writes dW itself, not a padded copy */
+    return fr_q_pad16(N) == N && fr_q_pad16(K) == K;
 }
 
 extern "C" const fr_cuda_kernel_def fr_cuda_kernels_linear[] = {

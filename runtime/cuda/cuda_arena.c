@@ -1,6 +1,8 @@
 /* The first-fit arena plan of the CUDA executor (cuda_arena.h). */
 #include "runtime/cuda/cuda_arena.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static size_t align_up(size_t n) { return (n + FR_ARENA_ALIGN - 1) / FR_ARENA_ALIGN * FR_ARENA_ALIGN; }
@@ -59,3 +61,66 @@ fr_status fr_arena_plan_free(fr_arena_plan *p, size_t off, size_t size)
     return FR_OK;
 }
 
+/* ---- the report of the peak ---- */
+
+typedef struct peak_row {
+    char key[96];
+    size_t bytes;
+    int values;
+} peak_row;
+
+static int cmp_peak(const void *a, const void *b)
+{
+    size_t x = ((const peak_row *)a)->bytes, y = ((const peak_row *)b)->bytes;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The op a value's bytes are charged to: its producer's type (with a Linear's precision). */
+static void producer_key(const fr_graph *g, int v, char *key, size_t n)
+{
+    int p = g->values[v].producer;
+    const fr_node *nd = p >= 0 ? &g->nodes[p] : NULL;
+    const char *prec = NULL;
+    if (nd && strcmp(nd->domain, "ai.fp8run") == 0 && strncmp(nd->op_type, "Linear", 6) == 0)
+        fr_ignore_status(fr_node_attr_string(nd, "precision", "fp32", &prec)); /* a label: NULL leaves it off */
+    snprintf(key, n, "%s%s%s", nd ? nd->op_type : "(input)", prec ? " " : "", prec ? prec : "");
+}
+
+fr_status fr_arena_peak_text(const fr_graph *g, const fr_tensor *hdr, int at, const int *alloc_at, const int *free_at,
+                             size_t arena_bytes, char **out)
+{
+    peak_row *rows = fr_calloc((size_t)g->n_values + 1, sizeof *rows, "memory report");
+    if (!rows) return FR_ERR_OOM;
+    int n = 0;
+    size_t live = 0;
+    for (int v = 0; v < g->n_values; v++) {
+        if (alloc_at[v] < 0 || alloc_at[v] > at || free_at[v] < at) continue;
+        char key[96];
+        producer_key(g, v, key, sizeof key);
+        int k = 0;
+        while (k < n && strcmp(rows[k].key, key) != 0) k++;
+        if (k == n) snprintf(rows[n++].key, sizeof rows[0].key, "%s", key);
+        rows[k].bytes += hdr[v].nbytes;
+        rows[k].values++;
+        live += hdr[v].nbytes;
+    }
+    qsort(rows, (size_t)n, sizeof *rows, cmp_peak);
+    size_t cap = 300 + 80 * 8;
+    char *s = fr_malloc(cap, "memory report");
+    if (!s) {
+        free(rows);
+        return FR_ERR_OOM;
+    }
+    size_t off =
+        (size_t)snprintf(s, cap,
+                         "the arena peaks at node '%s' (%s, %d of %d) with %zu MiB live in %zu MiB; largest by "
+                         "producing op:",
+                         g->nodes[at].name, g->nodes[at].op_type, at, g->n_nodes, live >> 20, arena_bytes >> 20);
+    for (int k = 0; k < n && k < 8 && off < cap; k++)
+        off += (size_t)snprintf(s + off, cap - off, "%s %s %zu MiB (%d)", k ? "," : "", rows[k].key,
+                                rows[k].bytes >> 20, rows[k].values);
+    free(rows);
+    free(*out);
+    *out = s;
+    return FR_OK;
+}

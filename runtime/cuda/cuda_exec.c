@@ -56,6 +56,9 @@ struct fr_cuda_exec {
     fr_cuda_exec_hook hook;      /* called after each node is queued (data parallel: bucket launches) */
     void *hook_ctx;
     fr_cuda_graph *graph;        /* FP8RUN_CUDA_GRAPH: runs replayed from a capture (cuda_graph.h) */
+    unsigned char *held;         /* per value: 1 = held for the whole run (fr_cuda_exec_new_held) */
+    size_t held_bytes;
+    int accumulate; /* the held values' producers add into them (fr_cuda_exec_set_accumulate) */
 };
 
 static size_t align_up(size_t n) { return (n + FR_ARENA_ALIGN - 1) / FR_ARENA_ALIGN * FR_ARENA_ALIGN; }
@@ -110,6 +113,7 @@ void fr_cuda_exec_free(fr_cuda_exec *e)
     free(e->in_set);
     free(e->in_args);
     free(e->out_args);
+    free(e->held);
     free(e);
 }
 
@@ -206,68 +210,6 @@ static fr_status classify(fr_cuda_exec *e, const fr_cuda_exec *share, int *last_
     return FR_OK;
 }
 
-typedef struct peak_row {
-    char key[96];
-    size_t bytes;
-    int values;
-} peak_row;
-
-static int cmp_peak(const void *a, const void *b)
-{
-    size_t x = ((const peak_row *)a)->bytes, y = ((const peak_row *)b)->bytes;
-    return x < y ? 1 : x > y ? -1 : 0;
-}
-
-/* The op a value's bytes are charged to: its producer's type (with a Linear's precision). */
-static void producer_key(const fr_graph *g, int v, char *key, size_t n)
-{
-    int p = g->values[v].producer;
-    const fr_node *nd = p >= 0 ? &g->nodes[p] : NULL;
-    const char *prec = NULL;
-    if (nd && strcmp(nd->domain, "ai.fp8run") == 0 && strncmp(nd->op_type, "Linear", 6) == 0)
-        fr_ignore_status(fr_node_attr_string(nd, "precision", "fp32", &prec)); /* a label: NULL leaves it off */
-    snprintf(key, n, "%s%s%s", nd ? nd->op_type : "(input)", prec ? " " : "", prec ? prec : "");
-}
-
-/* The text of e->peak_text: the pooled values live at node `at` (allocated at or before it, freed
- * at or after it), summed by producing op, largest first. */
-static fr_status describe_peak(fr_cuda_exec *e, int at, const int *alloc_at, const int *free_at)
-{
-    const fr_graph *g = e->g;
-    peak_row *rows = fr_calloc((size_t)e->nv + 1, sizeof *rows, "memory report");
-    if (!rows) return FR_ERR_OOM;
-    int n = 0;
-    size_t live = 0;
-    for (int v = 0; v < e->nv; v++) {
-        if (alloc_at[v] < 0 || alloc_at[v] > at || free_at[v] < at) continue;
-        char key[96];
-        producer_key(g, v, key, sizeof key);
-        int k = 0;
-        while (k < n && strcmp(rows[k].key, key) != 0) k++;
-        if (k == n) snprintf(rows[n++].key, sizeof rows[0].key, "%s", key);
-        rows[k].bytes += e->hdr[v].nbytes;
-        rows[k].values++;
-        live += e->hdr[v].nbytes;
-    }
-    qsort(rows, (size_t)n, sizeof *rows, cmp_peak);
-    size_t cap = 300 + 80 * 8;
-    char *s = fr_malloc(cap, "memory report");
-    if (!s) {
-        free(rows);
-        return FR_ERR_OOM;
-    }
-    size_t off = (size_t)snprintf(s, cap, "the arena peaks at node '%s' (%s, %d of %d) with %zu MiB live in %zu MiB; largest by "
-                                  "producing op:", g->nodes[at].name, g->nodes[at].op_type, at, g->n_nodes, live >> 20,
-                                  e->arena_bytes >> 20);
-    for (int k = 0; k < n && k < 8 && off < cap; k++)
-        off += (size_t)snprintf(s + off, cap - off, "%s %s %zu MiB (%d)", k ? "," : "", rows[k].key, rows[k].bytes >> 20,
-                                rows[k].values);
-    free(rows);
-    free(e->peak_text);
-    e->peak_text = s;
-    return FR_OK;
-}
-
 static fr_status plan_arena(fr_cuda_exec *e, const int *last_use)
 {
     const fr_graph *g = e->g;
@@ -278,13 +220,21 @@ static fr_status plan_arena(fr_cuda_exec *e, const int *last_use)
     if (!alloc_at || !free_at) st = FR_ERR_OOM;
     for (int v = 0; st == FR_OK && v < e->nv; v++) alloc_at[v] = -1, free_at[v] = INT_MAX;
     int peak_at = -1;
+    /* held values (gradient accumulators) first, never freed: nothing placed during a run
+       shares their bytes, so they keep their contents from one run to the next */
+    for (int v = 0; st == FR_OK && e->held && v < e->nv; v++) {
+        if (!e->held[v]) continue;
+        st = fr_arena_plan_alloc(&p, e->hdr[v].nbytes, &e->off[v]);
+        alloc_at[v] = 0;
+        e->held_bytes += align_up(e->hdr[v].nbytes);
+    }
     for (int i = 0; st == FR_OK && i < g->n_nodes; i++) {
         const fr_node *n = &g->nodes[i];
         if (!e->kern[i]) continue; /* a view: nothing to place */
         size_t top_before = p.top;
         for (int k = 0; st == FR_OK && k < n->n_outputs; k++) {
             int v = n->outputs[k];
-            if (v >= 0 && e->kind[v] == K_POOL) {
+            if (v >= 0 && e->kind[v] == K_POOL && !(e->held && e->held[v])) {
                 st = fr_arena_plan_alloc(&p, e->hdr[v].nbytes, &e->off[v]);
                 alloc_at[v] = i;
             }
@@ -314,7 +264,8 @@ static fr_status plan_arena(fr_cuda_exec *e, const int *last_use)
     }
     for (int v = 0; v < e->nv; v++) e->kind[v] &= 0x7F;
     e->arena_bytes = p.top;
-    if (st == FR_OK && peak_at >= 0) st = describe_peak(e, peak_at, alloc_at, free_at);
+    if (st == FR_OK && peak_at >= 0)
+        st = fr_arena_peak_text(e->g, e->hdr, peak_at, alloc_at, free_at, e->arena_bytes, &e->peak_text);
     free(alloc_at);
     free(free_at);
     free(p.free);
@@ -372,8 +323,34 @@ static fr_status mark_coded(fr_cuda_exec *e)
     return FR_OK;
 }
 
+/* The held values (fr_cuda_exec_new_held): each a graph output of its own memory (no view, no
+ * constant, no input), output 0 of a node whose kernel can add into it, read by no node (a
+ * reader would see the sum of the runs so far). */
+static fr_status mark_held(fr_cuda_exec *e, const int *held, int n_held, const int *last_use)
+{
+    const fr_graph *g = e->g;
+    if (n_held <= 0) return FR_OK;
+    e->held = fr_calloc((size_t)(e->nv ? e->nv : 1), 1, "CUDA executor");
+    if (!e->held) return FR_ERR_OOM;
+    for (int h = 0; h < n_held; h++) {
+        const int v = held[h];
+        if (v < 0 || v >= e->nv) return fr_error(FR_ERR_INVALID_ARG, "CUDA executor: held value %d out of range", v);
+        const fr_value *val = &g->values[v];
+        const int p = val->producer;
+        if (e->kind[v] != K_POOL || e->root[v] != v || last_use[v] != INT_MAX || p < 0 || p >= g->n_nodes ||
+            g->nodes[p].n_outputs < 1 || g->nodes[p].outputs[0] != v || !fr_cuda_wgrad_accumulable(g, &g->nodes[p]))
+            return fr_error(FR_ERR_INVALID_ARG, "CUDA executor: '%s' is no weight gradient to hold", val->name);
+        e->held[v] = 1;
+    }
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int k = 0; k < g->nodes[i].n_inputs; k++)
+            if (g->nodes[i].inputs[k] >= 0 && e->held[e->root[g->nodes[i].inputs[k]]])
+                return fr_error(FR_ERR_INVALID_ARG, "CUDA executor: node '%s' reads a held value", g->nodes[i].name);
+    return FR_OK;
+}
+
 static fr_status build(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *share, int plan_only, int attention,
-                       int codes_only, fr_cuda_exec **out)
+                       int codes_only, const int *held, int n_held, fr_cuda_exec **out)
 {
     *out = NULL;
     if ((!c && !plan_only) || !g) return fr_error(FR_ERR_INVALID_ARG, "fr_cuda_exec_new: no context or graph");
@@ -414,6 +391,7 @@ static fr_status build(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *sh
     }
     for (int v = 0; st == FR_OK && v < e->nv; v++) e->off[v] = (size_t)-1;
     if (st == FR_OK) st = classify(e, share, last_use);
+    if (st == FR_OK) st = mark_held(e, held, n_held, last_use);
     if (st == FR_OK) st = plan_arena(e, last_use);
     /* persistent memory of the kernels that keep some (cuda_kernel.h): one block */
     for (int i = 0; st == FR_OK && i < g->n_nodes; i++) {
@@ -561,7 +539,9 @@ static fr_status run_nodes(fr_cuda_exec *e)
         fr_cuda_kctx k = {g, n, e->opset[i], n->n_inputs, n->n_outputs, e->in_args, e->out_args, e->c,
                           scratch, e->scratch_bytes[i], persist, e->persist_bytes[i],
                           &e->persist_version[e->persist_owner[i]]};
+        e->c->accumulate_out = e->accumulate && n->n_outputs > 0 && n->outputs[0] >= 0 && e->held[n->outputs[0]];
         fr_status st = e->kern[i]->run(&k);
+        e->c->accumulate_out = 0;
         if (st != FR_OK) {
             if (!strstr(fr_last_error(), n->name))
                 st = fr_error_context(st, "node '%s' (%s) on the GPU", n->name, n->op_type);
@@ -578,7 +558,8 @@ static fr_status run_nodes(fr_cuda_exec *e)
 static fr_status prime_coded(fr_cuda_exec *e)
 {
     const fr_graph *g = e->g;
-    void *tmp = e->arena_bytes >= e->coded_max ? e->arena : NULL, *own = NULL;
+    /* not the arena when it holds accumulators (fr_cuda_exec_new_held): they are live between runs */
+    void *tmp = e->arena_bytes >= e->coded_max && !e->held ? e->arena : NULL, *own = NULL;
     if (!tmp) FR_CUDA_TRY(cudaMalloc(&own, e->coded_max));
     if (own) tmp = own;
     fr_status st = FR_OK;
@@ -767,8 +748,23 @@ size_t fr_cuda_exec_persist_bytes(const fr_cuda_exec *e) { return e->persist_tot
 
 fr_status fr_cuda_exec_new(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *share, fr_cuda_exec **out)
 {
-    return build(c, g, share, 0, c ? c->attention : FR_CUDA_ATTN_FP8RUN, 0, out);
+    return build(c, g, share, 0, c ? c->attention : FR_CUDA_ATTN_FP8RUN, 0, NULL, 0, out);
 }
+
+fr_status fr_cuda_exec_new_held(fr_cuda_ctx *c, const fr_graph *g, const int *held, int n_held, fr_cuda_exec **out)
+{
+    return build(c, g, NULL, 0, c ? c->attention : FR_CUDA_ATTN_FP8RUN, 0, held, n_held, out);
+}
+
+fr_status fr_cuda_exec_set_accumulate(fr_cuda_exec *e, int on)
+{
+    if (on && (!e->held || e->graph)) /* a CUDA graph would replay the GEMMs as captured */
+        return fr_error(FR_ERR_INTERNAL, "CUDA executor: accumulation without held values or with CUDA graph replay");
+    e->accumulate = on != 0;
+    return FR_OK;
+}
+
+size_t fr_cuda_exec_held_bytes(const fr_cuda_exec *e) { return e->held_bytes; }
 
 fr_status fr_cuda_exec_plan(const fr_graph *g, fr_cuda_exec_sizes *out)
 {
@@ -782,15 +778,22 @@ fr_status fr_cuda_exec_plan_with(const fr_graph *g, int attention, fr_cuda_exec_
 
 fr_status fr_cuda_exec_plan_codes(const fr_graph *g, int attention, int codes_only, fr_cuda_exec_sizes *out)
 {
+    return fr_cuda_exec_plan_held(g, attention, codes_only, NULL, 0, out);
+}
+
+fr_status fr_cuda_exec_plan_held(const fr_graph *g, int attention, int codes_only, const int *held, int n_held,
+                                 fr_cuda_exec_sizes *out)
+{
     fr_cuda_exec *e = NULL;
     memset(out, 0, sizeof *out);
-    fr_status st = build(NULL, g, NULL, 1, attention, codes_only, &e);
+    fr_status st = build(NULL, g, NULL, 1, attention, codes_only, held, n_held, &e);
     if (e) {
         out->arena = e->arena_bytes;
         out->consts = e->const_bytes;
         out->inputs = e->input_bytes;
         out->persist = e->persist_total;
         out->coded = e->coded_bytes;
+        out->held = e->held_bytes;
     }
     fr_cuda_exec_free(e);
     return st;

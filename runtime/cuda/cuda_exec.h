@@ -36,6 +36,21 @@ typedef struct fr_cuda_exec fr_cuda_exec;
 FR_NODISCARD fr_status fr_cuda_exec_new(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *share, fr_cuda_exec **out);
 void fr_cuda_exec_free(fr_cuda_exec *e);
 
+/* fr_cuda_exec_new(c, g, NULL, out) with the n_held values `held` (value ids of g) held for the
+ * whole run: placed in the arena before anything else and never shared, so what a run leaves in
+ * them is still there at the next. Each must be a graph output that is output 0 of a
+ * LinearGradWeight node which can add into it (fr_cuda_wgrad_accumulable) and that no node
+ * reads; else FR_ERR_INVALID_ARG. The trainer holds the parameter gradients it accumulates in
+ * place across micro-batches (runtime/cuda/cuda_train.c). */
+FR_NODISCARD fr_status fr_cuda_exec_new_held(fr_cuda_ctx *c, const fr_graph *g, const int *held, int n_held,
+                                             fr_cuda_exec **out);
+/* on = 1: the next runs' producers of the held values add into them (GEMM beta = 1) instead of
+ * writing them; 0: they write them. FR_ERR_INTERNAL for on = 1 when nothing is held or the runs
+ * are replayed from a CUDA graph (the capture fixed the GEMMs). */
+FR_NODISCARD fr_status fr_cuda_exec_set_accumulate(fr_cuda_exec *e, int on);
+/* Bytes of the held values (in the arena's count). */
+size_t fr_cuda_exec_held_bytes(const fr_cuda_exec *e);
+
 /* Copy host tensor t into graph input `name` (same checks as fr_exec_set_input). The copy is
  * queued on the stream; t may be reused as soon as this returns. */
 FR_NODISCARD fr_status fr_cuda_exec_set_input(fr_cuda_exec *e, const char *name, const fr_tensor *t);
@@ -84,6 +99,7 @@ FR_NODISCARD fr_status fr_cuda_exec_profile(const fr_cuda_exec *e, char **text);
 typedef struct fr_cuda_exec_sizes {
     size_t arena, consts, inputs, persist;
     size_t coded; /* float32 bytes of frozen weights held only as codes (not in consts) */
+    size_t held;  /* bytes of the held values (fr_cuda_exec_new_held), part of arena */
 } fr_cuda_exec_sizes;
 FR_NODISCARD fr_status fr_cuda_exec_plan(const fr_graph *g, fr_cuda_exec_sizes *out);
 /* The same with the fused attention's kernels as `attention` (FR_CUDA_ATTN_*) would choose them
@@ -92,6 +108,10 @@ FR_NODISCARD fr_status fr_cuda_exec_plan_with(const fr_graph *g, int attention, 
 /* The same for a context with codes_only set (1) or not (cuda_kernel.h, "Frozen weights"). */
 FR_NODISCARD fr_status fr_cuda_exec_plan_codes(const fr_graph *g, int attention, int codes_only,
                                                fr_cuda_exec_sizes *out);
+
+/* The same for fr_cuda_exec_new_held's executor. */
+FR_NODISCARD fr_status fr_cuda_exec_plan_held(const fr_graph *g, int attention, int codes_only, const int *held,
+                                              int n_held, fr_cuda_exec_sizes *out);
 
 /* Frozen weights held only as codes (built on a context with codes_only): the float32 bytes
  * not held on the device; fr_cuda_exec_reprime makes the codes again from the host's values

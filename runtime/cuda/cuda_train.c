@@ -27,7 +27,16 @@ struct fr_cuda_train {
     int n_chunks;
     float *opt_state;          /* device: optimizer slots of every parameter (bytes in the state dtype) */
     float *opt_scales;         /* device: fp8 state block scales */
-    float *acc;                /* device: accumulated gradients (all parameters), when k > 1 */
+    float *acc;                /* device: accumulated gradients (those not accumulated in place), when k > 1 */
+    int acc_ready;             /* entries[].acc set (ensure_acc) */
+    size_t acc_bytes;
+    /* gradients accumulated in place (fr_cuda_train_inplace_plan): per parameter 1 when its
+       weight-gradient GEMM adds into the executor's held gradient for micro-batches after the
+       first; the separate accumulation covers the others' chunks only (d_acc_chunks) */
+    unsigned char *inplace;
+    int n_inplace;
+    fr_mt_chunk *d_acc_chunks;
+    int n_acc_chunks;
     double *d_partial;         /* per chunk sums of squares */
     /* step scalars */
     float *d_loss_sum;
@@ -80,6 +89,7 @@ void fr_cuda_train_free(fr_cuda_train *d)
     if (fr_dist_train_broken(d->dist)) { /* aborted collectives: waiting could hang; the process ends */
         fr_dist_train_free(d->dist);
         free(d->entries);
+        free(d->inplace);
         free(d);
         return;
     }
@@ -94,6 +104,8 @@ void fr_cuda_train_free(fr_cuda_train *d)
     cudaFree(d->opt_state);
     cudaFree(d->opt_scales);
     cudaFree(d->acc);
+    cudaFree(d->d_acc_chunks);
+    free(d->inplace);
     cudaFree(d->d_partial);
     cudaFree(d->d_loss_sum);
     cudaFree(d->d_amax_bad);
@@ -236,21 +248,67 @@ static fr_status build_params(fr_trainer *t, fr_cuda_train *d)
 /* the accumulation buffers, on the first step with more than one micro-batch */
 static fr_status ensure_acc(fr_trainer *t, fr_cuda_train *d)
 {
-    if (d->acc) return FR_OK;
-    /* sharded gradients: only the owner accumulates (dist_train.h) */
+    if (d->acc_ready) return FR_OK;
+    /* sharded gradients: only the owner accumulates (dist_train.h); a gradient accumulated in
+       place is its own accumulator (the executor holds it across micro-batches) */
     const int z2 = fr_dist_train_zero2(d->dist);
     int64_t total = 0;
-    for (int i = 0; i < t->n_params; i++) total += !z2 || owns(d, t, i) ? t->params[i].numel : 0;
-    FR_TRY(dev_alloc(d, (void **)&d->acc, (size_t)total * sizeof(float)));
+    for (int i = 0; i < t->n_params; i++)
+        total += (!z2 || owns(d, t, i)) && !(d->inplace && d->inplace[i]) ? t->params[i].numel : 0;
+    if (total) FR_TRY(dev_alloc(d, (void **)&d->acc, (size_t)total * sizeof(float)));
+    d->acc_bytes = (size_t)total * sizeof(float);
     int64_t off = 0;
     for (int i = 0; i < t->n_params; i++) {
         if (z2 && !owns(d, t, i)) continue;
+        if (d->inplace && d->inplace[i]) {
+            d->entries[i].acc = (float *)d->entries[i].g;
+            continue;
+        }
         d->entries[i].acc = d->acc + off;
         off += t->params[i].numel;
     }
+    d->acc_ready = 1;
     fr_status st = FR_OK;
     CU(cudaMemcpy(d->d_entries, d->entries, (size_t)t->n_params * sizeof(fr_mt_entry), cudaMemcpyHostToDevice));
     CU(cudaDeviceSynchronize()); /* legacy stream copy before the step's non-blocking stream */
+    return st;
+}
+
+/* The executor, holding the gradients accumulated in place (fr_cuda_exec_new_held), and the
+ * chunks of the gradients that the separate pass still accumulates. */
+static fr_status build_exec(fr_trainer *t, fr_cuda_train *d)
+{
+    d->inplace = fr_calloc((size_t)(t->n_params ? t->n_params : 1), 1, "device parameters");
+    int *vids = fr_malloc((size_t)(t->n_params ? t->n_params : 1) * sizeof *vids, "device parameters");
+    if (!d->inplace || !vids) {
+        free(vids);
+        return FR_ERR_OOM;
+    }
+    d->n_inplace = fr_cuda_train_inplace_plan(t, d->inplace, vids);
+    fr_status st = d->n_inplace ? fr_cuda_exec_new_held(d->c, t->g, vids, d->n_inplace, &d->ex)
+                                : fr_cuda_exec_new(d->c, t->g, NULL, &d->ex);
+    free(vids);
+    return st;
+}
+
+static fr_status build_acc_chunks(fr_trainer *t, fr_cuda_train *d)
+{
+    if (!d->n_inplace) return FR_OK;
+    fr_status st = FR_OK;
+    int n = 0;
+    for (int i = 0; i < t->n_params; i++)
+        if (!d->inplace[i]) n += (int)((t->params[i].numel + FR_MT_CHUNK - 1) / FR_MT_CHUNK);
+    fr_mt_chunk *chunks = fr_malloc((size_t)(n ? n : 1) * sizeof *chunks, "device parameters");
+    if (!chunks) return FR_ERR_OOM;
+    int c = 0;
+    for (int i = 0; i < t->n_params; i++)
+        for (int64_t s = 0; !d->inplace[i] && s < t->params[i].numel; s += FR_MT_CHUNK)
+            chunks[c++] =
+                (fr_mt_chunk){i, s, t->params[i].numel - s < FR_MT_CHUNK ? t->params[i].numel - s : FR_MT_CHUNK};
+    d->n_acc_chunks = n;
+    st = dev_alloc(d, (void **)&d->d_acc_chunks, (size_t)(n ? n : 1) * sizeof *chunks);
+    CU(cudaMemcpy(d->d_acc_chunks, chunks, (size_t)n * sizeof *chunks, cudaMemcpyHostToDevice));
+    free(chunks);
     return st;
 }
 
@@ -345,8 +403,9 @@ fr_status fr_cuda_train_new(fr_trainer *t, int device, fr_cuda_train **out)
         CU(cudaMemGetInfo(&fr, &tot));
         if (st == FR_OK) st = tr_memory_check(t, fr + d->c->workspace_bytes);
     }
-    if (st == FR_OK && !t->opt.eval_only) st = fr_cuda_exec_new(d->c, t->g, NULL, &d->ex);
+    if (st == FR_OK && !t->opt.eval_only) st = build_exec(t, d);
     if (st == FR_OK && !t->opt.eval_only) st = build_params(t, d);
+    if (st == FR_OK && !t->opt.eval_only) st = build_acc_chunks(t, d);
     if (st == FR_OK && !t->opt.eval_only) st = build_fp8(t, d);
     const char *cg = fr_env_get(FR_ENV_CUDA_GRAPH); /* opt-in until measured (cuda_graph.h) */
     if (st == FR_OK && d->ex && cg && strcmp(cg, "1") == 0)
@@ -376,6 +435,15 @@ fr_status fr_cuda_train_new(fr_trainer *t, int device, fr_cuda_train **out)
 const char *fr_cuda_train_device_name(const fr_cuda_train *d) { return d->name; }
 const struct fr_cuda_ctx *fr_cuda_train_ctx(const fr_cuda_train *d) { return d->c; }
 long long fr_cuda_train_weight_casts(const fr_cuda_train *d) { return d->c->weight_casts; }
+
+void fr_cuda_train_grad_inplace(const fr_cuda_train *d, fr_cuda_grad_inplace_info *out)
+{
+    out->params = d->n_inplace;
+    out->gemms = d->c->wgrad_accumulated;
+    out->acc_bytes = d->acc_bytes;
+    out->held_bytes = d->ex ? fr_cuda_exec_held_bytes(d->ex) : 0;
+    out->arena_bytes = d->ex ? fr_cuda_exec_arena_bytes(d->ex) : 0;
+}
 
 void fr_cuda_train_graph(const fr_cuda_train *d, char *note, size_t n, long long *captures, long long *replays)
 {
@@ -540,16 +608,25 @@ fr_status fr_cuda_train_queue(fr_trainer *t, const int64_t *windows, int k, doub
     if (k > 1) FR_TRY(ensure_acc(t, d));
     const float *loss = exec_f32(d->ex, t->g->outputs[t->loss_out]);
     CU(cudaMemsetAsync(d->d_amax_bad, 0, sizeof(int), s));
+    /* in place: micro-batches after the first add their weight gradients into the held ones in
+       the GEMMs; the separate pass accumulates the other gradients only */
+    const int inplace = k > 1 && d->n_inplace > 0;
+    const fr_mt_chunk *acc_chunks = inplace ? d->d_acc_chunks : d->d_chunks;
+    const int n_acc_chunks = inplace ? d->n_acc_chunks : d->n_chunks;
     for (int m = 0; st == FR_OK && m < k; m++) {
         st = feed(t, d->ex, t->inputs, t->n_inputs, windows + (int64_t)m * per);
+        if (st == FR_OK && inplace) st = fr_cuda_exec_set_accumulate(d->ex, m > 0);
         /* data parallel: this micro-batch's gradient buckets go out during (overlap) or after
            its backward pass, accumulating as they go (dist_train.h) */
         const int out = d->dist && fr_dist_train_arm(d->dist, m, k);
         if (st == FR_OK) st = fr_cuda_exec_run(d->ex);
         if (st == FR_OK && out) st = fr_dist_train_flush(d->dist);
         CU(fr_cuda_micro_scalars(loss, d->d_loss_sum, m == 0, d->d_amax_ptrs, d->n_amax, d->d_step_amax, d->d_amax_bad, s));
-        if (k > 1 && !out) CU(fr_cuda_mt_accumulate(d->d_chunks, d->n_chunks, d->d_entries, m == 0, s));
+        if (k > 1 && !out) CU(fr_cuda_mt_accumulate(acc_chunks, n_acc_chunks, d->d_entries, m == 0, s));
     }
+    if (inplace) fr_ignore_status(fr_cuda_exec_set_accumulate(d->ex, 0)); /* off never fails */
+    /* the mean over micro-batches: a pass of its own (it could be folded into the norm and the
+       optimizer's read of the gradients) */
     if (k > 1 && !d->dist) CU(fr_cuda_mt_divide(d->d_chunks, d->n_chunks, d->d_entries, (float)k, s));
     if (d->dist && st == FR_OK) { /* every rank: the same loss, amaxes and flags */
         fr_dist_step_bufs b = {d->entries, t->n_params, k > 1, d->d_loss_sum, d->d_step_amax, d->n_amax, d->d_amax_bad,

@@ -60,6 +60,25 @@ FR_NODISCARD fr_status fr_cuda_train_profile(const fr_cuda_train *d, char **text
 /* Weight conversions (fp8 casts, bf16 copies of W) the Linear kernels queued so far on this
  * trainer's context (cuda_kernel.h: weight_casts): a counter for tests. */
 long long fr_cuda_train_weight_casts(const fr_cuda_train *d);
+/* Gradient accumulation in place (FP8RUN_GRAD_ACCUM_INPLACE, default on): with grad_accum > 1,
+ * the parameters whose gradient is output 0 of a LinearGradWeight node that can add into it
+ * (fr_cuda_wgrad_accumulable: fp32, bf16, per-tensor fp8 with unpadded dW), read by no node and
+ * of no other parameter keep it in the executor across micro-batches, and their GEMMs add into
+ * it (beta = 1) after the first micro-batch: no separate accumulation pass and no second
+ * buffer for them. Off for data parallel training, CUDA graph replay and LoRA. Returns how many
+ * parameters; param_on[i] (n_params entries, may be NULL) says which and vids (may be NULL,
+ * n_params entries) receives their gradients' value ids in t->g. From the graph and options
+ * alone: the memory plan (runtime/train/train_memory.c) asks it too. */
+int fr_cuda_train_inplace_plan(const fr_trainer *t, unsigned char *param_on, int *vids);
+/* What the trainer allocated for gradient accumulation, for tests. */
+typedef struct fr_cuda_grad_inplace_info {
+    int params;         /* parameters accumulated in place */
+    long long gemms;    /* weight-gradient GEMMs that added into their output so far */
+    size_t acc_bytes;   /* the separate accumulation buffer (0 until a step of k > 1) */
+    size_t held_bytes;  /* the executor's held gradients (inside arena_bytes) */
+    size_t arena_bytes; /* the training executor's arena */
+} fr_cuda_grad_inplace_info;
+void fr_cuda_train_grad_inplace(const fr_cuda_train *d, fr_cuda_grad_inplace_info *out);
 /* The training executor's CUDA graph (FP8RUN_CUDA_GRAPH=1, cuda_graph.h): its note into note
  * (n bytes; may be NULL) and its runs captured and replayed so far (0 when off). */
 void fr_cuda_train_graph(const fr_cuda_train *d, char *note, size_t n, long long *captures, long long *replays);

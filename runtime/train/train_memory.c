@@ -14,6 +14,7 @@
 #ifdef FP8RUN_HAVE_CUDA
 #include "ops/cuda/attention_cudnn.h"
 #include "runtime/cuda/cuda_exec.h"
+#include "runtime/cuda/cuda_train.h"
 #endif
 
 /* Data parallel with sharding (runtime/dist/dist.h): the rank holding the most keeps the optimizer
@@ -111,12 +112,24 @@ fr_status tr_memory_of(fr_trainer *t, int gpu, fr_train_memory *out)
            weight cache is off (FP8RUN_WEIGHT_CACHE=0, read when the context is made) */
         const char *wc = fr_env_get(FR_ENV_WEIGHT_CACHE);
         const int codes = tr_lora_codes_only(t) && !(wc && strcmp(wc, "0") == 0);
-        st = fr_cuda_exec_plan_codes(t->g, attn < 0 ? FR_CUDA_ATTN_FP8RUN : attn, codes, &s);
+        /* gradients accumulated in place (cuda_train.h) are held in the executor's arena for the
+           whole run and need no accumulation buffer; the others get one when grad_accum > 1 */
+        const size_t np = (size_t)(t->n_params ? t->n_params : 1);
+        unsigned char *on = fr_calloc(np, 1, "memory plan");
+        int *held = fr_malloc(np * sizeof *held, "memory plan");
+        if (!on || !held) st = FR_ERR_OOM;
+        const int n_held = st == FR_OK ? fr_cuda_train_inplace_plan(t, on, held) : 0;
+        size_t acc = 0;
+        for (int i = 0; i < t->n_params; i++) acc += on && on[i] ? 0 : (size_t)t->params[i].numel * sizeof(float);
+        if (st == FR_OK)
+            st = fr_cuda_exec_plan_held(t->g, attn < 0 ? FR_CUDA_ATTN_FP8RUN : attn, codes, held, n_held, &s);
         if (st == FR_OK) st = fr_cuda_exec_plan_codes(t->eval_g, attn < 0 ? FR_CUDA_ATTN_FP8RUN : attn, codes, &se);
+        free(on);
+        free(held);
         out->params = s.consts;
-        out->grads = o->grad_accum > 1 ? numel * sizeof(float) : 0;
+        out->grads = o->grad_accum > 1 ? acc + s.held : 0;
         out->fp8_weights = s.persist;
-        out->activations = s.arena;
+        out->activations = s.arena - s.held;
         out->eval_activations = se.arena + se.persist;
         out->inputs = s.inputs + se.inputs;
         out->workspace = FR_CUDA_WORKSPACE_BYTES;

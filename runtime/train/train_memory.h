@@ -14,7 +14,9 @@ typedef struct fr_train_memory {
     int gpu;                 /* 1: the CUDA backend's plan; 0: the CPU executor's */
     size_t params;           /* FP32 master weights (GPU: every constant of the training graph) */
     size_t grads;            /* gradient accumulation buffers (CPU always; GPU when grad_accum > 1);
-                                the gradients a step produces are graph outputs, in activations */
+                                the gradients a step produces are graph outputs, in activations,
+                                except on the GPU those accumulated in place (their GEMMs add
+                                into them: cuda_train.h), which are counted here instead */
     size_t optimizer_state;  /* AdamW / SGD slots in their dtype (fp8: codes plus block scales) */
     size_t fp8_weights;      /* GPU: the kernels' persistent FP8 codes of the weights */
     size_t activations;      /* the executor's planned pool / arena: every computed value, kernel
