@@ -627,7 +627,10 @@ fr_status fr_cuda_train_queue(fr_trainer *t, const int64_t *windows, int k, doub
     if (inplace) fr_ignore_status(fr_cuda_exec_set_accumulate(d->ex, 0)); /* off never fails */
     /* the mean over micro-batches: a pass of its own (it could be folded into the norm and the
        optimizer's read of the gradients) */
-    if (k > 1 && !d->dist) CU(fr_cuda_mt_divide(d->d_chunks, d->n_chunks, d->d_entries, (float)k, s));
+    /* the gradients the norm and the optimizer read: 0 this run's; 1 the accumulated ones, which
+       data parallel training divided while reducing; k the sum of k micro-batches, which they
+       divide themselves as they read it (no pass of its own: at 8B 64 GB of traffic a step) */
+    const int use_acc = k > 1 ? (d->dist ? 1 : k) : 0;
     if (d->dist && st == FR_OK) { /* every rank: the same loss, amaxes and flags */
         fr_dist_step_bufs b = {d->entries, t->n_params, k > 1, d->d_loss_sum, d->d_step_amax, d->n_amax, d->d_amax_bad,
                                d->c->dev_error};
@@ -637,12 +640,12 @@ fr_status fr_cuda_train_queue(fr_trainer *t, const int64_t *windows, int k, doub
     const int n_ochunks = d->d_opt_chunks ? d->n_opt_chunks : d->n_chunks;
     const double clip = t->opt.grad_clip > 0 ? t->opt.grad_clip : 0.0;
     if (d->d_norm_chunks) { /* sharded gradients: each rank sums its own chunks (dist_train.h) */
-        CU(fr_cuda_mt_sumsq(d->d_norm_chunks, d->n_chunks, d->d_entries, k > 1, d->d_partial, s));
+        CU(fr_cuda_mt_sumsq(d->d_norm_chunks, d->n_chunks, d->d_entries, use_acc, d->d_partial, s));
         if (st == FR_OK) st = fr_dist_train_sum_partials(d->dist, d->d_partial, d->n_chunks);
         CU(fr_cuda_mt_check_partials(d->d_partial, d->n_chunks, d->d_loss_sum, k, d->c->dev_error, d->d_amax_bad, clip,
                                      d->d_opt_steps, d->d_scalars, s));
     } else {
-        CU(fr_cuda_mt_check(d->d_chunks, d->n_chunks, d->d_entries, k > 1, d->d_partial, d->d_loss_sum, k,
+        CU(fr_cuda_mt_check(d->d_chunks, d->n_chunks, d->d_entries, use_acc, d->d_partial, d->d_loss_sum, k,
                             d->c->dev_error, d->d_amax_bad, clip, d->d_opt_steps, d->d_scalars, s));
     }
     const fr_opt_config *c = fr_optimizer_config(t->optim);
@@ -665,10 +668,10 @@ fr_status fr_cuda_train_queue(fr_trainer *t, const int64_t *windows, int k, doub
             a.bc2_sqrt[i] = (float)sqrt(bc2);
         }
         if (c->state_dtype == FR_OPT_STATE_F32 && !c->master_bf16)
-            CU(fr_cuda_mt_adamw(ochunks, n_ochunks, d->d_entries, k > 1, d->d_scalars, a, s));
+            CU(fr_cuda_mt_adamw(ochunks, n_ochunks, d->d_entries, use_acc, d->d_scalars, a, s));
         else
-            CU(fr_cuda_mt_adamw_lowp(ochunks, n_ochunks, d->d_entries, k > 1, d->d_scalars, a,
-                                     (int)c->state_dtype, c->master_bf16, (unsigned long long)c->sr_seed, s));
+            CU(fr_cuda_mt_adamw_lowp(ochunks, n_ochunks, d->d_entries, use_acc, d->d_scalars, a, (int)c->state_dtype,
+                                     c->master_bf16, (unsigned long long)c->sr_seed, s));
     } else {
         fr_sgd_args a;
         a.wd = (float)c->weight_decay;
@@ -678,7 +681,7 @@ fr_status fr_cuda_train_queue(fr_trainer *t, const int64_t *windows, int k, doub
         a.neg_lr = (float)(-lr);
         a.momentum_on = fr_optimizer_state_count(t->optim) > 0;
         a.nesterov = c->nesterov;
-        CU(fr_cuda_mt_sgd(ochunks, n_ochunks, d->d_entries, k > 1, d->d_scalars, a, s));
+        CU(fr_cuda_mt_sgd(ochunks, n_ochunks, d->d_entries, use_acc, d->d_scalars, a, s));
     }
     if (d->dist && st == FR_OK) st = fr_dist_train_share_params(d->dist, d->entries, t->n_params, s);
     if (t->n_states) CU(fr_cuda_scaling_update(d->sd, t->n_states, d->d_step_amax, d->d_scalars, s));
