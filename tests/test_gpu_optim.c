@@ -223,7 +223,7 @@ static void test_memory_prediction(void)
         o.batch *= 2;
         FR_ASSERT_OK(fr_train_predict_memory(g, &o, 1, &mb));
     } while ((double)mb.total < 2.0 * (double)total && o.batch < (1 << 26));
-    printf(" (batch %d: %.1f GiB predicted on a %.1f GiB card) ", o.batch, (double)mb.total / 1073741824.0,
+    printf(" (batch %lld: %.1f GiB predicted on a %.1f GiB card) ", (long long)o.batch, (double)mb.total / 1073741824.0,
            (double)total / 1073741824.0);
     CU_ASSERT((double)mb.total >= 2.0 * (double)total);
     fr_trainer *big = NULL;
