@@ -103,7 +103,9 @@ Recipes for single features (each is a test program plus a `versus`):
                       --no-fuse-attention-io" "--attention fp8run" "--attention fp8run --no-fuse-attention-io"
   LoRA on FP8 codes   tests lora_codes;  versus 8b "FP8RUN_MEMORY_CHECK=0 --lora-rank 16 --lora-targets proj"
                       "FP8RUN_MEMORY_CHECK=0 FP8RUN_LORA_KEEP_BASE=1 --lora-rank 16 --lora-targets proj"
-PACK=1 also writes $OUT/MODE.tgz (the device tool brings few files back).
+PACK=1 also writes $OUT/MODE.tgz (the device tool brings few files back). PACK_TO=DIR (the device
+tool's $OUT when OUT is elsewhere): archs, peers and big refresh DIR/MODE.tgz after each long step,
+so that a call stopped at its time limit still brings back what finished.
 EOF
 }
 
@@ -143,6 +145,12 @@ bench_as() { # NAME SIZE [VAR=value ...] [options ...]: one bench of the Llama S
     env "${envs[@]}" timeout "${BENCH_TIMEOUT:-180}" "$FP8RUN" bench "$m" $(shape "$size") --precision "${PRECISION:-fp8}" \
         --warmup "${WARMUP:-2}" --steps "${STEPS:-6}" --json "$D/$name.json" "$@" > "$D/$name.log" 2>&1 ||
         echo "$name: rc=$? $(grep -v '^ ' "$D/$name.log" | tail -1 | cut -c1-200)"
+}
+progress() { # PACK_TO=DIR: the mode's folder so far as DIR/MODE.tgz, refreshed after each long step,
+    # so that a call cut off by its time limit still brings back what finished (the device tool
+    # returns what lies under its $OUT when it stops a command; make PACK_TO that folder)
+    [ -n "${PACK_TO:-}" ] && [ -d "$D" ] && tar -C "$(dirname "$D")" -czf "$PACK_TO/$(basename "$D").tgz" "$(basename "$D")"
+    return 0
 }
 train_as() { # NAME GPUS ARGS...: one `fp8run train` on the GPUs listed, its JSONL log in $D/NAME.jsonl
     local name=$1 vis=$2
@@ -272,6 +280,7 @@ m_peers() { # each of PEER_SIZES (1b 125m): compiled PyTorch bf16/fp8, torchao t
             timeout "${TORCH_TIMEOUT:-200}" python3 "$tl" --preset "$s" --precision "$p" --compile \
                 --json "$P/torch_llama_${s}_${p}_compile.json" > "$P/torch_${s}_$p.log" 2>&1
             echo "torch $s $p: rc=$? $(tail -1 "$P/torch_${s}_$p.log" | cut -c1-160)"
+            progress
         done
         rows="$rows $s-tensorwise $s-rowwise"
     done
@@ -448,6 +457,7 @@ m_big() {
         grep -E "^(step time|tokens/s|model TFLOP|memory|loss|build)" "$D/$f.log" | tee -a "$D/big.txt"
         [ -f "$D/$f.json" ] || rc=1
         files+=("$D/$f.json")
+        progress
     done
     $CMP run "${files[@]}" --min-steps 20 --min-tflops "${MIN_TFLOPS:-750}" --within 0.01 | tee -a "$D/big.txt"
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
@@ -523,6 +533,7 @@ m_archs() {
         "$FP8RUN" info "/tmp/$tag.onnx" $(shape 1b) --precision fp8 2>&1 | sed -n '/fast path/,/^prepared/p' > "$D/info_$tag.txt"
         head -3 "$D/info_$tag.txt"
         MODEL=/tmp/$tag.onnx bench_as "fp8run_$tag" 1b || rc=1
+        progress
     done
     for a in ${ARCHS:-llama1b:dynamic qwen3_06b neox1b gemma2_1b}; do
         name=${a%%:*} tag=$(arch_tag "$a")
@@ -530,6 +541,7 @@ m_archs() {
         # shellcheck disable=SC2086
         timeout "${TORCH_TIMEOUT:-420}" python3 "$th" --arch "$name" ${TORCH_ARGS:-} --json "$D/torch_$tag.json" \
             > "$D/torch_$tag.log" 2>&1 || { echo "torch $tag: rc=$? $(tail -1 "$D/torch_$tag.log" | cut -c1-200)"; rc=1; }
+        progress
     done
     python3 tools/arch_table.py "$D" "$commit" > "$D/architectures.json" || rc=1
     return $rc
