@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/train/llama_gen.h"
+
 #ifdef FP8RUN_HAVE_CUDA
 #include "ops/cuda/cuda_kernel.h"
 static fr_cuda_ctx *g_ctx;
@@ -248,6 +250,24 @@ int gpu_test_main(CU_SuiteInfo *suites)
     g_ctx = NULL;
 #endif
     return rc;
+}
+
+fr_graph *gpu_tiny_llama(void)
+{
+    fr_llama_config c = {64, 2, 4, 2, 128, 256, 32, 11};
+    fr_graph *g = NULL;
+    FR_ASSERT_OK(fr_llama_generate(&c, &g));
+    return g;
+}
+
+void gpu_windows(uint64_t *s, int64_t *w, int64_t n, int64_t vocab)
+{
+    for (int64_t i = 0; i < n; i++) {
+        *s ^= *s << 13;
+        *s ^= *s >> 7;
+        *s ^= *s << 17;
+        w[i] = (int64_t)(*s % (uint64_t)vocab);
+    }
 }
 
 double gpu_params_rel_diff(fr_trainer *a, fr_trainer *b)

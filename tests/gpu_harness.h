@@ -62,6 +62,12 @@ extern int gpu_n_exact, gpu_n_close;
 /* ||a's parameters - b's|| / ||b's|| over every parameter of a (by name; b must have them). */
 double gpu_params_rel_diff(fr_trainer *a, fr_trainer *b);
 
+/* The trainers' test model: a generated Llama of d 64, 2 layers, 4/2 heads, ffn 128, vocab 256,
+ * max length 32 (every Linear's dims multiples of 16, so the fp8 paths take no padding). */
+fr_graph *gpu_tiny_llama(void);
+/* n token ids below vocab from the xorshift64 state *s (a fixed batch stream per seed). */
+void gpu_windows(uint64_t *s, int64_t *w, int64_t n, int64_t vocab);
+
 /* A main() for GPU test programs: SKIP (exit 0) without a device, else fr_test_main. */
 int gpu_test_main(CU_SuiteInfo *suites);
 

@@ -25,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/train/llama_gen.h"
 #include "runtime/train/trainer.h"
 #include "tests/gpu_harness.h"
 #ifdef FP8RUN_HAVE_CUDA
@@ -38,24 +37,6 @@
 
 #define STEPS 4
 #define K 3
-
-static fr_graph *model(void)
-{
-    fr_llama_config c = {64, 2, 4, 2, 128, 256, 32, 11};
-    fr_graph *g = NULL;
-    FR_ASSERT_OK(fr_llama_generate(&c, &g));
-    return g;
-}
-
-static void windows(uint64_t *s, int64_t *w, int64_t n, int64_t vocab)
-{
-    for (int64_t i = 0; i < n; i++) {
-        *s ^= *s << 13;
-        *s ^= *s >> 7;
-        *s ^= *s << 17;
-        w[i] = (int64_t)(*s % (uint64_t)vocab);
-    }
-}
 
 typedef struct accum_run {
     double loss[STEPS], norm0;
@@ -103,7 +84,7 @@ static fr_trainer *train(const fr_graph *g, const char *precision, const char *r
     int64_t w[K * 2 * 17];
     uint64_t s = 97531;
     for (int i = 0; i < STEPS; i++) {
-        windows(&s, w, n, 256);
+        gpu_windows(&s, w, n, 256);
         fr_train_stats ts;
         FR_ASSERT_OK(fr_trainer_step(t, w, K, &ts));
         CU_ASSERT_FALSE(ts.skipped);
@@ -118,7 +99,7 @@ static double rel(double a, double b) { return fabs(a - b) / (fabs(b) > 0 ? fabs
 
 static void check(const char *precision, const char *recipe, double tol)
 {
-    fr_graph *g = model();
+    fr_graph *g = gpu_tiny_llama();
     CU_ASSERT_PTR_NOT_NULL_FATAL(g);
     accum_run a, b;
     fr_trainer *ta = train(g, precision, recipe, 1, &a);
@@ -181,7 +162,7 @@ static void test_fp8_block(void) { check("fp8", "block", 1e-3); }
 /* one micro-batch per step: nothing is held, no accumulation buffer planned */
 static void test_k1(void)
 {
-    fr_graph *g = model();
+    fr_graph *g = gpu_tiny_llama();
     CU_ASSERT_PTR_NOT_NULL_FATAL(g);
     fr_train_options o;
     fr_train_options_default(&o);

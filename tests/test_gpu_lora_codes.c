@@ -23,10 +23,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tests/gpu_harness.h"
 #include "graph/onnx_io.h"
-#include "runtime/train/llama_gen.h"
 #include "runtime/train/trainer.h"
+#include "tests/gpu_harness.h"
 #ifdef FP8RUN_HAVE_CUDA
 #include "runtime/train/train_internal.h"
 #include "runtime/train/train_memory.h"
@@ -35,24 +34,6 @@
 #define STEPS 6
 
 #ifdef FP8RUN_HAVE_CUDA
-static fr_graph *tiny_llama(void)
-{
-    fr_llama_config c = {64, 2, 4, 2, 128, 256, 32, 11};
-    fr_graph *g = NULL;
-    FR_ASSERT_OK(fr_llama_generate(&c, &g));
-    return g;
-}
-
-static void windows(uint64_t *s, int64_t *w, int64_t n, int64_t vocab)
-{
-    for (int64_t i = 0; i < n; i++) {
-        *s ^= *s << 13;
-        *s ^= *s >> 7;
-        *s ^= *s << 17;
-        w[i] = (int64_t)(*s % (uint64_t)vocab);
-    }
-}
-
 typedef struct lora_run {
     double loss[STEPS], eval;
     size_t device_bytes, planned_params;
@@ -91,13 +72,13 @@ static void train(const fr_graph *g, const char *precision, const char *recipe, 
     int64_t n = 2 * 17, w[2 * 17];
     uint64_t s = 1234567;
     for (int i = 0; i < STEPS; i++) {
-        windows(&s, w, n, 256);
+        gpu_windows(&s, w, n, 256);
         fr_train_stats st;
         FR_ASSERT_OK(fr_trainer_step(t, w, 1, &st));
         CU_ASSERT_FALSE(st.skipped);
         r->loss[i] = st.loss;
     }
-    windows(&s, w, n, 256);
+    gpu_windows(&s, w, n, 256);
     FR_ASSERT_OK(fr_trainer_eval(t, w, &r->eval));
     snprintf(r->export_path, sizeof r->export_path, "/tmp/fr_lora_codes_%d_%d.onnx", (int)getpid(), keep);
     FR_ASSERT_OK(fr_trainer_export(t, r->export_path));
@@ -165,7 +146,7 @@ done:
 static void check(const char *precision, const char *recipe)
 {
     if (!gpu_available()) return;
-    fr_graph *g = tiny_llama();
+    fr_graph *g = gpu_tiny_llama();
     if (!g) return;
     lora_run *k = calloc(1, sizeof *k), *d = calloc(1, sizeof *d);
     train(g, precision, recipe, 1, k);

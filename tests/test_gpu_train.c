@@ -67,16 +67,6 @@ static fr_train_options options(int64_t B, int64_t T, const char *precision, con
     return o;
 }
 
-static void windows(uint64_t *s, int64_t *w, int64_t n, int64_t vocab)
-{
-    for (int64_t i = 0; i < n; i++) {
-        *s ^= *s << 13;
-        *s ^= *s >> 7;
-        *s ^= *s << 17;
-        w[i] = (int64_t)(*s % (uint64_t)vocab);
-    }
-}
-
 /* Train `steps` steps (k micro-batches each) from a fixed batch stream; losses into out. */
 static void run(fr_trainer *t, int steps, int k, uint64_t seed, double *out)
 {
@@ -85,7 +75,7 @@ static void run(fr_trainer *t, int steps, int k, uint64_t seed, double *out)
     int64_t *w = malloc((size_t)n * sizeof *w);
     uint64_t s = seed;
     for (int i = 0; i < steps; i++) {
-        windows(&s, w, n, V);
+        gpu_windows(&s, w, n, V);
         fr_train_stats st;
         FR_ASSERT_OK(fr_trainer_step(t, w, k, &st));
         CU_ASSERT_FALSE(st.skipped);
@@ -245,7 +235,7 @@ static void poison_token0(fr_trainer *t)
 
 static void poisoned_windows(uint64_t *s, int64_t *w, int64_t n, int64_t vocab, int poisoned)
 {
-    windows(s, w, n, vocab - 1);
+    gpu_windows(s, w, n, vocab - 1);
     for (int64_t i = 0; i < n; i++) w[i] += 1;
     if (poisoned) w[3] = 0;
 }
@@ -457,7 +447,7 @@ static void check_cache_exact(const char *precision, const char *recipe)
     for (int c = 0; c < 2; c++) {
         uint64_t r = 77;
         for (int i = 0; i < STEPS; i++) {
-            windows(&r, w, n, V);
+            gpu_windows(&r, w, n, V);
             fr_train_stats st;
             FR_ASSERT_OK(fr_trainer_step(t[c], w, K, &st));
             CU_ASSERT_FALSE(st.skipped);
@@ -524,7 +514,7 @@ static void check_cache_bias(const char *precision, const char *recipe)
     for (int c = 0; c < 2; c++) {
         uint64_t r = 91;
         for (int i = 0; i < STEPS; i++) {
-            windows(&r, w, n, V);
+            gpu_windows(&r, w, n, V);
             fr_train_stats st;
             FR_ASSERT_OK(fr_trainer_step(t[c], w, K, &st));
             CU_ASSERT_FALSE(st.skipped);
@@ -578,7 +568,7 @@ static void test_cache_count(void)
         for (int k = 1; k <= 4; k += 3) {
             long long per_step[2];
             for (int i = 0; i < 2; i++) {
-                windows(&r, w, (int64_t)k * 2 * 17, V);
+                gpu_windows(&r, w, (int64_t)k * 2 * 17, V);
                 long long before = fr_cuda_train_weight_casts(t->be_state);
                 fr_train_stats st;
                 FR_ASSERT_OK(fr_trainer_step(t, w, k, &st));
