@@ -625,8 +625,6 @@ fr_status fr_cuda_train_queue(fr_trainer *t, const int64_t *windows, int k, doub
         if (k > 1 && !out) CU(fr_cuda_mt_accumulate(acc_chunks, n_acc_chunks, d->d_entries, m == 0, s));
     }
     if (inplace) fr_ignore_status(fr_cuda_exec_set_accumulate(d->ex, 0)); /* off never fails */
-    /* the mean over micro-batches: a pass of its own (it could be folded into the norm and the
-       optimizer's read of the gradients) */
     /* the gradients the norm and the optimizer read: 0 this run's; 1 the accumulated ones, which
        data parallel training divided while reducing; k the sum of k micro-batches, which they
        divide themselves as they read it (no pass of its own: at 8B 64 GB of traffic a step) */
