@@ -81,18 +81,26 @@ static void run_fwd(fr_rng *r, const shp *s)
     fr_tensor_free(w);
 }
 
+/* An AddRMSNormGrad node on dY, X, Scale (and dH: with_dh), dScale asked for with with_dw, run on
+ * the CPU */
+static void bwd_node(tnode *t, const shp *s, fr_tensor *dy, fr_tensor *x, fr_tensor *w, fr_tensor *dh, int with_dh,
+                     int with_dw)
+{
+    fr_tensor *ins[4] = {dy, x, w, dh};
+    tn_init_domain(t, FR_DOMAIN_FP8RUN, "AddRMSNormGrad", 1, with_dh ? 4 : 3, ins, 0, 2);
+    TN_ATTR(t, int, "axis", s->axis);
+    TN_ATTR(t, float, "epsilon", 1e-6f);
+    if (!with_dw) tn_omit_output(t, 1);
+    FR_ASSERT_OK(tn_run(t));
+}
+
 /* with_dh: the dH input; with_dw: the dScale output */
 static void run_bwd(fr_rng *r, const shp *s, int with_dh, int with_dw)
 {
     fr_tensor *dy = tt_randn(r, FR_F32, s->r, s->d, 0.0, 1.0), *x = tt_randn(r, FR_F32, s->r, s->d, 0.2, 1.5);
     fr_tensor *w = scale_of(r, s), *dh = tt_randn(r, FR_F32, s->r, s->d, 0.0, 0.5);
-    fr_tensor *ins[4] = {dy, x, w, dh};
     tnode t;
-    tn_init_domain(&t, FR_DOMAIN_FP8RUN, "AddRMSNormGrad", 1, with_dh ? 4 : 3, ins, 0, 2);
-    TN_ATTR(&t, int, "axis", s->axis);
-    TN_ATTR(&t, float, "epsilon", 1e-6f);
-    if (!with_dw) tn_omit_output(&t, 1);
-    FR_ASSERT_OK(tn_run(&t));
+    bwd_node(&t, s, dy, x, w, dh, with_dh, with_dw);
     char what[200], extra[64];
     snprintf(extra, sizeof extra, "dH %s, dScale %s", with_dh ? "yes" : "no", with_dw ? "yes" : "no");
     describe(what, sizeof what, "AddRMSNormGrad", s, extra);
@@ -200,12 +208,7 @@ static void test_bwd_bf16(void)
         snprintf(extra, sizeof extra, "dH %s, dScale %s", with_dh ? "yes" : "no", with_dw ? "yes" : "no");
         describe(what, sizeof what, "AddRMSNormGrad bf16 dY", s, extra);
         for (int k = 0; k < 2; k++) {
-            fr_tensor *ins[4] = {k ? dyb : dyf, x, w, dh};
-            tn_init_domain(&t[k], FR_DOMAIN_FP8RUN, "AddRMSNormGrad", 1, with_dh ? 4 : 3, ins, 0, 2);
-            TN_ATTR(&t[k], int, "axis", s->axis);
-            TN_ATTR(&t[k], float, "epsilon", 1e-6f);
-            if (!with_dw) tn_omit_output(&t[k], 1);
-            FR_ASSERT_OK(tn_run(&t[k]));
+            bwd_node(&t[k], s, k ? dyb : dyf, x, w, dh, with_dh, with_dw);
             FR_ASSERT_OK(tn_run_gpu(&t[k], g[k]));
         }
         gpu_check(&t[1], TOL, what);
@@ -242,13 +245,8 @@ static void run_gpu_teams(tnode *t, const char *teams, fr_tensor **g)
 static void teams_case(const shp *s, fr_tensor *dy, fr_tensor *x, fr_tensor *w, fr_tensor *dh, int with_dh, int with_dw,
                        fr_tensor **f32g, fr_tensor **keep)
 {
-    fr_tensor *ins[4] = {dy, x, w, dh};
     tnode t;
-    tn_init_domain(&t, FR_DOMAIN_FP8RUN, "AddRMSNormGrad", 1, with_dh ? 4 : 3, ins, 0, 2);
-    TN_ATTR(&t, int, "axis", s->axis);
-    TN_ATTR(&t, float, "epsilon", 1e-6f);
-    if (!with_dw) tn_omit_output(&t, 1);
-    FR_ASSERT_OK(tn_run(&t));
+    bwd_node(&t, s, dy, x, w, dh, with_dh, with_dw);
     char what[320], extra[64], lab[400];
     snprintf(extra, sizeof extra, "dY %s, dH %s, dScale %s (teams)", fr_dtype_name(dy->dtype), with_dh ? "yes" : "no",
              with_dw ? "yes" : "no");
