@@ -107,19 +107,29 @@ static void test_linear_bias_bf16(void)
                 int64_t off = 0, far = 0, twice = 0;
                 for (int64_t m = 0; m < M; m++)
                     for (int64_t j = 0; j < N; j++) {
-                        double acc = 0;
-                        for (int64_t k = 0; k < K; k++)
-                            acc += bf16_val(fr_f32_to_bf16(xv[m * K + k])) * bf16_val(fr_f32_to_bf16(wv[j * K + k]));
+                        double acc = 0, mag = fabs(bv[j]);
+                        for (int64_t k = 0; k < K; k++) {
+                            double t =
+                                bf16_val(fr_f32_to_bf16(xv[m * K + k])) * bf16_val(fr_f32_to_bf16(wv[j * K + k]));
+                            acc += t;
+                            mag += fabs(t);
+                        }
                         uint16_t want = bf16_of_double(acc + bv[j]);
                         uint16_t two = bf16_of_double(bf16_val(bf16_of_double(acc)) + bv[j]);
                         int d = ulp_dist(yh[m * N + j], want);
+                        /* Where the sum cancels, float32 accumulation (K + 1 roundings of at most 2^-24 of
+                         * the running magnitude) may move the result by more than a bfloat16 ulp of the
+                         * small total; beyond that bound plus Y's own rounding is a real error. */
+                        double got = bf16_val(yh[m * N + j]), exact = acc + bv[j];
+                        double bound = (double)(K + 1) * ldexp(mag, -24) + fabs(got) * ldexp(1.0, -8);
                         off += d != 0;
-                        far += d > 1;
+                        far += d > 1 && fabs(got - exact) > bound;
                         twice += two != want;
                     }
                 if (off * 100 > n || far)
-                    printf("\n  case %zu: %lld of %lld off the float64 reference (%lld by more than 1 ulp)", s,
-                           (long long)off, (long long)n, (long long)far);
+                    printf("\n  case %zu: %lld of %lld off the float64 reference (%lld by more than 1 ulp and the "
+                           "float32 bound)",
+                           s, (long long)off, (long long)n, (long long)far);
                 CU_ASSERT_EQUAL(far, 0);
                 CU_ASSERT(off * 100 <= n);
                 if (n >= 1000) CU_ASSERT(twice * 20 > n); /* the test sees a second rounding */
