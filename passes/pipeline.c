@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph/env.h"
 #include "passes/attention_fuse.h"
 #include "passes/attention_io.h"
 #include "passes/attention_mask.h"
@@ -24,6 +25,7 @@
 #include "passes/swiglu_fuse.h"
 #include "passes/unfused_check.h"
 #include "passes/unshare.h"
+#include "passes/wgrad_operand.h"
 
 /* ---- the passes' adapters: read the context, run the pass, say what it did ---- */
 
@@ -141,6 +143,27 @@ static fr_status run_narrow_grad(fr_pass_ctx *c, fr_pass_result *r)
 static fr_status run_lm_head(fr_pass_ctx *c, fr_pass_result *r)
 {
     return fr_fuse_lm_head(c->g, &r->changed, r->detail, sizeof r->detail);
+}
+
+static fr_status run_wgrad_operands(fr_pass_ctx *c, fr_pass_result *r)
+{
+    const char *mode = fr_env_get(FR_ENV_WGRAD_OPERAND);
+    int remake = 0;
+    if (!mode || !mode[0] || strcmp(mode, "kept") == 0)
+        remake = 0;
+    else if (strcmp(mode, "remade") == 0)
+        remake = 1;
+    else if (strcmp(mode, "saved") == 0) {
+        snprintf(r->detail, sizeof r->detail, "off (FP8RUN_WGRAD_OPERAND=saved)");
+        return FR_OK;
+    } else
+        return fr_error(FR_ERR_INVALID_ARG, "FP8RUN_WGRAD_OPERAND is '%s': saved, kept or remade", mode);
+    fr_wgrad_operand_stats st;
+    FR_TRY(fr_wgrad_operands(c->g, remake, &st));
+    r->changed = st.kept + st.remade;
+    snprintf(r->detail, sizeof r->detail, "%d weight gradient%s read the X the backward keeps, %d a remade X (their "
+             "Linears save no codes)", st.kept, st.kept == 1 ? "" : "s", st.remade);
+    return FR_OK;
 }
 
 static fr_status run_unfused(fr_pass_ctx *c, fr_pass_result *r)
@@ -300,6 +323,11 @@ static const fr_pass k_passes[] = {
        elimination and the executors' liveness plans, which then free the originals early */
     {"recompute", "the backward reads a copy of each chosen block region's forward (--recompute), "
      "recomputed right before it", FR_STAGE_DIFFERENTIATED, "recompute", 0, run_recompute},
+    /* after recompute (whose copies and order it judges liveness on), before chunked_lm_head,
+       which reorders the nodes; the LM head is no fp8 Linear, so the two never meet */
+    {"wgrad_operands", "an fp8 weight gradient reads X itself where the backward holds it anyway (or "
+     "remakes an MLP activation, FP8RUN_WGRAD_OPERAND=remade): the Linear saves no codes",
+     FR_STAGE_DIFFERENTIATED, NULL, 0, run_wgrad_operands},
     /* last: it reorders the nodes (the forward/backward split recompute reads is gone after it),
        and it reads the narrowed head (y_dtype, dx_dtype) narrow_gradients decided */
     {"chunked_lm_head", "the LM head Linear, the loss head and their backward become one "
