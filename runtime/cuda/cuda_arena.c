@@ -1,6 +1,8 @@
-/* The first-fit arena plan of the CUDA executor (cuda_arena.h). */
+/* The arena plan of the CUDA executor: first fit, then largest first (cuda_arena.h). */
 #include "runtime/cuda/cuda_arena.h"
+#include "runtime/exec/interval_plan.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +61,53 @@ fr_status fr_arena_plan_free(fr_arena_plan *p, size_t off, size_t size)
         p->n_free--;
     }
     return FR_OK;
+}
+
+/* ---- the same buffers, largest first ---- */
+
+fr_status fr_arena_replan(const fr_arena_lifetimes *lt, size_t first_fit, size_t *off, size_t *scratch_off,
+                          size_t *arena_bytes, int *peak_at)
+{
+    *arena_bytes = first_fit;
+    int n = 0;
+    for (int v = 0; v < lt->nv; v++) n += lt->alloc_at[v] >= 0;
+    for (int i = 0; i < lt->n_nodes; i++) n += lt->scratch_bytes[i] > 0;
+    if (n == 0) return FR_OK;
+    fr_interval *iv = fr_malloc((size_t)n * sizeof *iv, "arena plan");
+    int *who = fr_malloc((size_t)n * sizeof *who, "arena plan"); /* value id, or -1 - node for scratch */
+    size_t *o = fr_malloc((size_t)n * sizeof *o, "arena plan");
+    fr_status st = iv && who && o ? FR_OK : FR_ERR_OOM;
+    int k = 0;
+    for (int v = 0; st == FR_OK && v < lt->nv; v++) {
+        if (lt->alloc_at[v] < 0) continue;
+        /* held values share bytes with nothing, ever: they live before the first node too */
+        const int held = lt->held && lt->held[v];
+        iv[k] = (fr_interval){lt->hdr[v].nbytes, held ? -1 : lt->alloc_at[v], held ? INT_MAX : lt->free_at[v]};
+        who[k++] = v;
+    }
+    for (int i = 0; st == FR_OK && i < lt->n_nodes; i++)
+        if (lt->scratch_bytes[i]) {
+            iv[k] = (fr_interval){lt->scratch_bytes[i], i, i};
+            who[k++] = -1 - i;
+        }
+    size_t top = 0;
+    if (st == FR_OK) st = fr_interval_plan(iv, n, FR_ARENA_ALIGN, o, &top);
+    if (st == FR_OK && top < *arena_bytes) {
+        for (int j = 0; j < n; j++) {
+            if (who[j] >= 0)
+                off[who[j]] = o[j];
+            else
+                scratch_off[-1 - who[j]] = o[j];
+        }
+        *arena_bytes = top;
+        int at = -1;
+        fr_interval_live_max(iv, n, FR_ARENA_ALIGN, &at);
+        if (at >= 0 && at < lt->n_nodes) *peak_at = at;
+    }
+    free(iv);
+    free(who);
+    free(o);
+    return st;
 }
 
 /* ---- the report of the peak ---- */

@@ -1,6 +1,7 @@
 /* The CUDA executor's arena plan: first fit over a list of free spans, sorted by offset and
  * merged on free; the arena grows at its top when no span fits (a free span at the top is
- * absorbed). Offsets only: nothing here touches a device. */
+ * absorbed). The lifetimes it finds are then placed again largest first, and the smaller plan
+ * kept (fr_arena_replan). Offsets only: nothing here touches a device. */
 #ifndef FR_CUDA_ARENA_H
 #define FR_CUDA_ARENA_H
 
@@ -24,6 +25,25 @@ typedef struct fr_arena_plan {
 FR_NODISCARD fr_status fr_arena_plan_alloc(fr_arena_plan *p, size_t size, size_t *off);
 /* Give back what fr_arena_plan_alloc placed at off with that size. */
 FR_NODISCARD fr_status fr_arena_plan_free(fr_arena_plan *p, size_t off, size_t size);
+
+/* The lifetimes first fit found, for fr_arena_replan: per value its bytes (hdr[v].nbytes),
+ * whether it is held (never shares bytes; held may be NULL) and alloc_at / free_at (alloc_at
+ * -1: not in the arena; free_at INT_MAX: never freed), per node its scratch bytes (0: none). */
+typedef struct fr_arena_lifetimes {
+    const fr_tensor *hdr;
+    const unsigned char *held;
+    const int *alloc_at, *free_at;
+    int nv;
+    const size_t *scratch_bytes;
+    int n_nodes;
+} fr_arena_lifetimes;
+
+/* The same buffers placed largest first over those lifetimes (runtime/exec/interval_plan.h).
+ * *arena_bytes is the smaller of that plan's size and first_fit (first fit's). When the new
+ * plan is smaller, off[v] and scratch_off[i] are replaced and *peak_at set to the node where
+ * the most bytes are live; otherwise they are left as first fit made them. */
+FR_NODISCARD fr_status fr_arena_replan(const fr_arena_lifetimes *lt, size_t first_fit, size_t *off, size_t *scratch_off,
+                                       size_t *arena_bytes, int *peak_at);
 
 /* What the arena holds where it reaches its size (the out-of-memory error and the profile): the
  * values of g live at node `at` (alloc_at[v] <= at <= free_at[v]; alloc_at -1: not in the arena),

@@ -2,16 +2,15 @@
  * uploaded once, views that alias their input, kernels queued on one stream. */
 #include "runtime/cuda/cuda_exec.h"
 #include "graph/env.h"
+#include "ops/cuda/cuda_gemm.h"
 #include "runtime/cuda/cuda_arena.h"
 #include "runtime/cuda/cuda_graph.h"
-#include "ops/cuda/cuda_gemm.h"
 #include "runtime/exec/perf_model.h"
 
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
 
 /* K_CODED: a frozen constant held on the device only as its readers' converted copies
  * (cuda_kernel.h, "Frozen weights"): no device block; primed from the host's values. */
@@ -263,7 +262,8 @@ static fr_status plan_arena(fr_cuda_exec *e, const int *last_use)
         if (p.top > top_before) peak_at = i;
     }
     for (int v = 0; v < e->nv; v++) e->kind[v] &= 0x7F;
-    e->arena_bytes = p.top;
+    const fr_arena_lifetimes lt = {e->hdr, e->held, alloc_at, free_at, e->nv, e->scratch_bytes, g->n_nodes};
+    if (st == FR_OK) st = fr_arena_replan(&lt, p.top, e->off, e->scratch_off, &e->arena_bytes, &peak_at);
     if (st == FR_OK && peak_at >= 0)
         st = fr_arena_peak_text(e->g, e->hdr, peak_at, alloc_at, free_at, e->arena_bytes, &e->peak_text);
     free(alloc_at);
