@@ -1,7 +1,9 @@
 /* The residual stream's Add and the RMSNorm that reads it, one node each way (domain ai.fp8run;
  * made by passes/residual_norm_fuse.c), float32:
- *   AddRMSNorm(A, B, Scale) -> H, Y         H = A + B (float32 add, as ONNX Add rounds it)
+ *   AddRMSNorm(A, B, Scale) -> H, Y[, Hs]   H = A + B (float32 add, as ONNX Add rounds it)
  *                                           Y = RMSNormalization(H, Scale) (ops/norm.c's maths)
+ *                                           Hs (optional): H rounded to bfloat16, the copy the
+ *                                           backward reads (passes/narrow_gradients.c)
  *   AddRMSNormGrad(dY, H, Scale[, dH]) -> dX, dScale
  *       dX = dH + RMSNormGrad's dX          the RMSNorm part rounded to float32 first, then one
  *                                           float32 add: the bits of the unfused Add of the two
@@ -20,7 +22,10 @@
  *   B may be bfloat16 (the branch's Linear with y_dtype bfloat16), dY of AddRMSNormGrad too
  *     (a LinearGradData with dx_dtype bfloat16): widened exactly, so the op computes the bits
  *     it computes for the float32 tensor of the same values. A, H, dH, Scale, dX, dScale stay
- *     float32; the gradient of a bfloat16 B is float32 dX. The backward reads H, never Y. */
+ *     float32; the gradient of a bfloat16 B is float32 dX. The backward reads H, never Y.
+ *   AddRMSNormGrad's H may be bfloat16 (the forward's Hs): widened exactly, the statistics are
+ *     those of the rounded H. The float32 H, the residual stream, then dies with the forward's
+ *     next reader instead of living until this node: half its bytes held for the backward. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,7 +96,8 @@ static fr_status an_infer(fr_graph *g, int node_id)
 {
     const fr_node *n = &g->nodes[node_id];
     FR_TRY(fr_infer_require_inputs(g, n, 3, 3));
-    if (n->n_outputs != 2) return fr_node_error(n, FR_ERR_GRAPH, "has %d outputs, expected H and Y", n->n_outputs);
+    if (n->n_outputs < 2 || n->n_outputs > 3)
+        return fr_node_error(n, FR_ERR_GRAPH, "has %d outputs, expected H, Y and optionally Hs", n->n_outputs);
     const fr_value *a = fr_node_in(g, n, 0), *b = fr_node_in(g, n, 1), *s = fr_node_in(g, n, 2);
     FR_TRY(fr_add_norm_check_x(n, a, "A", 0));
     FR_TRY(fr_add_norm_check_x(n, b, "B", 1));
@@ -103,15 +109,16 @@ static fr_status an_infer(fr_graph *g, int node_id)
     FR_TRY(fr_add_norm_y_dtype(n, &ydt));
     fr_infer_same(g, n, 0, 0);
     fr_infer_set(g, n, 1, ydt, a->rank, a->dims);
+    if (n->n_outputs > 2 && n->outputs[2] >= 0) fr_infer_set(g, n, 2, FR_BF16, a->rank, a->dims);
     return FR_OK;
 }
 
 static fr_status an_cpu(const fr_kernel_ctx *ctx)
 {
     const fr_node *n = ctx->node;
-    if (ctx->n_in != 3 || ctx->n_out != 2 || !ctx->in[0] || !ctx->in[1] || !ctx->in[2] || !ctx->out[0] ||
-        !ctx->out[1])
-        return fr_node_error(n, FR_ERR_GRAPH, "has %d inputs and %d outputs (A, B, Scale -> H, Y)", ctx->n_in,
+    if (ctx->n_in != 3 || ctx->n_out < 2 || ctx->n_out > 3 || !ctx->in[0] || !ctx->in[1] || !ctx->in[2] ||
+        !ctx->out[0] || !ctx->out[1])
+        return fr_node_error(n, FR_ERR_GRAPH, "has %d inputs and %d outputs (A, B, Scale -> H, Y[, Hs])", ctx->n_in,
                              ctx->n_out);
     const fr_tensor *at = ctx->in[0];
     fr_norm_cfg c;
@@ -124,12 +131,18 @@ static fr_status an_cpu(const fr_kernel_ctx *ctx)
     const uint16_t *bh = b16 ? ctx->in[1]->data : NULL;
     float *h = ctx->out[0]->data, *y = y16 ? NULL : ctx->out[1]->data;
     uint16_t *yh = y16 ? ctx->out[1]->data : NULL;
+    uint16_t *hs = NULL;
+    if (ctx->n_out > 2 && ctx->out[2]) {
+        FR_TRY(fr_check_out(n, ctx->out[2], FR_BF16, at->rank, at->dims));
+        hs = ctx->out[2]->data;
+    }
     for (int64_t r = 0; r < c.rows; r++) {
         const int64_t base = r * c.len;
         double ss = 0.0;
         for (int64_t j = 0; j < c.len; j++) {
             const float v = a[base + j] + ld_f(b, bh, base + j);
             h[base + j] = v;
+            if (hs) hs[base + j] = fr_f32_to_bf16(v);
             ss += (double)v * (double)v;
         }
         const double inv = 1.0 / sqrt(ss / (double)c.len + (double)c.eps);
@@ -155,13 +168,13 @@ static fr_status ang_infer(fr_graph *g, int node_id)
     const fr_value *dy = fr_node_in(g, n, 0), *x = fr_node_in(g, n, 1), *s = fr_node_in(g, n, 2);
     const fr_value *dh = fr_node_in(g, n, 3);
     FR_TRY(fr_add_norm_check_x(n, dy, "dY", 1));
-    FR_TRY(fr_add_norm_check_x(n, x, "H", 0));
+    FR_TRY(fr_add_norm_check_x(n, x, "H", 1));
     if (!same_dims(dy, x) || (dh && (!same_dims(dh, x) || dh->dtype != FR_F32)))
         return fr_node_error(n, FR_ERR_SHAPE, "dY (float32 or bfloat16) and dH (float32) must have H's shape");
     fr_norm_cfg c;
     FR_TRY(fr_norm_config(n, x->rank, x->dims, &c));
     FR_TRY(fr_add_norm_check_scale(n, x, s, &c));
-    fr_infer_same(g, n, 0, 1);
+    fr_infer_set(g, n, 0, FR_F32, x->rank, x->dims); /* float32 whatever H's dtype */
     if (n->outputs[1] >= 0) fr_infer_same(g, n, 1, 2);
     return FR_OK;
 }
@@ -176,9 +189,9 @@ static fr_status ang_cpu(const fr_kernel_ctx *ctx)
     const fr_tensor *xt = ctx->in[1];
     fr_norm_cfg c;
     FR_TRY(fr_norm_config(n, xt->rank, xt->dims, &c));
-    const int g16 = ctx->in[0]->dtype == FR_BF16;
-    const float *dy = g16 ? NULL : ctx->in[0]->data, *x = xt->data, *s = ctx->in[2]->data;
-    const uint16_t *dyh = g16 ? ctx->in[0]->data : NULL;
+    const int g16 = ctx->in[0]->dtype == FR_BF16, x16 = xt->dtype == FR_BF16;
+    const float *dy = g16 ? NULL : ctx->in[0]->data, *xf = x16 ? NULL : xt->data, *s = ctx->in[2]->data;
+    const uint16_t *dyh = g16 ? ctx->in[0]->data : NULL, *xh16 = x16 ? xt->data : NULL;
     const float *dh = ctx->n_in > 3 && ctx->in[3] ? ctx->in[3]->data : NULL;
     float *dx = ctx->out[0]->data, *ds = ctx->out[1] ? ctx->out[1]->data : NULL;
     double *acc = NULL;
@@ -190,17 +203,20 @@ static fr_status ang_cpu(const fr_kernel_ctx *ctx)
     for (int64_t r = 0; r < c.rows; r++) {
         const int64_t base = r * c.len;
         double ss = 0.0;
-        for (int64_t j = 0; j < c.len; j++) ss += (double)x[base + j] * (double)x[base + j];
+        for (int64_t j = 0; j < c.len; j++) {
+            const double xv = (double)ld_f(xf, xh16, base + j);
+            ss += xv * xv;
+        }
         const double inv = 1.0 / sqrt(ss / dlen + (double)c.eps);
         double sgx = 0.0;
         for (int64_t j = 0; j < c.len; j++) {
-            const double xh = (double)x[base + j] * inv, gy = (double)ld_f(dy, dyh, base + j);
+            const double xh = (double)ld_f(xf, xh16, base + j) * inv, gy = (double)ld_f(dy, dyh, base + j);
             sgx += gy * (double)s[j] * xh;
             if (acc) acc[j] += gy * xh;
         }
         const double mgx = sgx / dlen;
         for (int64_t j = 0; j < c.len; j++) {
-            const double xh = (double)x[base + j] * inv;
+            const double xh = (double)ld_f(xf, xh16, base + j) * inv;
             const float d = (float)(inv * ((double)ld_f(dy, dyh, base + j) * (double)s[j] - xh * mgx));
             dx[base + j] = dh ? dh[base + j] + d : d;
         }

@@ -1,5 +1,6 @@
 /* Narrow gradients (see narrow_gradients.h): set dx_dtype bfloat16 on the qualifying backward
  * nodes and give their outputs that dtype. */
+#include <stdio.h>
 #include <string.h>
 
 #include "ops/linear.h"
@@ -70,8 +71,45 @@ static void bypass_bf16_copy(fr_graph *g)
     }
 }
 
-fr_status fr_narrow_gradients(fr_graph *g, int *count)
+/* The norm backward's H: the bfloat16 copy AddRMSNorm writes beside the float32 H (its output
+ * Hs), where the forward narrowed Y (bf16 / fp8 training). Returns the nodes changed. */
+static fr_status saved_residuals(fr_graph *g, int *count)
 {
+    *count = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        fr_node *gn = &g->nodes[i];
+        if (!is_op(gn, "AddRMSNormGrad") || gn->n_inputs < 2 || gn->inputs[1] < 0) continue;
+        const int h = gn->inputs[1], p = g->values[h].producer;
+        if (p < 0 || g->values[h].dtype != FR_F32 || (g->values[h].flags & FR_VAL_OUTPUT)) continue;
+        fr_node *an = &g->nodes[p];
+        if (!is_op(an, "AddRMSNorm") || an->outputs[0] != h || an->n_outputs < 2 || an->outputs[1] < 0 ||
+            g->values[an->outputs[1]].dtype != FR_BF16)
+            continue;
+        int hs = an->n_outputs > 2 ? an->outputs[2] : -1;
+        if (hs < 0) {
+            char name[600];
+            snprintf(name, sizeof name, "%s/bf16", g->values[h].name);
+            FR_TRY(fr_graph_add_unique_value(g, name, &hs));
+            an = &g->nodes[p]; /* (values may move; nodes do not, but keep it plain) */
+            if (an->n_outputs < 3) {
+                int *o = fr_realloc_array(an->outputs, 3, sizeof *o, "narrow gradients");
+                if (!o) return FR_ERR_OOM;
+                an->outputs = o;
+                an->n_outputs = 3;
+            }
+            an->outputs[2] = hs;
+            g->values[hs].producer = p;
+            fr_value_set_shape(&g->values[hs], FR_BF16, g->values[h].rank, g->values[h].dims);
+        }
+        g->nodes[i].inputs[1] = hs;
+        (*count)++;
+    }
+    return FR_OK;
+}
+
+fr_status fr_narrow_gradients(fr_graph *g, int *count, int *residuals)
+{
+    FR_TRY(saved_residuals(g, residuals));
     *count = 0;
     for (int i = 0; i < g->n_nodes; i++) {
         fr_node *n = &g->nodes[i];

@@ -16,13 +16,20 @@
  *     (ops/loss.c): at B8 x T2048 and a 32000 vocabulary, 2.1 GB less each at the step's peak.
  * Why: at 1B (B8 x T2048) these are [16384, 11264] and [16384, 3072] floats per layer written
  * and read once each; the FP8 dY cast + transpose reads 2 bytes per element instead of 4.
- * The residual stream's gradient (AddRMSNormGrad's dX, summed with the branches') stays float32. */
+ * The residual stream's gradient (AddRMSNormGrad's dX, summed with the branches') stays float32.
+ * The residual stream itself stays float32 too, but what the norm's backward reads of it does
+ * not: where AddRMSNorm's Y is bfloat16 (narrowed for the Linears), AddRMSNorm also writes H's
+ * bfloat16 copy (output Hs) and AddRMSNormGrad reads that. The float32 H then dies at the next
+ * layer's add instead of living until the backward: at 1B (B8 x T2048) 64 MiB less a norm held,
+ * 2 GiB at the step's peak, for a backward whose statistics are those of the rounded H (as in a
+ * bf16 model; test_narrow_gradients bounds the difference). */
 #ifndef FR_NARROW_GRADIENTS_H
 #define FR_NARROW_GRADIENTS_H
 
 #include "graph/ir.h"
 
-/* *count receives the number of gradient nodes narrowed. */
-FR_NODISCARD fr_status fr_narrow_gradients(fr_graph *g, int *count);
+/* *count receives the number of gradient nodes narrowed, *residuals the norm backwards that
+ * read H's bfloat16 copy. */
+FR_NODISCARD fr_status fr_narrow_gradients(fr_graph *g, int *count, int *residuals);
 
 #endif

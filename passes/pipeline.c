@@ -134,9 +134,12 @@ static fr_status run_narrow(fr_pass_ctx *c, fr_pass_result *r)
 
 static fr_status run_narrow_grad(fr_pass_ctx *c, fr_pass_result *r)
 {
-    FR_TRY(fr_narrow_gradients(c->g, &r->changed));
-    snprintf(r->detail, sizeof r->detail, "%d gradient node%s write%s bfloat16", r->changed,
-             r->changed == 1 ? "" : "s", r->changed == 1 ? "s" : "");
+    int res = 0;
+    FR_TRY(fr_narrow_gradients(c->g, &r->changed, &res));
+    snprintf(r->detail, sizeof r->detail, "%d gradient node%s write%s bfloat16, %d norm backward%s read%s H's "
+             "bfloat16 copy", r->changed, r->changed == 1 ? "" : "s", r->changed == 1 ? "s" : "", res,
+             res == 1 ? "" : "s", res == 1 ? "s" : "");
+    r->changed += res;
     return FR_OK;
 }
 
@@ -317,7 +320,8 @@ static const fr_pass k_passes[] = {
      "of each", FR_STAGE_PREPARED, NULL, 0, run_unfused},
     /* on the backward autodiff built, before recompute (whose copies are of the forward) */
     {"narrow_gradients", "the gradients only the bf16/fp8 Linears' backward or the fused ops' backward read "
-     "written in bfloat16 (SwiGLUGrad, AttentionQKVGrad, LinearGradData)", FR_STAGE_DIFFERENTIATED,
+     "written in bfloat16 (SwiGLUGrad, AttentionQKVGrad, LinearGradData); AddRMSNormGrad reads H's bfloat16 copy",
+     FR_STAGE_DIFFERENTIATED,
      "narrow_activations", 0, run_narrow_grad},
     /* on the backward autodiff built (it redirects the backward's reads), before dead-node
        elimination and the executors' liveness plans, which then free the originals early */

@@ -52,8 +52,18 @@ static void test_fwd(void)
         const shp *s = &shapes[i];
         fr_tensor *a = tt_randn(&r, FR_F32, s->r, s->d, 0.3, 1.0), *bf = tt_randn(&r, FR_F32, s->r, s->d, 0.0, 0.8);
         fr_tensor *bb = bc_bf16_pair(bf), *w = scale_of(&r, s);
-        tnode ref;
+        tnode ref, hs;
         run_fwd(&ref, s, a, bf, w, 0);
+        /* with the optional output Hs: H rounded to bfloat16, H and Y unchanged */
+        fr_tensor *ins[3] = {a, bf, w};
+        tn_init_domain(&hs, FR_DOMAIN_FP8RUN, "AddRMSNorm", 1, 3, ins, 0, 3);
+        TN_ATTR(&hs, int, "axis", s->axis);
+        FR_ASSERT_OK(tn_run(&hs));
+        tt_assert_shape(hs.out[2], FR_BF16, s->r, s->d);
+        CU_ASSERT_EQUAL(bc_round_diff("Hs", hs.out[2], ref.out[0], NULL), 0);
+        CU_ASSERT_EQUAL(bc_bits_diff("H beside Hs", hs.out[0], ref.out[0]), 0);
+        CU_ASSERT_EQUAL(bc_bits_diff("Y beside Hs", hs.out[1], ref.out[1]), 0);
+        tn_free(&hs);
         for (int c = 1; c < 4; c++) {
             const int b16 = c & 1, y16 = c >> 1;
             tnode t;
@@ -85,9 +95,10 @@ static void test_bwd(void)
             const shp *s = &shapes[i];
             fr_tensor *dyf = tt_randn(&r, FR_F32, s->r, s->d, 0.0, 1.0), *x = tt_randn(&r, FR_F32, s->r, s->d, 0.2, 1.5);
             fr_tensor *dyb = bc_bf16_pair(dyf), *w = scale_of(&r, s), *dh = tt_randn(&r, FR_F32, s->r, s->d, 0.0, 0.5);
+            fr_tensor *xb = bc_bf16_pair(x); /* x now holds bfloat16 values; xb them in bfloat16 (the saved Hs) */
             tnode t[2];
             for (int k = 0; k < 2; k++) {
-                fr_tensor *ins[4] = {k ? dyb : dyf, x, w, dh};
+                fr_tensor *ins[4] = {k ? dyb : dyf, k ? xb : x, w, dh};
                 tn_init_domain(&t[k], FR_DOMAIN_FP8RUN, "AddRMSNormGrad", 1, v == 1 ? 3 : 4, ins, 0, 2);
                 TN_ATTR(&t[k], int, "axis", s->axis);
                 if (v == 2) tn_omit_output(&t[k], 1);
@@ -105,6 +116,7 @@ static void test_bwd(void)
             fr_tensor_free(dyf);
             fr_tensor_free(dyb);
             fr_tensor_free(x);
+            fr_tensor_free(xb);
             fr_tensor_free(w);
             fr_tensor_free(dh);
         }
@@ -230,7 +242,7 @@ static void test_errors(void)
     expect_fwd_error(FR_F32, FR_F16, FR_F32, NULL, "B is float16");
     expect_fwd_error(FR_F32, FR_BF16, FR_BF16, NULL, "Scale");
     expect_bwd_error(FR_F64, FR_F32, FR_F32, "dY is float64");
-    expect_bwd_error(FR_BF16, FR_BF16, FR_F32, "H is bfloat16");
+    expect_bwd_error(FR_BF16, FR_F64, FR_F32, "H is float64");
     expect_bwd_error(FR_BF16, FR_F32, FR_BF16, "dH (float32)");
 }
 
@@ -238,7 +250,7 @@ int main(void)
 {
     CU_TestInfo tests[] = {
         {"AddRMSNorm bf16 B / y_dtype bf16 == the float32 case (bits, Y rounded)", test_fwd},
-        {"AddRMSNormGrad bf16 dY == float32 dY (bits), with/without dH, dScale", test_bwd},
+        {"AddRMSNormGrad bf16 dY and H == float32 ones of the same values (bits), with/without dH, dScale", test_bwd},
         {"gradient rule, bf16 B and Y: dA, dB, dScale == the Cast-rounded float32 graph's bits", test_grad_rule},
         {"inferred dtypes; bad dtypes and y_dtype values are node errors", test_errors},
         CU_TEST_INFO_NULL,

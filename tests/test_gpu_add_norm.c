@@ -10,12 +10,14 @@
  * bfloat16, every shape: B bfloat16 and/or y_dtype bfloat16 against the float32 case
  * of the same values, on the GPU: H and a float32 Y bit for bit, a bfloat16 Y the float32 Y
  * rounded bit for bit (the same kernel's float32 result), and within one bfloat16 ulp of the
- * CPU's rounded Y; AddRMSNormGrad with a bfloat16 dY: dX and dScale bit for bit those of the
- * float32 dY (GPU and CPU). len % 8 == 0 takes the 8-element vectors, len % 8 == 4 the
+ * CPU's rounded Y; with the output Hs, H rounded bit for bit (GPU and CPU); AddRMSNormGrad with
+ * a bfloat16 dY, and with a bfloat16 H (Hs) too: dX and dScale bit for bit those of the float32
+ * tensors of the same values (GPU and CPU). len % 8 == 0 takes the 8-element vectors, len % 8 == 4 the
  * element-wise kernels for bfloat16 (float4 for float32).
  * The backward's team kernel (rows of 768..2048 by 256, 2560..4096 by 512; the default there)
  * on 1500 rows of 768, 1024, 2048, 3072, 4096 (and 1000, 2304: not its rows), dY float32,
- * float32 of bfloat16 values and bfloat16, with and without dH and dScale: the CPU within 1e-6,
+ * float32 of bfloat16 values and bfloat16 (also with a bfloat16 H), with and without dH and
+ * dScale: the CPU within 1e-6,
  * two runs bit for bit, FP8RUN_RMS_BWD_TEAMS=0 (the one-row-per-block kernel) within 1e-6 (dX
  * printed when not bit for bit: the same row sums), a bfloat16 dY the float32 dY's bits.
  * Printed, not asserted: the kernels' times at the 1B step's shape (16384 x 2048, with dH and
@@ -160,6 +162,24 @@ static void fwd_bf16_case(const shp *s, fr_tensor *a, fr_tensor *bf, fr_tensor *
         snprintf(lab, sizeof lab, "%s: CPU %s vs the float32 case's", what, o ? "Y" : "H");
         bc_expect(lab, t.out[o], ref->out[o]);
     }
+    if (b16 && y16) { /* with the output Hs as well: H, Y the same, Hs the CPU's (H rounded) bit for bit */
+        tnode th;
+        tn_init_domain(&th, FR_DOMAIN_FP8RUN, "AddRMSNorm", 1, 3, ins, 0, 3);
+        TN_ATTR(&th, int, "axis", s->axis);
+        TN_ATTR(&th, string, "y_dtype", "bfloat16");
+        FR_ASSERT_OK(tn_run(&th));
+        fr_tensor *gh[TN_MAX];
+        FR_ASSERT_OK(tn_run_gpu(&th, gh));
+        static const char *const on[3] = {"H", "Y", "Hs"};
+        for (int o = 0; o < 3; o++) {
+            snprintf(lab, sizeof lab, "%s, Hs: GPU %s vs the CPU's", what, on[o]);
+            CU_ASSERT_EQUAL(bc_bits_diff(lab, gh[o], o < 2 ? g[o] : th.out[2]), 0);
+        }
+        snprintf(lab, sizeof lab, "%s: GPU Hs vs H rounded", what);
+        CU_ASSERT_EQUAL(bc_round_diff(lab, gh[2], g[0], NULL), 0);
+        gpu_free_outputs(&th, gh);
+        tn_free(&th);
+    }
     if (y16) { /* and the CPU's rounded Y, from a float32 Y within 1e-6 */
         int64_t far = 0;
         snprintf(lab, sizeof lab, "%s: GPU Y vs the CPU's float32 Y rounded (one ulp allowed)", what);
@@ -202,23 +222,29 @@ static void test_bwd_bf16(void)
         const int with_dh = i % 2 == 0, with_dw = i % 3 != 2;
         fr_tensor *dyf = tt_randn(&r, FR_F32, s->r, s->d, 0.0, 1.0), *x = tt_randn(&r, FR_F32, s->r, s->d, 0.2, 1.5);
         fr_tensor *dyb = bc_bf16_pair(dyf), *w = scale_of(&r, s), *dh = tt_randn(&r, FR_F32, s->r, s->d, 0.0, 0.5);
-        tnode t[2];
-        fr_tensor *g[2][TN_MAX];
+        fr_tensor *xb = bc_bf16_pair(x); /* x holds bfloat16 values now: xb is H's saved copy Hs */
+        tnode t[3];
+        fr_tensor *g[3][TN_MAX];
         char what[200], extra[64], lab[320];
         snprintf(extra, sizeof extra, "dH %s, dScale %s", with_dh ? "yes" : "no", with_dw ? "yes" : "no");
-        describe(what, sizeof what, "AddRMSNormGrad bf16 dY", s, extra);
-        for (int k = 0; k < 2; k++) {
-            bwd_node(&t[k], s, k ? dyb : dyf, x, w, dh, with_dh, with_dw);
+        describe(what, sizeof what, "AddRMSNormGrad bf16 dY (and H)", s, extra);
+        for (int k = 0; k < 3; k++) { /* dY, H: f32 f32, bf16 f32, bf16 bf16 */
+            bwd_node(&t[k], s, k ? dyb : dyf, k == 2 ? xb : x, w, dh, with_dh, with_dw);
             FR_ASSERT_OK(tn_run_gpu(&t[k], g[k]));
         }
         gpu_check(&t[1], TOL, what);
-        for (int o = 0; o < (with_dw ? 2 : 1); o++) {
-            snprintf(lab, sizeof lab, "%s: GPU %s vs float32 dY's", what, o ? "dScale" : "dX");
-            CU_ASSERT_EQUAL(bc_bits_diff(lab, g[1][o], g[0][o]), 0);
-            snprintf(lab, sizeof lab, "%s: CPU %s vs float32 dY's", what, o ? "dScale" : "dX");
-            CU_ASSERT_EQUAL(bc_bits_diff(lab, t[1].out[o], t[0].out[o]), 0);
-        }
-        for (int k = 0; k < 2; k++) {
+        gpu_check(&t[2], TOL, what);
+        for (int k = 1; k < 3; k++)
+            for (int o = 0; o < (with_dw ? 2 : 1); o++) {
+                snprintf(lab, sizeof lab, "%s: GPU %s (H %s) vs float32 dY's", what, o ? "dScale" : "dX",
+                         k == 2 ? "bf16" : "f32");
+                CU_ASSERT_EQUAL(bc_bits_diff(lab, g[k][o], g[0][o]), 0);
+                snprintf(lab, sizeof lab, "%s: CPU %s (H %s) vs float32 dY's", what, o ? "dScale" : "dX",
+                         k == 2 ? "bf16" : "f32");
+                CU_ASSERT_EQUAL(bc_bits_diff(lab, t[k].out[o], t[0].out[o]), 0);
+            }
+        fr_tensor_free(xb);
+        for (int k = 0; k < 3; k++) {
             gpu_free_outputs(&t[k], g[k]);
             tn_free(&t[k]);
         }
@@ -248,8 +274,8 @@ static void teams_case(const shp *s, fr_tensor *dy, fr_tensor *x, fr_tensor *w, 
     tnode t;
     bwd_node(&t, s, dy, x, w, dh, with_dh, with_dw);
     char what[320], extra[64], lab[400];
-    snprintf(extra, sizeof extra, "dY %s, dH %s, dScale %s (teams)", fr_dtype_name(dy->dtype), with_dh ? "yes" : "no",
-             with_dw ? "yes" : "no");
+    snprintf(extra, sizeof extra, "dY %s, H %s, dH %s, dScale %s (teams)", fr_dtype_name(dy->dtype),
+             fr_dtype_name(x->dtype), with_dh ? "yes" : "no", with_dw ? "yes" : "no");
     describe(what, sizeof what, "AddRMSNormGrad", s, extra);
     setenv("FP8RUN_RMS_BWD_TEAMS", "1", 1);
     gpu_check(&t, TOL, what);
@@ -295,14 +321,17 @@ static void test_bwd_teams(void)
         fr_tensor *dyf = tt_randn(&r, FR_F32, s.r, s.d, 0.0, 1.0), *x = tt_randn(&r, FR_F32, s.r, s.d, 0.2, 1.5);
         fr_tensor *dyr = tt_randn(&r, FR_F32, s.r, s.d, 0.0, 1.0), *dyb = bc_bf16_pair(dyr);
         fr_tensor *w = scale_of(&r, &s), *dh = tt_randn(&r, FR_F32, s.r, s.d, 0.0, 0.5);
+        fr_tensor *xb = bc_bf16_pair(x); /* x holds bfloat16 values now; xb them in bfloat16 (Hs) */
         for (int c = 0; c < 4; c++) {
             const int with_dh = c & 1, with_dw = c >> 1;
             teams_case(&s, dyf, x, w, dh, with_dh, with_dw, NULL, NULL);
             fr_tensor *f32g[2] = {NULL, NULL};
             teams_case(&s, dyr, x, w, dh, with_dh, with_dw, NULL, f32g);
             teams_case(&s, dyb, x, w, dh, with_dh, with_dw, f32g, NULL);
+            teams_case(&s, dyb, xb, w, dh, with_dh, with_dw, f32g, NULL);
             for (int o = 0; o < 2; o++) fr_tensor_free(f32g[o]);
         }
+        fr_tensor_free(xb);
         fr_tensor_free(dyf);
         fr_tensor_free(dyr);
         fr_tensor_free(dyb);
@@ -352,8 +381,8 @@ static void test_times(void)
 static CU_TestInfo tests[] = {
     {"AddRMSNorm: H bit for bit, Y (1e-6)", test_fwd},
     {"AddRMSNormGrad: dX, dScale (1e-6), repeatable bits", test_bwd},
-    {"AddRMSNorm bf16 B / y_dtype bf16: float32 case's bits, Y its rounding", test_fwd_bf16},
-    {"AddRMSNormGrad bf16 dY: float32 dY's dX, dScale bits", test_bwd_bf16},
+    {"AddRMSNorm bf16 B / y_dtype bf16 (and Hs): float32 case's bits, Y and Hs their rounding", test_fwd_bf16},
+    {"AddRMSNormGrad bf16 dY and H: float32 dY's and H's dX, dScale bits", test_bwd_bf16},
     {"AddRMSNormGrad teams of warps (768..4096): CPU, FP8RUN_RMS_BWD_TEAMS=0, repeatable bits", test_bwd_teams},
     {"times at the 1B shape (printed)", test_times},
     CU_TEST_INFO_NULL,

@@ -27,6 +27,7 @@ static const fr_llama_config k_llama = {.d = 64, .layers = 3, .heads = 4, .kv_he
 
 typedef struct counts {
     int norm_y, norm_h, swiglu_y, attn_o, lin_y_branch, swiglug_dx, attng_dx, lgd_dx, anorm_dx, logits, dlogits;
+    int anorm_hs; /* AddRMSNormGrads reading their AddRMSNorm's bfloat16 Hs, not H */
 } counts;
 
 static int bf16(const fr_graph *g, int v) { return v >= 0 && g->values[v].dtype == FR_BF16; }
@@ -64,6 +65,9 @@ static counts count(const fr_graph *g)
             c.lgd_dx += bf16(g, n->outputs[0]);
         } else if (op(n, "AddRMSNormGrad")) {
             c.anorm_dx += bf16(g, n->outputs[0]);
+            const int h = n->inputs[1], p = g->values[h].producer;
+            c.anorm_hs += bf16(g, h) && p >= 0 && op(&g->nodes[p], "AddRMSNorm") && g->nodes[p].n_outputs > 2 &&
+                          g->nodes[p].outputs[2] == h;
         }
     }
     return c;
@@ -107,6 +111,7 @@ static void check(const char *prec, int narrow)
     CU_ASSERT_EQUAL(c.attng_dx, on ? L : 0);
     CU_ASSERT_EQUAL(c.lgd_dx, on ? 2 * L : 0); /* the down and O projections' dX */
     CU_ASSERT_EQUAL(c.anorm_dx, 0);            /* the residual gradient stays float32 */
+    CU_ASSERT_EQUAL(c.anorm_hs, on ? 2 * L : 0); /* the backward reads the residual's bf16 copy */
     fr_trainer_free(t);
 }
 

@@ -29,7 +29,8 @@
  *
  * bfloat16 (half the bytes around the FP8 Linears): B and dY may be bfloat16 (widened
  * exactly: the bits of the float32 tensor of the same values), Y may be written in bfloat16
- * (the float32 Y rounded to nearest even).
+ * (the float32 Y rounded to nearest even). The forward may also write H's bfloat16 copy (Hs,
+ * the backward's H), the backward read H in bfloat16 (widened exactly, like dY).
  * The dtypes are template parameters; a vector is 8 elements (two float4, one 16-byte bfloat16
  * word; vec16.cuh) when len % 8 == 0, else 4, chosen from len alone (shape_of), so that every
  * dtype sums in the same order. */
@@ -120,7 +121,7 @@ __device__ __forceinline__ void fwd_out(TY *yr, const float *w, int64_t i, const
 
 template <int V, int VPT, typename TB, typename TY>
 __global__ void __launch_bounds__(kThreads) rms_fwd(const float *a, const TB *b, const float *w, float *h, TY *y,
-                                                   int64_t rows, int64_t len, float eps)
+                                                   bf16 *hs, int64_t rows, int64_t len, float eps)
 {
     __shared__ double2 red[2][32];
     const int64_t nv = len / V;
@@ -129,6 +130,7 @@ __global__ void __launch_bounds__(kThreads) rms_fwd(const float *a, const TB *b,
         const float *ar = a + r * len;
         const TB *br = b ? b + r * len : nullptr;
         float *hr = h ? h + r * len : nullptr;
+        bf16 *hsr = hs ? hs + r * len : nullptr; /* H's bfloat16 copy for the backward */
         TY *yr = y + r * len;
         double ss = 0.0;
         if constexpr (VPT > 0) {
@@ -139,6 +141,7 @@ __global__ void __launch_bounds__(kThreads) rms_fwd(const float *a, const TB *b,
                 if (i >= nv) continue;
                 q[k] = ld_sum<V>(ar, br, i);
                 if (hr) st<V>(hr, i, q[k]);
+                if (hsr) st<V>(hsr, i, q[k]);
                 ss += sum_sq<V>(q[k]);
             }
             const double inv = inv_rms(block_sum2(ss, 0.0, red[par]).x, len, eps);
@@ -151,6 +154,7 @@ __global__ void __launch_bounds__(kThreads) rms_fwd(const float *a, const TB *b,
             for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
                 const F<V> q = ld_sum<V>(ar, br, i);
                 if (hr) st<V>(hr, i, q);
+                if (hsr) st<V>(hsr, i, q);
                 ss += sum_sq<V>(q);
             }
             const double inv = inv_rms(block_sum2(ss, 0.0, red[par]).x, len, eps);
@@ -194,8 +198,8 @@ __device__ __forceinline__ void bwd_out(float *dxr, const float *dhr, const floa
 
 /* dx = dh + inv (dy w - xh mean(dy w xh)), xh = x inv; part[blockIdx.x][col] = sum of dy xh over
  * the block's rows (part NULL: dScale not wanted) */
-template <int V, int VPT, typename TD>
-__global__ void __launch_bounds__(kThreads) rms_bwd(const TD *dy, const float *x, const float *w, const float *dh,
+template <int V, int VPT, typename TD, typename TX>
+__global__ void __launch_bounds__(kThreads) rms_bwd(const TD *dy, const TX *x, const float *w, const float *dh,
                                                    float *dx, double *part, int64_t rows, int64_t len, float eps)
 {
     __shared__ double2 red[2][32];
@@ -214,7 +218,8 @@ __global__ void __launch_bounds__(kThreads) rms_bwd(const TD *dy, const float *x
     int par = 0;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x, par ^= 1) {
         const TD *dyr = dy + r * len;
-        const float *xr = x + r * len, *dhr = dh ? dh + r * len : nullptr;
+        const TX *xr = x + r * len;
+        const float *dhr = dh ? dh + r * len : nullptr;
         float *dxr = dx + r * len;
         double ss = 0.0, sg = 0.0, gxh[V];
         if constexpr (VPT > 0) {
@@ -334,8 +339,8 @@ __device__ __forceinline__ void team_sync(int team, int threads)
         asm volatile("bar.sync 2, %0;" ::"r"(threads) : "memory");
 }
 
-template <int VPT, typename TD> __global__ void __launch_bounds__(kTeamWarps * 32, VPT == 1 ? 3 : 2)
-    rms_bwd_team(const TD *dy, const float *x, const float *w, const float *dh, float *dx, double *part, int rows,
+template <int VPT, typename TD, typename TX> __global__ void __launch_bounds__(kTeamWarps * 32, VPT == 1 ? 3 : 2)
+    rms_bwd_team(const TD *dy, const TX *x, const float *w, const float *dh, float *dx, double *part, int rows,
                  int len, int teams, float eps)
 {
     constexpr int V = kTeamV, B = kTeamWarps * 32;
@@ -454,41 +459,42 @@ unsigned fwd_blocks(int64_t rows) { return (unsigned)(rows < (1 << 20) ? rows : 
 int al16(const void *p) { return fr_aligned_to(p, 16); }
 
 template <int V, int VPT, typename TB, typename TY>
-void launch_fwd(int threads, cudaStream_t st, const float *a, const TB *b, const float *w, float *h, TY *y,
+void launch_fwd(int threads, cudaStream_t st, const float *a, const TB *b, const float *w, float *h, TY *y, bf16 *hs,
                 int64_t rows, int64_t len, float eps)
 {
     if constexpr (V * VPT <= kMaxRegs)
-        rms_fwd<V, VPT, TB, TY><<<fwd_blocks(rows), threads, 0, st>>>(a, b, w, h, y, rows, len, eps);
+        rms_fwd<V, VPT, TB, TY><<<fwd_blocks(rows), threads, 0, st>>>(a, b, w, h, y, hs, rows, len, eps);
 }
 
 template <int V, typename TB, typename TY>
-void fwd_v(const Shape &s, cudaStream_t st, const float *a, const TB *b, const float *w, float *h, TY *y,
+void fwd_v(const Shape &s, cudaStream_t st, const float *a, const TB *b, const float *w, float *h, TY *y, bf16 *hs,
            int64_t rows, int64_t len, float eps)
 {
     const int t = s.threads;
     switch (s.vpt) {
-    case 1: launch_fwd<V, 1>(t, st, a, b, w, h, y, rows, len, eps); break;
-    case 2: launch_fwd<V, 2>(t, st, a, b, w, h, y, rows, len, eps); break;
-    case 4: launch_fwd<V, 4>(t, st, a, b, w, h, y, rows, len, eps); break;
-    case 8: launch_fwd<V, 8>(t, st, a, b, w, h, y, rows, len, eps); break;
-    default: launch_fwd<V, 0>(t, st, a, b, w, h, y, rows, len, eps); break;
+    case 1: launch_fwd<V, 1>(t, st, a, b, w, h, y, hs, rows, len, eps); break;
+    case 2: launch_fwd<V, 2>(t, st, a, b, w, h, y, hs, rows, len, eps); break;
+    case 4: launch_fwd<V, 4>(t, st, a, b, w, h, y, hs, rows, len, eps); break;
+    case 8: launch_fwd<V, 8>(t, st, a, b, w, h, y, hs, rows, len, eps); break;
+    default: launch_fwd<V, 0>(t, st, a, b, w, h, y, hs, rows, len, eps); break;
     }
 }
 
 /* the forward for B's and Y's dtypes */
 template <typename TB, typename TY>
-void fwd_t(cudaStream_t st, const float *a, const void *bv, const float *w, float *h, void *yv, int64_t rows,
-           int64_t len, float eps)
+void fwd_t(cudaStream_t st, const float *a, const void *bv, const float *w, float *h, void *yv, void *hsv,
+           int64_t rows, int64_t len, float eps)
 {
     const TB *b = (const TB *)bv;
     TY *y = (TY *)yv;
-    const Shape s = shape_of(len, al16(a) && al16(b) && al16(w) && al16(h) && al16(y));
+    bf16 *hs = (bf16 *)hsv;
+    const Shape s = shape_of(len, al16(a) && al16(b) && al16(w) && al16(h) && al16(y) && al16(hs));
     if (s.vec == 8)
-        fwd_v<8>(s, st, a, b, w, h, y, rows, len, eps);
+        fwd_v<8>(s, st, a, b, w, h, y, hs, rows, len, eps);
     else if (s.vec == 4)
-        fwd_v<4>(s, st, a, b, w, h, y, rows, len, eps);
+        fwd_v<4>(s, st, a, b, w, h, y, hs, rows, len, eps);
     else
-        launch_fwd<1, 0>(s.threads, st, a, b, w, h, y, rows, len, eps);
+        launch_fwd<1, 0>(s.threads, st, a, b, w, h, y, hs, rows, len, eps);
 }
 
 /* the backward's grid: one wave of resident blocks (no tail), at most bwd_blocks (the scratch's).
@@ -505,13 +511,13 @@ template <class K> int64_t bwd_grid(K kernel, int threads, int sm_count, int64_t
     return wave < cap ? wave : cap;
 }
 
-template <int V, int VPT, typename TD>
-int64_t launch_bwd(int threads, int sm_count, cudaStream_t st, const TD *dy, const float *x, const float *w,
+template <int V, int VPT, typename TD, typename TX>
+int64_t launch_bwd(int threads, int sm_count, cudaStream_t st, const TD *dy, const TX *x, const float *w,
                    const float *dh, float *dx, double *part, int64_t rows, int64_t len, float eps)
 {
     if constexpr (V * VPT <= kMaxRegs) {
-        const int64_t g = bwd_grid(rms_bwd<V, VPT, float>, threads, sm_count, rows, len);
-        rms_bwd<V, VPT, TD><<<(unsigned)g, threads, 0, st>>>(dy, x, w, dh, dx, part, rows, len, eps);
+        const int64_t g = bwd_grid(rms_bwd<V, VPT, float, float>, threads, sm_count, rows, len);
+        rms_bwd<V, VPT, TD, TX><<<(unsigned)g, threads, 0, st>>>(dy, x, w, dh, dx, part, rows, len, eps);
         return g;
     }
     return 0;
@@ -519,20 +525,20 @@ int64_t launch_bwd(int threads, int sm_count, cudaStream_t st, const TD *dy, con
 
 /* the team kernel for dY's dtype; grid: one wave of the float32 kernel's blocks (bwd_grid), no
  * more blocks than the rows need, so part has at most the scratch's rows */
-template <int VPT, typename TD> int64_t launch_team(int sm_count, cudaStream_t st, const TD *dy, const float *x,
-                                                    const float *w, const float *dh, float *dx, double *part,
-                                                    int64_t rows, int64_t len, float eps)
+template <int VPT, typename TD, typename TX>
+int64_t launch_team(int sm_count, cudaStream_t st, const TD *dy, const TX *x, const float *w, const float *dh,
+                    float *dx, double *part, int64_t rows, int64_t len, float eps)
 {
     const int nt = (int)(len / (kTeamV * VPT)), teams = kTeamWarps * 32 / nt, threads = teams * nt;
     const int64_t need = (rows + teams - 1) / teams;
-    int64_t g = bwd_grid(rms_bwd_team<VPT, float>, threads, sm_count, rows, len);
+    int64_t g = bwd_grid(rms_bwd_team<VPT, float, float>, threads, sm_count, rows, len);
     g = g < need ? g : need;
-    rms_bwd_team<VPT, TD><<<(unsigned)g, threads, 0, st>>>(dy, x, w, dh, dx, part, (int)rows, (int)len, teams, eps);
+    rms_bwd_team<VPT, TD, TX><<<(unsigned)g, threads, 0, st>>>(dy, x, w, dh, dx, part, (int)rows, (int)len, teams, eps);
     return g;
 }
 
-template <int V, typename TD>
-int64_t bwd_v(const Shape &s, int sm_count, cudaStream_t st, const TD *dy, const float *x, const float *w,
+template <int V, typename TD, typename TX>
+int64_t bwd_v(const Shape &s, int sm_count, cudaStream_t st, const TD *dy, const TX *x, const float *w,
               const float *dh, float *dx, double *part, int64_t rows, int64_t len, float eps)
 {
     const int t = s.threads;
@@ -547,11 +553,12 @@ int64_t bwd_v(const Shape &s, int sm_count, cudaStream_t st, const TD *dy, const
 
 /* the backward for dY's dtype; returns the blocks (the dScale partials). teams: 0 takes rms_bwd
  * for every shape (FP8RUN_RMS_BWD_TEAMS=0), else rms_bwd_team where it fits. */
-template <typename TD> int64_t bwd_t(int teams, int sm_count, cudaStream_t st, const void *dyv, const float *x,
-                                     const float *w, const float *dh, float *dx, double *part, int64_t rows,
-                                     int64_t len, float eps)
+template <typename TD, typename TX>
+int64_t bwd_t(int teams, int sm_count, cudaStream_t st, const void *dyv, const void *xv, const float *w,
+              const float *dh, float *dx, double *part, int64_t rows, int64_t len, float eps)
 {
     const TD *dy = (const TD *)dyv;
+    const TX *x = (const TX *)xv;
     const int aligned = al16(dy) && al16(x) && al16(w) && al16(dh) && al16(dx);
     /* (rows: an int in the kernel, with its row steps; part: written as double2) */
     if (teams && aligned && al16(part) && rows <= INT32_MAX / 2) {
@@ -570,13 +577,17 @@ template <typename TD> int64_t bwd_t(int teams, int sm_count, cudaStream_t st, c
 fr_status an_cuda(const fr_cuda_kctx *k)
 {
     const fr_node *n = k->node;
-    if (k->n_in != 3 || k->n_out != 2 || !k->in[0] || !k->in[1] || !k->in[2] || !k->out[0] || !k->out[1])
-        return fr_node_error(n, FR_ERR_GRAPH, "has %d inputs and %d outputs (A, B, Scale -> H, Y)", k->n_in, k->n_out);
+    if (k->n_in != 3 || k->n_out < 2 || k->n_out > 3 || !k->in[0] || !k->in[1] || !k->in[2] || !k->out[0] ||
+        !k->out[1])
+        return fr_node_error(n, FR_ERR_GRAPH, "has %d inputs and %d outputs (A, B, Scale -> H, Y[, Hs])", k->n_in,
+                             k->n_out);
     fr_norm_cfg c;
     FR_TRY(fr_norm_config(n, k->in[0]->rank, k->in[0]->dims, &c));
+    const fr_tensor *hs = k->n_out > 2 ? k->out[2] : nullptr;
+    if (hs && hs->dtype != FR_BF16) return fr_node_error(n, FR_ERR_GRAPH, "output Hs is not bfloat16");
     return fr_rms_rows_fwd_dt(n, k->cu->stream, (const float *)k->in[0]->data, k->in[1]->data, k->in[1]->dtype,
                               (const float *)k->in[2]->data, (float *)k->out[0]->data, k->out[1]->data,
-                              k->out[1]->dtype, c.rows, c.len, c.eps);
+                              k->out[1]->dtype, hs ? hs->data : nullptr, c.rows, c.len, c.eps);
 }
 
 fr_status ang_scratch(const fr_graph *g, const fr_node *n, size_t *bytes)
@@ -599,9 +610,9 @@ fr_status ang_cuda(const fr_cuda_kctx *k)
     FR_TRY(fr_norm_config(n, k->in[1]->rank, k->in[1]->dims, &c));
     const float *dh = k->n_in > 3 && k->in[3] ? (const float *)k->in[3]->data : nullptr;
     float *dw = k->out[1] ? (float *)k->out[1]->data : nullptr;
-    return fr_rms_rows_bwd_dt(n, k->cu->stream, k->cu->sm_count, k->in[0]->data, k->in[0]->dtype,
-                              (const float *)k->in[1]->data, (const float *)k->in[2]->data, dh,
-                              (float *)k->out[0]->data, dw, k->scratch, k->scratch_bytes, c.rows, c.len, c.eps);
+    return fr_rms_rows_bwd_dt(n, k->cu->stream, k->cu->sm_count, k->in[0]->data, k->in[0]->dtype, k->in[1]->data,
+                              k->in[1]->dtype, (const float *)k->in[2]->data, dh, (float *)k->out[0]->data, dw,
+                              k->scratch, k->scratch_bytes, c.rows, c.len, c.eps);
 }
 
 } /* namespace */
@@ -622,33 +633,35 @@ static fr_status f32_or_bf16(const fr_node *n, fr_dtype dt, const char *what)
 }
 
 fr_status fr_rms_rows_fwd_dt(const fr_node *n, cudaStream_t st, const float *a, const void *b, fr_dtype b_dt,
-                             const float *w, float *h, void *y, fr_dtype y_dt, int64_t rows, int64_t len, float eps)
+                             const float *w, float *h, void *y, fr_dtype y_dt, void *hs, int64_t rows, int64_t len,
+                             float eps)
 {
     FR_TRY(f32_or_bf16(n, b_dt, "B"));
     FR_TRY(f32_or_bf16(n, y_dt, "Y"));
     if (rows <= 0 || len <= 0) return FR_OK;
     if (b_dt == FR_BF16 && y_dt == FR_BF16)
-        fwd_t<bf16, bf16>(st, a, b, w, h, y, rows, len, eps);
+        fwd_t<bf16, bf16>(st, a, b, w, h, y, hs, rows, len, eps);
     else if (b_dt == FR_BF16)
-        fwd_t<bf16, float>(st, a, b, w, h, y, rows, len, eps);
+        fwd_t<bf16, float>(st, a, b, w, h, y, hs, rows, len, eps);
     else if (y_dt == FR_BF16)
-        fwd_t<float, bf16>(st, a, b, w, h, y, rows, len, eps);
+        fwd_t<float, bf16>(st, a, b, w, h, y, hs, rows, len, eps);
     else
-        fwd_t<float, float>(st, a, b, w, h, y, rows, len, eps);
+        fwd_t<float, float>(st, a, b, w, h, y, hs, rows, len, eps);
     return fr_cuda_check_launch(n, n->op_type);
 }
 
 fr_status fr_rms_rows_fwd(const fr_node *n, cudaStream_t st, const float *a, const float *b, const float *w, float *h,
                           float *y, int64_t rows, int64_t len, float eps)
 {
-    return fr_rms_rows_fwd_dt(n, st, a, b, FR_F32, w, h, y, FR_F32, rows, len, eps);
+    return fr_rms_rows_fwd_dt(n, st, a, b, FR_F32, w, h, y, FR_F32, nullptr, rows, len, eps);
 }
 
 fr_status fr_rms_rows_bwd_dt(const fr_node *n, cudaStream_t st, int sm_count, const void *dy, fr_dtype dy_dt,
-                             const float *x, const float *w, const float *dh, float *dx, float *dw, void *scratch,
-                             size_t scratch_bytes, int64_t rows, int64_t len, float eps)
+                             const void *x, fr_dtype x_dt, const float *w, const float *dh, float *dx, float *dw,
+                             void *scratch, size_t scratch_bytes, int64_t rows, int64_t len, float eps)
 {
     FR_TRY(f32_or_bf16(n, dy_dt, "dY"));
+    FR_TRY(f32_or_bf16(n, x_dt, "H"));
     if (len <= 0) return FR_OK;
     double *part = dw ? (double *)scratch : nullptr;
     if (dw && (!scratch || scratch_bytes < fr_rms_rows_bwd_scratch(rows, len)))
@@ -657,10 +670,15 @@ fr_status fr_rms_rows_bwd_dt(const fr_node *n, cudaStream_t st, int sm_count, co
     int64_t blocks = 0;
     if (bwd_blocks(rows, len) > 0) {
         const int teams = !fr_env_is(FR_ENV_RMS_BWD_TEAMS, "0"); /* at every launch: tests switch it */
-        if (dy_dt == FR_BF16)
-            blocks = bwd_t<bf16>(teams, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
+        const int g16 = dy_dt == FR_BF16, x16 = x_dt == FR_BF16;
+        if (g16 && x16)
+            blocks = bwd_t<bf16, bf16>(teams, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
+        else if (g16)
+            blocks = bwd_t<bf16, float>(teams, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
+        else if (x16)
+            blocks = bwd_t<float, bf16>(teams, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
         else
-            blocks = bwd_t<float>(teams, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
+            blocks = bwd_t<float, float>(teams, sm_count, st, dy, x, w, dh, dx, part, rows, len, eps);
         FR_TRY(fr_cuda_check_launch(n, n->op_type));
     }
     if (!dw) return FR_OK;
@@ -672,7 +690,8 @@ fr_status fr_rms_rows_bwd(const fr_node *n, cudaStream_t st, int sm_count, const
                           const float *dh, float *dx, float *dw, void *scratch, size_t scratch_bytes, int64_t rows,
                           int64_t len, float eps)
 {
-    return fr_rms_rows_bwd_dt(n, st, sm_count, dy, FR_F32, x, w, dh, dx, dw, scratch, scratch_bytes, rows, len, eps);
+    return fr_rms_rows_bwd_dt(n, st, sm_count, dy, FR_F32, x, FR_F32, w, dh, dx, dw, scratch, scratch_bytes, rows, len,
+                              eps);
 }
 
 extern "C" const fr_cuda_kernel_def fr_cuda_kernels_add_norm[] = {

@@ -17,19 +17,21 @@ size_t fr_rms_rows_bwd_scratch(int64_t rows, int64_t len);
 FR_NODISCARD fr_status fr_rms_rows_fwd(const fr_node *n, cudaStream_t st, const float *a, const float *b,
                                        const float *w, float *h, float *y, int64_t rows, int64_t len, float eps);
 /* The same with B (NULL or float32 / bfloat16: widened exactly) and Y (float32 / bfloat16: the
- * float32 Y rounded) of dtypes b_dt, y_dt; an error names any other dtype. */
-FR_NODISCARD fr_status fr_rms_rows_fwd_dt(const fr_node *n, cudaStream_t st, const float *a, const void *b, fr_dtype b_dt,
-                                          const float *w, float *h, void *y, fr_dtype y_dt, int64_t rows, int64_t len,
-                                          float eps);
+ * float32 Y rounded) of dtypes b_dt, y_dt, and hs (NULL, or bfloat16: h rounded, for the
+ * backward); an error names any other dtype. */
+FR_NODISCARD fr_status fr_rms_rows_fwd_dt(const fr_node *n, cudaStream_t st, const float *a, const void *b,
+                                          fr_dtype b_dt, const float *w, float *h, void *y, fr_dtype y_dt, void *hs,
+                                          int64_t rows, int64_t len, float eps);
 /* dx = dh + RMSNorm's dX (dh may be NULL), dw = sum over rows of dy * x / rms(x) (may be NULL);
  * scratch of fr_rms_rows_bwd_scratch bytes; sm_count sizes the grid (one wave). Deterministic on a
  * given device: no atomics. */
 FR_NODISCARD fr_status fr_rms_rows_bwd(const fr_node *n, cudaStream_t st, int sm_count, const float *dy, const float *x,
                                        const float *w, const float *dh, float *dx, float *dw, void *scratch,
                                        size_t scratch_bytes, int64_t rows, int64_t len, float eps);
-/* The same with dy of dtype dy_dt (float32 or bfloat16: widened exactly). */
-FR_NODISCARD fr_status fr_rms_rows_bwd_dt(const fr_node *n, cudaStream_t st, int sm_count, const void *dy, fr_dtype dy_dt,
-                                          const float *x, const float *w, const float *dh, float *dx, float *dw,
-                                          void *scratch, size_t scratch_bytes, int64_t rows, int64_t len, float eps);
+/* The same with dy and x of dtypes dy_dt, x_dt (float32 or bfloat16: widened exactly). */
+FR_NODISCARD fr_status fr_rms_rows_bwd_dt(const fr_node *n, cudaStream_t st, int sm_count, const void *dy,
+                                          fr_dtype dy_dt, const void *x, fr_dtype x_dt, const float *w, const float *dh,
+                                          float *dx, float *dw, void *scratch, size_t scratch_bytes, int64_t rows,
+                                          int64_t len, float eps);
 
 #endif
