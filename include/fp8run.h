@@ -1090,6 +1090,8 @@ typedef struct fp8run_memory_report {
                                     already left out of activations */
     uint64_t lm_heads_fused;     /* chunked_lm_head "on": LM heads made LinearCrossEntropy (0: the head
                                     did not qualify, e.g. fp32 precision's MatMul head or an fp8 head) */
+    char activations_peak[512];  /* GPU: where the training graph's arena peaks, what is live there
+                                    by producing op, largest first ("" for the CPU plan) */
 } fp8run_memory_report;
 FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_predict_memory(const fp8run_model *m, const fp8run_train_config *cfg,
                                                      const char *backend, fp8run_memory_report *report);

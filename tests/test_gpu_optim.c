@@ -187,6 +187,8 @@ static void test_memory_prediction(void)
     o.device = "cuda";
     fr_train_memory m;
     FR_ASSERT_OK(fr_train_predict_memory(g, &o, 1, &m));
+    /* what info --memory prints: where the arena peaks, by producing op */
+    CU_ASSERT_PTR_NOT_NULL(strstr(m.peak, "the arena peaks at node"));
     fr_trainer *t;
     FR_ASSERT_OK(fr_trainer_new(g, &o, &t));
     size_t used = 0, total = 0;

@@ -5,6 +5,7 @@
  * parameters), bf16 with bf16 moments and 2 micro-batches, SGD with momentum. Also: the fp8
  * moments take 2 x (n + 4 ceil(n / 128)) bytes per parameter (each slot 4-byte aligned), and the
  * public call answers the same as the internal one. */
+#include <stddef.h>
 #include <string.h>
 
 #include "fp8run.h"
@@ -97,6 +98,7 @@ static void test_public_call(void)
     fr_train_memory mm;
     FR_ASSERT_OK(fr_train_predict_memory(g, &o, 0, &mm));
     CU_ASSERT_EQUAL(r.gpu, 0);
+    CU_ASSERT_EQUAL(r.activations_peak[0], '\0'); /* the GPU plan's text only */
     CU_ASSERT_EQUAL(r.total, mm.total);
     CU_ASSERT_EQUAL(r.optimizer_state, mm.optimizer_state);
     CU_ASSERT_EQUAL(fp8run_model_predict_memory(m, &c, "tpu", &r), FP8RUN_ERR_INVALID_ARG);
@@ -105,6 +107,16 @@ static void test_public_call(void)
     CU_ASSERT_EQUAL(fp8run_model_predict_memory(m, &c, "cpu", &r4), FP8RUN_OK);
     CU_ASSERT(r4.activations > r.activations);
     CU_ASSERT_EQUAL(r4.optimizer_state, r.optimizer_state);
+    /* a caller built before activations_peak: nothing written past its struct_size */
+    unsigned char raw[sizeof(fp8run_memory_report)];
+    memset(raw, 0xAB, sizeof raw);
+    fp8run_memory_report *old = (fp8run_memory_report *)(void *)raw;
+    old->struct_size = offsetof(fp8run_memory_report, activations_peak);
+    CU_ASSERT_EQUAL(fp8run_model_predict_memory(m, &c, "cpu", old), FP8RUN_OK);
+    CU_ASSERT_EQUAL(old->total, r4.total);
+    int untouched = 1;
+    for (size_t k = offsetof(fp8run_memory_report, activations_peak); k < sizeof raw; k++) untouched &= raw[k] == 0xAB;
+    CU_ASSERT(untouched);
     fr_graph_free(g);
     fp8run_model_destroy(m);
 }

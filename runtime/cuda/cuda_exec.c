@@ -687,8 +687,7 @@ int fr_cuda_exec_last_touch(const fr_cuda_exec *e, int vid)
 
 fr_tensor *fr_cuda_exec_output_at(fr_cuda_exec *e, int i)
 {
-    if (i < 0 || i >= e->g->n_outputs) return NULL;
-    return fr_cuda_exec_value(e, e->g->outputs[i]);
+    return i < 0 || i >= e->g->n_outputs ? NULL : fr_cuda_exec_value(e, e->g->outputs[i]);
 }
 
 fr_status fr_cuda_exec_download(fr_cuda_exec *e, int vid, void *dst, size_t bytes)
@@ -794,6 +793,7 @@ fr_status fr_cuda_exec_plan_held(const fr_graph *g, int attention, int codes_onl
         out->persist = e->persist_total;
         out->coded = e->coded_bytes;
         out->held = e->held_bytes;
+        if (e->peak_text) snprintf(out->peak, sizeof out->peak, "%s", e->peak_text);
     }
     fr_cuda_exec_free(e);
     return st;

@@ -100,6 +100,7 @@ typedef struct fr_cuda_exec_sizes {
     size_t arena, consts, inputs, persist;
     size_t coded; /* float32 bytes of frozen weights held only as codes (not in consts) */
     size_t held;  /* bytes of the held values (fr_cuda_exec_new_held), part of arena */
+    char peak[512]; /* where the arena peaks and what is live there, by producing op ("" if empty) */
 } fr_cuda_exec_sizes;
 FR_NODISCARD fr_status fr_cuda_exec_plan(const fr_graph *g, fr_cuda_exec_sizes *out);
 /* The same with the fused attention's kernels as `attention` (FR_CUDA_ATTN_*) would choose them

@@ -130,6 +130,7 @@ fr_status tr_memory_of(fr_trainer *t, int gpu, fr_train_memory *out)
         out->grads = o->grad_accum > 1 ? acc + s.held : 0;
         out->fp8_weights = s.persist;
         out->activations = s.arena - s.held;
+        memcpy(out->peak, s.peak, sizeof out->peak);
         out->eval_activations = se.arena + se.persist;
         out->inputs = s.inputs + se.inputs;
         out->workspace = FR_CUDA_WORKSPACE_BYTES;

@@ -30,6 +30,8 @@ typedef struct fr_train_memory {
     size_t lm_head_saved;    /* --chunked-lm-head on: logits and dlogits not held whole (not in
                                 total: the plan has left them out already) */
     int lm_heads_fused;      /* the LinearCrossEntropy nodes of the training graph */
+    char peak[512];          /* GPU: where the training arena peaks and what is live there, by
+                                producing op ("" when not planned) */
 } fr_train_memory;
 
 /* Predict for `model` under `opt` on the GPU (gpu = 1; needs the CUDA backend built, not a

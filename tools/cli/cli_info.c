@@ -43,7 +43,8 @@ void cli_info_help(FILE *f)
             "  --dim NAME=VALUE        fix the symbolic dimension NAME (repeatable)\n"
             "  --memory[=cpu|cuda]     instead: the peak memory `fp8run train` with these options\n"
             "                          will hold, by part, planned without running (default: cuda\n"
-            "                          when fp8run is built with it)\n"
+            "                          when fp8run is built with it); on the GPU also where the\n"
+            "                          activations peak and what is live there, by producing op\n"
             "  --gpus N                with --memory: the rank of N data-parallel ranks holding\n"
             "                          the most (--shard-optimizer, --shard-gradients); with\n"
             "                          --shard-parameters each rank's share and the sharding plan\n"
@@ -363,6 +364,7 @@ static int print_memory(const fp8run_model *m, fp8run_train_config *o, const cli
         printf("  %-20s %12.1f MiB of logits and their gradient not held whole (%llu LM head%s fused)\n",
                "chunked LM head", (double)r.lm_head_saved / M, (unsigned long long)r.lm_heads_fused,
                r.lm_heads_fused == 1 ? "" : "s");
+    if (r.activations_peak[0]) printf("  %-20s %s\n", "activations' peak", r.activations_peak);
     if (!o->shard_parameters || o->world_size < 2) return 0;
     /* which rank holds what: the plan the figures come from */
     fp8run_shard_plan *p = NULL;
