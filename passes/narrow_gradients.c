@@ -109,7 +109,7 @@ static fr_status saved_residuals(fr_graph *g, int *count)
 
 fr_status fr_narrow_gradients(fr_graph *g, int *count, int *residuals)
 {
-    FR_TRY(saved_residuals(g, residuals));
+    if (residuals) FR_TRY(saved_residuals(g, residuals));
     *count = 0;
     for (int i = 0; i < g->n_nodes; i++) {
         fr_node *n = &g->nodes[i];

@@ -29,7 +29,7 @@
 #include "graph/ir.h"
 
 /* *count receives the number of gradient nodes narrowed, *residuals the norm backwards that
- * read H's bfloat16 copy. */
+ * read H's bfloat16 copy (residuals NULL: they keep reading the float32 H). */
 FR_NODISCARD fr_status fr_narrow_gradients(fr_graph *g, int *count, int *residuals);
 
 #endif

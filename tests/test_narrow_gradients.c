@@ -12,6 +12,7 @@
  *  - the dynamo exports of Llama, Gemma and GPT-2: what is narrowed, and fp8 training with and
  *    without it. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tests/bf16_check.h"
@@ -121,6 +122,15 @@ static void test_graphs(void)
     check("bf16", 1);
     check("fp8", 0);
     check("fp32", 1);
+    /* FP8RUN_BF16_SAVED_RESIDUAL=0: the norms' backward reads the float32 H again, nothing else changes */
+    CU_ASSERT_EQUAL_FATAL(setenv("FP8RUN_BF16_SAVED_RESIDUAL", "0", 1), 0);
+    fr_trainer *t = trainer("fp8", 1);
+    unsetenv("FP8RUN_BF16_SAVED_RESIDUAL");
+    if (!t) return;
+    counts c = count(t->g);
+    CU_ASSERT_EQUAL(c.anorm_hs, 0);
+    CU_ASSERT_EQUAL(c.norm_y, 2 * (int)k_llama.layers);
+    fr_trainer_free(t);
 }
 
 /* an AddRMSNorm Y also read by a float32 consumer stays float32 */
