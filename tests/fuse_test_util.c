@@ -4,12 +4,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/op.h"
-#include "tests/fuse_test_util.h"
-#include "tests/gradcheck.h"
 #include "graph/onnx_io.h"
+#include "ops/op.h"
 #include "passes/passes.h"
 #include "runtime/io/npy.h"
+#include "runtime/train/train_internal.h"
+#include "tests/fuse_test_util.h"
+#include "tests/gradcheck.h"
 
 fr_status fr_ft_prepare(fr_graph *g, int64_t batch, int64_t seq)
 {
@@ -206,4 +207,43 @@ void fr_ft_check_pattern(fr_ft_build_fn build, int kind, int64_t opset, fr_ft_pa
         fr_tensor_free(fused[i]);
     }
     free(dy);
+}
+
+int fr_ft_same_training(fr_trainer *const *t, int n, int64_t batch, int64_t seq, int64_t vocab, int k, int steps,
+                        const char *rng_name)
+{
+    fr_rng rng = fr_test_rng(rng_name);
+    const int64_t nw = (int64_t)k * batch * (seq + 1);
+    int64_t *w = malloc((size_t)nw * sizeof *w);
+    fr_train_stats *st = malloc((size_t)n * sizeof *st);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(w && st);
+    int same = 1;
+    for (int s = 0; s < steps; s++) {
+        for (int64_t i = 0; i < nw; i++) w[i] = (int64_t)(fr_rng_uniform(&rng) * (double)vocab);
+        for (int j = 0; j < n; j++) FR_ASSERT_OK(fr_trainer_step(t[j], w, k, &st[j]));
+        for (int j = 1; j < n; j++) {
+            CU_ASSERT_EQUAL(st[j].skipped, st[0].skipped);
+            same &= memcmp(&st[j].loss, &st[0].loss, sizeof(double)) == 0;
+            same &= memcmp(&st[j].grad_norm, &st[0].grad_norm, sizeof(double)) == 0;
+            CU_ASSERT_EQUAL_FATAL(t[j]->n_params, t[0]->n_params);
+            for (int i = 0; i < t[0]->n_params; i++)
+                same &= memcmp(t[j]->params[i].acc, t[0]->params[i].acc,
+                               (size_t)t[0]->params[i].numel * sizeof(float)) == 0;
+        }
+    }
+    for (int i = 0; i < fr_trainer_param_count(t[0]); i++) {
+        const int64_t m = fr_trainer_param_numel(t[0], i);
+        float *a = malloc((size_t)m * sizeof *a), *b = malloc((size_t)m * sizeof *b);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(a && b);
+        FR_ASSERT_OK(fr_trainer_get_param(t[0], fr_trainer_param_name(t[0], i), a));
+        for (int j = 1; j < n; j++) {
+            FR_ASSERT_OK(fr_trainer_get_param(t[j], fr_trainer_param_name(t[0], i), b));
+            same &= memcmp(a, b, (size_t)m * sizeof *a) == 0;
+        }
+        free(a);
+        free(b);
+    }
+    free(w);
+    free(st);
+    return same;
 }

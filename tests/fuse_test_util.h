@@ -26,6 +26,13 @@ void fr_ft_train_losses(const fr_graph *g, const fr_train_options *o, double *lo
  * returns the worst relative difference. */
 double fr_ft_expect_same_losses(const char *what, const double *fused, const double *plain, double tol);
 
+/* Trains t[0..n) side by side for `steps` steps of k micro-batches of batch x (seq + 1) random
+ * tokens below vocab (from the test generator named rng_name): asserts every trainer skips
+ * what t[0] skips, and returns 1 when every step's loss, gradient norm and gradients and the
+ * weights after the last step are t[0]'s bit for bit (rewrites that must change no number). */
+int fr_ft_same_training(fr_trainer *const *t, int n, int64_t batch, int64_t seq, int64_t vocab, int k, int steps,
+                        const char *rng_name);
+
 /* ---- hand-built patterns ---- */
 
 /* Adds pattern `kind` to g (its float inputs from fr_gc_add_input seeded by seed, so two

@@ -10,11 +10,12 @@
 #include <string.h>
 
 #include "graph/onnx_io.h"
-#include "tests/harness.h"
 #include "passes/recompute.h"
 #include "runtime/train/llama_gen.h"
 #include "runtime/train/train_backend.h"
 #include "runtime/train/train_internal.h"
+#include "tests/fuse_test_util.h"
+#include "tests/harness.h"
 
 static const fr_llama_config k_llama = {.d = 64, .layers = 2, .heads = 4, .kv_heads = 2, .ffn = 96, .vocab = 64,
                                         .max_seq = 32, .seed = 11};
@@ -102,46 +103,14 @@ static void run_case(const model_case *m, const char *precision, const char *rec
         if (k) CU_ASSERT(r->changed > 0); /* forward nodes copied */
         if (k) printf("\n    %s %s: pass %s: %s", precision, recipe, r->name, r->detail);
     }
-    fr_rng rng = fr_test_rng("recompute");
     const int64_t vocab = m->vocab ? m->vocab : fr_trainer_vocab(t[0]);
-    const int K = m->unfused ? 2 : 1;
-    const int64_t nw = K * m->batch * (m->seq + 1);
-    int64_t *w = malloc((size_t)nw * sizeof *w);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(w);
-    int same = 1;
-    for (int s = 0; s < STEPS; s++) {
-        for (int64_t i = 0; i < nw; i++) w[i] = (int64_t)(fr_rng_uniform(&rng) * (double)vocab);
-        fr_train_stats st[N_MODES];
-        for (int k = 0; k < N_MODES; k++) FR_ASSERT_OK(fr_trainer_step(t[k], w, K, &st[k]));
-        for (int k = 1; k < N_MODES; k++) {
-            CU_ASSERT_EQUAL(st[k].skipped, st[0].skipped);
-            same &= memcmp(&st[k].loss, &st[0].loss, sizeof(double)) == 0;
-            same &= memcmp(&st[k].grad_norm, &st[0].grad_norm, sizeof(double)) == 0;
-            CU_ASSERT_EQUAL_FATAL(t[k]->n_params, t[0]->n_params);
-            for (int i = 0; i < t[0]->n_params; i++)
-                same &= memcmp(t[k]->params[i].acc, t[0]->params[i].acc, (size_t)t[0]->params[i].numel * sizeof(float)) == 0;
-        }
-    }
-    int np = fr_trainer_param_count(t[0]);
-    for (int i = 0; i < np; i++) {
-        int64_t n = fr_trainer_param_numel(t[0], i);
-        float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
-        CU_ASSERT_PTR_NOT_NULL_FATAL(a && b);
-        FR_ASSERT_OK(fr_trainer_get_param(t[0], fr_trainer_param_name(t[0], i), a));
-        for (int k = 1; k < N_MODES; k++) {
-            FR_ASSERT_OK(fr_trainer_get_param(t[k], fr_trainer_param_name(t[0], i), b));
-            same &= memcmp(a, b, (size_t)n * sizeof *a) == 0;
-        }
-        free(a);
-        free(b);
-    }
+    const int same = fr_ft_same_training(t, N_MODES, m->batch, m->seq, vocab, m->unfused ? 2 : 1, STEPS, "recompute");
     CU_ASSERT(same);
     printf("\n    %s %s: planned peak bytes none %zu, attention %zu, mlp %zu, full %zu (pool with fragmentation "
            "%zu, %zu, %zu, %zu); bit-identical %s", precision, recipe, peak[0], peak[1], peak[2], peak[3], pool[0],
            pool[1], pool[2], pool[3], same ? "yes" : "NO");
     /* the liveness plan keeps fewer activations alive */
     for (int k = 1; k < N_MODES; k++) CU_ASSERT(m->strict ? peak[k] < peak[0] : peak[k] <= peak[0]);
-    free(w);
     for (int k = 0; k < N_MODES; k++) fr_trainer_free(t[k]);
 }
 
