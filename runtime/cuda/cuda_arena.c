@@ -135,9 +135,11 @@ static void producer_key(const fr_graph *g, int v, char *key, size_t n)
     snprintf(key, n, "%s%s%s", nd ? nd->op_type : "(input)", prec ? " " : "", prec ? prec : "");
 }
 
-fr_status fr_arena_peak_text(const fr_graph *g, const fr_tensor *hdr, int at, const int *alloc_at, const int *free_at,
-                             size_t arena_bytes, char **out)
+fr_status fr_arena_peak_text(const fr_graph *g, const fr_arena_lifetimes *lt, int at, size_t arena_bytes, char **out)
 {
+    const fr_tensor *hdr = lt->hdr;
+    const int *alloc_at = lt->alloc_at, *free_at = lt->free_at;
+    const size_t scratch = at >= 0 && at < lt->n_nodes ? lt->scratch_bytes[at] : 0; /* its own node's only */
     peak_row *rows = fr_calloc((size_t)g->n_values + 1, sizeof *rows, "memory report");
     if (!rows) return FR_ERR_OOM;
     int n = 0;
@@ -160,11 +162,11 @@ fr_status fr_arena_peak_text(const fr_graph *g, const fr_tensor *hdr, int at, co
         free(rows);
         return FR_ERR_OOM;
     }
-    size_t off =
-        (size_t)snprintf(s, cap,
-                         "the arena peaks at node '%s' (%s, %d of %d) with %zu MiB live in %zu MiB; largest by "
-                         "producing op:",
-                         g->nodes[at].name, g->nodes[at].op_type, at, g->n_nodes, live >> 20, arena_bytes >> 20);
+    size_t off = (size_t)snprintf(
+        s, cap,
+        "the arena peaks at node '%s' (%s, %d of %d) with %zu MiB of values and %zu MiB of its "
+        "scratch live in %zu MiB; values by producing op:",
+        g->nodes[at].name, g->nodes[at].op_type, at, g->n_nodes, live >> 20, scratch >> 20, arena_bytes >> 20);
     for (int k = 0; k < n && k < 8 && off < cap; k++)
         off += (size_t)snprintf(s + off, cap - off, "%s %s %zu MiB (%d)", k ? "," : "", rows[k].key,
                                 rows[k].bytes >> 20, rows[k].values);

@@ -45,12 +45,13 @@ typedef struct fr_arena_lifetimes {
 FR_NODISCARD fr_status fr_arena_replan(const fr_arena_lifetimes *lt, size_t first_fit, size_t *off, size_t *scratch_off,
                                        size_t *arena_bytes, int *peak_at);
 
-/* What the arena holds where it reaches its size (the out-of-memory error and the profile): the
- * values of g live at node `at` (alloc_at[v] <= at <= free_at[v]; alloc_at -1: not in the arena),
- * their bytes hdr[v].nbytes summed by producing op, largest first: "the arena peaks at node N ...
- * with 12 GiB live in 14 GiB; largest by producing op: Linear bf16 9 GiB (48), ...", malloc'ed
- * into *out (what *out held is freed; it is left as it was on failure). */
-FR_NODISCARD fr_status fr_arena_peak_text(const fr_graph *g, const fr_tensor *hdr, int at, const int *alloc_at,
-                                          const int *free_at, size_t arena_bytes, char **out);
+/* What the arena holds where it reaches its size (the out-of-memory error, the profile and info
+ * --memory): the values of g live at node `at` (lt's alloc_at[v] <= at <= free_at[v]), their
+ * bytes summed by producing op, largest first, and node at's scratch: "the arena peaks at node
+ * N ... with 12 GiB of values and 1 GiB of its scratch live in 14 GiB; values by producing op:
+ * Linear bf16 9 GiB (48), ...", malloc'ed into *out (what *out held is freed; it is left as it
+ * was on failure). */
+FR_NODISCARD fr_status fr_arena_peak_text(const fr_graph *g, const fr_arena_lifetimes *lt, int at, size_t arena_bytes,
+                                          char **out);
 
 #endif

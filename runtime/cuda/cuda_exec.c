@@ -264,8 +264,7 @@ static fr_status plan_arena(fr_cuda_exec *e, const int *last_use)
     for (int v = 0; v < e->nv; v++) e->kind[v] &= 0x7F;
     const fr_arena_lifetimes lt = {e->hdr, e->held, alloc_at, free_at, e->nv, e->scratch_bytes, g->n_nodes};
     if (st == FR_OK) st = fr_arena_replan(&lt, p.top, e->off, e->scratch_off, &e->arena_bytes, &peak_at);
-    if (st == FR_OK && peak_at >= 0)
-        st = fr_arena_peak_text(e->g, e->hdr, peak_at, alloc_at, free_at, e->arena_bytes, &e->peak_text);
+    if (st == FR_OK && peak_at >= 0) st = fr_arena_peak_text(e->g, &lt, peak_at, e->arena_bytes, &e->peak_text);
     free(alloc_at);
     free(free_at);
     free(p.free);
