@@ -139,6 +139,10 @@ FR_NODISCARD fr_status fr_holdable(const fr_node *n, const char *what, fr_dtype 
  * "bfloat16", passes/narrow_activations.h): *bf16 = 1 for "bfloat16"; another value is an
  * error naming the node and the attribute. What bfloat16 needs of the op is the op's check. */
 FR_NODISCARD fr_status fr_attr_bf16(const fr_node *n, const char *attr, int *bf16);
+/* A node whose output is a view of its input 0 (the CUDA executor aliases it; no kernel runs):
+ * a default-domain Reshape, Squeeze, Unsqueeze, Flatten or Identity with one output, or an
+ * inference Dropout without its mask output. Liveness plans and profiles share this. */
+int fr_node_is_view(const fr_node *n);
 /* Kernel-side check that the executor handed an output of the dtype and shape that infer()
  * gave (y may be NULL: missing). Shared by the CPU kernels and the CUDA launchers. */
 FR_NODISCARD fr_status fr_check_out(const fr_node *n, const fr_tensor *y, fr_dtype dt, int rank,

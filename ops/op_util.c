@@ -207,3 +207,15 @@ void fr_store_acc(fr_tensor *y, const double *acc, int64_t n)
             ((float *)y->data)[i] = (float)acc[i];
     }
 }
+
+int fr_node_is_view(const fr_node *n)
+{
+    if (n->domain[0] || n->n_inputs < 1 || n->inputs[0] < 0 || n->n_outputs < 1 || n->outputs[0] < 0) return 0;
+    const char *op = n->op_type;
+    if (strcmp(op, "Reshape") == 0 || strcmp(op, "Squeeze") == 0 || strcmp(op, "Unsqueeze") == 0 ||
+        strcmp(op, "Flatten") == 0 || strcmp(op, "Identity") == 0)
+        return n->n_outputs == 1;
+    /* inference Dropout without a mask output is the identity */
+    if (strcmp(op, "Dropout") == 0) return n->n_outputs == 1 || n->outputs[1] < 0;
+    return 0;
+}

@@ -89,8 +89,7 @@ static fr_status saved_residuals(fr_graph *g, int *count)
         if (hs < 0) {
             char name[600];
             snprintf(name, sizeof name, "%s/bf16", g->values[h].name);
-            FR_TRY(fr_graph_add_unique_value(g, name, &hs));
-            an = &g->nodes[p]; /* (values may move; nodes do not, but keep it plain) */
+            FR_TRY(fr_graph_add_unique_value(g, name, &hs)); /* (moves values, not nodes) */
             if (an->n_outputs < 3) {
                 int *o = fr_realloc_array(an->outputs, 3, sizeof *o, "narrow gradients");
                 if (!o) return FR_ERR_OOM;

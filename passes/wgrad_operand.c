@@ -14,16 +14,6 @@ static int is_op(const fr_node *n, const char *op)
     return !n->dead && strcmp(n->op_type, op) == 0 && strcmp(n->domain, FR_DOMAIN_FP8RUN) == 0;
 }
 
-/* the executors' views: the output aliases the first input (runtime/cuda/cuda_exec.c) */
-static int is_view(const fr_node *n)
-{
-    if (n->dead || n->domain[0] || n->n_inputs < 1 || n->inputs[0] < 0 || n->n_outputs != 1 || n->outputs[0] < 0)
-        return 0;
-    const char *op = n->op_type;
-    return strcmp(op, "Reshape") == 0 || strcmp(op, "Squeeze") == 0 || strcmp(op, "Unsqueeze") == 0 ||
-           strcmp(op, "Flatten") == 0 || strcmp(op, "Identity") == 0;
-}
-
 typedef struct wo {
     fr_graph *g;
     int *root; /* per value: the value whose memory it is */
@@ -45,7 +35,8 @@ static fr_status liveness(wo *w)
         w->last[v] = g->values[v].producer < 0 ? INT_MAX : -1;
     }
     for (int i = 0; i < g->n_nodes; i++)
-        if (is_view(&g->nodes[i])) w->root[g->nodes[i].outputs[0]] = w->root[g->nodes[i].inputs[0]];
+        if (!g->nodes[i].dead && fr_node_is_view(&g->nodes[i]))
+            w->root[g->nodes[i].outputs[0]] = w->root[g->nodes[i].inputs[0]];
     for (int i = 0; i < g->n_nodes; i++) {
         const fr_node *n = &g->nodes[i];
         if (n->dead) continue;
@@ -107,13 +98,9 @@ static fr_status insert_copy(fr_graph *g, int p, int at, int *out)
     if (!outs) return FR_ERR_OOM;
     outs[0] = *out;
     for (int o = 1; o < no; o++) outs[o] = -1;
-    int *ins = fr_malloc((size_t)(ni ? ni : 1) * sizeof(int), "weight-gradient operands");
-    fr_status st = ins ? FR_OK : FR_ERR_OOM;
-    if (st == FR_OK) {
-        memcpy(ins, g->nodes[p].inputs, (size_t)ni * sizeof(int));
-        st = fr_graph_add_node(g, g->nodes[p].op_type, g->nodes[p].domain, nn, ni, ins, no, outs, &nid);
-    }
-    free(ins);
+    /* (the node's own arrays and strings: they stay where they are when g->nodes grows) */
+    const fr_node *src = &g->nodes[p];
+    fr_status st = fr_graph_add_node(g, src->op_type, src->domain, nn, ni, src->inputs, no, outs, &nid);
     free(outs);
     FR_TRY(st);
     g->nodes[nid].op = g->nodes[p].op;
@@ -165,7 +152,8 @@ static fr_status run(wo *w, int remake, fr_wgrad_operand_stats *stats)
         gw->inputs[0] = xs;
         gw->inputs[2] = sx;
         drop_xq(g, &g->nodes[pl]);
-        FR_TRY(liveness(w)); /* positions and readers changed */
+        /* a kept X was read past i already; a copy moved every later node one place on */
+        if (xs != x) FR_TRY(liveness(w));
     }
     return FR_OK;
 }

@@ -62,18 +62,6 @@ struct fr_cuda_exec {
 
 static size_t align_up(size_t n) { return (n + FR_ARENA_ALIGN - 1) / FR_ARENA_ALIGN * FR_ARENA_ALIGN; }
 
-static int is_view_node(const fr_node *n)
-{
-    if (n->domain[0] || n->n_inputs < 1 || n->inputs[0] < 0 || n->n_outputs < 1 || n->outputs[0] < 0) return 0;
-    const char *op = n->op_type;
-    if (strcmp(op, "Reshape") == 0 || strcmp(op, "Squeeze") == 0 || strcmp(op, "Unsqueeze") == 0 ||
-        strcmp(op, "Flatten") == 0 || strcmp(op, "Identity") == 0)
-        return n->n_outputs == 1;
-    /* inference Dropout without a mask output is the identity */
-    if (strcmp(op, "Dropout") == 0) return n->n_outputs == 1 || n->outputs[1] < 0;
-    return 0;
-}
-
 /* ---- construction ---- */
 
 void fr_cuda_exec_free(fr_cuda_exec *e)
@@ -164,7 +152,7 @@ static fr_status classify(fr_cuda_exec *e, const fr_cuda_exec *share, int *last_
                 return fr_error(FR_ERR_INVALID_ARG, "CUDA executor: node '%s' reads '%s' before anything computes it",
                                 n->name, g->values[v].name);
         }
-        int view = is_view_node(n);
+        int view = fr_node_is_view(n);
         if (!view) {
             e->kern[i] = fr_cuda_kernel_find(n->domain, n->op_type);
             if (!e->kern[i])

@@ -9,6 +9,7 @@
 
 #include "graph/env.h"
 #include "graph/tensor.h"
+#include "ops/op.h"
 #include "passes/fast_path.h"
 
 /* ---- cost of a node ---- */
@@ -39,14 +40,6 @@ static double value_bytes(const fr_value *v)
 {
     if (!v || v->dtype == FR_UNDEFINED) return 0;
     return numel(v) * (double)fr_dtype_size(v->dtype);
-}
-
-static int is_view(const fr_node *n)
-{
-    if (n->domain[0]) return 0;
-    const char *op = n->op_type;
-    return strcmp(op, "Reshape") == 0 || strcmp(op, "Squeeze") == 0 || strcmp(op, "Unsqueeze") == 0 ||
-           strcmp(op, "Flatten") == 0 || strcmp(op, "Identity") == 0;
 }
 
 static fr_math math_of_dtype(fr_dtype t)
@@ -90,7 +83,7 @@ static double attention_pairs(const fr_node *n, double tq, double tk)
 void fr_node_cost_of(const fr_graph *g, const fr_node *n, fr_node_cost *c)
 {
     memset(c, 0, sizeof *c);
-    if (n->dead || is_view(n)) return;
+    if (n->dead || fr_node_is_view(n)) return;
     /* bytes: each distinct value once */
     for (int i = 0; i < n->n_inputs + n->n_outputs; i++) {
         int out = i >= n->n_inputs, k = out ? i - n->n_inputs : i;
