@@ -38,9 +38,15 @@ static int64_t bf16_far(const fr_tensor *got, const fr_tensor *want, int max_ulp
 {
     int64_t far = 0, n = fr_tensor_numel(want);
     const uint16_t *g = got->data, *w = want->data;
-    for (int64_t i = 0; i < n; i++)
-        far += ulp_dist(g[i], w[i]) > max_ulp &&
-               fabs((double)fr_bf16_to_f32(g[i]) - (double)fr_bf16_to_f32(w[i])) > abs_tol;
+    const int64_t cols = want->rank ? want->dims[want->rank - 1] : 1;
+    for (int64_t i = 0; i < n; i++) {
+        const int bad = ulp_dist(g[i], w[i]) > max_ulp &&
+                        fabs((double)fr_bf16_to_f32(g[i]) - (double)fr_bf16_to_f32(w[i])) > abs_tol;
+        if (bad && far < 4) /* where they are says which path is wrong: a column (the bias), a row, a tile */
+            fprintf(stderr, "\n    [%lld, %lld]: GPU %.6g, CPU %.6g", (long long)(i / cols), (long long)(i % cols),
+                    (double)fr_bf16_to_f32(g[i]), (double)fr_bf16_to_f32(w[i]));
+        far += bad;
+    }
     return far;
 }
 

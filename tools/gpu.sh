@@ -35,7 +35,8 @@ On the GPU machine, building there (16 cores: about 70 s for everything; carry .
                       BUILD_DIR (default /tmp/fr-build); then run other modes with BIN=that folder
 On the GPU machine (the bundle is unpacked into /tmp/fr when $BIN has no fp8run; BIN=build-cuda
 uses a build folder instead):
-  tests [REGEX]       the test programs in $BIN (those matching REGEX), side by side; rc 1 if any fails
+  tests [REGEX]       the test programs in $BIN matching REGEX (default: the GPU ones and CPU_TESTS),
+                      side by side; rc 1 if any fails
   bench               the reference bench (bench/README.md): the generated Llama 125M at 16 x 1024
                       and 1B at 8 x 2048 in each precision; SIZES, PRECISIONS ("fp32 bf16 fp8"),
                       ATTENTIONS (auto; e.g. "fp8run cudnn"), EXTRA (options for every run)
@@ -225,7 +226,12 @@ m_tests() { # [REGEX]
     local b
     [ -f /tmp/fr/build_dir ] && [ -n "$SRC" ] && b=$SRC/$(cat /tmp/fr/build_dir) && mkdir -p "$b" && cp -n /tmp/fr/bin/* "$b/"
     export D
-    ls "$BIN"/test_* | grep -E "${1:-.}" | xargs -P "${JOBS:-4}" -I{} bash -c \
+    # by default the GPU programs and the CPU ones a bundle packs: a build folder holds every CPU
+    # test too, which CI runs and which would only compete for the cores here
+    local cpu re
+    cpu=$(echo "${CPU_TESTS-test_trainer test_linear}" | sed 's/ \+/$|/g')
+    re=${1:-test_gpu_|${cpu:+$cpu\$}}
+    ls "$BIN"/test_* | grep -E "$re" | xargs -P "${JOBS:-4}" -I{} bash -c \
         't=$(basename {}); timeout ${TEST_TIMEOUT:-240} {} > "$D/$t.log" 2>&1; printf "%-26s rc=%d  %s\n" $t $? "$(grep -E "asserts" "$D/$t.log" | tr -s " ")"' |
         sort | tee "$D/summary.txt"
     ! grep -q 'rc=[1-9]' "$D/summary.txt"
