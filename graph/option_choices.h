@@ -17,7 +17,7 @@
 #define FR_CHOICES_MASTER "fp32", "bf16",
 #define FR_CHOICES_ATTENTION "fp8run", "cudnn", "auto", /* FR_CUDA_ATTN_* (ops/cuda/cuda_kernel.h) */
 #define FR_CHOICES_PACKING "on", "off",
-#define FR_CHOICES_ON_OFF "on", "off",
+#define FR_CHOICES_AUTO_ON_OFF "auto", "on", "off",
 /* an option that is not a choice */
 #define FR_CHOICES_NONE
 

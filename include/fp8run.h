@@ -573,7 +573,8 @@ typedef struct fp8run_train_config {
     const char *chunked_lm_head; /* "on": the LM head Linear and the cross-entropy run as one op
                                     over chunks of tokens, so the [tokens, vocab] logits and
                                     their gradient are never whole in memory (fp32/bf16 heads
-                                    without bias); "off" (default; NULL too) */
+                                    without bias); "off"; "auto" (default; NULL too): on when
+                                    training on a GPU, off on the CPU */
     int sft_max_examples;        /* SFT batches: the most examples one window holds (fp8run_sft_info's
                                     max_examples of the files the session will see; fp8run train/eval
                                     and Python set it). On a GPU it sizes cuDNN's variable-length
@@ -1085,10 +1086,10 @@ typedef struct fp8run_memory_report {
     /* ---- appended: a caller whose struct_size ends before them does not get them ---- */
     uint64_t gathered_weights;   /* shard_parameters: the layers' weights gathered at once (the one
                                     computing and the one prefetched), in their gathered element */
-    uint64_t lm_head_saved;      /* chunked_lm_head "on": the bytes of logits and their gradient the
+    uint64_t lm_head_saved;      /* chunked LM head (on, or auto on a GPU): the bytes of logits and their gradient the
                                     training graph no longer holds whole (less its chunk buffer);
                                     already left out of activations */
-    uint64_t lm_heads_fused;     /* chunked_lm_head "on": LM heads made LinearCrossEntropy (0: the head
+    uint64_t lm_heads_fused;     /* chunked LM head: LM heads made LinearCrossEntropy (0: the head
                                     did not qualify, e.g. fp32 precision's MatMul head or an fp8 head) */
     char activations_peak[512];  /* GPU: where the training graph's arena peaks, what is live there
                                     by producing op, largest first ("" for the CPU plan) */

@@ -231,6 +231,36 @@ static void test_memory_plan(void)
     CU_ASSERT_EQUAL(m[0].lm_head_saved, 0);
     CU_ASSERT_EQUAL(m[1].lm_head_saved, 0); /* 512 rows: one chunk holds them all */
     CU_ASSERT(m[1].activations + (size_t)4 * 1024 * 1024 <= m[0].activations);
+    /* auto (-1, the C API's default): fused in a GPU's plan, not in the CPU's; a CPU trainer
+       keeps the head as it is */
+    fr_train_memory ma[2] = {0};
+#ifdef FP8RUN_HAVE_CUDA
+    const int plans = 2; /* a GPU's plan needs the CUDA backend built in (not a GPU) */
+#else
+    const int plans = 1;
+#endif
+    for (int gpu = 0; gpu < plans; gpu++) {
+        fr_train_options o;
+        fr_ft_train_options(&o);
+        o.precision = "bf16";
+        o.batch = 4;
+        o.seq_len = 128;
+        o.chunked_lm_head = -1;
+        FR_ASSERT_OK(fr_train_predict_memory(model, &o, gpu, &ma[gpu]));
+    }
+    CU_ASSERT_EQUAL(ma[0].lm_heads_fused, 0);
+    if (plans == 2) CU_ASSERT_EQUAL(ma[1].lm_heads_fused, 1);
+    fr_train_options o;
+    fr_ft_train_options(&o);
+    o.precision = "bf16";
+    o.batch = 4;
+    o.seq_len = 128;
+    o.chunked_lm_head = -1;
+    o.device = "cpu";
+    fr_trainer *t = NULL;
+    FR_ASSERT_OK(fr_trainer_new(model, &o, &t));
+    CU_ASSERT_EQUAL(pass_changed(t, "chunked_lm_head"), -1);
+    fr_trainer_free(t);
     fr_graph_free(model);
 }
 

@@ -109,7 +109,9 @@ fp8run_status fr_api_options(api_err *slot, const char *fn, const fp8run_train_c
     o->lora.dropout = c.lora_dropout;
     o->attention = fr_api_choice("attention", c.attention); /* NULL (an older struct): auto */
     o->sft_padded = c.packing && strcmp(c.packing, "off") == 0;
-    o->chunked_lm_head = c.chunked_lm_head && strcmp(c.chunked_lm_head, "on") == 0;
+    /* auto (and NULL, an older struct): the trainer decides once it knows the device */
+    o->chunked_lm_head = !c.chunked_lm_head || strcmp(c.chunked_lm_head, "auto") == 0 ? -1
+                                                                                     : strcmp(c.chunked_lm_head, "on") == 0;
     o->sft_max_examples = c.sft_max_examples;
 
     if (c.n_dims > 0) {

@@ -12,6 +12,7 @@ fr_status fr_train_predict_memory(const fr_graph *model, const fr_train_options 
     memset(out, 0, sizeof *out);
     fr_train_options o = *opt;
     o.plan_only = 1;
+    if (o.chunked_lm_head < 0) o.chunked_lm_head = gpu; /* auto, as the trainer on that device decides */
     o.device = "cpu"; /* the graphs do not depend on the device; no device is touched */
     o.world_size = 0;  /* nor on the rank count: the shares are applied to the plan */
     fr_trainer *t;

@@ -100,6 +100,7 @@ static fr_status copy_options(fr_trainer *t, const fr_train_options *o)
     FR_TRY(copy_str(o->freeze_regex, &t->s_freeze, &c->freeze_regex));
     FR_TRY(copy_str(prec, &t->s_precision, &c->precision));
     FR_TRY(resolve_device(t, o->device ? o->device : "cpu"));
+    if (c->chunked_lm_head < 0) c->chunked_lm_head = t->use_cuda; /* auto: same loss, less memory on a GPU */
     if (o->world_size <= 0) c->rank = c->local_rank = 0; /* alone: rank 0 writes checkpoints */
     if (o->shard_gradients) c->shard_optimizer = 1;     /* ZeRO-2 includes ZeRO-1 */
     if (o->world_size > 0 && (!t->use_cuda || o->rank < 0 || o->rank >= o->world_size || o->local_rank < 0))

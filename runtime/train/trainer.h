@@ -104,7 +104,8 @@ typedef struct fr_train_options {
     int sft_padded;            /* with sft: the batches hold one example per window (--packing
                                   off), so the attention nodes are promised seg_form "padded"
                                   (per-row key lengths) rather than "packed" */
-    int chunked_lm_head;       /* --chunked-lm-head on (passes/lm_head_fuse.h) */
+    int chunked_lm_head;       /* --chunked-lm-head (passes/lm_head_fuse.h): 1 on, 0 off, -1 auto
+                                  (fr_trainer_new makes it on for the CUDA backend) */
     int sft_max_examples;      /* with sft: the most examples a window holds (0: FR_SFT_MAX_EXAMPLES);
                                   sizes cuDNN's variable-length attention slots on the GPU */
     /* the plain switches, one int each, named, defaulted and documented by their FR_OPT_PLAIN

@@ -283,9 +283,10 @@ static int print_linears_onnx(const fp8run_model *m, fp8run_train_config *o, int
     fputs(fp8run_report_text(r), stdout);
     if (fp8run_report_layer_count(r) == 0) printf("  (no MatMul/Gemm with a trainable 2-D weight)\n");
     int rc = print_passes(r);
-    if (rc == 0 && o->chunked_lm_head && strcmp(o->chunked_lm_head, "on") == 0)
-        printf("  pass chunked_lm_head: after autodiff: the LM head and the loss in chunks of tokens (`info --memory` "
-               "says what it fused and the bytes it saves)\n");
+    if (rc == 0 && (!o->chunked_lm_head || strcmp(o->chunked_lm_head, "off") != 0))
+        printf("  pass chunked_lm_head: after autodiff%s: the LM head and the loss in chunks of tokens (`info --memory` "
+               "says what it fused and the bytes it saves)\n",
+               o->chunked_lm_head && strcmp(o->chunked_lm_head, "on") == 0 ? "" : ", when training on a GPU (auto)");
     const char *slow = fp8run_report_slow_path(r);
     if (rc == 0 && slow) fputs(slow, stdout); /* the training graph's nodes off the fast path, with the reason */
     fp8run_report_destroy(r);
@@ -360,7 +361,7 @@ static int print_memory(const fp8run_model *m, fp8run_train_config *o, const cli
         printf("  %-20s %12.1f MiB\n", rows[k].name, (double)rows[k].v / M);
     if (o->shard_parameters) printf("  %-20s %12.1f MiB\n", "gathered weights", (double)r.gathered_weights / M);
     printf("  %-20s %12.1f MiB (%.2f GiB)\n", "total", (double)r.total / M, (double)r.total / M / 1024.0);
-    if (o->chunked_lm_head && strcmp(o->chunked_lm_head, "on") == 0) /* left out of the figures above */
+    if (r.lm_heads_fused || (o->chunked_lm_head && strcmp(o->chunked_lm_head, "on") == 0)) /* left out above */
         printf("  %-20s %12.1f MiB of logits and their gradient not held whole (%llu LM head%s fused)\n",
                "chunked LM head", (double)r.lm_head_saved / M, (unsigned long long)r.lm_heads_fused,
                r.lm_heads_fused == 1 ? "" : "s");
