@@ -48,10 +48,11 @@ uses a build folder instead):
   compare             compiled PyTorch (TORCH_LLAMA: path of the torch_llama.py baseline) then
                       `bench` (1B and 125M, bf16 and fp8) then `profile`, on the same GPU
   peers               bench/peers.json: for each of PEER_SIZES ("1b 125m"; one size per call keeps a
-                      call under 10 min) compiled PyTorch bf16 and fp8 (TORCH_LLAMA: torch_llama.py),
-                      torchao float8 tensorwise and rowwise (TORCHAO_LLAMA, default beside it; the
-                      torchao wheel carried in .whl and on PYTHONPATH), fp8run bf16 and fp8;
-                      tools/peers_table.py writes the rows
+                      call under 10 min) fp8run fp8 and bf16 first, then compiled PyTorch fp8 and
+                      bf16 (TORCH_LLAMA: torch_llama.py; TORCH_TIMEOUT), torchao float8 tensorwise
+                      and rowwise (TORCHAO_LLAMA, default beside it; the torchao wheel carried in
+                      .whl and on PYTHONPATH; TORCHAO_TIMEOUT); tools/peers_table.py writes the
+                      rows. About 8 min at 1B with the build: budget the call for it
   e2e                 the 125M trained 300 steps byte-level on fp8run's sources in bf16 and fp8,
                       once per data order in SEEDS (0 1 2); rc 1 unless fp8's mean last
                       validation loss is within 1% of bf16's
@@ -281,6 +282,12 @@ m_peers() { # each of PEER_SIZES (1b 125m): compiled PyTorch bf16/fp8, torchao t
     local P=$D tl=${TORCH_LLAMA:?TORCH_LLAMA must name the PyTorch baseline script (torch_llama.py)} ta s p rows=""
     local commit=${COMMIT:-$(cat .devpkg/COMMIT 2> /dev/null || echo unknown)}
     ta=${TORCHAO_LLAMA:-$(dirname "$tl")/torchao_llama.py}
+    # fp8run first (about 30 s a run): a call cut short by its limit (torch.compile and torchao
+    # take minutes) still brings fp8run's rows back
+    SIZES=${PEER_SIZES:-1b 125m} PRECISIONS="fp8 bf16" m_bench
+    cp "$OUT"/bench/*_llama*.json "$P/"
+    D=$P
+    progress
     for s in ${PEER_SIZES:-1b 125m}; do
         for p in fp8 bf16; do
             timeout "${TORCH_TIMEOUT:-200}" python3 "$tl" --preset "$s" --precision "$p" --compile \
@@ -294,8 +301,6 @@ m_peers() { # each of PEER_SIZES (1b 125m): compiled PyTorch bf16/fp8, torchao t
     # shellcheck disable=SC2086
     timeout "${TORCHAO_TIMEOUT:-400}" python3 "$ta" --json "$P/torchao.json" $rows > "$P/torchao.log" 2>&1
     echo "torchao:$rows rc=$? $(tail -1 "$P/torchao.log" | cut -c1-160)"
-    SIZES=${PEER_SIZES:-1b 125m} PRECISIONS="fp8 bf16" m_bench
-    cp "$OUT"/bench/*_llama*.json "$P/"
     python3 tools/peers_table.py "$P" "$commit" > "$P/peers.json"
 }
 m_e2e() {
