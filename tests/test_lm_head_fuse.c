@@ -203,6 +203,18 @@ static void test_sft(void)
     fr_graph_free(g);
 }
 
+/* the memory plan's options: bf16, 4 x 128 tokens, chunked_lm_head as given (-1: auto) */
+static fr_train_options plan_options(int chunked)
+{
+    fr_train_options o;
+    fr_ft_train_options(&o);
+    o.precision = "bf16";
+    o.batch = 4;
+    o.seq_len = 128;
+    o.chunked_lm_head = chunked;
+    return o;
+}
+
 /* info --memory's plan (fr_train_predict_memory, CPU): the head counted as fused, and the logits
  * and dlogits gone from the activations (a micro-batch of 512 tokens and a 4096 vocabulary:
  * 2 x 4 MiB of bf16 logits and dlogits, the op's chunk being the kernel's own buffer) */
@@ -215,12 +227,7 @@ static void test_memory_plan(void)
     FR_ASSERT_OK(fr_llama_generate(&lc, &model));
     fr_train_memory m[2];
     for (int on = 0; on < 2; on++) {
-        fr_train_options o;
-        fr_ft_train_options(&o);
-        o.precision = "bf16";
-        o.batch = 4;
-        o.seq_len = 128;
-        o.chunked_lm_head = on;
+        const fr_train_options o = plan_options(on);
         FR_ASSERT_OK(fr_train_predict_memory(model, &o, 0, &m[on]));
     }
     const double MiB = 1024.0 * 1024.0;
@@ -240,22 +247,12 @@ static void test_memory_plan(void)
     const int plans = 1;
 #endif
     for (int gpu = 0; gpu < plans; gpu++) {
-        fr_train_options o;
-        fr_ft_train_options(&o);
-        o.precision = "bf16";
-        o.batch = 4;
-        o.seq_len = 128;
-        o.chunked_lm_head = -1;
+        const fr_train_options o = plan_options(-1);
         FR_ASSERT_OK(fr_train_predict_memory(model, &o, gpu, &ma[gpu]));
     }
     CU_ASSERT_EQUAL(ma[0].lm_heads_fused, 0);
     if (plans == 2) CU_ASSERT_EQUAL(ma[1].lm_heads_fused, 1);
-    fr_train_options o;
-    fr_ft_train_options(&o);
-    o.precision = "bf16";
-    o.batch = 4;
-    o.seq_len = 128;
-    o.chunked_lm_head = -1;
+    fr_train_options o = plan_options(-1);
     o.device = "cpu";
     fr_trainer *t = NULL;
     FR_ASSERT_OK(fr_trainer_new(model, &o, &t));
