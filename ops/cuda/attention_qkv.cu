@@ -325,11 +325,16 @@ fr_status qkv_scratch_env(const fr_cuda_plan_env *env, const fr_graph *g, const 
     const int backward = strcmp(n->op_type, "AttentionQKVGrad") == 0;
     Node p;
     FR_TRY(node_of_graph(g, n, backward, &p));
-    size_t inner = 0;
-    FR_TRY(inner_scratch(env, g, n, p, backward, &inner));
     const size_t norm = qkv_norm::reserve(p.q, backward); /* the q/k norm's, after either path's layout */
-    *bytes = own_layout(p, backward, inner).total + norm;
-    if (env->attention == FR_CUDA_ATTN_FP8RUN) return FR_OK;
+    /* fp8run's kernels on float32 head-major copies: planned only where they run (the inner
+       node's scratch builds a graph of its own) */
+    auto own = [&]() -> fr_status {
+        size_t inner = 0;
+        FR_TRY(inner_scratch(env, g, n, p, backward, &inner));
+        *bytes = own_layout(p, backward, inner).total + norm;
+        return FR_OK;
+    };
+    if (env->attention == FR_CUDA_ATTN_FP8RUN) return own();
     fr_cudnn_sdpa s = sdpa_of(p, backward);
     char why[512];
     if (!cudnn_eligible(p, s, env->cu ? env->cu->cc_major : 0, env->cu ? env->cu->ragged_per_window : 0, why, sizeof why)) {
@@ -340,23 +345,22 @@ fr_status qkv_scratch_env(const fr_cuda_plan_env *env, const fr_graph *g, const 
             snprintf(note, sizeof note, "node '%s' (%s): %s", n->name, n->op_type, why);
             fr_cuda_attention_note(env->cu, note);
         }
-        return FR_OK;
+        return own();
     }
     size_t ws = fr_cudnn_sdpa_aux_bytes(&s);
     if (env->cu) {
         const fr_status st = fr_cudnn_sdpa_prepare(env->cu, &s, &ws);
         if (st == FR_ERR_UNSUPPORTED && env->attention != FR_CUDA_ATTN_CUDNN) {
             fr_clear_error();
-            return FR_OK;
+            return own();
         }
         if (st != FR_OK) return fr_error_context(st, "node '%s' (%s)", n->name, n->op_type);
     }
-    const size_t dn = cudnn_layout(p, s, backward, ws).total + norm;
     /* cuDNN takes the node (eligible, and prepared where the device is at hand, as try_cudnn will
-       find it again): fp8run's float32 head-major copies are not needed, and at 1B they were 0.9
-       GiB of the backward's peak. A plan without a device (info --memory=cuda on any machine)
-       predicts the same, with cuDNN's workspace estimated. */
-    *bytes = dn;
+       find it again): no room for fp8run's copies, which at 1B were 0.9 GiB of the backward's
+       peak. A plan without a device (info --memory=cuda on any machine) predicts the same, with
+       cuDNN's workspace estimated. */
+    *bytes = cudnn_layout(p, s, backward, ws).total + norm;
     return FR_OK;
 }
 
