@@ -39,11 +39,19 @@ static int loss_logits(const fr_node *n, int slot)
     return (slot == 0 && is_op(n, "SoftmaxCrossEntropy")) || (slot == 1 && is_op(n, "SoftmaxCrossEntropyGrad"));
 }
 
-/* every present output of n qualifies (SwiGLUGrad's two-input form has two, one attribute) */
+/* The outputs dx_dtype narrows: dX alone for LinearGradData (not dYq) and AttentionQKVGrad (its
+ * q/k norm weights' gradients, outputs 1 and 2, stay float32: the optimizer reads them), every
+ * output of SwiGLUGrad (dgate, dup in its two-input form) and SoftmaxCrossEntropyGrad. */
+static int narrowed_outputs(const fr_node *n)
+{
+    return is_op(n, "LinearGradData") || is_op(n, "AttentionQKVGrad") ? 1 : n->n_outputs;
+}
+
+/* every narrowed output of n qualifies */
 static int outputs_ok(const fr_graph *g, const fr_node *n, fr_narrow_reader_fn ok)
 {
     int any = 0;
-    for (int k = 0; k < n->n_outputs; k++) {
+    for (int k = 0; k < narrowed_outputs(n) && k < n->n_outputs; k++) {
         if (n->outputs[k] < 0) continue;
         if (!fr_narrow_readers_all(g, n->outputs[k], ok)) return 0;
         any = 1;
@@ -128,8 +136,7 @@ fr_status fr_narrow_gradients(fr_graph *g, int *count, int *residuals)
             ok = n->n_outputs >= 1 && fr_narrow_readers_all(g, n->outputs[0], fused_grad_dy);
         if (!ok) continue;
         FR_TRY(fr_node_set_attr_string(n, "dx_dtype", "bfloat16"));
-        int nout = strcmp(n->op_type, "LinearGradData") == 0 ? 1 : n->n_outputs; /* dX only, not dYq */
-        for (int k = 0; k < nout; k++)
+        for (int k = 0; k < narrowed_outputs(n) && k < n->n_outputs; k++)
             if (n->outputs[k] >= 0) g->values[n->outputs[k]].dtype = FR_BF16; /* as inference says now */
         (*count)++;
     }

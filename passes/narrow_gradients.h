@@ -4,7 +4,8 @@
  * is written in bfloat16 (the producers' dx_dtype attribute):
  *   - SwiGLUGrad's d_gate_up (dgate, dup) and AttentionQKVGrad's dX when every reader is the dY
  *     of a bf16/fp8 LinearGradData or the Ys of a LinearGradWeight (the gate/up and Q/K/V
- *     projections' backward), which quantize it to E5M2 (or round it to bf16) anyway;
+ *     projections' backward), which quantize it to E5M2 (or round it to bf16) anyway; with a
+ *     q/k norm (Qwen3, OLMo2, Gemma3) AttentionQKVGrad's norm weights' gradients stay float32;
  *   - LinearGradData's dX when every reader is SwiGLUGrad's dy, AttentionQKVGrad's dO or the dy
  *     of Gelu's ActivationGrad (the down and O projections' backward feeding the fused ops' and
  *     the GELU's backward; ActivationGrad's dx stays float32: a biased up projection's bias

@@ -10,7 +10,8 @@
  *  - training: fp8 and bf16 losses with and without narrowing agree within what bf16 rounding
  *    of the activations explains (the first step) and both runs train;
  *  - the dynamo exports of Llama, Gemma and GPT-2: what is narrowed, and fp8 training with and
- *    without it. */
+ *    without it; of Qwen3: AttentionQKVGrad's dX narrowed beside its q/k norm weights'
+ *    float32 gradients. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -268,6 +269,46 @@ static void test_hf_exports(void)
     }
 }
 
+/* The fused per-head q/k norm (Qwen3, static exports at opsets 18 and 23): AttentionQKVGrad's dX is bfloat16 like the Llama's while
+ * its norm weights' gradients stay float32, and fp8 training matches the unnarrowed run within
+ * what the rounding explains */
+static void test_qk_norm_exports(void)
+{
+    static const char *const dirs[] = {"qwen3_op18_static", "qwen3_op23_static"};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        fr_graph *g = fr_ft_open_hf(dirs[i]);
+        fr_train_options o;
+        fr_ft_hf_train_options(&o);
+        o.precision = "fp8";
+        fr_trainer *t = NULL;
+        FR_ASSERT_OK(fr_trainer_new(g, &o, &t));
+        int normed = 0, dx_bf16 = 0, dw_f32 = 0;
+        for (int j = 0; j < t->g->n_nodes; j++) {
+            const fr_node *n = &t->g->nodes[j];
+            if (!op(n, "AttentionQKVGrad") || n->n_outputs < 3) continue;
+            normed++;
+            dx_bf16 += bf16(t->g, n->outputs[0]);
+            dw_f32 += n->outputs[1] >= 0 && n->outputs[2] >= 0 && t->g->values[n->outputs[1]].dtype == FR_F32 &&
+                      t->g->values[n->outputs[2]].dtype == FR_F32;
+        }
+        printf("\n  %s: %d AttentionQKVGrad with q/k norm weights' gradients, dX bf16 in %d, theirs float32 in %d",
+               dirs[i], normed, dx_bf16, dw_f32);
+        CU_ASSERT(normed >= 2); /* the fixtures' two layers */
+        CU_ASSERT_EQUAL(dx_bf16, normed);
+        CU_ASSERT_EQUAL(dw_f32, normed);
+        fr_trainer_free(t);
+        double on[FR_FT_STEPS], off[FR_FT_STEPS];
+        fr_ft_train_losses(g, &o, on, NULL);
+        o.narrow_activations = 0;
+        fr_ft_train_losses(g, &o, off, NULL);
+        printf("\n  %s fp8: loss 0 %.6f vs %.6f, loss %d %.6f vs %.6f", dirs[i], on[0], off[0], FR_FT_STEPS - 1,
+               on[FR_FT_STEPS - 1], off[FR_FT_STEPS - 1]);
+        CU_ASSERT(fabs(on[0] - off[0]) <= 2e-3 * fabs(off[0]));
+        fr_ft_expect_same_losses(dirs[i], on, off, 5e-2);
+        fr_graph_free(g);
+    }
+}
+
 int main(void)
 {
     CU_TestInfo tests[] = {
@@ -276,6 +317,7 @@ int main(void)
         {"SoftmaxCrossEntropy(Grad) on bf16 logits == float32; dx_dtype == rounding", test_loss_head_bf16},
         {"fp8 and bf16 training with and without narrowing", test_losses},
         {"dynamo HF exports: the producers narrowed, fp8 losses with and without", test_hf_exports},
+        {"q/k-norm exports: AttentionQKVGrad's dX bf16, the norm weights' gradients float32", test_qk_norm_exports},
         CU_TEST_INFO_NULL,
     };
     CU_SuiteInfo suites[] = {{"narrow_gradients", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
