@@ -4,8 +4,8 @@
  *    reference written out here (per head and full width, RoPE half / none, GQA): 1e-12;
  *  - its gradient with respect to X and both weights against central differences (float64):
  *    1e-6;
- *  - the Qwen3 fixture (per-head q/k norm before RoPE) and the OLMo2 one (full width, before
- *    the head split): one AttentionQKV per layer taking the norm weights, no RMSNormalization
+ *  - the Qwen3 fixtures (per-head q/k norm before RoPE) and the OLMo2 ones (full width, before
+ *    the head split), static and dynamic exports alike: one AttentionQKV per layer taking the norm weights, no RMSNormalization
  *    left on Q or K, logits equal to the pass off within 1e-6; Qwen3's bf16 trainer's graph
  *    has no RMSNormGrad of the q/k norms, and 20 bf16 steps
  *    give the losses of the pass off within 1e-6 relative. */
@@ -174,13 +174,32 @@ static fr_graph *hf_compiled(const char *dir, int io, int *fused)
     return g;
 }
 
-/* Qwen3 (per head: weights [D]) and OLMo2 (full width: [heads D]), both opsets. */
+/* g's logits on the fixture's inputs (a dynamic export's attention_mask too). */
+static fr_tensor *fixture_logits(fr_graph *g, const char *dir)
+{
+    int vids[4], n = 0;
+    fr_tensor *ins[4];
+    for (int i = 0; i < g->n_inputs && n < 4; i++, n++) {
+        char rel[300], p[600];
+        vids[n] = g->inputs[i];
+        snprintf(rel, sizeof rel, "hf/%s/input_%s.npy", dir, g->values[vids[n]].name);
+        FR_ASSERT_OK(fr_npy_load(fr_fixture(p, sizeof p, rel), &ins[n]));
+    }
+    const int lg = fr_graph_find_value(g, "logits");
+    CU_ASSERT_FATAL(lg >= 0);
+    fr_tensor *y = fr_ft_run(g, n, vids, (const fr_tensor *const *)ins, lg);
+    for (int i = 0; i < n; i++) fr_tensor_free(ins[i]);
+    return y;
+}
+
+/* Qwen3 (per head: weights [D]) and OLMo2 (full width: [heads D]), both opsets, static and
+ * dynamic (symbolic batch and seq, an attention_mask input) exports. */
 static void test_fixtures(void)
 {
-    for (int f = 0; f < 4; f++) {
+    for (int f = 0; f < 8; f++) {
         char dir[64];
-        const int opset = f % 2 ? 23 : 18, olmo = f >= 2;
-        snprintf(dir, sizeof dir, "%s_op%d_static", olmo ? "olmo2" : "qwen3", opset);
+        const int opset = f % 2 ? 23 : 18, olmo = f % 4 >= 2;
+        snprintf(dir, sizeof dir, "%s_op%d_%s", olmo ? "olmo2" : "qwen3", opset, f >= 4 ? "dynamic" : "static");
         int fused = -1, none = -1;
         fr_graph *g1 = hf_compiled(dir, 1, &fused), *g0 = hf_compiled(dir, 0, &none);
         CU_ASSERT_EQUAL(fused, 2);
@@ -197,19 +216,10 @@ static void test_fixtures(void)
         CU_ASSERT_EQUAL(count_op(g0, "RMSNormalization"), 9);
         CU_ASSERT_EQUAL(count_op(g1, "RMSNormalization"), 5);
         CU_ASSERT_EQUAL(count_op(g1, "Transpose"), 0);
-        const int ids[2] = {fr_graph_find_value(g1, "input_ids"), fr_graph_find_value(g0, "input_ids")};
-        const int lg[2] = {fr_graph_find_value(g1, "logits"), fr_graph_find_value(g0, "logits")};
-        CU_ASSERT_FATAL(ids[0] >= 0 && ids[1] >= 0 && lg[0] >= 0 && lg[1] >= 0);
-        char rel[128], p[600];
-        snprintf(rel, sizeof rel, "hf/%s/input_input_ids.npy", dir);
-        fr_tensor *in = NULL;
-        FR_ASSERT_OK(fr_npy_load(fr_fixture(p, sizeof p, rel), &in));
-        fr_tensor *y1 = fr_ft_run(g1, 1, &ids[0], (const fr_tensor *const *)&in, lg[0]);
-        fr_tensor *y0 = fr_ft_run(g0, 1, &ids[1], (const fr_tensor *const *)&in, lg[1]);
+        fr_tensor *y1 = fixture_logits(g1, dir), *y0 = fixture_logits(g0, dir);
         const double e = fr_gc_rel_l2(y1, y0);
         if (!(e <= 1e-6)) printf("\n  %s: logits with the pass off by %g", dir, e);
         CU_ASSERT(e <= 1e-6);
-        fr_tensor_free(in);
         fr_tensor_free(y1);
         fr_tensor_free(y0);
         fr_graph_free(g1);
