@@ -88,6 +88,9 @@ uses a build folder instead):
                       25 s an arch for fp8run once exported, 90 s for the baseline
   exports             the exports archs needs, side by side on the CPU (50-80 s each), to overlap
                       the build: (tools/gpu.sh exports &); tools/gpu.sh build; wait; ... archs
+  baselines           the compiled baselines of archs alone (they need no export and no build):
+                      run them on the GPU while `build` and `exports` take the CPU (niced), then
+                      `archs`, which keeps their figures; four architectures then fit one call
   hf                  HF LlamaForCausalLM exported by torch.onnx (tools/export_hf_llama.py) against
                       the generated Llama: what info fused, bench, a short fp8 training (SIZES)
   python              python/tests checks against torch and peft (from_torch, the adapter export)
@@ -530,13 +533,15 @@ m_exports() { # all of ARCHS exported side by side (CPU): run it in the backgrou
 }
 m_archs() {
     gpu_env archs
-    local th=${TORCH_HF:?TORCH_HF must name the shared baseline script (torch_hf.py)} a name tag rc=0
+    local a tag rc=0
+    : "${TORCH_HF:?TORCH_HF must name the shared baseline script (torch_hf.py)}"
     local commit=${COMMIT:-$(cat .devpkg/COMMIT 2> /dev/null || echo unknown)}
     [ -f "$D/gen_llama1b.json" ] || bench_as gen_llama1b 1b
     # fp8run on every architecture first (about 25 s each once exported), then the compiled
-    # baselines (about 90 s each, most of it torch.compile): a call that runs short keeps every
-    # fp8run figure. TORCH_ARGS go to torch_hf.py (e.g. "--warmup 2 --steps 4" to fit four
-    # architectures and the build in one 600 s call).
+    # baselines `baselines` did not run already (about 90 s each, most of it torch.compile): a
+    # call that runs short keeps every fp8run figure. TORCH_ARGS go to torch_hf.py (e.g.
+    # "--warmup 2 --steps 4"); four architectures fit one 600 s call only with `baselines` run
+    # during the build.
     for a in ${ARCHS:-llama1b:dynamic qwen3_06b neox1b gemma2_1b}; do
         tag=$(arch_tag "$a")
         export_arch "$a" || { rc=1; continue; }
@@ -547,14 +552,26 @@ m_archs() {
         progress
     done
     for a in ${ARCHS:-llama1b:dynamic qwen3_06b neox1b gemma2_1b}; do
-        name=${a%%:*} tag=$(arch_tag "$a")
-        [ -f "/tmp/$tag.onnx" ] || continue
-        # shellcheck disable=SC2086
-        timeout "${TORCH_TIMEOUT:-420}" python3 "$th" --arch "$name" ${TORCH_ARGS:-} --json "$D/torch_$tag.json" \
-            > "$D/torch_$tag.log" 2>&1 || { echo "torch $tag: rc=$? $(tail -1 "$D/torch_$tag.log" | cut -c1-200)"; rc=1; }
-        progress
+        tag=$(arch_tag "$a")
+        [ -f "/tmp/$tag.onnx" ] && { archs_torch "$a" || rc=1; }
     done
     python3 tools/arch_table.py "$D" "$commit" > "$D/architectures.json" || rc=1
+    return $rc
+}
+archs_torch() { # ARCH[:dynamic]: its compiled baseline into $D/torch_TAG.json, unless `baselines` made it
+    local name=${1%%:*} tag
+    tag=$(arch_tag "$1")
+    [ -f "$D/torch_$tag.json" ] && return 0
+    # shellcheck disable=SC2086
+    timeout "${TORCH_TIMEOUT:-420}" python3 "$TORCH_HF" --arch "$name" ${TORCH_ARGS:-} --json "$D/torch_$tag.json" \
+        > "$D/torch_$tag.log" 2>&1 || { echo "torch $tag: rc=$? $(tail -1 "$D/torch_$tag.log" | cut -c1-200)"; return 1; }
+    progress
+}
+m_baselines() { # the compiled baselines of ARCHS alone, into the folder `archs` then reads
+    gpu_env archs
+    : "${TORCH_HF:?TORCH_HF must name the shared baseline script (torch_hf.py)}"
+    local a rc=0
+    for a in ${ARCHS:-llama1b:dynamic qwen3_06b neox1b gemma2_1b}; do archs_torch "$a" || rc=1; done
     return $rc
 }
 py_env() {
@@ -590,7 +607,7 @@ mode=${1:-help}
 [ $# -gt 0 ] && shift
 case $mode in
     help | -h | --help) help ;;
-    debs | stamp | build | bundle | exports | peers | tests | bench | versus | profile | compare | e2e | sft | determinism | dist | big | finetune | archs | hf | python | user)
+    debs | stamp | build | bundle | exports | peers | tests | bench | versus | profile | compare | e2e | sft | determinism | dist | big | finetune | archs | baselines | hf | python | user)
         "m_$mode" "$@"
         rc=$?
         [ -n "${PACK:-}" ] && [ -d "$OUT/$mode" ] && tar -C "$OUT" -czf "$OUT/$mode.tgz" "$mode"
