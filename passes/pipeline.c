@@ -38,13 +38,30 @@ static fr_status run_unshare(fr_pass_ctx *c, fr_pass_result *r)
     return FR_OK;
 }
 
+/* The report counts both ways: --train may also select initializers the model did not record as
+ * parameters (an exporter's buffers), so "trained - before" alone can be negative. */
 static fr_status run_select_params(fr_pass_ctx *c, fr_pass_result *r)
 {
-    int before = 0, kept = 0;
-    for (int i = 0; i < c->g->n_values; i++) before += (c->g->values[i].flags & FR_VAL_PARAM) != 0;
-    FR_TRY(fr_select_params(c->g, c->train_regex, c->freeze_regex, &kept));
-    r->changed = before - kept;
-    snprintf(r->detail, sizeof r->detail, "%d trained, %d made constants", kept, r->changed);
+    const int n = c->g->n_values;
+    unsigned char *was = n ? calloc((size_t)n, 1) : NULL;
+    if (n && !was) return fr_error(FR_ERR_OOM, "pass select_params: %d flags", n);
+    for (int i = 0; i < n; i++) was[i] = (c->g->values[i].flags & FR_VAL_PARAM) != 0;
+    int kept = 0;
+    const fr_status st = fr_select_params(c->g, c->train_regex, c->freeze_regex, &kept);
+    int frozen = 0, added = 0;
+    for (int i = 0; st == FR_OK && i < n && i < c->g->n_values; i++) {
+        const int now = (c->g->values[i].flags & FR_VAL_PARAM) != 0;
+        frozen += was[i] && !now;
+        added += !was[i] && now;
+    }
+    free(was);
+    FR_TRY(st);
+    r->changed = frozen + added;
+    if (added)
+        snprintf(r->detail, sizeof r->detail, "%d trained (%d not recorded as parameters), %d made constants", kept,
+                 added, frozen);
+    else
+        snprintf(r->detail, sizeof r->detail, "%d trained, %d made constants", kept, frozen);
     return FR_OK;
 }
 

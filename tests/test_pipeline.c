@@ -296,6 +296,21 @@ static void test_select_params(void)
     CU_ASSERT(strstr(fr_last_error(), "--train regex '(unclosed'") != NULL);
     fr_clear_error();
     fr_graph_free(model);
+    /* a --train that also selects an exporter's buffer (the dynamic Qwen3 export's RoPE
+       inv_freq): counted as trained and named, never as a negative number of constants */
+    fr_graph *hf = fr_ft_open_hf("qwen3_op18_dynamic");
+    fr_ft_hf_train_options(&o);
+    o.eval_only = 1;
+    FR_ASSERT_OK(fr_trainer_new(hf, &o, &t));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+    sel = result(t, "select_params");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(sel);
+    const char *detail = sel ? sel->detail : "";
+    printf("\n  qwen3_op18_dynamic, --train %s: %s", o.train_regex, detail);
+    CU_ASSERT(strstr(detail, "(1 not recorded as parameters), 0 made constants") != NULL);
+    CU_ASSERT(sel && sel->changed == 1);
+    fr_trainer_free(t);
+    fr_graph_free(hf);
 }
 
 /* fp8run_model_compile's report lists every pass of the list, in order. */
