@@ -47,15 +47,16 @@ void fr_ft_check_pattern(fr_ft_build_fn build, int kind, int64_t opset, fr_ft_pa
 
 /* ---- the dynamo exports of tests/fixtures/hf ---- */
 
-/* What `--train` must say for them until the exporter's parameter record is read: their
- * parameters' names (the exporter's constants, tables and masks stay untrained). */
+/* Their parameters by name (the exporter's constants, tables and masks left out): what
+ * fr_ft_freeze_constants keeps trained in a prepared graph. As `--train` it also selects a
+ * dynamic export's RoPE inv_freq buffer, so the trainer's options leave it out (see below). */
 #define FR_FT_HF_TRAIN "^(model|lm_head|transformer|bert|cls|gpt_neox|embed_out)\\."
 /* Untrains the float initializers whose name does not match FR_FT_HF_TRAIN. */
 void fr_ft_freeze_constants(fr_graph *g);
 /* tests/fixtures/hf/DIR/model.onnx as imported (what the trainer takes). */
 fr_graph *fr_ft_open_hf(const char *dir);
 /* The trainer's defaults for those fixtures: batch 2 x seq 11 (their inputs' shape), the
- * parameters FR_FT_HF_TRAIN names trained. */
+ * parameters the exporter recorded trained (no --train, as the CLI). */
 void fr_ft_hf_train_options(fr_train_options *o);
 /* tests/fixtures/hf/DIR/model.onnx prepared for its [2, 11] inputs, constants frozen. */
 fr_graph *fr_ft_load_hf(const char *dir);

@@ -149,7 +149,6 @@ static fr_trainer *pipeline(const char *dir)
     fr_graph *g = fr_ft_open_hf(dir);
     fr_train_options o;
     fr_ft_hf_train_options(&o);
-    o.train_regex = NULL; /* what the CLI trains: the regex would train Mistral's inv_freq buffer */
     o.precision = "bf16";
     o.eval_only = 1;
     fr_trainer *t = NULL;

@@ -281,9 +281,6 @@ static void test_qk_norm_exports(void)
         fr_train_options o;
         fr_ft_hf_train_options(&o);
         o.precision = "fp8";
-        /* what the CLI trains, the exporter's record: FR_FT_HF_TRAIN would also train a dynamic
-           export's inv_freq buffer, its RoPE tables then no constants Rotary (and AttentionQKV) takes */
-        o.train_regex = NULL;
         fr_trainer *t = NULL;
         FR_ASSERT_OK(fr_trainer_new(g, &o, &t));
         int normed = 0, dx_bf16 = 0, dw_f32 = 0;

@@ -300,6 +300,7 @@ static void test_select_params(void)
        inv_freq): counted as trained and named, never as a negative number of constants */
     fr_graph *hf = fr_ft_open_hf("qwen3_op18_dynamic");
     fr_ft_hf_train_options(&o);
+    o.train_regex = FR_FT_HF_TRAIN;
     o.eval_only = 1;
     FR_ASSERT_OK(fr_trainer_new(hf, &o, &t));
     CU_ASSERT_PTR_NOT_NULL_FATAL(t);
