@@ -44,14 +44,15 @@ static int loss_logits(const fr_node *n, int slot)
  * output of SwiGLUGrad (dgate, dup in its two-input form) and SoftmaxCrossEntropyGrad. */
 static int narrowed_outputs(const fr_node *n)
 {
-    return is_op(n, "LinearGradData") || is_op(n, "AttentionQKVGrad") ? 1 : n->n_outputs;
+    const int dx_only = is_op(n, "LinearGradData") || is_op(n, "AttentionQKVGrad");
+    return dx_only && n->n_outputs > 1 ? 1 : n->n_outputs;
 }
 
 /* every narrowed output of n qualifies */
 static int outputs_ok(const fr_graph *g, const fr_node *n, fr_narrow_reader_fn ok)
 {
     int any = 0;
-    for (int k = 0; k < narrowed_outputs(n) && k < n->n_outputs; k++) {
+    for (int k = 0; k < narrowed_outputs(n); k++) {
         if (n->outputs[k] < 0) continue;
         if (!fr_narrow_readers_all(g, n->outputs[k], ok)) return 0;
         any = 1;
@@ -136,7 +137,7 @@ fr_status fr_narrow_gradients(fr_graph *g, int *count, int *residuals)
             ok = n->n_outputs >= 1 && fr_narrow_readers_all(g, n->outputs[0], fused_grad_dy);
         if (!ok) continue;
         FR_TRY(fr_node_set_attr_string(n, "dx_dtype", "bfloat16"));
-        for (int k = 0; k < narrowed_outputs(n) && k < n->n_outputs; k++)
+        for (int k = 0; k < narrowed_outputs(n); k++)
             if (n->outputs[k] >= 0) g->values[n->outputs[k]].dtype = FR_BF16; /* as inference says now */
         (*count)++;
     }

@@ -5,8 +5,9 @@
  *  - its gradient with respect to X and both weights against central differences (float64):
  *    1e-6;
  *  - the Qwen3 fixtures (per-head q/k norm before RoPE) and the OLMo2 ones (full width, before
- *    the head split), static and dynamic exports alike: one AttentionQKV per layer taking the norm weights, no RMSNormalization
- *    left on Q or K, logits equal to the pass off within 1e-6; Qwen3's bf16 trainer's graph
+ *    the head split), static and dynamic exports alike: one AttentionQKV per layer taking the
+ *    norm weights, no RMSNormalization left on Q or K, logits equal to the pass off within
+ *    1e-6; Qwen3's bf16 trainer's graph
  *    has no RMSNormGrad of the q/k norms, and 20 bf16 steps
  *    give the losses of the pass off within 1e-6 relative. */
 #include <math.h>

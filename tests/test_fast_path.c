@@ -12,6 +12,7 @@
  *  - attention the executor ran on fp8run's own kernels: each node marked with the reason;
  *  - the text: one line per kind, a warning line exactly when the share of the time passes 5%;
  *  - fp8run_model_compile's report carries the text (the C API `fp8run info` prints). */
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,25 +56,44 @@ static int count_kind(const fr_slow_report *r, const char *op, const char *why_p
     return n;
 }
 
+/* strcmp for qsort over an array of names */
+static int by_name(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* Every export under tests/fixtures/hf (ARCH_opNN_static / _dynamic), read from the folder so a
+ * fixture added later is checked too; *n of them, sorted. */
+static char **hf_fixture_dirs(int *n)
+{
+    char p[600];
+    DIR *d = opendir(fr_fixture(p, sizeof p, "hf"));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+    char **names = NULL;
+    int cap = 0;
+    *n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        const char *op = strstr(e->d_name, "_op");
+        if (!op || (!strstr(op, "_static") && !strstr(op, "_dynamic"))) continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 64;
+            char **grown = realloc(names, (size_t)cap * sizeof *names);
+            CU_ASSERT_PTR_NOT_NULL_FATAL(grown);
+            names = grown;
+        }
+        names[*n] = strdup(e->d_name);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(names[*n]);
+        (*n)++;
+    }
+    closedir(d);
+    qsort(names, (size_t)*n, sizeof *names, by_name);
+    return names;
+}
+
 static void test_fast(void)
 {
-    static const char *const dirs[] = {
-        "bert_op18_static",        "bert_op23_static",      "falcon_op18_dynamic",     "falcon_op18_static",
-        "gemma2_op18_dynamic",     "gemma2_op18_static",    "gemma2_op23_dynamic",     "gemma2_op23_static",
-        "gemma3_op18_dynamic",     "gemma3_op18_static",    "gemma3_op23_dynamic",     "gemma3_op23_static",
-        "gemma_op18_static",       "gemma_op23_static",     "gpt2_op18_dynamic",       "gpt2_op18_static",
-        "gpt2_op23_dynamic",       "gpt2_op23_static",      "gpt_neox_op18_dynamic",   "gpt_neox_op18_static",
-        "gpt_neox_op23_dynamic",   "gpt_neox_op23_static",  "llama_op18_dynamic",      "llama_op18_static",
-        "llama_op23_dynamic",      "llama_op23_static",     "mistral_op18_dynamic",    "mistral_op18_static",
-        "mistral_op23_dynamic",    "mistral_op23_static",   "olmo2_op18_dynamic",      "olmo2_op18_static",
-        "olmo2_op23_dynamic",      "olmo2_op23_static",     "opt_op18_dynamic",        "opt_op18_static",
-        "opt_op23_dynamic",        "opt_op23_static",       "phi3_op18_dynamic",       "phi3_op18_static",
-        "phi3_op23_dynamic",       "phi3_op23_static",      "phi_op18_dynamic",        "phi_op18_static",
-        "phi_op23_dynamic",        "phi_op23_static",       "qwen2_op18_dynamic",      "qwen2_op18_static",
-        "qwen2_op23_dynamic",      "qwen2_op23_static",     "qwen3_op18_dynamic",      "qwen3_op18_static",
-        "qwen3_op23_dynamic",      "qwen3_op23_static",     "starcoder2_op18_dynamic", "starcoder2_op18_static",
-        "starcoder2_op23_dynamic", "starcoder2_op23_static"};
-    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+    int n_dirs = 0;
+    char **dirs = hf_fixture_dirs(&n_dirs);
+    printf("\n  %d HF fixtures", n_dirs);
+    CU_ASSERT(n_dirs >= 58); /* 16 architectures, op18 / op23, static / dynamic: none lost */
+    for (int i = 0; i < n_dirs; i++) {
         fr_slow_report r;
         fr_trainer *t = NULL;
         const int n = check(dirs[i], 1, &r, &t);
@@ -83,7 +103,9 @@ static void test_fast(void)
         CU_ASSERT(r.n_nodes > 40); /* forward and backward */
         fr_slow_report_free(&r);
         fr_trainer_free(t);
+        free(dirs[i]);
     }
+    free(dirs);
 }
 
 static void test_llama_io_off(void)

@@ -269,9 +269,9 @@ static void test_hf_exports(void)
     }
 }
 
-/* The fused per-head q/k norm (Qwen3, static exports at opsets 18 and 23): AttentionQKVGrad's dX is bfloat16 like the Llama's while
- * its norm weights' gradients stay float32, and fp8 training matches the unnarrowed run within
- * what the rounding explains */
+/* The fused per-head q/k norm (Qwen3, opsets 18 and 23, static and dynamic exports):
+ * AttentionQKVGrad's dX is bfloat16 like the Llama's while its norm weights' gradients stay
+ * float32, and fp8 training matches the unnarrowed run within what the rounding explains */
 static void test_qk_norm_exports(void)
 {
     static const char *const dirs[] = {"qwen3_op18_static", "qwen3_op23_static", "qwen3_op18_dynamic",
