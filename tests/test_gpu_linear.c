@@ -551,7 +551,7 @@ static void test_dyq_scratch(void)
     const int64_t M = 256, K = 192, N = 128, xd[2] = {M, K}, yd[2] = {M, N}, qd[2] = {N, M}, xtd[2] = {K, M};
     const fr_cuda_kernel_def *kd = fr_cuda_kernel_find(FR_DOMAIN_FP8RUN, "LinearGradWeight");
     CU_ASSERT_PTR_NOT_NULL_FATAL(kd);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(kd->scratch);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(kd->scratch_env);
     fr_tensor *x = tt_new(FR_F32, 2, xd), *dy = tt_new(FR_F32, 2, yd), *dyq = tt_new(FR_F8E4M3, 2, qd);
     fr_tensor *sx = scalar1(1), *sinv = scalar1(1), *xqt = tt_new(FR_F8E4M3, 2, xtd);
     for (int tb = 0; tb < 2; tb++) {
@@ -567,9 +567,10 @@ static void test_dyq_scratch(void)
         set_attrs(&wf, &c);
         set_attrs(&wt, &c);
         size_t bq = 0, bf = 0, bt = 0;
-        FR_ASSERT_OK(kd->scratch(wq.g, tn_node(&wq), &bq));
-        FR_ASSERT_OK(kd->scratch(wf.g, tn_node(&wf), &bf));
-        FR_ASSERT_OK(kd->scratch(wt.g, tn_node(&wt), &bt));
+        const fr_cuda_plan_env env = {NULL, FR_CUDA_ATTN_FP8RUN, 1};
+        FR_ASSERT_OK(fr_cuda_kernel_scratch(kd, &env, wq.g, tn_node(&wq), &bq));
+        FR_ASSERT_OK(fr_cuda_kernel_scratch(kd, &env, wf.g, tn_node(&wf), &bf));
+        FR_ASSERT_OK(fr_cuda_kernel_scratch(kd, &env, wt.g, tn_node(&wt), &bt));
         CU_ASSERT(bq + (size_t)(M * N) <= bf);
         CU_ASSERT(bt + (size_t)(M * K) <= bq);
         tn_free(&wq);

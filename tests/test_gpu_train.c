@@ -375,10 +375,11 @@ static void test_recompute_current(void) { check_recompute("fp8", "current"); }
 static void test_recompute_block(void) { check_recompute("fp8", "block"); }
 
 #ifdef FP8RUN_HAVE_CUDA
-/* A GPU trainer with the weight cache on or off (read when its CUDA context is made). */
+/* A GPU trainer with the weight cache on or off (FP8RUN_WEIGHT_CACHE, read when the trainer
+ * makes its CUDA context; unset, one micro-batch a step would turn it off). */
 static fr_trainer *gpu_trainer(const fr_graph *g, const fr_train_options *o, int cache)
 {
-    if (!cache) setenv("FP8RUN_WEIGHT_CACHE", "0", 1);
+    setenv("FP8RUN_WEIGHT_CACHE", cache ? "1" : "0", 1);
     fr_trainer *t = NULL;
     fr_status st = fr_trainer_new(g, o, &t);
     unsetenv("FP8RUN_WEIGHT_CACHE");

@@ -6,6 +6,7 @@
  * moments take 2 x (n + 4 ceil(n / 128)) bytes per parameter (each slot 4-byte aligned), and the
  * public call answers the same as the internal one. */
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fp8run.h"
@@ -121,9 +122,52 @@ static void test_public_call(void)
     fp8run_model_destroy(m);
 }
 
+/* The GPU plan's weight cache (tr_weight_cache): with one micro-batch a step nothing keeps the
+ * weights' fp8 codes between runs (each run follows a weight change: they are made in scratch),
+ * which takes less memory in all; with two, or recomputation, or FP8RUN_WEIGHT_CACHE=1, the
+ * codes are kept (the same bytes whatever grad_accum is); FP8RUN_WEIGHT_CACHE=0 keeps none. A
+ * plan needs no device, only the CUDA backend compiled in. */
+static void test_gpu_weight_cache(void)
+{
+#ifndef FP8RUN_HAVE_CUDA
+    printf(" (skipped: built without the CUDA backend)");
+#else
+    fr_graph *g = load_llama();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    fr_train_options o = base();
+    o.precision = o.fp8.precision = "fp8";
+    o.seq_len = 16;
+    fr_train_memory one, two, forced, rec, none;
+    unsetenv("FP8RUN_WEIGHT_CACHE");
+    FR_ASSERT_OK(fr_train_predict_memory(g, &o, 1, &one));
+    o.grad_accum = 2;
+    FR_ASSERT_OK(fr_train_predict_memory(g, &o, 1, &two));
+    setenv("FP8RUN_WEIGHT_CACHE", "0", 1);
+    FR_ASSERT_OK(fr_train_predict_memory(g, &o, 1, &none));
+    o.grad_accum = 1;
+    setenv("FP8RUN_WEIGHT_CACHE", "1", 1);
+    FR_ASSERT_OK(fr_train_predict_memory(g, &o, 1, &forced));
+    unsetenv("FP8RUN_WEIGHT_CACHE");
+    o.recompute = "mlp";
+    FR_ASSERT_OK(fr_train_predict_memory(g, &o, 1, &rec));
+    CU_ASSERT_EQUAL(one.fp8_weights, 0);
+    CU_ASSERT_EQUAL(none.fp8_weights, 0);
+    CU_ASSERT(two.fp8_weights > 0);
+    CU_ASSERT_EQUAL(forced.fp8_weights, two.fp8_weights);
+    CU_ASSERT_EQUAL(rec.fp8_weights, two.fp8_weights);
+    /* the codes in scratch cost one node's at a time, never all of them */
+    CU_ASSERT(one.activations >= forced.activations);
+    CU_ASSERT(one.total < forced.total);
+    printf(" (fp8 codes kept: %zu B with K=2, 0 with K=1; total %zu B against %zu with the cache forced on)",
+           two.fp8_weights, one.total, forced.total);
+    fr_graph_free(g);
+#endif
+}
+
 static CU_TestInfo tests[] = {
     {"prediction == what a CPU trainer allocates", test_prediction_equals_allocation},
     {"fp8run_model_predict_memory", test_public_call},
+    {"GPU plan: the weight cache only where a run reuses it", test_gpu_weight_cache},
     CU_TEST_INFO_NULL,
 };
 

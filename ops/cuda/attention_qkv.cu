@@ -366,7 +366,7 @@ fr_status qkv_scratch_env(const fr_cuda_plan_env *env, const fr_graph *g, const 
 
 fr_status qkv_scratch(const fr_graph *g, const fr_node *n, size_t *bytes)
 {
-    const fr_cuda_plan_env env = {NULL, FR_CUDA_ATTN_FP8RUN};
+    const fr_cuda_plan_env env = {NULL, FR_CUDA_ATTN_FP8RUN, 1};
     return qkv_scratch_env(&env, g, n, bytes);
 }
 

@@ -158,13 +158,13 @@ fr_status fr_cuda_run_node(fr_cuda_ctx *c, const fr_graph *g, int node_id, fr_te
         cudaError_t e = cudaDeviceSynchronize();
         if (e != cudaSuccess) st = fr_cuda_status(e, "cudaDeviceSynchronize", __FILE__, __LINE__);
     }
-    const fr_cuda_plan_env env = {c, c->attention};
+    const fr_cuda_plan_env env = {c, c->attention, fr_cuda_weight_cache(c)};
     if (st == FR_OK) st = fr_cuda_kernel_scratch(k, &env, g, n, &scratch_bytes);
     if (st == FR_OK && scratch_bytes) {
         cudaError_t e = cudaMalloc(&scratch, scratch_bytes);
         if (e != cudaSuccess) st = fr_cuda_status(e, "cudaMalloc(scratch)", __FILE__, __LINE__);
     }
-    if (st == FR_OK && k->persist) st = k->persist(g, n, &persist_bytes);
+    if (st == FR_OK && k->persist) st = k->persist(&env, g, n, &persist_bytes);
     if (st == FR_OK && persist_bytes) {
         cudaError_t e = cudaMalloc(&persist, persist_bytes);
         if (e == cudaSuccess) e = cudaMemset(persist, 0, persist_bytes);

@@ -35,9 +35,12 @@
  *    them; on every upload of a constant: fr_cuda_train_push, checkpoint load, set_param). The
  *    version is the context's, so every executor on it (the evaluation graph shares the training
  *    graph's parameters) sees the change; the stream orders the conversion after the update;
- *  - ctx->cu->weight_cache_off (FP8RUN_WEIGHT_CACHE=0 when the context was made) makes kernels
- *    convert on every run (tests compare both), and kernels add each weight conversion they
- *    queue to ctx->cu->weight_casts (a host counter tests read).
+ *  - ctx->cu->weight_cache_off (FP8RUN_WEIGHT_CACHE=0 when the context was made; the trainer
+ *    sets it before its executors where no run would reuse the copies: one micro-batch a step)
+ *    keeps nothing: those kernels plan no persistent memory and convert into scratch on every
+ *    run (the same bytes; tests compare both). The plan sees it as fr_cuda_plan_env.weight_cache.
+ *    Kernels add each weight conversion they queue to ctx->cu->weight_casts (a host counter
+ *    tests read).
  * Frozen weights held only as their converted copy (ctx->cu->codes_only, set by a LoRA trainer):
  * an entry with a `prime` callback converts input 1 into its persistent memory from a temporary
  * device copy the executor gives it, and sets *persist_version to FR_CUDA_VERSION_FROZEN; its
@@ -145,12 +148,17 @@ void fr_cuda_attention_report(const struct fr_cuda_ctx *c, char *buf, size_t n);
  * fp8run"); NULL when cuDNN ran any, none ran, or c is NULL. */
 const char *fr_cuda_attention_generic(const struct fr_cuda_ctx *c);
 
-/* What a kernel's scratch may depend on besides the node: the context (NULL when the executor
- * only plans sizes, fr_cuda_exec_plan_with) and the attention choice planned for. */
+/* What a kernel's scratch and persistent memory may depend on besides the node: the context
+ * (NULL when the executor only plans sizes, fr_cuda_exec_plan_with), the attention choice
+ * planned for, and whether converted weights are kept between runs (!cu->weight_cache_off). */
 typedef struct fr_cuda_plan_env {
     struct fr_cuda_ctx *cu;
     int attention;
+    int weight_cache;
 } fr_cuda_plan_env;
+
+/* The weight cache as a kernel's run sees it (cuda_kernel.h, "Persistent memory"). */
+static inline int fr_cuda_weight_cache(const struct fr_cuda_ctx *c) { return !c->weight_cache_off; }
 
 /* The host queued (or made) a change of parameters or scaling state on the device. */
 static inline void fr_cuda_weights_changed(fr_cuda_ctx *c) { c->weights_version++; }
@@ -178,7 +186,7 @@ typedef struct fr_cuda_kernel_def {
      * NULL = none */
     fr_status (*scratch)(const fr_graph *g, const fr_node *n, size_t *bytes);
     /* bytes of persistent memory the node keeps across runs (see above); NULL = none */
-    fr_status (*persist)(const fr_graph *g, const fr_node *n, size_t *bytes);
+    fr_status (*persist)(const fr_cuda_plan_env *env, const fr_graph *g, const fr_node *n, size_t *bytes);
     /* instead of `scratch` when set: scratch that depends on the context's choices (the
        attention implementation), which may build device plans when env->cu is set */
     fr_status (*scratch_env)(const fr_cuda_plan_env *env, const fr_graph *g, const fr_node *n, size_t *bytes);

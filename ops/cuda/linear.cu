@@ -82,14 +82,14 @@ static fr_status begin(lin_op op, const fr_cuda_kctx *k, lin_run *r)
     int out_slot = op == OP_FWD ? FR_LIN_OUT_XQ : 2, ga, gb;
     int has_out = op != OP_WGRAD && out_slot < k->n_out && k->out[out_slot];
     bf16_given(op, &r->c, has_out, a->dtype == FR_BF16, b->dtype == FR_BF16, &ga, &gb);
-    r->kept = w_kept(op, k->g, r->n, &r->c);
+    r->kept = w_kept(op, fr_cuda_weight_cache(k->cu), k->g, r->n, &r->c);
     const int has_bias = k->n_in > FR_LIN_IN_B && k->in[FR_LIN_IN_B];
     make_plan(op, &r->c, r->M, r->N, r->K, dyq, xqt, ga, gb, r->kept, has_bias && r->c.y_bf16, &r->p);
     if (r->p.total > k->scratch_bytes)
         return fr_node_error(r->n, FR_ERR_INTERNAL, "scratch of %zu bytes is smaller than the %zu planned",
                              k->scratch_bytes, r->p.total);
     r->base = (char *)k->scratch;
-    r->b_kept = bias_kept(op, k->g, r->n, &r->c);
+    r->b_kept = bias_kept(op, fr_cuda_weight_cache(k->cu), k->g, r->n, &r->c);
     if (r->kept) {
         make_w_plan(op, &r->c, r->N, r->K, r->b_kept, &r->wp);
         if (!k->persist || !k->persist_version || r->wp.total > k->persist_bytes)
@@ -224,7 +224,7 @@ static fr_status w_begin(lin_run *r, int *convert)
         *convert = 0;
         return FR_OK;
     }
-    *convert = !r->kept || cu->weight_cache_off || *r->k->persist_version != cu->weights_version;
+    *convert = !r->kept || *r->k->persist_version != cu->weights_version;
     if (!*convert) return FR_OK;
     cu->weight_casts++;
     if (r->kept && r->c.prec == FR_LIN_FP8) FR_CUDA_TRY(cudaMemsetAsync(w_stats(r), 0, sizeof(fr_q_stats), r->s));
@@ -241,7 +241,7 @@ static fr_status gemm_bias(lin_run *r, const fr_tensor *b, const void **out)
     const uint64_t v = *r->k->persist_version; /* kept: stale unless version is current */
     const int kept = r->b_kept && v != FR_CUDA_VERSION_FROZEN;
     *out = kept ? r->wbase + r->wp.bias : r->base + r->p.bias;
-    if (kept && !cu->weight_cache_off && v == cu->weights_version) return FR_OK;
+    if (kept && v == cu->weights_version) return FR_OK;
     return fr_q_to_bf16(r->s, r->n, (const float *)b->data, r->N, (void *)*out);
 }
 
@@ -265,10 +265,10 @@ static fr_status w_prime(lin_op op, const fr_cuda_kctx *k)
     const fr_tensor *a = k->n_in > 0 ? k->in[0] : NULL, *w = k->n_in > 1 ? k->in[1] : NULL;
     if (!a || !w || !w->data) return fr_node_error(r.n, FR_ERR_GRAPH, "priming needs the node's weight");
     FR_TRY(node_dims(op, r.n, &r.c, a->rank, a->dims, w->rank, w->dims, 0, 0, &r.M, &r.N, &r.K));
-    if (!w_kept(op, k->g, r.n, &r.c) || w->dtype != FR_F32)
+    if (!w_kept(op, fr_cuda_weight_cache(k->cu), k->g, r.n, &r.c) || w->dtype != FR_F32)
         return fr_node_error(r.n, FR_ERR_INTERNAL, "priming a node that keeps no float32 weight's copy");
     r.kept = 1;
-    make_w_plan(op, &r.c, r.N, r.K, bias_kept(op, k->g, r.n, &r.c), &r.wp); /* the bias: rounded every run */
+    make_w_plan(op, &r.c, r.N, r.K, bias_kept(op, 1, k->g, r.n, &r.c), &r.wp); /* the bias: rounded every run */
     if (!k->persist || !k->persist_version || r.wp.total > k->persist_bytes)
         return fr_node_error(r.n, FR_ERR_INTERNAL, "persistent memory of %zu bytes is smaller than the %zu planned",
                              k->persist ? k->persist_bytes : 0, r.wp.total);
@@ -602,8 +602,8 @@ extern "C" int fr_cuda_wgrad_accumulable(const fr_graph *g, const fr_node *n)
 }
 
 extern "C" const fr_cuda_kernel_def fr_cuda_kernels_linear[] = {
-    {"Linear", FR_DOMAIN_FP8RUN, linear_run, fwd_scratch, fwd_persist, NULL, 1, fwd_prime},
-    {"LinearGradData", FR_DOMAIN_FP8RUN, grad_data_run, dgrad_scratch, dgrad_persist, NULL, 1, dgrad_prime},
-    {"LinearGradWeight", FR_DOMAIN_FP8RUN, grad_weight_run, wgrad_scratch, NULL},
+    {"Linear", FR_DOMAIN_FP8RUN, linear_run, NULL, fwd_persist, fwd_scratch, 1, fwd_prime},
+    {"LinearGradData", FR_DOMAIN_FP8RUN, grad_data_run, NULL, dgrad_persist, dgrad_scratch, 1, dgrad_prime},
+    {"LinearGradWeight", FR_DOMAIN_FP8RUN, grad_weight_run, NULL, NULL, wgrad_scratch},
     {NULL, NULL, NULL, NULL, NULL},
 };

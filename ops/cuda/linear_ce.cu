@@ -36,7 +36,7 @@ struct Plan {
     int lg_bf16;      /* the chunk's logits dtype (y_dtype) */
     int dl_bf16;      /* dlogits: bf16 in bf16 precision (the GEMMs' operand), else float32 */
     int grads;
-    int w_kept;       /* bf16: W's copy kept across runs (W a constant), else made in scratch */
+    int w_kept;       /* bf16: W's copy kept across runs (W a constant, the weight cache on), else made in scratch */
     /* scratch offsets */
     size_t ce, xb, wb, lg, dl, total;
 };
@@ -49,11 +49,12 @@ int w_constant(const fr_graph *g, const fr_node *n)
            fr_tensor_numel(g->values[n->inputs[1]].constant) > 0;
 }
 
-fr_status make_plan(const fr_graph *g, const fr_node *n, int64_t M, int64_t K, int64_t V, int x_bf16, int grads, Plan *p)
+fr_status make_plan(const fr_graph *g, const fr_node *n, int cache, int64_t M, int64_t K, int64_t V, int x_bf16,
+                    int grads, Plan *p)
 {
     memset(p, 0, sizeof *p);
     FR_TRY(fr_lce_read(n, M, K, V, &p->d));
-    p->w_kept = p->d.bf16 && w_constant(g, n);
+    p->w_kept = cache && p->d.bf16 && w_constant(g, n);
     p->x_bf16 = x_bf16;
     p->lg_bf16 = p->d.y_bf16;
     p->dl_bf16 = p->d.bf16;
@@ -95,24 +96,24 @@ fr_status graph_dims(const fr_graph *g, const fr_node *n, int64_t *M, int64_t *K
     return FR_OK;
 }
 
-fr_status lce_scratch(const fr_graph *g, const fr_node *n, size_t *bytes)
+fr_status lce_scratch(const fr_cuda_plan_env *env, const fr_graph *g, const fr_node *n, size_t *bytes)
 {
     int64_t M, K, V;
     int xb, grads;
     FR_TRY(graph_dims(g, n, &M, &K, &V, &xb, &grads));
     Plan p;
-    FR_TRY(make_plan(g, n, M, K, V, xb, grads, &p));
+    FR_TRY(make_plan(g, n, env->weight_cache, M, K, V, xb, grads, &p));
     *bytes = p.total;
     return FR_OK;
 }
 
-/* bf16 precision keeps W's bf16 copy (its stored layout) across runs */
-fr_status lce_persist(const fr_graph *g, const fr_node *n, size_t *bytes)
+/* bf16 precision keeps W's bf16 copy (its stored layout) across runs, with the weight cache on */
+fr_status lce_persist(const fr_cuda_plan_env *env, const fr_graph *g, const fr_node *n, size_t *bytes)
 {
     const char *prec;
     FR_TRY(fr_node_attr_string(n, "precision", "fp32", &prec));
     *bytes = 0;
-    if (strcmp(prec, "bf16") != 0 || !w_constant(g, n)) return FR_OK;
+    if (!env->weight_cache || strcmp(prec, "bf16") != 0 || !w_constant(g, n)) return FR_OK;
     const fr_value *w = &g->values[n->inputs[1]];
     int64_t numel = 1;
     for (int d = 0; d < w->rank; d++) numel *= w->dims[d];
@@ -158,7 +159,7 @@ fr_status lce_run(const fr_cuda_kctx *k)
     if (fr_tensor_numel(x) != M * K || (x->dtype != FR_F32 && x->dtype != FR_BF16))
         return fr_node_error(n, FR_ERR_SHAPE, "X does not match the labels and the weight (re-run shape inference)");
     Plan p;
-    FR_TRY(make_plan(k->g, n, M, K, V, x->dtype == FR_BF16, grads, &p));
+    FR_TRY(make_plan(k->g, n, fr_cuda_weight_cache(k->cu), M, K, V, x->dtype == FR_BF16, grads, &p));
     FR_TRY(fr_check_out(n, k->out[0], FR_F32, 0, NULL));
     if (dx) FR_TRY(fr_check_out(n, dx, p.d.dx_bf16 ? FR_BF16 : FR_F32, x->rank, x->dims));
     if (dw) FR_TRY(fr_check_out(n, dw, FR_F32, 2, w->dims));
@@ -177,7 +178,7 @@ fr_status lce_run(const fr_cuda_kctx *k)
         if (!k->persist || !k->persist_version || k->persist_bytes < (size_t)(K * V) * 2)
             return fr_node_error(n, FR_ERR_INTERNAL, "no persistent memory for the weight's bf16 copy");
         fr_cuda_ctx *cu = k->cu;
-        if (cu->weight_cache_off || *k->persist_version != cu->weights_version) {
+        if (*k->persist_version != cu->weights_version) {
             cu->weight_casts++;
             FR_TRY(fr_q_to_bf16(s, n, (const float *)w->data, K * V, k->persist));
             *k->persist_version = cu->weights_version;
@@ -220,6 +221,6 @@ fr_status lce_run(const fr_cuda_kctx *k)
 } /* namespace */
 
 extern "C" const fr_cuda_kernel_def fr_cuda_kernels_linear_ce[] = {
-    {"LinearCrossEntropy", FR_DOMAIN_FP8RUN, lce_run, lce_scratch, lce_persist, NULL, 0, NULL},
+    {"LinearCrossEntropy", FR_DOMAIN_FP8RUN, lce_run, NULL, lce_persist, lce_scratch, 0, NULL},
     {NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL},
 };

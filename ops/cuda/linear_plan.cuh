@@ -160,19 +160,20 @@ static int is_constant(const fr_graph *g, const fr_node *n, int slot)
     return slot < n->n_inputs && n->inputs[slot] >= 0 && g->values[n->inputs[slot]].constant != NULL;
 }
 
-/* Whether the node keeps W's converted copy across runs: a bf16/fp8 forward or data gradient
- * whose W (and scale_w in the delayed recipe) are constants, which only the trainer changes. */
-static int w_kept(lin_op op, const fr_graph *g, const fr_node *n, const lin_cfg *c)
+/* Whether the node keeps W's converted copy across runs: with the weight cache on (`cache`:
+ * cuda_kernel.h), a bf16/fp8 forward or data gradient whose W (and scale_w in the delayed
+ * recipe) are constants, which only the trainer changes. */
+static int w_kept(lin_op op, int cache, const fr_graph *g, const fr_node *n, const lin_cfg *c)
 {
-    if (op == OP_WGRAD || c->prec == FR_LIN_FP32 || !is_constant(g, n, 1)) return 0;
+    if (!cache || op == OP_WGRAD || c->prec == FR_LIN_FP32 || !is_constant(g, n, 1)) return 0;
     if (fr_tensor_numel(g->values[n->inputs[1]].constant) == 0) return 0; /* nothing to keep */
     return !delayed(c) || is_constant(g, n, op == OP_FWD ? FR_LIN_IN_SCALE_W : 2);
 }
 
 /* A kept forward keeps its bias's bf16 copy too: a bfloat16 Y and a constant bias. */
-static int bias_kept(lin_op op, const fr_graph *g, const fr_node *n, const lin_cfg *c)
+static int bias_kept(lin_op op, int cache, const fr_graph *g, const fr_node *n, const lin_cfg *c)
 {
-    return op == OP_FWD && c->y_bf16 && is_constant(g, n, FR_LIN_IN_B) && w_kept(op, g, n, c);
+    return op == OP_FWD && c->y_bf16 && is_constant(g, n, FR_LIN_IN_B) && w_kept(op, cache, g, n, c);
 }
 
 /* Offsets in the node's persistent memory: fp8: the statistics (slot 1: W's amax, scale,
@@ -199,33 +200,36 @@ static void make_w_plan(lin_op op, const lin_cfg *c, int64_t N, int64_t K, int b
     p->total = cur;
 }
 
-static FR_NODISCARD fr_status persist_of(lin_op op, const fr_graph *g, const fr_node *n, size_t *bytes)
+static FR_NODISCARD fr_status persist_of(lin_op op, const fr_cuda_plan_env *env, const fr_graph *g, const fr_node *n,
+                                         size_t *bytes)
 {
     *bytes = 0;
     lin_cfg c;
     FR_TRY(read_cfg(n, &c));
     if (n->n_inputs < 2 || n->inputs[0] < 0 || n->inputs[1] < 0)
         return fr_node_error(n, FR_ERR_GRAPH, "needs two inputs");
-    if (!w_kept(op, g, n, &c)) return FR_OK;
+    if (!w_kept(op, env->weight_cache, g, n, &c)) return FR_OK;
     const fr_value *v0 = &g->values[n->inputs[0]], *v1 = &g->values[n->inputs[1]];
     int64_t M, N, K;
     FR_TRY(node_dims(op, n, &c, v0->rank, v0->dims, v1->rank, v1->dims, 0, 0, &M, &N, &K));
     w_plan p;
-    make_w_plan(op, &c, N, K, bias_kept(op, g, n, &c), &p);
+    make_w_plan(op, &c, N, K, bias_kept(op, env->weight_cache, g, n, &c), &p);
     *bytes = p.total;
     return FR_OK;
 }
 
-static FR_NODISCARD fr_status fwd_persist(const fr_graph *g, const fr_node *n, size_t *b)
+static FR_NODISCARD fr_status fwd_persist(const fr_cuda_plan_env *env, const fr_graph *g, const fr_node *n, size_t *b)
 {
-    return persist_of(OP_FWD, g, n, b);
+    return persist_of(OP_FWD, env, g, n, b);
 }
-static FR_NODISCARD fr_status dgrad_persist(const fr_graph *g, const fr_node *n, size_t *b)
+static FR_NODISCARD fr_status dgrad_persist(const fr_cuda_plan_env *env, const fr_graph *g, const fr_node *n,
+                                            size_t *b)
 {
-    return persist_of(OP_DGRAD, g, n, b);
+    return persist_of(OP_DGRAD, env, g, n, b);
 }
 
-static FR_NODISCARD fr_status scratch_of(lin_op op, const fr_graph *g, const fr_node *n, size_t *bytes)
+static FR_NODISCARD fr_status scratch_of(lin_op op, const fr_cuda_plan_env *env, const fr_graph *g, const fr_node *n,
+                                         size_t *bytes)
 {
     lin_cfg c;
     FR_TRY(read_cfg(n, &c));
@@ -240,22 +244,24 @@ static FR_NODISCARD fr_status scratch_of(lin_op op, const fr_graph *g, const fr_
     bf16_given(op, &c, has_out, v0->dtype == FR_BF16, v1->dtype == FR_BF16, &ga, &gb);
     int has_bias = n->n_inputs > FR_LIN_IN_B && n->inputs[FR_LIN_IN_B] >= 0;
     lin_plan p;
-    make_plan(op, &c, M, N, K, dyq, xqt, ga, gb, w_kept(op, g, n, &c), has_bias && c.y_bf16, &p);
+    make_plan(op, &c, M, N, K, dyq, xqt, ga, gb, w_kept(op, env->weight_cache, g, n, &c), has_bias && c.y_bf16, &p);
     *bytes = p.total;
     return FR_OK;
 }
 
-static FR_NODISCARD fr_status fwd_scratch(const fr_graph *g, const fr_node *n, size_t *b)
+static FR_NODISCARD fr_status fwd_scratch(const fr_cuda_plan_env *env, const fr_graph *g, const fr_node *n, size_t *b)
 {
-    return scratch_of(OP_FWD, g, n, b);
+    return scratch_of(OP_FWD, env, g, n, b);
 }
-static FR_NODISCARD fr_status dgrad_scratch(const fr_graph *g, const fr_node *n, size_t *b)
+static FR_NODISCARD fr_status dgrad_scratch(const fr_cuda_plan_env *env, const fr_graph *g, const fr_node *n,
+                                            size_t *b)
 {
-    return scratch_of(OP_DGRAD, g, n, b);
+    return scratch_of(OP_DGRAD, env, g, n, b);
 }
-static FR_NODISCARD fr_status wgrad_scratch(const fr_graph *g, const fr_node *n, size_t *b)
+static FR_NODISCARD fr_status wgrad_scratch(const fr_cuda_plan_env *env, const fr_graph *g, const fr_node *n,
+                                            size_t *b)
 {
-    return scratch_of(OP_WGRAD, g, n, b);
+    return scratch_of(OP_WGRAD, env, g, n, b);
 }
 
 #endif

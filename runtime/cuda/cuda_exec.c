@@ -21,6 +21,7 @@ struct fr_cuda_exec {
     const fr_graph *g;
     int nv;
     int plan_attention;          /* the attention choice scratch is planned for (c's when c) */
+    int plan_weight_cache;       /* kernels keep converted weights in persistent memory (c's when c) */
     fr_tensor *hdr;              /* per value: device tensor header */
     unsigned char *kind;         /* per value: K_* */
     int *root;                   /* per value: the value whose memory it uses (views) */
@@ -227,7 +228,7 @@ static fr_status plan_arena(fr_cuda_exec *e, const int *last_use)
             }
         }
         size_t sb = 0;
-        const fr_cuda_plan_env env = {e->c, e->c ? e->c->attention : e->plan_attention};
+        const fr_cuda_plan_env env = {e->c, e->c ? e->c->attention : e->plan_attention, e->plan_weight_cache};
         if (st == FR_OK) st = fr_cuda_kernel_scratch(e->kern[i], &env, g, n, &sb);
         if (st == FR_OK && sb) {
             e->scratch_bytes[i] = sb;
@@ -337,7 +338,7 @@ static fr_status mark_held(fr_cuda_exec *e, const int *held, int n_held, const i
 }
 
 static fr_status build(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *share, int plan_only, int attention,
-                       int codes_only, const int *held, int n_held, fr_cuda_exec **out)
+                       int flags, const int *held, int n_held, fr_cuda_exec **out)
 {
     *out = NULL;
     if ((!c && !plan_only) || !g) return fr_error(FR_ERR_INVALID_ARG, "fr_cuda_exec_new: no context or graph");
@@ -347,6 +348,7 @@ static fr_status build(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *sh
     e->g = g;
     e->nv = g->n_values;
     e->plan_attention = attention;
+    e->plan_weight_cache = c ? fr_cuda_weight_cache(c) : !(flags & FR_CUDA_PLAN_NO_WEIGHT_CACHE);
     size_t nv = (size_t)(e->nv ? e->nv : 1), nn = (size_t)(g->n_nodes ? g->n_nodes : 1);
     int *last_use = fr_malloc(nv * sizeof(int), "CUDA executor");
     e->hdr = fr_calloc(nv, sizeof *e->hdr, "CUDA executor");
@@ -381,10 +383,11 @@ static fr_status build(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *sh
     if (st == FR_OK) st = mark_held(e, held, n_held, last_use);
     if (st == FR_OK) st = plan_arena(e, last_use);
     /* persistent memory of the kernels that keep some (cuda_kernel.h): one block */
+    const fr_cuda_plan_env penv = {c, c ? c->attention : attention, e->plan_weight_cache};
     for (int i = 0; st == FR_OK && i < g->n_nodes; i++) {
         e->persist_owner[i] = i;
         if (!e->kern[i] || !e->kern[i]->persist) continue;
-        st = e->kern[i]->persist(g, &g->nodes[i], &e->persist_bytes[i]);
+        st = e->kern[i]->persist(&penv, g, &g->nodes[i], &e->persist_bytes[i]);
         for (int j = 0; st == FR_OK && e->persist_bytes[i] && e->kern[i]->persist_shareable && j < i; j++)
             if (e->persist_owner[j] == j && e->kern[j] == e->kern[i] && e->persist_bytes[j] == e->persist_bytes[i] &&
                 same_but_first_input(&g->nodes[j], &g->nodes[i])) {
@@ -397,7 +400,8 @@ static fr_status build(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *sh
             e->persist_total += align_up(e->persist_bytes[i]);
         }
     }
-    if (st == FR_OK && (c ? c->codes_only && !c->weight_cache_off : codes_only)) st = mark_coded(e);
+    if (st == FR_OK && e->plan_weight_cache && (c ? c->codes_only : flags & FR_CUDA_PLAN_CODES_ONLY))
+        st = mark_coded(e);
     /* constants and inputs: one block each */
     for (int v = 0; st == FR_OK && v < e->nv; v++) {
         if (e->kind[v] == K_CONST) {
@@ -762,17 +766,17 @@ fr_status fr_cuda_exec_plan_with(const fr_graph *g, int attention, fr_cuda_exec_
     return fr_cuda_exec_plan_codes(g, attention, 0, out);
 }
 
-fr_status fr_cuda_exec_plan_codes(const fr_graph *g, int attention, int codes_only, fr_cuda_exec_sizes *out)
+fr_status fr_cuda_exec_plan_codes(const fr_graph *g, int attention, int flags, fr_cuda_exec_sizes *out)
 {
-    return fr_cuda_exec_plan_held(g, attention, codes_only, NULL, 0, out);
+    return fr_cuda_exec_plan_held(g, attention, flags, NULL, 0, out);
 }
 
-fr_status fr_cuda_exec_plan_held(const fr_graph *g, int attention, int codes_only, const int *held, int n_held,
+fr_status fr_cuda_exec_plan_held(const fr_graph *g, int attention, int flags, const int *held, int n_held,
                                  fr_cuda_exec_sizes *out)
 {
     fr_cuda_exec *e = NULL;
     memset(out, 0, sizeof *out);
-    fr_status st = build(NULL, g, NULL, 1, attention, codes_only, held, n_held, &e);
+    fr_status st = build(NULL, g, NULL, 1, attention, flags, held, n_held, &e);
     if (e) {
         out->arena = e->arena_bytes;
         out->consts = e->const_bytes;

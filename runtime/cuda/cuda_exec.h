@@ -106,13 +106,15 @@ FR_NODISCARD fr_status fr_cuda_exec_plan(const fr_graph *g, fr_cuda_exec_sizes *
 /* The same with the fused attention's kernels as `attention` (FR_CUDA_ATTN_*) would choose them
  * (cuDNN's scratch counted without its plan's own workspace, which only a device can tell). */
 FR_NODISCARD fr_status fr_cuda_exec_plan_with(const fr_graph *g, int attention, fr_cuda_exec_sizes *out);
-/* The same for a context with codes_only set (1) or not (cuda_kernel.h, "Frozen weights"). */
-FR_NODISCARD fr_status fr_cuda_exec_plan_codes(const fr_graph *g, int attention, int codes_only,
-                                               fr_cuda_exec_sizes *out);
+/* The same for a context whose choices `flags` gives: FR_CUDA_PLAN_CODES_ONLY (codes_only set:
+ * cuda_kernel.h, "Frozen weights"), FR_CUDA_PLAN_NO_WEIGHT_CACHE (weight_cache_off set: the
+ * weights' converted copies in scratch, not in persistent memory). */
+enum { FR_CUDA_PLAN_CODES_ONLY = 1, FR_CUDA_PLAN_NO_WEIGHT_CACHE = 2 };
+FR_NODISCARD fr_status fr_cuda_exec_plan_codes(const fr_graph *g, int attention, int flags, fr_cuda_exec_sizes *out);
 
 /* The same for fr_cuda_exec_new_held's executor. */
-FR_NODISCARD fr_status fr_cuda_exec_plan_held(const fr_graph *g, int attention, int codes_only, const int *held,
-                                              int n_held, fr_cuda_exec_sizes *out);
+FR_NODISCARD fr_status fr_cuda_exec_plan_held(const fr_graph *g, int attention, int flags, const int *held, int n_held,
+                                              fr_cuda_exec_sizes *out);
 
 /* Frozen weights held only as codes (built on a context with codes_only): the float32 bytes
  * not held on the device; fr_cuda_exec_reprime makes the codes again from the host's values

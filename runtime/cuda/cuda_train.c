@@ -374,6 +374,7 @@ fr_status fr_cuda_train_new(fr_trainer *t, int device, fr_cuda_train **out)
     if (st == FR_OK) st = fr_cuda_ctx_set_attention(d->c, t->opt.attention); /* --attention, before any executor */
     if (st == FR_OK) d->c->fp8_fast_accum = t->opt.fp8_fast_accum;
     if (st == FR_OK) d->c->codes_only = tr_lora_codes_only(t); /* the frozen base as its codes only */
+    if (st == FR_OK) d->c->weight_cache_off = !tr_weight_cache(t); /* before any executor plans it */
     /* packed SFT: the examples a window holds, and its padding run, each a cuDNN sequence */
     if (st == FR_OK && t->opt.sft && !t->opt.sft_padded && t->opt.sft_max_examples > 0)
         d->c->ragged_per_window = t->opt.sft_max_examples + 1;

@@ -188,6 +188,13 @@ int tr_lora_is_adapter(const fr_trainer *t, const char *name);
  * float32 values stay on the host): LoRA, and not FP8RUN_LORA_KEEP_BASE=1 (which keeps the
  * float32 base on the device too, for comparison). In train_memory.c. */
 int tr_lora_codes_only(const fr_trainer *t);
+/* 1 when the GPU keeps the weights' converted copies (fp8 codes, bf16 copies) between runs
+ * (ops/cuda/cuda_kernel.h, "Persistent memory"): where they are read again, i.e. with several
+ * micro-batches a step (grad_accum), recomputation (a recomputed Linear reads its forward's), a
+ * LoRA base held as its codes, or evaluation alone. Otherwise every training run follows a
+ * weight change, so they are made in scratch instead and hold no memory for the whole run.
+ * FP8RUN_WEIGHT_CACHE=1 / 0 decides instead. In train_memory.c. */
+int tr_weight_cache(const fr_trainer *t);
 FR_NODISCARD fr_status tr_lora_merge(fr_trainer *t, fr_graph *pg, fr_tensor ***base);
 /* A checkpoint's adapters (by their PEFT names) merged into the model g's weights, with the
  * rank and alpha its options record; *n_merged counts the adapter tensors used. */

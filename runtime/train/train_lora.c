@@ -191,8 +191,7 @@ fr_status fr_trainer_export_adapter(fr_trainer *t, const char *dir)
 static int64_t coded_bytes(const fr_trainer *t)
 {
     const fr_graph *g = t->g;
-    const char *wc = fr_env_get(FR_ENV_WEIGHT_CACHE);
-    if (!tr_lora_codes_only(t) || (wc && strcmp(wc, "0") == 0)) return 0;
+    if (!tr_lora_codes_only(t) || !tr_weight_cache(t)) return 0;
     unsigned char *ok = calloc((size_t)g->n_values + 1, 1); /* 1: read as a weight so far, 2: not */
     if (!ok) return 0; /* a report: without the memory, the float32 bytes are counted */
     for (int i = 0; i < g->n_nodes; i++) {

@@ -85,6 +85,14 @@ int tr_lora_codes_only(const fr_trainer *t)
     return t->lora.n > 0 && !(keep && strcmp(keep, "1") == 0);
 }
 
+int tr_weight_cache(const fr_trainer *t)
+{
+    const char *wc = fr_env_get(FR_ENV_WEIGHT_CACHE);
+    if (wc && strcmp(wc, "auto") != 0) return strcmp(wc, "0") != 0;
+    const int recompute = t->opt.recompute && strcmp(t->opt.recompute, "none") != 0; /* shares the forward's */
+    return t->opt.eval_only || t->opt.grad_accum > 1 || recompute || tr_lora_codes_only(t);
+}
+
 fr_status tr_memory_of(fr_trainer *t, int gpu, fr_train_memory *out)
 {
     memset(out, 0, sizeof *out);
@@ -108,10 +116,10 @@ fr_status tr_memory_of(fr_trainer *t, int gpu, fr_train_memory *out)
     if (gpu && !o->eval_only) {
         fr_cuda_exec_sizes s, se;
         const int attn = fr_cuda_attention_parse(o->attention); /* cuDNN's attention has its own scratch */
-        /* a LoRA run's frozen base: its Linears' codes only (tr_lora_codes_only), unless the
-           weight cache is off (FP8RUN_WEIGHT_CACHE=0, read when the context is made) */
-        const char *wc = fr_env_get(FR_ENV_WEIGHT_CACHE);
-        const int codes = tr_lora_codes_only(t) && !(wc && strcmp(wc, "0") == 0);
+        /* the context's choices as fr_cuda_train_new makes them: a LoRA run's frozen base as its
+           Linears' codes only (tr_lora_codes_only), the weight cache (tr_weight_cache) */
+        const int codes = (tr_lora_codes_only(t) ? FR_CUDA_PLAN_CODES_ONLY : 0) |
+                          (tr_weight_cache(t) ? 0 : FR_CUDA_PLAN_NO_WEIGHT_CACHE);
         /* gradients accumulated in place (cuda_train.h) are held in the executor's arena for the
            whole run and need no accumulation buffer; the others get one when grad_accum > 1 */
         const size_t np = (size_t)(t->n_params ? t->n_params : 1);
