@@ -46,6 +46,9 @@ static void run(const fr_graph *g, const cfg *c, uint64_t seed, int graph, resul
     if (graph) setenv("FP8RUN_CUDA_GRAPH", "1", 1);
     else unsetenv("FP8RUN_CUDA_GRAPH");
     setenv("FP8RUN_GEMM_TUNE", "0", 1);
+    /* the captures per state of the weight cache are part of what is compared (the trainer
+       would keep no copies with one micro-batch configured) */
+    setenv("FP8RUN_WEIGHT_CACHE", "1", 1);
     fr_train_options o;
     fr_train_options_default(&o);
     o.batch = 2;
@@ -67,6 +70,7 @@ static void run(const fr_graph *g, const cfg *c, uint64_t seed, int graph, resul
     fr_status st = fr_trainer_new(g, &o, &t);
     unsetenv("FP8RUN_CUDA_GRAPH");
     unsetenv("FP8RUN_GEMM_TUNE");
+    unsetenv("FP8RUN_WEIGHT_CACHE");
     FR_ASSERT_OK(st);
     const int64_t per = 2 * 17, n = per * c->k;
     int64_t *w = malloc((size_t)n * sizeof *w);

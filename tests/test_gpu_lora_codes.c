@@ -46,6 +46,9 @@ typedef struct lora_run {
 static void train(const fr_graph *g, const char *precision, const char *recipe, int keep, lora_run *r)
 {
     if (keep) setenv("FP8RUN_LORA_KEEP_BASE", "1", 1);
+    /* both runs keep the converted copies, so that what differs is the float32 base alone (the
+       kept base's trainer would otherwise make them in scratch: one micro-batch, no codes-only) */
+    setenv("FP8RUN_WEIGHT_CACHE", "1", 1);
     fr_train_options o;
     fr_train_options_default(&o);
     o.batch = 2;
@@ -62,6 +65,7 @@ static void train(const fr_graph *g, const char *precision, const char *recipe, 
     FR_ASSERT_OK(fr_trainer_new(g, &o, &t));
     if (!t) {
         unsetenv("FP8RUN_LORA_KEEP_BASE");
+        unsetenv("FP8RUN_WEIGHT_CACHE");
         return;
     }
     fr_train_memory m;
@@ -84,6 +88,7 @@ static void train(const fr_graph *g, const char *precision, const char *recipe, 
     FR_ASSERT_OK(fr_trainer_export(t, r->export_path));
     fr_trainer_free(t);
     unsetenv("FP8RUN_LORA_KEEP_BASE");
+    unsetenv("FP8RUN_WEIGHT_CACHE");
 }
 
 /* Float32 bytes of the model's projection weights (what --lora-targets proj adapts). */

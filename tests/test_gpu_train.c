@@ -337,7 +337,9 @@ static void check_recompute(const char *precision, const char *recipe)
         /* --recompute turns the residual-norm fusion off, and the narrowed norm outputs with it:
            off in mode none too, so the comparison is recompute's alone (test_recompute) */
         o.fuse_residual_norm = 0;
+        setenv("FP8RUN_WEIGHT_CACHE", "1", 1); /* what is compared: the kept copies' sharing */
         FR_ASSERT_OK(fr_trainer_new(g, &o, &t[m]));
+        unsetenv("FP8RUN_WEIGHT_CACHE");
         run(t[m], STEPS, 1, 91, loss[m]);
 #ifdef FP8RUN_HAVE_CUDA
         /* a recomputed Linear reuses its forward's weight codes (one copy, converted once per

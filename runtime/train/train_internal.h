@@ -189,11 +189,13 @@ int tr_lora_is_adapter(const fr_trainer *t, const char *name);
  * float32 base on the device too, for comparison). In train_memory.c. */
 int tr_lora_codes_only(const fr_trainer *t);
 /* 1 when the GPU keeps the weights' converted copies (fp8 codes, bf16 copies) between runs
- * (ops/cuda/cuda_kernel.h, "Persistent memory"): where they are read again, i.e. with several
- * micro-batches a step (grad_accum), recomputation (a recomputed Linear reads its forward's), a
- * LoRA base held as its codes, or evaluation alone. Otherwise every training run follows a
- * weight change, so they are made in scratch instead and hold no memory for the whole run.
- * FP8RUN_WEIGHT_CACHE=1 / 0 decides instead. In train_memory.c. */
+ * (ops/cuda/cuda_kernel.h, "Persistent memory"): where later runs read them again, i.e. with
+ * several micro-batches a step (grad_accum), a LoRA base held as its codes, or evaluation alone.
+ * Otherwise every training run follows a weight change, so they are made in scratch instead
+ * and hold no memory for the whole run. Recomputation alone does not turn it on: a recomputed
+ * Linear then converts W again (a pass over W), which costs less than the whole model's codes
+ * held for the step in a run that chose recomputation to save memory. FP8RUN_WEIGHT_CACHE=1 / 0
+ * decides instead. In train_memory.c. */
 int tr_weight_cache(const fr_trainer *t);
 FR_NODISCARD fr_status tr_lora_merge(fr_trainer *t, fr_graph *pg, fr_tensor ***base);
 /* A checkpoint's adapters (by their PEFT names) merged into the model g's weights, with the

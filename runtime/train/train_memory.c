@@ -89,8 +89,7 @@ int tr_weight_cache(const fr_trainer *t)
 {
     const char *wc = fr_env_get(FR_ENV_WEIGHT_CACHE);
     if (wc && strcmp(wc, "auto") != 0) return strcmp(wc, "0") != 0;
-    const int recompute = t->opt.recompute && strcmp(t->opt.recompute, "none") != 0; /* shares the forward's */
-    return t->opt.eval_only || t->opt.grad_accum > 1 || recompute || tr_lora_codes_only(t);
+    return t->opt.eval_only || t->opt.grad_accum > 1 || tr_lora_codes_only(t);
 }
 
 fr_status tr_memory_of(fr_trainer *t, int gpu, fr_train_memory *out)
