@@ -245,6 +245,26 @@ static void test_fixture_gpt2(void)
     CU_ASSERT(compared > 0);
 }
 
+/* info --memory=cuda (a plan: no device needed, only the CUDA backend built in) says where the
+ * weights' fp8 codes are: made at every use with one micro-batch a step, kept with two. */
+static void test_info_memory_codes(void)
+{
+#ifndef FP8RUN_HAVE_CUDA
+    printf(" (skipped: built without the CUDA backend)");
+#else
+    char path[600];
+    fr_fixture(path, sizeof path, "llama_tiny/model.onnx");
+    const char *shape = "--memory=cuda --precision fp8 --batch 2 --seq 16";
+    CLI_EXPECT(cli_run("info '%s' %s", path, shape), 0, cli_out, "FP8 weight codes");
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "0.0 MiB (made in each Linear's scratch at every use"));
+    CLI_EXPECT(cli_run("info '%s' %s --grad-accum 2", path, shape), 0, cli_out, "FP8 weight codes");
+    CU_ASSERT_PTR_NULL(strstr(cli_out, "made in each Linear's scratch"));
+    const char *row = strstr(cli_out, "FP8 weight codes");
+    double mib = 0;
+    CU_ASSERT(row && sscanf(row + strlen("FP8 weight codes"), "%lf", &mib) == 1 && mib > 0);
+#endif
+}
+
 /* Broken fixtures through the CLI: exit code 1 and the library's message. */
 static void test_fixture_errors(void)
 {
@@ -270,6 +290,7 @@ static CU_TestInfo cli_tests[] = {
     {"help_and_version", test_help_and_version},
     {"usage_errors", test_usage_errors},
     {"info", test_info},
+    {"info --memory=cuda: where the weights' codes are", test_info_memory_codes},
     {"run", test_run},
     {"fixture_gpt2", test_fixture_gpt2},
     {"fixture_errors", test_fixture_errors},
