@@ -446,7 +446,9 @@ typedef struct fp8run_train_config {
     /* ---- shapes ---- */
     int64_t batch;               /* B >= 1 windows per micro-batch (default 1) */
     int64_t seq_len;             /* T >= 1 tokens per window (default 1) */
-    int grad_accum;              /* K >= 1 micro-batches per step (default 1) */
+    int grad_accum;              /* K >= 1 micro-batches per step (default 1). On a GPU, K > 1
+                                    also keeps the weights' FP8/bf16 copies from one micro-batch
+                                    to the next (FP8RUN_WEIGHT_CACHE): give the K the steps use */
     /* ---- precision and the FP8 compiler ---- */
     const char *precision;       /* "fp32" (default) | "bf16" | "fp8" */
     const char *recipe;          /* "delayed" (default) | "current" | "block" */
