@@ -10,9 +10,10 @@
  *  (a) every step's loss, and an evaluation loss after training, are bit-identical;
  *  (b) every parameter after training is bit-identical (byte compare);
  *  (c) the graph was really used: every run but the first was captured or replayed, with one
- *      capture (two with 2 micro-batches: one run converts the weights, the other does not, and
- *      each replays its own), and the weight-conversion counter (cuda_kernel.h: weight_casts)
- *      moves the same as node by node (no extra conversions). */
+ *      capture (two with 2 micro-batches, run with the weight cache on: one run converts the
+ *      weights, the other does not, and each replays its own; the rest keep no copies, at the
+ *      default for one micro-batch a step), and the weight-conversion counter (cuda_kernel.h:
+ *      weight_casts) moves the same as node by node (no extra conversions). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,9 +47,10 @@ static void run(const fr_graph *g, const cfg *c, uint64_t seed, int graph, resul
     if (graph) setenv("FP8RUN_CUDA_GRAPH", "1", 1);
     else unsetenv("FP8RUN_CUDA_GRAPH");
     setenv("FP8RUN_GEMM_TUNE", "0", 1);
-    /* the captures per state of the weight cache are part of what is compared (the trainer
-       would keep no copies with one micro-batch configured) */
-    setenv("FP8RUN_WEIGHT_CACHE", "1", 1);
+    /* micro-batches: a capture per state of the weight cache is part of what is compared, so it
+       is on (the options configure one micro-batch, which would turn it off); the others run at
+       the default, the copies made in scratch by every captured run */
+    if (c->k > 1) setenv("FP8RUN_WEIGHT_CACHE", "1", 1);
     fr_train_options o;
     fr_train_options_default(&o);
     o.batch = 2;
