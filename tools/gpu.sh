@@ -29,7 +29,11 @@ Here (no GPU needed):
   debs                download the Debian packages the build needs (protobuf-c, jansson, CUnit,
                       OpenBLAS, pkg-config; about 15 MB) into .devpkg/debs, to build there instead
   stamp               write the tree's commit (git describe --dirty) to .devpkg/COMMIT, which the
-                      build there compiles in (--version, bench JSON): run it before every call
+                      build there compiles in (--version, bench JSON): run it before every call;
+                      it also says what a call would carry (carry)
+  carry [PATH...]     the bytes a device call carries: the tree git would copy (tracked and
+                      untracked-not-ignored files) plus each PATH (default: .devpkg, and .whl when
+                      present), against the 64 MiB the device tool takes; rc 1 when over
 On the GPU machine, building there (16 cores: about 70 s for everything; carry .devpkg/debs):
   build [TARGET...]   unpack .devpkg/debs into /tmp/deps and build with CUDA (sm_90) into
                       BUILD_DIR (default /tmp/fr-build); then run other modes with BIN=that folder
@@ -204,6 +208,23 @@ m_debs() {
 }
 m_stamp() { # the commit the tree there is (a device run carries files, not .git): --version, bench JSON
     mkdir -p .devpkg && git describe --always --dirty --abbrev=7 > .devpkg/COMMIT && echo "stamped $(cat .devpkg/COMMIT)"
+    # shellcheck disable=SC2119
+    m_carry || true
+}
+# shellcheck disable=SC2120
+m_carry() { # [PATH...]: what a call carries against the device tool's 64 MiB (a call over it is refused)
+    local paths=("$@") tree extra=0 p b total limit=$((64 * 1024 * 1024))
+    [ ${#paths[@]} -eq 0 ] && paths=(.devpkg) && [ -d .whl ] && paths+=(.whl)
+    tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 stat -c %s 2> /dev/null | awk '{s += $1} END {print s + 0}')
+    for p in "${paths[@]}"; do
+        [ -e "$p" ] || continue
+        b=$(du -sb "$p" | cut -f1)
+        extra=$((extra + b))
+        echo "carry: $p $((b / 1048576)) MiB"
+    done
+    total=$((tree + extra))
+    echo "carry: tree $((tree / 1048576)) MiB, in all $((total / 1048576)) MiB of 64"
+    [ "$total" -le "$limit" ]
 }
 m_build() { # [TARGET...]
     local d=/tmp/deps/usr b=${BUILD_DIR:-/tmp/fr-build} t0=$SECONDS rc
@@ -617,7 +638,7 @@ mode=${1:-help}
 [ $# -gt 0 ] && shift
 case $mode in
     help | -h | --help) help ;;
-    debs | stamp | build | bundle | exports | peers | tests | bench | versus | profile | compare | e2e | sft | determinism | dist | big | finetune | archs | baselines | hf | python | user)
+    debs | stamp | carry | build | bundle | exports | peers | tests | bench | versus | profile | compare | e2e | sft | determinism | dist | big | finetune | archs | baselines | hf | python | user)
         "m_$mode" "$@"
         rc=$?
         [ -n "${PACK:-}" ] && [ -d "$OUT/$mode" ] && tar -C "$OUT" -czf "$OUT/$mode.tgz" "$mode"
