@@ -133,26 +133,33 @@ fr_graph *fr_ft_load_hf(const char *dir)
     return g;
 }
 
-/* Runs g on the fixture's inputs; asserts logits within 1e-4 of PyTorch's. */
-void fr_ft_expect_hf_logits(fr_graph *g, const char *dir)
+fr_tensor *fr_ft_hf_logits(fr_graph *g, const char *dir)
 {
     char rel[300], p[600];
-    int vids[8], n = 0;
-    fr_tensor *ins[8];
+    int vids[8] = {0}, n = 0;
+    fr_tensor *ins[8] = {0};
     for (int i = 0; i < g->n_inputs && n < 8; i++, n++) {
         vids[n] = g->inputs[i];
         snprintf(rel, sizeof rel, "hf/%s/input_%s.npy", dir, g->values[vids[n]].name);
         FR_ASSERT_OK(fr_npy_load(fr_fixture(p, sizeof p, rel), &ins[n]));
     }
+    fr_tensor *y = fr_ft_run(g, n, vids, (const fr_tensor *const *)ins, g->outputs[0]);
+    for (int i = 0; i < n; i++) fr_tensor_free(ins[i]);
+    return y;
+}
+
+/* Runs g on the fixture's inputs; asserts logits within 1e-4 of PyTorch's. */
+void fr_ft_expect_hf_logits(fr_graph *g, const char *dir)
+{
+    char rel[300], p[600];
     snprintf(rel, sizeof rel, "hf/%s/output_logits.npy", dir);
     fr_tensor *want;
     FR_ASSERT_OK(fr_npy_load(fr_fixture(p, sizeof p, rel), &want));
-    fr_tensor *got = fr_ft_run(g, n, vids, (const fr_tensor *const *)ins, g->outputs[0]);
+    fr_tensor *got = fr_ft_hf_logits(g, dir);
     CU_ASSERT_EQUAL_FATAL(fr_tensor_numel(got), fr_tensor_numel(want));
     double e = fr_rel_l2(got->data, want->data, fr_tensor_numel(want));
     if (!(e <= 1e-4)) printf("\n  %s: logits differ from PyTorch's by %g", dir, e);
     CU_ASSERT(e <= 1e-4);
-    for (int i = 0; i < n; i++) fr_tensor_free(ins[i]);
     fr_tensor_free(got);
     fr_tensor_free(want);
 }

@@ -60,6 +60,8 @@ fr_graph *fr_ft_open_hf(const char *dir);
 void fr_ft_hf_train_options(fr_train_options *o);
 /* tests/fixtures/hf/DIR/model.onnx prepared for its [2, 11] inputs, constants frozen. */
 fr_graph *fr_ft_load_hf(const char *dir);
+/* g's first output (the logits) on DIR's inputs (a dynamic export's attention_mask too). */
+fr_tensor *fr_ft_hf_logits(fr_graph *g, const char *dir);
 /* Runs g on DIR's inputs; asserts its first output within 1e-4 (relative L2) of PyTorch's
  * logits. */
 void fr_ft_expect_hf_logits(fr_graph *g, const char *dir);
