@@ -50,7 +50,7 @@ double gpu_time_node(tnode *t, int reps, double *bytes)
     for (int o = 0; o < t->n_out; o++) out[o] = dev_of(t->g, t->out_vid[o], &dout[o], bytes);
     size_t sb = 0;
     void *scratch = NULL;
-    const fr_cuda_plan_env env = {c, c->attention, fr_cuda_weight_cache(c)};
+    const fr_cuda_plan_env env = fr_cuda_plan_env_of(c);
     FR_ASSERT_OK(fr_cuda_kernel_scratch(k, &env, t->g, n, &sb));
     if (sb) CU_ASSERT_EQUAL_FATAL(cudaMalloc(&scratch, sb), cudaSuccess);
     fr_cuda_kctx kc;

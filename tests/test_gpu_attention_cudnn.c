@@ -570,7 +570,7 @@ static double time_node(fr_cuda_ctx *c, tnode *t, fr_tensor **in, int n_in, fr_t
     CU_ASSERT_PTR_NOT_NULL_FATAL(k);
     size_t sb = 0;
     void *scratch = NULL;
-    const fr_cuda_plan_env env = {c, c->attention, fr_cuda_weight_cache(c)};
+    const fr_cuda_plan_env env = fr_cuda_plan_env_of(c);
     FR_ASSERT_OK(fr_cuda_kernel_scratch(k, &env, t->g, n, &sb));
     if (sb) CU_ASSERT_EQUAL_FATAL(cudaMalloc(&scratch, sb), cudaSuccess);
     fr_cuda_kctx kc = {t->g, n, 1, n_in, n_out, in, out, c, scratch, sb, NULL, 0, NULL};

@@ -312,7 +312,7 @@ static void bnode_init(bnode *b, fr_cuda_ctx *c, const char *op, const ncase *nc
     b->def = fr_cuda_kernel_find(n->domain, n->op_type);
     CU_ASSERT_PTR_NOT_NULL_FATAL(b->def);
     size_t sb = 0;
-    const fr_cuda_plan_env env = {c, c->attention, fr_cuda_weight_cache(c)};
+    const fr_cuda_plan_env env = fr_cuda_plan_env_of(c);
     FR_ASSERT_OK(fr_cuda_kernel_scratch(b->def, &env, b->t.g, n, &sb));
     if (sb) CU_ASSERT_EQUAL_FATAL(cudaMalloc(&b->scratch, sb), cudaSuccess);
     const fr_cuda_kctx kc = {b->t.g, n, 1, n_in, n_out, b->in, b->out, c, b->scratch, sb, NULL, 0, NULL};

@@ -288,7 +288,7 @@ static double time_node(fr_cuda_ctx *c, tnode *t, fr_tensor **in, int n_in, fr_t
     CU_ASSERT_PTR_NOT_NULL_FATAL(k);
     size_t sb = 0;
     void *scratch = NULL;
-    const fr_cuda_plan_env env = {c, c->attention, fr_cuda_weight_cache(c)};
+    const fr_cuda_plan_env env = fr_cuda_plan_env_of(c);
     if (fr_cuda_kernel_scratch(k, &env, t->g, n, &sb) != FR_OK) { /* cuDNN refuses at planning */
         snprintf(why, wn, "%s", fr_last_error());
         fr_clear_error();

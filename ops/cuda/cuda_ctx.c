@@ -158,7 +158,7 @@ fr_status fr_cuda_run_node(fr_cuda_ctx *c, const fr_graph *g, int node_id, fr_te
         cudaError_t e = cudaDeviceSynchronize();
         if (e != cudaSuccess) st = fr_cuda_status(e, "cudaDeviceSynchronize", __FILE__, __LINE__);
     }
-    const fr_cuda_plan_env env = {c, c->attention, fr_cuda_weight_cache(c)};
+    const fr_cuda_plan_env env = fr_cuda_plan_env_of(c);
     if (st == FR_OK) st = fr_cuda_kernel_scratch(k, &env, g, n, &scratch_bytes);
     if (st == FR_OK && scratch_bytes) {
         cudaError_t e = cudaMalloc(&scratch, scratch_bytes);

@@ -160,6 +160,13 @@ typedef struct fr_cuda_plan_env {
 /* The weight cache as a kernel's run sees it (cuda_kernel.h, "Persistent memory"). */
 static inline int fr_cuda_weight_cache(const struct fr_cuda_ctx *c) { return !c->weight_cache_off; }
 
+/* What executors on context c plan for. */
+static inline fr_cuda_plan_env fr_cuda_plan_env_of(struct fr_cuda_ctx *c)
+{
+    const fr_cuda_plan_env env = {c, c->attention, fr_cuda_weight_cache(c)};
+    return env;
+}
+
 /* The host queued (or made) a change of parameters or scaling state on the device. */
 static inline void fr_cuda_weights_changed(fr_cuda_ctx *c) { c->weights_version++; }
 

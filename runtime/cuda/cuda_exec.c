@@ -20,8 +20,7 @@ struct fr_cuda_exec {
     fr_cuda_ctx *c;
     const fr_graph *g;
     int nv;
-    int plan_attention;          /* the attention choice scratch is planned for (c's when c) */
-    int plan_weight_cache;       /* kernels keep converted weights in persistent memory (c's when c) */
+    fr_cuda_plan_env plan;       /* what scratch and persistent memory are planned for (c's when c) */
     fr_tensor *hdr;              /* per value: device tensor header */
     unsigned char *kind;         /* per value: K_* */
     int *root;                   /* per value: the value whose memory it uses (views) */
@@ -228,8 +227,7 @@ static fr_status plan_arena(fr_cuda_exec *e, const int *last_use)
             }
         }
         size_t sb = 0;
-        const fr_cuda_plan_env env = {e->c, e->c ? e->c->attention : e->plan_attention, e->plan_weight_cache};
-        if (st == FR_OK) st = fr_cuda_kernel_scratch(e->kern[i], &env, g, n, &sb);
+        if (st == FR_OK) st = fr_cuda_kernel_scratch(e->kern[i], &e->plan, g, n, &sb);
         if (st == FR_OK && sb) {
             e->scratch_bytes[i] = sb;
             st = fr_arena_plan_alloc(&p, sb, &e->scratch_off[i]);
@@ -347,8 +345,12 @@ static fr_status build(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *sh
     e->c = c;
     e->g = g;
     e->nv = g->n_values;
-    e->plan_attention = attention;
-    e->plan_weight_cache = c ? fr_cuda_weight_cache(c) : !(flags & FR_CUDA_PLAN_NO_WEIGHT_CACHE);
+    if (c) {
+        e->plan = fr_cuda_plan_env_of(c);
+    } else {
+        const fr_cuda_plan_env planned = {NULL, attention, !(flags & FR_CUDA_PLAN_NO_WEIGHT_CACHE)};
+        e->plan = planned;
+    }
     size_t nv = (size_t)(e->nv ? e->nv : 1), nn = (size_t)(g->n_nodes ? g->n_nodes : 1);
     int *last_use = fr_malloc(nv * sizeof(int), "CUDA executor");
     e->hdr = fr_calloc(nv, sizeof *e->hdr, "CUDA executor");
@@ -383,11 +385,10 @@ static fr_status build(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *sh
     if (st == FR_OK) st = mark_held(e, held, n_held, last_use);
     if (st == FR_OK) st = plan_arena(e, last_use);
     /* persistent memory of the kernels that keep some (cuda_kernel.h): one block */
-    const fr_cuda_plan_env penv = {c, c ? c->attention : attention, e->plan_weight_cache};
     for (int i = 0; st == FR_OK && i < g->n_nodes; i++) {
         e->persist_owner[i] = i;
         if (!e->kern[i] || !e->kern[i]->persist) continue;
-        st = e->kern[i]->persist(&penv, g, &g->nodes[i], &e->persist_bytes[i]);
+        st = e->kern[i]->persist(&e->plan, g, &g->nodes[i], &e->persist_bytes[i]);
         for (int j = 0; st == FR_OK && e->persist_bytes[i] && e->kern[i]->persist_shareable && j < i; j++)
             if (e->persist_owner[j] == j && e->kern[j] == e->kern[i] && e->persist_bytes[j] == e->persist_bytes[i] &&
                 same_but_first_input(&g->nodes[j], &g->nodes[i])) {
@@ -400,7 +401,7 @@ static fr_status build(fr_cuda_ctx *c, const fr_graph *g, const fr_cuda_exec *sh
             e->persist_total += align_up(e->persist_bytes[i]);
         }
     }
-    if (st == FR_OK && e->plan_weight_cache && (c ? c->codes_only : flags & FR_CUDA_PLAN_CODES_ONLY))
+    if (st == FR_OK && e->plan.weight_cache && (c ? c->codes_only : flags & FR_CUDA_PLAN_CODES_ONLY))
         st = mark_coded(e);
     /* constants and inputs: one block each */
     for (int v = 0; st == FR_OK && v < e->nv; v++) {
