@@ -350,20 +350,24 @@ static int print_memory(const fp8run_model *m, fp8run_train_config *o, const cli
         printf(", one of %d ranks%s", o->world_size,
                o->shard_gradients ? " (ZeRO-2)" : o->shard_optimizer ? " (ZeRO-1)" : "");
     printf(":\n");
+    /* none kept on the GPU though the Linears are bf16/fp8: say where they went (tr_weight_cache) */
+    const int codes_in_scratch = r.gpu && !r.fp8_weights && o->precision && strcmp(o->precision, "fp32") != 0;
+    const char *codes_note =
+        codes_in_scratch ? " (made in each Linear's scratch at every use; FP8RUN_WEIGHT_CACHE=1 keeps them)" : "";
     const struct {
         const char *name;
         uint64_t v;
-    } rows[] = {{"parameters", r.params},           {"gradient buffers", r.grads},
-                {"optimizer state", r.optimizer_state}, {"FP8 weight codes", r.fp8_weights},
-                {"activations", r.activations},     {"evaluation", r.eval_activations},
-                {"inputs", r.inputs},               {"workspace", r.workspace}};
-    /* none kept on the GPU though the Linears are bf16/fp8: say where they went (tr_weight_cache) */
-    const int codes_in_scratch = r.gpu && !r.fp8_weights && o->precision && strcmp(o->precision, "fp32") != 0;
+        const char *note;
+    } rows[] = {{"parameters", r.params, ""},
+                {"gradient buffers", r.grads, ""},
+                {"optimizer state", r.optimizer_state, ""},
+                {"FP8 weight codes", r.fp8_weights, codes_note},
+                {"activations", r.activations, ""},
+                {"evaluation", r.eval_activations, ""},
+                {"inputs", r.inputs, ""},
+                {"workspace", r.workspace, ""}};
     for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++)
-        printf("  %-20s %12.1f MiB%s\n", rows[k].name, (double)rows[k].v / M,
-               k == 3 && codes_in_scratch
-                   ? " (made in each Linear's scratch at every use; FP8RUN_WEIGHT_CACHE=1 keeps them)"
-                   : "");
+        printf("  %-20s %12.1f MiB%s\n", rows[k].name, (double)rows[k].v / M, rows[k].note);
     if (o->shard_parameters) printf("  %-20s %12.1f MiB\n", "gathered weights", (double)r.gathered_weights / M);
     printf("  %-20s %12.1f MiB (%.2f GiB)\n", "total", (double)r.total / M, (double)r.total / M / 1024.0);
     if (r.lm_heads_fused || (o->chunked_lm_head && strcmp(o->chunked_lm_head, "on") == 0)) /* left out above */
