@@ -256,6 +256,21 @@ static void xs_km(const lin_cfg *c, const fr_value *xs, int64_t *K, int64_t *M)
     *M = t ? xs->dims[1] : lead_numel(xs);
 }
 
+/* x_glu (linear.h): Xs is gate_up [..., 2K], float32 or bfloat16; *K (its last dim) halved */
+static fr_status glu_k(const fr_node *n, const lin_cfg *c, const fr_value *xs, int64_t *K)
+{
+    if (c->x_glu < 0) return FR_OK;
+    if ((xs->dtype != FR_F32 && xs->dtype != FR_BF16) || *K % 2 != 0) {
+        char s1[128];
+        return fr_node_error(n, FR_ERR_SHAPE,
+                             "x_glu: input '%s' (%s %s) must be a GLU's gate_up, float32 or "
+                             "bfloat16 with an even last dim",
+                             xs->name, fr_dtype_name(xs->dtype), fr_shape_str(xs->rank, xs->dims, s1, sizeof s1));
+    }
+    *K /= 2;
+    return FR_OK;
+}
+
 /* The saved input's scale_inv (input 2): [1], or [ceil(tokens/128), K] for "block"; the
  * per-tensor codes must be 2-D ([K, tokens]). */
 static fr_status check_saved_scale(const fr_node *n, const lin_cfg *c, const fr_value *xs, const fr_value *s)
@@ -313,6 +328,7 @@ static fr_status grad_weight_infer_dyq(fr_graph *g, const fr_node *n, const lin_
                              fr_shape_str(xs->rank, xs->dims, s1, sizeof s1), dyq->name,
                              fr_shape_str(dyq->rank, dyq->dims, s2, sizeof s2));
     int64_t N = dyq->dims[0];
+    FR_TRY(glu_k(n, c, xs, &K));
     int64_t dw[2] = {c->transB ? N : K, c->transB ? K : N};
     fr_infer_set(g, n, 0, FR_F32, 2, dw);
     return FR_OK;
@@ -404,6 +420,7 @@ static fr_status grad_weight_infer(fr_graph *g, int node_id)
     }
     int64_t K, N;
     FR_TRY(wgrad_kn(n, xs, dy, saved && saved_t(&c, xs), &K, &N));
+    FR_TRY(glu_k(n, &c, xs, &K));
     if (saved) {
         FR_TRY(check_saved_scale(n, &c, xs, s));
     } else {

@@ -75,6 +75,12 @@
  *   independently; no scale inputs), dW float32. The result is the same bit for bit either way.
  *   fp8 precision: Xs (unquantized) and Ys (dY) may each be bfloat16 instead of float32 (a
  *   narrowed X / dY), quantized exactly as the float32 tensor of the same values.
+ *   x_glu (fp8, per-tensor recipes; set by passes/wgrad_operand.c): Xs is not X but the input
+ *   gate_up [..., 2K] of the one-input SwiGLU (ops/swiglu.h) that made X, whose activation
+ *   attribute x_glu repeats ("silu", "gelu_tanh", "gelu"); x_glu_dtype "bfloat16" (default
+ *   "float32") when that SwiGLU's y_dtype was bfloat16. X = SwiGLU(Xs) computed as the SwiGLU
+ *   kernel of the same backend computes it (the same bits), then quantized as above: the weight
+ *   gradient remakes X inside its own quantization pass instead of reading a copy.
  * Both backward nodes carry the forward's attributes. The gradient rule of Linear emits them,
  * plus SumToShape(dY) for the bias; amax_dy goes on the data-gradient node (on the weight-
  * gradient node when X needs no gradient), named "<state_prefix>/amax_dy". With both
@@ -131,6 +137,8 @@ typedef struct fr_lin_attrs {
     int64_t pad;         /* pad_multiple */
     int y_bf16;          /* y_dtype "bfloat16": Linear writes Y in bfloat16 */
     int dx_bf16;         /* dx_dtype "bfloat16": LinearGradData writes dX in bfloat16 */
+    int x_glu;           /* LinearGradWeight's x_glu: -1 (Xs is X) or FR_GLU_* (Xs is a GLU's gate_up) */
+    int x_glu_bf16;      /* x_glu_dtype "bfloat16": that GLU's output rounded to bfloat16 */
 } fr_lin_attrs;
 FR_NODISCARD fr_status fr_lin_read_attrs(const fr_node *n, fr_lin_attrs *a);
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "graph/option_choices.h"
+#include "ops/swiglu.h"
 
 static const char *const k_precisions[] = {FR_CHOICES_PRECISION NULL};
 static const char *const k_recipes[] = {FR_CHOICES_RECIPE NULL};
@@ -69,6 +70,20 @@ fr_status fr_lin_read_attrs(const fr_node *n, fr_lin_attrs *c)
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "y_dtype bfloat16 needs precision bf16 or fp8 (precision is fp32)");
     if (c->dx_bf16 && c->prec == FR_LIN_FP32)
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "dx_dtype bfloat16 needs precision bf16 or fp8 (precision is fp32)");
+    const char *glu;
+    FR_TRY(fr_node_attr_string(n, "x_glu", "", &glu));
+    FR_TRY(fr_attr_bf16(n, "x_glu_dtype", &c->x_glu_bf16));
+    c->x_glu = -1;
+    if (glu[0]) {
+        if (fr_glu_act_parse(glu, &c->x_glu) != FR_OK)
+            return fr_node_error(n, FR_ERR_UNSUPPORTED, "attribute x_glu=\"%s\" (\"silu\", \"gelu_tanh\" or \"gelu\")",
+                                 glu);
+        if (c->prec != FR_LIN_FP8 || c->recipe == FR_LIN_BLOCKWISE)
+            return fr_node_error(n, FR_ERR_UNSUPPORTED, "x_glu needs fp8 precision with a per-tensor recipe (%s, %s)",
+                                 fr_lin_precision_name(c->prec), fr_lin_recipe_name(c->recipe));
+    } else if (c->x_glu_bf16) {
+        return fr_node_error(n, FR_ERR_UNSUPPORTED, "x_glu_dtype without x_glu");
+    }
     c->transB = (int)tb;
     c->margin = (int)margin;
     c->pad = pad;

@@ -14,6 +14,7 @@
 
 #include "graph/fp8_format.h"
 #include "graph/fp8_scaling.h"
+#include "ops/swiglu.h"
 
 typedef fr_lin_attrs lin_cfg;
 
@@ -310,6 +311,21 @@ static fr_status as_f32(const fr_tensor *t, const float **out, float **owned)
     return FR_OK;
 }
 
+/* x_glu: X [M][K] remade from gate_up [M][2K] as SwiGLU on the CPU makes it (the same bits),
+ * rounded to bfloat16 and widened back when that SwiGLU wrote bfloat16 */
+static fr_status glu_x(const lin_cfg *c, const fr_tensor *gate_up, int64_t M, int64_t K, const float **out,
+                       float **owned)
+{
+    float *x = fr_malloc((size_t)(M * K > 0 ? M * K : 1) * sizeof(float), "Linear weight gradient's remade X");
+    if (!x) return FR_ERR_OOM;
+    const fr_swiglu_geom geo = fr_swiglu_fused_geom(c->x_glu, M, K, gate_up->dtype, FR_F32);
+    fr_swiglu_forward_cpu(&geo, gate_up->data, gate_up->data, x); /* up: at geo.up_off of the same rows */
+    if (c->x_glu_bf16)
+        for (int64_t i = 0; i < M * K; i++) x[i] = fr_bf16_to_f32(fr_f32_to_bf16(x[i]));
+    *out = *owned = x;
+    return FR_OK;
+}
+
 static operand x_operand(const float *x, int64_t M, int64_t K, const lin_cfg *c, int along_tokens)
 {
     operand o;
@@ -546,6 +562,7 @@ fr_status fr_linear_grad_weight_cpu(const fr_kernel_ctx *ctx)
     int xt = xs->dtype == FR_F8E4M3 && c.recipe != FR_LIN_BLOCKWISE; /* the saved Xq: [K, M] codes */
     if (xt && xs->rank != 2) return fr_node_error(n, FR_ERR_SHAPE, "the saved input must be 2-D [K, tokens]");
     int64_t M = dyq ? dy->dims[1] : t_lead(dy), K = xt ? xs->dims[0] : t_last(xs), N = dyq ? dy->dims[0] : t_last(dy);
+    if (c.x_glu >= 0) K /= 2; /* Xs is gate_up [M, 2K] */
     FR_TRY(check_blas_dims(n, M, N, K, c.pad));
     /* transB=0: dW [K,N] = X^T dY; transB=1: dW [N,K] = dY^T X (contraction over tokens) */
     if (dy->dtype == FR_F64) {
@@ -556,7 +573,7 @@ fr_status fr_linear_grad_weight_cpu(const fr_kernel_ctx *ctx)
      * multiplied as they are; fp8 quantizes the widened values as float32 */
     const float *xv = NULL, *dv = NULL;
     float *xo = NULL, *yo = NULL;
-    fr_status st = xs->dtype == FR_F8E4M3 ? FR_OK : as_f32(xs, &xv, &xo);
+    fr_status st = c.x_glu >= 0 ? glu_x(&c, xs, M, K, &xv, &xo) : xs->dtype == FR_F8E4M3 ? FR_OK : as_f32(xs, &xv, &xo);
     if (st == FR_OK && !dyq) st = as_f32(dy, &dv, &yo);
     if (st == FR_OK) st = grad_weight_f32(ctx, &c, xv, dv, M, N, K);
     free(xo);

@@ -17,6 +17,33 @@ static int same_shape(const fr_value *a, const fr_value *b)
     return 1;
 }
 
+fr_status fr_glu_act_parse(const char *name, int *act)
+{
+    *act = strcmp(name, "silu") == 0        ? FR_GLU_SILU
+           : strcmp(name, "gelu_tanh") == 0 ? FR_GLU_GELU_TANH
+           : strcmp(name, "gelu") == 0      ? FR_GLU_GELU
+                                            : -1;
+    if (*act >= 0) return FR_OK;
+    *act = FR_GLU_SILU;
+    return fr_error(FR_ERR_UNSUPPORTED, "GLU activation '%s' is not one of silu, gelu_tanh, gelu", name);
+}
+
+fr_swiglu_geom fr_swiglu_fused_geom(int act, int64_t rows, int64_t F, fr_dtype in_dtype, fr_dtype out_dtype)
+{
+    fr_swiglu_geom geo;
+    memset(&geo, 0, sizeof geo);
+    geo.fused = 1;
+    geo.act = act;
+    geo.rows = rows;
+    geo.F = F;
+    geo.in_stride = 2 * F;
+    geo.up_off = F;
+    geo.in_dtype = in_dtype;
+    geo.math = fr_swiglu_out_dtype(in_dtype);
+    geo.out_dtype = out_dtype;
+    return geo;
+}
+
 fr_status fr_swiglu_geometry(const fr_graph *g, const fr_node *n, int grad, fr_swiglu_geom *geo)
 {
     memset(geo, 0, sizeof *geo);
@@ -56,9 +83,7 @@ fr_status fr_swiglu_geometry(const fr_graph *g, const fr_node *n, int grad, fr_s
                              x->name, fr_dtype_name(x->dtype));
     const char *act;
     FR_TRY(fr_node_attr_string(n, "activation", "silu", &act));
-    geo->act = strcmp(act, "silu") == 0 ? FR_GLU_SILU : strcmp(act, "gelu_tanh") == 0 ? FR_GLU_GELU_TANH
-             : strcmp(act, "gelu") == 0 ? FR_GLU_GELU : -1;
-    if (geo->act < 0)
+    if (fr_glu_act_parse(act, &geo->act) != FR_OK)
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "attribute activation=\"%s\" (\"silu\", \"gelu_tanh\" or \"gelu\")", act);
     const int64_t last = x->dims[x->rank - 1];
     geo->fused = n_data == 1;
@@ -166,18 +191,21 @@ static fr_status swiglu_cpu(const fr_kernel_ctx *ctx)
     memcpy(d, x->dims, sizeof(int64_t) * (size_t)x->rank);
     d[x->rank - 1] = geo.F;
     FR_TRY(fr_check_out(n, ctx->out[0], geo.out_dtype, x->rank, d));
-    const fr_dtype it = geo.in_dtype, ot = geo.out_dtype;
-    const void *gp = ctx->in[0]->data, *up = ctx->in[geo.fused ? 0 : 1]->data;
-    void *yp = ctx->out[0]->data;
-    for (int64_t r = 0; r < geo.rows; r++) {
-        const int64_t o = r * geo.in_stride;
-        for (int64_t j = 0; j < geo.F; j++) {
+    fr_swiglu_forward_cpu(&geo, ctx->in[0]->data, ctx->in[geo.fused ? 0 : 1]->data, ctx->out[0]->data);
+    return FR_OK;
+}
+
+void fr_swiglu_forward_cpu(const fr_swiglu_geom *geo, const void *gp, const void *up, void *yp)
+{
+    const fr_dtype it = geo->in_dtype, ot = geo->out_dtype;
+    for (int64_t r = 0; r < geo->rows; r++) {
+        const int64_t o = r * geo->in_stride;
+        for (int64_t j = 0; j < geo->F; j++) {
             double a, da;
-            act_pair(geo.act, ld(gp, it, o + j), &a, &da);
-            st(yp, ot, r * geo.F + j, a * ld(up, it, geo.up_off + o + j));
+            act_pair(geo->act, ld(gp, it, o + j), &a, &da);
+            st(yp, ot, r * geo->F + j, a * ld(up, it, geo->up_off + o + j));
         }
     }
-    return FR_OK;
 }
 
 /* The backward is one SwiGLUGrad node reading the forward's inputs; outputs whose gradient

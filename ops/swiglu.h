@@ -50,6 +50,9 @@ extern const fr_op_def fr_ops_swiglu[]; /* SwiGLU, SwiGLUGrad */
  * one-input form, input 1 in the two-input form). */
 enum { FR_GLU_SILU, FR_GLU_GELU_TANH, FR_GLU_GELU };
 
+/* The activation attribute's names ("silu", "gelu_tanh", "gelu") as FR_GLU_*; else an error. */
+FR_NODISCARD fr_status fr_glu_act_parse(const char *name, int *act);
+
 typedef struct fr_swiglu_geom {
     int fused;          /* 1: one-input form */
     int act;            /* FR_GLU_*: the activation attribute */
@@ -69,5 +72,13 @@ static inline fr_dtype fr_swiglu_out_dtype(fr_dtype in) { return in == FR_BF16 ?
 /* Checks dtypes and shapes of a SwiGLU (grad = 0) or SwiGLUGrad (grad = 1) node's inputs and
  * its y_dtype / dx_dtype attribute, and fills *geo; errors name the node. */
 FR_NODISCARD fr_status fr_swiglu_geometry(const fr_graph *g, const fr_node *n, int grad, fr_swiglu_geom *geo);
+
+/* The one-input form's geometry for gate_up [rows, 2F] of in_dtype (float32 or bfloat16), y of
+ * out_dtype (float32 or bfloat16): for callers that remake a SwiGLU's output (ops/linear.h,
+ * x_glu). */
+fr_swiglu_geom fr_swiglu_fused_geom(int act, int64_t rows, int64_t F, fr_dtype in_dtype, fr_dtype out_dtype);
+
+/* The CPU forward: y [rows, F] from gate/up as geo places them; the bits SwiGLU writes. */
+void fr_swiglu_forward_cpu(const fr_swiglu_geom *geo, const void *gate, const void *up, void *y);
 
 #endif

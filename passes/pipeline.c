@@ -181,8 +181,10 @@ static fr_status run_wgrad_operands(fr_pass_ctx *c, fr_pass_result *r)
     fr_wgrad_operand_stats st;
     FR_TRY(fr_wgrad_operands(c->g, remake, &st));
     r->changed = st.kept + st.remade;
-    snprintf(r->detail, sizeof r->detail, "%d weight gradient%s read the X the backward keeps, %d a remade X (their "
-             "Linears save no codes)", st.kept, st.kept == 1 ? "" : "s", st.remade);
+    snprintf(r->detail, sizeof r->detail,
+             "%d weight gradient%s read the X the backward keeps, %d a remade X (%d of "
+             "them in their own quantization pass; their Linears save no codes)",
+             st.kept, st.kept == 1 ? "" : "s", st.remade, st.fused);
     return FR_OK;
 }
 

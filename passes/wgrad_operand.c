@@ -82,6 +82,29 @@ static int remakable(const fr_node *p)
     return is_op(p, "SwiGLU") || is_op(p, "Gelu");
 }
 
+/* p (X's remakable producer) is a one-input SwiGLU whose output a per-tensor fp8 weight
+ * gradient can remake inside its own quantization (ops/linear.h, x_glu) */
+static int glu_source(const fr_graph *g, const fr_node *p, const fr_lin_attrs *a)
+{
+    if (!is_op(p, "SwiGLU") || p->n_inputs != 1 || p->inputs[0] < 0 || a->recipe == FR_LIN_BLOCKWISE) return 0;
+    const fr_dtype dt = g->values[p->inputs[0]].dtype;
+    return dt == FR_F32 || dt == FR_BF16;
+}
+
+/* Weight gradient i reads SwiGLU px's gate_up with its activation and output dtype */
+static fr_status set_glu(fr_graph *g, int i, int px)
+{
+    const char *act;
+    int y_bf16;
+    FR_TRY(fr_node_attr_string(&g->nodes[px], "activation", "silu", &act));
+    FR_TRY(fr_attr_bf16(&g->nodes[px], "y_dtype", &y_bf16));
+    char a[16];
+    snprintf(a, sizeof a, "%s", act);
+    FR_TRY(fr_node_set_attr_string(&g->nodes[i], "x_glu", a));
+    if (y_bf16) FR_TRY(fr_node_set_attr_string(&g->nodes[i], "x_glu_dtype", "bfloat16"));
+    return FR_OK;
+}
+
 /* Insert a copy of forward node p at position `at` (shifting the rest), writing a new value
  * shaped like p's output; *out its id. */
 static fr_status insert_copy(fr_graph *g, int p, int at, int *out)
@@ -143,8 +166,15 @@ static fr_status run(wo *w, int remake, fr_wgrad_operand_stats *stats)
             int ok = remakable(p) && p->outputs[0] == x;
             for (int k = 0; ok && k < p->n_inputs; k++) ok = kept_past(w, p->inputs[k], i);
             if (!ok) continue;
-            FR_TRY(insert_copy(g, px, i, &xs));
-            gw = &g->nodes[++i]; /* the weight gradient moved one place on */
+            if (glu_source(g, p, &a)) { /* the weight gradient's quantization remakes X */
+                xs = p->inputs[0];
+                FR_TRY(set_glu(g, i, px));
+                gw = &g->nodes[i];
+                stats->fused++;
+            } else {
+                FR_TRY(insert_copy(g, px, i, &xs));
+                gw = &g->nodes[++i]; /* the weight gradient moved one place on */
+            }
             stats->remade++;
         } else {
             continue;

@@ -15,6 +15,9 @@
  *     before the LinearGradWeight, remakes X bit for bit, which the weight gradient quantizes.
  *     X's copy lives from there to the weight gradient only; Xq (88 MiB a layer at 1B) is not
  *     held. It costs one elementwise pass over the gate/up output in the backward.
+ *     A one-input SwiGLU under a per-tensor recipe needs no copy at all: the weight gradient
+ *     reads the gate/up output itself (attribute x_glu, ops/linear.h) and remakes X in the pass
+ *     that quantizes it, one read of gate/up and no X written.
  *
  * Liveness is judged on the node order (the executors' order) and on view roots (a Reshape
  * aliases its input), so the pass never extends what a value's last reader already keeps.
@@ -28,6 +31,7 @@
 typedef struct fr_wgrad_operand_stats {
     int kept;   /* weight gradients reading the X the backward keeps */
     int remade; /* weight gradients reading a remade X */
+    int fused;  /* of those, remade inside their own quantization (no copy of X) */
 } fr_wgrad_operand_stats;
 
 /* Rewrite g (forward and backward, in executable order); `remake` allows the producer copies. */

@@ -484,7 +484,8 @@ static fr_status grad_weight_run(const fr_cuda_kctx *k)
     int64_t M = r.M, N = r.N, K = r.K;
     int tb = c->transB;
     int dyq = is_fp8_type(dy->dtype); /* dY^T codes [N][M] from the data gradient */
-    if (fr_tensor_numel(xs) != M * K) return fr_node_error(r.n, FR_ERR_SHAPE, "input and output gradient differ in tokens");
+    if (fr_tensor_numel(xs) != M * K * (c->x_glu >= 0 ? 2 : 1))
+        return fr_node_error(r.n, FR_ERR_SHAPE, "input and output gradient differ in tokens");
     if (k->cu->accumulate_out) {
         /* the caller planned dW as an accumulator only for nodes whose GEMM writes it whole and
            directly (a padded result or a float64 one would add the copy-out, not the GEMM) */
@@ -557,6 +558,16 @@ static fr_status grad_weight_run(const fr_cuda_kctx *k)
         if (!dyq) FR_TRY(need_scale(&r, sdy, "scale_dy"));
         if (saved) { /* its scale_inv as it is, or copied to a 16-byte aligned place for cuBLASLt */
             FR_TRY(aligned_sinv(&r, (const float *)s2->data, 0, &x_sinv));
+        } else if (c->x_glu >= 0) { /* X remade from the GLU's gate_up in the quantization pass */
+            const fr_tensor *sx = delayed(c) ? s2 : NULL;
+            FR_TRY(need_scale(&r, sx, "scale_x"));
+            const fr_q_glu gx = {xs->data, xs->dtype == FR_BF16, c->x_glu, c->x_glu_bf16};
+            const float *given = sx ? (const float *)sx->data : NULL;
+            if (!given) /* current: X's amax first (codes overwritten below) */
+                FR_TRY(fr_q_glu_t(r.s, r.n, gx, M, K, NULL, fx, xop, r.stats, 0));
+            FR_TRY(fr_q_finalize(r.s, r.n, r.stats, 0, given, !given, fx, NULL, NULL));
+            FR_TRY(fr_q_glu_t(r.s, r.n, gx, M, K, given ? given : &r.stats->scale[0], fx, xop, r.stats, -1));
+            x_sinv = &r.stats->scale_inv[0][0];
         } else {
             const fr_tensor *sx = delayed(c) ? s2 : NULL;
             FR_TRY(need_scale(&r, sx, "scale_x"));

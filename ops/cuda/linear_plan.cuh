@@ -140,6 +140,7 @@ static FR_NODISCARD fr_status node_dims(lin_op op, const fr_node *n, const lin_c
         *M = dyq ? d1[1] : lead(r1, d1);
         *N = dyq ? d1[0] : last(r1, d1);
         *K = xqt ? d0[0] : last(r0, d0);
+        if (c->x_glu >= 0) *K /= 2; /* Xs is the GLU's gate_up [..., 2K] */
         return FR_OK;
     }
     if (r1 != 2) return fr_node_error(n, FR_ERR_SHAPE, "the weight must be 2-D");

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "ops/cuda/quantize.cuh"
+#include "ops/cuda/glu_act.cuh"
 
 #define FULL_MASK 0xFFFFFFFFu
 #define NAN_BITS 0x7FC00000u /* the canonical NaN fr_amax returns */
@@ -72,6 +73,14 @@ __device__ __forceinline__ float ld_f(const float *p, int64_t i) { return p[i]; 
 __device__ __forceinline__ float ld_f(const __nv_bfloat16 *p, int64_t i)
 {
     return __uint_as_float((unsigned)((const unsigned short *)p)[i] << 16);
+}
+
+/* X of a GLU source (ops/linear.h, x_glu): the SwiGLU kernels' float32 result of gate g and up
+ * u, rounded to bfloat16 (and widened back) when that SwiGLU wrote bfloat16 */
+template <int ACT> __device__ __forceinline__ float glu_x(float g, float u, int y_bf16)
+{
+    const float x = fr_glu::fwd1<ACT>(g, u);
+    return y_bf16 ? __bfloat162float(__float2bfloat16_rn(x)) : x;
 }
 
 /* 16 loaded bytes of T as floats: 4 float32, or 8 bfloat16 (little-endian: the low half of a
@@ -240,9 +249,31 @@ fr_status fr_q_finalize(cudaStream_t s, const fr_node *n, fr_q_stats *st, int sl
 
 /* ---- per-tensor quantization (and code transposes) through 32x32 tiles ---- */
 
-/* Src float / __nv_bfloat16: quantize with *scale; Src uint8_t: codes copied as they are. */
-template <typename Src>
-__global__ void tile_kernel(const Src *src, int64_t R, int64_t C, int64_t Rp, int64_t Cp, const float *scale_ptr,
+/* Scalar sources of tile_kernel: sc_mem, element (r, c) of src [R][C] (uint8_t: codes, copied
+ * as they are); sc_glu, X (r, c) of a GLU source (see ld_glu). */
+template <typename T> struct sc_mem {
+    static constexpr bool codes = sizeof(T) == 1;
+    const T *src;
+    int64_t C;
+    __device__ __forceinline__ float at(int64_t r, int64_t c) const { return ld_f(src, r * C + c); }
+    __device__ __forceinline__ uint8_t code(int64_t r, int64_t c) const { return ((const uint8_t *)src)[r * C + c]; }
+};
+template <int ACT, typename T> struct sc_glu {
+    static constexpr bool codes = false;
+    const T *gate_up;
+    int64_t C;
+    int y_bf16;
+    __device__ __forceinline__ float at(int64_t r, int64_t c) const
+    {
+        const int64_t o = r * 2 * C + c;
+        return glu_x<ACT>(ld_f(gate_up, o), ld_f(gate_up, o + C), y_bf16);
+    }
+    __device__ __forceinline__ uint8_t code(int64_t, int64_t) const { return 0; }
+};
+
+/* A float source: quantize with *scale; codes: copied as they are. */
+template <typename L>
+__global__ void tile_kernel(L ld, int64_t R, int64_t C, int64_t Rp, int64_t Cp, const float *scale_ptr,
                             int e5m2, int trans, uint8_t *dst, uint8_t *dense, unsigned *amax)
 {
     __shared__ uint8_t tile[32][33];
@@ -256,10 +287,10 @@ __global__ void tile_kernel(const Src *src, int64_t R, int64_t C, int64_t Rp, in
             int64_t r = r0 + i, c = c0 + threadIdx.x;
             uint8_t q = 0;
             if (r < R && c < C) {
-                if constexpr (sizeof(Src) == 1) {
-                    q = src[r * C + c];
+                if constexpr (L::codes) {
+                    q = ld.code(r, c);
                 } else {
-                    float x = ld_f(src, r * C + c);
+                    float x = ld.at(r, c);
                     m = max(m, abs_bits(x));
                     q = quantize(x, s, e5m2);
                     if (dense) dense[r * C + c] = q;
@@ -334,18 +365,59 @@ __device__ __forceinline__ void store_transposed(const uint32_t (*tile)[CT_TILE 
     }
 }
 
-/* src [R][C] float32 or bfloat16 (R, C multiples of 16, 16-byte aligned) quantized with
+/* The sources of cast_transpose_kernel: a loader L gives the floats of V consecutive columns of
+ * a row from L::raw, loaded whole before any is converted (G raw loads in flight per thread).
+ * ld_mem: src [R][C] float32 or bfloat16, 16 bytes a load. */
+template <typename T> struct ld_mem {
+    static constexpr int V = q_vec<T>::n, G = CT_GROUP;
+    typedef uint4 raw;
+    const T *src;
+    int64_t C;
+    __device__ __forceinline__ raw load(int64_t r, int64_t c) const { return *(const uint4 *)(src + r * C + c); }
+    __device__ __forceinline__ raw zero() const { return make_uint4(0, 0, 0, 0); }
+    __device__ __forceinline__ void get(const raw &u, float *f) const { q_vec<T>::get(u, f); }
+};
+
+/* ld_glu: X [R][C] = SwiGLU(gate_up [R][2C]) with activation ACT (glu_act.cuh: the SwiGLU
+ * kernels' own math), rounded to bfloat16 when that SwiGLU wrote bfloat16 (ops/linear.h,
+ * x_glu); two 16-byte loads (gate, up) a group of V columns, and half the groups in flight of
+ * ld_mem's (the activation's registers). */
+template <int ACT, typename T> struct ld_glu {
+    static constexpr int V = q_vec<T>::n, G = CT_GROUP / 2;
+    struct raw {
+        uint4 g, u;
+    };
+    const T *gate_up;
+    int64_t C;
+    int y_bf16;
+    __device__ __forceinline__ raw load(int64_t r, int64_t c) const
+    {
+        const T *row = gate_up + r * 2 * C + c;
+        return raw{*(const uint4 *)row, *(const uint4 *)(row + C)};
+    }
+    __device__ __forceinline__ raw zero() const { return raw{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)}; }
+    __device__ __forceinline__ void get(const raw &x, float *f) const
+    {
+        float g[V], u[V];
+        q_vec<T>::get(x.g, g);
+        q_vec<T>::get(x.u, u);
+#pragma unroll
+        for (int j = 0; j < V; j++) f[j] = glu_x<ACT>(g[j], u[j], y_bf16);
+    }
+};
+
+/* src [R][C] as loader L reads it (R, C multiples of 16, 16-byte aligned) quantized with
  * *scale_ptr: the codes row-major into dst and dst2 (each optional, [R][C]) and transposed into
  * dst_t (optional, [C][R]), the amax of src into *amax (optional): one read of src, 16 bytes a
  * load (4 float32 columns, 32 threads a tile row; or 8 bfloat16 columns, 16 threads a row). */
-template <typename T>
-__global__ void __launch_bounds__(256, CT_MIN_BLOCKS) cast_transpose_kernel(const T *src, int64_t R, int64_t C,
+template <typename L>
+__global__ void __launch_bounds__(256, CT_MIN_BLOCKS) cast_transpose_kernel(L ld, int64_t R, int64_t C,
                                                              const float *scale_ptr, int e5m2, uint8_t *dst,
                                                              uint8_t *dst2, uint8_t *dst_t, unsigned *amax)
 {
-    constexpr int V = q_vec<T>::n, W = V / 4;                             /* columns a load, code words */
+    constexpr int V = L::V, W = V / 4;                                    /* columns a load, code words */
     constexpr int TPR = CT_TILE / V, RPP = 256 / TPR, NP = CT_TILE / RPP; /* threads a row, rows a pass, passes */
-    constexpr int G = NP < CT_GROUP ? NP : CT_GROUP;                      /* passes a group of loads */
+    constexpr int G = NP < L::G ? NP : L::G;                              /* passes a group of loads */
     __shared__ uint32_t tile[CT_TILE][CT_TILE / 4];
     __shared__ unsigned red[32];
     float s = scale_ptr ? *scale_ptr : 1.0f;
@@ -356,18 +428,18 @@ __global__ void __launch_bounds__(256, CT_MIN_BLOCKS) cast_transpose_kernel(cons
         int64_t r0 = t / tc * CT_TILE, c0 = t % tc * CT_TILE, c = c0 + cv * V;
 #pragma unroll
         for (int i0 = 0; i0 < NP; i0 += G) {
-            uint4 v[G];
+            typename L::raw v[G];
 #pragma unroll
             for (int i = 0; i < G; i++) { /* a group's loads first: G in flight per thread */
                 int64_t r = r0 + row + RPP * (i0 + i);
-                v[i] = r < R && c < C ? *(const uint4 *)(src + r * C + c) : make_uint4(0, 0, 0, 0);
+                v[i] = r < R && c < C ? ld.load(r, c) : ld.zero();
             }
 #pragma unroll
             for (int i = 0; i < G; i++) {
                 int64_t r = r0 + row + RPP * (i0 + i);
                 float f[V];
                 uint32_t q[W];
-                q_vec<T>::get(v[i], f);
+                ld.get(v[i], f);
 #pragma unroll
                 for (int j = 0; j < V; j++) m = max(m, abs_bits(f[j]));
 #pragma unroll
@@ -456,14 +528,14 @@ static fr_status q_tensor(cudaStream_t s, const fr_node *n, const T *src, int64_
     if (Rp == R && Cp == C && aligned16(src) && aligned16(dst) && aligned16(dense) && aligned16(dense_t) &&
         (trans || dense_t)) { /* one pass writes every layout wanted */
         int64_t ntiles = fr_q_cdiv(R, CT_TILE) * fr_q_cdiv(C, CT_TILE);
-        cast_transpose_kernel<T><<<wave_blocks(ntiles, 1), 256, 0, s>>>(src, R, C, scale, f.e5m2, trans ? dense : dst,
+        cast_transpose_kernel<<<wave_blocks(ntiles, 1), 256, 0, s>>>(ld_mem<T>{src, C}, R, C, scale, f.e5m2, trans ? dense : dst,
                                                                       trans ? NULL : dense, trans ? dst : dense_t,
                                                                       amax);
         return fr_cuda_check_launch(n, "fp8 quantize (per tensor, cast + transpose)");
     }
     if (dense_t) { /* padded or unaligned: the transposed copy [C][R] by the tile kernel, then the rest */
         int64_t nt = fr_q_cdiv(R, 32) * fr_q_cdiv(C, 32);
-        tile_kernel<T><<<blocks_for(nt, 1), dim3(32, 8), 0, s>>>(src, R, C, R, C, scale, f.e5m2, 1, dense_t, NULL,
+        tile_kernel<<<blocks_for(nt, 1), dim3(32, 8), 0, s>>>(sc_mem<T>{src, C}, R, C, R, C, scale, f.e5m2, 1, dense_t, NULL,
                                                                  NULL);
         FR_TRY(fr_cuda_check_launch(n, "fp8 quantize (per tensor, transposed copy)"));
     }
@@ -473,7 +545,7 @@ static fr_status q_tensor(cudaStream_t s, const fr_node *n, const T *src, int64_
         return fr_cuda_check_launch(n, "fp8 quantize (per tensor, flat)");
     }
     int64_t ntiles = fr_q_cdiv(Rp, 32) * fr_q_cdiv(Cp, 32);
-    tile_kernel<T><<<wave_blocks(ntiles, 1), dim3(32, 8), 0, s>>>(src, R, C, Rp, Cp, scale, f.e5m2, trans, dst, dense,
+    tile_kernel<<<wave_blocks(ntiles, 1), dim3(32, 8), 0, s>>>(sc_mem<T>{src, C}, R, C, Rp, Cp, scale, f.e5m2, trans, dst, dense,
                                                                   amax);
     return fr_cuda_check_launch(n, "fp8 quantize (per tensor)");
 }
@@ -489,6 +561,42 @@ fr_status fr_q_tensor(cudaStream_t s, const fr_node *n, fr_q_src src, int64_t R,
     return q_tensor(s, n, (const float *)src.p, R, C, scale, f, trans, dst, dense, dense_t, amax);
 }
 
+template <int ACT, typename T>
+static fr_status q_glu_t(cudaStream_t s, const fr_node *n, const T *gu, int y_bf16, int64_t R, int64_t C,
+                         const float *scale, fr_q_fmt f, uint8_t *dst_t, unsigned *amax)
+{
+    const int64_t Rp = fr_q_pad16(R), Cp = fr_q_pad16(C);
+    if (Rp == R && Cp == C && aligned16(gu) && aligned16(dst_t)) { /* rows of 2C: every load stays aligned */
+        int64_t ntiles = fr_q_cdiv(R, CT_TILE) * fr_q_cdiv(C, CT_TILE);
+        cast_transpose_kernel<<<wave_blocks(ntiles, 1), 256, 0, s>>>(ld_glu<ACT, T>{gu, C, y_bf16}, R, C, scale, f.e5m2,
+                                                                     NULL, NULL, dst_t, amax);
+        return fr_cuda_check_launch(n, "fp8 quantize (remade GLU output, cast + transpose)");
+    }
+    int64_t ntiles = fr_q_cdiv(Rp, 32) * fr_q_cdiv(Cp, 32);
+    tile_kernel<<<wave_blocks(ntiles, 1), dim3(32, 8), 0, s>>>(sc_glu<ACT, T>{gu, C, y_bf16}, R, C, Rp, Cp, scale,
+                                                               f.e5m2, 1, dst_t, NULL, amax);
+    return fr_cuda_check_launch(n, "fp8 quantize (remade GLU output)");
+}
+
+template <typename T>
+static fr_status q_glu_act(cudaStream_t s, const fr_node *n, fr_q_glu x, int64_t R, int64_t C, const float *scale,
+                           fr_q_fmt f, uint8_t *dst_t, unsigned *amax)
+{
+    const T *gu = (const T *)x.gate_up;
+    if (x.act == FR_GLU_GELU_TANH) return q_glu_t<FR_GLU_GELU_TANH>(s, n, gu, x.y_bf16, R, C, scale, f, dst_t, amax);
+    if (x.act == FR_GLU_GELU) return q_glu_t<FR_GLU_GELU>(s, n, gu, x.y_bf16, R, C, scale, f, dst_t, amax);
+    return q_glu_t<FR_GLU_SILU>(s, n, gu, x.y_bf16, R, C, scale, f, dst_t, amax);
+}
+
+fr_status fr_q_glu_t(cudaStream_t s, const fr_node *n, fr_q_glu x, int64_t R, int64_t C, const float *scale,
+                     fr_q_fmt f, uint8_t *dst_t, fr_q_stats *st, int amax_slot)
+{
+    if (fr_q_pad16(R) * fr_q_pad16(C) == 0) return FR_OK;
+    unsigned *amax = amax_slot >= 0 ? &st->amax_bits[amax_slot] : NULL;
+    if (x.bf16) return q_glu_act<__nv_bfloat16>(s, n, x, R, C, scale, f, dst_t, amax);
+    return q_glu_act<float>(s, n, x, R, C, scale, f, dst_t, amax);
+}
+
 fr_status fr_q_transpose_codes(cudaStream_t s, const fr_node *n, const uint8_t *src, int64_t R, int64_t C,
                                uint8_t *dst)
 {
@@ -500,7 +608,7 @@ fr_status fr_q_transpose_codes(cudaStream_t s, const fr_node *n, const uint8_t *
         return fr_cuda_check_launch(n, "fp8 code transpose");
     }
     int64_t ntiles = fr_q_cdiv(Rp, 32) * fr_q_cdiv(Cp, 32);
-    tile_kernel<uint8_t><<<blocks_for(ntiles, 1), dim3(32, 8), 0, s>>>(src, R, C, Rp, Cp, NULL, 0, 1, dst, NULL,
+    tile_kernel<<<blocks_for(ntiles, 1), dim3(32, 8), 0, s>>>(sc_mem<uint8_t>{src, C}, R, C, Rp, Cp, NULL, 0, 1, dst, NULL,
                                                                        NULL);
     return fr_cuda_check_launch(n, "fp8 code transpose");
 }
@@ -510,7 +618,7 @@ fr_status fr_q_pad_codes(cudaStream_t s, const fr_node *n, const uint8_t *src, i
     int64_t Rp = fr_q_pad16(R), Cp = fr_q_pad16(C);
     if (Rp * Cp == 0) return FR_OK;
     int64_t ntiles = fr_q_cdiv(Rp, 32) * fr_q_cdiv(Cp, 32);
-    tile_kernel<uint8_t><<<blocks_for(ntiles, 1), dim3(32, 8), 0, s>>>(src, R, C, Rp, Cp, NULL, 0, 0, dst, NULL,
+    tile_kernel<<<blocks_for(ntiles, 1), dim3(32, 8), 0, s>>>(sc_mem<uint8_t>{src, C}, R, C, Rp, Cp, NULL, 0, 0, dst, NULL,
                                                                        NULL);
     return fr_cuda_check_launch(n, "fp8 code padding");
 }

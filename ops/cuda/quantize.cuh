@@ -86,6 +86,22 @@ FR_NODISCARD fr_status fr_q_tensor(cudaStream_t s, const fr_node *n, fr_q_src sr
                       const float *scale, fr_q_fmt f, int trans, uint8_t *dst, uint8_t *dense,
                       uint8_t *dense_t, fr_q_stats *st, int amax_slot);
 
+/* A GLU's output remade as a quantization source (ops/linear.h, x_glu): X [R][C] =
+ * SwiGLU(gate_up [R][2C]) with activation act (FR_GLU_*), as the SwiGLU kernels compute it,
+ * rounded to bfloat16 when y_bf16 (that SwiGLU's y_dtype); gate_up float32 or bfloat16. */
+typedef struct fr_q_glu {
+    const void *gate_up;
+    int bf16; /* gate_up holds bfloat16 */
+    int act;
+    int y_bf16;
+} fr_q_glu;
+
+/* X of x quantized with *scale (NULL: 1, for an amax-only pass whose dst_t is overwritten
+ * later) into the padded transpose dst_t [Cp][Rp], the weight gradient's operand; amax_slot >=
+ * 0: also X's amax into st. Aligned, unpadded shapes read gate_up once through 128x128 tiles. */
+FR_NODISCARD fr_status fr_q_glu_t(cudaStream_t s, const fr_node *n, fr_q_glu x, int64_t R, int64_t C,
+                                  const float *scale, fr_q_fmt f, uint8_t *dst_t, fr_q_stats *st, int amax_slot);
+
 /* Already-quantized codes [R][C] -> padded transpose [Cp][Rp] (the block recipe's saved Xq for
  * the weight gradient). */
 FR_NODISCARD fr_status fr_q_transpose_codes(cudaStream_t s, const fr_node *n, const uint8_t *src, int64_t R, int64_t C,

@@ -19,6 +19,7 @@
 
 #include "ops/cuda/cuda_kernel.h"
 #include "ops/cuda/cuda_util.cuh"
+#include "ops/cuda/glu_act.cuh"
 #include "ops/cuda/vec16.cuh"
 extern "C" {
 #include "ops/swiglu.h"
@@ -26,59 +27,9 @@ extern "C" {
 
 namespace {
 
+using namespace fr_glu;
+
 constexpr int kThreads = 256;
-
-/* s = sigmoid(g), oms = 1 - s */
-__device__ __forceinline__ void sig_pair(float g, float &s, float &oms)
-{
-    float e = expf(-fabsf(g));
-    float a = 1.0f / (1.0f + e); /* sigmoid(|g|) */
-    float b = e * a;             /* 1 - sigmoid(|g|) */
-    s = g >= 0.0f ? a : b;
-    oms = g >= 0.0f ? b : a;
-}
-__device__ __forceinline__ void sig_pair(double g, double &s, double &oms)
-{
-    double e = exp(-fabs(g));
-    double a = 1.0 / (1.0 + e);
-    double b = e * a;
-    s = g >= 0.0 ? a : b;
-    oms = g >= 0.0 ? b : a;
-}
-
-__device__ __forceinline__ float m_erfc(float x) { return erfcf(x); }
-__device__ __forceinline__ double m_erfc(double x) { return erfc(x); }
-
-/* a = act(g) and da = act'(g) of the activation ACT (FR_GLU_*, ops/swiglu.h) */
-template <int ACT, typename T> __device__ __forceinline__ void act_pair(T g, T &a, T &da)
-{
-    if (ACT == FR_GLU_GELU) {
-        const T phi = T(0.5) * m_erfc(-g * T(0.70710678118654752440));
-        a = g * phi;
-        da = phi + g * exp(T(-0.5) * g * g) * T(0.39894228040143267794);
-        return;
-    }
-    const T k = T(0.79788456080286535588), c = T(0.044715);
-    T s, oms;
-    sig_pair(ACT == FR_GLU_GELU_TANH ? T(2) * k * (g + c * g * g * g) : g, s, oms);
-    a = g * s;
-    da = ACT == FR_GLU_GELU_TANH ? s + g * T(2) * s * oms * k * (T(1) + T(3) * c * g * g) : s * fma(g, oms, T(1));
-}
-
-template <int ACT, typename T> __device__ __forceinline__ T fwd1(T g, T u)
-{
-    T a, da;
-    act_pair<ACT>(g, a, da);
-    return a * u;
-}
-
-template <int ACT, typename T> __device__ __forceinline__ void bwd1(T g, T u, T dy, T &dg, T &du)
-{
-    T a, da;
-    act_pair<ACT>(g, a, da);
-    du = dy * a;
-    dg = dy * u * da;
-}
 
 typedef __nv_bfloat16 bf16;
 
