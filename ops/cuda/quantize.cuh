@@ -1,4 +1,4 @@
-/* FP8 quantization kernels of the Linear family (ops/cuda/quantize.cu), producing the exact
+/* FP8 quantization kernels of the Linear family (ops/cuda/quantize.cu, quantize_block.cu), producing the exact
  * bytes of the CPU emulation (graph/fp8_format.h, graph/fp8_scaling.c):
  *   code = cvt.rn.satfinite(x * scale)   (float32 product, one rounding, then CUDA's
  *                                        __nv_cvt_float_to_fp8 with __NV_SATFINITE)
