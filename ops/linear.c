@@ -121,7 +121,21 @@ static fr_status linear_infer(fr_graph *g, int node_id)
                              n->n_outputs);
     const fr_value *x = fr_node_in(g, n, 0), *w = fr_node_in(g, n, 1), *b = fr_node_in(g, n, 2);
     FR_TRY(check_float(n, w, "weight"));
-    FR_TRY(check_act(n, x, w, &c, "input"));
+    if (x->dtype == FR_F8E4M3) { /* X's codes from an fp8 producer (SwiGLUQuantize) */
+        if (!delayed_fp8(&c) || w->dtype != FR_F32)
+            return fr_node_error(n, FR_ERR_UNSUPPORTED,
+                                 "input '%s' given as E4M3 codes needs fp8 precision with the "
+                                 "delayed recipe and a float32 weight",
+                                 x->name);
+        if (fr_node_out(g, n, FR_LIN_OUT_XQ) || fr_node_out(g, n, FR_LIN_OUT_XQ_SINV) ||
+            fr_node_out(g, n, FR_LIN_OUT_AMAX_X))
+            return fr_node_error(n, FR_ERR_GRAPH,
+                                 "input '%s' comes as codes: their producer writes amax_x, and "
+                                 "there is no Xq",
+                                 x->name);
+    } else {
+        FR_TRY(check_act(n, x, w, &c, "input"));
+    }
     FR_TRY(check_dtype_prec(n, w, &c));
     int64_t K, N;
     FR_TRY(weight_dims(n, w, c.transB, &K, &N));

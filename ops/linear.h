@@ -14,6 +14,10 @@
  *   X: W's dtype, or bfloat16 with a float32 W in bf16 / fp8 precision (a narrowed activation):
  *     widened exactly, so every output equals the float32 X of the same values bit for bit (in
  *     bf16 Xq is X's bytes; in fp8 the codes, scales and amax are the float32 tensor's).
+ *   X may also be float8e4m3fn, fp8 precision with the delayed recipe only: X's codes as an fp8
+ *     producer (SwiGLUQuantize, ops/swiglu.h) wrote them with this node's scale_x, multiplied
+ *     with scale_inv = 1 / scale_x: Y equals the Linear of the float X they came from, bit for
+ *     bit. Then the node has no Xq, Xq_scale_inv or amax_x output (the producer writes amax).
  *   Xq (bf16, fp8): X as the weight-gradient GEMM consumes it, saved for the backward so the
  *     float copy of X need not be kept. fp8, quantized to E4M3:
  *       delayed, current: the very codes the forward GEMM used, TRANSPOSED to [K, M] (M =

@@ -396,6 +396,29 @@ static fr_status gemm_out(const operand *a, const operand *b, int64_t M, int64_t
 }
 
 /* Linear on float32 values x [M][K] (X itself, or a bfloat16 X widened) */
+/* Linear on X as E4M3 codes an fp8 producer wrote with scale_x (ops/linear.h): the GEMM
+ * multiplies them with scale_inv = 1 / scale_x, what quantizing X here would have given */
+static fr_status linear_codes(const fr_kernel_ctx *ctx, const lin_cfg *c, int64_t M, int64_t N, int64_t K)
+{
+    const fr_tensor *w = ctx->in[1], *b = ctx->n_in > 2 ? ctx->in[2] : NULL;
+    const fr_tensor *sx = ctx->n_in > FR_LIN_IN_SCALE_X ? ctx->in[FR_LIN_IN_SCALE_X] : NULL;
+    char wx[600], ww[600];
+    what_str(wx, sizeof wx, ctx, "input", 0);
+    what_str(ww, sizeof ww, ctx, "weight", 1);
+    const float s = sx ? ((const float *)sx->data)[0] : 0.0f;
+    if (!(s > 0.0f) || isinf(s)) return fr_error(FR_ERR_NUMERIC, "%s: scale %g must be finite and > 0", wx, (double)s);
+    const float sinv = 1.0f / s;
+    operand a = x_operand(NULL, M, K, c, 0), bw = w_operand(w, c, c->transB);
+    a.q = ctx->in[0]->data;
+    a.q_sinv = &sinv;
+    a.what = wx;
+    bw.scale = scale_in(ctx, FR_LIN_IN_SCALE_W, c);
+    bw.what = ww;
+    FR_TRY(gemm_out(&a, &bw, M, N, K, c->pad, b ? b->data : NULL, ctx->out[0]));
+    write_amax(ctx, FR_LIN_OUT_AMAX_W, w->data, fr_tensor_numel(w));
+    return FR_OK;
+}
+
 static fr_status linear_f32(const fr_kernel_ctx *ctx, const lin_cfg *c, const float *x, int64_t M, int64_t N,
                             int64_t K)
 {
@@ -448,6 +471,7 @@ fr_status fr_linear_cpu(const fr_kernel_ctx *ctx)
     FR_TRY(check_blas_dims(n, M, N, K, c.pad));
     if (x->dtype == FR_F64)
         return gemm_f64(x->data, 0, w->data, c.transB, M, N, K, c.pad, b ? b->data : NULL, ctx->out[0]->data);
+    if (x->dtype == FR_F8E4M3) return linear_codes(ctx, &c, M, N, K);
     FR_TRY(check_act_dtype(n, x));
     const float *xv;
     float *owned;

@@ -85,6 +85,8 @@ extern const fr_op_def fr_ops_layout[];      /* ops/layout.c: Transpose, Concat,
 extern const fr_op_def fr_ops_slice_tile[];  /* ops/slice_tile.c: Slice, Trilu, Tile, SliceGrad/TileGrad (ai.fp8run) */
 extern const fr_op_def fr_ops_attention[];   /* ops/attention.c: Attention, AttentionGrad (ai.fp8run): fused attention, ops/attention.h */
 extern const fr_op_def fr_ops_swiglu[];      /* ops/swiglu.c: SwiGLU, SwiGLUGrad (ai.fp8run): fused gate * sigmoid(gate) * up, ops/swiglu.h */
+extern const fr_op_def fr_ops_swiglu_quant
+    []; /* ops/swiglu_quant.c: SwiGLUQuantize (ai.fp8run): the SwiGLU output as E4M3 codes, ops/swiglu.h */
 extern const fr_op_def fr_ops_rotary[];      /* ops/rotary.c: Rotary, RotaryGrad (ai.fp8run): fused x * cos + rotate_half(x) * sin, ops/rotary.h */
 extern const fr_op_def fr_ops_attention_onnx[]; /* ops/attention_onnx.c: ONNX Attention (opset 23), inference only */
 extern const fr_op_def fr_ops_attention_qkv[]; /* ops/attention_qkv.c: AttentionQKV, AttentionQKVGrad (ai.fp8run), ops/attention_qkv.h */

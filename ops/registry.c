@@ -7,7 +7,7 @@
 static const fr_op_def *const families[] = {
     fr_ops_unary_math, fr_ops_unary, fr_ops_binary, fr_ops_reduce, fr_ops_reduce_grad, fr_ops_matmul, fr_ops_softmax,
     fr_ops_norm,  fr_ops_gather, fr_ops_shape,  fr_ops_layout, fr_ops_slice_tile, fr_ops_grad, fr_ops_loss, fr_ops_linear, fr_ops_elementwise_grad, fr_ops_einsum, fr_ops_cumsum,
-    fr_ops_attention, fr_ops_attention_onnx, fr_ops_swiglu, fr_ops_rotary, fr_ops_dropout, fr_ops_attention_qkv,
+    fr_ops_attention, fr_ops_attention_onnx, fr_ops_swiglu, fr_ops_swiglu_quant, fr_ops_rotary, fr_ops_dropout, fr_ops_attention_qkv,
     fr_ops_add_norm,
     fr_ops_add_layer_norm,
     fr_ops_linear_ce,

@@ -38,6 +38,15 @@
  * the unfused float32 chain, which rounds after each op), then to bfloat16 where asked. CUDA:
  * float32 math, within 1e-5 relative; its bfloat16 outputs are its float32 ones rounded.
  * The gradient rule of SwiGLU emits one SwiGLUGrad node reading the forward's inputs. */
+/* SwiGLUQuantize(gate_up [..., 2F], scale [1]) -> (codes [..., F] float8e4m3fn, amax [1])
+ *   The one-input SwiGLU's y (attributes activation and y_dtype as SwiGLU's: y_dtype
+ *   "bfloat16" rounds y to bfloat16 first), written as the E4M3 codes the fp8 Linear reading
+ *   it would make with the delayed recipe's scale (ops/linear.h: code = sat(rn(y * scale))),
+ *   and amax = max |y| (NaN if any NaN, else Inf if any Inf), the Linear's amax_x. Emitted by
+ *   passes/fp8_producers.c after autodiff (no gradient rule): the Linear then reads the codes
+ *   and the bfloat16 y is never written. A scale that is not finite and > 0 is FR_ERR_NUMERIC on
+ *   the CPU; the GPU writes codes and leaves the refusal to the Linear, which makes its output
+ *   NaN (ops/cuda/quantize.cuh). */
 #ifndef FR_OPS_SWIGLU_H
 #define FR_OPS_SWIGLU_H
 

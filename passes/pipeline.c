@@ -8,6 +8,7 @@
 #include "passes/attention_io.h"
 #include "passes/attention_mask.h"
 #include "passes/dropout.h"
+#include "passes/fp8_producers.h"
 #include "passes/gelu_fuse.h"
 #include "passes/softcap_fuse.h"
 #include "passes/gather_slice.h"
@@ -188,6 +189,18 @@ static fr_status run_wgrad_operands(fr_pass_ctx *c, fr_pass_result *r)
     return FR_OK;
 }
 
+static fr_status run_fp8_producers(fr_pass_ctx *c, fr_pass_result *r)
+{
+    if (fr_env_is(FR_ENV_FP8_PRODUCERS, "0")) {
+        snprintf(r->detail, sizeof r->detail, "off (FP8RUN_FP8_PRODUCERS=0)");
+        return FR_OK;
+    }
+    FR_TRY(fr_fp8_producers(c->g, &r->changed));
+    snprintf(r->detail, sizeof r->detail, "%d SwiGLU node%s write%s the down projection's E4M3 codes", r->changed,
+             r->changed == 1 ? "" : "s", r->changed == 1 ? "s" : "");
+    return FR_OK;
+}
+
 static fr_status run_unfused(fr_pass_ctx *c, fr_pass_result *r)
 {
     int left; /* a report: the graph is unchanged (r->changed stays 0) */
@@ -351,6 +364,10 @@ static const fr_pass k_passes[] = {
     {"wgrad_operands", "an fp8 weight gradient reads X itself where the backward holds it anyway (or "
      "remakes an MLP activation, FP8RUN_WGRAD_OPERAND=remade): the Linear saves no codes",
      FR_STAGE_DIFFERENTIATED, NULL, 0, run_wgrad_operands},
+    /* after wgrad_operands, which decides whether a Linear still saves X's codes (then its X
+       stays a float); before chunked_lm_head, which reorders the nodes */
+    {"fp8_producers", "a SwiGLU read only by an fp8 Linear (delayed recipe, no saved codes) writes X's E4M3 codes "
+     "and amax itself: ai.fp8run::SwiGLUQuantize", FR_STAGE_DIFFERENTIATED, NULL, 0, run_fp8_producers},
     /* last: it reorders the nodes (the forward/backward split recompute reads is gone after it),
        and it reads the narrowed head (y_dtype, dx_dtype) narrow_gradients decided */
     {"chunked_lm_head", "the LM head Linear, the loss head and their backward become one "

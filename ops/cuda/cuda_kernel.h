@@ -238,6 +238,7 @@ extern const fr_cuda_kernel_def fr_cuda_kernels_linear[];      /* Linear, Linear
 extern const fr_cuda_kernel_def fr_cuda_kernels_attention[];   /* Attention, AttentionGrad (fused, flash style) */
 extern const fr_cuda_kernel_def fr_cuda_kernels_attention_qkv[]; /* AttentionQKV(Grad): attention on the packed QKV projection */
 extern const fr_cuda_kernel_def fr_cuda_kernels_swiglu[];      /* SwiGLU, SwiGLUGrad (fused gate * sigmoid(gate) * up) */
+extern const fr_cuda_kernel_def fr_cuda_kernels_swiglu_quant[]; /* SwiGLUQuantize (the SwiGLU output as E4M3 codes) */
 extern const fr_cuda_kernel_def fr_cuda_kernels_rotary[];      /* Rotary, RotaryGrad (fused x * cos + rotate_half(x) * sin) */
 extern const fr_cuda_kernel_def fr_cuda_kernels_dropout[];     /* KeyedDropout (training-mode dropout, ops/dropout.h) */
 

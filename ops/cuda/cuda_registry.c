@@ -8,7 +8,7 @@ extern const fr_cuda_kernel_def fr_cuda_kernels_linear_ce[]; /* LinearCrossEntro
 static const fr_cuda_kernel_def *const families[] = {
     fr_cuda_kernels_elementwise, fr_cuda_kernels_reduce, fr_cuda_kernels_softmax, fr_cuda_kernels_loss, fr_cuda_kernels_norm,
     fr_cuda_kernels_gather,      fr_cuda_kernels_layout, fr_cuda_kernels_shape, fr_cuda_kernels_matmul,  fr_cuda_kernels_einsum, fr_cuda_kernels_linear,
-    fr_cuda_kernels_attention,   fr_cuda_kernels_swiglu, fr_cuda_kernels_rotary, fr_cuda_kernels_dropout,
+    fr_cuda_kernels_attention,   fr_cuda_kernels_swiglu, fr_cuda_kernels_swiglu_quant, fr_cuda_kernels_rotary, fr_cuda_kernels_dropout,
     fr_cuda_kernels_attention_qkv, fr_cuda_kernels_add_norm,
     fr_cuda_kernels_add_layer_norm,
     fr_cuda_kernels_linear_ce,

@@ -8,6 +8,8 @@
 
 #include <math.h>
 
+#include <cuda_bf16.h>
+
 extern "C" {
 #include "ops/swiglu.h"
 }
@@ -64,6 +66,14 @@ template <int ACT, typename T> __device__ __forceinline__ void bwd1(T g, T u, T 
     act_pair<ACT>(g, a, da);
     du = dy * a;
     dg = dy * u * da;
+}
+
+/* The SwiGLU's stored y as a float: fwd1 in float32, rounded to bfloat16 (and widened back)
+ * when the SwiGLU writes bfloat16 (y_dtype), as its bfloat16 stores round */
+template <int ACT> __device__ __forceinline__ float x_of(float g, float u, int y_bf16)
+{
+    const float x = fwd1<ACT>(g, u);
+    return y_bf16 ? __bfloat162float(__float2bfloat16_rn(x)) : x;
 }
 
 } // namespace fr_glu

@@ -371,9 +371,20 @@ static fr_status linear_run(const fr_cuda_kctx *k)
     const fr_tensor *sw = delayed(c) ? opt_in(k, FR_LIN_IN_SCALE_W) : NULL;
     FR_TRY(need_scale(&r, sx, "scale_x"));
     FR_TRY(need_scale(&r, sw, "scale_w"));
-    /* one read of X: the GEMM's row-major codes (scratch) and, transposed, the saved Xq [K][M] */
-    FR_TRY(quant_tensor(&r, r.stats, 0, x, M, K, f, sx, 0, xop, NULL, xq ? (uint8_t *)xq->data : NULL,
-                        ax ? (float *)ax->data : NULL, xs ? (float *)xs->data : NULL));
+    if (x->dtype == FR_F8E4M3) { /* X's codes, written with scale_x by an fp8 producer (linear.h) */
+        if (xq || ax || !sx)
+            return fr_node_error(r.n, FR_ERR_GRAPH, "X given as codes needs the delayed recipe's scale_x and has "
+                                 "no Xq or amax_x output (its producer's)");
+        if (Mp == M && Kp == K) /* the GEMM's operand as they are */
+            xop = (uint8_t *)x->data;
+        else
+            FR_TRY(fr_q_pad_codes(r.s, r.n, (const uint8_t *)x->data, M, K, xop));
+        FR_TRY(fr_q_finalize(r.s, r.n, r.stats, 0, (const float *)sx->data, 0, f, NULL, NULL));
+    } else {
+        /* one read of X: the GEMM's row-major codes (scratch) and, transposed, the saved Xq [K][M] */
+        FR_TRY(quant_tensor(&r, r.stats, 0, x, M, K, f, sx, 0, xop, NULL, xq ? (uint8_t *)xq->data : NULL,
+                            ax ? (float *)ax->data : NULL, xs ? (float *)xs->data : NULL));
+    }
     FR_TRY(w_begin(&r, &conv));
     if (conv) {
         FR_TRY(quant_tensor(&r, wst, 1, w, wr, wc, f, sw, !c->transB, wop, NULL, NULL, aw ? (float *)aw->data : NULL,

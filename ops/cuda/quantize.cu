@@ -5,13 +5,6 @@
 #include "ops/cuda/glu_act.cuh"
 #include "ops/cuda/quantize_util.cuh"
 
-/* X of a GLU source (ops/linear.h, x_glu): the SwiGLU kernels' float32 result of gate g and up
- * u, rounded to bfloat16 (and widened back) when that SwiGLU wrote bfloat16 */
-template <int ACT> __device__ __forceinline__ float glu_x(float g, float u, int y_bf16)
-{
-    const float x = fr_glu::fwd1<ACT>(g, u);
-    return y_bf16 ? __bfloat162float(__float2bfloat16_rn(x)) : x;
-}
 
 /* ---- per-tensor amax and scale ---- */
 
@@ -109,7 +102,7 @@ template <int ACT, typename T> struct sc_glu {
     __device__ __forceinline__ float at(int64_t r, int64_t c) const
     {
         const int64_t o = r * 2 * C + c;
-        return glu_x<ACT>(ld_f(gate_up, o), ld_f(gate_up, o + C), y_bf16);
+        return fr_glu::x_of<ACT>(ld_f(gate_up, o), ld_f(gate_up, o + C), y_bf16);
     }
     __device__ __forceinline__ uint8_t code(int64_t, int64_t) const { return 0; }
 };
@@ -245,7 +238,7 @@ template <int ACT, typename T> struct ld_glu {
         q_vec<T>::get(x.g, g);
         q_vec<T>::get(x.u, u);
 #pragma unroll
-        for (int j = 0; j < V; j++) f[j] = glu_x<ACT>(g[j], u[j], y_bf16);
+        for (int j = 0; j < V; j++) f[j] = fr_glu::x_of<ACT>(g[j], u[j], y_bf16);
     }
 };
 

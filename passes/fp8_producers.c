@@ -1,0 +1,81 @@
+/* FP8-emitting producers (see fp8_producers.h). */
+#include "passes/fp8_producers.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "ops/linear.h"
+#include "ops/op.h"
+
+static int is_op(const fr_node *n, const char *op)
+{
+    return !n->dead && strcmp(n->op_type, op) == 0 && strcmp(n->domain, FR_DOMAIN_FP8RUN) == 0;
+}
+
+static int readers(const fr_graph *g, int v)
+{
+    int c = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int k = 0; !g->nodes[i].dead && k < g->nodes[i].n_inputs; k++) c += g->nodes[i].inputs[k] == v;
+    return c;
+}
+
+static int out_at(const fr_node *n, int o) { return o < n->n_outputs ? n->outputs[o] : -1; }
+
+/* Linear li's X is the output of a one-input SwiGLU that only li reads, and li takes codes for it */
+static int rewritable(const fr_graph *g, const fr_node *li, int *producer)
+{
+    fr_lin_attrs a;
+    if (!is_op(li, "Linear") || fr_lin_read_attrs(li, &a) != FR_OK || a.prec != FR_LIN_FP8 ||
+        a.recipe != FR_LIN_DELAYED)
+        return 0;
+    if (li->n_inputs <= FR_LIN_IN_SCALE_X || li->inputs[FR_LIN_IN_SCALE_X] < 0 || li->inputs[FR_LIN_IN_X] < 0) return 0;
+    if (out_at(li, FR_LIN_OUT_XQ) >= 0 || out_at(li, FR_LIN_OUT_XQ_SINV) >= 0 || out_at(li, FR_LIN_OUT_AMAX_X) < 0)
+        return 0;
+    const int x = li->inputs[FR_LIN_IN_X], p = g->values[x].producer;
+    if (p < 0 || !is_op(&g->nodes[p], "SwiGLU") || g->nodes[p].n_inputs != 1 || g->nodes[p].inputs[0] < 0 ||
+        g->nodes[p].n_outputs != 1 || g->nodes[p].outputs[0] != x)
+        return 0;
+    const fr_value *xv = &g->values[x], *gu = &g->values[g->nodes[p].inputs[0]];
+    if ((xv->dtype != FR_F32 && xv->dtype != FR_BF16) || (gu->dtype != FR_F32 && gu->dtype != FR_BF16)) return 0;
+    if ((xv->flags & FR_VAL_OUTPUT) || readers(g, x) != 1) return 0;
+    *producer = p;
+    return 1;
+}
+
+/* SwiGLU p becomes SwiGLUQuantize(gate_up, scale_x) -> (X's codes, Linear li's amax_x) */
+static fr_status rewrite(fr_graph *g, int li, int p)
+{
+    const char *act;
+    int y_bf16;
+    FR_TRY(fr_node_attr_string(&g->nodes[p], "activation", "silu", &act));
+    FR_TRY(fr_attr_bf16(&g->nodes[p], "y_dtype", &y_bf16));
+    char a[16], name[600];
+    snprintf(a, sizeof a, "%s", act);
+    snprintf(name, sizeof name, "%s", g->nodes[p].name);
+    const int x = g->nodes[li].inputs[FR_LIN_IN_X];
+    const int in[2] = {g->nodes[p].inputs[0], g->nodes[li].inputs[FR_LIN_IN_SCALE_X]};
+    const int out[2] = {x, g->nodes[li].outputs[FR_LIN_OUT_AMAX_X]};
+    FR_TRY(fr_node_reset(g, p, "SwiGLUQuantize", FR_DOMAIN_FP8RUN, name, 2, in, 2, out));
+    g->nodes[p].op = fr_op_find(FR_DOMAIN_FP8RUN, "SwiGLUQuantize");
+    if (strcmp(a, "silu") != 0) FR_TRY(fr_node_set_attr_string(&g->nodes[p], "activation", a));
+    if (y_bf16) FR_TRY(fr_node_set_attr_string(&g->nodes[p], "y_dtype", "bfloat16"));
+    g->nodes[li].outputs[FR_LIN_OUT_AMAX_X] = -1;
+    fr_value *xv = &g->values[x];
+    int64_t dims[FR_MAX_RANK];
+    memcpy(dims, xv->dims, sizeof(int64_t) * (size_t)xv->rank);
+    fr_value_set_shape(xv, FR_F8E4M3, xv->rank, dims);
+    return fr_graph_rebuild_producers(g);
+}
+
+fr_status fr_fp8_producers(fr_graph *g, int *changed)
+{
+    *changed = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        int p;
+        if (!rewritable(g, &g->nodes[i], &p)) continue;
+        FR_TRY(rewrite(g, i, p));
+        ++*changed;
+    }
+    return FR_OK;
+}

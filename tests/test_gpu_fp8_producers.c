@@ -1,0 +1,173 @@
+/* SwiGLUQuantize (ops/swiglu.h, ops/cuda/swiglu_quant.cu) and the fp8 Linear reading X's codes
+ * (ops/linear.h) on the CUDA backend. Fresh random gate_up N(0, 3) for every activation, gate_up
+ * float32 and bfloat16, y_dtype float32 and bfloat16, shapes whose F takes the 16-byte vectors
+ * and shapes that do not. What must hold:
+ *   - the codes are the GPU SwiGLU's y quantized with the scale (the CPU's quantization of
+ *     those values, bit for bit), the amax that y's (fr_amax), bit for bit;
+ *   - a Linear reading the codes gives, on the GPU, the Y of the GPU Linear reading y, bit for
+ *     bit, and its amax_w;
+ *   - the CPU SwiGLUQuantize's codes are within one code of the GPU's (the CPU's SwiGLU rounds
+ *     a double, the GPU's float32 math is within a few ulp: a value next to a rounding boundary
+ *     may fall either side), at most 1% of them.
+ * Printed, not asserted: at the 1B step's shape (16384 tokens, F 5632, bf16 gate_up and y),
+ * SwiGLU + the Linear's quantization of X against SwiGLUQuantize. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/fp8_format.h"
+#include "ops/linear.h"
+#include "tests/bf16_check.h"
+#include "tests/gpu_harness.h"
+#include "tests/gpu_op_time.h"
+
+static const char *const k_acts[3] = {"silu", "gelu_tanh", "gelu"};
+static const int64_t k_shapes[][3] = {{64, 64, 32}, {37, 40, 24}, {19, 13, 16}, {256, 96, 48}}; /* rows, F, N */
+#define N_SHAPES (int)(sizeof k_shapes / sizeof k_shapes[0])
+
+static fr_tensor *scalar1(float v)
+{
+    int64_t one = 1;
+    fr_tensor *t = tt_new(FR_F32, 1, &one);
+    ((float *)t->data)[0] = v;
+    return t;
+}
+
+static float *as_floats(const fr_tensor *y)
+{
+    const int64_t n = fr_tensor_numel(y);
+    float *f = malloc((size_t)(n ? n : 1) * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        f[i] = y->dtype == FR_BF16 ? fr_bf16_to_f32(((const uint16_t *)y->data)[i]) : ((const float *)y->data)[i];
+    return f;
+}
+
+static void set_glu(tnode *t, const char *act, int y16)
+{
+    TN_ATTR(t, string, "activation", act);
+    if (y16) TN_ATTR(t, string, "y_dtype", "bfloat16");
+}
+
+static void run_case(fr_rng *rng, const int64_t *shp, const char *act, int gu16, int y16, int tb)
+{
+    const int64_t R = shp[0], F = shp[1], N = shp[2];
+    int64_t gd[2] = {R, 2 * F}, wd[2] = {tb ? N : F, tb ? F : N};
+    fr_tensor *guf = tt_randn(rng, FR_F32, 2, gd, 0.0, 3.0), *gub = bc_bf16_pair(guf);
+    fr_tensor *gu = gu16 ? gub : guf, *w = tt_randn(rng, FR_F32, 2, wd, 0.0, 0.2);
+    fr_tensor *sx = scalar1(60.0f), *sw = scalar1(900.0f);
+    char what[200];
+    snprintf(what, sizeof what, "rows %lld F %lld N %lld %s gate_up %s y %s transB %d", (long long)R, (long long)F,
+             (long long)N, act, gu16 ? "bf16" : "f32", y16 ? "bf16" : "f32", tb);
+    tnode sg, q;
+    tn_init_domain(&sg, FR_DOMAIN_FP8RUN, "SwiGLU", 1, 1, &gu, 0, 1);
+    set_glu(&sg, act, y16);
+    FR_ASSERT_OK(tn_run(&sg));
+    fr_tensor *yg[TN_MAX], *qg[TN_MAX];
+    FR_ASSERT_OK(tn_run_gpu(&sg, yg));
+    fr_tensor *qin[2] = {gu, sx};
+    tn_init_domain(&q, FR_DOMAIN_FP8RUN, "SwiGLUQuantize", 1, 2, qin, 0, 2);
+    set_glu(&q, act, y16);
+    FR_ASSERT_OK(tn_run(&q));
+    FR_ASSERT_OK(tn_run_gpu(&q, qg));
+    /* the GPU's codes and amax: its own y quantized */
+    float *y = as_floats(yg[0]);
+    fr_tensor *want = tt_new(FR_F8E4M3, 2, (int64_t[]){R, F});
+    FR_ASSERT_OK(fr_fp8_quantize(y, R * F, 60.0f, FR_F8E4M3, want->data));
+    char lab[300];
+    snprintf(lab, sizeof lab, "%s: GPU codes vs the GPU SwiGLU's y quantized", what);
+    CU_ASSERT_EQUAL(bc_bits_diff(lab, qg[0], want), 0);
+    const float am = fr_amax(y, R * F);
+    CU_ASSERT_EQUAL(memcmp(&am, qg[1]->data, 4), 0);
+    /* the CPU's codes: within one code of the GPU's, rarely off */
+    int64_t off = 0, far = 0;
+    for (int64_t i = 0; i < R * F; i++) {
+        const int a = ((const uint8_t *)qg[0]->data)[i], b = ((const uint8_t *)q.out[0]->data)[i];
+        off += a != b;
+        far += abs(a - b) > 1 && ((a ^ b) & 0x80) == 0;
+    }
+    if (far || off * 100 > R * F)
+        fprintf(stderr, "\n  %s: %lld codes differ from the CPU's, %lld by more than one\n", what, (long long)off,
+                (long long)far);
+    CU_ASSERT_EQUAL(far, 0);
+    CU_ASSERT(off * 100 <= R * F);
+    /* Linear(codes) == Linear(y) on the GPU */
+    fr_tensor *lf_in[5] = {yg[0], w, NULL, sx, sw}, *lq_in[5] = {qg[0], w, NULL, sx, sw};
+    tnode lf, lq;
+    tn_init_domain(&lf, FR_DOMAIN_FP8RUN, "Linear", 1, 5, lf_in, 0, 5);
+    tn_init_domain(&lq, FR_DOMAIN_FP8RUN, "Linear", 1, 5, lq_in, 0, 5);
+    tnode *both[2] = {&lf, &lq};
+    for (int b = 0; b < 2; b++) {
+        TN_ATTR(both[b], string, "precision", "fp8");
+        TN_ATTR(both[b], int, "transB", tb);
+        tn_omit_output(both[b], FR_LIN_OUT_XQ);
+        tn_omit_output(both[b], FR_LIN_OUT_XQ_SINV);
+    }
+    tn_omit_output(&lq, FR_LIN_OUT_AMAX_X);
+    FR_ASSERT_OK(tn_run(&lf));
+    FR_ASSERT_OK(tn_run(&lq));
+    fr_tensor *lfg[TN_MAX], *lqg[TN_MAX];
+    FR_ASSERT_OK(tn_run_gpu(&lf, lfg));
+    FR_ASSERT_OK(tn_run_gpu(&lq, lqg));
+    snprintf(lab, sizeof lab, "%s: GPU Linear(codes) vs GPU Linear(y)", what);
+    CU_ASSERT_EQUAL(bc_bits_diff(lab, lqg[0], lfg[0]), 0);
+    CU_ASSERT_EQUAL(memcmp(lqg[FR_LIN_OUT_AMAX_W]->data, lfg[FR_LIN_OUT_AMAX_W]->data, 4), 0);
+    CU_ASSERT(gpu_rel_err(lqg[0], lq.out[0]) <= 1e-2);
+    gpu_free_outputs(&lq, lqg);
+    gpu_free_outputs(&lf, lfg);
+    gpu_free_outputs(&q, qg);
+    gpu_free_outputs(&sg, yg);
+    tn_free(&lq);
+    tn_free(&lf);
+    tn_free(&q);
+    tn_free(&sg);
+    free(y);
+    fr_tensor_free(want);
+    fr_tensor_free(guf);
+    fr_tensor_free(gub);
+    fr_tensor_free(w);
+    fr_tensor_free(sx);
+    fr_tensor_free(sw);
+}
+
+static void test_bits(void)
+{
+    if (!gpu_available()) return;
+    fr_rng rng = fr_test_rng("gpu_fp8_producers");
+    for (int i = 0; i < N_SHAPES; i++)
+        for (int a = 0; a < 3; a++)
+            for (int c = 0; c < 4; c++) run_case(&rng, k_shapes[i], k_acts[a], c & 1, c >> 1, (i + c) & 1);
+}
+
+static void test_times(void)
+{
+    if (!gpu_available()) return;
+    const int64_t M = 16384, F = 5632;
+    int64_t gd[2] = {M, 2 * F}, xd[2] = {M, F}, one = 1;
+    fr_tensor gu = gpu_shape_only(FR_BF16, 2, gd), s1 = gpu_shape_only(FR_F32, 1, &one);
+    double bytes = 0;
+    tnode sg, q;
+    fr_tensor *in1[1] = {&gu}, *in2[2] = {&gu, &s1};
+    tn_init_domain(&sg, FR_DOMAIN_FP8RUN, "SwiGLU", 1, 1, in1, 0, 1);
+    TN_ATTR(&sg, string, "y_dtype", "bfloat16");
+    const double t_sg = gpu_time_node(&sg, 20, &bytes);
+    tn_init_domain(&q, FR_DOMAIN_FP8RUN, "SwiGLUQuantize", 1, 2, in2, 0, 2);
+    TN_ATTR(&q, string, "y_dtype", "bfloat16");
+    const double t_q = gpu_time_node(&q, 20, &bytes);
+    (void)xd;
+    printf("\n    1B MLP [16384, 11264] -> [16384, 5632]: SwiGLU (bf16 y) %.3f ms; SwiGLUQuantize (codes) %.3f ms, "
+           "%.0f GB/s\n",
+           t_sg, t_q, bytes / (t_q * 1e6));
+    tn_free(&sg);
+    tn_free(&q);
+}
+
+int main(void)
+{
+    CU_TestInfo tests[] = {
+        {"SwiGLUQuantize: the GPU SwiGLU's y quantized; Linear(codes) == Linear(y) on the GPU", test_bits},
+        {"SwiGLUQuantize at the 1B shape: times (printed)", test_times},
+        CU_TEST_INFO_NULL,
+    };
+    CU_SuiteInfo suites[] = {{"gpu_fp8_producers", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
+    return gpu_test_main(suites);
+}
