@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "ops/cuda/glu_act.cuh"
+#include "ops/cuda/quantize.cuh"
 #include "ops/cuda/quantize_util.cuh"
 
 
@@ -64,7 +65,7 @@ __global__ void finalize_kernel(fr_q_stats *st, int slot, const float *given, in
         scale = *given;
         bad = !(scale > 0.0f) || isinf(scale);
     } else {
-        scale = scale_from_amax_bits(bits, f, &bad);
+        scale = scale_from_amax_bits(bits, f.e5m2, f.margin, &bad);
     }
     if (bad) {
         atomicOr(&st->flags, 1u << slot);

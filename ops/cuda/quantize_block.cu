@@ -1,5 +1,6 @@
 /* FP8 quantization in blocks (the "block" recipe; see quantize.cuh): 1x128 along the rows,
  * 128x1 along the columns, 128x128 tiles, and the padded scale grids. */
+#include "ops/cuda/quantize.cuh"
 #include "ops/cuda/quantize_util.cuh"
 
 /* ---- 1x128 blocks along the rows: one warp per block ---- */
@@ -26,7 +27,7 @@ __global__ void rows128_kernel(const T *src, int64_t R, int64_t C, int64_t Rp, i
         m = __reduce_max_sync(FULL_MASK, m);
         m_all = max(m_all, m);
         int bad = 0;
-        float scale = r < R ? scale_from_amax_bits(m, f, &bad) : 1.0f;
+        float scale = r < R ? scale_from_amax_bits(m, f.e5m2, f.margin, &bad) : 1.0f;
         for (int j = 0; j < 4; j++) {
             int64_t c = kb * 128 + j * 32 + lane;
             if (c < Cp) dst[r * Cp + c] = (r < R && c < C) ? quantize(v[j], scale, f.e5m2) : (uint8_t)0;
@@ -83,7 +84,7 @@ __global__ void cols128_kernel(const T *src, int64_t R, int64_t C, int64_t Rp, i
             for (int i = 1; i < 8; i++) m = max(m, red[i][tx]);
             m_all = max(m_all, m);
             int bad = 0;
-            float scale = c < C ? scale_from_amax_bits(m, f, &bad) : 1.0f;
+            float scale = c < C ? scale_from_amax_bits(m, f.e5m2, f.margin, &bad) : 1.0f;
             col_scale[tx] = scale;
             float si = sinv_of(scale, bad);
             if (sinv_t && c < Cp) sinv_t[rb * Cp + c] = si;
@@ -147,7 +148,7 @@ __global__ void tiles128_kernel(const float *src, int64_t R, int64_t C, int64_t 
         m = block_max(m, red);
         m_all = max(m_all, m);
         int bad = 0;
-        float scale = scale_from_amax_bits(m, f, &bad);
+        float scale = scale_from_amax_bits(m, f.e5m2, f.margin, &bad);
         for (int idx = tid; idx < 128 * 128; idx += 256) {
             int64_t r = r0 + idx / 128, c = c0 + idx % 128;
             tile[idx / 128][idx % 128] = (r < R && c < C) ? quantize(src[r * C + c], scale, f.e5m2) : (uint8_t)0;

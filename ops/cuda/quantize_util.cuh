@@ -1,4 +1,5 @@
-/* Shared pieces of the quantization kernels (quantize.cu, quantize_block.cu): launch sizes, the
+/* Shared pieces of the kernels that write fp8 codes (quantize.cu, quantize_block.cu,
+ * swiglu_quant.cu): launch sizes, the
  * fp8 conversion, float32 / bfloat16 loads, scales from amax bits and block-wide maxima. */
 #ifndef FR_OPS_CUDA_QUANTIZE_UTIL_CUH
 #define FR_OPS_CUDA_QUANTIZE_UTIL_CUH
@@ -7,7 +8,7 @@
 #include <cuda_fp8.h>
 #include <float.h>
 
-#include "ops/cuda/quantize.cuh"
+#include "ops/cuda/cuda_kernel.h"
 
 #define FULL_MASK 0xFFFFFFFFu
 #define NAN_BITS 0x7FC00000u /* the canonical NaN fr_amax returns */
@@ -124,7 +125,7 @@ template <int W> __device__ __forceinline__ void store_codes(uint8_t *p, const u
 static inline int aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
 
 /* fr_fp8_scale_from_amax on the amax's bits: *bad for NaN/Inf (the CPU's FR_ERR_NUMERIC) */
-static __device__ float scale_from_amax_bits(unsigned bits, fr_q_fmt f, int *bad)
+static __device__ float scale_from_amax_bits(unsigned bits, int e5m2, int margin, int *bad)
 {
     *bad = 0;
     if (bits >= INF_BITS) {
@@ -133,7 +134,7 @@ static __device__ float scale_from_amax_bits(unsigned bits, fr_q_fmt f, int *bad
     }
     float amax = __uint_as_float(bits);
     if (amax == 0.0f) return 1.0f;
-    float s = ldexpf(__fdiv_rn(f.e5m2 ? 57344.0f : 448.0f, amax), -f.margin);
+    float s = ldexpf(__fdiv_rn(e5m2 ? 57344.0f : 448.0f, amax), -margin);
     if (!(s <= FLT_MAX)) s = FLT_MAX;
     if (s < FLT_MIN) s = FLT_MIN;
     return s;
