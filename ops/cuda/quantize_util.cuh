@@ -1,6 +1,6 @@
 /* Shared pieces of the kernels that write fp8 codes (quantize.cu, quantize_block.cu,
- * swiglu_quant.cu): launch sizes, the
- * fp8 conversion, float32 / bfloat16 loads, scales from amax bits and block-wide maxima. */
+ * swiglu_quant.cu): launch sizes, the fp8 conversion, float32 / bfloat16 loads, scales from amax
+ * bits and block-wide maxima. */
 #ifndef FR_OPS_CUDA_QUANTIZE_UTIL_CUH
 #define FR_OPS_CUDA_QUANTIZE_UTIL_CUH
 
