@@ -169,11 +169,11 @@ static fr_status run_lm_head(fr_pass_ctx *c, fr_pass_result *r)
 static fr_status run_wgrad_operands(fr_pass_ctx *c, fr_pass_result *r)
 {
     const char *mode = fr_env_get(FR_ENV_WGRAD_OPERAND);
-    int remake = 0;
-    if (!mode || !mode[0] || strcmp(mode, "kept") == 0)
-        remake = 0;
-    else if (strcmp(mode, "remade") == 0)
+    int remake = 1;
+    if (!mode || !mode[0] || strcmp(mode, "remade") == 0)
         remake = 1;
+    else if (strcmp(mode, "kept") == 0)
+        remake = 0;
     else if (strcmp(mode, "saved") == 0) {
         snprintf(r->detail, sizeof r->detail, "off (FP8RUN_WGRAD_OPERAND=saved)");
         return FR_OK;

@@ -9,7 +9,8 @@
  * fails; the GPU records FR_ERR_RANGE in the device error word, reported after the run); bf16
  * logits and bf16 dlogits (dx_dtype) against the float32 GPU run on the same values.
  * Tolerances: float32 within 2e-6 relative L2 of the CPU (exp in float against the CPU's
- * double; the contract is 1e-5), float64 within 1e-12; non-finite values exact. */
+ * double; the contract is 1e-5, which the cross-entropy gradient gets: see run_ce), float64
+ * within 1e-12; non-finite values exact. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,7 +241,10 @@ static void run_ce(fr_rng *r, fr_dtype dt, fr_dtype lbt, int rank, const int64_t
     FR_ASSERT_OK(tn_run(&t));
     snprintf(what, sizeof what, "SoftmaxCrossEntropyGrad %s logits%s labels %s ignore_index=%lld (p=%.2f)",
              fr_dtype_name(dt), sh, fr_dtype_name(lbt), (long long)ignore, p_ignore);
-    gpu_check(&t, tol_of(dt), what);
+    /* float32: the contract's 1e-5. dlogits = p - onehot nearly cancels where the label's
+       logit dominates its row, so a few short rows (a [1, 5] case with logits at N(0, 4)) can
+       have a norm small enough that float32 exp's rounding is 5e-6 of it (seen on an H200) */
+    gpu_check(&t, dt == FR_F64 ? TOL_F64 : 1e-5, what);
     tn_free(&t);
     fr_tensor_free(dl);
     fr_tensor_free(lg);

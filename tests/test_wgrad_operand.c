@@ -1,5 +1,5 @@
 /* The fp8 weight gradient's X operand (passes/wgrad_operand.h, FP8RUN_WGRAD_OPERAND): with X
- * kept (the default) or remade, training gives the same bits as with the forward's saved codes
+ * kept or remade (the default), training gives the same bits as with the forward's saved codes
  * (losses, gradient norms, every gradient, the weights after 4 steps) on the generated tiny
  * Llama (fused and unfused), the Hugging Face Llama fixture (dynamo) and gpt2_tiny (GELU MLP), in
  * fp8 with the delayed, current and block recipes; the rewritten nodes are the ones expected,

@@ -60,14 +60,37 @@ __global__ void canonical_amax(unsigned *amax)
     if (*amax > INF_BITS) *amax = NAN_BITS;
 }
 
+/* At most the blocks of `kernel` the device holds at once (one wave; the amax's atomics
+ * serialize, so never more): its register count decides how many fit a multiprocessor (the
+ * vector kernel's 37 registers fit 6 blocks of 256, not the 8 wave_blocks assumes, and the
+ * second, partial wave made it slower than SwiGLU). Read once per instantiation. */
+template <typename K> static unsigned resident_blocks(K kernel, int64_t work)
+{
+    static int64_t wave; /* a benign race: every thread writes the same value */
+    if (fr_cuda_quant_blocks()) return wave_blocks(work, 256); /* the context's cap (tests) */
+    if (!wave) {
+        int dev = 0, sms = 0, per = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kernel, 256, 0) != cudaSuccess || per < 1 || sms < 1)
+            return wave_blocks(work, 256);
+        wave = (int64_t)sms * per;
+    }
+    const int64_t b = (work + 255) / 256;
+    return (unsigned)(b < 1 ? 1 : b < wave ? b : wave);
+}
+
 template <int ACT, typename T> void launch(cudaStream_t st, const T *gu, int64_t rows, int64_t F, const float *scale,
                                            int y_bf16, uint8_t *codes, unsigned *amax)
 {
     constexpr int V = q_vec<T>::n;
-    if (F % V == 0 && aligned16(gu) && aligned16(codes)) /* 2F-element rows keep every load aligned */
-        quant_vec<ACT, T><<<wave_blocks(rows * F / V, 256), 256, 0, st>>>(gu, rows, F, scale, y_bf16, codes, amax);
-    else
-        quant_one<ACT, T><<<wave_blocks(rows * F, 256), 256, 0, st>>>(gu, rows, F, scale, y_bf16, codes, amax);
+    if (F % V == 0 && aligned16(gu) && aligned16(codes)) { /* 2F-element rows keep every load aligned */
+        const unsigned nb = resident_blocks(quant_vec<ACT, T>, rows * F / V);
+        quant_vec<ACT, T><<<nb, 256, 0, st>>>(gu, rows, F, scale, y_bf16, codes, amax);
+    } else {
+        const unsigned nb = resident_blocks(quant_one<ACT, T>, rows * F);
+        quant_one<ACT, T><<<nb, 256, 0, st>>>(gu, rows, F, scale, y_bf16, codes, amax);
+    }
 }
 
 template <typename T> void launch_act(cudaStream_t st, int act, const T *gu, int64_t rows, int64_t F,
