@@ -248,13 +248,16 @@ static void test_attention_qkv_bf16(void)
 
 /* ---- the pass in the trainer ---- */
 
-/* The Y of Linear nd is read by SwiGLU or AttentionQKV (the Linears this rule narrows; the
- * producers' narrowing and the gradients' are test_narrow_gradients') */
+/* The Y of Linear nd is read by SwiGLU (or the SwiGLUQuantize it became under fp8) or
+ * AttentionQKV (the Linears this rule narrows; the producers' narrowing and the gradients' are
+ * test_narrow_gradients') */
 static int read_by_fused(const fr_graph *g, const fr_node *nd)
 {
     for (int j = 0; j < g->n_nodes; j++) {
         const fr_node *r = &g->nodes[j];
-        if (r->dead || (strcmp(r->op_type, "SwiGLU") != 0 && strcmp(r->op_type, "AttentionQKV") != 0)) continue;
+        if (r->dead || (strcmp(r->op_type, "SwiGLU") != 0 && strcmp(r->op_type, "SwiGLUQuantize") != 0 &&
+                        strcmp(r->op_type, "AttentionQKV") != 0))
+            continue;
         for (int k = 0; k < r->n_inputs; k++)
             if (r->inputs[k] == nd->outputs[0]) return 1;
     }

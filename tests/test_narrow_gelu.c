@@ -224,16 +224,20 @@ typedef struct gelu_count {
     int up, gelu, biased, agrad_x, agrad_dy;
 } gelu_count;
 
+/* the forward's nodes: not the copies that remake a Gelu's output for its Linear's weight
+ * gradient (passes/wgrad_operand.c, named ".../remade") */
+static int counted(const fr_node *nd) { return !nd->dead && !strstr(nd->name, "/remade"); }
+
 static gelu_count count_gelu(const fr_graph *g)
 {
     gelu_count c = {0, 0, 0, 0, 0};
     for (int i = 0; i < g->n_nodes; i++) {
         const fr_node *nd = &g->nodes[i];
-        if (nd->dead) continue;
+        if (!counted(nd)) continue;
         if (strcmp(nd->op_type, "Linear") == 0 && has_bias(nd) && g->values[nd->outputs[0]].dtype == FR_BF16) {
             c.biased++;
             for (int j = 0; j < g->n_nodes; j++)
-                if (!g->nodes[j].dead && strcmp(g->nodes[j].op_type, "Gelu") == 0 &&
+                if (counted(&g->nodes[j]) && strcmp(g->nodes[j].op_type, "Gelu") == 0 &&
                     g->nodes[j].inputs[0] == nd->outputs[0])
                     c.up++;
         }

@@ -47,6 +47,10 @@ static counts count(const fr_graph *g)
             c.norm_h += bf16(g, n->outputs[0]);
         } else if (op(n, "SwiGLU")) {
             c.swiglu_y += bf16(g, n->outputs[0]);
+        } else if (op(n, "SwiGLUQuantize")) { /* an fp8 producer: y rounded to bf16, then its codes */
+            int y16 = 0;
+            FR_ASSERT_OK(fr_attr_bf16(n, "y_dtype", &y16));
+            c.swiglu_y += y16;
         } else if (op(n, "AttentionQKV")) {
             c.attn_o += bf16(g, n->outputs[0]);
         } else if (op(n, "Linear")) {
