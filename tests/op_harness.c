@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- the node under test ---- */
@@ -124,6 +125,24 @@ fr_tensor *tt_scalar(fr_dtype dt, double v)
     fr_tensor *t = tt_new(dt, 0, NULL);
     tt_set(t, 0, v);
     return t;
+}
+
+fr_tensor *tt_scalar1(float v)
+{
+    int64_t one = 1;
+    fr_tensor *t = tt_new(FR_F32, 1, &one);
+    ((float *)t->data)[0] = v;
+    return t;
+}
+
+float *tt_floats(const fr_tensor *t)
+{
+    const int64_t n = fr_tensor_numel(t);
+    float *f = malloc((size_t)(n ? n : 1) * sizeof(float));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    for (int64_t i = 0; i < n; i++)
+        f[i] = t->dtype == FR_BF16 ? fr_bf16_to_f32(((const uint16_t *)t->data)[i]) : ((const float *)t->data)[i];
+    return f;
 }
 
 void tt_set(fr_tensor *t, int64_t i, double v)

@@ -84,6 +84,10 @@ fr_tensor *tt_new(fr_dtype dt, int rank, const int64_t *dims);
 fr_tensor *tt_ints(fr_dtype dt, int n, const int64_t *v);
 /* Rank-0 tensor holding v (converted as tt_set does). */
 fr_tensor *tt_scalar(fr_dtype dt, double v);
+/* float32 [1] tensor holding v (the Linear family's scale state inputs). */
+fr_tensor *tt_scalar1(float v);
+/* The values of a float32 or bfloat16 tensor as a new float32 array (caller frees). */
+float *tt_floats(const fr_tensor *t);
 /* Element i = v converted to the dtype (float32/64, int8/16/32/64, uint8, bool = v != 0). */
 void tt_set(fr_tensor *t, int64_t i, double v);
 

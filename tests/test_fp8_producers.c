@@ -21,24 +21,6 @@
 
 static const char *const k_acts[3] = {"silu", "gelu_tanh", "gelu"};
 
-static fr_tensor *scalar1(float v)
-{
-    int64_t one = 1;
-    fr_tensor *t = tt_new(FR_F32, 1, &one);
-    ((float *)t->data)[0] = v;
-    return t;
-}
-
-/* y of a SwiGLU node as float32 values (bfloat16 widened) */
-static float *as_floats(const fr_tensor *y)
-{
-    const int64_t n = fr_tensor_numel(y);
-    float *f = malloc((size_t)(n ? n : 1) * sizeof(float));
-    for (int64_t i = 0; i < n; i++)
-        f[i] = y->dtype == FR_BF16 ? fr_bf16_to_f32(((const uint16_t *)y->data)[i]) : ((const float *)y->data)[i];
-    return f;
-}
-
 /* SwiGLUQuantize's codes and amax are SwiGLU's y quantized with the scale and its amax; a
  * Linear reading the codes gives the Y of the Linear reading y, bit for bit */
 static void test_op(void)
@@ -54,7 +36,7 @@ static void test_op(void)
                 int64_t gd[2] = {R, 2 * F}, wd[2] = {tb ? N : F, tb ? F : N};
                 fr_tensor *guf = tt_randn(&rng, FR_F32, 2, gd, 0.0, 3.0), *gub = bc_bf16_pair(guf);
                 fr_tensor *gu = gu16 ? gub : guf, *w = tt_randn(&rng, FR_F32, 2, wd, 0.0, 0.2);
-                fr_tensor *sx = scalar1(90.0f + (float)c), *sw = scalar1(700.0f);
+                fr_tensor *sx = tt_scalar1(90.0f + (float)c), *sw = tt_scalar1(700.0f);
                 tnode sw_, q;
                 tn_init_domain(&sw_, FR_DOMAIN_FP8RUN, "SwiGLU", 1, 1, &gu, 0, 1);
                 fr_tensor *qin[2] = {gu, sx};
@@ -68,7 +50,7 @@ static void test_op(void)
                 FR_ASSERT_OK(tn_run(&sw_));
                 FR_ASSERT_OK(tn_run(&q));
                 CU_ASSERT_EQUAL_FATAL(q.out[0]->dtype, FR_F8E4M3);
-                float *y = as_floats(sw_.out[0]);
+                float *y = tt_floats(sw_.out[0]);
                 uint8_t *want = malloc((size_t)(R * F));
                 FR_ASSERT_OK(fr_fp8_quantize(y, R * F, 90.0f + (float)c, FR_F8E4M3, want));
                 CU_ASSERT_EQUAL(memcmp(want, q.out[0]->data, (size_t)(R * F)), 0);
@@ -117,7 +99,7 @@ static void test_errors(void)
 {
     fr_rng rng = fr_test_rng("fp8_producers_err");
     int64_t gd[2] = {4, 16}, wd[2] = {8, 8};
-    fr_tensor *gu = tt_randn(&rng, FR_F32, 2, gd, 0.0, 1.0), *zero = scalar1(0.0f), *sx = scalar1(4.0f);
+    fr_tensor *gu = tt_randn(&rng, FR_F32, 2, gd, 0.0, 1.0), *zero = tt_scalar1(0.0f), *sx = tt_scalar1(4.0f);
     fr_tensor *w = tt_randn(&rng, FR_F32, 2, wd, 0.0, 1.0);
     fr_tensor *qin[2] = {gu, zero};
     tnode q;

@@ -25,23 +25,6 @@ static const char *const k_acts[3] = {"silu", "gelu_tanh", "gelu"};
 static const int64_t k_shapes[][3] = {{64, 64, 32}, {37, 40, 24}, {19, 13, 16}, {256, 96, 48}}; /* rows, F, N */
 #define N_SHAPES (int)(sizeof k_shapes / sizeof k_shapes[0])
 
-static fr_tensor *scalar1(float v)
-{
-    int64_t one = 1;
-    fr_tensor *t = tt_new(FR_F32, 1, &one);
-    ((float *)t->data)[0] = v;
-    return t;
-}
-
-static float *as_floats(const fr_tensor *y)
-{
-    const int64_t n = fr_tensor_numel(y);
-    float *f = malloc((size_t)(n ? n : 1) * sizeof(float));
-    for (int64_t i = 0; i < n; i++)
-        f[i] = y->dtype == FR_BF16 ? fr_bf16_to_f32(((const uint16_t *)y->data)[i]) : ((const float *)y->data)[i];
-    return f;
-}
-
 static void set_glu(tnode *t, const char *act, int y16)
 {
     TN_ATTR(t, string, "activation", act);
@@ -54,7 +37,7 @@ static void run_case(fr_rng *rng, const int64_t *shp, const char *act, int gu16,
     int64_t gd[2] = {R, 2 * F}, wd[2] = {tb ? N : F, tb ? F : N};
     fr_tensor *guf = tt_randn(rng, FR_F32, 2, gd, 0.0, 3.0), *gub = bc_bf16_pair(guf);
     fr_tensor *gu = gu16 ? gub : guf, *w = tt_randn(rng, FR_F32, 2, wd, 0.0, 0.2);
-    fr_tensor *sx = scalar1(60.0f), *sw = scalar1(900.0f);
+    fr_tensor *sx = tt_scalar1(60.0f), *sw = tt_scalar1(900.0f);
     char what[200];
     snprintf(what, sizeof what, "rows %lld F %lld N %lld %s gate_up %s y %s transB %d", (long long)R, (long long)F,
              (long long)N, act, gu16 ? "bf16" : "f32", y16 ? "bf16" : "f32", tb);
@@ -70,7 +53,7 @@ static void run_case(fr_rng *rng, const int64_t *shp, const char *act, int gu16,
     FR_ASSERT_OK(tn_run(&q));
     FR_ASSERT_OK(tn_run_gpu(&q, qg));
     /* the GPU's codes and amax: its own y quantized */
-    float *y = as_floats(yg[0]);
+    float *y = tt_floats(yg[0]);
     fr_tensor *want = tt_new(FR_F8E4M3, 2, (int64_t[]){R, F});
     FR_ASSERT_OK(fr_fp8_quantize(y, R * F, 60.0f, FR_F8E4M3, want->data));
     char lab[300];

@@ -102,14 +102,6 @@ static float amax_of(const fr_tensor *t)
     return m;
 }
 
-static fr_tensor *scalar1(float v)
-{
-    int64_t one = 1;
-    fr_tensor *t = tt_new(FR_F32, 1, &one);
-    ((float *)t->data)[0] = v;
-    return t;
-}
-
 /* Run t on CPU and GPU, compare outputs [0, n_out) with tols[o] (< 0: skip). cpu_status: the
  * status the CPU must return (FR_OK normally). */
 static int run_compare(tnode *t, const char *label, const char *const *names, const double *tols,
@@ -165,9 +157,9 @@ static int check_case(const lcase *c, const char *label)
     if (dl) { /* X over-scaled (some codes saturate), W under-scaled, dY near its range */
         float ax = amax_of(x), aw = amax_of(w), ay = amax_of(dy);
         float dmax = c->fmt && strcmp(c->fmt, "e4m3") == 0 ? 448.0f : 57344.0f;
-        sx = scalar1(ax > 0 ? 448.0f / ax * 1.7f : 3.0f);
-        sw = scalar1(aw > 0 ? 448.0f / aw * 0.25f : 5.0f);
-        sdy = scalar1(ay > 0 ? dmax / ay * 0.9f : 1000.0f);
+        sx = tt_scalar1(ax > 0 ? 448.0f / ax * 1.7f : 3.0f);
+        sw = tt_scalar1(aw > 0 ? 448.0f / aw * 0.25f : 5.0f);
+        sdy = tt_scalar1(ay > 0 ? dmax / ay * 0.9f : 1000.0f);
     }
     double tol = tol_of(c);
     /* forward */
@@ -466,7 +458,7 @@ static void test_non_finite(void)
     {
         fr_tensor *x = tt_randn(&r, FR_F32, 2, xd, 0, 1), *w = tt_randn(&r, FR_F32, 2, wd, 0, 0.05);
         ((float *)x->data)[5 * 300 + 7] = NAN;
-        fr_tensor *sx = scalar1(50.0f), *sw = scalar1(400.0f), *sdy = scalar1(1000.0f);
+        fr_tensor *sx = tt_scalar1(50.0f), *sw = tt_scalar1(400.0f), *sdy = tt_scalar1(1000.0f);
         fr_tensor *in[6] = {x, w, NULL, sx, sw, sdy};
         tnode t;
         tn_init_domain(&t, FR_DOMAIN_FP8RUN, "Linear", 1, 6, in, 0, 5);
@@ -518,7 +510,7 @@ static void test_non_finite(void)
     /* delayed with a scale of 0: CPU refuses, GPU Y all NaN */
     {
         fr_tensor *x = tt_randn(&r, FR_F32, 2, xd, 0, 1), *w = tt_randn(&r, FR_F32, 2, wd, 0, 0.05);
-        fr_tensor *sx = scalar1(0.0f), *sw = scalar1(400.0f), *sdy = scalar1(1000.0f);
+        fr_tensor *sx = tt_scalar1(0.0f), *sw = tt_scalar1(400.0f), *sdy = tt_scalar1(1000.0f);
         fr_tensor *in[6] = {x, w, NULL, sx, sw, sdy};
         tnode t;
         tn_init_domain(&t, FR_DOMAIN_FP8RUN, "Linear", 1, 6, in, 0, 5);
@@ -553,7 +545,7 @@ static void test_dyq_scratch(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(kd);
     CU_ASSERT_PTR_NOT_NULL_FATAL(kd->scratch_env);
     fr_tensor *x = tt_new(FR_F32, 2, xd), *dy = tt_new(FR_F32, 2, yd), *dyq = tt_new(FR_F8E4M3, 2, qd);
-    fr_tensor *sx = scalar1(1), *sinv = scalar1(1), *xqt = tt_new(FR_F8E4M3, 2, xtd);
+    fr_tensor *sx = tt_scalar1(1), *sinv = tt_scalar1(1), *xqt = tt_new(FR_F8E4M3, 2, xtd);
     for (int tb = 0; tb < 2; tb++) {
         lcase c = base("fp8", "current");
         c.transB = tb;

@@ -42,14 +42,6 @@ static void set_attrs(tnode *t, const qcase *c)
     TN_ATTR(t, string, "state_prefix", "fp8_state/q");
 }
 
-static fr_tensor *scalar1(float v)
-{
-    int64_t one = 1;
-    fr_tensor *t = tt_new(FR_F32, 1, &one);
-    ((float *)t->data)[0] = v;
-    return t;
-}
-
 static float finite_amax(const fr_tensor *t)
 {
     float m = 0;
@@ -129,9 +121,9 @@ static int check(const qcase *c, const char *label)
     fr_tensor *sx = NULL, *sw = NULL, *sdy = NULL;
     if (dl) { /* X over-scaled (some codes saturate), dY near its range */
         float dmax = strcmp(c->fmt, "e4m3") == 0 ? 448.0f : 57344.0f;
-        sx = scalar1(ax > 0 ? 448.0f / ax * 1.7f : 3.0f);
-        sw = scalar1(0.25f * 448.0f / finite_amax(w));
-        sdy = scalar1(ay > 0 ? dmax / ay * 0.9f : 1000.0f);
+        sx = tt_scalar1(ax > 0 ? 448.0f / ax * 1.7f : 3.0f);
+        sw = tt_scalar1(0.25f * 448.0f / finite_amax(w));
+        sdy = tt_scalar1(ay > 0 ? dmax / ay * 0.9f : 1000.0f);
     }
     double gt = c->nonfinite ? -1 : 1e-2; /* GEMM results: NaN rows where a NaN was, else compared */
     char l2[300];

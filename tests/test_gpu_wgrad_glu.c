@@ -29,14 +29,6 @@ typedef struct gcase {
 static const gcase k_shapes[] = {{64, 48, 32}, {256, 128, 64}, {37, 20, 24}, {130, 40, 18}};
 #define N_SHAPES (int)(sizeof k_shapes / sizeof k_shapes[0])
 
-static fr_tensor *scalar1(float v)
-{
-    int64_t one = 1;
-    fr_tensor *t = tt_new(FR_F32, 1, &one);
-    ((float *)t->data)[0] = v;
-    return t;
-}
-
 static float amax_of(const fr_tensor *t)
 {
     float m = 0;
@@ -75,7 +67,8 @@ static void run_case(fr_rng *rng, const gcase *s, const char *act, int gu16, int
     FR_ASSERT_OK(tn_run(&sw));
     fr_tensor *xg[TN_MAX];
     FR_ASSERT_OK(tn_run_gpu(&sw, xg));
-    fr_tensor *sx = scalar1(448.0f / fmaxf(amax_of(sw.out[0]), 1e-6f) / 2), *sdy = scalar1(57344.0f / amax_of(dy) / 4);
+    fr_tensor *sx = tt_scalar1(448.0f / fmaxf(amax_of(sw.out[0]), 1e-6f) / 2),
+              *sdy = tt_scalar1(57344.0f / amax_of(dy) / 4);
     /* dY as the data gradient hands it over: LinearGradData's dYq and its scale_inv (CPU) */
     fr_tensor *dq = dy, *dq_sinv = delayed ? sdy : NULL;
     tnode dd;
@@ -83,7 +76,7 @@ static void run_case(fr_rng *rng, const gcase *s, const char *act, int gu16, int
     if (dyq) {
         int64_t wd[2] = {transB ? s->N : s->K, transB ? s->K : s->N};
         fr_tensor *w = tt_randn(rng, FR_F32, 2, wd, 0.0, 1.0);
-        fr_tensor *din[4] = {dy, w, delayed ? scalar1(1.0f) : NULL, delayed ? sdy : NULL};
+        fr_tensor *din[4] = {dy, w, delayed ? tt_scalar1(1.0f) : NULL, delayed ? sdy : NULL};
         tn_init_domain(&dd, FR_DOMAIN_FP8RUN, "LinearGradData", 1, delayed ? 4 : 2, din, 0, 4);
         tn_omit_output(&dd, 1);
         wgrad_attrs(&dd, recipe, transB);

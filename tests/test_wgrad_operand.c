@@ -186,14 +186,6 @@ static void test_bad_value(void)
 
 /* ---- the x_glu form of LinearGradWeight (ops/linear.h) on the CPU ---- */
 
-static fr_tensor *scalar1(float v)
-{
-    int64_t one = 1;
-    fr_tensor *t = tt_new(FR_F32, 1, &one);
-    ((float *)t->data)[0] = v;
-    return t;
-}
-
 /* dW of LinearGradWeight(gate_up) with x_glu is LinearGradWeight(SwiGLU(gate_up))'s bit for
  * bit: every activation, gate_up float32 / bfloat16, X float32 / bfloat16, delayed and current,
  * transB 0 / 1, aligned and ragged shapes */
@@ -211,7 +203,7 @@ static void test_glu_op(void)
                 int64_t gd[2] = {M, 2 * K}, yd[2] = {M, N};
                 fr_tensor *guf = tt_randn(&rng, FR_F32, 2, gd, 0.0, 3.0), *gub = bc_bf16_pair(guf);
                 fr_tensor *gu = gu16 ? gub : guf, *dy = tt_randn(&rng, FR_F32, 2, yd, 0.0, 1.0);
-                fr_tensor *sx = delayed ? scalar1(37.0f) : NULL, *sdy = delayed ? scalar1(1500.0f) : NULL;
+                fr_tensor *sx = delayed ? tt_scalar1(37.0f) : NULL, *sdy = delayed ? tt_scalar1(1500.0f) : NULL;
                 tnode sw, ref, glu;
                 tn_init_domain(&sw, FR_DOMAIN_FP8RUN, "SwiGLU", 1, 1, &gu, 0, 1);
                 TN_ATTR(&sw, string, "activation", acts[a]);
