@@ -6,7 +6,8 @@
  *    arbitrary ids with fully masked rows (seg_form general, not causal, Tq != Tk); an additive
  *    mask input (bias with -inf, not causal); softcap + window + padding + mask together;
  *  - head dims 64, 128, 256 and 80 (the 128 kernel with zero-padded columns), 40, Dv != D;
- *    GQA (Q [2, 2, 2, T, D], K/V [2, 2, 1, T, D]), T = 200 (several ragged tiles);
+ *    GQA (Q [2, 2, 2, T, D], K/V [2, 2, 1, T, D]), T = 200 (several ragged tiles), and T 700
+ *    for four of them (every double-buffered tile refilled several times);
  *  - tolerances (relative L2): bf16 1e-2 on O, dQ, dK, dV (the CPU rounds the normalized P,
  *    the kernels exp(s - running max)); LSE 1e-5, 2e-3 with softcap (tanh.approx, 2^-11);
  *    float32 precision 1e-5 everywhere;
@@ -19,7 +20,9 @@
  * backward 2.5 x that) at B 8, H 8, T 2048 for D 64, 128, 256: causal, sliding window 512,
  * key padding (a quarter of each sequence padded, causal) and softcap 50 (causal), fp8run's
  * kernels against cuDNN's (--attention cudnn; where it refuses the node, the reason). The node
- * is timed whole: the float32 <-> bf16 conversions around either are included. */
+ * is timed whole: the float32 <-> bf16 conversions around either are included.
+ * FR_FLASH_BENCH=causal: the bench's causal rows only and none of the checks (one kernel
+ * instantiation per head dim, for a profiler's per-kernel times). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +46,13 @@ typedef struct fcase {
 static int n_cases;
 
 static int causal_of(int kind) { return kind != K_IDS && kind != K_MASK; }
+
+/* FR_FLASH_BENCH=causal: the bench's causal rows and nothing else (for a profiler) */
+static int bench_only(void)
+{
+    const char *e = getenv("FR_FLASH_BENCH");
+    return e && strcmp(e, "causal") == 0;
+}
 
 /* Segment id of key (q 0) or query (q 1) t of row r. */
 static int64_t seg_of(int kind, int q, int64_t r, int64_t t, int64_t T)
@@ -173,7 +183,7 @@ static void run_case(fr_rng *r, const fcase *c)
 
 static void test_bf16_kinds_dims(void)
 {
-    if (!gpu_available()) return;
+    if (!gpu_available() || bench_only()) return;
     fr_rng r = fr_test_rng(__func__);
     static const int64_t Ds[5][2] = {{64, 64}, {128, 128}, {256, 256}, {80, 80}, {128, 64}};
     for (int di = 0; di < 5; di++)
@@ -183,12 +193,19 @@ static void test_bf16_kinds_dims(void)
         }
     const fcase odd = {K_CAUSAL, 33, 33, 40, 40, "bf16"}; /* D 40: the 64 kernel, one short tile */
     run_case(&r, &odd);
+    /* T 700: five and more key tiles of 128, so every double buffer is refilled while a
+       neighbour tile is read (a missing barrier shows here, not at T 200) */
+    static const fcase longer[4] = {{K_CAUSAL, 700, 700, 128, 128, "bf16"},
+                                    {K_ALL, 700, 700, 64, 64, "bf16"},
+                                    {K_WINDOW, 700, 700, 256, 256, "bf16"},
+                                    {K_MASK, 700, 650, 128, 64, "bf16"}};
+    for (int i = 0; i < 4; i++) run_case(&r, &longer[i]);
 }
 
 /* The same masks on the exact float32 path (precision fp32). */
 static void test_fp32_kinds(void)
 {
-    if (!gpu_available()) return;
+    if (!gpu_available() || bench_only()) return;
     fr_rng r = fr_test_rng(__func__);
     for (int k = 0; k < N_KINDS; k++) {
         const fcase c = {k, 90, 70, 64, 64, "fp32"};
@@ -202,7 +219,7 @@ static void test_fp32_kinds(void)
  * D 96, bf16: O, LSE and dX against the CPU. */
 static void test_qkv_segments(void)
 {
-    if (!gpu_available()) return;
+    if (!gpu_available() || bench_only()) return;
     fr_rng r = fr_test_rng(__func__);
     const int64_t B = 2, T = 150, Hq = 4, Hk = 2, D = 96, W = (Hq + Hk) * D + Hk * D;
     for (int packed = 0; packed < 2; packed++) {
@@ -388,7 +405,8 @@ static void bench_row(fr_cuda_ctx *own, fr_cuda_ctx *dnn, int64_t D, int kind)
 static void test_bench(void)
 {
     const char *e = getenv("FR_FLASH_BENCH");
-    if (!e || strcmp(e, "1") != 0 || !gpu_available()) return;
+    const int causal_only = bench_only(); /* one kernel per head dim: profilers */
+    if (!e || (strcmp(e, "1") != 0 && !causal_only) || !gpu_available()) return;
 #ifdef FP8RUN_HAVE_CUDA
     fr_cuda_ctx *own = NULL, *dnn = NULL;
     FR_ASSERT_OK(fr_cuda_ctx_create(-1, &own));
@@ -403,7 +421,7 @@ static void test_bench(void)
     static const int64_t Ds[3] = {64, 128, 256};
     static const int kinds[4] = {K_CAUSAL, K_WINDOW, K_PAD, K_SOFTCAP};
     for (int di = 0; di < 3; di++)
-        for (int ki = 0; ki < 4; ki++) bench_row(own, dnn, Ds[di], kinds[ki]);
+        for (int ki = 0; ki < (causal_only ? 1 : 4); ki++) bench_row(own, dnn, Ds[di], kinds[ki]);
     fr_cuda_ctx_free(own);
     if (dnn) fr_cuda_ctx_free(dnn);
 #endif
@@ -411,9 +429,9 @@ static void test_bench(void)
 
 static void test_report(void)
 {
-    if (!gpu_available()) return;
+    if (!gpu_available() || bench_only()) return;
     printf("\n    %d flash attention cases (forward + backward, each run twice) matched the CPU\n", n_cases);
-    CU_ASSERT(n_cases == 5 * N_KINDS + 1 + N_KINDS + 1 + 2);
+    CU_ASSERT(n_cases == 5 * N_KINDS + 1 + 4 + N_KINDS + 1 + 2);
 }
 
 static CU_TestInfo tests[] = {

@@ -21,7 +21,7 @@ help() {
 usage: tools/gpu.sh MODE [ARGS]           (files under $OUT/MODE, default /tmp/out)
 
 Here (no GPU needed):
-  bundle              build with CUDA (sm_90) and pack the CLI, the GPU test programs, the shared
+  bundle              build with CUDA (sm_90a) and pack the CLI, the GPU test programs, the shared
                       library and the Debian libraries they link into .devpkg/$BUNDLE.tar.xz
                       (BUILD_DIR, JOBS, CPU_TESTS="test_trainer test_linear" also packed).
                       BUNDLE_CLI=1: the CLI and its libraries only, small enough to carry beside
@@ -35,7 +35,7 @@ Here (no GPU needed):
                       untracked-not-ignored files) plus each PATH (default: .devpkg, and .whl when
                       present), against the 64 MiB the device tool takes; rc 1 when over
 On the GPU machine, building there (16 cores: about 70 s for everything; carry .devpkg/debs):
-  build [TARGET...]   unpack .devpkg/debs into /tmp/deps and build with CUDA (sm_90) into
+  build [TARGET...]   unpack .devpkg/debs into /tmp/deps and build with CUDA (sm_90a) into
                       BUILD_DIR (default /tmp/fr-build); then run other modes with BIN=that folder
 On the GPU machine (the bundle is unpacked into /tmp/fr when $BIN has no fp8run; BIN=build-cuda
 uses a build folder instead):
@@ -175,7 +175,7 @@ m_bundle() {
     t="$(cd tests && ls test_gpu_*.c | sed 's/\.c$//') ${CPU_TESTS-test_trainer test_linear}"
     # the CLI alone: no test programs, no shared library, no CUnit
     [ "${BUNDLE_CLI:-0}" = 1 ] && t="" shared="" so="" cunit=""
-    cmake -S . -B "$b" -DFP8RUN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 > /dev/null &&
+    cmake -S . -B "$b" -DFP8RUN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a > /dev/null &&
         cmake --build "$b" -j "${JOBS:-2}" --target fp8run $shared $t || return 1
     rm -rf "$st" && mkdir -p "$st/lib" "$st/bin" && echo "$b" > "$st/build_dir"
     for x in fp8run $t; do cp "$b/$x" "$st/bin/"; done
@@ -245,7 +245,7 @@ m_build() { # [TARGET...]
     local commit=""
     commit=$(cat .devpkg/COMMIT 2> /dev/null)
     [ -n "$commit" ] || [ -d .git ] || commit=unknown
-    cmake -S . -B "$b" -G Ninja -DFP8RUN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$d" \
+    cmake -S . -B "$b" -G Ninja -DFP8RUN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_PREFIX_PATH="$d" \
         ${commit:+-DFP8RUN_COMMIT="$commit"} \
         -DCMAKE_LIBRARY_PATH="$a;$a/openblas-pthread" -DCMAKE_INCLUDE_PATH="$d/include;$d/include/x86_64-linux-gnu/openblas-pthread" \
         > "$OUT/build-cmake.log" 2>&1 || { tail -20 "$OUT/build-cmake.log"; return 1; }

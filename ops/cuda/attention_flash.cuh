@@ -138,6 +138,16 @@ FR_NODISCARD fr_status tc_fwd(const fr_cuda_kctx *k, const Prob &p, const Masks 
 FR_NODISCARD fr_status tc_bwd(const fr_cuda_kctx *k, const Prob &p, const Masks &mk, const Scratch &s, float *dQ,
                               float *dK, float *dV, const float *LSE);
 
+/* attention_wg.cu, attention_wg_bwd.cu: tc_fwd's and tc_bwd's problems on Hopper's wgmma, the
+ * same inputs and numbers, where wg_takes(p): an sm_90a build, a padded head dim of 128 or
+ * 256 (at 64 the mma.sync kernels measured faster, H200: backward 0.93 against 1.04 ms at
+ * B8 H8 T2048 causal) and FP8RUN_FLASH_WGMMA not 0. */
+bool wg_takes(const Prob &p);
+FR_NODISCARD fr_status wg_fwd(const fr_cuda_kctx *k, const Prob &p, const Masks &mk, const float *Q, const bf16 *K,
+                              const bf16 *V, float *O, float *L);
+FR_NODISCARD fr_status wg_bwd(const fr_cuda_kctx *k, const Prob &p, const Masks &mk, const Scratch &s, float *dQ,
+                              float *dK, float *dV, const float *LSE);
+
 /* attention_f32.cu: precision fp32, D == Dv in {64, 128}, 16-byte aligned operands.
  * in: Q, K, V, O, LSE, dO; delta: Delta_i = dO_i . O_i */
 FR_NODISCARD fr_status f32_fwd(const fr_cuda_kctx *k, const Prob &p, const float *Q, const float *K, const float *V, float *O,

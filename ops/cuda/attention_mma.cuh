@@ -216,6 +216,57 @@ __device__ __forceinline__ void key_tile_range(const Prob &p, const Masks &mk, i
     }
 }
 
+/* The (Q batch index, query tile of BM) pairs whose queries can see keys [n0, n1) of K/V batch
+ * index kvb, in increasing order, for the dK, dV kernels: from the causal diagonal, up to the
+ * window's end (n1 - 1 + window - 1), and (seg_form padded/packed) between the keys' ids in
+ * each Q batch index's row of segment ids. */
+template <bool X> struct QWalk {
+    const Prob &p;
+    const Masks &mk;
+    int64_t kvb;
+    int n0, n1, BM, i0, i1;
+    __device__ __forceinline__ QWalk(const Prob &p_, const Masks &mk_, int64_t kvb_, int n0_, int n1_, int BM_)
+        : p(p_), mk(mk_), kvb(kvb_), n0(n0_), n1(n1_), BM(BM_)
+    {
+        const int nq = (p.Tq + BM - 1) / BM;
+        i0 = p.causal ? n0 / BM : 0, i1 = nq;
+        if (mk.window > 0) i1 = (int)min((int64_t)nq, ((int64_t)n1 - 1 + mk.window - 1) / BM + 1);
+    }
+    /* the query tiles [*a, *z) of Q batch index qb */
+    __device__ __forceinline__ void range_of(int64_t qb, int *a, int *z) const
+    {
+        *a = i0, *z = i1;
+        if (X && mk.sk && mk.seg_ranges) {
+            int r0, r1;
+            seg_query_range(mk, qb / mk.seg_per_row, p.Tq, p.Tk, n0, n1, &r0, &r1);
+            *a = max(*a, r0 / BM);
+            *z = r1 > r0 ? min(*z, (r1 + BM - 1) / BM) : *a;
+        }
+    }
+    /* the next (Q batch index, tile) after (qb, it) (qb -1: the first); *nb = batch: none */
+    __device__ __forceinline__ void advance(int64_t qb, int it, int64_t *nb, int *ni) const
+    {
+        int a, z;
+        if (qb >= 0 && qb < p.batch) {
+            range_of(qb, &a, &z);
+            if (it + 1 < z) {
+                *nb = qb, *ni = it + 1;
+                return;
+            }
+        }
+        for (;;) {
+            qb = next_q_of(p.map, p.batch, kvb, qb);
+            if (qb >= p.batch) break;
+            range_of(qb, &a, &z);
+            if (a < z) {
+                *nb = qb, *ni = a;
+                return;
+            }
+        }
+        *nb = p.batch, *ni = 0;
+    }
+};
+
 /* Offset of Q batch index b's additive mask (strides per Q batch dim). */
 __device__ __forceinline__ int64_t mask_off(const Prob &p, const Masks &mk, int64_t b)
 {

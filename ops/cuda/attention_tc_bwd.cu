@@ -17,6 +17,7 @@
 #include "ops/cuda/attention_mma.cuh"
 #include "ops/cuda/cuda_util.cuh"
 
+
 namespace fr_attn {
 namespace {
 
@@ -161,41 +162,7 @@ __global__ void __launch_bounds__(32 * kv_warps<DP>(), dkdv_minb<DP>())
     const int n0 = (int)(blockIdx.x / p.kv_batch) * BN; /* first key blocks (most queries) first */
     const int n1 = min(n0 + BN, p.Tk);
     const bf16 *Kb = K + kvb * p.Tk * p.D, *Vb = V + kvb * p.Tk * p.Dv;
-    const int nq = (p.Tq + BM - 1) / BM;
-    /* the query tiles that can see keys [n0, n1): causal from the diagonal, window up to
-       n1 - 1 + window - 1, segments (per Q batch index's row) between the keys' ids */
-    int i0 = p.causal ? n0 / BM : 0, i1 = nq;
-    if (mk.window > 0) i1 = (int)min((int64_t)nq, ((int64_t)n1 - 1 + mk.window - 1) / BM + 1);
-    auto range_of = [&](int64_t qb, int *a, int *z) {
-        *a = i0, *z = i1;
-        if (X && mk.sk && mk.seg_ranges) {
-            int r0, r1;
-            seg_query_range(mk, qb / mk.seg_per_row, p.Tq, p.Tk, n0, n1, &r0, &r1);
-            *a = max(*a, r0 / BM);
-            *z = r1 > r0 ? min(*z, (r1 + BM - 1) / BM) : *a;
-        }
-    };
-    /* the next (Q batch index, tile) after (qb, it) with a tile in range, qb = batch: none */
-    auto advance = [&](int64_t qb, int it, int64_t *nb, int *ni) {
-        int a, z;
-        if (qb >= 0 && qb < p.batch) {
-            range_of(qb, &a, &z);
-            if (it + 1 < z) {
-                *nb = qb, *ni = it + 1;
-                return;
-            }
-        }
-        for (;;) {
-            qb = next_q_of(p.map, p.batch, kvb, qb);
-            if (qb >= p.batch) break;
-            range_of(qb, &a, &z);
-            if (a < z) {
-                *nb = qb, *ni = a;
-                return;
-            }
-        }
-        *nb = p.batch, *ni = 0;
-    };
+    const QWalk<X> walk(p, mk, kvb, n0, n1, BM);
 
     load_rows<BN, DP, NT>(sK, Kb, p.D, 0, n0, p.Tk, tid);
     load_rows<BN, DP, NT>(sV, Vb, p.Dv, 0, n0, p.Tk, tid);
@@ -221,7 +188,7 @@ __global__ void __launch_bounds__(32 * kv_warps<DP>(), dkdv_minb<DP>())
 
     int64_t cb;
     int ci, buf = 0;
-    advance(-1, 0, &cb, &ci);
+    walk.advance(-1, 0, &cb, &ci);
     if (cb < p.batch)
         load_q(cb, ci, 0);
     else
@@ -230,7 +197,7 @@ __global__ void __launch_bounds__(32 * kv_warps<DP>(), dkdv_minb<DP>())
     while (cb < p.batch) {
         int64_t nb;
         int ni;
-        advance(cb, ci, &nb, &ni);
+        walk.advance(cb, ci, &nb, &ni);
         cp_async_wait_all();
         __syncthreads(); /* this tile landed; every warp is done with the other buffer */
         if (nb < p.batch) load_q(nb, ni, buf ^ 1);
@@ -350,6 +317,7 @@ fr_status bwd_dp(const fr_cuda_kctx *k, const Prob &p, const Masks &mk, const Sc
 fr_status tc_bwd(const fr_cuda_kctx *k, const Prob &p, const Masks &mk, const Scratch &s, float *dQ, float *dK,
                  float *dV, const float *LSE)
 {
+    if (wg_takes(p)) return wg_bwd(k, p, mk, s, dQ, dK, dV, LSE);
     const int w = p.D > p.Dv ? p.D : p.Dv;
     if (w <= 64) return bwd_dp<64>(k, p, mk, s, dQ, dK, dV, LSE);
     if (w <= 128) return bwd_dp<128>(k, p, mk, s, dQ, dK, dV, LSE);

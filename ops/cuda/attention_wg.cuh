@@ -1,0 +1,49 @@
+/* What the wgmma flash-attention kernels (attention_wg.cu: forward, attention_wg_bwd.cu: dQ
+ * and dK, dV) share: blocks of two warpgroups, the 1024-byte aligned start of their shared
+ * memory, and tile loads by cp.async into the swizzled layout of ops/cuda/wgmma.cuh. */
+#ifndef FR_ATTENTION_WG_CUH
+#define FR_ATTENTION_WG_CUH
+
+#include "ops/cuda/attention_mma.cuh"
+#include "ops/cuda/wgmma.cuh"
+
+namespace fr_attn {
+namespace wg {
+
+constexpr int kThreads = 256; /* two warpgroups */
+
+/* bytes of a bf16 tile of `rows` rows at padded head dim DP */
+template <int DP> __host__ __device__ constexpr size_t tile_bytes(int rows) { return (size_t)rows * DP * sizeof(bf16); }
+
+/* the dynamic shared memory, rounded up to the swizzle's 1024-byte period (launches ask for
+ * 1024 bytes more than they use) */
+__device__ __forceinline__ unsigned char *smem_base(unsigned char *raw)
+{
+    return reinterpret_cast<unsigned char *>(((uintptr_t)raw + 1023) & ~(uintptr_t)1023);
+}
+
+/* Rows r0 .. r0 + R - 1 of bf16 [rows, W] x -> a swizzled tile of R rows x DP columns by
+ * cp.async (not committed); rows from `rows` on and columns from W on are zero-filled. */
+template <int R, int DP>
+__device__ __forceinline__ void load_sw(unsigned char *dst, const bf16 *x, int W, int r0, int rows, int tid)
+{
+    for (int i = tid; i < R * DP / 8; i += kThreads) {
+        const int r = i / (DP / 8), ch = i % (DP / 8);
+        const bool ok = r0 + r < rows && ch * 8 < W;
+        const int64_t off = ok ? (int64_t)(r0 + r) * W + ch * 8 : 0;
+        cp_async16(dst + fr_wg::sw_off<R>(r, ch), x + off, ok);
+    }
+}
+
+/* cp.async tiles landed (and ordinary stores made) by this thread, made visible to the
+ * tensor cores' reads after the barrier that follows */
+__device__ __forceinline__ void tiles_landed()
+{
+    cp_async_wait_all();
+    fr_wg::fence_proxy_async();
+}
+
+} /* namespace wg */
+} /* namespace fr_attn */
+
+#endif
