@@ -216,6 +216,17 @@ __device__ __forceinline__ void key_tile_range(const Prob &p, const Masks &mk, i
     }
 }
 
+/* Offset of Q batch index b's additive mask (strides per Q batch dim). */
+__device__ __forceinline__ int64_t mask_off(const Prob &p, const Masks &mk, int64_t b)
+{
+    int64_t off = 0;
+    for (int k = p.map.brank - 1; k >= 0; k--) {
+        off += (b % p.map.qdims[k]) * mk.mstride[k];
+        b /= p.map.qdims[k];
+    }
+    return off;
+}
+
 /* The (Q batch index, query tile of BM) pairs whose queries can see keys [n0, n1) of K/V batch
  * index kvb, in increasing order, for the dK, dV kernels: from the causal diagonal, up to the
  * window's end (n1 - 1 + window - 1), and (seg_form padded/packed) between the keys' ids in
@@ -265,18 +276,18 @@ template <bool X> struct QWalk {
         }
         *nb = p.batch, *ni = 0;
     }
-};
-
-/* Offset of Q batch index b's additive mask (strides per Q batch dim). */
-__device__ __forceinline__ int64_t mask_off(const Prob &p, const Masks &mk, int64_t b)
-{
-    int64_t off = 0;
-    for (int k = p.map.brank - 1; k >= 0; k--) {
-        off += (b % p.map.qdims[k]) * mk.mstride[k];
-        b /= p.map.qdims[k];
+    /* Entering Q batch index qb (X; *mb: the one entered last): its additive mask's offset and
+     * the segment ids of this thread's keys key[0], key[1] (-1 past Tk) */
+    __device__ __forceinline__ void enter(int64_t qb, const int *key, int64_t *mb, int64_t *moff, int64_t *kid) const
+    {
+        if (!X || qb == *mb) return;
+        *mb = qb;
+        if (mk.m) *moff = mask_off(p, mk, qb);
+        if (mk.sk)
+            for (int h = 0; h < 2; h++)
+                kid[h] = key[h] < p.Tk ? seg_at(mk.sk, mk.seg64, (qb / mk.seg_per_row) * p.Tk + key[h]) : -1;
     }
-    return off;
-}
+};
 
 /* The log2-domain score of raw product s (= q.k) for query i, key j with the extras (X):
  * softcap, additive mask (at moff), segments (key id kid, query id qid); -inf where masked.

@@ -201,13 +201,7 @@ __global__ void __launch_bounds__(32 * kv_warps<DP>(), dkdv_minb<DP>())
         cp_async_wait_all();
         __syncthreads(); /* this tile landed; every warp is done with the other buffer */
         if (nb < p.batch) load_q(nb, ni, buf ^ 1);
-        if (X && cb != mb) { /* this Q batch index's mask offset and its keys' segment ids */
-            mb = cb;
-            if (mk.m) moff = mask_off(p, mk, cb);
-            if (mk.sk)
-                for (int h = 0; h < 2; h++)
-                    kid[h] = key[h] < p.Tk ? seg_at(mk.sk, mk.seg64, (cb / mk.seg_per_row) * p.Tk + key[h]) : -1;
-        }
+        walk.enter(cb, key, &mb, &moff, kid);
         const int qt0 = ci * BM;
         const bool skip = (p.causal && qt0 + BM - 1 < wk0) || /* every query before this warp's keys */
                           (mk.window > 0 && (int64_t)qt0 - (wk0 + 15) >= mk.window); /* or past its window */

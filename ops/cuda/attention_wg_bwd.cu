@@ -217,13 +217,7 @@ template <int DP, bool X, int WANT> __global__ void __launch_bounds__(kThreads, 
         wg::tiles_landed();
         __syncthreads(); /* this tile landed; every warpgroup is done with the other buffer */
         if (nb < p.batch) load_q(nb, ni, buf ^ 1);
-        if (X && cb != mb) { /* this Q batch index's mask offset and its keys' segment ids */
-            mb = cb;
-            if (mk.m) moff = mask_off(p, mk, cb);
-            if (mk.sk)
-                for (int h = 0; h < 2; h++)
-                    kid[h] = key[h] < p.Tk ? seg_at(mk.sk, mk.seg64, (cb / mk.seg_per_row) * p.Tk + key[h]) : -1;
-        }
+        walk.enter(cb, key, &mb, &moff, kid);
         const int qt0 = ci * BM;
         const bool skip = (p.causal && qt0 + BM - 1 < wk0) || /* every query before this warpgroup's keys */
                           (mk.window > 0 && (int64_t)qt0 - (wk0 + 63) >= mk.window); /* or past its window */
