@@ -152,6 +152,10 @@ template <class L> __device__ __forceinline__ void next_tile(int j, int n, L &lo
     if (j + 1 < n) load(j + 1, (j + 1) & 1);
 }
 
+/* LSE in the log2 domain (the backward kernels); a row that saw no key (-inf) gives +inf, so
+ * every P of it is 0 */
+__device__ __forceinline__ float lse2_of(float lse) { return lse == -INFINITY ? INFINITY : lse * kLog2e; }
+
 /* ---- masks ---- */
 
 __device__ __forceinline__ int64_t seg_at(const void *p, int is64, int64_t i)

@@ -24,9 +24,6 @@ namespace {
 using namespace mma;
 
 
-/* LSE in the log2 domain; a row that saw no key (-inf) gives +inf, so every P of it is 0 */
-__device__ __forceinline__ float lse2_of(float lse) { return lse == -INFINITY ? INFINITY : lse * kLog2e; }
-
 /* ---------------------------------------------------------------- dQ ---- */
 
 /* dQ tiles: 64 query rows (4 warps) by 64 keys; at DP 256, 128 rows (8 warps) by 32 keys, so

@@ -180,6 +180,8 @@ template <int DP, bool X> __global__ void __launch_bounds__(kThreads, 1)
                     make_float2(o[t * 4 + 2 * h] * inv, o[t * 4 + 2 * h + 1] * inv);
         if (LSE && c == 0) LSE[b * p.Tq + row[h]] = none ? -INFINITY : m[h] * kLn2 + logf(l[h]);
     }
+#elif defined(__CUDA_ARCH__)
+    __trap(); /* built without sm_90a: never launched (wg_takes), and loud if it is */
 #endif
 }
 

@@ -26,9 +26,6 @@ using namespace fr_wg;
 using wg::kThreads;
 using wg::tile_bytes;
 
-/* LSE in the log2 domain; a row that saw no key (-inf) gives +inf, so every P of it is 0 */
-__device__ __forceinline__ float lse2_of(float lse) { return lse == -INFINITY ? INFINITY : lse * kLog2e; }
-
 /* query rows per tile of the dK, dV walk; keys per tile of the dQ walk */
 template <int DP> __host__ __device__ constexpr int bwd_tile() { return DP == 256 ? 32 : 64; }
 constexpr int kRows = 128; /* keys of a dK, dV block; query rows of a dQ block */
@@ -148,6 +145,8 @@ template <int DP, bool X> __global__ void __launch_bounds__(kThreads, 1)
                 *reinterpret_cast<float2 *>(qrow + t * 8 + 2 * c) =
                     make_float2(dq[t * 4 + 2 * h] * p.scale, dq[t * 4 + 2 * h + 1] * p.scale);
     }
+#elif defined(__CUDA_ARCH__)
+    __trap(); /* built without sm_90a: never launched (wg_takes), and loud if it is */
 #endif
 }
 
@@ -291,6 +290,8 @@ template <int DP, bool X, int WANT> __global__ void __launch_bounds__(kThreads, 
                     make_float2(dv[WV ? t * 4 + 2 * h : 0], dv[WV ? t * 4 + 2 * h + 1 : 0]);
         }
     }
+#elif defined(__CUDA_ARCH__)
+    __trap(); /* built without sm_90a: never launched (wg_takes), and loud if it is */
 #endif
 }
 
