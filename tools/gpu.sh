@@ -30,7 +30,9 @@ Here (no GPU needed):
                       OpenBLAS, pkg-config; about 15 MB) into .devpkg/debs, to build there instead
   stamp               write the tree's commit (git describe --dirty) to .devpkg/COMMIT, which the
                       build there compiles in (--version, bench JSON): run it before every call;
-                      it also says what a call would carry (carry)
+                      it also makes the e2e corpus (corpus) and says what a call would carry (carry)
+  corpus              .devpkg/e2e_corpus.gz: the C/CUDA sources of commit E2E_CORPUS (c586c8c), which
+                      e2e trains on when it is there, so that its figures compare across calls
   carry [PATH...]     the bytes a device call carries: the tree git would copy (tracked and
                       untracked-not-ignored files) plus each PATH (default: .devpkg, and .whl when
                       present), against the 64 MiB the device tool takes; rc 1 when over
@@ -57,7 +59,8 @@ uses a build folder instead):
                       and rowwise (TORCHAO_LLAMA, default beside it; the torchao wheel carried in
                       .whl and on PYTHONPATH; TORCHAO_TIMEOUT); tools/peers_table.py writes the
                       rows. About 8 min at 1B with the build: budget the call for it
-  e2e                 the 125M trained 300 steps byte-level on fp8run's sources in bf16 and fp8,
+  e2e                 the 125M trained 300 steps byte-level on fp8run's sources (the corpus of
+                      E2E_CORPUS when .devpkg has it, else the tree's) in bf16 and fp8,
                       once per data order in SEEDS (0 1 2); rc 1 unless fp8's mean last
                       validation loss is within 1% of bf16's
   sft                 supervised fine-tuning of the 1B in fp8 at 8 x 2048 on byte-level SFT examples of
@@ -208,8 +211,27 @@ m_debs() {
 }
 m_stamp() { # the commit the tree there is (a device run carries files, not .git): --version, bench JSON
     mkdir -p .devpkg && git describe --always --dirty --abbrev=7 > .devpkg/COMMIT && echo "stamped $(cat .devpkg/COMMIT)"
+    m_corpus || true
     # shellcheck disable=SC2119
     m_carry || true
+}
+# The e2e's corpus: the C/CUDA sources of one fixed commit, so that its losses compare across
+# calls (the tree's own sources change with every commit that adds code, and with them bf16's
+# loss by more than the 1% the e2e judges).
+E2E_CORPUS=${E2E_CORPUS:-c586c8c}
+m_corpus() { # .devpkg/e2e_corpus.gz from $E2E_CORPUS, made here (a device run has no .git)
+    local f=.devpkg/e2e_corpus.gz files
+    [ -f "$f" ] && [ "$(cat .devpkg/e2e_corpus.commit 2> /dev/null)" = "$E2E_CORPUS" ] && return 0
+    git rev-parse -q --verify "$E2E_CORPUS^{commit}" > /dev/null || {
+        echo "gpu.sh corpus: no commit $E2E_CORPUS in this repository" >&2
+        return 1
+    }
+    mkdir -p .devpkg
+    files=$(git ls-tree -r --name-only "$E2E_CORPUS" | grep -E '\.(c|h|cu|cuh)$')
+    # shellcheck disable=SC2086
+    git archive --format=tar "$E2E_CORPUS" -- $files | tar -xOf - | gzip -9n > "$f" &&
+        echo "$E2E_CORPUS" > .devpkg/e2e_corpus.commit &&
+        echo "corpus: the sources of $E2E_CORPUS, $(gzip -dc "$f" | wc -c) bytes ($(wc -c < "$f") carried)"
 }
 # shellcheck disable=SC2120
 m_carry() { # [PATH...]: what a call carries against the device tool's 64 MiB (a call over it is refused)
@@ -341,7 +363,13 @@ m_e2e() {
     gpu_env e2e
     local m s p n
     m=$(model 125m) || return 1
-    cat $(git ls-files '*.c' '*.h' '*.cu' '*.cuh' 2> /dev/null || find . -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' | sort) > "$D/src.bin"
+    if [ -f .devpkg/e2e_corpus.gz ]; then
+        gzip -dc .devpkg/e2e_corpus.gz > "$D/src.bin" || return 1
+        echo "corpus: the sources of $(cat .devpkg/e2e_corpus.commit 2> /dev/null) (.devpkg/e2e_corpus.gz)"
+    else
+        cat $(git ls-files '*.c' '*.h' '*.cu' '*.cuh' 2> /dev/null || find . -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' | sort) > "$D/src.bin"
+        echo "corpus: this tree's sources (no .devpkg/e2e_corpus.gz: tools/gpu.sh stamp makes it)"
+    fi
     n=$(wc -c < "$D/src.bin")
     head -c $((n * 9 / 10)) "$D/src.bin" > "$D/train.bin" && tail -c $((n - n * 9 / 10)) "$D/src.bin" > "$D/val.bin"
     # several data orders: at 300 steps one pair of runs is noise-dominated (bf16 alone ends
@@ -638,7 +666,7 @@ mode=${1:-help}
 [ $# -gt 0 ] && shift
 case $mode in
     help | -h | --help) help ;;
-    debs | stamp | carry | build | bundle | exports | peers | tests | bench | versus | profile | compare | e2e | sft | determinism | dist | big | finetune | archs | baselines | hf | python | user)
+    debs | stamp | corpus | carry | build | bundle | exports | peers | tests | bench | versus | profile | compare | e2e | sft | determinism | dist | big | finetune | archs | baselines | hf | python | user)
         "m_$mode" "$@"
         rc=$?
         [ -n "${PACK:-}" ] && [ -d "$OUT/$mode" ] && tar -C "$OUT" -czf "$OUT/$mode.tgz" "$mode"
