@@ -1,10 +1,12 @@
 /* What the wgmma flash-attention kernels (attention_wg.cu: forward, attention_wg_bwd.cu: dQ
- * and dK, dV) share: blocks of two warpgroups, the 1024-byte aligned start of their shared
- * memory, and tile loads by cp.async into the swizzled layout of ops/cuda/wgmma.cuh. */
+ * and dK, dV) share: the 1024-byte aligned start of their shared memory, and tile loads by
+ * cp.async into the swizzled layout of ops/cuda/wgmma.cuh. The backward's blocks are kThreads
+ * (two warpgroups); the forward's add a producer warpgroup (ops/cuda/mbarrier.cuh). */
 #ifndef FR_ATTENTION_WG_CUH
 #define FR_ATTENTION_WG_CUH
 
 #include "ops/cuda/attention_mma.cuh"
+#include "ops/cuda/mbarrier.cuh"
 #include "ops/cuda/wgmma.cuh"
 
 namespace fr_attn {
@@ -23,11 +25,12 @@ __device__ __forceinline__ unsigned char *smem_base(unsigned char *raw)
 }
 
 /* Rows r0 .. r0 + R - 1 of bf16 [rows, W] x -> a swizzled tile of R rows x DP columns by
- * cp.async (not committed); rows from `rows` on and columns from W on are zero-filled. */
-template <int R, int DP>
+ * cp.async from NT threads (not committed); rows from `rows` on and columns from W on are
+ * zero-filled. */
+template <int R, int DP, int NT = kThreads>
 __device__ __forceinline__ void load_sw(unsigned char *dst, const bf16 *x, int W, int r0, int rows, int tid)
 {
-    for (int i = tid; i < R * DP / 8; i += kThreads) {
+    for (int i = tid; i < R * DP / 8; i += NT) {
         const int r = i / (DP / 8), ch = i % (DP / 8);
         const bool ok = r0 + r < rows && ch * 8 < W;
         const int64_t off = ok ? (int64_t)(r0 + r) * W + ch * 8 : 0;

@@ -86,6 +86,7 @@ template <int DP, bool X> __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int i = 0; i < DP / 2; i++) dq[i] = 0.f;
     const uint32_t aQ = smem_addr(sQ), adO = smem_addr(sdO);
+    const float sl2 = p.scale * kLog2e;
 
     for (int j = j0; j < j1; j++) {
         wg::tiles_landed();
@@ -118,10 +119,15 @@ template <int DP, bool X> __global__ void __launch_bounds__(kThreads, 1)
             for (int e = 0; e < 4; e++) {
                 const int h = e >> 1, key = k0 + t * 8 + 2 * c + (e & 1);
                 float pv = 0.f, dcap = 1.f;
-                if (!edge || !outside(p, mk, row[h], key))
-                    pv = ex2(score2<X>(p, mk, s[t * 4 + e], row[h], key, moff, X && mk.sk ? kid[key - k0] : 0, qid[h],
-                                       &dcap) -
-                             lse2[h]);
+                if (X) {
+                    if (!edge || !outside(p, mk, row[h], key))
+                        pv = ex2(score2<X>(p, mk, s[t * 4 + e], row[h], key, moff, mk.sk ? kid[key - k0] : 0, qid[h],
+                                           &dcap) -
+                                 lse2[h]);
+                } else { /* one FFMA a score, and a select where the tile crosses an edge */
+                    pv = ex2(fmaf(s[t * 4 + e], sl2, -lse2[h]));
+                    pv = edge && outside(p, mk, row[h], key) ? 0.f : pv;
+                }
                 ds[e] = pv * (dp[t * 4 + e] - dl[h]) * dcap; /* dS (through the softcap) */
             }
             da[t >> 1][(t & 1) * 2] = pack_bf16(ds[0], ds[1]);
@@ -200,6 +206,7 @@ template <int DP, bool X, int WANT> __global__ void __launch_bounds__(kThreads, 
     const int wk0 = n0 + wgi * 64; /* this warpgroup's first key */
     const int key[2] = {wk0 + w4 * 16 + g, wk0 + w4 * 16 + g + 8};
     const uint32_t aK = smem_addr(sK), aV = smem_addr(sV);
+    const float sl2 = p.scale * kLog2e;
 
     int64_t cb;
     int ci, buf = 0;
@@ -247,10 +254,15 @@ template <int DP, bool X, int WANT> __global__ void __launch_bounds__(kThreads, 
                     const int qi = t * 8 + 2 * c + (e & 1), q = qt0 + qi, k = key[e >> 1];
                     float dcap = 1.f;
                     pv[e] = 0.f;
-                    if (!edge || !outside(p, mk, q, k)) {
-                        const int64_t qid = X && mk.sq ? seg_at(mk.sq, mk.seg64, srow * p.Tq + q) : 1;
-                        pv[e] =
-                            ex2(score2<X>(p, mk, s[t * 4 + e], q, k, moff, kid[e >> 1], qid, &dcap) - lse2_of(lt[qi]));
+                    if (X) {
+                        if (!edge || !outside(p, mk, q, k)) {
+                            const int64_t qid = mk.sq ? seg_at(mk.sq, mk.seg64, srow * p.Tq + q) : 1;
+                            pv[e] = ex2(score2<X>(p, mk, s[t * 4 + e], q, k, moff, kid[e >> 1], qid, &dcap) -
+                                        lse2_of(lt[qi]));
+                        }
+                    } else { /* one FFMA a score, and a select where the tile crosses an edge */
+                        pv[e] = ex2(fmaf(s[t * 4 + e], sl2, -lse2_of(lt[qi])));
+                        pv[e] = edge && outside(p, mk, q, k) ? 0.f : pv[e];
                     }
                     if (WK) ds[e] = pv[e] * (dp[WK ? t * 4 + e : 0] - dlt[qi]) * dcap; /* dS^T */
                 }

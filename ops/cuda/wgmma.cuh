@@ -49,7 +49,8 @@ template <int N> __device__ __forceinline__ void wgmma_wait()
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 /* Shared memory written through the generic proxy (stores, cp.async) that wgmma reads next:
- * each writing thread fences before the barrier that publishes it. */
+ * each writing thread fences before the barrier that publishes it, or (cp.async bytes
+ * published by an mbarrier) each reading thread after its wait. */
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 /* The accumulators as the program reads them only after the wait: keeps the compiler from
  * moving their reads (or writes) across the wgmma group boundaries. */
