@@ -42,12 +42,12 @@ using wg::tile_bytes;
 
 constexpr int kFwdBM = 128, kFwdThreads = 384, kStages = 2;
 template <int DP> __host__ __device__ constexpr int fwd_bn() { return DP == 256 ? 64 : 128; }
-/* Q; kStages stages of K, V and the key ids; 2 kStages mbarriers; 1024 bytes of alignment */
+/* Q; kStages stages of K, V and the key ids; 4 kStages mbarriers; 1024 bytes of alignment */
 template <int DP> constexpr size_t fwd_smem()
 {
     return 1024 + tile_bytes<DP>(kFwdBM) +
            kStages * (2 * tile_bytes<DP>(fwd_bn<DP>()) + fwd_bn<DP>() * sizeof(int64_t)) +
-           2 * kStages * sizeof(uint64_t);
+           4 * kStages * sizeof(uint64_t);
 }
 
 template <int DP, bool X> __global__ void __launch_bounds__(kFwdThreads, 1)
@@ -60,7 +60,10 @@ template <int DP, bool X> __global__ void __launch_bounds__(kFwdThreads, 1)
     unsigned char *sQ = wg::smem_base(smem_raw), *sK = sQ + tile_bytes<DP>(BM);
     unsigned char *sV = sK + kStages * tile_bytes<DP>(BN);
     int64_t *sKid = reinterpret_cast<int64_t *>(sV + kStages * tile_bytes<DP>(BN));
-    uint64_t *full = reinterpret_cast<uint64_t *>(sKid + kStages * BN), *empty = full + kStages;
+    /* K (with its ids) and V have rings of their own: S of a tile runs while P V of the one
+     * before still reads its V */
+    uint64_t *full_k = reinterpret_cast<uint64_t *>(sKid + kStages * BN), *full_v = full_k + kStages;
+    uint64_t *empty_k = full_v + kStages, *empty_v = empty_k + kStages;
     const int tid = threadIdx.x, warp = tid >> 5, wgi = warp >> 2;
     const auto [b, q0, kvb] = q_tile_of(p, BM);
     int j0, j1;
@@ -68,8 +71,10 @@ template <int DP, bool X> __global__ void __launch_bounds__(kFwdThreads, 1)
     key_tile_range<X>(p, mk, b, q0, min(q0 + BM, p.Tq), BM, BN, &j0, &j1, &srow);
     if (tid == 0) {
         for (int s = 0; s < kStages; s++) {
-            mbar_init(full + s, 2 * 128); /* each producer thread: its cp.async landing, its ids' release */
-            mbar_init(empty + s, 256);    /* each consumer thread */
+            mbar_init(full_k + s, 2 * 128); /* each producer thread: its K copies landed, its ids stored */
+            mbar_init(full_v + s, 128);     /* each producer thread: its V copies landed */
+            mbar_init(empty_k + s, 256);    /* each consumer thread */
+            mbar_init(empty_v + s, 256);
         }
         fence_mbar_init();
     }
@@ -77,16 +82,17 @@ template <int DP, bool X> __global__ void __launch_bounds__(kFwdThreads, 1)
 
     if (wgi == 0) { /* ---- producer ---- */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-        const int pt = tid;
         const bf16 *Kb = K + kvb * p.Tk * p.D, *Vb = V + kvb * p.Tk * p.Dv;
         for (int j = j0; j < j1; j++) {
             const int it = j - j0, s = it % kStages, k = it / kStages;
-            if (k > 0) mbar_wait(empty + s, (k - 1) & 1);
-            wg::load_sw<BN, DP, 128>(sK + s * tile_bytes<DP>(BN), Kb, p.D, j * BN, p.Tk, pt);
-            wg::load_sw<BN, DP, 128>(sV + s * tile_bytes<DP>(BN), Vb, p.Dv, j * BN, p.Tk, pt);
-            if (X && mk.sk) load_key_ids<128>(p, mk, srow, j * BN, BN, sKid + s * BN, pt);
-            mbar_arrive_cp_async(full + s);
-            mbar_arrive(full + s);
+            if (k > 0) mbar_wait(empty_k + s, (k - 1) & 1);
+            wg::load_sw<BN, DP, 128>(sK + s * tile_bytes<DP>(BN), Kb, p.D, j * BN, p.Tk, tid);
+            if (X && mk.sk) load_key_ids<128>(p, mk, srow, j * BN, BN, sKid + s * BN, tid);
+            mbar_arrive_cp_async(full_k + s);
+            mbar_arrive(full_k + s);
+            if (k > 0) mbar_wait(empty_v + s, (k - 1) & 1);
+            wg::load_sw<BN, DP, 128>(sV + s * tile_bytes<DP>(BN), Vb, p.Dv, j * BN, p.Tk, tid);
+            mbar_arrive_cp_async(full_v + s);
         }
         cp_async_wait_all(); /* keep the thread until its copies landed */
         return;
@@ -94,10 +100,10 @@ template <int DP, bool X> __global__ void __launch_bounds__(kFwdThreads, 1)
 
     /* ---- consumers: warpgroups 1 and 2, 64 query rows each ---- */
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
-    const int cw = wgi - 1, ct = tid - 128, w4 = warp & 3, lane = tid & 31, g = lane >> 2, c = lane & 3;
+    const int cw = wgi - 1, w4 = warp & 3, lane = tid & 31, g = lane >> 2, c = lane & 3;
     const int wq0 = q0 + cw * 64;
     const float *Qb = Q + b * p.Tq * p.D;
-    for (int i = ct % 128; i < 64 * DP / 8; i += 128) { /* this warpgroup's Q rows: float32 -> bf16 */
+    for (int i = tid % 128; i < 64 * DP / 8; i += 128) { /* this warpgroup's Q rows: float32 -> bf16 */
         const int r = cw * 64 + i / (DP / 8), ch = i % (DP / 8);
         float4 v0 = make_float4(0.f, 0.f, 0.f, 0.f), v1 = v0;
         if (q0 + r < p.Tq && ch * 8 < p.D) {
@@ -111,6 +117,7 @@ template <int DP, bool X> __global__ void __launch_bounds__(kFwdThreads, 1)
     fence_proxy_async();
     asm volatile("bar.sync %0, 128;\n" ::"r"(1 + cw) : "memory"); /* this warpgroup's Q rows */
 
+    /* this thread's rows: h = 0 | 1 is row wq0 + 16 w4 + g (+ 8) */
     float o[DP / 2];
 #pragma unroll
     for (int i = 0; i < DP / 2; i++) o[i] = 0.f;
@@ -127,30 +134,15 @@ template <int DP, bool X> __global__ void __launch_bounds__(kFwdThreads, 1)
     const uint32_t aQ = smem_addr(sQ);
     const float sl2 = X ? 1.f : p.scale * kLog2e; /* X's scores are scaled by score2 */
 
-    for (int j = j0; j < j1; j++) {
-        const int it = j - j0, s = it % kStages;
-        mbar_wait(full + s, (it / kStages) & 1);
-        fence_proxy_async(); /* the cp.async bytes it acquired, before wgmma reads them */
+    /* S of tile j -> P (bf16, the A operand of P V) in pa; alpha: O's rescale. Without extra
+     * masks the scores stay raw until the exponent (one FFMA each): the maximum of the raw
+     * scores scales to the maximum of the scaled ones (scale > 0), and only tiles crossing an
+     * edge test keys one by one. */
+    auto softmax = [&](float *sc, int j, int s, float *alpha) {
         const int k0 = j * BN;
-        if ((p.causal && k0 > wq0 + 63) || (mk.window > 0 && (int64_t)wq0 - (k0 + BN - 1) >= mk.window)) {
-            mbar_arrive(empty + s);
-            continue;
-        }
-        const uint32_t aK = smem_addr(sK + s * tile_bytes<DP>(BN)), aV = smem_addr(sV + s * tile_bytes<DP>(BN));
-        float sc[BN / 2];
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < DP / 16; kk++)
-            mma_ss<BN>(sc, wg_desc_k<BM>(aQ, cw * 64, kk), wg_desc_k<BN>(aK, 0, kk), kk > 0);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_regs<BN / 2>(sc);
         const int64_t *kid = sKid + s * BN;
         const bool edge = k0 + BN > p.Tk || wq0 + 64 > p.Tq || (p.causal && k0 + BN - 1 > wq0) ||
                           (mk.window > 0 && (int64_t)wq0 + 63 - k0 >= mk.window);
-        /* Without extra masks the scores stay raw until the exponent (one FFMA each): the
-         * maximum of the raw scores scales to the maximum of the scaled ones (scale > 0), and
-         * only tiles crossing an edge test keys one by one. */
         if (X) {
 #pragma unroll
             for (int t = 0; t < BN / 8; t++)
@@ -177,7 +169,6 @@ template <int DP, bool X> __global__ void __launch_bounds__(kFwdThreads, 1)
             mx[0] = fmaxf(mx[0], fmaxf(sc[t * 4], sc[t * 4 + 1]));
             mx[1] = fmaxf(mx[1], fmaxf(sc[t * 4 + 2], sc[t * 4 + 3]));
         }
-        float alpha[2];
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
@@ -189,32 +180,110 @@ template <int DP, bool X> __global__ void __launch_bounds__(kFwdThreads, 1)
             mx[h] = base;
             l[h] *= alpha[h];
         }
-        uint32_t pa[BN / 16][4];
 #pragma unroll
         for (int t = 0; t < BN / 8; t++) {
             const float p0 = ex2(fmaf(sc[t * 4], sl2, -mx[0])), p1 = ex2(fmaf(sc[t * 4 + 1], sl2, -mx[0]));
             const float p2 = ex2(fmaf(sc[t * 4 + 2], sl2, -mx[1])), p3 = ex2(fmaf(sc[t * 4 + 3], sl2, -mx[1]));
             l[0] += p0 + p1;
             l[1] += p2 + p3;
-            pa[t >> 1][(t & 1) * 2] = pack_bf16(p0, p1);
-            pa[t >> 1][(t & 1) * 2 + 1] = pack_bf16(p2, p3);
+            sc[t * 4] = p0, sc[t * 4 + 1] = p1, sc[t * 4 + 2] = p2, sc[t * 4 + 3] = p3;
         }
-        if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) /* no row's maximum moved: skip */
+    };
+    /* P (float32, in S's registers) -> bf16, the A operand of P V */
+    auto pack = [&](const float *sc, uint32_t(*pa)[4]) {
 #pragma unroll
-            for (int t = 0; t < DP / 8; t++) {
-                o[t * 4] *= alpha[0];
-                o[t * 4 + 1] *= alpha[0];
-                o[t * 4 + 2] *= alpha[1];
-                o[t * 4 + 3] *= alpha[1];
-            }
-        wgmma_fence();
+        for (int t = 0; t < BN / 8; t++) {
+            pa[t >> 1][(t & 1) * 2] = pack_bf16(sc[t * 4], sc[t * 4 + 1]);
+            pa[t >> 1][(t & 1) * 2 + 1] = pack_bf16(sc[t * 4 + 2], sc[t * 4 + 3]);
+        }
+    };
+
+    /* The key tiles this warpgroup reads, ja .. jb - 1: the causal diagonal and the window cut
+     * whole tiles from the block's range only at its ends. The tiles outside are waited for
+     * and released all the same, as the rings' phases count every tile. */
+    int ja = j0, jb = j1;
+    if (mk.window > 0)
+        while (ja < jb && (int64_t)wq0 - (ja * BN + BN - 1) >= mk.window) ja++;
+    if (p.causal)
+        while (jb > ja && (jb - 1) * BN > wq0 + 63) jb--;
+    auto pass = [&](int j) {
+        const int it = j - j0, s = it % kStages;
+        const unsigned ph = (it / kStages) & 1;
+        mbar_wait(full_k + s, ph);
+        mbar_wait(full_v + s, ph);
+        mbar_arrive(empty_k + s);
+        mbar_arrive(empty_v + s);
+    };
+    for (int j = j0; j < ja; j++) pass(j);
+    /* Tile j's K or V landed: waited for before the products are issued (a wait loop between
+     * them would make ptxas serialize every wgmma) */
+    auto landed = [&](uint64_t *full, int j) {
+        mbar_wait(full + (j - j0) % kStages, ((j - j0) / kStages) & 1);
+        fence_proxy_async(); /* the cp.async bytes it acquired, before wgmma reads them */
+    };
+    /* S = Q K^T of tile j, issued and committed */
+    auto qk = [&](float *sc, int j) {
+        const uint32_t aK = smem_addr(sK + (j - j0) % kStages * tile_bytes<DP>(BN));
+#pragma unroll
+        for (int kk = 0; kk < DP / 16; kk++)
+            mma_ss<BN>(sc, wg_desc_k<BM>(aQ, cw * 64, kk), wg_desc_k<BN>(aK, 0, kk), kk > 0);
+        wgmma_commit();
+    };
+    /* O += P V of tile j, issued and committed */
+    auto pv = [&](uint32_t(*pa)[4], int j) {
+        const uint32_t aV = smem_addr(sV + (j - j0) % kStages * tile_bytes<DP>(BN));
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) mma_rs<DP>(o, pa[kk], wg_desc_n<BN>(aV, kk), 1);
         wgmma_commit();
+    };
+    if (ja < jb) {
+        uint32_t pa[BN / 16][4]; /* P of the tile before */
+        {
+            float sc[BN / 2], alpha[2];
+            landed(full_k, ja);
+            wgmma_fence();
+            qk(sc, ja);
+            wgmma_wait<0>();
+            fence_regs<BN / 2>(sc);
+            softmax(sc, ja, (ja - j0) % kStages, alpha); /* O is still 0: no rescale */
+            mbar_arrive(empty_k + (ja - j0) % kStages);
+            pack(sc, pa);
+        }
+        /* Tile j's S is issued before P V of tile j - 1, and its softmax runs while that product
+         * does. O's rescale and P's bf16 registers wait for it: no register a product in flight
+         * reads is written (ptxas would serialize the products). */
+        for (int j = ja + 1; j < jb; j++) {
+            float sc[BN / 2], alpha[2];
+            landed(full_k, j);
+            landed(full_v, j - 1);
+            wgmma_fence();
+            qk(sc, j);
+            pv(pa, j - 1);
+            wgmma_wait<1>(); /* S landed; P V may still run */
+            fence_regs<BN / 2>(sc);
+            softmax(sc, j, (j - j0) % kStages, alpha);
+            mbar_arrive(empty_k + (j - j0) % kStages); /* K and its ids read */
+            wgmma_wait<0>();
+            fence_regs<DP / 2>(o);
+            mbar_arrive(empty_v + (j - 1 - j0) % kStages);
+            if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) /* no row's maximum moved: skip */
+#pragma unroll
+                for (int t = 0; t < DP / 8; t++) {
+                    o[t * 4] *= alpha[0];
+                    o[t * 4 + 1] *= alpha[0];
+                    o[t * 4 + 2] *= alpha[1];
+                    o[t * 4 + 3] *= alpha[1];
+                }
+            pack(sc, pa);
+        }
+        landed(full_v, jb - 1);
+        wgmma_fence();
+        pv(pa, jb - 1);
         wgmma_wait<0>();
         fence_regs<DP / 2>(o);
-        mbar_arrive(empty + s); /* this stage's K and V are no longer read by this thread */
+        mbar_arrive(empty_v + (jb - 1 - j0) % kStages);
     }
+    for (int j = jb > ja ? jb : ja; j < j1; j++) pass(j);
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);

@@ -59,6 +59,13 @@ template <int N> __device__ __forceinline__ void fence_regs(float *d)
 #pragma unroll
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
+/* the same for a register A operand: its registers stay as they are until here (a product
+ * issued before reads them until its wait) */
+template <int N> __device__ __forceinline__ void fence_regs_u32(uint32_t *a)
+{
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+r"(a[i])::"memory");
+}
 
 /* d (m64nN) = A . B (+ d): A, B K-major in shared memory */
 template <int N> __device__ __forceinline__ void mma_ss(float *d, uint64_t da, uint64_t db, int acc)
