@@ -69,6 +69,10 @@ static void test_missing_library(void)
     FR_ASSERT_OK(fr_cuda_ctx_set_attention(&c, "fp8run"));
     fr_cuda_attention_report(&c, rep, sizeof rep);
     CU_ASSERT_STRING_EQUAL(rep, "fp8run kernels (--attention fp8run)");
+    c.attn_runs_own = 3, c.attn_runs_wgmma = 2; /* two of them on the Hopper kernels */
+    fr_cuda_attention_report(&c, rep, sizeof rep);
+    CU_ASSERT_STRING_EQUAL(rep, "fp8run kernels (--attention fp8run; wgmma kernels for 2 of its 3 runs)");
+    c.attn_runs_own = 0, c.attn_runs_wgmma = 0;
     CU_ASSERT_EQUAL(fr_cuda_attention_parse("cudnn"), FR_CUDA_ATTN_CUDNN);
     CU_ASSERT_EQUAL(fr_cuda_attention_parse("auto"), FR_CUDA_ATTN_AUTO);
     CU_ASSERT_EQUAL(fr_cuda_attention_parse("x"), -1);

@@ -317,8 +317,11 @@ const char *fr_cuda_attention_generic(const fr_cuda_ctx *c)
 
 void fr_cuda_attention_report(const fr_cuda_ctx *c, char *buf, size_t n)
 {
-    const long long dn = c->attn_runs_cudnn, own = c->attn_runs_own;
-    const char *why = c->attn_note[0] ? c->attn_note : "--attention fp8run";
+    const long long dn = c->attn_runs_cudnn, own = c->attn_runs_own, wg = c->attn_runs_wgmma;
+    char why[sizeof c->attn_note + 64];
+    snprintf(why, sizeof why, "%s", c->attn_note[0] ? c->attn_note : "--attention fp8run");
+    if (wg > 0) /* which of fp8run's kernels: its Hopper ones, or the mma.sync / float32 ones */
+        snprintf(why + strlen(why), sizeof why - strlen(why), "; wgmma kernels for %lld of its %lld runs", wg, own);
     const char *det = c->deterministic ? ", deterministic engines (--deterministic)" : "";
     if (dn == 0 && (own > 0 || c->attention == FR_CUDA_ATTN_FP8RUN))
         snprintf(buf, n, "fp8run kernels (%s)", why);

@@ -18,15 +18,20 @@ namespace fr_attn {
 
 typedef __nv_bfloat16 bf16;
 
-/* Q batch index -> K/V batch index (fr_attn_kv_index, on the device) */
+/* Q batch index -> K/V batch index (fr_attn_kv_index, on the device). group > 0: the map is
+ * b -> b / group (every head its own K/V, or grouped-query heads next to each other), found
+ * by the host (kv_group), so that the dK/dV walks find a K/V index's queries without a search
+ * of 64-bit divisions. */
 struct KvMap {
     int brank;
     int64_t qdims[FR_MAX_RANK];
     int64_t kv_stride[FR_MAX_RANK];
+    int64_t group;
 };
 
-__device__ __forceinline__ int64_t kv_of(const KvMap &m, int64_t b)
+__host__ __device__ __forceinline__ int64_t kv_of(const KvMap &m, int64_t b)
 {
+    if (m.group > 0) return b / m.group;
     int64_t kv = 0;
     for (int k = m.brank - 1; k >= 0; k--) {
         const int64_t d = m.qdims[k];
@@ -39,6 +44,10 @@ __device__ __forceinline__ int64_t kv_of(const KvMap &m, int64_t b)
 /* The first Q batch index after `prev` that reads K/V index kv (batch: none). */
 __device__ __forceinline__ int64_t next_q_of(const KvMap &m, int64_t batch, int64_t kv, int64_t prev)
 {
+    if (m.group > 0) {
+        const int64_t b = prev + 1 > kv * m.group ? prev + 1 : kv * m.group;
+        return b < (kv + 1) * m.group && b < batch ? b : batch;
+    }
     for (int64_t b = prev + 1; b < batch; b++)
         if (kv_of(m, b) == kv) return b;
     return batch;

@@ -219,7 +219,10 @@ fr_status tc_to_bf16(const fr_cuda_kctx *k, const float *x, bf16 *y, int64_t n)
 fr_status tc_fwd(const fr_cuda_kctx *k, const Prob &p, const Masks &mk, const float *Q, const bf16 *K, const bf16 *V,
                  float *O, float *L)
 {
-    if (wg_takes(p)) return wg_fwd(k, p, mk, Q, K, V, O, L);
+    if (wg_takes(p)) {
+        k->cu->attn_runs_wgmma++;
+        return wg_fwd(k, p, mk, Q, K, V, O, L);
+    }
     const int w = p.D > p.Dv ? p.D : p.Dv;
     if (w <= 64) return fwd_dp<64>(k, p, mk, Q, K, V, O, L);
     if (w <= 128) return fwd_dp<128>(k, p, mk, Q, K, V, O, L);

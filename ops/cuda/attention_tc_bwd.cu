@@ -308,7 +308,10 @@ fr_status bwd_dp(const fr_cuda_kctx *k, const Prob &p, const Masks &mk, const Sc
 fr_status tc_bwd(const fr_cuda_kctx *k, const Prob &p, const Masks &mk, const Scratch &s, float *dQ, float *dK,
                  float *dV, const float *LSE)
 {
-    if (wg_takes(p)) return wg_bwd(k, p, mk, s, dQ, dK, dV, LSE);
+    if (wg_takes(p)) {
+        k->cu->attn_runs_wgmma++;
+        return wg_bwd(k, p, mk, s, dQ, dK, dV, LSE);
+    }
     const int w = p.D > p.Dv ? p.D : p.Dv;
     if (w <= 64) return bwd_dp<64>(k, p, mk, s, dQ, dK, dV, LSE);
     if (w <= 128) return bwd_dp<128>(k, p, mk, s, dQ, dK, dV, LSE);

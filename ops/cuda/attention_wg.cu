@@ -26,6 +26,9 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <cuda.h> /* CUtensorMap and its encoder's type; the encoder is reached through the runtime */
+#include <cudaTypedefs.h>
+
 #include "ops/cuda/attention_wg.cuh"
 #include "ops/cuda/cuda_util.cuh"
 
@@ -51,8 +54,8 @@ template <int DP> constexpr size_t fwd_smem()
 }
 
 template <int DP, bool X> __global__ void __launch_bounds__(kFwdThreads, 1)
-    fwd_wg(const float *__restrict__ Q, const bf16 *__restrict__ K, const bf16 *__restrict__ V, float *__restrict__ O,
-           float *__restrict__ LSE, Prob p, Masks mk)
+    fwd_wg(const float *__restrict__ Q, const __grid_constant__ CUtensorMap tmK,
+           const __grid_constant__ CUtensorMap tmV, float *__restrict__ O, float *__restrict__ LSE, Prob p, Masks mk)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BM = kFwdBM, BN = fwd_bn<DP>();
@@ -71,30 +74,38 @@ template <int DP, bool X> __global__ void __launch_bounds__(kFwdThreads, 1)
     key_tile_range<X>(p, mk, b, q0, min(q0 + BM, p.Tq), BM, BN, &j0, &j1, &srow);
     if (tid == 0) {
         for (int s = 0; s < kStages; s++) {
-            mbar_init(full_k + s, 2 * 128); /* each producer thread: its K copies landed, its ids stored */
-            mbar_init(full_v + s, 128);     /* each producer thread: its V copies landed */
-            mbar_init(empty_k + s, 256);    /* each consumer thread */
+            mbar_init(full_k + s, X && mk.sk ? 1 + 128 : 1); /* the copies' bytes (and each thread's ids) */
+            mbar_init(full_v + s, 1);
+            mbar_init(empty_k + s, 256); /* each consumer thread */
             mbar_init(empty_v + s, 256);
         }
         fence_mbar_init();
     }
     __syncthreads();
 
-    if (wgi == 0) { /* ---- producer ---- */
+    if (wgi == 0) { /* ---- producer: one thread drives the tensor copy engine ---- */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-        const bf16 *Kb = K + kvb * p.Tk * p.D, *Vb = V + kvb * p.Tk * p.Dv;
+        const bool ids = X && mk.sk; /* the key tiles' segment ids, by the whole warpgroup */
+        if (!ids && tid != 0) return;
+        constexpr uint32_t kTile = (uint32_t)tile_bytes<DP>(BN);
         for (int j = j0; j < j1; j++) {
             const int it = j - j0, s = it % kStages, k = it / kStages;
             if (k > 0) mbar_wait(empty_k + s, (k - 1) & 1);
-            wg::load_sw<BN, DP, 128>(sK + s * tile_bytes<DP>(BN), Kb, p.D, j * BN, p.Tk, tid);
-            if (X && mk.sk) load_key_ids<128>(p, mk, srow, j * BN, BN, sKid + s * BN, tid);
-            mbar_arrive_cp_async(full_k + s);
-            mbar_arrive(full_k + s);
+            if (tid == 0) {
+                mbar_expect_tx(full_k + s, kTile);
+                for (int a = 0; a < DP / 64; a++) /* one 128-byte-wide atom of the tile a copy */
+                    tma_load_3d(sK + s * kTile + a * BN * 128, &tmK, a * 64, j * BN, (int)kvb, full_k + s);
+            }
+            if (ids) {
+                load_key_ids<128>(p, mk, srow, j * BN, BN, sKid + s * BN, tid);
+                mbar_arrive(full_k + s);
+            }
+            if (tid != 0) continue;
             if (k > 0) mbar_wait(empty_v + s, (k - 1) & 1);
-            wg::load_sw<BN, DP, 128>(sV + s * tile_bytes<DP>(BN), Vb, p.Dv, j * BN, p.Tk, tid);
-            mbar_arrive_cp_async(full_v + s);
+            mbar_expect_tx(full_v + s, kTile);
+            for (int a = 0; a < DP / 64; a++)
+                tma_load_3d(sV + s * kTile + a * BN * 128, &tmV, a * 64, j * BN, (int)kvb, full_v + s);
         }
-        cp_async_wait_all(); /* keep the thread until its copies landed */
         return;
     }
 
@@ -103,16 +114,23 @@ template <int DP, bool X> __global__ void __launch_bounds__(kFwdThreads, 1)
     const int cw = wgi - 1, w4 = warp & 3, lane = tid & 31, g = lane >> 2, c = lane & 3;
     const int wq0 = q0 + cw * 64;
     const float *Qb = Q + b * p.Tq * p.D;
-    for (int i = tid % 128; i < 64 * DP / 8; i += 128) { /* this warpgroup's Q rows: float32 -> bf16 */
-        const int r = cw * 64 + i / (DP / 8), ch = i % (DP / 8);
-        float4 v0 = make_float4(0.f, 0.f, 0.f, 0.f), v1 = v0;
-        if (q0 + r < p.Tq && ch * 8 < p.D) {
-            const float4 *src = reinterpret_cast<const float4 *>(Qb + (int64_t)(q0 + r) * p.D + ch * 8);
-            v0 = __ldg(src);
-            v1 = __ldg(src + 1);
+    { /* this warpgroup's Q rows: float32 -> bf16, a thread's loads of 8 rows in flight at once
+       * (one at a time, this staging was a tenth of the kernel's time) */
+        constexpr int CH = DP / 8;
+        const int ch = tid % CH, r1 = tid % 128 / CH;
+        const bool col = ch * 8 < p.D;
+#pragma unroll 8
+        for (int rr = r1; rr < 64; rr += 128 / CH) {
+            const int r = cw * 64 + rr;
+            float4 v0 = make_float4(0.f, 0.f, 0.f, 0.f), v1 = v0;
+            if (col && q0 + r < p.Tq) {
+                const float4 *src = reinterpret_cast<const float4 *>(Qb + (int64_t)(q0 + r) * p.D + ch * 8);
+                v0 = __ldg(src);
+                v1 = __ldg(src + 1);
+            }
+            *reinterpret_cast<uint4 *>(sQ + sw_off<BM>(r, ch)) =
+                make_uint4(pack_bf16(v0.x, v0.y), pack_bf16(v0.z, v0.w), pack_bf16(v1.x, v1.y), pack_bf16(v1.z, v1.w));
         }
-        *reinterpret_cast<uint4 *>(sQ + sw_off<BM>(r, ch)) =
-            make_uint4(pack_bf16(v0.x, v0.y), pack_bf16(v0.z, v0.w), pack_bf16(v1.x, v1.y), pack_bf16(v1.z, v1.w));
     }
     fence_proxy_async();
     asm volatile("bar.sync %0, 128;\n" ::"r"(1 + cw) : "memory"); /* this warpgroup's Q rows */
@@ -217,10 +235,7 @@ template <int DP, bool X> __global__ void __launch_bounds__(kFwdThreads, 1)
     for (int j = j0; j < ja; j++) pass(j);
     /* Tile j's K or V landed: waited for before the products are issued (a wait loop between
      * them would make ptxas serialize every wgmma) */
-    auto landed = [&](uint64_t *full, int j) {
-        mbar_wait(full + (j - j0) % kStages, ((j - j0) / kStages) & 1);
-        fence_proxy_async(); /* the cp.async bytes it acquired, before wgmma reads them */
-    };
+    auto landed = [&](uint64_t *full, int j) { mbar_wait(full + (j - j0) % kStages, ((j - j0) / kStages) & 1); };
     /* S = Q K^T of tile j, issued and committed */
     auto qk = [&](float *sc, int j) {
         const uint32_t aK = smem_addr(sK + (j - j0) % kStages * tile_bytes<DP>(BN));
@@ -304,13 +319,52 @@ template <int DP, bool X> __global__ void __launch_bounds__(kFwdThreads, 1)
 #endif
 }
 
+/* The driver's tensor-map encoder, looked up once through the runtime (NULL: none) */
+PFN_cuTensorMapEncodeTiled_v12000 tmap_encoder()
+{
+    static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+        void *f = nullptr;
+        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) !=
+                cudaSuccess ||
+            q != cudaDriverEntryPointSuccess) {
+            (void)cudaGetLastError();
+            f = nullptr;
+        }
+        return (PFN_cuTensorMapEncodeTiled_v12000)f;
+    }();
+    return fn;
+}
+
+/* The tensor map of bf16 x [batches, rows, W] that the forward's producer copies R rows by 64
+ * columns at a time, 128-byte swizzled (the atoms of ops/cuda/wgmma.cuh): rows from `rows` on
+ * and columns from W on read as zeros. */
+fr_status tile_map(const fr_node *n, const char *what, CUtensorMap *m, const bf16 *x, int64_t batches, int rows, int W,
+                   int R)
+{
+    const cuuint64_t dims[3] = {(cuuint64_t)W, (cuuint64_t)rows, (cuuint64_t)batches};
+    const cuuint64_t strides[2] = {(cuuint64_t)W * sizeof(bf16), (cuuint64_t)rows * W * sizeof(bf16)};
+    const cuuint32_t box[3] = {64, (cuuint32_t)R, 1}, step[3] = {1, 1, 1};
+    const CUresult r = tmap_encoder()(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)x, dims, strides, box, step,
+                                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return fr_node_error(n, FR_ERR_DEVICE,
+                             "the tensor map of %s [%lld, %d, %d] (bf16 at %p) was refused (CUresult %d)", what,
+                             (long long)batches, rows, W, (const void *)x, (int)r);
+    return FR_OK;
+}
+
 template <int DP, bool X> fr_status fwd_launch(const fr_cuda_kctx *k, const Prob &p, const Masks &mk, const float *Q,
                                                const bf16 *K, const bf16 *V, float *O, float *L)
 {
     const size_t smem = fwd_smem<DP>();
     FR_TRY(set_smem(k->node, fwd_wg<DP, X>, smem));
+    CUtensorMap tmK, tmV;
+    FR_TRY(tile_map(k->node, "K", &tmK, K, p.kv_batch, p.Tk, p.D, fwd_bn<DP>()));
+    FR_TRY(tile_map(k->node, "V", &tmV, V, p.kv_batch, p.Tk, p.Dv, fwd_bn<DP>()));
     const int64_t blocks = (int64_t)((p.Tq + kFwdBM - 1) / kFwdBM) * p.batch;
-    fwd_wg<DP, X><<<grid_of(blocks), kFwdThreads, smem, k->cu->stream>>>(Q, K, V, O, L, p, mk);
+    fwd_wg<DP, X><<<grid_of(blocks), kFwdThreads, smem, k->cu->stream>>>(Q, tmK, tmV, O, L, p, mk);
     return fr_cuda_check_launch(k->node, "Attention(wgmma, producer warpgroup)");
 }
 
@@ -319,7 +373,7 @@ template <int DP, bool X> fr_status fwd_launch(const fr_cuda_kctx *k, const Prob
 bool wg_takes(const Prob &p)
 {
 #ifdef FP8RUN_SM90A
-    return (p.D > 64 || p.Dv > 64) && !fr_env_is(FR_ENV_FLASH_WGMMA, "0");
+    return (p.D > 64 || p.Dv > 64) && !fr_env_is(FR_ENV_FLASH_WGMMA, "0") && tmap_encoder() != nullptr;
 #else
     (void)p;
     return false;

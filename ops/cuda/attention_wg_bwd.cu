@@ -15,6 +15,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "ops/cuda/attention_wg.cuh"
 #include "ops/cuda/cuda_util.cuh"
 
@@ -112,27 +114,36 @@ template <int DP, bool X> __global__ void __launch_bounds__(kThreads, 1)
         const bool edge = k0 + BN > p.Tk || wq0 + 64 > p.Tq || (p.causal && k0 + BN - 1 > wq0) ||
                           (mk.window > 0 && (int64_t)wq0 + 63 - k0 >= mk.window);
         uint32_t da[BN / 16][4];
+        /* E: the tile crosses an edge (a compile-time copy of the loop each way keeps the
+         * per-element test out of the others) */
+        auto ds_tile = [&](auto edge_tag) {
+            constexpr bool E = decltype(edge_tag)::value;
 #pragma unroll
-        for (int t = 0; t < BN / 8; t++) {
-            float ds[4];
+            for (int t = 0; t < BN / 8; t++) {
+                float ds[4];
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int h = e >> 1, key = k0 + t * 8 + 2 * c + (e & 1);
-                float pv = 0.f, dcap = 1.f;
-                if (X) {
-                    if (!edge || !outside(p, mk, row[h], key))
-                        pv = ex2(score2<X>(p, mk, s[t * 4 + e], row[h], key, moff, mk.sk ? kid[key - k0] : 0, qid[h],
-                                           &dcap) -
-                                 lse2[h]);
-                } else { /* one FFMA a score, and a select where the tile crosses an edge */
-                    pv = ex2(fmaf(s[t * 4 + e], sl2, -lse2[h]));
-                    pv = edge && outside(p, mk, row[h], key) ? 0.f : pv;
+                for (int e = 0; e < 4; e++) {
+                    const int h = e >> 1, key = k0 + t * 8 + 2 * c + (e & 1);
+                    float pv = 0.f, dcap = 1.f;
+                    if (X) {
+                        if (!edge || !outside(p, mk, row[h], key))
+                            pv = ex2(score2<X>(p, mk, s[t * 4 + e], row[h], key, moff, mk.sk ? kid[key - k0] : 0,
+                                               qid[h], &dcap) -
+                                     lse2[h]);
+                    } else { /* one FFMA a score, and a select where the tile crosses an edge */
+                        pv = ex2(fmaf(s[t * 4 + e], sl2, -lse2[h]));
+                        if (E) pv = outside(p, mk, row[h], key) ? 0.f : pv;
+                    }
+                    ds[e] = pv * (dp[t * 4 + e] - dl[h]) * dcap; /* dS (through the softcap) */
                 }
-                ds[e] = pv * (dp[t * 4 + e] - dl[h]) * dcap; /* dS (through the softcap) */
+                da[t >> 1][(t & 1) * 2] = pack_bf16(ds[0], ds[1]);
+                da[t >> 1][(t & 1) * 2 + 1] = pack_bf16(ds[2], ds[3]);
             }
-            da[t >> 1][(t & 1) * 2] = pack_bf16(ds[0], ds[1]);
-            da[t >> 1][(t & 1) * 2 + 1] = pack_bf16(ds[2], ds[3]);
-        }
+        };
+        if (!X && edge) /* X tests the edges as before, in one copy */
+            ds_tile(std::true_type{});
+        else
+            ds_tile(std::false_type{});
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) mma_rs<DP>(dq, da[kk], wg_desc_n<BN>(aK, kk), 1);
@@ -246,33 +257,45 @@ template <int DP, bool X, int WANT> __global__ void __launch_bounds__(kThreads, 
                               (mk.window > 0 && (int64_t)qt0 + BM - 1 - wk0 >= mk.window);
             const int64_t srow = X && mk.sk ? cb / mk.seg_per_row : 0;
             uint32_t pa[BM / 16][4], dsa[WK ? BM / 16 : 1][4];
+            /* E: the tile crosses an edge (as in dQ) */
+            auto p_ds_tile = [&](auto edge_tag) {
+                constexpr bool E = decltype(edge_tag)::value;
 #pragma unroll
-            for (int t = 0; t < BM / 8; t++) {
-                float pv[4], ds[4];
+                for (int t = 0; t < BM / 8; t++) {
+                    /* this thread's two queries of the 8: their LSE (log2) and Delta */
+                    const float2 lq = *reinterpret_cast<const float2 *>(lt + t * 8 + 2 * c);
+                    const float2 dq = *reinterpret_cast<const float2 *>(dlt + t * 8 + 2 * c);
+                    const float l2[2] = {lse2_of(lq.x), lse2_of(lq.y)}, dl[2] = {dq.x, dq.y};
+                    float pv[4], ds[4];
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int qi = t * 8 + 2 * c + (e & 1), q = qt0 + qi, k = key[e >> 1];
-                    float dcap = 1.f;
-                    pv[e] = 0.f;
-                    if (X) {
-                        if (!edge || !outside(p, mk, q, k)) {
-                            const int64_t qid = mk.sq ? seg_at(mk.sq, mk.seg64, srow * p.Tq + q) : 1;
-                            pv[e] = ex2(score2<X>(p, mk, s[t * 4 + e], q, k, moff, kid[e >> 1], qid, &dcap) -
-                                        lse2_of(lt[qi]));
+                    for (int e = 0; e < 4; e++) {
+                        const int qi = t * 8 + 2 * c + (e & 1), q = qt0 + qi, k = key[e >> 1];
+                        float dcap = 1.f;
+                        pv[e] = 0.f;
+                        if (X) {
+                            if (!edge || !outside(p, mk, q, k)) {
+                                const int64_t qid = mk.sq ? seg_at(mk.sq, mk.seg64, srow * p.Tq + q) : 1;
+                                pv[e] = ex2(score2<X>(p, mk, s[t * 4 + e], q, k, moff, kid[e >> 1], qid, &dcap) -
+                                            l2[e & 1]);
+                            }
+                        } else { /* one FFMA a score, and a select where the tile crosses an edge */
+                            pv[e] = ex2(fmaf(s[t * 4 + e], sl2, -l2[e & 1]));
+                            if (E) pv[e] = outside(p, mk, q, k) ? 0.f : pv[e];
                         }
-                    } else { /* one FFMA a score, and a select where the tile crosses an edge */
-                        pv[e] = ex2(fmaf(s[t * 4 + e], sl2, -lse2_of(lt[qi])));
-                        pv[e] = edge && outside(p, mk, q, k) ? 0.f : pv[e];
+                        if (WK) ds[e] = pv[e] * (dp[WK ? t * 4 + e : 0] - dl[e & 1]) * dcap; /* dS^T */
                     }
-                    if (WK) ds[e] = pv[e] * (dp[WK ? t * 4 + e : 0] - dlt[qi]) * dcap; /* dS^T */
+                    pa[t >> 1][(t & 1) * 2] = pack_bf16(pv[0], pv[1]);
+                    pa[t >> 1][(t & 1) * 2 + 1] = pack_bf16(pv[2], pv[3]);
+                    if constexpr (WK) {
+                        dsa[t >> 1][(t & 1) * 2] = pack_bf16(ds[0], ds[1]);
+                        dsa[t >> 1][(t & 1) * 2 + 1] = pack_bf16(ds[2], ds[3]);
+                    }
                 }
-                pa[t >> 1][(t & 1) * 2] = pack_bf16(pv[0], pv[1]);
-                pa[t >> 1][(t & 1) * 2 + 1] = pack_bf16(pv[2], pv[3]);
-                if constexpr (WK) {
-                    dsa[t >> 1][(t & 1) * 2] = pack_bf16(ds[0], ds[1]);
-                    dsa[t >> 1][(t & 1) * 2 + 1] = pack_bf16(ds[2], ds[3]);
-                }
-            }
+            };
+            if (!X && edge) /* X tests the edges as before, in one copy */
+                p_ds_tile(std::true_type{});
+            else
+                p_ds_tile(std::false_type{});
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < BM / 16; kk++) {

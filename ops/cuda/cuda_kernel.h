@@ -92,11 +92,12 @@ typedef struct fr_cuda_ctx {
     /* The fused attention's implementation (FR_CUDA_ATTN_*, --attention; fp8run's kernels unless
      * fr_cuda_ctx_set_attention says otherwise, before executors are built); cuDNN's handle and
      * plans (ops/cuda/attention_cudnn.c, freed through cudnn_free); what ran: node runs by each
-     * implementation and why fp8run's ran where cuDNN was asked for (the first reason). */
+     * implementation (attn_runs_wgmma: those of fp8run's that ran its Hopper wgmma kernels) and
+     * why fp8run's ran where cuDNN was asked for (the first reason). */
     int attention;
     struct fr_cudnn_state *cudnn;
     void (*cudnn_free)(struct fr_cudnn_state *);
-    long long attn_runs_cudnn, attn_runs_own;
+    long long attn_runs_cudnn, attn_runs_own, attn_runs_wgmma;
     char attn_note[320];
     /* GEMM choices (ops/cuda/cuda_gemm.h): fp8_fast_accum: the Linear forward's per-tensor fp8
      * GEMMs accumulate in the tensor cores' fast mode (0 at creation: the exact path the CPU

@@ -10,7 +10,7 @@ typedef struct slot {
     cudaGraphExec_t exec;       /* NULL: empty */
     size_t kernels;             /* nodes of the captured graph */
     unsigned char *converted;   /* per node: the captured run converted its persistent memory */
-    long long casts, runs_cudnn, runs_own; /* the host counters the captured run added */
+    long long casts, runs_cudnn, runs_own, runs_wgmma; /* the host counters the captured run added */
     long long used;             /* the run that last launched it (a capture replaces the oldest) */
 } slot;
 
@@ -96,6 +96,7 @@ static fr_status replay(fr_cuda_graph *g, slot *s)
     c->weight_casts += s->casts;
     c->attn_runs_cudnn += s->runs_cudnn;
     c->attn_runs_own += s->runs_own;
+    c->attn_runs_wgmma += s->runs_wgmma;
     g->n_replay++;
     s->used = g->n_plain + g->n_capture + g->n_replay;
     return FR_OK;
@@ -115,7 +116,8 @@ static fr_status capture(fr_cuda_graph *g, slot *s)
     const int nn = g->n.n_nodes;
     drop_exec(s);
     memcpy(g->before, g->n.version, (size_t)nn * sizeof *g->before);
-    const long long casts = c->weight_casts, dn = c->attn_runs_cudnn, own = c->attn_runs_own;
+    const long long casts = c->weight_casts, dn = c->attn_runs_cudnn, own = c->attn_runs_own,
+                    wg = c->attn_runs_wgmma;
     cudaGraph_t graph = NULL;
     cudaError_t ce = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
     fr_status st = ce == cudaSuccess ? g->n.queue(g->n.ctx) : FR_OK;
@@ -131,6 +133,7 @@ static fr_status capture(fr_cuda_graph *g, slot *s)
         s->casts = c->weight_casts - casts;
         s->runs_cudnn = c->attn_runs_cudnn - dn;
         s->runs_own = c->attn_runs_own - own;
+        s->runs_wgmma = c->attn_runs_wgmma - wg;
         g->n_capture++;
         s->used = g->n_plain + g->n_capture + g->n_replay;
         FR_CUDA_TRY(cudaGraphLaunch(s->exec, c->stream)); /* the host's side moved while capturing */
@@ -145,6 +148,7 @@ static fr_status capture(fr_cuda_graph *g, slot *s)
     c->weight_casts = casts;
     c->attn_runs_cudnn = dn;
     c->attn_runs_own = own;
+    c->attn_runs_wgmma = wg;
     return plain(g);
 }
 
