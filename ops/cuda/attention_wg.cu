@@ -9,19 +9,23 @@
  * O += P V.
  *
  * A block is three warpgroups for 128 query rows of one Q batch index (the heaviest, last,
- * tiles first). Warpgroup 0 only loads: key tiles of 128 (64 at a padded head dim of 256, so
- * that O's 128 float32 registers a thread fit) and their segment ids into a ring of stages by
- * cp.async, each stage's landing signalled on its `full` mbarrier; before it refills a stage
- * it waits on the stage's `empty` mbarrier. Warpgroups 1 and 2 (64 query rows each) wait on
- * `full`, run the products and the softmax, and arrive on `empty`: no block barrier per tile,
- * so one consumer's softmax runs under the other's products, and the consumers issue no load
- * arithmetic. setmaxnreg moves registers from the producer (40) to the consumers (232).
+ * tiles first). Warpgroup 0 only loads: one of its threads has the tensor copy engine bring
+ * key tiles of 128 (64 at a padded head dim of 256, so that O's 128 float32 registers a thread
+ * fit) into rings of stages (K and V each their own), as boxes of a tensor map that land in
+ * the swizzled layout wgmma reads and zero-fill past Tk and D; each stage's bytes complete its
+ * `full` mbarrier (segment ids are stored by the whole warpgroup beside them). Before it
+ * refills a stage it waits on the stage's `empty` mbarrier. Warpgroups 1 and 2 (64 query rows
+ * each) wait on `full`, run the products and the softmax, and arrive on `empty`: no block
+ * barrier per tile, and the consumers issue no load arithmetic. setmaxnreg moves registers
+ * from the producer (40) to the consumers (232). Within a consumer, S of key tile j is issued
+ * beside P V of tile j - 1 and its softmax runs under that product.
  *
  * Without extra masks (softcap, additive mask, segments) the scores stay raw until the
  * exponent, one FFMA each, and only tiles that cross an edge (causal diagonal, window, the
- * ends of Q and K) test keys one by one. Measured on H200 (B8 H8 T2048 causal, kernel alone):
- * head dim 128 370 -> 265 us, 256 538 -> 484 us against the previous all-threads loader with
- * per-element masks. */
+ * ends of Q and K) test keys one by one. H200, B8 H8 T2048 causal, kernel alone: head dim 128
+ * 370 us for two warpgroups loading by cp.async with per-element masks, 265 with a cp.async
+ * producer warpgroup and raw scores, 193 with the copy engine and batched Q staging; head dim
+ * 256: 538, 484, 320 (bench/README.md). */
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdint.h>
