@@ -107,6 +107,15 @@ int64_t fr_attn_kv_index(const fr_attn_geom *g, int64_t b)
     return kv;
 }
 
+int64_t fr_attn_kv_group(const fr_attn_geom *g)
+{
+    if (g->kv_batch < 1 || g->batch % g->kv_batch || g->batch > ((int64_t)1 << 20)) return 0;
+    const int64_t G = g->batch / g->kv_batch;
+    for (int64_t b = 0; b < g->batch; b++)
+        if (fr_attn_kv_index(g, b) != b / G) return 0;
+    return G;
+}
+
 fr_status fr_attn_mask_geometry(const fr_node *n, const fr_attn_geom *g, int rm, const int64_t *dm, fr_attn_mask *m)
 {
     memset(m, 0, sizeof *m);

@@ -206,6 +206,33 @@ static double rel_l2(const fr_tensor *a, const fr_tensor *b, double floor)
     return sqrt(num) / fmax(sqrt(den), floor);
 }
 
+/* The K/V group of a geometry: b -> b / G where it is that (MHA, GQA with a K/V head per run
+ * of G query heads, MQA, broadcast batch), 0 where K/V indices interleave or skip. */
+static void test_kv_group(void)
+{
+    struct {
+        int rq, rk;
+        int64_t dq[5], dk[5];
+        int64_t want;
+    } cs[] = {
+        {4, 4, {2, 8, 16, 32}, {2, 8, 16, 32}, 1},       /* one K/V per head */
+        {5, 5, {2, 4, 3, 16, 32}, {2, 4, 1, 16, 32}, 3}, /* GQA: [B, KV, G] heads, K/V broadcast over G */
+        {4, 4, {2, 8, 16, 32}, {2, 1, 16, 32}, 8},       /* MQA */
+        {5, 5, {2, 3, 4, 16, 32}, {2, 1, 4, 16, 32}, 0}, /* [B, G, KV]: K/V index h % KV, interleaved */
+        {4, 4, {3, 8, 16, 32}, {1, 8, 16, 32}, 0},       /* K/V shared by the batch: b -> b % 8 */
+        {4, 3, {3, 2, 16, 32}, {2, 16, 32}, 0},          /* K of a lower rank: right-aligned, b -> b % 2 */
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        fr_attn_geom g;
+        int64_t dv[5];
+        memcpy(dv, cs[i].dk, sizeof dv);
+        FR_ASSERT_OK(fr_attn_geometry(NULL, cs[i].rq, cs[i].dq, cs[i].rk, cs[i].dk, cs[i].rk, dv, 0, &g));
+        const int64_t G = fr_attn_kv_group(&g);
+        CU_ASSERT_EQUAL(G, cs[i].want);
+        for (int64_t b = 0; G > 0 && b < g.batch; b++) CU_ASSERT_EQUAL(fr_attn_kv_index(&g, b), b / G);
+    }
+}
+
 /* LSE computed here from Q and K in double. */
 static double op(const fr_tensor *t, int64_t i, int bf16)
 {
@@ -490,6 +517,7 @@ int main(void)
         {"only the needed gradients", test_grad_partial},
         {"errors name the node", test_errors},
         {"Dv = 0: LSE written, dQ = dK = 0", test_empty_dv},
+        {"K/V groups of MHA, GQA, MQA and broadcast batches", test_kv_group},
         CU_TEST_INFO_NULL,
     };
     CU_SuiteInfo suites[] = {{"attention", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};

@@ -65,19 +65,6 @@ __global__ void __launch_bounds__(256) delta_kernel(const float *__restrict__ O,
 
 /* ---------------------------------------------------------------- host side ---- */
 
-/* G when map sends every Q batch index b to b / G (checked index by index, up to 2^20 of
- * them), else 0 */
-int64_t kv_group(const KvMap &map, int64_t batch, int64_t kv_batch)
-{
-    if (kv_batch < 1 || batch % kv_batch || batch > (1 << 20)) return 0;
-    const int64_t G = batch / kv_batch;
-    KvMap searched = map;
-    searched.group = 0;
-    for (int64_t b = 0; b < batch; b++)
-        if (kv_of(searched, b) != b / G) return 0;
-    return G;
-}
-
 struct Plan {
     fr_attn_attrs a;
     fr_attn_geom geo;
@@ -112,7 +99,7 @@ fr_status make_plan(const fr_node *n, int rq, const int64_t *dq, int rk, const i
         p.map.qdims[k] = g.qdims[k];
         p.map.kv_stride[k] = g.kv_stride[k];
     }
-    p.map.group = kv_group(p.map, p.batch, p.kv_batch);
+    p.map.group = fr_attn_kv_group(&g);
     pl->tc = pl->a.bf16 && tc_takes(g.D, g.Dv);
     pl->f32 = !pl->a.bf16 && g.D == g.Dv && (g.D == 64 || g.D == 128);
     memcpy(pl->od, dq, sizeof(int64_t) * (size_t)rq);

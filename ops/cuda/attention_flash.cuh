@@ -20,7 +20,7 @@ typedef __nv_bfloat16 bf16;
 
 /* Q batch index -> K/V batch index (fr_attn_kv_index, on the device). group > 0: the map is
  * b -> b / group (every head its own K/V, or grouped-query heads next to each other), found
- * by the host (kv_group), so that the dK/dV walks find a K/V index's queries without a search
+ * by the host (fr_attn_kv_group), so that the dK/dV walks find a K/V index's queries without a search
  * of 64-bit divisions. */
 struct KvMap {
     int brank;
@@ -29,7 +29,7 @@ struct KvMap {
     int64_t group;
 };
 
-__host__ __device__ __forceinline__ int64_t kv_of(const KvMap &m, int64_t b)
+__device__ __forceinline__ int64_t kv_of(const KvMap &m, int64_t b)
 {
     if (m.group > 0) return b / m.group;
     int64_t kv = 0;
