@@ -1,7 +1,7 @@
 /* Hopper's shared-memory mbarriers (sm_90) as fp8run's warp-specialized kernels use them: a
- * producer signals that a stage of tiles landed (`full`: its tensor copies' bytes, or its
- * cp.async copies), consumers signal that they are done reading it (`empty`), and each side
- * waits on the other's phase instead of a block barrier.
+ * producer signals that a stage of tiles landed (`full`: its tensor copies' bytes), consumers
+ * signal that they are done reading it (`empty`), and each side waits on the other's phase
+ * instead of a block barrier.
  * A barrier counts arrivals; a phase completes when `count` arrivals came, and waiters name the
  * phase by its parity (0, 1, 0, ...). */
 #ifndef FR_MBARRIER_CUH
@@ -27,13 +27,6 @@ __device__ __forceinline__ void fence_mbar_init()
 __device__ __forceinline__ void mbar_arrive(uint64_t *b)
 {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(mbar_addr(b)) : "memory");
-}
-
-/* one arrival once every cp.async this thread issued so far has landed (counted in `count`:
- * noinc) */
-__device__ __forceinline__ void mbar_arrive_cp_async(uint64_t *b)
-{
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(mbar_addr(b)) : "memory");
 }
 
 /* one arrival that also expects `bytes` of bulk copies to complete on b (the phase then waits
