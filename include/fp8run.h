@@ -954,7 +954,8 @@ FP8RUN_API const char *fp8run_session_slow_path(fp8run_session *s);
 /* Which kernels ran the fused attention (fp8run_train_config.attention) and why, counted over
  * the node runs so far: "cuDNN 9.14.0 (libcudnn.so.9) fused flash attention (64 of 64 runs)",
  * "fp8run kernels (--attention fp8run)", "fp8run kernels (<why cuDNN was not used>)", a mix,
- * or "CPU kernels". Valid until the next call on s. */
+ * or "CPU kernels"; where fp8run's Hopper (wgmma) kernels ran, the reason ends "; wgmma kernels
+ * for N of its M runs". Valid until the next call on s. */
 FP8RUN_API const char *fp8run_session_attention(fp8run_session *s);
 /* How the GEMMs ran: on a GPU the cuBLASLt algorithms chosen ("cuBLASLt: 12 GEMM shapes, 9 timed
  * among up to 8 candidates, 3 took another than the heuristic's first (...)") and whether the fp8
