@@ -109,11 +109,19 @@ int64_t fr_attn_kv_index(const fr_attn_geom *g, int64_t b)
 
 int64_t fr_attn_kv_group(const fr_attn_geom *g)
 {
-    if (g->kv_batch < 1 || g->batch % g->kv_batch || g->batch > ((int64_t)1 << 20)) return 0;
-    const int64_t G = g->batch / g->kv_batch;
-    for (int64_t b = 0; b < g->batch; b++)
-        if (fr_attn_kv_index(g, b) != b / G) return 0;
-    return G;
+    /* K/V's own dims are row-major over Q's (kv_stride) and its broadcast dims have stride 0:
+     * b -> b / G exactly when no dim of K/V's own lies inside (after) a broadcast one, the
+     * broadcast dims then being the innermost G indices. Dims of 1 count for neither. */
+    if (g->kv_batch < 1 || g->batch % g->kv_batch) return 0;
+    int broadcast = 0;
+    for (int k = 0; k < g->brank; k++) {
+        if (g->qdims[k] == 1) continue;
+        if (g->kv_stride[k] == 0)
+            broadcast = 1;
+        else if (broadcast)
+            return 0;
+    }
+    return g->batch / g->kv_batch;
 }
 
 fr_status fr_attn_mask_geometry(const fr_node *n, const fr_attn_geom *g, int rm, const int64_t *dm, fr_attn_mask *m)

@@ -145,7 +145,7 @@ static inline int fr_attn_has_input(const fr_node *n, int i) { return n->n_input
 /* K/V batch index of Q batch index b. */
 int64_t fr_attn_kv_index(const fr_attn_geom *g, int64_t b);
 /* G when every Q batch index b reads K/V index b / G (one K/V per head, or grouped-query heads
- * next to each other), checked index by index up to 2^20 of them; else 0. The CUDA kernels'
+ * next to each other), else 0; from the dims alone, no walk over the indices. The CUDA kernels'
  * walks then find a K/V index's queries without a search. */
 int64_t fr_attn_kv_group(const fr_attn_geom *g);
 /* The keys row i keeps: [*lo, *hi) (causal and window applied). */

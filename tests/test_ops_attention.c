@@ -231,6 +231,22 @@ static void test_kv_group(void)
         CU_ASSERT_EQUAL(G, cs[i].want);
         for (int64_t b = 0; G > 0 && b < g.batch; b++) CU_ASSERT_EQUAL(fr_attn_kv_index(&g, b), b / G);
     }
+    /* every broadcast pattern of three batch dims of sizes 1..3 (K of rank 3..5): the group
+     * from the dims against the index-by-index search */
+    for (int pat = 0; pat < 8 * 27; pat++) {
+        int64_t dq[5], dk[5];
+        for (int k = 0; k < 3; k++) {
+            dq[k] = 1 + (pat / 8) / (k == 0 ? 1 : k == 1 ? 3 : 9) % 3;
+            dk[k] = (pat >> k) & 1 ? 1 : dq[k];
+        }
+        dq[3] = dk[3] = 4, dq[4] = dk[4] = 8;
+        fr_attn_geom g;
+        FR_ASSERT_OK(fr_attn_geometry(NULL, 5, dq, 5, dk, 5, dk, 0, &g));
+        const int64_t G = g.batch / g.kv_batch;
+        int same = 1;
+        for (int64_t b = 0; b < g.batch; b++) same &= fr_attn_kv_index(&g, b) == b / G;
+        CU_ASSERT_EQUAL(fr_attn_kv_group(&g), same ? G : 0);
+    }
 }
 
 /* LSE computed here from Q and K in double. */

@@ -219,7 +219,7 @@ fr_status tc_to_bf16(const fr_cuda_kctx *k, const float *x, bf16 *y, int64_t n)
 fr_status tc_fwd(const fr_cuda_kctx *k, const Prob &p, const Masks &mk, const float *Q, const bf16 *K, const bf16 *V,
                  float *O, float *L)
 {
-    if (wg_takes(p)) {
+    if (wg_takes(k, p)) {
         k->cu->attn_runs_wgmma++;
         return wg_fwd(k, p, mk, Q, K, V, O, L);
     }

@@ -308,7 +308,7 @@ fr_status bwd_dp(const fr_cuda_kctx *k, const Prob &p, const Masks &mk, const Sc
 fr_status tc_bwd(const fr_cuda_kctx *k, const Prob &p, const Masks &mk, const Scratch &s, float *dQ, float *dK,
                  float *dV, const float *LSE)
 {
-    if (wg_takes(p)) {
+    if (wg_takes(k, p)) {
         k->cu->attn_runs_wgmma++;
         return wg_bwd(k, p, mk, s, dQ, dK, dV, LSE);
     }

@@ -374,12 +374,13 @@ template <int DP, bool X> fr_status fwd_launch(const fr_cuda_kctx *k, const Prob
 
 } /* namespace */
 
-bool wg_takes(const Prob &p)
+bool wg_takes(const fr_cuda_kctx *k, const Prob &p)
 {
-#ifdef FP8RUN_SM90A
-    return (p.D > 64 || p.Dv > 64) && !fr_env_is(FR_ENV_FLASH_WGMMA, "0") && tmap_encoder() != nullptr;
+#ifdef FP8RUN_SM90A /* sm_90a code runs on compute capability 9.0 only (a build for 90a;100a has both) */
+    return k->cu->cc_major == 9 && k->cu->cc_minor == 0 && (p.D > 64 || p.Dv > 64) &&
+           !fr_env_is(FR_ENV_FLASH_WGMMA, "0") && tmap_encoder() != nullptr;
 #else
-    (void)p;
+    (void)k, (void)p;
     return false;
 #endif
 }

@@ -49,8 +49,8 @@ template <int N> __device__ __forceinline__ void wgmma_wait()
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 /* Shared memory written through the generic proxy (stores, cp.async) that wgmma reads next:
- * each writing thread fences before the barrier that publishes it, or (cp.async bytes
- * published by an mbarrier) each reading thread after its wait. */
+ * each writing thread fences before the barrier that publishes it. (Tensor copies land through
+ * the async proxy already.) */
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 /* The accumulators as the program reads them only after the wait: keeps the compiler from
  * moving their reads (or writes) across the wgmma group boundaries. */
@@ -58,13 +58,6 @@ template <int N> __device__ __forceinline__ void fence_regs(float *d)
 {
 #pragma unroll
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
-}
-/* the same for a register A operand: its registers stay as they are until here (a product
- * issued before reads them until its wait) */
-template <int N> __device__ __forceinline__ void fence_regs_u32(uint32_t *a)
-{
-#pragma unroll
-    for (int i = 0; i < N; i++) asm volatile("" : "+r"(a[i])::"memory");
 }
 
 /* d (m64nN) = A . B (+ d): A, B K-major in shared memory */
