@@ -6,8 +6,10 @@
  *    arbitrary ids with fully masked rows (seg_form general, not causal, Tq != Tk); an additive
  *    mask input (bias with -inf, not causal); softcap + window + padding + mask together;
  *  - head dims 64, 128, 256 and 80 (the 128 kernel with zero-padded columns), 40, Dv != D;
- *    GQA (Q [2, 2, 2, T, D], K/V [2, 2, 1, T, D]), T = 200 (several ragged tiles), and T 700
- *    for four of them (every double-buffered tile refilled several times);
+ *    GQA (Q [2, 2, 2, T, D], K/V [2, 2, 1, T, D]), T = 200 (several ragged tiles), T 700
+ *    for four of them (every double-buffered tile refilled several times), and four shapes at
+ *    the edges of the Hopper kernels' tensor copies (D 64 with Dv 128, D 256 with Dv 192, T 50,
+ *    D 72);
  *  - tolerances (relative L2): bf16 1e-2 on O, dQ, dK, dV (the CPU rounds the normalized P,
  *    the kernels exp(s - running max)); LSE 1e-5, 2e-3 with softcap (tanh.approx, 2^-11);
  *    float32 precision 1e-5 everywhere;
@@ -200,6 +202,13 @@ static void test_bf16_kinds_dims(void)
                                     {K_WINDOW, 700, 700, 256, 256, "bf16"},
                                     {K_MASK, 700, 650, 128, 64, "bf16"}};
     for (int i = 0; i < 4; i++) run_case(&r, &longer[i]);
+    /* the Hopper kernels' tensor copies at their edges: K's second 64-column box wholly past D
+       (D 64, Dv 128), D != Dv at a padded 256, fewer keys than one key tile, D 72 */
+    static const fcase edges[4] = {{K_CAUSAL, 200, 200, 64, 128, "bf16"},
+                                   {K_ALL, 200, 170, 256, 192, "bf16"},
+                                   {K_CAUSAL, 50, 50, 128, 128, "bf16"},
+                                   {K_WINDOW, 200, 200, 72, 72, "bf16"}};
+    for (int i = 0; i < 4; i++) run_case(&r, &edges[i]);
 }
 
 /* The same masks on the exact float32 path (precision fp32). */
@@ -431,7 +440,7 @@ static void test_report(void)
 {
     if (!gpu_available() || bench_only()) return;
     printf("\n    %d flash attention cases (forward + backward, each run twice) matched the CPU\n", n_cases);
-    CU_ASSERT(n_cases == 5 * N_KINDS + 1 + 4 + N_KINDS + 1 + 2);
+    CU_ASSERT(n_cases == 5 * N_KINDS + 1 + 4 + 4 + N_KINDS + 1 + 2);
 }
 
 static CU_TestInfo tests[] = {
