@@ -28,6 +28,17 @@ using namespace fr_wg;
 using wg::kThreads;
 using wg::tile_bytes;
 
+/* f(std::true_type) where a tile crosses an edge and its element loop must test keys one by
+ * one, f(std::false_type) where none can be masked: two copies of the loop, each without the
+ * other's test. X (extra masks) tests the edges at run time, in one copy. */
+template <bool X, class F> __device__ __forceinline__ void by_edge(bool edge, F &f)
+{
+    if (!X && edge)
+        f(std::true_type{});
+    else
+        f(std::false_type{});
+}
+
 /* query rows per tile of the dK, dV walk; keys per tile of the dQ walk */
 template <int DP> __host__ __device__ constexpr int bwd_tile() { return DP == 256 ? 32 : 64; }
 constexpr int kRows = 128; /* keys of a dK, dV block; query rows of a dQ block */
@@ -114,8 +125,7 @@ template <int DP, bool X> __global__ void __launch_bounds__(kThreads, 1)
         const bool edge = k0 + BN > p.Tk || wq0 + 64 > p.Tq || (p.causal && k0 + BN - 1 > wq0) ||
                           (mk.window > 0 && (int64_t)wq0 + 63 - k0 >= mk.window);
         uint32_t da[BN / 16][4];
-        /* E: the tile crosses an edge (a compile-time copy of the loop each way keeps the
-         * per-element test out of the others) */
+        /* E: the tile crosses an edge (by_edge) */
         auto ds_tile = [&](auto edge_tag) {
             constexpr bool E = decltype(edge_tag)::value;
 #pragma unroll
@@ -140,10 +150,7 @@ template <int DP, bool X> __global__ void __launch_bounds__(kThreads, 1)
                 da[t >> 1][(t & 1) * 2 + 1] = pack_bf16(ds[2], ds[3]);
             }
         };
-        if (!X && edge) /* X tests the edges as before, in one copy */
-            ds_tile(std::true_type{});
-        else
-            ds_tile(std::false_type{});
+        by_edge<X>(edge, ds_tile);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) mma_rs<DP>(dq, da[kk], wg_desc_n<BN>(aK, kk), 1);
@@ -257,7 +264,7 @@ template <int DP, bool X, int WANT> __global__ void __launch_bounds__(kThreads, 
                               (mk.window > 0 && (int64_t)qt0 + BM - 1 - wk0 >= mk.window);
             const int64_t srow = X && mk.sk ? cb / mk.seg_per_row : 0;
             uint32_t pa[BM / 16][4], dsa[WK ? BM / 16 : 1][4];
-            /* E: the tile crosses an edge (as in dQ) */
+            /* E: the tile crosses an edge (by_edge) */
             auto p_ds_tile = [&](auto edge_tag) {
                 constexpr bool E = decltype(edge_tag)::value;
 #pragma unroll
@@ -292,10 +299,7 @@ template <int DP, bool X, int WANT> __global__ void __launch_bounds__(kThreads, 
                     }
                 }
             };
-            if (!X && edge) /* X tests the edges as before, in one copy */
-                p_ds_tile(std::true_type{});
-            else
-                p_ds_tile(std::false_type{});
+            by_edge<X>(edge, p_ds_tile);
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < BM / 16; kk++) {
