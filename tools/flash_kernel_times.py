@@ -3,7 +3,7 @@
 
 On the device machine:
   FR_FLASH_BENCH=causal ncu --cache-control none --clock-control none \\
-      -k regex:'_wg|_tc|cudnn_generated' --metrics gpu__time_duration.sum --csv \\
+      -k regex:'_wg|_ws|_tc|cudnn_generated' --metrics gpu__time_duration.sum --csv \\
       build/test_gpu_flash > kernels.csv
   python3 tools/flash_kernel_times.py kernels.csv
 
@@ -33,7 +33,7 @@ def main(path):
             short = "cudnn fprop"
         elif "bprop" in short:
             short = "cudnn bprop"
-        elif "_wg<" not in short and "_tc<" not in short:
+        elif not any(t in short for t in ("_wg<", "_ws<", "_tc<")):  # _ws: warp-specialized drafts
             continue
         acc.setdefault(short, []).append(ns / 1e3)
     us = {}
