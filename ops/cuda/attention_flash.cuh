@@ -19,9 +19,9 @@ namespace fr_attn {
 typedef __nv_bfloat16 bf16;
 
 /* Q batch index -> K/V batch index (fr_attn_kv_index, on the device). group > 0: the map is
- * b -> b / group (every head its own K/V, or grouped-query heads next to each other), found
- * by the host (fr_attn_kv_group), so that the dK/dV walks find a K/V index's queries without a search
- * of 64-bit divisions. */
+ * b -> b / group (every head its own K/V, or grouped-query heads next to each other), found by
+ * the host (fr_attn_kv_group), so that the dK/dV walks find a K/V index's queries without a
+ * search of 64-bit divisions. */
 struct KvMap {
     int brank;
     int64_t qdims[FR_MAX_RANK];

@@ -156,8 +156,8 @@ template <int DP, bool X> __global__ void __launch_bounds__(kFwdThreads, 1)
     const uint32_t aQ = smem_addr(sQ);
     const float sl2 = X ? 1.f : p.scale * kLog2e; /* X's scores are scaled by score2 */
 
-    /* S of tile j -> P (bf16, the A operand of P V) in pa; alpha: O's rescale. Without extra
-     * masks the scores stay raw until the exponent (one FFMA each): the maximum of the raw
+    /* S of tile j -> P (float32, in place; `pack` makes the bf16 A operand of P V); alpha: O's
+     * rescale, and l and m move with it. Without extra masks the scores stay raw until the exponent (one FFMA each): the maximum of the raw
      * scores scales to the maximum of the scaled ones (scale > 0), and only tiles crossing an
      * edge test keys one by one. */
     auto softmax = [&](float *sc, int j, int s, float *alpha) {
@@ -308,7 +308,7 @@ template <int DP, bool X> __global__ void __launch_bounds__(kFwdThreads, 1)
         l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
         l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
         if (row[h] >= p.Tq) continue;
-        const bool none = !(l[h] > 0.f);
+        const bool none = !(l[h] > 0.f); /* no key: O = 0, LSE = -inf (the CPU's rule) */
         const float inv = none ? 0.f : 1.f / l[h];
         float *orow = O + (b * p.Tq + row[h]) * p.Dv;
 #pragma unroll
@@ -319,7 +319,7 @@ template <int DP, bool X> __global__ void __launch_bounds__(kFwdThreads, 1)
         if (LSE && c == 0) LSE[b * p.Tq + row[h]] = none ? -INFINITY : m[h] * kLn2 + logf(l[h]);
     }
 #elif defined(__CUDA_ARCH__)
-    __trap();
+    __trap(); /* built without sm_90a: never launched (wg_takes), and loud if it is */
 #endif
 }
 

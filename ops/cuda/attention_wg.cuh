@@ -25,14 +25,14 @@ __device__ __forceinline__ unsigned char *smem_base(unsigned char *raw)
 }
 
 /* Rows r0 .. r0 + R - 1 of bf16 [rows, W] x -> a swizzled tile of R rows x DP columns by
- * cp.async from NT threads (not committed); rows from `rows` on and columns from W on are
+ * cp.async from the block's kThreads (not committed); rows from `rows` on and columns from W on are
  * zero-filled. A thread keeps one 16-byte column chunk and steps over rows, so its addresses
  * are one base and constant strides (the index arithmetic was a third of the backward's
  * instructions). */
-template <int R, int DP, int NT = kThreads>
+template <int R, int DP>
 __device__ __forceinline__ void load_sw(unsigned char *dst, const bf16 *x, int W, int r0, int rows, int tid)
 {
-    constexpr int CH = DP / 8; /* chunks a row */
+    constexpr int CH = DP / 8, NT = kThreads; /* chunks a row, threads */
     static_assert(NT % CH == 0 && R * CH % NT == 0, "whole rows per pass, whole passes per tile");
     const int ch = tid % CH, rt = tid / CH;
     const bool col = ch * 8 < W;

@@ -271,8 +271,8 @@ template <int DP, bool X, int WANT> __global__ void __launch_bounds__(kThreads, 
                 for (int t = 0; t < BM / 8; t++) {
                     /* this thread's two queries of the 8: their LSE (log2) and Delta */
                     const float2 lq = *reinterpret_cast<const float2 *>(lt + t * 8 + 2 * c);
-                    const float2 dq = *reinterpret_cast<const float2 *>(dlt + t * 8 + 2 * c);
-                    const float l2[2] = {lse2_of(lq.x), lse2_of(lq.y)}, dl[2] = {dq.x, dq.y};
+                    const float2 dd = *reinterpret_cast<const float2 *>(dlt + t * 8 + 2 * c);
+                    const float l2[2] = {lse2_of(lq.x), lse2_of(lq.y)}, dl[2] = {dd.x, dd.y};
                     float pv[4], ds[4];
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
