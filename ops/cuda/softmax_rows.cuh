@@ -21,6 +21,8 @@ constexpr int kSmallRow = 2048;  /* rows up to this length take one warp */
 
 __device__ __forceinline__ float exp_t(float v) { return expf(v); }
 __device__ __forceinline__ double exp_t(double v) { return exp(v); }
+__device__ __forceinline__ float expm1_t(float v) { return expm1f(v); }
+__device__ __forceinline__ double expm1_t(double v) { return expm1(v); }
 
 /* Reduce over a group of G threads (32: a warp; else the whole block of G threads), then
  * broadcast: every thread of the group gets the result. All threads must call it. */
