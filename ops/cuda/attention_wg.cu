@@ -100,9 +100,18 @@ template <int DP, bool X> __global__ void __launch_bounds__(kFwdThreads, 1)
                 for (int a = 0; a < DP / 64; a++) /* one 128-byte-wide atom of the tile a copy */
                     tma_load_3d(sK + s * kTile + a * BN * 128, &tmK, a * 64, j * BN, (int)kvb, full_k + s);
             }
-            if (ids) {
-                load_key_ids<128>(p, mk, srow, j * BN, BN, sKid + s * BN, tid);
-                mbar_arrive(full_k + s);
+            if (ids) { /* the tile's segment ids as stored (int32 or int64), by cp.async: zero past Tk,
+                          where `outside` masks every key before its id is read */
+                const int64_t base = srow * p.Tk + j * BN;
+                for (int i = tid; i < BN; i += 128) {
+                    const bool ok = j * BN + i < p.Tk;
+                    const int64_t at = ok ? base + i : 0;
+                    if (mk.seg64)
+                        cp_async8(sKid + s * BN + i, (const int64_t *)mk.sk + at, ok);
+                    else
+                        cp_async4((int32_t *)(sKid + s * BN) + i, (const int32_t *)mk.sk + at, ok);
+                }
+                mbar_arrive_cp_async(full_k + s);
             }
             if (tid != 0) continue;
             if (k > 0) mbar_wait(empty_v + s, (k - 1) & 1);
@@ -173,7 +182,10 @@ template <int DP, bool X> __global__ void __launch_bounds__(kFwdThreads, 1)
                     const int h = e >> 1, key = k0 + t * 8 + 2 * c + (e & 1), i = row[h];
                     float v = -INFINITY;
                     if (!edge || !outside(p, mk, i, key))
-                        v = score2<X>(p, mk, sc[t * 4 + e], i, key, moff, mk.sk ? kid[key - k0] : 0, qid[h], nullptr);
+                        v = score2<X>(p, mk, sc[t * 4 + e], i, key, moff,
+                                      mk.sk ? (mk.seg64 ? kid[key - k0] : (int64_t)((const int32_t *)kid)[key - k0])
+                                            : 0,
+                                      qid[h], nullptr);
                     sc[t * 4 + e] = v;
                 }
         } else if (edge) {
@@ -323,6 +335,23 @@ template <int DP, bool X> __global__ void __launch_bounds__(kFwdThreads, 1)
 #endif
 }
 
+template <int DP, bool X> fr_status fwd_launch(const fr_cuda_kctx *k, const Prob &p, const Masks &mk, const float *Q,
+                                               const bf16 *K, const bf16 *V, float *O, float *L)
+{
+    const size_t smem = fwd_smem<DP>();
+    FR_TRY(set_smem(k->node, fwd_wg<DP, X>, smem));
+    CUtensorMap tmK, tmV;
+    FR_TRY(wg::tile_map(k->node, "K", &tmK, K, p.kv_batch, p.Tk, p.D, fwd_bn<DP>()));
+    FR_TRY(wg::tile_map(k->node, "V", &tmV, V, p.kv_batch, p.Tk, p.Dv, fwd_bn<DP>()));
+    const int64_t blocks = (int64_t)((p.Tq + kFwdBM - 1) / kFwdBM) * p.batch;
+    fwd_wg<DP, X><<<grid_of(blocks), kFwdThreads, smem, k->cu->stream>>>(Q, tmK, tmV, O, L, p, mk);
+    return fr_cuda_check_launch(k->node, "Attention(wgmma, producer warpgroup)");
+}
+
+} /* namespace */
+
+namespace wg {
+
 /* The driver's tensor-map encoder, looked up once through the runtime (NULL: none) */
 PFN_cuTensorMapEncodeTiled_v12000 tmap_encoder()
 {
@@ -359,26 +388,14 @@ fr_status tile_map(const fr_node *n, const char *what, CUtensorMap *m, const bf1
     return FR_OK;
 }
 
-template <int DP, bool X> fr_status fwd_launch(const fr_cuda_kctx *k, const Prob &p, const Masks &mk, const float *Q,
-                                               const bf16 *K, const bf16 *V, float *O, float *L)
-{
-    const size_t smem = fwd_smem<DP>();
-    FR_TRY(set_smem(k->node, fwd_wg<DP, X>, smem));
-    CUtensorMap tmK, tmV;
-    FR_TRY(tile_map(k->node, "K", &tmK, K, p.kv_batch, p.Tk, p.D, fwd_bn<DP>()));
-    FR_TRY(tile_map(k->node, "V", &tmV, V, p.kv_batch, p.Tk, p.Dv, fwd_bn<DP>()));
-    const int64_t blocks = (int64_t)((p.Tq + kFwdBM - 1) / kFwdBM) * p.batch;
-    fwd_wg<DP, X><<<grid_of(blocks), kFwdThreads, smem, k->cu->stream>>>(Q, tmK, tmV, O, L, p, mk);
-    return fr_cuda_check_launch(k->node, "Attention(wgmma, producer warpgroup)");
-}
+} /* namespace wg */
 
-} /* namespace */
 
 bool wg_takes(const fr_cuda_kctx *k, const Prob &p)
 {
 #ifdef FP8RUN_SM90A /* sm_90a code runs on compute capability 9.0 only (a build for 90a;100a has both) */
     return k->cu->cc_major == 9 && k->cu->cc_minor == 0 && (p.D > 64 || p.Dv > 64) &&
-           !fr_env_is(FR_ENV_FLASH_WGMMA, "0") && tmap_encoder() != nullptr;
+           !fr_env_is(FR_ENV_FLASH_WGMMA, "0") && wg::tmap_encoder() != nullptr;
 #else
     (void)k, (void)p;
     return false;

@@ -29,6 +29,13 @@ __device__ __forceinline__ void mbar_arrive(uint64_t *b)
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(mbar_addr(b)) : "memory");
 }
 
+/* one arrival once every cp.async this thread issued so far has landed (counted in `count`:
+ * noinc) */
+__device__ __forceinline__ void mbar_arrive_cp_async(uint64_t *b)
+{
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(mbar_addr(b)) : "memory");
+}
+
 /* one arrival that also expects `bytes` of bulk copies to complete on b (the phase then waits
  * for both) */
 __device__ __forceinline__ void mbar_expect_tx(uint64_t *b, uint32_t bytes)
