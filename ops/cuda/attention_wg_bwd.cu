@@ -34,17 +34,22 @@ using wg::tile_bytes;
 constexpr int kWsThreads = 384, kKeys = 128; /* a producer and two consumer warpgroups; rows a block owns */
 
 /* ---------------------------------------------------------------- dK, dV ---- */
-/* query rows per tile and ring stages: the ring and K, V resident within 227 KiB */
-template <int DP> __host__ __device__ constexpr int ws_bm() { return DP == 256 ? 32 : 64; }
-template <int DP> __host__ __device__ constexpr int ws_stages() { return DP == 256 ? 2 : 3; }
-template <int DP> constexpr size_t ws_smem()
+/* WANT: 1 dV, 2 dK, 3 both. Resident tiles of 128 keys: K, and V where dK is wanted (dP^T =
+ * V dO^T; dV alone never reads V). Query rows per tile and ring stages: the ring and the
+ * resident tiles within 227 KiB; at a padded head dim of 256 the dV pass, with K alone
+ * resident, takes tiles of 64 rows in 2 stages, the dK pass 32 rows in 3. */
+template <int WANT> __host__ __device__ constexpr int ws_resident() { return (WANT & 2) ? 2 : 1; }
+template <int DP, int WANT> __host__ __device__ constexpr int ws_bm() { return DP == 256 && WANT != 1 ? 32 : 64; }
+template <int DP, int WANT> __host__ __device__ constexpr int ws_stages() { return DP == 256 && WANT == 1 ? 2 : 3; }
+template <int DP, int WANT> constexpr size_t ws_smem()
 {
-    return 1024 + 2 * tile_bytes<DP>(kKeys) +
-           ws_stages<DP>() * (2 * tile_bytes<DP>(ws_bm<DP>()) + 2 * ws_bm<DP>() * sizeof(float)) +
-           (2 * ws_stages<DP>() + 1) * sizeof(uint64_t);
+    constexpr int BM = ws_bm<DP, WANT>(), S = ws_stages<DP, WANT>();
+    return 1024 + ws_resident<WANT>() * tile_bytes<DP>(kKeys) + S * (2 * tile_bytes<DP>(BM) + 2 * BM * sizeof(float)) +
+           (2 * S + 1) * sizeof(uint64_t);
 }
+static_assert(ws_smem<128, 3>() <= 227 * 1024 && ws_smem<256, 1>() <= 227 * 1024 && ws_smem<256, 2>() <= 227 * 1024,
+              "dK/dV's shared memory within one SM's 227 KiB");
 
-/* WANT: 1 dV, 2 dK, 3 both. */
 template <int DP, bool X, int WANT> __global__ void __launch_bounds__(kWsThreads, 1)
     dkdv_ws(const __grid_constant__ CUtensorMap tmK, const __grid_constant__ CUtensorMap tmV,
             const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmO,
@@ -52,11 +57,11 @@ template <int DP, bool X, int WANT> __global__ void __launch_bounds__(kWsThreads
             float *__restrict__ dV, Prob p, Masks mk)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int BN = kKeys, BM = ws_bm<DP>(), S = ws_stages<DP>();
+    constexpr int BN = kKeys, BM = ws_bm<DP, WANT>(), S = ws_stages<DP, WANT>();
     constexpr bool WK = (WANT & 2) != 0, WV = (WANT & 1) != 0;
     constexpr uint32_t kKV = (uint32_t)tile_bytes<DP>(BN), kQ = (uint32_t)tile_bytes<DP>(BM);
     extern __shared__ unsigned char smem_raw[];
-    unsigned char *sK = wg::smem_base(smem_raw), *sV = sK + kKV, *sQ = sV + kKV, *sdO = sQ + S * kQ;
+    unsigned char *sK = wg::smem_base(smem_raw), *sV = sK + kKV, *sQ = sK + ws_resident<WANT>() * kKV, *sdO = sQ + S * kQ;
     float *sL = reinterpret_cast<float *>(sdO + S * kQ), *sDl = sL + S * BM;
     uint64_t *full = reinterpret_cast<uint64_t *>(sDl + S * BM), *empty = full + S, *kv_full = empty + S;
     const int tid = threadIdx.x, warp = tid >> 5, wgi = warp >> 2;
@@ -77,10 +82,10 @@ template <int DP, bool X, int WANT> __global__ void __launch_bounds__(kWsThreads
     if (wgi == 0) { /* ---- producer ---- */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
         if (tid == 0) {
-            mbar_expect_tx(kv_full, 2 * kKV);
+            mbar_expect_tx(kv_full, ws_resident<WANT>() * kKV);
             for (int a = 0; a < DP / 64; a++) {
                 tma_load_3d(sK + a * BN * 128, &tmK, a * 64, n0, (int)kvb, kv_full);
-                tma_load_3d(sV + a * BN * 128, &tmV, a * 64, n0, (int)kvb, kv_full);
+                if (WK) tma_load_3d(sV + a * BN * 128, &tmV, a * 64, n0, (int)kvb, kv_full);
             }
         }
         int64_t qb;
@@ -226,15 +231,17 @@ template <int DP, bool X, int WANT> __global__ void __launch_bounds__(kWsThreads
 /* ---------------------------------------------------------------- dQ ----
  * A block of 128 query rows (warpgroups 1 and 2, 64 each) walks its key tiles
  * (key_tile_range); warpgroup 0 brings Q and dO once and then each key tile's K and V (and
- * segment ids) into a ring, by the tensor copy engine. */
+ * segment ids) into a ring of 3 stages, by the tensor copy engine: key tiles of 64 (32 at a
+ * padded head dim of 256) beside Q and dO within 227 KiB. */
 template <int DP> __host__ __device__ constexpr int dq_ws_bn() { return DP == 256 ? 32 : 64; }
-template <int DP> __host__ __device__ constexpr int dq_ws_stages() { return DP == 256 ? 2 : 3; }
+template <int DP> __host__ __device__ constexpr int dq_ws_stages() { return 3; }
 template <int DP> constexpr size_t dq_ws_smem()
 {
     return 1024 + 2 * tile_bytes<DP>(kKeys) +
            dq_ws_stages<DP>() * (2 * tile_bytes<DP>(dq_ws_bn<DP>()) + dq_ws_bn<DP>() * sizeof(int64_t)) +
            (2 * dq_ws_stages<DP>() + 1) * sizeof(uint64_t);
 }
+static_assert(dq_ws_smem<128>() <= 227 * 1024 && dq_ws_smem<256>() <= 227 * 1024, "dQ's shared memory within 227 KiB");
 
 template <int DP, bool X> __global__ void __launch_bounds__(kWsThreads, 1)
     dq_ws(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmO,
@@ -392,13 +399,13 @@ template <int DP, bool X> __global__ void __launch_bounds__(kWsThreads, 1)
 template <int DP, bool X, int WANT> fr_status dkdv_ws_launch(const fr_cuda_kctx *k, const Prob &p, const Masks &mk,
                                                              const Scratch &s, float *dK, float *dV, const float *LSE)
 {
-    const size_t smem = ws_smem<DP>();
+    const size_t smem = ws_smem<DP, WANT>();
     FR_TRY(set_smem(k->node, dkdv_ws<DP, X, WANT>, smem));
     CUtensorMap tK, tV, tQ, tO;
     FR_TRY(wg::tile_map(k->node, "K", &tK, s.k16, p.kv_batch, p.Tk, p.D, kKeys));
     FR_TRY(wg::tile_map(k->node, "V", &tV, s.v16, p.kv_batch, p.Tk, p.Dv, kKeys));
-    FR_TRY(wg::tile_map(k->node, "Q", &tQ, s.q16, p.batch, p.Tq, p.D, ws_bm<DP>()));
-    FR_TRY(wg::tile_map(k->node, "dO", &tO, s.do16, p.batch, p.Tq, p.Dv, ws_bm<DP>()));
+    FR_TRY(wg::tile_map(k->node, "Q", &tQ, s.q16, p.batch, p.Tq, p.D, ws_bm<DP, WANT>()));
+    FR_TRY(wg::tile_map(k->node, "dO", &tO, s.do16, p.batch, p.Tq, p.Dv, ws_bm<DP, WANT>()));
     const int64_t blocks = (int64_t)((p.Tk + kKeys - 1) / kKeys) * p.kv_batch;
     dkdv_ws<DP, X, WANT>
         <<<grid_of(blocks), kWsThreads, smem, k->cu->stream>>>(tK, tV, tQ, tO, LSE, s.delta, dK, dV, p, mk);
