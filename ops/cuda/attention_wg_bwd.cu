@@ -231,10 +231,11 @@ template <int DP, bool X, int WANT> __global__ void __launch_bounds__(kWsThreads
 /* ---------------------------------------------------------------- dQ ----
  * A block of 128 query rows (warpgroups 1 and 2, 64 each) walks its key tiles
  * (key_tile_range); warpgroup 0 brings Q and dO once and then each key tile's K and V (and
- * segment ids) into a ring of 3 stages, by the tensor copy engine: key tiles of 64 (32 at a
- * padded head dim of 256) beside Q and dO within 227 KiB. */
+ * segment ids) into a ring, by the tensor copy engine: key tiles of 64 in 3 stages (32 in 2 at a
+ * padded head dim of 256; 3 there measured no faster, 476 against 471 us) beside Q and dO
+ * within 227 KiB. */
 template <int DP> __host__ __device__ constexpr int dq_ws_bn() { return DP == 256 ? 32 : 64; }
-template <int DP> __host__ __device__ constexpr int dq_ws_stages() { return 3; }
+template <int DP> __host__ __device__ constexpr int dq_ws_stages() { return DP == 256 ? 2 : 3; }
 template <int DP> constexpr size_t dq_ws_smem()
 {
     return 1024 + 2 * tile_bytes<DP>(kKeys) +
