@@ -100,18 +100,9 @@ template <int DP, bool X> __global__ void __launch_bounds__(kFwdThreads, 1)
                 for (int a = 0; a < DP / 64; a++) /* one 128-byte-wide atom of the tile a copy */
                     tma_load_3d(sK + s * kTile + a * BN * 128, &tmK, a * 64, j * BN, (int)kvb, full_k + s);
             }
-            if (ids) { /* the tile's segment ids as stored (int32 or int64), by cp.async: zero past Tk,
-                          where `outside` masks every key before its id is read */
-                const int64_t base = srow * p.Tk + j * BN;
-                for (int i = tid; i < BN; i += 128) {
-                    const bool ok = j * BN + i < p.Tk;
-                    const int64_t at = ok ? base + i : 0;
-                    if (mk.seg64)
-                        cp_async8(sKid + s * BN + i, (const int64_t *)mk.sk + at, ok);
-                    else
-                        cp_async4((int32_t *)(sKid + s * BN) + i, (const int32_t *)mk.sk + at, ok);
-                }
-                mbar_arrive_cp_async(full_k + s);
+            if (ids) {
+                load_key_ids<128>(p, mk, srow, j * BN, BN, sKid + s * BN, tid);
+                mbar_arrive(full_k + s);
             }
             if (tid != 0) continue;
             if (k > 0) mbar_wait(empty_v + s, (k - 1) & 1);
@@ -182,10 +173,7 @@ template <int DP, bool X> __global__ void __launch_bounds__(kFwdThreads, 1)
                     const int h = e >> 1, key = k0 + t * 8 + 2 * c + (e & 1), i = row[h];
                     float v = -INFINITY;
                     if (!edge || !outside(p, mk, i, key))
-                        v = score2<X>(p, mk, sc[t * 4 + e], i, key, moff,
-                                      mk.sk ? (mk.seg64 ? kid[key - k0] : (int64_t)((const int32_t *)kid)[key - k0])
-                                            : 0,
-                                      qid[h], nullptr);
+                        v = score2<X>(p, mk, sc[t * 4 + e], i, key, moff, mk.sk ? kid[key - k0] : 0, qid[h], nullptr);
                     sc[t * 4 + e] = v;
                 }
         } else if (edge) {
