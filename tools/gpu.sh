@@ -98,6 +98,11 @@ uses a build folder instead):
   baselines           the compiled baselines of archs alone (they need no export and no build):
                       run them on the GPU while `build` and `exports` take the CPU (niced), then
                       `archs`, which keeps their figures; four architectures then fit one call
+  archtable           the whole table in one call (about 410 s on an H200): build and exports on the
+                      CPU (niced) while `baselines` compiles beside them, then `archs` and the
+                      generated Llama 125M; every timed window holds GPU_LOCK (/tmp/gpu.lock, flock):
+                      fp8run's benches whole, each baseline from its second warm-up step on
+                      (tools/torch_hf_locked.py), so no two timed runs share the GPU
   hf                  HF LlamaForCausalLM exported by torch.onnx (tools/export_hf_llama.py) against
                       the generated Llama: what info fused, bench, a short fp8 training (SIZES)
   python              python/tests checks against torch and peft (from_torch, the adapter export)
@@ -154,7 +159,7 @@ bench_as() { # NAME SIZE [VAR=value ...] [options ...]: one bench of the Llama S
     while [ $# -gt 0 ] && [[ $1 == [A-Z]*=* ]]; do envs+=("$1"); shift; done
     m=${MODEL:-$(model "$size")} || return 1
     # shellcheck disable=SC2046
-    env "${envs[@]}" timeout "${BENCH_TIMEOUT:-180}" "$FP8RUN" bench "$m" $(shape "$size") --precision "${PRECISION:-fp8}" \
+    env "${envs[@]}" ${GPU_LOCK:+flock "$GPU_LOCK"} timeout "${BENCH_TIMEOUT:-180}" "$FP8RUN" bench "$m" $(shape "$size") --precision "${PRECISION:-fp8}" \
         --warmup "${WARMUP:-2}" --steps "${STEPS:-6}" --json "$D/$name.json" "$@" > "$D/$name.log" 2>&1 ||
         echo "$name: rc=$? $(grep -v '^ ' "$D/$name.log" | tail -1 | cut -c1-200)"
 }
@@ -621,8 +626,17 @@ archs_torch() { # ARCH[:dynamic]: its compiled baseline into $D/torch_TAG.json, 
     local name=${1%%:*} tag
     tag=$(arch_tag "$1")
     [ -f "$D/torch_$tag.json" ] && return 0
+    # archtable: `baselines` runs beside this `archs` and writes the file; wait for it
+    if [ -n "${WAIT_BASELINES:-}" ]; then
+        timeout "${TORCH_TIMEOUT:-420}" python3 tools/torch_hf_locked.py --wait "$D/torch_$tag.json" > /dev/null ||
+            { echo "torch $tag: no baseline from the side-by-side run"; return 1; }
+        return 0
+    fi
+    # under GPU_LOCK: compile freely, then hold the lock from the second warm-up step on
+    local run=(python3 "$TORCH_HF")
+    [ -n "${GPU_LOCK:-}" ] && run=(python3 tools/torch_hf_locked.py "$GPU_LOCK" "$TORCH_HF")
     # shellcheck disable=SC2086
-    timeout "${TORCH_TIMEOUT:-420}" python3 "$TORCH_HF" --arch "$name" ${TORCH_ARGS:-} --json "$D/torch_$tag.json" \
+    timeout "${TORCH_TIMEOUT:-420}" "${run[@]}" --arch "$name" ${TORCH_ARGS:-} --json "$D/torch_$tag.json" \
         > "$D/torch_$tag.log" 2>&1 || { echo "torch $tag: rc=$? $(tail -1 "$D/torch_$tag.log" | cut -c1-200)"; return 1; }
     progress
 }
@@ -631,6 +645,30 @@ m_baselines() { # the compiled baselines of ARCHS alone, into the folder `archs`
     : "${TORCH_HF:?TORCH_HF must name the shared baseline script (torch_hf.py)}"
     local a rc=0
     for a in ${ARCHS:-llama1b:dynamic qwen3_06b neox1b gemma2_1b}; do archs_torch "$a" || rc=1; done
+    return $rc
+}
+m_archtable() { # build, exports, baselines and archs in one call, no two timed windows at once
+    : "${TORCH_HF:?TORCH_HF must name the shared baseline script (torch_hf.py)}"
+    export GPU_LOCK=${GPU_LOCK:-/tmp/gpu.lock}
+    local t0=$SECONDS b=${BUILD_DIR:-/tmp/fr-build} rc=0 bp
+    mkdir -p "$OUT/archs"
+    at() { echo "$1 at $((SECONDS - t0)) s" | tee -a "$OUT/archs/times.txt"; }
+    # the exports and the build on the CPU (niced), the baselines' compilation beside them; each
+    # baseline's timed steps and each fp8run bench hold GPU_LOCK
+    (nice "$0" exports > "$OUT/archs_exports.txt" 2>&1; at "exports rc=$?") &
+    (TORCH_ARGS=${TORCH_ARGS:---warmup 2 --steps 4} "$0" baselines > "$OUT/archs_baselines.txt" 2>&1; at "baselines rc=$?") &
+    bp=$!
+    BUILD_DIR=$b nice "$0" build > "$OUT/archs_build.txt" 2>&1 || { at "build failed"; wait; return 1; }
+    at build
+    export BIN=$b FP8RUN=$b/fp8run
+    gpu_env archs > /dev/null
+    WAIT_BASELINES=1 "$0" archs > "$OUT/archs_archs.txt" 2>&1 || rc=1
+    at "archs rc=$rc"
+    wait "$bp"
+    bench_as gen_llama125m 125m # the generated Llama 125M in the same call (archs benched the 1B)
+    at 125m
+    tail -8 "$OUT/archs_archs.txt"
+    progress
     return $rc
 }
 py_env() {
@@ -666,7 +704,7 @@ mode=${1:-help}
 [ $# -gt 0 ] && shift
 case $mode in
     help | -h | --help) help ;;
-    debs | stamp | corpus | carry | build | bundle | exports | peers | tests | bench | versus | profile | compare | e2e | sft | determinism | dist | big | finetune | archs | baselines | hf | python | user)
+    debs | stamp | corpus | carry | build | bundle | exports | peers | tests | bench | versus | profile | compare | e2e | sft | determinism | dist | big | finetune | archs | archtable | baselines | hf | python | user)
         "m_$mode" "$@"
         rc=$?
         [ -n "${PACK:-}" ] && [ -d "$OUT/$mode" ] && tar -C "$OUT" -czf "$OUT/$mode.tgz" "$mode"
