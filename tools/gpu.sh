@@ -628,7 +628,7 @@ archs_torch() { # ARCH[:dynamic]: its compiled baseline into $D/torch_TAG.json, 
     [ -f "$D/torch_$tag.json" ] && return 0
     # archtable: `baselines` runs beside this `archs` and writes the file; wait for it
     if [ -n "${WAIT_BASELINES:-}" ]; then
-        timeout "${TORCH_TIMEOUT:-420}" python3 tools/torch_hf_locked.py --wait "$D/torch_$tag.json" > /dev/null ||
+        timeout "${TORCH_TIMEOUT:-420}" python3 tools/torch_hf_locked.py --wait "$D/torch_$tag.json" "$D/baselines.done" > /dev/null ||
             { echo "torch $tag: no baseline from the side-by-side run"; return 1; }
         return 0
     fi
@@ -655,14 +655,17 @@ m_archtable() { # build, exports, baselines and archs in one call, no two timed 
     at() { echo "$1 at $((SECONDS - t0)) s" | tee -a "$OUT/archs/times.txt"; }
     # the exports and the build on the CPU (niced), the baselines' compilation beside them; each
     # baseline's timed steps and each fp8run bench hold GPU_LOCK
-    (nice "$0" exports > "$OUT/archs_exports.txt" 2>&1; at "exports rc=$?") &
-    (TORCH_ARGS=${TORCH_ARGS:---warmup 2 --steps 4} "$0" baselines > "$OUT/archs_baselines.txt" 2>&1; at "baselines rc=$?") &
+    local me=$PWD/tools/gpu.sh # the script cd'ed to the tree's root: $0 may have been relative
+    rm -f "$OUT/archs/baselines.done"
+    (nice "$me" exports > "$OUT/archs_exports.txt" 2>&1; at "exports rc=$?") &
+    (TORCH_ARGS=${TORCH_ARGS:---warmup 2 --steps 4} "$me" baselines > "$OUT/archs_baselines.txt" 2>&1
+        at "baselines rc=$?" && touch "$OUT/archs/baselines.done") &
     bp=$!
-    BUILD_DIR=$b nice "$0" build > "$OUT/archs_build.txt" 2>&1 || { at "build failed"; wait; return 1; }
+    BUILD_DIR=$b nice "$me" build > "$OUT/archs_build.txt" 2>&1 || { at "build failed"; wait; return 1; }
     at build
     export BIN=$b FP8RUN=$b/fp8run
     gpu_env archs > /dev/null
-    WAIT_BASELINES=1 "$0" archs > "$OUT/archs_archs.txt" 2>&1 || rc=1
+    WAIT_BASELINES=1 "$me" archs > "$OUT/archs_archs.txt" 2>&1 || rc=1
     at "archs rc=$rc"
     wait "$bp"
     bench_as gen_llama125m 125m # the generated Llama 125M in the same call (archs benched the 1B)
