@@ -33,6 +33,8 @@ Here (no GPU needed):
                       it also makes the e2e corpus (corpus) and says what a call would carry (carry)
   corpus              .devpkg/e2e_corpus.gz: the C/CUDA sources of commit E2E_CORPUS (c586c8c), which
                       e2e trains on when it is there, so that its figures compare across calls
+  abpatch REV         .devpkg/ab.patch: REV's tree against the working tree (sources, tests, tools;
+                      not bench/ or docs), which `ab` there applies in reverse to a copy
   carry [PATH...]     the bytes a device call carries: the tree git would copy (tracked and
                       untracked-not-ignored files) plus each PATH (default: .devpkg, and .whl when
                       present), against the 64 MiB the device tool takes; rc 1 when over
@@ -103,6 +105,10 @@ uses a build folder instead):
                       generated Llama 125M; every timed window holds GPU_LOCK (/tmp/gpu.lock, flock):
                       fp8run's benches whole, each baseline from its second warm-up step on
                       (tools/torch_hf_locked.py), so no two timed runs share the GPU
+  ab [SIZE]           the generated Llama SIZE (1b) at two commits on one GPU: a copy of the tree
+                      with .devpkg/ab.patch (abpatch) applied and the tree itself, the CLI of each
+                      built side by side, then benched alternately ROUNDS (2) times, one model file
+                      for both; ab.txt: each run's step time. About 300 s at 1B with the builds
   hf                  HF LlamaForCausalLM exported by torch.onnx (tools/export_hf_llama.py) against
                       the generated Llama: what info fused, bench, a short fp8 training (SIZES)
   python              python/tests checks against torch and peft (from_torch, the adapter export)
@@ -253,14 +259,54 @@ m_carry() { # [PATH...]: what a call carries against the device tool's 64 MiB (a
     echo "carry: tree $((tree / 1048576)) MiB, in all $((total / 1048576)) MiB of 64"
     [ "$total" -le "$limit" ]
 }
+m_abpatch() { # REV
+    local rev=${1:?abpatch REV}
+    git rev-parse --verify -q "$rev^{commit}" > /dev/null || { echo "gpu.sh abpatch: no commit $rev" >&2; return 1; }
+    mkdir -p .devpkg && git diff --binary "$rev" -- . ':!bench' ':!docs' ':!*.md' > .devpkg/ab.patch || return 1
+    git rev-parse --short "$rev" > .devpkg/ab.rev
+    echo "gpu.sh abpatch: .devpkg/ab.patch makes this tree $(cat .devpkg/ab.rev) ($(wc -c < .devpkg/ab.patch) bytes)"
+}
+m_ab() { # [SIZE]
+    local size=${1:-1b} old=/tmp/ab-old rev i rc=0 f c
+    [ -f .devpkg/ab.patch ] || { echo "gpu.sh ab: no .devpkg/ab.patch (tools/gpu.sh abpatch REV here)" >&2; return 1; }
+    rev=$(cat .devpkg/ab.rev)
+    rm -rf "$old" && cp -a . "$old" && (cd "$old" && git apply -R --binary --whitespace=nowarn .devpkg/ab.patch) ||
+        { echo "gpu.sh ab: the patch to $rev does not apply" >&2; return 1; }
+    echo "$rev" > "$old/.devpkg/COMMIT"
+    mkdir -p "$OUT/ab"
+    # both CLIs at once (16 cores); m_build reads the tree it runs in
+    deps_unpack || return 1
+    (BUILD_DIR=/tmp/ab-new-build OUT=$OUT/ab/new m_build fp8run > /dev/null) &
+    local np=$!
+    (cd "$old" && BUILD_DIR=/tmp/ab-old-build OUT=$OUT/ab/old m_build fp8run > /dev/null) || rc=1
+    wait $np || rc=1
+    [ $rc = 0 ] || { echo "gpu.sh ab: a build failed (ab/new, ab/old)"; return 1; }
+    export BIN=/tmp/ab-new-build FP8RUN=/tmp/ab-new-build/fp8run
+    gpu_env ab
+    local m
+    m=$(model "$size") || return 1
+    for i in $(seq "${ROUNDS:-2}"); do
+        MODEL=$m FP8RUN=/tmp/ab-old-build/fp8run bench_as "old_$i" "$size"
+        MODEL=$m bench_as "new_$i" "$size"
+        progress
+    done
+    local new
+    new=$(cat .devpkg/COMMIT 2> /dev/null || echo this tree)
+    for f in "$D"/old_*.log "$D"/new_*.log; do
+        case ${f##*/} in old_*) c=$rev ;; *) c=$new ;; esac
+        echo "$(basename "$f" .log) ($c): $(grep -m1 '^step time' "$f")"
+    done | tee "$D/ab.txt"
+}
+deps_unpack() { # the carried Debian packages into /tmp/deps, once
+    [ -d /tmp/deps/usr ] && return 0
+    ls .devpkg/debs/*.deb > /dev/null || { echo "gpu.sh build: no .devpkg/debs (tools/gpu.sh debs, then carry it)" >&2; return 1; }
+    mkdir -p /tmp/deps && for f in .devpkg/debs/*.deb; do dpkg -x "$f" /tmp/deps; done
+}
 m_build() { # [TARGET...]
     local d=/tmp/deps/usr b=${BUILD_DIR:-/tmp/fr-build} t0=$SECONDS rc
     mkdir -p "$OUT"
     local a=$d/lib/x86_64-linux-gnu
-    if [ ! -d "$d" ]; then
-        ls .devpkg/debs/*.deb > /dev/null || { echo "gpu.sh build: no .devpkg/debs (tools/gpu.sh debs, then carry it)" >&2; return 1; }
-        mkdir -p /tmp/deps && for f in .devpkg/debs/*.deb; do dpkg -x "$f" /tmp/deps; done
-    fi
+    deps_unpack || return 1
     # Debian keeps OpenBLAS behind an alternatives folder
     for l in libopenblas.so.0 libopenblas.so libblas.so.3 libblas.so; do ln -sf "$a/openblas-pthread/$l" "$a/$l"; done
     export PATH=$d/bin:$PATH PKG_CONFIG_PATH=$a/pkgconfig:$d/share/pkgconfig
@@ -707,7 +753,7 @@ mode=${1:-help}
 [ $# -gt 0 ] && shift
 case $mode in
     help | -h | --help) help ;;
-    debs | stamp | corpus | carry | build | bundle | exports | peers | tests | bench | versus | profile | compare | e2e | sft | determinism | dist | big | finetune | archs | archtable | baselines | hf | python | user)
+    debs | stamp | corpus | carry | abpatch | ab | build | bundle | exports | peers | tests | bench | versus | profile | compare | e2e | sft | determinism | dist | big | finetune | archs | archtable | baselines | hf | python | user)
         "m_$mode" "$@"
         rc=$?
         [ -n "${PACK:-}" ] && [ -d "$OUT/$mode" ] && tar -C "$OUT" -czf "$OUT/$mode.tgz" "$mode"
