@@ -15,7 +15,7 @@ import time
 
 def wait_for(path, done=None):
     while not os.path.exists(path):
-        if done and os.path.exists(done) and not os.path.exists(path):
+        if done and os.path.exists(done):
             sys.exit("%s: the baselines ended without it" % path)
         time.sleep(2)
     time.sleep(1)  # the writer's json.dump may still be flushing

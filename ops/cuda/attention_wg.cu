@@ -157,9 +157,9 @@ template <int DP, bool X> __global__ void __launch_bounds__(kFwdThreads, 1)
     const float sl2 = X ? 1.f : p.scale * kLog2e; /* X's scores are scaled by score2 */
 
     /* S of tile j -> P (float32, in place; `pack` makes the bf16 A operand of P V); alpha: O's
-     * rescale, and l and m move with it. Without extra masks the scores stay raw until the exponent (one FFMA each): the maximum of the raw
-     * scores scales to the maximum of the scaled ones (scale > 0), and only tiles crossing an
-     * edge test keys one by one. */
+     * rescale, and l and m move with it. Without extra masks the scores stay raw until the
+     * exponent (one FFMA each): the maximum of the raw scores scales to the maximum of the
+     * scaled ones (scale > 0), and only tiles crossing an edge test keys one by one. */
     auto softmax = [&](float *sc, int j, int s, float *alpha) {
         const int k0 = j * BN;
         const int64_t *kid = sKid + s * BN;
@@ -377,7 +377,6 @@ fr_status tile_map(const fr_node *n, const char *what, CUtensorMap *m, const bf1
 }
 
 } /* namespace wg */
-
 
 bool wg_takes(const fr_cuda_kctx *k, const Prob &p)
 {
