@@ -10,7 +10,7 @@ import sys
 
 # (N, form): "ss" A and B from shared memory (both K-major); "rs" A from registers, B from
 # shared memory, N-major (imm-trans-b 1).
-SHAPES = [(32, "ss"), (64, "ss"), (128, "ss"), (128, "rs"), (256, "rs")]
+SHAPES = [(32, "ss"), (64, "ss"), (128, "ss"), (64, "rs"), (128, "rs"), (256, "rs")]
 
 
 def fn(n, form):

@@ -149,8 +149,9 @@ FR_NODISCARD fr_status tc_bwd(const fr_cuda_kctx *k, const Prob &p, const Masks 
 
 /* attention_wg.cu, attention_wg_bwd.cu: tc_fwd's and tc_bwd's problems on Hopper's wgmma, the
  * same inputs and numbers, where wg_takes(k, p): an sm_90a build on a device of compute
- * capability 9.0, a padded head dim of 128 or 256 (at 64 the mma.sync kernels measured faster,
- * H200: backward 0.93 against 1.04 ms at B8 H8 T2048 causal), FP8RUN_FLASH_WGMMA not 0, and a
+ * capability 9.0, a head dim of 64 or more (padded to 64, 128 or 256; warp-specialized, they
+ * outrun the mma.sync kernels at 64 too: H200, B8 H8 T2048 causal, 232 / 239 TFLOP/s forward /
+ * backward against 161 / 123), FP8RUN_FLASH_WGMMA not 0, and a
  * driver that encodes tensor maps (the forward's producer copies through them). */
 bool wg_takes(const fr_cuda_kctx *k, const Prob &p);
 FR_NODISCARD fr_status wg_fwd(const fr_cuda_kctx *k, const Prob &p, const Masks &mk, const float *Q, const bf16 *K,

@@ -1,12 +1,12 @@
 /* Flash attention forward on Hopper's warpgroup matrix products (wgmma, sm_90a builds), for
  * the same problems as attention_tc.cu's forward (precision bf16; D, Dv multiples of 8 up to
- * 256; every mask kind) and with its numbers: S = Q K^T and O += P V in bf16 with float32
- * accumulation, the online softmax in registers, the same mask predicates
- * (attention_mma.cuh). What differs is the matrix unit: a warpgroup (4 warps) multiplies its 64
- * query rows by a whole key tile in one asynchronous wgmma sequence reading K and V straight
- * from shared memory (128-byte swizzled tiles, ops/cuda/wgmma.cuh), where mma.sync needs every
- * fragment brought to registers by ldmatrix first. P stays in registers as the A operand of
- * O += P V.
+ * 256, the larger at least 64, padded to 64, 128 or 256; every mask kind) and with its
+ * numbers: S = Q K^T and O += P V in bf16 with float32 accumulation, the online softmax in
+ * registers, the same mask predicates (attention_mma.cuh). What differs is the matrix unit: a
+ * warpgroup (4 warps) multiplies its 64 query rows by a whole key tile in one asynchronous
+ * wgmma sequence reading K and V straight from shared memory (128-byte swizzled tiles,
+ * ops/cuda/wgmma.cuh), where mma.sync needs every fragment brought to registers by ldmatrix
+ * first. P stays in registers as the A operand of O += P V.
  *
  * A block is three warpgroups for 128 query rows of one Q batch index (the heaviest, last,
  * tiles first). Warpgroup 0 only loads: one of its threads has the tensor copy engine bring
@@ -25,7 +25,7 @@
  * ends of Q and K) test keys one by one. H200, B8 H8 T2048 causal, kernel alone: head dim 128
  * 370 us for two warpgroups loading by cp.async with per-element masks, 265 with a cp.async
  * producer warpgroup and raw scores, 193 with the copy engine and batched Q staging; head dim
- * 256: 538, 484, 320 (bench/README.md). */
+ * 256: 538, 484, 320; head dim 64 148 (mma.sync's forward 214) (bench/README.md). */
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdint.h>
@@ -381,7 +381,7 @@ fr_status tile_map(const fr_node *n, const char *what, CUtensorMap *m, const bf1
 bool wg_takes(const fr_cuda_kctx *k, const Prob &p)
 {
 #ifdef FP8RUN_SM90A /* sm_90a code runs on compute capability 9.0 only (a build for 90a;100a has both) */
-    return k->cu->cc_major == 9 && k->cu->cc_minor == 0 && (p.D > 64 || p.Dv > 64) &&
+    return k->cu->cc_major == 9 && k->cu->cc_minor == 0 && (p.D >= 64 || p.Dv >= 64) &&
            !fr_env_is(FR_ENV_FLASH_WGMMA, "0") && wg::tmap_encoder() != nullptr;
 #else
     (void)k, (void)p;
@@ -394,6 +394,8 @@ fr_status wg_fwd(const fr_cuda_kctx *k, const Prob &p, const Masks &mk, const fl
 {
     const int w = p.D > p.Dv ? p.D : p.Dv;
     const bool x = mk.extra() || !(p.scale > 0.f); /* the raw scores' maximum needs a positive scale */
+    if (w <= 64)
+        return x ? fwd_launch<64, true>(k, p, mk, Q, K, V, O, L) : fwd_launch<64, false>(k, p, mk, Q, K, V, O, L);
     if (w <= 128)
         return x ? fwd_launch<128, true>(k, p, mk, Q, K, V, O, L) : fwd_launch<128, false>(k, p, mk, Q, K, V, O, L);
     return x ? fwd_launch<256, true>(k, p, mk, Q, K, V, O, L) : fwd_launch<256, false>(k, p, mk, Q, K, V, O, L);

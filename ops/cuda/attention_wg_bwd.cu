@@ -453,6 +453,7 @@ template <int DP> fr_status bwd_dp(const fr_cuda_kctx *k, const Prob &p, const M
 fr_status wg_bwd(const fr_cuda_kctx *k, const Prob &p, const Masks &mk, const Scratch &s, float *dQ, float *dK,
                  float *dV, const float *LSE)
 {
+    if ((p.D > p.Dv ? p.D : p.Dv) <= 64) return bwd_dp<64>(k, p, mk, s, dQ, dK, dV, LSE);
     if ((p.D > p.Dv ? p.D : p.Dv) <= 128) return bwd_dp<128>(k, p, mk, s, dQ, dK, dV, LSE);
     return bwd_dp<256>(k, p, mk, s, dQ, dK, dV, LSE);
 }

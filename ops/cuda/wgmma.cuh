@@ -74,8 +74,10 @@ template <int N> __device__ __forceinline__ void mma_ss(float *d, uint64_t da, u
 /* d (m64nN) = A . B (+ d): A from registers, B N-major in shared memory */
 template <int N> __device__ __forceinline__ void mma_rs(float *d, const uint32_t *a, uint64_t db, int acc)
 {
-    static_assert(N == 128 || N == 256, "generated shapes: tools/gen_wgmma.py");
-    if constexpr (N == 128)
+    static_assert(N == 64 || N == 128 || N == 256, "generated shapes: tools/gen_wgmma.py");
+    if constexpr (N == 64)
+        wgmma_rs_n64(d, a, db, acc);
+    else if constexpr (N == 128)
         wgmma_rs_n128(d, a, db, acc);
     else
         wgmma_rs_n256(d, a, db, acc);
