@@ -309,8 +309,8 @@ inline bool v8_of(const fr_attn_qkv_geom &q, qkv_fast::Geo8 *g8)
     const int64_t units = q.Hk * (q.Dv / 8), n = q.B * q.T * units;
     if (q.Dv % 8 || n >= ((int64_t)1 << 31)) return false;
     *g8 = qkv_fast::Geo8{(unsigned)units, 0u, (unsigned)n, (int)q.T, (int)q.W, (int)q.D, (int)q.Dv, (int)q.Hq,
-                         (int)q.Hk, 0, 0, 0, 0, 0, 0, 0, {(int)q.q_off, (int)q.k_off, (int)q.v_off},
-                         {(int)q.q_hs, (int)q.k_hs, (int)q.v_hs}};
+                         (int)q.Hk, 0, 0, 0, 0, 0, 0, 0, (int)q.q_off, (int)q.k_off, (int)q.v_off,
+                         (int)q.q_hs, (int)q.k_hs, (int)q.v_hs};
     return true;
 }
 

@@ -34,7 +34,10 @@ struct Geo8 {
     int64_t cos_b, sin_b;
     int rd;                    /* rotated features per Q or K head (0: no RoPE; rotary_dim) */
     int ru, pu;                /* per Q or K head: rotated units (of 8, or 8 pairs), the others */
-    int off[3], hs[3];         /* per section: first column, columns from head to head */
+    /* per section (Q, K, V): first column, columns from head to head; scalars, not arrays: a
+     * kernel parameter indexed at run time is copied to local memory by every thread, which
+     * once cost the staging kernels more traffic than their data */
+    int off0, off1, off2, hs0, hs1, hs2;
 };
 
 __device__ __forceinline__ void ld8(const float *p, float *v)
@@ -100,13 +103,14 @@ __device__ __forceinline__ Unit unit_of(const Geo8 &g, unsigned u)
             u -= qk;
             const unsigned per = (unsigned)g.Dv / 8;
             r.s = 2, r.h = (int)(u / per), r.d = (int)(u % per) * 8;
-            r.col = g.off[2] + r.h * g.hs[2] + r.d;
+            r.col = g.off2 + r.h * g.hs2 + r.d;
             return r;
         }
     }
-    r.s = hh < g.Hq ? 0 : 1;
-    r.h = hh < g.Hq ? hh : hh - g.Hq;
-    r.col = g.off[r.s] + r.h * g.hs[r.s] + r.d;
+    const bool q = hh < g.Hq;
+    r.s = q ? 0 : 1;
+    r.h = q ? hh : hh - g.Hq;
+    r.col = (q ? g.off0 : g.off1) + r.h * (q ? g.hs0 : g.hs1) + r.d;
     return r;
 }
 
@@ -151,8 +155,12 @@ __global__ void __launch_bounds__(256) rope8_kernel(Geo8 g, const TX *__restrict
     const unsigned row = i / g.units, t = row % (unsigned)g.T, b = row / (unsigned)g.T;
     const Unit u = unit_of(g, i % g.units);
     const size_t x = (size_t)row * g.W + u.col;
-    const Lay8 &l = u.s == 0 ? lq : u.s == 1 ? lk : lv;
-    TS *sec = (u.s == 0 ? q : u.s == 1 ? k : v) + b * l.sb + u.h * l.sh + t * l.st + u.d;
+    /* the section's strides picked by value (a reference to one of three parameters would put
+     * them in local memory) */
+    const int64_t sb = u.s == 0 ? lq.sb : u.s == 1 ? lk.sb : lv.sb;
+    const int64_t sh = u.s == 0 ? lq.sh : u.s == 1 ? lk.sh : lv.sh;
+    const int64_t st = u.s == 0 ? lq.st : u.s == 1 ? lk.st : lv.st;
+    TS *sec = (u.s == 0 ? q : u.s == 1 ? k : v) + b * sb + u.h * sh + t * st + u.d;
     const int hd = g.rd / 2; /* a pair unit's partner features */
     float a[8], p[8];
     if (GRAD) {

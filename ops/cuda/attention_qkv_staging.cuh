@@ -168,8 +168,8 @@ bool fast_geo(const Node &p, qkv_fast::Geo8 *g8)
     if (q.W > INT32_MAX || q.T > INT32_MAX || q.B * q.T * units >= ((int64_t)1 << 31)) return false;
     *g8 = qkv_fast::Geo8{(unsigned)units, (unsigned)rot_units, (unsigned)(q.B * q.T * units), (int)q.T, (int)q.W,
                          (int)q.D, (int)q.Dv, (int)q.Hq, (int)q.Hk, q.rotary, q.interleaved, q.cos_b, q.sin_b,
-                         (int)rd, (int)ru, (int)pu, {(int)q.q_off, (int)q.k_off, (int)q.v_off},
-                         {(int)q.q_hs, (int)q.k_hs, (int)q.v_hs}};
+                         (int)rd, (int)ru, (int)pu, (int)q.q_off, (int)q.k_off, (int)q.v_off,
+                         (int)q.q_hs, (int)q.k_hs, (int)q.v_hs};
     return true;
 }
 
