@@ -108,7 +108,11 @@ uses a build folder instead):
   ab [SIZE]           the generated Llama SIZE (1b) at two commits on one GPU: a copy of the tree
                       with .devpkg/ab.patch (abpatch) applied and the tree itself, the CLI of each
                       built side by side, then benched alternately ROUNDS (2) times, one model file
-                      for both; ab.txt: each run's step time. About 300 s at 1B with the builds
+                      for both; ab.txt: each run's step time. About 300 s at 1B with the builds.
+                      MODEL (e.g. llama:8b, made in memory by bench), SHAPE and AB_OPTS (VAR=value
+                      words, then bench options, given to both) for other runs, e.g. the 8B:
+                      MODEL=llama:8b SHAPE="--batch 1 --seq 4096 --grad-accum 4"
+                      AB_OPTS="FP8RUN_MEMORY_CHECK=0 --optimizer-state fp8" ab 8b
   hf                  HF LlamaForCausalLM exported by torch.onnx (tools/export_hf_llama.py) against
                       the generated Llama: what info fused, bench, a short fp8 training (SIZES)
   python              python/tests checks against torch and peft (from_torch, the adapter export)
@@ -284,10 +288,12 @@ m_ab() { # [SIZE]
     export BIN=/tmp/ab-new-build FP8RUN=/tmp/ab-new-build/fp8run
     gpu_env ab
     local m
-    m=$(model "$size") || return 1
+    m=${MODEL:-$(model "$size")} || return 1
+    local opts=()
+    read -r -a opts <<< "${AB_OPTS:-}"
     for i in $(seq "${ROUNDS:-2}"); do
-        MODEL=$m FP8RUN=/tmp/ab-old-build/fp8run bench_as "old_$i" "$size"
-        MODEL=$m bench_as "new_$i" "$size"
+        MODEL=$m FP8RUN=/tmp/ab-old-build/fp8run bench_as "old_$i" "$size" "${opts[@]}"
+        MODEL=$m bench_as "new_$i" "$size" "${opts[@]}"
         progress
     done
     local new
