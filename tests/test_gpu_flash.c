@@ -6,10 +6,11 @@
  *    arbitrary ids with fully masked rows (seg_form general, not causal, Tq != Tk); an additive
  *    mask input (bias with -inf, not causal); softcap + window + padding + mask together;
  *  - head dims 64, 128, 256 and 80 (the 128 kernel with zero-padded columns), 40, Dv != D;
+ *    on Hopper D 64 once more on the mma.sync kernels (FP8RUN_FLASH_WGMMA=0);
  *    GQA (Q [2, 2, 2, T, D], K/V [2, 2, 1, T, D]), T = 200 (several ragged tiles), T 700
- *    for four of them (every double-buffered tile refilled several times), and four shapes at
+ *    for four of them (every double-buffered tile refilled several times), and six shapes at
  *    the edges of the Hopper kernels' tensor copies (D 64 with Dv 128, D 256 with Dv 192, T 50,
- *    D 72);
+ *    D 72, D 64 with Dv 32, D 48 with Dv 64);
  *  - tolerances (relative L2): bf16 1e-2 on O, dQ, dK, dV (the CPU rounds the normalized P,
  *    the kernels exp(s - running max)); LSE 1e-5, 2e-3 with softcap (tanh.approx, 2^-11);
  *    float32 precision 1e-5 everywhere;
@@ -203,12 +204,20 @@ static void test_bf16_kinds_dims(void)
                                     {K_MASK, 700, 650, 128, 64, "bf16"}};
     for (int i = 0; i < 4; i++) run_case(&r, &longer[i]);
     /* the Hopper kernels' tensor copies at their edges: K's second 64-column box wholly past D
-       (D 64, Dv 128), D != Dv at a padded 256, fewer keys than one key tile, D 72 */
-    static const fcase edges[4] = {{K_CAUSAL, 200, 200, 64, 128, "bf16"},
-                                   {K_ALL, 200, 170, 256, 192, "bf16"},
-                                   {K_CAUSAL, 50, 50, 128, 128, "bf16"},
-                                   {K_WINDOW, 200, 200, 72, 72, "bf16"}};
-    for (int i = 0; i < 4; i++) run_case(&r, &edges[i]);
+       (D 64, Dv 128), D != Dv at a padded 256, fewer keys than one key tile, D 72, and at a
+       padded 64 a V (D 64, Dv 32) or a Q/K (D 48, Dv 64) narrower than the tile */
+    static const fcase edges[6] = {{K_CAUSAL, 200, 200, 64, 128, "bf16"}, {K_ALL, 200, 170, 256, 192, "bf16"},
+                                   {K_CAUSAL, 50, 50, 128, 128, "bf16"},  {K_WINDOW, 200, 200, 72, 72, "bf16"},
+                                   {K_ALL, 200, 170, 64, 32, "bf16"},     {K_CAUSAL, 200, 200, 48, 64, "bf16"}};
+    for (int i = 0; i < 6; i++) run_case(&r, &edges[i]);
+    /* head dim 64 on the mma.sync kernels too (what GPUs without sm_90a run; on Hopper the
+       wgmma ones take it unless FP8RUN_FLASH_WGMMA=0, read at every launch) */
+    CU_ASSERT_EQUAL_FATAL(setenv("FP8RUN_FLASH_WGMMA", "0", 1), 0);
+    for (int k = 0; k < N_KINDS; k++) {
+        const fcase c = {k, 200, 170, 64, 64, "bf16"};
+        run_case(&r, &c);
+    }
+    unsetenv("FP8RUN_FLASH_WGMMA");
 }
 
 /* The same masks on the exact float32 path (precision fp32). */
