@@ -36,6 +36,14 @@ template <bool X, class F> __device__ __forceinline__ void by_edge(bool edge, F 
         f(std::false_type{});
 }
 
+/* The padded head dim of a problem wg_takes (attention_flash.cuh): the larger of D and Dv
+ * rounded up to 64, 128 or 256, the DP the forward and backward kernels are instantiated at. */
+inline int padded_dim(const Prob &p)
+{
+    const int64_t w = p.D > p.Dv ? p.D : p.Dv;
+    return w <= 64 ? 64 : w <= 128 ? 128 : 256;
+}
+
 /* bytes of a bf16 tile of `rows` rows at padded head dim DP */
 template <int DP> __host__ __device__ constexpr size_t tile_bytes(int rows) { return (size_t)rows * DP * sizeof(bf16); }
 

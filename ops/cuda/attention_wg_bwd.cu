@@ -453,9 +453,11 @@ template <int DP> fr_status bwd_dp(const fr_cuda_kctx *k, const Prob &p, const M
 fr_status wg_bwd(const fr_cuda_kctx *k, const Prob &p, const Masks &mk, const Scratch &s, float *dQ, float *dK,
                  float *dV, const float *LSE)
 {
-    if ((p.D > p.Dv ? p.D : p.Dv) <= 64) return bwd_dp<64>(k, p, mk, s, dQ, dK, dV, LSE);
-    if ((p.D > p.Dv ? p.D : p.Dv) <= 128) return bwd_dp<128>(k, p, mk, s, dQ, dK, dV, LSE);
-    return bwd_dp<256>(k, p, mk, s, dQ, dK, dV, LSE);
+    switch (wg::padded_dim(p)) {
+    case 64: return bwd_dp<64>(k, p, mk, s, dQ, dK, dV, LSE);
+    case 128: return bwd_dp<128>(k, p, mk, s, dQ, dK, dV, LSE);
+    default: return bwd_dp<256>(k, p, mk, s, dQ, dK, dV, LSE);
+    }
 }
 
 } /* namespace fr_attn */
