@@ -395,8 +395,10 @@ fr_status wg_fwd(const fr_cuda_kctx *k, const Prob &p, const Masks &mk, const fl
     const bool x = mk.extra() || !(p.scale > 0.f); /* the raw scores' maximum needs a positive scale */
     switch (wg::padded_dim(p)) {
     case 64: return x ? fwd_launch<64, true>(k, p, mk, Q, K, V, O, L) : fwd_launch<64, false>(k, p, mk, Q, K, V, O, L);
-    case 128: return x ? fwd_launch<128, true>(k, p, mk, Q, K, V, O, L) : fwd_launch<128, false>(k, p, mk, Q, K, V, O, L);
-    default: return x ? fwd_launch<256, true>(k, p, mk, Q, K, V, O, L) : fwd_launch<256, false>(k, p, mk, Q, K, V, O, L);
+    case 128:
+        return x ? fwd_launch<128, true>(k, p, mk, Q, K, V, O, L) : fwd_launch<128, false>(k, p, mk, Q, K, V, O, L);
+    default:
+        return x ? fwd_launch<256, true>(k, p, mk, Q, K, V, O, L) : fwd_launch<256, false>(k, p, mk, Q, K, V, O, L);
     }
 }
 
