@@ -212,7 +212,21 @@ static fr_status grad_data_infer(fr_graph *g, int node_id)
                              "dYq, dYq_scale_inv", n->n_outputs);
     const fr_value *dy = fr_node_in(g, n, 0), *w = fr_node_in(g, n, 1);
     FR_TRY(check_float(n, w, "weight"));
-    FR_TRY(check_act(n, dy, w, &c, "output gradient"));
+    const int dy_codes = dy->dtype == FR_F8E5M2 || dy->dtype == FR_F8E4M3;
+    if (dy_codes) { /* dY's codes from an fp8 producer (SwiGLUGradQuantize) */
+        if (!delayed_fp8(&c) || w->dtype != FR_F32 || dy->dtype != c.dy_fmt)
+            return fr_node_error(n, FR_ERR_UNSUPPORTED,
+                                 "output gradient '%s' given as %s codes needs fp8 precision with the delayed "
+                                 "recipe, a float32 weight and codes in the dY format (%s)",
+                                 dy->name, fr_dtype_name(dy->dtype), fr_dtype_name(c.dy_fmt));
+        if (fr_node_out(g, n, 1) || fr_node_out(g, n, 2) || fr_node_out(g, n, 3))
+            return fr_node_error(n, FR_ERR_GRAPH,
+                                 "output gradient '%s' comes as codes: their producer writes amax_dy, dYq and "
+                                 "dYq_scale_inv",
+                                 dy->name);
+    } else {
+        FR_TRY(check_act(n, dy, w, &c, "output gradient"));
+    }
     FR_TRY(check_dtype_prec(n, w, &c));
     if (c.dx_bf16 && w->dtype != FR_F32)
         return fr_node_error(n, FR_ERR_UNSUPPORTED, "dx_dtype bfloat16 needs a float32 weight");

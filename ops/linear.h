@@ -67,6 +67,11 @@
  *   dY format, and their scale_inv [1]: dY is quantized once for both backward GEMMs.
  *   dYq alone (bf16 precision; outputs 1 and 3 absent): dY rounded to bfloat16, dY's shape and
  *   layout (the bf16 GEMM reads any transpose), the operand this GEMM used: dY is rounded once.
+ *   dY may also be codes in the dY format (float8e5m2 in hybrid), fp8 precision with the delayed
+ *   recipe and a float32 W only: dY's codes as an fp8 producer (SwiGLUGradQuantize, ops/swiglu.h)
+ *   wrote them with this node's scale_dy, multiplied with scale_inv = 1 / scale_dy: dX equals the
+ *   data gradient of the float dY they came from, bit for bit. Then the node has no amax_dy, dYq
+ *   or dYq_scale_inv output (the producer writes them).
  * LinearGradWeight(Xs, Ys, xs_scale?, ys_scale?) -> (dW, amax_dy?)
  *   dW (W's shape and layout, float32) = X^T dY (transB = 0) or dY^T X (transB = 1).
  *   Xs is either the saved Xq (float8e4m3fn [K, M] for the per-tensor recipes, X's shape for

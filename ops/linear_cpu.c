@@ -512,6 +512,26 @@ static fr_status grad_data_f32(const fr_kernel_ctx *ctx, const lin_cfg *c, const
     return FR_OK;
 }
 
+/* LinearGradData on dY as codes an fp8 producer wrote with scale_dy (ops/linear.h): the GEMM
+ * multiplies them with scale_inv = 1 / scale_dy, what quantizing dY here would have given */
+static fr_status grad_data_codes(const fr_kernel_ctx *ctx, const lin_cfg *c, int64_t M, int64_t N, int64_t K)
+{
+    const fr_tensor *w = ctx->in[1], *sdy = ctx->n_in > 3 ? ctx->in[3] : NULL;
+    char wd[600], ww[600];
+    what_str(wd, sizeof wd, ctx, "output gradient", 0);
+    what_str(ww, sizeof ww, ctx, "weight", 1);
+    const float s = sdy ? ((const float *)sdy->data)[0] : 0.0f;
+    if (!(s > 0.0f) || isinf(s)) return fr_error(FR_ERR_NUMERIC, "%s: scale %g must be finite and > 0", wd, (double)s);
+    const float sinv = 1.0f / s;
+    operand a = dy_operand(NULL, M, N, c, 0), bw = w_operand(w, c, !c->transB);
+    a.q = ctx->in[0]->data;
+    a.q_sinv = &sinv;
+    a.what = wd;
+    bw.scale = scale_in(ctx, 2, c);
+    bw.what = ww;
+    return gemm_out(&a, &bw, M, K, N, c->pad, NULL, ctx->out[0]);
+}
+
 fr_status fr_linear_grad_data_cpu(const fr_kernel_ctx *ctx)
 {
     const fr_node *n = ctx->node;
@@ -524,6 +544,7 @@ fr_status fr_linear_grad_data_cpu(const fr_kernel_ctx *ctx)
     /* dX [M,K] = dY [M,N] op(W)^T: W [K,N] is used transposed, W [N,K] as stored */
     if (dy->dtype == FR_F64)
         return gemm_f64(dy->data, 0, w->data, !c.transB, M, K, N, c.pad, NULL, ctx->out[0]->data);
+    if (dy->dtype == FR_F8E5M2 || dy->dtype == FR_F8E4M3) return grad_data_codes(ctx, &c, M, N, K);
     FR_TRY(check_act_dtype(n, dy));
     const float *dv;
     float *owned;

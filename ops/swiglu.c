@@ -269,21 +269,25 @@ static fr_status swiglug_cpu(const fr_kernel_ctx *ctx)
     fr_tensor *dg = ctx->out[0], *du = geo.fused ? ctx->out[0] : (ctx->n_out > 1 ? ctx->out[1] : NULL);
     if (dg) FR_TRY(fr_check_out(n, dg, geo.out_dtype, x->rank, x->dims));
     if (du && !geo.fused) FR_TRY(fr_check_out(n, du, geo.out_dtype, x->rank, x->dims));
-    const fr_dtype it = geo.in_dtype, ot = geo.out_dtype;
-    const void *gp = ctx->in[0]->data, *up = ctx->in[geo.fused ? 0 : 1]->data;
-    const void *dyp = ctx->in[ctx->n_in - 1]->data;
-    void *dgp = dg ? dg->data : NULL, *dup = du ? du->data : NULL;
-    for (int64_t r = 0; r < geo.rows; r++) {
-        const int64_t o = r * geo.in_stride;
-        for (int64_t j = 0; j < geo.F; j++) {
-            const double uv = ld(up, it, geo.up_off + o + j), dy = ld(dyp, geo.dy_dtype, r * geo.F + j);
+    fr_swiglu_backward_cpu(&geo, ctx->in[0]->data, ctx->in[geo.fused ? 0 : 1]->data, ctx->in[ctx->n_in - 1]->data,
+                           dg ? dg->data : NULL, du ? du->data : NULL);
+    return FR_OK;
+}
+
+void fr_swiglu_backward_cpu(const fr_swiglu_geom *geo, const void *gp, const void *up, const void *dyp, void *dgp,
+                            void *dup)
+{
+    const fr_dtype it = geo->in_dtype, ot = geo->out_dtype;
+    for (int64_t r = 0; r < geo->rows; r++) {
+        const int64_t o = r * geo->in_stride;
+        for (int64_t j = 0; j < geo->F; j++) {
+            const double uv = ld(up, it, geo->up_off + o + j), dy = ld(dyp, geo->dy_dtype, r * geo->F + j);
             double a, da;
-            act_pair(geo.act, ld(gp, it, o + j), &a, &da);
+            act_pair(geo->act, ld(gp, it, o + j), &a, &da);
             if (dgp) st(dgp, ot, o + j, dy * uv * da);
-            if (dup) st(dup, ot, geo.up_off + o + j, dy * a);
+            if (dup) st(dup, ot, geo->up_off + o + j, dy * a);
         }
     }
-    return FR_OK;
 }
 
 const fr_op_def fr_ops_swiglu[] = {

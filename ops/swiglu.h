@@ -46,7 +46,18 @@
  *   passes/fp8_producers.c after autodiff (no gradient rule): the Linear then reads the codes
  *   and the bfloat16 y is never written. A scale that is not finite and > 0 is FR_ERR_NUMERIC on
  *   the CPU; the GPU writes codes and leaves the refusal to the Linear, which makes its output
- *   NaN (ops/cuda/quantize.cuh). */
+ *   NaN (ops/cuda/quantize.cuh).
+ * SwiGLUGradQuantize(gate_up [..., 2F], dy [..., F], scale [1])
+ *        -> (codes [..., 2F], codes_t [2F, M]?, scale_inv [1]?, amax [1]?)
+ *   The one-input SwiGLUGrad's d_gate_up (attributes activation and dx_dtype as SwiGLUGrad's:
+ *   dx_dtype "bfloat16" rounds it to bfloat16 first), written as the codes the fp8
+ *   LinearGradData reading it would make with the delayed recipe's scale_dy, in the Linear's
+ *   dY format (attribute codes_dtype: "float8e5m2", the default, as fp8_format "hybrid", or
+ *   "float8e4m3fn" for "e4m3"); codes_t: the same codes transposed, [2F, M] with M the tokens
+ *   (LinearGradData's dYq, the weight gradient's operand); scale_inv = 1 / scale (its
+ *   dYq_scale_inv); amax = max |d_gate_up| as fr_amax gives it (its amax_dy). Emitted by
+ *   passes/fp8_producers.c after autodiff: the data gradient then reads the codes, and the
+ *   bfloat16 d_gate_up is never written. A bad scale: as SwiGLUQuantize. */
 #ifndef FR_OPS_SWIGLU_H
 #define FR_OPS_SWIGLU_H
 
@@ -89,5 +100,10 @@ fr_swiglu_geom fr_swiglu_fused_geom(int act, int64_t rows, int64_t F, fr_dtype i
 
 /* The CPU forward: y [rows, F] from gate/up as geo places them; the bits SwiGLU writes. */
 void fr_swiglu_forward_cpu(const fr_swiglu_geom *geo, const void *gate, const void *up, void *y);
+
+/* The CPU backward: dgate, dup (either may be NULL) from gate/up and dy as geo places them;
+ * the bits SwiGLUGrad writes. The one-input form writes both into d_gate_up (dgate == dup). */
+void fr_swiglu_backward_cpu(const fr_swiglu_geom *geo, const void *gate, const void *up, const void *dy, void *dgate,
+                            void *dup);
 
 #endif

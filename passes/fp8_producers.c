@@ -68,14 +68,69 @@ static fr_status rewrite(fr_graph *g, int li, int p)
     return fr_graph_rebuild_producers(g);
 }
 
-fr_status fr_fp8_producers(fr_graph *g, int *changed)
+/* Data gradient li's dY is the output of a one-input SwiGLUGrad that only li reads */
+static int grad_rewritable(const fr_graph *g, const fr_node *li, int *producer)
 {
-    *changed = 0;
+    fr_lin_attrs a;
+    if (!is_op(li, "LinearGradData") || fr_lin_read_attrs(li, &a) != FR_OK || a.prec != FR_LIN_FP8 ||
+        a.recipe != FR_LIN_DELAYED)
+        return 0;
+    if (li->n_inputs < 4 || li->inputs[3] < 0 || li->inputs[0] < 0) return 0;
+    const int v = li->inputs[0], p = g->values[v].producer;
+    if (p < 0 || !is_op(&g->nodes[p], "SwiGLUGrad") || g->nodes[p].n_inputs != 2 || g->nodes[p].inputs[0] < 0 ||
+        g->nodes[p].inputs[1] < 0 || g->nodes[p].n_outputs != 1 || g->nodes[p].outputs[0] != v)
+        return 0;
+    const fr_value *dv = &g->values[v], *gu = &g->values[g->nodes[p].inputs[0]];
+    if ((dv->dtype != FR_F32 && dv->dtype != FR_BF16) || (gu->dtype != FR_F32 && gu->dtype != FR_BF16)) return 0;
+    if ((dv->flags & FR_VAL_OUTPUT) || readers(g, v) != 1) return 0;
+    *producer = p;
+    return 1;
+}
+
+/* SwiGLUGrad p becomes SwiGLUGradQuantize(gate_up, dy, scale_dy) -> (dY's codes, dYq,
+ * dYq_scale_inv, amax_dy), the last three taken from data gradient li */
+static fr_status grad_rewrite(fr_graph *g, int li, int p)
+{
+    const char *act;
+    int dx_bf16;
+    fr_lin_attrs la;
+    FR_TRY(fr_node_attr_string(&g->nodes[p], "activation", "silu", &act));
+    FR_TRY(fr_attr_bf16(&g->nodes[p], "dx_dtype", &dx_bf16));
+    FR_TRY(fr_lin_read_attrs(&g->nodes[li], &la));
+    char a[16], name[600];
+    snprintf(a, sizeof a, "%s", act);
+    snprintf(name, sizeof name, "%s", g->nodes[p].name);
+    const fr_node *l = &g->nodes[li];
+    const int v = l->inputs[0];
+    const int in[3] = {g->nodes[p].inputs[0], g->nodes[p].inputs[1], l->inputs[3]};
+    const int out[4] = {v, out_at(l, 2), out_at(l, 3), out_at(l, 1)};
+    FR_TRY(fr_node_reset(g, p, "SwiGLUGradQuantize", FR_DOMAIN_FP8RUN, name, 3, in, 4, out));
+    g->nodes[p].op = fr_op_find(FR_DOMAIN_FP8RUN, "SwiGLUGradQuantize");
+    if (strcmp(a, "silu") != 0) FR_TRY(fr_node_set_attr_string(&g->nodes[p], "activation", a));
+    if (dx_bf16) FR_TRY(fr_node_set_attr_string(&g->nodes[p], "dx_dtype", "bfloat16"));
+    if (la.dy_fmt == FR_F8E4M3) FR_TRY(fr_node_set_attr_string(&g->nodes[p], "codes_dtype", "float8e4m3fn"));
+    fr_node *ln = &g->nodes[li];
+    for (int o = 1; o < ln->n_outputs; o++) ln->outputs[o] = -1;
+    ln->n_outputs = 1;
+    fr_value *dv = &g->values[v];
+    int64_t dims[FR_MAX_RANK];
+    memcpy(dims, dv->dims, sizeof(int64_t) * (size_t)dv->rank);
+    fr_value_set_shape(dv, la.dy_fmt, dv->rank, dims);
+    return fr_graph_rebuild_producers(g);
+}
+
+fr_status fr_fp8_producers(fr_graph *g, int grads, int *forward, int *backward)
+{
+    *forward = *backward = 0;
     for (int i = 0; i < g->n_nodes; i++) {
         int p;
-        if (!rewritable(g, &g->nodes[i], &p)) continue;
-        FR_TRY(rewrite(g, i, p));
-        ++*changed;
+        if (rewritable(g, &g->nodes[i], &p)) {
+            FR_TRY(rewrite(g, i, p));
+            ++*forward;
+        } else if (grads && grad_rewritable(g, &g->nodes[i], &p)) {
+            FR_TRY(grad_rewrite(g, i, p));
+            ++*backward;
+        }
     }
     return FR_OK;
 }

@@ -278,7 +278,9 @@ static int count_bf16_linears(const fr_graph *g, int *swiglug_bf16, int *qkvg_bf
             CU_ASSERT(a.y_bf16);
             n++;
         }
-        if (strcmp(nd->op_type, "SwiGLUGrad") == 0 && g->values[nd->inputs[0]].dtype == FR_BF16) (*swiglug_bf16)++;
+        if ((strcmp(nd->op_type, "SwiGLUGrad") == 0 || strcmp(nd->op_type, "SwiGLUGradQuantize") == 0) &&
+            g->values[nd->inputs[0]].dtype == FR_BF16)
+            (*swiglug_bf16)++;
         if (strcmp(nd->op_type, "AttentionQKVGrad") == 0 && g->values[nd->inputs[0]].dtype == FR_BF16) (*qkvg_bf16)++;
     }
     return n;

@@ -65,6 +65,10 @@ static counts count(const fr_graph *g)
             c.dlogits += bf16(g, n->outputs[0]);
         } else if (op(n, "SwiGLUGrad")) {
             c.swiglug_dx += bf16(g, n->outputs[0]);
+        } else if (op(n, "SwiGLUGradQuantize")) { /* fp8 producers: d_gate_up rounded to bf16, then its codes */
+            int b = 0;
+            FR_ASSERT_OK(fr_attr_bf16(n, "dx_dtype", &b));
+            c.swiglug_dx += b;
         } else if (op(n, "AttentionQKVGrad")) {
             c.attng_dx += bf16(g, n->outputs[0]);
         } else if (op(n, "LinearGradData")) {

@@ -458,9 +458,20 @@ static fr_status grad_data_run(const fr_cuda_kctx *k)
         FR_TRY(check_out(&r, dyq, N, M, dy_e5m2(c) ? FR_F8E5M2 : FR_F8E4M3, "dYq"));
         FR_TRY(check_out(&r, dyq_sinv, 1, 1, FR_F32, "dYq_scale_inv"));
     }
-    /* one read of dY: the codes for this GEMM and, transposed, for the weight gradient's */
-    FR_TRY(quant_tensor(&r, r.stats, 0, dy, M, N, fy, sdy, 0, yop, NULL, dyq ? (uint8_t *)dyq->data : NULL, amax_out,
-                        dyq_sinv ? (float *)dyq_sinv->data : NULL));
+    if (dy->dtype == FR_F8E5M2 || dy->dtype == FR_F8E4M3) { /* dY's codes from an fp8 producer (linear.h) */
+        if (dyq || ady || !sdy || dy->dtype != (dy_e5m2(c) ? FR_F8E5M2 : FR_F8E4M3))
+            return fr_node_error(r.n, FR_ERR_GRAPH, "dY given as codes needs the delayed recipe's scale_dy, the dY "
+                                 "format, and no dYq or amax_dy output (its producer's)");
+        if (Mp == M && Np == N) /* the GEMM's operand as they are */
+            yop = (uint8_t *)dy->data;
+        else
+            FR_TRY(fr_q_pad_codes(r.s, r.n, (const uint8_t *)dy->data, M, N, yop));
+        FR_TRY(fr_q_finalize(r.s, r.n, r.stats, 0, (const float *)sdy->data, 0, fy, NULL, NULL));
+    } else {
+        /* one read of dY: the codes for this GEMM and, transposed, for the weight gradient's */
+        FR_TRY(quant_tensor(&r, r.stats, 0, dy, M, N, fy, sdy, 0, yop, NULL, dyq ? (uint8_t *)dyq->data : NULL,
+                            amax_out, dyq_sinv ? (float *)dyq_sinv->data : NULL));
+    }
     FR_TRY(w_begin(&r, &conv));
     if (conv) {
         FR_TRY(quant_tensor(&r, wst, 1, w, wr, wc, fw, sw, c->transB, wop, NULL, NULL, NULL, NULL));

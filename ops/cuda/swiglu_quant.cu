@@ -1,12 +1,23 @@
-/* CUDA kernel of SwiGLUQuantize (ops/swiglu.h): the one-input SwiGLU's y, computed with the
+/* CUDA kernels of SwiGLUQuantize and SwiGLUGradQuantize (ops/swiglu.h).
+ *
+ * SwiGLUQuantize: the one-input SwiGLU's y, computed with the
  * SwiGLU kernels' own math (glu_act.cuh) and rounded as they store it, quantized to E4M3 with
  * the delayed scale as the Linear's quantization does (quantize_util.cuh), and its amax: one
  * read of gate_up, the codes written, the bfloat16 y never. Vector path (F a multiple of the
  * 16-byte vector's V and 16-byte aligned rows): 16-byte loads of gate and up, 4 or 8 codes a
  * store; else one element per thread. The amax is reduced per block (at most one wave of blocks)
- * with one atomicMax on the output's bits, then NaN bits canonicalized as fr_amax returns them. */
+ * with one atomicMax on the output's bits, then NaN bits canonicalized as fr_amax returns them.
+ *
+ * SwiGLUGradQuantize: d_gate_up computed with SwiGLUGrad's math (glu_act.cuh's bwd1) and rounded
+ * as its store rounds, quantized with the delayed scale into the row-major codes and, in the same
+ * pass, the transposed codes: the cast-transpose kernel of the Linear's quantization
+ * (cast_transpose.cuh) with a loader that makes d_gate_up from gate_up and dy. A group of V
+ * columns lies in the gate half (dgate: gate, up and dy read) or the up half (dup: gate and dy).
+ * Shapes the 128 x 128 tiles do not take (rows or 2F not multiples of 16, F not of V, unaligned
+ * pointers) go element by element. */
 #include "ops/cuda/glu_act.cuh"
 #include "ops/cuda/quantize_util.cuh"
+#include "ops/cuda/cast_transpose.cuh"
 
 namespace {
 
@@ -106,6 +117,182 @@ template <typename T> void launch_act(cudaStream_t st, int act, const T *gu, int
         launch<FR_GLU_SILU>(st, gu, rows, F, scale, y_bf16, codes, amax);
 }
 
+/* ---- SwiGLUGradQuantize ---- */
+
+/* V consecutive elements of T as raw words: 16 bytes, or 8 for 4 bfloat16 */
+template <typename T, int V> struct gq_words {
+    typedef uint4 raw;
+    __device__ static __forceinline__ void get(const raw &u, float *f) { q_vec<T>::get(u, f); }
+};
+template <> struct gq_words<__nv_bfloat16, 4> {
+    typedef uint2 raw;
+    __device__ static __forceinline__ void get(const raw &u, float *f)
+    {
+        f[0] = __uint_as_float(u.x << 16);
+        f[1] = __uint_as_float(u.x & 0xFFFF0000u);
+        f[2] = __uint_as_float(u.y << 16);
+        f[3] = __uint_as_float(u.y & 0xFFFF0000u);
+    }
+};
+
+/* d_gate_up [R][2F] of gate_up TG and dy TD: V 8 when both are bfloat16, else 4 */
+template <int ACT, typename TG, typename TD> struct ld_glu_grad {
+    static constexpr int V = sizeof(TG) == 2 && sizeof(TD) == 2 ? 8 : 4, G = 1;
+    typedef gq_words<TG, V> WG;
+    typedef gq_words<TD, V> WD;
+    struct raw {
+        typename WG::raw g, u;
+        typename WD::raw d;
+        int up; /* the columns are dup's */
+    };
+    const TG *gate_up;
+    const TD *dy;
+    int64_t F;
+    int dx_bf16;
+    __device__ __forceinline__ raw load(int64_t r, int64_t c) const
+    {
+        raw x = zero();
+        x.up = c >= F;
+        const int64_t j = x.up ? c - F : c;
+        const TG *row = gate_up + r * 2 * F + j;
+        x.g = *(const typename WG::raw *)row;
+        if (!x.up) x.u = *(const typename WG::raw *)(row + F);
+        x.d = *(const typename WD::raw *)(dy + r * F + j);
+        return x;
+    }
+    __device__ __forceinline__ raw zero() const { return raw{}; }
+    __device__ __forceinline__ void get(const raw &x, float *f) const
+    {
+        float g[V], u[V], d[V];
+        WG::get(x.g, g);
+        WG::get(x.u, u);
+        WD::get(x.d, d);
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            float dg, du;
+            fr_glu::bwd1<ACT>(g[j], u[j], d[j], dg, du);
+            const float v = x.up ? du : dg;
+            f[j] = dx_bf16 ? __bfloat162float(__float2bfloat16_rn(v)) : v;
+        }
+    }
+};
+
+/* any shape: one element of d_gate_up [R][2F] per thread and step */
+template <int ACT, typename TG, typename TD>
+__global__ void gq_one(const TG *gu, const TD *dy, int64_t R, int64_t F, int dx_bf16, const float *scale_ptr, int e5m2,
+                       uint8_t *codes, uint8_t *codes_t, unsigned *amax)
+{
+    __shared__ unsigned red[32];
+    const float s = *scale_ptr;
+    const int64_t C = 2 * F;
+    unsigned m = 0;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < R * C; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = e / C, c = e - r * C, j = c < F ? c : c - F;
+        float dg, du;
+        fr_glu::bwd1<ACT>(ld_f(gu, r * C + j), ld_f(gu, r * C + F + j), ld_f(dy, r * F + j), dg, du);
+        float v = c < F ? dg : du;
+        if (dx_bf16) v = __bfloat162float(__float2bfloat16_rn(v));
+        m = max(m, abs_bits(v));
+        const uint8_t q = quantize(v, s, e5m2);
+        codes[e] = q;
+        if (codes_t) codes_t[c * R + r] = q;
+    }
+    if (amax) block_atomic_max(amax, m, red);
+}
+
+/* scale_inv as the data gradient makes it (NaN for a scale that is not finite and > 0), the
+ * amax's NaN bits canonicalized */
+__global__ void gq_finish(const float *scale_ptr, float *sinv, unsigned *amax)
+{
+    if (sinv) {
+        const float sc = *scale_ptr;
+        *sinv = sinv_of(sc, !(sc > 0.0f) || isinf(sc));
+    }
+    if (amax && *amax > INF_BITS) *amax = NAN_BITS;
+}
+
+struct gq_args {
+    const void *gu, *dy;
+    int64_t R, F;
+    int dx_bf16, e5m2;
+    const float *scale;
+    uint8_t *codes, *codes_t;
+    unsigned *amax;
+};
+
+template <int ACT, typename TG, typename TD> void gq_launch(cudaStream_t st, const gq_args &a)
+{
+    typedef ld_glu_grad<ACT, TG, TD> L;
+    const TG *gu = (const TG *)a.gu;
+    const TD *dy = (const TD *)a.dy;
+    const int64_t C = 2 * a.F;
+    if (a.R % 16 == 0 && C % 16 == 0 && a.F % L::V == 0 && aligned16(gu) && aligned16(dy) && aligned16(a.codes) &&
+        aligned16(a.codes_t)) {
+        const int64_t ntiles = (a.R + CT_TILE - 1) / CT_TILE * ((C + CT_TILE - 1) / CT_TILE);
+        cast_transpose_kernel<<<wave_blocks(ntiles, 1), 256, 0, st>>>(L{gu, dy, a.F, a.dx_bf16}, a.R, C, a.scale,
+                                                                      a.e5m2, a.codes, NULL, a.codes_t, a.amax);
+        return;
+    }
+    const unsigned nb = resident_blocks(gq_one<ACT, TG, TD>, a.R * C);
+    gq_one<ACT, TG, TD><<<nb, 256, 0, st>>>(gu, dy, a.R, a.F, a.dx_bf16, a.scale, a.e5m2, a.codes, a.codes_t, a.amax);
+}
+
+template <typename TG, typename TD> void gq_act(cudaStream_t st, int act, const gq_args &a)
+{
+    if (act == FR_GLU_GELU_TANH)
+        gq_launch<FR_GLU_GELU_TANH, TG, TD>(st, a);
+    else if (act == FR_GLU_GELU)
+        gq_launch<FR_GLU_GELU, TG, TD>(st, a);
+    else
+        gq_launch<FR_GLU_SILU, TG, TD>(st, a);
+}
+
+fr_status swiglu_grad_quant_cuda(const fr_cuda_kctx *k)
+{
+    const fr_node *n = k->node;
+    if (k->n_in != 3 || !k->in[0] || !k->in[1] || !k->in[2] || k->n_out < 1 || !k->out[0])
+        return fr_node_error(n, FR_ERR_GRAPH, "needs (gate_up, dy, scale) and the output codes");
+    const fr_tensor *x = k->in[0], *dy = k->in[1], *sc = k->in[2];
+    fr_tensor *codes = k->out[0], *ct = k->n_out > 1 ? k->out[1] : NULL, *si = k->n_out > 2 ? k->out[2] : NULL;
+    fr_tensor *am = k->n_out > 3 ? k->out[3] : NULL;
+    int dx_bf16, act;
+    const char *a, *cd;
+    FR_TRY(fr_attr_bf16(n, "dx_dtype", &dx_bf16));
+    FR_TRY(fr_node_attr_string(n, "activation", "silu", &a));
+    FR_TRY(fr_node_attr_string(n, "codes_dtype", "float8e5m2", &cd));
+    if (fr_glu_act_parse(a, &act) != FR_OK) return fr_node_error(n, FR_ERR_UNSUPPORTED, "activation \"%s\"", a);
+    const fr_dtype fmt = strcmp(cd, "float8e4m3fn") == 0 ? FR_F8E4M3 : FR_F8E5M2;
+    const int64_t C = x->rank ? x->dims[x->rank - 1] : 0, F = C / 2, R = C ? fr_tensor_numel(x) / C : 0;
+    if ((x->dtype != FR_F32 && x->dtype != FR_BF16) || (dy->dtype != FR_F32 && dy->dtype != FR_BF16) || C % 2 != 0 ||
+        fr_tensor_numel(dy) != R * F || sc->dtype != FR_F32 || fr_tensor_numel(sc) != 1 || codes->dtype != fmt ||
+        fr_tensor_numel(codes) != R * C || (ct && (ct->dtype != fmt || fr_tensor_numel(ct) != R * C)) ||
+        (si && (si->dtype != FR_F32 || fr_tensor_numel(si) != 1)) ||
+        (am && (am->dtype != FR_F32 || fr_tensor_numel(am) != 1)))
+        return fr_node_error(n, FR_ERR_SHAPE,
+                             "inputs or outputs do not have the inferred dtypes and shapes (re-run "
+                             "shape inference)");
+    cudaStream_t st = k->cu->stream;
+    unsigned *ab = am ? (unsigned *)am->data : NULL;
+    if (ab) FR_CUDA_TRY(cudaMemsetAsync(ab, 0, sizeof(float), st));
+    if (R * C > 0) {
+        const gq_args g = {x->data, dy->data, R, F, dx_bf16, fmt == FR_F8E5M2, (const float *)sc->data,
+                           (uint8_t *)codes->data, ct ? (uint8_t *)ct->data : NULL, ab};
+        const int gb = x->dtype == FR_BF16, db = dy->dtype == FR_BF16;
+        if (gb && db)
+            gq_act<__nv_bfloat16, __nv_bfloat16>(st, act, g);
+        else if (gb)
+            gq_act<__nv_bfloat16, float>(st, act, g);
+        else if (db)
+            gq_act<float, __nv_bfloat16>(st, act, g);
+        else
+            gq_act<float, float>(st, act, g);
+        FR_TRY(fr_cuda_check_launch(n, "swiglu_grad_quantize"));
+    }
+    if (!si && !ab) return FR_OK;
+    gq_finish<<<1, 1, 0, st>>>((const float *)sc->data, si ? (float *)si->data : NULL, ab);
+    return fr_cuda_check_launch(n, "swiglu_grad_quantize scale_inv");
+}
+
 fr_status swiglu_quant_cuda(const fr_cuda_kctx *k)
 {
     const fr_node *n = k->node;
@@ -144,5 +331,6 @@ fr_status swiglu_quant_cuda(const fr_cuda_kctx *k)
 
 extern "C" const fr_cuda_kernel_def fr_cuda_kernels_swiglu_quant[] = {
     {"SwiGLUQuantize", FR_DOMAIN_FP8RUN, swiglu_quant_cuda, NULL},
+    {"SwiGLUGradQuantize", FR_DOMAIN_FP8RUN, swiglu_grad_quant_cuda, NULL},
     {NULL, NULL, NULL, NULL},
 };
