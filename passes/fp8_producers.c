@@ -80,8 +80,14 @@ static int grad_rewritable(const fr_graph *g, const fr_node *li, int *producer)
     if (p < 0 || !is_op(&g->nodes[p], "SwiGLUGrad") || g->nodes[p].n_inputs != 2 || g->nodes[p].inputs[0] < 0 ||
         g->nodes[p].inputs[1] < 0 || g->nodes[p].n_outputs != 1 || g->nodes[p].outputs[0] != v)
         return 0;
-    const fr_value *dv = &g->values[v], *gu = &g->values[g->nodes[p].inputs[0]];
-    if ((dv->dtype != FR_F32 && dv->dtype != FR_BF16) || (gu->dtype != FR_F32 && gu->dtype != FR_BF16)) return 0;
+    /* what the GPU kernel's tiles take (ops/cuda/swiglu_quant.cu): elsewhere SwiGLUGrad and the
+       data gradient's own cast-transpose are faster than the element-wise fallback */
+    const fr_value *dv = &g->values[v], *gu = &g->values[g->nodes[p].inputs[0]],
+                   *dy = &g->values[g->nodes[p].inputs[1]];
+    if (dv->dtype != FR_BF16 || gu->dtype != FR_BF16 || dy->dtype != FR_BF16 || gu->rank < 1) return 0;
+    int64_t rows = 1;
+    for (int k = 0; k < gu->rank - 1; k++) rows *= gu->dims[k] > 0 ? gu->dims[k] : 0;
+    if (rows <= 0 || rows % 16 != 0 || gu->dims[gu->rank - 1] % 128 != 0) return 0;
     if ((dv->flags & FR_VAL_OUTPUT) || readers(g, v) != 1) return 0;
     *producer = p;
     return 1;

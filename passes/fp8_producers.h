@@ -20,7 +20,9 @@
  * scale_inv for the weight gradient, and amax_dy (the data gradient's outputs dYq,
  * dYq_scale_inv and amax_dy move to it, the same values). The data gradient reads the codes
  * (ops/linear.h, dY as codes) and multiplies them with 1 / scale_dy: dX and dW are the same bit
- * for bit. At 1B it saves a layer's bfloat16 d_gate_up written and read (352 MiB each way). */
+ * for bit. Where the GPU kernel's tiles take it: bfloat16 gate_up, dy and d_gate_up (the
+ * narrowed graph), tokens a multiple of 16, F of 64. At 1B it saves a layer's bfloat16 d_gate_up
+ * written and read (352 MiB each way) and reads gate_up and dy once for both halves. */
 #ifndef FR_FP8_PRODUCERS_H
 #define FR_FP8_PRODUCERS_H
 

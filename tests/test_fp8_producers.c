@@ -249,7 +249,7 @@ static int count_op(const fr_graph *g, const char *op)
 static void test_training(void)
 {
     static const fr_llama_config cfg = {
-        .d = 64, .layers = 2, .heads = 4, .kv_heads = 2, .ffn = 96, .vocab = 64, .max_seq = 32, .seed = 9};
+        .d = 64, .layers = 2, .heads = 4, .kv_heads = 2, .ffn = 128, .vocab = 64, .max_seq = 32, .seed = 9};
     static const char *const recipes[3] = {"delayed", "current", "block"};
     fr_graph *g;
     FR_ASSERT_OK(fr_llama_generate(&cfg, &g));

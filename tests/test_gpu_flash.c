@@ -449,7 +449,7 @@ static void test_report(void)
 {
     if (!gpu_available() || bench_only()) return;
     printf("\n    %d flash attention cases (forward + backward, each run twice) matched the CPU\n", n_cases);
-    CU_ASSERT(n_cases == 5 * N_KINDS + 1 + 4 + 4 + N_KINDS + 1 + 2);
+    CU_ASSERT(n_cases == 5 * N_KINDS + 1 + 4 + 6 + N_KINDS + N_KINDS + 1 + 2);
 }
 
 static CU_TestInfo tests[] = {

@@ -25,7 +25,8 @@
 #include "tests/gpu_op_time.h"
 
 static const char *const k_acts[3] = {"silu", "gelu_tanh", "gelu"};
-static const int64_t k_shapes[][3] = {{64, 64, 32}, {37, 40, 24}, {19, 13, 16}, {256, 96, 48}}; /* rows, F, N */
+static const int64_t k_shapes[][3] = {
+    {64, 64, 32}, {37, 40, 24}, {19, 13, 16}, {256, 96, 48}, {160, 128, 64}}; /* rows, F, N */
 #define N_SHAPES (int)(sizeof k_shapes / sizeof k_shapes[0])
 
 static void set_glu(tnode *t, const char *act, int y16)

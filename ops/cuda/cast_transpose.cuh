@@ -1,6 +1,6 @@
 /* Per-tensor quantization with a transpose through 128 x 128 tiles, 16-byte loads and stores:
- * the kernel of quantize.cu's casts (loaders ld_mem, ld_glu) and of SwiGLUGradQuantize
- * (swiglu_quant.cu), which brings its own loader. Include after quantize_util.cuh. */
+ * the kernel of quantize.cu's casts (loaders ld_mem, ld_glu), and the tile transpose that
+ * SwiGLUGradQuantize's kernel (swiglu_quant.cu) shares. */
 #ifndef FR_OPS_CUDA_CAST_TRANSPOSE_CUH
 #define FR_OPS_CUDA_CAST_TRANSPOSE_CUH
 
@@ -31,9 +31,12 @@ __device__ __forceinline__ int ct_swz(int row) { return ((row >> 4) & 7) << 2; }
 /* One 128 x 128 tile's codes, tile[row][(column / 4) ^ ct_swz(row)] (4 codes a word), written
  * transposed to dst_t [C][R] (R a multiple of 16): thread (rg = tid % 8, cg = tid / 8) takes
  * rows 16 rg .. 16 rg + 15 of columns 4 cg .. 4 cg + 3 and writes 4 x 16 bytes; the 8 threads of
- * one cg write 128 consecutive bytes of a dst_t row (a warp: 4 whole lines a store). */
+ * one cg write 128 consecutive bytes of a dst_t row (a warp: 4 whole lines a store). The tile's
+ * columns from `split` on go `jump` further into dst_t (two column ranges of one tile: a GLU
+ * gradient's gate and up halves). */
 __device__ __forceinline__ void store_transposed(const uint32_t (*tile)[CT_TILE / 4], int64_t r0, int64_t c0,
-                                                 int64_t R, int64_t C, uint8_t *dst_t)
+                                                 int64_t R, int64_t C, uint8_t *dst_t, int split = CT_TILE,
+                                                 int64_t jump = 0)
 {
     int tid = threadIdx.x, rg = tid & 7, cg = tid >> 3;
     int64_t rb = r0 + rg * 16;
@@ -43,7 +46,8 @@ __device__ __forceinline__ void store_transposed(const uint32_t (*tile)[CT_TILE 
     for (int i = 0; i < 16; i++) w[i] = tile[rg * 16 + i][cg ^ (rg << 2)]; /* ct_swz(16 rg + i) */
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        int64_t c = c0 + cg * 4 + j;
+        const int lc = cg * 4 + j;
+        const int64_t c = c0 + lc + (lc >= split ? jump : 0);
         if (c < C) {
             uint4 o;
             o.x = column_word(w[0], w[1], w[2], w[3], j);

@@ -10,11 +10,11 @@
  *
  * SwiGLUGradQuantize: d_gate_up computed with SwiGLUGrad's math (glu_act.cuh's bwd1) and rounded
  * as its store rounds, quantized with the delayed scale into the row-major codes and, in the same
- * pass, the transposed codes: the cast-transpose kernel of the Linear's quantization
- * (cast_transpose.cuh) with a loader that makes d_gate_up from gate_up and dy. A group of V
- * columns lies in the gate half (dgate: gate, up and dy read) or the up half (dup: gate and dy).
- * Shapes the 128 x 128 tiles do not take (rows or 2F not multiples of 16, F not of V, unaligned
- * pointers) go element by element. */
+ * pass, the transposed codes (through a 128 x 128 tile as the Linear's cast-transpose,
+ * cast_transpose.cuh): gate, up and dy read once, each thread making an element's dgate and dup
+ * from one act(g). bfloat16 gate_up and dy (the narrowed training graph) with rows of 16 and F of
+ * 64 take the tiles; any other shape or dtype goes element by element (correct, not fast: the
+ * pass rewrites only what the tiles take). */
 #include "ops/cuda/glu_act.cuh"
 #include "ops/cuda/quantize_util.cuh"
 #include "ops/cuda/cast_transpose.cuh"
@@ -119,63 +119,72 @@ template <typename T> void launch_act(cudaStream_t st, int act, const T *gu, int
 
 /* ---- SwiGLUGradQuantize ---- */
 
-/* V consecutive elements of T as raw words: 16 bytes, or 8 for 4 bfloat16 */
-template <typename T, int V> struct gq_words {
-    typedef uint4 raw;
-    __device__ static __forceinline__ void get(const raw &u, float *f) { q_vec<T>::get(u, f); }
-};
-template <> struct gq_words<__nv_bfloat16, 4> {
-    typedef uint2 raw;
-    __device__ static __forceinline__ void get(const raw &u, float *f)
-    {
-        f[0] = __uint_as_float(u.x << 16);
-        f[1] = __uint_as_float(u.x & 0xFFFF0000u);
-        f[2] = __uint_as_float(u.y << 16);
-        f[3] = __uint_as_float(u.y & 0xFFFF0000u);
-    }
-};
-
-/* d_gate_up [R][2F] of gate_up TG and dy TD: V 8 when both are bfloat16, else 4 */
-template <int ACT, typename TG, typename TD> struct ld_glu_grad {
-    static constexpr int V = sizeof(TG) == 2 && sizeof(TD) == 2 ? 8 : 4, G = 1;
-    typedef gq_words<TG, V> WG;
-    typedef gq_words<TD, V> WD;
-    struct raw {
-        typename WG::raw g, u;
-        typename WD::raw d;
-        int up; /* the columns are dup's */
-    };
-    const TG *gate_up;
-    const TD *dy;
-    int64_t F;
-    int dx_bf16;
-    __device__ __forceinline__ raw load(int64_t r, int64_t c) const
-    {
-        raw x = zero();
-        x.up = c >= F;
-        const int64_t j = x.up ? c - F : c;
-        const TG *row = gate_up + r * 2 * F + j;
-        x.g = *(const typename WG::raw *)row;
-        if (!x.up) x.u = *(const typename WG::raw *)(row + F);
-        x.d = *(const typename WD::raw *)(dy + r * F + j);
-        return x;
-    }
-    __device__ __forceinline__ raw zero() const { return raw{}; }
-    __device__ __forceinline__ void get(const raw &x, float *f) const
-    {
-        float g[V], u[V], d[V];
-        WG::get(x.g, g);
-        WG::get(x.u, u);
-        WD::get(x.d, d);
+/* 128 rows x 64 of F a tile, both bfloat16 (gate_up and dy), F a multiple of 64, rows of 16:
+ * thread (tj = tid % 8, tr = tid / 8) makes dgate and dup of 8 columns j of rows tr + 32 p (four
+ * passes, two at a time with their 3 x 16-byte loads in flight), one act(g) for both; writes
+ * their codes row-major (8 bytes each half) and into the tile, gate columns 0..63 and up 64..127,
+ * which store_transposed writes to codes_t's rows j and F + j. */
+#define GQ_J 64
+template <int ACT>
+__global__ void __launch_bounds__(256, CT_MIN_BLOCKS)
+    gq_tiles(const __nv_bfloat16 *__restrict__ gu, const __nv_bfloat16 *__restrict__ dy, int64_t R, int64_t F,
+             int dx_bf16, const float *scale_ptr, int e5m2, uint8_t *__restrict__ codes, uint8_t *codes_t, unsigned *amax)
+{
+    __shared__ uint32_t tile[CT_TILE][CT_TILE / 4];
+    __shared__ unsigned red[32];
+    const float s = *scale_ptr;
+    const int tid = threadIdx.x, tj = tid & 7, tr = tid >> 3;
+    const int64_t tcols = F / GQ_J, ntiles = (R + CT_TILE - 1) / CT_TILE * tcols;
+    unsigned m = 0;
+    for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x) {
+        const int64_t r0 = t / tcols * CT_TILE, j = t % tcols * GQ_J + tj * 8;
 #pragma unroll
-        for (int j = 0; j < V; j++) {
-            float dg, du;
-            fr_glu::bwd1<ACT>(g[j], u[j], d[j], dg, du);
-            const float v = x.up ? du : dg;
-            f[j] = dx_bf16 ? __bfloat162float(__float2bfloat16_rn(v)) : v;
+        for (int p0 = 0; p0 < 4; p0 += 2) {
+            uint4 g[2], u[2], d[2];
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const int64_t r = r0 + tr + 32 * (p0 + i);
+                const bool in = r < R;
+                g[i] = in ? *(const uint4 *)(gu + r * 2 * F + j) : make_uint4(0, 0, 0, 0);
+                u[i] = in ? *(const uint4 *)(gu + r * 2 * F + F + j) : make_uint4(0, 0, 0, 0);
+                d[i] = in ? *(const uint4 *)(dy + r * F + j) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const int row = tr + 32 * (p0 + i);
+                const int64_t r = r0 + row;
+                float fg[8], fu[8], fd[8], dg[8], du[8];
+                q_vec<__nv_bfloat16>::get(g[i], fg);
+                q_vec<__nv_bfloat16>::get(u[i], fu);
+                q_vec<__nv_bfloat16>::get(d[i], fd);
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    fr_glu::bwd1<ACT>(fg[k], fu[k], fd[k], dg[k], du[k]);
+                    if (dx_bf16) {
+                        dg[k] = __bfloat162float(__float2bfloat16_rn(dg[k]));
+                        du[k] = __bfloat162float(__float2bfloat16_rn(du[k]));
+                    }
+                    m = max(m, max(abs_bits(dg[k]), abs_bits(du[k])));
+                }
+                const uint2 qg = make_uint2(quantize4(dg, s, e5m2), quantize4(dg + 4, s, e5m2));
+                const uint2 qu = make_uint2(quantize4(du, s, e5m2), quantize4(du + 4, s, e5m2));
+                const int w = 2 * tj, sw = ct_swz(row);
+                *(uint2 *)&tile[row][w ^ sw] = qg;
+                *(uint2 *)&tile[row][(16 + w) ^ sw] = qu;
+                if (r < R) {
+                    *(uint2 *)(codes + r * 2 * F + j) = qg;
+                    *(uint2 *)(codes + r * 2 * F + F + j) = qu;
+                }
+            }
+        }
+        if (codes_t) {
+            __syncthreads();
+            store_transposed(tile, r0, j - tj * 8, R, 2 * F, codes_t, GQ_J, F - GQ_J);
+            __syncthreads();
         }
     }
-};
+    if (amax) block_atomic_max(amax, m, red);
+}
 
 /* any shape: one element of d_gate_up [R][2F] per thread and step */
 template <int ACT, typename TG, typename TD>
@@ -222,16 +231,17 @@ struct gq_args {
 
 template <int ACT, typename TG, typename TD> void gq_launch(cudaStream_t st, const gq_args &a)
 {
-    typedef ld_glu_grad<ACT, TG, TD> L;
     const TG *gu = (const TG *)a.gu;
     const TD *dy = (const TD *)a.dy;
     const int64_t C = 2 * a.F;
-    if (a.R % 16 == 0 && C % 16 == 0 && a.F % L::V == 0 && aligned16(gu) && aligned16(dy) && aligned16(a.codes) &&
-        aligned16(a.codes_t)) {
-        const int64_t ntiles = (a.R + CT_TILE - 1) / CT_TILE * ((C + CT_TILE - 1) / CT_TILE);
-        cast_transpose_kernel<<<wave_blocks(ntiles, 1), 256, 0, st>>>(L{gu, dy, a.F, a.dx_bf16}, a.R, C, a.scale,
-                                                                      a.e5m2, a.codes, NULL, a.codes_t, a.amax);
-        return;
+    if constexpr (sizeof(TG) == 2 && sizeof(TD) == 2) {
+        if (a.R % 16 == 0 && a.F % GQ_J == 0 && aligned16(gu) && aligned16(dy) && aligned16(a.codes) &&
+            aligned16(a.codes_t)) {
+            const int64_t ntiles = (a.R + CT_TILE - 1) / CT_TILE * (a.F / GQ_J);
+            gq_tiles<ACT><<<wave_blocks(ntiles, 1), 256, 0, st>>>(gu, dy, a.R, a.F, a.dx_bf16, a.scale, a.e5m2,
+                                                                  a.codes, a.codes_t, a.amax);
+            return;
+        }
     }
     const unsigned nb = resident_blocks(gq_one<ACT, TG, TD>, a.R * C);
     gq_one<ACT, TG, TD><<<nb, 256, 0, st>>>(gu, dy, a.R, a.F, a.dx_bf16, a.scale, a.e5m2, a.codes, a.codes_t, a.amax);
