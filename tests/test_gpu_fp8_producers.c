@@ -272,11 +272,12 @@ static void test_times(void)
         TN_ATTR(lin[b], int, "transB", 1);
         TN_ATTR(lin[b], string, "dx_dtype", "bfloat16");
     }
+    double bq = 0;
     const double t_g = gpu_time_node(&g, 20, &bytes), t_ld = gpu_time_node(&ld, 20, &bytes);
-    const double t_gq = gpu_time_node(&gq, 20, &bytes), t_lq = gpu_time_node(&lq, 20, &bytes);
+    const double t_gq = gpu_time_node(&gq, 20, &bq), t_lq = gpu_time_node(&lq, 20, &bytes);
     printf("    1B MLP backward: SwiGLUGrad %.3f + LinearGradData(bf16 dY) %.3f = %.3f ms; SwiGLUGradQuantize %.3f "
            "(%.0f GB/s) + LinearGradData(codes) %.3f = %.3f ms\n",
-           t_g, t_ld, t_g + t_ld, t_gq, bytes / (t_gq * 1e6), t_lq, t_gq + t_lq);
+           t_g, t_ld, t_g + t_ld, t_gq, bq / (t_gq * 1e6), t_lq, t_gq + t_lq);
     tn_free(&g);
     tn_free(&gq);
     tn_free(&ld);
