@@ -191,12 +191,16 @@ static fr_status run_wgrad_operands(fr_pass_ctx *c, fr_pass_result *r)
 
 static fr_status run_fp8_producers(fr_pass_ctx *c, fr_pass_result *r)
 {
-    if (fr_env_is(FR_ENV_FP8_PRODUCERS, "0")) {
+    const char *mode = fr_env_get(FR_ENV_FP8_PRODUCERS);
+    if (mode && strcmp(mode, "0") == 0) {
         snprintf(r->detail, sizeof r->detail, "off (FP8RUN_FP8_PRODUCERS=0)");
         return FR_OK;
     }
+    const int forward_only = mode && strcmp(mode, "forward") == 0;
+    if (mode && mode[0] && strcmp(mode, "1") != 0 && !forward_only)
+        return fr_error(FR_ERR_INVALID_ARG, "FP8RUN_FP8_PRODUCERS=%s: 1 (the default), 0 or forward", mode);
     int fwd, bwd;
-    FR_TRY(fr_fp8_producers(c->g, !fr_env_is(FR_ENV_FP8_PRODUCERS, "forward"), &fwd, &bwd));
+    FR_TRY(fr_fp8_producers(c->g, !forward_only, &fwd, &bwd));
     r->changed = fwd + bwd;
     snprintf(r->detail, sizeof r->detail,
              "%d SwiGLU node%s write%s the down projection's E4M3 codes, %d SwiGLUGrad node%s the gate/up "

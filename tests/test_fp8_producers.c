@@ -279,6 +279,12 @@ static void test_training(void)
                 CU_ASSERT_EQUAL(count_op(tf->g, "SwiGLUQuantize"), cfg.layers);
                 CU_ASSERT_EQUAL(count_op(tf->g, "SwiGLUGradQuantize"), 0);
                 fr_trainer_free(tf);
+                tf = NULL;
+                CU_ASSERT_EQUAL_FATAL(setenv("FP8RUN_FP8_PRODUCERS", "foward", 1), 0); /* a typo: refused */
+                CU_ASSERT_EQUAL(fr_trainer_new(g, &o, &tf), FR_ERR_INVALID_ARG);
+                CU_ASSERT_PTR_NULL(tf);
+                CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "FP8RUN_FP8_PRODUCERS=foward"));
+                fr_clear_error();
             }
             unsetenv("FP8RUN_FP8_PRODUCERS");
             const int want = r == 0 && mode ? cfg.layers : 0, want_grad = r == 0 ? cfg.layers : 0;
