@@ -396,6 +396,17 @@ static fr_status gemm_out(const operand *a, const operand *b, int64_t M, int64_t
 }
 
 /* Linear on float32 values x [M][K] (X itself, or a bfloat16 X widened) */
+/* The scale_inv of codes an fp8 producer wrote with the delayed scale (absent, not finite or
+ * not > 0: the quantization's FR_ERR_NUMERIC naming the operand) */
+static fr_status codes_sinv(const fr_tensor *scale, const char *what, float *sinv)
+{
+    const float s = scale ? ((const float *)scale->data)[0] : 0.0f;
+    if (!(s > 0.0f) || isinf(s))
+        return fr_error(FR_ERR_NUMERIC, "%s: scale %g must be finite and > 0", what, (double)s);
+    *sinv = 1.0f / s;
+    return FR_OK;
+}
+
 /* Linear on X as E4M3 codes an fp8 producer wrote with scale_x (ops/linear.h): the GEMM
  * multiplies them with scale_inv = 1 / scale_x, what quantizing X here would have given */
 static fr_status linear_codes(const fr_kernel_ctx *ctx, const lin_cfg *c, int64_t M, int64_t N, int64_t K)
@@ -405,9 +416,8 @@ static fr_status linear_codes(const fr_kernel_ctx *ctx, const lin_cfg *c, int64_
     char wx[600], ww[600];
     what_str(wx, sizeof wx, ctx, "input", 0);
     what_str(ww, sizeof ww, ctx, "weight", 1);
-    const float s = sx ? ((const float *)sx->data)[0] : 0.0f;
-    if (!(s > 0.0f) || isinf(s)) return fr_error(FR_ERR_NUMERIC, "%s: scale %g must be finite and > 0", wx, (double)s);
-    const float sinv = 1.0f / s;
+    float sinv;
+    FR_TRY(codes_sinv(sx, wx, &sinv));
     operand a = x_operand(NULL, M, K, c, 0), bw = w_operand(w, c, c->transB);
     a.q = ctx->in[0]->data;
     a.q_sinv = &sinv;
@@ -520,9 +530,8 @@ static fr_status grad_data_codes(const fr_kernel_ctx *ctx, const lin_cfg *c, int
     char wd[600], ww[600];
     what_str(wd, sizeof wd, ctx, "output gradient", 0);
     what_str(ww, sizeof ww, ctx, "weight", 1);
-    const float s = sdy ? ((const float *)sdy->data)[0] : 0.0f;
-    if (!(s > 0.0f) || isinf(s)) return fr_error(FR_ERR_NUMERIC, "%s: scale %g must be finite and > 0", wd, (double)s);
-    const float sinv = 1.0f / s;
+    float sinv;
+    FR_TRY(codes_sinv(sdy, wd, &sinv));
     operand a = dy_operand(NULL, M, N, c, 0), bw = w_operand(w, c, !c->transB);
     a.q = ctx->in[0]->data;
     a.q_sinv = &sinv;

@@ -303,6 +303,19 @@ static fr_status w_prime(lin_op op, const fr_cuda_kctx *k)
 static fr_status fwd_prime(const fr_cuda_kctx *k) { return w_prime(OP_FWD, k); }
 static fr_status dgrad_prime(const fr_cuda_kctx *k) { return w_prime(OP_DGRAD, k); }
 
+/* An operand given as codes [R][C] an fp8 producer wrote with the delayed scale (linear.h):
+ * the GEMM's operand as they are when R and C are multiples of 16 (*op pointed at them), else
+ * padded into *op; slot 0's scale_inv = 1 / scale as the quantization would have made it. */
+static fr_status given_codes(lin_run *r, const fr_tensor *t, int64_t R, int64_t C, const fr_tensor *scale, fr_q_fmt f,
+                             uint8_t **op)
+{
+    if (fr_q_pad16(R) == R && fr_q_pad16(C) == C)
+        *op = (uint8_t *)t->data;
+    else
+        FR_TRY(fr_q_pad_codes(r->s, r->n, (const uint8_t *)t->data, R, C, *op));
+    return fr_q_finalize(r->s, r->n, r->stats, 0, (const float *)scale->data, 0, f, NULL, NULL);
+}
+
 /* ---- Linear ---- */
 
 static fr_status linear_run(const fr_cuda_kctx *k)
@@ -375,11 +388,7 @@ static fr_status linear_run(const fr_cuda_kctx *k)
         if (xq || ax || !sx)
             return fr_node_error(r.n, FR_ERR_GRAPH, "X given as codes needs the delayed recipe's scale_x and has "
                                  "no Xq or amax_x output (its producer's)");
-        if (Mp == M && Kp == K) /* the GEMM's operand as they are */
-            xop = (uint8_t *)x->data;
-        else
-            FR_TRY(fr_q_pad_codes(r.s, r.n, (const uint8_t *)x->data, M, K, xop));
-        FR_TRY(fr_q_finalize(r.s, r.n, r.stats, 0, (const float *)sx->data, 0, f, NULL, NULL));
+        FR_TRY(given_codes(&r, x, M, K, sx, f, &xop));
     } else {
         /* one read of X: the GEMM's row-major codes (scratch) and, transposed, the saved Xq [K][M] */
         FR_TRY(quant_tensor(&r, r.stats, 0, x, M, K, f, sx, 0, xop, NULL, xq ? (uint8_t *)xq->data : NULL,
@@ -462,11 +471,7 @@ static fr_status grad_data_run(const fr_cuda_kctx *k)
         if (dyq || ady || !sdy || dy->dtype != (dy_e5m2(c) ? FR_F8E5M2 : FR_F8E4M3))
             return fr_node_error(r.n, FR_ERR_GRAPH, "dY given as codes needs the delayed recipe's scale_dy, the dY "
                                  "format, and no dYq or amax_dy output (its producer's)");
-        if (Mp == M && Np == N) /* the GEMM's operand as they are */
-            yop = (uint8_t *)dy->data;
-        else
-            FR_TRY(fr_q_pad_codes(r.s, r.n, (const uint8_t *)dy->data, M, N, yop));
-        FR_TRY(fr_q_finalize(r.s, r.n, r.stats, 0, (const float *)sdy->data, 0, fy, NULL, NULL));
+        FR_TRY(given_codes(&r, dy, M, N, sdy, fy, &yop));
     } else {
         /* one read of dY: the codes for this GEMM and, transposed, for the weight gradient's */
         FR_TRY(quant_tensor(&r, r.stats, 0, dy, M, N, fy, sdy, 0, yop, NULL, dyq ? (uint8_t *)dyq->data : NULL,
