@@ -59,8 +59,10 @@ uses a build folder instead):
                       call under 10 min) fp8run fp8 and bf16 first, then compiled PyTorch fp8 and
                       bf16 (TORCH_LLAMA: torch_llama.py; TORCH_TIMEOUT), torchao float8 tensorwise
                       and rowwise (TORCHAO_LLAMA, default beside it; the torchao wheel carried in
-                      .whl and on PYTHONPATH; TORCHAO_TIMEOUT); tools/peers_table.py writes the
-                      rows. About 8 min at 1B with the build: budget the call for it
+                      .whl and on PYTHONPATH; TORCHAO_TIMEOUT: its two runs take 80-100 s each with
+                      the compile at 125M and 1B, so 150 s cuts the second); tools/peers_table.py
+                      writes the rows (a torchao run cut short: the rows its log holds). About 8 min
+                      at 1B with the build, 6 at 125M: budget the call for it
   e2e                 the 125M trained 300 steps byte-level on fp8run's sources (the corpus of
                       E2E_CORPUS when .devpkg has it, else the tree's) in bf16 and fp8,
                       once per data order in SEEDS (0 1 2); rc 1 unless fp8's mean last

@@ -2,7 +2,8 @@
 """bench/peers.json rows from one `tools/gpu.sh peers` call's folder: fp8run's `bench --json`
 files of the generated Llama (*_llama{8b,1b,125m}_*_{bf16,fp8}.json), the shared PyTorch baseline
 compiled (torch_llama_{SIZE}_{bf16,fp8}_compile.json, ../shared/baselines/torch_llama.py) and
-torchao float8 on the same model (torchao.json, torchao_llama.py: a list of rows).
+torchao float8 on the same model (torchao.json, torchao_llama.py: a list of rows; without it, the
+rows torchao.log holds, which the script prints as each run ends).
 
     python3 tools/peers_table.py DIR [COMMIT] > peers.json
 
@@ -29,11 +30,32 @@ def fp8run_file(d, size, prec):
     return load(hits[0]) if hits else {"error": "no fp8run %s %s bench file in %s" % (size, prec, d)}
 
 
+def torchao_log_rows(path):
+    """The rows torchao_llama.py printed as each run ended (one JSON object a line): what a run
+    cut by its time limit measured before it wrote torchao.json."""
+    rows = []
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("{"):
+                    try:
+                        r = json.loads(line)
+                    except ValueError:
+                        continue
+                    if isinstance(r, dict) and "recipe" in r and "tokens_per_s" in r:
+                        rows.append(r)
+    except OSError:
+        pass
+    return rows
+
+
 def main():
     d = sys.argv[1]
     commit = sys.argv[2] if len(sys.argv) > 2 else "unknown"
     ao = load(os.path.join(d, "torchao.json"))
     ao = ao if isinstance(ao, list) else [ao]
+    if not any("recipe" in x for x in ao):
+        ao += torchao_log_rows(os.path.join(d, "torchao.log"))
     rows = []
     # the sizes this folder measured (a call may hold one: all rows of a model come from one call)
     sizes = [z for z in SIZES if glob.glob(os.path.join(d, "*_llama%s_*.json" % z)) or
