@@ -12,6 +12,8 @@
  * SwiGLUGradQuantize likewise: its codes, transposed codes, scale_inv and amax are the GPU
  * SwiGLUGrad's d_gate_up quantized (bit for bit), the data gradient reading the codes gives the dX
  * (and its dYq the transposed codes) of the one reading d_gate_up, the CPU's codes within one.
+ * Training the tiny Llama 5 fp8 steps with the producers on, forward only and off gives the same
+ * losses and weights bit for bit (the gate/up gradients rewritten only with them on).
  * Printed, not asserted: at the 1B step's shape (16384 tokens, F 5632, bf16 gate_up and y),
  * SwiGLU + the Linear's quantization of X against SwiGLUQuantize, and the backward's pair. */
 #include <math.h>
@@ -20,6 +22,7 @@
 
 #include "graph/fp8_format.h"
 #include "ops/linear.h"
+#include "runtime/train/train_internal.h"
 #include "tests/bf16_check.h"
 #include "tests/gpu_harness.h"
 #include "tests/gpu_op_time.h"
@@ -230,6 +233,59 @@ static void test_grad_bits(void)
                 run_grad_case(&rng, k_shapes[i], k_acts[a], c & 1, (c >> 1) & 1, c >> 2, (i + c) & 1);
 }
 
+/* The tiny Llama (ffn 128: the tiles take its gate/up gradient) trained 5 fp8 steps on the GPU
+ * with the producers on, forward only and off: the same losses and weights bit for bit, with
+ * each layer's SwiGLUGrad rewritten only in the first */
+static void test_training(void)
+{
+    if (!gpu_available()) return;
+    static const char *const modes[3] = {"1", "forward", "0"};
+    enum { STEPS = 5 };
+    fr_graph *g = gpu_tiny_llama();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    fr_trainer *t[3] = {0};
+    double loss[3][STEPS];
+    for (int m = 0; m < 3; m++) {
+        fr_train_options o;
+        fr_train_options_default(&o);
+        o.batch = 2;
+        o.seq_len = 32;
+        o.precision = "fp8";
+        o.device = "cuda";
+        o.lr.max_lr = 1e-3;
+        o.fp8_fast_accum = 0;
+        CU_ASSERT_EQUAL_FATAL(setenv("FP8RUN_FP8_PRODUCERS", modes[m], 1), 0);
+        FR_ASSERT_OK(fr_trainer_new(g, &o, &t[m]));
+        unsetenv("FP8RUN_FP8_PRODUCERS");
+        int rewritten = 0;
+        for (int i = 0; i < t[m]->g->n_nodes; i++)
+            rewritten += !t[m]->g->nodes[i].dead && strcmp(t[m]->g->nodes[i].op_type, "SwiGLUGradQuantize") == 0;
+        CU_ASSERT_EQUAL(rewritten, m == 0 ? 2 : 0);
+        uint64_t seed = 77;
+        const int64_t n = 2 * 33;
+        int64_t w[2 * 33];
+        for (int s = 0; s < STEPS; s++) {
+            gpu_windows(&seed, w, n, fr_trainer_vocab(t[m]));
+            fr_train_stats st;
+            FR_ASSERT_OK(fr_trainer_step(t[m], w, 1, &st));
+            CU_ASSERT_FALSE(st.skipped);
+            loss[m][s] = st.loss;
+        }
+    }
+    for (int m = 1; m < 3; m++) {
+        const int ld = memcmp(loss[m], loss[0], sizeof loss[0]) != 0;
+        const double wd = gpu_params_rel_diff(t[m], t[0]);
+        if (ld || wd != 0)
+            printf("\n  FP8RUN_FP8_PRODUCERS=%s: losses %s, weights rel diff %g", modes[m], ld ? "DIFFER" : "same", wd);
+        CU_ASSERT_FALSE(ld);
+        CU_ASSERT_EQUAL(wd, 0.0);
+    }
+    printf("\n    5 fp8 steps, producers on / forward / off: losses %.6f .. %.6f, bit-identical\n", loss[0][0],
+           loss[0][STEPS - 1]);
+    for (int m = 0; m < 3; m++) fr_trainer_free(t[m]);
+    fr_graph_free(g);
+}
+
 static void test_times(void)
 {
     if (!gpu_available()) return;
@@ -291,6 +347,7 @@ int main(void)
         {"SwiGLUGradQuantize: the GPU SwiGLUGrad's d_gate_up quantized both ways; LinearGradData(codes) == "
          "LinearGradData(d_gate_up) on the GPU",
          test_grad_bits},
+        {"training with the producers on, forward only and off: bit-identical on the GPU", test_training},
         {"SwiGLUQuantize and SwiGLUGradQuantize at the 1B shape: times (printed)", test_times},
         CU_TEST_INFO_NULL,
     };
