@@ -1096,6 +1096,9 @@ typedef struct fp8run_memory_report {
                                     did not qualify, e.g. fp32 precision's MatMul head or an fp8 head) */
     char activations_peak[512];  /* GPU: where the training graph's arena peaks, what is live there
                                     by producing op, largest first ("" for the CPU plan) */
+    char backward_passes[1024];  /* what the graph passes after autodiff did (the weight gradients'
+                                    operands, --recompute, the FP8-emitting producers, the chunked
+                                    LM head): "name: detail" a line, in the order they ran */
 } fp8run_memory_report;
 FP8RUN_API FP8RUN_NODISCARD fp8run_status fp8run_model_predict_memory(const fp8run_model *m, const fp8run_train_config *cfg,
                                                      const char *backend, fp8run_memory_report *report);

@@ -265,6 +265,24 @@ static void test_info_memory_codes(void)
 #endif
 }
 
+/* info --memory lists what the passes on the backward did, one a line under "after autodiff",
+ * with the options that steer them (here --recompute mlp) */
+static void test_info_memory_backward(void)
+{
+    char path[600];
+    fr_fixture(path, sizeof path, "llama_tiny/model.onnx");
+    CLI_EXPECT(cli_run("info '%s' --memory=cpu --precision fp8 --batch 2 --seq 16 --recompute mlp", path), 0, cli_out,
+               "after autodiff");
+    const char *a = strstr(cli_out, "after autodiff");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+    CU_ASSERT_PTR_NOT_NULL(strstr(a, "narrow_gradients: "));
+    CU_ASSERT_PTR_NOT_NULL(strstr(a, "recompute: ") && !strstr(a, "recompute: off"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(a, "fp8_producers: "));
+    CLI_EXPECT(cli_run("info '%s' --memory=cpu --precision fp32 --batch 2 --seq 16", path), 0, cli_out,
+               "after autodiff");
+    CU_ASSERT_PTR_NOT_NULL(strstr(cli_out, "recompute: off"));
+}
+
 /* Broken fixtures through the CLI: exit code 1 and the library's message. */
 static void test_fixture_errors(void)
 {
@@ -291,6 +309,7 @@ static CU_TestInfo cli_tests[] = {
     {"usage_errors", test_usage_errors},
     {"info", test_info},
     {"info --memory=cuda: where the weights' codes are", test_info_memory_codes},
+    {"info --memory: the passes after autodiff", test_info_memory_backward},
     {"run", test_run},
     {"fixture_gpt2", test_fixture_gpt2},
     {"fixture_errors", test_fixture_errors},

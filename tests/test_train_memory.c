@@ -100,6 +100,9 @@ static void test_public_call(void)
     FR_ASSERT_OK(fr_train_predict_memory(g, &o, 0, &mm));
     CU_ASSERT_EQUAL(r.gpu, 0);
     CU_ASSERT_EQUAL(r.activations_peak[0], '\0'); /* the GPU plan's text only */
+    CU_ASSERT_STRING_EQUAL(r.backward_passes, mm.backward_passes); /* the passes after autodiff, a line each */
+    CU_ASSERT(strncmp(r.backward_passes, "narrow_gradients: ", 18) == 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.backward_passes, "\nfp8_producers: "));
     CU_ASSERT_EQUAL(r.total, mm.total);
     CU_ASSERT_EQUAL(r.optimizer_state, mm.optimizer_state);
     CU_ASSERT_EQUAL(fp8run_model_predict_memory(m, &c, "tpu", &r), FP8RUN_ERR_INVALID_ARG);

@@ -48,6 +48,7 @@ FP8RUN_API fp8run_status fp8run_model_predict_memory(const fp8run_model *m, cons
     r.lm_head_saved = mm.lm_head_saved;
     r.lm_heads_fused = (uint64_t)mm.lm_heads_fused;
     memcpy(r.activations_peak, mm.peak, sizeof r.activations_peak);
+    memcpy(r.backward_passes, mm.backward_passes, sizeof r.backward_passes);
     memcpy(report, &r, use);
     return FP8RUN_OK;
 }

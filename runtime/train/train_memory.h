@@ -32,6 +32,9 @@ typedef struct fr_train_memory {
     int lm_heads_fused;      /* the LinearCrossEntropy nodes of the training graph */
     char peak[512];          /* GPU: where the training arena peaks and what is live there, by
                                 producing op ("" when not planned) */
+    char backward_passes[1024]; /* what the passes on the differentiated graph did (the memory's
+                                   wgrad operands, recomputation, fp8 producers, chunked head):
+                                   "name: detail" a line, in the order they ran */
 } fr_train_memory;
 
 /* Predict for `model` under `opt` on the GPU (gpu = 1; needs the CUDA backend built, not a

@@ -375,6 +375,13 @@ static int print_memory(const fp8run_model *m, fp8run_train_config *o, const cli
                "chunked LM head", (double)r.lm_head_saved / M, (unsigned long long)r.lm_heads_fused,
                r.lm_heads_fused == 1 ? "" : "s");
     if (r.activations_peak[0]) printf("  %-20s %s\n", "activations' peak", r.activations_peak);
+    /* the passes on the backward, which decide much of the activations' figure */
+    for (const char *l = r.backward_passes; *l;) {
+        const char *e = strchr(l, '\n');
+        const int len = e ? (int)(e - l) : (int)strlen(l);
+        printf("  %-20s %.*s\n", l == r.backward_passes ? "after autodiff" : "", len, l);
+        l += len + (e != NULL);
+    }
     if (!o->shard_parameters || o->world_size < 2) return 0;
     /* which rank holds what: the plan the figures come from */
     fp8run_shard_plan *p = NULL;
