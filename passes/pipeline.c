@@ -271,33 +271,29 @@ static fr_status run_recompute(fr_pass_ctx *c, fr_pass_result *r)
 
 static const fr_pass k_passes[] = {
     /* first, on the model itself: export and checkpoints then name the separated parameters */
-    {"unshare", "parameters the exporter merged because their values were equal become separate again", FR_STAGE_MODEL,
-     "unshare", 0, run_unshare},
+    {"unshare", "parameters the exporter merged because their values were equal become separate again",
+     FR_STAGE_MODEL, "unshare", 0, run_unshare},
     /* first on the training copy: what is a parameter decides what the passes after it may
        fold or rewrite (export's copy keeps every initializer) */
-    {"select_params",
-     "keep the trained parameters (--train / --freeze); the other initializers become "
-     "constants",
-     FR_STAGE_IMPORTED, NULL, 0, run_select_params},
+    {"select_params", "keep the trained parameters (--train / --freeze); the other initializers become "
+     "constants", FR_STAGE_IMPORTED, NULL, 0, run_select_params},
     /* after parameter selection (what it freezes is the chosen base model), before retie (nothing
        of the base is trained then) and prepare (which infers the shapes of what it adds and
        folds the frozen weights' Transposes) */
-    {"lora", "LoRA adapters (--lora-rank/--lora-targets) on the matched Linears; the base is frozen", FR_STAGE_IMPORTED,
-     "lora", 0, run_lora},
+    {"lora", "LoRA adapters (--lora-rank/--lora-targets) on the matched Linears; the base is frozen",
+     FR_STAGE_IMPORTED, "lora", 0, run_lora},
     /* after parameter selection (a trained ratio is no constant), before prepare, whose
        inference refuses training-mode Dropout (inference semantics) */
-    {"dropout",
-     "ONNX Dropout in training mode becomes ai.fp8run::KeyedDropout, its mask keyed by --seed, "
-     "step and micro-batch",
-     FR_STAGE_IMPORTED, NULL, 0, run_dropout},
+    {"dropout", "ONNX Dropout in training mode becomes ai.fp8run::KeyedDropout, its mask keyed by --seed, "
+     "step and micro-batch", FR_STAGE_IMPORTED, NULL, 0, run_dropout},
     /* after parameter selection (it ties trained parameters only), before prepare, which
        infers the Transpose it inserts and folds away what reads the untied copy no more */
-    {"retie", "a bit-exact (transposed) copy of an embedding table reads the table again", FR_STAGE_IMPORTED, "retie",
-     0, run_retie},
+    {"retie", "a bit-exact (transposed) copy of an embedding table reads the table again", FR_STAGE_IMPORTED,
+     "retie", 0, run_retie},
     /* the last step on the imported graph: everything after it sees static shapes and folded
        constants. A compiled file keeps its result but not the resolved ops and shapes. */
-    {"prepare", "Identity removal, shape inference with constant folding, dead-node elimination", FR_STAGE_IMPORTED,
-     NULL, 1, run_prepare},
+    {"prepare", "Identity removal, shape inference with constant folding, dead-node elimination",
+     FR_STAGE_IMPORTED, NULL, 1, run_prepare},
     /* right after prepare (the indices are constants then), before the attention passes, which
        read Slices of a fused projection but not gathers */
     {"gather_to_slice", "a gather of one constant index (GatherND [[i]], Gather [i]) becomes the Slice it is",
@@ -315,95 +311,77 @@ static const fr_pass k_passes[] = {
      "fuse_swiglu", 0, run_gelu},
     /* on the prepared graph (static shapes to match), before the FP8 compiler lowers the
        MatMuls of two activations that the pattern reads */
-    {"fuse_attention", "the unfused attention of each layer becomes one ai.fp8run::Attention node", FR_STAGE_PREPARED,
-     "fuse_attention", 0, run_attention},
+    {"fuse_attention", "the unfused attention of each layer becomes one ai.fp8run::Attention node",
+     FR_STAGE_PREPARED, "fuse_attention", 0, run_attention},
     /* after fuse_attention, which takes the softcap of attention scores into the fused node */
-    {"fuse_softcap",
-     "each Mul(Tanh(Div(x, c)), c) left (Gemma 2's final logits) becomes one "
-     "ai.fp8run::Softcap node",
-     FR_STAGE_PREPARED, NULL, 0, run_softcap},
+    {"fuse_softcap", "each Mul(Tanh(Div(x, c)), c) left (Gemma 2's final logits) becomes one "
+     "ai.fp8run::Softcap node", FR_STAGE_PREPARED, NULL, 0, run_softcap},
     /* the RoPE feeding Q and K, under attention's switch (--no-fuse-attention keeps both);
        after it, as the trainer always ran them, so compiled graphs stay the same */
-    {"fuse_rotary", "each RoPE (rotate-half, cos/sin tables) becomes one ai.fp8run::Rotary node", FR_STAGE_PREPARED,
-     "fuse_attention", 0, run_rotary},
+    {"fuse_rotary", "each RoPE (rotate-half, cos/sin tables) becomes one ai.fp8run::Rotary node",
+     FR_STAGE_PREPARED, "fuse_attention", 0, run_rotary},
     /* a report, right after the attention fusions (the opset-23 import's included), whose
        notes on the fused nodes it reads: AttentionQKV keeps the masks but not the notes */
-    {"attention_masks",
-     "how each fused attention masks: causal / window attributes, key padding as its "
-     "segment input Sk, or a dense additive mask (the slow kernels) and why",
-     FR_STAGE_PREPARED, NULL, 0, run_attention_masks},
+    {"attention_masks", "how each fused attention masks: causal / window attributes, key padding as its "
+     "segment input Sk, or a dense additive mask (the slow kernels) and why", FR_STAGE_PREPARED, NULL, 0,
+     run_attention_masks},
     /* after the fusions that take MatMuls out of its way, before the passes that read its
        Linears */
-    {"fp8_compile",
-     "MatMul/Gemm with a trained weight become ai.fp8run::Linear in fp8/bf16 (sibling "
-     "Linears fused)",
-     FR_STAGE_PREPARED, "precision", 0, run_fp8_compile},
+    {"fp8_compile", "MatMul/Gemm with a trained weight become ai.fp8run::Linear in fp8/bf16 (sibling "
+     "Linears fused)", FR_STAGE_PREPARED, "precision", 0, run_fp8_compile},
     /* after the FP8 compiler, whose sibling fusion makes the wider Split, before the staging,
        which reads a Split into Q, K and V alone; under the staging's switch */
-    {"regroup_qkv_split",
-     "a fused Split [q | k | v | other] whose q, k, v feed one attention becomes "
-     "Split [qkv | other] and Split(qkv) (parallel attention + MLP blocks)",
-     FR_STAGE_PREPARED, "fuse_attention_io", 0, run_qkv_regroup},
+    {"regroup_qkv_split", "a fused Split [q | k | v | other] whose q, k, v feed one attention becomes "
+     "Split [qkv | other] and Split(qkv) (parallel attention + MLP blocks)", FR_STAGE_PREPARED, "fuse_attention_io", 0,
+     run_qkv_regroup},
     /* after the FP8 compiler, whose fused Q/K/V Linear and Split it reads, and after the
        attention and RoPE fusions, whose nodes it absorbs */
-    {"fuse_attention_io",
-     "each fused attention reads the fused Q/K/V projection (RoPE applied while "
+    {"fuse_attention_io", "each fused attention reads the fused Q/K/V projection (RoPE applied while "
      "it stages them) and writes the O projection's input: one ai.fp8run::AttentionQKV node",
      FR_STAGE_PREPARED, "fuse_attention_io", 0, run_attention_io},
     /* after the FP8 compiler: it then reads the fused gate/up Linear's one output */
-    {"fuse_swiglu",
-     "Mul(Mul(gate, Sigmoid(gate)), up) (and GeGLU's Mul(Gelu(gate), up)) becomes one "
+    {"fuse_swiglu", "Mul(Mul(gate, Sigmoid(gate)), up) (and GeGLU's Mul(Gelu(gate), up)) becomes one "
      "ai.fp8run::SwiGLU node",
      FR_STAGE_PREPARED, "fuse_swiglu", 0, run_swiglu},
     /* after every other fusion (none of them then meets the fused node), on RMSNorm nodes
        (fuse_rmsnorm's too) and LayerNorm nodes; the trainer's resolver turns it off under --recompute, whose
        regions are found from the residual Adds */
-    {"fuse_residual_norm",
-     "each residual Add and the RMSNorm (LayerNorm) reading its sum become one "
-     "ai.fp8run::AddRMSNorm (AddLayerNorm) node (the backward's Add of the sum's two gradients goes too)",
-     FR_STAGE_PREPARED, "fuse_residual_norm", 0, run_residual_norm},
+    {"fuse_residual_norm", "each residual Add and the RMSNorm (LayerNorm) reading its sum become one "
+     "ai.fp8run::AddRMSNorm (AddLayerNorm) node (the backward's Add of the sum's two gradients goes too)", FR_STAGE_PREPARED, "fuse_residual_norm", 0,
+     run_residual_norm},
     /* after the fusions whose nodes it narrows (SwiGLU, AttentionQKV, AddRMSNorm, AddLayerNorm) and the FP8
        compiler (its Linears), before autodiff, which then gives the backward the same bf16
        inputs */
-    {"narrow_activations",
-     "the bf16/fp8 Linears' inputs written in bfloat16 by their producers (AddRMSNorm, "
+    {"narrow_activations", "the bf16/fp8 Linears' inputs written in bfloat16 by their producers (AddRMSNorm, "
      "AddLayerNorm, SwiGLU, AttentionQKV), and a Linear read only by SwiGLU, AttentionQKV or the residual add",
      FR_STAGE_PREPARED, "narrow_activations", 0, run_narrow},
     /* last on the prepared graph, after every fusion: what none of them took */
-    {"unfused",
-     "counts the ops the fusions left (Softmax, ReduceMean, Erf, Tanh, Sigmoid) and names the first "
-     "of each",
-     FR_STAGE_PREPARED, NULL, 0, run_unfused},
+    {"unfused", "counts the ops the fusions left (Softmax, ReduceMean, Erf, Tanh, Sigmoid) and names the first "
+     "of each", FR_STAGE_PREPARED, NULL, 0, run_unfused},
     /* on the backward autodiff built, before recompute (whose copies are of the forward) */
-    {"narrow_gradients",
-     "the gradients only the bf16/fp8 Linears' backward or the fused ops' backward read "
+    {"narrow_gradients", "the gradients only the bf16/fp8 Linears' backward or the fused ops' backward read "
      "written in bfloat16 (SwiGLUGrad, AttentionQKVGrad, LinearGradData); AddRMSNormGrad reads H's bfloat16 copy",
-     FR_STAGE_DIFFERENTIATED, "narrow_activations", 0, run_narrow_grad},
+     FR_STAGE_DIFFERENTIATED,
+     "narrow_activations", 0, run_narrow_grad},
     /* on the backward autodiff built (it redirects the backward's reads), before dead-node
        elimination and the executors' liveness plans, which then free the originals early */
-    {"recompute",
-     "the backward reads a copy of each chosen block region's forward (--recompute), "
-     "recomputed right before it",
-     FR_STAGE_DIFFERENTIATED, "recompute", 0, run_recompute},
+    {"recompute", "the backward reads a copy of each chosen block region's forward (--recompute), "
+     "recomputed right before it", FR_STAGE_DIFFERENTIATED, "recompute", 0, run_recompute},
     /* after recompute (whose copies and order it judges liveness on), before chunked_lm_head,
        which reorders the nodes; the LM head is no fp8 Linear, so the two never meet */
-    {"wgrad_operands",
-     "an fp8 weight gradient reads X itself where the backward holds it anyway (or "
+    {"wgrad_operands", "an fp8 weight gradient reads X itself where the backward holds it anyway (or "
      "remakes an MLP activation, FP8RUN_WGRAD_OPERAND=remade): the Linear saves no codes",
      FR_STAGE_DIFFERENTIATED, NULL, 0, run_wgrad_operands},
     /* after wgrad_operands, which decides whether a Linear still saves X's codes (then its X
        stays a float); before chunked_lm_head, which reorders the nodes */
-    {"fp8_producers",
-     "a SwiGLU read only by an fp8 Linear (delayed recipe, no saved codes) writes X's E4M3 codes "
-     "and amax itself (ai.fp8run::SwiGLUQuantize), a SwiGLUGrad read only by an fp8 data gradient dY's codes, "
-     "transposed codes and amax (ai.fp8run::SwiGLUGradQuantize)",
-     FR_STAGE_DIFFERENTIATED, NULL, 0, run_fp8_producers},
+    {"fp8_producers", "a SwiGLU read only by an fp8 Linear (delayed recipe, no saved codes) writes X's E4M3 codes "
+     "and amax itself (ai.fp8run::SwiGLUQuantize); a SwiGLUGrad read only by an fp8 data gradient, dY's codes "
+     "both ways and amax (ai.fp8run::SwiGLUGradQuantize)", FR_STAGE_DIFFERENTIATED, NULL, 0, run_fp8_producers},
     /* last: it reorders the nodes (the forward/backward split recompute reads is gone after it),
        and it reads the narrowed head (y_dtype, dx_dtype) narrow_gradients decided */
-    {"chunked_lm_head",
-     "the LM head Linear, the loss head and their backward become one "
-     "ai.fp8run::LinearCrossEntropy working in chunks of tokens (--chunked-lm-head on)",
-     FR_STAGE_DIFFERENTIATED, "chunked_lm_head", 0, run_lm_head},
+    {"chunked_lm_head", "the LM head Linear, the loss head and their backward become one "
+     "ai.fp8run::LinearCrossEntropy working in chunks of tokens (--chunked-lm-head on)", FR_STAGE_DIFFERENTIATED,
+     "chunked_lm_head", 0, run_lm_head},
 };
 
 #define N_PASSES ((int)(sizeof k_passes / sizeof k_passes[0]))
