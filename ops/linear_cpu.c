@@ -395,7 +395,6 @@ static fr_status gemm_out(const operand *a, const operand *b, int64_t M, int64_t
     return st;
 }
 
-/* Linear on float32 values x [M][K] (X itself, or a bfloat16 X widened) */
 /* The scale_inv of codes an fp8 producer wrote with the delayed scale (absent, not finite or
  * not > 0: the quantization's FR_ERR_NUMERIC naming the operand) */
 static fr_status codes_sinv(const fr_tensor *scale, const char *what, float *sinv)
@@ -429,6 +428,7 @@ static fr_status linear_codes(const fr_kernel_ctx *ctx, const lin_cfg *c, int64_
     return FR_OK;
 }
 
+/* Linear on float32 values x [M][K] (X itself, or a bfloat16 X widened) */
 static fr_status linear_f32(const fr_kernel_ctx *ctx, const lin_cfg *c, const float *x, int64_t M, int64_t N,
                             int64_t K)
 {

@@ -43,28 +43,38 @@ static int rewritable(const fr_graph *g, const fr_node *li, int *producer)
     return 1;
 }
 
+/* Node p becomes the producer `op` reading in and writing out, with its name, its activation and
+ * its bfloat16 attribute `b16` (SwiGLU's y_dtype, SwiGLUGrad's dx_dtype) kept; value v, which the
+ * consumer read, now holds the codes (dtype fmt, its shape). */
+static fr_status become(fr_graph *g, int p, const char *op, const char *b16, int n_in, const int *in, int n_out,
+                        const int *out, int v, fr_dtype fmt)
+{
+    const char *act;
+    int bf16;
+    FR_TRY(fr_node_attr_string(&g->nodes[p], "activation", "silu", &act));
+    FR_TRY(fr_attr_bf16(&g->nodes[p], b16, &bf16));
+    char a[16], name[600];
+    snprintf(a, sizeof a, "%s", act); /* the reset frees the attributes act points into */
+    snprintf(name, sizeof name, "%s", g->nodes[p].name);
+    FR_TRY(fr_node_reset(g, p, op, FR_DOMAIN_FP8RUN, name, n_in, in, n_out, out));
+    g->nodes[p].op = fr_op_find(FR_DOMAIN_FP8RUN, op);
+    if (strcmp(a, "silu") != 0) FR_TRY(fr_node_set_attr_string(&g->nodes[p], "activation", a));
+    if (bf16) FR_TRY(fr_node_set_attr_string(&g->nodes[p], b16, "bfloat16"));
+    fr_value *cv = &g->values[v];
+    int64_t dims[FR_MAX_RANK];
+    memcpy(dims, cv->dims, sizeof(int64_t) * (size_t)cv->rank);
+    fr_value_set_shape(cv, fmt, cv->rank, dims);
+    return FR_OK;
+}
+
 /* SwiGLU p becomes SwiGLUQuantize(gate_up, scale_x) -> (X's codes, Linear li's amax_x) */
 static fr_status rewrite(fr_graph *g, int li, int p)
 {
-    const char *act;
-    int y_bf16;
-    FR_TRY(fr_node_attr_string(&g->nodes[p], "activation", "silu", &act));
-    FR_TRY(fr_attr_bf16(&g->nodes[p], "y_dtype", &y_bf16));
-    char a[16], name[600];
-    snprintf(a, sizeof a, "%s", act);
-    snprintf(name, sizeof name, "%s", g->nodes[p].name);
     const int x = g->nodes[li].inputs[FR_LIN_IN_X];
     const int in[2] = {g->nodes[p].inputs[0], g->nodes[li].inputs[FR_LIN_IN_SCALE_X]};
     const int out[2] = {x, g->nodes[li].outputs[FR_LIN_OUT_AMAX_X]};
-    FR_TRY(fr_node_reset(g, p, "SwiGLUQuantize", FR_DOMAIN_FP8RUN, name, 2, in, 2, out));
-    g->nodes[p].op = fr_op_find(FR_DOMAIN_FP8RUN, "SwiGLUQuantize");
-    if (strcmp(a, "silu") != 0) FR_TRY(fr_node_set_attr_string(&g->nodes[p], "activation", a));
-    if (y_bf16) FR_TRY(fr_node_set_attr_string(&g->nodes[p], "y_dtype", "bfloat16"));
+    FR_TRY(become(g, p, "SwiGLUQuantize", "y_dtype", 2, in, 2, out, x, FR_F8E4M3));
     g->nodes[li].outputs[FR_LIN_OUT_AMAX_X] = -1;
-    fr_value *xv = &g->values[x];
-    int64_t dims[FR_MAX_RANK];
-    memcpy(dims, xv->dims, sizeof(int64_t) * (size_t)xv->rank);
-    fr_value_set_shape(xv, FR_F8E4M3, xv->rank, dims);
     return fr_graph_rebuild_producers(g);
 }
 
@@ -97,31 +107,17 @@ static int grad_rewritable(const fr_graph *g, const fr_node *li, int *producer)
  * dYq_scale_inv, amax_dy), the last three taken from data gradient li */
 static fr_status grad_rewrite(fr_graph *g, int li, int p)
 {
-    const char *act;
-    int dx_bf16;
     fr_lin_attrs la;
-    FR_TRY(fr_node_attr_string(&g->nodes[p], "activation", "silu", &act));
-    FR_TRY(fr_attr_bf16(&g->nodes[p], "dx_dtype", &dx_bf16));
     FR_TRY(fr_lin_read_attrs(&g->nodes[li], &la));
-    char a[16], name[600];
-    snprintf(a, sizeof a, "%s", act);
-    snprintf(name, sizeof name, "%s", g->nodes[p].name);
     const fr_node *l = &g->nodes[li];
     const int v = l->inputs[0];
     const int in[3] = {g->nodes[p].inputs[0], g->nodes[p].inputs[1], l->inputs[3]};
     const int out[4] = {v, out_at(l, 2), out_at(l, 3), out_at(l, 1)};
-    FR_TRY(fr_node_reset(g, p, "SwiGLUGradQuantize", FR_DOMAIN_FP8RUN, name, 3, in, 4, out));
-    g->nodes[p].op = fr_op_find(FR_DOMAIN_FP8RUN, "SwiGLUGradQuantize");
-    if (strcmp(a, "silu") != 0) FR_TRY(fr_node_set_attr_string(&g->nodes[p], "activation", a));
-    if (dx_bf16) FR_TRY(fr_node_set_attr_string(&g->nodes[p], "dx_dtype", "bfloat16"));
+    FR_TRY(become(g, p, "SwiGLUGradQuantize", "dx_dtype", 3, in, 4, out, v, la.dy_fmt));
     if (la.dy_fmt == FR_F8E4M3) FR_TRY(fr_node_set_attr_string(&g->nodes[p], "codes_dtype", "float8e4m3fn"));
     fr_node *ln = &g->nodes[li];
     for (int o = 1; o < ln->n_outputs; o++) ln->outputs[o] = -1;
     ln->n_outputs = 1;
-    fr_value *dv = &g->values[v];
-    int64_t dims[FR_MAX_RANK];
-    memcpy(dims, dv->dims, sizeof(int64_t) * (size_t)dv->rank);
-    fr_value_set_shape(dv, la.dy_fmt, dv->rank, dims);
     return fr_graph_rebuild_producers(g);
 }
 
