@@ -70,7 +70,9 @@ void gpu_free_outputs(tnode *t, fr_tensor **out)
     }
 }
 
-double gpu_rel_err(const fr_tensor *got, const fr_tensor *want)
+double gpu_rel_err(const fr_tensor *got, const fr_tensor *want) { return gpu_rel_err_floor(got, want, 0); }
+
+double gpu_rel_err_floor(const fr_tensor *got, const fr_tensor *want, double floor_norm)
 {
     if (!got || !want || got->dtype != want->dtype || got->nbytes != want->nbytes) return INFINITY;
     int64_t n = fr_tensor_numel(want);
@@ -87,6 +89,7 @@ double gpu_rel_err(const fr_tensor *got, const fr_tensor *want)
         d2 += (a - b) * (a - b);
         r2 += b * b;
     }
+    if (want->dtype == FR_F32 || want->dtype == FR_F64) r2 = fmax(r2, floor_norm * floor_norm);
     if (r2 == 0) return d2 == 0 && (exact_bytes || want->dtype != FR_BF16) ? 0.0 : INFINITY;
     /* bfloat16 (a Linear's y_dtype) compares by value, but bytes that differ are never 0 */
     return want->dtype == FR_BF16 ? fmax(sqrt(d2 / r2), 1e-300) : sqrt(d2 / r2);
@@ -201,7 +204,9 @@ int64_t gpu_print_mismatch(const char *name, const fr_tensor *got, const fr_tens
 
 int gpu_n_exact, gpu_n_close;
 
-int gpu_check_at(tnode *t, double tol, const char *what, gpu_at_fn at)
+int gpu_check_at(tnode *t, double tol, const char *what, gpu_at_fn at) { return gpu_check_floor(t, tol, 0, what, at); }
+
+int gpu_check_floor(tnode *t, double tol, double floor_norm, const char *what, gpu_at_fn at)
 {
     fr_tensor *g[TN_MAX];
     fr_status st = tn_run_gpu(t, g);
@@ -216,7 +221,7 @@ int gpu_check_at(tnode *t, double tol, const char *what, gpu_at_fn at)
     for (int o = 0; o < t->n_out; o++) {
         const fr_tensor *want = t->out[o];
         if (!want) continue;
-        double e = gpu_rel_err(g[o], want);
+        double e = gpu_rel_err_floor(g[o], want, floor_norm);
         if (e <= tol) {
             /* within e <= tol the dtypes and sizes match */
             if (tol > 0) {

@@ -31,6 +31,10 @@ void gpu_free_outputs(tnode *t, fr_tensor **out);
 /* ||got - want|| / ||want|| over float tensors (NaN must meet NaN, inf the same inf: else
  * +inf); for integer/bool/fp8 tensors 0 when every byte is equal, else +inf. */
 double gpu_rel_err(const fr_tensor *got, const fr_tensor *want);
+/* gpu_rel_err with the float denominator at least floor_norm: for results whose natural scale
+ * is known (an input's norm) and whose own norm can fall far below it by cancellation, as
+ * dy * f'(v) does near a root of f'. */
+double gpu_rel_err_floor(const fr_tensor *got, const fr_tensor *want, double floor_norm);
 /* ||got - want|| / ||want|| between float tensors of any float dtypes (bf16 against float64,
  * say), by value; INFINITY on a count mismatch or any non-finite element. */
 double gpu_rel_l2(const fr_tensor *got, const fr_tensor *want);
@@ -55,6 +59,8 @@ typedef void (*gpu_at_fn)(tnode *t, const fr_tensor *want, int64_t i);
 int gpu_check(tnode *t, double tol, const char *what);
 /* gpu_check, calling at (may be NULL) after each mismatch report. */
 int gpu_check_at(tnode *t, double tol, const char *what, gpu_at_fn at);
+/* gpu_check_at measuring float outputs with gpu_rel_err_floor(floor_norm). */
+int gpu_check_floor(tnode *t, double tol, double floor_norm, const char *what, gpu_at_fn at);
 /* Outputs that gpu_check passed under a tolerance > 0, bit-identical to the CPU or only
  * within the tolerance (programs print them: the GPU is meant to add in the CPU's order). */
 extern int gpu_n_exact, gpu_n_close;
