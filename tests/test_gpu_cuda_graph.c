@@ -1,5 +1,6 @@
 /* The training step replayed from a CUDA graph (FP8RUN_CUDA_GRAPH=1, runtime/cuda/cuda_graph.h)
- * against the same step queued node by node. Label gpu: skips without a device.
+ * against the same step queued node by node (FP8RUN_CUDA_GRAPH=0). Label gpu: skips without a
+ * device.
  *
  * A generated Llama (2 layers, d 64, GQA, vocab 256) trains 12 steps (batch 2 x seq 16, random
  * tokens and seed from the test's rng) twice on the GPU, with FP8RUN_GEMM_TUNE=0 and
@@ -13,7 +14,10 @@
  *      capture (two with 2 micro-batches, run with the weight cache on: one run converts the
  *      weights, the other does not, and each replays its own; the rest keep no copies, at the
  *      default for one micro-batch a step), and the weight-conversion counter (cuda_kernel.h:
- *      weight_casts) moves the same as node by node (no extra conversions). */
+ *      weight_casts) moves the same as node by node (no extra conversions).
+ * And the default (auto): the graph replays a step of one micro-batch, is off with --grad-accum 2
+ * (whose gradients then add up in place) and under FP8RUN_PROFILE; another value is an error
+ * that names it. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,8 +48,7 @@ typedef struct result {
 
 static void run(const fr_graph *g, const cfg *c, uint64_t seed, int graph, result *r)
 {
-    if (graph) setenv("FP8RUN_CUDA_GRAPH", "1", 1);
-    else unsetenv("FP8RUN_CUDA_GRAPH");
+    setenv("FP8RUN_CUDA_GRAPH", graph ? "1" : "0", 1);
     setenv("FP8RUN_GEMM_TUNE", "0", 1);
     /* micro-batches: a capture per state of the weight cache is part of what is compared, so it
        is on (the options configure one micro-batch, which would turn it off); the others run at
@@ -142,6 +145,65 @@ static void check(const cfg *c, const char *name)
     fr_graph_free(g);
 }
 
+/* A trainer at the default FP8RUN_CUDA_GRAPH (unset) with K micro-batches a step, under
+   FP8RUN_PROFILE=prof when not NULL: 3 steps, then its captures and replays and in-place params. */
+static void run_auto(const fr_graph *g, int k, const char *prof, long long *captures, long long *replays, int *inplace)
+{
+    unsetenv("FP8RUN_CUDA_GRAPH");
+    if (prof) setenv("FP8RUN_PROFILE", prof, 1);
+    fr_train_options o;
+    fr_train_options_default(&o);
+    o.batch = 2;
+    o.seq_len = 16;
+    o.precision = "fp8";
+    o.grad_accum = k;
+    o.device = "cuda";
+    o.attention = "fp8run";
+    fr_trainer *t = NULL;
+    fr_status st = fr_trainer_new(g, &o, &t);
+    unsetenv("FP8RUN_PROFILE");
+    FR_ASSERT_OK(st);
+    int64_t w[2 * 17 * 2];
+    for (int i = 0; i < 3; i++) {
+        for (int j = 0; j < 2 * 17 * k; j++) w[j] = (i * 31 + j * 7) % 256;
+        fr_train_stats s;
+        FR_ASSERT_OK(fr_trainer_step(t, w, k, &s));
+    }
+    fr_cuda_train_graph(t->be_state, NULL, 0, captures, replays);
+    fr_cuda_grad_inplace_info in;
+    fr_cuda_train_grad_inplace(t->be_state, &in);
+    *inplace = in.params;
+    fr_trainer_free(t);
+}
+
+static void test_auto(void)
+{
+    if (!gpu_available()) return;
+    fr_llama_config lc = {64, 2, 4, 2, 128, 256, 32, 11};
+    fr_graph *g = NULL;
+    FR_ASSERT_OK(fr_llama_generate(&lc, &g));
+    long long cap = -1, rep = -1;
+    int inplace = -1;
+    run_auto(g, 1, NULL, &cap, &rep, &inplace); /* one micro-batch: on */
+    CU_ASSERT_EQUAL(cap, 1);
+    CU_ASSERT_EQUAL(rep, 1);
+    run_auto(g, 2, NULL, &cap, &rep, &inplace); /* two: off, gradients in place */
+    CU_ASSERT_EQUAL(cap + rep, 0);
+    CU_ASSERT(inplace > 0);
+    run_auto(g, 1, "1", &cap, &rep, &inplace); /* profiling: off */
+    CU_ASSERT_EQUAL(cap + rep, 0);
+    setenv("FP8RUN_CUDA_GRAPH", "yes", 1);
+    fr_train_options o;
+    fr_train_options_default(&o);
+    o.device = "cuda";
+    fr_trainer *t = NULL;
+    CU_ASSERT_EQUAL(fr_trainer_new(g, &o, &t), FR_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "FP8RUN_CUDA_GRAPH=yes"));
+    unsetenv("FP8RUN_CUDA_GRAPH");
+    fr_trainer_free(t);
+    fr_graph_free(g);
+}
+
 static void test_delayed(void) { check(&(cfg){"fp8", "delayed", NULL, 1, 0}, "fp8 delayed"); }
 static void test_bf16(void) { check(&(cfg){"bf16", NULL, NULL, 1, 0}, "bf16"); }
 static void test_accum(void) { check(&(cfg){"fp8", "delayed", NULL, 2, 0}, "fp8 delayed, 2 micro-batches"); }
@@ -158,6 +220,7 @@ static CU_TestInfo tests[] = {
     {"fp8 delayed, recompute full: the same", test_recompute},
     {"fp8 current scaling: the same", test_current},
     {"LoRA fp8 delayed (frozen base as codes), dropout 0.1: the same", test_lora},
+    {"the default: on for one micro-batch, off for two and under the profiler; bad values named", test_auto},
 #endif
     CU_TEST_INFO_NULL,
 };

@@ -122,7 +122,7 @@ uses a build folder instead):
                       exporter's model on the CPU backend
 
 Recipes for single features (each is a test program plus a `versus`):
-  CUDA graph replay   tests cuda_graph;  versus 125m "" FP8RUN_CUDA_GRAPH=1
+  CUDA graph replay   tests cuda_graph;  versus 125m "" FP8RUN_CUDA_GRAPH=0
   GEMM levers         tests 'gemm|linear|matmul';  versus 1b "FP8RUN_GEMM_TUNE=0 --no-fp8-fast-accum"
                       "FP8RUN_GEMM_TUNE=0" "--no-fp8-fast-accum" ""
   fp8 quantization    tests 'linear|gemm|quantize';  profile 1b

@@ -180,7 +180,7 @@ void fr_cuda_graph_counts(const fr_cuda_graph *g, long long *captures, long long
 
 void fr_cuda_graph_note(const fr_cuda_graph *g, char *buf, size_t n)
 {
-    if (!g) snprintf(buf, n, "CUDA graph off (FP8RUN_CUDA_GRAPH=1 captures the step)");
+    if (!g) snprintf(buf, n, "CUDA graph off (FP8RUN_CUDA_GRAPH=1 captures the step also with micro-batches)");
     else if (g->off[0])
         snprintf(buf, n, "CUDA graph off: %s (%lld runs node by node)", g->off, g->n_plain);
     else

@@ -1,4 +1,5 @@
-/* A CUDA graph of an executor's run (FP8RUN_CUDA_GRAPH=1): the nodes' kernels of one
+/* A CUDA graph of an executor's run (FP8RUN_CUDA_GRAPH; the trainer's default turns it on for one
+ * micro-batch a step on one GPU: runtime/cuda/cuda_train.h): the nodes' kernels of one
  * run captured once from the stream and replayed with one cudaGraphLaunch, so the step's
  * thousands of short kernels go without the host's launch gaps.
  *

@@ -408,8 +408,9 @@ fr_status fr_cuda_train_new(fr_trainer *t, int device, fr_cuda_train **out)
     if (st == FR_OK && !t->opt.eval_only) st = build_params(t, d);
     if (st == FR_OK && !t->opt.eval_only) st = build_acc_chunks(t, d);
     if (st == FR_OK && !t->opt.eval_only) st = build_fp8(t, d);
-    const char *cg = fr_env_get(FR_ENV_CUDA_GRAPH); /* opt-in until measured (cuda_graph.h) */
-    if (st == FR_OK && d->ex && cg && strcmp(cg, "1") == 0)
+    int graph = 0;
+    if (st == FR_OK) st = fr_cuda_train_graph_wanted(&t->opt, &graph);
+    if (st == FR_OK && d->ex && graph)
         st = fr_cuda_exec_use_graph(d->ex, d->dist ? "data parallel (all-reduces are launched between nodes)" : NULL);
     if (st == FR_OK) st = dev_alloc(d, (void **)&d->d_loss_sum, sizeof(float));
     if (st == FR_OK) st = dev_alloc(d, (void **)&d->d_amax_bad, sizeof(int));

@@ -70,6 +70,10 @@ long long fr_cuda_train_weight_casts(const fr_cuda_train *d);
  * n_params entries) receives their gradients' value ids in t->g. From the graph and options
  * alone: the memory plan (runtime/train/train_memory.c) asks it too. */
 int fr_cuda_train_inplace_plan(const fr_trainer *t, unsigned char *param_on, int *vids);
+/* Whether the training step replays a CUDA graph (cuda_graph.h): FP8RUN_CUDA_GRAPH 1, 0, or
+ * auto (unset): on for one micro-batch a step on one GPU, not while FP8RUN_PROFILE times the
+ * nodes. An unknown value is an error naming it. */
+FR_NODISCARD fr_status fr_cuda_train_graph_wanted(const fr_train_options *o, int *on);
 /* What the trainer allocated for gradient accumulation, for tests. */
 typedef struct fr_cuda_grad_inplace_info {
     int params;         /* parameters accumulated in place */
@@ -79,7 +83,7 @@ typedef struct fr_cuda_grad_inplace_info {
     size_t arena_bytes; /* the training executor's arena */
 } fr_cuda_grad_inplace_info;
 void fr_cuda_train_grad_inplace(const fr_cuda_train *d, fr_cuda_grad_inplace_info *out);
-/* The training executor's CUDA graph (FP8RUN_CUDA_GRAPH=1, cuda_graph.h): its note into note
+/* The training executor's CUDA graph (fr_cuda_train_graph_wanted, cuda_graph.h): its note into note
  * (n bytes; may be NULL) and its runs captured and replayed so far (0 when off). */
 void fr_cuda_train_graph(const fr_cuda_train *d, char *note, size_t n, long long *captures, long long *replays);
 /* "NVIDIA H100 80GB HBM3 (compute capability 9.0)" */

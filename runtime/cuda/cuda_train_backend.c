@@ -49,9 +49,8 @@ static void cuda_attention(const fr_trainer *t, char *buf, size_t n)
 static void cuda_gemm(const fr_trainer *t, char *buf, size_t n)
 {
     fr_cuda_gemm_report(fr_cuda_train_ctx(dev_of(t)), buf, n);
-    const char *cg = fr_env_get(FR_ENV_CUDA_GRAPH); /* asked for: say what became of it (bench's gemm line) */
-    const size_t used = strlen(buf);
-    if (cg && cg[0] && used + 3 < n) {
+    const size_t used = strlen(buf); /* and what became of the CUDA graph (bench's gemm line) */
+    if (used + 3 < n) {
         snprintf(buf + used, n - used, "; ");
         fr_cuda_train_graph(dev_of(t), buf + used + 2, n - used - 2, NULL, NULL);
     }
