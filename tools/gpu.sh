@@ -77,8 +77,8 @@ uses a build folder instead):
                       overlap off, --shard-gradients; 200 steps 4 GPUs against 1 GPU
                       --grad-accum 4; resume of a 2-GPU checkpoint on 4 and 1 GPUs; memory plans
   big                 full-parameter training of the Llama-3-8B shape on one GPU (`fp8run bench
-                      llama:8b`, the model made in memory): BIG_SHAPE ("--batch 1 --seq 4096
-                      --grad-accum 4"), WARMUP (2) + STEPS (20) steps in fp8 with BIG_OPTS
+                      llama:8b`, the model made in memory): BIG_SHAPE ("--batch 2 --seq 4096
+                      --grad-accum 2": 773.7 TFLOP/s, 118 GiB; B1 x K4 744, 105 GiB), WARMUP (2) + STEPS (20) steps in fp8 with BIG_OPTS
                       ("--optimizer-state fp8"; when that fails, once more with BIG_FALLBACK added:
                       "--batch 4 --grad-accum 1 --recompute mlp --chunked-lm-head on"), then in
                       BIG_REF (bf16; "" skips it) with BIG_REF_OPTS added (B4 x K1, --recompute full,
@@ -546,13 +546,13 @@ m_big() {
     gpu_env big
     local m rc=0 t0=$SECONDS p f opts stem ref=${BIG_REF-bf16} files=() commit
     commit=${COMMIT:-$(cat .devpkg/COMMIT 2> /dev/null || echo unknown)}
-    # planned (extrapolated from 1-6 layers): about 126 GiB; the fallback (no accumulation buffer,
-    # the MLP recomputed) about 106 GiB, slower
+    # B2 x K2 planned 117 GiB on an H200 (2026-12-04); the fallback (no accumulation buffer, the
+    # MLP recomputed) about 106 GiB, slower
     local main=${BIG_OPTS---optimizer-state fp8} fallback=${BIG_FALLBACK---batch 4 --grad-accum 1 --recompute mlp --chunked-lm-head on}
     # the reference: the same windows per step as B4 x K1 (no accumulation buffer) and recomputed
     # blocks (the same bits), so that bf16 fits beside fp8's figure
     local ref_opts=${BIG_REF_OPTS---batch 4 --grad-accum 1 --recompute full --chunked-lm-head on}
-    export SHAPE=${BIG_SHAPE:---batch 1 --seq 4096 --grad-accum 4} WARMUP=${WARMUP:-2} STEPS=${STEPS:-20}
+    export SHAPE=${BIG_SHAPE:---batch 2 --seq 4096 --grad-accum 2} WARMUP=${WARMUP:-2} STEPS=${STEPS:-20}
     export BENCH_TIMEOUT=${BIG_TIMEOUT:-300}
     stem=h200_llama8b_$(echo "$SHAPE" | sed 's/--batch /b/; s/ *--seq /_t/; s/ *--grad-accum /_k/; s/ /_/g')
     # bench makes the model in memory (32 GB neither written nor read back); info needs the file
