@@ -15,6 +15,9 @@
 #include "runtime/train/train_backend.h"
 #include "runtime/train/train_internal.h"
 #include "runtime/train/train_memory.h"
+#ifdef FP8RUN_HAVE_CUDA
+#include "runtime/cuda/cuda_train.h"
+#endif
 
 static fr_graph *load_llama(void)
 {
@@ -167,10 +170,67 @@ static void test_gpu_weight_cache(void)
 #endif
 }
 
+/* The CUDA graph's default (FP8RUN_CUDA_GRAPH auto: runtime/cuda/cuda_train.h) and what it does to
+ * the GPU plan: with 2 micro-batches auto leaves the graph off, so the weight gradients still add
+ * up in place and the plan is FP8RUN_CUDA_GRAPH=0's; =1 turns that off (a capture fixes each GEMM's
+ * beta), which makes the plan larger; with one micro-batch auto turns the graph on (a run of one
+ * micro-batch accumulates nothing, so the plan is the same either way). An unknown value is an error naming it, in the plan as in the trainer. */
+static void test_gpu_graph_default(void)
+{
+#ifndef FP8RUN_HAVE_CUDA
+    printf(" (skipped: built without the CUDA backend)");
+#else
+    fr_graph *g = load_llama();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    fr_train_options o = base();
+    o.precision = o.fp8.precision = "fp8";
+    o.seq_len = 16;
+    o.grad_accum = 2;
+    fr_train_memory autom, off, on;
+    int want = -1;
+    unsetenv("FP8RUN_CUDA_GRAPH");
+    FR_ASSERT_OK(fr_cuda_train_graph_wanted(&o, &want));
+    CU_ASSERT_EQUAL(want, 0);
+    FR_ASSERT_OK(fr_train_predict_memory(g, &o, 1, &autom));
+    setenv("FP8RUN_CUDA_GRAPH", "0", 1);
+    FR_ASSERT_OK(fr_train_predict_memory(g, &o, 1, &off));
+    setenv("FP8RUN_CUDA_GRAPH", "1", 1);
+    FR_ASSERT_OK(fr_cuda_train_graph_wanted(&o, &want));
+    CU_ASSERT_EQUAL(want, 1);
+    FR_ASSERT_OK(fr_train_predict_memory(g, &o, 1, &on));
+    CU_ASSERT_EQUAL(autom.total, off.total);
+    CU_ASSERT_EQUAL(autom.grads, off.grads);
+    /* forced on: the accumulation buffer takes the bytes the held gradients took, and each
+       micro-batch's gradients are the arena's outputs besides, until the pass adds them: a larger
+       plan (at the 8B shape, B1 x K4, 120 GiB measured against 105) */
+    CU_ASSERT_EQUAL(on.grads, off.grads);
+    CU_ASSERT(on.total > off.total);
+    setenv("FP8RUN_CUDA_GRAPH", "yes", 1);
+    fr_train_memory bad;
+    CU_ASSERT_EQUAL(fr_train_predict_memory(g, &o, 1, &bad), FR_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), "FP8RUN_CUDA_GRAPH=yes"));
+    unsetenv("FP8RUN_CUDA_GRAPH");
+    o.grad_accum = 1;
+    FR_ASSERT_OK(fr_cuda_train_graph_wanted(&o, &want));
+    CU_ASSERT_EQUAL(want, 1);
+    o.world_size = 2; /* data parallel: off */
+    FR_ASSERT_OK(fr_cuda_train_graph_wanted(&o, &want));
+    CU_ASSERT_EQUAL(want, 0);
+    o.world_size = 0;
+    setenv("FP8RUN_PROFILE", "2", 1); /* the profiler times every node: off */
+    FR_ASSERT_OK(fr_cuda_train_graph_wanted(&o, &want));
+    unsetenv("FP8RUN_PROFILE");
+    CU_ASSERT_EQUAL(want, 0);
+    printf(" (K=2 plan: %zu B with the graph default or off, %zu B with it forced on)", off.total, on.total);
+    fr_graph_free(g);
+#endif
+}
+
 static CU_TestInfo tests[] = {
     {"prediction == what a CPU trainer allocates", test_prediction_equals_allocation},
     {"fp8run_model_predict_memory", test_public_call},
     {"GPU plan: the weight cache only where a run reuses it", test_gpu_weight_cache},
+    {"GPU plan: the CUDA graph's default keeps gradients in place with micro-batches", test_gpu_graph_default},
     CU_TEST_INFO_NULL,
 };
 

@@ -125,6 +125,9 @@ fr_status tr_memory_of(fr_trainer *t, int gpu, fr_train_memory *out)
         unsigned char *on = fr_calloc(np, 1, "memory plan");
         int *held = fr_malloc(np * sizeof *held, "memory plan");
         if (!on || !held) st = FR_ERR_OOM;
+        int graph = 0; /* a value the trainer would refuse: the plan refuses it too */
+        if (st == FR_OK) st = fr_cuda_train_graph_wanted(o, &graph);
+        (void)graph; /* what it changes here, fr_cuda_train_inplace_plan reads itself */
         const int n_held = st == FR_OK ? fr_cuda_train_inplace_plan(t, on, held) : 0;
         size_t acc = 0;
         for (int i = 0; i < t->n_params; i++) acc += on && on[i] ? 0 : (size_t)t->params[i].numel * sizeof(float);
