@@ -128,6 +128,17 @@ static void test_public_call(void)
     fp8run_model_destroy(m);
 }
 
+#ifdef FP8RUN_HAVE_CUDA
+/* the GPU plan tests' options: fp8, seq 16 */
+static fr_train_options gpu_fp8_base(void)
+{
+    fr_train_options o = base();
+    o.precision = o.fp8.precision = "fp8";
+    o.seq_len = 16;
+    return o;
+}
+#endif
+
 /* The GPU plan's weight cache (tr_weight_cache): with one micro-batch a step nothing keeps the
  * weights' fp8 codes between runs (each run follows a weight change: they are made in scratch),
  * which takes less memory in all, recomputation included; with two or FP8RUN_WEIGHT_CACHE=1
@@ -140,9 +151,7 @@ static void test_gpu_weight_cache(void)
 #else
     fr_graph *g = load_llama();
     CU_ASSERT_PTR_NOT_NULL_FATAL(g);
-    fr_train_options o = base();
-    o.precision = o.fp8.precision = "fp8";
-    o.seq_len = 16;
+    fr_train_options o = gpu_fp8_base();
     fr_train_memory one, two, forced, rec, none;
     unsetenv("FP8RUN_WEIGHT_CACHE");
     FR_ASSERT_OK(fr_train_predict_memory(g, &o, 1, &one));
@@ -182,9 +191,7 @@ static void test_gpu_graph_default(void)
 #else
     fr_graph *g = load_llama();
     CU_ASSERT_PTR_NOT_NULL_FATAL(g);
-    fr_train_options o = base();
-    o.precision = o.fp8.precision = "fp8";
-    o.seq_len = 16;
+    fr_train_options o = gpu_fp8_base();
     o.grad_accum = 2;
     fr_train_memory autom, off, on;
     int want = -1;
