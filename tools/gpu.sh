@@ -53,6 +53,9 @@ uses a build folder instead):
                       side in one table; PRECISION (fp8), WARMUP (2), STEPS (6)
   profile [SIZE [P]]  FP8RUN_PROFILE=2 (LEVEL) bench of SIZE (1b) in P (fp8): GPU time per op
                       against its ceiling
+  torchops [SIZE [P]] the compiled PyTorch baseline (TORCH_LLAMA) of SIZE (1b) in P (fp8) under
+                      torch.profiler: its GPU time a step by kind of kernel (tools/torch_op_times.py),
+                      to set beside profile's; about 90 s at 1B with the compile
   compare             compiled PyTorch (TORCH_LLAMA: path of the torch_llama.py baseline) then
                       `bench` (1B and 125M, bf16 and fp8) then `profile`, on the same GPU
   peers               bench/peers.json: for each of PEER_SIZES ("1b 125m"; one size per call keeps a
@@ -380,6 +383,16 @@ m_profile() { # [SIZE [PRECISION]]
     gpu_env profile
     PRECISION=${2:-fp8} WARMUP=1 STEPS=3 bench_as "profile_${1:-1b}_${2:-fp8}" "${1:-1b}" FP8RUN_PROFILE="${LEVEL:-2}"
     sed -n '/^GPU time per run by op/,/^  all ops/p' "$D/profile_${1:-1b}_${2:-fp8}.log" | cut -c1-150 | head -40
+}
+m_torchops() { # [SIZE [PRECISION]]
+    gpu_env torchops
+    local tl=${TORCH_LLAMA:?TORCH_LLAMA must name the PyTorch baseline script (torch_llama.py)} f
+    f="$D/torch_ops_${1:-1b}_${2:-fp8}"
+    timeout "${TORCH_TIMEOUT:-200}" python3 tools/torch_op_times.py --script "$tl" --preset "${1:-1b}" \
+        --precision "${2:-fp8}" --json "$f.json" > "$f.txt" 2>&1
+    local rc=$?
+    head -60 "$f.txt"
+    return $rc
 }
 m_compare() {
     gpu_env compare
@@ -761,7 +774,7 @@ mode=${1:-help}
 [ $# -gt 0 ] && shift
 case $mode in
     help | -h | --help) help ;;
-    debs | stamp | corpus | carry | abpatch | ab | build | bundle | exports | peers | tests | bench | versus | profile | compare | e2e | sft | determinism | dist | big | finetune | archs | archtable | baselines | hf | python | user)
+    debs | stamp | corpus | carry | abpatch | ab | build | bundle | exports | peers | tests | bench | versus | profile | torchops | compare | e2e | sft | determinism | dist | big | finetune | archs | archtable | baselines | hf | python | user)
         "m_$mode" "$@"
         rc=$?
         [ -n "${PACK:-}" ] && [ -d "$OUT/$mode" ] && tar -C "$OUT" -czf "$OUT/$mode.tgz" "$mode"
