@@ -15,6 +15,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -34,10 +35,20 @@ RULES = [  # (kind, words any of which in a GEMM-free kernel name puts it there)
 ]
 
 
+def fp8_gemm(n):
+    """cuBLASLt's nvjet kernels spell their types in letters after nvjet_[sm90_]: A, B, C, D, scale
+    (t bf16, s float32, q e4m3, r e5m2: qqtst is an e4m3 forward, qrsss a weight gradient with an
+    e5m2 dY and float32 out); other libraries name the formats."""
+    m = re.search(r"nvjet_(?:sm\d+_)?([a-z]+)_", n)
+    if m and len(m.group(1)) >= 2:
+        return m.group(1)[0] in "qr" or m.group(1)[1] in "qr"
+    return any(w in n for w in ("e4m3", "e5m2", "f8", "fp8"))
+
+
 def kind_of(name):
     n = name.lower()
     if any(w in n for w in GEMM):
-        return "GEMM fp8" if any(w in n for w in ("e4m3", "e5m2", "f8", "_qq", "fp8")) else "GEMM bf16"
+        return "GEMM fp8" if fp8_gemm(n) else "GEMM bf16"
     for kind, words in RULES:
         if any(w in n for w in words):
             return kind
