@@ -363,7 +363,9 @@ m_bench() {
         sfx=""
         [ "$a" = auto ] || sfx=_attn-$a
         # shellcheck disable=SC2086
-        PRECISION=$p WARMUP=${WARMUP:-1} STEPS=${STEPS:-4} bench_as "${gpu:-gpu}_llama${size}_$(shape $size | awk '{print "b" $2 "_t" $4}')_$p$sfx" \
+        # two warm-up steps: the second captures the CUDA graph (on by default), which a timed step
+        # would otherwise include
+        PRECISION=$p WARMUP=${WARMUP:-2} STEPS=${STEPS:-4} bench_as "${gpu:-gpu}_llama${size}_$(shape $size | awk '{print "b" $2 "_t" $4}')_$p$sfx" \
             "$size" --attention "$a" ${EXTRA:-}
     done; done; done
     $CMP bench "$D"/*.json --notes

@@ -46,7 +46,8 @@ void cli_bench_help(FILE *f)
             "\n"
             "options:\n"
             "  --device auto|cuda|cpu  (default auto)\n"
-            "  --warmup N              untimed steps first (default 3)\n"
+            "  --warmup N              untimed steps first (default 3; with the CUDA graph on, the\n"
+            "                          second step captures it: below 2 the timed steps include that)\n"
             "  --steps N               timed steps (default 10)\n"
             "  --sync                  wait for every step's result (as an API caller doing\n"
             "                          fp8run_session_train_step); default: steps queued ahead,\n"
@@ -318,6 +319,9 @@ int cli_bench(int argc, char **argv)
         printf("attention        %s\n", attn);
         const char *gemm = fp8run_session_gemm(t);
         printf("gemm             %s\n", gemm);
+        if (warmup < 2 && strstr(gemm, "CUDA graph:"))
+            fprintf(stderr, "bench: --warmup %lld: the timed steps include the CUDA graph's capture (the second step); "
+                            "--warmup 2 or more leaves it out\n", (long long)warmup);
         printf("parameters       %s (%s in matrix products)\n", cli_human_count(np, n1, sizeof n1),
                cli_human_count(n_mm, b1, sizeof b1));
         if (accum > 1)
