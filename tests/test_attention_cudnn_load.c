@@ -10,7 +10,8 @@
  *    sequences as variable-length sequences with ragged offsets, head dims 64, 128, 256, plain
  *    and deterministic backward) build: every tensor and operation descriptor finalizes, as does
  *    the operation graph where cuDNN allows that without a device, with the number of
- *    operations the pattern has;
+ *    operations the pattern has; likewise the FP8 graphs (forward and backward, plain and
+ *    causal, MHA and GQA), and what those do not take is refused;
  *  - the host reference of packed ids into cuDNN's sequences (fr_cudnn_ragged_reference): runs
  *    of equal ids per window (length-1 examples, a window that is one example, the padding
  *    run), int32 and int64 ids, ids shared by all windows, more sequences than slots.
@@ -265,6 +266,64 @@ static void test_graphs(void)
     dlclose(lib);
 }
 
+/* The FP8 graphs (E4M3 Q, K, V, O; E5M2 dO, dQ, dK, dV; per-tensor descales, scales and amaxes
+ * in device memory): forward and backward, plain and causal, MHA and GQA, the Llama 1B shape,
+ * with the operations cudnn-frontend's FP8 nodes make; what they do not take is refused first. */
+static void test_graphs_fp8(void)
+{
+    frdnn_api api;
+    size_t version = 0;
+    const char *where = NULL;
+    void *lib = open_real(&api, &version, &where);
+    if (!lib) {
+        printf("\n    SKIP: no cuDNN 9 at the default paths (%s)\n", fr_last_error());
+        return;
+    }
+    static const struct {
+        int64_t b, hq, hk, t, d;
+        int causal;
+    } cases[] = {{2, 4, 4, 64, 128, 0}, {2, 4, 2, 256, 128, 1}, {8, 16, 8, 2048, 128, 1}, {1, 8, 1, 130, 128, 1}};
+    int finalized_all = 1;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int backward = 0; backward < 2; backward++) {
+            fr_cudnn_sdpa p = problem(cases[i].b, cases[i].hq, cases[i].hk, cases[i].t, cases[i].t, cases[i].d,
+                                      cases[i].causal, 0, backward);
+            p.fp8 = 1;
+            int finalized = -1, n_ops = 0;
+            const fr_status st = fr_cudnn_sdpa_check_graph(&api, version, &p, &finalized, &n_ops);
+            if (version < 90100) { /* refused before any descriptor */
+                CU_ASSERT_EQUAL(st, FR_ERR_UNSUPPORTED);
+                continue;
+            }
+            if (st != FR_OK) fprintf(stderr, "\n    fp8 case %zu backward %d: %s\n", i, backward, fr_last_error());
+            FR_ASSERT_OK(st);
+            finalized_all &= finalized == 1;
+            /* forward: Q K^T, 3 scales, softmax (7), amax and scale of P, P V with 3 scales and
+               the amax (+4 causal); backward: the row sums (4), Q K^T and 3 scales, SUB, EXP,
+               P's codes, 2 transposes, dV (5), dO V^T (3 with scales), SUB, MUL, the softmax
+               scale, dS's amax and codes, K's view, dQ (5), dK (5) (+4 causal, +2 head sums) */
+            const int want =
+                backward ? 37 + 4 * cases[i].causal + 2 * (cases[i].hq != cases[i].hk) : 18 + 4 * cases[i].causal;
+            CU_ASSERT_EQUAL(n_ops, want);
+        }
+    if (version >= 90100)
+        printf("\n    FP8 graphs: operation graphs %s without a device\n",
+               finalized_all ? "all finalized" : "not all finalized");
+    fr_cudnn_sdpa p = problem(2, 4, 2, 64, 64, 64, 1, 0, 1);
+    p.fp8 = 1;
+    int finalized = 0, n_ops = 0;
+    CU_ASSERT_EQUAL(fr_cudnn_sdpa_check_graph(&api, version, &p, &finalized, &n_ops), FR_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(fr_last_error(), version < 90100 ? "9.1 or newer" : "128 only on Hopper"));
+    p.backward = 0, p.window = 16;
+    CU_ASSERT_EQUAL(fr_cudnn_sdpa_check_graph(&api, version, &p, &finalized, &n_ops), FR_ERR_UNSUPPORTED);
+    char why[256];
+    p.window = 0;
+    CU_ASSERT_EQUAL(fr_cudnn_sdpa_supported(&p, version, 8, why, sizeof why), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "compute capability 9.0"));
+    CU_ASSERT_EQUAL(fr_cudnn_sdpa_supported(&p, version, 9, why, sizeof why), version >= 90100);
+    dlclose(lib);
+}
+
 /* Packed ids of `windows` rows of T into sequences: the host reference of the device kernel. */
 static void test_ragged_reference(void)
 {
@@ -322,6 +381,7 @@ static CU_TestInfo tests[] = {
 #ifdef FP8RUN_HAVE_CUDA
     {"fr_cudnn_open: a missing file, a library that is not cuDNN", test_open},
     {"cuDNN SDPA graphs build and finalize without a device (where cuDNN is installed)", test_graphs},
+    {"cuDNN FP8 SDPA graphs build and finalize without a device (where cuDNN is installed)", test_graphs_fp8},
     {"packed ids into cuDNN's variable-length sequences (host reference)", test_ragged_reference},
 #endif
     CU_TEST_INFO_NULL,

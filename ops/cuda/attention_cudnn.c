@@ -12,7 +12,7 @@
 #include "ops/cuda/attention_cudnn_graph.h"
 #include "ops/cuda/attention_cudnn_status.h"
 
-#define MAX_IO 32      /* non-virtual tensors of a graph (26 at most today: ragged backward) */
+#define MAX_IO 32      /* non-virtual tensors of a graph (28 at most today: the FP8 backward) */
 #define VPACK_CACHE 64 /* variant packs kept per plan (one per node and executor at the shapes trained) */
 #define ALIGN 256
 
@@ -20,7 +20,7 @@ static size_t align_up(size_t v) { return (v + ALIGN - 1) / ALIGN * ALIGN; }
 
 size_t fr_cudnn_sdpa_aux_bytes(const fr_cudnn_sdpa *p)
 {
-    if (!p->backward) return 0;
+    if (!p->backward || p->fp8) return 0; /* the FP8 graph's row sums are virtual, dQ is written directly */
     /* ragged: token-major over the tokens the sequences lie in, not slots x longest */
     const size_t rows = (size_t)(p->ragged ? p->ragged : p->b * p->tq) * (size_t)p->hq;
     const size_t acc = p->deterministic ? 0 : align_up(rows * (size_t)p->d * sizeof(float));
@@ -83,8 +83,7 @@ static int same_problem(const fr_cudnn_sdpa *a, const fr_cudnn_sdpa *b)
     return a->b == b->b && a->hq == b->hq && a->hk == b->hk && a->tq == b->tq && a->tk == b->tk && a->d == b->d &&
            a->dv == b->dv && a->causal == b->causal && a->window == b->window && a->softcap == b->softcap &&
            a->padded == b->padded && a->segments == b->segments && a->ragged == b->ragged && a->half == b->half &&
-           a->backward == b->backward &&
-           a->deterministic == b->deterministic &&
+           a->backward == b->backward && a->fp8 == b->fp8 && a->deterministic == b->deterministic &&
            memcmp(a->sq, b->sq, sizeof a->sq) == 0 && memcmp(a->sk, b->sk, sizeof a->sk) == 0 &&
            memcmp(a->sv, b->sv, sizeof a->sv) == 0 && memcmp(a->so, b->so, sizeof a->so) == 0;
 }
@@ -250,7 +249,7 @@ fr_status fr_cudnn_sdpa_run(fr_cuda_ctx *c, const fr_cudnn_sdpa *problem, const 
     char *ws = (char *)io->workspace;
     const size_t rows = (size_t)(p->ragged ? p->ragged : p->b * p->tq) * (size_t)p->hq;
     const size_t acc_bytes = rows * (size_t)p->d * sizeof(float);
-    void *dq_acc = p->deterministic ? NULL : ws; /* deterministic: no accumulator */
+    void *dq_acc = p->deterministic || p->fp8 ? NULL : ws; /* deterministic, FP8: no accumulator */
     void *sum = p->backward ? ws + (p->deterministic ? 0 : align_up(acc_bytes)) : NULL;
     void *plan_ws = ws ? ws + fr_cudnn_sdpa_aux_bytes(p) : NULL;
     int64_t uid[MAX_IO];
@@ -284,7 +283,34 @@ fr_status fr_cudnn_sdpa_run(fr_cuda_ctx *c, const fr_cudnn_sdpa *problem, const 
         ARG(UID_OFF_STATS, io->off_stats);
         if (p->backward && !p->deterministic) ARG(UID_OFF_ACC, io->off_acc);
     }
-    if (p->backward) {
+    if (p->fp8) {
+        ARG(UID_DESCALE_Q, io->descale_q);
+        ARG(UID_DESCALE_K, io->descale_k);
+        ARG(UID_DESCALE_V, io->descale_v);
+        ARG(UID_DESCALE_S, io->descale_s);
+        ARG(UID_SCALE_S, io->scale_s);
+    }
+    if (p->fp8 && !p->backward) {
+        ARG(UID_SCALE_O, io->scale_o);
+        ARG(UID_AMAX_S, io->amax_s);
+        ARG(UID_AMAX_O, io->amax_o);
+    } else if (p->fp8) {
+        ARG(UID_DO, io->dout);
+        ARG(UID_DQ, io->dq);
+        ARG(UID_DK, io->dk);
+        ARG(UID_DV, io->dv);
+        ARG(UID_DESCALE_O, io->descale_o);
+        ARG(UID_DESCALE_DO, io->descale_do);
+        ARG(UID_DESCALE_DP, io->descale_dp);
+        ARG(UID_SCALE_DP, io->scale_dp);
+        ARG(UID_SCALE_DQ, io->scale_dq);
+        ARG(UID_SCALE_DK, io->scale_dk);
+        ARG(UID_SCALE_DV, io->scale_dv);
+        ARG(UID_AMAX_DP, io->amax_dp);
+        ARG(UID_AMAX_DQ, io->amax_dq);
+        ARG(UID_AMAX_DK, io->amax_dk);
+        ARG(UID_AMAX_DV, io->amax_dv);
+    } else if (p->backward) {
         ARG(UID_DO, io->dout);
         ARG(UID_DQ, io->dq);
         ARG(UID_DK, io->dk);

@@ -81,6 +81,13 @@ typedef struct fr_cudnn_sdpa_io {
     /* ragged: [b + 1] int64 element offsets of each sequence's first token in Q (and dQ), K (dK),
      * V (dV), O (dO), Stats (and the row sums), the dQ accumulator; 16-byte aligned */
     const int64_t *off_q, *off_k, *off_v, *off_o, *off_stats, *off_acc;
+    /* fp8 (fr_cudnn_sdpa.fp8): float32 scalars in device memory, 16-byte aligned: the inputs'
+     * descales (1 / the scale their codes were made with), the codes' scales of P, dS and the
+     * outputs, and the amaxes cuDNN writes (forward: descale q k v s, scale s o, amax s o;
+     * backward: descale q k v o do s dp, scale s dp dq dk dv, amax dp dq dk dv) */
+    const float *descale_q, *descale_k, *descale_v, *descale_o, *descale_do, *descale_s, *descale_dp;
+    const float *scale_s, *scale_o, *scale_dp, *scale_dq, *scale_dk, *scale_dv;
+    float *amax_s, *amax_o, *amax_dp, *amax_dq, *amax_dk, *amax_dv;
     float scale;
     void *workspace; /* 16-byte aligned, fr_cudnn_sdpa_prepare's bytes */
     size_t workspace_bytes;

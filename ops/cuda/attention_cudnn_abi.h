@@ -107,6 +107,8 @@ enum {
     FRDNN_DATA_BFLOAT16 = 9,
     FRDNN_DATA_INT64 = 10,
     FRDNN_DATA_BOOLEAN = 11,
+    FRDNN_DATA_FP8_E4M3 = 12,
+    FRDNN_DATA_FP8_E5M2 = 13,
 };
 
 /* cudnnPointwiseMode_t */
@@ -134,6 +136,7 @@ enum {
 enum {
     FRDNN_REDUCE_TENSOR_ADD = 0,
     FRDNN_REDUCE_TENSOR_MAX = 3,
+    FRDNN_REDUCE_TENSOR_AMAX = 4,
 };
 
 /* cudnnBackendNumericalNote_t (an engine's notes: --deterministic skips engines with this one) */

@@ -395,6 +395,24 @@ static frdnn_desc causal_window(gb *b, const fr_cudnn_sdpa *p, frdnn_desc x, con
     return x;
 }
 
+/* The softmax of scores x as a new tensor of type p_type, with its statistics written to
+ * stats: max, SUB, EXP, sum, LOG, ADD (Stats = max + log(sum exp(x - max))), then DIV. */
+static frdnn_desc softmax_stats(gb *b, frdnn_desc x, const shapes *s, frdnn_desc stats, int p_type)
+{
+    const int f32 = FRDNN_DATA_FLOAT;
+    frdnn_desc mx = vt(b, f32, &s->rows), xm = vt(b, f32, &s->scores), e = vt(b, f32, &s->scores);
+    op_reduce(b, FRDNN_REDUCE_TENSOR_MAX, x, mx);
+    pw(b, FRDNN_POINTWISE_SUB, x, mx, xm);
+    pw(b, FRDNN_POINTWISE_EXP, xm, NULL, e);
+    frdnn_desc sum = vt(b, f32, &s->rows), lg = vt(b, f32, &s->rows);
+    op_reduce(b, FRDNN_REDUCE_TENSOR_ADD, e, sum);
+    pw(b, FRDNN_POINTWISE_LOG, sum, NULL, lg);
+    pw(b, FRDNN_POINTWISE_ADD, mx, lg, stats);
+    frdnn_desc P = vt(b, p_type, &s->scores);
+    pw(b, FRDNN_POINTWISE_DIV, e, sum, P);
+    return P;
+}
+
 /* Forward: O = softmax(mask(softcap(scale Q K^T))) V and Stats = the rows' log-sum-exp. */
 static void graph_fwd(gb *b, const fr_cudnn_sdpa *p)
 {
@@ -417,18 +435,8 @@ static void graph_fwd(gb *b, const fr_cudnn_sdpa *p)
     if (p->padded) x = padding_mask(b, x, &s.scores, seq_q, seq_kv, neg_inf);
     if (p->segments) x = segment_mask(b, x, &s.scores, seg_q, seg_kv, neg_inf);
     x = causal_window(b, p, x, &s.scores, neg_inf);
-    /* softmax with its statistics: Stats = max + log(sum exp(x - max)) */
-    frdnn_desc mx = vt(b, f32, &s.rows), xm = vt(b, f32, &s.scores), e = vt(b, f32, &s.scores);
-    op_reduce(b, FRDNN_REDUCE_TENSOR_MAX, x, mx);
-    pw(b, FRDNN_POINTWISE_SUB, x, mx, xm);
-    pw(b, FRDNN_POINTWISE_EXP, xm, NULL, e);
-    frdnn_desc sum = vt(b, f32, &s.rows), lg = vt(b, f32, &s.rows);
-    op_reduce(b, FRDNN_REDUCE_TENSOR_ADD, e, sum);
-    pw(b, FRDNN_POINTWISE_LOG, sum, NULL, lg);
-    pw(b, FRDNN_POINTWISE_ADD, mx, lg, stats);
-    frdnn_desc P = vt(b, io, &s.scores); /* the second GEMM's A operand is in the I/O type */
-    pw(b, FRDNN_POINTWISE_DIV, e, sum, P);
-    op_matmul(b, P, V, O, seq_q, NULL, seq_kv);
+    /* the second GEMM's A operand is in the I/O type */
+    op_matmul(b, softmax_stats(b, x, &s, stats, io), V, O, seq_q, NULL, seq_kv);
 }
 
 /* d = dims of one of the gradients when K/V heads are shared: the GEMM gives per-query-head
@@ -525,15 +533,142 @@ static void graph_bwd(gb *b, const fr_cudnn_sdpa *p, int pad, size_t version)
     pw(b, FRDNN_POINTWISE_IDENTITY, dq_acc, NULL, dQ);
 }
 
+/* ---------------------------------------------------------------- FP8 ---- */
+
+/* A float32 [1, 1, 1, 1] in device memory: a descale, a scale or an amax. */
+static frdnn_desc dev1(gb *b, int64_t uid)
+{
+    const shp one = packed(1, 1, 1, 1);
+    return tensor(b, uid, FRDNN_DATA_FLOAT, &one, 0);
+}
+
+/* x k as a new float32 tensor of shape s. */
+static frdnn_desc times(gb *b, frdnn_desc x, frdnn_desc k, const shp *s)
+{
+    frdnn_desc y = vt(b, FRDNN_DATA_FLOAT, s);
+    pw(b, FRDNN_POINTWISE_MUL, x, k, y);
+    return y;
+}
+
+/* cudnn-frontend's FP8 matmul: r = da db (a b), the GEMM's [b, hq, ..] summed into c's K/V
+ * heads first where they are fewer (grouped); c = sc r in c's format and amax = max |r| (the
+ * amax is of the product before its scale). full: the GEMM's shape, cs: c's, packed. */
+static void matmul_fp8(gb *b, frdnn_desc a, frdnn_desc bm, const shp *full, const shp *cs, int grouped, frdnn_desc da,
+                       frdnn_desc db, frdnn_desc sc, frdnn_desc c, frdnn_desc amax)
+{
+    frdnn_desc x = vt(b, FRDNN_DATA_FLOAT, full);
+    op_matmul(b, a, bm, x, NULL, NULL, NULL);
+    if (grouped) {
+        frdnn_desc r = vt(b, FRDNN_DATA_FLOAT, cs);
+        op_reduce(b, FRDNN_REDUCE_TENSOR_ADD, x, r);
+        x = r;
+    }
+    frdnn_desc r = times(b, times(b, x, da, cs), db, cs);
+    pw(b, FRDNN_POINTWISE_MUL, r, sc, c);
+    op_reduce(b, FRDNN_REDUCE_TENSOR_AMAX, r, amax);
+}
+
+/* scale descale_q descale_k Q K^T, causal-masked where p is: the scores both FP8 graphs start
+ * from (the descales after the softmax scale, as cudnn-frontend orders them). */
+static frdnn_desc scores_fp8(gb *b, const fr_cudnn_sdpa *p, const shapes *s, frdnn_desc Q, frdnn_desc KT,
+                             frdnn_desc scale, frdnn_desc dq, frdnn_desc dk)
+{
+    frdnn_desc x = vt(b, FRDNN_DATA_FLOAT, &s->scores);
+    op_matmul(b, Q, KT, x, NULL, NULL, NULL);
+    x = times(b, times(b, times(b, x, scale, &s->scores), dq, &s->scores), dk, &s->scores);
+    return p->causal ? causal_mask(b, x, &s->scores, scalar(b, UID_NEG_INF, FRDNN_DATA_FLOAT)) : x;
+}
+
+/* Forward in FP8: P = softmax(scores) (Stats as in bf16), amax_s = max P, P in E4M3 by
+ * scale_s, O = descale_s descale_v P V in E4M3 by scale_o with amax_o. */
+static void graph_fwd_fp8(gb *b, const fr_cudnn_sdpa *p)
+{
+    const shapes s = shapes_of(p);
+    const int e4 = FRDNN_DATA_FP8_E4M3, f32 = FRDNN_DATA_FLOAT;
+    frdnn_desc Q = tensor(b, UID_Q, e4, &s.q, 0), KT = tensor(b, UID_K, e4, &s.kt, 0);
+    frdnn_desc V = tensor(b, UID_V, e4, &s.v, 0), O = tensor(b, UID_O, e4, &s.o, 0);
+    frdnn_desc stats = tensor(b, UID_STATS, f32, &s.stats, 0), scale = scalar(b, UID_SCALE, f32);
+    frdnn_desc x = scores_fp8(b, p, &s, Q, KT, scale, dev1(b, UID_DESCALE_Q), dev1(b, UID_DESCALE_K));
+    frdnn_desc P = softmax_stats(b, x, &s, stats, f32), P8 = vt(b, e4, &s.scores);
+    op_reduce(b, FRDNN_REDUCE_TENSOR_AMAX, P, dev1(b, UID_AMAX_S));
+    pw(b, FRDNN_POINTWISE_MUL, P, dev1(b, UID_SCALE_S), P8);
+    const shp o = packed(p->b, p->hq, p->tq, p->dv);
+    matmul_fp8(b, P8, V, &o, &o, 0, dev1(b, UID_DESCALE_S), dev1(b, UID_DESCALE_V), dev1(b, UID_SCALE_O), O,
+               dev1(b, UID_AMAX_O));
+}
+
+/* Backward in FP8 (cudnn-frontend's FP8 SDPA backward, per-tensor scales): E = exp(scores -
+ * Stats) and its E4M3 codes by scale_s; dV = P^T dO; dS = scale (dO V^T - descaled sum_d dO O) E
+ * in E5M2 by scale_dp (amax_dp); dQ = dS K, dK = dS^T Q; each gradient E5M2 with its amax. */
+static void graph_bwd_fp8(gb *b, const fr_cudnn_sdpa *p)
+{
+    const shapes s = shapes_of(p);
+    const int e4 = FRDNN_DATA_FP8_E4M3, e5 = FRDNN_DATA_FP8_E5M2, f32 = FRDNN_DATA_FLOAT;
+    const int64_t vt_st[4] = {p->sv[0], p->sv[1], p->sv[3], p->sv[2]};
+    const shp vts = shape(p->b, p->hk, p->dv, p->tk, vt_st), ks = shape(p->b, p->hk, p->tk, p->d, p->sk);
+    frdnn_desc Q = tensor(b, UID_Q, e4, &s.q, 0), KT = tensor(b, UID_K, e4, &s.kt, 0);
+    frdnn_desc VT = tensor(b, UID_V, e4, &vts, 0), O = tensor(b, UID_O, e4, &s.o, 0);
+    frdnn_desc stats = tensor(b, UID_STATS, f32, &s.stats, 0), dO = tensor(b, UID_DO, e5, &s.o, 0);
+    frdnn_desc dQ = tensor(b, UID_DQ, e5, &s.q, 0), dK = tensor(b, UID_DK, e5, &ks, 0);
+    frdnn_desc dV = tensor(b, UID_DV, e5, &s.v, 0), scale = scalar(b, UID_SCALE, f32);
+    frdnn_desc d_q = dev1(b, UID_DESCALE_Q), d_k = dev1(b, UID_DESCALE_K), d_do = dev1(b, UID_DESCALE_DO);
+    frdnn_desc d_dp = dev1(b, UID_DESCALE_DP);
+    const int grouped = p->hq != p->hk;
+
+    /* softmax_sum = descale_dO descale_O sum_d dO O */
+    const int64_t dd_st[4] = {p->hq * p->tq * p->dv, p->tq * p->dv, p->hq * p->dv, 1}; /* as the bf16 graph */
+    const shp dd_shape = shape(p->b, p->hq, p->tq, p->dv, dd_st);
+    frdnn_desc dd = vt(b, f32, &dd_shape), rsum = vt(b, f32, &s.rows);
+    pw(b, FRDNN_POINTWISE_MUL, dO, O, dd);
+    op_reduce(b, FRDNN_REDUCE_TENSOR_ADD, dd, rsum);
+    frdnn_desc sum = times(b, times(b, rsum, d_do, &s.rows), dev1(b, UID_DESCALE_O), &s.rows);
+
+    /* E = exp(scores - Stats); dV = descale_s descale_dO (scale_s E)^T dO */
+    frdnn_desc x = scores_fp8(b, p, &s, Q, KT, scale, d_q, d_k), xs = vt(b, f32, &s.scores);
+    frdnn_desc E = vt(b, f32, &s.scores), E8 = vt(b, e4, &s.scores);
+    pw(b, FRDNN_POINTWISE_SUB, x, stats, xs);
+    pw(b, FRDNN_POINTWISE_EXP, xs, NULL, E);
+    pw(b, FRDNN_POINTWISE_MUL, E, dev1(b, UID_SCALE_S), E8);
+    const int64_t tr_st[4] = {p->hq * p->tq * p->tk, p->tq * p->tk, 1, p->tk};
+    const shp tr = shape(p->b, p->hq, p->tk, p->tq, tr_st);
+    frdnn_desc ET = vt(b, e4, &tr);
+    op_reshape(b, E8, ET);
+    const shp fv = packed(p->b, p->hq, p->tk, p->dv), rv = packed(p->b, p->hk, p->tk, p->dv);
+    matmul_fp8(b, ET, dO, &fv, &rv, grouped, dev1(b, UID_DESCALE_S), d_do, dev1(b, UID_SCALE_DV), dV,
+               dev1(b, UID_AMAX_DV));
+
+    /* dS = scale (descale_dO descale_V dO V^T - softmax_sum) E, its E5M2 codes by scale_dp */
+    frdnn_desc dp = vt(b, f32, &s.scores), d1 = vt(b, f32, &s.scores), d2 = vt(b, f32, &s.scores);
+    op_matmul(b, dO, VT, dp, NULL, NULL, NULL);
+    dp = times(b, times(b, dp, d_do, &s.scores), dev1(b, UID_DESCALE_V), &s.scores);
+    pw(b, FRDNN_POINTWISE_SUB, dp, sum, d1);
+    pw(b, FRDNN_POINTWISE_MUL, d1, E, d2);
+    frdnn_desc dS = times(b, d2, scale, &s.scores), dS8 = vt(b, e5, &s.scores);
+    op_reduce(b, FRDNN_REDUCE_TENSOR_AMAX, dS, dev1(b, UID_AMAX_DP));
+    pw(b, FRDNN_POINTWISE_MUL, dS, dev1(b, UID_SCALE_DP), dS8);
+
+    /* dQ = descale_dp descale_k dS K; dK = descale_dp descale_q dS^T Q */
+    frdnn_desc K = tensor(b, b->next_uid++, e4, &ks, T_VIRTUAL);
+    op_reshape(b, KT, K);
+    const shp fq = packed(p->b, p->hq, p->tq, p->d);
+    matmul_fp8(b, dS8, K, &fq, &fq, 0, d_dp, d_k, dev1(b, UID_SCALE_DQ), dQ, dev1(b, UID_AMAX_DQ));
+    frdnn_desc dST = vt(b, e5, &tr);
+    op_reshape(b, dS8, dST);
+    const shp fk = packed(p->b, p->hq, p->tk, p->d), rk = packed(p->b, p->hk, p->tk, p->d);
+    matmul_fp8(b, dST, Q, &fk, &rk, grouped, d_dp, d_q, dev1(b, UID_SCALE_DK), dK, dev1(b, UID_AMAX_DK));
+}
+
 int fr_cudnn_needs_padding(const fr_cudnn_sdpa *p, size_t version)
 {
-    return p->backward && !p->padded && p->tk % 128 != 0 && version <= 91500;
+    return p->backward && !p->fp8 && !p->padded && p->tk % 128 != 0 && version <= 91500;
 }
 
 void fr_cudnn_graph(gb *b, const fr_cudnn_sdpa *p, size_t version)
 {
     b->next_uid = UID_VIRTUAL;
-    if (p->backward)
+    if (p->fp8)
+        p->backward ? graph_bwd_fp8(b, p) : graph_fwd_fp8(b, p);
+    else if (p->backward)
         graph_bwd(b, p, p->padded || fr_cudnn_needs_padding(p, version), version);
     else
         graph_fwd(b, p);
@@ -644,130 +779,3 @@ int fr_cudnn_find_plan(gb *b, frdnn_handle h, frdnn_desc og, int deterministic, 
     if (!b->failed) gb_fail_text(b, last);
     return -1;
 }
-
-/* ---------------------------------------------------------------- support ---- */
-
-/* The largest head dim cuDNN's flash engines take (cudnn-frontend's support surface): 256 on
- * Hopper from 9.0, on Ampere from 9.10, on Blackwell from 9.9; else 128. cc_major 0 (not
- * known): the version's best. */
-static int64_t max_head_dim(size_t version, int cc_major)
-{
-    if (version < 90000) return 128;
-    if (cc_major == 0 || cc_major == 9) return 256;
-    if (cc_major == 8) return version >= 91000 ? 256 : 128;
-    return version >= 90900 ? 256 : 128;
-}
-
-/* Versions that take the features (cudnn-frontend's checks and samples): the sliding window
- * (a left bound on the diagonal band) from 9.2, with the padding mask from 9.10.2; score
- * modifiers such as the softcap from 9.4, on Hopper or newer. */
-#define V_WINDOW 90200
-#define V_WINDOW_PADDED 91002
-#define V_SOFTCAP 90400
-#define V_SEGMENTS 90900 /* the document mask of cudnn-frontend's flexible-graph tests */
-/* Ragged offsets on Stats (token-major statistics), with grouped K/V heads, and on the
- * backward's row sums and dQ accumulator (cudnn-frontend's max_total_seq_len sizing): 9.6,
- * on Hopper or newer (older architectures only from 9.18.1). */
-#define V_RAGGED 90600
-
-/* Whether this version and GPU take variable-length (ragged) sequences. */
-static int ragged_ok(size_t version, int cc_major) { return version >= V_RAGGED && (cc_major == 0 || cc_major >= 9); }
-
-void fr_cudnn_sdpa_describe_support(size_t version, int cc_major, char *buf, size_t n)
-{
-    const int softcap = version >= V_SOFTCAP && (cc_major == 0 || cc_major >= 9);
-    snprintf(buf, n,
-             "head dims multiples of 8 up to %lld (D != Dv allowed), causal%s, key padding (seg_form padded)%s%s",
-             (long long)max_head_dim(version, cc_major), version >= V_WINDOW ? ", sliding window" : "",
-             softcap ? ", softcap" : "",
-             ragged_ok(version, cc_major) ? ", packed sequences (seg_form packed: each example a variable-length "
-                                            "sequence, head dims multiples of 16; the backward at head dims up to "
-                                            "128 with Q, K, V apart, not on the fused Q/K/V projection)"
-                                          : "");
-}
-
-int fr_cudnn_sdpa_supported(const fr_cudnn_sdpa *p, size_t version, int cc_major, char *why, size_t n)
-{
-#define NO(...)                             \
-    do {                                    \
-        snprintf(why, n, __VA_ARGS__);      \
-        return 0;                           \
-    } while (0)
-    if (version == 91000 || version == 91001)
-        NO("cuDNN 9.10.0 and 9.10.1 have known bugs in SDPA (cudnn-frontend refuses them); use 9.10.2 or newer");
-    if (cc_major && cc_major < 8) NO("cuDNN's fused flash attention needs compute capability 8.0 or newer");
-    if (p->b < 1 || p->hq < 1 || p->hk < 1 || p->tq < 1 || p->tk < 1 || p->d < 1 || p->dv < 1)
-        NO("an empty dimension");
-    if (p->hq % p->hk) NO("%lld query heads do not split into groups over %lld K/V heads", (long long)p->hq,
-                          (long long)p->hk);
-    const int64_t dmax = max_head_dim(version, cc_major);
-    if (p->d % 8 || p->dv % 8 || p->d > dmax || p->dv > dmax)
-        NO("head dims %lld, %lld: cuDNN %zu.%zu's flash attention takes multiples of 8 up to %lld here",
-           (long long)p->d, (long long)p->dv, version / 10000, version / 100 % 100, (long long)dmax);
-    if (p->causal && p->tq != p->tk) NO("a causal mask with Tq %lld != Tk %lld", (long long)p->tq, (long long)p->tk);
-    if (p->window < 0 || (p->window > 0 && !p->causal)) NO("a sliding window without the causal mask");
-    if (p->window > 0 && version < V_WINDOW) NO("a sliding window (cuDNN 9.2 or newer)");
-    if (p->window > 0 && p->padded && version < V_WINDOW_PADDED)
-        NO("a sliding window with key padding (cuDNN 9.10.2 or newer)");
-    /* Seen on an H200 with cuDNN 9.14: the backward graph with the document mask plans and
-     * runs, but its dQ, dK, dV are wrong (relative L2 0.9 to 3 against the reference) where the
-     * forward is right. Until a version is seen right, packed sequences train with cuDNN's
-     * forward and fp8run's backward (the LSE is the same). */
-    if (p->backward && p->segments)
-        NO("packed sequences in the backward (cuDNN 9.14's document-mask backward was seen wrong; the forward is right)");
-    if (p->segments && (p->padded || version < V_SEGMENTS))
-        NO("segment ids (a document mask: cuDNN 9.9 or newer, not with key lengths)");
-    if (p->ragged) {
-        if (!ragged_ok(version, cc_major))
-            NO("packed sequences as variable-length sequences (ragged offsets: cuDNN 9.6 or newer on compute "
-               "capability 9.0 or newer)");
-        if (!p->padded || p->segments || p->tq != p->tk)
-            NO("variable-length sequences without their lengths, with a document mask, or with Tq != Tk");
-        if (p->d % 16 || p->dv % 16)
-            NO("head dims %lld, %lld with packed sequences (cuDNN's variable-length sequences: multiples of 16)",
-               (long long)p->d, (long long)p->dv);
-        /* Seen on an H200 with cuDNN 9.14.0: the variable-length forward right in every case
-         * tried; the backward right at head dims 64 and 128 with Q, K, V (so dQ, dK, dV) each
-         * in its own token-major [tokens, heads, dim] buffer, but wrong at head dim 256
-         * (relative L2 0.6-0.7) and, on AttentionQKV's Q, K, V interleaved in one row of the
-         * projection, non-finite dX and then an illegal instruction. Those backwards run on
-         * fp8run's kernels, which read the forward's LSE as it is. */
-        if (p->backward && (p->d > 128 || p->dv > 128))
-            NO("packed sequences in the backward at head dims over 128 (cuDNN 9.14's variable-length backward "
-               "was seen wrong there; the forward is right)");
-        if (p->backward && (p->sq[2] != p->hq * p->d || p->sk[2] != p->hk * p->d || p->sv[2] != p->hk * p->dv))
-            NO("packed sequences in the backward with Q, K, V interleaved in one row (cuDNN 9.14's "
-               "variable-length backward was seen wrong there; the forward is right)");
-    }
-    if (p->softcap < 0) NO("a negative softcap");
-    if (p->softcap > 0 && (version < V_SOFTCAP || (cc_major && cc_major < 9)))
-        NO("softcap (a score modifier: cuDNN 9.4 or newer on compute capability 9.0 or newer)");
-    if (p->backward && p->tq == 1 && p->tk == 1) NO("one query and one key (cuDNN's backward refuses s_q = s_kv = 1)");
-    if (p->sq[3] != 1 || p->sk[3] != 1 || p->sv[3] != 1 || p->so[3] != 1)
-        NO("a head dim that is not contiguous (feature stride != 1)");
-    return 1;
-#undef NO
-}
-
-fr_status fr_cudnn_sdpa_check_graph(const frdnn_api *api, size_t version, const fr_cudnn_sdpa *p,
-                                    int *graph_finalized, int *n_ops)
-{
-    *graph_finalized = 0;
-    *n_ops = 0;
-    char text[512];
-    if (!fr_cudnn_sdpa_supported(p, version, 0, text, sizeof text))
-        return fr_error(FR_ERR_UNSUPPORTED, "cuDNN attention: %s", text);
-    gb b = {.api = api};
-    fr_cudnn_graph(&b, p, version);
-    *n_ops = b.n_ops;
-    if (b.failed) {
-        fr_status st = fr_error(FR_ERR_UNSUPPORTED, "cuDNN attention graph: %s", b.why);
-        fr_cudnn_gb_free(&b);
-        return st;
-    }
-    frdnn_desc og = fr_cudnn_op_graph(&b, NULL); /* without a handle: cuDNN may want a device for this */
-    *graph_finalized = og != NULL;
-    fr_cudnn_gb_free(&b);
-    return FR_OK;
-}
-

@@ -34,6 +34,29 @@ enum {
     UID_OFF_O,   /* of O and dO */
     UID_OFF_STATS, /* of Stats and the row sums */
     UID_OFF_ACC, /* of the float32 dQ accumulator */
+    /* FP8 (fr_cudnn_sdpa.fp8): float32 [1, 1, 1, 1] device tensors. Descales multiply a
+     * product of codes back to values (1 / the scale its codes were made with); scales make the
+     * codes of an output (P and dS inside, O, dQ, dK, dV out); amaxes are the outputs' and P's
+     * and dS's largest magnitudes before their scale, for the next step's scales. */
+    UID_DESCALE_Q,
+    UID_DESCALE_K,
+    UID_DESCALE_V,
+    UID_DESCALE_O,
+    UID_DESCALE_DO,
+    UID_DESCALE_S,
+    UID_DESCALE_DP,
+    UID_SCALE_S,
+    UID_SCALE_O,
+    UID_SCALE_DP,
+    UID_SCALE_DQ,
+    UID_SCALE_DK,
+    UID_SCALE_DV,
+    UID_AMAX_S,
+    UID_AMAX_O,
+    UID_AMAX_DP,
+    UID_AMAX_DQ,
+    UID_AMAX_DK,
+    UID_AMAX_DV,
     UID_VIRTUAL = 100, /* virtual tensors from here */
 };
 

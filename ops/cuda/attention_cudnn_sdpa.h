@@ -43,6 +43,13 @@ typedef struct fr_cudnn_sdpa {
      * accumulator [ragged, hq, d] (off_acc): cuDNN 9.6 or newer, Hopper or newer. */
     int64_t ragged;
     int half;                           /* I/O dtype: 0 bf16, 1 fp16 (computation in float32) */
+    /* FP8 I/O, cuDNN's FP8 SDPA (Hopper or newer, cuDNN 9.1 or newer): Q, K, V, O in E4M3, dO,
+     * dQ, dK, dV in E5M2 (half unused), each with a float32 descale, the outputs with a scale and
+     * an amax (graph UIDs UID_DESCALE_Q ..), the softmax P and the backward's dS quantized inside
+     * with their own. Plain or causal only; the backward at head dims 128 on Hopper (where
+     * cuDNN's FP8 backward also writes dQ, dK, dV only in FP8). The graphs are built and checked
+     * without a device (fr_cudnn_sdpa_check_graph); no node runs them yet. */
+    int fp8;
     int backward;
     /* Only engines without CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC, and the backward graph as
      * cudnn-frontend's set_deterministic_algorithm builds it on Hopper: dQ = dS K written
