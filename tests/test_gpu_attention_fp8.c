@@ -2,7 +2,7 @@
  * no node runs yet) on fresh random inputs, against a float64 reference computed from the very
  * values the codes stand for:
  *  - forward: Q, K, V as E4M3 codes (scales from their amaxes), O as E4M3 codes by a scale
- *    from the reference's amax (what delayed scaling converges to); Stats against the
+ *    from the reference's amax with 1.25x headroom (what delayed scaling with a margin gives); Stats against the
  *    reference's log-sum-exp within 1e-3 (the scores are exact products accumulated in
  *    float32), O decoded against the reference within 8% relative L2 (cuDNN quantizes P to
  *    E4M3 before P V and O has 3 mantissa bits: a few % expected), amax_s and amax_o within
@@ -32,6 +32,9 @@
 
 #define E4M3_MAX 448.0
 #define E5M2_MAX 57344.0
+/* the outputs' scales leave this much headroom over the reference's amax: cuDNN's results differ
+ * from it by their roundings, and a code past the format's largest is not a number */
+#define HEADROOM 1.25
 
 static fr_cuda_ctx *g_dnn;
 static int g_ready = -1;
@@ -230,7 +233,7 @@ static void run_case(fr_rng *rng, int64_t B, int64_t HQ, int64_t HK, int64_t T, 
     memset(&r, 0, sizeof r);
     ref_forward(&(fr_cudnn_sdpa){.b = B, .hq = HQ, .hk = HK, .tq = T, .tk = T, .d = D, .causal = causal}, Q, K, V,
                 scale, &r);
-    const double so = E4M3_MAX / amax_of(r.O, nq), ss = E4M3_MAX;
+    const double so = E4M3_MAX / (HEADROOM * amax_of(r.O, nq)), ss = E4M3_MAX;
 
     /* forward */
     fr_cudnn_sdpa pf = problem(B, HQ, HK, T, D, causal, 1, 0);
@@ -268,8 +271,8 @@ static void run_case(fr_rng *rng, int64_t B, int64_t HQ, int64_t HK, int64_t T, 
 
     /* backward: from the forward's O codes and Stats */
     ref_backward(&pf, Q, K, V, O, dO, scale, &r);
-    const double sdp = E5M2_MAX / r.amax_ds, sdq = E5M2_MAX / amax_of(r.dQ, nq), sdk = E5M2_MAX / amax_of(r.dK, nk),
-                 sdv = E5M2_MAX / amax_of(r.dV, nk);
+    const double sdp = E5M2_MAX / (HEADROOM * r.amax_ds), sdq = E5M2_MAX / (HEADROOM * amax_of(r.dQ, nq));
+    const double sdk = E5M2_MAX / (HEADROOM * amax_of(r.dK, nk)), sdv = E5M2_MAX / (HEADROOM * amax_of(r.dV, nk));
     fr_cudnn_sdpa pb = problem(B, HQ, HK, T, D, causal, 1, 1);
     fr_cudnn_sdpa_io bo = io;
     bo.dout = dev_put(cdo, (size_t)nq);
