@@ -215,6 +215,19 @@ static void expect_within(double got, double want, double tol, const char *name,
     if (e > tol) CU_FAIL("cuDNN FP8 attention outside its tolerance");
 }
 
+/* p planned (a refusal reported with cuDNN's reason), its workspace allocated into io, run and
+ * waited for. */
+static void run_sdpa(const fr_cudnn_sdpa *p, fr_cudnn_sdpa_io *io, const char *what)
+{
+    size_t ws = 0;
+    const fr_status st = fr_cudnn_sdpa_prepare(g_dnn, p, &ws);
+    if (st != FR_OK) fprintf(stderr, "\n    %s %s: %s\n", what, p->backward ? "backward" : "forward", fr_last_error());
+    FR_ASSERT_OK(st);
+    io->workspace = ws ? dev_put(NULL, ws) : NULL, io->workspace_bytes = ws;
+    FR_ASSERT_OK(fr_cudnn_sdpa_run(g_dnn, p, io));
+    CU_ASSERT_EQUAL_FATAL(cudaStreamSynchronize(g_dnn->stream), cudaSuccess);
+}
+
 /* One problem forward and backward on cuDNN's FP8 graphs against the float64 reference. */
 static void run_case(fr_rng *rng, int64_t B, int64_t HQ, int64_t HK, int64_t T, int64_t D, int causal)
 {
@@ -246,13 +259,7 @@ static void run_case(fr_rng *rng, int64_t B, int64_t HQ, int64_t HK, int64_t T, 
     float *s_s = dev_scalar(ss), *s_o = dev_scalar(so), *a_s = dev_scalar(0), *a_o = dev_scalar(0);
     io.descale_q = d_q, io.descale_k = d_k, io.descale_v = d_v, io.descale_s = d_s, io.scale_s = s_s, io.scale_o = s_o;
     io.amax_s = a_s, io.amax_o = a_o;
-    size_t ws = 0;
-    fr_status st = fr_cudnn_sdpa_prepare(g_dnn, &pf, &ws);
-    if (st != FR_OK) fprintf(stderr, "\n    %s forward: %s\n", what, fr_last_error());
-    FR_ASSERT_OK(st);
-    io.workspace = ws ? dev_put(NULL, ws) : NULL, io.workspace_bytes = ws;
-    FR_ASSERT_OK(fr_cudnn_sdpa_run(g_dnn, &pf, &io));
-    CU_ASSERT_EQUAL_FATAL(cudaStreamSynchronize(g_dnn->stream), cudaSuccess);
+    run_sdpa(&pf, &io, what);
     uint8_t *co = malloc((size_t)nq);
     float *lse = malloc((size_t)nrow * sizeof(float));
     double *O = malloc((size_t)nq * sizeof(double));
@@ -282,12 +289,7 @@ static void run_case(fr_rng *rng, int64_t B, int64_t HQ, int64_t HK, int64_t T, 
     float *a_dp = dev_scalar(0), *a_dq = dev_scalar(0), *a_dk = dev_scalar(0), *a_dv = dev_scalar(0);
     bo.descale_o = d_o, bo.descale_do = d_do, bo.descale_dp = d_dp, bo.scale_dp = s_dp, bo.scale_dq = s_dq;
     bo.scale_dk = s_dk, bo.scale_dv = s_dv, bo.amax_dp = a_dp, bo.amax_dq = a_dq, bo.amax_dk = a_dk, bo.amax_dv = a_dv;
-    st = fr_cudnn_sdpa_prepare(g_dnn, &pb, &ws);
-    if (st != FR_OK) fprintf(stderr, "\n    %s backward: %s\n", what, fr_last_error());
-    FR_ASSERT_OK(st);
-    bo.workspace = ws ? dev_put(NULL, ws) : NULL, bo.workspace_bytes = ws;
-    FR_ASSERT_OK(fr_cudnn_sdpa_run(g_dnn, &pb, &bo));
-    CU_ASSERT_EQUAL_FATAL(cudaStreamSynchronize(g_dnn->stream), cudaSuccess);
+    run_sdpa(&pb, &bo, what);
     uint8_t *cg = malloc((size_t)nq);
     double *G = malloc((size_t)nq * sizeof(double));
     CU_ASSERT_FATAL(cg && G);
