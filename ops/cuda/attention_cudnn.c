@@ -126,7 +126,8 @@ static fr_status build(struct fr_cudnn_state *s, const fr_cudnn_sdpa *p, sdpa_pl
 {
     const size_t version = fr_cudnn_version();
     pl->key = *p;
-    pl->neg_inf = version < 91000 ? -FLT_MAX : -INFINITY; /* older cuDNN wants the lowest finite float */
+    /* older cuDNN, and cudnn-frontend's FP8 graphs on any, want the lowest finite float */
+    pl->neg_inf = version < 91000 || p->fp8 ? -FLT_MAX : -INFINITY;
     pl->one = 1.0f;
     pl->softcap = p->softcap;
     pl->window = (float)p->window; /* cudnn-frontend's left bound is a float */
