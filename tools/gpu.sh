@@ -54,8 +54,9 @@ uses a build folder instead):
   profile [SIZE [P]]  FP8RUN_PROFILE=2 (LEVEL) bench of SIZE (1b) in P (fp8): GPU time per op
                       against its ceiling
   torchops [SIZE [P]] the compiled PyTorch baseline (TORCH_LLAMA) of SIZE (1b) in P (fp8) under
-                      torch.profiler: its GPU time a step by kind of kernel (tools/torch_op_times.py),
-                      to set beside profile's; about 90 s at 1B with the compile
+                      torch.profiler: its GPU time a step by kind of kernel (tools/torch_op_times.py);
+                      after `profile` of the same size, both steps kind by kind (tools/step_kinds.py);
+                      about 90 s at 1B with the compile
   compare             compiled PyTorch (TORCH_LLAMA: path of the torch_llama.py baseline) then
                       `bench` (1B and 125M, bf16 and fp8) then `profile`, on the same GPU
   peers               bench/peers.json: for each of PEER_SIZES ("1b 125m"; one size per call keeps a
@@ -394,8 +395,10 @@ m_torchops() { # [SIZE [PRECISION]]
     f="$D/torch_ops_${1:-1b}_${2:-fp8}"
     timeout "${TORCH_TIMEOUT:-200}" python3 tools/torch_op_times.py --script "$tl" --preset "${1:-1b}" \
         --precision "${2:-fp8}" --json "$f.json" > "$f.txt" 2>&1
-    local rc=$?
+    local rc=$? p="$OUT/profile/profile_${1:-1b}_${2:-fp8}.log"
     head -60 "$f.txt"
+    # beside fp8run's profile of the same size (tools/gpu.sh profile first, same call): kind by kind
+    [ $rc -eq 0 ] && [ -f "$p" ] && python3 tools/step_kinds.py "$p" "$f.json" | tee "$D/step_kinds_${1:-1b}_${2:-fp8}.md"
     return $rc
 }
 m_compare() {
