@@ -122,6 +122,19 @@ static void *open_real(frdnn_api *api, size_t *version, const char **where)
     return NULL;
 }
 
+/* open_real, saying which cuDNN it opened, or why the graphs are skipped (NULL). */
+static void *open_or_skip(frdnn_api *api, size_t *version)
+{
+    const char *where = NULL;
+    void *lib = open_real(api, version, &where);
+    if (!lib)
+        printf("\n    SKIP: no cuDNN 9 at the default paths (%s): the graphs are checked where one is\n",
+               fr_last_error());
+    else
+        printf("\n    cuDNN %zu from %s\n", *version, where);
+    return lib;
+}
+
 /* Packed strides of [b, h, t, d]. */
 static void packed(int64_t h, int64_t t, int64_t d, int64_t *s)
 {
@@ -146,14 +159,8 @@ static void test_graphs(void)
 {
     frdnn_api api;
     size_t version = 0;
-    const char *where = NULL;
-    void *lib = open_real(&api, &version, &where);
-    if (!lib) {
-        printf("\n    SKIP: no cuDNN 9 at the default paths (%s): the graphs are checked where one is\n",
-               fr_last_error());
-        return;
-    }
-    printf("\n    cuDNN %zu from %s\n", version, where);
+    void *lib = open_or_skip(&api, &version);
+    if (!lib) return;
     CU_ASSERT(version >= 90000 && version < 100000);
     static const struct {
         int64_t b, hq, hk, tq, tk, d, dv;
@@ -273,12 +280,8 @@ static void test_graphs_fp8(void)
 {
     frdnn_api api;
     size_t version = 0;
-    const char *where = NULL;
-    void *lib = open_real(&api, &version, &where);
-    if (!lib) {
-        printf("\n    SKIP: no cuDNN 9 at the default paths (%s)\n", fr_last_error());
-        return;
-    }
+    void *lib = open_or_skip(&api, &version);
+    if (!lib) return;
     static const struct {
         int64_t b, hq, hk, t, d;
         int causal;
