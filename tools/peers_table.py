@@ -12,12 +12,14 @@ torchao-tensorwise, torchao-rowwise), model (8b, 1b, 125m), tokens_per_s, peak_g
 device's peak seen, and fp8run_planned_gib its own allocation; PyTorch:
 torch.cuda.max_memory_allocated), model_tflops (the same model FLOPs for every system of a
 size: fp8run's flops_per_step over each one's step time), device and commit (fp8run's JSON's,
-else COMMIT). Only the sizes the folder holds files of get rows; a system whose file is missing
+else COMMIT); an fp8run row whose bench timed the CUDA graph's capture (warmed up one step)
+says so in "note". Only the sizes the folder holds files of get rows; a system whose file is missing
 or failed is a row with "error". The table goes
 to stderr with each system's ratio to the best PyTorch figure of its size."""
 import glob
 import json
 import os
+import re
 import sys
 
 from arch_table import load  # a JSON file, or {"error": ...} naming it
@@ -28,6 +30,16 @@ SIZES = ("8b", "1b", "125m")
 def fp8run_file(d, size, prec):
     hits = sorted(glob.glob(os.path.join(d, "*_llama%s_*_%s.json" % (size, prec))))
     return load(hits[0]) if hits else {"error": "no fp8run %s %s bench file in %s" % (size, prec, d)}
+
+
+def capture_timed(o):
+    """A note when fp8run's bench timed the CUDA graph's capture: warmed up fewer than two steps
+    (the first runs eagerly, the second captures) with the graph replayed; else None."""
+    m = re.search(r"CUDA graph: \d+ of \d+ runs replayed \((\d+) captures", o.get("gemm") or "")
+    if m and int(m.group(1)) > 0 and o.get("warmup", 2) < 2:
+        return ("warmed up %d step: the timed steps include the CUDA graph's capture (a steady step is "
+                "faster)" % o["warmup"])
+    return None
 
 
 def torchao_log_rows(path):
@@ -80,7 +92,8 @@ def main():
             o = ours[p]
             row("fp8run-" + p, o.get("tokens_per_s"), o.get("step_ms_median"),
                 o["device_memory_used_bytes"] / 2**30 if o.get("device_memory_used_bytes") else None, o.get("error"),
-                fp8run_planned_gib=round(o["memory_planned_bytes"] / 2**30, 2) if "memory_planned_bytes" in o else None)
+                fp8run_planned_gib=round(o["memory_planned_bytes"] / 2**30, 2) if "memory_planned_bytes" in o else None,
+                **({"note": capture_timed(o)} if capture_timed(o) else {}))
         for p in ("fp8", "bf16"):
             t = load(os.path.join(d, "torch_llama_%s_%s_compile.json" % (size, p)))
             row("torch-%s-compiled" % p, t.get("tokens_per_s"), t.get("step_ms"), t.get("peak_gib"), t.get("error"),
