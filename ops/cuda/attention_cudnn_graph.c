@@ -356,6 +356,8 @@ static int io_type(const fr_cudnn_sdpa *p) { return p->half ? FRDNN_DATA_HALF : 
 typedef struct shapes {
     shp q, kt, v, o, scores, rows, one;
     shp stats, acc; /* Stats (and the row sums) and the dQ accumulator, non-virtual */
+    shp vt, k;      /* the backward's views: V^T of V, K of K^T (dK's layout) */
+    shp tr;         /* the scores transposed, [b, hq, tk, tq]: P^T and dS^T */
 } shapes;
 
 static shapes shapes_of(const fr_cudnn_sdpa *p)
@@ -371,6 +373,9 @@ static shapes shapes_of(const fr_cudnn_sdpa *p)
     s.one = packed(1, 1, 1, 1);
     s.stats = s.rows;
     s.acc = packed(p->b, p->hq, p->tq, p->d);
+    s.vt = shape(p->b, p->hk, p->dv, p->tk, (const int64_t[4]){p->sv[0], p->sv[1], p->sv[3], p->sv[2]});
+    s.k = shape(p->b, p->hk, p->tk, p->d, p->sk);
+    s.tr = shape(p->b, p->hq, p->tk, p->tq, (const int64_t[4]){p->hq * p->tq * p->tk, p->tq * p->tk, 1, p->tk});
     if (p->ragged) { /* token-major, as each sequence's offsets address them */
         s.stats = shape(p->b, p->hq, p->tq, 1, (const int64_t[4]){p->hq * p->tq, 1, p->hq, 1});
         s.acc = shape(p->b, p->hq, p->tq, p->d, (const int64_t[4]){p->hq * p->tq * p->d, p->d, p->hq * p->d, 1});
@@ -454,19 +459,29 @@ static void grad_kv(gb *b, const fr_cudnn_sdpa *p, frdnn_desc a, frdnn_desc bm, 
     op_reduce(b, FRDNN_REDUCE_TENSOR_ADD, per_head, out);
 }
 
+/* sum_d dO O per row, [b, hq, tq, 1] float32: the start of both backwards (the product's strides
+ * as cudnn-frontend gives them). */
+static frdnn_desc row_sums(gb *b, const fr_cudnn_sdpa *p, const shapes *s, frdnn_desc dO, frdnn_desc O)
+{
+    const int64_t dd_st[4] = {p->hq * p->tq * p->dv, p->tq * p->dv, p->hq * p->dv, 1};
+    const shp dd_shape = shape(p->b, p->hq, p->tq, p->dv, dd_st);
+    frdnn_desc dd = vt(b, FRDNN_DATA_FLOAT, &dd_shape), rsum = vt(b, FRDNN_DATA_FLOAT, &s->rows);
+    pw(b, FRDNN_POINTWISE_MUL, dO, O, dd);
+    op_reduce(b, FRDNN_REDUCE_TENSOR_ADD, dd, rsum);
+    return rsum;
+}
+
 /* Backward from O, Stats and dO (cudnn-frontend's SDPA backward without dropout or bias). */
 static void graph_bwd(gb *b, const fr_cudnn_sdpa *p, int pad, size_t version)
 {
     const shapes s = shapes_of(p);
     const int io = io_type(p), f32 = FRDNN_DATA_FLOAT;
-    const int64_t vt_st[4] = {p->sv[0], p->sv[1], p->sv[3], p->sv[2]};
-    const shp vts = shape(p->b, p->hk, p->dv, p->tk, vt_st), ks = shape(p->b, p->hk, p->tk, p->d, p->sk);
     const ragged rg = ragged_of(b, p);
     frdnn_desc Q = tensor_rg(b, UID_Q, io, &s.q, 0, rg.q), KT = tensor_rg(b, UID_K, io, &s.kt, 0, rg.k);
-    frdnn_desc VT = tensor_rg(b, UID_V, io, &vts, 0, rg.v), O = tensor_rg(b, UID_O, io, &s.o, 0, rg.o);
+    frdnn_desc VT = tensor_rg(b, UID_V, io, &s.vt, 0, rg.v), O = tensor_rg(b, UID_O, io, &s.o, 0, rg.o);
     frdnn_desc stats = tensor_rg(b, UID_STATS, f32, &s.stats, 0, rg.stats);
     frdnn_desc dO = tensor_rg(b, UID_DO, io, &s.o, 0, rg.o);
-    frdnn_desc dQ = tensor_rg(b, UID_DQ, io, &s.q, 0, rg.q), dK = tensor_rg(b, UID_DK, io, &ks, 0, rg.k);
+    frdnn_desc dQ = tensor_rg(b, UID_DQ, io, &s.q, 0, rg.q), dK = tensor_rg(b, UID_DK, io, &s.k, 0, rg.k);
     frdnn_desc dV = tensor_rg(b, UID_DV, io, &s.v, 0, rg.v);
     frdnn_desc scale = scalar(b, UID_SCALE, f32), one = scalar(b, UID_ONE, f32);
     frdnn_desc neg_inf = p->causal || pad || p->segments ? scalar(b, UID_NEG_INF, f32) : NULL;
@@ -478,12 +493,7 @@ static void graph_bwd(gb *b, const fr_cudnn_sdpa *p, int pad, size_t version)
     if (p->softcap > 0) cap = scalar(b, UID_SOFTCAP, f32);
 
     /* softmax_sum = sum_d dO * O (times 1: the dropout scale the pattern expects) */
-    const int64_t dd_st[4] = {p->hq * p->tq * p->dv, p->tq * p->dv, p->hq * p->dv, 1}; /* as cudnn-frontend */
-    const shp dd_shape = shape(p->b, p->hq, p->tq, p->dv, dd_st);
-    frdnn_desc dd = vt(b, f32, &dd_shape), rsum = vt(b, f32, &s.rows);
-    pw(b, FRDNN_POINTWISE_MUL, dO, O, dd);
-    op_reduce(b, FRDNN_REDUCE_TENSOR_ADD, dd, rsum);
-    pw(b, FRDNN_POINTWISE_MUL, rsum, one, sum);
+    pw(b, FRDNN_POINTWISE_MUL, row_sums(b, p, &s, dO, O), one, sum);
 
     /* P = exp(scale Q K^T - Stats), masked */
     frdnn_desc qk = vt(b, f32, &s.scores), x = vt(b, f32, &s.scores);
@@ -501,9 +511,7 @@ static void graph_bwd(gb *b, const fr_cudnn_sdpa *p, int pad, size_t version)
     pw(b, FRDNN_POINTWISE_EXP, xs, NULL, P);
 
     /* dV = P^T dO */
-    const int64_t tr_st[4] = {p->hq * p->tq * p->tk, p->tq * p->tk, 1, p->tk};
-    const shp tr = shape(p->b, p->hq, p->tk, p->tq, tr_st);
-    frdnn_desc PT = vt(b, io, &tr);
+    frdnn_desc PT = vt(b, io, &s.tr);
     op_reshape(b, P, PT);
     grad_kv(b, p, PT, dO, dV, p->dv, seq_q, seq_kv);
 
@@ -517,12 +525,12 @@ static void graph_bwd(gb *b, const fr_cudnn_sdpa *p, int pad, size_t version)
     pw(b, FRDNN_POINTWISE_MUL, d2, scale, dS);
 
     /* dK = dS^T Q */
-    frdnn_desc dST = vt(b, io, &tr);
+    frdnn_desc dST = vt(b, io, &s.tr);
     op_reshape(b, dS, dST);
     grad_kv(b, p, dST, Q, dK, p->d, seq_q, seq_kv);
 
     /* dQ = dS K: through the float32 accumulator, or (deterministic) written directly */
-    frdnn_desc K = tensor_rg(b, b->next_uid++, f32, &ks, T_VIRTUAL, rg.k); /* K's offsets, as K's view */
+    frdnn_desc K = tensor_rg(b, b->next_uid++, f32, &s.k, T_VIRTUAL, rg.k); /* K's offsets, as K's view */
     op_reshape(b, KT, K);
     if (p->deterministic) {
         op_matmul(b, dS, K, dQ, seq_q, NULL, seq_kv);
@@ -559,9 +567,9 @@ static void matmul_fp8(gb *b, frdnn_desc a, frdnn_desc bm, const shp *full, cons
     frdnn_desc x = vt(b, FRDNN_DATA_FLOAT, full);
     op_matmul(b, a, bm, x, NULL, NULL, NULL);
     if (grouped) {
-        frdnn_desc r = vt(b, FRDNN_DATA_FLOAT, cs);
-        op_reduce(b, FRDNN_REDUCE_TENSOR_ADD, x, r);
-        x = r;
+        frdnn_desc heads = vt(b, FRDNN_DATA_FLOAT, cs);
+        op_reduce(b, FRDNN_REDUCE_TENSOR_ADD, x, heads);
+        x = heads;
     }
     frdnn_desc r = times(b, times(b, x, da, cs), db, cs);
     pw(b, FRDNN_POINTWISE_MUL, r, sc, c);
@@ -604,24 +612,17 @@ static void graph_bwd_fp8(gb *b, const fr_cudnn_sdpa *p)
 {
     const shapes s = shapes_of(p);
     const int e4 = FRDNN_DATA_FP8_E4M3, e5 = FRDNN_DATA_FP8_E5M2, f32 = FRDNN_DATA_FLOAT;
-    const int64_t vt_st[4] = {p->sv[0], p->sv[1], p->sv[3], p->sv[2]};
-    const shp vts = shape(p->b, p->hk, p->dv, p->tk, vt_st), ks = shape(p->b, p->hk, p->tk, p->d, p->sk);
     frdnn_desc Q = tensor(b, UID_Q, e4, &s.q, 0), KT = tensor(b, UID_K, e4, &s.kt, 0);
-    frdnn_desc VT = tensor(b, UID_V, e4, &vts, 0), O = tensor(b, UID_O, e4, &s.o, 0);
+    frdnn_desc VT = tensor(b, UID_V, e4, &s.vt, 0), O = tensor(b, UID_O, e4, &s.o, 0);
     frdnn_desc stats = tensor(b, UID_STATS, f32, &s.stats, 0), dO = tensor(b, UID_DO, e5, &s.o, 0);
-    frdnn_desc dQ = tensor(b, UID_DQ, e5, &s.q, 0), dK = tensor(b, UID_DK, e5, &ks, 0);
+    frdnn_desc dQ = tensor(b, UID_DQ, e5, &s.q, 0), dK = tensor(b, UID_DK, e5, &s.k, 0);
     frdnn_desc dV = tensor(b, UID_DV, e5, &s.v, 0), scale = scalar(b, UID_SCALE, f32);
     frdnn_desc d_q = dev1(b, UID_DESCALE_Q), d_k = dev1(b, UID_DESCALE_K), d_do = dev1(b, UID_DESCALE_DO);
     frdnn_desc d_dp = dev1(b, UID_DESCALE_DP);
     const int grouped = p->hq != p->hk;
 
     /* softmax_sum = descale_dO descale_O sum_d dO O */
-    const int64_t dd_st[4] = {p->hq * p->tq * p->dv, p->tq * p->dv, p->hq * p->dv, 1}; /* as the bf16 graph */
-    const shp dd_shape = shape(p->b, p->hq, p->tq, p->dv, dd_st);
-    frdnn_desc dd = vt(b, f32, &dd_shape), rsum = vt(b, f32, &s.rows);
-    pw(b, FRDNN_POINTWISE_MUL, dO, O, dd);
-    op_reduce(b, FRDNN_REDUCE_TENSOR_ADD, dd, rsum);
-    frdnn_desc sum = times(b, times(b, rsum, d_do, &s.rows), dev1(b, UID_DESCALE_O), &s.rows);
+    frdnn_desc sum = times(b, times(b, row_sums(b, p, &s, dO, O), d_do, &s.rows), dev1(b, UID_DESCALE_O), &s.rows);
 
     /* E = exp(scores - Stats); dV = descale_s descale_dO (scale_s E)^T dO */
     frdnn_desc x = scores_fp8(b, p, &s, Q, KT, scale, d_q, d_k), xs = vt(b, f32, &s.scores);
@@ -629,9 +630,7 @@ static void graph_bwd_fp8(gb *b, const fr_cudnn_sdpa *p)
     pw(b, FRDNN_POINTWISE_SUB, x, stats, xs);
     pw(b, FRDNN_POINTWISE_EXP, xs, NULL, E);
     pw(b, FRDNN_POINTWISE_MUL, E, dev1(b, UID_SCALE_S), E8);
-    const int64_t tr_st[4] = {p->hq * p->tq * p->tk, p->tq * p->tk, 1, p->tk};
-    const shp tr = shape(p->b, p->hq, p->tk, p->tq, tr_st);
-    frdnn_desc ET = vt(b, e4, &tr);
+    frdnn_desc ET = vt(b, e4, &s.tr);
     op_reshape(b, E8, ET);
     const shp fv = packed(p->b, p->hq, p->tk, p->dv), rv = packed(p->b, p->hk, p->tk, p->dv);
     matmul_fp8(b, ET, dO, &fv, &rv, grouped, dev1(b, UID_DESCALE_S), d_do, dev1(b, UID_SCALE_DV), dV,
@@ -648,11 +647,11 @@ static void graph_bwd_fp8(gb *b, const fr_cudnn_sdpa *p)
     pw(b, FRDNN_POINTWISE_MUL, dS, dev1(b, UID_SCALE_DP), dS8);
 
     /* dQ = descale_dp descale_k dS K; dK = descale_dp descale_q dS^T Q */
-    frdnn_desc K = tensor(b, b->next_uid++, e4, &ks, T_VIRTUAL);
+    frdnn_desc K = tensor(b, b->next_uid++, e4, &s.k, T_VIRTUAL);
     op_reshape(b, KT, K);
     const shp fq = packed(p->b, p->hq, p->tq, p->d);
     matmul_fp8(b, dS8, K, &fq, &fq, 0, d_dp, d_k, dev1(b, UID_SCALE_DQ), dQ, dev1(b, UID_AMAX_DQ));
-    frdnn_desc dST = vt(b, e5, &tr);
+    frdnn_desc dST = vt(b, e5, &s.tr);
     op_reshape(b, dS8, dST);
     const shp fk = packed(p->b, p->hq, p->tk, p->d), rk = packed(p->b, p->hk, p->tk, p->d);
     matmul_fp8(b, dST, Q, &fk, &rk, grouped, d_dp, d_q, dev1(b, UID_SCALE_DK), dK, dev1(b, UID_AMAX_DK));
