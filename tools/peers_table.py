@@ -90,10 +90,11 @@ def main():
 
         for p in ("fp8", "bf16"):
             o = ours[p]
+            note = capture_timed(o)
             row("fp8run-" + p, o.get("tokens_per_s"), o.get("step_ms_median"),
                 o["device_memory_used_bytes"] / 2**30 if o.get("device_memory_used_bytes") else None, o.get("error"),
                 fp8run_planned_gib=round(o["memory_planned_bytes"] / 2**30, 2) if "memory_planned_bytes" in o else None,
-                **({"note": capture_timed(o)} if capture_timed(o) else {}))
+                **({"note": note} if note else {}))
         for p in ("fp8", "bf16"):
             t = load(os.path.join(d, "torch_llama_%s_%s_compile.json" % (size, p)))
             row("torch-%s-compiled" % p, t.get("tokens_per_s"), t.get("step_ms"), t.get("peak_gib"), t.get("error"),
