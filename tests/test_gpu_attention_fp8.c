@@ -1,12 +1,12 @@
-/* cuDNN's FP8 SDPA (fr_cudnn_sdpa.fp8, the graphs of ops/cuda/attention_cudnn_graph.c, which
- * no node runs yet) on fresh random inputs, against a float64 reference computed from the very
- * values the codes stand for:
+/* cuDNN's FP8 SDPA (fr_cudnn_sdpa.fp8, the graphs of ops/cuda/attention_cudnn_graph.c, which no
+ * node runs: docs/DESIGN.md says why) on fresh random inputs, against a float64 reference
+ * computed from the very values the codes stand for:
  *  - forward: Q, K, V as E4M3 codes (scales from their amaxes), O as E4M3 codes by a scale
  *    from the reference's amax with 1.25x headroom (what delayed scaling with a margin gives); Stats against the
  *    reference's log-sum-exp within 1e-3 (the scores are exact products accumulated in
  *    float32), O decoded against the reference within 8% relative L2 (cuDNN quantizes P to
  *    E4M3 before P V and O has 3 mantissa bits: a few % expected), amax_s and amax_o within
- *    10% of the reference's max P and max |O|;
+ *    10% of the reference's max P (amax_s capped at 1: see run_case) and max |O|;
  *  - backward from those O codes and Stats with dO as E5M2 codes: dQ, dK, dV decoded against
  *    the reference (which reads O as decoded) within 15% relative L2 (E5M2 outputs and dS carry
  *    2 mantissa bits), amax_dp, amax_dq, amax_dk, amax_dv within 15%.
@@ -14,8 +14,9 @@
  * tolerances separate. Shapes: MHA and GQA, causal and not, head dim 128 (cuDNN's FP8 backward
  * takes only 128 on Hopper), T 64..256 and the Llama 1B's heads.
  * FR_ATTN_BENCH=1 adds timings (CUDA events) of the FP8 and bf16 graphs at the 1B attention
- * (B8, H16, KV8, T2048, D128, causal): TFLOP/s of the causal pairs (forward 4 B H T^2 D / 2,
- * backward 2.5 x).
+ * (B8, H16, KV8, T2048, D128, causal) and the 8B's (B2, H32, KV8, T4096), and whether cuDNN
+ * takes the FP8 graphs with bf16 O and gradients: TFLOP/s of the causal pairs (forward
+ * 4 B H T^2 D / 2, backward 2.5 x).
  * Skips, saying why, without a GPU, without a loadable cuDNN 9 or below compute capability 9. */
 #include <math.h>
 #include <stdio.h>
@@ -273,7 +274,9 @@ static void run_case(fr_rng *rng, int64_t B, int64_t HQ, int64_t HK, int64_t T, 
     printf("      forward: O relative L2 %.4f (tolerance 0.08), Stats max error %.2g (1e-3)\n", o_err, lse_err);
     CU_ASSERT(o_err <= 0.08);
     CU_ASSERT(lse_err <= 1e-3);
-    expect_within(get_scalar(a_s), pmax, 0.10, "amax_s", "forward");
+    /* P <= 1 by construction, but cuDNN's amax_s also counts a last partial tile's padded rows
+       (seen: 1.75 at T 130): a user of it takes min(amax_s, 1), and so does this check */
+    expect_within(fmin(get_scalar(a_s), 1.0), pmax, 0.10, "amax_s", "forward");
     expect_within(get_scalar(a_o), amax_of(r.O, nq), 0.10, "amax_o", "forward");
 
     /* backward: from the forward's O codes and Stats */
@@ -339,7 +342,7 @@ static double time_sdpa(const fr_cudnn_sdpa *p, int reps)
         printf("      refused: %s\n", fr_last_error());
         return -1;
     }
-    const size_t n = (size_t)(p->b * p->hq * p->tq * p->d) * (p->fp8 ? 1 : 2);
+    const size_t n = (size_t)(p->b * p->hq * p->tq * p->d) * (p->fp8 && !p->fp8_bf16_io ? 1 : 2);
     fr_cudnn_sdpa_io io;
     memset(&io, 0, sizeof io);
     void *bufs[9];
@@ -373,20 +376,27 @@ static double time_sdpa(const fr_cudnn_sdpa *p, int reps)
     return ms / reps;
 }
 
+static void bench_shape(int64_t B, int64_t H, int64_t KV, int64_t T, int64_t D)
+{
+    const double pairs = (double)B * H * T * (T + 1) / 2, fwd = 4 * pairs * D;
+    printf("\n    cuDNN SDPA at B%lld H%lld KV%lld T%lld D%lld causal (TFLOP/s of the causal pairs)\n", (long long)B,
+           (long long)H, (long long)KV, (long long)T, (long long)D);
+    static const char *const names[3] = {"bf16", "fp8", "fp8, bf16 O and dQ, dK, dV"};
+    for (int v = 0; v < 3; v++) {
+        fr_cudnn_sdpa f = problem(B, H, KV, T, D, 1, v > 0, 0), g = problem(B, H, KV, T, D, 1, v > 0, 1);
+        f.fp8_bf16_io = g.fp8_bf16_io = v == 2;
+        const double fm = time_sdpa(&f, 10), bm = time_sdpa(&g, 10);
+        printf("      %s: forward %.3f ms (%.0f TFLOP/s), backward %.3f ms (%.0f TFLOP/s)\n", names[v], fm,
+               fm > 0 ? fwd / fm / 1e9 : 0.0, bm, bm > 0 ? 2.5 * fwd / bm / 1e9 : 0.0);
+    }
+}
+
 static void test_bench(void)
 {
     const char *b = getenv("FR_ATTN_BENCH");
     if (!b || strcmp(b, "1") != 0 || !fp8_available()) return;
-    const int64_t B = 8, H = 16, KV = 8, T = 2048, D = 128;
-    const double pairs = (double)B * H * T * (T + 1) / 2, fwd = 4 * pairs * D;
-    printf("\n    cuDNN SDPA at B%lld H%lld KV%lld T%lld D%lld causal (TFLOP/s of the causal pairs)\n", (long long)B,
-           (long long)H, (long long)KV, (long long)T, (long long)D);
-    for (int fp8 = 0; fp8 < 2; fp8++) {
-        fr_cudnn_sdpa f = problem(B, H, KV, T, D, 1, fp8, 0), g = problem(B, H, KV, T, D, 1, fp8, 1);
-        const double fm = time_sdpa(&f, 10), bm = time_sdpa(&g, 10);
-        printf("      %s: forward %.3f ms (%.0f TFLOP/s), backward %.3f ms (%.0f TFLOP/s)\n", fp8 ? "fp8 " : "bf16", fm,
-               fm > 0 ? fwd / fm / 1e9 : 0.0, bm, bm > 0 ? 2.5 * fwd / bm / 1e9 : 0.0);
-    }
+    bench_shape(8, 16, 8, 2048, 128); /* the Llama 1B's attention at its bench shape */
+    bench_shape(2, 32, 8, 4096, 128); /* the Llama-3-8B shape's at B2 x T4096 */
 }
 #else
 static void test_against_reference(void) { printf("SKIP: built without the CUDA backend\n"); }

@@ -135,7 +135,8 @@ Recipes for single features (each is a test program plus a `versus`):
   attention I/O       tests attention;  versus 1b "--attention cudnn" "--attention cudnn
                       --no-fuse-attention-io" "--attention fp8run" "--attention fp8run --no-fuse-attention-io"
   FP8 attention       FR_ATTN_BENCH=1 tests attention_fp8 (cuDNN's FP8 SDPA against float64, then its
-                      times against bf16 at the 1B attention; no node runs it yet)
+                      times against bf16 at the 1B and 8B attention; no node runs it: its backward
+                      was slower than bf16's on an H200, docs/DESIGN.md)
   LoRA on FP8 codes   tests lora_codes;  versus 8b "FP8RUN_MEMORY_CHECK=0 --lora-rank 16 --lora-targets proj"
                       "FP8RUN_MEMORY_CHECK=0 FP8RUN_LORA_KEEP_BASE=1 --lora-rank 16 --lora-targets proj"
 PACK=1 also writes $OUT/MODE.tgz (the device tool brings few files back). PACK_TO=DIR (the device

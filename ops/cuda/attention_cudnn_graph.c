@@ -594,7 +594,8 @@ static void graph_fwd_fp8(gb *b, const fr_cudnn_sdpa *p)
     const shapes s = shapes_of(p);
     const int e4 = FRDNN_DATA_FP8_E4M3, f32 = FRDNN_DATA_FLOAT;
     frdnn_desc Q = tensor(b, UID_Q, e4, &s.q, 0), KT = tensor(b, UID_K, e4, &s.kt, 0);
-    frdnn_desc V = tensor(b, UID_V, e4, &s.v, 0), O = tensor(b, UID_O, e4, &s.o, 0);
+    const int ot = p->fp8_bf16_io ? FRDNN_DATA_BFLOAT16 : e4;
+    frdnn_desc V = tensor(b, UID_V, e4, &s.v, 0), O = tensor(b, UID_O, ot, &s.o, 0);
     frdnn_desc stats = tensor(b, UID_STATS, f32, &s.stats, 0), scale = scalar(b, UID_SCALE, f32);
     frdnn_desc x = scores_fp8(b, p, &s, Q, KT, scale, dev1(b, UID_DESCALE_Q), dev1(b, UID_DESCALE_K));
     frdnn_desc P = softmax_stats(b, x, &s, stats, f32), P8 = vt(b, e4, &s.scores);
@@ -613,10 +614,11 @@ static void graph_bwd_fp8(gb *b, const fr_cudnn_sdpa *p)
     const shapes s = shapes_of(p);
     const int e4 = FRDNN_DATA_FP8_E4M3, e5 = FRDNN_DATA_FP8_E5M2, f32 = FRDNN_DATA_FLOAT;
     frdnn_desc Q = tensor(b, UID_Q, e4, &s.q, 0), KT = tensor(b, UID_K, e4, &s.kt, 0);
-    frdnn_desc VT = tensor(b, UID_V, e4, &s.vt, 0), O = tensor(b, UID_O, e4, &s.o, 0);
+    const int ot = p->fp8_bf16_io ? FRDNN_DATA_BFLOAT16 : e4, gt = p->fp8_bf16_io ? FRDNN_DATA_BFLOAT16 : e5;
+    frdnn_desc VT = tensor(b, UID_V, e4, &s.vt, 0), O = tensor(b, UID_O, ot, &s.o, 0);
     frdnn_desc stats = tensor(b, UID_STATS, f32, &s.stats, 0), dO = tensor(b, UID_DO, e5, &s.o, 0);
-    frdnn_desc dQ = tensor(b, UID_DQ, e5, &s.q, 0), dK = tensor(b, UID_DK, e5, &s.k, 0);
-    frdnn_desc dV = tensor(b, UID_DV, e5, &s.v, 0), scale = scalar(b, UID_SCALE, f32);
+    frdnn_desc dQ = tensor(b, UID_DQ, gt, &s.q, 0), dK = tensor(b, UID_DK, gt, &s.k, 0);
+    frdnn_desc dV = tensor(b, UID_DV, gt, &s.v, 0), scale = scalar(b, UID_SCALE, f32);
     frdnn_desc d_q = dev1(b, UID_DESCALE_Q), d_k = dev1(b, UID_DESCALE_K), d_do = dev1(b, UID_DESCALE_DO);
     frdnn_desc d_dp = dev1(b, UID_DESCALE_DP);
     const int grouped = p->hq != p->hk;

@@ -48,8 +48,14 @@ typedef struct fr_cudnn_sdpa {
      * an amax (graph UIDs UID_DESCALE_Q ..), the softmax P and the backward's dS quantized inside
      * with their own. Plain or causal only; the backward at head dims 128 on Hopper (where
      * cuDNN's FP8 backward also writes dQ, dK, dV only in FP8). The graphs are built and checked
-     * without a device (fr_cudnn_sdpa_check_graph); no node runs them yet. */
+     * without a device (fr_cudnn_sdpa_check_graph); no node runs them (on Hopper the FP8 backward
+     * was slower than bf16's: docs/DESIGN.md). */
     int fp8;
+    /* With fp8: O in bf16 (forward's output, backward's input; its descale then 1) and the
+     * backward's dQ, dK, dV in bf16, the GEMMs still FP8: what a graph of bf16 neighbours would
+     * read and write without a conversion pass. Whether cuDNN has an engine for it is asked
+     * at prepare (refused: FR_ERR_UNSUPPORTED with cuDNN's reason; cuDNN 9.14 on an H200: no engine). */
+    int fp8_bf16_io;
     int backward;
     /* Only engines without CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC, and the backward graph as
      * cudnn-frontend's set_deterministic_algorithm builds it on Hopper: dQ = dS K written
