@@ -61,14 +61,43 @@ __device__ __forceinline__ float grad_at(const float *g, long long i, int use_ac
     return use_acc > 1 ? __fdiv_rn(g[i], (float)use_acc) : g[i];
 }
 
-/* sum of squares per chunk, in double; reduced in chunk order by k_check (deterministic) */
+/* Whether the chunk's part of each of these arrays starts 16-byte aligned (float4 loads). */
+__device__ __forceinline__ bool aligned16(long long start, const float *a, const float *b, const float *c = nullptr,
+                                          const float *d = nullptr)
+{
+    const uintptr_t u = (uintptr_t)(a + start) | (uintptr_t)(b + start) | (c ? (uintptr_t)(c + start) : 0) |
+                        (d ? (uintptr_t)(d + start) : 0);
+    return (u & 15) == 0;
+}
+
+/* sum of squares per chunk, in double; reduced in chunk order by k_check (deterministic). Four
+ * elements a thread a load where the gradient is aligned (the one-float loop kept too few bytes
+ * in flight to reach the bandwidth), each thread summing its elements in index order. */
 __global__ void k_sumsq(const fr_mt_chunk *chunks, const fr_mt_entry *e, int use_acc, double *partial)
 {
     __shared__ double s[THREADS];
     const fr_mt_chunk c = chunks[blockIdx.x];
     const float *g = use_acc ? e[c.entry].acc : e[c.entry].g;
     double a = 0;
-    for (long long i = c.start + threadIdx.x; i < c.start + c.len; i += blockDim.x) {
+    long long i0 = c.start;
+    if (aligned16(c.start, g, g)) {
+        const long long n4 = c.len / 4;
+        const float4 *g4 = (const float4 *)(g + c.start);
+#pragma unroll 4
+        for (long long i = threadIdx.x; i < n4; i += blockDim.x) {
+            float4 v = g4[i];
+            if (use_acc > 1) {
+                const float k = (float)use_acc;
+                v = make_float4(__fdiv_rn(v.x, k), __fdiv_rn(v.y, k), __fdiv_rn(v.z, k), __fdiv_rn(v.w, k));
+            }
+            a += (double)v.x * (double)v.x;
+            a += (double)v.y * (double)v.y;
+            a += (double)v.z * (double)v.z;
+            a += (double)v.w * (double)v.w;
+        }
+        i0 = c.start + n4 * 4;
+    }
+    for (long long i = i0 + threadIdx.x; i < c.start + c.len; i += blockDim.x) {
         const float v = grad_at(g, i, use_acc);
         a += (double)v * (double)v;
     }
@@ -106,6 +135,23 @@ __global__ void k_check(const double *partial, int n_chunks, const float *loss_s
 
 __device__ inline float clipped(float g, const fr_step_scalars *s) { return s->clip ? __fmul_rn(g, s->coef) : g; }
 
+/* One element of AdamW in registers: p, m, v updated from the raw gradient graw. */
+__device__ __forceinline__ void adamw_elem(float &p, float &m, float &v, float graw, bool decay, int use_acc,
+                                           const fr_step_scalars *s, const fr_adamw_args &a, float neg_step,
+                                           float bc2_sqrt)
+{
+    if (decay) p = __fmul_rn(p, a.keep);
+    const float gk = clipped(use_acc > 1 ? __fdiv_rn(graw, (float)use_acc) : graw, s);
+    m = __fmaf_rn(gk, a.one_b1, __fmul_rn(m, a.b1));
+    v = __fmaf_rn(__fmul_rn(gk, a.one_b2), gk, __fmul_rn(v, a.b2));
+    const float d = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), bc2_sqrt), a.eps);
+    p = __fadd_rn(p, __fdiv_rn(__fmul_rn(neg_step, m), d));
+}
+
+/* float4 loads and stores of p, g, m, v where all four are aligned (the update reads 16 and
+ * writes 12 bytes an element, the largest pass of the step after the GEMMs: one float a load
+ * left it short of the bandwidth), the one-float loop for the rest; the same operations on
+ * every element either way. */
 __global__ void k_adamw(const fr_mt_chunk *chunks, const fr_mt_entry *e, int use_acc, const fr_step_scalars *s,
                         fr_adamw_args a)
 {
@@ -115,16 +161,28 @@ __global__ void k_adamw(const fr_mt_chunk *chunks, const fr_mt_entry *e, int use
     const float *g = use_acc ? en.acc : en.g;
     const long long w = s->tstep - a.base - 1; /* in [0, FR_OPT_WINDOW) by the queue's bound */
     const float neg_step = a.neg_step[w], bc2_sqrt = a.bc2_sqrt[w];
-    for (long long i = c.start + threadIdx.x; i < c.start + c.len; i += blockDim.x) {
-        float p = en.p[i];
-        if (en.decay && a.decay_on) p = __fmul_rn(p, a.keep);
-        const float gk = clipped(grad_at(g, i, use_acc), s);
-        const float m = __fmaf_rn(gk, a.one_b1, __fmul_rn(en.s0[i], a.b1));
-        const float v = __fmaf_rn(__fmul_rn(gk, a.one_b2), gk, __fmul_rn(en.s1[i], a.b2));
-        const float d = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), bc2_sqrt), a.eps);
-        en.s0[i] = m;
-        en.s1[i] = v;
-        en.p[i] = __fadd_rn(p, __fdiv_rn(__fmul_rn(neg_step, m), d));
+    const bool decay = en.decay && a.decay_on;
+    long long i0 = c.start;
+    if (aligned16(c.start, en.p, g, en.s0, en.s1)) {
+        const long long n4 = c.len / 4;
+        float4 *p4 = (float4 *)(en.p + c.start), *m4 = (float4 *)(en.s0 + c.start), *v4 = (float4 *)(en.s1 + c.start);
+        const float4 *g4 = (const float4 *)(g + c.start);
+#pragma unroll 2
+        for (long long i = threadIdx.x; i < n4; i += blockDim.x) {
+            float4 p = p4[i], m = m4[i], v = v4[i];
+            const float4 gr = g4[i];
+            adamw_elem(p.x, m.x, v.x, gr.x, decay, use_acc, s, a, neg_step, bc2_sqrt);
+            adamw_elem(p.y, m.y, v.y, gr.y, decay, use_acc, s, a, neg_step, bc2_sqrt);
+            adamw_elem(p.z, m.z, v.z, gr.z, decay, use_acc, s, a, neg_step, bc2_sqrt);
+            adamw_elem(p.w, m.w, v.w, gr.w, decay, use_acc, s, a, neg_step, bc2_sqrt);
+            p4[i] = p, m4[i] = m, v4[i] = v;
+        }
+        i0 = c.start + n4 * 4;
+    }
+    for (long long i = i0 + threadIdx.x; i < c.start + c.len; i += blockDim.x) {
+        float p = en.p[i], m = en.s0[i], v = en.s1[i];
+        adamw_elem(p, m, v, g[i], decay, use_acc, s, a, neg_step, bc2_sqrt);
+        en.s0[i] = m, en.s1[i] = v, en.p[i] = p;
     }
 }
 
