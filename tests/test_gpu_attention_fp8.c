@@ -14,8 +14,9 @@
  * tolerances separate. Shapes: MHA and GQA, causal and not, head dim 128 (cuDNN's FP8 backward
  * takes only 128 on Hopper), T 64..256 and the Llama 1B's heads.
  * FR_ATTN_BENCH=1 adds timings (CUDA events) of the FP8 and bf16 graphs at the 1B attention
- * (B8, H16, KV8, T2048, D128, causal) and the 8B's (B2, H32, KV8, T4096), and whether cuDNN
- * takes the FP8 graphs with bf16 O and gradients: TFLOP/s of the causal pairs (forward
+ * (B8, H16, KV8, T2048, D128, causal) and the 8B's (B2, H32, KV8, T4096), each engine
+ * configuration the heuristics offer that runs (engine 0: what the nodes take), and whether
+ * cuDNN takes the FP8 graphs with bf16 O and gradients: TFLOP/s of the causal pairs (forward
  * 4 B H T^2 D / 2, backward 2.5 x).
  * Skips, saying why, without a GPU, without a loadable cuDNN 9 or below compute capability 9. */
 #include <math.h>
@@ -376,19 +377,34 @@ static double time_sdpa(const fr_cudnn_sdpa *p, int reps)
     return ms / reps;
 }
 
+/* ms of forward and backward of one variant with the heuristics' k-th runnable engine (-1:
+ * refused, cuDNN's reason printed by time_sdpa) */
+static void time_variant(int64_t B, int64_t H, int64_t KV, int64_t T, int64_t D, int fp8, int bf16_io, int k, double *fm,
+                         double *bm)
+{
+    fr_cudnn_sdpa f = problem(B, H, KV, T, D, 1, fp8, 0), g = problem(B, H, KV, T, D, 1, fp8, 1);
+    f.fp8_bf16_io = g.fp8_bf16_io = bf16_io;
+    f.engine_skip = g.engine_skip = k;
+    *fm = time_sdpa(&f, 10), *bm = time_sdpa(&g, 10);
+}
+
 static void bench_shape(int64_t B, int64_t H, int64_t KV, int64_t T, int64_t D)
 {
     const double pairs = (double)B * H * T * (T + 1) / 2, fwd = 4 * pairs * D;
     printf("\n    cuDNN SDPA at B%lld H%lld KV%lld T%lld D%lld causal (TFLOP/s of the causal pairs)\n", (long long)B,
            (long long)H, (long long)KV, (long long)T, (long long)D);
-    static const char *const names[3] = {"bf16", "fp8", "fp8, bf16 O and dQ, dK, dV"};
-    for (int v = 0; v < 3; v++) {
-        fr_cudnn_sdpa f = problem(B, H, KV, T, D, 1, v > 0, 0), g = problem(B, H, KV, T, D, 1, v > 0, 1);
-        f.fp8_bf16_io = g.fp8_bf16_io = v == 2;
-        const double fm = time_sdpa(&f, 10), bm = time_sdpa(&g, 10);
-        printf("      %s: forward %.3f ms (%.0f TFLOP/s), backward %.3f ms (%.0f TFLOP/s)\n", names[v], fm,
-               fm > 0 ? fwd / fm / 1e9 : 0.0, bm, bm > 0 ? 2.5 * fwd / bm / 1e9 : 0.0);
-    }
+    for (int fp8 = 0; fp8 < 2; fp8++)
+        for (int k = 0; k < 8; k++) { /* the heuristics' first (what the nodes take), then the others */
+            double fm, bm;
+            time_variant(B, H, KV, T, D, fp8, 0, k, &fm, &bm);
+            if (fm < 0 && bm < 0) break;
+            printf("      %s, engine %d: forward %.3f ms (%.0f TFLOP/s), backward %.3f ms (%.0f TFLOP/s)\n",
+                   fp8 ? "fp8 " : "bf16", k, fm, fm > 0 ? fwd / fm / 1e9 : 0.0, bm, bm > 0 ? 2.5 * fwd / bm / 1e9 : 0.0);
+        }
+    double fm, bm;
+    time_variant(B, H, KV, T, D, 1, 1, 0, &fm, &bm);
+    printf("      fp8 with bf16 O and dQ, dK, dV: forward %s, backward %s\n", fm < 0 ? "refused" : "runs",
+           bm < 0 ? "refused" : "runs");
 }
 
 static void test_bench(void)

@@ -711,7 +711,8 @@ static int nondeterministic(const frdnn_api *api, frdnn_desc cfg)
     return bad;
 }
 
-int fr_cudnn_find_plan(gb *b, frdnn_handle h, frdnn_desc og, int deterministic, frdnn_desc *plan, int64_t *workspace)
+int fr_cudnn_find_plan(gb *b, frdnn_handle h, frdnn_desc og, int deterministic, int skip, frdnn_desc *plan,
+                       int64_t *workspace)
 {
     const frdnn_api *api = b->api;
     char last[640] = "no engine configuration";
@@ -761,6 +762,12 @@ int fr_cudnn_find_plan(gb *b, frdnn_handle h, frdnn_desc og, int deterministic, 
             int64_t ws = 0, n = 0;
             if (st == FRDNN_STATUS_SUCCESS)
                 st = api->BackendGetAttribute(pl, FRDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, FRDNN_TYPE_INT64, 1, &n, &ws);
+            if (st == FRDNN_STATUS_SUCCESS && n == 1 && ws >= 0 && skip > 0) { /* runs, but passed over */
+                skip--;
+                snprintf(last, sizeof last, "no engine configuration past the skipped ones");
+                api->BackendDestroyDescriptor(pl);
+                continue;
+            }
             if (st == FRDNN_STATUS_SUCCESS && n == 1 && ws >= 0) {
                 if (fr_cudnn_gb_keep(b, pl) != 0) return -1;
                 *plan = pl;

@@ -86,7 +86,9 @@ void fr_cudnn_graph(gb *b, const fr_cudnn_sdpa *p, size_t version);
 frdnn_desc fr_cudnn_op_graph(gb *b, frdnn_handle h);
 /* The first engine configuration the heuristics offer (mode A, then the fallback list) that
  * finalizes into an execution plan (deterministic: whose engine has no NONDETERMINISTIC
- * numerical note): 0 with *plan (kept by b) and its workspace bytes, or -1 (b->why says why). */
-int fr_cudnn_find_plan(gb *b, frdnn_handle h, frdnn_desc og, int deterministic, frdnn_desc *plan, int64_t *workspace);
+ * numerical note), after skip such ones: 0 with *plan (kept by b) and its workspace bytes, or -1
+ * (b->why says why). */
+int fr_cudnn_find_plan(gb *b, frdnn_handle h, frdnn_desc og, int deterministic, int skip, frdnn_desc *plan,
+                       int64_t *workspace);
 
 #endif

@@ -56,6 +56,9 @@ typedef struct fr_cudnn_sdpa {
      * read and write without a conversion pass. Whether cuDNN has an engine for it is asked
      * at prepare (refused: FR_ERR_UNSUPPORTED with cuDNN's reason; cuDNN 9.14 on an H200: no engine). */
     int fp8_bf16_io;
+    /* Engine configurations that finalize passed over before the one taken (0: the heuristics'
+     * first, what the nodes use): for timing cuDNN's other engines on a problem. */
+    int engine_skip;
     int backward;
     /* Only engines without CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC, and the backward graph as
      * cudnn-frontend's set_deterministic_algorithm builds it on Hopper: dQ = dS K written

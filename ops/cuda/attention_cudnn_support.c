@@ -102,6 +102,7 @@ int fr_cudnn_sdpa_supported(const fr_cudnn_sdpa *p, size_t version, int cc_major
         NO("softcap (a score modifier: cuDNN 9.4 or newer on compute capability 9.0 or newer)");
     if (p->backward && p->tq == 1 && p->tk == 1) NO("one query and one key (cuDNN's backward refuses s_q = s_kv = 1)");
     if (p->fp8_bf16_io && !p->fp8) NO("bf16 I/O of the FP8 graphs without fp8");
+    if (p->engine_skip < 0) NO("a negative engine_skip");
     if (p->fp8) { /* cudnn-frontend's checks of its FP8 SDPA nodes; the graphs here: plain or causal */
         if (version < 90100 || (cc_major && cc_major < 9))
             NO("FP8 attention (cuDNN 9.1 or newer on compute capability 9.0 or newer)");
