@@ -379,8 +379,8 @@ static double time_sdpa(const fr_cudnn_sdpa *p, int reps)
 
 /* ms of forward and backward of one variant with the heuristics' k-th runnable engine (-1:
  * refused, cuDNN's reason printed by time_sdpa) */
-static void time_variant(int64_t B, int64_t H, int64_t KV, int64_t T, int64_t D, int fp8, int bf16_io, int k, double *fm,
-                         double *bm)
+static void time_variant(int64_t B, int64_t H, int64_t KV, int64_t T, int64_t D, int fp8, int bf16_io, int k,
+                         double *fm, double *bm)
 {
     fr_cudnn_sdpa f = problem(B, H, KV, T, D, 1, fp8, 0), g = problem(B, H, KV, T, D, 1, fp8, 1);
     f.fp8_bf16_io = g.fp8_bf16_io = bf16_io;
@@ -399,7 +399,8 @@ static void bench_shape(int64_t B, int64_t H, int64_t KV, int64_t T, int64_t D)
             time_variant(B, H, KV, T, D, fp8, 0, k, &fm, &bm);
             if (fm < 0 && bm < 0) break;
             printf("      %s, engine %d: forward %.3f ms (%.0f TFLOP/s), backward %.3f ms (%.0f TFLOP/s)\n",
-                   fp8 ? "fp8 " : "bf16", k, fm, fm > 0 ? fwd / fm / 1e9 : 0.0, bm, bm > 0 ? 2.5 * fwd / bm / 1e9 : 0.0);
+                   fp8 ? "fp8 " : "bf16", k, fm, fm > 0 ? fwd / fm / 1e9 : 0.0, bm,
+                   bm > 0 ? 2.5 * fwd / bm / 1e9 : 0.0);
         }
     double fm, bm;
     time_variant(B, H, KV, T, D, 1, 1, 0, &fm, &bm);

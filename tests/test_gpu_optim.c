@@ -311,7 +311,8 @@ static void test_bench(void)
     CUOK(cudaEventCreate(&e1));
     const int reps = 5;
     for (int which = 0; which < 2; which++) {
-        CUOK(which ? fr_cuda_mt_sumsq(dc, n_chunks, de, 0, dpart, 0) : fr_cuda_mt_adamw(dc, n_chunks, de, 0, dsc, a, 0));
+        CUOK(which ? fr_cuda_mt_sumsq(dc, n_chunks, de, 0, dpart, 0)
+                   : fr_cuda_mt_adamw(dc, n_chunks, de, 0, dsc, a, 0));
         CUOK(cudaEventRecord(e0, 0));
         for (int r = 0; r < reps; r++) /* tstep stays 1: base 0, window 0 every run */
             CUOK(which ? fr_cuda_mt_sumsq(dc, n_chunks, de, 0, dpart, 0)

@@ -83,7 +83,8 @@ static int same_problem(const fr_cudnn_sdpa *a, const fr_cudnn_sdpa *b)
     return a->b == b->b && a->hq == b->hq && a->hk == b->hk && a->tq == b->tq && a->tk == b->tk && a->d == b->d &&
            a->dv == b->dv && a->causal == b->causal && a->window == b->window && a->softcap == b->softcap &&
            a->padded == b->padded && a->segments == b->segments && a->ragged == b->ragged && a->half == b->half &&
-           a->backward == b->backward && a->fp8 == b->fp8 && a->fp8_bf16_io == b->fp8_bf16_io && a->engine_skip == b->engine_skip && a->deterministic == b->deterministic &&
+           a->backward == b->backward && a->fp8 == b->fp8 && a->fp8_bf16_io == b->fp8_bf16_io &&
+           a->engine_skip == b->engine_skip && a->deterministic == b->deterministic &&
            memcmp(a->sq, b->sq, sizeof a->sq) == 0 && memcmp(a->sk, b->sk, sizeof a->sk) == 0 &&
            memcmp(a->sv, b->sv, sizeof a->sv) == 0 && memcmp(a->so, b->so, sizeof a->so) == 0;
 }
@@ -136,7 +137,8 @@ static fr_status build(struct fr_cudnn_state *s, const fr_cudnn_sdpa *p, sdpa_pl
     b->api = s->api;
     fr_cudnn_graph(b, p, version);
     frdnn_desc og = fr_cudnn_op_graph(b, s->h);
-    if (!b->failed && fr_cudnn_find_plan(b, s->h, og, p->deterministic, p->engine_skip, &pl->plan, &pl->plan_ws) == 0) pl->ok = 1;
+    if (!b->failed && fr_cudnn_find_plan(b, s->h, og, p->deterministic, p->engine_skip, &pl->plan, &pl->plan_ws) == 0)
+        pl->ok = 1;
     if (!pl->ok) {
         snprintf(pl->why, sizeof pl->why, "%s", b->why);
         fr_cudnn_gb_free(b); /* a refused problem keeps only its reason */
