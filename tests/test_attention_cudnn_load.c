@@ -324,6 +324,18 @@ static void test_graphs_fp8(void)
     CU_ASSERT_EQUAL(fr_cudnn_sdpa_supported(&p, version, 8, why, sizeof why), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(why, "compute capability 9.0"));
     CU_ASSERT_EQUAL(fr_cudnn_sdpa_supported(&p, version, 9, why, sizeof why), version >= 90100);
+    /* the bf16-I/O variant and the engine choice: only where they mean something */
+    p.fp8 = 0, p.fp8_bf16_io = 1;
+    CU_ASSERT_EQUAL(fr_cudnn_sdpa_supported(&p, version, 9, why, sizeof why), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "without fp8"));
+    p.fp8_bf16_io = 0, p.engine_skip = -1;
+    CU_ASSERT_EQUAL(fr_cudnn_sdpa_supported(&p, version, 9, why, sizeof why), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "engine_skip"));
+    p.fp8 = 1, p.fp8_bf16_io = 1, p.engine_skip = 0; /* built as a graph (whether an engine takes it: the GPU's) */
+    if (version >= 90100) {
+        FR_ASSERT_OK(fr_cudnn_sdpa_check_graph(&api, version, &p, &finalized, &n_ops));
+        CU_ASSERT_EQUAL(n_ops, 18 + 4);
+    }
     dlclose(lib);
 }
 
