@@ -1,5 +1,6 @@
 /* cuDNN's SDPA as operation graphs (the patterns cudnn-frontend builds, which its flash
- * engines match) and the search for an execution plan (attention_cudnn_graph.h). */
+ * engines match), through the descriptor builder (attention_cudnn_graph.h); the search for an
+ * execution plan is attention_cudnn_plan.c. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,13 +11,13 @@
 
 /* ---------------------------------------------------------------- graph builder ---- */
 
-static void gb_fail_text(gb *b, const char *text)
+void fr_cudnn_gb_fail_text(gb *b, const char *text)
 {
     if (!b->failed) snprintf(b->why, sizeof b->why, "%s", text);
     b->failed = 1;
 }
 
-static void gb_fail(gb *b, int status, const char *what)
+void fr_cudnn_gb_fail(gb *b, int status, const char *what)
 {
     if (!b->failed) fr_cudnn_status_text(b->api, status, what, b->why, sizeof b->why);
     b->failed = 1;
@@ -31,7 +32,7 @@ void fr_cudnn_gb_free(gb *b)
     b->n_all = b->cap_all = 0;
 }
 
-/* Keep d (made outside gb_new) to be destroyed with the rest; on failure destroys it. */
+/* Keep d (made outside fr_cudnn_gb_new) to be destroyed with the rest; on failure destroys it. */
 int fr_cudnn_gb_keep(gb *b, frdnn_desc d)
 {
     if (b->n_all == b->cap_all) {
@@ -39,7 +40,7 @@ int fr_cudnn_gb_keep(gb *b, frdnn_desc d)
         frdnn_desc *a = realloc(b->all, (size_t)cap * sizeof *a);
         if (!a) {
             b->api->BackendDestroyDescriptor(d);
-            gb_fail_text(b, "out of host memory for cuDNN descriptors");
+            fr_cudnn_gb_fail_text(b, "out of host memory for cuDNN descriptors");
             return -1;
         }
         b->all = a;
@@ -49,42 +50,38 @@ int fr_cudnn_gb_keep(gb *b, frdnn_desc d)
     return 0;
 }
 
-static frdnn_desc gb_new(gb *b, int type, const char *what)
+frdnn_desc fr_cudnn_gb_new(gb *b, int type, const char *what)
 {
     if (b->failed) return NULL;
     frdnn_desc d = NULL;
     int st = b->api->BackendCreateDescriptor(type, &d);
     if (st != FRDNN_STATUS_SUCCESS) {
-        gb_fail(b, st, what);
+        fr_cudnn_gb_fail(b, st, what);
         return NULL;
     }
     return fr_cudnn_gb_keep(b, d) == 0 ? d : NULL;
 }
 
-static void gb_set(gb *b, frdnn_desc d, int name, int type, int64_t count, const void *v, const char *what)
+void fr_cudnn_gb_set(gb *b, frdnn_desc d, int name, int type, int64_t count, const void *v, const char *what)
 {
     if (b->failed || !d) return;
     int st = b->api->BackendSetAttribute(d, name, type, count, v);
-    if (st != FRDNN_STATUS_SUCCESS) gb_fail(b, st, what);
+    if (st != FRDNN_STATUS_SUCCESS) fr_cudnn_gb_fail(b, st, what);
 }
 
-static void gb_fin(gb *b, frdnn_desc d, const char *what)
+void fr_cudnn_gb_fin(gb *b, frdnn_desc d, const char *what)
 {
     if (b->failed || !d) return;
     int st = b->api->BackendFinalize(d);
-    if (st != FRDNN_STATUS_SUCCESS) gb_fail(b, st, what);
+    if (st != FRDNN_STATUS_SUCCESS) fr_cudnn_gb_fail(b, st, what);
 }
-
-#define SET(d, NAME, TYPE, n, v) \
-    gb_set(b, d, FRDNN_ATTR_##NAME, FRDNN_TYPE_##TYPE, n, v, "cudnnBackendSetAttribute(" #NAME ")")
-#define SETD(d, NAME, x) SET(d, NAME, BACKEND_DESCRIPTOR, 1, &(x))
 
 static void add_op(gb *b, frdnn_desc op, const char *what)
 {
-    gb_fin(b, op, what);
+    fr_cudnn_gb_fin(b, op, what);
     if (b->failed) return;
     if (b->n_ops == (int)(sizeof b->ops / sizeof b->ops[0])) {
-        gb_fail_text(b, "too many cuDNN operations (internal limit)");
+        fr_cudnn_gb_fail_text(b, "too many cuDNN operations (internal limit)");
         return;
     }
     b->ops[b->n_ops++] = op;
@@ -113,7 +110,7 @@ enum { T_VIRTUAL = 1, T_BY_VALUE = 2 };
 /* A tensor; rg (NULL: none): its ragged offsets, which replace the batch stride. */
 static frdnn_desc tensor_rg(gb *b, int64_t uid, int dtype, const shp *s, int flags, frdnn_desc rg)
 {
-    frdnn_desc t = gb_new(b, FRDNN_TENSOR_DESCRIPTOR, "cudnnBackendCreateDescriptor(TENSOR)");
+    frdnn_desc t = fr_cudnn_gb_new(b, FRDNN_TENSOR_DESCRIPTOR, "cudnnBackendCreateDescriptor(TENSOR)");
     const int64_t align = 16;
     const bool yes = true;
     SET(t, TENSOR_DATA_TYPE, DATA_TYPE, 1, &dtype);
@@ -124,7 +121,7 @@ static frdnn_desc tensor_rg(gb *b, int64_t uid, int dtype, const shp *s, int fla
     if (flags & T_VIRTUAL) SET(t, TENSOR_IS_VIRTUAL, BOOLEAN, 1, &yes);
     if (flags & T_BY_VALUE) SET(t, TENSOR_IS_BY_VALUE, BOOLEAN, 1, &yes);
     if (rg) SETD(t, TENSOR_RAGGED_OFFSET_DESC, rg);
-    gb_fin(b, t, "cudnnBackendFinalize(TENSOR)");
+    fr_cudnn_gb_fin(b, t, "cudnnBackendFinalize(TENSOR)");
     return b->failed ? NULL : t;
 }
 
@@ -169,11 +166,12 @@ static frdnn_desc scalar(gb *b, int64_t uid, int dtype)
  * m/n/k: optional int32 [b, 1, 1, 1] tensors that bound the GEMM's extents per batch. */
 static void op_matmul(gb *b, frdnn_desc a, frdnn_desc bm, frdnn_desc c, frdnn_desc m, frdnn_desc n, frdnn_desc k)
 {
-    frdnn_desc md = gb_new(b, FRDNN_MATMUL_DESCRIPTOR, "cudnnBackendCreateDescriptor(MATMUL)");
+    frdnn_desc md = fr_cudnn_gb_new(b, FRDNN_MATMUL_DESCRIPTOR, "cudnnBackendCreateDescriptor(MATMUL)");
     const int comp = FRDNN_DATA_FLOAT;
     SET(md, MATMUL_COMP_TYPE, DATA_TYPE, 1, &comp);
-    gb_fin(b, md, "cudnnBackendFinalize(MATMUL)");
-    frdnn_desc op = gb_new(b, FRDNN_OPERATION_MATMUL_DESCRIPTOR, "cudnnBackendCreateDescriptor(OPERATION_MATMUL)");
+    fr_cudnn_gb_fin(b, md, "cudnnBackendFinalize(MATMUL)");
+    frdnn_desc op =
+        fr_cudnn_gb_new(b, FRDNN_OPERATION_MATMUL_DESCRIPTOR, "cudnnBackendCreateDescriptor(OPERATION_MATMUL)");
     SETD(op, OPERATION_MATMUL_ADESC, a);
     SETD(op, OPERATION_MATMUL_BDESC, bm);
     SETD(op, OPERATION_MATMUL_CDESC, c);
@@ -187,12 +185,13 @@ static void op_matmul(gb *b, frdnn_desc a, frdnn_desc bm, frdnn_desc c, frdnn_de
 /* y = mode(x[, bx][, t]) computed in `prec`; axis: GEN_INDEX's dimension (else unused). */
 static void op_pw(gb *b, int mode, int prec, frdnn_desc x, frdnn_desc bx, frdnn_desc t, frdnn_desc y, int64_t axis)
 {
-    frdnn_desc pw = gb_new(b, FRDNN_POINTWISE_DESCRIPTOR, "cudnnBackendCreateDescriptor(POINTWISE)");
+    frdnn_desc pw = fr_cudnn_gb_new(b, FRDNN_POINTWISE_DESCRIPTOR, "cudnnBackendCreateDescriptor(POINTWISE)");
     SET(pw, POINTWISE_MODE, POINTWISE_MODE, 1, &mode);
     SET(pw, POINTWISE_MATH_PREC, DATA_TYPE, 1, &prec);
     if (mode == FRDNN_POINTWISE_GEN_INDEX) SET(pw, POINTWISE_AXIS, INT64, 1, &axis);
-    gb_fin(b, pw, "cudnnBackendFinalize(POINTWISE)");
-    frdnn_desc op = gb_new(b, FRDNN_OPERATION_POINTWISE_DESCRIPTOR, "cudnnBackendCreateDescriptor(OPERATION_POINTWISE)");
+    fr_cudnn_gb_fin(b, pw, "cudnnBackendFinalize(POINTWISE)");
+    frdnn_desc op =
+        fr_cudnn_gb_new(b, FRDNN_OPERATION_POINTWISE_DESCRIPTOR, "cudnnBackendCreateDescriptor(OPERATION_POINTWISE)");
     SETD(op, OPERATION_POINTWISE_PW_DESCRIPTOR, pw);
     SETD(op, OPERATION_POINTWISE_XDESC, x);
     SETD(op, OPERATION_POINTWISE_YDESC, y);
@@ -204,12 +203,13 @@ static void op_pw(gb *b, int mode, int prec, frdnn_desc x, frdnn_desc bx, frdnn_
 /* dx = the backward of an activation `mode` (TANH_BWD: dy (1 - tanh^2 x)), in float32. */
 static void op_pw_bwd(gb *b, int mode, frdnn_desc dy, frdnn_desc x, frdnn_desc dx)
 {
-    frdnn_desc pw = gb_new(b, FRDNN_POINTWISE_DESCRIPTOR, "cudnnBackendCreateDescriptor(POINTWISE)");
+    frdnn_desc pw = fr_cudnn_gb_new(b, FRDNN_POINTWISE_DESCRIPTOR, "cudnnBackendCreateDescriptor(POINTWISE)");
     const int prec = FRDNN_DATA_FLOAT;
     SET(pw, POINTWISE_MODE, POINTWISE_MODE, 1, &mode);
     SET(pw, POINTWISE_MATH_PREC, DATA_TYPE, 1, &prec);
-    gb_fin(b, pw, "cudnnBackendFinalize(POINTWISE)");
-    frdnn_desc op = gb_new(b, FRDNN_OPERATION_POINTWISE_DESCRIPTOR, "cudnnBackendCreateDescriptor(OPERATION_POINTWISE)");
+    fr_cudnn_gb_fin(b, pw, "cudnnBackendFinalize(POINTWISE)");
+    frdnn_desc op =
+        fr_cudnn_gb_new(b, FRDNN_OPERATION_POINTWISE_DESCRIPTOR, "cudnnBackendCreateDescriptor(OPERATION_POINTWISE)");
     SETD(op, OPERATION_POINTWISE_PW_DESCRIPTOR, pw);
     SETD(op, OPERATION_POINTWISE_XDESC, x);
     SETD(op, OPERATION_POINTWISE_DYDESC, dy);
@@ -226,12 +226,13 @@ static void pw(gb *b, int mode, frdnn_desc x, frdnn_desc bx, frdnn_desc y)
 /* y = reduction of x over the dims where y has extent 1 (float32). */
 static void op_reduce(gb *b, int mode, frdnn_desc x, frdnn_desc y)
 {
-    frdnn_desc rd = gb_new(b, FRDNN_REDUCTION_DESCRIPTOR, "cudnnBackendCreateDescriptor(REDUCTION)");
+    frdnn_desc rd = fr_cudnn_gb_new(b, FRDNN_REDUCTION_DESCRIPTOR, "cudnnBackendCreateDescriptor(REDUCTION)");
     const int comp = FRDNN_DATA_FLOAT;
     SET(rd, REDUCTION_COMP_TYPE, DATA_TYPE, 1, &comp);
     SET(rd, REDUCTION_OPERATOR, REDUCTION_OPERATOR_TYPE, 1, &mode);
-    gb_fin(b, rd, "cudnnBackendFinalize(REDUCTION)");
-    frdnn_desc op = gb_new(b, FRDNN_OPERATION_REDUCTION_DESCRIPTOR, "cudnnBackendCreateDescriptor(OPERATION_REDUCTION)");
+    fr_cudnn_gb_fin(b, rd, "cudnnBackendFinalize(REDUCTION)");
+    frdnn_desc op =
+        fr_cudnn_gb_new(b, FRDNN_OPERATION_REDUCTION_DESCRIPTOR, "cudnnBackendCreateDescriptor(OPERATION_REDUCTION)");
     SETD(op, OPERATION_REDUCTION_DESC, rd);
     SETD(op, OPERATION_REDUCTION_XDESC, x);
     SETD(op, OPERATION_REDUCTION_YDESC, y);
@@ -241,7 +242,8 @@ static void op_reduce(gb *b, int mode, frdnn_desc x, frdnn_desc y)
 /* y: x seen through other dims/strides (a transposed view, no data moved). */
 static void op_reshape(gb *b, frdnn_desc x, frdnn_desc y)
 {
-    frdnn_desc op = gb_new(b, FRDNN_OPERATION_RESHAPE_DESCRIPTOR, "cudnnBackendCreateDescriptor(OPERATION_RESHAPE)");
+    frdnn_desc op =
+        fr_cudnn_gb_new(b, FRDNN_OPERATION_RESHAPE_DESCRIPTOR, "cudnnBackendCreateDescriptor(OPERATION_RESHAPE)");
     SETD(op, OPERATION_RESHAPE_XDESC, x);
     SETD(op, OPERATION_RESHAPE_YDESC, y);
     add_op(b, op, "cudnnBackendFinalize(OPERATION_RESHAPE)");
@@ -673,117 +675,4 @@ void fr_cudnn_graph(gb *b, const fr_cudnn_sdpa *p, size_t version)
         graph_bwd(b, p, p->padded || fr_cudnn_needs_padding(p, version), version);
     else
         graph_fwd(b, p);
-}
-
-/* The handle attributes of operation graphs and plans: required by early cuDNN 9, deprecated in
- * later ones (which take the device from the handle at execution): set where accepted. */
-static void set_handle(const frdnn_api *api, frdnn_desc d, int name, frdnn_handle h)
-{
-    if (d && h) (void)api->BackendSetAttribute(d, name, FRDNN_TYPE_HANDLE, 1, &h); /* refused: not needed there */
-}
-
-frdnn_desc fr_cudnn_op_graph(gb *b, frdnn_handle h)
-{
-    frdnn_desc og = gb_new(b, FRDNN_OPERATIONGRAPH_DESCRIPTOR, "cudnnBackendCreateDescriptor(OPERATIONGRAPH)");
-    SET(og, OPERATIONGRAPH_OPS, BACKEND_DESCRIPTOR, b->n_ops, b->ops);
-    if (!b->failed) set_handle(b->api, og, FRDNN_ATTR_OPERATIONGRAPH_HANDLE, h);
-    gb_fin(b, og, "cudnnBackendFinalize(OPERATIONGRAPH)");
-    return b->failed ? NULL : og;
-}
-
-/* 1 when the engine of configuration cfg carries CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC (or its
- * notes cannot be read: not known to be deterministic), else 0. */
-static int nondeterministic(const frdnn_api *api, frdnn_desc cfg)
-{
-    frdnn_desc eng = NULL;
-    if (api->BackendCreateDescriptor(FRDNN_ENGINE_DESCRIPTOR, &eng) != FRDNN_STATUS_SUCCESS) return 1;
-    int64_t n = 0;
-    int notes[32] = {0}, bad = 1; /* cudnnBackendNumericalNote_t is int-sized; room beyond 9.x's count */
-    if (api->BackendGetAttribute(cfg, FRDNN_ATTR_ENGINECFG_ENGINE, FRDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng) ==
-            FRDNN_STATUS_SUCCESS &&
-        n == 1 &&
-        api->BackendGetAttribute(eng, FRDNN_ATTR_ENGINE_NUMERICAL_NOTE, FRDNN_TYPE_NUMERICAL_NOTE,
-                                 FRDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes) == FRDNN_STATUS_SUCCESS) {
-        bad = 0;
-        for (int64_t i = 0; i < n && i < 32; i++) bad |= notes[i] == FRDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
-    }
-    api->BackendDestroyDescriptor(eng); /* only read from */
-    return bad;
-}
-
-int fr_cudnn_find_plan(gb *b, frdnn_handle h, frdnn_desc og, int deterministic, int skip, frdnn_desc *plan,
-                       int64_t *workspace)
-{
-    const frdnn_api *api = b->api;
-    char last[640] = "no engine configuration";
-    int skipped = 0; /* deterministic: configurations passed over for their engine's note */
-    const int modes[2] = {FRDNN_HEUR_MODE_A, FRDNN_HEUR_MODE_FALLBACK};
-    for (int m = 0; m < 2 && !b->failed; m++) {
-        frdnn_desc heur = gb_new(b, FRDNN_ENGINEHEUR_DESCRIPTOR, "cudnnBackendCreateDescriptor(ENGINEHEUR)");
-        SETD(heur, ENGINEHEUR_OPERATION_GRAPH, og);
-        SET(heur, ENGINEHEUR_MODE, HEUR_MODE, 1, &modes[m]);
-        gb_fin(b, heur, "cudnnBackendFinalize(ENGINEHEUR)");
-        if (b->failed) break;
-        int64_t count = 0;
-        int st = api->BackendGetAttribute(heur, FRDNN_ATTR_ENGINEHEUR_RESULTS, FRDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
-                                          NULL);
-        if (st != FRDNN_STATUS_SUCCESS) {
-            fr_cudnn_status_text(api, st, "cudnnBackendGetAttribute(ENGINEHEUR_RESULTS count)", last, sizeof last);
-            continue;
-        }
-        if (count <= 0) continue;
-        if (count > 64) count = 64;
-        frdnn_desc cfg[64];
-        for (int64_t i = 0; i < count; i++)
-            cfg[i] = gb_new(b, FRDNN_ENGINECFG_DESCRIPTOR, "cudnnBackendCreateDescriptor(ENGINECFG)");
-        if (b->failed) break;
-        int64_t got = 0;
-        st = api->BackendGetAttribute(heur, FRDNN_ATTR_ENGINEHEUR_RESULTS, FRDNN_TYPE_BACKEND_DESCRIPTOR, count, &got,
-                                      cfg);
-        if (st != FRDNN_STATUS_SUCCESS) {
-            fr_cudnn_status_text(api, st, "cudnnBackendGetAttribute(ENGINEHEUR_RESULTS)", last, sizeof last);
-            continue;
-        }
-        for (int64_t i = 0; i < got && i < count; i++) {
-            if (deterministic && nondeterministic(api, cfg[i])) {
-                skipped++;
-                continue;
-            }
-            frdnn_desc pl = NULL;
-            st = api->BackendCreateDescriptor(FRDNN_EXECUTION_PLAN_DESCRIPTOR, &pl);
-            if (st != FRDNN_STATUS_SUCCESS) {
-                gb_fail(b, st, "cudnnBackendCreateDescriptor(EXECUTION_PLAN)");
-                return -1;
-            }
-            set_handle(api, pl, FRDNN_ATTR_EXECUTION_PLAN_HANDLE, h);
-            st = api->BackendSetAttribute(pl, FRDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, FRDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                                          &cfg[i]);
-            if (st == FRDNN_STATUS_SUCCESS) st = api->BackendFinalize(pl);
-            int64_t ws = 0, n = 0;
-            if (st == FRDNN_STATUS_SUCCESS)
-                st = api->BackendGetAttribute(pl, FRDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, FRDNN_TYPE_INT64, 1, &n, &ws);
-            if (st == FRDNN_STATUS_SUCCESS && n == 1 && ws >= 0 && skip > 0) { /* runs, but passed over */
-                skip--;
-                snprintf(last, sizeof last, "no engine configuration past the skipped ones");
-                api->BackendDestroyDescriptor(pl);
-                continue;
-            }
-            if (st == FRDNN_STATUS_SUCCESS && n == 1 && ws >= 0) {
-                if (fr_cudnn_gb_keep(b, pl) != 0) return -1;
-                *plan = pl;
-                *workspace = ws;
-                return 0;
-            }
-            if (st == FRDNN_STATUS_SUCCESS) snprintf(last, sizeof last, "the plan reports no workspace size");
-            else fr_cudnn_status_text(api, st, "execution plan of the heuristics' choice", last, sizeof last);
-            api->BackendDestroyDescriptor(pl); /* this configuration does not run: try the next */
-        }
-    }
-    if (!b->failed && skipped)
-        snprintf(last, sizeof last,
-                 "no deterministic engine (--deterministic: %d configuration%s with "
-                 "CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC skipped)",
-                 skipped, skipped == 1 ? "" : "s");
-    if (!b->failed) gb_fail_text(b, last);
-    return -1;
 }

@@ -1,5 +1,6 @@
-/* Internal to ops/cuda: the operation graphs of cuDNN's SDPA and their execution plans
- * (attention_cudnn_graph.c), shared with the plan cache and execution (attention_cudnn.c). */
+/* Internal to ops/cuda: the operation graphs of cuDNN's SDPA (attention_cudnn_graph.c) and
+ * their execution plans (attention_cudnn_plan.c), shared with the plan cache and execution
+ * (attention_cudnn.c). */
 #ifndef FR_ATTENTION_CUDNN_GRAPH_H
 #define FR_ATTENTION_CUDNN_GRAPH_H
 
@@ -77,6 +78,18 @@ typedef struct gb {
 void fr_cudnn_gb_free(gb *b);
 /* Keep d (made outside the builder) to be destroyed with the rest: 0, or -1 (d destroyed). */
 int fr_cudnn_gb_keep(gb *b, frdnn_desc d);
+/* Stop b at its first failure: text, or cuDNN's status in words after `what`. */
+void fr_cudnn_gb_fail_text(gb *b, const char *text);
+void fr_cudnn_gb_fail(gb *b, int status, const char *what);
+/* A new descriptor of this type, kept by b (NULL once b failed). */
+frdnn_desc fr_cudnn_gb_new(gb *b, int type, const char *what);
+/* Set an attribute of d / finalize d; nothing once b failed, a refusal fails b. */
+void fr_cudnn_gb_set(gb *b, frdnn_desc d, int name, int type, int64_t count, const void *v, const char *what);
+void fr_cudnn_gb_fin(gb *b, frdnn_desc d, const char *what);
+/* Attribute NAME of d (a builder named b in scope), of type TYPE: n values at v; SETD: one descriptor. */
+#define SET(d, NAME, TYPE, n, v) \
+    fr_cudnn_gb_set(b, d, FRDNN_ATTR_##NAME, FRDNN_TYPE_##TYPE, n, v, "cudnnBackendSetAttribute(" #NAME ")")
+#define SETD(d, NAME, x) SET(d, NAME, BACKEND_DESCRIPTOR, 1, &(x))
 /* 1 when the backward of p needs cudnn-frontend's padding-mask workaround on this version
  * (full lengths from the plan's own memory; never with p->padded, whose mask covers it). */
 int fr_cudnn_needs_padding(const fr_cudnn_sdpa *p, size_t version);

@@ -1,6 +1,7 @@
 /* Internal to ops/cuda: cuDNN's status codes as text, for the errors of the loader
- * (attention_cudnn_load.c), the graph builder (attention_cudnn_graph.c) and the plan cache
- * (attention_cudnn.c). Only the loaded API is needed, so it sits below all three. */
+ * (attention_cudnn_load.c), the graph builder (attention_cudnn_graph.c), the plan search
+ * (attention_cudnn_plan.c) and the plan cache (attention_cudnn.c). Only the loaded API is
+ * needed, so it sits below them all. */
 #ifndef FR_ATTENTION_CUDNN_STATUS_H
 #define FR_ATTENTION_CUDNN_STATUS_H
 
