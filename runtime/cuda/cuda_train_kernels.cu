@@ -56,9 +56,9 @@ __global__ void k_divide(const fr_mt_chunk *chunks, const fr_mt_entry *e, float 
  * buffer as it is (divided already: data parallel); k > 1 the sum of k micro-batches, divided
  * here as k_divide would (__fdiv_rn: the same bits) rather than in a pass of its own over every
  * gradient (at 8B, 64 GB of traffic a step). */
-__device__ __forceinline__ float grad_at(const float *g, long long i, int use_acc)
+__device__ __forceinline__ float grad_of(float g, int use_acc)
 {
-    return use_acc > 1 ? __fdiv_rn(g[i], (float)use_acc) : g[i];
+    return use_acc > 1 ? __fdiv_rn(g, (float)use_acc) : g;
 }
 
 /* Whether the chunk's part of each of these arrays starts 16-byte aligned (float4 loads). */
@@ -85,11 +85,9 @@ __global__ void k_sumsq(const fr_mt_chunk *chunks, const fr_mt_entry *e, int use
         const float4 *g4 = (const float4 *)(g + c.start);
 #pragma unroll 4
         for (long long i = threadIdx.x; i < n4; i += blockDim.x) {
-            float4 v = g4[i];
-            if (use_acc > 1) {
-                const float k = (float)use_acc;
-                v = make_float4(__fdiv_rn(v.x, k), __fdiv_rn(v.y, k), __fdiv_rn(v.z, k), __fdiv_rn(v.w, k));
-            }
+            const float4 r = g4[i];
+            const float4 v = make_float4(grad_of(r.x, use_acc), grad_of(r.y, use_acc), grad_of(r.z, use_acc),
+                                         grad_of(r.w, use_acc));
             a += (double)v.x * (double)v.x;
             a += (double)v.y * (double)v.y;
             a += (double)v.z * (double)v.z;
@@ -98,7 +96,7 @@ __global__ void k_sumsq(const fr_mt_chunk *chunks, const fr_mt_entry *e, int use
         i0 = c.start + n4 * 4;
     }
     for (long long i = i0 + threadIdx.x; i < c.start + c.len; i += blockDim.x) {
-        const float v = grad_at(g, i, use_acc);
+        const float v = grad_of(g[i], use_acc);
         a += (double)v * (double)v;
     }
     s[threadIdx.x] = a;
@@ -141,7 +139,7 @@ __device__ __forceinline__ void adamw_elem(float &p, float &m, float &v, float g
                                            float bc2_sqrt)
 {
     if (decay) p = __fmul_rn(p, a.keep);
-    const float gk = clipped(use_acc > 1 ? __fdiv_rn(graw, (float)use_acc) : graw, s);
+    const float gk = clipped(grad_of(graw, use_acc), s);
     m = __fmaf_rn(gk, a.one_b1, __fmul_rn(m, a.b1));
     v = __fmaf_rn(__fmul_rn(gk, a.one_b2), gk, __fmul_rn(v, a.b2));
     const float d = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), bc2_sqrt), a.eps);
@@ -194,7 +192,7 @@ __global__ void k_sgd(const fr_mt_chunk *chunks, const fr_mt_entry *e, int use_a
     const fr_mt_entry en = e[c.entry];
     const float *g = use_acc ? en.acc : en.g;
     for (long long i = c.start + threadIdx.x; i < c.start + c.len; i += blockDim.x) {
-        const float gk = clipped(grad_at(g, i, use_acc), s);
+        const float gk = clipped(grad_of(g[i], use_acc), s);
         float d = en.decay && a.decay_on ? __fmaf_rn(en.p[i], a.wd, gk) : gk;
         if (a.momentum_on) {
             float b = s->tstep == 1 ? d : __fmaf_rn(d, a.one_damp, __fmul_rn(en.s0[i], a.mom));
