@@ -62,10 +62,10 @@ __device__ __forceinline__ float grad_of(float g, int use_acc)
 }
 
 /* Whether the chunk's part of each of these arrays starts 16-byte aligned (float4 loads). */
-__device__ __forceinline__ bool aligned16(long long start, const float *a, const float *b, const float *c = nullptr,
-                                          const float *d = nullptr)
+__device__ __forceinline__ bool aligned16(long long start, const float *a, const float *b = nullptr,
+                                          const float *c = nullptr, const float *d = nullptr)
 {
-    const uintptr_t u = (uintptr_t)(a + start) | (uintptr_t)(b + start) | (c ? (uintptr_t)(c + start) : 0) |
+    const uintptr_t u = (uintptr_t)(a + start) | (b ? (uintptr_t)(b + start) : 0) | (c ? (uintptr_t)(c + start) : 0) |
                         (d ? (uintptr_t)(d + start) : 0);
     return (u & 15) == 0;
 }
@@ -80,7 +80,7 @@ __global__ void k_sumsq(const fr_mt_chunk *chunks, const fr_mt_entry *e, int use
     const float *g = use_acc ? e[c.entry].acc : e[c.entry].g;
     double a = 0;
     long long i0 = c.start;
-    if (aligned16(c.start, g, g)) {
+    if (aligned16(c.start, g)) {
         const long long n4 = c.len / 4;
         const float4 *g4 = (const float4 *)(g + c.start);
 #pragma unroll 4
