@@ -30,10 +30,16 @@ MEMORY = ("fp8 casts, amax", "norms", "cross-entropy", "SwiGLU", "RoPE", "embedd
 
 
 def fp8run_kinds(text):
-    rows, step = {}, None
+    rows, step, in_table = {}, None, False
     for line in text.splitlines():
+        # only the by-op table: the slowest-nodes table below it repeats its ops node by node
+        # ("AttentionQKVGrad: ~/name"), which would count them twice
+        if line.startswith("GPU time per run by op"):
+            in_table = True
+        elif line.startswith("  all ops"):
+            in_table = False
         m = re.match(r"\s+(\S+(?: \S+)?)\s+(\d+)\s+([\d.]+)\s+[\d.]+%\s+(\S+)", line)
-        if m and m.group(1) != "all ops" and not m.group(1).startswith("op"):
+        if in_table and m and not m.group(1).startswith("op") and not m.group(1).endswith(":"):
             gemm = float(m.group(4)) if m.group(4) != "-" else 0.0
             rows[m.group(1)] = (float(m.group(3)), gemm)
         m = re.match(r"step time\s+([\d.]+) ms", line)
