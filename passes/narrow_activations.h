@@ -26,13 +26,16 @@
  * producer writes 2). AddRMSNormGrad / AddLayerNormGrad read H, SwiGLUGrad gate/up, not these; AttentionQKVGrad
  * reads O in bf16, ActivationGrad reads Gelu's X, not its Y. And a bf16/fp8 Linear whose Y only AddRMSNorm's (AddLayerNorm's) branch
  * input B reads (the attention and MLP outputs added to the float32 residual, as autocast adds them).
+ * Last, a bf16 Linear whose X is bfloat16 now drops its Xq output (X's bf16 copy, saved for the
+ * weight gradient when X was float32): the gradient reads X itself, and the forward no longer
+ * copies every such X (at 1B in bf16, 0.9 GB a layer read and written).
  * The backward's counterpart is passes/narrow_gradients.h. */
 #ifndef FR_NARROW_ACTIVATIONS_H
 #define FR_NARROW_ACTIVATIONS_H
 
 #include "graph/ir.h"
 
-/* *count receives the number of outputs narrowed. */
+/* *count receives the number of outputs narrowed and of copies dropped. */
 FR_NODISCARD fr_status fr_narrow_activations(fr_graph *g, int *count);
 
 /* Shared with passes/narrow_gradients.c: n is a live ai.fp8run `op` node (Linear,

@@ -313,6 +313,57 @@ static void test_trainer_graphs(void)
     check_trainer("fp32", 1, 0);
 }
 
+/* bf16 Linears of a trainer graph: *with_copy of them save X's bf16 copy (Xq); returns those
+ * whose X is bfloat16, each of which must save none, a weight gradient reading X itself */
+static int bf16_x_linears(const fr_graph *g, int *with_copy)
+{
+    int n = 0;
+    *with_copy = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const fr_node *nd = &g->nodes[i];
+        fr_lin_attrs a;
+        if (nd->dead || strcmp(nd->op_type, "Linear") != 0 || fr_lin_read_attrs(nd, &a) != FR_OK ||
+            a.prec != FR_LIN_BF16)
+            continue;
+        const int x = nd->inputs[FR_LIN_IN_X], xq = nd->n_outputs > FR_LIN_OUT_XQ ? nd->outputs[FR_LIN_OUT_XQ] : -1;
+        *with_copy += xq >= 0;
+        if (g->values[x].dtype != FR_BF16) continue;
+        n++;
+        CU_ASSERT_EQUAL(xq, -1);
+        int gw_reads_x = 0;
+        for (int j = 0; j < g->n_nodes; j++)
+            if (!g->nodes[j].dead && strcmp(g->nodes[j].op_type, "LinearGradWeight") == 0 && g->nodes[j].inputs[0] == x)
+                gw_reads_x = 1;
+        CU_ASSERT(gw_reads_x);
+    }
+    return n;
+}
+
+static void test_bf16_copies(void)
+{
+    fr_graph *model = NULL;
+    FR_ASSERT_OK(fr_llama_generate(&k_llama, &model));
+    fr_train_options o;
+    fr_ft_train_options(&o);
+    o.precision = "bf16";
+    fr_trainer *t = NULL;
+    FR_ASSERT_OK(fr_trainer_new(model, &o, &t));
+    int copies = -1;
+    /* O, gate/up, down and the next layer's Q/K/V read bfloat16 (AddRMSNorm's, SwiGLU's and the
+     * attention's outputs), and the LM head (the final AddRMSNorm's): no copy saved. The first
+     * layer's Q/K/V reads the first RMSNormalization's float32 output, rounded into its copy. */
+    CU_ASSERT_EQUAL(bf16_x_linears(t->g, &copies), 4 * (int)k_llama.layers);
+    CU_ASSERT_EQUAL(copies, 1);
+    fr_trainer_free(t);
+    /* not narrowed: every X stays float32, and the Linears that are its only reader save a copy */
+    o.narrow_activations = 0;
+    FR_ASSERT_OK(fr_trainer_new(model, &o, &t));
+    CU_ASSERT_EQUAL(bf16_x_linears(t->g, &copies), 0);
+    CU_ASSERT_EQUAL(copies, 4 * (int)k_llama.layers + 1);
+    fr_trainer_free(t);
+    fr_graph_free(model);
+}
+
 static void test_losses(void)
 {
     fr_graph *model = NULL;
@@ -408,6 +459,7 @@ int main(void)
         {"SwiGLU(Grad) on bfloat16 gate/up == float32 on the same values", test_swiglu_bf16},
         {"AttentionQKV(Grad) on bfloat16 X == float32 on the same values", test_attention_qkv_bf16},
         {"trainer: narrowed Q/K/V and gate/up Linears per layer in bf16/fp8, none in fp32 or off", test_trainer_graphs},
+        {"bf16: a Linear on a bfloat16 X saves no copy of it; its weight gradient reads X", test_bf16_copies},
         {"fp8 training with and without narrowing", test_losses},
         {"a Linear whose output is also read elsewhere stays float32", test_other_reader},
         {"dynamo HF exports: narrowed gate/up and Q/K/V Linears (Llama family), none for GPT-2", test_hf_exports},
