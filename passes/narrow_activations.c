@@ -168,8 +168,10 @@ static fr_status narrow_producers(fr_graph *g, int *count)
  * then dies after the forward). Once X's producer writes bfloat16, the copy has X's bits: the
  * gradient rule (ops/linear.c) reads X itself, and the Linear writes no copy (a device copy of
  * every such X a step, the same bytes kept either way). */
-static void drop_bf16_copies(fr_graph *g, int *count)
+static fr_status drop_bf16_copies(fr_graph *g, int *count)
 {
+    fr_readers r = {g, NULL};
+    FR_TRY(fr_readers_refresh(&r, "narrow_activations"));
     for (int i = 0; i < g->n_nodes; i++) {
         fr_node *n = &g->nodes[i];
         fr_lin_attrs a;
@@ -178,16 +180,14 @@ static void drop_bf16_copies(fr_graph *g, int *count)
             g->values[n->inputs[FR_LIN_IN_X]].dtype != FR_BF16)
             continue;
         const int xq = n->outputs[FR_LIN_OUT_XQ];
-        if (xq < 0 || (g->values[xq].flags & FR_VAL_OUTPUT)) continue;
-        int read = 0;
-        for (int j = 0; j < g->n_nodes && !read; j++)
-            for (int k = 0; !g->nodes[j].dead && k < g->nodes[j].n_inputs; k++) read |= g->nodes[j].inputs[k] == xq;
-        if (read) continue;
+        if (xq < 0 || r.count[xq]) continue; /* read, or a graph output */
         g->values[xq].producer = -1;
         n->outputs[FR_LIN_OUT_XQ] = -1;
         n->n_outputs = FR_LIN_OUT_XQ;
         (*count)++;
     }
+    fr_readers_free(&r);
+    return FR_OK;
 }
 
 fr_status fr_narrow_activations(fr_graph *g, int *count)
@@ -198,6 +198,6 @@ fr_status fr_narrow_activations(fr_graph *g, int *count)
     fr_status st = narrow_linear_outputs(&r, count);
     fr_readers_free(&r);
     if (st == FR_OK) st = narrow_producers(g, count);
-    if (st == FR_OK) drop_bf16_copies(g, count);
+    if (st == FR_OK) st = drop_bf16_copies(g, count);
     return st;
 }

@@ -360,6 +360,20 @@ static void test_bf16_copies(void)
     FR_ASSERT_OK(fr_trainer_new(model, &o, &t));
     CU_ASSERT_EQUAL(bf16_x_linears(t->g, &copies), 0);
     CU_ASSERT_EQUAL(copies, 4 * (int)k_llama.layers + 1);
+    /* narrowed after autodiff: the Xs it makes bfloat16 keep their copies, which the weight
+     * gradients read */
+    int n = -1, with_copy = 0, bf16_x = 0;
+    FR_ASSERT_OK(fr_narrow_activations(t->g, &n));
+    for (int i = 0; i < t->g->n_nodes; i++) {
+        const fr_node *nd = &t->g->nodes[i];
+        if (nd->dead || strcmp(nd->op_type, "Linear") != 0 || nd->n_outputs <= FR_LIN_OUT_XQ ||
+            nd->outputs[FR_LIN_OUT_XQ] < 0)
+            continue;
+        with_copy++;
+        bf16_x += t->g->values[nd->inputs[FR_LIN_IN_X]].dtype == FR_BF16;
+    }
+    CU_ASSERT(bf16_x > 0);
+    CU_ASSERT_EQUAL(with_copy, 4 * (int)k_llama.layers + 1);
     fr_trainer_free(t);
     fr_graph_free(model);
 }
