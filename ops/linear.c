@@ -564,6 +564,30 @@ const fr_op_def fr_ops_linear[] = {
     {0},
 };
 
+static int readers(const fr_graph *g, int v)
+{
+    int c = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int k = 0; !g->nodes[i].dead && k < g->nodes[i].n_inputs; k++) c += g->nodes[i].inputs[k] == v;
+    return c;
+}
+
+int fr_lin_drop_unread_xq(fr_graph *g, fr_node *lin)
+{
+    int any = 0;
+    for (int o = FR_LIN_OUT_XQ; o <= FR_LIN_OUT_XQ_SINV && o < lin->n_outputs; o++) {
+        int v = lin->outputs[o];
+        if (v < 0) continue;
+        if (readers(g, v) || (g->values[v].flags & FR_VAL_OUTPUT)) return 0;
+        any = 1;
+    }
+    for (int o = FR_LIN_OUT_XQ; o <= FR_LIN_OUT_XQ_SINV && o < lin->n_outputs; o++) {
+        if (lin->outputs[o] >= 0) g->values[lin->outputs[o]].producer = -1;
+        lin->outputs[o] = -1;
+    }
+    return any;
+}
+
 const fr_op_def *fr_linear_op(const char *op_type)
 {
     for (const fr_op_def *d = fr_ops_linear; d->op_type; d++)

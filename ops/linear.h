@@ -151,6 +151,11 @@ typedef struct fr_lin_attrs {
 } fr_lin_attrs;
 FR_NODISCARD fr_status fr_lin_read_attrs(const fr_node *n, fr_lin_attrs *a);
 
+/* A Linear's saved X (Xq, and Xq_scale_inv where it has one) that no live node reads and no
+ * graph output is: the Linear writes none (its outputs become -1). 1 when dropped. Passes that
+ * make the weight gradient read X itself call it. */
+int fr_lin_drop_unread_xq(fr_graph *g, fr_node *lin);
+
 /* The op definitions, for callers that add these nodes before the registry knows them. */
 const fr_op_def *fr_linear_op(const char *op_type);
 

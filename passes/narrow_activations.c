@@ -168,26 +168,15 @@ static fr_status narrow_producers(fr_graph *g, int *count)
  * then dies after the forward). Once X's producer writes bfloat16, the copy has X's bits: the
  * gradient rule (ops/linear.c) reads X itself, and the Linear writes no copy (a device copy of
  * every such X a step, the same bytes kept either way). */
-static fr_status drop_bf16_copies(fr_graph *g, int *count)
+static void drop_bf16_copies(fr_graph *g, int *count)
 {
-    fr_readers r = {g, NULL};
-    FR_TRY(fr_readers_refresh(&r, "narrow_activations"));
     for (int i = 0; i < g->n_nodes; i++) {
         fr_node *n = &g->nodes[i];
         fr_lin_attrs a;
-        if (!is_op(n, "Linear") || fr_lin_read_attrs(n, &a) != FR_OK || a.prec != FR_LIN_BF16 ||
-            n->n_outputs != FR_LIN_OUT_XQ + 1 || n->inputs[FR_LIN_IN_X] < 0 ||
-            g->values[n->inputs[FR_LIN_IN_X]].dtype != FR_BF16)
-            continue;
-        const int xq = n->outputs[FR_LIN_OUT_XQ];
-        if (xq < 0 || r.count[xq]) continue; /* read, or a graph output */
-        g->values[xq].producer = -1;
-        n->outputs[FR_LIN_OUT_XQ] = -1;
-        n->n_outputs = FR_LIN_OUT_XQ;
-        (*count)++;
+        if (is_op(n, "Linear") && fr_lin_read_attrs(n, &a) == FR_OK && a.prec == FR_LIN_BF16 &&
+            n->inputs[FR_LIN_IN_X] >= 0 && g->values[n->inputs[FR_LIN_IN_X]].dtype == FR_BF16)
+            *count += fr_lin_drop_unread_xq(g, n);
     }
-    fr_readers_free(&r);
-    return FR_OK;
 }
 
 fr_status fr_narrow_activations(fr_graph *g, int *count)
@@ -198,6 +187,6 @@ fr_status fr_narrow_activations(fr_graph *g, int *count)
     fr_status st = narrow_linear_outputs(&r, count);
     fr_readers_free(&r);
     if (st == FR_OK) st = narrow_producers(g, count);
-    if (st == FR_OK) st = drop_bf16_copies(g, count);
+    if (st == FR_OK) drop_bf16_copies(g, count);
     return st;
 }

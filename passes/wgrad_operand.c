@@ -52,27 +52,6 @@ static fr_status liveness(wo *w)
 /* value v stays in memory after position `at` whatever reads it there */
 static int kept_past(const wo *w, int v, int at) { return v < 0 || w->last[w->root[v]] > at; }
 
-static int readers(const fr_graph *g, int v)
-{
-    int c = 0;
-    for (int i = 0; i < g->n_nodes; i++)
-        for (int k = 0; !g->nodes[i].dead && k < g->nodes[i].n_inputs; k++) c += g->nodes[i].inputs[k] == v;
-    return c;
-}
-
-/* The forward's Xq unread now: the Linear writes none (it writes only what is read). */
-static void drop_xq(fr_graph *g, fr_node *lin)
-{
-    for (int o = FR_LIN_OUT_XQ; o <= FR_LIN_OUT_XQ_SINV && o < lin->n_outputs; o++) {
-        int v = lin->outputs[o];
-        if (v < 0 || readers(g, v) || (g->values[v].flags & FR_VAL_OUTPUT)) return;
-    }
-    for (int o = FR_LIN_OUT_XQ; o <= FR_LIN_OUT_XQ_SINV && o < lin->n_outputs; o++) {
-        if (lin->outputs[o] >= 0) g->values[lin->outputs[o]].producer = -1;
-        lin->outputs[o] = -1;
-    }
-}
-
 /* X's producer a pure elementwise op of the fused MLP whose copy remakes X bit for bit */
 static int remakable(const fr_node *p)
 {
@@ -181,7 +160,7 @@ static fr_status run(wo *w, int remake, fr_wgrad_operand_stats *stats)
         }
         gw->inputs[0] = xs;
         gw->inputs[2] = sx;
-        drop_xq(g, &g->nodes[pl]);
+        fr_lin_drop_unread_xq(g, &g->nodes[pl]); /* the forward's Xq, unread now */
         /* a kept X was read past i already; a copy moved every later node one place on */
         if (xs != x) FR_TRY(liveness(w));
     }
